@@ -1,0 +1,121 @@
+// C API: context options and contexts. Argument checks and translation only.
+#include "capi_internal.h"
+
+using mpt::capi::impl_of;
+using mpt::capi::require_pointer;
+using mpt::fail;
+using mpt::require;
+
+extern "C" {
+
+int mpt_cuda_device_count(void) {
+    try {
+        return mpt::cuda_device_count();
+    } catch (...) {
+        return 0;
+    }
+}
+
+mpt_status mpt_context_options_create(mpt_context_options_t** out) {
+    MPT_API_BEGIN
+    require_pointer(out, "out");
+    *out = new mpt_context_options{};
+    MPT_API_END
+}
+
+void mpt_context_options_destroy(mpt_context_options_t* options) { delete options; }
+
+mpt_status mpt_context_options_set_backend(mpt_context_options_t* options, mpt_backend backend) {
+    MPT_API_BEGIN
+    require_pointer(options, "options");
+    require(backend == MPT_BACKEND_AUTO || backend == MPT_BACKEND_CPU || backend == MPT_BACKEND_CUDA,
+            MPT_STATUS_INVALID_ARGUMENT, "unknown backend");
+    options->config.backend = backend;
+    MPT_API_END
+}
+
+mpt_status mpt_context_options_set_threads(mpt_context_options_t* options, int threads) {
+    MPT_API_BEGIN
+    require_pointer(options, "options");
+    require(threads >= 0 && threads <= 1024, MPT_STATUS_INVALID_ARGUMENT, "threads must be in [0, 1024]");
+    options->config.threads = threads;
+    MPT_API_END
+}
+
+mpt_status mpt_context_options_set_seed(mpt_context_options_t* options, uint64_t seed) {
+    MPT_API_BEGIN
+    require_pointer(options, "options");
+    options->config.seed = seed;
+    MPT_API_END
+}
+
+mpt_status mpt_context_options_set_device(mpt_context_options_t* options, int device) {
+    MPT_API_BEGIN
+    require_pointer(options, "options");
+    require(device >= 0, MPT_STATUS_INVALID_ARGUMENT, "device must be >= 0");
+    options->config.device = device;
+    MPT_API_END
+}
+
+mpt_status mpt_context_options_set_log_callback(mpt_context_options_t* options, mpt_log_fn callback, void* user_data) {
+    MPT_API_BEGIN
+    require_pointer(options, "options");
+    options->config.log_callback = callback;
+    options->config.log_user_data = user_data;
+    MPT_API_END
+}
+
+mpt_status mpt_context_options_set_log_level(mpt_context_options_t* options, mpt_log_level level) {
+    MPT_API_BEGIN
+    require_pointer(options, "options");
+    require(level >= MPT_LOG_LEVEL_DEBUG && level <= MPT_LOG_LEVEL_ERROR, MPT_STATUS_INVALID_ARGUMENT,
+            "unknown log level");
+    options->config.log_level = level;
+    MPT_API_END
+}
+
+mpt_status mpt_context_options_set_memory_budget(mpt_context_options_t* options, size_t bytes) {
+    MPT_API_BEGIN
+    require_pointer(options, "options");
+    options->config.memory_budget = bytes;
+    MPT_API_END
+}
+
+mpt_status mpt_context_create(const mpt_context_options_t* options, mpt_context_t** out) {
+    MPT_API_BEGIN
+    require_pointer(out, "out");
+    const mpt::ContextConfig config = options ? options->config : mpt::ContextConfig{};
+    auto context = std::make_shared<mpt::Context>(config);
+    *out = new mpt_context{std::move(context)};
+    MPT_API_END
+}
+
+void mpt_context_destroy(mpt_context_t* context) { delete context; }
+
+mpt_status mpt_context_get_backend(const mpt_context_t* context, mpt_backend* out) {
+    MPT_API_BEGIN
+    const mpt::Context& impl = impl_of(context, "context");
+    require_pointer(out, "out");
+    *out = impl.backend().kind() == mpt::BackendKind::cuda ? MPT_BACKEND_CUDA : MPT_BACKEND_CPU;
+    MPT_API_END
+}
+
+mpt_status mpt_context_resolve_precision(const mpt_context_t* context, mpt_precision requested, mpt_precision* out) {
+    MPT_API_BEGIN
+    const mpt::Context& impl = impl_of(context, "context");
+    require_pointer(out, "out");
+    require(requested >= MPT_PRECISION_FP32 && requested <= MPT_PRECISION_AUTO, MPT_STATUS_INVALID_ARGUMENT,
+            "unknown precision");
+    *out = mpt::resolve_precision(requested, impl.backend()).precision;
+    MPT_API_END
+}
+
+mpt_status mpt_context_get_memory(const mpt_context_t* context, size_t* used_bytes, size_t* peak_bytes) {
+    MPT_API_BEGIN
+    const mpt::Context& impl = impl_of(context, "context");
+    if (used_bytes) *used_bytes = impl.memory().used();
+    if (peak_bytes) *peak_bytes = impl.memory().peak();
+    MPT_API_END
+}
+
+}  // extern "C"

@@ -1,0 +1,80 @@
+// C API: datasets. Argument checks and translation only.
+#include "capi_internal.h"
+#include "data/cifar10.h"
+
+using mpt::capi::impl_of;
+using mpt::capi::require_pointer;
+using mpt::require;
+
+extern "C" {
+
+mpt_status mpt_dataset_create_u8(mpt_context_t* context, const uint8_t* samples, int64_t rows, int64_t features,
+                                 const int32_t* labels, int32_t num_classes, float scale, float offset,
+                                 mpt_dataset_t** out) {
+    MPT_API_BEGIN
+    impl_of(context, "context");
+    require_pointer(samples, "samples");
+    require_pointer(labels, "labels");
+    require_pointer(out, "out");
+    auto dataset = mpt::Dataset::from_u8(context->impl, samples, rows, features, labels, num_classes, scale, offset);
+    *out = new mpt_dataset{std::move(dataset)};
+    MPT_API_END
+}
+
+mpt_status mpt_dataset_create_f32(mpt_context_t* context, const float* samples, int64_t rows, int64_t features,
+                                  const int32_t* labels, int32_t num_classes, int check_finite, mpt_dataset_t** out) {
+    MPT_API_BEGIN
+    impl_of(context, "context");
+    require_pointer(samples, "samples");
+    require_pointer(labels, "labels");
+    require_pointer(out, "out");
+    auto dataset =
+        mpt::Dataset::from_f32(context->impl, samples, rows, features, labels, num_classes, check_finite != 0);
+    *out = new mpt_dataset{std::move(dataset)};
+    MPT_API_END
+}
+
+mpt_status mpt_dataset_create_f32_targets(mpt_context_t* context, const float* samples, int64_t rows,
+                                          int64_t features, const float* targets, int64_t target_width,
+                                          int check_finite, mpt_dataset_t** out) {
+    MPT_API_BEGIN
+    impl_of(context, "context");
+    require_pointer(samples, "samples");
+    require_pointer(targets, "targets");
+    require_pointer(out, "out");
+    auto dataset = mpt::Dataset::from_f32_targets(context->impl, samples, rows, features, targets, target_width,
+                                                  check_finite != 0);
+    *out = new mpt_dataset{std::move(dataset)};
+    MPT_API_END
+}
+
+mpt_status mpt_dataset_load_cifar10(mpt_context_t* context, const char* directory, int train, int64_t limit,
+                                    mpt_dataset_t** out) {
+    MPT_API_BEGIN
+    impl_of(context, "context");
+    require_pointer(directory, "directory");
+    require_pointer(out, "out");
+    auto dataset = mpt::load_cifar10(context->impl, directory, train != 0, limit);
+    *out = new mpt_dataset{std::move(dataset)};
+    MPT_API_END
+}
+
+void mpt_dataset_destroy(mpt_dataset_t* dataset) { delete dataset; }
+
+mpt_status mpt_dataset_get_rows(const mpt_dataset_t* dataset, int64_t* out) {
+    MPT_API_BEGIN
+    const mpt::Dataset& impl = impl_of(dataset, "dataset");
+    require_pointer(out, "out");
+    *out = impl.rows();
+    MPT_API_END
+}
+
+mpt_status mpt_dataset_get_features(const mpt_dataset_t* dataset, int64_t* out) {
+    MPT_API_BEGIN
+    const mpt::Dataset& impl = impl_of(dataset, "dataset");
+    require_pointer(out, "out");
+    *out = impl.features();
+    MPT_API_END
+}
+
+}  // extern "C"

@@ -1,0 +1,73 @@
+// Shared by the C API's translation units: the handle structs (thin wrappers around the core's
+// shared objects) and the begin/end pair every entry point is wrapped in, so that no exception,
+// abort or exit crosses the ABI.
+#pragma once
+
+#include <memory>
+#include <new>
+#include <string>
+
+#include "core/context.h"
+#include "core/error.h"
+#include "data/dataset.h"
+#include "mptrain/mptrain.h"
+#include "nn/model.h"
+#include "nn/trainer.h"
+
+struct mpt_context_options {
+    mpt::ContextConfig config;
+};
+struct mpt_context {
+    std::shared_ptr<mpt::Context> impl;
+};
+struct mpt_model {
+    std::shared_ptr<mpt::Model> impl;
+};
+struct mpt_dataset {
+    std::shared_ptr<mpt::Dataset> impl;
+};
+struct mpt_trainer_options {
+    mpt::TrainerConfig config;
+};
+struct mpt_trainer {
+    std::unique_ptr<mpt::Trainer> impl;
+};
+
+namespace mpt::capi {
+
+// Records the message for mpt_last_error() and returns the status.
+mpt_status record_error(mpt_status status, const char* message) noexcept;
+void clear_error() noexcept;
+
+template <typename T>
+void require_pointer(const T* pointer, const char* name) {
+    if (!pointer) fail(MPT_STATUS_INVALID_ARGUMENT, std::string(name) + " is NULL");
+}
+
+template <typename Handle>
+auto& impl_of(Handle* handle, const char* name) {
+    require_pointer(handle, name);
+    if (!handle->impl) fail(MPT_STATUS_INVALID_ARGUMENT, std::string(name) + " is not a live handle");
+    return *handle->impl;
+}
+
+}  // namespace mpt::capi
+
+#define MPT_API_BEGIN        \
+    mpt::capi::clear_error(); \
+    try {
+#define MPT_API_END                                                                       \
+    }                                                                                     \
+    catch (const mpt::Error& error) {                                                     \
+        return mpt::capi::record_error(error.status(), error.what());                     \
+    }                                                                                     \
+    catch (const std::bad_alloc&) {                                                       \
+        return mpt::capi::record_error(MPT_STATUS_OUT_OF_MEMORY, "out of host memory");   \
+    }                                                                                     \
+    catch (const std::exception& error) {                                                 \
+        return mpt::capi::record_error(MPT_STATUS_INTERNAL, error.what());                \
+    }                                                                                     \
+    catch (...) {                                                                         \
+        return mpt::capi::record_error(MPT_STATUS_INTERNAL, "unknown exception (from a callback?)"); \
+    }                                                                                     \
+    return MPT_STATUS_OK;

@@ -1,0 +1,143 @@
+// C API: models. Argument checks and translation only.
+#include <string>
+
+#include "capi_internal.h"
+#include "nn/inference.h"
+
+using mpt::capi::impl_of;
+using mpt::capi::require_pointer;
+using mpt::fail;
+using mpt::require;
+
+namespace {
+
+mpt::Activation to_activation(mpt_activation activation) {
+    switch (activation) {
+        case MPT_ACTIVATION_LINEAR: return mpt::Activation::linear;
+        case MPT_ACTIVATION_RELU: return mpt::Activation::relu;
+        case MPT_ACTIVATION_SIGMOID: return mpt::Activation::sigmoid;
+        case MPT_ACTIVATION_TANH: return mpt::Activation::tanh;
+        case MPT_ACTIVATION_SOFTMAX: return mpt::Activation::softmax;
+    }
+    fail(MPT_STATUS_INVALID_ARGUMENT, "unknown activation " + std::to_string(static_cast<int>(activation)));
+}
+
+const mpt::DenseLayer& layer_of(const mpt::Model& model, int64_t layer) {
+    if (layer < 0 || layer >= static_cast<int64_t>(model.layers().size()))
+        fail(MPT_STATUS_INVALID_ARGUMENT, "layer index " + std::to_string(layer) + " out of range [0, " +
+                                              std::to_string(model.layers().size()) + ")");
+    return model.layers()[static_cast<size_t>(layer)];
+}
+
+void require_count(int64_t given, int64_t expected, const char* what) {
+    if (given != expected)
+        fail(MPT_STATUS_SHAPE_MISMATCH,
+             std::string(what) + " count is " + std::to_string(given) + ", expected " + std::to_string(expected));
+}
+
+}  // namespace
+
+extern "C" {
+
+mpt_status mpt_model_create(mpt_context_t* context, int64_t input_features, mpt_model_t** out) {
+    MPT_API_BEGIN
+    impl_of(context, "context");
+    require_pointer(out, "out");
+    auto model = std::make_shared<mpt::Model>(context->impl, input_features);
+    *out = new mpt_model{std::move(model)};
+    MPT_API_END
+}
+
+void mpt_model_destroy(mpt_model_t* model) { delete model; }
+
+mpt_status mpt_model_add_dense(mpt_model_t* model, int64_t units, mpt_activation activation) {
+    MPT_API_BEGIN
+    impl_of(model, "model").add_dense(units, to_activation(activation));
+    MPT_API_END
+}
+
+mpt_status mpt_model_set_layer_dtype(mpt_model_t* model, int64_t layer, mpt_dtype dtype) {
+    MPT_API_BEGIN
+    mpt::Model& impl = impl_of(model, "model");
+    std::optional<mpt::DType> override;
+    switch (dtype) {
+        case MPT_DTYPE_DEFAULT: break;
+        case MPT_DTYPE_FP32: override = mpt::DType::fp32; break;
+        case MPT_DTYPE_FP16: override = mpt::DType::fp16; break;
+        case MPT_DTYPE_BF16: override = mpt::DType::bf16; break;
+        default: fail(MPT_STATUS_INVALID_ARGUMENT, "unknown dtype");
+    }
+    impl.set_layer_dtype(layer, override);
+    MPT_API_END
+}
+
+mpt_status mpt_model_get_layer_count(const mpt_model_t* model, int64_t* out) {
+    MPT_API_BEGIN
+    const mpt::Model& impl = impl_of(model, "model");
+    require_pointer(out, "out");
+    *out = static_cast<int64_t>(impl.layers().size());
+    MPT_API_END
+}
+
+mpt_status mpt_model_get_input_features(const mpt_model_t* model, int64_t* out) {
+    MPT_API_BEGIN
+    const mpt::Model& impl = impl_of(model, "model");
+    require_pointer(out, "out");
+    *out = impl.input_features();
+    MPT_API_END
+}
+
+mpt_status mpt_model_get_output_features(const mpt_model_t* model, int64_t* out) {
+    MPT_API_BEGIN
+    const mpt::Model& impl = impl_of(model, "model");
+    require_pointer(out, "out");
+    require(!impl.layers().empty(), MPT_STATUS_INVALID_STATE, "the model has no layers");
+    *out = impl.output_features();
+    MPT_API_END
+}
+
+mpt_status mpt_model_get_parameter_count(const mpt_model_t* model, int64_t* out) {
+    MPT_API_BEGIN
+    const mpt::Model& impl = impl_of(model, "model");
+    require_pointer(out, "out");
+    *out = impl.parameter_count();
+    MPT_API_END
+}
+
+mpt_status mpt_model_get_weights(mpt_model_t* model, int64_t layer, float* weights, int64_t weight_count, float* bias,
+                                 int64_t bias_count) {
+    MPT_API_BEGIN
+    mpt::Model& impl = impl_of(model, "model");
+    const mpt::DenseLayer& spec = layer_of(impl, layer);
+    if (weights) require_count(weight_count, spec.units * spec.inputs, "weight");
+    if (bias) require_count(bias_count, spec.units, "bias");
+    impl.build();
+    impl.get_weights(layer, weights, bias);
+    MPT_API_END
+}
+
+mpt_status mpt_model_set_weights(mpt_model_t* model, int64_t layer, const float* weights, int64_t weight_count,
+                                 const float* bias, int64_t bias_count) {
+    MPT_API_BEGIN
+    mpt::Model& impl = impl_of(model, "model");
+    const mpt::DenseLayer& spec = layer_of(impl, layer);
+    if (weights) require_count(weight_count, spec.units * spec.inputs, "weight");
+    if (bias) require_count(bias_count, spec.units, "bias");
+    impl.build();
+    impl.set_weights(layer, weights, bias);
+    MPT_API_END
+}
+
+mpt_status mpt_model_predict(mpt_model_t* model, const float* inputs, int64_t rows, float* out, int64_t out_count) {
+    MPT_API_BEGIN
+    mpt::Model& impl = impl_of(model, "model");
+    require_pointer(inputs, "inputs");
+    require_pointer(out, "out");
+    require(rows > 0, MPT_STATUS_INVALID_ARGUMENT, "rows must be positive");
+    require(!impl.layers().empty(), MPT_STATUS_INVALID_STATE, "the model has no layers");
+    require_count(out_count, rows * impl.output_features(), "output");
+    mpt::predict_fp32(impl, inputs, rows, out);
+    MPT_API_END
+}
+
+}  // extern "C"

@@ -1,0 +1,237 @@
+// C API: trainer options and trainers. Argument checks and translation only.
+#include <cmath>
+#include <string>
+
+#include "capi_internal.h"
+
+using mpt::capi::impl_of;
+using mpt::capi::require_pointer;
+using mpt::fail;
+using mpt::require;
+
+namespace {
+
+void require_finite_positive(float value, const char* name) {
+    if (!(std::isfinite(value) && value > 0.0f))
+        fail(MPT_STATUS_INVALID_ARGUMENT, std::string(name) + " must be finite and positive");
+}
+
+void require_range(float value, float low, float high, const char* name) {
+    if (!(value >= low && value < high))
+        fail(MPT_STATUS_INVALID_ARGUMENT, std::string(name) + " must be in [" + std::to_string(low) + ", " +
+                                              std::to_string(high) + ")");
+}
+
+}  // namespace
+
+extern "C" {
+
+mpt_status mpt_trainer_options_create(mpt_trainer_options_t** out) {
+    MPT_API_BEGIN
+    require_pointer(out, "out");
+    *out = new mpt_trainer_options{};
+    MPT_API_END
+}
+
+void mpt_trainer_options_destroy(mpt_trainer_options_t* options) { delete options; }
+
+mpt_status mpt_trainer_options_set_precision(mpt_trainer_options_t* options, mpt_precision precision) {
+    MPT_API_BEGIN
+    require_pointer(options, "options");
+    require(precision >= MPT_PRECISION_FP32 && precision <= MPT_PRECISION_AUTO, MPT_STATUS_INVALID_ARGUMENT,
+            "unknown precision");
+    options->config.precision = precision;
+    MPT_API_END
+}
+
+mpt_status mpt_trainer_options_set_loss(mpt_trainer_options_t* options, mpt_loss loss) {
+    MPT_API_BEGIN
+    require_pointer(options, "options");
+    require(loss >= MPT_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY && loss <= MPT_LOSS_MEAN_SQUARED_ERROR,
+            MPT_STATUS_INVALID_ARGUMENT, "unknown loss");
+    options->config.loss = static_cast<mpt::LossKind>(loss);
+    MPT_API_END
+}
+
+mpt_status mpt_trainer_options_set_optimizer(mpt_trainer_options_t* options, mpt_optimizer optimizer) {
+    MPT_API_BEGIN
+    require_pointer(options, "options");
+    require(optimizer >= MPT_OPTIMIZER_SGD && optimizer <= MPT_OPTIMIZER_ADAMW, MPT_STATUS_INVALID_ARGUMENT,
+            "unknown optimizer");
+    options->config.optimizer.kind = static_cast<mpt::OptimizerKind>(optimizer);
+    // Keras's AdamW default decay, unless the caller already chose one.
+    if (optimizer == MPT_OPTIMIZER_ADAMW && options->config.optimizer.weight_decay == 0.0f)
+        options->config.optimizer.weight_decay = 0.004f;
+    MPT_API_END
+}
+
+mpt_status mpt_trainer_options_set_learning_rate(mpt_trainer_options_t* options, float learning_rate) {
+    MPT_API_BEGIN
+    require_pointer(options, "options");
+    require_finite_positive(learning_rate, "learning_rate");
+    options->config.optimizer.learning_rate = learning_rate;
+    MPT_API_END
+}
+
+mpt_status mpt_trainer_options_set_momentum(mpt_trainer_options_t* options, float momentum, int nesterov) {
+    MPT_API_BEGIN
+    require_pointer(options, "options");
+    require_range(momentum, 0.0f, 1.0f, "momentum");
+    options->config.optimizer.momentum = momentum;
+    options->config.optimizer.nesterov = nesterov != 0;
+    MPT_API_END
+}
+
+mpt_status mpt_trainer_options_set_adam(mpt_trainer_options_t* options, float beta1, float beta2, float epsilon) {
+    MPT_API_BEGIN
+    require_pointer(options, "options");
+    require_range(beta1, 0.0f, 1.0f, "beta1");
+    require_range(beta2, 0.0f, 1.0f, "beta2");
+    require_finite_positive(epsilon, "epsilon");
+    options->config.optimizer.beta1 = beta1;
+    options->config.optimizer.beta2 = beta2;
+    options->config.optimizer.epsilon = epsilon;
+    MPT_API_END
+}
+
+mpt_status mpt_trainer_options_set_weight_decay(mpt_trainer_options_t* options, float weight_decay) {
+    MPT_API_BEGIN
+    require_pointer(options, "options");
+    require_range(weight_decay, 0.0f, 1.0f, "weight_decay");
+    options->config.optimizer.weight_decay = weight_decay;
+    MPT_API_END
+}
+
+mpt_status mpt_trainer_options_set_loss_scaling(mpt_trainer_options_t* options, mpt_loss_scaling mode,
+                                                float initial_scale) {
+    MPT_API_BEGIN
+    require_pointer(options, "options");
+    require(mode >= MPT_LOSS_SCALING_DEFAULT && mode <= MPT_LOSS_SCALING_DYNAMIC, MPT_STATUS_INVALID_ARGUMENT,
+            "unknown loss scaling mode");
+    require_finite_positive(initial_scale, "initial_scale");
+    options->config.loss_scaling = mode;
+    options->config.scaler.initial_scale = initial_scale;
+    MPT_API_END
+}
+
+mpt_status mpt_trainer_options_set_loss_scaler_dynamics(mpt_trainer_options_t* options, float growth_factor,
+                                                        float backoff_factor, int64_t growth_interval, float min_scale,
+                                                        float max_scale) {
+    MPT_API_BEGIN
+    require_pointer(options, "options");
+    require(std::isfinite(growth_factor) && growth_factor > 1.0f, MPT_STATUS_INVALID_ARGUMENT,
+            "growth_factor must be > 1");
+    require(backoff_factor > 0.0f && backoff_factor < 1.0f, MPT_STATUS_INVALID_ARGUMENT,
+            "backoff_factor must be in (0, 1)");
+    require(growth_interval >= 1, MPT_STATUS_INVALID_ARGUMENT, "growth_interval must be >= 1");
+    require(std::isfinite(max_scale) && min_scale >= 1.0f && min_scale <= max_scale, MPT_STATUS_INVALID_ARGUMENT,
+            "scales must satisfy 1 <= min_scale <= max_scale < Inf");
+    mpt::LossScalerConfig& scaler = options->config.scaler;
+    scaler.growth_factor = growth_factor;
+    scaler.backoff_factor = backoff_factor;
+    scaler.growth_interval = growth_interval;
+    scaler.min_scale = min_scale;
+    scaler.max_scale = max_scale;
+    MPT_API_END
+}
+
+mpt_status mpt_trainer_create(mpt_model_t* model, const mpt_trainer_options_t* options, mpt_trainer_t** out) {
+    MPT_API_BEGIN
+    impl_of(model, "model");
+    require_pointer(out, "out");
+    require(!model->impl->layers().empty(), MPT_STATUS_INVALID_STATE, "the model has no layers");
+    const mpt::TrainerConfig config = options ? options->config : mpt::TrainerConfig{};
+    auto trainer = std::make_unique<mpt::Trainer>(model->impl, config);
+    *out = new mpt_trainer{std::move(trainer)};
+    MPT_API_END
+}
+
+void mpt_trainer_destroy(mpt_trainer_t* trainer) { delete trainer; }
+
+mpt_status mpt_trainer_set_callbacks(mpt_trainer_t* trainer, mpt_progress_fn progress, mpt_epoch_end_fn epoch_end,
+                                     void* user_data) {
+    MPT_API_BEGIN
+    impl_of(trainer, "trainer").set_callbacks(mpt::TrainerCallbacks{progress, epoch_end, user_data});
+    MPT_API_END
+}
+
+mpt_status mpt_trainer_fit(mpt_trainer_t* trainer, const mpt_dataset_t* dataset, int64_t epochs, int64_t batch_size,
+                           int shuffle) {
+    MPT_API_BEGIN
+    mpt::Trainer& impl = impl_of(trainer, "trainer");
+    const mpt::Dataset& data = impl_of(dataset, "dataset");
+    impl.fit(data, epochs, batch_size, shuffle != 0);
+    MPT_API_END
+}
+
+mpt_status mpt_trainer_step(mpt_trainer_t* trainer, const mpt_dataset_t* dataset, int64_t first, int64_t batch_size,
+                            float* loss) {
+    MPT_API_BEGIN
+    mpt::Trainer& impl = impl_of(trainer, "trainer");
+    const mpt::Dataset& data = impl_of(dataset, "dataset");
+    const float batch_loss = impl.step(data, first, batch_size);
+    if (loss) *loss = batch_loss;
+    MPT_API_END
+}
+
+mpt_status mpt_trainer_evaluate(mpt_trainer_t* trainer, const mpt_dataset_t* dataset, int64_t batch_size, float* loss,
+                                float* accuracy) {
+    MPT_API_BEGIN
+    mpt::Trainer& impl = impl_of(trainer, "trainer");
+    const mpt::Dataset& data = impl_of(dataset, "dataset");
+    const mpt::EvaluationResult result = impl.evaluate(data, batch_size);
+    if (loss) *loss = result.loss;
+    if (accuracy) *accuracy = result.accuracy;
+    MPT_API_END
+}
+
+mpt_status mpt_trainer_predict(mpt_trainer_t* trainer, const float* inputs, int64_t rows, float* out,
+                               int64_t out_count) {
+    MPT_API_BEGIN
+    mpt::Trainer& impl = impl_of(trainer, "trainer");
+    require_pointer(inputs, "inputs");
+    require_pointer(out, "out");
+    require(rows > 0, MPT_STATUS_INVALID_ARGUMENT, "rows must be positive");
+    const int64_t expected = rows * impl.model()->output_features();
+    if (out_count != expected)
+        fail(MPT_STATUS_SHAPE_MISMATCH,
+             "output count is " + std::to_string(out_count) + ", expected " + std::to_string(expected));
+    impl.predict(inputs, rows, out);
+    MPT_API_END
+}
+
+mpt_status mpt_trainer_get_precision(const mpt_trainer_t* trainer, mpt_precision* out) {
+    MPT_API_BEGIN
+    const mpt::Trainer& impl = impl_of(trainer, "trainer");
+    require_pointer(out, "out");
+    *out = impl.precision();
+    MPT_API_END
+}
+
+mpt_status mpt_trainer_get_loss_scale(const mpt_trainer_t* trainer, float* scale, int64_t* growth_tracker,
+                                      int64_t* skipped_steps) {
+    MPT_API_BEGIN
+    const mpt::TrainState state = impl_of(trainer, "trainer").state();
+    if (scale) *scale = state.loss_scale;
+    if (growth_tracker) *growth_tracker = state.growth_tracker;
+    if (skipped_steps) *skipped_steps = state.skipped_steps;
+    MPT_API_END
+}
+
+mpt_status mpt_trainer_get_progress(const mpt_trainer_t* trainer, int64_t* steps, int64_t* epochs) {
+    MPT_API_BEGIN
+    const mpt::Trainer& impl = impl_of(trainer, "trainer");
+    if (steps) *steps = impl.state().steps;
+    if (epochs) *epochs = impl.epochs_completed();
+    MPT_API_END
+}
+
+mpt_status mpt_trainer_get_memory(const mpt_trainer_t* trainer, size_t* planned_bytes, size_t* allocated_bytes) {
+    MPT_API_BEGIN
+    const mpt::Trainer& impl = impl_of(trainer, "trainer");
+    if (planned_bytes) *planned_bytes = impl.executor().planned_bytes();
+    if (allocated_bytes) *allocated_bytes = impl.executor().allocated_bytes();
+    MPT_API_END
+}
+
+}  // extern "C"

@@ -1,0 +1,328 @@
+/*
+ * mptrain.h — the C API of mptrain, an embeddable mixed-precision training runtime.
+ *
+ * This header is the specification. Conventions that hold for every function:
+ *  - Fallible calls return mpt_status. MPT_STATUS_OK is 0; values are pinned forever and only
+ *    appended. mpt_last_error() gives a thread-local message for the last failure on this thread.
+ *  - Out-parameters are written only on success.
+ *  - mpt_<class>_destroy(NULL) is a no-op. Child handles keep their parents alive (reference
+ *    counts), so handles may be destroyed in any order.
+ *  - No exception, abort or exit crosses this boundary; after an error every handle stays usable.
+ *  - Threads: a handle is used by one thread at a time. Different contexts (and everything created
+ *    from them) may be used from different threads in parallel. Functions marked "thread-safe" may
+ *    be called from any thread at any time.
+ *  - Sizes and counts are int64_t, byte counts size_t, strings UTF-8, booleans int (0 / non-zero).
+ */
+#ifndef MPTRAIN_H
+#define MPTRAIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#  define MPT_API __declspec(dllimport)
+#elif defined(__GNUC__)
+#  define MPT_API __attribute__((visibility("default")))
+#else
+#  define MPT_API
+#endif
+
+#define MPT_VERSION_MAJOR 0
+#define MPT_VERSION_MINOR 1
+#define MPT_VERSION_PATCH 0
+
+/* ---------------------------------------------------------------------------------------------
+ * Status codes (values pinned forever; new codes are only appended)
+ * ------------------------------------------------------------------------------------------- */
+typedef enum mpt_status {
+    MPT_STATUS_OK = 0,
+    MPT_STATUS_INVALID_ARGUMENT = 1, /* NULL handle or pointer, out-of-range value, bad name */
+    MPT_STATUS_SHAPE_MISMATCH = 2,   /* data width or label count does not fit the model */
+    MPT_STATUS_OUT_OF_MEMORY = 3,    /* allocation failed or the context's memory budget is exceeded */
+    MPT_STATUS_IO_ERROR = 4,         /* a file could not be opened, read or written */
+    MPT_STATUS_CORRUPT_DATA = 5,     /* a file has the wrong size, bad labels or bad structure */
+    MPT_STATUS_INVALID_STATE = 6,    /* the call is not allowed now (e.g. adding a layer after use) */
+    MPT_STATUS_NON_FINITE = 7,       /* NaN/Inf in input data, or a non-finite loss in training */
+    MPT_STATUS_CANCELLED = 8,        /* a callback asked to stop */
+    MPT_STATUS_BACKEND_UNAVAILABLE = 9, /* the requested backend is not built in or has no device */
+    MPT_STATUS_BACKEND_ERROR = 10,   /* the backend (e.g. a CUDA call) failed */
+    MPT_STATUS_UNSUPPORTED = 11,     /* the combination of options is not supported */
+    MPT_STATUS_INTERNAL = 12         /* a bug in mptrain; the message says where */
+} mpt_status;
+
+typedef enum mpt_backend {
+    MPT_BACKEND_AUTO = 0, /* CUDA when a usable GPU exists, else CPU */
+    MPT_BACKEND_CPU = 1,
+    MPT_BACKEND_CUDA = 2
+} mpt_backend;
+
+typedef enum mpt_dtype {
+    MPT_DTYPE_DEFAULT = 0, /* per-layer override only: follow the precision policy */
+    MPT_DTYPE_FP32 = 1,
+    MPT_DTYPE_FP16 = 2,
+    MPT_DTYPE_BF16 = 3
+} mpt_dtype;
+
+typedef enum mpt_precision {
+    MPT_PRECISION_FP32 = 0,
+    MPT_PRECISION_MIXED_FP16 = 1,
+    MPT_PRECISION_MIXED_BF16 = 2,
+    MPT_PRECISION_AUTO = 3 /* bf16 on CUDA cc >= 8.0, fp16 on 7.x, fp32 on the CPU */
+} mpt_precision;
+
+typedef enum mpt_activation {
+    MPT_ACTIVATION_LINEAR = 0,
+    MPT_ACTIVATION_RELU = 1,
+    MPT_ACTIVATION_SIGMOID = 2,
+    MPT_ACTIVATION_TANH = 3,
+    MPT_ACTIVATION_SOFTMAX = 4 /* last layer only */
+} mpt_activation;
+
+typedef enum mpt_loss {
+    MPT_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY = 0, /* integer labels; softmax/linear last layer */
+    MPT_LOSS_CATEGORICAL_CROSSENTROPY = 1, /* one-hot float targets, Keras semantics */
+    MPT_LOSS_BINARY_CROSSENTROPY = 2,      /* float targets in [0,1] */
+    MPT_LOSS_MEAN_SQUARED_ERROR = 3        /* float targets */
+} mpt_loss;
+
+typedef enum mpt_optimizer {
+    MPT_OPTIMIZER_SGD = 0,  /* momentum and Nesterov through the options */
+    MPT_OPTIMIZER_ADAM = 1,
+    MPT_OPTIMIZER_ADAMW = 2
+} mpt_optimizer;
+
+typedef enum mpt_loss_scaling {
+    MPT_LOSS_SCALING_DEFAULT = 0, /* dynamic for fp16, off for bf16 and fp32 */
+    MPT_LOSS_SCALING_OFF = 1,
+    MPT_LOSS_SCALING_STATIC = 2,
+    MPT_LOSS_SCALING_DYNAMIC = 3
+} mpt_loss_scaling;
+
+typedef enum mpt_log_level {
+    MPT_LOG_LEVEL_DEBUG = 0,
+    MPT_LOG_LEVEL_INFO = 1,
+    MPT_LOG_LEVEL_WARNING = 2,
+    MPT_LOG_LEVEL_ERROR = 3
+} mpt_log_level;
+
+typedef struct mpt_context mpt_context_t;
+typedef struct mpt_context_options mpt_context_options_t;
+typedef struct mpt_model mpt_model_t;
+typedef struct mpt_dataset mpt_dataset_t;
+typedef struct mpt_trainer mpt_trainer_t;
+typedef struct mpt_trainer_options mpt_trainer_options_t;
+
+/* ---------------------------------------------------------------------------------------------
+ * Version, status, errors
+ * ------------------------------------------------------------------------------------------- */
+
+/** Version string "MAJOR.MINOR.PATCH" of the loaded library. Static storage. Thread-safe. */
+MPT_API const char* mpt_version(void);
+
+/** Static, human-readable name of a status ("MPT_STATUS_OK", ...). Unknown values give
+ *  "MPT_STATUS_UNKNOWN". Thread-safe. */
+MPT_API const char* mpt_status_string(mpt_status status);
+
+/** Message of the last failed call on this thread ("" when none). Owned by the library, valid
+ *  until the next mptrain call on this thread. Thread-safe (thread-local). */
+MPT_API const char* mpt_last_error(void);
+
+/** Number of usable CUDA devices (0 when CUDA is not built in, or no driver or GPU exists).
+ *  Thread-safe. */
+MPT_API int mpt_cuda_device_count(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * Context: backend, threads, seed, log callback, memory budget
+ * ------------------------------------------------------------------------------------------- */
+
+/** Log callback. `message` is valid only during the call. Called on the thread that made the
+ *  mptrain call. It must not call back into mptrain on the same context. */
+typedef void (*mpt_log_fn)(mpt_log_level level, const char* message, void* user_data);
+
+/** Creates context options with defaults: backend AUTO, threads 0 (all cores), seed 42,
+ *  device 0, no log callback, no memory budget.
+ *  \param[out] out  new options; free with mpt_context_options_destroy. Thread-safe. */
+MPT_API mpt_status mpt_context_options_create(mpt_context_options_t** out);
+MPT_API void mpt_context_options_destroy(mpt_context_options_t* options);
+/** Setters: one thread per handle at a time. */
+MPT_API mpt_status mpt_context_options_set_backend(mpt_context_options_t* options, mpt_backend backend);
+/** \param[in] threads  compute threads on the CPU backend; 0 = number of cores. */
+MPT_API mpt_status mpt_context_options_set_threads(mpt_context_options_t* options, int threads);
+MPT_API mpt_status mpt_context_options_set_seed(mpt_context_options_t* options, uint64_t seed);
+MPT_API mpt_status mpt_context_options_set_device(mpt_context_options_t* options, int device);
+MPT_API mpt_status mpt_context_options_set_log_callback(mpt_context_options_t* options,
+                                                        mpt_log_fn callback, void* user_data);
+/** Minimum level passed to the log callback (default INFO). */
+MPT_API mpt_status mpt_context_options_set_log_level(mpt_context_options_t* options, mpt_log_level level);
+/** Upper bound on the bytes of all arenas of this context; 0 = unlimited. Exceeding it at planning
+ *  time fails with MPT_STATUS_OUT_OF_MEMORY before any work starts. */
+MPT_API mpt_status mpt_context_options_set_memory_budget(mpt_context_options_t* options, size_t bytes);
+
+/** Creates a context.
+ *  \param[in]  options  may be NULL for defaults; not retained (may be destroyed afterwards).
+ *  \param[out] out      new context; free with mpt_context_destroy. Thread-safe. */
+MPT_API mpt_status mpt_context_create(const mpt_context_options_t* options, mpt_context_t** out);
+/** Releases the caller's reference; the context lives on while models, datasets or trainers
+ *  created from it exist. */
+MPT_API void mpt_context_destroy(mpt_context_t* context);
+/** The backend this context runs on (never AUTO). */
+MPT_API mpt_status mpt_context_get_backend(const mpt_context_t* context, mpt_backend* out);
+/** The precision that MPT_PRECISION_AUTO resolves to on this context. */
+MPT_API mpt_status mpt_context_resolve_precision(const mpt_context_t* context, mpt_precision requested,
+                                                 mpt_precision* out);
+/** Bytes held by this context's arenas now, and the most ever held. */
+MPT_API mpt_status mpt_context_get_memory(const mpt_context_t* context, size_t* used_bytes,
+                                          size_t* peak_bytes);
+
+/* ---------------------------------------------------------------------------------------------
+ * Model: a sequential stack of Dense layers
+ * ------------------------------------------------------------------------------------------- */
+
+/** Creates an empty model taking `input_features` float inputs per sample.
+ *  \param[out] out  new model (keeps `context` alive); free with mpt_model_destroy. */
+MPT_API mpt_status mpt_model_create(mpt_context_t* context, int64_t input_features, mpt_model_t** out);
+MPT_API void mpt_model_destroy(mpt_model_t* model);
+/** Appends a Dense layer (Glorot-uniform weights, zero bias, as Keras). Fails with
+ *  MPT_STATUS_INVALID_STATE once the model has been built (first trainer, predict or weight access).
+ *  Softmax is allowed on the last layer only. */
+MPT_API mpt_status mpt_model_add_dense(mpt_model_t* model, int64_t units, mpt_activation activation);
+/** Overrides the compute dtype of one layer (Keras's dtype=): MPT_DTYPE_FP32 keeps that layer in
+ *  fp32 under a mixed policy; MPT_DTYPE_DEFAULT follows the policy. Before the model is built. */
+MPT_API mpt_status mpt_model_set_layer_dtype(mpt_model_t* model, int64_t layer, mpt_dtype dtype);
+MPT_API mpt_status mpt_model_get_layer_count(const mpt_model_t* model, int64_t* out);
+MPT_API mpt_status mpt_model_get_input_features(const mpt_model_t* model, int64_t* out);
+MPT_API mpt_status mpt_model_get_output_features(const mpt_model_t* model, int64_t* out);
+/** Number of trainable parameters (weights + biases, unpadded). */
+MPT_API mpt_status mpt_model_get_parameter_count(const mpt_model_t* model, int64_t* out);
+/** Copies layer `layer`'s fp32 master weights (row-major [units, inputs]) and bias ([units]).
+ *  Either pointer may be NULL to skip it. Counts must match exactly. Builds the model. */
+MPT_API mpt_status mpt_model_get_weights(mpt_model_t* model, int64_t layer, float* weights,
+                                         int64_t weight_count, float* bias, int64_t bias_count);
+/** Sets layer `layer`'s weights and bias (same layout as get). Builds the model. Trainers that
+ *  exist see the new values at their next step. */
+MPT_API mpt_status mpt_model_set_weights(mpt_model_t* model, int64_t layer, const float* weights,
+                                         int64_t weight_count, const float* bias, int64_t bias_count);
+/** Forward pass in fp32 for `rows` samples of `input_features` floats; writes the last layer's
+ *  activation output ([rows, output_features]) to `out`. Builds the model. */
+MPT_API mpt_status mpt_model_predict(mpt_model_t* model, const float* inputs, int64_t rows,
+                                     float* out, int64_t out_count);
+
+/* ---------------------------------------------------------------------------------------------
+ * Dataset: samples (uint8 or float32) with int32 labels or float targets
+ * ------------------------------------------------------------------------------------------- */
+
+/** Copies `rows` samples of `features` bytes each plus one int32 label per sample. Samples are
+ *  normalised as x * scale + offset when batched (CIFAR: scale 1/255, offset 0). Labels must lie in
+ *  [0, num_classes). The caller's buffers are not retained.
+ *  \param[out] out  new dataset (keeps `context` alive). */
+MPT_API mpt_status mpt_dataset_create_u8(mpt_context_t* context, const uint8_t* samples, int64_t rows,
+                                         int64_t features, const int32_t* labels, int32_t num_classes,
+                                         float scale, float offset, mpt_dataset_t** out);
+/** Copies float32 samples with int32 labels. With `check_finite` non-zero a NaN or Inf sample
+ *  fails with MPT_STATUS_NON_FINITE. */
+MPT_API mpt_status mpt_dataset_create_f32(mpt_context_t* context, const float* samples, int64_t rows,
+                                          int64_t features, const int32_t* labels, int32_t num_classes,
+                                          int check_finite, mpt_dataset_t** out);
+/** Copies float32 samples with float32 targets ([rows, target_width]) for one-hot categorical,
+ *  binary cross-entropy or MSE losses. `check_finite` as above (also checks targets). */
+MPT_API mpt_status mpt_dataset_create_f32_targets(mpt_context_t* context, const float* samples,
+                                                  int64_t rows, int64_t features, const float* targets,
+                                                  int64_t target_width, int check_finite,
+                                                  mpt_dataset_t** out);
+/** Loads CIFAR-10 from the binary release's directory: `train` non-zero reads data_batch_1..5.bin
+ *  (50,000 images), zero reads test_batch.bin (10,000). `limit` > 0 keeps only the first `limit`
+ *  records. Each file must be exactly 30,730,000 bytes with labels 0..9, else
+ *  MPT_STATUS_CORRUPT_DATA (or MPT_STATUS_IO_ERROR when missing). Scaled by 1/255. */
+MPT_API mpt_status mpt_dataset_load_cifar10(mpt_context_t* context, const char* directory, int train,
+                                            int64_t limit, mpt_dataset_t** out);
+MPT_API void mpt_dataset_destroy(mpt_dataset_t* dataset);
+MPT_API mpt_status mpt_dataset_get_rows(const mpt_dataset_t* dataset, int64_t* out);
+MPT_API mpt_status mpt_dataset_get_features(const mpt_dataset_t* dataset, int64_t* out);
+
+/* ---------------------------------------------------------------------------------------------
+ * Trainer options: precision, loss, optimizer, loss scaler
+ * ------------------------------------------------------------------------------------------- */
+
+/** Defaults: precision AUTO, loss sparse categorical cross-entropy, SGD with lr 0.01, momentum 0,
+ *  Adam betas 0.9/0.999, epsilon 1e-7 (Keras), weight decay 0 (AdamW: 0.004 as Keras),
+ *  loss scaling DEFAULT with initial scale 2^15, growth factor 2, backoff 0.5, growth interval
+ *  2000, bounds [1, 2^24]. Thread-safe. */
+MPT_API mpt_status mpt_trainer_options_create(mpt_trainer_options_t** out);
+MPT_API void mpt_trainer_options_destroy(mpt_trainer_options_t* options);
+MPT_API mpt_status mpt_trainer_options_set_precision(mpt_trainer_options_t* options, mpt_precision precision);
+MPT_API mpt_status mpt_trainer_options_set_loss(mpt_trainer_options_t* options, mpt_loss loss);
+MPT_API mpt_status mpt_trainer_options_set_optimizer(mpt_trainer_options_t* options, mpt_optimizer optimizer);
+MPT_API mpt_status mpt_trainer_options_set_learning_rate(mpt_trainer_options_t* options, float learning_rate);
+/** SGD momentum in [0, 1); `nesterov` non-zero for Nesterov momentum. */
+MPT_API mpt_status mpt_trainer_options_set_momentum(mpt_trainer_options_t* options, float momentum, int nesterov);
+MPT_API mpt_status mpt_trainer_options_set_adam(mpt_trainer_options_t* options, float beta1, float beta2,
+                                                float epsilon);
+/** Decoupled weight decay for AdamW (ignored by SGD and Adam). */
+MPT_API mpt_status mpt_trainer_options_set_weight_decay(mpt_trainer_options_t* options, float weight_decay);
+MPT_API mpt_status mpt_trainer_options_set_loss_scaling(mpt_trainer_options_t* options, mpt_loss_scaling mode,
+                                                        float initial_scale);
+/** Dynamic scaler parameters: growth factor > 1, backoff in (0, 1), interval >= 1,
+ *  1 <= min_scale <= max_scale. */
+MPT_API mpt_status mpt_trainer_options_set_loss_scaler_dynamics(mpt_trainer_options_t* options,
+                                                                float growth_factor, float backoff_factor,
+                                                                int64_t growth_interval, float min_scale,
+                                                                float max_scale);
+
+/* ---------------------------------------------------------------------------------------------
+ * Trainer: fit, step, evaluate, predict
+ * ------------------------------------------------------------------------------------------- */
+
+/** Per-step progress. Return non-zero to cancel fit (it then returns MPT_STATUS_CANCELLED).
+ *  `loss` and `accuracy` are the running means of the epoch so far. */
+typedef int (*mpt_progress_fn)(int64_t epoch, int64_t step, int64_t steps_per_epoch, float loss,
+                               float accuracy, void* user_data);
+/** End of each epoch; return non-zero to stop training (fit returns MPT_STATUS_CANCELLED). */
+typedef int (*mpt_epoch_end_fn)(int64_t epoch, float loss, float accuracy, void* user_data);
+
+/** Creates a trainer for `model` (builds the model; keeps it alive). The arena is planned at the
+ *  first step for that batch size and planned again only when a larger batch comes.
+ *  \param[in] options  may be NULL for defaults; not retained. */
+MPT_API mpt_status mpt_trainer_create(mpt_model_t* model, const mpt_trainer_options_t* options,
+                                      mpt_trainer_t** out);
+MPT_API void mpt_trainer_destroy(mpt_trainer_t* trainer);
+/** Callbacks used by mpt_trainer_fit; either may be NULL. They run on the thread that called fit
+ *  and may call other mptrain functions, but not fit or step on this trainer. */
+MPT_API mpt_status mpt_trainer_set_callbacks(mpt_trainer_t* trainer, mpt_progress_fn progress,
+                                             mpt_epoch_end_fn epoch_end, void* user_data);
+/** Trains for `epochs` epochs in batches of `batch_size` (the last partial batch of an epoch is
+ *  dropped unless it is the only one). `shuffle` non-zero reshuffles each epoch from the seed. */
+MPT_API mpt_status mpt_trainer_fit(mpt_trainer_t* trainer, const mpt_dataset_t* dataset, int64_t epochs,
+                                   int64_t batch_size, int shuffle);
+/** One training step on rows [first, first + batch_size) of `dataset`, for custom loops.
+ *  \param[out] loss  optional: the batch's mean loss (before scaling). */
+MPT_API mpt_status mpt_trainer_step(mpt_trainer_t* trainer, const mpt_dataset_t* dataset, int64_t first,
+                                    int64_t batch_size, float* loss);
+/** Mean loss and accuracy over the whole dataset, in the trainer's precision, batches of
+ *  `batch_size` (0 = the last training batch size, or 256). Either output may be NULL. */
+MPT_API mpt_status mpt_trainer_evaluate(mpt_trainer_t* trainer, const mpt_dataset_t* dataset,
+                                        int64_t batch_size, float* loss, float* accuracy);
+/** Outputs of the last layer (probabilities for softmax/sigmoid) for `rows` float samples, in the
+ *  trainer's precision; `out` holds rows * output_features floats. */
+MPT_API mpt_status mpt_trainer_predict(mpt_trainer_t* trainer, const float* inputs, int64_t rows,
+                                       float* out, int64_t out_count);
+/** The precision this trainer runs in (AUTO resolved). */
+MPT_API mpt_status mpt_trainer_get_precision(const mpt_trainer_t* trainer, mpt_precision* out);
+/** Loss scaler state: current scale, consecutive finite steps since the last change, and the number
+ *  of updates skipped for non-finite gradients. Any pointer may be NULL. */
+MPT_API mpt_status mpt_trainer_get_loss_scale(const mpt_trainer_t* trainer, float* scale,
+                                              int64_t* growth_tracker, int64_t* skipped_steps);
+/** Optimizer steps taken (skipped updates included) and completed epochs. */
+MPT_API mpt_status mpt_trainer_get_progress(const mpt_trainer_t* trainer, int64_t* steps, int64_t* epochs);
+/** Arena bytes of this trainer: planned for the current batch size, and allocated. */
+MPT_API mpt_status mpt_trainer_get_memory(const mpt_trainer_t* trainer, size_t* planned_bytes,
+                                          size_t* allocated_bytes);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* MPTRAIN_H */

@@ -1,0 +1,63 @@
+// Dynamic loss scaling as a pure state machine. The state lives in backend memory (on a GPU, in
+// device memory) and is advanced by the backend after each step's update, so a step never needs the
+// host to look at it. The same inline transition runs on the CPU and in the CUDA kernel.
+#pragma once
+
+#include <cstdint>
+
+#include "core/host_device.h"
+
+namespace mpt {
+
+enum class LossScaling : uint8_t { off = 1, fixed = 2, dynamic = 3 };
+
+struct LossScalerConfig {
+    LossScaling mode = LossScaling::off;
+    float initial_scale = 32768.0f;  // 2^15
+    float growth_factor = 2.0f;
+    float backoff_factor = 0.5f;
+    int64_t growth_interval = 2000;
+    float min_scale = 1.0f;
+    float max_scale = 16777216.0f;  // 2^24
+};
+
+// Everything a step reads and writes about itself, kept in backend memory. Plain data with a fixed
+// layout, so it can be checkpointed byte for byte.
+struct TrainState {
+    float loss_scale;          // multiplies dlogits; 1 when scaling is off
+    int32_t found_inf;         // set by this step's finiteness checks, read by the update
+    int64_t growth_tracker;    // consecutive finite steps since the scale last changed
+    int64_t skipped_steps;     // updates skipped for non-finite gradients
+    int64_t applied_steps;     // updates applied (Adam's bias-correction step count)
+    int64_t steps;             // all optimizer steps, skipped or not
+};
+
+inline TrainState initial_train_state(const LossScalerConfig& config) {
+    TrainState state{};
+    state.loss_scale = config.mode == LossScaling::off ? 1.0f : config.initial_scale;
+    return state;
+}
+
+// Advances the state after a step whose gradients were finite or not (state.found_inf).
+MPT_HOST_DEVICE void advance_loss_scaler(TrainState& state, const LossScalerConfig& config) {
+    state.steps += 1;
+    if (state.found_inf) {
+        state.skipped_steps += 1;
+        state.growth_tracker = 0;
+        if (config.mode == LossScaling::dynamic) {
+            float scaled = state.loss_scale * config.backoff_factor;
+            state.loss_scale = scaled < config.min_scale ? config.min_scale : scaled;
+        }
+        return;
+    }
+    state.applied_steps += 1;
+    if (config.mode != LossScaling::dynamic) return;
+    state.growth_tracker += 1;
+    if (state.growth_tracker >= config.growth_interval) {
+        float grown = state.loss_scale * config.growth_factor;
+        state.loss_scale = grown > config.max_scale ? config.max_scale : grown;
+        state.growth_tracker = 0;
+    }
+}
+
+}  // namespace mpt

@@ -1,0 +1,166 @@
+// The backend interface: the handful of fused operations a training step is made of. The CPU
+// backend is the reference implementation; the CUDA backend implements the same contract and is
+// tested against it op by op. All pointers are backend memory (host memory on the CPU backend).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "amp/loss_scaler.h"
+#include "core/dtype.h"
+#include "nn/activation.h"
+#include "nn/loss.h"
+#include "nn/optimizer.h"
+#include "sched/scheduler.h"
+
+namespace mpt {
+
+enum class BackendKind : uint8_t { cpu = 1, cuda = 2 };
+
+// Row-major [rows, features] activations, row-major [units, inputs] weights. Every width here is
+// already padded to a multiple of 8; `valid_*` counts the real units, the rest are kept at zero.
+struct DenseForwardArgs {
+    const void* input;      // [rows, in_features], compute dtype
+    const void* weights;    // [out_features, in_features], compute dtype
+    const void* bias;       // [out_features], bias_dtype (fp32 on the last layer, else compute dtype)
+    void* output;           // [rows, out_features], output_dtype; padded columns written as 0
+    void* relu_mask;        // optional backend-private aux buffer (CUDA's ReLU bit mask); may be null
+    int64_t rows;
+    int64_t in_features;
+    int64_t out_features;
+    int64_t valid_out;
+    Activation activation;  // never softmax: the loss head applies it
+    DType compute_dtype;
+    DType bias_dtype;
+    DType output_dtype;
+};
+
+// dZ_prev = (dZ · W) ⊙ act'(A_prev): the input gradient of a layer, fused with the previous
+// layer's activation derivative (cuBLASLt's DRELU epilogue for ReLU).
+struct DenseBackwardDataArgs {
+    const void* output_grad;   // dZ [rows, out_features], compute dtype
+    const void* weights;       // [out_features, in_features], compute dtype
+    const void* input;         // A_prev [rows, in_features] as produced by the previous layer
+    const void* relu_mask;     // the previous layer's aux buffer, may be null
+    void* input_grad;          // dZ_prev [rows, in_features], input_grad_dtype
+    int64_t rows;
+    int64_t in_features;
+    int64_t out_features;
+    Activation input_activation;  // the previous layer's activation
+    DType compute_dtype;
+    DType input_grad_dtype;
+};
+
+// dW = dZ^T · A_prev and db = column sums of dZ, both fp32, accumulated in fp32.
+struct DenseBackwardWeightsArgs {
+    const void* output_grad;   // dZ [rows, out_features], compute dtype
+    const void* input;         // A_prev [rows, in_features], compute dtype
+    float* weight_grad;        // [out_features, in_features]
+    float* bias_grad;          // [out_features]
+    int64_t rows;
+    int64_t in_features;
+    int64_t out_features;
+    DType compute_dtype;
+};
+
+// The fused head: activation of the last layer (softmax row-wise, or element-wise), the loss, the
+// scaled logits gradient (dloss/dlogits · loss_scale / rows) and the metrics, all in fp32.
+struct LossHeadArgs {
+    const float* logits;       // [rows, width]
+    const int32_t* labels;     // [rows] for sparse categorical cross-entropy, else null
+    const float* targets;      // [rows, classes] for the other losses, else null
+    float* probabilities;      // optional [rows, width] activation output (predict), may be null
+    void* logits_grad;         // optional [rows, width], logits_grad_dtype; padded columns 0
+    TrainState* state;         // loss_scale read; found_inf set on a non-finite loss. May be null.
+    double* metrics;           // optional accumulator [loss_sum, correct, counted, batch_loss]
+    int64_t rows;
+    int64_t width;
+    int64_t classes;           // valid columns
+    Activation activation;
+    LossKind loss;
+    DType logits_grad_dtype;
+};
+constexpr int kMetricsCount = 4;
+enum MetricsIndex { kMetricLossSum = 0, kMetricCorrect = 1, kMetricCounted = 2, kMetricBatchLoss = 3 };
+
+// One parameter tensor with everything its update touches.
+struct ParameterGroup {
+    float* master;        // fp32 master weights
+    void* low_copy;       // compute-dtype copy written by the update; null when compute is fp32
+    DType low_dtype;
+    float* gradient;      // fp32, multiplied by the loss scale
+    float* state1;        // optimizer state or null
+    float* state2;
+    int64_t count;
+};
+
+// Gathers rows of a dataset in a given order and normalises them into a batch.
+struct GatherArgs {
+    const void* samples;         // dataset storage in backend memory: uint8 or fp32 [rows, features]
+    bool samples_are_u8;
+    float scale;                 // x * scale + offset
+    float offset;
+    const int32_t* order;        // backend memory: row indices of the epoch's order
+    int64_t first;               // position in `order` of the batch's first row
+    int64_t rows;
+    int64_t features;
+    int64_t padded_features;
+    void* batch;                 // [rows, padded_features] in batch_dtype
+    DType batch_dtype;
+    const int32_t* labels;       // dataset labels or null
+    int32_t* batch_labels;
+    const float* targets;        // dataset targets or null
+    int64_t target_width;
+    float* batch_targets;
+};
+
+class Backend {
+public:
+    virtual ~Backend() = default;
+
+    virtual BackendKind kind() const = 0;
+    virtual std::string device_name() const = 0;
+    // Storage bytes of one element of `dtype` (the CPU emulates low dtypes in fp32 storage).
+    virtual size_t storage_size(DType dtype) const = 0;
+    // The precision MPT_PRECISION_AUTO picks here.
+    virtual DType preferred_compute_dtype() const = 0;
+    // Bytes of the private aux buffer dense_forward may keep for backward (CUDA: ReLU bit mask).
+    virtual size_t relu_mask_bytes(int64_t rows, int64_t features) const = 0;
+
+    virtual void* allocate(size_t bytes) = 0;   // 256-byte aligned; throws Error on failure
+    virtual void release(void* pointer) noexcept = 0;
+    // Copies outside a step (synchronous for the host).
+    virtual void copy_to_device(void* destination, const void* source, size_t bytes) = 0;
+    virtual void copy_to_host(void* destination, const void* source, size_t bytes) = 0;
+    virtual void fill_zero(void* destination, size_t bytes) = 0;
+    // Converts fp32 values into `dtype` storage (the low-precision weight copy after set_weights).
+    virtual void convert_from_fp32(void* destination, DType dtype, const float* source, int64_t count) = 0;
+    virtual void convert_to_fp32(float* destination, const void* source, DType dtype, int64_t count) = 0;
+
+    virtual Scheduler& scheduler() = 0;
+
+    // ---- step operations, issued on the scheduler's current lane ----
+    virtual void gather_batch(const GatherArgs& args) = 0;
+    virtual void dense_forward(const DenseForwardArgs& args) = 0;
+    virtual void loss_head(const LossHeadArgs& args) = 0;
+    virtual void dense_backward_data(const DenseBackwardDataArgs& args) = 0;
+    virtual void dense_backward_weights(const DenseBackwardWeightsArgs& args) = 0;
+    // Clears state->found_inf at the start of a step.
+    virtual void begin_step(TrainState* state) = 0;
+    // ORs "some element is NaN or Inf" into state->found_inf.
+    virtual void check_finite(const float* values, int64_t count, TrainState* state) = 0;
+    // Applies the optimizer to every group unless state->found_inf, then advances the loss scaler.
+    virtual void apply_update(const ParameterGroup* groups, int group_count, const OptimizerConfig& optimizer,
+                              const LossScalerConfig& scaler, TrainState* state) = 0;
+};
+
+// Creates the CPU backend with `threads` compute threads (0 = all cores).
+std::unique_ptr<Backend> create_cpu_backend(int threads);
+// Creates the CUDA backend on `device`, or throws Error(MPT_STATUS_BACKEND_UNAVAILABLE).
+std::unique_ptr<Backend> create_cuda_backend(int device);
+// Usable CUDA devices; 0 when CUDA is not built in or no driver/GPU is present.
+int cuda_device_count();
+
+}  // namespace mpt

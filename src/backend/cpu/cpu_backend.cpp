@@ -1,0 +1,187 @@
+// See cpu_backend.h. Element-wise passes run on the thread pool with static ranges (deterministic);
+// GEMMs go to OpenBLAS, which keeps its own threads.
+#include "backend/cpu/cpu_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "backend/cpu/cpu_gemm.h"
+#include "backend/cpu/cpu_loss_head.h"
+#include "core/error.h"
+
+namespace mpt {
+
+namespace {
+
+constexpr int64_t kRowGrain = 8;
+constexpr int64_t kElementGrain = 1 << 15;
+
+int resolve_threads(int threads) {
+    if (threads > 0) return threads;
+    const unsigned cores = std::thread::hardware_concurrency();
+    return cores == 0 ? 1 : static_cast<int>(cores);
+}
+
+inline bool is_non_finite(float value) {
+    uint32_t bits;
+    std::memcpy(&bits, &value, sizeof bits);
+    return (bits & 0x7f800000u) == 0x7f800000u;
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> create_cpu_backend(int threads) { return std::make_unique<CpuBackend>(threads); }
+
+CpuBackend::CpuBackend(int threads) : pool_(resolve_threads(threads)) { cpu_gemm_set_threads(pool_.threads()); }
+
+std::string CpuBackend::device_name() const {
+    return std::string("cpu (") + std::to_string(pool_.threads()) + " threads, " + cpu_gemm_library() + ")";
+}
+
+void* CpuBackend::allocate(size_t bytes) {
+    const size_t rounded = (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
+    void* pointer = std::aligned_alloc(256, rounded);
+    if (!pointer) fail(MPT_STATUS_OUT_OF_MEMORY, "cpu backend: could not allocate " + std::to_string(bytes) + " bytes");
+    return pointer;
+}
+
+void CpuBackend::release(void* pointer) noexcept { std::free(pointer); }
+
+void CpuBackend::copy_to_device(void* destination, const void* source, size_t bytes) {
+    if (bytes) std::memcpy(destination, source, bytes);
+}
+
+void CpuBackend::copy_to_host(void* destination, const void* source, size_t bytes) {
+    if (bytes) std::memcpy(destination, source, bytes);
+}
+
+void CpuBackend::fill_zero(void* destination, size_t bytes) {
+    if (bytes) std::memset(destination, 0, bytes);
+}
+
+void CpuBackend::convert_from_fp32(void* destination, DType dtype, const float* source, int64_t count) {
+    float* out = static_cast<float*>(destination);
+    if (out != source) std::memcpy(out, source, static_cast<size_t>(count) * sizeof(float));
+    round_array(dtype, out, static_cast<size_t>(count));
+}
+
+void CpuBackend::convert_to_fp32(float* destination, const void* source, DType, int64_t count) {
+    if (destination != source) std::memcpy(destination, source, static_cast<size_t>(count) * sizeof(float));
+}
+
+void CpuBackend::gather_batch(const GatherArgs& args) {
+    // Runs on the copy lane's worker thread: single-threaded on purpose, it overlaps the compute.
+    float* batch = static_cast<float*>(args.batch);
+    for (int64_t r = 0; r < args.rows; ++r) {
+        const int64_t source_row = args.order[args.first + r];
+        float* out = batch + r * args.padded_features;
+        if (args.samples_are_u8) {
+            const uint8_t* in = static_cast<const uint8_t*>(args.samples) + source_row * args.features;
+            for (int64_t f = 0; f < args.features; ++f) out[f] = static_cast<float>(in[f]) * args.scale + args.offset;
+        } else {
+            const float* in = static_cast<const float*>(args.samples) + source_row * args.features;
+            for (int64_t f = 0; f < args.features; ++f) out[f] = in[f] * args.scale + args.offset;
+        }
+        round_array(args.batch_dtype, out, static_cast<size_t>(args.features));
+        std::fill(out + args.features, out + args.padded_features, 0.0f);
+        if (args.labels) args.batch_labels[r] = args.labels[source_row];
+        if (args.targets)
+            std::memcpy(args.batch_targets + r * args.target_width, args.targets + source_row * args.target_width,
+                        static_cast<size_t>(args.target_width) * sizeof(float));
+    }
+}
+
+void CpuBackend::dense_forward(const DenseForwardArgs& args) {
+    float* output = static_cast<float*>(args.output);
+    const float* bias = static_cast<const float*>(args.bias);
+    cpu_sgemm(false, true, args.rows, args.out_features, args.in_features, 1.0f, static_cast<const float*>(args.input),
+              args.in_features, static_cast<const float*>(args.weights), args.in_features, 0.0f, output,
+              args.out_features, pool_);
+    // Epilogue as a GPU does it: fp32 accumulator + bias, activation, then one rounding to the output.
+    pool_.parallel_for(args.rows, kRowGrain, [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) {
+            float* row = output + r * args.out_features;
+            for (int64_t c = 0; c < args.valid_out; ++c) row[c] = activation_forward(args.activation, row[c] + bias[c]);
+            round_array(args.output_dtype, row, static_cast<size_t>(args.valid_out));
+            std::fill(row + args.valid_out, row + args.out_features, 0.0f);
+        }
+    });
+}
+
+void CpuBackend::loss_head(const LossHeadArgs& args) { cpu_loss_head(args); }
+
+void CpuBackend::dense_backward_data(const DenseBackwardDataArgs& args) {
+    float* input_grad = static_cast<float*>(args.input_grad);
+    cpu_sgemm(false, false, args.rows, args.in_features, args.out_features, 1.0f,
+              static_cast<const float*>(args.output_grad), args.out_features, static_cast<const float*>(args.weights),
+              args.in_features, 0.0f, input_grad, args.in_features, pool_);
+    const float* input = static_cast<const float*>(args.input);
+    const int64_t total = args.rows * args.in_features;
+    pool_.parallel_for(total, kElementGrain, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i)
+            input_grad[i] *= activation_derivative_from_output(args.input_activation, input[i]);
+        round_array(args.input_grad_dtype, input_grad + begin, static_cast<size_t>(end - begin));
+    });
+}
+
+void CpuBackend::dense_backward_weights(const DenseBackwardWeightsArgs& args) {
+    const float* output_grad = static_cast<const float*>(args.output_grad);
+    cpu_sgemm(true, false, args.out_features, args.in_features, args.rows, 1.0f, output_grad, args.out_features,
+              static_cast<const float*>(args.input), args.in_features, 0.0f, args.weight_grad, args.in_features, pool_);
+    pool_.parallel_for(args.out_features, kRowGrain, [&](int64_t begin, int64_t end) {
+        for (int64_t c = begin; c < end; ++c) args.bias_grad[c] = 0.0f;
+        for (int64_t r = 0; r < args.rows; ++r) {
+            const float* row = output_grad + r * args.out_features;
+            for (int64_t c = begin; c < end; ++c) args.bias_grad[c] += row[c];
+        }
+    });
+}
+
+void CpuBackend::begin_step(TrainState* state) { state->found_inf = 0; }
+
+void CpuBackend::check_finite(const float* values, int64_t count, TrainState* state) {
+    if (state->found_inf) return;
+    int chunk_found[64] = {};
+    const int64_t chunk_size = std::max<int64_t>(kElementGrain, (count + 63) / 64);
+    const int64_t chunks = (count + chunk_size - 1) / chunk_size;
+    pool_.parallel_for(chunks, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t chunk = begin; chunk < end; ++chunk) {
+            const int64_t first = chunk * chunk_size, last = std::min(count, first + chunk_size);
+            bool found = false;
+            for (int64_t i = first; i < last; ++i) found |= is_non_finite(values[i]);
+            chunk_found[chunk] = found;
+        }
+    });
+    for (int64_t chunk = 0; chunk < chunks; ++chunk)
+        if (chunk_found[chunk]) state->found_inf = 1;
+}
+
+void CpuBackend::apply_update(const ParameterGroup* groups, int group_count, const OptimizerConfig& optimizer,
+                              const LossScalerConfig& scaler, TrainState* state) {
+    if (!state->found_inf) {
+        const OptimizerStepScalars scalars = optimizer_step_scalars(optimizer, state->loss_scale, state->applied_steps);
+        for (int g = 0; g < group_count; ++g) {
+            const ParameterGroup& group = groups[g];
+            pool_.parallel_for(group.count, kElementGrain, [&](int64_t begin, int64_t end) {
+                float unused1 = 0.0f, unused2 = 0.0f;
+                for (int64_t i = begin; i < end; ++i) {
+                    float& state1 = group.state1 ? group.state1[i] : unused1;
+                    float& state2 = group.state2 ? group.state2[i] : unused2;
+                    group.master[i] = optimizer_update_element(optimizer, scalars, group.master[i], group.gradient[i],
+                                                               state1, state2);
+                }
+                if (group.low_copy) {
+                    float* low = static_cast<float*>(group.low_copy);
+                    std::memcpy(low + begin, group.master + begin, static_cast<size_t>(end - begin) * sizeof(float));
+                    round_array(group.low_dtype, low + begin, static_cast<size_t>(end - begin));
+                }
+            });
+        }
+    }
+    advance_loss_scaler(*state, scaler);
+}
+
+}  // namespace mpt

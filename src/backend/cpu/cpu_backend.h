@@ -1,0 +1,51 @@
+// The CPU backend: the reference implementation of every backend operation. Low-precision dtypes
+// are emulated in fp32 storage by rounding GEMM inputs (stored rounded) and outputs, so overflow and
+// underflow happen where they would on a GPU.
+#pragma once
+
+#include <memory>
+
+#include "backend/backend.h"
+#include "core/thread_pool.h"
+#include "sched/cpu_scheduler.h"
+
+namespace mpt {
+
+class CpuBackend final : public Backend {
+public:
+    explicit CpuBackend(int threads);
+
+    BackendKind kind() const override { return BackendKind::cpu; }
+    std::string device_name() const override;
+    size_t storage_size(DType) const override { return sizeof(float); }
+    DType preferred_compute_dtype() const override { return DType::fp32; }
+    size_t relu_mask_bytes(int64_t, int64_t) const override { return 0; }
+
+    void* allocate(size_t bytes) override;
+    void release(void* pointer) noexcept override;
+    void copy_to_device(void* destination, const void* source, size_t bytes) override;
+    void copy_to_host(void* destination, const void* source, size_t bytes) override;
+    void fill_zero(void* destination, size_t bytes) override;
+    void convert_from_fp32(void* destination, DType dtype, const float* source, int64_t count) override;
+    void convert_to_fp32(float* destination, const void* source, DType dtype, int64_t count) override;
+
+    Scheduler& scheduler() override { return scheduler_; }
+
+    void gather_batch(const GatherArgs& args) override;
+    void dense_forward(const DenseForwardArgs& args) override;
+    void loss_head(const LossHeadArgs& args) override;
+    void dense_backward_data(const DenseBackwardDataArgs& args) override;
+    void dense_backward_weights(const DenseBackwardWeightsArgs& args) override;
+    void begin_step(TrainState* state) override;
+    void check_finite(const float* values, int64_t count, TrainState* state) override;
+    void apply_update(const ParameterGroup* groups, int group_count, const OptimizerConfig& optimizer,
+                      const LossScalerConfig& scaler, TrainState* state) override;
+
+    int threads() const { return pool_.threads(); }
+
+private:
+    ThreadPool pool_;
+    CpuScheduler scheduler_;
+};
+
+}  // namespace mpt

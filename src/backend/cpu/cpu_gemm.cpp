@@ -1,0 +1,58 @@
+// See cpu_gemm.h. The fallback is only for builds without a BLAS: correct and cache-blocked, but
+// several times slower than OpenBLAS.
+#include "backend/cpu/cpu_gemm.h"
+
+#include <algorithm>
+
+#include "core/thread_pool.h"
+
+#if defined(MPTRAIN_HAVE_OPENBLAS)
+#include <cblas.h>
+#endif
+
+namespace mpt {
+
+#if defined(MPTRAIN_HAVE_OPENBLAS)
+
+void cpu_sgemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+               int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc, ThreadPool&) {
+    cblas_sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans, transpose_b ? CblasTrans : CblasNoTrans,
+                static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a, static_cast<int>(lda), b,
+                static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+}
+
+void cpu_gemm_set_threads(int threads) { openblas_set_num_threads(threads); }
+const char* cpu_gemm_library() { return "openblas"; }
+
+#else
+
+void cpu_sgemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+               int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc, ThreadPool& pool) {
+    // Rows of C are independent: split them across threads; block k for cache reuse of B.
+    constexpr int64_t kBlock = 256;
+    pool.parallel_for(m, 4, [&](int64_t row_begin, int64_t row_end) {
+        for (int64_t i = row_begin; i < row_end; ++i) {
+            float* c_row = c + i * ldc;
+            for (int64_t j = 0; j < n; ++j) c_row[j] = beta == 0.0f ? 0.0f : beta * c_row[j];
+            for (int64_t k0 = 0; k0 < k; k0 += kBlock) {
+                const int64_t k1 = std::min(k, k0 + kBlock);
+                for (int64_t p = k0; p < k1; ++p) {
+                    const float a_value = alpha * (transpose_a ? a[p * lda + i] : a[i * lda + p]);
+                    if (!transpose_b) {
+                        const float* b_row = b + p * ldb;
+                        for (int64_t j = 0; j < n; ++j) c_row[j] += a_value * b_row[j];
+                    } else {
+                        for (int64_t j = 0; j < n; ++j) c_row[j] += a_value * b[j * ldb + p];
+                    }
+                }
+            }
+        }
+    });
+}
+
+void cpu_gemm_set_threads(int) {}
+const char* cpu_gemm_library() { return "portable"; }
+
+#endif
+
+}  // namespace mpt

@@ -1,0 +1,35 @@
+// See context.h. AUTO picks CUDA only when a usable device exists, so the library works unchanged on
+// machines without a GPU or driver.
+#include "core/context.h"
+
+#include "core/error.h"
+#include "core/version.h"
+
+namespace mpt {
+
+namespace {
+
+std::unique_ptr<Backend> make_backend(const ContextConfig& config) {
+    switch (config.backend) {
+        case MPT_BACKEND_CPU: return create_cpu_backend(config.threads);
+        case MPT_BACKEND_CUDA: return create_cuda_backend(config.device);
+        case MPT_BACKEND_AUTO:
+            if (cuda_device_count() > config.device) return create_cuda_backend(config.device);
+            return create_cpu_backend(config.threads);
+    }
+    fail(MPT_STATUS_INVALID_ARGUMENT, "unknown backend");
+}
+
+}  // namespace
+
+Context::Context(const ContextConfig& config)
+    : config_(config), memory_(config.memory_budget), backend_(make_backend(config)) {
+    log(MPT_LOG_LEVEL_INFO, "mptrain " + std::string(kVersionString) + " on " + backend_->device_name());
+}
+
+void Context::log(mpt_log_level level, const std::string& message) const {
+    if (!config_.log_callback || level < config_.log_level) return;
+    config_.log_callback(level, message.c_str(), config_.log_user_data);
+}
+
+}  // namespace mpt

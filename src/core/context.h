@@ -1,0 +1,45 @@
+// A context: the backend everything created from it runs on, the seed, the log sink and the
+// memory budget. Models, datasets and trainers hold a shared_ptr to it, so it outlives them all.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+#include "memory/memory_tracker.h"
+#include "mptrain/mptrain.h"
+
+namespace mpt {
+
+struct ContextConfig {
+    mpt_backend backend = MPT_BACKEND_AUTO;
+    int threads = 0;
+    uint64_t seed = 42;
+    int device = 0;
+    mpt_log_fn log_callback = nullptr;
+    void* log_user_data = nullptr;
+    mpt_log_level log_level = MPT_LOG_LEVEL_INFO;
+    size_t memory_budget = 0;
+};
+
+class Context {
+public:
+    explicit Context(const ContextConfig& config);
+
+    Backend& backend() { return *backend_; }
+    const Backend& backend() const { return *backend_; }
+    MemoryTracker& memory() { return memory_; }
+    const MemoryTracker& memory() const { return memory_; }
+    uint64_t seed() const { return config_.seed; }
+    const ContextConfig& config() const { return config_; }
+
+    void log(mpt_log_level level, const std::string& message) const;
+
+private:
+    ContextConfig config_;
+    MemoryTracker memory_;
+    std::unique_ptr<Backend> backend_;
+};
+
+}  // namespace mpt

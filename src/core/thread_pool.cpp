@@ -1,0 +1,71 @@
+// Fixed thread pool with static partitioning (see thread_pool.h for why).
+#include "core/thread_pool.h"
+
+#include <algorithm>
+
+namespace mpt {
+
+ThreadPool::ThreadPool(int threads) {
+    for (int index = 1; index < threads; ++index) workers_.emplace_back([this, index] { worker_loop(index); });
+}
+
+ThreadPool::~ThreadPool() {
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        stopping_ = true;
+    }
+    work_ready_.notify_all();
+    for (auto& worker : workers_) worker.join();
+}
+
+static void chunk_range(int64_t count, int chunks, int index, int64_t& begin, int64_t& end) {
+    const int64_t base = count / chunks, extra = count % chunks;
+    begin = index * base + std::min<int64_t>(index, extra);
+    end = begin + base + (index < extra ? 1 : 0);
+}
+
+void ThreadPool::run(int64_t count, int64_t grain, RangeFn fn, const void* closure) {
+    if (count <= 0) return;
+    const int64_t useful = std::max<int64_t>(1, count / std::max<int64_t>(grain, 1));
+    const int chunks = static_cast<int>(std::min<int64_t>(threads(), useful));
+    if (chunks <= 1) {
+        fn(closure, 0, count);
+        return;
+    }
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        fn_ = fn;
+        closure_ = closure;
+        count_ = count;
+        chunks_ = chunks;
+        pending_ = chunks - 1;
+        ++generation_;
+    }
+    work_ready_.notify_all();
+    int64_t begin, end;
+    chunk_range(count, chunks, 0, begin, end);
+    fn(closure, begin, end);
+    std::unique_lock<std::mutex> lock(mutex_);
+    work_done_.wait(lock, [this] { return pending_ == 0; });
+}
+
+void ThreadPool::worker_loop(int index) {
+    uint64_t seen = 0;
+    for (;;) {
+        std::unique_lock<std::mutex> lock(mutex_);
+        work_ready_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+        if (stopping_) return;
+        seen = generation_;
+        if (index >= chunks_) continue;
+        const RangeFn fn = fn_;
+        const void* closure = closure_;
+        int64_t begin, end;
+        chunk_range(count_, chunks_, index, begin, end);
+        lock.unlock();
+        fn(closure, begin, end);
+        lock.lock();
+        if (--pending_ == 0) work_done_.notify_one();
+    }
+}
+
+}  // namespace mpt

@@ -1,0 +1,50 @@
+// A small fixed pool for data-parallel loops on the CPU backend. Work is split into equal static
+// ranges, so every element is computed by the same code path whatever the timing: results are
+// deterministic for a given thread count. Running a loop never allocates.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace mpt {
+
+class ThreadPool {
+public:
+    explicit ThreadPool(int threads);
+    ~ThreadPool();
+    ThreadPool(const ThreadPool&) = delete;
+    ThreadPool& operator=(const ThreadPool&) = delete;
+
+    int threads() const { return static_cast<int>(workers_.size()) + 1; }
+
+    // Calls body(begin, end) over [0, count) split in contiguous chunks; the caller takes one chunk.
+    // Ranges smaller than `grain` per thread run on the caller alone.
+    template <typename Body>
+    void parallel_for(int64_t count, int64_t grain, const Body& body) {
+        run(count, grain, [](const void* closure, int64_t begin, int64_t end) {
+            (*static_cast<const Body*>(closure))(begin, end);
+        }, &body);
+    }
+
+private:
+    using RangeFn = void (*)(const void* closure, int64_t begin, int64_t end);
+    void run(int64_t count, int64_t grain, RangeFn fn, const void* closure);
+    void worker_loop(int index);
+
+    std::vector<std::thread> workers_;
+    std::mutex mutex_;
+    std::condition_variable work_ready_;
+    std::condition_variable work_done_;
+    uint64_t generation_ = 0;
+    int pending_ = 0;
+    bool stopping_ = false;
+    RangeFn fn_ = nullptr;
+    const void* closure_ = nullptr;
+    int64_t count_ = 0;
+    int chunks_ = 1;
+};
+
+}  // namespace mpt

@@ -1,0 +1,119 @@
+// See dataset.h.
+#include "data/dataset.h"
+
+#include <cmath>
+#include <string>
+
+#include "core/error.h"
+
+namespace mpt {
+
+namespace {
+
+void check_shape(int64_t rows, int64_t features) {
+    require(rows > 0, MPT_STATUS_INVALID_ARGUMENT, "rows must be positive");
+    require(features > 0, MPT_STATUS_INVALID_ARGUMENT, "features must be positive");
+    require(rows <= (int64_t{1} << 31) - 1, MPT_STATUS_INVALID_ARGUMENT, "at most 2^31 - 1 rows are supported");
+    require(features <= (int64_t{1} << 40) / rows, MPT_STATUS_INVALID_ARGUMENT, "the dataset is too large (rows * features > 2^40)");
+}
+
+void check_finite_values(const float* values, int64_t count, const char* what) {
+    for (int64_t i = 0; i < count; ++i)
+        if (!std::isfinite(values[i]))
+            fail(MPT_STATUS_NON_FINITE, std::string(what) + " element " + std::to_string(i) + " is NaN or Inf");
+}
+
+}  // namespace
+
+Dataset::Dataset(std::shared_ptr<Context> context, int64_t rows, int64_t features)
+    : context_(std::move(context)), rows_(rows), features_(features) {}
+
+Dataset::~Dataset() {
+    Backend& backend = context_->backend();
+    if (device_samples_) backend.release(device_samples_);
+    if (device_labels_) backend.release(device_labels_);
+    if (device_targets_) backend.release(device_targets_);
+}
+
+void Dataset::validate_labels() const {
+    require(num_classes_ > 0, MPT_STATUS_INVALID_ARGUMENT, "num_classes must be positive");
+    for (size_t i = 0; i < labels_.size(); ++i)
+        if (labels_[i] < 0 || labels_[i] >= num_classes_)
+            fail(MPT_STATUS_INVALID_ARGUMENT, "label " + std::to_string(labels_[i]) + " at row " + std::to_string(i) +
+                                                  " is outside [0, " + std::to_string(num_classes_) + ")");
+}
+
+std::shared_ptr<Dataset> Dataset::from_u8(std::shared_ptr<Context> context, const uint8_t* samples, int64_t rows,
+                                          int64_t features, const int32_t* labels, int32_t num_classes, float scale,
+                                          float offset) {
+    check_shape(rows, features);
+    require(std::isfinite(scale) && std::isfinite(offset), MPT_STATUS_INVALID_ARGUMENT, "scale and offset must be finite");
+    std::vector<uint8_t> copy(samples, samples + rows * features);
+    std::vector<int32_t> label_copy(labels, labels + rows);
+    return adopt_u8(std::move(context), std::move(copy), std::move(label_copy), features, num_classes, scale, offset);
+}
+
+std::shared_ptr<Dataset> Dataset::adopt_u8(std::shared_ptr<Context> context, std::vector<uint8_t> samples,
+                                           std::vector<int32_t> labels, int64_t features, int32_t num_classes,
+                                           float scale, float offset) {
+    const int64_t rows = static_cast<int64_t>(labels.size());
+    check_shape(rows, features);
+    std::shared_ptr<Dataset> dataset(new Dataset(std::move(context), rows, features));
+    dataset->u8_ = std::move(samples);
+    dataset->labels_ = std::move(labels);
+    dataset->num_classes_ = num_classes;
+    dataset->scale_ = scale;
+    dataset->offset_ = offset;
+    dataset->validate_labels();
+    return dataset;
+}
+
+std::shared_ptr<Dataset> Dataset::from_f32(std::shared_ptr<Context> context, const float* samples, int64_t rows,
+                                           int64_t features, const int32_t* labels, int32_t num_classes,
+                                           bool check_finite) {
+    check_shape(rows, features);
+    if (check_finite) check_finite_values(samples, rows * features, "sample");
+    std::shared_ptr<Dataset> dataset(new Dataset(std::move(context), rows, features));
+    dataset->f32_.assign(samples, samples + rows * features);
+    dataset->labels_.assign(labels, labels + rows);
+    dataset->num_classes_ = num_classes;
+    dataset->validate_labels();
+    return dataset;
+}
+
+std::shared_ptr<Dataset> Dataset::from_f32_targets(std::shared_ptr<Context> context, const float* samples,
+                                                   int64_t rows, int64_t features, const float* targets,
+                                                   int64_t target_width, bool check_finite) {
+    check_shape(rows, features);
+    require(target_width > 0 && target_width <= (int64_t{1} << 24), MPT_STATUS_INVALID_ARGUMENT,
+            "target_width must be in [1, 2^24]");
+    if (check_finite) {
+        check_finite_values(samples, rows * features, "sample");
+        check_finite_values(targets, rows * target_width, "target");
+    }
+    std::shared_ptr<Dataset> dataset(new Dataset(std::move(context), rows, features));
+    dataset->f32_.assign(samples, samples + rows * features);
+    dataset->targets_.assign(targets, targets + rows * target_width);
+    dataset->target_width_ = target_width;
+    return dataset;
+}
+
+DatasetView Dataset::device_view() const {
+    Backend& backend = context_->backend();
+    const void* host_samples = is_u8() ? static_cast<const void*>(u8_.data()) : static_cast<const void*>(f32_.data());
+    if (backend.kind() == BackendKind::cpu)
+        return DatasetView{host_samples, has_labels() ? labels_.data() : nullptr, targets_.empty() ? nullptr : targets_.data()};
+    std::lock_guard<std::mutex> lock(upload_mutex_);
+    auto upload = [&](void*& device, const void* host, size_t bytes) {
+        if (device || bytes == 0) return;
+        void* buffer = backend.allocate(bytes);
+        backend.copy_to_device(buffer, host, bytes);
+        device = buffer;
+    };
+    upload(device_samples_, host_samples, is_u8() ? u8_.size() : f32_.size() * sizeof(float));
+    upload(device_labels_, labels_.data(), labels_.size() * sizeof(int32_t));
+    upload(device_targets_, targets_.data(), targets_.size() * sizeof(float));
+    return DatasetView{device_samples_, static_cast<const int32_t*>(device_labels_), static_cast<const float*>(device_targets_)};
+}
+
+}  // namespace mpt

@@ -1,0 +1,77 @@
+// A dataset kept as the caller gave it (uint8 samples stay uint8: CIFAR-10 is 150 MB, not 600),
+// with int32 labels or float targets. Batches are gathered and normalised from it by the backend.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "core/context.h"
+
+namespace mpt {
+
+// Where the backend reads a dataset from: host memory on the CPU, device memory on a GPU.
+struct DatasetView {
+    const void* samples;
+    const int32_t* labels;
+    const float* targets;
+};
+
+class Dataset {
+public:
+    static std::shared_ptr<Dataset> from_u8(std::shared_ptr<Context> context, const uint8_t* samples, int64_t rows,
+                                            int64_t features, const int32_t* labels, int32_t num_classes, float scale,
+                                            float offset);
+    static std::shared_ptr<Dataset> from_f32(std::shared_ptr<Context> context, const float* samples, int64_t rows,
+                                             int64_t features, const int32_t* labels, int32_t num_classes,
+                                             bool check_finite);
+    static std::shared_ptr<Dataset> from_f32_targets(std::shared_ptr<Context> context, const float* samples,
+                                                     int64_t rows, int64_t features, const float* targets,
+                                                     int64_t target_width, bool check_finite);
+    // Takes ownership of already validated uint8 storage (used by the CIFAR-10 loader).
+    static std::shared_ptr<Dataset> adopt_u8(std::shared_ptr<Context> context, std::vector<uint8_t> samples,
+                                             std::vector<int32_t> labels, int64_t features, int32_t num_classes,
+                                             float scale, float offset);
+    ~Dataset();
+
+    const std::shared_ptr<Context>& context() const { return context_; }
+    int64_t rows() const { return rows_; }
+    int64_t features() const { return features_; }
+    bool is_u8() const { return !u8_.empty(); }
+    bool has_labels() const { return !labels_.empty(); }
+    int32_t num_classes() const { return num_classes_; }
+    int64_t target_width() const { return target_width_; }
+    float scale() const { return scale_; }
+    float offset() const { return offset_; }
+    const std::vector<int32_t>& labels() const { return labels_; }
+    const std::vector<float>& targets() const { return targets_; }
+    const uint8_t* u8_samples() const { return u8_.data(); }
+    const float* f32_samples() const { return f32_.data(); }
+
+    // The dataset in the context's backend memory, uploaded on first use on a GPU. Thread-safe.
+    DatasetView device_view() const;
+
+private:
+    Dataset(std::shared_ptr<Context> context, int64_t rows, int64_t features);
+    void validate_labels() const;
+
+    std::shared_ptr<Context> context_;
+    int64_t rows_;
+    int64_t features_;
+    std::vector<uint8_t> u8_;
+    std::vector<float> f32_;
+    std::vector<int32_t> labels_;
+    std::vector<float> targets_;
+    int32_t num_classes_ = 0;
+    int64_t target_width_ = 0;
+    float scale_ = 1.0f;
+    float offset_ = 0.0f;
+
+    mutable std::mutex upload_mutex_;
+    mutable void* device_samples_ = nullptr;
+    mutable void* device_labels_ = nullptr;
+    mutable void* device_targets_ = nullptr;
+};
+
+}  // namespace mpt

@@ -1,0 +1,123 @@
+// The executor turns a model, a precision policy and a batch size into a planned step: which
+// buffers exist, in which dtype, where in the arenas, and the backend operations of each phase
+// (gather, forward, loss head, backward, update). It allocates only when planning, never per step.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "amp/loss_scaler.h"
+#include "amp/precision_policy.h"
+#include "data/dataset.h"
+#include "memory/arena.h"
+#include "memory/arena_plan.h"
+#include "nn/loss.h"
+#include "nn/model.h"
+#include "nn/optimizer.h"
+
+namespace mpt {
+
+enum class ExecutionMode { training, inference };
+
+// Buffers for two batches exist so the next one can be gathered while the current one computes.
+constexpr int kBatchSlots = 2;
+
+class Executor {
+public:
+    Executor(Model& model, const PrecisionPolicy& policy, ExecutionMode mode, LossKind loss,
+             const OptimizerConfig& optimizer, const LossScalerConfig& scaler);
+
+    // Makes the step arena fit `rows` per batch (plans again only for a larger batch).
+    void reserve_rows(int64_t rows);
+    int64_t planned_rows() const { return planned_rows_; }
+    size_t planned_bytes() const;     // both arenas as planned
+    size_t allocated_bytes() const;   // both arenas as allocated
+    size_t unshared_step_bytes() const { return step_plan_.unshared_bytes(); }
+
+    // Refreshes the low-precision weight copies if the model's masters changed since last time.
+    void sync_weights();
+
+    // ---- phases, issued on the scheduler's current lane ----
+    void gather(const Dataset& dataset, const DatasetView& view, const int32_t* order, int64_t first, int64_t rows,
+                int slot);
+    // Copies host fp32 rows into `slot`'s input (inference staging path, outside steps).
+    void load_inputs(const float* host_rows, int64_t rows, int slot);
+    void forward(int slot, int64_t rows);
+    // Loss head on the forward's logits. train: metrics accumulate and scaled dlogits are written;
+    // evaluate: metrics only; predict: the last layer's outputs only (read_outputs).
+    enum class HeadMode { train, evaluate, predict };
+    void loss_head(int slot, int64_t rows, HeadMode mode);
+    void backward(int slot, int64_t rows);
+    void update();
+    void begin_step();
+
+    // ---- state outside steps ----
+    TrainState read_state() const;
+    void write_state(const TrainState& state);
+    void read_metrics(double* metrics) const;  // kMetricsCount values
+    void reset_metrics();
+    // Copies the last loss head's outputs (unpadded, [rows, classes]) to host memory.
+    void read_outputs(float* host, int64_t rows) const;
+    // Optimizer state arrays (padded parameter layout), for checkpoints.
+    int optimizer_state_arrays() const { return optimizer_state_count(optimizer_); }
+    float* optimizer_state(int index) const;
+
+    const std::vector<DType>& layer_dtypes() const { return layer_dtypes_; }
+    const PrecisionPolicy& policy() const { return policy_; }
+    const LossScalerConfig& scaler_config() const { return scaler_; }
+    LossKind loss() const { return loss_; }
+
+private:
+    struct LayerSlots {
+        int activation = -1;  // A_i (the last layer: fp32 logits)
+        int relu_mask = -1;
+        int output_grad = -1; // dZ_i
+    };
+    struct BatchSlot {
+        int inputs = -1;
+        int labels = -1;
+        int targets = -1;
+    };
+
+    void plan_persistent();
+    DType activation_dtype(size_t layer) const;  // what layer `layer` writes: the consumer's dtype
+    const void* layer_weights(size_t layer) const;
+    const void* layer_bias(size_t layer) const;
+    void* step_buffer(int id) const { return id < 0 ? nullptr : step_arena_.at<char>(step_plan_.offset(id)); }
+    const void* layer_input(size_t layer, int slot) const;
+
+    Model& model_;
+    Backend& backend_;
+    PrecisionPolicy policy_;
+    ExecutionMode mode_;
+    LossKind loss_;
+    OptimizerConfig optimizer_;
+    LossScalerConfig scaler_;
+    std::vector<DType> layer_dtypes_;
+    int64_t classes_ = 0;
+    int64_t output_width_ = 0;
+
+    // Persistent arena: low-precision weight copies, gradients, optimizer state, step state, metrics.
+    Arena persistent_arena_;
+    size_t persistent_planned_ = 0;
+    char* low_copies_ = nullptr;     // parameter layout, storage_size(low dtype) bytes per element
+    size_t low_element_bytes_ = 0;
+    float* gradients_ = nullptr;
+    float* optimizer_states_[2] = {nullptr, nullptr};
+    TrainState* state_ = nullptr;
+    double* metrics_ = nullptr;
+    std::vector<ParameterGroup> groups_;
+    uint64_t synced_weights_version_ = ~uint64_t{0};
+
+    // Step arena: batch-sized buffers with liveness reuse.
+    ArenaPlan step_plan_;
+    Arena step_arena_;
+    int64_t planned_rows_ = 0;
+    std::vector<LayerSlots> layer_slots_;
+    BatchSlot batch_slots_[kBatchSlots];
+    int logits_grad_ = -1;
+    int outputs_ = -1;
+    int staging_ = -1;
+};
+
+}  // namespace mpt

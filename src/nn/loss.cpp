@@ -1,0 +1,16 @@
+// Names of losses for logs, errors and saved model metadata.
+#include "nn/loss.h"
+
+namespace mpt {
+
+const char* loss_name(LossKind loss) {
+    switch (loss) {
+        case LossKind::sparse_categorical_crossentropy: return "sparse_categorical_crossentropy";
+        case LossKind::categorical_crossentropy: return "categorical_crossentropy";
+        case LossKind::binary_crossentropy: return "binary_crossentropy";
+        case LossKind::mean_squared_error: return "mean_squared_error";
+    }
+    return "unknown";
+}
+
+}  // namespace mpt

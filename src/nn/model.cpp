@@ -1,0 +1,126 @@
+// See model.h.
+#include "nn/model.h"
+
+#include <cmath>
+#include <string>
+
+#include "core/error.h"
+#include "core/rng.h"
+
+namespace mpt {
+
+Model::Model(std::shared_ptr<Context> context, int64_t input_features)
+    : context_(std::move(context)), input_features_(input_features) {
+    require(input_features > 0, MPT_STATUS_INVALID_ARGUMENT, "input_features must be positive");
+}
+
+void Model::add_dense(int64_t units, Activation activation) {
+    require(!built_, MPT_STATUS_INVALID_STATE, "layers cannot be added after the model is built (first use)");
+    require(units > 0, MPT_STATUS_INVALID_ARGUMENT, "units must be positive");
+    require(units <= (int64_t{1} << 24), MPT_STATUS_INVALID_ARGUMENT, "units must be at most 2^24");
+    if (!layers_.empty())
+        require(layers_.back().activation != Activation::softmax, MPT_STATUS_INVALID_ARGUMENT,
+                "softmax is allowed on the last layer only");
+    DenseLayer layer{};
+    layer.inputs = layers_.empty() ? input_features_ : layers_.back().units;
+    layer.units = units;
+    layer.padded_inputs = pad_features(layer.inputs);
+    layer.padded_units = pad_features(units);
+    layer.activation = activation;
+    layers_.push_back(layer);
+}
+
+void Model::set_layer_dtype(int64_t layer, std::optional<DType> dtype) {
+    require_layer(layer);
+    require(!built_, MPT_STATUS_INVALID_STATE, "layer dtypes cannot change after the model is built (first use)");
+    layers_[static_cast<size_t>(layer)].dtype_override = dtype;
+}
+
+void Model::require_layer(int64_t layer) const {
+    if (layer < 0 || layer >= static_cast<int64_t>(layers_.size()))
+        fail(MPT_STATUS_INVALID_ARGUMENT,
+             "layer index " + std::to_string(layer) + " out of range [0, " + std::to_string(layers_.size()) + ")");
+}
+
+int64_t Model::output_features() const { return layers_.empty() ? 0 : layers_.back().units; }
+
+int64_t Model::parameter_count() const {
+    int64_t count = 0;
+    for (const DenseLayer& layer : layers_) count += layer.units * layer.inputs + layer.units;
+    return count;
+}
+
+static int64_t align_elements(int64_t value) { return (value + kParameterAlignment - 1) / kParameterAlignment * kParameterAlignment; }
+
+void Model::build() {
+    if (built_) return;
+    require(!layers_.empty(), MPT_STATUS_INVALID_STATE, "the model has no layers");
+    int64_t offset = 0;
+    for (DenseLayer& layer : layers_) {
+        layer.weight_offset = offset;
+        offset = align_elements(offset + layer.weight_count());
+        layer.bias_offset = offset;
+        offset = align_elements(offset + layer.padded_units);
+    }
+    block_elements_ = offset;
+    arena_ = Arena(context_->backend(), context_->memory(), static_cast<size_t>(block_elements_) * sizeof(float));
+
+    // Glorot-uniform, limit sqrt(6 / (fan_in + fan_out)), drawn in row-major order of the unpadded
+    // matrix from the context's seed; padded entries stay zero (the arena starts zeroed).
+    Rng rng(context_->seed());
+    std::vector<float> host(static_cast<size_t>(block_elements_), 0.0f);
+    for (const DenseLayer& layer : layers_) {
+        const float limit = std::sqrt(6.0f / static_cast<float>(layer.inputs + layer.units));
+        for (int64_t unit = 0; unit < layer.units; ++unit)
+            for (int64_t input = 0; input < layer.inputs; ++input)
+                host[static_cast<size_t>(layer.weight_offset + unit * layer.padded_inputs + input)] =
+                    (2.0f * rng.next_unit_float() - 1.0f) * limit;
+    }
+    context_->backend().copy_to_device(masters(), host.data(), host.size() * sizeof(float));
+    built_ = true;
+    mark_weights_changed();
+}
+
+void Model::get_weights(int64_t layer_index, float* weights, float* bias) const {
+    require_layer(layer_index);
+    require(built_, MPT_STATUS_INVALID_STATE, "the model is not built");
+    const DenseLayer& layer = layers_[static_cast<size_t>(layer_index)];
+    Backend& backend = context_->backend();
+    if (weights) {
+        std::vector<float> padded(static_cast<size_t>(layer.weight_count()));
+        backend.copy_to_host(padded.data(), masters() + layer.weight_offset, padded.size() * sizeof(float));
+        for (int64_t unit = 0; unit < layer.units; ++unit)
+            for (int64_t input = 0; input < layer.inputs; ++input)
+                weights[unit * layer.inputs + input] = padded[static_cast<size_t>(unit * layer.padded_inputs + input)];
+    }
+    if (bias) backend.copy_to_host(bias, masters() + layer.bias_offset, static_cast<size_t>(layer.units) * sizeof(float));
+}
+
+void Model::set_weights(int64_t layer_index, const float* weights, const float* bias) {
+    require_layer(layer_index);
+    require(built_, MPT_STATUS_INVALID_STATE, "the model is not built");
+    const DenseLayer& layer = layers_[static_cast<size_t>(layer_index)];
+    Backend& backend = context_->backend();
+    if (weights) {
+        std::vector<float> padded(static_cast<size_t>(layer.weight_count()), 0.0f);
+        for (int64_t unit = 0; unit < layer.units; ++unit)
+            for (int64_t input = 0; input < layer.inputs; ++input)
+                padded[static_cast<size_t>(unit * layer.padded_inputs + input)] = weights[unit * layer.inputs + input];
+        backend.copy_to_device(masters() + layer.weight_offset, padded.data(), padded.size() * sizeof(float));
+    }
+    if (bias) backend.copy_to_device(masters() + layer.bias_offset, bias, static_cast<size_t>(layer.units) * sizeof(float));
+    mark_weights_changed();
+}
+
+void Model::read_master_block(float* destination) const {
+    require(built_, MPT_STATUS_INVALID_STATE, "the model is not built");
+    context_->backend().copy_to_host(destination, masters(), static_cast<size_t>(block_elements_) * sizeof(float));
+}
+
+void Model::write_master_block(const float* source) {
+    require(built_, MPT_STATUS_INVALID_STATE, "the model is not built");
+    context_->backend().copy_to_device(masters(), source, static_cast<size_t>(block_elements_) * sizeof(float));
+    mark_weights_changed();
+}
+
+}  // namespace mpt

@@ -1,0 +1,78 @@
+// A sequential model of Dense layers and its fp32 master weights. The model owns the masters (one
+// arena); trainers own everything derived from them (low-precision copies, gradients, optimizer
+// state). Every width is padded to a multiple of 8 internally so GEMMs meet tensor-core shape rules;
+// padded weights stay exactly zero and padded outputs are masked.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "core/context.h"
+#include "memory/arena.h"
+#include "nn/activation.h"
+
+namespace mpt {
+
+constexpr int64_t kFeatureAlignment = 8;
+inline int64_t pad_features(int64_t features) { return (features + kFeatureAlignment - 1) / kFeatureAlignment * kFeatureAlignment; }
+
+struct DenseLayer {
+    int64_t inputs;
+    int64_t units;
+    int64_t padded_inputs;
+    int64_t padded_units;
+    Activation activation;
+    std::optional<DType> dtype_override;
+    // Offsets in elements into the parameter block (the same layout for masters, gradients,
+    // optimizer state and low copies), each a multiple of kParameterAlignment.
+    int64_t weight_offset = 0;
+    int64_t bias_offset = 0;
+
+    int64_t weight_count() const { return padded_units * padded_inputs; }
+};
+
+constexpr int64_t kParameterAlignment = 128;  // elements: 256 bytes even for 2-byte dtypes
+
+class Model {
+public:
+    Model(std::shared_ptr<Context> context, int64_t input_features);
+
+    void add_dense(int64_t units, Activation activation);
+    void set_layer_dtype(int64_t layer, std::optional<DType> dtype);
+    // Lays out and initialises the parameters (Glorot-uniform weights, zero biases). Idempotent.
+    void build();
+    bool built() const { return built_; }
+
+    const std::shared_ptr<Context>& context() const { return context_; }
+    const std::vector<DenseLayer>& layers() const { return layers_; }
+    int64_t input_features() const { return input_features_; }
+    int64_t output_features() const;
+    int64_t parameter_count() const;          // unpadded weights + biases
+    int64_t parameter_block_elements() const { return block_elements_; }  // padded layout size
+
+    float* masters() const { return arena_.at<float>(0); }  // backend memory
+    void get_weights(int64_t layer, float* weights, float* bias) const;       // host memory, unpadded
+    void set_weights(int64_t layer, const float* weights, const float* bias);  // host memory, unpadded
+    // Replaces the whole padded master block (host memory, parameter_block_elements() floats).
+    void read_master_block(float* destination) const;
+    void write_master_block(const float* source);
+
+    // Bumped whenever the masters change, so trainers know when to refresh their low copies.
+    uint64_t weights_version() const { return weights_version_; }
+    void mark_weights_changed() { ++weights_version_; }
+
+private:
+    void require_layer(int64_t layer) const;
+
+    std::shared_ptr<Context> context_;
+    int64_t input_features_;
+    std::vector<DenseLayer> layers_;
+    bool built_ = false;
+    int64_t block_elements_ = 0;
+    Arena arena_;
+    uint64_t weights_version_ = 0;
+};
+
+}  // namespace mpt

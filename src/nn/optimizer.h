@@ -1,0 +1,79 @@
+// Optimizer update rules per element, on fp32 master weights. The gradient arrives multiplied by the
+// loss scale; `inverse_scale` undoes it inside the update so no separate unscale pass touches memory.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "core/host_device.h"
+
+namespace mpt {
+
+enum class OptimizerKind : uint8_t { sgd = 0, adam = 1, adamw = 2 };
+
+struct OptimizerConfig {
+    OptimizerKind kind = OptimizerKind::sgd;
+    float learning_rate = 0.01f;
+    float momentum = 0.0f;
+    bool nesterov = false;
+    float beta1 = 0.9f;
+    float beta2 = 0.999f;
+    float epsilon = 1e-7f;
+    float weight_decay = 0.0f;
+};
+
+// Optimizer state arrays per parameter: SGD with momentum keeps a velocity, Adam two moments.
+inline int optimizer_state_count(const OptimizerConfig& config) {
+    if (config.kind == OptimizerKind::sgd) return config.momentum != 0.0f ? 1 : 0;
+    return 2;
+}
+
+// Per-step scalars derived once on the host side of the update (Adam's bias corrections).
+struct OptimizerStepScalars {
+    float inverse_scale;
+    float step_size;        // lr, or lr * sqrt(1 - beta2^t) / (1 - beta1^t) for Adam
+    float epsilon_hat;      // epsilon * sqrt(1 - beta2^t), Keras's epsilon placement
+};
+
+MPT_HOST_DEVICE OptimizerStepScalars optimizer_step_scalars(const OptimizerConfig& config, float loss_scale,
+                                                            int64_t applied_steps) {
+    OptimizerStepScalars scalars;
+    scalars.inverse_scale = 1.0f / loss_scale;
+    scalars.step_size = config.learning_rate;
+    scalars.epsilon_hat = config.epsilon;
+    if (config.kind != OptimizerKind::sgd) {
+        const double t = static_cast<double>(applied_steps + 1);
+        const double correction1 = 1.0 - pow(static_cast<double>(config.beta1), t);
+        const double correction2 = 1.0 - pow(static_cast<double>(config.beta2), t);
+        scalars.step_size = static_cast<float>(config.learning_rate * sqrt(correction2) / correction1);
+        scalars.epsilon_hat = static_cast<float>(config.epsilon * sqrt(correction2));
+    }
+    return scalars;
+}
+
+// Updates one master weight in place; state1/state2 may be unused per the optimizer.
+MPT_HOST_DEVICE float optimizer_update_element(const OptimizerConfig& config, const OptimizerStepScalars& scalars,
+                                               float weight, float scaled_gradient, float& state1,
+                                               float& state2) {
+    const float gradient = scaled_gradient * scalars.inverse_scale;
+    switch (config.kind) {
+        case OptimizerKind::sgd: {
+            if (config.momentum == 0.0f) return weight - config.learning_rate * gradient;
+            // Keras's formulation: v = m*v - lr*g; w += v (Nesterov: w += m*v - lr*g).
+            const float velocity = config.momentum * state1 - config.learning_rate * gradient;
+            state1 = velocity;
+            if (config.nesterov) return weight + config.momentum * velocity - config.learning_rate * gradient;
+            return weight + velocity;
+        }
+        case OptimizerKind::adam:
+        case OptimizerKind::adamw: {
+            if (config.kind == OptimizerKind::adamw) weight -= config.learning_rate * config.weight_decay * weight;
+            state1 = config.beta1 * state1 + (1.0f - config.beta1) * gradient;
+            state2 = config.beta2 * state2 + (1.0f - config.beta2) * gradient * gradient;
+            return weight - scalars.step_size * state1 / (sqrtf(state2) + scalars.epsilon_hat);
+        }
+    }
+    return weight;
+}
+
+}  // namespace mpt

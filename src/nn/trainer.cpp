@@ -1,0 +1,262 @@
+// See trainer.h.
+#include "nn/trainer.h"
+
+#include <algorithm>
+#include <numeric>
+#include <string>
+
+#include "core/error.h"
+
+namespace mpt {
+
+namespace {
+
+LossScalerConfig resolve_scaler(const TrainerConfig& config, Model& model) {
+    model.build();
+    const PrecisionPolicy policy = resolve_precision(config.precision, model.context()->backend());
+    LossScalerConfig scaler = config.scaler;
+    switch (config.loss_scaling) {
+        case MPT_LOSS_SCALING_DEFAULT: scaler.mode = default_loss_scaling(layer_compute_dtypes(model, policy)); break;
+        case MPT_LOSS_SCALING_OFF: scaler.mode = LossScaling::off; break;
+        case MPT_LOSS_SCALING_STATIC: scaler.mode = LossScaling::fixed; break;
+        case MPT_LOSS_SCALING_DYNAMIC: scaler.mode = LossScaling::dynamic; break;
+    }
+    return scaler;
+}
+
+// Keeps the copy lane from writing into buffers after the call that started it has returned.
+class DrainOnExit {
+public:
+    explicit DrainOnExit(Scheduler& scheduler) : scheduler_(scheduler) {}
+    ~DrainOnExit() {
+        try {
+            scheduler_.synchronize();
+        } catch (...) {
+            // The error that unwound us is the one to report.
+        }
+    }
+
+private:
+    Scheduler& scheduler_;
+};
+
+}  // namespace
+
+Trainer::Trainer(std::shared_ptr<Model> model, const TrainerConfig& config)
+    : model_(std::move(model)),
+      config_(config),
+      executor_(*model_, resolve_precision(config.precision, model_->context()->backend()), ExecutionMode::training,
+                config.loss, config.optimizer, resolve_scaler(config, *model_)),
+      shuffle_rng_(model_->context()->seed() ^ 0x5eed5eed5eed5eedULL) {
+    const Activation head = model_->layers().back().activation;
+    if (config.loss == LossKind::sparse_categorical_crossentropy || config.loss == LossKind::categorical_crossentropy)
+        require(model_->output_features() >= 2 || head != Activation::softmax, MPT_STATUS_INVALID_ARGUMENT,
+                "categorical cross-entropy needs at least 2 outputs");
+    model_->context()->log(MPT_LOG_LEVEL_DEBUG, std::string("trainer: precision ") + precision_name(precision()) +
+                                                    ", loss " + loss_name(config.loss));
+}
+
+Trainer::~Trainer() {
+    Backend& backend = model_->context()->backend();
+    try {
+        backend.scheduler().synchronize();
+    } catch (...) {
+    }
+    if (order_device_) backend.release(order_device_);
+}
+
+void Trainer::check_dataset(const Dataset& dataset) const {
+    require(dataset.context() == model_->context(), MPT_STATUS_INVALID_ARGUMENT,
+            "the dataset was created on another context than the model");
+    if (dataset.features() != model_->input_features())
+        fail(MPT_STATUS_SHAPE_MISMATCH, "the dataset has " + std::to_string(dataset.features()) +
+                                            " features per sample, the model takes " +
+                                            std::to_string(model_->input_features()));
+    if (loss_uses_labels(config_.loss)) {
+        require(dataset.has_labels(), MPT_STATUS_SHAPE_MISMATCH,
+                "sparse categorical cross-entropy needs a dataset with integer labels");
+        if (dataset.num_classes() > model_->output_features())
+            fail(MPT_STATUS_SHAPE_MISMATCH, "the dataset has " + std::to_string(dataset.num_classes()) +
+                                                " classes, the model has " + std::to_string(model_->output_features()) +
+                                                " outputs");
+    } else {
+        require(dataset.target_width() > 0, MPT_STATUS_SHAPE_MISMATCH,
+                "this loss needs a dataset with float targets (mpt_dataset_create_f32_targets)");
+        if (dataset.target_width() != model_->output_features())
+            fail(MPT_STATUS_SHAPE_MISMATCH, "the dataset's targets have width " + std::to_string(dataset.target_width()) +
+                                                ", the model has " + std::to_string(model_->output_features()) + " outputs");
+    }
+}
+
+void Trainer::prepare_order(int64_t rows, bool shuffle) {
+    Backend& backend = model_->context()->backend();
+    order_host_.resize(static_cast<size_t>(rows));
+    std::iota(order_host_.begin(), order_host_.end(), 0);
+    if (shuffle)
+        for (int64_t i = rows - 1; i > 0; --i)
+            std::swap(order_host_[static_cast<size_t>(i)],
+                      order_host_[static_cast<size_t>(shuffle_rng_.next_below(static_cast<uint64_t>(i) + 1))]);
+    if (rows > order_capacity_) {
+        backend.scheduler().synchronize();
+        if (order_device_) backend.release(order_device_);
+        order_device_ = nullptr;
+        order_device_ = backend.allocate(static_cast<size_t>(rows) * sizeof(int32_t));
+        order_capacity_ = rows;
+    }
+    backend.copy_to_device(order_device_, order_host_.data(), static_cast<size_t>(rows) * sizeof(int32_t));
+}
+
+void Trainer::run_gather(void* argument) {
+    GatherTask& task = *static_cast<GatherTask*>(argument);
+    task.trainer->executor_.gather(*task.dataset, task.view, static_cast<const int32_t*>(task.trainer->order_device_),
+                                   task.first, task.rows, task.slot);
+}
+
+void Trainer::run_train_step(void* argument) {
+    StepTask& task = *static_cast<StepTask*>(argument);
+    Executor& executor = task.trainer->executor_;
+    executor.begin_step();
+    executor.forward(task.slot, task.rows);
+    executor.loss_head(task.slot, task.rows, Executor::HeadMode::train);
+    executor.backward(task.slot, task.rows);
+    executor.update();
+}
+
+void Trainer::check_finite_step(const TrainState& state) {
+    if (state.skipped_steps == skipped_seen_) return;
+    skipped_seen_ = state.skipped_steps;
+    if (executor_.scaler_config().mode == LossScaling::dynamic) return;  // the scaler handles it
+    fail(MPT_STATUS_NON_FINITE, "step " + std::to_string(state.steps) +
+                                    ": the loss or a gradient is NaN or Inf; the update was skipped (the weights are "
+                                    "unchanged). Check the data and the learning rate.");
+}
+
+void Trainer::fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bool shuffle) {
+    require(epochs >= 0, MPT_STATUS_INVALID_ARGUMENT, "epochs must be >= 0");
+    require(batch_size > 0, MPT_STATUS_INVALID_ARGUMENT, "batch_size must be positive");
+    check_dataset(dataset);
+    const int64_t rows = dataset.rows();
+    const int64_t batch_rows = std::min(batch_size, rows);
+    const int64_t steps = rows / batch_rows;  // the last partial batch is dropped
+    executor_.reserve_rows(batch_rows);
+    last_batch_size_ = batch_rows;
+    Scheduler& scheduler = model_->context()->backend().scheduler();
+    const DatasetView view = dataset.device_view();
+
+    for (int64_t epoch = 0; epoch < epochs; ++epoch) {
+        DrainOnExit drain(scheduler);
+        prepare_order(rows, shuffle);
+        executor_.sync_weights();
+        executor_.reset_metrics();
+        auto submit_gather = [&](int64_t step_index) {
+            GatherTask& task = gather_tasks_[step_index % kBatchSlots];
+            task = GatherTask{this, &dataset, view, step_index * batch_rows, batch_rows,
+                              static_cast<int>(step_index % kBatchSlots)};
+            scheduler.submit(Lane::copy, &Trainer::run_gather, &task);
+            return scheduler.record(Lane::copy);
+        };
+        Event ready[kBatchSlots];
+        ready[0] = submit_gather(0);
+        for (int64_t s = 0; s < steps; ++s) {
+            const int slot = static_cast<int>(s % kBatchSlots);
+            // The next batch's slot was last read by step s - 1, which the compute lane has finished
+            // issuing; on a GPU the copy lane orders after it through this event.
+            const Event computed = scheduler.record(Lane::compute);
+            if (s + 1 < steps) {
+                scheduler.wait(Lane::copy, computed);
+                ready[(s + 1) % kBatchSlots] = submit_gather(s + 1);
+            }
+            scheduler.wait(Lane::compute, ready[slot]);
+            step_task_ = StepTask{this, slot, batch_rows};
+            scheduler.submit(Lane::compute, &Trainer::run_train_step, &step_task_);
+            if (model_->context()->backend().kind() == BackendKind::cpu || callbacks_.progress) {
+                check_finite_step(executor_.read_state());
+            }
+            if (callbacks_.progress) {
+                double metrics[kMetricsCount];
+                executor_.read_metrics(metrics);
+                const float mean_loss = static_cast<float>(metrics[kMetricLossSum] / static_cast<double>((s + 1) * batch_rows));
+                const float accuracy = static_cast<float>(metrics[kMetricCorrect] / std::max(1.0, metrics[kMetricCounted]));
+                if (callbacks_.progress(epochs_completed_, s + 1, steps, mean_loss, accuracy, callbacks_.user_data))
+                    fail(MPT_STATUS_CANCELLED, "training cancelled by the progress callback");
+            }
+        }
+        scheduler.synchronize();
+        check_finite_step(executor_.read_state());
+        double metrics[kMetricsCount];
+        executor_.read_metrics(metrics);
+        ++epochs_completed_;
+        const float epoch_loss = static_cast<float>(metrics[kMetricLossSum] / static_cast<double>(steps * batch_rows));
+        const float epoch_accuracy = static_cast<float>(metrics[kMetricCorrect] / std::max(1.0, metrics[kMetricCounted]));
+        if (callbacks_.epoch_end && callbacks_.epoch_end(epochs_completed_ - 1, epoch_loss, epoch_accuracy, callbacks_.user_data))
+            fail(MPT_STATUS_CANCELLED, "training stopped by the epoch-end callback");
+    }
+}
+
+float Trainer::step(const Dataset& dataset, int64_t first, int64_t batch_size) {
+    check_dataset(dataset);
+    require(batch_size > 0, MPT_STATUS_INVALID_ARGUMENT, "batch_size must be positive");
+    require(first >= 0 && first <= dataset.rows() - batch_size, MPT_STATUS_INVALID_ARGUMENT,
+            "rows [first, first + batch_size) must lie inside the dataset");
+    executor_.reserve_rows(batch_size);
+    last_batch_size_ = batch_size;
+    if (order_capacity_ < dataset.rows() || static_cast<int64_t>(order_host_.size()) != dataset.rows() ||
+        !std::is_sorted(order_host_.begin(), order_host_.end()))
+        prepare_order(dataset.rows(), false);
+    executor_.sync_weights();
+    executor_.reset_metrics();
+    Scheduler& scheduler = model_->context()->backend().scheduler();
+    DrainOnExit drain(scheduler);
+    gather_tasks_[0] = GatherTask{this, &dataset, dataset.device_view(), first, batch_size, 0};
+    scheduler.submit(Lane::compute, &Trainer::run_gather, &gather_tasks_[0]);
+    step_task_ = StepTask{this, 0, batch_size};
+    scheduler.submit(Lane::compute, &Trainer::run_train_step, &step_task_);
+    const TrainState state = executor_.read_state();
+    check_finite_step(state);
+    double metrics[kMetricsCount];
+    executor_.read_metrics(metrics);
+    return static_cast<float>(metrics[kMetricBatchLoss]);
+}
+
+EvaluationResult Trainer::evaluate(const Dataset& dataset, int64_t batch_size) {
+    check_dataset(dataset);
+    require(batch_size >= 0, MPT_STATUS_INVALID_ARGUMENT, "batch_size must be >= 0");
+    if (batch_size == 0) batch_size = last_batch_size_ ? last_batch_size_ : 256;
+    const int64_t rows = dataset.rows();
+    const int64_t batch_rows = std::min(batch_size, rows);
+    executor_.reserve_rows(batch_rows);
+    prepare_order(rows, false);
+    executor_.sync_weights();
+    executor_.reset_metrics();
+    Scheduler& scheduler = model_->context()->backend().scheduler();
+    DrainOnExit drain(scheduler);
+    const DatasetView view = dataset.device_view();
+    for (int64_t first = 0; first < rows; first += batch_rows) {
+        const int64_t count = std::min(batch_rows, rows - first);
+        gather_tasks_[0] = GatherTask{this, &dataset, view, first, count, 0};
+        scheduler.submit(Lane::compute, &Trainer::run_gather, &gather_tasks_[0]);
+        executor_.forward(0, count);
+        executor_.loss_head(0, count, Executor::HeadMode::evaluate);
+    }
+    double metrics[kMetricsCount];
+    executor_.read_metrics(metrics);
+    return EvaluationResult{static_cast<float>(metrics[kMetricLossSum] / static_cast<double>(rows)),
+                            static_cast<float>(metrics[kMetricCorrect] / std::max(1.0, metrics[kMetricCounted]))};
+}
+
+void Trainer::predict(const float* inputs, int64_t rows, float* outputs) {
+    require(rows > 0, MPT_STATUS_INVALID_ARGUMENT, "rows must be positive");
+    const int64_t batch_rows = std::min<int64_t>(rows, last_batch_size_ ? std::max<int64_t>(last_batch_size_, 256) : 256);
+    executor_.reserve_rows(batch_rows);
+    executor_.sync_weights();
+    const int64_t features = model_->input_features(), classes = model_->output_features();
+    for (int64_t first = 0; first < rows; first += batch_rows) {
+        const int64_t count = std::min(batch_rows, rows - first);
+        executor_.load_inputs(inputs + first * features, count, 0);
+        executor_.forward(0, count);
+        executor_.loss_head(0, count, Executor::HeadMode::predict);
+        executor_.read_outputs(outputs + first * classes, count);
+    }
+}
+
+}  // namespace mpt

@@ -1,0 +1,90 @@
+// The trainer: fit, one step, evaluate and predict for a model under a precision policy, optimizer
+// and loss scaler. It drives the executor's phases through the scheduler so that the next batch is
+// gathered on the copy lane while the current step runs on the compute lane.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/rng.h"
+#include "nn/executor.h"
+
+namespace mpt {
+
+struct TrainerConfig {
+    mpt_precision precision = MPT_PRECISION_AUTO;
+    LossKind loss = LossKind::sparse_categorical_crossentropy;
+    OptimizerConfig optimizer;
+    mpt_loss_scaling loss_scaling = MPT_LOSS_SCALING_DEFAULT;
+    LossScalerConfig scaler;  // mode is derived from loss_scaling and the policy
+};
+
+struct TrainerCallbacks {
+    mpt_progress_fn progress = nullptr;
+    mpt_epoch_end_fn epoch_end = nullptr;
+    void* user_data = nullptr;
+};
+
+struct EvaluationResult {
+    float loss;
+    float accuracy;
+};
+
+class Trainer {
+public:
+    Trainer(std::shared_ptr<Model> model, const TrainerConfig& config);
+    ~Trainer();
+
+    void set_callbacks(const TrainerCallbacks& callbacks) { callbacks_ = callbacks; }
+    void fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bool shuffle);
+    float step(const Dataset& dataset, int64_t first, int64_t batch_size);
+    EvaluationResult evaluate(const Dataset& dataset, int64_t batch_size);
+    void predict(const float* inputs, int64_t rows, float* outputs);
+
+    mpt_precision precision() const { return executor_.policy().precision; }
+    TrainState state() const { return executor_.read_state(); }
+    int64_t epochs_completed() const { return epochs_completed_; }
+    const Executor& executor() const { return executor_; }
+    Executor& executor() { return executor_; }
+    const std::shared_ptr<Model>& model() const { return model_; }
+
+private:
+    struct GatherTask {
+        Trainer* trainer;
+        const Dataset* dataset;
+        DatasetView view;
+        int64_t first;
+        int64_t rows;
+        int slot;
+    };
+    struct StepTask {
+        Trainer* trainer;
+        int slot;
+        int64_t rows;
+    };
+    static void run_gather(void* task);
+    static void run_train_step(void* task);
+
+    void check_dataset(const Dataset& dataset) const;
+    // Writes the epoch's row order to backend memory (identity, or a fresh shuffle).
+    void prepare_order(int64_t rows, bool shuffle);
+    // Raises MPT_STATUS_NON_FINITE when a step without loss scaling met NaN/Inf (its update was skipped).
+    void check_finite_step(const TrainState& state);
+
+    std::shared_ptr<Model> model_;
+    TrainerConfig config_;
+    Executor executor_;
+    TrainerCallbacks callbacks_;
+    Rng shuffle_rng_;
+    std::vector<int32_t> order_host_;
+    void* order_device_ = nullptr;
+    int64_t order_capacity_ = 0;
+    int64_t last_batch_size_ = 0;
+    int64_t epochs_completed_ = 0;
+    int64_t skipped_seen_ = 0;
+    GatherTask gather_tasks_[kBatchSlots] = {};
+    StepTask step_task_ = {};
+};
+
+}  // namespace mpt

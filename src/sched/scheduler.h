@@ -1,0 +1,45 @@
+// The stream scheduler: a step is an ordered set of tasks on two lanes. The compute lane runs
+// forward, backward and update; the copy lane prepares the next batch while the current step
+// computes. Events order the lanes. On the CPU the compute lane runs inline on the caller's thread
+// and the copy lane on a worker thread; on CUDA each lane is a stream and events are CUDA events.
+#pragma once
+
+#include <cstdint>
+
+namespace mpt {
+
+enum class Lane : uint8_t { compute = 0, copy = 1 };
+
+// A task is a plain function and argument, so submitting one never allocates.
+using TaskFn = void (*)(void* argument);
+
+// An event marks a point in one lane's work; waiting on it orders later work after that point.
+struct Event {
+    Lane lane = Lane::compute;
+    uint64_t ticket = 0;
+};
+
+class Scheduler {
+public:
+    virtual ~Scheduler() = default;
+
+    // Runs `task(argument)` on `lane` after everything submitted to that lane before it. The task
+    // issues backend operations, which run on (or are enqueued to) that lane.
+    virtual void submit(Lane lane, TaskFn task, void* argument) = 0;
+    // Marks the current end of `lane`'s work.
+    virtual Event record(Lane lane) = 0;
+    // Makes later work on `waiter` start only after `event`.
+    virtual void wait(Lane waiter, const Event& event) = 0;
+    // Blocks the host until every lane is idle; rethrows the first error a task raised.
+    virtual void synchronize() = 0;
+    // The lane whose work the calling code is issuing now (inside a task: that task's lane).
+    virtual Lane current_lane() const = 0;
+
+    // Debug counter: host synchronisations so far. Tests require none inside a steady-state step.
+    uint64_t host_sync_count() const { return host_syncs_; }
+
+protected:
+    uint64_t host_syncs_ = 0;
+};
+
+}  // namespace mpt
