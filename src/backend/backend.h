@@ -53,18 +53,6 @@ struct DenseBackwardDataArgs {
     DType input_grad_dtype;
 };
 
-// dW = dZ^T · A_prev and db = column sums of dZ, both fp32, accumulated in fp32.
-struct DenseBackwardWeightsArgs {
-    const void* output_grad;   // dZ [rows, out_features], compute dtype
-    const void* input;         // A_prev [rows, in_features], compute dtype
-    float* weight_grad;        // [out_features, in_features]
-    float* bias_grad;          // [out_features]
-    int64_t rows;
-    int64_t in_features;
-    int64_t out_features;
-    DType compute_dtype;
-};
-
 // The fused head: activation of the last layer (softmax row-wise, or element-wise), the loss, the
 // scaled logits gradient (dloss/dlogits · loss_scale / rows) and the metrics, all in fp32.
 struct LossHeadArgs {
@@ -85,15 +73,26 @@ struct LossHeadArgs {
 constexpr int kMetricsCount = 4;
 enum MetricsIndex { kMetricLossSum = 0, kMetricCorrect = 1, kMetricCounted = 2, kMetricBatchLoss = 3 };
 
-// One parameter tensor with everything its update touches.
-struct ParameterGroup {
-    float* master;        // fp32 master weights
-    void* low_copy;       // compute-dtype copy written by the update; null when compute is fp32
-    DType low_dtype;
-    float* gradient;      // fp32, multiplied by the loss scale
-    float* state1;        // optimizer state or null
-    float* state2;
-    int64_t count;
+// The weight update of one layer, fused with its weight-gradient GEMM. Plain SGD accumulates
+// -lr/scale * dZ^T·A straight into the fp32 masters (GEMM beta = 1), so no gradient tensor is
+// written or read; optimizers with state write dW/db to the scratch gradients first. Either way the
+// low-precision copy is written from the new masters. Skipped entirely when state->found_inf.
+struct DenseUpdateArgs {
+    const void* output_grad;   // dZ [rows, out_features], compute dtype (multiplied by the loss scale)
+    const void* input;         // A_prev [rows, in_features], compute dtype
+    float* weights;            // fp32 masters [out_features, in_features]
+    float* bias;               // fp32 masters [out_features]
+    void* low_weights;         // compute-dtype copies, or null when the layer computes in fp32
+    void* low_bias;
+    float* weight_grad;        // scratch [out_features, in_features]; null for plain SGD
+    float* bias_grad;          // scratch [out_features]; null for plain SGD
+    float* weight_state[2];    // optimizer state per optimizer_state_count(), else null
+    float* bias_state[2];
+    int64_t rows;
+    int64_t in_features;
+    int64_t out_features;
+    DType compute_dtype;
+    const TrainState* state;   // loss scale, found_inf, applied steps (Adam's bias correction)
 };
 
 // Gathers rows of a dataset in a given order and normalises them into a batch.
@@ -146,14 +145,17 @@ public:
     virtual void dense_forward(const DenseForwardArgs& args) = 0;
     virtual void loss_head(const LossHeadArgs& args) = 0;
     virtual void dense_backward_data(const DenseBackwardDataArgs& args) = 0;
-    virtual void dense_backward_weights(const DenseBackwardWeightsArgs& args) = 0;
     // Clears state->found_inf at the start of a step.
     virtual void begin_step(TrainState* state) = 0;
-    // ORs "some element is NaN or Inf" into state->found_inf.
-    virtual void check_finite(const float* values, int64_t count, TrainState* state) = 0;
-    // Applies the optimizer to every group unless state->found_inf, then advances the loss scaler.
-    virtual void apply_update(const ParameterGroup* groups, int group_count, const OptimizerConfig& optimizer,
-                              const LossScalerConfig& scaler, TrainState* state) = 0;
+    // *out = max |x| over `count` values of `dtype` (NaN counts as +Inf).
+    virtual void max_abs(const void* values, DType dtype, int64_t count, float* out) = 0;
+    // Sets state->found_inf when some layer's max|dZ| * max|A_prev| * rows is not finite in fp32.
+    // Otherwise every weight gradient is provably finite, so nothing wider ever has to be scanned.
+    // `max_abs_pairs` holds (max|dZ_i|, max|A_prev_i|) for each layer.
+    virtual void decide_update(const float* max_abs_pairs, int layer_count, int64_t rows, TrainState* state) = 0;
+    virtual void dense_update(const DenseUpdateArgs& args, const OptimizerConfig& optimizer) = 0;
+    // Advances the loss scaler and the step counters after every layer's update.
+    virtual void finish_step(TrainState* state, const LossScalerConfig& scaler) = 0;
 };
 
 // Creates the CPU backend with `threads` compute threads (0 = all cores).

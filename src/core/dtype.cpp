@@ -28,24 +28,24 @@ constexpr uint32_t kFloatInf = 0x7F800000u;
 constexpr uint32_t kFloatQuietBit = 0x00400000u;
 // |x| >= 65520 (halfway between fp16 max 65504 and 2^16) rounds to Inf; ties go to the even 2^16.
 constexpr uint32_t kHalfOverflow = 0x477FF000u;
-constexpr uint32_t kHalfMinNormal = 0x38800000u;   // 2^-14
-constexpr uint32_t kHalfMinSubnormal = 0x33800000u;  // 2^-24
+constexpr uint32_t kHalfMinNormal = 0x38800000u;         // 2^-14
+constexpr uint32_t kHalfMinSubnormal = 0x33800000u;      // 2^-24
 constexpr uint32_t kHalfMinSubnormalHalf = 0x33000000u;  // 2^-25: a tie, rounds to even 0
 
-// All-ones when `condition` holds, else zero; selects are written as masks so that no compiler turns
-// them into branches, which would stop the loops below from vectorising.
+// All-ones when `condition` holds, else zero; selects are written as masks so that no compiler
+// turns them into branches, which would stop the loops below from vectorising.
 inline uint32_t mask_if(bool condition) { return 0u - static_cast<uint32_t>(condition); }
 
 inline uint32_t select(uint32_t mask, uint32_t if_set, uint32_t if_clear) {
     return (if_set & mask) | (if_clear & ~mask);
 }
 
-// The fp32 bit pattern of the fp16 value nearest to `bits` (RNE). Branch-free so that round_array
-// vectorises. Rounding works on the fp32 pattern, clearing its low `shift` bits with round-half-even:
-// the carry of a round-up flows into the exponent, which is exactly the next binade. fp16 keeps 10
-// fraction bits (shift 13) down to 2^-14; below that its quantum is the fixed 2^-24, so binade 2^e
-// (e = -15..-24) drops 126-e_biased = 14..23 bits. Binade 2^-25 and below would need the quantum
-// above the implicit bit, so they are settled by comparison: (2^-25, 2^-24) -> 2^-24, else 0.
+// The fp32 bit pattern of the fp16 value nearest to `bits` (RNE), branch-free so that round_array
+// vectorises. It rounds the fp32 pattern itself, clearing its low `shift` bits half to even: the
+// carry of a round-up flows into the exponent, which is exactly the next binade. fp16 keeps 10
+// fraction bits (shift 13) down to 2^-14; below, its quantum is the fixed 2^-24, so fp32 binades
+// with biased exponent 112..103 drop 14..23 bits. Binade 2^-25 (and below) would need a quantum
+// above the implicit bit; a comparison settles it: (2^-25, 2^-24) -> 2^-24, the rest -> 0.
 inline uint32_t round_half_bits(uint32_t bits) {
     const uint32_t sign = bits & kSignMask;
     const uint32_t magnitude = bits & kAbsMask;
@@ -56,9 +56,9 @@ inline uint32_t round_half_bits(uint32_t bits) {
     // SSE4.1's pminsd, which a baseline x86-64 build lacks, and then nothing vectorises.
     int32_t exponent = signed_magnitude >> 23;  // 0..255
     int32_t above = exponent - 113;
-    exponent -= above & ~(above >> 31);         // min(exponent, 113)
+    exponent -= above & ~(above >> 31);  // min(exponent, 113)
     int32_t below = exponent - 103;
-    exponent -= below & (below >> 31);          // max(exponent, 103)
+    exponent -= below & (below >> 31);     // max(exponent, 103)
     const int32_t shift = 126 - exponent;  // 13..23
     // 2^shift built as a float and converted to an integer: a per-element power of two without a
     // per-lane variable shift (SSE2 has none). Exact, as 2^shift is a small integer.
@@ -68,11 +68,12 @@ inline uint32_t round_half_bits(uint32_t bits) {
     // Wraps harmlessly for Inf/NaN, whose result is replaced below.
     const uint32_t rounded = (magnitude + (quantum >> 1) - 1u + odd) & ~(quantum - 1u);
 
-    const uint32_t tiny = mask_if(signed_magnitude > static_cast<int32_t>(kHalfMinSubnormalHalf)) &
-                          kHalfMinSubnormal;
+    const uint32_t tiny =
+        mask_if(signed_magnitude > static_cast<int32_t>(kHalfMinSubnormalHalf)) & kHalfMinSubnormal;
     uint32_t result =
         select(mask_if(signed_magnitude < static_cast<int32_t>(kHalfMinSubnormal)), tiny, rounded);
-    result = select(mask_if(signed_magnitude >= static_cast<int32_t>(kHalfOverflow)), kFloatInf, result);
+    result =
+        select(mask_if(signed_magnitude >= static_cast<int32_t>(kHalfOverflow)), kFloatInf, result);
     // NaN: set the quiet bit and keep the sign and the payload bits fp16 can hold.
     const uint32_t nan = (magnitude | kFloatQuietBit) & 0xFFFFE000u;
     result = select(mask_if(signed_magnitude > static_cast<int32_t>(kFloatInf)), nan, result);
@@ -83,27 +84,63 @@ inline uint32_t round_half_bits(uint32_t bits) {
 // Inf pattern, as IEEE requires; only NaN (whose increment could carry into Inf or the sign) needs
 // its own case.
 inline uint32_t round_bfloat16_bits(uint32_t bits) {
-    const uint32_t is_nan = mask_if(static_cast<int32_t>(bits & kAbsMask) > static_cast<int32_t>(kFloatInf));
+    const uint32_t is_nan =
+        mask_if(static_cast<int32_t>(bits & kAbsMask) > static_cast<int32_t>(kFloatInf));
     const uint32_t nan = (bits | kFloatQuietBit) & 0xFFFF0000u;
     const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) & 0xFFFF0000u;
     return select(is_nan, nan, rounded);
 }
 
-// Processed in fixed-size blocks so that even GCC's -O2 "very cheap" vectoriser, which refuses
-// loops that need a scalar epilogue, vectorises the inner loop.
-constexpr size_t kBlock = 16;
+// Zero and the fp16 normal range [2^-14, 65520) round by the fixed 13-bit RNE of the pattern alone;
+// anything else (fp16 subnormals, overflow, Inf, NaN) needs round_half_bits.
+inline uint32_t half_needs_general_path(uint32_t bits) {
+    const uint32_t magnitude = bits & kAbsMask;
+    return mask_if(magnitude - 1u < kHalfMinNormal - 1u || magnitude >= kHalfOverflow);
+}
 
-template <uint32_t (*Round)(uint32_t)>
-void round_in_place(float* values, size_t count) {
+inline uint32_t round_half_normal_bits(uint32_t bits) {
+    return (bits + 0xFFFu + ((bits >> 13) & 1u)) & 0xFFFFE000u;
+}
+
+// Fixed-size blocks, so that even GCC's -O2 "very cheap" vectoriser (which refuses loops needing a
+// scalar epilogue) vectorises the inner loops.
+constexpr size_t kBlock = 32;
+
+void round_bfloat16_in_place(float* values, size_t count) {
     size_t index = 0;
     for (; index + kBlock <= count; index += kBlock) {
         float* block = values + index;
         for (size_t lane = 0; lane < kBlock; ++lane) {
-            block[lane] = bits_float(Round(float_bits(block[lane])));
+            block[lane] = bits_float(round_bfloat16_bits(float_bits(block[lane])));
         }
     }
     for (; index < count; ++index) {
-        values[index] = bits_float(Round(float_bits(values[index])));
+        values[index] = bits_float(round_bfloat16_bits(float_bits(values[index])));
+    }
+}
+
+// Training data is overwhelmingly zero or in the fp16 normal range, so a block takes the cheap
+// rounding when all of it is; the general path costs about twice as much.
+void round_half_in_place(float* values, size_t count) {
+    size_t index = 0;
+    for (; index + kBlock <= count; index += kBlock) {
+        float* block = values + index;
+        uint32_t general = 0;
+        for (size_t lane = 0; lane < kBlock; ++lane) {
+            general |= half_needs_general_path(float_bits(block[lane]));
+        }
+        if (general == 0) {
+            for (size_t lane = 0; lane < kBlock; ++lane) {
+                block[lane] = bits_float(round_half_normal_bits(float_bits(block[lane])));
+            }
+        } else {
+            for (size_t lane = 0; lane < kBlock; ++lane) {
+                block[lane] = bits_float(round_half_bits(float_bits(block[lane])));
+            }
+        }
+    }
+    for (; index < count; ++index) {
+        values[index] = bits_float(round_half_bits(float_bits(values[index])));
     }
 }
 
@@ -194,8 +231,8 @@ float round_to(DType dtype, float value) {
 void round_array(DType dtype, float* values, size_t count) {
     switch (dtype) {
         case DType::fp32: return;
-        case DType::fp16: round_in_place<round_half_bits>(values, count); return;
-        case DType::bf16: round_in_place<round_bfloat16_bits>(values, count); return;
+        case DType::fp16: round_half_in_place(values, count); return;
+        case DType::bf16: round_bfloat16_in_place(values, count); return;
     }
     throw_bad_dtype(dtype);
 }

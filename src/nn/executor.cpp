@@ -1,9 +1,13 @@
 // See executor.h. Phases of a training step with L layers (layer i is 0-based):
-//   forward of layer i: phase i + 1; loss head: phase L + 1; backward of layer i: phase 2L + 1 - i.
-// A buffer is live from the phase that writes it to the last phase that reads it, and buffers whose
-// lives do not overlap share bytes in the step arena.
+//   forward of layer i: phase i + 1; loss head: phase L + 1;
+//   input gradient through layer i (writes dZ_{i-1}): phase 2L + 1 - i; every layer's update: 2L + 1.
+// All input gradients are computed before any weight changes, because dZ_{i-1} needs the old W_i and
+// the update may only start once the whole step is known to be finite. A buffer is live from the
+// phase that writes it to the last phase that reads it; buffers whose lives do not overlap share
+// bytes in the step arena.
 #include "nn/executor.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -27,6 +31,10 @@ Executor::Executor(Model& model, const PrecisionPolicy& policy, ExecutionMode mo
     plan_persistent();
 }
 
+bool Executor::needs_gradient_scratch() const {
+    return !(optimizer_.kind == OptimizerKind::sgd && optimizer_.momentum == 0.0f);
+}
+
 void Executor::plan_persistent() {
     const int64_t parameters = model_.parameter_block_elements();
     bool any_low = false;
@@ -34,46 +42,34 @@ void Executor::plan_persistent() {
     low_element_bytes_ = backend_.storage_size(DType::bf16);
     const bool training = mode_ == ExecutionMode::training;
     const int state_arrays = training ? optimizer_state_count(optimizer_) : 0;
+    // Layers are updated one after another, so one scratch of the largest layer serves them all.
+    int64_t largest_layer = 0;
+    for (const DenseLayer& layer : model_.layers())
+        largest_layer = std::max(largest_layer, layer.bias_offset + layer.padded_units - layer.weight_offset);
 
     ArenaPlan plan;
     const int low_id = any_low ? plan.add(static_cast<size_t>(parameters) * low_element_bytes_, 0, ArenaPlan::kAlways) : -1;
-    const int gradient_id = training ? plan.add(static_cast<size_t>(parameters) * sizeof(float), 0, ArenaPlan::kAlways) : -1;
+    const int scratch_id = training && needs_gradient_scratch()
+                               ? plan.add(static_cast<size_t>(largest_layer) * sizeof(float), 0, ArenaPlan::kAlways)
+                               : -1;
     int state_ids[2] = {-1, -1};
     for (int s = 0; s < state_arrays; ++s)
         state_ids[s] = plan.add(static_cast<size_t>(parameters) * sizeof(float), 0, ArenaPlan::kAlways);
     const int train_state_id = plan.add(sizeof(TrainState), 0, ArenaPlan::kAlways);
     const int metrics_id = plan.add(kMetricsCount * sizeof(double), 0, ArenaPlan::kAlways);
+    const int bounds_id = plan.add(2 * model_.layers().size() * sizeof(float), 0, ArenaPlan::kAlways);
     plan.solve();
     persistent_planned_ = plan.total_bytes();
     persistent_arena_ = Arena(backend_, model_.context()->memory(), plan.total_bytes());
 
     auto pointer = [&](int id) { return id < 0 ? nullptr : persistent_arena_.at<char>(plan.offset(id)); };
     low_copies_ = pointer(low_id);
-    gradients_ = reinterpret_cast<float*>(pointer(gradient_id));
+    gradient_scratch_ = reinterpret_cast<float*>(pointer(scratch_id));
     for (int s = 0; s < 2; ++s) optimizer_states_[s] = reinterpret_cast<float*>(pointer(state_ids[s]));
     state_ = reinterpret_cast<TrainState*>(pointer(train_state_id));
     metrics_ = reinterpret_cast<double*>(pointer(metrics_id));
+    gradient_bounds_ = reinterpret_cast<float*>(pointer(bounds_id));
     write_state(initial_train_state(scaler_));
-
-    if (!training) return;
-    float* masters = model_.masters();
-    for (size_t i = 0; i < model_.layers().size(); ++i) {
-        const DenseLayer& layer = model_.layers()[i];
-        const DType dtype = layer_dtypes_[i];
-        auto group = [&](int64_t offset, int64_t count) {
-            ParameterGroup g{};
-            g.master = masters + offset;
-            g.low_copy = dtype == DType::fp32 ? nullptr : low_copies_ + static_cast<size_t>(offset) * low_element_bytes_;
-            g.low_dtype = dtype;
-            g.gradient = gradients_ + offset;
-            g.state1 = optimizer_states_[0] ? optimizer_states_[0] + offset : nullptr;
-            g.state2 = optimizer_states_[1] ? optimizer_states_[1] + offset : nullptr;
-            g.count = count;
-            groups_.push_back(g);
-        };
-        group(layer.weight_offset, layer.weight_count());
-        group(layer.bias_offset, layer.padded_units);
-    }
 }
 
 DType Executor::activation_dtype(size_t layer) const {
@@ -121,9 +117,9 @@ void Executor::reserve_rows(int64_t rows) {
         const DenseLayer& layer = layers[static_cast<size_t>(i)];
         const int produced = i + 1;
         int last_read;
-        if (i == last) last_read = layer_count + 1;       // read by the loss head
-        else if (training) last_read = 2 * layer_count - i;  // read by the backward of layer i + 1
-        else last_read = i + 2;                           // read by the forward of layer i + 1
+        if (i == last) last_read = layer_count + 1;        // read by the loss head
+        else if (training) last_read = 2 * layer_count + 1;  // read by the update of layer i + 1
+        else last_read = i + 2;                            // read by the forward of layer i + 1
         const size_t elements = row_count * static_cast<size_t>(layer.padded_units);
         layer_slots_[static_cast<size_t>(i)].activation =
             plan.add(elements * backend_.storage_size(activation_dtype(static_cast<size_t>(i))), produced, last_read);
@@ -131,10 +127,11 @@ void Executor::reserve_rows(int64_t rows) {
         if (mask_bytes && layer.activation == Activation::relu && i != last)
             layer_slots_[static_cast<size_t>(i)].relu_mask = plan.add(mask_bytes, produced, last_read);
         if (training) {
-            // dZ_i: written by the head (last layer) or by the backward of layer i + 1, read by the backward of i.
+            // dZ_i: written by the head (last layer) or through layer i + 1, read until the update.
             const int written = i == last ? layer_count + 1 : 2 * layer_count - i;
             layer_slots_[static_cast<size_t>(i)].output_grad =
-                plan.add(elements * backend_.storage_size(layer_dtypes_[static_cast<size_t>(i)]), written, written + 1);
+                plan.add(elements * backend_.storage_size(layer_dtypes_[static_cast<size_t>(i)]), written,
+                         2 * layer_count + 1);
         }
     }
     outputs_ = plan.add(row_count * static_cast<size_t>(output_width_) * sizeof(float), layer_count + 1, ArenaPlan::kAlways);
@@ -247,22 +244,10 @@ void Executor::loss_head(int slot, int64_t rows, HeadMode mode) {
 
 void Executor::backward(int slot, int64_t rows) {
     const auto& layers = model_.layers();
-    for (size_t i = layers.size(); i-- > 0;) {
+    for (size_t i = layers.size() - 1; i > 0; --i) {
         const DenseLayer& layer = layers[i];
-        const void* output_grad = step_buffer(layer_slots_[i].output_grad);
-        DenseBackwardWeightsArgs weights{};
-        weights.output_grad = output_grad;
-        weights.input = layer_input(i, slot);
-        weights.weight_grad = gradients_ + layer.weight_offset;
-        weights.bias_grad = gradients_ + layer.bias_offset;
-        weights.rows = rows;
-        weights.in_features = layer.padded_inputs;
-        weights.out_features = layer.padded_units;
-        weights.compute_dtype = layer_dtypes_[i];
-        backend_.dense_backward_weights(weights);
-        if (i == 0) break;  // no gradient with respect to the data
         DenseBackwardDataArgs data{};
-        data.output_grad = output_grad;
+        data.output_grad = step_buffer(layer_slots_[i].output_grad);
         data.weights = layer_weights(i);
         data.input = layer_input(i, slot);
         data.relu_mask = step_buffer(layer_slots_[i - 1].relu_mask);
@@ -279,9 +264,41 @@ void Executor::backward(int slot, int64_t rows) {
 
 void Executor::begin_step() { backend_.begin_step(state_); }
 
-void Executor::update() {
-    backend_.check_finite(gradients_, model_.parameter_block_elements(), state_);
-    backend_.apply_update(groups_.data(), static_cast<int>(groups_.size()), optimizer_, scaler_, state_);
+void Executor::update(int slot, int64_t rows) {
+    const auto& layers = model_.layers();
+    const int layer_count = static_cast<int>(layers.size());
+    for (size_t i = 0; i < layers.size(); ++i) {
+        const DenseLayer& layer = layers[i];
+        backend_.max_abs(step_buffer(layer_slots_[i].output_grad), layer_dtypes_[i], rows * layer.padded_units,
+                         gradient_bounds_ + 2 * i);
+        backend_.max_abs(layer_input(i, slot), layer_dtypes_[i], rows * layer.padded_inputs, gradient_bounds_ + 2 * i + 1);
+    }
+    backend_.decide_update(gradient_bounds_, layer_count, rows, state_);
+    float* masters = model_.masters();
+    for (size_t i = 0; i < layers.size(); ++i) {
+        const DenseLayer& layer = layers[i];
+        const bool low = layer_dtypes_[i] != DType::fp32;
+        DenseUpdateArgs args{};
+        args.output_grad = step_buffer(layer_slots_[i].output_grad);
+        args.input = layer_input(i, slot);
+        args.weights = masters + layer.weight_offset;
+        args.bias = masters + layer.bias_offset;
+        args.low_weights = low ? low_copies_ + static_cast<size_t>(layer.weight_offset) * low_element_bytes_ : nullptr;
+        args.low_bias = low ? low_copies_ + static_cast<size_t>(layer.bias_offset) * low_element_bytes_ : nullptr;
+        args.weight_grad = gradient_scratch_;
+        args.bias_grad = gradient_scratch_ ? gradient_scratch_ + (layer.bias_offset - layer.weight_offset) : nullptr;
+        for (int s = 0; s < 2; ++s) {
+            args.weight_state[s] = optimizer_states_[s] ? optimizer_states_[s] + layer.weight_offset : nullptr;
+            args.bias_state[s] = optimizer_states_[s] ? optimizer_states_[s] + layer.bias_offset : nullptr;
+        }
+        args.rows = rows;
+        args.in_features = layer.padded_inputs;
+        args.out_features = layer.padded_units;
+        args.compute_dtype = layer_dtypes_[i];
+        args.state = state_;
+        backend_.dense_update(args, optimizer_);
+    }
+    backend_.finish_step(state_, scaler_);
     model_.mark_weights_changed();
     synced_weights_version_ = model_.weights_version();
 }

@@ -47,8 +47,10 @@ public:
     // evaluate: metrics only; predict: the last layer's outputs only (read_outputs).
     enum class HeadMode { train, evaluate, predict };
     void loss_head(int slot, int64_t rows, HeadMode mode);
+    // Input gradients through every layer (dZ for all layers), before any weight changes.
     void backward(int slot, int64_t rows);
-    void update();
+    // Proves the step finite (or marks it skipped), then updates every layer and the loss scaler.
+    void update(int slot, int64_t rows);
     void begin_step();
 
     // ---- state outside steps ----
@@ -80,6 +82,7 @@ private:
     };
 
     void plan_persistent();
+    bool needs_gradient_scratch() const;
     DType activation_dtype(size_t layer) const;  // what layer `layer` writes: the consumer's dtype
     const void* layer_weights(size_t layer) const;
     const void* layer_bias(size_t layer) const;
@@ -102,11 +105,11 @@ private:
     size_t persistent_planned_ = 0;
     char* low_copies_ = nullptr;     // parameter layout, storage_size(low dtype) bytes per element
     size_t low_element_bytes_ = 0;
-    float* gradients_ = nullptr;
+    float* gradient_scratch_ = nullptr;  // one layer's dW and db, for optimizers with state
+    float* gradient_bounds_ = nullptr;   // (max|dZ_i|, max|A_prev_i|) per layer
     float* optimizer_states_[2] = {nullptr, nullptr};
     TrainState* state_ = nullptr;
     double* metrics_ = nullptr;
-    std::vector<ParameterGroup> groups_;
     uint64_t synced_weights_version_ = ~uint64_t{0};
 
     // Step arena: batch-sized buffers with liveness reuse.

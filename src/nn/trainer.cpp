@@ -104,6 +104,7 @@ void Trainer::prepare_order(int64_t rows, bool shuffle) {
         order_capacity_ = rows;
     }
     backend.copy_to_device(order_device_, order_host_.data(), static_cast<size_t>(rows) * sizeof(int32_t));
+    order_is_identity_ = !shuffle;
 }
 
 void Trainer::run_gather(void* argument) {
@@ -119,7 +120,7 @@ void Trainer::run_train_step(void* argument) {
     executor.forward(task.slot, task.rows);
     executor.loss_head(task.slot, task.rows, Executor::HeadMode::train);
     executor.backward(task.slot, task.rows);
-    executor.update();
+    executor.update(task.slot, task.rows);
 }
 
 void Trainer::check_finite_step(const TrainState& state) {
@@ -200,9 +201,7 @@ float Trainer::step(const Dataset& dataset, int64_t first, int64_t batch_size) {
             "rows [first, first + batch_size) must lie inside the dataset");
     executor_.reserve_rows(batch_size);
     last_batch_size_ = batch_size;
-    if (order_capacity_ < dataset.rows() || static_cast<int64_t>(order_host_.size()) != dataset.rows() ||
-        !std::is_sorted(order_host_.begin(), order_host_.end()))
-        prepare_order(dataset.rows(), false);
+    if (!order_is_identity_ || static_cast<int64_t>(order_host_.size()) < dataset.rows()) prepare_order(dataset.rows(), false);
     executor_.sync_weights();
     executor_.reset_metrics();
     Scheduler& scheduler = model_->context()->backend().scheduler();

@@ -80,6 +80,7 @@ private:
     std::vector<int32_t> order_host_;
     void* order_device_ = nullptr;
     int64_t order_capacity_ = 0;
+    bool order_is_identity_ = false;  // the identity covers any dataset up to order_host_.size() rows
     int64_t last_batch_size_ = 0;
     int64_t epochs_completed_ = 0;
     int64_t skipped_seen_ = 0;

@@ -8,7 +8,7 @@ namespace {
 thread_local Lane tls_lane = Lane::compute;
 }  // namespace
 
-CpuScheduler::CpuScheduler() : worker_([this] { worker_loop(); }) {}
+CpuScheduler::CpuScheduler() { worker_ = std::thread([this] { worker_loop(); }); }
 
 CpuScheduler::~CpuScheduler() {
     {

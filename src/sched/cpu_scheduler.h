@@ -32,7 +32,6 @@ private:
     void worker_loop();
     void wait_for_copy_ticket(uint64_t ticket);
 
-    std::thread worker_;
     mutable std::mutex mutex_;
     std::condition_variable changed_;
     Task ring_[kCapacity] = {};
@@ -40,6 +39,7 @@ private:
     uint64_t completed_ = 0;  // copy tasks finished
     bool stopping_ = false;
     std::exception_ptr copy_error_;
+    std::thread worker_;  // last: it starts once every member it uses exists
 };
 
 }  // namespace mpt

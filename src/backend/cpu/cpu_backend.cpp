@@ -127,61 +127,100 @@ void CpuBackend::dense_backward_data(const DenseBackwardDataArgs& args) {
     });
 }
 
-void CpuBackend::dense_backward_weights(const DenseBackwardWeightsArgs& args) {
-    const float* output_grad = static_cast<const float*>(args.output_grad);
-    cpu_sgemm(true, false, args.out_features, args.in_features, args.rows, 1.0f, output_grad, args.out_features,
-              static_cast<const float*>(args.input), args.in_features, 0.0f, args.weight_grad, args.in_features, pool_);
-    pool_.parallel_for(args.out_features, kRowGrain, [&](int64_t begin, int64_t end) {
-        for (int64_t c = begin; c < end; ++c) args.bias_grad[c] = 0.0f;
-        for (int64_t r = 0; r < args.rows; ++r) {
-            const float* row = output_grad + r * args.out_features;
-            for (int64_t c = begin; c < end; ++c) args.bias_grad[c] += row[c];
-        }
-    });
-}
-
 void CpuBackend::begin_step(TrainState* state) { state->found_inf = 0; }
 
-void CpuBackend::check_finite(const float* values, int64_t count, TrainState* state) {
-    if (state->found_inf) return;
-    int chunk_found[64] = {};
-    const int64_t chunk_size = std::max<int64_t>(kElementGrain, (count + 63) / 64);
+void CpuBackend::max_abs(const void* values, DType, int64_t count, float* out) {
+    const float* data = static_cast<const float*>(values);
+    constexpr int kChunks = 64;
+    float chunk_max[kChunks] = {};
+    const int64_t chunk_size = std::max<int64_t>(kElementGrain, (count + kChunks - 1) / kChunks);
     const int64_t chunks = (count + chunk_size - 1) / chunk_size;
     pool_.parallel_for(chunks, 1, [&](int64_t begin, int64_t end) {
         for (int64_t chunk = begin; chunk < end; ++chunk) {
             const int64_t first = chunk * chunk_size, last = std::min(count, first + chunk_size);
-            bool found = false;
-            for (int64_t i = first; i < last; ++i) found |= is_non_finite(values[i]);
-            chunk_found[chunk] = found;
+            float largest = 0.0f;
+            bool non_finite = false;
+            for (int64_t i = first; i < last; ++i) {
+                largest = std::max(largest, std::fabs(data[i]));
+                non_finite |= is_non_finite(data[i]);
+            }
+            chunk_max[chunk] = non_finite ? INFINITY : largest;
         }
     });
-    for (int64_t chunk = 0; chunk < chunks; ++chunk)
-        if (chunk_found[chunk]) state->found_inf = 1;
+    float largest = 0.0f;
+    for (int64_t chunk = 0; chunk < chunks; ++chunk) largest = std::max(largest, chunk_max[chunk]);
+    *out = largest;
 }
 
-void CpuBackend::apply_update(const ParameterGroup* groups, int group_count, const OptimizerConfig& optimizer,
-                              const LossScalerConfig& scaler, TrainState* state) {
-    if (!state->found_inf) {
-        const OptimizerStepScalars scalars = optimizer_step_scalars(optimizer, state->loss_scale, state->applied_steps);
-        for (int g = 0; g < group_count; ++g) {
-            const ParameterGroup& group = groups[g];
-            pool_.parallel_for(group.count, kElementGrain, [&](int64_t begin, int64_t end) {
+void CpuBackend::decide_update(const float* max_abs_pairs, int layer_count, int64_t rows, TrainState* state) {
+    for (int layer = 0; layer < layer_count; ++layer) {
+        const double bound = static_cast<double>(rows) * max_abs_pairs[2 * layer] *
+                             std::max(1.0, static_cast<double>(max_abs_pairs[2 * layer + 1]));
+        if (!(bound < 3.0e38)) state->found_inf = 1;
+    }
+}
+
+void CpuBackend::column_sums(const float* output_grad, int64_t rows, int64_t columns, float factor, float* out,
+                             bool accumulate) {
+    pool_.parallel_for(columns, kRowGrain, [&](int64_t begin, int64_t end) {
+        float sums[256];
+        for (int64_t block = begin; block < end; block += 256) {
+            const int64_t block_end = std::min(end, block + 256);
+            std::fill(sums, sums + (block_end - block), 0.0f);
+            for (int64_t r = 0; r < rows; ++r) {
+                const float* row = output_grad + r * columns;
+                for (int64_t c = block; c < block_end; ++c) sums[c - block] += row[c];
+            }
+            for (int64_t c = block; c < block_end; ++c)
+                out[c] = accumulate ? out[c] + factor * sums[c - block] : factor * sums[c - block];
+        }
+    });
+}
+
+void CpuBackend::write_low_copy(const float* master, void* low, DType dtype, int64_t count) {
+    if (!low) return;
+    float* out = static_cast<float*>(low);
+    pool_.parallel_for(count, kElementGrain, [&](int64_t begin, int64_t end) {
+        std::memcpy(out + begin, master + begin, static_cast<size_t>(end - begin) * sizeof(float));
+        round_array(dtype, out + begin, static_cast<size_t>(end - begin));
+    });
+}
+
+void CpuBackend::dense_update(const DenseUpdateArgs& args, const OptimizerConfig& optimizer) {
+    const TrainState& state = *args.state;
+    if (state.found_inf) return;
+    const float* output_grad = static_cast<const float*>(args.output_grad);
+    const float* input = static_cast<const float*>(args.input);
+    const int64_t weight_count = args.out_features * args.in_features;
+    const OptimizerStepScalars scalars = optimizer_step_scalars(optimizer, state.loss_scale, state.applied_steps);
+    const bool plain_sgd = optimizer.kind == OptimizerKind::sgd && optimizer.momentum == 0.0f;
+    if (plain_sgd) {
+        // W += (-lr / scale) * dZ^T · A: the GEMM is the update.
+        const float step = -optimizer.learning_rate * scalars.inverse_scale;
+        cpu_sgemm(true, false, args.out_features, args.in_features, args.rows, step, output_grad, args.out_features,
+                  input, args.in_features, 1.0f, args.weights, args.in_features, pool_);
+        column_sums(output_grad, args.rows, args.out_features, step, args.bias, true);
+    } else {
+        cpu_sgemm(true, false, args.out_features, args.in_features, args.rows, 1.0f, output_grad, args.out_features,
+                  input, args.in_features, 0.0f, args.weight_grad, args.in_features, pool_);
+        column_sums(output_grad, args.rows, args.out_features, 1.0f, args.bias_grad, false);
+        auto apply = [&](float* master, const float* gradient, float* const* states, int64_t count) {
+            pool_.parallel_for(count, kElementGrain, [&](int64_t begin, int64_t end) {
                 float unused1 = 0.0f, unused2 = 0.0f;
                 for (int64_t i = begin; i < end; ++i) {
-                    float& state1 = group.state1 ? group.state1[i] : unused1;
-                    float& state2 = group.state2 ? group.state2[i] : unused2;
-                    group.master[i] = optimizer_update_element(optimizer, scalars, group.master[i], group.gradient[i],
-                                                               state1, state2);
-                }
-                if (group.low_copy) {
-                    float* low = static_cast<float*>(group.low_copy);
-                    std::memcpy(low + begin, group.master + begin, static_cast<size_t>(end - begin) * sizeof(float));
-                    round_array(group.low_dtype, low + begin, static_cast<size_t>(end - begin));
+                    float& state1 = states[0] ? states[0][i] : unused1;
+                    float& state2 = states[1] ? states[1][i] : unused2;
+                    master[i] = optimizer_update_element(optimizer, scalars, master[i], gradient[i], state1, state2);
                 }
             });
-        }
+        };
+        apply(args.weights, args.weight_grad, args.weight_state, weight_count);
+        apply(args.bias, args.bias_grad, args.bias_state, args.out_features);
     }
-    advance_loss_scaler(*state, scaler);
+    write_low_copy(args.weights, args.low_weights, args.compute_dtype, weight_count);
+    write_low_copy(args.bias, args.low_bias, args.compute_dtype, args.out_features);
 }
+
+void CpuBackend::finish_step(TrainState* state, const LossScalerConfig& scaler) { advance_loss_scaler(*state, scaler); }
 
 }  // namespace mpt

@@ -35,15 +35,19 @@ public:
     void dense_forward(const DenseForwardArgs& args) override;
     void loss_head(const LossHeadArgs& args) override;
     void dense_backward_data(const DenseBackwardDataArgs& args) override;
-    void dense_backward_weights(const DenseBackwardWeightsArgs& args) override;
     void begin_step(TrainState* state) override;
-    void check_finite(const float* values, int64_t count, TrainState* state) override;
-    void apply_update(const ParameterGroup* groups, int group_count, const OptimizerConfig& optimizer,
-                      const LossScalerConfig& scaler, TrainState* state) override;
+    void max_abs(const void* values, DType dtype, int64_t count, float* out) override;
+    void decide_update(const float* max_abs_pairs, int layer_count, int64_t rows, TrainState* state) override;
+    void dense_update(const DenseUpdateArgs& args, const OptimizerConfig& optimizer) override;
+    void finish_step(TrainState* state, const LossScalerConfig& scaler) override;
 
     int threads() const { return pool_.threads(); }
 
 private:
+    // Column sums of dZ (the bias gradient), times `factor`, into `out` (or added when `accumulate`).
+    void column_sums(const float* output_grad, int64_t rows, int64_t columns, float factor, float* out, bool accumulate);
+    void write_low_copy(const float* master, void* low, DType dtype, int64_t count);
+
     ThreadPool pool_;
     CpuScheduler scheduler_;
 };

@@ -14,14 +14,50 @@ namespace mpt {
 
 #if defined(MPTRAIN_HAVE_OPENBLAS)
 
-void cpu_sgemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-               int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc, ThreadPool&) {
+namespace {
+
+void blas_sgemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
     cblas_sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans, transpose_b ? CblasTrans : CblasNoTrans,
                 static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a, static_cast<int>(lda), b,
                 static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
 }
 
-void cpu_gemm_set_threads(int threads) { openblas_set_num_threads(threads); }
+}  // namespace
+
+// OpenBLAS runs single-threaded and the pool splits C into column or row panels: OpenBLAS's own
+// threaded GEMM allocates a job descriptor on every call and its idle threads spin against ours.
+// Each panel is an independent GEMM, so results do not depend on timing.
+void cpu_sgemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+               int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc, ThreadPool& pool) {
+    constexpr int64_t kPanelAlignment = 16;
+    const int64_t threads = pool.threads();
+    if (threads <= 1 || m * n * k < (int64_t{1} << 21)) {
+        blas_sgemm(transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        return;
+    }
+    const bool split_columns = n >= m;
+    const int64_t extent = split_columns ? n : m;
+    const int64_t panels = std::max<int64_t>(1, std::min(threads, extent / kPanelAlignment));
+    const int64_t panel = (extent + panels - 1) / panels;
+    const int64_t aligned_panel = (panel + kPanelAlignment - 1) / kPanelAlignment * kPanelAlignment;
+    pool.parallel_for(panels, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t index = begin; index < end; ++index) {
+            const int64_t first = index * aligned_panel;
+            const int64_t count = std::min(aligned_panel, extent - first);
+            if (count <= 0) continue;
+            if (split_columns) {
+                const float* b_panel = transpose_b ? b + first * ldb : b + first;
+                blas_sgemm(transpose_a, transpose_b, m, count, k, alpha, a, lda, b_panel, ldb, beta, c + first, ldc);
+            } else {
+                const float* a_panel = transpose_a ? a + first : a + first * lda;
+                blas_sgemm(transpose_a, transpose_b, count, n, k, alpha, a_panel, lda, b, ldb, beta, c + first * ldc, ldc);
+            }
+        }
+    });
+}
+
+void cpu_gemm_set_threads(int) { openblas_set_num_threads(1); }
 const char* cpu_gemm_library() { return "openblas"; }
 
 #else

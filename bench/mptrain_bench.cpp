@@ -1,0 +1,233 @@
+// mptrain-bench: trains the seed MLP (3072 → 3000 relu → 1000 relu → 10 softmax, SGD lr 0.01) on
+// CIFAR-shaped uint8 data held by the library, and reports the median µs per training step over
+// repeated epochs after warm-up, heap allocations per step, peak arena bytes and, on the CPU, the
+// step time over its bare-GEMM floor measured in the same run.
+#include <mptrain/mptrain.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "allocation_counter.h"
+#include "gemm_floor.h"
+
+namespace {
+
+struct Options {
+    std::string backend = "cpu";
+    std::vector<std::string> precisions = {"fp32", "mixed-fp16", "mixed-bf16", "auto"};
+    std::vector<int64_t> batches = {32, 256, 4096};
+    int64_t steps = 0;  // per timed epoch; 0 = chosen per batch size
+    int repeats = 3;
+    int threads = 0;
+    std::string json;
+};
+
+struct Record {
+    std::string backend, precision, resolved;
+    int64_t batch, steps;
+    double us_per_step, gemm_floor_us, allocations_per_step;
+    size_t peak_bytes;
+};
+
+[[noreturn]] void usage(int code) {
+    std::fprintf(code ? stderr : stdout,
+                 "usage: mptrain-bench [--backend cpu|cuda] [--precision LIST] [--batch LIST] [--steps N]\n"
+                 "                     [--repeats N] [--threads N] [--json FILE]\n"
+                 "  LIST is comma-separated, e.g. --precision fp32,mixed-bf16 --batch 32,256\n");
+    std::exit(code);
+}
+
+std::vector<std::string> split(const std::string& text) {
+    std::vector<std::string> parts;
+    std::stringstream stream(text);
+    for (std::string part; std::getline(stream, part, ',');)
+        if (!part.empty()) parts.push_back(part);
+    return parts;
+}
+
+Options parse(int argc, char** argv) {
+    Options options;
+    for (int i = 1; i < argc; ++i) {
+        const std::string flag = argv[i];
+        if (flag == "--help" || flag == "-h") usage(0);
+        if (i + 1 >= argc) usage(2);
+        const std::string value = argv[++i];
+        if (flag == "--backend") options.backend = value;
+        else if (flag == "--precision") options.precisions = split(value);
+        else if (flag == "--batch") {
+            options.batches.clear();
+            for (const std::string& part : split(value)) options.batches.push_back(std::atoll(part.c_str()));
+        } else if (flag == "--steps") options.steps = std::atoll(value.c_str());
+        else if (flag == "--repeats") options.repeats = std::atoi(value.c_str());
+        else if (flag == "--threads") options.threads = std::atoi(value.c_str());
+        else if (flag == "--json") options.json = value;
+        else usage(2);
+    }
+    if (options.backend != "cpu" && options.backend != "cuda") usage(2);
+    if (options.repeats < 1 || options.steps < 0) usage(2);
+    for (int64_t batch : options.batches)
+        if (batch <= 0) usage(2);
+    return options;
+}
+
+bool parse_precision(const std::string& name, mpt_precision& out) {
+    if (name == "fp32") out = MPT_PRECISION_FP32;
+    else if (name == "mixed-fp16") out = MPT_PRECISION_MIXED_FP16;
+    else if (name == "mixed-bf16") out = MPT_PRECISION_MIXED_BF16;
+    else if (name == "auto") out = MPT_PRECISION_AUTO;
+    else return false;
+    return true;
+}
+
+const char* precision_name(mpt_precision precision) {
+    switch (precision) {
+        case MPT_PRECISION_FP32: return "fp32";
+        case MPT_PRECISION_MIXED_FP16: return "mixed-fp16";
+        case MPT_PRECISION_MIXED_BF16: return "mixed-bf16";
+        default: return "auto";
+    }
+}
+
+void check(mpt_status status, const char* what) {
+    if (status == MPT_STATUS_OK) return;
+    std::fprintf(stderr, "mptrain-bench: %s: %s: %s\n", what, mpt_status_string(status), mpt_last_error());
+    std::exit(1);
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+int64_t default_steps(const Options& options, int64_t batch) {
+    if (options.steps > 0) return options.steps;
+    if (options.backend == "cuda") return 200;
+    return std::max<int64_t>(3, 4096 / batch);  // about 4096 samples per timed epoch on the CPU
+}
+
+Record run_one(const Options& options, const std::string& precision_text, int64_t batch,
+               const std::vector<uint8_t>& samples, const std::vector<int32_t>& labels, int64_t rows) {
+    mpt_precision precision;
+    if (!parse_precision(precision_text, precision)) usage(2);
+    mpt_context_options_t* context_options = nullptr;
+    check(mpt_context_options_create(&context_options), "context options");
+    check(mpt_context_options_set_backend(context_options, options.backend == "cuda" ? MPT_BACKEND_CUDA : MPT_BACKEND_CPU),
+          "backend");
+    check(mpt_context_options_set_threads(context_options, options.threads), "threads");
+    mpt_context_t* context = nullptr;
+    check(mpt_context_create(context_options, &context), "context");
+    mpt_context_options_destroy(context_options);
+
+    mpt_model_t* model = nullptr;
+    check(mpt_model_create(context, 3072, &model), "model");
+    check(mpt_model_add_dense(model, 3000, MPT_ACTIVATION_RELU), "dense 3000");
+    check(mpt_model_add_dense(model, 1000, MPT_ACTIVATION_RELU), "dense 1000");
+    check(mpt_model_add_dense(model, 10, MPT_ACTIVATION_SOFTMAX), "dense 10");
+    mpt_dataset_t* dataset = nullptr;
+    check(mpt_dataset_create_u8(context, samples.data(), rows, 3072, labels.data(), 10, 1.0f / 255.0f, 0.0f, &dataset),
+          "dataset");
+    mpt_trainer_options_t* trainer_options = nullptr;
+    check(mpt_trainer_options_create(&trainer_options), "trainer options");
+    check(mpt_trainer_options_set_precision(trainer_options, precision), "precision");
+    check(mpt_trainer_options_set_learning_rate(trainer_options, 0.01f), "learning rate");
+    mpt_trainer_t* trainer = nullptr;
+    check(mpt_trainer_create(model, trainer_options, &trainer), "trainer");
+    mpt_trainer_options_destroy(trainer_options);
+    mpt_precision resolved;
+    check(mpt_trainer_get_precision(trainer, &resolved), "precision");
+
+    const int64_t steps = rows / batch;
+    check(mpt_trainer_fit(trainer, dataset, 1, batch, 1), "warm-up epoch");
+    std::vector<double> per_step;
+    uint64_t allocations = 0;
+    for (int r = 0; r < options.repeats; ++r) {
+        const uint64_t before = mpt::testing::allocation_count();
+        const auto start = std::chrono::steady_clock::now();
+        check(mpt_trainer_fit(trainer, dataset, 1, batch, 1), "timed epoch");
+        per_step.push_back(seconds_since(start) * 1e6 / static_cast<double>(steps));
+        allocations += mpt::testing::allocation_count() - before;
+    }
+    std::sort(per_step.begin(), per_step.end());
+    size_t peak = 0;
+    check(mpt_context_get_memory(context, nullptr, &peak), "memory");
+
+    Record record;
+    record.backend = options.backend;
+    record.precision = precision_text;
+    record.resolved = precision_name(resolved);
+    record.batch = batch;
+    record.steps = steps;
+    record.us_per_step = per_step[per_step.size() / 2];
+    record.gemm_floor_us = options.backend == "cpu" ? measure_gemm_floor_us({3072, 3000, 1000, 10}, batch, 5) : -1.0;
+    record.allocations_per_step = static_cast<double>(allocations) / static_cast<double>(steps * options.repeats);
+    record.peak_bytes = peak;
+
+    mpt_trainer_destroy(trainer);
+    mpt_dataset_destroy(dataset);
+    mpt_model_destroy(model);
+    mpt_context_destroy(context);
+    return record;
+}
+
+void write_json(const std::string& path, const std::vector<Record>& records) {
+    std::FILE* file = std::fopen(path.c_str(), "w");
+    if (!file) {
+        std::fprintf(stderr, "mptrain-bench: cannot write %s\n", path.c_str());
+        std::exit(1);
+    }
+    std::fprintf(file, "[\n");
+    for (size_t i = 0; i < records.size(); ++i) {
+        const Record& r = records[i];
+        std::fprintf(file,
+                     "  {\"backend\": \"%s\", \"precision\": \"%s\", \"resolved_precision\": \"%s\", \"batch\": %lld, "
+                     "\"steps\": %lld, \"us_per_step\": %.1f, ",
+                     r.backend.c_str(), r.precision.c_str(), r.resolved.c_str(), static_cast<long long>(r.batch),
+                     static_cast<long long>(r.steps), r.us_per_step);
+        if (r.gemm_floor_us >= 0) std::fprintf(file, "\"gemm_floor_us\": %.1f, \"floor_ratio\": %.3f, ", r.gemm_floor_us, r.us_per_step / r.gemm_floor_us);
+        else std::fprintf(file, "\"gemm_floor_us\": null, \"floor_ratio\": null, ");
+        std::fprintf(file, "\"allocations_per_step\": %.3f, \"peak_bytes\": %zu}%s\n", r.allocations_per_step, r.peak_bytes,
+                     i + 1 < records.size() ? "," : "");
+    }
+    std::fprintf(file, "]\n");
+    std::fclose(file);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const Options options = parse(argc, argv);
+    std::printf("mptrain %s bench, backend %s, seed MLP 3072-3000-1000-10, SGD\n", mpt_version(), options.backend.c_str());
+    std::printf("%-7s %-11s %-11s %6s %6s %12s %12s %7s %11s %9s\n", "backend", "precision", "runs as", "batch", "steps",
+                "us/step", "gemm floor", "ratio", "allocs/step", "peak MB");
+    std::vector<Record> records;
+    std::mt19937 generator(7);
+    for (int64_t batch : options.batches) {
+        const int64_t rows = batch * default_steps(options, batch);
+        std::vector<uint8_t> samples(static_cast<size_t>(rows * 3072));
+        std::vector<int32_t> labels(static_cast<size_t>(rows));
+        for (auto& value : samples) value = static_cast<uint8_t>(generator());
+        for (auto& label : labels) label = static_cast<int32_t>(generator() % 10);
+        for (const std::string& precision : options.precisions) {
+            const Record r = run_one(options, precision, batch, samples, labels, rows);
+            char floor_text[32] = "-", ratio_text[32] = "-";
+            if (r.gemm_floor_us >= 0) {
+                std::snprintf(floor_text, sizeof floor_text, "%.0f", r.gemm_floor_us);
+                std::snprintf(ratio_text, sizeof ratio_text, "%.2fx", r.us_per_step / r.gemm_floor_us);
+            }
+            std::printf("%-7s %-11s %-11s %6lld %6lld %12.0f %12s %7s %11.2f %9.1f\n", r.backend.c_str(),
+                        r.precision.c_str(), r.resolved.c_str(), static_cast<long long>(r.batch),
+                        static_cast<long long>(r.steps), r.us_per_step, floor_text, ratio_text, r.allocations_per_step,
+                        static_cast<double>(r.peak_bytes) / (1 << 20));
+            std::fflush(stdout);
+            records.push_back(r);
+        }
+    }
+    if (!options.json.empty()) write_json(options.json, records);
+    return 0;
+}

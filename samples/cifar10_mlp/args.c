@@ -1,0 +1,249 @@
+/* Parses mptrain-cifar10's flags ("--flag value" or "--flag=value") into cli_options. */
+#include "args.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+void args_print_usage(FILE* stream, const char* program)
+{
+    fprintf(stream,
+            "Usage: %s [options]\n"
+            "\n"
+            "Trains and evaluates the CIFAR-10 MLP with mptrain: Flatten 32x32x3 -> Dense 3000 relu ->\n"
+            "Dense 1000 relu -> Dense 10 softmax, sparse categorical cross-entropy, SGD.\n"
+            "\n"
+            "Options:\n"
+            "  --data DIR         CIFAR-10 binary directory (cifar-10-batches-bin). Default:\n"
+            "                     $MPTRAIN_CIFAR10_DIR, else ./data/cifar-10-batches-bin\n"
+            "  --epochs N         epochs to train (default 1)\n"
+            "  --batch N          batch size (default 32)\n"
+            "  --precision P      fp32 | mixed-fp16 | mixed-bf16 | auto (default auto: bf16 on CUDA\n"
+            "                     cc >= 8.0, fp16 on 7.x, fp32 on the CPU)\n"
+            "  --lr X             SGD learning rate (default 0.01)\n"
+            "  --limit N          train on the first N training images only; 0 = all (default 0)\n"
+            "  --seed N           seed of weight initialisation and shuffling (default 42)\n"
+            "  --backend B        auto | cpu | cuda (default auto)\n"
+            "  --threads N        CPU compute threads; 0 = all cores (default 0)\n"
+            "  --json FILE        write the final metrics to FILE as a JSON object (with --compare:\n"
+            "                     {\"fp32\": {...}, \"mixed\": {...}})\n"
+            "  --compare          train fp32 and the mixed policy (the resolved --precision if it is\n"
+            "                     mixed, else mixed-bf16) from the same seed and compare them\n"
+            "  -h, --help         print this help and exit\n"
+            "\n"
+            "Without the data set the program warns and trains on a generated CIFAR-shaped set.\n"
+            "Get the real data with: scripts/get-cifar10.sh [DEST]  (unpacks to DEST/cifar-10-batches-bin)\n",
+            program);
+}
+
+const char* args_precision_name(mpt_precision precision)
+{
+    switch (precision) {
+    case MPT_PRECISION_FP32: return "fp32";
+    case MPT_PRECISION_MIXED_FP16: return "mixed-fp16";
+    case MPT_PRECISION_MIXED_BF16: return "mixed-bf16";
+    case MPT_PRECISION_AUTO: return "auto";
+    }
+    return "unknown";
+}
+
+const char* args_backend_name(mpt_backend backend)
+{
+    switch (backend) {
+    case MPT_BACKEND_AUTO: return "auto";
+    case MPT_BACKEND_CPU: return "cpu";
+    case MPT_BACKEND_CUDA: return "cuda";
+    }
+    return "unknown";
+}
+
+static int parse_int64(const char* text, int64_t min, int64_t max, int64_t* out)
+{
+    char* end = NULL;
+    long long value;
+    errno = 0;
+    value = strtoll(text, &end, 10);
+    if (text[0] == '\0' || *end != '\0' || errno == ERANGE || value < min || value > max)
+        return 0;
+    *out = (int64_t)value;
+    return 1;
+}
+
+static int parse_uint64(const char* text, uint64_t* out)
+{
+    char* end = NULL;
+    unsigned long long value;
+    if (text[0] < '0' || text[0] > '9') /* strtoull accepts "-1" and wraps it around */
+        return 0;
+    errno = 0;
+    value = strtoull(text, &end, 10);
+    if (*end != '\0' || errno == ERANGE)
+        return 0;
+    *out = (uint64_t)value;
+    return 1;
+}
+
+static int parse_learning_rate(const char* text, float* out)
+{
+    char* end = NULL;
+    double value;
+    errno = 0;
+    value = strtod(text, &end);
+    if (text[0] == '\0' || *end != '\0' || errno == ERANGE || !isfinite(value) || value <= 0.0
+        || value > 1e6)
+        return 0;
+    *out = (float)value;
+    return 1;
+}
+
+static int parse_precision(const char* text, mpt_precision* out)
+{
+    static const mpt_precision all[] = {MPT_PRECISION_FP32, MPT_PRECISION_MIXED_FP16,
+                                        MPT_PRECISION_MIXED_BF16, MPT_PRECISION_AUTO};
+    size_t i;
+    for (i = 0; i < sizeof all / sizeof all[0]; ++i) {
+        if (strcmp(text, args_precision_name(all[i])) == 0) {
+            *out = all[i];
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static int parse_backend(const char* text, mpt_backend* out)
+{
+    static const mpt_backend all[] = {MPT_BACKEND_AUTO, MPT_BACKEND_CPU, MPT_BACKEND_CUDA};
+    size_t i;
+    for (i = 0; i < sizeof all / sizeof all[0]; ++i) {
+        if (strcmp(text, args_backend_name(all[i])) == 0) {
+            *out = all[i];
+            return 1;
+        }
+    }
+    return 0;
+}
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static args_result usage_error(const char* program, const char* format, ...)
+{
+    va_list args;
+    fprintf(stderr, "error: ");
+    va_start(args, format);
+    vfprintf(stderr, format, args);
+    va_end(args);
+    fprintf(stderr, "\n\n");
+    args_print_usage(stderr, program);
+    return ARGS_ERROR;
+}
+
+/* Flags that take a value. */
+static int takes_value(const char* name)
+{
+    static const char* const names[] = {"data", "epochs", "batch", "precision", "lr",
+                                        "limit", "seed", "backend", "threads", "json"};
+    size_t i;
+    for (i = 0; i < sizeof names / sizeof names[0]; ++i)
+        if (strcmp(name, names[i]) == 0)
+            return 1;
+    return 0;
+}
+
+args_result args_parse(int argc, char** argv, cli_options* out)
+{
+    const char* program = argc > 0 && argv[0] != NULL ? argv[0] : "mptrain-cifar10";
+    cli_options options;
+    int i;
+
+    memset(&options, 0, sizeof options);
+    options.epochs = 1;
+    options.batch_size = 32;
+    options.precision = MPT_PRECISION_AUTO;
+    options.learning_rate = 0.01f;
+    options.limit = 0;
+    options.seed = 42;
+    options.backend = MPT_BACKEND_AUTO;
+
+    for (i = 1; i < argc; ++i) {
+        const char* arg = argv[i];
+        char name[32];
+        const char* value = NULL;
+        const char* equals;
+        size_t name_length;
+
+        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+            args_print_usage(stdout, program);
+            return ARGS_HELP;
+        }
+        if (strncmp(arg, "--", 2) != 0 || arg[2] == '\0')
+            return usage_error(program, "unexpected argument '%s'", arg);
+
+        equals = strchr(arg + 2, '=');
+        name_length = equals != NULL ? (size_t)(equals - (arg + 2)) : strlen(arg + 2);
+        if (name_length >= sizeof name)
+            return usage_error(program, "unknown option '%s'", arg);
+        memcpy(name, arg + 2, name_length);
+        name[name_length] = '\0';
+
+        if (strcmp(name, "compare") == 0) {
+            if (equals != NULL)
+                return usage_error(program, "option '--%s' takes no value", name);
+            options.compare = 1;
+            continue;
+        }
+        if (!takes_value(name))
+            return usage_error(program, "unknown option '%s'", arg);
+        if (equals != NULL) {
+            value = equals + 1;
+        } else {
+            if (i + 1 >= argc)
+                return usage_error(program, "option '--%s' needs a value", name);
+            value = argv[++i];
+        }
+
+        if (strcmp(name, "data") == 0) {
+            if (value[0] == '\0')
+                return usage_error(program, "--data needs a directory");
+            options.data_directory = value;
+        } else if (strcmp(name, "epochs") == 0) {
+            if (!parse_int64(value, 1, 1000000, &options.epochs))
+                return usage_error(program, "--epochs must be an integer >= 1, not '%s'", value);
+        } else if (strcmp(name, "batch") == 0) {
+            if (!parse_int64(value, 1, 1 << 24, &options.batch_size))
+                return usage_error(program, "--batch must be an integer >= 1, not '%s'", value);
+        } else if (strcmp(name, "precision") == 0) {
+            if (!parse_precision(value, &options.precision))
+                return usage_error(program,
+                                   "--precision must be fp32, mixed-fp16, mixed-bf16 or auto, not '%s'",
+                                   value);
+        } else if (strcmp(name, "lr") == 0) {
+            if (!parse_learning_rate(value, &options.learning_rate))
+                return usage_error(program, "--lr must be a positive number, not '%s'", value);
+        } else if (strcmp(name, "limit") == 0) {
+            if (!parse_int64(value, 0, INT64_MAX, &options.limit))
+                return usage_error(program, "--limit must be an integer >= 0, not '%s'", value);
+        } else if (strcmp(name, "seed") == 0) {
+            if (!parse_uint64(value, &options.seed))
+                return usage_error(program, "--seed must be an integer >= 0, not '%s'", value);
+        } else if (strcmp(name, "backend") == 0) {
+            if (!parse_backend(value, &options.backend))
+                return usage_error(program, "--backend must be auto, cpu or cuda, not '%s'", value);
+        } else if (strcmp(name, "threads") == 0) {
+            int64_t threads = 0;
+            if (!parse_int64(value, 0, 65536, &threads))
+                return usage_error(program, "--threads must be an integer >= 0, not '%s'", value);
+            options.threads = (int)threads;
+            options.threads_given = 1;
+        } else if (strcmp(name, "json") == 0) {
+            if (value[0] == '\0')
+                return usage_error(program, "--json needs a file name");
+            options.json_path = value;
+        }
+    }
+
+    *out = options;
+    return ARGS_RUN;
+}

@@ -1,0 +1,39 @@
+/* Command-line options of mptrain-cifar10 and the names used for precisions and backends. */
+#ifndef CIFAR10_ARGS_H
+#define CIFAR10_ARGS_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include <mptrain/mptrain.h>
+
+typedef struct cli_options {
+    const char* data_directory; /* --data; NULL: $MPTRAIN_CIFAR10_DIR, else the default */
+    int64_t epochs;
+    int64_t batch_size;
+    mpt_precision precision;
+    float learning_rate;
+    int64_t limit;              /* first N training images; 0 = all */
+    uint64_t seed;
+    mpt_backend backend;
+    int threads;                /* 0 = all cores */
+    int threads_given;          /* --threads appeared: pass it on, else keep the library default */
+    const char* json_path;      /* --json; NULL = no file */
+    int compare;
+} cli_options;
+
+typedef enum args_result {
+    ARGS_RUN = 0,  /* options are valid: run */
+    ARGS_HELP = 1, /* --help printed the usage to stdout: exit 0 */
+    ARGS_ERROR = 2 /* a message and the usage went to stderr: exit 2 */
+} args_result;
+
+args_result args_parse(int argc, char** argv, cli_options* out);
+void args_print_usage(FILE* stream, const char* program);
+
+/* "fp32", "mixed-fp16", "mixed-bf16", "auto" (the --precision spellings). */
+const char* args_precision_name(mpt_precision precision);
+/* "auto", "cpu", "cuda" (the --backend spellings). */
+const char* args_backend_name(mpt_backend backend);
+
+#endif

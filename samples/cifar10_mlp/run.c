@@ -1,0 +1,188 @@
+/* Builds the CIFAR-10 MLP on a fresh context, trains it, evaluates it and times both. */
+#include "run.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "check.h"
+#include "progress.h"
+#include "timer.h"
+
+enum { IMAGE_FEATURES = 32 * 32 * 3, CLASSES = 10 };
+
+static void log_to_stderr(mpt_log_level level, const char* message, void* user_data)
+{
+    static const char* const names[] = {"debug", "info", "warning", "error"};
+    (void)user_data;
+    fflush(stdout);
+    fprintf(stderr, "mptrain %s: %s\n", (unsigned)level < 4 ? names[level] : "log", message);
+}
+
+static int open_context(const cli_options* options, mpt_context_t** out)
+{
+    mpt_context_options_t* context_options = NULL;
+    mpt_context_t* context = NULL;
+    int failed = 1;
+
+    CHECK_MPT(mpt_context_options_create(&context_options), "creating context options");
+    CHECK_MPT(mpt_context_options_set_backend(context_options, options->backend), "selecting backend %s",
+              args_backend_name(options->backend));
+    if (options->threads_given)
+        CHECK_MPT(mpt_context_options_set_threads(context_options, options->threads),
+                  "setting %d threads", options->threads);
+    CHECK_MPT(mpt_context_options_set_seed(context_options, options->seed), "setting seed %" PRIu64,
+              options->seed);
+    CHECK_MPT(mpt_context_options_set_log_callback(context_options, log_to_stderr, NULL),
+              "setting the log callback");
+    CHECK_MPT(mpt_context_options_set_log_level(context_options, MPT_LOG_LEVEL_WARNING),
+              "setting the log level");
+    CHECK_MPT(mpt_context_create(context_options, &context), "creating the context (backend %s)",
+              args_backend_name(options->backend));
+    *out = context;
+    failed = 0;
+
+done:
+    mpt_context_options_destroy(context_options);
+    return failed;
+}
+
+int run_resolve_precision(const cli_options* options, mpt_precision requested, mpt_precision* resolved,
+                          mpt_backend* backend)
+{
+    mpt_context_t* context = NULL;
+    mpt_precision precision = MPT_PRECISION_FP32;
+    mpt_backend context_backend = MPT_BACKEND_CPU;
+    int failed = 1;
+
+    if (open_context(options, &context) != 0)
+        return 1;
+    CHECK_MPT(mpt_context_resolve_precision(context, requested, &precision), "resolving precision %s",
+              args_precision_name(requested));
+    CHECK_MPT(mpt_context_get_backend(context, &context_backend), "reading the context's backend");
+    *resolved = precision;
+    *backend = context_backend;
+    failed = 0;
+
+done:
+    mpt_context_destroy(context);
+    return failed;
+}
+
+static void print_size(const char* label, size_t bytes)
+{
+    printf("%s%.1f MiB", label, (double)bytes / (1024.0 * 1024.0));
+}
+
+int run_training(const cli_options* options, mpt_precision precision, const data_source* data,
+                 run_result* result)
+{
+    mpt_context_t* context = NULL;
+    mpt_dataset_t* train_set = NULL;
+    mpt_dataset_t* test_set = NULL;
+    mpt_model_t* model = NULL;
+    mpt_trainer_options_t* trainer_options = NULL;
+    mpt_trainer_t* trainer = NULL;
+    progress progress_state;
+    run_result r;
+    mpt_status fit_status;
+    size_t planned_bytes = 0;
+    double start;
+    int failed = 1;
+
+    memset(&r, 0, sizeof r);
+    r.epochs = options->epochs;
+    r.batch_size = options->batch_size;
+
+    if (open_context(options, &context) != 0)
+        goto done;
+    if (data_open(context, data, options->limit, &train_set, &test_set) != 0)
+        goto done;
+    CHECK_MPT(mpt_dataset_get_rows(train_set, &r.train_rows), "reading the training set's size");
+    CHECK_MPT(mpt_dataset_get_rows(test_set, &r.test_rows), "reading the test set's size");
+
+    /* Flatten 32x32x3 is the input width: the datasets already hold each image as 3072 values. */
+    CHECK_MPT(mpt_model_create(context, IMAGE_FEATURES, &model), "creating the model");
+    CHECK_MPT(mpt_model_add_dense(model, 3000, MPT_ACTIVATION_RELU), "adding Dense(3000, relu)");
+    CHECK_MPT(mpt_model_add_dense(model, 1000, MPT_ACTIVATION_RELU), "adding Dense(1000, relu)");
+    CHECK_MPT(mpt_model_add_dense(model, CLASSES, MPT_ACTIVATION_SOFTMAX), "adding Dense(10, softmax)");
+
+    CHECK_MPT(mpt_trainer_options_create(&trainer_options), "creating trainer options");
+    CHECK_MPT(mpt_trainer_options_set_precision(trainer_options, precision), "setting precision %s",
+              args_precision_name(precision));
+    CHECK_MPT(mpt_trainer_options_set_loss(trainer_options, MPT_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY),
+              "setting the sparse categorical cross-entropy loss");
+    CHECK_MPT(mpt_trainer_options_set_optimizer(trainer_options, MPT_OPTIMIZER_SGD), "selecting SGD");
+    CHECK_MPT(mpt_trainer_options_set_learning_rate(trainer_options, options->learning_rate),
+              "setting learning rate %g", (double)options->learning_rate);
+    CHECK_MPT(mpt_trainer_create(model, trainer_options, &trainer), "creating the trainer (%s)",
+              args_precision_name(precision));
+    CHECK_MPT(mpt_trainer_get_precision(trainer, &r.precision), "reading the trainer's precision");
+    CHECK_MPT(mpt_context_get_backend(context, &r.backend), "reading the context's backend");
+    CHECK_MPT(mpt_model_get_parameter_count(model, &r.parameters), "counting the model's parameters");
+
+    printf("mptrain %s | backend %s | precision %s | model 3072-3000-1000-10, %" PRId64 " parameters\n",
+           mpt_version(), args_backend_name(r.backend), args_precision_name(r.precision), r.parameters);
+    printf("data %s: %" PRId64 " training / %" PRId64 " test images | batch %" PRId64 " | lr %g | seed %" PRIu64
+           " | epochs %" PRId64 "\n",
+           data_description(data), r.train_rows, r.test_rows, r.batch_size, (double)options->learning_rate,
+           options->seed, r.epochs);
+    fflush(stdout);
+
+    progress_init(&progress_state, trainer, options->epochs, progress_stdout_is_terminal());
+    CHECK_MPT(mpt_trainer_set_callbacks(trainer, progress_state.interactive ? progress_on_step : NULL,
+                                        progress_on_epoch_end, &progress_state),
+              "setting the progress callbacks");
+
+    progress_begin(&progress_state);
+    start = timer_seconds();
+    fit_status = mpt_trainer_fit(trainer, train_set, options->epochs, options->batch_size, 1);
+    r.train_seconds = timer_seconds() - start;
+    progress_end(&progress_state);
+    if (fit_status != MPT_STATUS_OK) {
+        if (progress_state.failed) {
+            fprintf(stderr, "%s\n", progress_state.failure);
+            goto done;
+        }
+        CHECK_MPT(fit_status, "training (%s, batch %" PRId64 ")", args_precision_name(r.precision),
+                  r.batch_size);
+    }
+    CHECK_MPT(mpt_trainer_get_progress(trainer, &r.steps, NULL), "reading the trainer's step count");
+    r.us_per_step = r.steps > 0 ? r.train_seconds * 1e6 / (double)r.steps : 0.0;
+    r.train_loss = progress_state.loss;
+    r.train_accuracy = progress_state.accuracy;
+    CHECK_MPT(mpt_trainer_get_loss_scale(trainer, &r.loss_scale, NULL, &r.skipped_steps),
+              "reading the loss scaler");
+    CHECK_MPT(mpt_trainer_get_memory(trainer, &planned_bytes, &r.arena_bytes), "reading the arena size");
+
+    start = timer_seconds();
+    CHECK_MPT(mpt_trainer_evaluate(trainer, test_set, 0, &r.test_loss, &r.test_accuracy),
+              "evaluating on the test set");
+    r.test_seconds = timer_seconds() - start;
+
+    printf("test: loss %.4f - accuracy %.4f (%" PRId64 " images)\n", (double)r.test_loss,
+           (double)r.test_accuracy, r.test_rows);
+    if (r.us_per_step >= 1000.0)
+        printf("time: train %.2f s (%" PRId64 " step%s, %.2f ms/step), test %.2f s", r.train_seconds, r.steps,
+               r.steps == 1 ? "" : "s", r.us_per_step * 1e-3, r.test_seconds);
+    else
+        printf("time: train %.2f s (%" PRId64 " step%s, %.1f us/step), test %.2f s", r.train_seconds, r.steps,
+               r.steps == 1 ? "" : "s", r.us_per_step, r.test_seconds);
+    print_size(" | arena ", r.arena_bytes);
+    if (r.precision == MPT_PRECISION_MIXED_FP16)
+        printf(" | loss scale %g, %" PRId64 " skipped steps", (double)r.loss_scale, r.skipped_steps);
+    printf("\n");
+    fflush(stdout);
+
+    *result = r;
+    failed = 0;
+
+done:
+    mpt_trainer_destroy(trainer);
+    mpt_trainer_options_destroy(trainer_options);
+    mpt_model_destroy(model);
+    mpt_dataset_destroy(train_set);
+    mpt_dataset_destroy(test_set);
+    mpt_context_destroy(context);
+    return failed;
+}

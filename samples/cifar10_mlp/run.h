@@ -1,0 +1,45 @@
+/* One training run of the CIFAR-10 MLP: a fresh context (so every run starts from the same seed),
+ * the data, the model, fit with progress, then evaluation on the test set, timed. */
+#ifndef CIFAR10_RUN_H
+#define CIFAR10_RUN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <mptrain/mptrain.h>
+
+#include "args.h"
+#include "data.h"
+
+typedef struct run_result {
+    mpt_precision precision;  /* resolved (never AUTO) */
+    mpt_backend backend;      /* never AUTO */
+    int64_t epochs;
+    int64_t batch_size;
+    int64_t steps;            /* optimizer steps taken by fit */
+    int64_t train_rows;
+    int64_t test_rows;
+    int64_t parameters;
+    float train_loss;         /* mean over the last epoch */
+    float train_accuracy;
+    float test_loss;
+    float test_accuracy;
+    double train_seconds;     /* wall time of mpt_trainer_fit */
+    double test_seconds;      /* wall time of mpt_trainer_evaluate */
+    double us_per_step;       /* train_seconds / steps, in microseconds */
+    size_t arena_bytes;       /* trainer arena allocated */
+    float loss_scale;
+    int64_t skipped_steps;    /* updates skipped for non-finite gradients */
+} run_result;
+
+/* The precision `requested` resolves to on the context the options describe, and its backend.
+ * Returns 0, or 1 after printing the error. */
+int run_resolve_precision(const cli_options* options, mpt_precision requested, mpt_precision* resolved,
+                          mpt_backend* backend);
+
+/* Trains and evaluates with `precision`, printing progress and a summary to stdout.
+ * Returns 0 and fills *result, or 1 after printing the error. */
+int run_training(const cli_options* options, mpt_precision precision, const data_source* data,
+                 run_result* result);
+
+#endif
