@@ -1,0 +1,239 @@
+// Gradient checks: every activation and every loss head of the CPU reference backend against
+// central finite differences of an independent double-precision forward pass written here.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "backend/backend.h"
+
+using namespace mpt;
+
+namespace {
+
+constexpr int64_t kRows = 3, kInputs = 5, kHidden = 4, kOutputs = 3;
+constexpr int64_t kPad = 8;  // every width padded to 8 as the executor does
+
+struct Net {
+    std::vector<double> w1 = std::vector<double>(kHidden * kInputs), b1 = std::vector<double>(kHidden);
+    std::vector<double> w2 = std::vector<double>(kOutputs * kHidden), b2 = std::vector<double>(kOutputs);
+    std::vector<double> x = std::vector<double>(kRows * kInputs);
+    std::vector<int32_t> labels = std::vector<int32_t>(kRows);
+    std::vector<double> targets = std::vector<double>(kRows * kOutputs);
+};
+
+double act(Activation a, double z) {
+    switch (a) {
+        case Activation::relu: return z > 0 ? z : 0;
+        case Activation::sigmoid: return 1 / (1 + std::exp(-z));
+        case Activation::tanh: return std::tanh(z);
+        default: return z;
+    }
+}
+
+double clip(double p) { return std::min(std::max(p, 1e-7), 1 - 1e-7); }
+
+// Mean loss over the batch in double precision, written from the loss definitions (Keras semantics).
+double reference_loss(const Net& net, Activation hidden, Activation head, LossKind loss) {
+    double total = 0;
+    for (int64_t r = 0; r < kRows; ++r) {
+        double a1[kHidden], z[kOutputs], y[kOutputs], t[kOutputs];
+        for (int64_t h = 0; h < kHidden; ++h) {
+            double sum = net.b1[h];
+            for (int64_t i = 0; i < kInputs; ++i) sum += net.w1[h * kInputs + i] * net.x[r * kInputs + i];
+            a1[h] = act(hidden, sum);
+        }
+        for (int64_t o = 0; o < kOutputs; ++o) {
+            double sum = net.b2[o];
+            for (int64_t h = 0; h < kHidden; ++h) sum += net.w2[o * kHidden + h] * a1[h];
+            z[o] = sum;
+            t[o] = loss == LossKind::sparse_categorical_crossentropy ? (net.labels[r] == o ? 1.0 : 0.0)
+                                                                      : net.targets[r * kOutputs + o];
+        }
+        if (head == Activation::softmax || head == Activation::linear) {
+            double m = z[0];
+            for (double v : z) m = std::max(m, v);
+            double s = 0;
+            for (double v : z) s += std::exp(v - m);
+            for (int64_t o = 0; o < kOutputs; ++o) y[o] = head == Activation::softmax ? std::exp(z[o] - m) / s : z[o];
+        } else {
+            for (int64_t o = 0; o < kOutputs; ++o) y[o] = act(head, z[o]);
+        }
+        const bool categorical =
+            loss == LossKind::sparse_categorical_crossentropy || loss == LossKind::categorical_crossentropy;
+        if (categorical && (head == Activation::softmax || head == Activation::linear)) {
+            double m = z[0];
+            for (double v : z) m = std::max(m, v);
+            double s = 0;
+            for (double v : z) s += std::exp(v - m);
+            for (int64_t o = 0; o < kOutputs; ++o) total += t[o] * (m + std::log(s) - z[o]);
+        } else if (categorical) {
+            double s = 0;
+            for (double v : y) s += v;
+            for (int64_t o = 0; o < kOutputs; ++o) total -= t[o] * std::log(clip(y[o] / s));
+        } else if (loss == LossKind::binary_crossentropy) {
+            for (int64_t o = 0; o < kOutputs; ++o) {
+                const double p = clip(y[o]);
+                total -= (t[o] * std::log(p) + (1 - t[o]) * std::log(1 - p)) / kOutputs;
+            }
+        } else {
+            for (int64_t o = 0; o < kOutputs; ++o) total += (y[o] - t[o]) * (y[o] - t[o]) / kOutputs;
+        }
+    }
+    return total / kRows;
+}
+
+std::vector<float> padded(const std::vector<double>& values, int64_t rows, int64_t columns, int64_t padded_columns) {
+    std::vector<float> out(static_cast<size_t>(rows * padded_columns), 0.0f);
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < columns; ++c) out[r * padded_columns + c] = static_cast<float>(values[r * columns + c]);
+    return out;
+}
+
+struct Gradients {
+    std::vector<float> w1, b1, w2, b2;  // padded layouts
+    double loss;
+};
+
+// One fp32 training step through the backend, returning the gradients the update saw.
+Gradients backend_gradients(Backend& backend, const Net& net, Activation hidden, Activation head, LossKind loss) {
+    std::vector<float> x = padded(net.x, kRows, kInputs, kPad);
+    std::vector<float> w1 = padded(net.w1, kHidden, kInputs, kPad), w2 = padded(net.w2, kOutputs, kHidden, kPad);
+    w1.resize(kPad * kPad, 0.0f);
+    w2.resize(kPad * kPad, 0.0f);
+    std::vector<float> b1 = padded(net.b1, 1, kHidden, kPad), b2 = padded(net.b2, 1, kOutputs, kPad);
+    std::vector<float> targets(net.targets.begin(), net.targets.end());
+    std::vector<float> a1(kRows * kPad), logits(kRows * kPad), dlogits(kRows * kPad), dz1(kRows * kPad);
+    double metrics[kMetricsCount] = {};
+    TrainState state = initial_train_state(LossScalerConfig{});
+
+    DenseForwardArgs f1{x.data(), w1.data(), b1.data(), a1.data(), nullptr, kRows, kPad, kPad, kHidden, hidden,
+                        DType::fp32, DType::fp32, DType::fp32};
+    backend.dense_forward(f1);
+    DenseForwardArgs f2{a1.data(), w2.data(), b2.data(), logits.data(), nullptr, kRows, kPad, kPad, kOutputs,
+                        Activation::linear, DType::fp32, DType::fp32, DType::fp32};
+    backend.dense_forward(f2);
+    LossHeadArgs h{};
+    h.logits = logits.data();
+    h.labels = loss == LossKind::sparse_categorical_crossentropy ? net.labels.data() : nullptr;
+    h.targets = loss == LossKind::sparse_categorical_crossentropy ? nullptr : targets.data();
+    h.logits_grad = dlogits.data();
+    h.state = &state;
+    h.metrics = metrics;
+    h.rows = kRows;
+    h.width = kPad;
+    h.classes = kOutputs;
+    h.activation = head;
+    h.loss = loss;
+    h.logits_grad_dtype = DType::fp32;
+    backend.loss_head(h);
+    DenseBackwardDataArgs d{dlogits.data(), w2.data(), a1.data(), nullptr, dz1.data(), kRows, kPad, kPad, hidden,
+                            DType::fp32, DType::fp32};
+    backend.dense_backward_data(d);
+
+    // SGD with momentum keeps the gradient in the scratch buffers: read them after the update.
+    OptimizerConfig optimizer;
+    optimizer.momentum = 0.5f;
+    Gradients result;
+    result.loss = metrics[kMetricBatchLoss];
+    auto update = [&](const float* dz, const float* input, std::vector<float>& w, std::vector<float>& b,
+                      std::vector<float>& gw, std::vector<float>& gb) {
+        gw.assign(kPad * kPad, NAN);
+        gb.assign(kPad, NAN);
+        std::vector<float> vw(kPad * kPad, 0.0f), vb(kPad, 0.0f);
+        DenseUpdateArgs u{};
+        u.output_grad = dz;
+        u.input = input;
+        u.weights = w.data();
+        u.bias = b.data();
+        u.weight_grad = gw.data();
+        u.bias_grad = gb.data();
+        u.weight_state[0] = vw.data();
+        u.bias_state[0] = vb.data();
+        u.rows = kRows;
+        u.in_features = kPad;
+        u.out_features = kPad;
+        u.compute_dtype = DType::fp32;
+        u.state = &state;
+        backend.dense_update(u, optimizer);
+    };
+    update(dlogits.data(), a1.data(), w2, b2, result.w2, result.b2);
+    update(dz1.data(), x.data(), w1, b1, result.w1, result.b1);
+    return result;
+}
+
+void check_against_finite_differences(Activation hidden, Activation head, LossKind loss) {
+    std::mt19937 generator(11);
+    std::uniform_real_distribution<double> uniform(-1.0, 1.0);
+    Net net;
+    for (auto* values : {&net.w1, &net.b1, &net.w2, &net.b2, &net.x})
+        for (double& v : *values) v = uniform(generator);
+    for (auto& label : net.labels) label = static_cast<int32_t>(generator() % kOutputs);
+    for (int64_t r = 0; r < kRows; ++r)
+        for (int64_t o = 0; o < kOutputs; ++o) {
+            double& t = net.targets[r * kOutputs + o];
+            if (loss == LossKind::categorical_crossentropy) t = (o == net.labels[r]) ? 1.0 : 0.0;
+            else if (loss == LossKind::binary_crossentropy) t = (uniform(generator) + 1) / 2;
+            else t = uniform(generator);
+        }
+    auto backend = create_cpu_backend(1);
+    const Gradients analytic = backend_gradients(*backend, net, hidden, head, loss);
+    CHECK(analytic.loss == doctest::Approx(reference_loss(net, hidden, head, loss)).epsilon(1e-5));
+
+    const double step = 1e-5;
+    auto check_parameter = [&](std::vector<double>& values, const std::vector<float>& grads, int64_t columns) {
+        for (size_t i = 0; i < values.size(); ++i) {
+            const double saved = values[i];
+            values[i] = saved + step;
+            const double up = reference_loss(net, hidden, head, loss);
+            values[i] = saved - step;
+            const double down = reference_loss(net, hidden, head, loss);
+            values[i] = saved;
+            const double numeric = (up - down) / (2 * step);
+            const int64_t row = static_cast<int64_t>(i) / columns, column = static_cast<int64_t>(i) % columns;
+            const double got = grads[static_cast<size_t>(row * kPad + column)];
+            CHECK(got == doctest::Approx(numeric).epsilon(2e-3).scale(1e-3));
+        }
+    };
+    check_parameter(net.w2, analytic.w2, kHidden);
+    check_parameter(net.b2, analytic.b2, kOutputs);
+    check_parameter(net.w1, analytic.w1, kInputs);
+    check_parameter(net.b1, analytic.b1, kHidden);
+    // Padded rows and columns carry exactly zero gradient, so padded weights stay zero.
+    for (int64_t o = 0; o < kPad; ++o)
+        for (int64_t h = 0; h < kPad; ++h)
+            if (o >= kOutputs || h >= kHidden) CHECK(analytic.w2[o * kPad + h] == 0.0f);
+    for (int64_t o = kOutputs; o < kPad; ++o) CHECK(analytic.b2[o] == 0.0f);
+}
+
+}  // namespace
+
+TEST_CASE("every hidden activation's gradient matches finite differences") {
+    for (Activation hidden : {Activation::relu, Activation::sigmoid, Activation::tanh, Activation::linear}) {
+        CAPTURE(activation_name(hidden));
+        check_against_finite_differences(hidden, Activation::softmax, LossKind::sparse_categorical_crossentropy);
+    }
+}
+
+TEST_CASE("sparse categorical cross-entropy gradients match finite differences for softmax and logits heads") {
+    check_against_finite_differences(Activation::tanh, Activation::softmax, LossKind::sparse_categorical_crossentropy);
+    check_against_finite_differences(Activation::tanh, Activation::linear, LossKind::sparse_categorical_crossentropy);
+}
+
+TEST_CASE("categorical cross-entropy gradients match finite differences, renormalised for non-softmax heads") {
+    check_against_finite_differences(Activation::tanh, Activation::softmax, LossKind::categorical_crossentropy);
+    check_against_finite_differences(Activation::tanh, Activation::sigmoid, LossKind::categorical_crossentropy);
+}
+
+TEST_CASE("binary cross-entropy gradients match finite differences for sigmoid and clipped heads") {
+    check_against_finite_differences(Activation::sigmoid, Activation::sigmoid, LossKind::binary_crossentropy);
+    check_against_finite_differences(Activation::tanh, Activation::softmax, LossKind::binary_crossentropy);
+}
+
+TEST_CASE("mean squared error gradients match finite differences through every head activation") {
+    for (Activation head : {Activation::linear, Activation::relu, Activation::sigmoid, Activation::tanh, Activation::softmax}) {
+        CAPTURE(activation_name(head));
+        check_against_finite_differences(Activation::sigmoid, head, LossKind::mean_squared_error);
+    }
+}
