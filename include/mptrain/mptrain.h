@@ -235,8 +235,9 @@ MPT_API mpt_status mpt_dataset_create_f32_targets(mpt_context_t* context, const 
                                                   mpt_dataset_t** out);
 /** Loads CIFAR-10 from the binary release's directory: `train` non-zero reads data_batch_1..5.bin
  *  (50,000 images), zero reads test_batch.bin (10,000). `limit` > 0 keeps only the first `limit`
- *  records. Each file must be exactly 30,730,000 bytes with labels 0..9, else
- *  MPT_STATUS_CORRUPT_DATA (or MPT_STATUS_IO_ERROR when missing). Scaled by 1/255. */
+ *  records and opens only the files they come from. Each file opened must be exactly 30,730,000
+ *  bytes and every label read must be 0..9, else MPT_STATUS_CORRUPT_DATA (MPT_STATUS_IO_ERROR when
+ *  a file is missing or unreadable). Samples stay uint8 and are scaled by 1/255 when batched. */
 MPT_API mpt_status mpt_dataset_load_cifar10(mpt_context_t* context, const char* directory, int train,
                                             int64_t limit, mpt_dataset_t** out);
 MPT_API void mpt_dataset_destroy(mpt_dataset_t* dataset);
@@ -277,10 +278,13 @@ MPT_API mpt_status mpt_trainer_options_set_loss_scaler_dynamics(mpt_trainer_opti
  * ------------------------------------------------------------------------------------------- */
 
 /** Per-step progress. Return non-zero to cancel fit (it then returns MPT_STATUS_CANCELLED).
- *  `loss` and `accuracy` are the running means of the epoch so far. */
+ *  `epoch` counts from 0 over the trainer's life; `step` runs from 1 to `steps_per_epoch` within it.
+ *  `loss` and `accuracy` are the running means of the epoch so far. Reading them costs the GPU
+ *  backend a wait for the step, so set this callback only when the numbers are shown. */
 typedef int (*mpt_progress_fn)(int64_t epoch, int64_t step, int64_t steps_per_epoch, float loss,
                                float accuracy, void* user_data);
-/** End of each epoch; return non-zero to stop training (fit returns MPT_STATUS_CANCELLED). */
+/** End of each epoch (`epoch` counts from 0); return non-zero to stop training (fit then returns
+ *  MPT_STATUS_CANCELLED). `loss` and `accuracy` are the epoch's means. */
 typedef int (*mpt_epoch_end_fn)(int64_t epoch, float loss, float accuracy, void* user_data);
 
 /** Creates a trainer for `model` (builds the model; keeps it alive). The arena is planned at the
