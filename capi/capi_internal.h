@@ -3,6 +3,7 @@
 // abort or exit crosses the ABI.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <new>
 #include <string>
@@ -31,6 +32,7 @@ struct mpt_trainer_options {
 };
 struct mpt_trainer {
     std::unique_ptr<mpt::Trainer> impl;
+    std::atomic<bool> busy{false};  // set while fit/step/evaluate/predict run
 };
 
 namespace mpt::capi {
@@ -50,6 +52,24 @@ auto& impl_of(Handle* handle, const char* name) {
     if (!handle->impl) fail(MPT_STATUS_INVALID_ARGUMENT, std::string(name) + " is not a live handle");
     return *handle->impl;
 }
+
+// Detects a trainer used by two threads at once, or re-entered from its own callback, and refuses
+// the second use instead of corrupting the first.
+class ExclusiveUse {
+public:
+    explicit ExclusiveUse(std::atomic<bool>& busy) : busy_(busy) {
+        bool expected = false;
+        if (!busy_.compare_exchange_strong(expected, true))
+            fail(MPT_STATUS_INVALID_STATE,
+                 "the trainer is already in use (by another thread, or this call came from its own callback)");
+    }
+    ~ExclusiveUse() { busy_.store(false); }
+    ExclusiveUse(const ExclusiveUse&) = delete;
+    ExclusiveUse& operator=(const ExclusiveUse&) = delete;
+
+private:
+    std::atomic<bool>& busy_;
+};
 
 }  // namespace mpt::capi
 

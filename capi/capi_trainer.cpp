@@ -159,6 +159,7 @@ mpt_status mpt_trainer_fit(mpt_trainer_t* trainer, const mpt_dataset_t* dataset,
                            int shuffle) {
     MPT_API_BEGIN
     mpt::Trainer& impl = impl_of(trainer, "trainer");
+    mpt::capi::ExclusiveUse exclusive(trainer->busy);
     const mpt::Dataset& data = impl_of(dataset, "dataset");
     impl.fit(data, epochs, batch_size, shuffle != 0);
     MPT_API_END
@@ -168,6 +169,7 @@ mpt_status mpt_trainer_step(mpt_trainer_t* trainer, const mpt_dataset_t* dataset
                             float* loss) {
     MPT_API_BEGIN
     mpt::Trainer& impl = impl_of(trainer, "trainer");
+    mpt::capi::ExclusiveUse exclusive(trainer->busy);
     const mpt::Dataset& data = impl_of(dataset, "dataset");
     const float batch_loss = impl.step(data, first, batch_size);
     if (loss) *loss = batch_loss;
@@ -178,6 +180,7 @@ mpt_status mpt_trainer_evaluate(mpt_trainer_t* trainer, const mpt_dataset_t* dat
                                 float* accuracy) {
     MPT_API_BEGIN
     mpt::Trainer& impl = impl_of(trainer, "trainer");
+    mpt::capi::ExclusiveUse exclusive(trainer->busy);
     const mpt::Dataset& data = impl_of(dataset, "dataset");
     const mpt::EvaluationResult result = impl.evaluate(data, batch_size);
     if (loss) *loss = result.loss;
@@ -189,6 +192,7 @@ mpt_status mpt_trainer_predict(mpt_trainer_t* trainer, const float* inputs, int6
                                int64_t out_count) {
     MPT_API_BEGIN
     mpt::Trainer& impl = impl_of(trainer, "trainer");
+    mpt::capi::ExclusiveUse exclusive(trainer->busy);
     require_pointer(inputs, "inputs");
     require_pointer(out, "out");
     require(rows > 0, MPT_STATUS_INVALID_ARGUMENT, "rows must be positive");

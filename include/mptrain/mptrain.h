@@ -10,7 +10,9 @@
  *  - No exception, abort or exit crosses this boundary; after an error every handle stays usable.
  *  - Threads: a handle is used by one thread at a time. Different contexts (and everything created
  *    from them) may be used from different threads in parallel. Functions marked "thread-safe" may
- *    be called from any thread at any time.
+ *    be called from any thread at any time. A trainer used by two threads at once is detected: the
+ *    second fit/step/evaluate/predict returns MPT_STATUS_INVALID_STATE. Other concurrent use of one
+ *    handle is undefined behaviour.
  *  - Sizes and counts are int64_t, byte counts size_t, strings UTF-8, booleans int (0 / non-zero).
  */
 #ifndef MPTRAIN_H
@@ -294,7 +296,9 @@ MPT_API mpt_status mpt_trainer_create(mpt_model_t* model, const mpt_trainer_opti
                                       mpt_trainer_t** out);
 MPT_API void mpt_trainer_destroy(mpt_trainer_t* trainer);
 /** Callbacks used by mpt_trainer_fit; either may be NULL. They run on the thread that called fit
- *  and may call other mptrain functions, but not fit or step on this trainer. */
+ *  and may call other mptrain functions, but not fit, step, evaluate or predict on this trainer
+ *  (those return MPT_STATUS_INVALID_STATE). A callback written in C++ that throws stops training:
+ *  fit returns MPT_STATUS_CANCELLED with the exception's message. */
 MPT_API mpt_status mpt_trainer_set_callbacks(mpt_trainer_t* trainer, mpt_progress_fn progress,
                                              mpt_epoch_end_fn epoch_end, void* user_data);
 /** Trains for `epochs` epochs in batches of `batch_size` (the last partial batch of an epoch is

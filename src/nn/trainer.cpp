@@ -24,6 +24,19 @@ LossScalerConfig resolve_scaler(const TrainerConfig& config, Model& model) {
     return scaler;
 }
 
+// Calls a host callback. A C++ host's callback may throw: that stops training with a clear status
+// instead of unwinding through the host's C frames with an unknown exception.
+template <typename Callback, typename... Args>
+int call_host(Callback callback, const char* which, Args... args) {
+    try {
+        return callback(args...);
+    } catch (const std::exception& error) {
+        fail(MPT_STATUS_CANCELLED, std::string("the ") + which + " callback threw: " + error.what());
+    } catch (...) {
+        fail(MPT_STATUS_CANCELLED, std::string("the ") + which + " callback threw an exception");
+    }
+}
+
 // Keeps the copy lane from writing into buffers after the call that started it has returned.
 class DrainOnExit {
 public:
@@ -178,7 +191,8 @@ void Trainer::fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bo
                 executor_.read_metrics(metrics);
                 const float mean_loss = static_cast<float>(metrics[kMetricLossSum] / static_cast<double>((s + 1) * batch_rows));
                 const float accuracy = static_cast<float>(metrics[kMetricCorrect] / std::max(1.0, metrics[kMetricCounted]));
-                if (callbacks_.progress(epochs_completed_, s + 1, steps, mean_loss, accuracy, callbacks_.user_data))
+                if (call_host(callbacks_.progress, "progress", epochs_completed_, s + 1, steps, mean_loss, accuracy,
+                              callbacks_.user_data))
                     fail(MPT_STATUS_CANCELLED, "training cancelled by the progress callback");
             }
         }
@@ -189,7 +203,8 @@ void Trainer::fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bo
         ++epochs_completed_;
         const float epoch_loss = static_cast<float>(metrics[kMetricLossSum] / static_cast<double>(steps * batch_rows));
         const float epoch_accuracy = static_cast<float>(metrics[kMetricCorrect] / std::max(1.0, metrics[kMetricCounted]));
-        if (callbacks_.epoch_end && callbacks_.epoch_end(epochs_completed_ - 1, epoch_loss, epoch_accuracy, callbacks_.user_data))
+        if (callbacks_.epoch_end && call_host(callbacks_.epoch_end, "epoch-end", epochs_completed_ - 1, epoch_loss,
+                                              epoch_accuracy, callbacks_.user_data))
             fail(MPT_STATUS_CANCELLED, "training stopped by the epoch-end callback");
     }
 }

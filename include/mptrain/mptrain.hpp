@@ -1,0 +1,440 @@
+/*
+ * mptrain.hpp — optional header-only C++17 wrapper over the C API (mptrain.h).
+ *
+ * Classes own their handles (move-only; the destructor calls mpt_*_destroy), every failing call
+ * throws mptrain::Error carrying the mpt_status and the mpt_last_error() message, and callbacks are
+ * std::function objects. It adds no symbols to libmptrain.so: the ABI stays the C one.
+ *
+ * Threads follow the C API: an object is used by one thread at a time, and objects created from one
+ * Context are not used from two threads at once; different contexts may run in parallel.
+ * An exception thrown by a callback cancels fit() and is rethrown from it.
+ */
+#ifndef MPTRAIN_HPP
+#define MPTRAIN_HPP
+
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mptrain/mptrain.h"
+
+namespace mptrain {
+
+/** Thrown by every wrapper call that fails: the C status and the library's message. */
+class Error : public std::runtime_error {
+public:
+    Error(mpt_status status, const std::string& message)
+        : std::runtime_error(std::string(mpt_status_string(status)) + ": " + message),
+          status_(status), message_(message) {}
+    mpt_status status() const noexcept { return status_; }
+    /** The library's message alone (what() also names the status). */
+    const std::string& message() const noexcept { return message_; }
+
+private:
+    mpt_status status_;
+    std::string message_;
+};
+
+namespace detail {
+
+inline void check(mpt_status status) {
+    if (status != MPT_STATUS_OK) throw Error(status, mpt_last_error());
+}
+
+template <typename T, void (*Destroy)(T*)>
+struct Deleter {
+    void operator()(T* handle) const noexcept { Destroy(handle); }
+};
+template <typename T, void (*Destroy)(T*)>
+using Owned = std::unique_ptr<T, Deleter<T, Destroy>>;
+
+// Kept alive by every object created from a context: the C context (and so its log callback) lives
+// as long as any of them.
+struct LogState {
+    std::function<void(mpt_log_level, const char*)> callback;
+    static void trampoline(mpt_log_level level, const char* message, void* user_data) noexcept {
+        auto* self = static_cast<LogState*>(user_data);
+        try {
+            if (self->callback) self->callback(level, message ? message : "");
+        } catch (...) {
+            // A log message must never unwind through C frames; it is dropped.
+        }
+    }
+};
+
+}  // namespace detail
+
+inline std::string version() { return mpt_version(); }
+inline int cuda_device_count() { return mpt_cuda_device_count(); }
+
+/** Options of a Context; chainable setters. */
+class ContextOptions {
+public:
+    ContextOptions() {
+        mpt_context_options_t* raw = nullptr;
+        detail::check(mpt_context_options_create(&raw));
+        handle_.reset(raw);
+    }
+    ContextOptions& backend(mpt_backend value) { detail::check(mpt_context_options_set_backend(get(), value)); return *this; }
+    ContextOptions& threads(int value) { detail::check(mpt_context_options_set_threads(get(), value)); return *this; }
+    ContextOptions& seed(uint64_t value) { detail::check(mpt_context_options_set_seed(get(), value)); return *this; }
+    ContextOptions& device(int value) { detail::check(mpt_context_options_set_device(get(), value)); return *this; }
+    ContextOptions& log_level(mpt_log_level value) { detail::check(mpt_context_options_set_log_level(get(), value)); return *this; }
+    ContextOptions& memory_budget(size_t bytes) { detail::check(mpt_context_options_set_memory_budget(get(), bytes)); return *this; }
+    /** The callback is copied into every Context created from these options. */
+    ContextOptions& log(std::function<void(mpt_log_level, const char*)> callback) {
+        log_ = std::move(callback);
+        return *this;
+    }
+    mpt_context_options_t* get() const noexcept { return handle_.get(); }
+    const std::function<void(mpt_log_level, const char*)>& log_callback() const noexcept { return log_; }
+
+private:
+    detail::Owned<mpt_context_options_t, mpt_context_options_destroy> handle_;
+    std::function<void(mpt_log_level, const char*)> log_;
+};
+
+class Context {
+public:
+    /** A context with default options (backend AUTO, seed 42). */
+    Context() : Context(nullptr) {}
+    explicit Context(const ContextOptions& options) : Context(&options) {}
+
+    mpt_backend backend() const {
+        mpt_backend out{};
+        detail::check(mpt_context_get_backend(get(), &out));
+        return out;
+    }
+    mpt_precision resolve_precision(mpt_precision requested) const {
+        mpt_precision out{};
+        detail::check(mpt_context_resolve_precision(get(), requested, &out));
+        return out;
+    }
+    /** {used, peak} arena bytes. */
+    std::pair<size_t, size_t> memory() const {
+        size_t used = 0, peak = 0;
+        detail::check(mpt_context_get_memory(get(), &used, &peak));
+        return {used, peak};
+    }
+    mpt_context_t* get() const noexcept { return handle_.get(); }
+    const std::shared_ptr<detail::LogState>& log_state() const noexcept { return log_; }
+
+private:
+    explicit Context(const ContextOptions* options) {
+        mpt_context_options_t* raw_options = options ? options->get() : nullptr;
+        if (options && options->log_callback()) {
+            log_ = std::make_shared<detail::LogState>();
+            log_->callback = options->log_callback();
+            detail::check(mpt_context_options_set_log_callback(raw_options, &detail::LogState::trampoline, log_.get()));
+        }
+        mpt_context_t* raw = nullptr;
+        const mpt_status status = mpt_context_create(raw_options, &raw);
+        // The options object is the caller's: do not leave it pointing at this context's state.
+        if (options && options->log_callback()) mpt_context_options_set_log_callback(raw_options, nullptr, nullptr);
+        detail::check(status);
+        handle_.reset(raw);
+    }
+
+    std::shared_ptr<detail::LogState> log_;  // declared first: outlives the handle
+    detail::Owned<mpt_context_t, mpt_context_destroy> handle_;
+};
+
+class Model {
+public:
+    Model(const Context& context, int64_t input_features) : log_(context.log_state()) {
+        mpt_model_t* raw = nullptr;
+        detail::check(mpt_model_create(context.get(), input_features, &raw));
+        handle_.reset(raw);
+    }
+    Model& add_dense(int64_t units, mpt_activation activation = MPT_ACTIVATION_LINEAR) {
+        detail::check(mpt_model_add_dense(get(), units, activation));
+        units_.push_back(units);
+        return *this;
+    }
+    Model& set_layer_dtype(int64_t layer, mpt_dtype dtype) {
+        detail::check(mpt_model_set_layer_dtype(get(), layer, dtype));
+        return *this;
+    }
+    int64_t layer_count() const { return query(mpt_model_get_layer_count); }
+    int64_t input_features() const { return query(mpt_model_get_input_features); }
+    int64_t output_features() const { return query(mpt_model_get_output_features); }
+    int64_t parameter_count() const { return query(mpt_model_get_parameter_count); }
+
+    /** Layer `layer`'s fp32 master weights ([units, inputs] row-major) and bias. */
+    std::pair<std::vector<float>, std::vector<float>> weights(int64_t layer) {
+        // The C API has no getter for a layer's width: this object remembers what it added.
+        if (layer < 0 || layer >= static_cast<int64_t>(units_.size()))
+            throw Error(MPT_STATUS_INVALID_ARGUMENT, "layer index " + std::to_string(layer) + " out of range [0, " +
+                                                         std::to_string(units_.size()) + ")");
+        const int64_t inputs = layer == 0 ? input_features() : units_[static_cast<size_t>(layer - 1)];
+        const int64_t units = units_[static_cast<size_t>(layer)];
+        std::vector<float> w(static_cast<size_t>(units * inputs)), b(static_cast<size_t>(units));
+        detail::check(mpt_model_get_weights(get(), layer, w.data(), static_cast<int64_t>(w.size()), b.data(),
+                                            static_cast<int64_t>(b.size())));
+        return {std::move(w), std::move(b)};
+    }
+    void set_weights(int64_t layer, const std::vector<float>& weights, const std::vector<float>& bias) {
+        detail::check(mpt_model_set_weights(get(), layer, weights.data(), static_cast<int64_t>(weights.size()),
+                                            bias.data(), static_cast<int64_t>(bias.size())));
+    }
+    /** fp32 forward pass; `inputs` holds whole rows of input_features() floats. */
+    std::vector<float> predict(const std::vector<float>& inputs) {
+        const int64_t rows = rows_of(inputs.size(), input_features());
+        std::vector<float> out(static_cast<size_t>(rows * output_features()));
+        detail::check(mpt_model_predict(get(), inputs.data(), rows, out.data(), static_cast<int64_t>(out.size())));
+        return out;
+    }
+    mpt_model_t* get() const noexcept { return handle_.get(); }
+    const std::shared_ptr<detail::LogState>& log_state() const noexcept { return log_; }
+
+    static int64_t rows_of(size_t values, int64_t width) {
+        if (width <= 0 || values == 0 || values % static_cast<size_t>(width) != 0)
+            throw Error(MPT_STATUS_SHAPE_MISMATCH, std::to_string(values) + " values are not whole rows of " +
+                                                       std::to_string(width));
+        return static_cast<int64_t>(values / static_cast<size_t>(width));
+    }
+
+private:
+    int64_t query(mpt_status (*getter)(const mpt_model_t*, int64_t*)) const {
+        int64_t out = 0;
+        detail::check(getter(get(), &out));
+        return out;
+    }
+    std::shared_ptr<detail::LogState> log_;
+    detail::Owned<mpt_model_t, mpt_model_destroy> handle_;
+    std::vector<int64_t> units_;
+};
+
+class Dataset {
+public:
+    /** float32 samples ([rows, features]) with int32 labels in [0, num_classes). */
+    static Dataset from_f32(const Context& context, const std::vector<float>& samples, int64_t features,
+                            const std::vector<int32_t>& labels, int32_t num_classes, bool check_finite = true) {
+        check_rows(samples.size(), features, labels.size());
+        mpt_dataset_t* raw = nullptr;
+        detail::check(mpt_dataset_create_f32(context.get(), samples.data(), static_cast<int64_t>(labels.size()), features,
+                                             labels.data(), num_classes, check_finite ? 1 : 0, &raw));
+        return Dataset(raw, context.log_state());
+    }
+    /** uint8 samples normalised as x * scale + offset. */
+    static Dataset from_u8(const Context& context, const std::vector<uint8_t>& samples, int64_t features,
+                           const std::vector<int32_t>& labels, int32_t num_classes, float scale = 1.0f / 255.0f,
+                           float offset = 0.0f) {
+        check_rows(samples.size(), features, labels.size());
+        mpt_dataset_t* raw = nullptr;
+        detail::check(mpt_dataset_create_u8(context.get(), samples.data(), static_cast<int64_t>(labels.size()), features,
+                                            labels.data(), num_classes, scale, offset, &raw));
+        return Dataset(raw, context.log_state());
+    }
+    /** float32 samples with float32 targets ([rows, target_width]). */
+    static Dataset from_f32_targets(const Context& context, const std::vector<float>& samples, int64_t features,
+                                    const std::vector<float>& targets, int64_t target_width, bool check_finite = true) {
+        const int64_t rows = Model::rows_of(samples.size(), features);
+        if (target_width <= 0 || targets.size() != static_cast<size_t>(rows * target_width))
+            throw Error(MPT_STATUS_SHAPE_MISMATCH, "targets must hold rows * target_width values");
+        mpt_dataset_t* raw = nullptr;
+        detail::check(mpt_dataset_create_f32_targets(context.get(), samples.data(), rows, features, targets.data(),
+                                                     target_width, check_finite ? 1 : 0, &raw));
+        return Dataset(raw, context.log_state());
+    }
+    static Dataset load_cifar10(const Context& context, const std::string& directory, bool train, int64_t limit = 0) {
+        mpt_dataset_t* raw = nullptr;
+        detail::check(mpt_dataset_load_cifar10(context.get(), directory.c_str(), train ? 1 : 0, limit, &raw));
+        return Dataset(raw, context.log_state());
+    }
+    int64_t rows() const {
+        int64_t out = 0;
+        detail::check(mpt_dataset_get_rows(get(), &out));
+        return out;
+    }
+    int64_t features() const {
+        int64_t out = 0;
+        detail::check(mpt_dataset_get_features(get(), &out));
+        return out;
+    }
+    mpt_dataset_t* get() const noexcept { return handle_.get(); }
+
+private:
+    Dataset(mpt_dataset_t* raw, std::shared_ptr<detail::LogState> log) : log_(std::move(log)), handle_(raw) {}
+    static void check_rows(size_t values, int64_t features, size_t labels) {
+        if (features <= 0 || labels == 0 || values != labels * static_cast<size_t>(features))
+            throw Error(MPT_STATUS_SHAPE_MISMATCH, "samples must hold labels.size() * features values (" +
+                                                       std::to_string(values) + " given for " +
+                                                       std::to_string(labels) + " labels)");
+    }
+    std::shared_ptr<detail::LogState> log_;
+    detail::Owned<mpt_dataset_t, mpt_dataset_destroy> handle_;
+};
+
+class TrainerOptions {
+public:
+    TrainerOptions() {
+        mpt_trainer_options_t* raw = nullptr;
+        detail::check(mpt_trainer_options_create(&raw));
+        handle_.reset(raw);
+    }
+    TrainerOptions& precision(mpt_precision value) { detail::check(mpt_trainer_options_set_precision(get(), value)); return *this; }
+    TrainerOptions& loss(mpt_loss value) { detail::check(mpt_trainer_options_set_loss(get(), value)); return *this; }
+    TrainerOptions& optimizer(mpt_optimizer value) { detail::check(mpt_trainer_options_set_optimizer(get(), value)); return *this; }
+    TrainerOptions& learning_rate(float value) { detail::check(mpt_trainer_options_set_learning_rate(get(), value)); return *this; }
+    TrainerOptions& momentum(float value, bool nesterov = false) {
+        detail::check(mpt_trainer_options_set_momentum(get(), value, nesterov ? 1 : 0));
+        return *this;
+    }
+    TrainerOptions& adam(float beta1, float beta2, float epsilon) {
+        detail::check(mpt_trainer_options_set_adam(get(), beta1, beta2, epsilon));
+        return *this;
+    }
+    TrainerOptions& weight_decay(float value) { detail::check(mpt_trainer_options_set_weight_decay(get(), value)); return *this; }
+    TrainerOptions& loss_scaling(mpt_loss_scaling mode, float initial_scale = 32768.0f) {
+        detail::check(mpt_trainer_options_set_loss_scaling(get(), mode, initial_scale));
+        return *this;
+    }
+    TrainerOptions& loss_scaler_dynamics(float growth_factor, float backoff_factor, int64_t growth_interval,
+                                         float min_scale, float max_scale) {
+        detail::check(mpt_trainer_options_set_loss_scaler_dynamics(get(), growth_factor, backoff_factor, growth_interval,
+                                                                   min_scale, max_scale));
+        return *this;
+    }
+    mpt_trainer_options_t* get() const noexcept { return handle_.get(); }
+
+private:
+    detail::Owned<mpt_trainer_options_t, mpt_trainer_options_destroy> handle_;
+};
+
+struct Evaluation {
+    float loss = 0.0f;
+    float accuracy = 0.0f;
+};
+
+struct LossScaleState {
+    float scale = 0.0f;
+    int64_t growth_tracker = 0;
+    int64_t skipped_steps = 0;
+};
+
+/** Arguments of the progress callback; loss and accuracy are running means of the epoch. */
+struct Progress {
+    int64_t epoch;
+    int64_t step;
+    int64_t steps_per_epoch;
+    float loss;
+    float accuracy;
+};
+
+class Trainer {
+public:
+    /** Return true to stop training (as the C callbacks' non-zero): fit then throws Error with
+     *  MPT_STATUS_CANCELLED. */
+    using ProgressCallback = std::function<bool(const Progress&)>;
+    using EpochEndCallback = std::function<bool(int64_t epoch, float loss, float accuracy)>;
+
+    explicit Trainer(const Model& model) : Trainer(model, nullptr) {}
+    Trainer(const Model& model, const TrainerOptions& options) : Trainer(model, options.get()) {}
+
+    /** Either callback may be empty. They run on the thread that calls fit(). */
+    void set_callbacks(ProgressCallback progress, EpochEndCallback epoch_end = {}) {
+        callbacks_->progress = std::move(progress);
+        callbacks_->epoch_end = std::move(epoch_end);
+        detail::check(mpt_trainer_set_callbacks(get(), callbacks_->progress ? &Callbacks::on_progress : nullptr,
+                                                callbacks_->epoch_end ? &Callbacks::on_epoch_end : nullptr,
+                                                callbacks_.get()));
+    }
+    void fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bool shuffle = true) {
+        callbacks_->error = nullptr;
+        const mpt_status status = mpt_trainer_fit(get(), dataset.get(), epochs, batch_size, shuffle ? 1 : 0);
+        if (callbacks_->error) std::rethrow_exception(std::exchange(callbacks_->error, nullptr));
+        detail::check(status);
+    }
+    /** One step on rows [first, first + batch_size); returns the batch's mean loss. */
+    float step(const Dataset& dataset, int64_t first, int64_t batch_size) {
+        float loss = 0.0f;
+        detail::check(mpt_trainer_step(get(), dataset.get(), first, batch_size, &loss));
+        return loss;
+    }
+    Evaluation evaluate(const Dataset& dataset, int64_t batch_size = 0) {
+        Evaluation result;
+        detail::check(mpt_trainer_evaluate(get(), dataset.get(), batch_size, &result.loss, &result.accuracy));
+        return result;
+    }
+    std::vector<float> predict(const std::vector<float>& inputs) {
+        const int64_t rows = Model::rows_of(inputs.size(), input_features_);
+        std::vector<float> out(static_cast<size_t>(rows * output_features_));
+        detail::check(mpt_trainer_predict(get(), inputs.data(), rows, out.data(), static_cast<int64_t>(out.size())));
+        return out;
+    }
+    mpt_precision precision() const {
+        mpt_precision out{};
+        detail::check(mpt_trainer_get_precision(get(), &out));
+        return out;
+    }
+    LossScaleState loss_scale() const {
+        LossScaleState state;
+        detail::check(mpt_trainer_get_loss_scale(get(), &state.scale, &state.growth_tracker, &state.skipped_steps));
+        return state;
+    }
+    /** {optimizer steps, completed epochs}. */
+    std::pair<int64_t, int64_t> progress() const {
+        int64_t steps = 0, epochs = 0;
+        detail::check(mpt_trainer_get_progress(get(), &steps, &epochs));
+        return {steps, epochs};
+    }
+    /** {planned, allocated} arena bytes. */
+    std::pair<size_t, size_t> memory() const {
+        size_t planned = 0, allocated = 0;
+        detail::check(mpt_trainer_get_memory(get(), &planned, &allocated));
+        return {planned, allocated};
+    }
+    mpt_trainer_t* get() const noexcept { return handle_.get(); }
+
+private:
+    // Heap-allocated so that the pointer given to C stays valid when the Trainer is moved.
+    struct Callbacks {
+        ProgressCallback progress;
+        EpochEndCallback epoch_end;
+        std::exception_ptr error;
+        static int on_progress(int64_t epoch, int64_t step, int64_t steps, float loss, float accuracy,
+                               void* user_data) noexcept {
+            auto* self = static_cast<Callbacks*>(user_data);
+            try {
+                return self->progress(Progress{epoch, step, steps, loss, accuracy}) ? 1 : 0;
+            } catch (...) {
+                self->error = std::current_exception();
+                return 1;
+            }
+        }
+        static int on_epoch_end(int64_t epoch, float loss, float accuracy, void* user_data) noexcept {
+            auto* self = static_cast<Callbacks*>(user_data);
+            try {
+                return self->epoch_end(epoch, loss, accuracy) ? 1 : 0;
+            } catch (...) {
+                self->error = std::current_exception();
+                return 1;
+            }
+        }
+    };
+
+    Trainer(const Model& model, const mpt_trainer_options_t* options) : log_(model.log_state()) {
+        mpt_trainer_t* raw = nullptr;
+        detail::check(mpt_trainer_create(model.get(), options, &raw));
+        handle_.reset(raw);
+        input_features_ = model.input_features();
+        output_features_ = model.output_features();
+    }
+
+    std::shared_ptr<detail::LogState> log_;
+    std::unique_ptr<Callbacks> callbacks_ = std::make_unique<Callbacks>();  // outlives the handle
+    detail::Owned<mpt_trainer_t, mpt_trainer_destroy> handle_;
+    int64_t input_features_ = 0;
+    int64_t output_features_ = 0;
+};
+
+}  // namespace mptrain
+
+#endif /* MPTRAIN_HPP */

@@ -1,0 +1,156 @@
+// Threads and callbacks through the C API: separate contexts train in parallel to the same bits as
+// alone; a trainer used from two threads at once, or re-entered from its own callback, is refused;
+// callbacks that throw stop training with a status. Run under ThreadSanitizer by MPTRAIN_SANITIZE=thread.
+#include <doctest/doctest.h>
+
+#include <mptrain/mptrain.h>
+
+#include <cstring>
+#include <random>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+namespace {
+
+constexpr int64_t kRows = 256, kFeatures = 16, kClasses = 3;
+
+struct Data {
+    std::vector<float> samples = std::vector<float>(kRows * kFeatures);
+    std::vector<int32_t> labels = std::vector<int32_t>(kRows);
+    Data() {
+        std::mt19937 generator(21);
+        std::normal_distribution<float> normal(0.0f, 1.0f);
+        for (int64_t r = 0; r < kRows; ++r) {
+            labels[r] = static_cast<int32_t>(r % kClasses);
+            for (int64_t f = 0; f < kFeatures; ++f) samples[r * kFeatures + f] = normal(generator) + (f % kClasses == labels[r]);
+        }
+    }
+};
+
+struct Session {
+    mpt_context_t* context = nullptr;
+    mpt_model_t* model = nullptr;
+    mpt_dataset_t* dataset = nullptr;
+    mpt_trainer_t* trainer = nullptr;
+
+    explicit Session(const Data& data, int threads = 1) {
+        mpt_context_options_t* options = nullptr;
+        REQUIRE(mpt_context_options_create(&options) == MPT_STATUS_OK);
+        REQUIRE(mpt_context_options_set_backend(options, MPT_BACKEND_CPU) == MPT_STATUS_OK);
+        REQUIRE(mpt_context_options_set_threads(options, threads) == MPT_STATUS_OK);
+        REQUIRE(mpt_context_create(options, &context) == MPT_STATUS_OK);
+        mpt_context_options_destroy(options);
+        REQUIRE(mpt_model_create(context, kFeatures, &model) == MPT_STATUS_OK);
+        REQUIRE(mpt_model_add_dense(model, 32, MPT_ACTIVATION_RELU) == MPT_STATUS_OK);
+        REQUIRE(mpt_model_add_dense(model, kClasses, MPT_ACTIVATION_SOFTMAX) == MPT_STATUS_OK);
+        REQUIRE(mpt_dataset_create_f32(context, data.samples.data(), kRows, kFeatures, data.labels.data(), kClasses, 1,
+                                       &dataset) == MPT_STATUS_OK);
+        REQUIRE(mpt_trainer_create(model, nullptr, &trainer) == MPT_STATUS_OK);
+    }
+    ~Session() {
+        mpt_trainer_destroy(trainer);
+        mpt_dataset_destroy(dataset);
+        mpt_model_destroy(model);
+        mpt_context_destroy(context);
+    }
+    std::vector<float> weights() const {
+        std::vector<float> w(32 * kFeatures);
+        mpt_model_get_weights(model, 0, w.data(), static_cast<int64_t>(w.size()), nullptr, 0);
+        return w;
+    }
+};
+
+}  // namespace
+
+TEST_CASE("separate contexts train in parallel threads to the same bits as alone") {
+    Data data;
+    std::vector<float> alone;
+    {
+        Session session(data);
+        REQUIRE(mpt_trainer_fit(session.trainer, session.dataset, 3, 16, 1) == MPT_STATUS_OK);
+        alone = session.weights();
+    }
+    std::vector<std::vector<float>> results(4);
+    std::vector<mpt_status> statuses(4, MPT_STATUS_INTERNAL);
+    std::vector<std::thread> threads;
+    for (size_t t = 0; t < results.size(); ++t)
+        threads.emplace_back([&, t] {
+            mpt_context_t* context = nullptr;
+            mpt_context_options_t* options = nullptr;
+            mpt_context_options_create(&options);
+            mpt_context_options_set_backend(options, MPT_BACKEND_CPU);
+            mpt_context_options_set_threads(options, 1);
+            mpt_context_create(options, &context);
+            mpt_context_options_destroy(options);
+            mpt_model_t* model = nullptr;
+            mpt_model_create(context, kFeatures, &model);
+            mpt_model_add_dense(model, 32, MPT_ACTIVATION_RELU);
+            mpt_model_add_dense(model, kClasses, MPT_ACTIVATION_SOFTMAX);
+            mpt_dataset_t* dataset = nullptr;
+            mpt_dataset_create_f32(context, data.samples.data(), kRows, kFeatures, data.labels.data(), kClasses, 1, &dataset);
+            mpt_trainer_t* trainer = nullptr;
+            mpt_trainer_create(model, nullptr, &trainer);
+            statuses[t] = mpt_trainer_fit(trainer, dataset, 3, 16, 1);
+            results[t].resize(32 * kFeatures);
+            mpt_model_get_weights(model, 0, results[t].data(), static_cast<int64_t>(results[t].size()), nullptr, 0);
+            mpt_trainer_destroy(trainer);
+            mpt_dataset_destroy(dataset);
+            mpt_model_destroy(model);
+            mpt_context_destroy(context);
+        });
+    for (auto& thread : threads) thread.join();
+    for (size_t t = 0; t < results.size(); ++t) {
+        CHECK(statuses[t] == MPT_STATUS_OK);
+        CHECK(std::memcmp(results[t].data(), alone.data(), alone.size() * sizeof(float)) == 0);
+    }
+}
+
+namespace {
+
+struct Reentry {
+    Session* session;
+    mpt_status from_callback = MPT_STATUS_OK;
+    mpt_status from_other_thread = MPT_STATUS_OK;
+    bool tried = false;
+};
+
+int try_reentry(int64_t, int64_t, int64_t, float, float, void* user_data) {
+    auto* reentry = static_cast<Reentry*>(user_data);
+    if (reentry->tried) return 0;
+    reentry->tried = true;
+    float loss = 0.0f;
+    reentry->from_callback = mpt_trainer_step(reentry->session->trainer, reentry->session->dataset, 0, 16, &loss);
+    std::thread other([&] {
+        reentry->from_other_thread = mpt_trainer_evaluate(reentry->session->trainer, reentry->session->dataset, 0, nullptr, nullptr);
+    });
+    other.join();
+    return 0;
+}
+
+int throw_from_callback(int64_t, float, float, void*) { throw std::runtime_error("host failure"); }
+
+}  // namespace
+
+TEST_CASE("a trainer in use refuses a second use from its own callback or another thread") {
+    Data data;
+    Session session(data);
+    Reentry reentry{&session};
+    REQUIRE(mpt_trainer_set_callbacks(session.trainer, &try_reentry, nullptr, &reentry) == MPT_STATUS_OK);
+    CHECK(mpt_trainer_fit(session.trainer, session.dataset, 1, 16, 1) == MPT_STATUS_OK);
+    CHECK(reentry.from_callback == MPT_STATUS_INVALID_STATE);
+    CHECK(reentry.from_other_thread == MPT_STATUS_INVALID_STATE);
+    // Once fit has returned the trainer is free again.
+    float accuracy = 0.0f;
+    CHECK(mpt_trainer_evaluate(session.trainer, session.dataset, 0, nullptr, &accuracy) == MPT_STATUS_OK);
+}
+
+TEST_CASE("a callback that throws stops training with MPT_STATUS_CANCELLED and the trainer stays usable") {
+    Data data;
+    Session session(data);
+    REQUIRE(mpt_trainer_set_callbacks(session.trainer, nullptr, &throw_from_callback, nullptr) == MPT_STATUS_OK);
+    CHECK(mpt_trainer_fit(session.trainer, session.dataset, 2, 16, 1) == MPT_STATUS_CANCELLED);
+    CHECK(std::strstr(mpt_last_error(), "host failure") != nullptr);
+    REQUIRE(mpt_trainer_set_callbacks(session.trainer, nullptr, nullptr, nullptr) == MPT_STATUS_OK);
+    CHECK(mpt_trainer_fit(session.trainer, session.dataset, 1, 16, 1) == MPT_STATUS_OK);
+}
