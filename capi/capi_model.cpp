@@ -3,6 +3,7 @@
 
 #include "capi_internal.h"
 #include "nn/inference.h"
+#include "nn/model_file.h"
 
 using mpt::capi::impl_of;
 using mpt::capi::require_pointer;
@@ -137,6 +138,25 @@ mpt_status mpt_model_predict(mpt_model_t* model, const float* inputs, int64_t ro
     require(!impl.layers().empty(), MPT_STATUS_INVALID_STATE, "the model has no layers");
     require_count(out_count, rows * impl.output_features(), "output");
     mpt::predict_fp32(impl, inputs, rows, out);
+    MPT_API_END
+}
+
+mpt_status mpt_model_save(mpt_model_t* model, const char* path) {
+    MPT_API_BEGIN
+    mpt::Model& impl = impl_of(model, "model");
+    require_pointer(path, "path");
+    require(!impl.layers().empty(), MPT_STATUS_INVALID_STATE, "the model has no layers");
+    mpt::save_model(impl, path, "fp32");
+    MPT_API_END
+}
+
+mpt_status mpt_model_load(mpt_context_t* context, const char* path, mpt_model_t** out) {
+    MPT_API_BEGIN
+    impl_of(context, "context");
+    require_pointer(path, "path");
+    require_pointer(out, "out");
+    auto model = mpt::load_model(context->impl, path);
+    *out = new mpt_model{std::move(model)};
     MPT_API_END
 }
 

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "capi_internal.h"
+#include "nn/checkpoint.h"
 
 using mpt::capi::impl_of;
 using mpt::capi::require_pointer;
@@ -227,6 +228,42 @@ mpt_status mpt_trainer_get_progress(const mpt_trainer_t* trainer, int64_t* steps
     const mpt::Trainer& impl = impl_of(trainer, "trainer");
     if (steps) *steps = impl.state().steps;
     if (epochs) *epochs = impl.epochs_completed();
+    MPT_API_END
+}
+
+mpt_status mpt_trainer_save_checkpoint(mpt_trainer_t* trainer, const char* path) {
+    MPT_API_BEGIN
+    mpt::Trainer& impl = impl_of(trainer, "trainer");
+    mpt::capi::ExclusiveUse exclusive(trainer->busy);
+    require_pointer(path, "path");
+    mpt::save_checkpoint(impl, path);
+    MPT_API_END
+}
+
+mpt_status mpt_trainer_load_checkpoint(mpt_trainer_t* trainer, const char* path) {
+    MPT_API_BEGIN
+    mpt::Trainer& impl = impl_of(trainer, "trainer");
+    mpt::capi::ExclusiveUse exclusive(trainer->busy);
+    require_pointer(path, "path");
+    mpt::load_checkpoint(impl, path);
+    MPT_API_END
+}
+
+mpt_status mpt_trainer_set_checkpointing(mpt_trainer_t* trainer, const char* directory, int64_t every_steps,
+                                         int64_t every_epochs, int64_t keep_last) {
+    MPT_API_BEGIN
+    mpt::Trainer& impl = impl_of(trainer, "trainer");
+    mpt::capi::ExclusiveUse exclusive(trainer->busy);
+    mpt::CheckpointPolicy policy;
+    if (directory) {
+        policy.directory = directory;
+        policy.every_steps = every_steps;
+        policy.every_epochs = every_epochs;
+        policy.keep_last = keep_last;
+        require(every_steps > 0 || every_epochs > 0, MPT_STATUS_INVALID_ARGUMENT,
+                "give every_steps or every_epochs (> 0), or a NULL directory to turn checkpointing off");
+    }
+    impl.set_checkpointing(policy);
     MPT_API_END
 }
 

@@ -213,6 +213,18 @@ MPT_API mpt_status mpt_model_set_weights(mpt_model_t* model, int64_t layer, cons
 MPT_API mpt_status mpt_model_predict(mpt_model_t* model, const float* inputs, int64_t rows,
                                      float* out, int64_t out_count);
 
+/** Saves the architecture and fp32 weights as a .safetensors file (8-byte header length, JSON header
+ *  with architecture, precision and mptrain version in __metadata__, raw little-endian tensors
+ *  "layers.<i>.weight" [units, inputs] and "layers.<i>.bias", each checksummed with CRC32C), so the
+ *  weights also open in Python's safetensors or numpy. The write is atomic and durable: a crash
+ *  leaves the old file or the new one. Builds the model. MPT_STATUS_IO_ERROR when it cannot write. */
+MPT_API mpt_status mpt_model_save(mpt_model_t* model, const char* path);
+/** Loads a model written by mpt_model_save (or the model inside a training checkpoint). A truncated,
+ *  corrupted or malformed file gives MPT_STATUS_CORRUPT_DATA, a file from another major version
+ *  MPT_STATUS_UNSUPPORTED, a missing file MPT_STATUS_IO_ERROR; nothing is ever read out of bounds.
+ *  \param[out] out  new model (keeps `context` alive). */
+MPT_API mpt_status mpt_model_load(mpt_context_t* context, const char* path, mpt_model_t** out);
+
 /* ---------------------------------------------------------------------------------------------
  * Dataset: samples (uint8 or float32) with int32 labels or float targets
  * ------------------------------------------------------------------------------------------- */
@@ -325,6 +337,25 @@ MPT_API mpt_status mpt_trainer_get_loss_scale(const mpt_trainer_t* trainer, floa
                                               int64_t* growth_tracker, int64_t* skipped_steps);
 /** Optimizer steps taken (skipped updates included) and completed epochs. */
 MPT_API mpt_status mpt_trainer_get_progress(const mpt_trainer_t* trainer, int64_t* steps, int64_t* epochs);
+/** Writes a training checkpoint to `path` (atomically and durably, in the model file's format):
+ *  fp32 master weights, optimizer state, loss-scaler state, step and epoch counters, the position
+ *  inside the epoch with its row order, the shuffle generator's state and the epoch's running
+ *  metrics. Loading it into a trainer of the same architecture and options and calling fit continues
+ *  the run bit-exactly on the CPU backend. */
+MPT_API mpt_status mpt_trainer_save_checkpoint(mpt_trainer_t* trainer, const char* path);
+/** Restores a checkpoint. The whole file is validated before anything changes: a different
+ *  architecture gives MPT_STATUS_SHAPE_MISMATCH, different trainer options (precision, loss,
+ *  optimizer, loss scaler) MPT_STATUS_INVALID_ARGUMENT, another major version MPT_STATUS_UNSUPPORTED,
+ *  a damaged file MPT_STATUS_CORRUPT_DATA. If the checkpoint was taken inside an epoch, the next fit
+ *  on data of the same size, batch size and shuffling finishes that epoch first, in the saved order
+ *  (a fit interrupted by a callback continues the same way). */
+MPT_API mpt_status mpt_trainer_load_checkpoint(mpt_trainer_t* trainer, const char* path);
+/** Checkpoints automatically during fit, every `every_steps` optimizer steps and/or at the end of
+ *  every `every_epochs`-th epoch (0 = not on that trigger), as `directory`/checkpoint-<step>.safetensors,
+ *  keeping the newest `keep_last` (>= 1). `directory` must exist; NULL turns checkpointing off.
+ *  A failed write stops fit with MPT_STATUS_IO_ERROR and keeps the previous checkpoints. */
+MPT_API mpt_status mpt_trainer_set_checkpointing(mpt_trainer_t* trainer, const char* directory,
+                                                 int64_t every_steps, int64_t every_epochs, int64_t keep_last);
 /** Arena bytes of this trainer: planned for the current batch size, and allocated. */
 MPT_API mpt_status mpt_trainer_get_memory(const mpt_trainer_t* trainer, size_t* planned_bytes,
                                           size_t* allocated_bytes);

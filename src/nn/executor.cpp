@@ -97,7 +97,10 @@ void Executor::reserve_rows(int64_t rows) {
     require(rows > 0, MPT_STATUS_INVALID_ARGUMENT, "batch size must be positive");
     if (rows <= planned_rows_) return;
     backend_.scheduler().synchronize();  // the copy lane may still be filling the old arena
+    // Release first so the new plan fits where the old one was; if the new one fails (budget, out of
+    // memory) nothing is planned, and the next call plans again.
     step_arena_ = Arena();
+    planned_rows_ = 0;
 
     const auto& layers = model_.layers();
     const int layer_count = static_cast<int>(layers.size());
@@ -313,6 +316,10 @@ void Executor::write_state(const TrainState& state) { backend_.copy_to_device(st
 
 void Executor::read_metrics(double* metrics) const {
     backend_.copy_to_host(metrics, metrics_, kMetricsCount * sizeof(double));
+}
+
+void Executor::write_metrics(const double* metrics) {
+    backend_.copy_to_device(metrics_, metrics, kMetricsCount * sizeof(double));
 }
 
 void Executor::reset_metrics() { backend_.fill_zero(metrics_, kMetricsCount * sizeof(double)); }

@@ -58,6 +58,7 @@ public:
     void write_state(const TrainState& state);
     void read_metrics(double* metrics) const;  // kMetricsCount values
     void reset_metrics();
+    void write_metrics(const double* metrics);
     // Copies the last loss head's outputs (unpadded, [rows, classes]) to host memory.
     void read_outputs(float* host, int64_t rows) const;
     // Optimizer state arrays (padded parameter layout), for checkpoints.

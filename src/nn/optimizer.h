@@ -32,7 +32,7 @@ inline int optimizer_state_count(const OptimizerConfig& config) {
 struct OptimizerStepScalars {
     float inverse_scale;
     float step_size;        // lr, or lr * sqrt(1 - beta2^t) / (1 - beta1^t) for Adam
-    float epsilon_hat;      // epsilon * sqrt(1 - beta2^t), Keras's epsilon placement
+    float epsilon_hat;      // added to sqrt(v): Keras's epsilon as given
 };
 
 MPT_HOST_DEVICE OptimizerStepScalars optimizer_step_scalars(const OptimizerConfig& config, float loss_scale,
@@ -46,7 +46,7 @@ MPT_HOST_DEVICE OptimizerStepScalars optimizer_step_scalars(const OptimizerConfi
         const double correction1 = 1.0 - pow(static_cast<double>(config.beta1), t);
         const double correction2 = 1.0 - pow(static_cast<double>(config.beta2), t);
         scalars.step_size = static_cast<float>(config.learning_rate * sqrt(correction2) / correction1);
-        scalars.epsilon_hat = static_cast<float>(config.epsilon * sqrt(correction2));
+        // Keras's epsilon is the paper's "epsilon hat": added to sqrt(v) as it is.
     }
     return scalars;
 }

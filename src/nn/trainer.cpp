@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "nn/checkpoint.h"
 
 namespace mpt {
 
@@ -102,13 +103,18 @@ void Trainer::check_dataset(const Dataset& dataset) const {
 }
 
 void Trainer::prepare_order(int64_t rows, bool shuffle) {
-    Backend& backend = model_->context()->backend();
     order_host_.resize(static_cast<size_t>(rows));
     std::iota(order_host_.begin(), order_host_.end(), 0);
     if (shuffle)
         for (int64_t i = rows - 1; i > 0; --i)
             std::swap(order_host_[static_cast<size_t>(i)],
                       order_host_[static_cast<size_t>(shuffle_rng_.next_below(static_cast<uint64_t>(i) + 1))]);
+    order_is_identity_ = !shuffle;
+    upload_order(rows);
+}
+
+void Trainer::upload_order(int64_t rows) {
+    Backend& backend = model_->context()->backend();
     if (rows > order_capacity_) {
         backend.scheduler().synchronize();
         if (order_device_) backend.release(order_device_);
@@ -117,7 +123,6 @@ void Trainer::prepare_order(int64_t rows, bool shuffle) {
         order_capacity_ = rows;
     }
     backend.copy_to_device(order_device_, order_host_.data(), static_cast<size_t>(rows) * sizeof(int32_t));
-    order_is_identity_ = !shuffle;
 }
 
 void Trainer::run_gather(void* argument) {
@@ -152,16 +157,35 @@ void Trainer::fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bo
     const int64_t rows = dataset.rows();
     const int64_t batch_rows = std::min(batch_size, rows);
     const int64_t steps = rows / batch_rows;  // the last partial batch is dropped
+    // An epoch interrupted by a cancel or captured in a checkpoint is finished first, in its saved
+    // order, when fit continues with the same data geometry; otherwise it is abandoned.
+    bool resume = steps_into_epoch_ > 0 && rows == epoch_rows_ && batch_rows == last_batch_size_ && shuffle == shuffle_ &&
+                  static_cast<int64_t>(epoch_order_.size()) == rows;
+    if (steps_into_epoch_ > 0 && !resume)
+        model_->context()->log(MPT_LOG_LEVEL_INFO, "fit: the interrupted epoch is abandoned (other data, batch size or shuffling)");
     executor_.reserve_rows(batch_rows);
     last_batch_size_ = batch_rows;
+    shuffle_ = shuffle;
+    epoch_rows_ = rows;
     Scheduler& scheduler = model_->context()->backend().scheduler();
     const DatasetView view = dataset.device_view();
 
     for (int64_t epoch = 0; epoch < epochs; ++epoch) {
         DrainOnExit drain(scheduler);
-        prepare_order(rows, shuffle);
+        int64_t first_step = 0;
+        if (resume) {
+            order_host_ = epoch_order_;
+            order_is_identity_ = false;
+            upload_order(rows);
+            first_step = steps_into_epoch_;
+            resume = false;
+        } else {
+            prepare_order(rows, shuffle);
+            epoch_order_ = order_host_;
+            executor_.reset_metrics();
+            steps_into_epoch_ = 0;
+        }
         executor_.sync_weights();
-        executor_.reset_metrics();
         auto submit_gather = [&](int64_t step_index) {
             GatherTask& task = gather_tasks_[step_index % kBatchSlots];
             task = GatherTask{this, &dataset, view, step_index * batch_rows, batch_rows,
@@ -170,8 +194,8 @@ void Trainer::fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bo
             return scheduler.record(Lane::copy);
         };
         Event ready[kBatchSlots];
-        ready[0] = submit_gather(0);
-        for (int64_t s = 0; s < steps; ++s) {
+        if (first_step < steps) ready[first_step % kBatchSlots] = submit_gather(first_step);
+        for (int64_t s = first_step; s < steps; ++s) {
             const int slot = static_cast<int>(s % kBatchSlots);
             // The next batch's slot was last read by step s - 1, which the compute lane has finished
             // issuing; on a GPU the copy lane orders after it through this event.
@@ -183,6 +207,8 @@ void Trainer::fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bo
             scheduler.wait(Lane::compute, ready[slot]);
             step_task_ = StepTask{this, slot, batch_rows};
             scheduler.submit(Lane::compute, &Trainer::run_train_step, &step_task_);
+            steps_into_epoch_ = s + 1;
+            ++steps_taken_;
             if (model_->context()->backend().kind() == BackendKind::cpu || callbacks_.progress) {
                 check_finite_step(executor_.read_state());
             }
@@ -195,12 +221,15 @@ void Trainer::fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bo
                               callbacks_.user_data))
                     fail(MPT_STATUS_CANCELLED, "training cancelled by the progress callback");
             }
+            if (s + 1 < steps) checkpoint_if_due(false);
         }
         scheduler.synchronize();
         check_finite_step(executor_.read_state());
         double metrics[kMetricsCount];
         executor_.read_metrics(metrics);
         ++epochs_completed_;
+        steps_into_epoch_ = 0;
+        checkpoint_if_due(true);
         const float epoch_loss = static_cast<float>(metrics[kMetricLossSum] / static_cast<double>(steps * batch_rows));
         const float epoch_accuracy = static_cast<float>(metrics[kMetricCorrect] / std::max(1.0, metrics[kMetricCounted]));
         if (callbacks_.epoch_end && call_host(callbacks_.epoch_end, "epoch-end", epochs_completed_ - 1, epoch_loss,
@@ -218,13 +247,13 @@ float Trainer::step(const Dataset& dataset, int64_t first, int64_t batch_size) {
     last_batch_size_ = batch_size;
     if (!order_is_identity_ || static_cast<int64_t>(order_host_.size()) < dataset.rows()) prepare_order(dataset.rows(), false);
     executor_.sync_weights();
-    executor_.reset_metrics();
     Scheduler& scheduler = model_->context()->backend().scheduler();
     DrainOnExit drain(scheduler);
     gather_tasks_[0] = GatherTask{this, &dataset, dataset.device_view(), first, batch_size, 0};
     scheduler.submit(Lane::compute, &Trainer::run_gather, &gather_tasks_[0]);
     step_task_ = StepTask{this, 0, batch_size};
     scheduler.submit(Lane::compute, &Trainer::run_train_step, &step_task_);
+    ++steps_taken_;
     const TrainState state = executor_.read_state();
     check_finite_step(state);
     double metrics[kMetricsCount];
@@ -241,6 +270,9 @@ EvaluationResult Trainer::evaluate(const Dataset& dataset, int64_t batch_size) {
     executor_.reserve_rows(batch_rows);
     prepare_order(rows, false);
     executor_.sync_weights();
+    // Evaluation shares the metric accumulators with training: keep an interrupted epoch's.
+    double training_metrics[kMetricsCount];
+    executor_.read_metrics(training_metrics);
     executor_.reset_metrics();
     Scheduler& scheduler = model_->context()->backend().scheduler();
     DrainOnExit drain(scheduler);
@@ -254,6 +286,7 @@ EvaluationResult Trainer::evaluate(const Dataset& dataset, int64_t batch_size) {
     }
     double metrics[kMetricsCount];
     executor_.read_metrics(metrics);
+    executor_.write_metrics(training_metrics);
     return EvaluationResult{static_cast<float>(metrics[kMetricLossSum] / static_cast<double>(rows)),
                             static_cast<float>(metrics[kMetricCorrect] / std::max(1.0, metrics[kMetricCounted]))};
 }
@@ -271,6 +304,53 @@ void Trainer::predict(const float* inputs, int64_t rows, float* outputs) {
         executor_.loss_head(0, count, Executor::HeadMode::predict);
         executor_.read_outputs(outputs + first * classes, count);
     }
+}
+
+
+void Trainer::set_checkpointing(const CheckpointPolicy& policy) {
+    require(policy.every_steps >= 0 && policy.every_epochs >= 0, MPT_STATUS_INVALID_ARGUMENT,
+            "checkpoint intervals must be >= 0");
+    require(policy.keep_last >= 1, MPT_STATUS_INVALID_ARGUMENT, "keep_last must be >= 1");
+    checkpointing_ = policy;
+}
+
+void Trainer::checkpoint_if_due(bool epoch_ended) {
+    const CheckpointPolicy& policy = checkpointing_;
+    if (policy.directory.empty()) return;
+    const bool due = epoch_ended ? policy.every_epochs > 0 && epochs_completed_ % policy.every_epochs == 0
+                                 : policy.every_steps > 0 && steps_taken_ % policy.every_steps == 0;
+    if (!due) return;
+    write_rotating_checkpoint(*this, policy, steps_taken_);
+}
+
+TrainerSnapshot Trainer::snapshot() const {
+    model_->context()->backend().scheduler().synchronize();
+    TrainerSnapshot snapshot;
+    snapshot.state = executor_.read_state();
+    snapshot.epochs_completed = epochs_completed_;
+    snapshot.steps_into_epoch = steps_into_epoch_;
+    snapshot.batch_size = last_batch_size_;
+    snapshot.dataset_rows = epoch_rows_;
+    snapshot.shuffle = shuffle_;
+    snapshot.shuffle_rng = shuffle_rng_.state();
+    if (steps_into_epoch_ > 0) snapshot.epoch_order = epoch_order_;
+    executor_.read_metrics(snapshot.metrics);
+    return snapshot;
+}
+
+void Trainer::restore(const TrainerSnapshot& snapshot) {
+    model_->context()->backend().scheduler().synchronize();
+    executor_.write_state(snapshot.state);
+    executor_.write_metrics(snapshot.metrics);
+    epochs_completed_ = snapshot.epochs_completed;
+    steps_into_epoch_ = snapshot.steps_into_epoch;
+    steps_taken_ = snapshot.state.steps;
+    skipped_seen_ = snapshot.state.skipped_steps;
+    last_batch_size_ = snapshot.batch_size;
+    epoch_rows_ = snapshot.dataset_rows;
+    shuffle_ = snapshot.shuffle;
+    shuffle_rng_.set_state(snapshot.shuffle_rng);
+    epoch_order_ = snapshot.epoch_order;
 }
 
 }  // namespace mpt

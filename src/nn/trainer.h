@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/rng.h"
@@ -26,6 +27,27 @@ struct TrainerCallbacks {
     void* user_data = nullptr;
 };
 
+// Everything besides tensors that a checkpoint needs to resume training bit-exactly.
+struct TrainerSnapshot {
+    TrainState state{};
+    int64_t epochs_completed = 0;
+    int64_t steps_into_epoch = 0;  // > 0: fit resumes inside this epoch with `epoch_order`
+    int64_t batch_size = 0;
+    int64_t dataset_rows = 0;
+    bool shuffle = false;
+    Rng::State shuffle_rng{};
+    std::vector<int32_t> epoch_order;  // the interrupted epoch's row order (empty between epochs)
+    double metrics[kMetricsCount] = {};
+};
+
+// Automatic checkpoints during fit: directory/checkpoint-<step>.safetensors, newest `keep_last` kept.
+struct CheckpointPolicy {
+    std::string directory;  // empty: off
+    int64_t every_steps = 0;
+    int64_t every_epochs = 0;
+    int64_t keep_last = 1;
+};
+
 struct EvaluationResult {
     float loss;
     float accuracy;
@@ -37,6 +59,7 @@ public:
     ~Trainer();
 
     void set_callbacks(const TrainerCallbacks& callbacks) { callbacks_ = callbacks; }
+    void set_checkpointing(const CheckpointPolicy& policy);
     void fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bool shuffle);
     float step(const Dataset& dataset, int64_t first, int64_t batch_size);
     EvaluationResult evaluate(const Dataset& dataset, int64_t batch_size);
@@ -48,6 +71,13 @@ public:
     const Executor& executor() const { return executor_; }
     Executor& executor() { return executor_; }
     const std::shared_ptr<Model>& model() const { return model_; }
+    const TrainerConfig& config() const { return config_; }
+
+    // Training progress for checkpoints (the scheduler is drained first), and its restoration. An
+    // epoch interrupted inside (a cancel, or a checkpoint taken mid-epoch) is finished first by the
+    // next fit on data of the same geometry, in its saved order.
+    TrainerSnapshot snapshot() const;
+    void restore(const TrainerSnapshot& snapshot);
 
 private:
     struct GatherTask {
@@ -69,8 +99,11 @@ private:
     void check_dataset(const Dataset& dataset) const;
     // Writes the epoch's row order to backend memory (identity, or a fresh shuffle).
     void prepare_order(int64_t rows, bool shuffle);
+    void upload_order(int64_t rows);
     // Raises MPT_STATUS_NON_FINITE when a step without loss scaling met NaN/Inf (its update was skipped).
     void check_finite_step(const TrainState& state);
+    // Writes a checkpoint when the policy says so after this step or epoch.
+    void checkpoint_if_due(bool epoch_ended);
 
     std::shared_ptr<Model> model_;
     TrainerConfig config_;
@@ -83,6 +116,12 @@ private:
     bool order_is_identity_ = false;  // the identity covers any dataset up to order_host_.size() rows
     int64_t last_batch_size_ = 0;
     int64_t epochs_completed_ = 0;
+    int64_t steps_into_epoch_ = 0;
+    int64_t steps_taken_ = 0;  // host mirror of TrainState::steps
+    bool shuffle_ = false;
+    int64_t epoch_rows_ = 0;   // rows of the dataset of the current (or interrupted) epoch
+    std::vector<int32_t> epoch_order_;  // the current (or interrupted) epoch's row order
+    CheckpointPolicy checkpointing_;
     int64_t skipped_seen_ = 0;
     GatherTask gather_tasks_[kBatchSlots] = {};
     StepTask step_task_ = {};

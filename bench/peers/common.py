@@ -1,0 +1,47 @@
+"""Shared by the peer benchmarks: the seed MLP's shape and recipe, argument parsing, the timing
+summary and the JSON record format that bench/peers/summary.py reads."""
+import argparse
+import json
+import statistics
+
+LAYERS = (3072, 3000, 1000, 10)  # CIFAR-10 flattened -> 3000 relu -> 1000 relu -> 10 softmax
+LEARNING_RATE = 0.01
+BATCHES = (32, 256, 4096)
+
+
+def parse_args(description):
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--batch", default=",".join(str(b) for b in BATCHES), help="comma-separated batch sizes")
+    parser.add_argument("--steps", type=int, default=0, help="timed steps per repeat (0: chosen per batch size)")
+    parser.add_argument("--repeats", type=int, default=5, help="timed repeats; the median is reported")
+    parser.add_argument("--json", default="", help="write the records to this file")
+    args = parser.parse_args()
+    args.batches = [int(b) for b in args.batch.split(",") if b]
+    return args
+
+
+def steps_for(args, batch):
+    if args.steps > 0:
+        return args.steps
+    return 200 if batch <= 256 else 40
+
+
+def record(framework, variant, batch, per_step_us):
+    """One measurement: the median of the repeats' microseconds per step."""
+    return {
+        "framework": framework,
+        "variant": variant,
+        "batch": batch,
+        "us_per_step": round(statistics.median(per_step_us), 1),
+        "min_us_per_step": round(min(per_step_us), 1),
+        "repeats": len(per_step_us),
+    }
+
+
+def report(records, path):
+    for r in records:
+        print(f"{r['framework']:<8} {r['variant']:<22} batch {r['batch']:>5}  {r['us_per_step']:>10.1f} us/step "
+              f"(min {r['min_us_per_step']:.1f})", flush=True)
+    if path:
+        with open(path, "w") as f:
+            json.dump(records, f, indent=1)

@@ -1,0 +1,683 @@
+// The public C# API: Context, Model, Dataset, Trainer (IDisposable, each owning a SafeHandle).
+// Library failures throw MptException (status + message); null arguments ArgumentNullException; use
+// after Dispose ObjectDisposedException. Calls on objects of one Context are serialised by a lock,
+// so they may be shared between threads; different contexts run in parallel.
+using System;
+using System.Runtime.ExceptionServices;
+using System.Runtime.InteropServices;
+
+namespace Mptrain
+{
+    public static class Library
+    {
+        /// <summary>Version of the loaded libmptrain, e.g. "0.1.0".</summary>
+        public static string Version { get { return Utf8.FromNative(Native.mpt_version()); } }
+
+        public static int CudaDeviceCount { get { return Native.mpt_cuda_device_count(); } }
+    }
+
+    /// <summary>Options of a Context; null values keep the library's defaults.</summary>
+    public sealed class ContextOptions
+    {
+        public Backend? Backend { get; set; }
+        /// <summary>CPU compute threads; 0 = number of cores.</summary>
+        public int? Threads { get; set; }
+        public ulong? Seed { get; set; }
+        public int? Device { get; set; }
+        public LogLevel? LogLevel { get; set; }
+        /// <summary>Upper bound on the context's arena bytes; 0 = unlimited.</summary>
+        public ulong? MemoryBudget { get; set; }
+        /// <summary>Receives log messages on the calling thread; its exceptions are swallowed.</summary>
+        public Action<LogLevel, string> Log { get; set; }
+    }
+
+    public struct MemoryUsage
+    {
+        public ulong Used;
+        public ulong Peak;
+    }
+
+    /// <summary>Base of the owning wrappers: the handle, its context family, Dispose.</summary>
+    public abstract class NativeObject<THandle> : IDisposable where THandle : MptHandle
+    {
+        internal THandle handle;
+
+        internal NativeObject(THandle handle) { this.handle = handle; }
+
+        internal Family Family { get { return handle.Family; } }
+
+        /// <summary>The live handle, or ObjectDisposedException.</summary>
+        internal THandle Live
+        {
+            get
+            {
+                if (handle.IsClosed || handle.IsInvalid) throw new ObjectDisposedException(GetType().Name);
+                return handle;
+            }
+        }
+
+        public bool IsDisposed { get { return handle.IsClosed; } }
+
+        public void Dispose()
+        {
+            handle.Dispose();
+            GC.SuppressFinalize(this);
+        }
+
+        internal static T NotNull<T>(T value, string name) where T : class
+        {
+            if (value == null) throw new ArgumentNullException(name);
+            return value;
+        }
+    }
+
+    public sealed class Context : NativeObject<ContextHandle>
+    {
+        public Context() : this(null) { }
+
+        public Context(ContextOptions options) : base(Create(options)) { }
+
+        private static ContextHandle Create(ContextOptions options)
+        {
+            var family = new Family();
+            ContextOptionsHandle raw;
+            MptException.Check(Native.mpt_context_options_create(out raw));
+            using (raw)
+            {
+                if (options != null)
+                {
+                    if (options.Backend.HasValue) MptException.Check(Native.mpt_context_options_set_backend(raw, options.Backend.Value));
+                    if (options.Threads.HasValue) MptException.Check(Native.mpt_context_options_set_threads(raw, options.Threads.Value));
+                    if (options.Seed.HasValue) MptException.Check(Native.mpt_context_options_set_seed(raw, options.Seed.Value));
+                    if (options.Device.HasValue) MptException.Check(Native.mpt_context_options_set_device(raw, options.Device.Value));
+                    if (options.LogLevel.HasValue) MptException.Check(Native.mpt_context_options_set_log_level(raw, options.LogLevel.Value));
+                    if (options.MemoryBudget.HasValue)
+                        MptException.Check(Native.mpt_context_options_set_memory_budget(raw, new UIntPtr(options.MemoryBudget.Value)));
+                    if (options.Log != null)
+                    {
+                        family.Log = options.Log;
+                        family.LogHandle = GCHandle.ToIntPtr(GCHandle.Alloc(family));
+                        MptException.Check(Native.mpt_context_options_set_log_callback(raw, Family.LogThunk, family.LogHandle));
+                    }
+                }
+                ContextHandle context;
+                Status status = Native.mpt_context_create(raw, out context);
+                if (status != Status.Ok && family.LogHandle != IntPtr.Zero)
+                {
+                    GCHandle.FromIntPtr(family.LogHandle).Free();
+                    family.LogHandle = IntPtr.Zero;
+                }
+                MptException.Check(status);
+                context.Attach(family);
+                return context;
+            }
+        }
+
+        public Backend Backend
+        {
+            get
+            {
+                lock (Family.Sync)
+                {
+                    Backend backend;
+                    MptException.Check(Native.mpt_context_get_backend(Live, out backend));
+                    return backend;
+                }
+            }
+        }
+
+        public Precision ResolvePrecision(Precision requested)
+        {
+            lock (Family.Sync)
+            {
+                Precision precision;
+                MptException.Check(Native.mpt_context_resolve_precision(Live, requested, out precision));
+                return precision;
+            }
+        }
+
+        public MemoryUsage Memory
+        {
+            get
+            {
+                lock (Family.Sync)
+                {
+                    UIntPtr used, peak;
+                    MptException.Check(Native.mpt_context_get_memory(Live, out used, out peak));
+                    return new MemoryUsage { Used = used.ToUInt64(), Peak = peak.ToUInt64() };
+                }
+            }
+        }
+    }
+
+    public sealed class Model : NativeObject<ModelHandle>
+    {
+        private readonly System.Collections.Generic.List<long> units = new System.Collections.Generic.List<long>();
+        private readonly long inputFeatures;
+
+        public Model(Context context, long inputFeatures) : base(Create(context, inputFeatures))
+        {
+            this.inputFeatures = inputFeatures;
+        }
+
+        private static ModelHandle Create(Context context, long inputFeatures)
+        {
+            NotNull(context, "context");
+            lock (context.Family.Sync)
+            {
+                ModelHandle model;
+                MptException.Check(Native.mpt_model_create(context.Live, inputFeatures, out model));
+                model.Attach(context.Family);
+                return model;
+            }
+        }
+
+        /// <summary>Appends a Dense layer; returns this model, so calls chain.</summary>
+        public Model AddDense(long units, Activation activation)
+        {
+            lock (Family.Sync) MptException.Check(Native.mpt_model_add_dense(Live, units, activation));
+            this.units.Add(units); // the C API has no getter for a layer's width
+            return this;
+        }
+
+        public void SetLayerDType(int layer, DType dtype)
+        {
+            lock (Family.Sync) MptException.Check(Native.mpt_model_set_layer_dtype(Live, layer, dtype));
+        }
+
+        private delegate Status Getter(ModelHandle model, out long value);
+
+        private long Query(Getter getter)
+        {
+            lock (Family.Sync)
+            {
+                long value;
+                MptException.Check(getter(Live, out value));
+                return value;
+            }
+        }
+
+        public long LayerCount { get { return Query(Native.mpt_model_get_layer_count); } }
+        public long InputFeatures { get { return Query(Native.mpt_model_get_input_features); } }
+        public long OutputFeatures { get { return Query(Native.mpt_model_get_output_features); } }
+        public long ParameterCount { get { return Query(Native.mpt_model_get_parameter_count); } }
+
+        /// <summary>A layer's fp32 master weights (row-major [units, inputs]) and bias ([units]).</summary>
+        public void GetWeights(int layer, out float[] weights, out float[] bias)
+        {
+            if (layer < 0 || layer >= units.Count)
+                throw new MptException(Status.InvalidArgument, "layer index " + layer + " out of range [0, " + units.Count + ")");
+            long inputs = layer == 0 ? inputFeatures : units[layer - 1];
+            weights = new float[units[layer] * inputs];
+            bias = new float[units[layer]];
+            lock (Family.Sync)
+                MptException.Check(Native.mpt_model_get_weights(Live, layer, weights, weights.LongLength, bias, bias.LongLength));
+        }
+
+        /// <summary>Sets a layer's weights and bias; either may be null to keep it.</summary>
+        public void SetWeights(int layer, float[] weights, float[] bias)
+        {
+            lock (Family.Sync)
+                MptException.Check(Native.mpt_model_set_weights(Live, layer, weights, weights == null ? 0 : weights.LongLength,
+                                                                bias, bias == null ? 0 : bias.LongLength));
+        }
+
+        /// <summary>fp32 forward pass for whole rows of InputFeatures floats; returns rows * OutputFeatures.</summary>
+        public float[] Predict(float[] inputs)
+        {
+            long rows = Shape.Of(NotNull(inputs, "inputs").LongLength, inputFeatures, "inputs");
+            lock (Family.Sync)
+            {
+                var output = new float[rows * OutputFeatures];
+                MptException.Check(Native.mpt_model_predict(Live, inputs, rows, output, output.LongLength));
+                return output;
+            }
+        }
+    }
+
+    internal static class Shape
+    {
+        internal static long Of(long values, long width, string what)
+        {
+            if (width <= 0 || values == 0 || values % width != 0)
+                throw new MptException(Status.ShapeMismatch, what + " holds " + values + " values, not whole rows of " + width);
+            return values / width;
+        }
+    }
+
+    public sealed class Dataset : NativeObject<DatasetHandle>
+    {
+        private Dataset(DatasetHandle handle) : base(handle) { }
+
+        private delegate Status Creator(ContextHandle context, out DatasetHandle dataset);
+
+        private static Dataset Create(Context context, Creator create)
+        {
+            NotNull(context, "context");
+            lock (context.Family.Sync)
+            {
+                DatasetHandle dataset;
+                MptException.Check(create(context.Live, out dataset));
+                dataset.Attach(context.Family);
+                return new Dataset(dataset);
+            }
+        }
+
+        private static void CheckSamples(long values, long features, long rows)
+        {
+            if (features <= 0 || rows == 0 || values != rows * features)
+                throw new MptException(Status.ShapeMismatch,
+                    values + " sample values do not make " + rows + " rows of " + features + " features");
+        }
+
+        /// <summary>float32 samples (labels.Length rows of features) with labels in [0, numClasses).</summary>
+        public static Dataset FromF32(Context context, float[] samples, long features, int[] labels, int numClasses,
+                                      bool checkFinite = true)
+        {
+            NotNull(samples, "samples");
+            NotNull(labels, "labels");
+            CheckSamples(samples.LongLength, features, labels.LongLength);
+            return Create(context, (ContextHandle c, out DatasetHandle d) =>
+                Native.mpt_dataset_create_f32(c, samples, labels.LongLength, features, labels, numClasses, checkFinite ? 1 : 0, out d));
+        }
+
+        /// <summary>uint8 samples, normalised as x * scale + offset when batched.</summary>
+        public static Dataset FromU8(Context context, byte[] samples, long features, int[] labels, int numClasses,
+                                     float scale = 1.0f / 255.0f, float offset = 0.0f)
+        {
+            NotNull(samples, "samples");
+            NotNull(labels, "labels");
+            CheckSamples(samples.LongLength, features, labels.LongLength);
+            return Create(context, (ContextHandle c, out DatasetHandle d) =>
+                Native.mpt_dataset_create_u8(c, samples, labels.LongLength, features, labels, numClasses, scale, offset, out d));
+        }
+
+        /// <summary>float32 samples with float32 targets ([rows, targetWidth]).</summary>
+        public static Dataset FromTargets(Context context, float[] samples, long features, float[] targets, long targetWidth,
+                                          bool checkFinite = true)
+        {
+            NotNull(samples, "samples");
+            NotNull(targets, "targets");
+            long rows = Shape.Of(targets.LongLength, targetWidth, "targets");
+            CheckSamples(samples.LongLength, features, rows);
+            return Create(context, (ContextHandle c, out DatasetHandle d) =>
+                Native.mpt_dataset_create_f32_targets(c, samples, rows, features, targets, targetWidth, checkFinite ? 1 : 0, out d));
+        }
+
+        /// <summary>CIFAR-10 from the binary release's directory.</summary>
+        public static Dataset LoadCifar10(Context context, string directory, bool train, long limit = 0)
+        {
+            NotNull(directory, "directory");
+            IntPtr path = Utf8.ToNative(directory);
+            try
+            {
+                return Create(context, (ContextHandle c, out DatasetHandle d) =>
+                    Native.mpt_dataset_load_cifar10(c, path, train ? 1 : 0, limit, out d));
+            }
+            finally
+            {
+                Marshal.FreeHGlobal(path);
+            }
+        }
+
+        public long Rows
+        {
+            get
+            {
+                lock (Family.Sync)
+                {
+                    long value;
+                    MptException.Check(Native.mpt_dataset_get_rows(Live, out value));
+                    return value;
+                }
+            }
+        }
+
+        public long Features
+        {
+            get
+            {
+                lock (Family.Sync)
+                {
+                    long value;
+                    MptException.Check(Native.mpt_dataset_get_features(Live, out value));
+                    return value;
+                }
+            }
+        }
+    }
+
+    public struct LossScalerDynamics
+    {
+        public float GrowthFactor;
+        public float BackoffFactor;
+        public long GrowthInterval;
+        public float MinScale;
+        public float MaxScale;
+    }
+
+    /// <summary>Options of a Trainer; null values keep the library's defaults.</summary>
+    public sealed class TrainerOptions
+    {
+        public Precision? Precision { get; set; }
+        public Loss? Loss { get; set; }
+        public Optimizer? Optimizer { get; set; }
+        public float? LearningRate { get; set; }
+        public float? Momentum { get; set; }
+        public bool Nesterov { get; set; }
+        /// <summary>Adam's beta1, beta2 and epsilon, set together when Beta1 has a value.</summary>
+        public float? Beta1 { get; set; }
+        public float Beta2 { get; set; } = 0.999f;
+        public float Epsilon { get; set; } = 1e-7f;
+        public float? WeightDecay { get; set; }
+        public LossScaling? LossScaling { get; set; }
+        public float InitialScale { get; set; } = 32768.0f;
+        public LossScalerDynamics? LossScalerDynamics { get; set; }
+    }
+
+    public struct Evaluation
+    {
+        public float Loss;
+        public float Accuracy;
+    }
+
+    public struct LossScaleState
+    {
+        public float Scale;
+        public long GrowthTracker;
+        public long SkippedSteps;
+    }
+
+    public struct TrainingProgress
+    {
+        public long Steps;
+        public long Epochs;
+    }
+
+    public struct TrainerMemory
+    {
+        public ulong Planned;
+        public ulong Allocated;
+    }
+
+    /// <summary>Passed to the progress callback after each step of Fit; set Stop to end training.</summary>
+    public sealed class StepProgress
+    {
+        public long Epoch { get; internal set; }
+        public long Step { get; internal set; }
+        public long StepsPerEpoch { get; internal set; }
+        public float Loss { get; internal set; }
+        public float Accuracy { get; internal set; }
+        /// <summary>Set to true to stop Fit (it then throws MptException with Status.Cancelled).</summary>
+        public bool Stop { get; set; }
+    }
+
+    /// <summary>Passed to the epoch-end callback; set Stop to end training.</summary>
+    public sealed class EpochProgress
+    {
+        public long Epoch { get; internal set; }
+        public float Loss { get; internal set; }
+        public float Accuracy { get; internal set; }
+        public bool Stop { get; set; }
+    }
+
+    public sealed class Trainer : NativeObject<TrainerHandle>
+    {
+        // What C calls back into: reached through a GCHandle (the user data) that the TrainerHandle
+        // frees after mpt_trainer_destroy, so it lives exactly as long as C may call it.
+        private sealed class Callbacks
+        {
+            internal Action<StepProgress> Progress;
+            internal Action<EpochProgress> EpochEnd;
+            internal Exception Error;
+        }
+
+        private static readonly ProgressFn ProgressThunk = OnProgress;
+        private static readonly EpochEndFn EpochEndThunk = OnEpochEnd;
+
+        private readonly Callbacks callbacks;
+        private readonly long inputFeatures;
+        private readonly long outputFeatures;
+        private bool running;
+
+        public Trainer(Model model) : this(model, null) { }
+
+        public Trainer(Model model, TrainerOptions options) : base(Create(model, options))
+        {
+            callbacks = new Callbacks();
+            handle.CallbacksHandle = GCHandle.ToIntPtr(GCHandle.Alloc(callbacks));
+            inputFeatures = model.InputFeatures;
+            outputFeatures = model.OutputFeatures;
+        }
+
+        private static TrainerHandle Create(Model model, TrainerOptions options)
+        {
+            NotNull(model, "model");
+            TrainerOptionsHandle raw;
+            MptException.Check(Native.mpt_trainer_options_create(out raw));
+            using (raw)
+            {
+                if (options != null)
+                {
+                    if (options.Precision.HasValue) MptException.Check(Native.mpt_trainer_options_set_precision(raw, options.Precision.Value));
+                    if (options.Loss.HasValue) MptException.Check(Native.mpt_trainer_options_set_loss(raw, options.Loss.Value));
+                    if (options.Optimizer.HasValue) MptException.Check(Native.mpt_trainer_options_set_optimizer(raw, options.Optimizer.Value));
+                    if (options.LearningRate.HasValue) MptException.Check(Native.mpt_trainer_options_set_learning_rate(raw, options.LearningRate.Value));
+                    if (options.Momentum.HasValue)
+                        MptException.Check(Native.mpt_trainer_options_set_momentum(raw, options.Momentum.Value, options.Nesterov ? 1 : 0));
+                    if (options.Beta1.HasValue)
+                        MptException.Check(Native.mpt_trainer_options_set_adam(raw, options.Beta1.Value, options.Beta2, options.Epsilon));
+                    if (options.WeightDecay.HasValue) MptException.Check(Native.mpt_trainer_options_set_weight_decay(raw, options.WeightDecay.Value));
+                    if (options.LossScaling.HasValue)
+                        MptException.Check(Native.mpt_trainer_options_set_loss_scaling(raw, options.LossScaling.Value, options.InitialScale));
+                    if (options.LossScalerDynamics.HasValue)
+                    {
+                        LossScalerDynamics d = options.LossScalerDynamics.Value;
+                        MptException.Check(Native.mpt_trainer_options_set_loss_scaler_dynamics(
+                            raw, d.GrowthFactor, d.BackoffFactor, d.GrowthInterval, d.MinScale, d.MaxScale));
+                    }
+                }
+                lock (model.Family.Sync)
+                {
+                    TrainerHandle trainer;
+                    MptException.Check(Native.mpt_trainer_create(model.Live, raw, out trainer));
+                    trainer.Attach(model.Family);
+                    return trainer;
+                }
+            }
+        }
+
+        private static Callbacks From(IntPtr userData)
+        {
+            return (Callbacks)GCHandle.FromIntPtr(userData).Target;
+        }
+
+        private static int OnProgress(long epoch, long step, long steps, float loss, float accuracy, IntPtr userData)
+        {
+            Callbacks self = null;
+            try
+            {
+                self = From(userData);
+                if (self.Error != null || self.Progress == null) return self.Error != null ? 1 : 0;
+                var info = new StepProgress { Epoch = epoch, Step = step, StepsPerEpoch = steps, Loss = loss, Accuracy = accuracy };
+                self.Progress(info);
+                return info.Stop ? 1 : 0;
+            }
+            catch (Exception error)
+            {
+                if (self != null) self.Error = error; // rethrown by Fit; never unwinds into C
+                return 1;
+            }
+        }
+
+        private static int OnEpochEnd(long epoch, float loss, float accuracy, IntPtr userData)
+        {
+            Callbacks self = null;
+            try
+            {
+                self = From(userData);
+                if (self.Error != null || self.EpochEnd == null) return self.Error != null ? 1 : 0;
+                var info = new EpochProgress { Epoch = epoch, Loss = loss, Accuracy = accuracy };
+                self.EpochEnd(info);
+                return info.Stop ? 1 : 0;
+            }
+            catch (Exception error)
+            {
+                if (self != null) self.Error = error;
+                return 1;
+            }
+        }
+
+        /// <summary>Callbacks of Fit (either may be null). An exception thrown by one stops training
+        /// and is rethrown by Fit.</summary>
+        public void SetCallbacks(Action<StepProgress> progress, Action<EpochProgress> epochEnd = null)
+        {
+            lock (Family.Sync)
+            {
+                TrainerHandle live = Live;
+                callbacks.Progress = progress;
+                callbacks.EpochEnd = epochEnd;
+                MptException.Check(Native.mpt_trainer_set_callbacks(live, progress != null ? ProgressThunk : null,
+                                                                     epochEnd != null ? EpochEndThunk : null,
+                                                                     live.CallbacksHandle));
+            }
+        }
+
+        private DatasetHandle Use(Dataset dataset)
+        {
+            NotNull(dataset, "dataset");
+            if (running) throw new MptException(Status.InvalidState, "Fit and Step cannot be called from this trainer's callbacks");
+            return dataset.Live;
+        }
+
+        // Locks the trainer's and the dataset's families in Id order, so two threads cannot deadlock.
+        private object LockBoth(Dataset dataset, out object second)
+        {
+            Family a = Family, b = dataset.Family;
+            if (ReferenceEquals(a, b)) { second = null; return a.Sync; }
+            if (a.Id < b.Id) { second = b.Sync; return a.Sync; }
+            second = a.Sync;
+            return b.Sync;
+        }
+
+        private T WithDataset<T>(Dataset dataset, Func<DatasetHandle, T> call)
+        {
+            DatasetHandle data = Use(dataset);
+            object second;
+            object first = LockBoth(dataset, out second);
+            lock (first)
+            {
+                if (second == null) return call(data);
+                lock (second) return call(data);
+            }
+        }
+
+        /// <summary>Trains for `epochs` epochs in batches of `batchSize`.</summary>
+        public void Fit(Dataset dataset, long epochs, long batchSize, bool shuffle = true)
+        {
+            TrainerHandle live = Live;
+            Status status = WithDataset(dataset, data =>
+            {
+                callbacks.Error = null;
+                running = true;
+                try
+                {
+                    return Native.mpt_trainer_fit(live, data, epochs, batchSize, shuffle ? 1 : 0);
+                }
+                finally
+                {
+                    running = false;
+                }
+            });
+            Exception error = callbacks.Error;
+            callbacks.Error = null;
+            if (error != null) ExceptionDispatchInfo.Capture(error).Throw();
+            MptException.Check(status);
+            GC.KeepAlive(this);
+        }
+
+        /// <summary>One step on rows [first, first + batchSize); returns the batch's mean loss.</summary>
+        public float Step(Dataset dataset, long first, long batchSize)
+        {
+            TrainerHandle live = Live;
+            return WithDataset(dataset, data =>
+            {
+                float loss;
+                MptException.Check(Native.mpt_trainer_step(live, data, first, batchSize, out loss));
+                return loss;
+            });
+        }
+
+        public Evaluation Evaluate(Dataset dataset, long batchSize = 0)
+        {
+            TrainerHandle live = Live;
+            return WithDataset(dataset, data =>
+            {
+                float loss, accuracy;
+                MptException.Check(Native.mpt_trainer_evaluate(live, data, batchSize, out loss, out accuracy));
+                return new Evaluation { Loss = loss, Accuracy = accuracy };
+            });
+        }
+
+        /// <summary>Outputs of the last layer for whole rows of inputs, in the trainer's precision.</summary>
+        public float[] Predict(float[] inputs)
+        {
+            long rows = Shape.Of(NotNull(inputs, "inputs").LongLength, inputFeatures, "inputs");
+            var output = new float[rows * outputFeatures];
+            lock (Family.Sync) MptException.Check(Native.mpt_trainer_predict(Live, inputs, rows, output, output.LongLength));
+            return output;
+        }
+
+        public Precision Precision
+        {
+            get
+            {
+                lock (Family.Sync)
+                {
+                    Precision precision;
+                    MptException.Check(Native.mpt_trainer_get_precision(Live, out precision));
+                    return precision;
+                }
+            }
+        }
+
+        public LossScaleState LossScale
+        {
+            get
+            {
+                lock (Family.Sync)
+                {
+                    var state = new LossScaleState();
+                    MptException.Check(Native.mpt_trainer_get_loss_scale(Live, out state.Scale, out state.GrowthTracker, out state.SkippedSteps));
+                    return state;
+                }
+            }
+        }
+
+        public TrainingProgress Progress
+        {
+            get
+            {
+                lock (Family.Sync)
+                {
+                    var progress = new TrainingProgress();
+                    MptException.Check(Native.mpt_trainer_get_progress(Live, out progress.Steps, out progress.Epochs));
+                    return progress;
+                }
+            }
+        }
+
+        public TrainerMemory Memory
+        {
+            get
+            {
+                lock (Family.Sync)
+                {
+                    UIntPtr planned, allocated;
+                    MptException.Check(Native.mpt_trainer_get_memory(Live, out planned, out allocated));
+                    return new TrainerMemory { Planned = planned.ToUInt64(), Allocated = allocated.ToUInt64() };
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,93 @@
+// P/Invoke declarations of the C API (include/mptrain/mptrain.h), one per function, same names.
+// Handles travel as the SafeHandle subclasses of Handles.cs; _destroy functions take IntPtr because
+// only ReleaseHandle calls them. C int64_t is long, size_t is UIntPtr, enums are int-sized.
+using System;
+using System.Runtime.InteropServices;
+
+namespace Mptrain
+{
+    [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
+    internal delegate void LogFn(int level, IntPtr message, IntPtr userData);
+
+    [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
+    internal delegate int ProgressFn(long epoch, long step, long stepsPerEpoch, float loss, float accuracy, IntPtr userData);
+
+    [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
+    internal delegate int EpochEndFn(long epoch, float loss, float accuracy, IntPtr userData);
+
+    internal static class Native
+    {
+        internal const string Library = "mptrain";
+        private const CallingConvention Cdecl = CallingConvention.Cdecl;
+
+        // Version, status, errors
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern IntPtr mpt_version();
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern IntPtr mpt_status_string(Status status);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern IntPtr mpt_last_error();
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern int mpt_cuda_device_count();
+
+        // Context
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_context_options_create(out ContextOptionsHandle options);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern void mpt_context_options_destroy(IntPtr options);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_context_options_set_backend(ContextOptionsHandle options, Backend backend);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_context_options_set_threads(ContextOptionsHandle options, int threads);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_context_options_set_seed(ContextOptionsHandle options, ulong seed);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_context_options_set_device(ContextOptionsHandle options, int device);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_context_options_set_log_callback(ContextOptionsHandle options, LogFn callback, IntPtr userData);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_context_options_set_log_level(ContextOptionsHandle options, LogLevel level);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_context_options_set_memory_budget(ContextOptionsHandle options, UIntPtr bytes);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_context_create(ContextOptionsHandle options, out ContextHandle context);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern void mpt_context_destroy(IntPtr context);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_context_get_backend(ContextHandle context, out Backend backend);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_context_resolve_precision(ContextHandle context, Precision requested, out Precision precision);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_context_get_memory(ContextHandle context, out UIntPtr usedBytes, out UIntPtr peakBytes);
+
+        // Model
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_model_create(ContextHandle context, long inputFeatures, out ModelHandle model);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern void mpt_model_destroy(IntPtr model);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_model_add_dense(ModelHandle model, long units, Activation activation);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_model_set_layer_dtype(ModelHandle model, long layer, DType dtype);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_model_get_layer_count(ModelHandle model, out long count);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_model_get_input_features(ModelHandle model, out long count);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_model_get_output_features(ModelHandle model, out long count);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_model_get_parameter_count(ModelHandle model, out long count);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_model_get_weights(ModelHandle model, long layer, [Out] float[] weights, long weightCount, [Out] float[] bias, long biasCount);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_model_set_weights(ModelHandle model, long layer, [In] float[] weights, long weightCount, [In] float[] bias, long biasCount);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_model_predict(ModelHandle model, [In] float[] inputs, long rows, [Out] float[] output, long outCount);
+
+        // Dataset
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_dataset_create_u8(ContextHandle context, [In] byte[] samples, long rows, long features, [In] int[] labels, int numClasses, float scale, float offset, out DatasetHandle dataset);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_dataset_create_f32(ContextHandle context, [In] float[] samples, long rows, long features, [In] int[] labels, int numClasses, int checkFinite, out DatasetHandle dataset);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_dataset_create_f32_targets(ContextHandle context, [In] float[] samples, long rows, long features, [In] float[] targets, long targetWidth, int checkFinite, out DatasetHandle dataset);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_dataset_load_cifar10(ContextHandle context, IntPtr directoryUtf8, int train, long limit, out DatasetHandle dataset);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern void mpt_dataset_destroy(IntPtr dataset);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_dataset_get_rows(DatasetHandle dataset, out long rows);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_dataset_get_features(DatasetHandle dataset, out long features);
+
+        // Trainer options
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_create(out TrainerOptionsHandle options);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern void mpt_trainer_options_destroy(IntPtr options);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_set_precision(TrainerOptionsHandle options, Precision precision);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_set_loss(TrainerOptionsHandle options, Loss loss);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_set_optimizer(TrainerOptionsHandle options, Optimizer optimizer);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_set_learning_rate(TrainerOptionsHandle options, float learningRate);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_set_momentum(TrainerOptionsHandle options, float momentum, int nesterov);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_set_adam(TrainerOptionsHandle options, float beta1, float beta2, float epsilon);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_set_weight_decay(TrainerOptionsHandle options, float weightDecay);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_set_loss_scaling(TrainerOptionsHandle options, LossScaling mode, float initialScale);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_set_loss_scaler_dynamics(TrainerOptionsHandle options, float growthFactor, float backoffFactor, long growthInterval, float minScale, float maxScale);
+
+        // Trainer
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_create(ModelHandle model, TrainerOptionsHandle options, out TrainerHandle trainer);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern void mpt_trainer_destroy(IntPtr trainer);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_set_callbacks(TrainerHandle trainer, ProgressFn progress, EpochEndFn epochEnd, IntPtr userData);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_fit(TrainerHandle trainer, DatasetHandle dataset, long epochs, long batchSize, int shuffle);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_step(TrainerHandle trainer, DatasetHandle dataset, long first, long batchSize, out float loss);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_evaluate(TrainerHandle trainer, DatasetHandle dataset, long batchSize, out float loss, out float accuracy);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_predict(TrainerHandle trainer, [In] float[] inputs, long rows, [Out] float[] output, long outCount);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_get_precision(TrainerHandle trainer, out Precision precision);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_get_loss_scale(TrainerHandle trainer, out float scale, out long growthTracker, out long skippedSteps);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_get_progress(TrainerHandle trainer, out long steps, out long epochs);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_get_memory(TrainerHandle trainer, out UIntPtr plannedBytes, out UIntPtr allocatedBytes);
+    }
+}

@@ -1,0 +1,303 @@
+// Training through the C# API: fit, evaluate, predict, step, weights, options, callbacks, lifetimes.
+using System;
+using System.Collections.Generic;
+using System.Linq;
+using System.Threading;
+
+namespace Mptrain.Tests
+{
+    public static class TrainingTests
+    {
+        static readonly TrainerOptions Adam = new TrainerOptions { Optimizer = Optimizer.Adam, LearningRate = 0.01f };
+
+        [Test]
+        public static void FitLearnsSeparableBlobs()
+        {
+            float[] x; int[] y;
+            Data.Blobs(300, 1, out x, out y);
+            using (Context ctx = Data.CpuContext())
+            using (Model model = Data.Mlp(ctx))
+            using (Dataset data = Dataset.FromF32(ctx, x, Data.Features, y, Data.Classes))
+            using (var trainer = new Trainer(model, Adam))
+            {
+                Assert.Equal(300L, data.Rows, "rows");
+                Assert.Equal((long)Data.Features, data.Features, "features");
+                Evaluation before = trainer.Evaluate(data);
+                trainer.Fit(data, 5, 32);
+                Evaluation after = trainer.Evaluate(data);
+                Assert.True(after.Accuracy >= 0.95f, "accuracy " + after.Accuracy);
+                Assert.True(after.Loss < before.Loss, "loss fell");
+                Assert.Equal(5L * (300 / 32), trainer.Progress.Steps, "steps");
+                Assert.Equal(5L, trainer.Progress.Epochs, "epochs");
+                Assert.Equal(Precision.Fp32, trainer.Precision, "AUTO resolves to fp32 on the CPU");
+                Assert.True(trainer.Memory.Planned > 0 && trainer.Memory.Allocated >= trainer.Memory.Planned, "trainer memory");
+                Assert.Equal(Backend.Cpu, ctx.Backend, "backend");
+                Assert.True(ctx.Memory.Peak > 0, "context memory");
+                Assert.Equal(Precision.Fp32, ctx.ResolvePrecision(Precision.Auto), "resolved precision");
+            }
+        }
+
+        [Test]
+        public static void PredictGivesProbabilitiesOfTheRightClass()
+        {
+            float[] x; int[] y;
+            Data.Blobs(300, 2, out x, out y);
+            using (Context ctx = Data.CpuContext())
+            using (Model model = Data.Mlp(ctx))
+            using (Dataset data = Dataset.FromF32(ctx, x, Data.Features, y, Data.Classes))
+            using (var trainer = new Trainer(model, Adam))
+            {
+                trainer.Fit(data, 5, 32);
+                float[] points = { 2.5f, 0, 0, 2.5f, 0, 2.5f, 0, 0, 0, 0, 2.5f, 0 };
+                foreach (float[] output in new[] { trainer.Predict(points), model.Predict(points) })
+                {
+                    Assert.Equal(9, output.Length, "outputs");
+                    for (int row = 0; row < 3; row++)
+                    {
+                        float[] p = output.Skip(row * 3).Take(3).ToArray();
+                        Assert.True(Math.Abs(p.Sum() - 1.0f) < 1e-4f, "probabilities sum to 1");
+                        Assert.Equal(row, Array.IndexOf(p, p.Max()), "predicted class");
+                    }
+                }
+            }
+        }
+
+        [Test]
+        public static void WeightsRoundTripAndDrivePredict()
+        {
+            using (Context ctx = Data.CpuContext())
+            using (Model model = new Model(ctx, 3).AddDense(2, Activation.Linear))
+            {
+                model.SetWeights(0, new[] { 1.0f, 2.0f, 3.0f, -1.0f, 0.5f, 0.0f }, new[] { 0.5f, -0.5f });
+                float[] w, b;
+                model.GetWeights(0, out w, out b);
+                Assert.SequenceEqual(new[] { 1.0f, 2.0f, 3.0f, -1.0f, 0.5f, 0.0f }, w, "weights");
+                Assert.SequenceEqual(new[] { 0.5f, -0.5f }, b, "bias");
+                Assert.SequenceEqual(new[] { 6.5f, -1.0f }, model.Predict(new[] { 1.0f, 1.0f, 1.0f }), "W x + b by hand");
+                Assert.Equal(8L, model.ParameterCount, "parameters");
+                Assert.Equal(1L, model.LayerCount, "layers");
+            }
+        }
+
+        [Test]
+        public static void StepReturnsAFallingBatchLoss()
+        {
+            float[] x; int[] y;
+            Data.Blobs(120, 3, out x, out y);
+            using (Context ctx = Data.CpuContext())
+            using (Model model = Data.Mlp(ctx))
+            using (Dataset data = Dataset.FromF32(ctx, x, Data.Features, y, Data.Classes))
+            using (var trainer = new Trainer(model, new TrainerOptions { LearningRate = 0.1f }))
+            {
+                float[] losses = Enumerable.Range(0, 20).Select(_ => trainer.Step(data, 0, 60)).ToArray();
+                Assert.True(losses.All(l => !float.IsNaN(l) && !float.IsInfinity(l)), "finite losses");
+                Assert.True(losses[19] < losses[0], "loss fell: " + losses[0] + " -> " + losses[19]);
+            }
+        }
+
+        [Test]
+        public static void U8AndTargetDatasetsTrainWithOtherOptions()
+        {
+            float[] x; int[] y;
+            Data.Blobs(120, 4, out x, out y);
+            using (Context ctx = Data.CpuContext())
+            {
+                byte[] bytes = x.Select(v => (byte)Math.Max(0, Math.Min(255, v * 40 + 60))).ToArray();
+                using (Dataset u8 = Dataset.FromU8(ctx, bytes, Data.Features, y, Data.Classes))
+                    Assert.Equal(120L, u8.Rows, "u8 rows");
+                float[] oneHot = y.SelectMany(label => Enumerable.Range(0, 3).Select(c => c == label ? 1.0f : 0.0f)).ToArray();
+                using (Dataset targets = Dataset.FromTargets(ctx, x, Data.Features, oneHot, 3))
+                using (Model model = new Model(ctx, Data.Features).AddDense(8, Activation.Tanh).AddDense(3, Activation.Softmax))
+                using (var trainer = new Trainer(model, new TrainerOptions
+                {
+                    Loss = Loss.CategoricalCrossentropy, Optimizer = Optimizer.Sgd, LearningRate = 0.05f, Momentum = 0.9f, Nesterov = true,
+                }))
+                {
+                    trainer.Fit(targets, 3, 16);
+                    Assert.True(trainer.Evaluate(targets).Accuracy > 0.8f, "one-hot accuracy");
+                }
+                using (Dataset values = Dataset.FromTargets(ctx, x, Data.Features, y.Select(l => (float)l).ToArray(), 1))
+                using (Model regression = new Model(ctx, Data.Features).AddDense(1, Activation.Linear))
+                using (var trainer = new Trainer(regression, new TrainerOptions
+                {
+                    Loss = Loss.MeanSquaredError, Optimizer = Optimizer.AdamW, Beta1 = 0.9f, WeightDecay = 0.01f,
+                    Precision = Precision.Fp32, LossScaling = LossScaling.Off,
+                    LossScalerDynamics = new LossScalerDynamics { GrowthFactor = 2, BackoffFactor = 0.5f, GrowthInterval = 100, MinScale = 1, MaxScale = 65536 },
+                }))
+                {
+                    trainer.Fit(values, 2, 16, shuffle: false);
+                    Assert.Equal(0L, trainer.LossScale.SkippedSteps, "skipped steps");
+                }
+            }
+        }
+
+        [Test]
+        public static void CallbacksSeeEveryStepAndStopEndsTraining()
+        {
+            float[] x; int[] y;
+            Data.Blobs(300, 5, out x, out y);
+            using (Context ctx = Data.CpuContext())
+            using (Model model = Data.Mlp(ctx))
+            using (Dataset data = Dataset.FromF32(ctx, x, Data.Features, y, Data.Classes))
+            using (var trainer = new Trainer(model, Adam))
+            {
+                var steps = new List<string>();
+                var epochs = new List<long>();
+                trainer.SetCallbacks(p => steps.Add(p.Epoch + "." + p.Step + "/" + p.StepsPerEpoch), e => epochs.Add(e.Epoch));
+                trainer.Fit(data, 2, 100);
+                Assert.SequenceEqual(new[] { "0.1/3", "0.2/3", "0.3/3", "1.1/3", "1.2/3", "1.3/3" }, steps, "steps");
+                Assert.SequenceEqual(new[] { 0L, 1L }, epochs, "epochs");
+                trainer.SetCallbacks(p => p.Stop = p.Step == 2);
+                Assert.Fails(Status.Cancelled, () => trainer.Fit(data, 3, 100));
+                trainer.SetCallbacks(null, e => e.Stop = true);
+                Assert.Fails(Status.Cancelled, () => trainer.Fit(data, 3, 100));
+                Assert.Equal(1L, trainer.Progress.Epochs - 2, "stopped after one more epoch");
+                trainer.SetCallbacks(null);
+                trainer.Fit(data, 1, 100);
+            }
+        }
+
+        [Test]
+        public static void AnExceptionInACallbackStopsFitAndIsRethrown()
+        {
+            float[] x; int[] y;
+            Data.Blobs(90, 6, out x, out y);
+            using (Context ctx = Data.CpuContext())
+            using (Model model = Data.Mlp(ctx))
+            using (Dataset data = Dataset.FromF32(ctx, x, Data.Features, y, Data.Classes))
+            using (var trainer = new Trainer(model))
+            {
+                int calls = 0;
+                trainer.SetCallbacks(p => { calls++; throw new InvalidOperationException("from the callback"); });
+                var error = Assert.Throws<InvalidOperationException>(() => trainer.Fit(data, 2, 30));
+                Assert.Equal("from the callback", error.Message, "message");
+                Assert.Equal(1, calls, "calls");
+                trainer.SetCallbacks(null, e => trainer.Fit(data, 1, 30)); // re-entry is refused
+                Assert.Fails(Status.InvalidState, () => trainer.Fit(data, 1, 30));
+                trainer.SetCallbacks(null);
+                trainer.Fit(data, 1, 30); // still usable
+            }
+        }
+
+        [Test]
+        public static void CallbacksMayUseTheModelDuringFit()
+        {
+            float[] x; int[] y;
+            Data.Blobs(90, 7, out x, out y);
+            using (Context ctx = Data.CpuContext())
+            using (Model model = Data.Mlp(ctx))
+            using (Dataset data = Dataset.FromF32(ctx, x, Data.Features, y, Data.Classes))
+            using (var trainer = new Trainer(model))
+            {
+                var biases = new List<float[]>();
+                trainer.SetCallbacks(null, e => { float[] w, b; model.GetWeights(1, out w, out b); biases.Add(b); });
+                trainer.Fit(data, 2, 30);
+                Assert.Equal(2, biases.Count, "epochs seen");
+                Assert.True(!biases[0].SequenceEqual(biases[1]), "the bias changed between epochs");
+            }
+        }
+
+        [Test]
+        public static void LogCallbackReceivesMessagesAndAThrowingLoggerIsContained()
+        {
+            float[] x; int[] y;
+            Data.Blobs(60, 8, out x, out y);
+            var messages = new List<string>();
+            foreach (bool throwing in new[] { false, true })
+            {
+                var options = new ContextOptions
+                {
+                    Backend = Backend.Cpu, Threads = 1, LogLevel = LogLevel.Debug,
+                    Log = (level, text) => { if (throwing) throw new Exception("logger"); messages.Add(level + ": " + text); },
+                };
+                Model model;
+                Dataset data;
+                using (var ctx = new Context(options))
+                {
+                    model = Data.Mlp(ctx);
+                    data = Dataset.FromF32(ctx, x, Data.Features, y, Data.Classes);
+                } // the model keeps the C context, and so the logger, alive
+                using (model)
+                using (data)
+                using (var trainer = new Trainer(model))
+                    trainer.Fit(data, 1, 20);
+            }
+            Assert.True(messages.All(m => m != null), "messages are strings");
+        }
+
+        [Test]
+        public static void ObjectsMayBeDisposedInAnyOrderOrLeftToTheFinalizer()
+        {
+            float[] x; int[] y;
+            Data.Blobs(60, 9, out x, out y);
+            Context ctx = Data.CpuContext();
+            Model model = Data.Mlp(ctx);
+            Dataset data = Dataset.FromF32(ctx, x, Data.Features, y, Data.Classes);
+            var trainer = new Trainer(model);
+            trainer.SetCallbacks(p => { });
+            ctx.Dispose();
+            model.Dispose();
+            trainer.Fit(data, 1, 20);
+            data.Dispose();
+            Assert.Equal(3, trainer.Predict(new float[Data.Features]).Length, "predict after the others are gone");
+            trainer.Dispose();
+            trainer.Dispose(); // idempotent
+            for (int i = 0; i < 20; i++) // abandoned objects, released by finalizers in any order
+            {
+                var abandonedContext = Data.CpuContext();
+                var abandonedTrainer = new Trainer(Data.Mlp(abandonedContext));
+                abandonedTrainer.SetCallbacks(p => { });
+            }
+            GC.Collect();
+            GC.WaitForPendingFinalizers();
+            GC.Collect();
+        }
+
+        [Test]
+        public static void ContextsTrainInParallelAndSharedObjectsAreSerialised()
+        {
+            var accuracies = new float[3];
+            Exception failure = null;
+            var threads = Enumerable.Range(0, 3).Select(i => new Thread(() =>
+            {
+                try
+                {
+                    float[] x; int[] y;
+                    Data.Blobs(120, 10 + i, out x, out y);
+                    using (Context ctx = Data.CpuContext((ulong)i))
+                    using (Model model = Data.Mlp(ctx))
+                    using (Dataset data = Dataset.FromF32(ctx, x, Data.Features, y, Data.Classes))
+                    using (var trainer = new Trainer(model, Adam))
+                    {
+                        trainer.Fit(data, 3, 16);
+                        accuracies[i] = trainer.Evaluate(data).Accuracy;
+                    }
+                }
+                catch (Exception error) { failure = error; }
+            })).ToList();
+            threads.ForEach(t => t.Start());
+            threads.ForEach(t => t.Join());
+            Assert.True(failure == null, "no failure: " + failure);
+            Assert.True(accuracies.All(a => a > 0.8f), "accuracies " + string.Join(", ", accuracies));
+
+            float[] xs; int[] ys;
+            Data.Blobs(120, 20, out xs, out ys);
+            using (Context shared = Data.CpuContext())
+            using (Model model = Data.Mlp(shared))
+            using (Dataset data = Dataset.FromF32(shared, xs, Data.Features, ys, Data.Classes))
+            using (var trainer = new Trainer(model))
+            {
+                var fitter = new Thread(() => { try { for (int i = 0; i < 3; i++) trainer.Fit(data, 1, 16); } catch (Exception e) { failure = e; } });
+                var reader = new Thread(() =>
+                {
+                    try { for (int i = 0; i < 50; i++) { model.Predict(new float[Data.Features]); float[] w, b; model.GetWeights(0, out w, out b); } }
+                    catch (Exception e) { failure = e; }
+                });
+                fitter.Start(); reader.Start();
+                fitter.Join(); reader.Join();
+                Assert.True(failure == null, "no failure: " + failure);
+                Assert.Equal(3L, trainer.Progress.Epochs, "epochs");
+            }
+        }
+    }
+}

@@ -1,0 +1,758 @@
+"""mptrain: Python bindings (ctypes) of the mptrain mixed-precision training runtime.
+
+    import mptrain
+    ctx = mptrain.Context(backend="cpu", seed=7)
+    model = mptrain.Model(ctx, 4).add_dense(16, "relu").add_dense(3, "softmax")
+    data = mptrain.Dataset.from_f32(ctx, samples, labels, num_classes=3)   # samples: [rows, 4]
+    trainer = mptrain.Trainer(model, optimizer="adam", learning_rate=0.01)
+    trainer.fit(data, epochs=5, batch_size=32)
+    print(trainer.evaluate(data).accuracy)
+
+Every failure of the library raises mptrain.Error, carrying .status (a Status) and .message. Wrong
+Python types raise TypeError. numpy arrays are accepted (and returned) when numpy is installed;
+otherwise any buffer (array.array, memoryview) or (nested) list works, and outputs are array.array.
+
+Threads: objects may be shared between threads; calls on objects of one Context are serialised by a
+lock (the C library allows one thread at a time per context), different contexts run in parallel.
+"""
+import array
+import collections
+import ctypes
+import enum
+import threading
+
+from . import _native
+
+try:  # numpy is optional
+    import numpy as _np
+except ImportError:  # pragma: no cover - exercised where numpy is absent
+    _np = None
+
+__all__ = [
+    "Activation", "Backend", "Context", "Dataset", "DType", "Error", "Evaluation", "LogLevel", "Loss",
+    "LossScale", "LossScaling", "Model", "Optimizer", "Precision", "Status", "Trainer", "cuda_device_count",
+    "version",
+]
+
+
+class Status(enum.IntEnum):
+    OK = 0
+    INVALID_ARGUMENT = 1
+    SHAPE_MISMATCH = 2
+    OUT_OF_MEMORY = 3
+    IO_ERROR = 4
+    CORRUPT_DATA = 5
+    INVALID_STATE = 6
+    NON_FINITE = 7
+    CANCELLED = 8
+    BACKEND_UNAVAILABLE = 9
+    BACKEND_ERROR = 10
+    UNSUPPORTED = 11
+    INTERNAL = 12
+
+
+class Backend(enum.IntEnum):
+    AUTO = 0
+    CPU = 1
+    CUDA = 2
+
+
+class DType(enum.IntEnum):
+    DEFAULT = 0
+    FP32 = 1
+    FP16 = 2
+    BF16 = 3
+
+
+class Precision(enum.IntEnum):
+    FP32 = 0
+    MIXED_FP16 = 1
+    MIXED_BF16 = 2
+    AUTO = 3
+
+
+class Activation(enum.IntEnum):
+    LINEAR = 0
+    RELU = 1
+    SIGMOID = 2
+    TANH = 3
+    SOFTMAX = 4
+
+
+class Loss(enum.IntEnum):
+    SPARSE_CATEGORICAL_CROSSENTROPY = 0
+    CATEGORICAL_CROSSENTROPY = 1
+    BINARY_CROSSENTROPY = 2
+    MEAN_SQUARED_ERROR = 3
+
+
+class Optimizer(enum.IntEnum):
+    SGD = 0
+    ADAM = 1
+    ADAMW = 2
+
+
+class LossScaling(enum.IntEnum):
+    DEFAULT = 0
+    OFF = 1
+    STATIC = 2
+    DYNAMIC = 3
+
+
+class LogLevel(enum.IntEnum):
+    DEBUG = 0
+    INFO = 1
+    WARNING = 2
+    ERROR = 3
+
+
+# The C prefix of each enum, for the ABI test and for error messages.
+ENUM_PREFIXES = {
+    Status: "MPT_STATUS_", Backend: "MPT_BACKEND_", DType: "MPT_DTYPE_", Precision: "MPT_PRECISION_",
+    Activation: "MPT_ACTIVATION_", Loss: "MPT_LOSS_", Optimizer: "MPT_OPTIMIZER_",
+    LossScaling: "MPT_LOSS_SCALING_", LogLevel: "MPT_LOG_LEVEL_",
+}
+
+Evaluation = collections.namedtuple("Evaluation", "loss accuracy")
+LossScale = collections.namedtuple("LossScale", "scale growth_tracker skipped_steps")
+Progress = collections.namedtuple("Progress", "steps epochs")
+Memory = collections.namedtuple("Memory", "used peak")
+TrainerMemory = collections.namedtuple("TrainerMemory", "planned allocated")
+
+
+class Error(Exception):
+    """The one exception type of mptrain: a failed call's status and message."""
+
+    def __init__(self, status, message):
+        try:
+            status = Status(status)
+        except ValueError:
+            pass  # a status newer than these bindings stays a plain int
+        self.status = status
+        self.message = message
+        name = status.name if isinstance(status, Status) else "status %d" % status
+        super().__init__("%s: %s" % (name, message))
+
+
+# ---- the library --------------------------------------------------------------------------------------
+_lib_instance = None
+_lib_lock = threading.Lock()
+
+
+def _lib():
+    global _lib_instance
+    if _lib_instance is None:
+        with _lib_lock:
+            if _lib_instance is None:
+                _lib_instance = _native.load_library()
+    return _lib_instance
+
+
+def _check(status):
+    if status != 0:
+        message = _lib().mpt_last_error()
+        raise Error(status, message.decode("utf-8", "replace") if message else "")
+
+
+def version():
+    """Version string of the loaded library, e.g. "0.1.0"."""
+    return _lib().mpt_version().decode()
+
+
+def cuda_device_count():
+    return int(_lib().mpt_cuda_device_count())
+
+
+def status_string(status):
+    return _lib().mpt_status_string(int(status)).decode()
+
+
+def _enum(kind, value, what):
+    """An enum member from a member, an int (passed on for the library to check) or a name."""
+    if isinstance(value, kind):
+        return value
+    if isinstance(value, str):
+        try:
+            return kind[value.strip().upper().replace("-", "_")]
+        except KeyError:
+            raise Error(Status.INVALID_ARGUMENT, "unknown %s %r (one of %s)" % (
+                what, value, ", ".join(m.name.lower() for m in kind))) from None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError("%s must be a %s, its name or an int, not %s" % (what, kind.__name__,
+                                                                         type(value).__name__))
+    return value
+
+
+def _integer(value, what):
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise TypeError("%s must be an integer, not %s" % (what, type(value).__name__))
+    return value.__index__()
+
+
+# ---- buffers in and out ---------------------------------------------------------------------------
+class _Buffer:
+    """A C view of caller data: pointer, element count, shape (if known), and what keeps it alive."""
+
+    __slots__ = ("pointer", "count", "shape", "owner")
+
+    def __init__(self, pointer, count, shape, owner):
+        self.pointer, self.count, self.shape, self.owner = pointer, count, shape, owner
+
+
+def _flatten(data):
+    if data and isinstance(data[0], (list, tuple)):
+        width = len(data[0])
+        flat = []
+        for row in data:
+            if len(row) != width:
+                raise Error(Status.SHAPE_MISMATCH, "rows of different lengths")
+            flat.extend(row)
+        return flat, (len(data), width)
+    return list(data), (len(data),)
+
+
+def _buffer(data, ctype, typecode, np_dtype, what, integer=False):
+    if data is None:
+        raise TypeError("%s must not be None" % what)
+    if _np is not None and isinstance(data, _np.ndarray):
+        if integer and data.size and not _np.issubdtype(data.dtype, _np.integer):
+            raise TypeError("%s must hold integers, not %s" % (what, data.dtype))
+        if integer and data.size:
+            info = _np.iinfo(np_dtype)
+            if data.min() < info.min or data.max() > info.max:
+                raise Error(Status.INVALID_ARGUMENT, "%s has values outside the range of %s" % (what, np_dtype))
+        converted = _np.ascontiguousarray(data, dtype=np_dtype)
+        return _Buffer(converted.ctypes.data_as(ctypes.POINTER(ctype)), converted.size, data.shape, converted)
+    if isinstance(data, (str, dict, set)) or not hasattr(data, "__len__") and not isinstance(data, memoryview):
+        raise TypeError("%s must be an array, a buffer or a sequence of numbers, not %s" % (
+            what, type(data).__name__))
+    shape = None
+    try:
+        view = memoryview(data)
+    except TypeError:
+        view = None
+    if view is not None and view.format.lstrip("@=") == typecode and view.itemsize == ctypes.sizeof(ctype) \
+            and view.c_contiguous:
+        count = view.nbytes // view.itemsize
+        shape = tuple(view.shape) if view.ndim else (count,)
+        if view.readonly:
+            holder = (ctype * count).from_buffer_copy(view)
+        else:
+            holder = (ctype * count).from_buffer(view)
+        return _Buffer(ctypes.cast(holder, ctypes.POINTER(ctype)), count, shape, (holder, data))
+    values = view.tolist() if view is not None else data
+    try:
+        flat, shape = _flatten(list(values))
+        converted = array.array(typecode, flat)
+    except OverflowError:
+        raise Error(Status.INVALID_ARGUMENT, "%s has values outside the range of its C type" % what) from None
+    except TypeError:
+        raise TypeError("%s must hold %s" % (what, "integers" if integer else "numbers")) from None
+    count = len(converted)
+    holder = (ctype * count).from_buffer(converted) if count else (ctype * 0)()
+    return _Buffer(ctypes.cast(holder, ctypes.POINTER(ctype)), count, shape, (holder, converted))
+
+
+def _floats(data, what):
+    return _buffer(data, ctypes.c_float, "f", "float32", what)
+
+
+def _int32s(data, what):
+    return _buffer(data, ctypes.c_int32, "i", "int32", what, integer=True)
+
+
+def _bytes(data, what):
+    if isinstance(data, (bytes, bytearray)):
+        data = memoryview(data).cast("B")
+    return _buffer(data, ctypes.c_uint8, "B", "uint8", what, integer=True)
+
+
+def _output(count, shape):
+    """A float32 output buffer: a numpy array of `shape` when numpy is installed, else array.array."""
+    if _np is not None:
+        out = _np.empty(shape, dtype=_np.float32)
+        return out, out.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+    out = array.array("f", bytes(4 * count))
+    holder = (ctypes.c_float * count).from_buffer(out) if count else (ctypes.c_float * 0)()
+    return out, ctypes.cast(holder, ctypes.POINTER(ctypes.c_float))
+
+
+def _rows_of(buffer, width, what):
+    if buffer.count == 0 or width <= 0 or buffer.count % width:
+        raise Error(Status.SHAPE_MISMATCH, "%s holds %d values, not whole rows of %d" % (what, buffer.count, width))
+    return buffer.count // width
+
+
+# ---- handles ------------------------------------------------------------------------------------------
+class _Family:
+    """What all objects created from one Context share: the lock that serialises their calls (ctypes
+    releases the GIL), and the log callback, alive while any of them is."""
+
+    __slots__ = ("lock", "log_callback", "__weakref__")
+
+    def __init__(self):
+        self.lock = threading.RLock()
+        self.log_callback = None
+
+
+class _Locked:
+    """Holds the locks of one or more families, in a fixed order."""
+
+    def __init__(self, *families):
+        unique = {id(f): f for f in families}
+        self.locks = [unique[key].lock for key in sorted(unique)]
+
+    def __enter__(self):
+        for lock in self.locks:
+            lock.acquire()
+
+    def __exit__(self, *exc):
+        for lock in reversed(self.locks):
+            lock.release()
+
+
+class _Handle:
+    _destroy_name = None
+
+    def __init__(self, pointer, family):
+        self._ptr = pointer
+        self._family = family
+
+    def _get(self):
+        if self._ptr is None:
+            raise Error(Status.INVALID_ARGUMENT, "this %s is closed" % type(self).__name__)
+        return self._ptr
+
+    @property
+    def closed(self):
+        return self._ptr is None
+
+    def close(self):
+        """Releases the handle now (also done when the object is collected). Idempotent; objects created
+        from this one stay usable."""
+        pointer, self._ptr = getattr(self, "_ptr", None), None
+        if pointer is not None:
+            with self._family.lock:
+                getattr(_lib(), self._destroy_name)(pointer)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # pragma: no cover - interpreter shutdown
+            pass
+
+
+def _require(value, kind, what):
+    if not isinstance(value, kind):
+        raise TypeError("%s must be a mptrain.%s, not %s" % (what, kind.__name__, type(value).__name__))
+    return value
+
+
+class Context(_Handle):
+    """Backend, threads, seed, log callback and memory budget; parent of models and datasets.
+
+    `log` is called as log(level: LogLevel, message: str) on the calling thread; its exceptions are
+    swallowed (a log message cannot fail a call)."""
+
+    _destroy_name = "mpt_context_destroy"
+
+    def __init__(self, backend=None, threads=None, seed=None, device=None, log=None, log_level=None,
+                 memory_budget=None):
+        lib = _lib()
+        family = _Family()
+        options = _native.ContextOptionsP()
+        _check(lib.mpt_context_options_create(ctypes.byref(options)))
+        try:
+            if backend is not None:
+                _check(lib.mpt_context_options_set_backend(options, _enum(Backend, backend, "backend")))
+            if threads is not None:
+                _check(lib.mpt_context_options_set_threads(options, _integer(threads, "threads")))
+            if seed is not None:
+                _check(lib.mpt_context_options_set_seed(options, _integer(seed, "seed")))
+            if device is not None:
+                _check(lib.mpt_context_options_set_device(options, _integer(device, "device")))
+            if log_level is not None:
+                _check(lib.mpt_context_options_set_log_level(options, _enum(LogLevel, log_level, "log_level")))
+            if memory_budget is not None:
+                _check(lib.mpt_context_options_set_memory_budget(options, _integer(memory_budget, "memory_budget")))
+            if log is not None:
+                if not callable(log):
+                    raise TypeError("log must be callable")
+
+                def trampoline(level, message, _user_data):
+                    try:
+                        try:
+                            level = LogLevel(level)
+                        except ValueError:
+                            pass
+                        log(level, message.decode("utf-8", "replace") if message else "")
+                    except BaseException:  # never unwind into C
+                        pass
+
+                family.log_callback = _native.mpt_log_fn(trampoline)
+                _check(lib.mpt_context_options_set_log_callback(options, family.log_callback, None))
+            pointer = _native.ContextP()
+            _check(lib.mpt_context_create(options, ctypes.byref(pointer)))
+        finally:
+            lib.mpt_context_options_destroy(options)
+        super().__init__(pointer, family)
+
+    @property
+    def backend(self):
+        out = ctypes.c_int()
+        with self._family.lock:
+            _check(_lib().mpt_context_get_backend(self._get(), ctypes.byref(out)))
+        return Backend(out.value)
+
+    def resolve_precision(self, requested=Precision.AUTO):
+        out = ctypes.c_int()
+        with self._family.lock:
+            _check(_lib().mpt_context_resolve_precision(self._get(), _enum(Precision, requested, "precision"),
+                                                        ctypes.byref(out)))
+        return Precision(out.value)
+
+    @property
+    def memory(self):
+        used, peak = ctypes.c_size_t(), ctypes.c_size_t()
+        with self._family.lock:
+            _check(_lib().mpt_context_get_memory(self._get(), ctypes.byref(used), ctypes.byref(peak)))
+        return Memory(used.value, peak.value)
+
+
+class Model(_Handle):
+    """A sequential stack of Dense layers taking `input_features` floats per sample."""
+
+    _destroy_name = "mpt_model_destroy"
+
+    def __init__(self, context, input_features):
+        _require(context, Context, "context")
+        pointer = _native.ModelP()
+        with context._family.lock:
+            _check(_lib().mpt_model_create(context._get(), _integer(input_features, "input_features"),
+                                           ctypes.byref(pointer)))
+        super().__init__(pointer, context._family)
+        self._units = []  # the C API has no getter for a layer's width
+
+    def add_dense(self, units, activation=Activation.LINEAR):
+        """Appends a Dense layer; returns self, so calls chain."""
+        units = _integer(units, "units")
+        with self._family.lock:
+            _check(_lib().mpt_model_add_dense(self._get(), units, _enum(Activation, activation, "activation")))
+        self._units.append(units)
+        return self
+
+    def set_layer_dtype(self, layer, dtype):
+        with self._family.lock:
+            _check(_lib().mpt_model_set_layer_dtype(self._get(), _integer(layer, "layer"),
+                                                    _enum(DType, dtype, "dtype")))
+        return self
+
+    def _query(self, name):
+        out = ctypes.c_int64()
+        with self._family.lock:
+            _check(getattr(_lib(), name)(self._get(), ctypes.byref(out)))
+        return out.value
+
+    @property
+    def layer_count(self):
+        return self._query("mpt_model_get_layer_count")
+
+    @property
+    def input_features(self):
+        return self._query("mpt_model_get_input_features")
+
+    @property
+    def output_features(self):
+        return self._query("mpt_model_get_output_features")
+
+    @property
+    def parameter_count(self):
+        return self._query("mpt_model_get_parameter_count")
+
+    def _layer_shape(self, layer):
+        layer = _integer(layer, "layer")
+        if not 0 <= layer < len(self._units):
+            raise Error(Status.INVALID_ARGUMENT, "layer index %d out of range [0, %d)" % (layer, len(self._units)))
+        inputs = self.input_features if layer == 0 else self._units[layer - 1]
+        return layer, self._units[layer], inputs
+
+    def get_weights(self, layer):
+        """(weights [units, inputs], bias [units]) of a layer: its fp32 master copy."""
+        layer, units, inputs = self._layer_shape(layer)
+        weights, weights_ptr = _output(units * inputs, (units, inputs))
+        bias, bias_ptr = _output(units, (units,))
+        with self._family.lock:
+            _check(_lib().mpt_model_get_weights(self._get(), layer, weights_ptr, units * inputs, bias_ptr, units))
+        return weights, bias
+
+    def set_weights(self, layer, weights=None, bias=None):
+        """Sets a layer's weights ([units, inputs] row-major) and/or bias ([units]); None keeps one."""
+        layer = _integer(layer, "layer")
+        w = _floats(weights, "weights") if weights is not None else None
+        b = _floats(bias, "bias") if bias is not None else None
+        with self._family.lock:
+            _check(_lib().mpt_model_set_weights(self._get(), layer, w.pointer if w else None, w.count if w else 0,
+                                                b.pointer if b else None, b.count if b else 0))
+
+    def predict(self, inputs):
+        """fp32 forward pass: outputs [rows, output_features] for inputs of whole rows."""
+        data = _floats(inputs, "inputs")
+        rows = _rows_of(data, self.input_features, "inputs")
+        width = self.output_features
+        out, out_ptr = _output(rows * width, (rows, width))
+        with self._family.lock:
+            _check(_lib().mpt_model_predict(self._get(), data.pointer, rows, out_ptr, rows * width))
+        return out
+
+
+class Dataset(_Handle):
+    """Training data, copied into the library: build one with from_f32, from_u8, from_targets or
+    load_cifar10."""
+
+    _destroy_name = "mpt_dataset_destroy"
+
+    @staticmethod
+    def _shape(buffer, rows, features, what):
+        if features is None:
+            if buffer.shape is not None and len(buffer.shape) == 2:
+                features = buffer.shape[1]
+            elif rows:
+                features = buffer.count // rows
+            else:
+                features = 0
+        features = _integer(features, "features")
+        if rows == 0 or features <= 0 or buffer.count != rows * features:
+            raise Error(Status.SHAPE_MISMATCH, "%s holds %d values; %d rows of %d features need %d" % (
+                what, buffer.count, rows, features, rows * features))
+        return features
+
+    @classmethod
+    def _create(cls, context, function, *args):
+        _require(context, Context, "context")
+        pointer = _native.DatasetP()
+        with context._family.lock:
+            _check(getattr(_lib(), function)(context._get(), *args, ctypes.byref(pointer)))
+        return cls(pointer, context._family)
+
+    @classmethod
+    def from_f32(cls, context, samples, labels, num_classes, features=None, check_finite=True):
+        """float32 samples ([rows, features]) with int labels in [0, num_classes)."""
+        label_data = _int32s(labels, "labels")
+        sample_data = _floats(samples, "samples")
+        features = cls._shape(sample_data, label_data.count, features, "samples")
+        return cls._create(context, "mpt_dataset_create_f32", sample_data.pointer, label_data.count, features,
+                           label_data.pointer, _integer(num_classes, "num_classes"), 1 if check_finite else 0)
+
+    @classmethod
+    def from_u8(cls, context, samples, labels, num_classes, features=None, scale=1.0 / 255.0, offset=0.0):
+        """uint8 samples, normalised as x * scale + offset when batched (CIFAR: 1/255, 0)."""
+        label_data = _int32s(labels, "labels")
+        sample_data = _bytes(samples, "samples")
+        features = cls._shape(sample_data, label_data.count, features, "samples")
+        return cls._create(context, "mpt_dataset_create_u8", sample_data.pointer, label_data.count, features,
+                           label_data.pointer, _integer(num_classes, "num_classes"), float(scale), float(offset))
+
+    @classmethod
+    def from_targets(cls, context, samples, targets, features=None, target_width=None, check_finite=True):
+        """float32 samples with float32 targets ([rows, target_width]) for one-hot, binary or MSE losses."""
+        sample_data = _floats(samples, "samples")
+        target_data = _floats(targets, "targets")
+        if target_width is None:
+            if target_data.shape is not None and len(target_data.shape) == 2:
+                target_width = target_data.shape[1]
+            else:
+                target_width = 1
+        target_width = _integer(target_width, "target_width")
+        if target_width <= 0 or target_data.count % target_width:
+            raise Error(Status.SHAPE_MISMATCH, "targets hold %d values, not whole rows of %d" % (
+                target_data.count, target_width))
+        rows = target_data.count // target_width
+        features = cls._shape(sample_data, rows, features, "samples")
+        return cls._create(context, "mpt_dataset_create_f32_targets", sample_data.pointer, rows, features,
+                           target_data.pointer, target_width, 1 if check_finite else 0)
+
+    @classmethod
+    def load_cifar10(cls, context, directory, train=True, limit=0):
+        """CIFAR-10 from the binary release's directory (data_batch_*.bin or test_batch.bin)."""
+        path = str(directory).encode()
+        return cls._create(context, "mpt_dataset_load_cifar10", path, 1 if train else 0, _integer(limit, "limit"))
+
+    def _query(self, name):
+        out = ctypes.c_int64()
+        with self._family.lock:
+            _check(getattr(_lib(), name)(self._get(), ctypes.byref(out)))
+        return out.value
+
+    @property
+    def rows(self):
+        return self._query("mpt_dataset_get_rows")
+
+    @property
+    def features(self):
+        return self._query("mpt_dataset_get_features")
+
+    def __len__(self):
+        return self.rows
+
+
+class Trainer(_Handle):
+    """Trains a model: fit, step, evaluate, predict. Options as keywords (None = the library default):
+    precision, loss, optimizer, learning_rate, momentum (+ nesterov), adam=(beta1, beta2, epsilon),
+    weight_decay, loss_scaling (+ initial_scale), loss_scaler_dynamics=(growth_factor, backoff_factor,
+    growth_interval, min_scale, max_scale)."""
+
+    _destroy_name = "mpt_trainer_destroy"
+
+    def __init__(self, model, precision=None, loss=None, optimizer=None, learning_rate=None, momentum=None,
+                 nesterov=False, adam=None, weight_decay=None, loss_scaling=None, initial_scale=32768.0,
+                 loss_scaler_dynamics=None):
+        _require(model, Model, "model")
+        lib = _lib()
+        options = _native.TrainerOptionsP()
+        _check(lib.mpt_trainer_options_create(ctypes.byref(options)))
+        try:
+            if precision is not None:
+                _check(lib.mpt_trainer_options_set_precision(options, _enum(Precision, precision, "precision")))
+            if loss is not None:
+                _check(lib.mpt_trainer_options_set_loss(options, _enum(Loss, loss, "loss")))
+            if optimizer is not None:
+                _check(lib.mpt_trainer_options_set_optimizer(options, _enum(Optimizer, optimizer, "optimizer")))
+            if learning_rate is not None:
+                _check(lib.mpt_trainer_options_set_learning_rate(options, float(learning_rate)))
+            if momentum is not None:
+                _check(lib.mpt_trainer_options_set_momentum(options, float(momentum), 1 if nesterov else 0))
+            if adam is not None:
+                beta1, beta2, epsilon = adam
+                _check(lib.mpt_trainer_options_set_adam(options, float(beta1), float(beta2), float(epsilon)))
+            if weight_decay is not None:
+                _check(lib.mpt_trainer_options_set_weight_decay(options, float(weight_decay)))
+            if loss_scaling is not None:
+                _check(lib.mpt_trainer_options_set_loss_scaling(
+                    options, _enum(LossScaling, loss_scaling, "loss_scaling"), float(initial_scale)))
+            if loss_scaler_dynamics is not None:
+                growth, backoff, interval, low, high = loss_scaler_dynamics
+                _check(lib.mpt_trainer_options_set_loss_scaler_dynamics(
+                    options, float(growth), float(backoff), _integer(interval, "growth_interval"), float(low),
+                    float(high)))
+            pointer = _native.TrainerP()
+            with model._family.lock:
+                _check(lib.mpt_trainer_create(model._get(), options, ctypes.byref(pointer)))
+        finally:
+            lib.mpt_trainer_options_destroy(options)
+        super().__init__(pointer, model._family)
+        self._input_features = model.input_features
+        self._output_features = model.output_features
+        self._callbacks = None  # (progress, epoch_end) ctypes objects, kept alive while C holds them
+        self._callback_error = None
+        self._running = False  # fit/step must not be re-entered from a callback
+
+    def set_callbacks(self, progress=None, epoch_end=None):
+        """progress(epoch, step, steps_per_epoch, loss, accuracy) after each step of fit, and
+        epoch_end(epoch, loss, accuracy) after each epoch (running means). Return True to stop training
+        (fit then raises Error with Status.CANCELLED); an exception raised by a callback stops training
+        and is re-raised by fit."""
+        for name, function in (("progress", progress), ("epoch_end", epoch_end)):
+            if function is not None and not callable(function):
+                raise TypeError("%s must be callable or None" % name)
+
+        def guarded(function):
+            def call(*args):
+                if self._callback_error is not None:
+                    return 1
+                try:
+                    return 1 if function(*args[:-1]) else 0
+                except BaseException as error:  # never unwind into C: stop, re-raise from fit
+                    self._callback_error = error
+                    return 1
+            return call
+
+        progress_c = _native.mpt_progress_fn(guarded(progress)) if progress else _native.mpt_progress_fn()
+        epoch_end_c = _native.mpt_epoch_end_fn(guarded(epoch_end)) if epoch_end else _native.mpt_epoch_end_fn()
+        with self._family.lock:
+            _check(_lib().mpt_trainer_set_callbacks(self._get(), progress_c, epoch_end_c, None))
+        self._callbacks = (progress_c, epoch_end_c)
+
+    def _dataset(self, dataset):
+        _require(dataset, Dataset, "dataset")
+        if self._running:
+            raise Error(Status.INVALID_STATE, "fit and step cannot be called from this trainer's callbacks")
+        return dataset._get()
+
+    def fit(self, dataset, epochs=1, batch_size=32, shuffle=True):
+        """Trains for `epochs` epochs in batches of `batch_size`."""
+        pointer = self._dataset(dataset)
+        self._callback_error = None
+        epochs, batch_size = _integer(epochs, "epochs"), _integer(batch_size, "batch_size")
+        with _Locked(self._family, dataset._family):
+            self._running = True
+            try:
+                status = _lib().mpt_trainer_fit(self._get(), pointer, epochs, batch_size, 1 if shuffle else 0)
+            finally:
+                self._running = False
+            error, self._callback_error = self._callback_error, None
+            if error is not None:
+                raise error
+            _check(status)
+
+    def step(self, dataset, first, batch_size):
+        """One training step on rows [first, first + batch_size); returns the batch's mean loss."""
+        pointer = self._dataset(dataset)
+        loss = ctypes.c_float()
+        with _Locked(self._family, dataset._family):
+            _check(_lib().mpt_trainer_step(self._get(), pointer, _integer(first, "first"),
+                                           _integer(batch_size, "batch_size"), ctypes.byref(loss)))
+        return loss.value
+
+    def evaluate(self, dataset, batch_size=0):
+        """Mean loss and accuracy over the dataset, in the trainer's precision."""
+        pointer = self._dataset(dataset)
+        loss, accuracy = ctypes.c_float(), ctypes.c_float()
+        with _Locked(self._family, dataset._family):
+            _check(_lib().mpt_trainer_evaluate(self._get(), pointer, _integer(batch_size, "batch_size"),
+                                               ctypes.byref(loss), ctypes.byref(accuracy)))
+        return Evaluation(loss.value, accuracy.value)
+
+    def predict(self, inputs):
+        """Outputs [rows, output_features] of the last layer, in the trainer's precision."""
+        data = _floats(inputs, "inputs")
+        rows = _rows_of(data, self._input_features, "inputs")
+        out, out_ptr = _output(rows * self._output_features, (rows, self._output_features))
+        with self._family.lock:
+            _check(_lib().mpt_trainer_predict(self._get(), data.pointer, rows, out_ptr,
+                                              rows * self._output_features))
+        return out
+
+    @property
+    def precision(self):
+        out = ctypes.c_int()
+        with self._family.lock:
+            _check(_lib().mpt_trainer_get_precision(self._get(), ctypes.byref(out)))
+        return Precision(out.value)
+
+    @property
+    def loss_scale(self):
+        scale, tracker, skipped = ctypes.c_float(), ctypes.c_int64(), ctypes.c_int64()
+        with self._family.lock:
+            _check(_lib().mpt_trainer_get_loss_scale(self._get(), ctypes.byref(scale), ctypes.byref(tracker),
+                                                     ctypes.byref(skipped)))
+        return LossScale(scale.value, tracker.value, skipped.value)
+
+    @property
+    def progress(self):
+        steps, epochs = ctypes.c_int64(), ctypes.c_int64()
+        with self._family.lock:
+            _check(_lib().mpt_trainer_get_progress(self._get(), ctypes.byref(steps), ctypes.byref(epochs)))
+        return Progress(steps.value, epochs.value)
+
+    @property
+    def memory(self):
+        planned, allocated = ctypes.c_size_t(), ctypes.c_size_t()
+        with self._family.lock:
+            _check(_lib().mpt_trainer_get_memory(self._get(), ctypes.byref(planned), ctypes.byref(allocated)))
+        return TrainerMemory(planned.value, allocated.value)

@@ -1,0 +1,69 @@
+"""Inputs as numpy arrays (when installed), array.array, memoryview, bytes and lists; outputs as numpy
+arrays or, without numpy, array.array."""
+import array
+
+import pytest
+
+import mptrain
+import mptrain as package
+from conftest import CLASSES, FEATURES, make_blobs
+
+try:
+    import numpy as np
+except ImportError:
+    np = None
+
+needs_numpy = pytest.mark.skipif(np is None, reason="numpy is not installed")
+
+
+@needs_numpy
+def test_numpy_arrays_in_and_out(ctx, model):
+    samples, labels = make_blobs(rows=90)
+    x = np.asarray(samples, dtype=np.float64)  # converted to float32
+    y = np.asarray(labels, dtype=np.int64)     # converted to int32
+    data = mptrain.Dataset.from_f32(ctx, x, y, CLASSES)
+    assert data.features == FEATURES
+    trainer = mptrain.Trainer(model, optimizer="adam", learning_rate=0.02)
+    trainer.fit(data, 4, 16)
+    out = trainer.predict(x[:5])
+    assert isinstance(out, np.ndarray) and out.shape == (5, CLASSES) and out.dtype == np.float32
+    np.testing.assert_allclose(out.sum(axis=1), 1.0, rtol=1e-5)
+    weights, bias = model.get_weights(0)
+    assert weights.shape == (16, FEATURES) and bias.shape == (16,)
+    non_contiguous = np.asfortranarray(x[:5])
+    np.testing.assert_allclose(trainer.predict(non_contiguous), out, rtol=1e-6)
+    u8 = np.clip(x * 40 + 60, 0, 255).astype(np.uint8)
+    assert mptrain.Dataset.from_u8(ctx, u8, y, CLASSES).rows == 90
+    with pytest.raises(TypeError):
+        mptrain.Dataset.from_f32(ctx, x, y.astype(np.float32), CLASSES)
+    with pytest.raises(TypeError):
+        mptrain.Dataset.from_u8(ctx, x, y, CLASSES)
+
+
+@needs_numpy
+def test_numpy_shape_errors(ctx, model):
+    with pytest.raises(mptrain.Error) as caught:
+        model.predict(np.zeros((2, FEATURES + 1), dtype=np.float32))
+    assert caught.value.status == mptrain.Status.SHAPE_MISMATCH
+    with pytest.raises(mptrain.Error) as caught:
+        mptrain.Dataset.from_f32(ctx, np.zeros((3, FEATURES)), np.zeros(4, dtype=np.int32), CLASSES)
+    assert caught.value.status == mptrain.Status.SHAPE_MISMATCH
+
+
+def test_plain_buffers_without_numpy(ctx, model, monkeypatch):
+    monkeypatch.setattr(package, "_np", None)  # behave as if numpy were not installed
+    samples, labels = make_blobs(rows=60)
+    flat = array.array("f", [v for row in samples for v in row])
+    data = mptrain.Dataset.from_f32(ctx, memoryview(flat), array.array("i", labels), CLASSES, features=FEATURES)
+    trainer = mptrain.Trainer(model)
+    trainer.fit(data, 1, 20)
+    out = trainer.predict(flat[:2 * FEATURES])
+    assert isinstance(out, array.array) and out.typecode == "f" and len(out) == 2 * CLASSES
+    weights, bias = model.get_weights(1)
+    assert len(weights) == CLASSES * 16 and len(bias) == CLASSES
+    data_u8 = mptrain.Dataset.from_u8(ctx, bytes(60 * FEATURES), labels, CLASSES)
+    assert data_u8.features == FEATURES
+    as_doubles = array.array("d", [v for row in samples for v in row])  # converted to float32
+    assert mptrain.Dataset.from_f32(ctx, as_doubles, labels, CLASSES).features == FEATURES
+    with pytest.raises(mptrain.Error):
+        mptrain.Dataset.from_u8(ctx, [300] * (60 * FEATURES), labels, CLASSES)  # > 255

@@ -1,0 +1,149 @@
+"""Bad input through the bindings becomes mptrain.Error (library semantics) or TypeError (wrong Python
+types): never a crash."""
+import contextlib
+
+import pytest
+
+import mptrain
+from conftest import CLASSES, FEATURES
+
+Status = mptrain.Status
+
+
+@contextlib.contextmanager
+def raises(status):
+    """Expects mptrain.Error with this status and a non-empty message."""
+    with pytest.raises(mptrain.Error) as info:
+        yield info
+    assert info.value.status == status, str(info.value)
+    assert info.value.message
+
+
+def test_error_carries_status_and_library_message(ctx):
+    with raises(Status.INVALID_ARGUMENT) as caught:
+        mptrain.Dataset.from_f32(ctx, [0.0] * 8, [0, 5], num_classes=3)  # label 5 >= 3
+    assert "label 5" in caught.value.message
+    assert str(caught.value).startswith("INVALID_ARGUMENT: ")
+    assert isinstance(caught.value, Exception)
+
+
+def test_out_of_range_and_negative_labels(ctx):
+    with raises(Status.INVALID_ARGUMENT):
+        mptrain.Dataset.from_f32(ctx, [0.0] * 8, [0, -1], num_classes=3)
+    with raises(Status.INVALID_ARGUMENT):
+        mptrain.Dataset.from_f32(ctx, [0.0] * 8, [0, 1], num_classes=0)
+    with raises(Status.INVALID_ARGUMENT):
+        mptrain.Dataset.from_f32(ctx, [0.0] * 8, [0, 2 ** 40], num_classes=3)  # does not fit int32
+    with pytest.raises(TypeError):
+        mptrain.Dataset.from_f32(ctx, [0.0] * 8, [0.5, 1.0], num_classes=3)
+
+
+def test_wrong_lengths(ctx, model):
+    with raises(Status.SHAPE_MISMATCH):
+        mptrain.Dataset.from_f32(ctx, [0.0] * 7, [0, 1], num_classes=3, features=4)
+    with raises(Status.SHAPE_MISMATCH):
+        mptrain.Dataset.from_f32(ctx, [[0.0] * 4, [0.0] * 3], [0, 1], num_classes=3)
+    with raises(Status.SHAPE_MISMATCH):
+        mptrain.Dataset.from_f32(ctx, [], [], num_classes=3)
+    with raises(Status.SHAPE_MISMATCH):
+        model.predict([0.0] * (FEATURES + 1))
+    with raises(Status.SHAPE_MISMATCH):
+        model.predict([])
+    with raises(Status.SHAPE_MISMATCH):
+        model.set_weights(0, [0.0] * 3)
+    with raises(Status.INVALID_ARGUMENT):
+        model.get_weights(7)
+    with raises(Status.SHAPE_MISMATCH):
+        mptrain.Dataset.from_targets(ctx, [0.0] * 8, [0.0] * 5, target_width=2)
+
+
+def test_non_finite_samples_are_refused_when_checked(ctx):
+    with raises(Status.NON_FINITE):
+        mptrain.Dataset.from_f32(ctx, [float("nan")] + [0.0] * 7, [0, 1], num_classes=3)
+    mptrain.Dataset.from_f32(ctx, [float("nan")] + [0.0] * 7, [0, 1], num_classes=3, check_finite=False)
+
+
+def test_closed_handles_raise_instead_of_crashing(ctx, model, blobs):
+    samples, labels = blobs
+    data = mptrain.Dataset.from_f32(ctx, samples, labels, CLASSES)
+    trainer = mptrain.Trainer(model)
+    data.close()
+    data.close()  # idempotent
+    with raises(Status.INVALID_ARGUMENT):
+        trainer.fit(data, 1, 32)
+    with raises(Status.INVALID_ARGUMENT):
+        data.rows
+    trainer.close()
+    with raises(Status.INVALID_ARGUMENT):
+        trainer.predict([0.0] * FEATURES)
+    model.close()
+    with raises(Status.INVALID_ARGUMENT):
+        model.add_dense(3)
+    ctx.close()
+    with raises(Status.INVALID_ARGUMENT):
+        mptrain.Model(ctx, 3)
+
+
+def test_none_and_wrong_types_are_type_errors(ctx, model):
+    with pytest.raises(TypeError):
+        mptrain.Model(None, 3)
+    with pytest.raises(TypeError):
+        mptrain.Trainer(None)
+    with pytest.raises(TypeError):
+        mptrain.Trainer(model).fit(None, 1, 32)
+    with pytest.raises(TypeError):
+        mptrain.Trainer(model).evaluate(model)
+    with pytest.raises(TypeError):
+        model.predict(None)
+    with pytest.raises(TypeError):
+        model.predict("abcd")
+    with pytest.raises(TypeError):
+        mptrain.Model(ctx, "3")
+    with pytest.raises(TypeError):
+        mptrain.Model(ctx, 3).add_dense(2, 1.5)
+    with pytest.raises(TypeError):
+        mptrain.Trainer(model).set_callbacks(progress=42)
+
+
+def test_invalid_values_come_back_from_the_library(ctx, model, blobs):
+    with raises(Status.INVALID_ARGUMENT):
+        mptrain.Model(ctx, 3).add_dense(2, 99)  # unknown activation value, checked by C
+    with raises(Status.INVALID_ARGUMENT):
+        mptrain.Model(ctx, 3).add_dense(2, "swish")  # unknown name, checked here
+    with raises(Status.INVALID_ARGUMENT):
+        mptrain.Context(threads=-1)
+    with raises(Status.INVALID_ARGUMENT):
+        mptrain.Trainer(model, learning_rate=-1.0)
+    with raises(Status.INVALID_ARGUMENT):
+        mptrain.Trainer(model, momentum=1.5)
+    with raises(Status.INVALID_ARGUMENT):
+        mptrain.Trainer(model, loss_scaler_dynamics=(0.5, 0.5, 10, 1.0, 2.0))
+    samples, labels = blobs
+    data = mptrain.Dataset.from_f32(ctx, samples, labels, CLASSES)
+    trainer = mptrain.Trainer(model)
+    with raises(Status.INVALID_ARGUMENT):
+        trainer.fit(data, epochs=1, batch_size=0)
+    with raises(Status.INVALID_ARGUMENT):
+        trainer.step(data, first=299, batch_size=10)
+    with raises(Status.INVALID_STATE):
+        model.add_dense(4)  # the model was built by the trainer
+    with raises(Status.INVALID_STATE):
+        mptrain.Trainer(mptrain.Model(ctx, 3))  # no layers
+    with raises(Status.IO_ERROR):
+        mptrain.Dataset.load_cifar10(ctx, "/nonexistent/cifar-10-batches-bin")
+
+
+def test_a_model_of_one_width_rejects_data_of_another(ctx, model):
+    data = mptrain.Dataset.from_f32(ctx, [0.0] * 10, [0, 1], num_classes=2)  # 5 features, model takes 4
+    with raises(Status.SHAPE_MISMATCH):
+        mptrain.Trainer(model).fit(data, 1, 2)
+
+
+def test_the_library_stays_usable_after_errors(ctx, model, blobs):
+    for _ in range(3):
+        with pytest.raises(mptrain.Error):
+            model.predict([0.0] * 3)
+    samples, labels = blobs
+    trainer = mptrain.Trainer(model, optimizer="adam", learning_rate=0.01)
+    trainer.fit(mptrain.Dataset.from_f32(ctx, samples, labels, CLASSES), 3, 32)
+    assert trainer.evaluate(mptrain.Dataset.from_f32(ctx, samples, labels, CLASSES)).accuracy > 0.9

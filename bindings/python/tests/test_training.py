@@ -1,0 +1,192 @@
+"""Training through the bindings: fit, evaluate, predict, step, weights, options, callbacks."""
+import math
+
+import pytest
+
+import mptrain
+from conftest import CLASSES, FEATURES, make_blobs
+
+
+def flat(rows):
+    return [value for row in rows for value in row]
+
+
+def values(out):
+    """The floats of an output (a numpy array or an array.array), flattened."""
+    return [float(v) for v in (out.ravel().tolist() if hasattr(out, "ravel") else out)]
+
+
+def test_version_matches_the_header_macros():
+    import os
+    import re
+    header = open(os.environ.get("MPTRAIN_HEADER") or os.path.join(
+        os.path.dirname(__file__), "..", "..", "..", "include", "mptrain", "mptrain.h")).read()
+    parts = [re.search(r"#define MPT_VERSION_%s (\d+)" % p, header).group(1) for p in ("MAJOR", "MINOR", "PATCH")]
+    assert mptrain.version() == ".".join(parts)
+
+
+def test_status_strings_name_the_status():
+    assert mptrain.status_string(mptrain.Status.SHAPE_MISMATCH) == "MPT_STATUS_SHAPE_MISMATCH"
+    assert mptrain.status_string(999) == "MPT_STATUS_UNKNOWN"
+
+
+def test_fit_learns_separable_blobs(ctx, model, blobs):
+    samples, labels = blobs
+    data = mptrain.Dataset.from_f32(ctx, samples, labels, num_classes=CLASSES)
+    assert (data.rows, data.features, len(data)) == (300, FEATURES, 300)
+    trainer = mptrain.Trainer(model, optimizer="adam", learning_rate=0.01)
+    before = trainer.evaluate(data)
+    trainer.fit(data, epochs=5, batch_size=32)
+    after = trainer.evaluate(data)
+    assert after.accuracy >= 0.95
+    assert after.loss < before.loss
+    assert trainer.progress == (5 * (300 // 32), 5)
+    assert trainer.precision == mptrain.Precision.FP32  # AUTO resolves to fp32 on the CPU
+    planned, allocated = trainer.memory
+    assert planned > 0 and allocated >= planned
+
+
+def test_predict_gives_probabilities_of_the_right_class(ctx, model, blobs):
+    samples, labels = blobs
+    data = mptrain.Dataset.from_f32(ctx, flat(samples), labels, num_classes=CLASSES, features=FEATURES)
+    trainer = mptrain.Trainer(model, optimizer=mptrain.Optimizer.ADAM, learning_rate=0.01)
+    trainer.fit(data, epochs=5, batch_size=32)
+    points = [[2.5, 0, 0, 2.5], [0, 2.5, 0, 0], [0, 0, 2.5, 0]]
+    for out in (trainer.predict(points), model.predict(points)):
+        flat_out = values(out)
+        rows = [flat_out[i * CLASSES:(i + 1) * CLASSES] for i in range(3)]
+        for expected, row in enumerate(rows):
+            assert math.isclose(sum(row), 1.0, rel_tol=1e-4)
+            assert max(range(CLASSES), key=row.__getitem__) == expected
+
+
+def test_weights_round_trip_and_drive_predict(ctx):
+    model = mptrain.Model(ctx, 3).add_dense(2, "linear")
+    weights = [[1.0, 2.0, 3.0], [-1.0, 0.5, 0.0]]
+    model.set_weights(0, weights, [0.5, -0.5])
+    got_w, got_b = model.get_weights(0)
+    assert values(got_w) == flat(weights)
+    assert values(got_b) == [0.5, -0.5]
+    assert values(model.predict([1.0, 1.0, 1.0])) == [6.5, -1.0]  # by hand: W x + b
+    assert model.parameter_count == 8 and model.layer_count == 1
+    assert (model.input_features, model.output_features) == (3, 2)
+
+
+def test_step_returns_the_batch_loss(ctx, model, blobs):
+    samples, labels = blobs
+    data = mptrain.Dataset.from_f32(ctx, samples, labels, CLASSES)
+    trainer = mptrain.Trainer(model, learning_rate=0.1)
+    losses = [trainer.step(data, 0, 60) for _ in range(20)]
+    assert all(math.isfinite(loss) for loss in losses)
+    assert losses[-1] < losses[0]
+    assert trainer.progress.steps == 20
+
+
+def test_u8_and_target_datasets_train(ctx):
+    samples, labels = make_blobs(rows=120)
+    as_bytes = bytes(min(255, max(0, int(v * 40 + 60))) for row in samples for v in row)
+    data = mptrain.Dataset.from_u8(ctx, as_bytes, labels, CLASSES, features=FEATURES)
+    assert data.features == FEATURES
+    one_hot = [[1.0 if c == label else 0.0 for c in range(CLASSES)] for label in labels]
+    targets = mptrain.Dataset.from_targets(ctx, samples, one_hot)
+    model = mptrain.Model(ctx, FEATURES).add_dense(8, "tanh").add_dense(CLASSES, "softmax")
+    trainer = mptrain.Trainer(model, loss="categorical_crossentropy", optimizer="sgd", learning_rate=0.05,
+                              momentum=0.9, nesterov=True)
+    trainer.fit(targets, epochs=3, batch_size=16)
+    assert trainer.evaluate(targets).accuracy > 0.8
+    regression = mptrain.Model(ctx, FEATURES).add_dense(1, "linear")
+    mse = mptrain.Trainer(regression, loss=mptrain.Loss.MEAN_SQUARED_ERROR, optimizer="adamw",
+                          adam=(0.9, 0.999, 1e-7), weight_decay=0.01)
+    mse.fit(mptrain.Dataset.from_targets(ctx, samples, [float(label) for label in labels], target_width=1),
+            epochs=2, batch_size=16)
+
+
+def test_callbacks_see_every_step_and_can_stop(ctx, model, blobs):
+    samples, labels = blobs
+    data = mptrain.Dataset.from_f32(ctx, samples, labels, CLASSES)
+    trainer = mptrain.Trainer(model, optimizer="adam", learning_rate=0.01)
+    steps, epochs = [], []
+    trainer.set_callbacks(progress=lambda e, s, n, loss, acc: steps.append((e, s, n)),
+                          epoch_end=lambda e, loss, acc: epochs.append((e, loss, acc)))
+    trainer.fit(data, epochs=2, batch_size=100)
+    assert steps == [(0, 1, 3), (0, 2, 3), (0, 3, 3), (1, 1, 3), (1, 2, 3), (1, 3, 3)]
+    assert [e for e, _, _ in epochs] == [0, 1]
+    trainer.set_callbacks(progress=lambda e, s, n, loss, acc: s == 2)  # True stops
+    with pytest.raises(mptrain.Error) as caught:
+        trainer.fit(data, epochs=3, batch_size=100)
+    assert caught.value.status == mptrain.Status.CANCELLED
+    trainer.set_callbacks()  # none
+    trainer.fit(data, epochs=1, batch_size=100)
+
+
+def test_an_exception_in_a_callback_stops_fit_and_is_raised(ctx, model, blobs):
+    samples, labels = blobs
+    data = mptrain.Dataset.from_f32(ctx, samples, labels, CLASSES)
+    trainer = mptrain.Trainer(model)
+    calls = []
+
+    def explode(*args):
+        calls.append(args)
+        raise KeyError("from the callback")
+
+    trainer.set_callbacks(progress=explode)
+    with pytest.raises(KeyError, match="from the callback"):
+        trainer.fit(data, epochs=2, batch_size=30)
+    assert len(calls) == 1
+    trainer.set_callbacks(epoch_end=lambda e, loss, acc: trainer.fit(data, 1, 30))  # re-entry is refused
+    with pytest.raises(mptrain.Error) as caught:
+        trainer.fit(data, epochs=1, batch_size=30)
+    assert caught.value.status == mptrain.Status.INVALID_STATE
+
+
+def test_callbacks_may_read_the_model_during_fit(ctx, model, blobs):
+    samples, labels = blobs
+    data = mptrain.Dataset.from_f32(ctx, samples, labels, CLASSES)
+    trainer = mptrain.Trainer(model, learning_rate=0.05)
+    seen = []
+    trainer.set_callbacks(epoch_end=lambda e, loss, acc: seen.append(model.get_weights(1)[1]))
+    trainer.fit(data, epochs=2, batch_size=50)
+    assert len(seen) == 2
+
+
+def test_log_callback_receives_messages_or_nothing_but_never_breaks(blobs):
+    messages = []
+    ctx = mptrain.Context(backend="cpu", threads=1, log=lambda level, text: messages.append((level, text)),
+                          log_level="debug")
+    model = mptrain.Model(ctx, FEATURES).add_dense(CLASSES, "softmax")
+    samples, labels = blobs
+    mptrain.Trainer(model).fit(mptrain.Dataset.from_f32(ctx, samples, labels, CLASSES), 1, 50)
+    assert all(isinstance(level, (mptrain.LogLevel, int)) and isinstance(text, str) for level, text in messages)
+
+    def failing(level, text):
+        raise RuntimeError("a failing logger must not break training")
+
+    ctx2 = mptrain.Context(backend="cpu", threads=1, log=failing, log_level=mptrain.LogLevel.DEBUG)
+    model2 = mptrain.Model(ctx2, FEATURES).add_dense(CLASSES, "softmax")
+    mptrain.Trainer(model2).fit(mptrain.Dataset.from_f32(ctx2, samples, labels, CLASSES), 1, 50)
+
+
+def test_context_reports_backend_precision_and_memory(ctx, model, blobs):
+    assert ctx.backend == mptrain.Backend.CPU
+    assert ctx.resolve_precision("auto") == mptrain.Precision.FP32
+    samples, labels = blobs
+    mptrain.Trainer(model).fit(mptrain.Dataset.from_f32(ctx, samples, labels, CLASSES), 1, 32)
+    used, peak = ctx.memory
+    assert peak >= used > 0
+    assert mptrain.cuda_device_count() >= 0
+
+
+def test_children_outlive_a_closed_context(blobs):
+    ctx = mptrain.Context(backend="cpu", threads=1)
+    model = mptrain.Model(ctx, FEATURES).add_dense(CLASSES, "softmax")
+    samples, labels = blobs
+    data = mptrain.Dataset.from_f32(ctx, samples, labels, CLASSES)
+    ctx.close()
+    del ctx
+    trainer = mptrain.Trainer(model)
+    model.close()  # the trainer keeps the C model alive
+    trainer.fit(data, 1, 32)
+    assert trainer.evaluate(data).accuracy > 0.3
+    with mptrain.Context(backend="cpu") as scoped:
+        assert not scoped.closed
+    assert scoped.closed

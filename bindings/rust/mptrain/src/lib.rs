@@ -1,0 +1,1469 @@
+//! Safe Rust bindings of mptrain, an embeddable mixed-precision training runtime.
+//!
+//! ```no_run
+//! use mptrain::{Activation, Context, Dataset, Model, Optimizer, Trainer, TrainerOptions};
+//! # fn main() -> mptrain::Result<()> {
+//! let ctx = Context::builder().backend(mptrain::Backend::Cpu).seed(7).build()?;
+//! let mut model = Model::new(&ctx, 2)?;
+//! model.add_dense(16, Activation::Relu)?.add_dense(2, Activation::Softmax)?;
+//! let samples = [0.0f32, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0, 0.0];
+//! let labels = [0, 0, 1, 1];
+//! let data = Dataset::from_f32(&ctx, &samples, 2, &labels, 2, true)?;
+//! let mut trainer = Trainer::new(&model, &TrainerOptions::new().optimizer(Optimizer::Adam).learning_rate(0.01))?;
+//! trainer.fit(&data, 10, 4, true)?;
+//! println!("accuracy {}", trainer.evaluate(&data, 0)?.accuracy);
+//! # Ok(()) }
+//! ```
+//!
+//! Ownership: [`Context`], [`Model`], [`Dataset`] and [`Trainer`] own one C handle each and destroy it
+//! on drop. The C library reference-counts parents, so they may be dropped in any order.
+//!
+//! Errors: every fallible call returns [`Result`], whose [`Error`] carries the C status and the
+//! library's message (`mpt_last_error()`). Panics in callbacks are caught at the C boundary, stop
+//! training, and resume when `fit` returns.
+//!
+//! Threads: the C API lets one thread at a time use the objects of a context. Handles are `Send` (move
+//! them to another thread) but not `Sync`; and because a [`Model`] and a [`Trainer`] of one context are
+//! separate values that could be sent to two threads, every call also takes a lock shared by all
+//! objects of that context (reentrant, so callbacks may call back in). Different contexts run in
+//! parallel.
+#![warn(missing_docs)]
+
+use mptrain_sys as sys;
+use std::any::Any;
+use std::ffi::{c_void, CStr, CString};
+use std::fmt;
+use std::ops::ControlFlow;
+use std::os::raw::{c_char, c_int};
+use std::panic::{self, AssertUnwindSafe};
+use std::path::Path;
+use std::ptr::{self, NonNull};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::{self, ThreadId};
+
+// ---- errors ---------------------------------------------------------------------------------------
+
+/// Why a call failed: the C API's `mpt_status` values (other than OK).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Status {
+    /// NULL handle or pointer, out-of-range value, bad name.
+    InvalidArgument,
+    /// Data width or label count does not fit the model.
+    ShapeMismatch,
+    /// Allocation failed or the context's memory budget is exceeded.
+    OutOfMemory,
+    /// A file could not be opened, read or written.
+    IoError,
+    /// A file has the wrong size, bad labels or bad structure.
+    CorruptData,
+    /// The call is not allowed now (e.g. adding a layer after use).
+    InvalidState,
+    /// NaN/Inf in input data, or a non-finite loss in training.
+    NonFinite,
+    /// A callback asked to stop.
+    Cancelled,
+    /// The requested backend is not built in or has no device.
+    BackendUnavailable,
+    /// The backend (e.g. a CUDA call) failed.
+    BackendError,
+    /// The combination of options is not supported.
+    Unsupported,
+    /// A bug in mptrain.
+    Internal,
+    /// A status newer than these bindings.
+    Unknown(i32),
+}
+
+impl Status {
+    /// The status for a C value; `None` for `MPT_STATUS_OK`.
+    pub fn from_code(code: c_int) -> Option<Status> {
+        Some(match code {
+            sys::MPT_STATUS_OK => return None,
+            sys::MPT_STATUS_INVALID_ARGUMENT => Status::InvalidArgument,
+            sys::MPT_STATUS_SHAPE_MISMATCH => Status::ShapeMismatch,
+            sys::MPT_STATUS_OUT_OF_MEMORY => Status::OutOfMemory,
+            sys::MPT_STATUS_IO_ERROR => Status::IoError,
+            sys::MPT_STATUS_CORRUPT_DATA => Status::CorruptData,
+            sys::MPT_STATUS_INVALID_STATE => Status::InvalidState,
+            sys::MPT_STATUS_NON_FINITE => Status::NonFinite,
+            sys::MPT_STATUS_CANCELLED => Status::Cancelled,
+            sys::MPT_STATUS_BACKEND_UNAVAILABLE => Status::BackendUnavailable,
+            sys::MPT_STATUS_BACKEND_ERROR => Status::BackendError,
+            sys::MPT_STATUS_UNSUPPORTED => Status::Unsupported,
+            sys::MPT_STATUS_INTERNAL => Status::Internal,
+            other => Status::Unknown(other),
+        })
+    }
+
+    /// The C value.
+    pub fn code(self) -> c_int {
+        match self {
+            Status::InvalidArgument => sys::MPT_STATUS_INVALID_ARGUMENT,
+            Status::ShapeMismatch => sys::MPT_STATUS_SHAPE_MISMATCH,
+            Status::OutOfMemory => sys::MPT_STATUS_OUT_OF_MEMORY,
+            Status::IoError => sys::MPT_STATUS_IO_ERROR,
+            Status::CorruptData => sys::MPT_STATUS_CORRUPT_DATA,
+            Status::InvalidState => sys::MPT_STATUS_INVALID_STATE,
+            Status::NonFinite => sys::MPT_STATUS_NON_FINITE,
+            Status::Cancelled => sys::MPT_STATUS_CANCELLED,
+            Status::BackendUnavailable => sys::MPT_STATUS_BACKEND_UNAVAILABLE,
+            Status::BackendError => sys::MPT_STATUS_BACKEND_ERROR,
+            Status::Unsupported => sys::MPT_STATUS_UNSUPPORTED,
+            Status::Internal => sys::MPT_STATUS_INTERNAL,
+            Status::Unknown(code) => code,
+        }
+    }
+
+    /// The library's name for it, e.g. `"MPT_STATUS_SHAPE_MISMATCH"`.
+    pub fn name(self) -> &'static str {
+        // Static text owned by the library.
+        unsafe { CStr::from_ptr(sys::mpt_status_string(self.code())) }
+            .to_str()
+            .unwrap_or("MPT_STATUS_UNKNOWN")
+    }
+}
+
+/// A failed call: the status and the library's message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Error {
+    /// What kind of failure.
+    pub status: Status,
+    /// The library's explanation (from `mpt_last_error()`), or the binding's for checks made here.
+    pub message: String,
+}
+
+impl Error {
+    fn new(status: Status, message: impl Into<String>) -> Error {
+        Error {
+            status,
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.status.name(), self.message)
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// `std::result::Result` with this crate's [`Error`].
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Turns a C status into a Result; the message is read on this thread right after the call.
+fn check(code: c_int) -> Result<()> {
+    match Status::from_code(code) {
+        None => Ok(()),
+        Some(status) => {
+            let message = unsafe { CStr::from_ptr(sys::mpt_last_error()) }
+                .to_string_lossy()
+                .into_owned();
+            Err(Error { status, message })
+        }
+    }
+}
+
+/// Version of the loaded library, e.g. `"0.1.0"`.
+pub fn version() -> &'static str {
+    unsafe { CStr::from_ptr(sys::mpt_version()) }
+        .to_str()
+        .unwrap_or("")
+}
+
+/// Number of usable CUDA devices (0 without CUDA).
+pub fn cuda_device_count() -> i32 {
+    unsafe { sys::mpt_cuda_device_count() }
+}
+
+// ---- enums ----------------------------------------------------------------------------------------
+
+macro_rules! c_enum {
+    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident = $value:path),* $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        #[repr(i32)]
+        pub enum $name { $($(#[$vmeta])* $variant = $value),* }
+        impl $name {
+            /// The C value.
+            pub fn code(self) -> c_int { self as c_int }
+            /// The variant for a C value, if these bindings know it.
+            pub fn from_code(code: c_int) -> Option<Self> {
+                match code { $(x if x == $value => Some($name::$variant),)* _ => None }
+            }
+            /// Every variant, in C order.
+            pub const ALL: &'static [$name] = &[$($name::$variant),*];
+        }
+    };
+}
+
+c_enum!(
+    /// Where a context computes.
+    Backend {
+        /// CUDA when a usable GPU exists, else the CPU.
+        Auto = sys::MPT_BACKEND_AUTO,
+        /// The CPU backend.
+        Cpu = sys::MPT_BACKEND_CPU,
+        /// The CUDA backend.
+        Cuda = sys::MPT_BACKEND_CUDA,
+    }
+);
+c_enum!(
+    /// Per-layer compute dtype override.
+    DType {
+        /// Follow the precision policy.
+        Default = sys::MPT_DTYPE_DEFAULT,
+        /// float32.
+        Fp32 = sys::MPT_DTYPE_FP32,
+        /// float16.
+        Fp16 = sys::MPT_DTYPE_FP16,
+        /// bfloat16.
+        Bf16 = sys::MPT_DTYPE_BF16,
+    }
+);
+c_enum!(
+    /// Precision policy of a trainer.
+    Precision {
+        /// Everything in fp32.
+        Fp32 = sys::MPT_PRECISION_FP32,
+        /// fp16 compute, fp32 master weights, dynamic loss scaling.
+        MixedFp16 = sys::MPT_PRECISION_MIXED_FP16,
+        /// bf16 compute, fp32 master weights.
+        MixedBf16 = sys::MPT_PRECISION_MIXED_BF16,
+        /// Chosen per device (fp32 on the CPU).
+        Auto = sys::MPT_PRECISION_AUTO,
+    }
+);
+c_enum!(
+    /// Activation of a Dense layer.
+    Activation {
+        /// Identity.
+        Linear = sys::MPT_ACTIVATION_LINEAR,
+        /// max(0, x).
+        Relu = sys::MPT_ACTIVATION_RELU,
+        /// 1 / (1 + e^-x).
+        Sigmoid = sys::MPT_ACTIVATION_SIGMOID,
+        /// tanh.
+        Tanh = sys::MPT_ACTIVATION_TANH,
+        /// Softmax (last layer only).
+        Softmax = sys::MPT_ACTIVATION_SOFTMAX,
+    }
+);
+c_enum!(
+    /// Training loss.
+    Loss {
+        /// Integer labels.
+        SparseCategoricalCrossentropy = sys::MPT_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY,
+        /// One-hot float targets.
+        CategoricalCrossentropy = sys::MPT_LOSS_CATEGORICAL_CROSSENTROPY,
+        /// Float targets in [0, 1].
+        BinaryCrossentropy = sys::MPT_LOSS_BINARY_CROSSENTROPY,
+        /// Float targets.
+        MeanSquaredError = sys::MPT_LOSS_MEAN_SQUARED_ERROR,
+    }
+);
+c_enum!(
+    /// Optimizer.
+    Optimizer {
+        /// SGD (momentum and Nesterov through the options).
+        Sgd = sys::MPT_OPTIMIZER_SGD,
+        /// Adam.
+        Adam = sys::MPT_OPTIMIZER_ADAM,
+        /// AdamW (decoupled weight decay).
+        AdamW = sys::MPT_OPTIMIZER_ADAMW,
+    }
+);
+c_enum!(
+    /// Loss scaling mode.
+    LossScaling {
+        /// Dynamic for fp16, off otherwise.
+        Default = sys::MPT_LOSS_SCALING_DEFAULT,
+        /// No scaling.
+        Off = sys::MPT_LOSS_SCALING_OFF,
+        /// A fixed scale.
+        Static = sys::MPT_LOSS_SCALING_STATIC,
+        /// Grows and backs off with the gradients' finiteness.
+        Dynamic = sys::MPT_LOSS_SCALING_DYNAMIC,
+    }
+);
+c_enum!(
+    /// Severity of a log message.
+    LogLevel {
+        /// Debug.
+        Debug = sys::MPT_LOG_LEVEL_DEBUG,
+        /// Info.
+        Info = sys::MPT_LOG_LEVEL_INFO,
+        /// Warning.
+        Warning = sys::MPT_LOG_LEVEL_WARNING,
+        /// Error.
+        Error = sys::MPT_LOG_LEVEL_ERROR,
+    }
+);
+
+// ---- the per-context lock -------------------------------------------------------------------------
+
+/// A reentrant lock: the thread holding it may take it again (a callback running inside `fit` may
+/// call other functions of the same context).
+#[derive(Default)]
+struct ReentrantLock {
+    state: Mutex<(Option<ThreadId>, usize)>,
+    released: Condvar,
+}
+
+struct LockGuard<'a>(&'a ReentrantLock);
+
+impl ReentrantLock {
+    fn lock(&self) -> LockGuard<'_> {
+        let me = thread::current().id();
+        let mut state = self
+            .state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        loop {
+            match state.0 {
+                None => {
+                    *state = (Some(me), 1);
+                    break;
+                }
+                Some(owner) if owner == me => {
+                    state.1 += 1;
+                    break;
+                }
+                Some(_) => {
+                    state = self
+                        .released
+                        .wait(state)
+                        .unwrap_or_else(|poisoned| poisoned.into_inner())
+                }
+            }
+        }
+        LockGuard(self)
+    }
+}
+
+impl Drop for LockGuard<'_> {
+    fn drop(&mut self) {
+        let mut state = self
+            .0
+            .state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        state.1 -= 1;
+        if state.1 == 0 {
+            state.0 = None;
+            self.0.released.notify_one();
+        }
+    }
+}
+
+type LogCallback = Box<dyn FnMut(LogLevel, &str) + Send>;
+
+/// Shared by every object created from one context: the lock, and the log callback, which must live
+/// as long as any C handle of the context may call it (the C handles are destroyed before this).
+struct Family {
+    lock: ReentrantLock,
+    #[allow(dead_code)] // only owned here: C calls it through the raw pointer given at creation
+    log: Option<Box<Mutex<LogCallback>>>,
+}
+
+impl Family {
+    /// Locks this family and, when different, another one (in address order, so two threads locking
+    /// the same pair cannot deadlock).
+    fn lock_with<'a>(&'a self, other: &'a Family) -> (LockGuard<'a>, Option<LockGuard<'a>>) {
+        let (a, b) = (self as *const Family, other as *const Family);
+        if a == b {
+            (self.lock.lock(), None)
+        } else if a < b {
+            let first = self.lock.lock();
+            (first, Some(other.lock.lock()))
+        } else {
+            let first = other.lock.lock();
+            (first, Some(self.lock.lock()))
+        }
+    }
+}
+
+unsafe extern "C" fn log_trampoline(
+    level: sys::mpt_log_level,
+    message: *const c_char,
+    user_data: *mut c_void,
+) {
+    let callback = &*(user_data as *const Mutex<LogCallback>);
+    // try_lock: a log call re-entered from the callback itself is dropped rather than aliased.
+    if let Ok(mut callback) = callback.try_lock() {
+        let text = if message.is_null() {
+            "".into()
+        } else {
+            CStr::from_ptr(message).to_string_lossy()
+        };
+        let level = LogLevel::from_code(level).unwrap_or(LogLevel::Error);
+        // A panicking logger must not unwind into C; its message is dropped.
+        let _ = panic::catch_unwind(AssertUnwindSafe(|| callback(level, &text)));
+    }
+}
+
+// ---- context --------------------------------------------------------------------------------------
+
+/// Owns C option handles while they are filled in.
+struct OwnedOptions<T>(*mut T, unsafe extern "C" fn(*mut T));
+impl<T> Drop for OwnedOptions<T> {
+    fn drop(&mut self) {
+        unsafe { (self.1)(self.0) }
+    }
+}
+
+/// Options of a [`Context`]; unset values keep the library's defaults (backend Auto, all cores,
+/// seed 42, device 0, log level Info, no memory budget).
+#[derive(Default)]
+pub struct ContextBuilder {
+    backend: Option<Backend>,
+    threads: Option<i32>,
+    seed: Option<u64>,
+    device: Option<i32>,
+    log_level: Option<LogLevel>,
+    memory_budget: Option<usize>,
+    log: Option<LogCallback>,
+}
+
+impl ContextBuilder {
+    /// The backend to run on.
+    pub fn backend(mut self, backend: Backend) -> Self {
+        self.backend = Some(backend);
+        self
+    }
+    /// CPU compute threads; 0 = number of cores.
+    pub fn threads(mut self, threads: i32) -> Self {
+        self.threads = Some(threads);
+        self
+    }
+    /// Seed of initialisation and shuffling.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+    /// CUDA device index.
+    pub fn device(mut self, device: i32) -> Self {
+        self.device = Some(device);
+        self
+    }
+    /// Minimum level passed to the log callback.
+    pub fn log_level(mut self, level: LogLevel) -> Self {
+        self.log_level = Some(level);
+        self
+    }
+    /// Upper bound on the arena bytes of the context; 0 = unlimited.
+    pub fn memory_budget(mut self, bytes: usize) -> Self {
+        self.memory_budget = Some(bytes);
+        self
+    }
+    /// Receives the library's log messages, on the thread making the call.
+    pub fn log(mut self, callback: impl FnMut(LogLevel, &str) + Send + 'static) -> Self {
+        self.log = Some(Box::new(callback));
+        self
+    }
+
+    /// Creates the context.
+    pub fn build(self) -> Result<Context> {
+        let mut raw_options = ptr::null_mut();
+        check(unsafe { sys::mpt_context_options_create(&mut raw_options) })?;
+        let options = OwnedOptions(raw_options, sys::mpt_context_options_destroy);
+        unsafe {
+            if let Some(backend) = self.backend {
+                check(sys::mpt_context_options_set_backend(
+                    options.0,
+                    backend.code(),
+                ))?;
+            }
+            if let Some(threads) = self.threads {
+                check(sys::mpt_context_options_set_threads(options.0, threads))?;
+            }
+            if let Some(seed) = self.seed {
+                check(sys::mpt_context_options_set_seed(options.0, seed))?;
+            }
+            if let Some(device) = self.device {
+                check(sys::mpt_context_options_set_device(options.0, device))?;
+            }
+            if let Some(level) = self.log_level {
+                check(sys::mpt_context_options_set_log_level(
+                    options.0,
+                    level.code(),
+                ))?;
+            }
+            if let Some(bytes) = self.memory_budget {
+                check(sys::mpt_context_options_set_memory_budget(options.0, bytes))?;
+            }
+        }
+        let log = self.log.map(|callback| Box::new(Mutex::new(callback)));
+        if let Some(callback) = &log {
+            let user_data = &**callback as *const Mutex<LogCallback> as *mut c_void;
+            check(unsafe {
+                sys::mpt_context_options_set_log_callback(
+                    options.0,
+                    Some(log_trampoline),
+                    user_data,
+                )
+            })?;
+        }
+        let family = Arc::new(Family {
+            lock: ReentrantLock::default(),
+            log,
+        });
+        let mut raw = ptr::null_mut();
+        check(unsafe { sys::mpt_context_create(options.0, &mut raw) })?;
+        Ok(Context {
+            raw: NonNull::new(raw).expect("mpt_context_create returned NULL"),
+            family,
+        })
+    }
+}
+
+/// Backend, threads, seed and log callback; parent of models and datasets.
+pub struct Context {
+    raw: NonNull<sys::mpt_context_t>,
+    family: Arc<Family>,
+}
+
+// SAFETY: the C handle may be used from any thread, one at a time; &self methods take the context's
+// lock. Not Sync (the raw pointer makes that automatic).
+unsafe impl Send for Context {}
+
+/// Arena bytes of a context.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Memory {
+    /// Held now.
+    pub used: usize,
+    /// The most ever held.
+    pub peak: usize,
+}
+
+impl Context {
+    /// A context with the library's defaults.
+    pub fn new() -> Result<Context> {
+        ContextBuilder::default().build()
+    }
+    /// Options for a new context.
+    pub fn builder() -> ContextBuilder {
+        ContextBuilder::default()
+    }
+    /// The backend this context runs on (never Auto).
+    pub fn backend(&self) -> Result<Backend> {
+        let _lock = self.family.lock.lock();
+        let mut out = 0;
+        check(unsafe { sys::mpt_context_get_backend(self.raw.as_ptr(), &mut out) })?;
+        Backend::from_code(out)
+            .ok_or_else(|| Error::new(Status::Internal, format!("unknown backend {out}")))
+    }
+    /// What a requested precision resolves to here (Auto is fp32 on the CPU).
+    pub fn resolve_precision(&self, requested: Precision) -> Result<Precision> {
+        let _lock = self.family.lock.lock();
+        let mut out = 0;
+        check(unsafe {
+            sys::mpt_context_resolve_precision(self.raw.as_ptr(), requested.code(), &mut out)
+        })?;
+        Precision::from_code(out)
+            .ok_or_else(|| Error::new(Status::Internal, format!("unknown precision {out}")))
+    }
+    /// Arena bytes held now and at most.
+    pub fn memory(&self) -> Result<Memory> {
+        let _lock = self.family.lock.lock();
+        let (mut used, mut peak) = (0, 0);
+        check(unsafe { sys::mpt_context_get_memory(self.raw.as_ptr(), &mut used, &mut peak) })?;
+        Ok(Memory { used, peak })
+    }
+}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        let _lock = self.family.lock.lock();
+        unsafe { sys::mpt_context_destroy(self.raw.as_ptr()) }
+    }
+}
+
+// ---- model ----------------------------------------------------------------------------------------
+
+fn count(len: usize) -> i64 {
+    len as i64
+}
+
+fn rows_of(values: usize, width: i64, what: &str) -> Result<i64> {
+    if width <= 0 || values == 0 || values as i64 % width != 0 {
+        return Err(Error::new(
+            Status::ShapeMismatch,
+            format!("{what} holds {values} values, not whole rows of {width}"),
+        ));
+    }
+    Ok(values as i64 / width)
+}
+
+/// A sequential stack of Dense layers.
+pub struct Model {
+    raw: NonNull<sys::mpt_model_t>,
+    family: Arc<Family>,
+    units: Vec<i64>, // the C API has no getter for a layer's width
+    input_features: i64,
+}
+
+// SAFETY: as for Context.
+unsafe impl Send for Model {}
+
+impl Model {
+    /// An empty model taking `input_features` floats per sample.
+    pub fn new(context: &Context, input_features: i64) -> Result<Model> {
+        let _lock = context.family.lock.lock();
+        let mut raw = ptr::null_mut();
+        check(unsafe { sys::mpt_model_create(context.raw.as_ptr(), input_features, &mut raw) })?;
+        Ok(Model {
+            raw: NonNull::new(raw).expect("mpt_model_create returned NULL"),
+            family: context.family.clone(),
+            units: Vec::new(),
+            input_features,
+        })
+    }
+
+    /// Appends a Dense layer; chainable: `model.add_dense(64, Relu)?.add_dense(10, Softmax)?`.
+    pub fn add_dense(&mut self, units: i64, activation: Activation) -> Result<&mut Self> {
+        {
+            let _lock = self.family.lock.lock();
+            check(unsafe {
+                sys::mpt_model_add_dense(self.raw.as_ptr(), units, activation.code())
+            })?;
+        }
+        self.units.push(units);
+        Ok(self)
+    }
+
+    /// Overrides one layer's compute dtype (before the model is built).
+    pub fn set_layer_dtype(&mut self, layer: usize, dtype: DType) -> Result<()> {
+        let _lock = self.family.lock.lock();
+        check(unsafe {
+            sys::mpt_model_set_layer_dtype(self.raw.as_ptr(), layer as i64, dtype.code())
+        })
+    }
+
+    fn query(
+        &self,
+        getter: unsafe extern "C" fn(*const sys::mpt_model_t, *mut i64) -> c_int,
+    ) -> Result<i64> {
+        let _lock = self.family.lock.lock();
+        let mut out = 0;
+        check(unsafe { getter(self.raw.as_ptr(), &mut out) })?;
+        Ok(out)
+    }
+    /// Number of layers.
+    pub fn layer_count(&self) -> Result<i64> {
+        self.query(sys::mpt_model_get_layer_count)
+    }
+    /// Floats per input sample.
+    pub fn input_features(&self) -> Result<i64> {
+        self.query(sys::mpt_model_get_input_features)
+    }
+    /// Width of the last layer.
+    pub fn output_features(&self) -> Result<i64> {
+        self.query(sys::mpt_model_get_output_features)
+    }
+    /// Trainable parameters (weights and biases).
+    pub fn parameter_count(&self) -> Result<i64> {
+        self.query(sys::mpt_model_get_parameter_count)
+    }
+
+    fn layer_shape(&self, layer: usize) -> Result<(i64, i64)> {
+        let units = *self.units.get(layer).ok_or_else(|| {
+            Error::new(
+                Status::InvalidArgument,
+                format!("layer index {layer} out of range [0, {})", self.units.len()),
+            )
+        })?;
+        let inputs = if layer == 0 {
+            self.input_features
+        } else {
+            self.units[layer - 1]
+        };
+        Ok((units, inputs))
+    }
+
+    /// A layer's fp32 master weights (row-major `[units, inputs]`) and bias (`[units]`).
+    pub fn weights(&mut self, layer: usize) -> Result<(Vec<f32>, Vec<f32>)> {
+        let (units, inputs) = self.layer_shape(layer)?;
+        let mut weights = vec![0.0f32; (units * inputs) as usize];
+        let mut bias = vec![0.0f32; units as usize];
+        let _lock = self.family.lock.lock();
+        check(unsafe {
+            sys::mpt_model_get_weights(
+                self.raw.as_ptr(),
+                layer as i64,
+                weights.as_mut_ptr(),
+                count(weights.len()),
+                bias.as_mut_ptr(),
+                count(bias.len()),
+            )
+        })?;
+        Ok((weights, bias))
+    }
+
+    /// Sets a layer's weights and bias (same layout as [`Model::weights`]); the lengths must match.
+    pub fn set_weights(&mut self, layer: usize, weights: &[f32], bias: &[f32]) -> Result<()> {
+        let _lock = self.family.lock.lock();
+        check(unsafe {
+            sys::mpt_model_set_weights(
+                self.raw.as_ptr(),
+                layer as i64,
+                weights.as_ptr(),
+                count(weights.len()),
+                bias.as_ptr(),
+                count(bias.len()),
+            )
+        })
+    }
+
+    /// fp32 forward pass for whole rows of `input_features` floats; returns `rows * output_features`
+    /// values, row-major.
+    pub fn predict(&mut self, inputs: &[f32]) -> Result<Vec<f32>> {
+        let rows = rows_of(inputs.len(), self.input_features, "inputs")?;
+        let mut out = vec![0.0f32; (rows * self.output_features()?) as usize];
+        self.predict_into(inputs, &mut out)?;
+        Ok(out)
+    }
+
+    /// As [`Model::predict`], into a caller's buffer of exactly `rows * output_features` floats.
+    pub fn predict_into(&mut self, inputs: &[f32], out: &mut [f32]) -> Result<()> {
+        let rows = rows_of(inputs.len(), self.input_features, "inputs")?;
+        let _lock = self.family.lock.lock();
+        check(unsafe {
+            sys::mpt_model_predict(
+                self.raw.as_ptr(),
+                inputs.as_ptr(),
+                rows,
+                out.as_mut_ptr(),
+                count(out.len()),
+            )
+        })
+    }
+}
+
+impl Drop for Model {
+    fn drop(&mut self) {
+        let _lock = self.family.lock.lock();
+        unsafe { sys::mpt_model_destroy(self.raw.as_ptr()) }
+    }
+}
+
+// ---- dataset --------------------------------------------------------------------------------------
+
+/// Training data, copied into the library (the caller's slices are not retained).
+pub struct Dataset {
+    raw: NonNull<sys::mpt_dataset_t>,
+    family: Arc<Family>,
+}
+
+// SAFETY: as for Context.
+unsafe impl Send for Dataset {}
+
+impl Dataset {
+    fn check_samples(samples: usize, features: i64, rows: usize) -> Result<()> {
+        if features <= 0 || rows == 0 || samples as i64 != rows as i64 * features {
+            return Err(Error::new(
+                Status::ShapeMismatch,
+                format!("{samples} sample values do not make {rows} rows of {features} features"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn create(
+        context: &Context,
+        make: impl FnOnce(*mut sys::mpt_context_t, *mut *mut sys::mpt_dataset_t) -> c_int,
+    ) -> Result<Dataset> {
+        let _lock = context.family.lock.lock();
+        let mut raw = ptr::null_mut();
+        check(make(context.raw.as_ptr(), &mut raw))?;
+        Ok(Dataset {
+            raw: NonNull::new(raw).expect("dataset creation returned NULL"),
+            family: context.family.clone(),
+        })
+    }
+
+    /// float32 samples (`labels.len()` rows of `features`) with labels in `[0, num_classes)`.
+    pub fn from_f32(
+        context: &Context,
+        samples: &[f32],
+        features: i64,
+        labels: &[i32],
+        num_classes: i32,
+        check_finite: bool,
+    ) -> Result<Dataset> {
+        Self::check_samples(samples.len(), features, labels.len())?;
+        Self::create(context, |ctx, out| unsafe {
+            sys::mpt_dataset_create_f32(
+                ctx,
+                samples.as_ptr(),
+                count(labels.len()),
+                features,
+                labels.as_ptr(),
+                num_classes,
+                check_finite as c_int,
+                out,
+            )
+        })
+    }
+
+    /// uint8 samples, normalised as `x * scale + offset` when batched (CIFAR: 1/255, 0).
+    pub fn from_u8(
+        context: &Context,
+        samples: &[u8],
+        features: i64,
+        labels: &[i32],
+        num_classes: i32,
+        scale: f32,
+        offset: f32,
+    ) -> Result<Dataset> {
+        Self::check_samples(samples.len(), features, labels.len())?;
+        Self::create(context, |ctx, out| unsafe {
+            sys::mpt_dataset_create_u8(
+                ctx,
+                samples.as_ptr(),
+                count(labels.len()),
+                features,
+                labels.as_ptr(),
+                num_classes,
+                scale,
+                offset,
+                out,
+            )
+        })
+    }
+
+    /// float32 samples with float32 targets (`[rows, target_width]`) for one-hot categorical, binary
+    /// cross-entropy or MSE losses.
+    pub fn from_f32_targets(
+        context: &Context,
+        samples: &[f32],
+        features: i64,
+        targets: &[f32],
+        target_width: i64,
+        check_finite: bool,
+    ) -> Result<Dataset> {
+        let rows = rows_of(targets.len(), target_width, "targets")?;
+        Self::check_samples(samples.len(), features, rows as usize)?;
+        Self::create(context, |ctx, out| unsafe {
+            sys::mpt_dataset_create_f32_targets(
+                ctx,
+                samples.as_ptr(),
+                rows,
+                features,
+                targets.as_ptr(),
+                target_width,
+                check_finite as c_int,
+                out,
+            )
+        })
+    }
+
+    /// CIFAR-10 from the binary release's directory; `limit` > 0 keeps the first `limit` records.
+    pub fn load_cifar10(
+        context: &Context,
+        directory: impl AsRef<Path>,
+        train: bool,
+        limit: i64,
+    ) -> Result<Dataset> {
+        let path = directory
+            .as_ref()
+            .to_str()
+            .ok_or_else(|| Error::new(Status::InvalidArgument, "path is not UTF-8"))?;
+        let path = CString::new(path)
+            .map_err(|_| Error::new(Status::InvalidArgument, "path contains NUL"))?;
+        Self::create(context, |ctx, out| unsafe {
+            sys::mpt_dataset_load_cifar10(ctx, path.as_ptr(), train as c_int, limit, out)
+        })
+    }
+
+    fn query(
+        &self,
+        getter: unsafe extern "C" fn(*const sys::mpt_dataset_t, *mut i64) -> c_int,
+    ) -> Result<i64> {
+        let _lock = self.family.lock.lock();
+        let mut out = 0;
+        check(unsafe { getter(self.raw.as_ptr(), &mut out) })?;
+        Ok(out)
+    }
+    /// Number of samples.
+    pub fn rows(&self) -> Result<i64> {
+        self.query(sys::mpt_dataset_get_rows)
+    }
+    /// Values per sample.
+    pub fn features(&self) -> Result<i64> {
+        self.query(sys::mpt_dataset_get_features)
+    }
+}
+
+impl Drop for Dataset {
+    fn drop(&mut self) {
+        let _lock = self.family.lock.lock();
+        unsafe { sys::mpt_dataset_destroy(self.raw.as_ptr()) }
+    }
+}
+
+// ---- trainer --------------------------------------------------------------------------------------
+
+/// Dynamic loss scaler parameters.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LossScalerDynamics {
+    /// Factor (> 1) applied after `growth_interval` finite steps.
+    pub growth_factor: f32,
+    /// Factor in (0, 1) applied on a non-finite gradient.
+    pub backoff_factor: f32,
+    /// Finite steps between growths (>= 1).
+    pub growth_interval: i64,
+    /// Lower bound (>= 1).
+    pub min_scale: f32,
+    /// Upper bound.
+    pub max_scale: f32,
+}
+
+/// Options of a [`Trainer`]; unset values keep the library's defaults (precision Auto, sparse
+/// categorical cross-entropy, SGD with learning rate 0.01, ...).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TrainerOptions {
+    precision: Option<Precision>,
+    loss: Option<Loss>,
+    optimizer: Option<Optimizer>,
+    learning_rate: Option<f32>,
+    momentum: Option<(f32, bool)>,
+    adam: Option<(f32, f32, f32)>,
+    weight_decay: Option<f32>,
+    loss_scaling: Option<(LossScaling, f32)>,
+    dynamics: Option<LossScalerDynamics>,
+}
+
+impl TrainerOptions {
+    /// The library's defaults.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Precision policy.
+    pub fn precision(mut self, precision: Precision) -> Self {
+        self.precision = Some(precision);
+        self
+    }
+    /// Loss function.
+    pub fn loss(mut self, loss: Loss) -> Self {
+        self.loss = Some(loss);
+        self
+    }
+    /// Optimizer.
+    pub fn optimizer(mut self, optimizer: Optimizer) -> Self {
+        self.optimizer = Some(optimizer);
+        self
+    }
+    /// Learning rate (> 0).
+    pub fn learning_rate(mut self, learning_rate: f32) -> Self {
+        self.learning_rate = Some(learning_rate);
+        self
+    }
+    /// SGD momentum in [0, 1), optionally Nesterov.
+    pub fn momentum(mut self, momentum: f32, nesterov: bool) -> Self {
+        self.momentum = Some((momentum, nesterov));
+        self
+    }
+    /// Adam's beta1, beta2 and epsilon.
+    pub fn adam(mut self, beta1: f32, beta2: f32, epsilon: f32) -> Self {
+        self.adam = Some((beta1, beta2, epsilon));
+        self
+    }
+    /// Decoupled weight decay (AdamW).
+    pub fn weight_decay(mut self, weight_decay: f32) -> Self {
+        self.weight_decay = Some(weight_decay);
+        self
+    }
+    /// Loss scaling mode and initial scale.
+    pub fn loss_scaling(mut self, mode: LossScaling, initial_scale: f32) -> Self {
+        self.loss_scaling = Some((mode, initial_scale));
+        self
+    }
+    /// Dynamic loss scaler parameters.
+    pub fn loss_scaler_dynamics(mut self, dynamics: LossScalerDynamics) -> Self {
+        self.dynamics = Some(dynamics);
+        self
+    }
+
+    fn to_c(&self) -> Result<OwnedOptions<sys::mpt_trainer_options_t>> {
+        let mut raw = ptr::null_mut();
+        check(unsafe { sys::mpt_trainer_options_create(&mut raw) })?;
+        let options = OwnedOptions(raw, sys::mpt_trainer_options_destroy);
+        let o = options.0;
+        unsafe {
+            if let Some(p) = self.precision {
+                check(sys::mpt_trainer_options_set_precision(o, p.code()))?;
+            }
+            if let Some(l) = self.loss {
+                check(sys::mpt_trainer_options_set_loss(o, l.code()))?;
+            }
+            if let Some(opt) = self.optimizer {
+                check(sys::mpt_trainer_options_set_optimizer(o, opt.code()))?;
+            }
+            if let Some(lr) = self.learning_rate {
+                check(sys::mpt_trainer_options_set_learning_rate(o, lr))?;
+            }
+            if let Some((m, nesterov)) = self.momentum {
+                check(sys::mpt_trainer_options_set_momentum(
+                    o,
+                    m,
+                    nesterov as c_int,
+                ))?;
+            }
+            if let Some((b1, b2, eps)) = self.adam {
+                check(sys::mpt_trainer_options_set_adam(o, b1, b2, eps))?;
+            }
+            if let Some(wd) = self.weight_decay {
+                check(sys::mpt_trainer_options_set_weight_decay(o, wd))?;
+            }
+            if let Some((mode, scale)) = self.loss_scaling {
+                check(sys::mpt_trainer_options_set_loss_scaling(
+                    o,
+                    mode.code(),
+                    scale,
+                ))?;
+            }
+            if let Some(d) = self.dynamics {
+                check(sys::mpt_trainer_options_set_loss_scaler_dynamics(
+                    o,
+                    d.growth_factor,
+                    d.backoff_factor,
+                    d.growth_interval,
+                    d.min_scale,
+                    d.max_scale,
+                ))?;
+            }
+        }
+        Ok(options)
+    }
+}
+
+/// What the progress callback sees after each step of `fit`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Progress {
+    /// Epoch index, from 0.
+    pub epoch: i64,
+    /// Step within the epoch, from 1.
+    pub step: i64,
+    /// Steps in an epoch.
+    pub steps_per_epoch: i64,
+    /// Running mean loss of the epoch.
+    pub loss: f32,
+    /// Running accuracy of the epoch.
+    pub accuracy: f32,
+}
+
+/// What the epoch-end callback sees.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct EpochEnd {
+    /// Epoch index, from 0.
+    pub epoch: i64,
+    /// Mean loss of the epoch.
+    pub loss: f32,
+    /// Accuracy of the epoch.
+    pub accuracy: f32,
+}
+
+/// Mean loss and accuracy over a dataset.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Evaluation {
+    /// Mean loss.
+    pub loss: f32,
+    /// Fraction classified correctly.
+    pub accuracy: f32,
+}
+
+/// The dynamic loss scaler's state.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LossScaleState {
+    /// Current scale.
+    pub scale: f32,
+    /// Consecutive finite steps since the last change.
+    pub growth_tracker: i64,
+    /// Updates skipped for non-finite gradients.
+    pub skipped_steps: i64,
+}
+
+/// Steps and epochs a trainer has completed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TrainingProgress {
+    /// Optimizer steps (skipped updates included).
+    pub steps: i64,
+    /// Completed epochs.
+    pub epochs: i64,
+}
+
+/// Arena bytes of a trainer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TrainerMemory {
+    /// Planned for the current batch size.
+    pub planned: usize,
+    /// Allocated.
+    pub allocated: usize,
+}
+
+type ProgressCallback = Box<dyn FnMut(&Progress) -> ControlFlow<()> + Send>;
+type EpochEndCallback = Box<dyn FnMut(&EpochEnd) -> ControlFlow<()> + Send>;
+
+/// The closures given to C as user_data. Heap-allocated once per trainer (a stable address), freed
+/// after the C trainer is destroyed.
+#[derive(Default)]
+struct Callbacks {
+    progress: Option<ProgressCallback>,
+    epoch_end: Option<EpochEndCallback>,
+    panic: Option<Box<dyn Any + Send>>,
+}
+
+impl Callbacks {
+    /// Runs a callback, turning Break or a panic into "stop" (non-zero) for C.
+    fn run(&mut self, call: impl FnOnce(&mut Self) -> ControlFlow<()>) -> c_int {
+        if self.panic.is_some() {
+            return 1;
+        }
+        match panic::catch_unwind(AssertUnwindSafe(|| call(self))) {
+            Ok(ControlFlow::Continue(())) => 0,
+            Ok(ControlFlow::Break(())) => 1,
+            Err(payload) => {
+                self.panic = Some(payload);
+                1
+            }
+        }
+    }
+}
+
+unsafe extern "C" fn progress_trampoline(
+    epoch: i64,
+    step: i64,
+    steps_per_epoch: i64,
+    loss: f32,
+    accuracy: f32,
+    user_data: *mut c_void,
+) -> c_int {
+    let callbacks = &mut *(user_data as *mut Callbacks);
+    let progress = Progress {
+        epoch,
+        step,
+        steps_per_epoch,
+        loss,
+        accuracy,
+    };
+    callbacks.run(|c| {
+        c.progress
+            .as_mut()
+            .map_or(ControlFlow::Continue(()), |f| f(&progress))
+    })
+}
+
+unsafe extern "C" fn epoch_end_trampoline(
+    epoch: i64,
+    loss: f32,
+    accuracy: f32,
+    user_data: *mut c_void,
+) -> c_int {
+    let callbacks = &mut *(user_data as *mut Callbacks);
+    let end = EpochEnd {
+        epoch,
+        loss,
+        accuracy,
+    };
+    callbacks.run(|c| {
+        c.epoch_end
+            .as_mut()
+            .map_or(ControlFlow::Continue(()), |f| f(&end))
+    })
+}
+
+/// Trains a model: fit, step, evaluate, predict.
+pub struct Trainer {
+    raw: NonNull<sys::mpt_trainer_t>,
+    family: Arc<Family>,
+    callbacks: NonNull<Callbacks>,
+    input_features: i64,
+    output_features: i64,
+}
+
+// SAFETY: as for Context; the callbacks are Send.
+unsafe impl Send for Trainer {}
+
+impl Trainer {
+    /// A trainer for `model` (this builds the model: no more layers can be added).
+    pub fn new(model: &Model, options: &TrainerOptions) -> Result<Trainer> {
+        let options = options.to_c()?;
+        let input_features = model.input_features()?;
+        let _lock = model.family.lock.lock();
+        let mut raw = ptr::null_mut();
+        check(unsafe { sys::mpt_trainer_create(model.raw.as_ptr(), options.0, &mut raw) })?;
+        let callbacks = NonNull::from(Box::leak(Box::<Callbacks>::default()));
+        let mut trainer = Trainer {
+            raw: NonNull::new(raw).expect("mpt_trainer_create returned NULL"),
+            family: model.family.clone(),
+            callbacks,
+            input_features,
+            output_features: 0,
+        };
+        trainer.output_features = model.output_features()?;
+        Ok(trainer)
+    }
+
+    /// A trainer with the default options.
+    pub fn with_defaults(model: &Model) -> Result<Trainer> {
+        Self::new(model, &TrainerOptions::default())
+    }
+
+    fn register_callbacks(&mut self) -> Result<()> {
+        let callbacks = unsafe { self.callbacks.as_ref() };
+        let progress: sys::mpt_progress_fn = callbacks
+            .progress
+            .as_ref()
+            .map(|_| progress_trampoline as _);
+        let epoch_end: sys::mpt_epoch_end_fn = callbacks
+            .epoch_end
+            .as_ref()
+            .map(|_| epoch_end_trampoline as _);
+        let _lock = self.family.lock.lock();
+        check(unsafe {
+            sys::mpt_trainer_set_callbacks(
+                self.raw.as_ptr(),
+                progress,
+                epoch_end,
+                self.callbacks.as_ptr() as *mut c_void,
+            )
+        })
+    }
+
+    /// Called after every step of `fit` with running means; return `ControlFlow::Break(())` to stop
+    /// (fit then fails with [`Status::Cancelled`]). A panic stops training and resumes from `fit`.
+    pub fn on_progress(
+        &mut self,
+        callback: impl FnMut(&Progress) -> ControlFlow<()> + Send + 'static,
+    ) -> Result<()> {
+        unsafe { self.callbacks.as_mut() }.progress = Some(Box::new(callback));
+        self.register_callbacks()
+    }
+
+    /// Called after every epoch of `fit`; `Break` stops training as for [`Trainer::on_progress`].
+    pub fn on_epoch_end(
+        &mut self,
+        callback: impl FnMut(&EpochEnd) -> ControlFlow<()> + Send + 'static,
+    ) -> Result<()> {
+        unsafe { self.callbacks.as_mut() }.epoch_end = Some(Box::new(callback));
+        self.register_callbacks()
+    }
+
+    /// Removes both callbacks.
+    pub fn clear_callbacks(&mut self) -> Result<()> {
+        let callbacks = unsafe { self.callbacks.as_mut() };
+        callbacks.progress = None;
+        callbacks.epoch_end = None;
+        self.register_callbacks()
+    }
+
+    /// Trains for `epochs` epochs in batches of `batch_size`, reshuffling each epoch if `shuffle`.
+    pub fn fit(
+        &mut self,
+        dataset: &Dataset,
+        epochs: i64,
+        batch_size: i64,
+        shuffle: bool,
+    ) -> Result<()> {
+        let status = {
+            let _locks = self.family.lock_with(&dataset.family);
+            unsafe {
+                sys::mpt_trainer_fit(
+                    self.raw.as_ptr(),
+                    dataset.raw.as_ptr(),
+                    epochs,
+                    batch_size,
+                    shuffle as c_int,
+                )
+            }
+        };
+        let result = check(status);
+        if let Some(payload) = unsafe { self.callbacks.as_mut() }.panic.take() {
+            panic::resume_unwind(payload);
+        }
+        result
+    }
+
+    /// One step on rows `[first, first + batch_size)`; returns the batch's mean loss.
+    pub fn step(&mut self, dataset: &Dataset, first: i64, batch_size: i64) -> Result<f32> {
+        let _locks = self.family.lock_with(&dataset.family);
+        let mut loss = 0.0f32;
+        check(unsafe {
+            sys::mpt_trainer_step(
+                self.raw.as_ptr(),
+                dataset.raw.as_ptr(),
+                first,
+                batch_size,
+                &mut loss,
+            )
+        })?;
+        Ok(loss)
+    }
+
+    /// Mean loss and accuracy over `dataset` (batch_size 0: the last training batch size, or 256).
+    pub fn evaluate(&mut self, dataset: &Dataset, batch_size: i64) -> Result<Evaluation> {
+        let _locks = self.family.lock_with(&dataset.family);
+        let (mut loss, mut accuracy) = (0.0f32, 0.0f32);
+        check(unsafe {
+            sys::mpt_trainer_evaluate(
+                self.raw.as_ptr(),
+                dataset.raw.as_ptr(),
+                batch_size,
+                &mut loss,
+                &mut accuracy,
+            )
+        })?;
+        Ok(Evaluation { loss, accuracy })
+    }
+
+    /// Outputs of the last layer for whole rows of input features, in the trainer's precision.
+    pub fn predict(&mut self, inputs: &[f32]) -> Result<Vec<f32>> {
+        let rows = rows_of(inputs.len(), self.input_features, "inputs")?;
+        let mut out = vec![0.0f32; (rows * self.output_features) as usize];
+        let _lock = self.family.lock.lock();
+        check(unsafe {
+            sys::mpt_trainer_predict(
+                self.raw.as_ptr(),
+                inputs.as_ptr(),
+                rows,
+                out.as_mut_ptr(),
+                count(out.len()),
+            )
+        })?;
+        Ok(out)
+    }
+
+    /// The precision this trainer runs in (Auto resolved).
+    pub fn precision(&self) -> Result<Precision> {
+        let _lock = self.family.lock.lock();
+        let mut out = 0;
+        check(unsafe { sys::mpt_trainer_get_precision(self.raw.as_ptr(), &mut out) })?;
+        Precision::from_code(out)
+            .ok_or_else(|| Error::new(Status::Internal, format!("unknown precision {out}")))
+    }
+
+    /// The loss scaler's state.
+    pub fn loss_scale(&self) -> Result<LossScaleState> {
+        let _lock = self.family.lock.lock();
+        let mut state = LossScaleState {
+            scale: 0.0,
+            growth_tracker: 0,
+            skipped_steps: 0,
+        };
+        check(unsafe {
+            sys::mpt_trainer_get_loss_scale(
+                self.raw.as_ptr(),
+                &mut state.scale,
+                &mut state.growth_tracker,
+                &mut state.skipped_steps,
+            )
+        })?;
+        Ok(state)
+    }
+
+    /// Steps and epochs completed.
+    pub fn progress(&self) -> Result<TrainingProgress> {
+        let _lock = self.family.lock.lock();
+        let (mut steps, mut epochs) = (0, 0);
+        check(unsafe {
+            sys::mpt_trainer_get_progress(self.raw.as_ptr(), &mut steps, &mut epochs)
+        })?;
+        Ok(TrainingProgress { steps, epochs })
+    }
+
+    /// Arena bytes planned and allocated.
+    pub fn memory(&self) -> Result<TrainerMemory> {
+        let _lock = self.family.lock.lock();
+        let (mut planned, mut allocated) = (0, 0);
+        check(unsafe {
+            sys::mpt_trainer_get_memory(self.raw.as_ptr(), &mut planned, &mut allocated)
+        })?;
+        Ok(TrainerMemory { planned, allocated })
+    }
+}
+
+impl Drop for Trainer {
+    fn drop(&mut self) {
+        {
+            let _lock = self.family.lock.lock();
+            unsafe { sys::mpt_trainer_destroy(self.raw.as_ptr()) }
+        }
+        // C can no longer call the closures.
+        drop(unsafe { Box::from_raw(self.callbacks.as_ptr()) });
+    }
+}
+
+macro_rules! debug_handle {
+    ($($name:ident),*) => {$(
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, concat!(stringify!($name), "({:p})"), self.raw.as_ptr())
+            }
+        }
+    )*};
+}
+debug_handle!(Context, Model, Dataset, Trainer);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send<T: Send>() {}
+
+    #[test]
+    fn handles_are_send() {
+        assert_send::<Context>();
+        assert_send::<Model>();
+        assert_send::<Dataset>();
+        assert_send::<Trainer>();
+        assert_send::<Error>();
+    }
+
+    #[test]
+    fn the_context_lock_is_reentrant_and_exclusive() {
+        let lock = Arc::new(ReentrantLock::default());
+        let outer = lock.lock();
+        let inner = lock.lock();
+        let other = {
+            let lock = lock.clone();
+            thread::spawn(move || {
+                let _held = lock.lock();
+                thread::current().id()
+            })
+        };
+        thread::sleep(std::time::Duration::from_millis(20));
+        assert!(!other.is_finished(), "another thread took a held lock");
+        drop(inner);
+        thread::sleep(std::time::Duration::from_millis(20));
+        assert!(
+            !other.is_finished(),
+            "released after one of two nested guards"
+        );
+        drop(outer);
+        other.join().unwrap();
+    }
+
+    #[test]
+    fn statuses_round_trip_through_their_codes() {
+        for code in 1..=12 {
+            let status = Status::from_code(code).unwrap();
+            assert_eq!(status.code(), code);
+            assert!(status.name().starts_with("MPT_STATUS_"));
+        }
+        assert_eq!(Status::from_code(0), None);
+        assert_eq!(Status::from_code(99), Some(Status::Unknown(99)));
+        assert_eq!(Status::Unknown(99).name(), "MPT_STATUS_UNKNOWN");
+    }
+
+    #[test]
+    fn errors_display_status_and_message() {
+        let error = Error::new(Status::ShapeMismatch, "output count is 5, expected 6");
+        assert_eq!(
+            error.to_string(),
+            "MPT_STATUS_SHAPE_MISMATCH: output count is 5, expected 6"
+        );
+    }
+}

@@ -1,0 +1,320 @@
+//! Training through the safe API: fit, evaluate, predict, step, weights, options and callbacks.
+mod common;
+use common::*;
+use mptrain::*;
+use std::ops::ControlFlow;
+use std::sync::{Arc, Mutex};
+
+fn mlp(ctx: &Context) -> Model {
+    let mut model = Model::new(ctx, FEATURES).unwrap();
+    model
+        .add_dense(16, Activation::Relu)
+        .unwrap()
+        .add_dense(CLASSES as i64, Activation::Softmax)
+        .unwrap();
+    model
+}
+
+fn adam() -> TrainerOptions {
+    TrainerOptions::new()
+        .optimizer(Optimizer::Adam)
+        .learning_rate(0.01)
+}
+
+#[test]
+fn fit_learns_separable_blobs() {
+    let ctx = context();
+    let model = mlp(&ctx);
+    let (x, y) = blobs(300, 1);
+    let data = Dataset::from_f32(&ctx, &x, FEATURES, &y, CLASSES, true).unwrap();
+    assert_eq!(
+        (data.rows().unwrap(), data.features().unwrap()),
+        (300, FEATURES)
+    );
+    let mut trainer = Trainer::new(&model, &adam()).unwrap();
+    let before = trainer.evaluate(&data, 0).unwrap();
+    trainer.fit(&data, 5, 32, true).unwrap();
+    let after = trainer.evaluate(&data, 0).unwrap();
+    assert!(after.accuracy >= 0.95, "{after:?}");
+    assert!(after.loss < before.loss);
+    assert_eq!(
+        trainer.progress().unwrap(),
+        TrainingProgress {
+            steps: 5 * (300 / 32),
+            epochs: 5
+        }
+    );
+    assert_eq!(trainer.precision().unwrap(), Precision::Fp32); // Auto is fp32 on the CPU
+    let memory = trainer.memory().unwrap();
+    assert!(memory.planned > 0 && memory.allocated >= memory.planned);
+    assert_eq!(ctx.backend().unwrap(), Backend::Cpu);
+    assert!(ctx.memory().unwrap().peak > 0);
+}
+
+#[test]
+fn predict_gives_probabilities_of_the_right_class() {
+    let ctx = context();
+    let mut model = mlp(&ctx);
+    let (x, y) = blobs(300, 2);
+    let data = Dataset::from_f32(&ctx, &x, FEATURES, &y, CLASSES, true).unwrap();
+    let mut trainer = Trainer::new(&model, &adam()).unwrap();
+    trainer.fit(&data, 5, 32, true).unwrap();
+    let points = [2.5, 0.0, 0.0, 2.5, 0.0, 2.5, 0.0, 0.0, 0.0, 0.0, 2.5, 0.0];
+    for out in [
+        trainer.predict(&points).unwrap(),
+        model.predict(&points).unwrap(),
+    ] {
+        assert_eq!(out.len(), 9);
+        for (expected, row) in out.chunks(3).enumerate() {
+            assert!((row.iter().sum::<f32>() - 1.0).abs() < 1e-4);
+            let best = (0..3)
+                .max_by(|&a, &b| row[a].partial_cmp(&row[b]).unwrap())
+                .unwrap();
+            assert_eq!(best, expected, "{row:?}");
+        }
+    }
+}
+
+#[test]
+fn weights_round_trip_and_drive_predict() {
+    let ctx = context();
+    let mut model = Model::new(&ctx, 3).unwrap();
+    model.add_dense(2, Activation::Linear).unwrap();
+    model
+        .set_weights(0, &[1.0, 2.0, 3.0, -1.0, 0.5, 0.0], &[0.5, -0.5])
+        .unwrap();
+    assert_eq!(
+        model.weights(0).unwrap(),
+        (vec![1.0, 2.0, 3.0, -1.0, 0.5, 0.0], vec![0.5, -0.5])
+    );
+    assert_eq!(model.predict(&[1.0, 1.0, 1.0]).unwrap(), vec![6.5, -1.0]); // W x + b by hand
+    let mut out = [0.0f32; 2];
+    model.predict_into(&[1.0, 1.0, 1.0], &mut out).unwrap();
+    assert_eq!(out, [6.5, -1.0]);
+    assert_eq!(model.parameter_count().unwrap(), 8);
+    assert_eq!(
+        (
+            model.layer_count().unwrap(),
+            model.output_features().unwrap()
+        ),
+        (1, 2)
+    );
+}
+
+#[test]
+fn step_returns_a_falling_batch_loss() {
+    let ctx = context();
+    let model = mlp(&ctx);
+    let (x, y) = blobs(120, 3);
+    let data = Dataset::from_f32(&ctx, &x, FEATURES, &y, CLASSES, true).unwrap();
+    let mut trainer = Trainer::new(&model, &TrainerOptions::new().learning_rate(0.1)).unwrap();
+    let losses: Vec<f32> = (0..20)
+        .map(|_| trainer.step(&data, 0, 60).unwrap())
+        .collect();
+    assert!(losses.iter().all(|l| l.is_finite()));
+    assert!(losses[19] < losses[0], "{losses:?}");
+}
+
+#[test]
+fn u8_and_target_datasets_train_with_other_options() {
+    let ctx = context();
+    let (x, y) = blobs(120, 4);
+    let bytes: Vec<u8> = x
+        .iter()
+        .map(|v| (v * 40.0 + 60.0).clamp(0.0, 255.0) as u8)
+        .collect();
+    let u8_data = Dataset::from_u8(&ctx, &bytes, FEATURES, &y, CLASSES, 1.0 / 255.0, 0.0).unwrap();
+    assert_eq!(u8_data.rows().unwrap(), 120);
+    let one_hot: Vec<f32> = y
+        .iter()
+        .flat_map(|&l| (0..CLASSES).map(move |c| if c == l { 1.0 } else { 0.0 }))
+        .collect();
+    let targets =
+        Dataset::from_f32_targets(&ctx, &x, FEATURES, &one_hot, CLASSES as i64, true).unwrap();
+    let mut model = Model::new(&ctx, FEATURES).unwrap();
+    model
+        .add_dense(8, Activation::Tanh)
+        .unwrap()
+        .add_dense(3, Activation::Softmax)
+        .unwrap();
+    let options = TrainerOptions::new()
+        .loss(Loss::CategoricalCrossentropy)
+        .optimizer(Optimizer::Sgd)
+        .learning_rate(0.05)
+        .momentum(0.9, true);
+    let mut trainer = Trainer::new(&model, &options).unwrap();
+    trainer.fit(&targets, 3, 16, true).unwrap();
+    assert!(trainer.evaluate(&targets, 0).unwrap().accuracy > 0.8);
+    let options = TrainerOptions::new()
+        .precision(Precision::Fp32)
+        .loss_scaling(LossScaling::Off, 1.0)
+        .loss_scaler_dynamics(LossScalerDynamics {
+            growth_factor: 2.0,
+            backoff_factor: 0.5,
+            growth_interval: 100,
+            min_scale: 1.0,
+            max_scale: 65536.0,
+        })
+        .optimizer(Optimizer::AdamW)
+        .adam(0.9, 0.999, 1e-7)
+        .weight_decay(0.01);
+    let mut regression = Model::new(&ctx, FEATURES).unwrap();
+    regression.add_dense(1, Activation::Linear).unwrap();
+    let values: Vec<f32> = y.iter().map(|&l| l as f32).collect();
+    let data = Dataset::from_f32_targets(&ctx, &x, FEATURES, &values, 1, true).unwrap();
+    let mut trainer =
+        Trainer::new(&regression, &options.clone().loss(Loss::MeanSquaredError)).unwrap();
+    trainer.fit(&data, 2, 16, false).unwrap();
+    assert!(trainer.loss_scale().unwrap().skipped_steps == 0);
+}
+
+#[test]
+fn callbacks_see_every_step_and_break_stops_training() {
+    let ctx = context();
+    let model = mlp(&ctx);
+    let (x, y) = blobs(300, 5);
+    let data = Dataset::from_f32(&ctx, &x, FEATURES, &y, CLASSES, true).unwrap();
+    let mut trainer = Trainer::new(&model, &adam()).unwrap();
+    let steps = Arc::new(Mutex::new(Vec::new()));
+    let epochs = Arc::new(Mutex::new(Vec::new()));
+    {
+        let steps = steps.clone();
+        trainer
+            .on_progress(move |p| {
+                steps
+                    .lock()
+                    .unwrap()
+                    .push((p.epoch, p.step, p.steps_per_epoch));
+                ControlFlow::Continue(())
+            })
+            .unwrap();
+        let epochs = epochs.clone();
+        trainer
+            .on_epoch_end(move |e| {
+                epochs.lock().unwrap().push(e.epoch);
+                ControlFlow::Continue(())
+            })
+            .unwrap();
+    }
+    trainer.fit(&data, 2, 100, true).unwrap();
+    assert_eq!(
+        *steps.lock().unwrap(),
+        vec![
+            (0, 1, 3),
+            (0, 2, 3),
+            (0, 3, 3),
+            (1, 1, 3),
+            (1, 2, 3),
+            (1, 3, 3)
+        ]
+    );
+    assert_eq!(*epochs.lock().unwrap(), vec![0, 1]);
+
+    trainer
+        .on_progress(|p| {
+            if p.step == 2 {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        })
+        .unwrap();
+    let error = trainer.fit(&data, 3, 100, true).unwrap_err();
+    assert_eq!(error.status, Status::Cancelled);
+    assert!(!error.message.is_empty());
+    trainer.clear_callbacks().unwrap();
+    trainer.fit(&data, 1, 100, true).unwrap();
+}
+
+#[test]
+fn a_panic_in_a_callback_stops_fit_and_resumes_after_it() {
+    let ctx = context();
+    let model = mlp(&ctx);
+    let (x, y) = blobs(90, 6);
+    let data = Dataset::from_f32(&ctx, &x, FEATURES, &y, CLASSES, true).unwrap();
+    let mut trainer = Trainer::with_defaults(&model).unwrap();
+    let calls = Arc::new(Mutex::new(0));
+    let counter = calls.clone();
+    trainer
+        .on_progress(move |_| {
+            *counter.lock().unwrap() += 1;
+            panic!("from the callback");
+        })
+        .unwrap();
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        trainer.fit(&data, 2, 30, true)
+    }));
+    let payload = result.unwrap_err();
+    assert_eq!(payload.downcast_ref::<&str>(), Some(&"from the callback"));
+    assert_eq!(*calls.lock().unwrap(), 1);
+    trainer.clear_callbacks().unwrap();
+    trainer.fit(&data, 1, 30, true).unwrap(); // still usable
+}
+
+#[test]
+fn callbacks_may_use_the_model_during_fit() {
+    let ctx = context();
+    let model = mlp(&ctx);
+    let (x, y) = blobs(90, 7);
+    let data = Dataset::from_f32(&ctx, &x, FEATURES, &y, CLASSES, true).unwrap();
+    let mut trainer = Trainer::with_defaults(&model).unwrap();
+    let biases = Arc::new(Mutex::new(Vec::new()));
+    let seen = biases.clone();
+    let mut model = model; // moved into the callback: the same context, the same (reentrant) lock
+    trainer
+        .on_epoch_end(move |_| {
+            seen.lock().unwrap().push(model.weights(1).unwrap().1);
+            ControlFlow::Continue(())
+        })
+        .unwrap();
+    trainer.fit(&data, 2, 30, true).unwrap();
+    let biases = biases.lock().unwrap();
+    assert_eq!(biases.len(), 2);
+    assert_ne!(biases[0], biases[1]);
+}
+
+#[test]
+fn log_callback_gets_messages_and_a_panicking_logger_is_contained() {
+    let (x, y) = blobs(60, 8);
+    let messages = Arc::new(Mutex::new(Vec::<(LogLevel, String)>::new()));
+    let sink = messages.clone();
+    for panicking in [false, true] {
+        let sink = sink.clone();
+        let ctx = Context::builder()
+            .backend(Backend::Cpu)
+            .threads(1)
+            .log_level(LogLevel::Debug)
+            .log(move |level, text| {
+                if panicking {
+                    panic!("logger");
+                }
+                sink.lock().unwrap().push((level, text.to_string()));
+            })
+            .build()
+            .unwrap();
+        let model = mlp(&ctx);
+        let data = Dataset::from_f32(&ctx, &x, FEATURES, &y, CLASSES, true).unwrap();
+        drop(ctx); // the model keeps the C context, and so the logger, alive
+        let mut trainer = Trainer::with_defaults(&model).unwrap();
+        trainer.fit(&data, 1, 20, true).unwrap();
+    }
+    assert!(messages
+        .lock()
+        .unwrap()
+        .iter()
+        .all(|(_, text)| !text.contains('\0')));
+}
+
+#[test]
+fn objects_may_be_dropped_in_any_order() {
+    let ctx = context();
+    let model = mlp(&ctx);
+    let (x, y) = blobs(60, 9);
+    let data = Dataset::from_f32(&ctx, &x, FEATURES, &y, CLASSES, true).unwrap();
+    let mut trainer = Trainer::with_defaults(&model).unwrap();
+    drop(ctx);
+    drop(model);
+    trainer.fit(&data, 1, 20, true).unwrap();
+    drop(data);
+    assert_eq!(trainer.predict(&[0.0; FEATURES as usize]).unwrap().len(), 3);
+}

@@ -1,0 +1,575 @@
+// See cuda_backend.cuh. Besides the ops themselves this file holds the device bookkeeping: the
+// allocation counter, the preallocated cuBLASLt workspace and reduction scratch, the lazily grown
+// fp32 scratch of the fallback paths, and the recording of compute tasks for graph replay.
+#include "backend/cuda/cuda_backend.cuh"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_convert.cuh"
+#include "backend/cuda/cuda_gather.cuh"
+#include "backend/cuda/cuda_max_abs.cuh"
+#include "backend/cuda/cuda_step_state.cuh"
+
+namespace mpt {
+
+namespace {
+
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // what cuBLASLt recommends for Hopper
+constexpr size_t kMinGraphOps = 4;  // shorter tasks (a lone gather) are not worth a graph
+
+bool graphs_enabled_by_environment() {
+    const char* value = std::getenv("MPTRAIN_CUDA_GRAPHS");
+    return !(value && std::strcmp(value, "0") == 0);
+}
+
+}  // namespace
+
+// ---- creation ----------------------------------------------------------------------------------
+
+int cuda_device_count() {
+    int count = 0;
+    const cudaError_t status = cudaGetDeviceCount(&count);
+    if (status != cudaSuccess) {
+        cudaGetLastError();  // no driver or no device: not an error for callers, and not sticky
+        return 0;
+    }
+    return count;
+}
+
+std::unique_ptr<Backend> create_cuda_backend(int device) {
+    int count = 0;
+    const cudaError_t status = cudaGetDeviceCount(&count);
+    if (status != cudaSuccess) {
+        cudaGetLastError();
+        fail(MPT_STATUS_BACKEND_UNAVAILABLE, std::string("cuda backend: no usable CUDA device (") +
+                                                 cudaGetErrorName(status) + ": " + cudaGetErrorString(status) + ")");
+    }
+    if (device < 0 || device >= count)
+        fail(MPT_STATUS_BACKEND_UNAVAILABLE, "cuda backend: device " + std::to_string(device) + " requested, " +
+                                                 std::to_string(count) + " present");
+    return std::make_unique<CudaBackend>(device);
+}
+
+CudaBackend::CudaBackend(int device) : device_(device) {
+    MPT_CUDA_CHECK(cudaSetDevice(device));
+    cudaDeviceProp properties{};
+    MPT_CUDA_CHECK(cudaGetDeviceProperties(&properties, device));
+    compute_capability_ = properties.major * 10 + properties.minor;
+    multiprocessors_ = properties.multiProcessorCount > 0 ? properties.multiProcessorCount : 1;
+    name_ = "cuda:" + std::to_string(device) + " (" + properties.name + ", compute capability " +
+            std::to_string(properties.major) + "." + std::to_string(properties.minor) + ", " +
+            std::to_string(properties.totalGlobalMem >> 20) + " MiB)";
+    graphs_enabled_ = graphs_enabled_by_environment();
+    try {
+        workspace_ = allocate(kWorkspaceBytes);
+        const size_t partial_bytes = kLossHeadMaxBlocks * sizeof(double);
+        reduction_scratch_ = allocate(3 * partial_bytes + 256);
+        char* base = static_cast<char*>(reduction_scratch_);
+        head_scratch_.partial_loss = reinterpret_cast<double*>(base);
+        head_scratch_.partial_correct = reinterpret_cast<long long*>(base + partial_bytes);
+        head_scratch_.partial_counted = reinterpret_cast<long long*>(base + 2 * partial_bytes);
+        head_scratch_.counter = reinterpret_cast<unsigned*>(base + 3 * partial_bytes);
+        MPT_CUDA_CHECK(cudaMemset(reduction_scratch_, 0, 3 * partial_bytes + 256));
+        gemm_ = std::make_unique<CudaGemm>(workspace_, kWorkspaceBytes);
+        scheduler_ = std::make_unique<CudaScheduler>(*static_cast<CudaTaskHooks*>(this));
+        MPT_CUDA_CHECK(cudaDeviceSynchronize());  // the memset above ran on the legacy stream
+    } catch (...) {
+        scheduler_.reset();
+        gemm_.reset();
+        free_device(reduction_scratch_);
+        free_device(workspace_);
+        throw;
+    }
+}
+
+CudaBackend::~CudaBackend() {
+    cudaSetDevice(device_);
+    if (scheduler_) {
+        try {
+            scheduler_->drain();
+        } catch (...) {
+            // A fault is reported by the call that meets it; destruction goes on regardless.
+        }
+    }
+    graphs_.clear();
+    scheduler_.reset();
+    gemm_.reset();
+    free_device(scratch_);
+    free_device(reduction_scratch_);
+    free_device(workspace_);
+}
+
+void CudaBackend::activate() const { MPT_CUDA_CHECK(cudaSetDevice(device_)); }
+
+DType CudaBackend::preferred_compute_dtype() const {
+    return compute_capability_ >= 80 ? DType::bf16 : DType::fp16;
+}
+
+size_t CudaBackend::relu_mask_bytes(int64_t rows, int64_t features) const { return relu_mask_size(rows, features); }
+
+void CudaBackend::set_graphs(bool enabled) {
+    flush_recording();
+    graphs_enabled_ = enabled;
+}
+
+// ---- memory ------------------------------------------------------------------------------------
+
+void* CudaBackend::allocate(size_t bytes) {
+    activate();
+    const size_t rounded = (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
+    void* pointer = nullptr;
+    const cudaError_t status = cudaMalloc(&pointer, rounded);
+    if (status != cudaSuccess) {
+        cudaGetLastError();  // out of memory is not sticky
+        fail(status == cudaErrorMemoryAllocation ? MPT_STATUS_OUT_OF_MEMORY : MPT_STATUS_BACKEND_ERROR,
+             "cuda backend: cudaMalloc of " + std::to_string(bytes) + " bytes failed: " + cudaGetErrorName(status) +
+                 ": " + cudaGetErrorString(status));
+    }
+    ++allocations_;
+    return pointer;
+}
+
+void CudaBackend::free_device(void* pointer) noexcept {
+    if (pointer) cudaFree(pointer);
+}
+
+void CudaBackend::release(void* pointer) noexcept {
+    if (!pointer) return;
+    cudaSetDevice(device_);
+    // Work still queued may use the memory: let both lanes finish first (cudaFree alone only
+    // orders with the legacy stream, and our streams are non-blocking).
+    for (int lane = 0; lane < 2; ++lane) cudaStreamSynchronize(scheduler_->stream(static_cast<Lane>(lane)));
+    masks_.clear();
+    free_device(pointer);
+}
+
+float* CudaBackend::scratch_for(size_t bytes) {
+    if (bytes <= scratch_bytes_) return scratch_;
+    // Growing invalidates what was recorded with the old buffer: issue it, let it finish, replace.
+    flush_recording();
+    scheduler_->drain();
+    free_device(scratch_);
+    scratch_ = nullptr;
+    scratch_bytes_ = 0;
+    scratch_ = static_cast<float*>(allocate(bytes));
+    scratch_bytes_ = bytes;
+    return scratch_;
+}
+
+void CudaBackend::copy_to_device(void* destination, const void* source, size_t bytes) {
+    if (!bytes) return;
+    flush_recording();
+    activate();
+    MPT_CUDA_CHECK(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyHostToDevice, stream()));
+    scheduler_->count_host_sync();
+    MPT_CUDA_CHECK(cudaStreamSynchronize(stream()));
+}
+
+void CudaBackend::copy_to_host(void* destination, const void* source, size_t bytes) {
+    if (!bytes) return;
+    flush_recording();
+    activate();
+    // The bytes may have been written by either lane.
+    const Lane other = scheduler_->current_lane() == Lane::compute ? Lane::copy : Lane::compute;
+    scheduler_->order_other_lane_after(other);
+    MPT_CUDA_CHECK(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDeviceToHost, stream()));
+    scheduler_->count_host_sync();
+    MPT_CUDA_CHECK(cudaStreamSynchronize(stream()));
+}
+
+void CudaBackend::fill_zero(void* destination, size_t bytes) {
+    if (!bytes) return;
+    flush_recording();
+    activate();
+    MPT_CUDA_CHECK(cudaMemsetAsync(destination, 0, bytes, stream()));
+    // Outside steps the other lane may be the next to touch these bytes (a fresh arena's batch slots).
+    scheduler_->order_other_lane_after(scheduler_->current_lane());
+}
+
+void CudaBackend::convert_from_fp32(void* destination, DType dtype, const float* source, int64_t count) {
+    flush_recording();
+    activate();
+    run_convert_from_fp32(destination, dtype, source, count, stream());
+    scheduler_->order_other_lane_after(scheduler_->current_lane());
+}
+
+void CudaBackend::convert_to_fp32(float* destination, const void* source, DType dtype, int64_t count) {
+    flush_recording();
+    activate();
+    run_convert_to_fp32(destination, source, dtype, count, stream());
+    scheduler_->order_other_lane_after(scheduler_->current_lane());
+}
+
+// ---- step operations ---------------------------------------------------------------------------
+
+void CudaBackend::gather_batch(const GatherArgs& args) {
+    validate_gather(args);
+    RecordedOp op{};
+    op.code = OpCode::gather;
+    op.gather = args;
+    issue(op);
+}
+
+void CudaBackend::dense_forward(const DenseForwardArgs& args) {
+    RecordedOp op{};
+    op.code = OpCode::dense_forward;
+    op.forward = args;
+    op.forward_plan = plan_dense_forward(*gemm_, args, fused_epilogues_);
+    op.scratch = op.forward_plan.scratch_bytes ? scratch_for(op.forward_plan.scratch_bytes) : nullptr;
+    if (args.relu_mask) {
+        if (op.forward_plan.writes_mask) masks_[args.relu_mask] = MaskShape{args.rows, args.out_features};
+        else masks_.erase(args.relu_mask);
+    }
+    issue(op);
+}
+
+void CudaBackend::loss_head(const LossHeadArgs& args) {
+    validate_loss_head(args);
+    RecordedOp op{};
+    op.code = OpCode::loss_head;
+    op.head = args;
+    issue(op);
+}
+
+void CudaBackend::dense_backward_data(const DenseBackwardDataArgs& args) {
+    bool mask_valid = false;
+    if (args.relu_mask) {
+        const auto found = masks_.find(args.relu_mask);
+        mask_valid = found != masks_.end() && found->second.rows == args.rows &&
+                     found->second.features == args.in_features;
+    }
+    RecordedOp op{};
+    op.code = OpCode::backward_data;
+    op.data = args;
+    op.data_plan = plan_dense_backward_data(*gemm_, args, mask_valid, fused_epilogues_);
+    op.scratch = op.data_plan.scratch_bytes ? scratch_for(op.data_plan.scratch_bytes) : nullptr;
+    issue(op);
+}
+
+void CudaBackend::begin_step(TrainState* state) {
+    require(state != nullptr, MPT_STATUS_INVALID_ARGUMENT, "cuda backend: begin_step needs the train state");
+    RecordedOp op{};
+    op.code = OpCode::begin_step;
+    op.state = state;
+    issue(op);
+}
+
+void CudaBackend::max_abs(const void* values, DType dtype, int64_t count, float* out) {
+    require(out != nullptr && (count <= 0 || values != nullptr), MPT_STATUS_INVALID_ARGUMENT,
+            "cuda backend: max_abs needs values and an output");
+    RecordedOp op{};
+    op.code = OpCode::max_abs;
+    op.values = values;
+    op.dtype = dtype;
+    op.count = count;
+    op.out = out;
+    issue(op);
+}
+
+void CudaBackend::decide_update(const float* max_abs_pairs, int layer_count, int64_t rows, TrainState* state) {
+    require(state != nullptr && (layer_count <= 0 || max_abs_pairs != nullptr), MPT_STATUS_INVALID_ARGUMENT,
+            "cuda backend: decide_update needs the bounds and the train state");
+    RecordedOp op{};
+    op.code = OpCode::decide_update;
+    op.values = max_abs_pairs;
+    op.count = layer_count;
+    op.rows = rows;
+    op.state = state;
+    issue(op);
+}
+
+void CudaBackend::dense_update(const DenseUpdateArgs& args, const OptimizerConfig& optimizer) {
+    const size_t scratch_bytes = dense_update_scratch_bytes(args);
+    RecordedOp op{};
+    op.code = OpCode::dense_update;
+    op.update = args;
+    op.optimizer = optimizer;
+    op.scratch = scratch_bytes ? scratch_for(scratch_bytes) : nullptr;
+    op.update_plan = plan_dense_update(*gemm_, args, op.scratch, fused_epilogues_);
+    issue(op);
+}
+
+void CudaBackend::finish_step(TrainState* state, const LossScalerConfig& scaler) {
+    require(state != nullptr, MPT_STATUS_INVALID_ARGUMENT, "cuda backend: finish_step needs the train state");
+    RecordedOp op{};
+    op.code = OpCode::finish_step;
+    op.state = state;
+    op.scaler = scaler;
+    issue(op);
+}
+
+void CudaBackend::issue(const RecordedOp& op) {
+    if (recording_) {
+        recorded_.push_back(op);
+        return;
+    }
+    activate();
+    execute(op, stream());
+}
+
+void CudaBackend::execute(const RecordedOp& op, cudaStream_t stream) {
+    const int max_blocks = multiprocessors_ * 8;
+    switch (op.code) {
+        case OpCode::gather: run_gather(op.gather, stream); return;
+        case OpCode::dense_forward: run_dense_forward(*gemm_, op.forward_plan, op.forward, op.scratch, stream); return;
+        case OpCode::loss_head: run_loss_head(op.head, head_scratch_, stream); return;
+        case OpCode::backward_data: run_dense_backward_data(*gemm_, op.data_plan, op.data, op.scratch, stream); return;
+        case OpCode::begin_step:
+            MPT_CUDA_CHECK(cudaMemsetAsync(&op.state->found_inf, 0, sizeof op.state->found_inf, stream));
+            return;
+        case OpCode::max_abs: run_max_abs(op.values, op.dtype, op.count, op.out, max_blocks, stream); return;
+        case OpCode::decide_update:
+            run_decide_update(static_cast<const float*>(op.values), static_cast<int>(op.count), op.rows, op.state,
+                              stream);
+            return;
+        case OpCode::dense_update:
+            run_dense_update(*gemm_, op.update_plan, op.update, op.optimizer, max_blocks, stream);
+            return;
+        case OpCode::finish_step: run_finish_step(op.state, op.scaler, stream); return;
+    }
+}
+
+// ---- recording and graphs ----------------------------------------------------------------------
+
+void CudaBackend::begin_compute_task() {
+    recorded_.clear();
+    recording_ = graphs_enabled_;
+}
+
+void CudaBackend::abandon_compute_task() noexcept {
+    recording_ = false;
+    recorded_.clear();
+}
+
+void CudaBackend::execute_recorded(cudaStream_t stream) {
+    for (const RecordedOp& op : recorded_) execute(op, stream);
+}
+
+void CudaBackend::flush_recording() {
+    if (!recording_) return;
+    recording_ = false;  // the rest of the task runs eagerly
+    activate();
+    execute_recorded(scheduler_->stream(Lane::compute));
+    recorded_.clear();
+}
+
+void CudaBackend::end_compute_task() {
+    if (!recording_) return;  // graphs off, or flushed: everything is issued already
+    recording_ = false;
+    activate();
+    const cudaStream_t compute = scheduler_->stream(Lane::compute);
+    if (recorded_.size() < kMinGraphOps) {
+        execute_recorded(compute);
+        return;
+    }
+    signature_.clear();
+    for (const RecordedOp& op : recorded_) sign(op);
+
+    cudaGraphExec_t exec = nullptr;
+    switch (graphs_.lookup(signature_, exec)) {
+        case StepGraphCache::Action::replay:
+            MPT_CUDA_CHECK(cudaGraphLaunch(exec, compute));
+            return;
+        case StepGraphCache::Action::run_eagerly:
+            execute_recorded(compute);
+            return;
+        case StepGraphCache::Action::capture: break;
+    }
+
+    // Second sighting: capture the task into a graph, then launch it.
+    if (cudaStreamBeginCapture(compute, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+        cudaGetLastError();
+        graphs_.refuse(signature_);
+        execute_recorded(compute);
+        return;
+    }
+    bool issued = true;
+    try {
+        execute_recorded(compute);
+    } catch (...) {
+        issued = false;
+    }
+    cudaGraph_t graph = nullptr;
+    const cudaError_t ended = cudaStreamEndCapture(compute, &graph);
+    cudaGraphExec_t captured = nullptr;
+    cudaError_t instantiated = cudaErrorUnknown;
+    if (issued && ended == cudaSuccess && graph) instantiated = cudaGraphInstantiate(&captured, graph, 0);
+    if (graph) cudaGraphDestroy(graph);
+    if (instantiated != cudaSuccess) {
+        // Not capturable here (or a real fault, which the eager run below reports): run it eagerly,
+        // now and from now on.
+        cudaGetLastError();
+        graphs_.refuse(signature_);
+        execute_recorded(compute);
+        return;
+    }
+    graphs_.store(signature_, captured);
+    MPT_CUDA_CHECK(cudaGraphLaunch(captured, compute));
+}
+
+void CudaBackend::sign(const RecordedOp& op) {
+    TaskSignature& s = signature_;
+    s.put(op.code);
+    switch (op.code) {
+        case OpCode::gather: {
+            const GatherArgs& a = op.gather;
+            s.put(a.samples);
+            s.put(a.samples_are_u8);
+            s.put(a.scale);
+            s.put(a.offset);
+            s.put(a.order);
+            s.put(a.first);
+            s.put(a.rows);
+            s.put(a.features);
+            s.put(a.padded_features);
+            s.put(a.batch);
+            s.put(a.batch_dtype);
+            s.put(a.labels);
+            s.put(a.batch_labels);
+            s.put(a.targets);
+            s.put(a.target_width);
+            s.put(a.batch_targets);
+            return;
+        }
+        case OpCode::dense_forward: {
+            const DenseForwardArgs& a = op.forward;
+            s.put(a.input);
+            s.put(a.weights);
+            s.put(a.bias);
+            s.put(a.output);
+            s.put(a.relu_mask);
+            s.put(a.rows);
+            s.put(a.in_features);
+            s.put(a.out_features);
+            s.put(a.valid_out);
+            s.put(a.activation);
+            s.put(a.compute_dtype);
+            s.put(a.bias_dtype);
+            s.put(a.output_dtype);
+            s.put(op.forward_plan.gemm);
+            s.put(op.forward_plan.fused);
+            s.put(op.forward_plan.writes_mask);
+            s.put(op.scratch);
+            return;
+        }
+        case OpCode::loss_head: {
+            const LossHeadArgs& a = op.head;
+            s.put(a.logits);
+            s.put(a.labels);
+            s.put(a.targets);
+            s.put(a.probabilities);
+            s.put(a.logits_grad);
+            s.put(a.state);
+            s.put(a.metrics);
+            s.put(a.rows);
+            s.put(a.width);
+            s.put(a.classes);
+            s.put(a.activation);
+            s.put(a.loss);
+            s.put(a.logits_grad_dtype);
+            return;
+        }
+        case OpCode::backward_data: {
+            const DenseBackwardDataArgs& a = op.data;
+            s.put(a.output_grad);
+            s.put(a.weights);
+            s.put(a.input);
+            s.put(a.relu_mask);
+            s.put(a.input_grad);
+            s.put(a.rows);
+            s.put(a.in_features);
+            s.put(a.out_features);
+            s.put(a.input_activation);
+            s.put(a.compute_dtype);
+            s.put(a.input_grad_dtype);
+            s.put(op.data_plan.gemm);
+            s.put(op.data_plan.fused);
+            s.put(op.data_plan.reads_mask);
+            s.put(op.scratch);
+            return;
+        }
+        case OpCode::begin_step: s.put(op.state); return;
+        case OpCode::max_abs:
+            s.put(op.values);
+            s.put(op.dtype);
+            s.put(op.count);
+            s.put(op.out);
+            return;
+        case OpCode::decide_update:
+            s.put(op.values);
+            s.put(op.count);
+            s.put(op.rows);
+            s.put(op.state);
+            return;
+        case OpCode::dense_update: {
+            const DenseUpdateArgs& a = op.update;
+            s.put(a.output_grad);
+            s.put(a.input);
+            s.put(a.weights);
+            s.put(a.bias);
+            s.put(a.low_weights);
+            s.put(a.low_bias);
+            s.put(a.weight_grad);
+            s.put(a.bias_grad);
+            for (int k = 0; k < 2; ++k) {
+                s.put(a.weight_state[k]);
+                s.put(a.bias_state[k]);
+            }
+            s.put(a.rows);
+            s.put(a.in_features);
+            s.put(a.out_features);
+            s.put(a.compute_dtype);
+            s.put(a.state);
+            s.put(op.update_plan.gradient.gemm);
+            s.put(op.update_plan.gradient.fused);
+            s.put(op.update_plan.weight_grad);
+            s.put(op.update_plan.bias_grad);
+            const OptimizerConfig& o = op.optimizer;
+            s.put(o.kind);
+            s.put(o.learning_rate);
+            s.put(o.momentum);
+            s.put(o.nesterov);
+            s.put(o.beta1);
+            s.put(o.beta2);
+            s.put(o.epsilon);
+            s.put(o.weight_decay);
+            return;
+        }
+        case OpCode::finish_step: {
+            s.put(op.state);
+            const LossScalerConfig& c = op.scaler;
+            s.put(c.mode);
+            s.put(c.initial_scale);
+            s.put(c.growth_factor);
+            s.put(c.backoff_factor);
+            s.put(c.growth_interval);
+            s.put(c.min_scale);
+            s.put(c.max_scale);
+            return;
+        }
+    }
+}
+
+// ---- test hooks (cuda_backend.h) ---------------------------------------------------------------
+
+namespace {
+
+CudaBackend& as_cuda(const Backend& backend) {
+    if (backend.kind() != BackendKind::cuda)
+        fail(MPT_STATUS_INVALID_ARGUMENT, "cuda backend hook called on a backend that is not CUDA");
+    return const_cast<CudaBackend&>(static_cast<const CudaBackend&>(backend));
+}
+
+}  // namespace
+
+uint64_t cuda_backend_allocation_count(const Backend& backend) { return as_cuda(backend).allocation_count(); }
+uint64_t cuda_backend_graph_replays(const Backend& backend) { return as_cuda(backend).graph_replays(); }
+uint64_t cuda_backend_graph_captures(const Backend& backend) { return as_cuda(backend).graph_captures(); }
+void cuda_backend_set_graphs(Backend& backend, bool enabled) { as_cuda(backend).set_graphs(enabled); }
+void cuda_backend_set_fused_epilogues(Backend& backend, bool enabled) { as_cuda(backend).set_fused_epilogues(enabled); }
+
+}  // namespace mpt

@@ -1,0 +1,141 @@
+// The CUDA backend (see backend.h for the contract and cuda_backend.h for its test hooks). Device
+// memory comes from one cudaMalloc per arena; ops are issued on the scheduler's current lane's
+// stream; compute-lane tasks are recorded and replayed as CUDA graphs (cuda_step_graph.cuh).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_dense_backward_data.cuh"
+#include "backend/cuda/cuda_dense_forward.cuh"
+#include "backend/cuda/cuda_dense_update.cuh"
+#include "backend/cuda/cuda_gemm.cuh"
+#include "backend/cuda/cuda_loss_head.cuh"
+#include "backend/cuda/cuda_scheduler.cuh"
+#include "backend/cuda/cuda_step_graph.cuh"
+
+namespace mpt {
+
+class CudaBackend final : public Backend, private CudaTaskHooks {
+public:
+    explicit CudaBackend(int device);
+    ~CudaBackend() override;
+
+    BackendKind kind() const override { return BackendKind::cuda; }
+    std::string device_name() const override { return name_; }
+    size_t storage_size(DType dtype) const override { return dtype == DType::fp32 ? 4 : 2; }
+    DType preferred_compute_dtype() const override;
+    size_t relu_mask_bytes(int64_t rows, int64_t features) const override;
+
+    void* allocate(size_t bytes) override;
+    void release(void* pointer) noexcept override;
+    void copy_to_device(void* destination, const void* source, size_t bytes) override;
+    void copy_to_host(void* destination, const void* source, size_t bytes) override;
+    void fill_zero(void* destination, size_t bytes) override;
+    void convert_from_fp32(void* destination, DType dtype, const float* source, int64_t count) override;
+    void convert_to_fp32(float* destination, const void* source, DType dtype, int64_t count) override;
+
+    Scheduler& scheduler() override { return *scheduler_; }
+
+    void gather_batch(const GatherArgs& args) override;
+    void dense_forward(const DenseForwardArgs& args) override;
+    void loss_head(const LossHeadArgs& args) override;
+    void dense_backward_data(const DenseBackwardDataArgs& args) override;
+    void begin_step(TrainState* state) override;
+    void max_abs(const void* values, DType dtype, int64_t count, float* out) override;
+    void decide_update(const float* max_abs_pairs, int layer_count, int64_t rows, TrainState* state) override;
+    void dense_update(const DenseUpdateArgs& args, const OptimizerConfig& optimizer) override;
+    void finish_step(TrainState* state, const LossScalerConfig& scaler) override;
+
+    uint64_t allocation_count() const { return allocations_; }
+    uint64_t graph_replays() const { return graphs_.replays(); }
+    uint64_t graph_captures() const { return graphs_.captures(); }
+    void set_graphs(bool enabled);
+    void set_fused_epilogues(bool enabled) { fused_epilogues_ = enabled; }
+
+private:
+    enum class OpCode : uint8_t {
+        gather = 1,
+        dense_forward,
+        loss_head,
+        backward_data,
+        begin_step,
+        max_abs,
+        decide_update,
+        dense_update,
+        finish_step
+    };
+    // One operation of a recorded task, with the plan chosen when it was issued.
+    struct RecordedOp {
+        OpCode code;
+        GatherArgs gather;
+        DenseForwardArgs forward;
+        DenseForwardPlan forward_plan;
+        LossHeadArgs head;
+        DenseBackwardDataArgs data;
+        DenseBackwardDataPlan data_plan;
+        DenseUpdateArgs update;
+        DenseUpdatePlan update_plan;
+        OptimizerConfig optimizer;
+        LossScalerConfig scaler;
+        float* scratch;
+        TrainState* state;
+        const void* values;      // max_abs input, decide_update's bounds
+        DType dtype;
+        int64_t count;           // max_abs elements, decide_update layers
+        int64_t rows;
+        float* out;
+    };
+
+    // CudaTaskHooks
+    void begin_compute_task() override;
+    void end_compute_task() override;
+    void abandon_compute_task() noexcept override;
+    void flush_recording() override;
+
+    void activate() const;
+    cudaStream_t stream() const { return scheduler_->current_stream(); }
+    float* scratch_for(size_t bytes);
+    // Issues `op` now (eagerly) or appends it to the task being recorded.
+    void issue(const RecordedOp& op);
+    void execute(const RecordedOp& op, cudaStream_t stream);
+    void execute_recorded(cudaStream_t stream);
+    void sign(const RecordedOp& op);
+    void free_device(void* pointer) noexcept;
+
+    int device_ = 0;
+    int compute_capability_ = 0;
+    int multiprocessors_ = 1;
+    std::string name_;
+    uint64_t allocations_ = 0;
+
+    void* workspace_ = nullptr;       // cuBLASLt workspace
+    void* reduction_scratch_ = nullptr;  // loss-head partials and the kernels' block counters
+    LossHeadScratch head_scratch_{};
+    float* scratch_ = nullptr;        // fp32 accumulators of the unfused fallback paths
+    size_t scratch_bytes_ = 0;
+
+    std::unique_ptr<CudaGemm> gemm_;
+    std::unique_ptr<CudaScheduler> scheduler_;
+    bool fused_epilogues_ = true;
+
+    // ReLU masks written by a fused forward: mask pointer -> (rows, features) it describes.
+    struct MaskShape {
+        int64_t rows;
+        int64_t features;
+    };
+    std::unordered_map<const void*, MaskShape> masks_;
+
+    bool graphs_enabled_ = true;
+    bool recording_ = false;
+    std::vector<RecordedOp> recorded_;
+    TaskSignature signature_;
+    StepGraphCache graphs_;
+};
+
+}  // namespace mpt

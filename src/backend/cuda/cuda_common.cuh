@@ -1,0 +1,106 @@
+// Shared by the CUDA backend's translation units (never by host-facing headers): error checks that
+// turn every CUDA and cuBLASLt failure into mpt::Error, dtype mapping, and element load/store in
+// the storage dtypes with the same round-to-nearest-even as the CPU reference.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "core/dtype.h"
+#include "core/error.h"
+
+namespace mpt {
+
+[[noreturn]] inline void fail_cuda(const char* call, const std::string& reason, const char* file, int line) {
+    std::string where(file);
+    const size_t slash = where.find_last_of('/');
+    if (slash != std::string::npos) where = where.substr(slash + 1);
+    fail(MPT_STATUS_BACKEND_ERROR,
+         std::string("cuda backend: ") + call + " failed: " + reason + " (" + where + ":" + std::to_string(line) + ")");
+}
+
+inline void check_cuda(cudaError_t status, const char* call, const char* file, int line) {
+    if (status == cudaSuccess) return;
+    fail_cuda(call, std::string(cudaGetErrorName(status)) + ": " + cudaGetErrorString(status), file, line);
+}
+
+inline void check_cublas(cublasStatus_t status, const char* call, const char* file, int line) {
+    if (status == CUBLAS_STATUS_SUCCESS) return;
+    fail_cuda(call, std::string(cublasLtGetStatusName(status)) + ": " + cublasLtGetStatusString(status), file, line);
+}
+
+#define MPT_CUDA_CHECK(call) ::mpt::check_cuda((call), #call, __FILE__, __LINE__)
+#define MPT_CUBLAS_CHECK(call) ::mpt::check_cublas((call), #call, __FILE__, __LINE__)
+// After a kernel launch: reports launch-configuration errors (and earlier asynchronous faults).
+#define MPT_CUDA_CHECK_LAUNCH(name) ::mpt::check_cuda(cudaGetLastError(), name, __FILE__, __LINE__)
+
+inline cudaDataType_t cuda_data_type(DType dtype) {
+    switch (dtype) {
+        case DType::fp16: return CUDA_R_16F;
+        case DType::bf16: return CUDA_R_16BF;
+        case DType::fp32: break;
+    }
+    return CUDA_R_32F;
+}
+
+inline size_t device_dtype_size(DType dtype) { return dtype == DType::fp32 ? 4 : 2; }
+
+// Alignment of a pointer in bytes, capped at 256 (what cuBLASLt's heuristics care about).
+inline unsigned pointer_alignment(const void* pointer) {
+    const uintptr_t address = reinterpret_cast<uintptr_t>(pointer);
+    if (address == 0) return 256;
+    unsigned alignment = 1;
+    while (alignment < 256 && (address & alignment) == 0) alignment <<= 1;
+    return alignment;
+}
+
+inline void require_aligned16(const void* pointer, const char* what) {
+    if (pointer && (reinterpret_cast<uintptr_t>(pointer) & 15u) != 0)
+        fail(MPT_STATUS_INVALID_ARGUMENT,
+             std::string("cuda backend: ") + what + " is not 16-byte aligned (cuBLASLt needs 16-byte aligned operands)");
+}
+
+// Kernel launch geometry for grid-stride loops over `work` items.
+inline unsigned grid_for(int64_t work, unsigned block, unsigned max_blocks) {
+    const int64_t blocks = (work + block - 1) / block;
+    if (blocks < 1) return 1;
+    return static_cast<unsigned>(blocks < max_blocks ? blocks : max_blocks);
+}
+
+#if defined(__CUDACC__)
+// Device-side element access in storage dtypes. Conversions round to nearest even, as round_to.
+__device__ __forceinline__ float load_element(const void* base, DType dtype, int64_t index) {
+    switch (dtype) {
+        case DType::fp16: return __half2float(static_cast<const __half*>(base)[index]);
+        case DType::bf16: return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[index]);
+        case DType::fp32: break;
+    }
+    return static_cast<const float*>(base)[index];
+}
+
+__device__ __forceinline__ void store_element(void* base, DType dtype, int64_t index, float value) {
+    switch (dtype) {
+        case DType::fp16: static_cast<__half*>(base)[index] = __float2half_rn(value); return;
+        case DType::bf16: static_cast<__nv_bfloat16*>(base)[index] = __float2bfloat16_rn(value); return;
+        case DType::fp32: break;
+    }
+    static_cast<float*>(base)[index] = value;
+}
+
+// The value `dtype` stores for `value` (round_to on the device).
+__device__ __forceinline__ float round_to_device(DType dtype, float value) {
+    switch (dtype) {
+        case DType::fp16: return __half2float(__float2half_rn(value));
+        case DType::bf16: return __bfloat162float(__float2bfloat16_rn(value));
+        case DType::fp32: break;
+    }
+    return value;
+}
+#endif
+
+}  // namespace mpt

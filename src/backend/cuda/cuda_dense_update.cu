@@ -1,0 +1,182 @@
+// See cuda_dense_update.cuh. The element rule is optimizer_update_element, the same inline code the
+// CPU backend runs. Elements are taken four at a time (16-byte loads) when a group's pointers allow.
+#include "backend/cuda/cuda_dense_update.cuh"
+
+#include "backend/cuda/cuda_common.cuh"
+
+namespace mpt {
+
+namespace {
+
+constexpr int kUpdateThreads = 256;
+
+struct DeviceGroup {
+    float* master;
+    void* low_copy;
+    float* gradient;
+    float* state1;
+    float* state2;
+    int64_t count;
+    int64_t first_chunk;  // chunks (of 4 elements) before this group in the launch
+    DType low_dtype;
+    bool vectorised;
+};
+
+constexpr int kUpdateGroups = 2;  // a layer's weights and its bias
+
+struct UpdateLaunch {
+    DeviceGroup groups[kUpdateGroups];
+    int64_t total_chunks;
+    OptimizerConfig optimizer;
+    const TrainState* state;
+};
+
+__device__ __forceinline__ void update_one(const UpdateLaunch& launch, const OptimizerStepScalars& scalars,
+                                           const DeviceGroup& group, int64_t i) {
+    float unused1 = 0.0f, unused2 = 0.0f;
+    float& state1 = group.state1 ? group.state1[i] : unused1;
+    float& state2 = group.state2 ? group.state2[i] : unused2;
+    const float master =
+        optimizer_update_element(launch.optimizer, scalars, group.master[i], group.gradient[i], state1, state2);
+    group.master[i] = master;
+    if (group.low_copy) store_element(group.low_copy, group.low_dtype, i, master);
+}
+
+__device__ __forceinline__ void store_low4(void* low_copy, DType dtype, int64_t i, const float4& value) {
+    if (dtype == DType::bf16) {
+        __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(low_copy) + i);
+        out[0] = __floats2bfloat162_rn(value.x, value.y);
+        out[1] = __floats2bfloat162_rn(value.z, value.w);
+    } else if (dtype == DType::fp16) {
+        __half2* out = reinterpret_cast<__half2*>(static_cast<__half*>(low_copy) + i);
+        out[0] = __floats2half2_rn(value.x, value.y);
+        out[1] = __floats2half2_rn(value.z, value.w);
+    } else {
+        *reinterpret_cast<float4*>(static_cast<float*>(low_copy) + i) = value;
+    }
+}
+
+__device__ __forceinline__ void update_four(const UpdateLaunch& launch, const OptimizerStepScalars& scalars,
+                                            const DeviceGroup& group, int64_t i) {
+    float4 master = *reinterpret_cast<const float4*>(group.master + i);
+    const float4 gradient = *reinterpret_cast<const float4*>(group.gradient + i);
+    float4 state1 = group.state1 ? *reinterpret_cast<const float4*>(group.state1 + i) : make_float4(0, 0, 0, 0);
+    float4 state2 = group.state2 ? *reinterpret_cast<const float4*>(group.state2 + i) : make_float4(0, 0, 0, 0);
+    const OptimizerConfig& config = launch.optimizer;
+    master.x = optimizer_update_element(config, scalars, master.x, gradient.x, state1.x, state2.x);
+    master.y = optimizer_update_element(config, scalars, master.y, gradient.y, state1.y, state2.y);
+    master.z = optimizer_update_element(config, scalars, master.z, gradient.z, state1.z, state2.z);
+    master.w = optimizer_update_element(config, scalars, master.w, gradient.w, state1.w, state2.w);
+    *reinterpret_cast<float4*>(group.master + i) = master;
+    if (group.state1) *reinterpret_cast<float4*>(group.state1 + i) = state1;
+    if (group.state2) *reinterpret_cast<float4*>(group.state2 + i) = state2;
+    if (group.low_copy) store_low4(group.low_copy, group.low_dtype, i, master);
+}
+
+__global__ void __launch_bounds__(kUpdateThreads) update_kernel(const UpdateLaunch launch) {
+    __shared__ OptimizerStepScalars scalars;
+    __shared__ int skip;
+    if (threadIdx.x == 0) {
+        const TrainState state = *launch.state;
+        skip = state.found_inf;
+        scalars = optimizer_step_scalars(launch.optimizer, state.loss_scale, state.applied_steps);
+    }
+    __syncthreads();
+
+    if (!skip) {
+        int g = 0;
+        const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+        for (int64_t chunk = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; chunk < launch.total_chunks;
+             chunk += stride) {
+            // Chunks only grow within a thread, so the group index only moves forward.
+            if (g == 0 && chunk >= launch.groups[1].first_chunk) g = 1;
+            const DeviceGroup& group = launch.groups[g];
+            const int64_t first = (chunk - group.first_chunk) * 4;
+            if (group.vectorised && first + 4 <= group.count) {
+                update_four(launch, scalars, group, first);
+            } else {
+                const int64_t last = first + 4 < group.count ? first + 4 : group.count;
+                for (int64_t i = first; i < last; ++i) update_one(launch, scalars, group, i);
+            }
+        }
+    }
+}
+
+bool aligned(const void* pointer, unsigned bytes) {
+    return (reinterpret_cast<uintptr_t>(pointer) & (bytes - 1)) == 0;
+}
+
+DeviceGroup device_group(float* master, void* low_copy, DType low_dtype, float* gradient, float* const* states,
+                         int64_t count, int64_t first_chunk) {
+    DeviceGroup group{};
+    group.master = master;
+    group.low_copy = low_copy;
+    group.gradient = gradient;
+    group.state1 = states[0];
+    group.state2 = states[1];
+    group.count = count;
+    group.first_chunk = first_chunk;
+    group.low_dtype = low_dtype;
+    group.vectorised = aligned(master, 16) && aligned(gradient, 16) && (!states[0] || aligned(states[0], 16)) &&
+                       (!states[1] || aligned(states[1], 16)) && (!low_copy || aligned(low_copy, 8));
+    return group;
+}
+
+WeightGradientArgs gradient_args(const DenseUpdateArgs& args, float* weight_grad, float* bias_grad) {
+    WeightGradientArgs gradient{};
+    gradient.output_grad = args.output_grad;
+    gradient.input = args.input;
+    gradient.weight_grad = weight_grad;
+    gradient.bias_grad = bias_grad;
+    gradient.rows = args.rows;
+    gradient.in_features = args.in_features;
+    gradient.out_features = args.out_features;
+    gradient.compute_dtype = args.compute_dtype;
+    return gradient;
+}
+
+}  // namespace
+
+size_t dense_update_scratch_bytes(const DenseUpdateArgs& args) {
+    if (args.weight_grad && args.bias_grad) return 0;
+    // dW, then db at a 256-byte aligned offset.
+    const size_t weight_bytes = static_cast<size_t>(args.out_features * args.in_features) * sizeof(float);
+    return (weight_bytes + 255) / 256 * 256 + static_cast<size_t>(args.out_features) * sizeof(float);
+}
+
+DenseUpdatePlan plan_dense_update(CudaGemm& gemm, const DenseUpdateArgs& args, float* scratch, bool allow_fused) {
+    require(args.state != nullptr, MPT_STATUS_INVALID_ARGUMENT, "cuda backend: dense_update needs the train state");
+    require(args.weights && args.bias, MPT_STATUS_INVALID_ARGUMENT, "cuda backend: dense_update needs the masters");
+    DenseUpdatePlan plan;
+    if (args.weight_grad && args.bias_grad) {
+        plan.weight_grad = args.weight_grad;
+        plan.bias_grad = args.bias_grad;
+    } else {
+        require(scratch != nullptr, MPT_STATUS_INTERNAL, "cuda backend: dense_update has no gradient scratch");
+        const size_t weight_bytes = static_cast<size_t>(args.out_features * args.in_features) * sizeof(float);
+        plan.weight_grad = scratch;
+        plan.bias_grad = reinterpret_cast<float*>(reinterpret_cast<char*>(scratch) + (weight_bytes + 255) / 256 * 256);
+    }
+    plan.gradient = plan_weight_gradient(gemm, gradient_args(args, plan.weight_grad, plan.bias_grad), allow_fused);
+    return plan;
+}
+
+void run_dense_update(CudaGemm& gemm, const DenseUpdatePlan& plan, const DenseUpdateArgs& args,
+                      const OptimizerConfig& optimizer, int max_blocks, cudaStream_t stream) {
+    run_weight_gradient(gemm, plan.gradient, gradient_args(args, plan.weight_grad, plan.bias_grad), stream);
+    UpdateLaunch launch{};
+    launch.optimizer = optimizer;
+    launch.state = args.state;
+    const int64_t weight_count = args.out_features * args.in_features;
+    launch.groups[0] = device_group(args.weights, args.low_weights, args.compute_dtype, plan.weight_grad,
+                                    args.weight_state, weight_count, 0);
+    const int64_t weight_chunks = (weight_count + 3) / 4;
+    launch.groups[1] = device_group(args.bias, args.low_bias, args.compute_dtype, plan.bias_grad, args.bias_state,
+                                    args.out_features, weight_chunks);
+    launch.total_chunks = weight_chunks + (args.out_features + 3) / 4;
+    const unsigned blocks = grid_for(launch.total_chunks, kUpdateThreads, static_cast<unsigned>(max_blocks));
+    update_kernel<<<blocks, kUpdateThreads, 0, stream>>>(launch);
+    MPT_CUDA_CHECK_LAUNCH("update_kernel");
+}
+
+}  // namespace mpt

@@ -1,0 +1,30 @@
+// The update of one dense layer on CUDA: the weight and bias gradients (one cuBLASLt GEMM with the
+// BGRADB epilogue) into fp32 scratch, then one kernel that reads the step's TrainState from device
+// memory, does nothing when found_inf is set (the step is skipped), and otherwise applies the
+// optimizer to the fp32 masters and optimizer state and writes the low-precision copies, in one
+// pass. The gradient is not fused into the masters with GEMM beta = 1 because a skipped step must
+// leave them untouched and a GEMM cannot skip itself on a device-side flag (see the report on
+// conditional graph nodes).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_gemm.cuh"
+#include "backend/cuda/cuda_weight_gradient.cuh"
+
+namespace mpt {
+
+struct DenseUpdatePlan {
+    WeightGradientPlan gradient;
+    float* weight_grad = nullptr;  // the args' scratch, or the backend's when the args have none
+    float* bias_grad = nullptr;
+};
+
+// fp32 scratch dense_update needs from the backend: 0 when the args bring gradient buffers.
+size_t dense_update_scratch_bytes(const DenseUpdateArgs& args);
+DenseUpdatePlan plan_dense_update(CudaGemm& gemm, const DenseUpdateArgs& args, float* scratch, bool allow_fused);
+void run_dense_update(CudaGemm& gemm, const DenseUpdatePlan& plan, const DenseUpdateArgs& args,
+                      const OptimizerConfig& optimizer, int max_blocks, cudaStream_t stream);
+
+}  // namespace mpt

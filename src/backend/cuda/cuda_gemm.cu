@@ -1,0 +1,192 @@
+// See cuda_gemm.cuh.
+#include "backend/cuda/cuda_gemm.cuh"
+
+#include <cstring>
+
+#include "backend/cuda/cuda_common.cuh"
+
+namespace mpt {
+
+bool GemmKey::operator==(const GemmKey& other) const {
+    return m == other.m && n == other.n && k == other.k && lda == other.lda && ldb == other.ldb &&
+           ldd == other.ldd && aux_ld == other.aux_ld && epilogue == other.epilogue && transa == other.transa &&
+           transb == other.transb && type_ab == other.type_ab && type_d == other.type_d && align_a == other.align_a &&
+           align_b == other.align_b && align_d == other.align_d && align_bias == other.align_bias &&
+           align_aux == other.align_aux;
+}
+
+size_t GemmKeyHash::operator()(const GemmKey& key) const {
+    uint64_t hash = 1469598103934665603ull;
+    auto mix = [&](uint64_t value) { hash = (hash ^ value) * 1099511628211ull; };
+    mix(static_cast<uint64_t>(key.m));
+    mix(static_cast<uint64_t>(key.n));
+    mix(static_cast<uint64_t>(key.k));
+    mix(static_cast<uint64_t>(key.lda));
+    mix(static_cast<uint64_t>(key.ldb));
+    mix(static_cast<uint64_t>(key.ldd));
+    mix(static_cast<uint64_t>(key.aux_ld));
+    mix(static_cast<uint64_t>(key.epilogue) | (static_cast<uint64_t>(key.transa) << 16) |
+        (static_cast<uint64_t>(key.transb) << 24) | (static_cast<uint64_t>(key.type_ab) << 32) |
+        (static_cast<uint64_t>(key.type_d) << 48));
+    mix(static_cast<uint64_t>(key.align_a) | (static_cast<uint64_t>(key.align_b) << 16) |
+        (static_cast<uint64_t>(key.align_d) << 32) | (static_cast<uint64_t>(key.align_bias) << 48));
+    mix(key.align_aux);
+    return static_cast<size_t>(hash);
+}
+
+GemmKey make_gemm_key(int32_t epilogue, int32_t transa, int32_t transb, int64_t m, int64_t n, int64_t k,
+                      int64_t lda, int64_t ldb, int64_t ldd, int32_t type_ab, int32_t type_d, const void* a,
+                      const void* b, const void* d, const void* bias, const void* aux, int64_t aux_ld) {
+    GemmKey key;
+    key.m = m;
+    key.n = n;
+    key.k = k;
+    key.lda = lda;
+    key.ldb = ldb;
+    key.ldd = ldd;
+    key.aux_ld = aux_ld;
+    key.epilogue = epilogue;
+    key.transa = transa;
+    key.transb = transb;
+    key.type_ab = type_ab;
+    key.type_d = type_d;
+    key.align_a = static_cast<uint16_t>(pointer_alignment(a));
+    key.align_b = static_cast<uint16_t>(pointer_alignment(b));
+    key.align_d = static_cast<uint16_t>(pointer_alignment(d));
+    key.align_bias = static_cast<uint16_t>(pointer_alignment(bias));
+    key.align_aux = static_cast<uint16_t>(pointer_alignment(aux));
+    return key;
+}
+
+GemmPlan::~GemmPlan() {
+    if (layout_d) cublasLtMatrixLayoutDestroy(layout_d);
+    if (layout_b) cublasLtMatrixLayoutDestroy(layout_b);
+    if (layout_a) cublasLtMatrixLayoutDestroy(layout_a);
+    if (desc) cublasLtMatmulDescDestroy(desc);
+}
+
+CudaGemm::CudaGemm(void* workspace, size_t workspace_bytes) : workspace_(workspace), workspace_bytes_(workspace_bytes) {
+    MPT_CUBLAS_CHECK(cublasLtCreate(&handle_));
+}
+
+CudaGemm::~CudaGemm() {
+    plans_.clear();
+    if (handle_) cublasLtDestroy(handle_);
+}
+
+namespace {
+
+bool has_bias(int32_t epilogue) {
+    return epilogue == CUBLASLT_EPILOGUE_BIAS || epilogue == CUBLASLT_EPILOGUE_RELU_BIAS ||
+           epilogue == CUBLASLT_EPILOGUE_RELU_AUX_BIAS || epilogue == CUBLASLT_EPILOGUE_BGRADA ||
+           epilogue == CUBLASLT_EPILOGUE_BGRADB || epilogue == CUBLASLT_EPILOGUE_DRELU_BGRAD;
+}
+
+bool has_aux(int32_t epilogue) {
+    return epilogue == CUBLASLT_EPILOGUE_RELU_AUX || epilogue == CUBLASLT_EPILOGUE_RELU_AUX_BIAS ||
+           epilogue == CUBLASLT_EPILOGUE_DRELU || epilogue == CUBLASLT_EPILOGUE_DRELU_BGRAD;
+}
+
+// A device address with exactly `alignment` bytes of alignment, for the heuristic to read.
+const void* example_pointer(unsigned alignment) {
+    return reinterpret_cast<const void*>(static_cast<uintptr_t>(1) << 40 | static_cast<uintptr_t>(alignment));
+}
+
+}  // namespace
+
+const GemmPlan& CudaGemm::plan(const GemmKey& key) {
+    auto found = plans_.find(key);
+    if (found != plans_.end()) return *found->second;
+
+    auto plan = std::make_unique<GemmPlan>();
+    plan->epilogue = key.epilogue;
+    MPT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const int32_t transa = key.transa, transb = key.transb;
+    MPT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &transa, sizeof transa));
+    MPT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &transb, sizeof transb));
+    const uint32_t epilogue = static_cast<uint32_t>(key.epilogue);
+    MPT_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
+    if (has_bias(key.epilogue)) {
+        // The bias (or bias gradient) has D's dtype, cuBLASLt's default; set it explicitly anyway.
+        const int32_t bias_type = key.type_d;
+        MPT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                        sizeof bias_type));
+        const void* bias = example_pointer(key.align_bias);
+        MPT_CUBLAS_CHECK(
+            cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    }
+    if (has_aux(key.epilogue)) {
+        const int64_t aux_ld = key.aux_ld;
+        MPT_CUBLAS_CHECK(
+            cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld));
+        const void* aux = example_pointer(key.align_aux);
+        MPT_CUBLAS_CHECK(
+            cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
+    }
+    // Stored (column-major) shapes: op(A) is m x k, op(B) is k x n, D is m x n.
+    const bool a_transposed = key.transa != CUBLAS_OP_N, b_transposed = key.transb != CUBLAS_OP_N;
+    MPT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->layout_a, static_cast<cudaDataType_t>(key.type_ab),
+                                                a_transposed ? key.k : key.m, a_transposed ? key.m : key.k, key.lda));
+    MPT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->layout_b, static_cast<cudaDataType_t>(key.type_ab),
+                                                b_transposed ? key.n : key.k, b_transposed ? key.k : key.n, key.ldb));
+    MPT_CUBLAS_CHECK(
+        cublasLtMatrixLayoutCreate(&plan->layout_d, static_cast<cudaDataType_t>(key.type_d), key.m, key.n, key.ldd));
+
+    cublasLtMatmulPreference_t preference = nullptr;
+    MPT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
+    cublasLtMatmulHeuristicResult_t result{};
+    int found_count = 0;
+    cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
+    {
+        const uint64_t workspace = workspace_bytes_;
+        const uint32_t align_a = key.align_a, align_b = key.align_b, align_d = key.align_d;
+        status = cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+                                                      sizeof workspace);
+        if (status == CUBLAS_STATUS_SUCCESS)
+            status = cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                                          &align_a, sizeof align_a);
+        if (status == CUBLAS_STATUS_SUCCESS)
+            status = cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                          &align_b, sizeof align_b);
+        if (status == CUBLAS_STATUS_SUCCESS)
+            status = cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                                          &align_d, sizeof align_d);
+        if (status == CUBLAS_STATUS_SUCCESS)
+            status = cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                                          &align_d, sizeof align_d);
+        if (status == CUBLAS_STATUS_SUCCESS)
+            status = cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->layout_a, plan->layout_b,
+                                                    plan->layout_d, plan->layout_d, preference, 1, &result,
+                                                    &found_count);
+    }
+    cublasLtMatmulPreferenceDestroy(preference);
+    // "Not supported" (or an invalid combination for this epilogue) means: take the fallback path.
+    if (status != CUBLAS_STATUS_SUCCESS && status != CUBLAS_STATUS_NOT_SUPPORTED && status != CUBLAS_STATUS_INVALID_VALUE)
+        check_cublas(status, "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__);
+    if (status == CUBLAS_STATUS_SUCCESS && found_count > 0 && result.state == CUBLAS_STATUS_SUCCESS) {
+        plan->supported = true;
+        plan->algo = result.algo;
+        plan->workspace_bytes = result.workspaceSize;
+    }
+    const GemmPlan& stored = *plan;
+    plans_.emplace(key, std::move(plan));
+    return stored;
+}
+
+void CudaGemm::run(const GemmPlan& plan, const void* a, const void* b, void* d, const void* bias, const void* aux,
+                   cudaStream_t stream) {
+    if (!plan.supported) fail(MPT_STATUS_INTERNAL, "cuda backend: a GEMM without a cuBLASLt algorithm was run");
+    if (has_bias(plan.epilogue))
+        MPT_CUBLAS_CHECK(
+            cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    if (has_aux(plan.epilogue))
+        MPT_CUBLAS_CHECK(
+            cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
+    const float alpha = 1.0f, beta = 0.0f;
+    MPT_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.desc, &alpha, a, plan.layout_a, b, plan.layout_b, &beta, d,
+                                    plan.layout_d, d, plan.layout_d, &plan.algo, workspace_, plan.workspace_bytes,
+                                    stream));
+}
+
+}  // namespace mpt

@@ -1,0 +1,78 @@
+// cuBLASLt behind one small interface. Our tensors are row-major; cuBLASLt is column-major, and a
+// row-major [r, c] matrix is the column-major [c, r] one, so each dense op is expressed on the
+// transposed problem with its operands swapped (see the op files). Descriptors, layouts and the
+// heuristic's algorithm are built once per problem key and kept; the workspace is preallocated.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+
+namespace mpt {
+
+// Everything that decides a cuBLASLt plan. Pointer alignments are part of it because the
+// heuristic picks kernels by the alignment it is promised.
+struct GemmKey {
+    int64_t m = 0, n = 0, k = 0;
+    int64_t lda = 0, ldb = 0, ldd = 0;
+    int64_t aux_ld = 0;             // bits, for the ReLU mask epilogues; 0 when unused
+    int32_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+    int32_t transa = CUBLAS_OP_N, transb = CUBLAS_OP_N;
+    int32_t type_ab = CUDA_R_32F;   // A and B share a dtype
+    int32_t type_d = CUDA_R_32F;
+    uint16_t align_a = 256, align_b = 256, align_d = 256, align_bias = 256, align_aux = 256;
+
+    bool operator==(const GemmKey& other) const;
+};
+
+struct GemmKeyHash {
+    size_t operator()(const GemmKey& key) const;
+};
+
+struct GemmPlan {
+    bool supported = false;  // false: cuBLASLt has no algorithm for it; use the fallback
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t layout_a = nullptr, layout_b = nullptr, layout_d = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+    size_t workspace_bytes = 0;
+    int32_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+
+    GemmPlan() = default;
+    ~GemmPlan();
+    GemmPlan(const GemmPlan&) = delete;
+    GemmPlan& operator=(const GemmPlan&) = delete;
+};
+
+class CudaGemm {
+public:
+    // `workspace` is device memory of `workspace_bytes`, owned by the caller, used by every GEMM.
+    CudaGemm(void* workspace, size_t workspace_bytes);
+    ~CudaGemm();
+    CudaGemm(const CudaGemm&) = delete;
+    CudaGemm& operator=(const CudaGemm&) = delete;
+
+    // The cached plan for `key` (created on first use). `bias` and `aux` are example pointers the
+    // heuristic may inspect; their alignments are already in the key.
+    const GemmPlan& plan(const GemmKey& key);
+    // D = op(A) · op(B) (+ epilogue), alpha = 1, beta = 0, fp32 accumulation.
+    void run(const GemmPlan& plan, const void* a, const void* b, void* d, const void* bias, const void* aux,
+             cudaStream_t stream);
+    size_t cached_plans() const { return plans_.size(); }
+
+private:
+    cublasLtHandle_t handle_ = nullptr;
+    void* workspace_;
+    size_t workspace_bytes_;
+    std::unordered_map<GemmKey, std::unique_ptr<GemmPlan>, GemmKeyHash> plans_;
+};
+
+// The key of a GEMM whose operands are `a`, `b`, `d` (alignments are read off the pointers).
+GemmKey make_gemm_key(int32_t epilogue, int32_t transa, int32_t transb, int64_t m, int64_t n, int64_t k,
+                      int64_t lda, int64_t ldb, int64_t ldd, int32_t type_ab, int32_t type_d, const void* a,
+                      const void* b, const void* d, const void* bias, const void* aux, int64_t aux_ld);
+
+}  // namespace mpt

@@ -1,0 +1,351 @@
+// See cuda_loss_head.cuh. Each row is processed by one warp: row statistics (softmax max and sums,
+// target sums, the dot products of the activation's Jacobian) are warp reductions, and every
+// per-class value is recomputed from them where needed instead of being stored.
+#include "backend/cuda/cuda_loss_head.cuh"
+
+#include <cub/block/block_reduce.cuh>
+
+#include "backend/cuda/cuda_common.cuh"
+
+namespace mpt {
+
+namespace {
+
+constexpr int kWarpSize = 32;
+constexpr int kWarpsPerBlock = 8;
+constexpr int kBlockThreads = kWarpSize * kWarpsPerBlock;
+constexpr unsigned kFullMask = 0xffffffffu;
+
+enum class HeadCase : uint8_t {
+    logits_categorical,       // softmax or linear + (sparse) categorical cross-entropy: log-sum-exp form
+    probability_categorical,  // other activations + categorical cross-entropy: Keras's clipped form
+    sigmoid_binary,           // sigmoid + binary cross-entropy: softplus form
+    probability_binary,       // other activations + binary cross-entropy: clipped form
+    squared_error
+};
+
+__device__ __forceinline__ float warp_sum(float value) {
+    for (int offset = kWarpSize / 2; offset > 0; offset >>= 1) value += __shfl_xor_sync(kFullMask, value, offset);
+    return value;
+}
+__device__ __forceinline__ double warp_sum(double value) {
+    for (int offset = kWarpSize / 2; offset > 0; offset >>= 1) value += __shfl_xor_sync(kFullMask, value, offset);
+    return value;
+}
+__device__ __forceinline__ long long warp_sum(long long value) {
+    for (int offset = kWarpSize / 2; offset > 0; offset >>= 1) value += __shfl_xor_sync(kFullMask, value, offset);
+    return value;
+}
+__device__ __forceinline__ float warp_max(float value) {
+    for (int offset = kWarpSize / 2; offset > 0; offset >>= 1)
+        value = fmaxf(value, __shfl_xor_sync(kFullMask, value, offset));
+    return value;
+}
+
+// Arg-max as the CPU's loop finds it: the first index holding the largest value.
+struct ArgMax {
+    float value;
+    int64_t index;
+};
+__device__ __forceinline__ void argmax_offer(ArgMax& best, float value, int64_t index) {
+    if (best.index < 0 || value > best.value || (value == best.value && index < best.index)) best = ArgMax{value, index};
+}
+__device__ __forceinline__ ArgMax warp_argmax(ArgMax best) {
+    for (int offset = kWarpSize / 2; offset > 0; offset >>= 1) {
+        const float value = __shfl_xor_sync(kFullMask, best.value, offset);
+        const long long index = __shfl_xor_sync(kFullMask, static_cast<long long>(best.index), offset);
+        if (index >= 0) argmax_offer(best, value, index);
+    }
+    return best;
+}
+
+__device__ __forceinline__ float clip_probability(float p) {
+    return fminf(fmaxf(p, kProbabilityEpsilon), 1.0f - kProbabilityEpsilon);
+}
+__device__ __forceinline__ bool inside_clip(float p) { return p > kProbabilityEpsilon && p < 1.0f - kProbabilityEpsilon; }
+
+struct Row {
+    const float* z;
+    const float* t;
+    int32_t label;
+    bool softmax;       // y is the row-wise softmax of z
+    float max_z;
+    float sum_exp;      // float sum of exp(z - max_z), for y
+    float target_sum;
+    double lse;
+    float safe_sum;     // probability_categorical: sum of y, at least 1e-30
+    float inverse_classes;
+};
+
+struct Terms {
+    float y;
+    float gradient;   // dL/dz before the row-wide correction (see final_gradient)
+    double loss;
+    float chain;      // this class's share of the row-wide correction's dot product
+};
+
+__device__ __forceinline__ float target_of(const LossHeadArgs& args, const Row& row, int64_t c) {
+    if (args.labels) return c == row.label ? 1.0f : 0.0f;
+    return row.t[c];
+}
+
+__device__ __forceinline__ Terms class_terms(const LossHeadArgs& args, const Row& row, HeadCase kind, int64_t c) {
+    Terms terms;
+    const float zc = row.z[c];
+    const float tc = target_of(args, row, c);
+    terms.y = row.softmax ? expf(zc - row.max_z) / row.sum_exp : activation_forward(args.activation, zc);
+    switch (kind) {
+        case HeadCase::logits_categorical:
+            terms.gradient = terms.y * row.target_sum - tc;
+            terms.loss = tc != 0.0f ? tc * (row.lse - static_cast<double>(zc)) : 0.0;
+            terms.chain = 0.0f;
+            break;
+        case HeadCase::probability_categorical: {
+            const float p = terms.y / row.safe_sum, q = clip_probability(p);
+            terms.loss = tc != 0.0f ? -tc * log(static_cast<double>(q)) : 0.0;
+            terms.gradient = inside_clip(p) ? -tc / q : 0.0f;
+            terms.chain = terms.gradient * p;
+            break;
+        }
+        case HeadCase::sigmoid_binary:
+            terms.loss = static_cast<double>((fmaxf(zc, 0.0f) - zc * tc + log1pf(expf(-fabsf(zc)))) * row.inverse_classes);
+            terms.gradient = (terms.y - tc) * row.inverse_classes;
+            terms.chain = 0.0f;
+            break;
+        case HeadCase::probability_binary: {
+            const float q = clip_probability(terms.y);
+            terms.loss = -static_cast<double>((tc * logf(q) + (1.0f - tc) * logf(1.0f - q)) * row.inverse_classes);
+            terms.gradient =
+                inside_clip(terms.y) ? (-tc / q + (1.0f - tc) / (1.0f - q)) * row.inverse_classes : 0.0f;
+            terms.chain = terms.gradient * terms.y;
+            break;
+        }
+        case HeadCase::squared_error: {
+            const float difference = terms.y - tc;
+            terms.loss = static_cast<double>(difference) * difference * row.inverse_classes;
+            terms.gradient = 2.0f * difference * row.inverse_classes;
+            terms.chain = terms.gradient * terms.y;
+            break;
+        }
+    }
+    return terms;
+}
+
+// dL/dz of one class from its terms and the row's reduced dot product (Jacobian of the activation).
+__device__ __forceinline__ float final_gradient(const LossHeadArgs& args, const Row& row, HeadCase kind,
+                                                const Terms& terms, float dot) {
+    switch (kind) {
+        case HeadCase::logits_categorical:
+        case HeadCase::sigmoid_binary: return terms.gradient;
+        case HeadCase::probability_categorical:
+            return (terms.gradient - dot) / row.safe_sum * activation_derivative_from_output(args.activation, terms.y);
+        case HeadCase::probability_binary:
+        case HeadCase::squared_error:
+            if (row.softmax) return terms.y * (terms.gradient - dot);
+            return terms.gradient * activation_derivative_from_output(args.activation, terms.y);
+    }
+    return terms.gradient;
+}
+
+struct RowResult {
+    double loss;
+    long long correct;
+    long long counted;
+};
+
+__device__ RowResult head_row(const LossHeadArgs& args, HeadCase kind, int64_t row_index, int lane,
+                              float gradient_factor) {
+    const int64_t classes = args.classes;
+    Row row;
+    row.z = args.logits + row_index * args.width;
+    row.t = args.targets ? args.targets + row_index * classes : nullptr;
+    row.label = args.labels ? args.labels[row_index] : -1;
+    row.softmax = kind == HeadCase::logits_categorical || args.activation == Activation::softmax;
+    row.max_z = 0.0f;
+    row.sum_exp = 1.0f;
+    row.target_sum = 0.0f;
+    row.lse = 0.0;
+    row.safe_sum = 1.0f;
+    row.inverse_classes = 1.0f / static_cast<float>(classes);
+
+    if (row.softmax) {
+        float max_z = -INFINITY;
+        for (int64_t c = lane; c < classes; c += kWarpSize) max_z = fmaxf(max_z, row.z[c]);
+        row.max_z = warp_max(max_z);
+        float sum = 0.0f;
+        double sum_double = 0.0;
+        for (int64_t c = lane; c < classes; c += kWarpSize) {
+            sum += expf(row.z[c] - row.max_z);
+            if (kind == HeadCase::logits_categorical) sum_double += exp(static_cast<double>(row.z[c] - row.max_z));
+        }
+        row.sum_exp = warp_sum(sum);
+        if (kind == HeadCase::logits_categorical) row.lse = row.max_z + log(warp_sum(sum_double));
+    }
+    if (kind == HeadCase::logits_categorical) {
+        float target_sum = 0.0f;
+        for (int64_t c = lane; c < classes; c += kWarpSize) target_sum += target_of(args, row, c);
+        row.target_sum = warp_sum(target_sum);
+    }
+    if (kind == HeadCase::probability_categorical) {
+        float sum = 0.0f;
+        for (int64_t c = lane; c < classes; c += kWarpSize) sum += activation_forward(args.activation, row.z[c]);
+        row.safe_sum = fmaxf(warp_sum(sum), 1e-30f);
+    }
+
+    // Loss, the correction's dot product and the metric.
+    const bool binary = args.loss == LossKind::binary_crossentropy ||
+                        (args.loss == LossKind::mean_squared_error && classes == 1);
+    double loss = 0.0;
+    float dot = 0.0f;
+    long long correct = 0;
+    ArgMax predicted{0.0f, -1}, expected{0.0f, -1};
+    for (int64_t c = lane; c < classes; c += kWarpSize) {
+        const Terms terms = class_terms(args, row, kind, c);
+        loss += terms.loss;
+        dot += terms.chain;
+        if (binary) {
+            correct += (terms.y > 0.5f) == (row.t[c] > 0.5f);
+        } else {
+            argmax_offer(predicted, terms.y, c);
+            if (!args.labels) argmax_offer(expected, row.t[c], c);
+        }
+    }
+    RowResult result;
+    result.loss = warp_sum(loss);
+    dot = warp_sum(dot);
+    if (binary) {
+        result.correct = warp_sum(correct);
+        result.counted = classes;
+    } else {
+        predicted = warp_argmax(predicted);
+        const int64_t expected_index = args.labels ? row.label : warp_argmax(expected).index;
+        result.correct = predicted.index == expected_index ? 1 : 0;
+        result.counted = 1;
+    }
+
+    // Outputs: the scaled logits gradient and the activation, zero in the padded columns.
+    if (args.logits_grad || args.probabilities) {
+        for (int64_t c = lane; c < args.width; c += kWarpSize) {
+            float y = 0.0f, gradient = 0.0f;
+            if (c < classes) {
+                const Terms terms = class_terms(args, row, kind, c);
+                y = terms.y;
+                gradient = final_gradient(args, row, kind, terms, dot) * gradient_factor;
+            }
+            const int64_t index = row_index * args.width + c;
+            if (args.logits_grad) store_element(args.logits_grad, args.logits_grad_dtype, index, gradient);
+            if (args.probabilities) args.probabilities[index] = y;
+        }
+    }
+    return result;
+}
+
+__global__ void __launch_bounds__(kBlockThreads) loss_head_kernel(const LossHeadArgs args, HeadCase kind,
+                                                                  const LossHeadScratch scratch) {
+    __shared__ double warp_loss[kWarpsPerBlock];
+    __shared__ long long warp_correct[kWarpsPerBlock], warp_counted[kWarpsPerBlock];
+    __shared__ bool last_block;
+
+    const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+    const float loss_scale = args.state ? args.state->loss_scale : 1.0f;
+    const float gradient_factor = loss_scale / static_cast<float>(args.rows);
+
+    double loss = 0.0;
+    long long correct = 0, counted = 0;
+    const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
+    for (int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp; row < args.rows; row += warps) {
+        const RowResult result = head_row(args, kind, row, lane, gradient_factor);
+        loss += result.loss;
+        correct += result.correct;
+        counted += result.counted;
+    }
+    if (lane == 0) {
+        warp_loss[warp] = loss;
+        warp_correct[warp] = correct;
+        warp_counted[warp] = counted;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double block_loss = 0.0;
+        long long block_correct = 0, block_counted = 0;
+        for (int w = 0; w < kWarpsPerBlock; ++w) {
+            block_loss += warp_loss[w];
+            block_correct += warp_correct[w];
+            block_counted += warp_counted[w];
+        }
+        scratch.partial_loss[blockIdx.x] = block_loss;
+        scratch.partial_correct[blockIdx.x] = block_correct;
+        scratch.partial_counted[blockIdx.x] = block_counted;
+        __threadfence();
+        last_block = atomicAdd(scratch.counter, 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!last_block) return;
+
+    // The last block combines every block's partials in a fixed order.
+    __threadfence();
+    const volatile double* partial_loss = scratch.partial_loss;
+    const volatile long long* partial_correct = scratch.partial_correct;
+    const volatile long long* partial_counted = scratch.partial_counted;
+    double thread_loss = 0.0;
+    long long thread_correct = 0, thread_counted = 0;
+    for (unsigned b = threadIdx.x; b < gridDim.x; b += kBlockThreads) {
+        thread_loss += partial_loss[b];
+        thread_correct += partial_correct[b];
+        thread_counted += partial_counted[b];
+    }
+    using DoubleReduce = cub::BlockReduce<double, kBlockThreads>;
+    using CountReduce = cub::BlockReduce<long long, kBlockThreads>;
+    __shared__ union {
+        typename DoubleReduce::TempStorage loss;
+        typename CountReduce::TempStorage count;
+    } temp;
+    const double loss_sum = DoubleReduce(temp.loss).Sum(thread_loss);
+    __syncthreads();
+    const long long correct_sum = CountReduce(temp.count).Sum(thread_correct);
+    __syncthreads();
+    const long long counted_sum = CountReduce(temp.count).Sum(thread_counted);
+    if (threadIdx.x == 0) {
+        const double batch_loss = loss_sum / static_cast<double>(args.rows);
+        if (args.state && !isfinite(batch_loss)) args.state->found_inf = 1;
+        if (args.metrics) {
+            args.metrics[kMetricLossSum] += loss_sum;
+            args.metrics[kMetricCorrect] += static_cast<double>(correct_sum);
+            args.metrics[kMetricCounted] += static_cast<double>(counted_sum);
+            args.metrics[kMetricBatchLoss] = batch_loss;
+        }
+        *scratch.counter = 0u;
+    }
+}
+
+HeadCase head_case(const LossHeadArgs& args) {
+    switch (args.loss) {
+        case LossKind::sparse_categorical_crossentropy:
+        case LossKind::categorical_crossentropy:
+            return args.activation == Activation::softmax || args.activation == Activation::linear
+                       ? HeadCase::logits_categorical
+                       : HeadCase::probability_categorical;
+        case LossKind::binary_crossentropy:
+            return args.activation == Activation::sigmoid ? HeadCase::sigmoid_binary : HeadCase::probability_binary;
+        case LossKind::mean_squared_error: break;
+    }
+    return HeadCase::squared_error;
+}
+
+}  // namespace
+
+void validate_loss_head(const LossHeadArgs& args) {
+    require(args.rows > 0 && args.classes > 0 && args.width >= args.classes, MPT_STATUS_INVALID_ARGUMENT,
+            "cuda backend: loss_head needs rows > 0 and 0 < classes <= width");
+    require(args.logits != nullptr, MPT_STATUS_INVALID_ARGUMENT, "cuda backend: loss_head needs logits");
+    require(loss_uses_labels(args.loss) ? args.labels != nullptr : args.targets != nullptr, MPT_STATUS_INVALID_ARGUMENT,
+            "cuda backend: loss_head needs labels (sparse categorical) or targets (other losses)");
+}
+
+void run_loss_head(const LossHeadArgs& args, const LossHeadScratch& scratch, cudaStream_t stream) {
+    const unsigned blocks = grid_for(args.rows, kWarpsPerBlock, kLossHeadMaxBlocks);
+    loss_head_kernel<<<blocks, kBlockThreads, 0, stream>>>(args, head_case(args), scratch);
+    MPT_CUDA_CHECK_LAUNCH("loss_head_kernel");
+}
+
+}  // namespace mpt

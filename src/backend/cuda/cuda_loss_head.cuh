@@ -1,0 +1,27 @@
+// The fused loss head on CUDA: activation, loss, scaled logits gradient and metrics in one kernel
+// with the CPU reference's semantics (cpu_loss_head.cpp), one warp per row. Per-block partial sums
+// are combined by the last block to finish, in a fixed order, so results are deterministic and the
+// metrics and found_inf are updated on the device without a host round trip.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/backend.h"
+
+namespace mpt {
+
+// Device scratch for the cross-block reduction, preallocated by the backend.
+struct LossHeadScratch {
+    double* partial_loss;       // [kLossHeadMaxBlocks]
+    long long* partial_correct;
+    long long* partial_counted;
+    unsigned* counter;          // zero between launches (the last block resets it)
+};
+constexpr int kLossHeadMaxBlocks = 256;
+
+void validate_loss_head(const LossHeadArgs& args);
+void run_loss_head(const LossHeadArgs& args, const LossHeadScratch& scratch, cudaStream_t stream);
+
+}  // namespace mpt

@@ -1,0 +1,80 @@
+// See cuda_max_abs.cuh. A block-wide max (cub::BlockReduce), then one atomicMax per block on the
+// result's bits: for non-negative floats (and +Inf) the unsigned order of the bits is the order of
+// the values, so the maximum is exact and independent of the order of blocks.
+#include "backend/cuda/cuda_max_abs.cuh"
+
+#include <cub/block/block_reduce.cuh>
+
+#include "backend/cuda/cuda_common.cuh"
+
+namespace mpt {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr unsigned kInfinityBits = 0x7f800000u;
+
+// |x| as bits, NaN and Inf as +Inf.
+__device__ __forceinline__ unsigned magnitude_bits(float value) {
+    const unsigned bits = __float_as_uint(value) & 0x7fffffffu;
+    return bits >= kInfinityBits ? kInfinityBits : bits;
+}
+
+template <int kPerVector>
+__device__ __forceinline__ unsigned vector_max(const uint4& raw, DType dtype) {
+    unsigned largest = 0;
+    if (kPerVector == 4) {
+        const float* v = reinterpret_cast<const float*>(&raw);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) largest = max(largest, magnitude_bits(v[i]));
+    } else if (dtype == DType::bf16) {
+        const __nv_bfloat16* v = reinterpret_cast<const __nv_bfloat16*>(&raw);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) largest = max(largest, magnitude_bits(__bfloat162float(v[i])));
+    } else {
+        const __half* v = reinterpret_cast<const __half*>(&raw);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) largest = max(largest, magnitude_bits(__half2float(v[i])));
+    }
+    return largest;
+}
+
+__global__ void __launch_bounds__(kThreads) max_abs_kernel(const void* __restrict__ values, DType dtype, int64_t count,
+                                                           bool vectorised, unsigned* out) {
+    unsigned largest = 0;
+    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+    const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    int64_t scalar_begin = 0;
+    if (vectorised) {
+        const int per_vector = dtype == DType::fp32 ? 4 : 8;
+        const int64_t vectors = count / per_vector;
+        const uint4* data = static_cast<const uint4*>(values);
+        for (int64_t i = first; i < vectors; i += stride) {
+            const uint4 raw = data[i];
+            largest = max(largest, per_vector == 4 ? vector_max<4>(raw, dtype) : vector_max<8>(raw, dtype));
+        }
+        scalar_begin = vectors * per_vector;
+    }
+    for (int64_t i = scalar_begin + first; i < count; i += stride)
+        largest = max(largest, magnitude_bits(load_element(values, dtype, i)));
+    using MaxReduce = cub::BlockReduce<unsigned, kThreads>;
+    __shared__ typename MaxReduce::TempStorage temp;
+    const unsigned block_max = MaxReduce(temp).Reduce(largest, [](unsigned a, unsigned b) { return a > b ? a : b; });
+    if (threadIdx.x == 0 && block_max != 0) atomicMax(out, block_max);
+}
+
+}  // namespace
+
+void run_max_abs(const void* values, DType dtype, int64_t count, float* out, int max_blocks, cudaStream_t stream) {
+    require(out != nullptr, MPT_STATUS_INVALID_ARGUMENT, "cuda backend: max_abs needs an output");
+    MPT_CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(float), stream));
+    if (count <= 0) return;
+    require(values != nullptr, MPT_STATUS_INVALID_ARGUMENT, "cuda backend: max_abs needs values");
+    const bool vectorised = (reinterpret_cast<uintptr_t>(values) & 15u) == 0;
+    const int64_t work = vectorised ? count / (dtype == DType::fp32 ? 4 : 8) + 1 : count;
+    const unsigned blocks = grid_for(work, kThreads, static_cast<unsigned>(max_blocks));
+    max_abs_kernel<<<blocks, kThreads, 0, stream>>>(values, dtype, count, vectorised, reinterpret_cast<unsigned*>(out));
+    MPT_CUDA_CHECK_LAUNCH("max_abs_kernel");
+}
+
+}  // namespace mpt

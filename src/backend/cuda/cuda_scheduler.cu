@@ -1,0 +1,89 @@
+// See cuda_scheduler.cuh.
+#include "backend/cuda/cuda_scheduler.cuh"
+
+#include "backend/cuda/cuda_common.cuh"
+
+namespace mpt {
+
+CudaScheduler::CudaScheduler(CudaTaskHooks& hooks) : hooks_(hooks) {
+    try {
+        for (cudaStream_t& stream : streams_) MPT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+        for (cudaEvent_t& event : events_) MPT_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    } catch (...) {
+        for (cudaEvent_t event : events_)
+            if (event) cudaEventDestroy(event);
+        for (cudaStream_t stream : streams_)
+            if (stream) cudaStreamDestroy(stream);
+        throw;
+    }
+}
+
+CudaScheduler::~CudaScheduler() {
+    for (cudaStream_t stream : streams_) cudaStreamSynchronize(stream);
+    for (cudaEvent_t event : events_) cudaEventDestroy(event);
+    for (cudaStream_t stream : streams_) cudaStreamDestroy(stream);
+}
+
+void CudaScheduler::submit(Lane lane, TaskFn task, void* argument) {
+    const Lane saved = current_;
+    // Only an outermost compute task is recorded; nested tasks become part of whatever runs them.
+    const bool recorded = lane == Lane::compute && depth_ == 0;
+    current_ = lane;
+    ++depth_;
+    try {
+        if (recorded) hooks_.begin_compute_task();
+        task(argument);
+        if (recorded) hooks_.end_compute_task();
+    } catch (...) {
+        if (recorded) hooks_.abandon_compute_task();
+        current_ = saved;
+        --depth_;
+        throw;
+    }
+    current_ = saved;
+    --depth_;
+}
+
+cudaEvent_t CudaScheduler::next_event(Lane lane, uint64_t& ticket) {
+    ticket = ++issued_tickets_;
+    latest_[static_cast<int>(lane)] = ticket;
+    return events_[ticket % kEvents];
+}
+
+Event CudaScheduler::record(Lane lane) {
+    hooks_.flush_recording();
+    uint64_t ticket;
+    const cudaEvent_t event = next_event(lane, ticket);
+    MPT_CUDA_CHECK(cudaEventRecord(event, stream(lane)));
+    return Event{lane, ticket};
+}
+
+void CudaScheduler::wait(Lane waiter, const Event& event) {
+    if (event.ticket == 0 || event.lane == waiter) return;  // a stream is already ordered with itself
+    hooks_.flush_recording();
+    uint64_t ticket = event.ticket;
+    // The ring reuses events: an event older than the ring was re-recorded since. Waiting on the
+    // lane's newest event instead orders after a later point, which is still correct.
+    if (issued_tickets_ - ticket >= kEvents) ticket = latest_[static_cast<int>(event.lane)];
+    MPT_CUDA_CHECK(cudaStreamWaitEvent(stream(waiter), events_[ticket % kEvents], 0));
+}
+
+void CudaScheduler::order_other_lane_after(Lane lane) {
+    const Lane other = lane == Lane::compute ? Lane::copy : Lane::compute;
+    uint64_t ticket;
+    const cudaEvent_t event = next_event(lane, ticket);
+    MPT_CUDA_CHECK(cudaEventRecord(event, stream(lane)));
+    MPT_CUDA_CHECK(cudaStreamWaitEvent(stream(other), event, 0));
+}
+
+void CudaScheduler::drain() {
+    ++host_syncs_;
+    for (cudaStream_t stream : streams_) MPT_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+void CudaScheduler::synchronize() {
+    hooks_.flush_recording();
+    drain();
+}
+
+}  // namespace mpt

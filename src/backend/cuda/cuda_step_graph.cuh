@@ -1,0 +1,72 @@
+// CUDA graphs for repeated compute tasks. While a compute-lane task runs, the backend records its
+// operations (with every argument that decides the device work) instead of issuing them; at the
+// end of the task the serialised arguments are the task's signature. The same signature means the
+// same kernels with the same arguments, so a signature seen before is replayed from a graph
+// captured on its second sighting (the first runs eagerly and warms every cache). Values that
+// change from step to step (loss scale, found_inf, weights) live in device memory and are read by
+// the kernels, so one graph serves every step of a shape; a new shape, buffer or policy is a new
+// signature and so a new capture. No trainer change is needed.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+namespace mpt {
+
+class TaskSignature {
+public:
+    void clear() { bytes_.clear(); }
+    template <typename T>
+    void put(const T& value) {
+        static_assert(std::is_trivially_copyable<T>::value && (std::is_arithmetic<T>::value || std::is_enum<T>::value ||
+                                                                std::is_pointer<T>::value),
+                      "only scalars and pointers are serialised field by field (no padding bytes)");
+        const size_t at = bytes_.size();
+        bytes_.resize(at + sizeof(T));
+        std::memcpy(bytes_.data() + at, &value, sizeof(T));
+    }
+    const std::vector<uint8_t>& bytes() const { return bytes_; }
+
+private:
+    std::vector<uint8_t> bytes_;
+};
+
+class StepGraphCache {
+public:
+    enum class Action { run_eagerly, capture, replay };
+
+    StepGraphCache() = default;
+    ~StepGraphCache();
+    StepGraphCache(const StepGraphCache&) = delete;
+    StepGraphCache& operator=(const StepGraphCache&) = delete;
+
+    // What to do with a task of this signature; for `replay`, `exec` is the graph to launch.
+    Action lookup(const TaskSignature& signature, cudaGraphExec_t& exec);
+    void store(const TaskSignature& signature, cudaGraphExec_t exec);   // after a successful capture
+    void refuse(const TaskSignature& signature);  // capture failed: always run this one eagerly
+    void clear();
+
+    uint64_t replays() const { return replays_; }
+    uint64_t captures() const { return captures_; }
+
+private:
+    struct Entry {
+        std::vector<uint8_t> signature;
+        cudaGraphExec_t exec = nullptr;
+        bool refused = false;
+        uint64_t last_use = 0;
+    };
+    static constexpr size_t kMaxEntries = 8;
+    Entry* find(const TaskSignature& signature);
+
+    std::vector<Entry> entries_;
+    uint64_t clock_ = 0;
+    uint64_t replays_ = 0;
+    uint64_t captures_ = 0;
+};
+
+}  // namespace mpt

@@ -1,0 +1,43 @@
+// See cuda_step_state.cuh.
+#include "backend/cuda/cuda_step_state.cuh"
+
+#include "backend/cuda/cuda_common.cuh"
+
+namespace mpt {
+
+namespace {
+
+// Every weight gradient is a sum of `rows` products |dZ| * |A| <= max|dZ| * max|A|; if that bound
+// (with max|A| taken as at least 1) is finite in fp32, so is every gradient (CpuBackend's rule).
+__global__ void decide_update_kernel(const float* max_abs_pairs, int layer_count, int64_t rows, TrainState* state) {
+    for (int layer = 0; layer < layer_count; ++layer) {
+        const double bound = static_cast<double>(rows) * max_abs_pairs[2 * layer] *
+                             fmax(1.0, static_cast<double>(max_abs_pairs[2 * layer + 1]));
+        if (!(bound < 3.0e38)) state->found_inf = 1;
+    }
+}
+
+__global__ void finish_step_kernel(TrainState* state, const LossScalerConfig scaler) {
+    TrainState value = *state;
+    advance_loss_scaler(value, scaler);
+    *state = value;
+}
+
+}  // namespace
+
+void run_decide_update(const float* max_abs_pairs, int layer_count, int64_t rows, TrainState* state,
+                       cudaStream_t stream) {
+    require(state != nullptr && (layer_count == 0 || max_abs_pairs != nullptr), MPT_STATUS_INVALID_ARGUMENT,
+            "cuda backend: decide_update needs the bounds and the train state");
+    if (layer_count <= 0) return;
+    decide_update_kernel<<<1, 1, 0, stream>>>(max_abs_pairs, layer_count, rows, state);
+    MPT_CUDA_CHECK_LAUNCH("decide_update_kernel");
+}
+
+void run_finish_step(TrainState* state, const LossScalerConfig& scaler, cudaStream_t stream) {
+    require(state != nullptr, MPT_STATUS_INVALID_ARGUMENT, "cuda backend: finish_step needs the train state");
+    finish_step_kernel<<<1, 1, 0, stream>>>(state, scaler);
+    MPT_CUDA_CHECK_LAUNCH("finish_step_kernel");
+}
+
+}  // namespace mpt

@@ -1,0 +1,180 @@
+// See model_file.h. Every check happens before anything is built, so a bad file never leaves a
+// half-made model behind.
+#include "nn/model_file.h"
+
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/version.h"
+
+namespace mpt {
+
+namespace {
+
+using Json = nlohmann::json;
+
+const char* dtype_override_name(const std::optional<DType>& dtype) { return dtype ? dtype_name(*dtype) : "default"; }
+
+std::optional<DType> parse_dtype_override(const std::string& name) {
+    if (name == "default") return std::nullopt;
+    if (name == "fp32") return DType::fp32;
+    if (name == "fp16") return DType::fp16;
+    if (name == "bf16") return DType::bf16;
+    fail(MPT_STATUS_CORRUPT_DATA, "unknown layer dtype '" + name + "' in the architecture");
+}
+
+Activation parse_activation(const std::string& name) {
+    for (Activation activation : {Activation::linear, Activation::relu, Activation::sigmoid, Activation::tanh,
+                                  Activation::softmax})
+        if (name == activation_name(activation)) return activation;
+    fail(MPT_STATUS_CORRUPT_DATA, "unknown activation '" + name + "' in the architecture");
+}
+
+std::string architecture_json(const Model& model) {
+    Json layers = Json::array();
+    for (const DenseLayer& layer : model.layers())
+        layers.push_back({{"type", "dense"},
+                          {"units", layer.units},
+                          {"activation", activation_name(layer.activation)},
+                          {"dtype", dtype_override_name(layer.dtype_override)}});
+    return Json{{"input_features", model.input_features()}, {"layers", layers}}.dump();
+}
+
+const std::string& metadata_value(const SafetensorsReader& reader, const std::string& key) {
+    auto it = reader.metadata().find(key);
+    if (it == reader.metadata().end()) fail(MPT_STATUS_CORRUPT_DATA, "the file has no '" + key + "' metadata: not an mptrain file");
+    return it->second;
+}
+
+void check_version(const SafetensorsReader& reader) {
+    const std::string& version = metadata_value(reader, "mptrain.version");
+    const std::string major = version.substr(0, version.find('.'));
+    if (major != std::to_string(MPT_VERSION_MAJOR))
+        fail(MPT_STATUS_UNSUPPORTED, "the file was written by mptrain " + version + "; this is mptrain " + kVersionString +
+                                         " (major versions must match)");
+}
+
+struct Architecture {
+    int64_t input_features;
+    struct Layer {
+        int64_t units;
+        Activation activation;
+        std::optional<DType> dtype;
+    };
+    std::vector<Layer> layers;
+};
+
+Architecture parse_architecture(const SafetensorsReader& reader) {
+    Architecture architecture;
+    try {
+        const Json json = Json::parse(metadata_value(reader, "mptrain.architecture"));
+        architecture.input_features = json.at("input_features").get<int64_t>();
+        for (const Json& layer : json.at("layers")) {
+            if (layer.at("type").get<std::string>() != "dense")
+                fail(MPT_STATUS_CORRUPT_DATA, "unknown layer type in the architecture");
+            architecture.layers.push_back({layer.at("units").get<int64_t>(),
+                                           parse_activation(layer.at("activation").get<std::string>()),
+                                           parse_dtype_override(layer.at("dtype").get<std::string>())});
+        }
+    } catch (const Json::exception& error) {
+        fail(MPT_STATUS_CORRUPT_DATA, std::string("the architecture metadata is malformed: ") + error.what());
+    }
+    if (architecture.input_features <= 0 || architecture.layers.empty())
+        fail(MPT_STATUS_CORRUPT_DATA, "the architecture has no inputs or no layers");
+    return architecture;
+}
+
+const TensorView& f32_tensor(const SafetensorsReader& reader, const std::string& name, std::vector<int64_t> shape) {
+    const TensorView& view = reader.tensor(name);
+    if (view.dtype != "F32" || view.shape != shape)
+        fail(MPT_STATUS_CORRUPT_DATA, "tensor '" + name + "' has the wrong dtype or shape for its layer");
+    return view;
+}
+
+}  // namespace
+
+std::vector<float> unpad_weights(const DenseLayer& layer, const float* block) {
+    std::vector<float> unpadded(static_cast<size_t>(layer.units * layer.inputs));
+    for (int64_t unit = 0; unit < layer.units; ++unit)
+        std::memcpy(unpadded.data() + unit * layer.inputs, block + layer.weight_offset + unit * layer.padded_inputs,
+                    static_cast<size_t>(layer.inputs) * sizeof(float));
+    return unpadded;
+}
+
+void pad_weights(const DenseLayer& layer, const float* unpadded, float* block) {
+    for (int64_t unit = 0; unit < layer.units; ++unit)
+        std::memcpy(block + layer.weight_offset + unit * layer.padded_inputs, unpadded + unit * layer.inputs,
+                    static_cast<size_t>(layer.inputs) * sizeof(float));
+}
+
+void add_model_to_file(Model& model, SafetensorsWriter& writer, const char* kind, std::vector<float>& host_block) {
+    model.build();
+    writer.set_metadata("mptrain.version", kVersionString);
+    writer.set_metadata("mptrain.kind", kind);
+    writer.set_metadata("mptrain.architecture", architecture_json(model));
+    host_block.assign(static_cast<size_t>(model.parameter_block_elements()), 0.0f);
+    model.read_master_block(host_block.data());
+    for (size_t i = 0; i < model.layers().size(); ++i) {
+        const DenseLayer& layer = model.layers()[i];
+        const std::string prefix = "layers." + std::to_string(i);
+        const std::vector<float> weights = unpad_weights(layer, host_block.data());
+        writer.add(prefix + ".weight", "F32", {layer.units, layer.inputs}, weights.data(), weights.size() * sizeof(float));
+        writer.add(prefix + ".bias", "F32", {layer.units}, host_block.data() + layer.bias_offset,
+                   static_cast<size_t>(layer.units) * sizeof(float));
+    }
+}
+
+std::vector<float> read_model_block(const SafetensorsReader& reader, const Model& model) {
+    check_version(reader);
+    const Architecture architecture = parse_architecture(reader);
+    bool same = architecture.input_features == model.input_features() && architecture.layers.size() == model.layers().size();
+    for (size_t i = 0; same && i < architecture.layers.size(); ++i) {
+        const DenseLayer& layer = model.layers()[i];
+        same = architecture.layers[i].units == layer.units && architecture.layers[i].activation == layer.activation &&
+               architecture.layers[i].dtype == layer.dtype_override;
+    }
+    if (!same)
+        fail(MPT_STATUS_SHAPE_MISMATCH, "the file's architecture " + metadata_value(reader, "mptrain.architecture") +
+                                            " differs from the model's");
+    std::vector<float> block(static_cast<size_t>(model.parameter_block_elements()), 0.0f);
+    for (size_t i = 0; i < model.layers().size(); ++i) {
+        const DenseLayer& layer = model.layers()[i];
+        const std::string prefix = "layers." + std::to_string(i);
+        const TensorView& weights = f32_tensor(reader, prefix + ".weight", {layer.units, layer.inputs});
+        const TensorView& bias = f32_tensor(reader, prefix + ".bias", {layer.units});
+        std::vector<float> unpadded(static_cast<size_t>(layer.units * layer.inputs));
+        std::memcpy(unpadded.data(), weights.data, weights.bytes);
+        pad_weights(layer, unpadded.data(), block.data());
+        std::memcpy(block.data() + layer.bias_offset, bias.data, bias.bytes);
+    }
+    return block;
+}
+
+void save_model(Model& model, const std::string& path, const std::string& precision) {
+    SafetensorsWriter writer;
+    std::vector<float> host_block;
+    add_model_to_file(model, writer, "model", host_block);
+    writer.set_metadata("mptrain.precision", precision);
+    writer.write(path);
+}
+
+std::shared_ptr<Model> load_model(std::shared_ptr<Context> context, const std::string& path) {
+    const SafetensorsReader reader = SafetensorsReader::open(path, true);
+    check_version(reader);
+    const Architecture architecture = parse_architecture(reader);
+    auto model = std::make_shared<Model>(std::move(context), architecture.input_features);
+    try {
+        for (const Architecture::Layer& layer : architecture.layers) model->add_dense(layer.units, layer.activation);
+        for (size_t i = 0; i < architecture.layers.size(); ++i)
+            model->set_layer_dtype(static_cast<int64_t>(i), architecture.layers[i].dtype);
+    } catch (const Error& error) {
+        fail(MPT_STATUS_CORRUPT_DATA, std::string("the file's architecture is invalid: ") + error.what());
+    }
+    model->build();
+    const std::vector<float> block = read_model_block(reader, *model);
+    model->write_master_block(block.data());
+    return model;
+}
+
+}  // namespace mpt

@@ -1,0 +1,31 @@
+// Models as .safetensors files: the architecture (JSON) and mptrain's version in __metadata__, one
+// F32 tensor per layer weight ("layers.<i>.weight", [units, inputs]) and bias ("layers.<i>.bias"),
+// unpadded, so the weights open in Python's safetensors or numpy as they are.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "io/safetensors.h"
+#include "nn/model.h"
+
+namespace mpt {
+
+// Writes `model` (built on demand) to `path` atomically. `precision` names the policy it was trained
+// with ("fp32", "mixed-bf16", ...), recorded for the reader.
+void save_model(Model& model, const std::string& path, const std::string& precision);
+// Reads a model file (or the model inside a checkpoint) onto `context`.
+std::shared_ptr<Model> load_model(std::shared_ptr<Context> context, const std::string& path);
+
+// ---- shared with checkpoints ----
+// Adds the architecture, version and kind metadata and every layer's master weights.
+void add_model_to_file(Model& model, SafetensorsWriter& writer, const char* kind, std::vector<float>& host_block);
+// Checks version and kind, and that the file's architecture is exactly `model`'s (or throws
+// MPT_STATUS_SHAPE_MISMATCH), then returns the padded master block the file holds.
+std::vector<float> read_model_block(const SafetensorsReader& reader, const Model& model);
+// Copies one layer's tensor between the padded parameter layout and the unpadded file layout.
+std::vector<float> unpad_weights(const DenseLayer& layer, const float* block);
+void pad_weights(const DenseLayer& layer, const float* unpadded, float* block);
+
+}  // namespace mpt

@@ -1,0 +1,1377 @@
+// Misuse of the C API (include/mptrain/mptrain.h), through libmptrain.so only: every entry point
+// answers with its documented status and a message in mpt_last_error(), writes no out-parameter on
+// failure, and leaves every handle usable, which each case proves by training and evaluating again.
+#include <doctest/doctest.h>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "mptrain/mptrain.h"
+
+namespace {
+
+// ---- helpers ---------------------------------------------------------------------------------
+
+#define REQUIRE_OK(call)                                                                             \
+    do {                                                                                             \
+        const mpt_status status_ = (call);                                                           \
+        const std::string error_ = mpt_last_error();                                                 \
+        REQUIRE_MESSAGE(status_ == MPT_STATUS_OK, #call << " -> " << mpt_status_string(status_) << ": " \
+                                                        << error_);                                  \
+    } while (0)
+
+// The call fails with `expected` and leaves a non-empty message.
+#define CHECK_FAILS(expected, call)                                                                  \
+    do {                                                                                             \
+        const mpt_status status_ = (call);                                                           \
+        const std::string error_ = mpt_last_error();                                                 \
+        CHECK_MESSAGE(status_ == (expected), #call << " -> " << mpt_status_string(status_)           \
+                                                   << " (expected " << mpt_status_string(expected)   \
+                                                   << "): " << error_);                              \
+        CHECK_MESSAGE(!error_.empty(), #call << " left no message in mpt_last_error()");            \
+    } while (0)
+
+// An enum value that is no enumerator (cast through int, as a foreign caller would pass it).
+template <typename Enum>
+Enum bad_enum(int value) {
+    return static_cast<Enum>(value);
+}
+
+// Deterministic data independent of the library: splitmix64 + Box-Muller.
+class TestRng {
+public:
+    explicit TestRng(uint64_t seed) : state_(seed) {}
+    uint64_t next() {
+        uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+        return z ^ (z >> 31);
+    }
+    double uniform() { return static_cast<double>(next() >> 11) * (1.0 / 9007199254740992.0); }
+    double normal() {
+        const double u1 = uniform() + 1e-300, u2 = uniform();
+        return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+    }
+
+private:
+    uint64_t state_;
+};
+
+constexpr int64_t kFeatures = 4;
+constexpr int32_t kClasses = 3;
+
+// Three well-separated Gaussian blobs in 4 dimensions.
+struct Blobs {
+    std::vector<float> x;
+    std::vector<int32_t> y;
+};
+
+Blobs make_blobs(int64_t rows, uint64_t seed) {
+    static const double centres[kClasses][kFeatures] = {{2, 0, -1, 0}, {-2, 1, 1, 0}, {0, -2, 0, 2}};
+    TestRng rng(seed);
+    Blobs blobs;
+    for (int64_t r = 0; r < rows; ++r) {
+        const int32_t label = static_cast<int32_t>(r % kClasses);
+        for (int64_t f = 0; f < kFeatures; ++f)
+            blobs.x.push_back(static_cast<float>(centres[label][f] + 0.5 * rng.normal()));
+        blobs.y.push_back(label);
+    }
+    return blobs;
+}
+
+mpt_context_t* new_context(uint64_t seed = 7, size_t budget = 0) {
+    mpt_context_options_t* options = nullptr;
+    REQUIRE_OK(mpt_context_options_create(&options));
+    REQUIRE_OK(mpt_context_options_set_backend(options, MPT_BACKEND_CPU));
+    REQUIRE_OK(mpt_context_options_set_threads(options, 2));
+    REQUIRE_OK(mpt_context_options_set_seed(options, seed));
+    REQUIRE_OK(mpt_context_options_set_memory_budget(options, budget));
+    mpt_context_t* context = nullptr;
+    REQUIRE_OK(mpt_context_create(options, &context));
+    mpt_context_options_destroy(options);
+    return context;
+}
+
+// 4 -> 8 relu -> 3 softmax.
+mpt_model_t* new_model(mpt_context_t* context) {
+    mpt_model_t* model = nullptr;
+    REQUIRE_OK(mpt_model_create(context, kFeatures, &model));
+    REQUIRE_OK(mpt_model_add_dense(model, 8, MPT_ACTIVATION_RELU));
+    REQUIRE_OK(mpt_model_add_dense(model, kClasses, MPT_ACTIVATION_SOFTMAX));
+    return model;
+}
+
+mpt_trainer_options_t* new_trainer_options(mpt_optimizer optimizer = MPT_OPTIMIZER_SGD, float learning_rate = 0.1f) {
+    mpt_trainer_options_t* options = nullptr;
+    REQUIRE_OK(mpt_trainer_options_create(&options));
+    REQUIRE_OK(mpt_trainer_options_set_precision(options, MPT_PRECISION_FP32));
+    REQUIRE_OK(mpt_trainer_options_set_optimizer(options, optimizer));
+    REQUIRE_OK(mpt_trainer_options_set_learning_rate(options, learning_rate));
+    return options;
+}
+
+mpt_trainer_t* new_trainer(mpt_model_t* model, mpt_optimizer optimizer = MPT_OPTIMIZER_SGD) {
+    mpt_trainer_options_t* options = new_trainer_options(optimizer);
+    mpt_trainer_t* trainer = nullptr;
+    REQUIRE_OK(mpt_trainer_create(model, options, &trainer));
+    mpt_trainer_options_destroy(options);
+    return trainer;
+}
+
+mpt_dataset_t* new_dataset(mpt_context_t* context, const Blobs& blobs) {
+    mpt_dataset_t* dataset = nullptr;
+    REQUIRE_OK(mpt_dataset_create_f32(context, blobs.x.data(), static_cast<int64_t>(blobs.y.size()), kFeatures,
+                                      blobs.y.data(), kClasses, 1, &dataset));
+    return dataset;
+}
+
+// All layers' weights and biases, concatenated; `shapes` lists each layer's {units, inputs}.
+std::vector<float> weights_of(mpt_model_t* model, const std::vector<std::pair<int64_t, int64_t>>& shapes) {
+    std::vector<float> all;
+    for (size_t layer = 0; layer < shapes.size(); ++layer) {
+        const int64_t units = shapes[layer].first, inputs = shapes[layer].second;
+        std::vector<float> w(static_cast<size_t>(units * inputs)), b(static_cast<size_t>(units));
+        REQUIRE_OK(mpt_model_get_weights(model, static_cast<int64_t>(layer), w.data(), units * inputs, b.data(), units));
+        all.insert(all.end(), w.begin(), w.end());
+        all.insert(all.end(), b.begin(), b.end());
+    }
+    return all;
+}
+
+const std::vector<std::pair<int64_t, int64_t>> kSmallShapes = {{8, kFeatures}, {kClasses, 8}};
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// A context, a 4-8-3 model, a blob dataset and an fp32 SGD trainer; destroyed in reverse.
+struct Session {
+    mpt_context_t* context = nullptr;
+    mpt_model_t* model = nullptr;
+    mpt_dataset_t* dataset = nullptr;
+    mpt_trainer_t* trainer = nullptr;
+    Blobs blobs;
+
+    explicit Session(uint64_t seed = 7) : blobs(make_blobs(96, 1234)) {
+        context = new_context(seed);
+        model = new_model(context);
+        dataset = new_dataset(context, blobs);
+        trainer = new_trainer(model);
+    }
+    ~Session() {
+        mpt_trainer_destroy(trainer);
+        mpt_dataset_destroy(dataset);
+        mpt_model_destroy(model);
+        mpt_context_destroy(context);
+    }
+    Session(const Session&) = delete;
+    Session& operator=(const Session&) = delete;
+};
+
+// Proves the session still works: a step, a short fit, evaluate and both predicts succeed with
+// finite results, and the weights move.
+void require_usable(Session& session) {
+    const std::vector<float> before = weights_of(session.model, kSmallShapes);
+    float loss = -1.0f;
+    REQUIRE_OK(mpt_trainer_step(session.trainer, session.dataset, 0, 16, &loss));
+    REQUIRE(std::isfinite(loss));
+    REQUIRE(loss >= 0.0f);
+    REQUIRE_OK(mpt_trainer_fit(session.trainer, session.dataset, 2, 16, 1));
+    float eval_loss = -1.0f, accuracy = -1.0f;
+    REQUIRE_OK(mpt_trainer_evaluate(session.trainer, session.dataset, 32, &eval_loss, &accuracy));
+    REQUIRE(std::isfinite(eval_loss));
+    REQUIRE(accuracy >= 0.0f);
+    REQUIRE(accuracy <= 1.0f);
+    std::vector<float> out(2 * kClasses, -1.0f);
+    REQUIRE_OK(mpt_trainer_predict(session.trainer, session.blobs.x.data(), 2, out.data(), 2 * kClasses));
+    REQUIRE_OK(mpt_model_predict(session.model, session.blobs.x.data(), 2, out.data(), 2 * kClasses));
+    for (float p : out) REQUIRE(std::isfinite(p));
+    REQUIRE_FALSE(same_bits(before, weights_of(session.model, kSmallShapes)));
+}
+
+// A fresh context + model + trainer trains the blobs to high accuracy (the handles were not harmed).
+void require_trains_to_accuracy(mpt_trainer_t* trainer, mpt_dataset_t* dataset, float minimum) {
+    REQUIRE_OK(mpt_trainer_fit(trainer, dataset, 10, 16, 1));
+    float accuracy = -1.0f;
+    REQUIRE_OK(mpt_trainer_evaluate(trainer, dataset, 0, nullptr, &accuracy));
+    CHECK(accuracy >= minimum);
+}
+
+// A distinct address for "not written" checks on handle out-parameters.
+template <typename Handle>
+Handle* sentinel_handle() {
+    static char storage[16];
+    return reinterpret_cast<Handle*>(storage);
+}
+
+}  // namespace
+
+// ---- status codes, version ------------------------------------------------------------------
+
+TEST_CASE("status codes keep their pinned values and each has its own static name") {
+    const std::pair<mpt_status, const char*> expected[] = {
+        {MPT_STATUS_OK, "MPT_STATUS_OK"},
+        {MPT_STATUS_INVALID_ARGUMENT, "MPT_STATUS_INVALID_ARGUMENT"},
+        {MPT_STATUS_SHAPE_MISMATCH, "MPT_STATUS_SHAPE_MISMATCH"},
+        {MPT_STATUS_OUT_OF_MEMORY, "MPT_STATUS_OUT_OF_MEMORY"},
+        {MPT_STATUS_IO_ERROR, "MPT_STATUS_IO_ERROR"},
+        {MPT_STATUS_CORRUPT_DATA, "MPT_STATUS_CORRUPT_DATA"},
+        {MPT_STATUS_INVALID_STATE, "MPT_STATUS_INVALID_STATE"},
+        {MPT_STATUS_NON_FINITE, "MPT_STATUS_NON_FINITE"},
+        {MPT_STATUS_CANCELLED, "MPT_STATUS_CANCELLED"},
+        {MPT_STATUS_BACKEND_UNAVAILABLE, "MPT_STATUS_BACKEND_UNAVAILABLE"},
+        {MPT_STATUS_BACKEND_ERROR, "MPT_STATUS_BACKEND_ERROR"},
+        {MPT_STATUS_UNSUPPORTED, "MPT_STATUS_UNSUPPORTED"},
+        {MPT_STATUS_INTERNAL, "MPT_STATUS_INTERNAL"},
+    };
+    for (int value = 0; value < 13; ++value) {
+        CAPTURE(value);
+        CHECK(static_cast<int>(expected[value].first) == value);  // pinned forever
+        const char* name = mpt_status_string(expected[value].first);
+        REQUIRE(name != nullptr);
+        CHECK(std::string(name) == expected[value].second);
+        CHECK(mpt_status_string(expected[value].first) == name);  // static storage, same pointer
+    }
+    for (int unknown : {13, 14, 99, -1, 1 << 20}) {
+        CAPTURE(unknown);
+        const char* name = mpt_status_string(bad_enum<mpt_status>(unknown));
+        REQUIRE(name != nullptr);
+        CHECK(std::string(name) == "MPT_STATUS_UNKNOWN");
+    }
+}
+
+TEST_CASE("mpt_version matches the header's version macros") {
+    const std::string expected = std::to_string(MPT_VERSION_MAJOR) + "." + std::to_string(MPT_VERSION_MINOR) + "." +
+                                 std::to_string(MPT_VERSION_PATCH);
+    REQUIRE(mpt_version() != nullptr);
+    CHECK(std::string(mpt_version()) == expected);
+}
+
+TEST_CASE("destroying NULL is a no-op for every handle type") {
+    mpt_context_options_destroy(nullptr);
+    mpt_context_destroy(nullptr);
+    mpt_model_destroy(nullptr);
+    mpt_dataset_destroy(nullptr);
+    mpt_trainer_options_destroy(nullptr);
+    mpt_trainer_destroy(nullptr);
+    Session session;
+    require_usable(session);
+}
+
+// ---- NULL handles, NULL pointers, NULL out-parameters ---------------------------------------
+
+TEST_CASE("every entry point rejects a NULL handle with INVALID_ARGUMENT and a message") {
+    Session session;
+    mpt_trainer_t* trainer = session.trainer;
+    mpt_dataset_t* dataset = session.dataset;
+    float w[32] = {}, b[8] = {}, x[kFeatures] = {}, out[kClasses] = {};
+    const int32_t labels[1] = {0};
+    const uint8_t bytes[kFeatures] = {};
+    int64_t count = 0;
+    size_t used = 0, peak = 0;
+    float scale = 0.0f;
+    mpt_backend backend = MPT_BACKEND_AUTO;
+    mpt_precision precision = MPT_PRECISION_AUTO;
+    mpt_model_t* model_out = nullptr;
+    mpt_dataset_t* dataset_out = nullptr;
+    mpt_trainer_t* trainer_out = nullptr;
+
+    const std::vector<std::pair<const char*, std::function<mpt_status()>>> calls = {
+        {"context_options_set_backend", [&] { return mpt_context_options_set_backend(nullptr, MPT_BACKEND_CPU); }},
+        {"context_options_set_threads", [&] { return mpt_context_options_set_threads(nullptr, 2); }},
+        {"context_options_set_seed", [&] { return mpt_context_options_set_seed(nullptr, 1); }},
+        {"context_options_set_device", [&] { return mpt_context_options_set_device(nullptr, 0); }},
+        {"context_options_set_log_callback", [&] { return mpt_context_options_set_log_callback(nullptr, nullptr, nullptr); }},
+        {"context_options_set_log_level", [&] { return mpt_context_options_set_log_level(nullptr, MPT_LOG_LEVEL_INFO); }},
+        {"context_options_set_memory_budget", [&] { return mpt_context_options_set_memory_budget(nullptr, 0); }},
+        {"context_get_backend", [&] { return mpt_context_get_backend(nullptr, &backend); }},
+        {"context_resolve_precision", [&] { return mpt_context_resolve_precision(nullptr, MPT_PRECISION_AUTO, &precision); }},
+        {"context_get_memory", [&] { return mpt_context_get_memory(nullptr, &used, &peak); }},
+        {"model_create", [&] { return mpt_model_create(nullptr, 4, &model_out); }},
+        {"model_add_dense", [&] { return mpt_model_add_dense(nullptr, 4, MPT_ACTIVATION_RELU); }},
+        {"model_set_layer_dtype", [&] { return mpt_model_set_layer_dtype(nullptr, 0, MPT_DTYPE_FP32); }},
+        {"model_get_layer_count", [&] { return mpt_model_get_layer_count(nullptr, &count); }},
+        {"model_get_input_features", [&] { return mpt_model_get_input_features(nullptr, &count); }},
+        {"model_get_output_features", [&] { return mpt_model_get_output_features(nullptr, &count); }},
+        {"model_get_parameter_count", [&] { return mpt_model_get_parameter_count(nullptr, &count); }},
+        {"model_get_weights", [&] { return mpt_model_get_weights(nullptr, 0, w, 32, b, 8); }},
+        {"model_set_weights", [&] { return mpt_model_set_weights(nullptr, 0, w, 32, b, 8); }},
+        {"model_predict", [&] { return mpt_model_predict(nullptr, x, 1, out, kClasses); }},
+        {"dataset_create_u8", [&] { return mpt_dataset_create_u8(nullptr, bytes, 1, kFeatures, labels, 3, 1.0f, 0.0f, &dataset_out); }},
+        {"dataset_create_f32", [&] { return mpt_dataset_create_f32(nullptr, x, 1, kFeatures, labels, 3, 1, &dataset_out); }},
+        {"dataset_create_f32_targets", [&] { return mpt_dataset_create_f32_targets(nullptr, x, 1, kFeatures, out, kClasses, 1, &dataset_out); }},
+        {"dataset_load_cifar10", [&] { return mpt_dataset_load_cifar10(nullptr, "/tmp", 0, 1, &dataset_out); }},
+        {"dataset_get_rows", [&] { return mpt_dataset_get_rows(nullptr, &count); }},
+        {"dataset_get_features", [&] { return mpt_dataset_get_features(nullptr, &count); }},
+        {"trainer_options_set_precision", [&] { return mpt_trainer_options_set_precision(nullptr, MPT_PRECISION_FP32); }},
+        {"trainer_options_set_loss", [&] { return mpt_trainer_options_set_loss(nullptr, MPT_LOSS_MEAN_SQUARED_ERROR); }},
+        {"trainer_options_set_optimizer", [&] { return mpt_trainer_options_set_optimizer(nullptr, MPT_OPTIMIZER_ADAM); }},
+        {"trainer_options_set_learning_rate", [&] { return mpt_trainer_options_set_learning_rate(nullptr, 0.1f); }},
+        {"trainer_options_set_momentum", [&] { return mpt_trainer_options_set_momentum(nullptr, 0.9f, 0); }},
+        {"trainer_options_set_adam", [&] { return mpt_trainer_options_set_adam(nullptr, 0.9f, 0.999f, 1e-7f); }},
+        {"trainer_options_set_weight_decay", [&] { return mpt_trainer_options_set_weight_decay(nullptr, 0.01f); }},
+        {"trainer_options_set_loss_scaling", [&] { return mpt_trainer_options_set_loss_scaling(nullptr, MPT_LOSS_SCALING_STATIC, 8.0f); }},
+        {"trainer_options_set_loss_scaler_dynamics", [&] { return mpt_trainer_options_set_loss_scaler_dynamics(nullptr, 2.0f, 0.5f, 10, 1.0f, 1024.0f); }},
+        {"trainer_create", [&] { return mpt_trainer_create(nullptr, nullptr, &trainer_out); }},
+        {"trainer_set_callbacks", [&] { return mpt_trainer_set_callbacks(nullptr, nullptr, nullptr, nullptr); }},
+        {"trainer_fit (trainer)", [&] { return mpt_trainer_fit(nullptr, dataset, 1, 16, 0); }},
+        {"trainer_fit (dataset)", [&] { return mpt_trainer_fit(trainer, nullptr, 1, 16, 0); }},
+        {"trainer_step (trainer)", [&] { return mpt_trainer_step(nullptr, dataset, 0, 16, &scale); }},
+        {"trainer_step (dataset)", [&] { return mpt_trainer_step(trainer, nullptr, 0, 16, &scale); }},
+        {"trainer_evaluate (trainer)", [&] { return mpt_trainer_evaluate(nullptr, dataset, 16, &scale, &scale); }},
+        {"trainer_evaluate (dataset)", [&] { return mpt_trainer_evaluate(trainer, nullptr, 16, &scale, &scale); }},
+        {"trainer_predict", [&] { return mpt_trainer_predict(nullptr, x, 1, out, kClasses); }},
+        {"trainer_get_precision", [&] { return mpt_trainer_get_precision(nullptr, &precision); }},
+        {"trainer_get_loss_scale", [&] { return mpt_trainer_get_loss_scale(nullptr, &scale, &count, &count); }},
+        {"trainer_get_progress", [&] { return mpt_trainer_get_progress(nullptr, &count, &count); }},
+        {"trainer_get_memory", [&] { return mpt_trainer_get_memory(nullptr, &used, &peak); }},
+    };
+    for (const auto& [name, call] : calls) {
+        CAPTURE(name);
+        CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, call());
+    }
+    CHECK(model_out == nullptr);
+    CHECK(dataset_out == nullptr);
+    CHECK(trainer_out == nullptr);
+    CHECK(backend == MPT_BACKEND_AUTO);
+    CHECK(precision == MPT_PRECISION_AUTO);
+    CHECK(count == 0);
+    CHECK(scale == 0.0f);
+    CHECK(used == 0);
+    CHECK(peak == 0);
+    require_usable(session);
+}
+
+TEST_CASE("NULL data pointers are rejected with INVALID_ARGUMENT") {
+    Session session;
+    const Blobs& blobs = session.blobs;
+    const std::vector<uint8_t> bytes(kFeatures * 4, 1);
+    float out[kClasses] = {};
+    mpt_dataset_t* dataset = sentinel_handle<mpt_dataset_t>();
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT,
+                mpt_dataset_create_f32(session.context, nullptr, 4, kFeatures, blobs.y.data(), kClasses, 1, &dataset));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT,
+                mpt_dataset_create_f32(session.context, blobs.x.data(), 4, kFeatures, nullptr, kClasses, 1, &dataset));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_dataset_create_u8(session.context, nullptr, 4, kFeatures, blobs.y.data(),
+                                                                   kClasses, 1.0f, 0.0f, &dataset));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_dataset_create_u8(session.context, bytes.data(), 4, kFeatures, nullptr,
+                                                                   kClasses, 1.0f, 0.0f, &dataset));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT,
+                mpt_dataset_create_f32_targets(session.context, nullptr, 4, kFeatures, blobs.x.data(), 1, 1, &dataset));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT,
+                mpt_dataset_create_f32_targets(session.context, blobs.x.data(), 4, kFeatures, nullptr, 1, 1, &dataset));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_dataset_load_cifar10(session.context, nullptr, 0, 1, &dataset));
+    CHECK(dataset == sentinel_handle<mpt_dataset_t>());
+
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_model_predict(session.model, nullptr, 1, out, kClasses));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_model_predict(session.model, blobs.x.data(), 1, nullptr, kClasses));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_predict(session.trainer, nullptr, 1, out, kClasses));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_predict(session.trainer, blobs.x.data(), 1, nullptr, kClasses));
+    require_usable(session);
+}
+
+TEST_CASE("NULL out-pointers are rejected with INVALID_ARGUMENT and nothing is created") {
+    Session session;
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_context_options_create(nullptr));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_options_create(nullptr));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_context_create(nullptr, nullptr));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_context_get_backend(session.context, nullptr));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_context_resolve_precision(session.context, MPT_PRECISION_AUTO, nullptr));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_model_create(session.context, kFeatures, nullptr));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_model_get_layer_count(session.model, nullptr));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_model_get_input_features(session.model, nullptr));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_model_get_output_features(session.model, nullptr));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_model_get_parameter_count(session.model, nullptr));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_dataset_get_rows(session.dataset, nullptr));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_dataset_get_features(session.dataset, nullptr));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_get_precision(session.trainer, nullptr));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT,
+                mpt_dataset_create_f32(session.context, session.blobs.x.data(), 4, kFeatures, session.blobs.y.data(),
+                                       kClasses, 1, nullptr));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT,
+                mpt_dataset_create_f32_targets(session.context, session.blobs.x.data(), 4, kFeatures,
+                                               session.blobs.x.data(), 1, 1, nullptr));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_dataset_load_cifar10(session.context, "/nonexistent", 0, 1, nullptr));
+
+    // A trainer that was refused must not have planned or allocated anything.
+    size_t used_before = 0, used_after = 0;
+    REQUIRE_OK(mpt_context_get_memory(session.context, &used_before, nullptr));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_create(session.model, nullptr, nullptr));
+    REQUIRE_OK(mpt_context_get_memory(session.context, &used_after, nullptr));
+    CHECK(used_after == used_before);
+    require_usable(session);
+}
+
+TEST_CASE("optional outputs may all be NULL") {
+    Session session;
+    REQUIRE_OK(mpt_trainer_get_loss_scale(session.trainer, nullptr, nullptr, nullptr));
+    REQUIRE_OK(mpt_trainer_get_progress(session.trainer, nullptr, nullptr));
+    REQUIRE_OK(mpt_trainer_get_memory(session.trainer, nullptr, nullptr));
+    REQUIRE_OK(mpt_context_get_memory(session.context, nullptr, nullptr));
+    REQUIRE_OK(mpt_trainer_evaluate(session.trainer, session.dataset, 16, nullptr, nullptr));
+    REQUIRE_OK(mpt_trainer_step(session.trainer, session.dataset, 0, 16, nullptr));
+    REQUIRE_OK(mpt_model_get_weights(session.model, 0, nullptr, 0, nullptr, 0));
+    require_usable(session);
+}
+
+// ---- invalid values -------------------------------------------------------------------------
+
+TEST_CASE("enum values that are no enumerator are rejected with INVALID_ARGUMENT and change nothing") {
+    Session session;
+    mpt_context_options_t* context_options = nullptr;
+    REQUIRE_OK(mpt_context_options_create(&context_options));
+    mpt_trainer_options_t* options = new_trainer_options();
+    for (int bad : {99, -1, 4, 5}) {
+        CAPTURE(bad);
+        if (bad != 4 && bad != 5) {
+            CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_context_options_set_backend(context_options, bad_enum<mpt_backend>(bad)));
+            CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_context_options_set_log_level(context_options, bad_enum<mpt_log_level>(bad)));
+            CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_options_set_precision(options, bad_enum<mpt_precision>(bad)));
+            CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_options_set_loss(options, bad_enum<mpt_loss>(bad)));
+            CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_options_set_loss_scaling(options, bad_enum<mpt_loss_scaling>(bad), 8.0f));
+            CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_model_set_layer_dtype(session.model, 0, bad_enum<mpt_dtype>(bad)));
+        }
+        CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_options_set_optimizer(options, bad_enum<mpt_optimizer>(bad)));
+        mpt_precision resolved = MPT_PRECISION_MIXED_BF16;
+        if (bad != 4 && bad != 5) {
+            CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT,
+                        mpt_context_resolve_precision(session.context, bad_enum<mpt_precision>(bad), &resolved));
+        }
+        CHECK(resolved == MPT_PRECISION_MIXED_BF16);
+    }
+    mpt_context_options_destroy(context_options);
+
+    // A layer with an unknown activation is not appended.
+    mpt_model_t* model = nullptr;
+    REQUIRE_OK(mpt_model_create(session.context, kFeatures, &model));
+    REQUIRE_OK(mpt_model_add_dense(model, 8, MPT_ACTIVATION_TANH));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_model_add_dense(model, 8, bad_enum<mpt_activation>(99)));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_model_add_dense(model, 8, bad_enum<mpt_activation>(-1)));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_model_add_dense(model, 8, bad_enum<mpt_activation>(5)));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_model_set_layer_dtype(model, 0, bad_enum<mpt_dtype>(4)));
+    int64_t layers = -1;
+    REQUIRE_OK(mpt_model_get_layer_count(model, &layers));
+    CHECK(layers == 1);
+    REQUIRE_OK(mpt_model_add_dense(model, kClasses, MPT_ACTIVATION_SOFTMAX));
+
+    // The options kept their last valid values: fp32, SGD, sparse cross-entropy.
+    mpt_trainer_t* trainer = nullptr;
+    REQUIRE_OK(mpt_trainer_create(model, options, &trainer));
+    mpt_precision precision = MPT_PRECISION_AUTO;
+    REQUIRE_OK(mpt_trainer_get_precision(trainer, &precision));
+    CHECK(precision == MPT_PRECISION_FP32);
+    require_trains_to_accuracy(trainer, session.dataset, 0.95f);
+    mpt_trainer_destroy(trainer);
+    mpt_model_destroy(model);
+    mpt_trainer_options_destroy(options);
+    require_usable(session);
+}
+
+TEST_CASE("out-of-range option values are rejected with INVALID_ARGUMENT") {
+    Session session;
+    mpt_context_options_t* context_options = nullptr;
+    REQUIRE_OK(mpt_context_options_create(&context_options));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_context_options_set_threads(context_options, -1));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_context_options_set_device(context_options, -1));
+    mpt_context_options_destroy(context_options);
+
+    mpt_trainer_options_t* options = new_trainer_options();
+    const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+    for (float lr : {0.0f, -0.1f, nan, inf}) CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_options_set_learning_rate(options, lr));
+    for (float m : {-0.1f, 1.0f, 1.5f, nan}) CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_options_set_momentum(options, m, 0));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_options_set_adam(options, 1.0f, 0.999f, 1e-7f));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_options_set_adam(options, 0.9f, 1.0f, 1e-7f));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_options_set_adam(options, -0.1f, 0.999f, 1e-7f));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_options_set_adam(options, 0.9f, 0.999f, 0.0f));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_options_set_adam(options, 0.9f, 0.999f, nan));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_options_set_weight_decay(options, -0.1f));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_options_set_weight_decay(options, nan));
+    for (float scale : {0.0f, -1.0f, nan, inf})
+        CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT,
+                    mpt_trainer_options_set_loss_scaling(options, MPT_LOSS_SCALING_STATIC, scale));
+    // growth > 1, backoff in (0, 1), interval >= 1, 1 <= min <= max.
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_options_set_loss_scaler_dynamics(options, 1.0f, 0.5f, 10, 1.0f, 1024.0f));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_options_set_loss_scaler_dynamics(options, nan, 0.5f, 10, 1.0f, 1024.0f));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_options_set_loss_scaler_dynamics(options, 2.0f, 1.0f, 10, 1.0f, 1024.0f));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_options_set_loss_scaler_dynamics(options, 2.0f, 0.0f, 10, 1.0f, 1024.0f));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_options_set_loss_scaler_dynamics(options, 2.0f, nan, 10, 1.0f, 1024.0f));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_options_set_loss_scaler_dynamics(options, 2.0f, 0.5f, 0, 1.0f, 1024.0f));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_options_set_loss_scaler_dynamics(options, 2.0f, 0.5f, 10, 0.5f, 1024.0f));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_options_set_loss_scaler_dynamics(options, 2.0f, 0.5f, 10, 64.0f, 32.0f));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_options_set_loss_scaler_dynamics(options, 2.0f, 0.5f, 10, nan, 32.0f));
+
+    // Models and datasets: non-positive sizes.
+    mpt_model_t* model = sentinel_handle<mpt_model_t>();
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_model_create(session.context, 0, &model));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_model_create(session.context, -3, &model));
+    CHECK(model == sentinel_handle<mpt_model_t>());
+    REQUIRE_OK(mpt_model_create(session.context, kFeatures, &model));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_model_add_dense(model, 0, MPT_ACTIVATION_RELU));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_model_add_dense(model, -8, MPT_ACTIVATION_RELU));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_model_set_layer_dtype(model, 0, MPT_DTYPE_FP32));  // no layer 0 yet
+    REQUIRE_OK(mpt_model_add_dense(model, 8, MPT_ACTIVATION_RELU));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_model_set_layer_dtype(model, 1, MPT_DTYPE_FP32));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_model_set_layer_dtype(model, -1, MPT_DTYPE_FP32));
+    REQUIRE_OK(mpt_model_add_dense(model, kClasses, MPT_ACTIVATION_SOFTMAX));
+
+    // The trainer options still hold their valid values (fp32 SGD lr 0.1) and train.
+    mpt_trainer_t* trainer = nullptr;
+    REQUIRE_OK(mpt_trainer_create(model, options, &trainer));
+    require_trains_to_accuracy(trainer, session.dataset, 0.95f);
+    mpt_trainer_destroy(trainer);
+    mpt_model_destroy(model);
+    mpt_trainer_options_destroy(options);
+    require_usable(session);
+}
+
+TEST_CASE("calls with out-of-range counts, rows or batches are rejected and write nothing") {
+    Session session;
+    float loss = -7.0f, accuracy = -7.0f;
+    int64_t rows = 0;
+    REQUIRE_OK(mpt_dataset_get_rows(session.dataset, &rows));
+    CHECK(rows == 96);
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_fit(session.trainer, session.dataset, -1, 16, 0));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_fit(session.trainer, session.dataset, 1, 0, 0));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_fit(session.trainer, session.dataset, 1, -16, 0));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_step(session.trainer, session.dataset, -1, 16, &loss));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_step(session.trainer, session.dataset, 90, 16, &loss));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_step(session.trainer, session.dataset, 0, 0, &loss));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_step(session.trainer, session.dataset, 0, 97, &loss));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_evaluate(session.trainer, session.dataset, -1, &loss, &accuracy));
+    CHECK(loss == -7.0f);
+    CHECK(accuracy == -7.0f);
+    float out[2 * kClasses];
+    std::fill(out, out + 2 * kClasses, -7.0f);
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_predict(session.trainer, session.blobs.x.data(), 0, out, 0));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_model_predict(session.model, session.blobs.x.data(), 0, out, 0));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_model_predict(session.model, session.blobs.x.data(), -2, out, -6));
+    for (float value : out) CHECK(value == -7.0f);
+    // An epoch count of zero is valid and trains nothing.
+    const std::vector<float> before = weights_of(session.model, kSmallShapes);
+    REQUIRE_OK(mpt_trainer_fit(session.trainer, session.dataset, 0, 16, 1));
+    CHECK(same_bits(before, weights_of(session.model, kSmallShapes)));
+    require_usable(session);
+}
+
+// ---- shapes ---------------------------------------------------------------------------------
+
+TEST_CASE("a dataset whose width differs from the model's inputs gives SHAPE_MISMATCH in fit, step and evaluate") {
+    Session session;
+    const Blobs wide = make_blobs(32, 5);  // reinterpret 4-wide rows as 2-wide: 64 rows of 2 features
+    std::vector<int32_t> labels(64, 1);
+    mpt_dataset_t* narrow = nullptr;
+    REQUIRE_OK(mpt_dataset_create_f32(session.context, wide.x.data(), 64, 2, labels.data(), kClasses, 1, &narrow));
+    int64_t features = 0;
+    REQUIRE_OK(mpt_dataset_get_features(narrow, &features));
+    CHECK(features == 2);
+    const std::vector<float> before = weights_of(session.model, kSmallShapes);
+    float loss = -7.0f, accuracy = -7.0f;
+    CHECK_FAILS(MPT_STATUS_SHAPE_MISMATCH, mpt_trainer_fit(session.trainer, narrow, 1, 16, 1));
+    CHECK_FAILS(MPT_STATUS_SHAPE_MISMATCH, mpt_trainer_step(session.trainer, narrow, 0, 16, &loss));
+    CHECK_FAILS(MPT_STATUS_SHAPE_MISMATCH, mpt_trainer_evaluate(session.trainer, narrow, 16, &loss, &accuracy));
+    CHECK(loss == -7.0f);
+    CHECK(accuracy == -7.0f);
+    CHECK(same_bits(before, weights_of(session.model, kSmallShapes)));
+    mpt_dataset_destroy(narrow);
+
+    // More classes than outputs.
+    std::vector<int32_t> many(32);
+    for (size_t i = 0; i < many.size(); ++i) many[i] = static_cast<int32_t>(i % 5);
+    mpt_dataset_t* five = nullptr;
+    REQUIRE_OK(mpt_dataset_create_f32(session.context, wide.x.data(), 32, kFeatures, many.data(), 5, 1, &five));
+    CHECK_FAILS(MPT_STATUS_SHAPE_MISMATCH, mpt_trainer_fit(session.trainer, five, 1, 16, 0));
+    CHECK_FAILS(MPT_STATUS_SHAPE_MISMATCH, mpt_trainer_step(session.trainer, five, 0, 16, nullptr));
+    mpt_dataset_destroy(five);
+    require_usable(session);
+}
+
+TEST_CASE("the loss and the dataset's kind of targets must agree (SHAPE_MISMATCH)") {
+    Session session;
+    const Blobs& blobs = session.blobs;
+    // Float targets for a sparse-label loss.
+    std::vector<float> one_hot(96 * kClasses, 0.0f);
+    for (size_t r = 0; r < 96; ++r) one_hot[r * kClasses + static_cast<size_t>(blobs.y[r])] = 1.0f;
+    mpt_dataset_t* targets = nullptr;
+    REQUIRE_OK(mpt_dataset_create_f32_targets(session.context, blobs.x.data(), 96, kFeatures, one_hot.data(), kClasses, 1,
+                                              &targets));
+    CHECK_FAILS(MPT_STATUS_SHAPE_MISMATCH, mpt_trainer_fit(session.trainer, targets, 1, 16, 0));
+    CHECK_FAILS(MPT_STATUS_SHAPE_MISMATCH, mpt_trainer_evaluate(session.trainer, targets, 16, nullptr, nullptr));
+
+    // Integer labels or the wrong target width for a loss on float targets.
+    mpt_trainer_options_t* options = new_trainer_options();
+    REQUIRE_OK(mpt_trainer_options_set_loss(options, MPT_LOSS_CATEGORICAL_CROSSENTROPY));
+    mpt_trainer_t* categorical = nullptr;
+    REQUIRE_OK(mpt_trainer_create(session.model, options, &categorical));
+    CHECK_FAILS(MPT_STATUS_SHAPE_MISMATCH, mpt_trainer_fit(categorical, session.dataset, 1, 16, 0));
+    mpt_dataset_t* narrow_targets = nullptr;
+    REQUIRE_OK(mpt_dataset_create_f32_targets(session.context, blobs.x.data(), 96, kFeatures, one_hot.data(), 2, 1,
+                                              &narrow_targets));
+    CHECK_FAILS(MPT_STATUS_SHAPE_MISMATCH, mpt_trainer_step(categorical, narrow_targets, 0, 16, nullptr));
+    REQUIRE_OK(mpt_trainer_fit(categorical, targets, 2, 16, 1));  // the right kind trains
+    mpt_trainer_destroy(categorical);
+    mpt_trainer_options_destroy(options);
+    mpt_dataset_destroy(narrow_targets);
+    mpt_dataset_destroy(targets);
+    require_usable(session);
+}
+
+TEST_CASE("predict and weight access with wrong counts give SHAPE_MISMATCH and leave the buffers untouched") {
+    Session session;
+    std::vector<float> out(3 * kClasses + 1, -7.0f);
+    const float* x = session.blobs.x.data();
+    CHECK_FAILS(MPT_STATUS_SHAPE_MISMATCH, mpt_model_predict(session.model, x, 3, out.data(), 3 * kClasses - 1));
+    CHECK_FAILS(MPT_STATUS_SHAPE_MISMATCH, mpt_model_predict(session.model, x, 3, out.data(), 3 * kClasses + 1));
+    CHECK_FAILS(MPT_STATUS_SHAPE_MISMATCH, mpt_trainer_predict(session.trainer, x, 3, out.data(), 3 * kClasses - 1));
+    CHECK_FAILS(MPT_STATUS_SHAPE_MISMATCH, mpt_trainer_predict(session.trainer, x, 3, out.data(), 3 * kClasses + 1));
+    for (float value : out) CHECK(value == -7.0f);
+
+    std::vector<float> w(8 * kFeatures + 1, -7.0f), b(9, -7.0f);
+    CHECK_FAILS(MPT_STATUS_SHAPE_MISMATCH, mpt_model_get_weights(session.model, 0, w.data(), 8 * kFeatures - 1, b.data(), 8));
+    CHECK_FAILS(MPT_STATUS_SHAPE_MISMATCH, mpt_model_get_weights(session.model, 0, w.data(), 8 * kFeatures + 1, b.data(), 8));
+    CHECK_FAILS(MPT_STATUS_SHAPE_MISMATCH, mpt_model_get_weights(session.model, 0, w.data(), 8 * kFeatures, b.data(), 7));
+    CHECK_FAILS(MPT_STATUS_SHAPE_MISMATCH, mpt_model_get_weights(session.model, 0, nullptr, 0, b.data(), 9));
+    CHECK_FAILS(MPT_STATUS_SHAPE_MISMATCH, mpt_model_get_weights(session.model, 1, w.data(), 8 * kFeatures, nullptr, 0));
+    for (float value : w) CHECK(value == -7.0f);
+    for (float value : b) CHECK(value == -7.0f);
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_model_get_weights(session.model, 2, w.data(), 8 * kFeatures, b.data(), 8));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_model_get_weights(session.model, -1, w.data(), 8 * kFeatures, b.data(), 8));
+    for (float value : w) CHECK(value == -7.0f);
+
+    // A refused set_weights changes nothing, not even the part whose count was right.
+    const std::vector<float> before = weights_of(session.model, kSmallShapes);
+    std::vector<float> zeros(8 * kFeatures + 1, 0.0f);
+    CHECK_FAILS(MPT_STATUS_SHAPE_MISMATCH, mpt_model_set_weights(session.model, 0, zeros.data(), 8 * kFeatures, zeros.data(), 7));
+    CHECK_FAILS(MPT_STATUS_SHAPE_MISMATCH, mpt_model_set_weights(session.model, 0, zeros.data(), 8 * kFeatures + 1, zeros.data(), 8));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_model_set_weights(session.model, 2, zeros.data(), 8 * kFeatures, zeros.data(), 8));
+    CHECK(same_bits(before, weights_of(session.model, kSmallShapes)));
+    require_usable(session);
+}
+
+// ---- datasets -------------------------------------------------------------------------------
+
+TEST_CASE("labels outside [0, num_classes) and empty shapes are rejected at dataset creation") {
+    Session session;
+    const Blobs blobs = make_blobs(8, 3);
+    const std::vector<uint8_t> bytes(8 * kFeatures, 100);
+    mpt_dataset_t* dataset = sentinel_handle<mpt_dataset_t>();
+    for (int32_t bad : {-1, kClasses, kClasses + 7, std::numeric_limits<int32_t>::min()}) {
+        CAPTURE(bad);
+        for (size_t row : {size_t{0}, size_t{7}}) {
+            std::vector<int32_t> labels = blobs.y;
+            labels[row] = bad;
+            CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_dataset_create_f32(session.context, blobs.x.data(), 8, kFeatures,
+                                                                            labels.data(), kClasses, 1, &dataset));
+            CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT,
+                        mpt_dataset_create_u8(session.context, bytes.data(), 8, kFeatures, labels.data(), kClasses,
+                                              1.0f / 255.0f, 0.0f, &dataset));
+        }
+    }
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT,
+                mpt_dataset_create_f32(session.context, blobs.x.data(), 8, kFeatures, blobs.y.data(), 0, 1, &dataset));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT,
+                mpt_dataset_create_f32(session.context, blobs.x.data(), 0, kFeatures, blobs.y.data(), kClasses, 1, &dataset));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT,
+                mpt_dataset_create_f32(session.context, blobs.x.data(), 8, 0, blobs.y.data(), kClasses, 1, &dataset));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT,
+                mpt_dataset_create_f32(session.context, blobs.x.data(), -8, kFeatures, blobs.y.data(), kClasses, 1, &dataset));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_dataset_create_f32_targets(session.context, blobs.x.data(), 8, kFeatures,
+                                                                            blobs.x.data(), 0, 1, &dataset));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT,
+                mpt_dataset_create_u8(session.context, bytes.data(), 8, kFeatures, blobs.y.data(), kClasses,
+                                      std::numeric_limits<float>::quiet_NaN(), 0.0f, &dataset));
+    CHECK(dataset == sentinel_handle<mpt_dataset_t>());
+
+    // The boundary labels 0 and num_classes - 1 are fine.
+    std::vector<int32_t> edge(8, 0);
+    edge[3] = kClasses - 1;
+    REQUIRE_OK(mpt_dataset_create_f32(session.context, blobs.x.data(), 8, kFeatures, edge.data(), kClasses, 1, &dataset));
+    mpt_dataset_destroy(dataset);
+    require_usable(session);
+}
+
+TEST_CASE("NaN and Inf in samples or targets fail dataset creation with NON_FINITE when check_finite is set") {
+    Session session;
+    const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+    for (float bad : {nan, inf, -inf}) {
+        CAPTURE(bad);
+        Blobs blobs = make_blobs(8, 3);
+        blobs.x[5 * kFeatures + 2] = bad;
+        std::vector<float> targets(8, 0.5f);
+        mpt_dataset_t* dataset = sentinel_handle<mpt_dataset_t>();
+        CHECK_FAILS(MPT_STATUS_NON_FINITE, mpt_dataset_create_f32(session.context, blobs.x.data(), 8, kFeatures,
+                                                                  blobs.y.data(), kClasses, 1, &dataset));
+        CHECK_FAILS(MPT_STATUS_NON_FINITE, mpt_dataset_create_f32_targets(session.context, blobs.x.data(), 8, kFeatures,
+                                                                          targets.data(), 1, 1, &dataset));
+        const Blobs clean = make_blobs(8, 3);
+        targets[6] = bad;
+        CHECK_FAILS(MPT_STATUS_NON_FINITE, mpt_dataset_create_f32_targets(session.context, clean.x.data(), 8, kFeatures,
+                                                                          targets.data(), 1, 1, &dataset));
+        CHECK(dataset == sentinel_handle<mpt_dataset_t>());
+        // Without the check the same data is accepted.
+        REQUIRE_OK(mpt_dataset_create_f32(session.context, blobs.x.data(), 8, kFeatures, blobs.y.data(), kClasses, 0,
+                                          &dataset));
+        mpt_dataset_destroy(dataset);
+    }
+    require_usable(session);
+}
+
+TEST_CASE("without check_finite, a NaN or Inf batch makes fp32 step and fit return NON_FINITE and leaves the weights unchanged") {
+    const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+    for (mpt_optimizer optimizer : {MPT_OPTIMIZER_SGD, MPT_OPTIMIZER_ADAM}) {
+        for (float bad : {nan, inf}) {
+            CAPTURE(optimizer);
+            CAPTURE(bad);
+            Session session;
+            mpt_trainer_destroy(session.trainer);
+            session.trainer = new_trainer(session.model, optimizer);
+            Blobs poisoned = session.blobs;
+            poisoned.x[0] = bad;  // row 0: in the first batch of an unshuffled epoch
+            mpt_dataset_t* dataset = nullptr;
+            REQUIRE_OK(mpt_dataset_create_f32(session.context, poisoned.x.data(), 96, kFeatures, poisoned.y.data(),
+                                              kClasses, 0, &dataset));
+            const std::vector<float> before = weights_of(session.model, kSmallShapes);
+            float loss = -7.0f;
+            CHECK_FAILS(MPT_STATUS_NON_FINITE, mpt_trainer_step(session.trainer, dataset, 0, 16, &loss));
+            CHECK(loss == -7.0f);
+            CHECK(same_bits(before, weights_of(session.model, kSmallShapes)));
+            CHECK_FAILS(MPT_STATUS_NON_FINITE, mpt_trainer_fit(session.trainer, dataset, 1, 16, 0));
+            CHECK(same_bits(before, weights_of(session.model, kSmallShapes)));
+            // A batch without the bad row trains.
+            REQUIRE_OK(mpt_trainer_step(session.trainer, dataset, 16, 16, &loss));
+            CHECK(std::isfinite(loss));
+            const std::vector<float> after_clean_step = weights_of(session.model, kSmallShapes);
+            CHECK_FALSE(same_bits(before, after_clean_step));
+            for (float value : after_clean_step) CHECK(std::isfinite(value));
+
+            // The refused steps left no trace in the optimizer: the same clean step on a fresh model
+            // from the same seed gives bit-identical weights.
+            mpt_context_t* context = new_context(7);
+            mpt_model_t* model = new_model(context);
+            mpt_trainer_t* trainer = new_trainer(model, optimizer);
+            mpt_dataset_t* clean = new_dataset(context, session.blobs);
+            REQUIRE_OK(mpt_trainer_step(trainer, clean, 16, 16, nullptr));
+            CHECK(same_bits(after_clean_step, weights_of(model, kSmallShapes)));
+            mpt_dataset_destroy(clean);
+            mpt_trainer_destroy(trainer);
+            mpt_model_destroy(model);
+            mpt_context_destroy(context);
+
+            mpt_dataset_destroy(dataset);
+            require_usable(session);
+        }
+    }
+}
+
+namespace {
+
+// A directory under /tmp, removed with its files at the end of the scope.
+class TempDir {
+public:
+    TempDir() {
+        char pattern[] = "/tmp/mptrain_cifar_XXXXXX";
+        const char* made = mkdtemp(pattern);
+        REQUIRE(made != nullptr);
+        path_ = made;
+    }
+    ~TempDir() {
+        for (const char* name : {"test_batch.bin", "data_batch_1.bin", "data_batch_2.bin"})
+            std::remove((path_ + "/" + std::string(name)).c_str());
+        rmdir(path_.c_str());
+    }
+    const std::string& path() const { return path_; }
+    std::string file(const char* name) const { return path_ + "/" + name; }
+
+private:
+    std::string path_;
+};
+
+constexpr int64_t kCifarRecords = 10000, kCifarPixels = 3072, kCifarRecordBytes = 3073;
+
+// Record r: label r % 2; pixel 0 is 128 for label 1 and 127 for label 0 (so x0 = 128/255 or
+// 127/255 lies just above or below 0.5 only when scaled by 1/255); other pixels vary.
+std::vector<uint8_t> cifar_bytes() {
+    std::vector<uint8_t> bytes(static_cast<size_t>(kCifarRecords * kCifarRecordBytes));
+    for (int64_t r = 0; r < kCifarRecords; ++r) {
+        uint8_t* record = bytes.data() + r * kCifarRecordBytes;
+        record[0] = static_cast<uint8_t>(r % 2);
+        record[1] = record[0] ? 128 : 127;
+        for (int64_t p = 1; p < kCifarPixels; ++p) record[1 + p] = static_cast<uint8_t>((r * 7 + p) % 256);
+    }
+    return bytes;
+}
+
+void write_file(const std::string& path, const uint8_t* data, size_t size) {
+    std::ofstream file(path, std::ios::binary | std::ios::trunc);
+    REQUIRE(file.good());
+    file.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
+    REQUIRE(file.good());
+}
+
+}  // namespace
+
+TEST_CASE("the CIFAR-10 loader: missing files give IO_ERROR, wrong sizes and bad labels CORRUPT_DATA, a valid file loads") {
+    Session session;
+    TempDir dir;
+    mpt_dataset_t* dataset = sentinel_handle<mpt_dataset_t>();
+    CHECK_FAILS(MPT_STATUS_IO_ERROR, mpt_dataset_load_cifar10(session.context, (dir.path() + "/missing").c_str(), 0, 0, &dataset));
+    CHECK_FAILS(MPT_STATUS_IO_ERROR, mpt_dataset_load_cifar10(session.context, (dir.path() + "/missing").c_str(), 1, 0, &dataset));
+    CHECK_FAILS(MPT_STATUS_IO_ERROR, mpt_dataset_load_cifar10(session.context, dir.path().c_str(), 0, 0, &dataset));
+    CHECK_FAILS(MPT_STATUS_IO_ERROR, mpt_dataset_load_cifar10(session.context, dir.path().c_str(), 1, 10, &dataset));
+    CHECK(dataset == sentinel_handle<mpt_dataset_t>());
+
+    std::vector<uint8_t> bytes = cifar_bytes();
+    const std::string test_batch = dir.file("test_batch.bin");
+    SUBCASE("truncated and oversized files are CORRUPT_DATA, even when a limit would not reach the end") {
+        for (size_t size : {size_t{0}, size_t{kCifarRecordBytes * 100}, bytes.size() - 1}) {
+            CAPTURE(size);
+            write_file(test_batch, bytes.data(), size);
+            CHECK_FAILS(MPT_STATUS_CORRUPT_DATA, mpt_dataset_load_cifar10(session.context, dir.path().c_str(), 0, 0, &dataset));
+            CHECK_FAILS(MPT_STATUS_CORRUPT_DATA, mpt_dataset_load_cifar10(session.context, dir.path().c_str(), 0, 10, &dataset));
+        }
+        bytes.push_back(0);
+        write_file(test_batch, bytes.data(), bytes.size());
+        CHECK_FAILS(MPT_STATUS_CORRUPT_DATA, mpt_dataset_load_cifar10(session.context, dir.path().c_str(), 0, 0, &dataset));
+        CHECK(dataset == sentinel_handle<mpt_dataset_t>());
+    }
+    SUBCASE("a label byte of 10 (first or last record) is CORRUPT_DATA") {
+        for (int64_t record : {int64_t{0}, kCifarRecords - 1}) {
+            CAPTURE(record);
+            std::vector<uint8_t> bad = bytes;
+            bad[static_cast<size_t>(record * kCifarRecordBytes)] = 10;
+            write_file(test_batch, bad.data(), bad.size());
+            CHECK_FAILS(MPT_STATUS_CORRUPT_DATA, mpt_dataset_load_cifar10(session.context, dir.path().c_str(), 0, 0, &dataset));
+        }
+        bytes[0] = 255;
+        write_file(test_batch, bytes.data(), bytes.size());
+        CHECK_FAILS(MPT_STATUS_CORRUPT_DATA, mpt_dataset_load_cifar10(session.context, dir.path().c_str(), 0, 0, &dataset));
+        CHECK(dataset == sentinel_handle<mpt_dataset_t>());
+    }
+    SUBCASE("a valid file loads with its labels, scaled by 1/255, and limit keeps the first records") {
+        write_file(test_batch, bytes.data(), bytes.size());
+        mpt_dataset_t* full = nullptr;
+        REQUIRE_OK(mpt_dataset_load_cifar10(session.context, dir.path().c_str(), 0, 0, &full));
+        int64_t rows = 0, features = 0;
+        REQUIRE_OK(mpt_dataset_get_rows(full, &rows));
+        REQUIRE_OK(mpt_dataset_get_features(full, &features));
+        CHECK(rows == kCifarRecords);
+        CHECK(features == kCifarPixels);
+        mpt_dataset_t* first = nullptr;
+        REQUIRE_OK(mpt_dataset_load_cifar10(session.context, dir.path().c_str(), 0, 100, &first));
+        REQUIRE_OK(mpt_dataset_get_rows(first, &rows));
+        CHECK(rows == 100);
+
+        // The training split reads data_batch_1.bin first; with a limit inside it, the others are
+        // not needed, without one the missing data_batch_2.bin is an IO_ERROR.
+        write_file(dir.file("data_batch_1.bin"), bytes.data(), bytes.size());
+        mpt_dataset_t* train = nullptr;
+        REQUIRE_OK(mpt_dataset_load_cifar10(session.context, dir.path().c_str(), 1, 50, &train));
+        REQUIRE_OK(mpt_dataset_get_rows(train, &rows));
+        CHECK(rows == 50);
+        CHECK_FAILS(MPT_STATUS_IO_ERROR, mpt_dataset_load_cifar10(session.context, dir.path().c_str(), 1, 0, &dataset));
+        CHECK(dataset == sentinel_handle<mpt_dataset_t>());
+
+        // A 3072 -> 10 linear model that predicts class 1 exactly when x0 > 0.5 (z1 = x0, z0 = 0.5,
+        // the rest -30): accuracy 1 needs the labels and the 1/255 scaling. Loss by hand in double.
+        mpt_model_t* model = nullptr;
+        REQUIRE_OK(mpt_model_create(session.context, kCifarPixels, &model));
+        REQUIRE_OK(mpt_model_add_dense(model, 10, MPT_ACTIVATION_SOFTMAX));
+        std::vector<float> w(10 * kCifarPixels, 0.0f), b(10, -30.0f);
+        w[1 * kCifarPixels + 0] = 1.0f;
+        b[0] = 0.5f;
+        b[1] = 0.0f;
+        REQUIRE_OK(mpt_model_set_weights(model, 0, w.data(), static_cast<int64_t>(w.size()), b.data(), 10));
+        mpt_trainer_t* trainer = new_trainer(model);
+        float loss = -1.0f, accuracy = -1.0f;
+        REQUIRE_OK(mpt_trainer_evaluate(trainer, first, 64, &loss, &accuracy));
+        CHECK(accuracy == 1.0f);
+        double expected = 0.0;
+        for (int r = 0; r < 100; ++r) {
+            const double x0 = (r % 2 ? 128.0 : 127.0) / 255.0;
+            double z[10] = {0.5, x0, -30, -30, -30, -30, -30, -30, -30, -30};
+            double sum = 0.0;
+            for (double v : z) sum += std::exp(v);
+            expected += std::log(sum) - z[r % 2];
+        }
+        expected /= 100.0;
+        CHECK(loss == doctest::Approx(expected).epsilon(1e-5));
+        REQUIRE_OK(mpt_trainer_evaluate(trainer, train, 64, nullptr, &accuracy));
+        CHECK(accuracy == 1.0f);
+        mpt_trainer_destroy(trainer);
+        mpt_model_destroy(model);
+        mpt_dataset_destroy(train);
+        mpt_dataset_destroy(first);
+        mpt_dataset_destroy(full);
+    }
+    require_usable(session);
+}
+
+TEST_CASE("a dataset from another context is refused") {
+    Session session;
+    mpt_context_t* other = new_context(7);
+    mpt_dataset_t* foreign = new_dataset(other, session.blobs);
+    const mpt_status status = mpt_trainer_fit(session.trainer, foreign, 1, 16, 0);
+    CHECK(status != MPT_STATUS_OK);
+    CHECK(std::string(mpt_last_error()) != "");
+    mpt_dataset_destroy(foreign);
+    mpt_context_destroy(other);
+    require_usable(session);
+}
+
+// ---- model state ------------------------------------------------------------------------------
+
+TEST_CASE("layers cannot be added nor dtypes changed once the model is built (by a trainer, predict or weight access)") {
+    Session session;
+    const Blobs& blobs = session.blobs;
+    for (int how = 0; how < 3; ++how) {
+        CAPTURE(how);
+        mpt_model_t* model = nullptr;
+        REQUIRE_OK(mpt_model_create(session.context, kFeatures, &model));
+        REQUIRE_OK(mpt_model_add_dense(model, 8, MPT_ACTIVATION_RELU));
+        REQUIRE_OK(mpt_model_add_dense(model, kClasses, MPT_ACTIVATION_SOFTMAX));
+        REQUIRE_OK(mpt_model_set_layer_dtype(model, 0, MPT_DTYPE_FP32));  // allowed before the build
+        mpt_trainer_t* trainer = nullptr;
+        float out[kClasses];
+        float bias[kClasses];
+        if (how == 0) trainer = new_trainer(model);
+        if (how == 1) REQUIRE_OK(mpt_model_predict(model, blobs.x.data(), 1, out, kClasses));
+        if (how == 2) REQUIRE_OK(mpt_model_get_weights(model, 1, nullptr, 0, bias, kClasses));
+        CHECK_FAILS(MPT_STATUS_INVALID_STATE, mpt_model_add_dense(model, 4, MPT_ACTIVATION_RELU));
+        CHECK_FAILS(MPT_STATUS_INVALID_STATE, mpt_model_set_layer_dtype(model, 0, MPT_DTYPE_DEFAULT));
+        int64_t layers = 0, outputs = 0;
+        REQUIRE_OK(mpt_model_get_layer_count(model, &layers));
+        REQUIRE_OK(mpt_model_get_output_features(model, &outputs));
+        CHECK(layers == 2);
+        CHECK(outputs == kClasses);
+        if (!trainer) trainer = new_trainer(model);
+        require_trains_to_accuracy(trainer, session.dataset, 0.95f);
+        mpt_trainer_destroy(trainer);
+        mpt_model_destroy(model);
+    }
+    require_usable(session);
+}
+
+TEST_CASE("a model without layers cannot be trained or run (INVALID_STATE)") {
+    Session session;
+    mpt_model_t* empty = nullptr;
+    REQUIRE_OK(mpt_model_create(session.context, kFeatures, &empty));
+    mpt_trainer_t* trainer = sentinel_handle<mpt_trainer_t>();
+    int64_t outputs = -7;
+    float out[kClasses];
+    CHECK_FAILS(MPT_STATUS_INVALID_STATE, mpt_trainer_create(empty, nullptr, &trainer));
+    CHECK(trainer == sentinel_handle<mpt_trainer_t>());
+    CHECK_FAILS(MPT_STATUS_INVALID_STATE, mpt_model_get_output_features(empty, &outputs));
+    CHECK(outputs == -7);
+    CHECK_FAILS(MPT_STATUS_INVALID_STATE, mpt_model_predict(empty, session.blobs.x.data(), 1, out, kClasses));
+    // Adding layers afterwards still works: the failed calls did not build it.
+    REQUIRE_OK(mpt_model_add_dense(empty, kClasses, MPT_ACTIVATION_SOFTMAX));
+    trainer = new_trainer(empty);
+    require_trains_to_accuracy(trainer, session.dataset, 0.9f);
+    mpt_trainer_destroy(trainer);
+    mpt_model_destroy(empty);
+    require_usable(session);
+}
+
+TEST_CASE("softmax is allowed on the last layer only") {
+    Session session;
+    mpt_model_t* model = nullptr;
+    REQUIRE_OK(mpt_model_create(session.context, kFeatures, &model));
+    REQUIRE_OK(mpt_model_add_dense(model, 8, MPT_ACTIVATION_SOFTMAX));
+    const mpt_status status = mpt_model_add_dense(model, kClasses, MPT_ACTIVATION_SOFTMAX);
+    CHECK(status == MPT_STATUS_INVALID_ARGUMENT);
+    CHECK(std::string(mpt_last_error()).find("softmax") != std::string::npos);
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_model_add_dense(model, kClasses, MPT_ACTIVATION_RELU));
+    int64_t layers = 0;
+    REQUIRE_OK(mpt_model_get_layer_count(model, &layers));
+    CHECK(layers == 1);
+    mpt_model_destroy(model);
+
+    // The same stack with softmax last is fine.
+    REQUIRE_OK(mpt_model_create(session.context, kFeatures, &model));
+    REQUIRE_OK(mpt_model_add_dense(model, 8, MPT_ACTIVATION_TANH));
+    REQUIRE_OK(mpt_model_add_dense(model, kClasses, MPT_ACTIVATION_SOFTMAX));
+    mpt_trainer_t* trainer = new_trainer(model);
+    require_trains_to_accuracy(trainer, session.dataset, 0.95f);
+    mpt_trainer_destroy(trainer);
+    mpt_model_destroy(model);
+    require_usable(session);
+}
+
+// ---- callbacks --------------------------------------------------------------------------------
+
+namespace {
+
+struct CallbackLog {
+    mpt_trainer_t* trainer = nullptr;
+    int64_t cancel_at_call = -1;  // progress call (1-based) that returns 1; -1 never
+    int64_t stop_at_epoch_end = -1;
+    int64_t progress_calls = 0;
+    int64_t epoch_end_calls = 0;
+    int64_t last_step = 0;
+    int64_t steps_per_epoch = 0;
+    bool nested_call_ok = true;
+    bool arguments_ok = true;
+};
+
+int on_progress(int64_t epoch, int64_t step, int64_t steps_per_epoch, float loss, float accuracy, void* user_data) {
+    CallbackLog& log = *static_cast<CallbackLog*>(user_data);
+    ++log.progress_calls;
+    log.arguments_ok &= epoch >= 0 && step >= 1 && step <= steps_per_epoch && std::isfinite(loss) && loss >= 0.0f &&
+                        accuracy >= 0.0f && accuracy <= 1.0f;
+    log.last_step = step;
+    log.steps_per_epoch = steps_per_epoch;
+    // Other mptrain functions may be called from a callback.
+    int64_t steps = -1;
+    log.nested_call_ok &= mpt_trainer_get_progress(log.trainer, &steps, nullptr) == MPT_STATUS_OK && steps >= 1;
+    return log.progress_calls == log.cancel_at_call ? 1 : 0;
+}
+
+int on_epoch_end(int64_t epoch, float loss, float accuracy, void* user_data) {
+    CallbackLog& log = *static_cast<CallbackLog*>(user_data);
+    ++log.epoch_end_calls;
+    log.arguments_ok &= epoch >= 0 && std::isfinite(loss) && accuracy >= 0.0f && accuracy <= 1.0f;
+    return log.epoch_end_calls == log.stop_at_epoch_end ? 1 : 0;
+}
+
+}  // namespace
+
+TEST_CASE("a progress callback that returns non-zero cancels fit with CANCELLED, and fit works again afterwards") {
+    Session session;
+    CallbackLog log;
+    log.trainer = session.trainer;
+    log.cancel_at_call = 3;
+    REQUIRE_OK(mpt_trainer_set_callbacks(session.trainer, on_progress, on_epoch_end, &log));
+    int64_t steps_before = 0;
+    REQUIRE_OK(mpt_trainer_get_progress(session.trainer, &steps_before, nullptr));
+    CHECK_FAILS(MPT_STATUS_CANCELLED, mpt_trainer_fit(session.trainer, session.dataset, 5, 16, 1));
+    CHECK(log.progress_calls == 3);
+    CHECK(log.epoch_end_calls == 0);
+    int64_t steps = 0, epochs = -1;
+    REQUIRE_OK(mpt_trainer_get_progress(session.trainer, &steps, &epochs));
+    CHECK(steps - steps_before == 3);  // the cancelled fit stopped right after the third step
+    CHECK(epochs == 0);
+
+    // The same trainer fits again; the callbacks see every step of both epochs. (Another batch size,
+    // so that the interrupted epoch is not resumed but abandoned: two whole epochs follow.)
+    log.cancel_at_call = -1;
+    log.progress_calls = 0;
+    REQUIRE_OK(mpt_trainer_fit(session.trainer, session.dataset, 2, 32, 1));
+    CHECK(log.progress_calls == 2 * (96 / 32));
+    CHECK(log.steps_per_epoch == 96 / 32);
+    CHECK(log.last_step == 96 / 32);
+    CHECK(log.epoch_end_calls == 2);
+    CHECK(log.arguments_ok);
+    CHECK(log.nested_call_ok);
+    REQUIRE_OK(mpt_trainer_get_progress(session.trainer, nullptr, &epochs));
+    CHECK(epochs == 2);
+
+    // Clearing the callbacks stops the calls.
+    REQUIRE_OK(mpt_trainer_set_callbacks(session.trainer, nullptr, nullptr, nullptr));
+    require_usable(session);
+    CHECK(log.progress_calls == 2 * (96 / 32));
+}
+
+TEST_CASE("an epoch-end callback that returns non-zero stops fit with CANCELLED after that epoch") {
+    Session session;
+    CallbackLog log;
+    log.trainer = session.trainer;
+    log.stop_at_epoch_end = 2;
+    REQUIRE_OK(mpt_trainer_set_callbacks(session.trainer, nullptr, on_epoch_end, &log));
+    CHECK_FAILS(MPT_STATUS_CANCELLED, mpt_trainer_fit(session.trainer, session.dataset, 10, 32, 1));
+    CHECK(log.epoch_end_calls == 2);
+    int64_t steps = 0, epochs = 0;
+    REQUIRE_OK(mpt_trainer_get_progress(session.trainer, &steps, &epochs));
+    CHECK(epochs == 2);
+    CHECK(steps == 2 * (96 / 32));
+    log.stop_at_epoch_end = -1;
+    REQUIRE_OK(mpt_trainer_fit(session.trainer, session.dataset, 3, 32, 1));
+    CHECK(log.epoch_end_calls == 5);
+    CHECK(log.arguments_ok);
+    require_usable(session);
+}
+
+// ---- threads ----------------------------------------------------------------------------------
+
+TEST_CASE("mpt_last_error is thread-local") {
+    mpt_model_t* model = nullptr;
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_model_create(nullptr, kFeatures, &model));
+    const std::string main_message = mpt_last_error();
+    REQUIRE_FALSE(main_message.empty());
+
+    std::string fresh_thread_message = "unset", other_message;
+    mpt_status other_status = MPT_STATUS_OK;
+    // No REQUIRE on the other threads: a failing one would throw outside doctest's reach.
+    std::thread other([&] {
+        fresh_thread_message = mpt_last_error();  // nothing failed on this thread yet
+        mpt_trainer_options_t* options = nullptr;
+        if (mpt_trainer_options_create(&options) != MPT_STATUS_OK) return;
+        other_status = mpt_trainer_options_set_learning_rate(options, -1.0f);
+        other_message = mpt_last_error();
+        mpt_trainer_options_destroy(options);
+    });
+    other.join();
+    CHECK(fresh_thread_message.empty());
+    CHECK(other_status == MPT_STATUS_INVALID_ARGUMENT);
+    CHECK_FALSE(other_message.empty());
+    CHECK(other_message != main_message);
+    // This thread's message is unchanged by the other thread's failure (no mptrain call in between).
+    CHECK(std::string(mpt_last_error()) == main_message);
+
+    // Two threads training on their own contexts at once both succeed.
+    float accuracies[2] = {0.0f, 0.0f};
+    std::thread workers[2];
+    for (int t = 0; t < 2; ++t) {
+        workers[t] = std::thread([t, &accuracies] {
+            mpt_context_options_t* options = nullptr;
+            mpt_context_t* context = nullptr;
+            if (mpt_context_options_create(&options) != MPT_STATUS_OK) return;
+            mpt_context_options_set_backend(options, MPT_BACKEND_CPU);
+            mpt_context_options_set_threads(options, 2);
+            mpt_context_options_set_seed(options, static_cast<uint64_t>(11 + t));
+            const mpt_status created = mpt_context_create(options, &context);
+            mpt_context_options_destroy(options);
+            if (created != MPT_STATUS_OK) return;
+            const Blobs blobs = make_blobs(96, 99);
+            mpt_model_t* thread_model = nullptr;
+            mpt_trainer_t* trainer = nullptr;
+            mpt_dataset_t* dataset = nullptr;
+            mpt_trainer_options_t* trainer_options = nullptr;
+            if (mpt_trainer_options_create(&trainer_options) != MPT_STATUS_OK) return;
+            mpt_trainer_options_set_learning_rate(trainer_options, 0.1f);
+            if (mpt_model_create(context, kFeatures, &thread_model) == MPT_STATUS_OK &&
+                mpt_model_add_dense(thread_model, 8, MPT_ACTIVATION_RELU) == MPT_STATUS_OK &&
+                mpt_model_add_dense(thread_model, kClasses, MPT_ACTIVATION_SOFTMAX) == MPT_STATUS_OK &&
+                mpt_trainer_create(thread_model, trainer_options, &trainer) == MPT_STATUS_OK &&
+                mpt_dataset_create_f32(context, blobs.x.data(), 96, kFeatures, blobs.y.data(), kClasses, 1, &dataset) ==
+                    MPT_STATUS_OK &&
+                mpt_trainer_fit(trainer, dataset, 20, 16, 1) == MPT_STATUS_OK)
+                mpt_trainer_evaluate(trainer, dataset, 0, nullptr, &accuracies[t]);
+            mpt_trainer_options_destroy(trainer_options);
+            mpt_dataset_destroy(dataset);
+            mpt_trainer_destroy(trainer);
+            mpt_model_destroy(thread_model);
+            mpt_context_destroy(context);
+        });
+    }
+    for (std::thread& worker : workers) worker.join();
+    CHECK(accuracies[0] >= 0.95f);
+    CHECK(accuracies[1] >= 0.95f);
+}
+
+// ---- lifetimes --------------------------------------------------------------------------------
+
+TEST_CASE("handles may be destroyed in any order: children keep their parents alive") {
+    SUBCASE("the context first, then everything still trains, evaluates and predicts") {
+        Session session;
+        mpt_context_destroy(session.context);
+        session.context = nullptr;
+        require_usable(session);
+        // A new trainer can still be made from the model of the destroyed context.
+        mpt_trainer_t* second = new_trainer(session.model);
+        require_trains_to_accuracy(second, session.dataset, 0.95f);
+        mpt_trainer_destroy(second);
+    }
+    SUBCASE("the model before its trainer") {
+        Session session;
+        mpt_model_destroy(session.model);
+        session.model = nullptr;
+        float loss = -1.0f, accuracy = -1.0f;
+        REQUIRE_OK(mpt_trainer_fit(session.trainer, session.dataset, 10, 16, 1));
+        REQUIRE_OK(mpt_trainer_evaluate(session.trainer, session.dataset, 0, &loss, &accuracy));
+        CHECK(accuracy >= 0.95f);
+        std::vector<float> out(4 * kClasses);
+        REQUIRE_OK(mpt_trainer_predict(session.trainer, session.blobs.x.data(), 4, out.data(), 4 * kClasses));
+        for (int r = 0; r < 4; ++r)
+            CHECK(out[r * kClasses] + out[r * kClasses + 1] + out[r * kClasses + 2] == doctest::Approx(1.0).epsilon(1e-5));
+    }
+    SUBCASE("the context, then the dataset, then the model, then the trainer still works alone") {
+        Session session;
+        mpt_context_destroy(session.context);
+        session.context = nullptr;
+        REQUIRE_OK(mpt_trainer_fit(session.trainer, session.dataset, 2, 16, 1));
+        mpt_dataset_destroy(session.dataset);
+        session.dataset = nullptr;
+        mpt_model_destroy(session.model);
+        session.model = nullptr;
+        std::vector<float> out(2 * kClasses);
+        REQUIRE_OK(mpt_trainer_predict(session.trainer, session.blobs.x.data(), 2, out.data(), 2 * kClasses));
+        float progress_scale = 0.0f;
+        REQUIRE_OK(mpt_trainer_get_loss_scale(session.trainer, &progress_scale, nullptr, nullptr));
+        CHECK(progress_scale == 1.0f);  // fp32: no loss scaling
+    }
+    SUBCASE("the trainer first: the model trains again with a new trainer") {
+        Session session;
+        mpt_trainer_destroy(session.trainer);
+        session.trainer = new_trainer(session.model);
+        require_usable(session);
+    }
+    SUBCASE("options are not retained: destroyed right after use") {
+        mpt_context_options_t* context_options = nullptr;
+        REQUIRE_OK(mpt_context_options_create(&context_options));
+        REQUIRE_OK(mpt_context_options_set_backend(context_options, MPT_BACKEND_CPU));
+        REQUIRE_OK(mpt_context_options_set_threads(context_options, 2));
+        mpt_context_t* context = nullptr;
+        REQUIRE_OK(mpt_context_create(context_options, &context));
+        mpt_context_options_destroy(context_options);
+        mpt_model_t* model = new_model(context);
+        mpt_trainer_options_t* options = new_trainer_options(MPT_OPTIMIZER_ADAM, 0.01f);
+        mpt_trainer_t* trainer = nullptr;
+        REQUIRE_OK(mpt_trainer_create(model, options, &trainer));
+        mpt_trainer_options_destroy(options);
+        mpt_dataset_t* dataset = new_dataset(context, make_blobs(96, 4));
+        mpt_context_destroy(context);
+        require_trains_to_accuracy(trainer, dataset, 0.95f);
+        mpt_model_destroy(model);
+        mpt_dataset_destroy(dataset);
+        mpt_trainer_destroy(trainer);
+    }
+}
+
+// ---- backends ---------------------------------------------------------------------------------
+
+TEST_CASE("requesting the CUDA backend without a device gives BACKEND_UNAVAILABLE; AUTO falls back to the CPU") {
+    if (mpt_cuda_device_count() > 0) {
+        MESSAGE("skipped: this machine has a CUDA device, so CUDA is available");
+        return;
+    }
+    mpt_context_options_t* options = nullptr;
+    REQUIRE_OK(mpt_context_options_create(&options));
+    REQUIRE_OK(mpt_context_options_set_backend(options, MPT_BACKEND_CUDA));
+    mpt_context_t* context = sentinel_handle<mpt_context_t>();
+    CHECK_FAILS(MPT_STATUS_BACKEND_UNAVAILABLE, mpt_context_create(options, &context));
+    CHECK(context == sentinel_handle<mpt_context_t>());
+    REQUIRE_OK(mpt_context_options_set_device(options, 3));
+    CHECK_FAILS(MPT_STATUS_BACKEND_UNAVAILABLE, mpt_context_create(options, &context));
+    CHECK(context == sentinel_handle<mpt_context_t>());
+
+    // The same options, switched to AUTO, give a working CPU context whose AUTO precision is fp32.
+    REQUIRE_OK(mpt_context_options_set_backend(options, MPT_BACKEND_AUTO));
+    REQUIRE_OK(mpt_context_options_set_device(options, 0));
+    REQUIRE_OK(mpt_context_options_set_threads(options, 2));
+    REQUIRE_OK(mpt_context_create(options, &context));
+    mpt_context_options_destroy(options);
+    mpt_backend backend = MPT_BACKEND_AUTO;
+    REQUIRE_OK(mpt_context_get_backend(context, &backend));
+    CHECK(backend == MPT_BACKEND_CPU);
+    mpt_precision precision = MPT_PRECISION_MIXED_BF16;
+    REQUIRE_OK(mpt_context_resolve_precision(context, MPT_PRECISION_AUTO, &precision));
+    CHECK(precision == MPT_PRECISION_FP32);
+    REQUIRE_OK(mpt_context_resolve_precision(context, MPT_PRECISION_MIXED_FP16, &precision));
+    CHECK(precision == MPT_PRECISION_MIXED_FP16);
+    mpt_model_t* model = new_model(context);
+    mpt_trainer_t* trainer = nullptr;
+    REQUIRE_OK(mpt_trainer_create(model, nullptr, &trainer));  // default options: AUTO precision
+    REQUIRE_OK(mpt_trainer_get_precision(trainer, &precision));
+    CHECK(precision == MPT_PRECISION_FP32);
+    mpt_dataset_t* dataset = new_dataset(context, make_blobs(96, 8));
+    REQUIRE_OK(mpt_trainer_fit(trainer, dataset, 1, 16, 1));
+    mpt_dataset_destroy(dataset);
+    mpt_trainer_destroy(trainer);
+    mpt_model_destroy(model);
+    mpt_context_destroy(context);
+}
+
+// ---- memory budget ----------------------------------------------------------------------------
+
+TEST_CASE("a tiny memory budget fails trainer creation with OUT_OF_MEMORY and the context still trains a small model") {
+    constexpr size_t kBudget = 96 * 1024;
+    mpt_context_t* context = new_context(7, kBudget);
+
+    SUBCASE("a model too large for the budget") {
+        // 512 x 256 fp32 weights alone are 512 KiB.
+        mpt_model_t* big = nullptr;
+        REQUIRE_OK(mpt_model_create(context, 512, &big));
+        REQUIRE_OK(mpt_model_add_dense(big, 256, MPT_ACTIVATION_RELU));
+        REQUIRE_OK(mpt_model_add_dense(big, 10, MPT_ACTIVATION_SOFTMAX));
+        mpt_trainer_t* trainer = sentinel_handle<mpt_trainer_t>();
+        CHECK_FAILS(MPT_STATUS_OUT_OF_MEMORY, mpt_trainer_create(big, nullptr, &trainer));
+        CHECK(trainer == sentinel_handle<mpt_trainer_t>());
+        mpt_model_destroy(big);
+    }
+    SUBCASE("a model that fits, with optimizer state that does not") {
+        // 64 -> 128 -> 8: about 38 KiB of fp32 parameters; Adam's two moments do not fit beside them,
+        // plain SGD needs no state and does.
+        mpt_model_t* model = nullptr;
+        REQUIRE_OK(mpt_model_create(context, 64, &model));
+        REQUIRE_OK(mpt_model_add_dense(model, 128, MPT_ACTIVATION_RELU));
+        REQUIRE_OK(mpt_model_add_dense(model, 8, MPT_ACTIVATION_SOFTMAX));
+        REQUIRE_OK(mpt_model_get_weights(model, 1, nullptr, 0, nullptr, 0));  // builds the model
+        mpt_trainer_options_t* adam = new_trainer_options(MPT_OPTIMIZER_ADAM, 0.01f);
+        mpt_trainer_t* trainer = sentinel_handle<mpt_trainer_t>();
+        CHECK_FAILS(MPT_STATUS_OUT_OF_MEMORY, mpt_trainer_create(model, adam, &trainer));
+        CHECK(trainer == sentinel_handle<mpt_trainer_t>());
+        mpt_trainer_options_destroy(adam);
+        trainer = new_trainer(model, MPT_OPTIMIZER_SGD);
+        TestRng rng(3);
+        std::vector<float> x(64 * 64);
+        std::vector<int32_t> y(64);
+        for (size_t r = 0; r < 64; ++r) {
+            y[r] = static_cast<int32_t>(r % 8);
+            for (size_t f = 0; f < 64; ++f) x[r * 64 + f] = static_cast<float>((f % 8 == r % 8 ? 2.0 : 0.0) + 0.3 * rng.normal());
+        }
+        mpt_dataset_t* dataset = nullptr;
+        REQUIRE_OK(mpt_dataset_create_f32(context, x.data(), 64, 64, y.data(), 8, 1, &dataset));
+        REQUIRE_OK(mpt_trainer_fit(trainer, dataset, 2, 16, 1));
+        mpt_dataset_destroy(dataset);
+        mpt_trainer_destroy(trainer);
+        mpt_model_destroy(model);
+    }
+
+    // The small model trains on the same context, within the budget.
+    mpt_model_t* small = new_model(context);
+    mpt_trainer_t* trainer = new_trainer(small);
+    mpt_dataset_t* dataset = new_dataset(context, make_blobs(96, 12));
+    require_trains_to_accuracy(trainer, dataset, 0.95f);
+    size_t used = 0, peak = 0;
+    REQUIRE_OK(mpt_context_get_memory(context, &used, &peak));
+    CHECK(used > 0);
+    CHECK(used <= kBudget);
+    CHECK(peak <= kBudget);
+    mpt_dataset_destroy(dataset);
+    mpt_trainer_destroy(trainer);
+    mpt_model_destroy(small);
+    mpt_context_destroy(context);
+}
+
+// Kept last in the file: before the fix it crashed the process rather than failing a check.
+TEST_CASE("a batch whose arena exceeds the memory budget fails with OUT_OF_MEMORY and smaller batches still train") {
+    constexpr size_t kBudget = 64 * 1024;
+    mpt_context_t* context = new_context(7, kBudget);
+    mpt_model_t* model = new_model(context);
+    mpt_trainer_t* trainer = new_trainer(model);
+    const Blobs blobs = make_blobs(4096, 21);
+    mpt_dataset_t* dataset = new_dataset(context, blobs);
+    REQUIRE_OK(mpt_trainer_fit(trainer, dataset, 1, 16, 1));
+    const std::vector<float> before = weights_of(model, kSmallShapes);
+    // 4096 rows x 8 padded features x 4 bytes x 2 batch slots alone are 256 KiB.
+    CHECK_FAILS(MPT_STATUS_OUT_OF_MEMORY, mpt_trainer_fit(trainer, dataset, 1, 4096, 0));
+    CHECK(same_bits(before, weights_of(model, kSmallShapes)));
+    CHECK_FAILS(MPT_STATUS_OUT_OF_MEMORY, mpt_trainer_step(trainer, dataset, 0, 4096, nullptr));
+    CHECK_FAILS(MPT_STATUS_OUT_OF_MEMORY, mpt_trainer_evaluate(trainer, dataset, 4096, nullptr, nullptr));
+    // Smaller batches work again (the trainer must re-plan, not keep a released arena).
+    float loss = -1.0f, accuracy = -1.0f;
+    REQUIRE_OK(mpt_trainer_step(trainer, dataset, 0, 16, &loss));
+    CHECK(std::isfinite(loss));
+    REQUIRE_OK(mpt_trainer_fit(trainer, dataset, 1, 32, 1));
+    REQUIRE_OK(mpt_trainer_evaluate(trainer, dataset, 64, &loss, &accuracy));
+    CHECK(accuracy >= 0.95f);
+    size_t used = 0, peak = 0;
+    REQUIRE_OK(mpt_context_get_memory(context, &used, &peak));
+    CHECK(peak <= kBudget);
+    mpt_dataset_destroy(dataset);
+    mpt_trainer_destroy(trainer);
+    mpt_model_destroy(model);
+    mpt_context_destroy(context);
+}

@@ -1,0 +1,1291 @@
+// End-to-end training through the C API (libmptrain.so only): models learn, mixed precision agrees
+// with fp32, every loss and optimizer follows its definition, the loss scaler behaves step by step,
+// runs are deterministic, and padding never leaks. References are written here, in double
+// precision, from the definitions (Keras semantics), sharing no code with the library.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mptrain/mptrain.h"
+
+namespace {
+
+// ---- helpers ---------------------------------------------------------------------------------
+
+#define REQUIRE_OK(call)                                                                             \
+    do {                                                                                             \
+        const mpt_status status_ = (call);                                                           \
+        const std::string error_ = mpt_last_error();                                                 \
+        REQUIRE_MESSAGE(status_ == MPT_STATUS_OK, #call << " -> " << mpt_status_string(status_) << ": " \
+                                                        << error_);                                  \
+    } while (0)
+
+// bf16 keeps 8 significant bits: unit roundoff u = 2^-8 (round to nearest). Tolerances for
+// mixed-precision results are stated as multiples of it.
+constexpr double kBf16Roundoff = 1.0 / 256.0;
+
+// Deterministic data independent of the library: splitmix64 + Box-Muller.
+class TestRng {
+public:
+    explicit TestRng(uint64_t seed) : state_(seed) {}
+    uint64_t next() {
+        uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+        return z ^ (z >> 31);
+    }
+    double uniform() { return static_cast<double>(next() >> 11) * (1.0 / 9007199254740992.0); }
+    double uniform(double low, double high) { return low + (high - low) * uniform(); }
+    double normal() {
+        const double u1 = uniform() + 1e-300, u2 = uniform();
+        return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+    }
+
+private:
+    uint64_t state_;
+};
+
+mpt_context_t* new_context(uint64_t seed = 42) {
+    mpt_context_options_t* options = nullptr;
+    REQUIRE_OK(mpt_context_options_create(&options));
+    REQUIRE_OK(mpt_context_options_set_backend(options, MPT_BACKEND_CPU));
+    REQUIRE_OK(mpt_context_options_set_threads(options, 2));
+    REQUIRE_OK(mpt_context_options_set_seed(options, seed));
+    mpt_context_t* context = nullptr;
+    REQUIRE_OK(mpt_context_create(options, &context));
+    mpt_context_options_destroy(options);
+    return context;
+}
+
+struct LayerSpec {
+    int64_t units;
+    mpt_activation activation;
+};
+
+mpt_model_t* new_model(mpt_context_t* context, int64_t inputs, const std::vector<LayerSpec>& layers) {
+    mpt_model_t* model = nullptr;
+    REQUIRE_OK(mpt_model_create(context, inputs, &model));
+    for (const LayerSpec& layer : layers) REQUIRE_OK(mpt_model_add_dense(model, layer.units, layer.activation));
+    return model;
+}
+
+struct TrainerSetup {
+    mpt_precision precision = MPT_PRECISION_FP32;
+    mpt_loss loss = MPT_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY;
+    mpt_optimizer optimizer = MPT_OPTIMIZER_SGD;
+    float learning_rate = 0.1f;
+    float momentum = 0.0f;
+    bool nesterov = false;
+    float adam_epsilon = 0.0f;  // 0: the default
+    float weight_decay = -1.0f;  // < 0: the default
+    mpt_loss_scaling scaling = MPT_LOSS_SCALING_DEFAULT;
+    float initial_scale = 0.0f;  // 0: the default
+    bool dynamics = false;
+    float growth = 2.0f, backoff = 0.5f, min_scale = 1.0f, max_scale = 16777216.0f;
+    int64_t interval = 2000;
+};
+
+mpt_trainer_t* new_trainer(mpt_model_t* model, const TrainerSetup& setup) {
+    mpt_trainer_options_t* options = nullptr;
+    REQUIRE_OK(mpt_trainer_options_create(&options));
+    REQUIRE_OK(mpt_trainer_options_set_precision(options, setup.precision));
+    REQUIRE_OK(mpt_trainer_options_set_loss(options, setup.loss));
+    REQUIRE_OK(mpt_trainer_options_set_optimizer(options, setup.optimizer));
+    REQUIRE_OK(mpt_trainer_options_set_learning_rate(options, setup.learning_rate));
+    if (setup.momentum > 0.0f) REQUIRE_OK(mpt_trainer_options_set_momentum(options, setup.momentum, setup.nesterov));
+    if (setup.adam_epsilon > 0.0f) REQUIRE_OK(mpt_trainer_options_set_adam(options, 0.9f, 0.999f, setup.adam_epsilon));
+    if (setup.weight_decay >= 0.0f) REQUIRE_OK(mpt_trainer_options_set_weight_decay(options, setup.weight_decay));
+    if (setup.initial_scale > 0.0f)
+        REQUIRE_OK(mpt_trainer_options_set_loss_scaling(options, setup.scaling, setup.initial_scale));
+    if (setup.dynamics)
+        REQUIRE_OK(mpt_trainer_options_set_loss_scaler_dynamics(options, setup.growth, setup.backoff, setup.interval,
+                                                                setup.min_scale, setup.max_scale));
+    mpt_trainer_t* trainer = nullptr;
+    REQUIRE_OK(mpt_trainer_create(model, options, &trainer));
+    mpt_trainer_options_destroy(options);
+    return trainer;
+}
+
+// A dataset as host arrays: labels for sparse cross-entropy, float targets for the other losses.
+struct Task {
+    int64_t rows = 0, features = 0, classes = 0;
+    std::vector<float> x;
+    std::vector<int32_t> labels;   // one per row (also kept for float-target tasks when meaningful)
+    std::vector<float> targets;    // rows * classes, when the task has float targets
+};
+
+// One-hot float targets from the labels.
+void add_one_hot(Task& task) {
+    task.targets.assign(static_cast<size_t>(task.rows * task.classes), 0.0f);
+    for (int64_t r = 0; r < task.rows; ++r) task.targets[static_cast<size_t>(r * task.classes + task.labels[r])] = 1.0f;
+}
+
+mpt_dataset_t* labels_dataset(mpt_context_t* context, const Task& task) {
+    mpt_dataset_t* dataset = nullptr;
+    REQUIRE_OK(mpt_dataset_create_f32(context, task.x.data(), task.rows, task.features, task.labels.data(),
+                                      static_cast<int32_t>(task.classes), 1, &dataset));
+    return dataset;
+}
+
+mpt_dataset_t* targets_dataset(mpt_context_t* context, const Task& task) {
+    mpt_dataset_t* dataset = nullptr;
+    REQUIRE_OK(mpt_dataset_create_f32_targets(context, task.x.data(), task.rows, task.features, task.targets.data(),
+                                              task.classes, 1, &dataset));
+    return dataset;
+}
+
+mpt_dataset_t* dataset_for(mpt_context_t* context, const Task& task, mpt_loss loss) {
+    return loss == MPT_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY ? labels_dataset(context, task) : targets_dataset(context, task);
+}
+
+// Gaussian blobs: `classes` centres drawn once from `centre_seed`, spread `spread` around them.
+Task make_blobs(int64_t rows, int64_t features, int64_t classes, double separation, double spread, uint64_t seed,
+                uint64_t centre_seed = 1) {
+    TestRng centre_rng(centre_seed), rng(seed);
+    std::vector<double> centres(static_cast<size_t>(classes * features));
+    for (double& c : centres) c = separation * centre_rng.normal();
+    Task task;
+    task.rows = rows;
+    task.features = features;
+    task.classes = classes;
+    for (int64_t r = 0; r < rows; ++r) {
+        const int32_t label = static_cast<int32_t>(rng.next() % static_cast<uint64_t>(classes));
+        for (int64_t f = 0; f < features; ++f)
+            task.x.push_back(static_cast<float>(centres[static_cast<size_t>(label * features + f)] + spread * rng.normal()));
+        task.labels.push_back(label);
+    }
+    return task;
+}
+
+// A rule no linear model can learn: the class is whether x0 and x1 have the same sign (XOR of
+// signs), with a margin of 0.1 around the axes; x2 and x3 are noise.
+Task make_xor(int64_t rows, uint64_t seed) {
+    TestRng rng(seed);
+    Task task;
+    task.rows = rows;
+    task.features = 4;
+    task.classes = 2;
+    while (static_cast<int64_t>(task.labels.size()) < rows) {
+        const double x0 = rng.uniform(-1, 1), x1 = rng.uniform(-1, 1);
+        if (std::fabs(x0) < 0.1 || std::fabs(x1) < 0.1) continue;
+        task.x.insert(task.x.end(), {static_cast<float>(x0), static_cast<float>(x1), static_cast<float>(rng.uniform(-1, 1)),
+                                     static_cast<float>(rng.uniform(-1, 1))});
+        task.labels.push_back(x0 * x1 > 0 ? 1 : 0);
+    }
+    return task;
+}
+
+// ---- reference network (double precision) ----------------------------------------------------
+
+struct RefLayer {
+    int64_t units = 0, inputs = 0;
+    mpt_activation activation = MPT_ACTIVATION_LINEAR;
+    std::vector<double> w;  // [units, inputs]
+    std::vector<double> b;  // [units]
+};
+
+using RefNet = std::vector<RefLayer>;
+
+// The model's fp32 master weights as read through mpt_model_get_weights, per layer {w, b}.
+std::vector<std::pair<std::vector<float>, std::vector<float>>> read_weights(mpt_model_t* model, int64_t inputs,
+                                                                            const std::vector<LayerSpec>& specs) {
+    std::vector<std::pair<std::vector<float>, std::vector<float>>> layers;
+    int64_t fan_in = inputs;
+    for (size_t i = 0; i < specs.size(); ++i) {
+        std::vector<float> w(static_cast<size_t>(specs[i].units * fan_in)), b(static_cast<size_t>(specs[i].units));
+        REQUIRE_OK(mpt_model_get_weights(model, static_cast<int64_t>(i), w.data(), static_cast<int64_t>(w.size()), b.data(),
+                                         static_cast<int64_t>(b.size())));
+        layers.emplace_back(std::move(w), std::move(b));
+        fan_in = specs[i].units;
+    }
+    return layers;
+}
+
+std::vector<float> flat_weights(mpt_model_t* model, int64_t inputs, const std::vector<LayerSpec>& specs) {
+    std::vector<float> all;
+    for (const auto& [w, b] : read_weights(model, inputs, specs)) {
+        all.insert(all.end(), w.begin(), w.end());
+        all.insert(all.end(), b.begin(), b.end());
+    }
+    return all;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+RefNet read_net(mpt_model_t* model, int64_t inputs, const std::vector<LayerSpec>& specs) {
+    RefNet net;
+    int64_t fan_in = inputs;
+    const auto weights = read_weights(model, inputs, specs);
+    for (size_t i = 0; i < specs.size(); ++i) {
+        RefLayer layer;
+        layer.units = specs[i].units;
+        layer.inputs = fan_in;
+        layer.activation = specs[i].activation;
+        layer.w.assign(weights[i].first.begin(), weights[i].first.end());
+        layer.b.assign(weights[i].second.begin(), weights[i].second.end());
+        net.push_back(std::move(layer));
+        fan_in = specs[i].units;
+    }
+    return net;
+}
+
+// Random weights and non-zero biases written through mpt_model_set_weights (so that every bias
+// path, and any leak from padded units, shows up).
+void randomise_weights(mpt_model_t* model, int64_t inputs, const std::vector<LayerSpec>& specs, uint64_t seed,
+                       double weight_scale = 0.6, double bias_scale = 0.5) {
+    TestRng rng(seed);
+    int64_t fan_in = inputs;
+    for (size_t i = 0; i < specs.size(); ++i) {
+        std::vector<float> w(static_cast<size_t>(specs[i].units * fan_in)), b(static_cast<size_t>(specs[i].units));
+        for (float& v : w) v = static_cast<float>(weight_scale * rng.normal());
+        for (float& v : b) v = static_cast<float>(bias_scale * rng.normal());
+        REQUIRE_OK(mpt_model_set_weights(model, static_cast<int64_t>(i), w.data(), static_cast<int64_t>(w.size()), b.data(),
+                                         static_cast<int64_t>(b.size())));
+        fan_in = specs[i].units;
+    }
+}
+
+double activate(mpt_activation activation, double z) {
+    switch (activation) {
+        case MPT_ACTIVATION_RELU: return z > 0 ? z : 0;
+        case MPT_ACTIVATION_SIGMOID: return 1 / (1 + std::exp(-z));
+        case MPT_ACTIVATION_TANH: return std::tanh(z);
+        default: return z;
+    }
+}
+
+// d activation / dz, from the output y.
+double activation_slope(mpt_activation activation, double y) {
+    switch (activation) {
+        case MPT_ACTIVATION_RELU: return y > 0 ? 1 : 0;
+        case MPT_ACTIVATION_SIGMOID: return y * (1 - y);
+        case MPT_ACTIVATION_TANH: return 1 - y * y;
+        default: return 1;
+    }
+}
+
+std::vector<double> softmax(const std::vector<double>& z) {
+    const double top = *std::max_element(z.begin(), z.end());
+    std::vector<double> p(z.size());
+    double sum = 0;
+    for (size_t c = 0; c < z.size(); ++c) sum += (p[c] = std::exp(z[c] - top));
+    for (double& v : p) v /= sum;
+    return p;
+}
+
+struct RefForward {
+    std::vector<std::vector<double>> outputs;  // outputs[0]: the input; outputs[i + 1]: layer i's activation
+    std::vector<double> logits;                // the last layer before its activation
+};
+
+RefForward forward(const RefNet& net, const float* x) {
+    RefForward result;
+    result.outputs.emplace_back(x, x + net.front().inputs);
+    for (size_t i = 0; i < net.size(); ++i) {
+        const RefLayer& layer = net[i];
+        const std::vector<double>& in = result.outputs.back();
+        std::vector<double> z(static_cast<size_t>(layer.units));
+        for (int64_t u = 0; u < layer.units; ++u) {
+            double sum = layer.b[static_cast<size_t>(u)];
+            for (int64_t k = 0; k < layer.inputs; ++k) sum += layer.w[static_cast<size_t>(u * layer.inputs + k)] * in[static_cast<size_t>(k)];
+            z[static_cast<size_t>(u)] = sum;
+        }
+        std::vector<double> y(z.size());
+        if (layer.activation == MPT_ACTIVATION_SOFTMAX) {
+            y = softmax(z);
+        } else {
+            for (size_t u = 0; u < z.size(); ++u) y[u] = activate(layer.activation, z[u]);
+        }
+        if (i + 1 == net.size()) result.logits = z;
+        result.outputs.push_back(std::move(y));
+    }
+    return result;
+}
+
+// The loss of one row and its gradient with respect to the logits, from the definitions (Keras):
+//  - categorical (sparse or one-hot) with a softmax or linear head: -sum t log softmax(z) (a linear
+//    head is taken as logits);
+//  - categorical with another head: p = y / sum(y) (renormalised), -sum t log p;
+//  - binary cross-entropy: mean over outputs of -(t log y + (1 - t) log(1 - y));
+//  - mean squared error: mean over outputs of (y - t)^2.
+// No target in these tests comes near the [1e-7, 1 - 1e-7] clipping.
+double reference_head(mpt_loss loss, mpt_activation head, const RefForward& pass, const std::vector<double>& t,
+                      std::vector<double>& dz) {
+    const std::vector<double>& z = pass.logits;
+    const std::vector<double>& y = pass.outputs.back();
+    const size_t classes = z.size();
+    dz.assign(classes, 0.0);
+    double value = 0;
+    const bool categorical =
+        loss == MPT_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY || loss == MPT_LOSS_CATEGORICAL_CROSSENTROPY;
+    if (categorical && (head == MPT_ACTIVATION_SOFTMAX || head == MPT_ACTIVATION_LINEAR)) {
+        const std::vector<double> p = softmax(z);
+        double target_sum = 0;
+        for (size_t c = 0; c < classes; ++c) {
+            value -= t[c] * std::log(p[c]);
+            target_sum += t[c];
+        }
+        for (size_t c = 0; c < classes; ++c) dz[c] = p[c] * target_sum - t[c];
+    } else if (categorical) {
+        double sum = 0, target_sum = 0;
+        for (size_t c = 0; c < classes; ++c) {
+            sum += y[c];
+            target_sum += t[c];
+        }
+        for (size_t c = 0; c < classes; ++c) {
+            value -= t[c] * std::log(y[c] / sum);
+            const double dy = -t[c] / y[c] + target_sum / sum;
+            dz[c] = dy * activation_slope(head, y[c]);
+        }
+    } else if (loss == MPT_LOSS_BINARY_CROSSENTROPY) {
+        for (size_t c = 0; c < classes; ++c) {
+            value -= (t[c] * std::log(y[c]) + (1 - t[c]) * std::log(1 - y[c])) / static_cast<double>(classes);
+            const double dy = (-t[c] / y[c] + (1 - t[c]) / (1 - y[c])) / static_cast<double>(classes);
+            dz[c] = dy * activation_slope(head, y[c]);
+        }
+    } else {
+        for (size_t c = 0; c < classes; ++c) {
+            value += (y[c] - t[c]) * (y[c] - t[c]) / static_cast<double>(classes);
+            dz[c] = 2 * (y[c] - t[c]) / static_cast<double>(classes) * activation_slope(head, y[c]);
+        }
+    }
+    return value;
+}
+
+std::vector<double> row_targets(const Task& task, mpt_loss loss, int64_t row) {
+    std::vector<double> t(static_cast<size_t>(task.classes), 0.0);
+    if (loss == MPT_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY) {
+        t[static_cast<size_t>(task.labels[static_cast<size_t>(row)])] = 1.0;
+    } else {
+        for (int64_t c = 0; c < task.classes; ++c) t[static_cast<size_t>(c)] = task.targets[static_cast<size_t>(row * task.classes + c)];
+    }
+    return t;
+}
+
+// Mean loss over rows [first, first + rows) and its gradient with respect to every parameter.
+struct RefGradients {
+    double loss = 0;
+    std::vector<std::vector<double>> w, b;
+};
+
+RefGradients reference_gradients(const RefNet& net, const Task& task, mpt_loss loss, int64_t first, int64_t rows) {
+    RefGradients grads;
+    for (const RefLayer& layer : net) {
+        grads.w.emplace_back(layer.w.size(), 0.0);
+        grads.b.emplace_back(layer.b.size(), 0.0);
+    }
+    for (int64_t r = first; r < first + rows; ++r) {
+        const RefForward pass = forward(net, task.x.data() + r * task.features);
+        std::vector<double> delta;
+        grads.loss += reference_head(loss, net.back().activation, pass, row_targets(task, loss, r), delta) / rows;
+        for (double& d : delta) d /= static_cast<double>(rows);
+        for (size_t i = net.size(); i-- > 0;) {
+            const RefLayer& layer = net[i];
+            const std::vector<double>& in = pass.outputs[i];
+            for (int64_t u = 0; u < layer.units; ++u) {
+                grads.b[i][static_cast<size_t>(u)] += delta[static_cast<size_t>(u)];
+                for (int64_t k = 0; k < layer.inputs; ++k)
+                    grads.w[i][static_cast<size_t>(u * layer.inputs + k)] += delta[static_cast<size_t>(u)] * in[static_cast<size_t>(k)];
+            }
+            if (i == 0) break;
+            std::vector<double> previous(static_cast<size_t>(layer.inputs), 0.0);
+            for (int64_t k = 0; k < layer.inputs; ++k) {
+                double sum = 0;
+                for (int64_t u = 0; u < layer.units; ++u)
+                    sum += layer.w[static_cast<size_t>(u * layer.inputs + k)] * delta[static_cast<size_t>(u)];
+                previous[static_cast<size_t>(k)] = sum * activation_slope(net[i - 1].activation, in[static_cast<size_t>(k)]);
+            }
+            delta = std::move(previous);
+        }
+    }
+    return grads;
+}
+
+double reference_mean_loss(const RefNet& net, const Task& task, mpt_loss loss) {
+    double total = 0;
+    for (int64_t r = 0; r < task.rows; ++r) {
+        std::vector<double> dz;
+        total += reference_head(loss, net.back().activation, forward(net, task.x.data() + r * task.features),
+                                row_targets(task, loss, r), dz);
+    }
+    return total / static_cast<double>(task.rows);
+}
+
+int64_t argmax(const float* values, int64_t count) {
+    return std::max_element(values, values + count) - values;
+}
+
+// Accuracy of predictions (rows x classes) against labels, computed here.
+double accuracy_of(const std::vector<float>& predictions, const Task& task) {
+    int64_t correct = 0;
+    for (int64_t r = 0; r < task.rows; ++r)
+        correct += argmax(predictions.data() + r * task.classes, task.classes) == task.labels[static_cast<size_t>(r)];
+    return static_cast<double>(correct) / static_cast<double>(task.rows);
+}
+
+std::vector<float> trainer_predict(mpt_trainer_t* trainer, const Task& task) {
+    std::vector<float> out(static_cast<size_t>(task.rows * task.classes));
+    REQUIRE_OK(mpt_trainer_predict(trainer, task.x.data(), task.rows, out.data(), static_cast<int64_t>(out.size())));
+    return out;
+}
+
+std::vector<float> model_predict(mpt_model_t* model, const Task& task) {
+    std::vector<float> out(static_cast<size_t>(task.rows * task.classes));
+    REQUIRE_OK(mpt_model_predict(model, task.x.data(), task.rows, out.data(), static_cast<int64_t>(out.size())));
+    return out;
+}
+
+const char* precision_name(mpt_precision precision) {
+    switch (precision) {
+        case MPT_PRECISION_FP32: return "fp32";
+        case MPT_PRECISION_MIXED_FP16: return "mixed-fp16";
+        case MPT_PRECISION_MIXED_BF16: return "mixed-bf16";
+        default: return "auto";
+    }
+}
+
+}  // namespace
+
+// ---- (1) learning ------------------------------------------------------------------------------
+
+TEST_CASE("an MLP learns the XOR-of-signs rule to >= 0.95 held-out accuracy in fp32, mixed-fp16 and mixed-bf16") {
+    const Task train = make_xor(1024, 1), test = make_xor(512, 2);
+    const std::vector<LayerSpec> specs = {{32, MPT_ACTIVATION_RELU}, {32, MPT_ACTIVATION_RELU}, {2, MPT_ACTIVATION_SOFTMAX}};
+    for (mpt_precision precision : {MPT_PRECISION_FP32, MPT_PRECISION_MIXED_FP16, MPT_PRECISION_MIXED_BF16}) {
+        const std::string precision_label = precision_name(precision);
+        CAPTURE(precision_label);
+        mpt_context_t* context = new_context(42);
+        mpt_model_t* model = new_model(context, 4, specs);
+        TrainerSetup setup;
+        setup.precision = precision;
+        setup.optimizer = MPT_OPTIMIZER_ADAM;
+        setup.learning_rate = 0.01f;
+        mpt_trainer_t* trainer = new_trainer(model, setup);
+        mpt_precision actual = MPT_PRECISION_AUTO;
+        REQUIRE_OK(mpt_trainer_get_precision(trainer, &actual));
+        CHECK(actual == precision);
+        mpt_dataset_t* train_set = labels_dataset(context, train);
+        mpt_dataset_t* test_set = labels_dataset(context, test);
+        REQUIRE_OK(mpt_trainer_fit(trainer, train_set, 30, 32, 1));
+
+        // Accuracy computed here from the outputs, in the trainer's precision and in fp32.
+        const double trainer_accuracy = accuracy_of(trainer_predict(trainer, test), test);
+        const double fp32_accuracy = accuracy_of(model_predict(model, test), test);
+        CHECK(trainer_accuracy >= 0.95);
+        CHECK(fp32_accuracy >= 0.95);
+        float evaluated = -1.0f;
+        REQUIRE_OK(mpt_trainer_evaluate(trainer, test_set, 0, nullptr, &evaluated));
+        CHECK(std::fabs(evaluated - trainer_accuracy) <= 2.0 / 512);  // a borderline row or two may flip
+        mpt_dataset_destroy(test_set);
+        mpt_dataset_destroy(train_set);
+        mpt_trainer_destroy(trainer);
+        mpt_model_destroy(model);
+        mpt_context_destroy(context);
+    }
+}
+
+// ---- (2) mixed vs fp32 ---------------------------------------------------------------------------
+
+// Overlapping blobs (accuracy well below 1, so it can move). The same seed, data and shuffles are
+// trained in fp32 and in each mixed precision. bf16 has an 8-bit significand (u = 2^-8): every
+// GEMM input rounds with relative error <= u, so logits carry a relative error of a few u, and the
+// final mean loss, an average of such perturbed terms, moves by a small multiple of u. We allow
+// 8u (about 0.031) relative on the final loss and 8u absolute on the final accuracy (about 8 of
+// 1024 rows changing side). fp16 (11-bit significand) is held to the same bound.
+TEST_CASE("mixed-bf16 and mixed-fp16 end within 8 bf16 roundoffs (8 * 2^-8) of fp32's final loss and accuracy") {
+    const Task train = make_blobs(1024, 8, 4, 1.0, 1.0, 11), test = make_blobs(1024, 8, 4, 1.0, 1.0, 12);
+    const std::vector<LayerSpec> specs = {{32, MPT_ACTIVATION_RELU}, {4, MPT_ACTIVATION_SOFTMAX}};
+    float loss[3] = {}, accuracy[3] = {};
+    const mpt_precision precisions[3] = {MPT_PRECISION_FP32, MPT_PRECISION_MIXED_BF16, MPT_PRECISION_MIXED_FP16};
+    std::vector<float> fp32_weights;
+    for (int p = 0; p < 3; ++p) {
+        mpt_context_t* context = new_context(7);
+        mpt_model_t* model = new_model(context, 8, specs);
+        TrainerSetup setup;
+        setup.precision = precisions[p];
+        setup.learning_rate = 0.05f;
+        setup.momentum = 0.9f;
+        mpt_trainer_t* trainer = new_trainer(model, setup);
+        mpt_dataset_t* train_set = labels_dataset(context, train);
+        REQUIRE_OK(mpt_trainer_fit(trainer, train_set, 8, 32, 1));
+        // Both judged in fp32 on held-out data, loss and accuracy computed here.
+        const RefNet net = read_net(model, 8, specs);
+        loss[p] = static_cast<float>(reference_mean_loss(net, test, MPT_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY));
+        accuracy[p] = static_cast<float>(accuracy_of(model_predict(model, test), test));
+        const std::vector<float> weights = flat_weights(model, 8, specs);
+        if (p == 0) fp32_weights = weights;
+        else CHECK_FALSE(same_bits(weights, fp32_weights));  // the mixed run really ran in low precision
+        mpt_dataset_destroy(train_set);
+        mpt_trainer_destroy(trainer);
+        mpt_model_destroy(model);
+        mpt_context_destroy(context);
+    }
+    INFO("final held-out loss fp32 " << loss[0] << ", bf16 " << loss[1] << ", fp16 " << loss[2] << "; accuracy "
+                                         << accuracy[0] << ", " << accuracy[1] << ", " << accuracy[2]);
+    CHECK(accuracy[0] > 0.6f);  // learned something, and not trivially perfect
+    CHECK(accuracy[0] < 0.99f);
+    for (int p = 1; p < 3; ++p) {
+        const std::string precision_label = precision_name(precisions[p]);
+        CAPTURE(precision_label);
+        CHECK(std::fabs(loss[p] - loss[0]) <= 8 * kBf16Roundoff * loss[0]);
+        CHECK(std::fabs(accuracy[p] - accuracy[0]) <= 8 * kBf16Roundoff);
+    }
+}
+
+// ---- (3) losses and optimizers ------------------------------------------------------------------
+
+namespace {
+
+struct LossCase {
+    const char* name;
+    mpt_loss loss;
+    mpt_activation head;
+};
+
+const LossCase kLossCases[] = {
+    {"sparse categorical cross-entropy, softmax", MPT_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY, MPT_ACTIVATION_SOFTMAX},
+    {"categorical cross-entropy, softmax", MPT_LOSS_CATEGORICAL_CROSSENTROPY, MPT_ACTIVATION_SOFTMAX},
+    {"categorical cross-entropy, sigmoid (renormalised)", MPT_LOSS_CATEGORICAL_CROSSENTROPY, MPT_ACTIVATION_SIGMOID},
+    {"binary cross-entropy, sigmoid", MPT_LOSS_BINARY_CROSSENTROPY, MPT_ACTIVATION_SIGMOID},
+    {"mean squared error, linear", MPT_LOSS_MEAN_SQUARED_ERROR, MPT_ACTIVATION_LINEAR},
+};
+
+// A learnable task for each loss, 4 features, 3 outputs.
+Task task_for(mpt_loss loss, int64_t rows, uint64_t seed) {
+    Task task = make_blobs(rows, 4, 3, 1.5, 0.6, seed);
+    if (loss == MPT_LOSS_CATEGORICAL_CROSSENTROPY) add_one_hot(task);
+    if (loss == MPT_LOSS_BINARY_CROSSENTROPY) {  // independent yes/no questions about the point
+        task.targets.resize(static_cast<size_t>(rows * 3));
+        for (int64_t r = 0; r < rows; ++r) {
+            const float* x = task.x.data() + r * 4;
+            task.targets[static_cast<size_t>(r * 3 + 0)] = x[0] > 0 ? 1.0f : 0.0f;
+            task.targets[static_cast<size_t>(r * 3 + 1)] = x[1] + x[2] > 0 ? 1.0f : 0.0f;
+            task.targets[static_cast<size_t>(r * 3 + 2)] = task.labels[static_cast<size_t>(r)] == 2 ? 1.0f : 0.0f;
+        }
+    }
+    if (loss == MPT_LOSS_MEAN_SQUARED_ERROR) {  // a smooth regression
+        task.targets.resize(static_cast<size_t>(rows * 3));
+        for (int64_t r = 0; r < rows; ++r) {
+            const float* x = task.x.data() + r * 4;
+            task.targets[static_cast<size_t>(r * 3 + 0)] = 0.5f * x[0] - 0.3f * x[1];
+            task.targets[static_cast<size_t>(r * 3 + 1)] = std::tanh(x[2] + x[3]);
+            task.targets[static_cast<size_t>(r * 3 + 2)] = 0.2f * x[0] * x[1];
+        }
+    }
+    return task;
+}
+
+struct OptimizerCase {
+    const char* name;
+    mpt_optimizer optimizer;
+    float learning_rate;
+    float momentum;
+    bool nesterov;
+};
+
+const OptimizerCase kOptimizerCases[] = {
+    {"SGD", MPT_OPTIMIZER_SGD, 0.1f, 0.0f, false},
+    {"SGD momentum", MPT_OPTIMIZER_SGD, 0.03f, 0.9f, false},
+    {"SGD Nesterov", MPT_OPTIMIZER_SGD, 0.03f, 0.9f, true},
+    {"Adam", MPT_OPTIMIZER_ADAM, 0.01f, 0.0f, false},
+    {"AdamW", MPT_OPTIMIZER_ADAMW, 0.01f, 0.0f, false},
+};
+
+}  // namespace
+
+TEST_CASE("every loss with every optimizer starts at the reference loss and decreases it by more than half") {
+    for (const LossCase& loss_case : kLossCases) {
+        for (const OptimizerCase& optimizer_case : kOptimizerCases) {
+            const std::string loss_name = loss_case.name, optimizer_name = optimizer_case.name;
+            CAPTURE(loss_name);
+            CAPTURE(optimizer_name);
+            const Task task = task_for(loss_case.loss, 384, 5);
+            const std::vector<LayerSpec> specs = {{16, MPT_ACTIVATION_TANH}, {3, loss_case.head}};
+            mpt_context_t* context = new_context(3);
+            mpt_model_t* model = new_model(context, 4, specs);
+            TrainerSetup setup;
+            setup.loss = loss_case.loss;
+            setup.optimizer = optimizer_case.optimizer;
+            setup.learning_rate = optimizer_case.learning_rate;
+            setup.momentum = optimizer_case.momentum;
+            setup.nesterov = optimizer_case.nesterov;
+            mpt_trainer_t* trainer = new_trainer(model, setup);
+            mpt_dataset_t* dataset = dataset_for(context, task, loss_case.loss);
+
+            float before = -1.0f, after = -1.0f;
+            REQUIRE_OK(mpt_trainer_evaluate(trainer, dataset, 100, &before, nullptr));
+            const double reference_before = reference_mean_loss(read_net(model, 4, specs), task, loss_case.loss);
+            CHECK(before == doctest::Approx(reference_before).epsilon(1e-5));
+            REQUIRE_OK(mpt_trainer_fit(trainer, dataset, 20, 32, 1));
+            REQUIRE_OK(mpt_trainer_evaluate(trainer, dataset, 100, &after, nullptr));
+            const double reference_after = reference_mean_loss(read_net(model, 4, specs), task, loss_case.loss);
+            CHECK(after == doctest::Approx(reference_after).epsilon(1e-5));
+            CHECK(reference_after < 0.5 * reference_before);
+            mpt_dataset_destroy(dataset);
+            mpt_trainer_destroy(trainer);
+            mpt_model_destroy(model);
+            mpt_context_destroy(context);
+        }
+    }
+}
+
+namespace {
+
+// Compares the library's parameters after a step with expected values (per layer, row-major w then
+// b); the tolerance is relative to the largest change the step makes.
+void check_parameters(const std::vector<std::pair<std::vector<float>, std::vector<float>>>& actual,
+                      const std::vector<std::vector<double>>& expected_w, const std::vector<std::vector<double>>& expected_b,
+                      const std::vector<std::pair<std::vector<float>, std::vector<float>>>& before, double relative) {
+    double largest_change = 0;
+    for (size_t i = 0; i < actual.size(); ++i) {
+        for (size_t k = 0; k < expected_w[i].size(); ++k)
+            largest_change = std::max(largest_change, std::fabs(expected_w[i][k] - before[i].first[k]));
+        for (size_t k = 0; k < expected_b[i].size(); ++k)
+            largest_change = std::max(largest_change, std::fabs(expected_b[i][k] - before[i].second[k]));
+    }
+    REQUIRE(largest_change > 0);
+    const double tolerance = relative * largest_change + 1e-7;
+    for (size_t i = 0; i < actual.size(); ++i) {
+        double worst = 0;
+        for (size_t k = 0; k < expected_w[i].size(); ++k)
+            worst = std::max(worst, std::fabs(actual[i].first[k] - expected_w[i][k]));
+        for (size_t k = 0; k < expected_b[i].size(); ++k)
+            worst = std::max(worst, std::fabs(actual[i].second[k] - expected_b[i][k]));
+        CAPTURE(i);
+        CAPTURE(largest_change);
+        CHECK(worst <= tolerance);
+    }
+}
+
+}  // namespace
+
+TEST_CASE("one fp32 SGD step matches a double-precision backward pass for every loss, head and hidden activation") {
+    const int64_t rows = 6, inputs = 5;
+    const float learning_rate = 0.5f;
+    struct HeadCase {
+        mpt_loss loss;
+        mpt_activation head;
+    };
+    const HeadCase heads[] = {
+        {MPT_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY, MPT_ACTIVATION_SOFTMAX},
+        {MPT_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY, MPT_ACTIVATION_LINEAR},
+        {MPT_LOSS_CATEGORICAL_CROSSENTROPY, MPT_ACTIVATION_SOFTMAX},
+        {MPT_LOSS_CATEGORICAL_CROSSENTROPY, MPT_ACTIVATION_SIGMOID},
+        {MPT_LOSS_BINARY_CROSSENTROPY, MPT_ACTIVATION_SIGMOID},
+        {MPT_LOSS_MEAN_SQUARED_ERROR, MPT_ACTIVATION_LINEAR},
+        {MPT_LOSS_MEAN_SQUARED_ERROR, MPT_ACTIVATION_SIGMOID},
+        {MPT_LOSS_MEAN_SQUARED_ERROR, MPT_ACTIVATION_TANH},
+    };
+    TestRng rng(77);
+    Task task;
+    task.rows = rows;
+    task.features = inputs;
+    task.classes = 3;
+    for (int64_t i = 0; i < rows * inputs; ++i) task.x.push_back(static_cast<float>(rng.normal()));
+    for (int64_t r = 0; r < rows; ++r) task.labels.push_back(static_cast<int32_t>(rng.next() % 3));
+    for (const HeadCase& head : heads) {
+        for (mpt_activation hidden : {MPT_ACTIVATION_SIGMOID, MPT_ACTIVATION_TANH, MPT_ACTIVATION_RELU}) {
+            CAPTURE(head.loss);
+            CAPTURE(head.head);
+            CAPTURE(hidden);
+            Task case_task = task;
+            if (head.loss == MPT_LOSS_CATEGORICAL_CROSSENTROPY) add_one_hot(case_task);
+            if (head.loss == MPT_LOSS_BINARY_CROSSENTROPY || head.loss == MPT_LOSS_MEAN_SQUARED_ERROR)
+                for (int64_t i = 0; i < rows * 3; ++i) case_task.targets.push_back(static_cast<float>(rng.uniform(0.1, 0.9)));
+            // 13 hidden units and 3 outputs: both padded internally, so a leak would show here too.
+            const std::vector<LayerSpec> specs = {{13, hidden}, {3, head.head}};
+            mpt_context_t* context = new_context(5);
+            mpt_model_t* model = new_model(context, inputs, specs);
+            randomise_weights(model, inputs, specs, 9);
+            TrainerSetup setup;
+            setup.loss = head.loss;
+            setup.learning_rate = learning_rate;
+            mpt_trainer_t* trainer = new_trainer(model, setup);
+            mpt_dataset_t* dataset = dataset_for(context, case_task, head.loss);
+
+            const auto before = read_weights(model, inputs, specs);
+            const RefNet net = read_net(model, inputs, specs);
+            const RefGradients grads = reference_gradients(net, case_task, head.loss, 0, rows);
+            float loss = -1.0f;
+            REQUIRE_OK(mpt_trainer_step(trainer, dataset, 0, rows, &loss));
+            CHECK(loss == doctest::Approx(grads.loss).epsilon(1e-5));
+            std::vector<std::vector<double>> expected_w, expected_b;
+            for (size_t i = 0; i < net.size(); ++i) {
+                expected_w.push_back(net[i].w);
+                expected_b.push_back(net[i].b);
+                for (size_t k = 0; k < net[i].w.size(); ++k) expected_w[i][k] -= learning_rate * grads.w[i][k];
+                for (size_t k = 0; k < net[i].b.size(); ++k) expected_b[i][k] -= learning_rate * grads.b[i][k];
+            }
+            check_parameters(read_weights(model, inputs, specs), expected_w, expected_b, before, 1e-4);
+            mpt_dataset_destroy(dataset);
+            mpt_trainer_destroy(trainer);
+            mpt_model_destroy(model);
+            mpt_context_destroy(context);
+        }
+    }
+}
+
+namespace {
+
+// Two steps on the same batch with an optimizer, checked against its update rule written here
+// from Keras's definitions; the second step's gradient is taken at the library's weights after
+// the first, so only the update rule (and the state it carried over) is under test.
+void check_two_optimizer_steps(const TrainerSetup& setup, double beta1, double beta2, double epsilon,
+                               double weight_decay) {
+    const int64_t rows = 8, inputs = 5;
+    TestRng rng(31);
+    Task task;
+    task.rows = rows;
+    task.features = inputs;
+    task.classes = 3;
+    for (int64_t i = 0; i < rows * inputs; ++i) task.x.push_back(static_cast<float>(rng.normal()));
+    for (int64_t r = 0; r < rows; ++r) task.labels.push_back(static_cast<int32_t>(r % 3));
+    const std::vector<LayerSpec> specs = {{13, MPT_ACTIVATION_TANH}, {3, MPT_ACTIVATION_SOFTMAX}};
+    mpt_context_t* context = new_context(5);
+    mpt_model_t* model = new_model(context, inputs, specs);
+    randomise_weights(model, inputs, specs, 4);
+    mpt_trainer_t* trainer = new_trainer(model, setup);
+    mpt_dataset_t* dataset = labels_dataset(context, task);
+
+    const double lr = setup.learning_rate, momentum = setup.momentum;
+    const bool adam = setup.optimizer != MPT_OPTIMIZER_SGD;
+    const size_t layer_count = specs.size();
+    // Optimizer state per parameter, flattened per layer as {w..., b...}.
+    std::vector<std::vector<double>> state1(layer_count), state2(layer_count);
+    for (int step = 1; step <= 2; ++step) {
+        CAPTURE(step);
+        const auto before = read_weights(model, inputs, specs);
+        const RefNet net = read_net(model, inputs, specs);
+        const RefGradients grads = reference_gradients(net, task, MPT_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY, 0, rows);
+        std::vector<std::vector<double>> expected_w(layer_count), expected_b(layer_count);
+        for (size_t i = 0; i < layer_count; ++i) {
+            std::vector<double> params = net[i].w, gradient = grads.w[i];
+            params.insert(params.end(), net[i].b.begin(), net[i].b.end());
+            gradient.insert(gradient.end(), grads.b[i].begin(), grads.b[i].end());
+            state1[i].resize(params.size(), 0.0);
+            state2[i].resize(params.size(), 0.0);
+            for (size_t k = 0; k < params.size(); ++k) {
+                const double g = gradient[k];
+                double& w = params[k];
+                if (!adam) {  // Keras SGD: v = m v - lr g; w += v, or w += m v - lr g (Nesterov)
+                    double& velocity = state1[i][k];
+                    velocity = momentum * velocity - lr * g;
+                    w += setup.nesterov ? momentum * velocity - lr * g : velocity;
+                } else {  // Keras Adam(W): decay first; alpha = lr sqrt(1 - b2^t) / (1 - b1^t)
+                    w -= lr * weight_decay * w;
+                    double& m = state1[i][k];
+                    double& v = state2[i][k];
+                    m = beta1 * m + (1 - beta1) * g;
+                    v = beta2 * v + (1 - beta2) * g * g;
+                    const double alpha = lr * std::sqrt(1 - std::pow(beta2, step)) / (1 - std::pow(beta1, step));
+                    w -= alpha * m / (std::sqrt(v) + epsilon);
+                }
+            }
+            expected_w[i].assign(params.begin(), params.begin() + static_cast<std::ptrdiff_t>(net[i].w.size()));
+            expected_b[i].assign(params.begin() + static_cast<std::ptrdiff_t>(net[i].w.size()), params.end());
+        }
+        REQUIRE_OK(mpt_trainer_step(trainer, dataset, 0, rows, nullptr));
+        check_parameters(read_weights(model, inputs, specs), expected_w, expected_b, before, 2e-4);
+    }
+    mpt_dataset_destroy(dataset);
+    mpt_trainer_destroy(trainer);
+    mpt_model_destroy(model);
+    mpt_context_destroy(context);
+}
+
+}  // namespace
+
+TEST_CASE("SGD with momentum and with Nesterov momentum follow Keras's update over two steps") {
+    TrainerSetup setup;
+    setup.learning_rate = 0.2f;
+    setup.momentum = 0.9f;
+    SUBCASE("momentum") { check_two_optimizer_steps(setup, 0, 0, 0, 0); }
+    SUBCASE("Nesterov") {
+        setup.nesterov = true;
+        check_two_optimizer_steps(setup, 0, 0, 0, 0);
+    }
+    SUBCASE("plain SGD") {
+        setup.momentum = 0.0f;
+        check_two_optimizer_steps(setup, 0, 0, 0, 0);
+    }
+}
+
+// Epsilon 1e-12 keeps epsilon's placement out of this test (see the next one): what is checked is
+// the moments, the bias correction and AdamW's decoupled decay.
+TEST_CASE("Adam and AdamW follow Keras's moments, bias correction and decoupled decay over two steps") {
+    TrainerSetup setup;
+    setup.optimizer = MPT_OPTIMIZER_ADAM;
+    setup.learning_rate = 0.01f;
+    setup.adam_epsilon = 1e-12f;
+    SUBCASE("Adam") { check_two_optimizer_steps(setup, 0.9, 0.999, 1e-12, 0.0); }
+    SUBCASE("AdamW with its default decay 0.004") {
+        setup.optimizer = MPT_OPTIMIZER_ADAMW;
+        check_two_optimizer_steps(setup, 0.9, 0.999, 1e-12, 0.004);
+    }
+    SUBCASE("AdamW with decay 0.1") {
+        setup.optimizer = MPT_OPTIMIZER_ADAMW;
+        setup.weight_decay = 0.1f;
+        check_two_optimizer_steps(setup, 0.9, 0.999, 1e-12, 0.1);
+    }
+}
+
+// Keras documents its epsilon as "epsilon hat" of Kingma & Ba (the formula just before their
+// Section 2.1): w -= alpha * m / (sqrt(v) + epsilon), v not bias-corrected. Algorithm 1's placement
+// (epsilon added to sqrt(v_hat), i.e. epsilon * sqrt(1 - beta2^t) here) differs visibly: at step 1
+// with the default 1e-7, a weight whose gradient is ~1e-4 moves by lr * 0.978 in Keras, lr * 0.999
+// in the other.
+TEST_CASE("Adam's epsilon is Keras's epsilon-hat, added to sqrt(v) before bias correction") {
+    TrainerSetup setup;
+    setup.optimizer = MPT_OPTIMIZER_ADAM;
+    setup.learning_rate = 0.01f;
+    SUBCASE("the default epsilon 1e-7") { check_two_optimizer_steps(setup, 0.9, 0.999, 1e-7, 0.0); }
+    SUBCASE("epsilon 0.01") {
+        setup.adam_epsilon = 0.01f;
+        check_two_optimizer_steps(setup, 0.9, 0.999, 0.01, 0.0);
+    }
+}
+
+// ---- (4) loss scaling ----------------------------------------------------------------------------
+
+namespace {
+
+struct ScalerState {
+    float scale = 0;
+    int64_t growth_tracker = -1, skipped = -1;
+};
+
+ScalerState scaler_state(mpt_trainer_t* trainer) {
+    ScalerState state;
+    REQUIRE_OK(mpt_trainer_get_loss_scale(trainer, &state.scale, &state.growth_tracker, &state.skipped));
+    return state;
+}
+
+}  // namespace
+
+TEST_CASE("mixed-fp16 at an initial scale of 2^24 skips the overflowing steps, halving the scale each time, then trains") {
+    const Task task = make_blobs(256, 4, 3, 1.5, 0.6, 21);
+    const std::vector<LayerSpec> specs = {{16, MPT_ACTIVATION_RELU}, {3, MPT_ACTIVATION_SOFTMAX}};
+    const int64_t batch = 16;
+    mpt_context_t* context = new_context(9);
+    mpt_model_t* model = new_model(context, 4, specs);
+    TrainerSetup setup;
+    setup.precision = MPT_PRECISION_MIXED_FP16;
+    setup.scaling = MPT_LOSS_SCALING_DYNAMIC;
+    setup.initial_scale = 16777216.0f;  // 2^24
+    setup.learning_rate = 0.1f;
+    mpt_trainer_t* trainer = new_trainer(model, setup);
+    mpt_dataset_t* dataset = labels_dataset(context, task);
+
+    // Independently of the library: at 2^24 the first batch's scaled dlogits, (p - y) * scale / batch,
+    // exceed fp16's largest finite value 65504, so that step must be skipped.
+    auto largest_dlogit = [&](int64_t first) {
+        const RefNet net = read_net(model, 4, specs);
+        double largest = 0;
+        for (int64_t r = first; r < first + batch; ++r) {
+            std::vector<double> dz;
+            reference_head(MPT_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY, MPT_ACTIVATION_SOFTMAX,
+                           forward(net, task.x.data() + r * 4), row_targets(task, MPT_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY, r), dz);
+            for (double d : dz) largest = std::max(largest, std::fabs(d));
+        }
+        return largest / static_cast<double>(batch);
+    };
+    REQUIRE(largest_dlogit(0) * 16777216.0 > 65504.0);
+
+    ScalerState state = scaler_state(trainer);
+    CHECK(state.scale == 16777216.0f);
+    CHECK(state.skipped == 0);
+    float initial_loss = 0.0f;
+    REQUIRE_OK(mpt_trainer_evaluate(trainer, dataset, 64, &initial_loss, nullptr));
+    int64_t applied = 0, skipped_in_a_row_at_start = 0;
+    bool still_skipping = true;
+    for (int step = 0; step < 40; ++step) {
+        CAPTURE(step);
+        const int64_t first = (step * batch) % task.rows;
+        const std::vector<float> before = flat_weights(model, 4, specs);
+        const double dlogit = largest_dlogit(first);
+        REQUIRE_OK(mpt_trainer_step(trainer, dataset, first, batch, nullptr));
+        const ScalerState after = scaler_state(trainer);
+        const std::vector<float> weights = flat_weights(model, 4, specs);
+        if (after.skipped == state.skipped + 1) {
+            CHECK(after.scale == state.scale * 0.5f);  // halved, exactly
+            CHECK(after.growth_tracker == 0);
+            CHECK(same_bits(before, weights));  // a skipped step changes no weight
+            if (still_skipping) ++skipped_in_a_row_at_start;
+        } else {
+            REQUIRE(after.skipped == state.skipped);
+            still_skipping = false;
+            ++applied;
+            CHECK(after.scale == state.scale);  // the growth interval (2000) is far away
+            CHECK(after.growth_tracker == state.growth_tracker + 1);
+            CHECK_FALSE(same_bits(before, weights));
+            // An accepted step's scaled dlogits fit fp16 (with 1% for the fp16 forward pass).
+            CHECK(dlogit * state.scale <= 65504.0 * 1.01);
+            for (float w : weights) REQUIRE(std::isfinite(w));
+        }
+        state = after;
+    }
+    CHECK(skipped_in_a_row_at_start >= 1);
+    CHECK(state.scale == doctest::Approx(16777216.0 / std::pow(2.0, static_cast<double>(state.skipped))));
+    CHECK(applied >= 30);
+    float final_loss = 0.0f;
+    REQUIRE_OK(mpt_trainer_evaluate(trainer, dataset, 64, &final_loss, nullptr));
+    CHECK(final_loss < 0.7f * initial_loss);
+    int64_t steps = 0;
+    REQUIRE_OK(mpt_trainer_get_progress(trainer, &steps, nullptr));
+    CHECK(steps == 40);  // skipped updates count as steps
+    mpt_dataset_destroy(dataset);
+    mpt_trainer_destroy(trainer);
+    mpt_model_destroy(model);
+    mpt_context_destroy(context);
+}
+
+TEST_CASE("with growth interval 3 the fp16 scale doubles after every 3 finite steps, up to max_scale") {
+    const Task task = make_blobs(256, 4, 3, 1.5, 0.6, 22);
+    const std::vector<LayerSpec> specs = {{16, MPT_ACTIVATION_RELU}, {3, MPT_ACTIVATION_SOFTMAX}};
+    mpt_context_t* context = new_context(9);
+    mpt_model_t* model = new_model(context, 4, specs);
+    TrainerSetup setup;
+    setup.precision = MPT_PRECISION_MIXED_FP16;
+    setup.scaling = MPT_LOSS_SCALING_DYNAMIC;
+    setup.initial_scale = 256.0f;
+    setup.dynamics = true;
+    setup.interval = 3;
+    setup.max_scale = 4096.0f;
+    mpt_trainer_t* trainer = new_trainer(model, setup);
+    mpt_dataset_t* dataset = labels_dataset(context, task);
+    CHECK(scaler_state(trainer).scale == 256.0f);
+    for (int step = 1; step <= 18; ++step) {
+        CAPTURE(step);
+        REQUIRE_OK(mpt_trainer_step(trainer, dataset, (step * 16) % 256, 16, nullptr));
+        const ScalerState state = scaler_state(trainer);
+        // 256 * 2^floor(step / 3), capped at 4096 = 256 * 2^4 (reached at step 12).
+        const double expected = std::min(4096.0, 256.0 * std::pow(2.0, step / 3));
+        CHECK(state.scale == expected);
+        CHECK(state.skipped == 0);
+        if (step < 12) CHECK(state.growth_tracker == step % 3);
+    }
+    mpt_dataset_destroy(dataset);
+    mpt_trainer_destroy(trainer);
+    mpt_model_destroy(model);
+    mpt_context_destroy(context);
+}
+
+TEST_CASE("the default loss scaling is dynamic at 2^15 for fp16 and off (scale 1) for bf16 and fp32; static keeps its scale") {
+    const Task task = make_blobs(256, 4, 3, 1.5, 0.6, 23);
+    const std::vector<LayerSpec> specs = {{16, MPT_ACTIVATION_RELU}, {3, MPT_ACTIVATION_SOFTMAX}};
+    struct Case {
+        mpt_precision precision;
+        mpt_loss_scaling scaling;
+        float initial;
+        float expected;
+    };
+    const Case cases[] = {
+        {MPT_PRECISION_MIXED_FP16, MPT_LOSS_SCALING_DEFAULT, 0.0f, 32768.0f},
+        {MPT_PRECISION_MIXED_BF16, MPT_LOSS_SCALING_DEFAULT, 0.0f, 1.0f},
+        {MPT_PRECISION_MIXED_BF16, MPT_LOSS_SCALING_DEFAULT, 1024.0f, 1.0f},  // the initial scale is unused
+        {MPT_PRECISION_FP32, MPT_LOSS_SCALING_DEFAULT, 0.0f, 1.0f},
+        {MPT_PRECISION_MIXED_FP16, MPT_LOSS_SCALING_OFF, 1024.0f, 1.0f},
+        {MPT_PRECISION_MIXED_FP16, MPT_LOSS_SCALING_STATIC, 128.0f, 128.0f},
+        {MPT_PRECISION_MIXED_BF16, MPT_LOSS_SCALING_STATIC, 64.0f, 64.0f},
+    };
+    for (const Case& c : cases) {
+        const std::string precision_label = precision_name(c.precision);
+        CAPTURE(precision_label);
+        CAPTURE(c.scaling);
+        mpt_context_t* context = new_context(9);
+        mpt_model_t* model = new_model(context, 4, specs);
+        TrainerSetup setup;
+        setup.precision = c.precision;
+        setup.scaling = c.scaling;
+        setup.initial_scale = c.initial;
+        setup.dynamics = true;
+        setup.interval = 5;  // a dynamic scaler visibly grows (twice) within the 10 steps
+        mpt_trainer_t* trainer = new_trainer(model, setup);
+        mpt_dataset_t* dataset = labels_dataset(context, task);
+        CHECK(scaler_state(trainer).scale == c.expected);
+        for (int step = 0; step < 10; ++step) REQUIRE_OK(mpt_trainer_step(trainer, dataset, step * 16, 16, nullptr));
+        const ScalerState state = scaler_state(trainer);
+        const bool dynamic = c.precision == MPT_PRECISION_MIXED_FP16 && c.scaling == MPT_LOSS_SCALING_DEFAULT;
+        CHECK(state.skipped == 0);
+        if (dynamic) CHECK(state.scale == c.expected * 4.0f);  // 10 finite steps, doubling every 5
+        else CHECK(state.scale == c.expected);
+        mpt_dataset_destroy(dataset);
+        mpt_trainer_destroy(trainer);
+        mpt_model_destroy(model);
+        mpt_context_destroy(context);
+    }
+}
+
+// In fp32 a power-of-two scale is exact, so a scaled and unscaled run must agree to rounding: this
+// proves the scale is divided back out of the update.
+TEST_CASE("a static power-of-two loss scale in fp32 trains to the same weights as no scaling") {
+    const Task task = make_blobs(256, 4, 3, 1.5, 0.6, 24);
+    const std::vector<LayerSpec> specs = {{16, MPT_ACTIVATION_RELU}, {3, MPT_ACTIVATION_SOFTMAX}};
+    std::vector<float> weights[2];
+    for (int scaled = 0; scaled < 2; ++scaled) {
+        for (mpt_optimizer optimizer : {MPT_OPTIMIZER_SGD}) {
+            mpt_context_t* context = new_context(9);
+            mpt_model_t* model = new_model(context, 4, specs);
+            TrainerSetup setup;
+            setup.optimizer = optimizer;
+            setup.scaling = scaled ? MPT_LOSS_SCALING_STATIC : MPT_LOSS_SCALING_OFF;
+            setup.initial_scale = 1024.0f;
+            mpt_trainer_t* trainer = new_trainer(model, setup);
+            CHECK(scaler_state(trainer).scale == (scaled ? 1024.0f : 1.0f));
+            mpt_dataset_t* dataset = labels_dataset(context, task);
+            REQUIRE_OK(mpt_trainer_fit(trainer, dataset, 3, 16, 1));
+            weights[scaled] = flat_weights(model, 4, specs);
+            mpt_dataset_destroy(dataset);
+            mpt_trainer_destroy(trainer);
+            mpt_model_destroy(model);
+            mpt_context_destroy(context);
+        }
+    }
+    REQUIRE(weights[0].size() == weights[1].size());
+    for (size_t i = 0; i < weights[0].size(); ++i)
+        CHECK(weights[1][i] == doctest::Approx(weights[0][i]).epsilon(1e-5).scale(0.1));
+}
+
+// ---- (5) determinism -----------------------------------------------------------------------------
+
+TEST_CASE("two runs with the same seed and thread count give bit-identical weights; another seed does not") {
+    // 64 -> 256 -> 64 -> 10 at batch 128: the first GEMM is large enough to be split across threads.
+    const Task task = make_blobs(1024, 64, 10, 0.5, 1.0, 31);
+    const std::vector<LayerSpec> specs = {{256, MPT_ACTIVATION_RELU}, {64, MPT_ACTIVATION_RELU}, {10, MPT_ACTIVATION_SOFTMAX}};
+    for (mpt_precision precision : {MPT_PRECISION_FP32, MPT_PRECISION_MIXED_BF16, MPT_PRECISION_MIXED_FP16}) {
+        const std::string precision_label = precision_name(precision);
+        CAPTURE(precision_label);
+        std::vector<std::vector<float>> runs;
+        for (uint64_t seed : {42u, 42u, 43u}) {
+            mpt_context_t* context = new_context(seed);
+            mpt_model_t* model = new_model(context, 64, specs);
+            TrainerSetup setup;
+            setup.precision = precision;
+            setup.optimizer = MPT_OPTIMIZER_ADAM;
+            setup.learning_rate = 0.001f;
+            mpt_trainer_t* trainer = new_trainer(model, setup);
+            mpt_dataset_t* dataset = labels_dataset(context, task);
+            REQUIRE_OK(mpt_trainer_fit(trainer, dataset, 2, 128, 1));  // shuffled from the seed
+            runs.push_back(flat_weights(model, 64, specs));
+            mpt_dataset_destroy(dataset);
+            mpt_trainer_destroy(trainer);
+            mpt_model_destroy(model);
+            mpt_context_destroy(context);
+        }
+        CHECK(same_bits(runs[0], runs[1]));
+        CHECK_FALSE(same_bits(runs[0], runs[2]));
+    }
+}
+
+// ---- (6) per-layer dtype ---------------------------------------------------------------------------
+
+TEST_CASE("a layer kept in fp32 under mixed-bf16 trains, and its predictions differ from an all-bf16 model's only within bf16 rounding") {
+    const Task train = make_blobs(512, 8, 3, 1.5, 0.6, 41), test = make_blobs(256, 8, 3, 1.5, 0.6, 42);
+    const std::vector<LayerSpec> specs = {{32, MPT_ACTIVATION_RELU}, {3, MPT_ACTIVATION_SOFTMAX}};
+    mpt_context_t* context = new_context(5);
+    mpt_model_t* mixed = new_model(context, 8, specs);
+    REQUIRE_OK(mpt_model_set_layer_dtype(mixed, 0, MPT_DTYPE_FP32));
+    mpt_model_t* all_bf16 = new_model(context, 8, specs);
+    TrainerSetup setup;
+    setup.precision = MPT_PRECISION_MIXED_BF16;
+    setup.optimizer = MPT_OPTIMIZER_ADAM;
+    setup.learning_rate = 0.01f;
+    mpt_trainer_t* mixed_trainer = new_trainer(mixed, setup);
+    mpt_trainer_t* bf16_trainer = new_trainer(all_bf16, setup);
+    mpt_dataset_t* dataset = labels_dataset(context, train);
+    REQUIRE_OK(mpt_trainer_fit(mixed_trainer, dataset, 10, 32, 1));
+    const std::vector<float> mixed_predictions = trainer_predict(mixed_trainer, test);
+    CHECK(accuracy_of(mixed_predictions, test) >= 0.95);
+
+    // The same weights in the all-bf16 model.
+    const auto weights = read_weights(mixed, 8, specs);
+    for (size_t i = 0; i < weights.size(); ++i)
+        REQUIRE_OK(mpt_model_set_weights(all_bf16, static_cast<int64_t>(i), weights[i].first.data(),
+                                         static_cast<int64_t>(weights[i].first.size()), weights[i].second.data(),
+                                         static_cast<int64_t>(weights[i].second.size())));
+    const std::vector<float> bf16_predictions = trainer_predict(bf16_trainer, test);
+    const std::vector<float> exact = model_predict(mixed, test);
+    const RefNet net = read_net(mixed, 8, specs);
+    CHECK_FALSE(same_bits(mixed_predictions, bf16_predictions));
+    // Probabilities from logits with a relative error of a few u: within 8u of each other.
+    double largest_difference = 0, mixed_error = 0, bf16_error = 0;
+    for (int64_t r = 0; r < test.rows; ++r) {
+        const std::vector<double> reference = forward(net, test.x.data() + r * 8).outputs.back();
+        for (int64_t c = 0; c < 3; ++c) {
+            const size_t i = static_cast<size_t>(r * 3 + c);
+            largest_difference = std::max(largest_difference, static_cast<double>(std::fabs(mixed_predictions[i] - bf16_predictions[i])));
+            mixed_error += std::fabs(mixed_predictions[i] - reference[static_cast<size_t>(c)]);
+            bf16_error += std::fabs(bf16_predictions[i] - reference[static_cast<size_t>(c)]);
+            CHECK(exact[i] == doctest::Approx(reference[static_cast<size_t>(c)]).epsilon(1e-5).scale(0.1));
+        }
+    }
+    CHECK(largest_difference > 0);
+    CHECK(largest_difference <= 8 * kBf16Roundoff);
+    // Keeping the first layer in fp32 removes its rounding: closer to the exact forward pass on average.
+    CHECK(mixed_error < bf16_error);
+    mpt_dataset_destroy(dataset);
+    mpt_trainer_destroy(bf16_trainer);
+    mpt_trainer_destroy(mixed_trainer);
+    mpt_model_destroy(all_bf16);
+    mpt_model_destroy(mixed);
+    mpt_context_destroy(context);
+}
+
+// ---- (7) predict and evaluate -------------------------------------------------------------------------
+
+TEST_CASE("mixed-bf16 trainer predictions are probabilities summing to 1 and agree with fp32 model predictions within bf16 rounding") {
+    const Task test = make_blobs(300, 8, 5, 1.0, 0.8, 51);  // 300 rows: more than one internal batch of 256
+    const std::vector<LayerSpec> specs = {{24, MPT_ACTIVATION_TANH}, {5, MPT_ACTIVATION_SOFTMAX}};
+    mpt_context_t* context = new_context(6);
+    mpt_model_t* model = new_model(context, 8, specs);
+    randomise_weights(model, 8, specs, 52, 0.4, 0.2);
+    TrainerSetup setup;
+    setup.precision = MPT_PRECISION_MIXED_BF16;
+    mpt_trainer_t* trainer = new_trainer(model, setup);
+    const std::vector<float> low = trainer_predict(trainer, test);
+    const std::vector<float> fp32 = model_predict(model, test);
+    const RefNet net = read_net(model, 8, specs);
+    double largest_difference = 0;
+    for (int64_t r = 0; r < test.rows; ++r) {
+        CAPTURE(r);
+        double sum = 0;
+        const std::vector<double> reference = forward(net, test.x.data() + r * 8).outputs.back();
+        for (int64_t c = 0; c < 5; ++c) {
+            const size_t i = static_cast<size_t>(r * 5 + c);
+            CHECK(low[i] >= 0.0f);
+            CHECK(low[i] <= 1.0f);
+            sum += low[i];
+            largest_difference = std::max(largest_difference, static_cast<double>(std::fabs(low[i] - fp32[i])));
+            CHECK(fp32[i] == doctest::Approx(reference[static_cast<size_t>(c)]).epsilon(1e-5).scale(0.1));
+        }
+        CHECK(sum == doctest::Approx(1.0).epsilon(1e-5));  // the softmax head runs in fp32
+    }
+    CHECK(largest_difference > 0);  // the trainer really predicts in bf16
+    CHECK(largest_difference <= 8 * kBf16Roundoff);
+    mpt_trainer_destroy(trainer);
+    mpt_model_destroy(model);
+    mpt_context_destroy(context);
+}
+
+TEST_CASE("evaluate counts every row when the batch size does not divide the dataset (known weights, hand-computed answer)") {
+    // Two inputs, two classes, identity weights: the prediction is the larger input. Rows 0..6 are
+    // labelled correctly, rows 7..9 (at the end, in the last partial batch) wrongly: accuracy 7/10.
+    const float x[10][2] = {{2, 0}, {0, 2}, {3, 1}, {1, 3}, {0.5f, 0}, {0, 0.5f}, {4, -1}, {2, 1}, {1, 2}, {3, 0}};
+    const int32_t labels[10] = {0, 1, 0, 1, 0, 1, 0, 1, 0, 1};
+    mpt_context_t* context = new_context(1);
+    mpt_model_t* model = new_model(context, 2, {{2, MPT_ACTIVATION_SOFTMAX}});
+    const float identity[4] = {1, 0, 0, 1}, zero[2] = {0, 0};
+    REQUIRE_OK(mpt_model_set_weights(model, 0, identity, 4, zero, 2));
+    double expected_loss = 0;
+    for (int r = 0; r < 10; ++r) {
+        const double z0 = x[r][0], z1 = x[r][1];
+        const double lse = std::log(std::exp(z0) + std::exp(z1));
+        expected_loss += lse - (labels[r] == 0 ? z0 : z1);
+    }
+    expected_loss /= 10;
+    mpt_dataset_t* dataset = nullptr;
+    REQUIRE_OK(mpt_dataset_create_f32(context, &x[0][0], 10, 2, labels, 2, 1, &dataset));
+    for (mpt_precision precision : {MPT_PRECISION_FP32, MPT_PRECISION_MIXED_BF16}) {
+        TrainerSetup setup;
+        setup.precision = precision;
+        mpt_trainer_t* trainer = new_trainer(model, setup);
+        for (int64_t batch : {1, 3, 4, 7, 9, 10, 64, 0}) {
+            const std::string precision_label = precision_name(precision);
+        CAPTURE(precision_label);
+            CAPTURE(batch);
+            float loss = -1.0f, accuracy = -1.0f;
+            REQUIRE_OK(mpt_trainer_evaluate(trainer, dataset, batch, &loss, &accuracy));
+            CHECK(accuracy == doctest::Approx(0.7).epsilon(1e-6));
+            // Inputs and identity weights are exact in bf16, so the loss is exact to fp32 rounding.
+            CHECK(loss == doctest::Approx(expected_loss).epsilon(1e-5));
+        }
+        mpt_trainer_destroy(trainer);
+    }
+    mpt_dataset_destroy(dataset);
+    mpt_model_destroy(model);
+    mpt_context_destroy(context);
+}
+
+// ---- (8) padding --------------------------------------------------------------------------------------
+
+TEST_CASE("padded units never leak: 13 sigmoid hidden units and 10 or 3 outputs match a double-precision forward pass, before and after training") {
+    struct Case {
+        int64_t outputs;
+        mpt_activation head;
+        mpt_loss loss;
+    };
+    const Case cases[] = {
+        {10, MPT_ACTIVATION_SOFTMAX, MPT_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY},
+        {3, MPT_ACTIVATION_SOFTMAX, MPT_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY},
+        {3, MPT_ACTIVATION_LINEAR, MPT_LOSS_MEAN_SQUARED_ERROR},
+        {3, MPT_ACTIVATION_SIGMOID, MPT_LOSS_BINARY_CROSSENTROPY},
+    };
+    for (const Case& c : cases) {
+        for (mpt_precision precision : {MPT_PRECISION_FP32, MPT_PRECISION_MIXED_BF16, MPT_PRECISION_MIXED_FP16}) {
+            CAPTURE(c.outputs);
+            CAPTURE(c.head);
+            const std::string precision_label = precision_name(precision);
+        CAPTURE(precision_label);
+            const int64_t inputs = 11;  // padded to 16
+            Task task = make_blobs(200, inputs, c.outputs, 1.0, 0.7, 61);
+            if (c.loss != MPT_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY) {
+                TestRng rng(62);
+                for (int64_t i = 0; i < task.rows * c.outputs; ++i) task.targets.push_back(static_cast<float>(rng.uniform(0.1, 0.9)));
+            }
+            const std::vector<LayerSpec> specs = {{13, MPT_ACTIVATION_SIGMOID}, {c.outputs, c.head}};
+            mpt_context_t* context = new_context(8);
+            mpt_model_t* model = new_model(context, inputs, specs);
+            randomise_weights(model, inputs, specs, 63);
+            auto check_against_reference = [&](const char* when) {
+                const std::string moment = when;
+                CAPTURE(moment);
+                const RefNet net = read_net(model, inputs, specs);
+                const std::vector<float> predicted = model_predict(model, task);
+                double worst = 0;
+                for (int64_t r = 0; r < task.rows; ++r) {
+                    const std::vector<double> reference = forward(net, task.x.data() + r * inputs).outputs.back();
+                    for (int64_t k = 0; k < c.outputs; ++k) {
+                        const double expected = reference[static_cast<size_t>(k)];
+                        const double error = std::fabs(predicted[static_cast<size_t>(r * c.outputs + k)] - expected) /
+                                             std::max(std::fabs(expected), 0.1);
+                        worst = std::max(worst, error);
+                    }
+                }
+                CHECK(worst <= 1e-5);
+            };
+            check_against_reference("initial weights");
+            TrainerSetup setup;
+            setup.precision = precision;
+            setup.loss = c.loss;
+            setup.optimizer = MPT_OPTIMIZER_ADAM;
+            setup.learning_rate = 0.01f;
+            mpt_trainer_t* trainer = new_trainer(model, setup);
+            mpt_dataset_t* dataset = dataset_for(context, task, c.loss);
+            REQUIRE_OK(mpt_trainer_fit(trainer, dataset, 3, 20, 1));
+            check_against_reference("after training");
+            if (precision == MPT_PRECISION_FP32) {
+                // The trainer's own forward pass in fp32 matches the reference too.
+                const RefNet net = read_net(model, inputs, specs);
+                const std::vector<float> predicted = trainer_predict(trainer, task);
+                for (int64_t r = 0; r < 20; ++r) {
+                    const std::vector<double> reference = forward(net, task.x.data() + r * inputs).outputs.back();
+                    for (int64_t k = 0; k < c.outputs; ++k)
+                        CHECK(predicted[static_cast<size_t>(r * c.outputs + k)] ==
+                              doctest::Approx(reference[static_cast<size_t>(k)]).epsilon(1e-5).scale(0.1));
+                }
+            }
+            mpt_dataset_destroy(dataset);
+            mpt_trainer_destroy(trainer);
+            mpt_model_destroy(model);
+            mpt_context_destroy(context);
+        }
+    }
+}
