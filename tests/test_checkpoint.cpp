@@ -211,12 +211,23 @@ TEST_CASE("a saved model loads with its architecture and predicts bit-identicall
 TEST_CASE("automatic checkpoints keep only the newest files") {
     TempDir directory;
     Run run(Options{});
-    REQUIRE(mpt_trainer_set_checkpointing(run.trainer, directory.path.c_str(), 3, 1, 2) == MPT_STATUS_OK);
+    // Every 5 steps with 10 steps per epoch: steps 5, 10 (an epoch's last step), 15, 20.
+    REQUIRE(mpt_trainer_set_checkpointing(run.trainer, directory.path.c_str(), 5, 0, 100) == MPT_STATUS_OK);
     REQUIRE(mpt_trainer_fit(run.trainer, run.dataset, 2, kBatch, 1) == MPT_STATUS_OK);
-    std::vector<std::string> names;
-    for (const auto& entry : fs::directory_iterator(directory.path)) names.push_back(entry.path().filename().string());
-    std::sort(names.begin(), names.end());
-    CHECK(names == std::vector<std::string>{"checkpoint-000000000018.safetensors", "checkpoint-000000000020.safetensors"});
+    auto names_in = [&] {
+        std::vector<std::string> names;
+        for (const auto& entry : fs::directory_iterator(directory.path)) names.push_back(entry.path().filename().string());
+        std::sort(names.begin(), names.end());
+        return names;
+    };
+    CHECK(names_in() == std::vector<std::string>{"checkpoint-000000000005.safetensors", "checkpoint-000000000010.safetensors",
+                                                 "checkpoint-000000000015.safetensors", "checkpoint-000000000020.safetensors"});
+    fs::remove_all(directory.path);
+    fs::create_directory(directory.path);
+    // Every 3 steps and every epoch, keeping 2: the newest are step 30 (epoch end) and step 27.
+    REQUIRE(mpt_trainer_set_checkpointing(run.trainer, directory.path.c_str(), 3, 1, 2) == MPT_STATUS_OK);
+    REQUIRE(mpt_trainer_fit(run.trainer, run.dataset, 1, kBatch, 1) == MPT_STATUS_OK);
+    CHECK(names_in() == std::vector<std::string>{"checkpoint-000000000027.safetensors", "checkpoint-000000000030.safetensors"});
     CHECK(mpt_trainer_set_checkpointing(run.trainer, directory.path.c_str(), 0, 0, 1) == MPT_STATUS_INVALID_ARGUMENT);
     CHECK(mpt_trainer_set_checkpointing(run.trainer, nullptr, 0, 0, 0) == MPT_STATUS_OK);
 }

@@ -351,7 +351,7 @@ MPT_API mpt_status mpt_trainer_save_checkpoint(mpt_trainer_t* trainer, const cha
  *  (a fit interrupted by a callback continues the same way). */
 MPT_API mpt_status mpt_trainer_load_checkpoint(mpt_trainer_t* trainer, const char* path);
 /** Checkpoints automatically during fit, every `every_steps` optimizer steps and/or at the end of
- *  every `every_epochs`-th epoch (0 = not on that trigger), as `directory`/checkpoint-<step>.safetensors,
+ *  every `every_epochs`-th epoch (0 = not on that trigger), as `directory`/checkpoint-<step, 12 digits>.safetensors,
  *  keeping the newest `keep_last` (>= 1). `directory` must exist; NULL turns checkpointing off.
  *  A failed write stops fit with MPT_STATUS_IO_ERROR and keeps the previous checkpoints. */
 MPT_API mpt_status mpt_trainer_set_checkpointing(mpt_trainer_t* trainer, const char* directory,

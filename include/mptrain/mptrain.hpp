@@ -15,8 +15,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <fstream>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -45,6 +47,51 @@ namespace detail {
 
 inline void check(mpt_status status) {
     if (status != MPT_STATUS_OK) throw Error(status, mpt_last_error());
+}
+
+/** A path for C; one holding NUL is refused (C would stop reading there). */
+inline const char* c_path(const std::string& path) {
+    if (path.find('\0') != std::string::npos) throw Error(MPT_STATUS_INVALID_ARGUMENT, "path contains NUL");
+    return path.c_str();
+}
+
+/** The layer widths of a model file or checkpoint, from the shapes of its "layers.<i>.bias" tensors in
+ *  the safetensors header (8-byte little-endian length, then JSON); empty when unreadable. The C API
+ *  has no getter for a layer's width, so Model::load learns them here and checks them. */
+inline std::vector<int64_t> layer_widths_in_file(const std::string& path, int64_t layers) {
+    std::ifstream file(path, std::ios::binary);
+    unsigned char length_bytes[8] = {};
+    if (!file.read(reinterpret_cast<char*>(length_bytes), sizeof length_bytes)) return {};
+    uint64_t length = 0;
+    for (int i = 7; i >= 0; --i) length = (length << 8) | length_bytes[i];
+    if (length > (uint64_t{100} << 20)) return {};  // safetensors' own limit on the header
+    std::string header(static_cast<size_t>(length), '\0');
+    if (!file.read(&header[0], static_cast<std::streamsize>(length))) return {};
+    std::vector<int64_t> widths;
+    for (int64_t layer = 0; layer < layers; ++layer) {
+        const std::string key = "\"layers." + std::to_string(layer) + ".bias\"";
+        size_t at = header.find(key);
+        if (at == std::string::npos || (at = header.find("\"shape\"", at + key.size())) == std::string::npos) return {};
+        at += 7;
+        const auto skip_space = [&] {
+            while (at < header.size() && (header[at] == ' ' || header[at] == '\t' || header[at] == '\n' || header[at] == '\r')) ++at;
+        };
+        for (const char expected : {':', '['}) {
+            skip_space();
+            if (at >= header.size() || header[at] != expected) return {};
+            ++at;
+        }
+        skip_space();
+        int64_t width = 0;
+        int digits = 0;
+        for (; at < header.size() && header[at] >= '0' && header[at] <= '9'; ++at) {
+            if (++digits > 18) return {};
+            width = width * 10 + (header[at] - '0');
+        }
+        if (digits == 0) return {};
+        widths.push_back(width);
+    }
+    return widths;
 }
 
 template <typename T, void (*Destroy)(T*)>
@@ -190,6 +237,23 @@ public:
         detail::check(mpt_model_predict(get(), inputs.data(), rows, out.data(), static_cast<int64_t>(out.size())));
         return out;
     }
+    /** Saves the architecture and fp32 weights as a .safetensors file, atomically (a crash leaves the
+     *  old file or the new one). Builds the model. MPT_STATUS_IO_ERROR when it cannot be written. */
+    void save(const std::string& path) { detail::check(mpt_model_save(get(), detail::c_path(path))); }
+    /** Loads a model written by save() (or the model inside a training checkpoint). A missing file
+     *  throws Error with MPT_STATUS_IO_ERROR, a truncated or damaged one MPT_STATUS_CORRUPT_DATA, one
+     *  from another major version MPT_STATUS_UNSUPPORTED. */
+    static Model load(const Context& context, const std::string& path) {
+        mpt_model_t* raw = nullptr;
+        detail::check(mpt_model_load(context.get(), detail::c_path(path), &raw));
+        Model model(raw, context.log_state());
+        std::vector<int64_t> widths = detail::layer_widths_in_file(path, model.layer_count());
+        if (widths.empty() || !model.has_layer_widths(widths))
+            throw Error(MPT_STATUS_CORRUPT_DATA, path + ": the layer widths in the file's header do not match the model "
+                                                        "loaded from it (was the file replaced while it was loaded?)");
+        model.units_ = std::move(widths);
+        return model;
+    }
     mpt_model_t* get() const noexcept { return handle_.get(); }
     const std::shared_ptr<detail::LogState>& log_state() const noexcept { return log_; }
 
@@ -201,10 +265,23 @@ public:
     }
 
 private:
+    Model(mpt_model_t* raw, std::shared_ptr<detail::LogState> log) : log_(std::move(log)), handle_(raw) {}
     int64_t query(mpt_status (*getter)(const mpt_model_t*, int64_t*)) const {
         int64_t out = 0;
         detail::check(getter(get(), &out));
         return out;
+    }
+    // The library takes a bias buffer only of exactly the layer's width.
+    bool has_layer_widths(const std::vector<int64_t>& widths) {
+        const int64_t parameters = parameter_count();
+        for (size_t layer = 0; layer < widths.size(); ++layer) {
+            if (widths[layer] <= 0 || widths[layer] > parameters) return false;
+            std::vector<float> bias(static_cast<size_t>(widths[layer]));
+            if (mpt_model_get_weights(get(), static_cast<int64_t>(layer), nullptr, 0, bias.data(), widths[layer]) !=
+                MPT_STATUS_OK)
+                return false;
+        }
+        return true;
     }
     std::shared_ptr<detail::LogState> log_;
     detail::Owned<mpt_model_t, mpt_model_destroy> handle_;
@@ -384,6 +461,28 @@ public:
         int64_t steps = 0, epochs = 0;
         detail::check(mpt_trainer_get_progress(get(), &steps, &epochs));
         return {steps, epochs};
+    }
+    /** Writes a training checkpoint, atomically: fp32 master weights, optimizer and loss-scaler state,
+     *  step and epoch counters, the position inside the epoch and the shuffle state. Loading it into a
+     *  trainer of the same architecture and options and calling fit() continues the run bit-exactly on
+     *  the CPU backend. */
+    void save_checkpoint(const std::string& path) {
+        detail::check(mpt_trainer_save_checkpoint(get(), detail::c_path(path)));
+    }
+    /** Restores a checkpoint; the whole file is validated first, so a failure changes nothing. Error
+     *  statuses: another architecture SHAPE_MISMATCH, other trainer options INVALID_ARGUMENT, a missing
+     *  file IO_ERROR, a damaged one CORRUPT_DATA, another major version UNSUPPORTED. */
+    void load_checkpoint(const std::string& path) {
+        detail::check(mpt_trainer_load_checkpoint(get(), detail::c_path(path)));
+    }
+    /** Checkpoints automatically during fit() into `directory` (which must exist) as
+     *  checkpoint-<step>.safetensors, every `every_steps` optimizer steps and/or every `every_epochs`-th
+     *  epoch (0 = not on that trigger), keeping the newest `keep_last` (>= 1). std::nullopt turns
+     *  checkpointing off. A failed write stops fit() with MPT_STATUS_IO_ERROR. */
+    void set_checkpointing(const std::optional<std::string>& directory, int64_t every_steps = 0,
+                           int64_t every_epochs = 0, int64_t keep_last = 1) {
+        detail::check(mpt_trainer_set_checkpointing(get(), directory ? detail::c_path(*directory) : nullptr, every_steps,
+                                                    every_epochs, keep_last));
     }
     /** {planned, allocated} arena bytes. */
     std::pair<size_t, size_t> memory() const {

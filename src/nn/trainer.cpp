@@ -317,8 +317,11 @@ void Trainer::set_checkpointing(const CheckpointPolicy& policy) {
 void Trainer::checkpoint_if_due(bool epoch_ended) {
     const CheckpointPolicy& policy = checkpointing_;
     if (policy.directory.empty()) return;
-    const bool due = epoch_ended ? policy.every_epochs > 0 && epochs_completed_ % policy.every_epochs == 0
-                                 : policy.every_steps > 0 && steps_taken_ % policy.every_steps == 0;
+    // An epoch's last step is checkpointed after the epoch is booked, so the file says "between
+    // epochs"; both triggers can fall there.
+    const bool step_due = policy.every_steps > 0 && steps_taken_ % policy.every_steps == 0;
+    const bool epoch_due = epoch_ended && policy.every_epochs > 0 && epochs_completed_ % policy.every_epochs == 0;
+    const bool due = step_due || epoch_due;
     if (!due) return;
     write_rotating_checkpoint(*this, policy, steps_taken_);
 }

@@ -3,8 +3,12 @@
 // after Dispose ObjectDisposedException. Calls on objects of one Context are serialised by a lock,
 // so they may be shared between threads; different contexts run in parallel.
 using System;
+using System.Collections.Generic;
+using System.IO;
 using System.Runtime.ExceptionServices;
 using System.Runtime.InteropServices;
+using System.Text;
+using System.Text.RegularExpressions;
 
 namespace Mptrain
 {
@@ -160,6 +164,11 @@ namespace Mptrain
             this.inputFeatures = inputFeatures;
         }
 
+        private Model(ModelHandle handle) : base(handle)
+        {
+            inputFeatures = InputFeatures;
+        }
+
         private static ModelHandle Create(Context context, long inputFeatures)
         {
             NotNull(context, "context");
@@ -232,6 +241,93 @@ namespace Mptrain
                 MptException.Check(Native.mpt_model_predict(Live, inputs, rows, output, output.LongLength));
                 return output;
             }
+        }
+
+        /// <summary>Saves the architecture and fp32 weights as a .safetensors file, atomically (a crash
+        /// leaves the old file or the new one). Builds the model.</summary>
+        public void Save(string path)
+        {
+            NotNull(path, "path");
+            lock (Family.Sync)
+            {
+                ModelHandle live = Live;
+                MptException.Check(Utf8.WithPath(path, native => Native.mpt_model_save(live, native)));
+            }
+        }
+
+        /// <summary>Loads a model written by Save (or the model inside a training checkpoint). A missing
+        /// file throws MptException with Status.IoError, a truncated or damaged one Status.CorruptData,
+        /// one from another major version Status.Unsupported.</summary>
+        public static Model Load(Context context, string path)
+        {
+            NotNull(context, "context");
+            NotNull(path, "path");
+            lock (context.Family.Sync)
+            {
+                ContextHandle live = context.Live;
+                ModelHandle handle = null;
+                MptException.Check(Utf8.WithPath(path, native => Native.mpt_model_load(live, native, out handle)));
+                handle.Attach(context.Family);
+                var model = new Model(handle);
+                List<long> widths = LayerWidthsInFile(path, model.LayerCount);
+                if (widths == null || !model.HasLayerWidths(widths))
+                {
+                    model.Dispose();
+                    throw new MptException(Status.CorruptData, path + ": the layer widths in the file's header do not match " +
+                                                               "the model loaded from it (was the file replaced while it was loaded?)");
+                }
+                model.units.AddRange(widths);
+                return model;
+            }
+        }
+
+        // The C API has no getter for a layer's width, so a loaded model reads them from the shapes of
+        // the file's "layers.<i>.bias" tensors in its safetensors header (8-byte little-endian length,
+        // then JSON); HasLayerWidths then checks them against the library. Null when unreadable.
+        private static List<long> LayerWidthsInFile(string path, long layers)
+        {
+            string header;
+            try
+            {
+                using (var reader = new BinaryReader(File.OpenRead(path)))
+                {
+                    ulong length = reader.ReadUInt64(); // BinaryReader reads little-endian
+                    if (length > 100UL << 20) return null; // safetensors' own limit on the header
+                    byte[] bytes = reader.ReadBytes((int)length);
+                    if (bytes.Length != (int)length) return null;
+                    header = Encoding.UTF8.GetString(bytes);
+                }
+            }
+            catch (IOException)
+            {
+                return null;
+            }
+            catch (UnauthorizedAccessException)
+            {
+                return null;
+            }
+            var widths = new List<long>();
+            for (long layer = 0; layer < layers; layer++)
+            {
+                Match match = Regex.Match(header, "\"layers\\." + layer + "\\.bias\"\\s*:\\s*\\{[^}]*?\"shape\"\\s*:\\s*\\[\\s*(\\d+)");
+                long width;
+                if (!match.Success || !long.TryParse(match.Groups[1].Value, out width)) return null;
+                widths.Add(width);
+            }
+            return widths;
+        }
+
+        // The library takes a bias buffer only of exactly the layer's width.
+        private bool HasLayerWidths(List<long> widths)
+        {
+            long parameters = ParameterCount;
+            for (int layer = 0; layer < widths.Count; layer++)
+            {
+                if (widths[layer] <= 0 || widths[layer] > parameters) return false;
+                var bias = new float[widths[layer]];
+                if (Native.mpt_model_get_weights(Live, layer, null, 0, bias, bias.LongLength) != Status.Ok) return false;
+            }
+            return true;
         }
     }
 
@@ -664,6 +760,48 @@ namespace Mptrain
                     MptException.Check(Native.mpt_trainer_get_progress(Live, out progress.Steps, out progress.Epochs));
                     return progress;
                 }
+            }
+        }
+
+        /// <summary>Writes a training checkpoint, atomically: fp32 master weights, optimizer and loss-scaler
+        /// state, step and epoch counters, the position inside the epoch and the shuffle state. Loading it
+        /// into a trainer of the same architecture and options and calling Fit continues the run
+        /// bit-exactly on the CPU backend.</summary>
+        public void SaveCheckpoint(string path)
+        {
+            NotNull(path, "path");
+            lock (Family.Sync)
+            {
+                TrainerHandle live = Live;
+                MptException.Check(Utf8.WithPath(path, native => Native.mpt_trainer_save_checkpoint(live, native)));
+            }
+        }
+
+        /// <summary>Restores a checkpoint; the whole file is validated first, so a failure changes nothing.
+        /// MptException statuses: another architecture ShapeMismatch, other trainer options
+        /// InvalidArgument, a missing file IoError, a damaged one CorruptData, another major version
+        /// Unsupported.</summary>
+        public void LoadCheckpoint(string path)
+        {
+            NotNull(path, "path");
+            lock (Family.Sync)
+            {
+                TrainerHandle live = Live;
+                MptException.Check(Utf8.WithPath(path, native => Native.mpt_trainer_load_checkpoint(live, native)));
+            }
+        }
+
+        /// <summary>Checkpoints automatically during Fit into `directory` (which must exist) as
+        /// checkpoint-&lt;step&gt;.safetensors, every `everySteps` optimizer steps and/or every
+        /// `everyEpochs`-th epoch (0 = not on that trigger), keeping the newest `keepLast` (&gt;= 1).
+        /// A null directory turns checkpointing off. A failed write stops Fit with Status.IoError.</summary>
+        public void SetCheckpointing(string directory, long everySteps = 0, long everyEpochs = 0, long keepLast = 1)
+        {
+            lock (Family.Sync)
+            {
+                TrainerHandle live = Live;
+                MptException.Check(Utf8.WithPath(directory, native =>
+                    Native.mpt_trainer_set_checkpointing(live, native, everySteps, everyEpochs, keepLast)));
             }
         }
 

@@ -55,5 +55,22 @@ namespace Mptrain
             Marshal.WriteByte(memory, bytes.Length, 0);
             return memory;
         }
+
+        /// <summary>Calls `call` with a NUL-terminated UTF-8 copy of a path (IntPtr.Zero for null), freed
+        /// afterwards. A path containing NUL is refused: C would stop reading there.</summary>
+        internal static T WithPath<T>(string path, Func<IntPtr, T> call)
+        {
+            if (path == null) return call(IntPtr.Zero);
+            if (path.IndexOf('\0') >= 0) throw new MptException(Status.InvalidArgument, "path contains NUL");
+            IntPtr native = ToNative(path);
+            try
+            {
+                return call(native);
+            }
+            finally
+            {
+                Marshal.FreeHGlobal(native);
+            }
+        }
     }
 }

@@ -54,6 +54,8 @@ namespace Mptrain
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_model_get_weights(ModelHandle model, long layer, [Out] float[] weights, long weightCount, [Out] float[] bias, long biasCount);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_model_set_weights(ModelHandle model, long layer, [In] float[] weights, long weightCount, [In] float[] bias, long biasCount);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_model_predict(ModelHandle model, [In] float[] inputs, long rows, [Out] float[] output, long outCount);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_model_save(ModelHandle model, IntPtr pathUtf8);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_model_load(ContextHandle context, IntPtr pathUtf8, out ModelHandle model);
 
         // Dataset
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_dataset_create_u8(ContextHandle context, [In] byte[] samples, long rows, long features, [In] int[] labels, int numClasses, float scale, float offset, out DatasetHandle dataset);
@@ -88,6 +90,9 @@ namespace Mptrain
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_get_precision(TrainerHandle trainer, out Precision precision);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_get_loss_scale(TrainerHandle trainer, out float scale, out long growthTracker, out long skippedSteps);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_get_progress(TrainerHandle trainer, out long steps, out long epochs);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_save_checkpoint(TrainerHandle trainer, IntPtr pathUtf8);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_load_checkpoint(TrainerHandle trainer, IntPtr pathUtf8);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_set_checkpointing(TrainerHandle trainer, IntPtr directoryUtf8, long everySteps, long everyEpochs, long keepLast);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_get_memory(TrainerHandle trainer, out UIntPtr plannedBytes, out UIntPtr allocatedBytes);
     }
 }

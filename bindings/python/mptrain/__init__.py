@@ -7,6 +7,7 @@
     trainer = mptrain.Trainer(model, optimizer="adam", learning_rate=0.01)
     trainer.fit(data, epochs=5, batch_size=32)
     print(trainer.evaluate(data).accuracy)
+    model.save("model.safetensors")                      # later: mptrain.Model.load(ctx, "model.safetensors")
 
 Every failure of the library raises mptrain.Error, carrying .status (a Status) and .message. Wrong
 Python types raise TypeError. numpy arrays are accepted (and returned) when numpy is installed;
@@ -19,6 +20,9 @@ import array
 import collections
 import ctypes
 import enum
+import json
+import os
+import struct
 import threading
 
 from . import _native
@@ -181,6 +185,33 @@ def _enum(kind, value, what):
         raise TypeError("%s must be a %s, its name or an int, not %s" % (what, kind.__name__,
                                                                          type(value).__name__))
     return value
+
+
+def _path(value, what):
+    """A file system path (str, bytes or os.PathLike) as the bytes given to C; NUL is refused (C would
+    stop there)."""
+    try:
+        path = os.fsencode(value)
+    except TypeError:
+        raise TypeError("%s must be a str, bytes or os.PathLike, not %s" % (what, type(value).__name__)) from None
+    if b"\0" in path:
+        raise Error(Status.INVALID_ARGUMENT, "%s contains NUL" % what)
+    return path
+
+
+def _layer_widths_in_file(path, layers):
+    """The layer widths of a model file or checkpoint, from the shapes of its "layers.<i>.bias" tensors
+    in the safetensors header (8-byte little-endian length, then JSON); None when unreadable. The C API
+    has no getter for a layer's width, so a loaded model learns them here (Model.load checks them)."""
+    try:
+        with open(path, "rb") as file:
+            (length,) = struct.unpack("<Q", file.read(8))
+            if length > 100 << 20:  # safetensors' own limit on the header
+                return None
+            header = json.loads(file.read(length).decode("utf-8"))
+        return [int(header["layers.%d.bias" % layer]["shape"][0]) for layer in range(layers)]
+    except (OSError, ValueError, KeyError, IndexError, TypeError, struct.error):
+        return None
 
 
 def _integer(value, what):
@@ -510,6 +541,46 @@ class Model(_Handle):
             _check(_lib().mpt_model_predict(self._get(), data.pointer, rows, out_ptr, rows * width))
         return out
 
+    def save(self, path):
+        """Saves the architecture and fp32 weights as a .safetensors file at `path` (str or
+        os.PathLike), atomically: a crash leaves the old file or the new one. Builds the model."""
+        encoded = _path(path, "path")
+        with self._family.lock:
+            _check(_lib().mpt_model_save(self._get(), encoded))
+
+    @classmethod
+    def load(cls, context, path):
+        """A model read from a file written by save (or from a training checkpoint). A missing file
+        raises Error with Status.IO_ERROR, a truncated or damaged one Status.CORRUPT_DATA, one from
+        another major version Status.UNSUPPORTED."""
+        _require(context, Context, "context")
+        encoded = _path(path, "path")
+        pointer = _native.ModelP()
+        with context._family.lock:
+            _check(_lib().mpt_model_load(context._get(), encoded, ctypes.byref(pointer)))
+            model = cls.__new__(cls)
+            _Handle.__init__(model, pointer, context._family)
+            units = _layer_widths_in_file(encoded, model.layer_count)
+            if units is None or not model._has_layer_widths(units):
+                model.close()
+                raise Error(Status.CORRUPT_DATA, "%s: the layer widths in the file's header do not match the model "
+                                                 "loaded from it (was the file replaced while it was loaded?)"
+                            % os.fsdecode(encoded))
+            model._units = units
+        return model
+
+    def _has_layer_widths(self, units):
+        """Whether the library's layers have these widths: it takes a bias buffer only of exactly the
+        layer's width."""
+        parameters = self.parameter_count
+        for layer, width in enumerate(units):
+            if not 0 < width <= parameters:
+                return False
+            bias = (ctypes.c_float * width)()
+            if _lib().mpt_model_get_weights(self._get(), layer, None, 0, bias, width) != Status.OK:
+                return False
+        return True
+
 
 class Dataset(_Handle):
     """Training data, copied into the library: build one with from_f32, from_u8, from_targets or
@@ -749,6 +820,34 @@ class Trainer(_Handle):
         with self._family.lock:
             _check(_lib().mpt_trainer_get_progress(self._get(), ctypes.byref(steps), ctypes.byref(epochs)))
         return Progress(steps.value, epochs.value)
+
+    def save_checkpoint(self, path):
+        """Writes a training checkpoint to `path` (str or os.PathLike), atomically: fp32 master weights,
+        optimizer and loss-scaler state, step and epoch counters, the position inside the epoch and the
+        shuffle state. Loading it into a trainer of the same architecture and options and calling fit
+        continues the run bit-exactly on the CPU backend."""
+        encoded = _path(path, "path")
+        with self._family.lock:
+            _check(_lib().mpt_trainer_save_checkpoint(self._get(), encoded))
+
+    def load_checkpoint(self, path):
+        """Restores a checkpoint; the whole file is validated first, so a failure changes nothing.
+        Error statuses: another architecture SHAPE_MISMATCH, other trainer options INVALID_ARGUMENT, a
+        missing file IO_ERROR, a damaged one CORRUPT_DATA, another major version UNSUPPORTED."""
+        encoded = _path(path, "path")
+        with self._family.lock:
+            _check(_lib().mpt_trainer_load_checkpoint(self._get(), encoded))
+
+    def set_checkpointing(self, directory, every_steps=0, every_epochs=0, keep_last=1):
+        """Checkpoints automatically during fit into `directory` (which must exist) as
+        checkpoint-<step>.safetensors, every `every_steps` optimizer steps and/or every
+        `every_epochs`-th epoch (give at least one), keeping the newest `keep_last`. None turns
+        checkpointing off. A failed write stops fit with Status.IO_ERROR."""
+        encoded = None if directory is None else _path(directory, "directory")
+        with self._family.lock:
+            _check(_lib().mpt_trainer_set_checkpointing(
+                self._get(), encoded, _integer(every_steps, "every_steps"), _integer(every_epochs, "every_epochs"),
+                _integer(keep_last, "keep_last")))
 
     @property
     def memory(self):

@@ -92,6 +92,8 @@ PROTOTYPES = {
     "mpt_model_get_weights": (c_enum, [ModelP, c_int64, FloatP, c_int64, FloatP, c_int64]),
     "mpt_model_set_weights": (c_enum, [ModelP, c_int64, FloatP, c_int64, FloatP, c_int64]),
     "mpt_model_predict": (c_enum, [ModelP, FloatP, c_int64, FloatP, c_int64]),
+    "mpt_model_save": (c_enum, [ModelP, c_char_p]),
+    "mpt_model_load": (c_enum, [ContextP, c_char_p, P(ModelP)]),
     "mpt_dataset_create_u8": (c_enum, [ContextP, P(ctypes.c_uint8), c_int64, c_int64, Int32P, c_int32,
                                        c_float, c_float, P(DatasetP)]),
     "mpt_dataset_create_f32": (c_enum, [ContextP, FloatP, c_int64, c_int64, Int32P, c_int32, c_int,
@@ -124,6 +126,9 @@ PROTOTYPES = {
     "mpt_trainer_get_precision": (c_enum, [TrainerP, P(c_enum)]),
     "mpt_trainer_get_loss_scale": (c_enum, [TrainerP, FloatP, Int64P, Int64P]),
     "mpt_trainer_get_progress": (c_enum, [TrainerP, Int64P, Int64P]),
+    "mpt_trainer_save_checkpoint": (c_enum, [TrainerP, c_char_p]),
+    "mpt_trainer_load_checkpoint": (c_enum, [TrainerP, c_char_p]),
+    "mpt_trainer_set_checkpointing": (c_enum, [TrainerP, c_char_p, c_int64, c_int64, c_int64]),
     "mpt_trainer_get_memory": (c_enum, [TrainerP, SizeP, SizeP]),
 }
 

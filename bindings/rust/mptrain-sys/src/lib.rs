@@ -217,6 +217,12 @@ extern "C" {
         out: *mut c_float,
         out_count: i64,
     ) -> mpt_status;
+    pub fn mpt_model_save(model: *mut mpt_model_t, path: *const c_char) -> mpt_status;
+    pub fn mpt_model_load(
+        context: *mut mpt_context_t,
+        path: *const c_char,
+        out: *mut *mut mpt_model_t,
+    ) -> mpt_status;
 
     // Dataset
     pub fn mpt_dataset_create_u8(
@@ -364,6 +370,21 @@ extern "C" {
         trainer: *const mpt_trainer_t,
         steps: *mut i64,
         epochs: *mut i64,
+    ) -> mpt_status;
+    pub fn mpt_trainer_save_checkpoint(
+        trainer: *mut mpt_trainer_t,
+        path: *const c_char,
+    ) -> mpt_status;
+    pub fn mpt_trainer_load_checkpoint(
+        trainer: *mut mpt_trainer_t,
+        path: *const c_char,
+    ) -> mpt_status;
+    pub fn mpt_trainer_set_checkpointing(
+        trainer: *mut mpt_trainer_t,
+        directory: *const c_char,
+        every_steps: i64,
+        every_epochs: i64,
+        keep_last: i64,
     ) -> mpt_status;
     pub fn mpt_trainer_get_memory(
         trainer: *const mpt_trainer_t,

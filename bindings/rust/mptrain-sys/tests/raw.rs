@@ -4,7 +4,7 @@
 use mptrain_sys::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::CStr;
-use std::os::raw::c_int;
+use std::os::raw::{c_char, c_int};
 use std::ptr;
 
 fn header() -> String {
@@ -228,6 +228,66 @@ fn null_arguments_return_invalid_argument() {
         );
         mpt_context_destroy(ptr::null_mut());
         mpt_trainer_destroy(ptr::null_mut());
+    }
+}
+
+#[test]
+fn file_functions_refuse_null_paths_and_handles() {
+    unsafe {
+        let mut context = ptr::null_mut();
+        assert_eq!(mpt_context_create(ptr::null(), &mut context), MPT_STATUS_OK);
+        let mut model = ptr::null_mut();
+        assert_eq!(
+            mpt_model_load(context, ptr::null(), &mut model),
+            MPT_STATUS_INVALID_ARGUMENT
+        );
+        assert!(model.is_null());
+        assert_eq!(
+            mpt_model_load(
+                context,
+                b"/nonexistent/model.safetensors\0".as_ptr() as *const c_char,
+                &mut model
+            ),
+            MPT_STATUS_IO_ERROR
+        );
+        assert!(
+            model.is_null(),
+            "out-parameters are written only on success"
+        );
+        assert_eq!(mpt_model_create(context, 2, &mut model), MPT_STATUS_OK);
+        assert_eq!(
+            mpt_model_add_dense(model, 1, MPT_ACTIVATION_LINEAR),
+            MPT_STATUS_OK
+        );
+        assert_eq!(
+            mpt_model_save(model, ptr::null()),
+            MPT_STATUS_INVALID_ARGUMENT
+        );
+        let mut trainer = ptr::null_mut();
+        assert_eq!(
+            mpt_trainer_create(model, ptr::null(), &mut trainer),
+            MPT_STATUS_OK
+        );
+        assert_eq!(
+            mpt_trainer_save_checkpoint(trainer, ptr::null()),
+            MPT_STATUS_INVALID_ARGUMENT
+        );
+        assert_eq!(
+            mpt_trainer_load_checkpoint(trainer, ptr::null()),
+            MPT_STATUS_INVALID_ARGUMENT
+        );
+        // A NULL directory turns checkpointing off, whatever the other arguments.
+        assert_eq!(
+            mpt_trainer_set_checkpointing(trainer, ptr::null(), 0, 0, 0),
+            MPT_STATUS_OK
+        );
+        assert_eq!(
+            mpt_trainer_set_checkpointing(ptr::null_mut(), ptr::null(), 0, 0, 0),
+            MPT_STATUS_INVALID_ARGUMENT
+        );
+        mpt_trainer_destroy(trainer);
+        mpt_model_destroy(model);
+        mpt_context_destroy(context);
     }
 }
 

@@ -22,6 +22,10 @@
 //! library's message (`mpt_last_error()`). Panics in callbacks are caught at the C boundary, stop
 //! training, and resume when `fit` returns.
 //!
+//! Files: [`Model::save`] and [`Model::load`] write and read `.safetensors` model files;
+//! [`Trainer::save_checkpoint`], [`Trainer::load_checkpoint`] and [`Trainer::set_checkpointing`]
+//! let a run continue bit-exactly. Paths must be UTF-8 (the C API's strings are).
+//!
 //! Threads: the C API lets one thread at a time use the objects of a context. Handles are `Send` (move
 //! them to another thread) but not `Sync`; and because a [`Model`] and a [`Trainer`] of one context are
 //! separate values that could be sent to two threads, every call also takes a lock shared by all
@@ -597,6 +601,48 @@ fn rows_of(values: usize, width: i64, what: &str) -> Result<i64> {
     Ok(values as i64 / width)
 }
 
+/// A path for C: UTF-8 (the C API's strings are) without NUL.
+fn c_path(path: &Path) -> Result<CString> {
+    let text = path
+        .to_str()
+        .ok_or_else(|| Error::new(Status::InvalidArgument, "path is not UTF-8"))?;
+    CString::new(text).map_err(|_| Error::new(Status::InvalidArgument, "path contains NUL"))
+}
+
+/// The layer widths of a model file or checkpoint, from the shapes of its "layers.<i>.bias" tensors
+/// in the safetensors header (8-byte little-endian length, then JSON). The C API has no getter for a
+/// layer's width, so a loaded model learns them here; `Model::load` checks them against the library.
+fn layer_widths_in_file(path: &Path, layers: i64) -> Option<Vec<i64>> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path).ok()?;
+    let mut length = [0u8; 8];
+    file.read_exact(&mut length).ok()?;
+    let length = u64::from_le_bytes(length);
+    if length > 100 << 20 {
+        return None; // safetensors' own limit on the header
+    }
+    let mut header = vec![0u8; length as usize];
+    file.read_exact(&mut header).ok()?;
+    let header = std::str::from_utf8(&header).ok()?;
+    (0..layers)
+        .map(|layer| {
+            let key = format!("\"layers.{layer}.bias\"");
+            let entry = &header[header.find(&key)? + key.len()..];
+            let shape = &entry[entry.find("\"shape\"")? + "\"shape\"".len()..];
+            let digits = shape
+                .trim_start()
+                .strip_prefix(':')?
+                .trim_start()
+                .strip_prefix('[')?
+                .trim_start();
+            let end = digits
+                .find(|c: char| !c.is_ascii_digit())
+                .unwrap_or(digits.len());
+            digits[..end].parse().ok()
+        })
+        .collect()
+}
+
 /// A sequential stack of Dense layers.
 pub struct Model {
     raw: NonNull<sys::mpt_model_t>,
@@ -740,6 +786,72 @@ impl Model {
             )
         })
     }
+
+    /// Saves the architecture and fp32 weights as a .safetensors file (atomically: a crash leaves the
+    /// old file or the new one). Builds the model. [`Status::IoError`] when it cannot be written.
+    pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
+        let path = c_path(path.as_ref())?;
+        let _lock = self.family.lock.lock();
+        check(unsafe { sys::mpt_model_save(self.raw.as_ptr(), path.as_ptr()) })
+    }
+
+    /// Loads a model written by [`Model::save`] (or the model inside a training checkpoint). A missing
+    /// file fails with [`Status::IoError`], a truncated or damaged one with [`Status::CorruptData`], one
+    /// from another major version with [`Status::Unsupported`].
+    pub fn load(context: &Context, path: impl AsRef<Path>) -> Result<Model> {
+        let path = path.as_ref();
+        let c_path = c_path(path)?;
+        let _lock = context.family.lock.lock();
+        let mut raw = ptr::null_mut();
+        check(unsafe { sys::mpt_model_load(context.raw.as_ptr(), c_path.as_ptr(), &mut raw) })?;
+        let mut model = Model {
+            raw: NonNull::new(raw).expect("mpt_model_load returned NULL"),
+            family: context.family.clone(),
+            units: Vec::new(),
+            input_features: 0,
+        };
+        model.input_features = model.input_features()?;
+        let layers = model.layer_count()?;
+        model.units = layer_widths_in_file(path, layers)
+            .filter(|units| model.has_layer_widths(units))
+            .ok_or_else(|| {
+                Error::new(
+                    Status::CorruptData,
+                    format!(
+                        "{}: the layer widths in the file's header do not match the model loaded from it \
+                         (was the file replaced while it was loaded?)",
+                        path.display()
+                    ),
+                )
+            })?;
+        Ok(model)
+    }
+
+    /// Whether the library's layers have these widths: it accepts a bias buffer only of exactly the
+    /// layer's width.
+    fn has_layer_widths(&self, units: &[i64]) -> bool {
+        let Ok(parameters) = self.parameter_count() else {
+            return false;
+        };
+        let _lock = self.family.lock.lock();
+        units.iter().enumerate().all(|(layer, &width)| {
+            if width <= 0 || width > parameters {
+                return false;
+            }
+            let mut bias = vec![0.0f32; width as usize];
+            let status = unsafe {
+                sys::mpt_model_get_weights(
+                    self.raw.as_ptr(),
+                    layer as i64,
+                    ptr::null_mut(),
+                    0,
+                    bias.as_mut_ptr(),
+                    width,
+                )
+            };
+            status == sys::MPT_STATUS_OK
+        })
+    }
 }
 
 impl Drop for Model {
@@ -867,12 +979,7 @@ impl Dataset {
         train: bool,
         limit: i64,
     ) -> Result<Dataset> {
-        let path = directory
-            .as_ref()
-            .to_str()
-            .ok_or_else(|| Error::new(Status::InvalidArgument, "path is not UTF-8"))?;
-        let path = CString::new(path)
-            .map_err(|_| Error::new(Status::InvalidArgument, "path contains NUL"))?;
+        let path = c_path(directory.as_ref())?;
         Self::create(context, |ctx, out| unsafe {
             sys::mpt_dataset_load_cifar10(ctx, path.as_ptr(), train as c_int, limit, out)
         })
@@ -1372,6 +1479,50 @@ impl Trainer {
             sys::mpt_trainer_get_progress(self.raw.as_ptr(), &mut steps, &mut epochs)
         })?;
         Ok(TrainingProgress { steps, epochs })
+    }
+
+    /// Writes a training checkpoint (atomically, in the model file's format): fp32 master weights,
+    /// optimizer and loss-scaler state, step and epoch counters, the position inside the epoch and
+    /// the shuffle state. Loading it into a trainer of the same architecture and options and calling
+    /// `fit` continues the run bit-exactly on the CPU backend.
+    pub fn save_checkpoint(&mut self, path: impl AsRef<Path>) -> Result<()> {
+        let path = c_path(path.as_ref())?;
+        let _lock = self.family.lock.lock();
+        check(unsafe { sys::mpt_trainer_save_checkpoint(self.raw.as_ptr(), path.as_ptr()) })
+    }
+
+    /// Restores a checkpoint; the whole file is validated first, so a failure changes nothing.
+    /// Another architecture fails with [`Status::ShapeMismatch`], other trainer options with
+    /// [`Status::InvalidArgument`], a missing file with [`Status::IoError`], a damaged one with
+    /// [`Status::CorruptData`], another major version with [`Status::Unsupported`].
+    pub fn load_checkpoint(&mut self, path: impl AsRef<Path>) -> Result<()> {
+        let path = c_path(path.as_ref())?;
+        let _lock = self.family.lock.lock();
+        check(unsafe { sys::mpt_trainer_load_checkpoint(self.raw.as_ptr(), path.as_ptr()) })
+    }
+
+    /// Checkpoints automatically during `fit` into `directory` (which must exist) as
+    /// `checkpoint-<step>.safetensors`, every `every_steps` optimizer steps and/or every
+    /// `every_epochs`-th epoch (0 = not on that trigger), keeping the newest `keep_last` (>= 1).
+    /// `None` turns checkpointing off. A failed write stops `fit` with [`Status::IoError`].
+    pub fn set_checkpointing(
+        &mut self,
+        directory: Option<&Path>,
+        every_steps: i64,
+        every_epochs: i64,
+        keep_last: i64,
+    ) -> Result<()> {
+        let directory = directory.map(c_path).transpose()?;
+        let _lock = self.family.lock.lock();
+        check(unsafe {
+            sys::mpt_trainer_set_checkpointing(
+                self.raw.as_ptr(),
+                directory.as_ref().map_or(ptr::null(), |d| d.as_ptr()),
+                every_steps,
+                every_epochs,
+                keep_last,
+            )
+        })
     }
 
     /// Arena bytes planned and allocated.

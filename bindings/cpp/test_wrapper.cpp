@@ -1,0 +1,238 @@
+// The header-only C++ wrapper (include/mptrain/mptrain.hpp) over libmptrain.so: model files and
+// training checkpoints through it, errors arriving as mptrain::Error with the C status.
+#include <doctest/doctest.h>
+
+#include <mptrain/mptrain.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int64_t kFeatures = 4, kClasses = 3;
+
+struct TempDir {
+    fs::path path;
+    TempDir() {
+        char pattern[] = "/tmp/mptrain-cpp-XXXXXX";
+        path = mkdtemp(pattern);
+    }
+    ~TempDir() { fs::remove_all(path); }
+    std::string file(const std::string& name) const { return (path / name).string(); }
+};
+
+mptrain::Context cpu_context(uint64_t seed = 7) {
+    return mptrain::Context(mptrain::ContextOptions().backend(MPT_BACKEND_CPU).threads(1).seed(seed));
+}
+
+mptrain::Model mlp(const mptrain::Context& context) {
+    mptrain::Model model(context, kFeatures);
+    model.add_dense(16, MPT_ACTIVATION_RELU).add_dense(8, MPT_ACTIVATION_TANH).add_dense(kClasses, MPT_ACTIVATION_SOFTMAX);
+    return model;
+}
+
+mptrain::TrainerOptions adam() { return std::move(mptrain::TrainerOptions().optimizer(MPT_OPTIMIZER_ADAM).learning_rate(0.01f)); }
+
+/** `rows` samples around one of three centres, labels 0..2. */
+std::vector<float> blob_samples(int64_t rows, unsigned seed, std::vector<int32_t>& labels) {
+    std::mt19937 generator(seed);
+    std::normal_distribution<float> noise(0.0f, 0.6f);
+    std::vector<float> samples;
+    labels.clear();
+    for (int64_t row = 0; row < rows; ++row) {
+        const int32_t label = static_cast<int32_t>(row % kClasses);
+        for (int64_t feature = 0; feature < kFeatures; ++feature)
+            samples.push_back((feature % kClasses == label ? 2.5f : 0.0f) + noise(generator));
+        labels.push_back(label);
+    }
+    return samples;
+}
+
+mptrain::Dataset blobs(const mptrain::Context& context, int64_t rows, unsigned seed) {
+    std::vector<int32_t> labels;
+    const std::vector<float> samples = blob_samples(rows, seed, labels);
+    return mptrain::Dataset::from_f32(context, samples, kFeatures, labels, kClasses);
+}
+
+/** Every layer's weights and biases as bit patterns: equal only when bit-identical. */
+std::vector<uint32_t> weight_bits(mptrain::Model& model) {
+    std::vector<uint32_t> bits;
+    for (int64_t layer = 0; layer < model.layer_count(); ++layer) {
+        auto [weights, bias] = model.weights(layer);
+        for (const auto* values : {&weights, &bias})
+            for (float value : *values) {
+                uint32_t word;
+                std::memcpy(&word, &value, sizeof word);
+                bits.push_back(word);
+            }
+    }
+    return bits;
+}
+
+std::vector<uint32_t> bits_of(const std::vector<float>& values) {
+    std::vector<uint32_t> bits(values.size());
+    std::memcpy(bits.data(), values.data(), values.size() * sizeof(float));
+    return bits;
+}
+
+void truncate_copy(const std::string& source, const std::string& target) {
+    std::ifstream in(source, std::ios::binary);
+    std::vector<char> content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::ofstream out(target, std::ios::binary | std::ios::trunc);
+    out.write(content.data(), static_cast<std::streamsize>(content.size() * 2 / 3));
+}
+
+std::vector<int64_t> saved_steps(const fs::path& directory) {
+    std::vector<int64_t> steps;
+    for (const auto& entry : fs::directory_iterator(directory)) {
+        const std::string name = entry.path().filename().string();
+        const std::string prefix = "checkpoint-", suffix = ".safetensors";
+        REQUIRE(name.rfind(prefix, 0) == 0);
+        REQUIRE(name.size() > prefix.size() + suffix.size());
+        REQUIRE(name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0);
+        steps.push_back(std::stoll(name.substr(prefix.size(), name.size() - prefix.size() - suffix.size())));
+    }
+    std::sort(steps.begin(), steps.end());
+    return steps;
+}
+
+template <typename Call>
+mpt_status status_of(Call&& call) {
+    try {
+        call();
+    } catch (const mptrain::Error& error) {
+        CHECK(!error.message().empty());
+        return error.status();
+    }
+    return MPT_STATUS_OK;
+}
+
+}  // namespace
+
+TEST_CASE("a saved model loads through the wrapper and predicts bit-identically") {
+    TempDir directory;
+    auto context = cpu_context();
+    auto model = mlp(context);
+    auto data = blobs(context, 120, 11);
+    mptrain::Trainer(model, adam()).fit(data, 2, 16);
+    const std::string path = directory.file("model.safetensors");
+    model.save(path);
+    model.save(path);  // overwrites
+
+    auto other = cpu_context(99);
+    auto loaded = mptrain::Model::load(other, path);
+    CHECK(loaded.layer_count() == 3);
+    CHECK(loaded.input_features() == kFeatures);
+    CHECK(loaded.output_features() == kClasses);
+    CHECK(loaded.parameter_count() == model.parameter_count());
+    CHECK(weight_bits(loaded) == weight_bits(model));
+    std::vector<int32_t> labels;
+    const std::vector<float> points = blob_samples(30, 12, labels);
+    CHECK(bits_of(loaded.predict(points)) == bits_of(model.predict(points)));
+    mptrain::Trainer(loaded, adam()).fit(blobs(other, 60, 13), 1, 20);  // it trains like any other
+}
+
+TEST_CASE("a run resumed from a checkpoint through the wrapper ends bit-identical") {
+    TempDir directory;
+    const std::string path = directory.file("checkpoint.safetensors");
+    auto context = cpu_context();
+    auto data = blobs(context, 200, 21);  // 6 steps of 32 per epoch
+    auto model = mlp(context);
+    mptrain::Trainer trainer(model, adam());
+    trainer.fit(data, 1, 32);
+    trainer.save_checkpoint(path);
+    trainer.fit(data, 2, 32);
+    const std::vector<uint32_t> uninterrupted = weight_bits(model);
+
+    auto resumed_model = mlp(context);  // fresh initial weights: only the checkpoint can make them equal
+    CHECK(weight_bits(resumed_model) != uninterrupted);
+    mptrain::Trainer resumed(resumed_model, adam());
+    resumed.load_checkpoint(path);
+    CHECK(resumed.progress() == std::pair<int64_t, int64_t>{6, 1});
+    resumed.fit(data, 2, 32);
+    CHECK(weight_bits(resumed_model) == uninterrupted);
+    CHECK(resumed.progress() == trainer.progress());
+    CHECK(resumed.loss_scale().scale == trainer.loss_scale().scale);
+
+    auto from_checkpoint = mptrain::Model::load(context, path);  // a checkpoint holds the model too
+    CHECK(from_checkpoint.layer_count() == 3);
+    CHECK(from_checkpoint.weights(1).first.size() == 8 * 16);
+}
+
+TEST_CASE("automatic checkpoints through the wrapper keep the newest and can be turned off") {
+    TempDir directory;
+    auto context = cpu_context();
+    auto data = blobs(context, 200, 31);
+    auto model = mlp(context);
+    mptrain::Trainer trainer(model, adam());
+    trainer.set_checkpointing(directory.path.string(), 5, 0, 2);
+    trainer.fit(data, 3, 32);  // 18 steps: checkpoints at 5, 10, 15
+    CHECK(saved_steps(directory.path) == std::vector<int64_t>{10, 15});
+    auto other_model = mlp(context);
+    mptrain::Trainer other(other_model, adam());
+    std::vector<std::string> names;
+    for (const auto& entry : fs::directory_iterator(directory.path)) names.push_back(entry.path().string());
+    other.load_checkpoint(*std::max_element(names.begin(), names.end()));
+    CHECK(other.progress().first == 15);
+
+    trainer.set_checkpointing(std::nullopt);
+    trainer.fit(data, 1, 32);
+    CHECK(saved_steps(directory.path) == std::vector<int64_t>{10, 15});
+    trainer.set_checkpointing(directory.path.string(), 0, 1, 5);
+    trainer.fit(data, 1, 32);
+    CHECK(saved_steps(directory.path) == std::vector<int64_t>{10, 15, 30});
+}
+
+TEST_CASE("missing, damaged and mismatched files throw mptrain::Error with their status") {
+    TempDir directory;
+    auto context = cpu_context();
+    auto model = mlp(context);
+    mptrain::Trainer trainer(model, adam());
+    const std::string missing = directory.file("missing.safetensors");
+    CHECK(status_of([&] { mptrain::Model::load(context, missing); }) == MPT_STATUS_IO_ERROR);
+    CHECK(status_of([&] { trainer.load_checkpoint(missing); }) == MPT_STATUS_IO_ERROR);
+
+    const std::string model_file = directory.file("model.safetensors");
+    const std::string checkpoint = directory.file("checkpoint.safetensors");
+    const std::string truncated = directory.file("truncated.safetensors");
+    model.save(model_file);
+    trainer.save_checkpoint(checkpoint);
+    truncate_copy(model_file, truncated);
+    CHECK(status_of([&] { mptrain::Model::load(context, truncated); }) == MPT_STATUS_CORRUPT_DATA);
+    truncate_copy(checkpoint, truncated);
+    CHECK(status_of([&] { trainer.load_checkpoint(truncated); }) == MPT_STATUS_CORRUPT_DATA);
+    CHECK(status_of([&] { mptrain::Model::load(context, truncated); }) == MPT_STATUS_CORRUPT_DATA);
+
+    mptrain::Model narrow(context, kFeatures);
+    narrow.add_dense(kClasses, MPT_ACTIVATION_SOFTMAX);
+    mptrain::Trainer narrow_trainer(narrow, adam());
+    CHECK(status_of([&] { narrow_trainer.load_checkpoint(checkpoint); }) == MPT_STATUS_SHAPE_MISMATCH);
+    mptrain::Trainer sgd_trainer(model);
+    CHECK(status_of([&] { sgd_trainer.load_checkpoint(checkpoint); }) == MPT_STATUS_INVALID_ARGUMENT);
+
+    CHECK(status_of([&] { model.save(directory.file("no-such-directory/model.safetensors")); }) == MPT_STATUS_IO_ERROR);
+    const std::string with_nul("bad\0path", 8);
+    CHECK(status_of([&] { model.save(with_nul); }) == MPT_STATUS_INVALID_ARGUMENT);
+    CHECK(status_of([&] { mptrain::Model::load(context, with_nul); }) == MPT_STATUS_INVALID_ARGUMENT);
+    CHECK(status_of([&] { trainer.set_checkpointing(directory.path.string(), 1, 0, 0); }) == MPT_STATUS_INVALID_ARGUMENT);
+    CHECK(status_of([&] { trainer.set_checkpointing(directory.path.string()); }) == MPT_STATUS_INVALID_ARGUMENT);
+
+    auto data = blobs(context, 64, 41);
+    trainer.set_checkpointing(directory.file("no-such-directory"), 1);
+    CHECK(status_of([&] { trainer.fit(data, 1, 32); }) == MPT_STATUS_IO_ERROR);
+    // ...and everything still works afterwards.
+    trainer.set_checkpointing(std::nullopt);
+    trainer.fit(data, 1, 32);
+    trainer.load_checkpoint(checkpoint);
+    CHECK(mptrain::Model::load(context, model_file).layer_count() == 3);
+}

@@ -1,0 +1,208 @@
+// Model files and training checkpoints: a loaded model predicts bit-identically, a run resumed from a
+// checkpoint ends with bit-identical weights, and bad files throw MptException with their status.
+using System;
+using System.Collections.Generic;
+using System.IO;
+using System.Linq;
+
+namespace Mptrain.Tests
+{
+    public static class FileTests
+    {
+        static readonly TrainerOptions Adam = new TrainerOptions { Optimizer = Optimizer.Adam, LearningRate = 0.01f };
+
+        /// <summary>A fresh temporary directory, deleted on Dispose.</summary>
+        sealed class TempDir : IDisposable
+        {
+            public readonly string Path = System.IO.Path.Combine(System.IO.Path.GetTempPath(), "mptrain-cs-" + Guid.NewGuid().ToString("N"));
+            public TempDir() { Directory.CreateDirectory(Path); }
+            public string File(string name) { return System.IO.Path.Combine(Path, name); }
+            public void Dispose() { if (Directory.Exists(Path)) Directory.Delete(Path, true); }
+        }
+
+        static Model Mlp(Context ctx)
+        {
+            return new Model(ctx, Data.Features).AddDense(16, Activation.Relu).AddDense(8, Activation.Tanh)
+                                                .AddDense(Data.Classes, Activation.Softmax);
+        }
+
+        static Dataset Blobs(Context ctx, int rows, int seed)
+        {
+            float[] x; int[] y;
+            Data.Blobs(rows, seed, out x, out y);
+            return Dataset.FromF32(ctx, x, Data.Features, y, Data.Classes);
+        }
+
+        /// <summary>Every layer's weights and biases as bit patterns: equal only when bit-identical.</summary>
+        static int[] WeightBits(Model model)
+        {
+            var bits = new List<int>();
+            for (int layer = 0; layer < model.LayerCount; layer++)
+            {
+                float[] weights, bias;
+                model.GetWeights(layer, out weights, out bias);
+                bits.AddRange(weights.Concat(bias).Select(value => BitConverter.ToInt32(BitConverter.GetBytes(value), 0)));
+            }
+            return bits.ToArray();
+        }
+
+        static int[] Bits(float[] values)
+        {
+            return values.Select(value => BitConverter.ToInt32(BitConverter.GetBytes(value), 0)).ToArray();
+        }
+
+        static void Truncate(string source, string target)
+        {
+            byte[] content = File.ReadAllBytes(source);
+            File.WriteAllBytes(target, content.Take(content.Length * 2 / 3).ToArray());
+        }
+
+        static long[] SavedSteps(string directory)
+        {
+            return Directory.GetFiles(directory).Select(System.IO.Path.GetFileName).Select(name =>
+            {
+                Assert.True(name.StartsWith("checkpoint-") && name.EndsWith(".safetensors"), "unexpected file " + name);
+                return long.Parse(name.Substring("checkpoint-".Length, name.Length - "checkpoint-".Length - ".safetensors".Length));
+            }).OrderBy(step => step).ToArray();
+        }
+
+        [Test]
+        public static void ASavedModelLoadsAndPredictsBitIdentically()
+        {
+            float[] points; int[] unused;
+            Data.Blobs(30, 12, out points, out unused);
+            using (var dir = new TempDir())
+            using (Context ctx = Data.CpuContext())
+            using (Context other = Data.CpuContext(99))
+            using (Model model = Mlp(ctx))
+            using (Dataset data = Blobs(ctx, 120, 11))
+            using (var trainer = new Trainer(model, Adam))
+            {
+                trainer.Fit(data, 2, 16);
+                string path = dir.File("model.safetensors");
+                model.Save(path);
+                model.Save(path); // overwrites
+                using (Model loaded = Model.Load(other, path))
+                using (Dataset otherData = Blobs(other, 60, 13))
+                {
+                    Assert.Equal(3L, loaded.LayerCount, "layers");
+                    Assert.Equal((long)Data.Features, loaded.InputFeatures, "inputs");
+                    Assert.Equal((long)Data.Classes, loaded.OutputFeatures, "outputs");
+                    Assert.Equal(model.ParameterCount, loaded.ParameterCount, "parameters");
+                    Assert.SequenceEqual(WeightBits(model), WeightBits(loaded), "weight bits");
+                    Assert.SequenceEqual(Bits(model.Predict(points)), Bits(loaded.Predict(points)), "prediction bits");
+                    using (var again = new Trainer(loaded, Adam)) again.Fit(otherData, 1, 20); // it trains like any other
+                }
+            }
+        }
+
+        [Test]
+        public static void ARunResumedFromACheckpointEndsBitIdentical()
+        {
+            using (var dir = new TempDir())
+            using (Context ctx = Data.CpuContext())
+            using (Dataset data = Blobs(ctx, 200, 21)) // 6 steps of 32 per epoch
+            using (Model model = Mlp(ctx))
+            using (var trainer = new Trainer(model, Adam))
+            using (Model resumedModel = Mlp(ctx))
+            {
+                string path = dir.File("checkpoint.safetensors");
+                trainer.Fit(data, 1, 32);
+                trainer.SaveCheckpoint(path);
+                trainer.Fit(data, 2, 32);
+                int[] uninterrupted = WeightBits(model);
+                Assert.True(!WeightBits(resumedModel).SequenceEqual(uninterrupted), "fresh weights differ");
+                using (var resumed = new Trainer(resumedModel, Adam))
+                {
+                    resumed.LoadCheckpoint(path);
+                    Assert.Equal(6L, resumed.Progress.Steps, "steps after loading");
+                    Assert.Equal(1L, resumed.Progress.Epochs, "epochs after loading");
+                    resumed.Fit(data, 2, 32);
+                    Assert.SequenceEqual(uninterrupted, WeightBits(resumedModel), "weight bits");
+                    Assert.Equal(trainer.Progress, resumed.Progress, "progress");
+                    Assert.Equal(trainer.LossScale, resumed.LossScale, "loss scale");
+                }
+                using (Model fromCheckpoint = Model.Load(ctx, path)) // a checkpoint holds the model too
+                    Assert.Equal(3L, fromCheckpoint.LayerCount, "layers of the checkpoint's model");
+            }
+        }
+
+        [Test]
+        public static void AutomaticCheckpointsKeepTheNewestAndCanBeTurnedOff()
+        {
+            using (var dir = new TempDir())
+            using (Context ctx = Data.CpuContext())
+            using (Dataset data = Blobs(ctx, 200, 31))
+            using (Model model = Mlp(ctx))
+            using (var trainer = new Trainer(model, Adam))
+            using (Model otherModel = Mlp(ctx))
+            using (var other = new Trainer(otherModel, Adam))
+            {
+                trainer.SetCheckpointing(dir.Path, everySteps: 5, keepLast: 2);
+                trainer.Fit(data, 3, 32); // 18 steps: checkpoints at 5, 10, 15
+                Assert.SequenceEqual(new long[] { 10, 15 }, SavedSteps(dir.Path), "checkpoints kept");
+                other.LoadCheckpoint(Directory.GetFiles(dir.Path).OrderBy(name => name, StringComparer.Ordinal).Last());
+                Assert.Equal(15L, other.Progress.Steps, "steps of the newest checkpoint");
+
+                trainer.SetCheckpointing(null);
+                trainer.Fit(data, 1, 32);
+                Assert.SequenceEqual(new long[] { 10, 15 }, SavedSteps(dir.Path), "no checkpoints when off");
+                trainer.SetCheckpointing(dir.Path, everyEpochs: 1, keepLast: 5);
+                trainer.Fit(data, 1, 32);
+                Assert.SequenceEqual(new long[] { 10, 15, 30 }, SavedSteps(dir.Path), "a checkpoint per epoch");
+            }
+        }
+
+        [Test]
+        public static void MissingDamagedAndMismatchedFilesThrowWithTheirStatus()
+        {
+            using (var dir = new TempDir())
+            using (Context ctx = Data.CpuContext())
+            using (Model model = Mlp(ctx))
+            using (var trainer = new Trainer(model, Adam))
+            using (Model narrow = new Model(ctx, Data.Features).AddDense(Data.Classes, Activation.Softmax))
+            using (var narrowTrainer = new Trainer(narrow, Adam))
+            using (var sgdTrainer = new Trainer(model))
+            using (Dataset data = Blobs(ctx, 64, 41))
+            {
+                string missing = dir.File("missing.safetensors");
+                Assert.Fails(Status.IoError, () => Model.Load(ctx, missing));
+                Assert.Fails(Status.IoError, () => trainer.LoadCheckpoint(missing));
+
+                string modelFile = dir.File("model.safetensors"), checkpoint = dir.File("checkpoint.safetensors");
+                string truncated = dir.File("truncated.safetensors");
+                model.Save(modelFile);
+                trainer.SaveCheckpoint(checkpoint);
+                Truncate(modelFile, truncated);
+                Assert.Fails(Status.CorruptData, () => Model.Load(ctx, truncated));
+                Truncate(checkpoint, truncated);
+                Assert.Fails(Status.CorruptData, () => trainer.LoadCheckpoint(truncated));
+                Assert.Fails(Status.CorruptData, () => Model.Load(ctx, truncated));
+
+                Assert.Fails(Status.ShapeMismatch, () => narrowTrainer.LoadCheckpoint(checkpoint));
+                Assert.Fails(Status.InvalidArgument, () => sgdTrainer.LoadCheckpoint(checkpoint));
+
+                Assert.Fails(Status.IoError, () => model.Save(dir.File("no-such-directory/model.safetensors")));
+                Assert.Fails(Status.InvalidArgument, () => model.Save("bad\0path"));
+                Assert.Fails(Status.InvalidArgument, () => Model.Load(ctx, "bad\0path"));
+                Assert.Throws<ArgumentNullException>(() => model.Save(null));
+                Assert.Throws<ArgumentNullException>(() => Model.Load(ctx, null));
+                Assert.Throws<ArgumentNullException>(() => Model.Load(null, modelFile));
+                Assert.Throws<ArgumentNullException>(() => trainer.LoadCheckpoint(null));
+                Assert.Fails(Status.InvalidArgument, () => trainer.SetCheckpointing(dir.Path, everySteps: 1, keepLast: 0));
+                Assert.Fails(Status.InvalidArgument, () => trainer.SetCheckpointing(dir.Path)); // neither trigger
+
+                trainer.SetCheckpointing(dir.File("no-such-directory"), everySteps: 1);
+                Assert.Fails(Status.IoError, () => trainer.Fit(data, 1, 32));
+                // ...and everything still works afterwards.
+                trainer.SetCheckpointing(null);
+                trainer.Fit(data, 1, 32);
+                trainer.LoadCheckpoint(checkpoint);
+                Model.Load(ctx, modelFile).Dispose();
+
+                model.Dispose();
+                Assert.Throws<ObjectDisposedException>(() => model.Save(modelFile));
+            }
+        }
+    }
+}

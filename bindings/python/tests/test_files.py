@@ -1,0 +1,167 @@
+"""Model files and training checkpoints: a loaded model predicts bit-identically, a run resumed from a
+checkpoint ends with bit-identical weights, and bad files raise mptrain.Error with their status."""
+import contextlib
+import os
+
+import pytest
+
+import mptrain
+from conftest import CLASSES, FEATURES, make_blobs
+
+Status = mptrain.Status
+
+
+@contextlib.contextmanager
+def raises(status):
+    with pytest.raises(mptrain.Error) as info:
+        yield info
+    assert info.value.status == status, str(info.value)
+    assert info.value.message
+
+
+def mlp(ctx):
+    return mptrain.Model(ctx, FEATURES).add_dense(16, "relu").add_dense(8, "tanh").add_dense(CLASSES, "softmax")
+
+
+def adam(model):
+    return mptrain.Trainer(model, optimizer="adam", learning_rate=0.01)
+
+
+def data(ctx, rows, seed):
+    samples, labels = make_blobs(rows=rows, seed=seed)
+    return mptrain.Dataset.from_f32(ctx, samples, labels, CLASSES)
+
+
+def weight_bytes(model):
+    """Every layer's weights and bias as raw bytes: equal only when bit-identical."""
+    return [part.tobytes() for layer in range(model.layer_count) for part in model.get_weights(layer)]
+
+
+def truncate(source, target):
+    with open(source, "rb") as file:
+        content = file.read()
+    with open(target, "wb") as file:
+        file.write(content[:len(content) * 2 // 3])
+
+
+def saved_steps(directory):
+    steps = []
+    for name in os.listdir(directory):
+        assert name.startswith("checkpoint-") and name.endswith(".safetensors"), name
+        steps.append(int(name[len("checkpoint-"):-len(".safetensors")]))
+    return sorted(steps)
+
+
+def test_a_saved_model_loads_and_predicts_bit_identically(ctx, tmp_path):
+    model = mlp(ctx)
+    adam(model).fit(data(ctx, 120, 11), epochs=2, batch_size=16)
+    path = tmp_path / "model.safetensors"
+    model.save(path)              # os.PathLike
+    model.save(str(path))         # str, overwriting
+    other = mptrain.Context(backend="cpu", seed=99)
+    loaded = mptrain.Model.load(other, path)
+    assert (loaded.layer_count, loaded.input_features, loaded.output_features) == (3, FEATURES, CLASSES)
+    assert loaded.parameter_count == model.parameter_count
+    assert weight_bytes(loaded) == weight_bytes(model)
+    assert loaded.get_weights(1)[0].tobytes() == model.get_weights(1)[0].tobytes()
+    samples, _ = make_blobs(rows=30, seed=12)
+    assert loaded.predict(samples).tobytes() == model.predict(samples).tobytes()
+    adam(loaded).fit(data(other, 60, 13), epochs=1, batch_size=20)  # it trains like any other model
+    assert mptrain.Model.load(other, str(path).encode()).layer_count == 3  # bytes paths work too
+
+
+def test_a_run_resumed_from_a_checkpoint_ends_bit_identical(ctx, tmp_path):
+    path = tmp_path / "checkpoint.safetensors"
+    dataset = data(ctx, 200, 21)  # 6 steps of 32 per epoch
+    model = mlp(ctx)
+    trainer = adam(model)
+    trainer.fit(dataset, epochs=1, batch_size=32)
+    trainer.save_checkpoint(path)
+    trainer.fit(dataset, epochs=2, batch_size=32)
+    uninterrupted = weight_bytes(model)
+
+    resumed_model = mlp(ctx)  # fresh initial weights: only the checkpoint can make them equal
+    assert weight_bytes(resumed_model) != uninterrupted
+    resumed = adam(resumed_model)
+    resumed.load_checkpoint(str(path))
+    assert resumed.progress == (6, 1)
+    resumed.fit(dataset, epochs=2, batch_size=32)
+    assert weight_bytes(resumed_model) == uninterrupted
+    assert resumed.progress == trainer.progress
+    assert resumed.loss_scale == trainer.loss_scale
+
+    from_checkpoint = mptrain.Model.load(ctx, path)  # a checkpoint holds the model too
+    assert weight_bytes(from_checkpoint) == weight_bytes(mptrain.Model.load(ctx, path))
+    assert from_checkpoint.layer_count == 3
+
+
+def test_automatic_checkpoints_keep_the_newest_and_can_be_turned_off(ctx, tmp_path):
+    dataset = data(ctx, 200, 31)
+    trainer = adam(mlp(ctx))
+    trainer.set_checkpointing(tmp_path, every_steps=5, keep_last=2)
+    trainer.fit(dataset, epochs=3, batch_size=32)  # 18 steps: checkpoints at 5, 10, 15
+    assert saved_steps(tmp_path) == [10, 15]
+    other = adam(mlp(ctx))
+    other.load_checkpoint(tmp_path / max(os.listdir(tmp_path)))
+    assert other.progress.steps == 15
+
+    trainer.set_checkpointing(None)
+    trainer.fit(dataset, epochs=1, batch_size=32)
+    assert saved_steps(tmp_path) == [10, 15]
+    trainer.set_checkpointing(str(tmp_path), every_epochs=1, keep_last=5)
+    trainer.fit(dataset, epochs=1, batch_size=32)
+    assert saved_steps(tmp_path) == [10, 15, 30]
+
+
+def test_missing_damaged_and_mismatched_files_raise_with_their_status(ctx, tmp_path):
+    model = mlp(ctx)
+    trainer = adam(model)
+    missing = tmp_path / "missing.safetensors"
+    with raises(Status.IO_ERROR):
+        mptrain.Model.load(ctx, missing)
+    with raises(Status.IO_ERROR):
+        trainer.load_checkpoint(missing)
+
+    model_file, checkpoint = tmp_path / "model.safetensors", tmp_path / "checkpoint.safetensors"
+    model.save(model_file)
+    trainer.save_checkpoint(checkpoint)
+    truncated = tmp_path / "truncated.safetensors"
+    truncate(model_file, truncated)
+    with raises(Status.CORRUPT_DATA):
+        mptrain.Model.load(ctx, truncated)
+    truncate(checkpoint, truncated)
+    with raises(Status.CORRUPT_DATA):
+        trainer.load_checkpoint(truncated)
+    with raises(Status.CORRUPT_DATA):
+        mptrain.Model.load(ctx, truncated)
+
+    narrow = mptrain.Model(ctx, FEATURES).add_dense(CLASSES, "softmax")
+    with raises(Status.SHAPE_MISMATCH):
+        adam(narrow).load_checkpoint(checkpoint)
+    with raises(Status.INVALID_ARGUMENT):
+        mptrain.Trainer(model, optimizer="sgd").load_checkpoint(checkpoint)
+
+    with raises(Status.IO_ERROR):
+        model.save(tmp_path / "no-such-directory" / "model.safetensors")
+    with raises(Status.INVALID_ARGUMENT):
+        model.save("bad\0path")
+    with raises(Status.INVALID_ARGUMENT):
+        mptrain.Model.load(ctx, "bad\0path")
+    with pytest.raises(TypeError):
+        model.save(42)
+    with pytest.raises(TypeError):
+        mptrain.Model.load(ctx, None)
+    with raises(Status.INVALID_ARGUMENT):
+        trainer.set_checkpointing(tmp_path, every_steps=1, keep_last=0)
+    with raises(Status.INVALID_ARGUMENT):
+        trainer.set_checkpointing(tmp_path)  # neither trigger
+
+    dataset = data(ctx, 64, 41)
+    trainer.set_checkpointing(tmp_path / "no-such-directory", every_steps=1)
+    with raises(Status.IO_ERROR):
+        trainer.fit(dataset, epochs=1, batch_size=32)
+    # ...and everything still works afterwards.
+    trainer.set_checkpointing(None)
+    trainer.fit(dataset, epochs=1, batch_size=32)
+    trainer.load_checkpoint(checkpoint)
+    mptrain.Model.load(ctx, model_file)

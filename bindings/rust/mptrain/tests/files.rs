@@ -1,0 +1,243 @@
+//! Model files and training checkpoints: a loaded model predicts bit-identically, a run resumed from
+//! a checkpoint ends with bit-identical weights, and bad files fail with their status.
+mod common;
+use common::*;
+use mptrain::*;
+use std::path::Path;
+
+fn mlp(ctx: &Context) -> Model {
+    let mut model = Model::new(ctx, FEATURES).unwrap();
+    model
+        .add_dense(16, Activation::Relu)
+        .unwrap()
+        .add_dense(8, Activation::Tanh)
+        .unwrap()
+        .add_dense(CLASSES as i64, Activation::Softmax)
+        .unwrap();
+    model
+}
+
+fn adam() -> TrainerOptions {
+    TrainerOptions::new()
+        .optimizer(Optimizer::Adam)
+        .learning_rate(0.01)
+}
+
+fn blob_data(ctx: &Context, rows: usize, seed: u64) -> Dataset {
+    let (x, y) = blobs(rows, seed);
+    Dataset::from_f32(ctx, &x, FEATURES, &y, CLASSES, true).unwrap()
+}
+
+/// Every layer's weights and biases, as bit patterns (so -0.0 != 0.0 and NaN == NaN).
+fn weight_bits(model: &mut Model) -> Vec<Vec<u32>> {
+    (0..model.layer_count().unwrap() as usize)
+        .flat_map(|layer| {
+            let (weights, bias) = model.weights(layer).unwrap();
+            [weights, bias]
+        })
+        .map(|values| values.iter().map(|v| v.to_bits()).collect())
+        .collect()
+}
+
+fn bits(values: &[f32]) -> Vec<u32> {
+    values.iter().map(|v| v.to_bits()).collect()
+}
+
+fn truncated_copy(from: &Path, to: &Path) {
+    let bytes = std::fs::read(from).unwrap();
+    std::fs::write(to, &bytes[..bytes.len() * 2 / 3]).unwrap();
+}
+
+#[test]
+fn a_saved_model_loads_and_predicts_bit_identically() {
+    let dir = TempDir::new("model");
+    let ctx = context();
+    let mut model = mlp(&ctx);
+    let data = blob_data(&ctx, 120, 11);
+    Trainer::new(&model, &adam())
+        .unwrap()
+        .fit(&data, 2, 16, true)
+        .unwrap();
+    let path = dir.join("model.safetensors");
+    model.save(&path).unwrap();
+    model.save(path.to_str().unwrap()).unwrap(); // &str works too, and overwrites
+
+    let other = Context::builder()
+        .backend(Backend::Cpu)
+        .seed(99)
+        .build()
+        .unwrap();
+    let mut loaded = Model::load(&other, &path).unwrap();
+    assert_eq!(loaded.layer_count().unwrap(), 3);
+    assert_eq!(loaded.input_features().unwrap(), FEATURES);
+    assert_eq!(loaded.output_features().unwrap(), CLASSES as i64);
+    assert_eq!(
+        loaded.parameter_count().unwrap(),
+        model.parameter_count().unwrap()
+    );
+    assert_eq!(weight_bits(&mut loaded), weight_bits(&mut model));
+    let (x, _) = blobs(30, 12);
+    assert_eq!(
+        bits(&loaded.predict(&x).unwrap()),
+        bits(&model.predict(&x).unwrap())
+    );
+    // The loaded model trains like any other.
+    let mut trainer = Trainer::new(&loaded, &adam()).unwrap();
+    trainer
+        .fit(&blob_data(&other, 60, 13), 1, 20, true)
+        .unwrap();
+}
+
+#[test]
+fn a_run_resumed_from_a_checkpoint_ends_bit_identical() {
+    let dir = TempDir::new("resume");
+    let path = dir.join("checkpoint.safetensors");
+    let ctx = context();
+    let data = blob_data(&ctx, 200, 21); // 200 / 32: 6 steps per epoch, the last 8 rows dropped
+    let mut model = mlp(&ctx);
+    let mut trainer = Trainer::new(&model, &adam()).unwrap();
+    trainer.fit(&data, 1, 32, true).unwrap();
+    trainer.save_checkpoint(&path).unwrap();
+    trainer.fit(&data, 2, 32, true).unwrap();
+    let uninterrupted = weight_bits(&mut model);
+
+    let mut resumed_model = mlp(&ctx); // fresh Glorot weights: only the checkpoint can make them equal
+    assert_ne!(weight_bits(&mut resumed_model), uninterrupted);
+    let mut resumed = Trainer::new(&resumed_model, &adam()).unwrap();
+    resumed.load_checkpoint(&path).unwrap();
+    assert_eq!(
+        resumed.progress().unwrap(),
+        TrainingProgress {
+            steps: 6,
+            epochs: 1
+        }
+    );
+    resumed.fit(&data, 2, 32, true).unwrap();
+    assert_eq!(weight_bits(&mut resumed_model), uninterrupted);
+    assert_eq!(resumed.progress().unwrap(), trainer.progress().unwrap());
+    assert_eq!(resumed.loss_scale().unwrap(), trainer.loss_scale().unwrap());
+
+    // A checkpoint holds the model too.
+    let mut from_checkpoint = Model::load(&ctx, &path).unwrap();
+    assert_eq!(from_checkpoint.layer_count().unwrap(), 3);
+    assert_eq!(from_checkpoint.weights(1).unwrap().0.len(), 8 * 16);
+}
+
+#[test]
+fn automatic_checkpoints_keep_the_newest_and_can_be_turned_off() {
+    let dir = TempDir::new("automatic");
+    let ctx = context();
+    let data = blob_data(&ctx, 200, 31);
+    let model = mlp(&ctx);
+    let mut trainer = Trainer::new(&model, &adam()).unwrap();
+    trainer
+        .set_checkpointing(Some(dir.0.as_path()), 5, 0, 2)
+        .unwrap();
+    trainer.fit(&data, 3, 32, true).unwrap(); // 18 steps: checkpoints at 5, 10, 15
+    let steps_saved = |dir: &Path| -> Vec<i64> {
+        let mut steps: Vec<i64> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+            .map(|name| {
+                let step = name
+                    .strip_prefix("checkpoint-")
+                    .and_then(|rest| rest.strip_suffix(".safetensors"))
+                    .unwrap_or_else(|| panic!("unexpected file {name}"));
+                step.parse().unwrap()
+            })
+            .collect();
+        steps.sort();
+        steps
+    };
+    assert_eq!(steps_saved(&dir.0), vec![10, 15]);
+
+    let newest = std::fs::read_dir(&dir.0)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .max()
+        .unwrap();
+    let other_model = mlp(&ctx);
+    let mut other = Trainer::new(&other_model, &adam()).unwrap();
+    other.load_checkpoint(&newest).unwrap();
+    assert_eq!(other.progress().unwrap().steps, 15);
+
+    trainer.set_checkpointing(None, 0, 0, 0).unwrap();
+    trainer.fit(&data, 1, 32, true).unwrap();
+    assert_eq!(steps_saved(&dir.0), vec![10, 15]);
+
+    // Every epoch, as well.
+    trainer
+        .set_checkpointing(Some(dir.0.as_path()), 0, 1, 5)
+        .unwrap();
+    trainer.fit(&data, 1, 32, true).unwrap();
+    assert_eq!(steps_saved(&dir.0), vec![10, 15, 30]);
+}
+
+fn expect<T: std::fmt::Debug>(result: Result<T>, status: Status) -> Error {
+    let error = result.expect_err("expected an error");
+    assert_eq!(error.status, status, "{error}");
+    assert!(!error.message.is_empty());
+    error
+}
+
+#[test]
+fn missing_damaged_and_mismatched_files_fail_with_their_status() {
+    let dir = TempDir::new("errors");
+    let ctx = context();
+    let model = mlp(&ctx);
+    let mut trainer = Trainer::new(&model, &adam()).unwrap();
+    let missing = dir.join("missing.safetensors");
+    expect(Model::load(&ctx, &missing), Status::IoError);
+    expect(trainer.load_checkpoint(&missing), Status::IoError);
+
+    let model_file = dir.join("model.safetensors");
+    let checkpoint = dir.join("checkpoint.safetensors");
+    model.save(&model_file).unwrap();
+    trainer.save_checkpoint(&checkpoint).unwrap();
+    let truncated = dir.join("truncated.safetensors");
+    truncated_copy(&model_file, &truncated);
+    expect(Model::load(&ctx, &truncated), Status::CorruptData);
+    truncated_copy(&checkpoint, &truncated);
+    expect(trainer.load_checkpoint(&truncated), Status::CorruptData);
+    expect(Model::load(&ctx, &truncated), Status::CorruptData);
+
+    let mut narrow = Model::new(&ctx, FEATURES).unwrap();
+    narrow
+        .add_dense(CLASSES as i64, Activation::Softmax)
+        .unwrap();
+    let mut narrow_trainer = Trainer::new(&narrow, &adam()).unwrap();
+    expect(
+        narrow_trainer.load_checkpoint(&checkpoint),
+        Status::ShapeMismatch,
+    );
+    let mut sgd_trainer = Trainer::new(&model, &TrainerOptions::new()).unwrap();
+    expect(
+        sgd_trainer.load_checkpoint(&checkpoint),
+        Status::InvalidArgument,
+    );
+
+    expect(
+        model.save(dir.join("no-such-directory/model.safetensors")),
+        Status::IoError,
+    );
+    expect(model.save("bad\0path"), Status::InvalidArgument);
+    expect(Model::load(&ctx, "bad\0path"), Status::InvalidArgument);
+    expect(
+        trainer.set_checkpointing(Some(dir.0.as_path()), 1, 0, 0),
+        Status::InvalidArgument,
+    );
+    expect(
+        trainer.set_checkpointing(Some(dir.0.as_path()), 0, 0, 1),
+        Status::InvalidArgument,
+    );
+    let data = blob_data(&ctx, 64, 41);
+    trainer
+        .set_checkpointing(Some(&dir.join("no-such-directory")), 1, 0, 1)
+        .unwrap();
+    expect(trainer.fit(&data, 1, 32, true), Status::IoError);
+    // ...and everything still works afterwards.
+    trainer.set_checkpointing(None, 0, 0, 0).unwrap();
+    trainer.fit(&data, 1, 32, true).unwrap();
+    trainer.load_checkpoint(&checkpoint).unwrap();
+    Model::load(&ctx, &model_file).unwrap();
+}

@@ -1,0 +1,148 @@
+// libFuzzer target for the C API's argument paths: the input is a little program of API calls
+// (create datasets, add layers, set options, fit, step, evaluate, predict, get/set weights, save and
+// load files) with fuzzed arguments, NULLs and out-of-range values. Every call must return a status
+// and leave every handle usable; sanitizers catch anything else. Sizes are bounded to keep it fast.
+// fuzz-sources: src/core/dtype.cpp src/core/context.cpp src/core/thread_pool.cpp src/memory/memory_tracker.cpp src/memory/arena_plan.cpp src/memory/arena.cpp src/sched/cpu_scheduler.cpp src/amp/precision_policy.cpp src/backend/cpu/cpu_backend.cpp src/backend/cpu/cpu_gemm.cpp src/backend/cpu/cpu_loss_head.cpp src/nn/activation.cpp src/nn/loss.cpp src/nn/model.cpp src/nn/executor.cpp src/nn/inference.cpp src/nn/trainer.cpp src/nn/model_file.cpp src/nn/checkpoint.cpp src/io/crc32c.cpp src/io/atomic_file.cpp src/io/safetensors.cpp src/data/dataset.cpp src/data/cifar10.cpp src/backend/cuda_unavailable.cpp capi/capi_errors.cpp capi/capi_context.cpp capi/capi_model.cpp capi/capi_dataset.cpp capi/capi_trainer.cpp
+// fuzz-options: -max_len=512
+// fuzz-flags: -DMPTRAIN_HAVE_OPENBLAS -I/usr/include/x86_64-linux-gnu -lopenblas -lpthread
+#include <mptrain/mptrain.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace {
+
+class Input {
+public:
+    Input(const uint8_t* data, size_t size) : data_(data), size_(size) {}
+    bool empty() const { return position_ >= size_; }
+    uint8_t byte() { return position_ < size_ ? data_[position_++] : 0; }
+    int64_t small(int64_t bound) { return static_cast<int64_t>(byte()) % bound; }
+    // Mostly sane, sometimes hostile integers.
+    int64_t count() {
+        switch (byte() % 8) {
+            case 0: return -1 - small(3);
+            case 1: return 0;
+            case 2: return std::numeric_limits<int64_t>::max() - small(3);
+            default: return 1 + small(40);
+        }
+    }
+    float real() {
+        switch (byte() % 8) {
+            case 0: return NAN;
+            case 1: return INFINITY;
+            case 2: return -1.0f;
+            case 3: return 0.0f;
+            default: return static_cast<float>(byte()) / 64.0f;
+        }
+    }
+
+private:
+    const uint8_t* data_;
+    size_t size_;
+    size_t position_ = 0;
+};
+
+const std::string& file_path() {
+    static const std::string path = [] {
+        char pattern[] = "/tmp/mptrain-fuzz-capi-XXXXXX";
+        return std::string(mkdtemp(pattern)) + "/file.safetensors";
+    }();
+    return path;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+    Input in(data, size);
+    mpt_context_options_t* options = nullptr;
+    mpt_context_options_create(&options);
+    mpt_context_options_set_backend(options, MPT_BACKEND_CPU);
+    mpt_context_options_set_threads(options, 1);
+    mpt_context_options_set_memory_budget(options, in.byte() % 2 ? 0 : static_cast<size_t>(in.byte()) * 4096);
+    mpt_context_t* context = nullptr;
+    if (mpt_context_create(options, &context) != MPT_STATUS_OK) std::abort();
+    mpt_context_options_destroy(options);
+
+    const int64_t features = 1 + in.small(12);
+    mpt_model_t* model = nullptr;
+    mpt_model_create(context, in.byte() % 16 ? features : in.count(), &model);
+    mpt_dataset_t* dataset = nullptr;
+    mpt_trainer_t* trainer = nullptr;
+    mpt_trainer_options_t* trainer_options = nullptr;
+    mpt_trainer_options_create(&trainer_options);
+    std::vector<float> buffer(4096, 0.5f);
+    std::vector<int32_t> labels(512, 0);
+
+    for (int operation = 0; operation < 24 && !in.empty(); ++operation) {
+        mpt_model_t* maybe_model = in.byte() % 16 ? model : nullptr;
+        switch (in.byte() % 16) {
+            case 0: mpt_model_add_dense(maybe_model, in.count(), static_cast<mpt_activation>(in.small(7) - 1)); break;
+            case 1: mpt_model_set_layer_dtype(maybe_model, in.small(4) - 1, static_cast<mpt_dtype>(in.small(6) - 1)); break;
+            case 2: {
+                const int64_t rows = 1 + in.small(64);
+                for (int64_t r = 0; r < rows; ++r) labels[static_cast<size_t>(r)] = static_cast<int32_t>(in.small(6) - 1);
+                for (int64_t i = 0; i < rows * features; ++i) buffer[static_cast<size_t>(i)] = in.real();
+                mpt_dataset_destroy(dataset);
+                dataset = nullptr;
+                mpt_dataset_create_f32(context, buffer.data(), rows, in.byte() % 8 ? features : in.count(), labels.data(),
+                                       static_cast<int32_t>(in.small(6)), in.byte() % 2, &dataset);
+                break;
+            }
+            case 3: mpt_trainer_options_set_precision(trainer_options, static_cast<mpt_precision>(in.small(6) - 1)); break;
+            case 4: mpt_trainer_options_set_optimizer(trainer_options, static_cast<mpt_optimizer>(in.small(5) - 1)); break;
+            case 5: mpt_trainer_options_set_learning_rate(trainer_options, in.real()); break;
+            case 6: mpt_trainer_options_set_loss(trainer_options, static_cast<mpt_loss>(in.small(6) - 1)); break;
+            case 7:
+                mpt_trainer_options_set_loss_scaling(trainer_options, static_cast<mpt_loss_scaling>(in.small(6) - 1), in.real() * 65536.0f);
+                break;
+            case 8:
+                mpt_trainer_destroy(trainer);
+                trainer = nullptr;
+                mpt_trainer_create(maybe_model, in.byte() % 8 ? trainer_options : nullptr, &trainer);
+                break;
+            case 9: mpt_trainer_fit(trainer, in.byte() % 8 ? dataset : nullptr, in.small(3), in.count(), in.byte() % 2); break;
+            case 10: mpt_trainer_step(trainer, dataset, in.count() - 1, in.count(), nullptr); break;
+            case 11: {
+                float loss, accuracy;
+                mpt_trainer_evaluate(trainer, dataset, in.count(), &loss, &accuracy);
+                break;
+            }
+            case 12: {
+                const int64_t rows = in.count();
+                mpt_trainer_predict(trainer, buffer.data(), rows, buffer.data() + 2048, in.count());
+                mpt_model_predict(maybe_model, buffer.data(), rows, buffer.data() + 2048, in.count());
+                break;
+            }
+            case 13: {
+                const int64_t layer = in.small(4) - 1;
+                if (in.byte() % 2) mpt_model_get_weights(maybe_model, layer, buffer.data(), in.count(), buffer.data() + 2048, in.count());
+                else mpt_model_set_weights(maybe_model, layer, buffer.data(), in.count(), buffer.data() + 2048, in.count());
+                break;
+            }
+            case 14:
+                if (in.byte() % 2) mpt_trainer_save_checkpoint(trainer, file_path().c_str());
+                else mpt_trainer_load_checkpoint(trainer, file_path().c_str());
+                break;
+            case 15: {
+                mpt_model_save(maybe_model, file_path().c_str());
+                mpt_model_t* loaded = nullptr;
+                if (mpt_model_load(context, file_path().c_str(), &loaded) == MPT_STATUS_OK) mpt_model_destroy(loaded);
+                break;
+            }
+        }
+        if (mpt_last_error() == nullptr) std::abort();
+    }
+    mpt_trainer_options_destroy(trainer_options);
+    mpt_trainer_destroy(trainer);
+    mpt_dataset_destroy(dataset);
+    mpt_model_destroy(model);
+    mpt_context_destroy(context);
+    return 0;
+}

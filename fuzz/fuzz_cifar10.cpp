@@ -1,0 +1,68 @@
+// libFuzzer target for the CIFAR-10 loader: the input becomes a test_batch.bin (its first byte picks
+// an exact-size file built from the rest, or the raw bytes at whatever size), loaded with a limit the
+// input also picks. Any input must load or fail with IO_ERROR / CORRUPT_DATA, and a loaded set must
+// hold only labels 0..9.
+// fuzz-sources: src/core/dtype.cpp src/core/context.cpp src/core/thread_pool.cpp src/memory/memory_tracker.cpp src/memory/arena_plan.cpp src/memory/arena.cpp src/sched/cpu_scheduler.cpp src/amp/precision_policy.cpp src/backend/cpu/cpu_backend.cpp src/backend/cpu/cpu_gemm.cpp src/backend/cpu/cpu_loss_head.cpp src/nn/activation.cpp src/nn/loss.cpp src/nn/model.cpp src/nn/executor.cpp src/nn/inference.cpp src/nn/trainer.cpp src/nn/model_file.cpp src/nn/checkpoint.cpp src/io/crc32c.cpp src/io/atomic_file.cpp src/io/safetensors.cpp src/data/dataset.cpp src/data/cifar10.cpp src/backend/cuda_unavailable.cpp
+// fuzz-options: -max_len=8192
+// fuzz-flags: -DMPTRAIN_HAVE_OPENBLAS -I/usr/include/x86_64-linux-gnu -lopenblas -lpthread
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "data/cifar10.h"
+
+namespace {
+
+const std::string& directory() {
+    static const std::string path = [] {
+        char pattern[] = "/tmp/mptrain-fuzz-cifar-XXXXXX";
+        return std::string(mkdtemp(pattern));
+    }();
+    return path;
+}
+
+std::shared_ptr<mpt::Context> context() {
+    static const std::shared_ptr<mpt::Context> shared = [] {
+        mpt::ContextConfig config;
+        config.backend = MPT_BACKEND_CPU;
+        config.threads = 1;
+        return std::make_shared<mpt::Context>(config);
+    }();
+    return shared;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+    if (size < 3) return 0;
+    const bool exact_size = data[0] & 1;
+    const int64_t limit = data[1] % 4 == 0 ? 0 : data[2] * 7;
+    std::vector<uint8_t> file;
+    if (exact_size) {
+        // A well-sized file whose records repeat the input: labels and pixels come from the fuzzer.
+        file.resize(static_cast<size_t>(mpt::kCifar10FileBytes));
+        const size_t body = size - 3;
+        for (size_t i = 0; i < file.size(); ++i) file[i] = body ? data[3 + i % body] : 0;
+    } else {
+        file.assign(data + 3, data + size);
+    }
+    const std::string path = directory() + "/test_batch.bin";
+    std::FILE* out = std::fopen(path.c_str(), "wb");
+    if (!out) std::abort();
+    if (!file.empty() && std::fwrite(file.data(), 1, file.size(), out) != file.size()) std::abort();
+    std::fclose(out);
+    try {
+        auto dataset = mpt::load_cifar10(context(), directory(), false, limit);
+        for (int32_t label : dataset->labels())
+            if (label < 0 || label > 9) std::abort();
+        if (dataset->features() != mpt::kCifar10Features) std::abort();
+    } catch (const mpt::Error& error) {
+        if (error.status() != MPT_STATUS_CORRUPT_DATA && error.status() != MPT_STATUS_IO_ERROR) std::abort();
+    }
+    return 0;
+}
