@@ -28,9 +28,7 @@ void mpt_context_options_destroy(mpt_context_options_t* options) { delete option
 mpt_status mpt_context_options_set_backend(mpt_context_options_t* options, mpt_backend backend) {
     MPT_API_BEGIN
     require_pointer(options, "options");
-    require(backend == MPT_BACKEND_AUTO || backend == MPT_BACKEND_CPU || backend == MPT_BACKEND_CUDA,
-            MPT_STATUS_INVALID_ARGUMENT, "unknown backend");
-    options->config.backend = backend;
+    options->config.backend = mpt::capi::checked_enum(backend, MPT_BACKEND_AUTO, MPT_BACKEND_CUDA, "backend");
     MPT_API_END
 }
 
@@ -68,9 +66,7 @@ mpt_status mpt_context_options_set_log_callback(mpt_context_options_t* options, 
 mpt_status mpt_context_options_set_log_level(mpt_context_options_t* options, mpt_log_level level) {
     MPT_API_BEGIN
     require_pointer(options, "options");
-    require(level >= MPT_LOG_LEVEL_DEBUG && level <= MPT_LOG_LEVEL_ERROR, MPT_STATUS_INVALID_ARGUMENT,
-            "unknown log level");
-    options->config.log_level = level;
+    options->config.log_level = mpt::capi::checked_enum(level, MPT_LOG_LEVEL_DEBUG, MPT_LOG_LEVEL_ERROR, "log level");
     MPT_API_END
 }
 
@@ -104,9 +100,8 @@ mpt_status mpt_context_resolve_precision(const mpt_context_t* context, mpt_preci
     MPT_API_BEGIN
     const mpt::Context& impl = impl_of(context, "context");
     require_pointer(out, "out");
-    require(requested >= MPT_PRECISION_FP32 && requested <= MPT_PRECISION_AUTO, MPT_STATUS_INVALID_ARGUMENT,
-            "unknown precision");
-    *out = mpt::resolve_precision(requested, impl.backend()).precision;
+    const mpt_precision precision = mpt::capi::checked_enum(requested, MPT_PRECISION_FP32, MPT_PRECISION_AUTO, "precision");
+    *out = mpt::resolve_precision(precision, impl.backend()).precision;
     MPT_API_END
 }
 

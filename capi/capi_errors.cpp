@@ -1,4 +1,5 @@
 // Version, status strings and the thread-local last-error message.
+#include <cstring>
 #include <string>
 
 #include "capi_internal.h"
@@ -28,7 +29,10 @@ extern "C" {
 const char* mpt_version(void) { return mpt::kVersionString; }
 
 const char* mpt_status_string(mpt_status status) {
-    switch (status) {
+    // Any integer may arrive here from C: switch on the raw value, never on an out-of-range enum.
+    int raw;
+    std::memcpy(&raw, &status, sizeof raw);
+    switch (raw) {
         case MPT_STATUS_OK: return "MPT_STATUS_OK";
         case MPT_STATUS_INVALID_ARGUMENT: return "MPT_STATUS_INVALID_ARGUMENT";
         case MPT_STATUS_SHAPE_MISMATCH: return "MPT_STATUS_SHAPE_MISMATCH";

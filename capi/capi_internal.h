@@ -4,6 +4,8 @@
 #pragma once
 
 #include <atomic>
+#include <cstring>
+#include <type_traits>
 #include <memory>
 #include <new>
 #include <string>
@@ -44,6 +46,17 @@ void clear_error() noexcept;
 template <typename T>
 void require_pointer(const T* pointer, const char* name) {
     if (!pointer) fail(MPT_STATUS_INVALID_ARGUMENT, std::string(name) + " is NULL");
+}
+
+// A C caller may pass any integer as an enum. Reading an out-of-range value through the C++ enum type
+// is undefined behaviour, so the raw bits are copied out and checked before the value is used.
+template <typename Enum>
+Enum checked_enum(const Enum& value, int first, int last, const char* what) {
+    std::underlying_type_t<Enum> raw;
+    std::memcpy(&raw, &value, sizeof raw);
+    if (static_cast<long long>(raw) < first || static_cast<long long>(raw) > last)
+        fail(MPT_STATUS_INVALID_ARGUMENT, std::string("unknown ") + what + " " + std::to_string(static_cast<long long>(raw)));
+    return static_cast<Enum>(raw);
 }
 
 template <typename Handle>

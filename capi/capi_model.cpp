@@ -12,15 +12,15 @@ using mpt::require;
 
 namespace {
 
-mpt::Activation to_activation(mpt_activation activation) {
-    switch (activation) {
+mpt::Activation to_activation(const mpt_activation& raw) {
+    switch (mpt::capi::checked_enum(raw, MPT_ACTIVATION_LINEAR, MPT_ACTIVATION_SOFTMAX, "activation")) {
         case MPT_ACTIVATION_LINEAR: return mpt::Activation::linear;
         case MPT_ACTIVATION_RELU: return mpt::Activation::relu;
         case MPT_ACTIVATION_SIGMOID: return mpt::Activation::sigmoid;
         case MPT_ACTIVATION_TANH: return mpt::Activation::tanh;
         case MPT_ACTIVATION_SOFTMAX: return mpt::Activation::softmax;
     }
-    fail(MPT_STATUS_INVALID_ARGUMENT, "unknown activation " + std::to_string(static_cast<int>(activation)));
+    fail(MPT_STATUS_INVALID_ARGUMENT, "unknown activation");
 }
 
 const mpt::DenseLayer& layer_of(const mpt::Model& model, int64_t layer) {
@@ -61,7 +61,7 @@ mpt_status mpt_model_set_layer_dtype(mpt_model_t* model, int64_t layer, mpt_dtyp
     MPT_API_BEGIN
     mpt::Model& impl = impl_of(model, "model");
     std::optional<mpt::DType> override;
-    switch (dtype) {
+    switch (mpt::capi::checked_enum(dtype, MPT_DTYPE_DEFAULT, MPT_DTYPE_BF16, "dtype")) {
         case MPT_DTYPE_DEFAULT: break;
         case MPT_DTYPE_FP32: override = mpt::DType::fp32; break;
         case MPT_DTYPE_FP16: override = mpt::DType::fp16; break;

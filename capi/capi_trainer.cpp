@@ -39,29 +39,25 @@ void mpt_trainer_options_destroy(mpt_trainer_options_t* options) { delete option
 mpt_status mpt_trainer_options_set_precision(mpt_trainer_options_t* options, mpt_precision precision) {
     MPT_API_BEGIN
     require_pointer(options, "options");
-    require(precision >= MPT_PRECISION_FP32 && precision <= MPT_PRECISION_AUTO, MPT_STATUS_INVALID_ARGUMENT,
-            "unknown precision");
-    options->config.precision = precision;
+    options->config.precision = mpt::capi::checked_enum(precision, MPT_PRECISION_FP32, MPT_PRECISION_AUTO, "precision");
     MPT_API_END
 }
 
 mpt_status mpt_trainer_options_set_loss(mpt_trainer_options_t* options, mpt_loss loss) {
     MPT_API_BEGIN
     require_pointer(options, "options");
-    require(loss >= MPT_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY && loss <= MPT_LOSS_MEAN_SQUARED_ERROR,
-            MPT_STATUS_INVALID_ARGUMENT, "unknown loss");
-    options->config.loss = static_cast<mpt::LossKind>(loss);
+    options->config.loss = static_cast<mpt::LossKind>(mpt::capi::checked_enum(
+        loss, MPT_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY, MPT_LOSS_MEAN_SQUARED_ERROR, "loss"));
     MPT_API_END
 }
 
 mpt_status mpt_trainer_options_set_optimizer(mpt_trainer_options_t* options, mpt_optimizer optimizer) {
     MPT_API_BEGIN
     require_pointer(options, "options");
-    require(optimizer >= MPT_OPTIMIZER_SGD && optimizer <= MPT_OPTIMIZER_ADAMW, MPT_STATUS_INVALID_ARGUMENT,
-            "unknown optimizer");
-    options->config.optimizer.kind = static_cast<mpt::OptimizerKind>(optimizer);
+    const mpt_optimizer kind = mpt::capi::checked_enum(optimizer, MPT_OPTIMIZER_SGD, MPT_OPTIMIZER_ADAMW, "optimizer");
+    options->config.optimizer.kind = static_cast<mpt::OptimizerKind>(kind);
     // Keras's AdamW default decay, unless the caller already chose one.
-    if (optimizer == MPT_OPTIMIZER_ADAMW && options->config.optimizer.weight_decay == 0.0f)
+    if (kind == MPT_OPTIMIZER_ADAMW && options->config.optimizer.weight_decay == 0.0f)
         options->config.optimizer.weight_decay = 0.004f;
     MPT_API_END
 }
@@ -107,10 +103,10 @@ mpt_status mpt_trainer_options_set_loss_scaling(mpt_trainer_options_t* options, 
                                                 float initial_scale) {
     MPT_API_BEGIN
     require_pointer(options, "options");
-    require(mode >= MPT_LOSS_SCALING_DEFAULT && mode <= MPT_LOSS_SCALING_DYNAMIC, MPT_STATUS_INVALID_ARGUMENT,
-            "unknown loss scaling mode");
+    const mpt_loss_scaling scaling =
+        mpt::capi::checked_enum(mode, MPT_LOSS_SCALING_DEFAULT, MPT_LOSS_SCALING_DYNAMIC, "loss scaling mode");
     require_finite_positive(initial_scale, "initial_scale");
-    options->config.loss_scaling = mode;
+    options->config.loss_scaling = scaling;
     options->config.scaler.initial_scale = initial_scale;
     MPT_API_END
 }

@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -839,17 +840,20 @@ int signal_write_step(mpt::AtomicWriteStep step) {
     return 0;
 }
 
-// Reads the child's step reports until `code` arrives; false after 10 s without it.
+// Reads the child's step reports until `code` arrives; false if the child dies or 10 s pass first.
 bool wait_for_step(int fd, char code) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    char got = 0;
-    while (std::chrono::steady_clock::now() < deadline) {
+    for (;;) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+        if (left.count() <= 0) return false;
+        pollfd ready{fd, POLLIN, 0};
+        if (::poll(&ready, 1, static_cast<int>(left.count())) <= 0) continue;
+        char got = 0;
         const ssize_t n = ::read(fd, &got, 1);
         if (n == 1 && got == code) return true;
         if (n == 0) return false;  // the child died
         if (n < 0 && errno != EINTR) return false;
     }
-    return false;
 }
 
 TEST_CASE("a process killed at random points while checkpointing leaves the old or the new file, never a torn one") {

@@ -317,9 +317,7 @@ SafetensorsWriter::Entry& SafetensorsWriter::add_entry(const std::string& name, 
     };
     if (name == metadata_key) invalid("the name is reserved for the metadata");
     if (!is_valid_utf8_text(name)) invalid("the name is not valid UTF-8");
-    for (const Entry& entry : entries_) {
-        if (entry.name == name) invalid("added twice");
-    }
+    if (names_.count(name) != 0) invalid("added twice");
     const size_t element_size = safetensors_dtype_size(dtype);
     if (element_size == 0) invalid("unknown dtype " + printable(dtype));
     if (shape.size() > SafetensorsReader::max_rank) invalid("too many dimensions");
@@ -342,6 +340,7 @@ SafetensorsWriter::Entry& SafetensorsWriter::add_entry(const std::string& name, 
     entry.bytes = bytes;
     entry.borrowed = static_cast<const uint8_t*>(data);
     entries_.push_back(std::move(entry));
+    names_.insert(name);
     return entries_.back();
 }
 

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -75,6 +76,7 @@ private:
     Layout layout() const;
 
     std::vector<Entry> entries_;
+    std::set<std::string> names_;
     std::map<std::string, std::string> metadata_;
 };
 
