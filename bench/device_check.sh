@@ -5,9 +5,9 @@
 # and prints a short table last. Logs go to a work folder; what the device tool should bring back
 # (summary, test log, bench logs, merged JSON records: at most 8 files) is copied to $OUT.
 #
-# The device machine has no Debian packages: carry doctest's headers in the git-ignored .deps/.
-# Once, on the development machine, in the repository root:
-#   mkdir -p .deps/include && cp -r /usr/include/doctest .deps/include/
+# The device machine has no Debian packages: carry doctest's and nlohmann-json's headers in the
+# git-ignored .deps/. Once, on the development machine, in the repository root:
+#   mkdir -p .deps/include && cp -r /usr/include/doctest /usr/include/nlohmann .deps/include/
 # Then through the device tool:
 #   run(command="bash bench/device_check.sh", carry=[".deps"], timeout_s=540)
 # Environment: FULL_CTEST=1 also runs every other test; SKIP_PEERS=1 skips the peers.
