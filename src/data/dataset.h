@@ -46,8 +46,6 @@ public:
     float offset() const { return offset_; }
     const std::vector<int32_t>& labels() const { return labels_; }
     const std::vector<float>& targets() const { return targets_; }
-    const uint8_t* u8_samples() const { return u8_.data(); }
-    const float* f32_samples() const { return f32_.data(); }
 
     // The dataset in the context's backend memory, uploaded on first use on a GPU. Thread-safe.
     DatasetView device_view() const;

@@ -24,7 +24,6 @@ public:
     size_t total_bytes() const { return total_; }
     // Sum of all buffer sizes: what the arena would need without liveness reuse.
     size_t unshared_bytes() const;
-    int buffer_count() const { return static_cast<int>(buffers_.size()); }
 
 private:
     struct Buffer {

@@ -32,7 +32,6 @@ public:
     int64_t planned_rows() const { return planned_rows_; }
     size_t planned_bytes() const;     // both arenas as planned
     size_t allocated_bytes() const;   // both arenas as allocated
-    size_t unshared_step_bytes() const { return step_plan_.unshared_bytes(); }
 
     // Refreshes the low-precision weight copies if the model's masters changed since last time.
     void sync_weights();
