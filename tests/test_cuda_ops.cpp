@@ -312,11 +312,14 @@ void compare_dense_backward_data(Backend& reference, Backend& candidate, const B
         const size_t mask_bytes = backend.relu_mask_bytes(c.rows, c.in_features);
         Buffer mask(backend, mask_bytes);
         Buffer activation = upload(backend, c.compute, activation_values);
+        // The previous layer's operands outlive the backward on purpose: releasing any buffer makes
+        // the CUDA backend forget every ReLU mask it tracks (the address may be reused), so freeing
+        // them before the backward would silently turn the DRELU case into the fallback.
+        Buffer x = upload(backend, c.input_grad, previous_input);
+        Buffer w = upload(backend, c.input_grad, previous_weights);
+        Buffer bias = upload(backend, c.input_grad, previous_bias);
         if (c.with_mask) {
             // The previous layer's forward writes A_prev (and, on a GPU, the mask) in layer i's dtype.
-            Buffer x = upload(backend, c.input_grad, previous_input);
-            Buffer w = upload(backend, c.input_grad, previous_weights);
-            Buffer bias = upload(backend, c.input_grad, previous_bias);
             DenseForwardArgs forward{};
             forward.input = x.data();
             forward.weights = w.data();
