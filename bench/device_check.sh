@@ -59,6 +59,9 @@ if [ -x "$bench" ]; then
         --json "$WORK/mptrain_small.json" 2>&1 | tee "$WORK/bench_small.log" || status=6
     timeout 120 "$bench" --backend cuda --precision fp32,mixed-fp16,mixed-bf16 --batch 4096 --steps 50 \
         --json "$WORK/mptrain_large.json" 2>&1 | tee "$WORK/bench_large.log" || status=6
+    # The same step with the data set left in host memory: batches staged through pinned buffers.
+    timeout 60 "$bench" --backend cuda --precision mixed-bf16 --batch 32,256 --streamed \
+        --json "$WORK/mptrain_streamed.json" 2>&1 | tee "$WORK/bench_streamed.log" || status=6
 else
     echo "no $bench (MPTRAIN_BUILD_BENCH off or bench/ missing)"
 fi
@@ -73,7 +76,8 @@ if [ "${SKIP_PEERS:-0}" != 1 ]; then
 fi
 
 stage "summary"
-python3 bench/peers/summary.py "$WORK"/mptrain_small.json "$WORK"/mptrain_large.json "$WORK"/torch.json "$WORK"/jax.json \
+python3 bench/peers/summary.py "$WORK"/mptrain_small.json "$WORK"/mptrain_large.json "$WORK"/mptrain_streamed.json \
+    "$WORK"/torch.json "$WORK"/jax.json \
     | tee "$WORK/summary.txt"
 echo "GPU tests: $(grep -E 'tests passed|tests failed' "$WORK/ctest_cuda.log" | tail -1)"
 python3 - "$WORK" "$OUT/records.json" <<'PY'

@@ -70,6 +70,13 @@ mpt_status mpt_context_options_set_log_level(mpt_context_options_t* options, mpt
     MPT_API_END
 }
 
+mpt_status mpt_context_options_set_dataset_device_budget(mpt_context_options_t* options, size_t bytes) {
+    MPT_API_BEGIN
+    require_pointer(options, "options");
+    options->config.dataset_device_budget = bytes;
+    MPT_API_END
+}
+
 mpt_status mpt_context_options_set_memory_budget(mpt_context_options_t* options, size_t bytes) {
     MPT_API_BEGIN
     require_pointer(options, "options");

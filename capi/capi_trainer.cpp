@@ -263,6 +263,15 @@ mpt_status mpt_trainer_set_checkpointing(mpt_trainer_t* trainer, const char* dir
     MPT_API_END
 }
 
+mpt_status mpt_trainer_get_last_epoch_time(const mpt_trainer_t* trainer, double* seconds, int64_t* steps) {
+    MPT_API_BEGIN
+    const mpt::Trainer& impl = impl_of(trainer, "trainer");
+    const mpt::EpochTiming timing = impl.last_epoch_timing();
+    if (seconds) *seconds = timing.seconds;
+    if (steps) *steps = timing.steps;
+    MPT_API_END
+}
+
 mpt_status mpt_trainer_get_memory(const mpt_trainer_t* trainer, size_t* planned_bytes, size_t* allocated_bytes) {
     MPT_API_BEGIN
     const mpt::Trainer& impl = impl_of(trainer, "trainer");

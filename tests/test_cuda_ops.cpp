@@ -23,6 +23,7 @@
 #include "data/dataset.h"
 #include "nn/model.h"
 #include "nn/trainer.h"
+#include "support/training_fixture.h"
 #if defined(MPTRAIN_WITH_CUDA)
 #include "backend/cuda/cuda_backend.h"
 #endif
@@ -30,6 +31,7 @@
 namespace {
 
 using namespace mpt;
+using namespace mpt::testing;
 
 #define SKIP_WITHOUT_GPU()                                                     \
     do {                                                                       \
@@ -775,53 +777,6 @@ void compare_conversions(Backend& reference, Backend& candidate) {
 
 // ---- whole training runs -------------------------------------------------------------------------
 
-std::shared_ptr<Context> make_context(mpt_backend backend, uint64_t seed = 7) {
-    ContextConfig config;
-    config.backend = backend;
-    config.threads = 2;
-    config.seed = seed;
-    return std::make_shared<Context>(config);
-}
-
-std::shared_ptr<Model> make_mlp(const std::shared_ptr<Context>& context, int64_t inputs) {
-    auto model = std::make_shared<Model>(context, inputs);
-    model->add_dense(48, Activation::relu);
-    model->add_dense(40, Activation::relu);
-    model->add_dense(10, Activation::softmax);
-    model->build();
-    return model;
-}
-
-struct SyntheticData {
-    std::vector<uint8_t> samples;
-    std::vector<int32_t> labels;
-    int64_t rows, features;
-};
-
-// Learnable: the label decides which band of features is bright.
-SyntheticData synthetic_data(int64_t rows, int64_t features, uint32_t seed) {
-    std::mt19937 engine(seed);
-    std::uniform_int_distribution<int> noise(0, 90), label(0, 9);
-    SyntheticData data{std::vector<uint8_t>(static_cast<size_t>(rows * features)),
-                       std::vector<int32_t>(static_cast<size_t>(rows)), rows, features};
-    for (int64_t r = 0; r < rows; ++r) {
-        const int32_t y = label(engine);
-        data.labels[static_cast<size_t>(r)] = y;
-        for (int64_t f = 0; f < features; ++f) {
-            int value = noise(engine);
-            if (f % 10 == y) value += 150;
-            data.samples[static_cast<size_t>(r * features + f)] = static_cast<uint8_t>(value);
-        }
-    }
-    return data;
-}
-
-std::vector<float> master_block(const Model& model) {
-    std::vector<float> block(static_cast<size_t>(model.parameter_block_elements()));
-    model.read_master_block(block.data());
-    return block;
-}
-
 struct TrainingRun {
     std::vector<float> initial, final;
     EvaluationResult evaluation;
@@ -837,8 +792,7 @@ TrainingRun train(mpt_backend backend, mpt_precision precision, const SyntheticD
     (void)graphs;
 #endif
     auto model = make_mlp(context, data.features);
-    auto dataset = Dataset::from_u8(context, data.samples.data(), data.rows, data.features, data.labels.data(), 10,
-                                    1.0f / 255.0f, 0.0f);
+    auto dataset = to_dataset(context, data);
     TrainerConfig config;
     config.precision = precision;
     config.optimizer.learning_rate = 0.05f;

@@ -72,6 +72,40 @@ TEST_CASE("an exception on the copy lane is rethrown to the host and the schedul
     CHECK(scheduler.host_sync_count() == 2);
 }
 
+TEST_CASE("completed() polls an event without blocking and wait_host() blocks until it has passed") {
+    CpuScheduler scheduler;
+    std::atomic<bool> release{false};
+    struct Gate {
+        std::atomic<bool>* release;
+    } gate{&release};
+    scheduler.submit(Lane::copy, [](void* argument) {
+        while (!static_cast<Gate*>(argument)->release->load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }, &gate);
+    const Event copy_done = scheduler.record(Lane::copy);
+    CHECK_FALSE(scheduler.completed(copy_done));
+    CHECK(scheduler.completed(scheduler.record(Lane::compute)));  // compute work ran inline
+    const uint64_t syncs = scheduler.host_sync_count();
+    std::thread opener([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        release = true;
+    });
+    scheduler.wait_host(copy_done);
+    opener.join();
+    CHECK(scheduler.completed(copy_done));
+    CHECK(scheduler.host_sync_count() == syncs + 1);  // it had to wait
+    scheduler.wait_host(copy_done);                    // already passed: no wait counted
+    CHECK(scheduler.host_sync_count() == syncs + 1);
+}
+
+TEST_CASE("the timer measures the span between its start and stop") {
+    CpuScheduler scheduler;
+    scheduler.start_timer();
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    scheduler.stop_timer();
+    CHECK(scheduler.timer_seconds() >= 0.029);
+    CHECK(scheduler.timer_seconds() < 5.0);
+}
+
 TEST_CASE("the thread pool covers every index exactly once with static ranges") {
     ThreadPool pool(3);
     for (int64_t count : {0, 1, 5, 1000, 100003}) {

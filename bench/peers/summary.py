@@ -21,7 +21,9 @@ def load(paths):
 
 def main():
     records = load(sys.argv[1:])
-    ours = {(r["precision"], r["batch"]): r["us_per_step"] for r in records if r.get("backend") == "cuda"}
+    cuda = [r for r in records if r.get("backend") == "cuda"]
+    ours = {(r["precision"], r["batch"]): r["us_per_step"] for r in cuda if r.get("data", "resident") == "resident"}
+    streamed = [r for r in cuda if r.get("data") == "streamed"]
     peers = {(r["framework"], r["variant"], r["batch"]): r["us_per_step"] for r in records if "framework" in r}
     batches = sorted({b for (_, b) in ours} | {b for (_, _, b) in peers})
 
@@ -51,6 +53,10 @@ def main():
         line += f" | {ratio} {verdict:>7} {faster:>10}"
         print(line)
     print("best peer = fastest peer's us/step over mptrain mixed-bf16 (> 1: mptrain faster)")
+    for r in streamed:
+        resident = ours.get((r["precision"], r["batch"]))
+        versus = f", {r['us_per_step'] / resident:.2f}x the resident data set" if resident else ""
+        print(f"streamed from host memory: {r['precision']} batch {r['batch']}: {r['us_per_step']:.0f} us/step{versus}")
 
 
 if __name__ == "__main__":

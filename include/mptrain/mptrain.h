@@ -161,8 +161,16 @@ MPT_API mpt_status mpt_context_options_set_log_callback(mpt_context_options_t* o
 /** Minimum level passed to the log callback (default INFO). */
 MPT_API mpt_status mpt_context_options_set_log_level(mpt_context_options_t* options, mpt_log_level level);
 /** Upper bound on the bytes of all arenas of this context; 0 = unlimited. Exceeding it at planning
- *  time fails with MPT_STATUS_OUT_OF_MEMORY before any work starts. */
+ *  time fails with MPT_STATUS_OUT_OF_MEMORY before any work starts. Data sets kept in device memory
+ *  count against it too (one that does not fit is streamed instead, see below). */
 MPT_API mpt_status mpt_context_options_set_memory_budget(mpt_context_options_t* options, size_t bytes);
+/** Device memory one data set may occupy on a GPU (its samples, labels and targets). A data set
+ *  within it is copied to the device on first use, and each batch is gathered and normalised there
+ *  by one kernel. A larger one stays in host memory: each batch's rows are copied into one of two
+ *  pinned buffers and sent on the copy stream while the previous batch computes. Default SIZE_MAX:
+ *  resident whenever device memory and the memory budget allow, streamed otherwise; 0 streams every
+ *  data set. The CPU backend reads data sets in place and ignores this. */
+MPT_API mpt_status mpt_context_options_set_dataset_device_budget(mpt_context_options_t* options, size_t bytes);
 
 /** Creates a context.
  *  \param[in]  options  may be NULL for defaults; not retained (may be destroyed afterwards).
@@ -293,8 +301,11 @@ MPT_API mpt_status mpt_trainer_options_set_loss_scaler_dynamics(mpt_trainer_opti
 
 /** Per-step progress. Return non-zero to cancel fit (it then returns MPT_STATUS_CANCELLED).
  *  `epoch` counts from 0 over the trainer's life; `step` runs from 1 to `steps_per_epoch` within it.
- *  `loss` and `accuracy` are the running means of the epoch so far. Reading them costs the GPU
- *  backend a wait for the step, so set this callback only when the numbers are shown. */
+ *  `loss` and `accuracy` are the running means of the epoch so far, exactly as of that step. On the
+ *  CPU it is called after each step. On a GPU the numbers come back asynchronously through pinned
+ *  memory, so the call for a step arrives once the device has finished it (a few steps later; every
+ *  step is reported, in order) and never stalls the device; a cancel then also stops the steps
+ *  already queued behind it (at most 8). */
 typedef int (*mpt_progress_fn)(int64_t epoch, int64_t step, int64_t steps_per_epoch, float loss,
                                float accuracy, void* user_data);
 /** End of each epoch (`epoch` counts from 0); return non-zero to stop training (fit then returns
@@ -356,6 +367,11 @@ MPT_API mpt_status mpt_trainer_load_checkpoint(mpt_trainer_t* trainer, const cha
  *  A failed write stops fit with MPT_STATUS_IO_ERROR and keeps the previous checkpoints. */
 MPT_API mpt_status mpt_trainer_set_checkpointing(mpt_trainer_t* trainer, const char* directory,
                                                  int64_t every_steps, int64_t every_epochs, int64_t keep_last);
+/** Duration of the last epoch that fit completed and its step count (steps resumed from an
+ *  interrupted epoch only): on a GPU the device time between CUDA events on the compute stream
+ *  around the epoch's steps, on the CPU the host time of the same span. Both are 0 before the first
+ *  completed epoch. Either pointer may be NULL. */
+MPT_API mpt_status mpt_trainer_get_last_epoch_time(const mpt_trainer_t* trainer, double* seconds, int64_t* steps);
 /** Arena bytes of this trainer: planned for the current batch size, and allocated. */
 MPT_API mpt_status mpt_trainer_get_memory(const mpt_trainer_t* trainer, size_t* planned_bytes,
                                           size_t* allocated_bytes);

@@ -134,6 +134,10 @@ public:
     ContextOptions& device(int value) { detail::check(mpt_context_options_set_device(get(), value)); return *this; }
     ContextOptions& log_level(mpt_log_level value) { detail::check(mpt_context_options_set_log_level(get(), value)); return *this; }
     ContextOptions& memory_budget(size_t bytes) { detail::check(mpt_context_options_set_memory_budget(get(), bytes)); return *this; }
+    ContextOptions& dataset_device_budget(size_t bytes) {
+        detail::check(mpt_context_options_set_dataset_device_budget(get(), bytes));
+        return *this;
+    }
     /** The callback is copied into every Context created from these options. */
     ContextOptions& log(std::function<void(mpt_log_level, const char*)> callback) {
         log_ = std::move(callback);
@@ -489,6 +493,13 @@ public:
         size_t planned = 0, allocated = 0;
         detail::check(mpt_trainer_get_memory(get(), &planned, &allocated));
         return {planned, allocated};
+    }
+    /** {seconds, steps} of the last epoch fit completed (device time on a GPU). */
+    std::pair<double, int64_t> last_epoch_time() const {
+        double seconds = 0.0;
+        int64_t steps = 0;
+        detail::check(mpt_trainer_get_last_epoch_time(get(), &seconds, &steps));
+        return {seconds, steps};
     }
     mpt_trainer_t* get() const noexcept { return handle_.get(); }
 

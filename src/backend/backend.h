@@ -101,8 +101,13 @@ struct GatherArgs {
     bool samples_are_u8;
     float scale;                 // x * scale + offset
     float offset;
-    const int32_t* order;        // backend memory: row indices of the epoch's order
-    int64_t first;               // position in `order` of the batch's first row
+    const int32_t* order;        // backend memory: row indices of the epoch's order (null: identity)
+    // A streamed dataset (DatasetView::streamed): samples, labels and targets are host memory, and
+    // the rows come from `host_order` (host memory; null: identity) instead of `order`. Only GPU
+    // backends see these; they stage the rows through pinned memory.
+    bool streamed;
+    const int32_t* host_order;
+    int64_t first;               // position in the order of the batch's first row
     int64_t rows;
     int64_t features;
     int64_t padded_features;
@@ -130,10 +135,16 @@ public:
 
     virtual void* allocate(size_t bytes) = 0;   // 256-byte aligned; throws Error on failure
     virtual void release(void* pointer) noexcept = 0;
+    // Host memory that copy_to_host_async can write into (pinned on CUDA); throws Error on failure.
+    virtual void* allocate_host(size_t bytes) = 0;
+    virtual void release_host(void* pointer) noexcept = 0;
     // Copies outside a step (synchronous for the host).
     virtual void copy_to_device(void* destination, const void* source, size_t bytes) = 0;
     virtual void copy_to_host(void* destination, const void* source, size_t bytes) = 0;
     virtual void fill_zero(void* destination, size_t bytes) = 0;
+    // Enqueues a copy into `host` (from allocate_host) on the current lane without waiting for it:
+    // the bytes are there once an event recorded after this call has completed.
+    virtual void copy_to_host_async(void* host, const void* source, size_t bytes) = 0;
     // Converts fp32 values into `dtype` storage (the low-precision weight copy after set_weights).
     virtual void convert_from_fp32(void* destination, DType dtype, const float* source, int64_t count) = 0;
     virtual void convert_to_fp32(float* destination, const void* source, DType dtype, int64_t count) = 0;
@@ -141,6 +152,9 @@ public:
     virtual Scheduler& scheduler() = 0;
 
     // ---- step operations, issued on the scheduler's current lane ----
+    // Writes an epoch's row order to `order` (backend memory): the identity, or the permutation of
+    // `seed` that data/epoch_order.h defines, identical on every backend.
+    virtual void fill_order(int32_t* order, int64_t rows, bool shuffle, uint64_t seed) = 0;
     virtual void gather_batch(const GatherArgs& args) = 0;
     virtual void dense_forward(const DenseForwardArgs& args) = 0;
     virtual void loss_head(const LossHeadArgs& args) = 0;

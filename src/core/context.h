@@ -2,6 +2,7 @@
 // memory budget. Models, datasets and trainers hold a shared_ptr to it, so it outlives them all.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -21,6 +22,7 @@ struct ContextConfig {
     void* log_user_data = nullptr;
     mpt_log_level log_level = MPT_LOG_LEVEL_INFO;
     size_t memory_budget = 0;
+    size_t dataset_device_budget = SIZE_MAX;
 };
 
 class Context {

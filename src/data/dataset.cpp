@@ -33,6 +33,11 @@ Dataset::~Dataset() {
     if (device_samples_) backend.release(device_samples_);
     if (device_labels_) backend.release(device_labels_);
     if (device_targets_) backend.release(device_targets_);
+    context_->memory().unreserve(reserved_bytes_);
+}
+
+size_t Dataset::storage_bytes() const {
+    return u8_.size() + f32_.size() * sizeof(float) + labels_.size() * sizeof(int32_t) + targets_.size() * sizeof(float);
 }
 
 void Dataset::validate_labels() const {
@@ -101,19 +106,54 @@ std::shared_ptr<Dataset> Dataset::from_f32_targets(std::shared_ptr<Context> cont
 DatasetView Dataset::device_view() const {
     Backend& backend = context_->backend();
     const void* host_samples = is_u8() ? static_cast<const void*>(u8_.data()) : static_cast<const void*>(f32_.data());
-    if (backend.kind() == BackendKind::cpu)
-        return DatasetView{host_samples, has_labels() ? labels_.data() : nullptr, targets_.empty() ? nullptr : targets_.data()};
+    const DatasetView host{host_samples, has_labels() ? labels_.data() : nullptr,
+                           targets_.empty() ? nullptr : targets_.data(), false};
+    if (backend.kind() == BackendKind::cpu) return host;
     std::lock_guard<std::mutex> lock(upload_mutex_);
-    auto upload = [&](void*& device, const void* host, size_t bytes) {
-        if (device || bytes == 0) return;
-        void* buffer = backend.allocate(bytes);
-        backend.copy_to_device(buffer, host, bytes);
-        device = buffer;
+    if (!placed_) place_on_device();
+    if (streamed_) return DatasetView{host.samples, host.labels, host.targets, true};
+    return DatasetView{device_samples_, static_cast<const int32_t*>(device_labels_),
+                       static_cast<const float*>(device_targets_), false};
+}
+
+void Dataset::place_on_device() const {
+    Backend& backend = context_->backend();
+    const size_t bytes = storage_bytes();
+    const size_t budget = context_->config().dataset_device_budget;
+    auto stream = [&](const std::string& why) {
+        streamed_ = true;
+        placed_ = true;
+        context_->log(MPT_LOG_LEVEL_INFO, "dataset: " + std::to_string(bytes >> 20) + " MiB streamed from host memory (" +
+                                              why + ")");
     };
-    upload(device_samples_, host_samples, is_u8() ? u8_.size() : f32_.size() * sizeof(float));
-    upload(device_labels_, labels_.data(), labels_.size() * sizeof(int32_t));
-    upload(device_targets_, targets_.data(), targets_.size() * sizeof(float));
-    return DatasetView{device_samples_, static_cast<const int32_t*>(device_labels_), static_cast<const float*>(device_targets_)};
+    if (bytes > budget) return stream("over the dataset device budget of " + std::to_string(budget) + " bytes");
+    try {
+        context_->memory().reserve(bytes);
+    } catch (const Error& error) {
+        return stream(error.what());
+    }
+    reserved_bytes_ = bytes;
+    auto upload = [&](void*& device, const void* host, size_t size) {
+        if (size == 0) return;
+        device = backend.allocate(size);
+        backend.copy_to_device(device, host, size);
+    };
+    try {
+        upload(device_samples_, is_u8() ? static_cast<const void*>(u8_.data()) : static_cast<const void*>(f32_.data()),
+               is_u8() ? u8_.size() : f32_.size() * sizeof(float));
+        upload(device_labels_, labels_.data(), labels_.size() * sizeof(int32_t));
+        upload(device_targets_, targets_.data(), targets_.size() * sizeof(float));
+    } catch (const Error& error) {
+        for (void** device : {&device_samples_, &device_labels_, &device_targets_}) {
+            backend.release(*device);
+            *device = nullptr;
+        }
+        context_->memory().unreserve(reserved_bytes_);
+        reserved_bytes_ = 0;
+        if (error.status() != MPT_STATUS_OUT_OF_MEMORY) throw;
+        return stream("the device is out of memory");
+    }
+    placed_ = true;
 }
 
 }  // namespace mpt

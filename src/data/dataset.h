@@ -11,11 +11,13 @@
 
 namespace mpt {
 
-// Where the backend reads a dataset from: host memory on the CPU, device memory on a GPU.
+// Where the backend reads a dataset from: host memory on the CPU, device memory on a GPU when the
+// dataset is resident there, host memory when it is streamed (too large for its device budget).
 struct DatasetView {
     const void* samples;
     const int32_t* labels;
     const float* targets;
+    bool streamed;
 };
 
 class Dataset {
@@ -47,12 +49,21 @@ public:
     const std::vector<int32_t>& labels() const { return labels_; }
     const std::vector<float>& targets() const { return targets_; }
 
-    // The dataset in the context's backend memory, uploaded on first use on a GPU. Thread-safe.
+    // The dataset in the context's backend memory, uploaded on first use on a GPU when it fits the
+    // context's dataset device budget, its memory budget and the device; otherwise a streamed view
+    // of host memory. Thread-safe.
     DatasetView device_view() const;
+    size_t storage_bytes() const;  // samples, labels and targets
+    // Whether device_view() chose to stream (false before its first call and on the CPU).
+    bool streamed() const {
+        std::lock_guard<std::mutex> lock(upload_mutex_);
+        return streamed_;
+    }
 
 private:
     Dataset(std::shared_ptr<Context> context, int64_t rows, int64_t features);
     void validate_labels() const;
+    void place_on_device() const;  // with upload_mutex_ held
 
     std::shared_ptr<Context> context_;
     int64_t rows_;
@@ -67,6 +78,9 @@ private:
     float offset_ = 0.0f;
 
     mutable std::mutex upload_mutex_;
+    mutable bool placed_ = false;     // residency decided (on the first device_view)
+    mutable bool streamed_ = false;
+    mutable size_t reserved_bytes_ = 0;  // held in the context's memory tracker while resident
     mutable void* device_samples_ = nullptr;
     mutable void* device_labels_ = nullptr;
     mutable void* device_targets_ = nullptr;

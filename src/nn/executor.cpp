@@ -55,8 +55,7 @@ void Executor::plan_persistent() {
     int state_ids[2] = {-1, -1};
     for (int s = 0; s < state_arrays; ++s)
         state_ids[s] = plan.add(static_cast<size_t>(parameters) * sizeof(float), 0, ArenaPlan::kAlways);
-    const int train_state_id = plan.add(sizeof(TrainState), 0, ArenaPlan::kAlways);
-    const int metrics_id = plan.add(kMetricsCount * sizeof(double), 0, ArenaPlan::kAlways);
+    const int report_id = plan.add(sizeof(StepReport), 0, ArenaPlan::kAlways);
     const int bounds_id = plan.add(2 * model_.layers().size() * sizeof(float), 0, ArenaPlan::kAlways);
     plan.solve();
     persistent_planned_ = plan.total_bytes();
@@ -66,8 +65,10 @@ void Executor::plan_persistent() {
     low_copies_ = pointer(low_id);
     gradient_scratch_ = reinterpret_cast<float*>(pointer(scratch_id));
     for (int s = 0; s < 2; ++s) optimizer_states_[s] = reinterpret_cast<float*>(pointer(state_ids[s]));
-    state_ = reinterpret_cast<TrainState*>(pointer(train_state_id));
-    metrics_ = reinterpret_cast<double*>(pointer(metrics_id));
+    // Addresses inside backend memory, computed on the host; never dereferenced here.
+    report_ = reinterpret_cast<StepReport*>(pointer(report_id));
+    state_ = &report_->state;
+    metrics_ = report_->metrics;
     gradient_bounds_ = reinterpret_cast<float*>(pointer(bounds_id));
     write_state(initial_train_state(scaler_));
 }
@@ -165,9 +166,11 @@ void Executor::sync_weights() {
     synced_weights_version_ = model_.weights_version();
 }
 
-void Executor::gather(const Dataset& dataset, const DatasetView& view, const int32_t* order, int64_t first,
-                      int64_t rows, int slot) {
+void Executor::gather(const Dataset& dataset, const DatasetView& view, const int32_t* order,
+                      const int32_t* host_order, int64_t first, int64_t rows, int slot) {
     GatherArgs args{};
+    args.streamed = view.streamed;
+    args.host_order = host_order;
     args.samples = view.samples;
     args.samples_are_u8 = dataset.is_u8();
     args.scale = dataset.scale();
@@ -317,6 +320,8 @@ void Executor::write_state(const TrainState& state) { backend_.copy_to_device(st
 void Executor::read_metrics(double* metrics) const {
     backend_.copy_to_host(metrics, metrics_, kMetricsCount * sizeof(double));
 }
+
+void Executor::report_async(StepReport* host) const { backend_.copy_to_host_async(host, report_, sizeof(StepReport)); }
 
 void Executor::write_metrics(const double* metrics) {
     backend_.copy_to_device(metrics_, metrics, kMetricsCount * sizeof(double));

@@ -22,6 +22,13 @@ enum class ExecutionMode { training, inference };
 // Buffers for two batches exist so the next one can be gathered while the current one computes.
 constexpr int kBatchSlots = 2;
 
+// What a step leaves for the host to read: the train state and the running metrics, adjacent in
+// backend memory so that one asynchronous copy brings both back.
+struct StepReport {
+    TrainState state;
+    double metrics[kMetricsCount];
+};
+
 class Executor {
 public:
     Executor(Model& model, const PrecisionPolicy& policy, ExecutionMode mode, LossKind loss,
@@ -37,8 +44,9 @@ public:
     void sync_weights();
 
     // ---- phases, issued on the scheduler's current lane ----
-    void gather(const Dataset& dataset, const DatasetView& view, const int32_t* order, int64_t first, int64_t rows,
-                int slot);
+    // `order` is backend memory; `host_order` (host memory, null: identity) is read for a streamed view.
+    void gather(const Dataset& dataset, const DatasetView& view, const int32_t* order, const int32_t* host_order,
+                int64_t first, int64_t rows, int slot);
     // Copies host fp32 rows into `slot`'s input (inference staging path, outside steps).
     void load_inputs(const float* host_rows, int64_t rows, int slot);
     void forward(int slot, int64_t rows);
@@ -56,6 +64,9 @@ public:
     TrainState read_state() const;
     void write_state(const TrainState& state);
     void read_metrics(double* metrics) const;  // kMetricsCount values
+    // Enqueues a copy of the step report into `host` (Backend::allocate_host memory) on the current
+    // lane; it has landed once an event recorded after it completes.
+    void report_async(StepReport* host) const;
     void reset_metrics();
     void write_metrics(const double* metrics);
     // Copies the last loss head's outputs (unpadded, [rows, classes]) to host memory.
@@ -108,8 +119,9 @@ private:
     float* gradient_scratch_ = nullptr;  // one layer's dW and db, for optimizers with state
     float* gradient_bounds_ = nullptr;   // (max|dZ_i|, max|A_prev_i|) per layer
     float* optimizer_states_[2] = {nullptr, nullptr};
-    TrainState* state_ = nullptr;
-    double* metrics_ = nullptr;
+    StepReport* report_ = nullptr;
+    TrainState* state_ = nullptr;   // &report_->state
+    double* metrics_ = nullptr;     // report_->metrics
     uint64_t synced_weights_version_ = ~uint64_t{0};
 
     // Step arena: batch-sized buffers with liveness reuse.

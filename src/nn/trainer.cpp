@@ -2,7 +2,6 @@
 #include "nn/trainer.h"
 
 #include <algorithm>
-#include <numeric>
 #include <string>
 
 #include "core/error.h"
@@ -76,7 +75,9 @@ Trainer::~Trainer() {
         backend.scheduler().synchronize();
     } catch (...) {
     }
-    if (order_device_) backend.release(order_device_);
+    backend.release(epoch_order_device_);
+    backend.release(identity_device_);
+    backend.release_host(reports_);
 }
 
 void Trainer::check_dataset(const Dataset& dataset) const {
@@ -102,33 +103,30 @@ void Trainer::check_dataset(const Dataset& dataset) const {
     }
 }
 
-void Trainer::prepare_order(int64_t rows, bool shuffle) {
-    order_host_.resize(static_cast<size_t>(rows));
-    std::iota(order_host_.begin(), order_host_.end(), 0);
-    if (shuffle)
-        for (int64_t i = rows - 1; i > 0; --i)
-            std::swap(order_host_[static_cast<size_t>(i)],
-                      order_host_[static_cast<size_t>(shuffle_rng_.next_below(static_cast<uint64_t>(i) + 1))]);
-    order_is_identity_ = !shuffle;
-    upload_order(rows);
+void Trainer::reserve_order(void*& buffer, int64_t& capacity, int64_t rows) {
+    if (rows <= capacity) return;
+    Backend& backend = model_->context()->backend();
+    backend.scheduler().synchronize();  // a gather may still read the old buffer
+    backend.release(buffer);
+    buffer = nullptr;
+    capacity = 0;
+    buffer = backend.allocate(static_cast<size_t>(rows) * sizeof(int32_t));
+    capacity = rows;
 }
 
-void Trainer::upload_order(int64_t rows) {
-    Backend& backend = model_->context()->backend();
-    if (rows > order_capacity_) {
-        backend.scheduler().synchronize();
-        if (order_device_) backend.release(order_device_);
-        order_device_ = nullptr;
-        order_device_ = backend.allocate(static_cast<size_t>(rows) * sizeof(int32_t));
-        order_capacity_ = rows;
+const int32_t* Trainer::identity_order(int64_t rows) {
+    if (rows > identity_capacity_) {
+        reserve_order(identity_device_, identity_capacity_, rows);
+        // Issued on the compute lane, where step and evaluate also gather.
+        model_->context()->backend().fill_order(static_cast<int32_t*>(identity_device_), rows, false, 0);
     }
-    backend.copy_to_device(order_device_, order_host_.data(), static_cast<size_t>(rows) * sizeof(int32_t));
+    return static_cast<const int32_t*>(identity_device_);
 }
 
 void Trainer::run_gather(void* argument) {
     GatherTask& task = *static_cast<GatherTask*>(argument);
-    task.trainer->executor_.gather(*task.dataset, task.view, static_cast<const int32_t*>(task.trainer->order_device_),
-                                   task.first, task.rows, task.slot);
+    task.trainer->executor_.gather(*task.dataset, task.view, task.order, task.host_order, task.first, task.rows,
+                                   task.slot);
 }
 
 void Trainer::run_train_step(void* argument) {
@@ -150,6 +148,41 @@ void Trainer::check_finite_step(const TrainState& state) {
                                     "unchanged). Check the data and the learning rate.");
 }
 
+void Trainer::issue_report(int64_t step) {
+    Backend& backend = model_->context()->backend();
+    if (!reports_) reports_ = static_cast<StepReport*>(backend.allocate_host(kReportSlots * sizeof(StepReport)));
+    const int slot = (report_head_ + reports_pending_) % kReportSlots;
+    executor_.report_async(&reports_[slot]);
+    report_landed_[slot] = backend.scheduler().record(Lane::compute);
+    report_step_[slot] = step;
+    ++reports_pending_;
+}
+
+void Trainer::deliver_report(int64_t steps_per_epoch, int64_t batch_rows) {
+    const int slot = report_head_;
+    model_->context()->backend().scheduler().wait_host(report_landed_[slot]);
+    report_head_ = (report_head_ + 1) % kReportSlots;
+    --reports_pending_;
+    const StepReport& report = reports_[slot];
+    check_finite_step(report.state);
+    if (!callbacks_.progress) return;
+    const int64_t step = report_step_[slot];
+    const double* metrics = report.metrics;
+    const float mean_loss = static_cast<float>(metrics[kMetricLossSum] / static_cast<double>(step * batch_rows));
+    const float accuracy = static_cast<float>(metrics[kMetricCorrect] / std::max(1.0, metrics[kMetricCounted]));
+    if (call_host(callbacks_.progress, "progress", epochs_completed_, step, steps_per_epoch, mean_loss, accuracy,
+                  callbacks_.user_data))
+        fail(MPT_STATUS_CANCELLED, "training cancelled by the progress callback");
+}
+
+void Trainer::deliver_landed_reports(int64_t steps_per_epoch, int64_t batch_rows) {
+    Scheduler& scheduler = model_->context()->backend().scheduler();
+    // A full ring means the host is kReportSlots steps ahead: wait for the oldest to make room.
+    if (reports_pending_ == kReportSlots) deliver_report(steps_per_epoch, batch_rows);
+    while (reports_pending_ > 0 && scheduler.completed(report_landed_[report_head_]))
+        deliver_report(steps_per_epoch, batch_rows);
+}
+
 void Trainer::fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bool shuffle) {
     require(epochs >= 0, MPT_STATUS_INVALID_ARGUMENT, "epochs must be >= 0");
     require(batch_size > 0, MPT_STATUS_INVALID_ARGUMENT, "batch_size must be positive");
@@ -159,40 +192,62 @@ void Trainer::fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bo
     const int64_t steps = rows / batch_rows;  // the last partial batch is dropped
     // An epoch interrupted by a cancel or captured in a checkpoint is finished first, in its saved
     // order, when fit continues with the same data geometry; otherwise it is abandoned.
+    const bool order_kept = static_cast<int64_t>(restored_order_.size()) == rows ||
+                            (restored_order_.empty() && device_has_epoch_order_);
     bool resume = steps_into_epoch_ > 0 && rows == epoch_rows_ && batch_rows == last_batch_size_ && shuffle == shuffle_ &&
-                  static_cast<int64_t>(epoch_order_.size()) == rows;
+                  order_kept;
     if (steps_into_epoch_ > 0 && !resume)
         model_->context()->log(MPT_LOG_LEVEL_INFO, "fit: the interrupted epoch is abandoned (other data, batch size or shuffling)");
     executor_.reserve_rows(batch_rows);
     last_batch_size_ = batch_rows;
     shuffle_ = shuffle;
     epoch_rows_ = rows;
-    Scheduler& scheduler = model_->context()->backend().scheduler();
+    Backend& backend = model_->context()->backend();
+    Scheduler& scheduler = backend.scheduler();
     const DatasetView view = dataset.device_view();
+    // Reports are issued on the CPU too, where they land at once: a non-finite step stops fit there
+    // before the next one. On a GPU only a progress callback needs them; fit checks at epoch end.
+    const bool reporting = callbacks_.progress != nullptr || backend.kind() == BackendKind::cpu;
 
     for (int64_t epoch = 0; epoch < epochs; ++epoch) {
         DrainOnExit drain(scheduler);
+        report_head_ = 0;
+        reports_pending_ = 0;
         int64_t first_step = 0;
         if (resume) {
-            order_host_ = epoch_order_;
-            order_is_identity_ = false;
-            upload_order(rows);
+            if (!restored_order_.empty()) {
+                reserve_order(epoch_order_device_, epoch_order_capacity_, rows);
+                backend.copy_to_device(epoch_order_device_, restored_order_.data(), restored_order_.size() * sizeof(int32_t));
+                restored_order_.clear();
+            }
             first_step = steps_into_epoch_;
             resume = false;
         } else {
-            prepare_order(rows, shuffle);
-            epoch_order_ = order_host_;
+            restored_order_.clear();
+            reserve_order(epoch_order_device_, epoch_order_capacity_, rows);
+            backend.fill_order(static_cast<int32_t*>(epoch_order_device_), rows, shuffle, shuffle ? shuffle_rng_.next_u64() : 0);
             executor_.reset_metrics();
             steps_into_epoch_ = 0;
         }
+        device_has_epoch_order_ = true;
+        // The copy lane reads the order: it starts after the compute lane has written it.
+        scheduler.wait(Lane::copy, scheduler.record(Lane::compute));
         executor_.sync_weights();
+        const int32_t* order = static_cast<const int32_t*>(epoch_order_device_);
+        const int32_t* host_order = nullptr;
+        if (view.streamed) {  // the host picks the rows it stages: it needs the order too (once an epoch)
+            host_epoch_order_.resize(static_cast<size_t>(rows));
+            backend.copy_to_host(host_epoch_order_.data(), order, host_epoch_order_.size() * sizeof(int32_t));
+            host_order = host_epoch_order_.data();
+        }
         auto submit_gather = [&](int64_t step_index) {
             GatherTask& task = gather_tasks_[step_index % kBatchSlots];
-            task = GatherTask{this, &dataset, view, step_index * batch_rows, batch_rows,
+            task = GatherTask{this, &dataset, view, order, host_order, step_index * batch_rows, batch_rows,
                               static_cast<int>(step_index % kBatchSlots)};
             scheduler.submit(Lane::copy, &Trainer::run_gather, &task);
             return scheduler.record(Lane::copy);
         };
+        scheduler.start_timer();
         Event ready[kBatchSlots];
         if (first_step < steps) ready[first_step % kBatchSlots] = submit_gather(first_step);
         for (int64_t s = first_step; s < steps; ++s) {
@@ -209,26 +264,22 @@ void Trainer::fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bo
             scheduler.submit(Lane::compute, &Trainer::run_train_step, &step_task_);
             steps_into_epoch_ = s + 1;
             ++steps_taken_;
-            if (model_->context()->backend().kind() == BackendKind::cpu || callbacks_.progress) {
-                check_finite_step(executor_.read_state());
-            }
-            if (callbacks_.progress) {
-                double metrics[kMetricsCount];
-                executor_.read_metrics(metrics);
-                const float mean_loss = static_cast<float>(metrics[kMetricLossSum] / static_cast<double>((s + 1) * batch_rows));
-                const float accuracy = static_cast<float>(metrics[kMetricCorrect] / std::max(1.0, metrics[kMetricCounted]));
-                if (call_host(callbacks_.progress, "progress", epochs_completed_, s + 1, steps, mean_loss, accuracy,
-                              callbacks_.user_data))
-                    fail(MPT_STATUS_CANCELLED, "training cancelled by the progress callback");
+            if (reporting) {
+                issue_report(s + 1);
+                deliver_landed_reports(steps, batch_rows);
             }
             if (s + 1 < steps) checkpoint_if_due(false);
         }
+        scheduler.stop_timer();
         scheduler.synchronize();
+        while (reports_pending_ > 0) deliver_report(steps, batch_rows);
+        last_epoch_timing_ = EpochTiming{scheduler.timer_seconds(), steps - first_step};
         check_finite_step(executor_.read_state());
         double metrics[kMetricsCount];
         executor_.read_metrics(metrics);
         ++epochs_completed_;
         steps_into_epoch_ = 0;
+        device_has_epoch_order_ = false;
         checkpoint_if_due(true);
         const float epoch_loss = static_cast<float>(metrics[kMetricLossSum] / static_cast<double>(steps * batch_rows));
         const float epoch_accuracy = static_cast<float>(metrics[kMetricCorrect] / std::max(1.0, metrics[kMetricCounted]));
@@ -245,11 +296,11 @@ float Trainer::step(const Dataset& dataset, int64_t first, int64_t batch_size) {
             "rows [first, first + batch_size) must lie inside the dataset");
     executor_.reserve_rows(batch_size);
     last_batch_size_ = batch_size;
-    if (!order_is_identity_ || static_cast<int64_t>(order_host_.size()) < dataset.rows()) prepare_order(dataset.rows(), false);
+    const int32_t* order = identity_order(dataset.rows());
     executor_.sync_weights();
     Scheduler& scheduler = model_->context()->backend().scheduler();
     DrainOnExit drain(scheduler);
-    gather_tasks_[0] = GatherTask{this, &dataset, dataset.device_view(), first, batch_size, 0};
+    gather_tasks_[0] = GatherTask{this, &dataset, dataset.device_view(), order, nullptr, first, batch_size, 0};
     scheduler.submit(Lane::compute, &Trainer::run_gather, &gather_tasks_[0]);
     step_task_ = StepTask{this, 0, batch_size};
     scheduler.submit(Lane::compute, &Trainer::run_train_step, &step_task_);
@@ -268,7 +319,7 @@ EvaluationResult Trainer::evaluate(const Dataset& dataset, int64_t batch_size) {
     const int64_t rows = dataset.rows();
     const int64_t batch_rows = std::min(batch_size, rows);
     executor_.reserve_rows(batch_rows);
-    prepare_order(rows, false);
+    const int32_t* order = identity_order(rows);
     executor_.sync_weights();
     // Evaluation shares the metric accumulators with training: keep an interrupted epoch's.
     double training_metrics[kMetricsCount];
@@ -279,7 +330,7 @@ EvaluationResult Trainer::evaluate(const Dataset& dataset, int64_t batch_size) {
     const DatasetView view = dataset.device_view();
     for (int64_t first = 0; first < rows; first += batch_rows) {
         const int64_t count = std::min(batch_rows, rows - first);
-        gather_tasks_[0] = GatherTask{this, &dataset, view, first, count, 0};
+        gather_tasks_[0] = GatherTask{this, &dataset, view, order, nullptr, first, count, 0};
         scheduler.submit(Lane::compute, &Trainer::run_gather, &gather_tasks_[0]);
         executor_.forward(0, count);
         executor_.loss_head(0, count, Executor::HeadMode::evaluate);
@@ -305,7 +356,6 @@ void Trainer::predict(const float* inputs, int64_t rows, float* outputs) {
         executor_.read_outputs(outputs + first * classes, count);
     }
 }
-
 
 void Trainer::set_checkpointing(const CheckpointPolicy& policy) {
     require(policy.every_steps >= 0 && policy.every_epochs >= 0, MPT_STATUS_INVALID_ARGUMENT,
@@ -336,7 +386,15 @@ TrainerSnapshot Trainer::snapshot() const {
     snapshot.dataset_rows = epoch_rows_;
     snapshot.shuffle = shuffle_;
     snapshot.shuffle_rng = shuffle_rng_.state();
-    if (steps_into_epoch_ > 0) snapshot.epoch_order = epoch_order_;
+    if (steps_into_epoch_ > 0) {
+        if (!restored_order_.empty()) {
+            snapshot.epoch_order = restored_order_;
+        } else if (device_has_epoch_order_) {
+            snapshot.epoch_order.resize(static_cast<size_t>(epoch_rows_));
+            model_->context()->backend().copy_to_host(snapshot.epoch_order.data(), epoch_order_device_,
+                                                      snapshot.epoch_order.size() * sizeof(int32_t));
+        }
+    }
     executor_.read_metrics(snapshot.metrics);
     return snapshot;
 }
@@ -353,7 +411,8 @@ void Trainer::restore(const TrainerSnapshot& snapshot) {
     epoch_rows_ = snapshot.dataset_rows;
     shuffle_ = snapshot.shuffle;
     shuffle_rng_.set_state(snapshot.shuffle_rng);
-    epoch_order_ = snapshot.epoch_order;
+    restored_order_ = snapshot.epoch_order;
+    device_has_epoch_order_ = false;
 }
 
 }  // namespace mpt

@@ -53,6 +53,12 @@ struct EvaluationResult {
     float accuracy;
 };
 
+// The last completed epoch of fit, timed on the compute lane (CUDA events on a GPU).
+struct EpochTiming {
+    double seconds = 0.0;
+    int64_t steps = 0;
+};
+
 class Trainer {
 public:
     Trainer(std::shared_ptr<Model> model, const TrainerConfig& config);
@@ -68,6 +74,7 @@ public:
     mpt_precision precision() const { return executor_.policy().precision; }
     TrainState state() const { return executor_.read_state(); }
     int64_t epochs_completed() const { return epochs_completed_; }
+    EpochTiming last_epoch_timing() const { return last_epoch_timing_; }
     const Executor& executor() const { return executor_; }
     Executor& executor() { return executor_; }
     const std::shared_ptr<Model>& model() const { return model_; }
@@ -84,6 +91,8 @@ private:
         Trainer* trainer;
         const Dataset* dataset;
         DatasetView view;
+        const int32_t* order;
+        const int32_t* host_order;  // for a streamed dataset; null: identity
         int64_t first;
         int64_t rows;
         int slot;
@@ -97,11 +106,19 @@ private:
     static void run_train_step(void* task);
 
     void check_dataset(const Dataset& dataset) const;
-    // Writes the epoch's row order to backend memory (identity, or a fresh shuffle).
-    void prepare_order(int64_t rows, bool shuffle);
-    void upload_order(int64_t rows);
+    // Grows a backend order buffer to `rows` entries (contents lost on growth).
+    void reserve_order(void*& buffer, int64_t& capacity, int64_t rows);
+    // The identity order over at least `rows` rows, for step and evaluate.
+    const int32_t* identity_order(int64_t rows);
     // Raises MPT_STATUS_NON_FINITE when a step without loss scaling met NaN/Inf (its update was skipped).
     void check_finite_step(const TrainState& state);
+    // Step reports: after a step, its TrainState and running metrics are copied asynchronously into
+    // a ring of host buffers (pinned on a GPU); each is delivered (finite check, progress callback)
+    // once its copy has landed, so reading the numbers never stalls the device. The host blocks
+    // only when the ring is full, i.e. when it runs kReportSlots steps ahead of the device.
+    void issue_report(int64_t step);
+    void deliver_report(int64_t steps_per_epoch, int64_t batch_rows);
+    void deliver_landed_reports(int64_t steps_per_epoch, int64_t batch_rows);
     // Writes a checkpoint when the policy says so after this step or epoch.
     void checkpoint_if_due(bool epoch_ended);
 
@@ -110,21 +127,31 @@ private:
     Executor executor_;
     TrainerCallbacks callbacks_;
     Rng shuffle_rng_;
-    std::vector<int32_t> order_host_;
-    void* order_device_ = nullptr;
-    int64_t order_capacity_ = 0;
-    bool order_is_identity_ = false;  // the identity covers any dataset up to order_host_.size() rows
+    void* epoch_order_device_ = nullptr;  // fit's order; outlives an interrupted epoch for its resume
+    int64_t epoch_order_capacity_ = 0;
+    bool device_has_epoch_order_ = false;  // it holds the current (or interrupted) epoch's order
+    void* identity_device_ = nullptr;
+    int64_t identity_capacity_ = 0;
     int64_t last_batch_size_ = 0;
     int64_t epochs_completed_ = 0;
     int64_t steps_into_epoch_ = 0;
     int64_t steps_taken_ = 0;  // host mirror of TrainState::steps
     bool shuffle_ = false;
     int64_t epoch_rows_ = 0;   // rows of the dataset of the current (or interrupted) epoch
-    std::vector<int32_t> epoch_order_;  // the current (or interrupted) epoch's row order
+    std::vector<int32_t> restored_order_;  // an interrupted epoch's order from a checkpoint
+    std::vector<int32_t> host_epoch_order_;  // a copy of the epoch's order when the data is streamed
     CheckpointPolicy checkpointing_;
     int64_t skipped_seen_ = 0;
     GatherTask gather_tasks_[kBatchSlots] = {};
     StepTask step_task_ = {};
+    EpochTiming last_epoch_timing_;
+
+    static constexpr int kReportSlots = 8;
+    StepReport* reports_ = nullptr;  // kReportSlots, from Backend::allocate_host
+    Event report_landed_[kReportSlots];
+    int64_t report_step_[kReportSlots] = {};
+    int report_head_ = 0;
+    int reports_pending_ = 0;
 };
 
 }  // namespace mpt

@@ -65,6 +65,22 @@ void CpuScheduler::synchronize() {
 
 Lane CpuScheduler::current_lane() const { return tls_lane; }
 
+bool CpuScheduler::completed(const Event& event) {
+    if (event.lane == Lane::compute) return true;  // compute work ran inline before record()
+    std::lock_guard<std::mutex> lock(mutex_);
+    return completed_ >= event.ticket;
+}
+
+void CpuScheduler::wait_host(const Event& event) {
+    if (event.lane == Lane::compute) return;
+    if (!completed(event)) ++host_syncs_;
+    wait_for_copy_ticket(event.ticket);
+}
+
+void CpuScheduler::start_timer() { timer_start_ = std::chrono::steady_clock::now(); }
+void CpuScheduler::stop_timer() { timer_stop_ = std::chrono::steady_clock::now(); }
+double CpuScheduler::timer_seconds() { return std::chrono::duration<double>(timer_stop_ - timer_start_).count(); }
+
 void CpuScheduler::worker_loop() {
     tls_lane = Lane::copy;
     std::unique_lock<std::mutex> lock(mutex_);

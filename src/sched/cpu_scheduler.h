@@ -2,6 +2,7 @@
 // worker thread draining a fixed ring of tasks, so the next batch is gathered while this one computes.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
@@ -21,6 +22,11 @@ public:
     void wait(Lane waiter, const Event& event) override;
     void synchronize() override;
     Lane current_lane() const override;
+    bool completed(const Event& event) override;
+    void wait_host(const Event& event) override;
+    void start_timer() override;
+    void stop_timer() override;
+    double timer_seconds() override;
 
 private:
     struct Task {
@@ -39,6 +45,7 @@ private:
     uint64_t completed_ = 0;  // copy tasks finished
     bool stopping_ = false;
     std::exception_ptr copy_error_;
+    std::chrono::steady_clock::time_point timer_start_{}, timer_stop_{};
     std::thread worker_;  // last: it starts once every member it uses exists
 };
 

@@ -34,6 +34,18 @@ public:
     virtual void synchronize() = 0;
     // The lane whose work the calling code is issuing now (inside a task: that task's lane).
     virtual Lane current_lane() const = 0;
+    // Whether the work before `event` has finished; never blocks.
+    virtual bool completed(const Event& event) = 0;
+    // Blocks the host until the work before `event` has finished (a host synchronisation when it
+    // has to wait); rethrows an error the lane's tasks raised.
+    virtual void wait_host(const Event& event) = 0;
+
+    // Device time of the compute lane between start_timer() and stop_timer(), both issued outside
+    // tasks: CUDA events on a GPU, the host clock on the CPU (where compute runs inline). Blocks
+    // until the stop point has passed. For benchmarks and the per-epoch time the trainer reports.
+    virtual void start_timer() = 0;
+    virtual void stop_timer() = 0;
+    virtual double timer_seconds() = 0;
 
     // Debug counter: host synchronisations so far. Tests require none inside a steady-state step.
     uint64_t host_sync_count() const { return host_syncs_; }

@@ -31,6 +31,8 @@ namespace Mptrain
         public LogLevel? LogLevel { get; set; }
         /// <summary>Upper bound on the context's arena bytes; 0 = unlimited.</summary>
         public ulong? MemoryBudget { get; set; }
+        /// <summary>Device bytes one data set may occupy on a GPU; larger ones are streamed from host memory.</summary>
+        public ulong? DatasetDeviceBudget { get; set; }
         /// <summary>Receives log messages on the calling thread; its exceptions are swallowed.</summary>
         public Action<LogLevel, string> Log { get; set; }
     }
@@ -97,6 +99,8 @@ namespace Mptrain
                     if (options.LogLevel.HasValue) MptException.Check(Native.mpt_context_options_set_log_level(raw, options.LogLevel.Value));
                     if (options.MemoryBudget.HasValue)
                         MptException.Check(Native.mpt_context_options_set_memory_budget(raw, new UIntPtr(options.MemoryBudget.Value)));
+                    if (options.DatasetDeviceBudget.HasValue)
+                        MptException.Check(Native.mpt_context_options_set_dataset_device_budget(raw, new UIntPtr(options.DatasetDeviceBudget.Value)));
                     if (options.Log != null)
                     {
                         family.Log = options.Log;
@@ -496,6 +500,13 @@ namespace Mptrain
         public ulong Allocated;
     }
 
+    /// <summary>The last epoch Fit completed: device time on a GPU (CUDA events), host time on the CPU.</summary>
+    public struct EpochTime
+    {
+        public double Seconds;
+        public long Steps;
+    }
+
     /// <summary>Passed to the progress callback after each step of Fit; set Stop to end training.</summary>
     public sealed class StepProgress
     {
@@ -814,6 +825,20 @@ namespace Mptrain
                     UIntPtr planned, allocated;
                     MptException.Check(Native.mpt_trainer_get_memory(Live, out planned, out allocated));
                     return new TrainerMemory { Planned = planned.ToUInt64(), Allocated = allocated.ToUInt64() };
+                }
+            }
+        }
+
+        public EpochTime LastEpochTime
+        {
+            get
+            {
+                lock (Family.Sync)
+                {
+                    double seconds;
+                    long steps;
+                    MptException.Check(Native.mpt_trainer_get_last_epoch_time(Live, out seconds, out steps));
+                    return new EpochTime { Seconds = seconds, Steps = steps };
                 }
             }
         }

@@ -36,6 +36,7 @@ namespace Mptrain
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_context_options_set_log_callback(ContextOptionsHandle options, LogFn callback, IntPtr userData);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_context_options_set_log_level(ContextOptionsHandle options, LogLevel level);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_context_options_set_memory_budget(ContextOptionsHandle options, UIntPtr bytes);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_context_options_set_dataset_device_budget(ContextOptionsHandle options, UIntPtr bytes);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_context_create(ContextOptionsHandle options, out ContextHandle context);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern void mpt_context_destroy(IntPtr context);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_context_get_backend(ContextHandle context, out Backend backend);
@@ -94,5 +95,6 @@ namespace Mptrain
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_load_checkpoint(TrainerHandle trainer, IntPtr pathUtf8);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_set_checkpointing(TrainerHandle trainer, IntPtr directoryUtf8, long everySteps, long everyEpochs, long keepLast);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_get_memory(TrainerHandle trainer, out UIntPtr plannedBytes, out UIntPtr allocatedBytes);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_get_last_epoch_time(TrainerHandle trainer, out double seconds, out long steps);
     }
 }

@@ -31,6 +31,7 @@ namespace Mptrain.Tests
                 Assert.Equal(5L, trainer.Progress.Epochs, "epochs");
                 Assert.Equal(Precision.Fp32, trainer.Precision, "AUTO resolves to fp32 on the CPU");
                 Assert.True(trainer.Memory.Planned > 0 && trainer.Memory.Allocated >= trainer.Memory.Planned, "trainer memory");
+                Assert.True(trainer.LastEpochTime.Steps == 300 / 32 && trainer.LastEpochTime.Seconds > 0, "last epoch time");
                 Assert.Equal(Backend.Cpu, ctx.Backend, "backend");
                 Assert.True(ctx.Memory.Peak > 0, "context memory");
                 Assert.Equal(Precision.Fp32, ctx.ResolvePrecision(Precision.Auto), "resolved precision");

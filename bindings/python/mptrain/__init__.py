@@ -122,6 +122,7 @@ LossScale = collections.namedtuple("LossScale", "scale growth_tracker skipped_st
 Progress = collections.namedtuple("Progress", "steps epochs")
 Memory = collections.namedtuple("Memory", "used peak")
 TrainerMemory = collections.namedtuple("TrainerMemory", "planned allocated")
+EpochTime = collections.namedtuple("EpochTime", "seconds steps")
 
 
 class Error(Exception):
@@ -387,6 +388,8 @@ def _require(value, kind, what):
 
 class Context(_Handle):
     """Backend, threads, seed, log callback and memory budget; parent of models and datasets.
+    `dataset_device_budget` bounds the device bytes of one data set on a GPU (larger ones are streamed
+    from host memory).
 
     `log` is called as log(level: LogLevel, message: str) on the calling thread; its exceptions are
     swallowed (a log message cannot fail a call)."""
@@ -394,7 +397,7 @@ class Context(_Handle):
     _destroy_name = "mpt_context_destroy"
 
     def __init__(self, backend=None, threads=None, seed=None, device=None, log=None, log_level=None,
-                 memory_budget=None):
+                 memory_budget=None, dataset_device_budget=None):
         lib = _lib()
         family = _Family()
         options = _native.ContextOptionsP()
@@ -412,6 +415,9 @@ class Context(_Handle):
                 _check(lib.mpt_context_options_set_log_level(options, _enum(LogLevel, log_level, "log_level")))
             if memory_budget is not None:
                 _check(lib.mpt_context_options_set_memory_budget(options, _integer(memory_budget, "memory_budget")))
+            if dataset_device_budget is not None:
+                _check(lib.mpt_context_options_set_dataset_device_budget(
+                    options, _integer(dataset_device_budget, "dataset_device_budget")))
             if log is not None:
                 if not callable(log):
                     raise TypeError("log must be callable")
@@ -855,3 +861,12 @@ class Trainer(_Handle):
         with self._family.lock:
             _check(_lib().mpt_trainer_get_memory(self._get(), ctypes.byref(planned), ctypes.byref(allocated)))
         return TrainerMemory(planned.value, allocated.value)
+
+    @property
+    def last_epoch_time(self):
+        """EpochTime(seconds, steps) of the last epoch fit completed: device time between CUDA events on
+        a GPU, host time on the CPU; (0.0, 0) before the first."""
+        seconds, steps = ctypes.c_double(), ctypes.c_int64()
+        with self._family.lock:
+            _check(_lib().mpt_trainer_get_last_epoch_time(self._get(), ctypes.byref(seconds), ctypes.byref(steps)))
+        return EpochTime(seconds.value, steps.value)

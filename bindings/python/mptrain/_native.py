@@ -10,6 +10,7 @@ import os
 c_int = ctypes.c_int
 c_int32 = ctypes.c_int32
 c_int64 = ctypes.c_int64
+c_double = ctypes.c_double
 c_uint64 = ctypes.c_uint64
 c_size_t = ctypes.c_size_t
 c_float = ctypes.c_float
@@ -59,7 +60,7 @@ P = POINTER
 ContextP, ContextOptionsP = P(mpt_context_t), P(mpt_context_options_t)
 ModelP, DatasetP = P(mpt_model_t), P(mpt_dataset_t)
 TrainerP, TrainerOptionsP = P(mpt_trainer_t), P(mpt_trainer_options_t)
-FloatP, Int32P, Int64P, SizeP = P(c_float), P(c_int32), P(c_int64), P(c_size_t)
+FloatP, Int32P, Int64P, SizeP, DoubleP = P(c_float), P(c_int32), P(c_int64), P(c_size_t), P(c_double)
 
 # name: (restype, [argtypes]); a restype of c_enum is an mpt_status.
 PROTOTYPES = {
@@ -76,6 +77,7 @@ PROTOTYPES = {
     "mpt_context_options_set_log_callback": (c_enum, [ContextOptionsP, mpt_log_fn, c_void_p]),
     "mpt_context_options_set_log_level": (c_enum, [ContextOptionsP, c_enum]),
     "mpt_context_options_set_memory_budget": (c_enum, [ContextOptionsP, c_size_t]),
+    "mpt_context_options_set_dataset_device_budget": (c_enum, [ContextOptionsP, c_size_t]),
     "mpt_context_create": (c_enum, [ContextOptionsP, P(ContextP)]),
     "mpt_context_destroy": (None, [ContextP]),
     "mpt_context_get_backend": (c_enum, [ContextP, P(c_enum)]),
@@ -130,6 +132,7 @@ PROTOTYPES = {
     "mpt_trainer_load_checkpoint": (c_enum, [TrainerP, c_char_p]),
     "mpt_trainer_set_checkpointing": (c_enum, [TrainerP, c_char_p, c_int64, c_int64, c_int64]),
     "mpt_trainer_get_memory": (c_enum, [TrainerP, SizeP, SizeP]),
+    "mpt_trainer_get_last_epoch_time": (c_enum, [TrainerP, DoubleP, Int64P]),
 }
 
 

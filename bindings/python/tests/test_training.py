@@ -44,6 +44,8 @@ def test_fit_learns_separable_blobs(ctx, model, blobs):
     assert trainer.precision == mptrain.Precision.FP32  # AUTO resolves to fp32 on the CPU
     planned, allocated = trainer.memory
     assert planned > 0 and allocated >= planned
+    seconds, steps = trainer.last_epoch_time
+    assert steps == 300 // 32 and seconds > 0
 
 
 def test_predict_gives_probabilities_of_the_right_class(ctx, model, blobs):

@@ -11,6 +11,7 @@
 #include "backend/cpu/cpu_gemm.h"
 #include "backend/cpu/cpu_loss_head.h"
 #include "core/error.h"
+#include "data/epoch_order.h"
 
 namespace mpt {
 
@@ -72,11 +73,15 @@ void CpuBackend::convert_to_fp32(float* destination, const void* source, DType, 
     if (destination != source) std::memcpy(destination, source, static_cast<size_t>(count) * sizeof(float));
 }
 
+void CpuBackend::fill_order(int32_t* order, int64_t rows, bool shuffle, uint64_t seed) {
+    make_epoch_order(order, rows, shuffle, seed, order_keys_);
+}
+
 void CpuBackend::gather_batch(const GatherArgs& args) {
     // Runs on the copy lane's worker thread: single-threaded on purpose, it overlaps the compute.
     float* batch = static_cast<float*>(args.batch);
     for (int64_t r = 0; r < args.rows; ++r) {
-        const int64_t source_row = args.order[args.first + r];
+        const int64_t source_row = args.order ? args.order[args.first + r] : args.first + r;
         float* out = batch + r * args.padded_features;
         if (args.samples_are_u8) {
             const uint8_t* in = static_cast<const uint8_t*>(args.samples) + source_row * args.features;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "backend/backend.h"
 #include "core/thread_pool.h"
@@ -23,14 +24,18 @@ public:
 
     void* allocate(size_t bytes) override;
     void release(void* pointer) noexcept override;
+    void* allocate_host(size_t bytes) override { return allocate(bytes); }
+    void release_host(void* pointer) noexcept override { release(pointer); }
     void copy_to_device(void* destination, const void* source, size_t bytes) override;
     void copy_to_host(void* destination, const void* source, size_t bytes) override;
     void fill_zero(void* destination, size_t bytes) override;
+    void copy_to_host_async(void* host, const void* source, size_t bytes) override { copy_to_host(host, source, bytes); }
     void convert_from_fp32(void* destination, DType dtype, const float* source, int64_t count) override;
     void convert_to_fp32(float* destination, const void* source, DType dtype, int64_t count) override;
 
     Scheduler& scheduler() override { return scheduler_; }
 
+    void fill_order(int32_t* order, int64_t rows, bool shuffle, uint64_t seed) override;
     void gather_batch(const GatherArgs& args) override;
     void dense_forward(const DenseForwardArgs& args) override;
     void loss_head(const LossHeadArgs& args) override;
@@ -49,6 +54,7 @@ private:
     void write_low_copy(const float* master, void* low, DType dtype, int64_t count);
 
     ThreadPool pool_;
+    std::vector<uint64_t> order_keys_;  // fill_order's scratch, kept between epochs
     CpuScheduler scheduler_;
 };
 

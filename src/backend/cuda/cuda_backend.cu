@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.cuh"
@@ -75,6 +76,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
         head_scratch_.counter = reinterpret_cast<unsigned*>(base + 3 * partial_bytes);
         MPT_CUDA_CHECK(cudaMemset(reduction_scratch_, 0, 3 * partial_bytes + 256));
         gemm_ = std::make_unique<CudaGemm>(workspace_, kWorkspaceBytes);
+        epoch_order_ = std::make_unique<CudaEpochOrder>(*this);
         scheduler_ = std::make_unique<CudaScheduler>(*static_cast<CudaTaskHooks*>(this));
         MPT_CUDA_CHECK(cudaDeviceSynchronize());  // the memset above ran on the legacy stream
     } catch (...) {
@@ -96,6 +98,8 @@ CudaBackend::~CudaBackend() {
         }
     }
     graphs_.clear();
+    stager_.reset();
+    epoch_order_.reset();
     scheduler_.reset();
     gemm_.reset();
     free_device(scratch_);
@@ -130,6 +134,7 @@ void* CudaBackend::allocate(size_t bytes) {
                  ": " + cudaGetErrorString(status));
     }
     ++allocations_;
+    allocation_bytes_[pointer] = rounded;
     return pointer;
 }
 
@@ -140,10 +145,29 @@ void CudaBackend::free_device(void* pointer) noexcept {
 void CudaBackend::release(void* pointer) noexcept {
     if (!pointer) return;
     cudaSetDevice(device_);
+    // Operations recorded but not yet issued may use the memory: issue them before it goes.
+    try {
+        flush_recording();
+    } catch (...) {
+        // The fault is sticky and reported by the next call that checks.
+    }
     // Work still queued may use the memory: let both lanes finish first (cudaFree alone only
     // orders with the legacy stream, and our streams are non-blocking).
     for (int lane = 0; lane < 2; ++lane) cudaStreamSynchronize(scheduler_->stream(static_cast<Lane>(lane)));
-    masks_.clear();
+    // Forget the ReLU masks that lived in this block (an arena holds many); others stay valid, so
+    // freeing an unrelated buffer between a forward and its backward keeps the fused DRELU path.
+    const auto found = allocation_bytes_.find(pointer);
+    if (found != allocation_bytes_.end()) {
+        const char* begin = static_cast<const char*>(pointer);
+        const char* end = begin + found->second;
+        for (auto mask = masks_.begin(); mask != masks_.end();) {
+            const char* at = static_cast<const char*>(mask->first);
+            mask = at >= begin && at < end ? masks_.erase(mask) : std::next(mask);
+        }
+        allocation_bytes_.erase(found);
+    } else {
+        masks_.clear();
+    }
     free_device(pointer);
 }
 
@@ -181,6 +205,29 @@ void CudaBackend::copy_to_host(void* destination, const void* source, size_t byt
     MPT_CUDA_CHECK(cudaStreamSynchronize(stream()));
 }
 
+void* CudaBackend::allocate_host(size_t bytes) {
+    activate();
+    void* pointer = nullptr;
+    const cudaError_t status = cudaHostAlloc(&pointer, std::max<size_t>(bytes, 1), cudaHostAllocDefault);
+    if (status != cudaSuccess) {
+        cudaGetLastError();
+        fail(status == cudaErrorMemoryAllocation ? MPT_STATUS_OUT_OF_MEMORY : MPT_STATUS_BACKEND_ERROR,
+             "cuda backend: cudaHostAlloc of " + std::to_string(bytes) + " bytes failed: " + cudaGetErrorName(status));
+    }
+    return pointer;
+}
+
+void CudaBackend::release_host(void* pointer) noexcept {
+    if (pointer) cudaFreeHost(pointer);
+}
+
+void CudaBackend::copy_to_host_async(void* host, const void* source, size_t bytes) {
+    if (!bytes) return;
+    flush_recording();
+    activate();
+    MPT_CUDA_CHECK(cudaMemcpyAsync(host, source, bytes, cudaMemcpyDeviceToHost, stream()));
+}
+
 void CudaBackend::fill_zero(void* destination, size_t bytes) {
     if (!bytes) return;
     flush_recording();
@@ -206,8 +253,24 @@ void CudaBackend::convert_to_fp32(float* destination, const void* source, DType 
 
 // ---- step operations ---------------------------------------------------------------------------
 
+void CudaBackend::fill_order(int32_t* order, int64_t rows, bool shuffle, uint64_t seed) {
+    // Once an epoch, outside steps: issued eagerly, never part of a step's graph.
+    flush_recording();
+    activate();
+    if (shuffle) epoch_order_->reserve(rows);
+    epoch_order_->run(order, rows, shuffle, seed, stream());
+}
+
 void CudaBackend::gather_batch(const GatherArgs& args) {
     validate_gather(args);
+    if (args.streamed) {
+        // The host copies rows now, so this never joins a recorded task (it would run at replay).
+        flush_recording();
+        activate();
+        if (!stager_) stager_ = std::make_unique<CudaBatchStager>(*this, *scheduler_);
+        stager_->gather(args, stream());
+        return;
+    }
     RecordedOp op{};
     op.code = OpCode::gather;
     op.gather = args;

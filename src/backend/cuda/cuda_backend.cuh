@@ -11,9 +11,11 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda/cuda_batch_stager.cuh"
 #include "backend/cuda/cuda_dense_backward_data.cuh"
 #include "backend/cuda/cuda_dense_forward.cuh"
 #include "backend/cuda/cuda_dense_update.cuh"
+#include "backend/cuda/cuda_epoch_order.cuh"
 #include "backend/cuda/cuda_gemm.cuh"
 #include "backend/cuda/cuda_loss_head.cuh"
 #include "backend/cuda/cuda_scheduler.cuh"
@@ -34,14 +36,18 @@ public:
 
     void* allocate(size_t bytes) override;
     void release(void* pointer) noexcept override;
+    void* allocate_host(size_t bytes) override;
+    void release_host(void* pointer) noexcept override;
     void copy_to_device(void* destination, const void* source, size_t bytes) override;
     void copy_to_host(void* destination, const void* source, size_t bytes) override;
     void fill_zero(void* destination, size_t bytes) override;
+    void copy_to_host_async(void* host, const void* source, size_t bytes) override;
     void convert_from_fp32(void* destination, DType dtype, const float* source, int64_t count) override;
     void convert_to_fp32(float* destination, const void* source, DType dtype, int64_t count) override;
 
     Scheduler& scheduler() override { return *scheduler_; }
 
+    void fill_order(int32_t* order, int64_t rows, bool shuffle, uint64_t seed) override;
     void gather_batch(const GatherArgs& args) override;
     void dense_forward(const DenseForwardArgs& args) override;
     void loss_head(const LossHeadArgs& args) override;
@@ -121,6 +127,8 @@ private:
     size_t scratch_bytes_ = 0;
 
     std::unique_ptr<CudaGemm> gemm_;
+    std::unique_ptr<CudaEpochOrder> epoch_order_;
+    std::unique_ptr<CudaBatchStager> stager_;  // streamed datasets only, created on first use
     std::unique_ptr<CudaScheduler> scheduler_;
     bool fused_epilogues_ = true;
 
@@ -130,6 +138,7 @@ private:
         int64_t features;
     };
     std::unordered_map<const void*, MaskShape> masks_;
+    std::unordered_map<const void*, size_t> allocation_bytes_;  // allocate()'s blocks, for release()
 
     bool graphs_enabled_ = true;
     bool recording_ = false;

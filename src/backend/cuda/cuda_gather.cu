@@ -12,7 +12,7 @@ constexpr int kThreads = 256;
 
 __global__ void __launch_bounds__(kThreads) gather_kernel(const GatherArgs args) {
     for (int64_t r = blockIdx.x; r < args.rows; r += gridDim.x) {
-        const int64_t source_row = args.order[args.first + r];
+        const int64_t source_row = args.order ? args.order[args.first + r] : args.first + r;
         const int64_t out_row = r * args.padded_features;
         if (args.samples_are_u8) {
             const uint8_t* in = static_cast<const uint8_t*>(args.samples) + source_row * args.features;
@@ -41,8 +41,8 @@ __global__ void __launch_bounds__(kThreads) gather_kernel(const GatherArgs args)
 void validate_gather(const GatherArgs& args) {
     require(args.rows >= 0 && args.features > 0 && args.padded_features >= args.features, MPT_STATUS_INVALID_ARGUMENT,
             "cuda backend: gather_batch needs 0 < features <= padded_features");
-    require(args.rows == 0 || (args.samples && args.order && args.batch), MPT_STATUS_INVALID_ARGUMENT,
-            "cuda backend: gather_batch needs samples, order and a batch buffer");
+    require(args.rows == 0 || (args.samples && args.batch), MPT_STATUS_INVALID_ARGUMENT,
+            "cuda backend: gather_batch needs samples and a batch buffer");
     require(!args.labels || args.batch_labels, MPT_STATUS_INVALID_ARGUMENT,
             "cuda backend: gather_batch has labels but nowhere to put them");
     require(!args.targets || args.batch_targets, MPT_STATUS_INVALID_ARGUMENT,

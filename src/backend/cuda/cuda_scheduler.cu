@@ -9,8 +9,11 @@ CudaScheduler::CudaScheduler(CudaTaskHooks& hooks) : hooks_(hooks) {
     try {
         for (cudaStream_t& stream : streams_) MPT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
         for (cudaEvent_t& event : events_) MPT_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+        for (cudaEvent_t& event : timer_) MPT_CUDA_CHECK(cudaEventCreate(&event));
     } catch (...) {
         for (cudaEvent_t event : events_)
+            if (event) cudaEventDestroy(event);
+        for (cudaEvent_t event : timer_)
             if (event) cudaEventDestroy(event);
         for (cudaStream_t stream : streams_)
             if (stream) cudaStreamDestroy(stream);
@@ -21,6 +24,7 @@ CudaScheduler::CudaScheduler(CudaTaskHooks& hooks) : hooks_(hooks) {
 CudaScheduler::~CudaScheduler() {
     for (cudaStream_t stream : streams_) cudaStreamSynchronize(stream);
     for (cudaEvent_t event : events_) cudaEventDestroy(event);
+    for (cudaEvent_t event : timer_) cudaEventDestroy(event);
     for (cudaStream_t stream : streams_) cudaStreamDestroy(stream);
 }
 
@@ -58,14 +62,50 @@ Event CudaScheduler::record(Lane lane) {
     return Event{lane, ticket};
 }
 
+cudaEvent_t CudaScheduler::event_for(const Event& event) const {
+    uint64_t ticket = event.ticket;
+    // The ring reuses events: an event older than the ring was re-recorded since. The lane's newest
+    // event stands for a later point, so waiting on it (or finding it complete) is still correct.
+    if (issued_tickets_ - ticket >= kEvents) ticket = latest_[static_cast<int>(event.lane)];
+    return events_[ticket % kEvents];
+}
+
 void CudaScheduler::wait(Lane waiter, const Event& event) {
     if (event.ticket == 0 || event.lane == waiter) return;  // a stream is already ordered with itself
     hooks_.flush_recording();
-    uint64_t ticket = event.ticket;
-    // The ring reuses events: an event older than the ring was re-recorded since. Waiting on the
-    // lane's newest event instead orders after a later point, which is still correct.
-    if (issued_tickets_ - ticket >= kEvents) ticket = latest_[static_cast<int>(event.lane)];
-    MPT_CUDA_CHECK(cudaStreamWaitEvent(stream(waiter), events_[ticket % kEvents], 0));
+    MPT_CUDA_CHECK(cudaStreamWaitEvent(stream(waiter), event_for(event), 0));
+}
+
+bool CudaScheduler::completed(const Event& event) {
+    if (event.ticket == 0) return true;
+    const cudaError_t status = cudaEventQuery(event_for(event));
+    if (status == cudaErrorNotReady) return false;
+    MPT_CUDA_CHECK(status);
+    return true;
+}
+
+void CudaScheduler::wait_host(const Event& event) {
+    if (completed(event)) return;
+    ++host_syncs_;
+    MPT_CUDA_CHECK(cudaEventSynchronize(event_for(event)));
+}
+
+void CudaScheduler::start_timer() {
+    hooks_.flush_recording();
+    MPT_CUDA_CHECK(cudaEventRecord(timer_[0], stream(Lane::compute)));
+}
+
+void CudaScheduler::stop_timer() {
+    hooks_.flush_recording();
+    MPT_CUDA_CHECK(cudaEventRecord(timer_[1], stream(Lane::compute)));
+}
+
+double CudaScheduler::timer_seconds() {
+    if (cudaEventQuery(timer_[1]) == cudaErrorNotReady) ++host_syncs_;
+    MPT_CUDA_CHECK(cudaEventSynchronize(timer_[1]));
+    float milliseconds = 0.0f;
+    MPT_CUDA_CHECK(cudaEventElapsedTime(&milliseconds, timer_[0], timer_[1]));
+    return milliseconds * 1e-3;
 }
 
 void CudaScheduler::order_other_lane_after(Lane lane) {

@@ -37,6 +37,11 @@ public:
     void wait(Lane waiter, const Event& event) override;
     void synchronize() override;
     Lane current_lane() const override { return current_; }
+    bool completed(const Event& event) override;
+    void wait_host(const Event& event) override;
+    void start_timer() override;
+    void stop_timer() override;
+    double timer_seconds() override;
 
     cudaStream_t stream(Lane lane) const { return streams_[static_cast<int>(lane)]; }
     cudaStream_t current_stream() const { return stream(current_); }
@@ -49,10 +54,13 @@ public:
 private:
     static constexpr uint64_t kEvents = 64;
     cudaEvent_t next_event(Lane lane, uint64_t& ticket);
+    // The ring event that stands for `event`: itself, or a later one on its lane once recycled.
+    cudaEvent_t event_for(const Event& event) const;
 
     CudaTaskHooks& hooks_;
     cudaStream_t streams_[2] = {nullptr, nullptr};
     cudaEvent_t events_[kEvents] = {};
+    cudaEvent_t timer_[2] = {nullptr, nullptr};  // with timing, unlike the ring
     uint64_t issued_tickets_ = 0;   // tickets start at 1; 0 is the default Event ("nothing")
     uint64_t latest_[2] = {0, 0};   // the newest ticket recorded on each lane
     Lane current_ = Lane::compute;

@@ -153,6 +153,10 @@ extern "C" {
         options: *mut mpt_context_options_t,
         bytes: usize,
     ) -> mpt_status;
+    pub fn mpt_context_options_set_dataset_device_budget(
+        options: *mut mpt_context_options_t,
+        bytes: usize,
+    ) -> mpt_status;
     pub fn mpt_context_create(
         options: *const mpt_context_options_t,
         out: *mut *mut mpt_context_t,
@@ -390,5 +394,10 @@ extern "C" {
         trainer: *const mpt_trainer_t,
         planned_bytes: *mut usize,
         allocated_bytes: *mut usize,
+    ) -> mpt_status;
+    pub fn mpt_trainer_get_last_epoch_time(
+        trainer: *const mpt_trainer_t,
+        seconds: *mut f64,
+        steps: *mut i64,
     ) -> mpt_status;
 }

@@ -428,6 +428,7 @@ pub struct ContextBuilder {
     device: Option<i32>,
     log_level: Option<LogLevel>,
     memory_budget: Option<usize>,
+    dataset_device_budget: Option<usize>,
     log: Option<LogCallback>,
 }
 
@@ -460,6 +461,11 @@ impl ContextBuilder {
     /// Upper bound on the arena bytes of the context; 0 = unlimited.
     pub fn memory_budget(mut self, bytes: usize) -> Self {
         self.memory_budget = Some(bytes);
+        self
+    }
+    /// Device bytes one data set may occupy on a GPU; larger ones are streamed from host memory.
+    pub fn dataset_device_budget(mut self, bytes: usize) -> Self {
+        self.dataset_device_budget = Some(bytes);
         self
     }
     /// Receives the library's log messages, on the thread making the call.
@@ -497,6 +503,9 @@ impl ContextBuilder {
             }
             if let Some(bytes) = self.memory_budget {
                 check(sys::mpt_context_options_set_memory_budget(options.0, bytes))?;
+            }
+            if let Some(bytes) = self.dataset_device_budget {
+                check(sys::mpt_context_options_set_dataset_device_budget(options.0, bytes))?;
             }
         }
         let log = self.log.map(|callback| Box::new(Mutex::new(callback)));
@@ -1211,6 +1220,15 @@ pub struct TrainerMemory {
     pub allocated: usize,
 }
 
+/// The last completed epoch of `fit`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct EpochTime {
+    /// Device time on a GPU (CUDA events), host time on the CPU.
+    pub seconds: f64,
+    /// Steps timed.
+    pub steps: i64,
+}
+
 type ProgressCallback = Box<dyn FnMut(&Progress) -> ControlFlow<()> + Send>;
 type EpochEndCallback = Box<dyn FnMut(&EpochEnd) -> ControlFlow<()> + Send>;
 
@@ -1533,6 +1551,17 @@ impl Trainer {
             sys::mpt_trainer_get_memory(self.raw.as_ptr(), &mut planned, &mut allocated)
         })?;
         Ok(TrainerMemory { planned, allocated })
+    }
+
+    /// Duration and step count of the last epoch `fit` completed: device time between CUDA events
+    /// on a GPU, host time on the CPU; zero before the first.
+    pub fn last_epoch_time(&self) -> Result<EpochTime> {
+        let _lock = self.family.lock.lock();
+        let (mut seconds, mut steps) = (0.0, 0);
+        check(unsafe {
+            sys::mpt_trainer_get_last_epoch_time(self.raw.as_ptr(), &mut seconds, &mut steps)
+        })?;
+        Ok(EpochTime { seconds, steps })
     }
 }
 

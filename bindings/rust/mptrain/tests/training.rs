@@ -47,6 +47,8 @@ fn fit_learns_separable_blobs() {
     assert_eq!(trainer.precision().unwrap(), Precision::Fp32); // Auto is fp32 on the CPU
     let memory = trainer.memory().unwrap();
     assert!(memory.planned > 0 && memory.allocated >= memory.planned);
+    let time = trainer.last_epoch_time().unwrap();
+    assert!(time.steps == 300 / 32 && time.seconds > 0.0);
     assert_eq!(ctx.backend().unwrap(), Backend::Cpu);
     assert!(ctx.memory().unwrap().peak > 0);
 }
