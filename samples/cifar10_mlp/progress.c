@@ -136,27 +136,37 @@ int progress_on_step(int64_t epoch, int64_t step, int64_t steps_per_epoch, float
     return 0;
 }
 
+/* Printing now would tear the bar; keeps the message for after fit has returned and returns 1,
+ * which cancels fit. Copies the message before mpt_status_string, which is an mptrain call too. */
+static int fail_in_callback(progress* state, mpt_status status, const char* what)
+{
+    char message[512];
+    snprintf(message, sizeof message, "%s", mpt_last_error());
+    snprintf(state->failure, sizeof state->failure, "error: %s: %s: %s", what, mpt_status_string(status),
+             message);
+    state->failure_status = status;
+    state->failed = 1;
+    return 1;
+}
+
 int progress_on_epoch_end(int64_t epoch, float loss, float accuracy, void* user_data)
 {
     progress* state = (progress*)user_data;
     const double elapsed = timer_seconds() - state->epoch_start;
-    int64_t steps_now = 0, steps;
+    int64_t steps_now = 0, steps, epoch_device_steps = 0;
+    double epoch_device_seconds = 0.0;
     mpt_status status;
     (void)epoch;
 
     status = mpt_trainer_get_progress(state->trainer, &steps_now, NULL);
-    if (status != MPT_STATUS_OK) {
-        /* Printing now would tear the bar; keep the message for after fit has returned. Copy the
-         * message before mpt_status_string, which is an mptrain call too. */
-        char message[512];
-        snprintf(message, sizeof message, "%s", mpt_last_error());
-        snprintf(state->failure, sizeof state->failure,
-                 "error: reading the trainer's step count at the end of an epoch: %s: %s",
-                 mpt_status_string(status), message);
-        state->failure_status = status;
-        state->failed = 1;
-        return 1;
-    }
+    if (status != MPT_STATUS_OK)
+        return fail_in_callback(state, status, "reading the trainer's step count at the end of an epoch");
+    /* The device's own clock: wall time here also counts the host's waits and this callback. */
+    status = mpt_trainer_get_last_epoch_time(state->trainer, &epoch_device_seconds, &epoch_device_steps);
+    if (status != MPT_STATUS_OK)
+        return fail_in_callback(state, status, "reading the epoch's device time");
+    state->device_seconds += epoch_device_seconds;
+    state->device_steps += epoch_device_steps;
     steps = steps_now - state->steps_before_epoch;
     state->steps_before_epoch = steps_now;
     state->loss = loss;

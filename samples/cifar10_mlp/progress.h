@@ -22,6 +22,8 @@ typedef struct progress {
     int line_length;            /* characters of the bar now on screen, to blank a shorter redraw */
     float loss;                 /* last epoch's mean training loss and accuracy */
     float accuracy;
+    double device_seconds;      /* summed mpt_trainer_get_last_epoch_time: GPU time on CUDA */
+    int64_t device_steps;       /* the steps those epochs timed */
     int failed;                 /* an mptrain call inside a callback failed; fit was cancelled */
     mpt_status failure_status;
     char failure[1024];         /* "error: ..." line to print once fit has returned */

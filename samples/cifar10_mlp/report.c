@@ -56,6 +56,7 @@ void report_compare(const run_result* fp32, const run_result* mixed)
     print_number_row("train time (s)", 3, fp32->train_seconds, mixed->train_seconds);
     print_number_row(in_ms ? "time per step (ms)" : "time per step (\xC2\xB5s)", in_ms ? 3 : 1,
                      fp32->us_per_step * step_unit, mixed->us_per_step * step_unit);
+    print_number_row("device train time (s)", 3, fp32->train_device_seconds, mixed->train_device_seconds);
     print_number_row("test time (s)", 3, fp32->test_seconds, mixed->test_seconds);
     print_number_row("test accuracy", 4, (double)fp32->test_accuracy, (double)mixed->test_accuracy);
     print_number_row("train loss", 4, (double)fp32->train_loss, (double)mixed->train_loss);
@@ -81,6 +82,8 @@ static void write_run(json_writer* json, const cli_options* options, const data_
     json_number(json, "train_seconds", run->train_seconds);
     json_number(json, "test_seconds", run->test_seconds);
     json_number(json, "us_per_step", run->us_per_step);
+    json_number(json, "train_device_seconds", run->train_device_seconds);
+    json_number(json, "device_us_per_step", run->device_us_per_step);
     json_string(json, "precision", args_precision_name(run->precision));
     json_string(json, "backend", args_backend_name(run->backend));
     json_integer(json, "epochs", run->epochs);

@@ -27,6 +27,9 @@ typedef struct run_result {
     double train_seconds;     /* wall time of mpt_trainer_fit */
     double test_seconds;      /* wall time of mpt_trainer_evaluate */
     double us_per_step;       /* train_seconds / steps, in microseconds */
+    double train_device_seconds; /* summed epoch times from mptrain: CUDA events on a GPU, host on the CPU */
+    int64_t device_steps;     /* the steps those epoch times cover */
+    double device_us_per_step; /* train_device_seconds / device_steps, in microseconds */
     size_t arena_bytes;       /* trainer arena allocated */
     float loss_scale;
     int64_t skipped_steps;    /* updates skipped for non-finite gradients */
