@@ -1,19 +1,26 @@
 #!/usr/bin/env bash
 # The CUDA backend's device check (issue 3), for one H200 in about 6 minutes: builds for sm_90
 # with CMake + Ninja, runs the GPU tests (ctest -R cuda), mptrain-bench --backend cuda (fp32,
-# mixed-fp16, mixed-bf16 at batch 32, 256, 4096) and the PyTorch and JAX peers (bench/peers/),
-# and prints a short table last. Logs go to a work folder; what the device tool should bring back
-# (summary, test log, bench logs, merged JSON records: at most 8 files) is copied to $OUT.
+# mixed-fp16, mixed-bf16 at batch 32, 256, 4096), the 50-epoch CIFAR-10 seed run (mptrain-cifar10,
+# batch 32, mixed-bf16; targets >= 55% test accuracy, < 5 s of GPU time) when the data set is
+# there, and the PyTorch and JAX peers (bench/peers/), and prints a short table last. Logs go to a
+# work folder; what the device tool should bring back (summary, test log, bench logs, seed-run log,
+# merged JSON records: at most 8 files) is copied to $OUT.
 #
 # The device machine has no Debian packages: carry doctest's and nlohmann-json's headers in the
 # git-ignored .deps/. Once, on the development machine, in the repository root:
 #   mkdir -p .deps/include && cp -r /usr/include/doctest /usr/include/nlohmann .deps/include/
 # Then through the device tool:
 #   run(command="bash bench/device_check.sh", carry=[".deps"], timeout_s=540)
-# Environment: FULL_CTEST=1 also runs every other test; SKIP_PEERS=1 skips the peers.
+# The seed run needs the real CIFAR-10 set in /tmp/cifar10 (CIFAR_DIR overrides): three calls
+# right before this one bring it (bench/stage_cifar10.sh, see its header); without it the stage
+# is skipped.
+# Environment: FULL_CTEST=1 also runs every other test; SKIP_PEERS=1 skips the peers; SKIP_CIFAR=1
+# skips the seed run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/mptrain-device-check}
+CIFAR_DIR=${CIFAR_DIR:-/tmp/cifar10}
 BUILD=${BUILD:-build-device}
 WORK=$(mktemp -d /tmp/mptrain-check.XXXXXX)
 mkdir -p "$OUT"
@@ -34,7 +41,7 @@ fi
 
 stage "configure and build (sm_90)"
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMPTRAIN_CUDA=ON -DMPTRAIN_CUDA_ARCHITECTURES=90 \
-    -DMPTRAIN_BUILD_SAMPLES=OFF -DMPTRAIN_BUILD_BENCH=ON >"$WORK/configure.log" 2>&1 \
+    -DMPTRAIN_BUILD_SAMPLES=ON -DMPTRAIN_BUILD_BENCH=ON >"$WORK/configure.log" 2>&1 \
     || { tail -30 "$WORK/configure.log"; cp "$WORK/configure.log" "$OUT/"; exit 3; }
 grep -E "mptrain:" "$WORK/configure.log" || true
 if ! timeout 240 ninja -C "$BUILD" -j "$(nproc)" >"$WORK/build.log" 2>&1; then
@@ -66,6 +73,50 @@ else
     echo "no $bench (MPTRAIN_BUILD_BENCH off or bench/ missing)"
 fi
 
+# The issue's end-to-end target: 50 epochs of the full set, timed by CUDA events around each epoch
+# (train_device_seconds) and by the clock (fit's train_seconds; the whole process here).
+cifar10_staged() {
+    local name
+    for name in data_batch_1.bin data_batch_2.bin data_batch_3.bin data_batch_4.bin data_batch_5.bin test_batch.bin; do
+        [ "$(stat -c %s "$CIFAR_DIR/$name" 2>/dev/null)" = 30730000 ] || return 1
+    done
+}
+cifar="$BUILD/bin/mptrain-cifar10"
+if [ "${SKIP_CIFAR:-0}" = 1 ]; then
+    echo "CIFAR-10 seed run: skipped (SKIP_CIFAR=1)" >"$WORK/cifar10_line.txt"
+elif ! cifar10_staged; then
+    echo "CIFAR-10 seed run: skipped ($CIFAR_DIR lacks the 6 files: bench/stage_cifar10.sh)" >"$WORK/cifar10_line.txt"
+elif [ ! -x "$cifar" ]; then
+    echo "CIFAR-10 seed run: skipped (no $cifar: MPTRAIN_BUILD_SAMPLES off?)" >"$WORK/cifar10_line.txt"
+else
+    stage "CIFAR-10 seed run (50 epochs, batch 32, mixed-bf16)"
+    cifar_start_ns=$(date +%s%N)
+    timeout 120 "$cifar" --data "$CIFAR_DIR" --epochs 50 --batch 32 --lr 0.01 --precision mixed-bf16 --backend cuda \
+        --json "$WORK/cifar10_seed.json" 2>&1 | tee "$WORK/cifar10.log"
+    cifar_status=${PIPESTATUS[0]}
+    cifar_wall_ms=$((($(date +%s%N) - cifar_start_ns) / 1000000))
+    [ "$cifar_status" = 0 ] || status=7
+    python3 - "$WORK/cifar10_seed.json" "$cifar_status" "$cifar_wall_ms" >"$WORK/cifar10_line.txt" <<'PY'
+import json, sys
+path, exit_status, wall = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]) / 1000
+try:
+    run = json.load(open(path))
+except (OSError, ValueError):
+    why = "timed out after 120 s" if exit_status in (124, 137) else f"exit status {exit_status}"
+    print(f"CIFAR-10 seed run: FAILED ({why}, no JSON; see cifar10.log); process {wall:.1f} s")
+    sys.exit()
+accuracy, device = run["test_accuracy"], run.get("train_device_seconds", -1.0)
+verdict = lambda ok: "met" if ok else "MISSED"
+print(f"CIFAR-10 seed run: test accuracy {accuracy:.4f} (>= 0.55 {verdict(accuracy >= 0.55)}), "
+      f"GPU training {device:.3f} s ({run.get('device_us_per_step', 0):.1f} us/step; < 5 s {verdict(0 <= device < 5)}), "
+      f"wall: fit {run['train_seconds']:.2f} s, process {wall:.1f} s [{run['epochs']} epochs x "
+      f"{run['steps'] // max(1, run['epochs'])} steps, batch {run['batch']}, {run['precision']}, {run['backend']}, "
+      f"{run['data']}]" + ("" if exit_status == 0 else f" exit status {exit_status}")
+      + ("" if run["data"] == "cifar10" else " NOT THE REAL CIFAR-10"))
+PY
+    cat "$WORK/cifar10_line.txt"
+fi
+
 if [ "${SKIP_PEERS:-0}" != 1 ]; then
     stage "PyTorch peers"
     (cd bench/peers && PYTHONUNBUFFERED=1 timeout 150 python3 torch_peer.py --json "$WORK/torch.json") 2>&1 \
@@ -80,19 +131,23 @@ python3 bench/peers/summary.py "$WORK"/mptrain_small.json "$WORK"/mptrain_large.
     "$WORK"/torch.json "$WORK"/jax.json \
     | tee "$WORK/summary.txt"
 echo "GPU tests: $(grep -E 'tests passed|tests failed' "$WORK/ctest_cuda.log" | tail -1)"
+tee -a "$WORK/summary.txt" <"$WORK/cifar10_line.txt"
 python3 - "$WORK" "$OUT/records.json" <<'PY'
 import glob, json, sys
 records = []
 for path in sorted(glob.glob(sys.argv[1] + "/*.json")):
     try:
-        records.extend(json.load(open(path)))
+        data = json.load(open(path))
     except ValueError:
-        pass
+        continue
+    # mptrain-cifar10 writes one object; the benches write lists of records.
+    records.extend(data if isinstance(data, list) else [dict(data, bench="mptrain-cifar10 seed run")])
 json.dump(records, open(sys.argv[2], "w"), indent=1)
 PY
 cat "$WORK"/bench_*.log > "$OUT/bench.log" 2>/dev/null
 cat "$WORK"/torch.log "$WORK"/jax.log > "$OUT/peers.log" 2>/dev/null
 cp "$WORK"/summary.txt "$WORK"/ctest_cuda.log "$OUT/" 2>/dev/null
+[ -f "$WORK/cifar10.log" ] && cp "$WORK/cifar10.log" "$OUT/"
 [ -f "$WORK/ctest_all.log" ] && cp "$WORK/ctest_all.log" "$OUT/"
 echo "exit status $status after $((SECONDS - started)) s"
 exit $status

@@ -5,7 +5,8 @@
 #
 # Once, on the development machine, in the repository root (.cifar/ is git-ignored):
 #   bash bench/stage_cifar10.sh pack [SRC]      # SRC defaults to ../shared/data/cifar10
-# Then through the device tool, back to back (the machine keeps /tmp only while it stays warm):
+# Then through the device tool, back to back with nothing in between (the machine keeps /tmp only
+# while it stays warm, about 30 s after a call):
 #   run(command="bash bench/stage_cifar10.sh receive", carry=[".cifar/part1"], timeout_s=60)
 #   run(command="bash bench/stage_cifar10.sh receive", carry=[".cifar/part2"], timeout_s=60)
 #   run(command="bash bench/stage_cifar10.sh receive", carry=[".cifar/part3"], timeout_s=60)
