@@ -652,7 +652,9 @@ void compare_dense_update_cases(Backend& reference, Backend& candidate) {
     adamw.kind = OptimizerKind::adamw;
     adamw.weight_decay = 0.01f;
     for (DType dtype : kDTypes) {
-        compare_dense_update(reference, candidate, {37, 136, 64, dtype, sgd, false});
+        compare_dense_update(reference, candidate, {37, 136, 64, dtype, sgd, false});   // fused SGD (rows <= 64)
+        compare_dense_update(reference, candidate, {64, 200, 72, dtype, sgd, false});   // fused, partial tiles
+        compare_dense_update(reference, candidate, {96, 136, 64, dtype, sgd, false});   // GEMM, then update
         compare_dense_update(reference, candidate, {64, 48, 16, dtype, momentum, false});
         compare_dense_update(reference, candidate, {16, 64, 24, dtype, nesterov, false});
         compare_dense_update(reference, candidate, {40, 96, 40, dtype, adam, false});
@@ -662,35 +664,50 @@ void compare_dense_update_cases(Backend& reference, Backend& candidate) {
     }
 }
 
+// All trials of a dtype in one batched call, as a step issues them: ragged tails, misaligned
+// starts, a negative maximum, NaN, -Inf, all zeros, and an empty tensor.
 void compare_max_abs(Backend& reference, Backend& candidate) {
+    constexpr int kTrials = 7;
     for (DType dtype : kDTypes) {
-        for (int trial = 0; trial < 6; ++trial) {
-            CAPTURE(std::string(dtype_name(dtype)));
-            CAPTURE(trial);
-            const int64_t count = 4999 + trial;  // ragged tails
-            const int64_t offset = trial % 2;    // misaligned starts
-            std::vector<float> values = random_values(static_cast<size_t>(count + offset), -100, 100);
-            if (trial == 1) values[static_cast<size_t>(offset + 1234)] = -3000.0f;  // the largest is negative
-            if (trial == 2) values[static_cast<size_t>(offset + count - 1)] = std::numeric_limits<float>::quiet_NaN();
-            if (trial == 3) values[static_cast<size_t>(offset + 17)] = -std::numeric_limits<float>::infinity();
-            if (trial == 4) std::fill(values.begin(), values.end(), 0.0f);
-            float results[2];
-            Backend* backends[2] = {&reference, &candidate};
-            for (int b = 0; b < 2; ++b) {
-                Backend& backend = *backends[b];
-                Buffer buffer = upload(backend, dtype, values);
-                Buffer out = poisoned(backend, DType::fp32, 1);
-                const char* first = static_cast<const char*>(buffer.data()) + offset * backend.storage_size(dtype);
-                backend.max_abs(first, dtype, count, out.as<float>());
-                results[b] = download(backend, out, DType::fp32, 1)[0];
+        CAPTURE(std::string(dtype_name(dtype)));
+        std::vector<std::vector<float>> values(kTrials);
+        int64_t counts[kTrials], offsets[kTrials];
+        for (int trial = 0; trial < kTrials; ++trial) {
+            counts[trial] = trial == 6 ? 0 : 4999 + trial;
+            offsets[trial] = trial % 2;
+            values[trial] = random_values(static_cast<size_t>(counts[trial] + offsets[trial]), -100, 100);
+            const size_t o = static_cast<size_t>(offsets[trial]);
+            if (trial == 1) values[trial][o + 1234] = -3000.0f;  // the largest is negative
+            if (trial == 2) values[trial][o + static_cast<size_t>(counts[trial]) - 1] = std::numeric_limits<float>::quiet_NaN();
+            if (trial == 3) values[trial][o + 17] = -std::numeric_limits<float>::infinity();
+            if (trial == 4) std::fill(values[trial].begin(), values[trial].end(), 0.0f);
+        }
+        std::vector<float> results[2];
+        Backend* backends[2] = {&reference, &candidate};
+        for (int b = 0; b < 2; ++b) {
+            Backend& backend = *backends[b];
+            std::vector<Buffer> buffers;
+            buffers.reserve(kTrials);
+            MaxAbsInput inputs[kTrials];
+            for (int trial = 0; trial < kTrials; ++trial) {
+                buffers.push_back(upload(backend, dtype, values[trial]));
+                const char* first = static_cast<const char*>(buffers.back().data()) +
+                                    offsets[trial] * static_cast<int64_t>(backend.storage_size(dtype));
+                inputs[trial] = MaxAbsInput{first, dtype, counts[trial]};
             }
+            Buffer out = poisoned(backend, DType::fp32, kTrials);
+            backend.max_abs(inputs, kTrials, out.as<float>());
+            results[b] = download(backend, out, DType::fp32, kTrials);
+        }
+        for (int trial = 0; trial < kTrials; ++trial) {
+            CAPTURE(trial);
             float expected = 0.0f;  // independent: over the values as stored in the dtype
-            for (int64_t i = offset; i < offset + count; ++i) {
-                const float value = round_to(dtype, values[static_cast<size_t>(i)]);
+            for (int64_t i = offsets[trial]; i < offsets[trial] + counts[trial]; ++i) {
+                const float value = round_to(dtype, values[trial][static_cast<size_t>(i)]);
                 expected = std::isfinite(value) ? std::max(expected, std::fabs(value)) : INFINITY;
             }
-            CHECK(results[0] == expected);
-            CHECK(results[1] == expected);
+            CHECK(results[0][static_cast<size_t>(trial)] == expected);
+            CHECK(results[1][static_cast<size_t>(trial)] == expected);
         }
     }
 }

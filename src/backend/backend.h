@@ -120,6 +120,15 @@ struct GatherArgs {
     float* batch_targets;
 };
 
+// One tensor of a batched max_abs.
+struct MaxAbsInput {
+    const void* values;
+    DType dtype;
+    int64_t count;
+};
+constexpr int kMaxAbsInputs = 16;  // per max_abs call; even, so a layer's pair never straddles two calls
+static_assert(kMaxAbsInputs % 2 == 0, "max_abs inputs come in (dZ, A_prev) pairs");
+
 class Backend {
 public:
     virtual ~Backend() = default;
@@ -161,8 +170,9 @@ public:
     virtual void dense_backward_data(const DenseBackwardDataArgs& args) = 0;
     // Clears state->found_inf at the start of a step.
     virtual void begin_step(TrainState* state) = 0;
-    // *out = max |x| over `count` values of `dtype` (NaN counts as +Inf).
-    virtual void max_abs(const void* values, DType dtype, int64_t count, float* out) = 0;
+    // out[k] = max |x| over inputs[k] (NaN counts as +Inf) for k < count <= kMaxAbsInputs: a step's
+    // tensors in one pass (one kernel on a GPU). `inputs` is host memory, read during the call.
+    virtual void max_abs(const MaxAbsInput* inputs, int count, float* out) = 0;
     // Sets state->found_inf when some layer's max|dZ| * max|A_prev| * rows is not finite in fp32.
     // Otherwise every weight gradient is provably finite, so nothing wider ever has to be scanned.
     // `max_abs_pairs` holds (max|dZ_i|, max|A_prev_i|) for each layer.

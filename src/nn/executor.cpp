@@ -273,11 +273,19 @@ void Executor::begin_step() { backend_.begin_step(state_); }
 void Executor::update(int slot, int64_t rows) {
     const auto& layers = model_.layers();
     const int layer_count = static_cast<int>(layers.size());
+    // (max|dZ_i|, max|A_prev_i|) per layer, kMaxAbsInputs tensors per pass.
+    MaxAbsInput inputs[kMaxAbsInputs];
+    int pending = 0;
+    size_t first_layer = 0;
     for (size_t i = 0; i < layers.size(); ++i) {
         const DenseLayer& layer = layers[i];
-        backend_.max_abs(step_buffer(layer_slots_[i].output_grad), layer_dtypes_[i], rows * layer.padded_units,
-                         gradient_bounds_ + 2 * i);
-        backend_.max_abs(layer_input(i, slot), layer_dtypes_[i], rows * layer.padded_inputs, gradient_bounds_ + 2 * i + 1);
+        inputs[pending++] = MaxAbsInput{step_buffer(layer_slots_[i].output_grad), layer_dtypes_[i], rows * layer.padded_units};
+        inputs[pending++] = MaxAbsInput{layer_input(i, slot), layer_dtypes_[i], rows * layer.padded_inputs};
+        if (pending == kMaxAbsInputs || i + 1 == layers.size()) {
+            backend_.max_abs(inputs, pending, gradient_bounds_ + 2 * first_layer);
+            pending = 0;
+            first_layer = i + 1;
+        }
     }
     backend_.decide_update(gradient_bounds_, layer_count, rows, state_);
     float* masters = model_.masters();

@@ -134,8 +134,12 @@ void CpuBackend::dense_backward_data(const DenseBackwardDataArgs& args) {
 
 void CpuBackend::begin_step(TrainState* state) { state->found_inf = 0; }
 
-void CpuBackend::max_abs(const void* values, DType, int64_t count, float* out) {
-    const float* data = static_cast<const float*>(values);
+void CpuBackend::max_abs(const MaxAbsInput* inputs, int count, float* out) {
+    require(count >= 0 && count <= kMaxAbsInputs, MPT_STATUS_INVALID_ARGUMENT, "max_abs takes at most 16 inputs");
+    for (int k = 0; k < count; ++k) out[k] = max_abs_one(static_cast<const float*>(inputs[k].values), inputs[k].count);
+}
+
+float CpuBackend::max_abs_one(const float* data, int64_t count) {
     constexpr int kChunks = 64;
     float chunk_max[kChunks] = {};
     const int64_t chunk_size = std::max<int64_t>(kElementGrain, (count + kChunks - 1) / kChunks);
@@ -154,7 +158,7 @@ void CpuBackend::max_abs(const void* values, DType, int64_t count, float* out) {
     });
     float largest = 0.0f;
     for (int64_t chunk = 0; chunk < chunks; ++chunk) largest = std::max(largest, chunk_max[chunk]);
-    *out = largest;
+    return largest;
 }
 
 void CpuBackend::decide_update(const float* max_abs_pairs, int layer_count, int64_t rows, TrainState* state) {

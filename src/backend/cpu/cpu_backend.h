@@ -41,7 +41,7 @@ public:
     void loss_head(const LossHeadArgs& args) override;
     void dense_backward_data(const DenseBackwardDataArgs& args) override;
     void begin_step(TrainState* state) override;
-    void max_abs(const void* values, DType dtype, int64_t count, float* out) override;
+    void max_abs(const MaxAbsInput* inputs, int count, float* out) override;
     void decide_update(const float* max_abs_pairs, int layer_count, int64_t rows, TrainState* state) override;
     void dense_update(const DenseUpdateArgs& args, const OptimizerConfig& optimizer) override;
     void finish_step(TrainState* state, const LossScalerConfig& scaler) override;
@@ -51,6 +51,7 @@ public:
 private:
     // Column sums of dZ (the bias gradient), times `factor`, into `out` (or added when `accumulate`).
     void column_sums(const float* output_grad, int64_t rows, int64_t columns, float factor, float* out, bool accumulate);
+    float max_abs_one(const float* values, int64_t count);
     void write_low_copy(const float* master, void* low, DType dtype, int64_t count);
 
     ThreadPool pool_;

@@ -321,13 +321,11 @@ void CudaBackend::begin_step(TrainState* state) {
     issue(op);
 }
 
-void CudaBackend::max_abs(const void* values, DType dtype, int64_t count, float* out) {
-    require(out != nullptr && (count <= 0 || values != nullptr), MPT_STATUS_INVALID_ARGUMENT,
-            "cuda backend: max_abs needs values and an output");
+void CudaBackend::max_abs(const MaxAbsInput* inputs, int count, float* out) {
+    validate_max_abs(inputs, count, out);
     RecordedOp op{};
     op.code = OpCode::max_abs;
-    op.values = values;
-    op.dtype = dtype;
+    std::copy(inputs, inputs + count, op.max_inputs);
     op.count = count;
     op.out = out;
     issue(op);
@@ -346,13 +344,13 @@ void CudaBackend::decide_update(const float* max_abs_pairs, int layer_count, int
 }
 
 void CudaBackend::dense_update(const DenseUpdateArgs& args, const OptimizerConfig& optimizer) {
-    const size_t scratch_bytes = dense_update_scratch_bytes(args);
+    const size_t scratch_bytes = dense_update_scratch_bytes(args, optimizer, fused_epilogues_);
     RecordedOp op{};
     op.code = OpCode::dense_update;
     op.update = args;
     op.optimizer = optimizer;
     op.scratch = scratch_bytes ? scratch_for(scratch_bytes) : nullptr;
-    op.update_plan = plan_dense_update(*gemm_, args, op.scratch, fused_epilogues_);
+    op.update_plan = plan_dense_update(*gemm_, args, optimizer, op.scratch, fused_epilogues_);
     issue(op);
 }
 
@@ -384,7 +382,9 @@ void CudaBackend::execute(const RecordedOp& op, cudaStream_t stream) {
         case OpCode::begin_step:
             MPT_CUDA_CHECK(cudaMemsetAsync(&op.state->found_inf, 0, sizeof op.state->found_inf, stream));
             return;
-        case OpCode::max_abs: run_max_abs(op.values, op.dtype, op.count, op.out, max_blocks, stream); return;
+        case OpCode::max_abs:
+            run_max_abs(op.max_inputs, static_cast<int>(op.count), op.out, max_blocks, stream);
+            return;
         case OpCode::decide_update:
             run_decide_update(static_cast<const float*>(op.values), static_cast<int>(op.count), op.rows, op.state,
                               stream);
@@ -557,8 +557,11 @@ void CudaBackend::sign(const RecordedOp& op) {
         }
         case OpCode::begin_step: s.put(op.state); return;
         case OpCode::max_abs:
-            s.put(op.values);
-            s.put(op.dtype);
+            for (int64_t k = 0; k < op.count; ++k) {
+                s.put(op.max_inputs[k].values);
+                s.put(op.max_inputs[k].dtype);
+                s.put(op.max_inputs[k].count);
+            }
             s.put(op.count);
             s.put(op.out);
             return;
@@ -587,6 +590,7 @@ void CudaBackend::sign(const RecordedOp& op) {
             s.put(a.out_features);
             s.put(a.compute_dtype);
             s.put(a.state);
+            s.put(op.update_plan.fused_sgd);
             s.put(op.update_plan.gradient.gemm);
             s.put(op.update_plan.gradient.fused);
             s.put(op.update_plan.weight_grad);

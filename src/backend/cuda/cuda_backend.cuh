@@ -53,7 +53,7 @@ public:
     void loss_head(const LossHeadArgs& args) override;
     void dense_backward_data(const DenseBackwardDataArgs& args) override;
     void begin_step(TrainState* state) override;
-    void max_abs(const void* values, DType dtype, int64_t count, float* out) override;
+    void max_abs(const MaxAbsInput* inputs, int count, float* out) override;
     void decide_update(const float* max_abs_pairs, int layer_count, int64_t rows, TrainState* state) override;
     void dense_update(const DenseUpdateArgs& args, const OptimizerConfig& optimizer) override;
     void finish_step(TrainState* state, const LossScalerConfig& scaler) override;
@@ -91,9 +91,9 @@ private:
         LossScalerConfig scaler;
         float* scratch;
         TrainState* state;
-        const void* values;      // max_abs input, decide_update's bounds
-        DType dtype;
-        int64_t count;           // max_abs elements, decide_update layers
+        MaxAbsInput max_inputs[kMaxAbsInputs];
+        const void* values;      // decide_update's bounds
+        int64_t count;           // max_abs inputs, decide_update layers
         int64_t rows;
         float* out;
     };

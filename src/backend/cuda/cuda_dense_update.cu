@@ -3,6 +3,7 @@
 #include "backend/cuda/cuda_dense_update.cuh"
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_fused_sgd.cuh"
 
 namespace mpt {
 
@@ -137,17 +138,23 @@ WeightGradientArgs gradient_args(const DenseUpdateArgs& args, float* weight_grad
 
 }  // namespace
 
-size_t dense_update_scratch_bytes(const DenseUpdateArgs& args) {
+size_t dense_update_scratch_bytes(const DenseUpdateArgs& args, const OptimizerConfig& optimizer, bool allow_fused) {
+    if (allow_fused && fused_sgd_applies(args, optimizer)) return 0;
     if (args.weight_grad && args.bias_grad) return 0;
     // dW, then db at a 256-byte aligned offset.
     const size_t weight_bytes = static_cast<size_t>(args.out_features * args.in_features) * sizeof(float);
     return (weight_bytes + 255) / 256 * 256 + static_cast<size_t>(args.out_features) * sizeof(float);
 }
 
-DenseUpdatePlan plan_dense_update(CudaGemm& gemm, const DenseUpdateArgs& args, float* scratch, bool allow_fused) {
+DenseUpdatePlan plan_dense_update(CudaGemm& gemm, const DenseUpdateArgs& args, const OptimizerConfig& optimizer,
+                                  float* scratch, bool allow_fused) {
     require(args.state != nullptr, MPT_STATUS_INVALID_ARGUMENT, "cuda backend: dense_update needs the train state");
     require(args.weights && args.bias, MPT_STATUS_INVALID_ARGUMENT, "cuda backend: dense_update needs the masters");
     DenseUpdatePlan plan;
+    if (allow_fused && fused_sgd_applies(args, optimizer)) {
+        plan.fused_sgd = true;
+        return plan;
+    }
     if (args.weight_grad && args.bias_grad) {
         plan.weight_grad = args.weight_grad;
         plan.bias_grad = args.bias_grad;
@@ -163,6 +170,10 @@ DenseUpdatePlan plan_dense_update(CudaGemm& gemm, const DenseUpdateArgs& args, f
 
 void run_dense_update(CudaGemm& gemm, const DenseUpdatePlan& plan, const DenseUpdateArgs& args,
                       const OptimizerConfig& optimizer, int max_blocks, cudaStream_t stream) {
+    if (plan.fused_sgd) {
+        run_fused_sgd(args, optimizer, stream);
+        return;
+    }
     run_weight_gradient(gemm, plan.gradient, gradient_args(args, plan.weight_grad, plan.bias_grad), stream);
     UpdateLaunch launch{};
     launch.optimizer = optimizer;

@@ -3,8 +3,8 @@
 // memory, does nothing when found_inf is set (the step is skipped), and otherwise applies the
 // optimizer to the fp32 masters and optimizer state and writes the low-precision copies, in one
 // pass. The gradient is not fused into the masters with GEMM beta = 1 because a skipped step must
-// leave them untouched and a GEMM cannot skip itself on a device-side flag (see the report on
-// conditional graph nodes).
+// leave them untouched and a GEMM cannot skip itself on a device-side flag. Plain SGD on small
+// batches skips the gradient altogether (cuda_fused_sgd.cuh).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -16,14 +16,17 @@
 namespace mpt {
 
 struct DenseUpdatePlan {
+    bool fused_sgd = false;        // cuda_fused_sgd: no gradient GEMM, no scratch
     WeightGradientPlan gradient;
     float* weight_grad = nullptr;  // the args' scratch, or the backend's when the args have none
     float* bias_grad = nullptr;
 };
 
-// fp32 scratch dense_update needs from the backend: 0 when the args bring gradient buffers.
-size_t dense_update_scratch_bytes(const DenseUpdateArgs& args);
-DenseUpdatePlan plan_dense_update(CudaGemm& gemm, const DenseUpdateArgs& args, float* scratch, bool allow_fused);
+// fp32 scratch dense_update needs from the backend: 0 when the args bring gradient buffers or the
+// update is fused SGD.
+size_t dense_update_scratch_bytes(const DenseUpdateArgs& args, const OptimizerConfig& optimizer, bool allow_fused);
+DenseUpdatePlan plan_dense_update(CudaGemm& gemm, const DenseUpdateArgs& args, const OptimizerConfig& optimizer,
+                                  float* scratch, bool allow_fused);
 void run_dense_update(CudaGemm& gemm, const DenseUpdatePlan& plan, const DenseUpdateArgs& args,
                       const OptimizerConfig& optimizer, int max_blocks, cudaStream_t stream);
 

@@ -39,8 +39,19 @@ __device__ __forceinline__ unsigned vector_max(const uint4& raw, DType dtype) {
     return largest;
 }
 
-__global__ void __launch_bounds__(kThreads) max_abs_kernel(const void* __restrict__ values, DType dtype, int64_t count,
-                                                           bool vectorised, unsigned* out) {
+struct MaxAbsLaunch {
+    const void* values[kMaxAbsInputs];
+    int64_t count[kMaxAbsInputs];
+    DType dtype[kMaxAbsInputs];
+    bool vectorised[kMaxAbsInputs];
+};
+
+__global__ void __launch_bounds__(kThreads) max_abs_kernel(const MaxAbsLaunch launch, unsigned* outputs) {
+    const void* __restrict__ values = launch.values[blockIdx.y];
+    const int64_t count = launch.count[blockIdx.y];
+    const DType dtype = launch.dtype[blockIdx.y];
+    const bool vectorised = launch.vectorised[blockIdx.y];
+    unsigned* out = outputs + blockIdx.y;
     unsigned largest = 0;
     const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
     const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -65,15 +76,33 @@ __global__ void __launch_bounds__(kThreads) max_abs_kernel(const void* __restric
 
 }  // namespace
 
-void run_max_abs(const void* values, DType dtype, int64_t count, float* out, int max_blocks, cudaStream_t stream) {
-    require(out != nullptr, MPT_STATUS_INVALID_ARGUMENT, "cuda backend: max_abs needs an output");
-    MPT_CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(float), stream));
-    if (count <= 0) return;
-    require(values != nullptr, MPT_STATUS_INVALID_ARGUMENT, "cuda backend: max_abs needs values");
-    const bool vectorised = (reinterpret_cast<uintptr_t>(values) & 15u) == 0;
-    const int64_t work = vectorised ? count / (dtype == DType::fp32 ? 4 : 8) + 1 : count;
-    const unsigned blocks = grid_for(work, kThreads, static_cast<unsigned>(max_blocks));
-    max_abs_kernel<<<blocks, kThreads, 0, stream>>>(values, dtype, count, vectorised, reinterpret_cast<unsigned*>(out));
+void validate_max_abs(const MaxAbsInput* inputs, int count, const float* out) {
+    require(count >= 0 && count <= kMaxAbsInputs, MPT_STATUS_INVALID_ARGUMENT,
+            "cuda backend: max_abs takes at most 16 inputs");
+    require(count == 0 || (inputs && out), MPT_STATUS_INVALID_ARGUMENT, "cuda backend: max_abs needs inputs and outputs");
+    for (int k = 0; k < count; ++k)
+        require(inputs[k].count <= 0 || inputs[k].values, MPT_STATUS_INVALID_ARGUMENT, "cuda backend: max_abs needs values");
+}
+
+void run_max_abs(const MaxAbsInput* inputs, int count, float* out, int max_blocks, cudaStream_t stream) {
+    if (count == 0) return;
+    // Zero first: blocks only raise the results, and an empty input's maximum is 0.
+    MPT_CUDA_CHECK(cudaMemsetAsync(out, 0, static_cast<size_t>(count) * sizeof(float), stream));
+    MaxAbsLaunch launch{};
+    int64_t most_work = 0;
+    for (int k = 0; k < count; ++k) {
+        const MaxAbsInput& input = inputs[k];
+        launch.values[k] = input.values;
+        launch.count[k] = input.count > 0 ? input.count : 0;
+        launch.dtype[k] = input.dtype;
+        launch.vectorised[k] = (reinterpret_cast<uintptr_t>(input.values) & 15u) == 0;
+        const int64_t work = launch.vectorised[k] ? launch.count[k] / (input.dtype == DType::fp32 ? 4 : 8) + 1 : launch.count[k];
+        most_work = work > most_work ? work : most_work;
+    }
+    if (most_work == 0) return;
+    // Blocks past a smaller tensor's end find nothing to do and return at once.
+    const dim3 grid(grid_for(most_work, kThreads, static_cast<unsigned>(max_blocks)), static_cast<unsigned>(count));
+    max_abs_kernel<<<grid, kThreads, 0, stream>>>(launch, reinterpret_cast<unsigned*>(out));
     MPT_CUDA_CHECK_LAUNCH("max_abs_kernel");
 }
 

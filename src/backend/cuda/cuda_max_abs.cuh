@@ -1,13 +1,15 @@
-// max |x| over a tensor on CUDA, for the step's finiteness proof (decide_update): NaN and Inf count
-// as +Inf. The result is written to device memory, so no value ever travels to the host.
+// max |x| over a step's tensors on CUDA, for its finiteness proof (decide_update), in one kernel
+// (blockIdx.y picks the tensor): NaN and Inf count as +Inf. The results are written to device
+// memory, so no value ever travels to the host.
 #pragma once
 
 #include <cuda_runtime.h>
 
-#include "core/dtype.h"
+#include "backend/backend.h"
 
 namespace mpt {
 
-void run_max_abs(const void* values, DType dtype, int64_t count, float* out, int max_blocks, cudaStream_t stream);
+void validate_max_abs(const MaxAbsInput* inputs, int count, const float* out);
+void run_max_abs(const MaxAbsInput* inputs, int count, float* out, int max_blocks, cudaStream_t stream);
 
 }  // namespace mpt

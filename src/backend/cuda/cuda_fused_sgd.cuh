@@ -1,0 +1,26 @@
+// Plain SGD for small batches without a weight gradient in memory. With K = rows <= 64 the weight
+// gradient dZ^T·A is cheap to compute on CUDA cores, while GEMM-then-update would write it in fp32
+// and read it back: one kernel computes a 64 x 64 tile of it in registers from the batch held in
+// shared memory and applies w -= lr · g / loss_scale to the fp32 masters, writing the low-precision
+// copy in the same pass (per weight: one read, two writes). Bias rows are updated by the first tile
+// column. It reads the step's TrainState from device memory and leaves every byte untouched when
+// found_inf is set, so the skip needs no host and no graph conditional.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "backend/backend.h"
+
+namespace mpt {
+
+constexpr int64_t kFusedSgdMaxRows = 64;
+
+// Plain SGD (no momentum) on a batch of at most kFusedSgdMaxRows rows.
+inline bool fused_sgd_applies(const DenseUpdateArgs& args, const OptimizerConfig& optimizer) {
+    return optimizer.kind == OptimizerKind::sgd && optimizer.momentum == 0.0f && args.rows > 0 &&
+           args.rows <= kFusedSgdMaxRows;
+}
+
+void run_fused_sgd(const DenseUpdateArgs& args, const OptimizerConfig& optimizer, cudaStream_t stream);
+
+}  // namespace mpt
