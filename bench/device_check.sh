@@ -58,6 +58,14 @@ if [ "${FULL_CTEST:-0}" = 1 ]; then
         || status=5
 fi
 
+stage "hardware floor (mptrain-gpu-floor)"
+# The two ceilings (copy bandwidth, bf16 GEMM rate) and the step's bare-GEMM + update floor per
+# batch, measured in this run: the summary reads mptrain's times as ratios to it.
+if [ -x "$BUILD/bin/mptrain-gpu-floor" ]; then
+    timeout 60 "$BUILD/bin/mptrain-gpu-floor" --batch 32,256,4096 --json "$WORK/floor.json" 2>&1 \
+        | tee "$WORK/bench_floor.log" || echo "the floor measurement failed"
+fi
+
 stage "mptrain-bench --backend cuda"
 bench="$BUILD/bin/mptrain-bench"
 if [ -x "$bench" ]; then
@@ -128,7 +136,7 @@ fi
 
 stage "summary"
 python3 bench/peers/summary.py "$WORK"/mptrain_small.json "$WORK"/mptrain_large.json "$WORK"/mptrain_streamed.json \
-    "$WORK"/torch.json "$WORK"/jax.json \
+    "$WORK"/floor.json "$WORK"/torch.json "$WORK"/jax.json \
     | tee "$WORK/summary.txt"
 echo "GPU tests: $(grep -E 'tests passed|tests failed' "$WORK/ctest_cuda.log" | tail -1)"
 tee -a "$WORK/summary.txt" <"$WORK/cifar10_line.txt"

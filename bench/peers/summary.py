@@ -25,6 +25,7 @@ def main():
     ours = {(r["precision"], r["batch"]): r["us_per_step"] for r in cuda if r.get("data", "resident") == "resident"}
     streamed = [r for r in cuda if r.get("data") == "streamed"]
     peers = {(r["framework"], r["variant"], r["batch"]): r["us_per_step"] for r in records if "framework" in r}
+    floors = {r["batch"]: r for r in records if r.get("floor") == "gpu"}
     batches = sorted({b for (_, b) in ours} | {b for (_, _, b) in peers})
 
     def cell(value):
@@ -53,6 +54,16 @@ def main():
         line += f" | {ratio} {verdict:>7} {faster:>10}"
         print(line)
     print("best peer = fastest peer's us/step over mptrain mixed-bf16 (> 1: mptrain faster)")
+    if floors:
+        any_floor = next(iter(floors.values()))
+        print(f"hardware floor (mptrain-gpu-floor, this run): copy {any_floor['copy_tb_per_s']:.2f} TB/s, "
+              f"bf16 GEMM {any_floor['bf16_tflop_per_s']:.0f} TFLOP/s")
+        for batch in sorted(floors):
+            floor = floors[batch]["floor_us"]
+            bf16 = ours.get(("mixed-bf16", batch))
+            ratio = f"{bf16 / floor:.2f}x the floor" if bf16 else "no mptrain time"
+            print(f"  batch {batch:>5}: floor {floor:7.1f} us (GEMMs {floors[batch]['gemm_us']:.1f} + update "
+                  f"{floors[batch]['update_us']:.1f}); mptrain mixed-bf16 {ratio}")
     for r in streamed:
         resident = ours.get((r["precision"], r["batch"]))
         versus = f", {r['us_per_step'] / resident:.2f}x the resident data set" if resident else ""

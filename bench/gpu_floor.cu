@@ -1,0 +1,232 @@
+// mptrain-gpu-floor: the hardware floor of the seed MLP's training step on this GPU, measured in the
+// same run as the bench so that mptrain's step time is read as a ratio to it (METHOD.md: the two
+// ceilings, measured, not taken from the datasheet). For each batch size it times, with CUDA events
+// over graph replays on random data, the step's bare cuBLASLt GEMMs in bf16 with fp32 accumulation
+// (forward, input gradient of every layer but the first, weight gradient in fp32), and adds the
+// least memory traffic of the update (fp32 masters read and written, the bf16 copy written) at the
+// device-to-device copy bandwidth measured here. floor = GEMMs + update bytes / bandwidth: what a
+// step with perfect fusion around the library GEMMs would take. It also reports the copy
+// bandwidth and an 8192^3 bf16 GEMM's rate as the two ceilings.
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+void check(cudaError_t status, const char* what) {
+    if (status == cudaSuccess) return;
+    std::fprintf(stderr, "mptrain-gpu-floor: %s: %s\n", what, cudaGetErrorString(status));
+    std::exit(1);
+}
+
+void check(cublasStatus_t status, const char* what) {
+    if (status == CUBLAS_STATUS_SUCCESS) return;
+    std::fprintf(stderr, "mptrain-gpu-floor: %s: cuBLAS status %d\n", what, static_cast<int>(status));
+    std::exit(1);
+}
+
+__global__ void fill_random(__nv_bfloat16* data, size_t count, unsigned seed) {
+    for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
+         i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+        unsigned x = static_cast<unsigned>(i) * 2654435761u ^ seed;
+        x ^= x >> 15;
+        x *= 2246822519u;
+        x ^= x >> 13;
+        data[i] = __float2bfloat16(static_cast<float>(x & 0xffff) / 65536.0f - 0.5f);
+    }
+}
+
+struct Device {
+    cudaStream_t stream = nullptr;
+    cublasLtHandle_t handle = nullptr;
+    void* workspace = nullptr;
+    size_t workspace_bytes = size_t{32} << 20;
+};
+
+// One column-major GEMM D[m, n] = op(A) op(B) with bf16 inputs, fp32 accumulation and D in `out_type`.
+struct Gemm {
+    int64_t m, n, k;
+    bool transpose_a;
+    cudaDataType_t out_type;
+};
+
+void run_gemm(Device& device, const Gemm& g, const void* a, const void* b, void* d) {
+    cublasLtMatmulDesc_t desc;
+    check(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
+    const cublasOperation_t trans_a = g.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N, trans_b = CUBLAS_OP_N;
+    check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof trans_a), "transa");
+    check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof trans_b), "transb");
+    cublasLtMatrixLayout_t la, lb, ld;
+    check(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, g.transpose_a ? g.k : g.m, g.transpose_a ? g.m : g.k,
+                                     g.transpose_a ? g.k : g.m), "layout a");
+    check(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, g.k, g.n, g.k), "layout b");
+    check(cublasLtMatrixLayoutCreate(&ld, g.out_type, g.m, g.n, g.m), "layout d");
+    cublasLtMatmulPreference_t preference;
+    check(cublasLtMatmulPreferenceCreate(&preference), "preference");
+    check(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                               &device.workspace_bytes, sizeof device.workspace_bytes), "workspace");
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    check(cublasLtMatmulAlgoGetHeuristic(device.handle, desc, la, lb, ld, ld, preference, 1, &result, &found), "heuristic");
+    if (found == 0) {
+        std::fprintf(stderr, "mptrain-gpu-floor: no cuBLASLt algorithm for %lldx%lldx%lld\n", (long long)g.m,
+                     (long long)g.n, (long long)g.k);
+        std::exit(1);
+    }
+    const float alpha = 1.0f, beta = 0.0f;
+    check(cublasLtMatmul(device.handle, desc, &alpha, a, la, b, lb, &beta, d, ld, d, ld, &result.algo, device.workspace,
+                         device.workspace_bytes, device.stream), "matmul");
+    cublasLtMatmulPreferenceDestroy(preference);
+    cublasLtMatrixLayoutDestroy(la);
+    cublasLtMatrixLayoutDestroy(lb);
+    cublasLtMatrixLayoutDestroy(ld);
+    cublasLtMatmulDescDestroy(desc);
+}
+
+// Median milliseconds of `replays` launches of a graph captured from `work`, after warm-up.
+template <typename Work>
+double time_graph(Device& device, Work work, int replays) {
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    check(cudaStreamBeginCapture(device.stream, cudaStreamCaptureModeThreadLocal), "begin capture");
+    work();
+    check(cudaStreamEndCapture(device.stream, &graph), "end capture");
+    check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+    cudaEvent_t start, stop;
+    check(cudaEventCreate(&start), "event");
+    check(cudaEventCreate(&stop), "event");
+    for (int i = 0; i < 3; ++i) check(cudaGraphLaunch(exec, device.stream), "warm-up");
+    std::vector<float> times;
+    for (int i = 0; i < replays; ++i) {
+        check(cudaEventRecord(start, device.stream), "record");
+        check(cudaGraphLaunch(exec, device.stream), "launch");
+        check(cudaEventRecord(stop, device.stream), "record");
+        check(cudaEventSynchronize(stop), "sync");
+        float ms = 0.0f;
+        check(cudaEventElapsedTime(&ms, start, stop), "elapsed");
+        times.push_back(ms);
+    }
+    std::sort(times.begin(), times.end());
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    return times[times.size() / 2];
+}
+
+int64_t padded(int64_t width) { return (width + 7) / 8 * 8; }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::vector<int64_t> batches = {32, 256, 4096};
+    std::string json;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        const std::string flag = argv[i];
+        if (flag == "--batch") {
+            batches.clear();
+            std::stringstream list(argv[i + 1]);
+            for (std::string part; std::getline(list, part, ',');) batches.push_back(std::atoll(part.c_str()));
+        } else if (flag == "--json") {
+            json = argv[i + 1];
+        } else {
+            std::fprintf(stderr, "usage: mptrain-gpu-floor [--batch LIST] [--json FILE]\n");
+            return 2;
+        }
+    }
+    Device device;
+    check(cudaStreamCreateWithFlags(&device.stream, cudaStreamNonBlocking), "stream");
+    check(cublasLtCreate(&device.handle), "cublasLt");
+    check(cudaMalloc(&device.workspace, device.workspace_bytes), "workspace");
+
+    // Ceiling 1: device-to-device copy of 2 GiB, bytes read plus written.
+    const size_t copy_bytes = size_t{1} << 31;
+    void *source, *target;
+    check(cudaMalloc(&source, copy_bytes), "copy source");
+    check(cudaMalloc(&target, copy_bytes), "copy target");
+    check(cudaMemsetAsync(source, 1, copy_bytes, device.stream), "memset");
+    const double copy_ms = time_graph(device, [&] {
+        check(cudaMemcpyAsync(target, source, copy_bytes, cudaMemcpyDeviceToDevice, device.stream), "copy");
+    }, 10);
+    const double bandwidth = 2.0 * static_cast<double>(copy_bytes) / (copy_ms * 1e-3);  // bytes per second
+    cudaFree(source);
+    cudaFree(target);
+
+    // Ceiling 2: an 8192^3 bf16 GEMM on random data.
+    const int64_t big = 8192;
+    __nv_bfloat16 *ba, *bb;
+    float* bd;
+    check(cudaMalloc(&ba, big * big * 2), "a");
+    check(cudaMalloc(&bb, big * big * 2), "b");
+    check(cudaMalloc(&bd, big * big * 4), "d");
+    fill_random<<<1024, 256, 0, device.stream>>>(ba, big * big, 1);
+    fill_random<<<1024, 256, 0, device.stream>>>(bb, big * big, 2);
+    const double big_ms = time_graph(device, [&] { run_gemm(device, Gemm{big, big, big, false, CUDA_R_32F}, ba, bb, bd); }, 10);
+    const double matrix_rate = 2.0 * big * big * big / (big_ms * 1e-3);  // FLOP per second
+    cudaFree(ba);
+    cudaFree(bb);
+    cudaFree(bd);
+
+    std::printf("ceilings: device copy %.2f TB/s (read + write), bf16 GEMM 8192^3 %.0f TFLOP/s\n", bandwidth / 1e12,
+                matrix_rate / 1e12);
+    std::printf("%6s %12s %12s %12s\n", "batch", "gemms us", "update us", "floor us");
+
+    const std::vector<int64_t> widths = {padded(3072), padded(3000), padded(1000), padded(10)};
+    int64_t parameters = 0, widest = 0;
+    for (size_t l = 0; l + 1 < widths.size(); ++l) parameters += widths[l + 1] * (widths[l] + 1);
+    for (int64_t w : widths) widest = std::max(widest, w);
+    std::FILE* out = json.empty() ? nullptr : std::fopen(json.c_str(), "w");
+    if (out) std::fprintf(out, "[\n");
+    for (size_t b = 0; b < batches.size(); ++b) {
+        const int64_t rows = batches[b];
+        __nv_bfloat16 *weights, *activations, *gradients;
+        float* weight_grad;
+        check(cudaMalloc(&weights, widest * widest * 2), "weights");
+        check(cudaMalloc(&activations, rows * widest * 2 * 2), "activations");
+        check(cudaMalloc(&gradients, rows * widest * 2 * 2), "gradients");
+        check(cudaMalloc(&weight_grad, widest * widest * 4), "weight gradient");
+        fill_random<<<1024, 256, 0, device.stream>>>(weights, widest * widest, 3);
+        fill_random<<<1024, 256, 0, device.stream>>>(activations, rows * widest * 2, 4);
+        fill_random<<<1024, 256, 0, device.stream>>>(gradients, rows * widest * 2, 5);
+        __nv_bfloat16* output = activations + rows * widest;
+        const double gemm_ms = time_graph(device, [&] {
+            for (size_t l = 0; l + 1 < widths.size(); ++l) {
+                const int64_t in = widths[l], units = widths[l + 1];
+                const bool last = l + 2 == widths.size();
+                // Forward: Z[units, rows] = W^T-as-stored · X (weights row-major [units, in]).
+                run_gemm(device, Gemm{units, rows, in, true, last ? CUDA_R_32F : CUDA_R_16BF}, weights, activations,
+                         last ? static_cast<void*>(weight_grad) : static_cast<void*>(output));
+                // Weight gradient in fp32: dW[in, units] = X[in, rows] · dZ^T, as the library's GEMM shape.
+                run_gemm(device, Gemm{in, units, rows, false, CUDA_R_32F}, activations, gradients, weight_grad);
+                // Input gradient for every layer but the first.
+                if (l > 0) run_gemm(device, Gemm{in, rows, units, false, CUDA_R_16BF}, weights, gradients, output);
+            }
+        }, 50);
+        // The update's least traffic: fp32 masters read and written, the bf16 copy written.
+        const double update_ms = static_cast<double>(parameters) * (4 + 4 + 2) / bandwidth * 1e3;
+        const double floor_us = (gemm_ms + update_ms) * 1e3;
+        std::printf("%6lld %12.1f %12.1f %12.1f\n", static_cast<long long>(rows), gemm_ms * 1e3, update_ms * 1e3, floor_us);
+        if (out)
+            std::fprintf(out,
+                         "  {\"floor\": \"gpu\", \"batch\": %lld, \"gemm_us\": %.2f, \"update_us\": %.2f, \"floor_us\": %.2f, "
+                         "\"copy_tb_per_s\": %.3f, \"bf16_tflop_per_s\": %.1f}%s\n",
+                         static_cast<long long>(rows), gemm_ms * 1e3, update_ms * 1e3, floor_us, bandwidth / 1e12,
+                         matrix_rate / 1e12, b + 1 < batches.size() ? "," : "");
+        cudaFree(weights);
+        cudaFree(activations);
+        cudaFree(gradients);
+        cudaFree(weight_grad);
+    }
+    if (out) {
+        std::fprintf(out, "]\n");
+        std::fclose(out);
+    }
+    return 0;
+}
