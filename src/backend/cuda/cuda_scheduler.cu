@@ -62,11 +62,18 @@ Event CudaScheduler::record(Lane lane) {
     return Event{lane, ticket};
 }
 
-cudaEvent_t CudaScheduler::event_for(const Event& event) const {
+cudaEvent_t CudaScheduler::event_for(const Event& event) {
     uint64_t ticket = event.ticket;
     // The ring reuses events: an event older than the ring was re-recorded since. The lane's newest
     // event stands for a later point, so waiting on it (or finding it complete) is still correct.
     if (issued_tickets_ - ticket >= kEvents) ticket = latest_[static_cast<int>(event.lane)];
+    // When the lane recorded nothing for a whole ring, its newest slot holds the other lane's event
+    // now: mark the lane's current end instead, a later point on the right stream.
+    if (issued_tickets_ - ticket >= kEvents) {
+        const cudaEvent_t fresh = next_event(event.lane, ticket);
+        MPT_CUDA_CHECK(cudaEventRecord(fresh, stream(event.lane)));
+        return fresh;
+    }
     return events_[ticket % kEvents];
 }
 

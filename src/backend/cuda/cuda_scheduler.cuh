@@ -54,8 +54,9 @@ public:
 private:
     static constexpr uint64_t kEvents = 64;
     cudaEvent_t next_event(Lane lane, uint64_t& ticket);
-    // The ring event that stands for `event`: itself, or a later one on its lane once recycled.
-    cudaEvent_t event_for(const Event& event) const;
+    // The ring event that stands for `event`: itself, or a later one on its lane once recycled
+    // (recorded now if the lane has none left in the ring).
+    cudaEvent_t event_for(const Event& event);
 
     CudaTaskHooks& hooks_;
     cudaStream_t streams_[2] = {nullptr, nullptr};
