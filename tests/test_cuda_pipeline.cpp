@@ -149,3 +149,54 @@ TEST_CASE("every step's progress reaches the host in order, and epochs are timed
     CHECK(timing.seconds > 0.0);
     CHECK(timing.seconds < wall);
 }
+
+TEST_CASE("an event polled before it has passed leaves no error behind for the next kernel launch") {
+    SKIP_WITHOUT_GPU();
+    // cudaEventQuery's "not ready" stays the thread's last error unless cleared, and every launch is
+    // checked with cudaGetLastError. A long memset keeps the compute lane busy while it is polled.
+    auto backend = create_cuda_backend(0);
+    Scheduler& scheduler = backend->scheduler();
+    const size_t busy_bytes = size_t{2} << 30;
+    void* busy = backend->allocate(busy_bytes);
+    void* order = backend->allocate(1024 * sizeof(int32_t));
+
+    backend->fill_zero(busy, busy_bytes);
+    const Event pending = scheduler.record(Lane::compute);
+    const bool passed_at_once = scheduler.completed(pending);
+    CHECK_NOTHROW(backend->fill_order(static_cast<int32_t*>(order), 1024, false, 0));  // one checked launch
+    scheduler.wait_host(pending);
+    CHECK(scheduler.completed(pending));
+    if (passed_at_once) MESSAGE("the memset finished before the poll: the not-ready path went unexercised");
+
+    // The streamed gather polls its slot's event before reusing it (the third batch reuses the
+    // first one's slot, whose gather is queued behind the memset), then launches the gather kernel.
+    const SyntheticData data = synthetic_data(64, 100, 6);
+    const int64_t rows = 8, padded = 104;
+    void* batch = backend->allocate(static_cast<size_t>(rows * padded) * sizeof(float));
+    void* labels = backend->allocate(static_cast<size_t>(rows) * sizeof(int32_t));
+    backend->fill_zero(busy, busy_bytes);
+    for (int64_t b = 0; b < 3; ++b) {
+        CAPTURE(b);
+        GatherArgs args{};
+        args.samples = data.samples.data();
+        args.samples_are_u8 = true;
+        args.scale = 1.0f;
+        args.streamed = true;
+        args.first = b * rows;
+        args.rows = rows;
+        args.features = data.features;
+        args.padded_features = padded;
+        args.batch = batch;
+        args.batch_dtype = DType::fp32;
+        args.labels = data.labels.data();
+        args.batch_labels = static_cast<int32_t*>(labels);
+        CHECK_NOTHROW(backend->gather_batch(args));
+    }
+    std::vector<int32_t> gathered(static_cast<size_t>(rows));
+    backend->copy_to_host(gathered.data(), labels, gathered.size() * sizeof(int32_t));
+    CHECK(gathered == std::vector<int32_t>(data.labels.begin() + 2 * rows, data.labels.begin() + 3 * rows));
+    backend->release(labels);
+    backend->release(batch);
+    backend->release(order);
+    backend->release(busy);
+}

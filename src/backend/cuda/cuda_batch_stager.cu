@@ -56,6 +56,9 @@ void CudaBatchStager::gather(const GatherArgs& args, cudaStream_t stream) {
     if (slot.in_use) {
         const cudaError_t state = cudaEventQuery(slot.done);
         if (state == cudaErrorNotReady) {
+            // Not a fault, but kept as the last error: cleared, or run_gather's launch check
+            // below would report it.
+            cudaGetLastError();
             scheduler_.count_host_sync();
             MPT_CUDA_CHECK(cudaEventSynchronize(slot.done));
         } else {
