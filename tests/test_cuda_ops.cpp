@@ -23,6 +23,7 @@
 #include "data/dataset.h"
 #include "nn/model.h"
 #include "nn/trainer.h"
+#include "support/skip_without_gpu.h"
 #include "support/training_fixture.h"
 #if defined(MPTRAIN_WITH_CUDA)
 #include "backend/cuda/cuda_backend.h"
@@ -32,14 +33,6 @@ namespace {
 
 using namespace mpt;
 using namespace mpt::testing;
-
-#define SKIP_WITHOUT_GPU()                                                     \
-    do {                                                                       \
-        if (mpt::cuda_device_count() == 0) {                                   \
-            MESSAGE("skipped: no CUDA device (or no CUDA backend in this build)"); \
-            return;                                                            \
-        }                                                                      \
-    } while (0)
 
 const DType kDTypes[] = {DType::fp32, DType::fp16, DType::bf16};
 

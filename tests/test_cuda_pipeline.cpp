@@ -12,20 +12,13 @@
 #include "backend/backend.h"
 #include "data/epoch_order.h"
 #include "nn/trainer.h"
+#include "support/skip_without_gpu.h"
 #include "support/training_fixture.h"
 
 namespace {
 
 using namespace mpt;
 using namespace mpt::testing;
-
-#define SKIP_WITHOUT_GPU()                                                         \
-    do {                                                                           \
-        if (mpt::cuda_device_count() == 0) {                                       \
-            MESSAGE("skipped: no CUDA device (or no CUDA backend in this build)"); \
-            return;                                                                \
-        }                                                                          \
-    } while (0)
 
 std::shared_ptr<Context> make_cuda_context(size_t dataset_device_budget) {
     ContextConfig config;
@@ -42,13 +35,30 @@ struct Run {
     bool streamed;
 };
 
-Run train_on_gpu(size_t dataset_device_budget, const SyntheticData& data) {
-    auto context = make_cuda_context(dataset_device_budget);
-    auto model = make_mlp(context, data.features);
-    auto dataset = to_dataset(context, data);
+// The small MLP in mixed bf16 on the GPU, with its data set.
+struct GpuSetup {
+    std::shared_ptr<Context> context;
+    std::shared_ptr<Model> model;
+    std::shared_ptr<Dataset> dataset;
+    std::unique_ptr<Trainer> trainer;
+};
+
+GpuSetup gpu_setup(size_t dataset_device_budget, const SyntheticData& data) {
+    GpuSetup setup;
+    setup.context = make_cuda_context(dataset_device_budget);
+    setup.model = make_mlp(setup.context, data.features);
+    setup.dataset = to_dataset(setup.context, data);
     TrainerConfig config;
     config.precision = MPT_PRECISION_MIXED_BF16;
-    Trainer trainer(model, config);
+    setup.trainer = std::make_unique<Trainer>(setup.model, config);
+    return setup;
+}
+
+Run train_on_gpu(size_t dataset_device_budget, const SyntheticData& data) {
+    GpuSetup setup = gpu_setup(dataset_device_budget, data);
+    Trainer& trainer = *setup.trainer;
+    Model* model = setup.model.get();
+    Dataset* dataset = setup.dataset.get();
     trainer.fit(*dataset, 3, 32, true);
     trainer.step(*dataset, 64, 32);
     Run run{master_block(*model), trainer.evaluate(*dataset, 100), trainer.state(), dataset->streamed()};
@@ -129,12 +139,9 @@ TEST_CASE("a resident dataset is charged to the context's memory, and one over t
 TEST_CASE("every step's progress reaches the host in order, and epochs are timed on the device") {
     SKIP_WITHOUT_GPU();
     const SyntheticData data = synthetic_data(640, 100, 5);
-    auto context = make_cuda_context(SIZE_MAX);
-    auto model = make_mlp(context, data.features);
-    auto dataset = to_dataset(context, data);
-    TrainerConfig config;
-    config.precision = MPT_PRECISION_MIXED_BF16;
-    Trainer trainer(model, config);
+    GpuSetup setup = gpu_setup(SIZE_MAX, data);
+    Trainer& trainer = *setup.trainer;
+    Dataset* dataset = setup.dataset.get();
     ProgressLog log;
     trainer.set_callbacks(TrainerCallbacks{&log_progress, &log_epoch_end, &log});
     const auto started = std::chrono::steady_clock::now();
