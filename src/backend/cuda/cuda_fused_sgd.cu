@@ -33,11 +33,28 @@ __global__ void __launch_bounds__(kSide * kSide) fused_sgd_kernel(const FusedSgd
     __shared__ float input[kFusedSgdMaxRows][kTile];        // A[r][i0 + c]
     const TrainState state = *p.state;
     if (state.found_inf) return;  // a skipped step: nothing is written
-    const OptimizerStepScalars scalars = optimizer_step_scalars(p.optimizer, state.loss_scale, state.applied_steps);
+    // optimizer_step_scalars for plain SGD (the only optimizer here), without its Adam branch: that
+    // branch's double pow() is a call that costs this kernel register spills.
+    OptimizerStepScalars scalars;
+    scalars.inverse_scale = 1.0f / state.loss_scale;
+    scalars.step_size = p.optimizer.learning_rate;
+    scalars.epsilon_hat = p.optimizer.epsilon;
 
     const int64_t i0 = static_cast<int64_t>(blockIdx.x) * kTile;
     const int64_t o0 = static_cast<int64_t>(blockIdx.y) * kTile;
     const int rows = static_cast<int>(p.rows);
+    // The 16 masters this thread updates, loaded first: the loads are in flight, all at once, while
+    // the tiles fill and the gradient is summed (after the stores below nothing reads them again).
+    float master[kPerThread][kPerThread];
+#pragma unroll
+    for (int u = 0; u < kPerThread; ++u) {
+        const int64_t o = o0 + threadIdx.y + kSide * u;
+#pragma unroll
+        for (int v = 0; v < kPerThread; ++v) {
+            const int64_t i = i0 + threadIdx.x + kSide * v;
+            master[u][v] = o < p.out_features && i < p.in_features ? p.weights[o * p.in_features + i] : 0.0f;
+        }
+    }
     const int thread = threadIdx.y * kSide + threadIdx.x;
     for (int k = thread; k < rows * kTile; k += kSide * kSide) {
         const int r = k / kTile, c = k % kTile;
@@ -72,7 +89,7 @@ __global__ void __launch_bounds__(kSide * kSide) fused_sgd_kernel(const FusedSgd
             if (i >= p.in_features) continue;
             const int64_t index = o * p.in_features + i;
             const float weight =
-                optimizer_update_element(p.optimizer, scalars, p.weights[index], gradient[u][v], unused1, unused2);
+                optimizer_update_element(p.optimizer, scalars, master[u][v], gradient[u][v], unused1, unused2);
             p.weights[index] = weight;
             if (p.low_weights) store_element(p.low_weights, p.dtype, index, weight);
         }
