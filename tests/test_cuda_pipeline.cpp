@@ -21,11 +21,7 @@ using namespace mpt;
 using namespace mpt::testing;
 
 std::shared_ptr<Context> make_cuda_context(size_t dataset_device_budget) {
-    ContextConfig config;
-    config.backend = MPT_BACKEND_CUDA;
-    config.seed = 7;
-    config.dataset_device_budget = dataset_device_budget;
-    return std::make_shared<Context>(config);
+    return make_context(MPT_BACKEND_CUDA, 7, dataset_device_budget);
 }
 
 struct Run {

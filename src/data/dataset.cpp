@@ -36,8 +36,14 @@ Dataset::~Dataset() {
     context_->memory().unreserve(reserved_bytes_);
 }
 
+const void* Dataset::host_samples() const {
+    return is_u8() ? static_cast<const void*>(u8_.data()) : static_cast<const void*>(f32_.data());
+}
+
+size_t Dataset::sample_bytes() const { return u8_.size() + f32_.size() * sizeof(float); }
+
 size_t Dataset::storage_bytes() const {
-    return u8_.size() + f32_.size() * sizeof(float) + labels_.size() * sizeof(int32_t) + targets_.size() * sizeof(float);
+    return sample_bytes() + labels_.size() * sizeof(int32_t) + targets_.size() * sizeof(float);
 }
 
 void Dataset::validate_labels() const {
@@ -105,13 +111,15 @@ std::shared_ptr<Dataset> Dataset::from_f32_targets(std::shared_ptr<Context> cont
 
 DatasetView Dataset::device_view() const {
     Backend& backend = context_->backend();
-    const void* host_samples = is_u8() ? static_cast<const void*>(u8_.data()) : static_cast<const void*>(f32_.data());
-    const DatasetView host{host_samples, has_labels() ? labels_.data() : nullptr,
-                           targets_.empty() ? nullptr : targets_.data(), false};
+    DatasetView host{host_samples(), has_labels() ? labels_.data() : nullptr,
+                     targets_.empty() ? nullptr : targets_.data(), false};
     if (backend.kind() == BackendKind::cpu) return host;
     std::lock_guard<std::mutex> lock(upload_mutex_);
     if (!placed_) place_on_device();
-    if (streamed_) return DatasetView{host.samples, host.labels, host.targets, true};
+    if (streamed_) {
+        host.streamed = true;
+        return host;
+    }
     return DatasetView{device_samples_, static_cast<const int32_t*>(device_labels_),
                        static_cast<const float*>(device_targets_), false};
 }
@@ -139,8 +147,7 @@ void Dataset::place_on_device() const {
         backend.copy_to_device(device, host, size);
     };
     try {
-        upload(device_samples_, is_u8() ? static_cast<const void*>(u8_.data()) : static_cast<const void*>(f32_.data()),
-               is_u8() ? u8_.size() : f32_.size() * sizeof(float));
+        upload(device_samples_, host_samples(), sample_bytes());
         upload(device_labels_, labels_.data(), labels_.size() * sizeof(int32_t));
         upload(device_targets_, targets_.data(), targets_.size() * sizeof(float));
     } catch (const Error& error) {

@@ -64,6 +64,8 @@ private:
     Dataset(std::shared_ptr<Context> context, int64_t rows, int64_t features);
     void validate_labels() const;
     void place_on_device() const;  // with upload_mutex_ held
+    const void* host_samples() const;  // uint8 or fp32 storage, whichever this dataset holds
+    size_t sample_bytes() const;
 
     std::shared_ptr<Context> context_;
     int64_t rows_;

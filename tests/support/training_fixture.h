@@ -2,6 +2,7 @@
 // small MLP, learnable synthetic uint8 data and the master weights read back to the host.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <random>
@@ -13,11 +14,13 @@
 
 namespace mpt::testing {
 
-inline std::shared_ptr<Context> make_context(mpt_backend backend, uint64_t seed = 7) {
+inline std::shared_ptr<Context> make_context(mpt_backend backend, uint64_t seed = 7,
+                                             size_t dataset_device_budget = SIZE_MAX) {
     ContextConfig config;
     config.backend = backend;
     config.threads = 2;
     config.seed = seed;
+    config.dataset_device_budget = dataset_device_budget;
     return std::make_shared<Context>(config);
 }
 

@@ -124,7 +124,7 @@ void CudaBackend::set_graphs(bool enabled) {
 
 void* CudaBackend::allocate(size_t bytes) {
     activate();
-    const size_t rounded = (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
+    const size_t rounded = round_up_256(std::max<size_t>(bytes, 1));
     void* pointer = nullptr;
     const cudaError_t status = cudaMalloc(&pointer, rounded);
     if (status != cudaSuccess) {

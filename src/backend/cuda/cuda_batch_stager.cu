@@ -10,12 +10,6 @@
 
 namespace mpt {
 
-namespace {
-
-size_t round_up(size_t bytes) { return (bytes + 255) / 256 * 256; }
-
-}  // namespace
-
 CudaBatchStager::CudaBatchStager(CudaBackend& backend, CudaScheduler& scheduler)
     : backend_(backend), scheduler_(scheduler) {
     for (Slot& slot : slots_) {
@@ -54,23 +48,17 @@ void CudaBatchStager::gather(const GatherArgs& args, cudaStream_t stream) {
     // The host is about to overwrite the slot's pinned bytes and the device buffer may be read on
     // another stream next: the slot's previous batch must be through its gather kernel.
     if (slot.in_use) {
-        const cudaError_t state = cudaEventQuery(slot.done);
-        if (state == cudaErrorNotReady) {
-            // Not a fault, but kept as the last error: cleared, or run_gather's launch check
-            // below would report it.
-            cudaGetLastError();
+        if (!event_passed(slot.done)) {
             scheduler_.count_host_sync();
             MPT_CUDA_CHECK(cudaEventSynchronize(slot.done));
-        } else {
-            MPT_CUDA_CHECK(state);
         }
         slot.in_use = false;
     }
     const size_t row_bytes = static_cast<size_t>(args.features) * (args.samples_are_u8 ? 1 : sizeof(float));
     const size_t rows = static_cast<size_t>(args.rows);
     const size_t target_row_bytes = static_cast<size_t>(args.target_width) * sizeof(float);
-    const size_t sample_bytes = round_up(rows * row_bytes);
-    const size_t label_bytes = args.labels ? round_up(rows * sizeof(int32_t)) : 0;
+    const size_t sample_bytes = round_up_256(rows * row_bytes);
+    const size_t label_bytes = args.labels ? round_up_256(rows * sizeof(int32_t)) : 0;
     const size_t target_bytes = args.targets ? rows * target_row_bytes : 0;
     const size_t total = sample_bytes + label_bytes + target_bytes;
     reserve(slot, total);

@@ -65,6 +65,22 @@ inline void require_aligned16(const void* pointer, const char* what) {
              std::string("cuda backend: ") + what + " is not 16-byte aligned (cuBLASLt needs 16-byte aligned operands)");
 }
 
+// Sizes of sub-buffers carved from one allocation keep the next one 256-byte aligned.
+inline size_t round_up_256(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// Whether the work before `event` has finished, without blocking. "Not ready" is an answer, not a
+// fault, but the runtime keeps it as the thread's last error, where the next kernel launch check
+// (cudaGetLastError) would report it: it is cleared here.
+inline bool event_passed(cudaEvent_t event) {
+    const cudaError_t status = cudaEventQuery(event);
+    if (status == cudaErrorNotReady) {
+        cudaGetLastError();
+        return false;
+    }
+    check_cuda(status, "cudaEventQuery", __FILE__, __LINE__);
+    return true;
+}
+
 // Kernel launch geometry for grid-stride loops over `work` items.
 inline unsigned grid_for(int64_t work, unsigned block, unsigned max_blocks) {
     const int64_t blocks = (work + block - 1) / block;

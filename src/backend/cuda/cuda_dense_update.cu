@@ -143,7 +143,7 @@ size_t dense_update_scratch_bytes(const DenseUpdateArgs& args, const OptimizerCo
     if (args.weight_grad && args.bias_grad) return 0;
     // dW, then db at a 256-byte aligned offset.
     const size_t weight_bytes = static_cast<size_t>(args.out_features * args.in_features) * sizeof(float);
-    return (weight_bytes + 255) / 256 * 256 + static_cast<size_t>(args.out_features) * sizeof(float);
+    return round_up_256(weight_bytes) + static_cast<size_t>(args.out_features) * sizeof(float);
 }
 
 DenseUpdatePlan plan_dense_update(CudaGemm& gemm, const DenseUpdateArgs& args, const OptimizerConfig& optimizer,
@@ -162,7 +162,7 @@ DenseUpdatePlan plan_dense_update(CudaGemm& gemm, const DenseUpdateArgs& args, c
         require(scratch != nullptr, MPT_STATUS_INTERNAL, "cuda backend: dense_update has no gradient scratch");
         const size_t weight_bytes = static_cast<size_t>(args.out_features * args.in_features) * sizeof(float);
         plan.weight_grad = scratch;
-        plan.bias_grad = reinterpret_cast<float*>(reinterpret_cast<char*>(scratch) + (weight_bytes + 255) / 256 * 256);
+        plan.bias_grad = reinterpret_cast<float*>(reinterpret_cast<char*>(scratch) + round_up_256(weight_bytes));
     }
     plan.gradient = plan_weight_gradient(gemm, gradient_args(args, plan.weight_grad, plan.bias_grad), allow_fused);
     return plan;

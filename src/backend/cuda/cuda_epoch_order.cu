@@ -29,8 +29,6 @@ __global__ void order_keys_kernel(uint64_t* keys, int32_t* indices, int64_t rows
     }
 }
 
-size_t round_up(size_t bytes) { return (bytes + 255) / 256 * 256; }
-
 }  // namespace
 
 CudaEpochOrder::~CudaEpochOrder() { backend_.release(storage_); }
@@ -43,8 +41,8 @@ void CudaEpochOrder::reserve(int64_t rows) {
     MPT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, static_cast<const uint64_t*>(nullptr),
                                                    static_cast<uint64_t*>(nullptr), static_cast<const int32_t*>(nullptr),
                                                    static_cast<int32_t*>(nullptr), items));
-    const size_t key_bytes = round_up(static_cast<size_t>(rows) * sizeof(uint64_t));
-    const size_t index_bytes = round_up(static_cast<size_t>(rows) * sizeof(int32_t));
+    const size_t key_bytes = round_up_256(static_cast<size_t>(rows) * sizeof(uint64_t));
+    const size_t index_bytes = round_up_256(static_cast<size_t>(rows) * sizeof(int32_t));
     backend_.release(storage_);
     storage_ = nullptr;
     capacity_ = 0;

@@ -85,15 +85,7 @@ void CudaScheduler::wait(Lane waiter, const Event& event) {
 
 bool CudaScheduler::completed(const Event& event) {
     if (event.ticket == 0) return true;
-    const cudaError_t status = cudaEventQuery(event_for(event));
-    if (status == cudaErrorNotReady) {
-        // An answer, not a fault; but the runtime keeps it as the thread's last error, where the
-        // next kernel launch check (cudaGetLastError) would report it: clear it.
-        cudaGetLastError();
-        return false;
-    }
-    MPT_CUDA_CHECK(status);
-    return true;
+    return event_passed(event_for(event));
 }
 
 void CudaScheduler::wait_host(const Event& event) {
@@ -113,10 +105,7 @@ void CudaScheduler::stop_timer() {
 }
 
 double CudaScheduler::timer_seconds() {
-    if (cudaEventQuery(timer_[1]) == cudaErrorNotReady) {
-        cudaGetLastError();  // not a fault: keep it from the next launch check (see completed())
-        ++host_syncs_;
-    }
+    if (!event_passed(timer_[1])) ++host_syncs_;
     MPT_CUDA_CHECK(cudaEventSynchronize(timer_[1]));
     float milliseconds = 0.0f;
     MPT_CUDA_CHECK(cudaEventElapsedTime(&milliseconds, timer_[0], timer_[1]));
