@@ -181,6 +181,15 @@ std::vector<float> padded_weights(int64_t units, int64_t inputs, int64_t valid_u
 }
 
 std::unique_ptr<Backend> make_cuda() { return create_cuda_backend(0); }
+
+// The GEMM workspace a dense op gets from the executor's arena: gemm_workspace_bytes() of backend
+// memory (nothing on the CPU, which needs none).
+struct WorkspaceBuffer {
+    explicit WorkspaceBuffer(Backend& backend) : bytes(backend.gemm_workspace_bytes()), buffer(backend, bytes) {}
+    GemmWorkspace workspace() const { return bytes ? GemmWorkspace{buffer.data(), bytes} : GemmWorkspace{}; }
+    size_t bytes;
+    Buffer buffer;
+};
 std::unique_ptr<Backend> make_cpu() { return create_cpu_backend(2); }
 
 void set_fused(Backend& backend, bool fused) {
@@ -224,6 +233,7 @@ void compare_dense_forward(Backend& reference, Backend& candidate, const Forward
         Buffer output = poisoned(backend, c.output, static_cast<size_t>(c.rows * c.out_features));
         const size_t mask_bytes = backend.relu_mask_bytes(c.rows, c.out_features);
         Buffer mask(backend, mask_bytes);
+        const WorkspaceBuffer workspace(backend);
         DenseForwardArgs args{};
         args.input = input_buffer.data();
         args.weights = weight_buffer.data();
@@ -238,6 +248,7 @@ void compare_dense_forward(Backend& reference, Backend& candidate, const Forward
         args.compute_dtype = c.compute;
         args.bias_dtype = c.bias;
         args.output_dtype = c.output;
+        args.workspace = workspace.workspace();
         backend.dense_forward(args);
         results[b] = download(backend, output, c.output, static_cast<size_t>(c.rows * c.out_features));
     }
@@ -334,6 +345,7 @@ void compare_dense_backward_data(Backend& reference, Backend& candidate, const B
         Buffer output_grad_buffer = upload(backend, c.compute, output_grad);
         Buffer weight_buffer = upload(backend, c.compute, weights);
         Buffer input_grad = poisoned(backend, c.input_grad, static_cast<size_t>(c.rows * c.in_features));
+        const WorkspaceBuffer workspace(backend);
         DenseBackwardDataArgs args{};
         args.output_grad = output_grad_buffer.data();
         args.weights = weight_buffer.data();
@@ -346,6 +358,7 @@ void compare_dense_backward_data(Backend& reference, Backend& candidate, const B
         args.input_activation = c.input_activation;
         args.compute_dtype = c.compute;
         args.input_grad_dtype = c.input_grad;
+        args.workspace = workspace.workspace();
         backend.dense_backward_data(args);
         results[b] = download(backend, input_grad, c.input_grad, static_cast<size_t>(c.rows * c.in_features));
     }
@@ -579,6 +592,7 @@ void compare_dense_update(Backend& reference, Backend& candidate, const UpdateCa
         Buffer bias_states[2] = {upload(backend, DType::fp32, std::vector<float>(static_cast<size_t>(c.out_features))),
                                  upload(backend, DType::fp32, std::vector<float>(static_cast<size_t>(c.out_features)))};
         Buffer state = upload_raw(backend, std::vector<TrainState>{initial});
+        const WorkspaceBuffer workspace(backend);
         DenseUpdateArgs args{};
         args.output_grad = output_grad_buffer.data();
         args.input = input_buffer.data();
@@ -597,6 +611,7 @@ void compare_dense_update(Backend& reference, Backend& candidate, const UpdateCa
         args.out_features = c.out_features;
         args.compute_dtype = c.dtype;
         args.state = state.as<TrainState>();
+        args.workspace = workspace.workspace();
         backend.dense_update(args, c.optimizer);
         backend.dense_update(args, c.optimizer);
         weight_results[b] = download(backend, weight_buffer, DType::fp32, static_cast<size_t>(weight_count));
@@ -946,6 +961,37 @@ TEST_CASE("misaligned operands are an error, not a crash") {
         CHECK(error.status() == MPT_STATUS_INVALID_ARGUMENT);
         CHECK(std::string(error.what()).find("16-byte") != std::string::npos);
     }
+    // cuBLASLt wants its workspace 256-byte aligned.
+    args.input = input.data();
+    const WorkspaceBuffer workspace(*cuda);
+    args.workspace = GemmWorkspace{static_cast<char*>(workspace.buffer.data()) + 16, workspace.bytes - 256};
+    try {
+        cuda->dense_forward(args);
+        FAIL("a misaligned workspace was accepted");
+    } catch (const Error& error) {
+        CHECK(error.status() == MPT_STATUS_INVALID_ARGUMENT);
+        CHECK(std::string(error.what()).find("256-byte") != std::string::npos);
+    }
+    args.workspace = workspace.workspace();
+    cuda->dense_forward(args);  // the backend is still usable
+    cuda->scheduler().synchronize();
+}
+
+TEST_CASE("the cuBLASLt workspace is planned into each executor's arena and charged to the context") {
+    SKIP_WITHOUT_GPU();
+    auto context = make_context(MPT_BACKEND_CUDA);
+    const size_t workspace_bytes = context->backend().gemm_workspace_bytes();
+    CHECK(workspace_bytes >= (size_t{4} << 20));
+    auto model = make_mlp(context, 100);  // a few hundred KiB of parameters: far below the workspace
+    const size_t before = context->memory().used();
+    TrainerConfig config;
+    config.precision = MPT_PRECISION_MIXED_BF16;
+    Trainer trainer(model, config);
+    const GemmWorkspace& workspace = trainer.executor().gemm_workspace();
+    CHECK(workspace.bytes == workspace_bytes);
+    REQUIRE(workspace.data != nullptr);
+    CHECK(reinterpret_cast<uintptr_t>(workspace.data) % 256 == 0);
+    CHECK(context->memory().used() - before >= workspace_bytes);
 }
 
 TEST_CASE("training on the GPU ends where training on the CPU ends, from the same seed") {

@@ -109,10 +109,10 @@ Gradients backend_gradients(Backend& backend, const Net& net, Activation hidden,
     TrainState state = initial_train_state(LossScalerConfig{});
 
     DenseForwardArgs f1{x.data(), w1.data(), b1.data(), a1.data(), nullptr, kRows, kPad, kPad, kHidden, hidden,
-                        DType::fp32, DType::fp32, DType::fp32};
+                        DType::fp32, DType::fp32, DType::fp32, GemmWorkspace{}};
     backend.dense_forward(f1);
     DenseForwardArgs f2{a1.data(), w2.data(), b2.data(), logits.data(), nullptr, kRows, kPad, kPad, kOutputs,
-                        Activation::linear, DType::fp32, DType::fp32, DType::fp32};
+                        Activation::linear, DType::fp32, DType::fp32, DType::fp32, GemmWorkspace{}};
     backend.dense_forward(f2);
     LossHeadArgs h{};
     h.logits = logits.data();
@@ -129,7 +129,7 @@ Gradients backend_gradients(Backend& backend, const Net& net, Activation hidden,
     h.logits_grad_dtype = DType::fp32;
     backend.loss_head(h);
     DenseBackwardDataArgs d{dlogits.data(), w2.data(), a1.data(), nullptr, dz1.data(), kRows, kPad, kPad, hidden,
-                            DType::fp32, DType::fp32};
+                            DType::fp32, DType::fp32, GemmWorkspace{}};
     backend.dense_backward_data(d);
 
     // SGD with momentum keeps the gradient in the scratch buffers: read them after the update.

@@ -19,6 +19,14 @@ namespace mpt {
 
 enum class BackendKind : uint8_t { cpu = 1, cuda = 2 };
 
+// Backend memory a dense op's GEMM may use as scratch (cuBLASLt's workspace). The executor plans
+// Backend::gemm_workspace_bytes() of it into its persistent arena and hands it to every dense op;
+// empty is valid and means GEMMs that need none (the CPU backend never uses it).
+struct GemmWorkspace {
+    void* data = nullptr;  // 256-byte aligned
+    size_t bytes = 0;
+};
+
 // Row-major [rows, features] activations, row-major [units, inputs] weights. Every width here is
 // already padded to a multiple of 8; `valid_*` counts the real units, the rest are kept at zero.
 struct DenseForwardArgs {
@@ -35,6 +43,7 @@ struct DenseForwardArgs {
     DType compute_dtype;
     DType bias_dtype;
     DType output_dtype;
+    GemmWorkspace workspace;
 };
 
 // dZ_prev = (dZ · W) ⊙ act'(A_prev): the input gradient of a layer, fused with the previous
@@ -51,6 +60,7 @@ struct DenseBackwardDataArgs {
     Activation input_activation;  // the previous layer's activation
     DType compute_dtype;
     DType input_grad_dtype;
+    GemmWorkspace workspace;
 };
 
 // The fused head: activation of the last layer (softmax row-wise, or element-wise), the loss, the
@@ -73,10 +83,11 @@ struct LossHeadArgs {
 constexpr int kMetricsCount = 4;
 enum MetricsIndex { kMetricLossSum = 0, kMetricCorrect = 1, kMetricCounted = 2, kMetricBatchLoss = 3 };
 
-// The weight update of one layer, fused with its weight-gradient GEMM. Plain SGD accumulates
-// -lr/scale * dZ^T·A straight into the fp32 masters (GEMM beta = 1), so no gradient tensor is
-// written or read; optimizers with state write dW/db to the scratch gradients first. Either way the
-// low-precision copy is written from the new masters. Skipped entirely when state->found_inf.
+// The weight update of one layer, fused with its weight-gradient GEMM. Plain SGD needs no gradient
+// tensor: the CPU accumulates -lr/scale * dZ^T·A straight into the fp32 masters (GEMM beta = 1),
+// and CUDA does the same in one kernel for batches of at most 64 rows. Otherwise dW/db go to the
+// scratch gradients first (update_needs_gradient_scratch). Either way the low-precision copy is
+// written from the new masters. Skipped entirely when state->found_inf.
 struct DenseUpdateArgs {
     const void* output_grad;   // dZ [rows, out_features], compute dtype (multiplied by the loss scale)
     const void* input;         // A_prev [rows, in_features], compute dtype
@@ -84,8 +95,8 @@ struct DenseUpdateArgs {
     float* bias;               // fp32 masters [out_features]
     void* low_weights;         // compute-dtype copies, or null when the layer computes in fp32
     void* low_bias;
-    float* weight_grad;        // scratch [out_features, in_features]; null for plain SGD
-    float* bias_grad;          // scratch [out_features]; null for plain SGD
+    float* weight_grad;        // scratch [out_features, in_features]; may be null for plain SGD
+    float* bias_grad;          // scratch [out_features]; may be null for plain SGD
     float* weight_state[2];    // optimizer state per optimizer_state_count(), else null
     float* bias_state[2];
     int64_t rows;
@@ -93,6 +104,7 @@ struct DenseUpdateArgs {
     int64_t out_features;
     DType compute_dtype;
     const TrainState* state;   // loss scale, found_inf, applied steps (Adam's bias correction)
+    GemmWorkspace workspace;
 };
 
 // Gathers rows of a dataset in a given order and normalises them into a batch.
@@ -141,6 +153,12 @@ public:
     virtual DType preferred_compute_dtype() const = 0;
     // Bytes of the private aux buffer dense_forward may keep for backward (CUDA: ReLU bit mask).
     virtual size_t relu_mask_bytes(int64_t rows, int64_t features) const = 0;
+    // Bytes of GemmWorkspace the dense ops can use; 0 when they never need any.
+    virtual size_t gemm_workspace_bytes() const = 0;
+    // Whether dense_update needs args.weight_grad/bias_grad for this optimizer. Plain SGD on the
+    // CPU adds the gradient straight into the masters; the GPU writes it first above the fused
+    // kernel's batch, so its executor plans the scratch instead of the backend growing its own.
+    virtual bool update_needs_gradient_scratch(const OptimizerConfig& optimizer) const = 0;
 
     virtual void* allocate(size_t bytes) = 0;   // 256-byte aligned; throws Error on failure
     virtual void release(void* pointer) noexcept = 0;

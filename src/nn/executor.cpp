@@ -31,10 +31,6 @@ Executor::Executor(Model& model, const PrecisionPolicy& policy, ExecutionMode mo
     plan_persistent();
 }
 
-bool Executor::needs_gradient_scratch() const {
-    return !(optimizer_.kind == OptimizerKind::sgd && optimizer_.momentum == 0.0f);
-}
-
 void Executor::plan_persistent() {
     const int64_t parameters = model_.parameter_block_elements();
     bool any_low = false;
@@ -49,7 +45,7 @@ void Executor::plan_persistent() {
 
     ArenaPlan plan;
     const int low_id = any_low ? plan.add(static_cast<size_t>(parameters) * low_element_bytes_, 0, ArenaPlan::kAlways) : -1;
-    const int scratch_id = training && needs_gradient_scratch()
+    const int scratch_id = training && backend_.update_needs_gradient_scratch(optimizer_)
                                ? plan.add(static_cast<size_t>(largest_layer) * sizeof(float), 0, ArenaPlan::kAlways)
                                : -1;
     int state_ids[2] = {-1, -1};
@@ -57,6 +53,9 @@ void Executor::plan_persistent() {
         state_ids[s] = plan.add(static_cast<size_t>(parameters) * sizeof(float), 0, ArenaPlan::kAlways);
     const int report_id = plan.add(sizeof(StepReport), 0, ArenaPlan::kAlways);
     const int bounds_id = plan.add(2 * model_.layers().size() * sizeof(float), 0, ArenaPlan::kAlways);
+    // The GEMMs' workspace: the dense ops of one executor run one after another on one lane.
+    const size_t workspace_bytes = backend_.gemm_workspace_bytes();
+    const int workspace_id = workspace_bytes ? plan.add(workspace_bytes, 0, ArenaPlan::kAlways) : -1;
     plan.solve();
     persistent_planned_ = plan.total_bytes();
     persistent_arena_ = Arena(backend_, model_.context()->memory(), plan.total_bytes());
@@ -70,6 +69,7 @@ void Executor::plan_persistent() {
     state_ = &report_->state;
     metrics_ = report_->metrics;
     gradient_bounds_ = reinterpret_cast<float*>(pointer(bounds_id));
+    gemm_workspace_ = GemmWorkspace{pointer(workspace_id), workspace_id < 0 ? 0 : workspace_bytes};
     write_state(initial_train_state(scaler_));
 }
 
@@ -224,6 +224,7 @@ void Executor::forward(int slot, int64_t rows) {
         args.compute_dtype = layer_dtypes_[i];
         args.bias_dtype = (layer_dtypes_[i] == DType::fp32 || last) ? DType::fp32 : layer_dtypes_[i];
         args.output_dtype = activation_dtype(i);
+        args.workspace = gemm_workspace_;
         backend_.dense_forward(args);
     }
 }
@@ -264,6 +265,7 @@ void Executor::backward(int slot, int64_t rows) {
         data.input_activation = layers[i - 1].activation;
         data.compute_dtype = layer_dtypes_[i];
         data.input_grad_dtype = layer_dtypes_[i - 1];
+        data.workspace = gemm_workspace_;
         backend_.dense_backward_data(data);
     }
 }
@@ -310,6 +312,7 @@ void Executor::update(int slot, int64_t rows) {
         args.out_features = layer.padded_units;
         args.compute_dtype = layer_dtypes_[i];
         args.state = state_;
+        args.workspace = gemm_workspace_;
         backend_.dense_update(args, optimizer_);
     }
     backend_.finish_step(state_, scaler_);

@@ -8,6 +8,7 @@
 
 #include "amp/loss_scaler.h"
 #include "amp/precision_policy.h"
+#include "backend/backend.h"
 #include "data/dataset.h"
 #include "memory/arena.h"
 #include "memory/arena_plan.h"
@@ -74,6 +75,8 @@ public:
     // Optimizer state arrays (padded parameter layout), for checkpoints.
     int optimizer_state_arrays() const { return optimizer_state_count(optimizer_); }
     float* optimizer_state(int index) const;
+    // Where every dense op's GEMM workspace lies in the persistent arena (empty on the CPU).
+    const GemmWorkspace& gemm_workspace() const { return gemm_workspace_; }
 
     const std::vector<DType>& layer_dtypes() const { return layer_dtypes_; }
     const PrecisionPolicy& policy() const { return policy_; }
@@ -93,7 +96,6 @@ private:
     };
 
     void plan_persistent();
-    bool needs_gradient_scratch() const;
     DType activation_dtype(size_t layer) const;  // what layer `layer` writes: the consumer's dtype
     const void* layer_weights(size_t layer) const;
     const void* layer_bias(size_t layer) const;
@@ -111,13 +113,15 @@ private:
     int64_t classes_ = 0;
     int64_t output_width_ = 0;
 
-    // Persistent arena: low-precision weight copies, gradients, optimizer state, step state, metrics.
+    // Persistent arena: low-precision weight copies, gradients, optimizer state, step state, metrics,
+    // GEMM workspace.
     Arena persistent_arena_;
     size_t persistent_planned_ = 0;
     char* low_copies_ = nullptr;     // parameter layout, storage_size(low dtype) bytes per element
     size_t low_element_bytes_ = 0;
     float* gradient_scratch_ = nullptr;  // one layer's dW and db, for optimizers with state
     float* gradient_bounds_ = nullptr;   // (max|dZ_i|, max|A_prev_i|) per layer
+    GemmWorkspace gemm_workspace_;      // for every dense op's GEMM; empty where the backend needs none
     float* optimizer_states_[2] = {nullptr, nullptr};
     StepReport* report_ = nullptr;
     TrainState* state_ = nullptr;   // &report_->state

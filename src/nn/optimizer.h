@@ -28,6 +28,11 @@ inline int optimizer_state_count(const OptimizerConfig& config) {
     return 2;
 }
 
+// SGD without momentum: an update with no state, which can be applied without a gradient tensor.
+MPT_HOST_DEVICE bool is_plain_sgd(const OptimizerConfig& config) {
+    return config.kind == OptimizerKind::sgd && config.momentum == 0.0f;
+}
+
 // Per-step scalars derived once on the host side of the update (Adam's bias corrections).
 struct OptimizerStepScalars {
     float inverse_scale;

@@ -202,8 +202,7 @@ void CpuBackend::dense_update(const DenseUpdateArgs& args, const OptimizerConfig
     const float* input = static_cast<const float*>(args.input);
     const int64_t weight_count = args.out_features * args.in_features;
     const OptimizerStepScalars scalars = optimizer_step_scalars(optimizer, state.loss_scale, state.applied_steps);
-    const bool plain_sgd = optimizer.kind == OptimizerKind::sgd && optimizer.momentum == 0.0f;
-    if (plain_sgd) {
+    if (is_plain_sgd(optimizer)) {
         // W += (-lr / scale) * dZ^T · A: the GEMM is the update.
         const float step = -optimizer.learning_rate * scalars.inverse_scale;
         cpu_sgemm(true, false, args.out_features, args.in_features, args.rows, step, output_grad, args.out_features,

@@ -21,6 +21,10 @@ public:
     size_t storage_size(DType) const override { return sizeof(float); }
     DType preferred_compute_dtype() const override { return DType::fp32; }
     size_t relu_mask_bytes(int64_t, int64_t) const override { return 0; }
+    size_t gemm_workspace_bytes() const override { return 0; }
+    bool update_needs_gradient_scratch(const OptimizerConfig& optimizer) const override {
+        return !is_plain_sgd(optimizer);
+    }
 
     void* allocate(size_t bytes) override;
     void release(void* pointer) noexcept override;

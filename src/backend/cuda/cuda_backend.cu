@@ -1,6 +1,7 @@
 // See cuda_backend.cuh. Besides the ops themselves this file holds the device bookkeeping: the
-// allocation counter, the preallocated cuBLASLt workspace and reduction scratch, the lazily grown
-// fp32 scratch of the fallback paths, and the recording of compute tasks for graph replay.
+// allocation counter, the preallocated reduction scratch, the lazily grown fp32 scratch of the
+// fallback paths (only where cuBLASLt refuses an epilogue), and the recording of compute tasks for
+// graph replay. The cuBLASLt workspace is not here: it comes with each op from the executor's arena.
 #include "backend/cuda/cuda_backend.cuh"
 
 #include <algorithm>
@@ -19,8 +20,12 @@ namespace mpt {
 
 namespace {
 
-constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // what cuBLASLt recommends for Hopper
 constexpr size_t kMinGraphOps = 4;  // shorter tasks (a lone gather) are not worth a graph
+
+void put_workspace(TaskSignature& signature, const GemmWorkspace& workspace) {
+    signature.put(workspace.data);
+    signature.put(workspace.bytes);
+}
 
 bool graphs_enabled_by_environment() {
     const char* value = std::getenv("MPTRAIN_CUDA_GRAPHS");
@@ -66,7 +71,6 @@ CudaBackend::CudaBackend(int device) : device_(device) {
             std::to_string(properties.totalGlobalMem >> 20) + " MiB)";
     graphs_enabled_ = graphs_enabled_by_environment();
     try {
-        workspace_ = allocate(kWorkspaceBytes);
         const size_t partial_bytes = kLossHeadMaxBlocks * sizeof(double);
         reduction_scratch_ = allocate(3 * partial_bytes + 256);
         char* base = static_cast<char*>(reduction_scratch_);
@@ -75,7 +79,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
         head_scratch_.partial_counted = reinterpret_cast<long long*>(base + 2 * partial_bytes);
         head_scratch_.counter = reinterpret_cast<unsigned*>(base + 3 * partial_bytes);
         MPT_CUDA_CHECK(cudaMemset(reduction_scratch_, 0, 3 * partial_bytes + 256));
-        gemm_ = std::make_unique<CudaGemm>(workspace_, kWorkspaceBytes);
+        gemm_ = std::make_unique<CudaGemm>();
         epoch_order_ = std::make_unique<CudaEpochOrder>(*this);
         scheduler_ = std::make_unique<CudaScheduler>(*static_cast<CudaTaskHooks*>(this));
         MPT_CUDA_CHECK(cudaDeviceSynchronize());  // the memset above ran on the legacy stream
@@ -83,7 +87,6 @@ CudaBackend::CudaBackend(int device) : device_(device) {
         scheduler_.reset();
         gemm_.reset();
         free_device(reduction_scratch_);
-        free_device(workspace_);
         throw;
     }
 }
@@ -104,7 +107,6 @@ CudaBackend::~CudaBackend() {
     gemm_.reset();
     free_device(scratch_);
     free_device(reduction_scratch_);
-    free_device(workspace_);
 }
 
 void CudaBackend::activate() const { MPT_CUDA_CHECK(cudaSetDevice(device_)); }
@@ -114,6 +116,11 @@ DType CudaBackend::preferred_compute_dtype() const {
 }
 
 size_t CudaBackend::relu_mask_bytes(int64_t rows, int64_t features) const { return relu_mask_size(rows, features); }
+
+size_t CudaBackend::gemm_workspace_bytes() const {
+    // cuBLAS's recommendation: 32 MiB on Hopper and later, 4 MiB before.
+    return compute_capability_ >= 90 ? size_t{32} << 20 : size_t{4} << 20;
+}
 
 void CudaBackend::set_graphs(bool enabled) {
     flush_recording();
@@ -513,6 +520,7 @@ void CudaBackend::sign(const RecordedOp& op) {
             s.put(a.compute_dtype);
             s.put(a.bias_dtype);
             s.put(a.output_dtype);
+            put_workspace(s, a.workspace);
             s.put(op.forward_plan.gemm);
             s.put(op.forward_plan.fused);
             s.put(op.forward_plan.writes_mask);
@@ -549,6 +557,7 @@ void CudaBackend::sign(const RecordedOp& op) {
             s.put(a.input_activation);
             s.put(a.compute_dtype);
             s.put(a.input_grad_dtype);
+            put_workspace(s, a.workspace);
             s.put(op.data_plan.gemm);
             s.put(op.data_plan.fused);
             s.put(op.data_plan.reads_mask);
@@ -590,6 +599,7 @@ void CudaBackend::sign(const RecordedOp& op) {
             s.put(a.out_features);
             s.put(a.compute_dtype);
             s.put(a.state);
+            put_workspace(s, a.workspace);
             s.put(op.update_plan.fused_sgd);
             s.put(op.update_plan.gradient.gemm);
             s.put(op.update_plan.gradient.fused);

@@ -33,6 +33,9 @@ public:
     size_t storage_size(DType dtype) const override { return dtype == DType::fp32 ? 4 : 2; }
     DType preferred_compute_dtype() const override;
     size_t relu_mask_bytes(int64_t rows, int64_t features) const override;
+    size_t gemm_workspace_bytes() const override;
+    // The fused SGD kernel needs none, but above its batch size the gradient is written first.
+    bool update_needs_gradient_scratch(const OptimizerConfig&) const override { return true; }
 
     void* allocate(size_t bytes) override;
     void release(void* pointer) noexcept override;
@@ -120,7 +123,6 @@ private:
     std::string name_;
     uint64_t allocations_ = 0;
 
-    void* workspace_ = nullptr;       // cuBLASLt workspace
     void* reduction_scratch_ = nullptr;  // loss-head partials and the kernels' block counters
     LossHeadScratch head_scratch_{};
     float* scratch_ = nullptr;        // fp32 accumulators of the unfused fallback paths

@@ -29,6 +29,7 @@ void validate(const DenseBackwardDataArgs& args) {
     require_aligned16(args.input, "dense_backward_data input");
     require_aligned16(args.relu_mask, "dense_backward_data relu_mask");
     require_aligned16(args.input_grad, "dense_backward_data input_grad");
+    require_workspace(args.workspace, "dense_backward_data");
     require(args.input_activation != Activation::softmax, MPT_STATUS_INVALID_ARGUMENT,
             "cuda backend: softmax is only allowed on the last layer");
 }
@@ -38,7 +39,7 @@ GemmKey backward_data_key(const DenseBackwardDataArgs& args, int32_t epilogue, D
     return make_gemm_key(epilogue, CUBLAS_OP_N, CUBLAS_OP_N, args.in_features, args.rows, args.out_features,
                          args.in_features, args.out_features, args.in_features, cuda_data_type(args.compute_dtype),
                          cuda_data_type(output_dtype), args.weights, args.output_grad, output, nullptr, aux,
-                         aux ? relu_mask_ld_bits(args.in_features) : 0);
+                         aux ? relu_mask_ld_bits(args.in_features) : 0, args.workspace);
 }
 
 }  // namespace
@@ -50,24 +51,16 @@ DenseBackwardDataPlan plan_dense_backward_data(CudaGemm& gemm, const DenseBackwa
     const bool fusable_dtypes = args.input_grad_dtype == args.compute_dtype || args.input_grad_dtype == DType::fp32;
     const bool linear = args.input_activation == Activation::linear;
     const bool masked_relu = args.input_activation == Activation::relu && args.relu_mask && mask_valid;
-    if (allow_fused && fusable_dtypes && (linear || masked_relu)) {
-        const GemmPlan& fused =
-            gemm.plan(backward_data_key(args, linear ? CUBLASLT_EPILOGUE_DEFAULT : CUBLASLT_EPILOGUE_DRELU,
-                                        args.input_grad_dtype, args.input_grad, linear ? nullptr : args.relu_mask));
-        if (fused.supported) {
-            plan.gemm = &fused;
-            plan.fused = true;
-            plan.reads_mask = !linear;
-            return plan;
-        }
-    }
-    const GemmPlan& unfused =
-        gemm.plan(backward_data_key(args, CUBLASLT_EPILOGUE_DEFAULT, DType::fp32, nullptr, nullptr));
-    if (!unfused.supported)
-        fail(MPT_STATUS_UNSUPPORTED, std::string("cuda backend: cuBLASLt has no GEMM for dense_backward_data in ") +
-                                         dtype_name(args.compute_dtype));
-    plan.gemm = &unfused;
-    plan.scratch_bytes = static_cast<size_t>(args.rows * args.in_features) * sizeof(float);
+    const GemmChoice choice =
+        choose_gemm(gemm, allow_fused && fusable_dtypes && (linear || masked_relu),
+                    backward_data_key(args, linear ? CUBLASLT_EPILOGUE_DEFAULT : CUBLASLT_EPILOGUE_DRELU,
+                                      args.input_grad_dtype, args.input_grad, linear ? nullptr : args.relu_mask),
+                    backward_data_key(args, CUBLASLT_EPILOGUE_DEFAULT, DType::fp32, nullptr, nullptr),
+                    "dense_backward_data", args.compute_dtype);
+    plan.gemm = choice.plan;
+    plan.fused = choice.fused;
+    plan.reads_mask = choice.fused && !linear;
+    if (!choice.fused) plan.scratch_bytes = static_cast<size_t>(args.rows * args.in_features) * sizeof(float);
     return plan;
 }
 
@@ -75,10 +68,10 @@ void run_dense_backward_data(CudaGemm& gemm, const DenseBackwardDataPlan& plan, 
                              float* scratch, cudaStream_t stream) {
     if (plan.fused) {
         gemm.run(*plan.gemm, args.weights, args.output_grad, args.input_grad, nullptr,
-                 plan.reads_mask ? args.relu_mask : nullptr, stream);
+                 plan.reads_mask ? args.relu_mask : nullptr, args.workspace, stream);
         return;
     }
-    gemm.run(*plan.gemm, args.weights, args.output_grad, scratch, nullptr, nullptr, stream);
+    gemm.run(*plan.gemm, args.weights, args.output_grad, scratch, nullptr, nullptr, args.workspace, stream);
     const int64_t total = args.rows * args.in_features;
     backward_data_epilogue_kernel<<<grid_for(total, 256, 4096), 256, 0, stream>>>(
         scratch, args.input, args.compute_dtype, args.input_activation, args.input_grad, args.input_grad_dtype, total);

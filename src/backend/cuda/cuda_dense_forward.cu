@@ -31,6 +31,7 @@ void validate(const DenseForwardArgs& args) {
     require_aligned16(args.bias, "dense_forward bias");
     require_aligned16(args.output, "dense_forward output");
     require_aligned16(args.relu_mask, "dense_forward relu_mask");
+    require_workspace(args.workspace, "dense_forward");
     require(args.activation != Activation::softmax, MPT_STATUS_INVALID_ARGUMENT,
             "cuda backend: dense_forward never applies softmax (the loss head does)");
 }
@@ -40,7 +41,7 @@ GemmKey forward_key(const DenseForwardArgs& args, int32_t epilogue, DType output
     return make_gemm_key(epilogue, CUBLAS_OP_T, CUBLAS_OP_N, args.out_features, args.rows, args.in_features,
                          args.in_features, args.in_features, args.out_features, cuda_data_type(args.compute_dtype),
                          cuda_data_type(output_dtype), args.weights, args.input, output, args.bias, aux,
-                         aux ? relu_mask_ld_bits(args.out_features) : 0);
+                         aux ? relu_mask_ld_bits(args.out_features) : 0, args.workspace);
 }
 
 }  // namespace
@@ -51,27 +52,20 @@ DenseForwardPlan plan_dense_forward(CudaGemm& gemm, const DenseForwardArgs& args
     const bool fusable_dtypes = (args.output_dtype == args.compute_dtype || args.output_dtype == DType::fp32) &&
                                 args.bias_dtype == args.output_dtype;
     const bool fusable_activation = args.activation == Activation::linear || args.activation == Activation::relu;
-    if (allow_fused && fusable_dtypes && fusable_activation) {
-        const bool with_mask = args.activation == Activation::relu && args.relu_mask != nullptr;
-        const int32_t epilogue = args.activation == Activation::linear ? CUBLASLT_EPILOGUE_BIAS
-                                 : with_mask                           ? CUBLASLT_EPILOGUE_RELU_AUX_BIAS
-                                                                       : CUBLASLT_EPILOGUE_RELU_BIAS;
-        const GemmPlan& fused = gemm.plan(forward_key(args, epilogue, args.output_dtype, args.output,
-                                                      with_mask ? args.relu_mask : nullptr));
-        if (fused.supported) {
-            plan.gemm = &fused;
-            plan.fused = true;
-            plan.writes_mask = with_mask;
-            return plan;
-        }
-    }
+    const bool with_mask = args.activation == Activation::relu && args.relu_mask != nullptr;
+    const int32_t epilogue = args.activation == Activation::linear ? CUBLASLT_EPILOGUE_BIAS
+                             : with_mask                           ? CUBLASLT_EPILOGUE_RELU_AUX_BIAS
+                                                                   : CUBLASLT_EPILOGUE_RELU_BIAS;
     // The fallback's scratch pointer is not known yet; assume the arena's 256-byte alignment.
-    const GemmPlan& unfused = gemm.plan(forward_key(args, CUBLASLT_EPILOGUE_DEFAULT, DType::fp32, nullptr, nullptr));
-    if (!unfused.supported)
-        fail(MPT_STATUS_UNSUPPORTED, std::string("cuda backend: cuBLASLt has no GEMM for dense_forward in ") +
-                                         dtype_name(args.compute_dtype));
-    plan.gemm = &unfused;
-    plan.scratch_bytes = static_cast<size_t>(args.rows * args.out_features) * sizeof(float);
+    const GemmChoice choice =
+        choose_gemm(gemm, allow_fused && fusable_dtypes && fusable_activation,
+                    forward_key(args, epilogue, args.output_dtype, args.output, with_mask ? args.relu_mask : nullptr),
+                    forward_key(args, CUBLASLT_EPILOGUE_DEFAULT, DType::fp32, nullptr, nullptr), "dense_forward",
+                    args.compute_dtype);
+    plan.gemm = choice.plan;
+    plan.fused = choice.fused;
+    plan.writes_mask = choice.fused && with_mask;
+    if (!choice.fused) plan.scratch_bytes = static_cast<size_t>(args.rows * args.out_features) * sizeof(float);
     return plan;
 }
 
@@ -79,10 +73,10 @@ void run_dense_forward(CudaGemm& gemm, const DenseForwardPlan& plan, const Dense
                        cudaStream_t stream) {
     if (plan.fused) {
         gemm.run(*plan.gemm, args.weights, args.input, args.output, args.bias,
-                 plan.writes_mask ? args.relu_mask : nullptr, stream);
+                 plan.writes_mask ? args.relu_mask : nullptr, args.workspace, stream);
         return;
     }
-    gemm.run(*plan.gemm, args.weights, args.input, scratch, nullptr, nullptr, stream);
+    gemm.run(*plan.gemm, args.weights, args.input, scratch, nullptr, nullptr, args.workspace, stream);
     const int64_t total = args.rows * args.out_features;
     forward_epilogue_kernel<<<grid_for(total, 256, 4096), 256, 0, stream>>>(
         scratch, args.bias, args.bias_dtype, args.output, args.output_dtype, args.activation, args.rows,

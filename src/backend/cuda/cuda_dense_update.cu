@@ -133,6 +133,7 @@ WeightGradientArgs gradient_args(const DenseUpdateArgs& args, float* weight_grad
     gradient.in_features = args.in_features;
     gradient.out_features = args.out_features;
     gradient.compute_dtype = args.compute_dtype;
+    gradient.workspace = args.workspace;
     return gradient;
 }
 

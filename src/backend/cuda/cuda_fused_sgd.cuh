@@ -17,8 +17,7 @@ constexpr int64_t kFusedSgdMaxRows = 64;
 
 // Plain SGD (no momentum) on a batch of at most kFusedSgdMaxRows rows.
 inline bool fused_sgd_applies(const DenseUpdateArgs& args, const OptimizerConfig& optimizer) {
-    return optimizer.kind == OptimizerKind::sgd && optimizer.momentum == 0.0f && args.rows > 0 &&
-           args.rows <= kFusedSgdMaxRows;
+    return is_plain_sgd(optimizer) && args.rows > 0 && args.rows <= kFusedSgdMaxRows;
 }
 
 void run_fused_sgd(const DenseUpdateArgs& args, const OptimizerConfig& optimizer, cudaStream_t stream);

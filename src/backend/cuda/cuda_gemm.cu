@@ -12,7 +12,7 @@ bool GemmKey::operator==(const GemmKey& other) const {
            ldd == other.ldd && aux_ld == other.aux_ld && epilogue == other.epilogue && transa == other.transa &&
            transb == other.transb && type_ab == other.type_ab && type_d == other.type_d && align_a == other.align_a &&
            align_b == other.align_b && align_d == other.align_d && align_bias == other.align_bias &&
-           align_aux == other.align_aux;
+           align_aux == other.align_aux && workspace_limit == other.workspace_limit;
 }
 
 size_t GemmKeyHash::operator()(const GemmKey& key) const {
@@ -31,12 +31,14 @@ size_t GemmKeyHash::operator()(const GemmKey& key) const {
     mix(static_cast<uint64_t>(key.align_a) | (static_cast<uint64_t>(key.align_b) << 16) |
         (static_cast<uint64_t>(key.align_d) << 32) | (static_cast<uint64_t>(key.align_bias) << 48));
     mix(key.align_aux);
+    mix(key.workspace_limit);
     return static_cast<size_t>(hash);
 }
 
 GemmKey make_gemm_key(int32_t epilogue, int32_t transa, int32_t transb, int64_t m, int64_t n, int64_t k,
                       int64_t lda, int64_t ldb, int64_t ldd, int32_t type_ab, int32_t type_d, const void* a,
-                      const void* b, const void* d, const void* bias, const void* aux, int64_t aux_ld) {
+                      const void* b, const void* d, const void* bias, const void* aux, int64_t aux_ld,
+                      const GemmWorkspace& workspace) {
     GemmKey key;
     key.m = m;
     key.n = n;
@@ -55,7 +57,33 @@ GemmKey make_gemm_key(int32_t epilogue, int32_t transa, int32_t transb, int64_t 
     key.align_d = static_cast<uint16_t>(pointer_alignment(d));
     key.align_bias = static_cast<uint16_t>(pointer_alignment(bias));
     key.align_aux = static_cast<uint16_t>(pointer_alignment(aux));
+    key.workspace_limit = workspace.data ? workspace.bytes : 0;
     return key;
+}
+
+void require_workspace(const GemmWorkspace& workspace, const char* op) {
+    if (workspace.bytes != 0 && (!workspace.data || reinterpret_cast<uintptr_t>(workspace.data) % 256 != 0))
+        fail(MPT_STATUS_INVALID_ARGUMENT,
+             std::string("cuda backend: ") + op + " needs its GEMM workspace 256-byte aligned (or none)");
+}
+
+GemmChoice choose_gemm(CudaGemm& gemm, bool try_fused, const GemmKey& fused, const GemmKey& plain, const char* op,
+                       DType dtype) {
+    GemmChoice choice;
+    if (try_fused) {
+        const GemmPlan& plan = gemm.plan(fused);
+        if (plan.supported) {
+            choice.plan = &plan;
+            choice.fused = true;
+            return choice;
+        }
+    }
+    const GemmPlan& plan = gemm.plan(plain);
+    if (!plan.supported)
+        fail(MPT_STATUS_UNSUPPORTED,
+             std::string("cuda backend: cuBLASLt has no GEMM for ") + op + " in " + dtype_name(dtype));
+    choice.plan = &plan;
+    return choice;
 }
 
 GemmPlan::~GemmPlan() {
@@ -65,7 +93,7 @@ GemmPlan::~GemmPlan() {
     if (desc) cublasLtMatmulDescDestroy(desc);
 }
 
-CudaGemm::CudaGemm(void* workspace, size_t workspace_bytes) : workspace_(workspace), workspace_bytes_(workspace_bytes) {
+CudaGemm::CudaGemm() {
     MPT_CUBLAS_CHECK(cublasLtCreate(&handle_));
 }
 
@@ -139,7 +167,7 @@ const GemmPlan& CudaGemm::plan(const GemmKey& key) {
     int found_count = 0;
     cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
     {
-        const uint64_t workspace = workspace_bytes_;
+        const uint64_t workspace = key.workspace_limit;
         const uint32_t align_a = key.align_a, align_b = key.align_b, align_d = key.align_d;
         status = cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
                                                       sizeof workspace);
@@ -175,8 +203,10 @@ const GemmPlan& CudaGemm::plan(const GemmKey& key) {
 }
 
 void CudaGemm::run(const GemmPlan& plan, const void* a, const void* b, void* d, const void* bias, const void* aux,
-                   cudaStream_t stream) {
+                   const GemmWorkspace& workspace, cudaStream_t stream) {
     if (!plan.supported) fail(MPT_STATUS_INTERNAL, "cuda backend: a GEMM without a cuBLASLt algorithm was run");
+    if (plan.workspace_bytes > (workspace.data ? workspace.bytes : 0))
+        fail(MPT_STATUS_INTERNAL, "cuda backend: a GEMM was run with less workspace than it was planned for");
     if (has_bias(plan.epilogue))
         MPT_CUBLAS_CHECK(
             cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
@@ -185,7 +215,7 @@ void CudaGemm::run(const GemmPlan& plan, const void* a, const void* b, void* d, 
             cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
     const float alpha = 1.0f, beta = 0.0f;
     MPT_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.desc, &alpha, a, plan.layout_a, b, plan.layout_b, &beta, d,
-                                    plan.layout_d, d, plan.layout_d, &plan.algo, workspace_, plan.workspace_bytes,
+                                    plan.layout_d, d, plan.layout_d, &plan.algo, workspace.data, plan.workspace_bytes,
                                     stream));
 }
 

@@ -1,7 +1,9 @@
 // cuBLASLt behind one small interface. Our tensors are row-major; cuBLASLt is column-major, and a
 // row-major [r, c] matrix is the column-major [c, r] one, so each dense op is expressed on the
 // transposed problem with its operands swapped (see the op files). Descriptors, layouts and the
-// heuristic's algorithm are built once per problem key and kept; the workspace is preallocated.
+// heuristic's algorithm are built once per problem key and kept. The workspace comes with each op
+// (GemmWorkspace, from the executor's arena); its size is part of the key, since the heuristic only
+// offers algorithms that fit it.
 #pragma once
 
 #include <cublasLt.h>
@@ -11,6 +13,8 @@
 #include <cstdint>
 #include <memory>
 #include <unordered_map>
+
+#include "backend/backend.h"
 
 namespace mpt {
 
@@ -25,6 +29,7 @@ struct GemmKey {
     int32_t type_ab = CUDA_R_32F;   // A and B share a dtype
     int32_t type_d = CUDA_R_32F;
     uint16_t align_a = 256, align_b = 256, align_d = 256, align_bias = 256, align_aux = 256;
+    uint64_t workspace_limit = 0;   // bytes of workspace the algorithm may use
 
     bool operator==(const GemmKey& other) const;
 };
@@ -49,8 +54,7 @@ struct GemmPlan {
 
 class CudaGemm {
 public:
-    // `workspace` is device memory of `workspace_bytes`, owned by the caller, used by every GEMM.
-    CudaGemm(void* workspace, size_t workspace_bytes);
+    CudaGemm();
     ~CudaGemm();
     CudaGemm(const CudaGemm&) = delete;
     CudaGemm& operator=(const CudaGemm&) = delete;
@@ -58,21 +62,34 @@ public:
     // The cached plan for `key` (created on first use). `bias` and `aux` are example pointers the
     // heuristic may inspect; their alignments are already in the key.
     const GemmPlan& plan(const GemmKey& key);
-    // D = op(A) · op(B) (+ epilogue), alpha = 1, beta = 0, fp32 accumulation.
+    // D = op(A) · op(B) (+ epilogue), alpha = 1, beta = 0, fp32 accumulation. `workspace` is at
+    // least the key's workspace_limit.
     void run(const GemmPlan& plan, const void* a, const void* b, void* d, const void* bias, const void* aux,
-             cudaStream_t stream);
+             const GemmWorkspace& workspace, cudaStream_t stream);
     size_t cached_plans() const { return plans_.size(); }
 
 private:
     cublasLtHandle_t handle_ = nullptr;
-    void* workspace_;
-    size_t workspace_bytes_;
     std::unordered_map<GemmKey, std::unique_ptr<GemmPlan>, GemmKeyHash> plans_;
 };
 
 // The key of a GEMM whose operands are `a`, `b`, `d` (alignments are read off the pointers).
 GemmKey make_gemm_key(int32_t epilogue, int32_t transa, int32_t transb, int64_t m, int64_t n, int64_t k,
                       int64_t lda, int64_t ldb, int64_t ldd, int32_t type_ab, int32_t type_d, const void* a,
-                      const void* b, const void* d, const void* bias, const void* aux, int64_t aux_ld);
+                      const void* b, const void* d, const void* bias, const void* aux, int64_t aux_ld,
+                      const GemmWorkspace& workspace);
+
+// Throws Error unless `workspace` is empty or 256-byte aligned device memory (cuBLASLt's rule).
+void require_workspace(const GemmWorkspace& workspace, const char* op);
+
+// The GEMM of a dense op: the fused-epilogue plan when `try_fused` and cuBLASLt has one, else the
+// plain plan, which the op completes with its own epilogue kernel. Throws Error(UNSUPPORTED)
+// naming `op` and `dtype` when cuBLASLt has neither.
+struct GemmChoice {
+    const GemmPlan* plan = nullptr;
+    bool fused = false;
+};
+GemmChoice choose_gemm(CudaGemm& gemm, bool try_fused, const GemmKey& fused, const GemmKey& plain, const char* op,
+                       DType dtype);
 
 }  // namespace mpt

@@ -38,6 +38,7 @@ void validate(const WeightGradientArgs& args) {
     require_aligned16(args.input, "dense_update input");
     require_aligned16(args.weight_grad, "dense_update weight_grad");
     require_aligned16(args.bias_grad, "dense_update bias_grad");
+    require_workspace(args.workspace, "dense_update");
 }
 
 GemmKey backward_weights_key(const WeightGradientArgs& args, int32_t epilogue) {
@@ -45,7 +46,7 @@ GemmKey backward_weights_key(const WeightGradientArgs& args, int32_t epilogue) {
     return make_gemm_key(epilogue, CUBLAS_OP_N, CUBLAS_OP_T, args.in_features, args.out_features, args.rows,
                          args.in_features, args.out_features, args.in_features, cuda_data_type(args.compute_dtype),
                          CUDA_R_32F, args.input, args.output_grad, args.weight_grad, bias ? args.bias_grad : nullptr,
-                         nullptr, 0);
+                         nullptr, 0, args.workspace);
 }
 
 }  // namespace
@@ -53,27 +54,19 @@ GemmKey backward_weights_key(const WeightGradientArgs& args, int32_t epilogue) {
 WeightGradientPlan plan_weight_gradient(CudaGemm& gemm, const WeightGradientArgs& args,
                                                      bool allow_fused) {
     validate(args);
+    const GemmChoice choice = choose_gemm(gemm, allow_fused, backward_weights_key(args, CUBLASLT_EPILOGUE_BGRADB),
+                                          backward_weights_key(args, CUBLASLT_EPILOGUE_DEFAULT), "the weight gradient",
+                                          args.compute_dtype);
     WeightGradientPlan plan;
-    if (allow_fused) {
-        const GemmPlan& fused = gemm.plan(backward_weights_key(args, CUBLASLT_EPILOGUE_BGRADB));
-        if (fused.supported) {
-            plan.gemm = &fused;
-            plan.fused = true;
-            return plan;
-        }
-    }
-    const GemmPlan& unfused = gemm.plan(backward_weights_key(args, CUBLASLT_EPILOGUE_DEFAULT));
-    if (!unfused.supported)
-        fail(MPT_STATUS_UNSUPPORTED, std::string("cuda backend: cuBLASLt has no GEMM for the weight gradient in ") +
-                                         dtype_name(args.compute_dtype));
-    plan.gemm = &unfused;
+    plan.gemm = choice.plan;
+    plan.fused = choice.fused;
     return plan;
 }
 
 void run_weight_gradient(CudaGemm& gemm, const WeightGradientPlan& plan,
                                 const WeightGradientArgs& args, cudaStream_t stream) {
     gemm.run(*plan.gemm, args.input, args.output_grad, args.weight_grad, plan.fused ? args.bias_grad : nullptr,
-             nullptr, stream);
+             nullptr, args.workspace, stream);
     if (plan.fused) return;
     const dim3 block(kColumnsPerBlock, kRowSlices);
     const unsigned blocks = static_cast<unsigned>((args.out_features + kColumnsPerBlock - 1) / kColumnsPerBlock);

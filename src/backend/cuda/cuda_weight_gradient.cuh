@@ -19,6 +19,7 @@ struct WeightGradientArgs {
     int64_t in_features;
     int64_t out_features;
     DType compute_dtype;
+    GemmWorkspace workspace;
 };
 
 struct WeightGradientPlan {
