@@ -103,28 +103,32 @@ inline uint32_t round_half_normal_bits(uint32_t bits) {
 }
 
 // Fixed-size blocks, so that even GCC's -O2 "very cheap" vectoriser (which refuses loops needing a
-// scalar epilogue) vectorises the inner loops.
+// scalar epilogue, or a runtime check that source and destination do not overlap) vectorises the
+// inner loops: each block is rounded in a local array, so `out` may be `in`.
 constexpr size_t kBlock = 32;
 
-void round_bfloat16_in_place(float* values, size_t count) {
+void round_bfloat16_into(const float* in, float* out, size_t count) {
     size_t index = 0;
     for (; index + kBlock <= count; index += kBlock) {
-        float* block = values + index;
+        float block[kBlock];
+        std::memcpy(block, in + index, sizeof block);
         for (size_t lane = 0; lane < kBlock; ++lane) {
             block[lane] = bits_float(round_bfloat16_bits(float_bits(block[lane])));
         }
+        std::memcpy(out + index, block, sizeof block);
     }
     for (; index < count; ++index) {
-        values[index] = bits_float(round_bfloat16_bits(float_bits(values[index])));
+        out[index] = bits_float(round_bfloat16_bits(float_bits(in[index])));
     }
 }
 
 // Training data is overwhelmingly zero or in the fp16 normal range, so a block takes the cheap
 // rounding when all of it is; the general path costs about twice as much.
-void round_half_in_place(float* values, size_t count) {
+void round_half_into(const float* in, float* out, size_t count) {
     size_t index = 0;
     for (; index + kBlock <= count; index += kBlock) {
-        float* block = values + index;
+        float block[kBlock];
+        std::memcpy(block, in + index, sizeof block);
         uint32_t general = 0;
         for (size_t lane = 0; lane < kBlock; ++lane) {
             general |= half_needs_general_path(float_bits(block[lane]));
@@ -138,9 +142,10 @@ void round_half_in_place(float* values, size_t count) {
                 block[lane] = bits_float(round_half_bits(float_bits(block[lane])));
             }
         }
+        std::memcpy(out + index, block, sizeof block);
     }
     for (; index < count; ++index) {
-        values[index] = bits_float(round_half_bits(float_bits(values[index])));
+        out[index] = bits_float(round_half_bits(float_bits(in[index])));
     }
 }
 
@@ -228,11 +233,15 @@ float round_to(DType dtype, float value) {
     throw_bad_dtype(dtype);
 }
 
-void round_array(DType dtype, float* values, size_t count) {
+void round_array(DType dtype, float* values, size_t count) { round_copy(dtype, values, values, count); }
+
+void round_copy(DType dtype, const float* source, float* destination, size_t count) {
     switch (dtype) {
-        case DType::fp32: return;
-        case DType::fp16: round_half_in_place(values, count); return;
-        case DType::bf16: round_bfloat16_in_place(values, count); return;
+        case DType::fp32:
+            if (destination != source && count) std::memmove(destination, source, count * sizeof(float));
+            return;
+        case DType::fp16: round_half_into(source, destination, count); return;
+        case DType::bf16: round_bfloat16_into(source, destination, count); return;
     }
     throw_bad_dtype(dtype);
 }

@@ -65,8 +65,7 @@ void CpuBackend::fill_zero(void* destination, size_t bytes) {
 
 void CpuBackend::convert_from_fp32(void* destination, DType dtype, const float* source, int64_t count) {
     float* out = static_cast<float*>(destination);
-    if (out != source) std::memcpy(out, source, static_cast<size_t>(count) * sizeof(float));
-    round_array(dtype, out, static_cast<size_t>(count));
+    round_copy(dtype, source, out, static_cast<size_t>(count));
 }
 
 void CpuBackend::convert_to_fp32(float* destination, const void* source, DType, int64_t count) {
@@ -190,8 +189,7 @@ void CpuBackend::write_low_copy(const float* master, void* low, DType dtype, int
     if (!low) return;
     float* out = static_cast<float*>(low);
     pool_.parallel_for(count, kElementGrain, [&](int64_t begin, int64_t end) {
-        std::memcpy(out + begin, master + begin, static_cast<size_t>(end - begin) * sizeof(float));
-        round_array(dtype, out + begin, static_cast<size_t>(end - begin));
+        round_copy(dtype, master + begin, out + begin, static_cast<size_t>(end - begin));
     });
 }
 
