@@ -15,6 +15,7 @@
 # The seed run needs the real CIFAR-10 set in /tmp/cifar10 (CIFAR_DIR overrides): three calls
 # right before this one bring it (bench/stage_cifar10.sh, see its header); without it the stage
 # is skipped.
+# Last, when time is left, compute-sanitizer's memcheck runs over the op comparisons.
 # Environment: FULL_CTEST=1 also runs every other test; SKIP_PEERS=1 skips the peers; SKIP_CIFAR=1
 # skips the seed run.
 set -uo pipefail
@@ -134,12 +135,36 @@ if [ "${SKIP_PEERS:-0}" != 1 ]; then
         | tee "$WORK/jax.log" || echo "jax peer failed or timed out"
 fi
 
+# Out-of-bounds accesses and uninitialised reads in the kernels that the op comparisons would
+# not see (a wrong index that happens to read plausible bytes): compute-sanitizer's memcheck over
+# the op comparisons only (the training cases would take minutes under it), if time is left.
+sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+if [ -z "$sanitizer" ]; then
+    echo "memcheck: skipped (no compute-sanitizer)" >"$WORK/memcheck_line.txt"
+elif [ $((SECONDS - started)) -gt 430 ]; then
+    echo "memcheck: skipped (no time left)" >"$WORK/memcheck_line.txt"
+else
+    stage "compute-sanitizer memcheck (the op comparisons)"
+    timeout 70 "$sanitizer" --tool memcheck --error-exitcode 9 "$BUILD/bin/test_cuda_ops" --test-case='CUDA*' \
+        >"$WORK/memcheck.log" 2>&1
+    memcheck_status=$?
+    tail -25 "$WORK/memcheck.log"
+    case $memcheck_status in
+        0) echo "memcheck: clean" ;;
+        9) echo "memcheck: ERRORS ($(grep -c '^========= Invalid\|^========= Uninitialized' "$WORK/memcheck.log") reported; see ctest_cuda.log)"; status=8 ;;
+        124|137) echo "memcheck: timed out after 70 s" ;;
+        *) echo "memcheck: the tests failed under it (exit $memcheck_status; see ctest_cuda.log)" ;;
+    esac >"$WORK/memcheck_line.txt"
+    { echo; echo "=== compute-sanitizer memcheck"; cat "$WORK/memcheck.log"; } >>"$WORK/ctest_cuda.log"
+fi
+
 stage "summary"
 python3 bench/peers/summary.py "$WORK"/mptrain_small.json "$WORK"/mptrain_large.json "$WORK"/mptrain_streamed.json \
     "$WORK"/floor.json "$WORK"/torch.json "$WORK"/jax.json \
     | tee "$WORK/summary.txt"
 echo "GPU tests: $(grep -E 'tests passed|tests failed' "$WORK/ctest_cuda.log" | tail -1)"
 tee -a "$WORK/summary.txt" <"$WORK/cifar10_line.txt"
+tee -a "$WORK/summary.txt" <"$WORK/memcheck_line.txt"
 python3 - "$WORK" "$OUT/records.json" <<'PY'
 import glob, json, sys
 records = []
