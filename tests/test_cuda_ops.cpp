@@ -954,24 +954,23 @@ TEST_CASE("misaligned operands are an error, not a crash") {
     args.valid_out = 64;
     args.activation = Activation::relu;
     args.compute_dtype = args.bias_dtype = args.output_dtype = DType::bf16;
-    try {
-        cuda->dense_forward(args);
-        FAIL("a misaligned input was accepted");
-    } catch (const Error& error) {
-        CHECK(error.status() == MPT_STATUS_INVALID_ARGUMENT);
-        CHECK(std::string(error.what()).find("16-byte") != std::string::npos);
-    }
+    // Refused with INVALID_ARGUMENT and a message naming the alignment wanted.
+    auto check_refused = [&](const char* alignment) {
+        CAPTURE(alignment);
+        try {
+            cuda->dense_forward(args);
+            FAIL("misaligned memory was accepted");
+        } catch (const Error& error) {
+            CHECK(error.status() == MPT_STATUS_INVALID_ARGUMENT);
+            CHECK(std::string(error.what()).find(alignment) != std::string::npos);
+        }
+    };
+    check_refused("16-byte");
     // cuBLASLt wants its workspace 256-byte aligned.
     args.input = input.data();
     const WorkspaceBuffer workspace(*cuda);
     args.workspace = GemmWorkspace{static_cast<char*>(workspace.buffer.data()) + 16, workspace.bytes - 256};
-    try {
-        cuda->dense_forward(args);
-        FAIL("a misaligned workspace was accepted");
-    } catch (const Error& error) {
-        CHECK(error.status() == MPT_STATUS_INVALID_ARGUMENT);
-        CHECK(std::string(error.what()).find("256-byte") != std::string::npos);
-    }
+    check_refused("256-byte");
     args.workspace = workspace.workspace();
     cuda->dense_forward(args);  // the backend is still usable
     cuda->scheduler().synchronize();
