@@ -15,6 +15,8 @@ def parse_args(description):
     parser.add_argument("--steps", type=int, default=0, help="timed steps per repeat (0: chosen per batch size)")
     parser.add_argument("--repeats", type=int, default=5, help="timed repeats; the median is reported")
     parser.add_argument("--json", default="", help="write the records to this file")
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
+                        help="cpu: the same recipe on the host, to compare with mptrain's CPU backend")
     args = parser.parse_args()
     args.batches = [int(b) for b in args.batch.split(",") if b]
     return args

@@ -2,16 +2,20 @@
 SGD lr 0.01, fp32 parameters computed in bf16 (mixed precision), the whole step (gather of the
 batch from the uint8 data set on the device, x/255, forward, backward, update) in one jit with the
 parameters donated. Microseconds per step: wall time of `steps` dispatched steps after warm-up,
-ending in block_until_ready; the median of the repeats (a benchmark, never a test)."""
+ending in block_until_ready; the median of the repeats (a benchmark, never a test). --device cpu
+runs it on the host, for comparison with mptrain's CPU backend."""
 import os
 import time
 
+from common import LAYERS, LEARNING_RATE, parse_args, record, report, steps_for
+
+ARGS = parse_args(__doc__)
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+if ARGS.device == "cpu":
+    os.environ["JAX_PLATFORMS"] = "cpu"  # read when jax is imported
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
-
-from common import LAYERS, LEARNING_RATE, parse_args, record, report, steps_for  # noqa: E402
 
 
 def init_params(key):
@@ -46,7 +50,7 @@ def make_step(batch):
 
 
 def main():
-    args = parse_args(__doc__)
+    args = ARGS
     records = []
     started = time.time()
     for batch in args.batches:

@@ -1,11 +1,18 @@
-"""Prints the device check's closing table from the JSON records of mptrain-bench and the peers:
-µs per step per batch size, each peer's time over mptrain's mixed-bf16 time (above 1: mptrain is
-faster), and the issue's targets for the H200."""
+"""Prints the closing table of a comparison from the JSON records of mptrain-bench and the peers:
+µs per step per batch size, the fastest peer's time over mptrain's mixed-bf16 time (above 1: mptrain
+is faster), and on a GPU the issue's targets for the H200 and the measured hardware floor.
+Usage: summary.py [--backend cuda|cpu] RECORDS.json...  (cuda: the device check; cpu: cpu_compare.sh)"""
 import json
 import sys
 
 TARGETS_US = {32: 70, 256: 110, 4096: 480}  # mixed-bf16 on the H200 (issue 3)
-PEERS = (("pytorch", "eager fp32"), ("pytorch", "eager AMP fp16"), ("pytorch", "CUDA-graph bf16"), ("jax", "jit bf16"))
+# The peers' variants per backend, with their column titles.
+PEERS = {
+    "cuda": (("pytorch", "eager fp32", "pt fp32"), ("pytorch", "eager AMP fp16", "pt amp16"),
+             ("pytorch", "CUDA-graph bf16", "pt graph"), ("jax", "jit bf16", "jax bf16")),
+    "cpu": (("pytorch", "eager fp32", "pt fp32"), ("pytorch", "eager AMP fp16", "pt amp16"),
+            ("pytorch", "eager AMP bf16", "pt bf16"), ("jax", "jit bf16", "jax bf16")),
+}
 
 
 def load(paths):
@@ -20,10 +27,15 @@ def load(paths):
 
 
 def main():
-    records = load(sys.argv[1:])
-    cuda = [r for r in records if r.get("backend") == "cuda"]
-    ours = {(r["precision"], r["batch"]): r["us_per_step"] for r in cuda if r.get("data", "resident") == "resident"}
-    streamed = [r for r in cuda if r.get("data") == "streamed"]
+    arguments = sys.argv[1:]
+    backend = "cuda"
+    if arguments[:1] == ["--backend"]:
+        backend, arguments = arguments[1], arguments[2:]
+    peer_columns = PEERS[backend]
+    records = load(arguments)
+    mine = [r for r in records if r.get("backend") == backend]
+    ours = {(r["precision"], r["batch"]): r["us_per_step"] for r in mine if r.get("data", "resident") == "resident"}
+    streamed = [r for r in mine if r.get("data") == "streamed"]
     peers = {(r["framework"], r["variant"], r["batch"]): r["us_per_step"] for r in records if "framework" in r}
     floors = {r["batch"]: r for r in records if r.get("floor") == "gpu"}
     batches = sorted({b for (_, b) in ours} | {b for (_, _, b) in peers})
@@ -32,19 +44,20 @@ def main():
         return f"{value:>9.0f}" if value is not None else f"{'-':>9}"
 
     print()
-    print("us/step, seed MLP 3072-3000-1000-10, SGD lr 0.01, data on device (median of repeats)")
+    where = "data on device" if backend == "cuda" else "on this CPU"
+    print(f"us/step, seed MLP 3072-3000-1000-10, SGD lr 0.01, {where} (median of repeats)")
     header = f"{'batch':>6} {'fp32':>9} {'fp16':>9} {'bf16':>9} |"
-    header += "".join(f" {name[:9]:>9}" for name in ("pt fp32", "pt amp16", "pt graph", "jax bf16"))
+    header += "".join(f" {title[:9]:>9}" for _, _, title in peer_columns)
     header += f" | {'best peer':>9} {'target':>7} {'mixed<fp32':>10}"
-    print(f"{'':>6} {'--- mptrain (cuda) ---':>29} | {'--- peers ---':>39} |")
+    print(f"{'':>6} {f'--- mptrain ({backend}) ---':>29} | {'--- peers ---':>39} |")
     print(header)
     for batch in batches:
         fp32, fp16, bf16 = (ours.get((p, batch)) for p in ("fp32", "mixed-fp16", "mixed-bf16"))
-        peer_times = [peers.get((f, v, batch)) for f, v in PEERS]
+        peer_times = [peers.get((f, v, batch)) for f, v, _ in peer_columns]
         line = f"{batch:>6} {cell(fp32)} {cell(fp16)} {cell(bf16)} |" + "".join(f" {cell(t)}" for t in peer_times)
         known = [t for t in peer_times if t is not None]
         ratio = f"{min(known) / bf16:>8.2f}x" if known and bf16 else f"{'-':>9}"
-        target = TARGETS_US.get(batch)
+        target = TARGETS_US.get(batch) if backend == "cuda" else None
         verdict = "-"
         if bf16 and target:
             verdict = ("met " if bf16 <= target else "MISS") + f"{target:>3}"

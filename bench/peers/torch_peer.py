@@ -2,7 +2,9 @@
 cross-entropy), plain SGD lr 0.01, the uint8 data set on the device with gather + x/255 in every
 step. Variants: eager fp32, eager AMP fp16 with GradScaler, and a bf16 (autocast) whole step
 captured as one CUDA graph. Microseconds per step are timed with CUDA events over `steps` steps
-after warm-up; the median of the repeats is reported (never a test, only a benchmark)."""
+after warm-up; the median of the repeats is reported (never a test, only a benchmark).
+With --device cpu the same recipe runs on the host (eager fp32, eager AMP fp16 and bf16; no graph),
+timed by the clock, for comparison with mptrain's CPU backend."""
 import time
 
 import torch
@@ -11,14 +13,14 @@ import torch.nn.functional as F
 from common import LAYERS, LEARNING_RATE, parse_args, record, report, steps_for
 
 
-def make_model():
+def make_model(device):
     torch.manual_seed(0)
     layers = []
     for i in range(len(LAYERS) - 1):
         layers.append(torch.nn.Linear(LAYERS[i], LAYERS[i + 1]))
         if i + 2 < len(LAYERS):
             layers.append(torch.nn.ReLU())
-    model = torch.nn.Sequential(*layers).cuda()
+    model = torch.nn.Sequential(*layers).to(device)
     for m in model:
         if isinstance(m, torch.nn.Linear):
             torch.nn.init.xavier_uniform_(m.weight)
@@ -26,10 +28,10 @@ def make_model():
     return model
 
 
-def make_data(rows):
-    generator = torch.Generator(device="cuda").manual_seed(1)
-    samples = torch.randint(0, 256, (rows, LAYERS[0]), dtype=torch.uint8, device="cuda", generator=generator)
-    labels = torch.randint(0, LAYERS[-1], (rows,), dtype=torch.int64, device="cuda", generator=generator)
+def make_data(rows, device):
+    generator = torch.Generator(device=device).manual_seed(1)
+    samples = torch.randint(0, 256, (rows, LAYERS[0]), dtype=torch.uint8, device=device, generator=generator)
+    labels = torch.randint(0, LAYERS[-1], (rows,), dtype=torch.int64, device=device, generator=generator)
     return samples, labels
 
 
@@ -38,10 +40,19 @@ def batch_of(samples, labels, order, step, batch):
     return samples.index_select(0, index).float().div_(255.0), labels.index_select(0, index)
 
 
-def time_steps(run_step, steps, repeats):
-    """run_step(i) issues step i; returns microseconds per step of each repeat (CUDA events)."""
-    for i in range(10):
+def time_steps(run_step, steps, repeats, device):
+    """run_step(i) issues step i; returns microseconds per step of each repeat (CUDA events on a
+    GPU, the clock on the host, where every step has finished when it returns)."""
+    for i in range(10 if device == "cuda" else 2):
         run_step(i)
+    if device != "cuda":
+        results = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            for i in range(steps):
+                run_step(i)
+            results.append((time.perf_counter() - start) * 1e6 / steps)
+        return results
     torch.cuda.synchronize()
     results = []
     for _ in range(repeats):
@@ -55,9 +66,9 @@ def time_steps(run_step, steps, repeats):
     return results
 
 
-def eager_fp32(batch, steps, repeats, data):
+def eager_fp32(batch, steps, repeats, data, device):
     samples, labels, order = data
-    model = make_model()
+    model = make_model(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE)
 
     def step(i):
@@ -67,31 +78,36 @@ def eager_fp32(batch, steps, repeats, data):
         loss.backward()
         optimizer.step()
 
-    return time_steps(step, steps, repeats)
+    return time_steps(step, steps, repeats, device)
 
 
-def eager_amp_fp16(batch, steps, repeats, data):
+def eager_amp(dtype):
+    """Eager autocast in `dtype`: fp16 with a GradScaler (its range needs one), bf16 without."""
+
+    def run(batch, steps, repeats, data, device):
+        samples, labels, order = data
+        model = make_model(device)
+        optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE)
+        scaler = torch.amp.GradScaler(device, enabled=dtype == torch.float16)
+
+        def step(i):
+            x, y = batch_of(samples, labels, order, i % steps, batch)
+            with torch.autocast(device, dtype=dtype):
+                logits = model(x)
+            loss = F.cross_entropy(logits.float(), y)
+            optimizer.zero_grad(set_to_none=True)
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+
+        return time_steps(step, steps, repeats, device)
+
+    return run
+
+
+def graph_bf16(batch, steps, repeats, data, device):
     samples, labels, order = data
-    model = make_model()
-    optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE)
-    scaler = torch.amp.GradScaler("cuda")
-
-    def step(i):
-        x, y = batch_of(samples, labels, order, i % steps, batch)
-        with torch.autocast("cuda", dtype=torch.float16):
-            logits = model(x)
-        loss = F.cross_entropy(logits.float(), y)
-        optimizer.zero_grad(set_to_none=True)
-        scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        scaler.update()
-
-    return time_steps(step, steps, repeats)
-
-
-def graph_bf16(batch, steps, repeats, data):
-    samples, labels, order = data
-    model = make_model()
+    model = make_model(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE)
     static_index = order[:batch].clone()
 
@@ -124,28 +140,34 @@ def graph_bf16(batch, steps, repeats, data):
         static_index.copy_(order[start:start + batch], non_blocking=True)
         graph.replay()
 
-    return time_steps(step, steps, repeats)
+    return time_steps(step, steps, repeats, device)
 
 
 def main():
     args = parse_args(__doc__)
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32, as in mptrain
     records = []
-    variants = (("eager fp32", eager_fp32), ("eager AMP fp16", eager_amp_fp16), ("CUDA-graph bf16", graph_bf16))
+    device = args.device
+    variants = (("eager fp32", eager_fp32), ("eager AMP fp16", eager_amp(torch.float16)))
+    variants += ((("CUDA-graph bf16", graph_bf16),) if device == "cuda" else
+                 (("eager AMP bf16", eager_amp(torch.bfloat16)),))
     started = time.time()
     for batch in args.batches:
         steps = steps_for(args, batch)
-        samples, labels = make_data(batch * steps)
-        order = torch.randperm(batch * steps, device="cuda")
+        samples, labels = make_data(batch * steps, device)
+        order = torch.randperm(batch * steps, device=device)
         for name, run in variants:
             try:
-                records.append(record("pytorch", name, batch, run(batch, steps, args.repeats, (samples, labels, order))))
+                data = (samples, labels, order)
+                records.append(record("pytorch", name, batch, run(batch, steps, args.repeats, data, device)))
             except Exception as error:  # a peer failing must not hide the others
                 print(f"pytorch {name} batch {batch}: failed: {error}", flush=True)
         del samples, labels, order
-        torch.cuda.empty_cache()
+        if device == "cuda":
+            torch.cuda.empty_cache()
     report(records, args.json)
-    print(f"pytorch {torch.__version__} on {torch.cuda.get_device_name()}: {time.time() - started:.1f} s", flush=True)
+    where = torch.cuda.get_device_name() if device == "cuda" else f"the CPU ({torch.get_num_threads()} threads)"
+    print(f"pytorch {torch.__version__} on {where}: {time.time() - started:.1f} s", flush=True)
 
 
 if __name__ == "__main__":
