@@ -5,17 +5,19 @@
 # batch 32, mixed-bf16; targets >= 55% test accuracy, < 5 s of GPU time) when the data set is
 # there, and the PyTorch and JAX peers (bench/peers/), and prints a short table last. Logs go to a
 # work folder; what the device tool should bring back (summary, test log, bench logs, seed-run log,
-# merged JSON records: at most 8 files) is copied to $OUT.
+# kernel profile, merged JSON records: at most 8 files) is copied to $OUT.
 #
 # The device machine has no Debian packages: carry doctest's and nlohmann-json's headers in the
 # git-ignored .deps/. Once, on the development machine, in the repository root:
 #   mkdir -p .deps/include && cp -r /usr/include/doctest /usr/include/nlohmann .deps/include/
 # Then through the device tool:
 #   run(command="bash bench/device_check.sh", carry=[".deps"], timeout_s=540)
+# (DEADLINE=N in the command when timeout_s is not 540.)
 # The seed run needs the real CIFAR-10 set in /tmp/cifar10 (CIFAR_DIR overrides): three calls
 # right before this one bring it (bench/stage_cifar10.sh, see its header); without it the stage
 # is skipped.
-# Last, when time is left, compute-sanitizer's memcheck runs over the op comparisons.
+# Last, when time is left: Nsight Compute's per-kernel profile of a step (bench/kernel_profile.sh)
+# and compute-sanitizer's memcheck over the op comparisons (the memcheck first when a test failed).
 # Environment: FULL_CTEST=1 also runs every other test; SKIP_PEERS=1 skips the peers; SKIP_CIFAR=1
 # skips the seed run.
 set -uo pipefail
@@ -27,7 +29,11 @@ WORK=$(mktemp -d /tmp/mptrain-check.XXXXXX)
 mkdir -p "$OUT"
 status=0
 started=$SECONDS
+# The device call's timeout_s: the optional last stages start only when they can end before it
+# (a call killed at its limit brings back only what is already in $OUT, and $OUT is filled last).
+DEADLINE=${DEADLINE:-540}
 stage() { echo; echo "=== $* ($((SECONDS - started)) s)"; }
+fits() { [ $((DEADLINE - (SECONDS - started))) -gt $(($1 + 20)) ]; }  # $1 s and the summary
 
 # CMake finds nvcc on PATH (or through CUDACXX).
 if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then export PATH=/usr/local/cuda/bin:$PATH; fi
@@ -138,12 +144,14 @@ fi
 # Out-of-bounds accesses and uninitialised reads in the kernels that the op comparisons would
 # not see (a wrong index that happens to read plausible bytes): compute-sanitizer's memcheck over
 # the op comparisons only (the training cases would take minutes under it), if time is left.
-sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
-if [ -z "$sanitizer" ]; then
-    echo "memcheck: skipped (no compute-sanitizer)" >"$WORK/memcheck_line.txt"
-elif [ $((SECONDS - started)) -gt 430 ]; then
-    echo "memcheck: skipped (no time left)" >"$WORK/memcheck_line.txt"
-else
+run_memcheck() {
+    local sanitizer memcheck_status
+    sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+    if [ -z "$sanitizer" ]; then
+        echo "memcheck: skipped (no compute-sanitizer)" >"$WORK/memcheck_line.txt"; return
+    elif ! fits 70; then
+        echo "memcheck: skipped (no time left)" >"$WORK/memcheck_line.txt"; return
+    fi
     stage "compute-sanitizer memcheck (the op comparisons)"
     timeout 70 "$sanitizer" --tool memcheck --error-exitcode 9 "$BUILD/bin/test_cuda_ops" --test-case='CUDA*' \
         >"$WORK/memcheck.log" 2>&1
@@ -156,7 +164,20 @@ else
         *) echo "memcheck: the tests failed under it (exit $memcheck_status; see ctest_cuda.log)" ;;
     esac >"$WORK/memcheck_line.txt"
     { echo; echo "=== compute-sanitizer memcheck"; cat "$WORK/memcheck.log"; } >>"$WORK/ctest_cuda.log"
-fi
+}
+
+# A step kernel by kernel (Nsight Compute), for the next round of tuning, if time is left.
+run_kernel_profile() {
+    if ! fits 160; then
+        echo "kernel profile: skipped (no time left)" >"$WORK/kernels.txt"; return
+    fi
+    stage "kernel profile (ncu, mixed-bf16, batch 32 and 256)"
+    timeout 160 bash bench/kernel_profile.sh "$BUILD" "$WORK/kernels.txt" 32,256 \
+        || echo "kernel profile: failed or timed out" | tee -a "$WORK/kernels.txt"
+}
+
+# With the GPU tests passing the profile comes first; with a failure, the memory checker.
+if [ "$status" = 0 ]; then run_kernel_profile; run_memcheck; else run_memcheck; run_kernel_profile; fi
 
 stage "summary"
 python3 bench/peers/summary.py "$WORK"/mptrain_small.json "$WORK"/mptrain_large.json "$WORK"/mptrain_streamed.json \
@@ -165,6 +186,8 @@ python3 bench/peers/summary.py "$WORK"/mptrain_small.json "$WORK"/mptrain_large.
 echo "GPU tests: $(grep -E 'tests passed|tests failed' "$WORK/ctest_cuda.log" | tail -1)"
 tee -a "$WORK/summary.txt" <"$WORK/cifar10_line.txt"
 tee -a "$WORK/summary.txt" <"$WORK/memcheck_line.txt"
+grep -hE "^mixed-bf16, batch|^kernel profile|no table" "$WORK/kernels.txt" 2>/dev/null | sed 's/^mixed/ncu: mixed/' \
+    | tee -a "$WORK/summary.txt"
 python3 - "$WORK" "$OUT/records.json" <<'PY'
 import glob, json, sys
 records = []
@@ -179,7 +202,7 @@ json.dump(records, open(sys.argv[2], "w"), indent=1)
 PY
 cat "$WORK"/bench_*.log > "$OUT/bench.log" 2>/dev/null
 cat "$WORK"/torch.log "$WORK"/jax.log > "$OUT/peers.log" 2>/dev/null
-cp "$WORK"/summary.txt "$WORK"/ctest_cuda.log "$OUT/" 2>/dev/null
+cp "$WORK"/summary.txt "$WORK"/ctest_cuda.log "$WORK"/kernels.txt "$OUT/" 2>/dev/null
 [ -f "$WORK/cifar10.log" ] && cp "$WORK/cifar10.log" "$OUT/"
 [ -f "$WORK/ctest_all.log" ] && cp "$WORK/ctest_all.log" "$OUT/"
 echo "exit status $status after $((SECONDS - started)) s"

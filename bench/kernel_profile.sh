@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# What one steady-state training step is made of, kernel by kernel, on a GPU: Nsight Compute's
+# counters over a few steps of mptrain-bench (mixed-bf16), with step graphs off so that each kernel
+# is its own launch. ncu runs with --clock-control none: the clocks are left as they are found.
+# Kernel times under ncu exclude the gaps between launches; the bench's µs/step includes them.
+# Usage: bash bench/kernel_profile.sh BUILD_DIR OUT_FILE [BATCHES]   (BATCHES default 32,256)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BUILD=$1
+OUT_FILE=$2
+BATCHES=${3:-32,256}
+ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || true)
+if [ -z "$ncu" ]; then
+    echo "kernel profile: skipped (no ncu)" | tee "$OUT_FILE"; exit 0
+fi
+WORK=$(mktemp -d /tmp/mptrain-ncu.XXXXXX)
+metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum
+metrics+=,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed
+: >"$OUT_FILE"
+for batch in ${BATCHES//,/ }; do
+    # 12 steps per epoch: the set-up, the first epoch's order and the warm-up epoch (about 13 to 17
+    # launches a step) are skipped; 64 launches are about 4 steps of the first timed epoch.
+    MPTRAIN_CUDA_GRAPHS=0 timeout 75 "$ncu" --clock-control none --launch-skip 260 --launch-count 64 \
+        --metrics "$metrics" --csv --page raw --print-units base \
+        "$BUILD/bin/mptrain-bench" --backend cuda --precision mixed-bf16 --batch "$batch" --steps 12 --repeats 1 \
+        >"$WORK/ncu_$batch.csv" 2>"$WORK/ncu_$batch.log"
+    echo "ncu exit status $? (batch $batch)" >>"$WORK/ncu_$batch.log"
+    python3 bench/kernel_table.py "$WORK/ncu_$batch.csv" "mixed-bf16, batch $batch" >>"$OUT_FILE" \
+        || { echo "batch $batch: no table; ncu said:"; tail -15 "$WORK/ncu_$batch.log"; } >>"$OUT_FILE"
+done
+cat "$OUT_FILE"
