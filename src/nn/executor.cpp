@@ -38,16 +38,9 @@ void Executor::plan_persistent() {
     low_element_bytes_ = backend_.storage_size(DType::bf16);
     const bool training = mode_ == ExecutionMode::training;
     const int state_arrays = training ? optimizer_state_count(optimizer_) : 0;
-    // Layers are updated one after another, so one scratch of the largest layer serves them all.
-    int64_t largest_layer = 0;
-    for (const DenseLayer& layer : model_.layers())
-        largest_layer = std::max(largest_layer, layer.bias_offset + layer.padded_units - layer.weight_offset);
 
     ArenaPlan plan;
     const int low_id = any_low ? plan.add(static_cast<size_t>(parameters) * low_element_bytes_, 0, ArenaPlan::kAlways) : -1;
-    const int scratch_id = training && backend_.update_needs_gradient_scratch(optimizer_)
-                               ? plan.add(static_cast<size_t>(largest_layer) * sizeof(float), 0, ArenaPlan::kAlways)
-                               : -1;
     int state_ids[2] = {-1, -1};
     for (int s = 0; s < state_arrays; ++s)
         state_ids[s] = plan.add(static_cast<size_t>(parameters) * sizeof(float), 0, ArenaPlan::kAlways);
@@ -62,7 +55,6 @@ void Executor::plan_persistent() {
 
     auto pointer = [&](int id) { return id < 0 ? nullptr : persistent_arena_.at<char>(plan.offset(id)); };
     low_copies_ = pointer(low_id);
-    gradient_scratch_ = reinterpret_cast<float*>(pointer(scratch_id));
     for (int s = 0; s < 2; ++s) optimizer_states_[s] = reinterpret_cast<float*>(pointer(state_ids[s]));
     // Addresses inside backend memory, computed on the host; never dereferenced here.
     report_ = reinterpret_cast<StepReport*>(pointer(report_id));
@@ -137,6 +129,17 @@ void Executor::reserve_rows(int64_t rows) {
                 plan.add(elements * backend_.storage_size(layer_dtypes_[static_cast<size_t>(i)]), written,
                          2 * layer_count + 1);
         }
+    }
+    // One layer's dW and db where the backend's update needs them in memory at this batch size:
+    // layers are updated one after another, so one scratch of the largest layer serves them all,
+    // and it lives in the update phase only.
+    gradient_scratch_ = -1;
+    if (training && backend_.update_needs_gradient_scratch(optimizer_, rows)) {
+        int64_t largest_layer = 0;
+        for (const DenseLayer& layer : layers)
+            largest_layer = std::max(largest_layer, layer.bias_offset + layer.padded_units - layer.weight_offset);
+        const int update_phase = 2 * layer_count + 1;
+        gradient_scratch_ = plan.add(static_cast<size_t>(largest_layer) * sizeof(float), update_phase, update_phase);
     }
     outputs_ = plan.add(row_count * static_cast<size_t>(output_width_) * sizeof(float), layer_count + 1, ArenaPlan::kAlways);
     staging_ = plan.add(row_count * static_cast<size_t>(first.padded_inputs) * sizeof(float), 0, 0);
@@ -291,6 +294,7 @@ void Executor::update(int slot, int64_t rows) {
     }
     backend_.decide_update(gradient_bounds_, layer_count, rows, state_);
     float* masters = model_.masters();
+    float* gradient_scratch = static_cast<float*>(step_buffer(gradient_scratch_));
     for (size_t i = 0; i < layers.size(); ++i) {
         const DenseLayer& layer = layers[i];
         const bool low = layer_dtypes_[i] != DType::fp32;
@@ -301,8 +305,8 @@ void Executor::update(int slot, int64_t rows) {
         args.bias = masters + layer.bias_offset;
         args.low_weights = low ? low_copies_ + static_cast<size_t>(layer.weight_offset) * low_element_bytes_ : nullptr;
         args.low_bias = low ? low_copies_ + static_cast<size_t>(layer.bias_offset) * low_element_bytes_ : nullptr;
-        args.weight_grad = gradient_scratch_;
-        args.bias_grad = gradient_scratch_ ? gradient_scratch_ + (layer.bias_offset - layer.weight_offset) : nullptr;
+        args.weight_grad = gradient_scratch;
+        args.bias_grad = gradient_scratch ? gradient_scratch + (layer.bias_offset - layer.weight_offset) : nullptr;
         for (int s = 0; s < 2; ++s) {
             args.weight_state[s] = optimizer_states_[s] ? optimizer_states_[s] + layer.weight_offset : nullptr;
             args.bias_state[s] = optimizer_states_[s] ? optimizer_states_[s] + layer.bias_offset : nullptr;

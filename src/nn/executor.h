@@ -113,13 +113,12 @@ private:
     int64_t classes_ = 0;
     int64_t output_width_ = 0;
 
-    // Persistent arena: low-precision weight copies, gradients, optimizer state, step state, metrics,
-    // GEMM workspace.
+    // Persistent arena: low-precision weight copies, optimizer state, step state, metrics, GEMM
+    // workspace.
     Arena persistent_arena_;
     size_t persistent_planned_ = 0;
     char* low_copies_ = nullptr;     // parameter layout, storage_size(low dtype) bytes per element
     size_t low_element_bytes_ = 0;
-    float* gradient_scratch_ = nullptr;  // one layer's dW and db, for optimizers with state
     float* gradient_bounds_ = nullptr;   // (max|dZ_i|, max|A_prev_i|) per layer
     GemmWorkspace gemm_workspace_;      // for every dense op's GEMM; empty where the backend needs none
     float* optimizer_states_[2] = {nullptr, nullptr};
@@ -135,6 +134,7 @@ private:
     std::vector<LayerSlots> layer_slots_;
     BatchSlot batch_slots_[kBatchSlots];
     int logits_grad_ = -1;
+    int gradient_scratch_ = -1;  // one layer's dW and db, where the backend's update needs them
     int outputs_ = -1;
     int staging_ = -1;
 };

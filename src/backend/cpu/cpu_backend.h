@@ -22,7 +22,7 @@ public:
     DType preferred_compute_dtype() const override { return DType::fp32; }
     size_t relu_mask_bytes(int64_t, int64_t) const override { return 0; }
     size_t gemm_workspace_bytes() const override { return 0; }
-    bool update_needs_gradient_scratch(const OptimizerConfig& optimizer) const override {
+    bool update_needs_gradient_scratch(const OptimizerConfig& optimizer, int64_t) const override {
         return !is_plain_sgd(optimizer);
     }
 

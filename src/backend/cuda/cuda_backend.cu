@@ -12,6 +12,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_convert.cuh"
+#include "backend/cuda/cuda_fused_sgd.cuh"
 #include "backend/cuda/cuda_gather.cuh"
 #include "backend/cuda/cuda_max_abs.cuh"
 #include "backend/cuda/cuda_step_state.cuh"
@@ -116,6 +117,11 @@ DType CudaBackend::preferred_compute_dtype() const {
 }
 
 size_t CudaBackend::relu_mask_bytes(int64_t rows, int64_t features) const { return relu_mask_size(rows, features); }
+
+bool CudaBackend::update_needs_gradient_scratch(const OptimizerConfig& optimizer, int64_t rows) const {
+    // The fused SGD kernel keeps the gradient in registers; every other update writes it first.
+    return !(is_plain_sgd(optimizer) && rows <= kFusedSgdMaxRows);
+}
 
 size_t CudaBackend::gemm_workspace_bytes() const {
     // cuBLAS's recommendation: 32 MiB on Hopper and later, 4 MiB before.
