@@ -10,7 +10,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
-PYTHON=${PYTHON:-python3}
+# An absolute path: the peers run from bench/peers.
+PYTHON=$(command -v "${PYTHON:-python3}") || { echo "no Python at ${PYTHON:-python3}"; exit 2; }
 BATCHES=${BATCHES:-32,256}
 PEER_STEPS=${PEER_STEPS:-8}
 WORK=$(mktemp -d /tmp/mptrain-cpu-compare.XXXXXX)
@@ -22,8 +23,10 @@ echo "=== mptrain (CPU backend)"
 "$BUILD/bin/mptrain-bench" --backend cpu --precision fp32,mixed-fp16,mixed-bf16 --batch "$BATCHES" \
     --json "$WORK/mptrain.json" || exit 3
 echo "=== PyTorch (CPU)"
-(cd bench/peers && "$PYTHON" torch_peer.py --device cpu --batch "$BATCHES" --steps "$PEER_STEPS" --repeats 3 \
-    --json "$WORK/torch.json") 2>&1 | grep -v -i "numpy" || echo "pytorch peers failed (is torch installed for $PYTHON?)"
+# (PyTorch warns once when NumPy is missing; nothing here needs NumPy.)
+(cd bench/peers && PYTHONWARNINGS=ignore::UserWarning "$PYTHON" torch_peer.py --device cpu --batch "$BATCHES" \
+    --steps "$PEER_STEPS" --repeats 3 --json "$WORK/torch.json") 2>&1 \
+    || echo "pytorch peers failed (is torch installed for $PYTHON?)"
 echo "=== JAX (CPU)"
 (cd bench/peers && "$PYTHON" jax_peer.py --device cpu --batch "$BATCHES" --steps "$PEER_STEPS" --repeats 3 \
     --json "$WORK/jax.json") 2>&1 || echo "jax peer failed (is jax installed for $PYTHON?)"

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # What one steady-state training step is made of, kernel by kernel, on a GPU: Nsight Compute's
 # counters over a few steps of mptrain-bench (mixed-bf16), with step graphs off so that each kernel
-# is its own launch. ncu runs with --clock-control none: the clocks are left as they are found.
-# Kernel times under ncu exclude the gaps between launches; the bench's µs/step includes them.
+# is its own launch. ncu runs with --clock-control none (the clocks are left as they are found) and
+# --cache-control none (no cache flush before each kernel, as in a real step). Kernel times under ncu
+# exclude the gaps between launches, which the bench's µs/step includes.
 # Usage: bash bench/kernel_profile.sh BUILD_DIR OUT_FILE [BATCHES]   (BATCHES default 32,256)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -19,8 +20,9 @@ metrics+=,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.
 : >"$OUT_FILE"
 for batch in ${BATCHES//,/ }; do
     # 12 steps per epoch: the set-up, the first epoch's order and the warm-up epoch (about 13 to 17
-    # launches a step) are skipped; 64 launches are about 4 steps of the first timed epoch.
-    MPTRAIN_CUDA_GRAPHS=0 timeout 75 "$ncu" --clock-control none --launch-skip 260 --launch-count 64 \
+    # launches a step) are skipped; 80 launches hold at least 4 whole steps of the timed epoch.
+    MPTRAIN_CUDA_GRAPHS=0 timeout 75 "$ncu" --clock-control none --cache-control none \
+        --launch-skip 260 --launch-count 80 \
         --metrics "$metrics" --csv --page raw --print-units base \
         "$BUILD/bin/mptrain-bench" --backend cuda --precision mixed-bf16 --batch "$batch" --steps 12 --repeats 1 \
         >"$WORK/ncu_$batch.csv" 2>"$WORK/ncu_$batch.log"

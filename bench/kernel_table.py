@@ -1,7 +1,8 @@
 """Turns Nsight Compute's raw CSV (bench/kernel_profile.sh) into a table per kernel: launches, mean
 µs, DRAM bytes and bandwidth, and DRAM and SM throughput as a share of the peak, ordered by the
-time the kernel takes per step. A step is counted by its one loss-head launch.
-Usage: kernel_table.py NCU.csv TITLE"""
+time the kernel takes per step. Each step has one loss-head launch: only the launches from the
+first loss head up to the last one are counted, so every kernel of a step is in each of those
+whole steps exactly once. Usage: kernel_table.py NCU.csv TITLE"""
 import csv
 import sys
 from collections import defaultdict
@@ -30,9 +31,12 @@ def main():
         lines = [line for line in f if line.startswith('"')]
     rows = list(csv.DictReader(lines))
     rows = [r for r in rows if r.get("Kernel Name") and r.get(TIME, "").strip() not in ("", "ns", "nsecond")]
-    if not rows:
-        print(f"{title}: no kernels in {path}")
+    rows.sort(key=lambda r: number(r.get("ID", "0")))
+    heads = [i for i, r in enumerate(rows) if "loss_head" in r["Kernel Name"]]
+    if len(heads) < 2:
+        print(f"{title}: fewer than two loss-head launches in {len(rows)} kernels of {path}: no whole step")
         sys.exit(1)
+    rows = rows[heads[0]:heads[-1]]
     kernels = defaultdict(lambda: {"launches": 0, "ns": 0.0, "bytes": 0.0, "dram": 0.0, "sm": 0.0})
     for r in rows:
         k = kernels[short_name(r["Kernel Name"])]
@@ -41,7 +45,7 @@ def main():
         k["bytes"] += number(r.get(READ, "0")) + number(r.get(WRITE, "0"))
         k["dram"] += number(r.get(DRAM_PCT, "0"))
         k["sm"] += number(r.get(SM_PCT, "0"))
-    steps = max(1, sum(k["launches"] for name, k in kernels.items() if "loss_head" in name))
+    steps = len(heads) - 1
     total_ns = sum(k["ns"] for k in kernels.values())
     print(f"\n{title}: {len(rows)} launches, {steps} steps, kernel time {total_ns / steps / 1000:.1f} us/step")
     print(f"{'kernel':<44} {'n/step':>6} {'us':>8} {'us/step':>8} {'MB':>8} {'GB/s':>7} {'dram%':>6} {'sm%':>5}")

@@ -325,6 +325,9 @@ void compare_dense_backward_data(Backend& reference, Backend& candidate, const B
         Buffer x = upload(backend, c.input_grad, previous_input);
         Buffer w = upload(backend, c.input_grad, previous_weights);
         Buffer bias = upload(backend, c.input_grad, previous_bias);
+        // Both GEMMs get a workspace, as in the executor: were the forward's RELU_AUX_BIAS refused
+        // without one, the DRELU case below would quietly be the fallback.
+        const WorkspaceBuffer workspace(backend);
         if (c.with_mask) {
             // The previous layer's forward writes A_prev (and, on a GPU, the mask) in layer i's dtype.
             DenseForwardArgs forward{};
@@ -341,12 +344,12 @@ void compare_dense_backward_data(Backend& reference, Backend& candidate, const B
             forward.compute_dtype = c.input_grad;
             forward.bias_dtype = c.input_grad;
             forward.output_dtype = c.compute;
+            forward.workspace = workspace.workspace();
             backend.dense_forward(forward);
         }
         Buffer output_grad_buffer = upload(backend, c.compute, output_grad);
         Buffer weight_buffer = upload(backend, c.compute, weights);
         Buffer input_grad = poisoned(backend, c.input_grad, static_cast<size_t>(c.rows * c.in_features));
-        const WorkspaceBuffer workspace(backend);
         DenseBackwardDataArgs args{};
         args.output_grad = output_grad_buffer.data();
         args.weights = weight_buffer.data();
@@ -992,6 +995,28 @@ TEST_CASE("the cuBLASLt workspace is planned into each executor's arena and char
     REQUIRE(workspace.data != nullptr);
     CHECK(reinterpret_cast<uintptr_t>(workspace.data) % 256 == 0);
     CHECK(context->memory().used() - before >= workspace_bytes);
+}
+
+TEST_CASE("a memory budget without room for the cuBLASLt workspace gives a trainer without one, which trains") {
+    SKIP_WITHOUT_GPU();
+    ContextConfig config;
+    config.backend = MPT_BACKEND_CUDA;
+    config.threads = 2;
+    config.memory_budget = size_t{2} << 20;  // the small MLP's arenas fit; 4 or 32 MiB of workspace do not
+    auto context = std::make_shared<Context>(config);
+    REQUIRE(context->backend().gemm_workspace_bytes() > config.memory_budget);
+    auto model = make_mlp(context, 100);
+    const SyntheticData data = synthetic_data(256, 100, 8);
+    auto dataset = to_dataset(context, data);
+    TrainerConfig trainer_config;
+    trainer_config.precision = MPT_PRECISION_MIXED_BF16;
+    Trainer trainer(model, trainer_config);
+    CHECK(trainer.executor().gemm_workspace().bytes == 0);
+    CHECK(trainer.executor().gemm_workspace().data == nullptr);
+    const std::vector<float> before = master_block(*model);
+    trainer.fit(*dataset, 2, 32, true);
+    CHECK(master_block(*model) != before);
+    CHECK(std::isfinite(trainer.evaluate(*dataset, 64).loss));
 }
 
 TEST_CASE("training on the GPU ends where training on the CPU ends, from the same seed") {

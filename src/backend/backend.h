@@ -155,10 +155,11 @@ public:
     virtual size_t relu_mask_bytes(int64_t rows, int64_t features) const = 0;
     // Bytes of GemmWorkspace the dense ops can use; 0 when they never need any.
     virtual size_t gemm_workspace_bytes() const = 0;
-    // Whether dense_update needs args.weight_grad/bias_grad for this optimizer on batches of up to
+    // Whether dense_update wants args.weight_grad/bias_grad for this optimizer on batches of up to
     // `rows` (true for more rows when true for fewer). Plain SGD on the CPU adds the gradient
     // straight into the masters, and CUDA does so in one kernel up to 64 rows; above that CUDA
-    // writes it first, and the executor plans that scratch rather than the backend growing its own.
+    // writes it first, into the scratch the executor plans. (Given none, CUDA grows a private
+    // scratch, outside the memory budget: for direct use of the backend, not for the executor.)
     virtual bool update_needs_gradient_scratch(const OptimizerConfig& optimizer, int64_t rows) const = 0;
 
     virtual void* allocate(size_t bytes) = 0;   // 256-byte aligned; throws Error on failure

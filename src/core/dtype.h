@@ -23,7 +23,8 @@ float bfloat16_to_float(uint16_t bits);   // exact
 float round_to(DType dtype, float value);
 // In-place round_to over an array; a no-op for fp32.
 void round_array(DType dtype, float* values, size_t count);
-// destination[i] = round_to(dtype, source[i]) in one pass; destination may be source.
+// destination[i] = round_to(dtype, source[i]) in one pass; destination may be source itself, but
+// must not overlap it otherwise.
 void round_copy(DType dtype, const float* source, float* destination, size_t count);
 
 }  // namespace mpt

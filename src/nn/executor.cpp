@@ -15,6 +15,14 @@
 
 namespace mpt {
 
+namespace {
+
+// Inference executors are forward-only and planned per predict call: a smaller workspace still lets
+// cuBLASLt split K for small batches, without a 32 MiB allocation on every call.
+constexpr size_t kInferenceWorkspaceBytes = size_t{4} << 20;
+
+}  // namespace
+
 Executor::Executor(Model& model, const PrecisionPolicy& policy, ExecutionMode mode, LossKind loss,
                    const OptimizerConfig& optimizer, const LossScalerConfig& scaler)
     : model_(model),
@@ -32,6 +40,19 @@ Executor::Executor(Model& model, const PrecisionPolicy& policy, ExecutionMode mo
 }
 
 void Executor::plan_persistent() {
+    size_t workspace_bytes = backend_.gemm_workspace_bytes();
+    if (mode_ == ExecutionMode::inference) workspace_bytes = std::min(workspace_bytes, kInferenceWorkspaceBytes);
+    try {
+        plan_persistent(workspace_bytes);
+    } catch (const Error& error) {
+        if (error.status() != MPT_STATUS_OUT_OF_MEMORY || workspace_bytes == 0) throw;
+        // cuBLASLt still has algorithms without a workspace (fewer, and no split K): a tight memory
+        // budget or a nearly full device still gets an executor rather than an error.
+        plan_persistent(0);
+    }
+}
+
+void Executor::plan_persistent(size_t workspace_bytes) {
     const int64_t parameters = model_.parameter_block_elements();
     bool any_low = false;
     for (DType dtype : layer_dtypes_) any_low |= dtype != DType::fp32;
@@ -47,7 +68,6 @@ void Executor::plan_persistent() {
     const int report_id = plan.add(sizeof(StepReport), 0, ArenaPlan::kAlways);
     const int bounds_id = plan.add(2 * model_.layers().size() * sizeof(float), 0, ArenaPlan::kAlways);
     // The GEMMs' workspace: the dense ops of one executor run one after another on one lane.
-    const size_t workspace_bytes = backend_.gemm_workspace_bytes();
     const int workspace_id = workspace_bytes ? plan.add(workspace_bytes, 0, ArenaPlan::kAlways) : -1;
     plan.solve();
     persistent_planned_ = plan.total_bytes();

@@ -75,7 +75,8 @@ public:
     // Optimizer state arrays (padded parameter layout), for checkpoints.
     int optimizer_state_arrays() const { return optimizer_state_count(optimizer_); }
     float* optimizer_state(int index) const;
-    // Where every dense op's GEMM workspace lies in the persistent arena (empty on the CPU).
+    // Where every dense op's GEMM workspace lies in the persistent arena (empty on the CPU, or where
+    // the memory budget had no room for it).
     const GemmWorkspace& gemm_workspace() const { return gemm_workspace_; }
 
     const std::vector<DType>& layer_dtypes() const { return layer_dtypes_; }
@@ -95,7 +96,10 @@ private:
         int targets = -1;
     };
 
+    // Plans the persistent arena with the backend's GEMM workspace, or with none when that does not
+    // fit the memory budget or the device.
     void plan_persistent();
+    void plan_persistent(size_t workspace_bytes);
     DType activation_dtype(size_t layer) const;  // what layer `layer` writes: the consumer's dtype
     const void* layer_weights(size_t layer) const;
     const void* layer_bias(size_t layer) const;

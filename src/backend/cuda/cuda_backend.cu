@@ -1,6 +1,7 @@
 // See cuda_backend.cuh. Besides the ops themselves this file holds the device bookkeeping: the
 // allocation counter, the preallocated reduction scratch, the lazily grown fp32 scratch of the
-// fallback paths (only where cuBLASLt refuses an epilogue), and the recording of compute tasks for
+// fallback paths (an epilogue cuBLASLt refuses; an update given no gradient scratch outside the
+// fused SGD kernel's case, which the executor never does), and the recording of compute tasks for
 // graph replay. The cuBLASLt workspace is not here: it comes with each op from the executor's arena.
 #include "backend/cuda/cuda_backend.cuh"
 
