@@ -24,6 +24,12 @@ LossScalerConfig resolve_scaler(const TrainerConfig& config, Model& model) {
     return scaler;
 }
 
+// The mean loss over `samples` rows and the accuracy over the rows counted, from running metrics.
+EvaluationResult metric_means(const double* metrics, int64_t samples) {
+    return EvaluationResult{static_cast<float>(metrics[kMetricLossSum] / static_cast<double>(samples)),
+                            static_cast<float>(metrics[kMetricCorrect] / std::max(1.0, metrics[kMetricCounted]))};
+}
+
 // Calls a host callback. A C++ host's callback may throw: that stops training with a clear status
 // instead of unwinding through the host's C frames with an unknown exception.
 template <typename Callback, typename... Args>
@@ -167,11 +173,9 @@ void Trainer::deliver_report(int64_t steps_per_epoch, int64_t batch_rows) {
     check_finite_step(report.state);
     if (!callbacks_.progress) return;
     const int64_t step = report_step_[slot];
-    const double* metrics = report.metrics;
-    const float mean_loss = static_cast<float>(metrics[kMetricLossSum] / static_cast<double>(step * batch_rows));
-    const float accuracy = static_cast<float>(metrics[kMetricCorrect] / std::max(1.0, metrics[kMetricCounted]));
-    if (call_host(callbacks_.progress, "progress", epochs_completed_, step, steps_per_epoch, mean_loss, accuracy,
-                  callbacks_.user_data))
+    const EvaluationResult running = metric_means(report.metrics, step * batch_rows);
+    if (call_host(callbacks_.progress, "progress", epochs_completed_, step, steps_per_epoch, running.loss,
+                  running.accuracy, callbacks_.user_data))
         fail(MPT_STATUS_CANCELLED, "training cancelled by the progress callback");
 }
 
@@ -281,10 +285,9 @@ void Trainer::fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bo
         steps_into_epoch_ = 0;
         device_has_epoch_order_ = false;
         checkpoint_if_due(true);
-        const float epoch_loss = static_cast<float>(metrics[kMetricLossSum] / static_cast<double>(steps * batch_rows));
-        const float epoch_accuracy = static_cast<float>(metrics[kMetricCorrect] / std::max(1.0, metrics[kMetricCounted]));
-        if (callbacks_.epoch_end && call_host(callbacks_.epoch_end, "epoch-end", epochs_completed_ - 1, epoch_loss,
-                                              epoch_accuracy, callbacks_.user_data))
+        const EvaluationResult epoch_means = metric_means(metrics, steps * batch_rows);
+        if (callbacks_.epoch_end && call_host(callbacks_.epoch_end, "epoch-end", epochs_completed_ - 1, epoch_means.loss,
+                                              epoch_means.accuracy, callbacks_.user_data))
             fail(MPT_STATUS_CANCELLED, "training stopped by the epoch-end callback");
     }
 }
@@ -338,8 +341,7 @@ EvaluationResult Trainer::evaluate(const Dataset& dataset, int64_t batch_size) {
     double metrics[kMetricsCount];
     executor_.read_metrics(metrics);
     executor_.write_metrics(training_metrics);
-    return EvaluationResult{static_cast<float>(metrics[kMetricLossSum] / static_cast<double>(rows)),
-                            static_cast<float>(metrics[kMetricCorrect] / std::max(1.0, metrics[kMetricCounted]))};
+    return metric_means(metrics, rows);
 }
 
 void Trainer::predict(const float* inputs, int64_t rows, float* outputs) {

@@ -505,7 +505,9 @@ impl ContextBuilder {
                 check(sys::mpt_context_options_set_memory_budget(options.0, bytes))?;
             }
             if let Some(bytes) = self.dataset_device_budget {
-                check(sys::mpt_context_options_set_dataset_device_budget(options.0, bytes))?;
+                check(sys::mpt_context_options_set_dataset_device_budget(
+                    options.0, bytes,
+                ))?;
             }
         }
         let log = self.log.map(|callback| Box::new(Mutex::new(callback)));
@@ -1491,11 +1493,7 @@ impl Trainer {
 
     /// Steps and epochs completed.
     pub fn progress(&self) -> Result<TrainingProgress> {
-        let _lock = self.family.lock.lock();
-        let (mut steps, mut epochs) = (0, 0);
-        check(unsafe {
-            sys::mpt_trainer_get_progress(self.raw.as_ptr(), &mut steps, &mut epochs)
-        })?;
+        let (steps, epochs) = self.get_pair(sys::mpt_trainer_get_progress)?;
         Ok(TrainingProgress { steps, epochs })
     }
 
@@ -1545,23 +1543,26 @@ impl Trainer {
 
     /// Arena bytes planned and allocated.
     pub fn memory(&self) -> Result<TrainerMemory> {
-        let _lock = self.family.lock.lock();
-        let (mut planned, mut allocated) = (0, 0);
-        check(unsafe {
-            sys::mpt_trainer_get_memory(self.raw.as_ptr(), &mut planned, &mut allocated)
-        })?;
+        let (planned, allocated) = self.get_pair(sys::mpt_trainer_get_memory)?;
         Ok(TrainerMemory { planned, allocated })
     }
 
     /// Duration and step count of the last epoch `fit` completed: device time between CUDA events
     /// on a GPU, host time on the CPU; zero before the first.
     pub fn last_epoch_time(&self) -> Result<EpochTime> {
-        let _lock = self.family.lock.lock();
-        let (mut seconds, mut steps) = (0.0, 0);
-        check(unsafe {
-            sys::mpt_trainer_get_last_epoch_time(self.raw.as_ptr(), &mut seconds, &mut steps)
-        })?;
+        let (seconds, steps) = self.get_pair(sys::mpt_trainer_get_last_epoch_time)?;
         Ok(EpochTime { seconds, steps })
+    }
+
+    /// Calls a C getter that writes two values, under the family's lock.
+    fn get_pair<A: Default, B: Default>(
+        &self,
+        getter: unsafe extern "C" fn(*const sys::mpt_trainer_t, *mut A, *mut B) -> sys::mpt_status,
+    ) -> Result<(A, B)> {
+        let _lock = self.family.lock.lock();
+        let (mut first, mut second) = (A::default(), B::default());
+        check(unsafe { getter(self.raw.as_ptr(), &mut first, &mut second) })?;
+        Ok((first, second))
     }
 }
 
