@@ -5,7 +5,9 @@
 #  3. the soname's major version equals MPT_VERSION_MAJOR,
 #  4. nothing recorded in abi.txt (symbols with their version node, function prototypes with the
 #     parameter names dropped, callback typedefs, enum values) disappeared or changed, unless the
-#     major version was bumped; new entries only print a note asking to record them.
+#     major version was bumped; new entries only print a note asking to record them,
+#  5. no CUDA library is a load-time dependency (the runtime is static, cuBLASLt is opened with
+#     dlopen), so a build with the CUDA backend still loads, and runs on the CPU, without them.
 # C symbols carry no types, so prototypes are read from the header (through the C preprocessor) to
 # catch a changed signature as well as a removed symbol.
 #
@@ -50,6 +52,11 @@ soname_major=${soname##*.so.}
 header_major=$(sed -n 's/^#define MPT_VERSION_MAJOR \([0-9][0-9]*\).*/\1/p' "$header")
 if [[ -z $soname || -z $header_major || $soname_major != "$header_major" ]]; then
     fail "soname '$soname' does not carry MPT_VERSION_MAJOR ($header_major)"
+fi
+
+readelf -d "$library" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' >"$work/needed"
+if grep -E '^lib(cuda|cudart|cublas|cublasLt|nvrtc|nccl)[.-]' "$work/needed" >"$work/needed_cuda"; then
+    fail "CUDA libraries are load-time dependencies: $(tr '\n' ' ' <"$work/needed_cuda")"
 fi
 
 # ---- what the header declares ---------------------------------------------------------------------

@@ -389,7 +389,21 @@ struct HeadCase {
     bool with_state, with_probabilities;
 };
 
-void compare_loss_head(Backend& reference, Backend& candidate, const HeadCase& c) {
+// NaN in the same places of the first `count` elements of both, and those places zeroed there so that
+// normalised_error can compare the rest.
+bool zero_shared_nans(std::vector<float>& a, std::vector<float>& b, size_t count) {
+    bool same = true;
+    for (size_t i = 0; i < count; ++i) {
+        if (std::isnan(a[i]) != std::isnan(b[i])) same = false;
+        else if (std::isnan(a[i])) a[i] = b[i] = 0.0f;
+    }
+    return same;
+}
+
+// nan_logit: row 0's first logit is NaN. Column 0, because there the CPU's arg-max and the GPU's warp
+// arg-max both keep the NaN, so the accuracy counts stay comparable.
+void compare_loss_head_logits(Backend& reference, Backend& candidate, const HeadCase& c, bool nan_logit) {
+    CAPTURE(nan_logit);
     CAPTURE(static_cast<int>(c.activation));
     CAPTURE(static_cast<int>(c.loss));
     CAPTURE(c.rows);
@@ -397,6 +411,7 @@ void compare_loss_head(Backend& reference, Backend& candidate, const HeadCase& c
     CAPTURE(std::string(dtype_name(c.gradient_dtype)));
     CAPTURE(c.with_state);
     std::vector<float> logits = random_values(static_cast<size_t>(c.rows * c.width), -4, 4);
+    if (nan_logit) logits[0] = std::numeric_limits<float>::quiet_NaN();
     std::uniform_int_distribution<int32_t> label_distribution(0, static_cast<int32_t>(c.classes - 1));
     std::vector<int32_t> labels(static_cast<size_t>(c.rows));
     for (int32_t& label : labels) label = label_distribution(random_engine());
@@ -446,13 +461,35 @@ void compare_loss_head(Backend& reference, Backend& candidate, const HeadCase& c
         metrics[b] = download_raw<double>(backend, metric, kMetricsCount);
         states[b] = download_raw<TrainState>(backend, state, 1)[0];
     }
+    if (nan_logit) {  // row 0's outputs: NaN in the same places (which ones depends on the pair)
+        const size_t row = static_cast<size_t>(c.width);
+        CHECK(zero_shared_nans(gradients[0], gradients[1], row));
+        if (c.with_probabilities) CHECK(zero_shared_nans(probabilities[0], probabilities[1], row));
+    }
     CHECK(normalised_error(gradients[1], gradients[0]) <= error_bound(c.gradient_dtype));
     if (c.with_probabilities) CHECK(normalised_error(probabilities[1], probabilities[0]) <= error_bound(DType::fp32));
-    CHECK(metrics[1][kMetricLossSum] == doctest::Approx(metrics[0][kMetricLossSum]).epsilon(1e-5));
+    if (nan_logit) {  // Approx is false for NaN: NaN-ness itself, on each backend
+        for (int b = 0; b < 2; ++b) {
+            CAPTURE(b);
+            CHECK(std::isnan(metrics[b][kMetricLossSum]));
+            CHECK(std::isnan(metrics[b][kMetricBatchLoss]));
+            CHECK(states[b].found_inf == 1);
+        }
+    } else {
+        CHECK(metrics[1][kMetricLossSum] == doctest::Approx(metrics[0][kMetricLossSum]).epsilon(1e-5));
+        CHECK(metrics[1][kMetricBatchLoss] == doctest::Approx(metrics[0][kMetricBatchLoss]).epsilon(1e-5));
+    }
     CHECK(metrics[1][kMetricCorrect] == metrics[0][kMetricCorrect]);
     CHECK(metrics[1][kMetricCounted] == metrics[0][kMetricCounted]);
-    CHECK(metrics[1][kMetricBatchLoss] == doctest::Approx(metrics[0][kMetricBatchLoss]).epsilon(1e-5));
     CHECK(states[1].found_inf == states[0].found_inf);
+}
+
+// Each case as given, then with a NaN logit in row 0 and a state, so that found_inf can be raised.
+void compare_loss_head(Backend& reference, Backend& candidate, const HeadCase& c) {
+    compare_loss_head_logits(reference, candidate, c, false);
+    HeadCase nan_case = c;
+    nan_case.with_state = true;
+    compare_loss_head_logits(reference, candidate, nan_case, true);
 }
 
 void compare_loss_head_cases(Backend& reference, Backend& candidate) {
@@ -580,7 +617,8 @@ void compare_dense_update(Backend& reference, Backend& candidate, const UpdateCa
     const bool plain_sgd = c.optimizer.kind == OptimizerKind::sgd && c.optimizer.momentum == 0.0f;
     const bool low = c.dtype != DType::fp32;
 
-    std::vector<float> weight_results[2], bias_results[2], state_results[2][2], low_weight_results[2], low_bias_results[2];
+    std::vector<float> weight_results[2], bias_results[2], state_results[2][2], bias_state_results[2][2],
+        low_weight_results[2], low_bias_results[2];
     Backend* backends[2] = {&reference, &candidate};
     for (int b = 0; b < 2; ++b) {
         Backend& backend = *backends[b];
@@ -620,8 +658,10 @@ void compare_dense_update(Backend& reference, Backend& candidate, const UpdateCa
         backend.dense_update(args, c.optimizer);
         weight_results[b] = download(backend, weight_buffer, DType::fp32, static_cast<size_t>(weight_count));
         bias_results[b] = download(backend, bias_buffer, DType::fp32, static_cast<size_t>(c.out_features));
-        for (int k = 0; k < states; ++k)
+        for (int k = 0; k < states; ++k) {
             state_results[b][k] = download(backend, weight_states[k], DType::fp32, static_cast<size_t>(weight_count));
+            bias_state_results[b][k] = download(backend, bias_states[k], DType::fp32, static_cast<size_t>(c.out_features));
+        }
         if (low) {
             low_weight_results[b] = download(backend, low_weights, c.dtype, static_cast<size_t>(weight_count));
             low_bias_results[b] = download(backend, low_bias, c.dtype, static_cast<size_t>(c.out_features));
@@ -631,11 +671,16 @@ void compare_dense_update(Backend& reference, Backend& candidate, const UpdateCa
         for (int b = 0; b < 2; ++b) {
             CHECK(std::memcmp(weight_results[b].data(), weights.data(), weights.size() * sizeof(float)) == 0);
             CHECK(std::memcmp(bias_results[b].data(), bias.data(), bias.size() * sizeof(float)) == 0);
-            for (int k = 0; k < states; ++k)
-                CHECK(std::all_of(state_results[b][k].begin(), state_results[b][k].end(), [](float v) { return v == 0.0f; }));
-            if (low)  // still the poison: not a byte written
-                CHECK(std::all_of(low_weight_results[b].begin(), low_weight_results[b].end(),
-                                  [](float v) { return std::isnan(v); }));
+            const auto zero = [](float v) { return v == 0.0f; };
+            for (int k = 0; k < states; ++k) {
+                CHECK(std::all_of(state_results[b][k].begin(), state_results[b][k].end(), zero));
+                CHECK(std::all_of(bias_state_results[b][k].begin(), bias_state_results[b][k].end(), zero));
+            }
+            if (low) {  // still the poison: not a byte written
+                const auto poison = [](float v) { return std::isnan(v); };
+                CHECK(std::all_of(low_weight_results[b].begin(), low_weight_results[b].end(), poison));
+                CHECK(std::all_of(low_bias_results[b].begin(), low_bias_results[b].end(), poison));
+            }
         }
         return;
     }
@@ -643,8 +688,10 @@ void compare_dense_update(Backend& reference, Backend& candidate, const UpdateCa
     CHECK(normalised_error(difference(weight_results[1], weights), difference(weight_results[0], weights)) <= 1e-3);
     CHECK(normalised_error(difference(bias_results[1], bias), difference(bias_results[0], bias)) <= 1e-3);
     CHECK(normalised_error(weight_results[1], weight_results[0]) <= error_bound(DType::fp32));
-    for (int k = 0; k < states; ++k)
+    for (int k = 0; k < states; ++k) {
         CHECK(normalised_error(state_results[1][k], state_results[0][k]) <= 1e-4);
+        CHECK(normalised_error(bias_state_results[1][k], bias_state_results[0][k]) <= 1e-4);
+    }
     if (low) {
         CHECK(normalised_error(low_weight_results[1], low_weight_results[0]) <= error_bound(c.dtype));
         CHECK(normalised_error(low_bias_results[1], low_bias_results[0]) <= error_bound(c.dtype));
@@ -674,25 +721,30 @@ void compare_dense_update_cases(Backend& reference, Backend& candidate) {
         compare_dense_update(reference, candidate, {32, 64, 16, dtype, sgd, true});
         compare_dense_update(reference, candidate, {32, 64, 16, dtype, adam, true});
     }
+    // 1.5 M weights: past one pass of the update kernel's grid (8 blocks per SM, about 1 M elements
+    // on an H200), so later grid-stride passes run and the bias group starts in the second.
+    compare_dense_update(reference, candidate, {96, 3072, 512, DType::bf16, adam, false});
 }
 
 // All trials of a dtype in one batched call, as a step issues them: ragged tails, misaligned
-// starts, a negative maximum, NaN, -Inf, all zeros, and an empty tensor.
+// starts, a negative maximum, NaN, -Inf, all zeros, an empty tensor, and 4 M elements whose maximum
+// lies beyond the first pass of the grid (about 1 M elements in fp32 and 2 M in 16 bits on an H200).
 void compare_max_abs(Backend& reference, Backend& candidate) {
-    constexpr int kTrials = 7;
+    constexpr int kTrials = 8;
     for (DType dtype : kDTypes) {
         CAPTURE(std::string(dtype_name(dtype)));
         std::vector<std::vector<float>> values(kTrials);
         int64_t counts[kTrials], offsets[kTrials];
         for (int trial = 0; trial < kTrials; ++trial) {
-            counts[trial] = trial == 6 ? 0 : 4999 + trial;
-            offsets[trial] = trial % 2;
+            counts[trial] = trial == 6 ? 0 : trial == 7 ? (int64_t{4} << 20) + 3 : 4999 + trial;
+            offsets[trial] = trial == 7 ? 0 : trial % 2;
             values[trial] = random_values(static_cast<size_t>(counts[trial] + offsets[trial]), -100, 100);
             const size_t o = static_cast<size_t>(offsets[trial]);
             if (trial == 1) values[trial][o + 1234] = -3000.0f;  // the largest is negative
             if (trial == 2) values[trial][o + static_cast<size_t>(counts[trial]) - 1] = std::numeric_limits<float>::quiet_NaN();
             if (trial == 3) values[trial][o + 17] = -std::numeric_limits<float>::infinity();
             if (trial == 4) std::fill(values[trial].begin(), values[trial].end(), 0.0f);
+            if (trial == 7) values[trial][static_cast<size_t>(counts[trial]) - 7] = -1000.0f;  // in the last vector
         }
         std::vector<float> results[2];
         Backend* backends[2] = {&reference, &candidate};

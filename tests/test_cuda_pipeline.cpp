@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/error.h"
 #include "data/epoch_order.h"
 #include "nn/trainer.h"
 #include "support/skip_without_gpu.h"
@@ -130,6 +131,44 @@ TEST_CASE("a resident dataset is charged to the context's memory, and one over t
     const size_t small_before = small->memory().used();
     CHECK(over->device_view().streamed);
     CHECK(small->memory().used() == small_before);
+}
+
+TEST_CASE("the buffers beside the arenas (row orders, staging slots, sort keys) are charged to the context's memory") {
+    SKIP_WITHOUT_GPU();
+    const SyntheticData data = synthetic_data(512, 100, 6);
+    GpuSetup setup = gpu_setup(0, data);  // streamed
+    Context& context = *setup.context;
+    const size_t planned = context.memory().used();
+    setup.trainer->fit(*setup.dataset, 1, 32, true);
+    REQUIRE(setup.dataset->streamed());
+    // The epoch's row order, two staging slots of 32 rows of at least a byte per feature, and the
+    // sort's two key arrays.
+    const size_t at_least = 512 * sizeof(int32_t) + 2 * 32 * 100 + 2 * 512 * sizeof(uint64_t);
+    CHECK(context.memory().used() >= planned + at_least);
+    CHECK(context.memory().peak() >= context.memory().used());
+
+    // A budget with room for the trainer's arenas but not for those buffers: fit fails with
+    // OUT_OF_MEMORY before allocating them.
+    ContextConfig tight;
+    tight.backend = MPT_BACKEND_CUDA;
+    tight.seed = 7;
+    tight.dataset_device_budget = 0;
+    tight.memory_budget = planned + 1024;
+    auto tight_context = std::make_shared<Context>(tight);
+    auto model = make_mlp(tight_context, data.features);
+    auto dataset = to_dataset(tight_context, data);
+    TrainerConfig config;
+    config.precision = MPT_PRECISION_MIXED_BF16;
+    Trainer trainer(model, config);
+    const size_t before = tight_context->memory().used();
+    REQUIRE(before <= tight.memory_budget);
+    try {
+        trainer.fit(*dataset, 1, 32, true);
+        FAIL("fit ran within a budget without room for its row order and staging buffers");
+    } catch (const Error& error) {
+        CHECK(error.status() == MPT_STATUS_OUT_OF_MEMORY);
+    }
+    CHECK(tight_context->memory().used() <= tight.memory_budget);
 }
 
 TEST_CASE("every step's progress reaches the host in order, and epochs are timed on the device") {

@@ -162,7 +162,8 @@ MPT_API mpt_status mpt_context_options_set_log_callback(mpt_context_options_t* o
 MPT_API mpt_status mpt_context_options_set_log_level(mpt_context_options_t* options, mpt_log_level level);
 /** Upper bound on the bytes of all arenas of this context; 0 = unlimited. Exceeding it at planning
  *  time fails with MPT_STATUS_OUT_OF_MEMORY before any work starts. Data sets kept in device memory
- *  count against it too (one that does not fit is streamed instead, see below). */
+ *  count against it too (one that does not fit is streamed instead, see below), and so do the small
+ *  buffers sized by the data set (row orders, staging slots), reserved when fit first needs them. */
 MPT_API mpt_status mpt_context_options_set_memory_budget(mpt_context_options_t* options, size_t bytes);
 /** Device memory one data set may occupy on a GPU (its samples, labels and targets). A data set
  *  within it is copied to the device on first use, and each batch is gathered and normalised there
@@ -184,7 +185,9 @@ MPT_API mpt_status mpt_context_get_backend(const mpt_context_t* context, mpt_bac
 /** The precision that MPT_PRECISION_AUTO resolves to on this context. */
 MPT_API mpt_status mpt_context_resolve_precision(const mpt_context_t* context, mpt_precision requested,
                                                  mpt_precision* out);
-/** Bytes held by this context's arenas now, and the most ever held. */
+/** Bytes of backend memory this context holds now, and the most it ever held: its trainers' and
+ *  models' arenas, datasets resident on the device, and the buffers trainers and the backend keep
+ *  beside them (row orders, staging for streamed datasets). The memory budget bounds this number. */
 MPT_API mpt_status mpt_context_get_memory(const mpt_context_t* context, size_t* used_bytes,
                                           size_t* peak_bytes);
 

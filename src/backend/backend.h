@@ -17,6 +17,8 @@
 
 namespace mpt {
 
+class MemoryTracker;
+
 enum class BackendKind : uint8_t { cpu = 1, cuda = 2 };
 
 // Backend memory a dense op's GEMM may use as scratch (cuBLASLt's workspace). The executor plans
@@ -159,7 +161,7 @@ public:
     // `rows` (true for more rows when true for fewer). Plain SGD on the CPU adds the gradient
     // straight into the masters, and CUDA does so in one kernel up to 64 rows; above that CUDA
     // writes it first, into the scratch the executor plans. (Given none, CUDA grows a private
-    // scratch, outside the memory budget: for direct use of the backend, not for the executor.)
+    // scratch, charged to the context's memory: for direct use of the backend, not for the executor.)
     virtual bool update_needs_gradient_scratch(const OptimizerConfig& optimizer, int64_t rows) const = 0;
 
     virtual void* allocate(size_t bytes) = 0;   // 256-byte aligned; throws Error on failure
@@ -204,9 +206,14 @@ public:
 
 // Creates the CPU backend with `threads` compute threads (0 = all cores).
 std::unique_ptr<Backend> create_cpu_backend(int threads);
-// Creates the CUDA backend on `device`, or throws Error(MPT_STATUS_BACKEND_UNAVAILABLE).
-std::unique_ptr<Backend> create_cuda_backend(int device);
-// Usable CUDA devices; 0 when CUDA is not built in or no driver/GPU is present.
+// Creates the CUDA backend on `device`, or throws Error(MPT_STATUS_BACKEND_UNAVAILABLE). Its own
+// device buffers (the epoch order's sort keys, streamed batches' staging slots, reduction scratch)
+// are charged to `memory` when given, so a context's budget and peak cover them as well as its arenas.
+std::unique_ptr<Backend> create_cuda_backend(int device, MemoryTracker* memory = nullptr);
+// Usable CUDA devices; 0 when CUDA is not built in, no driver/GPU is present or cuBLASLt is missing.
 int cuda_device_count();
+// Why cuda_device_count() is 0 (the CUDA error, a missing cuBLASLt, a build without CUDA); empty
+// when a device is usable.
+std::string cuda_unavailable_reason();
 
 }  // namespace mpt

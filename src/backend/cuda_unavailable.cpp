@@ -4,10 +4,14 @@
 
 namespace mpt {
 
-std::unique_ptr<Backend> create_cuda_backend(int) {
-    fail(MPT_STATUS_BACKEND_UNAVAILABLE, "this build of mptrain has no CUDA backend (built with MPTRAIN_CUDA=OFF)");
+std::unique_ptr<Backend> create_cuda_backend(int, MemoryTracker*) {
+    fail(MPT_STATUS_BACKEND_UNAVAILABLE, cuda_unavailable_reason());
 }
 
 int cuda_device_count() { return 0; }
+
+std::string cuda_unavailable_reason() {
+    return "this build of mptrain has no CUDA backend (built with MPTRAIN_CUDA=OFF)";
+}
 
 }  // namespace mpt

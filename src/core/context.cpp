@@ -9,12 +9,21 @@ namespace mpt {
 
 namespace {
 
-std::unique_ptr<Backend> make_backend(const ContextConfig& config) {
+// `fallback_note` says why AUTO runs on the CPU although a GPU is present.
+std::unique_ptr<Backend> make_backend(const ContextConfig& config, MemoryTracker& memory, std::string& fallback_note) {
     switch (config.backend) {
         case MPT_BACKEND_CPU: return create_cpu_backend(config.threads);
-        case MPT_BACKEND_CUDA: return create_cuda_backend(config.device);
+        case MPT_BACKEND_CUDA: return create_cuda_backend(config.device, &memory);
         case MPT_BACKEND_AUTO:
-            if (cuda_device_count() > config.device) return create_cuda_backend(config.device);
+            if (cuda_device_count() > config.device) {
+                // A device that is counted can still refuse a context (exclusive mode, out of
+                // memory, a driver fault): AUTO then runs on the CPU rather than failing.
+                try {
+                    return create_cuda_backend(config.device, &memory);
+                } catch (const Error& error) {
+                    fallback_note = std::string("the CUDA device is unusable, running on the CPU: ") + error.what();
+                }
+            }
             return create_cpu_backend(config.threads);
     }
     fail(MPT_STATUS_INVALID_ARGUMENT, "unknown backend");
@@ -23,7 +32,8 @@ std::unique_ptr<Backend> make_backend(const ContextConfig& config) {
 }  // namespace
 
 Context::Context(const ContextConfig& config)
-    : config_(config), memory_(config.memory_budget), backend_(make_backend(config)) {
+    : config_(config), memory_(config.memory_budget), backend_(make_backend(config, memory_, fallback_note_)) {
+    if (!fallback_note_.empty()) log(MPT_LOG_LEVEL_WARNING, fallback_note_);
     log(MPT_LOG_LEVEL_INFO, "mptrain " + std::string(kVersionString) + " on " + backend_->device_name());
 }
 

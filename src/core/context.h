@@ -41,6 +41,7 @@ public:
 private:
     ContextConfig config_;
     MemoryTracker memory_;
+    std::string fallback_note_;  // set (and logged) when AUTO could not use the GPU it found
     std::unique_ptr<Backend> backend_;
 };
 

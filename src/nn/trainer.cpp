@@ -81,8 +81,8 @@ Trainer::~Trainer() {
         backend.scheduler().synchronize();
     } catch (...) {
     }
-    backend.release(epoch_order_device_);
-    backend.release(identity_device_);
+    release_order(epoch_order_device_, epoch_order_capacity_);
+    release_order(identity_device_, identity_capacity_);
     backend.release_host(reports_);
 }
 
@@ -111,13 +111,26 @@ void Trainer::check_dataset(const Dataset& dataset) const {
 
 void Trainer::reserve_order(void*& buffer, int64_t& capacity, int64_t rows) {
     if (rows <= capacity) return;
-    Backend& backend = model_->context()->backend();
-    backend.scheduler().synchronize();  // a gather may still read the old buffer
-    backend.release(buffer);
+    Context& context = *model_->context();
+    context.backend().scheduler().synchronize();  // a gather may still read the old buffer
+    release_order(buffer, capacity);
+    const size_t bytes = static_cast<size_t>(rows) * sizeof(int32_t);
+    context.memory().reserve(bytes);  // OUT_OF_MEMORY past the budget, before allocating
+    try {
+        buffer = context.backend().allocate(bytes);
+    } catch (...) {
+        context.memory().unreserve(bytes);
+        throw;
+    }
+    capacity = rows;
+}
+
+void Trainer::release_order(void*& buffer, int64_t& capacity) noexcept {
+    Context& context = *model_->context();
+    context.backend().release(buffer);
+    context.memory().unreserve(static_cast<size_t>(capacity) * sizeof(int32_t));
     buffer = nullptr;
     capacity = 0;
-    buffer = backend.allocate(static_cast<size_t>(rows) * sizeof(int32_t));
-    capacity = rows;
 }
 
 const int32_t* Trainer::identity_order(int64_t rows) {
@@ -156,7 +169,6 @@ void Trainer::check_finite_step(const TrainState& state) {
 
 void Trainer::issue_report(int64_t step) {
     Backend& backend = model_->context()->backend();
-    if (!reports_) reports_ = static_cast<StepReport*>(backend.allocate_host(kReportSlots * sizeof(StepReport)));
     const int slot = (report_head_ + reports_pending_) % kReportSlots;
     executor_.report_async(&reports_[slot]);
     report_landed_[slot] = backend.scheduler().record(Lane::compute);
@@ -212,6 +224,8 @@ void Trainer::fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bo
     // Reports are issued on the CPU too, where they land at once: a non-finite step stops fit there
     // before the next one. On a GPU only a progress callback needs them; fit checks at epoch end.
     const bool reporting = callbacks_.progress != nullptr || backend.kind() == BackendKind::cpu;
+    // Pinned on a GPU: allocated here, before the steps and their timer, never inside the loop.
+    if (reporting && !reports_) reports_ = static_cast<StepReport*>(backend.allocate_host(kReportSlots * sizeof(StepReport)));
 
     for (int64_t epoch = 0; epoch < epochs; ++epoch) {
         DrainOnExit drain(scheduler);

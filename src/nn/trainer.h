@@ -107,7 +107,9 @@ private:
 
     void check_dataset(const Dataset& dataset) const;
     // Grows a backend order buffer to `rows` entries (contents lost on growth).
+    // Row-order buffers in backend memory, charged to the context's memory like the arenas.
     void reserve_order(void*& buffer, int64_t& capacity, int64_t rows);
+    void release_order(void*& buffer, int64_t& capacity) noexcept;
     // The identity order over at least `rows` rows, for step and evaluate.
     const int32_t* identity_order(int64_t rows);
     // Raises MPT_STATUS_NON_FINITE when a step without loss scaling met NaN/Inf (its update was skipped).

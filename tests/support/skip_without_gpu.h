@@ -1,15 +1,32 @@
 // GPU test cases return early with a message where no CUDA device is usable (or the build has no
-// CUDA backend), so the suites pass on machines without a GPU, CI included.
+// CUDA backend), so the suites pass on machines without a GPU, CI included. Where a GPU is meant to
+// be (the device check sets MPTRAIN_REQUIRE_GPU=1), the same condition fails the case instead, with
+// the reason, so a driver too old for the toolkit or a missing cuBLASLt cannot pass as skips.
 #pragma once
 
 #include <doctest/doctest.h>
 
+#include <cstdlib>
+#include <cstring>
+
 #include "backend/backend.h"
 
-#define SKIP_WITHOUT_GPU()                                                         \
-    do {                                                                           \
-        if (mpt::cuda_device_count() == 0) {                                       \
-            MESSAGE("skipped: no CUDA device (or no CUDA backend in this build)"); \
-            return;                                                                \
-        }                                                                          \
+namespace mpt::testing {
+
+inline bool gpu_required() {
+    const char* value = std::getenv("MPTRAIN_REQUIRE_GPU");
+    return value && std::strcmp(value, "0") != 0 && *value != '\0';
+}
+
+}  // namespace mpt::testing
+
+#define SKIP_WITHOUT_GPU()                                                                               \
+    do {                                                                                                 \
+        if (mpt::cuda_device_count() == 0) {                                                             \
+            if (mpt::testing::gpu_required())                                                            \
+                FAIL("MPTRAIN_REQUIRE_GPU is set, but no CUDA device is usable: "                        \
+                     << mpt::cuda_unavailable_reason());                                                 \
+            MESSAGE("skipped: no CUDA device (" << mpt::cuda_unavailable_reason() << ")");               \
+            return;                                                                                      \
+        }                                                                                                \
     } while (0)

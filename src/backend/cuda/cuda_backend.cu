@@ -17,6 +17,7 @@
 #include "backend/cuda/cuda_gather.cuh"
 #include "backend/cuda/cuda_max_abs.cuh"
 #include "backend/cuda/cuda_step_state.cuh"
+#include "memory/memory_tracker.h"
 
 namespace mpt {
 
@@ -45,10 +46,23 @@ int cuda_device_count() {
         cudaGetLastError();  // no driver or no device: not an error for callers, and not sticky
         return 0;
     }
-    return count;
+    return count > 0 && cublaslt() ? count : 0;  // without cuBLASLt no device is usable
 }
 
-std::unique_ptr<Backend> create_cuda_backend(int device) {
+std::string cuda_unavailable_reason() {
+    int count = 0;
+    const cudaError_t status = cudaGetDeviceCount(&count);
+    if (status != cudaSuccess) {
+        cudaGetLastError();
+        return std::string("cudaGetDeviceCount failed: ") + cudaGetErrorName(status) + ": " + cudaGetErrorString(status);
+    }
+    if (count == 0) return "no CUDA device present";
+    std::string why;
+    if (!cublaslt(&why)) return "cuBLASLt cannot be loaded (" + why + ")";
+    return "";
+}
+
+std::unique_ptr<Backend> create_cuda_backend(int device, MemoryTracker* memory) {
     int count = 0;
     const cudaError_t status = cudaGetDeviceCount(&count);
     if (status != cudaSuccess) {
@@ -59,10 +73,12 @@ std::unique_ptr<Backend> create_cuda_backend(int device) {
     if (device < 0 || device >= count)
         fail(MPT_STATUS_BACKEND_UNAVAILABLE, "cuda backend: device " + std::to_string(device) + " requested, " +
                                                  std::to_string(count) + " present");
-    return std::make_unique<CudaBackend>(device);
+    std::string why;
+    if (!cublaslt(&why)) fail(MPT_STATUS_BACKEND_UNAVAILABLE, "cuda backend: cuBLASLt cannot be loaded (" + why + ")");
+    return std::make_unique<CudaBackend>(device, memory);
 }
 
-CudaBackend::CudaBackend(int device) : device_(device) {
+CudaBackend::CudaBackend(int device, MemoryTracker* memory) : device_(device), memory_(memory) {
     MPT_CUDA_CHECK(cudaSetDevice(device));
     cudaDeviceProp properties{};
     MPT_CUDA_CHECK(cudaGetDeviceProperties(&properties, device));
@@ -73,22 +89,27 @@ CudaBackend::CudaBackend(int device) : device_(device) {
             std::to_string(properties.totalGlobalMem >> 20) + " MiB)";
     graphs_enabled_ = graphs_enabled_by_environment();
     try {
+        scheduler_ = std::make_unique<CudaScheduler>(*static_cast<CudaTaskHooks*>(this));
+        gemm_ = std::make_unique<CudaGemm>();
+        epoch_order_ = std::make_unique<CudaEpochOrder>(*this);
         const size_t partial_bytes = kLossHeadMaxBlocks * sizeof(double);
-        reduction_scratch_ = allocate(3 * partial_bytes + 256);
+        const size_t scratch_bytes = 3 * partial_bytes + 256;
+        reduction_scratch_ = allocate_scratch(scratch_bytes);
         char* base = static_cast<char*>(reduction_scratch_);
         head_scratch_.partial_loss = reinterpret_cast<double*>(base);
         head_scratch_.partial_correct = reinterpret_cast<long long*>(base + partial_bytes);
         head_scratch_.partial_counted = reinterpret_cast<long long*>(base + 2 * partial_bytes);
         head_scratch_.counter = reinterpret_cast<unsigned*>(base + 3 * partial_bytes);
-        MPT_CUDA_CHECK(cudaMemset(reduction_scratch_, 0, 3 * partial_bytes + 256));
-        gemm_ = std::make_unique<CudaGemm>();
-        epoch_order_ = std::make_unique<CudaEpochOrder>(*this);
-        scheduler_ = std::make_unique<CudaScheduler>(*static_cast<CudaTaskHooks*>(this));
-        MPT_CUDA_CHECK(cudaDeviceSynchronize());  // the memset above ran on the legacy stream
+        // On our own stream, not the legacy one: that would be unsafe while another library in the
+        // process captures a graph, and a device-wide sync would stall other contexts.
+        const cudaStream_t compute = scheduler_->stream(Lane::compute);
+        MPT_CUDA_CHECK(cudaMemsetAsync(reduction_scratch_, 0, scratch_bytes, compute));
+        MPT_CUDA_CHECK(cudaStreamSynchronize(compute));
     } catch (...) {
-        scheduler_.reset();
+        release_scratch(reduction_scratch_);
+        epoch_order_.reset();
         gemm_.reset();
-        free_device(reduction_scratch_);
+        scheduler_.reset();
         throw;
     }
 }
@@ -105,10 +126,10 @@ CudaBackend::~CudaBackend() {
     graphs_.clear();
     stager_.reset();
     epoch_order_.reset();
+    release_scratch(scratch_);
+    release_scratch(reduction_scratch_);
     scheduler_.reset();
     gemm_.reset();
-    free_device(scratch_);
-    free_device(reduction_scratch_);
 }
 
 void CudaBackend::activate() const { MPT_CUDA_CHECK(cudaSetDevice(device_)); }
@@ -152,8 +173,23 @@ void* CudaBackend::allocate(size_t bytes) {
     return pointer;
 }
 
-void CudaBackend::free_device(void* pointer) noexcept {
-    if (pointer) cudaFree(pointer);
+void* CudaBackend::allocate_scratch(size_t bytes) {
+    const size_t rounded = round_up_256(std::max<size_t>(bytes, 1));
+    if (memory_) memory_->reserve(rounded);  // throws OUT_OF_MEMORY past the budget, before cudaMalloc
+    try {
+        return allocate(rounded);
+    } catch (...) {
+        if (memory_) memory_->unreserve(rounded);
+        throw;
+    }
+}
+
+void CudaBackend::release_scratch(void* pointer) noexcept {
+    if (!pointer) return;
+    const auto found = allocation_bytes_.find(pointer);
+    const size_t bytes = found != allocation_bytes_.end() ? found->second : 0;
+    release(pointer);
+    if (memory_) memory_->unreserve(bytes);
 }
 
 void CudaBackend::release(void* pointer) noexcept {
@@ -166,7 +202,8 @@ void CudaBackend::release(void* pointer) noexcept {
         // The fault is sticky and reported by the next call that checks.
     }
     // Work still queued may use the memory: let both lanes finish first (cudaFree alone only
-    // orders with the legacy stream, and our streams are non-blocking).
+    // orders with the legacy stream, and our streams are non-blocking). cudaFree waits as well.
+    scheduler_->count_host_sync();
     for (int lane = 0; lane < 2; ++lane) cudaStreamSynchronize(scheduler_->stream(static_cast<Lane>(lane)));
     // Forget the ReLU masks that lived in this block (an arena holds many); others stay valid, so
     // freeing an unrelated buffer between a forward and its backward keeps the fused DRELU path.
@@ -182,18 +219,17 @@ void CudaBackend::release(void* pointer) noexcept {
     } else {
         masks_.clear();
     }
-    free_device(pointer);
+    cudaFree(pointer);
 }
 
 float* CudaBackend::scratch_for(size_t bytes) {
     if (bytes <= scratch_bytes_) return scratch_;
-    // Growing invalidates what was recorded with the old buffer: issue it, let it finish, replace.
-    flush_recording();
-    scheduler_->drain();
-    free_device(scratch_);
+    // Growing invalidates what was recorded with the old buffer: release() issues it and lets it
+    // finish before the buffer goes.
+    release_scratch(scratch_);
     scratch_ = nullptr;
     scratch_bytes_ = 0;
-    scratch_ = static_cast<float*>(allocate(bytes));
+    scratch_ = static_cast<float*>(allocate_scratch(bytes));
     scratch_bytes_ = bytes;
     return scratch_;
 }
@@ -228,11 +264,14 @@ void* CudaBackend::allocate_host(size_t bytes) {
         fail(status == cudaErrorMemoryAllocation ? MPT_STATUS_OUT_OF_MEMORY : MPT_STATUS_BACKEND_ERROR,
              "cuda backend: cudaHostAlloc of " + std::to_string(bytes) + " bytes failed: " + cudaGetErrorName(status));
     }
+    ++allocations_;  // pinned memory is as costly as device memory (and cudaFreeHost synchronises)
     return pointer;
 }
 
 void CudaBackend::release_host(void* pointer) noexcept {
-    if (pointer) cudaFreeHost(pointer);
+    if (!pointer) return;
+    scheduler_->count_host_sync();  // cudaFreeHost waits for the device
+    cudaFreeHost(pointer);
 }
 
 void CudaBackend::copy_to_host_async(void* host, const void* source, size_t bytes) {
@@ -458,29 +497,32 @@ void CudaBackend::end_compute_task() {
     }
 
     // Second sighting: capture the task into a graph, then launch it.
-    if (cudaStreamBeginCapture(compute, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+    const cudaError_t began = cudaStreamBeginCapture(compute, cudaStreamCaptureModeThreadLocal);
+    if (began != cudaSuccess) {
         cudaGetLastError();
-        graphs_.refuse(signature_);
+        graphs_.refuse(signature_, std::string("cudaStreamBeginCapture: ") + cudaGetErrorName(began));
         execute_recorded(compute);
         return;
     }
-    bool issued = true;
+    std::string issue_failure;
     try {
         execute_recorded(compute);
-    } catch (...) {
-        issued = false;
+    } catch (const std::exception& error) {
+        issue_failure = error.what();
     }
     cudaGraph_t graph = nullptr;
     const cudaError_t ended = cudaStreamEndCapture(compute, &graph);
     cudaGraphExec_t captured = nullptr;
     cudaError_t instantiated = cudaErrorUnknown;
-    if (issued && ended == cudaSuccess && graph) instantiated = cudaGraphInstantiate(&captured, graph, 0);
+    if (issue_failure.empty() && ended == cudaSuccess && graph) instantiated = cudaGraphInstantiate(&captured, graph, 0);
     if (graph) cudaGraphDestroy(graph);
     if (instantiated != cudaSuccess) {
         // Not capturable here (or a real fault, which the eager run below reports): run it eagerly,
-        // now and from now on.
+        // now and from now on. The reason is kept for the tests and the device check.
         cudaGetLastError();
-        graphs_.refuse(signature_);
+        graphs_.refuse(signature_, !issue_failure.empty() ? "issuing under capture: " + issue_failure
+                                   : ended != cudaSuccess ? std::string("cudaStreamEndCapture: ") + cudaGetErrorName(ended)
+                                                          : std::string("cudaGraphInstantiate: ") + cudaGetErrorName(instantiated));
         execute_recorded(compute);
         return;
     }
@@ -653,6 +695,14 @@ CudaBackend& as_cuda(const Backend& backend) {
 uint64_t cuda_backend_allocation_count(const Backend& backend) { return as_cuda(backend).allocation_count(); }
 uint64_t cuda_backend_graph_replays(const Backend& backend) { return as_cuda(backend).graph_replays(); }
 uint64_t cuda_backend_graph_captures(const Backend& backend) { return as_cuda(backend).graph_captures(); }
+uint64_t cuda_backend_graph_refusals(const Backend& backend) { return as_cuda(backend).graph_refusals(); }
+std::string cuda_backend_last_graph_refusal(const Backend& backend) { return as_cuda(backend).last_graph_refusal(); }
+uint64_t cuda_backend_refused_epilogue_plans(const Backend& backend) {
+    return as_cuda(backend).gemm().refused_epilogue_plans();
+}
+std::string cuda_backend_last_refused_epilogue(const Backend& backend) {
+    return as_cuda(backend).gemm().last_refused_epilogue();
+}
 void cuda_backend_set_graphs(Backend& backend, bool enabled) { as_cuda(backend).set_graphs(enabled); }
 void cuda_backend_set_fused_epilogues(Backend& backend, bool enabled) { as_cuda(backend).set_fused_epilogues(enabled); }
 

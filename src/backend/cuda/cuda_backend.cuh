@@ -25,7 +25,7 @@ namespace mpt {
 
 class CudaBackend final : public Backend, private CudaTaskHooks {
 public:
-    explicit CudaBackend(int device);
+    CudaBackend(int device, MemoryTracker* memory);
     ~CudaBackend() override;
 
     BackendKind kind() const override { return BackendKind::cuda; }
@@ -60,9 +60,17 @@ public:
     void dense_update(const DenseUpdateArgs& args, const OptimizerConfig& optimizer) override;
     void finish_step(TrainState* state, const LossScalerConfig& scaler) override;
 
+    // The backend's own device buffers: allocate()/release() that also charge the context's memory
+    // tracker (arenas and resident datasets reserve their bytes themselves).
+    void* allocate_scratch(size_t bytes);
+    void release_scratch(void* pointer) noexcept;
+
     uint64_t allocation_count() const { return allocations_; }
     uint64_t graph_replays() const { return graphs_.replays(); }
     uint64_t graph_captures() const { return graphs_.captures(); }
+    uint64_t graph_refusals() const { return graphs_.refusals(); }
+    const std::string& last_graph_refusal() const { return graphs_.last_refusal(); }
+    const CudaGemm& gemm() const { return *gemm_; }
     void set_graphs(bool enabled);
     void set_fused_epilogues(bool enabled) { fused_epilogues_ = enabled; }
 
@@ -114,9 +122,9 @@ private:
     void execute(const RecordedOp& op, cudaStream_t stream);
     void execute_recorded(cudaStream_t stream);
     void sign(const RecordedOp& op);
-    void free_device(void* pointer) noexcept;
 
     int device_ = 0;
+    MemoryTracker* memory_ = nullptr;  // the context's, when created by one
     int compute_capability_ = 0;
     int multiprocessors_ = 1;
     std::string name_;

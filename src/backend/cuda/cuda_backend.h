@@ -5,16 +5,25 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "backend/backend.h"
 
 namespace mpt {
 
-// Device allocations made so far (allocate() and the backend's own scratch).
+// Device and pinned host allocations made so far (allocate(), allocate_host() and the backend's own
+// scratch).
 uint64_t cuda_backend_allocation_count(const Backend& backend);
 // Compute tasks replayed from a captured CUDA graph so far, and graphs captured.
 uint64_t cuda_backend_graph_replays(const Backend& backend);
 uint64_t cuda_backend_graph_captures(const Backend& backend);
+// Tasks whose capture failed (they run eagerly from then on), and the last failure's reason.
+uint64_t cuda_backend_graph_refusals(const Backend& backend);
+std::string cuda_backend_last_graph_refusal(const Backend& backend);
+// cuBLASLt plans with a fused epilogue that were refused (the op then runs the GEMM and its own
+// epilogue kernel: right numbers, slower), and the last one's key and status.
+uint64_t cuda_backend_refused_epilogue_plans(const Backend& backend);
+std::string cuda_backend_last_refused_epilogue(const Backend& backend);
 // Graph capture of repeated compute tasks (default on; MPTRAIN_CUDA_GRAPHS=0 turns it off).
 void cuda_backend_set_graphs(Backend& backend, bool enabled);
 // cuBLASLt epilogue fusion (default on); off forces the unfused fallback paths, for tests.

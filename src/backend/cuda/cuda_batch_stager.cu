@@ -26,7 +26,7 @@ CudaBatchStager::~CudaBatchStager() {
     for (Slot& slot : slots_) {
         if (slot.in_use) cudaEventSynchronize(slot.done);
         backend_.release_host(slot.pinned);
-        backend_.release(slot.device);
+        backend_.release_scratch(slot.device);
         cudaEventDestroy(slot.done);
     }
 }
@@ -34,11 +34,11 @@ CudaBatchStager::~CudaBatchStager() {
 void CudaBatchStager::reserve(Slot& slot, size_t bytes) {
     if (bytes <= slot.capacity) return;
     backend_.release_host(slot.pinned);
-    backend_.release(slot.device);
+    backend_.release_scratch(slot.device);
     slot.pinned = slot.device = nullptr;
     slot.capacity = 0;
     slot.pinned = backend_.allocate_host(bytes);
-    slot.device = backend_.allocate(bytes);
+    slot.device = backend_.allocate_scratch(bytes);
     slot.capacity = bytes;
 }
 

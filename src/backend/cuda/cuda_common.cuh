@@ -11,27 +11,35 @@
 #include <cstdint>
 #include <string>
 
+#include "backend/cuda/cuda_cublaslt_library.cuh"
 #include "core/dtype.h"
 #include "core/error.h"
 
 namespace mpt {
 
-[[noreturn]] inline void fail_cuda(const char* call, const std::string& reason, const char* file, int line) {
+[[noreturn]] inline void fail_cuda(const char* call, const std::string& reason, const char* file, int line,
+                                   mpt_status status = MPT_STATUS_BACKEND_ERROR) {
     std::string where(file);
     const size_t slash = where.find_last_of('/');
     if (slash != std::string::npos) where = where.substr(slash + 1);
-    fail(MPT_STATUS_BACKEND_ERROR,
-         std::string("cuda backend: ") + call + " failed: " + reason + " (" + where + ":" + std::to_string(line) + ")");
+    fail(status, std::string("cuda backend: ") + call + " failed: " + reason + " (" + where + ":" + std::to_string(line) + ")");
 }
 
 inline void check_cuda(cudaError_t status, const char* call, const char* file, int line) {
     if (status == cudaSuccess) return;
-    fail_cuda(call, std::string(cudaGetErrorName(status)) + ": " + cudaGetErrorString(status), file, line);
+    // A failed call also sets the thread's last error; clear it (sticky faults stay), or the next
+    // launch check would report this failure as its own.
+    cudaGetLastError();
+    fail_cuda(call, std::string(cudaGetErrorName(status)) + ": " + cudaGetErrorString(status), file, line,
+              status == cudaErrorMemoryAllocation ? MPT_STATUS_OUT_OF_MEMORY : MPT_STATUS_BACKEND_ERROR);
 }
 
 inline void check_cublas(cublasStatus_t status, const char* call, const char* file, int line) {
     if (status == CUBLAS_STATUS_SUCCESS) return;
-    fail_cuda(call, std::string(cublasLtGetStatusName(status)) + ": " + cublasLtGetStatusString(status), file, line);
+    // A status comes from a loaded library: cublaslt() is not null here.
+    const CublasLt& lt = *cublaslt();
+    fail_cuda(call, std::string(lt.get_status_name(status)) + ": " + lt.get_status_string(status), file, line,
+              status == CUBLAS_STATUS_ALLOC_FAILED ? MPT_STATUS_OUT_OF_MEMORY : MPT_STATUS_BACKEND_ERROR);
 }
 
 #define MPT_CUDA_CHECK(call) ::mpt::check_cuda((call), #call, __FILE__, __LINE__)

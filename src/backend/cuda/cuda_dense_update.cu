@@ -118,8 +118,10 @@ DeviceGroup device_group(float* master, void* low_copy, DType low_dtype, float* 
     group.count = count;
     group.first_chunk = first_chunk;
     group.low_dtype = low_dtype;
+    // store_low4 writes four elements at once: a float4 (16 bytes) in fp32, two 4-byte pairs in 16-bit.
+    const unsigned low_alignment = low_dtype == DType::fp32 ? 16 : 8;
     group.vectorised = aligned(master, 16) && aligned(gradient, 16) && (!states[0] || aligned(states[0], 16)) &&
-                       (!states[1] || aligned(states[1], 16)) && (!low_copy || aligned(low_copy, 8));
+                       (!states[1] || aligned(states[1], 16)) && (!low_copy || aligned(low_copy, low_alignment));
     return group;
 }
 

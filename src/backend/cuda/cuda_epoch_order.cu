@@ -31,7 +31,7 @@ __global__ void order_keys_kernel(uint64_t* keys, int32_t* indices, int64_t rows
 
 }  // namespace
 
-CudaEpochOrder::~CudaEpochOrder() { backend_.release(storage_); }
+CudaEpochOrder::~CudaEpochOrder() { backend_.release_scratch(storage_); }
 
 void CudaEpochOrder::reserve(int64_t rows) {
     require(rows >= 0 && rows <= INT_MAX, MPT_STATUS_INVALID_ARGUMENT, "cuda backend: an epoch order holds at most 2^31 - 1 rows");
@@ -43,10 +43,10 @@ void CudaEpochOrder::reserve(int64_t rows) {
                                                    static_cast<int32_t*>(nullptr), items));
     const size_t key_bytes = round_up_256(static_cast<size_t>(rows) * sizeof(uint64_t));
     const size_t index_bytes = round_up_256(static_cast<size_t>(rows) * sizeof(int32_t));
-    backend_.release(storage_);
+    backend_.release_scratch(storage_);
     storage_ = nullptr;
     capacity_ = 0;
-    storage_ = backend_.allocate(2 * key_bytes + index_bytes + temp_bytes);
+    storage_ = backend_.allocate_scratch(2 * key_bytes + index_bytes + temp_bytes);
     char* base = static_cast<char*>(storage_);
     keys_in_ = reinterpret_cast<uint64_t*>(base);
     keys_out_ = reinterpret_cast<uint64_t*>(base + key_bytes);

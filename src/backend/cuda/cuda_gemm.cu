@@ -87,19 +87,31 @@ GemmChoice choose_gemm(CudaGemm& gemm, bool try_fused, const GemmKey& fused, con
 }
 
 GemmPlan::~GemmPlan() {
-    if (layout_d) cublasLtMatrixLayoutDestroy(layout_d);
-    if (layout_b) cublasLtMatrixLayoutDestroy(layout_b);
-    if (layout_a) cublasLtMatrixLayoutDestroy(layout_a);
-    if (desc) cublasLtMatmulDescDestroy(desc);
+    const CublasLt& lt_ = *cublaslt();  // loaded: plans exist only after a CudaGemm was made
+    if (layout_d) lt_.matrix_layout_destroy(layout_d);
+    if (layout_b) lt_.matrix_layout_destroy(layout_b);
+    if (layout_a) lt_.matrix_layout_destroy(layout_a);
+    if (desc) lt_.matmul_desc_destroy(desc);
 }
 
-CudaGemm::CudaGemm() {
-    MPT_CUBLAS_CHECK(cublasLtCreate(&handle_));
+namespace {
+
+const CublasLt& loaded_cublaslt() {
+    std::string why;
+    const CublasLt* lt = cublaslt(&why);
+    if (!lt) fail(MPT_STATUS_BACKEND_UNAVAILABLE, "cuda backend: cuBLASLt cannot be loaded (" + why + ")");
+    return *lt;
+}
+
+}  // namespace
+
+CudaGemm::CudaGemm() : lt_(loaded_cublaslt()) {
+    MPT_CUBLAS_CHECK(lt_.create(&handle_));
 }
 
 CudaGemm::~CudaGemm() {
     plans_.clear();
-    if (handle_) cublasLtDestroy(handle_);
+    if (handle_) lt_.destroy(handle_);
 }
 
 namespace {
@@ -128,67 +140,67 @@ const GemmPlan& CudaGemm::plan(const GemmKey& key) {
 
     auto plan = std::make_unique<GemmPlan>();
     plan->epilogue = key.epilogue;
-    MPT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    MPT_CUBLAS_CHECK(lt_.matmul_desc_create(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const int32_t transa = key.transa, transb = key.transb;
-    MPT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &transa, sizeof transa));
-    MPT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &transb, sizeof transb));
+    MPT_CUBLAS_CHECK(lt_.matmul_desc_set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &transa, sizeof transa));
+    MPT_CUBLAS_CHECK(lt_.matmul_desc_set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &transb, sizeof transb));
     const uint32_t epilogue = static_cast<uint32_t>(key.epilogue);
     MPT_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
+        lt_.matmul_desc_set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
     if (has_bias(key.epilogue)) {
         // The bias (or bias gradient) has D's dtype, cuBLASLt's default; set it explicitly anyway.
         const int32_t bias_type = key.type_d;
-        MPT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+        MPT_CUBLAS_CHECK(lt_.matmul_desc_set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
                                                         sizeof bias_type));
         const void* bias = example_pointer(key.align_bias);
         MPT_CUBLAS_CHECK(
-            cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+            lt_.matmul_desc_set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
     }
     if (has_aux(key.epilogue)) {
         const int64_t aux_ld = key.aux_ld;
         MPT_CUBLAS_CHECK(
-            cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld));
+            lt_.matmul_desc_set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld));
         const void* aux = example_pointer(key.align_aux);
         MPT_CUBLAS_CHECK(
-            cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
+            lt_.matmul_desc_set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
     }
     // Stored (column-major) shapes: op(A) is m x k, op(B) is k x n, D is m x n.
     const bool a_transposed = key.transa != CUBLAS_OP_N, b_transposed = key.transb != CUBLAS_OP_N;
-    MPT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->layout_a, static_cast<cudaDataType_t>(key.type_ab),
+    MPT_CUBLAS_CHECK(lt_.matrix_layout_create(&plan->layout_a, static_cast<cudaDataType_t>(key.type_ab),
                                                 a_transposed ? key.k : key.m, a_transposed ? key.m : key.k, key.lda));
-    MPT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->layout_b, static_cast<cudaDataType_t>(key.type_ab),
+    MPT_CUBLAS_CHECK(lt_.matrix_layout_create(&plan->layout_b, static_cast<cudaDataType_t>(key.type_ab),
                                                 b_transposed ? key.n : key.k, b_transposed ? key.k : key.n, key.ldb));
     MPT_CUBLAS_CHECK(
-        cublasLtMatrixLayoutCreate(&plan->layout_d, static_cast<cudaDataType_t>(key.type_d), key.m, key.n, key.ldd));
+        lt_.matrix_layout_create(&plan->layout_d, static_cast<cudaDataType_t>(key.type_d), key.m, key.n, key.ldd));
 
     cublasLtMatmulPreference_t preference = nullptr;
-    MPT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
+    MPT_CUBLAS_CHECK(lt_.preference_create(&preference));
     cublasLtMatmulHeuristicResult_t result{};
     int found_count = 0;
     cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
     {
         const uint64_t workspace = key.workspace_limit;
         const uint32_t align_a = key.align_a, align_b = key.align_b, align_d = key.align_d;
-        status = cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+        status = lt_.preference_set_attribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
                                                       sizeof workspace);
         if (status == CUBLAS_STATUS_SUCCESS)
-            status = cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+            status = lt_.preference_set_attribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
                                                           &align_a, sizeof align_a);
         if (status == CUBLAS_STATUS_SUCCESS)
-            status = cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+            status = lt_.preference_set_attribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
                                                           &align_b, sizeof align_b);
         if (status == CUBLAS_STATUS_SUCCESS)
-            status = cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+            status = lt_.preference_set_attribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
                                                           &align_d, sizeof align_d);
         if (status == CUBLAS_STATUS_SUCCESS)
-            status = cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+            status = lt_.preference_set_attribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                                           &align_d, sizeof align_d);
         if (status == CUBLAS_STATUS_SUCCESS)
-            status = cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->layout_a, plan->layout_b,
+            status = lt_.algo_get_heuristic(handle_, plan->desc, plan->layout_a, plan->layout_b,
                                                     plan->layout_d, plan->layout_d, preference, 1, &result,
                                                     &found_count);
     }
-    cublasLtMatmulPreferenceDestroy(preference);
+    lt_.preference_destroy(preference);
     // "Not supported" (or an invalid combination for this epilogue) means: take the fallback path.
     if (status != CUBLAS_STATUS_SUCCESS && status != CUBLAS_STATUS_NOT_SUPPORTED && status != CUBLAS_STATUS_INVALID_VALUE)
         check_cublas(status, "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__);
@@ -196,6 +208,14 @@ const GemmPlan& CudaGemm::plan(const GemmKey& key) {
         plan->supported = true;
         plan->algo = result.algo;
         plan->workspace_bytes = result.workspaceSize;
+    } else if (key.epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
+        ++refused_epilogue_plans_;
+        const cublasStatus_t reason = status != CUBLAS_STATUS_SUCCESS ? status : found_count > 0 ? result.state : status;
+        last_refused_epilogue_ = "epilogue " + std::to_string(key.epilogue) + ", m " + std::to_string(key.m) + " n " +
+                                 std::to_string(key.n) + " k " + std::to_string(key.k) + ", types " +
+                                 std::to_string(key.type_ab) + "->" + std::to_string(key.type_d) + ", workspace " +
+                                 std::to_string(key.workspace_limit) + ": " + lt_.get_status_name(reason) +
+                                 (found_count == 0 && status == CUBLAS_STATUS_SUCCESS ? " (no algorithm)" : "");
     }
     const GemmPlan& stored = *plan;
     plans_.emplace(key, std::move(plan));
@@ -209,12 +229,12 @@ void CudaGemm::run(const GemmPlan& plan, const void* a, const void* b, void* d, 
         fail(MPT_STATUS_INTERNAL, "cuda backend: a GEMM was run with less workspace than it was planned for");
     if (has_bias(plan.epilogue))
         MPT_CUBLAS_CHECK(
-            cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+            lt_.matmul_desc_set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
     if (has_aux(plan.epilogue))
         MPT_CUBLAS_CHECK(
-            cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
+            lt_.matmul_desc_set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
     const float alpha = 1.0f, beta = 0.0f;
-    MPT_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.desc, &alpha, a, plan.layout_a, b, plan.layout_b, &beta, d,
+    MPT_CUBLAS_CHECK(lt_.matmul(handle_, plan.desc, &alpha, a, plan.layout_a, b, plan.layout_b, &beta, d,
                                     plan.layout_d, d, plan.layout_d, &plan.algo, workspace.data, plan.workspace_bytes,
                                     stream));
 }

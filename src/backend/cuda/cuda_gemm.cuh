@@ -12,9 +12,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <unordered_map>
 
 #include "backend/backend.h"
+#include "backend/cuda/cuda_cublaslt_library.cuh"
 
 namespace mpt {
 
@@ -67,10 +69,18 @@ public:
     void run(const GemmPlan& plan, const void* a, const void* b, void* d, const void* bias, const void* aux,
              const GemmWorkspace& workspace, cudaStream_t stream);
     size_t cached_plans() const { return plans_.size(); }
+    // Plans with a fused epilogue that cuBLASLt refused (their ops take the unfused fallback), and
+    // the last one's key and heuristic status: the op tests cannot see a fallback, whose numbers
+    // are right too, so the device check reads these.
+    uint64_t refused_epilogue_plans() const { return refused_epilogue_plans_; }
+    const std::string& last_refused_epilogue() const { return last_refused_epilogue_; }
 
 private:
+    const CublasLt& lt_;
     cublasLtHandle_t handle_ = nullptr;
     std::unordered_map<GemmKey, std::unique_ptr<GemmPlan>, GemmKeyHash> plans_;
+    uint64_t refused_epilogue_plans_ = 0;
+    std::string last_refused_epilogue_;
 };
 
 // The key of a GEMM whose operands are `a`, `b`, `d` (alignments are read off the pointers).

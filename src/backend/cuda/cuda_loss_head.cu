@@ -59,8 +59,13 @@ __device__ __forceinline__ ArgMax warp_argmax(ArgMax best) {
     return best;
 }
 
+// std::max / std::min as the CPU reference calls them, keeping a NaN first argument (fmaxf and fminf
+// return the other one), so a NaN probability gives a NaN loss and raises found_inf on both backends.
+__device__ __forceinline__ float std_max(float a, float b) { return a < b ? b : a; }
+__device__ __forceinline__ float std_min(float a, float b) { return b < a ? b : a; }
+
 __device__ __forceinline__ float clip_probability(float p) {
-    return fminf(fmaxf(p, kProbabilityEpsilon), 1.0f - kProbabilityEpsilon);
+    return std_min(std_max(p, kProbabilityEpsilon), 1.0f - kProbabilityEpsilon);
 }
 __device__ __forceinline__ bool inside_clip(float p) { return p > kProbabilityEpsilon && p < 1.0f - kProbabilityEpsilon; }
 
@@ -108,7 +113,7 @@ __device__ __forceinline__ Terms class_terms(const LossHeadArgs& args, const Row
             break;
         }
         case HeadCase::sigmoid_binary:
-            terms.loss = static_cast<double>((fmaxf(zc, 0.0f) - zc * tc + log1pf(expf(-fabsf(zc)))) * row.inverse_classes);
+            terms.loss = static_cast<double>((std_max(zc, 0.0f) - zc * tc + log1pf(expf(-fabsf(zc)))) * row.inverse_classes);
             terms.gradient = (terms.y - tc) * row.inverse_classes;
             terms.chain = 0.0f;
             break;
@@ -169,6 +174,8 @@ __device__ RowResult head_row(const LossHeadArgs& args, HeadCase kind, int64_t r
     row.inverse_classes = 1.0f / static_cast<float>(classes);
 
     if (row.softmax) {
+        // fmaxf may drop a NaN logit that the CPU's max keeps (its z[0]); the NaN still reaches
+        // exp(z - max_z), so the sums, the loss and found_inf come out NaN on both backends.
         float max_z = -INFINITY;
         for (int64_t c = lane; c < classes; c += kWarpSize) max_z = fmaxf(max_z, row.z[c]);
         row.max_z = warp_max(max_z);
@@ -189,7 +196,7 @@ __device__ RowResult head_row(const LossHeadArgs& args, HeadCase kind, int64_t r
     if (kind == HeadCase::probability_categorical) {
         float sum = 0.0f;
         for (int64_t c = lane; c < classes; c += kWarpSize) sum += activation_forward(args.activation, row.z[c]);
-        row.safe_sum = fmaxf(warp_sum(sum), 1e-30f);
+        row.safe_sum = std_max(warp_sum(sum), 1e-30f);
     }
 
     // Loss, the correction's dot product and the metric.

@@ -1,6 +1,8 @@
 // See cuda_step_graph.cuh.
 #include "backend/cuda/cuda_step_graph.cuh"
 
+#include <utility>
+
 namespace mpt {
 
 StepGraphCache::~StepGraphCache() { clear(); }
@@ -55,8 +57,10 @@ void StepGraphCache::store(const TaskSignature& signature, cudaGraphExec_t exec)
     ++captures_;
 }
 
-void StepGraphCache::refuse(const TaskSignature& signature) {
+void StepGraphCache::refuse(const TaskSignature& signature, std::string why) {
     if (Entry* entry = find(signature)) entry->refused = true;
+    ++refusals_;
+    last_refusal_ = std::move(why);
 }
 
 }  // namespace mpt

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -47,11 +48,14 @@ public:
     // What to do with a task of this signature; for `replay`, `exec` is the graph to launch.
     Action lookup(const TaskSignature& signature, cudaGraphExec_t& exec);
     void store(const TaskSignature& signature, cudaGraphExec_t exec);   // after a successful capture
-    void refuse(const TaskSignature& signature);  // capture failed: always run this one eagerly
+    // Capture failed (`why`): always run this one eagerly.
+    void refuse(const TaskSignature& signature, std::string why);
     void clear();
 
     uint64_t replays() const { return replays_; }
     uint64_t captures() const { return captures_; }
+    uint64_t refusals() const { return refusals_; }
+    const std::string& last_refusal() const { return last_refusal_; }
 
 private:
     struct Entry {
@@ -67,6 +71,8 @@ private:
     uint64_t clock_ = 0;
     uint64_t replays_ = 0;
     uint64_t captures_ = 0;
+    uint64_t refusals_ = 0;
+    std::string last_refusal_;
 };
 
 }  // namespace mpt
