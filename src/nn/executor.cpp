@@ -139,7 +139,8 @@ void Executor::reserve_rows(int64_t rows) {
         const size_t elements = row_count * static_cast<size_t>(layer.padded_units);
         layer_slots_[static_cast<size_t>(i)].activation =
             plan.add(elements * backend_.storage_size(activation_dtype(static_cast<size_t>(i))), produced, last_read);
-        const size_t mask_bytes = backend_.relu_mask_bytes(rows, layer.padded_units);
+        // The ReLU mask only serves the backward pass: inference runs the plain bias+ReLU epilogue.
+        const size_t mask_bytes = training ? backend_.relu_mask_bytes(rows, layer.padded_units) : 0;
         if (mask_bytes && layer.activation == Activation::relu && i != last)
             layer_slots_[static_cast<size_t>(i)].relu_mask = plan.add(mask_bytes, produced, last_read);
         if (training) {

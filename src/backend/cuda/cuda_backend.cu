@@ -238,6 +238,9 @@ void CudaBackend::copy_to_device(void* destination, const void* source, size_t b
     if (!bytes) return;
     flush_recording();
     activate();
+    // The other lane may still read the bytes this overwrites (as copy_to_host, the other way).
+    const Lane other = scheduler_->current_lane() == Lane::compute ? Lane::copy : Lane::compute;
+    scheduler_->order_other_lane_after(other);
     MPT_CUDA_CHECK(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyHostToDevice, stream()));
     scheduler_->count_host_sync();
     MPT_CUDA_CHECK(cudaStreamSynchronize(stream()));
