@@ -16,6 +16,7 @@
 #include "support/training_fixture.h"
 #if defined(MPTRAIN_WITH_CUDA)
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_cublaslt_library.cuh"
 #endif
 
 #if defined(MPTRAIN_WITH_CUDA)
@@ -46,6 +47,22 @@ void train_at_every_batch_kind(const std::shared_ptr<Model>& model, Dataset& dat
 }
 
 }  // namespace
+
+TEST_CASE("cuBLASLt is opened at run time with every entry point, or the CUDA backend says why not") {
+    // Runs on every machine with a CUDA build: the toolkit that built it has the library.
+    std::string why;
+    const CublasLt* lt = cublaslt(&why);
+    if (lt) {
+#define MPT_CHECK_RESOLVED(member, symbol) CHECK_MESSAGE(static_cast<bool>(lt->member), #symbol);
+        MPT_CUBLASLT_FUNCTIONS(MPT_CHECK_RESOLVED)
+#undef MPT_CHECK_RESOLVED
+        CHECK(std::string(lt->get_status_name(CUBLAS_STATUS_NOT_SUPPORTED)) == "CUBLAS_STATUS_NOT_SUPPORTED");
+    } else {
+        MESSAGE("cuBLASLt not loadable here: " << why);
+        CHECK(cuda_device_count() == 0);
+        CHECK_FALSE(cuda_unavailable_reason().empty());
+    }
+}
 
 TEST_CASE("cuBLASLt accepts every fused epilogue of a mixed-precision step (no unfused fallback)") {
     SKIP_WITHOUT_GPU();

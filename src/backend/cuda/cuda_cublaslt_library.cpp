@@ -45,20 +45,10 @@ Loaded load() {
     void* library = open_library(loaded.why);
     if (!library) return loaded;
     CublasLt& api = loaded.api;
-    loaded.ok = resolve(library, "cublasLtCreate", api.create, loaded.why) &&
-                resolve(library, "cublasLtDestroy", api.destroy, loaded.why) &&
-                resolve(library, "cublasLtMatmul", api.matmul, loaded.why) &&
-                resolve(library, "cublasLtMatmulAlgoGetHeuristic", api.algo_get_heuristic, loaded.why) &&
-                resolve(library, "cublasLtMatmulDescCreate", api.matmul_desc_create, loaded.why) &&
-                resolve(library, "cublasLtMatmulDescDestroy", api.matmul_desc_destroy, loaded.why) &&
-                resolve(library, "cublasLtMatmulDescSetAttribute", api.matmul_desc_set_attribute, loaded.why) &&
-                resolve(library, "cublasLtMatmulPreferenceCreate", api.preference_create, loaded.why) &&
-                resolve(library, "cublasLtMatmulPreferenceDestroy", api.preference_destroy, loaded.why) &&
-                resolve(library, "cublasLtMatmulPreferenceSetAttribute", api.preference_set_attribute, loaded.why) &&
-                resolve(library, "cublasLtMatrixLayoutCreate", api.matrix_layout_create, loaded.why) &&
-                resolve(library, "cublasLtMatrixLayoutDestroy", api.matrix_layout_destroy, loaded.why) &&
-                resolve(library, "cublasLtGetStatusName", api.get_status_name, loaded.why) &&
-                resolve(library, "cublasLtGetStatusString", api.get_status_string, loaded.why);
+    loaded.ok = true;
+#define MPT_CUBLASLT_RESOLVE(member, symbol) loaded.ok = loaded.ok && resolve(library, #symbol, api.member, loaded.why);
+    MPT_CUBLASLT_FUNCTIONS(MPT_CUBLASLT_RESOLVE)
+#undef MPT_CUBLASLT_RESOLVE
     // The library stays loaded for the life of the process: plans and handles may outlive any owner.
     return loaded;
 }

@@ -10,22 +10,28 @@
 
 namespace mpt {
 
-// The entry points mptrain uses, resolved from the loaded library.
+// The entry points mptrain uses, as (member, cuBLASLt symbol): one list for the table and its loader.
+#define MPT_CUBLASLT_FUNCTIONS(X)                                       \
+    X(create, cublasLtCreate)                                           \
+    X(destroy, cublasLtDestroy)                                         \
+    X(matmul, cublasLtMatmul)                                           \
+    X(algo_get_heuristic, cublasLtMatmulAlgoGetHeuristic)               \
+    X(matmul_desc_create, cublasLtMatmulDescCreate)                     \
+    X(matmul_desc_destroy, cublasLtMatmulDescDestroy)                   \
+    X(matmul_desc_set_attribute, cublasLtMatmulDescSetAttribute)        \
+    X(preference_create, cublasLtMatmulPreferenceCreate)                \
+    X(preference_destroy, cublasLtMatmulPreferenceDestroy)              \
+    X(preference_set_attribute, cublasLtMatmulPreferenceSetAttribute)   \
+    X(matrix_layout_create, cublasLtMatrixLayoutCreate)                 \
+    X(matrix_layout_destroy, cublasLtMatrixLayoutDestroy)               \
+    X(get_status_name, cublasLtGetStatusName)                           \
+    X(get_status_string, cublasLtGetStatusString)
+
+// The resolved entry points, typed as cublasLt.h declares them.
 struct CublasLt {
-    decltype(&cublasLtCreate) create;
-    decltype(&cublasLtDestroy) destroy;
-    decltype(&cublasLtMatmul) matmul;
-    decltype(&cublasLtMatmulAlgoGetHeuristic) algo_get_heuristic;
-    decltype(&cublasLtMatmulDescCreate) matmul_desc_create;
-    decltype(&cublasLtMatmulDescDestroy) matmul_desc_destroy;
-    decltype(&cublasLtMatmulDescSetAttribute) matmul_desc_set_attribute;
-    decltype(&cublasLtMatmulPreferenceCreate) preference_create;
-    decltype(&cublasLtMatmulPreferenceDestroy) preference_destroy;
-    decltype(&cublasLtMatmulPreferenceSetAttribute) preference_set_attribute;
-    decltype(&cublasLtMatrixLayoutCreate) matrix_layout_create;
-    decltype(&cublasLtMatrixLayoutDestroy) matrix_layout_destroy;
-    decltype(&cublasLtGetStatusName) get_status_name;
-    decltype(&cublasLtGetStatusString) get_status_string;
+#define MPT_CUBLASLT_MEMBER(member, symbol) decltype(&symbol) member = nullptr;
+    MPT_CUBLASLT_FUNCTIONS(MPT_CUBLASLT_MEMBER)
+#undef MPT_CUBLASLT_MEMBER
 };
 
 // Loads cuBLASLt of the major version mptrain was built against on first call (thread-safe; later
