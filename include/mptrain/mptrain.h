@@ -163,7 +163,8 @@ MPT_API mpt_status mpt_context_options_set_log_level(mpt_context_options_t* opti
 /** Upper bound on the bytes of all arenas of this context; 0 = unlimited. Exceeding it at planning
  *  time fails with MPT_STATUS_OUT_OF_MEMORY before any work starts. Data sets kept in device memory
  *  count against it too (one that does not fit is streamed instead, see below), and so do the small
- *  buffers sized by the data set (row orders, staging slots), reserved when fit first needs them. */
+ *  buffers sized by the data set (row orders, staging slots), reserved when fit first needs them,
+ *  and the GPU backend's few KiB of reduction scratch (a budget below that fails context creation). */
 MPT_API mpt_status mpt_context_options_set_memory_budget(mpt_context_options_t* options, size_t bytes);
 /** Device memory one data set may occupy on a GPU (its samples, labels and targets). A data set
  *  within it is copied to the device on first use, and each batch is gathered and normalised there

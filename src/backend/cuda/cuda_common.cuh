@@ -36,9 +36,11 @@ inline void check_cuda(cudaError_t status, const char* call, const char* file, i
 
 inline void check_cublas(cublasStatus_t status, const char* call, const char* file, int line) {
     if (status == CUBLAS_STATUS_SUCCESS) return;
-    // A status comes from a loaded library: cublaslt() is not null here.
-    const CublasLt& lt = *cublaslt();
-    fail_cuda(call, std::string(lt.get_status_name(status)) + ": " + lt.get_status_string(status), file, line,
+    // A status comes from the loaded library, so cublaslt() is not null; a number if it ever is.
+    const CublasLt* lt = cublaslt();
+    const std::string reason = lt ? std::string(lt->get_status_name(status)) + ": " + lt->get_status_string(status)
+                                  : "cublasStatus_t " + std::to_string(static_cast<int>(status));
+    fail_cuda(call, reason, file, line,
               status == CUBLAS_STATUS_ALLOC_FAILED ? MPT_STATUS_OUT_OF_MEMORY : MPT_STATUS_BACKEND_ERROR);
 }
 

@@ -56,11 +56,13 @@ Loaded load() {
 }  // namespace
 
 const CublasLt* cublaslt(std::string* why) {
+    // Never destroyed: contexts that outlive static destruction (held in statics, or alive at an
+    // interpreter's exit) still release their plans through the table.
+    static const Loaded* loaded = nullptr;
     static std::once_flag once;
-    static Loaded loaded;
-    std::call_once(once, [] { loaded = load(); });
-    if (!loaded.ok && why) *why = loaded.why;
-    return loaded.ok ? &loaded.api : nullptr;
+    std::call_once(once, [] { loaded = new Loaded(load()); });
+    if (!loaded->ok && why) *why = loaded->why;
+    return loaded->ok ? &loaded->api : nullptr;
 }
 
 }  // namespace mpt
