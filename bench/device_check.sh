@@ -34,6 +34,50 @@ started=$SECONDS
 DEADLINE=${DEADLINE:-540}
 stage() { echo; echo "=== $* ($((SECONDS - started)) s)"; }
 fits() { [ $((DEADLINE - (SECONDS - started))) -gt $(($1 + 20)) ]; }  # $1 s and the summary
+# Runs "$@" for at most $1 s, and never past DEADLINE less 30 s for the last publish; a stage that
+# would get under 15 s is skipped (exit status 124, as timeout gives).
+limited() {
+    local cap=$1 left
+    shift
+    left=$((DEADLINE - (SECONDS - started) - 30))
+    [ "$left" -lt "$cap" ] && cap=$left
+    if [ "$cap" -lt 15 ]; then echo "skipped, no time left: $*"; return 124; fi
+    timeout "$cap" "$@"
+}
+
+# Copies everything measured so far to $OUT, with the summary as it stands: called after every
+# stage, so a call killed at its limit still brings back all finished stages (at most 8 files).
+publish() {
+    {
+        python3 bench/peers/summary.py "$WORK"/mptrain_small.json "$WORK"/mptrain_large.json \
+            "$WORK"/mptrain_streamed.json "$WORK"/floor.json "$WORK"/torch.json "$WORK"/jax.json 2>/dev/null
+        [ -f "$WORK/ctest_cuda.log" ] &&
+            echo "GPU tests: $(grep -E 'tests passed|tests failed' "$WORK/ctest_cuda.log" | tail -1)"
+        grep -hoE "fp32: [0-9]+ fused plans refused.*" "$WORK/ctest_cuda.log" 2>/dev/null | head -1 \
+            | sed 's/^/cuBLASLt epilogues, /'
+        cat "$WORK/cifar10_line.txt" "$WORK/memcheck_line.txt" 2>/dev/null
+        grep -hE "^mixed-bf16, batch|^kernel profile|no table" "$WORK/kernels.txt" 2>/dev/null | sed 's/^mixed/ncu: mixed/'
+        echo "after $((SECONDS - started)) s, exit status so far $status"
+    } >"$WORK/summary.txt"
+    python3 - "$WORK" "$OUT/records.json" <<'PY'
+import glob, json, os, sys
+records = []
+for path in sorted(glob.glob(sys.argv[1] + "/*.json")):
+    try:
+        data = json.load(open(path))
+    except ValueError:
+        continue
+    # mptrain-cifar10 writes one object; the benches write lists of records.
+    records.extend(data if isinstance(data, list) else [dict(data, bench="mptrain-cifar10 seed run")])
+json.dump(records, open(sys.argv[2] + ".partial", "w"), indent=1)
+os.replace(sys.argv[2] + ".partial", sys.argv[2])
+PY
+    cat "$WORK"/bench_*.log >"$OUT/bench.log" 2>/dev/null
+    cat "$WORK"/torch.log "$WORK"/jax.log >"$OUT/peers.log" 2>/dev/null
+    cp "$WORK"/summary.txt "$WORK"/ctest_cuda.log "$WORK"/kernels.txt "$WORK"/cifar10.log "$WORK"/ctest_all.log \
+        "$OUT/" 2>/dev/null
+    return 0
+}
 
 # CMake finds nvcc on PATH (or through CUDACXX).
 if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then export PATH=/usr/local/cuda/bin:$PATH; fi
@@ -60,34 +104,40 @@ stage "GPU tests"
 # MPTRAIN_REQUIRE_GPU=1: a case that finds no usable device (a driver older than the toolkit, no
 # cuBLASLt) fails with the reason instead of passing as a skip. -V keeps the cases' messages (the
 # fp32 epilogue report) in the log.
-MPTRAIN_REQUIRE_GPU=1 timeout 150 ctest --test-dir "$BUILD" -R cuda -V --timeout 140 >"$WORK/ctest_cuda.log" 2>&1 \
+limited 150 env MPTRAIN_REQUIRE_GPU=1 ctest --test-dir "$BUILD" -R cuda -V --timeout 140 >"$WORK/ctest_cuda.log" 2>&1 \
     || status=5
-grep -E "tests passed|tests failed|\*\*\*|ERROR|MESSAGE|FAILED|failed:" "$WORK/ctest_cuda.log" | head -60
+grep -E "tests passed|tests failed|\*\*\*|ERROR|MESSAGE|FAILED|failed:|skipped, no time" "$WORK/ctest_cuda.log" | head -60
+publish
 if [ "${FULL_CTEST:-0}" = 1 ]; then
     stage "all other tests"
-    timeout 240 ctest --test-dir "$BUILD" -E cuda -j 8 --output-on-failure --timeout 200 2>&1 | tee "$WORK/ctest_all.log" \
+    limited 240 ctest --test-dir "$BUILD" -E cuda -j 8 --output-on-failure --timeout 200 2>&1 | tee "$WORK/ctest_all.log" \
         || status=5
+    publish
 fi
 
 stage "hardware floor (mptrain-gpu-floor)"
 # The two ceilings (copy bandwidth, bf16 GEMM rate) and the step's bare-GEMM + update floor per
 # batch, measured in this run: the summary reads mptrain's times as ratios to it.
 if [ -x "$BUILD/bin/mptrain-gpu-floor" ]; then
-    timeout 60 "$BUILD/bin/mptrain-gpu-floor" --batch 32,256,4096 --json "$WORK/floor.json" 2>&1 \
+    limited 60 "$BUILD/bin/mptrain-gpu-floor" --batch 32,256,4096 --json "$WORK/floor.json" 2>&1 \
         | tee "$WORK/bench_floor.log" || echo "the floor measurement failed"
+    publish
 fi
 
 stage "mptrain-bench --backend cuda"
 bench="$BUILD/bin/mptrain-bench"
 if [ -x "$bench" ]; then
     # 200 steps per timed epoch at small batches; 50 at 4096 keeps the generated data set small.
-    timeout 120 "$bench" --backend cuda --precision fp32,mixed-fp16,mixed-bf16 --batch 32,256 \
+    limited 120 "$bench" --backend cuda --precision fp32,mixed-fp16,mixed-bf16 --batch 32,256 \
         --json "$WORK/mptrain_small.json" 2>&1 | tee "$WORK/bench_small.log" || status=6
-    timeout 120 "$bench" --backend cuda --precision fp32,mixed-fp16,mixed-bf16 --batch 4096 --steps 50 \
+    publish
+    limited 120 "$bench" --backend cuda --precision fp32,mixed-fp16,mixed-bf16 --batch 4096 --steps 50 \
         --json "$WORK/mptrain_large.json" 2>&1 | tee "$WORK/bench_large.log" || status=6
+    publish
     # The same step with the data set left in host memory: batches staged through pinned buffers.
-    timeout 60 "$bench" --backend cuda --precision mixed-bf16 --batch 32,256 --streamed \
+    limited 60 "$bench" --backend cuda --precision mixed-bf16 --batch 32,256 --streamed \
         --json "$WORK/mptrain_streamed.json" 2>&1 | tee "$WORK/bench_streamed.log" || status=6
+    publish
 else
     echo "no $bench (MPTRAIN_BUILD_BENCH off or bench/ missing)"
 fi
@@ -110,7 +160,7 @@ elif [ ! -x "$cifar" ]; then
 else
     stage "CIFAR-10 seed run (50 epochs, batch 32, mixed-bf16)"
     cifar_start_ns=$(date +%s%N)
-    timeout 120 "$cifar" --data "$CIFAR_DIR" --epochs 50 --batch 32 --lr 0.01 --precision mixed-bf16 --backend cuda \
+    limited 120 "$cifar" --data "$CIFAR_DIR" --epochs 50 --batch 32 --lr 0.01 --precision mixed-bf16 --backend cuda \
         --json "$WORK/cifar10_seed.json" 2>&1 | tee "$WORK/cifar10.log"
     cifar_status=${PIPESTATUS[0]}
     cifar_wall_ms=$((($(date +%s%N) - cifar_start_ns) / 1000000))
@@ -134,15 +184,18 @@ print(f"CIFAR-10 seed run: test accuracy {accuracy:.4f} (>= 0.55 {verdict(accura
       + ("" if run["data"] == "cifar10" else " NOT THE REAL CIFAR-10"))
 PY
     cat "$WORK/cifar10_line.txt"
+    publish
 fi
 
 if [ "${SKIP_PEERS:-0}" != 1 ]; then
     stage "PyTorch peers"
-    (cd bench/peers && PYTHONUNBUFFERED=1 timeout 150 python3 torch_peer.py --json "$WORK/torch.json") 2>&1 \
+    (cd bench/peers && PYTHONUNBUFFERED=1 limited 150 python3 torch_peer.py --json "$WORK/torch.json") 2>&1 \
         | tee "$WORK/torch.log" || echo "pytorch peers failed or timed out"
+    publish
     stage "JAX peer"
-    (cd bench/peers && PYTHONUNBUFFERED=1 timeout 90 python3 jax_peer.py --json "$WORK/jax.json") 2>&1 \
+    (cd bench/peers && PYTHONUNBUFFERED=1 limited 90 python3 jax_peer.py --json "$WORK/jax.json") 2>&1 \
         | tee "$WORK/jax.log" || echo "jax peer failed or timed out"
+    publish
 fi
 
 # Out-of-bounds and misaligned accesses in the kernels that the op comparisons would not see (a
@@ -181,35 +234,14 @@ run_kernel_profile() {
 }
 
 # With the GPU tests passing the profile comes first; with a failure, the memory checker.
-if [ "$status" = 0 ]; then run_kernel_profile; run_memcheck; else run_memcheck; run_kernel_profile; fi
+if [ "$status" = 0 ]; then
+    run_kernel_profile; publish; run_memcheck
+else
+    run_memcheck; publish; run_kernel_profile
+fi
 
 stage "summary"
-python3 bench/peers/summary.py "$WORK"/mptrain_small.json "$WORK"/mptrain_large.json "$WORK"/mptrain_streamed.json \
-    "$WORK"/floor.json "$WORK"/torch.json "$WORK"/jax.json \
-    | tee "$WORK/summary.txt"
-echo "GPU tests: $(grep -E 'tests passed|tests failed' "$WORK/ctest_cuda.log" | tail -1)" | tee -a "$WORK/summary.txt"
-grep -hoE "fp32: [0-9]+ fused plans refused.*" "$WORK/ctest_cuda.log" | head -1 | sed 's/^/cuBLASLt epilogues, /' \
-    | tee -a "$WORK/summary.txt"
-tee -a "$WORK/summary.txt" <"$WORK/cifar10_line.txt"
-tee -a "$WORK/summary.txt" <"$WORK/memcheck_line.txt"
-grep -hE "^mixed-bf16, batch|^kernel profile|no table" "$WORK/kernels.txt" 2>/dev/null | sed 's/^mixed/ncu: mixed/' \
-    | tee -a "$WORK/summary.txt"
-python3 - "$WORK" "$OUT/records.json" <<'PY'
-import glob, json, sys
-records = []
-for path in sorted(glob.glob(sys.argv[1] + "/*.json")):
-    try:
-        data = json.load(open(path))
-    except ValueError:
-        continue
-    # mptrain-cifar10 writes one object; the benches write lists of records.
-    records.extend(data if isinstance(data, list) else [dict(data, bench="mptrain-cifar10 seed run")])
-json.dump(records, open(sys.argv[2], "w"), indent=1)
-PY
-cat "$WORK"/bench_*.log > "$OUT/bench.log" 2>/dev/null
-cat "$WORK"/torch.log "$WORK"/jax.log > "$OUT/peers.log" 2>/dev/null
-cp "$WORK"/summary.txt "$WORK"/ctest_cuda.log "$WORK"/kernels.txt "$OUT/" 2>/dev/null
-[ -f "$WORK/cifar10.log" ] && cp "$WORK/cifar10.log" "$OUT/"
-[ -f "$WORK/ctest_all.log" ] && cp "$WORK/ctest_all.log" "$OUT/"
+publish
+cat "$WORK/summary.txt"
 echo "exit status $status after $((SECONDS - started)) s"
 exit $status

@@ -1,8 +1,9 @@
 // mptrain-bench: trains the seed MLP (3072 → 3000 relu → 1000 relu → 10 softmax, SGD lr 0.01) on
 // CIFAR-shaped uint8 data held by the library, and reports the median µs per training step over
 // repeated epochs after a warm-up epoch (which also captures the CUDA graphs), heap allocations per
-// step, peak arena bytes and, on the CPU, the step time over its bare-GEMM floor measured in the
-// same run. The step time is the trainer's epoch time (mpt_trainer_get_last_epoch_time): CUDA
+// step, the peak of the context's memory accounting (arenas, resident data, the buffers beside
+// them; not the CUDA context's or cuBLASLt's own memory) and, on the CPU, the step time over its
+// bare-GEMM floor measured in the same run. The step time is the trainer's epoch time (mpt_trainer_get_last_epoch_time): CUDA
 // events on the compute stream on a GPU, the host clock on the CPU; the host's wall-clock time per
 // step, which adds fit's setup and final drain, is reported beside it.
 #include <mptrain/mptrain.h>
@@ -14,6 +15,7 @@
 #include <cstring>
 #include <random>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -105,11 +107,30 @@ const char* precision_name(mpt_precision precision) {
     }
 }
 
+// A failed call ends its run (precision x batch), not the bench: the others still measure and the
+// JSON keeps every finished record.
+struct RunFailed : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
 void check(mpt_status status, const char* what) {
     if (status == MPT_STATUS_OK) return;
-    std::fprintf(stderr, "mptrain-bench: %s: %s: %s\n", what, mpt_status_string(status), mpt_last_error());
-    std::exit(1);
+    throw RunFailed(std::string(what) + ": " + mpt_status_string(status) + ": " + mpt_last_error());
 }
+
+// Destroys a run's handles however it ends.
+struct RunHandles {
+    mpt_context_t* context = nullptr;
+    mpt_model_t* model = nullptr;
+    mpt_dataset_t* dataset = nullptr;
+    mpt_trainer_t* trainer = nullptr;
+    ~RunHandles() {
+        mpt_trainer_destroy(trainer);
+        mpt_dataset_destroy(dataset);
+        mpt_model_destroy(model);
+        mpt_context_destroy(context);
+    }
+};
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -131,25 +152,29 @@ Record run_one(const Options& options, const std::string& precision_text, int64_
           "backend");
     check(mpt_context_options_set_threads(context_options, options.threads), "threads");
     if (options.streamed) check(mpt_context_options_set_dataset_device_budget(context_options, 0), "dataset budget");
-    mpt_context_t* context = nullptr;
-    check(mpt_context_create(context_options, &context), "context");
+    RunHandles handles;
+    const mpt_status created = mpt_context_create(context_options, &handles.context);
     mpt_context_options_destroy(context_options);
+    check(created, "context");
+    mpt_context_t* context = handles.context;
 
-    mpt_model_t* model = nullptr;
-    check(mpt_model_create(context, 3072, &model), "model");
+    check(mpt_model_create(context, 3072, &handles.model), "model");
+    mpt_model_t* model = handles.model;
     check(mpt_model_add_dense(model, 3000, MPT_ACTIVATION_RELU), "dense 3000");
     check(mpt_model_add_dense(model, 1000, MPT_ACTIVATION_RELU), "dense 1000");
     check(mpt_model_add_dense(model, 10, MPT_ACTIVATION_SOFTMAX), "dense 10");
-    mpt_dataset_t* dataset = nullptr;
-    check(mpt_dataset_create_u8(context, samples.data(), rows, 3072, labels.data(), 10, 1.0f / 255.0f, 0.0f, &dataset),
+    check(mpt_dataset_create_u8(context, samples.data(), rows, 3072, labels.data(), 10, 1.0f / 255.0f, 0.0f,
+                                &handles.dataset),
           "dataset");
+    mpt_dataset_t* dataset = handles.dataset;
     mpt_trainer_options_t* trainer_options = nullptr;
     check(mpt_trainer_options_create(&trainer_options), "trainer options");
-    check(mpt_trainer_options_set_precision(trainer_options, precision), "precision");
-    check(mpt_trainer_options_set_learning_rate(trainer_options, 0.01f), "learning rate");
-    mpt_trainer_t* trainer = nullptr;
-    check(mpt_trainer_create(model, trainer_options, &trainer), "trainer");
+    mpt_status configured = mpt_trainer_options_set_precision(trainer_options, precision);
+    if (configured == MPT_STATUS_OK) configured = mpt_trainer_options_set_learning_rate(trainer_options, 0.01f);
+    if (configured == MPT_STATUS_OK) configured = mpt_trainer_create(model, trainer_options, &handles.trainer);
     mpt_trainer_options_destroy(trainer_options);
+    check(configured, "trainer");
+    mpt_trainer_t* trainer = handles.trainer;
     mpt_precision resolved;
     check(mpt_trainer_get_precision(trainer, &resolved), "precision");
 
@@ -167,11 +192,9 @@ Record run_one(const Options& options, const std::string& precision_text, int64_
         double seconds = 0.0;
         int64_t timed_steps = 0;
         check(mpt_trainer_get_last_epoch_time(trainer, &seconds, &timed_steps), "epoch time");
-        if (timed_steps != steps) {
-            std::fprintf(stderr, "mptrain-bench: the epoch timed %lld steps, expected %lld\n",
-                         static_cast<long long>(timed_steps), static_cast<long long>(steps));
-            std::exit(1);
-        }
+        if (timed_steps != steps)
+            throw RunFailed("the epoch timed " + std::to_string(timed_steps) + " steps, expected " +
+                            std::to_string(steps));
         per_step.push_back(seconds * 1e6 / static_cast<double>(steps));
     }
     std::sort(per_step.begin(), per_step.end());
@@ -191,18 +214,16 @@ Record run_one(const Options& options, const std::string& precision_text, int64_
     record.gemm_floor_us = options.backend == "cpu" ? measure_gemm_floor_us({3072, 3000, 1000, 10}, batch, 5) : -1.0;
     record.allocations_per_step = static_cast<double>(allocations) / static_cast<double>(steps * options.repeats);
     record.peak_bytes = peak;
-
-    mpt_trainer_destroy(trainer);
-    mpt_dataset_destroy(dataset);
-    mpt_model_destroy(model);
-    mpt_context_destroy(context);
     return record;
 }
 
+// Rewritten after every record, through a temporary file, so a run killed at its time limit leaves
+// every finished record in valid JSON.
 void write_json(const std::string& path, const std::vector<Record>& records) {
-    std::FILE* file = std::fopen(path.c_str(), "w");
+    const std::string temporary = path + ".partial";
+    std::FILE* file = std::fopen(temporary.c_str(), "w");
     if (!file) {
-        std::fprintf(stderr, "mptrain-bench: cannot write %s\n", path.c_str());
+        std::fprintf(stderr, "mptrain-bench: cannot write %s\n", temporary.c_str());
         std::exit(1);
     }
     std::fprintf(file, "[\n");
@@ -221,6 +242,10 @@ void write_json(const std::string& path, const std::vector<Record>& records) {
     }
     std::fprintf(file, "]\n");
     std::fclose(file);
+    if (std::rename(temporary.c_str(), path.c_str()) != 0) {
+        std::fprintf(stderr, "mptrain-bench: cannot write %s\n", path.c_str());
+        std::exit(1);
+    }
 }
 
 }  // namespace
@@ -229,8 +254,9 @@ int main(int argc, char** argv) {
     const Options options = parse(argc, argv);
     std::printf("mptrain %s bench, backend %s, seed MLP 3072-3000-1000-10, SGD\n", mpt_version(), options.backend.c_str());
     std::printf("%-7s %-11s %-11s %6s %6s %12s %12s %12s %7s %11s %9s\n", "backend", "precision", "runs as", "batch",
-                "steps", "us/step", "wall us/step", "gemm floor", "ratio", "allocs/step", "peak MB");
+                "steps", "us/step", "wall us/step", "gemm floor", "ratio", "allocs/step", "peak MiB");
     std::vector<Record> records;
+    int failed = 0;
     std::mt19937 generator(7);
     for (int64_t batch : options.batches) {
         const int64_t rows = batch * default_steps(options, batch);
@@ -239,7 +265,16 @@ int main(int argc, char** argv) {
         for (auto& value : samples) value = static_cast<uint8_t>(generator());
         for (auto& label : labels) label = static_cast<int32_t>(generator() % 10);
         for (const std::string& precision : options.precisions) {
-            const Record r = run_one(options, precision, batch, samples, labels, rows);
+            Record r;
+            try {
+                r = run_one(options, precision, batch, samples, labels, rows);
+            } catch (const RunFailed& failure) {
+                std::printf("%-7s %-11s FAILED at batch %lld: %s\n", options.backend.c_str(), precision.c_str(),
+                            static_cast<long long>(batch), failure.what());
+                std::fflush(stdout);
+                ++failed;
+                continue;
+            }
             char floor_text[32] = "-", ratio_text[32] = "-";
             if (r.gemm_floor_us >= 0) {
                 std::snprintf(floor_text, sizeof floor_text, "%.0f", r.gemm_floor_us);
@@ -251,8 +286,9 @@ int main(int argc, char** argv) {
                         r.allocations_per_step, static_cast<double>(r.peak_bytes) / (1 << 20));
             std::fflush(stdout);
             records.push_back(r);
+            if (!options.json.empty()) write_json(options.json, records);
         }
     }
     if (!options.json.empty()) write_json(options.json, records);
-    return 0;
+    return failed == 0 ? 0 : 1;
 }
