@@ -5,14 +5,16 @@
 # batch 32, mixed-bf16; targets >= 55% test accuracy, < 5 s of GPU time) when the data set is
 # there, and the PyTorch and JAX peers (bench/peers/), and prints a short table last. Logs go to a
 # work folder; what the device tool should bring back (summary, test log, bench logs, seed-run log,
-# kernel profile, merged JSON records: at most 8 files) is copied to $OUT.
+# kernel profile, merged JSON records: at most 8 files) is copied to $OUT after every stage, and
+# every stage's timeout is capped by the time left before DEADLINE, so a call cut short still
+# brings back all finished stages.
 #
 # The device machine has no Debian packages: carry doctest's and nlohmann-json's headers in the
 # git-ignored .deps/. Once, on the development machine, in the repository root:
 #   mkdir -p .deps/include && cp -r /usr/include/doctest /usr/include/nlohmann .deps/include/
 # Then through the device tool:
 #   run(command="bash bench/device_check.sh", carry=[".deps"], timeout_s=540)
-# (DEADLINE=N in the command when timeout_s is not 540.)
+# (DEADLINE=N in the command when timeout_s is not 540, e.g. when the device budget left is short.)
 # The seed run needs the real CIFAR-10 set in /tmp/cifar10 (CIFAR_DIR overrides): three calls
 # right before this one bring it (bench/stage_cifar10.sh, see its header); without it the stage
 # is skipped.
