@@ -1,7 +1,9 @@
 """Shared by the peer benchmarks: the seed MLP's shape and recipe, argument parsing, the timing
-summary and the JSON record format that bench/peers/summary.py reads."""
+summary and the JSON record format that bench/peers/summary.py reads. Each record is printed and the
+JSON file rewritten (atomically) as soon as it is measured, so a timeout kill keeps what was done."""
 import argparse
 import json
+import os
 import statistics
 
 LAYERS = (3072, 3000, 1000, 10)  # CIFAR-10 flattened -> 3000 relu -> 1000 relu -> 10 softmax
@@ -28,22 +30,42 @@ def steps_for(args, batch):
     return 200 if batch <= 256 else 40
 
 
-def record(framework, variant, batch, per_step_us):
-    """One measurement: the median of the repeats' microseconds per step."""
-    return {
+def record(framework, variant, batch, per_step_us, device, **extra):
+    """One measurement: the median of the repeats' microseconds per step, on `device` ("cuda" or
+    "cpu": where it actually ran), with extra fields such as `trains` (the step changed the weights
+    and lowered the loss on a batch it saw)."""
+    result = {
         "framework": framework,
         "variant": variant,
         "batch": batch,
+        "device": device,
         "us_per_step": round(statistics.median(per_step_us), 1),
         "min_us_per_step": round(min(per_step_us), 1),
         "repeats": len(per_step_us),
     }
+    result.update(extra)
+    return result
 
 
-def report(records, path):
-    for r in records:
-        print(f"{r['framework']:<8} {r['variant']:<22} batch {r['batch']:>5}  {r['us_per_step']:>10.1f} us/step "
-              f"(min {r['min_us_per_step']:.1f})", flush=True)
-    if path:
-        with open(path, "w") as f:
-            json.dump(records, f, indent=1)
+def write_json(records, path):
+    """Writes to a temporary file and renames it over `path`: a kill never leaves a truncated file."""
+    if not path:
+        return
+    temporary = f"{path}.tmp{os.getpid()}"
+    with open(temporary, "w") as f:
+        json.dump(records, f, indent=1)
+        f.write("\n")
+    os.replace(temporary, path)
+
+
+def emit(records, r, path):
+    """Adds one record: prints it at once and rewrites the JSON file with every record so far."""
+    records.append(r)
+    trains = ""
+    if "trains" in r:
+        trains = "  trains" if r["trains"] else "  DOES NOT TRAIN"
+        if r.get("loss_before") is not None and r.get("loss_after") is not None:
+            trains += f" (loss {r['loss_before']:.4f} -> {r['loss_after']:.4f})"
+    print(f"{r['framework']:<8} {r['variant']:<22} batch {r['batch']:>5}  {r['us_per_step']:>10.1f} us/step "
+          f"(min {r['min_us_per_step']:.1f}) on {r['device']}{trains}", flush=True)
+    write_json(records, path)

@@ -1,6 +1,8 @@
 """Prints the closing table of a comparison from the JSON records of mptrain-bench and the peers:
 µs per step per batch size, the fastest peer's time over mptrain's mixed-bf16 time (above 1: mptrain
-is faster), and on a GPU the issue's targets for the H200 and the measured hardware floor.
+is faster), and on a GPU the issue's targets for the H200 and the measured hardware floor. Peer
+records that ran on another device than the backend summarised are left out (with a note); a peer
+time whose steps did not train is marked "!" and left out of the best peer.
 Usage: summary.py [--backend cuda|cpu] RECORDS.json...  (cuda: the device check; cpu: cpu_compare.sh)"""
 import json
 import sys
@@ -16,14 +18,27 @@ PEERS = {
 
 
 def load(paths):
+    """Every record of the files: a list of objects, or one object (one record); anything else is skipped."""
     records = []
     for path in paths:
         try:
             with open(path) as f:
-                records.extend(json.load(f))
+                data = json.load(f)
         except (OSError, ValueError) as error:
             print(f"summary: skipping {path}: {error}")
+            continue
+        items = data if isinstance(data, list) else [data]
+        kept = [r for r in items if isinstance(r, dict)]
+        if len(kept) < len(items):
+            print(f"summary: {path}: skipping {len(items) - len(kept)} item(s) that are not records")
+        records.extend(kept)
     return records
+
+
+def device_of(r):
+    """A peer record's device ("gpu", JAX's platform name for CUDA devices, reads as cuda); None if absent."""
+    device = r.get("device")
+    return "cuda" if device == "gpu" else device
 
 
 def main():
@@ -36,36 +51,54 @@ def main():
     mine = [r for r in records if r.get("backend") == backend]
     ours = {(r["precision"], r["batch"]): r["us_per_step"] for r in mine if r.get("data", "resident") == "resident"}
     streamed = [r for r in mine if r.get("data") == "streamed"]
-    peers = {(r["framework"], r["variant"], r["batch"]): r["us_per_step"] for r in records if "framework" in r}
+    peers, untrained = {}, set()
+    for r in records:
+        if "framework" not in r:
+            continue
+        if device_of(r) not in (None, backend):  # records without a device: as before, taken as this backend's
+            print(f"summary: skipping {r['framework']} {r.get('variant')} batch {r.get('batch')}: ran on "
+                  f"{r['device']}, not {backend}")
+            continue
+        key = (r["framework"], r["variant"], r["batch"])
+        peers[key] = r["us_per_step"]
+        if r.get("trains") is False:
+            untrained.add(key)
     floors = {r["batch"]: r for r in records if r.get("floor") == "gpu"}
     batches = sorted({b for (_, b) in ours} | {b for (_, _, b) in peers})
 
-    def cell(value):
-        return f"{value:>9.0f}" if value is not None else f"{'-':>9}"
+    def cell(value, mark=""):
+        return f"{value:>{9 - len(mark)}.0f}{mark}" if value is not None else f"{'-':>9}"
 
+    mixed_names = (("bf16", "mixed-bf16"), ("fp16", "mixed-fp16"))
     print()
     where = "data on device" if backend == "cuda" else "on this CPU"
     print(f"us/step, seed MLP 3072-3000-1000-10, SGD lr 0.01, {where} (median of repeats)")
     header = f"{'batch':>6} {'fp32':>9} {'fp16':>9} {'bf16':>9} |"
     header += "".join(f" {title[:9]:>9}" for _, _, title in peer_columns)
-    header += f" | {'best peer':>9} {'target':>7} {'mixed<fp32':>10}"
+    header += f" | {'best peer':>9} {'target':>8} {'mixed<fp32':<18}"
     print(f"{'':>6} {f'--- mptrain ({backend}) ---':>29} | {'--- peers ---':>39} |")
-    print(header)
+    print(header.rstrip())
     for batch in batches:
         fp32, fp16, bf16 = (ours.get((p, batch)) for p in ("fp32", "mixed-fp16", "mixed-bf16"))
-        peer_times = [peers.get((f, v, batch)) for f, v, _ in peer_columns]
-        line = f"{batch:>6} {cell(fp32)} {cell(fp16)} {cell(bf16)} |" + "".join(f" {cell(t)}" for t in peer_times)
-        known = [t for t in peer_times if t is not None]
+        keys = [(f, v, batch) for f, v, _ in peer_columns]
+        line = f"{batch:>6} {cell(fp32)} {cell(fp16)} {cell(bf16)} |"
+        line += "".join(f" {cell(peers.get(key), '!' if key in untrained else '')}" for key in keys)
+        # The best peer among those that train (an untrained step is no valid time).
+        known = [peers[key] for key in keys if key in peers and key not in untrained]
         ratio = f"{min(known) / bf16:>8.2f}x" if known and bf16 else f"{'-':>9}"
         target = TARGETS_US.get(batch) if backend == "cuda" else None
         verdict = "-"
         if bf16 and target:
-            verdict = ("met " if bf16 <= target else "MISS") + f"{target:>3}"
-        faster = "-"
-        if fp32 and bf16 and fp16:
-            faster = "yes" if max(bf16, fp16) < fp32 else "NO"
-        line += f" | {ratio} {verdict:>7} {faster:>10}"
-        print(line)
+            verdict = ("met " if bf16 <= target else "MISS ") + str(target)
+        # Each mixed precision that was measured, against fp32 ("-": one of the two is missing).
+        faster = ", ".join(f"{name} " + ("-" if not (fp32 and ours.get((p, batch))) else
+                                          "yes" if ours[(p, batch)] < fp32 else "NO")
+                           for name, p in mixed_names if ours.get((p, batch)) or fp32)
+        line += f" | {ratio} {verdict:>8} {faster or '-':<18}"
+        print(line.rstrip())
+    if untrained:
+        print("! = that peer's timed steps did not train (weights unchanged or the loss on a batch it trained on "
+              "did not fall): not a valid peer time, left out of best peer")
     print("best peer = fastest peer's us/step over mptrain mixed-bf16 (> 1: mptrain faster)")
     if floors:
         any_floor = next(iter(floors.values()))

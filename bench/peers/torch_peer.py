@@ -4,13 +4,19 @@ step. Variants: eager fp32, eager AMP fp16 with GradScaler, and a bf16 (autocast
 captured as one CUDA graph. Microseconds per step are timed with CUDA events over `steps` steps
 after warm-up; the median of the repeats is reported (never a test, only a benchmark).
 With --device cpu the same recipe runs on the host (eager fp32, eager AMP fp16 and bf16; no graph),
-timed by the clock, for comparison with mptrain's CPU backend."""
+timed by the clock, for comparison with mptrain's CPU backend.
+Every record carries `trains`: the timed steps changed the first layer's weights and lowered the loss
+on the first batch (seen in every repeat: with random labels only a batch already trained on gets
+easier), measured before and after timing (for the graph: by replaying it on that batch)."""
+import contextlib
+import sys
 import time
+import traceback
 
 import torch
 import torch.nn.functional as F
 
-from common import LAYERS, LEARNING_RATE, parse_args, record, report, steps_for
+from common import LAYERS, LEARNING_RATE, emit, parse_args, record, steps_for, write_json
 
 
 def make_model(device):
@@ -66,6 +72,32 @@ def time_steps(run_step, steps, repeats, device):
     return results
 
 
+def measure(model, run_step, steps, repeats, device, check_loss):
+    """Times run_step and judges whether the steps trained: check_loss() is the loss on the check
+    batch (the first), taken before and after timing; the first layer's weight is cloned in between."""
+    loss_before = check_loss()
+    weight = model[0].weight
+    weight_before = weight.detach().clone()
+    results = time_steps(run_step, steps, repeats, device)
+    loss_after = check_loss()
+    changed = not torch.equal(weight_before, weight.detach())
+    trains = bool(changed and loss_after < loss_before)
+    return results, {"trains": trains, "weights_changed": changed,
+                     "loss_before": round(loss_before, 5), "loss_after": round(loss_after, 5)}
+
+
+def eager_check(model, samples, labels, order, batch, device, dtype):
+    """The loss on the check batch, forward only, in the variant's precision (cheap: no backward)."""
+    x, y = batch_of(samples, labels, order, 0, batch)
+
+    def check_loss():
+        with torch.no_grad(), (torch.autocast(device, dtype=dtype) if dtype else contextlib.nullcontext()):
+            logits = model(x)
+        return F.cross_entropy(logits.float(), y).item()
+
+    return check_loss
+
+
 def eager_fp32(batch, steps, repeats, data, device):
     samples, labels, order = data
     model = make_model(device)
@@ -78,7 +110,7 @@ def eager_fp32(batch, steps, repeats, data, device):
         loss.backward()
         optimizer.step()
 
-    return time_steps(step, steps, repeats, device)
+    return measure(model, step, steps, repeats, device, eager_check(model, samples, labels, order, batch, device, None))
 
 
 def eager_amp(dtype):
@@ -100,12 +132,18 @@ def eager_amp(dtype):
             scaler.step(optimizer)
             scaler.update()
 
-        return time_steps(step, steps, repeats, device)
+        check = eager_check(model, samples, labels, order, batch, device, dtype)
+        return measure(model, step, steps, repeats, device, check)
 
     return run
 
 
 def graph_bf16(batch, steps, repeats, data, device):
+    """The whole step (gather, x/255, bf16 autocast forward, loss, backward, SGD) as one CUDA graph,
+    following the whole-network capture recipe of PyTorch's CUDA-graphs notes: warm-up on a side
+    stream, grads set to None before capture (backward then refills the graph's own .grad tensors on
+    every replay), one static input (the batch's row indices) refilled in place before each replay,
+    autocast without its weight cache (the cache's casts would be made once, at capture)."""
     samples, labels, order = data
     model = make_model(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE)
@@ -114,7 +152,7 @@ def graph_bf16(batch, steps, repeats, data, device):
     def body():
         x = samples.index_select(0, static_index).float().div_(255.0)
         y = labels.index_select(0, static_index)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=False):
             logits = model(x)
         loss = F.cross_entropy(logits.float(), y)
         loss.backward()
@@ -132,7 +170,7 @@ def graph_bf16(batch, steps, repeats, data, device):
     optimizer.zero_grad(set_to_none=True)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        body()
+        static_loss = body()
 
     def step(i):
         # The batch's row indices are the graph's only changing input (a 4-byte-per-row copy).
@@ -140,34 +178,48 @@ def graph_bf16(batch, steps, repeats, data, device):
         static_index.copy_(order[start:start + batch], non_blocking=True)
         graph.replay()
 
-    return time_steps(step, steps, repeats, device)
+    def check_loss():
+        # One replay on the check batch: static_loss is its loss before that replay's update.
+        step(0)
+        return static_loss.item()
+
+    return measure(model, step, steps, repeats, device, check_loss)
 
 
 def main():
     args = parse_args(__doc__)
-    torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32, as in mptrain
-    records = []
     device = args.device
+    if device == "cuda" and not torch.cuda.is_available():
+        sys.exit(f"pytorch {torch.__version__}: --device cuda but no CUDA device is available "
+                 f"(torch.version.cuda {torch.version.cuda}); not timing the CPU instead")
+    torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32, as in mptrain
+    where = torch.cuda.get_device_name() if device == "cuda" else f"the CPU ({torch.get_num_threads()} threads)"
+    print(f"pytorch {torch.__version__} on {where}", flush=True)
+    records = []
+    write_json(records, args.json)  # an empty list until the first record: never an older run's
     variants = (("eager fp32", eager_fp32), ("eager AMP fp16", eager_amp(torch.float16)))
     variants += ((("CUDA-graph bf16", graph_bf16),) if device == "cuda" else
                  (("eager AMP bf16", eager_amp(torch.bfloat16)),))
     started = time.time()
     for batch in args.batches:
         steps = steps_for(args, batch)
-        samples, labels = make_data(batch * steps, device)
-        order = torch.randperm(batch * steps, device=device)
+        try:
+            samples, labels = make_data(batch * steps, device)
+            order = torch.randperm(batch * steps, device=device)
+        except Exception as error:  # e.g. out of memory: the next batch size may still fit
+            print(f"pytorch batch {batch}: no data set: {error}\n{traceback.format_exc()}", flush=True)
+            continue
         for name, run in variants:
             try:
-                data = (samples, labels, order)
-                records.append(record("pytorch", name, batch, run(batch, steps, args.repeats, data, device)))
+                results, extra = run(batch, steps, args.repeats, (samples, labels, order), device)
+                emit(records, record("pytorch", name, batch, results, device, **extra), args.json)
             except Exception as error:  # a peer failing must not hide the others
-                print(f"pytorch {name} batch {batch}: failed: {error}", flush=True)
+                # The whole traceback: a failed capture's __exit__ raises a second error that hides the first.
+                print(f"pytorch {name} batch {batch}: failed: {error}\n{traceback.format_exc()}", flush=True)
         del samples, labels, order
         if device == "cuda":
             torch.cuda.empty_cache()
-    report(records, args.json)
-    where = torch.cuda.get_device_name() if device == "cuda" else f"the CPU ({torch.get_num_threads()} threads)"
-    print(f"pytorch {torch.__version__} on {where}: {time.time() - started:.1f} s", flush=True)
+    print(f"pytorch {torch.__version__} on {where}: {len(records)} records, {time.time() - started:.1f} s", flush=True)
 
 
 if __name__ == "__main__":
