@@ -3,10 +3,15 @@
 // repeated epochs after a warm-up epoch (which also captures the CUDA graphs), heap allocations per
 // step, the peak of the context's memory accounting (arenas, resident data, the buffers beside
 // them; not the CUDA context's or cuBLASLt's own memory) and, on the CPU, the step time over its
-// bare-GEMM floor measured in the same run. The step time is the trainer's epoch time (mpt_trainer_get_last_epoch_time): CUDA
-// events on the compute stream on a GPU, the host clock on the CPU; the host's wall-clock time per
-// step, which adds fit's setup and final drain, is reported beside it.
+// bare-GEMM floor measured in the same run. On a GPU it also reports how much the device's used
+// memory grew during the run, as the driver sees it (data set, arenas, cuBLASLt, graphs: all of
+// it). The step time is the trainer's epoch time (mpt_trainer_get_last_epoch_time): CUDA events on
+// the compute stream on a GPU, the host clock on the CPU; the host's wall-clock time per step,
+// which adds fit's setup and final drain, is reported beside it.
 #include <mptrain/mptrain.h>
+#if defined(MPTRAIN_BENCH_CUDA)
+#include <cuda_runtime.h>
+#endif
 
 #include <algorithm>
 #include <chrono>
@@ -40,6 +45,7 @@ struct Record {
     int64_t batch, steps;
     double us_per_step, wall_us_per_step, gemm_floor_us, allocations_per_step;
     size_t peak_bytes;
+    int64_t device_bytes;  // driver-level growth of the device's used memory during the run; -1 on the CPU
     bool streamed;
 };
 
@@ -132,6 +138,21 @@ struct RunHandles {
     }
 };
 
+// Device memory in use (total - free) as the driver reports it, so the bench also shows what the
+// library's own accounting leaves out (the cuBLASLt handle, CUDA graphs, CUB's temporaries).
+#if defined(MPTRAIN_BENCH_CUDA)
+size_t device_bytes_in_use() {
+    size_t free = 0, total = 0;
+    if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return total - free;
+}
+#else
+size_t device_bytes_in_use() { return 0; }
+#endif
+
 double seconds_since(std::chrono::steady_clock::time_point start) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
@@ -152,6 +173,11 @@ Record run_one(const Options& options, const std::string& precision_text, int64_
           "backend");
     check(mpt_context_options_set_threads(context_options, options.threads), "threads");
     if (options.streamed) check(mpt_context_options_set_dataset_device_budget(context_options, 0), "dataset budget");
+    const bool on_device = options.backend == "cuda";
+    // Read before the context exists (this also creates the process's primary CUDA context, which the
+    // library then shares, so the context itself is not counted).
+    const size_t device_before = on_device ? device_bytes_in_use() : 0;
+    size_t device_peak = device_before;
     RunHandles handles;
     const mpt_status created = mpt_context_create(context_options, &handles.context);
     mpt_context_options_destroy(context_options);
@@ -180,6 +206,8 @@ Record run_one(const Options& options, const std::string& precision_text, int64_
 
     const int64_t steps = rows / batch;
     check(mpt_trainer_fit(trainer, dataset, 1, batch, 1), "warm-up epoch");
+    // Steps allocate nothing, so sampling between epochs sees the peak.
+    if (on_device) device_peak = std::max(device_peak, device_bytes_in_use());
     std::vector<double> per_step, wall_per_step;
     uint64_t allocations = 0;
     for (int r = 0; r < options.repeats; ++r) {
@@ -196,6 +224,7 @@ Record run_one(const Options& options, const std::string& precision_text, int64_
             throw RunFailed("the epoch timed " + std::to_string(timed_steps) + " steps, expected " +
                             std::to_string(steps));
         per_step.push_back(seconds * 1e6 / static_cast<double>(steps));
+        if (on_device) device_peak = std::max(device_peak, device_bytes_in_use());
     }
     std::sort(per_step.begin(), per_step.end());
     std::sort(wall_per_step.begin(), wall_per_step.end());
@@ -214,6 +243,7 @@ Record run_one(const Options& options, const std::string& precision_text, int64_
     record.gemm_floor_us = options.backend == "cpu" ? measure_gemm_floor_us({3072, 3000, 1000, 10}, batch, 5) : -1.0;
     record.allocations_per_step = static_cast<double>(allocations) / static_cast<double>(steps * options.repeats);
     record.peak_bytes = peak;
+    record.device_bytes = on_device ? static_cast<int64_t>(device_peak - device_before) : -1;
     return record;
 }
 
@@ -237,7 +267,8 @@ void write_json(const std::string& path, const std::vector<Record>& records) {
                      r.streamed ? "streamed" : "resident");
         if (r.gemm_floor_us >= 0) std::fprintf(file, "\"gemm_floor_us\": %.1f, \"floor_ratio\": %.3f, ", r.gemm_floor_us, r.us_per_step / r.gemm_floor_us);
         else std::fprintf(file, "\"gemm_floor_us\": null, \"floor_ratio\": null, ");
-        std::fprintf(file, "\"allocations_per_step\": %.3f, \"peak_bytes\": %zu}%s\n", r.allocations_per_step, r.peak_bytes,
+        std::fprintf(file, "\"allocations_per_step\": %.3f, \"peak_bytes\": %zu, \"device_bytes\": %lld}%s\n",
+                     r.allocations_per_step, r.peak_bytes, static_cast<long long>(r.device_bytes),
                      i + 1 < records.size() ? "," : "");
     }
     std::fprintf(file, "]\n");
@@ -253,8 +284,9 @@ void write_json(const std::string& path, const std::vector<Record>& records) {
 int main(int argc, char** argv) {
     const Options options = parse(argc, argv);
     std::printf("mptrain %s bench, backend %s, seed MLP 3072-3000-1000-10, SGD\n", mpt_version(), options.backend.c_str());
-    std::printf("%-7s %-11s %-11s %6s %6s %12s %12s %12s %7s %11s %9s\n", "backend", "precision", "runs as", "batch",
-                "steps", "us/step", "wall us/step", "gemm floor", "ratio", "allocs/step", "peak MiB");
+    std::printf("%-7s %-11s %-11s %6s %6s %12s %12s %12s %7s %11s %9s %11s\n", "backend", "precision", "runs as",
+                "batch", "steps", "us/step", "wall us/step", "gemm floor", "ratio", "allocs/step", "peak MiB",
+                "device MiB");
     std::vector<Record> records;
     int failed = 0;
     std::mt19937 generator(7);
@@ -280,10 +312,13 @@ int main(int argc, char** argv) {
                 std::snprintf(floor_text, sizeof floor_text, "%.0f", r.gemm_floor_us);
                 std::snprintf(ratio_text, sizeof ratio_text, "%.2fx", r.us_per_step / r.gemm_floor_us);
             }
-            std::printf("%-7s %-11s %-11s %6lld %6lld %12.1f %12.1f %12s %7s %11.2f %9.1f\n", r.backend.c_str(),
+            char device_text[32] = "-";
+            if (r.device_bytes >= 0)
+                std::snprintf(device_text, sizeof device_text, "%.1f", static_cast<double>(r.device_bytes) / (1 << 20));
+            std::printf("%-7s %-11s %-11s %6lld %6lld %12.1f %12.1f %12s %7s %11.2f %9.1f %11s\n", r.backend.c_str(),
                         r.precision.c_str(), r.resolved.c_str(), static_cast<long long>(r.batch),
                         static_cast<long long>(r.steps), r.us_per_step, r.wall_us_per_step, floor_text, ratio_text,
-                        r.allocations_per_step, static_cast<double>(r.peak_bytes) / (1 << 20));
+                        r.allocations_per_step, static_cast<double>(r.peak_bytes) / (1 << 20), device_text);
             std::fflush(stdout);
             records.push_back(r);
             if (!options.json.empty()) write_json(options.json, records);
