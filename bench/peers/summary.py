@@ -110,6 +110,13 @@ def main():
             ratio = f"{bf16 / floor:.2f}x the floor" if bf16 else "no mptrain time"
             print(f"  batch {batch:>5}: floor {floor:7.1f} us (GEMMs {floors[batch]['gemm_us']:.1f} + update "
                   f"{floors[batch]['update_us']:.1f}); mptrain mixed-bf16 {ratio}")
+    # Memory of the mixed-bf16 runs: the library's accounting (arenas, resident data, the buffers
+    # beside them) and, on a GPU, the device's used memory as the driver counts it.
+    for r in sorted((r for r in mine if r.get("precision") == "mixed-bf16" and r.get("data", "resident") == "resident"),
+                    key=lambda r: r["batch"]):
+        device = r.get("device_bytes", -1)
+        driver = f", device {device / 2**20:.0f} MiB (driver)" if device is not None and device >= 0 else ""
+        print(f"memory, mixed-bf16 batch {r['batch']}: peak {r.get('peak_bytes', 0) / 2**20:.0f} MiB (library){driver}")
     for r in streamed:
         resident = ours.get((r["precision"], r["batch"]))
         versus = f", {r['us_per_step'] / resident:.2f}x the resident data set" if resident else ""
