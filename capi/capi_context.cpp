@@ -88,12 +88,17 @@ mpt_status mpt_context_create(const mpt_context_options_t* options, mpt_context_
     MPT_API_BEGIN
     require_pointer(out, "out");
     const mpt::ContextConfig config = options ? options->config : mpt::ContextConfig{};
+    // The first CUDA context of the process makes its device current: restore the caller's.
+    mpt::DeviceScope device_scope(config.backend != MPT_BACKEND_CPU);
     auto context = std::make_shared<mpt::Context>(config);
     *out = new mpt_context{std::move(context)};
     MPT_API_END
 }
 
-void mpt_context_destroy(mpt_context_t* context) { delete context; }
+void mpt_context_destroy(mpt_context_t* context) {
+    mpt::DeviceScope device_scope;  // freeing GPU memory makes the backend's device current
+    delete context;
+}
 
 mpt_status mpt_context_get_backend(const mpt_context_t* context, mpt_backend* out) {
     MPT_API_BEGIN

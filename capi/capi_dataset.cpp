@@ -59,7 +59,10 @@ mpt_status mpt_dataset_load_cifar10(mpt_context_t* context, const char* director
     MPT_API_END
 }
 
-void mpt_dataset_destroy(mpt_dataset_t* dataset) { delete dataset; }
+void mpt_dataset_destroy(mpt_dataset_t* dataset) {
+    mpt::DeviceScope device_scope;  // freeing GPU memory makes the backend's device current
+    delete dataset;
+}
 
 mpt_status mpt_dataset_get_rows(const mpt_dataset_t* dataset, int64_t* out) {
     MPT_API_BEGIN

@@ -10,6 +10,7 @@
 #include <new>
 #include <string>
 
+#include "backend/device_scope.h"
 #include "core/context.h"
 #include "core/error.h"
 #include "data/dataset.h"
@@ -86,8 +87,9 @@ private:
 
 }  // namespace mpt::capi
 
-#define MPT_API_BEGIN        \
-    mpt::capi::clear_error(); \
+#define MPT_API_BEGIN                  \
+    mpt::capi::clear_error();           \
+    mpt::DeviceScope mpt_device_scope_; \
     try {
 #define MPT_API_END                                                                       \
     }                                                                                     \

@@ -143,7 +143,10 @@ mpt_status mpt_trainer_create(mpt_model_t* model, const mpt_trainer_options_t* o
     MPT_API_END
 }
 
-void mpt_trainer_destroy(mpt_trainer_t* trainer) { delete trainer; }
+void mpt_trainer_destroy(mpt_trainer_t* trainer) {
+    mpt::DeviceScope device_scope;  // freeing GPU memory makes the backend's device current
+    delete trainer;
+}
 
 mpt_status mpt_trainer_set_callbacks(mpt_trainer_t* trainer, mpt_progress_fn progress, mpt_epoch_end_fn epoch_end,
                                      void* user_data) {

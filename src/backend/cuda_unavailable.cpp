@@ -1,5 +1,6 @@
 // Built when mptrain is compiled without CUDA: the CUDA backend reports itself unavailable.
 #include "backend/backend.h"
+#include "backend/device_scope.h"
 #include "core/error.h"
 
 namespace mpt {
@@ -13,5 +14,9 @@ int cuda_device_count() { return 0; }
 std::string cuda_unavailable_reason() {
     return "this build of mptrain has no CUDA backend (built with MPTRAIN_CUDA=OFF)";
 }
+
+// Without a CUDA backend mptrain never changes the current device.
+DeviceScope::DeviceScope(bool) noexcept {}
+DeviceScope::~DeviceScope() = default;
 
 }  // namespace mpt

@@ -6,11 +6,13 @@
 #include "backend/cuda/cuda_backend.cuh"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/device_scope.h"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_convert.cuh"
 #include "backend/cuda/cuda_fused_sgd.cuh"
@@ -29,6 +31,9 @@ void put_workspace(TaskSignature& signature, const GemmWorkspace& workspace) {
     signature.put(workspace.data);
     signature.put(workspace.bytes);
 }
+
+// Set once a CUDA backend exists: from then on DeviceScope saves and restores the current device.
+std::atomic<bool> cuda_backend_created{false};
 
 bool graphs_enabled_by_environment() {
     const char* value = std::getenv("MPTRAIN_CUDA_GRAPHS");
@@ -78,7 +83,23 @@ std::unique_ptr<Backend> create_cuda_backend(int device, MemoryTracker* memory) 
     return std::make_unique<CudaBackend>(device, memory);
 }
 
+DeviceScope::DeviceScope(bool cuda_may_start) noexcept {
+    if (!cuda_may_start && !cuda_backend_created.load(std::memory_order_relaxed)) return;
+    if (cudaGetDevice(&saved_) != cudaSuccess) {
+        cudaGetLastError();
+        saved_ = -1;
+    }
+}
+
+DeviceScope::~DeviceScope() {
+    if (saved_ < 0) return;
+    int current = -1;
+    if (cudaGetDevice(&current) == cudaSuccess && current != saved_) cudaSetDevice(saved_);
+    cudaGetLastError();  // nothing of this reaches the application or the next check
+}
+
 CudaBackend::CudaBackend(int device, MemoryTracker* memory) : device_(device), memory_(memory) {
+    cuda_backend_created.store(true, std::memory_order_relaxed);
     MPT_CUDA_CHECK(cudaSetDevice(device));
     cudaDeviceProp properties{};
     MPT_CUDA_CHECK(cudaGetDeviceProperties(&properties, device));
