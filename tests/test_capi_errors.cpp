@@ -20,29 +20,11 @@
 #include <vector>
 
 #include "mptrain/mptrain.h"
+#include "support/capi_fixture.h"
 
 namespace {
 
 // ---- helpers ---------------------------------------------------------------------------------
-
-#define REQUIRE_OK(call)                                                                             \
-    do {                                                                                             \
-        const mpt_status status_ = (call);                                                           \
-        const std::string error_ = mpt_last_error();                                                 \
-        REQUIRE_MESSAGE(status_ == MPT_STATUS_OK, #call << " -> " << mpt_status_string(status_) << ": " \
-                                                        << error_);                                  \
-    } while (0)
-
-// The call fails with `expected` and leaves a non-empty message.
-#define CHECK_FAILS(expected, call)                                                                  \
-    do {                                                                                             \
-        const mpt_status status_ = (call);                                                           \
-        const std::string error_ = mpt_last_error();                                                 \
-        CHECK_MESSAGE(status_ == (expected), #call << " -> " << mpt_status_string(status_)           \
-                                                   << " (expected " << mpt_status_string(expected)   \
-                                                   << "): " << error_);                              \
-        CHECK_MESSAGE(!error_.empty(), #call << " left no message in mpt_last_error()");            \
-    } while (0)
 
 // An enum value that is no enumerator (cast through int, as a foreign caller would pass it).
 template <typename Enum>
@@ -50,59 +32,14 @@ Enum bad_enum(int value) {
     return static_cast<Enum>(value);
 }
 
-// Deterministic data independent of the library: splitmix64 + Box-Muller.
-class TestRng {
-public:
-    explicit TestRng(uint64_t seed) : state_(seed) {}
-    uint64_t next() {
-        uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-        return z ^ (z >> 31);
-    }
-    double uniform() { return static_cast<double>(next() >> 11) * (1.0 / 9007199254740992.0); }
-    double normal() {
-        const double u1 = uniform() + 1e-300, u2 = uniform();
-        return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
-    }
-
-private:
-    uint64_t state_;
-};
-
-constexpr int64_t kFeatures = 4;
-constexpr int32_t kClasses = 3;
-
-// Three well-separated Gaussian blobs in 4 dimensions.
-struct Blobs {
-    std::vector<float> x;
-    std::vector<int32_t> y;
-};
-
-Blobs make_blobs(int64_t rows, uint64_t seed) {
-    static const double centres[kClasses][kFeatures] = {{2, 0, -1, 0}, {-2, 1, 1, 0}, {0, -2, 0, 2}};
-    TestRng rng(seed);
-    Blobs blobs;
-    for (int64_t r = 0; r < rows; ++r) {
-        const int32_t label = static_cast<int32_t>(r % kClasses);
-        for (int64_t f = 0; f < kFeatures; ++f)
-            blobs.x.push_back(static_cast<float>(centres[label][f] + 0.5 * rng.normal()));
-        blobs.y.push_back(label);
-    }
-    return blobs;
-}
+using mpt_test::Blobs;
+using mpt_test::make_blobs;
+using mpt_test::TestRng;
+constexpr int64_t kFeatures = mpt_test::kBlobFeatures;
+constexpr int32_t kClasses = mpt_test::kBlobClasses;
 
 mpt_context_t* new_context(uint64_t seed = 7, size_t budget = 0) {
-    mpt_context_options_t* options = nullptr;
-    REQUIRE_OK(mpt_context_options_create(&options));
-    REQUIRE_OK(mpt_context_options_set_backend(options, MPT_BACKEND_CPU));
-    REQUIRE_OK(mpt_context_options_set_threads(options, 2));
-    REQUIRE_OK(mpt_context_options_set_seed(options, seed));
-    REQUIRE_OK(mpt_context_options_set_memory_budget(options, budget));
-    mpt_context_t* context = nullptr;
-    REQUIRE_OK(mpt_context_create(options, &context));
-    mpt_context_options_destroy(options);
-    return context;
+    return mpt_test::create_context(MPT_BACKEND_CPU, seed, budget);
 }
 
 // 4 -> 8 relu -> 3 softmax.

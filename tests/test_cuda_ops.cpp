@@ -24,6 +24,7 @@
 #include "data/dataset.h"
 #include "nn/model.h"
 #include "nn/trainer.h"
+#include "support/normalised_error.h"
 #include "support/skip_without_gpu.h"
 #include "support/training_fixture.h"
 #if defined(MPTRAIN_WITH_CUDA)
@@ -66,19 +67,7 @@ std::vector<float> rounded(std::vector<float> values, DType dtype) {
     return values;
 }
 
-// ||actual - expected|| / ||expected||, infinite when actual has a NaN or Inf (a poisoned element).
-double normalised_error(const std::vector<float>& actual, const std::vector<float>& expected) {
-    REQUIRE(actual.size() == expected.size());
-    double difference = 0.0, norm = 0.0;
-    for (size_t i = 0; i < actual.size(); ++i) {
-        if (!std::isfinite(actual[i]) && std::isfinite(expected[i])) return std::numeric_limits<double>::infinity();
-        const double d = static_cast<double>(actual[i]) - expected[i];
-        difference += d * d;
-        norm += static_cast<double>(expected[i]) * expected[i];
-    }
-    if (norm == 0.0) return difference == 0.0 ? 0.0 : std::numeric_limits<double>::infinity();
-    return std::sqrt(difference / norm);
-}
+using mpt_test::normalised_error;
 
 // Backend memory holding values in a dtype's storage (2 bytes on a GPU, rounded fp32 on the CPU).
 class Buffer {

@@ -13,55 +13,20 @@
 #include <vector>
 
 #include "mptrain/mptrain.h"
+#include "support/capi_fixture.h"
 
 namespace {
 
 // ---- helpers ---------------------------------------------------------------------------------
 
-#define REQUIRE_OK(call)                                                                             \
-    do {                                                                                             \
-        const mpt_status status_ = (call);                                                           \
-        const std::string error_ = mpt_last_error();                                                 \
-        REQUIRE_MESSAGE(status_ == MPT_STATUS_OK, #call << " -> " << mpt_status_string(status_) << ": " \
-                                                        << error_);                                  \
-    } while (0)
 
 // bf16 keeps 8 significant bits: unit roundoff u = 2^-8 (round to nearest). Tolerances for
 // mixed-precision results are stated as multiples of it.
 constexpr double kBf16Roundoff = 1.0 / 256.0;
 
-// Deterministic data independent of the library: splitmix64 + Box-Muller.
-class TestRng {
-public:
-    explicit TestRng(uint64_t seed) : state_(seed) {}
-    uint64_t next() {
-        uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-        return z ^ (z >> 31);
-    }
-    double uniform() { return static_cast<double>(next() >> 11) * (1.0 / 9007199254740992.0); }
-    double uniform(double low, double high) { return low + (high - low) * uniform(); }
-    double normal() {
-        const double u1 = uniform() + 1e-300, u2 = uniform();
-        return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
-    }
+using mpt_test::TestRng;
 
-private:
-    uint64_t state_;
-};
-
-mpt_context_t* new_context(uint64_t seed = 42) {
-    mpt_context_options_t* options = nullptr;
-    REQUIRE_OK(mpt_context_options_create(&options));
-    REQUIRE_OK(mpt_context_options_set_backend(options, MPT_BACKEND_CPU));
-    REQUIRE_OK(mpt_context_options_set_threads(options, 2));
-    REQUIRE_OK(mpt_context_options_set_seed(options, seed));
-    mpt_context_t* context = nullptr;
-    REQUIRE_OK(mpt_context_create(options, &context));
-    mpt_context_options_destroy(options);
-    return context;
-}
+mpt_context_t* new_context(uint64_t seed = 42) { return mpt_test::create_context(MPT_BACKEND_CPU, seed); }
 
 struct LayerSpec {
     int64_t units;

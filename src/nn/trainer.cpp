@@ -290,14 +290,26 @@ void Trainer::fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bo
         }
         scheduler.stop_timer();
         scheduler.synchronize();
-        while (reports_pending_ > 0) deliver_report(steps, batch_rows);
         last_epoch_timing_ = EpochTiming{scheduler.timer_seconds(), steps - first_step};
-        check_finite_step(executor_.read_state());
+        auto close_epoch = [&] {
+            ++epochs_completed_;
+            steps_into_epoch_ = 0;
+            device_has_epoch_order_ = false;
+        };
+        try {
+            while (reports_pending_ > 0) deliver_report(steps, batch_rows);
+            check_finite_step(executor_.read_state());
+        } catch (...) {
+            // Every step of the epoch has run (on a GPU a non-finite step is found here, at the end):
+            // the epoch is over, whatever failed, and the next fit starts a new one rather than
+            // "resuming" an epoch with no step left.
+            reports_pending_ = 0;
+            close_epoch();
+            throw;
+        }
         double metrics[kMetricsCount];
         executor_.read_metrics(metrics);
-        ++epochs_completed_;
-        steps_into_epoch_ = 0;
-        device_has_epoch_order_ = false;
+        close_epoch();
         checkpoint_if_due(true);
         const EvaluationResult epoch_means = metric_means(metrics, steps * batch_rows);
         if (callbacks_.epoch_end && call_host(callbacks_.epoch_end, "epoch-end", epochs_completed_ - 1, epoch_means.loss,

@@ -1,0 +1,27 @@
+// The comparison measure of the GPU-against-CPU tests: ||actual - expected|| / ||expected||, in
+// double, infinite when `actual` holds a NaN or Inf where `expected` is finite (a poisoned element
+// nobody wrote, or a non-finite result).
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace mpt_test {
+
+inline double normalised_error(const std::vector<float>& actual, const std::vector<float>& expected) {
+    REQUIRE(actual.size() == expected.size());
+    double difference = 0.0, norm = 0.0;
+    for (size_t i = 0; i < actual.size(); ++i) {
+        if (!std::isfinite(actual[i]) && std::isfinite(expected[i])) return std::numeric_limits<double>::infinity();
+        const double d = static_cast<double>(actual[i]) - expected[i];
+        difference += d * d;
+        norm += static_cast<double>(expected[i]) * expected[i];
+    }
+    if (norm == 0.0) return difference == 0.0 ? 0.0 : std::numeric_limits<double>::infinity();
+    return std::sqrt(difference / norm);
+}
+
+}  // namespace mpt_test

@@ -1,0 +1,787 @@
+// The C API as a user drives it, on the CUDA backend (libmptrain.so only): checkpoints resume, model
+// files cross backends, bad input fails with the CPU's status and harms nothing, a progress callback
+// cancels, and evaluate / predict agree. MPTRAIN_CUDA_API_TEST_BACKEND=cpu runs the same cases on the
+// CPU, so CI checks this file's logic on every machine; without a usable GPU each CUDA case skips with
+// the reason, or fails with it where MPTRAIN_REQUIRE_GPU is set.
+#include <doctest/doctest.h>
+
+#include <stdlib.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mptrain/mptrain.h"
+#include "support/normalised_error.h"
+#include "support/capi_fixture.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// ---- helpers ---------------------------------------------------------------------------------
+
+
+// Predictions of mpt_model_predict run in fp32 on every backend (CUBLAS_COMPUTE_32F on the GPU, no
+// TF32), from the fp32 master weights whatever precision trained them. Two fp32 forward passes that
+// differ only in summation order (another backend, another GEMM algorithm or epilogue) differ per
+// dot product of K <= 16 terms by at most about K * 2^-24 = 1e-6 of sum |w x|; through two layers and
+// the softmax (which moves a probability by at most its logit's error) that stays near 1e-6 of the
+// outputs for the small logits of these models. 1e-4 leaves a margin of 100; a wrong weight, layout,
+// activation or row gives errors of order 1.
+constexpr double kFp32Bound = 1e-4;
+// bf16 keeps 8 significant bits: unit roundoff 2^-8. test_training.cpp bounds mixed-bf16
+// probabilities within 8u of fp32 ones for models of this size.
+constexpr double kBf16Roundoff = 1.0 / 256.0;
+// A resumed run repeats the uninterrupted one's kernels on the same rows in the same order: on the
+// CPU bit for bit; on a GPU only reductions whose order may vary between launches can differ, by a
+// few fp32 ulps per step, which 30 Adam steps cannot grow anywhere near 1e-5.
+constexpr double kResumeBound = 1e-5;
+
+bool gpu_required() {
+    const char* value = std::getenv("MPTRAIN_REQUIRE_GPU");
+    return value && *value != '\0' && std::strcmp(value, "0") != 0;
+}
+
+// MPTRAIN_CUDA_API_TEST_BACKEND: "cuda" (the default) or "cpu".
+mpt_backend backend_under_test() {
+    const char* value = std::getenv("MPTRAIN_CUDA_API_TEST_BACKEND");
+    if (!value || *value == '\0' || std::strcmp(value, "cuda") == 0) return MPT_BACKEND_CUDA;
+    if (std::strcmp(value, "cpu") == 0) return MPT_BACKEND_CPU;
+    FAIL("MPTRAIN_CUDA_API_TEST_BACKEND must be \"cuda\" or \"cpu\", not \"" << std::string(value) << "\"");
+    return MPT_BACKEND_AUTO;  // not reached: FAIL throws
+}
+
+// A std::string: doctest prints a char pointer as an address.
+std::string backend_name(mpt_backend backend) { return backend == MPT_BACKEND_CPU ? "cpu" : "cuda"; }
+
+// Why a CUDA context cannot be created here: its status and mpt_last_error().
+std::string cuda_unavailable_reason() {
+    mpt_context_options_t* options = nullptr;
+    if (mpt_context_options_create(&options) != MPT_STATUS_OK) return std::string("options: ") + mpt_last_error();
+    mpt_context_options_set_backend(options, MPT_BACKEND_CUDA);
+    mpt_context_t* context = nullptr;
+    const mpt_status status = mpt_context_create(options, &context);
+    std::string reason = std::string(mpt_status_string(status)) + ": " + mpt_last_error();
+    mpt_context_options_destroy(options);
+    if (status == MPT_STATUS_OK) {
+        reason = "mpt_cuda_device_count() is 0, yet a CUDA context was created";
+        mpt_context_destroy(context);
+    }
+    return reason;
+}
+
+// The backend to run a case on, or AUTO when the case must return: CUDA without a usable device
+// skips with the reason, or fails with it where MPTRAIN_REQUIRE_GPU is set.
+mpt_backend backend_for_case() {
+    const mpt_backend backend = backend_under_test();
+    if (backend == MPT_BACKEND_CUDA && mpt_cuda_device_count() == 0) {
+        const std::string reason = cuda_unavailable_reason();
+        if (gpu_required()) FAIL("MPTRAIN_REQUIRE_GPU is set, but no CUDA device is usable: " << reason);
+        MESSAGE("skipped: no CUDA device (" << reason << ")");
+        return MPT_BACKEND_AUTO;
+    }
+    return backend;
+}
+
+#define BACKEND_OR_SKIP(name)                          \
+    const mpt_backend name = backend_for_case();       \
+    if (name == MPT_BACKEND_AUTO) return;              \
+    CAPTURE(backend_name(name))
+
+using mpt_test::Blobs;
+using mpt_test::make_blobs;
+using mpt_test::TestRng;
+constexpr int64_t kFeatures = mpt_test::kBlobFeatures;
+constexpr int32_t kClasses = mpt_test::kBlobClasses;
+
+mpt_context_t* new_context(mpt_backend backend, uint64_t seed = 7) {
+    mpt_context_t* context = mpt_test::create_context(backend, seed);
+    mpt_backend actual = MPT_BACKEND_AUTO;
+    REQUIRE_OK(mpt_context_get_backend(context, &actual));
+    REQUIRE(actual == backend);
+    return context;
+}
+
+struct LayerSpec {
+    int64_t units;
+    mpt_activation activation;
+};
+
+// 4 -> 8 relu -> 3 softmax.
+const std::vector<LayerSpec> kSmallModel = {{8, MPT_ACTIVATION_RELU}, {kClasses, MPT_ACTIVATION_SOFTMAX}};
+
+mpt_model_t* new_model(mpt_context_t* context, int64_t inputs, const std::vector<LayerSpec>& layers) {
+    mpt_model_t* model = nullptr;
+    REQUIRE_OK(mpt_model_create(context, inputs, &model));
+    for (const LayerSpec& layer : layers) REQUIRE_OK(mpt_model_add_dense(model, layer.units, layer.activation));
+    return model;
+}
+
+mpt_trainer_t* new_trainer(mpt_model_t* model, mpt_precision precision, mpt_optimizer optimizer, float learning_rate) {
+    mpt_trainer_options_t* options = nullptr;
+    REQUIRE_OK(mpt_trainer_options_create(&options));
+    REQUIRE_OK(mpt_trainer_options_set_precision(options, precision));
+    REQUIRE_OK(mpt_trainer_options_set_optimizer(options, optimizer));
+    REQUIRE_OK(mpt_trainer_options_set_learning_rate(options, learning_rate));
+    mpt_trainer_t* trainer = nullptr;
+    REQUIRE_OK(mpt_trainer_create(model, options, &trainer));
+    mpt_trainer_options_destroy(options);
+    mpt_precision actual = MPT_PRECISION_AUTO;
+    REQUIRE_OK(mpt_trainer_get_precision(trainer, &actual));
+    REQUIRE(actual == precision);
+    return trainer;
+}
+
+mpt_dataset_t* new_dataset(mpt_context_t* context, const Blobs& blobs) {
+    mpt_dataset_t* dataset = nullptr;
+    REQUIRE_OK(mpt_dataset_create_f32(context, blobs.x.data(), blobs.rows(), kFeatures, blobs.y.data(), kClasses, 1,
+                                      &dataset));
+    return dataset;
+}
+
+// One layer's fp32 master weights ([units, inputs], row-major) and bias.
+struct LayerWeights {
+    int64_t units = 0, inputs = 0;
+    mpt_activation activation = MPT_ACTIVATION_LINEAR;
+    std::vector<float> w, b;
+};
+
+std::vector<LayerWeights> layers_of(mpt_model_t* model, int64_t inputs, const std::vector<LayerSpec>& specs) {
+    std::vector<LayerWeights> layers;
+    int64_t fan_in = inputs;
+    for (size_t i = 0; i < specs.size(); ++i) {
+        LayerWeights layer;
+        layer.units = specs[i].units;
+        layer.inputs = fan_in;
+        layer.activation = specs[i].activation;
+        layer.w.resize(static_cast<size_t>(layer.units * layer.inputs));
+        layer.b.resize(static_cast<size_t>(layer.units));
+        REQUIRE_OK(mpt_model_get_weights(model, static_cast<int64_t>(i), layer.w.data(), layer.units * layer.inputs,
+                                         layer.b.data(), layer.units));
+        fan_in = layer.units;
+        layers.push_back(std::move(layer));
+    }
+    return layers;
+}
+
+// All weights and biases, concatenated.
+std::vector<float> weights_of(mpt_model_t* model, int64_t inputs, const std::vector<LayerSpec>& specs) {
+    std::vector<float> all;
+    for (const LayerWeights& layer : layers_of(model, inputs, specs)) {
+        all.insert(all.end(), layer.w.begin(), layer.w.end());
+        all.insert(all.end(), layer.b.begin(), layer.b.end());
+    }
+    return all;
+}
+
+// The forward pass in double precision from the definitions, sharing no code with the library.
+std::vector<float> reference_predict(const std::vector<LayerWeights>& layers, const std::vector<float>& x, int64_t rows) {
+    std::vector<float> out;
+    for (int64_t r = 0; r < rows; ++r) {
+        std::vector<double> a(x.begin() + r * layers.front().inputs, x.begin() + (r + 1) * layers.front().inputs);
+        for (const LayerWeights& layer : layers) {
+            std::vector<double> z(static_cast<size_t>(layer.units));
+            for (int64_t u = 0; u < layer.units; ++u) {
+                double sum = layer.b[static_cast<size_t>(u)];
+                for (int64_t i = 0; i < layer.inputs; ++i)
+                    sum += static_cast<double>(layer.w[static_cast<size_t>(u * layer.inputs + i)]) * a[static_cast<size_t>(i)];
+                z[static_cast<size_t>(u)] = sum;
+            }
+            switch (layer.activation) {
+                case MPT_ACTIVATION_RELU: for (double& v : z) v = std::max(v, 0.0); break;
+                case MPT_ACTIVATION_TANH: for (double& v : z) v = std::tanh(v); break;
+                case MPT_ACTIVATION_SIGMOID: for (double& v : z) v = 1.0 / (1.0 + std::exp(-v)); break;
+                case MPT_ACTIVATION_SOFTMAX: {
+                    const double top = *std::max_element(z.begin(), z.end());
+                    double total = 0.0;
+                    for (double& v : z) total += (v = std::exp(v - top));
+                    for (double& v : z) v /= total;
+                    break;
+                }
+                case MPT_ACTIVATION_LINEAR: break;
+            }
+            a = std::move(z);
+        }
+        for (double v : a) out.push_back(static_cast<float>(v));
+    }
+    return out;
+}
+
+using mpt_test::normalised_error;
+
+double largest_difference(const std::vector<float>& a, const std::vector<float>& b) {
+    REQUIRE(a.size() == b.size());
+    double largest = 0.0;
+    for (size_t i = 0; i < a.size(); ++i) {
+        const double d = std::fabs(static_cast<double>(a[i]) - b[i]);
+        if (!(d <= largest)) largest = std::isnan(d) ? std::numeric_limits<double>::infinity() : d;
+    }
+    return largest;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+std::vector<float> model_predict(mpt_model_t* model, const std::vector<float>& x, int64_t rows, int64_t outputs) {
+    std::vector<float> out(static_cast<size_t>(rows * outputs), -7.0f);
+    REQUIRE_OK(mpt_model_predict(model, x.data(), rows, out.data(), rows * outputs));
+    return out;
+}
+
+std::vector<float> trainer_predict(mpt_trainer_t* trainer, const std::vector<float>& x, int64_t rows, int64_t outputs) {
+    std::vector<float> out(static_cast<size_t>(rows * outputs), -7.0f);
+    REQUIRE_OK(mpt_trainer_predict(trainer, x.data(), rows, out.data(), rows * outputs));
+    return out;
+}
+
+// The first largest class, as both backends' loss heads pick it.
+int64_t argmax(const float* values, int64_t count) {
+    int64_t best = 0;
+    for (int64_t c = 1; c < count; ++c)
+        if (values[c] > values[best]) best = c;
+    return best;
+}
+
+// A directory under /tmp, removed with its files at the end of the scope.
+struct TempDir {
+    fs::path path;
+    TempDir() {
+        char pattern[] = "/tmp/mptrain-cuda-api-XXXXXX";
+        const char* made = mkdtemp(pattern);
+        REQUIRE(made != nullptr);
+        path = made;
+    }
+    ~TempDir() {
+        std::error_code ignored;
+        fs::remove_all(path, ignored);
+    }
+    TempDir(const TempDir&) = delete;
+    TempDir& operator=(const TempDir&) = delete;
+};
+
+// A context on `backend`, the 4-8-3 model, a blob dataset and a trainer; destroyed in reverse.
+struct Session {
+    mpt_context_t* context = nullptr;
+    mpt_model_t* model = nullptr;
+    mpt_dataset_t* dataset = nullptr;
+    mpt_trainer_t* trainer = nullptr;
+    Blobs blobs;
+
+    Session(mpt_backend backend, int64_t rows, mpt_precision precision = MPT_PRECISION_FP32,
+            mpt_optimizer optimizer = MPT_OPTIMIZER_SGD, float learning_rate = 0.1f)
+        : blobs(make_blobs(rows, 1234)) {
+        context = new_context(backend);
+        model = new_model(context, kFeatures, kSmallModel);
+        dataset = new_dataset(context, blobs);
+        trainer = new_trainer(model, precision, optimizer, learning_rate);
+    }
+    ~Session() {
+        mpt_trainer_destroy(trainer);
+        mpt_dataset_destroy(dataset);
+        mpt_model_destroy(model);
+        mpt_context_destroy(context);
+    }
+    Session(const Session&) = delete;
+    Session& operator=(const Session&) = delete;
+
+    std::vector<float> weights() const { return weights_of(model, kFeatures, kSmallModel); }
+};
+
+// ---- (1) checkpoint and resume ----------------------------------------------------------------
+
+constexpr int64_t kResumeRows = 160, kResumeFeatures = 12, kResumeClasses = 4, kResumeBatch = 16;  // 10 steps an epoch
+constexpr float kInitialScale = 16777216.0f;  // 2^24: the first fp16 steps overflow and the scale moves
+const std::vector<LayerSpec> kResumeModel = {{20, MPT_ACTIVATION_RELU}, {kResumeClasses, MPT_ACTIVATION_SOFTMAX}};
+
+struct ScalerState {
+    float scale = 0.0f;
+    int64_t growth = -1, skipped = -1, steps = -1, epochs = -1;
+};
+
+// Mixed-fp16 Adam with a dynamic loss scaler that starts at 2^24 and grows every 4 finite steps.
+struct ResumeRun {
+    mpt_context_t* context = nullptr;
+    mpt_model_t* model = nullptr;
+    mpt_dataset_t* dataset = nullptr;
+    mpt_trainer_t* trainer = nullptr;
+
+    explicit ResumeRun(mpt_backend backend) {
+        TestRng rng(8);
+        std::vector<float> samples(kResumeRows * kResumeFeatures);
+        std::vector<int32_t> labels(kResumeRows);
+        for (int64_t r = 0; r < kResumeRows; ++r) {
+            labels[r] = static_cast<int32_t>(r % kResumeClasses);
+            for (int64_t f = 0; f < kResumeFeatures; ++f)
+                samples[r * kResumeFeatures + f] =
+                    static_cast<float>(rng.normal() + 2.0 * (f % kResumeClasses == labels[r]));
+        }
+        context = new_context(backend);
+        model = new_model(context, kResumeFeatures, kResumeModel);
+        REQUIRE_OK(mpt_dataset_create_f32(context, samples.data(), kResumeRows, kResumeFeatures, labels.data(),
+                                          kResumeClasses, 1, &dataset));
+        mpt_trainer_options_t* options = nullptr;
+        REQUIRE_OK(mpt_trainer_options_create(&options));
+        REQUIRE_OK(mpt_trainer_options_set_precision(options, MPT_PRECISION_MIXED_FP16));
+        REQUIRE_OK(mpt_trainer_options_set_optimizer(options, MPT_OPTIMIZER_ADAM));
+        REQUIRE_OK(mpt_trainer_options_set_learning_rate(options, 0.01f));
+        REQUIRE_OK(mpt_trainer_options_set_loss_scaling(options, MPT_LOSS_SCALING_DYNAMIC, kInitialScale));
+        REQUIRE_OK(mpt_trainer_options_set_loss_scaler_dynamics(options, 2.0f, 0.5f, 4, 1.0f, kInitialScale));
+        REQUIRE_OK(mpt_trainer_create(model, options, &trainer));
+        mpt_trainer_options_destroy(options);
+    }
+    ~ResumeRun() {
+        mpt_trainer_destroy(trainer);
+        mpt_dataset_destroy(dataset);
+        mpt_model_destroy(model);
+        mpt_context_destroy(context);
+    }
+    ResumeRun(const ResumeRun&) = delete;
+    ResumeRun& operator=(const ResumeRun&) = delete;
+
+    std::vector<float> weights() const { return weights_of(model, kResumeFeatures, kResumeModel); }
+    ScalerState state() const {
+        ScalerState s;
+        REQUIRE_OK(mpt_trainer_get_loss_scale(trainer, &s.scale, &s.growth, &s.skipped));
+        REQUIRE_OK(mpt_trainer_get_progress(trainer, &s.steps, &s.epochs));
+        return s;
+    }
+};
+
+}  // namespace
+
+TEST_CASE("a mixed-fp16 Adam run resumed from each automatic checkpoint ends with the uninterrupted run's scaler, progress and weights") {
+    BACKEND_OR_SKIP(backend);
+    TempDir directory;
+    std::vector<float> uninterrupted;
+    ScalerState final_state;
+    {
+        ResumeRun run(backend);
+        REQUIRE_OK(mpt_trainer_set_checkpointing(run.trainer, directory.path.c_str(), 7, 0, 100));
+        REQUIRE_OK(mpt_trainer_fit(run.trainer, run.dataset, 3, kResumeBatch, 1));
+        uninterrupted = run.weights();
+        final_state = run.state();
+    }
+    CHECK(final_state.steps == 30);
+    CHECK(final_state.epochs == 3);
+    CHECK(final_state.skipped > 0);  // 2^24 overflowed fp16: the scaler backed off
+    std::vector<fs::path> checkpoints;
+    for (const auto& entry : fs::directory_iterator(directory.path)) checkpoints.push_back(entry.path());
+    std::sort(checkpoints.begin(), checkpoints.end());
+    REQUIRE(checkpoints.size() == 4);  // steps 7, 14, 21, 28 of 30
+    bool saw_moved_scale = false;
+    for (size_t i = 0; i < checkpoints.size(); ++i) {
+        CAPTURE(checkpoints[i].string());
+        const int64_t step = 7 * static_cast<int64_t>(i + 1);
+        char expected_name[64];
+        std::snprintf(expected_name, sizeof expected_name, "checkpoint-%012lld.safetensors", static_cast<long long>(step));
+        CHECK(checkpoints[i].filename().string() == expected_name);
+
+        ResumeRun resumed(backend);  // a fresh context, model and trainer
+        REQUIRE_OK(mpt_trainer_load_checkpoint(resumed.trainer, checkpoints[i].c_str()));
+        const ScalerState at_checkpoint = resumed.state();
+        CHECK(at_checkpoint.steps == step);
+        CHECK(at_checkpoint.epochs == step / 10);  // inside epoch step / 10
+        saw_moved_scale |= at_checkpoint.scale != kInitialScale && at_checkpoint.scale != 1.0f;
+        REQUIRE_OK(mpt_trainer_fit(resumed.trainer, resumed.dataset, 3 - at_checkpoint.epochs, kResumeBatch, 1));
+
+        const ScalerState state = resumed.state();
+        CHECK(state.scale == final_state.scale);
+        CHECK(state.growth == final_state.growth);
+        CHECK(state.skipped == final_state.skipped);
+        CHECK(state.steps == final_state.steps);
+        CHECK(state.epochs == final_state.epochs);
+        const std::vector<float> weights = resumed.weights();
+        const bool identical = same_bits(weights, uninterrupted);
+        const double error = normalised_error(weights, uninterrupted);
+        MESSAGE(backend_name(backend) << ": resumed from step " << step << ", weights "
+                                      << std::string(identical ? "bit-identical" : "not bit-identical") << " (normalised error "
+                                      << error << ")");
+        CHECK(error <= kResumeBound);
+        if (backend == MPT_BACKEND_CPU) CHECK(identical);  // the CPU resumes bit-exactly (header, test_checkpoint.cpp)
+    }
+    CHECK(saw_moved_scale);
+}
+
+// ---- (2) model files across backends ----------------------------------------------------------
+
+TEST_CASE("a model trained and saved on the backend loads into CPU and same-backend contexts with identical weights and predictions") {
+    BACKEND_OR_SKIP(backend);
+    TempDir directory;
+    const Blobs held_out = make_blobs(60, 77);
+    for (mpt_precision precision : {MPT_PRECISION_FP32, MPT_PRECISION_MIXED_BF16}) {
+        CAPTURE(precision);
+        Session session(backend, 96, precision, MPT_OPTIMIZER_SGD, 0.1f);
+        REQUIRE_OK(mpt_trainer_fit(session.trainer, session.dataset, 5, 16, 1));
+        const std::string path = (directory.path / ("model-" + std::to_string(precision) + ".safetensors")).string();
+        REQUIRE_OK(mpt_model_save(session.model, path.c_str()));
+
+        mpt_context_t* cpu = new_context(MPT_BACKEND_CPU);
+        mpt_context_t* same = new_context(backend);
+        mpt_model_t* on_cpu = nullptr;
+        mpt_model_t* on_same = nullptr;
+        REQUIRE_OK(mpt_model_load(cpu, path.c_str(), &on_cpu));
+        REQUIRE_OK(mpt_model_load(same, path.c_str(), &on_same));
+
+        const std::vector<float> trained_weights = session.weights();
+        for (mpt_model_t* loaded : {on_cpu, on_same}) {
+            int64_t layers = 0, inputs = 0, outputs = 0, parameters = 0;
+            REQUIRE_OK(mpt_model_get_layer_count(loaded, &layers));
+            REQUIRE_OK(mpt_model_get_input_features(loaded, &inputs));
+            REQUIRE_OK(mpt_model_get_output_features(loaded, &outputs));
+            REQUIRE_OK(mpt_model_get_parameter_count(loaded, &parameters));
+            CHECK(layers == 2);
+            CHECK(inputs == kFeatures);
+            CHECK(outputs == kClasses);
+            CHECK(parameters == 8 * kFeatures + 8 + kClasses * 8 + kClasses);
+            // The file holds the fp32 masters: they come back exactly, on either backend.
+            CHECK(same_bits(weights_of(loaded, kFeatures, kSmallModel), trained_weights));
+        }
+
+        const int64_t rows = held_out.rows();
+        const std::vector<float> reference =
+            reference_predict(layers_of(session.model, kFeatures, kSmallModel), held_out.x, rows);
+        const std::vector<float> trained = model_predict(session.model, held_out.x, rows, kClasses);
+        const std::vector<float> from_cpu = model_predict(on_cpu, held_out.x, rows, kClasses);
+        const std::vector<float> from_same = model_predict(on_same, held_out.x, rows, kClasses);
+        CHECK(normalised_error(trained, reference) <= kFp32Bound);
+        CHECK(normalised_error(from_cpu, trained) <= kFp32Bound);
+        CHECK(normalised_error(from_same, trained) <= kFp32Bound);
+        MESSAGE(backend_name(backend) << ", trained in precision " << precision << ": the CPU-loaded model predicts "
+                                      << std::string(same_bits(from_cpu, trained) ? "bit-identically" : "not bit-identically")
+                                      << " (normalised error " << normalised_error(from_cpu, trained)
+                                      << "), the same-backend one "
+                                      << std::string(same_bits(from_same, trained) ? "bit-identically" : "not bit-identically")
+                                      << " (" << normalised_error(from_same, trained) << "); against double precision "
+                                      << normalised_error(trained, reference));
+        if (backend == MPT_BACKEND_CPU) {  // one backend, the same kernels: bit-identical (test_checkpoint.cpp)
+            CHECK(same_bits(from_cpu, trained));
+            CHECK(same_bits(from_same, trained));
+        }
+        // The trained model classifies the held-out blobs (the predictions are not just close, but useful).
+        int64_t correct = 0;
+        for (int64_t r = 0; r < rows; ++r) correct += argmax(&from_cpu[static_cast<size_t>(r * kClasses)], kClasses) == held_out.y[r];
+        CHECK(correct >= rows * 9 / 10);
+
+        mpt_model_destroy(on_same);
+        mpt_model_destroy(on_cpu);
+        mpt_context_destroy(same);
+        mpt_context_destroy(cpu);
+    }
+}
+
+// ---- (3) bad input ----------------------------------------------------------------------------
+
+TEST_CASE("bad input fails with the CPU's status and the same context, model and trainer then train to high accuracy") {
+    BACKEND_OR_SKIP(backend);
+    Session session(backend, 96);
+    const Blobs& blobs = session.blobs;
+    const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+    const std::vector<float> before = session.weights();
+
+    SUBCASE("NaN and Inf samples") {
+        mpt_dataset_t* dataset = nullptr;
+        for (float bad : {nan, inf, -inf}) {
+            CAPTURE(bad);
+            Blobs poisoned = blobs;
+            poisoned.x[5 * kFeatures + 2] = bad;
+            CHECK_FAILS(MPT_STATUS_NON_FINITE, mpt_dataset_create_f32(session.context, poisoned.x.data(), 96, kFeatures,
+                                                                      poisoned.y.data(), kClasses, 1, &dataset));
+        }
+        CHECK(dataset == nullptr);
+        // Without the check the data is accepted, and fp32 training refuses the batch instead.
+        Blobs poisoned = blobs;
+        poisoned.x[0] = nan;  // row 0: in the first batch of an unshuffled epoch
+        REQUIRE_OK(mpt_dataset_create_f32(session.context, poisoned.x.data(), 96, kFeatures, poisoned.y.data(), kClasses,
+                                          0, &dataset));
+        float loss = -7.0f;
+        CHECK_FAILS(MPT_STATUS_NON_FINITE, mpt_trainer_step(session.trainer, dataset, 0, 16, &loss));
+        CHECK(loss == -7.0f);
+        CHECK(same_bits(before, session.weights()));  // the update was skipped
+        // The CPU stops fit at the bad step, a GPU at the end of the epoch (its other steps run):
+        // only the status is common. (The epoch counts as interrupted: a fit on data of the same
+        // geometry would finish it, so the bad data is fitted once.)
+        CHECK_FAILS(MPT_STATUS_NON_FINITE, mpt_trainer_fit(session.trainer, dataset, 1, 16, 0));
+        for (float value : session.weights()) CHECK(std::isfinite(value));
+        mpt_dataset_destroy(dataset);
+    }
+    SUBCASE("labels out of range") {
+        mpt_dataset_t* dataset = nullptr;
+        for (int32_t bad : {-1, kClasses, std::numeric_limits<int32_t>::max()}) {
+            CAPTURE(bad);
+            std::vector<int32_t> labels = blobs.y;
+            labels[95] = bad;
+            CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_dataset_create_f32(session.context, blobs.x.data(), 96, kFeatures,
+                                                                            labels.data(), kClasses, 1, &dataset));
+        }
+        CHECK(dataset == nullptr);
+        // Labels within their dataset's range but beyond the model's outputs.
+        std::vector<int32_t> five(96);
+        for (size_t i = 0; i < five.size(); ++i) five[i] = static_cast<int32_t>(i % 5);
+        REQUIRE_OK(mpt_dataset_create_f32(session.context, blobs.x.data(), 96, kFeatures, five.data(), 5, 1, &dataset));
+        CHECK_FAILS(MPT_STATUS_SHAPE_MISMATCH, mpt_trainer_fit(session.trainer, dataset, 1, 16, 0));
+        CHECK_FAILS(MPT_STATUS_SHAPE_MISMATCH, mpt_trainer_step(session.trainer, dataset, 0, 16, nullptr));
+        CHECK(same_bits(before, session.weights()));
+        mpt_dataset_destroy(dataset);
+    }
+    SUBCASE("a dataset whose feature count does not match the model") {
+        std::vector<int32_t> labels(192, 1);  // the 4-wide rows read as 2-wide: 192 rows
+        mpt_dataset_t* narrow = nullptr;
+        REQUIRE_OK(mpt_dataset_create_f32(session.context, blobs.x.data(), 192, 2, labels.data(), kClasses, 1, &narrow));
+        float loss = -7.0f, accuracy = -7.0f;
+        CHECK_FAILS(MPT_STATUS_SHAPE_MISMATCH, mpt_trainer_fit(session.trainer, narrow, 1, 16, 1));
+        CHECK_FAILS(MPT_STATUS_SHAPE_MISMATCH, mpt_trainer_step(session.trainer, narrow, 0, 16, &loss));
+        CHECK_FAILS(MPT_STATUS_SHAPE_MISMATCH, mpt_trainer_evaluate(session.trainer, narrow, 16, &loss, &accuracy));
+        CHECK(loss == -7.0f);
+        CHECK(accuracy == -7.0f);
+        CHECK(same_bits(before, session.weights()));
+        mpt_dataset_destroy(narrow);
+    }
+    SUBCASE("a batch size of 0") {
+        float loss = -7.0f, accuracy = -7.0f;
+        CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_fit(session.trainer, session.dataset, 1, 0, 0));
+        CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_fit(session.trainer, session.dataset, 1, -16, 0));
+        CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_step(session.trainer, session.dataset, 0, 0, &loss));
+        CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_evaluate(session.trainer, session.dataset, -1, &loss, &accuracy));
+        CHECK(loss == -7.0f);
+        CHECK(accuracy == -7.0f);
+        CHECK(same_bits(before, session.weights()));
+    }
+    SUBCASE("NULL handles and pointers") {
+        float loss = -7.0f, accuracy = -7.0f, out[kClasses] = {-7.0f, -7.0f, -7.0f};
+        int64_t steps = -7;
+        mpt_dataset_t* dataset = nullptr;
+        mpt_model_t* model = nullptr;
+        mpt_trainer_t* trainer = nullptr;
+        const float* x = blobs.x.data();
+        CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_fit(nullptr, session.dataset, 1, 16, 0));
+        CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_fit(session.trainer, nullptr, 1, 16, 0));
+        CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_step(nullptr, session.dataset, 0, 16, &loss));
+        CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_step(session.trainer, nullptr, 0, 16, &loss));
+        CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_evaluate(nullptr, session.dataset, 16, &loss, &accuracy));
+        CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_evaluate(session.trainer, nullptr, 16, &loss, &accuracy));
+        CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_predict(nullptr, x, 1, out, kClasses));
+        CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_predict(session.trainer, nullptr, 1, out, kClasses));
+        CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_predict(session.trainer, x, 1, nullptr, kClasses));
+        CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_model_predict(nullptr, x, 1, out, kClasses));
+        CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_model_predict(session.model, nullptr, 1, out, kClasses));
+        CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_model_predict(session.model, x, 1, nullptr, kClasses));
+        CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_get_progress(nullptr, &steps, nullptr));
+        CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_set_callbacks(nullptr, nullptr, nullptr, nullptr));
+        CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_create(nullptr, nullptr, &trainer));
+        CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_model_create(nullptr, kFeatures, &model));
+        CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT,
+                    mpt_dataset_create_f32(nullptr, x, 4, kFeatures, blobs.y.data(), kClasses, 1, &dataset));
+        CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT,
+                    mpt_dataset_create_f32(session.context, nullptr, 4, kFeatures, blobs.y.data(), kClasses, 1, &dataset));
+        CHECK(loss == -7.0f);
+        CHECK(accuracy == -7.0f);
+        CHECK(steps == -7);
+        for (float value : out) CHECK(value == -7.0f);
+        CHECK(dataset == nullptr);
+        CHECK(model == nullptr);
+        CHECK(trainer == nullptr);
+        CHECK(same_bits(before, session.weights()));
+    }
+    SUBCASE("a dataset from another context (on the CPU)") {
+        mpt_context_t* cpu = new_context(MPT_BACKEND_CPU);
+        mpt_dataset_t* foreign = new_dataset(cpu, blobs);
+        // test_capi_errors.cpp asks only for a failure with a message.
+        const mpt_status status = mpt_trainer_fit(session.trainer, foreign, 1, 16, 0);
+        CHECK(status != MPT_STATUS_OK);
+        CHECK(std::string(mpt_last_error()) != "");
+        CHECK(mpt_trainer_evaluate(session.trainer, foreign, 16, nullptr, nullptr) != MPT_STATUS_OK);
+        CHECK(same_bits(before, session.weights()));
+        mpt_dataset_destroy(foreign);
+        mpt_context_destroy(cpu);
+    }
+
+    // The same handles train the good data to high accuracy.
+    REQUIRE_OK(mpt_trainer_fit(session.trainer, session.dataset, 10, 16, 1));
+    float loss = -1.0f, accuracy = -1.0f;
+    REQUIRE_OK(mpt_trainer_evaluate(session.trainer, session.dataset, 0, &loss, &accuracy));
+    CHECK(std::isfinite(loss));
+    CHECK(accuracy > 0.9f);
+    std::vector<float> out = model_predict(session.model, blobs.x, 4, kClasses);
+    for (float p : out) CHECK(std::isfinite(p));
+}
+
+// ---- (4) a cancelling progress callback -------------------------------------------------------
+
+namespace {
+
+struct ProgressLog {
+    int64_t cancel_at_step = -1;   // the progress call for this step returns 1; -1: never
+    std::vector<int64_t> steps;    // every reported step, in the order reported
+    int64_t steps_per_epoch = 0;
+    int64_t epoch_end_calls = 0;
+    bool arguments_ok = true;      // epoch 0, finite loss, accuracy in [0, 1]
+};
+
+int on_progress(int64_t epoch, int64_t step, int64_t steps_per_epoch, float loss, float accuracy, void* user_data) {
+    ProgressLog& log = *static_cast<ProgressLog*>(user_data);
+    log.steps.push_back(step);
+    log.steps_per_epoch = steps_per_epoch;
+    log.arguments_ok &= epoch == 0 && std::isfinite(loss) && loss >= 0.0f && accuracy >= 0.0f && accuracy <= 1.0f;
+    return step == log.cancel_at_step ? 1 : 0;
+}
+
+int on_epoch_end(int64_t epoch, float, float, void* user_data) {
+    ProgressLog& log = *static_cast<ProgressLog*>(user_data);
+    ++log.epoch_end_calls;
+    log.arguments_ok &= epoch == 0;
+    return 0;
+}
+
+std::vector<int64_t> step_range(int64_t first, int64_t last) {
+    std::vector<int64_t> steps;
+    for (int64_t s = first; s <= last; ++s) steps.push_back(s);
+    return steps;
+}
+
+}  // namespace
+
+TEST_CASE("a progress callback returning non-zero cancels fit, the progress says where, and the next fit finishes the epoch") {
+    BACKEND_OR_SKIP(backend);
+    constexpr int64_t kRows = 640, kBatch = 16, kSteps = kRows / kBatch, kCancelAt = 5;
+    // On a GPU the call for a step comes once the device has finished it, and the steps queued
+    // behind it (at most 8, see mpt_progress_fn) have been issued: they run or are stopped.
+    constexpr int64_t kQueuedAtMost = 8;
+
+    std::vector<float> uninterrupted;
+    {
+        Session reference(backend, kRows);
+        REQUIRE_OK(mpt_trainer_fit(reference.trainer, reference.dataset, 1, kBatch, 1));
+        uninterrupted = reference.weights();
+    }
+
+    Session session(backend, kRows);
+    ProgressLog log;
+    log.cancel_at_step = kCancelAt;
+    REQUIRE_OK(mpt_trainer_set_callbacks(session.trainer, on_progress, on_epoch_end, &log));
+    CHECK_FAILS(MPT_STATUS_CANCELLED, mpt_trainer_fit(session.trainer, session.dataset, 3, kBatch, 1));
+    CHECK(log.steps == step_range(1, kCancelAt));  // every step up to the cancel, in order, and no more
+    CHECK(log.steps_per_epoch == kSteps);
+    CHECK(log.epoch_end_calls == 0);
+    CHECK(log.arguments_ok);
+    int64_t stopped = -1, epochs = -1;
+    REQUIRE_OK(mpt_trainer_get_progress(session.trainer, &stopped, &epochs));
+    CHECK(epochs == 0);
+    MESSAGE(backend_name(backend) << ": cancelled at step " << kCancelAt << ", stopped after " << stopped << " steps");
+    if (backend == MPT_BACKEND_CPU) {
+        CHECK(stopped == kCancelAt);  // called after each step: nothing runs behind the cancel
+    } else {
+        CHECK(stopped >= kCancelAt);
+        CHECK(stopped <= kCancelAt + kQueuedAtMost);
+    }
+
+    // The next fit on the same data, batch size and shuffling finishes the interrupted epoch from
+    // the step after the last one taken: one epoch in all.
+    log = ProgressLog{};
+    REQUIRE_OK(mpt_trainer_set_callbacks(session.trainer, on_progress, on_epoch_end, &log));
+    REQUIRE_OK(mpt_trainer_fit(session.trainer, session.dataset, 1, kBatch, 1));
+    CHECK(log.steps == step_range(stopped + 1, kSteps));
+    CHECK(log.epoch_end_calls == 1);
+    CHECK(log.arguments_ok);
+    int64_t steps = -1;
+    REQUIRE_OK(mpt_trainer_get_progress(session.trainer, &steps, &epochs));
+    CHECK(steps == kSteps);
+    CHECK(epochs == 1);
+    // ... and ends where the uninterrupted epoch did.
+    const std::vector<float> weights = session.weights();
+    const double error = normalised_error(weights, uninterrupted);
+    MESSAGE(backend_name(backend) << ": cancelled and finished epoch "
+                                  << std::string(same_bits(weights, uninterrupted) ? "bit-identical" : "not bit-identical")
+                                  << " to the uninterrupted one (normalised error " << error << ")");
+    CHECK(error <= kResumeBound);
+    if (backend == MPT_BACKEND_CPU) CHECK(same_bits(weights, uninterrupted));
+
+    REQUIRE_OK(mpt_trainer_set_callbacks(session.trainer, nullptr, nullptr, nullptr));
+    REQUIRE_OK(mpt_trainer_fit(session.trainer, session.dataset, 1, kBatch, 1));
+    REQUIRE_OK(mpt_trainer_get_progress(session.trainer, &steps, &epochs));
+    CHECK(steps == 2 * kSteps);
+    CHECK(epochs == 2);
+    CHECK(log.steps.size() == static_cast<size_t>(kSteps - stopped));  // no calls once cleared
+}
+
+// ---- (5) evaluate, trainer predict and model predict ------------------------------------------
+
+TEST_CASE("evaluate and trainer predict agree with model predict on the same rows") {
+    BACKEND_OR_SKIP(backend);
+    // 200 rows: one batch for evaluate and for predict (which batches by max(last batch, 256)), so
+    // both run the same forward pass on the same GEMM shapes. Spread wide enough that some rows
+    // are misclassified, so that the accuracies compared are not all 1.
+    const Blobs test = make_blobs(200, 99, 1.5);
+    const int64_t rows = test.rows();
+    for (mpt_precision precision : {MPT_PRECISION_FP32, MPT_PRECISION_MIXED_BF16}) {
+        CAPTURE(precision);
+        Session session(backend, 96, precision, MPT_OPTIMIZER_SGD, 0.1f);
+        REQUIRE_OK(mpt_trainer_fit(session.trainer, session.dataset, 3, 16, 1));
+        mpt_dataset_t* dataset = new_dataset(session.context, test);
+        float loss = -1.0f, accuracy = -1.0f;
+        REQUIRE_OK(mpt_trainer_evaluate(session.trainer, dataset, rows, &loss, &accuracy));
+        const std::vector<float> low = trainer_predict(session.trainer, test.x, rows, kClasses);
+        const std::vector<float> exact = model_predict(session.model, test.x, rows, kClasses);
+        const std::vector<float> reference =
+            reference_predict(layers_of(session.model, kFeatures, kSmallModel), test.x, rows);
+
+        // Rows whose top two probabilities (in the trainer's precision) lie within the rounding of the
+        // comparison may flip their class between fp32 and the trainer's precision, and on a GPU
+        // between evaluate and predict should their inputs reach the device by different paths
+        // (gather versus host upload). Such rows are counted and excused.
+        const double margin = precision == MPT_PRECISION_FP32 ? kFp32Bound : 8 * kBf16Roundoff;
+        int64_t correct = 0, correct_exact = 0, near_ties = 0;
+        double exact_loss = 0.0;
+        for (int64_t r = 0; r < rows; ++r) {
+            const float* p = &low[static_cast<size_t>(r * kClasses)];
+            const float* q = &exact[static_cast<size_t>(r * kClasses)];
+            correct += argmax(p, kClasses) == test.y[r];
+            correct_exact += argmax(q, kClasses) == test.y[r];
+            std::vector<float> sorted(p, p + kClasses);
+            std::sort(sorted.begin(), sorted.end());
+            near_ties += sorted[kClasses - 1] - sorted[kClasses - 2] <= margin;
+            exact_loss -= std::log(std::max(static_cast<double>(q[test.y[r]]), 1e-30));
+        }
+        exact_loss /= static_cast<double>(rows);
+        const float predicted_accuracy = static_cast<float>(static_cast<double>(correct) / static_cast<double>(rows));
+        MESSAGE(backend_name(backend) << ", precision " << precision << ": evaluate accuracy " << accuracy << ", loss "
+                                      << loss << "; from trainer predict " << predicted_accuracy << ", from model "
+                                      << "predict " << static_cast<double>(correct_exact) / static_cast<double>(rows)
+                                      << ", loss " << exact_loss << "; near ties " << near_ties
+                                      << "; trainer vs model predict: normalised " << normalised_error(low, exact)
+                                      << ", largest " << largest_difference(low, exact));
+        CHECK(accuracy > 0.6f);  // chance is 1/3; the blobs overlap at this spread
+        if (backend == MPT_BACKEND_CPU || near_ties == 0)
+            CHECK(predicted_accuracy == accuracy);  // on the CPU the same code path, bit for bit
+        else
+            CHECK(std::fabs(predicted_accuracy - accuracy) <= static_cast<double>(near_ties) / static_cast<double>(rows));
+        // fp32 against the trainer's precision: rows within the rounding of a tie may flip.
+        CHECK(std::llabs(correct_exact - correct) <= near_ties);
+        for (int64_t r = 0; r < rows; ++r) {
+            double sum = 0.0;
+            for (int64_t c = 0; c < kClasses; ++c) sum += low[static_cast<size_t>(r * kClasses + c)];
+            CHECK(sum == doctest::Approx(1.0).epsilon(1e-5));  // the softmax head runs in fp32
+        }
+        CHECK(normalised_error(exact, reference) <= kFp32Bound);
+        if (precision == MPT_PRECISION_FP32) {
+            CHECK(normalised_error(low, exact) <= kFp32Bound);
+            // evaluate's loss from the logits, against -log p from fp32 probabilities: the same within
+            // fp32 rounding of well-classified rows (p near 1, -log p near 1 - p).
+            CHECK(loss == doctest::Approx(exact_loss).epsilon(1e-3).scale(1e-4));
+        } else {
+            // Probabilities from logits with a relative error of a few bf16 roundoffs (test_training.cpp).
+            CHECK(largest_difference(low, exact) <= 8 * kBf16Roundoff);
+            CHECK(loss == doctest::Approx(exact_loss).epsilon(8 * kBf16Roundoff).scale(0.1));
+        }
+        mpt_dataset_destroy(dataset);
+    }
+}
