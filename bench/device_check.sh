@@ -97,7 +97,7 @@ cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMPTRAIN_CUDA=ON -DM
     -DMPTRAIN_BUILD_SAMPLES=ON -DMPTRAIN_BUILD_BENCH=ON >"$WORK/configure.log" 2>&1 \
     || { tail -30 "$WORK/configure.log"; cp "$WORK/configure.log" "$OUT/"; exit 3; }
 grep -E "mptrain:" "$WORK/configure.log" || true
-if ! timeout 240 ninja -C "$BUILD" -j "$(nproc)" >"$WORK/build.log" 2>&1; then
+if ! limited 240 ninja -C "$BUILD" -j "$(nproc)" >"$WORK/build.log" 2>&1; then
     grep -E "error|FAILED" "$WORK/build.log" | head -40; tail -20 "$WORK/build.log"; cp "$WORK/build.log" "$OUT/"; exit 4
 fi
 echo "built"

@@ -1020,6 +1020,51 @@ TEST_CASE("a progress callback that returns non-zero cancels fit with CANCELLED,
     CHECK(log.progress_calls == 2 * (96 / 32));
 }
 
+TEST_CASE("a failure at an epoch's last step closes that epoch: the next fit trains a whole new one") {
+    // 96 rows, batch 16: 6 steps an epoch. Every step of the failing epoch ran, so nothing is left to
+    // resume; the next fit(1) must train 6 steps, not "finish" an epoch that has none left.
+    SUBCASE("NaN in the last batch of an unshuffled epoch") {
+        Session session;
+        Blobs poisoned = session.blobs;
+        poisoned.x[95 * kFeatures] = std::numeric_limits<float>::quiet_NaN();
+        mpt_dataset_t* dataset = nullptr;
+        REQUIRE_OK(mpt_dataset_create_f32(session.context, poisoned.x.data(), 96, kFeatures, poisoned.y.data(),
+                                          kClasses, 0, &dataset));
+        CHECK_FAILS(MPT_STATUS_NON_FINITE, mpt_trainer_fit(session.trainer, dataset, 1, 16, 0));
+        int64_t steps = 0, epochs = -1;
+        REQUIRE_OK(mpt_trainer_get_progress(session.trainer, &steps, &epochs));
+        CHECK(steps == 6);
+        CHECK(epochs == 1);
+        REQUIRE_OK(mpt_trainer_fit(session.trainer, session.dataset, 1, 16, 0));
+        REQUIRE_OK(mpt_trainer_get_progress(session.trainer, &steps, &epochs));
+        CHECK(steps == 12);
+        CHECK(epochs == 2);
+        mpt_dataset_destroy(dataset);
+        require_usable(session);
+    }
+    SUBCASE("a progress callback cancelling at the last step") {
+        Session session;
+        CallbackLog log;
+        log.trainer = session.trainer;
+        log.cancel_at_call = 6;
+        REQUIRE_OK(mpt_trainer_set_callbacks(session.trainer, on_progress, on_epoch_end, &log));
+        CHECK_FAILS(MPT_STATUS_CANCELLED, mpt_trainer_fit(session.trainer, session.dataset, 1, 16, 1));
+        CHECK(log.epoch_end_calls == 0);
+        int64_t steps = 0, epochs = -1;
+        REQUIRE_OK(mpt_trainer_get_progress(session.trainer, &steps, &epochs));
+        CHECK(steps == 6);
+        CHECK(epochs == 1);
+        log.cancel_at_call = -1;
+        log.progress_calls = 0;
+        REQUIRE_OK(mpt_trainer_fit(session.trainer, session.dataset, 1, 16, 1));
+        CHECK(log.progress_calls == 6);
+        CHECK(log.epoch_end_calls == 1);
+        REQUIRE_OK(mpt_trainer_get_progress(session.trainer, &steps, &epochs));
+        CHECK(steps == 12);
+        CHECK(epochs == 2);
+    }
+}
+
 TEST_CASE("an epoch-end callback that returns non-zero stops fit with CANCELLED after that epoch") {
     Session session;
     CallbackLog log;

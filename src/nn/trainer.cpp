@@ -284,7 +284,9 @@ void Trainer::fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bo
             ++steps_taken_;
             if (reporting) {
                 issue_report(s + 1);
-                deliver_landed_reports(steps, batch_rows);
+                // The last step's report is delivered at the epoch's end, where a failure it brings
+                // closes the epoch (all its steps ran) instead of leaving it open with nothing left.
+                if (s + 1 < steps) deliver_landed_reports(steps, batch_rows);
             }
             if (s + 1 < steps) checkpoint_if_due(false);
         }
@@ -305,6 +307,13 @@ void Trainer::fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bo
             // "resuming" an epoch with no step left.
             reports_pending_ = 0;
             close_epoch();
+            // Steps whose reports were dropped may have been skipped as non-finite: that is known now
+            // (the cancel or failure being reported covers it), not news for the next fit.
+            try {
+                skipped_seen_ = executor_.read_state().skipped_steps;
+            } catch (...) {
+                // A device fault: the error already being reported, or the next call, says so.
+            }
             throw;
         }
         double metrics[kMetricsCount];

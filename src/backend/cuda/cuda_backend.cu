@@ -5,6 +5,8 @@
 // graph replay. The cuBLASLt workspace is not here: it comes with each op from the executor's arena.
 #include "backend/cuda/cuda_backend.cuh"
 
+#include <cuda.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -12,13 +14,13 @@
 #include <iterator>
 
 #include "backend/cuda/cuda_backend.h"
-#include "backend/device_scope.h"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_convert.cuh"
 #include "backend/cuda/cuda_fused_sgd.cuh"
 #include "backend/cuda/cuda_gather.cuh"
 #include "backend/cuda/cuda_max_abs.cuh"
 #include "backend/cuda/cuda_step_state.cuh"
+#include "backend/device_scope.h"
 #include "memory/memory_tracker.h"
 
 namespace mpt {
@@ -83,19 +85,52 @@ std::unique_ptr<Backend> create_cuda_backend(int device, MemoryTracker* memory) 
     return std::make_unique<CudaBackend>(device, memory);
 }
 
+namespace {
+
+// cuCtxGetCurrent / cuCtxSetCurrent, resolved through the runtime (no link to libcuda); null when
+// no driver answers.
+struct DriverContextCalls {
+    CUresult (*get)(CUcontext*) = nullptr;
+    CUresult (*set)(CUcontext) = nullptr;
+};
+
+const DriverContextCalls& driver_context_calls() {
+    static const DriverContextCalls calls = [] {
+        DriverContextCalls found;
+        void* get = nullptr;
+        void* set = nullptr;
+        cudaDriverEntryPointQueryResult get_status{}, set_status{};
+        if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &get, 4000, cudaEnableDefault, &get_status) ==
+                cudaSuccess &&
+            cudaGetDriverEntryPointByVersion("cuCtxSetCurrent", &set, 4000, cudaEnableDefault, &set_status) ==
+                cudaSuccess &&
+            get_status == cudaDriverEntryPointSuccess && set_status == cudaDriverEntryPointSuccess) {
+            found.get = reinterpret_cast<CUresult (*)(CUcontext*)>(get);
+            found.set = reinterpret_cast<CUresult (*)(CUcontext)>(set);
+        }
+        cudaGetLastError();
+        return found;
+    }();
+    return calls;
+}
+
+}  // namespace
+
 DeviceScope::DeviceScope(bool cuda_may_start) noexcept {
     if (!cuda_may_start && !cuda_backend_created.load(std::memory_order_relaxed)) return;
-    if (cudaGetDevice(&saved_) != cudaSuccess) {
-        cudaGetLastError();
-        saved_ = -1;
-    }
+    const DriverContextCalls& calls = driver_context_calls();
+    CUcontext current = nullptr;
+    if (!calls.get || calls.get(&current) != CUDA_SUCCESS) return;
+    saved_context_ = current;
+    active_ = true;
 }
 
 DeviceScope::~DeviceScope() {
-    if (saved_ < 0) return;
-    int current = -1;
-    if (cudaGetDevice(&current) == cudaSuccess && current != saved_) cudaSetDevice(saved_);
-    cudaGetLastError();  // nothing of this reaches the application or the next check
+    if (!active_) return;
+    const DriverContextCalls& calls = driver_context_calls();
+    CUcontext current = nullptr;
+    if (calls.get(&current) == CUDA_SUCCESS && current != static_cast<CUcontext>(saved_context_))
+        calls.set(static_cast<CUcontext>(saved_context_));
 }
 
 CudaBackend::CudaBackend(int device, MemoryTracker* memory) : device_(device), memory_(memory) {
