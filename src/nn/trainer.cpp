@@ -81,9 +81,7 @@ Trainer::~Trainer() {
         backend.scheduler().synchronize();
     } catch (...) {
     }
-    release_order(epoch_order_device_, epoch_order_capacity_);
-    release_order(identity_device_, identity_capacity_);
-    backend.release_host(reports_);
+    backend.release_host(reports_);  // the order arenas go with the members, after the sync above
 }
 
 void Trainer::check_dataset(const Dataset& dataset) const {
@@ -109,37 +107,28 @@ void Trainer::check_dataset(const Dataset& dataset) const {
     }
 }
 
-void Trainer::reserve_order(void*& buffer, int64_t& capacity, int64_t rows) {
-    if (rows <= capacity) return;
+namespace {
+
+int64_t order_capacity(const Arena& order) { return static_cast<int64_t>(order.bytes() / sizeof(int32_t)); }
+int32_t* order_rows(const Arena& order) { return static_cast<int32_t*>(order.base()); }
+
+}  // namespace
+
+void Trainer::reserve_order(Arena& order, int64_t rows) {
+    if (rows <= order_capacity(order)) return;
     Context& context = *model_->context();
     context.backend().scheduler().synchronize();  // a gather may still read the old buffer
-    release_order(buffer, capacity);
-    const size_t bytes = static_cast<size_t>(rows) * sizeof(int32_t);
-    context.memory().reserve(bytes);  // OUT_OF_MEMORY past the budget, before allocating
-    try {
-        buffer = context.backend().allocate(bytes);
-    } catch (...) {
-        context.memory().unreserve(bytes);
-        throw;
-    }
-    capacity = rows;
-}
-
-void Trainer::release_order(void*& buffer, int64_t& capacity) noexcept {
-    Context& context = *model_->context();
-    context.backend().release(buffer);
-    context.memory().unreserve(static_cast<size_t>(capacity) * sizeof(int32_t));
-    buffer = nullptr;
-    capacity = 0;
+    order = Arena();  // released first, so the budget has room for the larger one
+    order = Arena(context.backend(), context.memory(), static_cast<size_t>(rows) * sizeof(int32_t));
 }
 
 const int32_t* Trainer::identity_order(int64_t rows) {
-    if (rows > identity_capacity_) {
-        reserve_order(identity_device_, identity_capacity_, rows);
+    if (rows > order_capacity(identity_order_)) {
+        reserve_order(identity_order_, rows);
         // Issued on the compute lane, where step and evaluate also gather.
-        model_->context()->backend().fill_order(static_cast<int32_t*>(identity_device_), rows, false, 0);
+        model_->context()->backend().fill_order(order_rows(identity_order_), rows, false, 0);
     }
-    return static_cast<const int32_t*>(identity_device_);
+    return order_rows(identity_order_);
 }
 
 void Trainer::run_gather(void* argument) {
@@ -234,16 +223,16 @@ void Trainer::fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bo
         int64_t first_step = 0;
         if (resume) {
             if (!restored_order_.empty()) {
-                reserve_order(epoch_order_device_, epoch_order_capacity_, rows);
-                backend.copy_to_device(epoch_order_device_, restored_order_.data(), restored_order_.size() * sizeof(int32_t));
+                reserve_order(epoch_order_, rows);
+                backend.copy_to_device(epoch_order_.base(), restored_order_.data(), restored_order_.size() * sizeof(int32_t));
                 restored_order_.clear();
             }
             first_step = steps_into_epoch_;
             resume = false;
         } else {
             restored_order_.clear();
-            reserve_order(epoch_order_device_, epoch_order_capacity_, rows);
-            backend.fill_order(static_cast<int32_t*>(epoch_order_device_), rows, shuffle, shuffle ? shuffle_rng_.next_u64() : 0);
+            reserve_order(epoch_order_, rows);
+            backend.fill_order(order_rows(epoch_order_), rows, shuffle, shuffle ? shuffle_rng_.next_u64() : 0);
             executor_.reset_metrics();
             steps_into_epoch_ = 0;
         }
@@ -251,7 +240,7 @@ void Trainer::fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bo
         // The copy lane reads the order: it starts after the compute lane has written it.
         scheduler.wait(Lane::copy, scheduler.record(Lane::compute));
         executor_.sync_weights();
-        const int32_t* order = static_cast<const int32_t*>(epoch_order_device_);
+        const int32_t* order = order_rows(epoch_order_);
         const int32_t* host_order = nullptr;
         if (view.streamed) {  // the host picks the rows it stages: it needs the order too (once an epoch)
             host_epoch_order_.resize(static_cast<size_t>(rows));
@@ -428,7 +417,7 @@ TrainerSnapshot Trainer::snapshot() const {
             snapshot.epoch_order = restored_order_;
         } else if (device_has_epoch_order_) {
             snapshot.epoch_order.resize(static_cast<size_t>(epoch_rows_));
-            model_->context()->backend().copy_to_host(snapshot.epoch_order.data(), epoch_order_device_,
+            model_->context()->backend().copy_to_host(snapshot.epoch_order.data(), epoch_order_.base(),
                                                       snapshot.epoch_order.size() * sizeof(int32_t));
         }
     }

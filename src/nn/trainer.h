@@ -106,10 +106,9 @@ private:
     static void run_train_step(void* task);
 
     void check_dataset(const Dataset& dataset) const;
-    // Grows a backend order buffer to `rows` entries (contents lost on growth).
-    // Row-order buffers in backend memory, charged to the context's memory like the arenas.
-    void reserve_order(void*& buffer, int64_t& capacity, int64_t rows);
-    void release_order(void*& buffer, int64_t& capacity) noexcept;
+    // Grows a row-order buffer (an arena of its own, so charged to the context's memory) to `rows`
+    // int32 entries; contents are lost on growth.
+    void reserve_order(Arena& order, int64_t rows);
     // The identity order over at least `rows` rows, for step and evaluate.
     const int32_t* identity_order(int64_t rows);
     // Raises MPT_STATUS_NON_FINITE when a step without loss scaling met NaN/Inf (its update was skipped).
@@ -129,11 +128,9 @@ private:
     Executor executor_;
     TrainerCallbacks callbacks_;
     Rng shuffle_rng_;
-    void* epoch_order_device_ = nullptr;  // fit's order; outlives an interrupted epoch for its resume
-    int64_t epoch_order_capacity_ = 0;
+    Arena epoch_order_;  // fit's order; outlives an interrupted epoch for its resume
     bool device_has_epoch_order_ = false;  // it holds the current (or interrupted) epoch's order
-    void* identity_device_ = nullptr;
-    int64_t identity_capacity_ = 0;
+    Arena identity_order_;
     int64_t last_batch_size_ = 0;
     int64_t epochs_completed_ = 0;
     int64_t steps_into_epoch_ = 0;

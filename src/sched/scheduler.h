@@ -10,6 +10,8 @@ namespace mpt {
 
 enum class Lane : uint8_t { compute = 0, copy = 1 };
 
+inline Lane other_lane(Lane lane) { return lane == Lane::compute ? Lane::copy : Lane::compute; }
+
 // A task is a plain function and argument, so submitting one never allocates.
 using TaskFn = void (*)(void* argument);
 

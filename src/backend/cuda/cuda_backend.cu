@@ -46,42 +46,49 @@ bool graphs_enabled_by_environment() {
 
 // ---- creation ----------------------------------------------------------------------------------
 
-int cuda_device_count() {
+namespace {
+
+// Usable devices: 0, with `why` set, when there is no driver, no device or no cuBLASLt.
+int usable_devices(std::string& why) {
     int count = 0;
     const cudaError_t status = cudaGetDeviceCount(&count);
     if (status != cudaSuccess) {
         cudaGetLastError();  // no driver or no device: not an error for callers, and not sticky
+        why = std::string("cudaGetDeviceCount failed: ") + cudaGetErrorName(status) + ": " + cudaGetErrorString(status);
         return 0;
     }
-    return count > 0 && cublaslt() ? count : 0;  // without cuBLASLt no device is usable
+    if (count == 0) {
+        why = "no CUDA device present";
+        return 0;
+    }
+    std::string library_failure;
+    if (!cublaslt(&library_failure)) {
+        why = "cuBLASLt cannot be loaded (" + library_failure + ")";
+        return 0;
+    }
+    return count;
+}
+
+}  // namespace
+
+int cuda_device_count() {
+    std::string why;
+    return usable_devices(why);
 }
 
 std::string cuda_unavailable_reason() {
-    int count = 0;
-    const cudaError_t status = cudaGetDeviceCount(&count);
-    if (status != cudaSuccess) {
-        cudaGetLastError();
-        return std::string("cudaGetDeviceCount failed: ") + cudaGetErrorName(status) + ": " + cudaGetErrorString(status);
-    }
-    if (count == 0) return "no CUDA device present";
     std::string why;
-    if (!cublaslt(&why)) return "cuBLASLt cannot be loaded (" + why + ")";
-    return "";
+    usable_devices(why);
+    return why;
 }
 
 std::unique_ptr<Backend> create_cuda_backend(int device, MemoryTracker* memory) {
-    int count = 0;
-    const cudaError_t status = cudaGetDeviceCount(&count);
-    if (status != cudaSuccess) {
-        cudaGetLastError();
-        fail(MPT_STATUS_BACKEND_UNAVAILABLE, std::string("cuda backend: no usable CUDA device (") +
-                                                 cudaGetErrorName(status) + ": " + cudaGetErrorString(status) + ")");
-    }
+    std::string why;
+    const int count = usable_devices(why);
+    if (count == 0) fail(MPT_STATUS_BACKEND_UNAVAILABLE, "cuda backend: no usable CUDA device (" + why + ")");
     if (device < 0 || device >= count)
         fail(MPT_STATUS_BACKEND_UNAVAILABLE, "cuda backend: device " + std::to_string(device) + " requested, " +
                                                  std::to_string(count) + " present");
-    std::string why;
-    if (!cublaslt(&why)) fail(MPT_STATUS_BACKEND_UNAVAILABLE, "cuda backend: cuBLASLt cannot be loaded (" + why + ")");
     return std::make_unique<CudaBackend>(device, memory);
 }
 
@@ -295,8 +302,7 @@ void CudaBackend::copy_to_device(void* destination, const void* source, size_t b
     flush_recording();
     activate();
     // The other lane may still read the bytes this overwrites (as copy_to_host, the other way).
-    const Lane other = scheduler_->current_lane() == Lane::compute ? Lane::copy : Lane::compute;
-    scheduler_->order_other_lane_after(other);
+    scheduler_->order_other_lane_after(other_lane(scheduler_->current_lane()));
     MPT_CUDA_CHECK(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyHostToDevice, stream()));
     scheduler_->count_host_sync();
     MPT_CUDA_CHECK(cudaStreamSynchronize(stream()));
@@ -307,8 +313,7 @@ void CudaBackend::copy_to_host(void* destination, const void* source, size_t byt
     flush_recording();
     activate();
     // The bytes may have been written by either lane.
-    const Lane other = scheduler_->current_lane() == Lane::compute ? Lane::copy : Lane::compute;
-    scheduler_->order_other_lane_after(other);
+    scheduler_->order_other_lane_after(other_lane(scheduler_->current_lane()));
     MPT_CUDA_CHECK(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDeviceToHost, stream()));
     scheduler_->count_host_sync();
     MPT_CUDA_CHECK(cudaStreamSynchronize(stream()));

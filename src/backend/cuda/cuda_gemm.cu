@@ -87,11 +87,11 @@ GemmChoice choose_gemm(CudaGemm& gemm, bool try_fused, const GemmKey& fused, con
 }
 
 GemmPlan::~GemmPlan() {
-    const CublasLt& lt_ = *cublaslt();  // loaded: plans exist only after a CudaGemm was made
-    if (layout_d) lt_.matrix_layout_destroy(layout_d);
-    if (layout_b) lt_.matrix_layout_destroy(layout_b);
-    if (layout_a) lt_.matrix_layout_destroy(layout_a);
-    if (desc) lt_.matmul_desc_destroy(desc);
+    const CublasLt& lt = *cublaslt();  // loaded: plans exist only after a CudaGemm was made
+    if (layout_d) lt.matrix_layout_destroy(layout_d);
+    if (layout_b) lt.matrix_layout_destroy(layout_b);
+    if (layout_a) lt.matrix_layout_destroy(layout_a);
+    if (desc) lt.matmul_desc_destroy(desc);
 }
 
 namespace {

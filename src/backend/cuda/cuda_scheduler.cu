@@ -113,7 +113,7 @@ double CudaScheduler::timer_seconds() {
 }
 
 void CudaScheduler::order_other_lane_after(Lane lane) {
-    const Lane other = lane == Lane::compute ? Lane::copy : Lane::compute;
+    const Lane other = other_lane(lane);
     uint64_t ticket;
     const cudaEvent_t event = next_event(lane, ticket);
     MPT_CUDA_CHECK(cudaEventRecord(event, stream(lane)));
