@@ -3,7 +3,6 @@
 
 using mpt::capi::impl_of;
 using mpt::capi::require_pointer;
-using mpt::fail;
 using mpt::require;
 
 extern "C" {

@@ -4,7 +4,6 @@
 
 using mpt::capi::impl_of;
 using mpt::capi::require_pointer;
-using mpt::require;
 
 extern "C" {
 

@@ -2,9 +2,7 @@
 // (create datasets, add layers, set options, fit, step, evaluate, predict, get/set weights, save and
 // load files) with fuzzed arguments, NULLs and out-of-range values. Every call must return a status
 // and leave every handle usable; sanitizers catch anything else. Sizes are bounded to keep it fast.
-// fuzz-sources: src/core/dtype.cpp src/core/context.cpp src/core/thread_pool.cpp src/memory/memory_tracker.cpp src/memory/arena_plan.cpp src/memory/arena.cpp src/sched/cpu_scheduler.cpp src/amp/precision_policy.cpp src/backend/cpu/cpu_backend.cpp src/backend/cpu/cpu_gemm.cpp src/backend/cpu/cpu_loss_head.cpp src/nn/activation.cpp src/nn/loss.cpp src/nn/model.cpp src/nn/executor.cpp src/nn/inference.cpp src/nn/trainer.cpp src/nn/model_file.cpp src/nn/checkpoint.cpp src/io/crc32c.cpp src/io/atomic_file.cpp src/io/safetensors.cpp src/data/dataset.cpp src/data/cifar10.cpp src/backend/cuda_unavailable.cpp capi/capi_errors.cpp capi/capi_context.cpp capi/capi_model.cpp capi/capi_dataset.cpp capi/capi_trainer.cpp
 // fuzz-options: -max_len=512
-// fuzz-flags: -DMPTRAIN_HAVE_OPENBLAS -I/usr/include/x86_64-linux-gnu -lopenblas -lpthread
 #include <mptrain/mptrain.h>
 #include <unistd.h>
 

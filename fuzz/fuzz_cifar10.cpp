@@ -2,9 +2,7 @@
 // an exact-size file built from the rest, or the raw bytes at whatever size), loaded with a limit the
 // input also picks. Any input must load or fail with IO_ERROR / CORRUPT_DATA, and a loaded set must
 // hold only labels 0..9.
-// fuzz-sources: src/core/dtype.cpp src/core/context.cpp src/core/thread_pool.cpp src/memory/memory_tracker.cpp src/memory/arena_plan.cpp src/memory/arena.cpp src/sched/cpu_scheduler.cpp src/amp/precision_policy.cpp src/backend/cpu/cpu_backend.cpp src/backend/cpu/cpu_gemm.cpp src/backend/cpu/cpu_loss_head.cpp src/nn/activation.cpp src/nn/loss.cpp src/nn/model.cpp src/nn/executor.cpp src/nn/inference.cpp src/nn/trainer.cpp src/nn/model_file.cpp src/nn/checkpoint.cpp src/io/crc32c.cpp src/io/atomic_file.cpp src/io/safetensors.cpp src/data/dataset.cpp src/data/cifar10.cpp src/backend/cuda_unavailable.cpp
 // fuzz-options: -max_len=8192
-// fuzz-flags: -DMPTRAIN_HAVE_OPENBLAS -I/usr/include/x86_64-linux-gnu -lopenblas -lpthread
 #include <unistd.h>
 
 #include <cstdint>

@@ -1,6 +1,5 @@
 // libFuzzer target for CRC32C: the slicing-by-8 implementation must equal the bitwise definition on
 // any input, whole and split at any point (the first byte chooses the split).
-// fuzz-sources: src/io/crc32c.cpp
 // fuzz-options: -max_len=1024
 #include <cstdint>
 #include <cstdlib>

@@ -1,7 +1,6 @@
 // libFuzzer target for the safetensors reader: any input must either parse or be rejected with
 // MPT_STATUS_CORRUPT_DATA, never crash or read out of bounds; what parses must survive a round trip
 // through the writer unchanged.
-// fuzz-sources: src/io/safetensors.cpp src/io/crc32c.cpp src/io/atomic_file.cpp
 // fuzz-options: -max_len=4096 -dict=fuzz/safetensors.dict
 #include <cstdint>
 #include <cstdlib>

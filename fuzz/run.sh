@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Nightly-style fuzzing (not run in CI): builds every fuzz/fuzz_<name>.cpp with clang's libFuzzer,
-# AddressSanitizer and UndefinedBehaviorSanitizer, then runs each target for a bounded time on its
-# seed corpus fuzz/corpus/<name>/ (read-only; new inputs go to the build directory).
+# AddressSanitizer and UndefinedBehaviorSanitizer (CMake, -DMPTRAIN_FUZZ=ON: the targets link what the
+# library is built from), then runs each target for a bounded time on its seed corpus
+# fuzz/corpus/<name>/ (read-only; new inputs go to the build directory).
 #
 #   fuzz/run.sh [seconds per target, default 300] [target name ...]
 #
-# A target names the sources it links on a "// fuzz-sources:" line and may add libFuzzer options on
-# a "// fuzz-options:" line and compiler/linker flags on a "// fuzz-flags:" line (paths are relative
-# to the repository root). Crashes land in $MPTRAIN_FUZZ_DIR/artifacts/<name>/; keep each one as
-# fuzz/corpus/<name>/regress-<what> and as a test case once fixed. Exits non-zero if any target
-# found a crash or failed to build.
+# A target may add libFuzzer options on a "// fuzz-options:" line (paths are relative to the
+# repository root). Crashes land in $MPTRAIN_FUZZ_DIR/artifacts/<name>/; keep each one as
+# fuzz/corpus/<name>/regress-<what>: ctest replays every corpus file (fuzz_corpus_<name>) in every
+# build. Exits non-zero if any target found a crash or failed to build.
 set -u -o pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -33,6 +33,14 @@ field() {  # field <file> <name>: the text after "// <name>:" in the file's head
   sed -n "s|^// $2:[[:space:]]*||p" "$1" | head -n 1
 }
 
+if ! CC=${CC_FUZZ:-clang} CXX=$cxx cmake -S "$root" -B "$out" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+     -DMPTRAIN_FUZZ=ON -DMPTRAIN_SANITIZE="address;undefined" -DMPTRAIN_CUDA=OFF \
+     -DMPTRAIN_BUILD_TESTS=OFF -DMPTRAIN_BUILD_SAMPLES=OFF -DMPTRAIN_BUILD_BENCH=OFF >"$out/configure.log" 2>&1; then
+  cat "$out/configure.log"
+  echo "fuzz/run.sh: configuring $out failed" >&2
+  exit 1
+fi
+
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 status=0
@@ -44,15 +52,12 @@ for name in "${targets[@]}"; do
     status=1
     continue
   fi
-  read -r -a sources <<<"$(field "$source" fuzz-sources)"
   read -r -a options <<<"$(field "$source" fuzz-options)"
-  read -r -a flags <<<"$(field "$source" fuzz-flags)"
-  binary="$out/fuzz_$name"
+  binary="$out/bin/fuzz_$name"
   echo "== building $name"
-  if ! (cd "$root" && nice "$cxx" -std=c++17 -O1 -g -fno-omit-frame-pointer \
-        -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-        -Iinclude -Isrc "fuzz/fuzz_$name.cpp" "${sources[@]}" "${flags[@]}" -o "$binary"); then
-    summary+=("$name: BUILD FAILED")
+  if ! nice cmake --build "$out" --target "fuzz_$name" >"$out/build-$name.log" 2>&1; then
+    tail -n 30 "$out/build-$name.log"
+    summary+=("$name: BUILD FAILED (log $out/build-$name.log)")
     status=1
     continue
   fi

@@ -85,7 +85,7 @@ Architecture parse_architecture(const SafetensorsReader& reader) {
     return architecture;
 }
 
-const TensorView& f32_tensor(const SafetensorsReader& reader, const std::string& name, std::vector<int64_t> shape) {
+const TensorView& f32_tensor(const SafetensorsReader& reader, const std::string& name, const std::vector<int64_t>& shape) {
     const TensorView& view = reader.tensor(name);
     if (view.dtype != "F32" || view.shape != shape)
         fail(MPT_STATUS_CORRUPT_DATA, "tensor '" + name + "' has the wrong dtype or shape for its layer");
