@@ -37,7 +37,7 @@ TEST_CASE("buffers with disjoint lifetimes share bytes and live ones never overl
         plan.solve();
         size_t end = 0;
         for (int i = 0; i < count; ++i) {
-            CHECK(plan.offset(i) % ArenaPlan::kAlignment == 0);
+            CHECK(plan.offset(i) % 256 == 0);  // DESIGN.md: 256-byte offsets (cuBLASLt needs 16)
             CHECK(plan.bytes(i) >= specs[i].bytes);
             end = std::max(end, plan.offset(i) + plan.bytes(i));
             for (int j = 0; j < i; ++j) {

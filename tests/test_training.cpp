@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -1048,6 +1049,51 @@ TEST_CASE("two runs with the same seed and thread count give bit-identical weigh
         CHECK(same_bits(runs[0], runs[1]));
         CHECK_FALSE(same_bits(runs[0], runs[2]));
     }
+}
+
+int record_epoch_loss(int64_t, float loss, float, void* user_data) {
+    static_cast<std::vector<float>*>(user_data)->push_back(loss);
+    return 0;
+}
+
+TEST_CASE("fit without shuffling steps through consecutive batches; with shuffling each epoch visits a permutation of the rows") {
+    const Task task = make_blobs(256, 8, 3, 1.0, 1.0, 19);
+    const std::vector<LayerSpec> specs = {{16, MPT_ACTIVATION_RELU}, {3, MPT_ACTIVATION_SOFTMAX}};
+    auto train = [&](float learning_rate, const std::function<void(mpt_trainer_t*, mpt_dataset_t*)>& run,
+                     std::vector<float>* epoch_losses = nullptr, float* evaluated_loss = nullptr) {
+        mpt_context_t* context = new_context(9);
+        mpt_model_t* model = new_model(context, 8, specs);
+        TrainerSetup setup;
+        setup.learning_rate = learning_rate;
+        mpt_trainer_t* trainer = new_trainer(model, setup);
+        mpt_dataset_t* dataset = labels_dataset(context, task);
+        if (epoch_losses) REQUIRE_OK(mpt_trainer_set_callbacks(trainer, nullptr, record_epoch_loss, epoch_losses));
+        run(trainer, dataset);
+        float accuracy = 0.0f;
+        if (evaluated_loss) REQUIRE_OK(mpt_trainer_evaluate(trainer, dataset, 0, evaluated_loss, &accuracy));
+        std::vector<float> weights = flat_weights(model, 8, specs);
+        mpt_dataset_destroy(dataset);
+        mpt_trainer_destroy(trainer);
+        mpt_model_destroy(model);
+        mpt_context_destroy(context);
+        return weights;
+    };
+    const auto in_order = train(0.1f, [](mpt_trainer_t* t, mpt_dataset_t* d) { REQUIRE_OK(mpt_trainer_fit(t, d, 1, 32, 0)); });
+    const auto stepped = train(0.1f, [](mpt_trainer_t* t, mpt_dataset_t* d) {
+        for (int64_t first = 0; first < 256; first += 32) REQUIRE_OK(mpt_trainer_step(t, d, first, 32, nullptr));
+    });
+    const auto shuffled = train(0.1f, [](mpt_trainer_t* t, mpt_dataset_t* d) { REQUIRE_OK(mpt_trainer_fit(t, d, 1, 32, 1)); });
+    CHECK(same_bits(in_order, stepped));
+    CHECK_FALSE(same_bits(in_order, shuffled));  // the shuffled order reaches the batches
+
+    // With a learning rate too small to move the weights, an epoch's mean loss is the data set's
+    // mean loss exactly when the epoch visits every row once: a repeated or missed row shifts it.
+    std::vector<float> epoch_losses;
+    float evaluated = 0.0f;
+    train(1e-30f, [](mpt_trainer_t* t, mpt_dataset_t* d) { REQUIRE_OK(mpt_trainer_fit(t, d, 3, 32, 1)); }, &epoch_losses,
+          &evaluated);
+    REQUIRE(epoch_losses.size() == 3);
+    for (float loss : epoch_losses) CHECK(loss == doctest::Approx(evaluated).epsilon(1e-5));
 }
 
 TEST_CASE("a uint8 data set trains and evaluates bit for bit like the float data set of its bytes * scale + offset") {
