@@ -454,10 +454,14 @@ TEST_CASE("out-of-range option values are rejected with INVALID_ARGUMENT") {
     mpt_model_t* model = sentinel_handle<mpt_model_t>();
     CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_model_create(session.context, 0, &model));
     CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_model_create(session.context, -3, &model));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_model_create(session.context, (int64_t{1} << 24) + 1, &model));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_model_create(session.context, INT64_MAX, &model));  // found by fuzz_capi
     CHECK(model == sentinel_handle<mpt_model_t>());
     REQUIRE_OK(mpt_model_create(session.context, kFeatures, &model));
     CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_model_add_dense(model, 0, MPT_ACTIVATION_RELU));
     CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_model_add_dense(model, -8, MPT_ACTIVATION_RELU));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_model_add_dense(model, (int64_t{1} << 24) + 1, MPT_ACTIVATION_RELU));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_model_add_dense(model, INT64_MAX, MPT_ACTIVATION_RELU));
     CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_model_set_layer_dtype(model, 0, MPT_DTYPE_FP32));  // no layer 0 yet
     REQUIRE_OK(mpt_model_add_dense(model, 8, MPT_ACTIVATION_RELU));
     CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_model_set_layer_dtype(model, 1, MPT_DTYPE_FP32));

@@ -208,6 +208,44 @@ TEST_CASE("a saved model loads with its architecture and predicts bit-identicall
     mpt_model_destroy(loaded);
 }
 
+TEST_CASE("a model file whose architecture is forged (sizes out of range, overflowing) is corrupt data, not a crash") {
+    // The architecture is metadata, which the tensors' checksums do not cover: an edited file reaches
+    // the architecture checks, which must hold for any sizes, INT64_MAX included.
+    TempDir directory;
+    const std::string path = (directory.path / "model.safetensors").string();
+    Run run(Options{});
+    REQUIRE(mpt_model_save(run.model, path.c_str()) == MPT_STATUS_OK);
+    std::string bytes;
+    {
+        std::ifstream in(path, std::ios::binary);
+        bytes.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    REQUIRE(bytes.size() > 8);
+    uint64_t header_length = 0;
+    for (int i = 7; i >= 0; --i) header_length = header_length << 8 | static_cast<unsigned char>(bytes[static_cast<size_t>(i)]);
+    const std::string header = bytes.substr(8, header_length), data = bytes.substr(8 + header_length);
+    const std::string field = "\\\"input_features\\\":" + std::to_string(kFeatures);  // inside a JSON string
+    REQUIRE(header.find(field) != std::string::npos);
+    // The unchanged value, rewritten the same way, loads: the edit itself breaks nothing.
+    for (const std::string& forged : {std::to_string(kFeatures), std::string("9223372036854775807"), std::string("16777217"),
+                                     std::string("-1"), std::string("0")}) {
+        CAPTURE(forged);
+        const bool valid = forged == std::to_string(kFeatures);
+        std::string edited = header;
+        edited.replace(edited.find(field), field.size(), "\\\"input_features\\\":" + forged);
+        while (edited.size() % 8) edited += ' ';  // safetensors pads the header with spaces
+        std::string file(8, '\0');
+        for (int i = 0; i < 8; ++i) file[static_cast<size_t>(i)] = static_cast<char>(edited.size() >> (8 * i) & 0xFF);
+        file += edited + data;
+        const std::string forged_path = (directory.path / "forged.safetensors").string();
+        std::ofstream(forged_path, std::ios::binary).write(file.data(), static_cast<std::streamsize>(file.size()));
+        mpt_model_t* loaded = nullptr;
+        CHECK(mpt_model_load(run.context, forged_path.c_str(), &loaded) == (valid ? MPT_STATUS_OK : MPT_STATUS_CORRUPT_DATA));
+        CHECK((loaded != nullptr) == valid);
+        mpt_model_destroy(loaded);
+    }
+}
+
 TEST_CASE("automatic checkpoints keep only the newest files") {
     TempDir directory;
     Run run(Options{});

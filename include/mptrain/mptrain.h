@@ -196,11 +196,11 @@ MPT_API mpt_status mpt_context_get_memory(const mpt_context_t* context, size_t* 
  * Model: a sequential stack of Dense layers
  * ------------------------------------------------------------------------------------------- */
 
-/** Creates an empty model taking `input_features` float inputs per sample.
+/** Creates an empty model taking `input_features` float inputs per sample (1 to 2^24).
  *  \param[out] out  new model (keeps `context` alive); free with mpt_model_destroy. */
 MPT_API mpt_status mpt_model_create(mpt_context_t* context, int64_t input_features, mpt_model_t** out);
 MPT_API void mpt_model_destroy(mpt_model_t* model);
-/** Appends a Dense layer (Glorot-uniform weights, zero bias, as Keras). Fails with
+/** Appends a Dense layer of 1 to 2^24 units (Glorot-uniform weights, zero bias, as Keras). Fails with
  *  MPT_STATUS_INVALID_STATE once the model has been built (first trainer, predict or weight access).
  *  Softmax is allowed on the last layer only. */
 MPT_API mpt_status mpt_model_add_dense(mpt_model_t* model, int64_t units, mpt_activation activation);

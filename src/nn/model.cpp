@@ -12,12 +12,14 @@ namespace mpt {
 Model::Model(std::shared_ptr<Context> context, int64_t input_features)
     : context_(std::move(context)), input_features_(input_features) {
     require(input_features > 0, MPT_STATUS_INVALID_ARGUMENT, "input_features must be positive");
+    // Also keeps the padding arithmetic (and every size derived from it) far from overflow.
+    require(input_features <= kMaxFeatures, MPT_STATUS_INVALID_ARGUMENT, "input_features must be at most 2^24");
 }
 
 void Model::add_dense(int64_t units, Activation activation) {
     require(!built_, MPT_STATUS_INVALID_STATE, "layers cannot be added after the model is built (first use)");
     require(units > 0, MPT_STATUS_INVALID_ARGUMENT, "units must be positive");
-    require(units <= (int64_t{1} << 24), MPT_STATUS_INVALID_ARGUMENT, "units must be at most 2^24");
+    require(units <= kMaxFeatures, MPT_STATUS_INVALID_ARGUMENT, "units must be at most 2^24");
     if (!layers_.empty())
         require(layers_.back().activation != Activation::softmax, MPT_STATUS_INVALID_ARGUMENT,
                 "softmax is allowed on the last layer only");

@@ -16,6 +16,7 @@
 namespace mpt {
 
 constexpr int64_t kFeatureAlignment = 8;
+constexpr int64_t kMaxFeatures = int64_t{1} << 24;  // per layer, inputs and units alike
 inline int64_t pad_features(int64_t features) { return (features + kFeatureAlignment - 1) / kFeatureAlignment * kFeatureAlignment; }
 
 struct DenseLayer {

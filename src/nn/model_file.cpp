@@ -163,8 +163,9 @@ std::shared_ptr<Model> load_model(std::shared_ptr<Context> context, const std::s
     const SafetensorsReader reader = SafetensorsReader::open(path, true);
     check_version(reader);
     const Architecture architecture = parse_architecture(reader);
-    auto model = std::make_shared<Model>(std::move(context), architecture.input_features);
+    std::shared_ptr<Model> model;
     try {
+        model = std::make_shared<Model>(std::move(context), architecture.input_features);
         for (const Architecture::Layer& layer : architecture.layers) model->add_dense(layer.units, layer.activation);
         for (size_t i = 0; i < architecture.layers.size(); ++i)
             model->set_layer_dtype(static_cast<int64_t>(i), architecture.layers[i].dtype);
