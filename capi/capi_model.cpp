@@ -137,7 +137,7 @@ mpt_status mpt_model_predict(mpt_model_t* model, const float* inputs, int64_t ro
     mpt::Model& impl = impl_of(model, "model");
     require_pointer(inputs, "inputs");
     require_pointer(out, "out");
-    require(rows > 0, MPT_STATUS_INVALID_ARGUMENT, "rows must be positive");
+    impl.require_prediction_rows(rows);
     require(!impl.layers().empty(), MPT_STATUS_INVALID_STATE, "the model has no layers");
     require_count(out_count, rows * impl.output_features(), "output");
     mpt::predict_fp32(impl, inputs, rows, out);

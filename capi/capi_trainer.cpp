@@ -195,7 +195,7 @@ mpt_status mpt_trainer_predict(mpt_trainer_t* trainer, const float* inputs, int6
     mpt::capi::ExclusiveUse exclusive(trainer->busy);
     require_pointer(inputs, "inputs");
     require_pointer(out, "out");
-    require(rows > 0, MPT_STATUS_INVALID_ARGUMENT, "rows must be positive");
+    impl.model()->require_prediction_rows(rows);
     const int64_t expected = rows * impl.model()->output_features();
     if (out_count != expected)
         fail(MPT_STATUS_SHAPE_MISMATCH,

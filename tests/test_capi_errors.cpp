@@ -499,6 +499,14 @@ TEST_CASE("calls with out-of-range counts, rows or batches are rejected and writ
     CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_predict(session.trainer, session.blobs.x.data(), 0, out, 0));
     CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_model_predict(session.model, session.blobs.x.data(), 0, out, 0));
     CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_model_predict(session.model, session.blobs.x.data(), -2, out, -6));
+    // Row counts whose input or output sizes overflow (found by fuzz_capi) are refused before any
+    // size is computed from them.
+    for (int64_t rows : {INT64_MAX, INT64_MAX / kClasses + 1, (int64_t{1} << 40) / kFeatures + 1}) {
+        CAPTURE(rows);
+        CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_model_predict(session.model, session.blobs.x.data(), rows, out, 2 * kClasses));
+        CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT,
+                    mpt_trainer_predict(session.trainer, session.blobs.x.data(), rows, out, 2 * kClasses));
+    }
     for (float value : out) CHECK(value == -7.0f);
     // An epoch count of zero is valid and trains nothing.
     const std::vector<float> before = weights_of(session.model, kSmallShapes);

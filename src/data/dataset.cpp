@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/limits.h"
 
 namespace mpt {
 
@@ -14,7 +15,7 @@ void check_shape(int64_t rows, int64_t features) {
     require(rows > 0, MPT_STATUS_INVALID_ARGUMENT, "rows must be positive");
     require(features > 0, MPT_STATUS_INVALID_ARGUMENT, "features must be positive");
     require(rows <= (int64_t{1} << 31) - 1, MPT_STATUS_INVALID_ARGUMENT, "at most 2^31 - 1 rows are supported");
-    require(features <= (int64_t{1} << 40) / rows, MPT_STATUS_INVALID_ARGUMENT, "the dataset is too large (rows * features > 2^40)");
+    checked_elements(rows, features, "the dataset (rows * features)");
 }
 
 void check_finite_values(const float* values, int64_t count, const char* what) {

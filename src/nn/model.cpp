@@ -1,10 +1,12 @@
 // See model.h.
 #include "nn/model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
 #include "core/error.h"
+#include "core/limits.h"
 #include "core/rng.h"
 
 namespace mpt {
@@ -42,6 +44,12 @@ void Model::require_layer(int64_t layer) const {
     if (layer < 0 || layer >= static_cast<int64_t>(layers_.size()))
         fail(MPT_STATUS_INVALID_ARGUMENT,
              "layer index " + std::to_string(layer) + " out of range [0, " + std::to_string(layers_.size()) + ")");
+}
+
+void Model::require_prediction_rows(int64_t rows) const {
+    require(rows > 0, MPT_STATUS_INVALID_ARGUMENT, "rows must be positive");
+    checked_elements(rows, input_features(), "the inputs (rows * input features)");
+    checked_elements(rows, std::max<int64_t>(output_features(), 1), "the outputs (rows * output features)");
 }
 
 int64_t Model::output_features() const { return layers_.empty() ? 0 : layers_.back().units; }

@@ -64,6 +64,9 @@ public:
     uint64_t weights_version() const { return weights_version_; }
     void mark_weights_changed() { ++weights_version_; }
 
+    // A prediction's row count: positive, and its input and output arrays within kMaxHostElements.
+    void require_prediction_rows(int64_t rows) const;
+
 private:
     void require_layer(int64_t layer) const;
 
