@@ -5,9 +5,11 @@
 // fuzz-options: -max_len=8192
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -44,8 +46,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (exact_size) {
         // A well-sized file whose records repeat the input: labels and pixels come from the fuzzer.
         file.resize(static_cast<size_t>(mpt::kCifar10FileBytes));
-        const size_t body = size - 3;
-        for (size_t i = 0; i < file.size(); ++i) file[i] = body ? data[3 + i % body] : 0;
+        // Filled by doubling memcpy: a byte loop over 30 MB under coverage instrumentation cost
+        // seconds per input.
+        const size_t body = std::min(size - 3, file.size());
+        if (body > 0) {
+            std::memcpy(file.data(), data + 3, body);
+            for (size_t filled = body; filled < file.size(); filled *= 2)
+                std::memcpy(file.data() + filled, file.data(), std::min(filled, file.size() - filled));
+        }
     } else {
         file.assign(data + 3, data + size);
     }
