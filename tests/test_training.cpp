@@ -1022,6 +1022,40 @@ TEST_CASE("a static power-of-two loss scale in fp32 trains to the same weights a
 
 // ---- (5) determinism -----------------------------------------------------------------------------
 
+TEST_CASE("initial weights are Glorot-uniform drawn from the context's seed, with zero biases") {
+    const std::vector<LayerSpec> specs = {{128, MPT_ACTIVATION_RELU}, {10, MPT_ACTIVATION_SOFTMAX}};
+    auto initial = [&](uint64_t seed) {
+        mpt_context_t* context = new_context(seed);
+        mpt_model_t* model = new_model(context, 64, specs);
+        auto weights = read_weights(model, 64, specs);
+        mpt_model_destroy(model);
+        mpt_context_destroy(context);
+        return weights;
+    };
+    const auto first = initial(42), again = initial(42), other = initial(43);
+    int64_t fan_in = 64;
+    for (size_t layer = 0; layer < specs.size(); ++layer) {
+        CAPTURE(layer);
+        const std::vector<float>& w = first[layer].first;
+        const double limit = std::sqrt(6.0 / static_cast<double>(fan_in + specs[layer].units));
+        double sum = 0.0, sum_squares = 0.0, largest = 0.0;
+        for (float value : w) {
+            sum += value;
+            sum_squares += static_cast<double>(value) * value;
+            largest = std::max(largest, std::fabs(static_cast<double>(value)));
+        }
+        const double count = static_cast<double>(w.size());
+        CHECK(largest <= limit * (1.0 + 1e-6));  // the library computes the limit in float
+        CHECK(largest > 0.95 * limit);  // spread over the whole interval, not a narrower one
+        CHECK(std::fabs(sum / count) < 4.0 * limit / std::sqrt(3.0 * count));  // mean 0 within 4 sigma
+        CHECK(sum_squares / count == doctest::Approx(limit * limit / 3.0).epsilon(0.1));  // U(-l, l) variance
+        for (float bias : first[layer].second) CHECK(bias == 0.0f);
+        CHECK(same_bits(w, again[layer].first));
+        CHECK_FALSE(same_bits(w, other[layer].first));
+        fan_in = specs[layer].units;
+    }
+}
+
 TEST_CASE("two runs with the same seed and thread count give bit-identical weights; another seed does not") {
     // 64 -> 256 -> 64 -> 10 at batch 128: the first GEMM is large enough to be split across threads.
     const Task task = make_blobs(1024, 64, 10, 0.5, 1.0, 31);
