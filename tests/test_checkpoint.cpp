@@ -246,6 +246,48 @@ TEST_CASE("a model file whose architecture is forged (sizes out of range, overfl
     }
 }
 
+TEST_CASE("a mixed-precision trainer that has already run predicts with weights loaded from a checkpoint or set on its model") {
+    // Mixed precision computes with a low-precision copy of the fp32 masters: whatever replaces the
+    // masters after the copy was made must refresh it, or the trainer goes on with the old weights.
+    for (mpt_precision precision : {MPT_PRECISION_MIXED_BF16, MPT_PRECISION_MIXED_FP16}) {
+        CAPTURE(precision);
+        TempDir directory;
+        const std::string path = (directory.path / "checkpoint.safetensors").string();
+        Run run(Options{precision, MPT_OPTIMIZER_SGD, 1024.0f});
+        std::vector<float> inputs(8 * kFeatures);
+        for (size_t i = 0; i < inputs.size(); ++i) inputs[i] = static_cast<float>(i % 5) * 0.4f - 1.0f;
+        auto predict = [&] {
+            std::vector<float> out(8 * kClasses);
+            REQUIRE(mpt_trainer_predict(run.trainer, inputs.data(), 8, out.data(), 8 * kClasses) == MPT_STATUS_OK);
+            return out;
+        };
+        auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+            return std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+        };
+        REQUIRE(mpt_trainer_fit(run.trainer, run.dataset, 1, kBatch, 1) == MPT_STATUS_OK);
+        REQUIRE(mpt_trainer_save_checkpoint(run.trainer, path.c_str()) == MPT_STATUS_OK);
+        const std::vector<float> saved_weights = run.weights();
+        const std::vector<float> saved_predictions = predict();
+
+        REQUIRE(mpt_trainer_fit(run.trainer, run.dataset, 1, kBatch, 1) == MPT_STATUS_OK);
+        REQUIRE_FALSE(same(predict(), saved_predictions));
+        REQUIRE(mpt_trainer_load_checkpoint(run.trainer, path.c_str()) == MPT_STATUS_OK);
+        CHECK(same(predict(), saved_predictions));
+
+        REQUIRE(mpt_trainer_fit(run.trainer, run.dataset, 1, kBatch, 1) == MPT_STATUS_OK);
+        REQUIRE_FALSE(same(predict(), saved_predictions));
+        size_t at = 0;
+        for (int64_t layer = 0; layer < 2; ++layer) {
+            const int64_t units = layer == 0 ? 20 : kClasses, inputs_per_unit = layer == 0 ? kFeatures : 20;
+            const float* weights = saved_weights.data() + at;
+            const float* bias = weights + units * inputs_per_unit;
+            REQUIRE(mpt_model_set_weights(run.model, layer, weights, units * inputs_per_unit, bias, units) == MPT_STATUS_OK);
+            at += static_cast<size_t>(units * inputs_per_unit + units);
+        }
+        CHECK(same(predict(), saved_predictions));
+    }
+}
+
 TEST_CASE("automatic checkpoints keep only the newest files") {
     TempDir directory;
     Run run(Options{});
