@@ -1339,6 +1339,29 @@ TEST_CASE("a tiny memory budget fails trainer creation with OUT_OF_MEMORY and th
     mpt_context_destroy(context);
 }
 
+TEST_CASE("a context's used bytes fall when a trainer goes, its peak keeps the high-water mark") {
+    mpt_context_t* context = new_context();
+    mpt_model_t* model = new_model(context);
+    mpt_dataset_t* dataset = new_dataset(context, make_blobs(96, 12));
+    mpt_trainer_t* trainer = new_trainer(model);
+    REQUIRE_OK(mpt_trainer_fit(trainer, dataset, 1, 32, 1));
+    size_t with_trainer = 0, peak_with_trainer = 0, planned = 0, allocated = 0;
+    REQUIRE_OK(mpt_context_get_memory(context, &with_trainer, &peak_with_trainer));
+    REQUIRE_OK(mpt_trainer_get_memory(trainer, &planned, &allocated));
+    CHECK(allocated > 0);
+    CHECK(allocated <= with_trainer);
+    CHECK(peak_with_trainer >= with_trainer);
+    mpt_trainer_destroy(trainer);
+    size_t without_trainer = 0, peak_after = 0;
+    REQUIRE_OK(mpt_context_get_memory(context, &without_trainer, &peak_after));
+    CHECK(without_trainer + allocated <= with_trainer);  // its arenas, and its row orders besides
+    CHECK(peak_after == peak_with_trainer);
+    CHECK(peak_after > without_trainer);
+    mpt_dataset_destroy(dataset);
+    mpt_model_destroy(model);
+    mpt_context_destroy(context);
+}
+
 // Kept last in the file: before the fix it crashed the process rather than failing a check.
 TEST_CASE("a batch whose arena exceeds the memory budget fails with OUT_OF_MEMORY and smaller batches still train") {
     constexpr size_t kBudget = 64 * 1024;

@@ -308,6 +308,13 @@ TEST_CASE("automatic checkpoints keep only the newest files") {
     REQUIRE(mpt_trainer_set_checkpointing(run.trainer, directory.path.c_str(), 3, 1, 2) == MPT_STATUS_OK);
     REQUIRE(mpt_trainer_fit(run.trainer, run.dataset, 1, kBatch, 1) == MPT_STATUS_OK);
     CHECK(names_in() == std::vector<std::string>{"checkpoint-000000000027.safetensors", "checkpoint-000000000030.safetensors"});
+    fs::remove_all(directory.path);
+    fs::create_directory(directory.path);
+    // Every 2nd epoch of the trainer's life: three are done, so of the next four epochs the 4th and
+    // 6th end due, at steps 40 and 60.
+    REQUIRE(mpt_trainer_set_checkpointing(run.trainer, directory.path.c_str(), 0, 2, 100) == MPT_STATUS_OK);
+    REQUIRE(mpt_trainer_fit(run.trainer, run.dataset, 4, kBatch, 1) == MPT_STATUS_OK);
+    CHECK(names_in() == std::vector<std::string>{"checkpoint-000000000040.safetensors", "checkpoint-000000000060.safetensors"});
     CHECK(mpt_trainer_set_checkpointing(run.trainer, directory.path.c_str(), 0, 0, 1) == MPT_STATUS_INVALID_ARGUMENT);
     CHECK(mpt_trainer_set_checkpointing(run.trainer, nullptr, 0, 0, 0) == MPT_STATUS_OK);
 }
