@@ -1022,6 +1022,39 @@ TEST_CASE("a static power-of-two loss scale in fp32 trains to the same weights a
 
 // ---- (5) determinism -----------------------------------------------------------------------------
 
+TEST_CASE("probabilities outside (eps, 1 - eps) are clipped as Keras does: a finite loss and no gradient") {
+    // A linear output read as a probability (binary cross-entropy without a sigmoid): 2.0 and -1.0
+    // are clipped to 1 - 1e-7 and 1e-7, so each row's loss is about -log(1e-7) = 16.1, not log of a
+    // negative number; the clip's gradient outside the interval is zero, so a step changes nothing.
+    mpt_context_t* context = new_context();
+    mpt_model_t* model = new_model(context, 1, {{1, MPT_ACTIVATION_LINEAR}});
+    const float weight = 1.5f, bias = 0.5f;
+    REQUIRE_OK(mpt_model_set_weights(model, 0, &weight, 1, &bias, 1));
+    TrainerSetup setup;
+    setup.loss = MPT_LOSS_BINARY_CROSSENTROPY;
+    mpt_trainer_t* trainer = new_trainer(model, setup);
+    const float inputs[2] = {1.0f, -1.0f};  // outputs 2.0 and -1.0
+    const float targets[2] = {0.0f, 1.0f};  // each the wrong end
+    mpt_dataset_t* dataset = nullptr;
+    REQUIRE_OK(mpt_dataset_create_f32_targets(context, inputs, 2, 1, targets, 1, 1, &dataset));
+    float loss = 0.0f, accuracy = 0.0f;
+    REQUIRE_OK(mpt_trainer_evaluate(trainer, dataset, 2, &loss, &accuracy));
+    CHECK(std::isfinite(loss));
+    CHECK(loss > 15.5f);   // -log(1.19e-7) = 15.94 with 1 - 1e-7 rounded to float
+    CHECK(loss < 16.5f);   // -log(1e-7) = 16.12
+    float step_loss = 0.0f;
+    REQUIRE_OK(mpt_trainer_step(trainer, dataset, 0, 2, &step_loss));
+    CHECK(step_loss == loss);
+    float after_weight = 0.0f, after_bias = 0.0f;
+    REQUIRE_OK(mpt_model_get_weights(model, 0, &after_weight, 1, &after_bias, 1));
+    CHECK(after_weight == weight);
+    CHECK(after_bias == bias);
+    mpt_dataset_destroy(dataset);
+    mpt_trainer_destroy(trainer);
+    mpt_model_destroy(model);
+    mpt_context_destroy(context);
+}
+
 TEST_CASE("initial weights are Glorot-uniform drawn from the context's seed, with zero biases") {
     const std::vector<LayerSpec> specs = {{128, MPT_ACTIVATION_RELU}, {10, MPT_ACTIVATION_SOFTMAX}};
     auto initial = [&](uint64_t seed) {
