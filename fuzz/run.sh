@@ -7,7 +7,7 @@
 #   fuzz/run.sh [seconds per target, default 300] [target name ...]
 #
 # A target may add libFuzzer options on a "// fuzz-options:" line (paths are relative to the
-# repository root). Crashes land in $MPTRAIN_FUZZ_DIR/artifacts/<name>/; keep each one as
+# repository root). Crashes land in $MPTRAIN_FUZZ_DIR/artifacts/<name>/<run start>/; keep each one as
 # fuzz/corpus/<name>/regress-<what>: ctest replays every corpus file (fuzz_corpus_<name>) in every
 # build. Exits non-zero if any target found a crash or failed to build.
 set -u -o pipefail
@@ -44,6 +44,7 @@ fi
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 status=0
+started=$(date +%Y%m%d-%H%M%S)
 summary=()
 for name in "${targets[@]}"; do
   source="$root/fuzz/fuzz_$name.cpp"
@@ -62,7 +63,7 @@ for name in "${targets[@]}"; do
     continue
   fi
   corpus="$out/corpus/$name"
-  artifacts="$out/artifacts/$name"
+  artifacts="$out/artifacts/$name/$started"  # per run: an earlier run's crashes are not this one's
   mkdir -p "$corpus" "$artifacts"
   seeds=()
   [ -d "$root/fuzz/corpus/$name" ] && seeds=("$root/fuzz/corpus/$name")
