@@ -13,6 +13,7 @@
 #include <fstream>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace fs = std::filesystem;
@@ -34,6 +35,9 @@ struct Options {
     mpt_precision precision = MPT_PRECISION_MIXED_FP16;
     mpt_optimizer optimizer = MPT_OPTIMIZER_ADAM;
     float initial_scale = 16777216.0f;  // 2^24: the first steps overflow fp16 and the scale moves
+    mpt_log_fn log = nullptr;            // the context's log callback, when set
+    void* log_user_data = nullptr;
+    mpt_log_level log_level = MPT_LOG_LEVEL_WARNING;
 };
 
 struct Run {
@@ -55,6 +59,10 @@ struct Run {
         REQUIRE(mpt_context_options_create(&context_options) == MPT_STATUS_OK);
         mpt_context_options_set_backend(context_options, MPT_BACKEND_CPU);
         mpt_context_options_set_threads(context_options, 2);
+        if (options.log) {
+            REQUIRE(mpt_context_options_set_log_callback(context_options, options.log, options.log_user_data) == MPT_STATUS_OK);
+            REQUIRE(mpt_context_options_set_log_level(context_options, options.log_level) == MPT_STATUS_OK);
+        }
         REQUIRE(mpt_context_create(context_options, &context) == MPT_STATUS_OK);
         mpt_context_options_destroy(context_options);
         REQUIRE(mpt_model_create(context, kFeatures, &model) == MPT_STATUS_OK);
@@ -173,6 +181,32 @@ TEST_CASE("a fit cancelled inside an epoch continues that epoch and ends like an
     REQUIRE(mpt_trainer_fit(run.trainer, run.dataset, 2, kBatch, 1) == MPT_STATUS_OK);
     const std::vector<float> weights = run.weights();
     CHECK(std::memcmp(weights.data(), uninterrupted.data(), weights.size() * sizeof(float)) == 0);
+}
+
+TEST_CASE("fit says in the log, at INFO, that it abandons an interrupted epoch; the log level filters it") {
+    using Messages = std::vector<std::pair<mpt_log_level, std::string>>;
+    for (mpt_log_level level : {MPT_LOG_LEVEL_INFO, MPT_LOG_LEVEL_WARNING}) {
+        CAPTURE(level);
+        Messages messages;
+        Options options;
+        options.log = [](mpt_log_level at, const char* message, void* user) {
+            static_cast<Messages*>(user)->emplace_back(at, message);
+        };
+        options.log_user_data = &messages;
+        options.log_level = level;
+        Run run(options);
+        auto cancel_at_step_4 = [](int64_t, int64_t step, int64_t, float, float, void*) -> int { return step == 4; };
+        REQUIRE(mpt_trainer_set_callbacks(run.trainer, cancel_at_step_4, nullptr, nullptr) == MPT_STATUS_OK);
+        REQUIRE(mpt_trainer_fit(run.trainer, run.dataset, 1, kBatch, 1) == MPT_STATUS_CANCELLED);
+        REQUIRE(mpt_trainer_set_callbacks(run.trainer, nullptr, nullptr, nullptr) == MPT_STATUS_OK);
+        REQUIRE(mpt_trainer_fit(run.trainer, run.dataset, 1, 2 * kBatch, 1) == MPT_STATUS_OK);  // another batch size
+        bool abandoned = false;
+        for (const auto& [at, message] : messages) {
+            CHECK(at >= level);
+            abandoned |= at == MPT_LOG_LEVEL_INFO && message.find("abandoned") != std::string::npos;
+        }
+        CHECK(abandoned == (level == MPT_LOG_LEVEL_INFO));
+    }
 }
 
 TEST_CASE("a saved model loads with its architecture and predicts bit-identically") {
