@@ -3,6 +3,8 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <random>
 #include <vector>
 
@@ -71,4 +73,32 @@ TEST_CASE("the GEMMs propagate NaN and Inf like IEEE arithmetic") {
         gemm(false, false, 1, 1, 2, 1.0f, a.data(), 2, b.data(), 1, 0.0f, c.data(), 1, pool);
         CHECK(std::isnan(c[0]));  // 0 * Inf is NaN: a skipped zero would hide an overflow
     }
+}
+
+// Run by ctest three times: as it comes, and with OPENBLAS_CORETYPE forced to Prescott (SSE3
+// kernels, what OpenBLAS falls back to on a CPU it does not know) and to Haswell (AVX2 kernels);
+// MPTRAIN_EXPECT_CORE names the forced core. The warning is the user's only hint that CPU training
+// runs ~3x slower than it could (measured on an AVX-512 VM that OpenBLAS 0.3.21 took for Prescott).
+TEST_CASE("a warning names OpenBLAS's fallback kernels on a CPU with AVX2, and the setting that fixes it") {
+    const std::string warning = cpu_gemm_kernel_warning();
+    if (std::string(cpu_gemm_library()) != "openblas") {
+        CHECK(warning.empty());
+        return;
+    }
+    const char* forced = std::getenv("MPTRAIN_EXPECT_CORE");
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+    const bool avx2 = false;
+#endif
+    if (!warning.empty()) {
+        CHECK(warning.find("OPENBLAS_CORETYPE=") != std::string::npos);
+        CHECK(avx2);
+    }
+    if (forced && std::string(forced) == "Prescott") {
+        CHECK(warning.empty() == !avx2);
+        if (avx2) CHECK(warning.find("Prescott") != std::string::npos);
+    }
+    if (forced && std::string(forced) == "Haswell") CHECK(warning.empty());
 }

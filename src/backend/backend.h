@@ -149,6 +149,9 @@ public:
 
     virtual BackendKind kind() const = 0;
     virtual std::string device_name() const = 0;
+    // Something about how this backend was set up that makes it run well below what the hardware
+    // allows, said once by the context as a warning; empty when there is nothing to say.
+    virtual std::string setup_warning() const { return {}; }
     // Storage bytes of one element of `dtype` (the CPU emulates low dtypes in fp32 storage).
     virtual size_t storage_size(DType dtype) const = 0;
     // The precision MPT_PRECISION_AUTO picks here.

@@ -34,6 +34,8 @@ std::unique_ptr<Backend> make_backend(const ContextConfig& config, MemoryTracker
 Context::Context(const ContextConfig& config)
     : config_(config), memory_(config.memory_budget), backend_(make_backend(config, memory_, fallback_note_)) {
     if (!fallback_note_.empty()) log(MPT_LOG_LEVEL_WARNING, fallback_note_);
+    const std::string setup_warning = backend_->setup_warning();
+    if (!setup_warning.empty()) log(MPT_LOG_LEVEL_WARNING, setup_warning);
     log(MPT_LOG_LEVEL_INFO, "mptrain " + std::string(kVersionString) + " on " + backend_->device_name());
 }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_gemm.h"
 #include "core/thread_pool.h"
 #include "sched/cpu_scheduler.h"
 
@@ -18,6 +19,7 @@ public:
 
     BackendKind kind() const override { return BackendKind::cpu; }
     std::string device_name() const override;
+    std::string setup_warning() const override { return cpu_gemm_kernel_warning(); }
     size_t storage_size(DType) const override { return sizeof(float); }
     DType preferred_compute_dtype() const override { return DType::fp32; }
     size_t relu_mask_bytes(int64_t, int64_t) const override { return 0; }

@@ -3,6 +3,8 @@
 #include "backend/cpu/cpu_gemm.h"
 
 #include <algorithm>
+#include <cctype>
+#include <iterator>
 
 #include "core/thread_pool.h"
 
@@ -84,6 +86,31 @@ void cpu_sgemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t
 void cpu_gemm_set_threads(int) { openblas_set_num_threads(1); }
 const char* cpu_gemm_library() { return "openblas"; }
 
+std::string cpu_gemm_kernel_warning() {
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return {};
+    const char* reported = openblas_get_corename();
+    std::string core = reported ? reported : "unknown";
+    std::string lower = core;
+    std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    // OpenBLAS's x86-64 cores without AVX2 kernels: what it falls back to on a CPU it does not know.
+    static const char* const kWithoutAvx2[] = {"prescott", "core2", "penryn", "dunnington", "nehalem", "sandybridge",
+                                               "katmai", "coppermine", "northwood", "banias", "atom", "athlon",
+                                               "opteron", "opteron_sse3", "barcelona", "bobcat", "bulldozer",
+                                               "piledriver", "steamroller", "nano", "unknown"};
+    if (std::find(std::begin(kWithoutAvx2), std::end(kWithoutAvx2), lower) == std::end(kWithoutAvx2)) return {};
+    const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    const char* better = avx512 ? "SkylakeX" : "Haswell";
+    return "OpenBLAS runs its " + core + " GEMM kernels on a CPU with AVX2" + (avx512 ? ", FMA and AVX-512" : " and FMA") +
+           " (it did not recognise the CPU), so CPU training may run several times slower than it could; start the "
+           "process with OPENBLAS_CORETYPE=" + better + " in its environment";
+#else
+    return {};
+#endif
+}
+
 #else
 
 void cpu_sgemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
@@ -93,6 +120,7 @@ void cpu_sgemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t
 
 void cpu_gemm_set_threads(int) {}
 const char* cpu_gemm_library() { return "portable"; }
+std::string cpu_gemm_kernel_warning() { return {}; }
 
 #endif
 

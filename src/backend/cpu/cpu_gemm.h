@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace mpt {
 
@@ -16,5 +17,10 @@ void portable_sgemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, in
 // Sets the BLAS library's thread count (process-wide in OpenBLAS).
 void cpu_gemm_set_threads(int threads);
 const char* cpu_gemm_library();
+// Empty, or why the GEMMs run several times slower than this CPU allows: OpenBLAS did not recognise
+// the CPU and fell back to kernels for an older one (SSE3-only "Prescott" on a CPU with AVX2, FMA
+// and even AVX-512), with the OPENBLAS_CORETYPE setting that fixes it. OpenBLAS reads that variable
+// once, when it is loaded, so only the environment the process starts with can set it.
+std::string cpu_gemm_kernel_warning();
 
 }  // namespace mpt
