@@ -31,6 +31,15 @@ struct TempDir {
     ~TempDir() { fs::remove_all(path); }
 };
 
+std::vector<char> file_bytes(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::vector<char>(std::istreambuf_iterator<char>(in), {});
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
 struct Options {
     mpt_precision precision = MPT_PRECISION_MIXED_FP16;
     mpt_optimizer optimizer = MPT_OPTIMIZER_ADAM;
@@ -249,11 +258,8 @@ TEST_CASE("a model file whose architecture is forged (sizes out of range, overfl
     const std::string path = (directory.path / "model.safetensors").string();
     Run run(Options{});
     REQUIRE(mpt_model_save(run.model, path.c_str()) == MPT_STATUS_OK);
-    std::string bytes;
-    {
-        std::ifstream in(path, std::ios::binary);
-        bytes.assign(std::istreambuf_iterator<char>(in), {});
-    }
+    const std::vector<char> file_content = file_bytes(path);
+    const std::string bytes(file_content.begin(), file_content.end());
     REQUIRE(bytes.size() > 8);
     uint64_t header_length = 0;
     for (int i = 7; i >= 0; --i) header_length = header_length << 8 | static_cast<unsigned char>(bytes[static_cast<size_t>(i)]);
@@ -295,21 +301,18 @@ TEST_CASE("a mixed-precision trainer that has already run predicts with weights 
             REQUIRE(mpt_trainer_predict(run.trainer, inputs.data(), 8, out.data(), 8 * kClasses) == MPT_STATUS_OK);
             return out;
         };
-        auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
-            return std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-        };
         REQUIRE(mpt_trainer_fit(run.trainer, run.dataset, 1, kBatch, 1) == MPT_STATUS_OK);
         REQUIRE(mpt_trainer_save_checkpoint(run.trainer, path.c_str()) == MPT_STATUS_OK);
         const std::vector<float> saved_weights = run.weights();
         const std::vector<float> saved_predictions = predict();
 
         REQUIRE(mpt_trainer_fit(run.trainer, run.dataset, 1, kBatch, 1) == MPT_STATUS_OK);
-        REQUIRE_FALSE(same(predict(), saved_predictions));
+        REQUIRE_FALSE(same_bits(predict(), saved_predictions));
         REQUIRE(mpt_trainer_load_checkpoint(run.trainer, path.c_str()) == MPT_STATUS_OK);
-        CHECK(same(predict(), saved_predictions));
+        CHECK(same_bits(predict(), saved_predictions));
 
         REQUIRE(mpt_trainer_fit(run.trainer, run.dataset, 1, kBatch, 1) == MPT_STATUS_OK);
-        REQUIRE_FALSE(same(predict(), saved_predictions));
+        REQUIRE_FALSE(same_bits(predict(), saved_predictions));
         size_t at = 0;
         for (int64_t layer = 0; layer < 2; ++layer) {
             const int64_t units = layer == 0 ? 20 : kClasses, inputs_per_unit = layer == 0 ? kFeatures : 20;
@@ -318,7 +321,7 @@ TEST_CASE("a mixed-precision trainer that has already run predicts with weights 
             REQUIRE(mpt_model_set_weights(run.model, layer, weights, units * inputs_per_unit, bias, units) == MPT_STATUS_OK);
             at += static_cast<size_t>(units * inputs_per_unit + units);
         }
-        CHECK(same(predict(), saved_predictions));
+        CHECK(same_bits(predict(), saved_predictions));
     }
 }
 
@@ -362,11 +365,7 @@ TEST_CASE("bad, mismatched and unwritable checkpoints fail with a clear status a
     const std::vector<float> before = run.weights();
     const Run::Scaler scaler_before = run.scaler();
 
-    std::vector<char> bytes;
-    {
-        std::ifstream in(path, std::ios::binary);
-        bytes.assign(std::istreambuf_iterator<char>(in), {});
-    }
+    const std::vector<char> bytes = file_bytes(path);
     auto write = [&](const std::string& name, const std::vector<char>& content) {
         const std::string file = (directory.path / name).string();
         std::ofstream(file, std::ios::binary).write(content.data(), static_cast<std::streamsize>(content.size()));
