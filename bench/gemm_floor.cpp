@@ -4,37 +4,41 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
+#include <thread>
+
+#include "backend/cpu/cpu_gemm.h"
+#include "core/thread_pool.h"
 
 #if defined(MPTRAIN_HAVE_OPENBLAS)
-#include <cblas.h>
+#include "backend/cpu/openblas_library.h"
 #endif
 
-double measure_gemm_floor_us(const std::vector<int64_t>& widths, int64_t batch, int repeats) {
-#if defined(MPTRAIN_HAVE_OPENBLAS)
+namespace {
+
+// Row-major C = op(A) * op(B), the signature both ways share.
+using Gemm = std::function<void(bool, bool, int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t,
+                                float*, int64_t)>;
+
+double fastest_step_us(const std::vector<int64_t>& widths, int64_t batch, int repeats, const Gemm& gemm) {
     std::vector<int64_t> padded;
     for (int64_t width : widths) padded.push_back((width + 7) / 8 * 8);
-    int64_t widest = *std::max_element(padded.begin(), padded.end());
+    const int64_t widest = *std::max_element(padded.begin(), padded.end());
     std::vector<float> activations_in(static_cast<size_t>(batch * widest), 0.5f);
     std::vector<float> activations_out(static_cast<size_t>(batch * widest), 0.0f);
     std::vector<float> weights(static_cast<size_t>(widest * widest), 0.01f);
     std::vector<float> gradients(static_cast<size_t>(widest * widest), 0.0f);
+    std::vector<float> input_gradients(static_cast<size_t>(batch * widest), 0.0f);
     auto one_step = [&] {
         for (size_t layer = 0; layer + 1 < padded.size(); ++layer) {
-            const int in = static_cast<int>(padded[layer]), out = static_cast<int>(padded[layer + 1]);
-            const int rows = static_cast<int>(batch);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, out, in, 1.0f, activations_in.data(), in,
-                        weights.data(), in, 0.0f, activations_out.data(), out);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, rows, 1.0f, activations_out.data(), out,
-                        activations_in.data(), in, 0.0f, gradients.data(), in);
+            const int64_t in = padded[layer], out = padded[layer + 1];
+            gemm(false, true, batch, out, in, activations_in.data(), in, weights.data(), in, activations_out.data(), out);
+            gemm(true, false, out, in, batch, activations_out.data(), out, activations_in.data(), in, gradients.data(), in);
             if (layer > 0)
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, in, out, 1.0f, activations_out.data(), out,
-                            weights.data(), in, 0.0f, activations_in.data(), in);
+                gemm(false, false, batch, in, out, activations_out.data(), out, weights.data(), in, input_gradients.data(),
+                     in);
         }
     };
-    // The floor is OpenBLAS at its best: its own threading over all cores (mptrain runs it
-    // single-threaded inside its own pool), restored afterwards.
-    const int library_threads = openblas_get_num_threads();
-    openblas_set_num_threads(openblas_get_num_procs());
     one_step();  // warm-up
     std::vector<double> times;
     for (int r = 0; r < repeats; ++r) {
@@ -42,13 +46,35 @@ double measure_gemm_floor_us(const std::vector<int64_t>& widths, int64_t batch, 
         one_step();
         times.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
     }
-    openblas_set_num_threads(library_threads);
-    std::sort(times.begin(), times.end());
-    return times[times.size() / 2];
-#else
-    (void)widths;
-    (void)batch;
-    (void)repeats;
-    return -1.0;
+    return *std::min_element(times.begin(), times.end());
+}
+
+}  // namespace
+
+double measure_gemm_floor_us(const std::vector<int64_t>& widths, int64_t batch, int repeats, int threads) {
+    if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    mpt::ThreadPool pool(threads);
+    double floor = fastest_step_us(widths, batch, repeats,
+                                  [&](bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                                      const float* b, int64_t ldb, float* c, int64_t ldc) {
+                                      mpt::cpu_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc, pool);
+                                  });
+#if defined(MPTRAIN_HAVE_OPENBLAS)
+    if (const mpt::OpenBlas* blas = mpt::openblas().api) {
+        // OpenBLAS's own threading, restored afterwards (mptrain runs it single-threaded).
+        const int library_threads = blas->get_num_threads();
+        blas->set_num_threads(threads);
+        floor = std::min(floor, fastest_step_us(widths, batch, repeats,
+                                               [&](bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a,
+                                                   int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc) {
+                                                   blas->sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
+                                                               tb ? CblasTrans : CblasNoTrans, static_cast<int>(m),
+                                                               static_cast<int>(n), static_cast<int>(k), 1.0f, a,
+                                                               static_cast<int>(lda), b, static_cast<int>(ldb), 0.0f, c,
+                                                               static_cast<int>(ldc));
+                                               }));
+        blas->set_num_threads(library_threads);
+    }
 #endif
+    return floor;
 }

@@ -1,10 +1,12 @@
 // The CPU floor of one training step: the time of its bare GEMMs (forward, weight gradient, and
-// input gradient for every layer but the first) through OpenBLAS, nothing else.
+// input gradient for every layer but the first), nothing else.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-// Median µs of the step's GEMMs for an MLP with `widths` (input first) at `batch` rows, or a
-// negative value when the build has no OpenBLAS.
-double measure_gemm_floor_us(const std::vector<int64_t>& widths, int64_t batch, int repeats);
+// µs of the step's GEMMs for an MLP with `widths` (input first) at `batch` rows: the fastest of
+// `repeats` runs (a floor is the best the machine did; the bench's step time is a median), and the
+// faster of two ways to run them on `threads` threads (0: every core): OpenBLAS's own threading,
+// and mptrain's split of single-threaded GEMMs across its pool (the portable GEMM without OpenBLAS).
+double measure_gemm_floor_us(const std::vector<int64_t>& widths, int64_t batch, int repeats, int threads);

@@ -64,8 +64,8 @@ else()
 endif()
 # What a static link would need; libmptrain.so itself records these as NEEDED entries.
 set(MPTRAIN_PC_LIBS_PRIVATE "-lstdc++ -lm -lpthread")
-if(MPTRAIN_HAVE_OPENBLAS)
-  string(PREPEND MPTRAIN_PC_LIBS_PRIVATE "-lopenblas ")
+if((MPTRAIN_HAVE_OPENBLAS OR MPTRAIN_WITH_CUDA) AND CMAKE_DL_LIBS)
+  string(APPEND MPTRAIN_PC_LIBS_PRIVATE " -l${CMAKE_DL_LIBS}")  # OpenBLAS and cuBLASLt are opened with dlopen
 endif()
 configure_file(${CMAKE_CURRENT_LIST_DIR}/mptrain.pc.in ${PROJECT_BINARY_DIR}/cmake/mptrain.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/cmake/mptrain.pc

@@ -9,7 +9,7 @@
 #include "core/thread_pool.h"
 
 #if defined(MPTRAIN_HAVE_OPENBLAS)
-#include <cblas.h>
+#include "backend/cpu/openblas_library.h"
 #endif
 
 namespace mpt {
@@ -42,9 +42,9 @@ void portable_sgemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, in
 
 namespace {
 
-void blas_sgemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-                int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-    cblas_sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans, transpose_b ? CblasTrans : CblasNoTrans,
+void blas_sgemm(const OpenBlas& blas, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
+                const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+    blas.sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans, transpose_b ? CblasTrans : CblasNoTrans,
                 static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a, static_cast<int>(lda), b,
                 static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
 }
@@ -53,13 +53,19 @@ void blas_sgemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_
 
 // OpenBLAS runs single-threaded and the pool splits C into column or row panels: OpenBLAS's own
 // threaded GEMM allocates a job descriptor on every call and its idle threads spin against ours.
-// Each panel is an independent GEMM, so results do not depend on timing.
+// Each panel is an independent GEMM, so results do not depend on timing. Without a loadable
+// OpenBLAS the portable GEMM stands in (the context has warned).
 void cpu_sgemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc, ThreadPool& pool) {
+    const OpenBlas* blas = openblas().api;
+    if (!blas) {
+        portable_sgemm(transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, pool);
+        return;
+    }
     constexpr int64_t kPanelAlignment = 16;
     const int64_t threads = pool.threads();
     if (threads <= 1 || m * n * k < (int64_t{1} << 21)) {
-        blas_sgemm(transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        blas_sgemm(*blas, transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
         return;
     }
     const bool split_columns = n >= m;
@@ -74,23 +80,36 @@ void cpu_sgemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t
             if (count <= 0) continue;
             if (split_columns) {
                 const float* b_panel = transpose_b ? b + first * ldb : b + first;
-                blas_sgemm(transpose_a, transpose_b, m, count, k, alpha, a, lda, b_panel, ldb, beta, c + first, ldc);
+                blas_sgemm(*blas, transpose_a, transpose_b, m, count, k, alpha, a, lda, b_panel, ldb, beta, c + first, ldc);
             } else {
                 const float* a_panel = transpose_a ? a + first : a + first * lda;
-                blas_sgemm(transpose_a, transpose_b, count, n, k, alpha, a_panel, lda, b, ldb, beta, c + first * ldc, ldc);
+                blas_sgemm(*blas, transpose_a, transpose_b, count, n, k, alpha, a_panel, lda, b, ldb, beta, c + first * ldc, ldc);
             }
         }
     });
 }
 
-void cpu_gemm_set_threads(int) { openblas_set_num_threads(1); }
-const char* cpu_gemm_library() { return "openblas"; }
+void cpu_gemm_set_threads(int) {
+    if (const OpenBlas* blas = openblas().api) blas->set_num_threads(1);
+}
+
+std::string cpu_gemm_library() {
+    const OpenBlas* blas = openblas().api;
+    if (!blas) return "portable";
+    const char* core = blas->get_corename();
+    return std::string("openblas ") + (core ? core : "unknown");
+}
 
 std::string cpu_gemm_kernel_warning() {
-#if defined(__x86_64__)
-    __builtin_cpu_init();
-    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return {};
-    const char* reported = openblas_get_corename();
+    const OpenBlasLoad& loaded = openblas();
+    if (!loaded.api) {
+        return "OpenBLAS could not be loaded (" + loaded.why +
+               "), so CPU GEMMs run the portable fallback, several times slower: install OpenBLAS (Debian: "
+               "libopenblas0) or name the library in MPTRAIN_OPENBLAS";
+    }
+    const std::string better = openblas_core_for_this_cpu();
+    if (better.empty()) return {};
+    const char* reported = loaded.api->get_corename();
     std::string core = reported ? reported : "unknown";
     std::string lower = core;
     std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
@@ -100,15 +119,12 @@ std::string cpu_gemm_kernel_warning() {
                                                "opteron", "opteron_sse3", "barcelona", "bobcat", "bulldozer",
                                                "piledriver", "steamroller", "nano", "unknown"};
     if (std::find(std::begin(kWithoutAvx2), std::end(kWithoutAvx2), lower) == std::end(kWithoutAvx2)) return {};
-    const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-    const char* better = avx512 ? "SkylakeX" : "Haswell";
-    return "OpenBLAS runs its " + core + " GEMM kernels on a CPU with AVX2" + (avx512 ? ", FMA and AVX-512" : " and FMA") +
-           " (it did not recognise the CPU), so CPU training may run several times slower than it could; start the "
-           "process with OPENBLAS_CORETYPE=" + better + " in its environment";
-#else
-    return {};
-#endif
+    // mptrain chooses the kernels itself only when it loads OpenBLAS first and the variable is unset,
+    // so here the user's environment named these kernels, or something loaded OpenBLAS before mptrain.
+    return "OpenBLAS runs its " + core + " GEMM kernels on a CPU with AVX2" +
+           (better == "SkylakeX" ? ", FMA and AVX-512" : " and FMA") +
+           ", so CPU training may run several times slower than it could; start the process with "
+           "OPENBLAS_CORETYPE=" + better + " in its environment";
 }
 
 #else
@@ -119,7 +135,7 @@ void cpu_sgemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t
 }
 
 void cpu_gemm_set_threads(int) {}
-const char* cpu_gemm_library() { return "portable"; }
+std::string cpu_gemm_library() { return "portable"; }
 std::string cpu_gemm_kernel_warning() { return {}; }
 
 #endif

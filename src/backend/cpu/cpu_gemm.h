@@ -1,5 +1,5 @@
-// Single-precision GEMM for the CPU backend: OpenBLAS's cblas_sgemm when built with it, otherwise a
-// portable blocked fallback. Row-major; C = alpha * op(A) * op(B) + beta * C.
+// Single-precision GEMM for the CPU backend: OpenBLAS's cblas_sgemm when built with it and it loads
+// (openblas_library.h), otherwise a portable blocked fallback. Row-major; C = alpha * op(A) * op(B) + beta * C.
 #pragma once
 
 #include <cstdint>
@@ -16,11 +16,12 @@ void portable_sgemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, in
                     int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc, ThreadPool& pool);
 // Sets the BLAS library's thread count (process-wide in OpenBLAS).
 void cpu_gemm_set_threads(int threads);
-const char* cpu_gemm_library();
-// Empty, or why the GEMMs run several times slower than this CPU allows: OpenBLAS did not recognise
-// the CPU and fell back to kernels for an older one (SSE3-only "Prescott" on a CPU with AVX2, FMA
-// and even AVX-512), with the OPENBLAS_CORETYPE setting that fixes it. OpenBLAS reads that variable
-// once, when it is loaded, so only the environment the process starts with can set it.
+// "portable", or "openblas " and the kernels OpenBLAS runs ("openblas SkylakeX").
+std::string cpu_gemm_library();
+// Empty, or why the GEMMs run several times slower than this CPU allows: OpenBLAS could not be
+// loaded, or it runs kernels for an older CPU (SSE3-only "Prescott" on a CPU with AVX2, FMA and even
+// AVX-512) because the user's OPENBLAS_CORETYPE named them or something loaded OpenBLAS before
+// mptrain could choose; then with the OPENBLAS_CORETYPE setting that fixes it.
 std::string cpu_gemm_kernel_warning();
 
 }  // namespace mpt
