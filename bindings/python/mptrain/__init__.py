@@ -27,6 +27,14 @@ import threading
 
 from . import _native
 
+# libmptrain loads before numpy where it can: both may use the system's OpenBLAS, which chooses its
+# kernels once, when the first of them loads it, and mptrain names the kernels the CPU allows
+# (OpenBLAS 0.3.21 takes CPUs it does not know for an SSE3-only Prescott, 3-4x slower).
+try:
+    _preloaded_lib = _native.load_library()
+except OSError:  # raised again, naming what was tried, on first use
+    _preloaded_lib = None
+
 try:  # numpy is optional
     import numpy as _np
 except ImportError:  # pragma: no cover - exercised where numpy is absent
@@ -140,7 +148,7 @@ class Error(Exception):
 
 
 # ---- the library --------------------------------------------------------------------------------------
-_lib_instance = None
+_lib_instance = _preloaded_lib
 _lib_lock = threading.Lock()
 
 

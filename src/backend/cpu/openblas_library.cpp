@@ -96,4 +96,12 @@ const OpenBlasLoad& openblas() {
     return loaded->answer;
 }
 
+namespace {
+
+// Load with the library, as a linked OpenBLAS was, so a host that loads mptrain before anything
+// else that uses OpenBLAS (a Python `import mptrain` before numpy) gets the kernels mptrain chose.
+__attribute__((constructor)) void load_openblas_with_mptrain() { openblas(); }
+
+}  // namespace
+
 }  // namespace mpt

@@ -1,4 +1,4 @@
-// OpenBLAS, opened with dlopen the first time a CPU GEMM needs it instead of linked, for two reasons.
+// OpenBLAS, opened with dlopen when libmptrain.so loads instead of linked, for two reasons.
 // OpenBLAS chooses its kernels for the CPU once, while it loads, and OpenBLAS 0.3.21 (Debian 12)
 // takes CPUs newer than it knows for an SSE3-only Prescott: on an AVX-512 VM the CIFAR-10 sample ran
 // 4.5x slower than with the right kernels (bench/NOTES.md). Loading it ourselves lets mptrain name
@@ -32,7 +32,8 @@ struct OpenBlasLoad {
 // these are the kernels OpenBLAS itself picks on every CPU it recognises with those extensions.
 std::string openblas_core_for_this_cpu();
 
-// Loads OpenBLAS on first call (thread-safe; later calls return the same answer). The library is
+// Loads OpenBLAS on first call (thread-safe; later calls return the same answer), which is when
+// libmptrain.so itself is loaded. The library is
 // MPTRAIN_OPENBLAS when that is set (a file name or path), else the one mptrain was built against.
 // An OpenBLAS the process has already loaded is used as it is: its kernels are already chosen.
 // Otherwise, when OPENBLAS_CORETYPE is unset, it is set to openblas_core_for_this_cpu() while
