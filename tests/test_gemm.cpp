@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <random>
 #include <vector>
@@ -58,17 +59,55 @@ TEST_CASE("the BLAS GEMM split into panels matches a double reference") {
     }
 }
 
-TEST_CASE("the portable fallback GEMM matches a double reference") {
-    for (int threads : {1, 2}) {
-        check_gemm(&portable_sgemm, threads, 67, 131, 300);
-        check_gemm(&portable_sgemm, threads, 1, 1, 1);
-        check_gemm(&portable_sgemm, threads, 9, 17, 5);
+TEST_CASE("the portable fallback GEMM matches a double reference, with either kernel") {
+    for (Gemm gemm : {static_cast<Gemm>(&portable_sgemm), static_cast<Gemm>(&portable_sgemm_eight_wide)}) {
+        for (int threads : {1, 2}) {
+            check_gemm(gemm, threads, 67, 131, 300);  // two depth blocks, ragged micro-tiles
+            check_gemm(gemm, threads, 200, 300, 40);  // several row and column tiles
+            check_gemm(gemm, threads, 1, 1, 1);
+            check_gemm(gemm, threads, 9, 17, 5);
+        }
+    }
+}
+
+TEST_CASE("the portable GEMM gives the same bits on any thread count and with either kernel") {
+    const int64_t m = 150, n = 290, k = 300;
+    std::mt19937 generator(5);
+    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+    std::vector<float> a(static_cast<size_t>(m * k)), b(static_cast<size_t>(k * n)), c0(static_cast<size_t>(m * n));
+    for (auto* values : {&a, &b, &c0})
+        for (float& v : *values) v = uniform(generator);
+    std::vector<float> first;
+    for (Gemm gemm : {static_cast<Gemm>(&portable_sgemm), static_cast<Gemm>(&portable_sgemm_eight_wide)}) {
+        for (int threads : {1, 2, 3}) {
+            ThreadPool pool(threads);
+            std::vector<float> c = c0;
+            gemm(false, true, m, n, k, 0.5f, a.data(), k, b.data(), k, 0.25f, c.data(), n, pool);
+            if (first.empty()) first = c;
+            CAPTURE(threads);
+            CHECK(std::memcmp(c.data(), first.data(), c.size() * sizeof(float)) == 0);
+        }
+    }
+}
+
+TEST_CASE("beta 0 overwrites C, NaN included, as BLAS defines it") {
+    ThreadPool pool(1);
+    for (Gemm gemm : {static_cast<Gemm>(&cpu_sgemm), static_cast<Gemm>(&portable_sgemm),
+                      static_cast<Gemm>(&portable_sgemm_eight_wide)}) {
+        std::vector<float> a = {1.0f, 2.0f}, b = {3.0f, 4.0f}, c = {NAN};
+        gemm(false, false, 1, 1, 2, 1.0f, a.data(), 2, b.data(), 1, 0.0f, c.data(), 1, pool);
+        CHECK(c[0] == 11.0f);
+        std::vector<float> d = {NAN, 7.0f};  // no products (k = 0): C = beta * C
+        gemm(false, false, 1, 2, 0, 1.0f, a.data(), 1, b.data(), 2, 0.0f, d.data(), 2, pool);
+        CHECK(d[0] == 0.0f);
+        CHECK(d[1] == 0.0f);
     }
 }
 
 TEST_CASE("the GEMMs propagate NaN and Inf like IEEE arithmetic") {
     ThreadPool pool(1);
-    for (Gemm gemm : {static_cast<Gemm>(&cpu_sgemm), static_cast<Gemm>(&portable_sgemm)}) {
+    for (Gemm gemm : {static_cast<Gemm>(&cpu_sgemm), static_cast<Gemm>(&portable_sgemm),
+                      static_cast<Gemm>(&portable_sgemm_eight_wide)}) {
         std::vector<float> a = {0.0f, 1.0f}, b = {INFINITY, 2.0f}, c = {0.0f};
         gemm(false, false, 1, 1, 2, 1.0f, a.data(), 2, b.data(), 1, 0.0f, c.data(), 1, pool);
         CHECK(std::isnan(c[0]));  // 0 * Inf is NaN: a skipped zero would hide an overflow

@@ -1,5 +1,4 @@
-// See cpu_gemm.h. The portable GEMM serves builds without a BLAS: correct and cache-blocked, but
-// several times slower than OpenBLAS.
+// See cpu_gemm.h.
 #include "backend/cpu/cpu_gemm.h"
 
 #include <algorithm>
@@ -13,30 +12,6 @@
 #endif
 
 namespace mpt {
-
-void portable_sgemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-                    int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc, ThreadPool& pool) {
-    // Rows of C are independent: split them across threads; block k for cache reuse of B.
-    constexpr int64_t kBlock = 256;
-    pool.parallel_for(m, 4, [&](int64_t row_begin, int64_t row_end) {
-        for (int64_t i = row_begin; i < row_end; ++i) {
-            float* c_row = c + i * ldc;
-            for (int64_t j = 0; j < n; ++j) c_row[j] = beta == 0.0f ? 0.0f : beta * c_row[j];
-            for (int64_t k0 = 0; k0 < k; k0 += kBlock) {
-                const int64_t k1 = std::min(k, k0 + kBlock);
-                for (int64_t p = k0; p < k1; ++p) {
-                    const float a_value = alpha * (transpose_a ? a[p * lda + i] : a[i * lda + p]);
-                    if (!transpose_b) {
-                        const float* b_row = b + p * ldb;
-                        for (int64_t j = 0; j < n; ++j) c_row[j] += a_value * b_row[j];
-                    } else {
-                        for (int64_t j = 0; j < n; ++j) c_row[j] += a_value * b[j * ldb + p];
-                    }
-                }
-            }
-        }
-    });
-}
 
 #if defined(MPTRAIN_HAVE_OPENBLAS)
 

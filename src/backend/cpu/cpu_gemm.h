@@ -5,15 +5,14 @@
 #include <cstdint>
 #include <string>
 
+#include "backend/cpu/portable_gemm.h"
+
 namespace mpt {
 
 class ThreadPool;
 
 void cpu_sgemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc, ThreadPool& pool);
-// The portable blocked GEMM used when no BLAS is available (always built, so it is always tested).
-void portable_sgemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-                    int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc, ThreadPool& pool);
 // Sets the BLAS library's thread count (process-wide in OpenBLAS).
 void cpu_gemm_set_threads(int threads);
 // "portable", or "openblas " and the kernels OpenBLAS runs ("openblas SkylakeX").
