@@ -2,8 +2,8 @@
 // into tiles of up to kRowBlock x kColumnBlock, each tile one task on the pool; for every block of
 // kDepthBlock products, A's rows and B's columns are packed into contiguous, zero-padded panels (the
 // transposes and alpha are applied there), and a register-blocked kernel computes kMicroRows x
-// kMicroColumns of C at a time from them. The kernel is compiled for AVX-512, AVX2 and the baseline,
-// picked at load time, with the same per-element order of operations in each.
+// kMicroColumns of C at a time from them. The kernel is compiled for AVX-512 (taken when the CPU has
+// it), AVX2 and the baseline, with the same per-element order of operations in each.
 #include "backend/cpu/portable_gemm.h"
 
 #include <algorithm>
@@ -23,7 +23,6 @@ constexpr int64_t kDepthBlock = 256;   // products per packed block: panels stay
 constexpr int64_t kRowBlock = 96;      // a multiple of kMicroRows
 constexpr int64_t kColumnBlock = 256;  // a multiple of kMicroColumns
 
-
 struct Operands {
     bool transpose_a, transpose_b;
     int64_t m, n, k;
@@ -37,7 +36,8 @@ struct Operands {
     int64_t ldc;
 };
 
-// Packing buffers, one pair per thread, grown once: steady-state training allocates nothing.
+// Packing buffers, one pair per thread, allocated on its first GEMM: steady-state training
+// allocates nothing.
 struct Panels {
     std::vector<float> a = std::vector<float>(static_cast<size_t>(kRowBlock * kDepthBlock));
     std::vector<float> b = std::vector<float>(static_cast<size_t>(kColumnBlock * kDepthBlock));
