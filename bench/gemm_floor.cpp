@@ -16,9 +16,9 @@
 
 namespace {
 
-// Row-major C = op(A) * op(B), the signature both ways share.
-using Gemm = std::function<void(bool, bool, int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t,
-                                float*, int64_t)>;
+// Row-major C = alpha * op(A) * op(B) + beta * C, the signature both ways share.
+using Gemm = std::function<void(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
+                                int64_t, float, float*, int64_t)>;
 
 double fastest_step_us(const std::vector<int64_t>& widths, int64_t batch, int repeats, const Gemm& gemm) {
     std::vector<int64_t> padded;
@@ -26,17 +26,24 @@ double fastest_step_us(const std::vector<int64_t>& widths, int64_t batch, int re
     const int64_t widest = *std::max_element(padded.begin(), padded.end());
     std::vector<float> activations_in(static_cast<size_t>(batch * widest), 0.5f);
     std::vector<float> activations_out(static_cast<size_t>(batch * widest), 0.0f);
-    std::vector<float> weights(static_cast<size_t>(widest * widest), 0.01f);
-    std::vector<float> gradients(static_cast<size_t>(widest * widest), 0.0f);
     std::vector<float> input_gradients(static_cast<size_t>(batch * widest), 0.0f);
+    std::vector<std::vector<float>> weights;
+    for (size_t layer = 0; layer + 1 < padded.size(); ++layer)
+        weights.emplace_back(static_cast<size_t>(padded[layer] * padded[layer + 1]), 0.01f);
+    // The weight gradient accumulates into the weights (beta 1), as the step's fused SGD does: the
+    // cheapest form of that GEMM (no separate gradient to write). alpha is tiny and not 0, which
+    // BLAS may skip: the weights barely move over the repeats.
+    constexpr float kLearningRate = 1e-9f;
     auto one_step = [&] {
         for (size_t layer = 0; layer + 1 < padded.size(); ++layer) {
             const int64_t in = padded[layer], out = padded[layer + 1];
-            gemm(false, true, batch, out, in, activations_in.data(), in, weights.data(), in, activations_out.data(), out);
-            gemm(true, false, out, in, batch, activations_out.data(), out, activations_in.data(), in, gradients.data(), in);
+            float* w = weights[layer].data();
+            gemm(false, true, batch, out, in, 1.0f, activations_in.data(), in, w, in, 0.0f, activations_out.data(), out);
+            gemm(true, false, out, in, batch, -kLearningRate, activations_out.data(), out, activations_in.data(), in, 1.0f,
+                 w, in);
             if (layer > 0)
-                gemm(false, false, batch, in, out, activations_out.data(), out, weights.data(), in, input_gradients.data(),
-                     in);
+                gemm(false, false, batch, in, out, 1.0f, activations_out.data(), out, w, in, 0.0f,
+                     input_gradients.data(), in);
         }
     };
     one_step();  // warm-up
@@ -55,9 +62,9 @@ double measure_gemm_floor_us(const std::vector<int64_t>& widths, int64_t batch, 
     if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     mpt::ThreadPool pool(threads);
     double floor = fastest_step_us(widths, batch, repeats,
-                                  [&](bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
-                                      const float* b, int64_t ldb, float* c, int64_t ldc) {
-                                      mpt::cpu_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc, pool);
+                                  [&](bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                                      int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+                                      mpt::cpu_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, pool);
                                   });
 #if defined(MPTRAIN_HAVE_OPENBLAS)
     if (const mpt::OpenBlas* blas = mpt::openblas().api) {
@@ -65,12 +72,13 @@ double measure_gemm_floor_us(const std::vector<int64_t>& widths, int64_t batch, 
         const int library_threads = blas->get_num_threads();
         blas->set_num_threads(threads);
         floor = std::min(floor, fastest_step_us(widths, batch, repeats,
-                                               [&](bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a,
-                                                   int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc) {
+                                               [&](bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                                                   const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
+                                                   float* c, int64_t ldc) {
                                                    blas->sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
                                                                tb ? CblasTrans : CblasNoTrans, static_cast<int>(m),
-                                                               static_cast<int>(n), static_cast<int>(k), 1.0f, a,
-                                                               static_cast<int>(lda), b, static_cast<int>(ldb), 0.0f, c,
+                                                               static_cast<int>(n), static_cast<int>(k), alpha, a,
+                                                               static_cast<int>(lda), b, static_cast<int>(ldb), beta, c,
                                                                static_cast<int>(ldc));
                                                }));
         blas->set_num_threads(library_threads);
