@@ -2,8 +2,8 @@
 // into tiles of up to kRowBlock x kColumnBlock, each tile one task on the pool; for every block of
 // kDepthBlock products, A's rows and B's columns are packed into contiguous, zero-padded panels (the
 // transposes and alpha are applied there), and a register-blocked kernel computes kMicroRows x
-// kMicroColumns of C at a time from them. The kernel is compiled for AVX-512 (taken when the CPU has
-// it), AVX2 and the baseline, with the same per-element order of operations in each.
+// kMicroColumns of C at a time from them. The kernel is compiled for AVX-512, AVX2 and the baseline,
+// the widest the CPU has taken, with the same per-element order of operations in each.
 #include "backend/cpu/portable_gemm.h"
 
 #include <algorithm>
@@ -123,37 +123,47 @@ inline __attribute__((always_inline)) void multiply_tile(const float* a_panel, c
 }
 
 // Eight-float sums fit AVX2's 16 registers (12 of them) and SSE's as pairs; GCC moves sixteen-float
-// ones through the stack there. AVX-512 holds sixteen floats in one of its 32 registers.
+// ones through the stack there. AVX-512 holds sixteen floats in one of its 32 registers. The kernel
+// is picked by a plain CPU check on first use, not with target_clones: the ifunc resolver that
+// makes runs while relocating, before a sanitizer's runtime is up, and crashed TSan builds.
+void multiply_tile_baseline(const float* a_panel, const float* b_panel, int64_t rows, int64_t columns, int64_t depth,
+                            bool first, float beta, float* c, int64_t ldc) {
+    multiply_tile<8>(a_panel, b_panel, rows, columns, depth, first, beta, c, ldc);
+}
+
+using MultiplyTile = void (*)(const float*, const float*, int64_t, int64_t, int64_t, bool, float, float*, int64_t);
+
 #if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx2"))) void multiply_tile_avx2(const float* a_panel, const float* b_panel, int64_t rows,
+                                                        int64_t columns, int64_t depth, bool first, float beta,
+                                                        float* c, int64_t ldc) {
+    multiply_tile<8>(a_panel, b_panel, rows, columns, depth, first, beta, c, ldc);
+}
+
 __attribute__((target("avx512f"))) void multiply_tile_avx512(const float* a_panel, const float* b_panel, int64_t rows,
                                                              int64_t columns, int64_t depth, bool first, float beta,
                                                              float* c, int64_t ldc) {
     multiply_tile<16>(a_panel, b_panel, rows, columns, depth, first, beta, c, ldc);
 }
 
-__attribute__((target_clones("avx2", "default")))
-#endif
-void multiply_tile_narrow(const float* a_panel, const float* b_panel, int64_t rows, int64_t columns, int64_t depth,
-                          bool first, float beta, float* c, int64_t ldc) {
-    multiply_tile<8>(a_panel, b_panel, rows, columns, depth, first, beta, c, ldc);
-}
-
-using MultiplyTile = void (*)(const float*, const float*, int64_t, int64_t, int64_t, bool, float, float*, int64_t);
-
-bool cpu_has_avx512() {
-#if defined(__x86_64__) && defined(__GNUC__)
+bool cpu_supports(bool avx512) {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f");
-#else
-    return false;
+    return avx512 ? __builtin_cpu_supports("avx512f") : __builtin_cpu_supports("avx2");
+}
 #endif
+
+MultiplyTile eight_wide_multiply_tile() {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (cpu_supports(false)) return &multiply_tile_avx2;
+#endif
+    return &multiply_tile_baseline;
 }
 
 MultiplyTile widest_multiply_tile() {
 #if defined(__x86_64__) && defined(__GNUC__)
-    if (cpu_has_avx512()) return &multiply_tile_avx512;
+    if (cpu_supports(true)) return &multiply_tile_avx512;
 #endif
-    return &multiply_tile_narrow;
+    return eight_wide_multiply_tile();
 }
 
 void compute_tile(const Operands& g, int64_t row0, int64_t rows, int64_t column0, int64_t columns, MultiplyTile multiply,
@@ -201,8 +211,8 @@ void portable_sgemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, in
 void portable_sgemm_eight_wide(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
                                const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
                                int64_t ldc, ThreadPool& pool) {
-    run_portable_sgemm({transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc}, &multiply_tile_narrow,
-                       pool);
+    static const MultiplyTile eight_wide = eight_wide_multiply_tile();
+    run_portable_sgemm({transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc}, eight_wide, pool);
 }
 
 }  // namespace mpt
