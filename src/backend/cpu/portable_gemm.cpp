@@ -43,6 +43,9 @@ struct Panels {
     std::vector<float> b = std::vector<float>(static_cast<size_t>(kColumnBlock * kDepthBlock));
 };
 
+// beta * C's old value, where beta 0 ignores it, NaN included (as BLAS defines it).
+inline float scaled_by_beta(float beta, float old_value) { return beta == 0.0f ? 0.0f : beta * old_value; }
+
 // alpha * op(A)[rows, depth] as kMicroRows-row strips, each depth-major: strip[p][r].
 void pack_a(const Operands& g, int64_t row0, int64_t rows, int64_t depth0, int64_t depth, float* out) {
     for (int64_t strip = 0; strip < rows; strip += kMicroRows) {
@@ -114,7 +117,7 @@ inline __attribute__((always_inline)) void multiply_tile(const float* a_panel, c
             for (int64_t r = 0; r < valid_rows; ++r) {
                 float* c_row = c + (row_strip + r) * ldc + column_strip;
                 for (int64_t t = 0; t < valid_columns; ++t) {
-                    const float before = !first ? c_row[t] : beta == 0.0f ? 0.0f : beta * c_row[t];
+                    const float before = first ? scaled_by_beta(beta, c_row[t]) : c_row[t];
                     c_row[t] = before + results[r][t];
                 }
             }
@@ -146,22 +149,20 @@ __attribute__((target("avx512f"))) void multiply_tile_avx512(const float* a_pane
     multiply_tile<16>(a_panel, b_panel, rows, columns, depth, first, beta, c, ldc);
 }
 
-bool cpu_supports(bool avx512) {
-    __builtin_cpu_init();
-    return avx512 ? __builtin_cpu_supports("avx512f") : __builtin_cpu_supports("avx2");
-}
 #endif
 
 MultiplyTile eight_wide_multiply_tile() {
 #if defined(__x86_64__) && defined(__GNUC__)
-    if (cpu_supports(false)) return &multiply_tile_avx2;
+    __builtin_cpu_init();  // harmless when libgcc's constructor has run, needed when it has not
+    if (__builtin_cpu_supports("avx2")) return &multiply_tile_avx2;
 #endif
     return &multiply_tile_baseline;
 }
 
 MultiplyTile widest_multiply_tile() {
 #if defined(__x86_64__) && defined(__GNUC__)
-    if (cpu_supports(true)) return &multiply_tile_avx512;
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) return &multiply_tile_avx512;
 #endif
     return eight_wide_multiply_tile();
 }
@@ -172,7 +173,7 @@ void compute_tile(const Operands& g, int64_t row0, int64_t rows, int64_t column0
     if (g.k == 0) {  // no products: C = beta * C
         for (int64_t i = 0; i < rows; ++i)
             for (int64_t j = 0; j < columns; ++j)
-                c_tile[i * g.ldc + j] = g.beta == 0.0f ? 0.0f : g.beta * c_tile[i * g.ldc + j];
+                c_tile[i * g.ldc + j] = scaled_by_beta(g.beta, c_tile[i * g.ldc + j]);
         return;
     }
     for (int64_t depth0 = 0; depth0 < g.k; depth0 += kDepthBlock) {
