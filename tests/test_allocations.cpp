@@ -78,6 +78,7 @@ TEST_CASE("fp32 SGD steps allocate nothing, single- and multi-threaded") {
 
 TEST_CASE("mixed-precision steps with stateful optimizers allocate nothing") {
     check_fit_allocates_nothing_per_step(MPT_PRECISION_MIXED_FP16, OptimizerKind::sgd, 0.9f, 2);
+    check_fit_allocates_nothing_per_step(MPT_PRECISION_MIXED_BF16, OptimizerKind::sgd, 0.0f, 2);  // AMX's fused SGD
     check_fit_allocates_nothing_per_step(MPT_PRECISION_MIXED_BF16, OptimizerKind::adam, 0.0f, 2);
     check_fit_allocates_nothing_per_step(MPT_PRECISION_MIXED_BF16, OptimizerKind::adamw, 0.0f, 2);
 }

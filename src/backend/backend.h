@@ -33,7 +33,7 @@ struct GemmWorkspace {
 // already padded to a multiple of 8; `valid_*` counts the real units, the rest are kept at zero.
 struct DenseForwardArgs {
     const void* input;      // [rows, in_features], compute dtype
-    const void* weights;    // [out_features, in_features], compute dtype
+    const void* weights;    // [out_features, in_features], compute dtype (or fp32 masters: rounds_parameters_on_read)
     const void* bias;       // [out_features], bias_dtype (fp32 on the last layer, else compute dtype)
     void* output;           // [rows, out_features], output_dtype; padded columns written as 0
     void* relu_mask;        // optional backend-private aux buffer (CUDA's ReLU bit mask); may be null
@@ -52,7 +52,7 @@ struct DenseForwardArgs {
 // layer's activation derivative (cuBLASLt's DRELU epilogue for ReLU).
 struct DenseBackwardDataArgs {
     const void* output_grad;   // dZ [rows, out_features], compute dtype
-    const void* weights;       // [out_features, in_features], compute dtype
+    const void* weights;       // [out_features, in_features], compute dtype (as in DenseForwardArgs)
     const void* input;         // A_prev [rows, in_features] as produced by the previous layer
     const void* relu_mask;     // the previous layer's aux buffer, may be null
     void* input_grad;          // dZ_prev [rows, in_features], input_grad_dtype
@@ -95,7 +95,8 @@ struct DenseUpdateArgs {
     const void* input;         // A_prev [rows, in_features], compute dtype
     float* weights;            // fp32 masters [out_features, in_features]
     float* bias;               // fp32 masters [out_features]
-    void* low_weights;         // compute-dtype copies, or null when the layer computes in fp32
+    void* low_weights;         // compute-dtype copies, or null when the layer computes in fp32 or the
+                               // backend rounds_parameters_on_read
     void* low_bias;
     float* weight_grad;        // scratch [out_features, in_features]; may be null for plain SGD
     float* bias_grad;          // scratch [out_features]; may be null for plain SGD
@@ -160,6 +161,12 @@ public:
     virtual size_t relu_mask_bytes(int64_t rows, int64_t features) const = 0;
     // Bytes of GemmWorkspace the dense ops can use; 0 when they never need any.
     virtual size_t gemm_workspace_bytes() const = 0;
+    // Whether the ops of a layer computing in `compute_dtype` take its fp32 master weights and bias
+    // and round them to the layer's dtypes as they read them, computing exactly what they would from
+    // low-precision copies. Such a layer keeps no copies: its ops get the masters as `weights` and
+    // `bias`, and its update writes none (low_weights and low_bias null). Saves a copy's memory and
+    // the update's pass writing it, where rounding on the fly is free (the CPU's AMX packing).
+    virtual bool rounds_parameters_on_read(DType) const { return false; }
     // Whether dense_update wants args.weight_grad/bias_grad for this optimizer on batches of up to
     // `rows` (true for more rows when true for fewer). Plain SGD on the CPU adds the gradient
     // straight into the masters, and CUDA does so in one kernel up to 64 rows; above that CUDA

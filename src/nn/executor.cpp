@@ -55,7 +55,7 @@ void Executor::plan_persistent() {
 void Executor::plan_persistent(size_t workspace_bytes) {
     const int64_t parameters = model_.parameter_block_elements();
     bool any_low = false;
-    for (DType dtype : layer_dtypes_) any_low |= dtype != DType::fp32;
+    for (size_t i = 0; i < layer_dtypes_.size(); ++i) any_low |= !parameters_read_as_masters(i);
     low_element_bytes_ = backend_.storage_size(DType::bf16);
     const bool training = mode_ == ExecutionMode::training;
     const int state_arrays = training ? optimizer_state_count(optimizer_) : 0;
@@ -89,15 +89,19 @@ DType Executor::activation_dtype(size_t layer) const {
     return layer + 1 == layer_dtypes_.size() ? DType::fp32 : layer_dtypes_[layer + 1];
 }
 
+bool Executor::parameters_read_as_masters(size_t layer) const {
+    return layer_dtypes_[layer] == DType::fp32 || backend_.rounds_parameters_on_read(layer_dtypes_[layer]);
+}
+
 const void* Executor::layer_weights(size_t layer) const {
     const int64_t offset = model_.layers()[layer].weight_offset;
-    if (layer_dtypes_[layer] == DType::fp32) return model_.masters() + offset;
+    if (parameters_read_as_masters(layer)) return model_.masters() + offset;
     return low_copies_ + static_cast<size_t>(offset) * low_element_bytes_;
 }
 
 const void* Executor::layer_bias(size_t layer) const {
     const int64_t offset = model_.layers()[layer].bias_offset;
-    if (layer_dtypes_[layer] == DType::fp32 || layer + 1 == layer_dtypes_.size()) return model_.masters() + offset;
+    if (parameters_read_as_masters(layer) || layer + 1 == layer_dtypes_.size()) return model_.masters() + offset;
     return low_copies_ + static_cast<size_t>(offset) * low_element_bytes_;
 }
 
@@ -178,7 +182,7 @@ size_t Executor::allocated_bytes() const { return persistent_arena_.bytes() + st
 void Executor::sync_weights() {
     if (synced_weights_version_ == model_.weights_version()) return;
     for (size_t i = 0; i < model_.layers().size(); ++i) {
-        if (layer_dtypes_[i] == DType::fp32) continue;
+        if (parameters_read_as_masters(i)) continue;
         const DenseLayer& layer = model_.layers()[i];
         auto convert = [&](int64_t offset, int64_t count) {
             backend_.convert_from_fp32(low_copies_ + static_cast<size_t>(offset) * low_element_bytes_, layer_dtypes_[i],
@@ -318,7 +322,7 @@ void Executor::update(int slot, int64_t rows) {
     float* gradient_scratch = static_cast<float*>(step_buffer(gradient_scratch_));
     for (size_t i = 0; i < layers.size(); ++i) {
         const DenseLayer& layer = layers[i];
-        const bool low = layer_dtypes_[i] != DType::fp32;
+        const bool low = !parameters_read_as_masters(i);
         DenseUpdateArgs args{};
         args.output_grad = step_buffer(layer_slots_[i].output_grad);
         args.input = layer_input(i, slot);

@@ -102,6 +102,9 @@ private:
     void plan_persistent(size_t workspace_bytes);
     DType activation_dtype(size_t layer) const;  // what layer `layer` writes: the consumer's dtype
     const void* layer_weights(size_t layer) const;
+    // fp32 layers, and low-precision ones whose backend rounds the masters as its ops read them:
+    // layers without low-precision copies of their parameters.
+    bool parameters_read_as_masters(size_t layer) const;
     const void* layer_bias(size_t layer) const;
     void* step_buffer(int id) const { return id < 0 ? nullptr : step_arena_.at<char>(step_plan_.offset(id)); }
     const void* layer_input(size_t layer, int slot) const;

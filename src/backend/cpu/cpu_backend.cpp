@@ -1,5 +1,5 @@
 // See cpu_backend.h. Element-wise passes run on the thread pool with static ranges (deterministic);
-// GEMMs go to OpenBLAS, which keeps its own threads.
+// GEMMs go to cpu_sgemm (OpenBLAS panels on the pool), or to AMX for bf16 layers where the CPU has it.
 #include "backend/cpu/cpu_backend.h"
 
 #include <algorithm>
@@ -8,6 +8,7 @@
 #include <cstring>
 #include <thread>
 
+#include "backend/cpu/amx_bf16_gemm.h"
 #include "backend/cpu/cpu_gemm.h"
 #include "backend/cpu/cpu_loss_head.h"
 #include "core/error.h"
@@ -36,10 +37,24 @@ inline bool is_non_finite(float value) {
 
 std::unique_ptr<Backend> create_cpu_backend(int threads) { return std::make_unique<CpuBackend>(threads); }
 
-CpuBackend::CpuBackend(int threads) : pool_(resolve_threads(threads)) { cpu_gemm_set_threads(pool_.threads()); }
+CpuBackend::CpuBackend(int threads)
+    : pool_(resolve_threads(threads)), native_bf16_gemm_(amx_bf16_gemm_available()) {
+    cpu_gemm_set_threads(pool_.threads());
+}
 
 std::string CpuBackend::device_name() const {
-    return std::string("cpu (") + std::to_string(pool_.threads()) + " threads, " + cpu_gemm_library() + ")";
+    return std::string("cpu (") + std::to_string(pool_.threads()) + " threads, " + cpu_gemm_library() +
+           (native_bf16_gemm_ ? ", amx bf16" : "") + ")";
+}
+
+void CpuBackend::gemm(DType dtype, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
+                      const void* a, int64_t lda, const void* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+    const float* a_values = static_cast<const float*>(a);
+    const float* b_values = static_cast<const float*>(b);
+    if (dtype == DType::bf16 && native_bf16_gemm_)
+        amx_bf16_gemm(transpose_a, transpose_b, m, n, k, alpha, a_values, lda, b_values, ldb, beta, c, ldc, pool_);
+    else
+        cpu_sgemm(transpose_a, transpose_b, m, n, k, alpha, a_values, lda, b_values, ldb, beta, c, ldc, pool_);
 }
 
 void* CpuBackend::allocate(size_t bytes) {
@@ -101,9 +116,17 @@ void CpuBackend::gather_batch(const GatherArgs& args) {
 void CpuBackend::dense_forward(const DenseForwardArgs& args) {
     float* output = static_cast<float*>(args.output);
     const float* bias = static_cast<const float*>(args.bias);
-    cpu_sgemm(false, true, args.rows, args.out_features, args.in_features, 1.0f, static_cast<const float*>(args.input),
-              args.in_features, static_cast<const float*>(args.weights), args.in_features, 0.0f, output,
-              args.out_features, pool_);
+    if (args.bias_dtype != DType::fp32) {
+        // The bias as its low-precision copy holds it: rounded here when the masters came instead
+        // (rounds_parameters_on_read); rounding the copy again changes nothing. One buffer per
+        // calling thread, grown on its first call.
+        thread_local std::vector<float> rounded_bias;
+        if (rounded_bias.size() < static_cast<size_t>(args.valid_out)) rounded_bias.resize(static_cast<size_t>(args.valid_out));
+        round_copy(args.bias_dtype, bias, rounded_bias.data(), static_cast<size_t>(args.valid_out));
+        bias = rounded_bias.data();
+    }
+    gemm(args.compute_dtype, false, true, args.rows, args.out_features, args.in_features, 1.0f, args.input,
+         args.in_features, args.weights, args.in_features, 0.0f, output, args.out_features);
     // Epilogue as a GPU does it: fp32 accumulator + bias, activation, then one rounding to the output.
     pool_.parallel_for(args.rows, kRowGrain, [&](int64_t begin, int64_t end) {
         for (int64_t r = begin; r < end; ++r) {
@@ -119,9 +142,8 @@ void CpuBackend::loss_head(const LossHeadArgs& args) { cpu_loss_head(args); }
 
 void CpuBackend::dense_backward_data(const DenseBackwardDataArgs& args) {
     float* input_grad = static_cast<float*>(args.input_grad);
-    cpu_sgemm(false, false, args.rows, args.in_features, args.out_features, 1.0f,
-              static_cast<const float*>(args.output_grad), args.out_features, static_cast<const float*>(args.weights),
-              args.in_features, 0.0f, input_grad, args.in_features, pool_);
+    gemm(args.compute_dtype, false, false, args.rows, args.in_features, args.out_features, 1.0f, args.output_grad,
+         args.out_features, args.weights, args.in_features, 0.0f, input_grad, args.in_features);
     const float* input = static_cast<const float*>(args.input);
     const int64_t total = args.rows * args.in_features;
     pool_.parallel_for(total, kElementGrain, [&](int64_t begin, int64_t end) {
@@ -203,12 +225,12 @@ void CpuBackend::dense_update(const DenseUpdateArgs& args, const OptimizerConfig
     if (is_plain_sgd(optimizer)) {
         // W += (-lr / scale) * dZ^T · A: the GEMM is the update.
         const float step = -optimizer.learning_rate * scalars.inverse_scale;
-        cpu_sgemm(true, false, args.out_features, args.in_features, args.rows, step, output_grad, args.out_features,
-                  input, args.in_features, 1.0f, args.weights, args.in_features, pool_);
+        gemm(args.compute_dtype, true, false, args.out_features, args.in_features, args.rows, step, output_grad,
+             args.out_features, input, args.in_features, 1.0f, args.weights, args.in_features);
         column_sums(output_grad, args.rows, args.out_features, step, args.bias, true);
     } else {
-        cpu_sgemm(true, false, args.out_features, args.in_features, args.rows, 1.0f, output_grad, args.out_features,
-                  input, args.in_features, 0.0f, args.weight_grad, args.in_features, pool_);
+        gemm(args.compute_dtype, true, false, args.out_features, args.in_features, args.rows, 1.0f, output_grad,
+             args.out_features, input, args.in_features, 0.0f, args.weight_grad, args.in_features);
         column_sums(output_grad, args.rows, args.out_features, 1.0f, args.bias_grad, false);
         auto apply = [&](float* master, const float* gradient, float* const* states, int64_t count) {
             pool_.parallel_for(count, kElementGrain, [&](int64_t begin, int64_t end) {

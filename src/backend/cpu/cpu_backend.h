@@ -1,6 +1,7 @@
 // The CPU backend: the reference implementation of every backend operation. Low-precision dtypes
 // are emulated in fp32 storage by rounding GEMM inputs (stored rounded) and outputs, so overflow and
-// underflow happen where they would on a GPU.
+// underflow happen where they would on a GPU. On a CPU with AMX-BF16, bf16 layers multiply on its
+// tiles (amx_bf16_gemm.h) instead of in fp32 GEMMs: the same products, summed in another order.
 #pragma once
 
 #include <memory>
@@ -24,6 +25,9 @@ public:
     DType preferred_compute_dtype() const override { return DType::fp32; }
     size_t relu_mask_bytes(int64_t, int64_t) const override { return 0; }
     size_t gemm_workspace_bytes() const override { return 0; }
+    bool rounds_parameters_on_read(DType compute_dtype) const override {
+        return compute_dtype == DType::bf16 && native_bf16_gemm_;
+    }
     bool update_needs_gradient_scratch(const OptimizerConfig& optimizer, int64_t) const override {
         return !is_plain_sgd(optimizer);
     }
@@ -55,12 +59,18 @@ public:
     int threads() const { return pool_.threads(); }
 
 private:
+    // op(A) . op(B) for a layer computing in `dtype` (see cpu_sgemm): AMX's bf16 GEMM for a bf16
+    // layer where this CPU has it, else fp32 SGEMM, which emulates bf16 exactly but for the order of
+    // the sums (every product of two bf16 values is exact in fp32).
+    void gemm(DType dtype, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
+              const void* a, int64_t lda, const void* b, int64_t ldb, float beta, float* c, int64_t ldc);
     // Column sums of dZ (the bias gradient), times `factor`, into `out` (or added when `accumulate`).
     void column_sums(const float* output_grad, int64_t rows, int64_t columns, float factor, float* out, bool accumulate);
     float max_abs_one(const float* values, int64_t count);
     void write_low_copy(const float* master, void* low, DType dtype, int64_t count);
 
     ThreadPool pool_;
+    bool native_bf16_gemm_;  // amx_bf16_gemm_available(), once
     std::vector<uint64_t> order_keys_;  // fill_order's scratch, kept between epochs
     CpuScheduler scheduler_;
 };

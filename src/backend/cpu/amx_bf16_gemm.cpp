@@ -1,0 +1,373 @@
+// See amx_bf16_gemm.h. One AMX instruction, TDPBF16PS, adds a 16 x 32 bf16 tile times a 32 x 16
+// bf16 tile into a 16 x 16 fp32 tile. The left tile holds 16 rows of 32 products' worth of values;
+// the right one holds its 32 x 16 values as 16 rows of 16 pairs, the two values a sum takes from
+// consecutive depths side by side. C is computed 32 x 32 at a time: four C tiles, two left tiles,
+// two right ones, all eight tile registers.
+//
+// Which operand goes on the left: a value pair of the right tile comes from two consecutive depths,
+// so an operand stored depth-contiguous (a transposed B, as every forward GEMM has: X . W^T) would
+// need a transposition there, while on the left it is read as it lies. When B is stored that way,
+// C^T = op(B)^T . op(A)^T is computed instead, and its blocks are written transposed into C.
+//
+// Work split: the operand with fewer values is packed whole first, in parallel, into one buffer the
+// threads share; the other is packed 32 rows (or columns) at a time by the task that multiplies
+// them, inside that task, so every value is converted once and the large operand (the weights, at
+// small batches) is streamed through once. Each C block sums its depth in one fixed order, so which
+// thread computes it changes nothing.
+#include "backend/cpu/amx_bf16_gemm.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+
+#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__)
+#define MPTRAIN_AMX_BUILD 1
+#include <cpuid.h>
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+namespace mpt {
+
+namespace {
+
+struct AmxSupport {
+    bool available = false;
+    std::string reason;  // why not
+};
+
+#if defined(MPTRAIN_AMX_BUILD)
+
+// Linux's request for the AMX tile data state (asm/prctl.h; spelled out for older headers).
+constexpr int kArchRequestComponentPermission = 0x1023;
+constexpr int kTileDataComponent = 18;
+
+AmxSupport detect_amx() {
+    if (const char* setting = std::getenv("MPTRAIN_CPU_AMX"); setting && std::strcmp(setting, "0") == 0)
+        return {false, "MPTRAIN_CPU_AMX=0"};
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) || !(edx & (1u << 24)) || !(edx & (1u << 22)))
+        return {false, "this CPU has no AMX-BF16"};
+    const unsigned max_subleaf = eax;
+    // The packing converts with AVX512-BF16 (every AMX CPU so far has it; checked all the same).
+    __builtin_cpu_init();
+    if (max_subleaf < 1 || !__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) || !(eax & (1u << 5)) ||
+        !__builtin_cpu_supports("avx512bw"))
+        return {false, "this CPU has AMX-BF16 but not AVX512-BF16 and AVX512-BW"};
+    if (syscall(SYS_arch_prctl, kArchRequestComponentPermission, kTileDataComponent) != 0)
+        return {false, std::string("Linux did not grant the AMX tile state (arch_prctl: ") + std::strerror(errno) + ")"};
+    return {true, {}};
+}
+
+#else
+
+AmxSupport detect_amx() { return {false, "AMX needs Linux on x86-64"}; }
+
+#endif
+
+const AmxSupport& amx_support() {
+    static const AmxSupport support = detect_amx();
+    return support;
+}
+
+}  // namespace
+
+bool amx_bf16_gemm_available() { return amx_support().available; }
+const std::string& amx_bf16_gemm_unavailable_reason() { return amx_support().reason; }
+
+#if defined(MPTRAIN_AMX_BUILD)
+
+namespace {
+
+constexpr int64_t kTileRows = 16;
+constexpr int64_t kDepthStep = 32;                         // values per left-tile row: 64 bytes of bf16
+constexpr int64_t kTileValues = kTileRows * kDepthStep;    // 512 bf16, 1 KiB: every tile of either side
+constexpr int64_t kBlock = 2 * kTileRows;                  // C is computed kBlock x kBlock at a time
+
+// One side of the product as the kernel reads it: value (x, q) at data[x * x_stride + q * q_stride],
+// x a row of the left side or a column of the right, q the depth. One of the strides is 1.
+struct Side {
+    const float* data;
+    int64_t x_stride;
+    int64_t q_stride;
+    int64_t count;  // rows of C (left) or columns of C (right)
+};
+
+struct Problem {
+    Side left, right;
+    int64_t depth;
+    int64_t steps;  // depth in kDepthStep blocks, zero-padded
+    float alpha, beta;
+    float* c;
+    int64_t c_left_stride;   // C's element (left x, right x) is c[x_left * c_left_stride + x_right * c_right_stride]
+    int64_t c_right_stride;
+};
+
+// Grow-only, 64-byte-aligned scratch (one per thread and use): steady-state training allocates
+// nothing.
+class ScratchBuffer {
+public:
+    ~ScratchBuffer() { std::free(data_); }
+    template <typename T>
+    T* reserve(int64_t count) {
+        const size_t bytes = (static_cast<size_t>(count) * sizeof(T) + 63) / 64 * 64;
+        if (bytes > capacity_) {
+            std::free(data_);
+            data_ = std::aligned_alloc(64, bytes);
+            capacity_ = data_ ? bytes : 0;
+            if (!data_) throw std::bad_alloc();
+        }
+        return static_cast<T*>(data_);
+    }
+
+private:
+    void* data_ = nullptr;
+    size_t capacity_ = 0;
+};
+
+#define MPTRAIN_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512bf16")))
+#define MPTRAIN_AMX_BF16 __attribute__((target("amx-tile,amx-bf16")))
+
+MPTRAIN_AVX512_BF16 inline __m512i as_words(__m512bh values) { return (__m512i)values; }
+
+// Packs `tiles` tiles of 16 x-values (rows of the left side, columns of the right) starting at x0,
+// over the whole depth, zero-padded past the side's count and the depth. In 32-bit words (a pair
+// of bf16 from depths 2p and 2p+1), a tile's depth step is a 16 x 16 matrix: the left side stores
+// it word[x][p], the right side word[p][x]. Values are rounded to bf16, ties to even.
+MPTRAIN_AVX512_BF16 void pack_side(const Side& side, int64_t depth, int64_t steps, int64_t x0, int64_t tiles,
+                                   bool right, uint16_t* out) {
+    // The 16 word offsets of a column of a 16 x 16 word matrix, for the transposed stores.
+    const __m512i column = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                              _mm512_set1_epi32(kTileRows));
+    // Words [lo0, hi0, lo1, hi1, ...] from [lo0..lo15, hi0..hi15]: interleaves two depths' values.
+    const __m512i interleave = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7,
+                                                22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    for (int64_t tile = 0; tile < tiles; ++tile) {
+        const int64_t first_x = x0 + tile * kTileRows;
+        for (int64_t step = 0; step < steps; ++step) {
+            uint32_t* block = reinterpret_cast<uint32_t*>(out + (tile * steps + step) * kTileValues);
+            const int64_t q0 = step * kDepthStep;
+            if (side.q_stride == 1) {
+                // Each x's 32 depths are contiguous: one row of words over p.
+                const int64_t valid_q = std::min<int64_t>(kDepthStep, depth - q0);
+                const __mmask16 low_mask = static_cast<__mmask16>(valid_q >= 16 ? 0xFFFF : (1u << valid_q) - 1);
+                const __mmask16 high_mask =
+                    static_cast<__mmask16>(valid_q >= 32 ? 0xFFFF : valid_q <= 16 ? 0 : (1u << (valid_q - 16)) - 1);
+                for (int64_t r = 0; r < kTileRows; ++r) {
+                    const int64_t x = first_x + r;
+                    __m512i words = _mm512_setzero_si512();
+                    if (x < side.count) {
+                        const float* values = side.data + x * side.x_stride + q0;
+                        const __m512 low = _mm512_maskz_loadu_ps(low_mask, values);
+                        const __m512 high = _mm512_maskz_loadu_ps(high_mask, values + 16);
+                        words = as_words(_mm512_cvtne2ps_pbh(high, low));
+                    }
+                    if (right) _mm512_i32scatter_epi32(block + r, column, words, 4);
+                    else _mm512_storeu_si512(block + r * kTileRows, words);
+                }
+            } else {
+                // Each depth's 16 x-values are contiguous: one row of words over x, two depths at a time.
+                const int64_t valid_x = std::min<int64_t>(kTileRows, side.count - first_x);
+                const __mmask16 mask = static_cast<__mmask16>(valid_x >= 16 ? 0xFFFF : valid_x <= 0 ? 0 : (1u << valid_x) - 1);
+                for (int64_t p = 0; p < kTileRows; ++p) {
+                    const int64_t q = q0 + 2 * p;
+                    const float* values = side.data + q * side.q_stride + first_x;
+                    const __m512 even = q < depth ? _mm512_maskz_loadu_ps(mask, values) : _mm512_setzero_ps();
+                    const __m512 odd = q + 1 < depth ? _mm512_maskz_loadu_ps(mask, values + side.q_stride) : _mm512_setzero_ps();
+                    const __m512i words =
+                        _mm512_permutexvar_epi16(interleave, as_words(_mm512_cvtne2ps_pbh(odd, even)));
+                    if (right) _mm512_storeu_si512(block + p * kTileRows, words);
+                    else _mm512_i32scatter_epi32(block + p, column, words, 4);
+                }
+            }
+        }
+    }
+}
+
+// The tile registers' shapes (palette 1): all eight are 16 rows of 64 bytes.
+struct alignas(64) TileConfig {
+    uint8_t palette = 1;
+    uint8_t start_row = 0;
+    uint8_t reserved[14] = {};
+    uint16_t row_bytes[16] = {64, 64, 64, 64, 64, 64, 64, 64};
+    uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
+};
+
+MPTRAIN_AMX_BF16 void load_tile_config() {
+    static const TileConfig config;
+    _tile_loadconfig(&config);
+}
+
+MPTRAIN_AMX_BF16 void release_tiles() { _tile_release(); }
+
+// out[32][32] (rows `out_stride` floats apart) = left rows [2 tiles] . right columns [2 tiles] over
+// `steps` depth steps, in fp32.
+MPTRAIN_AMX_BF16 void multiply_block(const uint16_t* left, const uint16_t* right, int64_t steps, float* out,
+                                    int64_t out_stride) {
+    const uint16_t* left1 = left + steps * kTileValues;
+    const uint16_t* right1 = right + steps * kTileValues;
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int64_t step = 0; step < steps; ++step) {
+        const int64_t offset = step * kTileValues;
+        _tile_loadd(4, left + offset, 64);
+        _tile_loadd(5, left1 + offset, 64);
+        _tile_loadd(6, right + offset, 64);
+        _tile_loadd(7, right1 + offset, 64);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    const int64_t stride = out_stride * static_cast<int64_t>(sizeof(float));
+    _tile_stored(0, out, stride);
+    _tile_stored(1, out + kTileRows, stride);
+    _tile_stored(2, out + kTileRows * out_stride, stride);
+    _tile_stored(3, out + kTileRows * out_stride + kTileRows, stride);
+}
+
+// A strip of C, `lefts` x `rights` from (left0, right0), = alpha * sums + beta * C (beta 0 ignores
+// C, NaN included), sums[left][right] with rows `stride` floats apart. C is
+// written one row at a time, each row's part of the strip in one contiguous pass.
+MPTRAIN_AVX512_BF16 void store_strip(const Problem& g, const float* sums, int64_t stride, int64_t left0, int64_t lefts,
+                                     int64_t right0, int64_t rights) {
+    const int64_t offset = left0 * g.c_left_stride + right0 * g.c_right_stride;
+    const float alpha = g.alpha, beta = g.beta;
+    const bool rows_are_left = g.c_right_stride == 1;  // else C^T was computed: C's rows are the right side
+    const int64_t c_rows = rows_are_left ? lefts : rights, c_columns = rows_are_left ? rights : lefts;
+    const int64_t c_row_stride = rows_are_left ? g.c_left_stride : g.c_right_stride;
+    // Where element t of C's row r sits in sums: r * row_step + t * column_step.
+    const int64_t row_step = rows_are_left ? stride : 1, column_step = rows_are_left ? 1 : stride;
+    for (int64_t r = 0; r < c_rows; ++r) {
+        float* c_row = g.c + offset + r * c_row_stride;
+        const float* sum_row = sums + r * row_step;
+        if (beta == 0.0f) {
+            for (int64_t t = 0; t < c_columns; ++t) c_row[t] = alpha * sum_row[t * column_step];
+        } else {
+            for (int64_t t = 0; t < c_columns; ++t) c_row[t] = alpha * sum_row[t * column_step] + beta * c_row[t];
+        }
+    }
+}
+
+int64_t blocks_of(int64_t count) { return (count + kBlock - 1) / kBlock; }
+
+// Which side the tasks stream (the other is packed whole first). A task multiplies its streamed
+// block by every packed block, walking C along the packed side. When the side that runs along C's
+// rows (stride 1 in C) packs into L2, it is the packed one, so tasks write C in row strips: a weight
+// gradient (small depth, C the size of the weights) then streams through memory once instead of in
+// 128-byte pieces a row apart. Otherwise the smaller side is packed, so the larger (the weights, at
+// small batches) is read from memory once.
+bool streams_right_side(const Problem& g) {
+    constexpr int64_t kPackedBytesInL2 = int64_t{1} << 20;
+    const Side& along_rows = g.c_right_stride == 1 ? g.right : g.left;
+    const int64_t packed_bytes = blocks_of(along_rows.count) * 2 * g.steps * kTileValues * int64_t{sizeof(uint16_t)};
+    if (packed_bytes <= kPackedBytesInL2) return g.c_right_stride != 1;
+    return g.right.count >= g.left.count;
+}
+
+// Packs the whole of the smaller side into `shared`, in parallel.
+void pack_whole_side(const Problem& g, bool right, uint16_t* shared, ThreadPool& pool) {
+    const Side& side = right ? g.right : g.left;
+    pool.parallel_for(blocks_of(side.count), 1, [&](int64_t begin, int64_t end) {
+        pack_side(side, g.depth, g.steps, begin * kBlock, (end - begin) * 2, right, shared + begin * 2 * g.steps * kTileValues);
+    });
+}
+
+// The blocks [begin, end) of the streamed side, each packed here and multiplied by every block of
+// the packed side into a strip of sums (32 x the whole packed side), which then goes to C.
+// `stream_right`: the streamed side is the right one.
+void multiply_streamed(const Problem& g, bool stream_right, const uint16_t* packed, int64_t begin, int64_t end) {
+    thread_local ScratchBuffer own_buffer, strip_buffer;
+    const Side& streamed = stream_right ? g.right : g.left;
+    const Side& whole = stream_right ? g.left : g.right;
+    const int64_t block_values = 2 * g.steps * kTileValues;
+    const int64_t packed_blocks = blocks_of(whole.count);
+    uint16_t* own = own_buffer.reserve<uint16_t>(block_values);
+    float* strip = strip_buffer.reserve<float>(packed_blocks * kBlock * kBlock);
+    // The strip is [left][right]: 32 x all when the left side streams, all x 32 otherwise.
+    const int64_t stride = stream_right ? kBlock : packed_blocks * kBlock;
+    load_tile_config();
+    for (int64_t block = begin; block < end; ++block) {
+        pack_side(streamed, g.depth, g.steps, block * kBlock, 2, stream_right, own);
+        for (int64_t other = 0; other < packed_blocks; ++other) {
+            const uint16_t* other_values = packed + other * block_values;
+            if (stream_right) multiply_block(other_values, own, g.steps, strip + other * kBlock * stride, stride);
+            else multiply_block(own, other_values, g.steps, strip + other * kBlock, stride);
+        }
+        const int64_t first = block * kBlock, count = std::min(kBlock, streamed.count - first);
+        if (stream_right) store_strip(g, strip, stride, 0, whole.count, first, count);
+        else store_strip(g, strip, stride, first, count, 0, whole.count);
+    }
+    release_tiles();
+}
+
+}  // namespace
+
+void amx_bf16_gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                   int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc, ThreadPool& pool) {
+    // The check also asks Linux for the tile state on first use: without it a tile instruction faults.
+    if (!amx_bf16_gemm_available())
+        fail(MPT_STATUS_INTERNAL, "amx_bf16_gemm called where it cannot run: " + amx_bf16_gemm_unavailable_reason());
+    if (m <= 0 || n <= 0) return;
+    if (k <= 0) {  // no products: C = beta * C
+        for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+        return;
+    }
+    // op(A)(i, q) and op(B)(q, j) as sides: A's rows are C's rows, B's columns C's columns.
+    const Side a_side{a, transpose_a ? 1 : lda, transpose_a ? lda : 1, m};
+    const Side b_side{b, transpose_b ? ldb : 1, transpose_b ? 1 : ldb, n};
+    Problem g{};
+    if (transpose_b) {  // B is depth-contiguous: it goes on the left, and C^T is computed
+        g.left = b_side;
+        g.right = a_side;
+        g.c_left_stride = 1;
+        g.c_right_stride = ldc;
+    } else {
+        g.left = a_side;
+        g.right = b_side;
+        g.c_left_stride = ldc;
+        g.c_right_stride = 1;
+    }
+    g.depth = k;
+    g.steps = (k + kDepthStep - 1) / kDepthStep;
+    g.alpha = alpha;
+    g.beta = beta;
+    g.c = c;
+    const bool stream_right = streams_right_side(g);
+    const Side& whole = stream_right ? g.left : g.right;
+    thread_local ScratchBuffer shared_buffer;
+    uint16_t* shared = shared_buffer.reserve<uint16_t>(blocks_of(whole.count) * 2 * g.steps * kTileValues);
+    pack_whole_side(g, !stream_right, shared, pool);
+    // A task's own buffer is allocated on its thread's first GEMM; an exception must not leave a
+    // pool task (it would end the process), so a failed allocation is reported here instead.
+    std::atomic<bool> out_of_memory{false};
+    pool.parallel_for(blocks_of((stream_right ? g.right : g.left).count), 1, [&](int64_t begin, int64_t end) {
+        try {
+            multiply_streamed(g, stream_right, shared, begin, end);
+        } catch (const std::bad_alloc&) {
+            out_of_memory = true;
+        }
+    });
+    if (out_of_memory) throw std::bad_alloc();
+}
+
+#else
+
+void amx_bf16_gemm(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t, float,
+                   float*, int64_t, ThreadPool&) {
+    fail(MPT_STATUS_INTERNAL, "amx_bf16_gemm called in a build without AMX support");
+}
+
+#endif
+
+}  // namespace mpt
