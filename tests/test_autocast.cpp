@@ -3,11 +3,14 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "amp/precision_policy.h"
+#include "backend/cpu/amx_bf16_gemm.h"
 #include "nn/trainer.h"
 
 using namespace mpt;
@@ -32,10 +35,17 @@ std::shared_ptr<Context> cpu_context() {
 
 }  // namespace
 
-TEST_CASE("auto resolves to fp32 on the CPU and explicit policies map to their dtypes") {
+// ctest runs this file once more with MPTRAIN_CPU_AMX=0, where auto must be fp32 on any CPU.
+TEST_CASE("auto resolves to bf16 on a CPU with AMX-BF16, else fp32; explicit policies map to their dtypes") {
     auto context = cpu_context();
-    CHECK(resolve_precision(MPT_PRECISION_AUTO, context->backend()).compute_dtype == DType::fp32);
-    CHECK(resolve_precision(MPT_PRECISION_AUTO, context->backend()).precision == MPT_PRECISION_FP32);
+    const bool native_bf16 = amx_bf16_gemm_available();
+    INFO("AMX bf16 GEMM: " << (native_bf16 ? "available" : amx_bf16_gemm_unavailable_reason()));
+    CHECK(resolve_precision(MPT_PRECISION_AUTO, context->backend()).compute_dtype ==
+          (native_bf16 ? DType::bf16 : DType::fp32));
+    CHECK(resolve_precision(MPT_PRECISION_AUTO, context->backend()).precision ==
+          (native_bf16 ? MPT_PRECISION_MIXED_BF16 : MPT_PRECISION_FP32));
+    if (const char* setting = std::getenv("MPTRAIN_CPU_AMX"); setting && std::string(setting) == "0")
+        CHECK_FALSE(native_bf16);
     CHECK(resolve_precision(MPT_PRECISION_MIXED_FP16, context->backend()).compute_dtype == DType::fp16);
     CHECK(resolve_precision(MPT_PRECISION_MIXED_BF16, context->backend()).compute_dtype == DType::bf16);
 }

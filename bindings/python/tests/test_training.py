@@ -41,7 +41,8 @@ def test_fit_learns_separable_blobs(ctx, model, blobs):
     assert after.accuracy >= 0.95
     assert after.loss < before.loss
     assert trainer.progress == (5 * (300 // 32), 5)
-    assert trainer.precision == mptrain.Precision.FP32  # AUTO resolves to fp32 on the CPU
+    # AUTO on the CPU: bf16 where AMX multiplies it natively, else fp32.
+    assert trainer.precision in (mptrain.Precision.FP32, mptrain.Precision.MIXED_BF16)
     planned, allocated = trainer.memory
     assert planned > 0 and allocated >= planned
     seconds, steps = trainer.last_epoch_time
@@ -170,7 +171,9 @@ def test_log_callback_receives_messages_or_nothing_but_never_breaks(blobs):
 
 def test_context_reports_backend_precision_and_memory(ctx, model, blobs):
     assert ctx.backend == mptrain.Backend.CPU
-    assert ctx.resolve_precision("auto") == mptrain.Precision.FP32
+    # bf16 where the CPU multiplies it natively (AMX), else fp32; the trainer runs what auto resolved to.
+    assert ctx.resolve_precision("auto") in (mptrain.Precision.FP32, mptrain.Precision.MIXED_BF16)
+    assert mptrain.Trainer(model).precision == ctx.resolve_precision("auto")
     samples, labels = blobs
     mptrain.Trainer(model).fit(mptrain.Dataset.from_f32(ctx, samples, labels, CLASSES), 1, 32)
     used, peak = ctx.memory
