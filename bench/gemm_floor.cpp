@@ -7,7 +7,7 @@
 #include <functional>
 #include <thread>
 
-#include "backend/cpu/amx_bf16_gemm.h"
+#include "backend/cpu/amx_gemm.h"
 #include "backend/cpu/cpu_gemm.h"
 #include "core/thread_pool.h"
 
@@ -59,14 +59,15 @@ double fastest_step_us(const std::vector<int64_t>& widths, int64_t batch, int re
 
 }  // namespace
 
-double measure_gemm_floor_us(const std::vector<int64_t>& widths, int64_t batch, int repeats, int threads, bool bf16) {
+double measure_gemm_floor_us(const std::vector<int64_t>& widths, int64_t batch, int repeats, int threads,
+                             mpt::DType compute) {
     if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     mpt::ThreadPool pool(threads);
-    if (bf16 && mpt::amx_bf16_gemm_available())
+    if (compute != mpt::DType::fp32 && mpt::amx_gemm_available())
         return fastest_step_us(widths, batch, repeats,
                                [&](bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                                    int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-                                   mpt::amx_bf16_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, pool);
+                                   mpt::amx_gemm(compute, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, pool);
                                });
     double floor = fastest_step_us(widths, batch, repeats,
                                   [&](bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,

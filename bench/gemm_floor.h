@@ -5,10 +5,13 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/dtype.h"
+
 // µs of the step's GEMMs for an MLP with `widths` (input first) at `batch` rows: the fastest of
 // `repeats` runs (a floor is the best the machine did; the bench's step time is a median), and the
 // faster of two ways to run them on `threads` threads (0: every core): OpenBLAS's own threading,
 // and mptrain's split of single-threaded GEMMs across its pool (the portable GEMM without OpenBLAS).
-// `bf16`: the step computes in bf16; where the CPU has AMX its GEMMs run there (amx_bf16_gemm.h),
-// and so do the floor's. Elsewhere bf16 runs in fp32 GEMMs and the floor is fp32's.
-double measure_gemm_floor_us(const std::vector<int64_t>& widths, int64_t batch, int repeats, int threads, bool bf16);
+// `compute`: the step's compute dtype; where the CPU has AMX, bf16 and fp16 GEMMs run there
+// (amx_gemm.h), and so do the floor's. Elsewhere they run in fp32 GEMMs and the floor is fp32's.
+double measure_gemm_floor_us(const std::vector<int64_t>& widths, int64_t batch, int repeats, int threads,
+                             mpt::DType compute);

@@ -246,9 +246,11 @@ Record run_one(const Options& options, const std::string& precision_text, int64_
     record.us_per_step = per_step[per_step.size() / 2];
     record.wall_us_per_step = wall_per_step[wall_per_step.size() / 2];
     record.streamed = options.streamed && options.backend == "cuda";
-    record.gemm_floor_us = options.backend == "cpu" ? measure_gemm_floor_us({3072, 3000, 1000, 10}, batch, 5, options.threads,
-                                                                            resolved == MPT_PRECISION_MIXED_BF16)
-                                                    : -1.0;
+    const mpt::DType compute = resolved == MPT_PRECISION_MIXED_BF16   ? mpt::DType::bf16
+                               : resolved == MPT_PRECISION_MIXED_FP16 ? mpt::DType::fp16
+                                                                      : mpt::DType::fp32;
+    record.gemm_floor_us =
+        options.backend == "cpu" ? measure_gemm_floor_us({3072, 3000, 1000, 10}, batch, 5, options.threads, compute) : -1.0;
     record.allocations_per_step = static_cast<double>(allocations) / static_cast<double>(steps * options.repeats);
     record.peak_bytes = peak;
     record.device_bytes = on_device ? static_cast<int64_t>(device_peak - device_before) : -1;

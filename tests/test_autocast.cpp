@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "amp/precision_policy.h"
-#include "backend/cpu/amx_bf16_gemm.h"
+#include "backend/cpu/amx_gemm.h"
 #include "nn/trainer.h"
 
 using namespace mpt;
@@ -38,8 +38,8 @@ std::shared_ptr<Context> cpu_context() {
 // ctest runs this file once more with MPTRAIN_CPU_AMX=0, where auto must be fp32 on any CPU.
 TEST_CASE("auto resolves to bf16 on a CPU with AMX-BF16, else fp32; explicit policies map to their dtypes") {
     auto context = cpu_context();
-    const bool native_bf16 = amx_bf16_gemm_available();
-    INFO("AMX bf16 GEMM: " << (native_bf16 ? "available" : amx_bf16_gemm_unavailable_reason()));
+    const bool native_bf16 = amx_gemm_available();
+    INFO("AMX bf16 GEMM: " << (native_bf16 ? "available" : amx_gemm_unavailable_reason()));
     CHECK(resolve_precision(MPT_PRECISION_AUTO, context->backend()).compute_dtype ==
           (native_bf16 ? DType::bf16 : DType::fp32));
     CHECK(resolve_precision(MPT_PRECISION_AUTO, context->backend()).precision ==

@@ -1,5 +1,6 @@
 // See cpu_backend.h. Element-wise passes run on the thread pool with static ranges (deterministic);
-// GEMMs go to cpu_sgemm (OpenBLAS panels on the pool), or to AMX for bf16 layers where the CPU has it.
+// GEMMs go to cpu_sgemm (OpenBLAS panels on the pool), or to AMX for bf16 and fp16 layers where the
+// CPU has it.
 #include "backend/cpu/cpu_backend.h"
 
 #include <algorithm>
@@ -8,7 +9,7 @@
 #include <cstring>
 #include <thread>
 
-#include "backend/cpu/amx_bf16_gemm.h"
+#include "backend/cpu/amx_gemm.h"
 #include "backend/cpu/cpu_gemm.h"
 #include "backend/cpu/cpu_loss_head.h"
 #include "core/error.h"
@@ -38,21 +39,21 @@ inline bool is_non_finite(float value) {
 std::unique_ptr<Backend> create_cpu_backend(int threads) { return std::make_unique<CpuBackend>(threads); }
 
 CpuBackend::CpuBackend(int threads)
-    : pool_(resolve_threads(threads)), native_bf16_gemm_(amx_bf16_gemm_available()) {
+    : pool_(resolve_threads(threads)), amx_(amx_gemm_available()) {
     cpu_gemm_set_threads(pool_.threads());
 }
 
 std::string CpuBackend::device_name() const {
     return std::string("cpu (") + std::to_string(pool_.threads()) + " threads, " + cpu_gemm_library() +
-           (native_bf16_gemm_ ? ", amx bf16" : "") + ")";
+           (amx_ ? ", amx" : "") + ")";
 }
 
 void CpuBackend::gemm(DType dtype, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
                       const void* a, int64_t lda, const void* b, int64_t ldb, float beta, float* c, int64_t ldc) {
     const float* a_values = static_cast<const float*>(a);
     const float* b_values = static_cast<const float*>(b);
-    if (dtype == DType::bf16 && native_bf16_gemm_)
-        amx_bf16_gemm(transpose_a, transpose_b, m, n, k, alpha, a_values, lda, b_values, ldb, beta, c, ldc, pool_);
+    if (dtype != DType::fp32 && amx_)
+        amx_gemm(dtype, transpose_a, transpose_b, m, n, k, alpha, a_values, lda, b_values, ldb, beta, c, ldc, pool_);
     else
         cpu_sgemm(transpose_a, transpose_b, m, n, k, alpha, a_values, lda, b_values, ldb, beta, c, ldc, pool_);
 }

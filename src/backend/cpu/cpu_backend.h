@@ -1,7 +1,8 @@
 // The CPU backend: the reference implementation of every backend operation. Low-precision dtypes
 // are emulated in fp32 storage by rounding GEMM inputs (stored rounded) and outputs, so overflow and
-// underflow happen where they would on a GPU. On a CPU with AMX-BF16, bf16 layers multiply on its
-// tiles (amx_bf16_gemm.h) instead of in fp32 GEMMs: the same products, summed in another order.
+// underflow happen where they would on a GPU. On a CPU with AMX-BF16, bf16 and fp16 layers multiply
+// on its tiles (amx_gemm.h) instead of in fp32 GEMMs: the same products, summed in another order,
+// from their fp32 masters rounded as they are packed (no low-precision copies kept).
 #pragma once
 
 #include <memory>
@@ -22,13 +23,13 @@ public:
     std::string device_name() const override;
     std::string setup_warning() const override { return cpu_gemm_kernel_warning(); }
     size_t storage_size(DType) const override { return sizeof(float); }
-    // bf16 where AMX multiplies it natively (faster than fp32 SGEMM); else fp32, since emulating a
-    // low dtype in fp32 GEMMs costs time and gains nothing.
-    DType preferred_compute_dtype() const override { return native_bf16_gemm_ ? DType::bf16 : DType::fp32; }
+    // bf16 where AMX multiplies it natively (faster than fp32 SGEMM, and than fp16's four products);
+    // else fp32, since emulating a low dtype in fp32 GEMMs costs time and gains nothing.
+    DType preferred_compute_dtype() const override { return amx_ ? DType::bf16 : DType::fp32; }
     size_t relu_mask_bytes(int64_t, int64_t) const override { return 0; }
     size_t gemm_workspace_bytes() const override { return 0; }
     bool rounds_parameters_on_read(DType compute_dtype) const override {
-        return compute_dtype == DType::bf16 && native_bf16_gemm_;
+        return compute_dtype != DType::fp32 && amx_;
     }
     bool update_needs_gradient_scratch(const OptimizerConfig& optimizer, int64_t) const override {
         return !is_plain_sgd(optimizer);
@@ -61,9 +62,9 @@ public:
     int threads() const { return pool_.threads(); }
 
 private:
-    // op(A) . op(B) for a layer computing in `dtype` (see cpu_sgemm): AMX's bf16 GEMM for a bf16
-    // layer where this CPU has it, else fp32 SGEMM, which emulates bf16 exactly but for the order of
-    // the sums (every product of two bf16 values is exact in fp32).
+    // op(A) . op(B) for a layer computing in `dtype` (see cpu_sgemm): the AMX GEMM for a bf16 or fp16
+    // layer where this CPU has it, else fp32 SGEMM, which emulates them exactly but for the order of
+    // the sums (every product of two bf16 or two fp16 values is exact in fp32).
     void gemm(DType dtype, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
               const void* a, int64_t lda, const void* b, int64_t ldb, float beta, float* c, int64_t ldc);
     // Column sums of dZ (the bias gradient), times `factor`, into `out` (or added when `accumulate`).
@@ -72,7 +73,7 @@ private:
     void write_low_copy(const float* master, void* low, DType dtype, int64_t count);
 
     ThreadPool pool_;
-    bool native_bf16_gemm_;  // amx_bf16_gemm_available(), once
+    bool amx_;  // amx_gemm_available(), once
     std::vector<uint64_t> order_keys_;  // fill_order's scratch, kept between epochs
     CpuScheduler scheduler_;
 };

@@ -1,5 +1,5 @@
-// See amx_bf16_gemm.h. One AMX instruction, TDPBF16PS, adds a 16 x 32 bf16 tile times a 32 x 16
-// bf16 tile into a 16 x 16 fp32 tile. The left tile holds 16 rows of 32 products' worth of values;
+// See amx_gemm.h. One AMX instruction, TDPBF16PS, adds a 16 x 32 bf16 tile times a 32 x 16 bf16
+// tile into a 16 x 16 fp32 tile. The left tile holds 16 rows of 32 products' worth of values;
 // the right one holds its 32 x 16 values as 16 rows of 16 pairs, the two values a sum takes from
 // consecutive depths side by side. C is computed 32 x 32 at a time: four C tiles, two left tiles,
 // two right ones, all eight tile registers.
@@ -14,11 +14,17 @@
 // them, inside that task, so every value is converted once and the large operand (the weights, at
 // small batches) is streamed through once. Each C block sums its depth in one fixed order, so which
 // thread computes it changes nothing.
-#include "backend/cpu/amx_bf16_gemm.h"
+//
+// fp16 operands: every fp16 value is the exact sum of two bf16 values (its leading 8 significant
+// bits, and the remaining 3, which bf16's exponent range always holds), so a product of two fp16
+// values is the sum of four exact bf16 products. Each side is packed as two planes, the leading
+// parts and the remainders, and the kernel multiplies all four pairings into the same sums.
+#include "backend/cpu/amx_gemm.h"
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -79,8 +85,8 @@ const AmxSupport& amx_support() {
 
 }  // namespace
 
-bool amx_bf16_gemm_available() { return amx_support().available; }
-const std::string& amx_bf16_gemm_unavailable_reason() { return amx_support().reason; }
+bool amx_gemm_available() { return amx_support().available; }
+const std::string& amx_gemm_unavailable_reason() { return amx_support().reason; }
 
 #if defined(MPTRAIN_AMX_BUILD)
 
@@ -103,7 +109,8 @@ struct Side {
 struct Problem {
     Side left, right;
     int64_t depth;
-    int64_t steps;  // depth in kDepthStep blocks, zero-padded
+    int64_t steps;   // depth in kDepthStep blocks, zero-padded
+    int64_t planes;  // bf16 planes per value: 1 for bf16 operands, 2 for fp16 (leading part, remainder)
     float alpha, beta;
     float* c;
     int64_t c_left_stride;   // C's element (left x, right x) is c[x_left * c_left_stride + x_right * c_right_stride]
@@ -137,23 +144,51 @@ private:
 
 MPTRAIN_AVX512_BF16 inline __m512i as_words(__m512bh values) { return (__m512i)values; }
 
+// Values rounded to fp16 (nearest, ties to even; overflow to Inf), as leading + remainder, two
+// vectors of bf16 values (in fp32) whose sum is exact. A non-finite value is all leading part.
+MPTRAIN_AVX512_BF16 inline void split_half(__m512 values, __m512& leading, __m512& remainder) {
+    const __m512 half = _mm512_cvtph_ps(_mm512_cvtps_ph(values, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    leading = _mm512_castsi512_ps(
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(half))), 16));
+    const __mmask16 finite = _mm512_cmp_ps_mask(_mm512_abs_ps(half), _mm512_set1_ps(INFINITY), _CMP_LT_OQ);
+    remainder = _mm512_maskz_sub_ps(finite, half, leading);
+}
+
+// The bf16 words of each plane from two vectors of 16 values (`first` gives words 0-15): rounded
+// to bf16 (nearest, ties to even), or, for fp16 operands, split into two planes.
+MPTRAIN_AVX512_BF16 inline void plane_words(__m512 first, __m512 second, int64_t planes, __m512i words[2]) {
+    if (planes == 1) {
+        words[0] = as_words(_mm512_cvtne2ps_pbh(second, first));
+        return;
+    }
+    __m512 first_leading, first_remainder, second_leading, second_remainder;
+    split_half(first, first_leading, first_remainder);
+    split_half(second, second_leading, second_remainder);
+    words[0] = as_words(_mm512_cvtne2ps_pbh(second_leading, first_leading));
+    words[1] = as_words(_mm512_cvtne2ps_pbh(second_remainder, first_remainder));
+}
+
 // Packs `tiles` tiles of 16 x-values (rows of the left side, columns of the right) starting at x0,
-// over the whole depth, zero-padded past the side's count and the depth. In 32-bit words (a pair
-// of bf16 from depths 2p and 2p+1), a tile's depth step is a 16 x 16 matrix: the left side stores
-// it word[x][p], the right side word[p][x]. Values are rounded to bf16, ties to even.
-MPTRAIN_AVX512_BF16 void pack_side(const Side& side, int64_t depth, int64_t steps, int64_t x0, int64_t tiles,
-                                   bool right, uint16_t* out) {
+// over the whole depth, zero-padded past the side's count and the depth: per tile, `planes`
+// planes of `steps` depth steps. In 32-bit words (a pair of bf16 from depths 2p and 2p+1), a tile's
+// depth step is a 16 x 16 matrix: the left side stores it word[x][p], the right side word[p][x].
+MPTRAIN_AVX512_BF16 void pack_side(const Problem& g, const Side& side, int64_t x0, int64_t tiles, bool right,
+                                   uint16_t* out) {
+    const int64_t depth = g.depth, steps = g.steps, planes = g.planes;
     // The 16 word offsets of a column of a 16 x 16 word matrix, for the transposed stores.
     const __m512i column = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                                               _mm512_set1_epi32(kTileRows));
     // Words [lo0, hi0, lo1, hi1, ...] from [lo0..lo15, hi0..hi15]: interleaves two depths' values.
     const __m512i interleave = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7,
                                                 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    const int64_t plane_values = steps * kTileValues;
     for (int64_t tile = 0; tile < tiles; ++tile) {
         const int64_t first_x = x0 + tile * kTileRows;
         for (int64_t step = 0; step < steps; ++step) {
-            uint32_t* block = reinterpret_cast<uint32_t*>(out + (tile * steps + step) * kTileValues);
+            uint32_t* block = reinterpret_cast<uint32_t*>(out + tile * planes * plane_values + step * kTileValues);
+            const int64_t plane_words_apart = plane_values / 2;  // the same block in the next plane
             const int64_t q0 = step * kDepthStep;
+            __m512i words[2];
             if (side.q_stride == 1) {
                 // Each x's 32 depths are contiguous: one row of words over p.
                 const int64_t valid_q = std::min<int64_t>(kDepthStep, depth - q0);
@@ -162,15 +197,18 @@ MPTRAIN_AVX512_BF16 void pack_side(const Side& side, int64_t depth, int64_t step
                     static_cast<__mmask16>(valid_q >= 32 ? 0xFFFF : valid_q <= 16 ? 0 : (1u << (valid_q - 16)) - 1);
                 for (int64_t r = 0; r < kTileRows; ++r) {
                     const int64_t x = first_x + r;
-                    __m512i words = _mm512_setzero_si512();
+                    __m512 low = _mm512_setzero_ps(), high = _mm512_setzero_ps();
                     if (x < side.count) {
                         const float* values = side.data + x * side.x_stride + q0;
-                        const __m512 low = _mm512_maskz_loadu_ps(low_mask, values);
-                        const __m512 high = _mm512_maskz_loadu_ps(high_mask, values + 16);
-                        words = as_words(_mm512_cvtne2ps_pbh(high, low));
+                        low = _mm512_maskz_loadu_ps(low_mask, values);
+                        high = _mm512_maskz_loadu_ps(high_mask, values + 16);
                     }
-                    if (right) _mm512_i32scatter_epi32(block + r, column, words, 4);
-                    else _mm512_storeu_si512(block + r * kTileRows, words);
+                    plane_words(low, high, planes, words);
+                    for (int64_t plane = 0; plane < planes; ++plane) {
+                        uint32_t* plane_block = block + plane * plane_words_apart;
+                        if (right) _mm512_i32scatter_epi32(plane_block + r, column, words[plane], 4);
+                        else _mm512_storeu_si512(plane_block + r * kTileRows, words[plane]);
+                    }
                 }
             } else {
                 // Each depth's 16 x-values are contiguous: one row of words over x, two depths at a time.
@@ -181,10 +219,13 @@ MPTRAIN_AVX512_BF16 void pack_side(const Side& side, int64_t depth, int64_t step
                     const float* values = side.data + q * side.q_stride + first_x;
                     const __m512 even = q < depth ? _mm512_maskz_loadu_ps(mask, values) : _mm512_setzero_ps();
                     const __m512 odd = q + 1 < depth ? _mm512_maskz_loadu_ps(mask, values + side.q_stride) : _mm512_setzero_ps();
-                    const __m512i words =
-                        _mm512_permutexvar_epi16(interleave, as_words(_mm512_cvtne2ps_pbh(odd, even)));
-                    if (right) _mm512_storeu_si512(block + p * kTileRows, words);
-                    else _mm512_i32scatter_epi32(block + p, column, words, 4);
+                    plane_words(even, odd, planes, words);
+                    for (int64_t plane = 0; plane < planes; ++plane) {
+                        uint32_t* plane_block = block + plane * plane_words_apart;
+                        const __m512i pairs = _mm512_permutexvar_epi16(interleave, words[plane]);
+                        if (right) _mm512_storeu_si512(plane_block + p * kTileRows, pairs);
+                        else _mm512_i32scatter_epi32(plane_block + p, column, pairs, 4);
+                    }
                 }
             }
         }
@@ -208,27 +249,33 @@ MPTRAIN_AMX_BF16 void load_tile_config() {
 MPTRAIN_AMX_BF16 void release_tiles() { _tile_release(); }
 
 // out[32][32] (rows `out_stride` floats apart) = left rows [2 tiles] . right columns [2 tiles] over
-// `steps` depth steps, in fp32.
-MPTRAIN_AMX_BF16 void multiply_block(const uint16_t* left, const uint16_t* right, int64_t steps, float* out,
-                                    int64_t out_stride) {
-    const uint16_t* left1 = left + steps * kTileValues;
-    const uint16_t* right1 = right + steps * kTileValues;
+// `steps` depth steps, in fp32; with two planes, all four pairings of them, one after the other.
+MPTRAIN_AMX_BF16 void multiply_block(const uint16_t* left, const uint16_t* right, int64_t steps, int64_t planes,
+                                    float* out, int64_t out_stride) {
+    const int64_t plane_values = steps * kTileValues;
+    const uint16_t* left1 = left + planes * plane_values;
+    const uint16_t* right1 = right + planes * plane_values;
+    const int64_t stride = out_stride * static_cast<int64_t>(sizeof(float));
     _tile_zero(0);
     _tile_zero(1);
     _tile_zero(2);
     _tile_zero(3);
-    for (int64_t step = 0; step < steps; ++step) {
-        const int64_t offset = step * kTileValues;
-        _tile_loadd(4, left + offset, 64);
-        _tile_loadd(5, left1 + offset, 64);
-        _tile_loadd(6, right + offset, 64);
-        _tile_loadd(7, right1 + offset, 64);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
+    for (int64_t left_plane = 0; left_plane < planes; ++left_plane) {
+        for (int64_t right_plane = 0; right_plane < planes; ++right_plane) {
+            for (int64_t step = 0; step < steps; ++step) {
+                const int64_t left_offset = left_plane * plane_values + step * kTileValues;
+                const int64_t right_offset = right_plane * plane_values + step * kTileValues;
+                _tile_loadd(4, left + left_offset, 64);
+                _tile_loadd(5, left1 + left_offset, 64);
+                _tile_loadd(6, right + right_offset, 64);
+                _tile_loadd(7, right1 + right_offset, 64);
+                _tile_dpbf16ps(0, 4, 6);
+                _tile_dpbf16ps(1, 4, 7);
+                _tile_dpbf16ps(2, 5, 6);
+                _tile_dpbf16ps(3, 5, 7);
+            }
+        }
     }
-    const int64_t stride = out_stride * static_cast<int64_t>(sizeof(float));
     _tile_stored(0, out, stride);
     _tile_stored(1, out + kTileRows, stride);
     _tile_stored(2, out + kTileRows * out_stride, stride);
@@ -250,7 +297,13 @@ MPTRAIN_AVX512_BF16 void store_strip(const Problem& g, const float* sums, int64_
     for (int64_t r = 0; r < c_rows; ++r) {
         float* c_row = g.c + offset + r * c_row_stride;
         const float* sum_row = sums + r * row_step;
-        if (beta == 0.0f) {
+        if (column_step == 1) {  // the common case, spelled out so that it vectorises
+            if (beta == 0.0f) {
+                for (int64_t t = 0; t < c_columns; ++t) c_row[t] = alpha * sum_row[t];
+            } else {
+                for (int64_t t = 0; t < c_columns; ++t) c_row[t] = alpha * sum_row[t] + beta * c_row[t];
+            }
+        } else if (beta == 0.0f) {
             for (int64_t t = 0; t < c_columns; ++t) c_row[t] = alpha * sum_row[t * column_step];
         } else {
             for (int64_t t = 0; t < c_columns; ++t) c_row[t] = alpha * sum_row[t * column_step] + beta * c_row[t];
@@ -259,6 +312,9 @@ MPTRAIN_AVX512_BF16 void store_strip(const Problem& g, const float* sums, int64_
 }
 
 int64_t blocks_of(int64_t count) { return (count + kBlock - 1) / kBlock; }
+
+// bf16 values a packed block of 32 rows (or columns) takes: 2 tiles of `planes` planes.
+int64_t block_values(const Problem& g) { return 2 * g.planes * g.steps * kTileValues; }
 
 // Which side the tasks stream (the other is packed whole first). A task multiplies its streamed
 // block by every packed block, walking C along the packed side. When the side that runs along C's
@@ -269,7 +325,7 @@ int64_t blocks_of(int64_t count) { return (count + kBlock - 1) / kBlock; }
 bool streams_right_side(const Problem& g) {
     constexpr int64_t kPackedBytesInL2 = int64_t{1} << 20;
     const Side& along_rows = g.c_right_stride == 1 ? g.right : g.left;
-    const int64_t packed_bytes = blocks_of(along_rows.count) * 2 * g.steps * kTileValues * int64_t{sizeof(uint16_t)};
+    const int64_t packed_bytes = blocks_of(along_rows.count) * block_values(g) * int64_t{sizeof(uint16_t)};
     if (packed_bytes <= kPackedBytesInL2) return g.c_right_stride != 1;
     return g.right.count >= g.left.count;
 }
@@ -278,7 +334,7 @@ bool streams_right_side(const Problem& g) {
 void pack_whole_side(const Problem& g, bool right, uint16_t* shared, ThreadPool& pool) {
     const Side& side = right ? g.right : g.left;
     pool.parallel_for(blocks_of(side.count), 1, [&](int64_t begin, int64_t end) {
-        pack_side(side, g.depth, g.steps, begin * kBlock, (end - begin) * 2, right, shared + begin * 2 * g.steps * kTileValues);
+        pack_side(g, side, begin * kBlock, (end - begin) * 2, right, shared + begin * block_values(g));
     });
 }
 
@@ -289,19 +345,18 @@ void multiply_streamed(const Problem& g, bool stream_right, const uint16_t* pack
     thread_local ScratchBuffer own_buffer, strip_buffer;
     const Side& streamed = stream_right ? g.right : g.left;
     const Side& whole = stream_right ? g.left : g.right;
-    const int64_t block_values = 2 * g.steps * kTileValues;
     const int64_t packed_blocks = blocks_of(whole.count);
-    uint16_t* own = own_buffer.reserve<uint16_t>(block_values);
+    uint16_t* own = own_buffer.reserve<uint16_t>(block_values(g));
     float* strip = strip_buffer.reserve<float>(packed_blocks * kBlock * kBlock);
     // The strip is [left][right]: 32 x all when the left side streams, all x 32 otherwise.
     const int64_t stride = stream_right ? kBlock : packed_blocks * kBlock;
     load_tile_config();
     for (int64_t block = begin; block < end; ++block) {
-        pack_side(streamed, g.depth, g.steps, block * kBlock, 2, stream_right, own);
+        pack_side(g, streamed, block * kBlock, 2, stream_right, own);
         for (int64_t other = 0; other < packed_blocks; ++other) {
-            const uint16_t* other_values = packed + other * block_values;
-            if (stream_right) multiply_block(other_values, own, g.steps, strip + other * kBlock * stride, stride);
-            else multiply_block(own, other_values, g.steps, strip + other * kBlock, stride);
+            const uint16_t* other_values = packed + other * block_values(g);
+            if (stream_right) multiply_block(other_values, own, g.steps, g.planes, strip + other * kBlock * stride, stride);
+            else multiply_block(own, other_values, g.steps, g.planes, strip + other * kBlock, stride);
         }
         const int64_t first = block * kBlock, count = std::min(kBlock, streamed.count - first);
         if (stream_right) store_strip(g, strip, stride, 0, whole.count, first, count);
@@ -312,11 +367,14 @@ void multiply_streamed(const Problem& g, bool stream_right, const uint16_t* pack
 
 }  // namespace
 
-void amx_bf16_gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-                   int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc, ThreadPool& pool) {
+void amx_gemm(DType operands, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
+              const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
+              ThreadPool& pool) {
     // The check also asks Linux for the tile state on first use: without it a tile instruction faults.
-    if (!amx_bf16_gemm_available())
-        fail(MPT_STATUS_INTERNAL, "amx_bf16_gemm called where it cannot run: " + amx_bf16_gemm_unavailable_reason());
+    if (!amx_gemm_available())
+        fail(MPT_STATUS_INTERNAL, "amx_gemm called where it cannot run: " + amx_gemm_unavailable_reason());
+    if (operands != DType::bf16 && operands != DType::fp16)
+        fail(MPT_STATUS_INTERNAL, std::string("amx_gemm multiplies bf16 or fp16, not ") + dtype_name(operands));
     if (m <= 0 || n <= 0) return;
     if (k <= 0) {  // no products: C = beta * C
         for (int64_t i = 0; i < m; ++i)
@@ -340,13 +398,14 @@ void amx_bf16_gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int
     }
     g.depth = k;
     g.steps = (k + kDepthStep - 1) / kDepthStep;
+    g.planes = operands == DType::fp16 ? 2 : 1;
     g.alpha = alpha;
     g.beta = beta;
     g.c = c;
     const bool stream_right = streams_right_side(g);
     const Side& whole = stream_right ? g.left : g.right;
     thread_local ScratchBuffer shared_buffer;
-    uint16_t* shared = shared_buffer.reserve<uint16_t>(blocks_of(whole.count) * 2 * g.steps * kTileValues);
+    uint16_t* shared = shared_buffer.reserve<uint16_t>(blocks_of(whole.count) * block_values(g));
     pack_whole_side(g, !stream_right, shared, pool);
     // A task's own buffer is allocated on its thread's first GEMM; an exception must not leave a
     // pool task (it would end the process), so a failed allocation is reported here instead.
@@ -363,9 +422,9 @@ void amx_bf16_gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int
 
 #else
 
-void amx_bf16_gemm(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t, float,
-                   float*, int64_t, ThreadPool&) {
-    fail(MPT_STATUS_INTERNAL, "amx_bf16_gemm called in a build without AMX support");
+void amx_gemm(DType, bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t, float,
+              float*, int64_t, ThreadPool&) {
+    fail(MPT_STATUS_INTERNAL, "amx_gemm called in a build without AMX support");
 }
 
 #endif
