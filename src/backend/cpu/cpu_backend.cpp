@@ -28,10 +28,56 @@ int resolve_threads(int threads) {
     return cores == 0 ? 1 : static_cast<int>(cores);
 }
 
-inline bool is_non_finite(float value) {
+inline uint32_t exponent_bits(float value) {
     uint32_t bits;
     std::memcpy(&bits, &value, sizeof bits);
-    return (bits & 0x7f800000u) == 0x7f800000u;
+    return bits & 0x7f800000u;
+}
+
+// row[c] = activation(row[c] + bias[c]): ReLU and linear as loops of their own, so they vectorise
+// (the switch inside activation_forward keeps the general loop scalar). Same results either way.
+void add_bias_and_activate(Activation activation, const float* bias, float* row, int64_t count) {
+    switch (activation) {
+        case Activation::relu:
+            for (int64_t c = 0; c < count; ++c) {
+                const float z = row[c] + bias[c];
+                row[c] = z > 0.0f ? z : 0.0f;  // activation_forward's ReLU, NaN included
+            }
+            return;
+        case Activation::linear:
+            for (int64_t c = 0; c < count; ++c) row[c] += bias[c];
+            return;
+        default:
+            for (int64_t c = 0; c < count; ++c) row[c] = activation_forward(activation, row[c] + bias[c]);
+    }
+}
+
+// Largest |value| over [first, last), or Inf when any value is Inf or NaN. Sixteen running maxima
+// and flags, combined at the end, so the loop vectorises (a single running maximum is a serial
+// chain the compiler may not reorder).
+float max_abs_range(const float* data, int64_t first, int64_t last) {
+    constexpr int kLanes = 16;
+    float lane_max[kLanes] = {};
+    uint32_t lane_non_finite[kLanes] = {};
+    int64_t i = first;
+    for (; i + kLanes <= last; i += kLanes) {
+        for (int lane = 0; lane < kLanes; ++lane) {
+            const float magnitude = std::fabs(data[i + lane]);
+            lane_max[lane] = lane_max[lane] > magnitude ? lane_max[lane] : magnitude;
+            lane_non_finite[lane] |= exponent_bits(data[i + lane]) == 0x7f800000u;
+        }
+    }
+    float largest = 0.0f;
+    bool non_finite = false;
+    for (; i < last; ++i) {
+        largest = std::max(largest, std::fabs(data[i]));
+        non_finite |= exponent_bits(data[i]) == 0x7f800000u;
+    }
+    for (int lane = 0; lane < kLanes; ++lane) {
+        largest = std::max(largest, lane_max[lane]);
+        non_finite |= lane_non_finite[lane] != 0;
+    }
+    return non_finite ? INFINITY : largest;
 }
 
 }  // namespace
@@ -132,7 +178,7 @@ void CpuBackend::dense_forward(const DenseForwardArgs& args) {
     pool_.parallel_for(args.rows, kRowGrain, [&](int64_t begin, int64_t end) {
         for (int64_t r = begin; r < end; ++r) {
             float* row = output + r * args.out_features;
-            for (int64_t c = 0; c < args.valid_out; ++c) row[c] = activation_forward(args.activation, row[c] + bias[c]);
+            add_bias_and_activate(args.activation, bias, row, args.valid_out);
             round_array(args.output_dtype, row, static_cast<size_t>(args.valid_out));
             std::fill(row + args.valid_out, row + args.out_features, 0.0f);
         }
@@ -148,8 +194,12 @@ void CpuBackend::dense_backward_data(const DenseBackwardDataArgs& args) {
     const float* input = static_cast<const float*>(args.input);
     const int64_t total = args.rows * args.in_features;
     pool_.parallel_for(total, kElementGrain, [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i)
-            input_grad[i] *= activation_derivative_from_output(args.input_activation, input[i]);
+        if (args.input_activation == Activation::relu) {  // its own loop, so that it vectorises
+            for (int64_t i = begin; i < end; ++i) input_grad[i] *= input[i] > 0.0f ? 1.0f : 0.0f;
+        } else {
+            for (int64_t i = begin; i < end; ++i)
+                input_grad[i] *= activation_derivative_from_output(args.input_activation, input[i]);
+        }
         round_array(args.input_grad_dtype, input_grad + begin, static_cast<size_t>(end - begin));
     });
 }
@@ -168,14 +218,8 @@ float CpuBackend::max_abs_one(const float* data, int64_t count) {
     const int64_t chunks = (count + chunk_size - 1) / chunk_size;
     pool_.parallel_for(chunks, 1, [&](int64_t begin, int64_t end) {
         for (int64_t chunk = begin; chunk < end; ++chunk) {
-            const int64_t first = chunk * chunk_size, last = std::min(count, first + chunk_size);
-            float largest = 0.0f;
-            bool non_finite = false;
-            for (int64_t i = first; i < last; ++i) {
-                largest = std::max(largest, std::fabs(data[i]));
-                non_finite |= is_non_finite(data[i]);
-            }
-            chunk_max[chunk] = non_finite ? INFINITY : largest;
+            const int64_t first = chunk * chunk_size;
+            chunk_max[chunk] = max_abs_range(data, first, std::min(count, first + chunk_size));
         }
     });
     float largest = 0.0f;
