@@ -12,9 +12,16 @@
 #include <string>
 #include <vector>
 
+#include "amp/precision_policy.h"
 #include "backend/cpu/amx_gemm.h"
+#include "core/context.h"
 #include "core/dtype.h"
 #include "core/thread_pool.h"
+
+#if defined(__x86_64__) && defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 using namespace mpt;
 
@@ -200,6 +207,34 @@ TEST_CASE("the AMX GEMM: beta 0 overwrites C, NaN included; no products leave be
         amx_gemm(operands, false, true, 1, 1, 2, 1.0f, nan_a.data(), 2, b.data(), 2, 0.0f, f.data(), 1, pool);
         CHECK(std::isnan(f[0]));
     }
+}
+
+// Granting the tile state holds the whole process to larger signal stacks, so only a
+// low-precision GEMM's caller may ask for it. ctest runs this case alone in a fresh process
+// (MPTRAIN_FRESH_PROCESS=1): in the full run another case has asked already.
+TEST_CASE("fp32 work leaves Linux's AMX permission alone; resolving auto to bf16 asks for it") {
+#if defined(__x86_64__) && defined(__linux__)
+    if (!std::getenv("MPTRAIN_FRESH_PROCESS")) return;
+    auto tile_state_permitted = [] {
+        unsigned long permitted = 0;
+        syscall(SYS_arch_prctl, 0x1022 /* ARCH_GET_XCOMP_PERM */, &permitted);
+        return (permitted & (1ul << 18)) != 0;
+    };
+    REQUIRE_FALSE(tile_state_permitted());
+    ContextConfig config;
+    config.backend = MPT_BACKEND_CPU;
+    Context context(config);
+    CHECK(resolve_precision(MPT_PRECISION_FP32, context.backend()).compute_dtype == DType::fp32);
+    CHECK_FALSE(context.backend().rounds_parameters_on_read(DType::fp32));
+    (void)context.backend().device_name();
+    CHECK_FALSE(tile_state_permitted());
+    if (!amx_gemm_supported()) {
+        MESSAGE("the rest not tested: " << amx_gemm_unavailable_reason());
+        return;
+    }
+    CHECK(resolve_precision(MPT_PRECISION_AUTO, context.backend()).compute_dtype == DType::bf16);
+    CHECK(tile_state_permitted());
+#endif
 }
 
 // ctest runs this file a second time with MPTRAIN_CPU_AMX=0 (MPTRAIN_EXPECT_AMX=off).

@@ -73,7 +73,7 @@ typedef enum mpt_precision {
     MPT_PRECISION_FP32 = 0,
     MPT_PRECISION_MIXED_FP16 = 1,
     MPT_PRECISION_MIXED_BF16 = 2,
-    MPT_PRECISION_AUTO = 3 /* bf16 on CUDA cc >= 8.0, fp16 on 7.x, fp32 on the CPU */
+    MPT_PRECISION_AUTO = 3 /* bf16 on CUDA cc >= 8.0, fp16 on 7.x; on the CPU bf16 with AMX, else fp32 */
 } mpt_precision;
 
 typedef enum mpt_activation {

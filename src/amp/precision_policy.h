@@ -19,7 +19,7 @@ struct PrecisionPolicy {
     DType compute_dtype;      // fp32, fp16 or bf16
 };
 
-// Resolves AUTO for `backend` (CPU: fp32; CUDA: bf16 on cc >= 8.0, fp16 on 7.x).
+// Resolves AUTO for `backend` (CPU: bf16 with AMX, else fp32; CUDA: bf16 on cc >= 8.0, fp16 on 7.x).
 PrecisionPolicy resolve_precision(mpt_precision requested, const Backend& backend);
 const char* precision_name(mpt_precision precision);
 

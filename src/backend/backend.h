@@ -162,8 +162,9 @@ public:
     // Bytes of GemmWorkspace the dense ops can use; 0 when they never need any.
     virtual size_t gemm_workspace_bytes() const = 0;
     // Whether the ops of a layer computing in `compute_dtype` take its fp32 master weights and bias
-    // and round them to the layer's dtypes as they read them, computing exactly what they would from
-    // low-precision copies. Such a layer keeps no copies: its ops get the masters as `weights` and
+    // and round them to the layer's dtypes as they read them, computing what they would from
+    // low-precision copies (the CPU's AMX counts fp32 subnormals as zero where a copy might round
+    // one up to bf16's smallest normal). Such a layer keeps no copies: its ops get the masters as `weights` and
     // `bias`, and its update writes none (low_weights and low_bias null). Saves a copy's memory and
     // the update's pass writing it, where rounding on the fly is free (the CPU's AMX packing).
     virtual bool rounds_parameters_on_read(DType) const { return false; }

@@ -9,11 +9,12 @@
 // need a transposition there, while on the left it is read as it lies. When B is stored that way,
 // C^T = op(B)^T . op(A)^T is computed instead, and its blocks are written transposed into C.
 //
-// Work split: the operand with fewer values is packed whole first, in parallel, into one buffer the
-// threads share; the other is packed 32 rows (or columns) at a time by the task that multiplies
-// them, inside that task, so every value is converted once and the large operand (the weights, at
-// small batches) is streamed through once. Each C block sums its depth in one fixed order, so which
-// thread computes it changes nothing.
+// Work split: one operand is packed whole first, in parallel, into one buffer the threads share; the
+// other is packed 32 rows (or columns) at a time by the task that multiplies them, inside that task,
+// so every value is converted once (streams_right_side says which: the smaller, unless the one along
+// C's rows fits L2). Each C block sums its depth in one fixed order, so which thread computes it
+// changes nothing. The packing buffers are per thread and grow-only (the shared one holds a whole
+// operand, 18 MiB for the seed MLP's first layer); they are not charged to any context's memory.
 //
 // fp16 operands: every fp16 value is the exact sum of two bf16 values (its leading 8 significant
 // bits, and the remaining 3, which bf16's exponent range always holds), so a product of two fp16
@@ -51,11 +52,13 @@ struct AmxSupport {
 
 #if defined(MPTRAIN_AMX_BUILD)
 
-// Linux's request for the AMX tile data state (asm/prctl.h; spelled out for older headers).
+// Linux's requests about extended states (asm/prctl.h; spelled out for older headers).
+constexpr int kArchGetSupportedComponents = 0x1021;
 constexpr int kArchRequestComponentPermission = 0x1023;
 constexpr int kTileDataComponent = 18;
 
-AmxSupport detect_amx() {
+// What the CPU and the kernel offer; changes nothing.
+AmxSupport detect_support() {
     if (const char* setting = std::getenv("MPTRAIN_CPU_AMX"); setting && std::strcmp(setting, "0") == 0)
         return {false, "MPTRAIN_CPU_AMX=0"};
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
@@ -67,23 +70,41 @@ AmxSupport detect_amx() {
     if (max_subleaf < 1 || !__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) || !(eax & (1u << 5)) ||
         !__builtin_cpu_supports("avx512bw"))
         return {false, "this CPU has AMX-BF16 but not AVX512-BF16 and AVX512-BW"};
-    if (syscall(SYS_arch_prctl, kArchRequestComponentPermission, kTileDataComponent) != 0)
-        return {false, std::string("Linux did not grant the AMX tile state (arch_prctl: ") + std::strerror(errno) + ")"};
+    unsigned long components = 0;
+    if (syscall(SYS_arch_prctl, kArchGetSupportedComponents, &components) != 0 ||
+        !(components & (1ul << kTileDataComponent)))
+        return {false, "this Linux does not support the AMX tile state"};
     return {true, {}};
+}
+
+// The permission, asked once per process, and only by a first low-precision GEMM's caller: once it
+// is granted Linux holds the whole process to larger signal stacks (sigaltstack), which an
+// application that never trains in bf16 or fp16 should not have to know about.
+AmxSupport request_permission() {
+    AmxSupport support = detect_support();
+    if (support.available && syscall(SYS_arch_prctl, kArchRequestComponentPermission, kTileDataComponent) != 0)
+        return {false, std::string("Linux did not grant the AMX tile state (arch_prctl: ") + std::strerror(errno) + ")"};
+    return support;
 }
 
 #else
 
-AmxSupport detect_amx() { return {false, "AMX needs Linux on x86-64"}; }
+AmxSupport detect_support() { return {false, "AMX needs Linux on x86-64"}; }
+AmxSupport request_permission() { return detect_support(); }
 
 #endif
 
 const AmxSupport& amx_support() {
-    static const AmxSupport support = detect_amx();
+    static const AmxSupport support = request_permission();
     return support;
 }
 
 }  // namespace
+
+bool amx_gemm_supported() {
+    static const bool supported = detect_support().available;
+    return supported;
+}
 
 bool amx_gemm_available() { return amx_support().available; }
 const std::string& amx_gemm_unavailable_reason() { return amx_support().reason; }
@@ -330,7 +351,7 @@ bool streams_right_side(const Problem& g) {
     return g.right.count >= g.left.count;
 }
 
-// Packs the whole of the smaller side into `shared`, in parallel.
+// Packs the whole of one side into `shared`, in parallel.
 void pack_whole_side(const Problem& g, bool right, uint16_t* shared, ThreadPool& pool) {
     const Side& side = right ? g.right : g.left;
     pool.parallel_for(blocks_of(side.count), 1, [&](int64_t begin, int64_t end) {

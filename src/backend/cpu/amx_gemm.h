@@ -15,9 +15,13 @@ namespace mpt {
 
 class ThreadPool;
 
-// Whether amx_gemm can run here: the CPU has AMX-TILE, AMX-BF16, AVX512-BF16 and AVX512-BW, the
-// kernel granted the tile state (arch_prctl ARCH_REQ_XCOMP_PERM, asked once per process), and
-// MPTRAIN_CPU_AMX is not "0" in the environment. Decided on the first call.
+// Whether the CPU has AMX-TILE, AMX-BF16, AVX512-BF16 and AVX512-BW, Linux supports the tile state,
+// and MPTRAIN_CPU_AMX is not "0" in the environment. Asks nothing of the kernel.
+bool amx_gemm_supported();
+// Whether amx_gemm can run here: supported, and Linux granted this process the tile state
+// (arch_prctl ARCH_REQ_XCOMP_PERM), which the first call asks for. After that, Linux requires every
+// alternate signal stack in the process to be large enough for the tile state (AT_MINSIGSTKSZ,
+// about 11 KiB), so only callers about to multiply in bf16 or fp16 should ask. Decided once.
 bool amx_gemm_available();
 // Why it cannot, in words ("MPTRAIN_CPU_AMX=0", "this CPU has no AMX-BF16", ...); empty when it can.
 const std::string& amx_gemm_unavailable_reason();

@@ -9,7 +9,6 @@
 #include <cstring>
 #include <thread>
 
-#include "backend/cpu/amx_gemm.h"
 #include "backend/cpu/cpu_gemm.h"
 #include "backend/cpu/cpu_loss_head.h"
 #include "core/error.h"
@@ -85,20 +84,20 @@ float max_abs_range(const float* data, int64_t first, int64_t last) {
 std::unique_ptr<Backend> create_cpu_backend(int threads) { return std::make_unique<CpuBackend>(threads); }
 
 CpuBackend::CpuBackend(int threads)
-    : pool_(resolve_threads(threads)), amx_(amx_gemm_available()) {
+    : pool_(resolve_threads(threads)) {
     cpu_gemm_set_threads(pool_.threads());
 }
 
 std::string CpuBackend::device_name() const {
     return std::string("cpu (") + std::to_string(pool_.threads()) + " threads, " + cpu_gemm_library() +
-           (amx_ ? ", amx" : "") + ")";
+           (amx_gemm_supported() ? ", amx" : "") + ")";
 }
 
 void CpuBackend::gemm(DType dtype, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
                       const void* a, int64_t lda, const void* b, int64_t ldb, float beta, float* c, int64_t ldc) {
     const float* a_values = static_cast<const float*>(a);
     const float* b_values = static_cast<const float*>(b);
-    if (dtype != DType::fp32 && amx_)
+    if (dtype != DType::fp32 && amx_gemm_available())
         amx_gemm(dtype, transpose_a, transpose_b, m, n, k, alpha, a_values, lda, b_values, ldb, beta, c, ldc, pool_);
     else
         cpu_sgemm(transpose_a, transpose_b, m, n, k, alpha, a_values, lda, b_values, ldb, beta, c, ldc, pool_);

@@ -1,14 +1,16 @@
 // The CPU backend: the reference implementation of every backend operation. Low-precision dtypes
 // are emulated in fp32 storage by rounding GEMM inputs (stored rounded) and outputs, so overflow and
 // underflow happen where they would on a GPU. On a CPU with AMX-BF16, bf16 and fp16 layers multiply
-// on its tiles (amx_gemm.h) instead of in fp32 GEMMs: the same products, summed in another order,
-// from their fp32 masters rounded as they are packed (no low-precision copies kept).
+// on its tiles (amx_gemm.h) instead of in fp32 GEMMs: the same products, summed in another order
+// (bf16: subnormal inputs count as zero), from their fp32 masters rounded as they are packed (no
+// low-precision copies kept).
 #pragma once
 
 #include <memory>
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/amx_gemm.h"
 #include "backend/cpu/cpu_gemm.h"
 #include "core/thread_pool.h"
 #include "sched/cpu_scheduler.h"
@@ -25,11 +27,11 @@ public:
     size_t storage_size(DType) const override { return sizeof(float); }
     // bf16 where AMX multiplies it natively (faster than fp32 SGEMM, and than fp16's four products);
     // else fp32, since emulating a low dtype in fp32 GEMMs costs time and gains nothing.
-    DType preferred_compute_dtype() const override { return amx_ ? DType::bf16 : DType::fp32; }
+    DType preferred_compute_dtype() const override { return amx_gemm_available() ? DType::bf16 : DType::fp32; }
     size_t relu_mask_bytes(int64_t, int64_t) const override { return 0; }
     size_t gemm_workspace_bytes() const override { return 0; }
     bool rounds_parameters_on_read(DType compute_dtype) const override {
-        return compute_dtype != DType::fp32 && amx_;
+        return compute_dtype != DType::fp32 && amx_gemm_available();
     }
     bool update_needs_gradient_scratch(const OptimizerConfig& optimizer, int64_t) const override {
         return !is_plain_sgd(optimizer);
@@ -73,7 +75,6 @@ private:
     void write_low_copy(const float* master, void* low, DType dtype, int64_t count);
 
     ThreadPool pool_;
-    bool amx_;  // amx_gemm_available(), once
     std::vector<uint64_t> order_keys_;  // fill_order's scratch, kept between epochs
     CpuScheduler scheduler_;
 };

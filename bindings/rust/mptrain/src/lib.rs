@@ -236,7 +236,7 @@ c_enum!(
         MixedFp16 = sys::MPT_PRECISION_MIXED_FP16,
         /// bf16 compute, fp32 master weights.
         MixedBf16 = sys::MPT_PRECISION_MIXED_BF16,
-        /// Chosen per device (fp32 on the CPU).
+        /// Chosen per device (on the CPU: bf16 where it has AMX, else fp32).
         Auto = sys::MPT_PRECISION_AUTO,
     }
 );
@@ -570,7 +570,7 @@ impl Context {
         Backend::from_code(out)
             .ok_or_else(|| Error::new(Status::Internal, format!("unknown backend {out}")))
     }
-    /// What a requested precision resolves to here (Auto is fp32 on the CPU).
+    /// What a requested precision resolves to here (Auto on the CPU: bf16 with AMX, else fp32).
     pub fn resolve_precision(&self, requested: Precision) -> Result<Precision> {
         let _lock = self.family.lock.lock();
         let mut out = 0;
