@@ -19,7 +19,9 @@
 // fp16 operands: every fp16 value is the exact sum of two bf16 values (its leading 8 significant
 // bits, and the remaining 3, which bf16's exponent range always holds), so a product of two fp16
 // values is the sum of four exact bf16 products. Each side is packed as two planes, the leading
-// parts and the remainders, and the kernel multiplies all four pairings into the same sums.
+// parts and the remainders, and the kernel multiplies all four pairings into the same sums. The
+// tile unit rounds each product into its sum on its own, so an fp16 sum of k products carries up
+// to 4k fp32 roundings rather than k (no ordering avoids it: AMX multiplies only bf16).
 #include "backend/cpu/amx_gemm.h"
 
 #include <algorithm>
@@ -77,22 +79,29 @@ AmxSupport detect_support() {
     return {true, {}};
 }
 
-// The permission, asked once per process, and only by a first low-precision GEMM's caller: once it
-// is granted Linux holds the whole process to larger signal stacks (sigaltstack), which an
-// application that never trains in bf16 or fp16 should not have to know about.
-AmxSupport request_permission() {
-    AmxSupport support = detect_support();
-    if (support.available && syscall(SYS_arch_prctl, kArchRequestComponentPermission, kTileDataComponent) != 0)
-        return {false, std::string("Linux did not grant the AMX tile state (arch_prctl: ") + std::strerror(errno) + ")"};
-    return support;
-}
-
 #else
 
 AmxSupport detect_support() { return {false, "AMX needs Linux on x86-64"}; }
-AmxSupport request_permission() { return detect_support(); }
 
 #endif
+
+// Read once, so that the two answers below cannot disagree over a later change to the environment.
+const AmxSupport& cpu_support() {
+    static const AmxSupport support = detect_support();
+    return support;
+}
+
+// The permission, asked once per process, and only for work in bf16 or fp16: once it is granted
+// Linux holds the whole process to larger signal stacks (sigaltstack), which an application that
+// never trains in them should not have to know about.
+AmxSupport request_permission() {
+    const AmxSupport& support = cpu_support();
+#if defined(MPTRAIN_AMX_BUILD)
+    if (support.available && syscall(SYS_arch_prctl, kArchRequestComponentPermission, kTileDataComponent) != 0)
+        return {false, std::string("Linux did not grant the AMX tile state (arch_prctl: ") + std::strerror(errno) + ")"};
+#endif
+    return support;
+}
 
 const AmxSupport& amx_support() {
     static const AmxSupport support = request_permission();
@@ -101,10 +110,7 @@ const AmxSupport& amx_support() {
 
 }  // namespace
 
-bool amx_gemm_supported() {
-    static const bool supported = detect_support().available;
-    return supported;
-}
+bool amx_gemm_supported() { return cpu_support().available; }
 
 bool amx_gemm_available() { return amx_support().available; }
 const std::string& amx_gemm_unavailable_reason() { return amx_support().reason; }

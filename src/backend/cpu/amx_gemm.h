@@ -2,8 +2,9 @@
 // CPUs that have AMX-TILE and AMX-BF16 (Xeon since Sapphire Rapids) and a Linux that grants this
 // process the tile state. It takes its operands in the CPU backend's emulated storage, low-precision
 // values held in fp32 (cpu_backend.h), so it is a drop-in for cpu_sgemm on a layer that computes in
-// bf16 or fp16: every product is exact in both, only the order of the fp32 sums differs. Mixed
-// precision runs on it where it exists, instead of paying for emulation in fp32 GEMMs.
+// bf16 or fp16: bf16 products are exact in both and only the order of the fp32 sums differs; fp16
+// products are summed as four exact parts (see amx_gemm). Mixed precision runs on it where it
+// exists, instead of paying for emulation in fp32 GEMMs.
 #pragma once
 
 #include <cstdint>
@@ -21,19 +22,22 @@ bool amx_gemm_supported();
 // Whether amx_gemm can run here: supported, and Linux granted this process the tile state
 // (arch_prctl ARCH_REQ_XCOMP_PERM), which the first call asks for. After that, Linux requires every
 // alternate signal stack in the process to be large enough for the tile state (AT_MINSIGSTKSZ,
-// about 11 KiB), so only callers about to multiply in bf16 or fp16 should ask. Decided once.
+// about 11 KiB), so only work in bf16 or fp16 asks: a low-precision layer's plan or GEMM, and
+// resolving AUTO on the CPU (bf16 only where the permission is granted). Decided once.
 bool amx_gemm_available();
 // Why it cannot, in words ("MPTRAIN_CPU_AMX=0", "this CPU has no AMX-BF16", ...); empty when it can.
 const std::string& amx_gemm_unavailable_reason();
 
 // Row-major C = alpha * op(A) * op(B) + beta * C, like cblas_sgemm (beta == 0 ignores C's old
 // contents, NaN included), with A and B read as `operands` (bf16 or fp16): values that are not of
-// that dtype already are rounded to it, to the nearest, ties to even. bf16: as TDPBF16PS does,
-// subnormal inputs count as zero and subnormal sums are flushed to zero. fp16: each value is split
-// into two bf16 values that sum to it exactly and the four partial products are summed, so every
-// product is exact and fp16's subnormals are kept; but a product with an Inf operand may come out NaN
-// where IEEE gives Inf (Inf times a zero part: non-finite either way). Every element of C is summed
-// in one fixed order whatever the thread count. Only when amx_gemm_available().
+// that dtype already are rounded to it, to the nearest, ties to even. bf16: exact products summed in
+// fp32; as TDPBF16PS does, subnormal inputs count as zero and subnormal sums are flushed to zero.
+// fp16: each value is split into two bf16 values that sum to it exactly and the four exact partial
+// products are summed in fp32 (fp16's subnormals kept), each rounded into the sum on its own: up to
+// 4k roundings in a sum of k products where an fp16 tensor core has k. A product with an Inf
+// operand may come out NaN where IEEE gives Inf (Inf times a zero part: non-finite either way).
+// Every element of C is summed in one fixed order whatever the thread count. Only when
+// amx_gemm_available().
 void amx_gemm(DType operands, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
               const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
               ThreadPool& pool);

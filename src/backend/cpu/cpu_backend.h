@@ -1,9 +1,9 @@
 // The CPU backend: the reference implementation of every backend operation. Low-precision dtypes
 // are emulated in fp32 storage by rounding GEMM inputs (stored rounded) and outputs, so overflow and
 // underflow happen where they would on a GPU. On a CPU with AMX-BF16, bf16 and fp16 layers multiply
-// on its tiles (amx_gemm.h) instead of in fp32 GEMMs: the same products, summed in another order
-// (bf16: subnormal inputs count as zero), from their fp32 masters rounded as they are packed (no
-// low-precision copies kept).
+// on its tiles (amx_gemm.h) instead of in fp32 GEMMs: bf16's products summed in another order
+// (subnormal inputs count as zero), fp16's as four exact parts each, from their fp32 masters
+// rounded as they are packed (no low-precision copies kept).
 #pragma once
 
 #include <memory>
@@ -65,8 +65,8 @@ public:
 
 private:
     // op(A) . op(B) for a layer computing in `dtype` (see cpu_sgemm): the AMX GEMM for a bf16 or fp16
-    // layer where this CPU has it, else fp32 SGEMM, which emulates them exactly but for the order of
-    // the sums (every product of two bf16 or two fp16 values is exact in fp32).
+    // layer where this CPU has it, else fp32 SGEMM (every product of two bf16 or two fp16 values is
+    // exact in fp32; amx_gemm.h says how its sums differ).
     void gemm(DType dtype, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
               const void* a, int64_t lda, const void* b, int64_t ldb, float beta, float* c, int64_t ldc);
     // Column sums of dZ (the bias gradient), times `factor`, into `out` (or added when `accumulate`).
