@@ -52,8 +52,9 @@ void check_against_reference(DType operands, int threads, int64_t m, int64_t n, 
         for (bool transpose_b : {false, true}) {
             // Leading dimensions wider than the matrices, so a stride mistake reads the wrong values.
             const int64_t lda = (transpose_a ? m : k) + 3, ldb = (transpose_b ? k : n) + 5, ldc = n + 2;
-            std::vector<float> a = random_values(static_cast<size_t>((transpose_a ? k : m) * lda), generator, exact_inputs ? operands : DType::fp32);
-            std::vector<float> b = random_values(static_cast<size_t>((transpose_b ? n : k) * ldb), generator, exact_inputs ? operands : DType::fp32);
+            const DType stored = exact_inputs ? operands : DType::fp32;
+            std::vector<float> a = random_values(static_cast<size_t>((transpose_a ? k : m) * lda), generator, stored);
+            std::vector<float> b = random_values(static_cast<size_t>((transpose_b ? n : k) * ldb), generator, stored);
             std::vector<float> c = random_values(static_cast<size_t>(m * ldc), generator, DType::fp32);
             const float alpha = -0.75f, beta = 0.5f;
             // The bound amx_gemm.h states: one fp32 rounding per summed product (bf16) or per partial

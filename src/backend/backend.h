@@ -164,9 +164,10 @@ public:
     // Whether the ops of a layer computing in `compute_dtype` take its fp32 master weights and bias
     // and round them to the layer's dtypes as they read them, computing what they would from
     // low-precision copies (the CPU's AMX counts fp32 subnormals as zero where a copy might round
-    // one up to bf16's smallest normal). Such a layer keeps no copies: its ops get the masters as `weights` and
-    // `bias`, and its update writes none (low_weights and low_bias null). Saves a copy's memory and
-    // the update's pass writing it, where rounding on the fly is free (the CPU's AMX packing).
+    // one up to bf16's smallest normal). Such a layer keeps no copies: its ops get the masters as
+    // `weights` and `bias`, and its update writes none (low_weights and low_bias null). Saves a
+    // copy's memory and the update's pass writing it, where rounding on the fly is free (the CPU's
+    // AMX packing).
     virtual bool rounds_parameters_on_read(DType) const { return false; }
     // Whether dense_update wants args.weight_grad/bias_grad for this optimizer on batches of up to
     // `rows` (true for more rows when true for fewer). Plain SGD on the CPU adds the gradient

@@ -83,10 +83,7 @@ float max_abs_range(const float* data, int64_t first, int64_t last) {
 
 std::unique_ptr<Backend> create_cpu_backend(int threads) { return std::make_unique<CpuBackend>(threads); }
 
-CpuBackend::CpuBackend(int threads)
-    : pool_(resolve_threads(threads)) {
-    cpu_gemm_set_threads(pool_.threads());
-}
+CpuBackend::CpuBackend(int threads) : pool_(resolve_threads(threads)) { cpu_gemm_set_threads(pool_.threads()); }
 
 std::string CpuBackend::device_name() const {
     return std::string("cpu (") + std::to_string(pool_.threads()) + " threads, " + cpu_gemm_library() +
