@@ -44,8 +44,10 @@ std::vector<float> random_values(size_t count, std::mt19937& generator, DType dt
 constexpr DType kOperandTypes[] = {DType::bf16, DType::fp16};
 
 // `exact_inputs`: A and B hold values of `operands` already (the CPU backend's case); otherwise the
-// reference rounds them first, as the GEMM must.
-void check_against_reference(DType operands, int threads, int64_t m, int64_t n, int64_t k, bool exact_inputs) {
+// reference rounds them first, as the GEMM must. `every`: C's rows and columns checked (a large C is
+// sampled, every `every`-th one; the GEMM still computes all of it).
+void check_against_reference(DType operands, int threads, int64_t m, int64_t n, int64_t k, bool exact_inputs,
+                             int64_t every = 1) {
     ThreadPool pool(threads);
     std::mt19937 generator(static_cast<unsigned>(m * 31 + n * 7 + k));
     for (bool transpose_a : {false, true})
@@ -62,8 +64,8 @@ void check_against_reference(DType operands, int threads, int64_t m, int64_t n, 
             // (roundings + 3) * u * (|alpha| * sum|products| + |beta * C|), u = 2^-24.
             const double roundings = static_cast<double>(operands == DType::fp16 ? 4 * k : k) + 3.0;
             std::vector<double> expected(c.begin(), c.end()), allowed(c.size(), 0.0);
-            for (int64_t i = 0; i < m; ++i)
-                for (int64_t j = 0; j < n; ++j) {
+            for (int64_t i = 0; i < m; i += every)
+                for (int64_t j = 0; j < n; j += every) {
                     double sum = 0.0, magnitude = 0.0;
                     for (int64_t p = 0; p < k; ++p) {
                         const double product =
@@ -80,8 +82,8 @@ void check_against_reference(DType operands, int threads, int64_t m, int64_t n, 
                           pool);
             int64_t beyond_bound = 0;
             double untouched = 0.0;
-            for (int64_t i = 0; i < m; ++i) {
-                for (int64_t j = 0; j < n; ++j)
+            for (int64_t i = 0; i < m; i += every) {
+                for (int64_t j = 0; j < n; j += every)
                     beyond_bound += std::fabs(c[i * ldc + j] - expected[i * ldc + j]) > allowed[i * ldc + j];
                 for (int64_t j = n; j < ldc; ++j) untouched = std::max(untouched, std::fabs(c[i * ldc + j] - expected[i * ldc + j]));
             }
@@ -110,7 +112,16 @@ TEST_CASE("the AMX GEMM matches a double reference over bf16 and over fp16 input
             check_against_reference(operands, threads, 1, 1, 1, true);
             check_against_reference(operands, threads, 5, 3, 7, true);
             check_against_reference(operands, threads, 17, 33, 16, true);     // half a depth step
+            check_against_reference(operands, threads, 33, 40, 1100, true);   // two passes over the depth, the second partial
         }
+}
+
+// A deep product is taken in passes over the depth for a group of streamed blocks at a time, their
+// sums held in fp32 between passes; here the packed side is wide enough that one task's blocks
+// take several groups, the last one partial (C sampled: it has 4.6 million elements).
+TEST_CASE("the AMX GEMM over a depth taken in several passes, for several groups of blocks") {
+    if (!amx_or_skip()) return;
+    for (DType operands : kOperandTypes) check_against_reference(operands, 1, 2150, 2100, 1100, true, 29);
 }
 
 TEST_CASE("the AMX GEMM rounds inputs to the operand dtype, to the nearest, ties to even") {

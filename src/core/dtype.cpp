@@ -6,21 +6,11 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/float_bits.h"
+
 namespace mpt {
 
 namespace {
-
-inline uint32_t float_bits(float value) {
-    uint32_t bits;
-    std::memcpy(&bits, &value, sizeof bits);
-    return bits;
-}
-
-inline float bits_float(uint32_t bits) {
-    float value;
-    std::memcpy(&value, &bits, sizeof value);
-    return value;
-}
 
 constexpr uint32_t kSignMask = 0x80000000u;
 constexpr uint32_t kAbsMask = 0x7FFFFFFFu;

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/float_bits.h"
 #include "nn/model_file.h"
 
 namespace mpt {
@@ -16,18 +17,6 @@ namespace mpt {
 namespace {
 
 using Json = nlohmann::json;
-
-uint32_t bits_of(float value) {
-    uint32_t bits;
-    std::memcpy(&bits, &value, sizeof bits);
-    return bits;
-}
-
-float float_of(uint32_t bits) {
-    float value;
-    std::memcpy(&value, &bits, sizeof value);
-    return value;
-}
 
 // The options that must match for a resumed run to be the same run.
 Json options_json(const Trainer& trainer) {
@@ -38,26 +27,26 @@ Json options_json(const Trainer& trainer) {
                 {"loss", loss_name(config.loss)},
                 {"optimizer",
                  {{"kind", static_cast<int>(optimizer.kind)},
-                  {"learning_rate", bits_of(optimizer.learning_rate)},
-                  {"momentum", bits_of(optimizer.momentum)},
+                  {"learning_rate", float_bits(optimizer.learning_rate)},
+                  {"momentum", float_bits(optimizer.momentum)},
                   {"nesterov", optimizer.nesterov},
-                  {"beta1", bits_of(optimizer.beta1)},
-                  {"beta2", bits_of(optimizer.beta2)},
-                  {"epsilon", bits_of(optimizer.epsilon)},
-                  {"weight_decay", bits_of(optimizer.weight_decay)}}},
+                  {"beta1", float_bits(optimizer.beta1)},
+                  {"beta2", float_bits(optimizer.beta2)},
+                  {"epsilon", float_bits(optimizer.epsilon)},
+                  {"weight_decay", float_bits(optimizer.weight_decay)}}},
                 {"loss_scaler",
                  {{"mode", static_cast<int>(scaler.mode)},
-                  {"initial_scale", bits_of(scaler.initial_scale)},
-                  {"growth_factor", bits_of(scaler.growth_factor)},
-                  {"backoff_factor", bits_of(scaler.backoff_factor)},
+                  {"initial_scale", float_bits(scaler.initial_scale)},
+                  {"growth_factor", float_bits(scaler.growth_factor)},
+                  {"backoff_factor", float_bits(scaler.backoff_factor)},
                   {"growth_interval", scaler.growth_interval},
-                  {"min_scale", bits_of(scaler.min_scale)},
-                  {"max_scale", bits_of(scaler.max_scale)}}}};
+                  {"min_scale", float_bits(scaler.min_scale)},
+                  {"max_scale", float_bits(scaler.max_scale)}}}};
 }
 
 Json progress_json(const TrainerSnapshot& snapshot) {
     const TrainState& state = snapshot.state;
-    return Json{{"loss_scale", bits_of(state.loss_scale)},
+    return Json{{"loss_scale", float_bits(state.loss_scale)},
                 {"growth_tracker", state.growth_tracker},
                 {"skipped_steps", state.skipped_steps},
                 {"applied_steps", state.applied_steps},
@@ -134,7 +123,7 @@ void load_checkpoint(Trainer& trainer, const std::string& path) {
             fail(MPT_STATUS_INVALID_ARGUMENT, "the checkpoint was written by a trainer with other options: " +
                                                   options.dump() + " here: " + options_json(trainer).dump());
         const Json progress = Json::parse(metadata_value(reader, "mptrain.trainer.progress"));
-        snapshot.state.loss_scale = float_of(progress.at("loss_scale").get<uint32_t>());
+        snapshot.state.loss_scale = bits_float(progress.at("loss_scale").get<uint32_t>());
         snapshot.state.found_inf = 0;
         snapshot.state.growth_tracker = progress.at("growth_tracker").get<int64_t>();
         snapshot.state.skipped_steps = progress.at("skipped_steps").get<int64_t>();

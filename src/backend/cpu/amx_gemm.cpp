@@ -12,9 +12,11 @@
 // Work split: one operand is packed whole first, in parallel, into one buffer the threads share; the
 // other is packed 32 rows (or columns) at a time by the task that multiplies them, inside that task,
 // so every value is converted once (streams_right_side says which: the smaller, unless the one along
-// C's rows fits L2). Each C block sums its depth in one fixed order, so which thread computes it
-// changes nothing. The packing buffers are per thread and grow-only (the shared one holds a whole
-// operand, 18 MiB for the seed MLP's first layer); they are not charged to any context's memory.
+// C's rows fits L2). A depth over 1024 is taken in passes (multiply_streamed), so the tiles load from
+// L2, not L3. Each C block sums its depth in one fixed order, so which thread computes it changes
+// nothing. The buffers are per thread and grow-only (the shared one holds a whole operand, 18 MiB
+// for the seed MLP's first layer; a task's sums between passes up to 2 MiB); they are not charged
+// to any context's memory. Large ones are on huge pages where Linux gives them (host_block.h).
 //
 // fp16 operands: every fp16 value is the exact sum of two bf16 values (its leading 8 significant
 // bits, and the remaining 3, which bf16's exponent range always holds), so a product of two fp16
@@ -34,6 +36,7 @@
 
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "memory/host_block.h"
 
 #if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__)
 #define MPTRAIN_AMX_BUILD 1
@@ -144,17 +147,17 @@ struct Problem {
     int64_t c_right_stride;
 };
 
-// Grow-only, 64-byte-aligned scratch (one per thread and use): steady-state training allocates
+// Grow-only, 256-byte-aligned scratch (one per thread and use): steady-state training allocates
 // nothing.
 class ScratchBuffer {
 public:
-    ~ScratchBuffer() { std::free(data_); }
+    ~ScratchBuffer() { release_host_block(data_); }
     template <typename T>
     T* reserve(int64_t count) {
-        const size_t bytes = (static_cast<size_t>(count) * sizeof(T) + 63) / 64 * 64;
+        const size_t bytes = static_cast<size_t>(count) * sizeof(T);
         if (bytes > capacity_) {
-            std::free(data_);
-            data_ = std::aligned_alloc(64, bytes);
+            release_host_block(data_);
+            data_ = allocate_host_block(bytes);
             capacity_ = data_ ? bytes : 0;
             if (!data_) throw std::bad_alloc();
         }
@@ -196,12 +199,12 @@ MPTRAIN_AVX512_BF16 inline void plane_words(__m512 first, __m512 second, int64_t
 }
 
 // Packs `tiles` tiles of 16 x-values (rows of the left side, columns of the right) starting at x0,
-// over the whole depth, zero-padded past the side's count and the depth: per tile, `planes`
-// planes of `steps` depth steps. In 32-bit words (a pair of bf16 from depths 2p and 2p+1), a tile's
+// over the depth steps [step0, step1), zero-padded past the side's count and the depth: per tile,
+// `planes` planes of step1 - step0 depth steps. In 32-bit words (a pair of bf16 from depths 2p and 2p+1), a tile's
 // depth step is a 16 x 16 matrix: the left side stores it word[x][p], the right side word[p][x].
 MPTRAIN_AVX512_BF16 void pack_side(const Problem& g, const Side& side, int64_t x0, int64_t tiles, bool right,
-                                   uint16_t* out) {
-    const int64_t depth = g.depth, steps = g.steps, planes = g.planes;
+                                   int64_t step0, int64_t step1, uint16_t* out) {
+    const int64_t depth = g.depth, steps = step1 - step0, planes = g.planes;
     // The 16 word offsets of a column of a 16 x 16 word matrix, for the transposed stores.
     const __m512i column = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                                               _mm512_set1_epi32(kTileRows));
@@ -214,7 +217,7 @@ MPTRAIN_AVX512_BF16 void pack_side(const Problem& g, const Side& side, int64_t x
         for (int64_t step = 0; step < steps; ++step) {
             uint32_t* block = reinterpret_cast<uint32_t*>(out + tile * planes * plane_values + step * kTileValues);
             const int64_t plane_words_apart = plane_values / 2;  // the same block in the next plane
-            const int64_t q0 = step * kDepthStep;
+            const int64_t q0 = (step0 + step) * kDepthStep;
             __m512i words[2];
             if (side.q_stride == 1) {
                 // Each x's 32 depths are contiguous: one row of words over p.
@@ -275,26 +278,44 @@ MPTRAIN_AMX_BF16 void load_tile_config() {
 
 MPTRAIN_AMX_BF16 void release_tiles() { _tile_release(); }
 
+// A packed block as multiply_block reads it: the first depth step to multiply, and how many steps
+// the packing holds (the distance between a block's planes and tiles).
+struct PackedBlock {
+    const uint16_t* first_step;
+    int64_t packed_steps;
+};
+
 // out[32][32] (rows `out_stride` floats apart) = left rows [2 tiles] . right columns [2 tiles] over
-// `steps` depth steps, in fp32; with two planes, all four pairings of them, one after the other.
-MPTRAIN_AMX_BF16 void multiply_block(const uint16_t* left, const uint16_t* right, int64_t steps, int64_t planes,
-                                    float* out, int64_t out_stride) {
-    const int64_t plane_values = steps * kTileValues;
-    const uint16_t* left1 = left + planes * plane_values;
-    const uint16_t* right1 = right + planes * plane_values;
+// `steps` depth steps, in fp32, added to the sums already in `out` when `continue_sums` (an earlier
+// part of the depth; stored and reloaded in fp32, so the split changes no bit). With two planes, all
+// four pairings of them, one after the other.
+MPTRAIN_AMX_BF16 void multiply_block(PackedBlock left, PackedBlock right, int64_t steps, int64_t planes,
+                                    bool continue_sums, float* out, int64_t out_stride) {
+    const int64_t left_plane = left.packed_steps * kTileValues, right_plane = right.packed_steps * kTileValues;
+    const uint16_t* left0 = left.first_step;
+    const uint16_t* left1 = left0 + planes * left_plane;
+    const uint16_t* right0 = right.first_step;
+    const uint16_t* right1 = right0 + planes * right_plane;
     const int64_t stride = out_stride * static_cast<int64_t>(sizeof(float));
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
-    for (int64_t left_plane = 0; left_plane < planes; ++left_plane) {
-        for (int64_t right_plane = 0; right_plane < planes; ++right_plane) {
+    if (continue_sums) {
+        _tile_loadd(0, out, stride);
+        _tile_loadd(1, out + kTileRows, stride);
+        _tile_loadd(2, out + kTileRows * out_stride, stride);
+        _tile_loadd(3, out + kTileRows * out_stride + kTileRows, stride);
+    } else {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+    }
+    for (int64_t left_plane_index = 0; left_plane_index < planes; ++left_plane_index) {
+        for (int64_t right_plane_index = 0; right_plane_index < planes; ++right_plane_index) {
             for (int64_t step = 0; step < steps; ++step) {
-                const int64_t left_offset = left_plane * plane_values + step * kTileValues;
-                const int64_t right_offset = right_plane * plane_values + step * kTileValues;
-                _tile_loadd(4, left + left_offset, 64);
+                const int64_t left_offset = left_plane_index * left_plane + step * kTileValues;
+                const int64_t right_offset = right_plane_index * right_plane + step * kTileValues;
+                _tile_loadd(4, left0 + left_offset, 64);
                 _tile_loadd(5, left1 + left_offset, 64);
-                _tile_loadd(6, right + right_offset, 64);
+                _tile_loadd(6, right0 + right_offset, 64);
                 _tile_loadd(7, right1 + right_offset, 64);
                 _tile_dpbf16ps(0, 4, 6);
                 _tile_dpbf16ps(1, 4, 7);
@@ -345,12 +366,14 @@ int64_t block_values(const Problem& g) { return 2 * g.planes * g.steps * kTileVa
 
 // Which side the tasks stream (the other is packed whole first). A task multiplies its streamed
 // block by every packed block, walking C along the packed side. When the side that runs along C's
-// rows (stride 1 in C) packs into L2, it is the packed one, so tasks write C in row strips: a weight
-// gradient (small depth, C the size of the weights) then streams through memory once instead of in
-// 128-byte pieces a row apart. Otherwise the smaller side is packed, so the larger (the weights, at
-// small batches) is read from memory once.
+// rows (stride 1 in C) packs into L2 (2 MiB on every AMX core so far), it is the packed one, so
+// tasks write C in row strips: a weight gradient (small depth, C the size of the weights) then
+// streams through memory once instead of in 128-byte pieces a row apart, each in another page (at
+// batch 256 the first layer's packs into 1.5 MiB, and row strips made its GEMM 1.5-2.3x faster).
+// Otherwise the smaller side is packed, so the larger (the weights, at small batches) is read from
+// memory once.
 bool streams_right_side(const Problem& g) {
-    constexpr int64_t kPackedBytesInL2 = int64_t{1} << 20;
+    constexpr int64_t kPackedBytesInL2 = int64_t{2} << 20;
     const Side& along_rows = g.c_right_stride == 1 ? g.right : g.left;
     const int64_t packed_bytes = blocks_of(along_rows.count) * block_values(g) * int64_t{sizeof(uint16_t)};
     if (packed_bytes <= kPackedBytesInL2) return g.c_right_stride != 1;
@@ -361,33 +384,62 @@ bool streams_right_side(const Problem& g) {
 void pack_whole_side(const Problem& g, bool right, uint16_t* shared, ThreadPool& pool) {
     const Side& side = right ? g.right : g.left;
     pool.parallel_for(blocks_of(side.count), 1, [&](int64_t begin, int64_t end) {
-        pack_side(g, side, begin * kBlock, (end - begin) * 2, right, shared + begin * block_values(g));
+        pack_side(g, side, begin * kBlock, (end - begin) * 2, right, 0, g.steps, shared + begin * block_values(g));
     });
 }
 
-// The blocks [begin, end) of the streamed side, each packed here and multiplied by every block of
-// the packed side into a strip of sums (32 x the whole packed side), which then goes to C.
-// `stream_right`: the streamed side is the right one.
+// The blocks [begin, end) of the streamed side, each multiplied by every block of the packed side
+// into a strip of sums (32 x the whole packed side), which then goes to C. `stream_right`: the
+// streamed side is the right one.
+//
+// A deep product is taken kChunkSteps depth steps at a time, for a group of streamed blocks per
+// pass: each block's part is packed here, and the packed side's part (a fraction of it as large as
+// a chunk is of the depth) is what every block of the group reads next, so it stays in L2. Without
+// the split, a step at batch 256 read the whole packed side (1.5 MiB) per streamed block, which
+// with the block itself no longer fits L2: tiles then load from L3 at about a third of the rate.
+// The split measured 1.13-1.31x faster on the forward GEMMs at batch 256 (bench/NOTES.md). The
+// group's sums wait in fp32 between passes (kGroupSumsBytes at most), so the bits are the same.
 void multiply_streamed(const Problem& g, bool stream_right, const uint16_t* packed, int64_t begin, int64_t end) {
-    thread_local ScratchBuffer own_buffer, strip_buffer;
+    constexpr int64_t kChunkSteps = 32;                       // 1024 depths: 64 KiB of a bf16 block
+    constexpr int64_t kGroupSumsBytes = int64_t{2} << 20;
+    thread_local ScratchBuffer own_buffer, sums_buffer;
     const Side& streamed = stream_right ? g.right : g.left;
     const Side& whole = stream_right ? g.left : g.right;
     const int64_t packed_blocks = blocks_of(whole.count);
-    uint16_t* own = own_buffer.reserve<uint16_t>(block_values(g));
-    float* strip = strip_buffer.reserve<float>(packed_blocks * kBlock * kBlock);
-    // The strip is [left][right]: 32 x all when the left side streams, all x 32 otherwise.
+    const int64_t chunk_steps = std::min(kChunkSteps, g.steps);
+    const int64_t strip_floats = packed_blocks * kBlock * kBlock;
+    const int64_t group = chunk_steps == g.steps
+                              ? 1
+                              : std::clamp<int64_t>(kGroupSumsBytes / (strip_floats * int64_t{sizeof(float)}), 1,
+                                                    end - begin);
+    uint16_t* own = own_buffer.reserve<uint16_t>(2 * g.planes * chunk_steps * kTileValues);
+    float* sums = sums_buffer.reserve<float>(group * strip_floats);
+    // A strip is [left][right]: 32 x all when the left side streams, all x 32 otherwise.
     const int64_t stride = stream_right ? kBlock : packed_blocks * kBlock;
     load_tile_config();
-    for (int64_t block = begin; block < end; ++block) {
-        pack_side(g, streamed, block * kBlock, 2, stream_right, own);
-        for (int64_t other = 0; other < packed_blocks; ++other) {
-            const uint16_t* other_values = packed + other * block_values(g);
-            if (stream_right) multiply_block(other_values, own, g.steps, g.planes, strip + other * kBlock * stride, stride);
-            else multiply_block(own, other_values, g.steps, g.planes, strip + other * kBlock, stride);
+    for (int64_t group_begin = begin; group_begin < end; group_begin += group) {
+        const int64_t group_end = std::min(end, group_begin + group);
+        for (int64_t step0 = 0; step0 < g.steps; step0 += chunk_steps) {
+            const int64_t steps = std::min(chunk_steps, g.steps - step0);
+            for (int64_t block = group_begin; block < group_end; ++block) {
+                pack_side(g, streamed, block * kBlock, 2, stream_right, step0, step0 + steps, own);
+                float* strip = sums + (block - group_begin) * strip_floats;
+                const PackedBlock own_block{own, steps};
+                for (int64_t other = 0; other < packed_blocks; ++other) {
+                    const PackedBlock other_block{packed + other * block_values(g) + step0 * kTileValues, g.steps};
+                    if (stream_right)
+                        multiply_block(other_block, own_block, steps, g.planes, step0 > 0,
+                                       strip + other * kBlock * stride, stride);
+                    else
+                        multiply_block(own_block, other_block, steps, g.planes, step0 > 0, strip + other * kBlock,
+                                       stride);
+                }
+                if (step0 + steps < g.steps) continue;
+                const int64_t first = block * kBlock, count = std::min(kBlock, streamed.count - first);
+                if (stream_right) store_strip(g, strip, stride, 0, whole.count, first, count);
+                else store_strip(g, strip, stride, first, count, 0, whole.count);
+            }
         }
-        const int64_t first = block * kBlock, count = std::min(kBlock, streamed.count - first);
-        if (stream_right) store_strip(g, strip, stride, 0, whole.count, first, count);
-        else store_strip(g, strip, stride, first, count, 0, whole.count);
     }
     release_tiles();
 }

@@ -12,7 +12,9 @@
 #include "backend/cpu/cpu_gemm.h"
 #include "backend/cpu/cpu_loss_head.h"
 #include "core/error.h"
+#include "core/float_bits.h"
 #include "data/epoch_order.h"
+#include "memory/host_block.h"
 
 namespace mpt {
 
@@ -25,12 +27,6 @@ int resolve_threads(int threads) {
     if (threads > 0) return threads;
     const unsigned cores = std::thread::hardware_concurrency();
     return cores == 0 ? 1 : static_cast<int>(cores);
-}
-
-inline uint32_t exponent_bits(float value) {
-    uint32_t bits;
-    std::memcpy(&bits, &value, sizeof bits);
-    return bits & 0x7f800000u;
 }
 
 // row[c] = activation(row[c] + bias[c]): ReLU and linear as loops of their own, so they vectorise
@@ -51,32 +47,31 @@ void add_bias_and_activate(Activation activation, const float* bias, float* row,
     }
 }
 
-// Largest |value| over [first, last), or Inf when any value is Inf or NaN. Sixteen running maxima
-// and flags, combined at the end, so the loop vectorises (a single running maximum is a serial
-// chain the compiler may not reorder).
+// gradient[i] *= (output[i] > 0 ? 1 : 0), ReLU's derivative from its output, as a bit select
+// between the gradient and the gradient times 0 (both computed; the same values, NaN and Inf
+// included). Written as the product, the compiler keeps a branch per element (it will not
+// if-convert a multiplication that may trap), which mispredicts on half the units: 7% of a bf16
+// step at batch 256. This form vectorises.
+void multiply_by_relu_derivative(float* __restrict gradient, const float* __restrict output, int64_t count) {
+    for (int64_t i = 0; i < count; ++i) {
+        const uint32_t keep = 0u - static_cast<uint32_t>(output[i] > 0.0f);
+        const uint32_t bits = (float_bits(gradient[i]) & keep) | (float_bits(gradient[i] * 0.0f) & ~keep);
+        gradient[i] = bits_float(bits);
+    }
+}
+
+// Largest |value| over [first, last), or Inf when any value is Inf or NaN, as the largest of the
+// magnitudes' bit patterns: for non-negative floats their order is the values' order, and Inf and
+// NaN are the patterns from 0x7f800000 up. An integer maximum is a reduction the compiler
+// vectorises; the float form with a non-finite flag stayed scalar (5% of a bf16 step at batch 256).
 float max_abs_range(const float* data, int64_t first, int64_t last) {
-    constexpr int kLanes = 16;
-    float lane_max[kLanes] = {};
-    uint32_t lane_non_finite[kLanes] = {};
-    int64_t i = first;
-    for (; i + kLanes <= last; i += kLanes) {
-        for (int lane = 0; lane < kLanes; ++lane) {
-            const float magnitude = std::fabs(data[i + lane]);
-            lane_max[lane] = lane_max[lane] > magnitude ? lane_max[lane] : magnitude;
-            lane_non_finite[lane] |= exponent_bits(data[i + lane]) == 0x7f800000u;
-        }
+    constexpr int32_t kInfinityBits = 0x7f800000;
+    int32_t largest = 0;
+    for (int64_t i = first; i < last; ++i) {
+        const int32_t magnitude = static_cast<int32_t>(float_bits(data[i]) & 0x7fffffffu);
+        largest = magnitude > largest ? magnitude : largest;
     }
-    float largest = 0.0f;
-    bool non_finite = false;
-    for (; i < last; ++i) {
-        largest = std::max(largest, std::fabs(data[i]));
-        non_finite |= exponent_bits(data[i]) == 0x7f800000u;
-    }
-    for (int lane = 0; lane < kLanes; ++lane) {
-        largest = std::max(largest, lane_max[lane]);
-        non_finite |= lane_non_finite[lane] != 0;
-    }
-    return non_finite ? INFINITY : largest;
+    return largest >= kInfinityBits ? INFINITY : bits_float(static_cast<uint32_t>(largest));
 }
 
 }  // namespace
@@ -101,13 +96,12 @@ void CpuBackend::gemm(DType dtype, bool transpose_a, bool transpose_b, int64_t m
 }
 
 void* CpuBackend::allocate(size_t bytes) {
-    const size_t rounded = (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
-    void* pointer = std::aligned_alloc(256, rounded);
+    void* pointer = allocate_host_block(bytes);
     if (!pointer) fail(MPT_STATUS_OUT_OF_MEMORY, "cpu backend: could not allocate " + std::to_string(bytes) + " bytes");
     return pointer;
 }
 
-void CpuBackend::release(void* pointer) noexcept { std::free(pointer); }
+void CpuBackend::release(void* pointer) noexcept { release_host_block(pointer); }
 
 void CpuBackend::copy_to_device(void* destination, const void* source, size_t bytes) {
     if (bytes) std::memcpy(destination, source, bytes);
@@ -190,8 +184,8 @@ void CpuBackend::dense_backward_data(const DenseBackwardDataArgs& args) {
     const float* input = static_cast<const float*>(args.input);
     const int64_t total = args.rows * args.in_features;
     pool_.parallel_for(total, kElementGrain, [&](int64_t begin, int64_t end) {
-        if (args.input_activation == Activation::relu) {  // its own loop, so that it vectorises
-            for (int64_t i = begin; i < end; ++i) input_grad[i] *= input[i] > 0.0f ? 1.0f : 0.0f;
+        if (args.input_activation == Activation::relu) {
+            multiply_by_relu_derivative(input_grad + begin, input + begin, end - begin);
         } else {
             for (int64_t i = begin; i < end; ++i)
                 input_grad[i] *= activation_derivative_from_output(args.input_activation, input[i]);

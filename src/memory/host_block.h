@@ -1,0 +1,18 @@
+// Host memory for the CPU backend's large, long-lived buffers (arenas, GEMM packing). Blocks of
+// 2 MiB or more are aligned to 2 MiB and Linux is asked to back them with transparent huge pages
+// (madvise MADV_HUGEPAGE; most distributions enable them only on request). The GEMMs read weights
+// 128 bytes per row, rows 12 KiB apart, and write weight gradients the same way: with 4 KiB pages
+// nearly every such access misses the TLB. Smaller blocks, and hosts that refuse the advice, get
+// ordinary pages; nothing else differs.
+#pragma once
+
+#include <cstddef>
+
+namespace mpt {
+
+// At least `bytes` (one if 0), aligned to 256 bytes or more; nullptr when the memory is not there.
+void* allocate_host_block(size_t bytes) noexcept;
+// Frees what allocate_host_block returned; nullptr is ignored.
+void release_host_block(void* block) noexcept;
+
+}  // namespace mpt
