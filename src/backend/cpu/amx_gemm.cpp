@@ -290,8 +290,8 @@ struct PackedBlock {
 
 // out[32][32] (rows `out_stride` floats apart) = left rows [2 tiles] . right columns [2 tiles] over
 // `steps` depth steps, in fp32, added to the sums already in `out` when `continue_sums` (an earlier
-// part of the depth; stored and reloaded in fp32, so the split changes no bit). With two planes, all
-// four pairings of them, one after the other.
+// part of the depth, stored and reloaded in fp32). With two planes, all four pairings of them, one
+// after the other.
 MPTRAIN_AMX_BF16 void multiply_block(PackedBlock left, PackedBlock right, int64_t steps, int64_t planes,
                                     bool continue_sums, float* out, int64_t out_stride) {
     const int64_t left_plane = left.packed_steps * kTileValues, right_plane = right.packed_steps * kTileValues;
@@ -401,7 +401,9 @@ void pack_whole_side(const Problem& g, bool right, uint16_t* shared, ThreadPool&
 // the split, a step at batch 256 read the whole packed side (1.5 MiB) per streamed block, which
 // with the block itself no longer fits L2: tiles then load from L3 at about a third of the rate.
 // The split measured 1.13-1.31x faster on the forward GEMMs at batch 256 (bench/NOTES.md). The
-// group's sums wait in fp32 between passes (kGroupSumsBytes at most), so the bits are the same.
+// group's sums wait in fp32 between passes (kGroupSumsBytes at most), so bf16 gives the same bits
+// as in one pass; fp16 takes its four plane pairings within each pass, an order of roundings of its
+// own (within amx_gemm.h's bound, and the same on any thread count).
 void multiply_streamed(const Problem& g, bool stream_right, const uint16_t* packed, int64_t begin, int64_t end) {
     constexpr int64_t kChunkSteps = 32;                       // 1024 depths: 64 KiB of a bf16 block
     constexpr int64_t kGroupSumsBytes = int64_t{2} << 20;

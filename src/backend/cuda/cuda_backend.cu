@@ -178,7 +178,7 @@ CudaBackend::CudaBackend(int device, MemoryTracker* memory) : device_(device), m
 }
 
 CudaBackend::~CudaBackend() {
-    cudaSetDevice(device_);
+    discard_cuda_error(cudaSetDevice(device_));
     if (scheduler_) {
         try {
             scheduler_->drain();
@@ -257,7 +257,7 @@ void CudaBackend::release_scratch(void* pointer) noexcept {
 
 void CudaBackend::release(void* pointer) noexcept {
     if (!pointer) return;
-    cudaSetDevice(device_);
+    discard_cuda_error(cudaSetDevice(device_));
     // Operations recorded but not yet issued may use the memory: issue them before it goes.
     try {
         flush_recording();
@@ -267,7 +267,8 @@ void CudaBackend::release(void* pointer) noexcept {
     // Work still queued may use the memory: let both lanes finish first (cudaFree alone only
     // orders with the legacy stream, and our streams are non-blocking). cudaFree waits as well.
     scheduler_->count_host_sync();
-    for (int lane = 0; lane < 2; ++lane) cudaStreamSynchronize(scheduler_->stream(static_cast<Lane>(lane)));
+    for (int lane = 0; lane < 2; ++lane)
+        discard_cuda_error(cudaStreamSynchronize(scheduler_->stream(static_cast<Lane>(lane))));
     // Forget the ReLU masks that lived in this block (an arena holds many); others stay valid, so
     // freeing an unrelated buffer between a forward and its backward keeps the fused DRELU path.
     const auto found = allocation_bytes_.find(pointer);
@@ -282,7 +283,7 @@ void CudaBackend::release(void* pointer) noexcept {
     } else {
         masks_.clear();
     }
-    cudaFree(pointer);
+    discard_cuda_error(cudaFree(pointer));
 }
 
 float* CudaBackend::scratch_for(size_t bytes) {
@@ -335,7 +336,7 @@ void* CudaBackend::allocate_host(size_t bytes) {
 void CudaBackend::release_host(void* pointer) noexcept {
     if (!pointer) return;
     scheduler_->count_host_sync();  // cudaFreeHost waits for the device
-    cudaFreeHost(pointer);
+    discard_cuda_error(cudaFreeHost(pointer));
 }
 
 void CudaBackend::copy_to_host_async(void* host, const void* source, size_t bytes) {
@@ -579,7 +580,7 @@ void CudaBackend::end_compute_task() {
     cudaGraphExec_t captured = nullptr;
     cudaError_t instantiated = cudaErrorUnknown;
     if (issue_failure.empty() && ended == cudaSuccess && graph) instantiated = cudaGraphInstantiate(&captured, graph, 0);
-    if (graph) cudaGraphDestroy(graph);
+    if (graph) discard_cuda_error(cudaGraphDestroy(graph));
     if (instantiated != cudaSuccess) {
         // Not capturable here (or a real fault, which the eager run below reports): run it eagerly,
         // now and from now on. The reason is kept for the tests and the device check.

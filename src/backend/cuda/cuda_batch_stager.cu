@@ -16,7 +16,7 @@ CudaBatchStager::CudaBatchStager(CudaBackend& backend, CudaScheduler& scheduler)
         const cudaError_t status = cudaEventCreateWithFlags(&slot.done, cudaEventDisableTiming);
         if (status != cudaSuccess) {
             for (Slot& created : slots_)
-                if (created.done) cudaEventDestroy(created.done);
+                if (created.done) discard_cuda_error(cudaEventDestroy(created.done));
             MPT_CUDA_CHECK(status);
         }
     }
@@ -24,10 +24,10 @@ CudaBatchStager::CudaBatchStager(CudaBackend& backend, CudaScheduler& scheduler)
 
 CudaBatchStager::~CudaBatchStager() {
     for (Slot& slot : slots_) {
-        if (slot.in_use) cudaEventSynchronize(slot.done);
+        if (slot.in_use) discard_cuda_error(cudaEventSynchronize(slot.done));
         backend_.release_host(slot.pinned);
         backend_.release_scratch(slot.device);
-        cudaEventDestroy(slot.done);
+        discard_cuda_error(cudaEventDestroy(slot.done));
     }
 }
 

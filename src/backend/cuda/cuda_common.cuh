@@ -44,6 +44,14 @@ inline void check_cublas(cublasStatus_t status, const char* call, const char* fi
               status == CUBLAS_STATUS_ALLOC_FAILED ? MPT_STATUS_OUT_OF_MEMORY : MPT_STATUS_BACKEND_ERROR);
 }
 
+// For calls whose failure nobody can be told of (releases and destructors, which are noexcept): a
+// failure still sets the thread's last error, where the next launch check would report it as its
+// own, or a graph capture would be refused for it. Cleared here; a sticky fault is not cleared by
+// this and is reported by the next call that checks.
+inline void discard_cuda_error(cudaError_t status) {
+    if (status != cudaSuccess) cudaGetLastError();
+}
+
 #define MPT_CUDA_CHECK(call) ::mpt::check_cuda((call), #call, __FILE__, __LINE__)
 #define MPT_CUBLAS_CHECK(call) ::mpt::check_cublas((call), #call, __FILE__, __LINE__)
 // After a kernel launch: reports launch-configuration errors (and earlier asynchronous faults).

@@ -12,20 +12,20 @@ CudaScheduler::CudaScheduler(CudaTaskHooks& hooks) : hooks_(hooks) {
         for (cudaEvent_t& event : timer_) MPT_CUDA_CHECK(cudaEventCreate(&event));
     } catch (...) {
         for (cudaEvent_t event : events_)
-            if (event) cudaEventDestroy(event);
+            if (event) discard_cuda_error(cudaEventDestroy(event));
         for (cudaEvent_t event : timer_)
-            if (event) cudaEventDestroy(event);
+            if (event) discard_cuda_error(cudaEventDestroy(event));
         for (cudaStream_t stream : streams_)
-            if (stream) cudaStreamDestroy(stream);
+            if (stream) discard_cuda_error(cudaStreamDestroy(stream));
         throw;
     }
 }
 
 CudaScheduler::~CudaScheduler() {
-    for (cudaStream_t stream : streams_) cudaStreamSynchronize(stream);
-    for (cudaEvent_t event : events_) cudaEventDestroy(event);
-    for (cudaEvent_t event : timer_) cudaEventDestroy(event);
-    for (cudaStream_t stream : streams_) cudaStreamDestroy(stream);
+    for (cudaStream_t stream : streams_) discard_cuda_error(cudaStreamSynchronize(stream));
+    for (cudaEvent_t event : events_) discard_cuda_error(cudaEventDestroy(event));
+    for (cudaEvent_t event : timer_) discard_cuda_error(cudaEventDestroy(event));
+    for (cudaStream_t stream : streams_) discard_cuda_error(cudaStreamDestroy(stream));
 }
 
 void CudaScheduler::submit(Lane lane, TaskFn task, void* argument) {

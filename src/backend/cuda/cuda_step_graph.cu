@@ -3,6 +3,8 @@
 
 #include <utility>
 
+#include "backend/cuda/cuda_common.cuh"
+
 namespace mpt {
 
 StepGraphCache::~StepGraphCache() { clear(); }
@@ -10,7 +12,7 @@ StepGraphCache::~StepGraphCache() { clear(); }
 void StepGraphCache::clear() {
     // An executable graph still running is freed by the driver when it completes.
     for (Entry& entry : entries_)
-        if (entry.exec) cudaGraphExecDestroy(entry.exec);
+        if (entry.exec) discard_cuda_error(cudaGraphExecDestroy(entry.exec));
     entries_.clear();
 }
 
@@ -36,7 +38,7 @@ StepGraphCache::Action StepGraphCache::lookup(const TaskSignature& signature, cu
         size_t oldest = 0;
         for (size_t i = 1; i < entries_.size(); ++i)
             if (entries_[i].last_use < entries_[oldest].last_use) oldest = i;
-        if (entries_[oldest].exec) cudaGraphExecDestroy(entries_[oldest].exec);
+        if (entries_[oldest].exec) discard_cuda_error(cudaGraphExecDestroy(entries_[oldest].exec));
         entries_.erase(entries_.begin() + static_cast<std::ptrdiff_t>(oldest));
     }
     Entry entry;
@@ -49,10 +51,10 @@ StepGraphCache::Action StepGraphCache::lookup(const TaskSignature& signature, cu
 void StepGraphCache::store(const TaskSignature& signature, cudaGraphExec_t exec) {
     Entry* entry = find(signature);
     if (!entry) {
-        cudaGraphExecDestroy(exec);
+        discard_cuda_error(cudaGraphExecDestroy(exec));
         return;
     }
-    if (entry->exec) cudaGraphExecDestroy(entry->exec);
+    if (entry->exec) discard_cuda_error(cudaGraphExecDestroy(entry->exec));
     entry->exec = exec;
     ++captures_;
 }
