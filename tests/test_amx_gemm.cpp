@@ -116,6 +116,14 @@ TEST_CASE("the AMX GEMM matches a double reference over bf16 and over fp16 input
         }
 }
 
+// A shallow product whose packed side is over 256 KiB walks it in panels, every streamed block of a
+// task against one panel at a time; here three panels (the last partial) and a partial last block.
+TEST_CASE("the AMX GEMM over a packed side taken in panels") {
+    if (!amx_or_skip()) return;
+    for (DType operands : kOperandTypes)
+        for (int threads : {1, 2}) check_against_reference(operands, threads, 100, 1100, 300, true, 3);
+}
+
 // A deep product is taken in passes over the depth for a group of streamed blocks at a time, their
 // sums held in fp32 between passes; here the packed side is wide enough that one task's blocks
 // take several groups, the last one partial (C sampled: it has 4.6 million elements).
