@@ -399,7 +399,7 @@ void pack_whole_side(const Problem& g, bool right, uint16_t* shared, ThreadPool&
 // every one of its blocks by the panel, so that the panel stays in L2 while they use it. Without
 // panels each streamed block read the whole packed side (the first layer's weight gradient at batch
 // 256: 1.5 MiB, with the gradient's own rows streaming through L2 beside it); with them that GEMM
-// measured 1.24-1.31x faster, the second layer's 1.15-1.35x (bench/NOTES.md). Same bits: each C
+// measured 1.18-1.27x faster, the second layer's 1.24-1.33x (bench/NOTES.md). Same bits: each C
 // block still sums its whole depth in one multiply_block.
 constexpr int64_t kPanelBytes = int64_t{256} << 10;
 constexpr int64_t kOwnBytes = int64_t{2} << 20;
