@@ -5,7 +5,9 @@
 // when no CUDA device is present.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -102,6 +104,32 @@ TEST_CASE("steady-state steps replay captured graphs, and no capture is refused"
     CHECK(cuda_backend_graph_refusals(context->backend()) == 0);
     CHECK(cuda_backend_graph_captures(context->backend()) >= 1);
     CHECK(cuda_backend_graph_replays(context->backend()) >= 30);
+}
+
+// The ways around a driver or cuBLASLt that refuses a fast path only when it runs: a context made
+// with MPTRAIN_CUDA_GRAPHS=0 and MPTRAIN_CUDA_FUSED_EPILOGUES=0 captures no graph and plans no fused
+// epilogue, and still trains.
+TEST_CASE("MPTRAIN_CUDA_GRAPHS=0 and MPTRAIN_CUDA_FUSED_EPILOGUES=0 turn the fast paths off") {
+    SKIP_WITHOUT_GPU();
+    setenv("MPTRAIN_CUDA_GRAPHS", "0", 1);
+    setenv("MPTRAIN_CUDA_FUSED_EPILOGUES", "0", 1);
+    auto context = make_context(MPT_BACKEND_CUDA);
+    unsetenv("MPTRAIN_CUDA_GRAPHS");
+    unsetenv("MPTRAIN_CUDA_FUSED_EPILOGUES");
+    CHECK_FALSE(cuda_backend_fused_epilogues(context->backend()));
+    const SyntheticData data = synthetic_data(640, 100, 24);
+    auto dataset = to_dataset(context, data);
+    auto model = make_mlp(context, data.features);
+    TrainerConfig config;
+    config.precision = MPT_PRECISION_MIXED_BF16;
+    Trainer trainer(model, config);
+    trainer.fit(*dataset, 2, 32, true);
+    CHECK(trainer.epochs_completed() == 2);
+    CHECK(std::isfinite(trainer.evaluate(*dataset, 64).loss));
+    CHECK(cuda_backend_graph_captures(context->backend()) == 0);
+    CHECK(cuda_backend_refused_epilogue_plans(context->backend()) == 0);
+    auto default_context = make_context(MPT_BACKEND_CUDA);
+    CHECK(cuda_backend_fused_epilogues(default_context->backend()));
 }
 
 #else

@@ -37,9 +37,12 @@ void put_workspace(TaskSignature& signature, const GemmWorkspace& workspace) {
 // Set once a CUDA backend exists: from then on DeviceScope saves and restores the current device.
 std::atomic<bool> cuda_backend_created{false};
 
-bool graphs_enabled_by_environment() {
-    const char* value = std::getenv("MPTRAIN_CUDA_GRAPHS");
-    return !(value && std::strcmp(value, "0") == 0);
+// MPTRAIN_CUDA_GRAPHS=0 and MPTRAIN_CUDA_FUSED_EPILOGUES=0 turn off the step graphs and the fused
+// cuBLASLt epilogues: ways around a driver or cuBLASLt that refuses them at run time, after their
+// plans were accepted (the same numbers either way, slower).
+bool turned_off_by_environment(const char* variable) {
+    const char* value = std::getenv(variable);
+    return value && std::strcmp(value, "0") == 0;
 }
 
 }  // namespace
@@ -150,7 +153,8 @@ CudaBackend::CudaBackend(int device, MemoryTracker* memory) : device_(device), m
     name_ = "cuda:" + std::to_string(device) + " (" + properties.name + ", compute capability " +
             std::to_string(properties.major) + "." + std::to_string(properties.minor) + ", " +
             std::to_string(properties.totalGlobalMem >> 20) + " MiB)";
-    graphs_enabled_ = graphs_enabled_by_environment();
+    graphs_enabled_ = !turned_off_by_environment("MPTRAIN_CUDA_GRAPHS");
+    fused_epilogues_ = !turned_off_by_environment("MPTRAIN_CUDA_FUSED_EPILOGUES");
     try {
         scheduler_ = std::make_unique<CudaScheduler>(*static_cast<CudaTaskHooks*>(this));
         gemm_ = std::make_unique<CudaGemm>();
@@ -770,5 +774,6 @@ std::string cuda_backend_last_refused_epilogue(const Backend& backend) {
 }
 void cuda_backend_set_graphs(Backend& backend, bool enabled) { as_cuda(backend).set_graphs(enabled); }
 void cuda_backend_set_fused_epilogues(Backend& backend, bool enabled) { as_cuda(backend).set_fused_epilogues(enabled); }
+bool cuda_backend_fused_epilogues(const Backend& backend) { return as_cuda(backend).fused_epilogues(); }
 
 }  // namespace mpt

@@ -73,6 +73,7 @@ public:
     const CudaGemm& gemm() const { return *gemm_; }
     void set_graphs(bool enabled);
     void set_fused_epilogues(bool enabled) { fused_epilogues_ = enabled; }
+    bool fused_epilogues() const { return fused_epilogues_; }
 
 private:
     enum class OpCode : uint8_t {

@@ -26,7 +26,9 @@ uint64_t cuda_backend_refused_epilogue_plans(const Backend& backend);
 std::string cuda_backend_last_refused_epilogue(const Backend& backend);
 // Graph capture of repeated compute tasks (default on; MPTRAIN_CUDA_GRAPHS=0 turns it off).
 void cuda_backend_set_graphs(Backend& backend, bool enabled);
-// cuBLASLt epilogue fusion (default on); off forces the unfused fallback paths, for tests.
+// cuBLASLt epilogue fusion (default on; MPTRAIN_CUDA_FUSED_EPILOGUES=0 turns it off); off forces
+// the unfused fallback paths.
 void cuda_backend_set_fused_epilogues(Backend& backend, bool enabled);
+bool cuda_backend_fused_epilogues(const Backend& backend);
 
 }  // namespace mpt

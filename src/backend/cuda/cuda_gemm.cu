@@ -234,9 +234,16 @@ void CudaGemm::run(const GemmPlan& plan, const void* a, const void* b, void* d, 
         MPT_CUBLAS_CHECK(
             lt_.matmul_desc_set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
     const float alpha = 1.0f, beta = 0.0f;
-    MPT_CUBLAS_CHECK(lt_.matmul(handle_, plan.desc, &alpha, a, plan.layout_a, b, plan.layout_b, &beta, d,
-                                    plan.layout_d, d, plan.layout_d, &plan.algo, workspace.data, plan.workspace_bytes,
-                                    stream));
+    const cublasStatus_t status = lt_.matmul(handle_, plan.desc, &alpha, a, plan.layout_a, b, plan.layout_b, &beta, d,
+                                             plan.layout_d, d, plan.layout_d, &plan.algo, workspace.data,
+                                             plan.workspace_bytes, stream);
+    // The heuristic accepted this plan; should cuBLASLt refuse it when it runs, say how to run without.
+    if (status != CUBLAS_STATUS_SUCCESS && plan.epilogue != CUBLASLT_EPILOGUE_DEFAULT)
+        check_cublas(status, ("cublasLtMatmul with fused epilogue " + std::to_string(plan.epilogue) +
+                              " (MPTRAIN_CUDA_FUSED_EPILOGUES=0 runs the unfused GEMMs instead)")
+                                 .c_str(),
+                     __FILE__, __LINE__);
+    check_cublas(status, "cublasLtMatmul", __FILE__, __LINE__);
 }
 
 }  // namespace mpt
