@@ -5,11 +5,14 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <memory>
+#include <new>
 #include <thread>
 
 #include "backend/cpu/amx_gemm.h"
 #include "backend/cpu/cpu_gemm.h"
 #include "core/thread_pool.h"
+#include "memory/host_block.h"
 
 #if defined(MPTRAIN_HAVE_OPENBLAS)
 #include "backend/cpu/openblas_library.h"
@@ -21,16 +24,33 @@ namespace {
 using Gemm = std::function<void(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
                                 int64_t, float, float*, int64_t)>;
 
+// Floats in memory of the kind the CPU backend's arenas use (huge pages where Linux gives them), so
+// the floor's GEMMs meet the same TLB as the step's.
+class HostFloats {
+public:
+    HostFloats(int64_t count, float value)
+        : data_(static_cast<float*>(mpt::allocate_host_block(static_cast<size_t>(count) * sizeof(float)))) {
+        if (!data_) throw std::bad_alloc();
+        std::fill(data_.get(), data_.get() + count, value);
+    }
+    float* data() const { return data_.get(); }
+
+private:
+    struct Release {
+        void operator()(float* block) const { mpt::release_host_block(block); }
+    };
+    std::unique_ptr<float, Release> data_;
+};
+
 double fastest_step_us(const std::vector<int64_t>& widths, int64_t batch, int repeats, const Gemm& gemm) {
     std::vector<int64_t> padded;
     for (int64_t width : widths) padded.push_back((width + 7) / 8 * 8);
     const int64_t widest = *std::max_element(padded.begin(), padded.end());
-    std::vector<float> activations_in(static_cast<size_t>(batch * widest), 0.5f);
-    std::vector<float> activations_out(static_cast<size_t>(batch * widest), 0.0f);
-    std::vector<float> input_gradients(static_cast<size_t>(batch * widest), 0.0f);
-    std::vector<std::vector<float>> weights;
-    for (size_t layer = 0; layer + 1 < padded.size(); ++layer)
-        weights.emplace_back(static_cast<size_t>(padded[layer] * padded[layer + 1]), 0.01f);
+    HostFloats activations_in(batch * widest, 0.5f);
+    HostFloats activations_out(batch * widest, 0.0f);
+    HostFloats input_gradients(batch * widest, 0.0f);
+    std::vector<HostFloats> weights;
+    for (size_t layer = 0; layer + 1 < padded.size(); ++layer) weights.emplace_back(padded[layer] * padded[layer + 1], 0.01f);
     // The weight gradient accumulates into the weights (beta 1), as the step's fused SGD does: the
     // cheapest form of that GEMM (no separate gradient to write). alpha is tiny and not 0, which
     // BLAS may skip: the weights barely move over the repeats.
