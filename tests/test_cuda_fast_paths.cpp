@@ -48,6 +48,18 @@ void train_at_every_batch_kind(const std::shared_ptr<Model>& model, Dataset& dat
     trainer.evaluate(dataset, 128);
 }
 
+// Two epochs of mixed-bf16 training (20 steps each) of a small MLP on synthetic data; the loss on it after.
+float train_two_bf16_epochs(const std::shared_ptr<Context>& context, unsigned seed) {
+    const SyntheticData data = synthetic_data(640, 100, seed);
+    auto dataset = to_dataset(context, data);
+    TrainerConfig config;
+    config.precision = MPT_PRECISION_MIXED_BF16;
+    Trainer trainer(make_mlp(context, data.features), config);
+    trainer.fit(*dataset, 2, 32, true);
+    REQUIRE(trainer.epochs_completed() == 2);
+    return trainer.evaluate(*dataset, 64).loss;
+}
+
 }  // namespace
 
 TEST_CASE("cuBLASLt is opened at run time with every entry point, or the CUDA backend says why not") {
@@ -93,13 +105,7 @@ TEST_CASE("cuBLASLt accepts every fused epilogue of a mixed-precision step (no u
 TEST_CASE("steady-state steps replay captured graphs, and no capture is refused") {
     SKIP_WITHOUT_GPU();
     auto context = make_context(MPT_BACKEND_CUDA);
-    const SyntheticData data = synthetic_data(640, 100, 23);
-    auto dataset = to_dataset(context, data);
-    auto model = make_mlp(context, data.features);
-    TrainerConfig config;
-    config.precision = MPT_PRECISION_MIXED_BF16;
-    Trainer trainer(model, config);
-    trainer.fit(*dataset, 2, 32, true);  // 20 steps an epoch
+    train_two_bf16_epochs(context, 23);
     INFO("last refusal: " << cuda_backend_last_graph_refusal(context->backend()));
     CHECK(cuda_backend_graph_refusals(context->backend()) == 0);
     CHECK(cuda_backend_graph_captures(context->backend()) >= 1);
@@ -117,15 +123,7 @@ TEST_CASE("MPTRAIN_CUDA_GRAPHS=0 and MPTRAIN_CUDA_FUSED_EPILOGUES=0 turn the fas
     unsetenv("MPTRAIN_CUDA_GRAPHS");
     unsetenv("MPTRAIN_CUDA_FUSED_EPILOGUES");
     CHECK_FALSE(cuda_backend_fused_epilogues(context->backend()));
-    const SyntheticData data = synthetic_data(640, 100, 24);
-    auto dataset = to_dataset(context, data);
-    auto model = make_mlp(context, data.features);
-    TrainerConfig config;
-    config.precision = MPT_PRECISION_MIXED_BF16;
-    Trainer trainer(model, config);
-    trainer.fit(*dataset, 2, 32, true);
-    CHECK(trainer.epochs_completed() == 2);
-    CHECK(std::isfinite(trainer.evaluate(*dataset, 64).loss));
+    CHECK(std::isfinite(train_two_bf16_epochs(context, 24)));
     CHECK(cuda_backend_graph_captures(context->backend()) == 0);
     CHECK(cuda_backend_refused_epilogue_plans(context->backend()) == 0);
     auto default_context = make_context(MPT_BACKEND_CUDA);
