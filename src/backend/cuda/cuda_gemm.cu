@@ -237,13 +237,14 @@ void CudaGemm::run(const GemmPlan& plan, const void* a, const void* b, void* d, 
     const cublasStatus_t status = lt_.matmul(handle_, plan.desc, &alpha, a, plan.layout_a, b, plan.layout_b, &beta, d,
                                              plan.layout_d, d, plan.layout_d, &plan.algo, workspace.data,
                                              plan.workspace_bytes, stream);
-    // The heuristic accepted this plan; should cuBLASLt refuse it when it runs, say how to run without.
-    if (status != CUBLAS_STATUS_SUCCESS && plan.epilogue != CUBLASLT_EPILOGUE_DEFAULT)
-        check_cublas(status, ("cublasLtMatmul with fused epilogue " + std::to_string(plan.epilogue) +
-                              " (MPTRAIN_CUDA_FUSED_EPILOGUES=0 runs the unfused GEMMs instead)")
-                                 .c_str(),
-                     __FILE__, __LINE__);
-    check_cublas(status, "cublasLtMatmul", __FILE__, __LINE__);
+    if (status == CUBLAS_STATUS_SUCCESS) return;
+    // The heuristic accepted this plan; should cuBLASLt refuse a fused one when it runs, say how to
+    // run without.
+    const std::string call = plan.epilogue == CUBLASLT_EPILOGUE_DEFAULT
+                                 ? "cublasLtMatmul"
+                                 : "cublasLtMatmul with fused epilogue " + std::to_string(plan.epilogue) +
+                                       " (MPTRAIN_CUDA_FUSED_EPILOGUES=0 runs the unfused GEMMs instead)";
+    check_cublas(status, call.c_str(), __FILE__, __LINE__);
 }
 
 }  // namespace mpt
