@@ -374,7 +374,7 @@ int64_t block_values(const Problem& g) { return 2 * g.planes * g.steps * kTileVa
 // rows (stride 1 in C) packs into L2 (2 MiB on every AMX core so far), it is the packed one, so
 // tasks write C in row strips: a weight gradient (small depth, C the size of the weights) then
 // streams through memory once instead of in 128-byte pieces a row apart, each in another page (at
-// batch 256 the first layer's packs into 1.5 MiB, and row strips made its GEMM 1.5-2.3x faster).
+// batch 256 the first layer's packs into 1.5 MiB, and row strips made its GEMM 1.5-1.7x faster).
 // Otherwise the smaller side is packed, so the larger (the weights, at small batches) is read from
 // memory once.
 bool streams_right_side(const Problem& g) {
@@ -454,7 +454,7 @@ void multiply_in_panels(const Problem& g, bool stream_right, const uint16_t* pac
 // a chunk is of the depth) is what every block of the group reads next, so it stays in L2. Without
 // the split, a step at batch 256 read the whole packed side (1.5 MiB) per streamed block, which
 // with the block itself no longer fits L2: tiles then load from L3 at about a third of the rate.
-// The split measured 1.13-1.31x faster on the forward GEMMs at batch 256 (bench/NOTES.md). The
+// The split measured 1.06-1.31x faster on the forward GEMMs at batch 256 (bench/NOTES.md). The
 // group's sums wait in fp32 between passes (kGroupSumsBytes at most), so bf16 gives the same bits
 // as in one pass; fp16 takes its four plane pairings within each pass, an order of roundings of its
 // own (within amx_gemm.h's bound, and the same on any thread count).
