@@ -1,12 +1,14 @@
 // The arena planner (liveness sharing, alignment) and the memory tracker (budget, peak).
 #include <doctest/doctest.h>
 
+#include <cstdint>
 #include <random>
 
 #include "backend/backend.h"
 #include "core/error.h"
 #include "memory/arena.h"
 #include "memory/arena_plan.h"
+#include "memory/host_block.h"
 #include "memory/memory_tracker.h"
 
 using namespace mpt;
@@ -95,4 +97,26 @@ TEST_CASE("an arena is one aligned, zeroed allocation accounted with its tracker
     MemoryTracker small(100);
     CHECK_THROWS_AS(Arena(*backend, small, 101), Error);
     CHECK(small.used() == 0);
+}
+
+// The CPU backend's host blocks: 256-byte aligned, 2 MiB aligned from 2 MiB up (where huge pages
+// are asked for), every byte usable (ASan checks the ends), and nullptr released harmlessly.
+TEST_CASE("host blocks are aligned for the GEMMs and huge pages, and usable to their last byte") {
+    constexpr size_t kHugePage = size_t{2} << 20;
+    for (size_t bytes : {size_t{0}, size_t{1}, size_t{255}, size_t{4097}, kHugePage - 1, kHugePage, 5 * kHugePage + 3}) {
+        CAPTURE(bytes);
+        void* block = allocate_host_block(bytes);
+        REQUIRE(block != nullptr);
+        CHECK(reinterpret_cast<uintptr_t>(block) % 256 == 0);
+        if (bytes >= kHugePage) CHECK(reinterpret_cast<uintptr_t>(block) % kHugePage == 0);
+        if (bytes > 0) {
+            unsigned char* data = static_cast<unsigned char*>(block);
+            data[bytes - 1] = 2;
+            data[0] = 1;
+            CHECK(data[0] == 1);
+            CHECK(data[bytes - 1] == (bytes == 1 ? 1 : 2));
+        }
+        release_host_block(block);
+    }
+    release_host_block(nullptr);
 }
