@@ -29,17 +29,14 @@ using Gemm = std::function<void(bool, bool, int64_t, int64_t, int64_t, float, co
 class HostFloats {
 public:
     HostFloats(int64_t count, float value)
-        : data_(static_cast<float*>(mpt::allocate_host_block(static_cast<size_t>(count) * sizeof(float)))) {
-        if (!data_) throw std::bad_alloc();
-        std::fill(data_.get(), data_.get() + count, value);
+        : block_(mpt::allocate_host_block(static_cast<size_t>(count) * sizeof(float))) {
+        if (!block_) throw std::bad_alloc();
+        std::fill(data(), data() + count, value);
     }
-    float* data() const { return data_.get(); }
+    float* data() const { return static_cast<float*>(block_.get()); }
 
 private:
-    struct Release {
-        void operator()(float* block) const { mpt::release_host_block(block); }
-    };
-    std::unique_ptr<float, Release> data_;
+    mpt::HostBlock block_;
 };
 
 double fastest_step_us(const std::vector<int64_t>& widths, int64_t batch, int repeats, const Gemm& gemm) {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 
 namespace mpt {
 
@@ -14,5 +15,11 @@ namespace mpt {
 void* allocate_host_block(size_t bytes) noexcept;
 // Frees what allocate_host_block returned; nullptr is ignored.
 void release_host_block(void* block) noexcept;
+
+// Owns a host block: released when it goes.
+struct HostBlockRelease {
+    void operator()(void* block) const noexcept { release_host_block(block); }
+};
+using HostBlock = std::unique_ptr<void, HostBlockRelease>;
 
 }  // namespace mpt

@@ -153,21 +153,21 @@ struct Problem {
 // nothing.
 class ScratchBuffer {
 public:
-    ~ScratchBuffer() { release_host_block(data_); }
     template <typename T>
     T* reserve(int64_t count) {
         const size_t bytes = static_cast<size_t>(count) * sizeof(T);
         if (bytes > capacity_) {
-            release_host_block(data_);
-            data_ = allocate_host_block(bytes);
-            capacity_ = data_ ? bytes : 0;
+            data_.reset();
+            capacity_ = 0;
+            data_.reset(allocate_host_block(bytes));
             if (!data_) throw std::bad_alloc();
+            capacity_ = bytes;
         }
-        return static_cast<T*>(data_);
+        return static_cast<T*>(data_.get());
     }
 
 private:
-    void* data_ = nullptr;
+    HostBlock data_;
     size_t capacity_ = 0;
 };
 
