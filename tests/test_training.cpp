@@ -1414,3 +1414,48 @@ TEST_CASE("padded units never leak: 13 sigmoid hidden units and 10 or 3 outputs 
         }
     }
 }
+
+// Exactly where MPT_PRECISION_AUTO stays fp32 (a CPU without native low-precision GEMMs; ctest
+// also runs this file with MPTRAIN_CPU_AMX=0), a mixed trainer says once that its GEMMs are
+// emulated; where AUTO picks bf16 (AMX), neither mixed precision is emulated and nothing is said.
+TEST_CASE("a mixed-precision trainer warns, once, exactly when the CPU emulates its low-precision GEMMs") {
+    std::vector<std::string> warnings;
+    const mpt_log_fn collect = [](mpt_log_level level, const char* message, void* user_data) {
+        if (level == MPT_LOG_LEVEL_WARNING) static_cast<std::vector<std::string>*>(user_data)->push_back(message);
+    };
+    mpt_context_options_t* context_options = nullptr;
+    REQUIRE_OK(mpt_context_options_create(&context_options));
+    REQUIRE_OK(mpt_context_options_set_backend(context_options, MPT_BACKEND_CPU));
+    REQUIRE_OK(mpt_context_options_set_log_callback(context_options, collect, &warnings));
+    REQUIRE_OK(mpt_context_options_set_log_level(context_options, MPT_LOG_LEVEL_WARNING));
+    mpt_context_t* context = nullptr;
+    REQUIRE_OK(mpt_context_create(context_options, &context));
+    mpt_context_options_destroy(context_options);
+    warnings.clear();  // what the context says of its own set-up is not this case's subject
+    mpt_precision automatic = MPT_PRECISION_AUTO;
+    REQUIRE_OK(mpt_context_resolve_precision(context, MPT_PRECISION_AUTO, &automatic));
+    const bool emulated = automatic == MPT_PRECISION_FP32;
+    struct Expectation {
+        mpt_precision precision;
+        const char* dtype;
+    };
+    for (const Expectation& expectation : {Expectation{MPT_PRECISION_FP32, nullptr},
+                                           Expectation{MPT_PRECISION_MIXED_BF16, "bf16"},
+                                           Expectation{MPT_PRECISION_MIXED_FP16, "fp16"}}) {
+        CAPTURE(expectation.precision);
+        mpt_model_t* model = new_model(context, 4, {{8, MPT_ACTIVATION_RELU}, {3, MPT_ACTIVATION_SOFTMAX}});
+        TrainerSetup setup;
+        setup.precision = expectation.precision;
+        mpt_trainer_t* trainer = new_trainer(model, setup);
+        if (expectation.dtype && emulated) {
+            REQUIRE(warnings.size() == 1);
+            CHECK(warnings[0].find(std::string(expectation.dtype) + " GEMMs are emulated in fp32") != std::string::npos);
+        } else {
+            CHECK(warnings.empty());
+        }
+        warnings.clear();
+        mpt_trainer_destroy(trainer);
+        mpt_model_destroy(model);
+    }
+    mpt_context_destroy(context);
+}

@@ -21,7 +21,7 @@ void args_print_usage(FILE* stream, const char* program)
             "  --epochs N         epochs to train (default 1)\n"
             "  --batch N          batch size (default 32)\n"
             "  --precision P      fp32 | mixed-fp16 | mixed-bf16 | auto (default auto: bf16 on CUDA\n"
-            "                     cc >= 8.0, fp16 on 7.x, fp32 on the CPU)\n"
+            "                     cc >= 8.0, fp16 on 7.x; on the CPU bf16 with AMX, else fp32)\n"
             "  --lr X             SGD learning rate (default 0.01)\n"
             "  --limit N          train on the first N training images only; 0 = all (default 0)\n"
             "  --seed N           seed of weight initialisation and shuffling (default 42)\n"

@@ -153,6 +153,9 @@ public:
     // Something about how this backend was set up that makes it run well below what the hardware
     // allows, said once by the context as a warning; empty when there is nothing to say.
     virtual std::string setup_warning() const { return {}; }
+    // Empty, or why layers computing in `compute_dtype` run slower here than in fp32 (a CPU without
+    // native low-precision GEMMs emulates them), said once by each trainer that uses it.
+    virtual std::string emulation_warning(DType) const { return {}; }
     // Storage bytes of one element of `dtype` (the CPU emulates low dtypes in fp32 storage).
     virtual size_t storage_size(DType dtype) const = 0;
     // The precision MPT_PRECISION_AUTO picks here.

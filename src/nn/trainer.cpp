@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "nn/checkpoint.h"
@@ -73,6 +74,13 @@ Trainer::Trainer(std::shared_ptr<Model> model, const TrainerConfig& config)
                 "categorical cross-entropy needs at least 2 outputs");
     model_->context()->log(MPT_LOG_LEVEL_DEBUG, std::string("trainer: precision ") + precision_name(precision()) +
                                                     ", loss " + loss_name(config.loss));
+    std::vector<DType> dtypes = layer_compute_dtypes(*model_, executor_.policy());
+    std::sort(dtypes.begin(), dtypes.end());
+    dtypes.erase(std::unique(dtypes.begin(), dtypes.end()), dtypes.end());
+    for (DType dtype : dtypes) {
+        const std::string warning = model_->context()->backend().emulation_warning(dtype);
+        if (!warning.empty()) model_->context()->log(MPT_LOG_LEVEL_WARNING, warning);
+    }
 }
 
 Trainer::~Trainer() {

@@ -85,6 +85,13 @@ std::string CpuBackend::device_name() const {
            (amx_gemm_supported() ? ", amx" : "") + ")";
 }
 
+std::string CpuBackend::emulation_warning(DType compute_dtype) const {
+    if (compute_dtype == DType::fp32 || amx_gemm_available()) return {};
+    return std::string("cpu backend: ") + dtype_name(compute_dtype) + " GEMMs are emulated in fp32 on this CPU (" +
+           amx_gemm_unavailable_reason() + "), which makes mixed precision slower than fp32 here; " +
+           "MPT_PRECISION_AUTO picks fp32 on it";
+}
+
 void CpuBackend::gemm(DType dtype, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
                       const void* a, int64_t lda, const void* b, int64_t ldb, float beta, float* c, int64_t ldc) {
     const float* a_values = static_cast<const float*>(a);
