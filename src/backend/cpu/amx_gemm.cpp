@@ -304,8 +304,8 @@ MPTRAIN_AMX_BF16 inline void multiply_loaded_tiles() {
 // part of the depth, stored and reloaded in fp32). With two planes, all four pairings of them at
 // each depth step, in the order leading x leading, leading x remainder, remainder x remainder,
 // remainder x leading: each pairing shares a side with the one before, so a step loads 10 tiles
-// for its 16 products (pairing by pairing over the whole depth took 16; 1.05-1.36x faster on the
-// seed MLP's GEMMs).
+// for its 16 products (pairing by pairing over the whole depth took 16; 1.01-1.36x faster on the
+// seed MLP's GEMMs, bench/NOTES.md).
 MPTRAIN_AMX_BF16 void multiply_block(PackedBlock left, PackedBlock right, int64_t steps, int64_t planes,
                                     bool continue_sums, float* out, int64_t out_stride) {
     const int64_t left_plane = left.packed_steps * kTileValues, right_plane = right.packed_steps * kTileValues;
