@@ -1,8 +1,10 @@
 // A small fixed pool for data-parallel loops on the CPU backend. Work is split into equal static
 // ranges, so every element is computed by the same code path whatever the timing: results are
-// deterministic for a given thread count. Running a loop never allocates.
+// deterministic for a given thread count. Running a loop never allocates. Waiting threads spin for
+// up to 100 µs before they block, since a step runs its loops close together (thread_pool.cpp).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
@@ -38,9 +40,10 @@ private:
     std::mutex mutex_;
     std::condition_variable work_ready_;
     std::condition_variable work_done_;
-    uint64_t generation_ = 0;
-    int pending_ = 0;
-    bool stopping_ = false;
+    // Changed under mutex_ only; atomic so that a spinning thread may read them without it.
+    std::atomic<uint64_t> generation_{0};
+    std::atomic<int> pending_{0};
+    std::atomic<bool> stopping_{false};
     RangeFn fn_ = nullptr;
     const void* closure_ = nullptr;
     int64_t count_ = 0;
