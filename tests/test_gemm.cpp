@@ -19,33 +19,45 @@ namespace {
 using Gemm = void (*)(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t, float,
                       float*, int64_t, ThreadPool&);
 
-void check_gemm(Gemm gemm, int threads, int64_t m, int64_t n, int64_t k) {
+// `pad` extra elements at the end of every row of A, B and C (leading dimensions beyond the
+// shapes'), which must come back untouched.
+void check_gemm(Gemm gemm, int threads, int64_t m, int64_t n, int64_t k, int64_t pad = 0) {
     ThreadPool pool(threads);
     std::mt19937 generator(static_cast<unsigned>(m * 31 + n * 7 + k));
     std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+    const float sentinel = 1234.5f;
     for (bool transpose_a : {false, true})
         for (bool transpose_b : {false, true}) {
-            const int64_t lda = transpose_a ? m : k, ldb = transpose_b ? k : n, ldc = n;
-            std::vector<float> a(static_cast<size_t>(m * k)), b(static_cast<size_t>(k * n)), c(static_cast<size_t>(m * n));
-            for (auto* values : {&a, &b, &c})
+            const int64_t lda = (transpose_a ? m : k) + pad, ldb = (transpose_b ? k : n) + pad, ldc = n + pad;
+            std::vector<float> a(static_cast<size_t>((transpose_a ? k : m) * lda)),
+                b(static_cast<size_t>((transpose_b ? n : k) * ldb)), c(static_cast<size_t>(m * ldc));
+            for (auto* values : {&a, &b})
                 for (float& v : *values) v = uniform(generator);
+            for (int64_t i = 0; i < m; ++i)
+                for (int64_t j = 0; j < ldc; ++j) c[i * ldc + j] = j < n ? uniform(generator) : sentinel;
             const float alpha = -0.75f, beta = 0.5f;
-            std::vector<double> expected(c.size());
+            std::vector<double> expected(static_cast<size_t>(m * n));
             for (int64_t i = 0; i < m; ++i)
                 for (int64_t j = 0; j < n; ++j) {
                     double sum = 0.0;
                     for (int64_t p = 0; p < k; ++p)
                         sum += static_cast<double>(transpose_a ? a[p * lda + i] : a[i * lda + p]) *
                                (transpose_b ? b[j * ldb + p] : b[p * ldb + j]);
-                    expected[i * n + j] = alpha * sum + beta * c[i * n + j];
+                    expected[i * n + j] = alpha * sum + beta * c[i * ldc + j];
                 }
             gemm(transpose_a, transpose_b, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, c.data(), ldc, pool);
             double worst = 0.0;
-            for (size_t i = 0; i < c.size(); ++i) worst = std::max(worst, std::fabs(c[i] - expected[i]));
+            int64_t padding_changed = 0;
+            for (int64_t i = 0; i < m; ++i)
+                for (int64_t j = 0; j < ldc; ++j) {
+                    if (j < n) worst = std::max(worst, std::fabs(c[i * ldc + j] - expected[i * n + j]));
+                    else padding_changed += c[i * ldc + j] != sentinel;
+                }
             CAPTURE(transpose_a);
             CAPTURE(transpose_b);
             // fp32 accumulation over k terms of magnitude <= 1.
             CHECK(worst < 1e-5 * static_cast<double>(k));
+            CHECK(padding_changed == 0);
         }
 }
 
@@ -57,6 +69,27 @@ TEST_CASE("the BLAS GEMM split into panels matches a double reference") {
         check_gemm(&cpu_sgemm, threads, 131, 67, 257);  // split by rows
         check_gemm(&cpu_sgemm, threads, 5, 3, 7);       // too small to split
     }
+}
+
+// A single row or column of C is a matrix-vector product (sgemv through OpenBLAS): the strides of
+// the vector operands and of C's column come from the leading dimensions.
+TEST_CASE("one row or one column of C matches a double reference, with padded leading dimensions") {
+    for (int threads : {1, 2}) {
+        check_gemm(&cpu_sgemm, threads, 1, 131, 257, 3);
+        check_gemm(&cpu_sgemm, threads, 131, 1, 257, 3);
+        check_gemm(&cpu_sgemm, threads, 1, 1, 300, 2);
+        check_gemm(&cpu_sgemm, threads, 1, 2000, 1100, 5);  // split into column panels, one row each
+        check_gemm(&cpu_sgemm, threads, 2000, 1, 1100, 5);  // split into row panels of one column
+        check_gemm(&portable_sgemm, threads, 1, 131, 257, 3);
+        check_gemm(&portable_sgemm, threads, 131, 1, 257, 3);
+    }
+    ThreadPool pool(2);
+    std::vector<float> a(2000, 1.0f), b(2000 * 3, 0.5f), c(3, NAN);  // beta 0 ignores the NaN in C
+    cpu_sgemm(false, true, 1, 3, 2000, 1.0f, a.data(), 2000, b.data(), 2000, 0.0f, c.data(), 3, pool);
+    CHECK(c == std::vector<float>(3, 1000.0f));
+    std::vector<float> column(3 * 4, NAN);
+    cpu_sgemm(false, false, 3, 1, 2000, 1.0f, b.data(), 2000, a.data(), 1, 0.0f, column.data(), 4, pool);
+    for (int64_t i = 0; i < 3; ++i) CHECK(column[i * 4] == 1000.0f);
 }
 
 TEST_CASE("the portable fallback GEMM matches a double reference, with either kernel") {

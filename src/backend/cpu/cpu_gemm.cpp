@@ -17,8 +17,27 @@ namespace mpt {
 
 namespace {
 
+// A product with one row or one column of C (a single sample's forward or input gradient) goes to
+// sgemv: OpenBLAS 0.3.21's sgemm packs the whole weight matrix even then, and a one-row prediction of
+// the seed MLP took 3.3x as long as through sgemv (bench/NOTES.md). With beta 0, BLAS ignores C's old
+// contents, and this OpenBLAS's sgemv does, but some of OpenBLAS's gemv kernels have kept a NaN
+// there (its issues 929 and 2496); C is one vector, so it is cleared first.
 void blas_sgemm(const OpenBlas& blas, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
                 const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+    if ((m == 1 || n == 1) && k > 1) {
+        const int64_t c_stride = m == 1 ? 1 : ldc;
+        if (beta == 0.0f)
+            for (int64_t index = 0; index < m * n; ++index) c[index * c_stride] = 0.0f;
+        if (m == 1)  // C's row = alpha * op(B)^T . op(A)'s row + beta * C's row
+            blas.sgemv(CblasRowMajor, transpose_b ? CblasNoTrans : CblasTrans, static_cast<int>(transpose_b ? n : k),
+                       static_cast<int>(transpose_b ? k : n), alpha, b, static_cast<int>(ldb), a,
+                       static_cast<int>(transpose_a ? lda : 1), beta, c, 1);
+        else  // C's column = alpha * op(A) . op(B)'s column + beta * C's column
+            blas.sgemv(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans, static_cast<int>(transpose_a ? k : m),
+                       static_cast<int>(transpose_a ? m : k), alpha, a, static_cast<int>(lda), b,
+                       static_cast<int>(transpose_b ? 1 : ldb), beta, c, static_cast<int>(ldc));
+        return;
+    }
     blas.sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans, transpose_b ? CblasTrans : CblasNoTrans,
                static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a, static_cast<int>(lda), b,
                static_cast<int>(ldb), beta, c, static_cast<int>(ldc));

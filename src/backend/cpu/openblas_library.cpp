@@ -64,6 +64,7 @@ Loaded* load() {
     }
     // The library stays loaded for the life of the process: its threads and buffers are its own.
     if (library && resolve(library, "cblas_sgemm", loaded->api.sgemm, loaded->answer.why) &&
+        resolve(library, "cblas_sgemv", loaded->api.sgemv, loaded->answer.why) &&
         resolve(library, "openblas_set_num_threads", loaded->api.set_num_threads, loaded->answer.why) &&
         resolve(library, "openblas_get_corename", loaded->api.get_corename, loaded->answer.why) &&
         resolve(library, "openblas_get_num_threads", loaded->api.get_num_threads, loaded->answer.why) &&

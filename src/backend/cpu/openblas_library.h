@@ -15,6 +15,7 @@ namespace mpt {
 // The entry points mptrain uses, typed as cblas.h declares them.
 struct OpenBlas {
     decltype(&cblas_sgemm) sgemm = nullptr;
+    decltype(&cblas_sgemv) sgemv = nullptr;
     decltype(&openblas_set_num_threads) set_num_threads = nullptr;
     decltype(&openblas_get_corename) get_corename = nullptr;
     decltype(&openblas_get_num_threads) get_num_threads = nullptr;
