@@ -13,6 +13,22 @@
 
 namespace mpt {
 
+bool gemm_as_gemv(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                  const float* b, int64_t ldb, float* c, int64_t ldc, GemvProblem& gemv) {
+    if (k <= 1) return false;
+    if (m == 1) {  // C's row = op(B)^T . op(A)'s row
+        gemv = GemvProblem{!transpose_b, transpose_b ? n : k, transpose_b ? k : n, b, ldb, a, transpose_a ? lda : 1,
+                           c, 1};
+        return true;
+    }
+    if (n == 1) {  // C's column = op(A) . op(B)'s column
+        gemv = GemvProblem{transpose_a, transpose_a ? k : m, transpose_a ? m : k, a, lda, b, transpose_b ? 1 : ldb,
+                           c, ldc};
+        return true;
+    }
+    return false;
+}
+
 #if defined(MPTRAIN_HAVE_OPENBLAS)
 
 namespace {
@@ -24,18 +40,14 @@ namespace {
 // there (its issues 929 and 2496); C is one vector, so it is cleared first.
 void blas_sgemm(const OpenBlas& blas, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
                 const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-    if ((m == 1 || n == 1) && k > 1) {
-        const int64_t c_stride = m == 1 ? 1 : ldc;
+    GemvProblem gemv;
+    if (gemm_as_gemv(transpose_a, transpose_b, m, n, k, a, lda, b, ldb, c, ldc, gemv)) {
+        const int64_t length = gemv.transpose ? gemv.columns : gemv.rows;
         if (beta == 0.0f)
-            for (int64_t index = 0; index < m * n; ++index) c[index * c_stride] = 0.0f;
-        if (m == 1)  // C's row = alpha * op(B)^T . op(A)'s row + beta * C's row
-            blas.sgemv(CblasRowMajor, transpose_b ? CblasNoTrans : CblasTrans, static_cast<int>(transpose_b ? n : k),
-                       static_cast<int>(transpose_b ? k : n), alpha, b, static_cast<int>(ldb), a,
-                       static_cast<int>(transpose_a ? lda : 1), beta, c, 1);
-        else  // C's column = alpha * op(A) . op(B)'s column + beta * C's column
-            blas.sgemv(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans, static_cast<int>(transpose_a ? k : m),
-                       static_cast<int>(transpose_a ? m : k), alpha, a, static_cast<int>(lda), b,
-                       static_cast<int>(transpose_b ? 1 : ldb), beta, c, static_cast<int>(ldc));
+            for (int64_t index = 0; index < length; ++index) gemv.y[index * gemv.y_stride] = 0.0f;
+        blas.sgemv(CblasRowMajor, gemv.transpose ? CblasTrans : CblasNoTrans, static_cast<int>(gemv.rows),
+                   static_cast<int>(gemv.columns), alpha, gemv.matrix, static_cast<int>(gemv.ld), gemv.vector,
+                   static_cast<int>(gemv.vector_stride), beta, gemv.y, static_cast<int>(gemv.y_stride));
         return;
     }
     blas.sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans, transpose_b ? CblasTrans : CblasNoTrans,
