@@ -7,7 +7,9 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <new>
 
 namespace mpt {
 
@@ -21,5 +23,27 @@ struct HostBlockRelease {
     void operator()(void* block) const noexcept { release_host_block(block); }
 };
 using HostBlock = std::unique_ptr<void, HostBlockRelease>;
+
+// Grow-only, 256-byte-aligned scratch (one per thread and use, e.g. thread_local in a GEMM):
+// steady-state training allocates nothing. reserve throws std::bad_alloc when memory runs out.
+class ScratchBuffer {
+public:
+    template <typename T>
+    T* reserve(int64_t count) {
+        const size_t bytes = static_cast<size_t>(count) * sizeof(T);
+        if (bytes > capacity_) {
+            data_.reset();
+            capacity_ = 0;
+            data_.reset(allocate_host_block(bytes));
+            if (!data_) throw std::bad_alloc();
+            capacity_ = bytes;
+        }
+        return static_cast<T*>(data_.get());
+    }
+
+private:
+    HostBlock data_;
+    size_t capacity_ = 0;
+};
 
 }  // namespace mpt

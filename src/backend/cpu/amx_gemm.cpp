@@ -149,28 +149,6 @@ struct Problem {
     int64_t c_right_stride;
 };
 
-// Grow-only, 256-byte-aligned scratch (one per thread and use): steady-state training allocates
-// nothing.
-class ScratchBuffer {
-public:
-    template <typename T>
-    T* reserve(int64_t count) {
-        const size_t bytes = static_cast<size_t>(count) * sizeof(T);
-        if (bytes > capacity_) {
-            data_.reset();
-            capacity_ = 0;
-            data_.reset(allocate_host_block(bytes));
-            if (!data_) throw std::bad_alloc();
-            capacity_ = bytes;
-        }
-        return static_cast<T*>(data_.get());
-    }
-
-private:
-    HostBlock data_;
-    size_t capacity_ = 0;
-};
-
 #define MPTRAIN_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512bf16")))
 #define MPTRAIN_AMX_BF16 __attribute__((target("amx-tile,amx-bf16")))
 

@@ -11,7 +11,7 @@
 
 #include "backend/cpu/cpu_gemm.h"
 #include "backend/cpu/cpu_loss_head.h"
-#include "backend/cpu/low_precision_gemv.h"
+#include "backend/cpu/small_gemm.h"
 #include "core/error.h"
 #include "core/float_bits.h"
 #include "data/epoch_order.h"
@@ -97,10 +97,11 @@ void CpuBackend::gemm(DType dtype, bool transpose_a, bool transpose_b, int64_t m
                       const void* a, int64_t lda, const void* b, int64_t ldb, float beta, float* c, int64_t ldc) {
     const float* a_values = static_cast<const float*>(a);
     const float* b_values = static_cast<const float*>(b);
-    GemvProblem gemv;
-    if (dtype != DType::fp32 && amx_gemm_available() &&
-        gemm_as_gemv(transpose_a, transpose_b, m, n, k, a_values, lda, b_values, ldb, c, ldc, gemv))
-        low_precision_gemv(dtype, gemv, alpha, beta, pool_);
+    // A few rows or columns of C in bf16 or fp16 (same rounding as AMX's packing): small_gemm.
+    const int64_t small_rows = dtype == DType::bf16 ? 4 : kSmallGemmMaxRows;
+    if (dtype != DType::fp32 && amx_gemm_available() && small_gemm_applies(m, n, k, small_rows) &&
+        small_gemm_supported())
+        small_gemm(dtype, transpose_a, transpose_b, m, n, k, alpha, a_values, lda, b_values, ldb, beta, c, ldc, pool_);
     else if (dtype != DType::fp32 && amx_gemm_available())
         amx_gemm(dtype, transpose_a, transpose_b, m, n, k, alpha, a_values, lda, b_values, ldb, beta, c, ldc, pool_);
     else

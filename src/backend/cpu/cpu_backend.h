@@ -3,7 +3,8 @@
 // underflow happen where they would on a GPU. On a CPU with AMX-BF16, bf16 and fp16 layers multiply
 // on its tiles (amx_gemm.h) instead of in fp32 GEMMs: bf16's products summed in another order
 // (subnormal inputs count as zero), fp16's as four exact parts each, from their fp32 masters
-// rounded as they are packed (no low-precision copies kept).
+// rounded as they are packed (no low-precision copies kept). GEMMs with a few rows or columns of
+// C take small_gemm.h where it runs, in every dtype.
 #pragma once
 
 #include <memory>

@@ -5,6 +5,7 @@
 #include <cctype>
 #include <iterator>
 
+#include "backend/cpu/small_gemm.h"
 #include "core/thread_pool.h"
 
 #if defined(MPTRAIN_HAVE_OPENBLAS)
@@ -13,6 +14,27 @@
 
 namespace mpt {
 
+#if defined(MPTRAIN_HAVE_OPENBLAS)
+
+namespace {
+
+// A GEMM with one row or one column of C is a matrix-vector product, here in cblas_sgemv's terms
+// (row-major): y = alpha * op(matrix) . vector + beta * y, where matrix is `rows` x `columns` with
+// leading dimension `ld`, and op transposes it when `transpose` (y then has `columns` elements,
+// else `rows`).
+struct GemvProblem {
+    bool transpose;
+    int64_t rows, columns;
+    const float* matrix;
+    int64_t ld;
+    const float* vector;
+    int64_t vector_stride;
+    float* y;
+    int64_t y_stride;
+};
+
+// Whether C = op(A) . op(B) (row-major, m x n, depth k) has one row or one column and a depth over
+// 1; if so, `gemv` is that product.
 bool gemm_as_gemv(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                   const float* b, int64_t ldb, float* c, int64_t ldc, GemvProblem& gemv) {
     if (k <= 1) return false;
@@ -29,13 +51,10 @@ bool gemm_as_gemv(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int6
     return false;
 }
 
-#if defined(MPTRAIN_HAVE_OPENBLAS)
-
-namespace {
-
-// A product with one row or one column of C (a single sample's forward or input gradient) goes to
-// sgemv: OpenBLAS 0.3.21's sgemm packs the whole weight matrix even then, and a one-row prediction of
-// the seed MLP took 3.3x as long as through sgemv (bench/NOTES.md). With beta 0, BLAS ignores C's old
+// Where small_gemm does not run (no AVX-512), a product with one row or one column of C (a single
+// sample's forward or input gradient) goes to sgemv: OpenBLAS 0.3.21's sgemm packs the whole weight
+// matrix even then, and a one-row prediction of the seed MLP took 3.3x as long as through sgemv
+// (bench/NOTES.md). With beta 0, BLAS ignores C's old
 // contents, and this OpenBLAS's sgemv does, but some of OpenBLAS's gemv kernels have kept a NaN
 // there (its issues 929 and 2496); C is one vector, so it is cleared first.
 void blas_sgemm(const OpenBlas& blas, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
@@ -63,6 +82,10 @@ void blas_sgemm(const OpenBlas& blas, bool transpose_a, bool transpose_b, int64_
 // OpenBLAS the portable GEMM stands in (the context has warned).
 void cpu_sgemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc, ThreadPool& pool) {
+    if (small_gemm_applies(m, n, k) && small_gemm_supported()) {
+        small_gemm(DType::fp32, transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, pool);
+        return;
+    }
     const OpenBlas* blas = openblas().api;
     if (!blas) {
         portable_sgemm(transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, pool);
@@ -137,7 +160,10 @@ std::string cpu_gemm_kernel_warning() {
 
 void cpu_sgemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc, ThreadPool& pool) {
-    portable_sgemm(transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, pool);
+    if (small_gemm_applies(m, n, k) && small_gemm_supported())
+        small_gemm(DType::fp32, transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, pool);
+    else
+        portable_sgemm(transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, pool);
 }
 
 void cpu_gemm_set_threads(int) {}
