@@ -252,44 +252,34 @@ void small_gemm(DType operands, bool transpose_a, bool transpose_b, int64_t m, i
                 ThreadPool& pool) {
     if (!small_gemm_applies(m, n, k) || !small_gemm_supported())
         fail(MPT_STATUS_INTERNAL, "small_gemm called outside its case or where it cannot run");
-    // op(A)(i, q) = a[i * a_row + q * a_depth], op(B)(q, j) = b[q * b_depth + j * b_column].
-    const int64_t a_row = transpose_a ? 1 : lda, a_depth = transpose_a ? lda : 1;
-    const int64_t b_depth = transpose_b ? 1 : ldb, b_column = transpose_b ? ldb : 1;
+    // An operand by its outer index x (C's row for op(A), C's column for op(B)) and the depth q:
+    // element (x, q) at data[x * outer + q * depth].
+    struct Operand {
+        const float* data;
+        int64_t outer, depth;
+    };
+    const Operand a_side{a, transpose_a ? 1 : lda, transpose_a ? lda : 1};
+    const Operand b_side{b, transpose_b ? ldb : 1, transpose_b ? 1 : ldb};
+    // C' = C, or C' = C^T = op(B)^T . op(A)^T when C has the few columns.
+    const bool few_rows = m <= kSmallGemmMaxRows;
+    const Operand& rows_side = few_rows ? a_side : b_side;
+    const Operand& other = few_rows ? b_side : a_side;
     Problem p{};
+    p.rows = few_rows ? m : n;
+    p.columns = few_rows ? n : m;
     p.depth = k;
+    p.b = other.data;
+    p.b_column = other.outer;
+    p.b_depth = other.depth;
+    p.c = c;
+    p.c_row = few_rows ? ldc : 1;
+    p.c_column = few_rows ? 1 : ldc;
     p.alpha = alpha;
     p.beta = beta;
-    const float* rows_side;
-    int64_t rows_row, rows_depth;
-    if (m <= kSmallGemmMaxRows) {  // C' = C
-        p.rows = m;
-        p.columns = n;
-        rows_side = a;
-        rows_row = a_row;
-        rows_depth = a_depth;
-        p.b = b;
-        p.b_column = b_column;
-        p.b_depth = b_depth;
-        p.c = c;
-        p.c_row = ldc;
-        p.c_column = 1;
-    } else {  // C' = C^T = op(B)^T . op(A)^T: op(B)^T's rows are B's columns
-        p.rows = n;
-        p.columns = m;
-        rows_side = b;
-        rows_row = b_column;
-        rows_depth = b_depth;
-        p.b = a;
-        p.b_column = a_row;
-        p.b_depth = a_depth;
-        p.c = c;
-        p.c_row = 1;
-        p.c_column = ldc;
-    }
     switch (operands) {
-        case DType::fp32: run<Rounding::none>(p, rows_side, rows_row, rows_depth, pool); return;
-        case DType::bf16: run<Rounding::bf16>(p, rows_side, rows_row, rows_depth, pool); return;
-        case DType::fp16: run<Rounding::fp16>(p, rows_side, rows_row, rows_depth, pool); return;
+        case DType::fp32: run<Rounding::none>(p, rows_side.data, rows_side.outer, rows_side.depth, pool); return;
+        case DType::bf16: run<Rounding::bf16>(p, rows_side.data, rows_side.outer, rows_side.depth, pool); return;
+        case DType::fp16: run<Rounding::fp16>(p, rows_side.data, rows_side.outer, rows_side.depth, pool); return;
     }
     fail(MPT_STATUS_INTERNAL, std::string("small_gemm: unknown operand dtype ") + dtype_name(operands));
 }
