@@ -17,6 +17,7 @@
 #include "core/context.h"
 #include "core/dtype.h"
 #include "core/thread_pool.h"
+#include "support/reference_dot.h"
 
 #if defined(__x86_64__) && defined(__linux__)
 #include <sys/syscall.h>
@@ -66,17 +67,11 @@ void check_against_reference(DType operands, int threads, int64_t m, int64_t n, 
             std::vector<double> expected(c.begin(), c.end()), allowed(c.size(), 0.0);
             for (int64_t i = 0; i < m; i += every)
                 for (int64_t j = 0; j < n; j += every) {
-                    double sum = 0.0, magnitude = 0.0;
-                    for (int64_t p = 0; p < k; ++p) {
-                        const double product =
-                            static_cast<double>(round_to(operands, transpose_a ? a[p * lda + i] : a[i * lda + p])) *
-                            round_to(operands, transpose_b ? b[j * ldb + p] : b[p * ldb + j]);
-                        sum += product;
-                        magnitude += std::fabs(product);
-                    }
-                    expected[i * ldc + j] = alpha * sum + beta * c[i * ldc + j];
+                    const mpt_test::ReferenceDot dot =
+                        mpt_test::reference_dot(operands, transpose_a, transpose_b, a, lda, b, ldb, i, j, k);
+                    expected[i * ldc + j] = alpha * dot.sum + beta * c[i * ldc + j];
                     allowed[i * ldc + j] =
-                        roundings * 0x1p-24 * (std::fabs(alpha) * magnitude + std::fabs(beta * c[i * ldc + j]));
+                        roundings * 0x1p-24 * (std::fabs(alpha) * dot.magnitude + std::fabs(beta * c[i * ldc + j]));
                 }
             amx_gemm(operands, transpose_a, transpose_b, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, c.data(), ldc,
                           pool);

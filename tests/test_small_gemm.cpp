@@ -16,6 +16,7 @@
 #include "backend/cpu/small_gemm.h"
 #include "core/dtype.h"
 #include "core/thread_pool.h"
+#include "support/reference_dot.h"
 
 using namespace mpt;
 
@@ -58,19 +59,13 @@ std::vector<float> check_against_reference(DType dtype, int threads, int64_t m, 
                         padding_changed += c[i * ldc + j] != before[i * ldc + j];
                         continue;
                     }
-                    double sum = 0.0, magnitude = 0.0;
-                    for (int64_t p = 0; p < k; ++p) {
-                        const double product =
-                            static_cast<double>(round_to(dtype, transpose_a ? a[p * lda + i] : a[i * lda + p])) *
-                            round_to(dtype, transpose_b ? b[j * ldb + p] : b[p * ldb + j]);
-                        sum += product;
-                        magnitude += std::fabs(product);
-                    }
+                    const mpt_test::ReferenceDot dot =
+                        mpt_test::reference_dot(dtype, transpose_a, transpose_b, a, lda, b, ldb, i, j, k);
                     const double old = beta == 0.0f ? 0.0 : before[i * ldc + j];
-                    const double expected = alpha * sum + beta * old;
+                    const double expected = alpha * dot.sum + beta * old;
                     // One rounding per fused multiply-add, then alpha, beta and their sum.
                     const double allowed = (static_cast<double>(k) + 3.0) * 0x1p-24 *
-                                           (std::fabs(alpha) * magnitude + std::fabs(beta * old));
+                                           (std::fabs(alpha) * dot.magnitude + std::fabs(beta * old));
                     beyond_bound += !(std::fabs(c[i * ldc + j] - expected) <= allowed);
                 }
             CAPTURE(dtype_name(dtype));
