@@ -54,9 +54,9 @@ bool gemm_as_gemv(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int6
 // Where small_gemm does not run (no AVX-512), a product with one row or one column of C (a single
 // sample's forward or input gradient) goes to sgemv: OpenBLAS 0.3.21's sgemm packs the whole weight
 // matrix even then, and a one-row prediction of the seed MLP took 3.3x as long as through sgemv
-// (bench/NOTES.md). With beta 0, BLAS ignores C's old
-// contents, and this OpenBLAS's sgemv does, but some of OpenBLAS's gemv kernels have kept a NaN
-// there (its issues 929 and 2496); C is one vector, so it is cleared first.
+// (bench/NOTES.md). With beta 0, BLAS ignores C's old contents, and this OpenBLAS's sgemv does, but
+// some of OpenBLAS's gemv kernels have kept a NaN there (its issues 929 and 2496); C is one vector,
+// so it is cleared first.
 void blas_sgemm(const OpenBlas& blas, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
                 const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
     GemvProblem gemv;
