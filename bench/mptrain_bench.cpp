@@ -38,6 +38,7 @@ struct Options {
     int threads = 0;
     bool streamed = false;  // keep the data set in host memory and stream it (GPU)
     std::string json;
+    std::vector<int64_t> predict_rows;  // --predict: prediction latency at these row counts instead
 };
 
 struct Record {
@@ -53,8 +54,11 @@ struct Record {
     std::fprintf(code ? stderr : stdout,
                  "usage: mptrain-bench [--backend cpu|cuda] [--precision LIST] [--batch LIST] [--steps N]\n"
                  "                     [--repeats N] [--threads N] [--streamed] [--json FILE]\n"
+                 "       mptrain-bench --predict LIST [--backend cpu|cuda] [--precision LIST] [--repeats N] [--threads N]\n"
                  "  LIST is comma-separated, e.g. --precision fp32,mixed-bf16 --batch 32,256\n"
-                 "  --streamed keeps the data set in host memory (GPU: batches staged through pinned memory)\n");
+                 "  --streamed keeps the data set in host memory (GPU: batches staged through pinned memory)\n"
+                 "  --predict 1,2,4,8 times mpt_trainer_predict on that many rows instead of training steps:\n"
+                 "    the median of 20 x repeats calls per precision, the precisions taking turns\n");
     std::exit(code);
 }
 
@@ -82,6 +86,8 @@ Options parse(int argc, char** argv) {
         else if (flag == "--batch") {
             options.batches.clear();
             for (const std::string& part : split(value)) options.batches.push_back(std::atoll(part.c_str()));
+        } else if (flag == "--predict") {
+            for (const std::string& part : split(value)) options.predict_rows.push_back(std::atoll(part.c_str()));
         } else if (flag == "--steps") options.steps = std::atoll(value.c_str());
         else if (flag == "--repeats") options.repeats = std::atoi(value.c_str());
         else if (flag == "--threads") options.threads = std::atoi(value.c_str());
@@ -92,6 +98,8 @@ Options parse(int argc, char** argv) {
     if (options.repeats < 1 || options.steps < 0) usage(2);
     for (int64_t batch : options.batches)
         if (batch <= 0) usage(2);
+    for (int64_t rows : options.predict_rows)
+        if (rows <= 0) usage(2);
     return options;
 }
 
@@ -257,6 +265,76 @@ Record run_one(const Options& options, const std::string& precision_text, int64_
     return record;
 }
 
+// --predict: the latency of mpt_trainer_predict on the seed MLP (random weights and inputs) for
+// each row count, one trainer per precision on one model, the precisions taking turns call by call
+// so that a machine's changing speed reaches them alike. Returns the number of failed precisions.
+int predict_latency(const Options& options) {
+    std::printf("%-7s %-11s %-11s %6s %14s %14s\n", "backend", "precision", "runs as", "rows", "us/predict",
+                "best us");
+    RunHandles handles;
+    mpt_context_options_t* context_options = nullptr;
+    check(mpt_context_options_create(&context_options), "context options");
+    mpt_status configured = mpt_context_options_set_backend(
+        context_options, options.backend == "cuda" ? MPT_BACKEND_CUDA : MPT_BACKEND_CPU);
+    if (configured == MPT_STATUS_OK) configured = mpt_context_options_set_threads(context_options, options.threads);
+    if (configured == MPT_STATUS_OK) configured = mpt_context_create(context_options, &handles.context);
+    mpt_context_options_destroy(context_options);
+    check(configured, "context");
+    check(mpt_model_create(handles.context, 3072, &handles.model), "model");
+    check(mpt_model_add_dense(handles.model, 3000, MPT_ACTIVATION_RELU), "dense 3000");
+    check(mpt_model_add_dense(handles.model, 1000, MPT_ACTIVATION_RELU), "dense 1000");
+    check(mpt_model_add_dense(handles.model, 10, MPT_ACTIVATION_SOFTMAX), "dense 10");
+    std::vector<mpt_trainer_t*> trainers;
+    std::vector<mpt_precision> resolved;
+    int failed = 0;
+    for (const std::string& text : options.precisions) {
+        mpt_precision precision;
+        if (!parse_precision(text, precision)) usage(2);
+        mpt_trainer_options_t* trainer_options = nullptr;
+        check(mpt_trainer_options_create(&trainer_options), "trainer options");
+        mpt_trainer_t* trainer = nullptr;
+        mpt_status created = mpt_trainer_options_set_precision(trainer_options, precision);
+        if (created == MPT_STATUS_OK) created = mpt_trainer_create(handles.model, trainer_options, &trainer);
+        mpt_trainer_options_destroy(trainer_options);
+        mpt_precision runs_as = precision;
+        if (created == MPT_STATUS_OK) created = mpt_trainer_get_precision(trainer, &runs_as);
+        if (created != MPT_STATUS_OK) {
+            std::printf("%-7s %-11s FAILED: %s\n", options.backend.c_str(), text.c_str(), mpt_last_error());
+            mpt_trainer_destroy(trainer);
+            trainer = nullptr;
+            ++failed;
+        }
+        trainers.push_back(trainer);
+        resolved.push_back(runs_as);
+    }
+    const int64_t most_rows = *std::max_element(options.predict_rows.begin(), options.predict_rows.end());
+    std::vector<float> inputs(static_cast<size_t>(most_rows * 3072)), outputs(static_cast<size_t>(most_rows * 10));
+    std::mt19937 generator(11);
+    std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
+    for (float& value : inputs) value = uniform(generator);
+    const int calls = 20 * options.repeats;
+    for (int64_t rows : options.predict_rows) {
+        std::vector<std::vector<double>> times(trainers.size());
+        for (int call = -1; call < calls; ++call)  // call -1 warms up (plans the arenas)
+            for (size_t t = 0; t < trainers.size(); ++t) {
+                if (!trainers[t]) continue;
+                const auto start = std::chrono::steady_clock::now();
+                check(mpt_trainer_predict(trainers[t], inputs.data(), rows, outputs.data(), rows * 10), "predict");
+                if (call >= 0) times[t].push_back(seconds_since(start) * 1e6);
+            }
+        for (size_t t = 0; t < trainers.size(); ++t) {
+            if (!trainers[t]) continue;
+            std::sort(times[t].begin(), times[t].end());
+            std::printf("%-7s %-11s %-11s %6lld %14.1f %14.1f\n", options.backend.c_str(), options.precisions[t].c_str(),
+                        precision_name(resolved[t]), static_cast<long long>(rows), times[t][times[t].size() / 2],
+                        times[t].front());
+        }
+        std::fflush(stdout);
+    }
+    for (mpt_trainer_t* trainer : trainers) mpt_trainer_destroy(trainer);
+    return failed;
+}
+
 // Rewritten after every record, through a temporary file, so a run killed at its time limit leaves
 // every finished record in valid JSON.
 void write_json(const std::string& path, const std::vector<Record>& records) {
@@ -293,6 +371,16 @@ void write_json(const std::string& path, const std::vector<Record>& records) {
 
 int main(int argc, char** argv) {
     const Options options = parse(argc, argv);
+    if (!options.predict_rows.empty()) {
+        std::printf("mptrain %s bench, backend %s, seed MLP 3072-3000-1000-10, prediction latency\n", mpt_version(),
+                    options.backend.c_str());
+        try {
+            return predict_latency(options) == 0 ? 0 : 1;
+        } catch (const RunFailed& failure) {
+            std::printf("FAILED: %s\n", failure.what());
+            return 1;
+        }
+    }
     std::printf("mptrain %s bench, backend %s, seed MLP 3072-3000-1000-10, SGD\n", mpt_version(), options.backend.c_str());
     std::printf("%-7s %-11s %-11s %6s %6s %12s %12s %12s %7s %11s %9s %11s\n", "backend", "precision", "runs as",
                 "batch", "steps", "us/step", "wall us/step", "gemm floor", "ratio", "allocs/step", "peak MiB",
