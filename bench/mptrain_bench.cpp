@@ -146,6 +146,14 @@ struct RunHandles {
     }
 };
 
+// The seed MLP, 3072 -> 3000 relu -> 1000 relu -> 10 softmax, as handles.model in handles.context.
+void add_seed_mlp(RunHandles& handles) {
+    check(mpt_model_create(handles.context, 3072, &handles.model), "model");
+    check(mpt_model_add_dense(handles.model, 3000, MPT_ACTIVATION_RELU), "dense 3000");
+    check(mpt_model_add_dense(handles.model, 1000, MPT_ACTIVATION_RELU), "dense 1000");
+    check(mpt_model_add_dense(handles.model, 10, MPT_ACTIVATION_SOFTMAX), "dense 10");
+}
+
 // Device memory in use (total - free) as the driver reports it, so the bench also shows what the
 // library's own accounting leaves out (the cuBLASLt handle, CUDA graphs, CUB's temporaries).
 #if defined(MPTRAIN_BENCH_CUDA)
@@ -198,11 +206,8 @@ Record run_one(const Options& options, const std::string& precision_text, int64_
     check(created, "context");
     mpt_context_t* context = handles.context;
 
-    check(mpt_model_create(context, 3072, &handles.model), "model");
+    add_seed_mlp(handles);
     mpt_model_t* model = handles.model;
-    check(mpt_model_add_dense(model, 3000, MPT_ACTIVATION_RELU), "dense 3000");
-    check(mpt_model_add_dense(model, 1000, MPT_ACTIVATION_RELU), "dense 1000");
-    check(mpt_model_add_dense(model, 10, MPT_ACTIVATION_SOFTMAX), "dense 10");
     check(mpt_dataset_create_u8(context, samples.data(), rows, 3072, labels.data(), 10, 1.0f / 255.0f, 0.0f,
                                 &handles.dataset),
           "dataset");
@@ -280,10 +285,7 @@ int predict_latency(const Options& options) {
     if (configured == MPT_STATUS_OK) configured = mpt_context_create(context_options, &handles.context);
     mpt_context_options_destroy(context_options);
     check(configured, "context");
-    check(mpt_model_create(handles.context, 3072, &handles.model), "model");
-    check(mpt_model_add_dense(handles.model, 3000, MPT_ACTIVATION_RELU), "dense 3000");
-    check(mpt_model_add_dense(handles.model, 1000, MPT_ACTIVATION_RELU), "dense 1000");
-    check(mpt_model_add_dense(handles.model, 10, MPT_ACTIVATION_SOFTMAX), "dense 10");
+    add_seed_mlp(handles);
     std::vector<mpt_trainer_t*> trainers;
     std::vector<mpt_precision> resolved;
     int failed = 0;

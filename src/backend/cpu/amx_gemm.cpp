@@ -36,6 +36,7 @@
 #include <cstring>
 #include <new>
 
+#include "backend/cpu/cpu_features.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "memory/host_block.h"
@@ -71,12 +72,8 @@ AmxSupport detect_support() {
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
     if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) || !(edx & (1u << 24)) || !(edx & (1u << 22)))
         return {false, "this CPU has no AMX-BF16"};
-    const unsigned max_subleaf = eax;
     // The packing converts with AVX512-BF16 (every AMX CPU so far has it; checked all the same).
-    __builtin_cpu_init();
-    if (max_subleaf < 1 || !__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) || !(eax & (1u << 5)) ||
-        !__builtin_cpu_supports("avx512bw"))
-        return {false, "this CPU has AMX-BF16 but not AVX512-BF16 and AVX512-BW"};
+    if (!cpu_has_avx512_bf16()) return {false, "this CPU has AMX-BF16 but not AVX512-BF16 and AVX512-BW"};
     unsigned long components = 0;
     if (syscall(SYS_arch_prctl, kArchGetSupportedComponents, &components) != 0 ||
         !(components & (1ul << kTileDataComponent)))

@@ -15,13 +15,13 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "backend/cpu/cpu_features.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "memory/host_block.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define MPTRAIN_SMALL_GEMM_BUILD 1
-#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -43,11 +43,7 @@ Support detect_support() {
     if (const char* setting = std::getenv("MPTRAIN_CPU_SMALL_GEMM"); setting && std::strcmp(setting, "0") == 0)
         return {false, "MPTRAIN_CPU_SMALL_GEMM=0"};
 #if defined(MPTRAIN_SMALL_GEMM_BUILD)
-    __builtin_cpu_init();
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    const bool bf16 = __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (eax & (1u << 5));
-    if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") || !bf16)
-        return {false, "this CPU lacks AVX512F, AVX512BW or AVX512-BF16"};
+    if (!cpu_has_avx512_bf16()) return {false, "this CPU lacks AVX512F, AVX512BW or AVX512-BF16"};
     return {true, {}};
 #else
     return {false, "the small-batch GEMM needs x86-64 and GCC or Clang"};

@@ -1,0 +1,10 @@
+// What the CPU offers to the backend's hand-written kernels, read from CPUID once per question.
+#pragma once
+
+namespace mpt {
+
+// AVX512F, AVX512BW and AVX512-BF16 (VCVTNEPS2BF16, the rounding the AMX packing and small_gemm
+// use): Cooper Lake, Sapphire Rapids and later; Zen 4 and later. False off x86-64.
+bool cpu_has_avx512_bf16();
+
+}  // namespace mpt
