@@ -2,8 +2,10 @@
 // rounded inputs: fp32, bf16 and fp16, every transpose combination, 1 to 8 rows and 1 to 8 columns
 // (the transposed problem), depths from 1 up, padded leading dimensions, both beta cases; the same
 // bits on any thread count; and the rounding itself (exact fp16 products, bf16's subnormal inputs
-// as zero, fp16 overflow to Inf). Skipped, with the reason, on a CPU without AVX-512 BF16 (ctest
-// also runs it with MPTRAIN_CPU_SMALL_GEMM=0, where it must report itself turned off).
+// as zero, fp16 overflow to Inf). A dtype the kernels do not take here is skipped, with the reason:
+// all of them on a CPU without AVX2, bf16 and fp16 on the AVX2 kernels. ctest runs it three times:
+// with the kernels this CPU picks, with MPTRAIN_CPU_SMALL_GEMM=avx2 (the AVX2 kernels, even on an
+// AVX-512 CPU) and with MPTRAIN_CPU_SMALL_GEMM=0, where it must report itself turned off.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -11,8 +13,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "backend/cpu/cpu_features.h"
 #include "backend/cpu/small_gemm.h"
 #include "core/dtype.h"
 #include "core/thread_pool.h"
@@ -22,9 +26,9 @@ using namespace mpt;
 
 namespace {
 
-bool supported_or_skip() {
-    if (small_gemm_supported()) return true;
-    MESSAGE("small GEMM not tested: " << small_gemm_unsupported_reason());
+bool supported_or_skip(DType dtype) {
+    if (small_gemm_supported(dtype)) return true;
+    MESSAGE("small GEMM not tested in " << std::string(dtype_name(dtype)) << ": " << small_gemm_unsupported_reason(dtype));
     return false;
 }
 
@@ -84,8 +88,8 @@ std::vector<float> check_against_reference(DType dtype, int threads, int64_t m, 
 }  // namespace
 
 TEST_CASE("the small GEMM matches a double reference for 1 to 8 rows or columns of C, in fp32, bf16 and fp16") {
-    if (!supported_or_skip()) return;
-    for (DType dtype : kOperandTypes)
+    for (DType dtype : kOperandTypes) {
+        if (!supported_or_skip(dtype)) continue;
         for (float beta : {0.0f, 0.5f}) {
             // Every row count (each its own tile shape), ragged column counts and depths.
             for (int64_t rows = 1; rows <= kSmallGemmMaxRows; ++rows) {
@@ -102,11 +106,12 @@ TEST_CASE("the small GEMM matches a double reference for 1 to 8 rows or columns 
             check_against_reference(dtype, 2, 8, 1000, 300, beta);
             check_against_reference(dtype, 2, 1000, 2, 300, beta);
         }
+    }
 }
 
 TEST_CASE("the small GEMM gives the same bits on 1, 2 and 3 threads") {
-    if (!supported_or_skip()) return;
-    for (DType dtype : kOperandTypes)
+    for (DType dtype : kOperandTypes) {
+        if (!supported_or_skip(dtype)) continue;
         for (int64_t rows : {int64_t{1}, int64_t{5}}) {
             const std::vector<float> one = check_against_reference(dtype, 1, rows, 900, 500, 0.5f);
             CHECK(check_against_reference(dtype, 2, rows, 900, 500, 0.5f) == one);
@@ -114,10 +119,10 @@ TEST_CASE("the small GEMM gives the same bits on 1, 2 and 3 threads") {
             const std::vector<float> columns = check_against_reference(dtype, 1, 900, rows, 500, 0.5f);
             CHECK(check_against_reference(dtype, 3, 900, rows, 500, 0.5f) == columns);
         }
+    }
 }
 
 TEST_CASE("the small GEMM rounds as the AMX GEMM does: exact fp16 products, bf16 subnormals as zero") {
-    if (!supported_or_skip()) return;
     ThreadPool pool(1);
     const auto dot = [&](DType dtype, std::vector<float> a, std::vector<float> b) {
         float c = 0.0f;
@@ -127,20 +132,47 @@ TEST_CASE("the small GEMM rounds as the AMX GEMM does: exact fp16 products, bf16
     };
     // Exact in fp16, not in bf16: the fp16 product carries all 11 bits of each.
     const float x = 1.0f + 0x1p-10f, y = 1.0f + 0x1p-9f + 0x1p-10f;
-    CHECK(dot(DType::fp16, {x, 0.0f}, {y, 0.0f}) == x * y);
-    CHECK(dot(DType::bf16, {x, 0.0f}, {y, 0.0f}) == 1.0f);  // both round to 1 in bf16
-    CHECK(dot(DType::fp32, {x, 0.0f}, {y, 0.0f}) == x * y);
-    // fp16 keeps its subnormals; bf16 counts fp32 subnormal inputs as zero, as TDPBF16PS does.
-    CHECK(dot(DType::fp16, {0x1p-24f, 0.0f}, {1.0f, 0.0f}) == 0x1p-24f);
-    CHECK(dot(DType::bf16, {1e-40f, 1.0f}, {1e38f, 1.0f}) == 1.0f);
-    // Above fp16's largest value: Inf.
-    CHECK(std::isinf(dot(DType::fp16, {70000.0f, 0.0f}, {1.0f, 0.0f})));
+    if (supported_or_skip(DType::fp32)) {
+        CHECK(dot(DType::fp32, {x, 0.0f}, {y, 0.0f}) == x * y);
+        CHECK(dot(DType::fp32, {1e-40f, 1.0f}, {0.5f, 0.0f}) == 5e-41f);  // fp32 keeps its subnormals
+    }
+    if (supported_or_skip(DType::fp16)) {
+        CHECK(dot(DType::fp16, {x, 0.0f}, {y, 0.0f}) == x * y);
+        // fp16 keeps its subnormals; above its largest value: Inf.
+        CHECK(dot(DType::fp16, {0x1p-24f, 0.0f}, {1.0f, 0.0f}) == 0x1p-24f);
+        CHECK(std::isinf(dot(DType::fp16, {70000.0f, 0.0f}, {1.0f, 0.0f})));
+    }
+    if (supported_or_skip(DType::bf16)) {
+        CHECK(dot(DType::bf16, {x, 0.0f}, {y, 0.0f}) == 1.0f);  // both round to 1 in bf16
+        // bf16 counts fp32 subnormal inputs as zero, as TDPBF16PS does.
+        CHECK(dot(DType::bf16, {1e-40f, 1.0f}, {1e38f, 1.0f}) == 1.0f);
+    }
 }
 
-// ctest runs this file a second time with MPTRAIN_CPU_SMALL_GEMM=0 (MPTRAIN_EXPECT_SMALL_GEMM=off).
+// ctest runs this file again with MPTRAIN_CPU_SMALL_GEMM=0 (MPTRAIN_EXPECT_SMALL_GEMM=off) and with
+// MPTRAIN_CPU_SMALL_GEMM=avx2 (MPTRAIN_EXPECT_SMALL_GEMM=avx2).
 TEST_CASE("MPTRAIN_CPU_SMALL_GEMM=0 turns the small GEMM off, with the reason") {
     const char* expect = std::getenv("MPTRAIN_EXPECT_SMALL_GEMM");
     if (!expect || std::strcmp(expect, "off") != 0) return;
-    CHECK_FALSE(small_gemm_supported());
-    CHECK(small_gemm_unsupported_reason() == "MPTRAIN_CPU_SMALL_GEMM=0");
+    CHECK(small_gemm_kernels() == SmallGemmKernels::none);
+    for (DType dtype : kOperandTypes) {
+        CHECK_FALSE(small_gemm_supported(dtype));
+        CHECK(small_gemm_unsupported_reason(dtype) == "MPTRAIN_CPU_SMALL_GEMM=0");
+    }
+}
+
+TEST_CASE("MPTRAIN_CPU_SMALL_GEMM=avx2 picks the AVX2 kernels, which take fp32 only") {
+    const char* expect = std::getenv("MPTRAIN_EXPECT_SMALL_GEMM");
+    if (!expect || std::strcmp(expect, "avx2") != 0) return;
+    if (!cpu_has_avx2_fma()) {
+        MESSAGE("AVX2 kernels not tested: this CPU lacks AVX2 and FMA");
+        CHECK(small_gemm_kernels() == SmallGemmKernels::none);
+        return;
+    }
+    CHECK(small_gemm_kernels() == SmallGemmKernels::avx2);
+    CHECK(small_gemm_supported(DType::fp32));
+    for (DType dtype : {DType::bf16, DType::fp16}) {
+        CHECK_FALSE(small_gemm_supported(dtype));
+        CHECK(small_gemm_unsupported_reason(dtype).find("AVX2") != std::string::npos);
+    }
 }

@@ -100,7 +100,7 @@ void CpuBackend::gemm(DType dtype, bool transpose_a, bool transpose_b, int64_t m
     // A few rows or columns of C in bf16 or fp16 (same rounding as AMX's packing): small_gemm.
     const int64_t small_rows = dtype == DType::bf16 ? 4 : kSmallGemmMaxRows;
     if (dtype != DType::fp32 && amx_gemm_available() && small_gemm_applies(m, n, k, small_rows) &&
-        small_gemm_supported())
+        small_gemm_supported(dtype))
         small_gemm(dtype, transpose_a, transpose_b, m, n, k, alpha, a_values, lda, b_values, ldb, beta, c, ldc, pool_);
     else if (dtype != DType::fp32 && amx_gemm_available())
         amx_gemm(dtype, transpose_a, transpose_b, m, n, k, alpha, a_values, lda, b_values, ldb, beta, c, ldc, pool_);

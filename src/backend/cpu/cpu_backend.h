@@ -4,7 +4,7 @@
 // on its tiles (amx_gemm.h) instead of in fp32 GEMMs: bf16's products summed in another order
 // (subnormal inputs count as zero), fp16's as four exact parts each, from their fp32 masters
 // rounded as they are packed (no low-precision copies kept). GEMMs with a few rows or columns of
-// C take small_gemm.h where it runs, in every dtype.
+// C take small_gemm.h where it runs: in every dtype with AVX-512, in fp32 (the emulation) with AVX2.
 #pragma once
 
 #include <memory>

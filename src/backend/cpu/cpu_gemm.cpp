@@ -51,7 +51,7 @@ bool gemm_as_gemv(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int6
     return false;
 }
 
-// Where small_gemm does not run (no AVX-512), a product with one row or one column of C (a single
+// Where small_gemm does not run (no AVX2, or turned off), a product with one row or one column of C (a single
 // sample's forward or input gradient) goes to sgemv: OpenBLAS 0.3.21's sgemm packs the whole weight
 // matrix even then, and a one-row prediction of the seed MLP took 3.3x as long as through sgemv
 // (bench/NOTES.md). With beta 0, BLAS ignores C's old contents, and this OpenBLAS's sgemv does, but
@@ -82,7 +82,7 @@ void blas_sgemm(const OpenBlas& blas, bool transpose_a, bool transpose_b, int64_
 // OpenBLAS the portable GEMM stands in (the context has warned).
 void cpu_sgemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc, ThreadPool& pool) {
-    if (small_gemm_applies(m, n, k) && small_gemm_supported()) {
+    if (small_gemm_applies(m, n, k) && small_gemm_supported(DType::fp32)) {
         small_gemm(DType::fp32, transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, pool);
         return;
     }
@@ -160,7 +160,7 @@ std::string cpu_gemm_kernel_warning() {
 
 void cpu_sgemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc, ThreadPool& pool) {
-    if (small_gemm_applies(m, n, k) && small_gemm_supported())
+    if (small_gemm_applies(m, n, k) && small_gemm_supported(DType::fp32))
         small_gemm(DType::fp32, transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, pool);
     else
         portable_sgemm(transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, pool);

@@ -1,6 +1,6 @@
 // Single-precision GEMM for the CPU backend: OpenBLAS's cblas_sgemm when built with it and it loads
 // (openblas_library.h), otherwise a portable blocked fallback; a few rows or columns of C take
-// small_gemm.h where it runs (AVX512-BF16), else sgemv for one. Row-major;
+// small_gemm.h where it runs (AVX2 and FMA), else sgemv for one. Row-major;
 // C = alpha * op(A) * op(B) + beta * C.
 #pragma once
 

@@ -2,10 +2,11 @@
 // samples, where the weights are read once and nearly nothing is reused. OpenBLAS 0.3.21's sgemm
 // packs the whole weight matrix even for one row, and the AMX GEMM packs it into 32-row blocks of
 // which it then uses a few rows; both read and write the weights more than once. Here op(A)'s few
-// rows are packed (rounded) once, and the weights stream through 16-float AVX-512 vectors, each
-// value rounded to the operands' dtype as it is loaded, into fused multiply-adds. Predictions of
-// the seed MLP on 2 and 4 rows took 3.1x and 2.5x less time than through OpenBLAS in fp32, and on
-// 1 to 4 rows 1.4-1.9x (bf16) and 3.5-4.4x (fp16) less than on AMX tiles (bench/NOTES.md).
+// rows are packed (rounded) once, and the weights stream through 16-float AVX-512 vectors (8-float
+// AVX2 ones on CPUs without AVX-512), each value rounded to the operands' dtype as it is loaded,
+// into fused multiply-adds. Predictions of the seed MLP on 2 and 4 rows took 3.1x and 2.5x less
+// time than through OpenBLAS in fp32, and on 1 to 4 rows 1.4-1.9x (bf16) and 3.5-4.4x (fp16) less
+// than on AMX tiles; the AVX2 kernels against OpenBLAS's AVX2 ones: bench/NOTES.md.
 #pragma once
 
 #include <cstdint>
@@ -25,11 +26,17 @@ constexpr int64_t kSmallGemmMaxRows = 8;
 // layer at 8 rows: 1.3-2.0 ms on tiles, 1.9-2.7 here); fp32 (OpenBLAS) and fp16 (four tile
 // products) only above 8.
 bool small_gemm_applies(int64_t m, int64_t n, int64_t k, int64_t max_rows = kSmallGemmMaxRows);
-// Whether it runs here: AVX512F, AVX512BW and AVX512-BF16 (Cooper Lake, Sapphire Rapids and later;
-// Zen 4 and later), and MPTRAIN_CPU_SMALL_GEMM is not "0" in the environment (read once).
-bool small_gemm_supported();
-// Why not, in words; empty when it is.
-const std::string& small_gemm_unsupported_reason();
+// The kernels small_gemm runs, chosen once: AVX-512 (AVX512F, AVX512BW and AVX512-BF16: Cooper
+// Lake, Sapphire Rapids and later; Zen 4 and later) for fp32, bf16 and fp16 operands; else AVX2 with
+// FMA (Haswell and Zen 1 on) for fp32 operands; else none. MPTRAIN_CPU_SMALL_GEMM in the
+// environment (read once): "0" turns it off, "avx2" takes the AVX2 kernels even where AVX-512 runs
+// (to test them, or compare).
+enum class SmallGemmKernels { none, avx2, avx512 };
+SmallGemmKernels small_gemm_kernels();
+// Whether it runs here for `operands`.
+bool small_gemm_supported(DType operands);
+// Why not, in words; empty when it does.
+std::string small_gemm_unsupported_reason(DType operands);
 
 // Row-major C = alpha * op(A) . op(B) + beta * C, like cblas_sgemm (beta == 0 ignores C's old
 // contents, NaN included), with A and B read as `operands`: fp32 as they are; bf16 or fp16 rounded
@@ -37,7 +44,7 @@ const std::string& small_gemm_unsupported_reason();
 // the AMX GEMM does; fp16 overflows to Inf). Each product is added into an fp32 sum by a fused
 // multiply-add, one rounding per product, each element of C in one fixed order whatever the
 // thread count.
-// Only where small_gemm_applies and small_gemm_supported.
+// Only where small_gemm_applies and small_gemm_supported(operands).
 void small_gemm(DType operands, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
                 const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
                 ThreadPool& pool);

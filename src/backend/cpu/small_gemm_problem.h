@@ -1,0 +1,32 @@
+// What small_gemm.cpp hands to the kernels of one instruction set (small_gemm_avx512.cpp,
+// small_gemm_avx2.cpp): the product already put with the few rows first, and its operand rounding.
+#pragma once
+
+#include <cstdint>
+
+namespace mpt {
+
+class ThreadPool;
+
+enum class SmallGemmRounding { none, bf16, fp16 };
+
+// C' = alpha * op(A') . op(B') + beta * C' with `rows` (at most kSmallGemmMaxRows) rows: op(A')(i, q)
+// is a[i * a_row + q * a_depth]; op(B')(q, j) is b[j * b_column + q * b_depth], one of which strides
+// is 1; C'(i, j) is c[i * c_row + j * c_column].
+struct SmallGemmProblem {
+    int64_t rows, columns, depth;
+    const float* a;
+    int64_t a_row, a_depth;
+    const float* b;
+    int64_t b_column, b_depth;
+    float* c;
+    int64_t c_row, c_column;
+    float alpha, beta;
+};
+
+// The 16-lane kernels: any rounding. Only where cpu_has_avx512_bf16.
+void small_gemm_avx512(SmallGemmRounding rounding, const SmallGemmProblem& problem, ThreadPool& pool);
+// The 8-lane kernels: fp32 operands only (SmallGemmRounding::none). Only where cpu_has_avx2_fma.
+void small_gemm_avx2(const SmallGemmProblem& problem, ThreadPool& pool);
+
+}  // namespace mpt
