@@ -55,18 +55,21 @@ struct Gemm {
     int64_t m, n, k;
     bool transpose_a;
     cudaDataType_t out_type;
+    bool transpose_b = false;
 };
 
 void run_gemm(Device& device, const Gemm& g, const void* a, const void* b, void* d) {
     cublasLtMatmulDesc_t desc;
     check(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
-    const cublasOperation_t trans_a = g.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N, trans_b = CUBLAS_OP_N;
+    const cublasOperation_t trans_a = g.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t trans_b = g.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof trans_a), "transa");
     check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof trans_b), "transb");
     cublasLtMatrixLayout_t la, lb, ld;
     check(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, g.transpose_a ? g.k : g.m, g.transpose_a ? g.m : g.k,
                                      g.transpose_a ? g.k : g.m), "layout a");
-    check(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, g.k, g.n, g.k), "layout b");
+    check(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, g.transpose_b ? g.n : g.k, g.transpose_b ? g.k : g.n,
+                                     g.transpose_b ? g.n : g.k), "layout b");
     check(cublasLtMatrixLayoutCreate(&ld, g.out_type, g.m, g.n, g.m), "layout d");
     cublasLtMatmulPreference_t preference;
     check(cublasLtMatmulPreferenceCreate(&preference), "preference");
@@ -173,6 +176,7 @@ int main(int argc, char** argv) {
     check(cudaMalloc(&bd, big * big * 4), "d");
     fill_random<<<1024, 256, 0, device.stream>>>(ba, big * big, 1);
     fill_random<<<1024, 256, 0, device.stream>>>(bb, big * big, 2);
+    check(cudaGetLastError(), "fill_random");
     const double big_ms = time_graph(device, [&] { run_gemm(device, Gemm{big, big, big, false, CUDA_R_32F}, ba, bb, bd); }, 10, 1);
     const double matrix_rate = 2.0 * big * big * big / (big_ms * 1e-3);  // FLOP per second
     cudaFree(ba);
@@ -199,6 +203,7 @@ int main(int argc, char** argv) {
         check(cudaMalloc(&weights[l], count * 2), "weights");
         check(cudaMalloc(&weight_grads[l], count * 4), "weight gradient");
         fill_random<<<1024, 256, 0, device.stream>>>(weights[l], count, 3 + static_cast<unsigned>(l));
+        check(cudaGetLastError(), "fill_random");
     }
     for (size_t b = 0; b < batches.size(); ++b) {
         const int64_t rows = batches[b];
@@ -209,6 +214,7 @@ int main(int argc, char** argv) {
         check(cudaMalloc(&logits, rows * widest * 4), "logits");
         fill_random<<<1024, 256, 0, device.stream>>>(activations, rows * widest * 2, 4);
         fill_random<<<1024, 256, 0, device.stream>>>(gradients, rows * widest * 2, 5);
+        check(cudaGetLastError(), "fill_random");
         __nv_bfloat16* output = activations + rows * widest;
         // Short steps: many replays per event pair; at batch 4096 (milliseconds) a few.
         const int launches = rows <= 256 ? 20 : 2;
@@ -219,8 +225,10 @@ int main(int argc, char** argv) {
                 // Forward: Z[units, rows] = W^T-as-stored · X (weights row-major [units, in]).
                 run_gemm(device, Gemm{units, rows, in, true, last ? CUDA_R_32F : CUDA_R_16BF}, weights[l], activations,
                          last ? static_cast<void*>(logits) : static_cast<void*>(output));
-                // Weight gradient in fp32: dW[in, units] = X[in, rows] · dZ^T, as the library's GEMM shape.
-                run_gemm(device, Gemm{in, units, rows, false, CUDA_R_32F}, activations, gradients, weight_grads[l]);
+                // Weight gradient in fp32: dW[in, units] = X[in, rows] · dZ^T with dZ stored [units, rows],
+                // as the library runs it (NT): cuBLASLt may pick other kernels for other transposes.
+                run_gemm(device, Gemm{in, units, rows, false, CUDA_R_32F, true}, activations, gradients,
+                         weight_grads[l]);
                 // Input gradient for every layer but the first.
                 if (l > 0) run_gemm(device, Gemm{in, rows, units, false, CUDA_R_16BF}, weights[l], gradients, output);
             }

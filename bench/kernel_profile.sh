@@ -18,6 +18,17 @@ WORK=$(mktemp -d /tmp/mptrain-ncu.XXXXXX)
 metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum
 metrics+=,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed
 : >"$OUT_FILE"
+# Some machines' runtimes do not let the profiler attach ("Failed to initialize the profiler:
+# LibraryNotLoaded"): one kernel first, so that such a machine costs seconds, not two timeouts.
+MPTRAIN_CUDA_GRAPHS=0 timeout 40 "$ncu" --launch-count 1 --metrics gpu__time_duration.sum --csv --page raw \
+    "$BUILD/bin/mptrain-bench" --backend cuda --precision mixed-bf16 --batch 32 --steps 2 --repeats 1 \
+    >"$WORK/ncu_probe.csv" 2>"$WORK/ncu_probe.log"
+probe_status=$?
+if [ "$probe_status" != 0 ] || ! grep -q gpu__time_duration "$WORK/ncu_probe.csv"; then
+    echo "kernel profile: ncu unusable on this machine (probe exit $probe_status: $(grep -m1 -iE 'error|fail' \
+        "$WORK/ncu_probe.log" "$WORK/ncu_probe.csv" | cut -c1-160))" | tee "$OUT_FILE"
+    exit 0
+fi
 for batch in ${BATCHES//,/ }; do
     # 12 steps per epoch: the set-up, the first epoch's order and the warm-up epoch (about 13 to 17
     # launches a step) are skipped; 80 launches hold at least 4 whole steps of the timed epoch.

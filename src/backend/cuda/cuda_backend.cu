@@ -38,8 +38,9 @@ void put_workspace(TaskSignature& signature, const GemmWorkspace& workspace) {
 std::atomic<bool> cuda_backend_created{false};
 
 // MPTRAIN_CUDA_GRAPHS=0 and MPTRAIN_CUDA_FUSED_EPILOGUES=0 turn off the step graphs and the fused
-// cuBLASLt epilogues: ways around a driver or cuBLASLt that refuses them at run time, after their
-// plans were accepted (the same numbers either way, slower).
+// paths (cuBLASLt's epilogues and the fused SGD kernel): to compare, or to get around a driver
+// that mishandles them (the same numbers either way, slower). A fused epilogue that cuBLASLt
+// refuses when it runs needs neither: the op is planned again without it.
 bool turned_off_by_environment(const char* variable) {
     const char* value = std::getenv(variable);
     return value && std::strcmp(value, "0") == 0;
@@ -209,7 +210,8 @@ size_t CudaBackend::relu_mask_bytes(int64_t rows, int64_t features) const { retu
 
 bool CudaBackend::update_needs_gradient_scratch(const OptimizerConfig& optimizer, int64_t rows) const {
     // The fused SGD kernel keeps the gradient in registers; every other update writes it first.
-    return !(is_plain_sgd(optimizer) && rows <= kFusedSgdMaxRows);
+    // With the fused paths off it does not run either (dense_update_scratch_bytes says the same).
+    return !(fused_epilogues_ && is_plain_sgd(optimizer) && rows <= kFusedSgdMaxRows);
 }
 
 size_t CudaBackend::gemm_workspace_bytes() const {
@@ -403,12 +405,7 @@ void CudaBackend::dense_forward(const DenseForwardArgs& args) {
     RecordedOp op{};
     op.code = OpCode::dense_forward;
     op.forward = args;
-    op.forward_plan = plan_dense_forward(*gemm_, args, fused_epilogues_);
-    op.scratch = op.forward_plan.scratch_bytes ? scratch_for(op.forward_plan.scratch_bytes) : nullptr;
-    if (args.relu_mask) {
-        if (op.forward_plan.writes_mask) masks_[args.relu_mask] = MaskShape{args.rows, args.out_features};
-        else masks_.erase(args.relu_mask);
-    }
+    plan(op);
     issue(op);
 }
 
@@ -421,17 +418,10 @@ void CudaBackend::loss_head(const LossHeadArgs& args) {
 }
 
 void CudaBackend::dense_backward_data(const DenseBackwardDataArgs& args) {
-    bool mask_valid = false;
-    if (args.relu_mask) {
-        const auto found = masks_.find(args.relu_mask);
-        mask_valid = found != masks_.end() && found->second.rows == args.rows &&
-                     found->second.features == args.in_features;
-    }
     RecordedOp op{};
     op.code = OpCode::backward_data;
     op.data = args;
-    op.data_plan = plan_dense_backward_data(*gemm_, args, mask_valid, fused_epilogues_);
-    op.scratch = op.data_plan.scratch_bytes ? scratch_for(op.data_plan.scratch_bytes) : nullptr;
+    plan(op);
     issue(op);
 }
 
@@ -466,14 +456,50 @@ void CudaBackend::decide_update(const float* max_abs_pairs, int layer_count, int
 }
 
 void CudaBackend::dense_update(const DenseUpdateArgs& args, const OptimizerConfig& optimizer) {
-    const size_t scratch_bytes = dense_update_scratch_bytes(args, optimizer, fused_epilogues_);
     RecordedOp op{};
     op.code = OpCode::dense_update;
     op.update = args;
     op.optimizer = optimizer;
-    op.scratch = scratch_bytes ? scratch_for(scratch_bytes) : nullptr;
-    op.update_plan = plan_dense_update(*gemm_, args, optimizer, op.scratch, fused_epilogues_);
+    plan(op);
     issue(op);
+}
+
+void CudaBackend::plan(RecordedOp& op) {
+    switch (op.code) {
+        case OpCode::dense_forward: {
+            const DenseForwardArgs& args = op.forward;
+            op.forward_plan = plan_dense_forward(*gemm_, args, fused_epilogues_);
+            op.scratch = op.forward_plan.scratch_bytes ? scratch_for(op.forward_plan.scratch_bytes) : nullptr;
+            if (args.relu_mask) {
+                if (op.forward_plan.writes_mask) masks_[args.relu_mask] = MaskShape{args.rows, args.out_features};
+                else masks_.erase(args.relu_mask);
+            }
+            ++(op.forward_plan.fused ? op_paths_.forward_fused : op_paths_.forward_unfused);
+            return;
+        }
+        case OpCode::backward_data: {
+            const DenseBackwardDataArgs& args = op.data;
+            bool mask_valid = false;
+            if (args.relu_mask) {
+                const auto found = masks_.find(args.relu_mask);
+                mask_valid = found != masks_.end() && found->second.rows == args.rows &&
+                             found->second.features == args.in_features;
+            }
+            op.data_plan = plan_dense_backward_data(*gemm_, args, mask_valid, fused_epilogues_);
+            op.scratch = op.data_plan.scratch_bytes ? scratch_for(op.data_plan.scratch_bytes) : nullptr;
+            ++(op.data_plan.fused ? op_paths_.backward_data_fused : op_paths_.backward_data_unfused);
+            return;
+        }
+        case OpCode::dense_update: {
+            const size_t scratch_bytes = dense_update_scratch_bytes(op.update, op.optimizer, fused_epilogues_);
+            op.scratch = scratch_bytes ? scratch_for(scratch_bytes) : nullptr;
+            op.update_plan = plan_dense_update(*gemm_, op.update, op.optimizer, op.scratch, fused_epilogues_);
+            if (op.update_plan.fused_sgd) ++op_paths_.fused_sgd;
+            else ++(op.update_plan.gradient.fused ? op_paths_.weight_gradient_fused : op_paths_.weight_gradient_unfused);
+            return;
+        }
+        default: return;  // the other ops have no plan
+    }
 }
 
 void CudaBackend::finish_step(TrainState* state, const LossScalerConfig& scaler) {
@@ -491,7 +517,15 @@ void CudaBackend::issue(const RecordedOp& op) {
         return;
     }
     activate();
-    execute(op, stream());
+    RecordedOp current = op;
+    for (;;) {
+        try {
+            execute(current, stream());
+            return;
+        } catch (const FusedGemmRefused&) {
+            plan(current);  // without the refused plan; each refusal rules out one more
+        }
+    }
 }
 
 void CudaBackend::execute(const RecordedOp& op, cudaStream_t stream) {
@@ -530,15 +564,29 @@ void CudaBackend::abandon_compute_task() noexcept {
     recorded_.clear();
 }
 
-void CudaBackend::execute_recorded(cudaStream_t stream) {
-    for (const RecordedOp& op : recorded_) execute(op, stream);
+void CudaBackend::execute_recorded(cudaStream_t stream, bool capturing) {
+    for (size_t index = 0; index < recorded_.size(); ++index) {
+        for (;;) {
+            try {
+                execute(recorded_[index], stream);
+                break;
+            } catch (const FusedGemmRefused&) {
+                // Under capture nothing may allocate (a grown scratch would): end_compute_task
+                // gives up the capture and runs the task eagerly, which comes back here.
+                if (capturing) throw;
+                // This op and every later one planned again, in order: a forward that no longer
+                // writes its ReLU mask changes its backward's plan. The earlier ones have run.
+                for (size_t later = index; later < recorded_.size(); ++later) plan(recorded_[later]);
+            }
+        }
+    }
 }
 
 void CudaBackend::flush_recording() {
     if (!recording_) return;
     recording_ = false;  // the rest of the task runs eagerly
     activate();
-    execute_recorded(scheduler_->stream(Lane::compute));
+    execute_recorded(scheduler_->stream(Lane::compute), false);
     recorded_.clear();
 }
 
@@ -548,7 +596,7 @@ void CudaBackend::end_compute_task() {
     activate();
     const cudaStream_t compute = scheduler_->stream(Lane::compute);
     if (recorded_.size() < kMinGraphOps) {
-        execute_recorded(compute);
+        execute_recorded(compute, false);
         return;
     }
     signature_.clear();
@@ -560,7 +608,7 @@ void CudaBackend::end_compute_task() {
             MPT_CUDA_CHECK(cudaGraphLaunch(exec, compute));
             return;
         case StepGraphCache::Action::run_eagerly:
-            execute_recorded(compute);
+            execute_recorded(compute, false);
             return;
         case StepGraphCache::Action::capture: break;
     }
@@ -570,12 +618,12 @@ void CudaBackend::end_compute_task() {
     if (began != cudaSuccess) {
         cudaGetLastError();
         graphs_.refuse(signature_, std::string("cudaStreamBeginCapture: ") + cudaGetErrorName(began));
-        execute_recorded(compute);
+        execute_recorded(compute, false);
         return;
     }
     std::string issue_failure;
     try {
-        execute_recorded(compute);
+        execute_recorded(compute, true);
     } catch (const std::exception& error) {
         issue_failure = error.what();
     }
@@ -592,7 +640,7 @@ void CudaBackend::end_compute_task() {
         graphs_.refuse(signature_, !issue_failure.empty() ? "issuing under capture: " + issue_failure
                                    : ended != cudaSuccess ? std::string("cudaStreamEndCapture: ") + cudaGetErrorName(ended)
                                                           : std::string("cudaGraphInstantiate: ") + cudaGetErrorName(instantiated));
-        execute_recorded(compute);
+        execute_recorded(compute, false);
         return;
     }
     graphs_.store(signature_, captured);
@@ -772,6 +820,11 @@ uint64_t cuda_backend_refused_epilogue_plans(const Backend& backend) {
 std::string cuda_backend_last_refused_epilogue(const Backend& backend) {
     return as_cuda(backend).gemm().last_refused_epilogue();
 }
+uint64_t cuda_backend_refused_epilogue_runs(const Backend& backend) {
+    return as_cuda(backend).gemm().refused_epilogue_runs();
+}
+void cuda_backend_refuse_fused_runs(Backend& backend, bool refuse) { as_cuda(backend).refuse_fused_runs(refuse); }
+CudaOpPaths cuda_backend_op_paths(const Backend& backend) { return as_cuda(backend).op_paths(); }
 void cuda_backend_set_graphs(Backend& backend, bool enabled) { as_cuda(backend).set_graphs(enabled); }
 void cuda_backend_set_fused_epilogues(Backend& backend, bool enabled) { as_cuda(backend).set_fused_epilogues(enabled); }
 bool cuda_backend_fused_epilogues(const Backend& backend) { return as_cuda(backend).fused_epilogues(); }

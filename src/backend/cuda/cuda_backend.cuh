@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_batch_stager.cuh"
 #include "backend/cuda/cuda_dense_backward_data.cuh"
 #include "backend/cuda/cuda_dense_forward.cuh"
@@ -74,6 +75,8 @@ public:
     void set_graphs(bool enabled);
     void set_fused_epilogues(bool enabled) { fused_epilogues_ = enabled; }
     bool fused_epilogues() const { return fused_epilogues_; }
+    void refuse_fused_runs(bool refuse) { gemm_->set_refuse_fused_runs(refuse); }
+    const CudaOpPaths& op_paths() const { return op_paths_; }
 
 private:
     enum class OpCode : uint8_t {
@@ -118,10 +121,16 @@ private:
     void activate() const;
     cudaStream_t stream() const { return scheduler_->current_stream(); }
     float* scratch_for(size_t bytes);
-    // Issues `op` now (eagerly) or appends it to the task being recorded.
+    // Chooses the plan (and scratch) of a dense op from its args, as things stand: the fused
+    // epilogue unless turned off or refused, the ReLU masks written so far. Nothing for other ops.
+    void plan(RecordedOp& op);
+    // Issues `op` now (eagerly) or appends it to the task being recorded. Eagerly, an op whose
+    // fused GEMM cuBLASLt refuses when it runs is planned again and run unfused.
     void issue(const RecordedOp& op);
     void execute(const RecordedOp& op, cudaStream_t stream);
-    void execute_recorded(cudaStream_t stream);
+    // Runs the recorded task; an op refused as in issue() is planned again with all that follow
+    // it, unless `capturing` (the refusal then escapes to end_compute_task).
+    void execute_recorded(cudaStream_t stream, bool capturing);
     void sign(const RecordedOp& op);
 
     int device_ = 0;
@@ -141,6 +150,7 @@ private:
     std::unique_ptr<CudaBatchStager> stager_;  // streamed datasets only, created on first use
     std::unique_ptr<CudaScheduler> scheduler_;
     bool fused_epilogues_ = true;
+    CudaOpPaths op_paths_;
 
     // ReLU masks written by a fused forward: mask pointer -> (rows, features) it describes.
     struct MaskShape {

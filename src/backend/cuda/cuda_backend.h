@@ -20,14 +20,29 @@ uint64_t cuda_backend_graph_captures(const Backend& backend);
 // Tasks whose capture failed (they run eagerly from then on), and the last failure's reason.
 uint64_t cuda_backend_graph_refusals(const Backend& backend);
 std::string cuda_backend_last_graph_refusal(const Backend& backend);
-// cuBLASLt plans with a fused epilogue that were refused (the op then runs the GEMM and its own
-// epilogue kernel: right numbers, slower), and the last one's key and status.
+// cuBLASLt plans with a fused epilogue that were refused, by its heuristic or when they ran (the
+// op then runs the GEMM and its own epilogue kernel: right numbers, slower), and the last one's
+// key and status.
 uint64_t cuda_backend_refused_epilogue_plans(const Backend& backend);
 std::string cuda_backend_last_refused_epilogue(const Backend& backend);
+// Of those, the ones refused only when they ran (the op was planned again and run unfused).
+uint64_t cuda_backend_refused_epilogue_runs(const Backend& backend);
+// Tests: every fused-epilogue GEMM fails when it runs, as if cuBLASLt returned NOT_SUPPORTED then.
+void cuda_backend_refuse_fused_runs(Backend& backend, bool refuse);
+// Which path the dense ops were planned on, counted per op issued (an op planned again after a
+// refusal counts twice): the GEMM with its fused epilogue, or the GEMM and the op's own epilogue
+// kernel; the update as the fused SGD kernel, or through the weight-gradient GEMM.
+struct CudaOpPaths {
+    uint64_t forward_fused = 0, forward_unfused = 0;
+    uint64_t backward_data_fused = 0, backward_data_unfused = 0;
+    uint64_t weight_gradient_fused = 0, weight_gradient_unfused = 0;
+    uint64_t fused_sgd = 0;
+};
+CudaOpPaths cuda_backend_op_paths(const Backend& backend);
 // Graph capture of repeated compute tasks (default on; MPTRAIN_CUDA_GRAPHS=0 turns it off).
 void cuda_backend_set_graphs(Backend& backend, bool enabled);
-// cuBLASLt epilogue fusion (default on; MPTRAIN_CUDA_FUSED_EPILOGUES=0 turns it off); off forces
-// the unfused fallback paths.
+// The fused paths: cuBLASLt's epilogues and the fused SGD kernel (default on;
+// MPTRAIN_CUDA_FUSED_EPILOGUES=0 turns them off); off forces the unfused fallback paths.
 void cuda_backend_set_fused_epilogues(Backend& backend, bool enabled);
 bool cuda_backend_fused_epilogues(const Backend& backend);
 

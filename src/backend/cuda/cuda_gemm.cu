@@ -72,7 +72,7 @@ GemmChoice choose_gemm(CudaGemm& gemm, bool try_fused, const GemmKey& fused, con
     GemmChoice choice;
     if (try_fused) {
         const GemmPlan& plan = gemm.plan(fused);
-        if (plan.supported) {
+        if (plan.supported && !plan.refused_when_run) {
             choice.plan = &plan;
             choice.fused = true;
             return choice;
@@ -140,6 +140,7 @@ const GemmPlan& CudaGemm::plan(const GemmKey& key) {
 
     auto plan = std::make_unique<GemmPlan>();
     plan->epilogue = key.epilogue;
+    plan->key = key;
     MPT_CUBLAS_CHECK(lt_.matmul_desc_create(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const int32_t transa = key.transa, transb = key.transb;
     MPT_CUBLAS_CHECK(lt_.matmul_desc_set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &transa, sizeof transa));
@@ -211,10 +212,7 @@ const GemmPlan& CudaGemm::plan(const GemmKey& key) {
     } else if (key.epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
         ++refused_epilogue_plans_;
         const cublasStatus_t reason = status != CUBLAS_STATUS_SUCCESS ? status : found_count > 0 ? result.state : status;
-        last_refused_epilogue_ = "epilogue " + std::to_string(key.epilogue) + ", m " + std::to_string(key.m) + " n " +
-                                 std::to_string(key.n) + " k " + std::to_string(key.k) + ", types " +
-                                 std::to_string(key.type_ab) + "->" + std::to_string(key.type_d) + ", workspace " +
-                                 std::to_string(key.workspace_limit) + ": " + lt_.get_status_name(reason) +
+        last_refused_epilogue_ = describe_gemm_key(key) + ": " + lt_.get_status_name(reason) +
                                  (found_count == 0 && status == CUBLAS_STATUS_SUCCESS ? " (no algorithm)" : "");
     }
     const GemmPlan& stored = *plan;
@@ -233,18 +231,32 @@ void CudaGemm::run(const GemmPlan& plan, const void* a, const void* b, void* d, 
     if (has_aux(plan.epilogue))
         MPT_CUBLAS_CHECK(
             lt_.matmul_desc_set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
+    const bool fused = plan.epilogue != CUBLASLT_EPILOGUE_DEFAULT;
     const float alpha = 1.0f, beta = 0.0f;
-    const cublasStatus_t status = lt_.matmul(handle_, plan.desc, &alpha, a, plan.layout_a, b, plan.layout_b, &beta, d,
-                                             plan.layout_d, d, plan.layout_d, &plan.algo, workspace.data,
-                                             plan.workspace_bytes, stream);
+    const cublasStatus_t status =
+        fused && refuse_fused_runs_
+            ? CUBLAS_STATUS_NOT_SUPPORTED
+            : lt_.matmul(handle_, plan.desc, &alpha, a, plan.layout_a, b, plan.layout_b, &beta, d, plan.layout_d, d,
+                         plan.layout_d, &plan.algo, workspace.data, plan.workspace_bytes, stream);
     if (status == CUBLAS_STATUS_SUCCESS) return;
-    // The heuristic accepted this plan; should cuBLASLt refuse a fused one when it runs, say how to
-    // run without.
-    const std::string call = plan.epilogue == CUBLASLT_EPILOGUE_DEFAULT
-                                 ? "cublasLtMatmul"
-                                 : "cublasLtMatmul with fused epilogue " + std::to_string(plan.epilogue) +
-                                       " (MPTRAIN_CUDA_FUSED_EPILOGUES=0 runs the unfused GEMMs instead)";
-    check_cublas(status, call.c_str(), __FILE__, __LINE__);
+    // The heuristic accepted this plan. Should cuBLASLt refuse a fused one when it runs (it checks
+    // more then: the actual pointers, the device's state), nothing of the op has run yet: the op
+    // is planned again without this epilogue. Any other failure is an error.
+    if (fused && (status == CUBLAS_STATUS_NOT_SUPPORTED || status == CUBLAS_STATUS_INVALID_VALUE)) {
+        plan.refused_when_run = true;
+        ++refused_epilogue_plans_;
+        ++refused_epilogue_runs_;
+        last_refused_epilogue_ = describe_gemm_key(plan.key) + ": " + lt_.get_status_name(status) + " when run";
+        throw FusedGemmRefused(MPT_STATUS_UNSUPPORTED,
+                               "cuda backend: cuBLASLt refused to run the fused plan " + last_refused_epilogue_);
+    }
+    check_cublas(status, "cublasLtMatmul", __FILE__, __LINE__);
+}
+
+std::string describe_gemm_key(const GemmKey& key) {
+    return "epilogue " + std::to_string(key.epilogue) + ", m " + std::to_string(key.m) + " n " + std::to_string(key.n) +
+           " k " + std::to_string(key.k) + ", types " + std::to_string(key.type_ab) + "->" +
+           std::to_string(key.type_d) + ", workspace " + std::to_string(key.workspace_limit);
 }
 
 }  // namespace mpt

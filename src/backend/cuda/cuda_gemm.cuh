@@ -17,6 +17,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_cublaslt_library.cuh"
+#include "core/error.h"
 
 namespace mpt {
 
@@ -42,11 +43,15 @@ struct GemmKeyHash {
 
 struct GemmPlan {
     bool supported = false;  // false: cuBLASLt has no algorithm for it; use the fallback
+    // cuBLASLt offered an algorithm but refused to run it (a fused epilogue only): plans made from
+    // now on take the fallback, as if unsupported. Set by CudaGemm::run on a plan it owns.
+    mutable bool refused_when_run = false;
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t layout_a = nullptr, layout_b = nullptr, layout_d = nullptr;
     cublasLtMatmulAlgo_t algo{};
     size_t workspace_bytes = 0;
     int32_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+    GemmKey key;
 
     GemmPlan() = default;
     ~GemmPlan();
@@ -69,19 +74,36 @@ public:
     void run(const GemmPlan& plan, const void* a, const void* b, void* d, const void* bias, const void* aux,
              const GemmWorkspace& workspace, cudaStream_t stream);
     size_t cached_plans() const { return plans_.size(); }
-    // Plans with a fused epilogue that cuBLASLt refused (their ops take the unfused fallback), and
-    // the last one's key and heuristic status: the op tests cannot see a fallback, whose numbers
-    // are right too, so the device check reads these.
+    // Plans with a fused epilogue that cuBLASLt refused, by its heuristic or when one ran (their
+    // ops take the unfused fallback), and the last one's key and status: the op tests cannot see a
+    // fallback, whose numbers are right too, so the device check reads these.
     uint64_t refused_epilogue_plans() const { return refused_epilogue_plans_; }
     const std::string& last_refused_epilogue() const { return last_refused_epilogue_; }
+    // Of those, the ones refused only when they ran.
+    uint64_t refused_epilogue_runs() const { return refused_epilogue_runs_; }
+    // Tests: every fused plan then fails when it runs, as if cuBLASLt returned NOT_SUPPORTED.
+    void set_refuse_fused_runs(bool refuse) { refuse_fused_runs_ = refuse; }
 
 private:
     const CublasLt& lt_;
     cublasLtHandle_t handle_ = nullptr;
     std::unordered_map<GemmKey, std::unique_ptr<GemmPlan>, GemmKeyHash> plans_;
     uint64_t refused_epilogue_plans_ = 0;
+    uint64_t refused_epilogue_runs_ = 0;
     std::string last_refused_epilogue_;
+    bool refuse_fused_runs_ = false;
 };
+
+// Thrown by CudaGemm::run when cuBLASLt refuses a fused-epilogue plan that its heuristic had
+// offered, before anything of the op ran: the plan is marked refused_when_run, so the caller plans
+// the op again (the unfused fallback) and runs it. Escapes only where nothing can plan again.
+class FusedGemmRefused : public Error {
+public:
+    using Error::Error;
+};
+
+// The key in words, for messages.
+std::string describe_gemm_key(const GemmKey& key);
 
 // The key of a GEMM whose operands are `a`, `b`, `d` (alignments are read off the pointers).
 GemmKey make_gemm_key(int32_t epilogue, int32_t transa, int32_t transb, int64_t m, int64_t n, int64_t k,
