@@ -118,3 +118,45 @@ TEST_CASE("the thread pool covers every index exactly once with static ranges") 
         CHECK(once);
     }
 }
+
+TEST_CASE("an exception in a pool chunk reaches the caller after every chunk ran, and the pool goes on") {
+    ThreadPool pool(3);
+    const int64_t count = 3000;  // three chunks of 1000: [0, 1000) is the caller's
+    std::vector<std::atomic<int>> hits(static_cast<size_t>(count));
+    const auto covered_once = [&] {
+        bool once = true;
+        for (auto& hit : hits) once &= hit.exchange(0) == 1;
+        return once;
+    };
+    // A worker's chunk throws: the caller gets that exception, not the end of the process.
+    CHECK_THROWS_WITH_AS(pool.parallel_for(count, 1,
+                                           [&](int64_t begin, int64_t end) {
+                                               for (int64_t i = begin; i < end; ++i) hits[static_cast<size_t>(i)]++;
+                                               if (begin == 2000) throw std::runtime_error("worker");
+                                           }),
+                         "worker", std::runtime_error);
+    CHECK(covered_once());
+    // The caller's chunk and a worker's throw: the caller's is rethrown, after the worker finished
+    // (its chunk sleeps first, so a caller that left early would not have seen it end).
+    std::atomic<bool> worker_finished{false};
+    CHECK_THROWS_WITH_AS(pool.parallel_for(count, 1,
+                                           [&](int64_t begin, int64_t end) {
+                                               for (int64_t i = begin; i < end; ++i) hits[static_cast<size_t>(i)]++;
+                                               if (begin == 0) throw std::logic_error("caller");
+                                               if (begin == 1000) {
+                                                   std::this_thread::sleep_for(std::chrono::milliseconds(50));
+                                                   worker_finished = true;
+                                                   throw std::runtime_error("second worker");
+                                               }
+                                           }),
+                         "caller", std::logic_error);
+    CHECK(worker_finished);
+    CHECK(covered_once());
+    // And the next loops run as before, with no exception left over.
+    for (int round = 0; round < 3; ++round) {
+        CHECK_NOTHROW(pool.parallel_for(count, 1, [&](int64_t begin, int64_t end) {
+            for (int64_t i = begin; i < end; ++i) hits[static_cast<size_t>(i)]++;
+        }));
+        CHECK(covered_once());
+    }
+}

@@ -75,10 +75,28 @@ void ThreadPool::run(int64_t count, int64_t grain, RangeFn fn, const void* closu
     work_ready_.notify_all();
     int64_t begin, end;
     chunk_range(count, chunks, 0, begin, end);
-    fn(closure, begin, end);
-    if (spin_until([this] { return pending_.load(std::memory_order_acquire) == 0; })) return;
-    std::unique_lock<std::mutex> lock(mutex_);
-    work_done_.wait(lock, [this] { return pending_ == 0; });
+    // The workers read the closure on the caller's stack: wait for them before anything leaves.
+    std::exception_ptr caller_error;
+    try {
+        fn(closure, begin, end);
+    } catch (...) {
+        caller_error = std::current_exception();
+    }
+    if (!spin_until([this] { return pending_.load(std::memory_order_acquire) == 0; })) {
+        std::unique_lock<std::mutex> lock(mutex_);
+        work_done_.wait(lock, [this] { return pending_ == 0; });
+    }
+    if (worker_failed_.load(std::memory_order_acquire)) {
+        std::exception_ptr worker_error;
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            worker_error = std::move(worker_error_);
+            worker_error_ = nullptr;
+            worker_failed_ = false;
+        }
+        if (!caller_error) caller_error = worker_error;
+    }
+    if (caller_error) std::rethrow_exception(caller_error);
 }
 
 void ThreadPool::worker_loop(int index) {
@@ -97,8 +115,17 @@ void ThreadPool::worker_loop(int index) {
         int64_t begin, end;
         chunk_range(count_, chunks_, index, begin, end);
         lock.unlock();
-        fn(closure, begin, end);
+        std::exception_ptr error;
+        try {
+            fn(closure, begin, end);
+        } catch (...) {
+            error = std::current_exception();  // escaping a thread's function would end the process
+        }
         lock.lock();
+        if (error && !worker_error_) {
+            worker_error_ = error;
+            worker_failed_.store(true, std::memory_order_release);
+        }
         if (--pending_ == 0) work_done_.notify_one();
     }
 }

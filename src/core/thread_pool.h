@@ -2,11 +2,14 @@
 // ranges, so every element is computed by the same code path whatever the timing: results are
 // deterministic for a given thread count. Running a loop never allocates. Waiting threads spin for
 // up to 100 µs before they block, since a step runs its loops close together (thread_pool.cpp).
+// An exception thrown by the body on any thread reaches the caller of parallel_for, once every
+// chunk has finished (none is left running against the caller's stack), and the pool stays usable.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -23,7 +26,8 @@ public:
     int threads() const { return static_cast<int>(workers_.size()) + 1; }
 
     // Calls body(begin, end) over [0, count) split in contiguous chunks; the caller takes one chunk.
-    // Ranges smaller than `grain` per thread run on the caller alone.
+    // Ranges smaller than `grain` per thread run on the caller alone. Should chunks throw, the
+    // caller's exception is rethrown, else the first worker's; the other chunks still ran.
     template <typename Body>
     void parallel_for(int64_t count, int64_t grain, const Body& body) {
         run(count, grain, [](const void* closure, int64_t begin, int64_t end) {
@@ -44,6 +48,8 @@ private:
     std::atomic<uint64_t> generation_{0};
     std::atomic<int> pending_{0};
     std::atomic<bool> stopping_{false};
+    std::atomic<bool> worker_failed_{false};  // worker_error_ holds an exception (set under mutex_)
+    std::exception_ptr worker_error_;
     RangeFn fn_ = nullptr;
     const void* closure_ = nullptr;
     int64_t count_ = 0;
