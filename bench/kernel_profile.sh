@@ -25,8 +25,8 @@ MPTRAIN_CUDA_GRAPHS=0 timeout 40 "$ncu" --launch-count 1 --metrics gpu__time_dur
     >"$WORK/ncu_probe.csv" 2>"$WORK/ncu_probe.log"
 probe_status=$?
 if [ "$probe_status" != 0 ] || ! grep -q gpu__time_duration "$WORK/ncu_probe.csv"; then
-    echo "kernel profile: ncu unusable on this machine (probe exit $probe_status: $(grep -m1 -iE 'error|fail' \
-        "$WORK/ncu_probe.log" "$WORK/ncu_probe.csv" | cut -c1-160))" | tee "$OUT_FILE"
+    echo "kernel profile: ncu unusable on this machine, or the bench failed under it (probe exit $probe_status:" \
+        "$(cat "$WORK/ncu_probe.log" "$WORK/ncu_probe.csv" | grep -m1 -iE 'error|fail' | cut -c1-160))" | tee "$OUT_FILE"
     exit 0
 fi
 for batch in ${BATCHES//,/ }; do

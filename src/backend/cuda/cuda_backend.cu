@@ -264,11 +264,13 @@ void CudaBackend::release_scratch(void* pointer) noexcept {
 void CudaBackend::release(void* pointer) noexcept {
     if (!pointer) return;
     discard_cuda_error(cudaSetDevice(device_));
-    // Operations recorded but not yet issued may use the memory: issue them before it goes.
+    // Operations recorded but not yet issued may use the memory: issue them before it goes. A
+    // failure there (a CUDA fault, or running out of memory while planning an op again) cannot
+    // leave this noexcept function: the next op issued or task ended reports it.
     try {
         flush_recording();
     } catch (...) {
-        // The fault is sticky and reported by the next call that checks.
+        if (!deferred_error_) deferred_error_ = std::current_exception();
     }
     // Work still queued may use the memory: let both lanes finish first (cudaFree alone only
     // orders with the legacy stream, and our streams are non-blocking). cudaFree waits as well.
@@ -294,8 +296,11 @@ void CudaBackend::release(void* pointer) noexcept {
 
 float* CudaBackend::scratch_for(size_t bytes) {
     if (bytes <= scratch_bytes_) return scratch_;
-    // Growing invalidates what was recorded with the old buffer: release() issues it and lets it
-    // finish before the buffer goes.
+    // Growing invalidates what was recorded with the old buffer: that is issued first (here, not in
+    // release(), so that its errors reach the caller), and release() lets it finish before the
+    // buffer goes. Issuing may itself plan ops again and grow the buffer: look again after.
+    flush_recording();
+    if (bytes <= scratch_bytes_) return scratch_;
     release_scratch(scratch_);
     scratch_ = nullptr;
     scratch_bytes_ = 0;
@@ -511,7 +516,15 @@ void CudaBackend::finish_step(TrainState* state, const LossScalerConfig& scaler)
     issue(op);
 }
 
+void CudaBackend::rethrow_deferred_error() {
+    if (!deferred_error_) return;
+    std::exception_ptr error = std::move(deferred_error_);
+    deferred_error_ = nullptr;
+    std::rethrow_exception(error);
+}
+
 void CudaBackend::issue(const RecordedOp& op) {
+    rethrow_deferred_error();
     if (recording_) {
         recorded_.push_back(op);
         return;
@@ -565,7 +578,13 @@ void CudaBackend::abandon_compute_task() noexcept {
 }
 
 void CudaBackend::execute_recorded(cudaStream_t stream, bool capturing) {
+    // After a refusal, this op and every later one are planned again, each right before it runs: a
+    // forward that no longer writes its ReLU mask changes its backward's plan, and a scratch grown
+    // by one op's new plan is freed only after the ops before it ran (none still holds the old
+    // one). The ops before the refused one have run as planned.
+    bool planning_again = false;
     for (size_t index = 0; index < recorded_.size(); ++index) {
+        if (planning_again) plan(recorded_[index]);
         for (;;) {
             try {
                 execute(recorded_[index], stream);
@@ -574,9 +593,8 @@ void CudaBackend::execute_recorded(cudaStream_t stream, bool capturing) {
                 // Under capture nothing may allocate (a grown scratch would): end_compute_task
                 // gives up the capture and runs the task eagerly, which comes back here.
                 if (capturing) throw;
-                // This op and every later one planned again, in order: a forward that no longer
-                // writes its ReLU mask changes its backward's plan. The earlier ones have run.
-                for (size_t later = index; later < recorded_.size(); ++later) plan(recorded_[later]);
+                planning_again = true;
+                plan(recorded_[index]);
             }
         }
     }
@@ -591,6 +609,7 @@ void CudaBackend::flush_recording() {
 }
 
 void CudaBackend::end_compute_task() {
+    rethrow_deferred_error();
     if (!recording_) return;  // graphs off, or flushed: everything is issued already
     recording_ = false;
     activate();

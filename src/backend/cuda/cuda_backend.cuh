@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include <exception>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -131,6 +132,8 @@ private:
     // Runs the recorded task; an op refused as in issue() is planned again with all that follow
     // it, unless `capturing` (the refusal then escapes to end_compute_task).
     void execute_recorded(cudaStream_t stream, bool capturing);
+    // Throws what release() could not (it is noexcept), once.
+    void rethrow_deferred_error();
     void sign(const RecordedOp& op);
 
     int device_ = 0;
@@ -151,6 +154,7 @@ private:
     std::unique_ptr<CudaScheduler> scheduler_;
     bool fused_epilogues_ = true;
     CudaOpPaths op_paths_;
+    std::exception_ptr deferred_error_;  // from release()'s flush, for the next issue or task end
 
     // ReLU masks written by a fused forward: mask pointer -> (rows, features) it describes.
     struct MaskShape {

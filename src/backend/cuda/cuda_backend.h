@@ -30,7 +30,7 @@ uint64_t cuda_backend_refused_epilogue_runs(const Backend& backend);
 // Tests: every fused-epilogue GEMM fails when it runs, as if cuBLASLt returned NOT_SUPPORTED then.
 void cuda_backend_refuse_fused_runs(Backend& backend, bool refuse);
 // Which path the dense ops were planned on, counted per op issued (an op planned again after a
-// refusal counts twice): the GEMM with its fused epilogue, or the GEMM and the op's own epilogue
+// refusal counts twice, and so do the ops after it in its task): the GEMM with its fused epilogue, or the GEMM and the op's own epilogue
 // kernel; the update as the fused SGD kernel, or through the weight-gradient GEMM.
 struct CudaOpPaths {
     uint64_t forward_fused = 0, forward_unfused = 0;

@@ -223,6 +223,9 @@ const GemmPlan& CudaGemm::plan(const GemmKey& key) {
 void CudaGemm::run(const GemmPlan& plan, const void* a, const void* b, void* d, const void* bias, const void* aux,
                    const GemmWorkspace& workspace, cudaStream_t stream) {
     if (!plan.supported) fail(MPT_STATUS_INTERNAL, "cuda backend: a GEMM without a cuBLASLt algorithm was run");
+    // Refused before (an op recorded with it is run again after a capture gave up): not counted twice.
+    if (plan.refused_when_run)
+        throw FusedGemmRefused(MPT_STATUS_UNSUPPORTED, "cuda backend: a fused plan cuBLASLt refused was run again");
     if (plan.workspace_bytes > (workspace.data ? workspace.bytes : 0))
         fail(MPT_STATUS_INTERNAL, "cuda backend: a GEMM was run with less workspace than it was planned for");
     if (has_bias(plan.epilogue))
