@@ -16,7 +16,9 @@
 #include "backend/cpu/amx_gemm.h"
 #include "core/context.h"
 #include "core/dtype.h"
+#include "core/error.h"
 #include "core/thread_pool.h"
+#include "memory/memory_tracker.h"
 #include "support/reference_dot.h"
 
 #if defined(__x86_64__) && defined(__linux__)
@@ -212,6 +214,35 @@ TEST_CASE("the AMX GEMM gives the same bits on any thread count") {
                 CHECK(std::memcmp(c.data(), first.data(), c.size() * sizeof(float)) == 0);
             }
         }
+}
+
+TEST_CASE("the AMX GEMM's packing buffers are charged to the pool's tracker; past its budget, an error") {
+    if (!amx_or_skip()) return;
+    const int64_t m = 200, n = 300, k = 500;
+    std::mt19937 generator(8);
+    const std::vector<float> a = random_values(static_cast<size_t>(m * k), generator, DType::bf16);
+    const std::vector<float> b = random_values(static_cast<size_t>(k * n), generator, DType::bf16);
+    MemoryTracker unlimited;
+    {
+        ThreadPool pool(2);
+        pool.charge_scratch_to(&unlimited);
+        std::vector<float> c(static_cast<size_t>(m * n));
+        amx_gemm(DType::bf16, false, false, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, c.data(), n, pool);
+        CHECK(unlimited.used() > 0);
+        CHECK(unlimited.used() == pool.scratch_bytes());
+    }
+    CHECK(unlimited.used() == 0);
+    MemoryTracker small(4096);
+    ThreadPool pool(2);
+    pool.charge_scratch_to(&small);
+    std::vector<float> c(static_cast<size_t>(m * n), 7.0f);
+    try {
+        amx_gemm(DType::bf16, false, false, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, c.data(), n, pool);
+        FAIL("no error past the budget");
+    } catch (const Error& error) {
+        CHECK(error.status() == MPT_STATUS_OUT_OF_MEMORY);
+    }
+    CHECK(small.used() <= 4096);
 }
 
 TEST_CASE("the AMX GEMM: beta 0 overwrites C, NaN included; no products leave beta * C; NaN and Inf propagate") {

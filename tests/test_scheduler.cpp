@@ -1,5 +1,7 @@
 // The CPU stream scheduler: copy-lane tasks run off the caller's thread, in order, and events order
-// the compute lane after them; errors on the copy lane reach the host.
+// the compute lane after them; errors on the copy lane reach the host. The thread pool: static
+// ranges, exceptions from any chunk reach the caller, and its per-participant scratch is charged
+// to a memory tracker.
 #include <doctest/doctest.h>
 
 #include <sstream>
@@ -8,9 +10,12 @@
 #include <chrono>
 #include <stdexcept>
 #include <thread>
+#include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "core/thread_pool.h"
+#include "memory/memory_tracker.h"
 #include "sched/cpu_scheduler.h"
 
 using namespace mpt;
@@ -159,4 +164,40 @@ TEST_CASE("an exception in a pool chunk reaches the caller after every chunk ran
         }));
         CHECK(covered_once());
     }
+}
+
+TEST_CASE("the pool's scratch is per participant, charged to a tracker, and over its budget an error") {
+    MemoryTracker memory(64 * 1024);
+    {
+        ThreadPool pool(3);
+        pool.charge_scratch_to(&memory);
+        // Each chunk's thread gets its own buffer; the caller's outside a loop is chunk 0's.
+        std::vector<const void*> buffers(3);
+        pool.parallel_for(3, 1, [&](int64_t begin, int64_t) {
+            buffers[static_cast<size_t>(begin)] = pool.scratch(ScratchUse::amx_sums).reserve<float>(1000);
+        });
+        CHECK(buffers[0] != buffers[1]);
+        CHECK(buffers[1] != buffers[2]);
+        CHECK(buffers[0] != buffers[2]);
+        CHECK(pool.scratch(ScratchUse::amx_sums).reserve<float>(10) == buffers[0]);
+        CHECK(memory.used() == pool.scratch_bytes());
+        CHECK(memory.used() >= 3 * 4000);
+        // A worker's buffer past the budget: an OUT_OF_MEMORY error reaches the caller, nothing is
+        // charged for it, and the pool and its other buffers go on.
+        const size_t before = memory.used();
+        try {
+            pool.parallel_for(3, 1, [&](int64_t begin, int64_t) {
+                if (begin == 2) pool.scratch(ScratchUse::amx_own_blocks).reserve<float>(1 << 20);
+            });
+            FAIL("no error past the budget");
+        } catch (const Error& error) {
+            CHECK(error.status() == MPT_STATUS_OUT_OF_MEMORY);
+            CHECK(std::string(error.what()).find("GEMM scratch") != std::string::npos);
+        }
+        CHECK(memory.used() == before);
+        pool.parallel_for(3, 1, [&](int64_t begin, int64_t) {
+            CHECK(pool.scratch(ScratchUse::amx_sums).reserve<float>(1000) == buffers[static_cast<size_t>(begin)]);
+        });
+    }
+    CHECK(memory.used() == 0);  // the buffers went with the pool
 }

@@ -19,7 +19,9 @@
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/small_gemm.h"
 #include "core/dtype.h"
+#include "core/error.h"
 #include "core/thread_pool.h"
+#include "memory/memory_tracker.h"
 #include "support/reference_dot.h"
 
 using namespace mpt;
@@ -147,6 +149,33 @@ TEST_CASE("the small GEMM rounds as the AMX GEMM does: exact fp16 products, bf16
         // bf16 counts fp32 subnormal inputs as zero, as TDPBF16PS does.
         CHECK(dot(DType::bf16, {1e-40f, 1.0f}, {1e38f, 1.0f}) == 1.0f);
     }
+}
+
+TEST_CASE("the small GEMM's packed rows are charged to the pool's tracker; past its budget, an error") {
+    if (!supported_or_skip(DType::fp32)) return;
+    const int64_t m = 4, n = 50, k = 3000;
+    const std::vector<float> a(static_cast<size_t>(m * k), 0.5f), b(static_cast<size_t>(k * n), 0.25f);
+    std::vector<float> c(static_cast<size_t>(m * n));
+    MemoryTracker unlimited;
+    {
+        ThreadPool pool(2);
+        pool.charge_scratch_to(&unlimited);
+        small_gemm(DType::fp32, false, false, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, c.data(), n, pool);
+        CHECK(unlimited.used() >= static_cast<size_t>(m * k) * sizeof(float));
+        CHECK(unlimited.used() == pool.scratch_bytes());
+        CHECK(c[0] == doctest::Approx(0.125 * k));
+    }
+    CHECK(unlimited.used() == 0);
+    MemoryTracker small(4096);
+    ThreadPool pool(2);
+    pool.charge_scratch_to(&small);
+    try {
+        small_gemm(DType::fp32, false, false, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, c.data(), n, pool);
+        FAIL("no error past the budget");
+    } catch (const Error& error) {
+        CHECK(error.status() == MPT_STATUS_OUT_OF_MEMORY);
+    }
+    CHECK(small.used() == 0);
 }
 
 // ctest runs this file again with MPTRAIN_CPU_SMALL_GEMM=0 (MPTRAIN_EXPECT_SMALL_GEMM=off) and with

@@ -164,7 +164,10 @@ MPT_API mpt_status mpt_context_options_set_log_level(mpt_context_options_t* opti
  *  time fails with MPT_STATUS_OUT_OF_MEMORY before any work starts. Data sets kept in device memory
  *  count against it too (one that does not fit is streamed instead, see below), and so do the small
  *  buffers sized by the data set (row orders, staging slots), reserved when fit first needs them,
- *  and the GPU backend's few KiB of reduction scratch (a budget below that fails context creation). */
+ *  the GPU backend's few KiB of reduction scratch (a budget below that fails context creation), and
+ *  the CPU backend's GEMM scratch (packed operands per compute thread: about 1 MiB at batch 32 and
+ *  6-9 MiB at batch 256 for a 3072-3000-1000-10 MLP in bf16 or fp16 on AMX), reserved as a GEMM
+ *  first needs it, so that a budget it exceeds fails that call with MPT_STATUS_OUT_OF_MEMORY. */
 MPT_API mpt_status mpt_context_options_set_memory_budget(mpt_context_options_t* options, size_t bytes);
 /** Device memory one data set may occupy on a GPU (its samples, labels and targets). A data set
  *  within it is copied to the device on first use, and each batch is gathered and normalised there
@@ -188,7 +191,8 @@ MPT_API mpt_status mpt_context_resolve_precision(const mpt_context_t* context, m
                                                  mpt_precision* out);
 /** Bytes of backend memory this context holds now, and the most it ever held: its trainers' and
  *  models' arenas, datasets resident on the device, and the buffers trainers and the backend keep
- *  beside them (row orders, staging for streamed datasets). The memory budget bounds this number. */
+ *  beside them (row orders, staging for streamed datasets, GEMM scratch). The memory budget bounds
+ *  this number. The backend's scratch is held until the context goes. */
 MPT_API mpt_status mpt_context_get_memory(const mpt_context_t* context, size_t* used_bytes,
                                           size_t* peak_bytes);
 

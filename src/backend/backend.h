@@ -219,8 +219,9 @@ public:
     virtual void finish_step(TrainState* state, const LossScalerConfig& scaler) = 0;
 };
 
-// Creates the CPU backend with `threads` compute threads (0 = all cores).
-std::unique_ptr<Backend> create_cpu_backend(int threads);
+// Creates the CPU backend with `threads` compute threads (0 = all cores). `memory`, when given (a
+// context's), is charged with the GEMMs' scratch buffers as they grow.
+std::unique_ptr<Backend> create_cpu_backend(int threads, MemoryTracker* memory = nullptr);
 // Creates the CUDA backend on `device`, or throws Error(MPT_STATUS_BACKEND_UNAVAILABLE). Its own
 // device buffers (the epoch order's sort keys, streamed batches' staging slots, reduction scratch)
 // are charged to `memory` when given, so a context's budget and peak cover them as well as its arenas.

@@ -12,7 +12,7 @@ namespace {
 // `fallback_note` says why AUTO runs on the CPU although a GPU is present.
 std::unique_ptr<Backend> make_backend(const ContextConfig& config, MemoryTracker& memory, std::string& fallback_note) {
     switch (config.backend) {
-        case MPT_BACKEND_CPU: return create_cpu_backend(config.threads);
+        case MPT_BACKEND_CPU: return create_cpu_backend(config.threads, &memory);
         case MPT_BACKEND_CUDA: return create_cuda_backend(config.device, &memory);
         case MPT_BACKEND_AUTO:
             if (cuda_device_count() > config.device) {
@@ -24,7 +24,7 @@ std::unique_ptr<Backend> make_backend(const ContextConfig& config, MemoryTracker
                     fallback_note = std::string("the CUDA device is unusable, running on the CPU: ") + error.what();
                 }
             }
-            return create_cpu_backend(config.threads);
+            return create_cpu_backend(config.threads, &memory);
     }
     fail(MPT_STATUS_INVALID_ARGUMENT, "unknown backend");
 }

@@ -36,8 +36,20 @@ bool spin_until(const Ready& ready) {
 
 }  // namespace
 
-ThreadPool::ThreadPool(int threads) {
+namespace {
+
+// The pool whose worker this thread is, and its index there (none: a caller, participant 0).
+thread_local const ThreadPool* tls_pool = nullptr;
+thread_local int tls_worker_index = 0;
+
+}  // namespace
+
+ThreadPool::ThreadPool(int threads) : scratch_(std::max(threads, 1)) {
     for (int index = 1; index < threads; ++index) workers_.emplace_back([this, index] { worker_loop(index); });
+}
+
+ScratchBuffer& ThreadPool::scratch(ScratchUse use) {
+    return scratch_.buffer(tls_pool == this ? tls_worker_index : 0, use);
 }
 
 ThreadPool::~ThreadPool() {
@@ -100,6 +112,8 @@ void ThreadPool::run(int64_t count, int64_t grain, RangeFn fn, const void* closu
 }
 
 void ThreadPool::worker_loop(int index) {
+    tls_pool = this;
+    tls_worker_index = index;
     uint64_t seen = 0;
     for (;;) {
         spin_until([&] {

@@ -14,6 +14,8 @@
 #include <thread>
 #include <vector>
 
+#include "memory/worker_scratch.h"
+
 namespace mpt {
 
 class ThreadPool {
@@ -24,6 +26,13 @@ public:
     ThreadPool& operator=(const ThreadPool&) = delete;
 
     int threads() const { return static_cast<int>(workers_.size()) + 1; }
+
+    // The calling thread's scratch buffer for `use`, inside a loop's body or outside one (the
+    // caller's): see worker_scratch.h. The buffers go with the pool.
+    ScratchBuffer& scratch(ScratchUse use);
+    // Before the first scratch use: charge the buffers to `memory` (a context's budget).
+    void charge_scratch_to(MemoryTracker* memory) { scratch_.charge_to(memory); }
+    size_t scratch_bytes() const { return scratch_.bytes(); }
 
     // Calls body(begin, end) over [0, count) split in contiguous chunks; the caller takes one chunk.
     // Ranges smaller than `grain` per thread run on the caller alone. Should chunks throw, the
@@ -40,6 +49,7 @@ private:
     void run(int64_t count, int64_t grain, RangeFn fn, const void* closure);
     void worker_loop(int index);
 
+    WorkerScratch scratch_;  // before workers_: it outlives the threads that use it
     std::vector<std::thread> workers_;
     std::mutex mutex_;
     std::condition_variable work_ready_;

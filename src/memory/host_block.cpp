@@ -3,10 +3,13 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <string>
 
 #if defined(__linux__)
 #include <sys/mman.h>
 #endif
+
+#include "core/error.h"
 
 namespace mpt {
 
@@ -32,5 +35,30 @@ void* allocate_host_block(size_t bytes) noexcept {
 }
 
 void release_host_block(void* block) noexcept { std::free(block); }
+
+void ScratchBuffer::grow(size_t bytes) {
+    release();
+    // Charged first, so that a budget refusal allocates nothing.
+    if (memory_) {
+        try {
+            memory_->reserve(bytes);
+        } catch (const Error& error) {
+            fail(error.status(), std::string("the CPU backend's GEMM scratch (") + std::to_string(bytes) +
+                                     " bytes for one thread): " + error.what());
+        }
+    }
+    data_.reset(allocate_host_block(bytes));
+    if (!data_) {
+        if (memory_) memory_->unreserve(bytes);
+        throw std::bad_alloc();
+    }
+    capacity_ = bytes;
+}
+
+void ScratchBuffer::release() noexcept {
+    data_.reset();
+    if (memory_) memory_->unreserve(capacity_);
+    capacity_ = 0;
+}
 
 }  // namespace mpt

@@ -11,6 +11,8 @@
 #include <memory>
 #include <new>
 
+#include "memory/memory_tracker.h"
+
 namespace mpt {
 
 // At least `bytes` (one if 0), aligned to 256 bytes or more; nullptr when the memory is not there.
@@ -24,26 +26,36 @@ struct HostBlockRelease {
 };
 using HostBlock = std::unique_ptr<void, HostBlockRelease>;
 
-// Grow-only, 256-byte-aligned scratch (one per thread and use, e.g. thread_local in a GEMM):
-// steady-state training allocates nothing. reserve throws std::bad_alloc when memory runs out.
+// Grow-only, 256-byte-aligned scratch (one per thread and use, e.g. in a GEMM; worker_scratch.h
+// keeps them per thread-pool participant): steady-state training allocates nothing. With a
+// MemoryTracker, its capacity is charged there: reserve throws Error(MPT_STATUS_OUT_OF_MEMORY)
+// past the budget; without, std::bad_alloc when memory runs out.
 class ScratchBuffer {
 public:
+    ScratchBuffer() = default;
+    ~ScratchBuffer() { release(); }
+    ScratchBuffer(const ScratchBuffer&) = delete;
+    ScratchBuffer& operator=(const ScratchBuffer&) = delete;
+
+    // Before the first reserve: where its bytes are charged (nullptr: nowhere).
+    void charge_to(MemoryTracker* memory) { memory_ = memory; }
+
     template <typename T>
     T* reserve(int64_t count) {
         const size_t bytes = static_cast<size_t>(count) * sizeof(T);
-        if (bytes > capacity_) {
-            data_.reset();
-            capacity_ = 0;
-            data_.reset(allocate_host_block(bytes));
-            if (!data_) throw std::bad_alloc();
-            capacity_ = bytes;
-        }
+        if (bytes > capacity_) grow(bytes);
         return static_cast<T*>(data_.get());
     }
 
+    size_t capacity() const { return capacity_; }
+
 private:
+    void grow(size_t bytes);
+    void release() noexcept;
+
     HostBlock data_;
     size_t capacity_ = 0;
+    MemoryTracker* memory_ = nullptr;
 };
 
 }  // namespace mpt

@@ -29,12 +29,10 @@
 #include "backend/cpu/amx_gemm.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <new>
 
 #include "backend/cpu/cpu_features.h"
 #include "core/error.h"
@@ -399,8 +397,10 @@ bool multiplies_in_panels(const Problem& g, bool stream_right, int64_t streamed_
     return chunk_steps == g.steps && packed_bytes > kPanelBytes && streamed_blocks * block_bytes <= kOwnBytes;
 }
 
-void multiply_in_panels(const Problem& g, bool stream_right, const uint16_t* packed, int64_t begin, int64_t end) {
-    thread_local ScratchBuffer own_buffer, strip_buffer;
+void multiply_in_panels(const Problem& g, bool stream_right, const uint16_t* packed, int64_t begin, int64_t end,
+                        ThreadPool& pool) {
+    ScratchBuffer& own_buffer = pool.scratch(ScratchUse::amx_own_blocks);
+    ScratchBuffer& strip_buffer = pool.scratch(ScratchUse::amx_sums);
     const Side& streamed = stream_right ? g.right : g.left;
     const Side& whole = stream_right ? g.left : g.right;
     const int64_t packed_blocks = blocks_of(whole.count), values = block_values(g);
@@ -447,16 +447,18 @@ void multiply_in_panels(const Problem& g, bool stream_right, const uint16_t* pac
 // group's sums wait in fp32 between passes (kGroupSumsBytes at most), so bf16 gives the same bits
 // as in one pass; fp16 takes its four plane pairings within each pass, an order of roundings of its
 // own (within amx_gemm.h's bound, and the same on any thread count).
-void multiply_streamed(const Problem& g, bool stream_right, const uint16_t* packed, int64_t begin, int64_t end) {
+void multiply_streamed(const Problem& g, bool stream_right, const uint16_t* packed, int64_t begin, int64_t end,
+                       ThreadPool& pool) {
     constexpr int64_t kChunkSteps = 32;                       // 1024 depths: 64 KiB of a bf16 block
     constexpr int64_t kGroupSumsBytes = int64_t{2} << 20;
-    thread_local ScratchBuffer own_buffer, sums_buffer;
+    ScratchBuffer& own_buffer = pool.scratch(ScratchUse::amx_own_blocks);
+    ScratchBuffer& sums_buffer = pool.scratch(ScratchUse::amx_sums);
     const Side& streamed = stream_right ? g.right : g.left;
     const Side& whole = stream_right ? g.left : g.right;
     const int64_t packed_blocks = blocks_of(whole.count);
     const int64_t chunk_steps = std::min(kChunkSteps, g.steps);
     if (multiplies_in_panels(g, stream_right, end - begin, chunk_steps)) {
-        multiply_in_panels(g, stream_right, packed, begin, end);
+        multiply_in_panels(g, stream_right, packed, begin, end, pool);
         return;
     }
     const int64_t strip_floats = packed_blocks * kBlock * kBlock;
@@ -535,20 +537,14 @@ void amx_gemm(DType operands, bool transpose_a, bool transpose_b, int64_t m, int
     g.c = c;
     const bool stream_right = streams_right_side(g);
     const Side& whole = stream_right ? g.left : g.right;
-    thread_local ScratchBuffer shared_buffer;
-    uint16_t* shared = shared_buffer.reserve<uint16_t>(blocks_of(whole.count) * block_values(g));
+    uint16_t* shared =
+        pool.scratch(ScratchUse::amx_whole_side).reserve<uint16_t>(blocks_of(whole.count) * block_values(g));
     pack_whole_side(g, !stream_right, shared, pool);
-    // A task's own buffer is allocated on its thread's first GEMM; an exception must not leave a
-    // pool task (it would end the process), so a failed allocation is reported here instead.
-    std::atomic<bool> out_of_memory{false};
+    // A task's own buffers grow on its thread's first GEMMs; running out of memory (or budget)
+    // there reaches the caller through the pool.
     pool.parallel_for(blocks_of((stream_right ? g.right : g.left).count), 1, [&](int64_t begin, int64_t end) {
-        try {
-            multiply_streamed(g, stream_right, shared, begin, end);
-        } catch (const std::bad_alloc&) {
-            out_of_memory = true;
-        }
+        multiply_streamed(g, stream_right, shared, begin, end, pool);
     });
-    if (out_of_memory) throw std::bad_alloc();
 }
 
 #else

@@ -77,9 +77,14 @@ float max_abs_range(const float* data, int64_t first, int64_t last) {
 
 }  // namespace
 
-std::unique_ptr<Backend> create_cpu_backend(int threads) { return std::make_unique<CpuBackend>(threads); }
+std::unique_ptr<Backend> create_cpu_backend(int threads, MemoryTracker* memory) {
+    return std::make_unique<CpuBackend>(threads, memory);
+}
 
-CpuBackend::CpuBackend(int threads) : pool_(resolve_threads(threads)) { cpu_gemm_set_threads(pool_.threads()); }
+CpuBackend::CpuBackend(int threads, MemoryTracker* memory) : pool_(resolve_threads(threads)) {
+    pool_.charge_scratch_to(memory);
+    cpu_gemm_set_threads(pool_.threads());
+}
 
 std::string CpuBackend::device_name() const {
     return std::string("cpu (") + std::to_string(pool_.threads()) + " threads, " + cpu_gemm_library() +
@@ -168,12 +173,11 @@ void CpuBackend::dense_forward(const DenseForwardArgs& args) {
     const float* bias = static_cast<const float*>(args.bias);
     if (args.bias_dtype != DType::fp32) {
         // The bias as its low-precision copy holds it: rounded here when the masters came instead
-        // (rounds_parameters_on_read); rounding the copy again changes nothing. One buffer per
-        // calling thread, grown on its first call.
-        thread_local std::vector<float> rounded_bias;
-        if (rounded_bias.size() < static_cast<size_t>(args.valid_out)) rounded_bias.resize(static_cast<size_t>(args.valid_out));
-        round_copy(args.bias_dtype, bias, rounded_bias.data(), static_cast<size_t>(args.valid_out));
-        bias = rounded_bias.data();
+        // (rounds_parameters_on_read); rounding the copy again changes nothing. In the caller's
+        // scratch, grown on its first call.
+        float* rounded_bias = pool_.scratch(ScratchUse::rounded_bias).reserve<float>(args.valid_out);
+        round_copy(args.bias_dtype, bias, rounded_bias, static_cast<size_t>(args.valid_out));
+        bias = rounded_bias;
     }
     gemm(args.compute_dtype, false, true, args.rows, args.out_features, args.in_features, 1.0f, args.input,
          args.in_features, args.weights, args.in_features, 0.0f, output, args.out_features);

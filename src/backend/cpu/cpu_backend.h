@@ -20,7 +20,8 @@ namespace mpt {
 
 class CpuBackend final : public Backend {
 public:
-    explicit CpuBackend(int threads);
+    // `memory`, when given (a context's), is charged with the GEMMs' scratch buffers as they grow.
+    CpuBackend(int threads, MemoryTracker* memory);
 
     BackendKind kind() const override { return BackendKind::cpu; }
     std::string device_name() const override;

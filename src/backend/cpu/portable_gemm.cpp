@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <vector>
 
 #include "core/thread_pool.h"
 
@@ -38,9 +37,10 @@ struct Operands {
 
 // Packing buffers, one pair per thread, allocated on its first GEMM: steady-state training
 // allocates nothing.
+// A tile's packed panels, in the pool's scratch of the thread computing it.
 struct Panels {
-    std::vector<float> a = std::vector<float>(static_cast<size_t>(kRowBlock * kDepthBlock));
-    std::vector<float> b = std::vector<float>(static_cast<size_t>(kColumnBlock * kDepthBlock));
+    float* a;
+    float* b;
 };
 
 // beta * C's old value, where beta 0 ignores it, NaN included (as BLAS defines it).
@@ -168,7 +168,7 @@ MultiplyTile widest_multiply_tile() {
 }
 
 void compute_tile(const Operands& g, int64_t row0, int64_t rows, int64_t column0, int64_t columns, MultiplyTile multiply,
-                  Panels& panels) {
+                  const Panels& panels) {
     float* c_tile = g.c + row0 * g.ldc + column0;
     if (g.k == 0) {  // no products: C = beta * C
         for (int64_t i = 0; i < rows; ++i)
@@ -178,9 +178,9 @@ void compute_tile(const Operands& g, int64_t row0, int64_t rows, int64_t column0
     }
     for (int64_t depth0 = 0; depth0 < g.k; depth0 += kDepthBlock) {
         const int64_t depth = std::min(kDepthBlock, g.k - depth0);
-        pack_a(g, row0, rows, depth0, depth, panels.a.data());
-        pack_b(g, depth0, depth, column0, columns, panels.b.data());
-        multiply(panels.a.data(), panels.b.data(), rows, columns, depth, depth0 == 0, g.beta, c_tile, g.ldc);
+        pack_a(g, row0, rows, depth0, depth, panels.a);
+        pack_b(g, depth0, depth, column0, columns, panels.b);
+        multiply(panels.a, panels.b, rows, columns, depth, depth0 == 0, g.beta, c_tile, g.ldc);
     }
 }
 
@@ -192,7 +192,8 @@ void run_portable_sgemm(const Operands& g, MultiplyTile multiply, ThreadPool& po
     // Tiles are independent and each sums its elements' products in one fixed order, so which
     // thread computes a tile changes nothing.
     pool.parallel_for(row_tiles * column_tiles, 1, [&](int64_t begin, int64_t end) {
-        thread_local Panels panels;
+        const Panels panels{pool.scratch(ScratchUse::portable_a).reserve<float>(kRowBlock * kDepthBlock),
+                            pool.scratch(ScratchUse::portable_b).reserve<float>(kColumnBlock * kDepthBlock)};
         for (int64_t tile = begin; tile < end; ++tile) {
             const int64_t row0 = tile / column_tiles * kRowBlock, column0 = tile % column_tiles * kColumnBlock;
             compute_tile(g, row0, std::min(kRowBlock, m - row0), column0, std::min(kColumnBlock, n - column0), multiply,

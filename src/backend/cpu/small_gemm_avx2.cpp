@@ -10,7 +10,6 @@
 #include <algorithm>
 
 #include "core/thread_pool.h"
-#include "memory/host_block.h"
 
 namespace mpt {
 
