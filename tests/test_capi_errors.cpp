@@ -1364,6 +1364,74 @@ TEST_CASE("a context's used bytes fall when a trainer goes, its peak keeps the h
     mpt_context_destroy(context);
 }
 
+// The CPU GEMMs' scratch (packed operands per thread) counts against the budget as it grows: a
+// budget that holds a batch's arenas but not its GEMM scratch fails that call with OUT_OF_MEMORY,
+// within the budget, and a smaller batch (less scratch) trains on. Without AMX (bf16 emulated in
+// fp32 GEMMs through OpenBLAS) the GEMMs keep next to no scratch: skipped.
+TEST_CASE("GEMM scratch past the memory budget fails the call with OUT_OF_MEMORY and smaller batches still train") {
+    const int64_t rows = 288, features = 3072;
+    std::vector<float> x(static_cast<size_t>(rows * features));
+    std::vector<int32_t> y(static_cast<size_t>(rows));
+    TestRng rng(5);
+    for (int64_t r = 0; r < rows; ++r) {
+        y[static_cast<size_t>(r)] = static_cast<int32_t>(r % 10);
+        for (int64_t f = 0; f < features; ++f) x[static_cast<size_t>(r * features + f)] = static_cast<float>(rng.normal());
+    }
+    // The seed MLP in mixed-bf16 (AMX's bf16 packs its operands); one step at batch 256.
+    const auto run = [&](size_t budget, size_t& peak, size_t& scratch) {
+        mpt_context_t* context = new_context(7, budget);
+        mpt_model_t* model = nullptr;
+        REQUIRE_OK(mpt_model_create(context, features, &model));
+        REQUIRE_OK(mpt_model_add_dense(model, 3000, MPT_ACTIVATION_RELU));
+        REQUIRE_OK(mpt_model_add_dense(model, 1000, MPT_ACTIVATION_RELU));
+        REQUIRE_OK(mpt_model_add_dense(model, 10, MPT_ACTIVATION_SOFTMAX));
+        mpt_trainer_options_t* options = new_trainer_options();
+        REQUIRE_OK(mpt_trainer_options_set_precision(options, MPT_PRECISION_MIXED_BF16));
+        mpt_trainer_t* trainer = nullptr;
+        REQUIRE_OK(mpt_trainer_create(model, options, &trainer));
+        mpt_trainer_options_destroy(options);
+        mpt_dataset_t* dataset = nullptr;
+        REQUIRE_OK(mpt_dataset_create_f32(context, x.data(), rows, features, y.data(), 10, 1, &dataset));
+        float loss = -1.0f;
+        const mpt_status status = mpt_trainer_step(trainer, dataset, 0, 256, &loss);
+        const std::string message = mpt_last_error();
+        if (budget != 0) {
+            CHECK(status == MPT_STATUS_OUT_OF_MEMORY);
+            CHECK(message.find("GEMM scratch") != std::string::npos);
+            // Smaller batches pack less: they train on, within the budget.
+            REQUIRE_OK(mpt_trainer_fit(trainer, dataset, 1, 32, 1));
+            float accuracy = -1.0f;
+            REQUIRE_OK(mpt_trainer_evaluate(trainer, dataset, 32, &loss, &accuracy));
+            CHECK(std::isfinite(loss));
+        } else {
+            REQUIRE(status == MPT_STATUS_OK);
+        }
+        size_t used = 0;
+        REQUIRE_OK(mpt_context_get_memory(context, &used, &peak));
+        mpt_dataset_destroy(dataset);
+        mpt_trainer_destroy(trainer);
+        mpt_model_destroy(model);
+        REQUIRE_OK(mpt_context_get_memory(context, &scratch, nullptr));  // all that is left
+        mpt_context_destroy(context);
+    };
+    // AUTO resolves to bf16 where bf16 runs natively, on AMX, whose GEMM packs its operands.
+    mpt_context_t* probe = new_context();
+    mpt_precision resolved = MPT_PRECISION_FP32;
+    REQUIRE_OK(mpt_context_resolve_precision(probe, MPT_PRECISION_AUTO, &resolved));
+    mpt_context_destroy(probe);
+    size_t peak = 0, scratch = 0;
+    run(0, peak, scratch);
+    if (resolved != MPT_PRECISION_MIXED_BF16) {
+        MESSAGE("not tested: no AMX here, so the GEMMs keep only " << scratch << " bytes of scratch");
+        return;
+    }
+    REQUIRE(scratch >= (size_t{1} << 20));  // what is left once all but the context is gone
+    const size_t budget = peak - scratch / 2;
+    size_t limited_peak = 0, limited_scratch = 0;
+    run(budget, limited_peak, limited_scratch);
+    CHECK(limited_peak <= budget);
+}
+
 // Kept last in the file: before the fix it crashed the process rather than failing a check.
 TEST_CASE("a batch whose arena exceeds the memory budget fails with OUT_OF_MEMORY and smaller batches still train") {
     constexpr size_t kBudget = 64 * 1024;
