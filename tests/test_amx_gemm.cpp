@@ -216,7 +216,7 @@ TEST_CASE("the AMX GEMM gives the same bits on any thread count") {
         }
 }
 
-TEST_CASE("the AMX GEMM's packing buffers are charged to the pool's tracker; past its budget, an error") {
+TEST_CASE("the AMX GEMM's packing buffers are charged to the pool's tracker; past its budget, an error and C untouched") {
     if (!amx_or_skip()) return;
     const int64_t m = 200, n = 300, k = 500;
     std::mt19937 generator(8);
@@ -232,17 +232,32 @@ TEST_CASE("the AMX GEMM's packing buffers are charged to the pool's tracker; pas
         CHECK(unlimited.used() == pool.scratch_bytes());
     }
     CHECK(unlimited.used() == 0);
-    MemoryTracker small(4096);
+    // One byte short of what the two threads' tasks and the caller's packed side need: the side
+    // fits, a task's buffers do not. Every task reserves before any writes C, so C (here read and
+    // written, beta 1, as plain SGD updates the weights) is left as it was.
+    size_t total = 0;
+    {
+        ThreadPool pool(2);
+        MemoryTracker counted;
+        pool.charge_scratch_to(&counted);
+        std::vector<float> c(static_cast<size_t>(m * n));
+        amx_gemm(DType::bf16, false, false, m, n, k, 1.0f, a.data(), k, b.data(), n, 1.0f, c.data(), n, pool);
+        total = counted.used();
+    }
+    MemoryTracker short_by_one(total - 1);
     ThreadPool pool(2);
-    pool.charge_scratch_to(&small);
-    std::vector<float> c(static_cast<size_t>(m * n), 7.0f);
+    pool.charge_scratch_to(&short_by_one);
+    const std::vector<float> before = random_values(static_cast<size_t>(m * n), generator, DType::fp32);
+    std::vector<float> c = before;
     try {
-        amx_gemm(DType::bf16, false, false, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, c.data(), n, pool);
+        amx_gemm(DType::bf16, false, false, m, n, k, 1.0f, a.data(), k, b.data(), n, 1.0f, c.data(), n, pool);
         FAIL("no error past the budget");
     } catch (const Error& error) {
         CHECK(error.status() == MPT_STATUS_OUT_OF_MEMORY);
     }
-    CHECK(small.used() <= 4096);
+    CHECK(std::memcmp(c.data(), before.data(), c.size() * sizeof(float)) == 0);
+    CHECK(short_by_one.used() == pool.scratch_bytes());
+    CHECK(short_by_one.used() > 0);  // the side, at least, was reserved: the failure was a task's
 }
 
 TEST_CASE("the AMX GEMM: beta 0 overwrites C, NaN included; no products leave beta * C; NaN and Inf propagate") {

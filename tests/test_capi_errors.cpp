@@ -1365,11 +1365,15 @@ TEST_CASE("a context's used bytes fall when a trainer goes, its peak keeps the h
 }
 
 // The CPU GEMMs' scratch (packed operands per thread) counts against the budget as it grows: a
-// budget that holds a batch's arenas but not its GEMM scratch fails that call with OUT_OF_MEMORY,
-// within the budget, and a smaller batch (less scratch) trains on. Without AMX (bf16 emulated in
-// fp32 GEMMs through OpenBLAS) the GEMMs keep next to no scratch: skipped.
-TEST_CASE("GEMM scratch past the memory budget fails the call with OUT_OF_MEMORY and smaller batches still train") {
+// budget that holds a batch's arenas but not all of its GEMM scratch fails that call with
+// OUT_OF_MEMORY, leaves every weight as it was (plain SGD's weight-gradient GEMM writes the weights
+// themselves: each GEMM reserves all its threads' scratch before it writes), and a smaller batch
+// (less scratch) trains on. The scratch the failed call had grown is freed with it. Budgets across
+// that range, since which buffer is refused depends on it. Without AMX (bf16 emulated in fp32 GEMMs through OpenBLAS) the GEMMs keep next to no
+// scratch: skipped.
+TEST_CASE("GEMM scratch past the memory budget fails the call with OUT_OF_MEMORY, weights untouched, and smaller batches still train") {
     const int64_t rows = 288, features = 3072;
+    const std::vector<std::pair<int64_t, int64_t>> shapes = {{3000, features}, {1000, 3000}, {10, 1000}};
     std::vector<float> x(static_cast<size_t>(rows * features));
     std::vector<int32_t> y(static_cast<size_t>(rows));
     TestRng rng(5);
@@ -1378,7 +1382,8 @@ TEST_CASE("GEMM scratch past the memory budget fails the call with OUT_OF_MEMORY
         for (int64_t f = 0; f < features; ++f) x[static_cast<size_t>(r * features + f)] = static_cast<float>(rng.normal());
     }
     // The seed MLP in mixed-bf16 (AMX's bf16 packs its operands); one step at batch 256.
-    const auto run = [&](size_t budget, size_t& peak, size_t& scratch) {
+    // `arenas`: what the step's arenas take (known after the unlimited run).
+    const auto run = [&](size_t budget, size_t arenas, size_t& peak, size_t& scratch) {
         mpt_context_t* context = new_context(7, budget);
         mpt_model_t* model = nullptr;
         REQUIRE_OK(mpt_model_create(context, features, &model));
@@ -1392,17 +1397,24 @@ TEST_CASE("GEMM scratch past the memory budget fails the call with OUT_OF_MEMORY
         mpt_trainer_options_destroy(options);
         mpt_dataset_t* dataset = nullptr;
         REQUIRE_OK(mpt_dataset_create_f32(context, x.data(), rows, features, y.data(), 10, 1, &dataset));
+        const std::vector<float> before = weights_of(model, shapes);
         float loss = -1.0f;
         const mpt_status status = mpt_trainer_step(trainer, dataset, 0, 256, &loss);
         const std::string message = mpt_last_error();
         if (budget != 0) {
+            CAPTURE(budget);
             CHECK(status == MPT_STATUS_OUT_OF_MEMORY);
             CHECK(message.find("GEMM scratch") != std::string::npos);
+            CHECK(same_bits(before, weights_of(model, shapes)));
+            size_t after_failure = 0;
+            REQUIRE_OK(mpt_context_get_memory(context, &after_failure, nullptr));
+            CHECK(after_failure <= arenas + 64 * 1024);  // no scratch kept (a few KiB of bias rounding at most)
             // Smaller batches pack less: they train on, within the budget.
             REQUIRE_OK(mpt_trainer_fit(trainer, dataset, 1, 32, 1));
             float accuracy = -1.0f;
             REQUIRE_OK(mpt_trainer_evaluate(trainer, dataset, 32, &loss, &accuracy));
             CHECK(std::isfinite(loss));
+            CHECK_FALSE(same_bits(before, weights_of(model, shapes)));
         } else {
             REQUIRE(status == MPT_STATUS_OK);
         }
@@ -1420,16 +1432,18 @@ TEST_CASE("GEMM scratch past the memory budget fails the call with OUT_OF_MEMORY
     REQUIRE_OK(mpt_context_resolve_precision(probe, MPT_PRECISION_AUTO, &resolved));
     mpt_context_destroy(probe);
     size_t peak = 0, scratch = 0;
-    run(0, peak, scratch);
+    run(0, 0, peak, scratch);
     if (resolved != MPT_PRECISION_MIXED_BF16) {
         MESSAGE("not tested: no AMX here, so the GEMMs keep only " << scratch << " bytes of scratch");
         return;
     }
     REQUIRE(scratch >= (size_t{1} << 20));  // what is left once all but the context is gone
-    const size_t budget = peak - scratch / 2;
-    size_t limited_peak = 0, limited_scratch = 0;
-    run(budget, limited_peak, limited_scratch);
-    CHECK(limited_peak <= budget);
+    // From 3/8 of the scratch up: below that, batch 32's scratch would not fit beside the arenas
+    // the trainer keeps for batch 256.
+    for (size_t eighths = 3; eighths <= 7; eighths += 2) {
+        size_t limited_peak = 0, limited_scratch = 0;
+        run(peak - scratch + scratch * eighths / 8, peak - scratch, limited_peak, limited_scratch);
+    }
 }
 
 // Kept last in the file: before the fix it crashed the process rather than failing a check.

@@ -30,9 +30,11 @@ public:
     // The calling thread's scratch buffer for `use`, inside a loop's body or outside one (the
     // caller's): see worker_scratch.h. The buffers go with the pool.
     ScratchBuffer& scratch(ScratchUse use);
-    // Before the first scratch use: charge the buffers to `memory` (a context's budget).
+    // Charges the buffers to `memory` (a context's budget), what they hold already included.
     void charge_scratch_to(MemoryTracker* memory) { scratch_.charge_to(memory); }
     size_t scratch_bytes() const { return scratch_.bytes(); }
+    // Frees every participant's scratch; between loops only (none may be running).
+    void release_scratch() noexcept { scratch_.release(); }
 
     // Calls body(begin, end) over [0, count) split in contiguous chunks; the caller takes one chunk.
     // Ranges smaller than `grain` per thread run on the caller alone. Should chunks throw, the

@@ -37,8 +37,13 @@ public:
     ScratchBuffer(const ScratchBuffer&) = delete;
     ScratchBuffer& operator=(const ScratchBuffer&) = delete;
 
-    // Before the first reserve: where its bytes are charged (nullptr: nowhere).
-    void charge_to(MemoryTracker* memory) { memory_ = memory; }
+    // Where its bytes are charged (nullptr: nowhere); what it holds already moves there.
+    void charge_to(MemoryTracker* memory) {
+        if (memory == memory_) return;
+        if (memory) memory->reserve(capacity_);
+        if (memory_) memory_->unreserve(capacity_);
+        memory_ = memory;
+    }
 
     template <typename T>
     T* reserve(int64_t count) {
@@ -48,10 +53,11 @@ public:
     }
 
     size_t capacity() const { return capacity_; }
+    // Frees the block (and its charge); the next reserve allocates again.
+    void release() noexcept;
 
 private:
     void grow(size_t bytes);
-    void release() noexcept;
 
     HostBlock data_;
     size_t capacity_ = 0;

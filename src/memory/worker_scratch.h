@@ -31,13 +31,18 @@ class WorkerScratch {
 public:
     explicit WorkerScratch(int participants) : buffers_(static_cast<size_t>(participants)) {}
 
-    // Before the first use: where every buffer's bytes are charged.
+    // Where every buffer's bytes are charged (what they hold moves there).
     void charge_to(MemoryTracker* memory) {
         for (auto& uses : buffers_)
             for (ScratchBuffer& buffer : uses) buffer.charge_to(memory);
     }
     ScratchBuffer& buffer(int participant, ScratchUse use) {
         return buffers_[static_cast<size_t>(participant)][static_cast<size_t>(use)];
+    }
+    // Frees every buffer (outside the pool's loops only).
+    void release() noexcept {
+        for (auto& uses : buffers_)
+            for (ScratchBuffer& buffer : uses) buffer.release();
     }
     // Bytes held by all buffers.
     size_t bytes() const {

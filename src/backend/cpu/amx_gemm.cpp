@@ -15,10 +15,10 @@
 // C's rows fits L2). So that tiles load from L2, not L3, a depth over 1024 is taken in passes
 // (multiply_streamed), and a shallow product walks a large packed side in panels
 // (multiply_in_panels). Each C block sums its depth in one fixed order, so which thread computes it
-// changes nothing. The buffers are per thread and grow-only (the shared one holds a whole operand,
-// 18 MiB for the seed MLP's first layer; a task's sums between passes, or its packed blocks for
-// panels, up to 2 MiB); they are not charged to any context's memory. Large ones are on huge pages
-// where Linux gives them (host_block.h).
+// changes nothing. The buffers are the pool's scratch (worker_scratch.h: per participant, grow-only,
+// charged to the context's memory): the caller's holds the side packed whole, each task's its own
+// packed blocks and its sums between passes (up to 2 MiB); all of them are reserved before any of C
+// is written. Large ones are on huge pages where Linux gives them (host_block.h).
 //
 // fp16 operands: every fp16 value is the exact sum of two bf16 values (its leading 8 significant
 // bits, and the remaining 3, which bf16's exponent range always holds), so a product of two fp16
@@ -391,23 +391,59 @@ void pack_whole_side(const Problem& g, bool right, uint16_t* shared, ThreadPool&
 constexpr int64_t kPanelBytes = int64_t{256} << 10;
 constexpr int64_t kOwnBytes = int64_t{2} << 20;
 
+constexpr int64_t kChunkSteps = 32;                    // 1024 depths: 64 KiB of a bf16 block
+constexpr int64_t kGroupSumsBytes = int64_t{2} << 20;  // multiply_streamed's sums between passes
+
+int64_t chunk_steps_of(const Problem& g) { return std::min(kChunkSteps, g.steps); }
+int64_t panel_blocks_of(const Problem& g) {
+    return std::max<int64_t>(1, kPanelBytes / (block_values(g) * int64_t{sizeof(uint16_t)}));
+}
+
 bool multiplies_in_panels(const Problem& g, bool stream_right, int64_t streamed_blocks, int64_t chunk_steps) {
     const int64_t block_bytes = block_values(g) * int64_t{sizeof(uint16_t)};
     const int64_t packed_bytes = blocks_of((stream_right ? g.left : g.right).count) * block_bytes;
     return chunk_steps == g.steps && packed_bytes > kPanelBytes && streamed_blocks * block_bytes <= kOwnBytes;
 }
 
+// The streamed blocks that multiply_streamed takes through the depth together (their sums wait
+// between passes).
+int64_t streamed_group(const Problem& g, bool stream_right, int64_t begin, int64_t end) {
+    if (chunk_steps_of(g) == g.steps) return 1;
+    const int64_t strip_floats = blocks_of((stream_right ? g.left : g.right).count) * kBlock * kBlock;
+    return std::clamp<int64_t>(kGroupSumsBytes / (strip_floats * int64_t{sizeof(float)}), 1, end - begin);
+}
+
+// A task's buffers (in its thread's pool scratch): its own packed blocks and its fp32 sums.
+struct TaskBuffers {
+    uint16_t* own;
+    float* sums;
+};
+
+// Reserves the buffers of the task over the streamed blocks [begin, end), on the calling thread.
+TaskBuffers task_buffers(const Problem& g, bool stream_right, int64_t begin, int64_t end, ThreadPool& pool) {
+    const int64_t chunk_steps = chunk_steps_of(g);
+    int64_t own_words = 0, sum_floats = 0;
+    if (multiplies_in_panels(g, stream_right, end - begin, chunk_steps)) {
+        own_words = (end - begin) * block_values(g);
+        sum_floats = panel_blocks_of(g) * kBlock * kBlock;
+    } else {
+        const Side& whole = stream_right ? g.left : g.right;
+        own_words = 2 * g.planes * chunk_steps * kTileValues;
+        sum_floats = streamed_group(g, stream_right, begin, end) * blocks_of(whole.count) * kBlock * kBlock;
+    }
+    return {pool.scratch(ScratchUse::amx_own_blocks).reserve<uint16_t>(own_words),
+            pool.scratch(ScratchUse::amx_sums).reserve<float>(sum_floats)};
+}
+
 void multiply_in_panels(const Problem& g, bool stream_right, const uint16_t* packed, int64_t begin, int64_t end,
-                        ThreadPool& pool) {
-    ScratchBuffer& own_buffer = pool.scratch(ScratchUse::amx_own_blocks);
-    ScratchBuffer& strip_buffer = pool.scratch(ScratchUse::amx_sums);
+                        const TaskBuffers& buffers) {
     const Side& streamed = stream_right ? g.right : g.left;
     const Side& whole = stream_right ? g.left : g.right;
     const int64_t packed_blocks = blocks_of(whole.count), values = block_values(g);
-    const int64_t panel_blocks = std::max<int64_t>(1, kPanelBytes / (values * int64_t{sizeof(uint16_t)}));
-    uint16_t* own = own_buffer.reserve<uint16_t>((end - begin) * values);
+    const int64_t panel_blocks = panel_blocks_of(g);
+    uint16_t* own = buffers.own;
     pack_side(g, streamed, begin * kBlock, (end - begin) * 2, stream_right, 0, g.steps, own);
-    float* strip = strip_buffer.reserve<float>(panel_blocks * kBlock * kBlock);
+    float* strip = buffers.sums;
     // The strip is [left][right]: 32 x the panel when the left side streams, the panel x 32 otherwise.
     const int64_t stride = stream_right ? kBlock : panel_blocks * kBlock;
     load_tile_config();
@@ -448,26 +484,19 @@ void multiply_in_panels(const Problem& g, bool stream_right, const uint16_t* pac
 // as in one pass; fp16 takes its four plane pairings within each pass, an order of roundings of its
 // own (within amx_gemm.h's bound, and the same on any thread count).
 void multiply_streamed(const Problem& g, bool stream_right, const uint16_t* packed, int64_t begin, int64_t end,
-                       ThreadPool& pool) {
-    constexpr int64_t kChunkSteps = 32;                       // 1024 depths: 64 KiB of a bf16 block
-    constexpr int64_t kGroupSumsBytes = int64_t{2} << 20;
-    ScratchBuffer& own_buffer = pool.scratch(ScratchUse::amx_own_blocks);
-    ScratchBuffer& sums_buffer = pool.scratch(ScratchUse::amx_sums);
+                       const TaskBuffers& buffers) {
     const Side& streamed = stream_right ? g.right : g.left;
     const Side& whole = stream_right ? g.left : g.right;
     const int64_t packed_blocks = blocks_of(whole.count);
-    const int64_t chunk_steps = std::min(kChunkSteps, g.steps);
+    const int64_t chunk_steps = chunk_steps_of(g);
     if (multiplies_in_panels(g, stream_right, end - begin, chunk_steps)) {
-        multiply_in_panels(g, stream_right, packed, begin, end, pool);
+        multiply_in_panels(g, stream_right, packed, begin, end, buffers);
         return;
     }
     const int64_t strip_floats = packed_blocks * kBlock * kBlock;
-    const int64_t group = chunk_steps == g.steps
-                              ? 1
-                              : std::clamp<int64_t>(kGroupSumsBytes / (strip_floats * int64_t{sizeof(float)}), 1,
-                                                    end - begin);
-    uint16_t* own = own_buffer.reserve<uint16_t>(2 * g.planes * chunk_steps * kTileValues);
-    float* sums = sums_buffer.reserve<float>(group * strip_floats);
+    const int64_t group = streamed_group(g, stream_right, begin, end);
+    uint16_t* own = buffers.own;
+    float* sums = buffers.sums;
     // A strip is [left][right]: 32 x all when the left side streams, all x 32 otherwise.
     const int64_t stride = stream_right ? kBlock : packed_blocks * kBlock;
     load_tile_config();
@@ -540,10 +569,13 @@ void amx_gemm(DType operands, bool transpose_a, bool transpose_b, int64_t m, int
     uint16_t* shared =
         pool.scratch(ScratchUse::amx_whole_side).reserve<uint16_t>(blocks_of(whole.count) * block_values(g));
     pack_whole_side(g, !stream_right, shared, pool);
-    // A task's own buffers grow on its thread's first GEMMs; running out of memory (or budget)
-    // there reaches the caller through the pool.
-    pool.parallel_for(blocks_of((stream_right ? g.right : g.left).count), 1, [&](int64_t begin, int64_t end) {
-        multiply_streamed(g, stream_right, shared, begin, end, pool);
+    // Every task's buffers first, in a loop of their own (the same ranges on the same threads as
+    // the next): running out of memory or budget then stops the GEMM before any of C is written.
+    // (Plain SGD's weight-gradient GEMM writes the weights themselves: a failed step must leave them.)
+    const int64_t tasks = blocks_of((stream_right ? g.right : g.left).count);
+    pool.parallel_for(tasks, 1, [&](int64_t begin, int64_t end) { task_buffers(g, stream_right, begin, end, pool); });
+    pool.parallel_for(tasks, 1, [&](int64_t begin, int64_t end) {
+        multiply_streamed(g, stream_right, shared, begin, end, task_buffers(g, stream_right, begin, end, pool));
     });
 }
 

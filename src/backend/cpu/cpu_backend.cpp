@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <thread>
 
 #include "backend/cpu/cpu_gemm.h"
@@ -100,6 +101,22 @@ std::string CpuBackend::emulation_warning(DType compute_dtype) const {
 
 void CpuBackend::gemm(DType dtype, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
                       const void* a, int64_t lda, const void* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+    try {
+        run_gemm(dtype, transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    } catch (const Error& error) {
+        // Out of memory or budget for the GEMM's scratch (before it wrote any of C): what the
+        // scratch already held goes too, so that smaller work fits in the budget again.
+        if (error.status() == MPT_STATUS_OUT_OF_MEMORY) pool_.release_scratch();
+        throw;
+    } catch (const std::bad_alloc&) {
+        pool_.release_scratch();
+        throw;
+    }
+}
+
+void CpuBackend::run_gemm(DType dtype, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k,
+                          float alpha, const void* a, int64_t lda, const void* b, int64_t ldb, float beta, float* c,
+                          int64_t ldc) {
     const float* a_values = static_cast<const float*>(a);
     const float* b_values = static_cast<const float*>(b);
     // A few rows or columns of C in bf16 or fp16 (same rounding as AMX's packing): small_gemm.

@@ -72,6 +72,9 @@ private:
     // exact in fp32; amx_gemm.h says how its sums differ).
     void gemm(DType dtype, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
               const void* a, int64_t lda, const void* b, int64_t ldb, float beta, float* c, int64_t ldc);
+    // gemm's choice of kernel (small_gemm, AMX, fp32 SGEMM); gemm frees the scratch if it fails.
+    void run_gemm(DType dtype, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
+                  const void* a, int64_t lda, const void* b, int64_t ldb, float beta, float* c, int64_t ldc);
     // Column sums of dZ (the bias gradient), times `factor`, into `out` (or added when `accumulate`).
     void column_sums(const float* output_grad, int64_t rows, int64_t columns, float factor, float* out, bool accumulate);
     float max_abs_one(const float* values, int64_t count);

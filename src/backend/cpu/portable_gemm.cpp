@@ -35,9 +35,8 @@ struct Operands {
     int64_t ldc;
 };
 
-// Packing buffers, one pair per thread, allocated on its first GEMM: steady-state training
-// allocates nothing.
-// A tile's packed panels, in the pool's scratch of the thread computing it.
+// A tile's packed panels, in the pool's scratch of the thread computing it (grown on its first
+// GEMM: steady-state training allocates nothing).
 struct Panels {
     float* a;
     float* b;
@@ -189,11 +188,18 @@ void run_portable_sgemm(const Operands& g, MultiplyTile multiply, ThreadPool& po
     if (m <= 0 || n <= 0) return;
     const int64_t row_tiles = (m + kRowBlock - 1) / kRowBlock;
     const int64_t column_tiles = (n + kColumnBlock - 1) / kColumnBlock;
+    // The calling thread's panels, in its pool scratch.
+    const auto panels_here = [&pool] {
+        return Panels{pool.scratch(ScratchUse::portable_a).reserve<float>(kRowBlock * kDepthBlock),
+                      pool.scratch(ScratchUse::portable_b).reserve<float>(kColumnBlock * kDepthBlock)};
+    };
+    // Every thread's panels first, in a loop of their own (the same ranges on the same threads as
+    // the next): running out of memory or budget then stops the GEMM before any of C is written.
+    pool.parallel_for(row_tiles * column_tiles, 1, [&](int64_t, int64_t) { panels_here(); });
     // Tiles are independent and each sums its elements' products in one fixed order, so which
     // thread computes a tile changes nothing.
     pool.parallel_for(row_tiles * column_tiles, 1, [&](int64_t begin, int64_t end) {
-        const Panels panels{pool.scratch(ScratchUse::portable_a).reserve<float>(kRowBlock * kDepthBlock),
-                            pool.scratch(ScratchUse::portable_b).reserve<float>(kColumnBlock * kDepthBlock)};
+        const Panels panels = panels_here();
         for (int64_t tile = begin; tile < end; ++tile) {
             const int64_t row0 = tile / column_tiles * kRowBlock, column0 = tile % column_tiles * kColumnBlock;
             compute_tile(g, row0, std::min(kRowBlock, m - row0), column0, std::min(kColumnBlock, n - column0), multiply,

@@ -3,7 +3,7 @@
 // packs the whole weight matrix even for one row, and the AMX GEMM packs it into 32-row blocks of
 // which it then uses a few rows; both read and write the weights more than once. Here op(A)'s few
 // rows are packed (rounded) once, and the weights stream through 16-float AVX-512 vectors (8-float
-// AVX2 ones on CPUs without AVX-512), each value rounded to the operands' dtype as it is loaded,
+// AVX2 ones on CPUs without AVX512-BF16), each value rounded to the operands' dtype as it is loaded,
 // into fused multiply-adds. Predictions of the seed MLP on 2 and 4 rows took 3.1x and 2.5x less
 // time than through OpenBLAS in fp32, and on 1 to 4 rows 1.4-1.9x (bf16) and 3.5-4.4x (fp16) less
 // than on AMX tiles; the AVX2 kernels against OpenBLAS's AVX2 ones: bench/NOTES.md.
