@@ -1366,31 +1366,33 @@ TEST_CASE("a context's used bytes fall when a trainer goes, its peak keeps the h
 
 // The CPU GEMMs' scratch (packed operands per thread) counts against the budget as it grows: a
 // budget that holds a batch's arenas but not all of its GEMM scratch fails that call with
-// OUT_OF_MEMORY, leaves every weight as it was (plain SGD's weight-gradient GEMM writes the weights
-// themselves: each GEMM reserves all its threads' scratch before it writes), and a smaller batch
-// (less scratch) trains on. The scratch the failed call had grown is freed with it. Budgets across
-// that range, since which buffer is refused depends on it. Without AMX (bf16 emulated in fp32 GEMMs through OpenBLAS) the GEMMs keep next to no
-// scratch: skipped.
+// OUT_OF_MEMORY, leaves every weight as it was, and a smaller batch (less scratch) trains on; the
+// scratch the failed call had grown is freed with it. A few features and a large batch make the
+// weight-gradient GEMMs (depth: the batch) the ones that need the most: without the update scratch
+// reserved before the first layer's update, budgets in the upper half of that range failed the
+// step after layer 0 was updated (plain SGD writes the weights in its GEMM). Without AMX (bf16
+// emulated in fp32 GEMMs through OpenBLAS) the GEMMs keep next to no scratch: skipped.
 TEST_CASE("GEMM scratch past the memory budget fails the call with OUT_OF_MEMORY, weights untouched, and smaller batches still train") {
-    const int64_t rows = 288, features = 3072;
-    const std::vector<std::pair<int64_t, int64_t>> shapes = {{3000, features}, {1000, 3000}, {10, 1000}};
+    const int64_t rows = 4096, features = 32;
+    const std::vector<std::pair<int64_t, int64_t>> shapes = {{512, features}, {512, 512}, {10, 512}};
     std::vector<float> x(static_cast<size_t>(rows * features));
     std::vector<int32_t> y(static_cast<size_t>(rows));
     TestRng rng(5);
     for (int64_t r = 0; r < rows; ++r) {
         y[static_cast<size_t>(r)] = static_cast<int32_t>(r % 10);
-        for (int64_t f = 0; f < features; ++f) x[static_cast<size_t>(r * features + f)] = static_cast<float>(rng.normal());
+        for (int64_t f = 0; f < features; ++f)
+            x[static_cast<size_t>(r * features + f)] = static_cast<float>((f % 10 == r % 10 ? 2.0 : 0.0) + rng.normal());
     }
-    // The seed MLP in mixed-bf16 (AMX's bf16 packs its operands); one step at batch 256.
-    // `arenas`: what the step's arenas take (known after the unlimited run).
+    // Mixed-bf16 (AMX's bf16 packs its operands); one step over the whole set. `arenas`: what the
+    // step's arenas take (known after the unlimited run).
     const auto run = [&](size_t budget, size_t arenas, size_t& peak, size_t& scratch) {
         mpt_context_t* context = new_context(7, budget);
         mpt_model_t* model = nullptr;
         REQUIRE_OK(mpt_model_create(context, features, &model));
-        REQUIRE_OK(mpt_model_add_dense(model, 3000, MPT_ACTIVATION_RELU));
-        REQUIRE_OK(mpt_model_add_dense(model, 1000, MPT_ACTIVATION_RELU));
+        REQUIRE_OK(mpt_model_add_dense(model, 512, MPT_ACTIVATION_RELU));
+        REQUIRE_OK(mpt_model_add_dense(model, 512, MPT_ACTIVATION_RELU));
         REQUIRE_OK(mpt_model_add_dense(model, 10, MPT_ACTIVATION_SOFTMAX));
-        mpt_trainer_options_t* options = new_trainer_options();
+        mpt_trainer_options_t* options = new_trainer_options(MPT_OPTIMIZER_SGD, 0.05f);
         REQUIRE_OK(mpt_trainer_options_set_precision(options, MPT_PRECISION_MIXED_BF16));
         mpt_trainer_t* trainer = nullptr;
         REQUIRE_OK(mpt_trainer_create(model, options, &trainer));
@@ -1399,7 +1401,7 @@ TEST_CASE("GEMM scratch past the memory budget fails the call with OUT_OF_MEMORY
         REQUIRE_OK(mpt_dataset_create_f32(context, x.data(), rows, features, y.data(), 10, 1, &dataset));
         const std::vector<float> before = weights_of(model, shapes);
         float loss = -1.0f;
-        const mpt_status status = mpt_trainer_step(trainer, dataset, 0, 256, &loss);
+        const mpt_status status = mpt_trainer_step(trainer, dataset, 0, rows, &loss);
         const std::string message = mpt_last_error();
         if (budget != 0) {
             CAPTURE(budget);
@@ -1412,9 +1414,8 @@ TEST_CASE("GEMM scratch past the memory budget fails the call with OUT_OF_MEMORY
             // Smaller batches pack less: they train on, within the budget.
             REQUIRE_OK(mpt_trainer_fit(trainer, dataset, 1, 32, 1));
             float accuracy = -1.0f;
-            REQUIRE_OK(mpt_trainer_evaluate(trainer, dataset, 32, &loss, &accuracy));
-            CHECK(std::isfinite(loss));
-            CHECK_FALSE(same_bits(before, weights_of(model, shapes)));
+            REQUIRE_OK(mpt_trainer_evaluate(trainer, dataset, 256, &loss, &accuracy));
+            CHECK(accuracy > 0.5f);
         } else {
             REQUIRE(status == MPT_STATUS_OK);
         }
@@ -1438,9 +1439,7 @@ TEST_CASE("GEMM scratch past the memory budget fails the call with OUT_OF_MEMORY
         return;
     }
     REQUIRE(scratch >= (size_t{1} << 20));  // what is left once all but the context is gone
-    // From 3/8 of the scratch up: below that, batch 32's scratch would not fit beside the arenas
-    // the trainer keeps for batch 256.
-    for (size_t eighths = 3; eighths <= 7; eighths += 2) {
+    for (size_t eighths = 1; eighths <= 7; eighths += 2) {
         size_t limited_peak = 0, limited_scratch = 0;
         run(peak - scratch + scratch * eighths / 8, peak - scratch, limited_peak, limited_scratch);
     }

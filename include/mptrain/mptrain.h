@@ -166,8 +166,9 @@ MPT_API mpt_status mpt_context_options_set_log_level(mpt_context_options_t* opti
  *  buffers sized by the data set (row orders, staging slots), reserved when fit first needs them,
  *  the GPU backend's few KiB of reduction scratch (a budget below that fails context creation), and
  *  the CPU backend's GEMM scratch (packed operands per compute thread: about 1 MiB at batch 32 and
- *  6-9 MiB at batch 256 for a 3072-3000-1000-10 MLP in bf16 or fp16 on AMX), reserved as a GEMM
- *  first needs it, so that a budget it exceeds fails that call with MPT_STATUS_OUT_OF_MEMORY. */
+ *  6-9 MiB at batch 256 for a 3072-3000-1000-10 MLP in bf16 or fp16 on AMX), reserved as the GEMMs
+ *  of a batch size first need it: a budget it exceeds fails that call with MPT_STATUS_OUT_OF_MEMORY
+ *  before the step has changed any weight, and frees that scratch again. */
 MPT_API mpt_status mpt_context_options_set_memory_budget(mpt_context_options_t* options, size_t bytes);
 /** Device memory one data set may occupy on a GPU (its samples, labels and targets). A data set
  *  within it is copied to the device on first use, and each batch is gathered and normalised there

@@ -90,6 +90,12 @@ enum MetricsIndex { kMetricLossSum = 0, kMetricCorrect = 1, kMetricCounted = 2, 
 // and CUDA does the same in one kernel for batches of at most 64 rows. Otherwise dW/db go to the
 // scratch gradients first (update_needs_gradient_scratch). Either way the low-precision copy is
 // written from the new masters. Skipped entirely when state->found_inf.
+// One layer's update as reserve_update_scratch sees it.
+struct DenseUpdateShape {
+    int64_t in_features, out_features;
+    DType compute_dtype;
+};
+
 struct DenseUpdateArgs {
     const void* output_grad;   // dZ [rows, out_features], compute dtype (multiplied by the loss scale)
     const void* input;         // A_prev [rows, in_features], compute dtype
@@ -215,6 +221,11 @@ public:
     // `max_abs_pairs` holds (max|dZ_i|, max|A_prev_i|) for each layer.
     virtual void decide_update(const float* max_abs_pairs, int layer_count, int64_t rows, TrainState* state) = 0;
     virtual void dense_update(const DenseUpdateArgs& args, const OptimizerConfig& optimizer) = 0;
+    // Before a step's first dense_update at `rows` per batch (the executor calls it once per batch
+    // size): a backend whose updates grow scratch as they first need it (the CPU's weight-gradient
+    // GEMMs) reserves it for all `count` layers here, so that running out of memory or budget fails
+    // the step before it updates any layer (a plain SGD update writes the weights in its GEMM).
+    virtual void reserve_update_scratch(const DenseUpdateShape* /*layers*/, int /*count*/, int64_t /*rows*/) {}
     // Advances the loss scaler and the step counters after every layer's update.
     virtual void finish_step(TrainState* state, const LossScalerConfig& scaler) = 0;
 };

@@ -303,6 +303,14 @@ void Executor::begin_step() { backend_.begin_step(state_); }
 void Executor::update(int slot, int64_t rows) {
     const auto& layers = model_.layers();
     const int layer_count = static_cast<int>(layers.size());
+    if (rows != update_scratch_rows_) {
+        // Whatever scratch the updates need, before the first of them changes a layer.
+        std::vector<DenseUpdateShape> shapes;
+        for (size_t i = 0; i < layers.size(); ++i)
+            shapes.push_back({layers[i].padded_inputs, layers[i].padded_units, layer_dtypes_[i]});
+        backend_.reserve_update_scratch(shapes.data(), layer_count, rows);
+        update_scratch_rows_ = rows;
+    }
     // (max|dZ_i|, max|A_prev_i|) per layer, kMaxAbsInputs tensors per pass.
     MaxAbsInput inputs[kMaxAbsInputs];
     int pending = 0;

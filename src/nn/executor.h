@@ -138,6 +138,7 @@ private:
     ArenaPlan step_plan_;
     Arena step_arena_;
     int64_t planned_rows_ = 0;
+    int64_t update_scratch_rows_ = 0;  // the batch size the backend last reserved update scratch for
     std::vector<LayerSlots> layer_slots_;
     BatchSlot batch_slots_[kBatchSlots];
     int logits_grad_ = -1;

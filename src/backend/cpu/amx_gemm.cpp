@@ -527,22 +527,9 @@ void multiply_streamed(const Problem& g, bool stream_right, const uint16_t* pack
     release_tiles();
 }
 
-}  // namespace
-
-void amx_gemm(DType operands, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
-              const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
-              ThreadPool& pool) {
-    // The check also asks Linux for the tile state on first use: without it a tile instruction faults.
-    if (!amx_gemm_available())
-        fail(MPT_STATUS_INTERNAL, "amx_gemm called where it cannot run: " + amx_gemm_unavailable_reason());
-    if (operands != DType::bf16 && operands != DType::fp16)
-        fail(MPT_STATUS_INTERNAL, std::string("amx_gemm multiplies bf16 or fp16, not ") + dtype_name(operands));
-    if (m <= 0 || n <= 0) return;
-    if (k <= 0) {  // no products: C = beta * C
-        for (int64_t i = 0; i < m; ++i)
-            for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
-        return;
-    }
+// C = alpha * op(A) . op(B) + beta * C as the kernels see it (m, n, k > 0).
+Problem describe(DType operands, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
+                 const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
     // op(A)(i, q) and op(B)(q, j) as sides: A's rows are C's rows, B's columns C's columns.
     const Side a_side{a, transpose_a ? 1 : lda, transpose_a ? lda : 1, m};
     const Side b_side{b, transpose_b ? ldb : 1, transpose_b ? 1 : ldb, n};
@@ -564,19 +551,64 @@ void amx_gemm(DType operands, bool transpose_a, bool transpose_b, int64_t m, int
     g.alpha = alpha;
     g.beta = beta;
     g.c = c;
-    const bool stream_right = streams_right_side(g);
+    return g;
+}
+
+int64_t streamed_tasks(const Problem& g, bool stream_right) {
+    return blocks_of((stream_right ? g.right : g.left).count);
+}
+
+// Every buffer the GEMM will use, on every thread, before any of C is written: the caller's for
+// the side packed whole (returned), and each task's in a loop of their own (the same ranges on the
+// same threads as the loop that multiplies). Running out of memory or budget then stops the GEMM
+// with C untouched (plain SGD's weight-gradient GEMM writes the weights themselves).
+uint16_t* reserve_buffers(const Problem& g, bool stream_right, ThreadPool& pool) {
     const Side& whole = stream_right ? g.left : g.right;
     uint16_t* shared =
         pool.scratch(ScratchUse::amx_whole_side).reserve<uint16_t>(blocks_of(whole.count) * block_values(g));
+    pool.parallel_for(streamed_tasks(g, stream_right), 1,
+                      [&](int64_t begin, int64_t end) { task_buffers(g, stream_right, begin, end, pool); });
+    return shared;
+}
+
+void check_runs_here(DType operands) {
+    // The check also asks Linux for the tile state on first use: without it a tile instruction faults.
+    if (!amx_gemm_available())
+        fail(MPT_STATUS_INTERNAL, "amx_gemm called where it cannot run: " + amx_gemm_unavailable_reason());
+    if (operands != DType::bf16 && operands != DType::fp16)
+        fail(MPT_STATUS_INTERNAL, std::string("amx_gemm multiplies bf16 or fp16, not ") + dtype_name(operands));
+}
+
+}  // namespace
+
+void amx_gemm(DType operands, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
+              const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
+              ThreadPool& pool) {
+    check_runs_here(operands);
+    if (m <= 0 || n <= 0) return;
+    if (k <= 0) {  // no products: C = beta * C
+        for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+        return;
+    }
+    const Problem g = describe(operands, transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    const bool stream_right = streams_right_side(g);
+    uint16_t* shared = reserve_buffers(g, stream_right, pool);
     pack_whole_side(g, !stream_right, shared, pool);
-    // Every task's buffers first, in a loop of their own (the same ranges on the same threads as
-    // the next): running out of memory or budget then stops the GEMM before any of C is written.
-    // (Plain SGD's weight-gradient GEMM writes the weights themselves: a failed step must leave them.)
-    const int64_t tasks = blocks_of((stream_right ? g.right : g.left).count);
-    pool.parallel_for(tasks, 1, [&](int64_t begin, int64_t end) { task_buffers(g, stream_right, begin, end, pool); });
-    pool.parallel_for(tasks, 1, [&](int64_t begin, int64_t end) {
+    pool.parallel_for(streamed_tasks(g, stream_right), 1, [&](int64_t begin, int64_t end) {
         multiply_streamed(g, stream_right, shared, begin, end, task_buffers(g, stream_right, begin, end, pool));
     });
+}
+
+void amx_gemm_reserve(DType operands, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k,
+                      ThreadPool& pool) {
+    check_runs_here(operands);
+    if (m <= 0 || n <= 0 || k <= 0) return;
+    // Only the shapes matter (strides as the backend's tight row-major operands would have them).
+    const int64_t lda = transpose_a ? m : k, ldb = transpose_b ? k : n;
+    const Problem g = describe(operands, transpose_a, transpose_b, m, n, k, 1.0f, nullptr, lda, nullptr, ldb, 0.0f,
+                               nullptr, n);
+    reserve_buffers(g, streams_right_side(g), pool);
 }
 
 #else
@@ -584,6 +616,10 @@ void amx_gemm(DType operands, bool transpose_a, bool transpose_b, int64_t m, int
 void amx_gemm(DType, bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t, float,
               float*, int64_t, ThreadPool&) {
     fail(MPT_STATUS_INTERNAL, "amx_gemm called in a build without AMX support");
+}
+
+void amx_gemm_reserve(DType, bool, bool, int64_t, int64_t, int64_t, ThreadPool&) {
+    fail(MPT_STATUS_INTERNAL, "amx_gemm_reserve called in a build without AMX support");
 }
 
 #endif

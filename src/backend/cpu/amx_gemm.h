@@ -41,5 +41,9 @@ const std::string& amx_gemm_unavailable_reason();
 void amx_gemm(DType operands, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
               const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
               ThreadPool& pool);
+// Reserves in `pool`'s scratch what amx_gemm of this shape will use (it reserves it anyway: this
+// only lets a caller run out of memory or budget before some earlier work rather than after).
+void amx_gemm_reserve(DType operands, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k,
+                      ThreadPool& pool);
 
 }  // namespace mpt

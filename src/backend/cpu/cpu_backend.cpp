@@ -99,13 +99,11 @@ std::string CpuBackend::emulation_warning(DType compute_dtype) const {
            "MPT_PRECISION_AUTO picks fp32 on it";
 }
 
-void CpuBackend::gemm(DType dtype, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
-                      const void* a, int64_t lda, const void* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+template <typename Work>
+void CpuBackend::freeing_scratch_on_failure(const Work& work) {
     try {
-        run_gemm(dtype, transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        work();
     } catch (const Error& error) {
-        // Out of memory or budget for the GEMM's scratch (before it wrote any of C): what the
-        // scratch already held goes too, so that smaller work fits in the budget again.
         if (error.status() == MPT_STATUS_OUT_OF_MEMORY) pool_.release_scratch();
         throw;
     } catch (const std::bad_alloc&) {
@@ -114,20 +112,49 @@ void CpuBackend::gemm(DType dtype, bool transpose_a, bool transpose_b, int64_t m
     }
 }
 
-void CpuBackend::run_gemm(DType dtype, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k,
-                          float alpha, const void* a, int64_t lda, const void* b, int64_t ldb, float beta, float* c,
-                          int64_t ldc) {
-    const float* a_values = static_cast<const float*>(a);
-    const float* b_values = static_cast<const float*>(b);
+CpuBackend::GemmKernel CpuBackend::gemm_kernel(DType dtype, int64_t m, int64_t n, int64_t k) const {
+    if (dtype == DType::fp32 || !amx_gemm_available()) return GemmKernel::sgemm;
     // A few rows or columns of C in bf16 or fp16 (same rounding as AMX's packing): small_gemm.
     const int64_t small_rows = dtype == DType::bf16 ? 4 : kSmallGemmMaxRows;
-    if (dtype != DType::fp32 && amx_gemm_available() && small_gemm_applies(m, n, k, small_rows) &&
-        small_gemm_supported(dtype))
-        small_gemm(dtype, transpose_a, transpose_b, m, n, k, alpha, a_values, lda, b_values, ldb, beta, c, ldc, pool_);
-    else if (dtype != DType::fp32 && amx_gemm_available())
-        amx_gemm(dtype, transpose_a, transpose_b, m, n, k, alpha, a_values, lda, b_values, ldb, beta, c, ldc, pool_);
-    else
-        cpu_sgemm(transpose_a, transpose_b, m, n, k, alpha, a_values, lda, b_values, ldb, beta, c, ldc, pool_);
+    if (small_gemm_applies(m, n, k, small_rows) && small_gemm_supported(dtype)) return GemmKernel::small;
+    return GemmKernel::amx;
+}
+
+void CpuBackend::gemm(DType dtype, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
+                      const void* a, int64_t lda, const void* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+    const float* a_values = static_cast<const float*>(a);
+    const float* b_values = static_cast<const float*>(b);
+    freeing_scratch_on_failure([&] {
+        switch (gemm_kernel(dtype, m, n, k)) {
+            case GemmKernel::small:
+                small_gemm(dtype, transpose_a, transpose_b, m, n, k, alpha, a_values, lda, b_values, ldb, beta, c, ldc,
+                           pool_);
+                return;
+            case GemmKernel::amx:
+                amx_gemm(dtype, transpose_a, transpose_b, m, n, k, alpha, a_values, lda, b_values, ldb, beta, c, ldc,
+                         pool_);
+                return;
+            case GemmKernel::sgemm:
+                cpu_sgemm(transpose_a, transpose_b, m, n, k, alpha, a_values, lda, b_values, ldb, beta, c, ldc, pool_);
+                return;
+        }
+    });
+}
+
+void CpuBackend::reserve_gemm(DType dtype, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k) {
+    switch (gemm_kernel(dtype, m, n, k)) {
+        case GemmKernel::small: small_gemm_reserve(m, n, k, pool_); return;
+        case GemmKernel::amx: amx_gemm_reserve(dtype, transpose_a, transpose_b, m, n, k, pool_); return;
+        case GemmKernel::sgemm: cpu_sgemm_reserve(m, n, k, pool_); return;
+    }
+}
+
+void CpuBackend::reserve_update_scratch(const DenseUpdateShape* layers, int count, int64_t rows) {
+    freeing_scratch_on_failure([&] {
+        // dense_update's GEMM: dW[out, in] = dZ^T . A over the batch.
+        for (int i = 0; i < count; ++i)
+            reserve_gemm(layers[i].compute_dtype, true, false, layers[i].out_features, layers[i].in_features, rows);
+    });
 }
 
 void* CpuBackend::allocate(size_t bytes) {

@@ -36,6 +36,7 @@ public:
     bool rounds_parameters_on_read(DType compute_dtype) const override {
         return compute_dtype != DType::fp32 && amx_gemm_available();
     }
+    void reserve_update_scratch(const DenseUpdateShape* layers, int count, int64_t rows) override;
     bool update_needs_gradient_scratch(const OptimizerConfig& optimizer, int64_t) const override {
         return !is_plain_sgd(optimizer);
     }
@@ -72,9 +73,15 @@ private:
     // exact in fp32; amx_gemm.h says how its sums differ).
     void gemm(DType dtype, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
               const void* a, int64_t lda, const void* b, int64_t ldb, float beta, float* c, int64_t ldc);
-    // gemm's choice of kernel (small_gemm, AMX, fp32 SGEMM); gemm frees the scratch if it fails.
-    void run_gemm(DType dtype, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
-                  const void* a, int64_t lda, const void* b, int64_t ldb, float beta, float* c, int64_t ldc);
+    // The kernel gemm runs for a layer computing in `dtype`, C being m x n over depth k.
+    enum class GemmKernel { small, amx, sgemm };
+    GemmKernel gemm_kernel(DType dtype, int64_t m, int64_t n, int64_t k) const;
+    // Reserves in the pool's scratch what gemm of this shape will use.
+    void reserve_gemm(DType dtype, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k);
+    // Runs `work` (GEMMs); should it run out of memory or budget for their scratch (before any of C
+    // is written), what the scratch held goes too, so that smaller work fits the budget again.
+    template <typename Work>
+    void freeing_scratch_on_failure(const Work& work);
     // Column sums of dZ (the bias gradient), times `factor`, into `out` (or added when `accumulate`).
     void column_sums(const float* output_grad, int64_t rows, int64_t columns, float factor, float* out, bool accumulate);
     float max_abs_one(const float* values, int64_t count);

@@ -118,6 +118,11 @@ void cpu_sgemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t
     });
 }
 
+void cpu_sgemm_reserve(int64_t m, int64_t n, int64_t k, ThreadPool& pool) {
+    if (small_gemm_applies(m, n, k) && small_gemm_supported(DType::fp32)) small_gemm_reserve(m, n, k, pool);
+    else if (!openblas().api) portable_sgemm_reserve(m, n, pool);
+}
+
 void cpu_gemm_set_threads(int) {
     if (const OpenBlas* blas = openblas().api) blas->set_num_threads(1);
 }
@@ -164,6 +169,11 @@ void cpu_sgemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t
         small_gemm(DType::fp32, transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, pool);
     else
         portable_sgemm(transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, pool);
+}
+
+void cpu_sgemm_reserve(int64_t m, int64_t n, int64_t k, ThreadPool& pool) {
+    if (small_gemm_applies(m, n, k) && small_gemm_supported(DType::fp32)) small_gemm_reserve(m, n, k, pool);
+    else portable_sgemm_reserve(m, n, pool);
 }
 
 void cpu_gemm_set_threads(int) {}

@@ -15,6 +15,9 @@ class ThreadPool;
 
 void cpu_sgemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc, ThreadPool& pool);
+// Reserves in `pool`'s scratch what cpu_sgemm of this shape will use (nothing through OpenBLAS,
+// which keeps its own buffers).
+void cpu_sgemm_reserve(int64_t m, int64_t n, int64_t k, ThreadPool& pool);
 // Sets the BLAS library's thread count (process-wide in OpenBLAS).
 void cpu_gemm_set_threads(int threads);
 // "portable", or "openblas " and the kernels OpenBLAS runs ("openblas SkylakeX").

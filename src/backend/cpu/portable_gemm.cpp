@@ -183,23 +183,31 @@ void compute_tile(const Operands& g, int64_t row0, int64_t rows, int64_t column0
     }
 }
 
+int64_t tiles_of(int64_t m, int64_t n) {
+    return (m + kRowBlock - 1) / kRowBlock * ((n + kColumnBlock - 1) / kColumnBlock);
+}
+
+// The calling thread's panels, in its pool scratch.
+Panels panels_here(ThreadPool& pool) {
+    return Panels{pool.scratch(ScratchUse::portable_a).reserve<float>(kRowBlock * kDepthBlock),
+                  pool.scratch(ScratchUse::portable_b).reserve<float>(kColumnBlock * kDepthBlock)};
+}
+
+// Every thread's panels, in a loop of their own (the same ranges on the same threads as the loop
+// over tiles): running out of memory or budget then stops the GEMM before any of C is written.
+void reserve_panels(int64_t m, int64_t n, ThreadPool& pool) {
+    pool.parallel_for(tiles_of(m, n), 1, [&](int64_t, int64_t) { panels_here(pool); });
+}
+
 void run_portable_sgemm(const Operands& g, MultiplyTile multiply, ThreadPool& pool) {
     const int64_t m = g.m, n = g.n;
     if (m <= 0 || n <= 0) return;
-    const int64_t row_tiles = (m + kRowBlock - 1) / kRowBlock;
     const int64_t column_tiles = (n + kColumnBlock - 1) / kColumnBlock;
-    // The calling thread's panels, in its pool scratch.
-    const auto panels_here = [&pool] {
-        return Panels{pool.scratch(ScratchUse::portable_a).reserve<float>(kRowBlock * kDepthBlock),
-                      pool.scratch(ScratchUse::portable_b).reserve<float>(kColumnBlock * kDepthBlock)};
-    };
-    // Every thread's panels first, in a loop of their own (the same ranges on the same threads as
-    // the next): running out of memory or budget then stops the GEMM before any of C is written.
-    pool.parallel_for(row_tiles * column_tiles, 1, [&](int64_t, int64_t) { panels_here(); });
+    reserve_panels(m, n, pool);
     // Tiles are independent and each sums its elements' products in one fixed order, so which
     // thread computes a tile changes nothing.
-    pool.parallel_for(row_tiles * column_tiles, 1, [&](int64_t begin, int64_t end) {
-        const Panels panels = panels_here();
+    pool.parallel_for(tiles_of(m, n), 1, [&](int64_t begin, int64_t end) {
+        const Panels panels = panels_here(pool);
         for (int64_t tile = begin; tile < end; ++tile) {
             const int64_t row0 = tile / column_tiles * kRowBlock, column0 = tile % column_tiles * kColumnBlock;
             compute_tile(g, row0, std::min(kRowBlock, m - row0), column0, std::min(kColumnBlock, n - column0), multiply,
@@ -209,6 +217,10 @@ void run_portable_sgemm(const Operands& g, MultiplyTile multiply, ThreadPool& po
 }
 
 }  // namespace
+
+void portable_sgemm_reserve(int64_t m, int64_t n, ThreadPool& pool) {
+    if (m > 0 && n > 0) reserve_panels(m, n, pool);
+}
 
 void portable_sgemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                     int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc, ThreadPool& pool) {

@@ -14,6 +14,9 @@ class ThreadPool;
 // inputs alone. Runs the widest kernel this CPU has (sixteen floats with AVX-512, else eight).
 void portable_sgemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                     int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc, ThreadPool& pool);
+// Reserves in `pool`'s scratch what portable_sgemm of this shape will use (every thread's panels;
+// see amx_gemm_reserve).
+void portable_sgemm_reserve(int64_t m, int64_t n, ThreadPool& pool);
 // The same with the eight-float kernel on any CPU, for tests that compare the kernels.
 void portable_sgemm_eight_wide(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
                                const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,

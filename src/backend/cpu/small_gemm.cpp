@@ -10,6 +10,7 @@
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/small_gemm_problem.h"
 #include "core/error.h"
+#include "core/thread_pool.h"
 
 namespace mpt {
 
@@ -59,6 +60,12 @@ std::string small_gemm_unsupported_reason(DType operands) {
         case SmallGemmKernels::none: break;
     }
     return support().reason;
+}
+
+void small_gemm_reserve(int64_t m, int64_t n, int64_t k, ThreadPool& pool) {
+    if (!small_gemm_applies(m, n, k)) return;
+    const int64_t rows = m <= kSmallGemmMaxRows ? m : n;
+    pool.scratch(ScratchUse::small_gemm_rows).reserve<float>(rows * small_gemm_padded_depth(k, kSmallGemmWidestLanes));
 }
 
 void small_gemm(DType operands, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,

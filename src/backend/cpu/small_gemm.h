@@ -48,5 +48,7 @@ std::string small_gemm_unsupported_reason(DType operands);
 void small_gemm(DType operands, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
                 const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
                 ThreadPool& pool);
+// Reserves in `pool`'s scratch what small_gemm of this shape will use (see amx_gemm_reserve).
+void small_gemm_reserve(int64_t m, int64_t n, int64_t k, ThreadPool& pool);
 
 }  // namespace mpt

@@ -10,6 +10,12 @@ class ThreadPool;
 
 enum class SmallGemmRounding { none, bf16, fp16 };
 
+// The floats a packed row of op(A') takes with `lanes`-float vectors: whole vectors, and one more
+// (rows a multiple of 4 KiB apart would all fall in one L1 set).
+inline int64_t small_gemm_padded_depth(int64_t depth, int64_t lanes) { return (depth + lanes - 1) / lanes * lanes + lanes; }
+// The widest kernels' lanes: a reservation for them covers every instruction set's.
+constexpr int64_t kSmallGemmWidestLanes = 16;
+
 // C' = alpha * op(A') . op(B') + beta * C' with `rows` (at most kSmallGemmMaxRows) rows: op(A')(i, q)
 // is a[i * a_row + q * a_depth]; op(B')(q, j) is b[j * b_column + q * b_depth], one of which strides
 // is 1; C'(i, j) is c[i * c_row + j * c_column].
