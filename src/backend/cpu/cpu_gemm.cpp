@@ -14,6 +14,15 @@
 
 namespace mpt {
 
+namespace {
+
+// Whether an fp32 GEMM of C m x n over depth k runs small_gemm (with or without OpenBLAS).
+bool takes_small_gemm(int64_t m, int64_t n, int64_t k) {
+    return small_gemm_applies(m, n, k) && small_gemm_supported(DType::fp32);
+}
+
+}  // namespace
+
 #if defined(MPTRAIN_HAVE_OPENBLAS)
 
 namespace {
@@ -82,7 +91,7 @@ void blas_sgemm(const OpenBlas& blas, bool transpose_a, bool transpose_b, int64_
 // OpenBLAS the portable GEMM stands in (the context has warned).
 void cpu_sgemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc, ThreadPool& pool) {
-    if (small_gemm_applies(m, n, k) && small_gemm_supported(DType::fp32)) {
+    if (takes_small_gemm(m, n, k)) {
         small_gemm(DType::fp32, transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, pool);
         return;
     }
@@ -119,7 +128,7 @@ void cpu_sgemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t
 }
 
 void cpu_sgemm_reserve(int64_t m, int64_t n, int64_t k, ThreadPool& pool) {
-    if (small_gemm_applies(m, n, k) && small_gemm_supported(DType::fp32)) small_gemm_reserve(m, n, k, pool);
+    if (takes_small_gemm(m, n, k)) small_gemm_reserve(m, n, k, pool);
     else if (!openblas().api) portable_sgemm_reserve(m, n, pool);
 }
 
@@ -165,14 +174,14 @@ std::string cpu_gemm_kernel_warning() {
 
 void cpu_sgemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc, ThreadPool& pool) {
-    if (small_gemm_applies(m, n, k) && small_gemm_supported(DType::fp32))
+    if (takes_small_gemm(m, n, k))
         small_gemm(DType::fp32, transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, pool);
     else
         portable_sgemm(transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, pool);
 }
 
 void cpu_sgemm_reserve(int64_t m, int64_t n, int64_t k, ThreadPool& pool) {
-    if (small_gemm_applies(m, n, k) && small_gemm_supported(DType::fp32)) small_gemm_reserve(m, n, k, pool);
+    if (takes_small_gemm(m, n, k)) small_gemm_reserve(m, n, k, pool);
     else portable_sgemm_reserve(m, n, pool);
 }
 
