@@ -34,10 +34,6 @@ bool spin_until(const Ready& ready) {
     }
 }
 
-}  // namespace
-
-namespace {
-
 // The pool whose worker this thread is, and its index there (none: a caller, participant 0).
 thread_local const ThreadPool* tls_pool = nullptr;
 thread_local int tls_worker_index = 0;
