@@ -3,9 +3,9 @@
 // (the transposed problem), depths from 1 up, padded leading dimensions, both beta cases; the same
 // bits on any thread count; and the rounding itself (exact fp16 products, bf16's subnormal inputs
 // as zero, fp16 overflow to Inf). A dtype the kernels do not take here is skipped, with the reason:
-// all of them on a CPU without AVX2, bf16 and fp16 on the AVX2 kernels. ctest runs it three times:
-// with the kernels this CPU picks, with MPTRAIN_CPU_SMALL_GEMM=avx2 (the AVX2 kernels, even on an
-// AVX-512 CPU) and with MPTRAIN_CPU_SMALL_GEMM=0, where it must report itself turned off.
+// all of them on a CPU without AVX2, bf16 and fp16 on the AVX2 and AVX512F kernels. ctest runs it four times:
+// with the kernels this CPU picks, with MPTRAIN_CPU_SMALL_GEMM=avx2 and =avx512f (those kernels, even
+// on a CPU with wider ones) and with MPTRAIN_CPU_SMALL_GEMM=0, where it must report itself turned off.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -178,8 +178,8 @@ TEST_CASE("the small GEMM's packed rows are charged to the pool's tracker; past 
     CHECK(small.used() == 0);
 }
 
-// ctest runs this file again with MPTRAIN_CPU_SMALL_GEMM=0 (MPTRAIN_EXPECT_SMALL_GEMM=off) and with
-// MPTRAIN_CPU_SMALL_GEMM=avx2 (MPTRAIN_EXPECT_SMALL_GEMM=avx2).
+// ctest runs this file again with MPTRAIN_CPU_SMALL_GEMM=0 (MPTRAIN_EXPECT_SMALL_GEMM=off), and with
+// MPTRAIN_CPU_SMALL_GEMM=avx2 and =avx512f (MPTRAIN_EXPECT_SMALL_GEMM the same).
 TEST_CASE("MPTRAIN_CPU_SMALL_GEMM=0 turns the small GEMM off, with the reason") {
     const char* expect = std::getenv("MPTRAIN_EXPECT_SMALL_GEMM");
     if (!expect || std::strcmp(expect, "off") != 0) return;
@@ -190,18 +190,30 @@ TEST_CASE("MPTRAIN_CPU_SMALL_GEMM=0 turns the small GEMM off, with the reason") 
     }
 }
 
-TEST_CASE("MPTRAIN_CPU_SMALL_GEMM=avx2 picks the AVX2 kernels, which take fp32 only") {
+// MPTRAIN_CPU_SMALL_GEMM=avx512f falls back to AVX2's kernels where the CPU lacks AVX512F.
+TEST_CASE("MPTRAIN_CPU_SMALL_GEMM=avx2 or avx512f picks those kernels, which take fp32 only") {
     const char* expect = std::getenv("MPTRAIN_EXPECT_SMALL_GEMM");
-    if (!expect || std::strcmp(expect, "avx2") != 0) return;
-    if (!cpu_has_avx2_fma()) {
+    if (!expect) return;
+    const std::string setting = expect;
+    if (setting != "avx2" && setting != "avx512f") return;
+    SmallGemmKernels wanted = setting == "avx512f" ? SmallGemmKernels::avx512f : SmallGemmKernels::avx2;
+    if (wanted == SmallGemmKernels::avx512f && !cpu_has_avx512f()) {
+        MESSAGE("AVX512F kernels not tested: this CPU lacks AVX512F");
+        wanted = SmallGemmKernels::avx2;
+    }
+    if (wanted == SmallGemmKernels::avx2 && !cpu_has_avx2_fma()) {
         MESSAGE("AVX2 kernels not tested: this CPU lacks AVX2 and FMA");
         CHECK(small_gemm_kernels() == SmallGemmKernels::none);
         return;
     }
-    CHECK(small_gemm_kernels() == SmallGemmKernels::avx2);
+    CHECK(small_gemm_kernels() == wanted);
     CHECK(small_gemm_supported(DType::fp32));
+    const char* name = wanted == SmallGemmKernels::avx2 ? "AVX2" : "AVX512F";
     for (DType dtype : {DType::bf16, DType::fp16}) {
         CHECK_FALSE(small_gemm_supported(dtype));
-        CHECK(small_gemm_unsupported_reason(dtype).find("AVX2") != std::string::npos);
+        const std::string reason = small_gemm_unsupported_reason(dtype);
+        CHECK(reason.find(name) != std::string::npos);
+        CHECK(reason.find("fp32") != std::string::npos);
+        if (cpu_has_avx512_bf16()) CHECK(reason.find("MPTRAIN_CPU_SMALL_GEMM=" + setting) != std::string::npos);
     }
 }

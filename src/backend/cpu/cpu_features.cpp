@@ -20,6 +20,16 @@ bool cpu_has_avx512_bf16() {
 #endif
 }
 
+bool cpu_has_avx512f() {
+#if defined(__x86_64__) && defined(__GNUC__)
+    // libgcc's answers include XGETBV's check that the OS saves the ZMM and mask registers.
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
+#else
+    return false;
+#endif
+}
+
 bool cpu_has_avx2_fma() {
 #if defined(__x86_64__) && defined(__GNUC__)
     // libgcc's answers include XGETBV's check that the OS saves the YMM registers.

@@ -1,11 +1,12 @@
 // See small_gemm.h. The problem is first put as C' = op(A') . op(B') with C' having the few rows
 // (C itself, or C^T = op(B)^T . op(A)^T when C has few columns); the kernels of one instruction
-// set then run it (small_gemm_tiles.inc, compiled in small_gemm_avx512.cpp and small_gemm_avx2.cpp).
+// set then run it (small_gemm_tiles.inc, compiled twice in small_gemm_avx512.cpp and once in
+// small_gemm_avx2.cpp).
 #include "backend/cpu/small_gemm.h"
 
 #include <algorithm>
 #include <cstdlib>
-#include <cstring>
+#include <string>
 
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/small_gemm_problem.h"
@@ -23,19 +24,28 @@ namespace {
 
 struct Support {
     SmallGemmKernels kernels = SmallGemmKernels::none;
-    std::string reason;  // why none
+    std::string reason;       // why none
+    std::string fp32_reason;  // why only fp32 operands, when so
 };
 
 Support detect_support() {
     const char* setting = std::getenv("MPTRAIN_CPU_SMALL_GEMM");
-    if (setting && std::strcmp(setting, "0") == 0) return {SmallGemmKernels::none, "MPTRAIN_CPU_SMALL_GEMM=0"};
+    const std::string chosen = setting ? setting : "";
+    if (chosen == "0") return {SmallGemmKernels::none, "MPTRAIN_CPU_SMALL_GEMM=0", {}};
 #if defined(__x86_64__) && defined(__GNUC__)
-    const bool want_avx2 = setting && std::strcmp(setting, "avx2") == 0;
-    if (!want_avx2 && cpu_has_avx512_bf16()) return {SmallGemmKernels::avx512, {}};
-    if (cpu_has_avx2_fma()) return {SmallGemmKernels::avx2, {}};
-    return {SmallGemmKernels::none, "this CPU lacks AVX2 and FMA"};
+    // The setting names the widest kernels allowed: "avx2", or "avx512f" (fp32 only, 16 lanes).
+    const bool cap_avx2 = chosen == "avx2";
+    const bool cap_avx512f = chosen == "avx512f";
+    if (!cap_avx2 && !cap_avx512f && cpu_has_avx512_bf16()) return {SmallGemmKernels::avx512, {}, {}};
+    const std::string why_fp32 =
+        cpu_has_avx512_bf16() ? "MPTRAIN_CPU_SMALL_GEMM=" + chosen : "this CPU lacks AVX512-BF16";
+    if (!cap_avx2 && cpu_has_avx512f())
+        return {SmallGemmKernels::avx512f, {}, "the AVX512F kernels take fp32 operands only (" + why_fp32 + ")"};
+    if (cpu_has_avx2_fma())
+        return {SmallGemmKernels::avx2, {}, "the AVX2 kernels take fp32 operands only (" + why_fp32 + ")"};
+    return {SmallGemmKernels::none, "this CPU lacks AVX2 and FMA", {}};
 #else
-    return {SmallGemmKernels::none, "the small-batch GEMM needs x86-64 and GCC or Clang"};
+    return {SmallGemmKernels::none, "the small-batch GEMM needs x86-64 and GCC or Clang", {}};
 #endif
 }
 
@@ -48,15 +58,23 @@ const Support& support() {
 
 SmallGemmKernels small_gemm_kernels() { return support().kernels; }
 
+const char* small_gemm_kernels_name(SmallGemmKernels kernels) {
+    switch (kernels) {
+        case SmallGemmKernels::avx512: return "avx512";
+        case SmallGemmKernels::avx512f: return "avx512f";
+        case SmallGemmKernels::avx2: return "avx2";
+        case SmallGemmKernels::none: break;
+    }
+    return "none";
+}
+
 bool small_gemm_supported(DType operands) { return small_gemm_unsupported_reason(operands).empty(); }
 
 std::string small_gemm_unsupported_reason(DType operands) {
     switch (support().kernels) {
         case SmallGemmKernels::avx512: return {};
-        case SmallGemmKernels::avx2:
-            if (operands == DType::fp32) return {};
-            return std::string("the AVX2 kernels do not round to ") + dtype_name(operands) +
-                   (cpu_has_avx512_bf16() ? " (MPTRAIN_CPU_SMALL_GEMM=avx2)" : " (this CPU lacks AVX512-BF16)");
+        case SmallGemmKernels::avx512f:
+        case SmallGemmKernels::avx2: return operands == DType::fp32 ? std::string() : support().fp32_reason;
         case SmallGemmKernels::none: break;
     }
     return support().reason;
@@ -101,9 +119,11 @@ void small_gemm(DType operands, bool transpose_a, bool transpose_b, int64_t m, i
     p.alpha = alpha;
     p.beta = beta;
 #if defined(__x86_64__) && defined(__GNUC__)
-    if (support().kernels == SmallGemmKernels::avx2) {
-        small_gemm_avx2(p, pool);
-        return;
+    switch (support().kernels) {
+        case SmallGemmKernels::avx2: small_gemm_avx2(p, pool); return;
+        case SmallGemmKernels::avx512f: small_gemm_avx512f(p, pool); return;
+        case SmallGemmKernels::avx512:
+        case SmallGemmKernels::none: break;
     }
     switch (operands) {
         case DType::fp32: small_gemm_avx512(SmallGemmRounding::none, p, pool); return;

@@ -3,7 +3,7 @@
 // packs the whole weight matrix even for one row, and the AMX GEMM packs it into 32-row blocks of
 // which it then uses a few rows; both read and write the weights more than once. Here op(A)'s few
 // rows are packed (rounded) once, and the weights stream through 16-float AVX-512 vectors (8-float
-// AVX2 ones on CPUs without AVX512-BF16), each value rounded to the operands' dtype as it is loaded,
+// AVX2 ones on CPUs without AVX-512), each value rounded to the operands' dtype as it is loaded,
 // into fused multiply-adds. Predictions of the seed MLP on 2 and 4 rows took 3.1x and 2.5x less
 // time than through OpenBLAS in fp32, and on 1 to 4 rows 1.4-1.9x (bf16) and 3.5-4.4x (fp16) less
 // than on AMX tiles; the AVX2 kernels against OpenBLAS's AVX2 ones: bench/NOTES.md.
@@ -27,12 +27,15 @@ constexpr int64_t kSmallGemmMaxRows = 8;
 // products) only above 8.
 bool small_gemm_applies(int64_t m, int64_t n, int64_t k, int64_t max_rows = kSmallGemmMaxRows);
 // The kernels small_gemm runs, chosen once: AVX-512 (AVX512F, AVX512BW and AVX512-BF16: Cooper
-// Lake, Sapphire Rapids and later; Zen 4 and later) for fp32, bf16 and fp16 operands; else AVX2 with
-// FMA (Haswell and Zen 1 on) for fp32 operands; else none. MPTRAIN_CPU_SMALL_GEMM in the
-// environment (read once): "0" turns it off, "avx2" takes the AVX2 kernels even where AVX-512 runs
-// (to test them, or compare).
-enum class SmallGemmKernels { none, avx2, avx512 };
+// Lake, Sapphire Rapids and later; Zen 4 and later) for fp32, bf16 and fp16 operands; else AVX512F
+// (Skylake-SP to Ice Lake) for fp32 operands; else AVX2 with FMA (Haswell and Zen 1 on) for fp32
+// operands; else none. MPTRAIN_CPU_SMALL_GEMM in the environment (read once): "0" turns it off,
+// "avx512f" or "avx2" names the widest kernels it may take (to test them where wider ones run, or
+// compare).
+enum class SmallGemmKernels { none, avx2, avx512f, avx512 };
 SmallGemmKernels small_gemm_kernels();
+// "avx512", "avx512f", "avx2" or "none".
+const char* small_gemm_kernels_name(SmallGemmKernels kernels);
 // Whether it runs here for `operands`.
 bool small_gemm_supported(DType operands);
 // Why not, in words; empty when it does.

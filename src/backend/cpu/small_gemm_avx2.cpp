@@ -1,6 +1,5 @@
 // small_gemm's kernels on 8-float AVX2 vectors with FMA (small_gemm_tiles.inc), for CPUs without
-// AVX512-BF16: most desktops and laptops, and AVX-512 servers before Cooper Lake (their AVX-512
-// kernels would need another rounding; these were not measured there). fp32 operands only: such a CPU has no AMX, so the backend
+// AVX-512: most desktops and laptops. fp32 operands only: such a CPU has no AMX, so the backend
 // keeps bf16 and fp16 values already rounded, in fp32, and multiplies them as fp32.
 #include "backend/cpu/small_gemm_problem.h"
 

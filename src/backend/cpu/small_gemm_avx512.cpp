@@ -1,5 +1,11 @@
-// small_gemm's kernels on 16-float AVX-512 vectors (small_gemm_tiles.inc), rounding to bf16 with
-// AVX512-BF16's VCVTNEPS2BF16 and to fp16 with AVX512F's VCVTPS2PH, as the AMX GEMM's packing does.
+// small_gemm's kernels on 16-float AVX-512 vectors (small_gemm_tiles.inc), compiled twice:
+// - for CPUs with AVX512-BF16 (Cooper Lake, Sapphire Rapids and later; Zen 4 and later), any
+//   rounding: to bf16 with VCVTNEPS2BF16 and to fp16 with AVX512F's VCVTPS2PH, as the AMX GEMM's
+//   packing does;
+// - for CPUs with AVX512F only (Skylake-SP to Ice Lake servers), fp32 operands only: such a CPU has
+//   no AMX, so the backend keeps bf16 and fp16 values already rounded, in fp32. Their 32 registers
+//   hold tiles twice as wide as AVX2's (8 rows of the seed MLP: 2.3-2.6 ms against AVX2's 4.2-5.0
+//   and OpenBLAS's SkylakeX sgemm at 3.7-4.3; bench/NOTES.md).
 #include "backend/cpu/small_gemm_problem.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -14,9 +20,11 @@ namespace mpt {
 
 namespace {
 
-#define MPTRAIN_SMALL_GEMM_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16,fma")))
+#define MPTRAIN_AVX512F_TARGET __attribute__((target("avx512f,fma")))
 
-struct Vec {
+// What both compilations share: 16 lanes and their masks, the loads, stores and fused multiply-add.
+// AVX512F alone, so its functions inline into either target's kernels.
+struct Lanes512 {
     using Reg = __m512;
     using Mask = __mmask16;
     static constexpr int64_t kLanes = 16;
@@ -25,13 +33,22 @@ struct Vec {
     static Mask mask(int64_t valid) {
         return static_cast<Mask>(valid >= kLanes ? 0xFFFF : valid <= 0 ? 0 : (1u << valid) - 1);
     }
-    MPTRAIN_SMALL_GEMM_TARGET static Reg zero() { return _mm512_setzero_ps(); }
-    MPTRAIN_SMALL_GEMM_TARGET static Reg load(const float* p) { return _mm512_load_ps(p); }
-    MPTRAIN_SMALL_GEMM_TARGET static Reg load_masked(const float* p, Mask m) { return _mm512_maskz_loadu_ps(m, p); }
-    MPTRAIN_SMALL_GEMM_TARGET static Reg broadcast(float x) { return _mm512_set1_ps(x); }
-    MPTRAIN_SMALL_GEMM_TARGET static Reg fma(Reg a, Reg b, Reg c) { return _mm512_fmadd_ps(a, b, c); }
-    MPTRAIN_SMALL_GEMM_TARGET static void store(float* p, Reg v) { _mm512_store_ps(p, v); }
+    MPTRAIN_AVX512F_TARGET static Reg zero() { return _mm512_setzero_ps(); }
+    MPTRAIN_AVX512F_TARGET static Reg load(const float* p) { return _mm512_load_ps(p); }
+    MPTRAIN_AVX512F_TARGET static Reg load_masked(const float* p, Mask m) { return _mm512_maskz_loadu_ps(m, p); }
+    MPTRAIN_AVX512F_TARGET static Reg broadcast(float x) { return _mm512_set1_ps(x); }
+    MPTRAIN_AVX512F_TARGET static Reg fma(Reg a, Reg b, Reg c) { return _mm512_fmadd_ps(a, b, c); }
+    MPTRAIN_AVX512F_TARGET static void store(float* p, Reg v) { _mm512_store_ps(p, v); }
 
+    // Tiles of 16 to 24 of the 32 registers: M rows by 8, 4 or 2 columns (or vectors of columns).
+    static constexpr int tile_width(int rows) { return rows <= 2 ? 8 : rows <= 4 ? 4 : 2; }
+};
+
+namespace any_rounding {
+
+#define MPTRAIN_SMALL_GEMM_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16,fma")))
+
+struct Vec : Lanes512 {
     // Values rounded to the operands' dtype and widened back to fp32, exactly. The zero-masked
     // forms keep every lane; GCC 12 warns about the plain forms' pass-through vectors.
     template <SmallGemmRounding rounding>
@@ -47,23 +64,46 @@ struct Vec {
             return values;
         }
     }
-
-    // Tiles of 16 to 24 of the 32 registers: M rows by 8, 4 or 2 columns (or vectors of columns).
-    static constexpr int tile_width(int rows) { return rows <= 2 ? 8 : rows <= 4 ? 4 : 2; }
 };
 
 #include "backend/cpu/small_gemm_tiles.inc"
 
 #undef MPTRAIN_SMALL_GEMM_TARGET
 
+}  // namespace any_rounding
+
+namespace fp32_only {
+
+#define MPTRAIN_SMALL_GEMM_TARGET MPTRAIN_AVX512F_TARGET
+
+struct Vec : Lanes512 {
+    template <SmallGemmRounding rounding>
+    MPTRAIN_SMALL_GEMM_TARGET static Reg rounded(Reg values) {
+        static_assert(rounding == SmallGemmRounding::none, "the AVX512F kernels take fp32 operands only");
+        return values;
+    }
+};
+
+#include "backend/cpu/small_gemm_tiles.inc"
+
+#undef MPTRAIN_SMALL_GEMM_TARGET
+
+}  // namespace fp32_only
+
+#undef MPTRAIN_AVX512F_TARGET
+
 }  // namespace
 
 void small_gemm_avx512(SmallGemmRounding rounding, const SmallGemmProblem& problem, ThreadPool& pool) {
     switch (rounding) {
-        case SmallGemmRounding::none: run_tiles<SmallGemmRounding::none>(problem, pool); return;
-        case SmallGemmRounding::bf16: run_tiles<SmallGemmRounding::bf16>(problem, pool); return;
-        case SmallGemmRounding::fp16: run_tiles<SmallGemmRounding::fp16>(problem, pool); return;
+        case SmallGemmRounding::none: any_rounding::run_tiles<SmallGemmRounding::none>(problem, pool); return;
+        case SmallGemmRounding::bf16: any_rounding::run_tiles<SmallGemmRounding::bf16>(problem, pool); return;
+        case SmallGemmRounding::fp16: any_rounding::run_tiles<SmallGemmRounding::fp16>(problem, pool); return;
     }
+}
+
+void small_gemm_avx512f(const SmallGemmProblem& problem, ThreadPool& pool) {
+    fp32_only::run_tiles<SmallGemmRounding::none>(problem, pool);
 }
 
 }  // namespace mpt

@@ -32,6 +32,8 @@ struct SmallGemmProblem {
 
 // The 16-lane kernels: any rounding. Only where cpu_has_avx512_bf16.
 void small_gemm_avx512(SmallGemmRounding rounding, const SmallGemmProblem& problem, ThreadPool& pool);
+// The 16-lane kernels: fp32 operands only (SmallGemmRounding::none). Only where cpu_has_avx512f.
+void small_gemm_avx512f(const SmallGemmProblem& problem, ThreadPool& pool);
 // The 8-lane kernels: fp32 operands only (SmallGemmRounding::none). Only where cpu_has_avx2_fma.
 void small_gemm_avx2(const SmallGemmProblem& problem, ThreadPool& pool);
 
