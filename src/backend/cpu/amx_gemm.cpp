@@ -34,6 +34,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "backend/cpu/avx512_rounding.h"
 #include "backend/cpu/cpu_features.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -152,12 +153,8 @@ MPTRAIN_AVX512_BF16 inline __m512i as_words(__m512bh values) { return (__m512i)v
 // Values rounded to fp16 (nearest, ties to even; overflow to Inf), as leading + remainder, two
 // vectors of bf16 values (in fp32) whose sum is exact. A non-finite value is all leading part.
 MPTRAIN_AVX512_BF16 inline void split_half(__m512 values, __m512& leading, __m512& remainder) {
-    // Zero-masked forms with every lane kept, here and below: GCC 12 warns that the plain forms'
-    // undefined pass-through vector "may be used uninitialized".
-    const __m256i rounded = _mm512_maskz_cvtps_ph(0xFFFF, values, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m512 half = _mm512_maskz_cvtph_ps(0xFFFF, rounded);
-    const __m512i widened = _mm512_maskz_cvtepu16_epi32(0xFFFF, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(half)));
-    leading = _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xFFFF, widened, 16));
+    const __m512 half = rounded_to_fp16(values);
+    leading = rounded_to_bf16(half);
     const __mmask16 finite = _mm512_cmp_ps_mask(_mm512_abs_ps(half), _mm512_set1_ps(INFINITY), _CMP_LT_OQ);
     remainder = _mm512_maskz_sub_ps(finite, half, leading);
 }

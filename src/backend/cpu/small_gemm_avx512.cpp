@@ -1,7 +1,6 @@
 // small_gemm's kernels on 16-float AVX-512 vectors (small_gemm_tiles.inc), compiled twice:
 // - for CPUs with AVX512-BF16 (Cooper Lake, Sapphire Rapids and later; Zen 4 and later), any
-//   rounding: to bf16 with VCVTNEPS2BF16 and to fp16 with AVX512F's VCVTPS2PH, as the AMX GEMM's
-//   packing does;
+//   rounding, as the AMX GEMM's packing rounds (avx512_rounding.h);
 // - for CPUs with AVX512F only (Skylake-SP to Ice Lake servers), fp32 operands only: such a CPU has
 //   no AMX, so the backend keeps bf16 and fp16 values already rounded, in fp32. Their 32 registers
 //   hold tiles twice as wide as AVX2's (8 rows of the seed MLP: 2.3-2.6 ms against AVX2's 4.2-5.0
@@ -14,6 +13,7 @@
 
 #include <algorithm>
 
+#include "backend/cpu/avx512_rounding.h"
 #include "core/thread_pool.h"
 
 namespace mpt {
@@ -49,17 +49,13 @@ namespace any_rounding {
 #define MPTRAIN_SMALL_GEMM_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16,fma")))
 
 struct Vec : Lanes512 {
-    // Values rounded to the operands' dtype and widened back to fp32, exactly. The zero-masked
-    // forms keep every lane; GCC 12 warns about the plain forms' pass-through vectors.
+    // Values rounded to the operands' dtype and widened back to fp32, exactly.
     template <SmallGemmRounding rounding>
     MPTRAIN_SMALL_GEMM_TARGET static Reg rounded(Reg values) {
         if constexpr (rounding == SmallGemmRounding::fp16) {
-            return _mm512_maskz_cvtph_ps(
-                0xFFFF, _mm512_maskz_cvtps_ph(0xFFFF, values, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+            return rounded_to_fp16(values);
         } else if constexpr (rounding == SmallGemmRounding::bf16) {
-            const __m256i words = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(values));
-            return _mm512_castsi512_ps(
-                _mm512_maskz_slli_epi32(0xFFFF, _mm512_maskz_cvtepu16_epi32(0xFFFF, words), 16));
+            return rounded_to_bf16(values);
         } else {
             return values;
         }
