@@ -163,3 +163,37 @@ TEST_CASE("fp16 overflow in the forward pass is caught as a non-finite step and 
     CHECK(state.loss_scale == 16384.0f);
     CHECK(before == after);
 }
+
+// The C API's training tests check that words give the bits the masters give, and go stale with
+// the weights; this one that a prediction really reads them once they are made.
+TEST_CASE("predictions on a few rows read the weight words, once made, instead of the fp32 masters") {
+    auto context = cpu_context();
+    if (context->backend().weight_words_max_rows(DType::bf16) == 0) {
+        MESSAGE("weight words not tested: the CPU backend reads none here (no AMX or AVX512-BF16)");
+        return;
+    }
+    auto model = std::make_shared<Model>(context, 40);
+    model->add_dense(32, Activation::relu);
+    model->add_dense(10, Activation::softmax);
+    TrainerConfig config;
+    config.precision = MPT_PRECISION_MIXED_BF16;
+    Trainer trainer(model, config);
+    std::vector<float> inputs(2 * 40);
+    std::mt19937 generator(5);
+    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+    for (float& v : inputs) v = uniform(generator);
+    const auto predict = [&] {
+        std::vector<float> outputs(2 * 10);
+        trainer.predict(inputs.data(), 2, outputs.data());
+        return outputs;
+    };
+    const std::vector<float> first = predict();
+    CHECK(predict() == first);  // the second writes the words
+    // Masters changed behind the model's back (CPU backend memory is host memory): a prediction that
+    // reads the masters would see it, one that reads the words does not.
+    float* masters = model->masters();
+    for (int64_t i = 0; i < model->parameter_block_elements(); ++i) masters[i] *= -1.5f;
+    CHECK(predict() == first);
+    model->mark_weights_changed();
+    CHECK(predict() != first);
+}

@@ -12,10 +12,12 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/small_gemm.h"
 #include "core/dtype.h"
@@ -148,6 +150,127 @@ TEST_CASE("the small GEMM rounds as the AMX GEMM does: exact fp16 products, bf16
         CHECK(dot(DType::bf16, {x, 0.0f}, {y, 0.0f}) == 1.0f);  // both round to 1 in bf16
         // bf16 counts fp32 subnormal inputs as zero, as TDPBF16PS does.
         CHECK(dot(DType::bf16, {1e-40f, 1.0f}, {1e38f, 1.0f}) == 1.0f);
+    }
+}
+
+TEST_CASE("the small GEMM over weight words gives the bits it gives over the floats they came from") {
+    for (DType dtype : {DType::bf16, DType::fp16}) {
+        if (!small_gemm_words_supported(dtype)) {
+            MESSAGE("small GEMM over words not tested in " << std::string(dtype_name(dtype)) << ": "
+                                                           << small_gemm_unsupported_reason(dtype));
+            continue;
+        }
+        std::mt19937 generator(7);
+        std::uniform_real_distribution<float> uniform(-2.0f, 2.0f);
+        struct Shape {
+            int64_t n, k;
+            int threads;
+        };
+        for (const Shape& shape : {Shape{37, 19, 1}, Shape{131, 257, 1}, Shape{40, 3000, 1}, Shape{1000, 300, 2},
+                                   Shape{5, 1, 1}, Shape{901, 1000, 3}}) {
+            for (int64_t m = 1; m <= kSmallGemmMaxRows; ++m) {
+                ThreadPool pool(shape.threads);
+                const int64_t k = shape.k, n = shape.n, lda = k + 3, ldw = k + 5, ldc = n + 2;
+                std::vector<float> a(static_cast<size_t>(m * lda)), w(static_cast<size_t>(n * ldw));
+                for (float& v : a) v = uniform(generator);
+                for (float& v : w) v = uniform(generator);
+                // Values each rounding treats on its own: subnormals, beyond fp16's range, NaN.
+                w[0] = 1e-40f;
+                if (w.size() > 2) w[1] = 70000.0f, w[2] = NAN;
+                std::vector<uint16_t> words(w.size(), 0xFFFF);
+                small_gemm_write_words(dtype, w.data(), words.data(), static_cast<int64_t>(w.size()), pool);
+                for (float beta : {0.0f, 0.5f}) {
+                    std::vector<float> from_floats(static_cast<size_t>(m * ldc), 0.25f), from_words = from_floats;
+                    small_gemm(dtype, false, true, m, n, k, -0.75f, a.data(), lda, w.data(), ldw, beta,
+                               from_floats.data(), ldc, pool);
+                    small_gemm_words(dtype, m, n, k, -0.75f, a.data(), lda, words.data(), ldw, beta, from_words.data(),
+                                     ldc, pool);
+                    int64_t differing = 0;
+                    for (size_t i = 0; i < from_floats.size(); ++i)
+                        differing += std::memcmp(&from_floats[i], &from_words[i], sizeof(float)) != 0;
+                    CAPTURE(dtype_name(dtype));
+                    CAPTURE(m);
+                    CAPTURE(n);
+                    CAPTURE(k);
+                    CHECK(differing == 0);
+                }
+            }
+        }
+    }
+}
+
+TEST_CASE("weight words hold each value rounded as the small GEMM rounds it") {
+    for (DType dtype : {DType::bf16, DType::fp16}) {
+        if (!small_gemm_words_supported(dtype)) continue;
+        ThreadPool pool(2);
+        // More than one task's chunk, and a ragged tail.
+        const int64_t count = (int64_t{1} << 17) + 21;
+        std::vector<float> values(static_cast<size_t>(count));
+        std::mt19937 generator(11);
+        std::uniform_real_distribution<float> uniform(-3.0f, 3.0f);
+        for (float& v : values) v = uniform(generator);
+        std::vector<uint16_t> words(static_cast<size_t>(count) + 16, 0xABCD);
+        small_gemm_write_words(dtype, values.data(), words.data(), count, pool);
+        int64_t wrong = 0;
+        for (int64_t i = 0; i < count; ++i) {
+            // One value through the small GEMM: 1 x 1 over depth 1, times 1 (exact).
+            const float one = 1.0f;
+            float through_gemm = 0.0f;
+            small_gemm(dtype, false, true, 1, 1, 1, 1.0f, &one, 1, &values[static_cast<size_t>(i)], 1, 0.0f,
+                       &through_gemm, 1, pool);
+            const uint16_t word = words[static_cast<size_t>(i)];
+            const float widened = dtype == DType::bf16 ? bfloat16_to_float(word) : half_to_float(word);
+            wrong += widened != through_gemm;
+            if (i > 4000) i += 97;  // a sample of the rest
+        }
+        CHECK(wrong == 0);
+        for (int64_t i = count; i < count + 16; ++i) CHECK(words[static_cast<size_t>(i)] == 0xABCD);  // nothing past
+    }
+}
+
+TEST_CASE("the CPU backend's dense forward reads weight words on the rows it offers them for, and only there") {
+    const std::unique_ptr<Backend> backend = create_cpu_backend(2);
+    for (DType dtype : {DType::bf16, DType::fp16}) {
+        const int64_t max_rows = backend->weight_words_max_rows(dtype);
+        if (max_rows == 0) {
+            MESSAGE("weight words not tested in " << std::string(dtype_name(dtype)) << ": the backend reads none here");
+            continue;
+        }
+        CHECK(backend->rounds_parameters_on_read(dtype));
+        const int64_t in = 40, out = 24, rows = max_rows + 1;
+        std::mt19937 generator(3);
+        std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+        std::vector<float> input(static_cast<size_t>(rows * in)), masters(static_cast<size_t>(out * in)),
+            other(masters.size()), bias(static_cast<size_t>(out), 0.0f);
+        for (auto* values : {&input, &masters, &other})
+            for (float& v : *values) v = uniform(generator);
+        // Words of `other`: where they are read, the forward computes with `other`, not the masters.
+        std::vector<uint16_t> words(other.size());
+        backend->write_weight_words(other.data(), words.data(), dtype, static_cast<int64_t>(other.size()));
+        const auto forward = [&](const std::vector<float>& weights, const uint16_t* weight_words, int64_t count) {
+            std::vector<float> result(static_cast<size_t>(count * out), NAN);
+            DenseForwardArgs args{};
+            args.input = input.data();
+            args.weights = weights.data();
+            args.weight_words = weight_words;
+            args.bias = bias.data();
+            args.output = result.data();
+            args.rows = count;
+            args.in_features = in;
+            args.out_features = out;
+            args.valid_out = out;
+            args.activation = Activation::linear;
+            args.compute_dtype = dtype;
+            args.bias_dtype = dtype;
+            args.output_dtype = DType::fp32;
+            backend->dense_forward(args);
+            return result;
+        };
+        for (int64_t count = 1; count <= max_rows; ++count) {
+            CAPTURE(count);
+            CHECK(forward(masters, words.data(), count) == forward(other, nullptr, count));
+        }
+        CHECK(forward(masters, words.data(), rows) == forward(masters, nullptr, rows));  // beyond: the masters
     }
 }
 

@@ -1300,6 +1300,76 @@ TEST_CASE("mixed-bf16 trainer predictions are probabilities summing to 1 and agr
     mpt_context_destroy(context);
 }
 
+// On a CPU with AMX (where `auto` resolves to mixed-bf16), predictions on up to 4 rows in bf16 (8 in
+// fp16) read the weights as 16-bit words once two predictions have met the same weights.
+TEST_CASE("predictions on a few rows give the same bits from weight words, which a step or new weights make stale") {
+    const Task data = make_blobs(64, 40, 10, 1.0, 0.8, 61);
+    const std::vector<LayerSpec> specs = {{64, MPT_ACTIVATION_RELU}, {48, MPT_ACTIVATION_RELU}, {10, MPT_ACTIVATION_SOFTMAX}};
+    for (mpt_precision precision : {MPT_PRECISION_MIXED_BF16, MPT_PRECISION_MIXED_FP16}) {
+        CAPTURE(precision_name(precision));
+        // Two contexts: one without a budget, one whose budget leaves no room for the words (there
+        // predictions only: a training step needs more than the words).
+        size_t used_after_first = 0;
+        for (bool tight : {false, true}) {
+            CAPTURE(tight);
+            mpt_context_t* context = mpt_test::create_context(MPT_BACKEND_CPU, 7, tight ? used_after_first + 4096 : 0);
+            mpt_precision automatic = MPT_PRECISION_AUTO;
+            REQUIRE_OK(mpt_context_resolve_precision(context, MPT_PRECISION_AUTO, &automatic));
+            const bool words_expected = automatic == MPT_PRECISION_MIXED_BF16 && !tight;
+            mpt_model_t* model = new_model(context, 40, specs);
+            randomise_weights(model, 40, specs, 62, 0.3, 0.1);
+            int64_t parameters = 0;
+            REQUIRE_OK(mpt_model_get_parameter_count(model, &parameters));
+            TrainerSetup setup;
+            setup.precision = precision;
+            mpt_trainer_t* trainer = new_trainer(model, setup);
+            mpt_dataset_t* dataset = labels_dataset(context, data);
+            const int64_t rows = 3;
+            const auto predict = [&] {
+                std::vector<float> out(static_cast<size_t>(rows * 10));
+                REQUIRE_OK(mpt_trainer_predict(trainer, data.x.data(), rows, out.data(), static_cast<int64_t>(out.size())));
+                return out;
+            };
+            const auto allocated = [&] {
+                size_t planned = 0, bytes = 0;
+                REQUIRE_OK(mpt_trainer_get_memory(trainer, &planned, &bytes));
+                return bytes;
+            };
+            const std::vector<float> first = predict();
+            const size_t allocated_first = allocated();
+            if (!tight) REQUIRE_OK(mpt_context_get_memory(context, &used_after_first, nullptr));
+            const std::vector<float> second = predict();  // writes the words, then reads them
+            const size_t words_bytes = allocated() - allocated_first;
+            const std::vector<float> third = predict();
+            CHECK(same_bits(first, second));
+            CHECK(same_bits(first, third));
+            if (words_expected) CHECK(words_bytes >= static_cast<size_t>(parameters) * sizeof(uint16_t));
+            else CHECK(words_bytes == 0);
+            if (!tight) {
+                // A step changes the weights: the next prediction reads them, not the words of the old ones,
+                // and the one after writes words of the new ones.
+                float loss = 0.0f;
+                REQUIRE_OK(mpt_trainer_step(trainer, dataset, 0, 16, &loss));
+                const std::vector<float> after_step = predict();
+                const size_t allocated_after_step = allocated();
+                CHECK_FALSE(same_bits(after_step, first));
+                CHECK(same_bits(predict(), after_step));
+                CHECK(same_bits(predict(), after_step));
+                // So do new weights.
+                randomise_weights(model, 40, specs, 63, 0.3, 0.1);
+                const std::vector<float> after_set = predict();
+                CHECK_FALSE(same_bits(after_set, after_step));
+                CHECK(same_bits(predict(), after_set));
+                CHECK(allocated() == allocated_after_step);  // the words' memory is kept and reused
+            }
+            mpt_dataset_destroy(dataset);
+            mpt_trainer_destroy(trainer);
+            mpt_model_destroy(model);
+            mpt_context_destroy(context);
+        }
+    }
+}
+
 TEST_CASE("evaluate counts every row when the batch size does not divide the dataset (known weights, hand-computed answer)") {
     // Two inputs, two classes, identity weights: the prediction is the larger input. Rows 0..6 are
     // labelled correctly, rows 7..9 (at the end, in the last partial batch) wrongly: accuracy 7/10.

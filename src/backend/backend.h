@@ -10,6 +10,7 @@
 
 #include "amp/loss_scaler.h"
 #include "core/dtype.h"
+#include "core/error.h"
 #include "nn/activation.h"
 #include "nn/loss.h"
 #include "nn/optimizer.h"
@@ -46,6 +47,9 @@ struct DenseForwardArgs {
     DType bias_dtype;
     DType output_dtype;
     GemmWorkspace workspace;
+    // Optional: the same weights as 16-bit words of the compute dtype (Backend::weight_words_max_rows),
+    // which the backend reads instead of `weights`; null when the executor keeps none.
+    const uint16_t* weight_words = nullptr;
 };
 
 // dZ_prev = (dZ · W) ⊙ act'(A_prev): the input gradient of a layer, fused with the previous
@@ -178,6 +182,16 @@ public:
     // copy's memory and the update's pass writing it, where rounding on the fly is free (the CPU's
     // AMX packing).
     virtual bool rounds_parameters_on_read(DType) const { return false; }
+    // The most rows for which dense_forward of a layer computing in `compute_dtype`, whose ops get
+    // the masters (rounds_parameters_on_read), reads DenseForwardArgs::weight_words when given them:
+    // a prediction on a few rows then reads half the bytes (the CPU's small GEMMs: 1 row 1.75x
+    // faster). 0: never, and the executor keeps no words.
+    virtual int64_t weight_words_max_rows(DType) const { return 0; }
+    // Writes `count` fp32 masters as 16-bit words of `dtype` for weight_words, rounded as this
+    // backend's ops round the masters they read. Only where weight_words_max_rows(dtype) > 0.
+    virtual void write_weight_words(const float*, uint16_t*, DType, int64_t) {
+        fail(MPT_STATUS_INTERNAL, "this backend reads no weight words");
+    }
     // Whether dense_update wants args.weight_grad/bias_grad for this optimizer on batches of up to
     // `rows` (true for more rows when true for fewer). Plain SGD on the CPU adds the gradient
     // straight into the masters, and CUDA does so in one kernel up to 64 rows; above that CUDA

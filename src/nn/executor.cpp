@@ -176,8 +176,10 @@ void Executor::reserve_rows(int64_t rows) {
     planned_rows_ = rows;
 }
 
-size_t Executor::planned_bytes() const { return persistent_planned_ + (planned_rows_ ? step_plan_.total_bytes() : 0); }
-size_t Executor::allocated_bytes() const { return persistent_arena_.bytes() + step_arena_.bytes(); }
+size_t Executor::planned_bytes() const {
+    return persistent_planned_ + (planned_rows_ ? step_plan_.total_bytes() : 0) + word_arena_.bytes();
+}
+size_t Executor::allocated_bytes() const { return persistent_arena_.bytes() + step_arena_.bytes() + word_arena_.bytes(); }
 
 void Executor::sync_weights() {
     if (synced_weights_version_ == model_.weights_version()) return;
@@ -192,6 +194,45 @@ void Executor::sync_weights() {
         convert(layer.bias_offset, layer.padded_units);
     }
     synced_weights_version_ = model_.weights_version();
+}
+
+const uint16_t* Executor::layer_weight_words(size_t layer, int64_t rows) const {
+    if (word_arena_.bytes() == 0 || words_version_ != model_.weights_version()) return nullptr;
+    const DType dtype = layer_dtypes_[layer];
+    if (!parameters_read_as_masters(layer) || rows > backend_.weight_words_max_rows(dtype)) return nullptr;
+    return word_arena_.at<uint16_t>(0) + model_.layers()[layer].weight_offset;
+}
+
+void Executor::prepare_prediction(int64_t rows) {
+    const uint64_t version = model_.weights_version();
+    const bool first_on_these_weights = predicted_version_ != version;
+    predicted_version_ = version;
+    if (first_on_these_weights || words_version_ == version) return;
+    const auto& layers = model_.layers();
+    auto reads_words = [&](size_t i) {
+        return parameters_read_as_masters(i) && rows <= backend_.weight_words_max_rows(layer_dtypes_[i]);
+    };
+    bool any = false;
+    for (size_t i = 0; i < layers.size(); ++i) any = any || reads_words(i);
+    if (!any) return;
+    if (word_arena_.bytes() == 0) {
+        try {
+            word_arena_ = Arena(backend_, model_.context()->memory(),
+                                static_cast<size_t>(model_.parameter_block_elements()) * sizeof(uint16_t));
+        } catch (const Error& error) {
+            if (error.status() != MPT_STATUS_OUT_OF_MEMORY) throw;
+            return;  // an optimisation the budget has no room for
+        }
+    }
+    words_version_ = ~uint64_t{0};  // not current while being written
+    uint16_t* words = word_arena_.at<uint16_t>(0);
+    for (size_t i = 0; i < layers.size(); ++i) {
+        if (!reads_words(i)) continue;
+        const DenseLayer& layer = layers[i];
+        backend_.write_weight_words(model_.masters() + layer.weight_offset, words + layer.weight_offset,
+                                    layer_dtypes_[i], layer.weight_count());
+    }
+    words_version_ = version;
 }
 
 void Executor::gather(const Dataset& dataset, const DatasetView& view, const int32_t* order,
@@ -241,6 +282,7 @@ void Executor::forward(int slot, int64_t rows) {
         DenseForwardArgs args{};
         args.input = layer_input(i, slot);
         args.weights = layer_weights(i);
+        args.weight_words = layer_weight_words(i, rows);
         args.bias = layer_bias(i);
         args.output = step_buffer(layer_slots_[i].activation);
         args.relu_mask = step_buffer(layer_slots_[i].relu_mask);

@@ -43,6 +43,12 @@ public:
 
     // Refreshes the low-precision weight copies if the model's masters changed since last time.
     void sync_weights();
+    // Before a prediction on batches of `rows`: where the backend reads weights as 16-bit words at
+    // that size (Backend::weight_words_max_rows), keeps such words of the current weights, from the
+    // second prediction on unchanged weights on (the first only notes them: a prediction between
+    // training steps would otherwise pay for a copy each time). Every forward on current words
+    // reads them; without memory for them (the budget), predictions read the masters as before.
+    void prepare_prediction(int64_t rows);
 
     // ---- phases, issued on the scheduler's current lane ----
     // `order` is backend memory; `host_order` (host memory, null: identity) is read for a streamed view.
@@ -102,6 +108,8 @@ private:
     void plan_persistent(size_t workspace_bytes);
     DType activation_dtype(size_t layer) const;  // what layer `layer` writes: the consumer's dtype
     const void* layer_weights(size_t layer) const;
+    // Layer `layer`'s weight words for a forward on `rows`, when current; else null.
+    const uint16_t* layer_weight_words(size_t layer, int64_t rows) const;
     // fp32 layers, and low-precision ones whose backend rounds the masters as its ops read them:
     // layers without low-precision copies of their parameters.
     bool parameters_read_as_masters(size_t layer) const;
@@ -133,6 +141,12 @@ private:
     TrainState* state_ = nullptr;   // &report_->state
     double* metrics_ = nullptr;     // report_->metrics
     uint64_t synced_weights_version_ = ~uint64_t{0};
+
+    // Weight words for predictions (prepare_prediction), in the parameter layout: 2 bytes per
+    // element, written for the layers whose backend reads them.
+    Arena word_arena_;
+    uint64_t words_version_ = ~uint64_t{0};      // the weights they hold
+    uint64_t predicted_version_ = ~uint64_t{0};  // the weights the last prediction read
 
     // Step arena: batch-sized buffers with liveness reuse.
     ArenaPlan step_plan_;

@@ -381,6 +381,7 @@ void Trainer::predict(const float* inputs, int64_t rows, float* outputs) {
     const int64_t batch_rows = std::min<int64_t>(rows, last_batch_size_ ? std::max<int64_t>(last_batch_size_, 256) : 256);
     executor_.reserve_rows(batch_rows);
     executor_.sync_weights();
+    executor_.prepare_prediction(batch_rows);
     const int64_t features = model_->input_features(), classes = model_->output_features();
     for (int64_t first = 0; first < rows; first += batch_rows) {
         const int64_t count = std::min(batch_rows, rows - first);

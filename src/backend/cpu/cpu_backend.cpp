@@ -112,12 +112,22 @@ void CpuBackend::freeing_scratch_on_failure(const Work& work) {
     }
 }
 
+int64_t CpuBackend::small_gemm_rows(DType dtype) { return dtype == DType::bf16 ? 4 : kSmallGemmMaxRows; }
+
 CpuBackend::GemmKernel CpuBackend::gemm_kernel(DType dtype, int64_t m, int64_t n, int64_t k) const {
     if (dtype == DType::fp32 || !amx_gemm_available()) return GemmKernel::sgemm;
     // A few rows or columns of C in bf16 or fp16 (same rounding as AMX's packing): small_gemm.
-    const int64_t small_rows = dtype == DType::bf16 ? 4 : kSmallGemmMaxRows;
-    if (small_gemm_applies(m, n, k, small_rows) && small_gemm_supported(dtype)) return GemmKernel::small;
+    if (small_gemm_applies(m, n, k, small_gemm_rows(dtype)) && small_gemm_supported(dtype)) return GemmKernel::small;
     return GemmKernel::amx;
+}
+
+int64_t CpuBackend::weight_words_max_rows(DType compute_dtype) const {
+    if (!rounds_parameters_on_read(compute_dtype) || !small_gemm_words_supported(compute_dtype)) return 0;
+    return small_gemm_rows(compute_dtype);
+}
+
+void CpuBackend::write_weight_words(const float* masters, uint16_t* words, DType dtype, int64_t count) {
+    small_gemm_write_words(dtype, masters, words, count, pool_);
 }
 
 void CpuBackend::gemm(DType dtype, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
@@ -223,8 +233,16 @@ void CpuBackend::dense_forward(const DenseForwardArgs& args) {
         round_copy(args.bias_dtype, bias, rounded_bias, static_cast<size_t>(args.valid_out));
         bias = rounded_bias;
     }
-    gemm(args.compute_dtype, false, true, args.rows, args.out_features, args.in_features, 1.0f, args.input,
-         args.in_features, args.weights, args.in_features, 0.0f, output, args.out_features);
+    if (args.weight_words && args.rows <= weight_words_max_rows(args.compute_dtype)) {
+        freeing_scratch_on_failure([&] {
+            small_gemm_words(args.compute_dtype, args.rows, args.out_features, args.in_features, 1.0f,
+                             static_cast<const float*>(args.input), args.in_features, args.weight_words,
+                             args.in_features, 0.0f, output, args.out_features, pool_);
+        });
+    } else {
+        gemm(args.compute_dtype, false, true, args.rows, args.out_features, args.in_features, 1.0f, args.input,
+             args.in_features, args.weights, args.in_features, 0.0f, output, args.out_features);
+    }
     // Epilogue as a GPU does it: fp32 accumulator + bias, activation, then one rounding to the output.
     pool_.parallel_for(args.rows, kRowGrain, [&](int64_t begin, int64_t end) {
         for (int64_t r = begin; r < end; ++r) {

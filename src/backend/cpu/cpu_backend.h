@@ -36,6 +36,8 @@ public:
     bool rounds_parameters_on_read(DType compute_dtype) const override {
         return compute_dtype != DType::fp32 && amx_gemm_available();
     }
+    int64_t weight_words_max_rows(DType compute_dtype) const override;
+    void write_weight_words(const float* masters, uint16_t* words, DType dtype, int64_t count) override;
     void reserve_update_scratch(const DenseUpdateShape* layers, int count, int64_t rows) override;
     bool update_needs_gradient_scratch(const OptimizerConfig& optimizer, int64_t) const override {
         return !is_plain_sgd(optimizer);
@@ -76,6 +78,8 @@ private:
     // The kernel gemm runs for a layer computing in `dtype`, C being m x n over depth k.
     enum class GemmKernel { small, amx, sgemm };
     GemmKernel gemm_kernel(DType dtype, int64_t m, int64_t n, int64_t k) const;
+    // The most rows (or columns) of C for which a bf16 or fp16 GEMM takes small_gemm over AMX.
+    static int64_t small_gemm_rows(DType dtype);
     // Reserves in the pool's scratch what gemm of this shape will use.
     void reserve_gemm(DType dtype, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k);
     // Runs `work` (GEMMs); should it run out of memory or budget for their scratch (before any of C

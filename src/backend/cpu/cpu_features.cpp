@@ -14,7 +14,8 @@ bool cpu_has_avx512_bf16() {
     // Leaf 7's subleaf 1 holds the AVX512-BF16 bit; subleaf 0 says whether it exists.
     if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) || eax < 1) return false;
     if (!__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) || !(eax & (1u << 5))) return false;
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl");
 #else
     return false;
 #endif

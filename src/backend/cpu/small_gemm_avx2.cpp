@@ -8,6 +8,8 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <type_traits>
 
 #include "core/thread_pool.h"
 

@@ -12,6 +12,8 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <type_traits>
 
 #include "backend/cpu/avx512_rounding.h"
 #include "core/thread_pool.h"
@@ -46,7 +48,7 @@ struct Lanes512 {
 
 namespace any_rounding {
 
-#define MPTRAIN_SMALL_GEMM_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16,fma")))
+#define MPTRAIN_SMALL_GEMM_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma")))
 
 struct Vec : Lanes512 {
     // Values rounded to the operands' dtype and widened back to fp32, exactly.
@@ -60,7 +62,38 @@ struct Vec : Lanes512 {
             return values;
         }
     }
+
+    // Up to 16 bf16 or fp16 words (the masked-off ones read as zero, never fault), exactly as floats.
+    template <SmallGemmRounding rounding>
+    MPTRAIN_SMALL_GEMM_TARGET static Reg widened(const uint16_t* p, Mask m) {
+        const __m256i words = _mm256_maskz_loadu_epi16(m, p);
+        if constexpr (rounding == SmallGemmRounding::fp16) {
+            return _mm512_maskz_cvtph_ps(0xFFFF, words);
+        } else {
+            static_assert(rounding == SmallGemmRounding::bf16, "words are bf16 or fp16");
+            return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xFFFF, _mm512_maskz_cvtepu16_epi32(0xFFFF, words), 16));
+        }
+    }
+
+    // 16 floats as bf16 or fp16 words, rounded as rounded<rounding> rounds them.
+    template <SmallGemmRounding rounding>
+    MPTRAIN_SMALL_GEMM_TARGET static __m256i words_of(Reg values) {
+        if constexpr (rounding == SmallGemmRounding::fp16) {
+            return _mm512_maskz_cvtps_ph(0xFFFF, values, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        } else {
+            static_assert(rounding == SmallGemmRounding::bf16, "words are bf16 or fp16");
+            return reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(values));
+        }
+    }
 };
+
+template <SmallGemmRounding rounding>
+MPTRAIN_SMALL_GEMM_TARGET void write_words(const float* values, uint16_t* words, int64_t count) {
+    for (int64_t i = 0; i < count; i += Vec::kLanes) {
+        const Vec::Mask mask = Vec::mask(count - i);
+        _mm256_mask_storeu_epi16(words + i, mask, Vec::words_of<rounding>(Vec::load_masked(values + i, mask)));
+    }
+}
 
 #include "backend/cpu/small_gemm_tiles.inc"
 
@@ -91,11 +124,24 @@ struct Vec : Lanes512 {
 }  // namespace
 
 void small_gemm_avx512(SmallGemmRounding rounding, const SmallGemmProblem& problem, ThreadPool& pool) {
+    using any_rounding::run_tiles;
+    const bool words = problem.b_words != nullptr;
     switch (rounding) {
-        case SmallGemmRounding::none: any_rounding::run_tiles<SmallGemmRounding::none>(problem, pool); return;
-        case SmallGemmRounding::bf16: any_rounding::run_tiles<SmallGemmRounding::bf16>(problem, pool); return;
-        case SmallGemmRounding::fp16: any_rounding::run_tiles<SmallGemmRounding::fp16>(problem, pool); return;
+        case SmallGemmRounding::none: run_tiles<SmallGemmRounding::none>(problem, pool); return;
+        case SmallGemmRounding::bf16:
+            if (words) run_tiles<SmallGemmRounding::bf16, uint16_t>(problem, pool);
+            else run_tiles<SmallGemmRounding::bf16>(problem, pool);
+            return;
+        case SmallGemmRounding::fp16:
+            if (words) run_tiles<SmallGemmRounding::fp16, uint16_t>(problem, pool);
+            else run_tiles<SmallGemmRounding::fp16>(problem, pool);
+            return;
     }
+}
+
+void small_gemm_avx512_words(SmallGemmRounding rounding, const float* values, uint16_t* words, int64_t count) {
+    if (rounding == SmallGemmRounding::fp16) any_rounding::write_words<SmallGemmRounding::fp16>(values, words, count);
+    else any_rounding::write_words<SmallGemmRounding::bf16>(values, words, count);
 }
 
 void small_gemm_avx512f(const SmallGemmProblem& problem, ThreadPool& pool) {
