@@ -173,6 +173,46 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// The library's log: its warnings to stderr, and the line naming the device (backend, threads, the
+// CPU's GEMM kernels or the GPU) printed once, so that every table says what it ran on.
+void log_to_console(mpt_log_level level, const char* message, void*) {
+    static bool device_printed = false;
+    const std::string text = message;
+    if (level >= MPT_LOG_LEVEL_WARNING) {
+        std::fprintf(stderr, "mptrain: %s\n", message);
+    } else if (!device_printed && text.rfind("mptrain ", 0) == 0 && text.find(" on ") != std::string::npos) {
+        std::printf("device: %s\n", text.substr(text.find(" on ") + 4).c_str());
+        std::fflush(stdout);
+        device_printed = true;
+    }
+}
+
+// A context for one run: the requested backend and threads, data sets in host memory when
+// `streamed`, the log as above.
+mpt_context_t* create_context(const Options& options, bool streamed) {
+    mpt_context_options_t* context_options = nullptr;
+    check(mpt_context_options_create(&context_options), "context options");
+    mpt_status status = mpt_context_options_set_backend(
+        context_options, options.backend == "cuda" ? MPT_BACKEND_CUDA : MPT_BACKEND_CPU);
+    if (status == MPT_STATUS_OK) status = mpt_context_options_set_threads(context_options, options.threads);
+    if (status == MPT_STATUS_OK && streamed) status = mpt_context_options_set_dataset_device_budget(context_options, 0);
+    if (status == MPT_STATUS_OK) status = mpt_context_options_set_log_callback(context_options, &log_to_console, nullptr);
+    mpt_context_t* context = nullptr;
+    if (status == MPT_STATUS_OK) status = mpt_context_create(context_options, &context);
+    mpt_context_options_destroy(context_options);
+    check(status, "context");
+    return context;
+}
+
+// Prints the device line before the table (a context made and dropped); a failure here is the
+// runs' to report.
+void print_device(const Options& options) {
+    try {
+        mpt_context_destroy(create_context(options, options.streamed));
+    } catch (const RunFailed&) {
+    }
+}
+
 int64_t default_steps(const Options& options, int64_t batch) {
     if (options.steps > 0) return options.steps;
     if (options.backend == "cuda") return 200;
@@ -183,17 +223,6 @@ Record run_one(const Options& options, const std::string& precision_text, int64_
                const std::vector<uint8_t>& samples, const std::vector<int32_t>& labels, int64_t rows) {
     mpt_precision precision;
     if (!parse_precision(precision_text, precision)) usage(2);
-    mpt_context_options_t* context_options = nullptr;
-    check(mpt_context_options_create(&context_options), "context options");
-    mpt_status configured = mpt_context_options_set_backend(
-        context_options, options.backend == "cuda" ? MPT_BACKEND_CUDA : MPT_BACKEND_CPU);
-    if (configured == MPT_STATUS_OK) configured = mpt_context_options_set_threads(context_options, options.threads);
-    if (configured == MPT_STATUS_OK && options.streamed)
-        configured = mpt_context_options_set_dataset_device_budget(context_options, 0);
-    if (configured != MPT_STATUS_OK) {
-        mpt_context_options_destroy(context_options);
-        check(configured, "context options");
-    }
     const bool on_device = options.backend == "cuda";
     // Read before the context exists (this also creates the process's primary CUDA context, which the
     // library then shares, so the context itself is not counted). Sampled between epochs, it is the
@@ -201,9 +230,7 @@ Record run_one(const Options& options, const std::string& precision_text, int64_
     const size_t device_before = on_device ? device_bytes_in_use() : 0;
     size_t device_peak = device_before;
     RunHandles handles;
-    const mpt_status created = mpt_context_create(context_options, &handles.context);
-    mpt_context_options_destroy(context_options);
-    check(created, "context");
+    handles.context = create_context(options, options.streamed);
     mpt_context_t* context = handles.context;
 
     add_seed_mlp(handles);
@@ -214,7 +241,7 @@ Record run_one(const Options& options, const std::string& precision_text, int64_
     mpt_dataset_t* dataset = handles.dataset;
     mpt_trainer_options_t* trainer_options = nullptr;
     check(mpt_trainer_options_create(&trainer_options), "trainer options");
-    configured = mpt_trainer_options_set_precision(trainer_options, precision);
+    mpt_status configured = mpt_trainer_options_set_precision(trainer_options, precision);
     if (configured == MPT_STATUS_OK) configured = mpt_trainer_options_set_learning_rate(trainer_options, 0.01f);
     if (configured == MPT_STATUS_OK) configured = mpt_trainer_create(model, trainer_options, &handles.trainer);
     mpt_trainer_options_destroy(trainer_options);
@@ -277,14 +304,7 @@ int predict_latency(const Options& options) {
     std::printf("%-7s %-11s %-11s %6s %14s %14s\n", "backend", "precision", "runs as", "rows", "us/predict",
                 "best us");
     RunHandles handles;
-    mpt_context_options_t* context_options = nullptr;
-    check(mpt_context_options_create(&context_options), "context options");
-    mpt_status configured = mpt_context_options_set_backend(
-        context_options, options.backend == "cuda" ? MPT_BACKEND_CUDA : MPT_BACKEND_CPU);
-    if (configured == MPT_STATUS_OK) configured = mpt_context_options_set_threads(context_options, options.threads);
-    if (configured == MPT_STATUS_OK) configured = mpt_context_create(context_options, &handles.context);
-    mpt_context_options_destroy(context_options);
-    check(configured, "context");
+    handles.context = create_context(options, false);
     add_seed_mlp(handles);
     std::vector<mpt_trainer_t*> trainers;
     std::vector<mpt_precision> resolved;
@@ -376,6 +396,7 @@ int main(int argc, char** argv) {
     if (!options.predict_rows.empty()) {
         std::printf("mptrain %s bench, backend %s, seed MLP 3072-3000-1000-10, prediction latency\n", mpt_version(),
                     options.backend.c_str());
+        print_device(options);
         try {
             return predict_latency(options) == 0 ? 0 : 1;
         } catch (const RunFailed& failure) {
@@ -384,6 +405,7 @@ int main(int argc, char** argv) {
         }
     }
     std::printf("mptrain %s bench, backend %s, seed MLP 3072-3000-1000-10, SGD\n", mpt_version(), options.backend.c_str());
+    print_device(options);
     std::printf("%-7s %-11s %-11s %6s %6s %12s %12s %12s %7s %11s %9s %11s\n", "backend", "precision", "runs as",
                 "batch", "steps", "us/step", "wall us/step", "gemm floor", "ratio", "allocs/step", "peak MiB",
                 "device MiB");

@@ -1351,16 +1351,34 @@ TEST_CASE("predictions on a few rows give the same bits from weight words, which
                 float loss = 0.0f;
                 REQUIRE_OK(mpt_trainer_step(trainer, dataset, 0, 16, &loss));
                 const std::vector<float> after_step = predict();
-                const size_t allocated_after_step = allocated();
+                const size_t without_words = allocated();
                 CHECK_FALSE(same_bits(after_step, first));
                 CHECK(same_bits(predict(), after_step));
+                CHECK(allocated() == without_words + words_bytes);
                 CHECK(same_bits(predict(), after_step));
-                // So do new weights.
+                // So do new weights; their words are written where the old ones were.
                 randomise_weights(model, 40, specs, 63, 0.3, 0.1);
                 const std::vector<float> after_set = predict();
                 CHECK_FALSE(same_bits(after_set, after_step));
                 CHECK(same_bits(predict(), after_set));
-                CHECK(allocated() == allocated_after_step);  // the words' memory is kept and reused
+                CHECK(allocated() == without_words + words_bytes);
+                // A step (here of the batch size planned already) gives the words' memory back.
+                REQUIRE_OK(mpt_trainer_step(trainer, dataset, 16, 16, &loss));
+                CHECK(allocated() == without_words);
+                // So does planning for more rows: then the trainer holds what one that never made
+                // words holds.
+                const std::vector<float> after_second_step = predict();
+                CHECK(same_bits(predict(), after_second_step));
+                CHECK(allocated() == without_words + words_bytes);
+                mpt_trainer_t* other = new_trainer(model, setup);
+                std::vector<float> all_rows(static_cast<size_t>(data.rows * 10));
+                for (mpt_trainer_t* each : {trainer, other})
+                    REQUIRE_OK(mpt_trainer_predict(each, data.x.data(), data.rows, all_rows.data(),
+                                                   static_cast<int64_t>(all_rows.size())));
+                size_t planned = 0, other_allocated = 0;
+                REQUIRE_OK(mpt_trainer_get_memory(other, &planned, &other_allocated));
+                CHECK(allocated() == other_allocated);
+                mpt_trainer_destroy(other);
             }
             mpt_dataset_destroy(dataset);
             mpt_trainer_destroy(trainer);
@@ -1368,6 +1386,53 @@ TEST_CASE("predictions on a few rows give the same bits from weight words, which
             mpt_context_destroy(context);
         }
     }
+}
+
+// bf16 layers read weight words on up to 4 rows, fp16 ones on up to 8: predictions on 8 rows make
+// words for both, and every later forward on fewer rows (a prediction, the last chunk of a long
+// one, a training step) must read the words of its own weights.
+TEST_CASE("a model mixing bf16 and fp16 layers predicts and steps the same after predictions made weight words") {
+    const Task data = make_blobs(300, 40, 10, 1.0, 0.8, 71);
+    const std::vector<LayerSpec> specs = {{64, MPT_ACTIVATION_RELU}, {48, MPT_ACTIVATION_RELU}, {10, MPT_ACTIVATION_SOFTMAX}};
+    struct Run {
+        std::vector<float> two_rows, all_rows, weights;
+        float loss = 0.0f;
+    };
+    const auto run = [&](bool make_words) {
+        mpt_context_t* context = mpt_test::create_context(MPT_BACKEND_CPU, 7);
+        mpt_model_t* model = new_model(context, 40, specs);
+        REQUIRE_OK(mpt_model_set_layer_dtype(model, 0, MPT_DTYPE_FP16));
+        randomise_weights(model, 40, specs, 72, 0.3, 0.1);
+        TrainerSetup setup;
+        setup.precision = MPT_PRECISION_MIXED_BF16;
+        mpt_trainer_t* trainer = new_trainer(model, setup);
+        mpt_dataset_t* dataset = labels_dataset(context, data);
+        const auto predict = [&](int64_t rows) {
+            std::vector<float> out(static_cast<size_t>(rows * 10));
+            REQUIRE_OK(mpt_trainer_predict(trainer, data.x.data(), rows, out.data(), static_cast<int64_t>(out.size())));
+            return out;
+        };
+        Run result;
+        if (make_words) {
+            predict(300);  // plans 256 rows, so that the later long prediction keeps the words
+            predict(8);
+            predict(8);
+        }
+        result.two_rows = predict(2);
+        result.all_rows = predict(300);  // 256 rows, then 44
+        REQUIRE_OK(mpt_trainer_step(trainer, dataset, 0, 2, &result.loss));
+        result.weights = flat_weights(model, 40, specs);
+        mpt_dataset_destroy(dataset);
+        mpt_trainer_destroy(trainer);
+        mpt_model_destroy(model);
+        mpt_context_destroy(context);
+        return result;
+    };
+    const Run fresh = run(false), after_words = run(true);
+    CHECK(same_bits(after_words.two_rows, fresh.two_rows));
+    CHECK(same_bits(after_words.all_rows, fresh.all_rows));
+    CHECK(after_words.loss == fresh.loss);
+    CHECK(same_bits(after_words.weights, fresh.weights));
 }
 
 TEST_CASE("evaluate counts every row when the batch size does not divide the dataset (known weights, hand-computed answer)") {

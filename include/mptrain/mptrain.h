@@ -349,8 +349,9 @@ MPT_API mpt_status mpt_trainer_evaluate(mpt_trainer_t* trainer, const mpt_datase
  *  trainer's precision; `out` holds rows * output_features floats. On a CPU with AMX, a
  *  mixed-precision trainer's predictions on a few rows (up to 4 in bf16, 8 in fp16) read 16-bit
  *  copies of the weights from the second prediction on unchanged weights on: the same outputs from
- *  half the bytes. The copies take 2 bytes per parameter (mpt_trainer_get_memory counts them); where
- *  the memory budget has no room for them, predictions read the fp32 weights as before. */
+ *  half the bytes. The copies take 2 bytes per parameter (mpt_trainer_get_memory counts them) until
+ *  a training step or a larger batch gives them back; where the memory budget has no room for
+ *  them, predictions read the fp32 weights as before. */
 MPT_API mpt_status mpt_trainer_predict(mpt_trainer_t* trainer, const float* inputs, int64_t rows,
                                        float* out, int64_t out_count);
 /** The precision this trainer runs in (AUTO resolved). */

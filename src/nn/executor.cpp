@@ -115,9 +115,11 @@ void Executor::reserve_rows(int64_t rows) {
     if (rows <= planned_rows_) return;
     backend_.scheduler().synchronize();  // the copy lane may still be filling the old arena
     // Release first so the new plan fits where the old one was; if the new one fails (budget, out of
-    // memory) nothing is planned, and the next call plans again.
+    // memory) nothing is planned, and the next call plans again. The weight words go too: the
+    // step arena comes before them.
     step_arena_ = Arena();
     planned_rows_ = 0;
+    release_weight_words();
 
     const auto& layers = model_.layers();
     const int layer_count = static_cast<int>(layers.size());
@@ -196,11 +198,19 @@ void Executor::sync_weights() {
     synced_weights_version_ = model_.weights_version();
 }
 
+int64_t Executor::weight_words_max_rows(size_t layer) const {
+    return parameters_read_as_masters(layer) ? backend_.weight_words_max_rows(layer_dtypes_[layer]) : 0;
+}
+
 const uint16_t* Executor::layer_weight_words(size_t layer, int64_t rows) const {
     if (word_arena_.bytes() == 0 || words_version_ != model_.weights_version()) return nullptr;
-    const DType dtype = layer_dtypes_[layer];
-    if (!parameters_read_as_masters(layer) || rows > backend_.weight_words_max_rows(dtype)) return nullptr;
+    if (rows > weight_words_max_rows(layer)) return nullptr;
     return word_arena_.at<uint16_t>(0) + model_.layers()[layer].weight_offset;
+}
+
+void Executor::release_weight_words() {
+    word_arena_ = Arena();
+    words_version_ = ~uint64_t{0};
 }
 
 void Executor::prepare_prediction(int64_t rows) {
@@ -209,11 +219,8 @@ void Executor::prepare_prediction(int64_t rows) {
     predicted_version_ = version;
     if (first_on_these_weights || words_version_ == version) return;
     const auto& layers = model_.layers();
-    auto reads_words = [&](size_t i) {
-        return parameters_read_as_masters(i) && rows <= backend_.weight_words_max_rows(layer_dtypes_[i]);
-    };
     bool any = false;
-    for (size_t i = 0; i < layers.size(); ++i) any = any || reads_words(i);
+    for (size_t i = 0; i < layers.size(); ++i) any = any || rows <= weight_words_max_rows(i);
     if (!any) return;
     if (word_arena_.bytes() == 0) {
         try {
@@ -224,10 +231,12 @@ void Executor::prepare_prediction(int64_t rows) {
             return;  // an optimisation the budget has no room for
         }
     }
+    // Every layer that reads words at some row count gets them, whatever `rows` is now: a layer of
+    // another dtype may read them on fewer rows later.
     words_version_ = ~uint64_t{0};  // not current while being written
     uint16_t* words = word_arena_.at<uint16_t>(0);
     for (size_t i = 0; i < layers.size(); ++i) {
-        if (!reads_words(i)) continue;
+        if (weight_words_max_rows(i) == 0) continue;
         const DenseLayer& layer = layers[i];
         backend_.write_weight_words(model_.masters() + layer.weight_offset, words + layer.weight_offset,
                                     layer_dtypes_[i], layer.weight_count());
@@ -397,6 +406,9 @@ void Executor::update(int slot, int64_t rows) {
     backend_.finish_step(state_, scaler_);
     model_.mark_weights_changed();
     synced_weights_version_ = model_.weights_version();
+    // Stale now: their memory goes back to the budget (training may want it) until predictions
+    // on unchanged weights make them again.
+    if (word_arena_.bytes()) release_weight_words();
 }
 
 TrainState Executor::read_state() const {

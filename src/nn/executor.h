@@ -48,6 +48,7 @@ public:
     // second prediction on unchanged weights on (the first only notes them: a prediction between
     // training steps would otherwise pay for a copy each time). Every forward on current words
     // reads them; without memory for them (the budget), predictions read the masters as before.
+    // A training step (the words go stale) or planning for more rows gives their memory back.
     void prepare_prediction(int64_t rows);
 
     // ---- phases, issued on the scheduler's current lane ----
@@ -108,8 +109,11 @@ private:
     void plan_persistent(size_t workspace_bytes);
     DType activation_dtype(size_t layer) const;  // what layer `layer` writes: the consumer's dtype
     const void* layer_weights(size_t layer) const;
+    // The most rows on which layer `layer` reads weight words (0: never).
+    int64_t weight_words_max_rows(size_t layer) const;
     // Layer `layer`'s weight words for a forward on `rows`, when current; else null.
     const uint16_t* layer_weight_words(size_t layer, int64_t rows) const;
+    void release_weight_words();
     // fp32 layers, and low-precision ones whose backend rounds the masters as its ops read them:
     // layers without low-precision copies of their parameters.
     bool parameters_read_as_masters(size_t layer) const;
