@@ -54,6 +54,49 @@ const Support& support() {
     return answer;
 }
 
+// C = alpha * op(A) . op(B) + beta * C put as C' = op(A') . op(B') with C' having the few rows.
+SmallGemmProblem with_few_rows_first(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
+                                     const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                                     int64_t ldc) {
+    // An operand by its outer index x (C's row for op(A), C's column for op(B)) and the depth q:
+    // element (x, q) at data[x * outer + q * depth].
+    struct Operand {
+        const float* data;
+        int64_t outer, depth;
+    };
+    const Operand a_side{a, transpose_a ? 1 : lda, transpose_a ? lda : 1};
+    const Operand b_side{b, transpose_b ? ldb : 1, transpose_b ? 1 : ldb};
+    // C' = C, or C' = C^T = op(B)^T . op(A)^T when C has the few columns.
+    const bool few_rows = m <= kSmallGemmMaxRows;
+    const Operand& rows_side = few_rows ? a_side : b_side;
+    const Operand& other = few_rows ? b_side : a_side;
+    SmallGemmProblem p{};
+    p.rows = few_rows ? m : n;
+    p.columns = few_rows ? n : m;
+    p.depth = k;
+    p.a = rows_side.data;
+    p.a_row = rows_side.outer;
+    p.a_depth = rows_side.depth;
+    p.b = other.data;
+    p.b_column = other.outer;
+    p.b_depth = other.depth;
+    p.c = c;
+    p.c_row = few_rows ? ldc : 1;
+    p.c_column = few_rows ? 1 : ldc;
+    p.alpha = alpha;
+    p.beta = beta;
+    return p;
+}
+
+SmallGemmRounding rounding_of(DType operands) {
+    switch (operands) {
+        case DType::bf16: return SmallGemmRounding::bf16;
+        case DType::fp16: return SmallGemmRounding::fp16;
+        case DType::fp32: break;
+    }
+    return SmallGemmRounding::none;
+}
+
 }  // namespace
 
 SmallGemmKernels small_gemm_kernels() { return support().kernels; }
@@ -91,33 +134,8 @@ void small_gemm(DType operands, bool transpose_a, bool transpose_b, int64_t m, i
                 ThreadPool& pool) {
     if (!small_gemm_applies(m, n, k) || !small_gemm_supported(operands))
         fail(MPT_STATUS_INTERNAL, "small_gemm called outside its case or where it cannot run");
-    // An operand by its outer index x (C's row for op(A), C's column for op(B)) and the depth q:
-    // element (x, q) at data[x * outer + q * depth].
-    struct Operand {
-        const float* data;
-        int64_t outer, depth;
-    };
-    const Operand a_side{a, transpose_a ? 1 : lda, transpose_a ? lda : 1};
-    const Operand b_side{b, transpose_b ? ldb : 1, transpose_b ? 1 : ldb};
-    // C' = C, or C' = C^T = op(B)^T . op(A)^T when C has the few columns.
-    const bool few_rows = m <= kSmallGemmMaxRows;
-    const Operand& rows_side = few_rows ? a_side : b_side;
-    const Operand& other = few_rows ? b_side : a_side;
-    SmallGemmProblem p{};
-    p.rows = few_rows ? m : n;
-    p.columns = few_rows ? n : m;
-    p.depth = k;
-    p.a = rows_side.data;
-    p.a_row = rows_side.outer;
-    p.a_depth = rows_side.depth;
-    p.b = other.data;
-    p.b_column = other.outer;
-    p.b_depth = other.depth;
-    p.c = c;
-    p.c_row = few_rows ? ldc : 1;
-    p.c_column = few_rows ? 1 : ldc;
-    p.alpha = alpha;
-    p.beta = beta;
+    const SmallGemmProblem p =
+        with_few_rows_first(transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 #if defined(__x86_64__) && defined(__GNUC__)
     switch (support().kernels) {
         case SmallGemmKernels::avx2: small_gemm_avx2(p, pool); return;
@@ -125,13 +143,10 @@ void small_gemm(DType operands, bool transpose_a, bool transpose_b, int64_t m, i
         case SmallGemmKernels::avx512:
         case SmallGemmKernels::none: break;
     }
-    switch (operands) {
-        case DType::fp32: small_gemm_avx512(SmallGemmRounding::none, p, pool); return;
-        case DType::bf16: small_gemm_avx512(SmallGemmRounding::bf16, p, pool); return;
-        case DType::fp16: small_gemm_avx512(SmallGemmRounding::fp16, p, pool); return;
-    }
+    small_gemm_avx512(rounding_of(operands), p, pool);
+#else
+    (void)p;
 #endif
-    fail(MPT_STATUS_INTERNAL, std::string("small_gemm: no kernels for operand dtype ") + dtype_name(operands));
 }
 
 bool small_gemm_words_supported(DType operands) {
@@ -142,7 +157,7 @@ void small_gemm_write_words(DType operands, const float* values, uint16_t* words
     if (!small_gemm_words_supported(operands))
         fail(MPT_STATUS_INTERNAL, "small_gemm_write_words called where it cannot run");
 #if defined(__x86_64__) && defined(__GNUC__)
-    const SmallGemmRounding rounding = operands == DType::bf16 ? SmallGemmRounding::bf16 : SmallGemmRounding::fp16;
+    const SmallGemmRounding rounding = rounding_of(operands);
     constexpr int64_t kChunk = int64_t{1} << 16;  // words per task: a multiple of every vector's lanes
     pool.parallel_for((count + kChunk - 1) / kChunk, 1, [&](int64_t begin, int64_t end) {
         const int64_t first = begin * kChunk, last = std::min(count, end * kChunk);
@@ -157,25 +172,13 @@ void small_gemm_words(DType operands, int64_t m, int64_t n, int64_t k, float alp
                       const uint16_t* w, int64_t ldw, float beta, float* c, int64_t ldc, ThreadPool& pool) {
     if (m <= 0 || m > kSmallGemmMaxRows || n <= 0 || k <= 0 || !small_gemm_words_supported(operands))
         fail(MPT_STATUS_INTERNAL, "small_gemm_words called outside its case or where it cannot run");
-#if defined(__x86_64__) && defined(__GNUC__)
-    SmallGemmProblem p{};
-    p.rows = m;
-    p.columns = n;
-    p.depth = k;
-    p.a = a;
-    p.a_row = lda;
-    p.a_depth = 1;
+    // The words stand where op(B) = W^T's floats would: few rows of C, so C' = C.
+    SmallGemmProblem p = with_few_rows_first(false, true, m, n, k, alpha, a, lda, nullptr, ldw, beta, c, ldc);
     p.b_words = w;
-    p.b_column = ldw;
-    p.b_depth = 1;
-    p.c = c;
-    p.c_row = ldc;
-    p.c_column = 1;
-    p.alpha = alpha;
-    p.beta = beta;
-    small_gemm_avx512(operands == DType::bf16 ? SmallGemmRounding::bf16 : SmallGemmRounding::fp16, p, pool);
+#if defined(__x86_64__) && defined(__GNUC__)
+    small_gemm_avx512(rounding_of(operands), p, pool);
 #else
-    (void)alpha, (void)a, (void)lda, (void)w, (void)ldw, (void)beta, (void)c, (void)ldc, (void)pool;
+    (void)p, (void)pool;
 #endif
 }
 
