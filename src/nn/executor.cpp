@@ -377,6 +377,25 @@ void Executor::update(int slot, int64_t rows) {
         }
     }
     backend_.decide_update(gradient_bounds_, layer_count, rows, state_);
+    try {
+        update_layers(slot, rows);
+        backend_.finish_step(state_, scaler_);
+    } catch (...) {
+        // Some layers may be updated already (a fault: their scratch was reserved above), so what
+        // was made from the old weights (low copies, words) must not be read again.
+        model_.mark_weights_changed();
+        release_weight_words();
+        throw;
+    }
+    model_.mark_weights_changed();
+    synced_weights_version_ = model_.weights_version();
+    // Stale now: their memory goes back to the budget (training may want it) until predictions
+    // on unchanged weights make them again.
+    if (word_arena_.bytes()) release_weight_words();
+}
+
+void Executor::update_layers(int slot, int64_t rows) {
+    const auto& layers = model_.layers();
     float* masters = model_.masters();
     float* gradient_scratch = static_cast<float*>(step_buffer(gradient_scratch_));
     for (size_t i = 0; i < layers.size(); ++i) {
@@ -403,12 +422,6 @@ void Executor::update(int slot, int64_t rows) {
         args.workspace = gemm_workspace_;
         backend_.dense_update(args, optimizer_);
     }
-    backend_.finish_step(state_, scaler_);
-    model_.mark_weights_changed();
-    synced_weights_version_ = model_.weights_version();
-    // Stale now: their memory goes back to the budget (training may want it) until predictions
-    // on unchanged weights make them again.
-    if (word_arena_.bytes()) release_weight_words();
 }
 
 TrainState Executor::read_state() const {

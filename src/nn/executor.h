@@ -118,6 +118,8 @@ private:
     // layers without low-precision copies of their parameters.
     bool parameters_read_as_masters(size_t layer) const;
     const void* layer_bias(size_t layer) const;
+    // Every layer's dense_update (update's second half, after the step is proven finite or not).
+    void update_layers(int slot, int64_t rows);
     void* step_buffer(int id) const { return id < 0 ? nullptr : step_arena_.at<char>(step_plan_.offset(id)); }
     const void* layer_input(size_t layer, int slot) const;
 
