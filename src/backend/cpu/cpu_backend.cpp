@@ -13,6 +13,7 @@
 #include "backend/cpu/cpu_gemm.h"
 #include "backend/cpu/cpu_loss_head.h"
 #include "backend/cpu/small_gemm.h"
+#include "backend/cpu/weight_words.h"
 #include "core/error.h"
 #include "core/float_bits.h"
 #include "data/epoch_order.h"
@@ -123,12 +124,14 @@ CpuBackend::GemmKernel CpuBackend::gemm_kernel(DType dtype, int64_t m, int64_t n
 }
 
 int64_t CpuBackend::weight_words_max_rows(DType compute_dtype) const {
+    // small_gemm reads them; the AMX GEMM (more rows) does not: its packing from words measured only
+    // 1.08-1.15x faster in bf16 and no faster in fp16 (bench/NOTES.md).
     if (!rounds_parameters_on_read(compute_dtype) || !small_gemm_words_supported(compute_dtype)) return 0;
     return small_gemm_rows(compute_dtype);
 }
 
 void CpuBackend::write_weight_words(const float* masters, uint16_t* words, DType dtype, int64_t count) {
-    small_gemm_write_words(dtype, masters, words, count, pool_);
+    mpt::write_weight_words(dtype, masters, words, count, pool_);
 }
 
 void CpuBackend::gemm(DType dtype, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,

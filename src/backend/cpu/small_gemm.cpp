@@ -153,21 +153,6 @@ bool small_gemm_words_supported(DType operands) {
     return operands != DType::fp32 && support().kernels == SmallGemmKernels::avx512;
 }
 
-void small_gemm_write_words(DType operands, const float* values, uint16_t* words, int64_t count, ThreadPool& pool) {
-    if (!small_gemm_words_supported(operands))
-        fail(MPT_STATUS_INTERNAL, "small_gemm_write_words called where it cannot run");
-#if defined(__x86_64__) && defined(__GNUC__)
-    const SmallGemmRounding rounding = rounding_of(operands);
-    constexpr int64_t kChunk = int64_t{1} << 16;  // words per task: a multiple of every vector's lanes
-    pool.parallel_for((count + kChunk - 1) / kChunk, 1, [&](int64_t begin, int64_t end) {
-        const int64_t first = begin * kChunk, last = std::min(count, end * kChunk);
-        small_gemm_avx512_words(rounding, values + first, words + first, last - first);
-    });
-#else
-    (void)values, (void)words, (void)count, (void)pool;
-#endif
-}
-
 void small_gemm_words(DType operands, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
                       const uint16_t* w, int64_t ldw, float beta, float* c, int64_t ldc, ThreadPool& pool) {
     if (m <= 0 || m > kSmallGemmMaxRows || n <= 0 || k <= 0 || !small_gemm_words_supported(operands))

@@ -54,16 +54,13 @@ void small_gemm(DType operands, bool transpose_a, bool transpose_b, int64_t m, i
 // Reserves in `pool`'s scratch what small_gemm of this shape will use (see amx_gemm_reserve).
 void small_gemm_reserve(int64_t m, int64_t n, int64_t k, ThreadPool& pool);
 
-// The weights read as 16-bit words: half the bytes of the fp32 values small_gemm rounds as it
-// loads them, for predictions from weights that do not change between them (Executor).
-// Whether small_gemm_words runs here for `operands`: bf16 or fp16 with the AVX-512 kernels.
+// The weights read as 16-bit words (weight_words.h): half the bytes of the fp32 values small_gemm
+// rounds as it loads them. Whether small_gemm_words runs here for `operands`: bf16 or fp16 with the
+// AVX-512 kernels.
 bool small_gemm_words_supported(DType operands);
-// Rounds `count` floats to bf16 or fp16 words as small_gemm rounds its operands (bf16: fp32
-// subnormals to zero). Only where small_gemm_words_supported(operands).
-void small_gemm_write_words(DType operands, const float* values, uint16_t* words, int64_t count, ThreadPool& pool);
 // Row-major C = alpha * A . W^T + beta * C for m <= kSmallGemmMaxRows rows: A [m, k] floats (row
 // stride lda), rounded to `operands` as packed; W [n, k] words of `operands` (row stride ldw) as
-// small_gemm_write_words writes them. The same bits as small_gemm(operands, false, true, ...) over
+// write_weight_words writes them. The same bits as small_gemm(operands, false, true, ...) over
 // the floats the words were written from. Only where small_gemm_words_supported(operands).
 void small_gemm_words(DType operands, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
                       const uint16_t* w, int64_t ldw, float beta, float* c, int64_t ldc, ThreadPool& pool);

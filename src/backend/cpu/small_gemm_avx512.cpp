@@ -68,32 +68,13 @@ struct Vec : Lanes512 {
     MPTRAIN_SMALL_GEMM_TARGET static Reg widened(const uint16_t* p, Mask m) {
         const __m256i words = _mm256_maskz_loadu_epi16(m, p);
         if constexpr (rounding == SmallGemmRounding::fp16) {
-            return _mm512_maskz_cvtph_ps(0xFFFF, words);
+            return floats_of_fp16(words);
         } else {
             static_assert(rounding == SmallGemmRounding::bf16, "words are bf16 or fp16");
-            return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xFFFF, _mm512_maskz_cvtepu16_epi32(0xFFFF, words), 16));
-        }
-    }
-
-    // 16 floats as bf16 or fp16 words, rounded as rounded<rounding> rounds them.
-    template <SmallGemmRounding rounding>
-    MPTRAIN_SMALL_GEMM_TARGET static __m256i words_of(Reg values) {
-        if constexpr (rounding == SmallGemmRounding::fp16) {
-            return _mm512_maskz_cvtps_ph(0xFFFF, values, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        } else {
-            static_assert(rounding == SmallGemmRounding::bf16, "words are bf16 or fp16");
-            return reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(values));
+            return floats_of_bf16(words);
         }
     }
 };
-
-template <SmallGemmRounding rounding>
-MPTRAIN_SMALL_GEMM_TARGET void write_words(const float* values, uint16_t* words, int64_t count) {
-    for (int64_t i = 0; i < count; i += Vec::kLanes) {
-        const Vec::Mask mask = Vec::mask(count - i);
-        _mm256_mask_storeu_epi16(words + i, mask, Vec::words_of<rounding>(Vec::load_masked(values + i, mask)));
-    }
-}
 
 #include "backend/cpu/small_gemm_tiles.inc"
 
@@ -139,10 +120,6 @@ void small_gemm_avx512(SmallGemmRounding rounding, const SmallGemmProblem& probl
     }
 }
 
-void small_gemm_avx512_words(SmallGemmRounding rounding, const float* values, uint16_t* words, int64_t count) {
-    if (rounding == SmallGemmRounding::fp16) any_rounding::write_words<SmallGemmRounding::fp16>(values, words, count);
-    else any_rounding::write_words<SmallGemmRounding::bf16>(values, words, count);
-}
 
 void small_gemm_avx512f(const SmallGemmProblem& problem, ThreadPool& pool) {
     fp32_only::run_tiles<SmallGemmRounding::none>(problem, pool);

@@ -37,9 +37,7 @@ struct SmallGemmProblem {
 
 // The 16-lane kernels: any rounding; b_words with bf16 or fp16 only. Only where cpu_has_avx512_bf16.
 void small_gemm_avx512(SmallGemmRounding rounding, const SmallGemmProblem& problem, ThreadPool& pool);
-// Writes `count` floats as bf16 or fp16 words, rounded as small_gemm_avx512 rounds its operands.
-// Only where cpu_has_avx512_bf16.
-void small_gemm_avx512_words(SmallGemmRounding rounding, const float* values, uint16_t* words, int64_t count);
+
 // The 16-lane kernels: fp32 operands only (SmallGemmRounding::none). Only where cpu_has_avx512f.
 void small_gemm_avx512f(const SmallGemmProblem& problem, ThreadPool& pool);
 // The 8-lane kernels: fp32 operands only (SmallGemmRounding::none). Only where cpu_has_avx2_fma.
