@@ -1388,6 +1388,63 @@ TEST_CASE("predictions on a few rows give the same bits from weight words, which
     }
 }
 
+// The words hold 2 bytes per parameter of the budget; fit, step and evaluate give them back before
+// they allocate, so that predictions never make training fail a budget it fits without them.
+TEST_CASE("weight words give their budget back to fit, step and evaluate") {
+    mpt_context_t* probe = new_context();
+    mpt_precision automatic = MPT_PRECISION_AUTO;
+    REQUIRE_OK(mpt_context_resolve_precision(probe, MPT_PRECISION_AUTO, &automatic));
+    mpt_context_destroy(probe);
+    if (automatic != MPT_PRECISION_MIXED_BF16) {
+        MESSAGE("weight words not tested: no AMX here");
+        return;
+    }
+    // 2048 rows: each operation's first call allocates more than 4 KiB (a row order of 8 KiB).
+    const int64_t features = 64, rows = 2048;
+    const Task data = make_blobs(rows, features, 10, 1.0, 0.8, 81);
+    const std::vector<LayerSpec> specs = {{2048, MPT_ACTIVATION_RELU}, {2048, MPT_ACTIVATION_RELU}, {10, MPT_ACTIVATION_SOFTMAX}};
+    enum class Operation { fit, step, evaluate };
+    // Predictions (with words when `make_words`), then the operation; the context's used bytes after
+    // the predictions, and the operation's status.
+    struct Outcome {
+        size_t used = 0;
+        mpt_status status = MPT_STATUS_OK;
+    };
+    const auto run = [&](size_t budget, bool make_words, Operation operation) {
+        mpt_context_t* context = mpt_test::create_context(MPT_BACKEND_CPU, 7, budget);
+        mpt_model_t* model = new_model(context, features, specs);
+        TrainerSetup setup;
+        setup.precision = MPT_PRECISION_MIXED_BF16;
+        mpt_trainer_t* trainer = new_trainer(model, setup);
+        mpt_dataset_t* dataset = labels_dataset(context, data);
+        std::vector<float> out(32 * 10);
+        REQUIRE_OK(mpt_trainer_predict(trainer, data.x.data(), 32, out.data(), 320));  // plans 32 rows
+        if (make_words)
+            for (int i = 0; i < 2; ++i) REQUIRE_OK(mpt_trainer_predict(trainer, data.x.data(), 1, out.data(), 10));
+        Outcome outcome;
+        REQUIRE_OK(mpt_context_get_memory(context, &outcome.used, nullptr));
+        float loss = 0.0f;
+        switch (operation) {
+            case Operation::fit: outcome.status = mpt_trainer_fit(trainer, dataset, 1, 32, 0); break;
+            case Operation::step: outcome.status = mpt_trainer_step(trainer, dataset, 0, 32, &loss); break;
+            case Operation::evaluate: outcome.status = mpt_trainer_evaluate(trainer, dataset, 32, nullptr, nullptr); break;
+        }
+        mpt_dataset_destroy(dataset);
+        mpt_trainer_destroy(trainer);
+        mpt_model_destroy(model);
+        mpt_context_destroy(context);
+        return outcome;
+    };
+    for (Operation operation : {Operation::fit, Operation::step, Operation::evaluate}) {
+        CAPTURE(static_cast<int>(operation));
+        // The budget: what the predictions leave in use, words included, and 4 KiB. Without the
+        // words the operation fits in it with room to spare; with them, only once they are gone.
+        const size_t budget = run(0, true, operation).used + 4096;
+        CHECK(run(budget, false, operation).status == MPT_STATUS_OK);
+        CHECK(run(budget, true, operation).status == MPT_STATUS_OK);
+    }
+}
+
 // bf16 layers read weight words on up to 4 rows, fp16 ones on up to 8: predictions on 8 rows make
 // words for both, and every later forward on fewer rows (a prediction, the last chunk of a long
 // one, a training step) must read the words of its own weights.

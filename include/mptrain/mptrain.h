@@ -346,12 +346,14 @@ MPT_API mpt_status mpt_trainer_step(mpt_trainer_t* trainer, const mpt_dataset_t*
 MPT_API mpt_status mpt_trainer_evaluate(mpt_trainer_t* trainer, const mpt_dataset_t* dataset,
                                         int64_t batch_size, float* loss, float* accuracy);
 /** Outputs of the last layer (probabilities for softmax/sigmoid) for `rows` float samples, in the
- *  trainer's precision; `out` holds rows * output_features floats. On a CPU with AMX, a
- *  mixed-precision trainer's predictions on a few rows (up to 4 in bf16, 8 in fp16) read 16-bit
- *  copies of the weights from the second prediction on unchanged weights on: the same outputs from
- *  half the bytes. The copies take 2 bytes per parameter (mpt_trainer_get_memory counts them) until
- *  a training step or a larger batch gives them back; where the memory budget has no room for
- *  them, predictions read the fp32 weights as before. */
+ *  trainer's precision; `out` holds rows * output_features floats. On a CPU with AMX (and the
+ *  AVX-512 small-GEMM kernels, which MPTRAIN_CPU_SMALL_GEMM can turn off), a mixed-precision
+ *  trainer's predictions on a few rows (up to 4 in bf16, 8 in fp16) read 16-bit copies of the
+ *  weights from the second prediction on unchanged weights on: the same outputs from half the
+ *  bytes. The copies take 2 bytes per parameter of the context's memory (mpt_trainer_get_memory
+ *  counts them), also after the weights change, until this trainer's next fit, step or evaluate,
+ *  or a prediction on more rows than planned, gives them back; where the memory budget has no room
+ *  for them, predictions read the fp32 weights as before. */
 MPT_API mpt_status mpt_trainer_predict(mpt_trainer_t* trainer, const float* inputs, int64_t rows,
                                        float* out, int64_t out_count);
 /** The precision this trainer runs in (AUTO resolved). */

@@ -384,14 +384,10 @@ void Executor::update(int slot, int64_t rows) {
         // Some layers may be updated already (a fault: their scratch was reserved above), so what
         // was made from the old weights (low copies, words) must not be read again.
         model_.mark_weights_changed();
-        release_weight_words();
         throw;
     }
     model_.mark_weights_changed();
     synced_weights_version_ = model_.weights_version();
-    // Stale now: their memory goes back to the budget (training may want it) until predictions
-    // on unchanged weights make them again.
-    if (word_arena_.bytes()) release_weight_words();
 }
 
 void Executor::update_layers(int slot, int64_t rows) {

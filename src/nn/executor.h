@@ -48,8 +48,11 @@ public:
     // second prediction on unchanged weights on (the first only notes them: a prediction between
     // training steps would otherwise pay for a copy each time). Every forward on current words
     // reads them; without memory for them (the budget), predictions read the masters as before.
-    // A training step (the words go stale) or planning for more rows gives their memory back.
+    // Planning for more rows gives their memory back, and so does release_weight_words.
     void prepare_prediction(int64_t rows);
+    // Gives the weight words' memory back: they are the predictions' cache, and training or
+    // evaluation may need the budget they hold (the trainer calls this before either allocates).
+    void release_weight_words();
 
     // ---- phases, issued on the scheduler's current lane ----
     // `order` is backend memory; `host_order` (host memory, null: identity) is read for a streamed view.
@@ -113,7 +116,6 @@ private:
     int64_t weight_words_max_rows(size_t layer) const;
     // Layer `layer`'s weight words for a forward on `rows`, when current; else null.
     const uint16_t* layer_weight_words(size_t layer, int64_t rows) const;
-    void release_weight_words();
     // fp32 layers, and low-precision ones whose backend rounds the masters as its ops read them:
     // layers without low-precision copies of their parameters.
     bool parameters_read_as_masters(size_t layer) const;

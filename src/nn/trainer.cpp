@@ -211,6 +211,7 @@ void Trainer::fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bo
                   order_kept;
     if (steps_into_epoch_ > 0 && !resume)
         model_->context()->log(MPT_LOG_LEVEL_INFO, "fit: the interrupted epoch is abandoned (other data, batch size or shuffling)");
+    executor_.release_weight_words();
     executor_.reserve_rows(batch_rows);
     last_batch_size_ = batch_rows;
     shuffle_ = shuffle;
@@ -329,6 +330,7 @@ float Trainer::step(const Dataset& dataset, int64_t first, int64_t batch_size) {
     require(batch_size > 0, MPT_STATUS_INVALID_ARGUMENT, "batch_size must be positive");
     require(first >= 0 && first <= dataset.rows() - batch_size, MPT_STATUS_INVALID_ARGUMENT,
             "rows [first, first + batch_size) must lie inside the dataset");
+    executor_.release_weight_words();
     executor_.reserve_rows(batch_size);
     last_batch_size_ = batch_size;
     const int32_t* order = identity_order(dataset.rows());
@@ -353,6 +355,7 @@ EvaluationResult Trainer::evaluate(const Dataset& dataset, int64_t batch_size) {
     if (batch_size == 0) batch_size = last_batch_size_ ? last_batch_size_ : 256;
     const int64_t rows = dataset.rows();
     const int64_t batch_rows = std::min(batch_size, rows);
+    executor_.release_weight_words();
     executor_.reserve_rows(batch_rows);
     const int32_t* order = identity_order(rows);
     executor_.sync_weights();
