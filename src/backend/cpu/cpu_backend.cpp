@@ -114,20 +114,33 @@ void CpuBackend::freeing_scratch_on_failure(const Work& work) {
     }
 }
 
-int64_t CpuBackend::small_gemm_rows(DType dtype) { return dtype == DType::bf16 ? 4 : kSmallGemmMaxRows; }
+int64_t CpuBackend::small_gemm_rows(DType dtype, bool dot_products) {
+    // bf16 on AMX tiles against small_gemm, the seed MLP's GEMMs on 2 threads (bench/NOTES.md): as
+    // dot products (the forward) small_gemm is 1.12-1.29x faster up to 6 rows, level at 7; summed
+    // over the depth (the input gradient) tiles win from 5 rows (1.15-1.35x). fp16 takes four tile
+    // products per product, so small_gemm wins through its 8 rows.
+    if (dtype != DType::bf16) return kSmallGemmMaxRows;
+    return dot_products ? 6 : 4;
+}
 
-CpuBackend::GemmKernel CpuBackend::gemm_kernel(DType dtype, int64_t m, int64_t n, int64_t k) const {
+CpuBackend::GemmKernel CpuBackend::gemm_kernel(DType dtype, bool transpose_a, bool transpose_b, int64_t m, int64_t n,
+                                               int64_t k) const {
     if (dtype == DType::fp32 || !amx_gemm_available()) return GemmKernel::sgemm;
-    // A few rows or columns of C in bf16 or fp16 (same rounding as AMX's packing): small_gemm.
-    if (small_gemm_applies(m, n, k, small_gemm_rows(dtype)) && small_gemm_supported(dtype)) return GemmKernel::small;
+    // A few rows or columns of C in bf16 or fp16 (same rounding as AMX's packing): small_gemm. It
+    // streams dot products when the side it streams is contiguous over the depth: op(B) for a few
+    // rows of C, op(A) for a few columns.
+    const bool dot_products = m <= kSmallGemmMaxRows ? transpose_b : !transpose_a;
+    if (small_gemm_applies(m, n, k, small_gemm_rows(dtype, dot_products)) && small_gemm_supported(dtype))
+        return GemmKernel::small;
     return GemmKernel::amx;
 }
 
 int64_t CpuBackend::weight_words_max_rows(DType compute_dtype) const {
-    // small_gemm reads them; the AMX GEMM (more rows) does not: its packing from words measured only
-    // 1.08-1.15x faster in bf16 and no faster in fp16 (bench/NOTES.md).
+    // small_gemm reads them, on as many rows as it takes the forward's dot products over floats, so
+    // that words and floats give the same bits. The AMX GEMM (more rows) does not: its packing from
+    // words measured only 1.08-1.15x faster in bf16 and no faster in fp16 (bench/NOTES.md).
     if (!rounds_parameters_on_read(compute_dtype) || !small_gemm_words_supported(compute_dtype)) return 0;
-    return small_gemm_rows(compute_dtype);
+    return small_gemm_rows(compute_dtype, true);
 }
 
 void CpuBackend::write_weight_words(const float* masters, uint16_t* words, DType dtype, int64_t count) {
@@ -139,7 +152,7 @@ void CpuBackend::gemm(DType dtype, bool transpose_a, bool transpose_b, int64_t m
     const float* a_values = static_cast<const float*>(a);
     const float* b_values = static_cast<const float*>(b);
     freeing_scratch_on_failure([&] {
-        switch (gemm_kernel(dtype, m, n, k)) {
+        switch (gemm_kernel(dtype, transpose_a, transpose_b, m, n, k)) {
             case GemmKernel::small:
                 small_gemm(dtype, transpose_a, transpose_b, m, n, k, alpha, a_values, lda, b_values, ldb, beta, c, ldc,
                            pool_);
@@ -156,7 +169,7 @@ void CpuBackend::gemm(DType dtype, bool transpose_a, bool transpose_b, int64_t m
 }
 
 void CpuBackend::reserve_gemm(DType dtype, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k) {
-    switch (gemm_kernel(dtype, m, n, k)) {
+    switch (gemm_kernel(dtype, transpose_a, transpose_b, m, n, k)) {
         case GemmKernel::small: small_gemm_reserve(m, n, k, pool_); return;
         case GemmKernel::amx: amx_gemm_reserve(dtype, transpose_a, transpose_b, m, n, k, pool_); return;
         case GemmKernel::sgemm: cpu_sgemm_reserve(m, n, k, pool_); return;

@@ -77,9 +77,10 @@ private:
               const void* a, int64_t lda, const void* b, int64_t ldb, float beta, float* c, int64_t ldc);
     // The kernel gemm runs for a layer computing in `dtype`, C being m x n over depth k.
     enum class GemmKernel { small, amx, sgemm };
-    GemmKernel gemm_kernel(DType dtype, int64_t m, int64_t n, int64_t k) const;
-    // The most rows (or columns) of C for which a bf16 or fp16 GEMM takes small_gemm over AMX.
-    static int64_t small_gemm_rows(DType dtype);
+    GemmKernel gemm_kernel(DType dtype, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k) const;
+    // The most rows (or columns) of C for which a bf16 or fp16 GEMM takes small_gemm over AMX, as
+    // dot products (the streamed side contiguous over the depth) or not.
+    static int64_t small_gemm_rows(DType dtype, bool dot_products);
     // Reserves in the pool's scratch what gemm of this shape will use.
     void reserve_gemm(DType dtype, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k);
     // Runs `work` (GEMMs); should it run out of memory or budget for their scratch (before any of C

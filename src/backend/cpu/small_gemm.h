@@ -22,8 +22,8 @@ class ThreadPool;
 constexpr int64_t kSmallGemmMaxRows = 8;
 
 // Whether small_gemm takes C = op(A) . op(B) of m x n over depth k: m or n at most max_rows (and
-// kSmallGemmMaxRows), k at least 1. bf16 on AMX tiles beats it from 5 rows (the seed MLP's first
-// layer at 8 rows: 1.3-2.0 ms on tiles, 1.9-2.7 here); fp32 (OpenBLAS) and fp16 (four tile
+// kSmallGemmMaxRows), k at least 1. bf16 on AMX tiles beats it from 7 rows as dot products (the
+// forward) and from 5 otherwise (CpuBackend::small_gemm_rows); fp32 (OpenBLAS) and fp16 (four tile
 // products) only above 8.
 bool small_gemm_applies(int64_t m, int64_t n, int64_t k, int64_t max_rows = kSmallGemmMaxRows);
 // The kernels small_gemm runs, chosen once: AVX-512 (AVX512F, AVX512BW and AVX512-BF16: Cooper
