@@ -348,7 +348,7 @@ MPT_API mpt_status mpt_trainer_evaluate(mpt_trainer_t* trainer, const mpt_datase
 /** Outputs of the last layer (probabilities for softmax/sigmoid) for `rows` float samples, in the
  *  trainer's precision; `out` holds rows * output_features floats. On a CPU with AMX (and the
  *  AVX-512 small-GEMM kernels, which MPTRAIN_CPU_SMALL_GEMM can turn off), a mixed-precision
- *  trainer's predictions on a few rows (up to 4 in bf16, 8 in fp16) read 16-bit copies of the
+ *  trainer's predictions on a few rows (up to 6 in bf16, 8 in fp16) read 16-bit copies of the
  *  weights from the second prediction on unchanged weights on: the same outputs from half the
  *  bytes. The copies take 2 bytes per parameter of the context's memory (mpt_trainer_get_memory
  *  counts them), also after the weights change, until this trainer's next fit, step or evaluate,
