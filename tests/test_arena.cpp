@@ -1,8 +1,12 @@
-// The arena planner (liveness sharing, alignment) and the memory tracker (budget, peak).
+// The arena planner (liveness sharing, alignment), the memory tracker (budget, peak, caches it
+// takes back) and the weight-word cache's protocol with it.
 #include <doctest/doctest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <random>
+#include <thread>
 
 #include "backend/backend.h"
 #include "core/error.h"
@@ -10,12 +14,43 @@
 #include "memory/arena_plan.h"
 #include "memory/host_block.h"
 #include "memory/memory_tracker.h"
+#include "nn/weight_word_cache.h"
 
 using namespace mpt;
 
 namespace {
 
 bool overlap_in_time(int a_first, int a_last, int b_first, int b_last) { return a_first <= b_last && b_first <= a_last; }
+
+// A cache that holds `bytes` of its tracker's budget and gives them back when asked.
+class HeldBytes final : public MemoryTracker::Reclaimable {
+public:
+    HeldBytes(MemoryTracker& tracker, size_t bytes, bool gives_back) : tracker_(tracker), gives_back_(gives_back) {
+        tracker_.reserve(bytes);
+        held_ = bytes;
+        tracker_.add_reclaimable(this);
+    }
+    ~HeldBytes() {
+        tracker_.remove_reclaimable(this);
+        tracker_.unreserve(held_);
+    }
+    size_t reclaim() noexcept override {
+        ++asked_;
+        if (!gives_back_) return 0;
+        const size_t freed = held_;
+        tracker_.unreserve(held_);
+        held_ = 0;
+        return freed;
+    }
+    size_t held() const { return held_; }
+    int asked() const { return asked_; }
+
+private:
+    MemoryTracker& tracker_;
+    bool gives_back_;
+    size_t held_ = 0;
+    int asked_ = 0;
+};
 
 }  // namespace
 
@@ -75,6 +110,128 @@ TEST_CASE("the memory tracker enforces its budget before allocation and records 
     tracker.reserve(1000);
     CHECK(tracker.peak() == 1000);
     tracker.unreserve(1000);
+    CHECK(tracker.used() == 0);
+}
+
+// Caches (the trainers' weight words) never make a reservation fail that fits without them; the
+// tracker asks them only when the budget is short.
+TEST_CASE("a reservation over the budget first takes back what registered caches give") {
+    MemoryTracker tracker(1000);
+    HeldBytes stubborn(tracker, 100, false);
+    {
+        HeldBytes cache(tracker, 600, true);
+        tracker.reserve(200);  // fits beside the cache: nobody is asked
+        CHECK(cache.asked() == 0);
+        CHECK(stubborn.asked() == 0);
+        tracker.reserve(300);  // fits once the cache gave its 600 back
+        CHECK(cache.asked() == 1);
+        CHECK(cache.held() == 0);
+        CHECK(tracker.used() == 600);
+        CHECK(tracker.peak() == 900);
+        try {
+            tracker.reserve(401);  // nothing left to give
+            FAIL("reserved beyond the budget");
+        } catch (const Error& error) {
+            CHECK(error.status() == MPT_STATUS_OUT_OF_MEMORY);
+        }
+        CHECK(stubborn.asked() == 2);
+        CHECK(tracker.used() == 600);
+        tracker.unreserve(500);
+    }
+    // A cache that is gone is not asked.
+    CHECK_THROWS_AS(tracker.reserve(901), Error);
+    CHECK(stubborn.asked() == 3);
+    CHECK(tracker.used() == 100);
+}
+
+TEST_CASE("weight words under a reading stay; outside one the tracker may take them back") {
+    auto backend = create_cpu_backend(1);
+    MemoryTracker tracker(10000);
+    WeightWordCache cache(*backend, tracker);
+    const uint64_t version = 7;
+    {
+        const WeightWordCache::Reading reading(cache);
+        CHECK(cache.words(version) == nullptr);
+        uint16_t* words = cache.room(3000);
+        REQUIRE(words != nullptr);
+        CHECK(cache.words(version) == nullptr);  // not current until written
+        for (int i = 0; i < 3000; ++i) words[i] = static_cast<uint16_t>(i);
+        cache.written(version);
+        CHECK(cache.words(version) == words);
+        CHECK(cache.words(version + 1) == nullptr);
+        CHECK(cache.bytes() == 6000);
+        CHECK_THROWS_AS(tracker.reserve(5000), Error);  // the words are being read
+        CHECK(cache.words(version) == words);
+        const WeightWordCache::Reading nested(cache);
+        CHECK(cache.words(version) == words);
+    }
+    CHECK(cache.words(version) == nullptr);  // outside a reading they are not to be read
+    tracker.reserve(5000);                    // takes them back
+    CHECK(cache.bytes() == 0);
+    CHECK(tracker.used() == 5000);
+    {
+        const WeightWordCache::Reading reading(cache);
+        CHECK(cache.words(version) == nullptr);
+        CHECK(cache.room(3000) == nullptr);  // no room now: predictions read the masters
+        CHECK(cache.bytes() == 0);
+    }
+    tracker.unreserve(5000);
+    {
+        const WeightWordCache::Reading reading(cache);
+        REQUIRE(cache.room(3000) != nullptr);
+        cache.written(version);
+        cache.release();  // inside a reading too
+        CHECK(cache.words(version) == nullptr);
+    }
+    CHECK(tracker.used() == 0);
+}
+
+// One thread predicts (reads words under a reading, writes them when gone), another reserves a
+// budget that fits only without them: the words go only between readings, and never while read
+// (ThreadSanitizer checks the hand-over as well).
+TEST_CASE("weight words are taken back between readings only, while another thread reserves") {
+    auto backend = create_cpu_backend(1);
+    const size_t elements = 4096, words_bytes = elements * sizeof(uint16_t);
+    MemoryTracker tracker(words_bytes + 1000);
+    WeightWordCache cache(*backend, tracker);
+    std::atomic<bool> done{false};
+    std::atomic<int> reservations{0};
+    std::thread reserver([&] {
+        while (!done.load()) {
+            try {
+                tracker.reserve(2000);
+                reservations.fetch_add(1);
+                tracker.unreserve(2000);
+            } catch (const Error&) {
+                std::this_thread::yield();  // the words were being read
+            }
+        }
+    });
+    int rewrites = 0, intact = 0;
+    for (int round = 0; round < 3000 && !(round >= 200 && reservations.load() >= 50); ++round) {
+        std::this_thread::sleep_for(std::chrono::microseconds(20));  // between predictions
+        const WeightWordCache::Reading reading(cache);
+        const uint16_t* words = cache.words(1);
+        if (!words) {
+            uint16_t* room = cache.room(elements);
+            if (!room) continue;  // the reserver holds the budget now
+            for (size_t i = 0; i < elements; ++i) room[i] = static_cast<uint16_t>(i * 7);
+            cache.written(1);
+            words = room;
+            ++rewrites;
+        }
+        bool same = true;
+        for (size_t i = 0; i < elements; ++i) same &= words[i] == static_cast<uint16_t>(i * 7);
+        intact += same;
+        CHECK(same);
+        CHECK(cache.words(1) == words);
+    }
+    done.store(true);
+    reserver.join();
+    CHECK(intact > 0);
+    CHECK(rewrites > 1);  // the reserver took the words back at least once
+    CHECK(reservations.load() > 0);
+    cache.release();
     CHECK(tracker.used() == 0);
 }
 

@@ -1356,10 +1356,12 @@ TEST_CASE("predictions on a few rows give the same bits from weight words, which
                 CHECK(same_bits(predict(), after_step));
                 CHECK(allocated() == without_words + words_bytes);
                 CHECK(same_bits(predict(), after_step));
-                // So do new weights; their words are written where the old ones were.
+                // So do new weights: the first prediction on them gives the old words back (nothing
+                // reads them again), the second makes words of the new ones.
                 randomise_weights(model, 40, specs, 63, 0.3, 0.1);
                 const std::vector<float> after_set = predict();
                 CHECK_FALSE(same_bits(after_set, after_step));
+                CHECK(allocated() == without_words);
                 CHECK(same_bits(predict(), after_set));
                 CHECK(allocated() == without_words + words_bytes);
                 // A step (here of the batch size planned already) gives the words' memory back.
@@ -1442,6 +1444,108 @@ TEST_CASE("weight words give their budget back to fit, step and evaluate") {
         const size_t budget = run(0, true, operation).used + 4096;
         CHECK(run(budget, false, operation).status == MPT_STATUS_OK);
         CHECK(run(budget, true, operation).status == MPT_STATUS_OK);
+    }
+}
+
+// The words are a cache: other work in the context that fits the budget only without them (another
+// trainer's plan, a data set placed for it) takes their memory, and predictions go on reading the
+// masters, with the same bits.
+TEST_CASE("weight words give their budget back to other work in the context that needs it") {
+    mpt_context_t* probe = new_context();
+    mpt_precision automatic = MPT_PRECISION_AUTO;
+    REQUIRE_OK(mpt_context_resolve_precision(probe, MPT_PRECISION_AUTO, &automatic));
+    mpt_context_destroy(probe);
+    if (automatic != MPT_PRECISION_MIXED_BF16) {
+        MESSAGE("weight words not tested: no AMX here");
+        return;
+    }
+    const int64_t features = 64;
+    const std::vector<LayerSpec> specs = {{1024, MPT_ACTIVATION_RELU}, {1024, MPT_ACTIVATION_RELU}, {10, MPT_ACTIVATION_SOFTMAX}};
+    const Task few = make_blobs(3, features, 10, 1.0, 0.8, 91);
+    const Task data = make_blobs(600, features, 10, 1.0, 0.8, 92);  // 150 KiB of floats
+    TrainerSetup setup;
+    setup.precision = MPT_PRECISION_MIXED_BF16;
+    const auto used = [](mpt_context_t* context) {
+        size_t bytes = 0;
+        REQUIRE_OK(mpt_context_get_memory(context, &bytes, nullptr));
+        return bytes;
+    };
+    const auto allocated = [](mpt_trainer_t* trainer) {
+        size_t planned = 0, bytes = 0;
+        REQUIRE_OK(mpt_trainer_get_memory(trainer, &planned, &bytes));
+        return bytes;
+    };
+    const auto predict = [&](mpt_trainer_t* trainer) {
+        std::vector<float> out(static_cast<size_t>(few.rows * 10));
+        REQUIRE_OK(mpt_trainer_predict(trainer, few.x.data(), few.rows, out.data(), static_cast<int64_t>(out.size())));
+        return out;
+    };
+    enum class Work { another_trainer, a_data_set };
+    for (Work work : {Work::another_trainer, Work::a_data_set}) {
+        CAPTURE(static_cast<int>(work));
+        // In a context with `budget`: a trainer that predicted twice on the same weights (so holds
+        // words), then the work, done by a second trainer of the same model: predicting on 4 rows,
+        // or evaluating a data set (placed in the context's memory then) on 4 rows. What the work
+        // took of the context, whether it succeeded, and what became of the first trainer.
+        struct Outcome {
+            size_t words = 0, work_bytes = 0;
+            mpt_status status = MPT_STATUS_OK;
+            bool words_kept = false, same_predictions = false;
+        };
+        const auto run = [&](size_t budget) {
+            Outcome outcome;
+            mpt_context_t* context = mpt_test::create_context(MPT_BACKEND_CPU, 7, budget);
+            mpt_model_t* model = new_model(context, features, specs);
+            mpt_trainer_t* trainer = new_trainer(model, setup);
+            const std::vector<float> first = predict(trainer);
+            const size_t without_words = allocated(trainer);
+            CHECK(same_bits(predict(trainer), first));
+            outcome.words = allocated(trainer) - without_words;
+            const size_t before = used(context);
+            mpt_trainer_t* other = new_trainer(model, setup);
+            mpt_dataset_t* dataset = labels_dataset(context, data);
+            if (work == Work::another_trainer) {
+                std::vector<float> out(static_cast<size_t>(4 * 10));
+                outcome.status = mpt_trainer_predict(other, data.x.data(), 4, out.data(), static_cast<int64_t>(out.size()));
+            } else {
+                outcome.status = mpt_trainer_evaluate(other, dataset, 4, nullptr, nullptr);
+            }
+            outcome.work_bytes = used(context) - before + (allocated(trainer) == without_words ? outcome.words : 0);
+            outcome.words_kept = allocated(trainer) == without_words + outcome.words;
+            outcome.same_predictions = same_bits(predict(trainer), first) && same_bits(predict(trainer), first);
+            mpt_dataset_destroy(dataset);
+            mpt_trainer_destroy(other);
+            mpt_trainer_destroy(trainer);
+            mpt_model_destroy(model);
+            mpt_context_destroy(context);
+            return outcome;
+        };
+        const Outcome free = run(0);
+        REQUIRE(free.status == MPT_STATUS_OK);
+        CHECK(free.words >= 2 * static_cast<size_t>(features * 1024 + 1024 * 1024));
+        CHECK(free.words_kept);
+        CHECK(free.same_predictions);
+        // The work needs more than the 4 KiB the budget leaves beside the words, and less than
+        // the words hold.
+        REQUIRE(free.work_bytes > 4096);
+        REQUIRE(free.work_bytes < free.words);
+        size_t with_words = 0;
+        {
+            mpt_context_t* context = mpt_test::create_context(MPT_BACKEND_CPU, 7, 0);
+            mpt_model_t* model = new_model(context, features, specs);
+            mpt_trainer_t* trainer = new_trainer(model, setup);
+            predict(trainer);
+            predict(trainer);
+            with_words = used(context);
+            mpt_trainer_destroy(trainer);
+            mpt_model_destroy(model);
+            mpt_context_destroy(context);
+        }
+        const Outcome tight = run(with_words + 4096);
+        CHECK(tight.status == MPT_STATUS_OK);
+        CHECK(tight.words == free.words);
+        CHECK_FALSE(tight.words_kept);
+        CHECK(tight.same_predictions);  // from the masters: no room for the words now
     }
 }
 

@@ -168,7 +168,8 @@ MPT_API mpt_status mpt_context_options_set_log_level(mpt_context_options_t* opti
  *  the CPU backend's GEMM scratch (packed operands per compute thread: about 1 MiB at batch 32 and
  *  6-9 MiB at batch 256 for a 3072-3000-1000-10 MLP in bf16 or fp16 on AMX), reserved as the GEMMs
  *  of a batch size first need it: a budget it exceeds fails that call with MPT_STATUS_OUT_OF_MEMORY
- *  before the step has changed any weight, and frees that scratch again. */
+ *  before the step has changed any weight, and frees that scratch again. A trainer's weight copies
+ *  for predictions (mpt_trainer_predict) count too, but give their room to anything that needs it. */
 MPT_API mpt_status mpt_context_options_set_memory_budget(mpt_context_options_t* options, size_t bytes);
 /** Device memory one data set may occupy on a GPU (its samples, labels and targets). A data set
  *  within it is copied to the device on first use, and each batch is gathered and normalised there
@@ -351,9 +352,11 @@ MPT_API mpt_status mpt_trainer_evaluate(mpt_trainer_t* trainer, const mpt_datase
  *  trainer's predictions on a few rows (up to 6 in bf16, 8 in fp16) read 16-bit copies of the
  *  weights from the second prediction on unchanged weights on: the same outputs from half the
  *  bytes. The copies take 2 bytes per parameter of the context's memory (mpt_trainer_get_memory
- *  counts them), also after the weights change, until this trainer's next fit, step or evaluate,
- *  or a prediction on more rows than planned, gives them back; where the memory budget has no room
- *  for them, predictions read the fp32 weights as before. */
+ *  counts them) until this trainer's next fit, step or evaluate, its first prediction on changed
+ *  weights, or a prediction on more rows than planned, gives them back. They are a cache: anything
+ *  else in the context that needs their room under the memory budget (a data set, another trainer,
+ *  GEMM scratch) takes it, except while a prediction reads them; where the budget has no room for
+ *  them, predictions read the fp32 weights, with the same outputs. */
 MPT_API mpt_status mpt_trainer_predict(mpt_trainer_t* trainer, const float* inputs, int64_t rows,
                                        float* out, int64_t out_count);
 /** The precision this trainer runs in (AUTO resolved). */

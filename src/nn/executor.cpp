@@ -31,7 +31,8 @@ Executor::Executor(Model& model, const PrecisionPolicy& policy, ExecutionMode mo
       mode_(mode),
       loss_(loss),
       optimizer_(optimizer),
-      scaler_(scaler) {
+      scaler_(scaler),
+      word_cache_(backend_, model.context()->memory()) {
     model_.build();
     layer_dtypes_ = layer_compute_dtypes(model_, policy_);
     classes_ = model_.layers().back().units;
@@ -179,9 +180,9 @@ void Executor::reserve_rows(int64_t rows) {
 }
 
 size_t Executor::planned_bytes() const {
-    return persistent_planned_ + (planned_rows_ ? step_plan_.total_bytes() : 0) + word_arena_.bytes();
+    return persistent_planned_ + (planned_rows_ ? step_plan_.total_bytes() : 0) + word_cache_.bytes();
 }
-size_t Executor::allocated_bytes() const { return persistent_arena_.bytes() + step_arena_.bytes() + word_arena_.bytes(); }
+size_t Executor::allocated_bytes() const { return persistent_arena_.bytes() + step_arena_.bytes() + word_cache_.bytes(); }
 
 void Executor::sync_weights() {
     if (synced_weights_version_ == model_.weights_version()) return;
@@ -203,45 +204,35 @@ int64_t Executor::weight_words_max_rows(size_t layer) const {
 }
 
 const uint16_t* Executor::layer_weight_words(size_t layer, int64_t rows) const {
-    if (word_arena_.bytes() == 0 || words_version_ != model_.weights_version()) return nullptr;
     if (rows > weight_words_max_rows(layer)) return nullptr;
-    return word_arena_.at<uint16_t>(0) + model_.layers()[layer].weight_offset;
-}
-
-void Executor::release_weight_words() {
-    word_arena_ = Arena();
-    words_version_ = ~uint64_t{0};
+    const uint16_t* words = word_cache_.words(model_.weights_version());
+    return words ? words + model_.layers()[layer].weight_offset : nullptr;
 }
 
 void Executor::prepare_prediction(int64_t rows) {
     const uint64_t version = model_.weights_version();
     const bool first_on_these_weights = predicted_version_ != version;
     predicted_version_ = version;
-    if (first_on_these_weights || words_version_ == version) return;
+    if (word_cache_.words(version)) return;
+    if (first_on_these_weights) {
+        word_cache_.release();  // words of older weights, if any: nothing reads them again
+        return;
+    }
     const auto& layers = model_.layers();
     bool any = false;
     for (size_t i = 0; i < layers.size(); ++i) any = any || rows <= weight_words_max_rows(i);
     if (!any) return;
-    if (word_arena_.bytes() == 0) {
-        try {
-            word_arena_ = Arena(backend_, model_.context()->memory(),
-                                static_cast<size_t>(model_.parameter_block_elements()) * sizeof(uint16_t));
-        } catch (const Error& error) {
-            if (error.status() != MPT_STATUS_OUT_OF_MEMORY) throw;
-            return;  // an optimisation the budget has no room for
-        }
-    }
+    uint16_t* words = word_cache_.room(static_cast<size_t>(model_.parameter_block_elements()));
+    if (!words) return;
     // Every layer that reads words at some row count gets them, whatever `rows` is now: a layer of
     // another dtype may read them on fewer rows later.
-    words_version_ = ~uint64_t{0};  // not current while being written
-    uint16_t* words = word_arena_.at<uint16_t>(0);
     for (size_t i = 0; i < layers.size(); ++i) {
         if (weight_words_max_rows(i) == 0) continue;
         const DenseLayer& layer = layers[i];
         backend_.write_weight_words(model_.masters() + layer.weight_offset, words + layer.weight_offset,
                                     layer_dtypes_[i], layer.weight_count());
     }
-    words_version_ = version;
+    word_cache_.written(version);
 }
 
 void Executor::gather(const Dataset& dataset, const DatasetView& view, const int32_t* order,

@@ -15,6 +15,7 @@
 #include "nn/loss.h"
 #include "nn/model.h"
 #include "nn/optimizer.h"
+#include "nn/weight_word_cache.h"
 
 namespace mpt {
 
@@ -43,16 +44,20 @@ public:
 
     // Refreshes the low-precision weight copies if the model's masters changed since last time.
     void sync_weights();
-    // Before a prediction on batches of `rows`: where the backend reads weights as 16-bit words at
-    // that size (Backend::weight_words_max_rows), keeps such words of the current weights, from the
-    // second prediction on unchanged weights on (the first only notes them: a prediction between
-    // training steps would otherwise pay for a copy each time). Every forward on current words
+    // A prediction's hold on the weight words (WeightWordCache): from prepare_prediction until its
+    // last forward has run, so the context's memory tracker does not take them back meanwhile.
+    WeightWordCache::Reading reading_weight_words() { return WeightWordCache::Reading(word_cache_); }
+    // Before a prediction on batches of `rows`, under reading_weight_words(): where the backend
+    // reads weights as 16-bit words at that size (Backend::weight_words_max_rows), keeps such words
+    // of the current weights, from the second prediction on unchanged weights on (the first only
+    // notes them, and gives the words of older weights back: a prediction between training steps
+    // would otherwise pay for a copy each time). Every forward under the reading on current words
     // reads them; without memory for them (the budget), predictions read the masters as before.
     // Planning for more rows gives their memory back, and so does release_weight_words.
     void prepare_prediction(int64_t rows);
     // Gives the weight words' memory back: they are the predictions' cache, and training or
-    // evaluation may need the budget they hold (the trainer calls this before either allocates).
-    void release_weight_words();
+    // evaluation would make them stale anyway (the trainer calls this before either allocates).
+    void release_weight_words() { word_cache_.release(); }
 
     // ---- phases, issued on the scheduler's current lane ----
     // `order` is backend memory; `host_order` (host memory, null: identity) is read for a streamed view.
@@ -152,8 +157,7 @@ private:
 
     // Weight words for predictions (prepare_prediction), in the parameter layout: 2 bytes per
     // element, written for the layers whose backend reads them.
-    Arena word_arena_;
-    uint64_t words_version_ = ~uint64_t{0};      // the weights they hold
+    WeightWordCache word_cache_;
     uint64_t predicted_version_ = ~uint64_t{0};  // the weights the last prediction read
 
     // Step arena: batch-sized buffers with liveness reuse.

@@ -384,6 +384,9 @@ void Trainer::predict(const float* inputs, int64_t rows, float* outputs) {
     const int64_t batch_rows = std::min<int64_t>(rows, last_batch_size_ ? std::max<int64_t>(last_batch_size_, 256) : 256);
     executor_.reserve_rows(batch_rows);
     executor_.sync_weights();
+    // The words stay until the last forward has run (the drain, which unwinds first).
+    const WeightWordCache::Reading reading = executor_.reading_weight_words();
+    DrainOnExit drain(model_->context()->backend().scheduler());
     executor_.prepare_prediction(batch_rows);
     const int64_t features = model_->input_features(), classes = model_->output_features();
     for (int64_t first = 0; first < rows; first += batch_rows) {
