@@ -909,6 +909,21 @@ TEST_CASE("the op comparison harness agrees CPU against CPU") {
     compare_conversions(*reference, *candidate);
 }
 
+// The measure itself: poison and non-finite results fail it, an infinity both sides hold does not
+// (fp16 gradients both backends overflow; a 0.1% chance per run of the NaN-logit tanh case).
+TEST_CASE("the normalised error fails poison and stray infinities, not infinities both sides hold") {
+    const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+    CHECK(normalised_error({3.0f, 4.0f}, {3.0f, 4.0f}) == 0.0);
+    CHECK(normalised_error({3.0f, 4.0f + 5e-4f}, {3.0f, 4.0f}) == doctest::Approx(1e-4).epsilon(1e-3));
+    CHECK(normalised_error({3.0f, -inf, 4.0f}, {3.0f, -inf, 4.0f}) == 0.0);
+    CHECK(normalised_error({3.0f, -inf, 4.0f + 5e-4f}, {3.0f, -inf, 4.0f}) == doctest::Approx(1e-4).epsilon(1e-3));
+    CHECK(std::isinf(normalised_error({3.0f, inf}, {3.0f, 4.0f})));
+    CHECK(std::isinf(normalised_error({3.0f, nan}, {3.0f, 4.0f})));
+    CHECK_FALSE(normalised_error({3.0f, inf}, {3.0f, -inf}) <= 1.0);
+    CHECK_FALSE(normalised_error({3.0f, 4.0f}, {3.0f, inf}) <= 1.0);
+    CHECK_FALSE(normalised_error({3.0f, nan}, {3.0f, nan}) <= 1.0);
+}
+
 // ---- GPU cases ------------------------------------------------------------------------------------
 
 TEST_CASE("the CUDA backend describes its device and sizes its storage") {

@@ -1,6 +1,9 @@
 // See cuda_dense_forward.cuh. Row-major out[rows, N] = in[rows, K] · W[N, K]^T is, column-major,
 // out^T[N, rows] = W^T · in^T with W stored as a [K, N] column-major matrix: A = W (transposed),
 // B = input, m = N, n = rows, k = K. The bias runs along m, as cuBLASLt's bias epilogue wants.
+// The fused ReLU mask is set from the fp32 sum before the output is rounded, where the CPU and the
+// fallback take the derivative from the rounded output: they differ only where 0 < z < 2^-25
+// rounds to an fp16 zero, whose gradient the GPU passes and the CPU drops (below every tolerance).
 #include "backend/cuda/cuda_dense_forward.cuh"
 
 #include "backend/cuda/cuda_common.cuh"
