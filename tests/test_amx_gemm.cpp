@@ -298,14 +298,19 @@ TEST_CASE("fp32 work leaves Linux's AMX permission alone; resolving auto to bf16
     Context context(config);
     CHECK(resolve_precision(MPT_PRECISION_FP32, context.backend()).compute_dtype == DType::fp32);
     CHECK_FALSE(context.backend().rounds_parameters_on_read(DType::fp32));
-    (void)context.backend().device_name();
+    const std::string name = context.backend().device_name();
     CHECK_FALSE(tile_state_permitted());
+    CHECK_FALSE(amx_gemm_refused());  // nothing asked yet
     if (!amx_gemm_supported()) {
+        CHECK(name.find("amx") == std::string::npos);
         MESSAGE("the rest not tested: " << amx_gemm_unavailable_reason());
         return;
     }
+    CHECK(name.find(", amx,") != std::string::npos);
     CHECK(resolve_precision(MPT_PRECISION_AUTO, context.backend()).compute_dtype == DType::bf16);
     CHECK(tile_state_permitted());
+    CHECK_FALSE(amx_gemm_refused());
+    CHECK(context.backend().device_name() == name);
 #endif
 }
 
@@ -315,4 +320,7 @@ TEST_CASE("MPTRAIN_CPU_AMX=0 turns the AMX GEMM off, with the reason") {
     if (!expect || std::strcmp(expect, "off") != 0) return;
     CHECK_FALSE(amx_gemm_available());
     CHECK(amx_gemm_unavailable_reason() == "MPTRAIN_CPU_AMX=0");
+    CHECK_FALSE(amx_gemm_refused());  // turned off, not refused
+    auto backend = create_cpu_backend(1);
+    CHECK(backend->device_name().find("amx") == std::string::npos);
 }

@@ -29,6 +29,7 @@
 #include "backend/cpu/amx_gemm.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -104,12 +105,20 @@ AmxSupport request_permission() {
     return support;
 }
 
+std::atomic<bool> permission_refused{false};
+
 const AmxSupport& amx_support() {
-    static const AmxSupport support = request_permission();
+    static const AmxSupport support = [] {
+        AmxSupport asked = request_permission();
+        if (cpu_support().available && !asked.available) permission_refused.store(true);
+        return asked;
+    }();
     return support;
 }
 
 }  // namespace
+
+bool amx_gemm_refused() { return permission_refused.load(); }
 
 bool amx_gemm_supported() { return cpu_support().available; }
 

@@ -27,6 +27,9 @@ bool amx_gemm_supported();
 bool amx_gemm_available();
 // Why it cannot, in words ("MPTRAIN_CPU_AMX=0", "this CPU has no AMX-BF16", ...); empty when it can.
 const std::string& amx_gemm_unavailable_reason();
+// Whether Linux refused the tile state to this process; false before anything asked for it. Asks
+// nothing of the kernel (for descriptions, which must not change the process).
+bool amx_gemm_refused();
 
 // Row-major C = alpha * op(A) * op(B) + beta * C, like cblas_sgemm (beta == 0 ignores C's old
 // contents, NaN included), with A and B read as `operands` (bf16 or fp16): values that are not of

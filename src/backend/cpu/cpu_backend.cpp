@@ -90,7 +90,7 @@ CpuBackend::CpuBackend(int threads, MemoryTracker* memory) : pool_(resolve_threa
 
 std::string CpuBackend::device_name() const {
     return std::string("cpu (") + std::to_string(pool_.threads()) + " threads, " + cpu_gemm_library() +
-           (amx_gemm_supported() ? ", amx" : "") + ", small GEMMs " +
+           (amx_gemm_refused() ? ", amx refused by Linux" : amx_gemm_supported() ? ", amx" : "") + ", small GEMMs " +
            small_gemm_kernels_name(small_gemm_kernels()) + ")";
 }
 
