@@ -182,6 +182,16 @@ std::vector<float> flat_weights(mpt_model_t* model, int64_t inputs, const std::v
     return all;
 }
 
+// Whether `auto` resolves to mixed-bf16 on the CPU: there the CPU has AMX, and predictions on a
+// few rows make weight words.
+bool amx_resolves_auto() {
+    mpt_context_t* probe = new_context();
+    mpt_precision automatic = MPT_PRECISION_AUTO;
+    REQUIRE_OK(mpt_context_resolve_precision(probe, MPT_PRECISION_AUTO, &automatic));
+    mpt_context_destroy(probe);
+    return automatic == MPT_PRECISION_MIXED_BF16;
+}
+
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
     return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
@@ -1393,11 +1403,7 @@ TEST_CASE("predictions on a few rows give the same bits from weight words, which
 // The words hold 2 bytes per parameter of the budget; fit, step and evaluate give them back before
 // they allocate, so that predictions never make training fail a budget it fits without them.
 TEST_CASE("weight words give their budget back to fit, step and evaluate") {
-    mpt_context_t* probe = new_context();
-    mpt_precision automatic = MPT_PRECISION_AUTO;
-    REQUIRE_OK(mpt_context_resolve_precision(probe, MPT_PRECISION_AUTO, &automatic));
-    mpt_context_destroy(probe);
-    if (automatic != MPT_PRECISION_MIXED_BF16) {
+    if (!amx_resolves_auto()) {
         MESSAGE("weight words not tested: no AMX here");
         return;
     }
@@ -1451,11 +1457,7 @@ TEST_CASE("weight words give their budget back to fit, step and evaluate") {
 // trainer's plan, a data set placed for it) takes their memory, and predictions go on reading the
 // masters, with the same bits.
 TEST_CASE("weight words give their budget back to other work in the context that needs it") {
-    mpt_context_t* probe = new_context();
-    mpt_precision automatic = MPT_PRECISION_AUTO;
-    REQUIRE_OK(mpt_context_resolve_precision(probe, MPT_PRECISION_AUTO, &automatic));
-    mpt_context_destroy(probe);
-    if (automatic != MPT_PRECISION_MIXED_BF16) {
+    if (!amx_resolves_auto()) {
         MESSAGE("weight words not tested: no AMX here");
         return;
     }
