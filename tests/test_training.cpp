@@ -1551,6 +1551,70 @@ TEST_CASE("weight words give their budget back to other work in the context that
     }
 }
 
+// Two trainers predicting in turn where the budget has room for one's words: were a cache to take
+// another's room, every one-row prediction would rewrite 2 bytes per parameter. One trainer keeps
+// its words, the other reads the masters.
+TEST_CASE("two trainers predicting in turn do not take each other's weight words") {
+    if (!amx_resolves_auto()) {
+        MESSAGE("weight words not tested: no AMX here");
+        return;
+    }
+    const int64_t features = 64;
+    const std::vector<LayerSpec> specs = {{1024, MPT_ACTIVATION_RELU}, {1024, MPT_ACTIVATION_RELU}, {10, MPT_ACTIVATION_SOFTMAX}};
+    const Task one = make_blobs(1, features, 10, 1.0, 0.8, 91);
+    TrainerSetup setup;
+    setup.precision = MPT_PRECISION_MIXED_BF16;
+    const auto allocated = [](mpt_trainer_t* trainer) {
+        size_t planned = 0, bytes = 0;
+        REQUIRE_OK(mpt_trainer_get_memory(trainer, &planned, &bytes));
+        return bytes;
+    };
+    const auto predict = [&](mpt_trainer_t* trainer) {
+        std::vector<float> out(10);
+        REQUIRE_OK(mpt_trainer_predict(trainer, one.x.data(), 1, out.data(), 10));
+        return out;
+    };
+    // Both trainers, and words for the first: with `budget`, what the context then holds.
+    struct Pair {
+        mpt_context_t* context;
+        mpt_model_t* model;
+        mpt_trainer_t* first;
+        mpt_trainer_t* second;
+    };
+    const auto open = [&](size_t budget) {
+        Pair pair{};
+        pair.context = mpt_test::create_context(MPT_BACKEND_CPU, 7, budget);
+        pair.model = new_model(pair.context, features, specs);
+        pair.first = new_trainer(pair.model, setup);
+        pair.second = new_trainer(pair.model, setup);
+        predict(pair.second);
+        predict(pair.first);
+        predict(pair.first);
+        return pair;
+    };
+    const auto close = [](Pair& pair) {
+        mpt_trainer_destroy(pair.second);
+        mpt_trainer_destroy(pair.first);
+        mpt_model_destroy(pair.model);
+        mpt_context_destroy(pair.context);
+    };
+    size_t one_set = 0;
+    {
+        Pair pair = open(0);
+        REQUIRE_OK(mpt_context_get_memory(pair.context, &one_set, nullptr));
+        close(pair);
+    }
+    Pair pair = open(one_set + 4096);
+    const size_t first_with_words = allocated(pair.first), second_without = allocated(pair.second);
+    const std::vector<float> expected = predict(pair.second);  // the second's second: it wants words too
+    for (int round = 0; round < 10; ++round) {
+        CHECK(same_bits(predict(round % 2 ? pair.second : pair.first), expected));
+        CHECK(allocated(pair.first) == first_with_words);
+        CHECK(allocated(pair.second) == second_without);
+    }
+    close(pair);
+}
+
 // bf16 layers read weight words on up to 4 rows, fp16 ones on up to 8: predictions on 8 rows make
 // words for both, and every later forward on fewer rows (a prediction, the last chunk of a long
 // one, a training step) must read the words of its own weights.

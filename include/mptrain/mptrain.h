@@ -354,9 +354,9 @@ MPT_API mpt_status mpt_trainer_evaluate(mpt_trainer_t* trainer, const mpt_datase
  *  bytes. The copies take 2 bytes per parameter of the context's memory (mpt_trainer_get_memory
  *  counts them) until this trainer's next fit, step or evaluate, its first prediction on changed
  *  weights, or a prediction on more rows than planned, gives them back. They are a cache: anything
- *  else in the context that needs their room under the memory budget (a data set, another trainer,
- *  GEMM scratch) takes it, except while a prediction reads them; where the budget has no room for
- *  them, predictions read the fp32 weights, with the same outputs. */
+ *  else in the context that needs their room under the memory budget (a data set, another trainer's
+ *  plan, GEMM scratch; not another trainer's copies) takes it, except while a prediction reads them;
+ *  where the budget has no room for them, predictions read the fp32 weights, with the same outputs. */
 MPT_API mpt_status mpt_trainer_predict(mpt_trainer_t* trainer, const float* inputs, int64_t rows,
                                        float* out, int64_t out_count);
 /** The precision this trainer runs in (AUTO resolved). */

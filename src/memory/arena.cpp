@@ -8,8 +8,9 @@
 
 namespace mpt {
 
-Arena::Arena(Backend& backend, MemoryTracker& tracker, size_t bytes) : backend_(&backend), tracker_(&tracker) {
-    tracker.reserve(bytes);
+Arena::Arena(Backend& backend, MemoryTracker& tracker, size_t bytes, MemoryTracker::ReservationFor purpose)
+    : backend_(&backend), tracker_(&tracker) {
+    tracker.reserve(bytes, purpose);
     try {
         base_ = backend.allocate(bytes);
     } catch (...) {

@@ -5,16 +5,18 @@
 #include <cstddef>
 
 #include "memory/arena_plan.h"
+#include "memory/memory_tracker.h"
 
 namespace mpt {
 
 class Backend;
-class MemoryTracker;
 
 class Arena {
 public:
     Arena() = default;
-    Arena(Backend& backend, MemoryTracker& tracker, size_t bytes);
+    // `purpose`: MemoryTracker::reserve's (a cache's own arena passes ReservationFor::cache).
+    Arena(Backend& backend, MemoryTracker& tracker, size_t bytes,
+          MemoryTracker::ReservationFor purpose = MemoryTracker::ReservationFor::work);
     ~Arena();
     Arena(Arena&& other) noexcept;
     Arena& operator=(Arena&& other) noexcept;

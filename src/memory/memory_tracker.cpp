@@ -21,10 +21,14 @@ bool MemoryTracker::try_reserve(size_t bytes, size_t& wanted) {
     return true;
 }
 
-void MemoryTracker::reserve(size_t bytes) {
+void MemoryTracker::reserve(size_t bytes, ReservationFor purpose) {
     size_t wanted = 0;
     if (try_reserve(bytes, wanted)) return;
-    if (reclaim_caches() != 0 && try_reserve(bytes, wanted)) return;
+    if (purpose == ReservationFor::work) {
+        reclaim_caches(wanted - budget_);
+        // Tried again whatever this thread's reclaim freed: another thread's may have freed enough.
+        if (try_reserve(bytes, wanted)) return;
+    }
     fail(MPT_STATUS_OUT_OF_MEMORY, "memory budget exceeded: the plan needs " + std::to_string(wanted) +
                                        " bytes in all, the context's budget is " + std::to_string(budget_));
 }
@@ -39,11 +43,16 @@ void MemoryTracker::remove_reclaimable(Reclaimable* cache) noexcept {
     caches_.erase(std::remove(caches_.begin(), caches_.end(), cache), caches_.end());
 }
 
-size_t MemoryTracker::reclaim_caches() noexcept {
+void MemoryTracker::reclaim_caches(size_t shortfall) noexcept {
     std::lock_guard<std::mutex> lock(caches_mutex_);
+    size_t held = 0;
+    for (const Reclaimable* cache : caches_) held += cache->held_bytes();
+    if (held < shortfall) return;
     size_t reclaimed = 0;
-    for (Reclaimable* cache : caches_) reclaimed += cache->reclaim();
-    return reclaimed;
+    for (Reclaimable* cache : caches_) {
+        if (reclaimed >= shortfall) break;
+        reclaimed += cache->reclaim();
+    }
 }
 
 }  // namespace mpt

@@ -21,18 +21,24 @@ public:
     class Reclaimable {
     public:
         virtual size_t reclaim() noexcept = 0;
+        virtual size_t held_bytes() const noexcept = 0;  // what it holds now, read from any thread
 
     protected:
         ~Reclaimable() = default;
     };
+
+    // Who reserves: work takes caches' memory when short; a cache never takes another's (two
+    // caches would otherwise take turns evicting each other, each rewriting itself every time).
+    enum class ReservationFor { work, cache };
 
     explicit MemoryTracker(size_t budget_bytes = 0) : budget_(budget_bytes) {}
     MemoryTracker(const MemoryTracker&) = delete;
     MemoryTracker& operator=(const MemoryTracker&) = delete;
 
     // Throws Error(MPT_STATUS_OUT_OF_MEMORY) when `bytes` more would exceed the budget, even after
-    // every registered cache gave back what it could.
-    void reserve(size_t bytes);
+    // the registered caches gave back what they could (for work only, and only when all of them
+    // together could cover the shortfall: a reservation that fails anyway leaves them alone).
+    void reserve(size_t bytes, ReservationFor purpose = ReservationFor::work);
     void unreserve(size_t bytes) noexcept { used_.fetch_sub(bytes); }
 
     // A cache registers for its lifetime; once remove_reclaimable returns, no reclaim() of it runs.
@@ -46,8 +52,9 @@ public:
 private:
     // Reserves `bytes` if they fit; false (nothing reserved) if not. `wanted`: the total tried.
     bool try_reserve(size_t bytes, size_t& wanted);
-    // Asks every registered cache for its memory; the bytes given back.
-    size_t reclaim_caches() noexcept;
+    // Asks registered caches for their memory until `shortfall` bytes came back, unless all of them
+    // together hold less.
+    void reclaim_caches(size_t shortfall) noexcept;
 
     size_t budget_;
     std::atomic<size_t> used_{0};

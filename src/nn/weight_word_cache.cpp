@@ -40,7 +40,7 @@ uint16_t* WeightWordCache::room(size_t elements) {
     if (arena_.bytes() != wanted) {
         drop();
         try {
-            arena_ = Arena(backend_, tracker_, wanted);
+            arena_ = Arena(backend_, tracker_, wanted, MemoryTracker::ReservationFor::cache);
         } catch (const Error& error) {
             if (error.status() != MPT_STATUS_OUT_OF_MEMORY) throw;
             return nullptr;  // an optimisation the budget has no room for

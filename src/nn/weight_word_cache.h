@@ -1,8 +1,8 @@
 // The 16-bit weight words that predictions on a few rows read (Executor::prepare_prediction). They
 // are a cache of the fp32 masters, so they must never cost anything else its memory: the cache
 // registers with the context's memory tracker, which takes it back whenever a reservation would
-// otherwise exceed the budget (a data set, another trainer, a GEMM's scratch), except while a
-// prediction reads it. The owner, the trainer's thread, marks that window with a Reading.
+// otherwise exceed the budget (a data set, another trainer's plan, a GEMM's scratch), except while a
+// prediction reads it. It takes no room from other caches: two trainers' words would take turns. The owner, the trainer's thread, marks that window with a Reading.
 #pragma once
 
 #include <atomic>
@@ -40,7 +40,7 @@ public:
     // Reading: outside one they may go at any time).
     const uint16_t* words(uint64_t version) const;
     // Under a Reading: room for `elements` words, current for no weights until written(version);
-    // null where the budget has no room even after the other caches gave theirs back.
+    // null where the budget has no room (the cache takes none from other caches).
     uint16_t* room(size_t elements);
     void written(uint64_t version);
     // Gives the memory back now (the owner's thread; inside a Reading or not).
@@ -50,6 +50,7 @@ public:
 
 private:
     size_t reclaim() noexcept override;
+    size_t held_bytes() const noexcept override { return bytes(); }
     void hold();
     void let_go() noexcept;
     void drop() noexcept;  // with the cache held
