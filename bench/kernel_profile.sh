@@ -20,7 +20,7 @@ metrics+=,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.
 : >"$OUT_FILE"
 # Some machines' runtimes do not let the profiler attach ("Failed to initialize the profiler:
 # LibraryNotLoaded"): one kernel first, so that such a machine costs seconds, not two timeouts.
-MPTRAIN_CUDA_GRAPHS=0 timeout 40 "$ncu" --launch-count 1 --metrics gpu__time_duration.sum --csv --page raw \
+MPTRAIN_CUDA_GRAPHS=0 timeout -k 10 40 "$ncu" --launch-count 1 --metrics gpu__time_duration.sum --csv --page raw \
     "$BUILD/bin/mptrain-bench" --backend cuda --precision mixed-bf16 --batch 32 --steps 2 --repeats 1 \
     >"$WORK/ncu_probe.csv" 2>"$WORK/ncu_probe.log"
 probe_status=$?
@@ -32,7 +32,7 @@ fi
 for batch in ${BATCHES//,/ }; do
     # 12 steps per epoch: the set-up, the first epoch's order and the warm-up epoch (about 13 to 17
     # launches a step) are skipped; 80 launches hold at least 4 whole steps of the timed epoch.
-    MPTRAIN_CUDA_GRAPHS=0 timeout 75 "$ncu" --clock-control none --cache-control none \
+    MPTRAIN_CUDA_GRAPHS=0 timeout -k 10 75 "$ncu" --clock-control none --cache-control none \
         --launch-skip 260 --launch-count 80 \
         --metrics "$metrics" --csv --page raw --print-units base \
         "$BUILD/bin/mptrain-bench" --backend cuda --precision mixed-bf16 --batch "$batch" --steps 12 --repeats 1 \

@@ -24,6 +24,8 @@ def load(paths):
         try:
             with open(path) as f:
                 data = json.load(f)
+        except FileNotFoundError:
+            continue  # a stage that has not run (yet)
         except (OSError, ValueError) as error:
             print(f"summary: skipping {path}: {error}")
             continue
