@@ -5,6 +5,7 @@
 // where it must report itself unavailable).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>

@@ -2,6 +2,7 @@
 // takes back) and the weight-word cache's protocol with it.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>

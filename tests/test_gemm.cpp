@@ -2,6 +2,7 @@
 // double-precision reference, over every transpose combination, alpha/beta and ragged shapes.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>

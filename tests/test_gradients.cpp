@@ -2,6 +2,7 @@
 // central finite differences of an independent double-precision forward pass written here.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
