@@ -182,6 +182,20 @@ std::vector<float> flat_weights(mpt_model_t* model, int64_t inputs, const std::v
     return all;
 }
 
+// The bytes a trainer holds now (mpt_trainer_get_memory's allocated bytes).
+size_t trainer_allocated(mpt_trainer_t* trainer) {
+    size_t planned = 0, bytes = 0;
+    REQUIRE_OK(mpt_trainer_get_memory(trainer, &planned, &bytes));
+    return bytes;
+}
+
+// The bytes a context's memory accounting holds now.
+size_t context_used(mpt_context_t* context) {
+    size_t bytes = 0;
+    REQUIRE_OK(mpt_context_get_memory(context, &bytes, nullptr));
+    return bytes;
+}
+
 // Whether `auto` resolves to mixed-bf16 on the CPU: there the CPU has AMX, and predictions on a
 // few rows make weight words.
 bool amx_resolves_auto() {
@@ -1467,16 +1481,6 @@ TEST_CASE("weight words give their budget back to other work in the context that
     const Task data = make_blobs(600, features, 10, 1.0, 0.8, 92);  // 150 KiB of floats
     TrainerSetup setup;
     setup.precision = MPT_PRECISION_MIXED_BF16;
-    const auto used = [](mpt_context_t* context) {
-        size_t bytes = 0;
-        REQUIRE_OK(mpt_context_get_memory(context, &bytes, nullptr));
-        return bytes;
-    };
-    const auto allocated = [](mpt_trainer_t* trainer) {
-        size_t planned = 0, bytes = 0;
-        REQUIRE_OK(mpt_trainer_get_memory(trainer, &planned, &bytes));
-        return bytes;
-    };
     const auto predict = [&](mpt_trainer_t* trainer) {
         std::vector<float> out(static_cast<size_t>(few.rows * 10));
         REQUIRE_OK(mpt_trainer_predict(trainer, few.x.data(), few.rows, out.data(), static_cast<int64_t>(out.size())));
@@ -1500,10 +1504,10 @@ TEST_CASE("weight words give their budget back to other work in the context that
             mpt_model_t* model = new_model(context, features, specs);
             mpt_trainer_t* trainer = new_trainer(model, setup);
             const std::vector<float> first = predict(trainer);
-            const size_t without_words = allocated(trainer);
+            const size_t without_words = trainer_allocated(trainer);
             CHECK(same_bits(predict(trainer), first));
-            outcome.words = allocated(trainer) - without_words;
-            const size_t before = used(context);
+            outcome.words = trainer_allocated(trainer) - without_words;
+            const size_t before = context_used(context);
             mpt_trainer_t* other = new_trainer(model, setup);
             mpt_dataset_t* dataset = labels_dataset(context, data);
             if (work == Work::another_trainer) {
@@ -1512,8 +1516,8 @@ TEST_CASE("weight words give their budget back to other work in the context that
             } else {
                 outcome.status = mpt_trainer_evaluate(other, dataset, 4, nullptr, nullptr);
             }
-            outcome.work_bytes = used(context) - before + (allocated(trainer) == without_words ? outcome.words : 0);
-            outcome.words_kept = allocated(trainer) == without_words + outcome.words;
+            outcome.work_bytes = context_used(context) - before + (trainer_allocated(trainer) == without_words ? outcome.words : 0);
+            outcome.words_kept = trainer_allocated(trainer) == without_words + outcome.words;
             outcome.same_predictions = same_bits(predict(trainer), first) && same_bits(predict(trainer), first);
             mpt_dataset_destroy(dataset);
             mpt_trainer_destroy(other);
@@ -1538,7 +1542,7 @@ TEST_CASE("weight words give their budget back to other work in the context that
             mpt_trainer_t* trainer = new_trainer(model, setup);
             predict(trainer);
             predict(trainer);
-            with_words = used(context);
+            with_words = context_used(context);
             mpt_trainer_destroy(trainer);
             mpt_model_destroy(model);
             mpt_context_destroy(context);
@@ -1564,11 +1568,6 @@ TEST_CASE("two trainers predicting in turn do not take each other's weight words
     const Task one = make_blobs(1, features, 10, 1.0, 0.8, 91);
     TrainerSetup setup;
     setup.precision = MPT_PRECISION_MIXED_BF16;
-    const auto allocated = [](mpt_trainer_t* trainer) {
-        size_t planned = 0, bytes = 0;
-        REQUIRE_OK(mpt_trainer_get_memory(trainer, &planned, &bytes));
-        return bytes;
-    };
     const auto predict = [&](mpt_trainer_t* trainer) {
         std::vector<float> out(10);
         REQUIRE_OK(mpt_trainer_predict(trainer, one.x.data(), 1, out.data(), 10));
@@ -1605,12 +1604,12 @@ TEST_CASE("two trainers predicting in turn do not take each other's weight words
         close(pair);
     }
     Pair pair = open(one_set + 4096);
-    const size_t first_with_words = allocated(pair.first), second_without = allocated(pair.second);
+    const size_t first_with_words = trainer_allocated(pair.first), second_without = trainer_allocated(pair.second);
     const std::vector<float> expected = predict(pair.second);  // the second's second: it wants words too
     for (int round = 0; round < 10; ++round) {
         CHECK(same_bits(predict(round % 2 ? pair.second : pair.first), expected));
-        CHECK(allocated(pair.first) == first_with_words);
-        CHECK(allocated(pair.second) == second_without);
+        CHECK(trainer_allocated(pair.first) == first_with_words);
+        CHECK(trainer_allocated(pair.second) == second_without);
     }
     close(pair);
 }
