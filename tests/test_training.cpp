@@ -1467,6 +1467,18 @@ TEST_CASE("weight words give their budget back to fit, step and evaluate") {
     }
 }
 
+// The model of the weight-word budget tests: 64 inputs and two layers of 1024 units (about 2 MiB of
+// words, far more than the plans of a few rows), trained in mixed-bf16.
+struct WordsModel {
+    int64_t features = 64;
+    std::vector<LayerSpec> layers = {{1024, MPT_ACTIVATION_RELU}, {1024, MPT_ACTIVATION_RELU}, {10, MPT_ACTIVATION_SOFTMAX}};
+    TrainerSetup setup = [] {
+        TrainerSetup bf16;
+        bf16.precision = MPT_PRECISION_MIXED_BF16;
+        return bf16;
+    }();
+};
+
 // The words are a cache: other work in the context that fits the budget only without them (another
 // trainer's plan, a data set placed for it) takes their memory, and predictions go on reading the
 // masters, with the same bits.
@@ -1475,12 +1487,9 @@ TEST_CASE("weight words give their budget back to other work in the context that
         MESSAGE("weight words not tested: no AMX here");
         return;
     }
-    const int64_t features = 64;
-    const std::vector<LayerSpec> specs = {{1024, MPT_ACTIVATION_RELU}, {1024, MPT_ACTIVATION_RELU}, {10, MPT_ACTIVATION_SOFTMAX}};
-    const Task few = make_blobs(3, features, 10, 1.0, 0.8, 91);
-    const Task data = make_blobs(600, features, 10, 1.0, 0.8, 92);  // 150 KiB of floats
-    TrainerSetup setup;
-    setup.precision = MPT_PRECISION_MIXED_BF16;
+    const WordsModel words_model;
+    const Task few = make_blobs(3, words_model.features, 10, 1.0, 0.8, 91);
+    const Task data = make_blobs(600, words_model.features, 10, 1.0, 0.8, 92);  // 150 KiB of floats
     const auto predict = [&](mpt_trainer_t* trainer) {
         std::vector<float> out(static_cast<size_t>(few.rows * 10));
         REQUIRE_OK(mpt_trainer_predict(trainer, few.x.data(), few.rows, out.data(), static_cast<int64_t>(out.size())));
@@ -1501,14 +1510,14 @@ TEST_CASE("weight words give their budget back to other work in the context that
         const auto run = [&](size_t budget) {
             Outcome outcome;
             mpt_context_t* context = mpt_test::create_context(MPT_BACKEND_CPU, 7, budget);
-            mpt_model_t* model = new_model(context, features, specs);
-            mpt_trainer_t* trainer = new_trainer(model, setup);
+            mpt_model_t* model = new_model(context, words_model.features, words_model.layers);
+            mpt_trainer_t* trainer = new_trainer(model, words_model.setup);
             const std::vector<float> first = predict(trainer);
             const size_t without_words = trainer_allocated(trainer);
             CHECK(same_bits(predict(trainer), first));
             outcome.words = trainer_allocated(trainer) - without_words;
             const size_t before = context_used(context);
-            mpt_trainer_t* other = new_trainer(model, setup);
+            mpt_trainer_t* other = new_trainer(model, words_model.setup);
             mpt_dataset_t* dataset = labels_dataset(context, data);
             if (work == Work::another_trainer) {
                 std::vector<float> out(static_cast<size_t>(4 * 10));
@@ -1528,7 +1537,7 @@ TEST_CASE("weight words give their budget back to other work in the context that
         };
         const Outcome free = run(0);
         REQUIRE(free.status == MPT_STATUS_OK);
-        CHECK(free.words >= 2 * static_cast<size_t>(features * 1024 + 1024 * 1024));
+        CHECK(free.words >= 2 * static_cast<size_t>(words_model.features * 1024 + 1024 * 1024));
         CHECK(free.words_kept);
         CHECK(free.same_predictions);
         // The work needs more than the 4 KiB the budget leaves beside the words, and less than
@@ -1538,8 +1547,8 @@ TEST_CASE("weight words give their budget back to other work in the context that
         size_t with_words = 0;
         {
             mpt_context_t* context = mpt_test::create_context(MPT_BACKEND_CPU, 7, 0);
-            mpt_model_t* model = new_model(context, features, specs);
-            mpt_trainer_t* trainer = new_trainer(model, setup);
+            mpt_model_t* model = new_model(context, words_model.features, words_model.layers);
+            mpt_trainer_t* trainer = new_trainer(model, words_model.setup);
             predict(trainer);
             predict(trainer);
             with_words = context_used(context);
@@ -1563,11 +1572,8 @@ TEST_CASE("two trainers predicting in turn do not take each other's weight words
         MESSAGE("weight words not tested: no AMX here");
         return;
     }
-    const int64_t features = 64;
-    const std::vector<LayerSpec> specs = {{1024, MPT_ACTIVATION_RELU}, {1024, MPT_ACTIVATION_RELU}, {10, MPT_ACTIVATION_SOFTMAX}};
-    const Task one = make_blobs(1, features, 10, 1.0, 0.8, 91);
-    TrainerSetup setup;
-    setup.precision = MPT_PRECISION_MIXED_BF16;
+    const WordsModel words_model;
+    const Task one = make_blobs(1, words_model.features, 10, 1.0, 0.8, 91);
     const auto predict = [&](mpt_trainer_t* trainer) {
         std::vector<float> out(10);
         REQUIRE_OK(mpt_trainer_predict(trainer, one.x.data(), 1, out.data(), 10));
@@ -1583,9 +1589,9 @@ TEST_CASE("two trainers predicting in turn do not take each other's weight words
     const auto open = [&](size_t budget) {
         Pair pair{};
         pair.context = mpt_test::create_context(MPT_BACKEND_CPU, 7, budget);
-        pair.model = new_model(pair.context, features, specs);
-        pair.first = new_trainer(pair.model, setup);
-        pair.second = new_trainer(pair.model, setup);
+        pair.model = new_model(pair.context, words_model.features, words_model.layers);
+        pair.first = new_trainer(pair.model, words_model.setup);
+        pair.second = new_trainer(pair.model, words_model.setup);
         predict(pair.second);
         predict(pair.first);
         predict(pair.first);
