@@ -2,6 +2,7 @@
 #include "backend/cuda/cuda_gemm.cuh"
 
 #include <cstring>
+#include <utility>
 
 #include "backend/cuda/cuda_common.cuh"
 
