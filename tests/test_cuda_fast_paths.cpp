@@ -161,6 +161,36 @@ TEST_CASE("a fused GEMM refused only when it runs is planned again unfused, and 
     }
 }
 
+// A capture that fails (here: a cudaStreamSynchronize of the capturing stream, which is not
+// permitted there and invalidates it) must end the capture, leave no error behind for the next
+// launch, and run that task eagerly now and from then on; training goes on with the numbers of a
+// run whose steps were replayed.
+TEST_CASE("a capture that fails is refused, its task runs eagerly, and training goes on") {
+    SKIP_WITHOUT_GPU();
+    const float expected = train_two_bf16_epochs(make_context(MPT_BACKEND_CUDA), 26);
+    auto context = make_context(MPT_BACKEND_CUDA);
+    cuda_backend_break_captures(context->backend(), true);
+    const float loss = train_two_bf16_epochs(context, 26);
+    const std::string why = cuda_backend_last_graph_refusal(context->backend());
+    INFO("last graph refusal: " << why);
+    const uint64_t refusals = cuda_backend_graph_refusals(context->backend());
+    // One refusal per distinct task (the steps alternate two batch slots; evaluation has its own),
+    // not one per step: a refused task is not captured again.
+    CHECK(refusals >= 1);
+    CHECK(refusals <= 8);
+    CHECK(cuda_backend_graph_captures(context->backend()) == 0);
+    CHECK(cuda_backend_graph_replays(context->backend()) == 0);
+    CHECK(why.find("cudaStreamSynchronize") != std::string::npos);
+    // The same kernels ran, eagerly instead of from a graph.
+    CHECK(std::isfinite(loss));
+    CHECK(loss == doctest::Approx(expected).epsilon(1e-5));
+    // Nothing the failed captures left behind (an error, a stream still capturing) fails later work.
+    cuda_backend_break_captures(context->backend(), false);
+    const float again = train_two_bf16_epochs(context, 26);
+    CHECK(again == doctest::Approx(expected).epsilon(1e-5));
+    CHECK(cuda_backend_graph_refusals(context->backend()) == refusals);
+}
+
 // The switches that turn the fast paths off (to compare, or around a driver that mishandles them): a
 // context made with MPTRAIN_CUDA_GRAPHS=0 and MPTRAIN_CUDA_FUSED_EPILOGUES=0 captures no graph and
 // plans no fused epilogue, and still trains.

@@ -624,9 +624,7 @@ void CudaBackend::end_compute_task() {
 
     cudaGraphExec_t exec = nullptr;
     switch (graphs_.lookup(signature_, exec)) {
-        case StepGraphCache::Action::replay:
-            MPT_CUDA_CHECK(cudaGraphLaunch(exec, compute));
-            return;
+        case StepGraphCache::Action::replay: launch_or_run_eagerly(exec, compute); return;
         case StepGraphCache::Action::run_eagerly:
             execute_recorded(compute, false);
             return;
@@ -641,11 +639,15 @@ void CudaBackend::end_compute_task() {
         execute_recorded(compute, false);
         return;
     }
+    // Whatever is thrown, the capture must end: a stream left capturing fails every later call.
     std::string issue_failure;
     try {
+        if (break_captures_) break_capture(compute);
         execute_recorded(compute, true);
     } catch (const std::exception& error) {
         issue_failure = error.what();
+    } catch (...) {
+        issue_failure = "an unknown exception";
     }
     cudaGraph_t graph = nullptr;
     const cudaError_t ended = cudaStreamEndCapture(compute, &graph);
@@ -664,7 +666,22 @@ void CudaBackend::end_compute_task() {
         return;
     }
     graphs_.store(signature_, captured);
-    MPT_CUDA_CHECK(cudaGraphLaunch(captured, compute));
+    launch_or_run_eagerly(captured, compute);
+}
+
+void CudaBackend::launch_or_run_eagerly(cudaGraphExec_t exec, cudaStream_t compute) {
+    const cudaError_t launched = cudaGraphLaunch(exec, compute);
+    if (launched == cudaSuccess) return;
+    // Nothing of the task ran. The graph is not launched again: the task runs eagerly now and from
+    // now on, and a real fault (a sticky error) is reported by that run.
+    cudaGetLastError();
+    graphs_.refuse(signature_, std::string("cudaGraphLaunch: ") + cudaGetErrorName(launched));
+    execute_recorded(compute, false);
+}
+
+void CudaBackend::break_capture(cudaStream_t compute) {
+    // Synchronising a capturing stream is not permitted: the call fails and invalidates the capture.
+    MPT_CUDA_CHECK(cudaStreamSynchronize(compute));
 }
 
 void CudaBackend::sign(const RecordedOp& op) {
@@ -846,6 +863,7 @@ uint64_t cuda_backend_refused_epilogue_runs(const Backend& backend) {
 void cuda_backend_refuse_fused_runs(Backend& backend, bool refuse) { as_cuda(backend).refuse_fused_runs(refuse); }
 CudaOpPaths cuda_backend_op_paths(const Backend& backend) { return as_cuda(backend).op_paths(); }
 void cuda_backend_set_graphs(Backend& backend, bool enabled) { as_cuda(backend).set_graphs(enabled); }
+void cuda_backend_break_captures(Backend& backend, bool broken) { as_cuda(backend).break_captures(broken); }
 void cuda_backend_set_fused_epilogues(Backend& backend, bool enabled) { as_cuda(backend).set_fused_epilogues(enabled); }
 bool cuda_backend_fused_epilogues(const Backend& backend) { return as_cuda(backend).fused_epilogues(); }
 

@@ -77,6 +77,7 @@ public:
     void set_fused_epilogues(bool enabled) { fused_epilogues_ = enabled; }
     bool fused_epilogues() const { return fused_epilogues_; }
     void refuse_fused_runs(bool refuse) { gemm_->set_refuse_fused_runs(refuse); }
+    void break_captures(bool broken) { break_captures_ = broken; }
     const CudaOpPaths& op_paths() const { return op_paths_; }
 
 private:
@@ -128,6 +129,10 @@ private:
     // Issues `op` now (eagerly) or appends it to the task being recorded. Eagerly, an op whose
     // fused GEMM cuBLASLt refuses when it runs is planned again and run unfused.
     void issue(const RecordedOp& op);
+    // Launches a task's graph; should the launch fail, the task runs eagerly, now and from now on.
+    void launch_or_run_eagerly(cudaGraphExec_t exec, cudaStream_t compute);
+    // Test hook (break_captures): makes the capture under way fail, as a call not permitted there would.
+    static void break_capture(cudaStream_t compute);
     void execute(const RecordedOp& op, cudaStream_t stream);
     // Runs the recorded task; an op refused as in issue() is planned again with all that follow
     // it, unless `capturing` (the refusal then escapes to end_compute_task).
@@ -169,6 +174,7 @@ private:
     std::vector<RecordedOp> recorded_;
     TaskSignature signature_;
     StepGraphCache graphs_;
+    bool break_captures_ = false;
 };
 
 }  // namespace mpt

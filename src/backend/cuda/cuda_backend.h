@@ -41,6 +41,9 @@ struct CudaOpPaths {
 CudaOpPaths cuda_backend_op_paths(const Backend& backend);
 // Graph capture of repeated compute tasks (default on; MPTRAIN_CUDA_GRAPHS=0 turns it off).
 void cuda_backend_set_graphs(Backend& backend, bool enabled);
+// Every capture from now on fails as a call not permitted during capture would (a
+// cudaStreamSynchronize of the capturing stream), so that the refusal path runs on a GPU.
+void cuda_backend_break_captures(Backend& backend, bool broken);
 // The fused paths: cuBLASLt's epilogues and the fused SGD kernel (default on;
 // MPTRAIN_CUDA_FUSED_EPILOGUES=0 turns them off); off forces the unfused fallback paths.
 void cuda_backend_set_fused_epilogues(Backend& backend, bool enabled);

@@ -247,6 +247,13 @@ void CudaGemm::run(const GemmPlan& plan, const void* a, const void* b, void* d, 
     // more then: the actual pointers, the device's state), nothing of the op has run yet: the op
     // is planned again without this epilogue. Any other failure is an error.
     if (fused && (status == CUBLAS_STATUS_NOT_SUPPORTED || status == CUBLAS_STATUS_INVALID_VALUE)) {
+        // Refused under a graph capture only: the capture gives up and the task runs eagerly, where
+        // the plan gets its own answer. It is not written off for what capturing did.
+        cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+        if (cudaStreamIsCapturing(stream, &capture) == cudaSuccess && capture != cudaStreamCaptureStatusNone)
+            throw FusedGemmRefused(MPT_STATUS_UNSUPPORTED, "cuda backend: cuBLASLt refused a fused plan under capture: " +
+                                                               describe_gemm_key(plan.key) + ": " +
+                                                               lt_.get_status_name(status));
         plan.refused_when_run = true;
         ++refused_epilogue_plans_;
         ++refused_epilogue_runs_;

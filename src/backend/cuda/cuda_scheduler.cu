@@ -85,6 +85,8 @@ void CudaScheduler::wait(Lane waiter, const Event& event) {
 
 bool CudaScheduler::completed(const Event& event) {
     if (event.ticket == 0) return true;
+    // A fresh event may be recorded for it (event_for): after everything issued so far.
+    hooks_.flush_recording();
     return event_passed(event_for(event));
 }
 

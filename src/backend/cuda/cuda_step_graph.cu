@@ -60,7 +60,11 @@ void StepGraphCache::store(const TaskSignature& signature, cudaGraphExec_t exec)
 }
 
 void StepGraphCache::refuse(const TaskSignature& signature, std::string why) {
-    if (Entry* entry = find(signature)) entry->refused = true;
+    if (Entry* entry = find(signature)) {
+        entry->refused = true;
+        if (entry->exec) discard_cuda_error(cudaGraphExecDestroy(entry->exec));
+        entry->exec = nullptr;
+    }
     ++refusals_;
     last_refusal_ = std::move(why);
 }

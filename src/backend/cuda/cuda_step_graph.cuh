@@ -48,7 +48,8 @@ public:
     // What to do with a task of this signature; for `replay`, `exec` is the graph to launch.
     Action lookup(const TaskSignature& signature, cudaGraphExec_t& exec);
     void store(const TaskSignature& signature, cudaGraphExec_t exec);   // after a successful capture
-    // Capture failed (`why`): always run this one eagerly.
+    // Capture, or a replay's launch, failed (`why`): always run this one eagerly (its graph, if
+    // any, is freed).
     void refuse(const TaskSignature& signature, std::string why);
     void clear();
 
