@@ -9,6 +9,7 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <thread>
 
 #include "backend/device_scope.h"
 #include "core/context.h"
@@ -35,7 +36,10 @@ struct mpt_trainer_options {
 };
 struct mpt_trainer {
     std::unique_ptr<mpt::Trainer> impl;
-    std::atomic<bool> busy{false};  // set while fit/step/evaluate/predict run
+    std::atomic<bool> busy{false};  // set while a call that uses the trainer runs (ExclusiveUse)
+    std::atomic<std::thread::id> user{};  // the thread of that call
+    // mpt_trainer_destroy from inside that call (its callbacks): done when the call returns.
+    bool destroy_when_done = false;
 };
 
 namespace mpt::capi {
@@ -55,8 +59,13 @@ template <typename Enum>
 Enum checked_enum(const Enum& value, int first, int last, const char* what) {
     std::underlying_type_t<Enum> raw;
     std::memcpy(&raw, &value, sizeof raw);
-    if (static_cast<long long>(raw) < first || static_cast<long long>(raw) > last)
-        fail(MPT_STATUS_INVALID_ARGUMENT, std::string("unknown ") + what + " " + std::to_string(static_cast<long long>(raw)));
+    if (static_cast<long long>(raw) < first || static_cast<long long>(raw) > last) {
+        // A C enum is an int to the caller (-1 may reach us as 4294967295): say it as they wrote it.
+        int as_written;
+        static_assert(sizeof raw == sizeof as_written, "C enums are int-sized");
+        std::memcpy(&as_written, &raw, sizeof as_written);
+        fail(MPT_STATUS_INVALID_ARGUMENT, std::string("unknown ") + what + " " + std::to_string(as_written));
+    }
     return static_cast<Enum>(raw);
 }
 
@@ -68,22 +77,35 @@ auto& impl_of(Handle* handle, const char* name) {
 }
 
 // Detects a trainer used by two threads at once, or re-entered from its own callback, and refuses
-// the second use instead of corrupting the first.
+// the second use instead of corrupting the first. A destroy requested from inside the call (by a
+// callback) is carried out when the call ends, after its last use of the trainer.
 class ExclusiveUse {
 public:
-    explicit ExclusiveUse(std::atomic<bool>& busy) : busy_(busy) {
+    explicit ExclusiveUse(mpt_trainer& trainer) : trainer_(trainer) {
         bool expected = false;
-        if (!busy_.compare_exchange_strong(expected, true))
+        if (!trainer_.busy.compare_exchange_strong(expected, true))
             fail(MPT_STATUS_INVALID_STATE,
                  "the trainer is already in use (by another thread, or this call came from its own callback)");
+        trainer_.user.store(std::this_thread::get_id());
     }
-    ~ExclusiveUse() { busy_.store(false); }
+    ~ExclusiveUse() {
+        const bool destroy = trainer_.destroy_when_done;
+        trainer_.user.store(std::thread::id{});
+        trainer_.busy.store(false);
+        if (destroy) delete &trainer_;
+    }
     ExclusiveUse(const ExclusiveUse&) = delete;
     ExclusiveUse& operator=(const ExclusiveUse&) = delete;
 
 private:
-    std::atomic<bool>& busy_;
+    mpt_trainer& trainer_;
 };
+
+// Whether the calling thread is inside a call that uses `trainer` (so this call came from one of
+// its callbacks).
+inline bool used_by_this_thread(const mpt_trainer& trainer) {
+    return trainer.busy.load() && trainer.user.load() == std::this_thread::get_id();
+}
 
 }  // namespace mpt::capi
 

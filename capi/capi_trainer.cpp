@@ -1,5 +1,6 @@
 // C API: trainer options and trainers. Argument checks and translation only.
 #include <cmath>
+#include <memory>
 #include <string>
 
 #include "capi_internal.h"
@@ -21,6 +22,13 @@ void require_range(float value, float low, float high, const char* name) {
     if (!(value >= low && value < high))
         fail(MPT_STATUS_INVALID_ARGUMENT, std::string(name) + " must be in [" + std::to_string(low) + ", " +
                                               std::to_string(high) + ")");
+}
+
+// The data set of a fit, step or evaluate, kept alive for the call: a callback may destroy its
+// handle meanwhile.
+std::shared_ptr<const mpt::Dataset> held_dataset(const mpt_dataset_t* dataset) {
+    impl_of(dataset, "dataset");
+    return dataset->impl;
 }
 
 }  // namespace
@@ -144,6 +152,14 @@ mpt_status mpt_trainer_create(mpt_model_t* model, const mpt_trainer_options_t* o
 }
 
 void mpt_trainer_destroy(mpt_trainer_t* trainer) {
+    if (!trainer) return;
+    if (mpt::capi::used_by_this_thread(*trainer)) {
+        // From the trainer's own callback: the running call still uses it. It stops at its next
+        // step and deletes the trainer as it returns (ExclusiveUse).
+        trainer->destroy_when_done = true;
+        if (trainer->impl) trainer->impl->stop_soon("the trainer was destroyed by its own callback");
+        return;
+    }
     mpt::DeviceScope device_scope;  // freeing GPU memory makes the backend's device current
     delete trainer;
 }
@@ -159,9 +175,9 @@ mpt_status mpt_trainer_fit(mpt_trainer_t* trainer, const mpt_dataset_t* dataset,
                            int shuffle) {
     MPT_API_BEGIN
     mpt::Trainer& impl = impl_of(trainer, "trainer");
-    mpt::capi::ExclusiveUse exclusive(trainer->busy);
-    const mpt::Dataset& data = impl_of(dataset, "dataset");
-    impl.fit(data, epochs, batch_size, shuffle != 0);
+    mpt::capi::ExclusiveUse exclusive(*trainer);
+    const std::shared_ptr<const mpt::Dataset> data = held_dataset(dataset);
+    impl.fit(*data, epochs, batch_size, shuffle != 0);
     MPT_API_END
 }
 
@@ -169,9 +185,9 @@ mpt_status mpt_trainer_step(mpt_trainer_t* trainer, const mpt_dataset_t* dataset
                             float* loss) {
     MPT_API_BEGIN
     mpt::Trainer& impl = impl_of(trainer, "trainer");
-    mpt::capi::ExclusiveUse exclusive(trainer->busy);
-    const mpt::Dataset& data = impl_of(dataset, "dataset");
-    const float batch_loss = impl.step(data, first, batch_size);
+    mpt::capi::ExclusiveUse exclusive(*trainer);
+    const std::shared_ptr<const mpt::Dataset> data = held_dataset(dataset);
+    const float batch_loss = impl.step(*data, first, batch_size);
     if (loss) *loss = batch_loss;
     MPT_API_END
 }
@@ -180,9 +196,9 @@ mpt_status mpt_trainer_evaluate(mpt_trainer_t* trainer, const mpt_dataset_t* dat
                                 float* accuracy) {
     MPT_API_BEGIN
     mpt::Trainer& impl = impl_of(trainer, "trainer");
-    mpt::capi::ExclusiveUse exclusive(trainer->busy);
-    const mpt::Dataset& data = impl_of(dataset, "dataset");
-    const mpt::EvaluationResult result = impl.evaluate(data, batch_size);
+    mpt::capi::ExclusiveUse exclusive(*trainer);
+    const std::shared_ptr<const mpt::Dataset> data = held_dataset(dataset);
+    const mpt::EvaluationResult result = impl.evaluate(*data, batch_size);
     if (loss) *loss = result.loss;
     if (accuracy) *accuracy = result.accuracy;
     MPT_API_END
@@ -192,7 +208,7 @@ mpt_status mpt_trainer_predict(mpt_trainer_t* trainer, const float* inputs, int6
                                int64_t out_count) {
     MPT_API_BEGIN
     mpt::Trainer& impl = impl_of(trainer, "trainer");
-    mpt::capi::ExclusiveUse exclusive(trainer->busy);
+    mpt::capi::ExclusiveUse exclusive(*trainer);
     require_pointer(inputs, "inputs");
     require_pointer(out, "out");
     impl.model()->require_prediction_rows(rows);
@@ -233,16 +249,23 @@ mpt_status mpt_trainer_get_progress(const mpt_trainer_t* trainer, int64_t* steps
 mpt_status mpt_trainer_save_checkpoint(mpt_trainer_t* trainer, const char* path) {
     MPT_API_BEGIN
     mpt::Trainer& impl = impl_of(trainer, "trainer");
-    mpt::capi::ExclusiveUse exclusive(trainer->busy);
     require_pointer(path, "path");
-    mpt::save_checkpoint(impl, path);
+    // From fit's own progress or epoch-end callback: fit waits between two steps there, where it
+    // takes its automatic checkpoints, so the state is whole. (The thread is checked first: only
+    // the fitting thread may read in_callback.)
+    if (mpt::capi::used_by_this_thread(*trainer) && impl.in_callback()) {
+        mpt::save_checkpoint(impl, path);
+    } else {
+        mpt::capi::ExclusiveUse exclusive(*trainer);
+        mpt::save_checkpoint(impl, path);
+    }
     MPT_API_END
 }
 
 mpt_status mpt_trainer_load_checkpoint(mpt_trainer_t* trainer, const char* path) {
     MPT_API_BEGIN
     mpt::Trainer& impl = impl_of(trainer, "trainer");
-    mpt::capi::ExclusiveUse exclusive(trainer->busy);
+    mpt::capi::ExclusiveUse exclusive(*trainer);
     require_pointer(path, "path");
     mpt::load_checkpoint(impl, path);
     MPT_API_END
@@ -252,7 +275,7 @@ mpt_status mpt_trainer_set_checkpointing(mpt_trainer_t* trainer, const char* dir
                                          int64_t every_epochs, int64_t keep_last) {
     MPT_API_BEGIN
     mpt::Trainer& impl = impl_of(trainer, "trainer");
-    mpt::capi::ExclusiveUse exclusive(trainer->busy);
+    mpt::capi::ExclusiveUse exclusive(*trainer);
     mpt::CheckpointPolicy policy;
     if (directory) {
         policy.directory = directory;

@@ -578,6 +578,46 @@ TEST_CASE("the loss and the dataset's kind of targets must agree (SHAPE_MISMATCH
     require_usable(session);
 }
 
+TEST_CASE("binary cross-entropy refuses targets outside [0, 1] (INVALID_ARGUMENT); other losses take them") {
+    Session session;
+    const Blobs& blobs = session.blobs;
+    std::vector<float> targets(96 * kClasses, 0.0f);
+    for (size_t r = 0; r < 96; ++r) targets[r * kClasses + static_cast<size_t>(blobs.y[r])] = 1.0f;
+    mpt_dataset_t* in_range = nullptr;
+    REQUIRE_OK(mpt_dataset_create_f32_targets(session.context, blobs.x.data(), 96, kFeatures, targets.data(), kClasses, 1,
+                                              &in_range));
+    targets[5 * kClasses] = 2.0f;  // one target of one row
+    mpt_dataset_t* outside = nullptr;
+    REQUIRE_OK(mpt_dataset_create_f32_targets(session.context, blobs.x.data(), 96, kFeatures, targets.data(), kClasses, 1,
+                                              &outside));
+    targets[5 * kClasses] = std::numeric_limits<float>::quiet_NaN();  // not checked for finiteness here
+    mpt_dataset_t* not_a_number = nullptr;
+    REQUIRE_OK(mpt_dataset_create_f32_targets(session.context, blobs.x.data(), 96, kFeatures, targets.data(), kClasses, 0,
+                                              &not_a_number));
+
+    mpt_trainer_options_t* options = new_trainer_options();
+    REQUIRE_OK(mpt_trainer_options_set_loss(options, MPT_LOSS_BINARY_CROSSENTROPY));
+    mpt_trainer_t* binary = nullptr;
+    REQUIRE_OK(mpt_trainer_create(session.model, options, &binary));
+    for (const mpt_dataset_t* bad : {outside, not_a_number}) {
+        CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_fit(binary, bad, 1, 16, 0));
+        CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_step(binary, bad, 0, 16, nullptr));
+        CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_evaluate(binary, bad, 16, nullptr, nullptr));
+    }
+    REQUIRE_OK(mpt_trainer_fit(binary, in_range, 1, 16, 1));
+    REQUIRE_OK(mpt_trainer_options_set_loss(options, MPT_LOSS_MEAN_SQUARED_ERROR));
+    mpt_trainer_t* squared = nullptr;
+    REQUIRE_OK(mpt_trainer_create(session.model, options, &squared));
+    REQUIRE_OK(mpt_trainer_fit(squared, outside, 1, 16, 1));
+    mpt_trainer_destroy(squared);
+    mpt_trainer_destroy(binary);
+    mpt_trainer_options_destroy(options);
+    mpt_dataset_destroy(not_a_number);
+    mpt_dataset_destroy(outside);
+    mpt_dataset_destroy(in_range);
+    require_usable(session);
+}
+
 TEST_CASE("predict and weight access with wrong counts give SHAPE_MISMATCH and leave the buffers untouched") {
     Session session;
     std::vector<float> out(3 * kClasses + 1, -7.0f);

@@ -7,10 +7,13 @@
 #include <mptrain/mptrain.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <string>
 #include <utility>
@@ -47,6 +50,8 @@ struct Options {
     mpt_log_fn log = nullptr;            // the context's log callback, when set
     void* log_user_data = nullptr;
     mpt_log_level log_level = MPT_LOG_LEVEL_WARNING;
+    float learning_rate = 0.01f;
+    mpt_loss_scaling loss_scaling = MPT_LOSS_SCALING_DEFAULT;
 };
 
 struct Run {
@@ -83,9 +88,9 @@ struct Run {
         REQUIRE(mpt_trainer_options_create(&trainer_options) == MPT_STATUS_OK);
         mpt_trainer_options_set_precision(trainer_options, options.precision);
         mpt_trainer_options_set_optimizer(trainer_options, options.optimizer);
-        mpt_trainer_options_set_learning_rate(trainer_options, 0.01f);
+        mpt_trainer_options_set_learning_rate(trainer_options, options.learning_rate);
         if (options.optimizer == MPT_OPTIMIZER_SGD) mpt_trainer_options_set_momentum(trainer_options, 0.9f, 1);
-        mpt_trainer_options_set_loss_scaling(trainer_options, MPT_LOSS_SCALING_DEFAULT, options.initial_scale);
+        mpt_trainer_options_set_loss_scaling(trainer_options, options.loss_scaling, options.initial_scale);
         mpt_trainer_options_set_loss_scaler_dynamics(trainer_options, 2.0f, 0.5f, 4, 1.0f, 16777216.0f);
         REQUIRE(mpt_trainer_create(model, trainer_options, &trainer) == MPT_STATUS_OK);
         mpt_trainer_options_destroy(trainer_options);
@@ -121,6 +126,105 @@ struct Run {
         return s;
     }
 };
+
+// ---- files edited as a user with a text editor (or a damaged disk) could ----
+
+// The textbook bitwise CRC32C, independent of the library's.
+uint32_t bitwise_crc32c(const std::string& bytes) {
+    uint32_t crc = 0xFFFFFFFFu;
+    for (unsigned char byte : bytes) {
+        crc ^= byte;
+        for (int bit = 0; bit < 8; ++bit) crc = (crc & 1u) ? (crc >> 1) ^ 0x82F63B78u : crc >> 1;
+    }
+    return ~crc;
+}
+
+const std::string kHeaderChecksum = "\"mptrain.crc32c.__metadata__\":\"";
+
+struct FileParts {
+    std::string header;  // the JSON with its padding
+    std::string data;
+};
+
+FileParts split_file(const std::string& path) {
+    const std::vector<char> content = file_bytes(path);
+    const std::string bytes(content.begin(), content.end());
+    REQUIRE(bytes.size() > 8);
+    uint64_t header_length = 0;
+    for (int i = 7; i >= 0; --i) header_length = header_length << 8 | static_cast<unsigned char>(bytes[static_cast<size_t>(i)]);
+    REQUIRE(8 + header_length <= bytes.size());
+    return {bytes.substr(8, header_length), bytes.substr(8 + header_length)};
+}
+
+std::string length_field(size_t length) {
+    std::string field(8, '\0');
+    for (int i = 0; i < 8; ++i) field[static_cast<size_t>(i)] = static_cast<char>(length >> (8 * i) & 0xFF);
+    return field;
+}
+
+// Writes `header` (padded again) and `data` as a file. A header checksum in it is recomputed as the
+// format describes it (CRC32C of length and header, its own digits read as '0'), so the file is
+// consistent and only what the edit says is wrong with it.
+std::string write_parts(const fs::path& path, std::string header, const std::string& data) {
+    while (header.size() % 8) header += ' ';
+    const size_t at = header.find(kHeaderChecksum);
+    if (at != std::string::npos) {
+        const size_t digits = at + kHeaderChecksum.size();
+        header.replace(digits, 8, "00000000");
+        char hex[9];
+        std::snprintf(hex, sizeof hex, "%08x", bitwise_crc32c(length_field(header.size()) + header));
+        header.replace(digits, 8, hex);
+    }
+    const std::string file = length_field(header.size()) + header + data;
+    std::ofstream(path, std::ios::binary).write(file.data(), static_cast<std::streamsize>(file.size()));
+    return path.string();
+}
+
+// The header as mptrain wrote it before headers had a checksum: the same, without that entry.
+std::string without_header_checksum(std::string header) {
+    const size_t at = header.find(kHeaderChecksum);
+    REQUIRE(at != std::string::npos);
+    size_t end = at + kHeaderChecksum.size() + 9;  // 8 digits and the closing quote
+    if (header[end] == ',') ++end;
+    header.erase(at, end - at);
+    while (!header.empty() && header.back() == ' ') header.pop_back();
+    return header;
+}
+
+// The progress metadata is JSON inside a JSON string: its fields read \"name\":value.
+std::string with_progress(std::string header, const std::string& field, const std::string& value) {
+    const std::string key = "\\\"" + field + "\\\":";
+    const size_t at = header.find(key);
+    REQUIRE(at != std::string::npos);
+    const size_t begin = at + key.size(), end = header.find_first_of(",}", begin);
+    header.replace(begin, end - begin, value);
+    return header;
+}
+
+std::string float_bits_text(float value) {
+    uint32_t bits;
+    std::memcpy(&bits, &value, sizeof bits);
+    return std::to_string(bits);
+}
+
+// A trainer that stopped inside its second epoch: 14 steps, 1 epoch completed, 4 steps into the
+// next, shuffled.
+void stop_inside_second_epoch(Run& run) {
+    auto cancel = [](int64_t epoch, int64_t step, int64_t, float, float, void*) -> int { return epoch == 1 && step == 4; };
+    REQUIRE(mpt_trainer_set_callbacks(run.trainer, cancel, nullptr, nullptr) == MPT_STATUS_OK);
+    REQUIRE(mpt_trainer_fit(run.trainer, run.dataset, 2, kBatch, 1) == MPT_STATUS_CANCELLED);
+    REQUIRE(mpt_trainer_set_callbacks(run.trainer, nullptr, nullptr, nullptr) == MPT_STATUS_OK);
+}
+
+struct Refusal {
+    mpt_status status;
+    std::string message;
+};
+
+Refusal load_checkpoint(Run& run, const std::string& path) {
+    const mpt_status status = mpt_trainer_load_checkpoint(run.trainer, path.c_str());
+    return {status, status == MPT_STATUS_OK ? std::string() : std::string(mpt_last_error())};
+}
 
 void check_resume_is_bit_exact(const Options& options) {
     TempDir directory;
@@ -395,7 +499,15 @@ TEST_CASE("bad, mismatched and unwritable checkpoints fail with a clear status a
     // Unwritable destinations leave the previous checkpoint intact.
     CHECK(mpt_trainer_save_checkpoint(run.trainer, (directory.path / "no-such-dir" / "x.safetensors").c_str()) ==
           MPT_STATUS_IO_ERROR);
-    REQUIRE(mpt_trainer_set_checkpointing(run.trainer, (directory.path / "no-such-dir").c_str(), 1, 0, 1) == MPT_STATUS_OK);
+    // A checkpoint directory that is missing, or a file, is refused when set; one that goes away
+    // after stops fit at its first checkpoint.
+    CHECK(mpt_trainer_set_checkpointing(run.trainer, (directory.path / "no-such-dir").c_str(), 1, 0, 1) ==
+          MPT_STATUS_IO_ERROR);
+    CHECK(mpt_trainer_set_checkpointing(run.trainer, path.c_str(), 1, 0, 1) == MPT_STATUS_IO_ERROR);
+    const std::filesystem::path going = directory.path / "going-away";
+    std::filesystem::create_directory(going);
+    REQUIRE(mpt_trainer_set_checkpointing(run.trainer, going.c_str(), 1, 0, 1) == MPT_STATUS_OK);
+    std::filesystem::remove(going);
     CHECK(mpt_trainer_fit(run.trainer, run.dataset, 1, kBatch, 1) == MPT_STATUS_IO_ERROR);
     REQUIRE(mpt_trainer_set_checkpointing(run.trainer, nullptr, 0, 0, 0) == MPT_STATUS_OK);
 
@@ -405,4 +517,230 @@ TEST_CASE("bad, mismatched and unwritable checkpoints fail with a clear status a
     const std::vector<float> after = run.weights();
     CHECK(std::memcmp(before.data(), after.data(), before.size() * sizeof(float)) == 0);
     CHECK(run.scaler() == scaler_before);
+}
+
+TEST_CASE("a checkpoint with any one bit of its header flipped (metadata, tensor table, length) is refused and changes nothing") {
+    TempDir directory;
+    const std::string path = (directory.path / "good.safetensors").string();
+    Run run(Options{});
+    stop_inside_second_epoch(run);
+    REQUIRE(mpt_trainer_save_checkpoint(run.trainer, path.c_str()) == MPT_STATUS_OK);
+    const std::vector<float> before = run.weights();
+    const Run::Scaler scaler_before = run.scaler();
+    const std::vector<char> good = file_bytes(path);
+    const size_t header_end = 8 + split_file(path).header.size();
+    const std::string damaged_path = (directory.path / "damaged.safetensors").string();
+    int accepted = 0;
+    for (size_t position = 0; position < header_end; ++position) {
+        for (int bit = 0; bit < 8; ++bit) {
+            std::vector<char> damaged = good;
+            damaged[position] = static_cast<char>(damaged[position] ^ (1 << bit));
+            std::ofstream(damaged_path, std::ios::binary).write(damaged.data(), static_cast<std::streamsize>(damaged.size()));
+            const mpt_status status = mpt_trainer_load_checkpoint(run.trainer, damaged_path.c_str());
+            if (status != MPT_STATUS_CORRUPT_DATA) {
+                if (++accepted <= 5) MESSAGE("position ", position, " bit ", bit, ": ", status);
+            }
+        }
+    }
+    CHECK(accepted == 0);
+    CHECK(same_bits(run.weights(), before));
+    CHECK(run.scaler() == scaler_before);
+}
+
+TEST_CASE("a model file with any one bit of its header flipped is refused as corrupt") {
+    TempDir directory;
+    const std::string path = (directory.path / "model.safetensors").string();
+    Run run(Options{});
+    REQUIRE(mpt_model_save(run.model, path.c_str()) == MPT_STATUS_OK);
+    const std::vector<char> good = file_bytes(path);
+    const size_t header_end = 8 + split_file(path).header.size();
+    const std::string damaged_path = (directory.path / "damaged.safetensors").string();
+    int accepted = 0;
+    for (size_t position = 0; position < header_end; ++position) {
+        for (int bit = 0; bit < 8; ++bit) {
+            std::vector<char> damaged = good;
+            damaged[position] = static_cast<char>(damaged[position] ^ (1 << bit));
+            std::ofstream(damaged_path, std::ios::binary).write(damaged.data(), static_cast<std::streamsize>(damaged.size()));
+            mpt_model_t* loaded = nullptr;
+            const mpt_status status = mpt_model_load(run.context, damaged_path.c_str(), &loaded);
+            mpt_model_destroy(loaded);
+            if (status != MPT_STATUS_CORRUPT_DATA && ++accepted <= 5) MESSAGE("position ", position, " bit ", bit, ": ", status);
+        }
+    }
+    CHECK(accepted == 0);
+}
+
+TEST_CASE("files written before headers had a checksum still load, unless their header holds an entry mptrain never wrote") {
+    TempDir directory;
+    Run run(Options{});
+    stop_inside_second_epoch(run);
+    const std::string checkpoint = (directory.path / "checkpoint.safetensors").string();
+    const std::string model = (directory.path / "model.safetensors").string();
+    REQUIRE(mpt_trainer_save_checkpoint(run.trainer, checkpoint.c_str()) == MPT_STATUS_OK);
+    REQUIRE(mpt_model_save(run.model, model.c_str()) == MPT_STATUS_OK);
+    const std::vector<float> saved = run.weights();
+    const Run::Scaler saved_scaler = run.scaler();
+
+    const FileParts checkpoint_parts = split_file(checkpoint), model_parts = split_file(model);
+    const std::string old_checkpoint =
+        write_parts(directory.path / "old-checkpoint.safetensors", without_header_checksum(checkpoint_parts.header),
+                    checkpoint_parts.data);
+    const std::string old_model =
+        write_parts(directory.path / "old-model.safetensors", without_header_checksum(model_parts.header), model_parts.data);
+
+    Run resumed(Options{});
+    REQUIRE(load_checkpoint(resumed, old_checkpoint).status == MPT_STATUS_OK);
+    CHECK(same_bits(resumed.weights(), saved));
+    CHECK(resumed.scaler() == saved_scaler);
+    mpt_model_t* loaded = nullptr;
+    REQUIRE(mpt_model_load(run.context, old_model.c_str(), &loaded) == MPT_STATUS_OK);
+    mpt_model_destroy(loaded);
+
+    // A damaged key in an old file (or in the new one's checksum key, which makes it look old).
+    for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
+             {"\"mptrain.precision\"", "\"mptrain.precisiom\""}, {"\"mptrain.crc32c.__metadata__\"", "\"mptrain.crc32b.__metadata__\""}}) {
+        CAPTURE(to);
+        std::string header = to.find("crc32b") != std::string::npos ? checkpoint_parts.header
+                                                                     : without_header_checksum(checkpoint_parts.header);
+        const size_t at = header.find(from);
+        REQUIRE(at != std::string::npos);
+        header.replace(at, from.size(), to);
+        const std::string edited = write_parts(directory.path / "edited.safetensors", header, checkpoint_parts.data);
+        const Refusal refusal = load_checkpoint(resumed, edited);
+        CHECK(refusal.status == MPT_STATUS_CORRUPT_DATA);
+        CHECK(refusal.message.find("no checksum") != std::string::npos);
+        CHECK(mpt_model_load(run.context, edited.c_str(), &loaded) == MPT_STATUS_CORRUPT_DATA);
+    }
+}
+
+TEST_CASE("a checkpoint whose loss scale or growth tracker the trainer's loss scaler cannot reach is refused, naming the field") {
+    struct Edit {
+        const char* field;
+        std::string value;
+    };
+    struct Setup {
+        Options options;
+        std::vector<Edit> edits;
+    };
+    const float inf = std::numeric_limits<float>::infinity();
+    Options static_scaling;
+    static_scaling.loss_scaling = MPT_LOSS_SCALING_STATIC;
+    static_scaling.initial_scale = 1024.0f;
+    const std::vector<Setup> setups = {
+        // mixed-fp16: dynamic between min_scale 1 and max_scale 2^24, growth_interval 4.
+        {Options{}, {{"loss_scale", float_bits_text(inf)}, {"loss_scale", float_bits_text(std::nanf(""))},
+                     {"loss_scale", float_bits_text(33554432.0f)}, {"loss_scale", float_bits_text(0.5f)},
+                     {"loss_scale", float_bits_text(-2.0f)}, {"growth_tracker", "4"}, {"growth_tracker", "99999"}}},
+        // fp32: scaling off, the scale stays 1 and the tracker 0.
+        {Options{MPT_PRECISION_FP32, MPT_OPTIMIZER_SGD, 1.0f}, {{"loss_scale", float_bits_text(2.0f)}, {"growth_tracker", "1"}}},
+        // static: the scale stays what it was set to.
+        {static_scaling, {{"loss_scale", float_bits_text(2048.0f)}, {"growth_tracker", "1"}}},
+    };
+    for (const Setup& setup : setups) {
+        CAPTURE(setup.options.precision);
+        TempDir directory;
+        const std::string path = (directory.path / "good.safetensors").string();
+        Run run(setup.options);
+        stop_inside_second_epoch(run);
+        REQUIRE(mpt_trainer_save_checkpoint(run.trainer, path.c_str()) == MPT_STATUS_OK);
+        const std::vector<float> before = run.weights();
+        const Run::Scaler scaler_before = run.scaler();
+        const FileParts parts = split_file(path);
+        // The edit itself breaks nothing: the values as saved, written back the same way, load.
+        const std::string same = write_parts(directory.path / "same.safetensors",
+                                             with_progress(parts.header, "loss_scale", float_bits_text(scaler_before.scale)),
+                                             parts.data);
+        REQUIRE(load_checkpoint(run, same).status == MPT_STATUS_OK);
+        for (const Edit& edit : setup.edits) {
+            INFO(edit.field, " := ", edit.value);
+            const std::string edited =
+                write_parts(directory.path / "edited.safetensors", with_progress(parts.header, edit.field, edit.value), parts.data);
+            const Refusal refusal = load_checkpoint(run, edited);
+            CHECK(refusal.status == MPT_STATUS_CORRUPT_DATA);
+            CHECK(refusal.message.find(edit.field) != std::string::npos);
+        }
+        CHECK(same_bits(run.weights(), before));
+        CHECK(run.scaler() == scaler_before);
+    }
+}
+
+TEST_CASE("a checkpoint whose step, epoch and data counters contradict each other is refused, naming the field") {
+    TempDir directory;
+    const std::string path = (directory.path / "good.safetensors").string();
+    Run run(Options{});
+    stop_inside_second_epoch(run);  // 14 steps, 1 epoch, 4 steps into the next of 10, batch 16 of 160 rows
+    REQUIRE(mpt_trainer_save_checkpoint(run.trainer, path.c_str()) == MPT_STATUS_OK);
+    const std::vector<float> before = run.weights();
+    const Run::Scaler scaler_before = run.scaler();
+    REQUIRE(scaler_before.steps == 14);
+    const FileParts parts = split_file(path);
+    const struct {
+        const char* field;
+        std::string value;
+        const char* named;
+    } edits[] = {
+        {"applied_steps", "1000000", "applied_steps"},
+        {"skipped_steps", std::to_string(scaler_before.skipped + 1), "skipped_steps"},
+        {"steps", "15", "steps"},
+        {"steps", "-1", "steps"},
+        {"epochs_completed", "11", "epochs_completed"},  // 11 epochs and 4 steps need 15 steps
+        {"steps_into_epoch", "11", "steps_into_epoch"},  // an epoch of 160 rows at 16 has 10 steps
+        {"batch_size", "0", "batch_size"},
+        {"batch_size", "64", "steps_into_epoch"},  // 4 steps into an epoch of 2
+        {"dataset_rows", "656", "dataset_rows"},
+        {"shuffle", "false", "shuffle"},  // the saved order is shuffled
+    };
+    for (const auto& edit : edits) {
+        INFO(edit.field, " := ", edit.value);
+        const std::string edited =
+            write_parts(directory.path / "edited.safetensors", with_progress(parts.header, edit.field, edit.value), parts.data);
+        const Refusal refusal = load_checkpoint(run, edited);
+        CHECK(refusal.status == MPT_STATUS_CORRUPT_DATA);
+        CHECK(refusal.message.find(edit.named) != std::string::npos);
+    }
+    CHECK(same_bits(run.weights(), before));
+    CHECK(run.scaler() == scaler_before);
+    REQUIRE(load_checkpoint(run, path).status == MPT_STATUS_OK);
+}
+
+TEST_CASE("a checkpoint refused for other options names only the options that differ, with floats as numbers") {
+    TempDir directory;
+    const std::string path = (directory.path / "fp16.safetensors").string();
+    {
+        Run saved(Options{});
+        REQUIRE(mpt_trainer_save_checkpoint(saved.trainer, path.c_str()) == MPT_STATUS_OK);
+    }
+    Options other;
+    other.precision = MPT_PRECISION_MIXED_BF16;
+    other.learning_rate = 0.05f;
+    Run run(other);
+    const Refusal refusal = load_checkpoint(run, path);
+    CHECK(refusal.status == MPT_STATUS_INVALID_ARGUMENT);
+    INFO(refusal.message);
+    CHECK(refusal.message.find("precision mixed-fp16 (this trainer: mixed-bf16)") != std::string::npos);
+    CHECK(refusal.message.find("learning_rate 0.01 (this trainer: 0.05)") != std::string::npos);
+    CHECK(refusal.message.find("loss_scaling dynamic (this trainer: off)") != std::string::npos);  // DEFAULT, resolved
+    for (const char* same : {"beta1", "epsilon", "optimizer", "growth_interval", "initial_scale", "loss "})
+        CHECK(refusal.message.find(same) == std::string::npos);
+    CHECK(refusal.message.find(std::to_string(1008981770)) == std::string::npos);  // 0.01's bit pattern
+    CHECK(refusal.message.size() < 300);
+}
+
+TEST_CASE("a checkpoint refused by a trainer whose AUTO precision resolved otherwise says that AUTO resolves per machine") {
+    // No machine resolves AUTO to mixed-fp16 on the CPU (bf16 with AMX, else fp32), so a checkpoint of
+    // a mixed-fp16 trainer always meets a different precision here.
+    TempDir directory;
+    const std::string path = (directory.path / "fp16.safetensors").string();
+    {
+        Run saved(Options{});
+        REQUIRE(mpt_trainer_save_checkpoint(saved.trainer, path.c_str()) == MPT_STATUS_OK);
+    }
+    Options automatic;
+    automatic.precision = MPT_PRECISION_AUTO;
+    Run run(automatic);
+    const Refusal refusal = load_checkpoint(run, path);
+    CHECK(refusal.status == MPT_STATUS_INVALID_ARGUMENT);
+    INFO(refusal.message);
+    CHECK(refusal.message.find("precision mixed-fp16 (this trainer: ") != std::string::npos);
+    CHECK(refusal.message.find("AUTO resolves per machine") != std::string::npos);
 }

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -157,6 +158,23 @@ int run_in_child(Child&& child) {
     int status = 0;
     REQUIRE(::waitpid(pid, &status, 0) == pid);
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// The header checksum a file should carry, computed here from the format's description (CRC32C of
+// the header length and header with the checksum's own 8 digits read as '0'), with the bitwise CRC.
+// `digits` receives where those digits are in the file; 0 when the file has none.
+std::string expected_header_checksum(const Bytes& file, size_t* digits = nullptr) {
+    const std::string needle = "\"mptrain.crc32c.__metadata__\":\"";
+    const auto found = std::search(file.begin(), file.end(), needle.begin(), needle.end());
+    if (digits != nullptr) *digits = 0;
+    if (found == file.end()) return "";
+    uint64_t header_length = 0;
+    for (int i = 0; i < 8; ++i) header_length |= uint64_t(file[i]) << (8 * i);
+    const size_t at = static_cast<size_t>(found - file.begin()) + needle.size();
+    if (digits != nullptr) *digits = at;
+    Bytes prefix(file.begin(), file.begin() + static_cast<long>(8 + header_length));
+    std::fill(prefix.begin() + static_cast<long>(at), prefix.begin() + static_cast<long>(at + 8), uint8_t('0'));
+    return hex8(bitwise_crc32c(prefix.data(), prefix.size()));
 }
 
 // A small file from our writer: three tensors and one user metadata entry.
@@ -365,6 +383,7 @@ TEST_CASE("the writer rejects inconsistent tensors and reserved names") {
     CHECK(status([&] { writer.add("__metadata__", "F32", {4}, four, sizeof four); }) == MPT_STATUS_INVALID_ARGUMENT);
     CHECK(status([&] { writer.add("bad\xff", "F32", {4}, four, sizeof four); }) == MPT_STATUS_INVALID_ARGUMENT);
     CHECK(status([&] { writer.set_metadata("mptrain.crc32c.w", "00000000"); }) == MPT_STATUS_INVALID_ARGUMENT);
+    CHECK(status([&] { writer.set_metadata("mptrain.crc32c.__metadata__", "00000000"); }) == MPT_STATUS_INVALID_ARGUMENT);
     CHECK(status([&] { writer.set_metadata("k", "bad\xc3"); }) == MPT_STATUS_INVALID_ARGUMENT);
     // The rejected calls left the writer as it was.
     const SafetensorsReader reader = SafetensorsReader::parse(writer.serialize(), true);
@@ -388,28 +407,42 @@ TEST_CASE("a file truncated at any length is rejected as corrupt") {
     }
 }
 
-TEST_CASE("a flipped byte is rejected, unless it only changes a user metadata entry") {
+TEST_CASE("our writer stores the header's CRC32C, taken over the length and header with its own digits as zeros") {
+    const Bytes file = small_file();
+    size_t digits = 0;
+    const std::string expected = expected_header_checksum(file, &digits);
+    REQUIRE(digits != 0);
+    CHECK(std::string(file.begin() + static_cast<long>(digits), file.begin() + static_cast<long>(digits + 8)) == expected);
+    const SafetensorsReader reader = SafetensorsReader::parse(file, true);
+    CHECK(reader.header_checksummed());
+    CHECK(reader.metadata().count(mpt::safetensors_header_checksum_key()) == 0);  // a property of the bytes
+    CHECK(mpt::safetensors_header_checksum_key() == "mptrain.crc32c.__metadata__");
+}
+
+TEST_CASE("a flipped bit anywhere in a file of ours is rejected, unless it renames the header checksum, which then reads as absent") {
+    // User metadata and the tensor table are covered by the header checksum, the data by the
+    // tensors'. A flip in the header checksum's key leaves a file like another writer's, without one
+    // (or with an orphaned tensor checksum): the reader says so, and mptrain's loaders refuse it
+    // unless it holds only what mptrain wrote before headers had checksums (test_checkpoint.cpp).
     const Bytes file = small_file();
     uint64_t header_length = 0;
     for (int i = 0; i < 8; ++i) header_length |= uint64_t(file[i]) << (8 * i);
     const std::string header(file.begin() + 8, file.begin() + 8 + static_cast<long>(header_length));
-    const size_t entry = header.find(R"("note":"hello")");
-    REQUIRE(entry != std::string::npos);
-    // Bytes of the key `note` and the value `hello`, as offsets in the file.
-    const auto in_user_metadata = [&](size_t position) {
-        const size_t at = position - 8;
-        return (at >= entry + 1 && at < entry + 5) || (at >= entry + 8 && at < entry + 13);
+    const size_t key = header.find("\"mptrain.crc32c.__metadata__\"");
+    REQUIRE(key != std::string::npos);
+    const auto in_checksum_key = [&](size_t position) {
+        return position >= 8 + key + 1 && position < 8 + key + 1 + std::strlen("mptrain.crc32c.__metadata__");
     };
     int accepted = 0, rejected = 0;
     for (size_t position = 0; position < file.size(); ++position) {
-        for (uint8_t mask : {0x01, 0x02, 0x20, 0x80, 0xFF}) {
+        for (int bit = 0; bit < 8; ++bit) {
             Bytes damaged = file;
-            damaged[position] ^= mask;
+            damaged[position] ^= static_cast<uint8_t>(1u << bit);
             const Outcome outcome = parse_outcome(damaged, true);
-            INFO("position ", position, " mask ", int(mask), ": ", outcome.message);
+            INFO("position ", position, " bit ", bit, ": ", outcome.message);
             if (outcome.status == MPT_STATUS_OK) {
-                REQUIRE(position >= 8);
-                REQUIRE(in_user_metadata(position));
+                REQUIRE(in_checksum_key(position));
+                CHECK_FALSE(SafetensorsReader::parse(damaged, true).header_checksummed());
                 ++accepted;
             } else {
                 REQUIRE(outcome.status == MPT_STATUS_CORRUPT_DATA);
@@ -418,7 +451,42 @@ TEST_CASE("a flipped byte is rejected, unless it only changes a user metadata en
             }
         }
     }
-    MESSAGE(rejected, " flips rejected, ", accepted, " accepted (all inside the user metadata entry)");
+    MESSAGE(rejected, " flips rejected, ", accepted, " accepted (all renaming the header checksum)");
+}
+
+TEST_CASE("a header checksum that is wrong, malformed or not written as the writer writes it is rejected") {
+    const Bytes good = small_file();
+    size_t digits = 0;
+    REQUIRE(!expected_header_checksum(good, &digits).empty());
+    const std::string stored(good.begin() + static_cast<long>(digits), good.begin() + static_cast<long>(digits + 8));
+    const auto with_digits = [&](const std::string& text) {
+        Bytes file = good;
+        std::copy(text.begin(), text.end(), file.begin() + static_cast<long>(digits));
+        return file;
+    };
+    std::string uppercase = stored;
+    for (char& c : uppercase) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    const struct {
+        Bytes file;
+        const char* reason;
+    } cases[] = {
+        {with_digits(stored == "00000000" ? "00000001" : "00000000"), "the header fails its checksum"},
+        {with_digits("zzzzzzzz"), "not 8 hex digits"},
+        {with_digits(uppercase == stored ? "G0000000" : uppercase), "not 8 hex digits"},
+        {raw_file(R"({"__metadata__":{"mptrain.crc32c.__metadata__" : "00000000"}})"), "not stored as mptrain writes it"},
+        {raw_file(R"({"__metadata__":{"mptrain.crc32c.__metadata__":"0000000"}})"), "not 8 hex digits"},
+        {raw_file(R"({"__metadata__":{"mptrain.crc32c.__metadata__":"00000000","mptrain.crc32c.__metadata__":"00000000"}})"),
+         "two header checksums"},
+    };
+    for (const auto& c : cases) {
+        const Outcome outcome = parse_outcome(c.file, false);
+        INFO(std::string(c.file.begin() + 8, c.file.end()), " -> ", outcome.message);
+        CHECK(outcome.status == MPT_STATUS_CORRUPT_DATA);
+        CHECK(outcome.message.find(c.reason) != std::string::npos);
+    }
+    // Without one, as other writers and mptrain before it wrote them, a file is read and says so.
+    const SafetensorsReader theirs = SafetensorsReader::parse(raw_file(R"({"__metadata__":{"a":"b"}})"), false);
+    CHECK_FALSE(theirs.header_checksummed());
 }
 
 TEST_CASE("a header length that lies is rejected") {
@@ -963,6 +1031,13 @@ with safe_open(ours, framework="np") as f:
 assert metadata["arch"] == "mlp 3072-256-10" and metadata["unicode"] == "\u00fcn\u00ef \u2713", metadata
 for name in raw:
     assert metadata["mptrain.crc32c." + name] == "%08x" % crc32c(bytes(raw[name]["data"])), name
+# The header's own checksum: over the length and header, its 8 digits read as zeros.
+file_bytes = open(ours, "rb").read()
+prefix = bytearray(file_bytes[:8 + int.from_bytes(file_bytes[:8], "little")])
+needle = b'"mptrain.crc32c.__metadata__":"'
+digits = prefix.index(needle) + len(needle)
+prefix[digits:digits + 8] = b"00000000"
+assert metadata["mptrain.crc32c.__metadata__"] == "%08x" % crc32c(bytes(prefix)), metadata
 
 save_file({
     "w": (np.arange(12, dtype=np.float32) * 0.5).reshape(3, 4),

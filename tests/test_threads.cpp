@@ -1,13 +1,17 @@
 // Threads and callbacks through the C API: separate contexts train in parallel to the same bits as
 // alone; a trainer used from two threads at once, or re-entered from its own callback, is refused;
-// callbacks that throw stop training with a status. Run under ThreadSanitizer by MPTRAIN_SANITIZE=thread.
+// callbacks that throw stop training with a status; a callback may destroy the handles of its fit
+// and save a checkpoint. Run under ThreadSanitizer by MPTRAIN_SANITIZE=thread.
 #include <doctest/doctest.h>
 
 #include <mptrain/mptrain.h>
 
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <random>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -153,4 +157,111 @@ TEST_CASE("a callback that throws stops training with MPT_STATUS_CANCELLED and t
     CHECK(std::strstr(mpt_last_error(), "host failure") != nullptr);
     REQUIRE(mpt_trainer_set_callbacks(session.trainer, nullptr, nullptr, nullptr) == MPT_STATUS_OK);
     CHECK(mpt_trainer_fit(session.trainer, session.dataset, 1, 16, 1) == MPT_STATUS_OK);
+}
+
+// What a callback may do to its own fit besides reading: destroy the handles it trains with, and
+// save a checkpoint.
+namespace {
+
+struct CallbackAction {
+    Session* session;
+    int64_t at_call = 2;  // the progress call that acts (1-based)
+    int64_t calls = 0;
+    const char* checkpoint = nullptr;  // saved there, when set
+    bool destroy_dataset = false;
+    bool destroy_trainer = false;
+    mpt_status saved = MPT_STATUS_INTERNAL;
+};
+
+int act_on_progress(int64_t, int64_t, int64_t, float, float, void* user_data) {
+    CallbackAction& action = *static_cast<CallbackAction*>(user_data);
+    if (++action.calls != action.at_call) return 0;
+    if (action.checkpoint) action.saved = mpt_trainer_save_checkpoint(action.session->trainer, action.checkpoint);
+    if (action.destroy_dataset) {
+        mpt_dataset_destroy(action.session->dataset);
+        action.session->dataset = nullptr;
+    }
+    if (action.destroy_trainer) {
+        mpt_trainer_destroy(action.session->trainer);
+        action.session->trainer = nullptr;
+    }
+    return 0;
+}
+
+int save_at_first_epoch_end(int64_t epoch, float, float, void* user_data) {
+    CallbackAction& action = *static_cast<CallbackAction*>(user_data);
+    if (epoch == 0) action.saved = mpt_trainer_save_checkpoint(action.session->trainer, action.checkpoint);
+    return 0;
+}
+
+std::string checkpoint_path(const char* name) {
+    return (std::filesystem::temp_directory_path() / (std::string("mptrain_test_threads_") + name)).string();
+}
+
+// Loads `path` into a fresh session's trainer, fits `epochs` more and returns the first layer's weights.
+std::vector<float> resumed_weights(const Data& data, const std::string& path, int64_t epochs) {
+    Session resumed(data);
+    REQUIRE(mpt_trainer_load_checkpoint(resumed.trainer, path.c_str()) == MPT_STATUS_OK);
+    REQUIRE(mpt_trainer_fit(resumed.trainer, resumed.dataset, epochs, 16, 1) == MPT_STATUS_OK);
+    return resumed.weights();
+}
+
+}  // namespace
+
+TEST_CASE("a callback may destroy the data set being fitted: fit keeps it until it returns") {
+    Data data;
+    Session session(data);
+    CallbackAction action{&session};
+    action.destroy_dataset = true;
+    const mpt_dataset_t* fitted = session.dataset;
+    REQUIRE(mpt_trainer_set_callbacks(session.trainer, &act_on_progress, nullptr, &action) == MPT_STATUS_OK);
+    CHECK(mpt_trainer_fit(session.trainer, fitted, 1, 16, 1) == MPT_STATUS_OK);  // (ASan: no use after free)
+    CHECK(session.dataset == nullptr);
+    CHECK(action.calls == kRows / 16);  // the whole epoch trained
+}
+
+TEST_CASE("a callback that destroys its own trainer stops fit with CANCELLED; the trainer goes when fit returns") {
+    Data data;
+    Session session(data);
+    CallbackAction action{&session};
+    action.destroy_trainer = true;
+    mpt_trainer_t* trainer = session.trainer;
+    REQUIRE(mpt_trainer_set_callbacks(trainer, &act_on_progress, nullptr, &action) == MPT_STATUS_OK);
+    CHECK(mpt_trainer_fit(trainer, session.dataset, 3, 16, 1) == MPT_STATUS_CANCELLED);
+    CHECK(std::strstr(mpt_last_error(), "destroyed by its own callback") != nullptr);
+    CHECK(action.calls == 2);  // stopped right after the callback (LeakSanitizer: and deleted)
+    // The model it trained lives on.
+    std::vector<float> out(kClasses);
+    CHECK(mpt_model_predict(session.model, data.samples.data(), 1, out.data(), kClasses) == MPT_STATUS_OK);
+}
+
+TEST_CASE("a progress or epoch-end callback may save a checkpoint, which resumes as an automatic one would") {
+    Data data;
+    SUBCASE("inside an epoch, and at its last step") {
+        for (int64_t at_call : {int64_t{5}, kRows / 16}) {
+            CAPTURE(at_call);
+            const std::string path = checkpoint_path("progress.safetensors");
+            Session session(data);
+            CallbackAction action{&session};
+            action.at_call = at_call;
+            action.checkpoint = path.c_str();
+            REQUIRE(mpt_trainer_set_callbacks(session.trainer, &act_on_progress, nullptr, &action) == MPT_STATUS_OK);
+            REQUIRE(mpt_trainer_fit(session.trainer, session.dataset, 1, 16, 1) == MPT_STATUS_OK);
+            CHECK(action.saved == MPT_STATUS_OK);
+            // Fit on the loaded checkpoint finishes the saved epoch: the same bits as the run that saved it.
+            CHECK(resumed_weights(data, path, 1) == session.weights());
+            std::remove(path.c_str());
+        }
+    }
+    SUBCASE("at an epoch's end") {
+        const std::string path = checkpoint_path("epoch_end.safetensors");
+        Session session(data);
+        CallbackAction action{&session};
+        action.checkpoint = path.c_str();
+        REQUIRE(mpt_trainer_set_callbacks(session.trainer, nullptr, &save_at_first_epoch_end, &action) == MPT_STATUS_OK);
+        REQUIRE(mpt_trainer_fit(session.trainer, session.dataset, 2, 16, 1) == MPT_STATUS_OK);
+        CHECK(action.saved == MPT_STATUS_OK);
+        CHECK(resumed_weights(data, path, 1) == session.weights());
+        std::remove(path.c_str());
+    }
 }

@@ -228,7 +228,12 @@ TEST_CASE("missing, damaged and mismatched files throw mptrain::Error with their
     CHECK(status_of([&] { trainer.set_checkpointing(directory.path.string()); }) == MPT_STATUS_INVALID_ARGUMENT);
 
     auto data = blobs(context, 64, 41);
-    trainer.set_checkpointing(directory.file("no-such-directory"), 1);
+    // Refused when set, not at the first checkpoint.
+    CHECK(status_of([&] { trainer.set_checkpointing(directory.file("no-such-directory"), 1); }) == MPT_STATUS_IO_ERROR);
+    const std::string going = directory.file("going-away");
+    std::filesystem::create_directory(going);
+    trainer.set_checkpointing(going, 1);
+    std::filesystem::remove(going);
     CHECK(status_of([&] { trainer.fit(data, 1, 32); }) == MPT_STATUS_IO_ERROR);
     // ...and everything still works afterwards.
     trainer.set_checkpointing(std::nullopt);

@@ -84,10 +84,16 @@ typedef enum mpt_activation {
     MPT_ACTIVATION_SOFTMAX = 4 /* last layer only */
 } mpt_activation;
 
+/* How a loss reads the last layer. Cross-entropy (sparse or one-hot) after softmax or linear, and
+ * binary cross-entropy after sigmoid, work on the logits (a linear layer's outputs are logits, as
+ * Keras's from_logits=True). Other pairs follow Keras's from_logits=False: the outputs are taken
+ * as probabilities (for cross-entropy renormalised to sum 1), clipped to [1e-7, 1 - 1e-7]; so a
+ * last layer whose outputs are not probabilities there (relu, tanh; linear under binary
+ * cross-entropy) learns poorly. */
 typedef enum mpt_loss {
     MPT_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY = 0, /* integer labels; softmax/linear last layer */
     MPT_LOSS_CATEGORICAL_CROSSENTROPY = 1, /* one-hot float targets, Keras semantics */
-    MPT_LOSS_BINARY_CROSSENTROPY = 2,      /* float targets in [0,1] */
+    MPT_LOSS_BINARY_CROSSENTROPY = 2,      /* float targets in [0,1]; sigmoid last layer */
     MPT_LOSS_MEAN_SQUARED_ERROR = 3        /* float targets */
 } mpt_loss;
 
@@ -129,8 +135,9 @@ MPT_API const char* mpt_version(void);
  *  "MPT_STATUS_UNKNOWN". Thread-safe. */
 MPT_API const char* mpt_status_string(mpt_status status);
 
-/** Message of the last failed call on this thread ("" when none). Owned by the library, valid
- *  until the next mptrain call on this thread. Thread-safe (thread-local). */
+/** Message of the last fallible call on this thread if it failed; "" if it succeeded (every
+ *  fallible call clears the message as it starts). Owned by the library, valid until the next
+ *  mptrain call on this thread. Thread-safe (thread-local). */
 MPT_API const char* mpt_last_error(void);
 
 /** Number of usable CUDA devices (0 when CUDA is not built in, or no driver or GPU exists).
@@ -233,8 +240,8 @@ MPT_API mpt_status mpt_model_predict(mpt_model_t* model, const float* inputs, in
 
 /** Saves the architecture and fp32 weights as a .safetensors file (8-byte header length, JSON header
  *  with architecture, precision and mptrain version in __metadata__, raw little-endian tensors
- *  "layers.<i>.weight" [units, inputs] and "layers.<i>.bias", each checksummed with CRC32C), so the
- *  weights also open in Python's safetensors or numpy. The write is atomic and durable: a crash
+ *  "layers.<i>.weight" [units, inputs] and "layers.<i>.bias", each checksummed with CRC32C, as is
+ *  the header itself), so the weights also open in Python's safetensors or numpy. The write is atomic and durable: a crash
  *  leaves the old file or the new one. Builds the model. MPT_STATUS_IO_ERROR when it cannot write. */
 MPT_API mpt_status mpt_model_save(mpt_model_t* model, const char* path);
 /** Loads a model written by mpt_model_save (or the model inside a training checkpoint). A truncated,
@@ -296,6 +303,11 @@ MPT_API mpt_status mpt_trainer_options_set_adam(mpt_trainer_options_t* options, 
                                                 float epsilon);
 /** Decoupled weight decay for AdamW (ignored by SGD and Adam). */
 MPT_API mpt_status mpt_trainer_options_set_weight_decay(mpt_trainer_options_t* options, float weight_decay);
+/** Loss scaling. Unless it is dynamic (DYNAMIC, or DEFAULT in fp16), a step whose loss or gradients
+ *  are NaN or Inf skips its update and fit/step fail with MPT_STATUS_NON_FINITE. With dynamic
+ *  scaling such a step is the scaler's business: its update is skipped, the scale backs off and
+ *  training goes on (as in other frameworks), so NaN in the data shows only as skipped steps
+ *  (mpt_trainer_get_loss_scale): check the data when creating the data set (`check_finite`). */
 MPT_API mpt_status mpt_trainer_options_set_loss_scaling(mpt_trainer_options_t* options, mpt_loss_scaling mode,
                                                         float initial_scale);
 /** Dynamic scaler parameters: growth factor > 1, backoff in (0, 1), interval >= 1,
@@ -328,10 +340,19 @@ typedef int (*mpt_epoch_end_fn)(int64_t epoch, float loss, float accuracy, void*
 MPT_API mpt_status mpt_trainer_create(mpt_model_t* model, const mpt_trainer_options_t* options,
                                       mpt_trainer_t** out);
 MPT_API void mpt_trainer_destroy(mpt_trainer_t* trainer);
-/** Callbacks used by mpt_trainer_fit; either may be NULL. They run on the thread that called fit
- *  and may call other mptrain functions, but not fit, step, evaluate or predict on this trainer
- *  (those return MPT_STATUS_INVALID_STATE). A callback written in C++ that throws stops training:
- *  fit returns MPT_STATUS_CANCELLED with the exception's message. */
+/** Callbacks used by mpt_trainer_fit; either may be NULL. They run on the thread that called fit,
+ *  between two steps, and may call other mptrain functions, with these rules for this trainer:
+ *   - fit, step, evaluate, predict, mpt_trainer_load_checkpoint and mpt_trainer_set_checkpointing
+ *     return MPT_STATUS_INVALID_STATE;
+ *   - mpt_trainer_save_checkpoint saves the run as of the steps issued so far (on a GPU possibly a
+ *     few steps past the one reported), as an automatic checkpoint would;
+ *   - mpt_trainer_destroy stops fit (it returns MPT_STATUS_CANCELLED) and the trainer is freed as
+ *     fit returns;
+ *   - mpt_trainer_set_callbacks replaces the callbacks from the next call on (a progress callback
+ *     set where fit started without one may be called from the next fit only).
+ *  Destroying the data set being fitted, the model or the context is allowed: fit keeps what it
+ *  uses until it returns. A callback written in C++ that throws stops training: fit returns
+ *  MPT_STATUS_CANCELLED with the exception's message. */
 MPT_API mpt_status mpt_trainer_set_callbacks(mpt_trainer_t* trainer, mpt_progress_fn progress,
                                              mpt_epoch_end_fn epoch_end, void* user_data);
 /** Trains for `epochs` epochs in batches of `batch_size` (the last partial batch of an epoch is
@@ -346,8 +367,10 @@ MPT_API mpt_status mpt_trainer_step(mpt_trainer_t* trainer, const mpt_dataset_t*
  *  `batch_size` (0 = the last training batch size, or 256). Either output may be NULL. */
 MPT_API mpt_status mpt_trainer_evaluate(mpt_trainer_t* trainer, const mpt_dataset_t* dataset,
                                         int64_t batch_size, float* loss, float* accuracy);
-/** Outputs of the last layer (probabilities for softmax/sigmoid) for `rows` float samples, in the
- *  trainer's precision; `out` holds rows * output_features floats. On a CPU with AMX (and the
+/** Outputs of the last layer for `rows` float samples as the trainer's loss reads them, in the
+ *  trainer's precision: probabilities for softmax and sigmoid, and for a linear last layer under
+ *  a cross-entropy loss the softmax of its logits (mpt_model_predict gives the logits themselves);
+ *  `out` holds rows * output_features floats. On a CPU with AMX (and the
  *  AVX-512 small-GEMM kernels, which MPTRAIN_CPU_SMALL_GEMM can turn off), a mixed-precision
  *  trainer's predictions on a few rows (up to 6 in bf16, 8 in fp16) read 16-bit copies of the
  *  weights from the second prediction on unchanged weights on: the same outputs from half the
@@ -382,7 +405,8 @@ MPT_API mpt_status mpt_trainer_save_checkpoint(mpt_trainer_t* trainer, const cha
 MPT_API mpt_status mpt_trainer_load_checkpoint(mpt_trainer_t* trainer, const char* path);
 /** Checkpoints automatically during fit, every `every_steps` optimizer steps and/or at the end of
  *  every `every_epochs`-th epoch (0 = not on that trigger), as `directory`/checkpoint-<step, 12 digits>.safetensors,
- *  keeping the newest `keep_last` (>= 1). `directory` must exist; NULL turns checkpointing off.
+ *  keeping the newest `keep_last` (>= 1). `directory` must be an existing directory
+ *  (MPT_STATUS_IO_ERROR otherwise); NULL turns checkpointing off.
  *  A failed write stops fit with MPT_STATUS_IO_ERROR and keeps the previous checkpoints. */
 MPT_API mpt_status mpt_trainer_set_checkpointing(mpt_trainer_t* trainer, const char* directory,
                                                  int64_t every_steps, int64_t every_epochs, int64_t keep_last);

@@ -1,6 +1,7 @@
 // See dataset.h.
 #include "data/dataset.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -107,6 +108,9 @@ std::shared_ptr<Dataset> Dataset::from_f32_targets(std::shared_ptr<Context> cont
     dataset->f32_.assign(samples, samples + rows * features);
     dataset->targets_.assign(targets, targets + rows * target_width);
     dataset->target_width_ = target_width;
+    // Once here, not at every step that checks it (NaN fails the comparison too).
+    dataset->targets_in_unit_interval_ =
+        std::all_of(dataset->targets_.begin(), dataset->targets_.end(), [](float t) { return t >= 0.0f && t <= 1.0f; });
     return dataset;
 }
 

@@ -48,6 +48,8 @@ public:
     float offset() const { return offset_; }
     const std::vector<int32_t>& labels() const { return labels_; }
     const std::vector<float>& targets() const { return targets_; }
+    // Every target lies in [0, 1] (what binary cross-entropy needs); false without targets.
+    bool targets_in_unit_interval() const { return targets_in_unit_interval_; }
 
     // The dataset in the context's backend memory, uploaded on first use on a GPU when it fits the
     // context's dataset device budget, its memory budget and the device; otherwise a streamed view
@@ -76,6 +78,7 @@ private:
     std::vector<float> targets_;
     int32_t num_classes_ = 0;
     int64_t target_width_ = 0;
+    bool targets_in_unit_interval_ = false;
     float scale_ = 1.0f;
     float offset_ = 0.0f;
 

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <string_view>
 #include <utility>
 
 #include "core/error.h"
@@ -74,6 +75,27 @@ bool parse_hex8(const std::string& text, uint32_t& value) {
         value = value << 4 | digit;
     }
     return true;
+}
+
+// Where the header checksum's 8 digits sit in `header`, or npos when it holds none; see
+// safetensors_header_checksum_key. More than one (only in a damaged file) is an error.
+size_t find_header_checksum(const char* header, size_t size) {
+    const std::string needle = "\"" + safetensors_header_checksum_key() + "\":\"";
+    const std::string_view text(header, size);
+    const size_t at = text.find(needle);
+    if (at == std::string_view::npos) return at;
+    if (text.find(needle, at + 1) != std::string_view::npos) corrupt("the header holds two header checksums");
+    const size_t digits = at + needle.size();
+    if (size - digits < 9 || header[digits + 8] != '"') corrupt("the header checksum is not 8 hex digits");
+    return digits;
+}
+
+// The header checksum of a file's first `prefix_bytes` bytes (length and header) whose checksum digits
+// start at `digits_at` (counted from the file's start): those 8 bytes count as '0'.
+uint32_t header_checksum(const uint8_t* file, size_t prefix_bytes, size_t digits_at) {
+    uint32_t crc = crc32c(file, digits_at);
+    crc = crc32c_extend(crc, "00000000", 8);
+    return crc32c_extend(crc, file + digits_at + 8, prefix_bytes - digits_at - 8);
 }
 
 bool is_valid_utf8_text(const std::string& text) {
@@ -301,6 +323,11 @@ size_t safetensors_dtype_size(const std::string& dtype) {
 
 std::string safetensors_checksum_key(const std::string& tensor_name) { return checksum_prefix + tensor_name; }
 
+const std::string& safetensors_header_checksum_key() {
+    static const std::string key = safetensors_checksum_key(metadata_key);
+    return key;
+}
+
 int64_t TensorView::element_count() const {
     int64_t count = 1;
     for (int64_t dimension : shape) count *= dimension;  // validated by the reader not to overflow
@@ -378,6 +405,7 @@ SafetensorsWriter::Layout SafetensorsWriter::layout() const {
     for (const Entry* entry : layout.order) {
         metadata[safetensors_checksum_key(entry->name)] = hex8(crc32c(entry->data(), entry->bytes));
     }
+    metadata[safetensors_header_checksum_key()] = "00000000";  // filled in once the header is final
     nlohmann::ordered_json header = nlohmann::ordered_json::object();
     if (!metadata.empty()) header[metadata_key] = metadata;
     uint64_t offset = 0;
@@ -391,6 +419,12 @@ SafetensorsWriter::Layout SafetensorsWriter::layout() const {
     layout.header.append((8 - layout.header.size() % 8) % 8, ' ');
     uint64_t length = layout.header.size();
     for (int i = 0; i < 8; ++i) layout.header_length[i] = static_cast<uint8_t>(length >> (8 * i));
+
+    std::vector<uint8_t> prefix(layout.header_length, layout.header_length + 8);
+    prefix.insert(prefix.end(), layout.header.begin(), layout.header.end());
+    const size_t digits = find_header_checksum(layout.header.data(), layout.header.size());
+    const std::string value = hex8(header_checksum(prefix.data(), prefix.size(), 8 + digits));
+    layout.header.replace(digits, 8, value);
     return layout;
 }
 
@@ -453,6 +487,18 @@ SafetensorsReader SafetensorsReader::parse(std::vector<uint8_t> file_bytes, bool
     const char* first = header_begin;
     while (first != header_begin + header_bytes && (*first == ' ' || *first == '\t' || *first == '\n' || *first == '\r')) ++first;
     if (first == header_begin + header_bytes || *first != '{') corrupt("the header is not valid JSON: it must be a JSON object");
+    // The header's own checksum, when it has one, before anything in it is believed.
+    const size_t checksum_digits = find_header_checksum(header_begin, header_bytes);
+    if (checksum_digits != std::string::npos) {
+        uint32_t stored = 0;
+        if (!parse_hex8(std::string(header_begin + checksum_digits, 8), stored))
+            corrupt("the header checksum is not 8 hex digits");
+        const uint32_t computed = header_checksum(file_bytes.data(), 8 + header_bytes, 8 + checksum_digits);
+        if (computed != stored) {
+            corrupt("the header fails its checksum (stored " + hex8(stored) + ", computed " + hex8(computed) +
+                    "): its metadata or tensor table is damaged");
+        }
+    }
     HeaderParser parser;
     bool parsed = false;
     try {
@@ -514,11 +560,16 @@ SafetensorsReader SafetensorsReader::parse(std::vector<uint8_t> file_bytes, bool
         corrupt("the data section has " + std::to_string(data_bytes - covered) + " bytes after the last tensor");
     }
 
+    // A header checksum the search above did not find (written with escapes or spaces) went unchecked.
+    if ((parser.metadata().count(safetensors_header_checksum_key()) != 0) != (checksum_digits != std::string::npos))
+        corrupt("the header checksum is not stored as mptrain writes it, so it cannot be checked");
+    reader.header_checksummed_ = checksum_digits != std::string::npos;
+
     // Checksums: each stored one names a tensor and matches; with require_checksums, each tensor has one.
     const size_t prefix_length = std::strlen(checksum_prefix);
     size_t checksums = 0;
     for (const auto& [key, value] : parser.metadata()) {
-        if (key.compare(0, prefix_length, checksum_prefix) != 0) continue;
+        if (key.compare(0, prefix_length, checksum_prefix) != 0 || key == safetensors_header_checksum_key()) continue;
         const std::string name = key.substr(prefix_length);
         const auto found = reader.tensors_.find(name);
         if (found == reader.tensors_.end()) corrupt("a checksum is stored for tensor " + printable(name) + ", which is absent");
@@ -539,6 +590,7 @@ SafetensorsReader SafetensorsReader::parse(std::vector<uint8_t> file_bytes, bool
         }
     }
 
+    parser.metadata().erase(safetensors_header_checksum_key());
     reader.metadata_ = std::move(parser.metadata());
     reader.file_ = std::move(file_bytes);  // a moved vector keeps its buffer, so the views stay valid
     return reader;

@@ -1,7 +1,8 @@
 // Reader and writer of the safetensors format (Hugging Face): an 8-byte little-endian header length
 // N, N bytes of JSON header padded with spaces to a multiple of 8, then the raw little-endian tensor
 // data, contiguous and without holes. mptrain stores a CRC32C of every tensor in the header's
-// __metadata__ ("mptrain.crc32c.<tensor name>": 8 lowercase hex digits); other readers ignore it.
+// __metadata__ ("mptrain.crc32c.<tensor name>": 8 lowercase hex digits) and one of the header itself
+// under "mptrain.crc32c.__metadata__" (see safetensors_header_checksum_key); other readers ignore them.
 #pragma once
 
 #include <cstddef>
@@ -19,6 +20,15 @@ size_t safetensors_dtype_size(const std::string& dtype);
 
 // The metadata key under which a tensor's checksum is stored.
 std::string safetensors_checksum_key(const std::string& tensor_name);
+
+// The metadata key of the header's own checksum: "mptrain.crc32c.__metadata__", under the tensors'
+// reserved prefix with the one name no tensor can have. Its value is the CRC32C, as 8 lowercase hex
+// digits, of the file's first 8 + N bytes (the header length and the whole header with its padding:
+// every metadata entry, the tensors' checksums and the tensor table) as they are written, except that
+// the value's own 8 digits count as "00000000". The value is found in the header bytes as they stand,
+// `"mptrain.crc32c.__metadata__":"` followed by the 8 digits: in valid JSON that text can only be this
+// key (a quote inside a string is escaped), so no re-serialisation is needed to check it.
+const std::string& safetensors_header_checksum_key();
 
 // One tensor of a file that a SafetensorsReader has validated. `data` points into the reader (valid
 // while it lives) and is aligned to the element size when the file keeps the reference layout
@@ -45,7 +55,8 @@ public:
     // serialize() call returns. For large weights that already sit in host memory.
     void add_borrowed(const std::string& name, const std::string& dtype, const std::vector<int64_t>& shape,
                       const void* data, size_t bytes);
-    // Sets (or replaces) one __metadata__ entry. Keys starting "mptrain.crc32c." are reserved.
+    // Sets (or replaces) one __metadata__ entry. Keys starting "mptrain.crc32c." are reserved: the
+    // writer stores every tensor's checksum and the header's own there.
     void set_metadata(const std::string& key, const std::string& value);
 
     // The whole file as bytes (for tests, fuzzing and in-memory use).
@@ -83,7 +94,8 @@ private:
 // A validated safetensors file held in memory. Nothing is exposed until the whole file has been
 // checked: header length, JSON syntax and types, dtypes, shapes (with overflow checks), offsets (in
 // bounds, no overlaps, no holes, no trailing bytes), duplicate keys (rejected, unlike the reference
-// reader), unknown fields in a tensor entry (rejected) and every checksum present. Any defect throws
+// reader), unknown fields in a tensor entry (rejected) and every checksum present: the header's own
+// first, before anything in the header is believed. Any defect throws
 // mpt::Error(MPT_STATUS_CORRUPT_DATA) with a message naming it. Move-only; const methods are
 // thread-safe.
 class SafetensorsReader {
@@ -106,8 +118,13 @@ public:
     SafetensorsReader(const SafetensorsReader&) = delete;
     SafetensorsReader& operator=(const SafetensorsReader&) = delete;
 
-    // All of __metadata__, including the "mptrain.crc32c.*" entries.
+    // All of __metadata__, including the tensors' "mptrain.crc32c.<name>" entries but not the header's
+    // own checksum, which belongs to the bytes rather than the content (a writer that lays the same
+    // content out differently stores another): header_checksummed() says whether it was there.
     const std::map<std::string, std::string>& metadata() const { return metadata_; }
+    // Whether the header carried its own checksum (and so passed it). Files of other writers, and
+    // mptrain's before the header had one, do not.
+    bool header_checksummed() const { return header_checksummed_; }
     bool has(const std::string& name) const { return tensors_.count(name) != 0; }
     // Throws MPT_STATUS_CORRUPT_DATA when the file has no tensor of that name.
     const TensorView& tensor(const std::string& name) const;
@@ -120,6 +137,7 @@ private:
     std::vector<uint8_t> file_;  // the views point into this buffer
     std::map<std::string, std::string> metadata_;
     std::map<std::string, TensorView> tensors_;
+    bool header_checksummed_ = false;
 };
 
 }  // namespace mpt

@@ -3,10 +3,16 @@
 #include "nn/checkpoint.h"
 
 #include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <iterator>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "core/float_bits.h"
@@ -62,6 +68,152 @@ std::string optimizer_tensor_name(int array, size_t layer, const char* part) {
     return "optimizer." + std::to_string(array) + ".layers." + std::to_string(layer) + "." + part;
 }
 
+// ---- options that differ, for the message that refuses a checkpoint ----
+
+bool is_float_option(const std::string& name) {
+    static const char* const names[] = {"learning_rate", "momentum",      "beta1",          "beta2",
+                                        "epsilon",       "weight_decay",  "initial_scale",  "growth_factor",
+                                        "backoff_factor", "min_scale",    "max_scale"};
+    return std::find_if(std::begin(names), std::end(names), [&](const char* n) { return name == n; }) != std::end(names);
+}
+
+// The name an option has in the C API's setters ("kind" and "mode" are the JSON's words for them).
+std::string option_name(const std::string& key) {
+    if (key == "kind") return "optimizer";
+    if (key == "mode") return "loss_scaling";
+    return key;
+}
+
+// An option's value as the C API spells it: floats as numbers (they are stored as bit patterns, so
+// the comparison is exact), enums by name.
+std::string option_text(const std::string& key, const Json& value) {
+    if (is_float_option(key) && value.is_number_unsigned() && value.get<uint64_t>() <= UINT32_MAX) {
+        char text[32];
+        const auto result = std::to_chars(text, text + sizeof text, bits_float(value.get<uint32_t>()));
+        return std::string(text, result.ptr);
+    }
+    if (key == "kind" && value.is_number_integer()) {
+        static const char* const optimizers[] = {"sgd", "adam", "adamw"};
+        const int64_t kind = value.get<int64_t>();
+        if (kind >= 0 && kind < 3) return optimizers[kind];
+    }
+    if (key == "mode" && value.is_number_integer()) {
+        switch (value.get<int64_t>()) {
+            case static_cast<int64_t>(LossScaling::off): return "off";
+            case static_cast<int64_t>(LossScaling::fixed): return "static";
+            case static_cast<int64_t>(LossScaling::dynamic): return "dynamic";
+            default: break;
+        }
+    }
+    if (value.is_string()) return value.get<std::string>();
+    return value.dump();
+}
+
+// "precision mixed-bf16 (this trainer: fp32; ...), learning_rate 0.01 (this trainer: 0.05)": only the
+// options that differ, the precision first (it decides most others), then in the JSON's key order.
+std::string option_differences(const Json& saved, const Json& ours, mpt_precision configured_precision) {
+    std::vector<std::string> differences;
+    const auto describe = [&](const std::string& key, const Json* saved_value, const Json& our_value) {
+        if (saved_value != nullptr && *saved_value == our_value) return;
+        std::string text = option_name(key) + " " + (saved_value ? option_text(key, *saved_value) : "(not recorded)") +
+                           " (this trainer: " + option_text(key, our_value);
+        if (key == "precision" && configured_precision == MPT_PRECISION_AUTO)
+            text += "; AUTO resolves per machine: name the precision to resume this checkpoint here";
+        differences.push_back(text + ")");
+    };
+    std::vector<std::string> keys{"precision"};
+    for (auto item = ours.begin(); item != ours.end(); ++item)
+        if (item.key() != "precision") keys.push_back(item.key());
+    for (const std::string& key : keys) {
+        if (!ours.contains(key)) continue;
+        const auto item = ours.find(key);
+        const Json* saved_item = saved.is_object() && saved.contains(item.key()) ? &saved.at(item.key()) : nullptr;
+        if (!item.value().is_object()) {
+            describe(item.key(), saved_item, item.value());
+            continue;
+        }
+        for (auto field = item.value().begin(); field != item.value().end(); ++field) {
+            const Json* saved_field = saved_item != nullptr && saved_item->is_object() && saved_item->contains(field.key())
+                                          ? &saved_item->at(field.key())
+                                          : nullptr;
+            describe(field.key(), saved_field, field.value());
+        }
+    }
+    if (differences.empty()) differences.push_back("options this version does not know: " + saved.dump().substr(0, 300));
+    std::string joined;
+    for (const std::string& difference : differences) joined += (joined.empty() ? "" : ", ") + difference;
+    return joined;
+}
+
+// ---- progress that a trainer with this configuration can have reached ----
+
+[[noreturn]] void impossible_progress(const std::string& what) {
+    fail(MPT_STATUS_CORRUPT_DATA, "the checkpoint's progress is impossible: " + what);
+}
+
+std::string number_text(float value) {
+    char text[32];
+    const auto result = std::to_chars(text, text + sizeof text, value);
+    return std::string(text, result.ptr);
+}
+
+// Every restored counter against the others and against the loss scaler the options match. The
+// invariants are advance_loss_scaler's (loss_scaler.h) and the trainer's epoch bookkeeping.
+void check_progress(const TrainerSnapshot& snapshot, const LossScalerConfig& scaler) {
+    const TrainState& state = snapshot.state;
+    const float scale = state.loss_scale;
+    switch (scaler.mode) {
+        case LossScaling::off:
+            if (scale != 1.0f) impossible_progress("loss_scale " + number_text(scale) + " with loss scaling off (it stays 1)");
+            break;
+        case LossScaling::fixed:
+            if (scale != scaler.initial_scale)
+                impossible_progress("loss_scale " + number_text(scale) + " with static loss scaling at " +
+                                    number_text(scaler.initial_scale));
+            break;
+        case LossScaling::dynamic: {
+            // It starts at initial_scale, backs off to no less than min_scale and grows to no more than
+            // max_scale, so it stays between the smaller and the larger of each pair.
+            const float lowest = std::min(scaler.min_scale, scaler.initial_scale);
+            const float highest = std::max(scaler.max_scale, scaler.initial_scale);
+            if (!std::isfinite(scale) || !(scale >= lowest && scale <= highest))
+                impossible_progress("loss_scale " + number_text(scale) + " outside the dynamic loss scaler's range [" +
+                                    number_text(lowest) + ", " + number_text(highest) + "]");
+            break;
+        }
+    }
+    if (scaler.mode == LossScaling::dynamic) {
+        if (state.growth_tracker < 0 || state.growth_tracker >= scaler.growth_interval)
+            impossible_progress("growth_tracker " + std::to_string(state.growth_tracker) + " outside [0, growth_interval " +
+                                std::to_string(scaler.growth_interval) + ")");
+    } else if (state.growth_tracker != 0) {
+        impossible_progress("growth_tracker " + std::to_string(state.growth_tracker) +
+                            " without dynamic loss scaling (it stays 0)");
+    }
+    if (state.steps < 0 || state.applied_steps < 0 || state.skipped_steps < 0 || state.applied_steps > state.steps ||
+        state.steps - state.applied_steps != state.skipped_steps)
+        impossible_progress("applied_steps " + std::to_string(state.applied_steps) + " + skipped_steps " +
+                            std::to_string(state.skipped_steps) + " is not steps " + std::to_string(state.steps) +
+                            " (every step is applied or skipped)");
+    // Every completed epoch took at least one step, and so did each step into the current one.
+    if (snapshot.epochs_completed < 0 || snapshot.steps_into_epoch < 0 || snapshot.epochs_completed > state.steps ||
+        snapshot.steps_into_epoch > state.steps - snapshot.epochs_completed)
+        impossible_progress("epochs_completed " + std::to_string(snapshot.epochs_completed) + " and steps_into_epoch " +
+                            std::to_string(snapshot.steps_into_epoch) + " need more steps than the " +
+                            std::to_string(state.steps) + " taken");
+    if (snapshot.batch_size < 0 || (state.steps > 0 && snapshot.batch_size == 0))
+        impossible_progress("batch_size " + std::to_string(snapshot.batch_size) + " after " + std::to_string(state.steps) +
+                            " steps");
+    if (snapshot.dataset_rows < 0 || (snapshot.epochs_completed > 0 && snapshot.dataset_rows == 0))
+        impossible_progress("dataset_rows " + std::to_string(snapshot.dataset_rows) + " after " +
+                            std::to_string(snapshot.epochs_completed) + " epochs");
+    if (snapshot.steps_into_epoch > 0 &&
+        (snapshot.batch_size == 0 || snapshot.steps_into_epoch > snapshot.dataset_rows / snapshot.batch_size))
+        impossible_progress("steps_into_epoch " + std::to_string(snapshot.steps_into_epoch) + " in an epoch of " +
+                            std::to_string(snapshot.dataset_rows) + " dataset_rows at batch_size " +
+                            std::to_string(snapshot.batch_size));
+}
+
 const std::string& metadata_value(const SafetensorsReader& reader, const std::string& key) {
     auto it = reader.metadata().find(key);
     if (it == reader.metadata().end()) fail(MPT_STATUS_CORRUPT_DATA, "the checkpoint has no '" + key + "' metadata");
@@ -112,6 +264,7 @@ void save_checkpoint(Trainer& trainer, const std::string& path) {
 
 void load_checkpoint(Trainer& trainer, const std::string& path) {
     const SafetensorsReader reader = SafetensorsReader::open(path, true);
+    check_header_integrity(reader);
     Model& model = *trainer.model();
     if (metadata_value(reader, "mptrain.kind") != "checkpoint")
         fail(MPT_STATUS_INVALID_ARGUMENT, path + " is a model file, not a training checkpoint (use mpt_model_load)");
@@ -119,9 +272,10 @@ void load_checkpoint(Trainer& trainer, const std::string& path) {
     TrainerSnapshot snapshot;
     try {
         const Json options = Json::parse(metadata_value(reader, "mptrain.trainer.options"));
-        if (options != options_json(trainer))
+        const Json our_options = options_json(trainer);
+        if (options != our_options)
             fail(MPT_STATUS_INVALID_ARGUMENT, "the checkpoint was written by a trainer with other options: " +
-                                                  options.dump() + " here: " + options_json(trainer).dump());
+                                                  option_differences(options, our_options, trainer.config().precision));
         const Json progress = Json::parse(metadata_value(reader, "mptrain.trainer.progress"));
         snapshot.state.loss_scale = bits_float(progress.at("loss_scale").get<uint32_t>());
         snapshot.state.found_inf = 0;
@@ -137,20 +291,19 @@ void load_checkpoint(Trainer& trainer, const std::string& path) {
     } catch (const Json::exception& error) {
         fail(MPT_STATUS_CORRUPT_DATA, std::string("the checkpoint's trainer metadata is malformed: ") + error.what());
     }
-    const TrainState& state = snapshot.state;
-    if (!(state.loss_scale > 0.0f) || state.steps < 0 || state.skipped_steps < 0 || state.applied_steps < 0 ||
-        state.growth_tracker < 0 || snapshot.epochs_completed < 0 || snapshot.steps_into_epoch < 0 ||
-        snapshot.batch_size < 0 || snapshot.dataset_rows < 0 ||
-        (snapshot.steps_into_epoch > 0 && (snapshot.batch_size == 0 ||
-                                           snapshot.steps_into_epoch > snapshot.dataset_rows / snapshot.batch_size)))
-        fail(MPT_STATUS_CORRUPT_DATA, "the checkpoint's progress counters are inconsistent");
+    check_progress(snapshot, trainer.executor().scaler_config());
 
     std::memcpy(snapshot.shuffle_rng.data(), exact_tensor(reader, "trainer.shuffle_rng", "U64", {4}).data,
                 sizeof(snapshot.shuffle_rng));
+    if (std::all_of(snapshot.shuffle_rng.begin(), snapshot.shuffle_rng.end(), [](uint64_t word) { return word == 0; }))
+        fail(MPT_STATUS_CORRUPT_DATA, "the checkpoint's shuffle generator state is all zeros, which xoshiro never reaches");
     std::memcpy(snapshot.metrics, exact_tensor(reader, "trainer.metrics", "F64", {kMetricsCount}).data,
                 sizeof(snapshot.metrics));
     if (snapshot.steps_into_epoch > 0) {
-        const TensorView& order = exact_tensor(reader, "trainer.epoch_order", "I32", {snapshot.dataset_rows});
+        const TensorView& order = reader.tensor("trainer.epoch_order");
+        if (order.dtype != "I32" || order.shape != std::vector<int64_t>{snapshot.dataset_rows})
+            fail(MPT_STATUS_CORRUPT_DATA, "the checkpoint's epoch order is not " + std::to_string(snapshot.dataset_rows) +
+                                              " I32 rows, as its progress's dataset_rows says");
         snapshot.epoch_order.resize(static_cast<size_t>(snapshot.dataset_rows));
         std::memcpy(snapshot.epoch_order.data(), order.data, order.bytes);
         std::vector<int32_t> sorted = snapshot.epoch_order;
@@ -158,6 +311,10 @@ void load_checkpoint(Trainer& trainer, const std::string& path) {
         for (size_t i = 0; i < sorted.size(); ++i)
             if (sorted[i] != static_cast<int32_t>(i))
                 fail(MPT_STATUS_CORRUPT_DATA, "the checkpoint's epoch order is not a permutation of the rows");
+        if (!snapshot.shuffle && snapshot.epoch_order != sorted)  // an unshuffled epoch takes the rows in order
+            fail(MPT_STATUS_CORRUPT_DATA, "the checkpoint's epoch order is shuffled, but its progress says shuffle false");
+    } else if (reader.has("trainer.epoch_order")) {
+        fail(MPT_STATUS_CORRUPT_DATA, "the checkpoint holds an epoch order, but its progress says it is between epochs");
     }
 
     const Executor& executor = trainer.executor();

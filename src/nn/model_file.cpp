@@ -2,7 +2,9 @@
 // half-made model behind.
 #include "nn/model_file.h"
 
+#include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -46,6 +48,28 @@ const std::string& metadata_value(const SafetensorsReader& reader, const std::st
     if (it == reader.metadata().end()) fail(MPT_STATUS_CORRUPT_DATA, "the file has no '" + key + "' metadata: not an mptrain file");
     return it->second;
 }
+
+}  // namespace
+
+void check_header_integrity(const SafetensorsReader& reader) {
+    if (reader.header_checksummed()) return;
+    // Files from before the header checksum (mptrain 0.1.0 wrote them too, so the version cannot tell
+    // them apart) still load: they are users' saved work. Their tensors have checksums (the reader
+    // requires them and has checked them) and their metadata keys are exactly these, so a flipped
+    // bit in the header checksum's own key, which makes a new file look old, leaves a key outside them.
+    static const char* const legacy_keys[] = {"mptrain.version",         "mptrain.kind",
+                                              "mptrain.architecture",    "mptrain.precision",
+                                              "mptrain.trainer.options", "mptrain.trainer.progress"};
+    const std::string tensor_checksum_prefix = safetensors_checksum_key("");
+    for (const auto& [key, value] : reader.metadata()) {
+        if (key.compare(0, tensor_checksum_prefix.size(), tensor_checksum_prefix) == 0) continue;  // checked
+        if (std::find(std::begin(legacy_keys), std::end(legacy_keys), key) == std::end(legacy_keys))
+            fail(MPT_STATUS_CORRUPT_DATA, "the file's header has no checksum and an entry '" + key.substr(0, 80) +
+                                              "' that mptrain does not write: the header is damaged");
+    }
+}
+
+namespace {
 
 void check_version(const SafetensorsReader& reader) {
     const std::string& version = metadata_value(reader, "mptrain.version");
@@ -161,6 +185,7 @@ void save_model(Model& model, const std::string& path, const std::string& precis
 
 std::shared_ptr<Model> load_model(std::shared_ptr<Context> context, const std::string& path) {
     const SafetensorsReader reader = SafetensorsReader::open(path, true);
+    check_header_integrity(reader);
     check_version(reader);
     const Architecture architecture = parse_architecture(reader);
     std::shared_ptr<Model> model;

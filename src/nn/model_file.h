@@ -19,6 +19,10 @@ void save_model(Model& model, const std::string& path, const std::string& precis
 std::shared_ptr<Model> load_model(std::shared_ptr<Context> context, const std::string& path);
 
 // ---- shared with checkpoints ----
+// Checks that the header of an mptrain file is intact before any of it is used: its checksum passed
+// (the reader verified it), or, for a file written before headers had one, it holds only the entries
+// mptrain wrote then, so that a damaged key cannot pass for an old file. Throws MPT_STATUS_CORRUPT_DATA.
+void check_header_integrity(const SafetensorsReader& reader);
 // Adds the architecture, version and kind metadata and every layer's master weights.
 void add_model_to_file(Model& model, SafetensorsWriter& writer, const char* kind, std::vector<float>& host_block);
 // Checks version and kind, and that the file's architecture is exactly `model`'s (or throws

@@ -2,7 +2,9 @@
 #include "nn/trainer.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "core/error.h"
@@ -43,6 +45,24 @@ int call_host(Callback callback, const char* which, Args... args) {
         fail(MPT_STATUS_CANCELLED, std::string("the ") + which + " callback threw an exception");
     }
 }
+
+}  // namespace
+
+template <typename Callback, typename... Args>
+bool Trainer::callback_stops_fit(Callback callback, const char* which, Args... args) {
+    struct InCallback {
+        bool& flag;
+        explicit InCallback(bool& f) : flag(f) { flag = true; }
+        ~InCallback() { flag = false; }
+    } in_callback(in_callback_);
+    return call_host(callback, which, args...) != 0;
+}
+
+void Trainer::stop_if_asked() const {
+    if (!stop_reason_.empty()) fail(MPT_STATUS_CANCELLED, stop_reason_);
+}
+
+namespace {
 
 // Keeps the copy lane from writing into buffers after the call that started it has returned.
 class DrainOnExit {
@@ -112,6 +132,8 @@ void Trainer::check_dataset(const Dataset& dataset) const {
         if (dataset.target_width() != model_->output_features())
             fail(MPT_STATUS_SHAPE_MISMATCH, "the dataset's targets have width " + std::to_string(dataset.target_width()) +
                                                 ", the model has " + std::to_string(model_->output_features()) + " outputs");
+        require(config_.loss != LossKind::binary_crossentropy || dataset.targets_in_unit_interval(),
+                MPT_STATUS_INVALID_ARGUMENT, "binary cross-entropy needs targets in [0, 1]; this data set has others");
     }
 }
 
@@ -183,9 +205,10 @@ void Trainer::deliver_report(int64_t steps_per_epoch, int64_t batch_rows) {
     if (!callbacks_.progress) return;
     const int64_t step = report_step_[slot];
     const EvaluationResult running = metric_means(report.metrics, step * batch_rows);
-    if (call_host(callbacks_.progress, "progress", epochs_completed_, step, steps_per_epoch, running.loss,
-                  running.accuracy, callbacks_.user_data))
+    if (callback_stops_fit(callbacks_.progress, "progress", epochs_completed_, step, steps_per_epoch, running.loss,
+                           running.accuracy, callbacks_.user_data))
         fail(MPT_STATUS_CANCELLED, "training cancelled by the progress callback");
+    stop_if_asked();
 }
 
 void Trainer::deliver_landed_reports(int64_t steps_per_epoch, int64_t batch_rows) {
@@ -267,6 +290,7 @@ void Trainer::fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bo
         Event ready[kBatchSlots];
         if (first_step < steps) ready[first_step % kBatchSlots] = submit_gather(first_step);
         for (int64_t s = first_step; s < steps; ++s) {
+            stop_if_asked();  // a log callback may have asked
             const int slot = static_cast<int>(s % kBatchSlots);
             // The next batch's slot was last read by step s - 1, which the compute lane has finished
             // issuing; on a GPU the copy lane orders after it through this event.
@@ -319,9 +343,10 @@ void Trainer::fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bo
         close_epoch();
         checkpoint_if_due(true);
         const EvaluationResult epoch_means = metric_means(metrics, steps * batch_rows);
-        if (callbacks_.epoch_end && call_host(callbacks_.epoch_end, "epoch-end", epochs_completed_ - 1, epoch_means.loss,
-                                              epoch_means.accuracy, callbacks_.user_data))
+        if (callbacks_.epoch_end && callback_stops_fit(callbacks_.epoch_end, "epoch-end", epochs_completed_ - 1,
+                                                       epoch_means.loss, epoch_means.accuracy, callbacks_.user_data))
             fail(MPT_STATUS_CANCELLED, "training stopped by the epoch-end callback");
+        stop_if_asked();
     }
 }
 
@@ -402,6 +427,11 @@ void Trainer::set_checkpointing(const CheckpointPolicy& policy) {
     require(policy.every_steps >= 0 && policy.every_epochs >= 0, MPT_STATUS_INVALID_ARGUMENT,
             "checkpoint intervals must be >= 0");
     require(policy.keep_last >= 1, MPT_STATUS_INVALID_ARGUMENT, "keep_last must be >= 1");
+    // Found now rather than after fit's first steps, when the first checkpoint is due.
+    std::error_code error;
+    if (!policy.directory.empty() && !std::filesystem::is_directory(policy.directory, error))
+        fail(MPT_STATUS_IO_ERROR, "checkpoint directory " + policy.directory + " is not an existing directory" +
+                                      (error ? ": " + error.message() : std::string()));
     checkpointing_ = policy;
 }
 

@@ -65,6 +65,12 @@ public:
     ~Trainer();
 
     void set_callbacks(const TrainerCallbacks& callbacks) { callbacks_ = callbacks; }
+    // True while fit runs a progress or epoch-end callback. Fit waits between two steps there (where
+    // it takes its automatic checkpoints), so a checkpoint may be saved from the callback.
+    bool in_callback() const { return in_callback_; }
+    // The running fit stops before its next step, or after the callback it is in, with
+    // MPT_STATUS_CANCELLED and `why` (the C API: the trainer was destroyed from its own callback).
+    void stop_soon(std::string why) { stop_reason_ = std::move(why); }
     void set_checkpointing(const CheckpointPolicy& policy);
     void fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bool shuffle);
     float step(const Dataset& dataset, int64_t first, int64_t batch_size);
@@ -122,6 +128,10 @@ private:
     void deliver_landed_reports(int64_t steps_per_epoch, int64_t batch_rows);
     // Writes a checkpoint when the policy says so after this step or epoch.
     void checkpoint_if_due(bool epoch_ended);
+    // A host callback, with in_callback_ set while it runs; true when fit must stop (it asked to).
+    template <typename Callback, typename... Args>
+    bool callback_stops_fit(Callback callback, const char* which, Args... args);
+    void stop_if_asked() const;
 
     std::shared_ptr<Model> model_;
     TrainerConfig config_;
@@ -151,6 +161,8 @@ private:
     int64_t report_step_[kReportSlots] = {};
     int report_head_ = 0;
     int reports_pending_ = 0;
+    bool in_callback_ = false;
+    std::string stop_reason_;  // stop_soon's; empty: go on
 };
 
 }  // namespace mpt

@@ -192,7 +192,12 @@ namespace Mptrain.Tests
                 Assert.Fails(Status.InvalidArgument, () => trainer.SetCheckpointing(dir.Path, everySteps: 1, keepLast: 0));
                 Assert.Fails(Status.InvalidArgument, () => trainer.SetCheckpointing(dir.Path)); // neither trigger
 
-                trainer.SetCheckpointing(dir.File("no-such-directory"), everySteps: 1);
+                // Refused when set, not at the first checkpoint.
+                Assert.Fails(Status.IoError, () => trainer.SetCheckpointing(dir.File("no-such-directory"), everySteps: 1));
+                string going = dir.File("going-away");
+                System.IO.Directory.CreateDirectory(going);
+                trainer.SetCheckpointing(going, everySteps: 1);
+                System.IO.Directory.Delete(going);
                 Assert.Fails(Status.IoError, () => trainer.Fit(data, 1, 32));
                 // ...and everything still works afterwards.
                 trainer.SetCheckpointing(null);

@@ -10,7 +10,8 @@
     model.save("model.safetensors")                      # later: mptrain.Model.load(ctx, "model.safetensors")
 
 Every failure of the library raises mptrain.Error, carrying .status (a Status) and .message. Wrong
-Python types raise TypeError. numpy arrays are accepted (and returned) when numpy is installed;
+Python types raise TypeError; an integer its C parameter cannot hold raises an Error (INVALID_ARGUMENT)
+that is also an OverflowError. numpy arrays are accepted (and returned) when numpy is installed;
 otherwise any buffer (array.array, memoryview) or (nested) list works, and outputs are array.array.
 
 Threads: objects may be shared between threads; calls on objects of one Context are serialised by a
@@ -147,6 +148,14 @@ class Error(Exception):
         super().__init__("%s: %s" % (name, message))
 
 
+class _OutOfRange(Error, OverflowError):
+    """An integer argument its C type cannot hold: an Error (INVALID_ARGUMENT) like the library's own
+    refusals, and an OverflowError like Python's own conversions to C integers."""
+
+    def __init__(self, message):
+        super().__init__(Status.INVALID_ARGUMENT, message)
+
+
 # ---- the library --------------------------------------------------------------------------------------
 _lib_instance = _preloaded_lib
 _lib_lock = threading.Lock()
@@ -177,7 +186,7 @@ def cuda_device_count():
 
 
 def status_string(status):
-    return _lib().mpt_status_string(int(status)).decode()
+    return _lib().mpt_status_string(_integer(status, "status", _native.c_enum)).decode()
 
 
 def _enum(kind, value, what):
@@ -193,7 +202,7 @@ def _enum(kind, value, what):
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError("%s must be a %s, its name or an int, not %s" % (what, kind.__name__,
                                                                          type(value).__name__))
-    return value
+    return _integer(value, what, _native.c_enum)
 
 
 def _path(value, what):
@@ -223,10 +232,25 @@ def _layer_widths_in_file(path, layers):
         return None
 
 
-def _integer(value, what):
+def _c_range(ctype):
+    """(lowest, highest, C name) of a ctypes integer type."""
+    bits = 8 * ctypes.sizeof(ctype)
+    if ctype(-1).value == -1:
+        return -(1 << (bits - 1)), (1 << (bits - 1)) - 1, "int%d_t" % bits
+    return 0, (1 << bits) - 1, "uint%d_t" % bits
+
+
+def _integer(value, what, ctype):
+    """An int (or anything with __index__, e.g. a numpy integer) that fits the C parameter's type:
+    ctypes would silently keep only its low bits (2**64 + 4 becomes 4, -1 as a size_t becomes SIZE_MAX)."""
     if isinstance(value, bool) or not hasattr(value, "__index__"):
         raise TypeError("%s must be an integer, not %s" % (what, type(value).__name__))
-    return value.__index__()
+    value = value.__index__()
+    lowest, highest, name = _c_range(ctype)
+    if not lowest <= value <= highest:
+        raise _OutOfRange("%s is %d, outside the range of its C type %s [%d, %d]" % (
+            what, value, name, lowest, highest))
+    return value
 
 
 # ---- buffers in and out ---------------------------------------------------------------------------
@@ -315,6 +339,13 @@ def _output(count, shape):
     out = array.array("f", bytes(4 * count))
     holder = (ctypes.c_float * count).from_buffer(out) if count else (ctypes.c_float * 0)()
     return out, ctypes.cast(holder, ctypes.POINTER(ctypes.c_float))
+
+
+def _check_shape(buffer, shape, what):
+    """Refuses an array shaped other than `shape` though it holds as many values (transposed weights):
+    the library sees only the count. A flat (1-D) sequence stays accepted; its count is checked by C."""
+    if buffer.shape is not None and len(buffer.shape) != 1 and tuple(buffer.shape) != shape:
+        raise Error(Status.SHAPE_MISMATCH, "%s has shape %s, not %s" % (what, tuple(buffer.shape), shape))
 
 
 def _rows_of(buffer, width, what):
@@ -414,18 +445,19 @@ class Context(_Handle):
             if backend is not None:
                 _check(lib.mpt_context_options_set_backend(options, _enum(Backend, backend, "backend")))
             if threads is not None:
-                _check(lib.mpt_context_options_set_threads(options, _integer(threads, "threads")))
+                _check(lib.mpt_context_options_set_threads(options, _integer(threads, "threads", ctypes.c_int)))
             if seed is not None:
-                _check(lib.mpt_context_options_set_seed(options, _integer(seed, "seed")))
+                _check(lib.mpt_context_options_set_seed(options, _integer(seed, "seed", ctypes.c_uint64)))
             if device is not None:
-                _check(lib.mpt_context_options_set_device(options, _integer(device, "device")))
+                _check(lib.mpt_context_options_set_device(options, _integer(device, "device", ctypes.c_int)))
             if log_level is not None:
                 _check(lib.mpt_context_options_set_log_level(options, _enum(LogLevel, log_level, "log_level")))
             if memory_budget is not None:
-                _check(lib.mpt_context_options_set_memory_budget(options, _integer(memory_budget, "memory_budget")))
+                _check(lib.mpt_context_options_set_memory_budget(
+                    options, _integer(memory_budget, "memory_budget", ctypes.c_size_t)))
             if dataset_device_budget is not None:
                 _check(lib.mpt_context_options_set_dataset_device_budget(
-                    options, _integer(dataset_device_budget, "dataset_device_budget")))
+                    options, _integer(dataset_device_budget, "dataset_device_budget", ctypes.c_size_t)))
             if log is not None:
                 if not callable(log):
                     raise TypeError("log must be callable")
@@ -477,16 +509,16 @@ class Model(_Handle):
 
     def __init__(self, context, input_features):
         _require(context, Context, "context")
+        input_features = _integer(input_features, "input_features", ctypes.c_int64)
         pointer = _native.ModelP()
         with context._family.lock:
-            _check(_lib().mpt_model_create(context._get(), _integer(input_features, "input_features"),
-                                           ctypes.byref(pointer)))
+            _check(_lib().mpt_model_create(context._get(), input_features, ctypes.byref(pointer)))
         super().__init__(pointer, context._family)
         self._units = []  # the C API has no getter for a layer's width
 
     def add_dense(self, units, activation=Activation.LINEAR):
         """Appends a Dense layer; returns self, so calls chain."""
-        units = _integer(units, "units")
+        units = _integer(units, "units", ctypes.c_int64)
         with self._family.lock:
             _check(_lib().mpt_model_add_dense(self._get(), units, _enum(Activation, activation, "activation")))
         self._units.append(units)
@@ -494,7 +526,7 @@ class Model(_Handle):
 
     def set_layer_dtype(self, layer, dtype):
         with self._family.lock:
-            _check(_lib().mpt_model_set_layer_dtype(self._get(), _integer(layer, "layer"),
+            _check(_lib().mpt_model_set_layer_dtype(self._get(), _integer(layer, "layer", ctypes.c_int64),
                                                     _enum(DType, dtype, "dtype")))
         return self
 
@@ -521,7 +553,7 @@ class Model(_Handle):
         return self._query("mpt_model_get_parameter_count")
 
     def _layer_shape(self, layer):
-        layer = _integer(layer, "layer")
+        layer = _integer(layer, "layer", ctypes.c_int64)
         if not 0 <= layer < len(self._units):
             raise Error(Status.INVALID_ARGUMENT, "layer index %d out of range [0, %d)" % (layer, len(self._units)))
         inputs = self.input_features if layer == 0 else self._units[layer - 1]
@@ -538,9 +570,13 @@ class Model(_Handle):
 
     def set_weights(self, layer, weights=None, bias=None):
         """Sets a layer's weights ([units, inputs] row-major) and/or bias ([units]); None keeps one."""
-        layer = _integer(layer, "layer")
+        layer, units, inputs = self._layer_shape(layer)
         w = _floats(weights, "weights") if weights is not None else None
         b = _floats(bias, "bias") if bias is not None else None
+        if w is not None:
+            _check_shape(w, (units, inputs), "weights of layer %d" % layer)
+        if b is not None:
+            _check_shape(b, (units,), "bias of layer %d" % layer)
         with self._family.lock:
             _check(_lib().mpt_model_set_weights(self._get(), layer, w.pointer if w else None, w.count if w else 0,
                                                 b.pointer if b else None, b.count if b else 0))
@@ -611,7 +647,7 @@ class Dataset(_Handle):
                 features = buffer.count // rows
             else:
                 features = 0
-        features = _integer(features, "features")
+        features = _integer(features, "features", ctypes.c_int64)
         if rows == 0 or features <= 0 or buffer.count != rows * features:
             raise Error(Status.SHAPE_MISMATCH, "%s holds %d values; %d rows of %d features need %d" % (
                 what, buffer.count, rows, features, rows * features))
@@ -631,8 +667,9 @@ class Dataset(_Handle):
         label_data = _int32s(labels, "labels")
         sample_data = _floats(samples, "samples")
         features = cls._shape(sample_data, label_data.count, features, "samples")
+        num_classes = _integer(num_classes, "num_classes", ctypes.c_int32)
         return cls._create(context, "mpt_dataset_create_f32", sample_data.pointer, label_data.count, features,
-                           label_data.pointer, _integer(num_classes, "num_classes"), 1 if check_finite else 0)
+                           label_data.pointer, num_classes, 1 if check_finite else 0)
 
     @classmethod
     def from_u8(cls, context, samples, labels, num_classes, features=None, scale=1.0 / 255.0, offset=0.0):
@@ -640,8 +677,9 @@ class Dataset(_Handle):
         label_data = _int32s(labels, "labels")
         sample_data = _bytes(samples, "samples")
         features = cls._shape(sample_data, label_data.count, features, "samples")
+        num_classes = _integer(num_classes, "num_classes", ctypes.c_int32)
         return cls._create(context, "mpt_dataset_create_u8", sample_data.pointer, label_data.count, features,
-                           label_data.pointer, _integer(num_classes, "num_classes"), float(scale), float(offset))
+                           label_data.pointer, num_classes, float(scale), float(offset))
 
     @classmethod
     def from_targets(cls, context, samples, targets, features=None, target_width=None, check_finite=True):
@@ -653,7 +691,7 @@ class Dataset(_Handle):
                 target_width = target_data.shape[1]
             else:
                 target_width = 1
-        target_width = _integer(target_width, "target_width")
+        target_width = _integer(target_width, "target_width", ctypes.c_int64)
         if target_width <= 0 or target_data.count % target_width:
             raise Error(Status.SHAPE_MISMATCH, "targets hold %d values, not whole rows of %d" % (
                 target_data.count, target_width))
@@ -665,8 +703,9 @@ class Dataset(_Handle):
     @classmethod
     def load_cifar10(cls, context, directory, train=True, limit=0):
         """CIFAR-10 from the binary release's directory (data_batch_*.bin or test_batch.bin)."""
-        path = str(directory).encode()
-        return cls._create(context, "mpt_dataset_load_cifar10", path, 1 if train else 0, _integer(limit, "limit"))
+        path = _path(directory, "directory")
+        limit = _integer(limit, "limit", ctypes.c_int64)
+        return cls._create(context, "mpt_dataset_load_cifar10", path, 1 if train else 0, limit)
 
     def _query(self, name):
         out = ctypes.c_int64()
@@ -723,8 +762,8 @@ class Trainer(_Handle):
             if loss_scaler_dynamics is not None:
                 growth, backoff, interval, low, high = loss_scaler_dynamics
                 _check(lib.mpt_trainer_options_set_loss_scaler_dynamics(
-                    options, float(growth), float(backoff), _integer(interval, "growth_interval"), float(low),
-                    float(high)))
+                    options, float(growth), float(backoff), _integer(interval, "growth_interval", ctypes.c_int64),
+                    float(low), float(high)))
             pointer = _native.TrainerP()
             with model._family.lock:
                 _check(lib.mpt_trainer_create(model._get(), options, ctypes.byref(pointer)))
@@ -735,7 +774,7 @@ class Trainer(_Handle):
         self._output_features = model.output_features
         self._callbacks = None  # (progress, epoch_end) ctypes objects, kept alive while C holds them
         self._callback_error = None
-        self._running = False  # fit/step must not be re-entered from a callback
+        self._fitting_thread = None  # the thread running fit, whose callbacks must not re-enter this trainer
 
     def set_callbacks(self, progress=None, epoch_end=None):
         """progress(epoch, step, steps_per_epoch, loss, accuracy) after each step of fit, and
@@ -763,23 +802,31 @@ class Trainer(_Handle):
             _check(_lib().mpt_trainer_set_callbacks(self._get(), progress_c, epoch_end_c, None))
         self._callbacks = (progress_c, epoch_end_c)
 
-    def _dataset(self, dataset):
-        _require(dataset, Dataset, "dataset")
-        if self._running:
-            raise Error(Status.INVALID_STATE, "fit and step cannot be called from this trainer's callbacks")
-        return dataset._get()
+    def _refuse_reentry(self):
+        """Refuses fit, step, evaluate and predict from this trainer's own callbacks, which run on the
+        thread of fit (the library refuses them too, but a nested fit would first clobber the state of
+        the running one). Another thread is not refused: it waits for the lock, as the module promises."""
+        if self._fitting_thread == threading.get_ident():
+            raise Error(Status.INVALID_STATE,
+                        "fit, step, evaluate and predict cannot be called from this trainer's callbacks")
+
+    @staticmethod
+    def _dataset(dataset):
+        return _require(dataset, Dataset, "dataset")._get()
 
     def fit(self, dataset, epochs=1, batch_size=32, shuffle=True):
         """Trains for `epochs` epochs in batches of `batch_size`."""
+        self._refuse_reentry()
         pointer = self._dataset(dataset)
-        self._callback_error = None
-        epochs, batch_size = _integer(epochs, "epochs"), _integer(batch_size, "batch_size")
+        epochs = _integer(epochs, "epochs", ctypes.c_int64)
+        batch_size = _integer(batch_size, "batch_size", ctypes.c_int64)
         with _Locked(self._family, dataset._family):
-            self._running = True
+            self._callback_error = None  # under the lock: another thread's fit may be running its callbacks
+            self._fitting_thread = threading.get_ident()
             try:
                 status = _lib().mpt_trainer_fit(self._get(), pointer, epochs, batch_size, 1 if shuffle else 0)
             finally:
-                self._running = False
+                self._fitting_thread = None
             error, self._callback_error = self._callback_error, None
             if error is not None:
                 raise error
@@ -787,24 +834,29 @@ class Trainer(_Handle):
 
     def step(self, dataset, first, batch_size):
         """One training step on rows [first, first + batch_size); returns the batch's mean loss."""
+        self._refuse_reentry()
         pointer = self._dataset(dataset)
+        first = _integer(first, "first", ctypes.c_int64)
+        batch_size = _integer(batch_size, "batch_size", ctypes.c_int64)
         loss = ctypes.c_float()
         with _Locked(self._family, dataset._family):
-            _check(_lib().mpt_trainer_step(self._get(), pointer, _integer(first, "first"),
-                                           _integer(batch_size, "batch_size"), ctypes.byref(loss)))
+            _check(_lib().mpt_trainer_step(self._get(), pointer, first, batch_size, ctypes.byref(loss)))
         return loss.value
 
     def evaluate(self, dataset, batch_size=0):
         """Mean loss and accuracy over the dataset, in the trainer's precision."""
+        self._refuse_reentry()
         pointer = self._dataset(dataset)
+        batch_size = _integer(batch_size, "batch_size", ctypes.c_int64)
         loss, accuracy = ctypes.c_float(), ctypes.c_float()
         with _Locked(self._family, dataset._family):
-            _check(_lib().mpt_trainer_evaluate(self._get(), pointer, _integer(batch_size, "batch_size"),
-                                               ctypes.byref(loss), ctypes.byref(accuracy)))
+            _check(_lib().mpt_trainer_evaluate(self._get(), pointer, batch_size, ctypes.byref(loss),
+                                               ctypes.byref(accuracy)))
         return Evaluation(loss.value, accuracy.value)
 
     def predict(self, inputs):
         """Outputs [rows, output_features] of the last layer, in the trainer's precision."""
+        self._refuse_reentry()
         data = _floats(inputs, "inputs")
         rows = _rows_of(data, self._input_features, "inputs")
         out, out_ptr = _output(rows * self._output_features, (rows, self._output_features))
@@ -860,8 +912,9 @@ class Trainer(_Handle):
         encoded = None if directory is None else _path(directory, "directory")
         with self._family.lock:
             _check(_lib().mpt_trainer_set_checkpointing(
-                self._get(), encoded, _integer(every_steps, "every_steps"), _integer(every_epochs, "every_epochs"),
-                _integer(keep_last, "keep_last")))
+                self._get(), encoded, _integer(every_steps, "every_steps", ctypes.c_int64),
+                _integer(every_epochs, "every_epochs", ctypes.c_int64),
+                _integer(keep_last, "keep_last", ctypes.c_int64)))
 
     @property
     def memory(self):

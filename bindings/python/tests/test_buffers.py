@@ -67,3 +67,28 @@ def test_plain_buffers_without_numpy(ctx, model, monkeypatch):
     assert mptrain.Dataset.from_f32(ctx, as_doubles, labels, CLASSES).features == FEATURES
     with pytest.raises(mptrain.Error):
         mptrain.Dataset.from_u8(ctx, [300] * (60 * FEATURES), labels, CLASSES)  # > 255
+
+
+def shaped(values, shape):
+    """A float32 memoryview of `shape`: an array with a shape, without numpy."""
+    return memoryview(array.array("f", values)).cast("B").cast("f", shape)
+
+
+def test_set_weights_refuses_arrays_of_another_shape(ctx, model):
+    """The library checks only the element count: a transposed [inputs, units] array would be taken as
+    [units, inputs]. Shaped arrays must match the layer; flat sequences of the right length still do."""
+    weights, bias = [float(i) for i in range(16 * FEATURES)], [0.5] * 16
+    with pytest.raises(mptrain.Error, match=r"\(%d, 16\), not \(16, %d\)" % (FEATURES, FEATURES)) as caught:
+        model.set_weights(0, shaped(weights, (FEATURES, 16)))
+    assert caught.value.status == mptrain.Status.SHAPE_MISMATCH
+    with pytest.raises(mptrain.Error, match=r"\(2, 8\), not \(16,\)"):
+        model.set_weights(0, bias=shaped(bias, (2, 8)))
+    with pytest.raises(mptrain.Error, match=r"\(%d, 16\), not \(16, %d\)" % (FEATURES, FEATURES)):
+        model.set_weights(0, [weights[row::FEATURES] for row in range(FEATURES)])  # nested lists, transposed
+    model.set_weights(0, shaped(weights, (16, FEATURES)), shaped(bias, (16,)))
+    assert list(model.get_weights(0)[0].reshape(-1) if np is not None else model.get_weights(0)[0]) == weights
+    model.set_weights(0, array.array("f", weights), bias)  # flat
+    if np is not None:
+        with pytest.raises(mptrain.Error, match="not \\(16, %d\\)" % FEATURES):
+            model.set_weights(0, np.asarray(weights, dtype=np.float32).reshape(16, FEATURES).T)
+        model.set_weights(0, np.asarray(weights).reshape(16, FEATURES), np.asarray(bias))

@@ -147,3 +147,48 @@ def test_the_library_stays_usable_after_errors(ctx, model, blobs):
     trainer = mptrain.Trainer(model, optimizer="adam", learning_rate=0.01)
     trainer.fit(mptrain.Dataset.from_f32(ctx, samples, labels, CLASSES), 3, 32)
     assert trainer.evaluate(mptrain.Dataset.from_f32(ctx, samples, labels, CLASSES)).accuracy > 0.9
+
+
+def test_integers_outside_their_c_type_are_refused_not_truncated(ctx, model, blobs):
+    """ctypes keeps only the low bits of an integer too large for the C parameter (2**64 + 4 becomes 4,
+    -1 as a size_t becomes SIZE_MAX): each is refused, naming the argument."""
+    samples, labels = blobs
+    data = mptrain.Dataset.from_f32(ctx, samples, labels, CLASSES)
+    trainer = mptrain.Trainer(model)
+    calls = {
+        "input_features": lambda: mptrain.Model(ctx, 2 ** 64 + 4),
+        "units": lambda: mptrain.Model(ctx, 4).add_dense(2 ** 64 + 3),
+        "activation": lambda: mptrain.Model(ctx, 4).add_dense(3, 2 ** 32 + 4),
+        "dtype": lambda: mptrain.Model(ctx, 4).add_dense(3).set_layer_dtype(0, -2 ** 32 + 1),
+        "threads": lambda: mptrain.Context(backend="cpu", threads=2 ** 40),
+        "memory_budget": lambda: mptrain.Context(backend="cpu", memory_budget=-1),
+        "dataset_device_budget": lambda: mptrain.Context(backend="cpu", dataset_device_budget=2 ** 64),
+        "seed": lambda: mptrain.Context(backend="cpu", seed=-1),
+        "num_classes": lambda: mptrain.Dataset.from_f32(ctx, samples, labels, num_classes=2 ** 40),
+        "limit": lambda: mptrain.Dataset.load_cifar10(ctx, "/nonexistent", limit=2 ** 63),
+        "epochs": lambda: trainer.fit(data, epochs=2 ** 64 + 1, batch_size=4),
+        "batch_size": lambda: trainer.evaluate(data, batch_size=-2 ** 63 - 1),
+        "first": lambda: trainer.step(data, first=2 ** 64, batch_size=4),
+        "keep_last": lambda: trainer.set_checkpointing("/tmp", every_steps=1, keep_last=2 ** 64 + 1),
+    }
+    for name, call in calls.items():
+        with pytest.raises(OverflowError, match="^INVALID_ARGUMENT: %s is " % name) as caught:
+            call()
+        assert isinstance(caught.value, mptrain.Error) and caught.value.status == Status.INVALID_ARGUMENT
+    assert trainer.progress == (0, 0)
+    with pytest.raises(mptrain.Error, match="seed"):
+        mptrain.Context(backend="cpu", seed=2 ** 70)
+    # The ends of each range stay the library's to judge.
+    mptrain.Context(backend="cpu", seed=2 ** 64 - 1, dataset_device_budget=2 ** 64 - 1, memory_budget=2 ** 64 - 1)
+    with raises(Status.INVALID_ARGUMENT) as caught:
+        trainer.fit(data, epochs=2 ** 63 - 1, batch_size=-2 ** 63)
+    assert "batch_size is" not in caught.value.message
+
+
+def test_the_cifar10_directory_is_a_path_like_any_other(ctx):
+    with raises(Status.IO_ERROR) as caught:
+        mptrain.Dataset.load_cifar10(ctx, b"/nonexistent/cifar")
+    assert "/nonexistent/cifar/data_batch_1.bin" in caught.value.message and "b'" not in caught.value.message
+    with raises(Status.INVALID_ARGUMENT) as caught:
+        mptrain.Dataset.load_cifar10(ctx, "/nonexistent/cifar\0/tail")  # C would stop at the NUL
+    assert "directory contains NUL" in caught.value.message

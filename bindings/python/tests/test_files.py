@@ -157,7 +157,12 @@ def test_missing_damaged_and_mismatched_files_raise_with_their_status(ctx, tmp_p
         trainer.set_checkpointing(tmp_path)  # neither trigger
 
     dataset = data(ctx, 64, 41)
-    trainer.set_checkpointing(tmp_path / "no-such-directory", every_steps=1)
+    with raises(Status.IO_ERROR):  # refused when set, not at the first checkpoint
+        trainer.set_checkpointing(tmp_path / "no-such-directory", every_steps=1)
+    going = tmp_path / "going-away"
+    going.mkdir()
+    trainer.set_checkpointing(going, every_steps=1)
+    going.rmdir()
     with raises(Status.IO_ERROR):
         trainer.fit(dataset, epochs=1, batch_size=32)
     # ...and everything still works afterwards.

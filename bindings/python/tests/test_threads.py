@@ -57,3 +57,41 @@ def test_one_context_shared_by_threads_is_serialised(ctx, model):
         thread.join()
     assert errors == []
     assert trainer.progress.epochs == 3
+
+
+def test_a_second_thread_waits_for_a_trainer_busy_in_fit(ctx, model):
+    """Another thread's call on a trainer whose fit is running (here: inside its callback) waits for the
+    lock and then runs; only this trainer's own callbacks, on fit's thread, are refused."""
+    samples, labels = make_blobs(rows=120)
+    data = mptrain.Dataset.from_f32(ctx, samples, labels, CLASSES)
+    trainer = mptrain.Trainer(model, optimizer="adam", learning_rate=0.02)
+    results, seen = [], []
+
+    def evaluate_elsewhere():
+        try:
+            results.append(trainer.evaluate(data))
+        except Exception as error:
+            results.append(error)
+
+    other = threading.Thread(target=evaluate_elsewhere)
+
+    def on_epoch_end(epoch, loss, accuracy):
+        if epoch == 0:
+            other.start()
+            other.join(0.5)
+            seen.append(other.is_alive())  # still waiting for the lock held by fit
+        try:
+            trainer.evaluate(data)
+        except mptrain.Error as error:
+            seen.append(error)
+
+    trainer.set_callbacks(epoch_end=on_epoch_end)
+    trainer.fit(data, 2, 16)
+    other.join()
+    assert seen[0] is True, seen
+    refused = seen[1:]
+    assert len(refused) == 2 and all(error.status == mptrain.Status.INVALID_STATE and
+                                     "cannot be called from this trainer's callbacks" in error.message
+                                     for error in refused), refused
+    assert len(results) == 1 and isinstance(results[0], mptrain.Evaluation), results
+    assert trainer.progress.epochs == 2

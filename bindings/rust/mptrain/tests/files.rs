@@ -231,9 +231,15 @@ fn missing_damaged_and_mismatched_files_fail_with_their_status() {
         Status::InvalidArgument,
     );
     let data = blob_data(&ctx, 64, 41);
-    trainer
-        .set_checkpointing(Some(&dir.join("no-such-directory")), 1, 0, 1)
-        .unwrap();
+    // Refused when set, not at the first checkpoint.
+    expect(
+        trainer.set_checkpointing(Some(&dir.join("no-such-directory")), 1, 0, 1),
+        Status::IoError,
+    );
+    let going = dir.join("going-away");
+    std::fs::create_dir(&going).unwrap();
+    trainer.set_checkpointing(Some(&going), 1, 0, 1).unwrap();
+    std::fs::remove_dir(&going).unwrap();
     expect(trainer.fit(&data, 1, 32, true), Status::IoError);
     // ...and everything still works afterwards.
     trainer.set_checkpointing(None, 0, 0, 0).unwrap();
