@@ -548,15 +548,31 @@ TEST_CASE("a dataset whose width differs from the model's inputs gives SHAPE_MIS
     require_usable(session);
 }
 
+namespace {
+
+// The session's 96 labels as one-hot float targets.
+std::vector<float> one_hot_targets(const Blobs& blobs) {
+    std::vector<float> one_hot(96 * kClasses, 0.0f);
+    for (size_t r = 0; r < 96; ++r) one_hot[r * kClasses + static_cast<size_t>(blobs.y[r])] = 1.0f;
+    return one_hot;
+}
+
+// The session's samples with `targets` of `width` per row.
+mpt_dataset_t* targets_dataset(const Session& session, const std::vector<float>& targets, int64_t width, int check_finite) {
+    mpt_dataset_t* dataset = nullptr;
+    REQUIRE_OK(mpt_dataset_create_f32_targets(session.context, session.blobs.x.data(), 96, kFeatures, targets.data(), width,
+                                              check_finite, &dataset));
+    return dataset;
+}
+
+}  // namespace
+
 TEST_CASE("the loss and the dataset's kind of targets must agree (SHAPE_MISMATCH)") {
     Session session;
     const Blobs& blobs = session.blobs;
     // Float targets for a sparse-label loss.
-    std::vector<float> one_hot(96 * kClasses, 0.0f);
-    for (size_t r = 0; r < 96; ++r) one_hot[r * kClasses + static_cast<size_t>(blobs.y[r])] = 1.0f;
-    mpt_dataset_t* targets = nullptr;
-    REQUIRE_OK(mpt_dataset_create_f32_targets(session.context, blobs.x.data(), 96, kFeatures, one_hot.data(), kClasses, 1,
-                                              &targets));
+    const std::vector<float> one_hot = one_hot_targets(blobs);
+    mpt_dataset_t* targets = targets_dataset(session, one_hot, kClasses, 1);
     CHECK_FAILS(MPT_STATUS_SHAPE_MISMATCH, mpt_trainer_fit(session.trainer, targets, 1, 16, 0));
     CHECK_FAILS(MPT_STATUS_SHAPE_MISMATCH, mpt_trainer_evaluate(session.trainer, targets, 16, nullptr, nullptr));
 
@@ -566,9 +582,7 @@ TEST_CASE("the loss and the dataset's kind of targets must agree (SHAPE_MISMATCH
     mpt_trainer_t* categorical = nullptr;
     REQUIRE_OK(mpt_trainer_create(session.model, options, &categorical));
     CHECK_FAILS(MPT_STATUS_SHAPE_MISMATCH, mpt_trainer_fit(categorical, session.dataset, 1, 16, 0));
-    mpt_dataset_t* narrow_targets = nullptr;
-    REQUIRE_OK(mpt_dataset_create_f32_targets(session.context, blobs.x.data(), 96, kFeatures, one_hot.data(), 2, 1,
-                                              &narrow_targets));
+    mpt_dataset_t* narrow_targets = targets_dataset(session, one_hot, 2, 1);
     CHECK_FAILS(MPT_STATUS_SHAPE_MISMATCH, mpt_trainer_step(categorical, narrow_targets, 0, 16, nullptr));
     REQUIRE_OK(mpt_trainer_fit(categorical, targets, 2, 16, 1));  // the right kind trains
     mpt_trainer_destroy(categorical);
@@ -580,20 +594,12 @@ TEST_CASE("the loss and the dataset's kind of targets must agree (SHAPE_MISMATCH
 
 TEST_CASE("binary cross-entropy refuses targets outside [0, 1] (INVALID_ARGUMENT); other losses take them") {
     Session session;
-    const Blobs& blobs = session.blobs;
-    std::vector<float> targets(96 * kClasses, 0.0f);
-    for (size_t r = 0; r < 96; ++r) targets[r * kClasses + static_cast<size_t>(blobs.y[r])] = 1.0f;
-    mpt_dataset_t* in_range = nullptr;
-    REQUIRE_OK(mpt_dataset_create_f32_targets(session.context, blobs.x.data(), 96, kFeatures, targets.data(), kClasses, 1,
-                                              &in_range));
+    std::vector<float> targets = one_hot_targets(session.blobs);
+    mpt_dataset_t* in_range = targets_dataset(session, targets, kClasses, 1);
     targets[5 * kClasses] = 2.0f;  // one target of one row
-    mpt_dataset_t* outside = nullptr;
-    REQUIRE_OK(mpt_dataset_create_f32_targets(session.context, blobs.x.data(), 96, kFeatures, targets.data(), kClasses, 1,
-                                              &outside));
+    mpt_dataset_t* outside = targets_dataset(session, targets, kClasses, 1);
     targets[5 * kClasses] = std::numeric_limits<float>::quiet_NaN();  // not checked for finiteness here
-    mpt_dataset_t* not_a_number = nullptr;
-    REQUIRE_OK(mpt_dataset_create_f32_targets(session.context, blobs.x.data(), 96, kFeatures, targets.data(), kClasses, 0,
-                                              &not_a_number));
+    mpt_dataset_t* not_a_number = targets_dataset(session, targets, kClasses, 0);
 
     mpt_trainer_options_t* options = new_trainer_options();
     REQUIRE_OK(mpt_trainer_options_set_loss(options, MPT_LOSS_BINARY_CROSSENTROPY));

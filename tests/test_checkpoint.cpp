@@ -519,6 +519,31 @@ TEST_CASE("bad, mismatched and unwritable checkpoints fail with a clear status a
     CHECK(run.scaler() == scaler_before);
 }
 
+namespace {
+
+// Loads copies of the file at `path` with each bit of its header (length included) flipped in turn,
+// through `load` (a path -> status); returns how many were not refused as CORRUPT_DATA, printing
+// the first few.
+template <typename Load>
+int header_flips_not_refused(const std::string& path, const std::filesystem::path& directory, Load load) {
+    const std::vector<char> good = file_bytes(path);
+    const size_t header_end = 8 + split_file(path).header.size();
+    const std::string damaged_path = (directory / "damaged.safetensors").string();
+    int accepted = 0;
+    for (size_t position = 0; position < header_end; ++position) {
+        for (int bit = 0; bit < 8; ++bit) {
+            std::vector<char> damaged = good;
+            damaged[position] = static_cast<char>(damaged[position] ^ (1 << bit));
+            std::ofstream(damaged_path, std::ios::binary).write(damaged.data(), static_cast<std::streamsize>(damaged.size()));
+            const mpt_status status = load(damaged_path);
+            if (status != MPT_STATUS_CORRUPT_DATA && ++accepted <= 5) MESSAGE("position ", position, " bit ", bit, ": ", status);
+        }
+    }
+    return accepted;
+}
+
+}  // namespace
+
 TEST_CASE("a checkpoint with any one bit of its header flipped (metadata, tensor table, length) is refused and changes nothing") {
     TempDir directory;
     const std::string path = (directory.path / "good.safetensors").string();
@@ -527,22 +552,9 @@ TEST_CASE("a checkpoint with any one bit of its header flipped (metadata, tensor
     REQUIRE(mpt_trainer_save_checkpoint(run.trainer, path.c_str()) == MPT_STATUS_OK);
     const std::vector<float> before = run.weights();
     const Run::Scaler scaler_before = run.scaler();
-    const std::vector<char> good = file_bytes(path);
-    const size_t header_end = 8 + split_file(path).header.size();
-    const std::string damaged_path = (directory.path / "damaged.safetensors").string();
-    int accepted = 0;
-    for (size_t position = 0; position < header_end; ++position) {
-        for (int bit = 0; bit < 8; ++bit) {
-            std::vector<char> damaged = good;
-            damaged[position] = static_cast<char>(damaged[position] ^ (1 << bit));
-            std::ofstream(damaged_path, std::ios::binary).write(damaged.data(), static_cast<std::streamsize>(damaged.size()));
-            const mpt_status status = mpt_trainer_load_checkpoint(run.trainer, damaged_path.c_str());
-            if (status != MPT_STATUS_CORRUPT_DATA) {
-                if (++accepted <= 5) MESSAGE("position ", position, " bit ", bit, ": ", status);
-            }
-        }
-    }
-    CHECK(accepted == 0);
+    CHECK(header_flips_not_refused(path, directory.path, [&](const std::string& damaged) {
+              return mpt_trainer_load_checkpoint(run.trainer, damaged.c_str());
+          }) == 0);
     CHECK(same_bits(run.weights(), before));
     CHECK(run.scaler() == scaler_before);
 }
@@ -552,22 +564,12 @@ TEST_CASE("a model file with any one bit of its header flipped is refused as cor
     const std::string path = (directory.path / "model.safetensors").string();
     Run run(Options{});
     REQUIRE(mpt_model_save(run.model, path.c_str()) == MPT_STATUS_OK);
-    const std::vector<char> good = file_bytes(path);
-    const size_t header_end = 8 + split_file(path).header.size();
-    const std::string damaged_path = (directory.path / "damaged.safetensors").string();
-    int accepted = 0;
-    for (size_t position = 0; position < header_end; ++position) {
-        for (int bit = 0; bit < 8; ++bit) {
-            std::vector<char> damaged = good;
-            damaged[position] = static_cast<char>(damaged[position] ^ (1 << bit));
-            std::ofstream(damaged_path, std::ios::binary).write(damaged.data(), static_cast<std::streamsize>(damaged.size()));
-            mpt_model_t* loaded = nullptr;
-            const mpt_status status = mpt_model_load(run.context, damaged_path.c_str(), &loaded);
-            mpt_model_destroy(loaded);
-            if (status != MPT_STATUS_CORRUPT_DATA && ++accepted <= 5) MESSAGE("position ", position, " bit ", bit, ": ", status);
-        }
-    }
-    CHECK(accepted == 0);
+    CHECK(header_flips_not_refused(path, directory.path, [&](const std::string& damaged) {
+              mpt_model_t* loaded = nullptr;
+              const mpt_status status = mpt_model_load(run.context, damaged.c_str(), &loaded);
+              mpt_model_destroy(loaded);
+              return status;
+          }) == 0);
 }
 
 TEST_CASE("files written before headers had a checksum still load, unless their header holds an entry mptrain never wrote") {
