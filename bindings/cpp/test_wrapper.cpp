@@ -11,8 +11,10 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace fs = std::filesystem;
@@ -240,4 +242,84 @@ TEST_CASE("missing, damaged and mismatched files throw mptrain::Error with their
     trainer.fit(data, 1, 32);
     trainer.load_checkpoint(checkpoint);
     CHECK(mptrain::Model::load(context, model_file).layer_count() == 3);
+}
+
+TEST_CASE("a callback may replace the callbacks: the running one stays alive and the new ones apply from the next call") {
+    auto context = cpu_context();
+    auto model = mlp(context);
+    auto data = blobs(context, 120, 51);  // 15 steps of 8
+    mptrain::Trainer trainer(model, adam());
+    std::vector<std::string> seen;
+    std::vector<int64_t> later_steps;
+    int later_epoch_ends = 0;
+    // Longer than std::function's small buffer: the callable lives on the heap, where ASan sees it
+    // freed if set_callbacks destroys it while it runs.
+    const std::string tag = "the first progress callback, still running";
+    trainer.set_callbacks(
+        [&, tag](const mptrain::Progress&) {
+            trainer.set_callbacks(
+                [&](const mptrain::Progress& progress) {
+                    later_steps.push_back(progress.step);
+                    return false;
+                },
+                [&](int64_t, float, float) {
+                    ++later_epoch_ends;
+                    return false;
+                });
+            seen.push_back(tag);  // reads this callable's capture after it was replaced
+            return false;
+        },
+        [&](int64_t, float, float) {
+            seen.push_back("the first epoch-end callback");
+            return false;
+        });
+    trainer.fit(data, 1, 8);
+    CHECK(seen == std::vector<std::string>{"the first progress callback, still running"});
+    std::vector<int64_t> expected_steps;
+    for (int64_t step = 2; step <= 120 / 8; ++step) expected_steps.push_back(step);
+    CHECK(later_steps == expected_steps);
+    CHECK(later_epoch_ends == 1);
+}
+
+TEST_CASE("a trainer destroyed by its own callback stops fit, which throws CANCELLED") {
+    auto context = cpu_context();
+    auto model = mlp(context);
+    auto data = blobs(context, 120, 52);
+    std::optional<mptrain::Trainer> trainer(std::in_place, model, adam());
+    int calls = 0;
+    trainer->set_callbacks([&](const mptrain::Progress&) {
+        if (++calls == 2) trainer.reset();
+        return false;
+    });
+    CHECK(status_of([&] { trainer->fit(data, 3, 8); }) == MPT_STATUS_CANCELLED);
+    CHECK(calls == 2);  // none after the trainer was gone
+    CHECK(!trainer.has_value());
+    mptrain::Trainer other(model, adam());  // the model lives on and trains
+    other.fit(data, 1, 8);
+    CHECK(other.progress() == std::pair<int64_t, int64_t>{120 / 8, 1});
+}
+
+TEST_CASE("a moved-from trainer throws mptrain::Error from every call") {
+    auto context = cpu_context();
+    auto model = mlp(context);
+    auto data = blobs(context, 120, 53);
+    mptrain::Trainer trainer(model, adam());
+    mptrain::Trainer owner = std::move(trainer);
+    CHECK(status_of([&] { trainer.fit(data, 1, 8); }) == MPT_STATUS_INVALID_ARGUMENT);
+    CHECK(status_of([&] { trainer.set_callbacks([](const mptrain::Progress&) { return false; }); }) ==
+          MPT_STATUS_INVALID_ARGUMENT);
+    CHECK(status_of([&] { trainer.progress(); }) == MPT_STATUS_INVALID_ARGUMENT);
+    CHECK(status_of([&] { trainer.evaluate(data); }) == MPT_STATUS_INVALID_ARGUMENT);
+    owner.fit(data, 1, 8);  // the new owner has the handle and the callbacks
+    CHECK(owner.progress() == std::pair<int64_t, int64_t>{120 / 8, 1});
+}
+
+TEST_CASE("load_cifar10 refuses a directory path holding NUL") {
+    TempDir directory;  // exists but holds no CIFAR-10 files
+    auto context = cpu_context();
+    CHECK(status_of([&] { mptrain::Dataset::load_cifar10(context, directory.path.string(), true); }) ==
+          MPT_STATUS_IO_ERROR);
+    // C would stop reading at the NUL and fail on the bare directory, as above.
+    const std::string with_nul = directory.path.string() + std::string(1, '\0') + "/cifar-10-batches-bin";
+    CHECK(status_of([&] { mptrain::Dataset::load_cifar10(context, with_nul, true); }) == MPT_STATUS_INVALID_ARGUMENT);
 }

@@ -326,7 +326,7 @@ public:
     }
     static Dataset load_cifar10(const Context& context, const std::string& directory, bool train, int64_t limit = 0) {
         mpt_dataset_t* raw = nullptr;
-        detail::check(mpt_dataset_load_cifar10(context.get(), directory.c_str(), train ? 1 : 0, limit, &raw));
+        detail::check(mpt_dataset_load_cifar10(context.get(), detail::c_path(directory), train ? 1 : 0, limit, &raw));
         return Dataset(raw, context.log_state());
     }
     int64_t rows() const {
@@ -419,18 +419,27 @@ public:
     explicit Trainer(const Model& model) : Trainer(model, nullptr) {}
     Trainer(const Model& model, const TrainerOptions& options) : Trainer(model, options.get()) {}
 
-    /** Either callback may be empty. They run on the thread that calls fit(). */
+    /** Either callback may be empty. They run on the thread that calls fit(). A callback may call
+     *  set_callbacks (the new ones apply from the next call) or destroy this Trainer (fit then throws
+     *  Error with MPT_STATUS_CANCELLED), as the C API allows. */
     void set_callbacks(ProgressCallback progress, EpochEndCallback epoch_end = {}) {
-        callbacks_->progress = std::move(progress);
-        callbacks_->epoch_end = std::move(epoch_end);
-        detail::check(mpt_trainer_set_callbacks(get(), callbacks_->progress ? &Callbacks::on_progress : nullptr,
-                                                callbacks_->epoch_end ? &Callbacks::on_epoch_end : nullptr,
-                                                callbacks_.get()));
+        Callbacks& callbacks = *checked_callbacks();
+        auto functions = std::make_shared<const Callbacks::Functions>(
+            Callbacks::Functions{std::move(progress), std::move(epoch_end)});
+        detail::check(mpt_trainer_set_callbacks(get(), functions->progress ? &Callbacks::on_progress : nullptr,
+                                                functions->epoch_end ? &Callbacks::on_epoch_end : nullptr, &callbacks));
+        // A running callback holds its own reference to the functions it was called from.
+        callbacks.functions = std::move(functions);
     }
     void fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bool shuffle = true) {
-        callbacks_->error = nullptr;
+        // A callback may destroy this Trainer (the C trainer is then freed as the C call returns):
+        // from here on only these locals are used, and they keep the callbacks' state and the log
+        // callback (which the C context may still call) alive until fit has returned.
+        const std::shared_ptr<Callbacks> callbacks = checked_callbacks();
+        const std::shared_ptr<detail::LogState> log = log_;
+        callbacks->error = nullptr;
         const mpt_status status = mpt_trainer_fit(get(), dataset.get(), epochs, batch_size, shuffle ? 1 : 0);
-        if (callbacks_->error) std::rethrow_exception(std::exchange(callbacks_->error, nullptr));
+        if (callbacks->error) std::rethrow_exception(std::exchange(callbacks->error, nullptr));
         detail::check(status);
     }
     /** One step on rows [first, first + batch_size); returns the batch's mean loss. */
@@ -504,31 +513,46 @@ public:
     mpt_trainer_t* get() const noexcept { return handle_.get(); }
 
 private:
-    // Heap-allocated so that the pointer given to C stays valid when the Trainer is moved.
+    // The user_data given to C. Heap-allocated so that it stays put when the Trainer is moved, and
+    // shared with each running fit(), which outlives the Trainer if a callback destroys it.
     struct Callbacks {
-        ProgressCallback progress;
-        EpochEndCallback epoch_end;
+        struct Functions {
+            ProgressCallback progress;
+            EpochEndCallback epoch_end;
+        };
+        // Replaced whole by set_callbacks; immutable, so a running call can keep its own alive.
+        std::shared_ptr<const Functions> functions = std::make_shared<const Functions>();
         std::exception_ptr error;
+
+        template <typename Call>
+        static int invoke(void* user_data, Call call) noexcept {
+            auto* self = static_cast<Callbacks*>(user_data);
+            const std::shared_ptr<const Functions> running = self->functions;  // survives set_callbacks
+            try {
+                return call(*running) ? 1 : 0;
+            } catch (...) {
+                self->error = std::current_exception();
+                return 1;
+            }
+        }
         static int on_progress(int64_t epoch, int64_t step, int64_t steps, float loss, float accuracy,
                                void* user_data) noexcept {
-            auto* self = static_cast<Callbacks*>(user_data);
-            try {
-                return self->progress(Progress{epoch, step, steps, loss, accuracy}) ? 1 : 0;
-            } catch (...) {
-                self->error = std::current_exception();
-                return 1;
-            }
+            return invoke(user_data, [&](const Functions& functions) {
+                return functions.progress && functions.progress(Progress{epoch, step, steps, loss, accuracy});
+            });
         }
         static int on_epoch_end(int64_t epoch, float loss, float accuracy, void* user_data) noexcept {
-            auto* self = static_cast<Callbacks*>(user_data);
-            try {
-                return self->epoch_end(epoch, loss, accuracy) ? 1 : 0;
-            } catch (...) {
-                self->error = std::current_exception();
-                return 1;
-            }
+            return invoke(user_data, [&](const Functions& functions) {
+                return functions.epoch_end && functions.epoch_end(epoch, loss, accuracy);
+            });
         }
     };
+
+    // Only a moved-from Trainer has none; it fails like every other call on it.
+    const std::shared_ptr<Callbacks>& checked_callbacks() const {
+        if (!callbacks_) throw Error(MPT_STATUS_INVALID_ARGUMENT, "trainer is NULL");
+        return callbacks_;
+    }
 
     Trainer(const Model& model, const mpt_trainer_options_t* options) : log_(model.log_state()) {
         mpt_trainer_t* raw = nullptr;
@@ -539,7 +563,7 @@ private:
     }
 
     std::shared_ptr<detail::LogState> log_;
-    std::unique_ptr<Callbacks> callbacks_ = std::make_unique<Callbacks>();  // outlives the handle
+    std::shared_ptr<Callbacks> callbacks_ = std::make_shared<Callbacks>();  // outlives the handle
     detail::Owned<mpt_trainer_t, mpt_trainer_destroy> handle_;
     int64_t input_features_ = 0;
     int64_t output_features_ = 0;

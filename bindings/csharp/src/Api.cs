@@ -1,7 +1,8 @@
 // The public C# API: Context, Model, Dataset, Trainer (IDisposable, each owning a SafeHandle).
 // Library failures throw MptException (status + message); null arguments ArgumentNullException; use
 // after Dispose ObjectDisposedException. Calls on objects of one Context are serialised by a lock,
-// so they may be shared between threads; different contexts run in parallel.
+// so they may be shared between threads; different contexts run in parallel. Finalizers never wait
+// for that lock: what they release is destroyed by its holder as it lets go (Handles.cs).
 using System;
 using System.Collections.Generic;
 using System.IO;
@@ -64,11 +65,18 @@ namespace Mptrain
 
         public bool IsDisposed { get { return handle.IsClosed; } }
 
+        /// <summary>Destroys the object now, waiting for a call on its context in another thread (the
+        /// finalizer instead leaves the destroy to that call).</summary>
         public void Dispose()
         {
-            handle.Dispose();
+            Family family = handle.Family;
+            if (family == null) handle.Dispose();
+            else using (family.Enter()) Close();
             GC.SuppressFinalize(this);
         }
+
+        /// <summary>Disposes the handle, holding the family's lock.</summary>
+        internal virtual void Close() { handle.Dispose(); }
 
         internal static T NotNull<T>(T value, string name) where T : class
         {
@@ -125,7 +133,7 @@ namespace Mptrain
         {
             get
             {
-                lock (Family.Sync)
+                using (Family.Enter())
                 {
                     Backend backend;
                     MptException.Check(Native.mpt_context_get_backend(Live, out backend));
@@ -136,7 +144,7 @@ namespace Mptrain
 
         public Precision ResolvePrecision(Precision requested)
         {
-            lock (Family.Sync)
+            using (Family.Enter())
             {
                 Precision precision;
                 MptException.Check(Native.mpt_context_resolve_precision(Live, requested, out precision));
@@ -148,7 +156,7 @@ namespace Mptrain
         {
             get
             {
-                lock (Family.Sync)
+                using (Family.Enter())
                 {
                     UIntPtr used, peak;
                     MptException.Check(Native.mpt_context_get_memory(Live, out used, out peak));
@@ -176,7 +184,7 @@ namespace Mptrain
         private static ModelHandle Create(Context context, long inputFeatures)
         {
             NotNull(context, "context");
-            lock (context.Family.Sync)
+            using (context.Family.Enter())
             {
                 ModelHandle model;
                 MptException.Check(Native.mpt_model_create(context.Live, inputFeatures, out model));
@@ -188,21 +196,21 @@ namespace Mptrain
         /// <summary>Appends a Dense layer; returns this model, so calls chain.</summary>
         public Model AddDense(long units, Activation activation)
         {
-            lock (Family.Sync) MptException.Check(Native.mpt_model_add_dense(Live, units, activation));
+            using (Family.Enter()) MptException.Check(Native.mpt_model_add_dense(Live, units, activation));
             this.units.Add(units); // the C API has no getter for a layer's width
             return this;
         }
 
         public void SetLayerDType(int layer, DType dtype)
         {
-            lock (Family.Sync) MptException.Check(Native.mpt_model_set_layer_dtype(Live, layer, dtype));
+            using (Family.Enter()) MptException.Check(Native.mpt_model_set_layer_dtype(Live, layer, dtype));
         }
 
         private delegate Status Getter(ModelHandle model, out long value);
 
         private long Query(Getter getter)
         {
-            lock (Family.Sync)
+            using (Family.Enter())
             {
                 long value;
                 MptException.Check(getter(Live, out value));
@@ -223,14 +231,14 @@ namespace Mptrain
             long inputs = layer == 0 ? inputFeatures : units[layer - 1];
             weights = new float[units[layer] * inputs];
             bias = new float[units[layer]];
-            lock (Family.Sync)
+            using (Family.Enter())
                 MptException.Check(Native.mpt_model_get_weights(Live, layer, weights, weights.LongLength, bias, bias.LongLength));
         }
 
         /// <summary>Sets a layer's weights and bias; either may be null to keep it.</summary>
         public void SetWeights(int layer, float[] weights, float[] bias)
         {
-            lock (Family.Sync)
+            using (Family.Enter())
                 MptException.Check(Native.mpt_model_set_weights(Live, layer, weights, weights == null ? 0 : weights.LongLength,
                                                                 bias, bias == null ? 0 : bias.LongLength));
         }
@@ -239,7 +247,7 @@ namespace Mptrain
         public float[] Predict(float[] inputs)
         {
             long rows = Shape.Of(NotNull(inputs, "inputs").LongLength, inputFeatures, "inputs");
-            lock (Family.Sync)
+            using (Family.Enter())
             {
                 var output = new float[rows * OutputFeatures];
                 MptException.Check(Native.mpt_model_predict(Live, inputs, rows, output, output.LongLength));
@@ -252,7 +260,7 @@ namespace Mptrain
         public void Save(string path)
         {
             NotNull(path, "path");
-            lock (Family.Sync)
+            using (Family.Enter())
             {
                 ModelHandle live = Live;
                 MptException.Check(Utf8.WithPath(path, native => Native.mpt_model_save(live, native)));
@@ -266,7 +274,7 @@ namespace Mptrain
         {
             NotNull(context, "context");
             NotNull(path, "path");
-            lock (context.Family.Sync)
+            using (context.Family.Enter())
             {
                 ContextHandle live = context.Live;
                 ModelHandle handle = null;
@@ -354,7 +362,7 @@ namespace Mptrain
         private static Dataset Create(Context context, Creator create)
         {
             NotNull(context, "context");
-            lock (context.Family.Sync)
+            using (context.Family.Enter())
             {
                 DatasetHandle dataset;
                 MptException.Check(create(context.Live, out dataset));
@@ -408,23 +416,15 @@ namespace Mptrain
         public static Dataset LoadCifar10(Context context, string directory, bool train, long limit = 0)
         {
             NotNull(directory, "directory");
-            IntPtr path = Utf8.ToNative(directory);
-            try
-            {
-                return Create(context, (ContextHandle c, out DatasetHandle d) =>
-                    Native.mpt_dataset_load_cifar10(c, path, train ? 1 : 0, limit, out d));
-            }
-            finally
-            {
-                Marshal.FreeHGlobal(path);
-            }
+            return Utf8.WithPath(directory, path => Create(context, (ContextHandle c, out DatasetHandle d) =>
+                Native.mpt_dataset_load_cifar10(c, path, train ? 1 : 0, limit, out d)));
         }
 
         public long Rows
         {
             get
             {
-                lock (Family.Sync)
+                using (Family.Enter())
                 {
                     long value;
                     MptException.Check(Native.mpt_dataset_get_rows(Live, out value));
@@ -437,7 +437,7 @@ namespace Mptrain
         {
             get
             {
-                lock (Family.Sync)
+                using (Family.Enter())
                 {
                     long value;
                     MptException.Check(Native.mpt_dataset_get_features(Live, out value));
@@ -545,7 +545,9 @@ namespace Mptrain
         private readonly Callbacks callbacks;
         private readonly long inputFeatures;
         private readonly long outputFeatures;
-        private bool running;
+        // ManagedThreadId of the thread inside mpt_trainer_fit (0: none), the only thread that runs this
+        // trainer's callbacks. Written by that thread alone, so only it can read its own id here.
+        private int fittingThread;
 
         public Trainer(Model model) : this(model, null) { }
 
@@ -555,6 +557,14 @@ namespace Mptrain
             handle.CallbacksHandle = GCHandle.ToIntPtr(GCHandle.Alloc(callbacks));
             inputFeatures = model.InputFeatures;
             outputFeatures = model.OutputFeatures;
+        }
+
+        // From the trainer's own callback, the C destroy is what stops the fit (it then returns
+        // MPT_STATUS_CANCELLED, and the library frees the trainer as it returns).
+        internal override void Close()
+        {
+            if (InOwnCallback) handle.DestroyInCallback();
+            handle.Dispose();
         }
 
         private static TrainerHandle Create(Model model, TrainerOptions options)
@@ -584,7 +594,7 @@ namespace Mptrain
                             raw, d.GrowthFactor, d.BackoffFactor, d.GrowthInterval, d.MinScale, d.MaxScale));
                     }
                 }
-                lock (model.Family.Sync)
+                using (model.Family.Enter())
                 {
                     TrainerHandle trainer;
                     MptException.Check(Native.mpt_trainer_create(model.Live, raw, out trainer));
@@ -639,7 +649,7 @@ namespace Mptrain
         /// and is rethrown by Fit.</summary>
         public void SetCallbacks(Action<StepProgress> progress, Action<EpochProgress> epochEnd = null)
         {
-            lock (Family.Sync)
+            using (Family.Enter())
             {
                 TrainerHandle live = Live;
                 callbacks.Progress = progress;
@@ -650,32 +660,37 @@ namespace Mptrain
             }
         }
 
-        private DatasetHandle Use(Dataset dataset)
+        private bool InOwnCallback { get { return fittingThread == Environment.CurrentManagedThreadId; } }
+
+        // The C library refuses these calls from the trainer's own callbacks too, but the refusal must
+        // come before LockBoth: the fit holds its families' locks, and taking another family's lock
+        // from the callback could break the Id order. Other threads just wait for the lock.
+        private DatasetHandle Use(Dataset dataset, string call)
         {
             NotNull(dataset, "dataset");
-            if (running) throw new MptException(Status.InvalidState, "Fit and Step cannot be called from this trainer's callbacks");
+            if (InOwnCallback) throw new MptException(Status.InvalidState, call + " cannot be called from this trainer's callbacks");
             return dataset.Live;
         }
 
         // Locks the trainer's and the dataset's families in Id order, so two threads cannot deadlock.
-        private object LockBoth(Dataset dataset, out object second)
+        private Family LockBoth(Dataset dataset, out Family second)
         {
             Family a = Family, b = dataset.Family;
-            if (ReferenceEquals(a, b)) { second = null; return a.Sync; }
-            if (a.Id < b.Id) { second = b.Sync; return a.Sync; }
-            second = a.Sync;
-            return b.Sync;
+            if (ReferenceEquals(a, b)) { second = null; return a; }
+            if (a.Id < b.Id) { second = b; return a; }
+            second = a;
+            return b;
         }
 
-        private T WithDataset<T>(Dataset dataset, Func<DatasetHandle, T> call)
+        private T WithDataset<T>(Dataset dataset, string name, Func<DatasetHandle, T> call)
         {
-            DatasetHandle data = Use(dataset);
-            object second;
-            object first = LockBoth(dataset, out second);
-            lock (first)
+            DatasetHandle data = Use(dataset, name);
+            Family second;
+            Family first = LockBoth(dataset, out second);
+            using (first.Enter())
             {
                 if (second == null) return call(data);
-                lock (second) return call(data);
+                using (second.Enter()) return call(data);
             }
         }
 
@@ -683,17 +698,17 @@ namespace Mptrain
         public void Fit(Dataset dataset, long epochs, long batchSize, bool shuffle = true)
         {
             TrainerHandle live = Live;
-            Status status = WithDataset(dataset, data =>
+            Status status = WithDataset(dataset, "Fit", data =>
             {
                 callbacks.Error = null;
-                running = true;
+                fittingThread = Environment.CurrentManagedThreadId;
                 try
                 {
                     return Native.mpt_trainer_fit(live, data, epochs, batchSize, shuffle ? 1 : 0);
                 }
                 finally
                 {
-                    running = false;
+                    fittingThread = 0;
                 }
             });
             Exception error = callbacks.Error;
@@ -707,7 +722,7 @@ namespace Mptrain
         public float Step(Dataset dataset, long first, long batchSize)
         {
             TrainerHandle live = Live;
-            return WithDataset(dataset, data =>
+            return WithDataset(dataset, "Step", data =>
             {
                 float loss;
                 MptException.Check(Native.mpt_trainer_step(live, data, first, batchSize, out loss));
@@ -718,7 +733,7 @@ namespace Mptrain
         public Evaluation Evaluate(Dataset dataset, long batchSize = 0)
         {
             TrainerHandle live = Live;
-            return WithDataset(dataset, data =>
+            return WithDataset(dataset, "Evaluate", data =>
             {
                 float loss, accuracy;
                 MptException.Check(Native.mpt_trainer_evaluate(live, data, batchSize, out loss, out accuracy));
@@ -731,7 +746,7 @@ namespace Mptrain
         {
             long rows = Shape.Of(NotNull(inputs, "inputs").LongLength, inputFeatures, "inputs");
             var output = new float[rows * outputFeatures];
-            lock (Family.Sync) MptException.Check(Native.mpt_trainer_predict(Live, inputs, rows, output, output.LongLength));
+            using (Family.Enter()) MptException.Check(Native.mpt_trainer_predict(Live, inputs, rows, output, output.LongLength));
             return output;
         }
 
@@ -739,7 +754,7 @@ namespace Mptrain
         {
             get
             {
-                lock (Family.Sync)
+                using (Family.Enter())
                 {
                     Precision precision;
                     MptException.Check(Native.mpt_trainer_get_precision(Live, out precision));
@@ -752,7 +767,7 @@ namespace Mptrain
         {
             get
             {
-                lock (Family.Sync)
+                using (Family.Enter())
                 {
                     var state = new LossScaleState();
                     MptException.Check(Native.mpt_trainer_get_loss_scale(Live, out state.Scale, out state.GrowthTracker, out state.SkippedSteps));
@@ -765,7 +780,7 @@ namespace Mptrain
         {
             get
             {
-                lock (Family.Sync)
+                using (Family.Enter())
                 {
                     var progress = new TrainingProgress();
                     MptException.Check(Native.mpt_trainer_get_progress(Live, out progress.Steps, out progress.Epochs));
@@ -781,7 +796,7 @@ namespace Mptrain
         public void SaveCheckpoint(string path)
         {
             NotNull(path, "path");
-            lock (Family.Sync)
+            using (Family.Enter())
             {
                 TrainerHandle live = Live;
                 MptException.Check(Utf8.WithPath(path, native => Native.mpt_trainer_save_checkpoint(live, native)));
@@ -795,7 +810,7 @@ namespace Mptrain
         public void LoadCheckpoint(string path)
         {
             NotNull(path, "path");
-            lock (Family.Sync)
+            using (Family.Enter())
             {
                 TrainerHandle live = Live;
                 MptException.Check(Utf8.WithPath(path, native => Native.mpt_trainer_load_checkpoint(live, native)));
@@ -808,7 +823,7 @@ namespace Mptrain
         /// A null directory turns checkpointing off. A failed write stops Fit with Status.IoError.</summary>
         public void SetCheckpointing(string directory, long everySteps = 0, long everyEpochs = 0, long keepLast = 1)
         {
-            lock (Family.Sync)
+            using (Family.Enter())
             {
                 TrainerHandle live = Live;
                 MptException.Check(Utf8.WithPath(directory, native =>
@@ -820,7 +835,7 @@ namespace Mptrain
         {
             get
             {
-                lock (Family.Sync)
+                using (Family.Enter())
                 {
                     UIntPtr planned, allocated;
                     MptException.Check(Native.mpt_trainer_get_memory(Live, out planned, out allocated));
@@ -833,7 +848,7 @@ namespace Mptrain
         {
             get
             {
-                lock (Family.Sync)
+                using (Family.Enter())
                 {
                     double seconds;
                     long steps;

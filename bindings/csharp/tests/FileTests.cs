@@ -209,5 +209,22 @@ namespace Mptrain.Tests
                 Assert.Throws<ObjectDisposedException>(() => model.Save(modelFile));
             }
         }
+
+        [Test]
+        public static void EveryPathTakingCallRefusesANul()
+        {
+            using (Context ctx = Data.CpuContext())
+            using (Model model = Mlp(ctx))
+            using (var trainer = new Trainer(model))
+            {
+                // C would read only up to the NUL: another path than the one given.
+                Assert.Fails(Status.InvalidArgument, () => Dataset.LoadCifar10(ctx, "/nonexistent\0/cifar-10-batches-bin", true));
+                Assert.Fails(Status.InvalidArgument, () => model.Save("bad\0path"));
+                Assert.Fails(Status.InvalidArgument, () => Model.Load(ctx, "bad\0path"));
+                Assert.Fails(Status.InvalidArgument, () => trainer.SaveCheckpoint("bad\0path"));
+                Assert.Fails(Status.InvalidArgument, () => trainer.LoadCheckpoint("bad\0path"));
+                Assert.Fails(Status.InvalidArgument, () => trainer.SetCheckpointing("bad\0path", everySteps: 1));
+            }
+        }
     }
 }

@@ -2,6 +2,7 @@
 using System;
 using System.Collections.Generic;
 using System.Linq;
+using System.Runtime.CompilerServices;
 using System.Threading;
 
 namespace Mptrain.Tests
@@ -179,6 +180,118 @@ namespace Mptrain.Tests
                 Assert.Fails(Status.InvalidState, () => trainer.Fit(data, 1, 30));
                 trainer.SetCallbacks(null);
                 trainer.Fit(data, 1, 30); // still usable
+            }
+        }
+
+        [Test]
+        public static void OtherThreadsWaitForAFitButItsOwnCallbacksAreRefused()
+        {
+            float[] x; int[] y;
+            Data.Blobs(300, 11, out x, out y);
+            using (Context ctx = Data.CpuContext())
+            using (Model model = Data.Mlp(ctx))
+            using (Dataset data = Dataset.FromF32(ctx, x, Data.Features, y, Data.Classes))
+            using (var trainer = new Trainer(model))
+            {
+                var inCallback = new ManualResetEventSlim();
+                var refusals = new Dictionary<string, string>();
+                trainer.SetCallbacks(p =>
+                {
+                    if (inCallback.IsSet) return;
+                    var calls = new Dictionary<string, Action>
+                    {
+                        { "Fit", () => trainer.Fit(data, 1, 30) },
+                        { "Step", () => trainer.Step(data, 0, 30) },
+                        { "Evaluate", () => trainer.Evaluate(data) },
+                    };
+                    foreach (var call in calls)
+                    {
+                        try { call.Value(); refusals[call.Key] = "nothing thrown"; }
+                        catch (MptException error) { refusals[call.Key] = error.Message; }
+                    }
+                    inCallback.Set();
+                    Thread.Sleep(300); // the other thread's calls below arrive while this fit holds the lock
+                });
+                Exception failure = null;
+                var fitter = new Thread(() => { try { trainer.Fit(data, 2, 30); } catch (Exception e) { failure = e; } });
+                fitter.Start();
+                Assert.True(inCallback.Wait(TimeSpan.FromSeconds(30)), "the fit reached its callback");
+                trainer.Evaluate(data); // waits for the fit, as calls on one context are serialised
+                trainer.Step(data, 0, 30);
+                fitter.Join();
+                Assert.True(failure == null, "the fit succeeded: " + failure);
+                Assert.Equal(2L, trainer.Progress.Epochs, "epochs");
+                foreach (var refusal in refusals)
+                    Assert.True(refusal.Value.StartsWith("MPT_STATUS_INVALID_STATE: ") && refusal.Value.Contains(refusal.Key),
+                                refusal.Key + " from the trainer's own callback: " + refusal.Value);
+                Assert.Equal(3, refusals.Count, "refusals");
+            }
+        }
+
+        // Trainers left to the finalizer, each holding an arena in the context's memory; a method of its
+        // own, so no local of the caller keeps them reachable.
+        [MethodImpl(MethodImplOptions.NoInlining)]
+        static void AbandonTrainers(Model model, Dataset data)
+        {
+            for (int i = 0; i < 10; i++) new Trainer(model).Step(data, 0, 30);
+        }
+
+        [Test]
+        public static void FinalizersDoNotWaitForAFitInProgress()
+        {
+            float[] x; int[] y;
+            Data.Blobs(300, 12, out x, out y);
+            using (Context ctx = Data.CpuContext())
+            using (Model model = Data.Mlp(ctx))
+            using (Dataset data = Dataset.FromF32(ctx, x, Data.Features, y, Data.Classes))
+            using (var trainer = new Trainer(model))
+            {
+                trainer.Fit(data, 1, 30); // plans its arena, so the context's memory below moves with the others only
+                AbandonTrainers(model, data);
+                ulong withAbandoned = ctx.Memory.Used;
+                bool finalized = true;
+                trainer.SetCallbacks(p =>
+                {
+                    if (p.Step != 1) return;
+                    // The fit holds the context's lock here: a finalizer waiting for it would stall the
+                    // finalizer thread (and deadlock a WaitForPendingFinalizers on this thread), so the
+                    // wait happens on another thread, with a bound.
+                    var waiter = new Thread(() => { GC.Collect(); GC.WaitForPendingFinalizers(); }) { IsBackground = true };
+                    waiter.Start();
+                    finalized = waiter.Join(TimeSpan.FromSeconds(10));
+                });
+                trainer.Fit(data, 1, 30);
+                Assert.True(finalized, "finalizers ran while the fit was in a callback");
+                Assert.True(ctx.Memory.Used < withAbandoned, "the abandoned trainers were destroyed once the fit let go of the lock");
+            }
+        }
+
+        [Test]
+        public static void DisposingTheTrainerInItsOwnCallbackCancelsFit()
+        {
+            float[] x; int[] y;
+            Data.Blobs(90, 13, out x, out y);
+            using (Context ctx = Data.CpuContext())
+            using (Model model = Data.Mlp(ctx))
+            using (Dataset data = Dataset.FromF32(ctx, x, Data.Features, y, Data.Classes))
+            {
+                foreach (bool atEpochEnd in new[] { false, true })
+                {
+                    var trainer = new Trainer(model);
+                    int calls = 0;
+                    if (atEpochEnd) trainer.SetCallbacks(null, e => { calls++; trainer.Dispose(); });
+                    else trainer.SetCallbacks(p => { calls++; trainer.Dispose(); trainer.Dispose(); });
+                    Assert.Fails(Status.Cancelled, () => trainer.Fit(data, 3, 30));
+                    Assert.Equal(1, calls, "callbacks (epoch end: " + atEpochEnd + ")");
+                    Assert.True(trainer.IsDisposed, "disposed");
+                    Assert.Throws<ObjectDisposedException>(() => trainer.Predict(new float[Data.Features]));
+                    trainer.Dispose(); // the library freed the trainer as fit returned: nothing to destroy again
+                }
+                using (var trainer = new Trainer(model))
+                {
+                    trainer.Fit(data, 1, 30);
+                    Assert.Equal(1L, trainer.Progress.Epochs, "the model and data set still train");
+                }
             }
         }
 

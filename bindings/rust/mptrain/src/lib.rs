@@ -31,6 +31,11 @@
 //! separate values that could be sent to two threads, every call also takes a lock shared by all
 //! objects of that context (reentrant, so callbacks may call back in). Different contexts run in
 //! parallel.
+//!
+//! The log callback is the exception: the C API forbids it to call back into mptrain on its own
+//! context (the library may log halfway through a call, holding its own locks), so there every call
+//! on an object of that context fails with [`Status::InvalidState`], and an object of it dropped
+//! there is destroyed when the call that logged returns. Other contexts may be used from it.
 #![warn(missing_docs)]
 
 use mptrain_sys as sys;
@@ -42,6 +47,7 @@ use std::os::raw::{c_char, c_int};
 use std::panic::{self, AssertUnwindSafe};
 use std::path::Path;
 use std::ptr::{self, NonNull};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::{self, ThreadId};
 
@@ -364,27 +370,148 @@ impl Drop for LockGuard<'_> {
 
 type LogCallback = Box<dyn FnMut(LogLevel, &str) + Send>;
 
+/// The log callback, given to C as user_data.
+struct Logger {
+    callback: Mutex<LogCallback>,
+    /// Set while the callback runs. C logs only from calls made under the family's lock (and from
+    /// mpt_context_create, before anything else can reach the family), so a thread that takes the
+    /// lock and finds this set is the logging thread, calling back from its callback; the lock also
+    /// orders the accesses, hence Relaxed.
+    running: AtomicBool,
+}
+
+/// A C handle to destroy, with what must be freed after it.
+enum RawHandle {
+    Context(NonNull<sys::mpt_context_t>),
+    Model(NonNull<sys::mpt_model_t>),
+    Dataset(NonNull<sys::mpt_dataset_t>),
+    Trainer(NonNull<sys::mpt_trainer_t>, NonNull<Callbacks>),
+}
+
+// SAFETY: as for the objects that owned them.
+unsafe impl Send for RawHandle {}
+
+impl RawHandle {
+    /// Destroys the C handle; returns a trainer's closures, which C can no longer call, to be dropped
+    /// by the caller outside the family's lock (they may own objects of other contexts).
+    fn destroy(self) -> Option<Box<Callbacks>> {
+        unsafe {
+            match self {
+                RawHandle::Context(raw) => sys::mpt_context_destroy(raw.as_ptr()),
+                RawHandle::Model(raw) => sys::mpt_model_destroy(raw.as_ptr()),
+                RawHandle::Dataset(raw) => sys::mpt_dataset_destroy(raw.as_ptr()),
+                RawHandle::Trainer(raw, callbacks) => {
+                    sys::mpt_trainer_destroy(raw.as_ptr());
+                    return Some(Box::from_raw(callbacks.as_ptr()));
+                }
+            }
+        }
+        None
+    }
+}
+
 /// Shared by every object created from one context: the lock, and the log callback, which must live
 /// as long as any C handle of the context may call it (the C handles are destroyed before this).
 struct Family {
     lock: ReentrantLock,
-    #[allow(dead_code)] // only owned here: C calls it through the raw pointer given at creation
-    log: Option<Box<Mutex<LogCallback>>>,
+    log: Option<Box<Logger>>,
+    /// Handles dropped inside the log callback, destroyed once the call that logged has returned.
+    deferred: Mutex<Vec<RawHandle>>,
+}
+
+/// The family's lock, held for a C call.
+struct Entered<'a> {
+    family: &'a Family,
+    lock: Option<LockGuard<'a>>,
+}
+
+impl Drop for Entered<'_> {
+    fn drop(&mut self) {
+        // The C call has returned: destroy what its log callback dropped.
+        let deferred = std::mem::take(
+            &mut *self
+                .family
+                .deferred
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+        );
+        let callbacks: Vec<_> = deferred
+            .into_iter()
+            .filter_map(RawHandle::destroy)
+            .collect();
+        self.lock = None;
+        drop(callbacks);
+    }
 }
 
 impl Family {
-    /// Locks this family and, when different, another one (in address order, so two threads locking
-    /// the same pair cannot deadlock).
-    fn lock_with<'a>(&'a self, other: &'a Family) -> (LockGuard<'a>, Option<LockGuard<'a>>) {
+    fn logging(&self) -> bool {
+        self.log
+            .as_ref()
+            .is_some_and(|logger| logger.running.load(Ordering::Relaxed))
+    }
+
+    /// Locks the family for a C call. Refused inside its log callback: the C API forbids that
+    /// callback to call back into mptrain on the same context, as the library may log halfway
+    /// through a call, holding its own locks (a GPU data set logs with its upload mutex held).
+    fn enter(&self) -> Result<Entered<'_>> {
+        let lock = self.lock.lock();
+        if self.logging() {
+            return Err(Error::new(
+                Status::InvalidState,
+                "the log callback called back into mptrain on its own context, which the C API forbids",
+            ));
+        }
+        Ok(Entered {
+            family: self,
+            lock: Some(lock),
+        })
+    }
+
+    /// Enters this family and, when different, another one (in address order, so two threads
+    /// locking the same pair cannot deadlock).
+    fn enter_with<'a>(&'a self, other: &'a Family) -> Result<(Entered<'a>, Option<Entered<'a>>)> {
         let (a, b) = (self as *const Family, other as *const Family);
-        if a == b {
-            (self.lock.lock(), None)
+        Ok(if a == b {
+            (self.enter()?, None)
         } else if a < b {
-            let first = self.lock.lock();
-            (first, Some(other.lock.lock()))
+            let first = self.enter()?;
+            (first, Some(other.enter()?))
         } else {
-            let first = other.lock.lock();
-            (first, Some(self.lock.lock()))
+            let first = other.enter()?;
+            (first, Some(self.enter()?))
+        })
+    }
+
+    /// Destroys a handle (a drop cannot be refused); inside the log callback, once the call that
+    /// logged has returned.
+    fn destroy(&self, handle: RawHandle) {
+        let callbacks = {
+            let _lock = self.lock.lock();
+            if self.logging() {
+                self.deferred
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+                    .push(handle);
+                return;
+            }
+            handle.destroy()
+        };
+        drop(callbacks);
+    }
+}
+
+impl Drop for Family {
+    fn drop(&mut self) {
+        // Normally empty (emptied as each call returns); a handle dropped by the logger during a
+        // destroy, which is no such call, could still wait here.
+        let deferred = std::mem::take(
+            self.deferred
+                .get_mut()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+        );
+        for handle in deferred {
+            drop(handle.destroy());
         }
     }
 }
@@ -394,17 +521,19 @@ unsafe extern "C" fn log_trampoline(
     message: *const c_char,
     user_data: *mut c_void,
 ) {
-    let callback = &*(user_data as *const Mutex<LogCallback>);
+    let logger = &*(user_data as *const Logger);
     // try_lock: a log call re-entered from the callback itself is dropped rather than aliased.
-    if let Ok(mut callback) = callback.try_lock() {
+    if let Ok(mut callback) = logger.callback.try_lock() {
         let text = if message.is_null() {
             "".into()
         } else {
             CStr::from_ptr(message).to_string_lossy()
         };
         let level = LogLevel::from_code(level).unwrap_or(LogLevel::Error);
+        logger.running.store(true, Ordering::Relaxed);
         // A panicking logger must not unwind into C; its message is dropped.
         let _ = panic::catch_unwind(AssertUnwindSafe(|| callback(level, &text)));
+        logger.running.store(false, Ordering::Relaxed);
     }
 }
 
@@ -468,7 +597,8 @@ impl ContextBuilder {
         self.dataset_device_budget = Some(bytes);
         self
     }
-    /// Receives the library's log messages, on the thread making the call.
+    /// Receives the library's log messages, on the thread making the call. Calls on objects of this
+    /// context fail there with [`Status::InvalidState`] (see the crate's documentation).
     pub fn log(mut self, callback: impl FnMut(LogLevel, &str) + Send + 'static) -> Self {
         self.log = Some(Box::new(callback));
         self
@@ -510,9 +640,14 @@ impl ContextBuilder {
                 ))?;
             }
         }
-        let log = self.log.map(|callback| Box::new(Mutex::new(callback)));
-        if let Some(callback) = &log {
-            let user_data = &**callback as *const Mutex<LogCallback> as *mut c_void;
+        let log = self.log.map(|callback| {
+            Box::new(Logger {
+                callback: Mutex::new(callback),
+                running: AtomicBool::new(false),
+            })
+        });
+        if let Some(logger) = &log {
+            let user_data = &**logger as *const Logger as *mut c_void;
             check(unsafe {
                 sys::mpt_context_options_set_log_callback(
                     options.0,
@@ -524,6 +659,7 @@ impl ContextBuilder {
         let family = Arc::new(Family {
             lock: ReentrantLock::default(),
             log,
+            deferred: Mutex::default(),
         });
         let mut raw = ptr::null_mut();
         check(unsafe { sys::mpt_context_create(options.0, &mut raw) })?;
@@ -564,7 +700,7 @@ impl Context {
     }
     /// The backend this context runs on (never Auto).
     pub fn backend(&self) -> Result<Backend> {
-        let _lock = self.family.lock.lock();
+        let _lock = self.family.enter()?;
         let mut out = 0;
         check(unsafe { sys::mpt_context_get_backend(self.raw.as_ptr(), &mut out) })?;
         Backend::from_code(out)
@@ -572,7 +708,7 @@ impl Context {
     }
     /// What a requested precision resolves to here (Auto on the CPU: bf16 with AMX, else fp32).
     pub fn resolve_precision(&self, requested: Precision) -> Result<Precision> {
-        let _lock = self.family.lock.lock();
+        let _lock = self.family.enter()?;
         let mut out = 0;
         check(unsafe {
             sys::mpt_context_resolve_precision(self.raw.as_ptr(), requested.code(), &mut out)
@@ -582,7 +718,7 @@ impl Context {
     }
     /// Arena bytes held now and at most.
     pub fn memory(&self) -> Result<Memory> {
-        let _lock = self.family.lock.lock();
+        let _lock = self.family.enter()?;
         let (mut used, mut peak) = (0, 0);
         check(unsafe { sys::mpt_context_get_memory(self.raw.as_ptr(), &mut used, &mut peak) })?;
         Ok(Memory { used, peak })
@@ -591,8 +727,7 @@ impl Context {
 
 impl Drop for Context {
     fn drop(&mut self) {
-        let _lock = self.family.lock.lock();
-        unsafe { sys::mpt_context_destroy(self.raw.as_ptr()) }
+        self.family.destroy(RawHandle::Context(self.raw));
     }
 }
 
@@ -610,6 +745,45 @@ fn rows_of(values: usize, width: i64, what: &str) -> Result<i64> {
         ));
     }
     Ok(values as i64 / width)
+}
+
+/// The most elements the library accepts in one caller's array (a data set's samples, a prediction's
+/// inputs or outputs): `kMaxHostElements` in src/core/limits.h. Checked here too, so that what the
+/// library would refuse is refused before this crate allocates for it.
+const MAX_HOST_ELEMENTS: i64 = 1 << 40;
+
+/// `rows * width` (both positive) as an element count, refused as the library refuses it: the same
+/// status and message.
+fn host_elements(rows: i64, width: i64, what: &str) -> Result<i64> {
+    match rows.checked_mul(width) {
+        Some(elements) if elements <= MAX_HOST_ELEMENTS => Ok(elements),
+        _ => Err(Error::new(
+            Status::InvalidArgument,
+            format!("{what} would hold more than 2^40 elements"),
+        )),
+    }
+}
+
+/// `len` zeroed floats for C to fill. A failed allocation is an error, as it is in C, rather than
+/// the abort of `vec!`.
+fn zeroed_floats(len: i64) -> Result<Vec<f32>> {
+    let out_of_memory = || Error::new(Status::OutOfMemory, "out of host memory");
+    let len = usize::try_from(len).map_err(|_| out_of_memory())?;
+    let mut buffer = Vec::new();
+    buffer.try_reserve_exact(len).map_err(|_| out_of_memory())?;
+    buffer.resize(len, 0.0);
+    Ok(buffer)
+}
+
+/// The output buffer of a prediction on `rows` rows, after the library's checks of them (the inputs,
+/// then the outputs, within MAX_HOST_ELEMENTS).
+fn prediction_output(rows: i64, input_features: i64, output_features: i64) -> Result<Vec<f32>> {
+    host_elements(rows, input_features, "the inputs (rows * input features)")?;
+    zeroed_floats(host_elements(
+        rows,
+        output_features.max(1),
+        "the outputs (rows * output features)",
+    )?)
 }
 
 /// A path for C: UTF-8 (the C API's strings are) without NUL.
@@ -668,7 +842,7 @@ unsafe impl Send for Model {}
 impl Model {
     /// An empty model taking `input_features` floats per sample.
     pub fn new(context: &Context, input_features: i64) -> Result<Model> {
-        let _lock = context.family.lock.lock();
+        let _lock = context.family.enter()?;
         let mut raw = ptr::null_mut();
         check(unsafe { sys::mpt_model_create(context.raw.as_ptr(), input_features, &mut raw) })?;
         Ok(Model {
@@ -682,7 +856,7 @@ impl Model {
     /// Appends a Dense layer; chainable: `model.add_dense(64, Relu)?.add_dense(10, Softmax)?`.
     pub fn add_dense(&mut self, units: i64, activation: Activation) -> Result<&mut Self> {
         {
-            let _lock = self.family.lock.lock();
+            let _lock = self.family.enter()?;
             check(unsafe {
                 sys::mpt_model_add_dense(self.raw.as_ptr(), units, activation.code())
             })?;
@@ -693,7 +867,7 @@ impl Model {
 
     /// Overrides one layer's compute dtype (before the model is built).
     pub fn set_layer_dtype(&mut self, layer: usize, dtype: DType) -> Result<()> {
-        let _lock = self.family.lock.lock();
+        let _lock = self.family.enter()?;
         check(unsafe {
             sys::mpt_model_set_layer_dtype(self.raw.as_ptr(), layer as i64, dtype.code())
         })
@@ -703,7 +877,7 @@ impl Model {
         &self,
         getter: unsafe extern "C" fn(*const sys::mpt_model_t, *mut i64) -> c_int,
     ) -> Result<i64> {
-        let _lock = self.family.lock.lock();
+        let _lock = self.family.enter()?;
         let mut out = 0;
         check(unsafe { getter(self.raw.as_ptr(), &mut out) })?;
         Ok(out)
@@ -743,9 +917,10 @@ impl Model {
     /// A layer's fp32 master weights (row-major `[units, inputs]`) and bias (`[units]`).
     pub fn weights(&mut self, layer: usize) -> Result<(Vec<f32>, Vec<f32>)> {
         let (units, inputs) = self.layer_shape(layer)?;
-        let mut weights = vec![0.0f32; (units * inputs) as usize];
-        let mut bias = vec![0.0f32; units as usize];
-        let _lock = self.family.lock.lock();
+        // The library caps both at 2^24, so no overflow, but 2^48 floats fit no memory.
+        let mut weights = zeroed_floats(units.saturating_mul(inputs))?;
+        let mut bias = zeroed_floats(units)?;
+        let _lock = self.family.enter()?;
         check(unsafe {
             sys::mpt_model_get_weights(
                 self.raw.as_ptr(),
@@ -761,7 +936,7 @@ impl Model {
 
     /// Sets a layer's weights and bias (same layout as [`Model::weights`]); the lengths must match.
     pub fn set_weights(&mut self, layer: usize, weights: &[f32], bias: &[f32]) -> Result<()> {
-        let _lock = self.family.lock.lock();
+        let _lock = self.family.enter()?;
         check(unsafe {
             sys::mpt_model_set_weights(
                 self.raw.as_ptr(),
@@ -778,7 +953,7 @@ impl Model {
     /// values, row-major.
     pub fn predict(&mut self, inputs: &[f32]) -> Result<Vec<f32>> {
         let rows = rows_of(inputs.len(), self.input_features, "inputs")?;
-        let mut out = vec![0.0f32; (rows * self.output_features()?) as usize];
+        let mut out = prediction_output(rows, self.input_features, self.output_features()?)?;
         self.predict_into(inputs, &mut out)?;
         Ok(out)
     }
@@ -786,7 +961,7 @@ impl Model {
     /// As [`Model::predict`], into a caller's buffer of exactly `rows * output_features` floats.
     pub fn predict_into(&mut self, inputs: &[f32], out: &mut [f32]) -> Result<()> {
         let rows = rows_of(inputs.len(), self.input_features, "inputs")?;
-        let _lock = self.family.lock.lock();
+        let _lock = self.family.enter()?;
         check(unsafe {
             sys::mpt_model_predict(
                 self.raw.as_ptr(),
@@ -802,7 +977,7 @@ impl Model {
     /// old file or the new one). Builds the model. [`Status::IoError`] when it cannot be written.
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
         let path = c_path(path.as_ref())?;
-        let _lock = self.family.lock.lock();
+        let _lock = self.family.enter()?;
         check(unsafe { sys::mpt_model_save(self.raw.as_ptr(), path.as_ptr()) })
     }
 
@@ -812,7 +987,7 @@ impl Model {
     pub fn load(context: &Context, path: impl AsRef<Path>) -> Result<Model> {
         let path = path.as_ref();
         let c_path = c_path(path)?;
-        let _lock = context.family.lock.lock();
+        let _lock = context.family.enter()?;
         let mut raw = ptr::null_mut();
         check(unsafe { sys::mpt_model_load(context.raw.as_ptr(), c_path.as_ptr(), &mut raw) })?;
         let mut model = Model {
@@ -844,7 +1019,7 @@ impl Model {
         let Ok(parameters) = self.parameter_count() else {
             return false;
         };
-        let _lock = self.family.lock.lock();
+        let _lock = self.family.lock.lock(); // inside Model::load, which entered the family
         units.iter().enumerate().all(|(layer, &width)| {
             if width <= 0 || width > parameters {
                 return false;
@@ -867,8 +1042,7 @@ impl Model {
 
 impl Drop for Model {
     fn drop(&mut self) {
-        let _lock = self.family.lock.lock();
-        unsafe { sys::mpt_model_destroy(self.raw.as_ptr()) }
+        self.family.destroy(RawHandle::Model(self.raw));
     }
 }
 
@@ -885,7 +1059,18 @@ unsafe impl Send for Dataset {}
 
 impl Dataset {
     fn check_samples(samples: usize, features: i64, rows: usize) -> Result<()> {
-        if features <= 0 || rows == 0 || samples as i64 != rows as i64 * features {
+        // Beyond the library's limit (i64 overflow included) no slice can be right: that is the
+        // library's refusal, with its status and message.
+        let expected = if features > 0 && rows > 0 {
+            Some(host_elements(
+                rows as i64,
+                features,
+                "the dataset (rows * features)",
+            )?)
+        } else {
+            None
+        };
+        if expected != Some(samples as i64) {
             return Err(Error::new(
                 Status::ShapeMismatch,
                 format!("{samples} sample values do not make {rows} rows of {features} features"),
@@ -898,7 +1083,7 @@ impl Dataset {
         context: &Context,
         make: impl FnOnce(*mut sys::mpt_context_t, *mut *mut sys::mpt_dataset_t) -> c_int,
     ) -> Result<Dataset> {
-        let _lock = context.family.lock.lock();
+        let _lock = context.family.enter()?;
         let mut raw = ptr::null_mut();
         check(make(context.raw.as_ptr(), &mut raw))?;
         Ok(Dataset {
@@ -1000,7 +1185,7 @@ impl Dataset {
         &self,
         getter: unsafe extern "C" fn(*const sys::mpt_dataset_t, *mut i64) -> c_int,
     ) -> Result<i64> {
-        let _lock = self.family.lock.lock();
+        let _lock = self.family.enter()?;
         let mut out = 0;
         check(unsafe { getter(self.raw.as_ptr(), &mut out) })?;
         Ok(out)
@@ -1017,8 +1202,7 @@ impl Dataset {
 
 impl Drop for Dataset {
     fn drop(&mut self) {
-        let _lock = self.family.lock.lock();
-        unsafe { sys::mpt_dataset_destroy(self.raw.as_ptr()) }
+        self.family.destroy(RawHandle::Dataset(self.raw));
     }
 }
 
@@ -1319,7 +1503,7 @@ impl Trainer {
     pub fn new(model: &Model, options: &TrainerOptions) -> Result<Trainer> {
         let options = options.to_c()?;
         let input_features = model.input_features()?;
-        let _lock = model.family.lock.lock();
+        let _lock = model.family.enter()?;
         let mut raw = ptr::null_mut();
         check(unsafe { sys::mpt_trainer_create(model.raw.as_ptr(), options.0, &mut raw) })?;
         let callbacks = NonNull::from(Box::leak(Box::<Callbacks>::default()));
@@ -1349,7 +1533,7 @@ impl Trainer {
             .epoch_end
             .as_ref()
             .map(|_| epoch_end_trampoline as _);
-        let _lock = self.family.lock.lock();
+        let _lock = self.family.enter()?;
         check(unsafe {
             sys::mpt_trainer_set_callbacks(
                 self.raw.as_ptr(),
@@ -1396,7 +1580,7 @@ impl Trainer {
         shuffle: bool,
     ) -> Result<()> {
         let status = {
-            let _locks = self.family.lock_with(&dataset.family);
+            let _locks = self.family.enter_with(&dataset.family)?;
             unsafe {
                 sys::mpt_trainer_fit(
                     self.raw.as_ptr(),
@@ -1416,7 +1600,7 @@ impl Trainer {
 
     /// One step on rows `[first, first + batch_size)`; returns the batch's mean loss.
     pub fn step(&mut self, dataset: &Dataset, first: i64, batch_size: i64) -> Result<f32> {
-        let _locks = self.family.lock_with(&dataset.family);
+        let _locks = self.family.enter_with(&dataset.family)?;
         let mut loss = 0.0f32;
         check(unsafe {
             sys::mpt_trainer_step(
@@ -1432,7 +1616,7 @@ impl Trainer {
 
     /// Mean loss and accuracy over `dataset` (batch_size 0: the last training batch size, or 256).
     pub fn evaluate(&mut self, dataset: &Dataset, batch_size: i64) -> Result<Evaluation> {
-        let _locks = self.family.lock_with(&dataset.family);
+        let _locks = self.family.enter_with(&dataset.family)?;
         let (mut loss, mut accuracy) = (0.0f32, 0.0f32);
         check(unsafe {
             sys::mpt_trainer_evaluate(
@@ -1449,8 +1633,8 @@ impl Trainer {
     /// Outputs of the last layer for whole rows of input features, in the trainer's precision.
     pub fn predict(&mut self, inputs: &[f32]) -> Result<Vec<f32>> {
         let rows = rows_of(inputs.len(), self.input_features, "inputs")?;
-        let mut out = vec![0.0f32; (rows * self.output_features) as usize];
-        let _lock = self.family.lock.lock();
+        let mut out = prediction_output(rows, self.input_features, self.output_features)?;
+        let _lock = self.family.enter()?;
         check(unsafe {
             sys::mpt_trainer_predict(
                 self.raw.as_ptr(),
@@ -1465,7 +1649,7 @@ impl Trainer {
 
     /// The precision this trainer runs in (Auto resolved).
     pub fn precision(&self) -> Result<Precision> {
-        let _lock = self.family.lock.lock();
+        let _lock = self.family.enter()?;
         let mut out = 0;
         check(unsafe { sys::mpt_trainer_get_precision(self.raw.as_ptr(), &mut out) })?;
         Precision::from_code(out)
@@ -1474,7 +1658,7 @@ impl Trainer {
 
     /// The loss scaler's state.
     pub fn loss_scale(&self) -> Result<LossScaleState> {
-        let _lock = self.family.lock.lock();
+        let _lock = self.family.enter()?;
         let mut state = LossScaleState {
             scale: 0.0,
             growth_tracker: 0,
@@ -1503,7 +1687,7 @@ impl Trainer {
     /// `fit` continues the run bit-exactly on the CPU backend.
     pub fn save_checkpoint(&mut self, path: impl AsRef<Path>) -> Result<()> {
         let path = c_path(path.as_ref())?;
-        let _lock = self.family.lock.lock();
+        let _lock = self.family.enter()?;
         check(unsafe { sys::mpt_trainer_save_checkpoint(self.raw.as_ptr(), path.as_ptr()) })
     }
 
@@ -1513,7 +1697,7 @@ impl Trainer {
     /// [`Status::CorruptData`], another major version with [`Status::Unsupported`].
     pub fn load_checkpoint(&mut self, path: impl AsRef<Path>) -> Result<()> {
         let path = c_path(path.as_ref())?;
-        let _lock = self.family.lock.lock();
+        let _lock = self.family.enter()?;
         check(unsafe { sys::mpt_trainer_load_checkpoint(self.raw.as_ptr(), path.as_ptr()) })
     }
 
@@ -1529,7 +1713,7 @@ impl Trainer {
         keep_last: i64,
     ) -> Result<()> {
         let directory = directory.map(c_path).transpose()?;
-        let _lock = self.family.lock.lock();
+        let _lock = self.family.enter()?;
         check(unsafe {
             sys::mpt_trainer_set_checkpointing(
                 self.raw.as_ptr(),
@@ -1559,7 +1743,7 @@ impl Trainer {
         &self,
         getter: unsafe extern "C" fn(*const sys::mpt_trainer_t, *mut A, *mut B) -> sys::mpt_status,
     ) -> Result<(A, B)> {
-        let _lock = self.family.lock.lock();
+        let _lock = self.family.enter()?;
         let (mut first, mut second) = (A::default(), B::default());
         check(unsafe { getter(self.raw.as_ptr(), &mut first, &mut second) })?;
         Ok((first, second))
@@ -1568,12 +1752,8 @@ impl Trainer {
 
 impl Drop for Trainer {
     fn drop(&mut self) {
-        {
-            let _lock = self.family.lock.lock();
-            unsafe { sys::mpt_trainer_destroy(self.raw.as_ptr()) }
-        }
-        // C can no longer call the closures.
-        drop(unsafe { Box::from_raw(self.callbacks.as_ptr()) });
+        self.family
+            .destroy(RawHandle::Trainer(self.raw, self.callbacks));
     }
 }
 

@@ -138,3 +138,98 @@ fn softmax_is_refused_before_the_last_layer() {
         "{error}"
     );
 }
+
+#[test]
+fn predictions_beyond_the_library_limit_are_refused_before_their_output_is_allocated() {
+    // 2^26 rows of 2^20 outputs are 2^46 floats: more than the library's 2^40, and more than any
+    // address space (allocating them aborted the process). The inputs are never read: untouched
+    // zeroed pages.
+    let ctx = context();
+    let mut model = Model::new(&ctx, 1).unwrap();
+    model.add_dense(1 << 20, Activation::Linear).unwrap();
+    let inputs = vec![0.0f32; 1 << 26];
+    // The library's own verdict on these rows: it checks them before the output count.
+    let library = expect(
+        model.predict_into(&inputs, &mut [0.0; 1]),
+        Status::InvalidArgument,
+    );
+    assert_eq!(model.predict(&inputs).unwrap_err(), library);
+    let mut trainer = Trainer::with_defaults(&model).unwrap();
+    assert_eq!(trainer.predict(&inputs).unwrap_err(), library);
+}
+
+#[test]
+fn weights_too_large_for_memory_are_out_of_memory_rather_than_an_abort() {
+    // One 2^24 x 2^24 layer: 2^48 floats, more than any address space.
+    let ctx = context();
+    let mut model = Model::new(&ctx, 1 << 24).unwrap();
+    model.add_dense(1 << 24, Activation::Linear).unwrap();
+    expect(model.weights(0), Status::OutOfMemory);
+    // The library says the same when it builds the model.
+    expect(Trainer::with_defaults(&model), Status::OutOfMemory);
+}
+
+/// What the library itself answers to `rows` rows of `features` f32 samples (it checks the shape
+/// before it reads the buffers, so one float stands in for all of them).
+fn library_verdict_on_shape(rows: i64, features: i64) -> (Status, String) {
+    use mptrain_sys as sys;
+    use std::ffi::CStr;
+    unsafe {
+        let mut options = std::ptr::null_mut();
+        assert_eq!(sys::mpt_context_options_create(&mut options), 0);
+        assert_eq!(
+            sys::mpt_context_options_set_backend(options, sys::MPT_BACKEND_CPU),
+            0
+        );
+        let mut raw_context = std::ptr::null_mut();
+        assert_eq!(sys::mpt_context_create(options, &mut raw_context), 0);
+        sys::mpt_context_options_destroy(options);
+        let mut dataset = std::ptr::null_mut();
+        let labels = vec![0i32; rows as usize];
+        let status = sys::mpt_dataset_create_f32(
+            raw_context,
+            [0.0f32].as_ptr(),
+            rows,
+            features,
+            labels.as_ptr(),
+            2,
+            0,
+            &mut dataset,
+        );
+        let message = CStr::from_ptr(sys::mpt_last_error())
+            .to_string_lossy()
+            .into_owned();
+        sys::mpt_context_destroy(raw_context);
+        assert!(dataset.is_null());
+        (
+            Status::from_code(status).expect("the library accepted it"),
+            message,
+        )
+    }
+}
+
+#[test]
+fn sample_counts_beyond_the_library_limit_are_invalid_arguments_not_overflows() {
+    let ctx = context();
+    // 4 rows of 2^62 + 1 overflow i64 (a debug build panicked); 2 rows of 2^40 do not, but exceed the
+    // library's 2^40 elements all the same.
+    for (rows, features) in [(4usize, (1i64 << 62) + 1), (2, 1 << 40)] {
+        let (status, message) = library_verdict_on_shape(rows as i64, features);
+        assert_eq!(status, Status::InvalidArgument, "{message}");
+        let labels = vec![0; rows];
+        let refusals = [
+            Dataset::from_f32(&ctx, &[0.0; 4], features, &labels, 2, true).unwrap_err(),
+            Dataset::from_u8(&ctx, &[0; 4], features, &labels, 2, 1.0, 0.0).unwrap_err(),
+            Dataset::from_f32_targets(&ctx, &[0.0; 4], features, &vec![0.0; rows], 1, true)
+                .unwrap_err(),
+        ];
+        for error in refusals {
+            assert_eq!((error.status, error.message), (status, message.clone()));
+        }
+    }
+    // One row of 2^40 is within the limit: there only the slice's length is wrong.
+    expect(
+        Dataset::from_f32(&ctx, &[0.0; 4], 1 << 40, &[0], 2, true),
+        Status::ShapeMismatch,
+    );
+}

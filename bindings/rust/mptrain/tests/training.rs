@@ -323,3 +323,46 @@ fn objects_may_be_dropped_in_any_order() {
     drop(data);
     assert_eq!(trainer.predict(&[0.0; FEATURES as usize]).unwrap().len(), 3);
 }
+
+#[test]
+fn the_log_callback_cannot_call_back_into_its_own_context() {
+    // The header forbids it: the library may log halfway through a call, holding its own locks (a
+    // data set streamed from host memory on a GPU logs with its upload mutex held).
+    let (x, y) = blobs(30, 10);
+    let other_context = context(); // other contexts are fair game
+    let other_data = Dataset::from_f32(&other_context, &x, FEATURES, &y, CLASSES, true).unwrap();
+    let reachable = Arc::new(Mutex::new(None::<Dataset>));
+    let doomed = Arc::new(Mutex::new(None::<Dataset>));
+    let answers = Arc::new(Mutex::new(Vec::new()));
+    let ctx = {
+        let (reachable, doomed, answers) = (reachable.clone(), doomed.clone(), answers.clone());
+        Context::builder()
+            .backend(Backend::Cpu)
+            .threads(1)
+            .log_level(LogLevel::Debug)
+            .log(move |_, _| {
+                if let Some(data) = reachable.lock().unwrap().as_ref() {
+                    let own = data.rows().map_err(|error| error.status);
+                    answers.lock().unwrap().push((own, other_data.rows()));
+                }
+                // Dropping cannot fail: the C object is destroyed once the logging call returns.
+                drop(doomed.lock().unwrap().take());
+            })
+            .build()
+            .unwrap()
+    };
+    let data = Dataset::from_f32(&ctx, &x, FEATURES, &y, CLASSES, true).unwrap();
+    *reachable.lock().unwrap() = Some(data);
+    let data = Dataset::from_f32(&ctx, &x, FEATURES, &y, CLASSES, true).unwrap();
+    *doomed.lock().unwrap() = Some(data);
+    let model = mlp(&ctx);
+    let mut trainer = Trainer::with_defaults(&model).unwrap(); // logs its precision (Debug)
+    assert_eq!(
+        answers.lock().unwrap().first(),
+        Some(&(Err(Status::InvalidState), Ok(30)))
+    );
+    assert!(doomed.lock().unwrap().is_none());
+    // Outside the callback the data set is usable again.
+    let data = reachable.lock().unwrap().take().unwrap();
+    trainer.fit(&data, 1, 10, true).unwrap();
+}
