@@ -157,7 +157,7 @@ void mpt_trainer_destroy(mpt_trainer_t* trainer) {
         // From the trainer's own callback: the running call still uses it. It stops at its next
         // step and deletes the trainer as it returns (ExclusiveUse).
         trainer->destroy_when_done = true;
-        if (trainer->impl) trainer->impl->stop_soon("the trainer was destroyed by its own callback");
+        if (trainer->impl) trainer->impl->stop_soon("the trainer was destroyed from a callback of this call");
         return;
     }
     mpt::DeviceScope device_scope;  // freeing GPU memory makes the backend's device current

@@ -207,8 +207,9 @@ void check_progress(const TrainerSnapshot& snapshot, const LossScalerConfig& sca
     if (snapshot.dataset_rows < 0 || (snapshot.epochs_completed > 0 && snapshot.dataset_rows == 0))
         impossible_progress("dataset_rows " + std::to_string(snapshot.dataset_rows) + " after " +
                             std::to_string(snapshot.epochs_completed) + " epochs");
+    // An open epoch has a step left: one whose steps have all run is saved as booked (Trainer::snapshot).
     if (snapshot.steps_into_epoch > 0 &&
-        (snapshot.batch_size == 0 || snapshot.steps_into_epoch > snapshot.dataset_rows / snapshot.batch_size))
+        (snapshot.batch_size == 0 || snapshot.steps_into_epoch >= snapshot.dataset_rows / snapshot.batch_size))
         impossible_progress("steps_into_epoch " + std::to_string(snapshot.steps_into_epoch) + " in an epoch of " +
                             std::to_string(snapshot.dataset_rows) + " dataset_rows at batch_size " +
                             std::to_string(snapshot.batch_size));

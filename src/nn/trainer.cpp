@@ -290,7 +290,6 @@ void Trainer::fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bo
         Event ready[kBatchSlots];
         if (first_step < steps) ready[first_step % kBatchSlots] = submit_gather(first_step);
         for (int64_t s = first_step; s < steps; ++s) {
-            stop_if_asked();  // a log callback may have asked
             const int slot = static_cast<int>(s % kBatchSlots);
             // The next batch's slot was last read by step s - 1, which the compute lane has finished
             // issuing; on a GPU the copy lane orders after it through this event.
@@ -451,13 +450,18 @@ TrainerSnapshot Trainer::snapshot() const {
     model_->context()->backend().scheduler().synchronize();
     TrainerSnapshot snapshot;
     snapshot.state = executor_.read_state();
-    snapshot.epochs_completed = epochs_completed_;
-    snapshot.steps_into_epoch = steps_into_epoch_;
+    // Saved from the progress callback of an epoch's last step, the epoch has no step left but fit
+    // has not booked it yet: it is saved as booked, as an automatic checkpoint at the epoch's end
+    // is, so that a resume neither "finishes" an empty epoch nor loses count of it.
+    const bool all_steps_run =
+        steps_into_epoch_ > 0 && last_batch_size_ > 0 && steps_into_epoch_ == epoch_rows_ / last_batch_size_;
+    snapshot.epochs_completed = epochs_completed_ + (all_steps_run ? 1 : 0);
+    snapshot.steps_into_epoch = all_steps_run ? 0 : steps_into_epoch_;
     snapshot.batch_size = last_batch_size_;
     snapshot.dataset_rows = epoch_rows_;
     snapshot.shuffle = shuffle_;
     snapshot.shuffle_rng = shuffle_rng_.state();
-    if (steps_into_epoch_ > 0) {
+    if (snapshot.steps_into_epoch > 0) {
         if (!restored_order_.empty()) {
             snapshot.epoch_order = restored_order_;
         } else if (device_has_epoch_order_) {

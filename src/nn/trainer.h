@@ -68,8 +68,8 @@ public:
     // True while fit runs a progress or epoch-end callback. Fit waits between two steps there (where
     // it takes its automatic checkpoints), so a checkpoint may be saved from the callback.
     bool in_callback() const { return in_callback_; }
-    // The running fit stops before its next step, or after the callback it is in, with
-    // MPT_STATUS_CANCELLED and `why` (the C API: the trainer was destroyed from its own callback).
+    // The running fit stops after the callback it is in, with MPT_STATUS_CANCELLED and `why` (the
+    // C API: the trainer was destroyed from a callback of this fit).
     void stop_soon(std::string why) { stop_reason_ = std::move(why); }
     void set_checkpointing(const CheckpointPolicy& policy);
     void fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bool shuffle);
