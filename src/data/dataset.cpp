@@ -119,25 +119,29 @@ DatasetView Dataset::device_view() const {
     DatasetView host{host_samples(), has_labels() ? labels_.data() : nullptr,
                      targets_.empty() ? nullptr : targets_.data(), false};
     if (backend.kind() == BackendKind::cpu) return host;
-    std::lock_guard<std::mutex> lock(upload_mutex_);
-    if (!placed_) place_on_device();
-    if (streamed_) {
-        host.streamed = true;
-        return host;
+    DatasetView view = host;
+    std::string note;
+    {
+        std::lock_guard<std::mutex> lock(upload_mutex_);
+        if (!placed_) note = place_on_device();
+        if (streamed_)
+            view.streamed = true;
+        else
+            view = DatasetView{device_samples_, static_cast<const int32_t*>(device_labels_),
+                               static_cast<const float*>(device_targets_), false};
     }
-    return DatasetView{device_samples_, static_cast<const int32_t*>(device_labels_),
-                       static_cast<const float*>(device_targets_), false};
+    if (!note.empty()) context_->log(MPT_LOG_LEVEL_INFO, note);
+    return view;
 }
 
-void Dataset::place_on_device() const {
+std::string Dataset::place_on_device() const {
     Backend& backend = context_->backend();
     const size_t bytes = storage_bytes();
     const size_t budget = context_->config().dataset_device_budget;
     auto stream = [&](const std::string& why) {
         streamed_ = true;
         placed_ = true;
-        context_->log(MPT_LOG_LEVEL_INFO, "dataset: " + std::to_string(bytes >> 20) + " MiB streamed from host memory (" +
-                                              why + ")");
+        return "dataset: " + std::to_string(bytes >> 20) + " MiB streamed from host memory (" + why + ")";
     };
     if (bytes > budget) return stream("over the dataset device budget of " + std::to_string(budget) + " bytes");
     try {
@@ -166,6 +170,7 @@ void Dataset::place_on_device() const {
         return stream("the device is out of memory");
     }
     placed_ = true;
+    return std::string();
 }
 
 }  // namespace mpt

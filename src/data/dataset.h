@@ -65,7 +65,9 @@ public:
 private:
     Dataset(std::shared_ptr<Context> context, int64_t rows, int64_t features);
     void validate_labels() const;
-    void place_on_device() const;  // with upload_mutex_ held
+    // With upload_mutex_ held. Returns what to log ("" for nothing), which the caller logs after
+    // letting the mutex go: a log callback must not run under it.
+    std::string place_on_device() const;
     const void* host_samples() const;  // uint8 or fp32 storage, whichever this dataset holds
     size_t sample_bytes() const;
 
