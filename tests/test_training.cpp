@@ -1826,3 +1826,71 @@ TEST_CASE("a mixed-precision trainer warns, once, exactly when the CPU emulates 
     }
     mpt_context_destroy(context);
 }
+
+namespace {
+
+// Sets every layer of a model to the weights `layers` (as read_weights gives them) from a progress
+// callback, at its `at_step`-th call.
+struct SetWeightsAt {
+    mpt_model_t* model;
+    const std::vector<std::pair<std::vector<float>, std::vector<float>>>* layers;
+    int64_t at_call;
+    int64_t calls = 0;
+    mpt_status status = MPT_STATUS_INTERNAL;
+};
+
+int set_weights_at(int64_t, int64_t, int64_t, float, float, void* user_data) {
+    SetWeightsAt& action = *static_cast<SetWeightsAt*>(user_data);
+    if (++action.calls != action.at_call) return 0;
+    for (size_t i = 0; i < action.layers->size(); ++i) {
+        const auto& [w, b] = (*action.layers)[i];
+        action.status = mpt_model_set_weights(action.model, static_cast<int64_t>(i), w.data(), static_cast<int64_t>(w.size()),
+                                              b.data(), static_cast<int64_t>(b.size()));
+        if (action.status != MPT_STATUS_OK) break;
+    }
+    return 0;
+}
+
+}  // namespace
+
+// A callback may set the model's weights in the middle of fit: the steps after it train from them,
+// in every precision, as mpt_trainer_step on the same rows does (the low-precision copies follow the
+// new masters, not only at the next epoch).
+TEST_CASE("weights set from a progress callback are what fit's next steps train from, in every precision") {
+    const std::vector<LayerSpec> specs = {{16, MPT_ACTIVATION_RELU}, {2, MPT_ACTIVATION_SOFTMAX}};
+    const Task task = make_xor(96, 31);
+    for (mpt_precision precision : {MPT_PRECISION_FP32, MPT_PRECISION_MIXED_BF16, MPT_PRECISION_MIXED_FP16}) {
+        CAPTURE(precision_name(precision));
+        TrainerSetup setup;
+        setup.precision = precision;
+        mpt_context_t* context = new_context(5);
+        mpt_dataset_t* dataset = labels_dataset(context, task);
+        mpt_model_t* source = new_model(context, task.features, specs);  // other weights, to set (read: built)
+        const auto replacement = read_weights(source, task.features, specs);
+
+        mpt_model_t* fitted = new_model(context, task.features, specs);
+        mpt_trainer_t* fitting = new_trainer(fitted, setup);
+        SetWeightsAt action{fitted, &replacement, 2};
+        REQUIRE_OK(mpt_trainer_set_callbacks(fitting, &set_weights_at, nullptr, &action));
+        REQUIRE_OK(mpt_trainer_fit(fitting, dataset, 1, 16, 0));  // unshuffled: steps take rows in order
+        REQUIRE(action.status == MPT_STATUS_OK);
+
+        mpt_model_t* stepped = new_model(context, task.features, specs);
+        mpt_trainer_t* stepping = new_trainer(stepped, setup);
+        REQUIRE_OK(mpt_trainer_step(stepping, dataset, 0, 16, nullptr));  // builds the model and its copies
+        for (size_t i = 0; i < replacement.size(); ++i)
+            REQUIRE_OK(mpt_model_set_weights(stepped, static_cast<int64_t>(i), replacement[i].first.data(),
+                                             static_cast<int64_t>(replacement[i].first.size()),
+                                             replacement[i].second.data(), static_cast<int64_t>(replacement[i].second.size())));
+        for (int64_t first = 32; first < 96; first += 16) REQUIRE_OK(mpt_trainer_step(stepping, dataset, first, 16, nullptr));
+        CHECK(same_bits(flat_weights(fitted, task.features, specs), flat_weights(stepped, task.features, specs)));
+
+        mpt_trainer_destroy(stepping);
+        mpt_model_destroy(stepped);
+        mpt_trainer_destroy(fitting);
+        mpt_model_destroy(fitted);
+        mpt_model_destroy(source);
+        mpt_dataset_destroy(dataset);
+        mpt_context_destroy(context);
+    }
+}

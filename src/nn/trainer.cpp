@@ -170,6 +170,9 @@ void Trainer::run_gather(void* argument) {
 void Trainer::run_train_step(void* argument) {
     StepTask& task = *static_cast<StepTask*>(argument);
     Executor& executor = task.trainer->executor_;
+    // Weights set between two steps (from a callback) reach the low-precision copies before this
+    // step reads them; otherwise a no-op (the update keeps the copies in step with the masters).
+    executor.sync_weights();
     executor.begin_step();
     executor.forward(task.slot, task.rows);
     executor.loss_head(task.slot, task.rows, Executor::HeadMode::train);
