@@ -4,6 +4,7 @@
 #include <string>
 
 #include "capi_internal.h"
+#include "core/finite_values.h"
 #include "nn/checkpoint.h"
 
 using mpt::capi::impl_of;
@@ -216,6 +217,7 @@ mpt_status mpt_trainer_predict(mpt_trainer_t* trainer, const float* inputs, int6
     if (out_count != expected)
         fail(MPT_STATUS_SHAPE_MISMATCH,
              "output count is " + std::to_string(out_count) + ", expected " + std::to_string(expected));
+    mpt::require_finite(inputs, rows, impl.model()->input_features(), "input row");
     impl.predict(inputs, rows, out);
     MPT_API_END
 }

@@ -624,6 +624,20 @@ TEST_CASE("binary cross-entropy refuses targets outside [0, 1] (INVALID_ARGUMENT
     require_usable(session);
 }
 
+TEST_CASE("NaN or Inf in a prediction's inputs gives NON_FINITE and leaves the outputs untouched") {
+    Session session;
+    for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+        std::vector<float> x(session.blobs.x.begin(), session.blobs.x.begin() + 3 * kFeatures);
+        x[2 * kFeatures + 1] = bad;  // row 2
+        std::vector<float> out(3 * kClasses, -7.0f);
+        CHECK_FAILS(MPT_STATUS_NON_FINITE, mpt_model_predict(session.model, x.data(), 3, out.data(), 3 * kClasses));
+        CHECK(std::string(mpt_last_error()).find("row 2") != std::string::npos);
+        CHECK_FAILS(MPT_STATUS_NON_FINITE, mpt_trainer_predict(session.trainer, x.data(), 3, out.data(), 3 * kClasses));
+        for (float value : out) CHECK(value == -7.0f);
+    }
+    require_usable(session);
+}
+
 TEST_CASE("predict and weight access with wrong counts give SHAPE_MISMATCH and leave the buffers untouched") {
     Session session;
     std::vector<float> out(3 * kClasses + 1, -7.0f);

@@ -234,7 +234,8 @@ MPT_API mpt_status mpt_model_get_weights(mpt_model_t* model, int64_t layer, floa
 MPT_API mpt_status mpt_model_set_weights(mpt_model_t* model, int64_t layer, const float* weights,
                                          int64_t weight_count, const float* bias, int64_t bias_count);
 /** Forward pass in fp32 for `rows` samples of `input_features` floats; writes the last layer's
- *  activation output ([rows, output_features]) to `out`. Builds the model. */
+ *  activation output ([rows, output_features]) to `out`. NaN or Inf in the inputs gives
+ *  MPT_STATUS_NON_FINITE (a ReLU would otherwise turn it into plausible outputs). Builds the model. */
 MPT_API mpt_status mpt_model_predict(mpt_model_t* model, const float* inputs, int64_t rows,
                                      float* out, int64_t out_count);
 
@@ -370,7 +371,7 @@ MPT_API mpt_status mpt_trainer_evaluate(mpt_trainer_t* trainer, const mpt_datase
 /** Outputs of the last layer for `rows` float samples as the trainer's loss reads them, in the
  *  trainer's precision: probabilities for softmax and sigmoid, and for a linear last layer under
  *  a cross-entropy loss the softmax of its logits (mpt_model_predict gives the logits themselves);
- *  `out` holds rows * output_features floats. On a CPU with AMX (and the
+ *  `out` holds rows * output_features floats. NaN or Inf in the inputs gives MPT_STATUS_NON_FINITE. On a CPU with AMX (and the
  *  AVX-512 small-GEMM kernels, which MPTRAIN_CPU_SMALL_GEMM can turn off), a mixed-precision
  *  trainer's predictions on a few rows (up to 6 in bf16, 8 in fp16) read 16-bit copies of the
  *  weights from the second prediction on unchanged weights on: the same outputs from half the

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/finite_values.h"
 #include "core/limits.h"
 
 namespace mpt {
@@ -17,12 +18,6 @@ void check_shape(int64_t rows, int64_t features) {
     require(features > 0, MPT_STATUS_INVALID_ARGUMENT, "features must be positive");
     require(rows <= (int64_t{1} << 31) - 1, MPT_STATUS_INVALID_ARGUMENT, "at most 2^31 - 1 rows are supported");
     checked_elements(rows, features, "the dataset (rows * features)");
-}
-
-void check_finite_values(const float* values, int64_t count, const char* what) {
-    for (int64_t i = 0; i < count; ++i)
-        if (!std::isfinite(values[i]))
-            fail(MPT_STATUS_NON_FINITE, std::string(what) + " element " + std::to_string(i) + " is NaN or Inf");
 }
 
 }  // namespace
@@ -85,7 +80,7 @@ std::shared_ptr<Dataset> Dataset::from_f32(std::shared_ptr<Context> context, con
                                            int64_t features, const int32_t* labels, int32_t num_classes,
                                            bool check_finite) {
     check_shape(rows, features);
-    if (check_finite) check_finite_values(samples, rows * features, "sample");
+    if (check_finite) require_finite(samples, rows, features, "sample");
     std::shared_ptr<Dataset> dataset(new Dataset(std::move(context), rows, features));
     dataset->f32_.assign(samples, samples + rows * features);
     dataset->labels_.assign(labels, labels + rows);
@@ -101,8 +96,8 @@ std::shared_ptr<Dataset> Dataset::from_f32_targets(std::shared_ptr<Context> cont
     require(target_width > 0 && target_width <= (int64_t{1} << 24), MPT_STATUS_INVALID_ARGUMENT,
             "target_width must be in [1, 2^24]");
     if (check_finite) {
-        check_finite_values(samples, rows * features, "sample");
-        check_finite_values(targets, rows * target_width, "target");
+        require_finite(samples, rows, features, "sample");
+        require_finite(targets, rows, target_width, "target of sample");
     }
     std::shared_ptr<Dataset> dataset(new Dataset(std::move(context), rows, features));
     dataset->f32_.assign(samples, samples + rows * features);
