@@ -155,8 +155,8 @@ mpt_status mpt_trainer_create(mpt_model_t* model, const mpt_trainer_options_t* o
 void mpt_trainer_destroy(mpt_trainer_t* trainer) {
     if (!trainer) return;
     if (mpt::capi::used_by_this_thread(*trainer)) {
-        // From the trainer's own callback: the running call still uses it. It stops at its next
-        // step and deletes the trainer as it returns (ExclusiveUse).
+        // From a callback of a call that uses the trainer: that call still does. Fit stops after
+        // the callback, and the call deletes the trainer as it returns (ExclusiveUse).
         trainer->destroy_when_done = true;
         if (trainer->impl) trainer->impl->stop_soon("the trainer was destroyed from a callback of this call");
         return;
