@@ -12,12 +12,14 @@
 #ifndef MPTRAIN_HPP
 #define MPTRAIN_HPP
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <new>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -92,6 +94,40 @@ inline std::vector<int64_t> layer_widths_in_file(const std::string& path, int64_
         widths.push_back(width);
     }
     return widths;
+}
+
+/** The most elements the library accepts in one caller's array (a data set's samples, a prediction's
+ *  inputs or outputs): kMaxHostElements in src/core/limits.h. Checked here too, so that what the
+ *  library would refuse is refused before the wrapper allocates for it. */
+constexpr int64_t kMaxHostElements = int64_t{1} << 40;
+
+/** rows * width (both positive) as an element count, refused as the library refuses it: the same
+ *  status and message. */
+inline int64_t host_elements(int64_t rows, int64_t width, const char* what) {
+    if (width > kMaxHostElements / rows)
+        throw Error(MPT_STATUS_INVALID_ARGUMENT, std::string(what) + " would hold more than 2^40 elements");
+    return rows * width;
+}
+
+/** `count` zeroed floats for C to fill. A failed allocation is an Error, as it is in C, rather than
+ *  std::bad_alloc. */
+inline std::vector<float> zeroed_floats(int64_t count) {
+    const auto out_of_memory = [] { return Error(MPT_STATUS_OUT_OF_MEMORY, "out of host memory"); };
+    std::vector<float> buffer;
+    if (count < 0 || static_cast<uint64_t>(count) > buffer.max_size()) throw out_of_memory();
+    try {
+        buffer.resize(static_cast<size_t>(count));
+    } catch (const std::bad_alloc&) {
+        throw out_of_memory();
+    }
+    return buffer;
+}
+
+/** The output buffer of a prediction on `rows` rows, after the library's checks of them (the inputs,
+ *  then the outputs, within kMaxHostElements). */
+inline std::vector<float> prediction_output(int64_t rows, int64_t input_features, int64_t output_features) {
+    host_elements(rows, input_features, "the inputs (rows * input features)");
+    return zeroed_floats(host_elements(rows, std::max<int64_t>(output_features, 1), "the outputs (rows * output features)"));
 }
 
 template <typename T, void (*Destroy)(T*)>
@@ -225,7 +261,9 @@ public:
                                                          std::to_string(units_.size()) + ")");
         const int64_t inputs = layer == 0 ? input_features() : units_[static_cast<size_t>(layer - 1)];
         const int64_t units = units_[static_cast<size_t>(layer)];
-        std::vector<float> w(static_cast<size_t>(units * inputs)), b(static_cast<size_t>(units));
+        // The library caps both at 2^24, so no overflow, but 2^48 floats fit no memory.
+        const int64_t weight_count = inputs > INT64_MAX / units ? INT64_MAX : units * inputs;
+        std::vector<float> w = detail::zeroed_floats(weight_count), b = detail::zeroed_floats(units);
         detail::check(mpt_model_get_weights(get(), layer, w.data(), static_cast<int64_t>(w.size()), b.data(),
                                             static_cast<int64_t>(b.size())));
         return {std::move(w), std::move(b)};
@@ -237,7 +275,7 @@ public:
     /** fp32 forward pass; `inputs` holds whole rows of input_features() floats. */
     std::vector<float> predict(const std::vector<float>& inputs) {
         const int64_t rows = rows_of(inputs.size(), input_features());
-        std::vector<float> out(static_cast<size_t>(rows * output_features()));
+        std::vector<float> out = detail::prediction_output(rows, input_features(), output_features());
         detail::check(mpt_model_predict(get(), inputs.data(), rows, out.data(), static_cast<int64_t>(out.size())));
         return out;
     }
@@ -317,7 +355,8 @@ public:
     static Dataset from_f32_targets(const Context& context, const std::vector<float>& samples, int64_t features,
                                     const std::vector<float>& targets, int64_t target_width, bool check_finite = true) {
         const int64_t rows = Model::rows_of(samples.size(), features);
-        if (target_width <= 0 || targets.size() != static_cast<size_t>(rows * target_width))
+        if (target_width <= 0 || targets.size() % static_cast<uint64_t>(target_width) != 0 ||
+            targets.size() / static_cast<uint64_t>(target_width) != static_cast<uint64_t>(rows))
             throw Error(MPT_STATUS_SHAPE_MISMATCH, "targets must hold rows * target_width values");
         mpt_dataset_t* raw = nullptr;
         detail::check(mpt_dataset_create_f32_targets(context.get(), samples.data(), rows, features, targets.data(),
@@ -344,6 +383,10 @@ public:
 private:
     Dataset(mpt_dataset_t* raw, std::shared_ptr<detail::LogState> log) : log_(std::move(log)), handle_(raw) {}
     static void check_rows(size_t values, int64_t features, size_t labels) {
+        // Beyond the library's limit (int64_t overflow included) no vector can be right: that is the
+        // library's refusal, with its status and message.
+        if (features > 0 && labels > 0)
+            detail::host_elements(static_cast<int64_t>(labels), features, "the dataset (rows * features)");
         if (features <= 0 || labels == 0 || values != labels * static_cast<size_t>(features))
             throw Error(MPT_STATUS_SHAPE_MISMATCH, "samples must hold labels.size() * features values (" +
                                                        std::to_string(values) + " given for " +
@@ -455,7 +498,7 @@ public:
     }
     std::vector<float> predict(const std::vector<float>& inputs) {
         const int64_t rows = Model::rows_of(inputs.size(), input_features_);
-        std::vector<float> out(static_cast<size_t>(rows * output_features_));
+        std::vector<float> out = detail::prediction_output(rows, input_features_, output_features_);
         detail::check(mpt_trainer_predict(get(), inputs.data(), rows, out.data(), static_cast<int64_t>(out.size())));
         return out;
     }

@@ -229,8 +229,9 @@ namespace Mptrain
             if (layer < 0 || layer >= units.Count)
                 throw new MptException(Status.InvalidArgument, "layer index " + layer + " out of range [0, " + units.Count + ")");
             long inputs = layer == 0 ? inputFeatures : units[layer - 1];
-            weights = new float[units[layer] * inputs];
-            bias = new float[units[layer]];
+            // The library caps both at 2^24, so no overflow, but 2^48 floats fit no memory (nor an array).
+            weights = Shape.ZeroedFloats(inputs > long.MaxValue / units[layer] ? long.MaxValue : units[layer] * inputs);
+            bias = Shape.ZeroedFloats(units[layer]);
             using (Family.Enter())
                 MptException.Check(Native.mpt_model_get_weights(Live, layer, weights, weights.LongLength, bias, bias.LongLength));
         }
@@ -249,7 +250,7 @@ namespace Mptrain
             long rows = Shape.Of(NotNull(inputs, "inputs").LongLength, inputFeatures, "inputs");
             using (Family.Enter())
             {
-                var output = new float[rows * OutputFeatures];
+                float[] output = Shape.PredictionOutput(rows, inputFeatures, OutputFeatures);
                 MptException.Check(Native.mpt_model_predict(Live, inputs, rows, output, output.LongLength));
                 return output;
             }
@@ -351,6 +352,46 @@ namespace Mptrain
                 throw new MptException(Status.ShapeMismatch, what + " holds " + values + " values, not whole rows of " + width);
             return values / width;
         }
+
+        /// <summary>The most elements the library accepts in one caller's array (a data set's samples, a
+        /// prediction's inputs or outputs): kMaxHostElements in src/core/limits.h. Checked here too, so
+        /// that what the library would refuse is refused before these bindings allocate for it.</summary>
+        internal const long MaxHostElements = 1L << 40;
+
+        /// <summary>rows * width (both positive) as an element count, refused as the library refuses it:
+        /// the same status and message.</summary>
+        internal static long Elements(long rows, long width, string what)
+        {
+            if (width > MaxHostElements / rows)
+                throw new MptException(Status.InvalidArgument, what + " would hold more than 2^40 elements");
+            return rows * width;
+        }
+
+        /// <summary>`count` zeroed floats for C to fill. An array the runtime cannot allocate (too long for
+        /// an array, or for memory) is an MptException with OutOfMemory, as it is in C.</summary>
+        internal static float[] ZeroedFloats(long count)
+        {
+            try
+            {
+                return new float[count];
+            }
+            catch (OverflowException)
+            {
+                throw new MptException(Status.OutOfMemory, "out of host memory");
+            }
+            catch (OutOfMemoryException)
+            {
+                throw new MptException(Status.OutOfMemory, "out of host memory");
+            }
+        }
+
+        /// <summary>The output array of a prediction on `rows` rows, after the library's checks of them
+        /// (the inputs, then the outputs, within MaxHostElements).</summary>
+        internal static float[] PredictionOutput(long rows, long inputFeatures, long outputFeatures)
+        {
+            Elements(rows, inputFeatures, "the inputs (rows * input features)");
+            return ZeroedFloats(Elements(rows, Math.Max(outputFeatures, 1), "the outputs (rows * output features)"));
+        }
     }
 
     public sealed class Dataset : NativeObject<DatasetHandle>
@@ -373,6 +414,9 @@ namespace Mptrain
 
         private static void CheckSamples(long values, long features, long rows)
         {
+            // Beyond the library's limit (long overflow included) no array can be right: that is the
+            // library's refusal, with its status and message.
+            if (features > 0 && rows > 0) Shape.Elements(rows, features, "the dataset (rows * features)");
             if (features <= 0 || rows == 0 || values != rows * features)
                 throw new MptException(Status.ShapeMismatch,
                     values + " sample values do not make " + rows + " rows of " + features + " features");
@@ -745,7 +789,7 @@ namespace Mptrain
         public float[] Predict(float[] inputs)
         {
             long rows = Shape.Of(NotNull(inputs, "inputs").LongLength, inputFeatures, "inputs");
-            var output = new float[rows * outputFeatures];
+            float[] output = Shape.PredictionOutput(rows, inputFeatures, outputFeatures);
             using (Family.Enter()) MptException.Check(Native.mpt_trainer_predict(Live, inputs, rows, output, output.LongLength));
             return output;
         }

@@ -114,5 +114,41 @@ namespace Mptrain.Tests
                 Assert.Fails(Status.IoError, () => Dataset.LoadCifar10(ctx, "/nonexistent/cifar-10-batches-bin", true));
             }
         }
+
+        [Test]
+        public static void BuffersBeyondTheLibraryLimitOrAnyMemoryAreMptExceptionsNotOverflows()
+        {
+            using (Context ctx = Data.CpuContext())
+            {
+                // One 2^24 x 2^24 layer: 2^48 floats, more than any address space (and any array).
+                using (Model huge = new Model(ctx, 1L << 24).AddDense(1L << 24, Activation.Linear))
+                {
+                    float[] w, b;
+                    Assert.Fails(Status.OutOfMemory, () => huge.GetWeights(0, out w, out b));
+                }
+                // 2^21 rows of 2^20 outputs are 2^41 floats, over the library's 2^40: refused with its
+                // status and message (it checks the rows before the output count) before any allocation.
+                using (Model wide = new Model(ctx, 1).AddDense(1L << 20, Activation.Linear))
+                using (var trainer = new Trainer(wide))
+                {
+                    var inputs = new float[1 << 21];
+                    const string outputs = "the outputs (rows * output features) would hold more than 2^40 elements";
+                    Assert.Equal(outputs, Assert.Fails(Status.InvalidArgument, () => wide.Predict(inputs)).NativeMessage);
+                    Assert.Equal(outputs, Assert.Fails(Status.InvalidArgument, () => trainer.Predict(inputs)).NativeMessage);
+                }
+                // 4 rows of 2^62 + 1 overflow long; 2 rows of 2^40 do not, but exceed 2^40 all the same.
+                const string dataset = "the dataset (rows * features) would hold more than 2^40 elements";
+                foreach (long features in new[] { (1L << 62) + 1, 1L << 40 })
+                {
+                    int[] labels = new int[features == 1L << 40 ? 2 : 4];
+                    Assert.Equal(dataset, Assert.Fails(Status.InvalidArgument,
+                        () => Dataset.FromF32(ctx, new float[4], features, labels, 2)).NativeMessage);
+                    Assert.Equal(dataset, Assert.Fails(Status.InvalidArgument,
+                        () => Dataset.FromU8(ctx, new byte[4], features, labels, 2)).NativeMessage);
+                    Assert.Equal(dataset, Assert.Fails(Status.InvalidArgument,
+                        () => Dataset.FromTargets(ctx, new float[4], features, new float[labels.Length], 1)).NativeMessage);
+                }
+            }
+        }
     }
 }

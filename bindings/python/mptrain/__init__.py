@@ -357,29 +357,81 @@ def _rows_of(buffer, width, what):
 # ---- handles ------------------------------------------------------------------------------------------
 class _Family:
     """What all objects created from one Context share: the lock that serialises their calls (ctypes
-    releases the GIL), and the log callback, alive while any of them is."""
+    releases the GIL), and the log callback, alive while any of them is.
 
-    __slots__ = ("lock", "log_callback", "__weakref__")
+    `with family:` holds the lock for a C call. It is refused (Error, INVALID_STATE) on a thread running
+    the family's log callback: the C API forbids that callback to call back into mptrain on the same
+    context, as the library may log halfway through a call, holding its own locks. Handles closed or
+    collected inside the callback are destroyed once the call that logged has returned."""
+
+    __slots__ = ("lock", "log_callback", "in_log_callback", "deferred", "__weakref__")
 
     def __init__(self):
         self.lock = threading.RLock()
         self.log_callback = None
+        self.in_log_callback = threading.local()  # .active: this thread runs the log callback
+        self.deferred = []  # (destroy function name, pointer) closed inside the log callback
+
+    def _in_log_callback(self):
+        return getattr(self.in_log_callback, "active", False)
+
+    def __enter__(self):
+        if self._in_log_callback():
+            raise Error(Status.INVALID_STATE, "the log callback called back into mptrain on its own context, "
+                                              "which the C API forbids (objects of other contexts may be used)")
+        self.lock.acquire()
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            self._destroy_deferred()  # the C call has returned: destroy what its log callback closed
+        finally:
+            self.lock.release()
+
+    def _destroy_deferred(self):
+        while self.deferred:
+            name, pointer = self.deferred.pop(0)
+            getattr(_lib(), name)(pointer)
+
+    def destroy(self, name, pointer):
+        """Calls the C destroy function `name` (a close cannot be refused); inside the log callback, once
+        the call that logged has returned."""
+        with self.lock:
+            if self._in_log_callback():
+                self.deferred.append((name, pointer))
+                return
+            getattr(_lib(), name)(pointer)
+            self._destroy_deferred()  # what the log callback closed while the destroy logged
 
 
 class _Locked:
-    """Holds the locks of one or more families, in a fixed order."""
+    """Enters one or more families, in a fixed order."""
 
     def __init__(self, *families):
         unique = {id(f): f for f in families}
-        self.locks = [unique[key].lock for key in sorted(unique)]
+        self.families = [unique[key] for key in sorted(unique)]
 
     def __enter__(self):
-        for lock in self.locks:
-            lock.acquire()
+        entered = []
+        try:
+            for family in self.families:
+                family.__enter__()
+                entered.append(family)
+        except BaseException:
+            for family in reversed(entered):
+                family.__exit__(None, None, None)
+            raise
 
     def __exit__(self, *exc):
-        for lock in reversed(self.locks):
-            lock.release()
+        self._exit(len(self.families))
+
+    def _exit(self, count):
+        """Exits the first `count` families, the last first; each one even if another raised."""
+        try:
+            self.families[count - 1].__exit__(None, None, None)
+        finally:
+            if count > 1:
+                self._exit(count - 1)
 
 
 class _Handle:
@@ -403,8 +455,7 @@ class _Handle:
         from this one stay usable."""
         pointer, self._ptr = getattr(self, "_ptr", None), None
         if pointer is not None:
-            with self._family.lock:
-                getattr(_lib(), self._destroy_name)(pointer)
+            self._family.destroy(self._destroy_name, pointer)
 
     def __enter__(self):
         return self
@@ -431,7 +482,10 @@ class Context(_Handle):
     from host memory).
 
     `log` is called as log(level: LogLevel, message: str) on the calling thread; its exceptions are
-    swallowed (a log message cannot fail a call)."""
+    swallowed (a log message cannot fail a call). It must not call back into this context (the C API
+    forbids it): any call on the context or its models, datasets and trainers made from it raises Error
+    (INVALID_STATE); other contexts may be used. One of them closed there is destroyed once the call
+    that logged has returned."""
 
     _destroy_name = "mpt_context_destroy"
 
@@ -462,7 +516,11 @@ class Context(_Handle):
                 if not callable(log):
                     raise TypeError("log must be callable")
 
+                marker = family.in_log_callback  # not the family: no reference cycle through the callback
+
                 def trampoline(level, message, _user_data):
+                    was_active = getattr(marker, "active", False)
+                    marker.active = True
                     try:
                         try:
                             level = LogLevel(level)
@@ -471,6 +529,8 @@ class Context(_Handle):
                         log(level, message.decode("utf-8", "replace") if message else "")
                     except BaseException:  # never unwind into C
                         pass
+                    finally:
+                        marker.active = was_active
 
                 family.log_callback = _native.mpt_log_fn(trampoline)
                 _check(lib.mpt_context_options_set_log_callback(options, family.log_callback, None))
@@ -483,13 +543,13 @@ class Context(_Handle):
     @property
     def backend(self):
         out = ctypes.c_int()
-        with self._family.lock:
+        with self._family:
             _check(_lib().mpt_context_get_backend(self._get(), ctypes.byref(out)))
         return Backend(out.value)
 
     def resolve_precision(self, requested=Precision.AUTO):
         out = ctypes.c_int()
-        with self._family.lock:
+        with self._family:
             _check(_lib().mpt_context_resolve_precision(self._get(), _enum(Precision, requested, "precision"),
                                                         ctypes.byref(out)))
         return Precision(out.value)
@@ -497,7 +557,7 @@ class Context(_Handle):
     @property
     def memory(self):
         used, peak = ctypes.c_size_t(), ctypes.c_size_t()
-        with self._family.lock:
+        with self._family:
             _check(_lib().mpt_context_get_memory(self._get(), ctypes.byref(used), ctypes.byref(peak)))
         return Memory(used.value, peak.value)
 
@@ -511,7 +571,7 @@ class Model(_Handle):
         _require(context, Context, "context")
         input_features = _integer(input_features, "input_features", ctypes.c_int64)
         pointer = _native.ModelP()
-        with context._family.lock:
+        with context._family:
             _check(_lib().mpt_model_create(context._get(), input_features, ctypes.byref(pointer)))
         super().__init__(pointer, context._family)
         self._units = []  # the C API has no getter for a layer's width
@@ -519,20 +579,20 @@ class Model(_Handle):
     def add_dense(self, units, activation=Activation.LINEAR):
         """Appends a Dense layer; returns self, so calls chain."""
         units = _integer(units, "units", ctypes.c_int64)
-        with self._family.lock:
+        with self._family:
             _check(_lib().mpt_model_add_dense(self._get(), units, _enum(Activation, activation, "activation")))
         self._units.append(units)
         return self
 
     def set_layer_dtype(self, layer, dtype):
-        with self._family.lock:
+        with self._family:
             _check(_lib().mpt_model_set_layer_dtype(self._get(), _integer(layer, "layer", ctypes.c_int64),
                                                     _enum(DType, dtype, "dtype")))
         return self
 
     def _query(self, name):
         out = ctypes.c_int64()
-        with self._family.lock:
+        with self._family:
             _check(getattr(_lib(), name)(self._get(), ctypes.byref(out)))
         return out.value
 
@@ -564,7 +624,7 @@ class Model(_Handle):
         layer, units, inputs = self._layer_shape(layer)
         weights, weights_ptr = _output(units * inputs, (units, inputs))
         bias, bias_ptr = _output(units, (units,))
-        with self._family.lock:
+        with self._family:
             _check(_lib().mpt_model_get_weights(self._get(), layer, weights_ptr, units * inputs, bias_ptr, units))
         return weights, bias
 
@@ -577,7 +637,7 @@ class Model(_Handle):
             _check_shape(w, (units, inputs), "weights of layer %d" % layer)
         if b is not None:
             _check_shape(b, (units,), "bias of layer %d" % layer)
-        with self._family.lock:
+        with self._family:
             _check(_lib().mpt_model_set_weights(self._get(), layer, w.pointer if w else None, w.count if w else 0,
                                                 b.pointer if b else None, b.count if b else 0))
 
@@ -587,7 +647,7 @@ class Model(_Handle):
         rows = _rows_of(data, self.input_features, "inputs")
         width = self.output_features
         out, out_ptr = _output(rows * width, (rows, width))
-        with self._family.lock:
+        with self._family:
             _check(_lib().mpt_model_predict(self._get(), data.pointer, rows, out_ptr, rows * width))
         return out
 
@@ -595,7 +655,7 @@ class Model(_Handle):
         """Saves the architecture and fp32 weights as a .safetensors file at `path` (str or
         os.PathLike), atomically: a crash leaves the old file or the new one. Builds the model."""
         encoded = _path(path, "path")
-        with self._family.lock:
+        with self._family:
             _check(_lib().mpt_model_save(self._get(), encoded))
 
     @classmethod
@@ -606,7 +666,7 @@ class Model(_Handle):
         _require(context, Context, "context")
         encoded = _path(path, "path")
         pointer = _native.ModelP()
-        with context._family.lock:
+        with context._family:
             _check(_lib().mpt_model_load(context._get(), encoded, ctypes.byref(pointer)))
             model = cls.__new__(cls)
             _Handle.__init__(model, pointer, context._family)
@@ -657,7 +717,7 @@ class Dataset(_Handle):
     def _create(cls, context, function, *args):
         _require(context, Context, "context")
         pointer = _native.DatasetP()
-        with context._family.lock:
+        with context._family:
             _check(getattr(_lib(), function)(context._get(), *args, ctypes.byref(pointer)))
         return cls(pointer, context._family)
 
@@ -709,7 +769,7 @@ class Dataset(_Handle):
 
     def _query(self, name):
         out = ctypes.c_int64()
-        with self._family.lock:
+        with self._family:
             _check(getattr(_lib(), name)(self._get(), ctypes.byref(out)))
         return out.value
 
@@ -765,7 +825,7 @@ class Trainer(_Handle):
                     options, float(growth), float(backoff), _integer(interval, "growth_interval", ctypes.c_int64),
                     float(low), float(high)))
             pointer = _native.TrainerP()
-            with model._family.lock:
+            with model._family:
                 _check(lib.mpt_trainer_create(model._get(), options, ctypes.byref(pointer)))
         finally:
             lib.mpt_trainer_options_destroy(options)
@@ -798,7 +858,7 @@ class Trainer(_Handle):
 
         progress_c = _native.mpt_progress_fn(guarded(progress)) if progress else _native.mpt_progress_fn()
         epoch_end_c = _native.mpt_epoch_end_fn(guarded(epoch_end)) if epoch_end else _native.mpt_epoch_end_fn()
-        with self._family.lock:
+        with self._family:
             _check(_lib().mpt_trainer_set_callbacks(self._get(), progress_c, epoch_end_c, None))
         self._callbacks = (progress_c, epoch_end_c)
 
@@ -860,7 +920,7 @@ class Trainer(_Handle):
         data = _floats(inputs, "inputs")
         rows = _rows_of(data, self._input_features, "inputs")
         out, out_ptr = _output(rows * self._output_features, (rows, self._output_features))
-        with self._family.lock:
+        with self._family:
             _check(_lib().mpt_trainer_predict(self._get(), data.pointer, rows, out_ptr,
                                               rows * self._output_features))
         return out
@@ -868,14 +928,14 @@ class Trainer(_Handle):
     @property
     def precision(self):
         out = ctypes.c_int()
-        with self._family.lock:
+        with self._family:
             _check(_lib().mpt_trainer_get_precision(self._get(), ctypes.byref(out)))
         return Precision(out.value)
 
     @property
     def loss_scale(self):
         scale, tracker, skipped = ctypes.c_float(), ctypes.c_int64(), ctypes.c_int64()
-        with self._family.lock:
+        with self._family:
             _check(_lib().mpt_trainer_get_loss_scale(self._get(), ctypes.byref(scale), ctypes.byref(tracker),
                                                      ctypes.byref(skipped)))
         return LossScale(scale.value, tracker.value, skipped.value)
@@ -883,7 +943,7 @@ class Trainer(_Handle):
     @property
     def progress(self):
         steps, epochs = ctypes.c_int64(), ctypes.c_int64()
-        with self._family.lock:
+        with self._family:
             _check(_lib().mpt_trainer_get_progress(self._get(), ctypes.byref(steps), ctypes.byref(epochs)))
         return Progress(steps.value, epochs.value)
 
@@ -893,7 +953,7 @@ class Trainer(_Handle):
         shuffle state. Loading it into a trainer of the same architecture and options and calling fit
         continues the run bit-exactly on the CPU backend."""
         encoded = _path(path, "path")
-        with self._family.lock:
+        with self._family:
             _check(_lib().mpt_trainer_save_checkpoint(self._get(), encoded))
 
     def load_checkpoint(self, path):
@@ -901,7 +961,7 @@ class Trainer(_Handle):
         Error statuses: another architecture SHAPE_MISMATCH, other trainer options INVALID_ARGUMENT, a
         missing file IO_ERROR, a damaged one CORRUPT_DATA, another major version UNSUPPORTED."""
         encoded = _path(path, "path")
-        with self._family.lock:
+        with self._family:
             _check(_lib().mpt_trainer_load_checkpoint(self._get(), encoded))
 
     def set_checkpointing(self, directory, every_steps=0, every_epochs=0, keep_last=1):
@@ -910,7 +970,7 @@ class Trainer(_Handle):
         `every_epochs`-th epoch (give at least one), keeping the newest `keep_last`. None turns
         checkpointing off. A failed write stops fit with Status.IO_ERROR."""
         encoded = None if directory is None else _path(directory, "directory")
-        with self._family.lock:
+        with self._family:
             _check(_lib().mpt_trainer_set_checkpointing(
                 self._get(), encoded, _integer(every_steps, "every_steps", ctypes.c_int64),
                 _integer(every_epochs, "every_epochs", ctypes.c_int64),
@@ -919,7 +979,7 @@ class Trainer(_Handle):
     @property
     def memory(self):
         planned, allocated = ctypes.c_size_t(), ctypes.c_size_t()
-        with self._family.lock:
+        with self._family:
             _check(_lib().mpt_trainer_get_memory(self._get(), ctypes.byref(planned), ctypes.byref(allocated)))
         return TrainerMemory(planned.value, allocated.value)
 
@@ -928,6 +988,6 @@ class Trainer(_Handle):
         """EpochTime(seconds, steps) of the last epoch fit completed: device time between CUDA events on
         a GPU, host time on the CPU; (0.0, 0) before the first."""
         seconds, steps = ctypes.c_double(), ctypes.c_int64()
-        with self._family.lock:
+        with self._family:
             _check(_lib().mpt_trainer_get_last_epoch_time(self._get(), ctypes.byref(seconds), ctypes.byref(steps)))
         return EpochTime(seconds.value, steps.value)

@@ -1,4 +1,5 @@
 """Training through the bindings: fit, evaluate, predict, step, weights, options, callbacks."""
+import ctypes
 import math
 
 import pytest
@@ -167,6 +168,73 @@ def test_log_callback_receives_messages_or_nothing_but_never_breaks(blobs):
     ctx2 = mptrain.Context(backend="cpu", threads=1, log=failing, log_level=mptrain.LogLevel.DEBUG)
     model2 = mptrain.Model(ctx2, FEATURES).add_dense(CLASSES, "softmax")
     mptrain.Trainer(model2).fit(mptrain.Dataset.from_f32(ctx2, samples, labels, CLASSES), 1, 50)
+
+
+def test_the_log_callback_cannot_call_back_into_its_own_context(blobs, monkeypatch):
+    # The header forbids it: the library may log halfway through a call, holding its own locks (a data
+    # set streamed from host memory on a GPU logs with its upload mutex held).
+    samples, labels = blobs
+    other_ctx = mptrain.Context(backend="cpu", threads=1)  # other contexts are fair game
+    other_data = mptrain.Dataset.from_f32(other_ctx, samples, labels, CLASSES)
+    real = mptrain._lib()
+    address = lambda pointer: ctypes.cast(pointer, ctypes.c_void_p).value
+    in_callback = []
+    destroys = []  # (pointer, made inside the log callback)
+
+    class Recording:  # the library, noting when a data set is destroyed
+        def __getattr__(self, name):
+            function = getattr(real, name)
+            if name != "mpt_dataset_destroy":
+                return function
+            return lambda pointer: (destroys.append((address(pointer), bool(in_callback))), function(pointer))[1]
+
+    monkeypatch.setattr(mptrain, "_lib_instance", Recording())
+    armed, answers = [], []
+
+    def log(level, text):
+        if not armed:
+            return
+        in_callback.append(True)
+        try:
+            ctx, model, data, trainer, doomed = armed.pop()
+            own = []
+            for call in (lambda: data.rows, lambda: len(data), lambda: ctx.backend, lambda: ctx.memory,
+                         lambda: ctx.resolve_precision("auto"), lambda: model.layer_count,
+                         lambda: model.get_weights(0), lambda: model.add_dense(2),
+                         lambda: mptrain.Model(ctx, FEATURES), lambda: mptrain.Trainer(model),
+                         lambda: mptrain.Dataset.from_f32(ctx, samples, labels, CLASSES),
+                         lambda: trainer.precision, lambda: trainer.progress, lambda: trainer.evaluate(data),
+                         lambda: trainer.predict(samples[:2]), lambda: trainer.step(data, 0, 10),
+                         lambda: trainer.fit(data, 1, 50)):
+                try:
+                    call()
+                    own.append("allowed")
+                except mptrain.Error as error:
+                    own.append((error.status, "log callback" in error.message))
+            answers.append((own, other_data.rows, mptrain.Model(other_ctx, FEATURES).input_features))
+            doomed.close()  # cannot fail: the C object is destroyed once the logging call returns
+            assert doomed.closed
+        finally:
+            in_callback.pop()
+
+    ctx = mptrain.Context(backend="cpu", threads=1, log=log, log_level="debug")
+    model = mptrain.Model(ctx, FEATURES).add_dense(CLASSES, "softmax")
+    data = mptrain.Dataset.from_f32(ctx, samples, labels, CLASSES)
+    doomed = mptrain.Dataset.from_f32(ctx, samples, labels, CLASSES)
+    doomed_pointer = address(doomed._ptr)
+    trainer = mptrain.Trainer(model)
+    armed.append((ctx, model, data, trainer, doomed))
+    second = mptrain.Trainer(model)  # logs its precision (DEBUG)
+    assert not armed, "creating a trainer no longer logs at DEBUG"
+    own, other_rows, other_features = answers[0]
+    assert own == [(mptrain.Status.INVALID_STATE, True)] * len(own)
+    assert (other_rows, other_features) == (len(samples), FEATURES)
+    # Destroyed once, after the call that logged, not inside it.
+    assert [inside for pointer, inside in destroys if pointer == doomed_pointer] == [False]
+    # Outside the callback everything is usable again.
+    assert model.layer_count == 1
+    second.fit(data, 1, 50)
+    assert trainer.evaluate(data).accuracy >= 0.0
 
 
 def test_context_reports_backend_precision_and_memory(ctx, model, blobs):
