@@ -37,6 +37,11 @@ extern "C" {
 #define MPT_VERSION_MINOR 1
 #define MPT_VERSION_PATCH 0
 
+/** The most elements one caller's array may hold (a data set's samples, labels or targets, a
+ *  prediction's inputs or outputs): larger ones give MPT_STATUS_INVALID_ARGUMENT. Bindings check it
+ *  before they allocate an output for the library to fill. */
+#define MPT_MAX_HOST_ELEMENTS (INT64_C(1) << 40)
+
 /* ---------------------------------------------------------------------------------------------
  * Status codes (values pinned forever; new codes are only appended)
  * ------------------------------------------------------------------------------------------- */

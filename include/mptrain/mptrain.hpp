@@ -96,10 +96,9 @@ inline std::vector<int64_t> layer_widths_in_file(const std::string& path, int64_
     return widths;
 }
 
-/** The most elements the library accepts in one caller's array (a data set's samples, a prediction's
- *  inputs or outputs): kMaxHostElements in src/core/limits.h. Checked here too, so that what the
- *  library would refuse is refused before the wrapper allocates for it. */
-constexpr int64_t kMaxHostElements = int64_t{1} << 40;
+/** MPT_MAX_HOST_ELEMENTS, checked here too, so that what the library would refuse is refused before
+ *  the wrapper allocates for it. */
+constexpr int64_t kMaxHostElements = MPT_MAX_HOST_ELEMENTS;
 
 /** rows * width (both positive) as an element count, refused as the library refuses it: the same
  *  status and message. */

@@ -5,12 +5,13 @@
 #include <string>
 
 #include "core/error.h"
+#include "mptrain/mptrain.h"
 
 namespace mpt {
 
 // The most elements one caller's array may hold (a data set's samples, a prediction's inputs or
 // outputs): 2^40, so every count and byte size computed from it fits in int64_t with room to spare.
-constexpr int64_t kMaxHostElements = int64_t{1} << 40;
+constexpr int64_t kMaxHostElements = MPT_MAX_HOST_ELEMENTS;  // mptrain.h
 
 // rows * width as an element count, failing with INVALID_ARGUMENT above kMaxHostElements (both > 0).
 inline int64_t checked_elements(int64_t rows, int64_t width, const char* what) {

@@ -354,7 +354,7 @@ namespace Mptrain
         }
 
         /// <summary>The most elements the library accepts in one caller's array (a data set's samples, a
-        /// prediction's inputs or outputs): kMaxHostElements in src/core/limits.h. Checked here too, so
+        /// prediction's inputs or outputs): MPT_MAX_HOST_ELEMENTS in mptrain.h. Checked here too, so
         /// that what the library would refuse is refused before these bindings allocate for it.</summary>
         internal const long MaxHostElements = 1L << 40;
 

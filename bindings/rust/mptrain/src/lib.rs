@@ -748,7 +748,7 @@ fn rows_of(values: usize, width: i64, what: &str) -> Result<i64> {
 }
 
 /// The most elements the library accepts in one caller's array (a data set's samples, a prediction's
-/// inputs or outputs): `kMaxHostElements` in src/core/limits.h. Checked here too, so that what the
+/// inputs or outputs): `MPT_MAX_HOST_ELEMENTS` in mptrain.h. Checked here too, so that what the
 /// library would refuse is refused before this crate allocates for it.
 const MAX_HOST_ELEMENTS: i64 = 1 << 40;
 
