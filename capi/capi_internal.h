@@ -69,10 +69,20 @@ Enum checked_enum(const Enum& value, int first, int last, const char* what) {
     return static_cast<Enum>(raw);
 }
 
+inline const Context& context_of(const Context& context) { return context; }
+inline const Context& context_of(const Model& model) { return *model.context(); }
+inline const Context& context_of(const Dataset& dataset) { return *dataset.context(); }
+inline const Context& context_of(const Trainer& trainer) { return *trainer.model()->context(); }
+
+// The object behind a live handle. Refused inside its context's log callback: a log line can come
+// from the middle of an operation on any handle of that context (mptrain.h forbids such calls).
 template <typename Handle>
 auto& impl_of(Handle* handle, const char* name) {
     require_pointer(handle, name);
     if (!handle->impl) fail(MPT_STATUS_INVALID_ARGUMENT, std::string(name) + " is not a live handle");
+    if (context_of(*handle->impl).log_callback_running_on_this_thread())
+        fail(MPT_STATUS_INVALID_STATE, std::string("the ") + name + "'s context is running its log callback, "
+                                                                     "which must not call back into that context");
     return *handle->impl;
 }
 

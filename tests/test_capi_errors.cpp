@@ -1157,6 +1157,60 @@ TEST_CASE("an epoch-end callback that returns non-zero stops fit with CANCELLED 
     require_usable(session);
 }
 
+// What a log callback's calls back into mptrain returned.
+struct ReentryLog {
+    mpt_model_t* same_context_model = nullptr;
+    mpt_model_t* other_context_model = nullptr;
+    int calls = 0;
+    mpt_status same_context = MPT_STATUS_OK;
+    std::string same_context_message;
+    mpt_status other_context = MPT_STATUS_INTERNAL;
+};
+
+void log_and_call_back(mpt_log_level, const char*, void* user_data) {
+    ReentryLog& log = *static_cast<ReentryLog*>(user_data);
+    ++log.calls;
+    int64_t layers = 0;
+    log.same_context = mpt_model_get_layer_count(log.same_context_model, &layers);
+    log.same_context_message = mpt_last_error();
+    log.other_context = mpt_model_get_layer_count(log.other_context_model, &layers);
+}
+
+TEST_CASE("a log callback's calls back into its own context are refused (INVALID_STATE); other contexts work") {
+    ReentryLog log;
+    mpt_context_options_t* options = nullptr;
+    REQUIRE_OK(mpt_context_options_create(&options));
+    REQUIRE_OK(mpt_context_options_set_backend(options, MPT_BACKEND_CPU));
+    REQUIRE_OK(mpt_context_options_set_threads(options, 1));
+    REQUIRE_OK(mpt_context_options_set_log_level(options, MPT_LOG_LEVEL_DEBUG));
+    REQUIRE_OK(mpt_context_options_set_log_callback(options, log_and_call_back, &log));
+    mpt_context_t* context = nullptr;
+    REQUIRE_OK(mpt_context_create(options, &context));
+    mpt_context_options_destroy(options);
+    mpt_context_t* other = mpt_test::create_context(MPT_BACKEND_CPU, 7);
+    REQUIRE_OK(mpt_model_create(context, 4, &log.same_context_model));
+    REQUIRE_OK(mpt_model_add_dense(log.same_context_model, 3, MPT_ACTIVATION_SOFTMAX));
+    REQUIRE_OK(mpt_model_create(other, 4, &log.other_context_model));
+
+    const int calls_before = log.calls;
+    mpt_trainer_t* trainer = nullptr;
+    REQUIRE_OK(mpt_trainer_create(log.same_context_model, nullptr, &trainer));  // logs its precision (DEBUG)
+    REQUIRE(log.calls > calls_before);
+    CHECK(log.same_context == MPT_STATUS_INVALID_STATE);
+    CHECK(log.same_context_message.find("log callback") != std::string::npos);
+    CHECK(log.other_context == MPT_STATUS_OK);
+
+    // Outside the callback the context is usable again.
+    int64_t layers = 0;
+    REQUIRE_OK(mpt_model_get_layer_count(log.same_context_model, &layers));
+    CHECK(layers == 1);
+    mpt_trainer_destroy(trainer);
+    mpt_model_destroy(log.other_context_model);
+    mpt_model_destroy(log.same_context_model);
+    mpt_context_destroy(other);
+    mpt_context_destroy(context);
+}
+
 // ---- threads ----------------------------------------------------------------------------------
 
 TEST_CASE("mpt_last_error is thread-local") {

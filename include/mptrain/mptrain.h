@@ -154,7 +154,9 @@ MPT_API int mpt_cuda_device_count(void);
  * ------------------------------------------------------------------------------------------- */
 
 /** Log callback. `message` is valid only during the call. Called on the thread that made the
- *  mptrain call. It must not call back into mptrain on the same context. */
+ *  mptrain call, possibly from the middle of an operation. It must not call back into mptrain on
+ *  the same context: such calls fail with MPT_STATUS_INVALID_STATE (a log line can come from inside
+ *  any call on that context's handles); the _destroy functions and other contexts may be used. */
 typedef void (*mpt_log_fn)(mpt_log_level level, const char* message, void* user_data);
 
 /** Creates context options with defaults: backend AUTO, threads 0 (all cores), seed 42,

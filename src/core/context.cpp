@@ -39,9 +39,30 @@ Context::Context(const ContextConfig& config)
     log(MPT_LOG_LEVEL_INFO, "mptrain " + std::string(kVersionString) + " on " + backend_->device_name());
 }
 
+namespace {
+// The log callbacks this thread is running, innermost first: a callback may use another context,
+// whose own log callback then runs inside it, and both contexts are off limits there.
+struct RunningLogCallback {
+    const Context* context;
+    const RunningLogCallback* outer;
+};
+thread_local const RunningLogCallback* running_log_callbacks = nullptr;
+}  // namespace
+
 void Context::log(mpt_log_level level, const std::string& message) const {
     if (!config_.log_callback || level < config_.log_level) return;
+    const RunningLogCallback running{this, running_log_callbacks};
+    running_log_callbacks = &running;
+    struct Restore {
+        ~Restore() { running_log_callbacks = running_log_callbacks->outer; }
+    } restore;  // also when the callback unwinds (a C++ caller's exception)
     config_.log_callback(level, message.c_str(), config_.log_user_data);
+}
+
+bool Context::log_callback_running_on_this_thread() const {
+    for (const RunningLogCallback* running = running_log_callbacks; running; running = running->outer)
+        if (running->context == this) return true;
+    return false;
 }
 
 }  // namespace mpt

@@ -37,6 +37,9 @@ public:
     const ContextConfig& config() const { return config_; }
 
     void log(mpt_log_level level, const std::string& message) const;
+    // Whether this thread is inside this context's log callback, which must not call back into the
+    // context: the C API refuses such calls (a log line can come from the middle of an operation).
+    bool log_callback_running_on_this_thread() const;
 
 private:
     ContextConfig config_;

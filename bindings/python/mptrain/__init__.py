@@ -331,12 +331,24 @@ def _bytes(data, what):
     return _buffer(data, ctypes.c_uint8, "B", "uint8", what, integer=True)
 
 
+# The most values the library takes in one caller's array: MPT_MAX_HOST_ELEMENTS in mptrain.h.
+MAX_HOST_ELEMENTS = 1 << 40
+
+
 def _output(count, shape):
-    """A float32 output buffer: a numpy array of `shape` when numpy is installed, else array.array."""
-    if _np is not None:
-        out = _np.empty(shape, dtype=_np.float32)
-        return out, out.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
-    out = array.array("f", bytes(4 * count))
+    """A float32 output buffer: a numpy array of `shape` when numpy is installed, else array.array.
+    Refused as the library would refuse it (and before allocating) past MAX_HOST_ELEMENTS; a failed
+    allocation is an Error like the library's own, not Python's MemoryError."""
+    if count > MAX_HOST_ELEMENTS:
+        raise Error(Status.INVALID_ARGUMENT, "an output of %d values is more than the library takes in one "
+                                             "array (%d)" % (count, MAX_HOST_ELEMENTS))
+    try:
+        if _np is not None:
+            out = _np.empty(shape, dtype=_np.float32)
+            return out, out.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+        out = array.array("f", bytes(4 * count))
+    except MemoryError:
+        raise Error(Status.OUT_OF_MEMORY, "no host memory for an output of %d values" % count) from None
     holder = (ctypes.c_float * count).from_buffer(out) if count else (ctypes.c_float * 0)()
     return out, ctypes.cast(holder, ctypes.POINTER(ctypes.c_float))
 

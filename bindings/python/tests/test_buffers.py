@@ -92,3 +92,18 @@ def test_set_weights_refuses_arrays_of_another_shape(ctx, model):
         with pytest.raises(mptrain.Error, match="not \\(16, %d\\)" % FEATURES):
             model.set_weights(0, np.asarray(weights, dtype=np.float32).reshape(16, FEATURES).T)
         model.set_weights(0, np.asarray(weights).reshape(16, FEATURES), np.asarray(bias))
+
+
+def test_outputs_too_large_to_allocate_are_errors_not_memory_errors(ctx):
+    """An output past the library's MAX_HOST_ELEMENTS is refused before allocating; one the host cannot
+    allocate is OUT_OF_MEMORY, like the library's own failures (not Python's MemoryError)."""
+    huge = mptrain.Model(ctx, 1 << 20)
+    huge.add_dense(1 << 21)  # 2**41 weights: layers are allocated only when first used
+    with pytest.raises(mptrain.Error) as caught:
+        huge.get_weights(0)
+    assert caught.value.status == mptrain.Status.INVALID_ARGUMENT
+    large = mptrain.Model(ctx, 1 << 20)
+    large.add_dense(1 << 19)  # 2**39 weights (2 TiB): more than this host's memory
+    with pytest.raises(mptrain.Error) as caught:
+        large.get_weights(0)
+    assert caught.value.status == mptrain.Status.OUT_OF_MEMORY
