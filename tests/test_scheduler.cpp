@@ -1,8 +1,13 @@
 // The CPU stream scheduler: copy-lane tasks run off the caller's thread, in order, and events order
 // the compute lane after them; errors on the copy lane reach the host. The thread pool: static
 // ranges, exceptions from any chunk reach the caller, and its per-participant scratch is charged
-// to a memory tracker.
+// to a memory tracker; a pool whose threads cannot all start fails with an error, not a terminate.
 #include <doctest/doctest.h>
+
+#include <dlfcn.h>
+#include <pthread.h>
+
+#include <cerrno>
 
 #include <sstream>
 
@@ -37,7 +42,26 @@ void record_task(void* argument) {
 
 void throwing_task(void*) { throw std::runtime_error("copy failed"); }
 
+// While >= 0: how many more threads may start before pthread_create fails with EAGAIN, as it does
+// when a process reaches its thread limit.
+std::atomic<int> thread_starts_left{-1};
+
 }  // namespace
+
+// Interposes the C library's pthread_create (std::thread's) for this test program.
+extern "C" __attribute__((visibility("default"))) int pthread_create(pthread_t* thread, const pthread_attr_t* attributes, void* (*start)(void*),
+                              void* argument) noexcept {
+    using Create = int (*)(pthread_t*, const pthread_attr_t*, void* (*)(void*), void*);
+    static const Create create = reinterpret_cast<Create>(dlsym(RTLD_NEXT, "pthread_create"));
+    int left = thread_starts_left.load();
+    while (left >= 0 && !thread_starts_left.compare_exchange_weak(left, left - 1)) {
+    }
+    if (left == 0) {
+        thread_starts_left.store(0);
+        return EAGAIN;
+    }
+    return create(thread, attributes, start, argument);
+}
 
 TEST_CASE("copy-lane tasks run in order on a worker thread and wait() orders the compute lane after them") {
     CpuScheduler scheduler;
@@ -122,6 +146,26 @@ TEST_CASE("the thread pool covers every index exactly once with static ranges") 
         for (auto& hit : hits) once &= hit.load() == 1;
         CHECK(once);
     }
+}
+
+TEST_CASE("a pool whose threads cannot all start fails with BACKEND_ERROR and joins those that did") {
+    for (int started : {0, 1, 2}) {
+        CAPTURE(started);
+        thread_starts_left.store(started);
+        try {
+            ThreadPool pool(4);
+            FAIL("the pool started 3 workers");
+        } catch (const Error& error) {
+            CHECK(error.status() == MPT_STATUS_BACKEND_ERROR);
+            CHECK(std::string(error.what()).find("worker thread " + std::to_string(started + 1) + " of 3") !=
+                  std::string::npos);
+        }
+        thread_starts_left.store(-1);
+    }
+    ThreadPool pool(4);  // once threads start again
+    std::atomic<int64_t> sum{0};
+    pool.parallel_for(4000, 1, [&](int64_t begin, int64_t end) { sum += end - begin; });
+    CHECK(sum.load() == 4000);
 }
 
 TEST_CASE("an exception in a pool chunk reaches the caller after every chunk ran, and the pool goes on") {

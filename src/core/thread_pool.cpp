@@ -3,6 +3,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <string>
+#include <system_error>
+
+#include "core/error.h"
 
 namespace mpt {
 
@@ -41,20 +45,36 @@ thread_local int tls_worker_index = 0;
 }  // namespace
 
 ThreadPool::ThreadPool(int threads) : scratch_(std::max(threads, 1)) {
-    for (int index = 1; index < threads; ++index) workers_.emplace_back([this, index] { worker_loop(index); });
+    // A thread that cannot start (or a full vector that cannot grow) must not leave the ones already
+    // started joinable: destroying those would terminate the process.
+    try {
+        workers_.reserve(static_cast<size_t>(std::max(threads - 1, 0)));
+        for (int index = 1; index < threads; ++index) workers_.emplace_back([this, index] { worker_loop(index); });
+    } catch (const std::system_error& error) {
+        const size_t started = workers_.size();
+        stop_workers();
+        fail(MPT_STATUS_BACKEND_ERROR, "cannot start the CPU backend's worker thread " + std::to_string(started + 1) +
+                                           " of " + std::to_string(threads - 1) + ": " + error.what());
+    } catch (...) {
+        stop_workers();
+        throw;
+    }
 }
 
 ScratchBuffer& ThreadPool::scratch(ScratchUse use) {
     return scratch_.buffer(tls_pool == this ? tls_worker_index : 0, use);
 }
 
-ThreadPool::~ThreadPool() {
+ThreadPool::~ThreadPool() { stop_workers(); }
+
+void ThreadPool::stop_workers() noexcept {
     {
         std::lock_guard<std::mutex> lock(mutex_);
         stopping_ = true;
     }
     work_ready_.notify_all();
     for (auto& worker : workers_) worker.join();
+    workers_.clear();
 }
 
 static void chunk_range(int64_t count, int chunks, int index, int64_t& begin, int64_t& end) {

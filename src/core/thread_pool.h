@@ -50,6 +50,8 @@ private:
     using RangeFn = void (*)(const void* closure, int64_t begin, int64_t end);
     void run(int64_t count, int64_t grain, RangeFn fn, const void* closure);
     void worker_loop(int index);
+    // Stops and joins every worker (the destructor, and a constructor whose threads did not all start).
+    void stop_workers() noexcept;
 
     WorkerScratch scratch_;  // before workers_: it outlives the threads that use it
     std::vector<std::thread> workers_;

@@ -177,21 +177,29 @@ std::vector<uint8_t> read_file(const std::string& path, uint64_t max_bytes) {
     return bytes;
 }
 
+std::vector<std::string> list_directory(const std::string& directory) {
+    struct Listing {
+        DIR* handle;
+        ~Listing() { ::closedir(handle); }  // also when a name cannot be stored
+    };
+    DIR* handle = ::opendir(directory.c_str());
+    if (handle == nullptr) fail_io("cannot list the directory", directory, errno);
+    const Listing listing{handle};
+    std::vector<std::string> names;
+    while (const dirent* entry = ::readdir(listing.handle)) {
+        if (std::strcmp(entry->d_name, ".") != 0 && std::strcmp(entry->d_name, "..") != 0)
+            names.emplace_back(entry->d_name);
+    }
+    return names;
+}
+
 size_t remove_stale_temp_files(const std::string& path) {
-    const std::string directory = directory_of(path);
     const std::string full_prefix = temp_prefix(path);
     const std::string prefix = full_prefix.substr(full_prefix.find_last_of('/') + 1);
     const std::string directory_part = full_prefix.substr(0, full_prefix.size() - prefix.size());
-    DIR* listing = ::opendir(directory.c_str());
-    if (listing == nullptr) fail_io("cannot list the directory of", path, errno);
-    std::vector<std::string> stale;
-    while (const dirent* entry = ::readdir(listing)) {
-        if (std::strncmp(entry->d_name, prefix.c_str(), prefix.size()) == 0) stale.emplace_back(entry->d_name);
-    }
-    ::closedir(listing);
     size_t removed = 0;
-    for (const std::string& name : stale) {
-        if (::unlink((directory_part + name).c_str()) == 0) ++removed;
+    for (const std::string& name : list_directory(directory_of(path))) {
+        if (name.compare(0, prefix.size(), prefix) == 0 && ::unlink((directory_part + name).c_str()) == 0) ++removed;
     }
     return removed;
 }

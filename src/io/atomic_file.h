@@ -28,6 +28,11 @@ void write_file_atomic(const std::string& path, const void* data, size_t size);
 // Thread-safe.
 std::vector<uint8_t> read_file(const std::string& path, uint64_t max_bytes);
 
+// The names of the entries of `directory`, "." and ".." left out. MPT_STATUS_IO_ERROR when it cannot
+// be opened. Unlike std::filesystem's non-throwing directory_iterator (noexcept, yet it allocates),
+// running out of memory here throws std::bad_alloc instead of terminating. Thread-safe.
+std::vector<std::string> list_directory(const std::string& directory);
+
 // Removes temporaries that write_file_atomic left next to `path` when its process was killed (they
 // are named ".<file name>.tmp-*"). Returns how many were removed. Call it only while no other
 // thread or process is writing `path`: it would remove that writer's temporary and fail its write.

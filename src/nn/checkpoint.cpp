@@ -8,14 +8,16 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "core/error.h"
 #include "core/float_bits.h"
+#include "io/atomic_file.h"
 #include "nn/model_file.h"
 
 namespace mpt {
@@ -346,20 +348,26 @@ void load_checkpoint(Trainer& trainer, const std::string& path) {
 }
 
 void write_rotating_checkpoint(Trainer& trainer, const CheckpointPolicy& policy, int64_t step) {
-    namespace fs = std::filesystem;
     char name[64];
     std::snprintf(name, sizeof name, "checkpoint-%012lld.safetensors", static_cast<long long>(step));
-    save_checkpoint(trainer, (fs::path(policy.directory) / name).string());
-    std::vector<fs::path> existing;
-    std::error_code error;
-    for (const auto& entry : fs::directory_iterator(policy.directory, error)) {
-        const std::string file = entry.path().filename().string();
-        if (file.size() == std::strlen(name) && file.rfind("checkpoint-", 0) == 0 &&
-            file.compare(file.size() - 12, 12, ".safetensors") == 0)
-            existing.push_back(entry.path());
+    const std::string directory = policy.directory.empty() || policy.directory.back() == '/' ? policy.directory
+                                                                                            : policy.directory + '/';
+    save_checkpoint(trainer, directory + name);
+    std::vector<std::string> existing;
+    try {
+        existing = list_directory(policy.directory);
+    } catch (const Error&) {
+        return;  // the new checkpoint is written; older ones stay until a listing works
     }
+    existing.erase(std::remove_if(existing.begin(), existing.end(),
+                                  [&](const std::string& file) {
+                                      return !(file.size() == std::strlen(name) && file.rfind("checkpoint-", 0) == 0 &&
+                                               file.compare(file.size() - 12, 12, ".safetensors") == 0);
+                                  }),
+                   existing.end());
     std::sort(existing.begin(), existing.end());
-    for (size_t i = 0; i + static_cast<size_t>(policy.keep_last) < existing.size(); ++i) fs::remove(existing[i], error);
+    for (size_t i = 0; i + static_cast<size_t>(policy.keep_last) < existing.size(); ++i)
+        ::unlink((directory + existing[i]).c_str());
 }
 
 }  // namespace mpt
