@@ -33,6 +33,7 @@ struct mpt_dataset {
 };
 struct mpt_trainer_options {
     mpt::TrainerConfig config;
+    bool weight_decay_chosen = false;  // by the caller: AdamW's default decay then no longer applies
 };
 struct mpt_trainer {
     std::unique_ptr<mpt::Trainer> impl;

@@ -128,6 +128,9 @@ mpt_status mpt_model_set_weights(mpt_model_t* model, int64_t layer, const float*
     const mpt::DenseLayer& spec = layer_of(impl, layer);
     if (weights) require_count(weight_count, spec.units * spec.inputs, "weight");
     if (bias) require_count(bias_count, spec.units, "bias");
+    // Refused, not stored: every prediction and step after it would be NaN.
+    if (weights) mpt::require_finite(weights, spec.units, spec.inputs, "weight row");
+    if (bias) mpt::require_finite(bias, 1, spec.units, "bias row");
     impl.build();
     impl.set_weights(layer, weights, bias);
     MPT_API_END

@@ -65,9 +65,8 @@ mpt_status mpt_trainer_options_set_optimizer(mpt_trainer_options_t* options, mpt
     require_pointer(options, "options");
     const mpt_optimizer kind = mpt::capi::checked_enum(optimizer, MPT_OPTIMIZER_SGD, MPT_OPTIMIZER_ADAMW, "optimizer");
     options->config.optimizer.kind = static_cast<mpt::OptimizerKind>(kind);
-    // Keras's AdamW default decay, unless the caller already chose one.
-    if (kind == MPT_OPTIMIZER_ADAMW && options->config.optimizer.weight_decay == 0.0f)
-        options->config.optimizer.weight_decay = 0.004f;
+    // Keras's AdamW default decay, unless the caller chose one (0 included), in either order.
+    if (!options->weight_decay_chosen) options->config.optimizer.weight_decay = kind == MPT_OPTIMIZER_ADAMW ? 0.004f : 0.0f;
     MPT_API_END
 }
 
@@ -105,6 +104,7 @@ mpt_status mpt_trainer_options_set_weight_decay(mpt_trainer_options_t* options, 
     require_pointer(options, "options");
     require_range(weight_decay, 0.0f, 1.0f, "weight_decay");
     options->config.optimizer.weight_decay = weight_decay;
+    options->weight_decay_chosen = true;
     MPT_API_END
 }
 

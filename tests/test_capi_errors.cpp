@@ -638,6 +638,29 @@ TEST_CASE("NaN or Inf in a prediction's inputs gives NON_FINITE and leaves the o
     require_usable(session);
 }
 
+TEST_CASE("NaN or Inf in weights or biases given to set_weights gives NON_FINITE and changes nothing") {
+    Session session;
+    const int64_t last = 1, units = kClasses, inputs = 8;  // new_model's last layer
+    std::vector<float> weights(static_cast<size_t>(units * inputs)), bias(static_cast<size_t>(units));
+    REQUIRE_OK(mpt_model_get_weights(session.model, last, weights.data(), units * inputs, bias.data(), units));
+    for (float bad : {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity()}) {
+        std::vector<float> bad_weights(weights.size(), 0.5f), bad_bias(bias.size(), 0.25f);
+        bad_weights[static_cast<size_t>(inputs + 1)] = bad;  // row 1, element 1
+        CHECK_FAILS(MPT_STATUS_NON_FINITE, mpt_model_set_weights(session.model, last, bad_weights.data(),
+                                                                 units * inputs, bad_bias.data(), units));
+        CHECK(std::string(mpt_last_error()).find("weight row 1, element 1") != std::string::npos);
+        bad_weights[static_cast<size_t>(inputs + 1)] = 0.5f;
+        bad_bias.back() = bad;
+        CHECK_FAILS(MPT_STATUS_NON_FINITE, mpt_model_set_weights(session.model, last, bad_weights.data(),
+                                                                 units * inputs, bad_bias.data(), units));
+        std::vector<float> weights_now(weights.size()), bias_now(bias.size());
+        REQUIRE_OK(mpt_model_get_weights(session.model, last, weights_now.data(), units * inputs, bias_now.data(), units));
+        CHECK(weights_now == weights);
+        CHECK(bias_now == bias);
+    }
+    require_usable(session);
+}
+
 TEST_CASE("predict and weight access with wrong counts give SHAPE_MISMATCH and leave the buffers untouched") {
     Session session;
     std::vector<float> out(3 * kClasses + 1, -7.0f);

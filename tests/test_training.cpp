@@ -50,6 +50,7 @@ struct TrainerSetup {
     bool nesterov = false;
     float adam_epsilon = 0.0f;  // 0: the default
     float weight_decay = -1.0f;  // < 0: the default
+    bool weight_decay_before_optimizer = false;  // the order of the two setters
     mpt_loss_scaling scaling = MPT_LOSS_SCALING_DEFAULT;
     float initial_scale = 0.0f;  // 0: the default
     bool dynamics = false;
@@ -62,11 +63,14 @@ mpt_trainer_t* new_trainer(mpt_model_t* model, const TrainerSetup& setup) {
     REQUIRE_OK(mpt_trainer_options_create(&options));
     REQUIRE_OK(mpt_trainer_options_set_precision(options, setup.precision));
     REQUIRE_OK(mpt_trainer_options_set_loss(options, setup.loss));
+    if (setup.weight_decay >= 0.0f && setup.weight_decay_before_optimizer)
+        REQUIRE_OK(mpt_trainer_options_set_weight_decay(options, setup.weight_decay));
     REQUIRE_OK(mpt_trainer_options_set_optimizer(options, setup.optimizer));
     REQUIRE_OK(mpt_trainer_options_set_learning_rate(options, setup.learning_rate));
     if (setup.momentum > 0.0f) REQUIRE_OK(mpt_trainer_options_set_momentum(options, setup.momentum, setup.nesterov));
     if (setup.adam_epsilon > 0.0f) REQUIRE_OK(mpt_trainer_options_set_adam(options, 0.9f, 0.999f, setup.adam_epsilon));
-    if (setup.weight_decay >= 0.0f) REQUIRE_OK(mpt_trainer_options_set_weight_decay(options, setup.weight_decay));
+    if (setup.weight_decay >= 0.0f && !setup.weight_decay_before_optimizer)
+        REQUIRE_OK(mpt_trainer_options_set_weight_decay(options, setup.weight_decay));
     if (setup.initial_scale > 0.0f)
         REQUIRE_OK(mpt_trainer_options_set_loss_scaling(options, setup.scaling, setup.initial_scale));
     if (setup.dynamics)
@@ -823,6 +827,18 @@ TEST_CASE("Adam and AdamW follow Keras's moments, bias correction and decoupled 
     SUBCASE("AdamW with decay 0.1") {
         setup.optimizer = MPT_OPTIMIZER_ADAMW;
         setup.weight_decay = 0.1f;
+        check_two_optimizer_steps(setup, 0.9, 0.999, 1e-12, 0.1);
+    }
+    SUBCASE("AdamW with decay 0 chosen before the optimizer (the default does not replace it)") {
+        setup.optimizer = MPT_OPTIMIZER_ADAMW;
+        setup.weight_decay = 0.0f;
+        setup.weight_decay_before_optimizer = true;
+        check_two_optimizer_steps(setup, 0.9, 0.999, 1e-12, 0.0);
+    }
+    SUBCASE("AdamW with decay 0.1 chosen before the optimizer") {
+        setup.optimizer = MPT_OPTIMIZER_ADAMW;
+        setup.weight_decay = 0.1f;
+        setup.weight_decay_before_optimizer = true;
         check_two_optimizer_steps(setup, 0.9, 0.999, 1e-12, 0.1);
     }
 }

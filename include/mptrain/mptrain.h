@@ -237,7 +237,8 @@ MPT_API mpt_status mpt_model_get_parameter_count(const mpt_model_t* model, int64
 MPT_API mpt_status mpt_model_get_weights(mpt_model_t* model, int64_t layer, float* weights,
                                          int64_t weight_count, float* bias, int64_t bias_count);
 /** Sets layer `layer`'s weights and bias (same layout as get). Builds the model. Trainers that
- *  exist see the new values at their next step. */
+ *  exist see the new values at their next step. NaN or Inf in either array gives
+ *  MPT_STATUS_NON_FINITE and changes nothing. */
 MPT_API mpt_status mpt_model_set_weights(mpt_model_t* model, int64_t layer, const float* weights,
                                          int64_t weight_count, const float* bias, int64_t bias_count);
 /** Forward pass in fp32 for `rows` samples of `input_features` floats; writes the last layer's
@@ -305,11 +306,18 @@ MPT_API mpt_status mpt_trainer_options_set_precision(mpt_trainer_options_t* opti
 MPT_API mpt_status mpt_trainer_options_set_loss(mpt_trainer_options_t* options, mpt_loss loss);
 MPT_API mpt_status mpt_trainer_options_set_optimizer(mpt_trainer_options_t* options, mpt_optimizer optimizer);
 MPT_API mpt_status mpt_trainer_options_set_learning_rate(mpt_trainer_options_t* options, float learning_rate);
-/** SGD momentum in [0, 1); `nesterov` non-zero for Nesterov momentum. */
+/** SGD momentum in [0, 1); `nesterov` non-zero for Nesterov momentum. Keras's formulation:
+ *  v = momentum * v - lr * g, then w += v (Nesterov: w += momentum * v - lr * g). */
 MPT_API mpt_status mpt_trainer_options_set_momentum(mpt_trainer_options_t* options, float momentum, int nesterov);
+/** Adam and AdamW, as Keras computes them: m and v are the moving averages of g and g^2, and after t
+ *  applied steps w -= lr * sqrt(1 - beta2^t) / (1 - beta1^t) * m / (sqrt(v) + epsilon). Epsilon is
+ *  added to the uncorrected sqrt(v), so it weighs more than PyTorch's (which adds it to
+ *  sqrt(v / (1 - beta2^t))): the same epsilon gives slightly different steps there. */
 MPT_API mpt_status mpt_trainer_options_set_adam(mpt_trainer_options_t* options, float beta1, float beta2,
                                                 float epsilon);
-/** Decoupled weight decay for AdamW (ignored by SGD and Adam). */
+/** Decoupled weight decay for AdamW (ignored by SGD and Adam): each step first multiplies every weight
+ *  and bias by (1 - learning_rate * weight_decay), as Keras does. A value set here, 0 included, is kept
+ *  whether it is set before or after the optimizer; otherwise AdamW uses 0.004. */
 MPT_API mpt_status mpt_trainer_options_set_weight_decay(mpt_trainer_options_t* options, float weight_decay);
 /** Loss scaling. Unless it is dynamic (DYNAMIC, or DEFAULT in fp16), a step whose loss or gradients
  *  are NaN or Inf skips its update and fit/step fail with MPT_STATUS_NON_FINITE. With dynamic
