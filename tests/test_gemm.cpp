@@ -6,10 +6,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <random>
 #include <vector>
 
+#include "backend/backend.h"
 #include "backend/cpu/cpu_gemm.h"
 #include "core/thread_pool.h"
 
@@ -200,4 +202,26 @@ TEST_CASE("OpenBLAS runs the kernels this CPU can, and a warning names any slowe
         CHECK(core == "Haswell");
         CHECK(warning.empty());
     }
+}
+
+TEST_CASE("the CPU backend warns about settings of its environment variables it does not know") {
+    // Set for this case only: the other cases of this program read the variables too.
+    struct ScopedVariable {
+        const char* name;
+        std::optional<std::string> before;
+        ScopedVariable(const char* variable) : name(variable) {
+            if (const char* value = std::getenv(name)) before = value;
+        }
+        ~ScopedVariable() {
+            if (before) setenv(name, before->c_str(), 1); else unsetenv(name);
+        }
+    } amx("MPTRAIN_CPU_AMX"), small_gemm("MPTRAIN_CPU_SMALL_GEMM");
+    setenv("MPTRAIN_CPU_AMX", "off", 1);
+    setenv("MPTRAIN_CPU_SMALL_GEMM", "avx512", 1);
+    const std::string warning = create_cpu_backend(1)->setup_warning();
+    CHECK(warning.find("MPTRAIN_CPU_AMX=off is ignored (known: 0, 1)") != std::string::npos);
+    CHECK(warning.find("MPTRAIN_CPU_SMALL_GEMM=avx512 is ignored (known: 0, avx2, avx512f)") != std::string::npos);
+    setenv("MPTRAIN_CPU_AMX", "0", 1);
+    setenv("MPTRAIN_CPU_SMALL_GEMM", "avx2", 1);
+    CHECK(create_cpu_backend(1)->setup_warning().find("is ignored") == std::string::npos);
 }

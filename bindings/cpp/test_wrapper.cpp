@@ -194,6 +194,9 @@ TEST_CASE("automatic checkpoints through the wrapper keep the newest and can be 
     trainer.set_checkpointing(directory.path.string(), 0, 1, 5);
     trainer.fit(data, 1, 32);
     CHECK(saved_steps(directory.path) == std::vector<int64_t>{10, 15, 30});
+    trainer.set_checkpointing(directory.path.string());  // every epoch, keeping the newest
+    trainer.fit(data, 1, 32);
+    CHECK(saved_steps(directory.path) == std::vector<int64_t>{36});
 }
 
 TEST_CASE("missing, damaged and mismatched files throw mptrain::Error with their status") {
@@ -228,7 +231,7 @@ TEST_CASE("missing, damaged and mismatched files throw mptrain::Error with their
     CHECK(status_of([&] { model.save(with_nul); }) == MPT_STATUS_INVALID_ARGUMENT);
     CHECK(status_of([&] { mptrain::Model::load(context, with_nul); }) == MPT_STATUS_INVALID_ARGUMENT);
     CHECK(status_of([&] { trainer.set_checkpointing(directory.path.string(), 1, 0, 0); }) == MPT_STATUS_INVALID_ARGUMENT);
-    CHECK(status_of([&] { trainer.set_checkpointing(directory.path.string()); }) == MPT_STATUS_INVALID_ARGUMENT);
+    CHECK(status_of([&] { trainer.set_checkpointing(directory.path.string(), 0, 0); }) == MPT_STATUS_INVALID_ARGUMENT);
 
     auto data = blobs(context, 64, 41);
     // Refused when set, not at the first checkpoint.

@@ -94,7 +94,12 @@ typedef enum mpt_activation {
  * Keras's from_logits=True). Other pairs follow Keras's from_logits=False: the outputs are taken
  * as probabilities (for cross-entropy renormalised to sum 1), clipped to [1e-7, 1 - 1e-7]; so a
  * last layer whose outputs are not probabilities there (relu, tanh; linear under binary
- * cross-entropy) learns poorly. */
+ * cross-entropy) learns poorly. Unlike Keras, a row whose outputs sum to 0 or less is divided by
+ * 1e-30 instead (all-zero relu outputs give -log(1e-7) per target and no gradient, not NaN).
+ * Accuracy (fit's callbacks, evaluate): for binary cross-entropy, and for mean squared error with
+ * one output, the fraction of outputs on the same side of 0.5 as their targets (the targets are
+ * thresholded too, so soft targets count); otherwise the fraction of rows whose arg-max output is
+ * the label, or the arg-max of the target row. */
 typedef enum mpt_loss {
     MPT_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY = 0, /* integer labels; softmax/linear last layer */
     MPT_LOSS_CATEGORICAL_CROSSENTROPY = 1, /* one-hot float targets, Keras semantics */
@@ -220,7 +225,9 @@ MPT_API mpt_status mpt_context_get_memory(const mpt_context_t* context, size_t* 
  *  \param[out] out  new model (keeps `context` alive); free with mpt_model_destroy. */
 MPT_API mpt_status mpt_model_create(mpt_context_t* context, int64_t input_features, mpt_model_t** out);
 MPT_API void mpt_model_destroy(mpt_model_t* model);
-/** Appends a Dense layer of 1 to 2^24 units (Glorot-uniform weights, zero bias, as Keras). Fails with
+/** Appends a Dense layer of 1 to 2^24 units (Glorot-uniform weights, zero bias, as Keras; drawn from
+ *  the context's seed alone, so models of one architecture created from one context start with the
+ *  same weights: use contexts of different seeds, or mpt_model_set_weights, to start them apart). Fails with
  *  MPT_STATUS_INVALID_STATE once the model has been built (first trainer, predict or weight access).
  *  Softmax is allowed on the last layer only. */
 MPT_API mpt_status mpt_model_add_dense(mpt_model_t* model, int64_t units, mpt_activation activation);
@@ -351,7 +358,9 @@ typedef int (*mpt_progress_fn)(int64_t epoch, int64_t step, int64_t steps_per_ep
 typedef int (*mpt_epoch_end_fn)(int64_t epoch, float loss, float accuracy, void* user_data);
 
 /** Creates a trainer for `model` (builds the model; keeps it alive). The arena is planned at the
- *  first step for that batch size and planned again only when a larger batch comes.
+ *  first step for that batch size and planned again only when a larger batch comes. Its weight
+ *  copies and optimizer state are allocated here: under a memory budget too small for them this
+ *  fails with MPT_STATUS_OUT_OF_MEMORY.
  *  \param[in] options  may be NULL for defaults; not retained. */
 MPT_API mpt_status mpt_trainer_create(mpt_model_t* model, const mpt_trainer_options_t* options,
                                       mpt_trainer_t** out);
@@ -372,7 +381,12 @@ MPT_API void mpt_trainer_destroy(mpt_trainer_t* trainer);
 MPT_API mpt_status mpt_trainer_set_callbacks(mpt_trainer_t* trainer, mpt_progress_fn progress,
                                              mpt_epoch_end_fn epoch_end, void* user_data);
 /** Trains for `epochs` epochs in batches of `batch_size` (the last partial batch of an epoch is
- *  dropped unless it is the only one). `shuffle` non-zero reshuffles each epoch from the seed. */
+ *  dropped unless it is the only one). `shuffle` non-zero reshuffles each epoch from the seed.
+ *  An epoch left unfinished (fit cancelled or failed mid-epoch, or a checkpoint taken inside one) is
+ *  finished first, in its order, when the data set's rows, the batch size and shuffling are the
+ *  same, and counts as one of `epochs`; otherwise it is abandoned (an INFO log line says so) and a
+ *  new epoch starts. A fit that fails before the first step of a new epoch has run (out of memory
+ *  for its scratch, say) leaves the shuffle where it was: called again, it trains what it would have. */
 MPT_API mpt_status mpt_trainer_fit(mpt_trainer_t* trainer, const mpt_dataset_t* dataset, int64_t epochs,
                                    int64_t batch_size, int shuffle);
 /** One training step on rows [first, first + batch_size) of `dataset`, for custom loops.
@@ -413,14 +427,15 @@ MPT_API mpt_status mpt_trainer_get_progress(const mpt_trainer_t* trainer, int64_
  *  the run bit-exactly on the CPU backend. */
 MPT_API mpt_status mpt_trainer_save_checkpoint(mpt_trainer_t* trainer, const char* path);
 /** Restores a checkpoint. The whole file is validated before anything changes: a different
- *  architecture gives MPT_STATUS_SHAPE_MISMATCH, different trainer options (precision, loss,
- *  optimizer, loss scaler) MPT_STATUS_INVALID_ARGUMENT, another major version MPT_STATUS_UNSUPPORTED,
- *  a damaged file MPT_STATUS_CORRUPT_DATA. If the checkpoint was taken inside an epoch, the next fit
+ *  architecture gives MPT_STATUS_SHAPE_MISMATCH; any different trainer option (precision, loss,
+ *  optimizer and every one of its settings, the learning rate included, loss scaler: the message
+ *  names them) MPT_STATUS_INVALID_ARGUMENT, and so does a model file (not a checkpoint); another
+ *  major version MPT_STATUS_UNSUPPORTED; a damaged file MPT_STATUS_CORRUPT_DATA. If the checkpoint was taken inside an epoch, the next fit
  *  on data of the same size, batch size and shuffling finishes that epoch first, in the saved order
  *  (a fit interrupted by a callback continues the same way). */
 MPT_API mpt_status mpt_trainer_load_checkpoint(mpt_trainer_t* trainer, const char* path);
 /** Checkpoints automatically during fit, every `every_steps` optimizer steps and/or at the end of
- *  every `every_epochs`-th epoch (0 = not on that trigger), as `directory`/checkpoint-<step, 12 digits>.safetensors,
+ *  every `every_epochs`-th epoch (0 = not on that trigger; one of them must be > 0), as `directory`/checkpoint-<step, 12 digits>.safetensors,
  *  keeping the newest `keep_last` (>= 1). `directory` must be an existing directory
  *  (MPT_STATUS_IO_ERROR otherwise); NULL turns checkpointing off.
  *  A failed write stops fit with MPT_STATUS_IO_ERROR and keeps the previous checkpoints. */

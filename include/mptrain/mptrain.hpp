@@ -525,19 +525,22 @@ public:
         detail::check(mpt_trainer_save_checkpoint(get(), detail::c_path(path)));
     }
     /** Restores a checkpoint; the whole file is validated first, so a failure changes nothing. Error
-     *  statuses: another architecture SHAPE_MISMATCH, other trainer options INVALID_ARGUMENT, a missing
+     *  statuses: another architecture SHAPE_MISMATCH, other trainer options (the learning rate too) or
+     *  a model file INVALID_ARGUMENT, a missing
      *  file IO_ERROR, a damaged one CORRUPT_DATA, another major version UNSUPPORTED. */
     void load_checkpoint(const std::string& path) {
         detail::check(mpt_trainer_load_checkpoint(get(), detail::c_path(path)));
     }
     /** Checkpoints automatically during fit() into `directory` (which must exist) as
      *  checkpoint-<step>.safetensors, every `every_steps` optimizer steps and/or every `every_epochs`-th
-     *  epoch (0 = not on that trigger), keeping the newest `keep_last` (>= 1). std::nullopt turns
-     *  checkpointing off. A failed write stops fit() with MPT_STATUS_IO_ERROR. */
+     *  epoch (0 = not on that trigger; left out: every epoch unless `every_steps` is given), keeping the
+     *  newest `keep_last` (>= 1). std::nullopt turns checkpointing off. A failed write stops fit() with
+     *  MPT_STATUS_IO_ERROR. */
     void set_checkpointing(const std::optional<std::string>& directory, int64_t every_steps = 0,
-                           int64_t every_epochs = 0, int64_t keep_last = 1) {
+                           std::optional<int64_t> every_epochs = std::nullopt, int64_t keep_last = 1) {
+        const int64_t epochs = every_epochs ? *every_epochs : (every_steps == 0 ? 1 : 0);
         detail::check(mpt_trainer_set_checkpointing(get(), directory ? detail::c_path(*directory) : nullptr, every_steps,
-                                                    every_epochs, keep_last));
+                                                    epochs, keep_last));
     }
     /** {planned, allocated} arena bytes. */
     std::pair<size_t, size_t> memory() const {

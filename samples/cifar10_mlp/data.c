@@ -38,6 +38,20 @@ static int count_present(const char* directory)
     return present;
 }
 
+/* Whether the files a run on the first `limit` training images reads are there (0 = all): the
+ * training batches that hold them and the test batch. The loader opens no others. */
+static int needed_present(const char* directory, int64_t limit)
+{
+    const int64_t per_batch = 10000;
+    int batches = CIFAR10_FILE_COUNT - 1, i;
+    if (limit > 0 && limit < per_batch * batches)
+        batches = (int)((limit + per_batch - 1) / per_batch);
+    for (i = 0; i < batches; ++i)
+        if (!file_exists(directory, cifar10_files[i]))
+            return 0;
+    return file_exists(directory, cifar10_files[CIFAR10_FILE_COUNT - 1]);
+}
+
 static void print_missing_warning(const data_source* source)
 {
     const char* bar = "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!";
@@ -100,7 +114,7 @@ int data_locate(const char* flag_directory, int64_t limit, data_source* out)
     }
     snprintf(out->directory, sizeof out->directory, "%s", directory);
 
-    if (count_present(out->directory) == CIFAR10_FILE_COUNT)
+    if (needed_present(out->directory, limit))
         return 0;
 
     /* Pointing at the folder that get-cifar10.sh was given (it unpacks into a subfolder) is the
@@ -108,7 +122,7 @@ int data_locate(const char* flag_directory, int64_t limit, data_source* out)
     {
         char nested[sizeof out->directory];
         snprintf(nested, sizeof nested, "%s/cifar-10-batches-bin", directory);
-        if (count_present(out->directory) == 0 && count_present(nested) == CIFAR10_FILE_COUNT) {
+        if (count_present(out->directory) == 0 && needed_present(nested, limit)) {
             snprintf(out->directory, sizeof out->directory, "%s", nested);
             return 0;
         }

@@ -863,15 +863,17 @@ namespace Mptrain
 
         /// <summary>Checkpoints automatically during Fit into `directory` (which must exist) as
         /// checkpoint-&lt;step&gt;.safetensors, every `everySteps` optimizer steps and/or every
-        /// `everyEpochs`-th epoch (0 = not on that trigger), keeping the newest `keepLast` (&gt;= 1).
-        /// A null directory turns checkpointing off. A failed write stops Fit with Status.IoError.</summary>
-        public void SetCheckpointing(string directory, long everySteps = 0, long everyEpochs = 0, long keepLast = 1)
+        /// `everyEpochs`-th epoch (0 = not on that trigger; null: every epoch unless `everySteps` is
+        /// given), keeping the newest `keepLast` (&gt;= 1). A null directory turns checkpointing off. A
+        /// failed write stops Fit with Status.IoError.</summary>
+        public void SetCheckpointing(string directory, long everySteps = 0, long? everyEpochs = null, long keepLast = 1)
         {
             using (Family.Enter())
             {
                 TrainerHandle live = Live;
+                long epochs = everyEpochs ?? (everySteps == 0 ? 1 : 0);
                 MptException.Check(Utf8.WithPath(directory, native =>
-                    Native.mpt_trainer_set_checkpointing(live, native, everySteps, everyEpochs, keepLast)));
+                    Native.mpt_trainer_set_checkpointing(live, native, everySteps, epochs, keepLast)));
             }
         }
 

@@ -150,6 +150,9 @@ namespace Mptrain.Tests
                 trainer.SetCheckpointing(dir.Path, everyEpochs: 1, keepLast: 5);
                 trainer.Fit(data, 1, 32);
                 Assert.SequenceEqual(new long[] { 10, 15, 30 }, SavedSteps(dir.Path), "a checkpoint per epoch");
+                trainer.SetCheckpointing(dir.Path); // every epoch, keeping the newest
+                trainer.Fit(data, 1, 32);
+                Assert.SequenceEqual(new long[] { 36 }, SavedSteps(dir.Path), "the defaults");
             }
         }
 
@@ -190,7 +193,7 @@ namespace Mptrain.Tests
                 Assert.Throws<ArgumentNullException>(() => Model.Load(null, modelFile));
                 Assert.Throws<ArgumentNullException>(() => trainer.LoadCheckpoint(null));
                 Assert.Fails(Status.InvalidArgument, () => trainer.SetCheckpointing(dir.Path, everySteps: 1, keepLast: 0));
-                Assert.Fails(Status.InvalidArgument, () => trainer.SetCheckpointing(dir.Path)); // neither trigger
+                Assert.Fails(Status.InvalidArgument, () => trainer.SetCheckpointing(dir.Path, everySteps: 0, everyEpochs: 0)); // neither trigger
 
                 // Refused when set, not at the first checkpoint.
                 Assert.Fails(Status.IoError, () => trainer.SetCheckpointing(dir.File("no-such-directory"), everySteps: 1));

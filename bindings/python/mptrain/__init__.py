@@ -970,18 +970,21 @@ class Trainer(_Handle):
 
     def load_checkpoint(self, path):
         """Restores a checkpoint; the whole file is validated first, so a failure changes nothing.
-        Error statuses: another architecture SHAPE_MISMATCH, other trainer options INVALID_ARGUMENT, a
-        missing file IO_ERROR, a damaged one CORRUPT_DATA, another major version UNSUPPORTED."""
+        Error statuses: another architecture SHAPE_MISMATCH, other trainer options (the learning rate
+        too) or a model file INVALID_ARGUMENT, a missing file IO_ERROR, a damaged one CORRUPT_DATA, another major version UNSUPPORTED."""
         encoded = _path(path, "path")
         with self._family:
             _check(_lib().mpt_trainer_load_checkpoint(self._get(), encoded))
 
-    def set_checkpointing(self, directory, every_steps=0, every_epochs=0, keep_last=1):
+    def set_checkpointing(self, directory, every_steps=0, every_epochs=None, keep_last=1):
         """Checkpoints automatically during fit into `directory` (which must exist) as
         checkpoint-<step>.safetensors, every `every_steps` optimizer steps and/or every
-        `every_epochs`-th epoch (give at least one), keeping the newest `keep_last`. None turns
+        `every_epochs`-th epoch (0 = not on that trigger; None: every epoch unless every_steps is
+        given), keeping the newest `keep_last`. None turns
         checkpointing off. A failed write stops fit with Status.IO_ERROR."""
         encoded = None if directory is None else _path(directory, "directory")
+        if every_epochs is None:
+            every_epochs = 1 if every_steps == 0 else 0
         with self._family:
             _check(_lib().mpt_trainer_set_checkpointing(
                 self._get(), encoded, _integer(every_steps, "every_steps", ctypes.c_int64),

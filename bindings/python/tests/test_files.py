@@ -111,6 +111,9 @@ def test_automatic_checkpoints_keep_the_newest_and_can_be_turned_off(ctx, tmp_pa
     trainer.set_checkpointing(str(tmp_path), every_epochs=1, keep_last=5)
     trainer.fit(dataset, epochs=1, batch_size=32)
     assert saved_steps(tmp_path) == [10, 15, 30]
+    trainer.set_checkpointing(tmp_path)  # every epoch, keeping the newest
+    trainer.fit(dataset, epochs=1, batch_size=32)
+    assert saved_steps(tmp_path) == [36]
 
 
 def test_missing_damaged_and_mismatched_files_raise_with_their_status(ctx, tmp_path):
@@ -154,7 +157,7 @@ def test_missing_damaged_and_mismatched_files_raise_with_their_status(ctx, tmp_p
     with raises(Status.INVALID_ARGUMENT):
         trainer.set_checkpointing(tmp_path, every_steps=1, keep_last=0)
     with raises(Status.INVALID_ARGUMENT):
-        trainer.set_checkpointing(tmp_path)  # neither trigger
+        trainer.set_checkpointing(tmp_path, every_steps=0, every_epochs=0)  # neither trigger
 
     dataset = data(ctx, 64, 41)
     with raises(Status.IO_ERROR):  # refused when set, not at the first checkpoint

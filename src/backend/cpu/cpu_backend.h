@@ -25,7 +25,8 @@ public:
 
     BackendKind kind() const override { return BackendKind::cpu; }
     std::string device_name() const override;
-    std::string setup_warning() const override { return cpu_gemm_kernel_warning(); }
+    // OpenBLAS on slow kernels; environment settings it does not know.
+    std::string setup_warning() const override;
     std::string emulation_warning(DType compute_dtype) const override;
     size_t storage_size(DType) const override { return sizeof(float); }
     // bf16 where AMX multiplies it natively (faster than fp32 SGEMM, and than fp16's four products);

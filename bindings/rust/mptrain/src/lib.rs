@@ -1703,7 +1703,8 @@ impl Trainer {
 
     /// Checkpoints automatically during `fit` into `directory` (which must exist) as
     /// `checkpoint-<step>.safetensors`, every `every_steps` optimizer steps and/or every
-    /// `every_epochs`-th epoch (0 = not on that trigger), keeping the newest `keep_last` (>= 1).
+    /// `every_epochs`-th epoch (0 = not on that trigger; one of them must be > 0), keeping the
+    /// newest `keep_last` (>= 1).
     /// `None` turns checkpointing off. A failed write stops `fit` with [`Status::IoError`].
     pub fn set_checkpointing(
         &mut self,
