@@ -1,7 +1,8 @@
 // The safetensors writer, and a reader that checks the whole file before exposing any byte of it.
 // The header is parsed with nlohmann's SAX interface into a small state machine for the format's
 // schema, so wrong types, duplicate keys and oversized shapes are rejected as they are met, with no
-// JSON tree built in between.
+// JSON tree built in between; the writer writes it with JsonWriter. No nlohmann::json array or
+// object is ever built here: their destructor allocates, and terminates the process when that fails.
 #include "io/safetensors.h"
 
 #include <nlohmann/json.hpp>
@@ -16,6 +17,7 @@
 #include "core/error.h"
 #include "io/atomic_file.h"
 #include "io/crc32c.h"
+#include "io/json_writer.h"
 
 namespace mpt {
 namespace {
@@ -100,7 +102,9 @@ uint32_t header_checksum(const uint8_t* file, size_t prefix_bytes, size_t digits
 
 bool is_valid_utf8_text(const std::string& text) {
     try {
-        (void)nlohmann::json(text).dump();  // dump() throws on invalid UTF-8 (its default error handler)
+        // dump() throws on invalid UTF-8 (its default error handler). A string value, unlike an array
+        // or object, is destroyed without allocating.
+        (void)nlohmann::json(text).dump();
         return true;
     } catch (const nlohmann::json::exception&) {
         return false;
@@ -406,16 +410,23 @@ SafetensorsWriter::Layout SafetensorsWriter::layout() const {
         metadata[safetensors_checksum_key(entry->name)] = hex8(crc32c(entry->data(), entry->bytes));
     }
     metadata[safetensors_header_checksum_key()] = "00000000";  // filled in once the header is final
-    nlohmann::ordered_json header = nlohmann::ordered_json::object();
-    if (!metadata.empty()) header[metadata_key] = metadata;
+    // The metadata first, then the tensors in file order, as nlohmann's ordered_json wrote them.
+    JsonWriter header;
+    header.begin_object();
+    if (!metadata.empty()) {
+        header.key(metadata_key).begin_object();
+        for (const auto& [key, value] : metadata) header.key(key).string(value);
+        header.end_object();
+    }
     uint64_t offset = 0;
     for (const Entry* entry : layout.order) {
-        header[entry->name] = {{"dtype", entry->dtype},
-                               {"shape", entry->shape},
-                               {"data_offsets", {offset, offset + entry->bytes}}};
+        header.key(entry->name).begin_object().key("dtype").string(entry->dtype).key("shape").begin_array();
+        for (int64_t dimension : entry->shape) header.integer(dimension);
+        header.end_array().key("data_offsets").begin_array().unsigned_integer(offset).unsigned_integer(offset + entry->bytes);
+        header.end_array().end_object();
         offset += entry->bytes;
     }
-    layout.header = header.dump();
+    layout.header = header.end_object().take();
     layout.header.append((8 - layout.header.size() % 8) % 8, ' ');
     uint64_t length = layout.header.size();
     for (int i = 0; i < 8; ++i) layout.header_length[i] = static_cast<uint8_t>(length >> (8 * i));

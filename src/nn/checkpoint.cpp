@@ -9,7 +9,6 @@
 #include <cstdio>
 #include <cstring>
 #include <iterator>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -18,52 +17,63 @@
 #include "core/error.h"
 #include "core/float_bits.h"
 #include "io/atomic_file.h"
+#include "io/flat_json.h"
+#include "io/json_writer.h"
 #include "nn/model_file.h"
 
 namespace mpt {
 
 namespace {
 
-using Json = nlohmann::json;
-
-// The options that must match for a resumed run to be the same run.
-Json options_json(const Trainer& trainer) {
+// The options that must match for a resumed run to be the same run. Keys in alphabetical order, as
+// files written with nlohmann::json (a sorted map) have them.
+std::string options_json(const Trainer& trainer) {
     const TrainerConfig& config = trainer.config();
     const OptimizerConfig& optimizer = config.optimizer;
     const LossScalerConfig& scaler = trainer.executor().scaler_config();
-    return Json{{"precision", precision_name(trainer.precision())},
-                {"loss", loss_name(config.loss)},
-                {"optimizer",
-                 {{"kind", static_cast<int>(optimizer.kind)},
-                  {"learning_rate", float_bits(optimizer.learning_rate)},
-                  {"momentum", float_bits(optimizer.momentum)},
-                  {"nesterov", optimizer.nesterov},
-                  {"beta1", float_bits(optimizer.beta1)},
-                  {"beta2", float_bits(optimizer.beta2)},
-                  {"epsilon", float_bits(optimizer.epsilon)},
-                  {"weight_decay", float_bits(optimizer.weight_decay)}}},
-                {"loss_scaler",
-                 {{"mode", static_cast<int>(scaler.mode)},
-                  {"initial_scale", float_bits(scaler.initial_scale)},
-                  {"growth_factor", float_bits(scaler.growth_factor)},
-                  {"backoff_factor", float_bits(scaler.backoff_factor)},
-                  {"growth_interval", scaler.growth_interval},
-                  {"min_scale", float_bits(scaler.min_scale)},
-                  {"max_scale", float_bits(scaler.max_scale)}}}};
+    JsonWriter json;
+    json.begin_object()
+        .key("loss").string(loss_name(config.loss))
+        .key("loss_scaler").begin_object()
+            .key("backoff_factor").unsigned_integer(float_bits(scaler.backoff_factor))
+            .key("growth_factor").unsigned_integer(float_bits(scaler.growth_factor))
+            .key("growth_interval").integer(scaler.growth_interval)
+            .key("initial_scale").unsigned_integer(float_bits(scaler.initial_scale))
+            .key("max_scale").unsigned_integer(float_bits(scaler.max_scale))
+            .key("min_scale").unsigned_integer(float_bits(scaler.min_scale))
+            .key("mode").integer(static_cast<int>(scaler.mode))
+        .end_object()
+        .key("optimizer").begin_object()
+            .key("beta1").unsigned_integer(float_bits(optimizer.beta1))
+            .key("beta2").unsigned_integer(float_bits(optimizer.beta2))
+            .key("epsilon").unsigned_integer(float_bits(optimizer.epsilon))
+            .key("kind").integer(static_cast<int>(optimizer.kind))
+            .key("learning_rate").unsigned_integer(float_bits(optimizer.learning_rate))
+            .key("momentum").unsigned_integer(float_bits(optimizer.momentum))
+            .key("nesterov").boolean(optimizer.nesterov)
+            .key("weight_decay").unsigned_integer(float_bits(optimizer.weight_decay))
+        .end_object()
+        .key("precision").string(precision_name(trainer.precision()))
+        .end_object();
+    return json.take();
 }
 
-Json progress_json(const TrainerSnapshot& snapshot) {
+std::string progress_json(const TrainerSnapshot& snapshot) {
     const TrainState& state = snapshot.state;
-    return Json{{"loss_scale", float_bits(state.loss_scale)},
-                {"growth_tracker", state.growth_tracker},
-                {"skipped_steps", state.skipped_steps},
-                {"applied_steps", state.applied_steps},
-                {"steps", state.steps},
-                {"epochs_completed", snapshot.epochs_completed},
-                {"steps_into_epoch", snapshot.steps_into_epoch},
-                {"batch_size", snapshot.batch_size},
-                {"dataset_rows", snapshot.dataset_rows},
-                {"shuffle", snapshot.shuffle}};
+    JsonWriter json;
+    json.begin_object()
+        .key("applied_steps").integer(state.applied_steps)
+        .key("batch_size").integer(snapshot.batch_size)
+        .key("dataset_rows").integer(snapshot.dataset_rows)
+        .key("epochs_completed").integer(snapshot.epochs_completed)
+        .key("growth_tracker").integer(state.growth_tracker)
+        .key("loss_scale").unsigned_integer(float_bits(state.loss_scale))
+        .key("shuffle").boolean(snapshot.shuffle)
+        .key("skipped_steps").integer(state.skipped_steps)
+        .key("steps").integer(state.steps)
+        .key("steps_into_epoch").integer(snapshot.steps_into_epoch)
+        .end_object();
+    return json.take();
 }
 
 std::string optimizer_tensor_name(int array, size_t layer, const char* part) {
@@ -88,34 +98,37 @@ std::string option_name(const std::string& key) {
 
 // An option's value as the C API spells it: floats as numbers (they are stored as bit patterns, so
 // the comparison is exact), enums by name.
-std::string option_text(const std::string& key, const Json& value) {
-    if (is_float_option(key) && value.is_number_unsigned() && value.get<uint64_t>() <= UINT32_MAX) {
+std::string option_text(const std::string& key, const JsonValue& value) {
+    // Every non-negative integer reads as unsigned; the enums and floats are never negative.
+    const bool small_integer = value.type == JsonType::unsigned_integer && value.unsigned_integer <= UINT32_MAX;
+    if (is_float_option(key) && small_integer) {
         char text[32];
-        const auto result = std::to_chars(text, text + sizeof text, bits_float(value.get<uint32_t>()));
+        const auto result =
+            std::to_chars(text, text + sizeof text, bits_float(static_cast<uint32_t>(value.unsigned_integer)));
         return std::string(text, result.ptr);
     }
-    if (key == "kind" && value.is_number_integer()) {
+    if (key == "kind" && small_integer) {
         static const char* const optimizers[] = {"sgd", "adam", "adamw"};
-        const int64_t kind = value.get<int64_t>();
-        if (kind >= 0 && kind < 3) return optimizers[kind];
+        if (value.unsigned_integer < 3) return optimizers[value.unsigned_integer];
     }
-    if (key == "mode" && value.is_number_integer()) {
-        switch (value.get<int64_t>()) {
+    if (key == "mode" && small_integer) {
+        switch (static_cast<int64_t>(value.unsigned_integer)) {
             case static_cast<int64_t>(LossScaling::off): return "off";
             case static_cast<int64_t>(LossScaling::fixed): return "static";
             case static_cast<int64_t>(LossScaling::dynamic): return "dynamic";
             default: break;
         }
     }
-    if (value.is_string()) return value.get<std::string>();
-    return value.dump();
+    return json_value_text(value);  // strings as themselves, other scalars as JSON
 }
 
 // "precision mixed-bf16 (this trainer: fp32; ...), learning_rate 0.01 (this trainer: 0.05)": only the
 // options that differ, the precision first (it decides most others), then in the JSON's key order.
-std::string option_differences(const Json& saved, const Json& ours, mpt_precision configured_precision) {
+// `saved_text` is what `saved` was read from, for a difference in options this version does not know.
+std::string option_differences(const FlatJson& saved, const std::string& saved_text, const FlatJson& ours,
+                               mpt_precision configured_precision) {
     std::vector<std::string> differences;
-    const auto describe = [&](const std::string& key, const Json* saved_value, const Json& our_value) {
+    const auto describe = [&](const std::string& key, const JsonValue* saved_value, const JsonValue& our_value) {
         if (saved_value != nullptr && *saved_value == our_value) return;
         std::string text = option_name(key) + " " + (saved_value ? option_text(key, *saved_value) : "(not recorded)") +
                            " (this trainer: " + option_text(key, our_value);
@@ -123,25 +136,29 @@ std::string option_differences(const Json& saved, const Json& ours, mpt_precisio
             text += "; AUTO resolves per machine: name the precision to resume this checkpoint here";
         differences.push_back(text + ")");
     };
+    // A member of the saved options, when the saved options are an object that has it.
+    const auto saved_member = [&](const std::string& object, const std::string& key) -> const JsonValue* {
+        const JsonValue* parent = saved.find(object);
+        return parent != nullptr && parent->type == JsonType::object ? saved.find(json_pointer(object, key)) : nullptr;
+    };
     std::vector<std::string> keys{"precision"};
-    for (auto item = ours.begin(); item != ours.end(); ++item)
-        if (item.key() != "precision") keys.push_back(item.key());
+    for (const std::string& key : ours.member_names(""))
+        if (key != "precision") keys.push_back(key);
     for (const std::string& key : keys) {
-        if (!ours.contains(key)) continue;
-        const auto item = ours.find(key);
-        const Json* saved_item = saved.is_object() && saved.contains(item.key()) ? &saved.at(item.key()) : nullptr;
-        if (!item.value().is_object()) {
-            describe(item.key(), saved_item, item.value());
+        const std::string item = json_pointer("", key);
+        const JsonValue* our_item = ours.find(item);
+        if (our_item == nullptr) continue;
+        if (our_item->type != JsonType::object) {
+            describe(key, saved_member("", key), *our_item);
             continue;
         }
-        for (auto field = item.value().begin(); field != item.value().end(); ++field) {
-            const Json* saved_field = saved_item != nullptr && saved_item->is_object() && saved_item->contains(field.key())
-                                          ? &saved_item->at(field.key())
-                                          : nullptr;
-            describe(field.key(), saved_field, field.value());
+        const JsonValue* saved_item = saved_member("", key);
+        for (const std::string& field : ours.member_names(item)) {
+            describe(field, saved_item != nullptr ? saved_member(item, field) : nullptr,
+                     *ours.find(json_pointer(item, field)));
         }
     }
-    if (differences.empty()) differences.push_back("options this version does not know: " + saved.dump().substr(0, 300));
+    if (differences.empty()) differences.push_back("options this version does not know: " + saved_text.substr(0, 300));
     std::string joined;
     for (const std::string& difference : differences) joined += (joined.empty() ? "" : ", ") + difference;
     return joined;
@@ -241,8 +258,8 @@ void save_checkpoint(Trainer& trainer, const std::string& path) {
     std::vector<float> host_block;
     add_model_to_file(model, writer, "checkpoint", host_block);
     writer.set_metadata("mptrain.precision", precision_name(trainer.precision()));
-    writer.set_metadata("mptrain.trainer.options", options_json(trainer).dump());
-    writer.set_metadata("mptrain.trainer.progress", progress_json(snapshot).dump());
+    writer.set_metadata("mptrain.trainer.options", options_json(trainer));
+    writer.set_metadata("mptrain.trainer.progress", progress_json(snapshot));
 
     const Executor& executor = trainer.executor();
     for (int array = 0; array < executor.optimizer_state_arrays(); ++array) {
@@ -274,24 +291,28 @@ void load_checkpoint(Trainer& trainer, const std::string& path) {
     const std::vector<float> masters = read_model_block(reader, model);
     TrainerSnapshot snapshot;
     try {
-        const Json options = Json::parse(metadata_value(reader, "mptrain.trainer.options"));
-        const Json our_options = options_json(trainer);
+        const std::string& options_text = metadata_value(reader, "mptrain.trainer.options");
+        const FlatJson options = FlatJson::parse(options_text);
+        // Ours read back from the text we would write, so that both sides compare alike.
+        const FlatJson our_options = FlatJson::parse(options_json(trainer));
         if (options != our_options)
-            fail(MPT_STATUS_INVALID_ARGUMENT, "the checkpoint was written by a trainer with other options: " +
-                                                  option_differences(options, our_options, trainer.config().precision));
-        const Json progress = Json::parse(metadata_value(reader, "mptrain.trainer.progress"));
-        snapshot.state.loss_scale = bits_float(progress.at("loss_scale").get<uint32_t>());
+            fail(MPT_STATUS_INVALID_ARGUMENT,
+                 "the checkpoint was written by a trainer with other options: " +
+                     option_differences(options, options_text, our_options, trainer.config().precision));
+        const FlatJson progress = FlatJson::parse(metadata_value(reader, "mptrain.trainer.progress"));
+        progress.require_object("");
+        snapshot.state.loss_scale = bits_float(progress.uint32("/loss_scale"));
         snapshot.state.found_inf = 0;
-        snapshot.state.growth_tracker = progress.at("growth_tracker").get<int64_t>();
-        snapshot.state.skipped_steps = progress.at("skipped_steps").get<int64_t>();
-        snapshot.state.applied_steps = progress.at("applied_steps").get<int64_t>();
-        snapshot.state.steps = progress.at("steps").get<int64_t>();
-        snapshot.epochs_completed = progress.at("epochs_completed").get<int64_t>();
-        snapshot.steps_into_epoch = progress.at("steps_into_epoch").get<int64_t>();
-        snapshot.batch_size = progress.at("batch_size").get<int64_t>();
-        snapshot.dataset_rows = progress.at("dataset_rows").get<int64_t>();
-        snapshot.shuffle = progress.at("shuffle").get<bool>();
-    } catch (const Json::exception& error) {
+        snapshot.state.growth_tracker = progress.int64("/growth_tracker");
+        snapshot.state.skipped_steps = progress.int64("/skipped_steps");
+        snapshot.state.applied_steps = progress.int64("/applied_steps");
+        snapshot.state.steps = progress.int64("/steps");
+        snapshot.epochs_completed = progress.int64("/epochs_completed");
+        snapshot.steps_into_epoch = progress.int64("/steps_into_epoch");
+        snapshot.batch_size = progress.int64("/batch_size");
+        snapshot.dataset_rows = progress.int64("/dataset_rows");
+        snapshot.shuffle = progress.boolean("/shuffle");
+    } catch (const JsonFormatError& error) {
         fail(MPT_STATUS_CORRUPT_DATA, std::string("the checkpoint's trainer metadata is malformed: ") + error.what());
     }
     check_progress(snapshot, trainer.executor().scaler_config());

@@ -5,16 +5,15 @@
 #include <algorithm>
 #include <cstring>
 #include <iterator>
-#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "core/version.h"
+#include "io/flat_json.h"
+#include "io/json_writer.h"
 
 namespace mpt {
 
 namespace {
-
-using Json = nlohmann::json;
 
 const char* dtype_override_name(const std::optional<DType>& dtype) { return dtype ? dtype_name(*dtype) : "default"; }
 
@@ -33,14 +32,19 @@ Activation parse_activation(const std::string& name) {
     fail(MPT_STATUS_CORRUPT_DATA, "unknown activation '" + name + "' in the architecture");
 }
 
+// Keys in alphabetical order, as files written with nlohmann::json (a sorted map) have them.
 std::string architecture_json(const Model& model) {
-    Json layers = Json::array();
-    for (const DenseLayer& layer : model.layers())
-        layers.push_back({{"type", "dense"},
-                          {"units", layer.units},
-                          {"activation", activation_name(layer.activation)},
-                          {"dtype", dtype_override_name(layer.dtype_override)}});
-    return Json{{"input_features", model.input_features()}, {"layers", layers}}.dump();
+    JsonWriter json;
+    json.begin_object().key("input_features").integer(model.input_features()).key("layers").begin_array();
+    for (const DenseLayer& layer : model.layers()) {
+        json.begin_object()
+            .key("activation").string(activation_name(layer.activation))
+            .key("dtype").string(dtype_override_name(layer.dtype_override))
+            .key("type").string("dense")
+            .key("units").integer(layer.units)
+            .end_object();
+    }
+    return json.end_array().end_object().take();
 }
 
 const std::string& metadata_value(const SafetensorsReader& reader, const std::string& key) {
@@ -92,16 +96,20 @@ struct Architecture {
 Architecture parse_architecture(const SafetensorsReader& reader) {
     Architecture architecture;
     try {
-        const Json json = Json::parse(metadata_value(reader, "mptrain.architecture"));
-        architecture.input_features = json.at("input_features").get<int64_t>();
-        for (const Json& layer : json.at("layers")) {
-            if (layer.at("type").get<std::string>() != "dense")
+        const FlatJson json = FlatJson::parse(metadata_value(reader, "mptrain.architecture"));
+        json.require_object("");
+        architecture.input_features = json.int64("/input_features");
+        const size_t layers = json.array_size("/layers");
+        for (size_t i = 0; i < layers; ++i) {
+            const std::string layer = json_pointer("/layers", i);
+            json.require_object(layer);
+            if (json.string(json_pointer(layer, "type")) != "dense")
                 fail(MPT_STATUS_CORRUPT_DATA, "unknown layer type in the architecture");
-            architecture.layers.push_back({layer.at("units").get<int64_t>(),
-                                           parse_activation(layer.at("activation").get<std::string>()),
-                                           parse_dtype_override(layer.at("dtype").get<std::string>())});
+            architecture.layers.push_back({json.int64(json_pointer(layer, "units")),
+                                           parse_activation(json.string(json_pointer(layer, "activation"))),
+                                           parse_dtype_override(json.string(json_pointer(layer, "dtype")))});
         }
-    } catch (const Json::exception& error) {
+    } catch (const JsonFormatError& error) {
         fail(MPT_STATUS_CORRUPT_DATA, std::string("the architecture metadata is malformed: ") + error.what());
     }
     if (architecture.input_features <= 0 || architecture.layers.empty())
