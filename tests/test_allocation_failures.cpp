@@ -1,7 +1,8 @@
-// Every heap allocation made while saving and loading a model or a checkpoint can fail: the call
-// then returns OUT_OF_MEMORY (or succeeds, when the library could do without it), the process goes
-// on, nothing is left half-changed, and the next undisturbed save and load work. The allocations are
-// made to fail one at a time, the first, then the second, ..., until the calls make no more.
+// Every heap allocation made while saving and loading a model or a checkpoint, or while fitting,
+// can fail: the call then returns OUT_OF_MEMORY (or succeeds, when the library could do without
+// it), the process goes on, nothing is left half-changed, and the next undisturbed call works (a fit
+// called again trains exactly what an undisturbed one does). The allocations are made to fail one at
+// a time, the first, then the second, ..., until the calls make no more.
 #include <doctest/doctest.h>
 
 #include <mptrain/mptrain.h>
@@ -36,7 +37,7 @@ struct Run {
     mpt_dataset_t* dataset = nullptr;
     mpt_trainer_t* trainer = nullptr;
 
-    Run() {
+    explicit Run(bool fit_first = true) {
         mpt_test::TestRng rng(5);
         std::vector<float> samples(kRows * kFeatures);
         std::vector<int32_t> labels(kRows);
@@ -61,7 +62,7 @@ struct Run {
         REQUIRE_OK(mpt_trainer_options_set_optimizer(trainer_options, MPT_OPTIMIZER_ADAM));
         REQUIRE_OK(mpt_trainer_create(model, trainer_options, &trainer));
         mpt_trainer_options_destroy(trainer_options);
-        REQUIRE_OK(mpt_trainer_fit(trainer, dataset, 1, 16, 1));
+        if (fit_first) REQUIRE_OK(mpt_trainer_fit(trainer, dataset, 1, 16, 1));
     }
     ~Run() {
         mpt_trainer_destroy(trainer);
@@ -152,4 +153,42 @@ TEST_CASE("a failed allocation anywhere in saving or loading a model or checkpoi
     REQUIRE_OK(mpt_trainer_load_checkpoint(run.trainer, checkpoint_path.c_str()));
     CHECK(same_bits(weights(run.model), saved));
     REQUIRE_OK(mpt_trainer_fit(run.trainer, run.dataset, 1, 16, 1));
+}
+
+TEST_CASE("a failed allocation anywhere in fit is OUT_OF_MEMORY, and fit called again trains what an undisturbed fit does") {
+    // A fresh trainer: the fit plans its arenas, fills its first epoch order, grows its GEMM scratch.
+    constexpr int64_t kEpochs = 2;
+    std::vector<float> undisturbed;
+    {
+        Run reference(false);
+        REQUIRE_OK(mpt_trainer_fit(reference.trainer, reference.dataset, kEpochs, 16, 1));
+        undisturbed = weights(reference.model);
+    }
+    uint64_t failures = 0;
+    for (uint64_t n = 1;; ++n) {
+        Run run(false);
+        mpt::testing::fail_allocation(n);
+        const mpt_status status = mpt_trainer_fit(run.trainer, run.dataset, kEpochs, 16, 1);
+        const std::string message = mpt_last_error();
+        mpt::testing::stop_failing_allocations();
+        if (!mpt::testing::allocation_failed()) {
+            CHECK(status == MPT_STATUS_OK);
+            CHECK(same_bits(weights(run.model), undisturbed));
+            MESSAGE((n - 1), " allocations in a first fit; ", failures, " of their failures failed it");
+            CHECK(n > 10);
+            break;
+        }
+        CAPTURE(n);
+        if (status != MPT_STATUS_OK) {
+            INFO(message);
+            CHECK(status == MPT_STATUS_OUT_OF_MEMORY);
+            ++failures;
+            // An epoch the failed fit left unfinished is finished first and counts as one of its epochs.
+            int64_t epochs = 0;
+            REQUIRE_OK(mpt_trainer_get_progress(run.trainer, nullptr, &epochs));
+            REQUIRE_OK(mpt_trainer_fit(run.trainer, run.dataset, kEpochs - epochs, 16, 1));
+        }
+        CHECK(same_bits(weights(run.model), undisturbed));
+    }
+    CHECK(failures > 0);
 }

@@ -256,6 +256,17 @@ void Trainer::fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bo
         report_head_ = 0;
         reports_pending_ = 0;
         int64_t first_step = 0;
+        // A new epoch draws its shuffle seed from the trainer's generator. Should the epoch fail
+        // before its first step has run (out of memory for the order or the first step's scratch),
+        // the draw is undone: fit called again then trains exactly what the failed call would have.
+        struct UndoDrawUnlessStarted {
+            Rng& generator;
+            const Rng before;
+            bool started = false;
+            ~UndoDrawUnlessStarted() {
+                if (!started) generator = before;
+            }
+        } undo_draw{shuffle_rng_, shuffle_rng_};
         if (resume) {
             if (!restored_order_.empty()) {
                 reserve_order(epoch_order_, rows);
@@ -305,6 +316,7 @@ void Trainer::fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bo
             step_task_ = StepTask{this, slot, batch_rows};
             scheduler.submit(Lane::compute, &Trainer::run_train_step, &step_task_);
             steps_into_epoch_ = s + 1;
+            undo_draw.started = true;
             ++steps_taken_;
             if (reporting) {
                 issue_report(s + 1);
