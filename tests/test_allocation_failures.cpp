@@ -15,6 +15,7 @@
 
 #include "support/capi_fixture.h"
 #include "support/failing_allocator.h"
+#include "support/temp_dir.h"
 
 namespace fs = std::filesystem;
 
@@ -22,14 +23,6 @@ namespace {
 
 constexpr int64_t kRows = 64, kFeatures = 6, kHidden = 8, kClasses = 3;
 
-struct TempDir {
-    fs::path path;
-    TempDir() {
-        char pattern[] = "/tmp/mptrain-allocation-failures-XXXXXX";
-        path = mkdtemp(pattern);
-    }
-    ~TempDir() { fs::remove_all(path); }
-};
 
 struct Run {
     mpt_context_t* context = nullptr;
@@ -94,7 +87,7 @@ const char* const kCalls[] = {"mpt_model_save", "mpt_model_load", "mpt_trainer_s
 }  // namespace
 
 TEST_CASE("a failed allocation anywhere in saving or loading a model or checkpoint is OUT_OF_MEMORY, never an abort") {
-    TempDir directory;
+    mpt_test::TempDir directory("mptrain-allocation-failures");
     const std::string model_path = (directory.path / "model.safetensors").string();
     const std::string checkpoint_path = (directory.path / "checkpoint.safetensors").string();
     Run run;

@@ -22,6 +22,7 @@
 
 #include "mptrain/mptrain.h"
 #include "support/capi_fixture.h"
+#include "support/temp_dir.h"
 
 namespace {
 
@@ -810,27 +811,6 @@ TEST_CASE("without check_finite, a NaN or Inf batch makes fp32 step and fit retu
 
 namespace {
 
-// A directory under /tmp, removed with its files at the end of the scope.
-class TempDir {
-public:
-    TempDir() {
-        char pattern[] = "/tmp/mptrain_cifar_XXXXXX";
-        const char* made = mkdtemp(pattern);
-        REQUIRE(made != nullptr);
-        path_ = made;
-    }
-    ~TempDir() {
-        for (const char* name : {"test_batch.bin", "data_batch_1.bin", "data_batch_2.bin"})
-            std::remove((path_ + "/" + std::string(name)).c_str());
-        rmdir(path_.c_str());
-    }
-    const std::string& path() const { return path_; }
-    std::string file(const char* name) const { return path_ + "/" + name; }
-
-private:
-    std::string path_;
-};
-
 constexpr int64_t kCifarRecords = 10000, kCifarPixels = 3072, kCifarRecordBytes = 3073;
 
 // Record r: label r % 2; pixel 0 is 128 for label 1 and 127 for label 0 (so x0 = 128/255 or
@@ -857,12 +837,12 @@ void write_file(const std::string& path, const uint8_t* data, size_t size) {
 
 TEST_CASE("the CIFAR-10 loader: missing files give IO_ERROR, wrong sizes and bad labels CORRUPT_DATA, a valid file loads") {
     Session session;
-    TempDir dir;
+    mpt_test::TempDir dir("mptrain_cifar");
     mpt_dataset_t* dataset = sentinel_handle<mpt_dataset_t>();
-    CHECK_FAILS(MPT_STATUS_IO_ERROR, mpt_dataset_load_cifar10(session.context, (dir.path() + "/missing").c_str(), 0, 0, &dataset));
-    CHECK_FAILS(MPT_STATUS_IO_ERROR, mpt_dataset_load_cifar10(session.context, (dir.path() + "/missing").c_str(), 1, 0, &dataset));
-    CHECK_FAILS(MPT_STATUS_IO_ERROR, mpt_dataset_load_cifar10(session.context, dir.path().c_str(), 0, 0, &dataset));
-    CHECK_FAILS(MPT_STATUS_IO_ERROR, mpt_dataset_load_cifar10(session.context, dir.path().c_str(), 1, 10, &dataset));
+    CHECK_FAILS(MPT_STATUS_IO_ERROR, mpt_dataset_load_cifar10(session.context, (dir.path.string() + "/missing").c_str(), 0, 0, &dataset));
+    CHECK_FAILS(MPT_STATUS_IO_ERROR, mpt_dataset_load_cifar10(session.context, (dir.path.string() + "/missing").c_str(), 1, 0, &dataset));
+    CHECK_FAILS(MPT_STATUS_IO_ERROR, mpt_dataset_load_cifar10(session.context, dir.path.string().c_str(), 0, 0, &dataset));
+    CHECK_FAILS(MPT_STATUS_IO_ERROR, mpt_dataset_load_cifar10(session.context, dir.path.string().c_str(), 1, 10, &dataset));
     CHECK(dataset == sentinel_handle<mpt_dataset_t>());
 
     std::vector<uint8_t> bytes = cifar_bytes();
@@ -871,12 +851,12 @@ TEST_CASE("the CIFAR-10 loader: missing files give IO_ERROR, wrong sizes and bad
         for (size_t size : {size_t{0}, size_t{kCifarRecordBytes * 100}, bytes.size() - 1}) {
             CAPTURE(size);
             write_file(test_batch, bytes.data(), size);
-            CHECK_FAILS(MPT_STATUS_CORRUPT_DATA, mpt_dataset_load_cifar10(session.context, dir.path().c_str(), 0, 0, &dataset));
-            CHECK_FAILS(MPT_STATUS_CORRUPT_DATA, mpt_dataset_load_cifar10(session.context, dir.path().c_str(), 0, 10, &dataset));
+            CHECK_FAILS(MPT_STATUS_CORRUPT_DATA, mpt_dataset_load_cifar10(session.context, dir.path.string().c_str(), 0, 0, &dataset));
+            CHECK_FAILS(MPT_STATUS_CORRUPT_DATA, mpt_dataset_load_cifar10(session.context, dir.path.string().c_str(), 0, 10, &dataset));
         }
         bytes.push_back(0);
         write_file(test_batch, bytes.data(), bytes.size());
-        CHECK_FAILS(MPT_STATUS_CORRUPT_DATA, mpt_dataset_load_cifar10(session.context, dir.path().c_str(), 0, 0, &dataset));
+        CHECK_FAILS(MPT_STATUS_CORRUPT_DATA, mpt_dataset_load_cifar10(session.context, dir.path.string().c_str(), 0, 0, &dataset));
         CHECK(dataset == sentinel_handle<mpt_dataset_t>());
     }
     SUBCASE("a label byte of 10 (first or last record) is CORRUPT_DATA") {
@@ -885,24 +865,24 @@ TEST_CASE("the CIFAR-10 loader: missing files give IO_ERROR, wrong sizes and bad
             std::vector<uint8_t> bad = bytes;
             bad[static_cast<size_t>(record * kCifarRecordBytes)] = 10;
             write_file(test_batch, bad.data(), bad.size());
-            CHECK_FAILS(MPT_STATUS_CORRUPT_DATA, mpt_dataset_load_cifar10(session.context, dir.path().c_str(), 0, 0, &dataset));
+            CHECK_FAILS(MPT_STATUS_CORRUPT_DATA, mpt_dataset_load_cifar10(session.context, dir.path.string().c_str(), 0, 0, &dataset));
         }
         bytes[0] = 255;
         write_file(test_batch, bytes.data(), bytes.size());
-        CHECK_FAILS(MPT_STATUS_CORRUPT_DATA, mpt_dataset_load_cifar10(session.context, dir.path().c_str(), 0, 0, &dataset));
+        CHECK_FAILS(MPT_STATUS_CORRUPT_DATA, mpt_dataset_load_cifar10(session.context, dir.path.string().c_str(), 0, 0, &dataset));
         CHECK(dataset == sentinel_handle<mpt_dataset_t>());
     }
     SUBCASE("a valid file loads with its labels, scaled by 1/255, and limit keeps the first records") {
         write_file(test_batch, bytes.data(), bytes.size());
         mpt_dataset_t* full = nullptr;
-        REQUIRE_OK(mpt_dataset_load_cifar10(session.context, dir.path().c_str(), 0, 0, &full));
+        REQUIRE_OK(mpt_dataset_load_cifar10(session.context, dir.path.string().c_str(), 0, 0, &full));
         int64_t rows = 0, features = 0;
         REQUIRE_OK(mpt_dataset_get_rows(full, &rows));
         REQUIRE_OK(mpt_dataset_get_features(full, &features));
         CHECK(rows == kCifarRecords);
         CHECK(features == kCifarPixels);
         mpt_dataset_t* first = nullptr;
-        REQUIRE_OK(mpt_dataset_load_cifar10(session.context, dir.path().c_str(), 0, 100, &first));
+        REQUIRE_OK(mpt_dataset_load_cifar10(session.context, dir.path.string().c_str(), 0, 100, &first));
         REQUIRE_OK(mpt_dataset_get_rows(first, &rows));
         CHECK(rows == 100);
 
@@ -910,10 +890,10 @@ TEST_CASE("the CIFAR-10 loader: missing files give IO_ERROR, wrong sizes and bad
         // not needed, without one the missing data_batch_2.bin is an IO_ERROR.
         write_file(dir.file("data_batch_1.bin"), bytes.data(), bytes.size());
         mpt_dataset_t* train = nullptr;
-        REQUIRE_OK(mpt_dataset_load_cifar10(session.context, dir.path().c_str(), 1, 50, &train));
+        REQUIRE_OK(mpt_dataset_load_cifar10(session.context, dir.path.string().c_str(), 1, 50, &train));
         REQUIRE_OK(mpt_dataset_get_rows(train, &rows));
         CHECK(rows == 50);
-        CHECK_FAILS(MPT_STATUS_IO_ERROR, mpt_dataset_load_cifar10(session.context, dir.path().c_str(), 1, 0, &dataset));
+        CHECK_FAILS(MPT_STATUS_IO_ERROR, mpt_dataset_load_cifar10(session.context, dir.path.string().c_str(), 1, 0, &dataset));
         CHECK(dataset == sentinel_handle<mpt_dataset_t>());
 
         // A 3072 -> 10 linear model that predicts class 1 exactly when x0 > 0.5 (z1 = x0, z0 = 0.5,

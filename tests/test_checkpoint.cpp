@@ -19,19 +19,16 @@
 #include <utility>
 #include <vector>
 
+#include "support/temp_dir.h"
+
 namespace fs = std::filesystem;
 
 namespace {
 
 constexpr int64_t kRows = 160, kFeatures = 12, kClasses = 4, kBatch = 16;  // 10 steps per epoch
 
-struct TempDir {
-    fs::path path;
-    TempDir() {
-        char pattern[] = "/tmp/mptrain-checkpoint-XXXXXX";
-        path = mkdtemp(pattern);
-    }
-    ~TempDir() { fs::remove_all(path); }
+struct TempDir : mpt_test::TempDir {
+    TempDir() : mpt_test::TempDir("mptrain-checkpoint") {}
 };
 
 std::vector<char> file_bytes(const std::string& path) {

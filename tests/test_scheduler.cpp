@@ -168,6 +168,24 @@ TEST_CASE("a pool whose threads cannot all start fails with BACKEND_ERROR and jo
     CHECK(sum.load() == 4000);
 }
 
+TEST_CASE("a scheduler whose copy-lane thread cannot start fails with BACKEND_ERROR") {
+    thread_starts_left.store(0);
+    try {
+        CpuScheduler scheduler;
+        FAIL("the copy lane started");
+    } catch (const Error& error) {
+        CHECK(error.status() == MPT_STATUS_BACKEND_ERROR);
+        CHECK(std::string(error.what()).find("copy-lane thread") != std::string::npos);
+    }
+    thread_starts_left.store(-1);
+    CpuScheduler scheduler;  // once threads start again
+    std::vector<int> log;
+    Recorder recorder{&log, 1, nullptr};
+    scheduler.submit(Lane::copy, &record_task, &recorder);
+    scheduler.wait(Lane::compute, scheduler.record(Lane::copy));
+    CHECK(log == std::vector<int>{1});
+}
+
 TEST_CASE("an exception in a pool chunk reaches the caller after every chunk ran, and the pool goes on") {
     ThreadPool pool(3);
     const int64_t count = 3000;  // three chunks of 1000: [0, 1000) is the caller's

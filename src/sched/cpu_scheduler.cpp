@@ -1,6 +1,11 @@
 // See cpu_scheduler.h.
 #include "sched/cpu_scheduler.h"
 
+#include <string>
+#include <system_error>
+
+#include "core/error.h"
+
 namespace mpt {
 
 namespace {
@@ -8,7 +13,13 @@ namespace {
 thread_local Lane tls_lane = Lane::compute;
 }  // namespace
 
-CpuScheduler::CpuScheduler() { worker_ = std::thread([this] { worker_loop(); }); }
+CpuScheduler::CpuScheduler() {
+    try {
+        worker_ = std::thread([this] { worker_loop(); });
+    } catch (const std::system_error& error) {
+        fail(MPT_STATUS_BACKEND_ERROR, std::string("cannot start the CPU backend's copy-lane thread: ") + error.what());
+    }
+}
 
 CpuScheduler::~CpuScheduler() {
     {

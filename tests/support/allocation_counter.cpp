@@ -7,12 +7,7 @@
 #include <cstddef>
 #include <cstdlib>
 
-extern "C" {
-void* __libc_malloc(size_t size);
-void* __libc_calloc(size_t count, size_t size);
-void* __libc_realloc(void* pointer, size_t size);
-void* __libc_memalign(size_t alignment, size_t size);
-}
+#include "libc_allocators.h"
 
 namespace {
 std::atomic<uint64_t> g_allocations{0};

@@ -1,5 +1,5 @@
-// See failing_allocator.h. As in allocation_counter.cpp, glibc lets an executable define malloc and
-// friends and forward to the __libc_* entry points; every shared library resolves to these.
+// See failing_allocator.h. Defines malloc and friends in the executable, as allocation_counter.cpp
+// does (libc_allocators.h).
 #include "failing_allocator.h"
 
 #include <atomic>
@@ -7,12 +7,7 @@
 #include <cstddef>
 #include <cstdlib>
 
-extern "C" {
-void* __libc_malloc(size_t size);
-void* __libc_calloc(size_t count, size_t size);
-void* __libc_realloc(void* pointer, size_t size);
-void* __libc_memalign(size_t alignment, size_t size);
-}
+#include "libc_allocators.h"
 
 namespace {
 

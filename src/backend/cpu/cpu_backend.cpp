@@ -10,12 +10,12 @@
 #include <new>
 #include <string>
 #include <thread>
-#include <vector>
 
 #include "backend/cpu/cpu_gemm.h"
 #include "backend/cpu/cpu_loss_head.h"
 #include "backend/cpu/small_gemm.h"
 #include "backend/cpu/weight_words.h"
+#include "core/environment_settings.h"
 #include "core/error.h"
 #include "core/float_bits.h"
 #include "data/epoch_order.h"
@@ -79,28 +79,6 @@ float max_abs_range(const float* data, int64_t first, int64_t last) {
     return largest >= kInfinityBits ? INFINITY : bits_float(static_cast<uint32_t>(largest));
 }
 
-// Settings of the CPU backend's environment variables that mean nothing to it, said so: they are
-// ignored, and a typo (MPTRAIN_CPU_AMX=off) would otherwise look like a path turned off.
-std::string unknown_environment_settings() {
-    struct Variable {
-        const char* name;
-        std::vector<std::string> values;  // "" is the variable left unset or empty
-    };
-    static const Variable kVariables[] = {{"MPTRAIN_CPU_AMX", {"", "0", "1"}},
-                                          {"MPTRAIN_CPU_SMALL_GEMM", {"", "0", "avx2", "avx512f"}}};
-    std::string unknown;
-    for (const Variable& variable : kVariables) {
-        const char* setting = std::getenv(variable.name);
-        const std::string value = setting ? setting : "";
-        if (std::find(variable.values.begin(), variable.values.end(), value) != variable.values.end()) continue;
-        std::string known;
-        for (size_t i = 1; i < variable.values.size(); ++i) known += (i > 1 ? ", " : "") + variable.values[i];
-        unknown += std::string(unknown.empty() ? "" : "; ") + variable.name + "=" + value + " is ignored (known: " +
-                   known + ")";
-    }
-    return unknown;
-}
-
 }  // namespace
 
 std::unique_ptr<Backend> create_cpu_backend(int threads, MemoryTracker* memory) {
@@ -114,7 +92,8 @@ CpuBackend::CpuBackend(int threads, MemoryTracker* memory) : pool_(resolve_threa
 
 std::string CpuBackend::setup_warning() const {
     std::string warnings = cpu_gemm_kernel_warning();
-    const std::string unknown = unknown_environment_settings();
+    const std::string unknown = unknown_environment_settings(
+        {{"MPTRAIN_CPU_AMX", {"0", "1"}}, {"MPTRAIN_CPU_SMALL_GEMM", {"0", "avx2", "avx512f"}}});
     if (!unknown.empty()) warnings += (warnings.empty() ? "" : "; ") + unknown;
     return warnings;
 }

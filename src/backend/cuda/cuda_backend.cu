@@ -22,6 +22,7 @@
 #include "backend/cuda/cuda_max_abs.cuh"
 #include "backend/cuda/cuda_step_state.cuh"
 #include "backend/device_scope.h"
+#include "core/environment_settings.h"
 #include "memory/memory_tracker.h"
 
 namespace mpt {
@@ -48,6 +49,11 @@ bool turned_off_by_environment(const char* variable) {
 }
 
 }  // namespace
+
+std::string CudaBackend::setup_warning() const {
+    return unknown_environment_settings(
+        {{"MPTRAIN_CUDA_GRAPHS", {"0", "1"}}, {"MPTRAIN_CUDA_FUSED_EPILOGUES", {"0", "1"}}});
+}
 
 // ---- creation ----------------------------------------------------------------------------------
 

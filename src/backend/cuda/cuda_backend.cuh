@@ -32,6 +32,8 @@ public:
 
     BackendKind kind() const override { return BackendKind::cuda; }
     std::string device_name() const override { return name_; }
+    // Values of MPTRAIN_CUDA_GRAPHS and MPTRAIN_CUDA_FUSED_EPILOGUES it does not know.
+    std::string setup_warning() const override;
     size_t storage_size(DType dtype) const override { return dtype == DType::fp32 ? 4 : 2; }
     DType preferred_compute_dtype() const override;
     size_t relu_mask_bytes(int64_t rows, int64_t features) const override;
