@@ -96,7 +96,7 @@ mpt_status mpt_context_create(const mpt_context_options_t* options, mpt_context_
 
 void mpt_context_destroy(mpt_context_t* context) {
     mpt::DeviceScope device_scope;  // freeing GPU memory makes the backend's device current
-    delete context;
+    mpt::capi::destroy_holding_context(context);
 }
 
 mpt_status mpt_context_get_backend(const mpt_context_t* context, mpt_backend* out) {

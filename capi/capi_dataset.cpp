@@ -60,7 +60,7 @@ mpt_status mpt_dataset_load_cifar10(mpt_context_t* context, const char* director
 
 void mpt_dataset_destroy(mpt_dataset_t* dataset) {
     mpt::DeviceScope device_scope;  // freeing GPU memory makes the backend's device current
-    delete dataset;
+    mpt::capi::destroy_holding_context(dataset);
 }
 
 mpt_status mpt_dataset_get_rows(const mpt_dataset_t* dataset, int64_t* out) {

@@ -70,21 +70,61 @@ Enum checked_enum(const Enum& value, int first, int last, const char* what) {
     return static_cast<Enum>(raw);
 }
 
-inline const Context& context_of(const Context& context) { return context; }
-inline const Context& context_of(const Model& model) { return *model.context(); }
-inline const Context& context_of(const Dataset& dataset) { return *dataset.context(); }
-inline const Context& context_of(const Trainer& trainer) { return *trainer.model()->context(); }
+// The context a handle's object belongs to.
+inline const std::shared_ptr<Context>& context_of(const std::shared_ptr<Context>& context) { return context; }
+inline const std::shared_ptr<Context>& context_of(const std::shared_ptr<Model>& model) { return model->context(); }
+inline const std::shared_ptr<Context>& context_of(const std::shared_ptr<Dataset>& dataset) { return dataset->context(); }
+inline const std::shared_ptr<Context>& context_of(const std::unique_ptr<Trainer>& trainer) {
+    return trainer->model()->context();
+}
 
-// The object behind a live handle. Refused inside its context's log callback: a log line can come
-// from the middle of an operation on any handle of that context (mptrain.h forbids such calls).
+// The contexts one C API call uses (MPT_API_BEGIN declares it): each is taken for the calling thread
+// as the call first reaches one of its handles, and given back as the call returns. A context in use
+// by another thread refuses the call (mptrain.h: a context and everything made from it is used by one
+// thread at a time; they share one backend). Calls from the owner's callbacks re-enter.
+class CallScope {
+public:
+    CallScope() noexcept : outer_(current_) { current_ = this; }
+    ~CallScope();
+    CallScope(const CallScope&) = delete;
+    CallScope& operator=(const CallScope&) = delete;
+
+    // Takes `context` for the call in progress on this thread (once per call).
+    static void use(const std::shared_ptr<Context>& context);
+
+private:
+    static constexpr int kMostContexts = 4;  // a call reaches at most two (a trainer and a data set)
+    std::shared_ptr<Context> used_[kMostContexts];  // kept alive until given back
+    int count_ = 0;
+    CallScope* outer_;
+    static thread_local CallScope* current_;
+};
+
+// The object behind a live handle, its context taken for this call. Refused inside the context's log
+// callback: a log line can come from the middle of an operation on any handle of that context
+// (mptrain.h forbids such calls).
 template <typename Handle>
 auto& impl_of(Handle* handle, const char* name) {
     require_pointer(handle, name);
     if (!handle->impl) fail(MPT_STATUS_INVALID_ARGUMENT, std::string(name) + " is not a live handle");
-    if (context_of(*handle->impl).log_callback_running_on_this_thread())
+    const std::shared_ptr<Context>& context = context_of(handle->impl);
+    if (context->log_callback_running_on_this_thread())
         fail(MPT_STATUS_INVALID_STATE, std::string("the ") + name + "'s context is running its log callback, "
                                                                      "which must not call back into that context");
+    CallScope::use(context);
     return *handle->impl;
+}
+
+// Frees a handle (its object, when the handle held the last reference) while its context is held by
+// this thread, waiting for another thread's call on that context to return: the objects of a context
+// share its backend. The context itself goes last, after it was given back.
+template <typename Handle>
+void destroy_holding_context(Handle* handle) {
+    if (!handle) return;
+    const std::shared_ptr<Context> context = handle->impl ? context_of(handle->impl) : nullptr;
+    if (context) context->ownership().enter();
+    delete handle;
+    if (context) context->ownership().leave();
 }
 
 // Detects a trainer used by two threads at once, or re-entered from its own callback, and refuses
@@ -120,9 +160,10 @@ inline bool used_by_this_thread(const mpt_trainer& trainer) {
 
 }  // namespace mpt::capi
 
-#define MPT_API_BEGIN                  \
-    mpt::capi::clear_error();           \
-    mpt::DeviceScope mpt_device_scope_; \
+#define MPT_API_BEGIN                    \
+    mpt::capi::clear_error();             \
+    mpt::DeviceScope mpt_device_scope_;   \
+    mpt::capi::CallScope mpt_call_scope_; \
     try {
 #define MPT_API_END                                                                       \
     }                                                                                     \

@@ -52,7 +52,7 @@ mpt_status mpt_model_create(mpt_context_t* context, int64_t input_features, mpt_
 
 void mpt_model_destroy(mpt_model_t* model) {
     mpt::DeviceScope device_scope;  // freeing GPU memory makes the backend's device current
-    delete model;
+    mpt::capi::destroy_holding_context(model);
 }
 
 mpt_status mpt_model_add_dense(mpt_model_t* model, int64_t units, mpt_activation activation) {

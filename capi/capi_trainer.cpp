@@ -162,7 +162,7 @@ void mpt_trainer_destroy(mpt_trainer_t* trainer) {
         return;
     }
     mpt::DeviceScope device_scope;  // freeing GPU memory makes the backend's device current
-    delete trainer;
+    mpt::capi::destroy_holding_context(trainer);
 }
 
 mpt_status mpt_trainer_set_callbacks(mpt_trainer_t* trainer, mpt_progress_fn progress, mpt_epoch_end_fn epoch_end,

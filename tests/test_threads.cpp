@@ -1,11 +1,14 @@
 // Threads and callbacks through the C API: separate contexts train in parallel to the same bits as
-// alone; a trainer used from two threads at once, or re-entered from its own callback, is refused;
+// alone; a trainer used from two threads at once, or re-entered from its own callback, is refused,
+// and so are calls on a context's other handles from a thread other than the one using it;
 // callbacks that throw stop training with a status; a callback may destroy the handles of its fit
 // and save a checkpoint. Run under ThreadSanitizer by MPTRAIN_SANITIZE=thread.
 #include <doctest/doctest.h>
 
 #include <mptrain/mptrain.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -147,6 +150,81 @@ TEST_CASE("a trainer in use refuses a second use from its own callback or anothe
     // Once fit has returned the trainer is free again.
     float accuracy = 0.0f;
     CHECK(mpt_trainer_evaluate(session.trainer, session.dataset, 0, nullptr, &accuracy) == MPT_STATUS_OK);
+}
+
+namespace {
+
+// While the session's fit runs (in its first progress callback), another thread uses other handles
+// of the same context: a second model, trainer and data set.
+struct SharedContext {
+    Session* session;
+    mpt_model_t* other_model = nullptr;
+    mpt_trainer_t* other_trainer = nullptr;
+    mpt_status other_fit = MPT_STATUS_OK, other_weights = MPT_STATUS_OK, other_create = MPT_STATUS_OK;
+    std::string message;
+    bool tried = false;
+};
+
+int use_context_from_another_thread(int64_t, int64_t, int64_t, float, float, void* user_data) {
+    auto* shared = static_cast<SharedContext*>(user_data);
+    if (shared->tried) return 0;
+    shared->tried = true;
+    std::thread other([&] {
+        shared->other_fit = mpt_trainer_fit(shared->other_trainer, shared->session->dataset, 1, 16, 1);
+        shared->message = mpt_last_error();
+        float weight = 0.0f;
+        shared->other_weights = mpt_model_get_weights(shared->other_model, 1, nullptr, 0, &weight, 0);
+        mpt_dataset_t* dataset = nullptr;
+        shared->other_create = mpt_dataset_create_f32(shared->session->context, nullptr, 0, 0, nullptr, 0, 0, &dataset);
+    });
+    other.join();  // would deadlock if the other thread's calls waited for this fit
+    return 0;
+}
+
+}  // namespace
+
+TEST_CASE("a context in use by one thread refuses calls on its other handles from another thread; a destroy waits") {
+    Data data;
+    Session session(data);
+    SharedContext shared;
+    shared.session = &session;
+    REQUIRE(mpt_model_create(session.context, kFeatures, &shared.other_model) == MPT_STATUS_OK);
+    REQUIRE(mpt_model_add_dense(shared.other_model, kClasses, MPT_ACTIVATION_SOFTMAX) == MPT_STATUS_OK);
+    REQUIRE(mpt_trainer_create(shared.other_model, nullptr, &shared.other_trainer) == MPT_STATUS_OK);
+    REQUIRE(mpt_trainer_set_callbacks(session.trainer, &use_context_from_another_thread, nullptr, &shared) == MPT_STATUS_OK);
+    CHECK(mpt_trainer_fit(session.trainer, session.dataset, 1, 16, 1) == MPT_STATUS_OK);
+    CHECK(shared.other_fit == MPT_STATUS_INVALID_STATE);
+    CHECK(shared.message.find("in use by another thread") != std::string::npos);
+    CHECK(shared.other_weights == MPT_STATUS_INVALID_STATE);
+    CHECK(shared.other_create == MPT_STATUS_INVALID_STATE);
+
+    // A destroy from another thread while fit runs waits for fit to return.
+    struct Progress {
+        std::atomic<bool> fitting{false}, destroyed{false}, destroyed_during_fit{false};
+    } progress;
+    std::thread destroyer([&] {
+        while (!progress.fitting.load()) std::this_thread::yield();
+        mpt_trainer_destroy(shared.other_trainer);
+        progress.destroyed = true;
+    });
+    REQUIRE(mpt_trainer_set_callbacks(
+                session.trainer,
+                [](int64_t, int64_t step, int64_t, float, float, void* user_data) {
+                    auto* state = static_cast<Progress*>(user_data);
+                    state->fitting = true;
+                    if (step == 1) std::this_thread::sleep_for(std::chrono::milliseconds(50));  // time for the destroy
+                    if (state->destroyed.load()) state->destroyed_during_fit = true;
+                    return 0;
+                },
+                nullptr, &progress) == MPT_STATUS_OK);
+    CHECK(mpt_trainer_fit(session.trainer, session.dataset, 1, 16, 1) == MPT_STATUS_OK);
+    destroyer.join();
+    CHECK(progress.destroyed.load());
+    CHECK_FALSE(progress.destroyed_during_fit.load());
+    mpt_model_destroy(shared.other_model);
+    // Once fit has returned, the context is free for any thread.
+    std::thread later([&] { CHECK(mpt_trainer_evaluate(session.trainer, session.dataset, 0, nullptr, nullptr) == MPT_STATUS_OK); });
+    later.join();
 }
 
 TEST_CASE("a callback that throws stops training with MPT_STATUS_CANCELLED and the trainer stays usable") {

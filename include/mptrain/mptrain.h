@@ -8,11 +8,12 @@
  *  - mpt_<class>_destroy(NULL) is a no-op. Child handles keep their parents alive (reference
  *    counts), so handles may be destroyed in any order.
  *  - No exception, abort or exit crosses this boundary; after an error every handle stays usable.
- *  - Threads: a handle is used by one thread at a time. Different contexts (and everything created
- *    from them) may be used from different threads in parallel. Functions marked "thread-safe" may
- *    be called from any thread at any time. A trainer used by two threads at once is detected: the
- *    second fit/step/evaluate/predict returns MPT_STATUS_INVALID_STATE. Other concurrent use of one
- *    handle is undefined behaviour.
+ *  - Threads: a context and everything created from it (its models, data sets and trainers) are
+ *    used by one thread at a time, since they share one backend; different contexts may be used
+ *    from different threads in parallel. A call on a handle of a context that another thread is
+ *    using fails with MPT_STATUS_INVALID_STATE (the callbacks of the thread using it may call into
+ *    it); a _destroy from another thread waits until that thread's call has returned. Functions
+ *    marked "thread-safe" may be called from any thread at any time.
  *  - Sizes and counts are int64_t, byte counts size_t, strings UTF-8, booleans int (0 / non-zero).
  */
 #ifndef MPTRAIN_H
@@ -161,7 +162,9 @@ MPT_API int mpt_cuda_device_count(void);
 /** Log callback. `message` is valid only during the call. Called on the thread that made the
  *  mptrain call, possibly from the middle of an operation. It must not call back into mptrain on
  *  the same context: such calls fail with MPT_STATUS_INVALID_STATE (a log line can come from inside
- *  any call on that context's handles); the _destroy functions and other contexts may be used. */
+ *  any call on that context's handles); the _destroy functions and other contexts may be used (a
+ *  trainer destroyed there while it fits stops that fit with MPT_STATUS_CANCELLED, as from a
+ *  progress callback). */
 typedef void (*mpt_log_fn)(mpt_log_level level, const char* message, void* user_data);
 
 /** Creates context options with defaults: backend AUTO, threads 0 (all cores), seed 42,
@@ -437,7 +440,9 @@ MPT_API mpt_status mpt_trainer_load_checkpoint(mpt_trainer_t* trainer, const cha
 /** Checkpoints automatically during fit, every `every_steps` optimizer steps and/or at the end of
  *  every `every_epochs`-th epoch (0 = not on that trigger; one of them must be > 0), as `directory`/checkpoint-<step, 12 digits>.safetensors,
  *  keeping the newest `keep_last` (>= 1). `directory` must be an existing directory
- *  (MPT_STATUS_IO_ERROR otherwise); NULL turns checkpointing off.
+ *  (MPT_STATUS_IO_ERROR otherwise) that holds one trainer's checkpoints: the names carry only the
+ *  step, and keeping the newest removes the oldest checkpoint-*.safetensors there, whoever wrote
+ *  them. NULL turns checkpointing off.
  *  A failed write stops fit with MPT_STATUS_IO_ERROR and keeps the previous checkpoints. */
 MPT_API mpt_status mpt_trainer_set_checkpointing(mpt_trainer_t* trainer, const char* directory,
                                                  int64_t every_steps, int64_t every_epochs, int64_t keep_last);

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "core/thread_ownership.h"
 #include "memory/memory_tracker.h"
 #include "mptrain/mptrain.h"
 
@@ -40,12 +41,15 @@ public:
     // Whether this thread is inside this context's log callback, which must not call back into the
     // context: the C API refuses such calls (a log line can come from the middle of an operation).
     bool log_callback_running_on_this_thread() const;
+    // Which thread uses the context and everything made from it (the C API takes it per call).
+    ThreadOwnership& ownership() const { return ownership_; }
 
 private:
     ContextConfig config_;
     MemoryTracker memory_;
     std::string fallback_note_;  // set (and logged) when AUTO could not use the GPU it found
     std::unique_ptr<Backend> backend_;
+    mutable ThreadOwnership ownership_;
 };
 
 }  // namespace mpt

@@ -4,6 +4,7 @@
 // and the copy lane on a worker thread; on CUDA each lane is a stream and events are CUDA events.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 
 namespace mpt {
@@ -50,10 +51,10 @@ public:
     virtual double timer_seconds() = 0;
 
     // Debug counter: host synchronisations so far. Tests require none inside a steady-state step.
-    uint64_t host_sync_count() const { return host_syncs_; }
+    uint64_t host_sync_count() const { return host_syncs_.load(std::memory_order_relaxed); }
 
 protected:
-    uint64_t host_syncs_ = 0;
+    std::atomic<uint64_t> host_syncs_{0};
 };
 
 }  // namespace mpt

@@ -1,0 +1,31 @@
+// One thread at a time, re-entrant for that thread: what a context and everything made from it
+// need, since they share one backend (its thread pool, scheduler and scratch). The C API takes a
+// context's ownership for every call on any of its handles. A call from another thread meanwhile
+// is refused, not queued: a callback of the owner that waited for such a thread would otherwise
+// deadlock. A destroy, which cannot be refused, waits for the owner to let go.
+#pragma once
+
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+namespace mpt {
+
+class ThreadOwnership {
+public:
+    // Takes it for the calling thread, or again when that thread holds it; false when another
+    // thread holds it (nothing changes then).
+    bool try_enter();
+    // Takes it for the calling thread, waiting while another thread holds it.
+    void enter();
+    // Gives back one enter; the last wakes a waiting destroy.
+    void leave() noexcept;
+
+private:
+    std::mutex mutex_;
+    std::condition_variable released_;
+    std::thread::id holder_;
+    int depth_ = 0;
+};
+
+}  // namespace mpt
