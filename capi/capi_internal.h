@@ -127,9 +127,10 @@ void destroy_holding_context(Handle* handle) {
     if (context) context->ownership().leave();
 }
 
-// Detects a trainer used by two threads at once, or re-entered from its own callback, and refuses
-// the second use instead of corrupting the first. A destroy requested from inside the call (by a
-// callback) is carried out when the call ends, after its last use of the trainer.
+// Detects a trainer re-entered from its own callback (another thread is already refused by its
+// context's CallScope) and refuses the second use instead of corrupting the first. A destroy
+// requested from inside the call (by a callback) is carried out when the call ends, after its last
+// use of the trainer.
 class ExclusiveUse {
 public:
     explicit ExclusiveUse(mpt_trainer& trainer) : trainer_(trainer) {

@@ -541,6 +541,33 @@ int header_flips_not_refused(const std::string& path, const std::filesystem::pat
 
 }  // namespace
 
+TEST_CASE("an epoch whose end-of-epoch checkpoint fails still gets its epoch-end callback; fit returns the failure") {
+    TempDir directory;
+    Run run(Options{});
+    struct EpochEnds {
+        std::vector<int64_t> epochs;
+    } ends;
+    REQUIRE(mpt_trainer_set_callbacks(
+                run.trainer, nullptr,
+                [](int64_t epoch, float, float, void* user_data) {
+                    static_cast<EpochEnds*>(user_data)->epochs.push_back(epoch);
+                    return 0;
+                },
+                &ends) == MPT_STATUS_OK);
+    const fs::path going = directory.path / "going-away";
+    fs::create_directory(going);
+    REQUIRE(mpt_trainer_set_checkpointing(run.trainer, going.c_str(), 0, 1, 1) == MPT_STATUS_OK);  // at epoch ends
+    fs::remove(going);
+    CHECK(mpt_trainer_fit(run.trainer, run.dataset, 3, kBatch, 1) == MPT_STATUS_IO_ERROR);
+    CHECK(ends.epochs == std::vector<int64_t>{0});
+    int64_t epochs = 0;
+    REQUIRE(mpt_trainer_get_progress(run.trainer, nullptr, &epochs) == MPT_STATUS_OK);
+    CHECK(epochs == 1);
+    REQUIRE(mpt_trainer_set_checkpointing(run.trainer, nullptr, 0, 0, 0) == MPT_STATUS_OK);
+    REQUIRE(mpt_trainer_fit(run.trainer, run.dataset, 2, kBatch, 1) == MPT_STATUS_OK);
+    CHECK(ends.epochs == std::vector<int64_t>{0, 1, 2});
+}
+
 TEST_CASE("a checkpoint with any one bit of its header flipped (metadata, tensor table, length) is refused and changes nothing") {
     TempDir directory;
     const std::string path = (directory.path / "good.safetensors").string();

@@ -443,7 +443,9 @@ MPT_API mpt_status mpt_trainer_load_checkpoint(mpt_trainer_t* trainer, const cha
  *  (MPT_STATUS_IO_ERROR otherwise) that holds one trainer's checkpoints: the names carry only the
  *  step, and keeping the newest removes the oldest checkpoint-*.safetensors there, whoever wrote
  *  them. NULL turns checkpointing off.
- *  A failed write stops fit with MPT_STATUS_IO_ERROR and keeps the previous checkpoints. */
+ *  A failed write stops fit with MPT_STATUS_IO_ERROR (or MPT_STATUS_OUT_OF_MEMORY) and keeps the
+ *  previous checkpoints; a failed end-of-epoch checkpoint comes after that epoch's epoch-end
+ *  callback, which the epoch is owed all the same. */
 MPT_API mpt_status mpt_trainer_set_checkpointing(mpt_trainer_t* trainer, const char* directory,
                                                  int64_t every_steps, int64_t every_epochs, int64_t keep_last);
 /** Duration of the last epoch that fit completed and its step count (steps resumed from an

@@ -2,6 +2,7 @@
 #include "nn/trainer.h"
 
 #include <algorithm>
+#include <exception>
 #include <filesystem>
 #include <string>
 #include <system_error>
@@ -355,11 +356,24 @@ void Trainer::fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bo
         double metrics[kMetricsCount];
         executor_.read_metrics(metrics);
         close_epoch();
-        checkpoint_if_due(true);
+        // The epoch is over and counted whatever its checkpoint does, so its callback is owed even
+        // when the checkpoint fails (out of memory, a full disk); that failure is what fit returns.
+        std::exception_ptr checkpoint_error;
+        try {
+            checkpoint_if_due(true);
+        } catch (...) {
+            checkpoint_error = std::current_exception();
+        }
         const EvaluationResult epoch_means = metric_means(metrics, steps * batch_rows);
-        if (callbacks_.epoch_end && callback_stops_fit(callbacks_.epoch_end, "epoch-end", epochs_completed_ - 1,
-                                                       epoch_means.loss, epoch_means.accuracy, callbacks_.user_data))
-            fail(MPT_STATUS_CANCELLED, "training stopped by the epoch-end callback");
+        bool stop = false;
+        try {
+            stop = callbacks_.epoch_end && callback_stops_fit(callbacks_.epoch_end, "epoch-end", epochs_completed_ - 1,
+                                                              epoch_means.loss, epoch_means.accuracy, callbacks_.user_data);
+        } catch (...) {
+            if (!checkpoint_error) throw;
+        }
+        if (checkpoint_error) std::rethrow_exception(checkpoint_error);
+        if (stop) fail(MPT_STATUS_CANCELLED, "training stopped by the epoch-end callback");
         stop_if_asked();
     }
 }
