@@ -1,31 +1,36 @@
-// See thread_ownership.h.
+// See thread_ownership.h. A waiter counts itself in waiters_ before it last tries, and a leaving
+// holder clears holder_ before it reads waiters_ (both sequentially consistent): either the waiter's
+// try sees the holder gone, or the holder sees the waiter and wakes it under the mutex, which the
+// waiter holds from its count until it waits.
 #include "core/thread_ownership.h"
 
 namespace mpt {
 
-bool ThreadOwnership::try_enter() {
+bool ThreadOwnership::try_enter() noexcept {
     const std::thread::id self = std::this_thread::get_id();
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (depth_ > 0 && holder_ != self) return false;
-    holder_ = self;
-    ++depth_;
+    if (holder_.load() == self) {
+        ++depth_;
+        return true;
+    }
+    std::thread::id nobody{};
+    if (!holder_.compare_exchange_strong(nobody, self)) return false;
+    depth_ = 1;
     return true;
 }
 
 void ThreadOwnership::enter() {
-    const std::thread::id self = std::this_thread::get_id();
+    if (try_enter()) return;
     std::unique_lock<std::mutex> lock(mutex_);
-    released_.wait(lock, [&] { return depth_ == 0 || holder_ == self; });
-    holder_ = self;
-    ++depth_;
+    ++waiters_;
+    released_.wait(lock, [&] { return try_enter(); });
+    --waiters_;
 }
 
 void ThreadOwnership::leave() noexcept {
-    {
-        std::lock_guard<std::mutex> lock(mutex_);
-        if (--depth_ > 0) return;
-        holder_ = std::thread::id{};
-    }
+    if (--depth_ > 0) return;
+    holder_.store(std::thread::id{});
+    if (waiters_.load() == 0) return;
+    { const std::lock_guard<std::mutex> lock(mutex_); }  // the waiter is waiting, not between count and wait
     released_.notify_all();
 }
 
