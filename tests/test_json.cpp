@@ -89,4 +89,13 @@ TEST_CASE("FlatJson refuses what is not JSON, repeated members, and nesting or n
     for (int i = 0; i < 2000; ++i) long_names += i ? ",0" : "0";
     long_names += "]}";
     CHECK_THROWS_AS(FlatJson::parse(long_names), JsonFormatError);
+    // Many small values: each costs far more stored than its two bytes of text. The array itself is
+    // a value too.
+    const auto zeros = [](size_t count) {
+        std::string text = "[";
+        for (size_t i = 0; i < count; ++i) text += i ? ",0" : "0";
+        return text + "]";
+    };
+    CHECK_NOTHROW(FlatJson::parse(zeros(FlatJson::max_values - 1)));
+    CHECK_THROWS_AS(FlatJson::parse(zeros(FlatJson::max_values)), JsonFormatError);
 }

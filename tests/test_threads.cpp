@@ -198,12 +198,16 @@ TEST_CASE("a context in use by one thread refuses calls on its other handles fro
     CHECK(shared.other_weights == MPT_STATUS_INVALID_STATE);
     CHECK(shared.other_create == MPT_STATUS_INVALID_STATE);
 
-    // A destroy from another thread while fit runs waits for fit to return.
+    // A destroy from another thread while fit runs waits for fit to return. The first progress
+    // callback waits (up to 5 s) until the destroy has been called, then gives it 50 ms to finish
+    // wrongly; every later callback checks that it has not.
     struct Progress {
-        std::atomic<bool> fitting{false}, destroyed{false}, destroyed_during_fit{false};
+        std::atomic<bool> fitting{false}, fit_over{false}, destroy_called{false}, destroyed{false};
+        std::atomic<bool> destroyed_during_fit{false};
     } progress;
     std::thread destroyer([&] {
-        while (!progress.fitting.load()) std::this_thread::yield();
+        while (!progress.fitting.load() && !progress.fit_over.load()) std::this_thread::yield();
+        progress.destroy_called = true;
         mpt_trainer_destroy(shared.other_trainer);
         progress.destroyed = true;
     });
@@ -212,13 +216,20 @@ TEST_CASE("a context in use by one thread refuses calls on its other handles fro
                 [](int64_t, int64_t step, int64_t, float, float, void* user_data) {
                     auto* state = static_cast<Progress*>(user_data);
                     state->fitting = true;
-                    if (step == 1) std::this_thread::sleep_for(std::chrono::milliseconds(50));  // time for the destroy
+                    if (step == 1) {
+                        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+                        while (!state->destroy_called.load() && std::chrono::steady_clock::now() < deadline)
+                            std::this_thread::yield();
+                        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+                    }
                     if (state->destroyed.load()) state->destroyed_during_fit = true;
                     return 0;
                 },
                 nullptr, &progress) == MPT_STATUS_OK);
     CHECK(mpt_trainer_fit(session.trainer, session.dataset, 1, 16, 1) == MPT_STATUS_OK);
+    progress.fit_over = true;
     destroyer.join();
+    CHECK(progress.destroy_called.load());
     CHECK(progress.destroyed.load());
     CHECK_FALSE(progress.destroyed_during_fit.load());
     mpt_model_destroy(shared.other_model);
