@@ -78,24 +78,20 @@ JsonWriter& JsonWriter::string(std::string_view value) {
 }
 
 JsonWriter& JsonWriter::integer(int64_t value) {
-    separate();
     char digits[24];
-    text_.append(digits, std::to_chars(digits, digits + sizeof digits, value).ptr);
-    after_value_ = true;
-    return *this;
+    return token(std::string_view(digits, static_cast<size_t>(std::to_chars(digits, digits + sizeof digits, value).ptr - digits)));
 }
 
 JsonWriter& JsonWriter::unsigned_integer(uint64_t value) {
-    separate();
     char digits[24];
-    text_.append(digits, std::to_chars(digits, digits + sizeof digits, value).ptr);
-    after_value_ = true;
-    return *this;
+    return token(std::string_view(digits, static_cast<size_t>(std::to_chars(digits, digits + sizeof digits, value).ptr - digits)));
 }
 
-JsonWriter& JsonWriter::boolean(bool value) {
+JsonWriter& JsonWriter::boolean(bool value) { return token(value ? "true" : "false"); }
+
+JsonWriter& JsonWriter::token(std::string_view text) {
     separate();
-    text_ += value ? "true" : "false";
+    text_ += text;
     after_value_ = true;
     return *this;
 }

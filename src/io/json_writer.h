@@ -36,6 +36,7 @@ public:
 
 private:
     void separate();  // the comma before a value or member that is not its container's first
+    JsonWriter& token(std::string_view text);  // a number or literal, written as it is
 
     std::string text_;
     bool after_value_ = false;  // a value or member ended last: the next one needs a comma
