@@ -230,6 +230,22 @@ mpt_status mpt_trainer_get_precision(const mpt_trainer_t* trainer, mpt_precision
     MPT_API_END
 }
 
+mpt_status mpt_trainer_set_learning_rate(mpt_trainer_t* trainer, float learning_rate) {
+    MPT_API_BEGIN
+    mpt::Trainer& impl = impl_of(trainer, "trainer");
+    require_finite_positive(learning_rate, "learning_rate");
+    impl.set_learning_rate(learning_rate);  // from a callback of fit too: its next step reads it
+    MPT_API_END
+}
+
+mpt_status mpt_trainer_get_learning_rate(const mpt_trainer_t* trainer, float* out) {
+    MPT_API_BEGIN
+    const mpt::Trainer& impl = impl_of(trainer, "trainer");
+    require_pointer(out, "out");
+    *out = impl.learning_rate();
+    MPT_API_END
+}
+
 mpt_status mpt_trainer_get_loss_scale(const mpt_trainer_t* trainer, float* scale, int64_t* growth_tracker,
                                       int64_t* skipped_steps) {
     MPT_API_BEGIN

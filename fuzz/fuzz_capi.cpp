@@ -95,7 +95,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             }
             case 3: mpt_trainer_options_set_precision(trainer_options, static_cast<mpt_precision>(in.small(6) - 1)); break;
             case 4: mpt_trainer_options_set_optimizer(trainer_options, static_cast<mpt_optimizer>(in.small(5) - 1)); break;
-            case 5: mpt_trainer_options_set_learning_rate(trainer_options, in.real()); break;
+            case 5:
+                if (in.byte() % 2) mpt_trainer_options_set_learning_rate(trainer_options, in.real());
+                else mpt_trainer_set_learning_rate(trainer, in.real());  // the run's rate, saved by checkpoints
+                break;
             case 6: mpt_trainer_options_set_loss(trainer_options, static_cast<mpt_loss>(in.small(6) - 1)); break;
             case 7:
                 mpt_trainer_options_set_loss_scaling(trainer_options, static_cast<mpt_loss_scaling>(in.small(6) - 1), in.real() * 65536.0f);

@@ -274,6 +274,8 @@ TEST_CASE("every entry point rejects a NULL handle with INVALID_ARGUMENT and a m
         {"trainer_evaluate (dataset)", [&] { return mpt_trainer_evaluate(trainer, nullptr, 16, &scale, &scale); }},
         {"trainer_predict", [&] { return mpt_trainer_predict(nullptr, x, 1, out, kClasses); }},
         {"trainer_get_precision", [&] { return mpt_trainer_get_precision(nullptr, &precision); }},
+        {"trainer_set_learning_rate", [&] { return mpt_trainer_set_learning_rate(nullptr, 0.1f); }},
+        {"trainer_get_learning_rate", [&] { return mpt_trainer_get_learning_rate(nullptr, &scale); }},
         {"trainer_get_loss_scale", [&] { return mpt_trainer_get_loss_scale(nullptr, &scale, &count, &count); }},
         {"trainer_get_progress", [&] { return mpt_trainer_get_progress(nullptr, &count, &count); }},
         {"trainer_get_memory", [&] { return mpt_trainer_get_memory(nullptr, &used, &peak); }},

@@ -715,6 +715,11 @@ TEST_CASE("a checkpoint whose step, epoch and data counters contradict each othe
         {"batch_size", "64", "steps_into_epoch"},  // 4 steps into an epoch of 2
         {"dataset_rows", "656", "dataset_rows"},
         {"shuffle", "false", "shuffle"},  // the saved order is shuffled
+        {"learning_rate", "0", "learning_rate"},
+        {"learning_rate", float_bits_text(-0.01f), "learning_rate"},
+        {"learning_rate", float_bits_text(std::numeric_limits<float>::quiet_NaN()), "learning_rate"},
+        {"learning_rate", float_bits_text(std::numeric_limits<float>::infinity()), "learning_rate"},
+        {"learning_rate", "4294967296", "learning_rate"},  // no float's bit pattern
     };
     for (const auto& edit : edits) {
         INFO(edit.field, " := ", edit.value);
@@ -738,17 +743,18 @@ TEST_CASE("a checkpoint refused for other options names only the options that di
     }
     Options other;
     other.precision = MPT_PRECISION_MIXED_BF16;
-    other.learning_rate = 0.05f;
+    other.initial_scale = 0.5f;
+    other.learning_rate = 0.05f;  // not an option that must match: the run's, restored by a load
     Run run(other);
     const Refusal refusal = load_checkpoint(run, path);
     CHECK(refusal.status == MPT_STATUS_INVALID_ARGUMENT);
     INFO(refusal.message);
     CHECK(refusal.message.find("precision mixed-fp16 (this trainer: mixed-bf16)") != std::string::npos);
-    CHECK(refusal.message.find("learning_rate 0.01 (this trainer: 0.05)") != std::string::npos);
+    CHECK(refusal.message.find("initial_scale 16777216 (this trainer: 0.5)") != std::string::npos);
     CHECK(refusal.message.find("loss_scaling dynamic (this trainer: off)") != std::string::npos);  // DEFAULT, resolved
-    for (const char* same : {"beta1", "epsilon", "optimizer", "growth_interval", "initial_scale", "loss "})
+    for (const char* same : {"beta1", "epsilon", "optimizer", "growth_interval", "learning_rate", "loss "})
         CHECK(refusal.message.find(same) == std::string::npos);
-    CHECK(refusal.message.find(std::to_string(1008981770)) == std::string::npos);  // 0.01's bit pattern
+    CHECK(refusal.message.find(std::to_string(1266679808)) == std::string::npos);  // 2^24's bit pattern
     CHECK(refusal.message.size() < 300);
 }
 
@@ -769,4 +775,153 @@ TEST_CASE("a checkpoint refused by a trainer whose AUTO precision resolved other
     INFO(refusal.message);
     CHECK(refusal.message.find("precision mixed-fp16 (this trainer: ") != std::string::npos);
     CHECK(refusal.message.find("AUTO resolves per machine") != std::string::npos);
+}
+
+// ---- the learning rate: the run's, changed by a schedule, saved and restored ----
+
+namespace {
+
+float learning_rate_of(const Run& run) {
+    float rate = 0.0f;
+    REQUIRE(mpt_trainer_get_learning_rate(run.trainer, &rate) == MPT_STATUS_OK);
+    return rate;
+}
+
+// Halves the rate at every epoch's end: 0.01, 0.005, 0.0025, ... (exact in binary).
+int halve_rate_at_epoch_end(int64_t, float, float, void* user) {
+    mpt_trainer_t* trainer = static_cast<mpt_trainer_t*>(user);
+    float rate = 0.0f;
+    return mpt_trainer_get_learning_rate(trainer, &rate) != MPT_STATUS_OK ||
+           mpt_trainer_set_learning_rate(trainer, rate / 2) != MPT_STATUS_OK;
+}
+
+float halved_rate(int64_t epochs_completed) { return std::ldexp(0.01f, -static_cast<int>(epochs_completed)); }
+
+}  // namespace
+
+TEST_CASE("a run whose epoch-end callback halves the rate resumes bit-identically from checkpoints that restore it") {
+    TempDir directory;
+    const Options options;  // learning rate 0.01
+    std::vector<float> uninterrupted;
+    {
+        Run run(options);
+        REQUIRE(mpt_trainer_set_callbacks(run.trainer, nullptr, halve_rate_at_epoch_end, run.trainer) == MPT_STATUS_OK);
+        REQUIRE(mpt_trainer_set_checkpointing(run.trainer, directory.path.c_str(), 7, 0, 100) == MPT_STATUS_OK);
+        REQUIRE(mpt_trainer_fit(run.trainer, run.dataset, 3, kBatch, 1) == MPT_STATUS_OK);
+        CHECK(learning_rate_of(run) == halved_rate(3));
+        uninterrupted = run.weights();
+    }
+    {  // the schedule changed the run: the same fit at a constant rate ends elsewhere
+        Run constant(options);
+        REQUIRE(mpt_trainer_fit(constant.trainer, constant.dataset, 3, kBatch, 1) == MPT_STATUS_OK);
+        CHECK_FALSE(same_bits(constant.weights(), uninterrupted));
+    }
+    std::vector<fs::path> checkpoints;
+    for (const auto& entry : fs::directory_iterator(directory.path)) checkpoints.push_back(entry.path());
+    REQUIRE(checkpoints.size() == 4);  // steps 7, 14, 21, 28: inside epochs 0, 1, 2, 2
+    for (const fs::path& checkpoint : checkpoints) {
+        CAPTURE(checkpoint.string());
+        Options other = options;
+        other.learning_rate = 0.5f;  // the checkpoint's rate replaces the options'
+        Run resumed(other);
+        REQUIRE(load_checkpoint(resumed, checkpoint.string()).status == MPT_STATUS_OK);
+        const Run::Scaler at = resumed.scaler();
+        CHECK(learning_rate_of(resumed) == halved_rate(at.epochs));
+        REQUIRE(mpt_trainer_set_callbacks(resumed.trainer, nullptr, halve_rate_at_epoch_end, resumed.trainer) == MPT_STATUS_OK);
+        REQUIRE(mpt_trainer_fit(resumed.trainer, resumed.dataset, 3 - at.epochs, kBatch, 1) == MPT_STATUS_OK);
+        CHECK(same_bits(resumed.weights(), uninterrupted));
+    }
+}
+
+TEST_CASE("a rate set between fits or from a progress callback trains as a trainer created with it") {
+    // fp32 SGD with momentum: every step is applied (no fp16 overflow skips the first ones).
+    const Options sgd{MPT_PRECISION_FP32, MPT_OPTIMIZER_SGD, 1.0f};
+    std::vector<float> created_fast;
+    {
+        Options fast = sgd;
+        fast.learning_rate = 0.04f;
+        Run run(fast);
+        REQUIRE(mpt_trainer_fit(run.trainer, run.dataset, 1, kBatch, 1) == MPT_STATUS_OK);
+        created_fast = run.weights();
+    }
+    {
+        Run run(sgd);
+        REQUIRE(mpt_trainer_set_learning_rate(run.trainer, 0.04f) == MPT_STATUS_OK);
+        CHECK(learning_rate_of(run) == 0.04f);
+        REQUIRE(mpt_trainer_fit(run.trainer, run.dataset, 1, kBatch, 1) == MPT_STATUS_OK);
+        CHECK(same_bits(run.weights(), created_fast));
+    }
+    {  // a warm-up from the progress callback: 0.04 from the first step's report on, so from step 2
+        Run run(sgd);
+        auto warm_up = [](int64_t, int64_t step, int64_t, float, float, void* user) -> int {
+            return step == 1 && mpt_trainer_set_learning_rate(static_cast<mpt_trainer_t*>(user), 0.04f) != MPT_STATUS_OK;
+        };
+        REQUIRE(mpt_trainer_set_callbacks(run.trainer, warm_up, nullptr, run.trainer) == MPT_STATUS_OK);
+        REQUIRE(mpt_trainer_fit(run.trainer, run.dataset, 1, kBatch, 1) == MPT_STATUS_OK);
+        CHECK(learning_rate_of(run) == 0.04f);
+        const std::vector<float> warmed = run.weights();
+        CHECK_FALSE(same_bits(warmed, created_fast));  // its first step ran at 0.01
+        Run slow(sgd);
+        REQUIRE(mpt_trainer_fit(slow.trainer, slow.dataset, 1, kBatch, 1) == MPT_STATUS_OK);
+        CHECK_FALSE(same_bits(warmed, slow.weights()));
+    }
+    Run run(sgd);
+    for (float bad : {0.0f, -0.01f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+        CHECK(mpt_trainer_set_learning_rate(run.trainer, bad) == MPT_STATUS_INVALID_ARGUMENT);
+        CHECK(learning_rate_of(run) == 0.01f);
+    }
+    CHECK(mpt_trainer_set_learning_rate(nullptr, 0.1f) == MPT_STATUS_INVALID_ARGUMENT);
+    CHECK(mpt_trainer_get_learning_rate(run.trainer, nullptr) == MPT_STATUS_INVALID_ARGUMENT);
+}
+
+TEST_CASE("an end-of-epoch checkpoint holds the rate before the epoch-end callback changed it") {
+    TempDir directory;
+    Run run(Options{});
+    REQUIRE(mpt_trainer_set_callbacks(run.trainer, nullptr, halve_rate_at_epoch_end, run.trainer) == MPT_STATUS_OK);
+    REQUIRE(mpt_trainer_set_checkpointing(run.trainer, directory.path.c_str(), 0, 1, 1) == MPT_STATUS_OK);
+    REQUIRE(mpt_trainer_fit(run.trainer, run.dataset, 1, kBatch, 1) == MPT_STATUS_OK);
+    CHECK(learning_rate_of(run) == halved_rate(1));
+    Run resumed(Options{});
+    REQUIRE(load_checkpoint(resumed, (directory.path / "checkpoint-000000000010.safetensors").string()).status ==
+            MPT_STATUS_OK);
+    CHECK(learning_rate_of(resumed) == halved_rate(0));
+}
+
+TEST_CASE("a checkpoint written when the learning rate was one of the options loads with that rate") {
+    TempDir directory;
+    const std::string path = (directory.path / "new.safetensors").string();
+    Run run(Options{});
+    REQUIRE(mpt_trainer_set_learning_rate(run.trainer, 0.25f) == MPT_STATUS_OK);
+    stop_inside_second_epoch(run);
+    REQUIRE(mpt_trainer_save_checkpoint(run.trainer, path.c_str()) == MPT_STATUS_OK);
+    const FileParts parts = split_file(path);
+    // The older layout: the rate among the optimizer's options (in key order, after "kind"), none in
+    // the progress.
+    const std::string rate_entry = "\\\"learning_rate\\\":" + float_bits_text(0.25f) + ",";
+    std::string older = parts.header;
+    const size_t in_progress = older.find(rate_entry);
+    REQUIRE(in_progress != std::string::npos);
+    older.erase(in_progress, rate_entry.size());
+    const std::string kind = "\\\"kind\\\":1,";  // Adam
+    const size_t in_options = older.find(kind);
+    REQUIRE(in_options != std::string::npos);
+    older.insert(in_options + kind.size(), rate_entry);
+    const std::string older_path = write_parts(directory.path / "older.safetensors", older, parts.data);
+
+    Run resumed(Options{});
+    REQUIRE(load_checkpoint(resumed, older_path).status == MPT_STATUS_OK);
+    CHECK(learning_rate_of(resumed) == 0.25f);
+    CHECK(resumed.scaler() == run.scaler());
+    REQUIRE(mpt_trainer_fit(run.trainer, run.dataset, 1, kBatch, 1) == MPT_STATUS_OK);
+    REQUIRE(mpt_trainer_fit(resumed.trainer, resumed.dataset, 1, kBatch, 1) == MPT_STATUS_OK);
+    CHECK(same_bits(resumed.weights(), run.weights()));
+
+    // Neither layout: the rate is missing.
+    std::string neither = parts.header;
+    neither.erase(neither.find(rate_entry), rate_entry.size());
+    Run refused(Options{});
+    const Refusal refusal = load_checkpoint(refused, write_parts(directory.path / "neither.safetensors", neither, parts.data));
+    CHECK(refusal.status == MPT_STATUS_CORRUPT_DATA);
+    CHECK(refusal.message.find("learning_rate") != std::string::npos);
+    CHECK(learning_rate_of(refused) == 0.01f);
 }

@@ -412,6 +412,72 @@ TEST_CASE("a mixed-fp16 Adam run resumed from each automatic checkpoint ends wit
     CHECK(saw_moved_scale);
 }
 
+namespace {
+
+// The epoch-end callback of a schedule that halves the rate after every epoch.
+int halve_rate_at_epoch_end(int64_t, float, float, void* user) {
+    mpt_trainer_t* trainer = static_cast<mpt_trainer_t*>(user);
+    float rate = 0.0f;
+    return mpt_trainer_get_learning_rate(trainer, &rate) != MPT_STATUS_OK ||
+           mpt_trainer_set_learning_rate(trainer, rate / 2) != MPT_STATUS_OK;
+}
+
+}  // namespace
+
+TEST_CASE("a learning rate halved by the epoch-end callback reaches the steps (graphs included) and resumes from a checkpoint") {
+    BACKEND_OR_SKIP(backend);
+    TempDir directory;
+    std::vector<float> scheduled;
+    {
+        ResumeRun run(backend);
+        REQUIRE_OK(mpt_trainer_set_callbacks(run.trainer, nullptr, halve_rate_at_epoch_end, run.trainer));
+        REQUIRE_OK(mpt_trainer_set_checkpointing(run.trainer, directory.path.c_str(), 14, 0, 1));
+        REQUIRE_OK(mpt_trainer_fit(run.trainer, run.dataset, 3, kResumeBatch, 1));
+        float rate = 0.0f;
+        REQUIRE_OK(mpt_trainer_get_learning_rate(run.trainer, &rate));
+        CHECK(rate == 0.01f / 8);
+        scheduled = run.weights();
+    }
+    std::vector<float> between_fits, constant;
+    {  // the same schedule, set between fits of one epoch each
+        ResumeRun run(backend);
+        for (int epoch = 0; epoch < 3; ++epoch) {
+            REQUIRE_OK(mpt_trainer_fit(run.trainer, run.dataset, 1, kResumeBatch, 1));
+            REQUIRE_OK(mpt_trainer_set_learning_rate(run.trainer, std::ldexp(0.01f, -(epoch + 1))));
+        }
+        between_fits = run.weights();
+    }
+    {  // no schedule: a step replaying a graph captured at the first rate would train this
+        ResumeRun run(backend);
+        REQUIRE_OK(mpt_trainer_fit(run.trainer, run.dataset, 3, kResumeBatch, 1));
+        constant = run.weights();
+    }
+    const double schedule_error = normalised_error(between_fits, scheduled);
+    const double constant_error = normalised_error(constant, scheduled);
+    MESSAGE(backend_name(backend) << ": schedule from the callback against between fits " << schedule_error
+                                  << ", against a constant rate " << constant_error);
+    CHECK(schedule_error <= kResumeBound);
+    CHECK(constant_error > 100 * kResumeBound);
+    if (backend == MPT_BACKEND_CPU) CHECK(same_bits(between_fits, scheduled));
+
+    // The newest checkpoint, at step 28 (inside epoch 2), holds epoch 2's rate; a trainer set to
+    // another rate takes it and, finishing that epoch, ends where the uninterrupted run did.
+    std::vector<fs::path> checkpoints;
+    for (const auto& entry : fs::directory_iterator(directory.path)) checkpoints.push_back(entry.path());
+    REQUIRE(checkpoints.size() == 1);
+    CHECK(checkpoints[0].filename().string() == "checkpoint-000000000028.safetensors");
+    ResumeRun resumed(backend);
+    REQUIRE_OK(mpt_trainer_set_learning_rate(resumed.trainer, 0.5f));
+    REQUIRE_OK(mpt_trainer_load_checkpoint(resumed.trainer, checkpoints[0].c_str()));
+    float rate = 0.0f;
+    REQUIRE_OK(mpt_trainer_get_learning_rate(resumed.trainer, &rate));
+    CHECK(rate == 0.01f / 4);  // step 28 lies inside epoch 2
+    REQUIRE_OK(mpt_trainer_set_callbacks(resumed.trainer, nullptr, halve_rate_at_epoch_end, resumed.trainer));
+    REQUIRE_OK(mpt_trainer_fit(resumed.trainer, resumed.dataset, 1, kResumeBatch, 1));
+    CHECK(normalised_error(resumed.weights(), scheduled) <= kResumeBound);
+    if (backend == MPT_BACKEND_CPU) CHECK(same_bits(resumed.weights(), scheduled));
+}
+
 // ---- (2) model files across backends ----------------------------------------------------------
 
 TEST_CASE("a model trained and saved on the backend loads into CPU and same-backend contexts with identical weights and predictions") {

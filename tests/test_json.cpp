@@ -99,3 +99,19 @@ TEST_CASE("FlatJson refuses what is not JSON, repeated members, and nesting or n
     CHECK_NOTHROW(FlatJson::parse(zeros(FlatJson::max_values - 1)));
     CHECK_THROWS_AS(FlatJson::parse(zeros(FlatJson::max_values)), JsonFormatError);
 }
+
+TEST_CASE("FlatJson takes out a scalar member as if the text never had it, and leaves containers and absent members") {
+    FlatJson json = FlatJson::parse(R"({"optimizer":{"kind":1,"rate":7,"nested":{"x":1},"list":[1]},"top":2})");
+    const JsonValue rate = json.take_scalar_member("/optimizer", "rate");
+    CHECK(rate.type == JsonType::unsigned_integer);
+    CHECK(rate.unsigned_integer == 7);
+    CHECK(json == FlatJson::parse(R"({"optimizer":{"kind":1,"nested":{"x":1},"list":[1]},"top":2})"));
+    CHECK(json.take_scalar_member("/optimizer", "rate").type == JsonType::null);    // gone
+    CHECK(json.take_scalar_member("/optimizer", "nested").type == JsonType::null);  // an object
+    CHECK(json.take_scalar_member("/optimizer", "list").type == JsonType::null);    // an array
+    CHECK(json.take_scalar_member("/top", "x").type == JsonType::null);             // no object there
+    CHECK(json.take_scalar_member("/missing", "kind").type == JsonType::null);
+    CHECK(json == FlatJson::parse(R"({"optimizer":{"kind":1,"nested":{"x":1},"list":[1]},"top":2})"));
+    CHECK(json.take_scalar_member("", "top").unsigned_integer == 2);
+    CHECK(json == FlatJson::parse(R"({"optimizer":{"kind":1,"nested":{"x":1},"list":[1]}})"));
+}

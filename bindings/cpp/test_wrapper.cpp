@@ -172,6 +172,35 @@ TEST_CASE("a run resumed from a checkpoint through the wrapper ends bit-identica
     CHECK(from_checkpoint.weights(1).first.size() == 8 * 16);
 }
 
+TEST_CASE("a learning rate halved from the epoch-end callback is saved and restored by a checkpoint") {
+    TempDir directory;
+    const std::string path = directory.file("decayed.safetensors");
+    auto context = cpu_context();
+    auto data = blobs(context, 200, 41);
+    auto model = mlp(context);
+    mptrain::Trainer trainer(model, adam());
+    CHECK(trainer.learning_rate() == 0.01f);
+    trainer.set_callbacks(nullptr, [&](int64_t, float, float) {
+        trainer.set_learning_rate(trainer.learning_rate() / 2);
+        return false;
+    });
+    trainer.fit(data, 2, 32);
+    CHECK(trainer.learning_rate() == 0.0025f);
+    trainer.save_checkpoint(path);
+    trainer.set_callbacks(nullptr);
+    trainer.fit(data, 1, 32);
+
+    auto resumed_model = mlp(context);
+    mptrain::Trainer resumed(resumed_model, adam());
+    resumed.set_learning_rate(0.5f);
+    resumed.load_checkpoint(path);
+    CHECK(resumed.learning_rate() == 0.0025f);  // the checkpoint's
+    resumed.fit(data, 1, 32);
+    CHECK(weight_bits(resumed_model) == weight_bits(model));
+    CHECK(status_of([&] { trainer.set_learning_rate(0.0f); }) == MPT_STATUS_INVALID_ARGUMENT);
+    CHECK(trainer.learning_rate() == 0.0025f);
+}
+
 TEST_CASE("automatic checkpoints through the wrapper keep the newest and can be turned off") {
     TempDir directory;
     auto context = cpu_context();

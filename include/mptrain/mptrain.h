@@ -377,6 +377,7 @@ MPT_API void mpt_trainer_destroy(mpt_trainer_t* trainer);
  *     few steps past the one reported), as an automatic checkpoint would;
  *   - mpt_trainer_destroy stops fit (it returns MPT_STATUS_CANCELLED) and the trainer is freed as
  *     fit returns;
+ *   - mpt_trainer_set_learning_rate applies from the next step fit issues;
  *   - mpt_trainer_set_callbacks replaces the callbacks from the next call on (a progress callback
  *     set where fit started without one may be called from the next fit only).
  *  Destroying the data set being fitted, the model or the context is allowed: fit keeps what it
@@ -418,6 +419,17 @@ MPT_API mpt_status mpt_trainer_predict(mpt_trainer_t* trainer, const float* inpu
                                        float* out, int64_t out_count);
 /** The precision this trainer runs in (AUTO resolved). */
 MPT_API mpt_status mpt_trainer_get_precision(const mpt_trainer_t* trainer, mpt_precision* out);
+/** Sets the learning rate (finite, > 0) of the steps from the next one on, for a schedule: between
+ *  fits, or from fit's callbacks (an epoch-end callback that sets the next epoch's rate, a progress
+ *  callback for a per-step warm-up). On a GPU the steps already queued when a progress callback
+ *  runs (at most 8; see mpt_progress_fn) keep the rate they were issued with (an epoch-end callback
+ *  runs with none queued), and a rate that none of the step's last CUDA graphs was captured with
+ *  costs two steps their graph (one runs eagerly, the next is captured): a rate changed every step
+ *  runs every step eagerly. The rate is part of the run: checkpoints save it and
+ *  mpt_trainer_load_checkpoint restores it. */
+MPT_API mpt_status mpt_trainer_set_learning_rate(mpt_trainer_t* trainer, float learning_rate);
+/** The learning rate of the next step: the options' until set or restored from a checkpoint. */
+MPT_API mpt_status mpt_trainer_get_learning_rate(const mpt_trainer_t* trainer, float* out);
 /** Loss scaler state: current scale, consecutive finite steps since the last change, and the number
  *  of updates skipped for non-finite gradients. Any pointer may be NULL. */
 MPT_API mpt_status mpt_trainer_get_loss_scale(const mpt_trainer_t* trainer, float* scale,
@@ -425,16 +437,21 @@ MPT_API mpt_status mpt_trainer_get_loss_scale(const mpt_trainer_t* trainer, floa
 /** Optimizer steps taken (skipped updates included) and completed epochs. */
 MPT_API mpt_status mpt_trainer_get_progress(const mpt_trainer_t* trainer, int64_t* steps, int64_t* epochs);
 /** Writes a training checkpoint to `path` (atomically and durably, in the model file's format):
- *  fp32 master weights, optimizer state, loss-scaler state, step and epoch counters, the position
- *  inside the epoch with its row order, the shuffle generator's state and the epoch's running
- *  metrics. Loading it into a trainer of the same architecture and options and calling fit continues
- *  the run bit-exactly on the CPU backend. */
+ *  fp32 master weights, optimizer state, loss-scaler state, the learning rate, step and epoch
+ *  counters, the position inside the epoch with its row order, the shuffle generator's state and the
+ *  epoch's running metrics. Loading it into a trainer of the same architecture and options and
+ *  calling fit continues the run bit-exactly on the CPU backend. An automatic checkpoint at an
+ *  epoch's end is written before that epoch's epoch-end callback runs, so it holds the rate before
+ *  any change the callback makes: after loading, set the rate your schedule gives for the epochs
+ *  completed (mpt_trainer_get_progress). */
 MPT_API mpt_status mpt_trainer_save_checkpoint(mpt_trainer_t* trainer, const char* path);
 /** Restores a checkpoint. The whole file is validated before anything changes: a different
  *  architecture gives MPT_STATUS_SHAPE_MISMATCH; any different trainer option (precision, loss,
- *  optimizer and every one of its settings, the learning rate included, loss scaler: the message
- *  names them) MPT_STATUS_INVALID_ARGUMENT, and so does a model file (not a checkpoint); another
- *  major version MPT_STATUS_UNSUPPORTED; a damaged file MPT_STATUS_CORRUPT_DATA. If the checkpoint was taken inside an epoch, the next fit
+ *  optimizer and every one of its settings but the learning rate, loss scaler: the message names
+ *  them) MPT_STATUS_INVALID_ARGUMENT, and so does a model file (not a checkpoint); another
+ *  major version MPT_STATUS_UNSUPPORTED; a damaged file MPT_STATUS_CORRUPT_DATA. The learning rate
+ *  becomes the checkpoint's (mpt_trainer_set_learning_rate changes it after loading). If the
+ *  checkpoint was taken inside an epoch, the next fit
  *  on data of the same size, batch size and shuffling finishes that epoch first, in the saved order
  *  (a fit interrupted by a callback continues the same way). */
 MPT_API mpt_status mpt_trainer_load_checkpoint(mpt_trainer_t* trainer, const char* path);

@@ -506,6 +506,18 @@ public:
         detail::check(mpt_trainer_get_precision(get(), &out));
         return out;
     }
+    /** The rate of the next step: the options' until set, or restored by load_checkpoint(). */
+    float learning_rate() const {
+        float out = 0.0f;
+        detail::check(mpt_trainer_get_learning_rate(get(), &out));
+        return out;
+    }
+    /** From the next step on (finite, > 0), also from fit's callbacks: a schedule. Checkpoints save
+     *  and restore the rate; an automatic one at an epoch's end holds the rate from before that
+     *  epoch's epoch-end callback. */
+    void set_learning_rate(float learning_rate) {
+        detail::check(mpt_trainer_set_learning_rate(get(), learning_rate));
+    }
     LossScaleState loss_scale() const {
         LossScaleState state;
         detail::check(mpt_trainer_get_loss_scale(get(), &state.scale, &state.growth_tracker, &state.skipped_steps));
@@ -518,15 +530,15 @@ public:
         return {steps, epochs};
     }
     /** Writes a training checkpoint, atomically: fp32 master weights, optimizer and loss-scaler state,
-     *  step and epoch counters, the position inside the epoch and the shuffle state. Loading it into a
+     *  the learning rate, step and epoch counters, the position inside the epoch and the shuffle state. Loading it into a
      *  trainer of the same architecture and options and calling fit() continues the run bit-exactly on
      *  the CPU backend. */
     void save_checkpoint(const std::string& path) {
         detail::check(mpt_trainer_save_checkpoint(get(), detail::c_path(path)));
     }
-    /** Restores a checkpoint; the whole file is validated first, so a failure changes nothing. Error
-     *  statuses: another architecture SHAPE_MISMATCH, other trainer options (the learning rate too) or
-     *  a model file INVALID_ARGUMENT, a missing
+    /** Restores a checkpoint, its learning rate included; the whole file is validated first, so a
+     *  failure changes nothing. Error statuses: another architecture SHAPE_MISMATCH, other trainer
+     *  options (all but the learning rate) or a model file INVALID_ARGUMENT, a missing
      *  file IO_ERROR, a damaged one CORRUPT_DATA, another major version UNSUPPORTED. */
     void load_checkpoint(const std::string& path) {
         detail::check(mpt_trainer_load_checkpoint(get(), detail::c_path(path)));

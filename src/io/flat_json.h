@@ -66,6 +66,10 @@ public:
     // when it is no object.
     std::vector<std::string> member_names(const std::string& pointer) const;
 
+    // Removes member `name` of the object at `parent` when it is there and holds a scalar (no members
+    // or items of its own), and returns it; otherwise changes nothing and returns a null value.
+    JsonValue take_scalar_member(const std::string& parent, std::string_view name);
+
     bool operator==(const FlatJson& other) const { return values_ == other.values_; }
     bool operator!=(const FlatJson& other) const { return !(*this == other); }
 

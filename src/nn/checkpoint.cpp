@@ -26,7 +26,8 @@ namespace mpt {
 namespace {
 
 // The options that must match for a resumed run to be the same run. Keys in alphabetical order, as
-// files written with nlohmann::json (a sorted map) have them.
+// files written with nlohmann::json (a sorted map) have them. The learning rate is not one of them:
+// a schedule changes it during the run, so it is saved with the progress and restored.
 std::string options_json(const Trainer& trainer) {
     const TrainerConfig& config = trainer.config();
     const OptimizerConfig& optimizer = config.optimizer;
@@ -48,7 +49,6 @@ std::string options_json(const Trainer& trainer) {
             .key("beta2").unsigned_integer(float_bits(optimizer.beta2))
             .key("epsilon").unsigned_integer(float_bits(optimizer.epsilon))
             .key("kind").integer(static_cast<int>(optimizer.kind))
-            .key("learning_rate").unsigned_integer(float_bits(optimizer.learning_rate))
             .key("momentum").unsigned_integer(float_bits(optimizer.momentum))
             .key("nesterov").boolean(optimizer.nesterov)
             .key("weight_decay").unsigned_integer(float_bits(optimizer.weight_decay))
@@ -67,6 +67,7 @@ std::string progress_json(const TrainerSnapshot& snapshot) {
         .key("dataset_rows").integer(snapshot.dataset_rows)
         .key("epochs_completed").integer(snapshot.epochs_completed)
         .key("growth_tracker").integer(state.growth_tracker)
+        .key("learning_rate").unsigned_integer(float_bits(snapshot.learning_rate))
         .key("loss_scale").unsigned_integer(float_bits(state.loss_scale))
         .key("shuffle").boolean(snapshot.shuffle)
         .key("skipped_steps").integer(state.skipped_steps)
@@ -83,9 +84,9 @@ std::string optimizer_tensor_name(int array, size_t layer, const char* part) {
 // ---- options that differ, for the message that refuses a checkpoint ----
 
 bool is_float_option(const std::string& name) {
-    static const char* const names[] = {"learning_rate", "momentum",      "beta1",          "beta2",
-                                        "epsilon",       "weight_decay",  "initial_scale",  "growth_factor",
-                                        "backoff_factor", "min_scale",    "max_scale"};
+    static const char* const names[] = {"momentum",      "beta1",         "beta2",     "epsilon",
+                                        "weight_decay",  "initial_scale", "growth_factor", "backoff_factor",
+                                        "min_scale",     "max_scale"};
     return std::find_if(std::begin(names), std::end(names), [&](const char* n) { return name == n; }) != std::end(names);
 }
 
@@ -122,7 +123,7 @@ std::string option_text(const std::string& key, const JsonValue& value) {
     return json_value_text(value);  // strings as themselves, other scalars as JSON
 }
 
-// "precision mixed-bf16 (this trainer: fp32; ...), learning_rate 0.01 (this trainer: 0.05)": only the
+// "precision mixed-bf16 (this trainer: fp32; ...), momentum 0.9 (this trainer: 0.5)": only the
 // options that differ, the precision first (it decides most others), then in the JSON's key order.
 // `saved_text` is what `saved` was read from, for a difference in options this version does not know.
 std::string option_differences(const FlatJson& saved, const std::string& saved_text, const FlatJson& ours,
@@ -180,6 +181,8 @@ std::string number_text(float value) {
 // invariants are advance_loss_scaler's (loss_scaler.h) and the trainer's epoch bookkeeping.
 void check_progress(const TrainerSnapshot& snapshot, const LossScalerConfig& scaler) {
     const TrainState& state = snapshot.state;
+    if (!(std::isfinite(snapshot.learning_rate) && snapshot.learning_rate > 0.0f))
+        impossible_progress("learning_rate " + number_text(snapshot.learning_rate) + " (a rate is finite and positive)");
     const float scale = state.loss_scale;
     switch (scaler.mode) {
         case LossScaling::off:
@@ -292,7 +295,10 @@ void load_checkpoint(Trainer& trainer, const std::string& path) {
     TrainerSnapshot snapshot;
     try {
         const std::string& options_text = metadata_value(reader, "mptrain.trainer.options");
-        const FlatJson options = FlatJson::parse(options_text);
+        FlatJson options = FlatJson::parse(options_text);
+        // Files written before the learning rate became the run's (mptrain 0.1.0 until 2026-12-02)
+        // keep it among these options and not with the progress: it is read from there instead.
+        const JsonValue options_rate = options.take_scalar_member("/optimizer", "learning_rate");
         // Ours read back from the text we would write, so that both sides compare alike.
         const FlatJson our_options = FlatJson::parse(options_json(trainer));
         if (options != our_options)
@@ -302,6 +308,13 @@ void load_checkpoint(Trainer& trainer, const std::string& path) {
         const FlatJson progress = FlatJson::parse(metadata_value(reader, "mptrain.trainer.progress"));
         progress.require_object("");
         snapshot.state.loss_scale = bits_float(progress.uint32("/loss_scale"));
+        if (progress.find("/learning_rate") != nullptr || options_rate.type == JsonType::null)
+            snapshot.learning_rate = bits_float(progress.uint32("/learning_rate"));
+        else if (options_rate.type == JsonType::unsigned_integer && options_rate.unsigned_integer <= UINT32_MAX)
+            snapshot.learning_rate = bits_float(static_cast<uint32_t>(options_rate.unsigned_integer));
+        else
+            throw JsonFormatError("the options' learning_rate must be a float's bit pattern, not " +
+                                  json_value_text(options_rate));
         snapshot.state.found_inf = 0;
         snapshot.state.growth_tracker = progress.int64("/growth_tracker");
         snapshot.state.skipped_steps = progress.int64("/skipped_steps");

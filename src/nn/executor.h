@@ -97,6 +97,9 @@ public:
     const std::vector<DType>& layer_dtypes() const { return layer_dtypes_; }
     const PrecisionPolicy& policy() const { return policy_; }
     const LossScalerConfig& scaler_config() const { return scaler_; }
+    const OptimizerConfig& optimizer() const { return optimizer_; }
+    // Read by each dense_update as it is issued: steps issued before keep the rate they were issued with.
+    void set_learning_rate(float learning_rate) { optimizer_.learning_rate = learning_rate; }
     LossKind loss() const { return loss_; }
 
 private:

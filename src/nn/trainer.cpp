@@ -475,10 +475,16 @@ void Trainer::checkpoint_if_due(bool epoch_ended) {
     write_rotating_checkpoint(*this, policy, steps_taken_);
 }
 
+void Trainer::set_learning_rate(float learning_rate) {
+    config_.optimizer.learning_rate = learning_rate;
+    executor_.set_learning_rate(learning_rate);
+}
+
 TrainerSnapshot Trainer::snapshot() const {
     model_->context()->backend().scheduler().synchronize();
     TrainerSnapshot snapshot;
     snapshot.state = executor_.read_state();
+    snapshot.learning_rate = learning_rate();
     // Saved from the progress callback of an epoch's last step, the epoch has no step left but fit
     // has not booked it yet: it is saved as booked, as an automatic checkpoint at the epoch's end
     // is, so that a resume neither "finishes" an empty epoch nor loses count of it.
@@ -507,6 +513,7 @@ void Trainer::restore(const TrainerSnapshot& snapshot) {
     model_->context()->backend().scheduler().synchronize();
     executor_.write_state(snapshot.state);
     executor_.write_metrics(snapshot.metrics);
+    set_learning_rate(snapshot.learning_rate);
     epochs_completed_ = snapshot.epochs_completed;
     steps_into_epoch_ = snapshot.steps_into_epoch;
     steps_taken_ = snapshot.state.steps;

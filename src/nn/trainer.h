@@ -30,6 +30,7 @@ struct TrainerCallbacks {
 // Everything besides tensors that a checkpoint needs to resume training bit-exactly.
 struct TrainerSnapshot {
     TrainState state{};
+    float learning_rate = 0.0f;  // the rate of the next step: part of the run, not of its options
     int64_t epochs_completed = 0;
     int64_t steps_into_epoch = 0;  // > 0: fit resumes inside this epoch with `epoch_order`
     int64_t batch_size = 0;
@@ -72,6 +73,9 @@ public:
     // C API: the trainer was destroyed from a callback of this fit).
     void stop_soon(std::string why) { stop_reason_ = std::move(why); }
     void set_checkpointing(const CheckpointPolicy& policy);
+    // From the next step issued on (also from fit's callbacks: a learning-rate schedule).
+    void set_learning_rate(float learning_rate);
+    float learning_rate() const { return executor_.optimizer().learning_rate; }
     void fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bool shuffle);
     float step(const Dataset& dataset, int64_t first, int64_t batch_size);
     EvaluationResult evaluate(const Dataset& dataset, int64_t batch_size);

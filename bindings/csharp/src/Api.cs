@@ -807,6 +807,27 @@ namespace Mptrain
             }
         }
 
+        /// <summary>The learning rate of the next step: the options' until set, or restored by
+        /// LoadCheckpoint. Setting it (finite, &gt; 0) applies from the next step on, also from Fit's
+        /// callbacks: a schedule. Checkpoints save and restore it; an automatic one at an epoch's end
+        /// holds the rate from before that epoch's epoch-end callback.</summary>
+        public float LearningRate
+        {
+            get
+            {
+                using (Family.Enter())
+                {
+                    float rate;
+                    MptException.Check(Native.mpt_trainer_get_learning_rate(Live, out rate));
+                    return rate;
+                }
+            }
+            set
+            {
+                using (Family.Enter()) MptException.Check(Native.mpt_trainer_set_learning_rate(Live, value));
+            }
+        }
+
         public LossScaleState LossScale
         {
             get
@@ -834,7 +855,7 @@ namespace Mptrain
         }
 
         /// <summary>Writes a training checkpoint, atomically: fp32 master weights, optimizer and loss-scaler
-        /// state, step and epoch counters, the position inside the epoch and the shuffle state. Loading it
+        /// state, the learning rate, step and epoch counters, the position inside the epoch and the shuffle state. Loading it
         /// into a trainer of the same architecture and options and calling Fit continues the run
         /// bit-exactly on the CPU backend.</summary>
         public void SaveCheckpoint(string path)
@@ -847,9 +868,9 @@ namespace Mptrain
             }
         }
 
-        /// <summary>Restores a checkpoint; the whole file is validated first, so a failure changes nothing.
-        /// MptException statuses: another architecture ShapeMismatch, other trainer options
-        /// InvalidArgument, a missing file IoError, a damaged one CorruptData, another major version
+        /// <summary>Restores a checkpoint, its learning rate included; the whole file is validated first,
+        /// so a failure changes nothing. MptException statuses: another architecture ShapeMismatch, other
+        /// trainer options (all but the learning rate) InvalidArgument, a missing file IoError, a damaged one CorruptData, another major version
         /// Unsupported.</summary>
         public void LoadCheckpoint(string path)
         {

@@ -89,6 +89,8 @@ namespace Mptrain
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_evaluate(TrainerHandle trainer, DatasetHandle dataset, long batchSize, out float loss, out float accuracy);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_predict(TrainerHandle trainer, [In] float[] inputs, long rows, [Out] float[] output, long outCount);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_get_precision(TrainerHandle trainer, out Precision precision);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_set_learning_rate(TrainerHandle trainer, float learningRate);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_get_learning_rate(TrainerHandle trainer, out float learningRate);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_get_loss_scale(TrainerHandle trainer, out float scale, out long growthTracker, out long skippedSteps);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_get_progress(TrainerHandle trainer, out long steps, out long epochs);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_save_checkpoint(TrainerHandle trainer, IntPtr pathUtf8);

@@ -128,6 +128,40 @@ namespace Mptrain.Tests
         }
 
         [Test]
+        public static void ALearningRateHalvedFromTheEpochEndCallbackIsSavedAndRestored()
+        {
+            using (var dir = new TempDir())
+            using (Context ctx = Data.CpuContext())
+            using (Dataset data = Blobs(ctx, 200, 41))
+            using (Model model = Mlp(ctx))
+            using (var trainer = new Trainer(model, Adam))
+            using (Model resumedModel = Mlp(ctx))
+            using (var resumed = new Trainer(resumedModel, Adam))
+            {
+                string path = dir.File("decayed.safetensors");
+                Assert.Equal(0.01f, trainer.LearningRate, "the options' rate");
+                trainer.SetCallbacks(null, e => trainer.LearningRate /= 2);
+                trainer.Fit(data, 2, 32);
+                Assert.Equal(0.0025f, trainer.LearningRate, "after two halvings");
+                trainer.SaveCheckpoint(path);
+                trainer.SetCallbacks(null);
+                trainer.Fit(data, 1, 32);
+
+                resumed.LearningRate = 0.5f;
+                resumed.LoadCheckpoint(path);
+                Assert.Equal(0.0025f, resumed.LearningRate, "the checkpoint's rate");
+                resumed.Fit(data, 1, 32);
+                Assert.SequenceEqual(WeightBits(model), WeightBits(resumedModel), "weight bits");
+                foreach (float bad in new[] { 0f, -1f, float.NaN, float.PositiveInfinity })
+                {
+                    var error = Assert.Throws<MptException>(() => trainer.LearningRate = bad);
+                    Assert.Equal(Status.InvalidArgument, error.Status, "status for a rate of " + bad);
+                }
+                Assert.Equal(0.0025f, trainer.LearningRate, "unchanged by refused rates");
+            }
+        }
+
+        [Test]
         public static void AutomaticCheckpointsKeepTheNewestAndCanBeTurnedOff()
         {
             using (var dir = new TempDir())

@@ -945,6 +945,22 @@ class Trainer(_Handle):
         return Precision(out.value)
 
     @property
+    def learning_rate(self):
+        """The rate of the next step: the options' until set, or restored by load_checkpoint. Setting
+        it (finite, > 0) applies from the next step on, also from fit's callbacks: a schedule. The
+        rate is part of the run, so checkpoints save and restore it; an automatic checkpoint at an
+        epoch's end holds the rate from before that epoch's epoch-end callback."""
+        out = ctypes.c_float()
+        with self._family:
+            _check(_lib().mpt_trainer_get_learning_rate(self._get(), ctypes.byref(out)))
+        return out.value
+
+    @learning_rate.setter
+    def learning_rate(self, value):
+        with self._family:
+            _check(_lib().mpt_trainer_set_learning_rate(self._get(), float(value)))
+
+    @property
     def loss_scale(self):
         scale, tracker, skipped = ctypes.c_float(), ctypes.c_int64(), ctypes.c_int64()
         with self._family:
@@ -961,8 +977,8 @@ class Trainer(_Handle):
 
     def save_checkpoint(self, path):
         """Writes a training checkpoint to `path` (str or os.PathLike), atomically: fp32 master weights,
-        optimizer and loss-scaler state, step and epoch counters, the position inside the epoch and the
-        shuffle state. Loading it into a trainer of the same architecture and options and calling fit
+        optimizer and loss-scaler state, the learning rate, step and epoch counters, the position inside
+        the epoch and the shuffle state. Loading it into a trainer of the same architecture and options and calling fit
         continues the run bit-exactly on the CPU backend."""
         encoded = _path(path, "path")
         with self._family:
@@ -970,8 +986,10 @@ class Trainer(_Handle):
 
     def load_checkpoint(self, path):
         """Restores a checkpoint; the whole file is validated first, so a failure changes nothing.
-        Error statuses: another architecture SHAPE_MISMATCH, other trainer options (the learning rate
-        too) or a model file INVALID_ARGUMENT, a missing file IO_ERROR, a damaged one CORRUPT_DATA, another major version UNSUPPORTED."""
+        The learning rate becomes the checkpoint's. Error statuses: another architecture
+        SHAPE_MISMATCH, other trainer options (all but the learning rate) or a model file
+        INVALID_ARGUMENT, a missing file IO_ERROR, a damaged one CORRUPT_DATA, another major version
+        UNSUPPORTED."""
         encoded = _path(path, "path")
         with self._family:
             _check(_lib().mpt_trainer_load_checkpoint(self._get(), encoded))

@@ -126,6 +126,8 @@ PROTOTYPES = {
     "mpt_trainer_evaluate": (c_enum, [TrainerP, DatasetP, c_int64, FloatP, FloatP]),
     "mpt_trainer_predict": (c_enum, [TrainerP, FloatP, c_int64, FloatP, c_int64]),
     "mpt_trainer_get_precision": (c_enum, [TrainerP, P(c_enum)]),
+    "mpt_trainer_set_learning_rate": (c_enum, [TrainerP, c_float]),
+    "mpt_trainer_get_learning_rate": (c_enum, [TrainerP, FloatP]),
     "mpt_trainer_get_loss_scale": (c_enum, [TrainerP, FloatP, Int64P, Int64P]),
     "mpt_trainer_get_progress": (c_enum, [TrainerP, Int64P, Int64P]),
     "mpt_trainer_save_checkpoint": (c_enum, [TrainerP, c_char_p]),

@@ -95,6 +95,37 @@ def test_a_run_resumed_from_a_checkpoint_ends_bit_identical(ctx, tmp_path):
     assert from_checkpoint.layer_count == 3
 
 
+def test_a_learning_rate_schedule_changes_training_and_the_checkpoint_restores_the_rate(ctx, tmp_path):
+    dataset = data(ctx, 200, 41)
+    model = mlp(ctx)
+    trainer = adam(model)
+    assert trainer.learning_rate == pytest.approx(0.01)
+
+    def decay(epoch, loss, accuracy):  # a step schedule from the epoch-end callback
+        trainer.learning_rate = trainer.learning_rate / 2
+
+    trainer.set_callbacks(epoch_end=decay)
+    trainer.fit(dataset, epochs=2, batch_size=32)
+    assert trainer.learning_rate == pytest.approx(0.0025)
+    path = tmp_path / "decayed.safetensors"
+    trainer.save_checkpoint(path)
+    trainer.set_callbacks()
+    trainer.fit(dataset, epochs=1, batch_size=32)
+
+    resumed_model = mlp(ctx)
+    resumed = adam(resumed_model)
+    resumed.learning_rate = 0.5
+    resumed.load_checkpoint(path)
+    assert resumed.learning_rate == pytest.approx(0.0025)  # the checkpoint's, not the trainer's
+    resumed.fit(dataset, epochs=1, batch_size=32)
+    assert weight_bytes(resumed_model) == weight_bytes(model)
+
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with raises(Status.INVALID_ARGUMENT):
+            trainer.learning_rate = bad
+    assert trainer.learning_rate == pytest.approx(0.0025)
+
+
 def test_automatic_checkpoints_keep_the_newest_and_can_be_turned_off(ctx, tmp_path):
     dataset = data(ctx, 200, 31)
     trainer = adam(mlp(ctx))

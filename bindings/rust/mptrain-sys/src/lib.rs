@@ -364,6 +364,8 @@ extern "C" {
         trainer: *const mpt_trainer_t,
         out: *mut mpt_precision,
     ) -> mpt_status;
+    pub fn mpt_trainer_set_learning_rate(trainer: *mut mpt_trainer_t, learning_rate: c_float) -> mpt_status;
+    pub fn mpt_trainer_get_learning_rate(trainer: *const mpt_trainer_t, out: *mut c_float) -> mpt_status;
     pub fn mpt_trainer_get_loss_scale(
         trainer: *const mpt_trainer_t,
         scale: *mut c_float,

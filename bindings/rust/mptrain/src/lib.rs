@@ -42,6 +42,7 @@ use mptrain_sys as sys;
 use std::any::Any;
 use std::ffi::{c_void, CStr, CString};
 use std::fmt;
+use std::marker::PhantomData;
 use std::ops::ControlFlow;
 use std::os::raw::{c_char, c_int};
 use std::panic::{self, AssertUnwindSafe};
@@ -1415,25 +1416,55 @@ pub struct EpochTime {
     pub steps: i64,
 }
 
-type ProgressCallback = Box<dyn FnMut(&Progress) -> ControlFlow<()> + Send>;
-type EpochEndCallback = Box<dyn FnMut(&EpochEnd) -> ControlFlow<()> + Send>;
+type ProgressCallback = Box<dyn FnMut(&Progress, &mut FitControl<'_>) -> ControlFlow<()> + Send>;
+type EpochEndCallback = Box<dyn FnMut(&EpochEnd, &mut FitControl<'_>) -> ControlFlow<()> + Send>;
 
-/// The closures given to C as user_data. Heap-allocated once per trainer (a stable address), freed
-/// after the C trainer is destroyed.
-#[derive(Default)]
+/// The trainer whose `fit` is running, as a callback given to [`Trainer::on_progress_with`] or
+/// [`Trainer::on_epoch_end_with`] may change it between two steps. It lives for one call only.
+pub struct FitControl<'call> {
+    trainer: NonNull<sys::mpt_trainer_t>,
+    _call: PhantomData<&'call mut ()>,
+}
+
+impl FitControl<'_> {
+    /// The learning rate of the next step.
+    pub fn learning_rate(&self) -> Result<f32> {
+        let mut out = 0.0f32;
+        check(unsafe { sys::mpt_trainer_get_learning_rate(self.trainer.as_ptr(), &mut out) })?;
+        Ok(out)
+    }
+
+    /// Sets the learning rate (finite, > 0) from the next step `fit` issues on: a schedule. See
+    /// [`Trainer::set_learning_rate`].
+    pub fn set_learning_rate(&mut self, learning_rate: f32) -> Result<()> {
+        check(unsafe { sys::mpt_trainer_set_learning_rate(self.trainer.as_ptr(), learning_rate) })
+    }
+}
+
+/// The closures given to C as user_data, with their trainer. Heap-allocated once per trainer (a
+/// stable address), freed after the C trainer is destroyed.
 struct Callbacks {
+    trainer: NonNull<sys::mpt_trainer_t>,
     progress: Option<ProgressCallback>,
     epoch_end: Option<EpochEndCallback>,
     panic: Option<Box<dyn Any + Send>>,
 }
 
 impl Callbacks {
-    /// Runs a callback, turning Break or a panic into "stop" (non-zero) for C.
-    fn run(&mut self, call: impl FnOnce(&mut Self) -> ControlFlow<()>) -> c_int {
+    /// Runs a callback, turning Break or a panic into "stop" (non-zero) for C. The callback runs
+    /// inside `fit` on its thread, which holds the family's lock: the trainer is usable there.
+    fn run(
+        &mut self,
+        call: impl FnOnce(&mut Self, &mut FitControl<'_>) -> ControlFlow<()>,
+    ) -> c_int {
         if self.panic.is_some() {
             return 1;
         }
-        match panic::catch_unwind(AssertUnwindSafe(|| call(self))) {
+        let mut control = FitControl {
+            trainer: self.trainer,
+            _call: PhantomData,
+        };
+        match panic::catch_unwind(AssertUnwindSafe(|| call(self, &mut control))) {
             Ok(ControlFlow::Continue(())) => 0,
             Ok(ControlFlow::Break(())) => 1,
             Err(payload) => {
@@ -1460,10 +1491,10 @@ unsafe extern "C" fn progress_trampoline(
         loss,
         accuracy,
     };
-    callbacks.run(|c| {
+    callbacks.run(|c, control| {
         c.progress
             .as_mut()
-            .map_or(ControlFlow::Continue(()), |f| f(&progress))
+            .map_or(ControlFlow::Continue(()), |f| f(&progress, control))
     })
 }
 
@@ -1479,10 +1510,10 @@ unsafe extern "C" fn epoch_end_trampoline(
         loss,
         accuracy,
     };
-    callbacks.run(|c| {
+    callbacks.run(|c, control| {
         c.epoch_end
             .as_mut()
-            .map_or(ControlFlow::Continue(()), |f| f(&end))
+            .map_or(ControlFlow::Continue(()), |f| f(&end, control))
     })
 }
 
@@ -1506,9 +1537,15 @@ impl Trainer {
         let _lock = model.family.enter()?;
         let mut raw = ptr::null_mut();
         check(unsafe { sys::mpt_trainer_create(model.raw.as_ptr(), options.0, &mut raw) })?;
-        let callbacks = NonNull::from(Box::leak(Box::<Callbacks>::default()));
+        let raw = NonNull::new(raw).expect("mpt_trainer_create returned NULL");
+        let callbacks = NonNull::from(Box::leak(Box::new(Callbacks {
+            trainer: raw,
+            progress: None,
+            epoch_end: None,
+            panic: None,
+        })));
         let mut trainer = Trainer {
-            raw: NonNull::new(raw).expect("mpt_trainer_create returned NULL"),
+            raw,
             family: model.family.clone(),
             callbacks,
             input_features,
@@ -1548,7 +1585,16 @@ impl Trainer {
     /// (fit then fails with [`Status::Cancelled`]). A panic stops training and resumes from `fit`.
     pub fn on_progress(
         &mut self,
-        callback: impl FnMut(&Progress) -> ControlFlow<()> + Send + 'static,
+        mut callback: impl FnMut(&Progress) -> ControlFlow<()> + Send + 'static,
+    ) -> Result<()> {
+        self.on_progress_with(move |progress, _| callback(progress))
+    }
+
+    /// As [`Trainer::on_progress`], with the running trainer to change between two steps (a
+    /// per-step learning-rate warm-up, say).
+    pub fn on_progress_with(
+        &mut self,
+        callback: impl FnMut(&Progress, &mut FitControl<'_>) -> ControlFlow<()> + Send + 'static,
     ) -> Result<()> {
         unsafe { self.callbacks.as_mut() }.progress = Some(Box::new(callback));
         self.register_callbacks()
@@ -1557,7 +1603,16 @@ impl Trainer {
     /// Called after every epoch of `fit`; `Break` stops training as for [`Trainer::on_progress`].
     pub fn on_epoch_end(
         &mut self,
-        callback: impl FnMut(&EpochEnd) -> ControlFlow<()> + Send + 'static,
+        mut callback: impl FnMut(&EpochEnd) -> ControlFlow<()> + Send + 'static,
+    ) -> Result<()> {
+        self.on_epoch_end_with(move |end, _| callback(end))
+    }
+
+    /// As [`Trainer::on_epoch_end`], with the running trainer to change before the next epoch (a
+    /// learning-rate schedule, say).
+    pub fn on_epoch_end_with(
+        &mut self,
+        callback: impl FnMut(&EpochEnd, &mut FitControl<'_>) -> ControlFlow<()> + Send + 'static,
     ) -> Result<()> {
         unsafe { self.callbacks.as_mut() }.epoch_end = Some(Box::new(callback));
         self.register_callbacks()
@@ -1656,6 +1711,23 @@ impl Trainer {
             .ok_or_else(|| Error::new(Status::Internal, format!("unknown precision {out}")))
     }
 
+    /// The learning rate of the next step: the options' until set, or restored by
+    /// [`Trainer::load_checkpoint`].
+    pub fn learning_rate(&self) -> Result<f32> {
+        let _lock = self.family.enter()?;
+        let mut out = 0.0f32;
+        check(unsafe { sys::mpt_trainer_get_learning_rate(self.raw.as_ptr(), &mut out) })?;
+        Ok(out)
+    }
+
+    /// Sets the learning rate (finite, > 0) from the next step on; from `fit`'s callbacks through
+    /// [`FitControl`]. Checkpoints save and restore it; an automatic one at an epoch's end holds the
+    /// rate from before that epoch's epoch-end callback.
+    pub fn set_learning_rate(&mut self, learning_rate: f32) -> Result<()> {
+        let _lock = self.family.enter()?;
+        check(unsafe { sys::mpt_trainer_set_learning_rate(self.raw.as_ptr(), learning_rate) })
+    }
+
     /// The loss scaler's state.
     pub fn loss_scale(&self) -> Result<LossScaleState> {
         let _lock = self.family.enter()?;
@@ -1682,7 +1754,7 @@ impl Trainer {
     }
 
     /// Writes a training checkpoint (atomically, in the model file's format): fp32 master weights,
-    /// optimizer and loss-scaler state, step and epoch counters, the position inside the epoch and
+    /// optimizer and loss-scaler state, the learning rate, step and epoch counters, the position inside the epoch and
     /// the shuffle state. Loading it into a trainer of the same architecture and options and calling
     /// `fit` continues the run bit-exactly on the CPU backend.
     pub fn save_checkpoint(&mut self, path: impl AsRef<Path>) -> Result<()> {
@@ -1691,8 +1763,9 @@ impl Trainer {
         check(unsafe { sys::mpt_trainer_save_checkpoint(self.raw.as_ptr(), path.as_ptr()) })
     }
 
-    /// Restores a checkpoint; the whole file is validated first, so a failure changes nothing.
-    /// Another architecture fails with [`Status::ShapeMismatch`], other trainer options with
+    /// Restores a checkpoint, its learning rate included; the whole file is validated first, so a
+    /// failure changes nothing. Another architecture fails with [`Status::ShapeMismatch`], other
+    /// trainer options (all but the learning rate) with
     /// [`Status::InvalidArgument`], a missing file with [`Status::IoError`], a damaged one with
     /// [`Status::CorruptData`], another major version with [`Status::Unsupported`].
     pub fn load_checkpoint(&mut self, path: impl AsRef<Path>) -> Result<()> {

@@ -89,6 +89,42 @@ fn a_saved_model_loads_and_predicts_bit_identically() {
 }
 
 #[test]
+fn a_learning_rate_halved_from_the_epoch_end_callback_is_saved_and_restored() {
+    let dir = TempDir::new("schedule");
+    let path = dir.join("decayed.safetensors");
+    let ctx = context();
+    let data = blob_data(&ctx, 200, 41);
+    let mut model = mlp(&ctx);
+    let mut trainer = Trainer::new(&model, &adam()).unwrap();
+    assert_eq!(trainer.learning_rate().unwrap(), 0.01);
+    trainer
+        .on_epoch_end_with(|_, control| {
+            let rate = control.learning_rate().unwrap();
+            control.set_learning_rate(rate / 2.0).unwrap();
+            std::ops::ControlFlow::Continue(())
+        })
+        .unwrap();
+    trainer.fit(&data, 2, 32, true).unwrap();
+    assert_eq!(trainer.learning_rate().unwrap(), 0.0025);
+    trainer.save_checkpoint(&path).unwrap();
+    trainer.clear_callbacks().unwrap();
+    trainer.fit(&data, 1, 32, true).unwrap();
+
+    let mut resumed_model = mlp(&ctx);
+    let mut resumed = Trainer::new(&resumed_model, &adam()).unwrap();
+    resumed.set_learning_rate(0.5).unwrap();
+    resumed.load_checkpoint(&path).unwrap();
+    assert_eq!(resumed.learning_rate().unwrap(), 0.0025); // the checkpoint's
+    resumed.fit(&data, 1, 32, true).unwrap();
+    assert_eq!(weight_bits(&mut resumed_model), weight_bits(&mut model));
+    for bad in [0.0, -1.0, f32::NAN, f32::INFINITY] {
+        let error = trainer.set_learning_rate(bad).unwrap_err();
+        assert_eq!(error.status, Status::InvalidArgument);
+    }
+    assert_eq!(trainer.learning_rate().unwrap(), 0.0025);
+}
+
+#[test]
 fn a_run_resumed_from_a_checkpoint_ends_bit_identical() {
     let dir = TempDir::new("resume");
     let path = dir.join("checkpoint.safetensors");
