@@ -2,7 +2,8 @@
 // the compute lane after them; errors on the copy lane reach the host. The thread pool: static
 // ranges, exceptions from any chunk reach the caller, and its per-participant scratch is charged
 // to a memory tracker; a pool whose threads cannot all start fails with an error, not a terminate
-// (outside the sanitizer builds, which hook pthread_create themselves).
+// (outside the sanitizer builds, which hook pthread_create themselves). A context's thread ownership:
+// re-entrant for its holder, refused to others, and a waiting destroy goes before later calls.
 #include <doctest/doctest.h>
 
 #include <dlfcn.h>
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/thread_ownership.h"
 #include "core/thread_pool.h"
 #include "memory/memory_tracker.h"
 #include "sched/cpu_scheduler.h"
@@ -270,4 +272,36 @@ TEST_CASE("the pool's scratch is per participant, charged to a tracker, and over
         });
     }
     CHECK(memory.used() == 0);  // the buffers went with the pool
+}
+
+TEST_CASE("thread ownership: re-entrant for its holder, refused to others, and a waiter goes before later tries") {
+    ThreadOwnership ownership;
+    REQUIRE(ownership.try_enter());
+    REQUIRE(ownership.try_enter());  // again, from a callback of the same thread
+    bool other_got_it = true;
+    std::thread([&] { other_got_it = ownership.try_enter(); }).join();
+    CHECK_FALSE(other_got_it);
+    ownership.leave();
+
+    // A waiter (a destroy) comes while this thread holds it.
+    std::atomic<bool> waiter_in{false}, waiter_may_leave{false};
+    std::thread waiter([&] {
+        ownership.enter();
+        waiter_in = true;
+        while (!waiter_may_leave.load()) std::this_thread::yield();
+        ownership.leave();
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the waiter is waiting by now
+    CHECK_FALSE(waiter_in.load());
+    ownership.leave();
+    // Taken back at once, it would be ahead of the waiter, which may not have woken yet: refused.
+    const bool taken_back = ownership.try_enter();
+    CHECK_FALSE(taken_back);
+    if (taken_back) ownership.leave();
+    while (!waiter_in.load()) std::this_thread::yield();
+    CHECK_FALSE(ownership.try_enter());  // the waiter holds it
+    waiter_may_leave = true;
+    waiter.join();
+    CHECK(ownership.try_enter());
+    ownership.leave();
 }

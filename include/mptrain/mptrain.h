@@ -12,8 +12,9 @@
  *    used by one thread at a time, since they share one backend; different contexts may be used
  *    from different threads in parallel. A call on a handle of a context that another thread is
  *    using fails with MPT_STATUS_INVALID_STATE (the callbacks of the thread using it may call into
- *    it); a _destroy from another thread waits until that thread's call has returned (so a callback
- *    must not wait for a thread that destroys a handle of a context in use). Functions marked
+ *    it); a _destroy from another thread waits until that thread's call has returned, and calls
+ *    other threads start while it waits are refused, so it is never kept waiting by later calls (a
+ *    callback must not wait for a thread that destroys a handle of a context in use). Functions marked
  *    "thread-safe" may be called from any thread at any time.
  *  - Sizes and counts are int64_t, byte counts size_t, strings UTF-8, booleans int (0 / non-zero).
  */

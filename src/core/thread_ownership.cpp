@@ -6,23 +6,29 @@
 
 namespace mpt {
 
-bool ThreadOwnership::try_enter() noexcept {
-    const std::thread::id self = std::this_thread::get_id();
-    if (holder_.load() == self) {
-        ++depth_;
-        return true;
-    }
+bool ThreadOwnership::take_if_free(std::thread::id self) noexcept {
     std::thread::id nobody{};
     if (!holder_.compare_exchange_strong(nobody, self)) return false;
     depth_ = 1;
     return true;
 }
 
+bool ThreadOwnership::try_enter() noexcept {
+    const std::thread::id self = std::this_thread::get_id();
+    if (holder_.load() == self) {
+        ++depth_;
+        return true;
+    }
+    if (waiters_.load() > 0) return false;  // a waiting destroy goes first
+    return take_if_free(self);
+}
+
 void ThreadOwnership::enter() {
     if (try_enter()) return;
+    const std::thread::id self = std::this_thread::get_id();
     std::unique_lock<std::mutex> lock(mutex_);
     ++waiters_;
-    released_.wait(lock, [&] { return try_enter(); });
+    released_.wait(lock, [&] { return take_if_free(self); });
     --waiters_;
 }
 
