@@ -423,11 +423,12 @@ MPT_API mpt_status mpt_trainer_get_precision(const mpt_trainer_t* trainer, mpt_p
 /** Sets the learning rate (finite, > 0) of the steps from the next one on, for a schedule: between
  *  fits, or from fit's callbacks (an epoch-end callback that sets the next epoch's rate, a progress
  *  callback for a per-step warm-up). On a GPU the steps already queued when a progress callback
- *  runs (at most 8; see mpt_progress_fn) keep the rate they were issued with (an epoch-end callback
- *  runs with none queued), and a rate that none of the step's last CUDA graphs was captured with
- *  costs two steps their graph (one runs eagerly, the next is captured): a rate changed every step
- *  runs every step eagerly. The rate is part of the run: checkpoints save it and
- *  mpt_trainer_load_checkpoint restores it. */
+ *  runs (at most 8; see mpt_progress_fn) keep the rate they were issued with, so how many depends
+ *  on timing: a schedule that must repeat exactly sets the rate from the epoch-end callback (which
+ *  runs with no step queued) or between fits. A rate that none of the step's last CUDA graphs was
+ *  captured with costs two steps their graph (one runs eagerly, the next is captured): a rate
+ *  changed every step runs every step eagerly. The rate is part of the run: checkpoints save it
+ *  and mpt_trainer_load_checkpoint restores it. */
 MPT_API mpt_status mpt_trainer_set_learning_rate(mpt_trainer_t* trainer, float learning_rate);
 /** The learning rate of the next step: the options' until set or restored from a checkpoint. */
 MPT_API mpt_status mpt_trainer_get_learning_rate(const mpt_trainer_t* trainer, float* out);
