@@ -16,6 +16,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -806,7 +807,7 @@ TEST_CASE("a run whose epoch-end callback halves the rate resumes bit-identicall
     {
         Run run(options);
         REQUIRE(mpt_trainer_set_callbacks(run.trainer, nullptr, halve_rate_at_epoch_end, run.trainer) == MPT_STATUS_OK);
-        REQUIRE(mpt_trainer_set_checkpointing(run.trainer, directory.path.c_str(), 7, 0, 100) == MPT_STATUS_OK);
+        REQUIRE(mpt_trainer_set_checkpointing(run.trainer, directory.path.c_str(), 7, 1, 100) == MPT_STATUS_OK);
         REQUIRE(mpt_trainer_fit(run.trainer, run.dataset, 3, kBatch, 1) == MPT_STATUS_OK);
         CHECK(learning_rate_of(run) == halved_rate(3));
         uninterrupted = run.weights();
@@ -818,7 +819,8 @@ TEST_CASE("a run whose epoch-end callback halves the rate resumes bit-identicall
     }
     std::vector<fs::path> checkpoints;
     for (const auto& entry : fs::directory_iterator(directory.path)) checkpoints.push_back(entry.path());
-    REQUIRE(checkpoints.size() == 4);  // steps 7, 14, 21, 28: inside epochs 0, 1, 2, 2
+    // Steps 7, 14, 21, 28 inside epochs 0, 1, 2, 2; 10, 20, 30 at the ends of epochs 0, 1, 2.
+    REQUIRE(checkpoints.size() == 7);
     for (const fs::path& checkpoint : checkpoints) {
         CAPTURE(checkpoint.string());
         Options other = options;
@@ -874,17 +876,30 @@ TEST_CASE("a rate set between fits or from a progress callback trains as a train
     CHECK(mpt_trainer_get_learning_rate(run.trainer, nullptr) == MPT_STATUS_INVALID_ARGUMENT);
 }
 
-TEST_CASE("an end-of-epoch checkpoint holds the rate before the epoch-end callback changed it") {
+TEST_CASE("an end-of-epoch checkpoint is written after the epoch-end callback, also when it stops fit") {
     TempDir directory;
     Run run(Options{});
-    REQUIRE(mpt_trainer_set_callbacks(run.trainer, nullptr, halve_rate_at_epoch_end, run.trainer) == MPT_STATUS_OK);
+    struct Seen {
+        mpt_trainer_t* trainer;
+        fs::path directory;
+        bool file_seen = false;
+    } seen{run.trainer, directory.path};
+    auto halve_and_stop = [](int64_t, float, float, void* user) -> int {
+        auto* state = static_cast<Seen*>(user);
+        state->file_seen = !fs::is_empty(state->directory);
+        return halve_rate_at_epoch_end(0, 0, 0, state->trainer) == 0 ? 1 : 2;  // stop
+    };
+    REQUIRE(mpt_trainer_set_callbacks(run.trainer, nullptr, halve_and_stop, &seen) == MPT_STATUS_OK);
     REQUIRE(mpt_trainer_set_checkpointing(run.trainer, directory.path.c_str(), 0, 1, 1) == MPT_STATUS_OK);
-    REQUIRE(mpt_trainer_fit(run.trainer, run.dataset, 1, kBatch, 1) == MPT_STATUS_OK);
+    REQUIRE(mpt_trainer_fit(run.trainer, run.dataset, 3, kBatch, 1) == MPT_STATUS_CANCELLED);
+    CHECK_FALSE(seen.file_seen);  // the callback came first
     CHECK(learning_rate_of(run) == halved_rate(1));
     Run resumed(Options{});
     REQUIRE(load_checkpoint(resumed, (directory.path / "checkpoint-000000000010.safetensors").string()).status ==
             MPT_STATUS_OK);
-    CHECK(learning_rate_of(resumed) == halved_rate(0));
+    CHECK(learning_rate_of(resumed) == halved_rate(1));  // the rate the callback set for epoch 1
+    CHECK(resumed.scaler() == run.scaler());
+    CHECK(same_bits(resumed.weights(), run.weights()));
 }
 
 TEST_CASE("a checkpoint written when the learning rate was one of the options loads with that rate") {
@@ -916,12 +931,23 @@ TEST_CASE("a checkpoint written when the learning rate was one of the options lo
     REQUIRE(mpt_trainer_fit(resumed.trainer, resumed.dataset, 1, kBatch, 1) == MPT_STATUS_OK);
     CHECK(same_bits(resumed.weights(), run.weights()));
 
-    // Neither layout: the rate is missing.
+    // Neither layout (the rate missing), both at once, or an options' rate that is no float's bits.
     std::string neither = parts.header;
     neither.erase(neither.find(rate_entry), rate_entry.size());
+    std::string both = parts.header;
+    both.insert(both.find(kind) + kind.size(), rate_entry);
+    std::string null_rate = neither;
+    null_rate.insert(null_rate.find(kind) + kind.size(), "\\\"learning_rate\\\":null,");
     Run refused(Options{});
-    const Refusal refusal = load_checkpoint(refused, write_parts(directory.path / "neither.safetensors", neither, parts.data));
-    CHECK(refusal.status == MPT_STATUS_CORRUPT_DATA);
-    CHECK(refusal.message.find("learning_rate") != std::string::npos);
-    CHECK(learning_rate_of(refused) == 0.01f);
+    for (const auto& [name, header, named] :
+         {std::make_tuple("neither", neither, "'/learning_rate' is missing"),
+          std::make_tuple("both", both, "learning_rate is both among the options and in the progress"),
+          std::make_tuple("null", null_rate, "the options' learning_rate must be a float's bit pattern, not null")}) {
+        CAPTURE(name);
+        const Refusal refusal =
+            load_checkpoint(refused, write_parts(directory.path / (std::string(name) + ".safetensors"), header, parts.data));
+        CHECK(refusal.status == MPT_STATUS_CORRUPT_DATA);
+        CHECK(refusal.message.find(named) != std::string::npos);
+        CHECK(learning_rate_of(refused) == 0.01f);
+    }
 }

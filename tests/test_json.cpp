@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 
 #include "io/flat_json.h"
@@ -102,16 +103,22 @@ TEST_CASE("FlatJson refuses what is not JSON, repeated members, and nesting or n
 
 TEST_CASE("FlatJson takes out a scalar member as if the text never had it, and leaves containers and absent members") {
     FlatJson json = FlatJson::parse(R"({"optimizer":{"kind":1,"rate":7,"nested":{"x":1},"list":[1]},"top":2})");
-    const JsonValue rate = json.take_scalar_member("/optimizer", "rate");
-    CHECK(rate.type == JsonType::unsigned_integer);
-    CHECK(rate.unsigned_integer == 7);
+    const std::optional<JsonValue> rate = json.take_scalar_member("/optimizer", "rate");
+    REQUIRE(rate.has_value());
+    CHECK(rate->type == JsonType::unsigned_integer);
+    CHECK(rate->unsigned_integer == 7);
     CHECK(json == FlatJson::parse(R"({"optimizer":{"kind":1,"nested":{"x":1},"list":[1]},"top":2})"));
-    CHECK(json.take_scalar_member("/optimizer", "rate").type == JsonType::null);    // gone
-    CHECK(json.take_scalar_member("/optimizer", "nested").type == JsonType::null);  // an object
-    CHECK(json.take_scalar_member("/optimizer", "list").type == JsonType::null);    // an array
-    CHECK(json.take_scalar_member("/top", "x").type == JsonType::null);             // no object there
-    CHECK(json.take_scalar_member("/missing", "kind").type == JsonType::null);
+    CHECK_FALSE(json.take_scalar_member("/optimizer", "rate").has_value());    // gone
+    CHECK_FALSE(json.take_scalar_member("/optimizer", "nested").has_value());  // an object
+    CHECK_FALSE(json.take_scalar_member("/optimizer", "list").has_value());    // an array
+    CHECK_FALSE(json.take_scalar_member("/top", "x").has_value());             // no object there
+    CHECK_FALSE(json.take_scalar_member("/missing", "kind").has_value());
     CHECK(json == FlatJson::parse(R"({"optimizer":{"kind":1,"nested":{"x":1},"list":[1]},"top":2})"));
-    CHECK(json.take_scalar_member("", "top").unsigned_integer == 2);
+    CHECK(json.take_scalar_member("", "top")->unsigned_integer == 2);
     CHECK(json == FlatJson::parse(R"({"optimizer":{"kind":1,"nested":{"x":1},"list":[1]}})"));
+    FlatJson with_null = FlatJson::parse(R"({"a":null})");
+    const std::optional<JsonValue> null_member = with_null.take_scalar_member("", "a");  // a null is a value
+    REQUIRE(null_member.has_value());
+    CHECK(null_member->type == JsonType::null);
+    CHECK(with_null == FlatJson::parse("{}"));
 }

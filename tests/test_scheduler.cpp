@@ -305,3 +305,27 @@ TEST_CASE("thread ownership: re-entrant for its holder, refused to others, and a
     CHECK(ownership.try_enter());
     ownership.leave();
 }
+
+TEST_CASE("thread ownership: a waiter cancelled while it waits leaves the context usable by other threads") {
+    static ThreadOwnership ownership;  // static: the cancelled thread's function takes no captures
+    REQUIRE(ownership.try_enter());
+    pthread_t waiter;
+    REQUIRE(pthread_create(
+                &waiter, nullptr,
+                [](void*) -> void* {
+                    ownership.enter();  // cancelled in here, a cancellation point
+                    ownership.leave();
+                    return nullptr;
+                },
+                nullptr) == 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // waiting by now
+    REQUIRE(pthread_cancel(waiter) == 0);
+    REQUIRE(pthread_join(waiter, nullptr) == 0);
+    ownership.leave();
+    bool taken = false;
+    std::thread([&] {
+        taken = ownership.try_enter();
+        if (taken) ownership.leave();
+    }).join();
+    CHECK(taken);
+}

@@ -13,8 +13,9 @@
  *    from different threads in parallel. A call on a handle of a context that another thread is
  *    using fails with MPT_STATUS_INVALID_STATE (the callbacks of the thread using it may call into
  *    it); a _destroy from another thread waits until that thread's call has returned, and calls
- *    other threads start while it waits are refused, so it is never kept waiting by later calls (a
- *    callback must not wait for a thread that destroys a handle of a context in use). Functions marked
+ *    other threads start while it waits (other than destroys) are refused, so later calls cannot
+ *    keep it waiting (a callback must not wait for a thread that destroys a handle of a context in
+ *    use). Functions marked
  *    "thread-safe" may be called from any thread at any time.
  *  - Sizes and counts are int64_t, byte counts size_t, strings UTF-8, booleans int (0 / non-zero).
  */
@@ -359,7 +360,8 @@ MPT_API mpt_status mpt_trainer_options_set_loss_scaler_dynamics(mpt_trainer_opti
 typedef int (*mpt_progress_fn)(int64_t epoch, int64_t step, int64_t steps_per_epoch, float loss,
                                float accuracy, void* user_data);
 /** End of each epoch (`epoch` counts from 0); return non-zero to stop training (fit then returns
- *  MPT_STATUS_CANCELLED). `loss` and `accuracy` are the epoch's means. */
+ *  MPT_STATUS_CANCELLED). `loss` and `accuracy` are the epoch's means. It runs before the epoch's
+ *  automatic checkpoint (mpt_trainer_set_checkpointing), with no step queued on a GPU. */
 typedef int (*mpt_epoch_end_fn)(int64_t epoch, float loss, float accuracy, void* user_data);
 
 /** Creates a trainer for `model` (builds the model; keeps it alive). The arena is planned at the
@@ -425,10 +427,10 @@ MPT_API mpt_status mpt_trainer_get_precision(const mpt_trainer_t* trainer, mpt_p
  *  callback for a per-step warm-up). On a GPU the steps already queued when a progress callback
  *  runs (at most 8; see mpt_progress_fn) keep the rate they were issued with, so how many depends
  *  on timing: a schedule that must repeat exactly sets the rate from the epoch-end callback (which
- *  runs with no step queued) or between fits. A rate that none of the step's last CUDA graphs was
- *  captured with costs two steps their graph (one runs eagerly, the next is captured): a rate
- *  changed every step runs every step eagerly. The rate is part of the run: checkpoints save it
- *  and mpt_trainer_load_checkpoint restores it. */
+ *  runs with no step queued) or between fits. A rate that none of the step's recent CUDA graphs was
+ *  captured with costs the next steps their graphs until each of the two batch slots' steps has run
+ *  once eagerly and once captured (four steps): a rate changed every step runs every step eagerly.
+ *  The rate is part of the run: checkpoints save it and mpt_trainer_load_checkpoint restores it. */
 MPT_API mpt_status mpt_trainer_set_learning_rate(mpt_trainer_t* trainer, float learning_rate);
 /** The learning rate of the next step: the options' until set or restored from a checkpoint. */
 MPT_API mpt_status mpt_trainer_get_learning_rate(const mpt_trainer_t* trainer, float* out);
@@ -442,10 +444,7 @@ MPT_API mpt_status mpt_trainer_get_progress(const mpt_trainer_t* trainer, int64_
  *  fp32 master weights, optimizer state, loss-scaler state, the learning rate, step and epoch
  *  counters, the position inside the epoch with its row order, the shuffle generator's state and the
  *  epoch's running metrics. Loading it into a trainer of the same architecture and options and
- *  calling fit continues the run bit-exactly on the CPU backend. An automatic checkpoint at an
- *  epoch's end is written before that epoch's epoch-end callback runs, so it holds the rate before
- *  any change the callback makes: after loading, set the rate your schedule gives for the epochs
- *  completed (mpt_trainer_get_progress). */
+ *  calling fit continues the run bit-exactly on the CPU backend. */
 MPT_API mpt_status mpt_trainer_save_checkpoint(mpt_trainer_t* trainer, const char* path);
 /** Restores a checkpoint. The whole file is validated before anything changes: a different
  *  architecture gives MPT_STATUS_SHAPE_MISMATCH; any different trainer option (precision, loss,
@@ -463,9 +462,11 @@ MPT_API mpt_status mpt_trainer_load_checkpoint(mpt_trainer_t* trainer, const cha
  *  (MPT_STATUS_IO_ERROR otherwise) that holds one trainer's checkpoints: the names carry only the
  *  step, and keeping the newest removes the oldest checkpoint-*.safetensors there, whoever wrote
  *  them. NULL turns checkpointing off.
- *  A failed write stops fit with MPT_STATUS_IO_ERROR (or MPT_STATUS_OUT_OF_MEMORY) and keeps the
- *  previous checkpoints; a failed end-of-epoch checkpoint comes after that epoch's epoch-end
- *  callback, which the epoch is owed all the same. */
+ *  At an epoch's end the epoch-end callback runs first and the checkpoint is written after it, so
+ *  it holds what the callback changed (a schedule's learning rate) and a run resumed from it goes on
+ *  as the uninterrupted one does; the callback does not see that epoch's file yet. The checkpoint
+ *  is written even when the callback stops fit. A failed write stops fit with MPT_STATUS_IO_ERROR
+ *  (or MPT_STATUS_OUT_OF_MEMORY) and keeps the previous checkpoints. */
 MPT_API mpt_status mpt_trainer_set_checkpointing(mpt_trainer_t* trainer, const char* directory,
                                                  int64_t every_steps, int64_t every_epochs, int64_t keep_last);
 /** Duration of the last epoch that fit completed and its step count (steps resumed from an

@@ -513,8 +513,8 @@ public:
         return out;
     }
     /** From the next step on (finite, > 0), also from fit's callbacks: a schedule. Checkpoints save
-     *  and restore the rate; an automatic one at an epoch's end holds the rate from before that
-     *  epoch's epoch-end callback. */
+     *  and restore the rate; an automatic one at an epoch's end is written after that epoch's
+     *  epoch-end callback, so it holds the rate the callback set. */
     void set_learning_rate(float learning_rate) {
         detail::check(mpt_trainer_set_learning_rate(get(), learning_rate));
     }

@@ -27,9 +27,14 @@ void ThreadOwnership::enter() {
     if (try_enter()) return;
     const std::thread::id self = std::this_thread::get_id();
     std::unique_lock<std::mutex> lock(mutex_);
-    ++waiters_;
+    // Counted off however the wait ends: a count left behind (a thread cancelled while it waits)
+    // would refuse every other thread's calls for ever.
+    struct Counted {
+        std::atomic<int>& waiters;
+        explicit Counted(std::atomic<int>& count) : waiters(count) { ++waiters; }
+        ~Counted() { --waiters; }
+    } counted(waiters_);
     released_.wait(lock, [&] { return take_if_free(self); });
-    --waiters_;
 }
 
 void ThreadOwnership::leave() noexcept {

@@ -2,9 +2,10 @@
 // need, since they share one backend (its thread pool, scheduler and scratch). The C API takes a
 // context's ownership for every call on any of its handles. A call from another thread meanwhile
 // is refused, not queued: a callback of the owner that waited for such a thread would otherwise
-// deadlock. A destroy, which cannot be refused, waits for the owner to let go, and goes first:
-// while one waits, new calls are refused too, so a thread that calls without pause cannot take the
-// context back at every release and keep the destroy waiting for ever.
+// deadlock. A destroy, which cannot be refused, waits for the owner to let go, and goes before
+// later calls: while one waits, new calls (not other destroys, which wait too) are refused, so a
+// thread that calls without pause cannot take the context back at every release and keep the
+// destroy waiting for ever. Waiting destroys go in no particular order among themselves.
 //
 // Taking and giving back are a compare-exchange and a store (about 20 ns a call, not the 80 of a
 // mutex round trip); the mutex and condition variable serve waiting destroys only.

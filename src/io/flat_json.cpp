@@ -248,12 +248,12 @@ size_t FlatJson::array_size(const std::string& pointer) const { return typed(poi
 
 void FlatJson::require_object(const std::string& pointer) const { (void)typed(pointer, JsonType::object, "an object"); }
 
-JsonValue FlatJson::take_scalar_member(const std::string& parent, std::string_view name) {
+std::optional<JsonValue> FlatJson::take_scalar_member(const std::string& parent, std::string_view name) {
     const auto object = values_.find(parent);
-    if (object == values_.end() || object->second.type != JsonType::object) return JsonValue{};
+    if (object == values_.end() || object->second.type != JsonType::object) return std::nullopt;
     const auto member = values_.find(json_pointer(parent, name));
     if (member == values_.end() || member->second.type == JsonType::object || member->second.type == JsonType::array)
-        return JsonValue{};
+        return std::nullopt;
     JsonValue taken = std::move(member->second);
     values_.erase(member);
     --object->second.size;

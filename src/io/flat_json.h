@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -67,8 +68,8 @@ public:
     std::vector<std::string> member_names(const std::string& pointer) const;
 
     // Removes member `name` of the object at `parent` when it is there and holds a scalar (no members
-    // or items of its own), and returns it; otherwise changes nothing and returns a null value.
-    JsonValue take_scalar_member(const std::string& parent, std::string_view name);
+    // or items of its own), and returns it; otherwise changes nothing and returns nothing.
+    std::optional<JsonValue> take_scalar_member(const std::string& parent, std::string_view name);
 
     bool operator==(const FlatJson& other) const { return values_ == other.values_; }
     bool operator!=(const FlatJson& other) const { return !(*this == other); }

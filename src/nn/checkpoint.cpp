@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -298,7 +299,7 @@ void load_checkpoint(Trainer& trainer, const std::string& path) {
         FlatJson options = FlatJson::parse(options_text);
         // Files written before the learning rate became the run's (mptrain 0.1.0 until 2026-12-02)
         // keep it among these options and not with the progress: it is read from there instead.
-        const JsonValue options_rate = options.take_scalar_member("/optimizer", "learning_rate");
+        const std::optional<JsonValue> options_rate = options.take_scalar_member("/optimizer", "learning_rate");
         // Ours read back from the text we would write, so that both sides compare alike.
         const FlatJson our_options = FlatJson::parse(options_json(trainer));
         if (options != our_options)
@@ -308,13 +309,16 @@ void load_checkpoint(Trainer& trainer, const std::string& path) {
         const FlatJson progress = FlatJson::parse(metadata_value(reader, "mptrain.trainer.progress"));
         progress.require_object("");
         snapshot.state.loss_scale = bits_float(progress.uint32("/loss_scale"));
-        if (progress.find("/learning_rate") != nullptr || options_rate.type == JsonType::null)
+        if (!options_rate) {
             snapshot.learning_rate = bits_float(progress.uint32("/learning_rate"));
-        else if (options_rate.type == JsonType::unsigned_integer && options_rate.unsigned_integer <= UINT32_MAX)
-            snapshot.learning_rate = bits_float(static_cast<uint32_t>(options_rate.unsigned_integer));
-        else
+        } else if (progress.find("/learning_rate") != nullptr) {
+            throw JsonFormatError("learning_rate is both among the options and in the progress (no mptrain writes both)");
+        } else if (options_rate->type == JsonType::unsigned_integer && options_rate->unsigned_integer <= UINT32_MAX) {
+            snapshot.learning_rate = bits_float(static_cast<uint32_t>(options_rate->unsigned_integer));
+        } else {
             throw JsonFormatError("the options' learning_rate must be a float's bit pattern, not " +
-                                  json_value_text(options_rate));
+                                  json_value_text(*options_rate));
+        }
         snapshot.state.found_inf = 0;
         snapshot.state.growth_tracker = progress.int64("/growth_tracker");
         snapshot.state.skipped_steps = progress.int64("/skipped_steps");

@@ -356,23 +356,21 @@ void Trainer::fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bo
         double metrics[kMetricsCount];
         executor_.read_metrics(metrics);
         close_epoch();
-        // The epoch is over and counted whatever its checkpoint does, so its callback is owed even
-        // when the checkpoint fails (out of memory, a full disk); that failure is what fit returns.
-        std::exception_ptr checkpoint_error;
-        try {
-            checkpoint_if_due(true);
-        } catch (...) {
-            checkpoint_error = std::current_exception();
-        }
+        // The epoch's callback runs before its automatic checkpoint, so the checkpoint holds what the
+        // callback changed (a schedule's next learning rate) and a run resumed from it goes on as
+        // this one does. The epoch is over and counted whatever the callback says, so the checkpoint
+        // is due even when it stops fit or throws; a failed checkpoint is what fit returns.
         const EvaluationResult epoch_means = metric_means(metrics, steps * batch_rows);
         bool stop = false;
+        std::exception_ptr callback_error;
         try {
             stop = callbacks_.epoch_end && callback_stops_fit(callbacks_.epoch_end, "epoch-end", epochs_completed_ - 1,
                                                               epoch_means.loss, epoch_means.accuracy, callbacks_.user_data);
         } catch (...) {
-            if (!checkpoint_error) throw;
+            callback_error = std::current_exception();
         }
-        if (checkpoint_error) std::rethrow_exception(checkpoint_error);
+        checkpoint_if_due(true);
+        if (callback_error) std::rethrow_exception(callback_error);
         if (stop) fail(MPT_STATUS_CANCELLED, "training stopped by the epoch-end callback");
         stop_if_asked();
     }

@@ -810,7 +810,7 @@ namespace Mptrain
         /// <summary>The learning rate of the next step: the options' until set, or restored by
         /// LoadCheckpoint. Setting it (finite, &gt; 0) applies from the next step on, also from Fit's
         /// callbacks: a schedule. Checkpoints save and restore it; an automatic one at an epoch's end
-        /// holds the rate from before that epoch's epoch-end callback.</summary>
+        /// is written after that epoch's epoch-end callback, so it holds the rate set there.</summary>
         public float LearningRate
         {
             get

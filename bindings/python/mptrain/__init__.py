@@ -949,7 +949,7 @@ class Trainer(_Handle):
         """The rate of the next step: the options' until set, or restored by load_checkpoint. Setting
         it (finite, > 0) applies from the next step on, also from fit's callbacks: a schedule. The
         rate is part of the run, so checkpoints save and restore it; an automatic checkpoint at an
-        epoch's end holds the rate from before that epoch's epoch-end callback."""
+        epoch's end is written after that epoch's epoch-end callback, so it holds the rate set there."""
         out = ctypes.c_float()
         with self._family:
             _check(_lib().mpt_trainer_get_learning_rate(self._get(), ctypes.byref(out)))

@@ -1721,8 +1721,8 @@ impl Trainer {
     }
 
     /// Sets the learning rate (finite, > 0) from the next step on; from `fit`'s callbacks through
-    /// [`FitControl`]. Checkpoints save and restore it; an automatic one at an epoch's end holds the
-    /// rate from before that epoch's epoch-end callback.
+    /// [`FitControl`]. Checkpoints save and restore it; an automatic one at an epoch's end is
+    /// written after that epoch's epoch-end callback, so it holds the rate set there.
     pub fn set_learning_rate(&mut self, learning_rate: f32) -> Result<()> {
         let _lock = self.family.enter()?;
         check(unsafe { sys::mpt_trainer_set_learning_rate(self.raw.as_ptr(), learning_rate) })
