@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -1108,7 +1109,16 @@ TEST_CASE("a failure at an epoch's last step closes that epoch: the next fit tra
         mpt_dataset_t* dataset = nullptr;
         REQUIRE_OK(mpt_dataset_create_f32(session.context, poisoned.x.data(), 96, kFeatures, poisoned.y.data(),
                                           kClasses, 0, &dataset));
+        // The epoch is complete: its epoch-end callback and checkpoint come before the failure.
+        CallbackLog log;
+        log.trainer = session.trainer;
+        REQUIRE_OK(mpt_trainer_set_callbacks(session.trainer, nullptr, on_epoch_end, &log));
+        mpt_test::TempDir checkpoints("mptrain-last-step");
+        REQUIRE_OK(mpt_trainer_set_checkpointing(session.trainer, checkpoints.path.c_str(), 0, 1, 1));
         CHECK_FAILS(MPT_STATUS_NON_FINITE, mpt_trainer_fit(session.trainer, dataset, 1, 16, 0));
+        CHECK(log.epoch_end_calls == 1);
+        CHECK(std::filesystem::exists(checkpoints.path / "checkpoint-000000000006.safetensors"));
+        REQUIRE_OK(mpt_trainer_set_checkpointing(session.trainer, nullptr, 0, 0, 0));
         int64_t steps = 0, epochs = -1;
         REQUIRE_OK(mpt_trainer_get_progress(session.trainer, &steps, &epochs));
         CHECK(steps == 6);
@@ -1127,7 +1137,7 @@ TEST_CASE("a failure at an epoch's last step closes that epoch: the next fit tra
         log.cancel_at_call = 6;
         REQUIRE_OK(mpt_trainer_set_callbacks(session.trainer, on_progress, on_epoch_end, &log));
         CHECK_FAILS(MPT_STATUS_CANCELLED, mpt_trainer_fit(session.trainer, session.dataset, 1, 16, 1));
-        CHECK(log.epoch_end_calls == 0);
+        CHECK(log.epoch_end_calls == 1);  // the epoch is complete: its callback is owed, as in Keras
         int64_t steps = 0, epochs = -1;
         REQUIRE_OK(mpt_trainer_get_progress(session.trainer, &steps, &epochs));
         CHECK(steps == 6);
@@ -1136,10 +1146,29 @@ TEST_CASE("a failure at an epoch's last step closes that epoch: the next fit tra
         log.progress_calls = 0;
         REQUIRE_OK(mpt_trainer_fit(session.trainer, session.dataset, 1, 16, 1));
         CHECK(log.progress_calls == 6);
-        CHECK(log.epoch_end_calls == 1);
+        CHECK(log.epoch_end_calls == 2);
         REQUIRE_OK(mpt_trainer_get_progress(session.trainer, &steps, &epochs));
         CHECK(steps == 12);
         CHECK(epochs == 2);
+    }
+    SUBCASE("the trainer destroyed by the progress callback of the last step: no epoch-end callback") {
+        Session session;
+        struct Destroying {
+            mpt_trainer_t* trainer;
+            int epoch_end_calls = 0;
+        } state{session.trainer};
+        auto destroy_at_last_step = [](int64_t, int64_t step, int64_t steps_per_epoch, float, float, void* user) -> int {
+            if (step == steps_per_epoch) mpt_trainer_destroy(static_cast<Destroying*>(user)->trainer);
+            return 0;
+        };
+        auto count_epoch_end = [](int64_t, float, float, void* user) -> int {
+            ++static_cast<Destroying*>(user)->epoch_end_calls;
+            return 0;
+        };
+        REQUIRE_OK(mpt_trainer_set_callbacks(session.trainer, destroy_at_last_step, count_epoch_end, &state));
+        CHECK_FAILS(MPT_STATUS_CANCELLED, mpt_trainer_fit(session.trainer, session.dataset, 2, 16, 1));
+        session.trainer = nullptr;  // freed as fit returned
+        CHECK(state.epoch_end_calls == 0);
     }
 }
 

@@ -350,7 +350,9 @@ MPT_API mpt_status mpt_trainer_options_set_loss_scaler_dynamics(mpt_trainer_opti
  * Trainer: fit, step, evaluate, predict
  * ------------------------------------------------------------------------------------------- */
 
-/** Per-step progress. Return non-zero to cancel fit (it then returns MPT_STATUS_CANCELLED).
+/** Per-step progress. Return non-zero to cancel fit (it then returns MPT_STATUS_CANCELLED; if every
+ *  step of the epoch has run by then, the epoch is complete and still gets its epoch-end callback
+ *  and automatic checkpoint first, as after a step that fails with MPT_STATUS_NON_FINITE there).
  *  `epoch` counts from 0 over the trainer's life; `step` runs from 1 to `steps_per_epoch` within it.
  *  `loss` and `accuracy` are the running means of the epoch so far, exactly as of that step. On the
  *  CPU it is called after each step. On a GPU the numbers come back asynchronously through pinned

@@ -63,6 +63,17 @@ void Trainer::stop_if_asked() const {
     if (!stop_reason_.empty()) fail(MPT_STATUS_CANCELLED, stop_reason_);
 }
 
+bool Trainer::epoch_end_owed_after(std::exception_ptr failure) const {
+    if (!stop_reason_.empty()) return false;
+    try {
+        std::rethrow_exception(failure);
+    } catch (const Error& error) {
+        return error.status() == MPT_STATUS_CANCELLED || error.status() == MPT_STATUS_NON_FINITE;
+    } catch (...) {
+        return false;
+    }
+}
+
 namespace {
 
 // Keeps the copy lane from writing into buffers after the call that started it has returned.
@@ -335,6 +346,25 @@ void Trainer::fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bo
             steps_into_epoch_ = 0;
             device_has_epoch_order_ = false;
         };
+        // A closed epoch's callback, then its automatic checkpoint, which so holds what the callback
+        // changed (a schedule's next learning rate): a run resumed from it goes on as this one does.
+        // The epoch is counted whatever the callback says, so the checkpoint is due even when it
+        // stops fit or throws (kept in `callback_error`); a failed checkpoint is what fit returns.
+        // True when the callback asked to stop.
+        auto end_epoch = [&](std::exception_ptr& callback_error) {
+            double metrics[kMetricsCount];
+            executor_.read_metrics(metrics);
+            const EvaluationResult means = metric_means(metrics, steps * batch_rows);
+            bool stop = false;
+            try {
+                stop = callbacks_.epoch_end && callback_stops_fit(callbacks_.epoch_end, "epoch-end", epochs_completed_ - 1,
+                                                                  means.loss, means.accuracy, callbacks_.user_data);
+            } catch (...) {
+                callback_error = std::current_exception();
+            }
+            checkpoint_if_due(true);
+            return stop;
+        };
         try {
             while (reports_pending_ > 0) deliver_report(steps, batch_rows);
             check_finite_step(executor_.read_state());
@@ -351,25 +381,19 @@ void Trainer::fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bo
             } catch (...) {
                 // A device fault: the error already being reported, or the next call, says so.
             }
+            // After a cancel from the progress callback or a non-finite step, the whole epoch still
+            // gets its epoch-end callback and checkpoint, as every counted epoch does (Keras calls
+            // on_epoch_end after a stop too); then fit returns that failure, or the checkpoint's.
+            // Not after a destroy (the trainer is going) or a device or memory failure.
+            if (epoch_end_owed_after(std::current_exception())) {
+                std::exception_ptr ignored;  // the failure being reported comes first
+                end_epoch(ignored);
+            }
             throw;
         }
-        double metrics[kMetricsCount];
-        executor_.read_metrics(metrics);
         close_epoch();
-        // The epoch's callback runs before its automatic checkpoint, so the checkpoint holds what the
-        // callback changed (a schedule's next learning rate) and a run resumed from it goes on as
-        // this one does. The epoch is over and counted whatever the callback says, so the checkpoint
-        // is due even when it stops fit or throws; a failed checkpoint is what fit returns.
-        const EvaluationResult epoch_means = metric_means(metrics, steps * batch_rows);
-        bool stop = false;
         std::exception_ptr callback_error;
-        try {
-            stop = callbacks_.epoch_end && callback_stops_fit(callbacks_.epoch_end, "epoch-end", epochs_completed_ - 1,
-                                                              epoch_means.loss, epoch_means.accuracy, callbacks_.user_data);
-        } catch (...) {
-            callback_error = std::current_exception();
-        }
-        checkpoint_if_due(true);
+        const bool stop = end_epoch(callback_error);
         if (callback_error) std::rethrow_exception(callback_error);
         if (stop) fail(MPT_STATUS_CANCELLED, "training stopped by the epoch-end callback");
         stop_if_asked();

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
@@ -136,6 +137,9 @@ private:
     template <typename Callback, typename... Args>
     bool callback_stops_fit(Callback callback, const char* which, Args... args);
     void stop_if_asked() const;
+    // Whether an epoch that `failure` closed after all its steps ran still gets its epoch-end
+    // callback and checkpoint: after a cancel or a non-finite step, unless the trainer is going.
+    bool epoch_end_owed_after(std::exception_ptr failure) const;
 
     std::shared_ptr<Model> model_;
     TrainerConfig config_;
