@@ -23,6 +23,8 @@ void args_print_usage(FILE* stream, const char* program)
             "  --precision P      fp32 | mixed-fp16 | mixed-bf16 | auto (default auto: bf16 on CUDA\n"
             "                     cc >= 8.0, fp16 on 7.x; on the CPU bf16 with AMX, else fp32)\n"
             "  --lr X             SGD learning rate (default 0.01)\n"
+            "  --lr-decay F       multiply the learning rate by F (0 < F <= 1) after every epoch, from\n"
+            "                     the epoch-end callback: a step decay (default 1: constant)\n"
             "  --limit N          train on the first N training images only; 0 = all (default 0)\n"
             "  --seed N           seed of weight initialisation and shuffling (default 42)\n"
             "  --backend B        auto | cpu | cuda (default auto)\n"
@@ -98,6 +100,19 @@ static int parse_learning_rate(const char* text, float* out)
     return 1;
 }
 
+/* A factor in (0, 1]. */
+static int parse_decay(const char* text, float* out)
+{
+    char* end = NULL;
+    double value;
+    errno = 0;
+    value = strtod(text, &end);
+    if (text[0] == '\0' || *end != '\0' || errno == ERANGE || !(value > 0.0 && value <= 1.0))
+        return 0;
+    *out = (float)value;
+    return 1;
+}
+
 static int parse_precision(const char* text, mpt_precision* out)
 {
     static const mpt_precision all[] = {MPT_PRECISION_FP32, MPT_PRECISION_MIXED_FP16,
@@ -143,7 +158,7 @@ static args_result usage_error(const char* program, const char* format, ...)
 /* Flags that take a value. */
 static int takes_value(const char* name)
 {
-    static const char* const names[] = {"data", "epochs", "batch", "precision", "lr",
+    static const char* const names[] = {"data", "epochs", "batch", "precision", "lr", "lr-decay",
                                         "limit", "seed", "backend", "threads", "json"};
     size_t i;
     for (i = 0; i < sizeof names / sizeof names[0]; ++i)
@@ -163,6 +178,7 @@ args_result args_parse(int argc, char** argv, cli_options* out)
     options.batch_size = 32;
     options.precision = MPT_PRECISION_AUTO;
     options.learning_rate = 0.01f;
+    options.learning_rate_decay = 1.0f;
     options.limit = 0;
     options.seed = 42;
     options.backend = MPT_BACKEND_AUTO;
@@ -222,6 +238,9 @@ args_result args_parse(int argc, char** argv, cli_options* out)
         } else if (strcmp(name, "lr") == 0) {
             if (!parse_learning_rate(value, &options.learning_rate))
                 return usage_error(program, "--lr must be a positive number, not '%s'", value);
+        } else if (strcmp(name, "lr-decay") == 0) {
+            if (!parse_decay(value, &options.learning_rate_decay))
+                return usage_error(program, "--lr-decay must be a number in (0, 1], not '%s'", value);
         } else if (strcmp(name, "limit") == 0) {
             if (!parse_int64(value, 0, INT64_MAX, &options.limit))
                 return usage_error(program, "--limit must be an integer >= 0, not '%s'", value);

@@ -13,6 +13,7 @@ typedef struct cli_options {
     int64_t batch_size;
     mpt_precision precision;
     float learning_rate;
+    float learning_rate_decay;  /* --lr-decay: the rate is multiplied by it after every epoch; 1 = constant */
     int64_t limit;              /* first N training images; 0 = all */
     uint64_t seed;
     mpt_backend backend;

@@ -69,6 +69,39 @@ done:
     return failed;
 }
 
+/* fit's callbacks: the progress display, then --lr-decay's step decay at each epoch's end. The
+ * library writes an epoch's automatic checkpoint after this callback, so one would hold the next
+ * epoch's rate. */
+typedef struct fit_callbacks {
+    progress progress; /* first: progress_on_step reads the shared user_data as a progress* */
+    float learning_rate_decay;
+} fit_callbacks;
+
+static int on_epoch_end(int64_t epoch, float loss, float accuracy, void* user_data)
+{
+    fit_callbacks* callbacks = (fit_callbacks*)user_data;
+    mpt_trainer_t* trainer = callbacks->progress.trainer;
+    float rate = 0.0f;
+    mpt_status status;
+
+    if (progress_on_epoch_end(epoch, loss, accuracy, &callbacks->progress) != 0)
+        return 1;
+    if (callbacks->learning_rate_decay == 1.0f)
+        return 0;
+    status = mpt_trainer_get_learning_rate(trainer, &rate);
+    /* A rate decayed to below the smallest float stays at its last positive value. */
+    if (status == MPT_STATUS_OK && rate * callbacks->learning_rate_decay > 0.0f)
+        status = mpt_trainer_set_learning_rate(trainer, rate * callbacks->learning_rate_decay);
+    if (status != MPT_STATUS_OK) {
+        snprintf(callbacks->progress.failure, sizeof callbacks->progress.failure,
+                 "error: decaying the learning rate at the end of an epoch: %s", mpt_last_error());
+        callbacks->progress.failure_status = status;
+        callbacks->progress.failed = 1;
+        return 1;
+    }
+    return 0;
+}
+
 static void print_size(const char* label, size_t bytes)
 {
     printf("%s%.1f MiB", label, (double)bytes / (1024.0 * 1024.0));
@@ -83,7 +116,8 @@ int run_training(const cli_options* options, mpt_precision precision, const data
     mpt_model_t* model = NULL;
     mpt_trainer_options_t* trainer_options = NULL;
     mpt_trainer_t* trainer = NULL;
-    progress progress_state;
+    fit_callbacks callbacks;
+    progress* const progress_state = &callbacks.progress;
     run_result r;
     mpt_status fit_status;
     size_t planned_bytes = 0;
@@ -123,25 +157,27 @@ int run_training(const cli_options* options, mpt_precision precision, const data
 
     printf("mptrain %s | backend %s | precision %s | model 3072-3000-1000-10, %" PRId64 " parameters\n",
            mpt_version(), args_backend_name(r.backend), args_precision_name(r.precision), r.parameters);
-    printf("data %s: %" PRId64 " training / %" PRId64 " test images | batch %" PRId64 " | lr %g | seed %" PRIu64
-           " | epochs %" PRId64 "\n",
-           data_description(data), r.train_rows, r.test_rows, r.batch_size, (double)options->learning_rate,
-           options->seed, r.epochs);
+    printf("data %s: %" PRId64 " training / %" PRId64 " test images | batch %" PRId64 " | lr %g", data_description(data),
+           r.train_rows, r.test_rows, r.batch_size, (double)options->learning_rate);
+    if (options->learning_rate_decay != 1.0f)
+        printf(" (x%g after each epoch)", (double)options->learning_rate_decay);
+    printf(" | seed %" PRIu64 " | epochs %" PRId64 "\n", options->seed, r.epochs);
     fflush(stdout);
 
-    progress_init(&progress_state, trainer, options->epochs, progress_stdout_is_terminal());
-    CHECK_MPT(mpt_trainer_set_callbacks(trainer, progress_state.interactive ? progress_on_step : NULL,
-                                        progress_on_epoch_end, &progress_state),
+    progress_init(progress_state, trainer, options->epochs, progress_stdout_is_terminal());
+    callbacks.learning_rate_decay = options->learning_rate_decay;
+    CHECK_MPT(mpt_trainer_set_callbacks(trainer, progress_state->interactive ? progress_on_step : NULL,
+                                        on_epoch_end, &callbacks),
               "setting the progress callbacks");
 
-    progress_begin(&progress_state);
+    progress_begin(progress_state);
     start = timer_seconds();
     fit_status = mpt_trainer_fit(trainer, train_set, options->epochs, options->batch_size, 1);
     r.train_seconds = timer_seconds() - start;
-    progress_end(&progress_state);
+    progress_end(progress_state);
     if (fit_status != MPT_STATUS_OK) {
-        if (progress_state.failed) {
-            fprintf(stderr, "%s\n", progress_state.failure);
+        if (progress_state->failed) {
+            fprintf(stderr, "%s\n", progress_state->failure);
             goto done;
         }
         CHECK_MPT(fit_status, "training (%s, batch %" PRId64 ")", args_precision_name(r.precision),
@@ -149,11 +185,11 @@ int run_training(const cli_options* options, mpt_precision precision, const data
     }
     CHECK_MPT(mpt_trainer_get_progress(trainer, &r.steps, NULL), "reading the trainer's step count");
     r.us_per_step = r.steps > 0 ? r.train_seconds * 1e6 / (double)r.steps : 0.0;
-    r.train_device_seconds = progress_state.device_seconds;
-    r.device_steps = progress_state.device_steps;
+    r.train_device_seconds = progress_state->device_seconds;
+    r.device_steps = progress_state->device_steps;
     r.device_us_per_step = r.device_steps > 0 ? r.train_device_seconds * 1e6 / (double)r.device_steps : 0.0;
-    r.train_loss = progress_state.loss;
-    r.train_accuracy = progress_state.accuracy;
+    r.train_loss = progress_state->loss;
+    r.train_accuracy = progress_state->accuracy;
     CHECK_MPT(mpt_trainer_get_loss_scale(trainer, &r.loss_scale, NULL, &r.skipped_steps),
               "reading the loss scaler");
     CHECK_MPT(mpt_trainer_get_memory(trainer, &planned_bytes, &r.arena_bytes), "reading the arena size");
