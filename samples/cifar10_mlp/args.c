@@ -87,27 +87,14 @@ static int parse_uint64(const char* text, uint64_t* out)
     return 1;
 }
 
-static int parse_learning_rate(const char* text, float* out)
+/* A number in (above, at_most]. */
+static int parse_float_in(const char* text, double above, double at_most, float* out)
 {
     char* end = NULL;
     double value;
     errno = 0;
     value = strtod(text, &end);
-    if (text[0] == '\0' || *end != '\0' || errno == ERANGE || !isfinite(value) || value <= 0.0
-        || value > 1e6)
-        return 0;
-    *out = (float)value;
-    return 1;
-}
-
-/* A factor in (0, 1]. */
-static int parse_decay(const char* text, float* out)
-{
-    char* end = NULL;
-    double value;
-    errno = 0;
-    value = strtod(text, &end);
-    if (text[0] == '\0' || *end != '\0' || errno == ERANGE || !(value > 0.0 && value <= 1.0))
+    if (text[0] == '\0' || *end != '\0' || errno == ERANGE || !isfinite(value) || !(value > above && value <= at_most))
         return 0;
     *out = (float)value;
     return 1;
@@ -236,10 +223,10 @@ args_result args_parse(int argc, char** argv, cli_options* out)
                                    "--precision must be fp32, mixed-fp16, mixed-bf16 or auto, not '%s'",
                                    value);
         } else if (strcmp(name, "lr") == 0) {
-            if (!parse_learning_rate(value, &options.learning_rate))
+            if (!parse_float_in(value, 0.0, 1e6, &options.learning_rate))
                 return usage_error(program, "--lr must be a positive number, not '%s'", value);
         } else if (strcmp(name, "lr-decay") == 0) {
-            if (!parse_decay(value, &options.learning_rate_decay))
+            if (!parse_float_in(value, 0.0, 1.0, &options.learning_rate_decay))
                 return usage_error(program, "--lr-decay must be a number in (0, 1], not '%s'", value);
         } else if (strcmp(name, "limit") == 0) {
             if (!parse_int64(value, 0, INT64_MAX, &options.limit))
