@@ -108,6 +108,33 @@ mpt_status mpt_trainer_options_set_weight_decay(mpt_trainer_options_t* options, 
     MPT_API_END
 }
 
+mpt_status mpt_trainer_options_set_lr_schedule(mpt_trainer_options_t* options, mpt_lr_schedule schedule,
+                                               int64_t warmup_steps, int64_t decay_steps, float factor) {
+    MPT_API_BEGIN
+    require_pointer(options, "options");
+    const mpt_lr_schedule kind =
+        mpt::capi::checked_enum(schedule, MPT_LR_SCHEDULE_CONSTANT, MPT_LR_SCHEDULE_STEP, "learning-rate schedule");
+    require(warmup_steps >= 0, MPT_STATUS_INVALID_ARGUMENT, "warmup_steps must be >= 0");
+    if (kind == MPT_LR_SCHEDULE_CONSTANT) {
+        require(decay_steps == 0 && factor == 1.0f, MPT_STATUS_INVALID_ARGUMENT,
+                "a constant learning-rate schedule takes decay_steps 0 and factor 1 (it has no decay)");
+    } else {
+        require(decay_steps >= 1, MPT_STATUS_INVALID_ARGUMENT, "decay_steps must be >= 1");
+        if (kind == MPT_LR_SCHEDULE_STEP)
+            require(factor > 0.0f && factor <= 1.0f, MPT_STATUS_INVALID_ARGUMENT,
+                    "a step schedule's factor must be in (0, 1]");
+        else
+            require(factor >= 0.0f && factor <= 1.0f, MPT_STATUS_INVALID_ARGUMENT,
+                    "a linear or cosine schedule's factor (its final fraction of the rate) must be in [0, 1]");
+    }
+    mpt::LrSchedule& chosen = options->config.optimizer.schedule;
+    chosen.kind = static_cast<mpt::LrScheduleKind>(kind);
+    chosen.warmup_steps = warmup_steps;
+    chosen.decay_steps = decay_steps;
+    chosen.decay_factor = factor;
+    MPT_API_END
+}
+
 mpt_status mpt_trainer_options_set_loss_scaling(mpt_trainer_options_t* options, mpt_loss_scaling mode,
                                                 float initial_scale) {
     MPT_API_BEGIN
@@ -243,6 +270,14 @@ mpt_status mpt_trainer_get_learning_rate(const mpt_trainer_t* trainer, float* ou
     const mpt::Trainer& impl = impl_of(trainer, "trainer");
     require_pointer(out, "out");
     *out = impl.learning_rate();
+    MPT_API_END
+}
+
+mpt_status mpt_trainer_get_scheduled_learning_rate(const mpt_trainer_t* trainer, float* out) {
+    MPT_API_BEGIN
+    const mpt::Trainer& impl = impl_of(trainer, "trainer");
+    require_pointer(out, "out");
+    *out = impl.scheduled_learning_rate();
     MPT_API_END
 }
 

@@ -263,6 +263,7 @@ TEST_CASE("every entry point rejects a NULL handle with INVALID_ARGUMENT and a m
         {"trainer_options_set_momentum", [&] { return mpt_trainer_options_set_momentum(nullptr, 0.9f, 0); }},
         {"trainer_options_set_adam", [&] { return mpt_trainer_options_set_adam(nullptr, 0.9f, 0.999f, 1e-7f); }},
         {"trainer_options_set_weight_decay", [&] { return mpt_trainer_options_set_weight_decay(nullptr, 0.01f); }},
+        {"trainer_options_set_lr_schedule", [&] { return mpt_trainer_options_set_lr_schedule(nullptr, MPT_LR_SCHEDULE_COSINE, 0, 10, 0.0f); }},
         {"trainer_options_set_loss_scaling", [&] { return mpt_trainer_options_set_loss_scaling(nullptr, MPT_LOSS_SCALING_STATIC, 8.0f); }},
         {"trainer_options_set_loss_scaler_dynamics", [&] { return mpt_trainer_options_set_loss_scaler_dynamics(nullptr, 2.0f, 0.5f, 10, 1.0f, 1024.0f); }},
         {"trainer_create", [&] { return mpt_trainer_create(nullptr, nullptr, &trainer_out); }},
@@ -277,6 +278,7 @@ TEST_CASE("every entry point rejects a NULL handle with INVALID_ARGUMENT and a m
         {"trainer_get_precision", [&] { return mpt_trainer_get_precision(nullptr, &precision); }},
         {"trainer_set_learning_rate", [&] { return mpt_trainer_set_learning_rate(nullptr, 0.1f); }},
         {"trainer_get_learning_rate", [&] { return mpt_trainer_get_learning_rate(nullptr, &scale); }},
+        {"trainer_get_scheduled_learning_rate", [&] { return mpt_trainer_get_scheduled_learning_rate(nullptr, &scale); }},
         {"trainer_get_loss_scale", [&] { return mpt_trainer_get_loss_scale(nullptr, &scale, &count, &count); }},
         {"trainer_get_progress", [&] { return mpt_trainer_get_progress(nullptr, &count, &count); }},
         {"trainer_get_memory", [&] { return mpt_trainer_get_memory(nullptr, &used, &peak); }},
@@ -340,6 +342,8 @@ TEST_CASE("NULL out-pointers are rejected with INVALID_ARGUMENT and nothing is c
     CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_dataset_get_rows(session.dataset, nullptr));
     CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_dataset_get_features(session.dataset, nullptr));
     CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_get_precision(session.trainer, nullptr));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_get_learning_rate(session.trainer, nullptr));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_get_scheduled_learning_rate(session.trainer, nullptr));
     CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT,
                 mpt_dataset_create_f32(session.context, session.blobs.x.data(), 4, kFeatures, session.blobs.y.data(),
                                        kClasses, 1, nullptr));
@@ -387,6 +391,8 @@ TEST_CASE("enum values that are no enumerator are rejected with INVALID_ARGUMENT
             CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_model_set_layer_dtype(session.model, 0, bad_enum<mpt_dtype>(bad)));
         }
         CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_options_set_optimizer(options, bad_enum<mpt_optimizer>(bad)));
+        CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT,
+                    mpt_trainer_options_set_lr_schedule(options, bad_enum<mpt_lr_schedule>(bad), 0, 10, 0.5f));
         mpt_precision resolved = MPT_PRECISION_MIXED_BF16;
         if (bad != 4 && bad != 5) {
             CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT,
@@ -455,6 +461,21 @@ TEST_CASE("out-of-range option values are rejected with INVALID_ARGUMENT") {
     CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_options_set_loss_scaler_dynamics(options, 2.0f, 0.5f, 10, 64.0f, 32.0f));
     CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_options_set_loss_scaler_dynamics(options, 2.0f, 0.5f, 10, nan, 32.0f));
 
+    // Schedules: warm-up >= 0; a constant one has no decay; the others decay over >= 1 step to a
+    // factor in [0, 1] (linear, cosine) or by one in (0, 1] (step).
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_options_set_lr_schedule(options, MPT_LR_SCHEDULE_CONSTANT, -1, 0, 1.0f));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_options_set_lr_schedule(options, MPT_LR_SCHEDULE_CONSTANT, 0, 10, 1.0f));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_options_set_lr_schedule(options, MPT_LR_SCHEDULE_CONSTANT, 0, 0, 0.5f));
+    for (mpt_lr_schedule kind : {MPT_LR_SCHEDULE_LINEAR, MPT_LR_SCHEDULE_COSINE, MPT_LR_SCHEDULE_STEP}) {
+        CAPTURE(static_cast<int>(kind));
+        CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_options_set_lr_schedule(options, kind, -5, 10, 0.5f));
+        CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_options_set_lr_schedule(options, kind, 0, 0, 0.5f));
+        CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_options_set_lr_schedule(options, kind, 0, -10, 0.5f));
+        for (float factor : {-0.1f, 1.5f, nan, inf})
+            CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_options_set_lr_schedule(options, kind, 0, 10, factor));
+    }
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_options_set_lr_schedule(options, MPT_LR_SCHEDULE_STEP, 0, 10, 0.0f));
+
     // Models and datasets: non-positive sizes.
     mpt_model_t* model = sentinel_handle<mpt_model_t>();
     CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_model_create(session.context, 0, &model));
@@ -473,9 +494,12 @@ TEST_CASE("out-of-range option values are rejected with INVALID_ARGUMENT") {
     CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_model_set_layer_dtype(model, -1, MPT_DTYPE_FP32));
     REQUIRE_OK(mpt_model_add_dense(model, kClasses, MPT_ACTIVATION_SOFTMAX));
 
-    // The trainer options still hold their valid values (fp32 SGD lr 0.1) and train.
+    // The trainer options still hold their valid values (fp32 SGD lr 0.1, constant) and train.
     mpt_trainer_t* trainer = nullptr;
     REQUIRE_OK(mpt_trainer_create(model, options, &trainer));
+    float rate = 0.0f;
+    REQUIRE_OK(mpt_trainer_get_scheduled_learning_rate(trainer, &rate));
+    CHECK(rate == 0.1f);
     require_trains_to_accuracy(trainer, session.dataset, 0.95f);
     mpt_trainer_destroy(trainer);
     mpt_model_destroy(model);

@@ -308,6 +308,13 @@ struct ScalerState {
     int64_t growth = -1, skipped = -1, steps = -1, epochs = -1;
 };
 
+// A learning-rate schedule as mpt_trainer_options_set_lr_schedule takes it.
+struct Schedule {
+    mpt_lr_schedule kind = MPT_LR_SCHEDULE_CONSTANT;
+    int64_t warmup_steps = 0, decay_steps = 0;
+    float factor = 1.0f;
+};
+
 // Mixed-fp16 Adam with a dynamic loss scaler that starts at 2^24 and grows every 4 finite steps.
 struct ResumeRun {
     mpt_context_t* context = nullptr;
@@ -315,7 +322,7 @@ struct ResumeRun {
     mpt_dataset_t* dataset = nullptr;
     mpt_trainer_t* trainer = nullptr;
 
-    explicit ResumeRun(mpt_backend backend) {
+    explicit ResumeRun(mpt_backend backend, const Schedule& schedule = Schedule{}) {
         TestRng rng(8);
         std::vector<float> samples(kResumeRows * kResumeFeatures);
         std::vector<int32_t> labels(kResumeRows);
@@ -336,6 +343,8 @@ struct ResumeRun {
         REQUIRE_OK(mpt_trainer_options_set_learning_rate(options, 0.01f));
         REQUIRE_OK(mpt_trainer_options_set_loss_scaling(options, MPT_LOSS_SCALING_DYNAMIC, kInitialScale));
         REQUIRE_OK(mpt_trainer_options_set_loss_scaler_dynamics(options, 2.0f, 0.5f, 4, 1.0f, kInitialScale));
+        REQUIRE_OK(mpt_trainer_options_set_lr_schedule(options, schedule.kind, schedule.warmup_steps,
+                                                       schedule.decay_steps, schedule.factor));
         REQUIRE_OK(mpt_trainer_create(model, options, &trainer));
         mpt_trainer_options_destroy(options);
     }
@@ -476,6 +485,101 @@ TEST_CASE("a learning rate halved by the epoch-end callback reaches the steps (g
     REQUIRE_OK(mpt_trainer_fit(resumed.trainer, resumed.dataset, 1, kResumeBatch, 1));
     CHECK(normalised_error(resumed.weights(), scheduled) <= kResumeBound);
     if (backend == MPT_BACKEND_CPU) CHECK(same_bits(resumed.weights(), scheduled));
+}
+
+namespace {
+
+// Warm-up over 5 steps, then a cosine down to a tenth over 20: the 30 steps of three epochs cross
+// both ends, and the first steps are skipped ones (2^24 overflows fp16), which the schedule counts.
+const Schedule kCosine{MPT_LR_SCHEDULE_COSINE, 5, 20, 0.1f};
+
+double cosine_rate(int64_t step) {
+    const double base = 0.01;
+    if (step < kCosine.warmup_steps) return base * static_cast<double>(step + 1) / kCosine.warmup_steps;
+    const double progress = std::min(1.0, static_cast<double>(step - kCosine.warmup_steps) / kCosine.decay_steps);
+    const double pi = 3.14159265358979323846;
+    return base * (0.1 + 0.9 * 0.5 * (1.0 + std::cos(pi * progress)));
+}
+
+}  // namespace
+
+TEST_CASE("a per-step learning-rate schedule trains as the same rates set before each step, graphs included, and resumes mid-schedule") {
+    BACKEND_OR_SKIP(backend);
+    TempDir directory;
+    std::vector<float> fitted;
+    {  // fit, unshuffled, with a checkpoint every 7 steps
+        ResumeRun run(backend, kCosine);
+        REQUIRE_OK(mpt_trainer_set_checkpointing(run.trainer, directory.path.c_str(), 7, 0, 100));
+        REQUIRE_OK(mpt_trainer_fit(run.trainer, run.dataset, 3, kResumeBatch, 0));
+        CHECK(run.state().skipped > 0);
+        fitted = run.weights();
+    }
+    std::vector<float> stepped, by_hand;
+    {  // the same steps one by one, beside a constant-rate trainer given each step's rate by hand
+        ResumeRun scheduled(backend, kCosine), manual(backend);
+        for (int64_t step = 0; step < 30; ++step) {
+            CAPTURE(step);
+            float rate = 0.0f, base = 0.0f;
+            REQUIRE_OK(mpt_trainer_get_scheduled_learning_rate(scheduled.trainer, &rate));
+            REQUIRE_OK(mpt_trainer_get_learning_rate(scheduled.trainer, &base));
+            CHECK(base == 0.01f);
+            CHECK(rate == doctest::Approx(cosine_rate(step)).epsilon(1e-6));
+            REQUIRE_OK(mpt_trainer_set_learning_rate(manual.trainer, rate));
+            const int64_t first = (step % 10) * kResumeBatch;
+            REQUIRE_OK(mpt_trainer_step(scheduled.trainer, scheduled.dataset, first, kResumeBatch, nullptr));
+            REQUIRE_OK(mpt_trainer_step(manual.trainer, manual.dataset, first, kResumeBatch, nullptr));
+        }
+        stepped = scheduled.weights();
+        by_hand = manual.weights();
+        CHECK(scheduled.state().skipped == manual.state().skipped);
+    }
+    std::vector<float> constant;
+    {
+        ResumeRun run(backend);
+        REQUIRE_OK(mpt_trainer_fit(run.trainer, run.dataset, 3, kResumeBatch, 0));
+        constant = run.weights();
+    }
+    const double stepped_error = normalised_error(by_hand, stepped), fitted_error = normalised_error(by_hand, fitted);
+    const double constant_error = normalised_error(constant, fitted);
+    MESSAGE(backend_name(backend) << ": scheduled steps against rates set by hand " << stepped_error
+                                  << ", scheduled fit against them " << fitted_error << ", against a constant rate "
+                                  << constant_error);
+    CHECK(stepped_error <= kResumeBound);
+    CHECK(fitted_error <= kResumeBound);
+    CHECK(constant_error > 100 * kResumeBound);
+    if (backend == MPT_BACKEND_CPU) {
+        CHECK(same_bits(by_hand, stepped));
+        CHECK(same_bits(by_hand, fitted));
+    }
+
+    // Each checkpoint resumes the schedule where it was: its step count is the schedule's.
+    std::vector<fs::path> checkpoints;
+    for (const auto& entry : fs::directory_iterator(directory.path)) checkpoints.push_back(entry.path());
+    std::sort(checkpoints.begin(), checkpoints.end());
+    REQUIRE(checkpoints.size() == 4);  // steps 7, 14, 21, 28
+    for (const fs::path& checkpoint : checkpoints) {
+        CAPTURE(checkpoint.string());
+        ResumeRun resumed(backend, kCosine);
+        REQUIRE_OK(mpt_trainer_load_checkpoint(resumed.trainer, checkpoint.c_str()));
+        const ScalerState at_checkpoint = resumed.state();
+        float rate = 0.0f;
+        REQUIRE_OK(mpt_trainer_get_scheduled_learning_rate(resumed.trainer, &rate));
+        CHECK(rate == doctest::Approx(cosine_rate(at_checkpoint.steps)).epsilon(1e-6));
+        REQUIRE_OK(mpt_trainer_fit(resumed.trainer, resumed.dataset, 3 - at_checkpoint.epochs, kResumeBatch, 0));
+        CHECK(normalised_error(resumed.weights(), fitted) <= kResumeBound);
+        if (backend == MPT_BACKEND_CPU) CHECK(same_bits(resumed.weights(), fitted));
+    }
+    // A trainer without the schedule, or with another, refuses the checkpoint and names the difference.
+    ResumeRun constant_run(backend);
+    CHECK(mpt_trainer_load_checkpoint(constant_run.trainer, checkpoints[0].c_str()) == MPT_STATUS_INVALID_ARGUMENT);
+    const std::string message = mpt_last_error();
+    CHECK_MESSAGE(message.find("lr_schedule cosine (this trainer: constant)") != std::string::npos, message);
+    CHECK_MESSAGE(message.find("decay_steps 20 (this trainer: 0)") != std::string::npos, message);
+    ResumeRun shorter(backend, Schedule{MPT_LR_SCHEDULE_COSINE, 5, 10, 0.1f});
+    CHECK(mpt_trainer_load_checkpoint(shorter.trainer, checkpoints[0].c_str()) == MPT_STATUS_INVALID_ARGUMENT);
+    const std::string shorter_message = mpt_last_error();
+    CHECK_MESSAGE(shorter_message.find("decay_steps 20 (this trainer: 10)") != std::string::npos, shorter_message);
+    CHECK_MESSAGE(shorter_message.find("lr_schedule cosine") == std::string::npos, shorter_message);
 }
 
 // ---- (2) model files across backends ----------------------------------------------------------

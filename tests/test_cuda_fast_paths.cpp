@@ -49,11 +49,13 @@ void train_at_every_batch_kind(const std::shared_ptr<Model>& model, Dataset& dat
 }
 
 // Two epochs of mixed-bf16 training (20 steps each) of a small MLP on synthetic data; the loss on it after.
-float train_two_bf16_epochs(const std::shared_ptr<Context>& context, unsigned seed) {
+float train_two_bf16_epochs(const std::shared_ptr<Context>& context, unsigned seed,
+                            const LrSchedule& schedule = LrSchedule{}) {
     const SyntheticData data = synthetic_data(640, 100, seed);
     auto dataset = to_dataset(context, data);
     TrainerConfig config;
     config.precision = MPT_PRECISION_MIXED_BF16;
+    config.optimizer.schedule = schedule;
     Trainer trainer(make_mlp(context, data.features), config);
     trainer.fit(*dataset, 2, 32, true);
     REQUIRE(trainer.epochs_completed() == 2);
@@ -129,6 +131,40 @@ TEST_CASE("steady-state steps replay captured graphs, and no capture is refused"
     CHECK(cuda_backend_graph_refusals(context->backend()) == 0);
     CHECK(cuda_backend_graph_captures(context->backend()) >= 1);
     CHECK(cuda_backend_graph_replays(context->backend()) >= 30);
+}
+
+// A schedule is evaluated by the update kernels from the step count in device memory, so its rate
+// changing every step changes no kernel argument: the steps replay the graphs a constant rate's do.
+TEST_CASE("a per-step learning-rate schedule costs no capture: its steps replay graphs as a constant rate's do") {
+    SKIP_WITHOUT_GPU();
+    LrSchedule cosine;
+    cosine.kind = LrScheduleKind::cosine;
+    cosine.warmup_steps = 5;
+    cosine.decay_steps = 30;
+    cosine.decay_factor = 0.0f;
+    struct Run {
+        float loss;
+        uint64_t captures, replays, refusals;
+    };
+    const auto run = [&](const LrSchedule& schedule, bool graphs) {
+        auto context = make_context(MPT_BACKEND_CUDA);
+        cuda_backend_set_graphs(context->backend(), graphs);
+        const float loss = train_two_bf16_epochs(context, 23, schedule);
+        return Run{loss, cuda_backend_graph_captures(context->backend()), cuda_backend_graph_replays(context->backend()),
+                   cuda_backend_graph_refusals(context->backend())};
+    };
+    const Run constant = run(LrSchedule{}, true), scheduled = run(cosine, true), eager = run(cosine, false);
+    MESSAGE("losses: constant " << constant.loss << ", scheduled " << scheduled.loss << " (eager " << eager.loss
+                                << "); captures " << constant.captures << " and " << scheduled.captures << ", replays "
+                                << constant.replays << " and " << scheduled.replays);
+    CHECK(scheduled.refusals == 0);
+    CHECK(scheduled.captures == constant.captures);
+    CHECK(scheduled.replays == constant.replays);
+    CHECK(scheduled.replays >= 30);
+    CHECK(eager.replays == 0);
+    // The replayed steps took the scheduled rates: they train what eager steps train, not the constant rate.
+    CHECK(std::fabs(scheduled.loss - eager.loss) <= 1e-3 * std::fabs(eager.loss));
+    CHECK(std::fabs(scheduled.loss - constant.loss) > 1e-2 * std::fabs(constant.loss));
 }
 
 // cuBLASLt may refuse a fused plan only when it runs, after its heuristic offered it. The op is then

@@ -117,6 +117,14 @@ typedef enum mpt_optimizer {
     MPT_OPTIMIZER_ADAMW = 2
 } mpt_optimizer;
 
+/* Learning-rate schedules: see mpt_trainer_options_set_lr_schedule. */
+typedef enum mpt_lr_schedule {
+    MPT_LR_SCHEDULE_CONSTANT = 0, /* the base rate throughout (after any warm-up) */
+    MPT_LR_SCHEDULE_LINEAR = 1,   /* down to base * factor in a straight line */
+    MPT_LR_SCHEDULE_COSINE = 2,   /* down to base * factor along half a cosine period */
+    MPT_LR_SCHEDULE_STEP = 3      /* multiplied by factor after every decay_steps steps */
+} mpt_lr_schedule;
+
 typedef enum mpt_loss_scaling {
     MPT_LOSS_SCALING_DEFAULT = 0, /* dynamic for fp16, off for bf16 and fp32 */
     MPT_LOSS_SCALING_OFF = 1,
@@ -332,6 +340,25 @@ MPT_API mpt_status mpt_trainer_options_set_adam(mpt_trainer_options_t* options, 
  *  and bias by (1 - learning_rate * weight_decay), as Keras does. A value set here, 0 included, is kept
  *  whether it is set before or after the optimizer; otherwise AdamW uses 0.004. */
 MPT_API mpt_status mpt_trainer_options_set_weight_decay(mpt_trainer_options_t* options, float weight_decay);
+/** A learning-rate schedule that the library evaluates at every step (default: CONSTANT, no warm-up).
+ *  Step s, counted from 0 over the trainer's life with skipped steps included (the count that
+ *  mpt_trainer_get_progress gives and checkpoints keep), trains with the base rate
+ *  (mpt_trainer_options_set_learning_rate, mpt_trainer_set_learning_rate) times a factor:
+ *  (s + 1) / warmup_steps while s < warmup_steps (a linear warm-up; 0: none), then, with
+ *  d = s - warmup_steps steps into the decay and f = `factor`:
+ *   CONSTANT  1 (decay_steps must be 0 and factor 1);
+ *   LINEAR    f + (1 - f) * (1 - d / decay_steps), and f from d = decay_steps on;
+ *   COSINE    f + (1 - f) * (1 + cos(pi * d / decay_steps)) / 2, and f from d = decay_steps on
+ *             (Keras's CosineDecay with alpha f; PyTorch's CosineAnnealingLR with eta_min base * f);
+ *   STEP      f^floor(d / decay_steps) (PyTorch's StepLR with step_size decay_steps, gamma f).
+ *  LINEAR and COSINE take decay_steps >= 1 and f in [0, 1], STEP decay_steps >= 1 and f in (0, 1];
+ *  warmup_steps >= 0. The factor is computed in float where the step runs, on a GPU by the update
+ *  kernels from the step count in device memory: the rate changes every step at no cost, CUDA
+ *  graphs keep replaying (unlike a rate set from a callback every step) and the run is the same on
+ *  every backend, fit or mpt_trainer_step alike. The schedule is one of the options a checkpoint
+ *  must match; the step count it reads is restored with the checkpoint. */
+MPT_API mpt_status mpt_trainer_options_set_lr_schedule(mpt_trainer_options_t* options, mpt_lr_schedule schedule,
+                                                       int64_t warmup_steps, int64_t decay_steps, float factor);
 /** Loss scaling. Unless it is dynamic (DYNAMIC, or DEFAULT in fp16), a step whose loss or gradients
  *  are NaN or Inf skips its update and fit/step fail with MPT_STATUS_NON_FINITE. With dynamic
  *  scaling such a step is the scaler's business: its update is skipped, the scale backs off and
@@ -434,8 +461,12 @@ MPT_API mpt_status mpt_trainer_get_precision(const mpt_trainer_t* trainer, mpt_p
  *  once eagerly and once captured (four steps): a rate changed every step runs every step eagerly.
  *  The rate is part of the run: checkpoints save it and mpt_trainer_load_checkpoint restores it. */
 MPT_API mpt_status mpt_trainer_set_learning_rate(mpt_trainer_t* trainer, float learning_rate);
-/** The learning rate of the next step: the options' until set or restored from a checkpoint. */
+/** The base learning rate: the options' until set or restored from a checkpoint. Without a
+ *  schedule (mpt_trainer_options_set_lr_schedule) it is the rate of the next step. */
 MPT_API mpt_status mpt_trainer_get_learning_rate(const mpt_trainer_t* trainer, float* out);
+/** The rate the next step trains with: the base rate times the schedule's factor at the trainer's
+ *  step count (every step issued so far; on a GPU this waits for them). */
+MPT_API mpt_status mpt_trainer_get_scheduled_learning_rate(const mpt_trainer_t* trainer, float* out);
 /** Loss scaler state: current scale, consecutive finite steps since the last change, and the number
  *  of updates skipped for non-finite gradients. Any pointer may be NULL. */
 MPT_API mpt_status mpt_trainer_get_loss_scale(const mpt_trainer_t* trainer, float* scale,

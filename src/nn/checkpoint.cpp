@@ -26,9 +26,19 @@ namespace mpt {
 
 namespace {
 
+// The "lr_schedule" member of the options.
+void write_schedule(JsonWriter& json, const LrSchedule& schedule) {
+    json.key("lr_schedule").begin_object()
+        .key("decay_factor").unsigned_integer(float_bits(schedule.decay_factor))
+        .key("decay_steps").integer(schedule.decay_steps)
+        .key("schedule").integer(static_cast<int>(schedule.kind))
+        .key("warmup_steps").integer(schedule.warmup_steps)
+    .end_object();
+}
+
 // The options that must match for a resumed run to be the same run. Keys in alphabetical order, as
-// files written with nlohmann::json (a sorted map) have them. The learning rate is not one of them:
-// a schedule changes it during the run, so it is saved with the progress and restored.
+// files written with nlohmann::json (a sorted map) have them. The base learning rate is not one of
+// them: a callback may change it during the run, so it is saved with the progress and restored.
 std::string options_json(const Trainer& trainer) {
     const TrainerConfig& config = trainer.config();
     const OptimizerConfig& optimizer = config.optimizer;
@@ -44,8 +54,11 @@ std::string options_json(const Trainer& trainer) {
             .key("max_scale").unsigned_integer(float_bits(scaler.max_scale))
             .key("min_scale").unsigned_integer(float_bits(scaler.min_scale))
             .key("mode").integer(static_cast<int>(scaler.mode))
-        .end_object()
-        .key("optimizer").begin_object()
+        .end_object();
+    // Written only for a schedule, so that files of constant-rate runs are what they were before
+    // schedules existed, and load into constant-rate trainers as before.
+    if (!is_constant(optimizer.schedule)) write_schedule(json, optimizer.schedule);
+    json.key("optimizer").begin_object()
             .key("beta1").unsigned_integer(float_bits(optimizer.beta1))
             .key("beta2").unsigned_integer(float_bits(optimizer.beta2))
             .key("epsilon").unsigned_integer(float_bits(optimizer.epsilon))
@@ -87,7 +100,7 @@ std::string optimizer_tensor_name(int array, size_t layer, const char* part) {
 bool is_float_option(const std::string& name) {
     static const char* const names[] = {"momentum",      "beta1",         "beta2",     "epsilon",
                                         "weight_decay",  "initial_scale", "growth_factor", "backoff_factor",
-                                        "min_scale",     "max_scale"};
+                                        "min_scale",     "max_scale",     "decay_factor"};
     return std::find_if(std::begin(names), std::end(names), [&](const char* n) { return name == n; }) != std::end(names);
 }
 
@@ -95,6 +108,7 @@ bool is_float_option(const std::string& name) {
 std::string option_name(const std::string& key) {
     if (key == "kind") return "optimizer";
     if (key == "mode") return "loss_scaling";
+    if (key == "schedule") return "lr_schedule";
     return key;
 }
 
@@ -112,6 +126,10 @@ std::string option_text(const std::string& key, const JsonValue& value) {
     if (key == "kind" && small_integer) {
         static const char* const optimizers[] = {"sgd", "adam", "adamw"};
         if (value.unsigned_integer < 3) return optimizers[value.unsigned_integer];
+    }
+    if (key == "schedule" && small_integer) {
+        static const char* const schedules[] = {"constant", "linear", "cosine", "step"};
+        if (value.unsigned_integer < 4) return schedules[value.unsigned_integer];
     }
     if (key == "mode" && small_integer) {
         switch (static_cast<int64_t>(value.unsigned_integer)) {
@@ -138,26 +156,38 @@ std::string option_differences(const FlatJson& saved, const std::string& saved_t
             text += "; AUTO resolves per machine: name the precision to resume this checkpoint here";
         differences.push_back(text + ")");
     };
+    // A constant-rate trainer writes no schedule: either side without one compares as the constant
+    // schedule, so that a schedule on one side shows against "constant" on the other.
+    JsonWriter constant_text;
+    constant_text.begin_object();
+    write_schedule(constant_text, LrSchedule{});
+    const FlatJson constant = FlatJson::parse(constant_text.end_object().take());
+    const auto find = [&](const FlatJson& options, const std::string& pointer) -> const JsonValue* {
+        const JsonValue* value = options.find(pointer);
+        return value == nullptr && options.find("/lr_schedule") == nullptr ? constant.find(pointer) : value;
+    };
     // A member of the saved options, when the saved options are an object that has it.
     const auto saved_member = [&](const std::string& object, const std::string& key) -> const JsonValue* {
-        const JsonValue* parent = saved.find(object);
-        return parent != nullptr && parent->type == JsonType::object ? saved.find(json_pointer(object, key)) : nullptr;
+        const JsonValue* parent = find(saved, object);
+        return parent != nullptr && parent->type == JsonType::object ? find(saved, json_pointer(object, key)) : nullptr;
     };
     std::vector<std::string> keys{"precision"};
     for (const std::string& key : ours.member_names(""))
         if (key != "precision") keys.push_back(key);
+    if (ours.find("/lr_schedule") == nullptr) keys.push_back("lr_schedule");
     for (const std::string& key : keys) {
         const std::string item = json_pointer("", key);
-        const JsonValue* our_item = ours.find(item);
+        const JsonValue* our_item = find(ours, item);
         if (our_item == nullptr) continue;
         if (our_item->type != JsonType::object) {
             describe(key, saved_member("", key), *our_item);
             continue;
         }
         const JsonValue* saved_item = saved_member("", key);
-        for (const std::string& field : ours.member_names(item)) {
+        const FlatJson& our_source = ours.find(item) != nullptr ? ours : constant;
+        for (const std::string& field : our_source.member_names(item)) {
             describe(field, saved_item != nullptr ? saved_member(item, field) : nullptr,
-                     *ours.find(json_pointer(item, field)));
+                     *our_source.find(json_pointer(item, field)));
         }
     }
     if (differences.empty()) differences.push_back("options this version does not know: " + saved_text.substr(0, 300));

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "core/host_device.h"
+#include "nn/lr_schedule.h"
 
 namespace mpt {
 
@@ -13,7 +14,8 @@ enum class OptimizerKind : uint8_t { sgd = 0, adam = 1, adamw = 2 };
 
 struct OptimizerConfig {
     OptimizerKind kind = OptimizerKind::sgd;
-    float learning_rate = 0.01f;
+    float learning_rate = 0.01f;  // the base rate: each step's is this times the schedule's factor
+    LrSchedule schedule;
     float momentum = 0.0f;
     bool nesterov = false;
     float beta1 = 0.9f;
@@ -33,24 +35,33 @@ MPT_HOST_DEVICE bool is_plain_sgd(const OptimizerConfig& config) {
     return config.kind == OptimizerKind::sgd && config.momentum == 0.0f;
 }
 
-// Per-step scalars derived once on the host side of the update (Adam's bias corrections).
+// The learning rate of the step numbered `steps` (from 0, skipped steps included): the base rate
+// times the schedule's factor there.
+MPT_HOST_DEVICE float scheduled_learning_rate(const OptimizerConfig& config, int64_t steps) {
+    return config.learning_rate * lr_schedule_factor(config.schedule, steps);
+}
+
+// Per-step scalars derived once per update, before its elements (the rate, Adam's bias corrections).
 struct OptimizerStepScalars {
     float inverse_scale;
-    float step_size;        // lr, or lr * sqrt(1 - beta2^t) / (1 - beta1^t) for Adam
+    float learning_rate;    // this step's: the base rate times the schedule's factor
+    float step_size;        // the rate, or rate * sqrt(1 - beta2^t) / (1 - beta1^t) for Adam
     float epsilon_hat;      // added to sqrt(v): Keras's epsilon as given
 };
 
+// `applied_steps` counts the updates applied (Adam's t - 1), `steps` all steps (the schedule's).
 MPT_HOST_DEVICE OptimizerStepScalars optimizer_step_scalars(const OptimizerConfig& config, float loss_scale,
-                                                            int64_t applied_steps) {
+                                                            int64_t applied_steps, int64_t steps) {
     OptimizerStepScalars scalars;
     scalars.inverse_scale = 1.0f / loss_scale;
-    scalars.step_size = config.learning_rate;
+    scalars.learning_rate = scheduled_learning_rate(config, steps);
+    scalars.step_size = scalars.learning_rate;
     scalars.epsilon_hat = config.epsilon;
     if (config.kind != OptimizerKind::sgd) {
         const double t = static_cast<double>(applied_steps + 1);
         const double correction1 = 1.0 - pow(static_cast<double>(config.beta1), t);
         const double correction2 = 1.0 - pow(static_cast<double>(config.beta2), t);
-        scalars.step_size = static_cast<float>(config.learning_rate * sqrt(correction2) / correction1);
+        scalars.step_size = static_cast<float>(scalars.learning_rate * sqrt(correction2) / correction1);
         // Keras's epsilon is the paper's "epsilon hat": added to sqrt(v) as it is.
     }
     return scalars;
@@ -63,16 +74,16 @@ MPT_HOST_DEVICE float optimizer_update_element(const OptimizerConfig& config, co
     const float gradient = scaled_gradient * scalars.inverse_scale;
     switch (config.kind) {
         case OptimizerKind::sgd: {
-            if (config.momentum == 0.0f) return weight - config.learning_rate * gradient;
+            if (config.momentum == 0.0f) return weight - scalars.learning_rate * gradient;
             // Keras's formulation: v = m*v - lr*g; w += v (Nesterov: w += m*v - lr*g).
-            const float velocity = config.momentum * state1 - config.learning_rate * gradient;
+            const float velocity = config.momentum * state1 - scalars.learning_rate * gradient;
             state1 = velocity;
-            if (config.nesterov) return weight + config.momentum * velocity - config.learning_rate * gradient;
+            if (config.nesterov) return weight + config.momentum * velocity - scalars.learning_rate * gradient;
             return weight + velocity;
         }
         case OptimizerKind::adam:
         case OptimizerKind::adamw: {
-            if (config.kind == OptimizerKind::adamw) weight -= config.learning_rate * config.weight_decay * weight;
+            if (config.kind == OptimizerKind::adamw) weight -= scalars.learning_rate * config.weight_decay * weight;
             state1 = config.beta1 * state1 + (1.0f - config.beta1) * gradient;
             state2 = config.beta2 * state2 + (1.0f - config.beta2) * gradient * gradient;
             return weight - scalars.step_size * state1 / (sqrtf(state2) + scalars.epsilon_hat);

@@ -74,9 +74,11 @@ public:
     // C API: the trainer was destroyed from a callback of this fit).
     void stop_soon(std::string why) { stop_reason_ = std::move(why); }
     void set_checkpointing(const CheckpointPolicy& policy);
-    // From the next step issued on (also from fit's callbacks: a learning-rate schedule).
+    // The base rate, from the next step issued on (also from fit's callbacks: a schedule of its own).
     void set_learning_rate(float learning_rate);
-    float learning_rate() const { return executor_.optimizer().learning_rate; }
+    float learning_rate() const { return executor_.optimizer().learning_rate; }  // the base rate
+    // The rate of the next step: the base rate times the schedule's factor at the step count.
+    float scheduled_learning_rate() const { return mpt::scheduled_learning_rate(executor_.optimizer(), state().steps); }
     void fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bool shuffle);
     float step(const Dataset& dataset, int64_t first, int64_t batch_size);
     EvaluationResult evaluate(const Dataset& dataset, int64_t batch_size);

@@ -362,10 +362,10 @@ void CpuBackend::dense_update(const DenseUpdateArgs& args, const OptimizerConfig
     const float* output_grad = static_cast<const float*>(args.output_grad);
     const float* input = static_cast<const float*>(args.input);
     const int64_t weight_count = args.out_features * args.in_features;
-    const OptimizerStepScalars scalars = optimizer_step_scalars(optimizer, state.loss_scale, state.applied_steps);
+    const OptimizerStepScalars scalars = optimizer_step_scalars(optimizer, state.loss_scale, state.applied_steps, state.steps);
     if (is_plain_sgd(optimizer)) {
         // W += (-lr / scale) * dZ^T · A: the GEMM is the update.
-        const float step = -optimizer.learning_rate * scalars.inverse_scale;
+        const float step = -scalars.learning_rate * scalars.inverse_scale;
         gemm(args.compute_dtype, true, false, args.out_features, args.in_features, args.rows, step, output_grad,
              args.out_features, input, args.in_features, 1.0f, args.weights, args.in_features);
         column_sums(output_grad, args.rows, args.out_features, step, args.bias, true);

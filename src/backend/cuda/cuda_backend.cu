@@ -823,6 +823,11 @@ void CudaBackend::sign(const RecordedOp& op) {
             s.put(o.beta2);
             s.put(o.epsilon);
             s.put(o.weight_decay);
+            // The schedule, not a step's rate: kernels evaluate it from the step count on the device.
+            s.put(o.schedule.kind);
+            s.put(o.schedule.warmup_steps);
+            s.put(o.schedule.decay_steps);
+            s.put(o.schedule.decay_factor);
             return;
         }
         case OpCode::finish_step: {

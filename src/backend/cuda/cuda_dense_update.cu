@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(kUpdateThreads) update_kernel(const UpdateLaun
     if (threadIdx.x == 0) {
         const TrainState state = *launch.state;
         skip = state.found_inf;
-        scalars = optimizer_step_scalars(launch.optimizer, state.loss_scale, state.applied_steps);
+        scalars = optimizer_step_scalars(launch.optimizer, state.loss_scale, state.applied_steps, state.steps);
     }
     __syncthreads();
 

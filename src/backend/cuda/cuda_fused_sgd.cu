@@ -37,7 +37,8 @@ __global__ void __launch_bounds__(kSide * kSide) fused_sgd_kernel(const FusedSgd
     // branch's double pow() is a call that costs this kernel register spills.
     OptimizerStepScalars scalars;
     scalars.inverse_scale = 1.0f / state.loss_scale;
-    scalars.step_size = p.optimizer.learning_rate;
+    scalars.learning_rate = scheduled_learning_rate(p.optimizer, state.steps);
+    scalars.step_size = scalars.learning_rate;
     scalars.epsilon_hat = p.optimizer.epsilon;
 
     const int64_t i0 = static_cast<int64_t>(blockIdx.x) * kTile;
