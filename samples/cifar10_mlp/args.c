@@ -25,6 +25,9 @@ void args_print_usage(FILE* stream, const char* program)
             "  --lr X             SGD learning rate (default 0.01)\n"
             "  --lr-decay F       multiply the learning rate by F (0 < F <= 1) after every epoch, from\n"
             "                     the epoch-end callback: a step decay (default 1: constant)\n"
+            "  --lr-schedule S    constant | linear | cosine (default constant): the library lowers the\n"
+            "                     rate at every step, from --lr down to 0 at the run's last step\n"
+            "  --warmup N         raise the rate linearly over the first N steps (default 0)\n"
             "  --limit N          train on the first N training images only; 0 = all (default 0)\n"
             "  --seed N           seed of weight initialisation and shuffling (default 42)\n"
             "  --backend B        auto | cpu | cuda (default auto)\n"
@@ -114,6 +117,31 @@ static int parse_precision(const char* text, mpt_precision* out)
     return 0;
 }
 
+const char* args_schedule_name(mpt_lr_schedule schedule)
+{
+    switch (schedule) {
+    case MPT_LR_SCHEDULE_CONSTANT: return "constant";
+    case MPT_LR_SCHEDULE_LINEAR: return "linear";
+    case MPT_LR_SCHEDULE_COSINE: return "cosine";
+    case MPT_LR_SCHEDULE_STEP: return "step";
+    }
+    return "unknown";
+}
+
+static int parse_schedule(const char* text, mpt_lr_schedule* out)
+{
+    static const mpt_lr_schedule offered[] = {MPT_LR_SCHEDULE_CONSTANT, MPT_LR_SCHEDULE_LINEAR,
+                                              MPT_LR_SCHEDULE_COSINE};
+    size_t i;
+    for (i = 0; i < sizeof offered / sizeof offered[0]; ++i) {
+        if (strcmp(text, args_schedule_name(offered[i])) == 0) {
+            *out = offered[i];
+            return 1;
+        }
+    }
+    return 0;
+}
+
 static int parse_backend(const char* text, mpt_backend* out)
 {
     static const mpt_backend all[] = {MPT_BACKEND_AUTO, MPT_BACKEND_CPU, MPT_BACKEND_CUDA};
@@ -146,6 +174,7 @@ static args_result usage_error(const char* program, const char* format, ...)
 static int takes_value(const char* name)
 {
     static const char* const names[] = {"data", "epochs", "batch", "precision", "lr", "lr-decay",
+                                        "lr-schedule", "warmup",
                                         "limit", "seed", "backend", "threads", "json"};
     size_t i;
     for (i = 0; i < sizeof names / sizeof names[0]; ++i)
@@ -228,6 +257,12 @@ args_result args_parse(int argc, char** argv, cli_options* out)
         } else if (strcmp(name, "lr-decay") == 0) {
             if (!parse_float_in(value, 0.0, 1.0, &options.learning_rate_decay))
                 return usage_error(program, "--lr-decay must be a number in (0, 1], not '%s'", value);
+        } else if (strcmp(name, "lr-schedule") == 0) {
+            if (!parse_schedule(value, &options.lr_schedule))
+                return usage_error(program, "--lr-schedule must be constant, linear or cosine, not '%s'", value);
+        } else if (strcmp(name, "warmup") == 0) {
+            if (!parse_int64(value, 0, INT64_MAX / 2, &options.warmup_steps))
+                return usage_error(program, "--warmup must be an integer >= 0, not '%s'", value);
         } else if (strcmp(name, "limit") == 0) {
             if (!parse_int64(value, 0, INT64_MAX, &options.limit))
                 return usage_error(program, "--limit must be an integer >= 0, not '%s'", value);

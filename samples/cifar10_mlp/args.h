@@ -14,6 +14,8 @@ typedef struct cli_options {
     mpt_precision precision;
     float learning_rate;
     float learning_rate_decay;  /* --lr-decay: the rate is multiplied by it after every epoch; 1 = constant */
+    mpt_lr_schedule lr_schedule; /* --lr-schedule: evaluated per step by the library, decaying to 0 over the run */
+    int64_t warmup_steps;       /* --warmup: the schedule's linear warm-up */
     int64_t limit;              /* first N training images; 0 = all */
     uint64_t seed;
     mpt_backend backend;
@@ -36,5 +38,7 @@ void args_print_usage(FILE* stream, const char* program);
 const char* args_precision_name(mpt_precision precision);
 /* "auto", "cpu", "cuda" (the --backend spellings). */
 const char* args_backend_name(mpt_backend backend);
+/* "constant", "linear", "cosine" (the --lr-schedule spellings); "step" is not offered. */
+const char* args_schedule_name(mpt_lr_schedule schedule);
 
 #endif

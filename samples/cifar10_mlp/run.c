@@ -120,6 +120,7 @@ int run_training(const cli_options* options, mpt_precision precision, const data
     progress* const progress_state = &callbacks.progress;
     run_result r;
     mpt_status fit_status;
+    int64_t steps_per_epoch, decay_steps;
     size_t planned_bytes = 0;
     double start;
     int failed = 1;
@@ -149,6 +150,17 @@ int run_training(const cli_options* options, mpt_precision precision, const data
     CHECK_MPT(mpt_trainer_options_set_optimizer(trainer_options, MPT_OPTIMIZER_SGD), "selecting SGD");
     CHECK_MPT(mpt_trainer_options_set_learning_rate(trainer_options, options->learning_rate),
               "setting learning rate %g", (double)options->learning_rate);
+    /* The decay ends at the run's last step: fit's steps per epoch are the whole batches (one,
+     * when the data set is smaller than a batch). */
+    steps_per_epoch = r.train_rows / options->batch_size > 0 ? r.train_rows / options->batch_size : 1;
+    decay_steps = steps_per_epoch * options->epochs - options->warmup_steps;
+    if (options->lr_schedule == MPT_LR_SCHEDULE_CONSTANT)
+        decay_steps = 0;
+    else if (decay_steps < 1)
+        decay_steps = 1;
+    CHECK_MPT(mpt_trainer_options_set_lr_schedule(trainer_options, options->lr_schedule, options->warmup_steps,
+                                                  decay_steps, options->lr_schedule == MPT_LR_SCHEDULE_CONSTANT ? 1.0f : 0.0f),
+              "setting the %s learning-rate schedule", args_schedule_name(options->lr_schedule));
     CHECK_MPT(mpt_trainer_create(model, trainer_options, &trainer), "creating the trainer (%s)",
               args_precision_name(precision));
     CHECK_MPT(mpt_trainer_get_precision(trainer, &r.precision), "reading the trainer's precision");
@@ -161,6 +173,10 @@ int run_training(const cli_options* options, mpt_precision precision, const data
            r.train_rows, r.test_rows, r.batch_size, (double)options->learning_rate);
     if (options->learning_rate_decay != 1.0f)
         printf(" (x%g after each epoch)", (double)options->learning_rate_decay);
+    if (options->lr_schedule != MPT_LR_SCHEDULE_CONSTANT)
+        printf(" %s to 0 over %" PRId64 " steps", args_schedule_name(options->lr_schedule), decay_steps);
+    if (options->warmup_steps > 0)
+        printf(" after %" PRId64 " warm-up steps", options->warmup_steps);
     printf(" | seed %" PRIu64 " | epochs %" PRId64 "\n", options->seed, r.epochs);
     fflush(stdout);
 

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The sample's command line as a user meets it: --help, refused flags (exit 2 with the reason), and
+# short runs on the generated data set (no CIFAR-10 here) whose JSON reflects the flags. The
+# learning-rate flags must change what is trained, not only what is printed.
+# Usage: test_cli.sh path/to/mptrain-cifar10
+set -u
+program=$1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+"$program" --help >"$work/help" 2>&1 || fail "--help exited $?"
+for flag in --lr-schedule --warmup --lr-decay --compare; do
+    grep -q -- "$flag" "$work/help" || fail "--help does not mention $flag"
+done
+
+refused() {  # the flags, then a phrase the error must hold
+    local phrase=${*: -1}
+    "$program" "${@:1:$#-1}" >"$work/out" 2>"$work/err"
+    local status=$?
+    [ "$status" -eq 2 ] || fail "'${*:1:$#-1}' exited $status, not 2"
+    grep -q -- "$phrase" "$work/err" || fail "'${*:1:$#-1}' did not say '$phrase': $(head -1 "$work/err")"
+}
+refused --lr-schedule step "constant, linear or cosine"
+refused --lr-schedule "" "constant, linear or cosine"
+refused --warmup -1 "--warmup must be an integer >= 0"
+refused --warmup 1.5 "--warmup must be an integer >= 0"
+refused --lr-decay 0 "--lr-decay must be a number in (0, 1]"
+refused --lr 0 "--lr must be a positive number"
+refused --epochs 0 "--epochs must be an integer >= 1"
+refused --frobnicate "unknown option"
+
+# 256 generated images, batch 32: 8 steps an epoch, 16 in all.
+run() {  # name, then flags
+    local name=$1
+    shift
+    "$program" --data "$work/no-such-directory" --limit 256 --epochs 2 --threads 2 --lr 0.05 \
+        --json "$work/$name.json" "$@" >"$work/$name.out" 2>&1 ||
+        { fail "run '$name' ($*) exited $?: $(tail -3 "$work/$name.out")"; return; }
+    grep -q '"steps": 16,' "$work/$name.json" || fail "run '$name': steps are not 16"
+}
+json_value() { sed -n "s/^ *\"$2\": \(.*\),\$/\1/p" "$work/$1.json"; }
+
+run constant
+run cosine --lr-schedule cosine --warmup 4
+run linear --lr-schedule linear
+run warmup --warmup 4
+[ "$(json_value cosine lr_schedule)" = '"cosine"' ] || fail "cosine run's JSON says $(json_value cosine lr_schedule)"
+[ "$(json_value cosine warmup_steps)" = 4 ] || fail "cosine run's JSON has warmup_steps $(json_value cosine warmup_steps)"
+[ "$(json_value constant lr_schedule)" = '"constant"' ] || fail "constant run's JSON says $(json_value constant lr_schedule)"
+grep -q "cosine to 0 over 12 steps after 4 warm-up steps" "$work/cosine.out" ||
+    fail "cosine run's header: $(grep '^data' "$work/cosine.out")"
+constant_loss=$(json_value constant train_loss)
+for name in cosine linear warmup; do
+    loss=$(json_value "$name" train_loss)
+    [ -n "$loss" ] && [ "$loss" != "$constant_loss" ] || fail "run '$name' trained the constant run's loss $constant_loss"
+done
+# The same flags train the same run.
+run cosine_again --lr-schedule cosine --warmup 4
+[ "$(json_value cosine_again train_loss)" = "$(json_value cosine train_loss)" ] || fail "the cosine run does not repeat"
+
+if [ "$failures" -ne 0 ]; then
+    echo "$failures failure(s)"
+    exit 1
+fi
+echo "sample command line: all checks passed"
