@@ -96,8 +96,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             case 3: mpt_trainer_options_set_precision(trainer_options, static_cast<mpt_precision>(in.small(6) - 1)); break;
             case 4: mpt_trainer_options_set_optimizer(trainer_options, static_cast<mpt_optimizer>(in.small(5) - 1)); break;
             case 5:
-                if (in.byte() % 2) mpt_trainer_options_set_learning_rate(trainer_options, in.real());
-                else mpt_trainer_set_learning_rate(trainer, in.real());  // the run's rate, saved by checkpoints
+                switch (in.byte() % 3) {
+                    case 0: mpt_trainer_options_set_learning_rate(trainer_options, in.real()); break;
+                    case 1: mpt_trainer_set_learning_rate(trainer, in.real()); break;  // the run's, saved by checkpoints
+                    default: {  // a schedule (an option checkpoints must match), read back at the step count
+                        const auto kind = static_cast<mpt_lr_schedule>(in.small(6) - 1);
+                        const int64_t warmup = in.count(), decay = in.count();
+                        mpt_trainer_options_set_lr_schedule(trainer_options, kind, warmup, decay, in.real() / 4.0f);
+                        float rate;
+                        mpt_trainer_get_scheduled_learning_rate(trainer, &rate);
+                    }
+                }
                 break;
             case 6: mpt_trainer_options_set_loss(trainer_options, static_cast<mpt_loss>(in.small(6) - 1)); break;
             case 7:
