@@ -50,6 +50,8 @@ struct Options {
     mpt_log_level log_level = MPT_LOG_LEVEL_WARNING;
     float learning_rate = 0.01f;
     mpt_loss_scaling loss_scaling = MPT_LOSS_SCALING_DEFAULT;
+    mpt_lr_schedule schedule = MPT_LR_SCHEDULE_CONSTANT;  // with the next two
+    int64_t warmup_steps = 0, decay_steps = 0;
 };
 
 struct Run {
@@ -90,6 +92,9 @@ struct Run {
         if (options.optimizer == MPT_OPTIMIZER_SGD) mpt_trainer_options_set_momentum(trainer_options, 0.9f, 1);
         mpt_trainer_options_set_loss_scaling(trainer_options, options.loss_scaling, options.initial_scale);
         mpt_trainer_options_set_loss_scaler_dynamics(trainer_options, 2.0f, 0.5f, 4, 1.0f, 16777216.0f);
+        const float final_factor = options.schedule == MPT_LR_SCHEDULE_CONSTANT ? 1.0f : 0.25f;
+        REQUIRE(mpt_trainer_options_set_lr_schedule(trainer_options, options.schedule, options.warmup_steps,
+                                                    options.decay_steps, final_factor) == MPT_STATUS_OK);
         REQUIRE(mpt_trainer_create(model, trainer_options, &trainer) == MPT_STATUS_OK);
         mpt_trainer_options_destroy(trainer_options);
     }
@@ -268,6 +273,63 @@ TEST_CASE("a mixed-fp16 Adam run resumed from a checkpoint inside an epoch ends 
 
 TEST_CASE("an fp32 Nesterov-momentum run resumed from any checkpoint ends bit-identical") {
     check_resume_is_bit_exact(Options{MPT_PRECISION_FP32, MPT_OPTIMIZER_SGD, 1.0f});
+}
+
+TEST_CASE("runs under a learning-rate schedule resume from any checkpoint bit-identical, the schedule where it was") {
+    Options cosine;  // mixed-fp16 Adam: skipped steps count toward the schedule
+    cosine.schedule = MPT_LR_SCHEDULE_COSINE;
+    cosine.warmup_steps = 6;
+    cosine.decay_steps = 20;
+    SUBCASE("cosine after a warm-up, mixed-fp16 Adam") { check_resume_is_bit_exact(cosine); }
+    Options step{MPT_PRECISION_FP32, MPT_OPTIMIZER_SGD, 1.0f};
+    step.schedule = MPT_LR_SCHEDULE_STEP;
+    step.decay_steps = 8;
+    SUBCASE("step decay, fp32 Nesterov momentum") { check_resume_is_bit_exact(step); }
+}
+
+TEST_CASE("only a schedule puts lr_schedule among a checkpoint's options; a trainer with another schedule refuses it") {
+    TempDir directory;
+    const std::string constant_path = (directory.path / "constant.safetensors").string();
+    const std::string linear_path = (directory.path / "linear.safetensors").string();
+    Options linear;
+    linear.schedule = MPT_LR_SCHEDULE_LINEAR;
+    linear.warmup_steps = 3;
+    linear.decay_steps = 12;
+    {
+        Run constant_run(Options{}), linear_run(linear);
+        REQUIRE(mpt_trainer_save_checkpoint(constant_run.trainer, constant_path.c_str()) == MPT_STATUS_OK);
+        REQUIRE(mpt_trainer_save_checkpoint(linear_run.trainer, linear_path.c_str()) == MPT_STATUS_OK);
+    }
+    // Constant-rate files are what they were before schedules existed (JSON inside a JSON string).
+    CHECK(split_file(constant_path).header.find("lr_schedule") == std::string::npos);
+    const std::string recorded = "\\\"lr_schedule\\\":{\\\"decay_factor\\\":" + float_bits_text(0.25f) +
+                                 ",\\\"decay_steps\\\":12,\\\"schedule\\\":1,\\\"warmup_steps\\\":3}";
+    CHECK_MESSAGE(split_file(linear_path).header.find(recorded) != std::string::npos, split_file(linear_path).header);
+
+    Run constant_run(Options{});
+    const Refusal by_constant = load_checkpoint(constant_run, linear_path);
+    CHECK(by_constant.status == MPT_STATUS_INVALID_ARGUMENT);
+    CHECK_MESSAGE(by_constant.message.find("lr_schedule linear (this trainer: constant)") != std::string::npos,
+                  by_constant.message);
+    CHECK_MESSAGE(by_constant.message.find("decay_factor 0.25 (this trainer: 1)") != std::string::npos,
+                  by_constant.message);
+    Run linear_run(linear);
+    const Refusal by_linear = load_checkpoint(linear_run, constant_path);
+    CHECK(by_linear.status == MPT_STATUS_INVALID_ARGUMENT);
+    CHECK_MESSAGE(by_linear.message.find("lr_schedule constant (this trainer: linear)") != std::string::npos,
+                  by_linear.message);
+    CHECK_MESSAGE(by_linear.message.find("warmup_steps 0 (this trainer: 3)") != std::string::npos, by_linear.message);
+    CHECK(by_linear.message.find("not know") == std::string::npos);
+    Options cosine = linear;
+    cosine.schedule = MPT_LR_SCHEDULE_COSINE;
+    Run cosine_run(cosine);
+    const Refusal by_cosine = load_checkpoint(cosine_run, linear_path);
+    CHECK(by_cosine.status == MPT_STATUS_INVALID_ARGUMENT);
+    CHECK_MESSAGE(by_cosine.message.find("lr_schedule linear (this trainer: cosine)") != std::string::npos, by_cosine.message);
+    CHECK_MESSAGE(by_cosine.message.find("decay_steps") == std::string::npos, by_cosine.message);
+    // Refusals change nothing: each trainer still loads a file of its own schedule.
+    REQUIRE(load_checkpoint(constant_run, constant_path).status == MPT_STATUS_OK);
+    REQUIRE(load_checkpoint(linear_run, linear_path).status == MPT_STATUS_OK);
 }
 
 TEST_CASE("a fit cancelled inside an epoch continues that epoch and ends like an uninterrupted run") {
