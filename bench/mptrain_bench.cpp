@@ -37,6 +37,7 @@ struct Options {
     int repeats = 3;
     int threads = 0;
     bool streamed = false;  // keep the data set in host memory and stream it (GPU)
+    bool cosine = false;    // --lr-schedule cosine: the library's per-step schedule (no new graph per rate)
     std::string json;
     std::vector<int64_t> predict_rows;  // --predict: prediction latency at these row counts instead
 };
@@ -48,15 +49,18 @@ struct Record {
     size_t peak_bytes;
     int64_t device_bytes;  // driver-level growth of the device's used memory during the run; -1 on the CPU
     bool streamed;
+    bool cosine;
 };
 
 [[noreturn]] void usage(int code) {
     std::fprintf(code ? stderr : stdout,
                  "usage: mptrain-bench [--backend cpu|cuda] [--precision LIST] [--batch LIST] [--steps N]\n"
-                 "                     [--repeats N] [--threads N] [--streamed] [--json FILE]\n"
+                 "                     [--repeats N] [--threads N] [--streamed] [--lr-schedule constant|cosine]\n"
+                 "                     [--json FILE]\n"
                  "       mptrain-bench --predict LIST [--backend cpu|cuda] [--precision LIST] [--repeats N] [--threads N]\n"
                  "  LIST is comma-separated, e.g. --precision fp32,mixed-bf16 --batch 32,256\n"
                  "  --streamed keeps the data set in host memory (GPU: batches staged through pinned memory)\n"
+                 "  --lr-schedule cosine trains under a cosine schedule with warm-up (the library's, per step)\n"
                  "  --predict 1,2,4,8 times mpt_trainer_predict on that many rows instead of training steps:\n"
                  "    the median of 20 x repeats calls per precision, the precisions taking turns\n");
     std::exit(code);
@@ -92,6 +96,7 @@ Options parse(int argc, char** argv) {
         else if (flag == "--repeats") options.repeats = std::atoi(value.c_str());
         else if (flag == "--threads") options.threads = std::atoi(value.c_str());
         else if (flag == "--json") options.json = value;
+        else if (flag == "--lr-schedule" && (value == "constant" || value == "cosine")) options.cosine = value == "cosine";
         else usage(2);
     }
     if (options.backend != "cpu" && options.backend != "cuda") usage(2);
@@ -243,6 +248,10 @@ Record run_one(const Options& options, const std::string& precision_text, int64_
     check(mpt_trainer_options_create(&trainer_options), "trainer options");
     mpt_status configured = mpt_trainer_options_set_precision(trainer_options, precision);
     if (configured == MPT_STATUS_OK) configured = mpt_trainer_options_set_learning_rate(trainer_options, 0.01f);
+    // Warm-up, then a cosine over every step the bench takes: the rate differs at each timed step.
+    if (configured == MPT_STATUS_OK && options.cosine)
+        configured = mpt_trainer_options_set_lr_schedule(trainer_options, MPT_LR_SCHEDULE_COSINE, 10,
+                                                         (options.repeats + 1) * (rows / batch), 0.1f);
     if (configured == MPT_STATUS_OK) configured = mpt_trainer_create(model, trainer_options, &handles.trainer);
     mpt_trainer_options_destroy(trainer_options);
     check(configured, "trainer");
@@ -286,6 +295,7 @@ Record run_one(const Options& options, const std::string& precision_text, int64_
     record.us_per_step = per_step[per_step.size() / 2];
     record.wall_us_per_step = wall_per_step[wall_per_step.size() / 2];
     record.streamed = options.streamed && options.backend == "cuda";
+    record.cosine = options.cosine;
     const mpt::DType compute = resolved == MPT_PRECISION_MIXED_BF16   ? mpt::DType::bf16
                                : resolved == MPT_PRECISION_MIXED_FP16 ? mpt::DType::fp16
                                                                       : mpt::DType::fp32;
@@ -371,10 +381,11 @@ void write_json(const std::string& path, const std::vector<Record>& records) {
         const Record& r = records[i];
         std::fprintf(file,
                      "  {\"backend\": \"%s\", \"precision\": \"%s\", \"resolved_precision\": \"%s\", \"batch\": %lld, "
-                     "\"steps\": %lld, \"us_per_step\": %.1f, \"wall_us_per_step\": %.1f, \"data\": \"%s\", ",
+                     "\"steps\": %lld, \"us_per_step\": %.1f, \"wall_us_per_step\": %.1f, \"data\": \"%s\", "
+                     "\"lr_schedule\": \"%s\", ",
                      r.backend.c_str(), r.precision.c_str(), r.resolved.c_str(), static_cast<long long>(r.batch),
                      static_cast<long long>(r.steps), r.us_per_step, r.wall_us_per_step,
-                     r.streamed ? "streamed" : "resident");
+                     r.streamed ? "streamed" : "resident", r.cosine ? "cosine" : "constant");
         if (r.gemm_floor_us >= 0) std::fprintf(file, "\"gemm_floor_us\": %.1f, \"floor_ratio\": %.3f, ", r.gemm_floor_us, r.us_per_step / r.gemm_floor_us);
         else std::fprintf(file, "\"gemm_floor_us\": null, \"floor_ratio\": null, ");
         std::fprintf(file, "\"allocations_per_step\": %.3f, \"peak_bytes\": %zu, \"device_bytes\": %lld}%s\n",

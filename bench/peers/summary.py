@@ -51,8 +51,10 @@ def main():
     peer_columns = PEERS[backend]
     records = load(arguments)
     mine = [r for r in records if r.get("backend") == backend]
-    ours = {(r["precision"], r["batch"]): r["us_per_step"] for r in mine if r.get("data", "resident") == "resident"}
-    streamed = [r for r in mine if r.get("data") == "streamed"]
+    constant = [r for r in mine if r.get("lr_schedule", "constant") == "constant"]
+    ours = {(r["precision"], r["batch"]): r["us_per_step"] for r in constant if r.get("data", "resident") == "resident"}
+    streamed = [r for r in constant if r.get("data") == "streamed"]
+    scheduled = [r for r in mine if r.get("lr_schedule", "constant") != "constant"]
     peers, untrained = {}, set()
     for r in records:
         if "framework" not in r:
@@ -123,6 +125,11 @@ def main():
         resident = ours.get((r["precision"], r["batch"]))
         versus = f", {r['us_per_step'] / resident:.2f}x the resident data set" if resident else ""
         print(f"streamed from host memory: {r['precision']} batch {r['batch']}: {r['us_per_step']:.0f} us/step{versus}")
+    for r in scheduled:
+        fixed = ours.get((r["precision"], r["batch"]))
+        versus = f", {r['us_per_step'] / fixed:.2f}x the constant rate" if fixed else ""
+        print(f"{r['lr_schedule']} learning-rate schedule: {r['precision']} batch {r['batch']}: "
+              f"{r['us_per_step']:.0f} us/step{versus}")
 
 
 if __name__ == "__main__":
