@@ -23,6 +23,7 @@ int main(void) {
     SIZE(mpt_activation);
     SIZE(mpt_loss);
     SIZE(mpt_optimizer);
+    SIZE(mpt_lr_schedule);
     SIZE(mpt_loss_scaling);
     SIZE(mpt_log_level);
     SIZE(mpt_log_fn);

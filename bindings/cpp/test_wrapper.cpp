@@ -1,10 +1,12 @@
-// The header-only C++ wrapper (include/mptrain/mptrain.hpp) over libmptrain.so: model files and
-// training checkpoints through it, errors arriving as mptrain::Error with the C status.
+// The header-only C++ wrapper (include/mptrain/mptrain.hpp) over libmptrain.so: model files,
+// training checkpoints and learning-rate schedules through it, errors arriving as mptrain::Error with
+// the C status.
 #include <doctest/doctest.h>
 
 #include <mptrain/mptrain.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -120,6 +122,22 @@ mpt_status status_of(Call&& call) {
     return MPT_STATUS_OK;
 }
 
+/** The factor on the base rate at `step` as mptrain.h defines each schedule, in double: the reference
+ *  for the library's float evaluation. */
+double schedule_factor(mpt_lr_schedule schedule, int64_t warmup_steps, int64_t decay_steps, double factor,
+                       int64_t step) {
+    if (step < warmup_steps) return static_cast<double>(step + 1) / static_cast<double>(warmup_steps);
+    const double decayed = static_cast<double>(step - warmup_steps);
+    const double progress = decay_steps > 0 ? std::min(1.0, decayed / static_cast<double>(decay_steps)) : 0.0;
+    switch (schedule) {
+        case MPT_LR_SCHEDULE_CONSTANT: return 1.0;
+        case MPT_LR_SCHEDULE_LINEAR: return factor + (1 - factor) * (1 - progress);
+        case MPT_LR_SCHEDULE_COSINE: return factor + (1 - factor) * (1 + std::cos(3.14159265358979323846 * progress)) / 2;
+        case MPT_LR_SCHEDULE_STEP: return std::pow(factor, std::floor(decayed / static_cast<double>(decay_steps)));
+    }
+    return -1.0;
+}
+
 }  // namespace
 
 TEST_CASE("a saved model loads through the wrapper and predicts bit-identically") {
@@ -199,6 +217,48 @@ TEST_CASE("a learning rate halved from the epoch-end callback is saved and resto
     CHECK(weight_bits(resumed_model) == weight_bits(model));
     CHECK(status_of([&] { trainer.set_learning_rate(0.0f); }) == MPT_STATUS_INVALID_ARGUMENT);
     CHECK(trainer.learning_rate() == 0.0025f);
+}
+
+TEST_CASE("a learning-rate schedule set through the wrapper gives each step the rate of the header's formula") {
+    struct Case {
+        mpt_lr_schedule schedule;
+        int64_t warmup_steps, decay_steps;
+        float factor;
+    };
+    const Case cases[] = {
+        {MPT_LR_SCHEDULE_COSINE, 3, 5, 0.25f},   // warm-up, half a cosine, then the floor
+        {MPT_LR_SCHEDULE_CONSTANT, 4, 0, 1.0f},  // a warm-up alone
+        {MPT_LR_SCHEDULE_LINEAR, 2, 4, 0.5f},
+        {MPT_LR_SCHEDULE_STEP, 1, 3, 0.5f},
+    };
+    auto context = cpu_context();
+    auto data = blobs(context, 200, 43);
+    for (const Case& c : cases) {
+        CAPTURE(static_cast<int>(c.schedule));
+        auto model = mlp(context);
+        mptrain::Trainer trainer(model, adam().lr_schedule(c.schedule, c.warmup_steps, c.decay_steps, c.factor));
+        for (int64_t step = 0; step < 11; ++step) {
+            CAPTURE(step);
+            REQUIRE(trainer.progress().first == step);
+            const double expected = 0.01 * schedule_factor(c.schedule, c.warmup_steps, c.decay_steps, c.factor, step);
+            const double rate = trainer.scheduled_learning_rate();
+            CAPTURE(rate);
+            CAPTURE(expected);
+            CHECK(std::fabs(rate - expected) <= 1e-6 * expected);
+            trainer.step(data, (step * 20) % 200, 20);
+        }
+        CHECK(trainer.learning_rate() == 0.01f);  // the schedule multiplies the base rate, never changes it
+    }
+
+    mptrain::TrainerOptions options;
+    CHECK(status_of([&] { options.lr_schedule(MPT_LR_SCHEDULE_COSINE, 2, 0, 0.0f); }) == MPT_STATUS_INVALID_ARGUMENT);
+    CHECK(status_of([&] { options.lr_schedule(MPT_LR_SCHEDULE_LINEAR, 0, 10, 1.5f); }) == MPT_STATUS_INVALID_ARGUMENT);
+    CHECK(status_of([&] { options.lr_schedule(MPT_LR_SCHEDULE_CONSTANT, 0, 5); }) == MPT_STATUS_INVALID_ARGUMENT);
+    CHECK(status_of([&] { options.lr_schedule(MPT_LR_SCHEDULE_STEP, -1, 3, 0.5f); }) == MPT_STATUS_INVALID_ARGUMENT);
+    auto model = mlp(context);
+    mptrain::Trainer unscheduled(model, options.learning_rate(0.05f));  // the refusals left no schedule
+    unscheduled.step(data, 0, 20);
+    CHECK(unscheduled.scheduled_learning_rate() == 0.05f);
 }
 
 TEST_CASE("automatic checkpoints through the wrapper keep the newest and can be turned off") {

@@ -415,6 +415,18 @@ public:
         return *this;
     }
     TrainerOptions& weight_decay(float value) { detail::check(mpt_trainer_options_set_weight_decay(get(), value)); return *this; }
+    /** A learning-rate schedule the library evaluates at every step (mpt_trainer_options_set_lr_schedule
+     *  has the formulas): each step trains with the base rate times a factor, a linear warm-up over
+     *  `warmup_steps` (>= 0; 0: none), then MPT_LR_SCHEDULE_CONSTANT (decay_steps 0, factor 1), LINEAR
+     *  or COSINE down to base * factor over `decay_steps` (>= 1; factor in [0, 1]), or STEP (times factor
+     *  every `decay_steps`; factor in (0, 1]). Other values throw Error (INVALID_ARGUMENT).
+     *  Trainer::scheduled_learning_rate() gives the next step's rate; the base rate stays
+     *  Trainer::learning_rate(). */
+    TrainerOptions& lr_schedule(mpt_lr_schedule schedule, int64_t warmup_steps, int64_t decay_steps = 0,
+                                float factor = 1.0f) {
+        detail::check(mpt_trainer_options_set_lr_schedule(get(), schedule, warmup_steps, decay_steps, factor));
+        return *this;
+    }
     TrainerOptions& loss_scaling(mpt_loss_scaling mode, float initial_scale = 32768.0f) {
         detail::check(mpt_trainer_options_set_loss_scaling(get(), mode, initial_scale));
         return *this;
@@ -506,17 +518,25 @@ public:
         detail::check(mpt_trainer_get_precision(get(), &out));
         return out;
     }
-    /** The rate of the next step: the options' until set, or restored by load_checkpoint(). */
+    /** The base rate: the options' until set, or restored by load_checkpoint(). Without a schedule
+     *  (TrainerOptions::lr_schedule) it is the rate of the next step. */
     float learning_rate() const {
         float out = 0.0f;
         detail::check(mpt_trainer_get_learning_rate(get(), &out));
         return out;
     }
-    /** From the next step on (finite, > 0), also from fit's callbacks: a schedule. Checkpoints save
-     *  and restore the rate; an automatic one at an epoch's end is written after that epoch's
-     *  epoch-end callback, so it holds the rate the callback set. */
+    /** The base rate from the next step on (finite, > 0), also from fit's callbacks: a schedule.
+     *  Checkpoints save and restore the rate; an automatic one at an epoch's end is written after that
+     *  epoch's epoch-end callback, so it holds the rate the callback set. */
     void set_learning_rate(float learning_rate) {
         detail::check(mpt_trainer_set_learning_rate(get(), learning_rate));
+    }
+    /** The rate the next step trains with: the base rate times the schedule's factor at the step
+     *  count (progress().first; on a GPU this waits for the steps issued). */
+    float scheduled_learning_rate() const {
+        float out = 0.0f;
+        detail::check(mpt_trainer_get_scheduled_learning_rate(get(), &out));
+        return out;
     }
     LossScaleState loss_scale() const {
         LossScaleState state;

@@ -514,6 +514,20 @@ namespace Mptrain
         public float Beta2 { get; set; } = 0.999f;
         public float Epsilon { get; set; } = 1e-7f;
         public float? WeightDecay { get; set; }
+        /// <summary>A learning-rate schedule the library evaluates at every step, with WarmupSteps,
+        /// DecaySteps and DecayFactor (all four set together when LrSchedule has a value or any of the
+        /// others is not its default; WarmupSteps alone: Constant with a warm-up). Step s, counted from 0
+        /// over the trainer's life (Trainer.Progress.Steps), trains with the base rate times
+        /// (s + 1) / WarmupSteps during the warm-up (WarmupSteps &gt;= 0; 0: none), then, d steps after
+        /// it: Constant 1 (DecaySteps 0, DecayFactor 1); Linear and Cosine from 1 down to DecayFactor (in
+        /// [0, 1]) over DecaySteps (&gt;= 1) in a straight line or along half a cosine period, and
+        /// DecayFactor after; Step DecayFactor (in (0, 1]) to the power floor(d / DecaySteps). Other
+        /// values throw MptException (InvalidArgument) from the Trainer constructor. The next step's rate
+        /// is Trainer.ScheduledLearningRate.</summary>
+        public LrSchedule? LrSchedule { get; set; }
+        public long WarmupSteps { get; set; }
+        public long DecaySteps { get; set; }
+        public float DecayFactor { get; set; } = 1.0f;
         public LossScaling? LossScaling { get; set; }
         public float InitialScale { get; set; } = 32768.0f;
         public LossScalerDynamics? LossScalerDynamics { get; set; }
@@ -629,6 +643,9 @@ namespace Mptrain
                     if (options.Beta1.HasValue)
                         MptException.Check(Native.mpt_trainer_options_set_adam(raw, options.Beta1.Value, options.Beta2, options.Epsilon));
                     if (options.WeightDecay.HasValue) MptException.Check(Native.mpt_trainer_options_set_weight_decay(raw, options.WeightDecay.Value));
+                    if (options.LrSchedule.HasValue || options.WarmupSteps != 0 || options.DecaySteps != 0 || options.DecayFactor != 1.0f)
+                        MptException.Check(Native.mpt_trainer_options_set_lr_schedule(
+                            raw, options.LrSchedule ?? Mptrain.LrSchedule.Constant, options.WarmupSteps, options.DecaySteps, options.DecayFactor));
                     if (options.LossScaling.HasValue)
                         MptException.Check(Native.mpt_trainer_options_set_loss_scaling(raw, options.LossScaling.Value, options.InitialScale));
                     if (options.LossScalerDynamics.HasValue)
@@ -807,10 +824,11 @@ namespace Mptrain
             }
         }
 
-        /// <summary>The learning rate of the next step: the options' until set, or restored by
-        /// LoadCheckpoint. Setting it (finite, &gt; 0) applies from the next step on, also from Fit's
-        /// callbacks: a schedule. Checkpoints save and restore it; an automatic one at an epoch's end
-        /// is written after that epoch's epoch-end callback, so it holds the rate set there.</summary>
+        /// <summary>The base learning rate: the options' until set, or restored by LoadCheckpoint; without
+        /// an LrSchedule, the rate of the next step. Setting it (finite, &gt; 0) applies from the next step
+        /// on, also from Fit's callbacks: a schedule of one's own (an LrSchedule multiplies it).
+        /// Checkpoints save and restore it; an automatic one at an epoch's end is written after that
+        /// epoch's epoch-end callback, so it holds the rate set there.</summary>
         public float LearningRate
         {
             get
@@ -825,6 +843,21 @@ namespace Mptrain
             set
             {
                 using (Family.Enter()) MptException.Check(Native.mpt_trainer_set_learning_rate(Live, value));
+            }
+        }
+
+        /// <summary>The rate the next step trains with: LearningRate times the LrSchedule's factor at the
+        /// step count (Progress.Steps; on a GPU, reading it waits for the steps issued).</summary>
+        public float ScheduledLearningRate
+        {
+            get
+            {
+                using (Family.Enter())
+                {
+                    float rate;
+                    MptException.Check(Native.mpt_trainer_get_scheduled_learning_rate(Live, out rate));
+                    return rate;
+                }
             }
         }
 

@@ -37,6 +37,9 @@ namespace Mptrain
 
     public enum Optimizer : int { Sgd = 0, Adam = 1, AdamW = 2 }
 
+    /// <summary>How a learning-rate schedule decays the rate after its warm-up (TrainerOptions.LrSchedule).</summary>
+    public enum LrSchedule : int { Constant = 0, Linear = 1, Cosine = 2, Step = 3 }
+
     public enum LossScaling : int { Default = 0, Off = 1, Static = 2, Dynamic = 3 }
 
     public enum LogLevel : int { Debug = 0, Info = 1, Warning = 2, Error = 3 }

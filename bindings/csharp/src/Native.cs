@@ -77,6 +77,7 @@ namespace Mptrain
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_set_momentum(TrainerOptionsHandle options, float momentum, int nesterov);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_set_adam(TrainerOptionsHandle options, float beta1, float beta2, float epsilon);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_set_weight_decay(TrainerOptionsHandle options, float weightDecay);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_set_lr_schedule(TrainerOptionsHandle options, LrSchedule schedule, long warmupSteps, long decaySteps, float factor);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_set_loss_scaling(TrainerOptionsHandle options, LossScaling mode, float initialScale);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_set_loss_scaler_dynamics(TrainerOptionsHandle options, float growthFactor, float backoffFactor, long growthInterval, float minScale, float maxScale);
 
@@ -91,6 +92,7 @@ namespace Mptrain
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_get_precision(TrainerHandle trainer, out Precision precision);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_set_learning_rate(TrainerHandle trainer, float learningRate);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_get_learning_rate(TrainerHandle trainer, out float learningRate);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_get_scheduled_learning_rate(TrainerHandle trainer, out float learningRate);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_get_loss_scale(TrainerHandle trainer, out float scale, out long growthTracker, out long skippedSteps);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_get_progress(TrainerHandle trainer, out long steps, out long epochs);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_save_checkpoint(TrainerHandle trainer, IntPtr pathUtf8);

@@ -27,7 +27,8 @@ namespace Mptrain.Tests
         {
             { typeof(Status), "MPT_STATUS_" }, { typeof(Backend), "MPT_BACKEND_" }, { typeof(DType), "MPT_DTYPE_" },
             { typeof(Precision), "MPT_PRECISION_" }, { typeof(Activation), "MPT_ACTIVATION_" }, { typeof(Loss), "MPT_LOSS_" },
-            { typeof(Optimizer), "MPT_OPTIMIZER_" }, { typeof(LossScaling), "MPT_LOSS_SCALING_" }, { typeof(LogLevel), "MPT_LOG_LEVEL_" },
+            { typeof(Optimizer), "MPT_OPTIMIZER_" }, { typeof(LrSchedule), "MPT_LR_SCHEDULE_" },
+            { typeof(LossScaling), "MPT_LOSS_SCALING_" }, { typeof(LogLevel), "MPT_LOG_LEVEL_" },
         };
 
         // "MixedFp16" -> "MIXED_FP16", "AdamW" -> "ADAMW", "IoError" -> "IO_ERROR"

@@ -99,6 +99,78 @@ namespace Mptrain.Tests
             }
         }
 
+        // The factor on the base rate at `step` as mptrain.h defines each schedule, in double.
+        static double ScheduleFactor(LrSchedule schedule, long warmupSteps, long decaySteps, double factor, long step)
+        {
+            if (step < warmupSteps) return (double)(step + 1) / warmupSteps;
+            double decayed = step - warmupSteps;
+            double progress = decaySteps > 0 ? Math.Min(1.0, decayed / decaySteps) : 0.0;
+            switch (schedule)
+            {
+                case LrSchedule.Constant: return 1.0;
+                case LrSchedule.Linear: return factor + (1 - factor) * (1 - progress);
+                case LrSchedule.Cosine: return factor + (1 - factor) * (1 + Math.Cos(Math.PI * progress)) / 2;
+                case LrSchedule.Step: return Math.Pow(factor, Math.Floor(decayed / decaySteps));
+            }
+            throw new ArgumentException("schedule " + schedule);
+        }
+
+        [Test]
+        public static void ALearningRateScheduleGivesEachStepTheRateOfTheHeaderFormula()
+        {
+            float[] x; int[] y;
+            Data.Blobs(200, 43, out x, out y);
+            var cases = new[]
+            {
+                new TrainerOptions { LrSchedule = LrSchedule.Cosine, WarmupSteps = 3, DecaySteps = 5, DecayFactor = 0.25f },
+                new TrainerOptions { LrSchedule = LrSchedule.Constant, WarmupSteps = 4 },
+                new TrainerOptions { LrSchedule = LrSchedule.Linear, WarmupSteps = 2, DecaySteps = 4, DecayFactor = 0.5f },
+                new TrainerOptions { LrSchedule = LrSchedule.Step, WarmupSteps = 1, DecaySteps = 3, DecayFactor = 0.5f },
+                new TrainerOptions { WarmupSteps = 2 },  // a warm-up alone: a constant schedule
+            };
+            using (Context ctx = Data.CpuContext())
+            using (Dataset data = Dataset.FromF32(ctx, x, Data.Features, y, Data.Classes))
+            {
+                foreach (TrainerOptions options in cases)
+                {
+                    options.Optimizer = Optimizer.Adam;
+                    options.LearningRate = 0.01f;
+                    LrSchedule schedule = options.LrSchedule ?? LrSchedule.Constant;
+                    using (Model model = Data.Mlp(ctx))
+                    using (var trainer = new Trainer(model, options))
+                    {
+                        for (long step = 0; step < 11; step++)
+                        {
+                            string what = schedule + " at step " + step;
+                            Assert.Equal(step, trainer.Progress.Steps, "steps before " + what);
+                            double expected = 0.01 * ScheduleFactor(schedule, options.WarmupSteps, options.DecaySteps, options.DecayFactor, step);
+                            double rate = trainer.ScheduledLearningRate;
+                            Assert.True(Math.Abs(rate - expected) <= 1e-6 * expected, what + ": " + rate + " against " + expected);
+                            trainer.Step(data, step * 20 % 200, 20);
+                        }
+                        Assert.Equal(0.01f, trainer.LearningRate, "the base rate, multiplied by the schedule, never changed");
+                    }
+                }
+
+                var refused = new[]
+                {
+                    new TrainerOptions { LrSchedule = LrSchedule.Cosine, WarmupSteps = 2, DecaySteps = 0, DecayFactor = 0 },  // no decay length
+                    new TrainerOptions { LrSchedule = LrSchedule.Linear, DecaySteps = 10, DecayFactor = 1.5f },  // above the base rate
+                    new TrainerOptions { LrSchedule = LrSchedule.Step, DecaySteps = 3, DecayFactor = 0 },  // a step factor must be > 0
+                    new TrainerOptions { DecaySteps = 5 },  // a constant schedule has no decay
+                    new TrainerOptions { LrSchedule = LrSchedule.Cosine, WarmupSteps = -1, DecaySteps = 10, DecayFactor = 0 },
+                    new TrainerOptions { LrSchedule = (LrSchedule)99, DecaySteps = 10, DecayFactor = 0.5f },
+                };
+                using (Model model = Data.Mlp(ctx))
+                {
+                    foreach (TrainerOptions options in refused)
+                        Assert.Fails(Status.InvalidArgument, () => new Trainer(model, options).Dispose());
+                    using (var unscheduled = new Trainer(model, new TrainerOptions { LearningRate = 0.05f }))
+                        Assert.Equal(0.05f, unscheduled.ScheduledLearningRate, "no schedule asked for: none set");
+                }
+            }
+        }
+
         [Test]
         public static void U8AndTargetDatasetsTrainWithOtherOptions()
         {

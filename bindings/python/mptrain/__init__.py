@@ -43,8 +43,8 @@ except ImportError:  # pragma: no cover - exercised where numpy is absent
 
 __all__ = [
     "Activation", "Backend", "Context", "Dataset", "DType", "Error", "Evaluation", "LogLevel", "Loss",
-    "LossScale", "LossScaling", "Model", "Optimizer", "Precision", "Status", "Trainer", "cuda_device_count",
-    "version",
+    "LossScale", "LossScaling", "LrSchedule", "Model", "Optimizer", "Precision", "Status", "Trainer",
+    "cuda_device_count", "version",
 ]
 
 
@@ -105,6 +105,14 @@ class Optimizer(enum.IntEnum):
     ADAMW = 2
 
 
+class LrSchedule(enum.IntEnum):
+    """How the learning rate decays after the warm-up (see Trainer's lr_schedule)."""
+    CONSTANT = 0
+    LINEAR = 1
+    COSINE = 2
+    STEP = 3
+
+
 class LossScaling(enum.IntEnum):
     DEFAULT = 0
     OFF = 1
@@ -123,7 +131,7 @@ class LogLevel(enum.IntEnum):
 ENUM_PREFIXES = {
     Status: "MPT_STATUS_", Backend: "MPT_BACKEND_", DType: "MPT_DTYPE_", Precision: "MPT_PRECISION_",
     Activation: "MPT_ACTIVATION_", Loss: "MPT_LOSS_", Optimizer: "MPT_OPTIMIZER_",
-    LossScaling: "MPT_LOSS_SCALING_", LogLevel: "MPT_LOG_LEVEL_",
+    LrSchedule: "MPT_LR_SCHEDULE_", LossScaling: "MPT_LOSS_SCALING_", LogLevel: "MPT_LOG_LEVEL_",
 }
 
 Evaluation = collections.namedtuple("Evaluation", "loss accuracy")
@@ -800,14 +808,22 @@ class Dataset(_Handle):
 class Trainer(_Handle):
     """Trains a model: fit, step, evaluate, predict. Options as keywords (None = the library default):
     precision, loss, optimizer, learning_rate, momentum (+ nesterov), adam=(beta1, beta2, epsilon),
-    weight_decay, loss_scaling (+ initial_scale), loss_scaler_dynamics=(growth_factor, backoff_factor,
-    growth_interval, min_scale, max_scale)."""
+    weight_decay, lr_schedule (+ warmup_steps, decay_steps, decay_factor), loss_scaling (+ initial_scale),
+    loss_scaler_dynamics=(growth_factor, backoff_factor, growth_interval, min_scale, max_scale).
+
+    lr_schedule (an LrSchedule or its name) is a learning-rate schedule the library evaluates at every
+    step, the steps counted from 0 over the trainer's life: the base rate (learning_rate) times a factor,
+    (s + 1) / warmup_steps over the first warmup_steps steps (0: no warm-up), then, d steps later,
+    CONSTANT 1 (decay_steps 0, decay_factor 1), LINEAR and COSINE from 1 down to decay_factor (in [0, 1])
+    over decay_steps (>= 1) along a straight line or half a cosine period, and decay_factor after it,
+    STEP decay_factor (in (0, 1]) ** (d // decay_steps). warmup_steps alone gives CONSTANT with a
+    warm-up. The rate of the next step is scheduled_learning_rate."""
 
     _destroy_name = "mpt_trainer_destroy"
 
     def __init__(self, model, precision=None, loss=None, optimizer=None, learning_rate=None, momentum=None,
                  nesterov=False, adam=None, weight_decay=None, loss_scaling=None, initial_scale=32768.0,
-                 loss_scaler_dynamics=None):
+                 loss_scaler_dynamics=None, lr_schedule=None, warmup_steps=0, decay_steps=0, decay_factor=1.0):
         _require(model, Model, "model")
         lib = _lib()
         options = _native.TrainerOptionsP()
@@ -828,6 +844,12 @@ class Trainer(_Handle):
                 _check(lib.mpt_trainer_options_set_adam(options, float(beta1), float(beta2), float(epsilon)))
             if weight_decay is not None:
                 _check(lib.mpt_trainer_options_set_weight_decay(options, float(weight_decay)))
+            if lr_schedule is not None or warmup_steps != 0 or decay_steps != 0 or decay_factor != 1.0:
+                _check(lib.mpt_trainer_options_set_lr_schedule(
+                    options, _enum(LrSchedule, LrSchedule.CONSTANT if lr_schedule is None else lr_schedule,
+                                   "lr_schedule"),
+                    _integer(warmup_steps, "warmup_steps", ctypes.c_int64),
+                    _integer(decay_steps, "decay_steps", ctypes.c_int64), float(decay_factor)))
             if loss_scaling is not None:
                 _check(lib.mpt_trainer_options_set_loss_scaling(
                     options, _enum(LossScaling, loss_scaling, "loss_scaling"), float(initial_scale)))
@@ -946,8 +968,9 @@ class Trainer(_Handle):
 
     @property
     def learning_rate(self):
-        """The rate of the next step: the options' until set, or restored by load_checkpoint. Setting
-        it (finite, > 0) applies from the next step on, also from fit's callbacks: a schedule. The
+        """The base rate: the options' until set, or restored by load_checkpoint; without an
+        lr_schedule, the rate of the next step. Setting it (finite, > 0) applies from the next step
+        on, also from fit's callbacks: a schedule of one's own (an lr_schedule multiplies it). The
         rate is part of the run, so checkpoints save and restore it; an automatic checkpoint at an
         epoch's end is written after that epoch's epoch-end callback, so it holds the rate set there."""
         out = ctypes.c_float()
@@ -959,6 +982,15 @@ class Trainer(_Handle):
     def learning_rate(self, value):
         with self._family:
             _check(_lib().mpt_trainer_set_learning_rate(self._get(), float(value)))
+
+    @property
+    def scheduled_learning_rate(self):
+        """The rate the next step trains with: learning_rate times the lr_schedule's factor at the
+        step count (progress.steps; on a GPU, reading it waits for the steps issued)."""
+        out = ctypes.c_float()
+        with self._family:
+            _check(_lib().mpt_trainer_get_scheduled_learning_rate(self._get(), ctypes.byref(out)))
+        return out.value
 
     @property
     def loss_scale(self):

@@ -86,6 +86,71 @@ def test_step_returns_the_batch_loss(ctx, model, blobs):
     assert trainer.progress.steps == 20
 
 
+def schedule_factor(schedule, warmup_steps, decay_steps, factor, step):
+    """The factor on the base rate at `step` as mptrain.h defines each schedule, in double precision."""
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    decayed = step - warmup_steps
+    if schedule == "constant":
+        return 1.0
+    if schedule == "step":
+        return factor ** (decayed // decay_steps)
+    progress = min(1.0, decayed / decay_steps)
+    remaining = 1 - progress if schedule == "linear" else (1 + math.cos(math.pi * progress)) / 2
+    return factor + (1 - factor) * remaining
+
+
+@pytest.mark.parametrize("schedule, warmup_steps, decay_steps, factor", [
+    ("cosine", 3, 5, 0.25),  # warm-up, half a cosine, then the floor
+    (mptrain.LrSchedule.CONSTANT, 4, 0, 1.0),  # a warm-up alone
+    ("linear", 2, 4, 0.5),
+    (mptrain.LrSchedule.STEP, 1, 3, 0.5),
+], ids=["cosine", "constant", "linear", "step"])
+def test_a_learning_rate_schedule_gives_each_step_the_rate_of_the_header_formula(
+        ctx, blobs, schedule, warmup_steps, decay_steps, factor):
+    samples, labels = blobs
+    data = mptrain.Dataset.from_f32(ctx, samples, labels, CLASSES)
+    model = mptrain.Model(ctx, FEATURES).add_dense(16, "relu").add_dense(CLASSES, "softmax")
+    trainer = mptrain.Trainer(model, optimizer="adam", learning_rate=0.01, lr_schedule=schedule,
+                              warmup_steps=warmup_steps, decay_steps=decay_steps, decay_factor=factor)
+    name = schedule if isinstance(schedule, str) else schedule.name.lower()
+    for step in range(11):
+        assert trainer.progress.steps == step
+        expected = 0.01 * schedule_factor(name, warmup_steps, decay_steps, factor, step)
+        assert trainer.scheduled_learning_rate == pytest.approx(expected, rel=1e-6, abs=0), "step %d" % step
+        trainer.step(data, (step * 20) % 300, 20)
+    assert trainer.learning_rate == pytest.approx(0.01, rel=1e-7)  # multiplied by the schedule, never changed
+
+
+def test_a_warm_up_alone_is_a_constant_schedule_and_invalid_schedules_are_refused(ctx, model, blobs):
+    samples, labels = blobs
+    data = mptrain.Dataset.from_f32(ctx, samples, labels, CLASSES)
+    trainer = mptrain.Trainer(model, learning_rate=0.05, warmup_steps=2)
+    assert trainer.scheduled_learning_rate == pytest.approx(0.025, rel=1e-7)
+    trainer.step(data, 0, 20)
+    trainer.step(data, 20, 20)
+    assert trainer.scheduled_learning_rate == pytest.approx(0.05, rel=1e-7)
+    plain = mptrain.Trainer(mptrain.Model(ctx, FEATURES).add_dense(CLASSES, "softmax"), learning_rate=0.05)
+    assert plain.scheduled_learning_rate == plain.learning_rate  # no schedule asked for: none set
+
+    refused = [
+        dict(lr_schedule="cosine", warmup_steps=2, decay_steps=0, decay_factor=0.0),  # no decay length
+        dict(lr_schedule="linear", decay_steps=10, decay_factor=1.5),  # above the base rate
+        dict(lr_schedule=mptrain.LrSchedule.STEP, decay_steps=3, decay_factor=0.0),  # a step factor must be > 0
+        dict(decay_steps=5),  # a constant schedule has no decay
+        dict(lr_schedule="cosine", warmup_steps=-1, decay_steps=10, decay_factor=0.0),
+        dict(lr_schedule=99, decay_steps=10, decay_factor=0.5),  # no such schedule: checked by C
+        dict(lr_schedule="exponential", decay_steps=10, decay_factor=0.5),  # no such name: checked here
+    ]
+    for options in refused:
+        with pytest.raises(mptrain.Error) as info:
+            mptrain.Trainer(model, **options)
+        assert info.value.status == mptrain.Status.INVALID_ARGUMENT, options
+        assert info.value.message, options
+    with pytest.raises(TypeError):
+        mptrain.Trainer(model, lr_schedule="cosine", warmup_steps=1.5, decay_steps=10, decay_factor=0.0)
+
+
 def test_u8_and_target_datasets_train(ctx):
     samples, labels = make_blobs(rows=120)
     as_bytes = bytes(min(255, max(0, int(v * 40 + 60))) for row in samples for v in row)

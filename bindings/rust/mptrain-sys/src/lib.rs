@@ -61,6 +61,12 @@ pub const MPT_OPTIMIZER_SGD: mpt_optimizer = 0;
 pub const MPT_OPTIMIZER_ADAM: mpt_optimizer = 1;
 pub const MPT_OPTIMIZER_ADAMW: mpt_optimizer = 2;
 
+pub type mpt_lr_schedule = c_int;
+pub const MPT_LR_SCHEDULE_CONSTANT: mpt_lr_schedule = 0;
+pub const MPT_LR_SCHEDULE_LINEAR: mpt_lr_schedule = 1;
+pub const MPT_LR_SCHEDULE_COSINE: mpt_lr_schedule = 2;
+pub const MPT_LR_SCHEDULE_STEP: mpt_lr_schedule = 3;
+
 pub type mpt_loss_scaling = c_int;
 pub const MPT_LOSS_SCALING_DEFAULT: mpt_loss_scaling = 0;
 pub const MPT_LOSS_SCALING_OFF: mpt_loss_scaling = 1;
@@ -305,6 +311,13 @@ extern "C" {
         options: *mut mpt_trainer_options_t,
         weight_decay: c_float,
     ) -> mpt_status;
+    pub fn mpt_trainer_options_set_lr_schedule(
+        options: *mut mpt_trainer_options_t,
+        schedule: mpt_lr_schedule,
+        warmup_steps: i64,
+        decay_steps: i64,
+        factor: c_float,
+    ) -> mpt_status;
     pub fn mpt_trainer_options_set_loss_scaling(
         options: *mut mpt_trainer_options_t,
         mode: mpt_loss_scaling,
@@ -366,6 +379,10 @@ extern "C" {
     ) -> mpt_status;
     pub fn mpt_trainer_set_learning_rate(trainer: *mut mpt_trainer_t, learning_rate: c_float) -> mpt_status;
     pub fn mpt_trainer_get_learning_rate(trainer: *const mpt_trainer_t, out: *mut c_float) -> mpt_status;
+    pub fn mpt_trainer_get_scheduled_learning_rate(
+        trainer: *const mpt_trainer_t,
+        out: *mut c_float,
+    ) -> mpt_status;
     pub fn mpt_trainer_get_loss_scale(
         trainer: *const mpt_trainer_t,
         scale: *mut c_float,

@@ -287,6 +287,20 @@ c_enum!(
     }
 );
 c_enum!(
+    /// How a learning-rate schedule decays the rate after its warm-up (see
+    /// [`TrainerOptions::lr_schedule`]).
+    LrSchedule {
+        /// The base rate throughout (decay_steps 0, factor 1).
+        Constant = sys::MPT_LR_SCHEDULE_CONSTANT,
+        /// Down to base * factor in a straight line over decay_steps.
+        Linear = sys::MPT_LR_SCHEDULE_LINEAR,
+        /// Down to base * factor along half a cosine period over decay_steps.
+        Cosine = sys::MPT_LR_SCHEDULE_COSINE,
+        /// Multiplied by factor after every decay_steps steps.
+        Step = sys::MPT_LR_SCHEDULE_STEP,
+    }
+);
+c_enum!(
     /// Loss scaling mode.
     LossScaling {
         /// Dynamic for fp16, off otherwise.
@@ -1235,6 +1249,7 @@ pub struct TrainerOptions {
     momentum: Option<(f32, bool)>,
     adam: Option<(f32, f32, f32)>,
     weight_decay: Option<f32>,
+    lr_schedule: Option<(LrSchedule, i64, i64, f32)>,
     loss_scaling: Option<(LossScaling, f32)>,
     dynamics: Option<LossScalerDynamics>,
 }
@@ -1279,6 +1294,25 @@ impl TrainerOptions {
         self.weight_decay = Some(weight_decay);
         self
     }
+    /// A learning-rate schedule the library evaluates at every step: step `s` (counted from 0 over
+    /// the trainer's life, as [`Trainer::progress`] counts) trains with the base rate times
+    /// `(s + 1) / warmup_steps` during the warm-up (`warmup_steps` >= 0; 0: none), then, `d` steps
+    /// after it, times 1 ([`LrSchedule::Constant`]: `decay_steps` 0, `factor` 1), from 1 down to
+    /// `factor` over `decay_steps` (>= 1) in a straight line or along half a cosine period and
+    /// `factor` after ([`LrSchedule::Linear`], [`LrSchedule::Cosine`]: `factor` in [0, 1]), or
+    /// `factor^floor(d / decay_steps)` ([`LrSchedule::Step`]: `factor` in (0, 1]). Other values
+    /// fail [`Trainer::new`] with [`Status::InvalidArgument`]. [`Trainer::scheduled_learning_rate`]
+    /// gives the next step's rate.
+    pub fn lr_schedule(
+        mut self,
+        schedule: LrSchedule,
+        warmup_steps: i64,
+        decay_steps: i64,
+        factor: f32,
+    ) -> Self {
+        self.lr_schedule = Some((schedule, warmup_steps, decay_steps, factor));
+        self
+    }
     /// Loss scaling mode and initial scale.
     pub fn loss_scaling(mut self, mode: LossScaling, initial_scale: f32) -> Self {
         self.loss_scaling = Some((mode, initial_scale));
@@ -1320,6 +1354,15 @@ impl TrainerOptions {
             }
             if let Some(wd) = self.weight_decay {
                 check(sys::mpt_trainer_options_set_weight_decay(o, wd))?;
+            }
+            if let Some((schedule, warmup, decay, factor)) = self.lr_schedule {
+                check(sys::mpt_trainer_options_set_lr_schedule(
+                    o,
+                    schedule.code(),
+                    warmup,
+                    decay,
+                    factor,
+                ))?;
             }
             if let Some((mode, scale)) = self.loss_scaling {
                 check(sys::mpt_trainer_options_set_loss_scaling(
@@ -1427,7 +1470,7 @@ pub struct FitControl<'call> {
 }
 
 impl FitControl<'_> {
-    /// The learning rate of the next step.
+    /// The base learning rate (the next step's unless a [`TrainerOptions::lr_schedule`] scales it).
     pub fn learning_rate(&self) -> Result<f32> {
         let mut out = 0.0f32;
         check(unsafe { sys::mpt_trainer_get_learning_rate(self.trainer.as_ptr(), &mut out) })?;
@@ -1711,8 +1754,9 @@ impl Trainer {
             .ok_or_else(|| Error::new(Status::Internal, format!("unknown precision {out}")))
     }
 
-    /// The learning rate of the next step: the options' until set, or restored by
-    /// [`Trainer::load_checkpoint`].
+    /// The base learning rate: the options' until set, or restored by
+    /// [`Trainer::load_checkpoint`]. Without a [`TrainerOptions::lr_schedule`] it is the rate of
+    /// the next step.
     pub fn learning_rate(&self) -> Result<f32> {
         let _lock = self.family.enter()?;
         let mut out = 0.0f32;
@@ -1720,12 +1764,24 @@ impl Trainer {
         Ok(out)
     }
 
-    /// Sets the learning rate (finite, > 0) from the next step on; from `fit`'s callbacks through
-    /// [`FitControl`]. Checkpoints save and restore it; an automatic one at an epoch's end is
+    /// Sets the base learning rate (finite, > 0) from the next step on; from `fit`'s callbacks
+    /// through [`FitControl`]. Checkpoints save and restore it; an automatic one at an epoch's end is
     /// written after that epoch's epoch-end callback, so it holds the rate set there.
     pub fn set_learning_rate(&mut self, learning_rate: f32) -> Result<()> {
         let _lock = self.family.enter()?;
         check(unsafe { sys::mpt_trainer_set_learning_rate(self.raw.as_ptr(), learning_rate) })
+    }
+
+    /// The rate the next step trains with: the base rate ([`Trainer::learning_rate`]) times the
+    /// [`TrainerOptions::lr_schedule`] factor at the step count (on a GPU this waits for the steps
+    /// issued).
+    pub fn scheduled_learning_rate(&self) -> Result<f32> {
+        let _lock = self.family.enter()?;
+        let mut out = 0.0f32;
+        check(unsafe {
+            sys::mpt_trainer_get_scheduled_learning_rate(self.raw.as_ptr(), &mut out)
+        })?;
+        Ok(out)
     }
 
     /// The loss scaler's state.

@@ -120,6 +120,78 @@ fn step_returns_a_falling_batch_loss() {
     assert!(losses[19] < losses[0], "{losses:?}");
 }
 
+/// The factor on the base rate at `step` as mptrain.h defines each schedule, in f64.
+fn schedule_factor(schedule: LrSchedule, warmup: i64, decay: i64, factor: f64, step: i64) -> f64 {
+    if step < warmup {
+        return (step + 1) as f64 / warmup as f64;
+    }
+    let decayed = (step - warmup) as f64;
+    let progress = if decay > 0 {
+        (decayed / decay as f64).min(1.0)
+    } else {
+        0.0
+    };
+    match schedule {
+        LrSchedule::Constant => 1.0,
+        LrSchedule::Linear => factor + (1.0 - factor) * (1.0 - progress),
+        LrSchedule::Cosine => {
+            factor + (1.0 - factor) * (1.0 + (std::f64::consts::PI * progress).cos()) / 2.0
+        }
+        LrSchedule::Step => factor.powf((decayed / decay as f64).floor()),
+    }
+}
+
+#[test]
+fn a_learning_rate_schedule_gives_each_step_the_rate_of_the_header_formula() {
+    let ctx = context();
+    let (x, y) = blobs(200, 43);
+    let data = Dataset::from_f32(&ctx, &x, FEATURES, &y, CLASSES, true).unwrap();
+    let cases = [
+        (LrSchedule::Cosine, 3, 5, 0.25f32), // warm-up, half a cosine, then the floor
+        (LrSchedule::Constant, 4, 0, 1.0),   // a warm-up alone
+        (LrSchedule::Linear, 2, 4, 0.5),
+        (LrSchedule::Step, 1, 3, 0.5),
+    ];
+    for (schedule, warmup, decay, factor) in cases {
+        let model = mlp(&ctx);
+        let options = adam().lr_schedule(schedule, warmup, decay, factor);
+        let mut trainer = Trainer::new(&model, &options).unwrap();
+        for step in 0..11 {
+            assert_eq!(trainer.progress().unwrap().steps, step);
+            let expected = 0.01 * schedule_factor(schedule, warmup, decay, factor as f64, step);
+            let rate = trainer.scheduled_learning_rate().unwrap() as f64;
+            assert!(
+                (rate - expected).abs() <= 1e-6 * expected,
+                "{schedule:?} step {step}: {rate} against {expected}"
+            );
+            trainer.step(&data, (step * 20) % 200, 20).unwrap();
+        }
+        // The schedule multiplies the base rate and never changes it.
+        assert_eq!(trainer.learning_rate().unwrap(), 0.01, "{schedule:?}");
+    }
+
+    let model = mlp(&ctx);
+    let refused = [
+        (LrSchedule::Cosine, 2, 0, 0.0),   // no decay length
+        (LrSchedule::Linear, 0, 10, 1.5),  // above the base rate
+        (LrSchedule::Step, 0, 3, 0.0),     // a step factor must be > 0
+        (LrSchedule::Constant, 0, 5, 1.0), // a constant schedule has no decay
+        (LrSchedule::Cosine, -1, 10, 0.0),
+    ];
+    for (schedule, warmup, decay, factor) in refused {
+        let options = TrainerOptions::new().lr_schedule(schedule, warmup, decay, factor);
+        let error = Trainer::new(&model, &options).err().expect("refused");
+        assert_eq!(
+            error.status,
+            Status::InvalidArgument,
+            "{schedule:?} {warmup} {decay} {factor}"
+        );
+        assert!(!error.message.is_empty());
+    }
+    let unscheduled = Trainer::new(&model, &TrainerOptions::new().learning_rate(0.05)).unwrap();
+    assert_eq!(unscheduled.scheduled_learning_rate().unwrap(), 0.05);
+}
+
 #[test]
 fn u8_and_target_datasets_train_with_other_options() {
     let ctx = context();
