@@ -1482,6 +1482,14 @@ impl FitControl<'_> {
     pub fn set_learning_rate(&mut self, learning_rate: f32) -> Result<()> {
         check(unsafe { sys::mpt_trainer_set_learning_rate(self.trainer.as_ptr(), learning_rate) })
     }
+
+    /// The rate the next step `fit` issues trains with: the base rate times the schedule's factor.
+    /// See [`Trainer::scheduled_learning_rate`].
+    pub fn scheduled_learning_rate(&self) -> Result<f32> {
+        let mut out = 0.0f32;
+        check(unsafe { sys::mpt_trainer_get_scheduled_learning_rate(self.trainer.as_ptr(), &mut out) })?;
+        Ok(out)
+    }
 }
 
 /// The closures given to C as user_data, with their trainer. Heap-allocated once per trainer (a

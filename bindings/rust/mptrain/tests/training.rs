@@ -190,6 +190,22 @@ fn a_learning_rate_schedule_gives_each_step_the_rate_of_the_header_formula() {
     }
     let unscheduled = Trainer::new(&model, &TrainerOptions::new().learning_rate(0.05)).unwrap();
     assert_eq!(unscheduled.scheduled_learning_rate().unwrap(), 0.05);
+
+    // Inside fit, the epoch-end closure reads the rate of the next epoch's first step: 10 steps an
+    // epoch of 200 rows in batches of 20, a step decay halving every 10 steps.
+    let model = mlp(&ctx);
+    let options = adam().lr_schedule(LrSchedule::Step, 0, 10, 0.5);
+    let mut trainer = Trainer::new(&model, &options).unwrap();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let record = seen.clone();
+    trainer
+        .on_epoch_end_with(move |_, control| {
+            record.lock().unwrap().push(control.scheduled_learning_rate().unwrap());
+            std::ops::ControlFlow::Continue(())
+        })
+        .unwrap();
+    trainer.fit(&data, 3, 20, true).unwrap();
+    assert_eq!(*seen.lock().unwrap(), vec![0.005f32, 0.0025, 0.00125]);
 }
 
 #[test]
