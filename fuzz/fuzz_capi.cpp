@@ -100,9 +100,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                     case 0: mpt_trainer_options_set_learning_rate(trainer_options, in.real()); break;
                     case 1: mpt_trainer_set_learning_rate(trainer, in.real()); break;  // the run's, saved by checkpoints
                     default: {  // a schedule (an option checkpoints must match), read back at the step count
-                        const auto kind = static_cast<mpt_lr_schedule>(in.small(6) - 1);
-                        const int64_t warmup = in.count(), decay = in.count();
-                        mpt_trainer_options_set_lr_schedule(trainer_options, kind, warmup, decay, in.real() / 4.0f);
+                        // Read in this order (arguments have none); the kind stays an int until the call, as
+                        // an enum object holding no enumerator's value would be undefined behaviour here.
+                        const int64_t kind = in.small(6) - 1, warmup = in.count(), decay = in.count();
+                        mpt_trainer_options_set_lr_schedule(trainer_options, static_cast<mpt_lr_schedule>(kind), warmup,
+                                                            decay, in.real() / 4.0f);
                         float rate;
                         mpt_trainer_get_scheduled_learning_rate(trainer, &rate);
                     }

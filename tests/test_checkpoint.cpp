@@ -311,14 +311,15 @@ TEST_CASE("only a schedule puts lr_schedule among a checkpoint's options; a trai
     CHECK(by_constant.status == MPT_STATUS_INVALID_ARGUMENT);
     CHECK_MESSAGE(by_constant.message.find("lr_schedule linear (this trainer: constant)") != std::string::npos,
                   by_constant.message);
-    CHECK_MESSAGE(by_constant.message.find("decay_factor 0.25 (this trainer: 1)") != std::string::npos,
+    CHECK_MESSAGE(by_constant.message.find("lr_schedule factor 0.25 (this trainer: 1)") != std::string::npos,
                   by_constant.message);
     Run linear_run(linear);
     const Refusal by_linear = load_checkpoint(linear_run, constant_path);
     CHECK(by_linear.status == MPT_STATUS_INVALID_ARGUMENT);
     CHECK_MESSAGE(by_linear.message.find("lr_schedule constant (this trainer: linear)") != std::string::npos,
                   by_linear.message);
-    CHECK_MESSAGE(by_linear.message.find("warmup_steps 0 (this trainer: 3)") != std::string::npos, by_linear.message);
+    CHECK_MESSAGE(by_linear.message.find("lr_schedule warmup_steps 0 (this trainer: 3)") != std::string::npos,
+                  by_linear.message);
     CHECK(by_linear.message.find("not know") == std::string::npos);
     Options cosine = linear;
     cosine.schedule = MPT_LR_SCHEDULE_COSINE;
@@ -791,6 +792,15 @@ TEST_CASE("a checkpoint whose step, epoch and data counters contradict each othe
         const Refusal refusal = load_checkpoint(run, edited);
         CHECK(refusal.status == MPT_STATUS_CORRUPT_DATA);
         CHECK(refusal.message.find(edit.named) != std::string::npos);
+    }
+    {  // counts that agree with each other but no run reaches (a step more would overflow them)
+        const int64_t steps = (int64_t{1} << 62) + 14;
+        const std::string header =
+            with_progress(with_progress(parts.header, "steps", std::to_string(steps)), "applied_steps",
+                          std::to_string(steps - scaler_before.skipped));
+        const Refusal refusal = load_checkpoint(run, write_parts(directory.path / "edited.safetensors", header, parts.data));
+        CHECK(refusal.status == MPT_STATUS_CORRUPT_DATA);
+        CHECK_MESSAGE(refusal.message.find("more than 2^62 steps") != std::string::npos, refusal.message);
     }
     CHECK(same_bits(run.weights(), before));
     CHECK(run.scaler() == scaler_before);

@@ -574,11 +574,11 @@ TEST_CASE("a per-step learning-rate schedule trains as the same rates set before
     CHECK(mpt_trainer_load_checkpoint(constant_run.trainer, checkpoints[0].c_str()) == MPT_STATUS_INVALID_ARGUMENT);
     const std::string message = mpt_last_error();
     CHECK_MESSAGE(message.find("lr_schedule cosine (this trainer: constant)") != std::string::npos, message);
-    CHECK_MESSAGE(message.find("decay_steps 20 (this trainer: 0)") != std::string::npos, message);
+    CHECK_MESSAGE(message.find("lr_schedule decay_steps 20 (this trainer: 0)") != std::string::npos, message);
     ResumeRun shorter(backend, Schedule{MPT_LR_SCHEDULE_COSINE, 5, 10, 0.1f});
     CHECK(mpt_trainer_load_checkpoint(shorter.trainer, checkpoints[0].c_str()) == MPT_STATUS_INVALID_ARGUMENT);
     const std::string shorter_message = mpt_last_error();
-    CHECK_MESSAGE(shorter_message.find("decay_steps 20 (this trainer: 10)") != std::string::npos, shorter_message);
+    CHECK_MESSAGE(shorter_message.find("lr_schedule decay_steps 20 (this trainer: 10)") != std::string::npos, shorter_message);
     CHECK_MESSAGE(shorter_message.find("lr_schedule cosine") == std::string::npos, shorter_message);
 }
 

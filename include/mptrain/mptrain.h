@@ -337,7 +337,8 @@ MPT_API mpt_status mpt_trainer_options_set_momentum(mpt_trainer_options_t* optio
 MPT_API mpt_status mpt_trainer_options_set_adam(mpt_trainer_options_t* options, float beta1, float beta2,
                                                 float epsilon);
 /** Decoupled weight decay for AdamW (ignored by SGD and Adam): each step first multiplies every weight
- *  and bias by (1 - learning_rate * weight_decay), as Keras does. A value set here, 0 included, is kept
+ *  and bias by (1 - rate * weight_decay), where rate is that step's learning rate (the schedule's
+ *  included), as Keras and PyTorch do. A value set here, 0 included, is kept
  *  whether it is set before or after the optimizer; otherwise AdamW uses 0.004. */
 MPT_API mpt_status mpt_trainer_options_set_weight_decay(mpt_trainer_options_t* options, float weight_decay);
 /** A learning-rate schedule that the library evaluates at every step (default: CONSTANT, no warm-up).
@@ -353,10 +354,14 @@ MPT_API mpt_status mpt_trainer_options_set_weight_decay(mpt_trainer_options_t* o
  *   STEP      f^floor(d / decay_steps) (PyTorch's StepLR with step_size decay_steps, gamma f).
  *  LINEAR and COSINE take decay_steps >= 1 and f in [0, 1], STEP decay_steps >= 1 and f in (0, 1];
  *  warmup_steps >= 0. The factor is computed in float where the step runs, on a GPU by the update
- *  kernels from the step count in device memory: the rate changes every step at no cost, CUDA
- *  graphs keep replaying (unlike a rate set from a callback every step) and the run is the same on
- *  every backend, fit or mpt_trainer_step alike. The schedule is one of the options a checkpoint
- *  must match; the step count it reads is restored with the checkpoint. */
+ *  kernels from the step count in device memory: the rate changes every step with no kernel
+ *  argument changing, CUDA graphs keep replaying (unlike a rate set from a callback every step)
+ *  and the run is the same on
+ *  every backend, fit or mpt_trainer_step alike (on a GPU to within float rounding: the device's
+ *  sine and power functions may differ from the CPU's in the last bits). A schedule may bring the
+ *  rate to exactly 0 (LINEAR or COSINE to f = 0, or STEP after some 150 halvings): the gradient
+ *  then moves no weight (SGD's momentum still does), and training goes on. The schedule is one of
+ *  the options a checkpoint must match; the step count it reads is restored with the checkpoint. */
 MPT_API mpt_status mpt_trainer_options_set_lr_schedule(mpt_trainer_options_t* options, mpt_lr_schedule schedule,
                                                        int64_t warmup_steps, int64_t decay_steps, float factor);
 /** Loss scaling. Unless it is dynamic (DYNAMIC, or DEFAULT in fp16), a step whose loss or gradients
@@ -451,9 +456,11 @@ MPT_API mpt_status mpt_trainer_predict(mpt_trainer_t* trainer, const float* inpu
                                        float* out, int64_t out_count);
 /** The precision this trainer runs in (AUTO resolved). */
 MPT_API mpt_status mpt_trainer_get_precision(const mpt_trainer_t* trainer, mpt_precision* out);
-/** Sets the learning rate (finite, > 0) of the steps from the next one on, for a schedule: between
- *  fits, or from fit's callbacks (an epoch-end callback that sets the next epoch's rate, a progress
- *  callback for a per-step warm-up). On a GPU the steps already queued when a progress callback
+/** Sets the base learning rate (finite, > 0) of the steps from the next one on: between fits, or
+ *  from fit's callbacks (an epoch-end callback that sets the next epoch's rate: a schedule of the
+ *  caller's own, such as a decay on a plateau). Under a schedule (mpt_trainer_options_set_lr_schedule)
+ *  the steps train with this rate times the schedule's factor; a warm-up or a per-step decay is
+ *  best left to that schedule. On a GPU the steps already queued when a progress callback
  *  runs (at most 8; see mpt_progress_fn) keep the rate they were issued with, so how many depends
  *  on timing: a schedule that must repeat exactly sets the rate from the epoch-end callback (which
  *  runs with no step queued) or between fits. A rate that none of the step's recent CUDA graphs was
@@ -465,7 +472,9 @@ MPT_API mpt_status mpt_trainer_set_learning_rate(mpt_trainer_t* trainer, float l
  *  schedule (mpt_trainer_options_set_lr_schedule) it is the rate of the next step. */
 MPT_API mpt_status mpt_trainer_get_learning_rate(const mpt_trainer_t* trainer, float* out);
 /** The rate the next step trains with: the base rate times the schedule's factor at the trainer's
- *  step count (every step issued so far; on a GPU this waits for them). */
+ *  step count (every step issued so far: from a progress callback on a GPU, the rate of the step
+ *  after the last one queued, a few steps past the one reported, and the call waits for the device
+ *  to finish them). */
 MPT_API mpt_status mpt_trainer_get_scheduled_learning_rate(const mpt_trainer_t* trainer, float* out);
 /** Loss scaler state: current scale, consecutive finite steps since the last change, and the number
  *  of updates skipped for non-finite gradients. Any pointer may be NULL. */
@@ -474,17 +483,18 @@ MPT_API mpt_status mpt_trainer_get_loss_scale(const mpt_trainer_t* trainer, floa
 /** Optimizer steps taken (skipped updates included) and completed epochs. */
 MPT_API mpt_status mpt_trainer_get_progress(const mpt_trainer_t* trainer, int64_t* steps, int64_t* epochs);
 /** Writes a training checkpoint to `path` (atomically and durably, in the model file's format):
- *  fp32 master weights, optimizer state, loss-scaler state, the learning rate, step and epoch
- *  counters, the position inside the epoch with its row order, the shuffle generator's state and the
+ *  fp32 master weights, optimizer state, loss-scaler state, the base learning rate, step and epoch
+ *  counters (the step count is where a learning-rate schedule goes on from), the position inside the epoch with its row order, the shuffle generator's state and the
  *  epoch's running metrics. Loading it into a trainer of the same architecture and options and
  *  calling fit continues the run bit-exactly on the CPU backend. */
 MPT_API mpt_status mpt_trainer_save_checkpoint(mpt_trainer_t* trainer, const char* path);
 /** Restores a checkpoint. The whole file is validated before anything changes: a different
  *  architecture gives MPT_STATUS_SHAPE_MISMATCH; any different trainer option (precision, loss,
- *  optimizer and every one of its settings but the learning rate, loss scaler: the message names
- *  them) MPT_STATUS_INVALID_ARGUMENT, and so does a model file (not a checkpoint); another
- *  major version MPT_STATUS_UNSUPPORTED; a damaged file MPT_STATUS_CORRUPT_DATA. The learning rate
- *  becomes the checkpoint's (mpt_trainer_set_learning_rate changes it after loading). If the
+ *  optimizer and every one of its settings but the base learning rate, the learning-rate schedule,
+ *  loss scaler: the message names them) MPT_STATUS_INVALID_ARGUMENT (builds from before schedules
+ *  existed refuse a scheduled run's checkpoint so too), and so does a model file (not a checkpoint); another
+ *  major version MPT_STATUS_UNSUPPORTED; a damaged file MPT_STATUS_CORRUPT_DATA. The base learning
+ *  rate becomes the checkpoint's (mpt_trainer_set_learning_rate changes it after loading). If the
  *  checkpoint was taken inside an epoch, the next fit
  *  on data of the same size, batch size and shuffling finishes that epoch first, in the saved order
  *  (a fit interrupted by a callback continues the same way). */

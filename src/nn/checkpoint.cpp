@@ -109,6 +109,9 @@ std::string option_name(const std::string& key) {
     if (key == "kind") return "optimizer";
     if (key == "mode") return "loss_scaling";
     if (key == "schedule") return "lr_schedule";
+    // The schedule's numbers as mpt_trainer_options_set_lr_schedule names them.
+    if (key == "decay_factor") return "lr_schedule factor";
+    if (key == "decay_steps" || key == "warmup_steps") return "lr_schedule " + key;
     return key;
 }
 
@@ -248,6 +251,10 @@ void check_progress(const TrainerSnapshot& snapshot, const LossScalerConfig& sca
         impossible_progress("applied_steps " + std::to_string(state.applied_steps) + " + skipped_steps " +
                             std::to_string(state.skipped_steps) + " is not steps " + std::to_string(state.steps) +
                             " (every step is applied or skipped)");
+    // A bound no run reaches (2^62 steps), which keeps every count and the schedule's arithmetic on
+    // them far from overflow.
+    if (state.steps > (int64_t{1} << 62))
+        impossible_progress("steps " + std::to_string(state.steps) + " (more than 2^62 steps cannot have run)");
     // Every completed epoch took at least one step, and so did each step into the current one.
     if (snapshot.epochs_completed < 0 || snapshot.steps_into_epoch < 0 || snapshot.epochs_completed > state.steps ||
         snapshot.steps_into_epoch > state.steps - snapshot.epochs_completed)

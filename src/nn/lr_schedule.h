@@ -2,7 +2,7 @@
 // of the count that the backends already keep in TrainState (`steps`), so a CUDA kernel computes it
 // on the device: a scheduled rate changes every step without changing any kernel argument, and the
 // step's CUDA graph replays unchanged. One definition serves the CPU backend, the CUDA kernels and
-// the C API's getter, so all three agree.
+// the C API's getter, so all three agree (to float rounding on the device: see lr_schedule_factor).
 #pragma once
 
 #include <cmath>
@@ -25,19 +25,21 @@ inline bool is_constant(const LrSchedule& schedule) {
     return schedule.kind == LrScheduleKind::constant && schedule.warmup_steps == 0;
 }
 
-// cos(pi * x) for x in [0, 1]. On the device cospif, whose argument needs no reduction: cosf's
+// sin(pi * x) for x in [0, 1/2]. On the device sinpif, whose argument needs no reduction: sinf's
 // reduction path for huge arguments would give the update kernels a stack frame.
-MPT_HOST_DEVICE float cos_pi(float x) {
+MPT_HOST_DEVICE float sin_pi(float x) {
 #if defined(__CUDA_ARCH__)
-    return cospif(x);
+    return sinpif(x);
 #else
-    return cosf(3.14159265358979f * x);
+    return sinf(3.14159265358979f * x);
 #endif
 }
 
 // The factor on the base learning rate of step `step` (counted from 0, skipped steps included). In
-// float arithmetic on purpose: the CUDA kernels evaluate it per block, where double's pow and cos
-// are calls that cost registers.
+// float arithmetic on purpose: the CUDA kernels evaluate it per block, where double's pow and sin
+// are calls that cost registers. The CPU backend and the C API's getter compute it alike, bit for
+// bit; the device's sinpif and powf, and nvcc's contraction of the last multiply-add, may differ
+// from them in the last bits.
 MPT_HOST_DEVICE float lr_schedule_factor(const LrSchedule& schedule, int64_t step) {
     if (step < schedule.warmup_steps)
         return static_cast<float>(step + 1) / static_cast<float>(schedule.warmup_steps);
@@ -48,11 +50,15 @@ MPT_HOST_DEVICE float lr_schedule_factor(const LrSchedule& schedule, int64_t ste
         case LrScheduleKind::linear:
         case LrScheduleKind::cosine: {
             if (decayed >= schedule.decay_steps) return schedule.decay_factor;
-            const float progress = static_cast<float>(decayed) / static_cast<float>(schedule.decay_steps);
-            // 1 at the start, 0 at the end of the decay: a straight line, or half a cosine period.
-            const float remaining = schedule.kind == LrScheduleKind::linear
-                                        ? 1.0f - progress
-                                        : 0.5f * (1.0f + cos_pi(progress));
+            // The fraction of the decay still ahead, from the steps left: 1 at its start, 0 at its end.
+            const float left = static_cast<float>(schedule.decay_steps - decayed) / static_cast<float>(schedule.decay_steps);
+            // A straight line, or half a cosine period: (1 + cos(pi (1 - left))) / 2 = sin^2(pi left / 2),
+            // which keeps its relative precision to the last step where the cosine form cancels.
+            float remaining = left;
+            if (schedule.kind == LrScheduleKind::cosine) {
+                const float sine = sin_pi(0.5f * left);
+                remaining = sine * sine;
+            }
             return schedule.decay_factor + (1.0f - schedule.decay_factor) * remaining;
         }
         case LrScheduleKind::step:

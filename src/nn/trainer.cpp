@@ -497,6 +497,12 @@ void Trainer::checkpoint_if_due(bool epoch_ended) {
     write_rotating_checkpoint(*this, policy, steps_taken_);
 }
 
+// Out of line on purpose: compiled with the core's flags (no floating-point contraction), the factor
+// is the one the CPU backend's steps use, bit for bit, on every target.
+float Trainer::scheduled_learning_rate() const {
+    return mpt::scheduled_learning_rate(executor_.optimizer(), state().steps);
+}
+
 void Trainer::set_learning_rate(float learning_rate) {
     config_.optimizer.learning_rate = learning_rate;
     executor_.set_learning_rate(learning_rate);

@@ -78,7 +78,7 @@ public:
     void set_learning_rate(float learning_rate);
     float learning_rate() const { return executor_.optimizer().learning_rate; }  // the base rate
     // The rate of the next step: the base rate times the schedule's factor at the step count.
-    float scheduled_learning_rate() const { return mpt::scheduled_learning_rate(executor_.optimizer(), state().steps); }
+    float scheduled_learning_rate() const;
     void fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bool shuffle);
     float step(const Dataset& dataset, int64_t first, int64_t batch_size);
     EvaluationResult evaluate(const Dataset& dataset, int64_t batch_size);
