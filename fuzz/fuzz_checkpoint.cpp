@@ -1,0 +1,175 @@
+// libFuzzer target for loading training checkpoints: past the file format (fuzz_safetensors) to what
+// the loader believes of a file, the options, progress and tensors it restores. The input is read
+// as a safetensors file without its checksums and written again with correct ones, so mutations of
+// the options and progress JSON, the tensors and their shapes reach the checks behind the checksums.
+// The file is loaded into fresh trainers of the architecture the seeds were written by, one with a
+// constant rate and one with a cosine schedule. Any load must succeed or be refused with a status a
+// bad file may give, and a refused load must leave the trainer as it was (weights, scaler, step
+// count); after a load that succeeds, fit and evaluate must run or fail with such a status too.
+//
+// The seeds (corpus/checkpoint/seed-*) are this target's trainers' own checkpoints inside an epoch:
+// MPTRAIN_FUZZ_CHECKPOINT_SEEDS=DIR fuzz_replay_checkpoint FILE writes them to DIR.
+// fuzz-options: -max_len=16384 -dict=fuzz/safetensors.dict
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <stdlib.h>
+
+#include "core/context.h"
+#include "core/error.h"
+#include "data/dataset.h"
+#include "io/safetensors.h"
+#include "nn/checkpoint.h"
+#include "nn/model.h"
+#include "nn/trainer.h"
+
+namespace {
+
+constexpr int64_t kFeatures = 6, kRows = 40, kBatch = 8;
+
+// A trainer of the seeds' architecture and options, on its own context: a load that succeeds
+// changes it, so every input gets fresh ones.
+struct Fixture {
+    std::shared_ptr<mpt::Context> context;
+    std::shared_ptr<mpt::Dataset> dataset;
+    std::unique_ptr<mpt::Trainer> trainer;
+
+    explicit Fixture(bool scheduled) {
+        mpt::ContextConfig config;
+        config.backend = MPT_BACKEND_CPU;
+        config.threads = 1;
+        config.seed = 7;
+        context = std::make_shared<mpt::Context>(config);
+        std::vector<float> samples(kRows * kFeatures);
+        std::vector<int32_t> labels(kRows);
+        for (int64_t r = 0; r < kRows; ++r) {
+            labels[r] = static_cast<int32_t>(r % 3);
+            for (int64_t f = 0; f < kFeatures; ++f)
+                samples[r * kFeatures + f] = static_cast<float>((r * 7 + f * 3) % 11) / 11.0f + (f % 3 == labels[r]);
+        }
+        dataset = mpt::Dataset::from_f32(context, samples.data(), kRows, kFeatures, labels.data(), 3, true);
+        auto model = std::make_shared<mpt::Model>(context, kFeatures);
+        model->add_dense(5, mpt::Activation::relu);
+        model->add_dense(3, mpt::Activation::softmax);
+        model->build();
+        mpt::TrainerConfig trainer_config;
+        trainer_config.precision = MPT_PRECISION_MIXED_FP16;  // a loss scaler with state to restore
+        trainer_config.optimizer.kind = mpt::OptimizerKind::adam;
+        if (scheduled) {
+            mpt::LrSchedule& schedule = trainer_config.optimizer.schedule;
+            schedule.kind = mpt::LrScheduleKind::cosine;
+            schedule.warmup_steps = 3;
+            schedule.decay_steps = 10;
+            schedule.decay_factor = 0.1f;
+        }
+        trainer = std::make_unique<mpt::Trainer>(model, trainer_config);
+    }
+
+    struct State {
+        std::vector<float> masters;
+        mpt::TrainState train_state;
+        float learning_rate;
+        int64_t epochs;
+    };
+    State state() const {
+        State s;
+        s.masters.resize(static_cast<size_t>(trainer->model()->parameter_block_elements()));
+        trainer->model()->read_master_block(s.masters.data());
+        s.train_state = trainer->state();
+        s.learning_rate = trainer->learning_rate();
+        s.epochs = trainer->epochs_completed();
+        return s;
+    }
+};
+
+bool same(const Fixture::State& a, const Fixture::State& b) {
+    return a.masters.size() == b.masters.size() &&
+           std::memcmp(a.masters.data(), b.masters.data(), a.masters.size() * sizeof(float)) == 0 &&
+           std::memcmp(&a.train_state, &b.train_state, sizeof a.train_state) == 0 &&
+           std::memcmp(&a.learning_rate, &b.learning_rate, sizeof a.learning_rate) == 0 && a.epochs == b.epochs;
+}
+
+// Statuses a file, or a run restored from one, may give; anything else (INTERNAL, a crash) is a bug.
+bool expected_status(mpt_status status) {
+    switch (status) {
+        case MPT_STATUS_CORRUPT_DATA:
+        case MPT_STATUS_INVALID_ARGUMENT:
+        case MPT_STATUS_SHAPE_MISMATCH:
+        case MPT_STATUS_UNSUPPORTED:
+        case MPT_STATUS_NON_FINITE:
+        case MPT_STATUS_OUT_OF_MEMORY:  // a restored epoch order is scratch the context charges
+            return true;
+        default:
+            return false;
+    }
+}
+
+const std::string& file_path() {
+    static const std::string path = [] {
+        char pattern[] = "/tmp/mptrain-fuzz-checkpoint-XXXXXX";
+        return std::string(mkdtemp(pattern)) + "/checkpoint.safetensors";
+    }();
+    return path;
+}
+
+// With MPTRAIN_FUZZ_CHECKPOINT_SEEDS set: both fixtures' checkpoints, 6 steps into their second
+// epoch (shuffled), into that directory.
+void write_seeds_once() {
+    static bool written = false;
+    const char* directory = std::getenv("MPTRAIN_FUZZ_CHECKPOINT_SEEDS");
+    if (written || directory == nullptr) return;
+    written = true;
+    for (bool scheduled : {false, true}) {
+        Fixture fixture(scheduled);
+        fixture.trainer->fit(*fixture.dataset, 1, kBatch, true);
+        fixture.trainer->step(*fixture.dataset, 0, kBatch);  // the step count moves past the epoch's
+        mpt::save_checkpoint(*fixture.trainer,
+                             std::string(directory) + (scheduled ? "/seed-scheduled" : "/seed-constant"));
+    }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+    write_seeds_once();
+    std::vector<uint8_t> file;
+    try {
+        const mpt::SafetensorsReader reader = mpt::SafetensorsReader::parse(data, size, false);
+        mpt::SafetensorsWriter writer;
+        const std::string checksum_prefix = mpt::safetensors_checksum_key("");
+        for (const auto& [key, value] : reader.metadata())
+            if (key.compare(0, checksum_prefix.size(), checksum_prefix) != 0) writer.set_metadata(key, value);
+        for (const auto& [name, view] : reader.tensors()) writer.add(name, view.dtype, view.shape, view.data, view.bytes);
+        file = writer.serialize();
+    } catch (const mpt::Error&) {
+        return 0;  // not a file the format admits: fuzz_safetensors' business
+    }
+    {
+        std::ofstream out(file_path(), std::ios::binary | std::ios::trunc);
+        out.write(reinterpret_cast<const char*>(file.data()), static_cast<std::streamsize>(file.size()));
+        if (!out) std::abort();
+    }
+    for (bool scheduled : {false, true}) {
+        Fixture fixture(scheduled);
+        const Fixture::State before = fixture.state();
+        try {
+            mpt::load_checkpoint(*fixture.trainer, file_path());
+        } catch (const mpt::Error& error) {
+            if (!expected_status(error.status())) std::abort();
+            if (!same(before, fixture.state())) std::abort();  // validated before anything changed
+            continue;
+        }
+        try {
+            fixture.trainer->fit(*fixture.dataset, 1, kBatch, true);
+            fixture.trainer->evaluate(*fixture.dataset, kBatch);
+        } catch (const mpt::Error& error) {
+            if (!expected_status(error.status())) std::abort();
+        }
+    }
+    return 0;
+}
