@@ -116,7 +116,7 @@ def main():
                   f"{floors[batch]['update_us']:.1f}); mptrain mixed-bf16 {ratio}")
     # Memory of the mixed-bf16 runs: the library's accounting (arenas, resident data, the buffers
     # beside them) and, on a GPU, the device's used memory as the driver counts it.
-    for r in sorted((r for r in mine if r.get("precision") == "mixed-bf16" and r.get("data", "resident") == "resident"),
+    for r in sorted((r for r in constant if r.get("precision") == "mixed-bf16" and r.get("data", "resident") == "resident"),
                     key=lambda r: r["batch"]):
         device = r.get("device_bytes", -1)
         driver = f", device {device / 2**20:.0f} MiB (driver)" if device is not None and device >= 0 else ""
@@ -126,10 +126,13 @@ def main():
         versus = f", {r['us_per_step'] / resident:.2f}x the resident data set" if resident else ""
         print(f"streamed from host memory: {r['precision']} batch {r['batch']}: {r['us_per_step']:.0f} us/step{versus}")
     for r in scheduled:
-        fixed = ours.get((r["precision"], r["batch"]))
+        # Against the constant rate on the same data path (resident, or streamed).
+        data = r.get("data", "resident")
+        fixed = next((c["us_per_step"] for c in constant if c["precision"] == r["precision"] and
+                      c["batch"] == r["batch"] and c.get("data", "resident") == data), None)
         versus = f", {r['us_per_step'] / fixed:.2f}x the constant rate" if fixed else ""
-        print(f"{r['lr_schedule']} learning-rate schedule: {r['precision']} batch {r['batch']}: "
-              f"{r['us_per_step']:.0f} us/step{versus}")
+        print(f"{r['lr_schedule']} learning-rate schedule: {r['precision']} batch {r['batch']}"
+              f"{' (streamed)' if data == 'streamed' else ''}: {r['us_per_step']:.0f} us/step{versus}")
 
 
 if __name__ == "__main__":

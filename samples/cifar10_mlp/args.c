@@ -26,7 +26,7 @@ void args_print_usage(FILE* stream, const char* program)
             "  --lr-decay F       multiply the learning rate by F (0 < F <= 1) after every epoch, from\n"
             "                     the epoch-end callback: a step decay (default 1: constant)\n"
             "  --lr-schedule S    constant | linear | cosine (default constant): the library lowers the\n"
-            "                     rate at every step, from --lr down to 0 at the run's last step\n"
+            "                     rate at every step, from --lr until it reaches 0 as the run ends\n"
             "  --warmup N         raise the rate linearly over the first N steps (default 0)\n"
             "  --limit N          train on the first N training images only; 0 = all (default 0)\n"
             "  --seed N           seed of weight initialisation and shuffling (default 42)\n"

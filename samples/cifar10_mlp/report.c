@@ -95,6 +95,8 @@ static void write_run(json_writer* json, const cli_options* options, const data_
     json_number(json, "learning_rate_decay", (double)options->learning_rate_decay);
     json_string(json, "lr_schedule", args_schedule_name(options->lr_schedule));
     json_integer(json, "warmup_steps", options->warmup_steps);
+    json_number(json, "learning_rate_after_first_epoch", (double)run->rate_after_first_epoch);
+    json_number(json, "learning_rate_at_end", (double)run->rate_at_end);
     json_integer(json, "seed", (int64_t)options->seed);
     json_integer(json, "parameters", run->parameters);
     json_integer(json, "arena_bytes", (int64_t)run->arena_bytes);

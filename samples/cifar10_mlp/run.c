@@ -69,13 +69,23 @@ done:
     return failed;
 }
 
-/* fit's callbacks: the progress display, then --lr-decay's step decay at each epoch's end. The
- * library writes an epoch's automatic checkpoint after this callback, so one would hold the next
- * epoch's rate. */
+/* fit's callbacks: the progress display, then --lr-decay's step decay at each epoch's end, and
+ * the rate the next epoch starts with, after the first. The library writes an epoch's automatic
+ * checkpoint after this callback, so one would hold the next epoch's rate. */
 typedef struct fit_callbacks {
     progress progress; /* first: progress_on_step reads the shared user_data as a progress* */
     float learning_rate_decay;
+    float rate_after_first_epoch;
 } fit_callbacks;
+
+static int epoch_end_failed(fit_callbacks* callbacks, mpt_status status, const char* what)
+{
+    snprintf(callbacks->progress.failure, sizeof callbacks->progress.failure, "error: %s: %s", what,
+             mpt_last_error());
+    callbacks->progress.failure_status = status;
+    callbacks->progress.failed = 1;
+    return 1;
+}
 
 static int on_epoch_end(int64_t epoch, float loss, float accuracy, void* user_data)
 {
@@ -86,18 +96,18 @@ static int on_epoch_end(int64_t epoch, float loss, float accuracy, void* user_da
 
     if (progress_on_epoch_end(epoch, loss, accuracy, &callbacks->progress) != 0)
         return 1;
-    if (callbacks->learning_rate_decay == 1.0f)
-        return 0;
-    status = mpt_trainer_get_learning_rate(trainer, &rate);
-    /* A rate decayed to below the smallest float stays at its last positive value. */
-    if (status == MPT_STATUS_OK && rate * callbacks->learning_rate_decay > 0.0f)
-        status = mpt_trainer_set_learning_rate(trainer, rate * callbacks->learning_rate_decay);
-    if (status != MPT_STATUS_OK) {
-        snprintf(callbacks->progress.failure, sizeof callbacks->progress.failure,
-                 "error: decaying the learning rate at the end of an epoch: %s", mpt_last_error());
-        callbacks->progress.failure_status = status;
-        callbacks->progress.failed = 1;
-        return 1;
+    if (callbacks->learning_rate_decay != 1.0f) {
+        status = mpt_trainer_get_learning_rate(trainer, &rate);
+        /* A rate decayed to below the smallest float stays at its last positive value. */
+        if (status == MPT_STATUS_OK && rate * callbacks->learning_rate_decay > 0.0f)
+            status = mpt_trainer_set_learning_rate(trainer, rate * callbacks->learning_rate_decay);
+        if (status != MPT_STATUS_OK)
+            return epoch_end_failed(callbacks, status, "decaying the learning rate at the end of an epoch");
+    }
+    if (epoch == 0) {
+        status = mpt_trainer_get_scheduled_learning_rate(trainer, &callbacks->rate_after_first_epoch);
+        if (status != MPT_STATUS_OK)
+            return epoch_end_failed(callbacks, status, "reading the scheduled learning rate");
     }
     return 0;
 }
@@ -174,14 +184,21 @@ int run_training(const cli_options* options, mpt_precision precision, const data
     if (options->learning_rate_decay != 1.0f)
         printf(" (x%g after each epoch)", (double)options->learning_rate_decay);
     if (options->lr_schedule != MPT_LR_SCHEDULE_CONSTANT)
-        printf(" %s to 0 over %" PRId64 " steps", args_schedule_name(options->lr_schedule), decay_steps);
+        printf(" %s to 0 over %" PRId64 " step%s", args_schedule_name(options->lr_schedule), decay_steps,
+               decay_steps == 1 ? "" : "s");
     if (options->warmup_steps > 0)
-        printf(" after %" PRId64 " warm-up steps", options->warmup_steps);
+        printf(" after %" PRId64 " warm-up step%s", options->warmup_steps, options->warmup_steps == 1 ? "" : "s");
     printf(" | seed %" PRIu64 " | epochs %" PRId64 "\n", options->seed, r.epochs);
     fflush(stdout);
+    if (options->warmup_steps >= steps_per_epoch * options->epochs)
+        fprintf(stderr,
+                "warning: --warmup %" PRId64 " lasts the whole run of %" PRId64 " steps: the rate never reaches "
+                "--lr%s\n", options->warmup_steps, steps_per_epoch * options->epochs,
+                options->lr_schedule == MPT_LR_SCHEDULE_CONSTANT ? "" : " and never decays");
 
     progress_init(progress_state, trainer, options->epochs, progress_stdout_is_terminal());
     callbacks.learning_rate_decay = options->learning_rate_decay;
+    callbacks.rate_after_first_epoch = 0.0f;
     CHECK_MPT(mpt_trainer_set_callbacks(trainer, progress_state->interactive ? progress_on_step : NULL,
                                         on_epoch_end, &callbacks),
               "setting the progress callbacks");
@@ -200,6 +217,8 @@ int run_training(const cli_options* options, mpt_precision precision, const data
                   r.batch_size);
     }
     CHECK_MPT(mpt_trainer_get_progress(trainer, &r.steps, NULL), "reading the trainer's step count");
+    CHECK_MPT(mpt_trainer_get_scheduled_learning_rate(trainer, &r.rate_at_end), "reading the scheduled learning rate");
+    r.rate_after_first_epoch = callbacks.rate_after_first_epoch;
     r.us_per_step = r.steps > 0 ? r.train_seconds * 1e6 / (double)r.steps : 0.0;
     r.train_device_seconds = progress_state->device_seconds;
     r.device_steps = progress_state->device_steps;

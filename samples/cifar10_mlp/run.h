@@ -33,6 +33,8 @@ typedef struct run_result {
     size_t arena_bytes;       /* trainer arena allocated */
     float loss_scale;
     int64_t skipped_steps;    /* updates skipped for non-finite gradients */
+    float rate_after_first_epoch; /* the scheduled learning rate of the second epoch's first step */
+    float rate_at_end;        /* the scheduled learning rate of a step after the run */
 } run_result;
 
 /* The precision `requested` resolves to on the context the options describe, and its backend.

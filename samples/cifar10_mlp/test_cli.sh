@@ -51,6 +51,28 @@ run warmup --warmup 4
 [ "$(json_value constant lr_schedule)" = '"constant"' ] || fail "constant run's JSON says $(json_value constant lr_schedule)"
 grep -q "cosine to 0 over 12 steps after 4 warm-up steps" "$work/cosine.out" ||
     fail "cosine run's header: $(grep '^data' "$work/cosine.out")"
+# The rates the library trained with, read back by the sample: 8 steps an epoch, --lr 0.05. After
+# epoch 1 (step 8): cosine with 4 warm-up steps is 4 steps into a decay of 12, (1 + cos(pi/3)) / 2 =
+# 0.75 of the rate; linear 8 steps into 16, a half. After the run (step 16) both have reached 0.
+rate_is() {  # run, field, expected
+    local value
+    value=$(json_value "$1" "$2")
+    awk -v a="$value" -v b="$3" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && d <= 1e-9 + 1e-5 * b) }' ||
+        fail "run '$1': $2 is '$value', not $3"
+}
+rate_is constant learning_rate_after_first_epoch 0.05
+rate_is constant learning_rate_at_end 0.05
+rate_is cosine learning_rate_after_first_epoch 0.0375
+rate_is cosine learning_rate_at_end 0
+rate_is linear learning_rate_after_first_epoch 0.025
+rate_is linear learning_rate_at_end 0
+rate_is warmup learning_rate_after_first_epoch 0.05
+rate_is warmup learning_rate_at_end 0.05
+# A warm-up as long as the run is said to be one.
+"$program" --data "$work/no-such-directory" --limit 256 --epochs 2 --threads 2 --lr-schedule cosine --warmup 16 \
+    >"$work/long_warmup.out" 2>&1 || fail "a warm-up as long as the run exited $?"
+grep -q "warning: --warmup 16 lasts the whole run of 16 steps" "$work/long_warmup.out" ||
+    fail "a warm-up as long as the run gave no warning"
 constant_loss=$(json_value constant train_loss)
 for name in cosine linear warmup; do
     loss=$(json_value "$name" train_loss)
