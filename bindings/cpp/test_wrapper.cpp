@@ -261,6 +261,50 @@ TEST_CASE("a learning-rate schedule set through the wrapper gives each step the 
     CHECK(unscheduled.scheduled_learning_rate() == 0.05f);
 }
 
+TEST_CASE("a schedule without a factor decays to rate 0 (linear, cosine) or by a tenth (step); a factor given is kept") {
+    struct Case {
+        mpt_lr_schedule schedule;
+        std::optional<float> given;
+        double factor;  // the one the header's formula must then follow
+    };
+    const Case cases[] = {
+        {MPT_LR_SCHEDULE_COSINE, std::nullopt, 0.0},  // Keras's CosineDecay, PyTorch's CosineAnnealingLR
+        {MPT_LR_SCHEDULE_LINEAR, std::nullopt, 0.0},  // Hugging Face's linear schedule
+        {MPT_LR_SCHEDULE_STEP, std::nullopt, 0.1},    // PyTorch StepLR's gamma
+        {MPT_LR_SCHEDULE_COSINE, 1.0f, 1.0},          // 1 given is the caller's
+        {MPT_LR_SCHEDULE_STEP, 1.0f, 1.0},
+    };
+    auto context = cpu_context();
+    auto data = blobs(context, 200, 43);
+    for (const Case& c : cases) {
+        CAPTURE(static_cast<int>(c.schedule));
+        CAPTURE(c.factor);
+        auto model = mlp(context);
+        mptrain::TrainerOptions options = adam();
+        if (c.given) options.lr_schedule(c.schedule, 0, 4, *c.given);
+        else options.lr_schedule(c.schedule, 0, 4);
+        mptrain::Trainer trainer(model, options);
+        std::vector<float> rates;
+        for (int64_t step = 0; step < 10; ++step) {
+            CAPTURE(step);
+            rates.push_back(trainer.scheduled_learning_rate());
+            const double expected = 0.01 * schedule_factor(c.schedule, 0, 4, c.factor, step);
+            CHECK(std::fabs(rates.back() - expected) <= 1e-6 * expected);
+            trainer.step(data, (step * 20) % 200, 20);
+        }
+        if (c.factor == 1.0) {
+            CHECK(std::count(rates.begin(), rates.end(), 0.01f) == 10);
+        } else if (c.schedule == MPT_LR_SCHEDULE_STEP) {
+            CHECK(std::fabs(rates[4] - 0.001) <= 1e-6 * 0.001);
+            CHECK(std::fabs(rates[8] - 0.0001) <= 1e-6 * 0.0001);
+        } else {
+            CHECK(rates[2] > 0.0f);
+            CHECK(rates[2] < 0.01f);
+            CHECK(std::count(rates.begin() + 4, rates.end(), 0.0f) == 6);  // from decay_steps on, exactly 0
+        }
+    }
+}
+
 TEST_CASE("automatic checkpoints through the wrapper keep the newest and can be turned off") {
     TempDir directory;
     auto context = cpu_context();

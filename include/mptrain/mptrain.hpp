@@ -51,6 +51,18 @@ inline void check(mpt_status status) {
     if (status != MPT_STATUS_OK) throw Error(status, mpt_last_error());
 }
 
+/** The lr_schedule factor when the caller gives none: a decay to rate 0 for LINEAR and COSINE (Keras's
+ *  CosineDecay alpha, PyTorch's CosineAnnealingLR eta_min, Hugging Face's linear schedule), PyTorch
+ *  StepLR's gamma for STEP. An unknown schedule gets 1 and the library refuses it. */
+inline float default_lr_schedule_factor(mpt_lr_schedule schedule) noexcept {
+    switch (schedule) {
+        case MPT_LR_SCHEDULE_LINEAR:
+        case MPT_LR_SCHEDULE_COSINE: return 0.0f;
+        case MPT_LR_SCHEDULE_STEP: return 0.1f;
+        default: return 1.0f;
+    }
+}
+
 /** A path for C; one holding NUL is refused (C would stop reading there). */
 inline const char* c_path(const std::string& path) {
     if (path.find('\0') != std::string::npos) throw Error(MPT_STATUS_INVALID_ARGUMENT, "path contains NUL");
@@ -419,12 +431,14 @@ public:
      *  has the formulas): each step trains with the base rate times a factor, a linear warm-up over
      *  `warmup_steps` (>= 0; 0: none), then MPT_LR_SCHEDULE_CONSTANT (decay_steps 0, factor 1), LINEAR
      *  or COSINE down to base * factor over `decay_steps` (>= 1; factor in [0, 1]), or STEP (times factor
-     *  every `decay_steps`; factor in (0, 1]). Other values throw Error (INVALID_ARGUMENT).
-     *  Trainer::scheduled_learning_rate() gives the next step's rate; the base rate stays
-     *  Trainer::learning_rate(). */
+     *  every `decay_steps`; factor in (0, 1]). Without a factor: 1 for CONSTANT, 0 for LINEAR and
+     *  COSINE (a decay to rate 0), 0.1 for STEP; a factor given is passed on as it is. Other values
+     *  throw Error (INVALID_ARGUMENT). Trainer::scheduled_learning_rate() gives the next step's rate;
+     *  the base rate stays Trainer::learning_rate(). */
     TrainerOptions& lr_schedule(mpt_lr_schedule schedule, int64_t warmup_steps, int64_t decay_steps = 0,
-                                float factor = 1.0f) {
-        detail::check(mpt_trainer_options_set_lr_schedule(get(), schedule, warmup_steps, decay_steps, factor));
+                                std::optional<float> factor = std::nullopt) {
+        detail::check(mpt_trainer_options_set_lr_schedule(
+            get(), schedule, warmup_steps, decay_steps, factor.value_or(detail::default_lr_schedule_factor(schedule))));
         return *this;
     }
     TrainerOptions& loss_scaling(mpt_loss_scaling mode, float initial_scale = 32768.0f) {

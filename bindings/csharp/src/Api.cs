@@ -515,19 +515,21 @@ namespace Mptrain
         public float Epsilon { get; set; } = 1e-7f;
         public float? WeightDecay { get; set; }
         /// <summary>A learning-rate schedule the library evaluates at every step, with WarmupSteps,
-        /// DecaySteps and DecayFactor (all four set together when LrSchedule has a value or any of the
-        /// others is not its default; WarmupSteps alone: Constant with a warm-up). Step s, counted from 0
-        /// over the trainer's life (Trainer.Progress.Steps), trains with the base rate times
+        /// DecaySteps and DecayFactor (all four set together when LrSchedule or DecayFactor has a value
+        /// or WarmupSteps or DecaySteps is not 0; WarmupSteps alone: Constant with a warm-up). Step s,
+        /// counted from 0 over the trainer's life (Trainer.Progress.Steps), trains with the base rate times
         /// (s + 1) / WarmupSteps during the warm-up (WarmupSteps &gt;= 0; 0: none), then, d steps after
         /// it: Constant 1 (DecaySteps 0, DecayFactor 1); Linear and Cosine from 1 down to DecayFactor (in
         /// [0, 1]) over DecaySteps (&gt;= 1) in a straight line or along half a cosine period, and
-        /// DecayFactor after; Step DecayFactor (in (0, 1]) to the power floor(d / DecaySteps). Other
-        /// values throw MptException (InvalidArgument) from the Trainer constructor. The next step's rate
-        /// is Trainer.ScheduledLearningRate.</summary>
+        /// DecayFactor after; Step DecayFactor (in (0, 1]) to the power floor(d / DecaySteps). A null
+        /// DecayFactor (the default) is 1 for Constant, 0 for Linear and Cosine (a decay to rate 0) and
+        /// 0.1 for Step; a value set is passed on as it is. Other values throw MptException
+        /// (InvalidArgument) from the Trainer constructor. The next step's rate is
+        /// Trainer.ScheduledLearningRate.</summary>
         public LrSchedule? LrSchedule { get; set; }
         public long WarmupSteps { get; set; }
         public long DecaySteps { get; set; }
-        public float DecayFactor { get; set; } = 1.0f;
+        public float? DecayFactor { get; set; }
         public LossScaling? LossScaling { get; set; }
         public float InitialScale { get; set; } = 32768.0f;
         public LossScalerDynamics? LossScalerDynamics { get; set; }
@@ -625,6 +627,20 @@ namespace Mptrain
             handle.Dispose();
         }
 
+        // DecayFactor when none is set: a decay to rate 0 for Linear and Cosine (Keras's CosineDecay
+        // alpha, PyTorch's CosineAnnealingLR eta_min, Hugging Face's linear schedule), PyTorch
+        // StepLR's gamma for Step. An unknown schedule gets 1 and the library refuses it.
+        private static float DefaultDecayFactor(LrSchedule schedule)
+        {
+            switch (schedule)
+            {
+                case Mptrain.LrSchedule.Linear:
+                case Mptrain.LrSchedule.Cosine: return 0.0f;
+                case Mptrain.LrSchedule.Step: return 0.1f;
+                default: return 1.0f;
+            }
+        }
+
         private static TrainerHandle Create(Model model, TrainerOptions options)
         {
             NotNull(model, "model");
@@ -643,9 +659,12 @@ namespace Mptrain
                     if (options.Beta1.HasValue)
                         MptException.Check(Native.mpt_trainer_options_set_adam(raw, options.Beta1.Value, options.Beta2, options.Epsilon));
                     if (options.WeightDecay.HasValue) MptException.Check(Native.mpt_trainer_options_set_weight_decay(raw, options.WeightDecay.Value));
-                    if (options.LrSchedule.HasValue || options.WarmupSteps != 0 || options.DecaySteps != 0 || options.DecayFactor != 1.0f)
+                    if (options.LrSchedule.HasValue || options.WarmupSteps != 0 || options.DecaySteps != 0 || options.DecayFactor.HasValue)
+                    {
+                        LrSchedule schedule = options.LrSchedule ?? Mptrain.LrSchedule.Constant;
                         MptException.Check(Native.mpt_trainer_options_set_lr_schedule(
-                            raw, options.LrSchedule ?? Mptrain.LrSchedule.Constant, options.WarmupSteps, options.DecaySteps, options.DecayFactor));
+                            raw, schedule, options.WarmupSteps, options.DecaySteps, options.DecayFactor ?? DefaultDecayFactor(schedule)));
+                    }
                     if (options.LossScaling.HasValue)
                         MptException.Check(Native.mpt_trainer_options_set_loss_scaling(raw, options.LossScaling.Value, options.InitialScale));
                     if (options.LossScalerDynamics.HasValue)

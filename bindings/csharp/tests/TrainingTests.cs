@@ -143,7 +143,8 @@ namespace Mptrain.Tests
                         {
                             string what = schedule + " at step " + step;
                             Assert.Equal(step, trainer.Progress.Steps, "steps before " + what);
-                            double expected = 0.01 * ScheduleFactor(schedule, options.WarmupSteps, options.DecaySteps, options.DecayFactor, step);
+                            // Only the constant cases have no factor, which their formula does not read.
+                            double expected = 0.01 * ScheduleFactor(schedule, options.WarmupSteps, options.DecaySteps, options.DecayFactor ?? double.NaN, step);
                             double rate = trainer.ScheduledLearningRate;
                             Assert.True(Math.Abs(rate - expected) <= 1e-6 * expected, what + ": " + rate + " against " + expected);
                             trainer.Step(data, step * 20 % 200, 20);
@@ -167,6 +168,55 @@ namespace Mptrain.Tests
                         Assert.Fails(Status.InvalidArgument, () => new Trainer(model, options).Dispose());
                     using (var unscheduled = new Trainer(model, new TrainerOptions { LearningRate = 0.05f }))
                         Assert.Equal(0.05f, unscheduled.ScheduledLearningRate, "no schedule asked for: none set");
+                }
+            }
+        }
+
+        [Test]
+        public static void AScheduleWithoutADecayFactorDecaysToRate0OrByATenthPerStepAndAFactorGivenIsKept()
+        {
+            float[] x; int[] y;
+            Data.Blobs(200, 43, out x, out y);
+            var cases = new[]
+            {
+                // (schedule, DecayFactor set, the factor the header's formula must then follow)
+                Tuple.Create(LrSchedule.Cosine, (float?)null, 0.0),  // Keras's CosineDecay, PyTorch's CosineAnnealingLR
+                Tuple.Create(LrSchedule.Linear, (float?)null, 0.0),  // Hugging Face's linear schedule
+                Tuple.Create(LrSchedule.Step, (float?)null, 0.1),    // PyTorch StepLR's gamma
+                Tuple.Create(LrSchedule.Cosine, (float?)1.0f, 1.0),  // 1 set is the caller's
+                Tuple.Create(LrSchedule.Step, (float?)1.0f, 1.0),
+            };
+            using (Context ctx = Data.CpuContext())
+            using (Dataset data = Dataset.FromF32(ctx, x, Data.Features, y, Data.Classes))
+            {
+                foreach (var c in cases)
+                {
+                    LrSchedule schedule = c.Item1;
+                    double factor = c.Item3;
+                    var options = new TrainerOptions { Optimizer = Optimizer.Adam, LearningRate = 0.01f, LrSchedule = schedule, DecaySteps = 4 };
+                    if (c.Item2.HasValue) options.DecayFactor = c.Item2.Value;
+                    var rates = new float[10];
+                    using (Model model = Data.Mlp(ctx))
+                    using (var trainer = new Trainer(model, options))
+                    {
+                        for (long step = 0; step < 10; step++)
+                        {
+                            string what = schedule + " (factor " + factor + ") at step " + step;
+                            rates[step] = trainer.ScheduledLearningRate;
+                            double expected = 0.01 * ScheduleFactor(schedule, 0, 4, factor, step);
+                            Assert.True(Math.Abs(rates[step] - expected) <= 1e-6 * expected, what + ": " + rates[step] + " against " + expected);
+                            trainer.Step(data, step * 20 % 200, 20);
+                        }
+                    }
+                    string name = schedule + " (factor " + factor + ")";
+                    if (factor == 1.0)
+                        Assert.True(rates.All(r => r == 0.01f), name + ": the base rate throughout: " + string.Join(" ", rates));
+                    else if (schedule == LrSchedule.Step)
+                        Assert.True(Math.Abs(rates[4] - 0.001) <= 1e-9 && Math.Abs(rates[8] - 0.0001) <= 1e-10,
+                                    name + ": a tenth every 4 steps: " + string.Join(" ", rates));
+                    else
+                        Assert.True(rates[2] > 0 && rates[2] < 0.01f && rates.Skip(4).All(r => r == 0.0f),
+                                    name + ": between the base rate and 0 mid-way, exactly 0 from step 4: " + string.Join(" ", rates));
                 }
             }
         }

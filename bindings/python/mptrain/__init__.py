@@ -113,6 +113,12 @@ class LrSchedule(enum.IntEnum):
     STEP = 3
 
 
+# decay_factor when none is given: a decay to rate 0 (Keras's CosineDecay alpha, PyTorch's
+# CosineAnnealingLR eta_min, Hugging Face's linear schedule), PyTorch StepLR's gamma for STEP.
+_DEFAULT_DECAY_FACTORS = {LrSchedule.CONSTANT: 1.0, LrSchedule.LINEAR: 0.0, LrSchedule.COSINE: 0.0,
+                          LrSchedule.STEP: 0.1}
+
+
 class LossScaling(enum.IntEnum):
     DEFAULT = 0
     OFF = 1
@@ -816,14 +822,17 @@ class Trainer(_Handle):
     (s + 1) / warmup_steps over the first warmup_steps steps (0: no warm-up), then, d steps later,
     CONSTANT 1 (decay_steps 0, decay_factor 1), LINEAR and COSINE from 1 down to decay_factor (in [0, 1])
     over decay_steps (>= 1) along a straight line or half a cosine period, and decay_factor after it,
-    STEP decay_factor (in (0, 1]) ** (d // decay_steps). warmup_steps alone gives CONSTANT with a
-    warm-up. The rate of the next step is scheduled_learning_rate."""
+    STEP decay_factor (in (0, 1]) ** (d // decay_steps). decay_factor None (the default) is 1 for
+    CONSTANT, 0 for LINEAR and COSINE (a decay to rate 0, as Keras's CosineDecay, PyTorch's
+    CosineAnnealingLR and Hugging Face's linear schedule) and 0.1 for STEP (PyTorch's StepLR); a value
+    given is passed on as it is. warmup_steps alone gives CONSTANT with a warm-up. The rate of the next
+    step is scheduled_learning_rate."""
 
     _destroy_name = "mpt_trainer_destroy"
 
     def __init__(self, model, precision=None, loss=None, optimizer=None, learning_rate=None, momentum=None,
                  nesterov=False, adam=None, weight_decay=None, loss_scaling=None, initial_scale=32768.0,
-                 loss_scaler_dynamics=None, lr_schedule=None, warmup_steps=0, decay_steps=0, decay_factor=1.0):
+                 loss_scaler_dynamics=None, lr_schedule=None, warmup_steps=0, decay_steps=0, decay_factor=None):
         _require(model, Model, "model")
         lib = _lib()
         options = _native.TrainerOptionsP()
@@ -844,12 +853,16 @@ class Trainer(_Handle):
                 _check(lib.mpt_trainer_options_set_adam(options, float(beta1), float(beta2), float(epsilon)))
             if weight_decay is not None:
                 _check(lib.mpt_trainer_options_set_weight_decay(options, float(weight_decay)))
-            if lr_schedule is not None or warmup_steps != 0 or decay_steps != 0 or decay_factor != 1.0:
+            # Checked before the comparison with 0, so that warmup_steps=0.0 is refused as 1.0 is.
+            warmup_steps = _integer(warmup_steps, "warmup_steps", ctypes.c_int64)
+            decay_steps = _integer(decay_steps, "decay_steps", ctypes.c_int64)
+            if lr_schedule is not None or warmup_steps != 0 or decay_steps != 0 or decay_factor is not None:
+                schedule = _enum(LrSchedule, LrSchedule.CONSTANT if lr_schedule is None else lr_schedule,
+                                 "lr_schedule")
+                if decay_factor is None:
+                    decay_factor = _DEFAULT_DECAY_FACTORS.get(schedule, 1.0)  # an unknown value: C refuses it
                 _check(lib.mpt_trainer_options_set_lr_schedule(
-                    options, _enum(LrSchedule, LrSchedule.CONSTANT if lr_schedule is None else lr_schedule,
-                                   "lr_schedule"),
-                    _integer(warmup_steps, "warmup_steps", ctypes.c_int64),
-                    _integer(decay_steps, "decay_steps", ctypes.c_int64), float(decay_factor)))
+                    options, schedule, warmup_steps, decay_steps, float(decay_factor)))
             if loss_scaling is not None:
                 _check(lib.mpt_trainer_options_set_loss_scaling(
                     options, _enum(LossScaling, loss_scaling, "loss_scaling"), float(initial_scale)))

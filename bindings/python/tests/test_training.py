@@ -122,6 +122,37 @@ def test_a_learning_rate_schedule_gives_each_step_the_rate_of_the_header_formula
     assert trainer.learning_rate == pytest.approx(0.01, rel=1e-7)  # multiplied by the schedule, never changed
 
 
+@pytest.mark.parametrize("schedule, decay_factor, factor", [
+    ("cosine", None, 0.0),  # decays to rate 0 (Keras's CosineDecay, PyTorch's CosineAnnealingLR)
+    ("linear", None, 0.0),  # decays to rate 0 (Hugging Face's linear schedule)
+    ("step", None, 0.1),  # PyTorch StepLR's gamma
+    ("cosine", 1.0, 1.0),  # a factor given, 1 included, is the caller's
+    ("step", 1.0, 1.0),
+], ids=["cosine", "linear", "step", "cosine-1", "step-1"])
+def test_a_schedule_without_a_decay_factor_decays_to_0_or_by_a_tenth_per_step(
+        ctx, blobs, schedule, decay_factor, factor):
+    samples, labels = blobs
+    data = mptrain.Dataset.from_f32(ctx, samples, labels, CLASSES)
+    model = mptrain.Model(ctx, FEATURES).add_dense(16, "relu").add_dense(CLASSES, "softmax")
+    options = dict(lr_schedule=schedule, decay_steps=4)
+    if decay_factor is not None:
+        options["decay_factor"] = decay_factor
+    trainer = mptrain.Trainer(model, optimizer="adam", learning_rate=0.01, **options)
+    rates = []
+    for step in range(10):
+        rates.append(trainer.scheduled_learning_rate)
+        expected = 0.01 * schedule_factor(schedule, 0, 4, factor, step)
+        assert rates[-1] == pytest.approx(expected, rel=1e-6, abs=0), "step %d" % step
+        trainer.step(data, (step * 20) % 300, 20)
+    if factor == 1.0:
+        assert rates == [rates[0]] * 10
+    elif schedule == "step":
+        assert rates[4] == pytest.approx(0.001, rel=1e-6) and rates[8] == pytest.approx(0.0001, rel=1e-6)
+    else:
+        assert 0 < rates[2] < 0.01
+        assert rates[4:] == [0.0] * 6  # from decay_steps on, exactly 0
+
+
 def test_a_warm_up_alone_is_a_constant_schedule_and_invalid_schedules_are_refused(ctx, model, blobs):
     samples, labels = blobs
     data = mptrain.Dataset.from_f32(ctx, samples, labels, CLASSES)
@@ -149,6 +180,11 @@ def test_a_warm_up_alone_is_a_constant_schedule_and_invalid_schedules_are_refuse
         assert info.value.message, options
     with pytest.raises(TypeError):
         mptrain.Trainer(model, lr_schedule="cosine", warmup_steps=1.5, decay_steps=10, decay_factor=0.0)
+    # A float is no step count, whether or not it equals the default 0.
+    for wrong in (dict(warmup_steps=1.0), dict(warmup_steps=0.0), dict(lr_schedule="cosine", decay_steps=4.0),
+                  dict(decay_steps=0.0)):
+        with pytest.raises(TypeError, match="must be an integer"):
+            mptrain.Trainer(model, **wrong)
 
 
 def test_u8_and_target_datasets_train(ctx):
