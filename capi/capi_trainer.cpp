@@ -1,6 +1,7 @@
 // C API: trainer options and trainers. Argument checks and translation only.
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "capi_internal.h"
@@ -224,7 +225,10 @@ mpt_status mpt_trainer_evaluate(mpt_trainer_t* trainer, const mpt_dataset_t* dat
                                 float* accuracy) {
     MPT_API_BEGIN
     mpt::Trainer& impl = impl_of(trainer, "trainer");
-    mpt::capi::ExclusiveUse exclusive(*trainer);
+    // From fit's own epoch-end callback (this thread; another is refused by the context), fit waits
+    // between two epochs with nothing queued and its metrics read: an evaluation may run inside it.
+    std::optional<mpt::capi::ExclusiveUse> exclusive;
+    if (!(mpt::capi::used_by_this_thread(*trainer) && impl.in_epoch_end_callback())) exclusive.emplace(*trainer);
     const std::shared_ptr<const mpt::Dataset> data = held_dataset(dataset);
     const mpt::EvaluationResult result = impl.evaluate(*data, batch_size);
     if (loss) *loss = result.loss;

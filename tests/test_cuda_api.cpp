@@ -582,6 +582,49 @@ TEST_CASE("a per-step learning-rate schedule trains as the same rates set before
     CHECK_MESSAGE(shorter_message.find("lr_schedule cosine") == std::string::npos, shorter_message);
 }
 
+namespace {
+
+struct EpochValidation {
+    mpt_trainer_t* trainer;
+    mpt_dataset_t* dataset;
+    std::vector<float> losses;
+    std::vector<mpt_status> statuses;
+};
+
+int validate_each_epoch(int64_t, float, float, void* user_data) {
+    auto* v = static_cast<EpochValidation*>(user_data);
+    float loss = -1.0f;
+    v->statuses.push_back(mpt_trainer_evaluate(v->trainer, v->dataset, 0, &loss, nullptr));
+    v->losses.push_back(loss);
+    return 0;
+}
+
+}  // namespace
+
+TEST_CASE("an evaluation from the epoch-end callback gives what one between fits gives and leaves the run as it was") {
+    BACKEND_OR_SKIP(backend);
+    ResumeRun validated(backend), between(backend), plain(backend);
+    EpochValidation v{validated.trainer, validated.dataset, {}, {}};
+    REQUIRE_OK(mpt_trainer_set_callbacks(validated.trainer, nullptr, validate_each_epoch, &v));
+    REQUIRE_OK(mpt_trainer_fit(validated.trainer, validated.dataset, 3, kResumeBatch, 1));
+    REQUIRE(v.statuses.size() == 3);
+    for (mpt_status status : v.statuses) CHECK(status == MPT_STATUS_OK);
+    for (int epoch = 0; epoch < 3; ++epoch) {
+        CAPTURE(epoch);
+        REQUIRE_OK(mpt_trainer_fit(between.trainer, between.dataset, 1, kResumeBatch, 1));
+        float loss = 0.0f;
+        REQUIRE_OK(mpt_trainer_evaluate(between.trainer, between.dataset, 0, &loss, nullptr));
+        CHECK(loss == doctest::Approx(v.losses[static_cast<size_t>(epoch)]).epsilon(kResumeBound));
+        if (backend == MPT_BACKEND_CPU) CHECK(loss == v.losses[static_cast<size_t>(epoch)]);
+    }
+    REQUIRE_OK(mpt_trainer_fit(plain.trainer, plain.dataset, 3, kResumeBatch, 1));
+    const double error = normalised_error(plain.weights(), validated.weights());
+    MESSAGE(backend_name(backend) << ": validated run against a plain one " << error);
+    CHECK(error <= kResumeBound);
+    CHECK(validated.state().scale == plain.state().scale);
+    if (backend == MPT_BACKEND_CPU) CHECK(same_bits(plain.weights(), validated.weights()));
+}
+
 // ---- (2) model files across backends ----------------------------------------------------------
 
 TEST_CASE("a model trained and saved on the backend loads into CPU and same-backend contexts with identical weights and predictions") {

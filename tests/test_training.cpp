@@ -2025,3 +2025,126 @@ TEST_CASE("weights set from a progress callback are what fit's next steps train 
         mpt_context_destroy(context);
     }
 }
+
+// ---- validation from the epoch-end callback ---------------------------------------------------------
+
+namespace {
+
+// What an epoch-end callback saw and got: the validation set's loss and accuracy after each epoch,
+// fit's own epoch means, and the statuses of calls that stay refused there.
+struct Validation {
+    mpt_trainer_t* trainer = nullptr;
+    mpt_dataset_t* validation = nullptr;
+    mpt_dataset_t* training = nullptr;
+    int64_t batch = 0;
+    std::vector<float> losses, accuracies, epoch_losses;
+    std::vector<mpt_status> evaluated, refused;
+    mpt_status from_progress = MPT_STATUS_OK;
+};
+
+int validate_at_epoch_end(int64_t, float loss, float, void* user_data) {
+    auto* v = static_cast<Validation*>(user_data);
+    v->epoch_losses.push_back(loss);
+    float validation_loss = -1.0f, validation_accuracy = -1.0f;
+    v->evaluated.push_back(mpt_trainer_evaluate(v->trainer, v->validation, v->batch, &validation_loss, &validation_accuracy));
+    v->losses.push_back(validation_loss);
+    v->accuracies.push_back(validation_accuracy);
+    float out[3];
+    const float row[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    v->refused.push_back(mpt_trainer_step(v->trainer, v->training, 0, 16, nullptr));
+    v->refused.push_back(mpt_trainer_predict(v->trainer, row, 1, out, 3));
+    v->refused.push_back(mpt_trainer_fit(v->trainer, v->training, 1, 16, 1));
+    return 0;
+}
+
+int evaluate_from_progress(int64_t, int64_t step, int64_t, float, float, void* user_data) {
+    auto* v = static_cast<Validation*>(user_data);
+    if (step == 2) v->from_progress = mpt_trainer_evaluate(v->trainer, v->validation, 0, nullptr, nullptr);
+    return 0;
+}
+
+}  // namespace
+
+TEST_CASE("an epoch-end callback may evaluate a validation set: the numbers of an evaluation between fits, the run unchanged") {
+    const Task train = make_blobs(160, 4, 3, 1.2, 0.8, 31), held_out = make_blobs(70, 4, 3, 1.2, 0.8, 32);
+    const std::vector<LayerSpec> specs = {{12, MPT_ACTIVATION_RELU}, {3, MPT_ACTIVATION_SOFTMAX}};
+    for (mpt_precision precision : {MPT_PRECISION_FP32, MPT_PRECISION_MIXED_FP16}) {
+        for (int64_t validation_batch : {int64_t{0}, int64_t{64}}) {  // fit's batch (16), and more than it
+            CAPTURE(static_cast<int>(precision));
+            CAPTURE(validation_batch);
+            TrainerSetup setup;
+            setup.precision = precision;
+            setup.optimizer = MPT_OPTIMIZER_ADAM;
+            setup.learning_rate = 0.01f;
+            // The same seed, so the same initial weights and shuffles, for three runs.
+            struct Run {
+                mpt_context_t* context;
+                mpt_model_t* model;
+                mpt_trainer_t* trainer;
+                mpt_dataset_t* training;
+                mpt_dataset_t* validation;
+            };
+            const auto open = [&]() {
+                Run run{};
+                run.context = new_context(17);
+                run.model = new_model(run.context, 4, specs);
+                run.trainer = new_trainer(run.model, setup);
+                run.training = labels_dataset(run.context, train);
+                run.validation = labels_dataset(run.context, held_out);
+                return run;
+            };
+            const auto close = [](Run& run) {
+                mpt_dataset_destroy(run.validation);
+                mpt_dataset_destroy(run.training);
+                mpt_trainer_destroy(run.trainer);
+                mpt_model_destroy(run.model);
+                mpt_context_destroy(run.context);
+            };
+
+            Run validated = open();
+            Validation v;
+            v.trainer = validated.trainer;
+            v.validation = validated.validation;
+            v.training = validated.training;
+            v.batch = validation_batch;
+            REQUIRE_OK(mpt_trainer_set_callbacks(validated.trainer, evaluate_from_progress, validate_at_epoch_end, &v));
+            REQUIRE_OK(mpt_trainer_fit(validated.trainer, validated.training, 3, 16, 1));
+            CHECK(v.from_progress == MPT_STATUS_INVALID_STATE);  // mid-epoch: steps are in flight
+            REQUIRE(v.evaluated.size() == 3);
+            for (mpt_status status : v.evaluated) CHECK(status == MPT_STATUS_OK);
+            for (mpt_status status : v.refused) CHECK(status == MPT_STATUS_INVALID_STATE);
+            int64_t steps = 0, epochs = 0;
+            REQUIRE_OK(mpt_trainer_get_progress(validated.trainer, &steps, &epochs));
+            CHECK(steps == 30);
+            CHECK(epochs == 3);
+
+            // Evaluations between one-epoch fits give the same numbers, bit for bit.
+            Run between = open();
+            for (int epoch = 0; epoch < 3; ++epoch) {
+                CAPTURE(epoch);
+                REQUIRE_OK(mpt_trainer_fit(between.trainer, between.training, 1, 16, 1));
+                float loss = 0.0f, accuracy = 0.0f;
+                REQUIRE_OK(mpt_trainer_evaluate(between.trainer, between.validation, validation_batch, &loss, &accuracy));
+                CHECK(loss == v.losses[static_cast<size_t>(epoch)]);
+                CHECK(accuracy == v.accuracies[static_cast<size_t>(epoch)]);
+            }
+            // A run without evaluations trains the same weights and reports the same epoch means.
+            Run plain = open();
+            Validation plain_seen;
+            REQUIRE_OK(mpt_trainer_set_callbacks(plain.trainer, nullptr,
+                                                 [](int64_t, float loss, float, void* user) {
+                                                     static_cast<Validation*>(user)->epoch_losses.push_back(loss);
+                                                     return 0;
+                                                 },
+                                                 &plain_seen));
+            REQUIRE_OK(mpt_trainer_fit(plain.trainer, plain.training, 3, 16, 1));
+            CHECK(plain_seen.epoch_losses == v.epoch_losses);
+            const std::vector<float> expected = flat_weights(plain.model, 4, specs);
+            CHECK(flat_weights(validated.model, 4, specs) == expected);
+            CHECK(flat_weights(between.model, 4, specs) == expected);
+            close(plain);
+            close(between);
+            close(validated);
+        }
+    }
+}

@@ -408,8 +408,13 @@ MPT_API mpt_status mpt_trainer_create(mpt_model_t* model, const mpt_trainer_opti
 MPT_API void mpt_trainer_destroy(mpt_trainer_t* trainer);
 /** Callbacks used by mpt_trainer_fit; either may be NULL. They run on the thread that called fit,
  *  between two steps, and may call other mptrain functions, with these rules for this trainer:
- *   - fit, step, evaluate, predict, mpt_trainer_load_checkpoint and mpt_trainer_set_checkpointing
- *     return MPT_STATUS_INVALID_STATE;
+ *   - fit, step, predict, mpt_trainer_load_checkpoint and mpt_trainer_set_checkpointing return
+ *     MPT_STATUS_INVALID_STATE, and so does evaluate from the progress callback;
+ *   - evaluate from the epoch-end callback runs (fit is between epochs there, nothing queued):
+ *     validation each epoch, for early stopping or a schedule of the caller's own. It leaves fit's
+ *     run as it was (weights, metrics, row order, the shuffle to come) and is not counted in the
+ *     epoch's time; a batch size above fit's (0 takes fit's) plans the step buffers again, which on
+ *     a GPU costs fit's next steps their CUDA graphs until captured again;
  *   - mpt_trainer_save_checkpoint saves the run as of the steps issued so far (on a GPU possibly a
  *     few steps past the one reported), as an automatic checkpoint would;
  *   - mpt_trainer_destroy stops fit (it returns MPT_STATUS_CANCELLED) and the trainer is freed as

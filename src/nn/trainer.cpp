@@ -357,6 +357,11 @@ void Trainer::fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bo
             const EvaluationResult means = metric_means(metrics, steps * batch_rows);
             bool stop = false;
             try {
+                struct InEpochEnd {
+                    bool& flag;
+                    explicit InEpochEnd(bool& f) : flag(f) { flag = true; }
+                    ~InEpochEnd() { flag = false; }
+                } in_epoch_end(in_epoch_end_callback_);
                 stop = callbacks_.epoch_end && callback_stops_fit(callbacks_.epoch_end, "epoch-end", epochs_completed_ - 1,
                                                                   means.loss, means.accuracy, callbacks_.user_data);
             } catch (...) {

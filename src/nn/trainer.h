@@ -70,6 +70,9 @@ public:
     // True while fit runs a progress or epoch-end callback. Fit waits between two steps there (where
     // it takes its automatic checkpoints), so a checkpoint may be saved from the callback.
     bool in_callback() const { return in_callback_; }
+    // True while fit runs an epoch-end callback: between epochs, nothing queued, the epoch's metrics
+    // already read, so an evaluation may run there (validation each epoch).
+    bool in_epoch_end_callback() const { return in_epoch_end_callback_; }
     // The running fit stops after the callback it is in, with MPT_STATUS_CANCELLED and `why` (the
     // C API: the trainer was destroyed from a callback of this fit).
     void stop_soon(std::string why) { stop_reason_ = std::move(why); }
@@ -172,6 +175,7 @@ private:
     int report_head_ = 0;
     int reports_pending_ = 0;
     bool in_callback_ = false;
+    bool in_epoch_end_callback_ = false;
     std::string stop_reason_;  // stop_soon's; empty: go on
 };
 
