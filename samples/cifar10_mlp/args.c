@@ -36,6 +36,8 @@ void args_print_usage(FILE* stream, const char* program)
             "                     {\"fp32\": {...}, \"mixed\": {...}})\n"
             "  --compare          train fp32 and the mixed policy (the resolved --precision if it is\n"
             "                     mixed, else mixed-bf16) from the same seed and compare them\n"
+            "  --validate         evaluate the test set after every epoch, from fit's epoch-end\n"
+            "                     callback (val_loss, val_accuracy on the epoch's line)\n"
             "  -h, --help         print this help and exit\n"
             "\n"
             "Without the data set the program warns and trains on a generated CIFAR-shaped set.\n"
@@ -220,10 +222,13 @@ args_result args_parse(int argc, char** argv, cli_options* out)
         memcpy(name, arg + 2, name_length);
         name[name_length] = '\0';
 
-        if (strcmp(name, "compare") == 0) {
+        if (strcmp(name, "compare") == 0 || strcmp(name, "validate") == 0) {
             if (equals != NULL)
                 return usage_error(program, "option '--%s' takes no value", name);
-            options.compare = 1;
+            if (strcmp(name, "compare") == 0)
+                options.compare = 1;
+            else
+                options.validate = 1;
             continue;
         }
         if (!takes_value(name))

@@ -23,6 +23,7 @@ typedef struct cli_options {
     int threads_given;          /* --threads appeared: pass it on, else keep the library default */
     const char* json_path;      /* --json; NULL = no file */
     int compare;
+    int validate;               /* --validate: evaluate the test set after every epoch */
 } cli_options;
 
 typedef enum args_result {

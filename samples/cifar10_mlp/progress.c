@@ -102,6 +102,9 @@ static void draw_bar(progress* state, int64_t done, int64_t total, float loss, f
         length += snprintf(line + length, sizeof line - (size_t)length, "] - %s", per_step);
     length += snprintf(line + length, sizeof line - (size_t)length, " - loss: %.4f - accuracy: %.4f",
                        (double)loss, (double)accuracy);
+    if (final && state->validated)
+        length += snprintf(line + length, sizeof line - (size_t)length, " - val_loss: %.4f - val_accuracy: %.4f",
+                           (double)state->validation_loss, (double)state->validation_accuracy);
 
     /* Blank what is left of a longer previous line. */
     printf("\r%s%*s", line, state->line_length > length ? state->line_length - length : 0, "");
@@ -182,9 +185,13 @@ int progress_on_epoch_end(int64_t epoch, float loss, float accuracy, void* user_
         /* Logs get compared and parsed: always milliseconds, with enough digits for a GPU. */
         const double ms_per_step = steps > 0 ? elapsed * 1e3 / (double)steps : 0.0;
         printf("Epoch %" PRId64 "/%" PRId64 " - %" PRId64 " step%s - %.2fs - %.*fms/step - loss: %.4f"
-               " - accuracy: %.4f\n",
+               " - accuracy: %.4f",
                state->epochs_done, state->total_epochs, steps, steps == 1 ? "" : "s", elapsed, ms_per_step < 10.0 ? 3 : 1,
                ms_per_step, (double)loss, (double)accuracy);
+        if (state->validated)
+            printf(" - val_loss: %.4f - val_accuracy: %.4f", (double)state->validation_loss,
+                   (double)state->validation_accuracy);
+        printf("\n");
         fflush(stdout);
         state->epoch_start = timer_seconds();
     }

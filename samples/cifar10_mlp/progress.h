@@ -22,6 +22,9 @@ typedef struct progress {
     int line_length;            /* characters of the bar now on screen, to blank a shorter redraw */
     float loss;                 /* last epoch's mean training loss and accuracy */
     float accuracy;
+    int validated;              /* the epoch-end caller set the next two for this epoch's line */
+    float validation_loss;
+    float validation_accuracy;
     double device_seconds;      /* summed mpt_trainer_get_last_epoch_time: GPU time on CUDA */
     int64_t device_steps;       /* the steps those epochs timed */
     int failed;                 /* an mptrain call inside a callback failed; fit was cancelled */

@@ -76,6 +76,7 @@ typedef struct fit_callbacks {
     progress progress; /* first: progress_on_step reads the shared user_data as a progress* */
     float learning_rate_decay;
     float rate_after_first_epoch;
+    mpt_dataset_t* validation_set; /* --validate: evaluated at each epoch's end; NULL: not */
 } fit_callbacks;
 
 static int epoch_end_failed(fit_callbacks* callbacks, mpt_status status, const char* what)
@@ -94,6 +95,17 @@ static int on_epoch_end(int64_t epoch, float loss, float accuracy, void* user_da
     float rate = 0.0f;
     mpt_status status;
 
+    if (callbacks->validation_set != NULL) {
+        /* Allowed here (not from the progress callback): fit waits between epochs with nothing
+         * queued. The epoch's clock does not count it. */
+        const double start = timer_seconds();
+        status = mpt_trainer_evaluate(trainer, callbacks->validation_set, 0, &callbacks->progress.validation_loss,
+                                      &callbacks->progress.validation_accuracy);
+        if (status != MPT_STATUS_OK)
+            return epoch_end_failed(callbacks, status, "evaluating the test set at the end of an epoch");
+        callbacks->progress.validated = 1;
+        callbacks->progress.epoch_start += timer_seconds() - start;
+    }
     if (progress_on_epoch_end(epoch, loss, accuracy, &callbacks->progress) != 0)
         return 1;
     if (callbacks->learning_rate_decay != 1.0f) {
@@ -199,6 +211,7 @@ int run_training(const cli_options* options, mpt_precision precision, const data
     progress_init(progress_state, trainer, options->epochs, progress_stdout_is_terminal());
     callbacks.learning_rate_decay = options->learning_rate_decay;
     callbacks.rate_after_first_epoch = 0.0f;
+    callbacks.validation_set = options->validate ? test_set : NULL;
     CHECK_MPT(mpt_trainer_set_callbacks(trainer, progress_state->interactive ? progress_on_step : NULL,
                                         on_epoch_end, &callbacks),
               "setting the progress callbacks");

@@ -78,6 +78,15 @@ for name in cosine linear warmup; do
     loss=$(json_value "$name" train_loss)
     [ -n "$loss" ] && [ "$loss" != "$constant_loss" ] || fail "run '$name' trained the constant run's loss $constant_loss"
 done
+# --validate evaluates the test set after each epoch from the epoch-end callback: a line's val_loss,
+# the last one the final test loss, and the run otherwise the constant one, loss for loss.
+run validated --validate
+[ "$(grep -c ' - val_loss: ' "$work/validated.out")" = 2 ] || fail "--validate did not report both epochs"
+last_val=$(sed -n 's/.* - val_loss: \([0-9.]*\) - val_accuracy: \([0-9.]*\)$/\1 \2/p' "$work/validated.out" | tail -1)
+test_line=$(sed -n 's/^test: loss \([0-9.]*\) - accuracy \([0-9.]*\) .*/\1 \2/p' "$work/validated.out")
+[ -n "$last_val" ] && [ "$last_val" = "$test_line" ] || fail "the last val_loss/accuracy '$last_val' is not the test's '$test_line'"
+[ "$(json_value validated train_loss)" = "$constant_loss" ] || fail "--validate changed the training loss"
+[ "$(json_value validated validate)" = true ] || fail "--validate is not in the JSON"
 # The same flags train the same run.
 run cosine_again --lr-schedule cosine --warmup 4
 [ "$(json_value cosine_again train_loss)" = "$(json_value cosine train_loss)" ] || fail "the cosine run does not repeat"
