@@ -418,6 +418,44 @@ TEST_CASE("a callback may replace the callbacks: the running one stays alive and
     CHECK(later_epoch_ends == 1);
 }
 
+TEST_CASE("an epoch-end callback may evaluate a validation set: the numbers of evaluations between one-epoch fits") {
+    struct Run {
+        mptrain::Context context = cpu_context(17);  // one seed: the same initial weights and shuffles
+        mptrain::Model model = mlp(context);
+        mptrain::Trainer trainer{model, adam()};
+        mptrain::Dataset training = blobs(context, 160, 61);  // 10 steps of 16
+        mptrain::Dataset validation = blobs(context, 70, 62);
+    };
+    Run validated;
+    std::vector<mptrain::Evaluation> during_fit;
+    std::optional<mpt_status> from_progress;
+    validated.trainer.set_callbacks(
+        [&](const mptrain::Progress& progress) {
+            if (progress.step == 2 && !from_progress)
+                from_progress = status_of([&] { validated.trainer.evaluate(validated.validation); });
+            return false;
+        },
+        [&](int64_t, float, float) {
+            during_fit.push_back(validated.trainer.evaluate(validated.validation));
+            return false;
+        });
+    validated.trainer.fit(validated.training, 3, 16);
+    CHECK(validated.trainer.progress() == std::pair<int64_t, int64_t>{30, 3});
+    REQUIRE(from_progress.has_value());
+    CHECK(*from_progress == MPT_STATUS_INVALID_STATE);  // mid-epoch: refused by the library
+    REQUIRE(during_fit.size() == 3);
+
+    Run between;
+    for (size_t epoch = 0; epoch < 3; ++epoch) {
+        CAPTURE(epoch);
+        between.trainer.fit(between.training, 1, 16);
+        const mptrain::Evaluation evaluation = between.trainer.evaluate(between.validation);
+        CHECK(bits_of({evaluation.loss, evaluation.accuracy}) ==
+              bits_of({during_fit[epoch].loss, during_fit[epoch].accuracy}));
+    }
+    CHECK(during_fit[2].loss < during_fit[0].loss);
+}
+
 TEST_CASE("a trainer destroyed by its own callback stops fit, which throws CANCELLED") {
     auto context = cpu_context();
     auto model = mlp(context);

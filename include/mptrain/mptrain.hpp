@@ -489,7 +489,10 @@ public:
 
     /** Either callback may be empty. They run on the thread that calls fit(). A callback may call
      *  set_callbacks (the new ones apply from the next call) or destroy this Trainer (fit then throws
-     *  Error with MPT_STATUS_CANCELLED), as the C API allows. */
+     *  Error with MPT_STATUS_CANCELLED), as the C API allows. The epoch-end callback may call
+     *  evaluate() on this Trainer (validation each epoch: the numbers of an evaluate() between
+     *  one-epoch fits, and fit's run goes on unchanged); from the progress callback evaluate(), and
+     *  from either fit(), step() and predict(), throw Error with MPT_STATUS_INVALID_STATE. */
     void set_callbacks(ProgressCallback progress, EpochEndCallback epoch_end = {}) {
         Callbacks& callbacks = *checked_callbacks();
         auto functions = std::make_shared<const Callbacks::Functions>(

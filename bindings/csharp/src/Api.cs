@@ -726,7 +726,12 @@ namespace Mptrain
         }
 
         /// <summary>Callbacks of Fit (either may be null). An exception thrown by one stops training
-        /// and is rethrown by Fit.</summary>
+        /// and is rethrown by Fit. They run on Fit's thread, which may call back into this trainer:
+        /// Evaluate runs from the epoch-end callback (validation each epoch: the numbers of an Evaluate
+        /// between one-epoch fits, and Fit's run goes on unchanged), on a data set of this trainer's
+        /// context (one of another throws InvalidArgument); the library refuses it from the progress
+        /// callback, and Fit, Step and Predict from either, with Status.InvalidState. LearningRate may
+        /// be read and set from both, and SaveCheckpoint called.</summary>
         public void SetCallbacks(Action<StepProgress> progress, Action<EpochProgress> epochEnd = null)
         {
             using (Family.Enter())
@@ -742,13 +747,22 @@ namespace Mptrain
 
         private bool InOwnCallback { get { return fittingThread == Environment.CurrentManagedThreadId; } }
 
-        // The C library refuses these calls from the trainer's own callbacks too, but the refusal must
+        // The C library refuses Fit and Step from the trainer's own callbacks too, but the refusal must
         // come before LockBoth: the fit holds its families' locks, and taking another family's lock
-        // from the callback could break the Id order. Other threads just wait for the lock.
-        private DatasetHandle Use(Dataset dataset, string call)
+        // from the callback could break the Id order. Evaluate is the library's to allow (from the
+        // epoch-end callback) or refuse, on a data set of the fit's own family, whose (re-entrant) lock
+        // this thread holds; one of another family is refused here, as the library would refuse it.
+        // Other threads just wait for the lock.
+        private DatasetHandle Use(Dataset dataset, string call, bool libraryDecides = false)
         {
             NotNull(dataset, "dataset");
-            if (InOwnCallback) throw new MptException(Status.InvalidState, call + " cannot be called from this trainer's callbacks");
+            if (InOwnCallback)
+            {
+                if (!libraryDecides)
+                    throw new MptException(Status.InvalidState, call + " cannot be called from this trainer's callbacks");
+                if (!ReferenceEquals(dataset.Family, Family))
+                    throw new MptException(Status.InvalidArgument, "the dataset was created on another context than the trainer");
+            }
             return dataset.Live;
         }
 
@@ -762,9 +776,9 @@ namespace Mptrain
             return b;
         }
 
-        private T WithDataset<T>(Dataset dataset, string name, Func<DatasetHandle, T> call)
+        private T WithDataset<T>(Dataset dataset, string name, Func<DatasetHandle, T> call, bool libraryDecides = false)
         {
-            DatasetHandle data = Use(dataset, name);
+            DatasetHandle data = Use(dataset, name, libraryDecides);
             Family second;
             Family first = LockBoth(dataset, out second);
             using (first.Enter())
@@ -810,6 +824,8 @@ namespace Mptrain
             });
         }
 
+        /// <summary>Mean loss and accuracy over the data set, in the trainer's precision (batchSize 0: the
+        /// last training batch size, or 256). Also from Fit's epoch-end callback (see SetCallbacks).</summary>
         public Evaluation Evaluate(Dataset dataset, long batchSize = 0)
         {
             TrainerHandle live = Live;
@@ -818,7 +834,7 @@ namespace Mptrain
                 float loss, accuracy;
                 MptException.Check(Native.mpt_trainer_evaluate(live, data, batchSize, out loss, out accuracy));
                 return new Evaluation { Loss = loss, Accuracy = accuracy };
-            });
+            }, libraryDecides: true);
         }
 
         /// <summary>Outputs of the last layer for whole rows of inputs, in the trainer's precision.</summary>

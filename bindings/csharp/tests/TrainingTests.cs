@@ -317,6 +317,7 @@ namespace Mptrain.Tests
             {
                 var inCallback = new ManualResetEventSlim();
                 var refusals = new Dictionary<string, string>();
+                Status? evaluateFromProgress = null; // refused by the library itself (TheEpochEndCallbackMayEvaluate...)
                 trainer.SetCallbacks(p =>
                 {
                     if (inCallback.IsSet) return;
@@ -324,13 +325,14 @@ namespace Mptrain.Tests
                     {
                         { "Fit", () => trainer.Fit(data, 1, 30) },
                         { "Step", () => trainer.Step(data, 0, 30) },
-                        { "Evaluate", () => trainer.Evaluate(data) },
                     };
                     foreach (var call in calls)
                     {
                         try { call.Value(); refusals[call.Key] = "nothing thrown"; }
                         catch (MptException error) { refusals[call.Key] = error.Message; }
                     }
+                    try { trainer.Evaluate(data); evaluateFromProgress = Status.Ok; }
+                    catch (MptException error) { evaluateFromProgress = error.Status; }
                     inCallback.Set();
                     Thread.Sleep(300); // the other thread's calls below arrive while this fit holds the lock
                 });
@@ -346,8 +348,68 @@ namespace Mptrain.Tests
                 foreach (var refusal in refusals)
                     Assert.True(refusal.Value.StartsWith("MPT_STATUS_INVALID_STATE: ") && refusal.Value.Contains(refusal.Key),
                                 refusal.Key + " from the trainer's own callback: " + refusal.Value);
-                Assert.Equal(3, refusals.Count, "refusals");
+                Assert.Equal(2, refusals.Count, "refusals");
+                Assert.Equal((Status?)Status.InvalidState, evaluateFromProgress, "Evaluate from the progress callback");
             }
+        }
+
+        [Test]
+        public static void TheEpochEndCallbackMayEvaluateAValidationSetAsBetweenOneEpochFits()
+        {
+            float[] x, heldX; int[] y, heldY;
+            Data.Blobs(160, 31, out x, out y); // 10 steps of 16
+            Data.Blobs(70, 32, out heldX, out heldY);
+            var duringFit = new List<Evaluation>();
+            Status? fromProgress = null, foreign = null;
+            // One seed: the same initial weights and shuffles.
+            using (Context ctx = Data.CpuContext(17))
+            using (Model model = Data.Mlp(ctx))
+            using (Dataset training = Dataset.FromF32(ctx, x, Data.Features, y, Data.Classes))
+            using (Dataset validation = Dataset.FromF32(ctx, heldX, Data.Features, heldY, Data.Classes))
+            using (Context other = Data.CpuContext(17))
+            using (Dataset stranger = Dataset.FromF32(other, heldX, Data.Features, heldY, Data.Classes))
+            using (var trainer = new Trainer(model, Adam))
+            {
+                trainer.SetCallbacks(
+                    p =>
+                    {
+                        if (p.Step != 2 || fromProgress.HasValue) return;
+                        try { trainer.Evaluate(validation); fromProgress = Status.Ok; }
+                        catch (MptException error) { fromProgress = error.Status; }
+                    },
+                    e =>
+                    {
+                        duringFit.Add(trainer.Evaluate(validation));
+                        if (foreign.HasValue) return;
+                        try { trainer.Evaluate(stranger); foreign = Status.Ok; }
+                        catch (MptException error) { foreign = error.Status; }
+                    });
+                trainer.Fit(training, 3, 16);
+                Assert.Equal(30L, trainer.Progress.Steps, "steps");
+                Assert.Equal(3L, trainer.Progress.Epochs, "epochs");
+            }
+            Assert.Equal((Status?)Status.InvalidState, fromProgress, "Evaluate from the progress callback (steps in flight)");
+            Assert.Equal((Status?)Status.InvalidArgument, foreign, "Evaluate of another context's data set");
+            Assert.Equal(3, duringFit.Count, "evaluations from the epoch-end callback");
+
+            using (Context ctx = Data.CpuContext(17))
+            using (Model model = Data.Mlp(ctx))
+            using (Dataset training = Dataset.FromF32(ctx, x, Data.Features, y, Data.Classes))
+            using (Dataset validation = Dataset.FromF32(ctx, heldX, Data.Features, heldY, Data.Classes))
+            using (var trainer = new Trainer(model, Adam))
+            {
+                for (int epoch = 0; epoch < 3; epoch++)
+                {
+                    trainer.Fit(training, 1, 16);
+                    Evaluation between = trainer.Evaluate(validation);
+                    // Bit for bit on the CPU.
+                    Assert.Equal(BitConverter.SingleToInt32Bits(between.Loss), BitConverter.SingleToInt32Bits(duringFit[epoch].Loss),
+                                 "loss bits after epoch " + epoch + " (" + between.Loss + " between fits, " + duringFit[epoch].Loss + " during fit)");
+                    Assert.Equal(BitConverter.SingleToInt32Bits(between.Accuracy), BitConverter.SingleToInt32Bits(duringFit[epoch].Accuracy),
+                                 "accuracy bits after epoch " + epoch);
+                }
+            }
+            Assert.True(duringFit[2].Loss < duringFit[0].Loss, "the validation loss falls");
         }
 
         // Trainers left to the finalizer, each holding an arena in the context's memory; a method of its

@@ -887,7 +887,13 @@ class Trainer(_Handle):
         """progress(epoch, step, steps_per_epoch, loss, accuracy) after each step of fit, and
         epoch_end(epoch, loss, accuracy) after each epoch (running means). Return True to stop training
         (fit then raises Error with Status.CANCELLED); an exception raised by a callback stops training
-        and is re-raised by fit."""
+        and is re-raised by fit.
+
+        From these callbacks, this trainer's evaluate runs in epoch_end: validation each epoch (the
+        numbers of an evaluate between one-epoch fits, and fit's run goes on unchanged), on a data set
+        of this trainer's context (one of another is refused with Status.INVALID_ARGUMENT). The library
+        refuses it in progress, and fit, step and predict in either, with Status.INVALID_STATE. The
+        learning rate may be read and set in both, and a checkpoint saved."""
         for name, function in (("progress", progress), ("epoch_end", epoch_end)):
             if function is not None and not callable(function):
                 raise TypeError("%s must be callable or None" % name)
@@ -910,12 +916,16 @@ class Trainer(_Handle):
         self._callbacks = (progress_c, epoch_end_c)
 
     def _refuse_reentry(self):
-        """Refuses fit, step, evaluate and predict from this trainer's own callbacks, which run on the
-        thread of fit (the library refuses them too, but a nested fit would first clobber the state of
-        the running one). Another thread is not refused: it waits for the lock, as the module promises."""
-        if self._fitting_thread == threading.get_ident():
+        """Refuses fit, step and predict from this trainer's own callbacks, which run on the thread of
+        fit (the library refuses them too, but a nested fit would first clobber the state of the running
+        one). Another thread is not refused: it waits for the lock, as the module promises. evaluate is
+        left to the library, which runs it from the epoch-end callback (see set_callbacks)."""
+        if self._in_own_callback():
             raise Error(Status.INVALID_STATE,
-                        "fit, step, evaluate and predict cannot be called from this trainer's callbacks")
+                        "fit, step and predict cannot be called from this trainer's callbacks")
+
+    def _in_own_callback(self):
+        return self._fitting_thread == threading.get_ident()
 
     @staticmethod
     def _dataset(dataset):
@@ -951,10 +961,15 @@ class Trainer(_Handle):
         return loss.value
 
     def evaluate(self, dataset, batch_size=0):
-        """Mean loss and accuracy over the dataset, in the trainer's precision."""
-        self._refuse_reentry()
+        """Mean loss and accuracy over the dataset, in the trainer's precision (batch_size 0: the last
+        training batch size, or 256). Also from fit's epoch-end callback (see set_callbacks)."""
         pointer = self._dataset(dataset)
         batch_size = _integer(batch_size, "batch_size", ctypes.c_int64)
+        if self._in_own_callback() and dataset._family is not self._family:
+            # fit holds its context's lock: taking another's here, out of _Locked's order, could
+            # deadlock with a thread that holds that one and waits for ours. The library refuses such
+            # a data set anyway.
+            raise Error(Status.INVALID_ARGUMENT, "the dataset was created on another context than the trainer")
         loss, accuracy = ctypes.c_float(), ctypes.c_float()
         with _Locked(self._family, dataset._family):
             _check(_lib().mpt_trainer_evaluate(self._get(), pointer, batch_size, ctypes.byref(loss),

@@ -244,6 +244,51 @@ def test_an_exception_in_a_callback_stops_fit_and_is_raised(ctx, model, blobs):
     assert caught.value.status == mptrain.Status.INVALID_STATE
 
 
+def test_the_epoch_end_callback_may_evaluate_a_validation_set_as_between_one_epoch_fits():
+    train, held_out = make_blobs(rows=160, seed=31), make_blobs(rows=70, seed=32)
+
+    def run():  # one seed: the same initial weights and shuffles
+        ctx = mptrain.Context(backend="cpu", threads=1, seed=17)
+        model = mptrain.Model(ctx, FEATURES).add_dense(16, "relu").add_dense(CLASSES, "softmax")
+        return (mptrain.Trainer(model, optimizer="adam", learning_rate=0.01),
+                mptrain.Dataset.from_f32(ctx, *train, CLASSES), mptrain.Dataset.from_f32(ctx, *held_out, CLASSES))
+
+    trainer, training, validation = run()
+    stranger = mptrain.Dataset.from_f32(mptrain.Context(backend="cpu", threads=1), *held_out, CLASSES)
+    during_fit, refused = [], {}
+
+    def on_progress(epoch, step, steps, loss, accuracy):
+        if step == 2 and "progress" not in refused:
+            with pytest.raises(mptrain.Error) as caught:
+                trainer.evaluate(validation)
+            refused["progress"] = caught.value
+
+    def on_epoch_end(epoch, loss, accuracy):
+        during_fit.append(trainer.evaluate(validation))
+        if "stranger" not in refused:
+            with pytest.raises(mptrain.Error) as caught:
+                trainer.evaluate(stranger)
+            refused["stranger"] = caught.value
+
+    trainer.set_callbacks(progress=on_progress, epoch_end=on_epoch_end)
+    trainer.fit(training, epochs=3, batch_size=16)
+    assert (trainer.progress.steps, trainer.progress.epochs) == (30, 3)
+    # Mid-epoch steps are in flight: the library's refusal (not the binding's).
+    assert refused["progress"].status == mptrain.Status.INVALID_STATE, refused
+    assert "cannot be called from this trainer's callbacks" not in refused["progress"].message
+    assert refused["stranger"].status == mptrain.Status.INVALID_ARGUMENT, refused
+    assert len(during_fit) == 3
+
+    between, training, validation = run()
+    for epoch in range(3):
+        between.fit(training, epochs=1, batch_size=16)
+        evaluation = between.evaluate(validation)
+        # Bit for bit on the CPU (floats from C, compared as they came).
+        assert (evaluation.loss, evaluation.accuracy) == (during_fit[epoch].loss, during_fit[epoch].accuracy), \
+            (epoch, evaluation, during_fit[epoch])
+    assert during_fit[2].loss < during_fit[0].loss, during_fit
+
+
 def test_callbacks_may_read_the_model_during_fit(ctx, model, blobs):
     samples, labels = blobs
     data = mptrain.Dataset.from_f32(ctx, samples, labels, CLASSES)

@@ -1466,6 +1466,8 @@ type EpochEndCallback = Box<dyn FnMut(&EpochEnd, &mut FitControl<'_>) -> Control
 /// [`Trainer::on_epoch_end_with`] may change it between two steps. It lives for one call only.
 pub struct FitControl<'call> {
     trainer: NonNull<sys::mpt_trainer_t>,
+    /// The trainer's family, whose lock `fit`'s thread (this one) holds for the whole call.
+    family: &'call Family,
     _call: PhantomData<&'call mut ()>,
 }
 
@@ -1490,12 +1492,52 @@ impl FitControl<'_> {
         check(unsafe { sys::mpt_trainer_get_scheduled_learning_rate(self.trainer.as_ptr(), &mut out) })?;
         Ok(out)
     }
+
+    /// Mean loss and accuracy over `dataset`, as [`Trainer::evaluate`] (batch_size 0: fit's): the
+    /// validation of each epoch, for early stopping (return `Break`) or a schedule of your own.
+    ///
+    /// From the epoch-end closure ([`Trainer::on_epoch_end_with`]) it runs: `fit` is between two
+    /// epochs there with nothing queued, and the run goes on as it would have (weights, the epoch's
+    /// means, row order, the shuffles to come); the numbers are those of a [`Trainer::evaluate`]
+    /// between two `fit` calls of one epoch each. A batch above fit's plans the step buffers again
+    /// (on a GPU fit's next steps lose their CUDA graphs until captured again). From the progress
+    /// closure ([`Trainer::on_progress_with`]) steps are in flight and the library refuses it with
+    /// [`Status::InvalidState`].
+    ///
+    /// `dataset` (which the `'static` closure owns, or reaches through an `Arc<Mutex<Dataset>>`) must
+    /// come from the trainer's context; one of another context is refused with
+    /// [`Status::InvalidArgument`], as the library refuses it, without taking that context's lock
+    /// (taken inside `fit`, out of the crate's lock order, it could deadlock with another thread).
+    pub fn evaluate(&mut self, dataset: &Dataset, batch_size: i64) -> Result<Evaluation> {
+        if !ptr::eq(Arc::as_ptr(&dataset.family), self.family) {
+            return Err(Error::new(
+                Status::InvalidArgument,
+                "the dataset was created on another context than the trainer",
+            ));
+        }
+        // The same family as the trainer: this thread holds its lock through `fit`. Entering it again
+        // only keeps the rule of every call (refused inside the log callback).
+        let _lock = self.family.enter()?;
+        let (mut loss, mut accuracy) = (0.0f32, 0.0f32);
+        check(unsafe {
+            sys::mpt_trainer_evaluate(
+                self.trainer.as_ptr(),
+                dataset.raw.as_ptr(),
+                batch_size,
+                &mut loss,
+                &mut accuracy,
+            )
+        })?;
+        Ok(Evaluation { loss, accuracy })
+    }
 }
 
 /// The closures given to C as user_data, with their trainer. Heap-allocated once per trainer (a
 /// stable address), freed after the C trainer is destroyed.
 struct Callbacks {
     trainer: NonNull<sys::mpt_trainer_t>,
+    /// The trainer's family (its `Arc` outlives every call of `fit`, the only caller of these).
+    family: NonNull<Family>,
     progress: Option<ProgressCallback>,
     epoch_end: Option<EpochEndCallback>,
     panic: Option<Box<dyn Any + Send>>,
@@ -1513,6 +1555,8 @@ impl Callbacks {
         }
         let mut control = FitControl {
             trainer: self.trainer,
+            // SAFETY: fit runs with `&mut Trainer`, whose Arc keeps the family alive.
+            family: unsafe { self.family.as_ref() },
             _call: PhantomData,
         };
         match panic::catch_unwind(AssertUnwindSafe(|| call(self, &mut control))) {
@@ -1591,6 +1635,7 @@ impl Trainer {
         let raw = NonNull::new(raw).expect("mpt_trainer_create returned NULL");
         let callbacks = NonNull::from(Box::leak(Box::new(Callbacks {
             trainer: raw,
+            family: NonNull::from(&*model.family),
             progress: None,
             epoch_end: None,
             panic: None,
@@ -1660,7 +1705,7 @@ impl Trainer {
     }
 
     /// As [`Trainer::on_epoch_end`], with the running trainer to change before the next epoch (a
-    /// learning-rate schedule, say).
+    /// learning-rate schedule, say) or to validate ([`FitControl::evaluate`], which runs only here).
     pub fn on_epoch_end_with(
         &mut self,
         callback: impl FnMut(&EpochEnd, &mut FitControl<'_>) -> ControlFlow<()> + Send + 'static,

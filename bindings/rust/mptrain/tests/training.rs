@@ -454,3 +454,87 @@ fn the_log_callback_cannot_call_back_into_its_own_context() {
     let data = reachable.lock().unwrap().take().unwrap();
     trainer.fit(&data, 1, 10, true).unwrap();
 }
+
+#[test]
+fn the_epoch_end_closure_may_evaluate_a_validation_set_as_between_one_epoch_fits() {
+    let (x, y) = blobs(160, 31);
+    let (held_x, held_y) = blobs(70, 32);
+    // Two contexts of one seed: the same initial weights and shuffles.
+    let open = || {
+        let ctx = context();
+        let model = mlp(&ctx);
+        let trainer = Trainer::new(&model, &adam()).unwrap();
+        let training = Dataset::from_f32(&ctx, &x, FEATURES, &y, CLASSES, true).unwrap();
+        let validation =
+            Dataset::from_f32(&ctx, &held_x, FEATURES, &held_y, CLASSES, true).unwrap();
+        (trainer, training, validation)
+    };
+
+    let (mut validated, training, validation) = open();
+    let validation = Arc::new(Mutex::new(validation));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let from_progress = Arc::new(Mutex::new(None));
+    let foreign = Arc::new(Mutex::new(None));
+    {
+        let (at_epoch_end, seen) = (validation.clone(), seen.clone());
+        let stranger = {
+            let other = context();
+            Dataset::from_f32(&other, &held_x, FEATURES, &held_y, CLASSES, true).unwrap()
+        };
+        let foreign = foreign.clone();
+        validated
+            .on_epoch_end_with(move |end, control| {
+                let evaluation = control.evaluate(&at_epoch_end.lock().unwrap(), 0).unwrap();
+                seen.lock().unwrap().push((end.epoch, evaluation));
+                foreign
+                    .lock()
+                    .unwrap()
+                    .get_or_insert_with(|| control.evaluate(&stranger, 0));
+                ControlFlow::Continue(())
+            })
+            .unwrap();
+        let (validation, from_progress) = (validation.clone(), from_progress.clone());
+        validated
+            .on_progress_with(move |progress, control| {
+                if progress.step == 2 {
+                    from_progress
+                        .lock()
+                        .unwrap()
+                        .get_or_insert_with(|| control.evaluate(&validation.lock().unwrap(), 0));
+                }
+                ControlFlow::Continue(())
+            })
+            .unwrap();
+    }
+    validated.fit(&training, 3, 16, true).unwrap();
+    assert_eq!(
+        validated.progress().unwrap(),
+        TrainingProgress {
+            steps: 30,
+            epochs: 3
+        }
+    );
+    // Mid-epoch steps are in flight: the library's refusal.
+    let error = from_progress.lock().unwrap().take().unwrap().unwrap_err();
+    assert_eq!(error.status, Status::InvalidState, "{error}");
+    let error = foreign.lock().unwrap().take().unwrap().unwrap_err();
+    assert_eq!(error.status, Status::InvalidArgument, "{error}");
+
+    let seen = seen.lock().unwrap();
+    assert_eq!(
+        seen.iter().map(|(epoch, _)| *epoch).collect::<Vec<_>>(),
+        vec![0, 1, 2]
+    );
+    let (mut between, training, validation) = open();
+    for (epoch, (_, during_fit)) in seen.iter().enumerate() {
+        between.fit(&training, 1, 16, true).unwrap();
+        let evaluation = between.evaluate(&validation, 0).unwrap();
+        // Bit for bit on the CPU.
+        assert_eq!(
+            (evaluation.loss.to_bits(), evaluation.accuracy.to_bits()),
+            (during_fit.loss.to_bits(), during_fit.accuracy.to_bits()),
+            "epoch {epoch}: {evaluation:?} between fits, {during_fit:?} during fit"
+        );
+    }
+    assert!(seen[2].1.loss < seen[0].1.loss, "{seen:?}");
+}
