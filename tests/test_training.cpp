@@ -2148,3 +2148,72 @@ TEST_CASE("an epoch-end callback may evaluate a validation set: the numbers of a
         }
     }
 }
+
+namespace {
+
+struct FailingValidation {
+    mpt_trainer_t* trainer;
+    mpt_dataset_t* validation;
+    std::vector<mpt_status> statuses;
+    std::vector<float> epoch_losses;
+};
+
+int validate_beyond_the_budget(int64_t, float loss, float, void* user_data) {
+    auto* v = static_cast<FailingValidation*>(user_data);
+    v->epoch_losses.push_back(loss);
+    if (v->validation) v->statuses.push_back(mpt_trainer_evaluate(v->trainer, v->validation, 2048, nullptr, nullptr));
+    return 0;
+}
+
+}  // namespace
+
+// An evaluation whose larger batch does not fit the memory budget fails inside the callback (its
+// step buffers given back for the larger plan), and fit plans its own again for the next epoch.
+TEST_CASE("an epoch-end evaluation that runs out of memory fails alone: fit's next epochs train as without it") {
+    const Task train = make_blobs(256, 64, 4, 1.0, 0.8, 41), held_out = make_blobs(2048, 64, 4, 1.0, 0.8, 42);
+    const std::vector<LayerSpec> specs = {{48, MPT_ACTIVATION_RELU}, {4, MPT_ACTIVATION_SOFTMAX}};
+    TrainerSetup setup;
+    size_t budget = 0;
+    {  // what fit and an evaluation at fit's batch take, both data sets included
+        mpt_context_t* context = mpt_test::create_context(MPT_BACKEND_CPU, 5);
+        mpt_model_t* model = new_model(context, 64, specs);
+        mpt_trainer_t* trainer = new_trainer(model, setup);
+        mpt_dataset_t* training = labels_dataset(context, train);
+        mpt_dataset_t* validation = labels_dataset(context, held_out);
+        REQUIRE_OK(mpt_trainer_fit(trainer, training, 1, 16, 1));
+        REQUIRE_OK(mpt_trainer_evaluate(trainer, validation, 16, nullptr, nullptr));
+        REQUIRE_OK(mpt_context_get_memory(context, nullptr, &budget));
+        budget += 4096;
+        mpt_dataset_destroy(validation);
+        mpt_dataset_destroy(training);
+        mpt_trainer_destroy(trainer);
+        mpt_model_destroy(model);
+        mpt_context_destroy(context);
+    }
+    std::vector<std::vector<float>> weights;
+    std::vector<std::vector<float>> epoch_losses;
+    for (bool evaluating : {true, false}) {
+        CAPTURE(evaluating);
+        mpt_context_t* context = mpt_test::create_context(MPT_BACKEND_CPU, 5, budget);
+        mpt_model_t* model = new_model(context, 64, specs);
+        mpt_trainer_t* trainer = new_trainer(model, setup);
+        mpt_dataset_t* training = labels_dataset(context, train);
+        mpt_dataset_t* validation = labels_dataset(context, held_out);
+        FailingValidation v{trainer, evaluating ? validation : nullptr, {}, {}};
+        REQUIRE_OK(mpt_trainer_set_callbacks(trainer, nullptr, validate_beyond_the_budget, &v));
+        REQUIRE_OK(mpt_trainer_fit(trainer, training, 3, 16, 1));
+        if (evaluating) {
+            REQUIRE(v.statuses.size() == 3);
+            for (mpt_status status : v.statuses) CHECK(status == MPT_STATUS_OUT_OF_MEMORY);
+        }
+        weights.push_back(flat_weights(model, 64, specs));
+        epoch_losses.push_back(v.epoch_losses);
+        mpt_dataset_destroy(validation);
+        mpt_dataset_destroy(training);
+        mpt_trainer_destroy(trainer);
+        mpt_model_destroy(model);
+        mpt_context_destroy(context);
+    }
+    CHECK(epoch_losses[0] == epoch_losses[1]);
+    CHECK(weights[0] == weights[1]);
+}

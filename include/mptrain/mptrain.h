@@ -414,7 +414,9 @@ MPT_API void mpt_trainer_destroy(mpt_trainer_t* trainer);
  *     validation each epoch, for early stopping or a schedule of the caller's own. It leaves fit's
  *     run as it was (weights, metrics, row order, the shuffle to come) and is not counted in the
  *     epoch's time; a batch size above fit's (0 takes fit's) plans the step buffers again, which on
- *     a GPU costs fit's next steps their CUDA graphs until captured again;
+ *     a GPU costs fit's next steps their CUDA graphs until captured again (should that plan not fit
+ *     the memory budget, evaluate returns MPT_STATUS_OUT_OF_MEMORY and fit's next epoch plans its own
+ *     buffers again);
  *   - mpt_trainer_save_checkpoint saves the run as of the steps issued so far (on a GPU possibly a
  *     few steps past the one reported), as an automatic checkpoint would;
  *   - mpt_trainer_destroy stops fit (it returns MPT_STATUS_CANCELLED) and the trainer is freed as

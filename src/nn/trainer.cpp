@@ -279,6 +279,10 @@ void Trainer::fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bo
                 if (!started) generator = before;
             }
         } undo_draw{shuffle_rng_, shuffle_rng_};
+        // An evaluation from the last epoch-end callback may have planned the step buffers again, or
+        // (out of memory for its larger batch) left none: plan for fit's batch before this epoch's
+        // first gather. Nothing when the plan fits, as it does but after such an evaluation.
+        executor_.reserve_rows(batch_rows);
         if (resume) {
             if (!restored_order_.empty()) {
                 reserve_order(epoch_order_, rows);
