@@ -47,15 +47,20 @@ int call_host(Callback callback, const char* which, Args... args) {
     }
 }
 
+// Sets a flag for its own lifetime: while a callback runs, also when it throws.
+struct RaisedWhileAlive {
+    bool& flag;
+    explicit RaisedWhileAlive(bool& raised) : flag(raised) { flag = true; }
+    ~RaisedWhileAlive() { flag = false; }
+    RaisedWhileAlive(const RaisedWhileAlive&) = delete;
+    RaisedWhileAlive& operator=(const RaisedWhileAlive&) = delete;
+};
+
 }  // namespace
 
 template <typename Callback, typename... Args>
 bool Trainer::callback_stops_fit(Callback callback, const char* which, Args... args) {
-    struct InCallback {
-        bool& flag;
-        explicit InCallback(bool& f) : flag(f) { flag = true; }
-        ~InCallback() { flag = false; }
-    } in_callback(in_callback_);
+    const RaisedWhileAlive in_callback(in_callback_);
     return call_host(callback, which, args...) != 0;
 }
 
@@ -361,11 +366,7 @@ void Trainer::fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bo
             const EvaluationResult means = metric_means(metrics, steps * batch_rows);
             bool stop = false;
             try {
-                struct InEpochEnd {
-                    bool& flag;
-                    explicit InEpochEnd(bool& f) : flag(f) { flag = true; }
-                    ~InEpochEnd() { flag = false; }
-                } in_epoch_end(in_epoch_end_callback_);
+                const RaisedWhileAlive in_epoch_end(in_epoch_end_callback_);
                 stop = callbacks_.epoch_end && callback_stops_fit(callbacks_.epoch_end, "epoch-end", epochs_completed_ - 1,
                                                                   means.loss, means.accuracy, callbacks_.user_data);
             } catch (...) {
