@@ -298,7 +298,7 @@ mpt_status mpt_trainer_get_loss_scale(const mpt_trainer_t* trainer, float* scale
 mpt_status mpt_trainer_get_progress(const mpt_trainer_t* trainer, int64_t* steps, int64_t* epochs) {
     MPT_API_BEGIN
     const mpt::Trainer& impl = impl_of(trainer, "trainer");
-    if (steps) *steps = impl.state().steps;
+    if (steps) *steps = impl.steps_taken();
     if (epochs) *epochs = impl.epochs_completed();
     MPT_API_END
 }

@@ -152,11 +152,21 @@ TEST_CASE("a failed allocation anywhere in fit is OUT_OF_MEMORY, and fit called 
     // A fresh trainer: the fit plans its arenas, fills its first epoch order, grows its GEMM scratch.
     constexpr int64_t kEpochs = 2;
     std::vector<float> undisturbed;
+    int64_t undisturbed_steps = 0;
     {
         Run reference(false);
         REQUIRE_OK(mpt_trainer_fit(reference.trainer, reference.dataset, kEpochs, 16, 1));
         undisturbed = weights(reference.model);
+        REQUIRE_OK(mpt_trainer_get_progress(reference.trainer, &undisturbed_steps, nullptr));
+        REQUIRE(undisturbed_steps == kEpochs * (kRows / 16));
     }
+    // The step count (the host's, read without waiting for the device) counts every step that ran
+    // once, failed fits included: a failed step must not count, nor a step run again.
+    auto steps_of = [](const Run& run) {
+        int64_t steps = -1;
+        REQUIRE_OK(mpt_trainer_get_progress(run.trainer, &steps, nullptr));
+        return steps;
+    };
     uint64_t failures = 0;
     for (uint64_t n = 1;; ++n) {
         Run run(false);
@@ -167,6 +177,7 @@ TEST_CASE("a failed allocation anywhere in fit is OUT_OF_MEMORY, and fit called 
         if (!mpt::testing::allocation_failed()) {
             CHECK(status == MPT_STATUS_OK);
             CHECK(same_bits(weights(run.model), undisturbed));
+            CHECK(steps_of(run) == undisturbed_steps);
             MESSAGE((n - 1), " allocations in a first fit; ", failures, " of their failures failed it");
             CHECK(n > 10);
             break;
@@ -182,6 +193,7 @@ TEST_CASE("a failed allocation anywhere in fit is OUT_OF_MEMORY, and fit called 
             REQUIRE_OK(mpt_trainer_fit(run.trainer, run.dataset, kEpochs - epochs, 16, 1));
         }
         CHECK(same_bits(weights(run.model), undisturbed));
+        CHECK(steps_of(run) == undisturbed_steps);
     }
     CHECK(failures > 0);
 }

@@ -1198,3 +1198,46 @@ TEST_CASE("steady-state steps make no device allocation and no host synchronisat
     CHECK(cuda_backend_graph_replays(backend) - replays_before >= 16);
 #endif
 }
+
+TEST_CASE("a progress callback reads the step count and the scheduled rate without waiting for the device") {
+    SKIP_WITHOUT_GPU();
+#if defined(MPTRAIN_WITH_CUDA)
+    auto context = make_context(MPT_BACKEND_CUDA);
+    Backend& backend = context->backend();
+    auto model = make_mlp(context, 100);
+    const SyntheticData data = synthetic_data(192, 100, 3);
+    auto dataset = Dataset::from_u8(context, data.samples.data(), data.rows, data.features, data.labels.data(), 10,
+                                    1.0f / 255.0f, 0.0f);
+    TrainerConfig config;
+    config.precision = MPT_PRECISION_MIXED_BF16;
+    config.optimizer.schedule.kind = LrScheduleKind::cosine;
+    config.optimizer.schedule.decay_steps = 24;
+    config.optimizer.schedule.decay_factor = 0.0f;
+    Trainer trainer(model, config);
+    struct Probe {
+        Trainer* trainer;
+        Scheduler* scheduler;
+        uint64_t syncs_in_reads = 0;
+        int64_t calls = 0;
+        bool counts_ordered = true;
+    } probe{&trainer, &backend.scheduler()};
+    auto on_progress = [](int64_t epoch, int64_t step, int64_t steps_per_epoch, float, float, void* user_data) {
+        Probe& p = *static_cast<Probe*>(user_data);
+        const uint64_t before = p.scheduler->host_sync_count();
+        const int64_t issued = p.trainer->steps_taken();
+        const float rate = p.trainer->scheduled_learning_rate();
+        p.syncs_in_reads += p.scheduler->host_sync_count() - before;
+        // The step reported has run; the count covers it and at most the steps queued behind it.
+        const int64_t reported = epoch * steps_per_epoch + step;
+        p.counts_ordered = p.counts_ordered && issued >= reported && rate >= 0.0f;
+        ++p.calls;
+        return 0;
+    };
+    trainer.set_callbacks(TrainerCallbacks{on_progress, nullptr, &probe});
+    trainer.fit(*dataset, 2, 16, true);
+    CHECK(probe.calls == 24);
+    CHECK(probe.syncs_in_reads == 0);
+    CHECK(probe.counts_ordered);
+    CHECK(trainer.steps_taken() == trainer.state().steps);
+#endif
+}

@@ -479,15 +479,16 @@ MPT_API mpt_status mpt_trainer_set_learning_rate(mpt_trainer_t* trainer, float l
  *  schedule (mpt_trainer_options_set_lr_schedule) it is the rate of the next step. */
 MPT_API mpt_status mpt_trainer_get_learning_rate(const mpt_trainer_t* trainer, float* out);
 /** The rate the next step trains with: the base rate times the schedule's factor at the trainer's
- *  step count (every step issued so far: from a progress callback on a GPU, the rate of the step
- *  after the last one queued, a few steps past the one reported, and the call waits for the device
- *  to finish them). */
+ *  step count (mpt_trainer_get_progress: from a progress callback on a GPU, the rate of the step
+ *  after the last one queued, a few steps past the one reported). Never waits for the device. */
 MPT_API mpt_status mpt_trainer_get_scheduled_learning_rate(const mpt_trainer_t* trainer, float* out);
 /** Loss scaler state: current scale, consecutive finite steps since the last change, and the number
  *  of updates skipped for non-finite gradients. Any pointer may be NULL. */
 MPT_API mpt_status mpt_trainer_get_loss_scale(const mpt_trainer_t* trainer, float* scale,
                                               int64_t* growth_tracker, int64_t* skipped_steps);
-/** Optimizer steps taken (skipped updates included) and completed epochs. */
+/** Optimizer steps taken (skipped updates included) and completed epochs. The steps are those issued
+ *  so far: from a progress callback on a GPU, a few steps past the one reported, counted without
+ *  waiting for the device (so a progress bar may call it every step). */
 MPT_API mpt_status mpt_trainer_get_progress(const mpt_trainer_t* trainer, int64_t* steps, int64_t* epochs);
 /** Writes a training checkpoint to `path` (atomically and durably, in the model file's format):
  *  fp32 master weights, optimizer state, loss-scaler state, the base learning rate, step and epoch

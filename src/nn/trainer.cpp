@@ -99,6 +99,27 @@ private:
 
 }  // namespace
 
+// On a failure inside fit or step (a task raised, a cancel, a non-finite step), takes the step count
+// from the device once the work issued has drained: a step whose task failed was counted on issue
+// but may never have reached its finish_step. Declared before the scope's DrainOnExit, so it runs
+// after it.
+class Trainer::StepCountOnFailure {
+public:
+    explicit StepCountOnFailure(Trainer& trainer) : trainer_(trainer), exceptions_(std::uncaught_exceptions()) {}
+    ~StepCountOnFailure() {
+        if (std::uncaught_exceptions() == exceptions_) return;
+        try {
+            trainer_.steps_taken_ = trainer_.executor_.read_state().steps;
+        } catch (...) {
+            // A device fault: the error being reported says so, and the device count is unreadable.
+        }
+    }
+
+private:
+    Trainer& trainer_;
+    const int exceptions_;
+};
+
 Trainer::Trainer(std::shared_ptr<Model> model, const TrainerConfig& config)
     : model_(std::move(model)),
       config_(config),
@@ -243,6 +264,7 @@ void Trainer::fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bo
     require(epochs >= 0, MPT_STATUS_INVALID_ARGUMENT, "epochs must be >= 0");
     require(batch_size > 0, MPT_STATUS_INVALID_ARGUMENT, "batch_size must be positive");
     check_dataset(dataset);
+    const StepCountOnFailure recount(*this);
     const int64_t rows = dataset.rows();
     const int64_t batch_rows = std::min(batch_size, rows);
     const int64_t steps = rows / batch_rows;  // the last partial batch is dropped
@@ -421,6 +443,7 @@ float Trainer::step(const Dataset& dataset, int64_t first, int64_t batch_size) {
     const int32_t* order = identity_order(dataset.rows());
     executor_.sync_weights();
     Scheduler& scheduler = model_->context()->backend().scheduler();
+    const StepCountOnFailure recount(*this);
     DrainOnExit drain(scheduler);
     gather_tasks_[0] = GatherTask{this, &dataset, dataset.device_view(), order, nullptr, first, batch_size, 0};
     scheduler.submit(Lane::compute, &Trainer::run_gather, &gather_tasks_[0]);
@@ -510,7 +533,7 @@ void Trainer::checkpoint_if_due(bool epoch_ended) {
 // Out of line on purpose: compiled with the core's flags (no floating-point contraction), the factor
 // is the one the CPU backend's steps use, bit for bit, on every target.
 float Trainer::scheduled_learning_rate() const {
-    return mpt::scheduled_learning_rate(executor_.optimizer(), state().steps);
+    return mpt::scheduled_learning_rate(executor_.optimizer(), steps_taken_);
 }
 
 void Trainer::set_learning_rate(float learning_rate) {

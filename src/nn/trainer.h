@@ -88,7 +88,10 @@ public:
     void predict(const float* inputs, int64_t rows, float* outputs);
 
     mpt_precision precision() const { return executor_.policy().precision; }
-    TrainState state() const { return executor_.read_state(); }
+    TrainState state() const { return executor_.read_state(); }  // waits for the device
+    // Steps issued so far, skipped ones included: TrainState::steps once they have run, read without
+    // waiting for the device (from a progress callback on a GPU, a few steps past the one reported).
+    int64_t steps_taken() const { return steps_taken_; }
     int64_t epochs_completed() const { return epochs_completed_; }
     EpochTiming last_epoch_timing() const { return last_epoch_timing_; }
     const Executor& executor() const { return executor_; }
@@ -103,6 +106,7 @@ public:
     void restore(const TrainerSnapshot& snapshot);
 
 private:
+    class StepCountOnFailure;
     struct GatherTask {
         Trainer* trainer;
         const Dataset* dataset;
@@ -157,7 +161,9 @@ private:
     int64_t last_batch_size_ = 0;
     int64_t epochs_completed_ = 0;
     int64_t steps_into_epoch_ = 0;
-    int64_t steps_taken_ = 0;  // host mirror of TrainState::steps
+    // Host mirror of TrainState::steps, counted as steps are issued. A step whose task fails does
+    // not count on the device: fit and step then take the device's count again (StepCountOnFailure).
+    int64_t steps_taken_ = 0;
     bool shuffle_ = false;
     int64_t epoch_rows_ = 0;   // rows of the dataset of the current (or interrupted) epoch
     std::vector<int32_t> restored_order_;  // an interrupted epoch's order from a checkpoint
