@@ -56,8 +56,16 @@ mpt_status mpt_trainer_options_set_precision(mpt_trainer_options_t* options, mpt
 mpt_status mpt_trainer_options_set_loss(mpt_trainer_options_t* options, mpt_loss loss) {
     MPT_API_BEGIN
     require_pointer(options, "options");
-    options->config.loss = static_cast<mpt::LossKind>(mpt::capi::checked_enum(
+    options->config.loss.kind = static_cast<mpt::LossKind>(mpt::capi::checked_enum(
         loss, MPT_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY, MPT_LOSS_MEAN_SQUARED_ERROR, "loss"));
+    MPT_API_END
+}
+
+mpt_status mpt_trainer_options_set_label_smoothing(mpt_trainer_options_t* options, float label_smoothing) {
+    MPT_API_BEGIN
+    require_pointer(options, "options");
+    require_range(label_smoothing, 0.0f, 1.0f, "label_smoothing");
+    options->config.loss.label_smoothing = label_smoothing;
     MPT_API_END
 }
 

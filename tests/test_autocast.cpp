@@ -80,7 +80,7 @@ TEST_CASE("mixed-bf16 forward rounds GEMM inputs and hidden outputs to bf16 and 
 
     TrainerConfig config;
     config.precision = MPT_PRECISION_MIXED_BF16;
-    config.loss = LossKind::mean_squared_error;  // the head reports the linear outputs unchanged
+    config.loss.kind = LossKind::mean_squared_error;  // the head reports the linear outputs unchanged
     Trainer trainer(model, config);
     std::vector<float> got(7 * 5);
     trainer.predict(x.data(), 7, got.data());

@@ -317,7 +317,8 @@ MPT_API mpt_status mpt_dataset_get_features(const mpt_dataset_t* dataset, int64_
  * Trainer options: precision, loss, optimizer, loss scaler
  * ------------------------------------------------------------------------------------------- */
 
-/** Defaults: precision AUTO, loss sparse categorical cross-entropy, SGD with lr 0.01, momentum 0,
+/** Defaults: precision AUTO, loss sparse categorical cross-entropy (no label smoothing), SGD with
+ *  lr 0.01, momentum 0,
  *  Adam betas 0.9/0.999, epsilon 1e-7 (Keras), weight decay 0 (AdamW: 0.004 as Keras),
  *  loss scaling DEFAULT with initial scale 2^15, growth factor 2, backoff 0.5, growth interval
  *  2000, bounds [1, 2^24]. Thread-safe. */
@@ -325,6 +326,16 @@ MPT_API mpt_status mpt_trainer_options_create(mpt_trainer_options_t** out);
 MPT_API void mpt_trainer_options_destroy(mpt_trainer_options_t* options);
 MPT_API mpt_status mpt_trainer_options_set_precision(mpt_trainer_options_t* options, mpt_precision precision);
 MPT_API mpt_status mpt_trainer_options_set_loss(mpt_trainer_options_t* options, mpt_loss loss);
+/** Label smoothing s in [0, 1) for the cross-entropy losses (default 0: none; 1 would train every
+ *  row towards the uniform target, learning nothing). Training then aims at
+ *  t (1 - s) + s / n instead of each target t, with n the number of classes for the categorical
+ *  losses (integer labels as one-hot rows) and 2 for binary cross-entropy: Keras's
+ *  `label_smoothing` and PyTorch's `CrossEntropyLoss(label_smoothing=)`. A confident model is kept
+ *  from pushing its logits without bound. The loss that fit, step and evaluate report is the
+ *  smoothed one (as Keras's is), so it does not reach 0; accuracy still compares with the given
+ *  labels. Mean squared error takes none: mpt_trainer_create refuses a non-zero s with it
+ *  (MPT_STATUS_INVALID_ARGUMENT). Label smoothing is one of the options a checkpoint must match. */
+MPT_API mpt_status mpt_trainer_options_set_label_smoothing(mpt_trainer_options_t* options, float label_smoothing);
 MPT_API mpt_status mpt_trainer_options_set_optimizer(mpt_trainer_options_t* options, mpt_optimizer optimizer);
 MPT_API mpt_status mpt_trainer_options_set_learning_rate(mpt_trainer_options_t* options, float learning_rate);
 /** SGD momentum in [0, 1); `nesterov` non-zero for Nesterov momentum. Keras's formulation:

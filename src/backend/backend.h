@@ -84,6 +84,7 @@ struct LossHeadArgs {
     int64_t classes;           // valid columns
     Activation activation;
     LossKind loss;
+    float label_smoothing;     // s in [0, 1): targets are t (1 - s) + s / n (nn/loss.h); 0 for none
     DType logits_grad_dtype;
 };
 constexpr int kMetricsCount = 4;

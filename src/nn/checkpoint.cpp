@@ -44,8 +44,12 @@ std::string options_json(const Trainer& trainer) {
     const OptimizerConfig& optimizer = config.optimizer;
     const LossScalerConfig& scaler = trainer.executor().scaler_config();
     JsonWriter json;
-    json.begin_object()
-        .key("loss").string(loss_name(config.loss))
+    json.begin_object();
+    // Written only when smoothing, so that files of runs without it are what they were before it
+    // existed, and load into trainers without it as before.
+    if (config.loss.label_smoothing != 0.0f)
+        json.key("label_smoothing").unsigned_integer(float_bits(config.loss.label_smoothing));
+    json.key("loss").string(loss_name(config.loss.kind))
         .key("loss_scaler").begin_object()
             .key("backoff_factor").unsigned_integer(float_bits(scaler.backoff_factor))
             .key("growth_factor").unsigned_integer(float_bits(scaler.growth_factor))
@@ -100,7 +104,7 @@ std::string optimizer_tensor_name(int array, size_t layer, const char* part) {
 bool is_float_option(const std::string& name) {
     static const char* const names[] = {"momentum",      "beta1",         "beta2",     "epsilon",
                                         "weight_decay",  "initial_scale", "growth_factor", "backoff_factor",
-                                        "min_scale",     "max_scale",     "decay_factor"};
+                                        "min_scale",     "max_scale",     "decay_factor",  "label_smoothing"};
     return std::find_if(std::begin(names), std::end(names), [&](const char* n) { return name == n; }) != std::end(names);
 }
 
@@ -159,15 +163,17 @@ std::string option_differences(const FlatJson& saved, const std::string& saved_t
             text += "; AUTO resolves per machine: name the precision to resume this checkpoint here";
         differences.push_back(text + ")");
     };
-    // A constant-rate trainer writes no schedule: either side without one compares as the constant
-    // schedule, so that a schedule on one side shows against "constant" on the other.
-    JsonWriter constant_text;
-    constant_text.begin_object();
-    write_schedule(constant_text, LrSchedule{});
-    const FlatJson constant = FlatJson::parse(constant_text.end_object().take());
+    // Options written only when they differ from their defaults (a schedule, label smoothing): either
+    // side without one compares as the default, so that "cosine" shows against "constant" and 0.1
+    // against 0. A member missing inside a written one is not defaulted: it shows as not recorded.
+    JsonWriter defaults_text;
+    defaults_text.begin_object().key("label_smoothing").unsigned_integer(float_bits(0.0f));
+    write_schedule(defaults_text, LrSchedule{});
+    const FlatJson defaults = FlatJson::parse(defaults_text.end_object().take());
+    const auto top_level = [](const std::string& pointer) { return pointer.substr(0, pointer.find('/', 1)); };
     const auto find = [&](const FlatJson& options, const std::string& pointer) -> const JsonValue* {
         const JsonValue* value = options.find(pointer);
-        return value == nullptr && options.find("/lr_schedule") == nullptr ? constant.find(pointer) : value;
+        return value == nullptr && options.find(top_level(pointer)) == nullptr ? defaults.find(pointer) : value;
     };
     // A member of the saved options, when the saved options are an object that has it.
     const auto saved_member = [&](const std::string& object, const std::string& key) -> const JsonValue* {
@@ -177,7 +183,8 @@ std::string option_differences(const FlatJson& saved, const std::string& saved_t
     std::vector<std::string> keys{"precision"};
     for (const std::string& key : ours.member_names(""))
         if (key != "precision") keys.push_back(key);
-    if (ours.find("/lr_schedule") == nullptr) keys.push_back("lr_schedule");
+    for (const std::string& key : defaults.member_names(""))
+        if (ours.find(json_pointer("", key)) == nullptr) keys.push_back(key);
     for (const std::string& key : keys) {
         const std::string item = json_pointer("", key);
         const JsonValue* our_item = find(ours, item);
@@ -187,7 +194,7 @@ std::string option_differences(const FlatJson& saved, const std::string& saved_t
             continue;
         }
         const JsonValue* saved_item = saved_member("", key);
-        const FlatJson& our_source = ours.find(item) != nullptr ? ours : constant;
+        const FlatJson& our_source = ours.find(item) != nullptr ? ours : defaults;
         for (const std::string& field : our_source.member_names(item)) {
             describe(field, saved_item != nullptr ? saved_member(item, field) : nullptr,
                      *our_source.find(json_pointer(item, field)));

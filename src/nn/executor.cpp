@@ -23,7 +23,7 @@ constexpr size_t kInferenceWorkspaceBytes = size_t{4} << 20;
 
 }  // namespace
 
-Executor::Executor(Model& model, const PrecisionPolicy& policy, ExecutionMode mode, LossKind loss,
+Executor::Executor(Model& model, const PrecisionPolicy& policy, ExecutionMode mode, const LossConfig& loss,
                    const OptimizerConfig& optimizer, const LossScalerConfig& scaler)
     : model_(model),
       backend_(model.context()->backend()),
@@ -303,7 +303,7 @@ void Executor::loss_head(int slot, int64_t rows, HeadMode mode) {
     const bool with_gradient = mode == HeadMode::train;
     LossHeadArgs args{};
     args.logits = static_cast<const float*>(step_buffer(layer_slots_.back().activation));
-    const bool labels = loss_uses_labels(loss_);
+    const bool labels = loss_uses_labels(loss_.kind);
     args.labels = labels ? static_cast<const int32_t*>(step_buffer(batch_slots_[slot].labels)) : nullptr;
     args.targets = labels ? nullptr : static_cast<const float*>(step_buffer(batch_slots_[slot].targets));
     args.probabilities = mode == HeadMode::predict ? static_cast<float*>(step_buffer(outputs_)) : nullptr;
@@ -314,7 +314,8 @@ void Executor::loss_head(int slot, int64_t rows, HeadMode mode) {
     args.width = output_width_;
     args.classes = classes_;
     args.activation = model_.layers().back().activation;
-    args.loss = loss_;
+    args.loss = loss_.kind;
+    args.label_smoothing = loss_.label_smoothing;
     args.logits_grad_dtype = layer_dtypes_.back();
     backend_.loss_head(args);
 }

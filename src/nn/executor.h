@@ -33,7 +33,7 @@ struct StepReport {
 
 class Executor {
 public:
-    Executor(Model& model, const PrecisionPolicy& policy, ExecutionMode mode, LossKind loss,
+    Executor(Model& model, const PrecisionPolicy& policy, ExecutionMode mode, const LossConfig& loss,
              const OptimizerConfig& optimizer, const LossScalerConfig& scaler);
 
     // Makes the step arena fit `rows` per batch (plans again only for a larger batch).
@@ -100,7 +100,7 @@ public:
     const OptimizerConfig& optimizer() const { return optimizer_; }
     // Read by each dense_update as it is issued: steps issued before keep the rate they were issued with.
     void set_learning_rate(float learning_rate) { optimizer_.learning_rate = learning_rate; }
-    LossKind loss() const { return loss_; }
+    const LossConfig& loss() const { return loss_; }
 
 private:
     struct LayerSlots {
@@ -137,7 +137,7 @@ private:
     Backend& backend_;
     PrecisionPolicy policy_;
     ExecutionMode mode_;
-    LossKind loss_;
+    LossConfig loss_;
     OptimizerConfig optimizer_;
     LossScalerConfig scaler_;
     std::vector<DType> layer_dtypes_;

@@ -3,6 +3,8 @@
 
 #include <cstdint>
 
+#include "core/host_device.h"
+
 namespace mpt {
 
 enum class LossKind : uint8_t {
@@ -17,5 +19,34 @@ constexpr float kProbabilityEpsilon = 1e-7f;
 
 const char* loss_name(LossKind loss);
 inline bool loss_uses_labels(LossKind loss) { return loss == LossKind::sparse_categorical_crossentropy; }
+// Label smoothing applies to the cross-entropy losses (Keras's categorical and binary ones, PyTorch's
+// CrossEntropyLoss with class indices); a squared error has no labels to smooth.
+inline bool loss_takes_label_smoothing(LossKind loss) { return loss != LossKind::mean_squared_error; }
+
+// The loss a trainer computes: its kind, and the label smoothing s in [0, 1) of a cross-entropy,
+// which trains towards t (1 - s) + s / n instead of the target t: n is the number of classes for
+// the categorical losses (sparse labels as one-hot rows), 2 for binary cross-entropy (each output
+// is a two-class problem), as in Keras and PyTorch. s = 0 trains towards t exactly.
+struct LossConfig {
+    LossKind kind = LossKind::sparse_categorical_crossentropy;
+    float label_smoothing = 0.0f;
+};
+
+// s / n above: what smoothing adds to every target of a row of `classes` outputs.
+MPT_HOST_DEVICE float label_smoothing_share(LossKind loss, float smoothing, int64_t classes) {
+    const float n = loss == LossKind::binary_crossentropy ? 2.0f : static_cast<float>(classes);
+    return smoothing / n;
+}
+
+// The target a loss trains towards: t (1 - s) + share, rounded after each operation on every
+// backend (nvcc would fuse them into one FMA; the core builds with -ffp-contract=off). With s = 0
+// and share = 0 it is exactly t.
+MPT_HOST_DEVICE float smoothed_target(float target, float smoothing, float share) {
+#if defined(__CUDA_ARCH__)
+    return __fadd_rn(__fmul_rn(target, 1.0f - smoothing), share);
+#else
+    return target * (1.0f - smoothing) + share;
+#endif
+}
 
 }  // namespace mpt

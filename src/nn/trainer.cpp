@@ -127,11 +127,16 @@ Trainer::Trainer(std::shared_ptr<Model> model, const TrainerConfig& config)
                 config.loss, config.optimizer, resolve_scaler(config, *model_)),
       shuffle_rng_(model_->context()->seed() ^ 0x5eed5eed5eed5eedULL) {
     const Activation head = model_->layers().back().activation;
-    if (config.loss == LossKind::sparse_categorical_crossentropy || config.loss == LossKind::categorical_crossentropy)
+    if (config.loss.kind == LossKind::sparse_categorical_crossentropy || config.loss.kind == LossKind::categorical_crossentropy)
         require(model_->output_features() >= 2 || head != Activation::softmax, MPT_STATUS_INVALID_ARGUMENT,
                 "categorical cross-entropy needs at least 2 outputs");
+    require(config.loss.label_smoothing >= 0.0f && config.loss.label_smoothing < 1.0f, MPT_STATUS_INVALID_ARGUMENT,
+            "label_smoothing must be in [0, 1)");
+    require(config.loss.label_smoothing == 0.0f || loss_takes_label_smoothing(config.loss.kind),
+            MPT_STATUS_INVALID_ARGUMENT,
+            "label smoothing applies to the cross-entropy losses; mean squared error has no labels to smooth");
     model_->context()->log(MPT_LOG_LEVEL_DEBUG, std::string("trainer: precision ") + precision_name(precision()) +
-                                                    ", loss " + loss_name(config.loss));
+                                                    ", loss " + loss_name(config.loss.kind));
     std::vector<DType> dtypes = layer_compute_dtypes(*model_, executor_.policy());
     std::sort(dtypes.begin(), dtypes.end());
     dtypes.erase(std::unique(dtypes.begin(), dtypes.end()), dtypes.end());
@@ -157,7 +162,7 @@ void Trainer::check_dataset(const Dataset& dataset) const {
         fail(MPT_STATUS_SHAPE_MISMATCH, "the dataset has " + std::to_string(dataset.features()) +
                                             " features per sample, the model takes " +
                                             std::to_string(model_->input_features()));
-    if (loss_uses_labels(config_.loss)) {
+    if (loss_uses_labels(config_.loss.kind)) {
         require(dataset.has_labels(), MPT_STATUS_SHAPE_MISMATCH,
                 "sparse categorical cross-entropy needs a dataset with integer labels");
         if (dataset.num_classes() > model_->output_features())
@@ -170,7 +175,7 @@ void Trainer::check_dataset(const Dataset& dataset) const {
         if (dataset.target_width() != model_->output_features())
             fail(MPT_STATUS_SHAPE_MISMATCH, "the dataset's targets have width " + std::to_string(dataset.target_width()) +
                                                 ", the model has " + std::to_string(model_->output_features()) + " outputs");
-        require(config_.loss != LossKind::binary_crossentropy || dataset.targets_in_unit_interval(),
+        require(config_.loss.kind != LossKind::binary_crossentropy || dataset.targets_in_unit_interval(),
                 MPT_STATUS_INVALID_ARGUMENT, "binary cross-entropy needs targets in [0, 1]; this data set has others");
     }
 }

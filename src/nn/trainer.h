@@ -16,7 +16,7 @@ namespace mpt {
 
 struct TrainerConfig {
     mpt_precision precision = MPT_PRECISION_AUTO;
-    LossKind loss = LossKind::sparse_categorical_crossentropy;
+    LossConfig loss;
     OptimizerConfig optimizer;
     mpt_loss_scaling loss_scaling = MPT_LOSS_SCALING_DEFAULT;
     LossScalerConfig scaler;  // mode is derived from loss_scaling and the policy

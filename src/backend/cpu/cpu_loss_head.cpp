@@ -65,7 +65,11 @@ RowResult head_row(const LossHeadArgs& args, int64_t row, float* y, float* grad)
     RowResult result{0.0, 0, 1};
     const bool categorical = args.loss == LossKind::sparse_categorical_crossentropy ||
                              args.loss == LossKind::categorical_crossentropy;
-    auto target = [&](int64_t c) -> float { return args.labels ? (c == label ? 1.0f : 0.0f) : t[c]; };
+    // The targets trained towards (smoothed); the metric reads the given ones (`t`, `label`).
+    const float share = label_smoothing_share(args.loss, args.label_smoothing, classes);
+    auto target = [&](int64_t c) -> float {
+        return smoothed_target(args.labels ? (c == label ? 1.0f : 0.0f) : t[c], args.label_smoothing, share);
+    };
 
     if (categorical && (args.activation == Activation::softmax || args.activation == Activation::linear)) {
         // From logits: loss = sum_c t_c (lse - z_c); dz = p * sum(t) - t. A linear last layer is
@@ -100,7 +104,7 @@ RowResult head_row(const LossHeadArgs& args, int64_t row, float* y, float* grad)
     } else if (args.loss == LossKind::binary_crossentropy) {
         const float inverse_classes = 1.0f / static_cast<float>(classes);
         for (int64_t c = 0; c < classes; ++c) {
-            const float tc = t[c];
+            const float tc = target(c);
             if (args.activation == Activation::sigmoid) {
                 const float zc = z[c];
                 result.loss += (std::max(zc, 0.0f) - zc * tc + std::log1p(std::exp(-std::fabs(zc)))) * inverse_classes;
@@ -115,7 +119,7 @@ RowResult head_row(const LossHeadArgs& args, int64_t row, float* y, float* grad)
     } else {  // mean squared error
         const float inverse_classes = 1.0f / static_cast<float>(classes);
         for (int64_t c = 0; c < classes; ++c) {
-            const float difference = y[c] - t[c];
+            const float difference = y[c] - t[c];  // never smoothed (loss_takes_label_smoothing)
             result.loss += static_cast<double>(difference) * difference * inverse_classes;
             grad[c] = 2.0f * difference * inverse_classes;
         }

@@ -750,6 +750,7 @@ void CudaBackend::sign(const RecordedOp& op) {
             s.put(a.classes);
             s.put(a.activation);
             s.put(a.loss);
+            s.put(a.label_smoothing);
             s.put(a.logits_grad_dtype);
             return;
         }

@@ -80,6 +80,7 @@ struct Row {
     double lse;
     float safe_sum;     // probability_categorical: sum of y, at least 1e-30
     float inverse_classes;
+    float smoothing_share;  // what label smoothing adds to each target (nn/loss.h)
 };
 
 struct Terms {
@@ -89,9 +90,10 @@ struct Terms {
     float chain;      // this class's share of the row-wide correction's dot product
 };
 
+// The target trained towards (smoothed); the metric reads the given ones (row.t, row.label).
 __device__ __forceinline__ float target_of(const LossHeadArgs& args, const Row& row, int64_t c) {
-    if (args.labels) return c == row.label ? 1.0f : 0.0f;
-    return row.t[c];
+    const float given = args.labels ? (c == row.label ? 1.0f : 0.0f) : row.t[c];
+    return smoothed_target(given, args.label_smoothing, row.smoothing_share);
 }
 
 __device__ __forceinline__ Terms class_terms(const LossHeadArgs& args, const Row& row, HeadCase kind, int64_t c) {
@@ -172,6 +174,7 @@ __device__ RowResult head_row(const LossHeadArgs& args, HeadCase kind, int64_t r
     row.lse = 0.0;
     row.safe_sum = 1.0f;
     row.inverse_classes = 1.0f / static_cast<float>(classes);
+    row.smoothing_share = label_smoothing_share(args.loss, args.label_smoothing, classes);
 
     if (row.softmax) {
         // fmaxf may drop a NaN logit that the CPU's max keeps (its z[0]); the NaN still reaches
@@ -347,6 +350,9 @@ void validate_loss_head(const LossHeadArgs& args) {
     require(args.logits != nullptr, MPT_STATUS_INVALID_ARGUMENT, "cuda backend: loss_head needs logits");
     require(loss_uses_labels(args.loss) ? args.labels != nullptr : args.targets != nullptr, MPT_STATUS_INVALID_ARGUMENT,
             "cuda backend: loss_head needs labels (sparse categorical) or targets (other losses)");
+    require(args.label_smoothing >= 0.0f && args.label_smoothing < 1.0f &&
+                (args.label_smoothing == 0.0f || loss_takes_label_smoothing(args.loss)),
+            MPT_STATUS_INVALID_ARGUMENT, "cuda backend: loss_head needs label smoothing in [0, 1), 0 for a squared error");
 }
 
 void run_loss_head(const LossHeadArgs& args, const LossHeadScratch& scratch, cudaStream_t stream) {
