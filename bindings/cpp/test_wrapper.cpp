@@ -1,6 +1,6 @@
 // The header-only C++ wrapper (include/mptrain/mptrain.hpp) over libmptrain.so: model files,
-// training checkpoints and learning-rate schedules through it, errors arriving as mptrain::Error with
-// the C status.
+// training checkpoints, learning-rate schedules and label smoothing through it, errors arriving as
+// mptrain::Error with the C status.
 #include <doctest/doctest.h>
 
 #include <mptrain/mptrain.hpp>
@@ -136,6 +136,19 @@ double schedule_factor(mpt_lr_schedule schedule, int64_t warmup_steps, int64_t d
         case MPT_LR_SCHEDULE_STEP: return std::pow(factor, std::floor(decayed / static_cast<double>(decay_steps)));
     }
     return -1.0;
+}
+
+/** Mean over the rows of the cross-entropy of `probabilities` ([rows, kClasses]) towards the labels
+ *  smoothed by s, in double as mptrain.h defines it: (1 - s) (-log p_label) + s mean_c(-log p_c). */
+double smoothed_cross_entropy(const std::vector<float>& probabilities, const std::vector<int32_t>& labels, double s) {
+    double sum = 0.0;
+    for (size_t row = 0; row < labels.size(); ++row) {
+        const float* p = &probabilities[row * kClasses];
+        double towards_uniform = 0.0;
+        for (int64_t c = 0; c < kClasses; ++c) towards_uniform -= std::log(static_cast<double>(p[c])) / kClasses;
+        sum += (1.0 - s) * -std::log(static_cast<double>(p[labels[row]])) + s * towards_uniform;
+    }
+    return sum / static_cast<double>(labels.size());
 }
 
 }  // namespace
@@ -303,6 +316,81 @@ TEST_CASE("a schedule without a factor decays to rate 0 (linear, cosine) or by a
             CHECK(std::count(rates.begin() + 4, rates.end(), 0.0f) == 6);  // from decay_steps on, exactly 0
         }
     }
+}
+
+TEST_CASE("label smoothing set through the wrapper makes evaluate's loss the smoothed cross-entropy of the predictions") {
+    constexpr float kSmoothing = 0.1f;
+    auto context = cpu_context();
+    auto model = mlp(context);
+    std::vector<int32_t> labels;
+    const std::vector<float> samples = blob_samples(90, 51, labels);
+    auto data = mptrain::Dataset::from_f32(context, samples, kFeatures, labels, kClasses);
+    auto options = [](float smoothing) {
+        return std::move(adam().precision(MPT_PRECISION_FP32).label_smoothing(smoothing));
+    };
+    mptrain::Trainer plain(model, options(0.0f));
+    mptrain::Trainer smoothed(model, options(kSmoothing));
+
+    const std::vector<float> probabilities = plain.predict(samples);
+    const double towards_label = smoothed_cross_entropy(probabilities, labels, 0.0);
+    const double expected = smoothed_cross_entropy(probabilities, labels, kSmoothing);
+    REQUIRE(std::fabs(expected - towards_label) > 1e-3 * towards_label);  // the two can be told apart
+
+    const mptrain::Evaluation without = plain.evaluate(data), with = smoothed.evaluate(data);
+    CHECK(without.loss == doctest::Approx(towards_label).epsilon(1e-5));
+    CHECK(with.loss == doctest::Approx(expected).epsilon(1e-5));
+    CHECK(with.accuracy == without.accuracy);  // the metric reads the given labels
+
+    // Training follows the smoothed targets too: a step's loss is the smoothed one of its batch, and
+    // one step from equal weights ends elsewhere than without smoothing.
+    auto step_from_start = [&](float smoothing) {
+        auto own_context = cpu_context(3);
+        auto own_model = mlp(own_context);
+        auto own_data = mptrain::Dataset::from_f32(own_context, samples, kFeatures, labels, kClasses);
+        mptrain::Trainer trainer(own_model, options(smoothing));
+        const std::vector<int32_t> batch_labels(labels.begin(), labels.begin() + 30);
+        const std::vector<float> batch(samples.begin(), samples.begin() + 30 * kFeatures);
+        const double batch_expected = smoothed_cross_entropy(trainer.predict(batch), batch_labels, smoothing);
+        CHECK(trainer.step(own_data, 0, 30) == doctest::Approx(batch_expected).epsilon(1e-5));
+        return weight_bits(own_model);
+    };
+    const std::vector<uint32_t> plain_weights = step_from_start(0.0f);
+    CHECK(step_from_start(kSmoothing) != plain_weights);
+}
+
+TEST_CASE("label smoothing outside [0, 1), with mean squared error or unlike a checkpoint's throws INVALID_ARGUMENT") {
+    TempDir directory;
+    auto context = cpu_context();
+    auto model = mlp(context);
+    auto data = blobs(context, 60, 52);
+
+    // A refused value leaves the options as they were (0.2 here): the trainer's loss is that of 0.2.
+    mptrain::TrainerOptions options;
+    options.precision(MPT_PRECISION_FP32).label_smoothing(0.2f);
+    for (float refused : {-0.01f, 1.0f, 1.5f, std::nanf("")})
+        CHECK(status_of([&] { options.label_smoothing(refused); }) == MPT_STATUS_INVALID_ARGUMENT);
+    mptrain::Trainer kept(model, options);
+    mptrain::Trainer at_two_tenths(model, mptrain::TrainerOptions().precision(MPT_PRECISION_FP32).label_smoothing(0.2f));
+    CHECK(kept.evaluate(data).loss == at_two_tenths.evaluate(data).loss);
+
+    auto mean_squared_error = [] { return std::move(mptrain::TrainerOptions().loss(MPT_LOSS_MEAN_SQUARED_ERROR)); };
+    mptrain::Trainer(model, mean_squared_error().label_smoothing(0.0f));  // 0 is no smoothing: accepted
+    CHECK(status_of([&] { mptrain::Trainer(model, mean_squared_error().label_smoothing(0.1f)); }) ==
+          MPT_STATUS_INVALID_ARGUMENT);
+
+    const std::string checkpoint = directory.file("smoothed.safetensors");
+    mptrain::Trainer smoothed(model, adam().label_smoothing(0.1f));
+    smoothed.step(data, 0, 20);
+    smoothed.save_checkpoint(checkpoint);
+    mptrain::Trainer plain(model, adam());
+    try {
+        plain.load_checkpoint(checkpoint);
+        FAIL("a trainer without label smoothing loaded a checkpoint written with 0.1");
+    } catch (const mptrain::Error& error) {
+        CHECK(error.status() == MPT_STATUS_INVALID_ARGUMENT);
+        CHECK(error.message().find("label_smoothing 0.1 (this trainer: 0)") != std::string::npos);
+    }
+    mptrain::Trainer(model, adam().label_smoothing(0.1f)).load_checkpoint(checkpoint);  // a matching one loads it
 }
 
 TEST_CASE("automatic checkpoints through the wrapper keep the newest and can be turned off") {

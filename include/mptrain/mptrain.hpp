@@ -416,6 +416,13 @@ public:
     }
     TrainerOptions& precision(mpt_precision value) { detail::check(mpt_trainer_options_set_precision(get(), value)); return *this; }
     TrainerOptions& loss(mpt_loss value) { detail::check(mpt_trainer_options_set_loss(get(), value)); return *this; }
+    /** Label smoothing s in [0, 1) for the cross-entropy losses (mpt_trainer_options_set_label_smoothing):
+     *  targets t become t (1 - s) + s / n. Other values throw Error (INVALID_ARGUMENT); a non-zero s with
+     *  mean squared error makes the Trainer's constructor throw it. */
+    TrainerOptions& label_smoothing(float value) {
+        detail::check(mpt_trainer_options_set_label_smoothing(get(), value));
+        return *this;
+    }
     TrainerOptions& optimizer(mpt_optimizer value) { detail::check(mpt_trainer_options_set_optimizer(get(), value)); return *this; }
     TrainerOptions& learning_rate(float value) { detail::check(mpt_trainer_options_set_learning_rate(get(), value)); return *this; }
     TrainerOptions& momentum(float value, bool nesterov = false) {
