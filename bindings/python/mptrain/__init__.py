@@ -815,7 +815,14 @@ class Trainer(_Handle):
     """Trains a model: fit, step, evaluate, predict. Options as keywords (None = the library default):
     precision, loss, optimizer, learning_rate, momentum (+ nesterov), adam=(beta1, beta2, epsilon),
     weight_decay, lr_schedule (+ warmup_steps, decay_steps, decay_factor), loss_scaling (+ initial_scale),
-    loss_scaler_dynamics=(growth_factor, backoff_factor, growth_interval, min_scale, max_scale).
+    loss_scaler_dynamics=(growth_factor, backoff_factor, growth_interval, min_scale, max_scale),
+    label_smoothing.
+
+    label_smoothing s in [0, 1) (default 0: none) makes the cross-entropy losses train towards
+    t (1 - s) + s / n instead of each target t (n: the number of classes, 2 for binary cross-entropy), as
+    Keras's label_smoothing and PyTorch's CrossEntropyLoss(label_smoothing=) do; fit, step and evaluate
+    report the smoothed loss, accuracy compares with the given labels. Another value, or a non-zero one
+    with mean squared error, raises Error with Status.INVALID_ARGUMENT. Checkpoints must match it.
 
     lr_schedule (an LrSchedule or its name) is a learning-rate schedule the library evaluates at every
     step, the steps counted from 0 over the trainer's life: the base rate (learning_rate) times a factor,
@@ -832,7 +839,8 @@ class Trainer(_Handle):
 
     def __init__(self, model, precision=None, loss=None, optimizer=None, learning_rate=None, momentum=None,
                  nesterov=False, adam=None, weight_decay=None, loss_scaling=None, initial_scale=32768.0,
-                 loss_scaler_dynamics=None, lr_schedule=None, warmup_steps=0, decay_steps=0, decay_factor=None):
+                 loss_scaler_dynamics=None, lr_schedule=None, warmup_steps=0, decay_steps=0, decay_factor=None,
+                 label_smoothing=0.0):
         _require(model, Model, "model")
         lib = _lib()
         options = _native.TrainerOptionsP()
@@ -842,6 +850,7 @@ class Trainer(_Handle):
                 _check(lib.mpt_trainer_options_set_precision(options, _enum(Precision, precision, "precision")))
             if loss is not None:
                 _check(lib.mpt_trainer_options_set_loss(options, _enum(Loss, loss, "loss")))
+            _check(lib.mpt_trainer_options_set_label_smoothing(options, float(label_smoothing)))
             if optimizer is not None:
                 _check(lib.mpt_trainer_options_set_optimizer(options, _enum(Optimizer, optimizer, "optimizer")))
             if learning_rate is not None:

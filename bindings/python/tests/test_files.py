@@ -126,6 +126,21 @@ def test_a_learning_rate_schedule_changes_training_and_the_checkpoint_restores_t
     assert trainer.learning_rate == pytest.approx(0.0025)
 
 
+def test_a_checkpoint_written_with_label_smoothing_is_refused_by_a_trainer_without_it(ctx, tmp_path):
+    dataset = data(ctx, 60, 43)
+    model = mlp(ctx)
+    smoothed = mptrain.Trainer(model, optimizer="adam", learning_rate=0.01, label_smoothing=0.1)
+    smoothed.step(dataset, 0, 20)
+    path = tmp_path / "smoothed.safetensors"
+    smoothed.save_checkpoint(path)
+    with raises(Status.INVALID_ARGUMENT) as info:
+        adam(model).load_checkpoint(path)
+    assert "label_smoothing 0.1 (this trainer: 0)" in info.value.message
+    with raises(Status.INVALID_ARGUMENT):
+        mptrain.Trainer(model, optimizer="adam", learning_rate=0.01, label_smoothing=0.2).load_checkpoint(path)
+    mptrain.Trainer(model, optimizer="adam", learning_rate=0.01, label_smoothing=0.1).load_checkpoint(path)
+
+
 def test_automatic_checkpoints_keep_the_newest_and_can_be_turned_off(ctx, tmp_path):
     dataset = data(ctx, 200, 31)
     trainer = adam(mlp(ctx))

@@ -187,6 +187,63 @@ def test_a_warm_up_alone_is_a_constant_schedule_and_invalid_schedules_are_refuse
             mptrain.Trainer(model, **wrong)
 
 
+def smoothed_cross_entropy(probabilities, labels, smoothing):
+    """The mean over rows of (1 - s) (-log p_label) + s mean_c(-log p_c), in double from probabilities:
+    the cross-entropy towards labels smoothed as mptrain.h defines it."""
+    total = 0.0
+    for row, label in enumerate(labels):
+        p = probabilities[row * CLASSES:(row + 1) * CLASSES]
+        towards_uniform = sum(-math.log(q) for q in p) / CLASSES
+        total += (1 - smoothing) * -math.log(p[label]) + smoothing * towards_uniform
+    return total / len(labels)
+
+
+def test_label_smoothing_makes_the_loss_the_smoothed_cross_entropy_of_the_predictions(ctx, model):
+    samples, labels = make_blobs(rows=90, seed=51)
+    data = mptrain.Dataset.from_f32(ctx, samples, labels, CLASSES)
+    plain = mptrain.Trainer(model, precision="fp32")
+    smoothed = mptrain.Trainer(model, precision="fp32", label_smoothing=0.1)
+    probabilities = values(plain.predict(samples))
+    towards_label = smoothed_cross_entropy(probabilities, labels, 0.0)
+    expected = smoothed_cross_entropy(probabilities, labels, 0.1)
+    assert abs(expected - towards_label) > 1e-3 * towards_label  # the two can be told apart
+    without, with_smoothing = plain.evaluate(data), smoothed.evaluate(data)
+    assert without.loss == pytest.approx(towards_label, rel=1e-5)
+    assert with_smoothing.loss == pytest.approx(expected, rel=1e-5)
+    assert with_smoothing.accuracy == without.accuracy  # the metric reads the given labels
+
+    # Training follows the smoothed targets: a step's loss is its batch's smoothed one, and one step
+    # from equal weights ends elsewhere than without smoothing.
+    def step_from_start(smoothing):
+        own_ctx = mptrain.Context(backend="cpu", threads=1, seed=3)
+        own_model = mptrain.Model(own_ctx, FEATURES).add_dense(16, "relu").add_dense(CLASSES, "softmax")
+        trainer = mptrain.Trainer(own_model, precision="fp32", optimizer="adam", learning_rate=0.01,
+                                  label_smoothing=smoothing)
+        batch_expected = smoothed_cross_entropy(values(trainer.predict(samples[:30])), labels[:30], smoothing)
+        loss = trainer.step(mptrain.Dataset.from_f32(own_ctx, samples, labels, CLASSES), 0, 30)
+        assert loss == pytest.approx(batch_expected, rel=1e-5)
+        weights = [part.tobytes() for layer in range(own_model.layer_count) for part in own_model.get_weights(layer)]
+        own_ctx.close()
+        return weights
+
+    assert step_from_start(0.1) != step_from_start(0.0)
+
+
+def test_label_smoothing_outside_0_1_or_with_mean_squared_error_is_refused(ctx, model, blobs):
+    for refused in (-0.01, 1.0, 1.5, float("nan"), float("inf")):
+        with pytest.raises(mptrain.Error) as info:
+            mptrain.Trainer(model, label_smoothing=refused)
+        assert info.value.status == mptrain.Status.INVALID_ARGUMENT, refused
+        assert "label_smoothing" in info.value.message, refused
+    with pytest.raises(TypeError):
+        mptrain.Trainer(model, label_smoothing=[0.1])
+    mptrain.Trainer(model, loss="mean_squared_error", label_smoothing=0.0)  # 0 is no smoothing: accepted
+    with pytest.raises(mptrain.Error) as info:
+        mptrain.Trainer(model, loss="mean_squared_error", label_smoothing=0.1)
+    assert info.value.status == mptrain.Status.INVALID_ARGUMENT
+    assert "mean squared error" in info.value.message
+
+
 def test_u8_and_target_datasets_train(ctx):
     samples, labels = make_blobs(rows=120)
     as_bytes = bytes(min(255, max(0, int(v * 40 + 60))) for row in samples for v in row)
