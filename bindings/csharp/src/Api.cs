@@ -505,6 +505,13 @@ namespace Mptrain
     {
         public Precision? Precision { get; set; }
         public Loss? Loss { get; set; }
+        /// <summary>Label smoothing s in [0, 1) for the cross-entropy losses (null or 0: none): training
+        /// aims at t (1 - s) + s / n instead of each target t, n the number of classes (2 for binary
+        /// cross-entropy), as Keras's label_smoothing and PyTorch's CrossEntropyLoss(label_smoothing=).
+        /// Fit, Step and Evaluate report the smoothed loss; accuracy compares with the given labels.
+        /// Another value, or a non-zero one with MeanSquaredError, throws MptException (InvalidArgument)
+        /// from the Trainer constructor. Checkpoints must match it.</summary>
+        public float? LabelSmoothing { get; set; }
         public Optimizer? Optimizer { get; set; }
         public float? LearningRate { get; set; }
         public float? Momentum { get; set; }
@@ -652,6 +659,7 @@ namespace Mptrain
                 {
                     if (options.Precision.HasValue) MptException.Check(Native.mpt_trainer_options_set_precision(raw, options.Precision.Value));
                     if (options.Loss.HasValue) MptException.Check(Native.mpt_trainer_options_set_loss(raw, options.Loss.Value));
+                    if (options.LabelSmoothing.HasValue) MptException.Check(Native.mpt_trainer_options_set_label_smoothing(raw, options.LabelSmoothing.Value));
                     if (options.Optimizer.HasValue) MptException.Check(Native.mpt_trainer_options_set_optimizer(raw, options.Optimizer.Value));
                     if (options.LearningRate.HasValue) MptException.Check(Native.mpt_trainer_options_set_learning_rate(raw, options.LearningRate.Value));
                     if (options.Momentum.HasValue)

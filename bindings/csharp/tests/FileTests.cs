@@ -162,6 +162,30 @@ namespace Mptrain.Tests
         }
 
         [Test]
+        public static void ACheckpointWrittenWithLabelSmoothingIsRefusedByATrainerWithoutIt()
+        {
+            var smoothedOptions = new TrainerOptions { Optimizer = Optimizer.Adam, LearningRate = 0.01f, LabelSmoothing = 0.1f };
+            using (var dir = new TempDir())
+            using (Context ctx = Data.CpuContext())
+            using (Dataset data = Blobs(ctx, 60, 43))
+            using (Model model = Mlp(ctx))
+            using (var smoothed = new Trainer(model, smoothedOptions))
+            using (var plain = new Trainer(model, Adam))
+            using (var other = new Trainer(model, new TrainerOptions { Optimizer = Optimizer.Adam, LearningRate = 0.01f, LabelSmoothing = 0.2f }))
+            using (var matching = new Trainer(model, smoothedOptions))
+            {
+                string path = dir.File("smoothed.safetensors");
+                smoothed.Step(data, 0, 20);
+                smoothed.SaveCheckpoint(path);
+                MptException error = Assert.Fails(Status.InvalidArgument, () => plain.LoadCheckpoint(path));
+                Assert.True(error.NativeMessage.Contains("label_smoothing 0.1 (this trainer: 0)"), "the message: " + error.NativeMessage);
+                Assert.Fails(Status.InvalidArgument, () => other.LoadCheckpoint(path));
+                matching.LoadCheckpoint(path);
+                Assert.Equal(1L, matching.Progress.Steps, "the checkpoint's step count");
+            }
+        }
+
+        [Test]
         public static void AutomaticCheckpointsKeepTheNewestAndCanBeTurnedOff()
         {
             using (var dir = new TempDir())

@@ -99,6 +99,93 @@ namespace Mptrain.Tests
             }
         }
 
+        // The mean over rows of (1 - s) (-log p_label) + s mean_c(-log p_c), in double from the
+        // probabilities: the cross-entropy towards the labels smoothed as mptrain.h defines it.
+        static double SmoothedCrossEntropy(float[] probabilities, int[] labels, int rows, double s)
+        {
+            double total = 0;
+            for (int row = 0; row < rows; row++)
+            {
+                double towardsUniform = 0;
+                for (int c = 0; c < Data.Classes; c++) towardsUniform -= Math.Log(probabilities[row * Data.Classes + c]) / Data.Classes;
+                total += (1 - s) * -Math.Log(probabilities[row * Data.Classes + labels[row]]) + s * towardsUniform;
+            }
+            return total / rows;
+        }
+
+        static void Close(double expected, double actual, string what)
+        {
+            Assert.True(Math.Abs(actual - expected) <= 1e-5 * Math.Abs(expected), what + ": expected " + expected + ", got " + actual);
+        }
+
+        static TrainerOptions Smoothed(float? smoothing)
+        {
+            return new TrainerOptions { Precision = Precision.Fp32, Optimizer = Optimizer.Adam, LearningRate = 0.01f, LabelSmoothing = smoothing };
+        }
+
+        [Test]
+        public static void LabelSmoothingMakesTheLossTheSmoothedCrossEntropyOfThePredictions()
+        {
+            float[] x; int[] y;
+            Data.Blobs(90, 51, out x, out y);
+            using (Context ctx = Data.CpuContext())
+            using (Model model = Data.Mlp(ctx))
+            using (Dataset data = Dataset.FromF32(ctx, x, Data.Features, y, Data.Classes))
+            using (var plain = new Trainer(model, Smoothed(null)))
+            using (var smoothed = new Trainer(model, Smoothed(0.1f)))
+            {
+                float[] probabilities = plain.Predict(x);
+                double towardsLabel = SmoothedCrossEntropy(probabilities, y, 90, 0.0);
+                double expected = SmoothedCrossEntropy(probabilities, y, 90, 0.1f);
+                Assert.True(Math.Abs(expected - towardsLabel) > 1e-3 * towardsLabel, "the two can be told apart");
+                Evaluation without = plain.Evaluate(data), with = smoothed.Evaluate(data);
+                Close(towardsLabel, without.Loss, "loss without smoothing");
+                Close(expected, with.Loss, "loss with smoothing 0.1");
+                Assert.Equal(without.Accuracy, with.Accuracy, "accuracy reads the given labels");
+            }
+
+            // Training follows the smoothed targets: a step's loss is its batch's smoothed one, and one
+            // step from equal weights ends elsewhere than without smoothing.
+            Func<float, float[]> stepFromStart = smoothing =>
+            {
+                using (Context ctx = Data.CpuContext(3))
+                using (Model model = Data.Mlp(ctx))
+                using (Dataset data = Dataset.FromF32(ctx, x, Data.Features, y, Data.Classes))
+                using (var trainer = new Trainer(model, Smoothed(smoothing)))
+                {
+                    double batchExpected = SmoothedCrossEntropy(trainer.Predict(x.Take(30 * Data.Features).ToArray()), y, 30, smoothing);
+                    Close(batchExpected, trainer.Step(data, 0, 30), "step loss with smoothing " + smoothing);
+                    var weights = new List<float>();
+                    for (int layer = 0; layer < model.LayerCount; layer++)
+                    {
+                        float[] w, b;
+                        model.GetWeights(layer, out w, out b);
+                        weights.AddRange(w.Concat(b));
+                    }
+                    return weights.ToArray();
+                }
+            };
+            Assert.True(!stepFromStart(0.1f).SequenceEqual(stepFromStart(0.0f)), "smoothing changes the step's weights");
+        }
+
+        [Test]
+        public static void LabelSmoothingOutsideZeroToOneOrWithMeanSquaredErrorIsRefused()
+        {
+            using (Context ctx = Data.CpuContext())
+            using (Model model = Data.Mlp(ctx))
+            {
+                foreach (float refused in new[] { -0.01f, 1.0f, 1.5f, float.NaN, float.PositiveInfinity })
+                {
+                    MptException error = Assert.Fails(Status.InvalidArgument, () => new Trainer(model, Smoothed(refused)).Dispose());
+                    Assert.True(error.NativeMessage.Contains("label_smoothing"), "the message names the option: " + error.NativeMessage);
+                }
+                new Trainer(model, new TrainerOptions { Loss = Loss.MeanSquaredError, LabelSmoothing = 0.0f }).Dispose(); // 0: none
+                MptException mse = Assert.Fails(Status.InvalidArgument,
+                    () => new Trainer(model, new TrainerOptions { Loss = Loss.MeanSquaredError, LabelSmoothing = 0.1f }).Dispose());
+                Assert.True(mse.NativeMessage.Contains("mean squared error"), "the message names the loss: " + mse.NativeMessage);
+            }
+        }
+
         // The factor on the base rate at `step` as mptrain.h defines each schedule, in double.
         static double ScheduleFactor(LrSchedule schedule, long warmupSteps, long decaySteps, double factor, long step)
         {
