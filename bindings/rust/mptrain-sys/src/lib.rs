@@ -288,6 +288,10 @@ extern "C" {
         options: *mut mpt_trainer_options_t,
         loss: mpt_loss,
     ) -> mpt_status;
+    pub fn mpt_trainer_options_set_label_smoothing(
+        options: *mut mpt_trainer_options_t,
+        label_smoothing: c_float,
+    ) -> mpt_status;
     pub fn mpt_trainer_options_set_optimizer(
         options: *mut mpt_trainer_options_t,
         optimizer: mpt_optimizer,

@@ -1244,6 +1244,7 @@ pub struct LossScalerDynamics {
 pub struct TrainerOptions {
     precision: Option<Precision>,
     loss: Option<Loss>,
+    label_smoothing: Option<f32>,
     optimizer: Option<Optimizer>,
     learning_rate: Option<f32>,
     momentum: Option<(f32, bool)>,
@@ -1267,6 +1268,16 @@ impl TrainerOptions {
     /// Loss function.
     pub fn loss(mut self, loss: Loss) -> Self {
         self.loss = Some(loss);
+        self
+    }
+    /// Label smoothing `s` in [0, 1) for the cross-entropy losses (default 0: none): training aims
+    /// at `t (1 - s) + s / n` instead of each target `t`, `n` the number of classes (2 for binary
+    /// cross-entropy), as Keras's `label_smoothing` and PyTorch's `CrossEntropyLoss(label_smoothing=)`.
+    /// Fit, step and evaluate report the smoothed loss; accuracy compares with the given labels.
+    /// Another value, or a non-zero one with [`Loss::MeanSquaredError`], fails [`Trainer::new`] with
+    /// [`Status::InvalidArgument`]. Checkpoints must match it.
+    pub fn label_smoothing(mut self, label_smoothing: f32) -> Self {
+        self.label_smoothing = Some(label_smoothing);
         self
     }
     /// Optimizer.
@@ -1335,6 +1346,9 @@ impl TrainerOptions {
             }
             if let Some(l) = self.loss {
                 check(sys::mpt_trainer_options_set_loss(o, l.code()))?;
+            }
+            if let Some(s) = self.label_smoothing {
+                check(sys::mpt_trainer_options_set_label_smoothing(o, s))?;
             }
             if let Some(opt) = self.optimizer {
                 check(sys::mpt_trainer_options_set_optimizer(o, opt.code()))?;

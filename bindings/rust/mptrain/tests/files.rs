@@ -217,6 +217,32 @@ fn expect<T: std::fmt::Debug>(result: Result<T>, status: Status) -> Error {
 }
 
 #[test]
+fn a_checkpoint_written_with_label_smoothing_is_refused_by_a_trainer_without_it() {
+    let dir = TempDir::new("smoothing");
+    let ctx = context();
+    let data = blob_data(&ctx, 60, 43);
+    let model = mlp(&ctx);
+    let path = dir.join("smoothed.safetensors");
+    let mut smoothed = Trainer::new(&model, &adam().label_smoothing(0.1)).unwrap();
+    smoothed.step(&data, 0, 20).unwrap();
+    smoothed.save_checkpoint(&path).unwrap();
+
+    let mut plain = Trainer::new(&model, &adam()).unwrap();
+    let error = expect(plain.load_checkpoint(&path), Status::InvalidArgument);
+    assert!(
+        error
+            .message
+            .contains("label_smoothing 0.1 (this trainer: 0)"),
+        "{error}"
+    );
+    let mut other = Trainer::new(&model, &adam().label_smoothing(0.2)).unwrap();
+    expect(other.load_checkpoint(&path), Status::InvalidArgument);
+    let mut matching = Trainer::new(&model, &adam().label_smoothing(0.1)).unwrap();
+    matching.load_checkpoint(&path).unwrap();
+    assert_eq!(matching.progress().unwrap().steps, 1);
+}
+
+#[test]
 fn missing_damaged_and_mismatched_files_fail_with_their_status() {
     let dir = TempDir::new("errors");
     let ctx = context();

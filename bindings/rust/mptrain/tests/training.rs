@@ -538,3 +538,101 @@ fn the_epoch_end_closure_may_evaluate_a_validation_set_as_between_one_epoch_fits
     }
     assert!(seen[2].1.loss < seen[0].1.loss, "{seen:?}");
 }
+
+/// The mean over rows of `(1 - s) (-log p_label) + s mean_c(-log p_c)`, in f64 from the
+/// probabilities: the cross-entropy towards the labels smoothed as mptrain.h defines it.
+fn smoothed_cross_entropy(probabilities: &[f32], labels: &[i32], smoothing: f64) -> f64 {
+    let classes = CLASSES as usize;
+    let total: f64 = labels
+        .iter()
+        .enumerate()
+        .map(|(row, &label)| {
+            let p = &probabilities[row * classes..(row + 1) * classes];
+            let towards_uniform = p.iter().map(|&q| -(q as f64).ln()).sum::<f64>() / classes as f64;
+            (1.0 - smoothing) * -(p[label as usize] as f64).ln() + smoothing * towards_uniform
+        })
+        .sum();
+    total / labels.len() as f64
+}
+
+fn assert_close(actual: f32, expected: f64, what: &str) {
+    assert!(
+        (actual as f64 - expected).abs() <= 1e-5 * expected.abs(),
+        "{what}: {actual} against {expected}"
+    );
+}
+
+#[test]
+fn label_smoothing_makes_the_loss_the_smoothed_cross_entropy_of_the_predictions() {
+    let ctx = context();
+    let model = mlp(&ctx);
+    let (x, y) = blobs(90, 51);
+    let data = Dataset::from_f32(&ctx, &x, FEATURES, &y, CLASSES, true).unwrap();
+    let fp32 = || adam().precision(Precision::Fp32);
+    let mut plain = Trainer::new(&model, &fp32()).unwrap();
+    let mut smoothed = Trainer::new(&model, &fp32().label_smoothing(0.1)).unwrap();
+    let probabilities = plain.predict(&x).unwrap();
+    let towards_label = smoothed_cross_entropy(&probabilities, &y, 0.0);
+    let expected = smoothed_cross_entropy(&probabilities, &y, 0.1f32 as f64);
+    assert!(
+        (expected - towards_label).abs() > 1e-3 * towards_label,
+        "the two can be told apart"
+    );
+    let without = plain.evaluate(&data, 0).unwrap();
+    let with = smoothed.evaluate(&data, 0).unwrap();
+    assert_close(without.loss, towards_label, "loss without smoothing");
+    assert_close(with.loss, expected, "loss with smoothing 0.1");
+    assert_eq!(
+        with.accuracy, without.accuracy,
+        "the metric reads the given labels"
+    );
+
+    // Training follows the smoothed targets: a step's loss is its batch's smoothed one, and one
+    // step from equal weights ends elsewhere than without smoothing.
+    let step_from_start = |smoothing: f32| {
+        let ctx = context();
+        let mut model = mlp(&ctx);
+        let data = Dataset::from_f32(&ctx, &x, FEATURES, &y, CLASSES, true).unwrap();
+        let mut trainer = Trainer::new(&model, &fp32().label_smoothing(smoothing)).unwrap();
+        let rows = 30;
+        let batch = trainer.predict(&x[..rows * FEATURES as usize]).unwrap();
+        let batch_expected = smoothed_cross_entropy(&batch, &y[..rows], smoothing as f64);
+        let loss = trainer.step(&data, 0, rows as i64).unwrap();
+        assert_close(
+            loss,
+            batch_expected,
+            &format!("step loss with smoothing {smoothing}"),
+        );
+        drop(trainer);
+        (0..model.layer_count().unwrap() as usize)
+            .flat_map(|layer| {
+                let (weights, bias) = model.weights(layer).unwrap();
+                weights
+                    .into_iter()
+                    .chain(bias)
+                    .map(f32::to_bits)
+                    .collect::<Vec<_>>()
+            })
+            .collect::<Vec<u32>>()
+    };
+    assert_ne!(step_from_start(0.1), step_from_start(0.0));
+}
+
+#[test]
+fn label_smoothing_outside_0_1_or_with_mean_squared_error_is_refused() {
+    let ctx = context();
+    let model = mlp(&ctx);
+    for refused in [-0.01f32, 1.0, 1.5, f32::NAN, f32::INFINITY] {
+        let options = TrainerOptions::new().label_smoothing(refused);
+        let error = Trainer::new(&model, &options).err().expect("refused");
+        assert_eq!(error.status, Status::InvalidArgument, "{refused}");
+        assert!(error.message.contains("label_smoothing"), "{error}");
+    }
+    let squared = || TrainerOptions::new().loss(Loss::MeanSquaredError);
+    Trainer::new(&model, &squared().label_smoothing(0.0)).expect("0 is no smoothing");
+    let error = Trainer::new(&model, &squared().label_smoothing(0.1))
+        .err()
+        .expect("refused with mean squared error");
+    assert_eq!(error.status, Status::InvalidArgument);
+    assert!(error.message.contains("mean squared error"), "{error}");
+}
