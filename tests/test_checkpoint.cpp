@@ -52,6 +52,7 @@ struct Options {
     mpt_loss_scaling loss_scaling = MPT_LOSS_SCALING_DEFAULT;
     mpt_lr_schedule schedule = MPT_LR_SCHEDULE_CONSTANT;  // with the next two
     int64_t warmup_steps = 0, decay_steps = 0;
+    float label_smoothing = 0.0f;
 };
 
 struct Run {
@@ -95,6 +96,7 @@ struct Run {
         const float final_factor = options.schedule == MPT_LR_SCHEDULE_CONSTANT ? 1.0f : 0.25f;
         REQUIRE(mpt_trainer_options_set_lr_schedule(trainer_options, options.schedule, options.warmup_steps,
                                                     options.decay_steps, final_factor) == MPT_STATUS_OK);
+        REQUIRE(mpt_trainer_options_set_label_smoothing(trainer_options, options.label_smoothing) == MPT_STATUS_OK);
         REQUIRE(mpt_trainer_create(model, trainer_options, &trainer) == MPT_STATUS_OK);
         mpt_trainer_options_destroy(trainer_options);
     }
@@ -331,6 +333,49 @@ TEST_CASE("only a schedule puts lr_schedule among a checkpoint's options; a trai
     // Refusals change nothing: each trainer still loads a file of its own schedule.
     REQUIRE(load_checkpoint(constant_run, constant_path).status == MPT_STATUS_OK);
     REQUIRE(load_checkpoint(linear_run, linear_path).status == MPT_STATUS_OK);
+}
+
+TEST_CASE("a label-smoothed run resumes from any checkpoint bit-identical") {
+    Options smoothed;  // mixed-fp16 Adam with overflowing first steps
+    smoothed.label_smoothing = 0.1f;
+    check_resume_is_bit_exact(smoothed);
+}
+
+TEST_CASE("only label smoothing puts label_smoothing among a checkpoint's options; a trainer without it refuses it") {
+    TempDir directory;
+    const std::string plain_path = (directory.path / "plain.safetensors").string();
+    const std::string smoothed_path = (directory.path / "smoothed.safetensors").string();
+    Options smoothed;
+    smoothed.label_smoothing = 0.1f;
+    {
+        Run plain_run(Options{}), smoothed_run(smoothed);
+        REQUIRE(mpt_trainer_save_checkpoint(plain_run.trainer, plain_path.c_str()) == MPT_STATUS_OK);
+        REQUIRE(mpt_trainer_save_checkpoint(smoothed_run.trainer, smoothed_path.c_str()) == MPT_STATUS_OK);
+    }
+    // Files without smoothing are what they were before it existed (JSON inside a JSON string).
+    CHECK(split_file(plain_path).header.find("label_smoothing") == std::string::npos);
+    const std::string recorded = "{\\\"label_smoothing\\\":" + float_bits_text(0.1f) + ",\\\"loss\\\":";
+    CHECK_MESSAGE(split_file(smoothed_path).header.find(recorded) != std::string::npos, split_file(smoothed_path).header);
+
+    Run plain_run(Options{});
+    const Refusal by_plain = load_checkpoint(plain_run, smoothed_path);
+    CHECK(by_plain.status == MPT_STATUS_INVALID_ARGUMENT);
+    CHECK_MESSAGE(by_plain.message.find("label_smoothing 0.1 (this trainer: 0)") != std::string::npos, by_plain.message);
+    CHECK(by_plain.message.find("not know") == std::string::npos);
+    Run smoothed_run(smoothed);
+    const Refusal by_smoothed = load_checkpoint(smoothed_run, plain_path);
+    CHECK(by_smoothed.status == MPT_STATUS_INVALID_ARGUMENT);
+    CHECK_MESSAGE(by_smoothed.message.find("label_smoothing 0 (this trainer: 0.1)") != std::string::npos,
+                  by_smoothed.message);
+    Options other = smoothed;
+    other.label_smoothing = 0.2f;
+    Run other_run(other);
+    const Refusal by_other = load_checkpoint(other_run, smoothed_path);
+    CHECK(by_other.status == MPT_STATUS_INVALID_ARGUMENT);
+    CHECK_MESSAGE(by_other.message.find("label_smoothing 0.1 (this trainer: 0.2)") != std::string::npos, by_other.message);
+    // Refusals change nothing: each trainer still loads a file of its own smoothing.
+    REQUIRE(load_checkpoint(plain_run, plain_path).status == MPT_STATUS_OK);
+    REQUIRE(load_checkpoint(smoothed_run, smoothed_path).status == MPT_STATUS_OK);
 }
 
 TEST_CASE("a fit cancelled inside an epoch continues that epoch and ends like an uninterrupted run") {

@@ -376,6 +376,7 @@ struct HeadCase {
     int64_t rows, width, classes;
     DType gradient_dtype;
     bool with_state, with_probabilities;
+    float label_smoothing = 0.0f;
 };
 
 // NaN in the same places of the first `count` elements of both, and those places zeroed there so that
@@ -399,6 +400,7 @@ void compare_loss_head_logits(Backend& reference, Backend& candidate, const Head
     CAPTURE(c.classes);
     CAPTURE(std::string(dtype_name(c.gradient_dtype)));
     CAPTURE(c.with_state);
+    CAPTURE(c.label_smoothing);
     std::vector<float> logits = random_values(static_cast<size_t>(c.rows * c.width), -4, 4);
     if (nan_logit) logits[0] = std::numeric_limits<float>::quiet_NaN();
     std::uniform_int_distribution<int32_t> label_distribution(0, static_cast<int32_t>(c.classes - 1));
@@ -442,6 +444,7 @@ void compare_loss_head_logits(Backend& reference, Backend& candidate, const Head
         args.classes = c.classes;
         args.activation = c.activation;
         args.loss = c.loss;
+        args.label_smoothing = c.label_smoothing;
         args.logits_grad_dtype = c.gradient_dtype;
         backend.loss_head(args);
         gradients[b] = download(backend, gradient, c.gradient_dtype, static_cast<size_t>(c.rows * c.width));
@@ -504,6 +507,16 @@ void compare_loss_head_cases(Backend& reference, Backend& candidate) {
         compare_loss_head(reference, candidate,
                           {Activation::sigmoid, LossKind::mean_squared_error, 31, 8, 1, dtype, true, true});
     }
+    // Label smoothing in every cross-entropy form (logits, renormalised, softplus, clipped).
+    for (const HeadCase& smoothed :
+         {HeadCase{Activation::softmax, LossKind::sparse_categorical_crossentropy, 67, 16, 10, DType::bf16, true, true, 0.1f},
+          HeadCase{Activation::linear, LossKind::categorical_crossentropy, 33, 8, 5, DType::fp16, true, false, 0.2f},
+          HeadCase{Activation::sigmoid, LossKind::categorical_crossentropy, 33, 8, 5, DType::fp32, true, true, 0.1f},
+          HeadCase{Activation::sigmoid, LossKind::binary_crossentropy, 50, 8, 3, DType::bf16, true, true, 0.3f},
+          HeadCase{Activation::tanh, LossKind::binary_crossentropy, 20, 8, 4, DType::fp32, false, false, 0.05f},
+          HeadCase{Activation::softmax, LossKind::sparse_categorical_crossentropy, 300, 104, 100, DType::fp32, true, true,
+                   0.1f}})
+        compare_loss_head(reference, candidate, smoothed);
     // Wide heads (several classes per lane) and many rows (several blocks).
     compare_loss_head(reference, candidate,
                       {Activation::softmax, LossKind::sparse_categorical_crossentropy, 300, 104, 100, DType::bf16, true, true});

@@ -36,7 +36,8 @@ double act(Activation a, double z) {
 double clip(double p) { return std::min(std::max(p, 1e-7), 1 - 1e-7); }
 
 // Mean loss over the batch in double precision, written from the loss definitions (Keras semantics).
-double reference_loss(const Net& net, Activation hidden, Activation head, LossKind loss) {
+// With label smoothing s, every target t becomes t (1 - s) + s / n: n classes, or 2 for binary.
+double reference_loss(const Net& net, Activation hidden, Activation head, LossKind loss, double smoothing = 0.0) {
     double total = 0;
     for (int64_t r = 0; r < kRows; ++r) {
         double a1[kHidden], z[kOutputs], y[kOutputs], t[kOutputs];
@@ -51,6 +52,7 @@ double reference_loss(const Net& net, Activation hidden, Activation head, LossKi
             z[o] = sum;
             t[o] = loss == LossKind::sparse_categorical_crossentropy ? (net.labels[r] == o ? 1.0 : 0.0)
                                                                       : net.targets[r * kOutputs + o];
+            t[o] = t[o] * (1 - smoothing) + smoothing / (loss == LossKind::binary_crossentropy ? 2.0 : kOutputs);
         }
         if (head == Activation::softmax || head == Activation::linear) {
             double m = z[0];
@@ -98,7 +100,8 @@ struct Gradients {
 };
 
 // One fp32 training step through the backend, returning the gradients the update saw.
-Gradients backend_gradients(Backend& backend, const Net& net, Activation hidden, Activation head, LossKind loss) {
+Gradients backend_gradients(Backend& backend, const Net& net, Activation hidden, Activation head, LossKind loss,
+                            float smoothing) {
     std::vector<float> x = padded(net.x, kRows, kInputs, kPad);
     std::vector<float> w1 = padded(net.w1, kHidden, kInputs, kPad), w2 = padded(net.w2, kOutputs, kHidden, kPad);
     w1.resize(kPad * kPad, 0.0f);
@@ -127,6 +130,7 @@ Gradients backend_gradients(Backend& backend, const Net& net, Activation hidden,
     h.classes = kOutputs;
     h.activation = head;
     h.loss = loss;
+    h.label_smoothing = smoothing;
     h.logits_grad_dtype = DType::fp32;
     backend.loss_head(h);
     DenseBackwardDataArgs d{dlogits.data(), w2.data(), a1.data(), nullptr, dz1.data(), kRows, kPad, kPad, hidden,
@@ -164,7 +168,7 @@ Gradients backend_gradients(Backend& backend, const Net& net, Activation hidden,
     return result;
 }
 
-void check_against_finite_differences(Activation hidden, Activation head, LossKind loss) {
+void check_against_finite_differences(Activation hidden, Activation head, LossKind loss, float smoothing = 0.0f) {
     std::mt19937 generator(11);
     std::uniform_real_distribution<double> uniform(-1.0, 1.0);
     Net net;
@@ -179,17 +183,17 @@ void check_against_finite_differences(Activation hidden, Activation head, LossKi
             else t = uniform(generator);
         }
     auto backend = create_cpu_backend(1);
-    const Gradients analytic = backend_gradients(*backend, net, hidden, head, loss);
-    CHECK(analytic.loss == doctest::Approx(reference_loss(net, hidden, head, loss)).epsilon(1e-5));
+    const Gradients analytic = backend_gradients(*backend, net, hidden, head, loss, smoothing);
+    CHECK(analytic.loss == doctest::Approx(reference_loss(net, hidden, head, loss, smoothing)).epsilon(1e-5));
 
     const double step = 1e-5;
     auto check_parameter = [&](std::vector<double>& values, const std::vector<float>& grads, int64_t columns) {
         for (size_t i = 0; i < values.size(); ++i) {
             const double saved = values[i];
             values[i] = saved + step;
-            const double up = reference_loss(net, hidden, head, loss);
+            const double up = reference_loss(net, hidden, head, loss, smoothing);
             values[i] = saved - step;
-            const double down = reference_loss(net, hidden, head, loss);
+            const double down = reference_loss(net, hidden, head, loss, smoothing);
             values[i] = saved;
             const double numeric = (up - down) / (2 * step);
             const int64_t row = static_cast<int64_t>(i) / columns, column = static_cast<int64_t>(i) % columns;
@@ -237,4 +241,66 @@ TEST_CASE("mean squared error gradients match finite differences through every h
         CAPTURE(activation_name(head));
         check_against_finite_differences(Activation::sigmoid, head, LossKind::mean_squared_error);
     }
+}
+
+TEST_CASE("label-smoothed cross-entropy gradients match finite differences for every head form") {
+    for (float smoothing : {0.1f, 0.35f}) {
+        CAPTURE(smoothing);
+        check_against_finite_differences(Activation::tanh, Activation::softmax, LossKind::sparse_categorical_crossentropy,
+                                         smoothing);
+        check_against_finite_differences(Activation::tanh, Activation::linear, LossKind::sparse_categorical_crossentropy,
+                                         smoothing);
+        check_against_finite_differences(Activation::tanh, Activation::softmax, LossKind::categorical_crossentropy,
+                                         smoothing);
+        check_against_finite_differences(Activation::tanh, Activation::sigmoid, LossKind::categorical_crossentropy,
+                                         smoothing);
+        check_against_finite_differences(Activation::sigmoid, Activation::sigmoid, LossKind::binary_crossentropy,
+                                         smoothing);
+        check_against_finite_differences(Activation::tanh, Activation::softmax, LossKind::binary_crossentropy,
+                                         smoothing);
+    }
+}
+
+TEST_CASE("label smoothing is PyTorch's: (1 - s) times the cross-entropy plus s times the mean of -log p") {
+    // An independent form of the smoothed softmax cross-entropy on integer labels, from the
+    // probabilities the head reports: CrossEntropyLoss(label_smoothing=s) as PyTorch documents it.
+    constexpr int64_t rows = 4, classes = 5, width = 8;
+    constexpr float smoothing = 0.2f;
+    std::mt19937 generator(3);
+    std::uniform_real_distribution<float> uniform(-3.0f, 3.0f);
+    std::vector<float> logits(rows * width, 0.0f), probabilities(rows * width, NAN);
+    std::vector<int32_t> labels(rows);
+    for (int64_t r = 0; r < rows; ++r) {
+        labels[r] = static_cast<int32_t>(generator() % classes);
+        for (int64_t c = 0; c < classes; ++c) logits[r * width + c] = uniform(generator);
+    }
+    double metrics[kMetricsCount] = {};
+    LossHeadArgs h{};
+    h.logits = logits.data();
+    h.labels = labels.data();
+    h.probabilities = probabilities.data();
+    h.metrics = metrics;
+    h.rows = rows;
+    h.width = width;
+    h.classes = classes;
+    h.activation = Activation::softmax;
+    h.loss = LossKind::sparse_categorical_crossentropy;
+    h.label_smoothing = smoothing;
+    h.logits_grad_dtype = DType::fp32;
+    auto backend = create_cpu_backend(1);
+    backend->loss_head(h);
+    double expected = 0.0;
+    for (int64_t r = 0; r < rows; ++r) {
+        double mean_negative_log = 0.0;
+        for (int64_t c = 0; c < classes; ++c) mean_negative_log -= std::log(probabilities[r * width + c]) / classes;
+        expected += (1 - smoothing) * -std::log(probabilities[r * width + labels[r]]) + smoothing * mean_negative_log;
+    }
+    CHECK(metrics[kMetricBatchLoss] == doctest::Approx(expected / rows).epsilon(1e-5));
+    // The metric compares with the given labels: smoothing changes the loss, not the accuracy.
+    double unsmoothed[kMetricsCount] = {};
+    h.metrics = unsmoothed;
+    h.label_smoothing = 0.0f;
+    backend->loss_head(h);
+    CHECK(unsmoothed[kMetricCorrect] == metrics[kMetricCorrect]);
+    CHECK(unsmoothed[kMetricBatchLoss] != metrics[kMetricBatchLoss]);
 }

@@ -1,0 +1,244 @@
+// Label smoothing through the C API: what it trains towards (sparse labels as their one-hot rows,
+// bit for bit), the loss evaluate reports (PyTorch's and Keras's definitions, recomputed here from
+// the trainer's own predictions), what it does to a model's confidence, and the refusals.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "mptrain/mptrain.h"
+#include "support/capi_fixture.h"
+
+namespace {
+
+using mpt_test::Blobs;
+using mpt_test::kBlobClasses;
+using mpt_test::kBlobFeatures;
+
+constexpr int64_t kRows = 96;
+
+struct Trainer {
+    mpt_context_t* context = nullptr;
+    mpt_model_t* model = nullptr;
+    mpt_trainer_t* trainer = nullptr;
+
+    Trainer(mpt_precision precision, mpt_loss loss, float smoothing, mpt_activation head = MPT_ACTIVATION_SOFTMAX,
+            int64_t outputs = kBlobClasses) {
+        context = mpt_test::create_context(MPT_BACKEND_CPU, 7);
+        REQUIRE_OK(mpt_model_create(context, kBlobFeatures, &model));
+        REQUIRE_OK(mpt_model_add_dense(model, 16, MPT_ACTIVATION_RELU));
+        REQUIRE_OK(mpt_model_add_dense(model, outputs, head));
+        mpt_trainer_options_t* options = nullptr;
+        REQUIRE_OK(mpt_trainer_options_create(&options));
+        REQUIRE_OK(mpt_trainer_options_set_precision(options, precision));
+        REQUIRE_OK(mpt_trainer_options_set_loss(options, loss));
+        REQUIRE_OK(mpt_trainer_options_set_optimizer(options, MPT_OPTIMIZER_ADAM));
+        REQUIRE_OK(mpt_trainer_options_set_learning_rate(options, 0.01f));
+        REQUIRE_OK(mpt_trainer_options_set_label_smoothing(options, smoothing));
+        REQUIRE_OK(mpt_trainer_create(model, options, &trainer));
+        mpt_trainer_options_destroy(options);
+    }
+    ~Trainer() {
+        mpt_trainer_destroy(trainer);
+        mpt_model_destroy(model);
+        mpt_context_destroy(context);
+    }
+    std::vector<float> weights() const {
+        std::vector<float> all;
+        const int64_t layers = 2;
+        for (int64_t layer = 0; layer < layers; ++layer) {
+            const int64_t units = layer == 0 ? 16 : output_count(), inputs = layer == 0 ? kBlobFeatures : 16;
+            std::vector<float> w(static_cast<size_t>(units * inputs)), b(static_cast<size_t>(units));
+            REQUIRE_OK(mpt_model_get_weights(model, layer, w.data(), units * inputs, b.data(), units));
+            all.insert(all.end(), w.begin(), w.end());
+            all.insert(all.end(), b.begin(), b.end());
+        }
+        return all;
+    }
+    int64_t output_count() const {
+        int64_t outputs = 0;
+        REQUIRE_OK(mpt_model_get_output_features(model, &outputs));
+        return outputs;
+    }
+    std::vector<float> predict(const Blobs& blobs) const {
+        std::vector<float> out(static_cast<size_t>(blobs.rows() * output_count()));
+        REQUIRE_OK(mpt_trainer_predict(trainer, blobs.x.data(), blobs.rows(), out.data(),
+                                       static_cast<int64_t>(out.size())));
+        return out;
+    }
+};
+
+mpt_dataset_t* sparse_set(mpt_context_t* context, const Blobs& blobs) {
+    mpt_dataset_t* dataset = nullptr;
+    REQUIRE_OK(mpt_dataset_create_f32(context, blobs.x.data(), blobs.rows(), kBlobFeatures, blobs.y.data(), kBlobClasses,
+                                      1, &dataset));
+    return dataset;
+}
+
+mpt_dataset_t* one_hot_set(mpt_context_t* context, const Blobs& blobs) {
+    std::vector<float> targets(static_cast<size_t>(blobs.rows() * kBlobClasses), 0.0f);
+    for (int64_t r = 0; r < blobs.rows(); ++r) targets[static_cast<size_t>(r * kBlobClasses + blobs.y[r])] = 1.0f;
+    mpt_dataset_t* dataset = nullptr;
+    REQUIRE_OK(mpt_dataset_create_f32_targets(context, blobs.x.data(), blobs.rows(), kBlobFeatures, targets.data(),
+                                              kBlobClasses, 1, &dataset));
+    return dataset;
+}
+
+struct Evaluation {
+    float loss = NAN, accuracy = NAN;
+};
+
+Evaluation evaluate(const Trainer& trainer, const mpt_dataset_t* dataset) {
+    Evaluation result;
+    REQUIRE_OK(mpt_trainer_evaluate(trainer.trainer, dataset, 32, &result.loss, &result.accuracy));
+    return result;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("under label smoothing, integer labels train bit for bit as their one-hot rows, in every precision") {
+    const Blobs blobs = mpt_test::make_blobs(kRows, 3, 1.5);
+    for (mpt_precision precision : {MPT_PRECISION_FP32, MPT_PRECISION_MIXED_FP16, MPT_PRECISION_MIXED_BF16}) {
+        CAPTURE(static_cast<int>(precision));
+        Trainer sparse(precision, MPT_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY, 0.1f);
+        Trainer one_hot(precision, MPT_LOSS_CATEGORICAL_CROSSENTROPY, 0.1f);
+        Trainer unsmoothed(precision, MPT_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY, 0.0f);
+        mpt_dataset_t* labels = sparse_set(sparse.context, blobs);
+        mpt_dataset_t* rows = one_hot_set(one_hot.context, blobs);
+        mpt_dataset_t* plain = sparse_set(unsmoothed.context, blobs);
+        REQUIRE_OK(mpt_trainer_fit(sparse.trainer, labels, 3, 16, 1));
+        REQUIRE_OK(mpt_trainer_fit(one_hot.trainer, rows, 3, 16, 1));
+        REQUIRE_OK(mpt_trainer_fit(unsmoothed.trainer, plain, 3, 16, 1));
+        CHECK(same_bits(sparse.weights(), one_hot.weights()));
+        CHECK_FALSE(same_bits(sparse.weights(), unsmoothed.weights()));
+        const Evaluation a = evaluate(sparse, labels), b = evaluate(one_hot, rows);
+        CHECK(a.loss == b.loss);
+        CHECK(a.accuracy == b.accuracy);
+        mpt_dataset_destroy(labels);
+        mpt_dataset_destroy(rows);
+        mpt_dataset_destroy(plain);
+    }
+}
+
+TEST_CASE("evaluate reports the smoothed cross-entropy, (1 - s) CE + s mean(-log p), and the labels' accuracy") {
+    const Blobs blobs = mpt_test::make_blobs(kRows, 5, 1.5);
+    constexpr float smoothing = 0.2f;
+    Trainer smoothed(MPT_PRECISION_FP32, MPT_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY, smoothing);
+    mpt_dataset_t* dataset = sparse_set(smoothed.context, blobs);
+    REQUIRE_OK(mpt_trainer_fit(smoothed.trainer, dataset, 2, 16, 1));
+    // A second trainer on the same model, without smoothing: the same weights, the plain loss.
+    mpt_trainer_t* plain = nullptr;
+    mpt_trainer_options_t* options = nullptr;
+    REQUIRE_OK(mpt_trainer_options_create(&options));
+    REQUIRE_OK(mpt_trainer_options_set_precision(options, MPT_PRECISION_FP32));
+    REQUIRE_OK(mpt_trainer_create(smoothed.model, options, &plain));
+    mpt_trainer_options_destroy(options);
+
+    const std::vector<float> p = smoothed.predict(blobs);
+    double cross_entropy = 0.0, uniform = 0.0, correct = 0.0;
+    for (int64_t r = 0; r < blobs.rows(); ++r) {
+        const float* row = &p[static_cast<size_t>(r * kBlobClasses)];
+        cross_entropy -= std::log(static_cast<double>(row[blobs.y[r]]));
+        for (int64_t c = 0; c < kBlobClasses; ++c) uniform -= std::log(static_cast<double>(row[c])) / kBlobClasses;
+        correct += std::max_element(row, row + kBlobClasses) - row == blobs.y[r];
+    }
+    const double rows = static_cast<double>(blobs.rows());
+    const Evaluation with = evaluate(smoothed, dataset);
+    Evaluation without;
+    REQUIRE_OK(mpt_trainer_evaluate(plain, dataset, 32, &without.loss, &without.accuracy));
+    CHECK(with.loss == doctest::Approx(((1 - smoothing) * cross_entropy + smoothing * uniform) / rows).epsilon(1e-5));
+    CHECK(without.loss == doctest::Approx(cross_entropy / rows).epsilon(1e-5));
+    CHECK(with.accuracy == doctest::Approx(correct / rows));
+    CHECK(with.accuracy == without.accuracy);
+    mpt_trainer_destroy(plain);
+    mpt_dataset_destroy(dataset);
+}
+
+TEST_CASE("binary cross-entropy smooths its targets towards 1/2, as Keras's BinaryCrossentropy(label_smoothing)") {
+    const Blobs blobs = mpt_test::make_blobs(kRows, 9, 1.5);
+    constexpr float smoothing = 0.3f;
+    constexpr int64_t outputs = 2;  // two independent yes/no questions: label 0? label 1?
+    std::vector<float> targets(static_cast<size_t>(blobs.rows() * outputs));
+    for (int64_t r = 0; r < blobs.rows(); ++r)
+        for (int64_t o = 0; o < outputs; ++o) targets[static_cast<size_t>(r * outputs + o)] = blobs.y[r] == o ? 1.0f : 0.0f;
+    Trainer trainer(MPT_PRECISION_FP32, MPT_LOSS_BINARY_CROSSENTROPY, smoothing, MPT_ACTIVATION_SIGMOID, outputs);
+    mpt_dataset_t* dataset = nullptr;
+    REQUIRE_OK(mpt_dataset_create_f32_targets(trainer.context, blobs.x.data(), blobs.rows(), kBlobFeatures,
+                                              targets.data(), outputs, 1, &dataset));
+    REQUIRE_OK(mpt_trainer_fit(trainer.trainer, dataset, 2, 16, 1));
+    const std::vector<float> p = trainer.predict(blobs);
+    double expected = 0.0;
+    for (size_t i = 0; i < p.size(); ++i) {
+        const double t = targets[i] * (1.0 - smoothing) + smoothing / 2, q = p[i];
+        expected -= (t * std::log(q) + (1 - t) * std::log(1 - q)) / outputs;
+    }
+    const Evaluation result = evaluate(trainer, dataset);
+    CHECK(result.loss == doctest::Approx(expected / static_cast<double>(blobs.rows())).epsilon(1e-4));
+    mpt_dataset_destroy(dataset);
+}
+
+TEST_CASE("label smoothing keeps a model from certainty: its probabilities settle near 1 - s + s/n, not 1") {
+    const Blobs blobs = mpt_test::make_blobs(kRows, 11);  // well separated: a plain model grows certain
+    constexpr float smoothing = 0.2f;
+    const double optimum = 1.0 - smoothing + smoothing / kBlobClasses;  // the smoothed loss's minimum
+    struct Confidence {
+        double mean, most;  // over the rows, of the predicted class's probability
+    };
+    auto confidence = [&](float s) {
+        Trainer trainer(MPT_PRECISION_FP32, MPT_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY, s);
+        mpt_dataset_t* dataset = sparse_set(trainer.context, blobs);
+        REQUIRE_OK(mpt_trainer_fit(trainer.trainer, dataset, 60, 16, 1));
+        CHECK(evaluate(trainer, dataset).accuracy == 1.0f);
+        mpt_dataset_destroy(dataset);
+        const std::vector<float> p = trainer.predict(blobs);
+        Confidence result{0.0, 0.0};
+        for (int64_t r = 0; r < blobs.rows(); ++r) {
+            const float* row = &p[static_cast<size_t>(r * kBlobClasses)];
+            const double top = *std::max_element(row, row + kBlobClasses);
+            result.mean += top / static_cast<double>(blobs.rows());
+            result.most = std::max(result.most, top);
+        }
+        return result;
+    };
+    const Confidence plain = confidence(0.0f), smoothed = confidence(smoothing);
+    MESSAGE("mean top probability ", plain.mean, " plain, ", smoothed.mean, " smoothed (optimum ", optimum,
+            "); the most confident row: ", smoothed.most);
+    CHECK(plain.mean > 0.99);
+    // Rows deep inside a cluster sit a little above the optimum and rows near a boundary below it.
+    CHECK(smoothed.mean == doctest::Approx(optimum).epsilon(0.03));
+    CHECK(smoothed.most < 0.97);
+}
+
+TEST_CASE("label smoothing is refused outside [0, 1) and with mean squared error, and the refusals change nothing") {
+    mpt_trainer_options_t* options = nullptr;
+    REQUIRE_OK(mpt_trainer_options_create(&options));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_options_set_label_smoothing(nullptr, 0.1f));
+    for (float bad : {-0.1f, 1.0f, 1.5f, std::nanf(""), INFINITY, -INFINITY})
+        CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_options_set_label_smoothing(options, bad));
+    REQUIRE_OK(mpt_trainer_options_set_label_smoothing(options, 0.1f));
+
+    mpt_context_t* context = mpt_test::create_context(MPT_BACKEND_CPU, 1);
+    mpt_model_t* model = nullptr;
+    REQUIRE_OK(mpt_model_create(context, kBlobFeatures, &model));
+    REQUIRE_OK(mpt_model_add_dense(model, 2, MPT_ACTIVATION_LINEAR));
+    REQUIRE_OK(mpt_trainer_options_set_loss(options, MPT_LOSS_MEAN_SQUARED_ERROR));
+    mpt_trainer_t* trainer = nullptr;
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_create(model, options, &trainer));
+    CHECK(trainer == nullptr);
+    CHECK(std::string(mpt_last_error()).find("label smoothing") != std::string::npos);
+    // Without smoothing the same options and model make a trainer (the refused value was not kept).
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_options_set_label_smoothing(options, 2.0f));
+    REQUIRE_OK(mpt_trainer_options_set_label_smoothing(options, 0.0f));
+    REQUIRE_OK(mpt_trainer_create(model, options, &trainer));
+    mpt_trainer_destroy(trainer);
+    mpt_trainer_options_destroy(options);
+    mpt_model_destroy(model);
+    mpt_context_destroy(context);
+}
