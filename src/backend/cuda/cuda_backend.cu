@@ -581,6 +581,12 @@ void CudaBackend::begin_compute_task() {
 
 void CudaBackend::abandon_compute_task() noexcept {
     recording_ = false;
+    // A forward planned to write its ReLU mask but dropped unrun leaves that mask unwritten: a later
+    // backward must not take the fused DRELU path on it (the trainer always runs a forward first;
+    // direct users of the backend may not).
+    for (const RecordedOp& op : recorded_)
+        if (op.code == OpCode::dense_forward && op.forward.relu_mask && op.forward_plan.writes_mask)
+            masks_.erase(op.forward.relu_mask);
     recorded_.clear();
 }
 
