@@ -110,7 +110,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                     }
                 }
                 break;
-            case 6: mpt_trainer_options_set_loss(trainer_options, static_cast<mpt_loss>(in.small(6) - 1)); break;
+            case 6:  // the loss, or its label smoothing (hostile values; MSE refuses any at create)
+                if (in.byte() % 2) mpt_trainer_options_set_loss(trainer_options, static_cast<mpt_loss>(in.small(6) - 1));
+                else mpt_trainer_options_set_label_smoothing(trainer_options, in.real() / 4.0f);
+                break;
             case 7:
                 mpt_trainer_options_set_loss_scaling(trainer_options, static_cast<mpt_loss_scaling>(in.small(6) - 1), in.real() * 65536.0f);
                 break;
