@@ -28,6 +28,9 @@ void args_print_usage(FILE* stream, const char* program)
             "  --lr-schedule S    constant | linear | cosine (default constant): the library lowers the\n"
             "                     rate at every step, from --lr until it reaches 0 as the run ends\n"
             "  --warmup N         raise the rate linearly over the first N steps (default 0)\n"
+            "  --label-smoothing S\n"
+            "                     train towards (1 - S) on each label plus S / 10 on every class,\n"
+            "                     0 <= S < 1 (default 0: none); the losses shown are the smoothed ones\n"
             "  --limit N          train on the first N training images only; 0 = all (default 0)\n"
             "  --seed N           seed of weight initialisation and shuffling (default 42)\n"
             "  --backend B        auto | cpu | cuda (default auto)\n"
@@ -105,6 +108,23 @@ static int parse_float_in(const char* text, double above, double at_most, float*
     return 1;
 }
 
+/* A float in [0, 1) once rounded to float (0.99999999 would round to 1, which the library refuses). */
+static int parse_unit_fraction(const char* text, float* out)
+{
+    char* end = NULL;
+    double value;
+    float rounded;
+    errno = 0;
+    value = strtod(text, &end);
+    if (text[0] == '\0' || *end != '\0' || errno == ERANGE || !isfinite(value) || !(value >= 0.0))
+        return 0;
+    rounded = (float)value;
+    if (!(rounded < 1.0f))
+        return 0;
+    *out = rounded == 0.0f ? 0.0f : rounded; /* "-0" is 0 */
+    return 1;
+}
+
 static int parse_precision(const char* text, mpt_precision* out)
 {
     static const mpt_precision all[] = {MPT_PRECISION_FP32, MPT_PRECISION_MIXED_FP16,
@@ -176,7 +196,7 @@ static args_result usage_error(const char* program, const char* format, ...)
 static int takes_value(const char* name)
 {
     static const char* const names[] = {"data", "epochs", "batch", "precision", "lr", "lr-decay",
-                                        "lr-schedule", "warmup",
+                                        "lr-schedule", "warmup", "label-smoothing",
                                         "limit", "seed", "backend", "threads", "json"};
     size_t i;
     for (i = 0; i < sizeof names / sizeof names[0]; ++i)
@@ -197,6 +217,7 @@ args_result args_parse(int argc, char** argv, cli_options* out)
     options.precision = MPT_PRECISION_AUTO;
     options.learning_rate = 0.01f;
     options.learning_rate_decay = 1.0f;
+    options.label_smoothing = 0.0f;
     options.limit = 0;
     options.seed = 42;
     options.backend = MPT_BACKEND_AUTO;
@@ -268,6 +289,9 @@ args_result args_parse(int argc, char** argv, cli_options* out)
         } else if (strcmp(name, "warmup") == 0) {
             if (!parse_int64(value, 0, INT64_MAX / 2, &options.warmup_steps))
                 return usage_error(program, "--warmup must be an integer >= 0, not '%s'", value);
+        } else if (strcmp(name, "label-smoothing") == 0) {
+            if (!parse_unit_fraction(value, &options.label_smoothing))
+                return usage_error(program, "--label-smoothing must be a number in [0, 1), not '%s'", value);
         } else if (strcmp(name, "limit") == 0) {
             if (!parse_int64(value, 0, INT64_MAX, &options.limit))
                 return usage_error(program, "--limit must be an integer >= 0, not '%s'", value);

@@ -16,6 +16,7 @@ typedef struct cli_options {
     float learning_rate_decay;  /* --lr-decay: the rate is multiplied by it after every epoch; 1 = constant */
     mpt_lr_schedule lr_schedule; /* --lr-schedule: evaluated per step by the library, decaying to 0 over the run */
     int64_t warmup_steps;       /* --warmup: the schedule's linear warm-up */
+    float label_smoothing;      /* --label-smoothing: s in [0, 1), targets t (1 - s) + s / 10; 0 = none */
     int64_t limit;              /* first N training images; 0 = all */
     uint64_t seed;
     mpt_backend backend;

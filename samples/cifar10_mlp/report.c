@@ -95,6 +95,7 @@ static void write_run(json_writer* json, const cli_options* options, const data_
     json_number(json, "learning_rate_decay", (double)options->learning_rate_decay);
     json_string(json, "lr_schedule", args_schedule_name(options->lr_schedule));
     json_integer(json, "warmup_steps", options->warmup_steps);
+    json_number(json, "label_smoothing", (double)options->label_smoothing);
     json_boolean(json, "validate", options->validate);
     json_number(json, "learning_rate_after_first_epoch", (double)run->rate_after_first_epoch);
     json_number(json, "learning_rate_at_end", (double)run->rate_at_end);

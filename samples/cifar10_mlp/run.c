@@ -169,6 +169,8 @@ int run_training(const cli_options* options, mpt_precision precision, const data
               args_precision_name(precision));
     CHECK_MPT(mpt_trainer_options_set_loss(trainer_options, MPT_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY),
               "setting the sparse categorical cross-entropy loss");
+    CHECK_MPT(mpt_trainer_options_set_label_smoothing(trainer_options, options->label_smoothing),
+              "setting label smoothing %g", (double)options->label_smoothing);
     CHECK_MPT(mpt_trainer_options_set_optimizer(trainer_options, MPT_OPTIMIZER_SGD), "selecting SGD");
     CHECK_MPT(mpt_trainer_options_set_learning_rate(trainer_options, options->learning_rate),
               "setting learning rate %g", (double)options->learning_rate);
@@ -200,6 +202,8 @@ int run_training(const cli_options* options, mpt_precision precision, const data
                decay_steps == 1 ? "" : "s");
     if (options->warmup_steps > 0)
         printf(" after %" PRId64 " warm-up step%s", options->warmup_steps, options->warmup_steps == 1 ? "" : "s");
+    if (options->label_smoothing > 0.0f)
+        printf(" | label smoothing %g", (double)options->label_smoothing);
     printf(" | seed %" PRIu64 " | epochs %" PRId64 "\n", options->seed, r.epochs);
     fflush(stdout);
     if (options->warmup_steps >= steps_per_epoch * options->epochs)

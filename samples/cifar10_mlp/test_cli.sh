@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The sample's command line as a user meets it: --help, refused flags (exit 2 with the reason), and
 # short runs on the generated data set (no CIFAR-10 here) whose JSON reflects the flags. The
-# learning-rate flags must change what is trained, not only what is printed.
+# learning-rate and label-smoothing flags must change what is trained, not only what is printed.
 # Usage: test_cli.sh path/to/mptrain-cifar10
 set -u
 program=$1
@@ -11,7 +11,7 @@ failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
 "$program" --help >"$work/help" 2>&1 || fail "--help exited $?"
-for flag in --lr-schedule --warmup --lr-decay --compare; do
+for flag in --lr-schedule --warmup --lr-decay --label-smoothing --compare; do
     grep -q -- "$flag" "$work/help" || fail "--help does not mention $flag"
 done
 
@@ -29,6 +29,10 @@ refused --warmup 1.5 "--warmup must be an integer >= 0"
 refused --lr-decay 0 "--lr-decay must be a number in (0, 1]"
 refused --lr 0 "--lr must be a positive number"
 refused --epochs 0 "--epochs must be an integer >= 1"
+refused --label-smoothing 1 "--label-smoothing must be a number in"
+refused --label-smoothing -0.1 "--label-smoothing must be a number in"
+refused --label-smoothing 0.99999999 "--label-smoothing must be a number in"  # 1 once rounded to float
+refused --label-smoothing nan "--label-smoothing must be a number in"
 refused --frobnicate "unknown option"
 
 # 256 generated images, batch 32: 8 steps an epoch, 16 in all.
@@ -46,6 +50,7 @@ run constant
 run cosine --lr-schedule cosine --warmup 4
 run linear --lr-schedule linear
 run warmup --warmup 4
+run smoothed --label-smoothing 0.1
 [ "$(json_value cosine lr_schedule)" = '"cosine"' ] || fail "cosine run's JSON says $(json_value cosine lr_schedule)"
 [ "$(json_value cosine warmup_steps)" = 4 ] || fail "cosine run's JSON has warmup_steps $(json_value cosine warmup_steps)"
 [ "$(json_value constant lr_schedule)" = '"constant"' ] || fail "constant run's JSON says $(json_value constant lr_schedule)"
@@ -68,13 +73,16 @@ rate_is linear learning_rate_after_first_epoch 0.025
 rate_is linear learning_rate_at_end 0
 rate_is warmup learning_rate_after_first_epoch 0.05
 rate_is warmup learning_rate_at_end 0.05
+rate_is smoothed label_smoothing 0.1
+[ "$(json_value constant label_smoothing)" = 0 ] || fail "constant run's JSON has label_smoothing $(json_value constant label_smoothing)"
+grep -q "| label smoothing 0.1 |" "$work/smoothed.out" || fail "smoothed run's header: $(grep '^data' "$work/smoothed.out")"
 # A warm-up as long as the run is said to be one.
 "$program" --data "$work/no-such-directory" --limit 256 --epochs 2 --threads 2 --lr-schedule cosine --warmup 16 \
     >"$work/long_warmup.out" 2>&1 || fail "a warm-up as long as the run exited $?"
 grep -q "warning: --warmup 16 lasts the whole run of 16 steps" "$work/long_warmup.out" ||
     fail "a warm-up as long as the run gave no warning"
 constant_loss=$(json_value constant train_loss)
-for name in cosine linear warmup; do
+for name in cosine linear warmup smoothed; do
     loss=$(json_value "$name" train_loss)
     [ -n "$loss" ] && [ "$loss" != "$constant_loss" ] || fail "run '$name' trained the constant run's loss $constant_loss"
 done
