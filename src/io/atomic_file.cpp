@@ -186,11 +186,16 @@ std::vector<std::string> list_directory(const std::string& directory) {
     if (handle == nullptr) fail_io("cannot list the directory", directory, errno);
     const Listing listing{handle};
     std::vector<std::string> names;
-    while (const dirent* entry = ::readdir(listing.handle)) {
+    for (;;) {
+        errno = 0;  // readdir returns null both at the end and on an error, which only errno tells apart
+        const dirent* entry = ::readdir(listing.handle);
+        if (entry == nullptr) {
+            if (errno != 0) fail_io("cannot list the directory", directory, errno);
+            return names;
+        }
         if (std::strcmp(entry->d_name, ".") != 0 && std::strcmp(entry->d_name, "..") != 0)
             names.emplace_back(entry->d_name);
     }
-    return names;
 }
 
 size_t remove_stale_temp_files(const std::string& path) {
