@@ -378,6 +378,39 @@ TEST_CASE("only label smoothing puts label_smoothing among a checkpoint's option
     REQUIRE(load_checkpoint(smoothed_run, smoothed_path).status == MPT_STATUS_OK);
 }
 
+TEST_CASE("a checkpoint's label smoothing that no mptrain writes is corrupt data, whatever the trainer's") {
+    TempDir directory;
+    Options smoothed;
+    smoothed.label_smoothing = 0.1f;
+    Run run(smoothed);
+    const std::string path = (directory.path / "smoothed.safetensors").string();
+    REQUIRE(mpt_trainer_save_checkpoint(run.trainer, path.c_str()) == MPT_STATUS_OK);
+    const FileParts parts = split_file(path);
+    const std::string entry = "\\\"label_smoothing\\\":" + float_bits_text(0.1f);
+    REQUIRE(parts.header.find(entry) != std::string::npos);
+    const auto with_value = [&](const std::string& value) {
+        std::string header = parts.header;
+        header.replace(header.find(entry), entry.size(), "\\\"label_smoothing\\\":" + value);
+        return header;
+    };
+    const std::string unchanged = write_parts(directory.path / "unchanged.safetensors", with_value(float_bits_text(0.1f)),
+                                              parts.data);
+    REQUIRE(load_checkpoint(run, unchanged).status == MPT_STATUS_OK);  // the edit itself breaks nothing
+    Run plain_run(Options{});
+    for (const std::string& forged : {std::string("0.1"), std::string("\\\"0.1\\\""), std::string("0"), float_bits_text(-0.0f),
+                                      float_bits_text(1.0f), float_bits_text(std::nanf("")), float_bits_text(-0.1f),
+                                      std::string("4294967296"), std::string("null")}) {
+        CAPTURE(forged);
+        const std::string forged_path = write_parts(directory.path / "forged.safetensors", with_value(forged), parts.data);
+        for (Run* trainer : {&run, &plain_run}) {
+            const Refusal refusal = load_checkpoint(*trainer, forged_path);
+            CHECK(refusal.status == MPT_STATUS_CORRUPT_DATA);
+            CHECK_MESSAGE(refusal.message.find("label_smoothing") != std::string::npos, refusal.message);
+        }
+    }
+    REQUIRE(load_checkpoint(run, unchanged).status == MPT_STATUS_OK);  // the refusals changed nothing
+}
+
 TEST_CASE("a fit cancelled inside an epoch continues that epoch and ends like an uninterrupted run") {
     Options options;
     std::vector<float> uninterrupted;

@@ -217,25 +217,30 @@ TEST_CASE("label smoothing keeps a model from certainty: its probabilities settl
 }
 
 TEST_CASE("label smoothing is refused outside [0, 1) and with mean squared error, and the refusals change nothing") {
-    mpt_trainer_options_t* options = nullptr;
-    REQUIRE_OK(mpt_trainer_options_create(&options));
-    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_options_set_label_smoothing(nullptr, 0.1f));
-    for (float bad : {-0.1f, 1.0f, 1.5f, std::nanf(""), INFINITY, -INFINITY})
-        CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_options_set_label_smoothing(options, bad));
-    REQUIRE_OK(mpt_trainer_options_set_label_smoothing(options, 0.1f));
-
     mpt_context_t* context = mpt_test::create_context(MPT_BACKEND_CPU, 1);
     mpt_model_t* model = nullptr;
     REQUIRE_OK(mpt_model_create(context, kBlobFeatures, &model));
     REQUIRE_OK(mpt_model_add_dense(model, 2, MPT_ACTIVATION_LINEAR));
+    mpt_trainer_options_t* options = nullptr;
+    REQUIRE_OK(mpt_trainer_options_create(&options));
     REQUIRE_OK(mpt_trainer_options_set_loss(options, MPT_LOSS_MEAN_SQUARED_ERROR));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_options_set_label_smoothing(nullptr, 0.1f));
+    for (float bad : {-0.1f, 1.0f, 1.5f, std::nanf(""), INFINITY, -INFINITY})
+        CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_options_set_label_smoothing(options, bad));
+    // Mean squared error takes no smoothing: a trainer is made only if no refused value was kept.
     mpt_trainer_t* trainer = nullptr;
+    REQUIRE_OK(mpt_trainer_create(model, options, &trainer));
+    mpt_trainer_destroy(trainer);
+    trainer = nullptr;
+    REQUIRE_OK(mpt_trainer_options_set_label_smoothing(options, 0.1f));
     CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_create(model, options, &trainer));
     CHECK(trainer == nullptr);
     CHECK(std::string(mpt_last_error()).find("label smoothing") != std::string::npos);
-    // Without smoothing the same options and model make a trainer (the refused value was not kept).
+    // A refusal keeps the value set before it (0.1 here, so creation is still refused), and a
+    // cross-entropy takes it.
     CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_options_set_label_smoothing(options, 2.0f));
-    REQUIRE_OK(mpt_trainer_options_set_label_smoothing(options, 0.0f));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_create(model, options, &trainer));
+    REQUIRE_OK(mpt_trainer_options_set_loss(options, MPT_LOSS_CATEGORICAL_CROSSENTROPY));
     REQUIRE_OK(mpt_trainer_create(model, options, &trainer));
     mpt_trainer_destroy(trainer);
     mpt_trainer_options_destroy(options);

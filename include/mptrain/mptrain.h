@@ -328,8 +328,8 @@ MPT_API mpt_status mpt_trainer_options_set_precision(mpt_trainer_options_t* opti
 MPT_API mpt_status mpt_trainer_options_set_loss(mpt_trainer_options_t* options, mpt_loss loss);
 /** Label smoothing s in [0, 1) for the cross-entropy losses (default 0: none; 1 would train every
  *  row towards the uniform target, learning nothing). Training then aims at
- *  t (1 - s) + s / n instead of each target t, with n the number of classes for the categorical
- *  losses (integer labels as one-hot rows) and 2 for binary cross-entropy: Keras's
+ *  t (1 - s) + s / n instead of each target t, with n the model's outputs (its classes) for the
+ *  categorical losses (integer labels as one-hot rows over them) and 2 for binary cross-entropy: Keras's
  *  `label_smoothing` and PyTorch's `CrossEntropyLoss(label_smoothing=)`. A confident model is kept
  *  from pushing its logits without bound. The loss that fit, step and evaluate report is the
  *  smoothed one (as Keras's is), so it does not reach 0; accuracy still compares with the given

@@ -344,6 +344,14 @@ void load_checkpoint(Trainer& trainer, const std::string& path) {
         // Files written before the learning rate became the run's (mptrain 0.1.0 until 2026-12-02)
         // keep it among these options and not with the progress: it is read from there instead.
         const std::optional<JsonValue> options_rate = options.take_scalar_member("/optimizer", "learning_rate");
+        // Label smoothing, written only when not 0, is a float's bit pattern in (0, 1): anything else
+        // (a JSON float, a string, an explicit 0, NaN's bits) no mptrain writes, so the file is corrupt.
+        if (options.find("/label_smoothing") != nullptr) {
+            const float smoothing = bits_float(options.uint32("/label_smoothing"));
+            if (!(smoothing > 0.0f && smoothing < 1.0f))
+                throw JsonFormatError("label_smoothing " + number_text(smoothing) +
+                                      " (a recorded smoothing is a float's bits in (0, 1))");
+        }
         // Ours read back from the text we would write, so that both sides compare alike.
         const FlatJson our_options = FlatJson::parse(options_json(trainer));
         if (options != our_options)

@@ -22,11 +22,15 @@ inline bool loss_uses_labels(LossKind loss) { return loss == LossKind::sparse_ca
 // Label smoothing applies to the cross-entropy losses (Keras's categorical and binary ones, PyTorch's
 // CrossEntropyLoss with class indices); a squared error has no labels to smooth.
 inline bool loss_takes_label_smoothing(LossKind loss) { return loss != LossKind::mean_squared_error; }
+// The label smoothing a loss head accepts: in [0, 1), and 0 for a loss that takes none.
+inline bool valid_label_smoothing(LossKind loss, float smoothing) {
+    return smoothing >= 0.0f && smoothing < 1.0f && (smoothing == 0.0f || loss_takes_label_smoothing(loss));
+}
 
 // The loss a trainer computes: its kind, and the label smoothing s in [0, 1) of a cross-entropy,
-// which trains towards t (1 - s) + s / n instead of the target t: n is the number of classes for
-// the categorical losses (sparse labels as one-hot rows), 2 for binary cross-entropy (each output
-// is a two-class problem), as in Keras and PyTorch. s = 0 trains towards t exactly.
+// which trains towards t (1 - s) + s / n instead of the target t: n is the model's outputs for the
+// categorical losses (sparse labels as one-hot rows over them; PyTorch's C, Keras's last dimension),
+// 2 for binary cross-entropy (each output is a two-class problem). s = 0 trains towards t exactly.
 struct LossConfig {
     LossKind kind = LossKind::sparse_categorical_crossentropy;
     float label_smoothing = 0.0f;

@@ -506,7 +506,7 @@ namespace Mptrain
         public Precision? Precision { get; set; }
         public Loss? Loss { get; set; }
         /// <summary>Label smoothing s in [0, 1) for the cross-entropy losses (null or 0: none): training
-        /// aims at t (1 - s) + s / n instead of each target t, n the number of classes (2 for binary
+        /// aims at t (1 - s) + s / n instead of each target t, n the model's outputs (2 for binary
         /// cross-entropy), as Keras's label_smoothing and PyTorch's CrossEntropyLoss(label_smoothing=).
         /// Fit, Step and Evaluate report the smoothed loss; accuracy compares with the given labels.
         /// Another value, or a non-zero one with MeanSquaredError, throws MptException (InvalidArgument)

@@ -819,7 +819,7 @@ class Trainer(_Handle):
     label_smoothing.
 
     label_smoothing s in [0, 1) (default 0: none) makes the cross-entropy losses train towards
-    t (1 - s) + s / n instead of each target t (n: the number of classes, 2 for binary cross-entropy), as
+    t (1 - s) + s / n instead of each target t (n: the model's outputs, 2 for binary cross-entropy), as
     Keras's label_smoothing and PyTorch's CrossEntropyLoss(label_smoothing=) do; fit, step and evaluate
     report the smoothed loss, accuracy compares with the given labels. Another value, or a non-zero one
     with mean squared error, raises Error with Status.INVALID_ARGUMENT. Checkpoints must match it.

@@ -281,7 +281,11 @@ void CpuBackend::dense_forward(const DenseForwardArgs& args) {
     });
 }
 
-void CpuBackend::loss_head(const LossHeadArgs& args) { cpu_loss_head(args); }
+void CpuBackend::loss_head(const LossHeadArgs& args) {
+    require(valid_label_smoothing(args.loss, args.label_smoothing), MPT_STATUS_INVALID_ARGUMENT,
+            "cpu backend: loss_head needs label smoothing in [0, 1), 0 for a squared error");
+    cpu_loss_head(args);
+}
 
 void CpuBackend::dense_backward_data(const DenseBackwardDataArgs& args) {
     float* input_grad = static_cast<float*>(args.input_grad);

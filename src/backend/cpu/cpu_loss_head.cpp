@@ -67,9 +67,8 @@ RowResult head_row(const LossHeadArgs& args, int64_t row, float* y, float* grad)
                              args.loss == LossKind::categorical_crossentropy;
     // The targets trained towards (smoothed); the metric reads the given ones (`t`, `label`).
     const float share = label_smoothing_share(args.loss, args.label_smoothing, classes);
-    auto target = [&](int64_t c) -> float {
-        return smoothed_target(args.labels ? (c == label ? 1.0f : 0.0f) : t[c], args.label_smoothing, share);
-    };
+    auto given = [&](int64_t c) -> float { return args.labels ? (c == label ? 1.0f : 0.0f) : t[c]; };
+    auto target = [&](int64_t c) -> float { return smoothed_target(given(c), args.label_smoothing, share); };
 
     if (categorical && (args.activation == Activation::softmax || args.activation == Activation::linear)) {
         // From logits: loss = sum_c t_c (lse - z_c); dz = p * sum(t) - t. A linear last layer is
@@ -80,12 +79,15 @@ RowResult head_row(const LossHeadArgs& args, int64_t row, float* y, float* grad)
         double sum_exp = 0.0;
         for (int64_t c = 0; c < classes; ++c) sum_exp += std::exp(static_cast<double>(z[c] - max_z));
         const double lse = max_z + std::log(sum_exp);
-        float target_sum = 0.0f;
+        // The smoothed targets' sum from the given ones' ((1 - s) sum + s): exactly 1 for labels and
+        // one-hot rows whatever the order the sum runs in, as on the GPU.
+        float given_sum = 0.0f;
         for (int64_t c = 0; c < classes; ++c) {
             const float tc = target(c);
-            target_sum += tc;
+            given_sum += given(c);
             if (tc != 0.0f) result.loss += tc * (lse - z[c]);
         }
+        const float target_sum = smoothed_target(given_sum, args.label_smoothing, args.label_smoothing);
         for (int64_t c = 0; c < classes; ++c) grad[c] = y[c] * target_sum - target(c);
     } else if (categorical) {
         // Keras: renormalise the outputs to sum 1, clip, -sum t log p.

@@ -544,6 +544,9 @@ void CudaBackend::issue(const RecordedOp& op) {
             return;
         } catch (const FusedGemmRefused&) {
             plan(current);  // without the refused plan; each refusal rules out one more
+        } catch (...) {
+            forget_unwritten_mask(current);
+            throw;
         }
     }
 }
@@ -579,14 +582,15 @@ void CudaBackend::begin_compute_task() {
     recording_ = graphs_enabled_;
 }
 
+void CudaBackend::forget_unwritten_mask(const RecordedOp& op) noexcept {
+    if (op.code == OpCode::dense_forward && op.forward.relu_mask && op.forward_plan.writes_mask)
+        masks_.erase(op.forward.relu_mask);
+}
+
 void CudaBackend::abandon_compute_task() noexcept {
     recording_ = false;
-    // A forward planned to write its ReLU mask but dropped unrun leaves that mask unwritten: a later
-    // backward must not take the fused DRELU path on it (the trainer always runs a forward first;
-    // direct users of the backend may not).
-    for (const RecordedOp& op : recorded_)
-        if (op.code == OpCode::dense_forward && op.forward.relu_mask && op.forward_plan.writes_mask)
-            masks_.erase(op.forward.relu_mask);
+    // The trainer always runs a forward before its backward; direct users of the backend may not.
+    for (const RecordedOp& op : recorded_) forget_unwritten_mask(op);
     recorded_.clear();
 }
 

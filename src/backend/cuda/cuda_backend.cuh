@@ -128,6 +128,9 @@ private:
     // Chooses the plan (and scratch) of a dense op from its args, as things stand: the fused
     // epilogue unless turned off or refused, the ReLU masks written so far. Nothing for other ops.
     void plan(RecordedOp& op);
+    // plan() marks a forward's ReLU mask written before the forward runs: a forward dropped or failed
+    // unrun leaves the mask unwritten, and a later backward must not take the fused DRELU path on it.
+    void forget_unwritten_mask(const RecordedOp& op) noexcept;
     // Issues `op` now (eagerly) or appends it to the task being recorded. Eagerly, an op whose
     // fused GEMM cuBLASLt refuses when it runs is planned again and run unfused.
     void issue(const RecordedOp& op);

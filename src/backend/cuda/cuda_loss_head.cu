@@ -90,10 +90,12 @@ struct Terms {
     float chain;      // this class's share of the row-wide correction's dot product
 };
 
+__device__ __forceinline__ float given_target(const LossHeadArgs& args, const Row& row, int64_t c) {
+    return args.labels ? (c == row.label ? 1.0f : 0.0f) : row.t[c];
+}
 // The target trained towards (smoothed); the metric reads the given ones (row.t, row.label).
 __device__ __forceinline__ float target_of(const LossHeadArgs& args, const Row& row, int64_t c) {
-    const float given = args.labels ? (c == row.label ? 1.0f : 0.0f) : row.t[c];
-    return smoothed_target(given, args.label_smoothing, row.smoothing_share);
+    return smoothed_target(given_target(args, row, c), args.label_smoothing, row.smoothing_share);
 }
 
 __device__ __forceinline__ Terms class_terms(const LossHeadArgs& args, const Row& row, HeadCase kind, int64_t c) {
@@ -103,7 +105,8 @@ __device__ __forceinline__ Terms class_terms(const LossHeadArgs& args, const Row
     terms.y = row.softmax ? expf(zc - row.max_z) / row.sum_exp : activation_forward(args.activation, zc);
     switch (kind) {
         case HeadCase::logits_categorical:
-            terms.gradient = terms.y * row.target_sum - tc;
+            // Rounded per operation as on the CPU (no FMA): with smoothing the sum is not exactly 1.
+            terms.gradient = __fsub_rn(__fmul_rn(terms.y, row.target_sum), tc);
             terms.loss = tc != 0.0f ? tc * (row.lse - static_cast<double>(zc)) : 0.0;
             terms.chain = 0.0f;
             break;
@@ -192,9 +195,11 @@ __device__ RowResult head_row(const LossHeadArgs& args, HeadCase kind, int64_t r
         if (kind == HeadCase::logits_categorical) row.lse = row.max_z + log(warp_sum(sum_double));
     }
     if (kind == HeadCase::logits_categorical) {
-        float target_sum = 0.0f;
-        for (int64_t c = lane; c < classes; c += kWarpSize) target_sum += target_of(args, row, c);
-        row.target_sum = warp_sum(target_sum);
+        // The smoothed targets' sum from the given ones' ((1 - s) sum + s), as the CPU forms it:
+        // exactly 1 for labels and one-hot rows whatever order the warp sums in.
+        float given_sum = 0.0f;
+        for (int64_t c = lane; c < classes; c += kWarpSize) given_sum += given_target(args, row, c);
+        row.target_sum = smoothed_target(warp_sum(given_sum), args.label_smoothing, args.label_smoothing);
     }
     if (kind == HeadCase::probability_categorical) {
         float sum = 0.0f;
@@ -350,9 +355,8 @@ void validate_loss_head(const LossHeadArgs& args) {
     require(args.logits != nullptr, MPT_STATUS_INVALID_ARGUMENT, "cuda backend: loss_head needs logits");
     require(loss_uses_labels(args.loss) ? args.labels != nullptr : args.targets != nullptr, MPT_STATUS_INVALID_ARGUMENT,
             "cuda backend: loss_head needs labels (sparse categorical) or targets (other losses)");
-    require(args.label_smoothing >= 0.0f && args.label_smoothing < 1.0f &&
-                (args.label_smoothing == 0.0f || loss_takes_label_smoothing(args.loss)),
-            MPT_STATUS_INVALID_ARGUMENT, "cuda backend: loss_head needs label smoothing in [0, 1), 0 for a squared error");
+    require(valid_label_smoothing(args.loss, args.label_smoothing), MPT_STATUS_INVALID_ARGUMENT,
+            "cuda backend: loss_head needs label smoothing in [0, 1), 0 for a squared error");
 }
 
 void run_loss_head(const LossHeadArgs& args, const LossHeadScratch& scratch, cudaStream_t stream) {

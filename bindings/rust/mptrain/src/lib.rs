@@ -1271,7 +1271,7 @@ impl TrainerOptions {
         self
     }
     /// Label smoothing `s` in [0, 1) for the cross-entropy losses (default 0: none): training aims
-    /// at `t (1 - s) + s / n` instead of each target `t`, `n` the number of classes (2 for binary
+    /// at `t (1 - s) + s / n` instead of each target `t`, `n` the model's outputs (2 for binary
     /// cross-entropy), as Keras's `label_smoothing` and PyTorch's `CrossEntropyLoss(label_smoothing=)`.
     /// Fit, step and evaluate report the smoothed loss; accuracy compares with the given labels.
     /// Another value, or a non-zero one with [`Loss::MeanSquaredError`], fails [`Trainer::new`] with
