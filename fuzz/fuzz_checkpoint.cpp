@@ -2,8 +2,9 @@
 // the loader believes of a file, the options, progress and tensors it restores. The input is read
 // as a safetensors file without its checksums and written again with correct ones, so mutations of
 // the options and progress JSON, the tensors and their shapes reach the checks behind the checksums.
-// The file is loaded into fresh trainers of the architecture the seeds were written by, one with a
-// constant rate and one with a cosine schedule. Any load must succeed or be refused with a status a
+// The file is loaded into fresh trainers of the architecture the seeds were written by, one with
+// default options (a constant rate) and one with the options a checkpoint records only when set (a
+// cosine schedule, label smoothing). Any load must succeed or be refused with a status a
 // bad file may give, and a refused load must leave the trainer as it was (weights, scaler, step
 // count); after a load that succeeds, fit and evaluate must run or fail with such a status too.
 //
@@ -39,7 +40,7 @@ struct Fixture {
     std::shared_ptr<mpt::Dataset> dataset;
     std::unique_ptr<mpt::Trainer> trainer;
 
-    explicit Fixture(bool scheduled) {
+    explicit Fixture(bool optioned) {
         mpt::ContextConfig config;
         config.backend = MPT_BACKEND_CPU;
         config.threads = 1;
@@ -60,7 +61,8 @@ struct Fixture {
         mpt::TrainerConfig trainer_config;
         trainer_config.precision = MPT_PRECISION_MIXED_FP16;  // a loss scaler with state to restore
         trainer_config.optimizer.kind = mpt::OptimizerKind::adam;
-        if (scheduled) {
+        if (optioned) {
+            trainer_config.loss.label_smoothing = 0.1f;
             mpt::LrSchedule& schedule = trainer_config.optimizer.schedule;
             schedule.kind = mpt::LrScheduleKind::cosine;
             schedule.warmup_steps = 3;
@@ -124,12 +126,12 @@ void write_seeds_once() {
     const char* directory = std::getenv("MPTRAIN_FUZZ_CHECKPOINT_SEEDS");
     if (written || directory == nullptr) return;
     written = true;
-    for (bool scheduled : {false, true}) {
-        Fixture fixture(scheduled);
+    for (bool optioned : {false, true}) {
+        Fixture fixture(optioned);
         fixture.trainer->fit(*fixture.dataset, 1, kBatch, true);
         fixture.trainer->step(*fixture.dataset, 0, kBatch);  // the step count moves past the epoch's
         mpt::save_checkpoint(*fixture.trainer,
-                             std::string(directory) + (scheduled ? "/seed-scheduled" : "/seed-constant"));
+                             std::string(directory) + (optioned ? "/seed-scheduled-smoothed" : "/seed-constant"));
     }
 }
 
@@ -154,8 +156,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         out.write(reinterpret_cast<const char*>(file.data()), static_cast<std::streamsize>(file.size()));
         if (!out) std::abort();
     }
-    for (bool scheduled : {false, true}) {
-        Fixture fixture(scheduled);
+    for (bool optioned : {false, true}) {
+        Fixture fixture(optioned);
         const Fixture::State before = fixture.state();
         try {
             mpt::load_checkpoint(*fixture.trainer, file_path());
