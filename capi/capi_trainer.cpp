@@ -7,6 +7,7 @@
 #include "capi_internal.h"
 #include "core/finite_values.h"
 #include "nn/checkpoint.h"
+#include "nn/model.h"
 
 using mpt::capi::impl_of;
 using mpt::capi::require_pointer;
@@ -66,6 +67,18 @@ mpt_status mpt_trainer_options_set_label_smoothing(mpt_trainer_options_t* option
     require_pointer(options, "options");
     require_range(label_smoothing, 0.0f, 1.0f, "label_smoothing");
     options->config.loss.label_smoothing = label_smoothing;
+    MPT_API_END
+}
+
+mpt_status mpt_trainer_options_set_class_weights(mpt_trainer_options_t* options, const float* weights, int64_t count) {
+    MPT_API_BEGIN
+    require_pointer(options, "options");
+    require(count >= 0 && count <= mpt::kMaxFeatures, MPT_STATUS_INVALID_ARGUMENT,
+            "count must be in [0, 2^24], a layer's most units (0: no class weights)");
+    if (count > 0) require_pointer(weights, "weights");
+    require(count == 0 || mpt::valid_class_weights(weights, count), MPT_STATUS_INVALID_ARGUMENT,
+            "class weights must be finite, >= 0 and not all 0");
+    options->config.loss.class_weights.assign(weights, weights + count);
     MPT_API_END
 }
 

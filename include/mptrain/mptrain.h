@@ -336,6 +336,18 @@ MPT_API mpt_status mpt_trainer_options_set_loss(mpt_trainer_options_t* options, 
  *  labels. Mean squared error takes none: mpt_trainer_create refuses a non-zero s with it
  *  (MPT_STATUS_INVALID_ARGUMENT). Label smoothing is one of the options a checkpoint must match. */
 MPT_API mpt_status mpt_trainer_options_set_label_smoothing(mpt_trainer_options_t* options, float label_smoothing);
+/** Class weights for the categorical cross-entropy losses (sparse or one-hot), as Keras's
+ *  `fit(class_weight=)`: in training (fit, step) each row's loss and gradient are multiplied by
+ *  weights[c], c its label (for float targets, the first largest target), and still averaged over
+ *  the batch's rows, so fit's and step's losses are the weighted ones. mpt_trainer_evaluate reports
+ *  the unweighted loss (as Keras's evaluate, which takes no class weights), accuracy likewise.
+ *  `count` must equal the model's outputs when the trainer is created (else mpt_trainer_create fails
+ *  with MPT_STATUS_SHAPE_MISMATCH); weights are finite, >= 0 and not all 0. count 0 (weights may be
+ *  NULL) removes them (the default: every weight 1). Other losses refuse class weights at
+ *  mpt_trainer_create (MPT_STATUS_INVALID_ARGUMENT). The weights are copied, and are one of the
+ *  options a checkpoint must match. */
+MPT_API mpt_status mpt_trainer_options_set_class_weights(mpt_trainer_options_t* options, const float* weights,
+                                                         int64_t count);
 MPT_API mpt_status mpt_trainer_options_set_optimizer(mpt_trainer_options_t* options, mpt_optimizer optimizer);
 MPT_API mpt_status mpt_trainer_options_set_learning_rate(mpt_trainer_options_t* options, float learning_rate);
 /** SGD momentum in [0, 1); `nesterov` non-zero for Nesterov momentum. Keras's formulation:

@@ -85,6 +85,9 @@ struct LossHeadArgs {
     Activation activation;
     LossKind loss;
     float label_smoothing;     // s in [0, 1): targets are t (1 - s) + s / n (nn/loss.h); 0 for none
+    // Optional [classes] in backend memory (categorical losses): each row's loss and gradient times
+    // its class's weight (its label, or the first largest of its targets). Null: every weight 1.
+    const float* class_weights;
     DType logits_grad_dtype;
 };
 constexpr int kMetricsCount = 4;

@@ -45,8 +45,13 @@ std::string options_json(const Trainer& trainer) {
     const LossScalerConfig& scaler = trainer.executor().scaler_config();
     JsonWriter json;
     json.begin_object();
-    // Written only when smoothing, so that files of runs without it are what they were before it
-    // existed, and load into trainers without it as before.
+    // Class weights and label smoothing are written only when set, so that files of runs without
+    // them are what they were before they existed, and load into trainers without them as before.
+    if (!config.loss.class_weights.empty()) {
+        json.key("class_weights").begin_array();
+        for (float weight : config.loss.class_weights) json.unsigned_integer(float_bits(weight));
+        json.end_array();
+    }
     if (config.loss.label_smoothing != 0.0f)
         json.key("label_smoothing").unsigned_integer(float_bits(config.loss.label_smoothing));
     json.key("loss").string(loss_name(config.loss.kind))
@@ -104,7 +109,8 @@ std::string optimizer_tensor_name(int array, size_t layer, const char* part) {
 bool is_float_option(const std::string& name) {
     static const char* const names[] = {"momentum",      "beta1",         "beta2",     "epsilon",
                                         "weight_decay",  "initial_scale", "growth_factor", "backoff_factor",
-                                        "min_scale",     "max_scale",     "decay_factor",  "label_smoothing"};
+                                        "min_scale",     "max_scale",     "decay_factor",  "label_smoothing",
+                                        "class_weights"};
     return std::find_if(std::begin(names), std::end(names), [&](const char* n) { return name == n; }) != std::end(names);
 }
 
@@ -167,13 +173,30 @@ std::string option_differences(const FlatJson& saved, const std::string& saved_t
     // side without one compares as the default, so that "cosine" shows against "constant" and 0.1
     // against 0. A member missing inside a written one is not defaulted: it shows as not recorded.
     JsonWriter defaults_text;
-    defaults_text.begin_object().key("label_smoothing").unsigned_integer(float_bits(0.0f));
+    defaults_text.begin_object().key("class_weights").begin_array().end_array();
+    defaults_text.key("label_smoothing").unsigned_integer(float_bits(0.0f));
     write_schedule(defaults_text, LrSchedule{});
     const FlatJson defaults = FlatJson::parse(defaults_text.end_object().take());
     const auto top_level = [](const std::string& pointer) { return pointer.substr(0, pointer.find('/', 1)); };
     const auto find = [&](const FlatJson& options, const std::string& pointer) -> const JsonValue* {
         const JsonValue* value = options.find(pointer);
         return value == nullptr && options.find(top_level(pointer)) == nullptr ? defaults.find(pointer) : value;
+    };
+    // The options holding a top-level member: these, or the defaults when these lack it.
+    const auto source_of = [&](const FlatJson& options, const std::string& item) -> const FlatJson& {
+        return options.find(item) != nullptr ? options : defaults;
+    };
+    // An array's items as the C API spells them ("none" for no items; "not an array" when forged).
+    const auto array_text = [](const std::string& key, const FlatJson& options, const std::string& item) {
+        const JsonValue* value = options.find(item);
+        if (value == nullptr || value->type != JsonType::array) return std::string("(not an array)");
+        if (value->size == 0) return std::string("none");
+        std::string text = "[";
+        for (size_t i = 0; i < value->size; ++i) {
+            const JsonValue* element = options.find(json_pointer(item, i));
+            text += (i ? ", " : "") + (element ? option_text(key, *element) : std::string("?"));
+        }
+        return text + "]";
     };
     // A member of the saved options, when the saved options are an object that has it.
     const auto saved_member = [&](const std::string& object, const std::string& key) -> const JsonValue* {
@@ -189,6 +212,13 @@ std::string option_differences(const FlatJson& saved, const std::string& saved_t
         const std::string item = json_pointer("", key);
         const JsonValue* our_item = find(ours, item);
         if (our_item == nullptr) continue;
+        if (our_item->type == JsonType::array) {  // class weights: compared and shown whole
+            const std::string saved_text_of_item = array_text(key, source_of(saved, item), item);
+            const std::string our_text = array_text(key, source_of(ours, item), item);
+            if (saved_text_of_item != our_text)
+                differences.push_back(key + " " + saved_text_of_item + " (this trainer: " + our_text + ")");
+            continue;
+        }
         if (our_item->type != JsonType::object) {
             describe(key, saved_member("", key), *our_item);
             continue;
@@ -344,6 +374,18 @@ void load_checkpoint(Trainer& trainer, const std::string& path) {
         // Files written before the learning rate became the run's (mptrain 0.1.0 until 2026-12-02)
         // keep it among these options and not with the progress: it is read from there instead.
         const std::optional<JsonValue> options_rate = options.take_scalar_member("/optimizer", "learning_rate");
+        // Class weights, written only when set, are 1 to 2^24 floats' bit patterns that a trainer
+        // accepts; anything else no mptrain writes, so the file is corrupt.
+        if (options.find("/class_weights") != nullptr) {
+            const size_t count = options.array_size("/class_weights");
+            std::vector<float> weights;
+            for (size_t i = 0; i < count && i < static_cast<size_t>(kMaxFeatures); ++i)
+                weights.push_back(bits_float(options.uint32(json_pointer("/class_weights", i))));
+            if (count == 0 || count > static_cast<size_t>(kMaxFeatures) ||
+                !valid_class_weights(weights.data(), static_cast<int64_t>(weights.size())))
+                throw JsonFormatError("class_weights: " + std::to_string(count) +
+                                      " weights (recorded ones are 1 to 2^24 floats, >= 0, not all 0)");
+        }
         // Label smoothing, written only when not 0, is a float's bit pattern in (0, 1): anything else
         // (a JSON float, a string, an explicit 0, NaN's bits) no mptrain writes, so the file is corrupt.
         if (options.find("/label_smoothing") != nullptr) {

@@ -68,6 +68,8 @@ void Executor::plan_persistent(size_t workspace_bytes) {
         state_ids[s] = plan.add(static_cast<size_t>(parameters) * sizeof(float), 0, ArenaPlan::kAlways);
     const int report_id = plan.add(sizeof(StepReport), 0, ArenaPlan::kAlways);
     const int bounds_id = plan.add(2 * model_.layers().size() * sizeof(float), 0, ArenaPlan::kAlways);
+    const size_t weights_bytes = training ? loss_.class_weights.size() * sizeof(float) : 0;
+    const int class_weights_id = weights_bytes ? plan.add(weights_bytes, 0, ArenaPlan::kAlways) : -1;
     // The GEMMs' workspace: the dense ops of one executor run one after another on one lane.
     const int workspace_id = workspace_bytes ? plan.add(workspace_bytes, 0, ArenaPlan::kAlways) : -1;
     plan.solve();
@@ -83,6 +85,8 @@ void Executor::plan_persistent(size_t workspace_bytes) {
     metrics_ = report_->metrics;
     gradient_bounds_ = reinterpret_cast<float*>(pointer(bounds_id));
     gemm_workspace_ = GemmWorkspace{pointer(workspace_id), workspace_id < 0 ? 0 : workspace_bytes};
+    class_weights_ = reinterpret_cast<float*>(pointer(class_weights_id));
+    if (class_weights_) backend_.copy_to_device(class_weights_, loss_.class_weights.data(), weights_bytes);
     write_state(initial_train_state(scaler_));
 }
 
@@ -316,6 +320,7 @@ void Executor::loss_head(int slot, int64_t rows, HeadMode mode) {
     args.activation = model_.layers().back().activation;
     args.loss = loss_.kind;
     args.label_smoothing = loss_.label_smoothing;
+    args.class_weights = with_gradient ? class_weights_ : nullptr;  // training only, as Keras's class_weight
     args.logits_grad_dtype = layer_dtypes_.back();
     backend_.loss_head(args);
 }

@@ -1,7 +1,9 @@
 // Loss functions and the accuracy metric that the fused loss head computes in fp32.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "core/host_device.h"
 
@@ -34,7 +36,24 @@ inline bool valid_label_smoothing(LossKind loss, float smoothing) {
 struct LossConfig {
     LossKind kind = LossKind::sparse_categorical_crossentropy;
     float label_smoothing = 0.0f;
+    // Keras's class_weight, for the categorical losses: in training (fit, step), each row's loss
+    // and gradient are multiplied by the weight of its class (its label, or the first largest of its
+    // targets), still averaged over the batch's rows. Empty: none. Evaluation is unweighted.
+    std::vector<float> class_weights;
 };
+
+inline bool loss_takes_class_weights(LossKind loss) {
+    return loss == LossKind::sparse_categorical_crossentropy || loss == LossKind::categorical_crossentropy;
+}
+// Finite, >= 0, and not all 0 (which would train nothing).
+inline bool valid_class_weights(const float* weights, int64_t count) {
+    bool any_positive = false;
+    for (int64_t i = 0; i < count; ++i) {
+        if (!(std::isfinite(weights[i]) && weights[i] >= 0.0f)) return false;
+        any_positive |= weights[i] > 0.0f;
+    }
+    return any_positive;
+}
 
 // s / n above: what smoothing adds to every target of a row of `classes` outputs.
 MPT_HOST_DEVICE float label_smoothing_share(LossKind loss, float smoothing, int64_t classes) {

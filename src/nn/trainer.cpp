@@ -135,6 +135,18 @@ Trainer::Trainer(std::shared_ptr<Model> model, const TrainerConfig& config)
     require(config.loss.label_smoothing == 0.0f || loss_takes_label_smoothing(config.loss.kind),
             MPT_STATUS_INVALID_ARGUMENT,
             "label smoothing applies to the cross-entropy losses; mean squared error has no labels to smooth");
+    const std::vector<float>& class_weights = config.loss.class_weights;
+    if (!class_weights.empty()) {
+        if (!loss_takes_class_weights(config.loss.kind))
+            fail(MPT_STATUS_INVALID_ARGUMENT, std::string("class weights apply to the categorical cross-entropy "
+                                                          "losses (sparse or one-hot), not to ") +
+                                                  loss_name(config.loss.kind));
+        if (static_cast<int64_t>(class_weights.size()) != model_->output_features())
+            fail(MPT_STATUS_SHAPE_MISMATCH, std::to_string(class_weights.size()) + " class weights for a model with " +
+                                                std::to_string(model_->output_features()) + " outputs");
+        require(valid_class_weights(class_weights.data(), static_cast<int64_t>(class_weights.size())),
+                MPT_STATUS_INVALID_ARGUMENT, "class weights must be finite, >= 0 and not all 0");
+    }
     model_->context()->log(MPT_LOG_LEVEL_DEBUG, std::string("trainer: precision ") + precision_name(precision()) +
                                                     ", loss " + loss_name(config.loss.kind));
     std::vector<DType> dtypes = layer_compute_dtypes(*model_, executor_.policy());

@@ -284,6 +284,8 @@ void CpuBackend::dense_forward(const DenseForwardArgs& args) {
 void CpuBackend::loss_head(const LossHeadArgs& args) {
     require(valid_label_smoothing(args.loss, args.label_smoothing), MPT_STATUS_INVALID_ARGUMENT,
             "cpu backend: loss_head needs label smoothing in [0, 1), 0 for a squared error");
+    require(args.class_weights == nullptr || loss_takes_class_weights(args.loss), MPT_STATUS_INVALID_ARGUMENT,
+            "cpu backend: loss_head takes class weights for the categorical losses only");
     cpu_loss_head(args);
 }
 

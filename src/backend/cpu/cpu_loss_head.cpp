@@ -137,6 +137,11 @@ RowResult head_row(const LossHeadArgs& args, int64_t row, float* y, float* grad)
         const int64_t predicted = argmax(y, classes);
         const int64_t expected = args.labels ? label : argmax(t, classes);
         result.correct = predicted == expected;
+        if (args.class_weights) {  // the row's class weight (categorical losses only)
+            const float weight = args.class_weights[expected];
+            result.loss *= weight;
+            for (int64_t c = 0; c < classes; ++c) grad[c] *= weight;
+        }
     }
     return result;
 }

@@ -761,6 +761,7 @@ void CudaBackend::sign(const RecordedOp& op) {
             s.put(a.activation);
             s.put(a.loss);
             s.put(a.label_smoothing);
+            s.put(a.class_weights);  // fixed for the executor's life: its address stands for its values
             s.put(a.logits_grad_dtype);
             return;
         }

@@ -228,6 +228,7 @@ __device__ RowResult head_row(const LossHeadArgs& args, HeadCase kind, int64_t r
     RowResult result;
     result.loss = warp_sum(loss);
     dot = warp_sum(dot);
+    float row_weight = 1.0f;  // the row's class weight (categorical losses only)
     if (binary) {
         result.correct = warp_sum(correct);
         result.counted = classes;
@@ -236,6 +237,10 @@ __device__ RowResult head_row(const LossHeadArgs& args, HeadCase kind, int64_t r
         const int64_t expected_index = args.labels ? row.label : warp_argmax(expected).index;
         result.correct = predicted.index == expected_index ? 1 : 0;
         result.counted = 1;
+        if (args.class_weights) {
+            row_weight = args.class_weights[expected_index];
+            result.loss *= row_weight;
+        }
     }
 
     // Outputs: the scaled logits gradient and the activation, zero in the padded columns.
@@ -245,7 +250,8 @@ __device__ RowResult head_row(const LossHeadArgs& args, HeadCase kind, int64_t r
             if (c < classes) {
                 const Terms terms = class_terms(args, row, kind, c);
                 y = terms.y;
-                gradient = final_gradient(args, row, kind, terms, dot) * gradient_factor;
+                // Weighted, then scaled: the CPU's order (a weight of 1 changes no bit).
+                gradient = __fmul_rn(final_gradient(args, row, kind, terms, dot), row_weight) * gradient_factor;
             }
             const int64_t index = row_index * args.width + c;
             if (args.logits_grad) store_element(args.logits_grad, args.logits_grad_dtype, index, gradient);
@@ -357,6 +363,8 @@ void validate_loss_head(const LossHeadArgs& args) {
             "cuda backend: loss_head needs labels (sparse categorical) or targets (other losses)");
     require(valid_label_smoothing(args.loss, args.label_smoothing), MPT_STATUS_INVALID_ARGUMENT,
             "cuda backend: loss_head needs label smoothing in [0, 1), 0 for a squared error");
+    require(args.class_weights == nullptr || loss_takes_class_weights(args.loss), MPT_STATUS_INVALID_ARGUMENT,
+            "cuda backend: loss_head takes class weights for the categorical losses only");
 }
 
 void run_loss_head(const LossHeadArgs& args, const LossHeadScratch& scratch, cudaStream_t stream) {
