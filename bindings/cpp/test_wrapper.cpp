@@ -1,6 +1,6 @@
 // The header-only C++ wrapper (include/mptrain/mptrain.hpp) over libmptrain.so: model files,
-// training checkpoints, learning-rate schedules and label smoothing through it, errors arriving as
-// mptrain::Error with the C status.
+// training checkpoints, learning-rate schedules, label smoothing and class weights through it, errors
+// arriving as mptrain::Error with the C status.
 #include <doctest/doctest.h>
 
 #include <mptrain/mptrain.hpp>
@@ -14,6 +14,7 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <limits>
 #include <optional>
 #include <random>
 #include <string>
@@ -149,6 +150,33 @@ double smoothed_cross_entropy(const std::vector<float>& probabilities, const std
         sum += (1.0 - s) * -std::log(static_cast<double>(p[labels[row]])) + s * towards_uniform;
     }
     return sum / static_cast<double>(labels.size());
+}
+
+/** Mean over the rows of the cross-entropy -sum_c t_c log p_c of `probabilities` ([rows, kClasses])
+ *  towards `targets` (same shape), each row's multiplied by weights[c], c its first largest target, in
+ *  double as mptrain.h defines class weights (an empty `weights`: every weight 1). */
+double weighted_cross_entropy(const std::vector<float>& probabilities, const std::vector<float>& targets,
+                              const std::vector<float>& weights) {
+    const size_t rows = targets.size() / kClasses;
+    double sum = 0.0;
+    for (size_t row = 0; row < rows; ++row) {
+        const float* p = &probabilities[row * kClasses];
+        const float* t = &targets[row * kClasses];
+        double loss = 0.0;
+        int64_t first_largest = 0;
+        for (int64_t c = 0; c < kClasses; ++c) {
+            if (t[c] != 0.0f) loss -= static_cast<double>(t[c]) * std::log(static_cast<double>(p[c]));
+            if (t[c] > t[first_largest]) first_largest = c;
+        }
+        sum += (weights.empty() ? 1.0 : static_cast<double>(weights[first_largest])) * loss;
+    }
+    return sum / static_cast<double>(rows);
+}
+
+std::vector<float> one_hot(const std::vector<int32_t>& labels) {
+    std::vector<float> targets(labels.size() * kClasses, 0.0f);
+    for (size_t row = 0; row < labels.size(); ++row) targets[row * kClasses + labels[row]] = 1.0f;
+    return targets;
 }
 
 }  // namespace
@@ -391,6 +419,109 @@ TEST_CASE("label smoothing outside [0, 1), with mean squared error or unlike a c
         CHECK(error.message().find("label_smoothing 0.1 (this trainer: 0)") != std::string::npos);
     }
     mptrain::Trainer(model, adam().label_smoothing(0.1f)).load_checkpoint(checkpoint);  // a matching one loads it
+}
+
+TEST_CASE("class weights of 2 through the wrapper train one SGD step as twice the learning rate, bit for bit") {
+    std::vector<int32_t> labels;
+    const std::vector<float> samples = blob_samples(30, 61, labels);
+    // Every weight 2 doubles each row's loss and gradient, exactly in fp32; so does doubling the rate.
+    auto one_step = [&](float learning_rate, const std::vector<float>& weights, float& loss) {
+        auto context = cpu_context(5);
+        auto model = mlp(context);
+        auto data = mptrain::Dataset::from_f32(context, samples, kFeatures, labels, kClasses);
+        mptrain::TrainerOptions options;
+        options.precision(MPT_PRECISION_FP32).optimizer(MPT_OPTIMIZER_SGD).learning_rate(learning_rate).momentum(0.0f);
+        if (!weights.empty()) options.class_weights(weights);
+        mptrain::Trainer trainer(model, options);
+        const std::vector<uint32_t> start = weight_bits(model);
+        loss = trainer.step(data, 0, 30);
+        REQUIRE(weight_bits(model) != start);  // the step moves the weights
+        return weight_bits(model);
+    };
+    float unweighted_loss = 0.0f, doubled_rate_loss = 0.0f, weighted_loss = 0.0f;
+    const std::vector<uint32_t> unweighted = one_step(0.05f, {}, unweighted_loss);
+    const std::vector<uint32_t> doubled_rate = one_step(2.0f * 0.05f, {}, doubled_rate_loss);
+    const std::vector<uint32_t> weighted = one_step(0.05f, {2.0f, 2.0f, 2.0f}, weighted_loss);
+    CHECK(weighted == doubled_rate);
+    CHECK(weighted != unweighted);
+    CHECK(doubled_rate_loss == unweighted_loss);  // the loss is that of the weights before the step
+    CHECK(weighted_loss == 2.0f * unweighted_loss);
+}
+
+TEST_CASE("class weights through the wrapper weight step's loss by each row's class and leave evaluate's unweighted") {
+    const std::vector<float> weights = {0.5f, 2.0f, 1.25f};
+    auto context = cpu_context(9);
+    auto model = mlp(context);
+    std::vector<int32_t> labels;
+    const std::vector<float> samples = blob_samples(30, 62, labels);
+    auto data = mptrain::Dataset::from_f32(context, samples, kFeatures, labels, kClasses);
+    auto options = [] { return std::move(adam().precision(MPT_PRECISION_FP32)); };
+    mptrain::Trainer weighted(model, options().class_weights(weights));
+    mptrain::Trainer plain(model, options());
+
+    const std::vector<float> probabilities = weighted.predict(samples);
+    const double unweighted_loss = weighted_cross_entropy(probabilities, one_hot(labels), {});
+    const double expected = weighted_cross_entropy(probabilities, one_hot(labels), weights);
+    REQUIRE(std::fabs(expected - unweighted_loss) > 1e-3 * unweighted_loss);  // the two can be told apart
+    const mptrain::Evaluation evaluation = weighted.evaluate(data);
+    CHECK(evaluation.loss == doctest::Approx(unweighted_loss).epsilon(1e-5));  // evaluate: unweighted
+    CHECK(evaluation.loss == plain.evaluate(data).loss);
+    CHECK(weighted.step(data, 0, 30) == doctest::Approx(expected).epsilon(1e-5));
+
+    // Float targets weigh a row by its first largest target: row 0 ties classes 1 and 2 (weight 2).
+    auto targets_context = cpu_context(9);
+    auto targets_model = mlp(targets_context);
+    std::vector<float> targets = one_hot(labels);
+    targets[0] = 0.0f, targets[1] = 0.5f, targets[2] = 0.5f;
+    targets[3] = 0.2f, targets[4] = 0.3f, targets[5] = 0.5f;
+    auto target_data = mptrain::Dataset::from_f32_targets(targets_context, samples, kFeatures, targets, kClasses);
+    mptrain::Trainer categorical(targets_model, options().loss(MPT_LOSS_CATEGORICAL_CROSSENTROPY).class_weights(weights));
+    const std::vector<float> target_probabilities = categorical.predict(samples);
+    const double expected_for_targets = weighted_cross_entropy(target_probabilities, targets, weights);
+    std::vector<float> tie_to_the_last = targets;  // the same loss with row 0 weighed as class 2 (1.25)
+    tie_to_the_last[2] = 0.5000001f;
+    REQUIRE(std::fabs(weighted_cross_entropy(target_probabilities, tie_to_the_last, weights) - expected_for_targets) >
+            1e-4 * expected_for_targets);
+    CHECK(categorical.step(target_data, 0, 30) == doctest::Approx(expected_for_targets).epsilon(1e-5));
+}
+
+TEST_CASE("class weights refused by the wrapper's setter or at construction throw, and a checkpoint must match them") {
+    TempDir directory;
+    auto context = cpu_context();
+    auto model = mlp(context);
+    auto data = blobs(context, 60, 63);
+
+    // A refused array leaves the options as they were (two weights here, which the 3-output model refuses).
+    mptrain::TrainerOptions options;
+    options.precision(MPT_PRECISION_FP32).class_weights({1.0f, 2.0f});
+    const float inf = std::numeric_limits<float>::infinity();
+    for (const std::vector<float>& refused : std::vector<std::vector<float>>{
+             {1.0f, -0.5f, 1.0f}, {1.0f, std::nanf(""), 1.0f}, {inf, 1.0f, 1.0f}, {0.0f, 0.0f, 0.0f}})
+        CHECK(status_of([&] { options.class_weights(refused); }) == MPT_STATUS_INVALID_ARGUMENT);
+    CHECK(status_of([&] { mptrain::Trainer(model, options); }) == MPT_STATUS_SHAPE_MISMATCH);
+    mptrain::Trainer(model, options.class_weights({}));  // an empty array removes them
+    mptrain::Trainer(model, options.class_weights({0.0f, 1.0f, 0.0f}));  // some zeros are fine
+
+    auto with_loss = [](mpt_loss loss) { return std::move(mptrain::TrainerOptions().loss(loss)); };
+    for (mpt_loss loss : {MPT_LOSS_BINARY_CROSSENTROPY, MPT_LOSS_MEAN_SQUARED_ERROR}) {
+        mptrain::Trainer(model, with_loss(loss));  // accepted without class weights
+        CHECK(status_of([&] { mptrain::Trainer(model, with_loss(loss).class_weights({1.0f, 2.0f, 3.0f})); }) ==
+              MPT_STATUS_INVALID_ARGUMENT);
+    }
+
+    const std::string checkpoint = directory.file("weighted.safetensors");
+    mptrain::Trainer weighted(model, adam().class_weights({1.0f, 2.0f, 3.0f}));
+    weighted.step(data, 0, 20);
+    weighted.save_checkpoint(checkpoint);
+    mptrain::Trainer plain(model, adam());
+    try {
+        plain.load_checkpoint(checkpoint);
+        FAIL("a trainer without class weights loaded a checkpoint written with [1, 2, 3]");
+    } catch (const mptrain::Error& error) {
+        CHECK(error.status() == MPT_STATUS_INVALID_ARGUMENT);
+        CHECK(error.message().find("class_weights [1, 2, 3] (this trainer: none)") != std::string::npos);
+    }
+    mptrain::Trainer(model, adam().class_weights({1.0f, 2.0f, 3.0f})).load_checkpoint(checkpoint);  // a matching one loads it
 }
 
 TEST_CASE("automatic checkpoints through the wrapper keep the newest and can be turned off") {

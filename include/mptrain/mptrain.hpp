@@ -423,6 +423,18 @@ public:
         detail::check(mpt_trainer_options_set_label_smoothing(get(), value));
         return *this;
     }
+    /** Class weights for the categorical cross-entropy losses (mpt_trainer_options_set_class_weights),
+     *  as Keras's fit(class_weight=): in training (fit, step) each row's loss and gradient are
+     *  multiplied by weights[c], c its label (for float targets, the first largest target), still
+     *  averaged over the batch's rows; evaluate() stays unweighted. One weight per model output (else
+     *  the Trainer's constructor throws SHAPE_MISMATCH), finite, >= 0 and not all 0 (else Error with
+     *  INVALID_ARGUMENT, the options unchanged); an empty vector removes them. Other losses make the
+     *  Trainer's constructor throw INVALID_ARGUMENT. The weights are copied. */
+    TrainerOptions& class_weights(const std::vector<float>& weights) {
+        detail::check(mpt_trainer_options_set_class_weights(get(), weights.empty() ? nullptr : weights.data(),
+                                                            static_cast<int64_t>(weights.size())));
+        return *this;
+    }
     TrainerOptions& optimizer(mpt_optimizer value) { detail::check(mpt_trainer_options_set_optimizer(get(), value)); return *this; }
     TrainerOptions& learning_rate(float value) { detail::check(mpt_trainer_options_set_learning_rate(get(), value)); return *this; }
     TrainerOptions& momentum(float value, bool nesterov = false) {
