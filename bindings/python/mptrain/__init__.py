@@ -816,13 +816,23 @@ class Trainer(_Handle):
     precision, loss, optimizer, learning_rate, momentum (+ nesterov), adam=(beta1, beta2, epsilon),
     weight_decay, lr_schedule (+ warmup_steps, decay_steps, decay_factor), loss_scaling (+ initial_scale),
     loss_scaler_dynamics=(growth_factor, backoff_factor, growth_interval, min_scale, max_scale),
-    label_smoothing.
+    label_smoothing, class_weights.
 
     label_smoothing s in [0, 1) (default 0: none) makes the cross-entropy losses train towards
     t (1 - s) + s / n instead of each target t (n: the model's outputs, 2 for binary cross-entropy), as
     Keras's label_smoothing and PyTorch's CrossEntropyLoss(label_smoothing=) do; fit, step and evaluate
     report the smoothed loss, accuracy compares with the given labels. Another value, or a non-zero one
     with mean squared error, raises Error with Status.INVALID_ARGUMENT. Checkpoints must match it.
+
+    class_weights (a sequence of floats: a list, a tuple, an array.array or a 1-D numpy array; None or
+    empty: none) are Keras's fit(class_weight=) for the categorical cross-entropy losses, one weight per
+    model output: in training (fit, step) each row's loss and gradient are multiplied by the weight of
+    its class (its label, or for float targets the first largest target), still averaged over the
+    batch's rows, so fit's and step's losses are the weighted ones; evaluate reports the unweighted
+    loss. A negative, NaN or infinite weight, or all weights 0, raises Error with
+    Status.INVALID_ARGUMENT, as do class weights with binary cross-entropy or mean squared error; a
+    count other than the model's outputs raises it with Status.SHAPE_MISMATCH. Unlike Keras's, they
+    are a sequence indexed by class, not a dict. Checkpoints must match them.
 
     lr_schedule (an LrSchedule or its name) is a learning-rate schedule the library evaluates at every
     step, the steps counted from 0 over the trainer's life: the base rate (learning_rate) times a factor,
@@ -840,7 +850,7 @@ class Trainer(_Handle):
     def __init__(self, model, precision=None, loss=None, optimizer=None, learning_rate=None, momentum=None,
                  nesterov=False, adam=None, weight_decay=None, loss_scaling=None, initial_scale=32768.0,
                  loss_scaler_dynamics=None, lr_schedule=None, warmup_steps=0, decay_steps=0, decay_factor=None,
-                 label_smoothing=0.0):
+                 label_smoothing=0.0, class_weights=None):
         _require(model, Model, "model")
         lib = _lib()
         options = _native.TrainerOptionsP()
@@ -851,6 +861,12 @@ class Trainer(_Handle):
             if loss is not None:
                 _check(lib.mpt_trainer_options_set_loss(options, _enum(Loss, loss, "loss")))
             _check(lib.mpt_trainer_options_set_label_smoothing(options, float(label_smoothing)))
+            if class_weights is not None:
+                weights = _floats(class_weights, "class_weights")
+                if weights.shape is not None and len(weights.shape) != 1:
+                    raise Error(Status.SHAPE_MISMATCH, "class_weights must be one-dimensional, not of shape %s"
+                                % (weights.shape,))
+                _check(lib.mpt_trainer_options_set_class_weights(options, weights.pointer, weights.count))
             if optimizer is not None:
                 _check(lib.mpt_trainer_options_set_optimizer(options, _enum(Optimizer, optimizer, "optimizer")))
             if learning_rate is not None:

@@ -141,6 +141,22 @@ def test_a_checkpoint_written_with_label_smoothing_is_refused_by_a_trainer_witho
     mptrain.Trainer(model, optimizer="adam", learning_rate=0.01, label_smoothing=0.1).load_checkpoint(path)
 
 
+def test_a_checkpoint_written_with_class_weights_is_refused_by_a_trainer_without_them(ctx, tmp_path):
+    dataset = data(ctx, 60, 44)
+    model = mlp(ctx)
+    weighted = mptrain.Trainer(model, optimizer="adam", learning_rate=0.01, class_weights=[1.0, 2.0, 3.0])
+    weighted.step(dataset, 0, 20)
+    path = tmp_path / "weighted.safetensors"
+    weighted.save_checkpoint(path)
+    with raises(Status.INVALID_ARGUMENT) as info:
+        adam(model).load_checkpoint(path)
+    assert "class_weights [1, 2, 3] (this trainer: none)" in info.value.message
+    with raises(Status.INVALID_ARGUMENT) as info:
+        mptrain.Trainer(model, optimizer="adam", learning_rate=0.01, class_weights=[1.0, 2.0, 4.0]).load_checkpoint(path)
+    assert "class_weights [1, 2, 3] (this trainer: [1, 2, 4])" in info.value.message
+    mptrain.Trainer(model, optimizer="adam", learning_rate=0.01, class_weights=(1, 2, 3)).load_checkpoint(path)
+
+
 def test_automatic_checkpoints_keep_the_newest_and_can_be_turned_off(ctx, tmp_path):
     dataset = data(ctx, 200, 31)
     trainer = adam(mlp(ctx))

@@ -1,4 +1,5 @@
 """Training through the bindings: fit, evaluate, predict, step, weights, options, callbacks."""
+import array
 import ctypes
 import math
 
@@ -242,6 +243,128 @@ def test_label_smoothing_outside_0_1_or_with_mean_squared_error_is_refused(ctx, 
         mptrain.Trainer(model, loss="mean_squared_error", label_smoothing=0.1)
     assert info.value.status == mptrain.Status.INVALID_ARGUMENT
     assert "mean squared error" in info.value.message
+
+
+def weighted_cross_entropy(probabilities, targets, weights=None):
+    """The mean over rows of -sum_c t_c log p_c, each row's times weights[c], c its first largest target
+    (every weight 1 without weights), in double from probabilities: class weights as mptrain.h defines
+    them. targets: rows of floats."""
+    total = 0.0
+    for row, t in enumerate(targets):
+        p = probabilities[row * CLASSES:(row + 1) * CLASSES]
+        loss = sum(-t_c * math.log(p_c) for t_c, p_c in zip(t, p) if t_c != 0)
+        total += (1.0 if weights is None else weights[t.index(max(t))]) * loss
+    return total / len(targets)
+
+
+def one_hot(labels):
+    return [[1.0 if c == label else 0.0 for c in range(CLASSES)] for label in labels]
+
+
+def weight_bytes(model):
+    """Every layer's weights and bias as raw bytes: equal only when bit-identical."""
+    return [part.tobytes() for layer in range(model.layer_count) for part in model.get_weights(layer)]
+
+
+def test_class_weights_of_2_train_one_sgd_step_as_twice_the_learning_rate_bit_for_bit():
+    samples, labels = make_blobs(rows=30, seed=61)
+
+    def one_step(learning_rate, class_weights=None):
+        own_ctx = mptrain.Context(backend="cpu", threads=1, seed=5)
+        own_model = mptrain.Model(own_ctx, FEATURES).add_dense(16, "relu").add_dense(CLASSES, "softmax")
+        trainer = mptrain.Trainer(own_model, precision="fp32", optimizer="sgd", learning_rate=learning_rate,
+                                  momentum=0.0, class_weights=class_weights)
+        start = weight_bytes(own_model)
+        loss = trainer.step(mptrain.Dataset.from_f32(own_ctx, samples, labels, CLASSES), 0, 30)
+        weights = weight_bytes(own_model)
+        assert weights != start  # the step moves the weights
+        own_ctx.close()
+        return loss, weights
+
+    # Every weight 2 doubles each row's loss and gradient, exactly in fp32; so does doubling the rate.
+    unweighted_loss, unweighted = one_step(0.05)
+    doubled_rate_loss, doubled_rate = one_step(0.1)
+    assert doubled_rate_loss == unweighted_loss  # the loss is that of the weights before the step
+    for weights in ([2.0, 2.0, 2.0], (2, 2, 2), array.array("f", [2.0] * CLASSES)):
+        weighted_loss, weighted = one_step(0.05, weights)
+        assert weighted == doubled_rate, weights
+        assert weighted != unweighted
+        assert weighted_loss == 2 * unweighted_loss, weights
+
+
+def test_class_weights_weight_steps_loss_by_each_rows_class_and_leave_evaluates_unweighted(ctx, model):
+    weights = [0.5, 2.0, 1.25]
+    samples, labels = make_blobs(rows=30, seed=62)
+    data = mptrain.Dataset.from_f32(ctx, samples, labels, CLASSES)
+    plain = mptrain.Trainer(model, precision="fp32", optimizer="adam", learning_rate=0.01)
+    weighted = mptrain.Trainer(model, precision="fp32", optimizer="adam", learning_rate=0.01,
+                               class_weights=weights)
+    probabilities = values(weighted.predict(samples))
+    unweighted_loss = weighted_cross_entropy(probabilities, one_hot(labels))
+    expected = weighted_cross_entropy(probabilities, one_hot(labels), weights)
+    assert abs(expected - unweighted_loss) > 1e-3 * unweighted_loss  # the two can be told apart
+    evaluation = weighted.evaluate(data)
+    assert evaluation.loss == pytest.approx(unweighted_loss, rel=1e-5)  # evaluate: unweighted
+    assert evaluation.loss == plain.evaluate(data).loss
+    assert weighted.step(data, 0, 30) == pytest.approx(expected, rel=1e-5)
+
+    # Float targets weigh a row by its first largest target: row 0 ties classes 1 and 2 (weight 2).
+    own_ctx = mptrain.Context(backend="cpu", threads=1, seed=9)
+    own_model = mptrain.Model(own_ctx, FEATURES).add_dense(16, "relu").add_dense(CLASSES, "softmax")
+    targets = one_hot(labels)
+    targets[0], targets[1] = [0.0, 0.5, 0.5], [0.2, 0.3, 0.5]
+    categorical = mptrain.Trainer(own_model, precision="fp32", loss="categorical_crossentropy", optimizer="adam",
+                                  learning_rate=0.01, class_weights=tuple(weights))
+    probabilities = values(categorical.predict(samples))
+    expected = weighted_cross_entropy(probabilities, targets, weights)
+    tie_to_the_last = [list(row) for row in targets]  # row 0 weighed as class 2 (1.25) instead
+    tie_to_the_last[0][2] = 0.5000001
+    assert abs(weighted_cross_entropy(probabilities, tie_to_the_last, weights) - expected) > 1e-4 * expected
+    loss = categorical.step(mptrain.Dataset.from_targets(own_ctx, samples, targets), 0, 30)
+    assert loss == pytest.approx(expected, rel=1e-5)
+    own_ctx.close()
+
+
+def test_class_weights_take_numpy_arrays(ctx, model):
+    np = pytest.importorskip("numpy")
+    samples, labels = make_blobs(rows=30, seed=64)
+    data = mptrain.Dataset.from_f32(ctx, samples, labels, CLASSES)
+    as_list = mptrain.Trainer(model, precision="fp32", class_weights=[0.5, 2.0, 1.25])
+    expected = weighted_cross_entropy(values(as_list.predict(samples)), one_hot(labels), [0.5, 2.0, 1.25])
+    loss = as_list.step(data, 0, 30)
+    assert loss == pytest.approx(expected, rel=1e-5)
+    for array_of_weights in (np.array([0.5, 2.0, 1.25]), np.array([0.5, 2.0, 1.25], dtype=np.float32)):
+        fresh_ctx = mptrain.Context(backend="cpu", threads=1, seed=7)
+        fresh = mptrain.Model(fresh_ctx, FEATURES).add_dense(16, "relu").add_dense(CLASSES, "softmax")
+        trainer = mptrain.Trainer(fresh, precision="fp32", class_weights=array_of_weights)
+        assert trainer.step(mptrain.Dataset.from_f32(fresh_ctx, samples, labels, CLASSES), 0, 30) == loss  # bitwise
+        fresh_ctx.close()
+    with pytest.raises(mptrain.Error) as info:
+        mptrain.Trainer(model, class_weights=np.ones((1, CLASSES)))
+    assert info.value.status == mptrain.Status.SHAPE_MISMATCH
+
+
+def test_class_weights_refused_by_value_count_or_loss(ctx, model):
+    refusals = ([1.0, -0.5, 1.0], [1.0, float("nan"), 1.0], [float("inf"), 1.0, 1.0], [0.0, 0.0, 0.0])
+    for refused in refusals:
+        with pytest.raises(mptrain.Error) as info:
+            mptrain.Trainer(model, class_weights=refused)
+        assert info.value.status == mptrain.Status.INVALID_ARGUMENT, refused
+        assert "class weights" in info.value.message, refused
+    for count in (2, 4):
+        with pytest.raises(mptrain.Error) as info:
+            mptrain.Trainer(model, class_weights=[1.0] * count)
+        assert info.value.status == mptrain.Status.SHAPE_MISMATCH, count
+    for wrong_type in (2.0, {0: 1.0, 1: 2.0, 2: 1.0}, "123"):
+        with pytest.raises(TypeError):
+            mptrain.Trainer(model, class_weights=wrong_type)
+    mptrain.Trainer(model, class_weights=[])  # empty: none
+    mptrain.Trainer(model, class_weights=[0.0, 1.0, 0.0])  # some zeros are fine
+    for loss in ("binary_crossentropy", "mean_squared_error"):
+        mptrain.Trainer(model, loss=loss)  # accepted without class weights
+        with pytest.raises(mptrain.Error) as info:
+            mptrain.Trainer(model, loss=loss, class_weights=[1.0, 2.0, 3.0])
+        assert info.value.status == mptrain.Status.INVALID_ARGUMENT, loss
 
 
 def test_u8_and_target_datasets_train(ctx):
