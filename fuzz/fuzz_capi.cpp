@@ -6,6 +6,7 @@
 #include <mptrain/mptrain.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -110,9 +111,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                     }
                 }
                 break;
-            case 6:  // the loss, or its label smoothing (hostile values; MSE refuses any at create)
-                if (in.byte() % 2) mpt_trainer_options_set_loss(trainer_options, static_cast<mpt_loss>(in.small(6) - 1));
-                else mpt_trainer_options_set_label_smoothing(trainer_options, in.real() / 4.0f);
+            case 6:  // the loss, its label smoothing or class weights (hostile values; checked again at create)
+                switch (in.byte() % 3) {
+                    case 0: mpt_trainer_options_set_loss(trainer_options, static_cast<mpt_loss>(in.small(6) - 1)); break;
+                    case 1: mpt_trainer_options_set_label_smoothing(trainer_options, in.real() / 4.0f); break;
+                    default: {
+                        const int64_t count = in.small(8) - 1;  // -1 to 6, against the model's outputs
+                        for (int64_t i = 0; i < std::max<int64_t>(count, 0); ++i)
+                            buffer[static_cast<size_t>(3072 + i)] = in.real();
+                        mpt_trainer_options_set_class_weights(trainer_options, in.byte() % 8 ? buffer.data() + 3072 : nullptr,
+                                                              count);
+                    }
+                }
                 break;
             case 7:
                 mpt_trainer_options_set_loss_scaling(trainer_options, static_cast<mpt_loss_scaling>(in.small(6) - 1), in.real() * 65536.0f);

@@ -264,6 +264,7 @@ TEST_CASE("every entry point rejects a NULL handle with INVALID_ARGUMENT and a m
         {"trainer_options_set_adam", [&] { return mpt_trainer_options_set_adam(nullptr, 0.9f, 0.999f, 1e-7f); }},
         {"trainer_options_set_weight_decay", [&] { return mpt_trainer_options_set_weight_decay(nullptr, 0.01f); }},
         {"trainer_options_set_label_smoothing", [&] { return mpt_trainer_options_set_label_smoothing(nullptr, 0.1f); }},
+        {"trainer_options_set_class_weights", [&] { const float one = 1.0f; return mpt_trainer_options_set_class_weights(nullptr, &one, 1); }},
         {"trainer_options_set_lr_schedule", [&] { return mpt_trainer_options_set_lr_schedule(nullptr, MPT_LR_SCHEDULE_COSINE, 0, 10, 0.0f); }},
         {"trainer_options_set_loss_scaling", [&] { return mpt_trainer_options_set_loss_scaling(nullptr, MPT_LOSS_SCALING_STATIC, 8.0f); }},
         {"trainer_options_set_loss_scaler_dynamics", [&] { return mpt_trainer_options_set_loss_scaler_dynamics(nullptr, 2.0f, 0.5f, 10, 1.0f, 1024.0f); }},

@@ -53,6 +53,7 @@ struct Options {
     mpt_lr_schedule schedule = MPT_LR_SCHEDULE_CONSTANT;  // with the next two
     int64_t warmup_steps = 0, decay_steps = 0;
     float label_smoothing = 0.0f;
+    std::vector<float> class_weights;  // empty: none
 };
 
 struct Run {
@@ -97,6 +98,8 @@ struct Run {
         REQUIRE(mpt_trainer_options_set_lr_schedule(trainer_options, options.schedule, options.warmup_steps,
                                                     options.decay_steps, final_factor) == MPT_STATUS_OK);
         REQUIRE(mpt_trainer_options_set_label_smoothing(trainer_options, options.label_smoothing) == MPT_STATUS_OK);
+        REQUIRE(mpt_trainer_options_set_class_weights(trainer_options, options.class_weights.data(),
+                                                      static_cast<int64_t>(options.class_weights.size())) == MPT_STATUS_OK);
         REQUIRE(mpt_trainer_create(model, trainer_options, &trainer) == MPT_STATUS_OK);
         mpt_trainer_options_destroy(trainer_options);
     }
@@ -376,6 +379,84 @@ TEST_CASE("only label smoothing puts label_smoothing among a checkpoint's option
     // Refusals change nothing: each trainer still loads a file of its own smoothing.
     REQUIRE(load_checkpoint(plain_run, plain_path).status == MPT_STATUS_OK);
     REQUIRE(load_checkpoint(smoothed_run, smoothed_path).status == MPT_STATUS_OK);
+}
+
+TEST_CASE("a class-weighted run resumes from any checkpoint bit-identical") {
+    Options weighted;  // mixed-fp16 Adam with overflowing first steps
+    weighted.class_weights = {0.5f, 2.0f, 1.0f, 3.0f};
+    check_resume_is_bit_exact(weighted);
+}
+
+TEST_CASE("only class weights put class_weights among a checkpoint's options; other weights refuse it, named") {
+    TempDir directory;
+    const std::string plain_path = (directory.path / "plain.safetensors").string();
+    const std::string weighted_path = (directory.path / "weighted.safetensors").string();
+    Options weighted;
+    weighted.class_weights = {0.5f, 2.0f, 1.0f, 3.0f};
+    {
+        Run plain_run(Options{}), weighted_run(weighted);
+        REQUIRE(mpt_trainer_save_checkpoint(plain_run.trainer, plain_path.c_str()) == MPT_STATUS_OK);
+        REQUIRE(mpt_trainer_save_checkpoint(weighted_run.trainer, weighted_path.c_str()) == MPT_STATUS_OK);
+    }
+    CHECK(split_file(plain_path).header.find("class_weights") == std::string::npos);
+    const std::string recorded = "{\\\"class_weights\\\":[" + float_bits_text(0.5f) + "," + float_bits_text(2.0f) + "," +
+                                 float_bits_text(1.0f) + "," + float_bits_text(3.0f) + "],\\\"loss\\\":";
+    CHECK_MESSAGE(split_file(weighted_path).header.find(recorded) != std::string::npos, split_file(weighted_path).header);
+
+    Run plain_run(Options{});
+    const Refusal by_plain = load_checkpoint(plain_run, weighted_path);
+    CHECK(by_plain.status == MPT_STATUS_INVALID_ARGUMENT);
+    CHECK_MESSAGE(by_plain.message.find("class_weights [0.5, 2, 1, 3] (this trainer: none)") != std::string::npos,
+                  by_plain.message);
+    Run weighted_run(weighted);
+    const Refusal by_weighted = load_checkpoint(weighted_run, plain_path);
+    CHECK(by_weighted.status == MPT_STATUS_INVALID_ARGUMENT);
+    CHECK_MESSAGE(by_weighted.message.find("class_weights none (this trainer: [0.5, 2, 1, 3])") != std::string::npos,
+                  by_weighted.message);
+    Options other = weighted;
+    other.class_weights[3] = 4.0f;  // the same count, one weight changed
+    Run other_run(other);
+    const Refusal by_other = load_checkpoint(other_run, weighted_path);
+    CHECK(by_other.status == MPT_STATUS_INVALID_ARGUMENT);
+    CHECK_MESSAGE(by_other.message.find("class_weights [0.5, 2, 1, 3] (this trainer: [0.5, 2, 1, 4])") != std::string::npos,
+                  by_other.message);
+    CHECK(by_other.message.find("not know") == std::string::npos);
+    REQUIRE(load_checkpoint(plain_run, plain_path).status == MPT_STATUS_OK);
+    REQUIRE(load_checkpoint(weighted_run, weighted_path).status == MPT_STATUS_OK);
+}
+
+TEST_CASE("a checkpoint's class weights that no mptrain writes are corrupt data, whatever the trainer's") {
+    TempDir directory;
+    Options weighted;
+    weighted.class_weights = {0.5f, 2.0f, 1.0f, 3.0f};
+    Run run(weighted);
+    const std::string path = (directory.path / "weighted.safetensors").string();
+    REQUIRE(mpt_trainer_save_checkpoint(run.trainer, path.c_str()) == MPT_STATUS_OK);
+    const FileParts parts = split_file(path);
+    const std::string entry = "\\\"class_weights\\\":[" + float_bits_text(0.5f) + "," + float_bits_text(2.0f) + "," +
+                              float_bits_text(1.0f) + "," + float_bits_text(3.0f) + "]";
+    REQUIRE(parts.header.find(entry) != std::string::npos);
+    const auto with_value = [&](const std::string& value) {
+        std::string header = parts.header;
+        header.replace(header.find(entry), entry.size(), "\\\"class_weights\\\":" + value);
+        return header;
+    };
+    const std::string zero = float_bits_text(0.0f);
+    Run plain_run(Options{});
+    for (const std::string& forged :
+         {std::string("[]"), "[" + zero + "," + zero + "," + zero + "," + zero + "]", "[" + float_bits_text(-1.0f) + "]",
+          "[" + float_bits_text(std::nanf("")) + "]", "[" + float_bits_text(INFINITY) + "]", std::string("[0.5,2,1,3]"),
+          std::string("[4294967296]"), std::string("[null]"), std::string("\\\"0.5\\\""), float_bits_text(1.0f),
+          std::string("{}")}) {
+        CAPTURE(forged);
+        const std::string forged_path = write_parts(directory.path / "forged.safetensors", with_value(forged), parts.data);
+        for (Run* trainer : {&run, &plain_run}) {
+            const Refusal refusal = load_checkpoint(*trainer, forged_path);
+            CHECK(refusal.status == MPT_STATUS_CORRUPT_DATA);
+            CHECK_MESSAGE(refusal.message.find("class_weights") != std::string::npos, refusal.message);
+        }
+    }
+    REQUIRE(load_checkpoint(run, path).status == MPT_STATUS_OK);  // the refusals changed nothing
 }
 
 TEST_CASE("a checkpoint's label smoothing that no mptrain writes is corrupt data, whatever the trainer's") {

@@ -627,13 +627,14 @@ TEST_CASE("an evaluation from the epoch-end callback gives what one between fits
 
 namespace {
 
-struct SmoothedRun {
+struct LossOptionsRun {
     std::vector<float> weights;
     float loss = NAN, accuracy = NAN;
 };
 
 // 4 epochs of 12 fp32 SGD steps (graphs replayed on a GPU), shuffled alike on every backend.
-SmoothedRun train_smoothed(mpt_backend backend, const Blobs& blobs, float label_smoothing) {
+LossOptionsRun train_with_loss_options(mpt_backend backend, const Blobs& blobs, float label_smoothing,
+                           const std::vector<float>& class_weights = {}) {
     mpt_context_t* context = new_context(backend);
     mpt_model_t* model = new_model(context, kFeatures, kSmallModel);
     mpt_dataset_t* dataset = new_dataset(context, blobs);
@@ -642,11 +643,13 @@ SmoothedRun train_smoothed(mpt_backend backend, const Blobs& blobs, float label_
     REQUIRE_OK(mpt_trainer_options_set_precision(options, MPT_PRECISION_FP32));
     REQUIRE_OK(mpt_trainer_options_set_learning_rate(options, 0.1f));
     REQUIRE_OK(mpt_trainer_options_set_label_smoothing(options, label_smoothing));
+    REQUIRE_OK(mpt_trainer_options_set_class_weights(options, class_weights.data(),
+                                                     static_cast<int64_t>(class_weights.size())));
     mpt_trainer_t* trainer = nullptr;
     REQUIRE_OK(mpt_trainer_create(model, options, &trainer));
     mpt_trainer_options_destroy(options);
     REQUIRE_OK(mpt_trainer_fit(trainer, dataset, 4, 16, 1));
-    SmoothedRun run;
+    LossOptionsRun run;
     REQUIRE_OK(mpt_trainer_evaluate(trainer, dataset, 0, &run.loss, &run.accuracy));
     run.weights = weights_of(model, kFeatures, kSmallModel);
     mpt_trainer_destroy(trainer);
@@ -661,9 +664,9 @@ SmoothedRun train_smoothed(mpt_backend backend, const Blobs& blobs, float label_
 TEST_CASE("label smoothing trains on the backend as on the CPU, graphs included, and evaluate reports its loss") {
     BACKEND_OR_SKIP(backend);
     const Blobs blobs = make_blobs(192, 77);
-    const SmoothedRun smoothed = train_smoothed(backend, blobs, 0.1f);
-    const SmoothedRun on_cpu = train_smoothed(MPT_BACKEND_CPU, blobs, 0.1f);
-    const SmoothedRun plain = train_smoothed(backend, blobs, 0.0f);
+    const LossOptionsRun smoothed = train_with_loss_options(backend, blobs, 0.1f);
+    const LossOptionsRun on_cpu = train_with_loss_options(MPT_BACKEND_CPU, blobs, 0.1f);
+    const LossOptionsRun plain = train_with_loss_options(backend, blobs, 0.0f);
     const double cpu_error = normalised_error(smoothed.weights, on_cpu.weights);
     const double plain_error = normalised_error(plain.weights, smoothed.weights);
     MESSAGE(backend_name(backend) << ": smoothed weights against the CPU's " << cpu_error << ", against no smoothing "
@@ -675,6 +678,24 @@ TEST_CASE("label smoothing trains on the backend as on the CPU, graphs included,
     CHECK(smoothed.loss == doctest::Approx(on_cpu.loss).epsilon(1e-3));
     CHECK(smoothed.accuracy == doctest::Approx(on_cpu.accuracy).epsilon(0.02));
     if (backend == MPT_BACKEND_CPU) CHECK(same_bits(smoothed.weights, on_cpu.weights));
+}
+
+TEST_CASE("class weights train on the backend as on the CPU, graphs included") {
+    BACKEND_OR_SKIP(backend);
+    const Blobs blobs = make_blobs(192, 78);
+    const std::vector<float> class_weights = {0.5f, 3.0f, 1.0f};
+    const LossOptionsRun weighted = train_with_loss_options(backend, blobs, 0.0f, class_weights);
+    const LossOptionsRun on_cpu = train_with_loss_options(MPT_BACKEND_CPU, blobs, 0.0f, class_weights);
+    const LossOptionsRun plain = train_with_loss_options(backend, blobs, 0.0f);
+    const double cpu_error = normalised_error(weighted.weights, on_cpu.weights);
+    const double plain_error = normalised_error(plain.weights, weighted.weights);
+    MESSAGE(backend_name(backend) << ": weighted weights against the CPU's " << cpu_error << ", against no weights "
+                                  << plain_error);
+    CHECK(cpu_error <= 1e-3);  // fp32: accumulation order only, as for label smoothing above
+    CHECK(plain_error > 2e-2);
+    CHECK(weighted.loss == doctest::Approx(on_cpu.loss).epsilon(1e-3));
+    CHECK(weighted.accuracy == doctest::Approx(on_cpu.accuracy).epsilon(0.02));
+    if (backend == MPT_BACKEND_CPU) CHECK(same_bits(weighted.weights, on_cpu.weights));
 }
 
 // ---- (2) model files across backends ----------------------------------------------------------

@@ -377,6 +377,7 @@ struct HeadCase {
     DType gradient_dtype;
     bool with_state, with_probabilities;
     float label_smoothing = 0.0f;
+    bool with_class_weights = false;  // categorical losses: random weights in [0, 3]
 };
 
 // NaN in the same places of the first `count` elements of both, and those places zeroed there so that
@@ -401,6 +402,8 @@ void compare_loss_head_logits(Backend& reference, Backend& candidate, const Head
     CAPTURE(std::string(dtype_name(c.gradient_dtype)));
     CAPTURE(c.with_state);
     CAPTURE(c.label_smoothing);
+    CAPTURE(c.with_class_weights);
+    const std::vector<float> class_weights = random_values(static_cast<size_t>(c.classes), 0, 3);
     std::vector<float> logits = random_values(static_cast<size_t>(c.rows * c.width), -4, 4);
     if (nan_logit) logits[0] = std::numeric_limits<float>::quiet_NaN();
     std::uniform_int_distribution<int32_t> label_distribution(0, static_cast<int32_t>(c.classes - 1));
@@ -431,6 +434,7 @@ void compare_loss_head_logits(Backend& reference, Backend& candidate, const Head
         Buffer probability = poisoned(backend, DType::fp32, static_cast<size_t>(c.rows * c.width));
         Buffer state = upload_raw(backend, std::vector<TrainState>{initial});
         Buffer metric = upload_raw(backend, initial_metrics);
+        Buffer weights = upload(backend, DType::fp32, class_weights);
         LossHeadArgs args{};
         args.logits = logits_buffer.as<float>();
         args.labels = sparse ? labels_buffer.as<int32_t>() : nullptr;
@@ -445,6 +449,7 @@ void compare_loss_head_logits(Backend& reference, Backend& candidate, const Head
         args.activation = c.activation;
         args.loss = c.loss;
         args.label_smoothing = c.label_smoothing;
+        args.class_weights = c.with_class_weights ? weights.as<float>() : nullptr;
         args.logits_grad_dtype = c.gradient_dtype;
         backend.loss_head(args);
         gradients[b] = download(backend, gradient, c.gradient_dtype, static_cast<size_t>(c.rows * c.width));
@@ -517,6 +522,15 @@ void compare_loss_head_cases(Backend& reference, Backend& candidate) {
           HeadCase{Activation::softmax, LossKind::sparse_categorical_crossentropy, 300, 104, 100, DType::fp32, true, true,
                    0.1f}})
         compare_loss_head(reference, candidate, smoothed);
+    // Class weights in every categorical form, with and without smoothing.
+    for (const HeadCase& weighted :
+         {HeadCase{Activation::softmax, LossKind::sparse_categorical_crossentropy, 67, 16, 10, DType::bf16, true, true, 0.0f, true},
+          HeadCase{Activation::linear, LossKind::sparse_categorical_crossentropy, 40, 16, 10, DType::fp16, true, false, 0.1f, true},
+          HeadCase{Activation::softmax, LossKind::categorical_crossentropy, 33, 8, 5, DType::fp32, true, true, 0.0f, true},
+          HeadCase{Activation::sigmoid, LossKind::categorical_crossentropy, 33, 8, 5, DType::bf16, true, true, 0.2f, true},
+          HeadCase{Activation::softmax, LossKind::sparse_categorical_crossentropy, 300, 104, 100, DType::fp32, true, false,
+                   0.0f, true}})
+        compare_loss_head(reference, candidate, weighted);
     // Wide heads (several classes per lane) and many rows (several blocks).
     compare_loss_head(reference, candidate,
                       {Activation::softmax, LossKind::sparse_categorical_crossentropy, 300, 104, 100, DType::bf16, true, true});

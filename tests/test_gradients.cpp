@@ -37,7 +37,10 @@ double clip(double p) { return std::min(std::max(p, 1e-7), 1 - 1e-7); }
 
 // Mean loss over the batch in double precision, written from the loss definitions (Keras semantics).
 // With label smoothing s, every target t becomes t (1 - s) + s / n: n classes, or 2 for binary.
-double reference_loss(const Net& net, Activation hidden, Activation head, LossKind loss, double smoothing = 0.0) {
+// With class weights, each row's loss is multiplied by its class's weight (the label, or the first
+// largest target).
+double reference_loss(const Net& net, Activation hidden, Activation head, LossKind loss, double smoothing = 0.0,
+                      const std::vector<float>& class_weights = {}) {
     double total = 0;
     for (int64_t r = 0; r < kRows; ++r) {
         double a1[kHidden], z[kOutputs], y[kOutputs], t[kOutputs];
@@ -63,6 +66,7 @@ double reference_loss(const Net& net, Activation hidden, Activation head, LossKi
         } else {
             for (int64_t o = 0; o < kOutputs; ++o) y[o] = act(head, z[o]);
         }
+        const double total_before_row = total;
         const bool categorical =
             loss == LossKind::sparse_categorical_crossentropy || loss == LossKind::categorical_crossentropy;
         if (categorical && (head == Activation::softmax || head == Activation::linear)) {
@@ -83,6 +87,15 @@ double reference_loss(const Net& net, Activation hidden, Activation head, LossKi
         } else {
             for (int64_t o = 0; o < kOutputs; ++o) total += (y[o] - t[o]) * (y[o] - t[o]) / kOutputs;
         }
+        if (!class_weights.empty()) {
+            int64_t expected = net.labels[r];
+            if (loss != LossKind::sparse_categorical_crossentropy) {
+                expected = 0;
+                for (int64_t o = 1; o < kOutputs; ++o)
+                    if (net.targets[r * kOutputs + o] > net.targets[r * kOutputs + expected]) expected = o;
+            }
+            total = total_before_row + (total - total_before_row) * class_weights[static_cast<size_t>(expected)];
+        }
     }
     return total / kRows;
 }
@@ -101,7 +114,7 @@ struct Gradients {
 
 // One fp32 training step through the backend, returning the gradients the update saw.
 Gradients backend_gradients(Backend& backend, const Net& net, Activation hidden, Activation head, LossKind loss,
-                            float smoothing) {
+                            float smoothing, const std::vector<float>& class_weights) {
     std::vector<float> x = padded(net.x, kRows, kInputs, kPad);
     std::vector<float> w1 = padded(net.w1, kHidden, kInputs, kPad), w2 = padded(net.w2, kOutputs, kHidden, kPad);
     w1.resize(kPad * kPad, 0.0f);
@@ -131,6 +144,7 @@ Gradients backend_gradients(Backend& backend, const Net& net, Activation hidden,
     h.activation = head;
     h.loss = loss;
     h.label_smoothing = smoothing;
+    h.class_weights = class_weights.empty() ? nullptr : class_weights.data();
     h.logits_grad_dtype = DType::fp32;
     backend.loss_head(h);
     DenseBackwardDataArgs d{dlogits.data(), w2.data(), a1.data(), nullptr, dz1.data(), kRows, kPad, kPad, hidden,
@@ -168,7 +182,8 @@ Gradients backend_gradients(Backend& backend, const Net& net, Activation hidden,
     return result;
 }
 
-void check_against_finite_differences(Activation hidden, Activation head, LossKind loss, float smoothing = 0.0f) {
+void check_against_finite_differences(Activation hidden, Activation head, LossKind loss, float smoothing = 0.0f,
+                                      const std::vector<float>& class_weights = {}) {
     std::mt19937 generator(11);
     std::uniform_real_distribution<double> uniform(-1.0, 1.0);
     Net net;
@@ -183,17 +198,18 @@ void check_against_finite_differences(Activation hidden, Activation head, LossKi
             else t = uniform(generator);
         }
     auto backend = create_cpu_backend(1);
-    const Gradients analytic = backend_gradients(*backend, net, hidden, head, loss, smoothing);
-    CHECK(analytic.loss == doctest::Approx(reference_loss(net, hidden, head, loss, smoothing)).epsilon(1e-5));
+    const Gradients analytic = backend_gradients(*backend, net, hidden, head, loss, smoothing, class_weights);
+    CHECK(analytic.loss ==
+          doctest::Approx(reference_loss(net, hidden, head, loss, smoothing, class_weights)).epsilon(1e-5));
 
     const double step = 1e-5;
     auto check_parameter = [&](std::vector<double>& values, const std::vector<float>& grads, int64_t columns) {
         for (size_t i = 0; i < values.size(); ++i) {
             const double saved = values[i];
             values[i] = saved + step;
-            const double up = reference_loss(net, hidden, head, loss, smoothing);
+            const double up = reference_loss(net, hidden, head, loss, smoothing, class_weights);
             values[i] = saved - step;
-            const double down = reference_loss(net, hidden, head, loss, smoothing);
+            const double down = reference_loss(net, hidden, head, loss, smoothing, class_weights);
             values[i] = saved;
             const double numeric = (up - down) / (2 * step);
             const int64_t row = static_cast<int64_t>(i) / columns, column = static_cast<int64_t>(i) % columns;
@@ -258,6 +274,21 @@ TEST_CASE("label-smoothed cross-entropy gradients match finite differences for e
                                          smoothing);
         check_against_finite_differences(Activation::tanh, Activation::softmax, LossKind::binary_crossentropy,
                                          smoothing);
+    }
+}
+
+TEST_CASE("class-weighted categorical cross-entropy gradients match finite differences, smoothed or not") {
+    const std::vector<float> weights = {0.5f, 3.0f, 1.25f};
+    for (float smoothing : {0.0f, 0.2f}) {
+        CAPTURE(smoothing);
+        check_against_finite_differences(Activation::tanh, Activation::softmax, LossKind::sparse_categorical_crossentropy,
+                                         smoothing, weights);
+        check_against_finite_differences(Activation::relu, Activation::linear, LossKind::sparse_categorical_crossentropy,
+                                         smoothing, weights);
+        check_against_finite_differences(Activation::tanh, Activation::softmax, LossKind::categorical_crossentropy,
+                                         smoothing, weights);
+        check_against_finite_differences(Activation::tanh, Activation::sigmoid, LossKind::categorical_crossentropy,
+                                         smoothing, weights);
     }
 }
 
