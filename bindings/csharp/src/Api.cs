@@ -512,6 +512,15 @@ namespace Mptrain
         /// Another value, or a non-zero one with MeanSquaredError, throws MptException (InvalidArgument)
         /// from the Trainer constructor. Checkpoints must match it.</summary>
         public float? LabelSmoothing { get; set; }
+        /// <summary>Class weights for the categorical cross-entropy losses (null or empty: none), one per
+        /// model output, as Keras's fit(class_weight=): in training (Fit, Step) each row's loss and
+        /// gradient are multiplied by the weight of its class (its label, or for float targets the first
+        /// largest target), still averaged over the batch's rows, so Fit's and Step's losses are the
+        /// weighted ones; Evaluate reports the unweighted loss. The Trainer constructor throws
+        /// MptException: InvalidArgument for a negative, NaN or infinite weight, all weights 0, or class
+        /// weights with BinaryCrossentropy or MeanSquaredError; ShapeMismatch for a count other than the
+        /// model's outputs. The array is read when a Trainer is constructed. Checkpoints must match them.</summary>
+        public float[] ClassWeights { get; set; }
         public Optimizer? Optimizer { get; set; }
         public float? LearningRate { get; set; }
         public float? Momentum { get; set; }
@@ -660,6 +669,7 @@ namespace Mptrain
                     if (options.Precision.HasValue) MptException.Check(Native.mpt_trainer_options_set_precision(raw, options.Precision.Value));
                     if (options.Loss.HasValue) MptException.Check(Native.mpt_trainer_options_set_loss(raw, options.Loss.Value));
                     if (options.LabelSmoothing.HasValue) MptException.Check(Native.mpt_trainer_options_set_label_smoothing(raw, options.LabelSmoothing.Value));
+                    if (options.ClassWeights != null) MptException.Check(Native.mpt_trainer_options_set_class_weights(raw, options.ClassWeights, options.ClassWeights.Length));
                     if (options.Optimizer.HasValue) MptException.Check(Native.mpt_trainer_options_set_optimizer(raw, options.Optimizer.Value));
                     if (options.LearningRate.HasValue) MptException.Check(Native.mpt_trainer_options_set_learning_rate(raw, options.LearningRate.Value));
                     if (options.Momentum.HasValue)

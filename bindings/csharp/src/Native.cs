@@ -73,6 +73,7 @@ namespace Mptrain
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_set_precision(TrainerOptionsHandle options, Precision precision);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_set_loss(TrainerOptionsHandle options, Loss loss);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_set_label_smoothing(TrainerOptionsHandle options, float labelSmoothing);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_set_class_weights(TrainerOptionsHandle options, [In] float[] weights, long count);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_set_optimizer(TrainerOptionsHandle options, Optimizer optimizer);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_set_learning_rate(TrainerOptionsHandle options, float learningRate);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_set_momentum(TrainerOptionsHandle options, float momentum, int nesterov);

@@ -186,6 +186,31 @@ namespace Mptrain.Tests
         }
 
         [Test]
+        public static void ACheckpointWrittenWithClassWeightsIsRefusedByATrainerWithoutThem()
+        {
+            var weightedOptions = new TrainerOptions { Optimizer = Optimizer.Adam, LearningRate = 0.01f, ClassWeights = new[] { 1.0f, 2.0f, 3.0f } };
+            using (var dir = new TempDir())
+            using (Context ctx = Data.CpuContext())
+            using (Dataset data = Blobs(ctx, 60, 44))
+            using (Model model = Mlp(ctx))
+            using (var weighted = new Trainer(model, weightedOptions))
+            using (var plain = new Trainer(model, Adam))
+            using (var other = new Trainer(model, new TrainerOptions { Optimizer = Optimizer.Adam, LearningRate = 0.01f, ClassWeights = new[] { 1.0f, 2.0f, 4.0f } }))
+            using (var matching = new Trainer(model, weightedOptions))
+            {
+                string path = dir.File("weighted.safetensors");
+                weighted.Step(data, 0, 20);
+                weighted.SaveCheckpoint(path);
+                MptException error = Assert.Fails(Status.InvalidArgument, () => plain.LoadCheckpoint(path));
+                Assert.True(error.NativeMessage.Contains("class_weights [1, 2, 3] (this trainer: none)"), "the message: " + error.NativeMessage);
+                error = Assert.Fails(Status.InvalidArgument, () => other.LoadCheckpoint(path));
+                Assert.True(error.NativeMessage.Contains("class_weights [1, 2, 3] (this trainer: [1, 2, 4])"), "the message: " + error.NativeMessage);
+                matching.LoadCheckpoint(path);
+                Assert.Equal(1L, matching.Progress.Steps, "the checkpoint's step count");
+            }
+        }
+
+        [Test]
         public static void AutomaticCheckpointsKeepTheNewestAndCanBeTurnedOff()
         {
             using (var dir = new TempDir())

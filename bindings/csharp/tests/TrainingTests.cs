@@ -186,6 +186,146 @@ namespace Mptrain.Tests
             }
         }
 
+        // The mean over rows of -sum_c t_c log p_c, each row's times weights[c], c its first largest
+        // target (every weight 1 when weights is null), in double from the probabilities: class weights
+        // as mptrain.h defines them. targets: rows * Classes floats.
+        static double WeightedCrossEntropy(float[] probabilities, float[] targets, float[] weights)
+        {
+            int rows = targets.Length / Data.Classes;
+            double total = 0;
+            for (int row = 0; row < rows; row++)
+            {
+                double loss = 0;
+                int firstLargest = 0;
+                for (int c = 0; c < Data.Classes; c++)
+                {
+                    float t = targets[row * Data.Classes + c];
+                    if (t != 0) loss -= t * Math.Log(probabilities[row * Data.Classes + c]);
+                    if (t > targets[row * Data.Classes + firstLargest]) firstLargest = c;
+                }
+                total += (weights == null ? 1.0 : weights[firstLargest]) * loss;
+            }
+            return total / rows;
+        }
+
+        static float[] OneHot(int[] labels)
+        {
+            var targets = new float[labels.Length * Data.Classes];
+            for (int row = 0; row < labels.Length; row++) targets[row * Data.Classes + labels[row]] = 1.0f;
+            return targets;
+        }
+
+        // Every layer's weights and biases as bit patterns: equal only when bit-identical.
+        static int[] WeightBits(Model model)
+        {
+            var bits = new List<int>();
+            for (int layer = 0; layer < model.LayerCount; layer++)
+            {
+                float[] w, b;
+                model.GetWeights(layer, out w, out b);
+                bits.AddRange(w.Concat(b).Select(v => BitConverter.ToInt32(BitConverter.GetBytes(v), 0)));
+            }
+            return bits.ToArray();
+        }
+
+        [Test]
+        public static void ClassWeightsOfTwoTrainOneSgdStepAsTwiceTheLearningRateBitForBit()
+        {
+            float[] x; int[] y;
+            Data.Blobs(30, 61, out x, out y);
+            // Every weight 2 doubles each row's loss and gradient, exactly in fp32; so does doubling the rate.
+            Func<float, float[], Tuple<float, int[]>> oneStep = (learningRate, classWeights) =>
+            {
+                using (Context ctx = Data.CpuContext(5))
+                using (Model model = Data.Mlp(ctx))
+                using (Dataset data = Dataset.FromF32(ctx, x, Data.Features, y, Data.Classes))
+                using (var trainer = new Trainer(model, new TrainerOptions { Precision = Precision.Fp32, Optimizer = Optimizer.Sgd,
+                                                                             LearningRate = learningRate, Momentum = 0.0f, ClassWeights = classWeights }))
+                {
+                    int[] start = WeightBits(model);
+                    float loss = trainer.Step(data, 0, 30);
+                    int[] weights = WeightBits(model);
+                    Assert.True(!weights.SequenceEqual(start), "the step moves the weights");
+                    return Tuple.Create(loss, weights);
+                }
+            };
+            Tuple<float, int[]> unweighted = oneStep(0.05f, null), doubledRate = oneStep(2 * 0.05f, null);
+            Tuple<float, int[]> weighted = oneStep(0.05f, new[] { 2.0f, 2.0f, 2.0f });
+            Assert.True(weighted.Item2.SequenceEqual(doubledRate.Item2), "weights 2 step as twice the rate, bit for bit");
+            Assert.True(!weighted.Item2.SequenceEqual(unweighted.Item2), "weights 2 step elsewhere than the rate alone");
+            Assert.Equal(unweighted.Item1, doubledRate.Item1, "the loss is that of the weights before the step");
+            Assert.Equal(2 * unweighted.Item1, weighted.Item1, "the weighted loss is twice the unweighted one");
+        }
+
+        [Test]
+        public static void ClassWeightsWeightStepsLossByEachRowsClassAndLeaveEvaluatesUnweighted()
+        {
+            var classWeights = new[] { 0.5f, 2.0f, 1.25f };
+            float[] x; int[] y;
+            Data.Blobs(30, 62, out x, out y);
+            using (Context ctx = Data.CpuContext(9))
+            using (Model model = Data.Mlp(ctx))
+            using (Dataset data = Dataset.FromF32(ctx, x, Data.Features, y, Data.Classes))
+            using (var weighted = new Trainer(model, new TrainerOptions { Precision = Precision.Fp32, Optimizer = Optimizer.Adam,
+                                                                          LearningRate = 0.01f, ClassWeights = classWeights }))
+            using (var plain = new Trainer(model, new TrainerOptions { Precision = Precision.Fp32, Optimizer = Optimizer.Adam, LearningRate = 0.01f }))
+            {
+                float[] probabilities = weighted.Predict(x);
+                double unweightedLoss = WeightedCrossEntropy(probabilities, OneHot(y), null);
+                double expected = WeightedCrossEntropy(probabilities, OneHot(y), classWeights);
+                Assert.True(Math.Abs(expected - unweightedLoss) > 1e-3 * unweightedLoss, "the two can be told apart");
+                Evaluation evaluation = weighted.Evaluate(data);
+                Close(unweightedLoss, evaluation.Loss, "evaluate's loss (unweighted)");
+                Assert.Equal(plain.Evaluate(data).Loss, evaluation.Loss, "evaluate's loss against a trainer's without weights");
+                Close(expected, weighted.Step(data, 0, 30), "step's loss (weighted)");
+            }
+
+            // Float targets weigh a row by its first largest target: row 0 ties classes 1 and 2 (weight 2).
+            float[] targets = OneHot(y);
+            targets[0] = 0.0f; targets[1] = 0.5f; targets[2] = 0.5f;
+            targets[3] = 0.2f; targets[4] = 0.3f; targets[5] = 0.5f;
+            using (Context ctx = Data.CpuContext(9))
+            using (Model model = Data.Mlp(ctx))
+            using (Dataset data = Dataset.FromTargets(ctx, x, Data.Features, targets, Data.Classes))
+            using (var categorical = new Trainer(model, new TrainerOptions { Precision = Precision.Fp32, Loss = Loss.CategoricalCrossentropy,
+                                                                             Optimizer = Optimizer.Adam, LearningRate = 0.01f, ClassWeights = classWeights }))
+            {
+                float[] probabilities = categorical.Predict(x);
+                double expected = WeightedCrossEntropy(probabilities, targets, classWeights);
+                var tieToTheLast = (float[])targets.Clone();  // row 0 weighed as class 2 (1.25) instead
+                tieToTheLast[2] = 0.5000001f;
+                Assert.True(Math.Abs(WeightedCrossEntropy(probabilities, tieToTheLast, classWeights) - expected) > 1e-4 * expected,
+                            "the tie's two readings can be told apart");
+                Close(expected, categorical.Step(data, 0, 30), "step's loss on float targets");
+            }
+        }
+
+        [Test]
+        public static void ClassWeightsRefusedByValueCountOrLoss()
+        {
+            using (Context ctx = Data.CpuContext())
+            using (Model model = Data.Mlp(ctx))
+            {
+                var refusals = new[] {
+                    new[] { 1.0f, -0.5f, 1.0f }, new[] { 1.0f, float.NaN, 1.0f }, new[] { float.PositiveInfinity, 1.0f, 1.0f }, new[] { 0.0f, 0.0f, 0.0f } };
+                foreach (float[] refused in refusals)
+                {
+                    MptException error = Assert.Fails(Status.InvalidArgument, () => new Trainer(model, new TrainerOptions { ClassWeights = refused }).Dispose());
+                    Assert.True(error.NativeMessage.Contains("class weights"), "the message names them: " + error.NativeMessage);
+                }
+                foreach (int count in new[] { 2, 4 })
+                    Assert.Fails(Status.ShapeMismatch, () => new Trainer(model, new TrainerOptions { ClassWeights = Enumerable.Repeat(1.0f, count).ToArray() }).Dispose());
+                new Trainer(model, new TrainerOptions { ClassWeights = new float[0] }).Dispose(); // empty: none
+                new Trainer(model, new TrainerOptions { ClassWeights = new[] { 0.0f, 1.0f, 0.0f } }).Dispose(); // some zeros are fine
+                foreach (Loss loss in new[] { Loss.BinaryCrossentropy, Loss.MeanSquaredError })
+                {
+                    new Trainer(model, new TrainerOptions { Loss = loss }).Dispose(); // accepted without class weights
+                    Assert.Fails(Status.InvalidArgument,
+                                 () => new Trainer(model, new TrainerOptions { Loss = loss, ClassWeights = new[] { 1.0f, 2.0f, 3.0f } }).Dispose());
+                }
+            }
+        }
+
         // The factor on the base rate at `step` as mptrain.h defines each schedule, in double.
         static double ScheduleFactor(LrSchedule schedule, long warmupSteps, long decaySteps, double factor, long step)
         {
