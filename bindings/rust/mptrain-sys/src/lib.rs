@@ -292,6 +292,11 @@ extern "C" {
         options: *mut mpt_trainer_options_t,
         label_smoothing: c_float,
     ) -> mpt_status;
+    pub fn mpt_trainer_options_set_class_weights(
+        options: *mut mpt_trainer_options_t,
+        weights: *const c_float,
+        count: i64,
+    ) -> mpt_status;
     pub fn mpt_trainer_options_set_optimizer(
         options: *mut mpt_trainer_options_t,
         optimizer: mpt_optimizer,

@@ -1245,6 +1245,7 @@ pub struct TrainerOptions {
     precision: Option<Precision>,
     loss: Option<Loss>,
     label_smoothing: Option<f32>,
+    class_weights: Option<Vec<f32>>,
     optimizer: Option<Optimizer>,
     learning_rate: Option<f32>,
     momentum: Option<(f32, bool)>,
@@ -1278,6 +1279,19 @@ impl TrainerOptions {
     /// [`Status::InvalidArgument`]. Checkpoints must match it.
     pub fn label_smoothing(mut self, label_smoothing: f32) -> Self {
         self.label_smoothing = Some(label_smoothing);
+        self
+    }
+    /// Class weights for the categorical cross-entropy losses, one per model output (default, or an
+    /// empty slice: none), as Keras's `fit(class_weight=)`: in training (fit, step) each row's loss
+    /// and gradient are multiplied by the weight of its class (its label, or for float targets the
+    /// first largest target), still averaged over the batch's rows, so fit's and step's losses are
+    /// the weighted ones; evaluate reports the unweighted loss. A negative, NaN or infinite weight,
+    /// all weights 0, or class weights with [`Loss::BinaryCrossentropy`] or
+    /// [`Loss::MeanSquaredError`] fail [`Trainer::new`] with [`Status::InvalidArgument`]; a count
+    /// other than the model's outputs with [`Status::ShapeMismatch`]. The weights are copied.
+    /// Checkpoints must match them.
+    pub fn class_weights(mut self, weights: &[f32]) -> Self {
+        self.class_weights = Some(weights.to_vec());
         self
     }
     /// Optimizer.
@@ -1349,6 +1363,13 @@ impl TrainerOptions {
             }
             if let Some(s) = self.label_smoothing {
                 check(sys::mpt_trainer_options_set_label_smoothing(o, s))?;
+            }
+            if let Some(weights) = &self.class_weights {
+                check(sys::mpt_trainer_options_set_class_weights(
+                    o,
+                    weights.as_ptr(),
+                    count(weights.len()),
+                ))?;
             }
             if let Some(opt) = self.optimizer {
                 check(sys::mpt_trainer_options_set_optimizer(o, opt.code()))?;

@@ -243,6 +243,38 @@ fn a_checkpoint_written_with_label_smoothing_is_refused_by_a_trainer_without_it(
 }
 
 #[test]
+fn a_checkpoint_written_with_class_weights_is_refused_by_a_trainer_without_them() {
+    let dir = TempDir::new("class-weights");
+    let ctx = context();
+    let data = blob_data(&ctx, 60, 44);
+    let model = mlp(&ctx);
+    let path = dir.join("weighted.safetensors");
+    let mut weighted = Trainer::new(&model, &adam().class_weights(&[1.0, 2.0, 3.0])).unwrap();
+    weighted.step(&data, 0, 20).unwrap();
+    weighted.save_checkpoint(&path).unwrap();
+
+    let mut plain = Trainer::new(&model, &adam()).unwrap();
+    let error = expect(plain.load_checkpoint(&path), Status::InvalidArgument);
+    assert!(
+        error
+            .message
+            .contains("class_weights [1, 2, 3] (this trainer: none)"),
+        "{error}"
+    );
+    let mut other = Trainer::new(&model, &adam().class_weights(&[1.0, 2.0, 4.0])).unwrap();
+    let error = expect(other.load_checkpoint(&path), Status::InvalidArgument);
+    assert!(
+        error
+            .message
+            .contains("class_weights [1, 2, 3] (this trainer: [1, 2, 4])"),
+        "{error}"
+    );
+    let mut matching = Trainer::new(&model, &adam().class_weights(&[1.0, 2.0, 3.0])).unwrap();
+    matching.load_checkpoint(&path).unwrap();
+    assert_eq!(matching.progress().unwrap().steps, 1);
+}
+
+#[test]
 fn missing_damaged_and_mismatched_files_fail_with_their_status() {
     let dir = TempDir::new("errors");
     let ctx = context();

@@ -636,3 +636,189 @@ fn label_smoothing_outside_0_1_or_with_mean_squared_error_is_refused() {
     assert_eq!(error.status, Status::InvalidArgument);
     assert!(error.message.contains("mean squared error"), "{error}");
 }
+/// The mean over rows of `-sum_c t_c log p_c`, each row's times `weights[c]`, `c` its first
+/// largest target (every weight 1 without weights), in f64 from the probabilities: class weights as
+/// mptrain.h defines them. `targets`: rows * CLASSES floats.
+fn weighted_cross_entropy(probabilities: &[f32], targets: &[f32], weights: Option<&[f32]>) -> f64 {
+    let classes = CLASSES as usize;
+    let rows = targets.len() / classes;
+    let total: f64 = (0..rows)
+        .map(|row| {
+            let p = &probabilities[row * classes..(row + 1) * classes];
+            let t = &targets[row * classes..(row + 1) * classes];
+            let loss: f64 = (0..classes)
+                .filter(|&c| t[c] != 0.0)
+                .map(|c| -(t[c] as f64) * (p[c] as f64).ln())
+                .sum();
+            let first_largest =
+                (0..classes).fold(0, |best, c| if t[c] > t[best] { c } else { best });
+            weights.map_or(1.0, |w| w[first_largest] as f64) * loss
+        })
+        .sum();
+    total / rows as f64
+}
+
+fn one_hot(labels: &[i32]) -> Vec<f32> {
+    let classes = CLASSES as usize;
+    let mut targets = vec![0.0f32; labels.len() * classes];
+    for (row, &label) in labels.iter().enumerate() {
+        targets[row * classes + label as usize] = 1.0;
+    }
+    targets
+}
+
+/// Every layer's weights and biases as bit patterns: equal only when bit-identical.
+fn weight_bits(model: &mut Model) -> Vec<u32> {
+    (0..model.layer_count().unwrap() as usize)
+        .flat_map(|layer| {
+            let (weights, bias) = model.weights(layer).unwrap();
+            weights
+                .into_iter()
+                .chain(bias)
+                .map(f32::to_bits)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+fn seeded_context(seed: u64) -> Context {
+    Context::builder()
+        .backend(Backend::Cpu)
+        .threads(1)
+        .seed(seed)
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn class_weights_of_2_train_one_sgd_step_as_twice_the_learning_rate_bit_for_bit() {
+    let (x, y) = blobs(30, 61);
+    // Every weight 2 doubles each row's loss and gradient, exactly in fp32; so does doubling the rate.
+    let one_step = |learning_rate: f32, class_weights: Option<&[f32]>| {
+        let ctx = seeded_context(5);
+        let mut model = mlp(&ctx);
+        let data = Dataset::from_f32(&ctx, &x, FEATURES, &y, CLASSES, true).unwrap();
+        let mut options = TrainerOptions::new()
+            .precision(Precision::Fp32)
+            .optimizer(Optimizer::Sgd)
+            .learning_rate(learning_rate)
+            .momentum(0.0, false);
+        if let Some(weights) = class_weights {
+            options = options.class_weights(weights);
+        }
+        let mut trainer = Trainer::new(&model, &options).unwrap();
+        let start = weight_bits(&mut model);
+        let loss = trainer.step(&data, 0, 30).unwrap();
+        drop(trainer);
+        let weights = weight_bits(&mut model);
+        assert_ne!(weights, start, "the step moves the weights");
+        (loss, weights)
+    };
+    let (unweighted_loss, unweighted) = one_step(0.05, None);
+    let (doubled_rate_loss, doubled_rate) = one_step(2.0 * 0.05, None);
+    let (weighted_loss, weighted) = one_step(0.05, Some(&[2.0, 2.0, 2.0]));
+    assert!(
+        weighted == doubled_rate,
+        "weights 2 step as twice the rate, bit for bit"
+    );
+    assert!(weighted != unweighted, "and elsewhere than the rate alone");
+    assert_eq!(
+        doubled_rate_loss, unweighted_loss,
+        "the loss is that of the weights before the step"
+    );
+    assert_eq!(weighted_loss, 2.0 * unweighted_loss);
+}
+
+#[test]
+fn class_weights_weight_steps_loss_by_each_rows_class_and_leave_evaluates_unweighted() {
+    let weights = [0.5f32, 2.0, 1.25];
+    let (x, y) = blobs(30, 62);
+    let fp32 = || adam().precision(Precision::Fp32);
+    {
+        let ctx = seeded_context(9);
+        let model = mlp(&ctx);
+        let data = Dataset::from_f32(&ctx, &x, FEATURES, &y, CLASSES, true).unwrap();
+        let mut weighted = Trainer::new(&model, &fp32().class_weights(&weights)).unwrap();
+        let mut plain = Trainer::new(&model, &fp32()).unwrap();
+        let probabilities = weighted.predict(&x).unwrap();
+        let unweighted_loss = weighted_cross_entropy(&probabilities, &one_hot(&y), None);
+        let expected = weighted_cross_entropy(&probabilities, &one_hot(&y), Some(&weights));
+        assert!(
+            (expected - unweighted_loss).abs() > 1e-3 * unweighted_loss,
+            "the two can be told apart"
+        );
+        let evaluation = weighted.evaluate(&data, 0).unwrap();
+        assert_close(
+            evaluation.loss,
+            unweighted_loss,
+            "evaluate's loss (unweighted)",
+        );
+        assert_eq!(evaluation.loss, plain.evaluate(&data, 0).unwrap().loss);
+        assert_close(
+            weighted.step(&data, 0, 30).unwrap(),
+            expected,
+            "step's loss (weighted)",
+        );
+    }
+
+    // Float targets weigh a row by its first largest target: row 0 ties classes 1 and 2 (weight 2).
+    let mut targets = one_hot(&y);
+    targets[..6].copy_from_slice(&[0.0, 0.5, 0.5, 0.2, 0.3, 0.5]);
+    let ctx = seeded_context(9);
+    let model = mlp(&ctx);
+    let data =
+        Dataset::from_f32_targets(&ctx, &x, FEATURES, &targets, CLASSES as i64, true).unwrap();
+    let options = fp32()
+        .loss(Loss::CategoricalCrossentropy)
+        .class_weights(&weights);
+    let mut categorical = Trainer::new(&model, &options).unwrap();
+    let probabilities = categorical.predict(&x).unwrap();
+    let expected = weighted_cross_entropy(&probabilities, &targets, Some(&weights));
+    let mut tie_to_the_last = targets.clone(); // row 0 weighed as class 2 (1.25) instead
+    tie_to_the_last[2] = 0.500_000_1;
+    let other = weighted_cross_entropy(&probabilities, &tie_to_the_last, Some(&weights));
+    assert!(
+        (other - expected).abs() > 1e-4 * expected,
+        "the tie's readings can be told apart"
+    );
+    let loss = categorical.step(&data, 0, 30).unwrap();
+    assert_close(loss, expected, "step's loss on float targets");
+}
+
+#[test]
+fn class_weights_are_refused_by_value_count_or_loss() {
+    let ctx = context();
+    let model = mlp(&ctx);
+    let refusals: [&[f32]; 4] = [
+        &[1.0, -0.5, 1.0],
+        &[1.0, f32::NAN, 1.0],
+        &[f32::INFINITY, 1.0, 1.0],
+        &[0.0, 0.0, 0.0],
+    ];
+    for refused in refusals {
+        let options = TrainerOptions::new().class_weights(refused);
+        let error = Trainer::new(&model, &options).err().expect("refused");
+        assert_eq!(error.status, Status::InvalidArgument, "{refused:?}");
+        assert!(error.message.contains("class weights"), "{error}");
+    }
+    for count in [2, 4] {
+        let options = TrainerOptions::new().class_weights(&vec![1.0; count]);
+        let error = Trainer::new(&model, &options).err().expect("refused");
+        assert_eq!(error.status, Status::ShapeMismatch, "{count}");
+    }
+    Trainer::new(&model, &TrainerOptions::new().class_weights(&[])).expect("empty: none");
+    Trainer::new(
+        &model,
+        &TrainerOptions::new().class_weights(&[0.0, 1.0, 0.0]),
+    )
+    .expect("some zeros");
+    for loss in [Loss::BinaryCrossentropy, Loss::MeanSquaredError] {
+        Trainer::new(&model, &TrainerOptions::new().loss(loss))
+            .expect("accepted without class weights");
+        let options = TrainerOptions::new()
+            .loss(loss)
+            .class_weights(&[1.0, 2.0, 3.0]);
+        let error = Trainer::new(&model, &options).err().expect("refused");
+        assert_eq!(error.status, Status::InvalidArgument, "{loss:?}");
+    }
+}
