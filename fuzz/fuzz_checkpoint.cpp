@@ -4,7 +4,7 @@
 // the options and progress JSON, the tensors and their shapes reach the checks behind the checksums.
 // The file is loaded into fresh trainers of the architecture the seeds were written by, one with
 // default options (a constant rate) and one with the options a checkpoint records only when set (a
-// cosine schedule, label smoothing). Any load must succeed or be refused with a status a
+// cosine schedule, label smoothing, class weights). Any load must succeed or be refused with a status a
 // bad file may give, and a refused load must leave the trainer as it was (weights, scaler, step
 // count); after a load that succeeds, fit and evaluate must run or fail with such a status too.
 //
@@ -63,6 +63,7 @@ struct Fixture {
         trainer_config.optimizer.kind = mpt::OptimizerKind::adam;
         if (optioned) {
             trainer_config.loss.label_smoothing = 0.1f;
+            trainer_config.loss.class_weights = {0.5f, 2.0f, 1.0f};
             mpt::LrSchedule& schedule = trainer_config.optimizer.schedule;
             schedule.kind = mpt::LrScheduleKind::cosine;
             schedule.warmup_steps = 3;
@@ -131,7 +132,7 @@ void write_seeds_once() {
         fixture.trainer->fit(*fixture.dataset, 1, kBatch, true);
         fixture.trainer->step(*fixture.dataset, 0, kBatch);  // the step count moves past the epoch's
         mpt::save_checkpoint(*fixture.trainer,
-                             std::string(directory) + (optioned ? "/seed-scheduled-smoothed" : "/seed-constant"));
+                             std::string(directory) + (optioned ? "/seed-optioned" : "/seed-constant"));
     }
 }
 

@@ -399,9 +399,11 @@ TEST_CASE("only class weights put class_weights among a checkpoint's options; ot
         REQUIRE(mpt_trainer_save_checkpoint(weighted_run.trainer, weighted_path.c_str()) == MPT_STATUS_OK);
     }
     CHECK(split_file(plain_path).header.find("class_weights") == std::string::npos);
-    const std::string recorded = "{\\\"class_weights\\\":[" + float_bits_text(0.5f) + "," + float_bits_text(2.0f) + "," +
-                                 float_bits_text(1.0f) + "," + float_bits_text(3.0f) + "],\\\"loss\\\":";
+    // Their count among the options, their values a tensor.
+    const std::string recorded = "{\\\"class_weights\\\":4,\\\"loss\\\":";
     CHECK_MESSAGE(split_file(weighted_path).header.find(recorded) != std::string::npos, split_file(weighted_path).header);
+    CHECK(split_file(weighted_path).header.find("\"trainer.class_weights\":{\"dtype\":\"F32\",\"shape\":[4]") !=
+          std::string::npos);
 
     Run plain_run(Options{});
     const Refusal by_plain = load_checkpoint(plain_run, weighted_path);
@@ -433,21 +435,20 @@ TEST_CASE("a checkpoint's class weights that no mptrain writes are corrupt data,
     const std::string path = (directory.path / "weighted.safetensors").string();
     REQUIRE(mpt_trainer_save_checkpoint(run.trainer, path.c_str()) == MPT_STATUS_OK);
     const FileParts parts = split_file(path);
-    const std::string entry = "\\\"class_weights\\\":[" + float_bits_text(0.5f) + "," + float_bits_text(2.0f) + "," +
-                              float_bits_text(1.0f) + "," + float_bits_text(3.0f) + "]";
+    const std::string entry = "\\\"class_weights\\\":4";
     REQUIRE(parts.header.find(entry) != std::string::npos);
     const auto with_value = [&](const std::string& value) {
         std::string header = parts.header;
         header.replace(header.find(entry), entry.size(), "\\\"class_weights\\\":" + value);
         return header;
     };
-    const std::string zero = float_bits_text(0.0f);
+    REQUIRE(load_checkpoint(run, write_parts(directory.path / "same.safetensors", with_value("4"), parts.data)).status ==
+            MPT_STATUS_OK);  // the edit itself breaks nothing
     Run plain_run(Options{});
-    for (const std::string& forged :
-         {std::string("[]"), "[" + zero + "," + zero + "," + zero + "," + zero + "]", "[" + float_bits_text(-1.0f) + "]",
-          "[" + float_bits_text(std::nanf("")) + "]", "[" + float_bits_text(INFINITY) + "]", std::string("[0.5,2,1,3]"),
-          std::string("[4294967296]"), std::string("[null]"), std::string("\\\"0.5\\\""), float_bits_text(1.0f),
-          std::string("{}")}) {
+    // Counts other than the model's outputs, and values that are no count.
+    for (const std::string& forged : {std::string("3"), std::string("5"), std::string("0"), std::string("-4"),
+                                      std::string("4.0"), std::string("null"), std::string("[4]"),
+                                      std::string("\\\"4\\\""), std::string("{}")}) {
         CAPTURE(forged);
         const std::string forged_path = write_parts(directory.path / "forged.safetensors", with_value(forged), parts.data);
         for (Run* trainer : {&run, &plain_run}) {
@@ -456,7 +457,62 @@ TEST_CASE("a checkpoint's class weights that no mptrain writes are corrupt data,
             CHECK_MESSAGE(refusal.message.find("class_weights") != std::string::npos, refusal.message);
         }
     }
+    // A count without the tensor of the weights (the plain run's file, given the weighted options).
+    const std::string plain_path = (directory.path / "plain.safetensors").string();
+    REQUIRE(mpt_trainer_save_checkpoint(plain_run.trainer, plain_path.c_str()) == MPT_STATUS_OK);
+    const FileParts plain_parts = split_file(plain_path);
+    std::string without_tensor = plain_parts.header;
+    const std::string loss_entry = "{\\\"loss\\\":";
+    REQUIRE(without_tensor.find(loss_entry) != std::string::npos);
+    without_tensor.replace(without_tensor.find(loss_entry), loss_entry.size(), "{\\\"class_weights\\\":4,\\\"loss\\\":");
+    const Refusal missing =
+        load_checkpoint(run, write_parts(directory.path / "missing.safetensors", without_tensor, plain_parts.data));
+    CHECK(missing.status == MPT_STATUS_CORRUPT_DATA);
+    CHECK_MESSAGE(missing.message.find("class_weights") != std::string::npos, missing.message);
     REQUIRE(load_checkpoint(run, path).status == MPT_STATUS_OK);  // the refusals changed nothing
+}
+
+TEST_CASE("a model with 300,000 weighted outputs resumes from its checkpoint; a refusal shows a few of its weights") {
+    // More weights than the loader parses JSON values of metadata (2^18): they are a tensor.
+    constexpr int64_t outputs = 300000;
+    TempDir directory;
+    auto make = [&](float last_weight, mpt_context_t** context, mpt_model_t** model) {
+        mpt_context_options_t* context_options = nullptr;
+        REQUIRE(mpt_context_options_create(&context_options) == MPT_STATUS_OK);
+        mpt_context_options_set_backend(context_options, MPT_BACKEND_CPU);
+        REQUIRE(mpt_context_create(context_options, context) == MPT_STATUS_OK);
+        mpt_context_options_destroy(context_options);
+        REQUIRE(mpt_model_create(*context, 2, model) == MPT_STATUS_OK);
+        REQUIRE(mpt_model_add_dense(*model, outputs, MPT_ACTIVATION_SOFTMAX) == MPT_STATUS_OK);
+        std::vector<float> weights(outputs, 1.0f);
+        weights.back() = last_weight;
+        mpt_trainer_options_t* options = nullptr;
+        REQUIRE(mpt_trainer_options_create(&options) == MPT_STATUS_OK);
+        REQUIRE(mpt_trainer_options_set_precision(options, MPT_PRECISION_FP32) == MPT_STATUS_OK);
+        REQUIRE(mpt_trainer_options_set_class_weights(options, weights.data(), outputs) == MPT_STATUS_OK);
+        mpt_trainer_t* trainer = nullptr;
+        REQUIRE(mpt_trainer_create(*model, options, &trainer) == MPT_STATUS_OK);
+        mpt_trainer_options_destroy(options);
+        return trainer;
+    };
+    mpt_context_t* context = nullptr;
+    mpt_model_t* model = nullptr;
+    mpt_trainer_t* trainer = make(2.0f, &context, &model);
+    const std::string path = (directory.path / "wide.safetensors").string();
+    REQUIRE(mpt_trainer_save_checkpoint(trainer, path.c_str()) == MPT_STATUS_OK);
+    CHECK(mpt_trainer_load_checkpoint(trainer, path.c_str()) == MPT_STATUS_OK);
+    mpt_context_t* other_context = nullptr;
+    mpt_model_t* other_model = nullptr;
+    mpt_trainer_t* other = make(3.0f, &other_context, &other_model);
+    CHECK(mpt_trainer_load_checkpoint(other, path.c_str()) == MPT_STATUS_INVALID_ARGUMENT);
+    const std::string message = mpt_last_error();
+    CHECK(message.size() < 1000);
+    CHECK_MESSAGE(message.find("class_weights [1, 1, 1, 1, 1, 1, 1, 1, ... 300000 in all] (this trainer: [1, 1, 1, 1, 1, 1, "
+                               "1, 1, ... 300000 in all]; class 299999: 2 against 3)") != std::string::npos,
+                  message);
+    for (mpt_trainer_t* t : {trainer, other}) mpt_trainer_destroy(t);
+    for (mpt_model_t* m : {model, other_model}) mpt_model_destroy(m);
+    for (mpt_context_t* c : {context, other_context}) mpt_context_destroy(c);
 }
 
 TEST_CASE("a checkpoint's label smoothing that no mptrain writes is corrupt data, whatever the trainer's") {

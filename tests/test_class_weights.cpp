@@ -264,3 +264,26 @@ TEST_CASE("class weights are refused when invalid, for a loss without classes or
     mpt_model_destroy(model);
     mpt_context_destroy(context);
 }
+
+TEST_CASE("class weights are checked before the trainer plans its memory: a refusal is the documented one under any budget") {
+    mpt_context_t* context = mpt_test::create_context(MPT_BACKEND_CPU, 1, 1024);  // too small for any trainer
+    mpt_model_t* model = nullptr;
+    REQUIRE_OK(mpt_model_create(context, kBlobFeatures, &model));
+    REQUIRE_OK(mpt_model_add_dense(model, kHidden, MPT_ACTIVATION_RELU));
+    REQUIRE_OK(mpt_model_add_dense(model, kBlobClasses, MPT_ACTIVATION_SOFTMAX));
+    mpt_trainer_options_t* options = nullptr;
+    REQUIRE_OK(mpt_trainer_options_create(&options));
+    const float weights[kBlobClasses] = {1.0f, 2.0f, 3.0f};
+    mpt_trainer_t* trainer = nullptr;
+    REQUIRE_OK(mpt_trainer_options_set_class_weights(options, weights, 2));
+    CHECK_FAILS(MPT_STATUS_SHAPE_MISMATCH, mpt_trainer_create(model, options, &trainer));
+    REQUIRE_OK(mpt_trainer_options_set_class_weights(options, weights, kBlobClasses));
+    REQUIRE_OK(mpt_trainer_options_set_loss(options, MPT_LOSS_MEAN_SQUARED_ERROR));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_create(model, options, &trainer));
+    REQUIRE_OK(mpt_trainer_options_set_loss(options, MPT_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY));
+    CHECK_FAILS(MPT_STATUS_OUT_OF_MEMORY, mpt_trainer_create(model, options, &trainer));  // valid: then the budget
+    CHECK(trainer == nullptr);
+    mpt_trainer_options_destroy(options);
+    mpt_model_destroy(model);
+    mpt_context_destroy(context);
+}

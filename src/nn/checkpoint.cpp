@@ -47,11 +47,11 @@ std::string options_json(const Trainer& trainer) {
     json.begin_object();
     // Class weights and label smoothing are written only when set, so that files of runs without
     // them are what they were before they existed, and load into trainers without them as before.
-    if (!config.loss.class_weights.empty()) {
-        json.key("class_weights").begin_array();
-        for (float weight : config.loss.class_weights) json.unsigned_integer(float_bits(weight));
-        json.end_array();
-    }
+    // Class weights are recorded by their count (the model's outputs); their values are the tensor
+    // trainer.class_weights, as a JSON array of a wide model's weights would outgrow what the
+    // loader parses of the metadata.
+    if (!config.loss.class_weights.empty())
+        json.key("class_weights").integer(static_cast<int64_t>(config.loss.class_weights.size()));
     if (config.loss.label_smoothing != 0.0f)
         json.key("label_smoothing").unsigned_integer(float_bits(config.loss.label_smoothing));
     json.key("loss").string(loss_name(config.loss.kind))
@@ -109,8 +109,7 @@ std::string optimizer_tensor_name(int array, size_t layer, const char* part) {
 bool is_float_option(const std::string& name) {
     static const char* const names[] = {"momentum",      "beta1",         "beta2",     "epsilon",
                                         "weight_decay",  "initial_scale", "growth_factor", "backoff_factor",
-                                        "min_scale",     "max_scale",     "decay_factor",  "label_smoothing",
-                                        "class_weights"};
+                                        "min_scale",     "max_scale",     "decay_factor",  "label_smoothing"};
     return std::find_if(std::begin(names), std::end(names), [&](const char* n) { return name == n; }) != std::end(names);
 }
 
@@ -173,8 +172,7 @@ std::string option_differences(const FlatJson& saved, const std::string& saved_t
     // side without one compares as the default, so that "cosine" shows against "constant" and 0.1
     // against 0. A member missing inside a written one is not defaulted: it shows as not recorded.
     JsonWriter defaults_text;
-    defaults_text.begin_object().key("class_weights").begin_array().end_array();
-    defaults_text.key("label_smoothing").unsigned_integer(float_bits(0.0f));
+    defaults_text.begin_object().key("label_smoothing").unsigned_integer(float_bits(0.0f));
     write_schedule(defaults_text, LrSchedule{});
     const FlatJson defaults = FlatJson::parse(defaults_text.end_object().take());
     const auto top_level = [](const std::string& pointer) { return pointer.substr(0, pointer.find('/', 1)); };
@@ -182,22 +180,7 @@ std::string option_differences(const FlatJson& saved, const std::string& saved_t
         const JsonValue* value = options.find(pointer);
         return value == nullptr && options.find(top_level(pointer)) == nullptr ? defaults.find(pointer) : value;
     };
-    // The options holding a top-level member: these, or the defaults when these lack it.
-    const auto source_of = [&](const FlatJson& options, const std::string& item) -> const FlatJson& {
-        return options.find(item) != nullptr ? options : defaults;
-    };
-    // An array's items as the C API spells them ("none" for no items; "not an array" when forged).
-    const auto array_text = [](const std::string& key, const FlatJson& options, const std::string& item) {
-        const JsonValue* value = options.find(item);
-        if (value == nullptr || value->type != JsonType::array) return std::string("(not an array)");
-        if (value->size == 0) return std::string("none");
-        std::string text = "[";
-        for (size_t i = 0; i < value->size; ++i) {
-            const JsonValue* element = options.find(json_pointer(item, i));
-            text += (i ? ", " : "") + (element ? option_text(key, *element) : std::string("?"));
-        }
-        return text + "]";
-    };
+
     // A member of the saved options, when the saved options are an object that has it.
     const auto saved_member = [&](const std::string& object, const std::string& key) -> const JsonValue* {
         const JsonValue* parent = find(saved, object);
@@ -212,13 +195,6 @@ std::string option_differences(const FlatJson& saved, const std::string& saved_t
         const std::string item = json_pointer("", key);
         const JsonValue* our_item = find(ours, item);
         if (our_item == nullptr) continue;
-        if (our_item->type == JsonType::array) {  // class weights: compared and shown whole
-            const std::string saved_text_of_item = array_text(key, source_of(saved, item), item);
-            const std::string our_text = array_text(key, source_of(ours, item), item);
-            if (saved_text_of_item != our_text)
-                differences.push_back(key + " " + saved_text_of_item + " (this trainer: " + our_text + ")");
-            continue;
-        }
         if (our_item->type != JsonType::object) {
             describe(key, saved_member("", key), *our_item);
             continue;
@@ -326,6 +302,41 @@ const TensorView& exact_tensor(const SafetensorsReader& reader, const std::strin
     return view;
 }
 
+// The class weights of a file whose options record `count` of them; weights no trainer accepts
+// (negative, not finite, all 0) are corrupt data.
+std::vector<float> read_class_weights(const SafetensorsReader& reader, int64_t count) {
+    const TensorView& view = exact_tensor(reader, "trainer.class_weights", "F32", {count});
+    std::vector<float> weights(static_cast<size_t>(count));
+    std::memcpy(weights.data(), view.data, weights.size() * sizeof(float));
+    if (!valid_class_weights(weights.data(), count))
+        fail(MPT_STATUS_CORRUPT_DATA, "the checkpoint's class weights are not all finite and >= 0, or all 0");
+    return weights;
+}
+
+// Up to 8 weights as the C API takes them: "none", "[0.5, 2, 1]", "[1, 1, ..., 300000 in all]".
+std::string class_weights_text(const std::vector<float>& weights) {
+    if (weights.empty()) return "none";
+    constexpr size_t kShown = 8;
+    std::string text = "[";
+    for (size_t i = 0; i < weights.size() && i < kShown; ++i) text += (i ? ", " : "") + number_text(weights[i]);
+    if (weights.size() > kShown) text += ", ... " + std::to_string(weights.size()) + " in all";
+    return text + "]";
+}
+
+// Empty when the two are the same bits; else "class_weights [...] (this trainer: [...])", with the
+// first class that differs when the weights shown do not tell.
+std::string class_weights_difference(const std::vector<float>& saved, const std::vector<float>& ours) {
+    if (saved.size() == ours.size() && std::memcmp(saved.data(), ours.data(), saved.size() * sizeof(float)) == 0)
+        return {};
+    std::string text = "class_weights " + class_weights_text(saved) + " (this trainer: " + class_weights_text(ours);
+    if (class_weights_text(saved) == class_weights_text(ours)) {
+        size_t i = 0;
+        while (std::memcmp(&saved[i], &ours[i], sizeof(float)) == 0) ++i;
+        text += "; class " + std::to_string(i) + ": " + number_text(saved[i]) + " against " + number_text(ours[i]);
+    }
+    return text + ")";
+}
+
 }  // namespace
 
 void save_checkpoint(Trainer& trainer, const std::string& path) {
@@ -354,6 +365,10 @@ void save_checkpoint(Trainer& trainer, const std::string& path) {
     }
     writer.add("trainer.shuffle_rng", "U64", {4}, snapshot.shuffle_rng.data(), sizeof(snapshot.shuffle_rng));
     writer.add("trainer.metrics", "F64", {kMetricsCount}, snapshot.metrics, sizeof(snapshot.metrics));
+    const std::vector<float>& class_weights = trainer.config().loss.class_weights;
+    if (!class_weights.empty())
+        writer.add("trainer.class_weights", "F32", {static_cast<int64_t>(class_weights.size())}, class_weights.data(),
+                   class_weights.size() * sizeof(float));
     if (!snapshot.epoch_order.empty())
         writer.add("trainer.epoch_order", "I32", {static_cast<int64_t>(snapshot.epoch_order.size())},
                    snapshot.epoch_order.data(), snapshot.epoch_order.size() * sizeof(int32_t));
@@ -374,18 +389,21 @@ void load_checkpoint(Trainer& trainer, const std::string& path) {
         // Files written before the learning rate became the run's (mptrain 0.1.0 until 2026-12-02)
         // keep it among these options and not with the progress: it is read from there instead.
         const std::optional<JsonValue> options_rate = options.take_scalar_member("/optimizer", "learning_rate");
-        // Class weights, written only when set, are 1 to 2^24 floats' bit patterns that a trainer
-        // accepts; anything else no mptrain writes, so the file is corrupt.
-        if (options.find("/class_weights") != nullptr) {
-            const size_t count = options.array_size("/class_weights");
-            std::vector<float> weights;
-            for (size_t i = 0; i < count && i < static_cast<size_t>(kMaxFeatures); ++i)
-                weights.push_back(bits_float(options.uint32(json_pointer("/class_weights", i))));
-            if (count == 0 || count > static_cast<size_t>(kMaxFeatures) ||
-                !valid_class_weights(weights.data(), static_cast<int64_t>(weights.size())))
-                throw JsonFormatError("class_weights: " + std::to_string(count) +
-                                      " weights (recorded ones are 1 to 2^24 floats, >= 0, not all 0)");
+        // Class weights, recorded only when set: their count is the model's outputs (anything else no
+        // mptrain writes), their values the tensor trainer.class_weights. Compared apart from the
+        // other options, so that a refusal shows the weights rather than their counts.
+        std::vector<float> saved_weights;
+        if (const std::optional<JsonValue> count = options.take_scalar_member("", "class_weights")) {
+            if (!(count->type == JsonType::unsigned_integer &&
+                  count->unsigned_integer == static_cast<uint64_t>(model.output_features())))
+                throw JsonFormatError("class_weights " + json_value_text(*count) + " (recorded as the model's " +
+                                      std::to_string(model.output_features()) + " outputs)");
+            saved_weights = read_class_weights(reader, model.output_features());
+        } else if (options.find("/class_weights") != nullptr) {
+            throw JsonFormatError("class_weights is not a count");
         }
+        const std::string weights_difference =
+            class_weights_difference(saved_weights, trainer.config().loss.class_weights);
         // Label smoothing, written only when not 0, is a float's bit pattern in (0, 1): anything else
         // (a JSON float, a string, an explicit 0, NaN's bits) no mptrain writes, so the file is corrupt.
         if (options.find("/label_smoothing") != nullptr) {
@@ -395,11 +413,15 @@ void load_checkpoint(Trainer& trainer, const std::string& path) {
                                       " (a recorded smoothing is a float's bits in (0, 1))");
         }
         // Ours read back from the text we would write, so that both sides compare alike.
-        const FlatJson our_options = FlatJson::parse(options_json(trainer));
-        if (options != our_options)
-            fail(MPT_STATUS_INVALID_ARGUMENT,
-                 "the checkpoint was written by a trainer with other options: " +
-                     option_differences(options, options_text, our_options, trainer.config().precision));
+        FlatJson our_options = FlatJson::parse(options_json(trainer));
+        our_options.take_scalar_member("", "class_weights");
+        if (options != our_options || !weights_difference.empty()) {
+            std::string differences;
+            if (options != our_options)
+                differences = option_differences(options, options_text, our_options, trainer.config().precision);
+            if (!weights_difference.empty()) differences += (differences.empty() ? "" : ", ") + weights_difference;
+            fail(MPT_STATUS_INVALID_ARGUMENT, "the checkpoint was written by a trainer with other options: " + differences);
+        }
         const FlatJson progress = FlatJson::parse(metadata_value(reader, "mptrain.trainer.progress"));
         progress.require_object("");
         snapshot.state.loss_scale = bits_float(progress.uint32("/loss_scale"));

@@ -36,6 +36,8 @@ Executor::Executor(Model& model, const PrecisionPolicy& policy, ExecutionMode mo
     model_.build();
     layer_dtypes_ = layer_compute_dtypes(model_, policy_);
     classes_ = model_.layers().back().units;
+    require(loss_.class_weights.empty() || static_cast<int64_t>(loss_.class_weights.size()) == classes_,
+            MPT_STATUS_SHAPE_MISMATCH, "the class weights' count is not the model's outputs");
     output_width_ = model_.layers().back().padded_units;
     plan_persistent();
 }

@@ -97,6 +97,33 @@ private:
     Scheduler& scheduler_;
 };
 
+// `config`, once its loss options are found to suit `model`: checked before the executor plans and
+// uploads anything, so that a refusal is the one documented (not OUT_OF_MEMORY) and costs nothing.
+const TrainerConfig& checked_loss(const TrainerConfig& config, const Model& model) {
+    if (model.layers().empty()) return config;  // the executor's build says so
+    const LossConfig& loss = config.loss;
+    if (loss.kind == LossKind::sparse_categorical_crossentropy || loss.kind == LossKind::categorical_crossentropy)
+        require(model.output_features() >= 2 || model.layers().back().activation != Activation::softmax,
+                MPT_STATUS_INVALID_ARGUMENT, "categorical cross-entropy needs at least 2 outputs");
+    require(loss.label_smoothing >= 0.0f && loss.label_smoothing < 1.0f, MPT_STATUS_INVALID_ARGUMENT,
+            "label_smoothing must be in [0, 1)");
+    require(loss.label_smoothing == 0.0f || loss_takes_label_smoothing(loss.kind), MPT_STATUS_INVALID_ARGUMENT,
+            "label smoothing applies to the cross-entropy losses; mean squared error has no labels to smooth");
+    const std::vector<float>& class_weights = loss.class_weights;
+    if (!class_weights.empty()) {
+        if (!loss_takes_class_weights(loss.kind))
+            fail(MPT_STATUS_INVALID_ARGUMENT, std::string("class weights apply to the categorical cross-entropy "
+                                                          "losses (sparse or one-hot), not to ") +
+                                                  loss_name(loss.kind));
+        if (static_cast<int64_t>(class_weights.size()) != model.output_features())
+            fail(MPT_STATUS_SHAPE_MISMATCH, std::to_string(class_weights.size()) + " class weights for a model with " +
+                                                std::to_string(model.output_features()) + " outputs");
+        require(valid_class_weights(class_weights.data(), static_cast<int64_t>(class_weights.size())),
+                MPT_STATUS_INVALID_ARGUMENT, "class weights must be finite, >= 0 and not all 0");
+    }
+    return config;
+}
+
 }  // namespace
 
 // On a failure inside fit or step (a task raised, a cancel, a non-finite step), takes the step count
@@ -122,31 +149,10 @@ private:
 
 Trainer::Trainer(std::shared_ptr<Model> model, const TrainerConfig& config)
     : model_(std::move(model)),
-      config_(config),
+      config_(checked_loss(config, *model_)),
       executor_(*model_, resolve_precision(config.precision, model_->context()->backend()), ExecutionMode::training,
                 config.loss, config.optimizer, resolve_scaler(config, *model_)),
       shuffle_rng_(model_->context()->seed() ^ 0x5eed5eed5eed5eedULL) {
-    const Activation head = model_->layers().back().activation;
-    if (config.loss.kind == LossKind::sparse_categorical_crossentropy || config.loss.kind == LossKind::categorical_crossentropy)
-        require(model_->output_features() >= 2 || head != Activation::softmax, MPT_STATUS_INVALID_ARGUMENT,
-                "categorical cross-entropy needs at least 2 outputs");
-    require(config.loss.label_smoothing >= 0.0f && config.loss.label_smoothing < 1.0f, MPT_STATUS_INVALID_ARGUMENT,
-            "label_smoothing must be in [0, 1)");
-    require(config.loss.label_smoothing == 0.0f || loss_takes_label_smoothing(config.loss.kind),
-            MPT_STATUS_INVALID_ARGUMENT,
-            "label smoothing applies to the cross-entropy losses; mean squared error has no labels to smooth");
-    const std::vector<float>& class_weights = config.loss.class_weights;
-    if (!class_weights.empty()) {
-        if (!loss_takes_class_weights(config.loss.kind))
-            fail(MPT_STATUS_INVALID_ARGUMENT, std::string("class weights apply to the categorical cross-entropy "
-                                                          "losses (sparse or one-hot), not to ") +
-                                                  loss_name(config.loss.kind));
-        if (static_cast<int64_t>(class_weights.size()) != model_->output_features())
-            fail(MPT_STATUS_SHAPE_MISMATCH, std::to_string(class_weights.size()) + " class weights for a model with " +
-                                                std::to_string(model_->output_features()) + " outputs");
-        require(valid_class_weights(class_weights.data(), static_cast<int64_t>(class_weights.size())),
-                MPT_STATUS_INVALID_ARGUMENT, "class weights must be finite, >= 0 and not all 0");
-    }
     model_->context()->log(MPT_LOG_LEVEL_DEBUG, std::string("trainer: precision ") + precision_name(precision()) +
                                                     ", loss " + loss_name(config.loss.kind));
     std::vector<DType> dtypes = layer_compute_dtypes(*model_, executor_.policy());
