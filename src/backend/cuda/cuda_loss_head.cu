@@ -238,7 +238,9 @@ __device__ RowResult head_row(const LossHeadArgs& args, HeadCase kind, int64_t r
         result.correct = predicted.index == expected_index ? 1 : 0;
         result.counted = 1;
         if (args.class_weights) {
-            row_weight = args.class_weights[expected_index];
+            // Lane 0's class for every lane: with NaN targets the butterfly need not agree across lanes.
+            const long long weighted_class = __shfl_sync(kFullMask, static_cast<long long>(expected_index), 0);
+            row_weight = args.class_weights[weighted_class];
             result.loss *= row_weight;
         }
     }
