@@ -326,7 +326,9 @@ std::string class_weights_text(const std::vector<float>& weights) {
 // Empty when the two are the same bits; else "class_weights [...] (this trainer: [...])", with the
 // first class that differs when the weights shown do not tell.
 std::string class_weights_difference(const std::vector<float>& saved, const std::vector<float>& ours) {
-    if (saved.size() == ours.size() && std::memcmp(saved.data(), ours.data(), saved.size() * sizeof(float)) == 0)
+    // (Empty vectors may hold null pointers, which memcmp must not be given even for 0 bytes.)
+    if (saved.size() == ours.size() &&
+        (saved.empty() || std::memcmp(saved.data(), ours.data(), saved.size() * sizeof(float)) == 0))
         return {};
     std::string text = "class_weights " + class_weights_text(saved) + " (this trainer: " + class_weights_text(ours);
     if (class_weights_text(saved) == class_weights_text(ours)) {
