@@ -77,9 +77,7 @@ std::vector<float> weights(mpt_model_t* model) {
     return all;
 }
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
+using mpt_test::same_bits;
 
 const char* const kCalls[] = {"mpt_model_save", "mpt_model_load", "mpt_trainer_save_checkpoint",
                               "mpt_trainer_load_checkpoint"};

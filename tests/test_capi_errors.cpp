@@ -93,9 +93,7 @@ std::vector<float> weights_of(mpt_model_t* model, const std::vector<std::pair<in
 
 const std::vector<std::pair<int64_t, int64_t>> kSmallShapes = {{8, kFeatures}, {kClasses, 8}};
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
+using mpt_test::same_bits;
 
 // A context, a 4-8-3 model, a blob dataset and an fp32 SGD trainer; destroyed in reverse.
 struct Session {

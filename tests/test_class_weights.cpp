@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -19,6 +18,7 @@ namespace {
 using mpt_test::Blobs;
 using mpt_test::kBlobClasses;
 using mpt_test::kBlobFeatures;
+using mpt_test::same_bits;
 
 constexpr int64_t kRows = 96, kHidden = 16;
 
@@ -73,25 +73,9 @@ struct Trainer {
                                        static_cast<int64_t>(out.size())));
         return out;
     }
-    mpt_dataset_t* labels(const Blobs& blobs) const {
-        mpt_dataset_t* dataset = nullptr;
-        REQUIRE_OK(mpt_dataset_create_f32(context, blobs.x.data(), blobs.rows(), kBlobFeatures, blobs.y.data(),
-                                          kBlobClasses, 1, &dataset));
-        return dataset;
-    }
-    mpt_dataset_t* one_hot(const Blobs& blobs) const {
-        std::vector<float> targets(static_cast<size_t>(blobs.rows() * kBlobClasses), 0.0f);
-        for (int64_t r = 0; r < blobs.rows(); ++r) targets[static_cast<size_t>(r * kBlobClasses + blobs.y[r])] = 1.0f;
-        mpt_dataset_t* dataset = nullptr;
-        REQUIRE_OK(mpt_dataset_create_f32_targets(context, blobs.x.data(), blobs.rows(), kBlobFeatures, targets.data(),
-                                                  kBlobClasses, 1, &dataset));
-        return dataset;
-    }
+    mpt_dataset_t* labels(const Blobs& blobs) const { return mpt_test::blob_labels(context, blobs); }
+    mpt_dataset_t* one_hot(const Blobs& blobs) const { return mpt_test::blob_one_hot_rows(context, blobs); }
 };
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 
 }  // namespace
 

@@ -228,9 +228,7 @@ double largest_difference(const std::vector<float>& a, const std::vector<float>&
     return largest;
 }
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
+using mpt_test::same_bits;
 
 std::vector<float> model_predict(mpt_model_t* model, const std::vector<float>& x, int64_t rows, int64_t outputs) {
     std::vector<float> out(static_cast<size_t>(rows * outputs), -7.0f);

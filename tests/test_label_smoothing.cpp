@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <vector>
 
 #include "mptrain/mptrain.h"
@@ -17,6 +16,7 @@ namespace {
 using mpt_test::Blobs;
 using mpt_test::kBlobClasses;
 using mpt_test::kBlobFeatures;
+using mpt_test::same_bits;
 
 constexpr int64_t kRows = 96;
 
@@ -71,22 +71,6 @@ struct Trainer {
     }
 };
 
-mpt_dataset_t* sparse_set(mpt_context_t* context, const Blobs& blobs) {
-    mpt_dataset_t* dataset = nullptr;
-    REQUIRE_OK(mpt_dataset_create_f32(context, blobs.x.data(), blobs.rows(), kBlobFeatures, blobs.y.data(), kBlobClasses,
-                                      1, &dataset));
-    return dataset;
-}
-
-mpt_dataset_t* one_hot_set(mpt_context_t* context, const Blobs& blobs) {
-    std::vector<float> targets(static_cast<size_t>(blobs.rows() * kBlobClasses), 0.0f);
-    for (int64_t r = 0; r < blobs.rows(); ++r) targets[static_cast<size_t>(r * kBlobClasses + blobs.y[r])] = 1.0f;
-    mpt_dataset_t* dataset = nullptr;
-    REQUIRE_OK(mpt_dataset_create_f32_targets(context, blobs.x.data(), blobs.rows(), kBlobFeatures, targets.data(),
-                                              kBlobClasses, 1, &dataset));
-    return dataset;
-}
-
 struct Evaluation {
     float loss = NAN, accuracy = NAN;
 };
@@ -95,10 +79,6 @@ Evaluation evaluate(const Trainer& trainer, const mpt_dataset_t* dataset) {
     Evaluation result;
     REQUIRE_OK(mpt_trainer_evaluate(trainer.trainer, dataset, 32, &result.loss, &result.accuracy));
     return result;
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 }  // namespace
@@ -110,9 +90,9 @@ TEST_CASE("under label smoothing, integer labels train bit for bit as their one-
         Trainer sparse(precision, MPT_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY, 0.1f);
         Trainer one_hot(precision, MPT_LOSS_CATEGORICAL_CROSSENTROPY, 0.1f);
         Trainer unsmoothed(precision, MPT_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY, 0.0f);
-        mpt_dataset_t* labels = sparse_set(sparse.context, blobs);
-        mpt_dataset_t* rows = one_hot_set(one_hot.context, blobs);
-        mpt_dataset_t* plain = sparse_set(unsmoothed.context, blobs);
+        mpt_dataset_t* labels = mpt_test::blob_labels(sparse.context, blobs);
+        mpt_dataset_t* rows = mpt_test::blob_one_hot_rows(one_hot.context, blobs);
+        mpt_dataset_t* plain = mpt_test::blob_labels(unsmoothed.context, blobs);
         REQUIRE_OK(mpt_trainer_fit(sparse.trainer, labels, 3, 16, 1));
         REQUIRE_OK(mpt_trainer_fit(one_hot.trainer, rows, 3, 16, 1));
         REQUIRE_OK(mpt_trainer_fit(unsmoothed.trainer, plain, 3, 16, 1));
@@ -131,7 +111,7 @@ TEST_CASE("evaluate reports the smoothed cross-entropy, (1 - s) CE + s mean(-log
     const Blobs blobs = mpt_test::make_blobs(kRows, 5, 1.5);
     constexpr float smoothing = 0.2f;
     Trainer smoothed(MPT_PRECISION_FP32, MPT_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY, smoothing);
-    mpt_dataset_t* dataset = sparse_set(smoothed.context, blobs);
+    mpt_dataset_t* dataset = mpt_test::blob_labels(smoothed.context, blobs);
     REQUIRE_OK(mpt_trainer_fit(smoothed.trainer, dataset, 2, 16, 1));
     // A second trainer on the same model, without smoothing: the same weights, the plain loss.
     mpt_trainer_t* plain = nullptr;
@@ -193,7 +173,7 @@ TEST_CASE("label smoothing keeps a model from certainty: its probabilities settl
     };
     auto confidence = [&](float s) {
         Trainer trainer(MPT_PRECISION_FP32, MPT_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY, s);
-        mpt_dataset_t* dataset = sparse_set(trainer.context, blobs);
+        mpt_dataset_t* dataset = mpt_test::blob_labels(trainer.context, blobs);
         REQUIRE_OK(mpt_trainer_fit(trainer.trainer, dataset, 60, 16, 1));
         CHECK(evaluate(trainer, dataset).accuracy == 1.0f);
         mpt_dataset_destroy(dataset);

@@ -215,9 +215,7 @@ bool amx_resolves_auto() {
     return automatic == MPT_PRECISION_MIXED_BF16;
 }
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
+using mpt_test::same_bits;
 
 RefNet read_net(mpt_model_t* model, int64_t inputs, const std::vector<LayerSpec>& specs) {
     RefNet net;

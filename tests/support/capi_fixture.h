@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,27 @@ inline Blobs make_blobs(int64_t rows, uint64_t seed, double spread = 0.5) {
         blobs.y.push_back(label);
     }
     return blobs;
+}
+
+// The blobs as a data set of integer labels, or of their one-hot rows (float targets).
+inline mpt_dataset_t* blob_labels(mpt_context_t* context, const Blobs& blobs) {
+    mpt_dataset_t* dataset = nullptr;
+    REQUIRE_OK(mpt_dataset_create_f32(context, blobs.x.data(), blobs.rows(), kBlobFeatures, blobs.y.data(), kBlobClasses,
+                                      1, &dataset));
+    return dataset;
+}
+inline mpt_dataset_t* blob_one_hot_rows(mpt_context_t* context, const Blobs& blobs) {
+    std::vector<float> targets(static_cast<size_t>(blobs.rows() * kBlobClasses), 0.0f);
+    for (int64_t r = 0; r < blobs.rows(); ++r) targets[static_cast<size_t>(r * kBlobClasses + blobs.y[r])] = 1.0f;
+    mpt_dataset_t* dataset = nullptr;
+    REQUIRE_OK(mpt_dataset_create_f32_targets(context, blobs.x.data(), blobs.rows(), kBlobFeatures, targets.data(),
+                                              kBlobClasses, 1, &dataset));
+    return dataset;
+}
+
+// Bit-identical floats (NaN included), not merely equal.
+inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 // A context on `backend` with 2 CPU threads, `seed` and a memory budget (0: none).

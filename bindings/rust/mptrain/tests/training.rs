@@ -604,16 +604,7 @@ fn label_smoothing_makes_the_loss_the_smoothed_cross_entropy_of_the_predictions(
             &format!("step loss with smoothing {smoothing}"),
         );
         drop(trainer);
-        (0..model.layer_count().unwrap() as usize)
-            .flat_map(|layer| {
-                let (weights, bias) = model.weights(layer).unwrap();
-                weights
-                    .into_iter()
-                    .chain(bias)
-                    .map(f32::to_bits)
-                    .collect::<Vec<_>>()
-            })
-            .collect::<Vec<u32>>()
+        weight_bits(&mut model)
     };
     assert_ne!(step_from_start(0.1), step_from_start(0.0));
 }
