@@ -309,7 +309,7 @@ mpt_status mpt_trainer_get_scheduled_learning_rate(const mpt_trainer_t* trainer,
 mpt_status mpt_trainer_get_loss_scale(const mpt_trainer_t* trainer, float* scale, int64_t* growth_tracker,
                                       int64_t* skipped_steps) {
     MPT_API_BEGIN
-    const mpt::TrainState state = impl_of(trainer, "trainer").state();
+    const mpt::TrainState state = impl_of(trainer, "trainer").observed_state();
     if (scale) *scale = state.loss_scale;
     if (growth_tracker) *growth_tracker = state.growth_tracker;
     if (skipped_steps) *skipped_steps = state.skipped_steps;

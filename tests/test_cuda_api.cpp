@@ -696,6 +696,52 @@ TEST_CASE("class weights train on the backend as on the CPU, graphs included") {
     if (backend == MPT_BACKEND_CPU) CHECK(same_bits(weighted.weights, on_cpu.weights));
 }
 
+namespace {
+
+// The scaler state mpt_trainer_get_loss_scale gives in each progress callback.
+struct ScalerTrace {
+    mpt_trainer_t* trainer;
+    std::vector<ScalerState> states;
+    mpt_status status = MPT_STATUS_OK;
+};
+
+int trace_scaler(int64_t, int64_t, int64_t, float, float, void* user_data) {
+    ScalerTrace& trace = *static_cast<ScalerTrace*>(user_data);
+    ScalerState state;
+    const mpt_status status = mpt_trainer_get_loss_scale(trace.trainer, &state.scale, &state.growth, &state.skipped);
+    if (status != MPT_STATUS_OK) trace.status = status;
+    trace.states.push_back(state);
+    return 0;
+}
+
+}  // namespace
+
+TEST_CASE("the loss scale a progress callback reads is its own step's, as step by step, overflows included") {
+    BACKEND_OR_SKIP(backend);
+    // Mixed fp16 from a scale of 2^24: the first steps overflow and the scale moves at every step.
+    ResumeRun fitted(backend), stepped(backend);
+    ScalerTrace trace{fitted.trainer, {}};
+    REQUIRE_OK(mpt_trainer_set_callbacks(fitted.trainer, trace_scaler, nullptr, &trace));
+    REQUIRE_OK(mpt_trainer_fit(fitted.trainer, fitted.dataset, 2, kResumeBatch, 0));  // unshuffled: batches in order
+    CHECK(trace.status == MPT_STATUS_OK);
+    const int64_t steps_per_epoch = kResumeRows / kResumeBatch;
+    REQUIRE(trace.states.size() == static_cast<size_t>(2 * steps_per_epoch));
+    bool scale_moved = false;
+    for (int64_t s = 0; s < 2 * steps_per_epoch; ++s) {
+        CAPTURE(s);
+        REQUIRE_OK(mpt_trainer_step(stepped.trainer, stepped.dataset, (s % steps_per_epoch) * kResumeBatch, kResumeBatch,
+                                    nullptr));
+        const ScalerState after = stepped.state();
+        const ScalerState& seen = trace.states[static_cast<size_t>(s)];
+        CHECK(seen.scale == after.scale);
+        CHECK(seen.growth == after.growth);
+        CHECK(seen.skipped == after.skipped);
+        scale_moved |= s > 0 && seen.scale != trace.states[static_cast<size_t>(s - 1)].scale;
+    }
+    CHECK(scale_moved);
+    CHECK(trace.states.back().skipped > 0);
+}
+
 // ---- (2) model files across backends ----------------------------------------------------------
 
 TEST_CASE("a model trained and saved on the backend loads into CPU and same-backend contexts with identical weights and predictions") {

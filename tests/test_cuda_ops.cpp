@@ -1226,7 +1226,7 @@ TEST_CASE("steady-state steps make no device allocation and no host synchronisat
 #endif
 }
 
-TEST_CASE("a progress callback reads the step count and the scheduled rate without waiting for the device") {
+TEST_CASE("a progress callback reads the step count, the scheduled rate and the scaler without waiting for the device") {
     SKIP_WITHOUT_GPU();
 #if defined(MPTRAIN_WITH_CUDA)
     auto context = make_context(MPT_BACKEND_CUDA);
@@ -1253,10 +1253,12 @@ TEST_CASE("a progress callback reads the step count and the scheduled rate witho
         const uint64_t before = p.scheduler->host_sync_count();
         const int64_t issued = p.trainer->steps_taken();
         const float rate = p.trainer->scheduled_learning_rate();
+        const TrainState seen = p.trainer->observed_state();  // what mpt_trainer_get_loss_scale reads
         p.syncs_in_reads += p.scheduler->host_sync_count() - before;
-        // The step reported has run; the count covers it and at most the steps queued behind it.
+        // The step reported has run; the count covers it and at most the steps queued behind it, and
+        // the state seen is that step's own.
         const int64_t reported = epoch * steps_per_epoch + step;
-        p.counts_ordered = p.counts_ordered && issued >= reported && rate >= 0.0f;
+        p.counts_ordered = p.counts_ordered && issued >= reported && rate >= 0.0f && seen.steps == reported;
         ++p.calls;
         return 0;
     };

@@ -506,7 +506,9 @@ MPT_API mpt_status mpt_trainer_get_learning_rate(const mpt_trainer_t* trainer, f
  *  after the last one queued, a few steps past the one reported). Never waits for the device. */
 MPT_API mpt_status mpt_trainer_get_scheduled_learning_rate(const mpt_trainer_t* trainer, float* out);
 /** Loss scaler state: current scale, consecutive finite steps since the last change, and the number
- *  of updates skipped for non-finite gradients. Any pointer may be NULL. */
+ *  of updates skipped for non-finite gradients. Any pointer may be NULL. From a progress callback it
+ *  is the state as of the step being reported (on a GPU a few steps behind the device, like the
+ *  callback's loss), read from that step's report without waiting for the device. */
 MPT_API mpt_status mpt_trainer_get_loss_scale(const mpt_trainer_t* trainer, float* scale,
                                               int64_t* growth_tracker, int64_t* skipped_steps);
 /** Optimizer steps taken (skipped updates included) and completed epochs. The steps are those issued

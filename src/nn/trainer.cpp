@@ -269,6 +269,11 @@ void Trainer::deliver_report(int64_t steps_per_epoch, int64_t batch_rows) {
     if (!callbacks_.progress) return;
     const int64_t step = report_step_[slot];
     const EvaluationResult running = metric_means(report.metrics, step * batch_rows);
+    struct ReportedWhileAlive {
+        std::optional<TrainState>& state;
+        ~ReportedWhileAlive() { state.reset(); }
+    } reported{reported_state_};
+    reported_state_ = report.state;
     if (callback_stops_fit(callbacks_.progress, "progress", epochs_completed_, step, steps_per_epoch, running.loss,
                            running.accuracy, callbacks_.user_data))
         fail(MPT_STATUS_CANCELLED, "training cancelled by the progress callback");

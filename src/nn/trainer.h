@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -89,6 +90,9 @@ public:
 
     mpt_precision precision() const { return executor_.policy().precision; }
     TrainState state() const { return executor_.read_state(); }  // waits for the device
+    // The state a caller sees: from a progress callback, as of the step it reports (its report's copy,
+    // read without waiting for the device; on a GPU a few steps behind it); otherwise state().
+    TrainState observed_state() const { return reported_state_ ? *reported_state_ : state(); }
     // Steps issued so far, skipped ones included: TrainState::steps once they have run, read without
     // waiting for the device (from a progress callback on a GPU, a few steps past the one reported).
     int64_t steps_taken() const { return steps_taken_; }
@@ -181,6 +185,7 @@ private:
     int report_head_ = 0;
     int reports_pending_ = 0;
     bool in_callback_ = false;
+    std::optional<TrainState> reported_state_;  // while a progress callback runs: its step's state
     bool in_epoch_end_callback_ = false;
     std::string stop_reason_;  // stop_soon's; empty: go on
 };
