@@ -330,8 +330,9 @@ std::string class_weights_difference(const std::vector<float>& saved, const std:
     if (saved.size() == ours.size() &&
         (saved.empty() || std::memcmp(saved.data(), ours.data(), saved.size() * sizeof(float)) == 0))
         return {};
-    std::string text = "class_weights " + class_weights_text(saved) + " (this trainer: " + class_weights_text(ours);
-    if (class_weights_text(saved) == class_weights_text(ours)) {
+    const std::string saved_text = class_weights_text(saved), our_text = class_weights_text(ours);
+    std::string text = "class_weights " + saved_text + " (this trainer: " + our_text;
+    if (saved_text == our_text) {
         size_t i = 0;
         while (std::memcmp(&saved[i], &ours[i], sizeof(float)) == 0) ++i;
         text += "; class " + std::to_string(i) + ": " + number_text(saved[i]) + " against " + number_text(ours[i]);
