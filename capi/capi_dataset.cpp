@@ -79,4 +79,13 @@ mpt_status mpt_dataset_get_features(const mpt_dataset_t* dataset, int64_t* out) 
     MPT_API_END
 }
 
+mpt_status mpt_dataset_create_slice(const mpt_dataset_t* dataset, int64_t first, int64_t rows, mpt_dataset_t** out) {
+    MPT_API_BEGIN
+    const mpt::Dataset& impl = impl_of(dataset, "dataset");
+    require_pointer(out, "out");
+    auto slice = mpt::Dataset::slice(impl, first, rows);
+    *out = new mpt_dataset{std::move(slice)};
+    MPT_API_END
+}
+
 }  // extern "C"

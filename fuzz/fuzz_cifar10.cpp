@@ -64,8 +64,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::fclose(out);
     try {
         auto dataset = mpt::load_cifar10(context(), directory(), false, limit);
-        for (int32_t label : dataset->labels())
-            if (label < 0 || label > 9) std::abort();
+        for (int64_t row = 0; row < dataset->rows(); ++row)
+            if (dataset->labels()[row] < 0 || dataset->labels()[row] > 9) std::abort();
         if (dataset->features() != mpt::kCifar10Features) std::abort();
     } catch (const mpt::Error& error) {
         if (error.status() != MPT_STATUS_CORRUPT_DATA && error.status() != MPT_STATUS_IO_ERROR) std::abort();

@@ -56,6 +56,15 @@ struct Options {
     std::vector<float> class_weights;  // empty: none
 };
 
+// Default options but for the precision, the optimizer and the initial loss scale.
+Options options_for(mpt_precision precision, mpt_optimizer optimizer, float initial_scale) {
+    Options options;
+    options.precision = precision;
+    options.optimizer = optimizer;
+    options.initial_scale = initial_scale;
+    return options;
+}
+
 struct Run {
     mpt_context_t* context = nullptr;
     mpt_model_t* model = nullptr;
@@ -277,7 +286,7 @@ TEST_CASE("a mixed-fp16 Adam run resumed from a checkpoint inside an epoch ends 
 }
 
 TEST_CASE("an fp32 Nesterov-momentum run resumed from any checkpoint ends bit-identical") {
-    check_resume_is_bit_exact(Options{MPT_PRECISION_FP32, MPT_OPTIMIZER_SGD, 1.0f});
+    check_resume_is_bit_exact(options_for(MPT_PRECISION_FP32, MPT_OPTIMIZER_SGD, 1.0f));
 }
 
 TEST_CASE("runs under a learning-rate schedule resume from any checkpoint bit-identical, the schedule where it was") {
@@ -286,7 +295,7 @@ TEST_CASE("runs under a learning-rate schedule resume from any checkpoint bit-id
     cosine.warmup_steps = 6;
     cosine.decay_steps = 20;
     SUBCASE("cosine after a warm-up, mixed-fp16 Adam") { check_resume_is_bit_exact(cosine); }
-    Options step{MPT_PRECISION_FP32, MPT_OPTIMIZER_SGD, 1.0f};
+    Options step = options_for(MPT_PRECISION_FP32, MPT_OPTIMIZER_SGD, 1.0f);
     step.schedule = MPT_LR_SCHEDULE_STEP;
     step.decay_steps = 8;
     SUBCASE("step decay, fp32 Nesterov momentum") { check_resume_is_bit_exact(step); }
@@ -673,7 +682,7 @@ TEST_CASE("a mixed-precision trainer that has already run predicts with weights 
         CAPTURE(precision);
         TempDir directory;
         const std::string path = (directory.path / "checkpoint.safetensors").string();
-        Run run(Options{precision, MPT_OPTIMIZER_SGD, 1024.0f});
+        Run run(options_for(precision, MPT_OPTIMIZER_SGD, 1024.0f));
         std::vector<float> inputs(8 * kFeatures);
         for (size_t i = 0; i < inputs.size(); ++i) inputs[i] = static_cast<float>(i % 5) * 0.4f - 1.0f;
         auto predict = [&] {
@@ -760,7 +769,7 @@ TEST_CASE("bad, mismatched and unwritable checkpoints fail with a clear status a
     CHECK(mpt_trainer_load_checkpoint(run.trainer, (directory.path / "missing").c_str()) == MPT_STATUS_IO_ERROR);
 
     // Other options, other architecture.
-    Run other(Options{MPT_PRECISION_MIXED_BF16, MPT_OPTIMIZER_ADAM, 16777216.0f});
+    Run other(options_for(MPT_PRECISION_MIXED_BF16, MPT_OPTIMIZER_ADAM, 16777216.0f));
     CHECK(mpt_trainer_load_checkpoint(other.trainer, path.c_str()) == MPT_STATUS_INVALID_ARGUMENT);
     mpt_model_t* wider = nullptr;
     REQUIRE(mpt_model_create(run.context, kFeatures, &wider) == MPT_STATUS_OK);
@@ -937,7 +946,7 @@ TEST_CASE("a checkpoint whose loss scale or growth tracker the trainer's loss sc
                      {"loss_scale", float_bits_text(33554432.0f)}, {"loss_scale", float_bits_text(0.5f)},
                      {"loss_scale", float_bits_text(-2.0f)}, {"growth_tracker", "4"}, {"growth_tracker", "99999"}}},
         // fp32: scaling off, the scale stays 1 and the tracker 0.
-        {Options{MPT_PRECISION_FP32, MPT_OPTIMIZER_SGD, 1.0f}, {{"loss_scale", float_bits_text(2.0f)}, {"growth_tracker", "1"}}},
+        {options_for(MPT_PRECISION_FP32, MPT_OPTIMIZER_SGD, 1.0f), {{"loss_scale", float_bits_text(2.0f)}, {"growth_tracker", "1"}}},
         // static: the scale stays what it was set to.
         {static_scaling, {{"loss_scale", float_bits_text(2048.0f)}, {"growth_tracker", "1"}}},
     };
@@ -1124,7 +1133,7 @@ TEST_CASE("a run whose epoch-end callback halves the rate resumes bit-identicall
 
 TEST_CASE("a rate set between fits or from a progress callback trains as a trainer created with it") {
     // fp32 SGD with momentum: every step is applied (no fp16 overflow skips the first ones).
-    const Options sgd{MPT_PRECISION_FP32, MPT_OPTIMIZER_SGD, 1.0f};
+    const Options sgd = options_for(MPT_PRECISION_FP32, MPT_OPTIMIZER_SGD, 1.0f);
     std::vector<float> created_fast;
     {
         Options fast = sgd;

@@ -698,6 +698,100 @@ TEST_CASE("class weights train on the backend as on the CPU, graphs included") {
 
 namespace {
 
+// A validation split (the last 40 of 160 rows), as two slices of one dataset or as two datasets of
+// copied rows: the whole dataset (or the training set) evaluated, an epoch trained, the validation
+// set evaluated, then 3 epochs trained and validated from the epoch-end callback.
+struct SplitRun {
+    std::vector<float> weights;
+    std::vector<float> metrics;  // per validated epoch: loss, accuracy, validation loss, validation accuracy
+    size_t memory_after_training = 0, memory_after_validation = 0;  // the context's used bytes
+};
+
+struct SplitValidation {
+    mpt_trainer_t* trainer;
+    const mpt_dataset_t* validation;
+    std::vector<float>* metrics;
+};
+
+int validate_split(int64_t, float loss, float accuracy, void* user_data) {
+    auto& log = *static_cast<SplitValidation*>(user_data);
+    float validation_loss = NAN, validation_accuracy = NAN;
+    if (mpt_trainer_evaluate(log.trainer, log.validation, 0, &validation_loss, &validation_accuracy) != MPT_STATUS_OK)
+        return 1;
+    log.metrics->insert(log.metrics->end(), {loss, accuracy, validation_loss, validation_accuracy});
+    return 0;
+}
+
+SplitRun train_split(mpt_backend backend, size_t dataset_device_budget, const Blobs& blobs, bool sliced) {
+    mpt_test::BlobTrainerSetup setup;
+    setup.backend = backend;
+    setup.precision = MPT_PRECISION_MIXED_BF16;
+    setup.optimizer = MPT_OPTIMIZER_ADAM;
+    setup.learning_rate = 0.01f;
+    setup.dataset_device_budget = dataset_device_budget;
+    const mpt_test::BlobTrainer trainer(setup);
+    const int64_t train_rows = 120, rows = blobs.rows();
+    auto rows_of = [&](int64_t first, int64_t count) {
+        Blobs part;
+        part.x.assign(blobs.x.begin() + first * kFeatures, blobs.x.begin() + (first + count) * kFeatures);
+        part.y.assign(blobs.y.begin() + first, blobs.y.begin() + first + count);
+        return part;
+    };
+    mpt_dataset_t* whole = sliced ? trainer.labels(blobs) : nullptr;
+    mpt_dataset_t *training = nullptr, *validation = nullptr;
+    if (sliced) {
+        REQUIRE_OK(mpt_dataset_create_slice(whole, 0, train_rows, &training));
+        REQUIRE_OK(mpt_dataset_create_slice(whole, train_rows, rows - train_rows, &validation));
+    } else {
+        training = trainer.labels(rows_of(0, train_rows));
+        validation = trainer.labels(rows_of(train_rows, rows - train_rows));
+    }
+    SplitRun run;
+    SplitValidation log{trainer.trainer, validation, &run.metrics};
+    // The largest set first: evaluate keeps an identity row order as long as the longest it read.
+    REQUIRE_OK(mpt_trainer_evaluate(trainer.trainer, whole ? whole : training, 16, nullptr, nullptr));
+    REQUIRE_OK(mpt_trainer_fit(trainer.trainer, training, 1, 16, 1));
+    REQUIRE_OK(mpt_context_get_memory(trainer.context, &run.memory_after_training, nullptr));
+    REQUIRE_OK(mpt_trainer_evaluate(trainer.trainer, validation, 16, nullptr, nullptr));
+    REQUIRE_OK(mpt_context_get_memory(trainer.context, &run.memory_after_validation, nullptr));
+    REQUIRE_OK(mpt_trainer_set_callbacks(trainer.trainer, nullptr, validate_split, &log));
+    REQUIRE_OK(mpt_trainer_fit(trainer.trainer, training, 3, 16, 1));
+    run.weights = trainer.weights();
+    for (mpt_dataset_t* dataset : {whole, training, validation}) mpt_dataset_destroy(dataset);
+    return run;
+}
+
+}  // namespace
+
+TEST_CASE("a validation split of slices trains on the backend as one of copied rows, resident or streamed, placed once") {
+    BACKEND_OR_SKIP(backend);
+    const Blobs blobs = make_blobs(160, 80);
+    for (size_t dataset_device_budget : {SIZE_MAX, size_t{0}}) {
+        CAPTURE(dataset_device_budget);
+        const SplitRun sliced = train_split(backend, dataset_device_budget, blobs, true);
+        const SplitRun copied = train_split(backend, dataset_device_budget, blobs, false);
+        const double error = normalised_error(sliced.weights, copied.weights);
+        MESSAGE(backend_name(backend) << ", dataset device budget " << dataset_device_budget
+                                      << ": sliced weights against copied rows' " << error);
+        REQUIRE(sliced.metrics.size() == 12);
+        REQUIRE(copied.metrics.size() == 12);
+        // The same kernels on the same rows in the same order: on the CPU bit for bit, on a GPU up
+        // to reductions whose order may vary between launches (as for a resumed run).
+        CHECK(error <= kResumeBound);
+        CHECK(normalised_error(sliced.metrics, copied.metrics) <= kResumeBound);
+        if (backend == MPT_BACKEND_CPU) CHECK((same_bits(sliced.weights, copied.weights) && same_bits(sliced.metrics, copied.metrics)));
+        CHECK(sliced.metrics.back() > 0.9f);  // validation accuracy: the blobs are well separated
+        // The validation slice reads the device copy that the whole dataset's first use placed:
+        // nothing more is resident after evaluating it. Copied rows are two datasets, and on a GPU
+        // the validation set's rows are placed when it is first evaluated.
+        CHECK(sliced.memory_after_validation == sliced.memory_after_training);
+        if (backend != MPT_BACKEND_CPU && dataset_device_budget == SIZE_MAX)
+            CHECK(copied.memory_after_validation > copied.memory_after_training);
+    }
+}
+
+namespace {
+
 // The scaler state mpt_trainer_get_loss_scale gives in each progress callback.
 struct ScalerTrace {
     mpt_trainer_t* trainer;

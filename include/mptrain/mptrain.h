@@ -312,6 +312,17 @@ MPT_API mpt_status mpt_dataset_load_cifar10(mpt_context_t* context, const char* 
 MPT_API void mpt_dataset_destroy(mpt_dataset_t* dataset);
 MPT_API mpt_status mpt_dataset_get_rows(const mpt_dataset_t* dataset, int64_t* out);
 MPT_API mpt_status mpt_dataset_get_features(const mpt_dataset_t* dataset, int64_t* out);
+/** A dataset of rows [first, first + rows) of `dataset` that shares its storage: nothing is copied,
+ *  and on a GPU one device copy of the whole storage serves `dataset` and all its slices (placed
+ *  when any of them is first used, within the context's dataset device budget as a whole). Labels
+ *  or targets, classes and normalisation are `dataset`'s. For a held-out validation set (Keras's
+ *  validation_split holds out the last rows, before any shuffling) or k folds. The slice keeps the
+ *  storage alive when `dataset` is destroyed; a slice of a slice counts from that slice's first row.
+ *  `first` outside [0, rows of `dataset`) or `rows` outside [1, rows of `dataset` - first] gives
+ *  MPT_STATUS_INVALID_ARGUMENT.
+ *  \param[out] out  new dataset (keeps the context alive). */
+MPT_API mpt_status mpt_dataset_create_slice(const mpt_dataset_t* dataset, int64_t first, int64_t rows,
+                                            mpt_dataset_t** out);
 
 /* ---------------------------------------------------------------------------------------------
  * Trainer options: precision, loss, optimizer, loss scaler

@@ -22,33 +22,20 @@ void check_shape(int64_t rows, int64_t features) {
 
 }  // namespace
 
-Dataset::Dataset(std::shared_ptr<Context> context, int64_t rows, int64_t features)
-    : context_(std::move(context)), rows_(rows), features_(features) {}
-
-Dataset::~Dataset() {
-    Backend& backend = context_->backend();
-    if (device_samples_) backend.release(device_samples_);
-    if (device_labels_) backend.release(device_labels_);
-    if (device_targets_) backend.release(device_targets_);
-    context_->memory().unreserve(reserved_bytes_);
-}
-
-const void* Dataset::host_samples() const {
-    return is_u8() ? static_cast<const void*>(u8_.data()) : static_cast<const void*>(f32_.data());
-}
-
-size_t Dataset::sample_bytes() const { return u8_.size() + f32_.size() * sizeof(float); }
-
-size_t Dataset::storage_bytes() const {
-    return sample_bytes() + labels_.size() * sizeof(int32_t) + targets_.size() * sizeof(float);
-}
-
 void Dataset::validate_labels() const {
     require(num_classes_ > 0, MPT_STATUS_INVALID_ARGUMENT, "num_classes must be positive");
-    for (size_t i = 0; i < labels_.size(); ++i)
-        if (labels_[i] < 0 || labels_[i] >= num_classes_)
-            fail(MPT_STATUS_INVALID_ARGUMENT, "label " + std::to_string(labels_[i]) + " at row " + std::to_string(i) +
+    const std::vector<int32_t>& all = storage_->labels;
+    for (size_t i = 0; i < all.size(); ++i)
+        if (all[i] < 0 || all[i] >= num_classes_)
+            fail(MPT_STATUS_INVALID_ARGUMENT, "label " + std::to_string(all[i]) + " at row " + std::to_string(i) +
                                                   " is outside [0, " + std::to_string(num_classes_) + ")");
+}
+
+void Dataset::find_targets_in_unit_interval() {
+    // Once here, not at every step that checks it (NaN fails the comparison too).
+    const float* begin = storage_->targets.data() + first_ * target_width_;
+    targets_in_unit_interval_ =
+        std::all_of(begin, begin + rows_ * target_width_, [](float t) { return t >= 0.0f && t <= 1.0f; });
 }
 
 std::shared_ptr<Dataset> Dataset::from_u8(std::shared_ptr<Context> context, const uint8_t* samples, int64_t rows,
@@ -66,9 +53,10 @@ std::shared_ptr<Dataset> Dataset::adopt_u8(std::shared_ptr<Context> context, std
                                            float scale, float offset) {
     const int64_t rows = static_cast<int64_t>(labels.size());
     check_shape(rows, features);
-    std::shared_ptr<Dataset> dataset(new Dataset(std::move(context), rows, features));
-    dataset->u8_ = std::move(samples);
-    dataset->labels_ = std::move(labels);
+    auto storage = std::make_shared<DatasetStorage>(std::move(context));
+    storage->u8 = std::move(samples);
+    storage->labels = std::move(labels);
+    std::shared_ptr<Dataset> dataset(new Dataset(std::move(storage), 0, rows, features));
     dataset->num_classes_ = num_classes;
     dataset->scale_ = scale;
     dataset->offset_ = offset;
@@ -81,9 +69,10 @@ std::shared_ptr<Dataset> Dataset::from_f32(std::shared_ptr<Context> context, con
                                            bool check_finite) {
     check_shape(rows, features);
     if (check_finite) require_finite(samples, rows, features, "sample");
-    std::shared_ptr<Dataset> dataset(new Dataset(std::move(context), rows, features));
-    dataset->f32_.assign(samples, samples + rows * features);
-    dataset->labels_.assign(labels, labels + rows);
+    auto storage = std::make_shared<DatasetStorage>(std::move(context));
+    storage->f32.assign(samples, samples + rows * features);
+    storage->labels.assign(labels, labels + rows);
+    std::shared_ptr<Dataset> dataset(new Dataset(std::move(storage), 0, rows, features));
     dataset->num_classes_ = num_classes;
     dataset->validate_labels();
     return dataset;
@@ -99,73 +88,41 @@ std::shared_ptr<Dataset> Dataset::from_f32_targets(std::shared_ptr<Context> cont
         require_finite(samples, rows, features, "sample");
         require_finite(targets, rows, target_width, "target of sample");
     }
-    std::shared_ptr<Dataset> dataset(new Dataset(std::move(context), rows, features));
-    dataset->f32_.assign(samples, samples + rows * features);
-    dataset->targets_.assign(targets, targets + rows * target_width);
+    auto storage = std::make_shared<DatasetStorage>(std::move(context));
+    storage->f32.assign(samples, samples + rows * features);
+    storage->targets.assign(targets, targets + rows * target_width);
+    std::shared_ptr<Dataset> dataset(new Dataset(std::move(storage), 0, rows, features));
     dataset->target_width_ = target_width;
-    // Once here, not at every step that checks it (NaN fails the comparison too).
-    dataset->targets_in_unit_interval_ =
-        std::all_of(dataset->targets_.begin(), dataset->targets_.end(), [](float t) { return t >= 0.0f && t <= 1.0f; });
+    dataset->find_targets_in_unit_interval();
+    return dataset;
+}
+
+std::shared_ptr<Dataset> Dataset::slice(const Dataset& source, int64_t first, int64_t rows) {
+    if (first < 0 || first >= source.rows_)
+        fail(MPT_STATUS_INVALID_ARGUMENT, "a slice's first row must lie in [0, " + std::to_string(source.rows_) +
+                                              "), not " + std::to_string(first));
+    if (rows <= 0 || rows > source.rows_ - first)
+        fail(MPT_STATUS_INVALID_ARGUMENT, "a slice from row " + std::to_string(first) + " of a dataset of " +
+                                              std::to_string(source.rows_) + " rows takes 1 to " +
+                                              std::to_string(source.rows_ - first) + " rows, not " + std::to_string(rows));
+    std::shared_ptr<Dataset> dataset(new Dataset(source.storage_, source.first_ + first, rows, source.features_));
+    dataset->num_classes_ = source.num_classes_;
+    dataset->target_width_ = source.target_width_;
+    dataset->scale_ = source.scale_;
+    dataset->offset_ = source.offset_;
+    // A slice can leave out the rows whose targets kept its source from binary cross-entropy.
+    if (dataset->target_width_ > 0) dataset->find_targets_in_unit_interval();
     return dataset;
 }
 
 DatasetView Dataset::device_view() const {
-    Backend& backend = context_->backend();
-    DatasetView host{host_samples(), has_labels() ? labels_.data() : nullptr,
-                     targets_.empty() ? nullptr : targets_.data(), false};
-    if (backend.kind() == BackendKind::cpu) return host;
-    DatasetView view = host;
-    std::string note;
-    {
-        std::lock_guard<std::mutex> lock(upload_mutex_);
-        if (!placed_) note = place_on_device();
-        if (streamed_)
-            view.streamed = true;
-        else
-            view = DatasetView{device_samples_, static_cast<const int32_t*>(device_labels_),
-                               static_cast<const float*>(device_targets_), false};
-    }
-    if (!note.empty()) context_->log(MPT_LOG_LEVEL_INFO, note);
+    DatasetView view = storage_->device_view();
+    // Storage rows, dense in both memories: the slice starts first_ rows in.
+    const size_t sample_size = is_u8() ? sizeof(uint8_t) : sizeof(float);
+    view.samples = static_cast<const char*>(view.samples) + static_cast<size_t>(first_ * features_) * sample_size;
+    if (view.labels) view.labels += first_;
+    if (view.targets) view.targets += first_ * target_width_;
     return view;
-}
-
-std::string Dataset::place_on_device() const {
-    Backend& backend = context_->backend();
-    const size_t bytes = storage_bytes();
-    const size_t budget = context_->config().dataset_device_budget;
-    auto stream = [&](const std::string& why) {
-        streamed_ = true;
-        placed_ = true;
-        return "dataset: " + std::to_string(bytes >> 20) + " MiB streamed from host memory (" + why + ")";
-    };
-    if (bytes > budget) return stream("over the dataset device budget of " + std::to_string(budget) + " bytes");
-    try {
-        context_->memory().reserve(bytes);
-    } catch (const Error& error) {
-        return stream(error.what());
-    }
-    reserved_bytes_ = bytes;
-    auto upload = [&](void*& device, const void* host, size_t size) {
-        if (size == 0) return;
-        device = backend.allocate(size);
-        backend.copy_to_device(device, host, size);
-    };
-    try {
-        upload(device_samples_, host_samples(), sample_bytes());
-        upload(device_labels_, labels_.data(), labels_.size() * sizeof(int32_t));
-        upload(device_targets_, targets_.data(), targets_.size() * sizeof(float));
-    } catch (const Error& error) {
-        for (void** device : {&device_samples_, &device_labels_, &device_targets_}) {
-            backend.release(*device);
-            *device = nullptr;
-        }
-        context_->memory().unreserve(reserved_bytes_);
-        reserved_bytes_ = 0;
-        if (error.status() != MPT_STATUS_OUT_OF_MEMORY) throw;
-        return stream("the device is out of memory");
-    }
-    placed_ = true;
-    return std::string();
 }
 
 }  // namespace mpt

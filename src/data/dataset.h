@@ -1,24 +1,17 @@
-// A dataset kept as the caller gave it (uint8 samples stay uint8: CIFAR-10 is 150 MB, not 600),
-// with int32 labels or float targets. Batches are gathered and normalised from it by the backend.
+// A dataset: rows [first, first + rows) of a DatasetStorage, with int32 labels or float targets and
+// how its samples are normalised. Made from the caller's rows, or as a slice of another dataset
+// (mpt_dataset_create_slice) that shares its storage. Batches are gathered and normalised from it
+// by the backend.
 #pragma once
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "core/context.h"
+#include "data/dataset_storage.h"
 
 namespace mpt {
-
-// Where the backend reads a dataset from: host memory on the CPU, device memory on a GPU when the
-// dataset is resident there, host memory when it is streamed (too large for its device budget).
-struct DatasetView {
-    const void* samples;
-    const int32_t* labels;
-    const float* targets;
-    bool streamed;
-};
 
 class Dataset {
 public:
@@ -35,62 +28,50 @@ public:
     static std::shared_ptr<Dataset> adopt_u8(std::shared_ptr<Context> context, std::vector<uint8_t> samples,
                                              std::vector<int32_t> labels, int64_t features, int32_t num_classes,
                                              float scale, float offset);
-    ~Dataset();
+    // Rows [first, first + rows) of `source`, sharing its storage (nothing is copied); a slice of a
+    // slice counts from that slice's first row.
+    static std::shared_ptr<Dataset> slice(const Dataset& source, int64_t first, int64_t rows);
 
-    const std::shared_ptr<Context>& context() const { return context_; }
+    const std::shared_ptr<Context>& context() const { return storage_->context(); }
     int64_t rows() const { return rows_; }
     int64_t features() const { return features_; }
-    bool is_u8() const { return !u8_.empty(); }
-    bool has_labels() const { return !labels_.empty(); }
+    // Where this dataset's rows start in its storage (0 unless it is a slice).
+    int64_t first_row() const { return first_; }
+    bool is_u8() const { return storage_->is_u8(); }
+    bool has_labels() const { return !storage_->labels.empty(); }
     int32_t num_classes() const { return num_classes_; }
     int64_t target_width() const { return target_width_; }
     float scale() const { return scale_; }
     float offset() const { return offset_; }
-    const std::vector<int32_t>& labels() const { return labels_; }
-    const std::vector<float>& targets() const { return targets_; }
-    // Every target lies in [0, 1] (what binary cross-entropy needs); false without targets.
+    // This dataset's rows' labels (rows() of them), or null without labels.
+    const int32_t* labels() const { return has_labels() ? storage_->labels.data() + first_ : nullptr; }
+    // Every target of this dataset's rows lies in [0, 1] (what binary cross-entropy needs); false
+    // without targets.
     bool targets_in_unit_interval() const { return targets_in_unit_interval_; }
 
-    // The dataset in the context's backend memory, uploaded on first use on a GPU when it fits the
-    // context's dataset device budget, its memory budget and the device; otherwise a streamed view
-    // of host memory. Thread-safe.
+    // This dataset's rows in the context's backend memory: its storage's view (see
+    // DatasetStorage::device_view; a slice on a GPU places all of its storage) from row first_row().
     DatasetView device_view() const;
-    size_t storage_bytes() const;  // samples, labels and targets
+    // The bytes of the storage this dataset shares: a slice's are its source's, held once.
+    size_t storage_bytes() const { return storage_->bytes(); }
     // Whether device_view() chose to stream (false before its first call and on the CPU).
-    bool streamed() const {
-        std::lock_guard<std::mutex> lock(upload_mutex_);
-        return streamed_;
-    }
+    bool streamed() const { return storage_->streamed(); }
 
 private:
-    Dataset(std::shared_ptr<Context> context, int64_t rows, int64_t features);
+    Dataset(std::shared_ptr<const DatasetStorage> storage, int64_t first, int64_t rows, int64_t features)
+        : storage_(std::move(storage)), first_(first), rows_(rows), features_(features) {}
     void validate_labels() const;
-    // With upload_mutex_ held. Returns what to log ("" for nothing), which the caller logs after
-    // letting the mutex go: a log callback must not run under it.
-    std::string place_on_device() const;
-    const void* host_samples() const;  // uint8 or fp32 storage, whichever this dataset holds
-    size_t sample_bytes() const;
+    void find_targets_in_unit_interval();
 
-    std::shared_ptr<Context> context_;
+    std::shared_ptr<const DatasetStorage> storage_;
+    int64_t first_;
     int64_t rows_;
     int64_t features_;
-    std::vector<uint8_t> u8_;
-    std::vector<float> f32_;
-    std::vector<int32_t> labels_;
-    std::vector<float> targets_;
     int32_t num_classes_ = 0;
     int64_t target_width_ = 0;
     bool targets_in_unit_interval_ = false;
     float scale_ = 1.0f;
     float offset_ = 0.0f;
-
-    mutable std::mutex upload_mutex_;
-    mutable bool placed_ = false;     // residency decided (on the first device_view)
-    mutable bool streamed_ = false;
-    mutable size_t reserved_bytes_ = 0;  // held in the context's memory tracker while resident
-    mutable void* device_samples_ = nullptr;
-    mutable void* device_labels_ = nullptr;
-    mutable void* device_targets_ = nullptr;
 };
 
 }  // namespace mpt

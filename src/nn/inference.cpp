@@ -14,7 +14,7 @@ void predict_fp32(Model& model, const float* inputs, int64_t rows, float* output
     model.build();
     // Mean squared error makes the head report act(z) unchanged (no from-logits softmax).
     Executor executor(model, PrecisionPolicy{MPT_PRECISION_FP32, DType::fp32}, ExecutionMode::inference,
-                      LossConfig{LossKind::mean_squared_error, 0.0f}, OptimizerConfig{}, LossScalerConfig{});
+                      LossConfig{LossKind::mean_squared_error, 0.0f, {}}, OptimizerConfig{}, LossScalerConfig{});
     const int64_t batch_rows = std::min<int64_t>(rows, 1024);
     executor.reserve_rows(batch_rows);
     const int64_t features = model.input_features(), classes = model.output_features();

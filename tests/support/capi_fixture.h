@@ -100,18 +100,91 @@ inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) 
     return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
-// A context on `backend` with 2 CPU threads, `seed` and a memory budget (0: none).
-inline mpt_context_t* create_context(mpt_backend backend, uint64_t seed, size_t budget = 0) {
+// A context on `backend` with 2 CPU threads, `seed`, a memory budget (0: none) and a dataset device
+// budget (SIZE_MAX, the default: every dataset that fits is resident on a GPU; 0: all streamed).
+inline mpt_context_t* create_context(mpt_backend backend, uint64_t seed, size_t budget = 0,
+                                     size_t dataset_device_budget = SIZE_MAX) {
     mpt_context_options_t* options = nullptr;
     REQUIRE_OK(mpt_context_options_create(&options));
     REQUIRE_OK(mpt_context_options_set_backend(options, backend));
     REQUIRE_OK(mpt_context_options_set_threads(options, 2));
     REQUIRE_OK(mpt_context_options_set_seed(options, seed));
     REQUIRE_OK(mpt_context_options_set_memory_budget(options, budget));
+    REQUIRE_OK(mpt_context_options_set_dataset_device_budget(options, dataset_device_budget));
     mpt_context_t* context = nullptr;
     REQUIRE_OK(mpt_context_create(options, &context));
     mpt_context_options_destroy(options);
     return context;
 }
+
+// What a BlobTrainer trains: the blobs' features -> kBlobHidden relu -> `outputs` `head`.
+constexpr int64_t kBlobHidden = 16;
+struct BlobTrainerSetup {
+    mpt_backend backend = MPT_BACKEND_CPU;
+    mpt_precision precision = MPT_PRECISION_FP32;
+    mpt_loss loss = MPT_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY;
+    mpt_optimizer optimizer = MPT_OPTIMIZER_SGD;
+    float learning_rate = 0.05f;
+    float label_smoothing = 0.0f;
+    std::vector<float> class_weights;  // empty: none
+    mpt_activation head = MPT_ACTIVATION_SOFTMAX;
+    int64_t outputs = kBlobClasses;
+    uint64_t seed = 7;
+    size_t dataset_device_budget = SIZE_MAX;
+};
+
+// A context (2 threads), the blob model and a trainer for it, destroyed together.
+struct BlobTrainer {
+    mpt_context_t* context = nullptr;
+    mpt_model_t* model = nullptr;
+    mpt_trainer_t* trainer = nullptr;
+    int64_t outputs = 0;
+
+    explicit BlobTrainer(const BlobTrainerSetup& setup) : outputs(setup.outputs) {
+        context = create_context(setup.backend, setup.seed, 0, setup.dataset_device_budget);
+        REQUIRE_OK(mpt_model_create(context, kBlobFeatures, &model));
+        REQUIRE_OK(mpt_model_add_dense(model, kBlobHidden, MPT_ACTIVATION_RELU));
+        REQUIRE_OK(mpt_model_add_dense(model, setup.outputs, setup.head));
+        mpt_trainer_options_t* options = nullptr;
+        REQUIRE_OK(mpt_trainer_options_create(&options));
+        REQUIRE_OK(mpt_trainer_options_set_precision(options, setup.precision));
+        REQUIRE_OK(mpt_trainer_options_set_loss(options, setup.loss));
+        REQUIRE_OK(mpt_trainer_options_set_optimizer(options, setup.optimizer));
+        REQUIRE_OK(mpt_trainer_options_set_learning_rate(options, setup.learning_rate));
+        REQUIRE_OK(mpt_trainer_options_set_label_smoothing(options, setup.label_smoothing));
+        REQUIRE_OK(mpt_trainer_options_set_class_weights(options, setup.class_weights.data(),
+                                                         static_cast<int64_t>(setup.class_weights.size())));
+        REQUIRE_OK(mpt_trainer_create(model, options, &trainer));
+        mpt_trainer_options_destroy(options);
+    }
+    ~BlobTrainer() {
+        mpt_trainer_destroy(trainer);
+        mpt_model_destroy(model);
+        mpt_context_destroy(context);
+    }
+    BlobTrainer(const BlobTrainer&) = delete;
+    BlobTrainer& operator=(const BlobTrainer&) = delete;
+
+    // Both layers' fp32 weights and biases, in order.
+    std::vector<float> weights() const {
+        std::vector<float> all;
+        for (int64_t layer = 0; layer < 2; ++layer) {
+            const int64_t units = layer == 0 ? kBlobHidden : outputs, inputs = layer == 0 ? kBlobFeatures : kBlobHidden;
+            std::vector<float> w(static_cast<size_t>(units * inputs)), b(static_cast<size_t>(units));
+            REQUIRE_OK(mpt_model_get_weights(model, layer, w.data(), units * inputs, b.data(), units));
+            all.insert(all.end(), w.begin(), w.end());
+            all.insert(all.end(), b.begin(), b.end());
+        }
+        return all;
+    }
+    std::vector<float> predict(const Blobs& blobs) const {
+        std::vector<float> out(static_cast<size_t>(blobs.rows() * outputs));
+        REQUIRE_OK(mpt_trainer_predict(trainer, blobs.x.data(), blobs.rows(), out.data(),
+                                       static_cast<int64_t>(out.size())));
+        return out;
+    }
+    mpt_dataset_t* labels(const Blobs& blobs) const { return blob_labels(context, blobs); }
+    mpt_dataset_t* one_hot(const Blobs& blobs) const { return blob_one_hot_rows(context, blobs); }
+};
 
 }  // namespace mpt_test

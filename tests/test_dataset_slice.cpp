@@ -1,0 +1,273 @@
+// Dataset slices through the C API (mpt_dataset_create_slice): a slice trains, steps, evaluates and
+// validates bit for bit as a dataset made from a copy of its rows, for every kind of dataset and
+// precision; slices of slices count from their own first row; a slice outlives its source's
+// handle; binary cross-entropy judges a slice's targets, not its source's; and the refusals.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "mptrain/mptrain.h"
+#include "support/capi_fixture.h"
+
+namespace {
+
+using mpt_test::BlobTrainer;
+using mpt_test::BlobTrainerSetup;
+using mpt_test::Blobs;
+using mpt_test::kBlobClasses;
+using mpt_test::kBlobFeatures;
+using mpt_test::same_bits;
+
+constexpr int64_t kRows = 120;
+
+// Rows [first, first + rows) of `blobs`, copied.
+Blobs rows_of(const Blobs& blobs, int64_t first, int64_t rows) {
+    Blobs part;
+    part.x.assign(blobs.x.begin() + first * kBlobFeatures, blobs.x.begin() + (first + rows) * kBlobFeatures);
+    part.y.assign(blobs.y.begin() + first, blobs.y.begin() + first + rows);
+    return part;
+}
+
+// The three kinds of storage a dataset can have.
+enum class Kind { u8_labels, f32_labels, f32_targets };
+
+const char* kind_name(Kind kind) {
+    return kind == Kind::u8_labels ? "u8 labels" : kind == Kind::f32_labels ? "f32 labels" : "f32 one-hot targets";
+}
+
+// `blobs` as a dataset of `kind`: uint8 samples quantise the features (x = (q - 128) / 16).
+mpt_dataset_t* make_dataset(const BlobTrainer& trainer, const Blobs& blobs, Kind kind) {
+    if (kind == Kind::f32_labels) return trainer.labels(blobs);
+    if (kind == Kind::f32_targets) return trainer.one_hot(blobs);
+    std::vector<uint8_t> quantised(blobs.x.size());
+    for (size_t i = 0; i < blobs.x.size(); ++i)
+        quantised[i] = static_cast<uint8_t>(std::clamp(std::lround(blobs.x[i] * 16.0f + 128.0f), 0L, 255L));
+    mpt_dataset_t* dataset = nullptr;
+    REQUIRE_OK(mpt_dataset_create_u8(trainer.context, quantised.data(), blobs.rows(), kBlobFeatures, blobs.y.data(),
+                                     kBlobClasses, 1.0f / 16, -8.0f, &dataset));
+    return dataset;
+}
+
+mpt_dataset_t* slice_of(const mpt_dataset_t* dataset, int64_t first, int64_t rows) {
+    mpt_dataset_t* slice = nullptr;
+    REQUIRE_OK(mpt_dataset_create_slice(dataset, first, rows, &slice));
+    return slice;
+}
+
+struct Evaluation {
+    float loss = NAN, accuracy = NAN;
+};
+
+Evaluation evaluate(const BlobTrainer& trainer, const mpt_dataset_t* dataset, int64_t batch = 16) {
+    Evaluation result;
+    REQUIRE_OK(mpt_trainer_evaluate(trainer.trainer, dataset, batch, &result.loss, &result.accuracy));
+    return result;
+}
+
+// What a run on one dataset left: weights, step losses, evaluations (also from the epoch-end
+// callback, as validation) and the loss scaler's state.
+struct Run {
+    std::vector<float> weights;
+    std::vector<float> losses;
+    std::vector<float> validation;
+    float scale = 0;
+    int64_t skipped = -1;
+};
+
+bool same_run(const Run& a, const Run& b) {
+    return same_bits(a.weights, b.weights) && same_bits(a.losses, b.losses) && same_bits(a.validation, b.validation) &&
+           a.scale == b.scale && a.skipped == b.skipped;
+}
+
+struct ValidationLog {
+    mpt_trainer_t* trainer;
+    const mpt_dataset_t* validation;
+    std::vector<float>* values;
+};
+
+int validate_each_epoch(int64_t /*epoch*/, float loss, float accuracy, void* user_data) {
+    auto* log = static_cast<ValidationLog*>(user_data);
+    float validation_loss = NAN, validation_accuracy = NAN;
+    if (mpt_trainer_evaluate(log->trainer, log->validation, 0, &validation_loss, &validation_accuracy) != MPT_STATUS_OK)
+        return 1;
+    log->values->insert(log->values->end(), {loss, accuracy, validation_loss, validation_accuracy});
+    return 0;
+}
+
+// Fits `train` for 3 shuffled epochs with `validation` evaluated from the epoch-end callback, takes
+// two steps, evaluates both sets and predicts.
+Run train(const BlobTrainerSetup& setup, Kind kind, const Blobs& blobs,
+          mpt_dataset_t* (*make_train)(const BlobTrainer&, const Blobs&, Kind, mpt_dataset_t**),
+          const Blobs& predicted) {
+    BlobTrainer trainer(setup);
+    mpt_dataset_t* validation = nullptr;
+    mpt_dataset_t* training = make_train(trainer, blobs, kind, &validation);
+    Run run;
+    ValidationLog log{trainer.trainer, validation, &run.validation};
+    REQUIRE_OK(mpt_trainer_set_callbacks(trainer.trainer, nullptr, validate_each_epoch, &log));
+    REQUIRE_OK(mpt_trainer_fit(trainer.trainer, training, 3, 16, 1));
+    for (int64_t first : {int64_t{5}, int64_t{40}}) {
+        float loss = NAN;
+        REQUIRE_OK(mpt_trainer_step(trainer.trainer, training, first, 16, &loss));
+        run.losses.push_back(loss);
+    }
+    for (const mpt_dataset_t* dataset : {training, validation}) {
+        const Evaluation evaluation = evaluate(trainer, dataset);
+        run.losses.insert(run.losses.end(), {evaluation.loss, evaluation.accuracy});
+    }
+    run.weights = trainer.weights();
+    const std::vector<float> predictions = trainer.predict(predicted);
+    run.weights.insert(run.weights.end(), predictions.begin(), predictions.end());
+    int64_t growth = 0;
+    REQUIRE_OK(mpt_trainer_get_loss_scale(trainer.trainer, &run.scale, &growth, &run.skipped));
+    mpt_dataset_destroy(training);
+    mpt_dataset_destroy(validation);
+    return run;
+}
+
+// Keras's validation_split 0.25, as slices of one dataset and as two datasets of copied rows.
+constexpr int64_t kTrainRows = 90;
+mpt_dataset_t* split_by_slices(const BlobTrainer& trainer, const Blobs& blobs, Kind kind, mpt_dataset_t** validation) {
+    mpt_dataset_t* whole = make_dataset(trainer, blobs, kind);
+    mpt_dataset_t* training = slice_of(whole, 0, kTrainRows);
+    *validation = slice_of(whole, kTrainRows, kRows - kTrainRows);
+    mpt_dataset_destroy(whole);  // the slices keep the storage
+    return training;
+}
+mpt_dataset_t* split_by_copies(const BlobTrainer& trainer, const Blobs& blobs, Kind kind, mpt_dataset_t** validation) {
+    *validation = make_dataset(trainer, rows_of(blobs, kTrainRows, kRows - kTrainRows), kind);
+    return make_dataset(trainer, rows_of(blobs, 0, kTrainRows), kind);
+}
+
+}  // namespace
+
+TEST_CASE("a validation split made of slices trains, steps, validates and evaluates bit for bit as one of copied rows") {
+    const Blobs blobs = mpt_test::make_blobs(kRows, 11, 1.2);
+    for (Kind kind : {Kind::u8_labels, Kind::f32_labels, Kind::f32_targets}) {
+        for (mpt_precision precision : {MPT_PRECISION_FP32, MPT_PRECISION_MIXED_FP16, MPT_PRECISION_MIXED_BF16}) {
+            CAPTURE(kind_name(kind));
+            CAPTURE(static_cast<int>(precision));
+            BlobTrainerSetup setup;
+            setup.precision = precision;
+            setup.optimizer = MPT_OPTIMIZER_ADAM;
+            setup.learning_rate = 0.01f;
+            if (kind == Kind::f32_targets) setup.loss = MPT_LOSS_CATEGORICAL_CROSSENTROPY;
+            const Run sliced = train(setup, kind, blobs, split_by_slices, blobs);
+            const Run copied = train(setup, kind, blobs, split_by_copies, blobs);
+            CHECK(sliced.validation.size() == 12);  // 3 epochs x (loss, accuracy, validation's)
+            CHECK(same_run(sliced, copied));
+            // The held-out quarter was learnt from the other three: the blobs are well separated.
+            REQUIRE(sliced.validation.size() == 12);
+            CHECK(sliced.validation[11] > 0.9f);
+        }
+    }
+}
+
+TEST_CASE("a slice of a slice counts from that slice's first row") {
+    const Blobs blobs = mpt_test::make_blobs(kRows, 5);
+    BlobTrainer sliced(BlobTrainerSetup{}), copied(BlobTrainerSetup{});
+    mpt_dataset_t* whole = sliced.labels(blobs);
+    mpt_dataset_t* outer = slice_of(whole, 10, 80);
+    mpt_dataset_t* inner = slice_of(outer, 25, 48);  // rows 35..82 of the whole
+    int64_t rows = 0, features = 0;
+    REQUIRE_OK(mpt_dataset_get_rows(inner, &rows));
+    REQUIRE_OK(mpt_dataset_get_features(inner, &features));
+    CHECK(rows == 48);
+    CHECK(features == kBlobFeatures);
+    mpt_dataset_t* copy = copied.labels(rows_of(blobs, 35, 48));
+    REQUIRE_OK(mpt_trainer_fit(sliced.trainer, inner, 2, 16, 1));
+    REQUIRE_OK(mpt_trainer_fit(copied.trainer, copy, 2, 16, 1));
+    CHECK(same_bits(sliced.weights(), copied.weights()));
+    const Evaluation a = evaluate(sliced, inner), b = evaluate(copied, copy);
+    CHECK(a.loss == b.loss);
+    CHECK(a.accuracy == b.accuracy);
+    // The last row of the whole, through both slices, is a row like any other.
+    mpt_dataset_t* last = slice_of(whole, kRows - 1, 1);
+    mpt_dataset_t* last_copy = sliced.labels(rows_of(blobs, kRows - 1, 1));
+    const Evaluation c = evaluate(sliced, last), d = evaluate(sliced, last_copy);
+    CHECK(c.loss == d.loss);
+    CHECK(c.accuracy == d.accuracy);
+    for (mpt_dataset_t* dataset : {whole, outer, inner, copy, last, last_copy}) mpt_dataset_destroy(dataset);
+}
+
+TEST_CASE("a slice keeps its storage and context after its source's and its context's handles are gone") {
+    const Blobs blobs = mpt_test::make_blobs(kRows, 9);
+    mpt_context_t* context = mpt_test::create_context(MPT_BACKEND_CPU, 7);
+    mpt_dataset_t* whole = mpt_test::blob_labels(context, blobs);
+    mpt_dataset_t* slice = slice_of(whole, 60, 60);
+    mpt_dataset_destroy(whole);
+    mpt_context_destroy(context);  // the slice keeps the context alive, as every dataset does
+    mpt_dataset_t* inner = slice_of(slice, 10, 50);
+    mpt_dataset_destroy(slice);
+    int64_t rows = 0;
+    REQUIRE_OK(mpt_dataset_get_rows(inner, &rows));
+    CHECK(rows == 50);
+    // A slice belongs to its source's context: another context's trainer refuses it.
+    BlobTrainer trainer(BlobTrainerSetup{});
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_fit(trainer.trainer, inner, 1, 16, 1));
+    mpt_dataset_destroy(inner);  // the last handle: storage and context go (LeakSanitizer checks)
+}
+
+TEST_CASE("binary cross-entropy judges the targets of the slice it is given, not its source's") {
+    const int64_t rows = 40;
+    const Blobs blobs = mpt_test::make_blobs(rows, 13);
+    BlobTrainerSetup setup;
+    setup.loss = MPT_LOSS_BINARY_CROSSENTROPY;
+    setup.head = MPT_ACTIVATION_SIGMOID;
+    setup.outputs = 1;
+    BlobTrainer trainer(setup);
+    std::vector<float> targets(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) targets[static_cast<size_t>(r)] = blobs.y[static_cast<size_t>(r)] == 0 ? 1.0f : 0.0f;
+    targets[30] = 2.0f;  // a count, not a probability, in row 30 only
+    mpt_dataset_t* whole = nullptr;
+    REQUIRE_OK(mpt_dataset_create_f32_targets(trainer.context, blobs.x.data(), rows, kBlobFeatures, targets.data(), 1, 1,
+                                              &whole));
+    mpt_dataset_t* clean = slice_of(whole, 0, 30);
+    mpt_dataset_t* with_row_30 = slice_of(whole, 20, 20);
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_fit(trainer.trainer, whole, 1, 10, 1));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_fit(trainer.trainer, with_row_30, 1, 10, 1));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_evaluate(trainer.trainer, with_row_30, 10, nullptr, nullptr));
+    REQUIRE_OK(mpt_trainer_fit(trainer.trainer, clean, 2, 10, 1));
+    Evaluation evaluation = evaluate(trainer, clean);
+    CHECK(std::isfinite(evaluation.loss));
+    for (mpt_dataset_t* dataset : {whole, clean, with_row_30}) mpt_dataset_destroy(dataset);
+}
+
+TEST_CASE("slices out of range, NULL arguments and a destroyed source are refused and change nothing") {
+    const Blobs blobs = mpt_test::make_blobs(kRows, 3);
+    mpt_context_t* context = mpt_test::create_context(MPT_BACKEND_CPU, 7);
+    mpt_dataset_t* whole = mpt_test::blob_labels(context, blobs);
+    static int marker;
+    mpt_dataset_t* const sentinel = reinterpret_cast<mpt_dataset_t*>(&marker);  // failures leave `out` as it was
+    mpt_dataset_t* out = sentinel;
+    const int64_t big = std::numeric_limits<int64_t>::max(), small = std::numeric_limits<int64_t>::min();
+    const int64_t refused[][2] = {{-1, 10},   {kRows, 1}, {big, 1},         {small, 1}, {0, 0},
+                                  {0, -5},    {0, kRows + 1}, {kRows - 1, 2}, {1, big},  {60, 61}};
+    for (const auto& range : refused) {
+        CAPTURE(range[0]);
+        CAPTURE(range[1]);
+        CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_dataset_create_slice(whole, range[0], range[1], &out));
+        CHECK(out == sentinel);
+    }
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_dataset_create_slice(nullptr, 0, 1, &out));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_dataset_create_slice(whole, 0, 1, nullptr));
+    CHECK(out == sentinel);
+    // The widest and narrowest slices.
+    mpt_dataset_t* all = slice_of(whole, 0, kRows);
+    mpt_dataset_t* one = slice_of(whole, kRows - 1, 1);
+    int64_t rows = 0;
+    REQUIRE_OK(mpt_dataset_get_rows(all, &rows));
+    CHECK(rows == kRows);
+    REQUIRE_OK(mpt_dataset_get_rows(one, &rows));
+    CHECK(rows == 1);
+    // A slice's own bounds, not its source's.
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_dataset_create_slice(one, 0, 2, &out));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_dataset_create_slice(one, 1, 1, &out));
+    CHECK(out == sentinel);
+    for (mpt_dataset_t* dataset : {whole, all, one}) mpt_dataset_destroy(dataset);
+    mpt_context_destroy(context);
+}
