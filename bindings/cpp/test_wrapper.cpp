@@ -1,6 +1,6 @@
 // The header-only C++ wrapper (include/mptrain/mptrain.hpp) over libmptrain.so: model files,
-// training checkpoints, learning-rate schedules, label smoothing and class weights through it, errors
-// arriving as mptrain::Error with the C status.
+// training checkpoints, learning-rate schedules, label smoothing, class weights and dataset slices
+// through it, errors arriving as mptrain::Error with the C status.
 #include <doctest/doctest.h>
 
 #include <mptrain/mptrain.hpp>
@@ -673,6 +673,55 @@ TEST_CASE("an epoch-end callback may evaluate a validation set: the numbers of e
               bits_of({during_fit[epoch].loss, during_fit[epoch].accuracy}));
     }
     CHECK(during_fit[2].loss < during_fit[0].loss);
+}
+
+TEST_CASE("a validation split of slices trains and validates as datasets of copied rows, bit for bit") {
+    std::vector<int32_t> labels;
+    const std::vector<float> samples = blob_samples(160, 63, labels);
+    const int64_t held_out = 40, kept = 160 - held_out;  // Keras's validation_split 0.25: the last rows
+    auto run = [&](bool sliced) {
+        auto context = cpu_context(19);
+        auto model = mlp(context);
+        mptrain::Trainer trainer(model, adam());
+        std::optional<mptrain::Dataset> training, validation;
+        if (sliced) {
+            const auto whole = mptrain::Dataset::from_f32(context, samples, kFeatures, labels, kClasses);
+            training = whole.slice(0, kept);
+            validation = whole.slice(kept, held_out);
+        } else {  // the slices outlive `whole` above; these are copies of the same rows
+            auto rows = [&](int64_t first, int64_t count) {
+                return mptrain::Dataset::from_f32(
+                    context, std::vector<float>(samples.begin() + first * kFeatures, samples.begin() + (first + count) * kFeatures),
+                    kFeatures, std::vector<int32_t>(labels.begin() + first, labels.begin() + first + count), kClasses);
+            };
+            training = rows(0, kept);
+            validation = rows(kept, held_out);
+        }
+        std::vector<float> metrics;
+        trainer.set_callbacks(nullptr, [&](int64_t, float loss, float accuracy) {
+            const mptrain::Evaluation evaluation = trainer.evaluate(*validation);
+            metrics.insert(metrics.end(), {loss, accuracy, evaluation.loss, evaluation.accuracy});
+            return false;
+        });
+        trainer.fit(*training, 3, 16);
+        CHECK(training->rows() == kept);
+        CHECK(validation->rows() == held_out);
+        return std::make_pair(weight_bits(model), bits_of(metrics));
+    };
+    const auto sliced = run(true), copied = run(false);
+    CHECK(sliced.first == copied.first);
+    REQUIRE(sliced.second.size() == 12);
+    CHECK(sliced.second == copied.second);
+}
+
+TEST_CASE("a slice out of its dataset's rows throws INVALID_ARGUMENT") {
+    auto context = cpu_context();
+    const auto data = blobs(context, 30, 64);
+    CHECK(status_of([&] { data.slice(0, 31); }) == MPT_STATUS_INVALID_ARGUMENT);
+    CHECK(status_of([&] { data.slice(-1, 5); }) == MPT_STATUS_INVALID_ARGUMENT);
+    CHECK(status_of([&] { data.slice(30, 1); }) == MPT_STATUS_INVALID_ARGUMENT);
+    CHECK(status_of([&] { data.slice(10, 0); }) == MPT_STATUS_INVALID_ARGUMENT);
+    CHECK(data.slice(29, 1).rows() == 1);
 }
 
 TEST_CASE("a trainer destroyed by its own callback stops fit, which throws CANCELLED") {

@@ -389,6 +389,14 @@ public:
         detail::check(mpt_dataset_get_features(get(), &out));
         return out;
     }
+    /** Rows [first, first + rows) as a dataset sharing this one's storage (no copy; on a GPU one
+     *  device copy serves both): a held-out validation set (Keras's validation_split keeps the last
+     *  rows) or a fold. It stays valid when this dataset is gone. */
+    Dataset slice(int64_t first, int64_t rows) const {
+        mpt_dataset_t* raw = nullptr;
+        detail::check(mpt_dataset_create_slice(get(), first, rows, &raw));
+        return Dataset(raw, log_);
+    }
     mpt_dataset_t* get() const noexcept { return handle_.get(); }
 
 private:
