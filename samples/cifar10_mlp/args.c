@@ -32,6 +32,11 @@ void args_print_usage(FILE* stream, const char* program)
             "                     train towards (1 - S) on each label plus S / 10 on every class,\n"
             "                     0 <= S < 1 (default 0: none); the losses shown are the smoothed ones\n"
             "  --limit N          train on the first N training images only; 0 = all (default 0)\n"
+            "  --validation-split F\n"
+            "                     hold out the last fraction F (0 < F < 1) of the training images,\n"
+            "                     as Keras's validation_split: train on the others and evaluate the\n"
+            "                     held-out ones after every epoch (val_loss, val_accuracy), instead\n"
+            "                     of the test set as --validate does; default 0: none\n"
             "  --seed N           seed of weight initialisation and shuffling (default 42)\n"
             "  --backend B        auto | cpu | cuda (default auto)\n"
             "  --threads N        CPU compute threads; 0 = all cores (default 0)\n"
@@ -105,6 +110,20 @@ static int parse_float_in(const char* text, double above, double at_most, float*
     if (text[0] == '\0' || *end != '\0' || errno == ERANGE || !isfinite(value) || !(value > above && value <= at_most))
         return 0;
     *out = (float)value;
+    return 1;
+}
+
+/* A fraction in (0, 1), kept as a double: 0.2 of 2,000 rows must be 400, as in Keras (the float
+ * nearest 0.2 is a little above it and would hold out 401). */
+static int parse_open_fraction(const char* text, double* out)
+{
+    char* end = NULL;
+    double value;
+    errno = 0;
+    value = strtod(text, &end);
+    if (text[0] == '\0' || *end != '\0' || errno == ERANGE || !(value > 0.0 && value < 1.0))
+        return 0;
+    *out = value;
     return 1;
 }
 
@@ -197,7 +216,7 @@ static int takes_value(const char* name)
 {
     static const char* const names[] = {"data", "epochs", "batch", "precision", "lr", "lr-decay",
                                         "lr-schedule", "warmup", "label-smoothing",
-                                        "limit", "seed", "backend", "threads", "json"};
+                                        "validation-split", "limit", "seed", "backend", "threads", "json"};
     size_t i;
     for (i = 0; i < sizeof names / sizeof names[0]; ++i)
         if (strcmp(name, names[i]) == 0)
@@ -292,6 +311,9 @@ args_result args_parse(int argc, char** argv, cli_options* out)
         } else if (strcmp(name, "label-smoothing") == 0) {
             if (!parse_unit_fraction(value, &options.label_smoothing))
                 return usage_error(program, "--label-smoothing must be a number in [0, 1), not '%s'", value);
+        } else if (strcmp(name, "validation-split") == 0) {
+            if (!parse_open_fraction(value, &options.validation_split))
+                return usage_error(program, "--validation-split must be a number in (0, 1), not '%s'", value);
         } else if (strcmp(name, "limit") == 0) {
             if (!parse_int64(value, 0, INT64_MAX, &options.limit))
                 return usage_error(program, "--limit must be an integer >= 0, not '%s'", value);

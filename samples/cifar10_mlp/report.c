@@ -90,6 +90,7 @@ static void write_run(json_writer* json, const cli_options* options, const data_
     json_integer(json, "batch", run->batch_size);
     json_integer(json, "steps", run->steps);
     json_integer(json, "train_images", run->train_rows);
+    json_integer(json, "validation_images", run->validation_rows);
     json_integer(json, "test_images", run->test_rows);
     json_number(json, "learning_rate", (double)options->learning_rate);
     json_number(json, "learning_rate_decay", (double)options->learning_rate_decay);
@@ -97,6 +98,11 @@ static void write_run(json_writer* json, const cli_options* options, const data_
     json_integer(json, "warmup_steps", options->warmup_steps);
     json_number(json, "label_smoothing", (double)options->label_smoothing);
     json_boolean(json, "validate", options->validate);
+    json_number(json, "validation_split", options->validation_split);
+    if (run->validated) {
+        json_number(json, "validation_loss", (double)run->validation_loss);
+        json_number(json, "validation_accuracy", (double)run->validation_accuracy);
+    }
     json_number(json, "learning_rate_after_first_epoch", (double)run->rate_after_first_epoch);
     json_number(json, "learning_rate_at_end", (double)run->rate_at_end);
     json_integer(json, "seed", (int64_t)options->seed);

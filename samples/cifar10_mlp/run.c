@@ -76,7 +76,8 @@ typedef struct fit_callbacks {
     progress progress; /* first: progress_on_step reads the shared user_data as a progress* */
     float learning_rate_decay;
     float rate_after_first_epoch;
-    mpt_dataset_t* validation_set; /* --validate: evaluated at each epoch's end; NULL: not */
+    mpt_dataset_t* validation_set; /* --validation-split's rows, or --validate's test set: evaluated at
+                                    * each epoch's end; NULL: none */
 } fit_callbacks;
 
 static int epoch_end_failed(fit_callbacks* callbacks, mpt_status status, const char* what)
@@ -102,7 +103,7 @@ static int on_epoch_end(int64_t epoch, float loss, float accuracy, void* user_da
         status = mpt_trainer_evaluate(trainer, callbacks->validation_set, 0, &callbacks->progress.validation_loss,
                                       &callbacks->progress.validation_accuracy);
         if (status != MPT_STATUS_OK)
-            return epoch_end_failed(callbacks, status, "evaluating the test set at the end of an epoch");
+            return epoch_end_failed(callbacks, status, "evaluating the validation set at the end of an epoch");
         callbacks->progress.validated = 1;
         callbacks->progress.epoch_start += timer_seconds() - start;
     }
@@ -124,6 +125,38 @@ static int on_epoch_end(int64_t epoch, float loss, float accuracy, void* user_da
     return 0;
 }
 
+/* --validation-split: Keras's split, the first floor(rows * (1 - split)) rows for training and the
+ * rest held out, as two slices of the training set (sharing its storage). Replaces *train_set by
+ * its first slice. Returns 0, or 1 after printing the error. */
+static int split_off_validation(double split, mpt_dataset_t** train_set, mpt_dataset_t** held_out, int64_t* train_rows,
+                                int64_t* validation_rows)
+{
+    const int64_t rows = *train_rows;
+    const int64_t kept = (int64_t)((double)rows * (1.0 - split)); /* positive: truncation floors */
+    mpt_dataset_t* training = NULL;
+    int failed = 1;
+
+    if (kept < 1 || kept >= rows) {
+        fprintf(stderr, "error: --validation-split %g of %" PRId64 " training images leaves %s\n", split, rows,
+                kept < 1 ? "none to train on" : "none to validate on");
+        return 1;
+    }
+    CHECK_MPT(mpt_dataset_create_slice(*train_set, 0, kept, &training), "slicing the first %" PRId64 " training images",
+              kept);
+    CHECK_MPT(mpt_dataset_create_slice(*train_set, kept, rows - kept, held_out),
+              "slicing the last %" PRId64 " training images", rows - kept);
+    mpt_dataset_destroy(*train_set); /* the slices keep its storage */
+    *train_set = training;
+    training = NULL;
+    *train_rows = kept;
+    *validation_rows = rows - kept;
+    failed = 0;
+
+done:
+    mpt_dataset_destroy(training);
+    return failed;
+}
+
 static void print_size(const char* label, size_t bytes)
 {
     printf("%s%.1f MiB", label, (double)bytes / (1024.0 * 1024.0));
@@ -135,6 +168,7 @@ int run_training(const cli_options* options, mpt_precision precision, const data
     mpt_context_t* context = NULL;
     mpt_dataset_t* train_set = NULL;
     mpt_dataset_t* test_set = NULL;
+    mpt_dataset_t* held_out = NULL; /* --validation-split */
     mpt_model_t* model = NULL;
     mpt_trainer_options_t* trainer_options = NULL;
     mpt_trainer_t* trainer = NULL;
@@ -156,6 +190,9 @@ int run_training(const cli_options* options, mpt_precision precision, const data
     if (data_open(context, data, options->limit, &train_set, &test_set) != 0)
         goto done;
     CHECK_MPT(mpt_dataset_get_rows(train_set, &r.train_rows), "reading the training set's size");
+    if (options->validation_split > 0.0 && split_off_validation(options->validation_split, &train_set, &held_out,
+                                                                  &r.train_rows, &r.validation_rows) != 0)
+        goto done;
     CHECK_MPT(mpt_dataset_get_rows(test_set, &r.test_rows), "reading the test set's size");
 
     /* Flatten 32x32x3 is the input width: the datasets already hold each image as 3072 values. */
@@ -193,8 +230,11 @@ int run_training(const cli_options* options, mpt_precision precision, const data
 
     printf("mptrain %s | backend %s | precision %s | model 3072-3000-1000-10, %" PRId64 " parameters\n",
            mpt_version(), args_backend_name(r.backend), args_precision_name(r.precision), r.parameters);
-    printf("data %s: %" PRId64 " training / %" PRId64 " test images | batch %" PRId64 " | lr %g", data_description(data),
-           r.train_rows, r.test_rows, r.batch_size, (double)options->learning_rate);
+    printf("data %s: %" PRId64 " training / ", data_description(data), r.train_rows);
+    if (held_out != NULL)
+        printf("%" PRId64 " validation (the last %g) / ", r.validation_rows, options->validation_split);
+    printf("%" PRId64 " test images | batch %" PRId64 " | lr %g", r.test_rows, r.batch_size,
+           (double)options->learning_rate);
     if (options->learning_rate_decay != 1.0f)
         printf(" (x%g after each epoch)", (double)options->learning_rate_decay);
     if (options->lr_schedule != MPT_LR_SCHEDULE_CONSTANT)
@@ -215,7 +255,7 @@ int run_training(const cli_options* options, mpt_precision precision, const data
     progress_init(progress_state, trainer, options->epochs, progress_stdout_is_terminal());
     callbacks.learning_rate_decay = options->learning_rate_decay;
     callbacks.rate_after_first_epoch = 0.0f;
-    callbacks.validation_set = options->validate ? test_set : NULL;
+    callbacks.validation_set = held_out != NULL ? held_out : options->validate ? test_set : NULL;
     CHECK_MPT(mpt_trainer_set_callbacks(trainer, progress_state->interactive ? progress_on_step : NULL,
                                         on_epoch_end, &callbacks),
               "setting the progress callbacks");
@@ -242,6 +282,9 @@ int run_training(const cli_options* options, mpt_precision precision, const data
     r.device_us_per_step = r.device_steps > 0 ? r.train_device_seconds * 1e6 / (double)r.device_steps : 0.0;
     r.train_loss = progress_state->loss;
     r.train_accuracy = progress_state->accuracy;
+    r.validated = progress_state->validated;
+    r.validation_loss = progress_state->validation_loss;
+    r.validation_accuracy = progress_state->validation_accuracy;
     CHECK_MPT(mpt_trainer_get_loss_scale(trainer, &r.loss_scale, NULL, &r.skipped_steps),
               "reading the loss scaler");
     CHECK_MPT(mpt_trainer_get_memory(trainer, &planned_bytes, &r.arena_bytes), "reading the arena size");
@@ -280,6 +323,7 @@ done:
     mpt_trainer_options_destroy(trainer_options);
     mpt_model_destroy(model);
     mpt_dataset_destroy(train_set);
+    mpt_dataset_destroy(held_out);
     mpt_dataset_destroy(test_set);
     mpt_context_destroy(context);
     return failed;

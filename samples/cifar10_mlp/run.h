@@ -17,13 +17,17 @@ typedef struct run_result {
     int64_t epochs;
     int64_t batch_size;
     int64_t steps;            /* optimizer steps taken by fit */
-    int64_t train_rows;
+    int64_t train_rows;       /* trained on: without the held-out rows */
+    int64_t validation_rows;  /* --validation-split's held-out rows; 0: none */
     int64_t test_rows;
     int64_t parameters;
     float train_loss;         /* mean over the last epoch */
     float train_accuracy;
     float test_loss;
     float test_accuracy;
+    int validated;            /* the validation set was evaluated after each epoch; the last epoch's: */
+    float validation_loss;
+    float validation_accuracy;
     double train_seconds;     /* wall time of mpt_trainer_fit */
     double test_seconds;      /* wall time of mpt_trainer_evaluate */
     double us_per_step;       /* train_seconds / steps, in microseconds */

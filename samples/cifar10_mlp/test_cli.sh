@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The sample's command line as a user meets it: --help, refused flags (exit 2 with the reason), and
 # short runs on the generated data set (no CIFAR-10 here) whose JSON reflects the flags. The
-# learning-rate and label-smoothing flags must change what is trained, not only what is printed.
+# learning-rate and label-smoothing flags must change what is trained, not only what is printed;
+# --validation-split must hold out exactly the last rows.
 # Usage: test_cli.sh path/to/mptrain-cifar10
 set -u
 program=$1
@@ -11,7 +12,7 @@ failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
 "$program" --help >"$work/help" 2>&1 || fail "--help exited $?"
-for flag in --lr-schedule --warmup --lr-decay --label-smoothing --compare; do
+for flag in --lr-schedule --warmup --lr-decay --label-smoothing --validation-split --compare; do
     grep -q -- "$flag" "$work/help" || fail "--help does not mention $flag"
 done
 
@@ -33,6 +34,10 @@ refused --label-smoothing 1 "--label-smoothing must be a number in"
 refused --label-smoothing -0.1 "--label-smoothing must be a number in"
 refused --label-smoothing 0.99999999 "--label-smoothing must be a number in"  # 1 once rounded to float
 refused --label-smoothing nan "--label-smoothing must be a number in"
+refused --validation-split 0 "--validation-split must be a number in (0, 1)"
+refused --validation-split 1 "--validation-split must be a number in (0, 1)"
+refused --validation-split -0.2 "--validation-split must be a number in (0, 1)"
+refused --validation-split nan "--validation-split must be a number in (0, 1)"
 refused --frobnicate "unknown option"
 
 # 256 generated images, batch 32: 8 steps an epoch, 16 in all.
@@ -95,6 +100,25 @@ test_line=$(sed -n 's/^test: loss \([0-9.]*\) - accuracy \([0-9.]*\) .*/\1 \2/p'
 [ -n "$last_val" ] && [ "$last_val" = "$test_line" ] || fail "the last val_loss/accuracy '$last_val' is not the test's '$test_line'"
 [ "$(json_value validated train_loss)" = "$constant_loss" ] || fail "--validate changed the training loss"
 [ "$(json_value validated validate)" = true ] || fail "--validate is not in the JSON"
+# --validation-split 0.2 of 320 images holds out the last 64, Keras's split: the first 256 train
+# exactly as --limit 256 alone does (the generated rows do not depend on the limit), and the
+# held-out rows are evaluated after each epoch, the last line's numbers in the JSON.
+run split --limit 320 --validation-split 0.2
+grep -q "256 training / 64 validation (the last 0.2) / " "$work/split.out" || fail "split run's header: $(grep '^data' "$work/split.out")"
+[ "$(json_value split train_images)" = 256 ] || fail "split run's JSON has train_images $(json_value split train_images)"
+[ "$(json_value split validation_images)" = 64 ] || fail "split run's JSON has validation_images $(json_value split validation_images)"
+[ "$(json_value split train_loss)" = "$constant_loss" ] || fail "the split run did not train the first 256 images as --limit 256"
+[ "$(grep -c ' - val_loss: ' "$work/split.out")" = 2 ] || fail "--validation-split did not report both epochs"
+split_val=$(sed -n 's/.* - val_loss: \([0-9.]*\) - val_accuracy: .*$/\1/p' "$work/split.out" | tail -1)
+json_val=$(json_value split validation_loss)
+awk -v a="$split_val" -v b="$json_val" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && b != "" && d <= 5e-5) }' ||
+    fail "the last val_loss '$split_val' is not the JSON's validation_loss '$json_val'"
+[ "$split_val" != "$(sed -n 's/^test: loss \([0-9.]*\) .*/\1/p' "$work/split.out")" ] ||
+    fail "--validation-split evaluated the test set"
+[ -z "$(json_value constant validation_loss)" ] || fail "a run without validation has a validation_loss in its JSON"
+"$program" --data "$work/no-such-directory" --limit 1 --validation-split 0.5 >"$work/no_rows.out" 2>&1 &&
+    fail "a split of 1 image into none exited 0"
+grep -q "leaves none to train on" "$work/no_rows.out" || fail "a split leaving nothing to train on: $(tail -1 "$work/no_rows.out")"
 # The same flags train the same run.
 run cosine_again --lr-schedule cosine --warmup 4
 [ "$(json_value cosine_again train_loss)" = "$(json_value cosine train_loss)" ] || fail "the cosine run does not repeat"
