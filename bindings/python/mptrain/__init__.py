@@ -22,6 +22,7 @@ import collections
 import ctypes
 import enum
 import json
+import operator
 import os
 import struct
 import threading
@@ -720,7 +721,7 @@ class Model(_Handle):
 
 class Dataset(_Handle):
     """Training data, copied into the library: build one with from_f32, from_u8, from_targets or
-    load_cifar10."""
+    load_cifar10, or take rows of one without a copy with slice(first, rows) or dataset[a:b]."""
 
     _destroy_name = "mpt_dataset_destroy"
 
@@ -809,6 +810,52 @@ class Dataset(_Handle):
 
     def __len__(self):
         return self.rows
+
+    def slice(self, first, rows):
+        """A Dataset of rows [first, first + rows) of this one that shares its storage: nothing is
+        copied, and on a GPU one device copy serves this dataset and all its slices. Labels or targets,
+        classes and normalisation are this dataset's; a slice of a slice counts from that slice's
+        first row. For a held-out validation set or k folds; dataset[a:b] (see __getitem__) takes the
+        same rows with Python's slice bounds.
+
+        The slice keeps the storage (and its context) alive: it stays usable when this Dataset, its
+        Context or both are closed or collected. `first` outside [0, rows) or `rows` outside
+        [1, rows - first] raises Error with Status.INVALID_ARGUMENT."""
+        first = _integer(first, "first", ctypes.c_int64)
+        rows = _integer(rows, "rows", ctypes.c_int64)
+        pointer = _native.DatasetP()
+        with self._family:
+            _check(_lib().mpt_dataset_create_slice(self._get(), first, rows, ctypes.byref(pointer)))
+        # The source's family: the slice shares its context's lock and keeps its log callback alive.
+        return type(self)(pointer, self._family)
+
+    def __getitem__(self, key):
+        """dataset[a:b]: rows a to b as a slice (see slice), bounds as Python's: negative ones count
+        from the end, omitted ones are the start and the end, and out-of-range ones are clipped. The
+        step must be omitted or 1; an empty range raises ValueError (a Dataset has at least one row),
+        an integer index TypeError (one row is dataset[i:i + 1]).
+
+        Keras's validation_split holds out the last rows, taken before any shuffling (fit shuffles
+        each slice's own rows only), so validation_split=0.2 is:
+
+            split = int(len(data) * (1 - 0.2))
+            training, validation = data[:split], data[split:]"""
+        if not isinstance(key, slice):  # the builtin: methods do not see the class's own slice
+            raise TypeError("Dataset indices must be slices, not %s (one row is dataset[i:i + 1])"
+                            % type(key).__name__)
+        step = 1 if key.step is None else operator.index(key.step)
+        if step != 1:
+            raise ValueError("a Dataset slice takes consecutive rows: its step must be 1 or omitted, not %d"
+                             % step)
+        rows = len(self)
+        start, stop, _ = key.indices(rows)
+        if stop <= start:
+            raise ValueError("dataset[%s:%s] of a Dataset of %d rows is empty (a Dataset has at least one row)"
+                             % ("" if key.start is None else key.start, "" if key.stop is None else key.stop,
+                                rows))
+        return self.slice(start, stop - start)
+
+    __iter__ = None  # not a sequence of rows: without this, iter() would call __getitem__(0)
 
 
 class Trainer(_Handle):
