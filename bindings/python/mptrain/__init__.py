@@ -19,6 +19,7 @@ lock (the C library allows one thread at a time per context), different contexts
 """
 import array
 import collections
+import collections.abc
 import ctypes
 import enum
 import json
@@ -858,6 +859,24 @@ class Dataset(_Handle):
     __iter__ = None  # not a sequence of rows: without this, iter() would call __getitem__(0)
 
 
+def _class_weights_by_index(weights, classes):
+    """Keras's class_weight dict {class index: weight} as the list the library takes: one weight per
+    class of the model's outputs, 1 where the dict has none (Keras's default); {} is no weights."""
+    if not weights:
+        return None
+    by_index = [1.0] * classes
+    for key, weight in weights.items():
+        try:
+            index = operator.index(key)
+        except TypeError:
+            raise TypeError("class_weights' keys must be class indices (integers), not %r" % (key,)) from None
+        if not 0 <= index < classes:
+            raise Error(Status.SHAPE_MISMATCH, "class_weights has a weight for class %d, but the model's outputs "
+                        "are classes 0 to %d" % (index, classes - 1))
+        by_index[index] = float(weight)
+    return by_index
+
+
 class Trainer(_Handle):
     """Trains a model: fit, step, evaluate, predict. Options as keywords (None = the library default):
     precision, loss, optimizer, learning_rate, momentum (+ nesterov), adam=(beta1, beta2, epsilon),
@@ -878,8 +897,10 @@ class Trainer(_Handle):
     batch's rows, so fit's and step's losses are the weighted ones; evaluate reports the unweighted
     loss. A negative, NaN or infinite weight, or all weights 0, raises Error with
     Status.INVALID_ARGUMENT, as do class weights with binary cross-entropy or mean squared error; a
-    count other than the model's outputs raises it with Status.SHAPE_MISMATCH. Unlike Keras's, they
-    are a sequence indexed by class, not a dict. Checkpoints must match them.
+    count other than the model's outputs raises it with Status.SHAPE_MISMATCH. Keras's dict form
+    {class index: weight} is taken too: a class it leaves out weighs 1, as in Keras, and a key that is
+    not a class index of the model's outputs raises Error with Status.SHAPE_MISMATCH. Checkpoints must
+    match them.
 
     lr_schedule (an LrSchedule or its name) is a learning-rate schedule the library evaluates at every
     step, the steps counted from 0 over the trainer's life: the base rate (learning_rate) times a factor,
@@ -908,6 +929,8 @@ class Trainer(_Handle):
             if loss is not None:
                 _check(lib.mpt_trainer_options_set_loss(options, _enum(Loss, loss, "loss")))
             _check(lib.mpt_trainer_options_set_label_smoothing(options, float(label_smoothing)))
+            if isinstance(class_weights, collections.abc.Mapping):
+                class_weights = _class_weights_by_index(class_weights, model.output_features)
             if class_weights is not None:
                 weights = _floats(class_weights, "class_weights")
                 if weights.shape is not None and len(weights.shape) != 1:

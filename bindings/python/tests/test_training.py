@@ -355,7 +355,7 @@ def test_class_weights_refused_by_value_count_or_loss(ctx, model):
         with pytest.raises(mptrain.Error) as info:
             mptrain.Trainer(model, class_weights=[1.0] * count)
         assert info.value.status == mptrain.Status.SHAPE_MISMATCH, count
-    for wrong_type in (2.0, {0: 1.0, 1: 2.0, 2: 1.0}, "123"):
+    for wrong_type in (2.0, "123", {0.0: 1.0}, {"0": 1.0}):
         with pytest.raises(TypeError):
             mptrain.Trainer(model, class_weights=wrong_type)
     mptrain.Trainer(model, class_weights=[])  # empty: none
@@ -365,6 +365,38 @@ def test_class_weights_refused_by_value_count_or_loss(ctx, model):
         with pytest.raises(mptrain.Error) as info:
             mptrain.Trainer(model, loss=loss, class_weights=[1.0, 2.0, 3.0])
         assert info.value.status == mptrain.Status.INVALID_ARGUMENT, loss
+
+
+def test_class_weights_as_keras_dict_train_as_the_list_it_stands_for_missing_classes_weighing_1():
+    samples, labels = make_blobs(rows=30, seed=66)
+
+    def one_step(class_weights):
+        own_ctx = mptrain.Context(backend="cpu", threads=1, seed=5)
+        own_model = mptrain.Model(own_ctx, FEATURES).add_dense(16, "relu").add_dense(CLASSES, "softmax")
+        trainer = mptrain.Trainer(own_model, precision="fp32", optimizer="sgd", learning_rate=0.05,
+                                  class_weights=class_weights)
+        loss = trainer.step(mptrain.Dataset.from_f32(own_ctx, samples, labels, CLASSES), 0, 30)
+        weights = weight_bytes(own_model)
+        own_ctx.close()
+        return loss, weights
+
+    as_list = one_step([0.5, 1.0, 3.0])
+    assert one_step({0: 0.5, 2: 3.0}) == as_list  # class 1 left out: weight 1, as in Keras
+    assert one_step({2: 3, 0: 0.5, 1: 1}) == as_list  # any order, integer weights
+    assert one_step({}) == one_step(None) != as_list  # an empty dict is no weights
+    np = pytest.importorskip("numpy")
+    assert one_step({np.int64(0): np.float32(0.5), np.int32(2): 3.0}) == as_list
+
+
+def test_class_weights_dict_keys_outside_the_models_classes_are_refused(ctx, model):
+    for key in (CLASSES, -1, 2 ** 70):
+        with pytest.raises(mptrain.Error) as info:
+            mptrain.Trainer(model, class_weights={0: 1.0, key: 2.0})
+        assert info.value.status == mptrain.Status.SHAPE_MISMATCH, key
+        assert "class %d" % key in info.value.message, key
+    with pytest.raises(mptrain.Error) as info:  # values are checked by the library, as in a list
+        mptrain.Trainer(model, class_weights={1: -2.0})
+    assert info.value.status == mptrain.Status.INVALID_ARGUMENT
 
 
 def test_u8_and_target_datasets_train(ctx):
