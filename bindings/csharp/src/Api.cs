@@ -489,6 +489,27 @@ namespace Mptrain
                 }
             }
         }
+
+        /// <summary>A data set of rows [first, first + rows) of this one that shares its storage: nothing
+        /// is copied, and on a GPU one device copy serves this data set and all its slices (placed when any
+        /// of them is first used, within the context's DatasetDeviceBudget as a whole). Labels or targets,
+        /// classes and normalisation are this data set's. For a held-out validation set or k folds:
+        /// Keras's validation_split holds out the last rows, before any shuffling, so a split of
+        /// `held` rows is <c>Slice(0, Rows - held)</c> for training and <c>Slice(Rows - held, held)</c>
+        /// for validation. The slice is a Dataset of its own, disposed separately: it keeps the storage
+        /// alive after this one is disposed (and the context after its Context is); a slice of a slice
+        /// counts from that slice's first row. `first` outside [0, Rows) or `rows` outside
+        /// [1, Rows - first] throws MptException with Status.InvalidArgument.</summary>
+        public Dataset Slice(long first, long rows)
+        {
+            using (Family.Enter())
+            {
+                DatasetHandle slice;
+                MptException.Check(Native.mpt_dataset_create_slice(Live, first, rows, out slice));
+                slice.Attach(Family);
+                return new Dataset(slice);
+            }
+        }
     }
 
     public struct LossScalerDynamics

@@ -66,6 +66,7 @@ namespace Mptrain
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern void mpt_dataset_destroy(IntPtr dataset);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_dataset_get_rows(DatasetHandle dataset, out long rows);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_dataset_get_features(DatasetHandle dataset, out long features);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_dataset_create_slice(DatasetHandle dataset, long first, long rows, out DatasetHandle slice);
 
         // Trainer options
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_create(out TrainerOptionsHandle options);

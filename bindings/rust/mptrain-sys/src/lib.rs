@@ -276,6 +276,12 @@ extern "C" {
     pub fn mpt_dataset_destroy(dataset: *mut mpt_dataset_t);
     pub fn mpt_dataset_get_rows(dataset: *const mpt_dataset_t, out: *mut i64) -> mpt_status;
     pub fn mpt_dataset_get_features(dataset: *const mpt_dataset_t, out: *mut i64) -> mpt_status;
+    pub fn mpt_dataset_create_slice(
+        dataset: *const mpt_dataset_t,
+        first: i64,
+        rows: i64,
+        out: *mut *mut mpt_dataset_t,
+    ) -> mpt_status;
 
     // Trainer options
     pub fn mpt_trainer_options_create(out: *mut *mut mpt_trainer_options_t) -> mpt_status;

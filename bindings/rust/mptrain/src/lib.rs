@@ -1063,7 +1063,8 @@ impl Drop for Model {
 
 // ---- dataset --------------------------------------------------------------------------------------
 
-/// Training data, copied into the library (the caller's slices are not retained).
+/// Training data, copied into the library (the caller's slices are not retained); [`Dataset::slice`]
+/// makes a dataset of some of its rows without a copy.
 pub struct Dataset {
     raw: NonNull<sys::mpt_dataset_t>,
     family: Arc<Family>,
@@ -1212,6 +1213,39 @@ impl Dataset {
     /// Values per sample.
     pub fn features(&self) -> Result<i64> {
         self.query(sys::mpt_dataset_get_features)
+    }
+
+    /// A dataset of rows `[first, first + rows)` of this one that shares its storage: nothing is
+    /// copied, and on a GPU one device copy serves this dataset and all its slices (placed when any of
+    /// them is first used, within the context's dataset device budget as a whole). Labels or targets,
+    /// classes and normalisation are this dataset's. For a held-out validation set or k folds; Keras's
+    /// `validation_split` holds out the last rows, before any shuffling:
+    ///
+    /// ```no_run
+    /// # use mptrain::{Context, Dataset};
+    /// # fn main() -> mptrain::Result<()> {
+    /// # let ctx = Context::new()?;
+    /// # let (samples, labels) = (vec![0.0f32; 400], vec![0; 100]);
+    /// let data = Dataset::from_f32(&ctx, &samples, 4, &labels, 3, true)?;
+    /// let rows = data.rows()?;
+    /// let held_out = rows - rows * 4 / 5; // validation_split = 0.2: Keras trains on floor(0.8 rows)
+    /// let training = data.slice(0, rows - held_out)?;
+    /// let validation = data.slice(rows - held_out, held_out)?;
+    /// drop(data); // the slices keep the rows
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// The slice keeps the storage alive after this `Dataset` is dropped; a slice of a slice counts
+    /// from that slice's first row. `first` outside `[0, rows)` or `rows` outside
+    /// `[1, rows - first]` fails with [`Status::InvalidArgument`].
+    pub fn slice(&self, first: i64, rows: i64) -> Result<Dataset> {
+        let _lock = self.family.enter()?;
+        let mut raw = ptr::null_mut();
+        check(unsafe { sys::mpt_dataset_create_slice(self.raw.as_ptr(), first, rows, &mut raw) })?;
+        Ok(Dataset {
+            raw: NonNull::new(raw).expect("mpt_dataset_create_slice returned NULL"),
+            family: self.family.clone(),
+        })
     }
 }
 
