@@ -88,4 +88,15 @@ mpt_status mpt_dataset_create_slice(const mpt_dataset_t* dataset, int64_t first,
     MPT_API_END
 }
 
+mpt_status mpt_dataset_create_weighted(const mpt_dataset_t* dataset, const float* weights, int64_t count,
+                                       mpt_dataset_t** out) {
+    MPT_API_BEGIN
+    const mpt::Dataset& impl = impl_of(dataset, "dataset");
+    require_pointer(weights, "weights");
+    require_pointer(out, "out");
+    auto weighted = mpt::Dataset::weighted(impl, weights, count);
+    *out = new mpt_dataset{std::move(weighted)};
+    MPT_API_END
+}
+
 }  // extern "C"

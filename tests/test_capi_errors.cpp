@@ -255,6 +255,7 @@ TEST_CASE("every entry point rejects a NULL handle with INVALID_ARGUMENT and a m
         {"dataset_get_rows", [&] { return mpt_dataset_get_rows(nullptr, &count); }},
         {"dataset_get_features", [&] { return mpt_dataset_get_features(nullptr, &count); }},
         {"dataset_create_slice", [&] { return mpt_dataset_create_slice(nullptr, 0, 1, &dataset_out); }},
+        {"dataset_create_weighted", [&] { return mpt_dataset_create_weighted(nullptr, w, 1, &dataset_out); }},
         {"trainer_options_set_precision", [&] { return mpt_trainer_options_set_precision(nullptr, MPT_PRECISION_FP32); }},
         {"trainer_options_set_loss", [&] { return mpt_trainer_options_set_loss(nullptr, MPT_LOSS_MEAN_SQUARED_ERROR); }},
         {"trainer_options_set_optimizer", [&] { return mpt_trainer_options_set_optimizer(nullptr, MPT_OPTIMIZER_ADAM); }},

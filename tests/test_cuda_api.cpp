@@ -630,12 +630,22 @@ struct LossOptionsRun {
     float loss = NAN, accuracy = NAN;
 };
 
-// 4 epochs of 12 fp32 SGD steps (graphs replayed on a GPU), shuffled alike on every backend.
+// 4 epochs of 12 fp32 SGD steps (graphs replayed on a GPU), shuffled alike on every backend, on the
+// blobs weighted by `row_weights` when given (from a context with that dataset device budget).
 LossOptionsRun train_with_loss_options(mpt_backend backend, const Blobs& blobs, float label_smoothing,
-                           const std::vector<float>& class_weights = {}) {
-    mpt_context_t* context = new_context(backend);
+                                       const std::vector<float>& class_weights = {},
+                                       const std::vector<float>& row_weights = {},
+                                       size_t dataset_device_budget = SIZE_MAX) {
+    mpt_context_t* context = mpt_test::create_context(backend, 7, 0, dataset_device_budget);
     mpt_model_t* model = new_model(context, kFeatures, kSmallModel);
     mpt_dataset_t* dataset = new_dataset(context, blobs);
+    if (!row_weights.empty()) {
+        mpt_dataset_t* weighted = nullptr;
+        REQUIRE_OK(mpt_dataset_create_weighted(dataset, row_weights.data(), static_cast<int64_t>(row_weights.size()),
+                                               &weighted));
+        mpt_dataset_destroy(dataset);
+        dataset = weighted;
+    }
     mpt_trainer_options_t* options = nullptr;
     REQUIRE_OK(mpt_trainer_options_create(&options));
     REQUIRE_OK(mpt_trainer_options_set_precision(options, MPT_PRECISION_FP32));
@@ -694,6 +704,32 @@ TEST_CASE("class weights train on the backend as on the CPU, graphs included") {
     CHECK(weighted.loss == doctest::Approx(on_cpu.loss).epsilon(1e-3));
     CHECK(weighted.accuracy == doctest::Approx(on_cpu.accuracy).epsilon(0.02));
     if (backend == MPT_BACKEND_CPU) CHECK(same_bits(weighted.weights, on_cpu.weights));
+}
+
+TEST_CASE("row weights train and evaluate on the backend as on the CPU, resident or streamed, graphs included") {
+    BACKEND_OR_SKIP(backend);
+    const Blobs blobs = make_blobs(192, 79);
+    std::vector<float> row_weights;
+    for (int64_t r = 0; r < blobs.rows(); ++r) row_weights.push_back(r % 9 == 2 ? 0.0f : 0.1f + 0.02f * static_cast<float>(r));
+    const std::vector<float> class_weights = {0.5f, 3.0f, 1.0f};
+    const LossOptionsRun on_cpu = train_with_loss_options(MPT_BACKEND_CPU, blobs, 0.0f, class_weights, row_weights);
+    const LossOptionsRun class_only = train_with_loss_options(backend, blobs, 0.0f, class_weights);
+    for (size_t dataset_device_budget : {SIZE_MAX, size_t{0}}) {
+        CAPTURE(dataset_device_budget);
+        const LossOptionsRun weighted =
+            train_with_loss_options(backend, blobs, 0.0f, class_weights, row_weights, dataset_device_budget);
+        const double cpu_error = normalised_error(weighted.weights, on_cpu.weights);
+        const double unweighted_error = normalised_error(class_only.weights, weighted.weights);
+        MESSAGE(backend_name(backend) << ", dataset device budget " << dataset_device_budget
+                                      << ": row-weighted weights against the CPU's " << cpu_error
+                                      << ", against class weights alone " << unweighted_error);
+        CHECK(cpu_error <= 1e-3);  // fp32: accumulation order only, as for label smoothing above
+        CHECK(unweighted_error > 2e-2);  // the row weights reached the steps (eager and replayed alike)
+        CHECK(weighted.loss == doctest::Approx(on_cpu.loss).epsilon(1e-3));  // evaluate: row-weighted
+        CHECK(weighted.loss != doctest::Approx(class_only.loss).epsilon(1e-2));
+        CHECK(weighted.accuracy == doctest::Approx(on_cpu.accuracy).epsilon(0.02));
+        if (backend == MPT_BACKEND_CPU) CHECK(same_bits(weighted.weights, on_cpu.weights));
+    }
 }
 
 namespace {

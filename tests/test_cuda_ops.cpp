@@ -378,6 +378,7 @@ struct HeadCase {
     bool with_state, with_probabilities;
     float label_smoothing = 0.0f;
     bool with_class_weights = false;  // categorical losses: random weights in [0, 3]
+    bool with_row_weights = false;    // every loss: random weights in [0, 2] per row
 };
 
 // NaN in the same places of the first `count` elements of both, and those places zeroed there so that
@@ -403,7 +404,9 @@ void compare_loss_head_logits(Backend& reference, Backend& candidate, const Head
     CAPTURE(c.with_state);
     CAPTURE(c.label_smoothing);
     CAPTURE(c.with_class_weights);
+    CAPTURE(c.with_row_weights);
     const std::vector<float> class_weights = random_values(static_cast<size_t>(c.classes), 0, 3);
+    const std::vector<float> row_weights = random_values(static_cast<size_t>(c.rows), 0, 2);
     std::vector<float> logits = random_values(static_cast<size_t>(c.rows * c.width), -4, 4);
     if (nan_logit) logits[0] = std::numeric_limits<float>::quiet_NaN();
     std::uniform_int_distribution<int32_t> label_distribution(0, static_cast<int32_t>(c.classes - 1));
@@ -435,6 +438,7 @@ void compare_loss_head_logits(Backend& reference, Backend& candidate, const Head
         Buffer state = upload_raw(backend, std::vector<TrainState>{initial});
         Buffer metric = upload_raw(backend, initial_metrics);
         Buffer weights = upload(backend, DType::fp32, class_weights);
+        Buffer row_weight_buffer = upload(backend, DType::fp32, row_weights);
         LossHeadArgs args{};
         args.logits = logits_buffer.as<float>();
         args.labels = sparse ? labels_buffer.as<int32_t>() : nullptr;
@@ -450,6 +454,7 @@ void compare_loss_head_logits(Backend& reference, Backend& candidate, const Head
         args.loss = c.loss;
         args.label_smoothing = c.label_smoothing;
         args.class_weights = c.with_class_weights ? weights.as<float>() : nullptr;
+        args.row_weights = c.with_row_weights ? row_weight_buffer.as<float>() : nullptr;
         args.logits_grad_dtype = c.gradient_dtype;
         backend.loss_head(args);
         gradients[b] = download(backend, gradient, c.gradient_dtype, static_cast<size_t>(c.rows * c.width));
@@ -531,6 +536,19 @@ void compare_loss_head_cases(Backend& reference, Backend& candidate) {
           HeadCase{Activation::softmax, LossKind::sparse_categorical_crossentropy, 300, 104, 100, DType::fp32, true, false,
                    0.0f, true}})
         compare_loss_head(reference, candidate, weighted);
+    // Row weights (a weighted dataset's) with every loss, alone and after class weights.
+    for (HeadCase row_weighted :
+         {HeadCase{Activation::softmax, LossKind::sparse_categorical_crossentropy, 67, 16, 10, DType::bf16, true, true},
+          HeadCase{Activation::linear, LossKind::categorical_crossentropy, 40, 16, 10, DType::fp16, true, false, 0.1f, true},
+          HeadCase{Activation::sigmoid, LossKind::categorical_crossentropy, 33, 8, 5, DType::fp32, true, true, 0.0f, true},
+          HeadCase{Activation::sigmoid, LossKind::binary_crossentropy, 50, 8, 3, DType::bf16, true, true},
+          HeadCase{Activation::tanh, LossKind::binary_crossentropy, 20, 8, 4, DType::fp32, false, false},
+          HeadCase{Activation::linear, LossKind::mean_squared_error, 31, 8, 7, DType::fp16, true, true},
+          HeadCase{Activation::softmax, LossKind::sparse_categorical_crossentropy, 300, 104, 100, DType::fp32, true, false,
+                   0.0f, true}}) {
+        row_weighted.with_row_weights = true;
+        compare_loss_head(reference, candidate, row_weighted);
+    }
     // Wide heads (several classes per lane) and many rows (several blocks).
     compare_loss_head(reference, candidate,
                       {Activation::softmax, LossKind::sparse_categorical_crossentropy, 300, 104, 100, DType::bf16, true, true});
@@ -552,8 +570,9 @@ void compare_gather(Backend& reference, Backend& candidate, bool u8, DType dtype
     std::vector<int32_t> labels(static_cast<size_t>(dataset_rows));
     for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int32_t>(i % 10);
     const std::vector<float> targets = random_values(static_cast<size_t>(dataset_rows * target_width), 0, 1);
+    const std::vector<float> row_weights = random_values(static_cast<size_t>(dataset_rows), 0, 2);
 
-    std::vector<float> batches[2], batch_targets[2];
+    std::vector<float> batches[2], batch_targets[2], batch_row_weights[2];
     std::vector<int32_t> batch_labels[2];
     Backend* backends[2] = {&reference, &candidate};
     for (int b = 0; b < 2; ++b) {
@@ -565,6 +584,8 @@ void compare_gather(Backend& reference, Backend& candidate, bool u8, DType dtype
         Buffer batch = poisoned(backend, dtype, static_cast<size_t>(rows * padded));
         Buffer batch_label = poisoned(backend, DType::fp32, static_cast<size_t>(rows));
         Buffer batch_target = poisoned(backend, DType::fp32, static_cast<size_t>(rows * target_width));
+        Buffer row_weight_buffer = upload_raw(backend, row_weights);
+        Buffer batch_row_weight = poisoned(backend, DType::fp32, static_cast<size_t>(rows));
         GatherArgs args{};
         args.samples = samples.data();
         args.samples_are_u8 = u8;
@@ -582,15 +603,19 @@ void compare_gather(Backend& reference, Backend& candidate, bool u8, DType dtype
         args.targets = target_buffer.as<float>();
         args.target_width = target_width;
         args.batch_targets = batch_target.as<float>();
+        args.row_weights = row_weight_buffer.as<float>();
+        args.batch_row_weights = batch_row_weight.as<float>();
         backend.gather_batch(args);
         backend.scheduler().synchronize();
         batches[b] = download(backend, batch, dtype, static_cast<size_t>(rows * padded));
         batch_labels[b] = download_raw<int32_t>(backend, batch_label, static_cast<size_t>(rows));
         batch_targets[b] = download(backend, batch_target, DType::fp32, static_cast<size_t>(rows * target_width));
+        batch_row_weights[b] = download(backend, batch_row_weight, DType::fp32, static_cast<size_t>(rows));
     }
     CHECK(normalised_error(batches[1], batches[0]) == 0.0);  // the same formula, one rounding: exact
     CHECK(batch_labels[1] == batch_labels[0]);
     CHECK(batch_targets[1] == batch_targets[0]);
+    CHECK(batch_row_weights[1] == batch_row_weights[0]);
 }
 
 std::vector<float> difference(const std::vector<float>& a, const std::vector<float>& b) {

@@ -88,6 +88,9 @@ struct LossHeadArgs {
     // Optional [classes] in backend memory (categorical losses): each row's loss and gradient times
     // its class's weight (its label, or the first largest of its targets). Null: every weight 1.
     const float* class_weights;
+    // Optional [rows] in backend memory: each row's own weight (a weighted dataset's, Keras's
+    // sample_weight), multiplying its loss and gradient after its class weight. Null: every weight 1.
+    const float* row_weights;
     DType logits_grad_dtype;
 };
 constexpr int kMetricsCount = 4;
@@ -147,6 +150,8 @@ struct GatherArgs {
     const float* targets;        // dataset targets or null
     int64_t target_width;
     float* batch_targets;
+    const float* row_weights;    // dataset row weights or null
+    float* batch_row_weights;
 };
 
 // One tensor of a batched max_abs.

@@ -105,18 +105,44 @@ std::shared_ptr<Dataset> Dataset::slice(const Dataset& source, int64_t first, in
         fail(MPT_STATUS_INVALID_ARGUMENT, "a slice from row " + std::to_string(first) + " of a dataset of " +
                                               std::to_string(source.rows_) + " rows takes 1 to " +
                                               std::to_string(source.rows_ - first) + " rows, not " + std::to_string(rows));
-    std::shared_ptr<Dataset> dataset(new Dataset(source.storage_, source.first_ + first, rows, source.features_));
-    dataset->num_classes_ = source.num_classes_;
-    dataset->target_width_ = source.target_width_;
-    dataset->scale_ = source.scale_;
-    dataset->offset_ = source.offset_;
+    std::shared_ptr<Dataset> dataset(new Dataset(source));
+    dataset->first_ = source.first_ + first;
+    dataset->rows_ = rows;
+    dataset->weights_first_ = source.weights_first_ + first;
     // A slice can leave out the rows whose targets kept its source from binary cross-entropy.
     if (dataset->target_width_ > 0) dataset->find_targets_in_unit_interval();
     return dataset;
 }
 
+std::shared_ptr<Dataset> Dataset::weighted(const Dataset& source, const float* weights, int64_t count) {
+    if (count != source.rows_)
+        fail(MPT_STATUS_SHAPE_MISMATCH, "a weighted dataset takes one weight per row: " + std::to_string(source.rows_) +
+                                            " weights, not " + std::to_string(count));
+    for (int64_t r = 0; r < count; ++r)
+        if (!(std::isfinite(weights[r]) && weights[r] >= 0.0f))
+            fail(MPT_STATUS_INVALID_ARGUMENT, "row weights must be finite and >= 0; the weight of row " +
+                                                  std::to_string(r) + " is " + std::to_string(weights[r]));
+    auto storage = std::make_shared<DatasetStorage>(source.context());
+    storage->row_weights.assign(weights, weights + count);
+    std::shared_ptr<Dataset> dataset(new Dataset(source));
+    dataset->weights_ = std::move(storage);
+    dataset->weights_first_ = 0;
+    return dataset;
+}
+
 DatasetView Dataset::device_view() const {
     DatasetView view = storage_->device_view();
+    if (weights_) {
+        const DatasetView weights = weights_->device_view();
+        if (view.streamed == weights.streamed) {
+            view.row_weights = weights.row_weights;
+        } else {  // one placed, the other not: the stager reads both from the host
+            view = storage_->host_view();
+            view.row_weights = weights_->host_view().row_weights;
+            view.streamed = true;
+        }
+        view.row_weights += weights_first_;
+    }
     // Storage rows, dense in both memories: the slice starts first_ rows in.
     const size_t sample_size = is_u8() ? sizeof(uint8_t) : sizeof(float);
     view.samples = static_cast<const char*>(view.samples) + static_cast<size_t>(first_ * features_) * sample_size;

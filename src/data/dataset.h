@@ -1,7 +1,8 @@
 // A dataset: rows [first, first + rows) of a DatasetStorage, with int32 labels or float targets and
-// how its samples are normalised. Made from the caller's rows, or as a slice of another dataset
-// (mpt_dataset_create_slice) that shares its storage. Batches are gathered and normalised from it
-// by the backend.
+// how its samples are normalised, and optionally a weight per row (from a storage of their own).
+// Made from the caller's rows, as a slice of another dataset (mpt_dataset_create_slice), or as
+// another dataset's rows with weights (mpt_dataset_create_weighted); both share the source's rows.
+// Batches are gathered and normalised from it by the backend.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +32,9 @@ public:
     // Rows [first, first + rows) of `source`, sharing its storage (nothing is copied); a slice of a
     // slice counts from that slice's first row.
     static std::shared_ptr<Dataset> slice(const Dataset& source, int64_t first, int64_t rows);
+    // `source`'s rows with `weights[r]` for row r (rows() of them, finite and >= 0; copied), in place of
+    // any it had: Keras's sample_weight.
+    static std::shared_ptr<Dataset> weighted(const Dataset& source, const float* weights, int64_t count);
 
     const std::shared_ptr<Context>& context() const { return storage_->context(); }
     int64_t rows() const { return rows_; }
@@ -48,9 +52,14 @@ public:
     // Every target of this dataset's rows lies in [0, 1] (what binary cross-entropy needs); false
     // without targets.
     bool targets_in_unit_interval() const { return targets_in_unit_interval_; }
+    bool has_row_weights() const { return weights_ != nullptr; }
+    // This dataset's rows' weights (rows() of them), or null without weights.
+    const float* row_weights() const { return weights_ ? weights_->row_weights.data() + weights_first_ : nullptr; }
 
     // This dataset's rows in the context's backend memory: its storage's view (see
-    // DatasetStorage::device_view; a slice on a GPU places all of its storage) from row first_row().
+    // DatasetStorage::device_view; a slice on a GPU places all of its storage) from row first_row(),
+    // with its row weights' (placed the same way). Should one of the two be streamed and not the
+    // other, both are read from host memory: a view is resident or streamed as a whole.
     DatasetView device_view() const;
     // The bytes of the storage this dataset shares: a slice's are its source's, held once.
     size_t storage_bytes() const { return storage_->bytes(); }
@@ -64,6 +73,8 @@ private:
     void find_targets_in_unit_interval();
 
     std::shared_ptr<const DatasetStorage> storage_;
+    std::shared_ptr<const DatasetStorage> weights_;  // row weights only; null: unweighted
+    int64_t weights_first_ = 0;                      // this dataset's first row in weights_
     int64_t first_;
     int64_t rows_;
     int64_t features_;

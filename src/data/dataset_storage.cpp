@@ -10,6 +10,7 @@ DatasetStorage::~DatasetStorage() {
     if (device_samples_) backend.release(device_samples_);
     if (device_labels_) backend.release(device_labels_);
     if (device_targets_) backend.release(device_targets_);
+    if (device_row_weights_) backend.release(device_row_weights_);
     context_->memory().unreserve(reserved_bytes_);
 }
 
@@ -20,15 +21,19 @@ const void* DatasetStorage::host_samples() const {
 size_t DatasetStorage::sample_bytes() const { return u8.size() + f32.size() * sizeof(float); }
 
 size_t DatasetStorage::bytes() const {
-    return sample_bytes() + labels.size() * sizeof(int32_t) + targets.size() * sizeof(float);
+    return sample_bytes() + labels.size() * sizeof(int32_t) + (targets.size() + row_weights.size()) * sizeof(float);
+}
+
+DatasetView DatasetStorage::host_view() const {
+    return DatasetView{sample_bytes() ? host_samples() : nullptr, labels.empty() ? nullptr : labels.data(),
+                       targets.empty() ? nullptr : targets.data(), row_weights.empty() ? nullptr : row_weights.data(),
+                       false};
 }
 
 DatasetView DatasetStorage::device_view() const {
     Backend& backend = context_->backend();
-    DatasetView host{host_samples(), labels.empty() ? nullptr : labels.data(), targets.empty() ? nullptr : targets.data(),
-                     false};
-    if (backend.kind() == BackendKind::cpu) return host;
-    DatasetView view = host;
+    if (backend.kind() == BackendKind::cpu) return host_view();
+    DatasetView view = host_view();
     std::string note;
     {
         std::lock_guard<std::mutex> lock(upload_mutex_);
@@ -37,7 +42,8 @@ DatasetView DatasetStorage::device_view() const {
             view.streamed = true;
         else
             view = DatasetView{device_samples_, static_cast<const int32_t*>(device_labels_),
-                               static_cast<const float*>(device_targets_), false};
+                               static_cast<const float*>(device_targets_), static_cast<const float*>(device_row_weights_),
+                               false};
     }
     if (!note.empty()) context_->log(MPT_LOG_LEVEL_INFO, note);
     return view;
@@ -68,8 +74,9 @@ std::string DatasetStorage::place_on_device() const {
         upload(device_samples_, host_samples(), sample_bytes());
         upload(device_labels_, labels.data(), labels.size() * sizeof(int32_t));
         upload(device_targets_, targets.data(), targets.size() * sizeof(float));
+        upload(device_row_weights_, row_weights.data(), row_weights.size() * sizeof(float));
     } catch (const Error& error) {
-        for (void** device : {&device_samples_, &device_labels_, &device_targets_}) {
+        for (void** device : {&device_samples_, &device_labels_, &device_targets_, &device_row_weights_}) {
             backend.release(*device);
             *device = nullptr;
         }

@@ -1,6 +1,7 @@
 // The rows of a dataset as the caller gave them (uint8 samples stay uint8: CIFAR-10 is 150 MB, not
 // 600), shared by the dataset made from them and every slice of it (mpt_dataset_create_slice), and
 // their one copy in a GPU's memory: a training set and its validation slice cost the device once.
+// A weighted dataset's row weights (mpt_dataset_create_weighted) are a storage of their own.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +20,7 @@ struct DatasetView {
     const void* samples;
     const int32_t* labels;
     const float* targets;
+    const float* row_weights;
     bool streamed;
 };
 
@@ -29,15 +31,19 @@ public:
     DatasetStorage(const DatasetStorage&) = delete;
     DatasetStorage& operator=(const DatasetStorage&) = delete;
 
-    // Filled once, before the storage is shared; exactly one of u8 and f32 holds the samples.
+    // Filled once, before the storage is shared: samples (in exactly one of u8 and f32) with labels
+    // or targets, or row weights alone.
     std::vector<uint8_t> u8;
     std::vector<float> f32;
     std::vector<int32_t> labels;
     std::vector<float> targets;
+    std::vector<float> row_weights;
 
     const std::shared_ptr<Context>& context() const { return context_; }
     bool is_u8() const { return !u8.empty(); }
-    size_t bytes() const;  // samples, labels and targets
+    size_t bytes() const;  // every vector's
+    // All of it in host memory (null where a vector is empty), as the CPU backend reads it.
+    DatasetView host_view() const;
 
     // All rows in the context's backend memory, uploaded on first use on a GPU when they fit the
     // context's dataset device budget, its memory budget and the device; otherwise a streamed view
@@ -64,6 +70,7 @@ private:
     mutable void* device_samples_ = nullptr;
     mutable void* device_labels_ = nullptr;
     mutable void* device_targets_ = nullptr;
+    mutable void* device_row_weights_ = nullptr;
 };
 
 }  // namespace mpt

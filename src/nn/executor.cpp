@@ -139,6 +139,7 @@ void Executor::reserve_rows(int64_t rows) {
                                0, ArenaPlan::kAlways);
         slot.labels = plan.add(row_count * sizeof(int32_t), 0, ArenaPlan::kAlways);
         slot.targets = plan.add(row_count * static_cast<size_t>(classes_) * sizeof(float), 0, ArenaPlan::kAlways);
+        slot.row_weights = plan.add(row_count * sizeof(float), 0, ArenaPlan::kAlways);
     }
     layer_slots_.assign(layers.size(), LayerSlots{});
     const int last = layer_count - 1;
@@ -262,6 +263,8 @@ void Executor::gather(const Dataset& dataset, const DatasetView& view, const int
     args.targets = view.targets;
     args.target_width = dataset.target_width();
     args.batch_targets = static_cast<float*>(step_buffer(batch_slots_[slot].targets));
+    args.row_weights = view.row_weights;
+    args.batch_row_weights = static_cast<float*>(step_buffer(batch_slots_[slot].row_weights));
     backend_.gather_batch(args);
 }
 
@@ -305,7 +308,7 @@ void Executor::forward(int slot, int64_t rows) {
     }
 }
 
-void Executor::loss_head(int slot, int64_t rows, HeadMode mode) {
+void Executor::loss_head(int slot, int64_t rows, HeadMode mode, bool row_weighted) {
     const bool with_gradient = mode == HeadMode::train;
     LossHeadArgs args{};
     args.logits = static_cast<const float*>(step_buffer(layer_slots_.back().activation));
@@ -323,6 +326,10 @@ void Executor::loss_head(int slot, int64_t rows, HeadMode mode) {
     args.loss = loss_.kind;
     args.label_smoothing = loss_.label_smoothing;
     args.class_weights = with_gradient ? class_weights_ : nullptr;  // training only, as Keras's class_weight
+    // Training and evaluation, as Keras's sample_weight (which evaluate also takes).
+    args.row_weights = row_weighted && mode != HeadMode::predict
+                           ? static_cast<const float*>(step_buffer(batch_slots_[slot].row_weights))
+                           : nullptr;
     args.logits_grad_dtype = layer_dtypes_.back();
     backend_.loss_head(args);
 }

@@ -67,9 +67,11 @@ public:
     void load_inputs(const float* host_rows, int64_t rows, int slot);
     void forward(int slot, int64_t rows);
     // Loss head on the forward's logits. train: metrics accumulate and scaled dlogits are written;
-    // evaluate: metrics only; predict: the last layer's outputs only (read_outputs).
+    // evaluate: metrics only; predict: the last layer's outputs only (read_outputs). `row_weighted`:
+    // the slot's batch came from a weighted dataset, whose row weights its gather wrote (train and
+    // evaluate weigh each row's loss by them).
     enum class HeadMode { train, evaluate, predict };
-    void loss_head(int slot, int64_t rows, HeadMode mode);
+    void loss_head(int slot, int64_t rows, HeadMode mode, bool row_weighted = false);
     // Input gradients through every layer (dZ for all layers), before any weight changes.
     void backward(int slot, int64_t rows);
     // Proves the step finite (or marks it skipped), then updates every layer and the loss scaler.
@@ -112,6 +114,7 @@ private:
         int inputs = -1;
         int labels = -1;
         int targets = -1;
+        int row_weights = -1;
     };
 
     // Plans the persistent arena with the backend's GEMM workspace, or with none when that does not

@@ -236,7 +236,7 @@ void Trainer::run_train_step(void* argument) {
     executor.sync_weights();
     executor.begin_step();
     executor.forward(task.slot, task.rows);
-    executor.loss_head(task.slot, task.rows, Executor::HeadMode::train);
+    executor.loss_head(task.slot, task.rows, Executor::HeadMode::train, task.row_weighted);
     executor.backward(task.slot, task.rows);
     executor.update(task.slot, task.rows);
 }
@@ -384,7 +384,7 @@ void Trainer::fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bo
                 ready[(s + 1) % kBatchSlots] = submit_gather(s + 1);
             }
             scheduler.wait(Lane::compute, ready[slot]);
-            step_task_ = StepTask{this, slot, batch_rows};
+            step_task_ = StepTask{this, slot, batch_rows, dataset.has_row_weights()};
             scheduler.submit(Lane::compute, &Trainer::run_train_step, &step_task_);
             steps_into_epoch_ = s + 1;
             undo_draw.started = true;
@@ -475,7 +475,7 @@ float Trainer::step(const Dataset& dataset, int64_t first, int64_t batch_size) {
     DrainOnExit drain(scheduler);
     gather_tasks_[0] = GatherTask{this, &dataset, dataset.device_view(), order, nullptr, first, batch_size, 0};
     scheduler.submit(Lane::compute, &Trainer::run_gather, &gather_tasks_[0]);
-    step_task_ = StepTask{this, 0, batch_size};
+    step_task_ = StepTask{this, 0, batch_size, dataset.has_row_weights()};
     scheduler.submit(Lane::compute, &Trainer::run_train_step, &step_task_);
     ++steps_taken_;
     const TrainState state = executor_.read_state();
@@ -507,7 +507,7 @@ EvaluationResult Trainer::evaluate(const Dataset& dataset, int64_t batch_size) {
         gather_tasks_[0] = GatherTask{this, &dataset, view, order, nullptr, first, count, 0};
         scheduler.submit(Lane::compute, &Trainer::run_gather, &gather_tasks_[0]);
         executor_.forward(0, count);
-        executor_.loss_head(0, count, Executor::HeadMode::evaluate);
+        executor_.loss_head(0, count, Executor::HeadMode::evaluate, dataset.has_row_weights());
     }
     double metrics[kMetricsCount];
     executor_.read_metrics(metrics);

@@ -125,6 +125,7 @@ private:
         Trainer* trainer;
         int slot;
         int64_t rows;
+        bool row_weighted;  // the batch's dataset has row weights
     };
     static void run_gather(void* task);
     static void run_train_step(void* task);

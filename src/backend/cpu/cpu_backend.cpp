@@ -246,6 +246,7 @@ void CpuBackend::gather_batch(const GatherArgs& args) {
         if (args.targets)
             std::memcpy(args.batch_targets + r * args.target_width, args.targets + source_row * args.target_width,
                         static_cast<size_t>(args.target_width) * sizeof(float));
+        if (args.row_weights) args.batch_row_weights[r] = args.row_weights[source_row];
     }
 }
 

@@ -129,6 +129,7 @@ RowResult head_row(const LossHeadArgs& args, int64_t row, float* y, float* grad)
     }
 
     // Accuracy: per output for binary targets (Keras binary_accuracy), else arg-max match.
+    float weight = 1.0f;
     const bool binary = args.loss == LossKind::binary_crossentropy || (args.loss == LossKind::mean_squared_error && classes == 1);
     if (binary) {
         result.counted = classes;
@@ -137,11 +138,13 @@ RowResult head_row(const LossHeadArgs& args, int64_t row, float* y, float* grad)
         const int64_t predicted = argmax(y, classes);
         const int64_t expected = args.labels ? label : argmax(t, classes);
         result.correct = predicted == expected;
-        if (args.class_weights) {  // the row's class weight (categorical losses only)
-            const float weight = args.class_weights[expected];
-            result.loss *= weight;
-            for (int64_t c = 0; c < classes; ++c) grad[c] *= weight;
-        }
+        if (args.class_weights) weight = args.class_weights[expected];  // categorical losses only
+    }
+    // The row's weight: its class's, times its own (a weighted dataset's). A weight of 1 changes no bit.
+    if (args.row_weights) weight *= args.row_weights[row];
+    if (args.class_weights || args.row_weights) {
+        result.loss *= weight;
+        for (int64_t c = 0; c < classes; ++c) grad[c] *= weight;
     }
     return result;
 }

@@ -722,6 +722,8 @@ void CudaBackend::sign(const RecordedOp& op) {
             s.put(a.targets);
             s.put(a.target_width);
             s.put(a.batch_targets);
+            s.put(a.row_weights);
+            s.put(a.batch_row_weights);
             return;
         }
         case OpCode::dense_forward: {
@@ -762,6 +764,7 @@ void CudaBackend::sign(const RecordedOp& op) {
             s.put(a.loss);
             s.put(a.label_smoothing);
             s.put(a.class_weights);  // fixed for the executor's life: its address stands for its values
+            s.put(a.row_weights);    // a batch buffer (or null): the values are the gather's
             s.put(a.logits_grad_dtype);
             return;
         }

@@ -59,8 +59,9 @@ void CudaBatchStager::gather(const GatherArgs& args, cudaStream_t stream) {
     const size_t target_row_bytes = static_cast<size_t>(args.target_width) * sizeof(float);
     const size_t sample_bytes = round_up_256(rows * row_bytes);
     const size_t label_bytes = args.labels ? round_up_256(rows * sizeof(int32_t)) : 0;
-    const size_t target_bytes = args.targets ? rows * target_row_bytes : 0;
-    const size_t total = sample_bytes + label_bytes + target_bytes;
+    const size_t target_bytes = args.targets ? round_up_256(rows * target_row_bytes) : 0;
+    const size_t weight_bytes = args.row_weights ? rows * sizeof(float) : 0;
+    const size_t total = sample_bytes + label_bytes + target_bytes + weight_bytes;
     reserve(slot, total);
 
     char* pinned = static_cast<char*>(slot.pinned);
@@ -74,6 +75,9 @@ void CudaBatchStager::gather(const GatherArgs& args, cudaStream_t stream) {
         if (args.targets)
             std::memcpy(pinned + sample_bytes + label_bytes + r * target_row_bytes, args.targets + source * args.target_width,
                         target_row_bytes);
+        if (args.row_weights)
+            std::memcpy(pinned + sample_bytes + label_bytes + target_bytes + r * sizeof(float), args.row_weights + source,
+                        sizeof(float));
     }
     MPT_CUDA_CHECK(cudaMemcpyAsync(slot.device, slot.pinned, total, cudaMemcpyHostToDevice, stream));
 
@@ -87,6 +91,8 @@ void CudaBatchStager::gather(const GatherArgs& args, cudaStream_t stream) {
     staged.samples = device;
     staged.labels = args.labels ? reinterpret_cast<const int32_t*>(device + sample_bytes) : nullptr;
     staged.targets = args.targets ? reinterpret_cast<const float*>(device + sample_bytes + label_bytes) : nullptr;
+    staged.row_weights =
+        args.row_weights ? reinterpret_cast<const float*>(device + sample_bytes + label_bytes + target_bytes) : nullptr;
     run_gather(staged, stream);
     MPT_CUDA_CHECK(cudaEventRecord(slot.done, stream));
     slot.in_use = true;

@@ -30,6 +30,7 @@ __global__ void __launch_bounds__(kThreads) gather_kernel(const GatherArgs args)
             }
         }
         if (args.labels && threadIdx.x == 0) args.batch_labels[r] = args.labels[source_row];
+        if (args.row_weights && threadIdx.x == 0) args.batch_row_weights[r] = args.row_weights[source_row];
         if (args.targets)
             for (int64_t c = threadIdx.x; c < args.target_width; c += kThreads)
                 args.batch_targets[r * args.target_width + c] = args.targets[source_row * args.target_width + c];
@@ -47,6 +48,8 @@ void validate_gather(const GatherArgs& args) {
             "cuda backend: gather_batch has labels but nowhere to put them");
     require(!args.targets || args.batch_targets, MPT_STATUS_INVALID_ARGUMENT,
             "cuda backend: gather_batch has targets but nowhere to put them");
+    require(!args.row_weights || args.batch_row_weights, MPT_STATUS_INVALID_ARGUMENT,
+            "cuda backend: gather_batch has row weights but nowhere to put them");
 }
 
 void run_gather(const GatherArgs& args, cudaStream_t stream) {

@@ -228,7 +228,7 @@ __device__ RowResult head_row(const LossHeadArgs& args, HeadCase kind, int64_t r
     RowResult result;
     result.loss = warp_sum(loss);
     dot = warp_sum(dot);
-    float row_weight = 1.0f;  // the row's class weight (categorical losses only)
+    float row_weight = 1.0f;  // the row's class weight (categorical losses only), times its own
     if (binary) {
         result.correct = warp_sum(correct);
         result.counted = classes;
@@ -241,9 +241,11 @@ __device__ RowResult head_row(const LossHeadArgs& args, HeadCase kind, int64_t r
             // Lane 0's class for every lane: with NaN targets the butterfly need not agree across lanes.
             const long long weighted_class = __shfl_sync(kFullMask, static_cast<long long>(expected_index), 0);
             row_weight = args.class_weights[weighted_class];
-            result.loss *= row_weight;
         }
     }
+    // A weighted dataset's own weight for the row, after the class's: the CPU's order.
+    if (args.row_weights) row_weight = __fmul_rn(row_weight, args.row_weights[row_index]);
+    if (args.class_weights || args.row_weights) result.loss *= row_weight;
 
     // Outputs: the scaled logits gradient and the activation, zero in the padded columns.
     if (args.logits_grad || args.probabilities) {
