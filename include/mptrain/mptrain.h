@@ -316,8 +316,9 @@ MPT_API mpt_status mpt_dataset_get_features(const mpt_dataset_t* dataset, int64_
  *  and on a GPU one device copy of the whole storage serves `dataset` and all its slices (placed
  *  when any of them is first used, within the context's dataset device budget as a whole). Labels
  *  or targets, classes and normalisation are `dataset`'s. For a held-out validation set (Keras's
- *  validation_split holds out the last rows, before any shuffling) or k folds. The slice keeps the
- *  storage alive when `dataset` is destroyed; a slice of a slice counts from that slice's first row.
+ *  validation_split holds out the last rows, before any shuffling) or a first or last fold: a slice
+ *  is one range, so the rows around a middle fold are not one dataset. The slice keeps the storage
+ *  alive when `dataset` is destroyed; a slice of a slice counts from that slice's first row.
  *  `first` outside [0, rows of `dataset`) or `rows` outside [1, rows of `dataset` - first] gives
  *  MPT_STATUS_INVALID_ARGUMENT.
  *  \param[out] out  new dataset (keeps the context alive). */

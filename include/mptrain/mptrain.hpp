@@ -391,7 +391,7 @@ public:
     }
     /** Rows [first, first + rows) as a dataset sharing this one's storage (no copy; on a GPU one
      *  device copy serves both): a held-out validation set (Keras's validation_split keeps the last
-     *  rows) or a fold. It stays valid when this dataset is gone. */
+     *  rows) or a first or last fold. It stays valid when this dataset is gone. */
     Dataset slice(int64_t first, int64_t rows) const {
         mpt_dataset_t* raw = nullptr;
         detail::check(mpt_dataset_create_slice(get(), first, rows, &raw));

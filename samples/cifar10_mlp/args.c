@@ -35,8 +35,9 @@ void args_print_usage(FILE* stream, const char* program)
             "  --validation-split F\n"
             "                     hold out the last fraction F (0 < F < 1) of the training images,\n"
             "                     as Keras's validation_split: train on the others and evaluate the\n"
-            "                     held-out ones after every epoch (val_loss, val_accuracy), instead\n"
-            "                     of the test set as --validate does; default 0: none\n"
+            "                     held-out ones after every epoch (val_loss, val_accuracy), where\n"
+            "                     --validate would evaluate the test set (give one of the two);\n"
+            "                     default 0: none\n"
             "  --seed N           seed of weight initialisation and shuffling (default 42)\n"
             "  --backend B        auto | cpu | cuda (default auto)\n"
             "  --threads N        CPU compute threads; 0 = all cores (default 0)\n"
@@ -335,6 +336,10 @@ args_result args_parse(int argc, char** argv, cli_options* out)
             options.json_path = value;
         }
     }
+    /* Each epoch validates one set: the held-out rows or the test set, not both. */
+    if (options.validate && options.validation_split > 0.0)
+        return usage_error(program, "--validate (the test set) and --validation-split (held-out training images) "
+                                    "each choose the set validated after every epoch: give one of them");
 
     *out = options;
     return ARGS_RUN;

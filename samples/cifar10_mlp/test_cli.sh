@@ -38,6 +38,7 @@ refused --validation-split 0 "--validation-split must be a number in (0, 1)"
 refused --validation-split 1 "--validation-split must be a number in (0, 1)"
 refused --validation-split -0.2 "--validation-split must be a number in (0, 1)"
 refused --validation-split nan "--validation-split must be a number in (0, 1)"
+refused --validation-split 0.2 --validate "give one of them"
 refused --frobnicate "unknown option"
 
 # 256 generated images, batch 32: 8 steps an epoch, 16 in all.

@@ -493,8 +493,8 @@ namespace Mptrain
         /// <summary>A data set of rows [first, first + rows) of this one that shares its storage: nothing
         /// is copied, and on a GPU one device copy serves this data set and all its slices (placed when any
         /// of them is first used, within the context's DatasetDeviceBudget as a whole). Labels or targets,
-        /// classes and normalisation are this data set's. For a held-out validation set or k folds:
-        /// Keras's validation_split holds out the last rows, before any shuffling, so a split of
+        /// classes and normalisation are this data set's. For a held-out validation set or a first or
+        /// last fold: Keras's validation_split holds out the last rows, before any shuffling, so a split of
         /// `held` rows is <c>Slice(0, Rows - held)</c> for training and <c>Slice(Rows - held, held)</c>
         /// for validation. The slice is a Dataset of its own, disposed separately: it keeps the storage
         /// alive after this one is disposed (and the context after its Context is); a slice of a slice

@@ -816,8 +816,8 @@ class Dataset(_Handle):
         """A Dataset of rows [first, first + rows) of this one that shares its storage: nothing is
         copied, and on a GPU one device copy serves this dataset and all its slices. Labels or targets,
         classes and normalisation are this dataset's; a slice of a slice counts from that slice's
-        first row. For a held-out validation set or k folds; dataset[a:b] (see __getitem__) takes the
-        same rows with Python's slice bounds.
+        first row. For a held-out validation set or a first or last fold; dataset[a:b] (see
+        __getitem__) takes the same rows with Python's slice bounds.
 
         The slice keeps the storage (and its context) alive: it stays usable when this Dataset, its
         Context or both are closed or collected. `first` outside [0, rows) or `rows` outside

@@ -1218,8 +1218,8 @@ impl Dataset {
     /// A dataset of rows `[first, first + rows)` of this one that shares its storage: nothing is
     /// copied, and on a GPU one device copy serves this dataset and all its slices (placed when any of
     /// them is first used, within the context's dataset device budget as a whole). Labels or targets,
-    /// classes and normalisation are this dataset's. For a held-out validation set or k folds; Keras's
-    /// `validation_split` holds out the last rows, before any shuffling:
+    /// classes and normalisation are this dataset's. For a held-out validation set or a first or last
+    /// fold; Keras's `validation_split` holds out the last rows, before any shuffling:
     ///
     /// ```no_run
     /// # use mptrain::{Context, Dataset};
