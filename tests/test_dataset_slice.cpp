@@ -1,7 +1,8 @@
 // Dataset slices through the C API (mpt_dataset_create_slice): a slice trains, steps, evaluates and
 // validates bit for bit as a dataset made from a copy of its rows, for every kind of dataset and
 // precision; slices of slices count from their own first row; a slice outlives its source's
-// handle; binary cross-entropy judges a slice's targets, not its source's; and the refusals.
+// handle; binary cross-entropy judges a slice's targets, not its source's; an interrupted epoch
+// resumes on its own rows only; and the refusals.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -270,4 +271,35 @@ TEST_CASE("slices out of range, NULL arguments and a destroyed source are refuse
     CHECK(out == sentinel);
     for (mpt_dataset_t* dataset : {whole, all, one}) mpt_dataset_destroy(dataset);
     mpt_context_destroy(context);
+}
+
+namespace {
+
+int cancel_at_step_2(int64_t, int64_t step, int64_t, float, float, void*) { return step == 2 ? 1 : 0; }
+
+int64_t steps_taken(const BlobTrainer& trainer) {
+    int64_t steps = 0, epochs = 0;
+    REQUIRE_OK(mpt_trainer_get_progress(trainer.trainer, &steps, &epochs));
+    return steps;
+}
+
+}  // namespace
+
+TEST_CASE("an epoch cancelled on one fold is finished on the same rows, not on another fold of the same size") {
+    const Blobs blobs = mpt_test::make_blobs(kRows, 17);
+    for (bool same_rows : {true, false}) {
+        CAPTURE(same_rows);
+        BlobTrainer trainer(BlobTrainerSetup{});
+        mpt_dataset_t* whole = trainer.labels(blobs);
+        mpt_dataset_t* fold = slice_of(whole, 0, 40);  // 5 steps of 8
+        mpt_dataset_t* next = same_rows ? slice_of(whole, 0, 40) : slice_of(whole, 40, 40);
+        REQUIRE_OK(mpt_trainer_set_callbacks(trainer.trainer, cancel_at_step_2, nullptr, nullptr));
+        CHECK(mpt_trainer_fit(trainer.trainer, fold, 1, 8, 1) == MPT_STATUS_CANCELLED);
+        CHECK(steps_taken(trainer) == 2);
+        REQUIRE_OK(mpt_trainer_set_callbacks(trainer.trainer, nullptr, nullptr, nullptr));
+        REQUIRE_OK(mpt_trainer_fit(trainer.trainer, next, 1, 8, 1));
+        // The same rows (another handle on them) finish the epoch's 3 steps; another fold starts its own 5.
+        CHECK(steps_taken(trainer) == (same_rows ? 5 : 7));
+        for (mpt_dataset_t* dataset : {whole, fold, next}) mpt_dataset_destroy(dataset);
+    }
 }

@@ -480,9 +480,11 @@ MPT_API mpt_status mpt_trainer_set_callbacks(mpt_trainer_t* trainer, mpt_progres
 /** Trains for `epochs` epochs in batches of `batch_size` (the last partial batch of an epoch is
  *  dropped unless it is the only one). `shuffle` non-zero reshuffles each epoch from the seed.
  *  An epoch left unfinished (fit cancelled or failed mid-epoch, or a checkpoint taken inside one) is
- *  finished first, in its order, when the data set's rows, the batch size and shuffling are the
- *  same, and counts as one of `epochs`; otherwise it is abandoned (an INFO log line says so) and a
- *  new epoch starts. A fit that fails before the first step of a new epoch has run (out of memory
+ *  finished first, in its order, when the data, the batch size and shuffling are the same, and
+ *  counts as one of `epochs`; otherwise it is abandoned (an INFO log line says so) and a new epoch
+ *  starts. The same data: the same rows (the dataset fit was given, a weighted view of it, or
+ *  another slice of the same range), or, for an epoch loaded from a checkpoint, any data of the
+ *  same number of rows. A fit that fails before the first step of a new epoch has run (out of memory
  *  for its scratch, say) leaves the shuffle where it was: called again, it trains what it would have. */
 MPT_API mpt_status mpt_trainer_fit(mpt_trainer_t* trainer, const mpt_dataset_t* dataset, int64_t epochs,
                                    int64_t batch_size, int shuffle);
@@ -555,7 +557,7 @@ MPT_API mpt_status mpt_trainer_save_checkpoint(mpt_trainer_t* trainer, const cha
  *  rate becomes the checkpoint's (mpt_trainer_set_learning_rate changes it after loading). If the
  *  checkpoint was taken inside an epoch, the next fit
  *  on data of the same size, batch size and shuffling finishes that epoch first, in the saved order
- *  (a fit interrupted by a callback continues the same way). */
+ *  (a fit interrupted by a callback continues the same way, on the same rows only). */
 MPT_API mpt_status mpt_trainer_load_checkpoint(mpt_trainer_t* trainer, const char* path);
 /** Checkpoints automatically during fit, every `every_steps` optimizer steps and/or at the end of
  *  every `every_epochs`-th epoch (0 = not on that trigger; one of them must be > 0), as `directory`/checkpoint-<step, 12 digits>.safetensors,

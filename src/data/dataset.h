@@ -14,6 +14,15 @@
 
 namespace mpt {
 
+// Which rows a dataset reads (its storage and first row, not its weights), kept without keeping
+// them alive: whether a later dataset reads the same rows (Dataset::reads_rows_of).
+struct DatasetRows {
+    std::weak_ptr<const DatasetStorage> storage;
+    int64_t first = -1;  // -1: unknown rows
+    int64_t rows = 0;
+    bool known() const { return first >= 0; }
+};
+
 class Dataset {
 public:
     static std::shared_ptr<Dataset> from_u8(std::shared_ptr<Context> context, const uint8_t* samples, int64_t rows,
@@ -53,6 +62,13 @@ public:
     // without targets.
     bool targets_in_unit_interval() const { return targets_in_unit_interval_; }
     bool has_row_weights() const { return weights_ != nullptr; }
+    DatasetRows rows_read() const { return DatasetRows{storage_, first_, rows_}; }
+    // Whether this dataset reads the rows `rows` describes (a weighted view of them does too).
+    // A weak pointer keeps its control block, so a storage freed since never compares equal to a new one.
+    bool reads_rows_of(const DatasetRows& rows) const {
+        return !rows.storage.owner_before(storage_) && !storage_.owner_before(rows.storage) && rows.first == first_ &&
+               rows.rows == rows_;
+    }
     // This dataset's rows' weights (rows() of them), or null without weights.
     const float* row_weights() const { return weights_ ? weights_->row_weights.data() + weights_first_ : nullptr; }
 

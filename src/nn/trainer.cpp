@@ -300,8 +300,11 @@ void Trainer::fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bo
     // order, when fit continues with the same data geometry; otherwise it is abandoned.
     const bool order_kept = static_cast<int64_t>(restored_order_.size()) == rows ||
                             (restored_order_.empty() && device_has_epoch_order_);
+    // Other rows of the same count (another fold) are other data; an epoch from a checkpoint knows
+    // only its count (its rows are unknown).
+    const bool same_data = !epoch_data_.known() || dataset.reads_rows_of(epoch_data_);
     bool resume = steps_into_epoch_ > 0 && rows == epoch_rows_ && batch_rows == last_batch_size_ && shuffle == shuffle_ &&
-                  order_kept;
+                  order_kept && same_data;
     if (steps_into_epoch_ > 0 && !resume)
         model_->context()->log(MPT_LOG_LEVEL_INFO, "fit: the interrupted epoch is abandoned (other data, batch size or shuffling)");
     executor_.release_weight_words();
@@ -309,6 +312,7 @@ void Trainer::fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bo
     last_batch_size_ = batch_rows;
     shuffle_ = shuffle;
     epoch_rows_ = rows;
+    epoch_data_ = dataset.rows_read();
     Backend& backend = model_->context()->backend();
     Scheduler& scheduler = backend.scheduler();
     const DatasetView view = dataset.device_view();
@@ -609,6 +613,7 @@ void Trainer::restore(const TrainerSnapshot& snapshot) {
     skipped_seen_ = snapshot.state.skipped_steps;
     last_batch_size_ = snapshot.batch_size;
     epoch_rows_ = snapshot.dataset_rows;
+    epoch_data_ = DatasetRows{};
     shuffle_ = snapshot.shuffle;
     shuffle_rng_.set_state(snapshot.shuffle_rng);
     restored_order_ = snapshot.epoch_order;

@@ -171,6 +171,8 @@ private:
     int64_t steps_taken_ = 0;
     bool shuffle_ = false;
     int64_t epoch_rows_ = 0;   // rows of the dataset of the current (or interrupted) epoch
+    // The rows that epoch reads; unknown (no storage) when it came from a checkpoint.
+    DatasetRows epoch_data_;
     std::vector<int32_t> restored_order_;  // an interrupted epoch's order from a checkpoint
     std::vector<int32_t> host_epoch_order_;  // a copy of the epoch's order when the data is streamed
     CheckpointPolicy checkpointing_;
