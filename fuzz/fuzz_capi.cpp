@@ -1,7 +1,8 @@
 // libFuzzer target for the C API's argument paths: the input is a little program of API calls
-// (create datasets, add layers, set options, fit, step, evaluate, predict, get/set weights, save and
-// load files) with fuzzed arguments, NULLs and out-of-range values. Every call must return a status
-// and leave every handle usable; sanitizers catch anything else. Sizes are bounded to keep it fast.
+// (create, slice and weight datasets, add layers, set options, fit, step, evaluate, predict, get/set
+// weights, save and load files) with fuzzed arguments, NULLs and out-of-range values. Every call
+// must return a status and leave every handle usable; sanitizers catch anything else. Sizes are
+// bounded to keep it fast.
 // fuzz-options: -max_len=512
 #include <mptrain/mptrain.h>
 #include <unistd.h>
@@ -85,6 +86,27 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             case 0: mpt_model_add_dense(maybe_model, in.count(), static_cast<mpt_activation>(in.small(7) - 1)); break;
             case 1: mpt_model_set_layer_dtype(maybe_model, in.small(4) - 1, static_cast<mpt_dtype>(in.small(6) - 1)); break;
             case 2: {
+                if (dataset && in.byte() % 4 == 0) {
+                    // A slice of it (hostile bounds) or the same rows weighted (hostile weights and count)
+                    // replaces it, the source destroyed first.
+                    mpt_dataset_t* derived = nullptr;
+                    mpt_status status;
+                    if (in.byte() % 2) {
+                        const int64_t first = in.count() - 2, rows = in.count() - 1;
+                        status = mpt_dataset_create_slice(dataset, first, rows, &derived);
+                    } else {
+                        const int64_t count = std::min<int64_t>(in.count(), 64);
+                        for (int64_t i = 0; i < count; ++i) buffer[static_cast<size_t>(3200 + i)] = in.real();
+                        status = mpt_dataset_create_weighted(dataset, buffer.data() + 3200, count, &derived);
+                    }
+                    if (status == MPT_STATUS_OK) {
+                        mpt_dataset_destroy(dataset);
+                        dataset = derived;
+                    } else if (derived) {
+                        std::abort();  // out written on failure
+                    }
+                    break;
+                }
                 const int64_t rows = 1 + in.small(64);
                 for (int64_t r = 0; r < rows; ++r) labels[static_cast<size_t>(r)] = static_cast<int32_t>(in.small(6) - 1);
                 for (int64_t i = 0; i < rows * features; ++i) buffer[static_cast<size_t>(i)] = in.real();
