@@ -1,6 +1,6 @@
 // The header-only C++ wrapper (include/mptrain/mptrain.hpp) over libmptrain.so: model files,
-// training checkpoints, learning-rate schedules, label smoothing, class weights and dataset slices
-// through it, errors arriving as mptrain::Error with the C status.
+// training checkpoints, learning-rate schedules, label smoothing, class weights, dataset slices and
+// row weights through it, errors arriving as mptrain::Error with the C status.
 #include <doctest/doctest.h>
 
 #include <mptrain/mptrain.hpp>
@@ -712,6 +712,38 @@ TEST_CASE("a validation split of slices trains and validates as datasets of copi
     CHECK(sliced.first == copied.first);
     REQUIRE(sliced.second.size() == 12);
     CHECK(sliced.second == copied.second);
+}
+
+TEST_CASE("row weights of 2 through the wrapper train one SGD step as twice the learning rate, bit for bit") {
+    std::vector<int32_t> labels;
+    const std::vector<float> samples = blob_samples(30, 65, labels);
+    auto one_step = [&](float learning_rate, const std::vector<float>& row_weights, float& loss) {
+        auto context = cpu_context(5);
+        auto model = mlp(context);
+        auto data = mptrain::Dataset::from_f32(context, samples, kFeatures, labels, kClasses);
+        mptrain::TrainerOptions options;
+        options.precision(MPT_PRECISION_FP32).optimizer(MPT_OPTIMIZER_SGD).learning_rate(learning_rate).momentum(0.0f);
+        mptrain::Trainer trainer(model, options);
+        loss = row_weights.empty() ? trainer.step(data, 0, 30) : trainer.step(data.weighted(row_weights), 0, 30);
+        return weight_bits(model);
+    };
+    float plain_loss = 0.0f, doubled_rate_loss = 0.0f, weighted_loss = 0.0f;
+    const std::vector<uint32_t> plain = one_step(0.05f, {}, plain_loss);
+    const std::vector<uint32_t> doubled_rate = one_step(0.1f, {}, doubled_rate_loss);
+    const std::vector<uint32_t> weighted = one_step(0.05f, std::vector<float>(30, 2.0f), weighted_loss);
+    CHECK(weighted == doubled_rate);
+    CHECK(weighted != plain);
+    CHECK(weighted_loss == 2.0f * plain_loss);
+}
+
+TEST_CASE("row weights of the wrong count or value throw with the library's status") {
+    auto context = cpu_context();
+    const auto data = blobs(context, 30, 66);
+    CHECK(status_of([&] { data.weighted(std::vector<float>(29, 1.0f)); }) == MPT_STATUS_SHAPE_MISMATCH);
+    std::vector<float> negative(30, 1.0f);
+    negative[4] = -1.0f;
+    CHECK(status_of([&] { data.weighted(negative); }) == MPT_STATUS_INVALID_ARGUMENT);
+    CHECK(data.weighted(std::vector<float>(30, 0.5f)).slice(10, 5).rows() == 5);
 }
 
 TEST_CASE("a slice out of its dataset's rows throws INVALID_ARGUMENT") {
