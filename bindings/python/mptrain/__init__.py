@@ -722,7 +722,8 @@ class Model(_Handle):
 
 class Dataset(_Handle):
     """Training data, copied into the library: build one with from_f32, from_u8, from_targets or
-    load_cifar10, or take rows of one without a copy with slice(first, rows) or dataset[a:b]."""
+    load_cifar10, or take rows of one without a copy with slice(first, rows) or dataset[a:b], or with
+    a weight per row (Keras's sample_weight) with weighted(weights)."""
 
     _destroy_name = "mpt_dataset_destroy"
 
@@ -828,6 +829,39 @@ class Dataset(_Handle):
         with self._family:
             _check(_lib().mpt_dataset_create_slice(self._get(), first, rows, ctypes.byref(pointer)))
         # The source's family: the slice shares its context's lock and keeps its log callback alive.
+        return type(self)(pointer, self._family)
+
+    def weighted(self, weights):
+        """A Dataset of this one's rows with a weight per row: Keras's sample_weight, for fit and evaluate
+        alike. The rows are shared, not copied, as by a slice; the weights are copied.
+
+            model.fit(x, y, sample_weight=w)          # Keras
+            trainer.fit(data.weighted(w), ...)        # mptrain
+
+        and Keras's model.evaluate(x, y, sample_weight=w) is trainer.evaluate(data.weighted(w)). In fit,
+        step and evaluate each row's loss (and in training its gradient) is multiplied by its weight, and
+        in training by its class weight too where the Trainer has class_weights (evaluate weighs by the
+        rows' weights only), then averaged over the rows as before: the weights are not normalised
+        (Keras's sum_over_batch_size), so the losses reported are the weighted ones. Accuracy counts
+        every row once. Every loss takes row weights.
+
+        `weights` is a sequence of floats, one per row: a list, a tuple, an array.array or a 1-D numpy
+        array. A count other than this dataset's rows, or an array of more than one dimension, raises
+        Error with Status.SHAPE_MISMATCH; a negative, NaN or infinite weight Status.INVALID_ARGUMENT;
+        anything but numbers TypeError. Weights replace any this dataset had; a slice of a weighted
+        dataset keeps its rows' weights. On a GPU the weights are placed beside the rows (4 bytes a row).
+
+        The weighted dataset keeps the storage (and its context) alive: it stays usable when this
+        Dataset, its Context or both are closed or collected."""
+        data = _floats(weights, "weights")
+        if data.shape is not None and len(data.shape) != 1:
+            raise Error(Status.SHAPE_MISMATCH, "weights must be one-dimensional (one per row), not of shape %s"
+                        % (data.shape,))
+        pointer = _native.DatasetP()
+        with self._family:
+            _check(_lib().mpt_dataset_create_weighted(self._get(), data.pointer, data.count,
+                                                      ctypes.byref(pointer)))
+        # The source's family, as for a slice: the same context's lock and log callback.
         return type(self)(pointer, self._family)
 
     def __getitem__(self, key):
@@ -1057,7 +1091,8 @@ class Trainer(_Handle):
 
     def evaluate(self, dataset, batch_size=0):
         """Mean loss and accuracy over the dataset, in the trainer's precision (batch_size 0: the last
-        training batch size, or 256). Also from fit's epoch-end callback (see set_callbacks)."""
+        training batch size, or 256); the loss weighted by the rows' weights of a Dataset.weighted, as
+        Keras's evaluate(sample_weight=). Also from fit's epoch-end callback (see set_callbacks)."""
         pointer = self._dataset(dataset)
         batch_size = _integer(batch_size, "batch_size", ctypes.c_int64)
         if self._in_own_callback() and dataset._family is not self._family:
