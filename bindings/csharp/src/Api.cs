@@ -510,6 +510,31 @@ namespace Mptrain
                 return new Dataset(slice);
             }
         }
+
+        /// <summary>A data set of this one's rows with a weight per row: Keras's sample_weight, for Fit and
+        /// Evaluate alike. In Fit, Step and Evaluate each row's loss (and in training its gradient) is
+        /// multiplied by its weight, and in training by its class weight too where the trainer has
+        /// TrainerOptions.ClassWeights (Evaluate leaves those out, as without row weights), then averaged
+        /// over the rows as before: the weights are not normalised (Keras's sum_over_batch_size), so the
+        /// losses reported, Evaluate's included, are the weighted ones. Accuracy counts every row once.
+        /// Every loss takes row weights. The rows are shared, not copied, as by Slice; the weights are
+        /// copied (on a GPU placed beside the rows, 4 bytes a row) and replace any weights this data set
+        /// had; a slice of a weighted data set keeps its rows' weights. The result is a Dataset of its
+        /// own, disposed separately: it keeps the storage alive after this one is disposed (and the
+        /// context after its Context is). `weights` holds one weight per row: another count throws
+        /// MptException with Status.ShapeMismatch, a negative, NaN or infinite weight with
+        /// Status.InvalidArgument.</summary>
+        public Dataset Weighted(float[] weights)
+        {
+            NotNull(weights, "weights");
+            using (Family.Enter())
+            {
+                DatasetHandle weighted;
+                MptException.Check(Native.mpt_dataset_create_weighted(Live, weights, weights.LongLength, out weighted));
+                weighted.Attach(Family);
+                return new Dataset(weighted);
+            }
+        }
     }
 
     public struct LossScalerDynamics

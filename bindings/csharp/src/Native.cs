@@ -67,6 +67,7 @@ namespace Mptrain
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_dataset_get_rows(DatasetHandle dataset, out long rows);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_dataset_get_features(DatasetHandle dataset, out long features);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_dataset_create_slice(DatasetHandle dataset, long first, long rows, out DatasetHandle slice);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_dataset_create_weighted(DatasetHandle dataset, [In] float[] weights, long count, out DatasetHandle weighted);
 
         // Trainer options
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_create(out TrainerOptionsHandle options);

@@ -282,6 +282,12 @@ extern "C" {
         rows: i64,
         out: *mut *mut mpt_dataset_t,
     ) -> mpt_status;
+    pub fn mpt_dataset_create_weighted(
+        dataset: *const mpt_dataset_t,
+        weights: *const c_float,
+        count: i64,
+        out: *mut *mut mpt_dataset_t,
+    ) -> mpt_status;
 
     // Trainer options
     pub fn mpt_trainer_options_create(out: *mut *mut mpt_trainer_options_t) -> mpt_status;

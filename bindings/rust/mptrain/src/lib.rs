@@ -1064,7 +1064,8 @@ impl Drop for Model {
 // ---- dataset --------------------------------------------------------------------------------------
 
 /// Training data, copied into the library (the caller's slices are not retained); [`Dataset::slice`]
-/// makes a dataset of some of its rows without a copy.
+/// makes a dataset of some of its rows without a copy, [`Dataset::weighted`] one of its rows with a
+/// weight per row.
 pub struct Dataset {
     raw: NonNull<sys::mpt_dataset_t>,
     family: Arc<Family>,
@@ -1244,6 +1245,49 @@ impl Dataset {
         check(unsafe { sys::mpt_dataset_create_slice(self.raw.as_ptr(), first, rows, &mut raw) })?;
         Ok(Dataset {
             raw: NonNull::new(raw).expect("mpt_dataset_create_slice returned NULL"),
+            family: self.family.clone(),
+        })
+    }
+
+    /// A dataset of this one's rows with a weight per row: Keras's `sample_weight`, for fit and
+    /// evaluate alike. In [`Trainer::fit`], [`Trainer::step`] and [`Trainer::evaluate`] each row's
+    /// loss (and in training its gradient) is multiplied by its weight, and in training by its class
+    /// weight too where the trainer has [`TrainerOptions::class_weights`] (evaluate leaves those out,
+    /// as without row weights), then averaged over the rows as before: the weights are not
+    /// normalised (Keras's `sum_over_batch_size`), so the losses reported, evaluate's included, are
+    /// the weighted ones. Accuracy counts every row once. Every loss takes row weights:
+    ///
+    /// ```no_run
+    /// # use mptrain::{Context, Dataset};
+    /// # fn main() -> mptrain::Result<()> {
+    /// # let ctx = Context::new()?;
+    /// # let (samples, labels) = (vec![0.0f32; 400], vec![0; 100]);
+    /// let data = Dataset::from_f32(&ctx, &samples, 4, &labels, 3, true)?;
+    /// // Rows of label 0 count twice as much as the others.
+    /// let weights: Vec<f32> = labels.iter().map(|&l| if l == 0 { 2.0 } else { 1.0 }).collect();
+    /// let weighted = data.weighted(&weights)?;
+    /// drop(data); // the weighted dataset keeps the rows
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// The rows are shared, not copied, as by [`Dataset::slice`], and kept alive after this
+    /// `Dataset` is dropped; the weights are copied (on a GPU placed beside the rows, 4 bytes a row)
+    /// and replace any weights this dataset had; a slice of a weighted dataset keeps its rows'
+    /// weights. `weights` holds one weight per row: another count fails with
+    /// [`Status::ShapeMismatch`]; a negative, NaN or infinite weight with [`Status::InvalidArgument`].
+    pub fn weighted(&self, weights: &[f32]) -> Result<Dataset> {
+        let _lock = self.family.enter()?;
+        let mut raw = ptr::null_mut();
+        check(unsafe {
+            sys::mpt_dataset_create_weighted(
+                self.raw.as_ptr(),
+                weights.as_ptr(),
+                count(weights.len()),
+                &mut raw,
+            )
+        })?;
+        Ok(Dataset {
+            raw: NonNull::new(raw).expect("mpt_dataset_create_weighted returned NULL"),
             family: self.family.clone(),
         })
     }
