@@ -326,10 +326,10 @@ MPT_API mpt_status mpt_dataset_create_slice(const mpt_dataset_t* dataset, int64_
                                             mpt_dataset_t** out);
 /** A dataset of `dataset`'s rows with a weight per row: Keras's sample_weight, for fit and evaluate
  *  alike. In mpt_trainer_fit, mpt_trainer_step and mpt_trainer_evaluate each row's loss (and in
- *  training its gradient) is multiplied by its weight, and by its class weight too where the trainer
- *  has class weights, then averaged over the rows as before: the weights are not normalised (Keras's
- *  sum_over_batch_size), so the losses reported are the weighted ones. Accuracy counts every row
- *  once. Every loss takes row weights. `weights` holds `count` floats, one per row of `dataset`
+ *  training its gradient) is multiplied by its weight (in training also by its class weight, where
+ *  the trainer has class weights: evaluate leaves those out), then averaged over the rows as
+ *  before: the weights are not normalised (Keras's sum_over_batch_size), so the losses reported are
+ *  the weighted ones. Accuracy counts every row once. Every loss takes row weights. `weights` holds `count` floats, one per row of `dataset`
  *  (count = its rows, else MPT_STATUS_SHAPE_MISMATCH), each finite and >= 0 (else
  *  MPT_STATUS_INVALID_ARGUMENT); they are copied, and replace any weights `dataset` had. The rows
  *  themselves are shared, not copied, as by a slice; a slice of a weighted dataset keeps its rows'
