@@ -1,4 +1,7 @@
 // C API: datasets. Argument checks and translation only.
+#include <cstring>
+#include <string>
+
 #include "capi_internal.h"
 #include "data/cifar10.h"
 
@@ -79,6 +82,19 @@ mpt_status mpt_dataset_get_features(const mpt_dataset_t* dataset, int64_t* out) 
     MPT_API_END
 }
 
+mpt_status mpt_dataset_get_labels(const mpt_dataset_t* dataset, int32_t* out, int64_t count) {
+    MPT_API_BEGIN
+    const mpt::Dataset& impl = impl_of(dataset, "dataset");
+    require_pointer(out, "out");
+    if (!impl.has_labels())
+        mpt::fail(MPT_STATUS_INVALID_ARGUMENT, "the dataset has float targets, not integer labels");
+    if (count != impl.rows())
+        mpt::fail(MPT_STATUS_SHAPE_MISMATCH,
+             "label count is " + std::to_string(count) + ", the dataset has " + std::to_string(impl.rows()) + " rows");
+    std::memcpy(out, impl.labels(), static_cast<size_t>(count) * sizeof(int32_t));
+    MPT_API_END
+}
+
 mpt_status mpt_dataset_create_slice(const mpt_dataset_t* dataset, int64_t first, int64_t rows, mpt_dataset_t** out) {
     MPT_API_BEGIN
     const mpt::Dataset& impl = impl_of(dataset, "dataset");
@@ -92,7 +108,7 @@ mpt_status mpt_dataset_create_weighted(const mpt_dataset_t* dataset, const float
                                        mpt_dataset_t** out) {
     MPT_API_BEGIN
     const mpt::Dataset& impl = impl_of(dataset, "dataset");
-    require_pointer(weights, "weights");
+    if (count > 0) require_pointer(weights, "weights");  // none for none: the count's mismatch is the error
     require_pointer(out, "out");
     auto weighted = mpt::Dataset::weighted(impl, weights, count);
     *out = new mpt_dataset{std::move(weighted)};

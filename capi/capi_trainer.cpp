@@ -274,6 +274,23 @@ mpt_status mpt_trainer_predict(mpt_trainer_t* trainer, const float* inputs, int6
     MPT_API_END
 }
 
+mpt_status mpt_trainer_predict_dataset(mpt_trainer_t* trainer, const mpt_dataset_t* dataset, int64_t batch_size,
+                                       float* out, int64_t out_count) {
+    MPT_API_BEGIN
+    mpt::Trainer& impl = impl_of(trainer, "trainer");
+    // As evaluate: fit waits between epochs in its epoch-end callback, with nothing queued.
+    std::optional<mpt::capi::ExclusiveUse> exclusive;
+    if (!(mpt::capi::used_by_this_thread(*trainer) && impl.in_epoch_end_callback())) exclusive.emplace(*trainer);
+    const std::shared_ptr<const mpt::Dataset> data = held_dataset(dataset);
+    require_pointer(out, "out");
+    const int64_t expected = data->rows() * impl.model()->output_features();
+    if (out_count != expected)
+        fail(MPT_STATUS_SHAPE_MISMATCH,
+             "output count is " + std::to_string(out_count) + ", expected " + std::to_string(expected));
+    impl.predict(*data, batch_size, out);
+    MPT_API_END
+}
+
 mpt_status mpt_trainer_get_precision(const mpt_trainer_t* trainer, mpt_precision* out) {
     MPT_API_BEGIN
     const mpt::Trainer& impl = impl_of(trainer, "trainer");

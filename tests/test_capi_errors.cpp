@@ -256,6 +256,8 @@ TEST_CASE("every entry point rejects a NULL handle with INVALID_ARGUMENT and a m
         {"dataset_get_features", [&] { return mpt_dataset_get_features(nullptr, &count); }},
         {"dataset_create_slice", [&] { return mpt_dataset_create_slice(nullptr, 0, 1, &dataset_out); }},
         {"dataset_create_weighted", [&] { return mpt_dataset_create_weighted(nullptr, w, 1, &dataset_out); }},
+        {"dataset_get_labels", [&] { int32_t label = 0; return mpt_dataset_get_labels(nullptr, &label, 1); }},
+        {"trainer_predict_dataset", [&] { return mpt_trainer_predict_dataset(nullptr, nullptr, 0, out, kClasses); }},
         {"trainer_options_set_precision", [&] { return mpt_trainer_options_set_precision(nullptr, MPT_PRECISION_FP32); }},
         {"trainer_options_set_loss", [&] { return mpt_trainer_options_set_loss(nullptr, MPT_LOSS_MEAN_SQUARED_ERROR); }},
         {"trainer_options_set_optimizer", [&] { return mpt_trainer_options_set_optimizer(nullptr, MPT_OPTIMIZER_ADAM); }},

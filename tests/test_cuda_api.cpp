@@ -732,6 +732,35 @@ TEST_CASE("row weights train and evaluate on the backend as on the CPU, resident
     }
 }
 
+TEST_CASE("predictions over a dataset on the backend are mpt_trainer_predict's, resident or streamed") {
+    BACKEND_OR_SKIP(backend);
+    const Blobs blobs = make_blobs(150, 81);
+    for (size_t dataset_device_budget : {SIZE_MAX, size_t{0}}) {
+        CAPTURE(dataset_device_budget);
+        mpt_test::BlobTrainerSetup setup;
+        setup.backend = backend;
+        setup.precision = MPT_PRECISION_MIXED_BF16;
+        setup.dataset_device_budget = dataset_device_budget;
+        const mpt_test::BlobTrainer trainer(setup);
+        mpt_dataset_t* data = trainer.labels(blobs);
+        REQUIRE_OK(mpt_trainer_fit(trainer.trainer, data, 2, 16, 1));
+        const std::vector<float> expected = trainer.predict(blobs);  // one batch of 150
+        for (int64_t batch : {int64_t{150}, int64_t{32}}) {
+            CAPTURE(batch);
+            std::vector<float> got(expected.size(), NAN);
+            REQUIRE_OK(mpt_trainer_predict_dataset(trainer.trainer, data, batch, got.data(),
+                                                   static_cast<int64_t>(got.size())));
+            const double error = normalised_error(got, expected);
+            MESSAGE(backend_name(backend) << ", dataset device budget " << dataset_device_budget << ", batch " << batch
+                                          << ": dataset predictions against mpt_trainer_predict's " << error);
+            // The same kernels on the same values; other batch sizes only regroup the GEMMs' sums.
+            CHECK(error <= kResumeBound);
+            if (batch == 150 && backend == MPT_BACKEND_CPU) CHECK(same_bits(got, expected));
+        }
+        mpt_dataset_destroy(data);
+    }
+}
+
 namespace {
 
 // A validation split (the last 40 of 160 rows), as two slices of one dataset or as two datasets of

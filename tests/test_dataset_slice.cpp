@@ -297,9 +297,27 @@ TEST_CASE("an epoch cancelled on one fold is finished on the same rows, not on a
         CHECK(mpt_trainer_fit(trainer.trainer, fold, 1, 8, 1) == MPT_STATUS_CANCELLED);
         CHECK(steps_taken(trainer) == 2);
         REQUIRE_OK(mpt_trainer_set_callbacks(trainer.trainer, nullptr, nullptr, nullptr));
+        // A fit of no epochs decides too: it must not leave the old epoch resumable on other data.
+        REQUIRE_OK(mpt_trainer_fit(trainer.trainer, next, 0, 8, 1));
         REQUIRE_OK(mpt_trainer_fit(trainer.trainer, next, 1, 8, 1));
         // The same rows (another handle on them) finish the epoch's 3 steps; another fold starts its own 5.
         CHECK(steps_taken(trainer) == (same_rows ? 5 : 7));
         for (mpt_dataset_t* dataset : {whole, fold, next}) mpt_dataset_destroy(dataset);
     }
+}
+
+TEST_CASE("an epoch abandoned by a fit of no epochs with another batch size stays abandoned") {
+    const Blobs blobs = mpt_test::make_blobs(48, 18);
+    BlobTrainer trainer(BlobTrainerSetup{});
+    mpt_dataset_t* data = trainer.labels(blobs);  // 6 steps of 8, 2 of 24
+    REQUIRE_OK(mpt_trainer_set_callbacks(trainer.trainer, cancel_at_step_2, nullptr, nullptr));
+    CHECK(mpt_trainer_fit(trainer.trainer, data, 1, 8, 1) == MPT_STATUS_CANCELLED);
+    REQUIRE_OK(mpt_trainer_set_callbacks(trainer.trainer, nullptr, nullptr, nullptr));
+    REQUIRE_OK(mpt_trainer_fit(trainer.trainer, data, 0, 24, 1));  // another batch size: abandoned
+    REQUIRE_OK(mpt_trainer_fit(trainer.trainer, data, 1, 24, 1));
+    int64_t steps = 0, epochs = 0;
+    REQUIRE_OK(mpt_trainer_get_progress(trainer.trainer, &steps, &epochs));
+    CHECK(steps == 2 + 2);  // a whole new epoch of 2 steps, not "step 2 of 2" resumed as done
+    CHECK(epochs == 1);
+    mpt_dataset_destroy(data);
 }

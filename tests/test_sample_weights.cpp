@@ -211,6 +211,21 @@ TEST_CASE("every loss takes row weights: binary cross-entropy, mean squared erro
     }
 }
 
+TEST_CASE("weights so large that the loss passes the largest float fail the step as non-finite, changing nothing") {
+    Blobs blobs = mpt_test::make_blobs(kRows, 28, 1.5);
+    // Small inputs keep the gradients' bound finite: only the loss (log 3 a row, times 3.4e38) is not.
+    for (float& x : blobs.x) x *= 0.01f;
+    BlobTrainer trainer(BlobTrainerSetup{});  // fp32, no loss scaling: a non-finite step is an error
+    mpt_dataset_t* plain = trainer.labels(blobs);
+    mpt_dataset_t* data = weighted(plain, std::vector<float>(kRows, 3.4e38f));  // each finite, valid
+    const std::vector<float> before = trainer.weights();
+    float loss = 0.0f;
+    CHECK_FAILS(MPT_STATUS_NON_FINITE, mpt_trainer_step(trainer.trainer, data, 0, kRows, &loss));
+    CHECK(same_bits(trainer.weights(), before));
+    CHECK(std::isfinite(step(trainer, plain, 0, kRows)));  // the trainer trains on
+    for (mpt_dataset_t* dataset : {plain, data}) mpt_dataset_destroy(dataset);
+}
+
 TEST_CASE("a slice of a weighted dataset keeps its rows' weights; weighting again replaces them") {
     const Blobs blobs = mpt_test::make_blobs(kRows, 26, 1.5);
     const std::vector<float> weights = varied_weights(kRows);
@@ -253,13 +268,18 @@ TEST_CASE("row weights of the wrong count, negative, NaN or infinite, and NULL a
     std::vector<float> weights(kRows + 1, 1.0f);
     for (int64_t count : {int64_t{0}, kRows - 1, kRows + 1, int64_t{-1}, std::numeric_limits<int64_t>::max()})
         CHECK_FAILS(MPT_STATUS_SHAPE_MISMATCH, mpt_dataset_create_weighted(data, weights.data(), count, &out));
-    for (float bad : {-1.0f, -0.5f, NAN, INFINITY, -INFINITY}) {
+    CHECK_FAILS(MPT_STATUS_SHAPE_MISMATCH, mpt_dataset_create_weighted(data, nullptr, 0, &out));  // none for none
+    for (float bad : {-1.0f, -0.5f, -1e-30f, NAN, INFINITY, -INFINITY}) {
         CAPTURE(bad);
         std::vector<float> refused(kRows, 1.0f);
         refused[7] = bad;
         CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_dataset_create_weighted(data, refused.data(), kRows, &out));
         CHECK(std::string(mpt_last_error()).find("row 7") != std::string::npos);
     }
+    std::vector<float> tiny(kRows, 1.0f);
+    tiny[2] = -1e-30f;
+    CHECK(mpt_dataset_create_weighted(data, tiny.data(), kRows, &out) == MPT_STATUS_INVALID_ARGUMENT);
+    CHECK(std::string(mpt_last_error()).find("is -1e-30") != std::string::npos);  // not "-0.000000"
     CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_dataset_create_weighted(nullptr, weights.data(), kRows, &out));
     CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_dataset_create_weighted(data, nullptr, kRows, &out));
     CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_dataset_create_weighted(data, weights.data(), kRows, nullptr));

@@ -204,8 +204,9 @@ MPT_API mpt_status mpt_context_options_set_log_level(mpt_context_options_t* opti
  *  before the step has changed any weight, and frees that scratch again. A trainer's weight copies
  *  for predictions (mpt_trainer_predict) count too, but give their room to anything that needs it. */
 MPT_API mpt_status mpt_context_options_set_memory_budget(mpt_context_options_t* options, size_t bytes);
-/** Device memory one data set may occupy on a GPU (its samples, labels and targets). A data set
- *  within it is copied to the device on first use, and each batch is gathered and normalised there
+/** Device memory one data set may occupy on a GPU (its samples, labels and targets; a weighted
+ *  data set's row weights are judged on their own, and should either stay in host memory the
+ *  batches of that weighted data set are streamed). A data set within it is copied to the device on first use, and each batch is gathered and normalised there
  *  by one kernel. A larger one stays in host memory: each batch's rows are copied into one of two
  *  pinned buffers and sent on the copy stream while the previous batch computes. Default SIZE_MAX:
  *  resident whenever device memory and the memory budget allow, streamed otherwise; 0 streams every
@@ -312,6 +313,11 @@ MPT_API mpt_status mpt_dataset_load_cifar10(mpt_context_t* context, const char* 
 MPT_API void mpt_dataset_destroy(mpt_dataset_t* dataset);
 MPT_API mpt_status mpt_dataset_get_rows(const mpt_dataset_t* dataset, int64_t* out);
 MPT_API mpt_status mpt_dataset_get_features(const mpt_dataset_t* dataset, int64_t* out);
+/** Copies the dataset's integer labels (a slice's own rows') to `out`, which holds `count` = its
+ *  rows of them (else MPT_STATUS_SHAPE_MISMATCH); a dataset of float targets has none
+ *  (MPT_STATUS_INVALID_ARGUMENT). With mpt_trainer_predict_dataset: a confusion matrix or per-class
+ *  accuracy of a loaded data set. */
+MPT_API mpt_status mpt_dataset_get_labels(const mpt_dataset_t* dataset, int32_t* out, int64_t count);
 /** A dataset of rows [first, first + rows) of `dataset` that shares its storage: nothing is copied,
  *  and on a GPU one device copy of the whole storage serves `dataset` and all its slices (placed
  *  when any of them is first used, within the context's dataset device budget as a whole). Labels
@@ -511,6 +517,14 @@ MPT_API mpt_status mpt_trainer_evaluate(mpt_trainer_t* trainer, const mpt_datase
  *  where the budget has no room for them, predictions read the fp32 weights, with the same outputs. */
 MPT_API mpt_status mpt_trainer_predict(mpt_trainer_t* trainer, const float* inputs, int64_t rows,
                                        float* out, int64_t out_count);
+/** The outputs mpt_trainer_predict gives, for every row of `dataset` in order (Keras's
+ *  model.predict on a dataset: the test set loaded by mpt_dataset_load_cifar10, a slice), in the
+ *  trainer's precision, in batches of `batch_size` (0 = the last training batch size, or 256). Only
+ *  the samples are read: the dataset's labels, targets (of any width) and row weights play no part.
+ *  `out` holds rows * output_features floats (else MPT_STATUS_SHAPE_MISMATCH). Like evaluate, it
+ *  may run from fit's epoch-end callback, not from its progress callback. */
+MPT_API mpt_status mpt_trainer_predict_dataset(mpt_trainer_t* trainer, const mpt_dataset_t* dataset,
+                                               int64_t batch_size, float* out, int64_t out_count);
 /** The precision this trainer runs in (AUTO resolved). */
 MPT_API mpt_status mpt_trainer_get_precision(const mpt_trainer_t* trainer, mpt_precision* out);
 /** Sets the base learning rate (finite, > 0) of the steps from the next one on: between fits, or

@@ -398,8 +398,9 @@ public:
         return Dataset(raw, log_);
     }
     /** These rows with a weight per row (shared, not copied): Keras's sample_weight. fit, step and
-     *  evaluate multiply each row's loss and gradient by its weight (after its class weight) and
-     *  average over the rows as before; accuracy is unweighted. One finite weight >= 0 per row. */
+     *  evaluate multiply each row's loss (and in training its gradient, after its class weight) by
+     *  its weight and average over the rows as before; evaluate leaves class weights out, and
+     *  accuracy is unweighted. One finite weight >= 0 per row. */
     Dataset weighted(const std::vector<float>& weights) const {
         mpt_dataset_t* raw = nullptr;
         detail::check(mpt_dataset_create_weighted(get(), weights.data(), static_cast<int64_t>(weights.size()), &raw));

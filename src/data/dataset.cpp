@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <string>
 
 #include "core/error.h"
@@ -119,9 +120,12 @@ std::shared_ptr<Dataset> Dataset::weighted(const Dataset& source, const float* w
         fail(MPT_STATUS_SHAPE_MISMATCH, "a weighted dataset takes one weight per row: " + std::to_string(source.rows_) +
                                             " weights, not " + std::to_string(count));
     for (int64_t r = 0; r < count; ++r)
-        if (!(std::isfinite(weights[r]) && weights[r] >= 0.0f))
+        if (!(std::isfinite(weights[r]) && weights[r] >= 0.0f)) {
+            char value[32];
+            std::snprintf(value, sizeof value, "%g", static_cast<double>(weights[r]));  // -1e-30, not -0.000000
             fail(MPT_STATUS_INVALID_ARGUMENT, "row weights must be finite and >= 0; the weight of row " +
-                                                  std::to_string(r) + " is " + std::to_string(weights[r]));
+                                                  std::to_string(r) + " is " + value);
+        }
     auto storage = std::make_shared<DatasetStorage>(source.context());
     storage->row_weights.assign(weights, weights + count);
     std::shared_ptr<Dataset> dataset(new Dataset(source));

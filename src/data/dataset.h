@@ -79,8 +79,9 @@ public:
     DatasetView device_view() const;
     // The bytes of the storage this dataset shares: a slice's are its source's, held once.
     size_t storage_bytes() const { return storage_->bytes(); }
-    // Whether device_view() chose to stream (false before its first call and on the CPU).
-    bool streamed() const { return storage_->streamed(); }
+    // Whether device_view() streams (false before its first call and on the CPU): the rows or their
+    // weights could not be placed.
+    bool streamed() const { return storage_->streamed() || (weights_ && weights_->streamed()); }
 
 private:
     Dataset(std::shared_ptr<const DatasetStorage> storage, int64_t first, int64_t rows, int64_t features)

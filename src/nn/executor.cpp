@@ -278,7 +278,10 @@ void Executor::load_inputs(const float* host_rows, int64_t rows, int slot) {
     backend_.copy_to_device(staging, padded.data(), padded.size() * sizeof(float));
     backend_.convert_from_fp32(step_buffer(batch_slots_[slot].inputs), layer_dtypes_[0], staging,
                                static_cast<int64_t>(padded.size()));
-    // The head reads labels or targets even when only outputs are wanted: give it valid zeros.
+    clear_head_inputs(slot, rows);
+}
+
+void Executor::clear_head_inputs(int slot, int64_t rows) {
     backend_.fill_zero(step_buffer(batch_slots_[slot].labels), static_cast<size_t>(rows) * sizeof(int32_t));
     backend_.fill_zero(step_buffer(batch_slots_[slot].targets), static_cast<size_t>(rows * classes_) * sizeof(float));
 }

@@ -65,6 +65,9 @@ public:
                 int64_t first, int64_t rows, int slot);
     // Copies host fp32 rows into `slot`'s input (inference staging path, outside steps).
     void load_inputs(const float* host_rows, int64_t rows, int slot);
+    // Zeros for `slot`'s labels and targets: the head reads them even when only outputs are wanted
+    // (predict), so they must hold valid values there.
+    void clear_head_inputs(int slot, int64_t rows);
     void forward(int slot, int64_t rows);
     // Loss head on the forward's logits. train: metrics accumulate and scaled dlogits are written;
     // evaluate: metrics only; predict: the last layer's outputs only (read_outputs). `row_weighted`:

@@ -18,6 +18,9 @@ enum class LossKind : uint8_t {
 
 // Keras's backend epsilon: probabilities are clipped to [eps, 1 - eps] before a log.
 constexpr float kProbabilityEpsilon = 1e-7f;
+// The largest finite float (FLT_MAX): a batch loss beyond it, as the float it is reported as, is not
+// finite (the heads sum in double, so a weighted loss can pass it while its sum stays finite).
+constexpr double kLargestFloat = 3.4028234663852886e38;
 
 const char* loss_name(LossKind loss);
 inline bool loss_uses_labels(LossKind loss) { return loss == LossKind::sparse_categorical_crossentropy; }

@@ -305,8 +305,14 @@ void Trainer::fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bo
     const bool same_data = !epoch_data_.known() || dataset.reads_rows_of(epoch_data_);
     bool resume = steps_into_epoch_ > 0 && rows == epoch_rows_ && batch_rows == last_batch_size_ && shuffle == shuffle_ &&
                   order_kept && same_data;
-    if (steps_into_epoch_ > 0 && !resume)
+    if (steps_into_epoch_ > 0 && !resume) {
+        // Abandoned here, not when the next epoch starts: a fit that starts none (0 epochs, or a
+        // failure first) must not leave the old epoch resumable under this call's data and batch size.
         model_->context()->log(MPT_LOG_LEVEL_INFO, "fit: the interrupted epoch is abandoned (other data, batch size or shuffling)");
+        steps_into_epoch_ = 0;
+        device_has_epoch_order_ = false;
+        restored_order_.clear();
+    }
     executor_.release_weight_words();
     executor_.reserve_rows(batch_rows);
     last_batch_size_ = batch_rows;
@@ -532,6 +538,39 @@ void Trainer::predict(const float* inputs, int64_t rows, float* outputs) {
     for (int64_t first = 0; first < rows; first += batch_rows) {
         const int64_t count = std::min(batch_rows, rows - first);
         executor_.load_inputs(inputs + first * features, count, 0);
+        executor_.forward(0, count);
+        executor_.loss_head(0, count, Executor::HeadMode::predict);
+        executor_.read_outputs(outputs + first * classes, count);
+    }
+}
+
+void Trainer::predict(const Dataset& dataset, int64_t batch_size, float* outputs) {
+    require(dataset.context() == model_->context(), MPT_STATUS_INVALID_ARGUMENT,
+            "the dataset was created on another context than the model");
+    if (dataset.features() != model_->input_features())
+        fail(MPT_STATUS_SHAPE_MISMATCH, "the dataset has " + std::to_string(dataset.features()) +
+                                            " features per sample, the model takes " +
+                                            std::to_string(model_->input_features()));
+    require(batch_size >= 0, MPT_STATUS_INVALID_ARGUMENT, "batch_size must be >= 0");
+    if (batch_size == 0) batch_size = last_batch_size_ ? last_batch_size_ : 256;
+    const int64_t rows = dataset.rows(), classes = model_->output_features();
+    const int64_t batch_rows = std::min(batch_size, rows);
+    executor_.release_weight_words();
+    executor_.reserve_rows(batch_rows);
+    const int32_t* order = identity_order(rows);
+    executor_.sync_weights();
+    Scheduler& scheduler = model_->context()->backend().scheduler();
+    DrainOnExit drain(scheduler);
+    // Samples only: labels, targets (of any width) and row weights stay where they are.
+    DatasetView view = dataset.device_view();
+    view.labels = nullptr;
+    view.targets = nullptr;
+    view.row_weights = nullptr;
+    for (int64_t first = 0; first < rows; first += batch_rows) {
+        const int64_t count = std::min(batch_rows, rows - first);
+        gather_tasks_[0] = GatherTask{this, &dataset, view, order, nullptr, first, count, 0};
+        scheduler.submit(Lane::compute, &Trainer::run_gather, &gather_tasks_[0]);
+        executor_.clear_head_inputs(0, count);
         executor_.forward(0, count);
         executor_.loss_head(0, count, Executor::HeadMode::predict);
         executor_.read_outputs(outputs + first * classes, count);

@@ -87,6 +87,9 @@ public:
     float step(const Dataset& dataset, int64_t first, int64_t batch_size);
     EvaluationResult evaluate(const Dataset& dataset, int64_t batch_size);
     void predict(const float* inputs, int64_t rows, float* outputs);
+    // The outputs predict gives, for every row of `dataset` (only its samples are read), in batches of
+    // `batch_size` (0: the last training batch size, or 256); `outputs` holds rows * outputs floats.
+    void predict(const Dataset& dataset, int64_t batch_size, float* outputs);
 
     mpt_precision precision() const { return executor_.policy().precision; }
     TrainState state() const { return executor_.read_state(); }  // waits for the device

@@ -184,7 +184,8 @@ void cpu_loss_head(const LossHeadArgs& args) {
         }
     }
     const double batch_loss = loss_sum / static_cast<double>(args.rows);
-    if (args.state && !std::isfinite(batch_loss)) args.state->found_inf = 1;
+    // Non-finite as the float it is reported as: a weighted loss can pass FLT_MAX in double.
+    if (args.state && !(std::fabs(batch_loss) <= kLargestFloat)) args.state->found_inf = 1;
     if (args.metrics) {
         args.metrics[kMetricLossSum] += loss_sum;
         args.metrics[kMetricCorrect] += static_cast<double>(correct);

@@ -332,7 +332,8 @@ __global__ void __launch_bounds__(kBlockThreads) loss_head_kernel(const LossHead
     const long long counted_sum = CountReduce(temp.count).Sum(thread_counted);
     if (threadIdx.x == 0) {
         const double batch_loss = loss_sum / static_cast<double>(args.rows);
-        if (args.state && !isfinite(batch_loss)) args.state->found_inf = 1;
+        // Non-finite as the float it is reported as, as on the CPU.
+        if (args.state && !(fabs(batch_loss) <= kLargestFloat)) args.state->found_inf = 1;
         if (args.metrics) {
             args.metrics[kMetricLossSum] += loss_sum;
             args.metrics[kMetricCorrect] += static_cast<double>(correct_sum);
