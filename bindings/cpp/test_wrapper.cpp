@@ -746,6 +746,29 @@ TEST_CASE("row weights of the wrong count or value throw with the library's stat
     CHECK(data.weighted(std::vector<float>(30, 0.5f)).slice(10, 5).rows() == 5);
 }
 
+TEST_CASE("predictions over a dataset and its labels through the wrapper give evaluate's accuracy") {
+    std::vector<int32_t> labels;
+    const std::vector<float> samples = blob_samples(90, 67, labels);
+    auto context = cpu_context(3);
+    auto model = mlp(context);
+    mptrain::Trainer trainer(model, adam());
+    const auto data = mptrain::Dataset::from_f32(context, samples, kFeatures, labels, kClasses);
+    trainer.fit(data, 4, 16);
+    CHECK(data.labels() == labels);
+    CHECK(data.slice(30, 10).labels() == std::vector<int32_t>(labels.begin() + 30, labels.begin() + 40));
+    const std::vector<float> probabilities = trainer.predict(data, 90);
+    CHECK(bits_of(probabilities) == bits_of(trainer.predict(samples)));  // one batch: bit for bit
+    int64_t correct = 0;
+    for (size_t r = 0; r < labels.size(); ++r) {
+        const auto row = probabilities.begin() + static_cast<std::ptrdiff_t>(r * kClasses);
+        correct += std::max_element(row, row + kClasses) - row == labels[r];
+    }
+    CHECK(static_cast<double>(correct) / 90.0 == doctest::Approx(trainer.evaluate(data).accuracy).epsilon(1e-6));
+    const auto targets = mptrain::Dataset::from_f32_targets(context, samples, kFeatures, std::vector<float>(90 * kClasses, 0.0f),
+                                                            kClasses);
+    CHECK(status_of([&] { targets.labels(); }) == MPT_STATUS_INVALID_ARGUMENT);
+}
+
 TEST_CASE("a slice out of its dataset's rows throws INVALID_ARGUMENT") {
     auto context = cpu_context();
     const auto data = blobs(context, 30, 64);

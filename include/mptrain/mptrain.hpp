@@ -389,6 +389,13 @@ public:
         detail::check(mpt_dataset_get_features(get(), &out));
         return out;
     }
+    /** The integer labels of this dataset's rows; a dataset of float targets has none (throws
+     *  Error with MPT_STATUS_INVALID_ARGUMENT). */
+    std::vector<int32_t> labels() const {
+        std::vector<int32_t> out(static_cast<size_t>(rows()));
+        detail::check(mpt_dataset_get_labels(get(), out.data(), static_cast<int64_t>(out.size())));
+        return out;
+    }
     /** Rows [first, first + rows) as a dataset sharing this one's storage (no copy; on a GPU one
      *  device copy serves both): a held-out validation set (Keras's validation_split keeps the last
      *  rows) or a first or last fold. It stays valid when this dataset is gone. */
@@ -564,6 +571,15 @@ public:
         const int64_t rows = Model::rows_of(inputs.size(), input_features_);
         std::vector<float> out = detail::prediction_output(rows, input_features_, output_features_);
         detail::check(mpt_trainer_predict(get(), inputs.data(), rows, out.data(), static_cast<int64_t>(out.size())));
+        return out;
+    }
+    /** predict's outputs for every row of `dataset` (only its samples are read), in batches of
+     *  `batch_size` (0: the last training batch size, or 256); allowed from the epoch-end callback. */
+    std::vector<float> predict(const Dataset& dataset, int64_t batch_size = 0) {
+        const int64_t rows = dataset.rows();
+        std::vector<float> out = detail::prediction_output(rows, input_features_, output_features_);
+        detail::check(
+            mpt_trainer_predict_dataset(get(), dataset.get(), batch_size, out.data(), static_cast<int64_t>(out.size())));
         return out;
     }
     mpt_precision precision() const {
