@@ -47,6 +47,8 @@ void args_print_usage(FILE* stream, const char* program)
             "                     mixed, else mixed-bf16) from the same seed and compare them\n"
             "  --validate         evaluate the test set after every epoch, from fit's epoch-end\n"
             "                     callback (val_loss, val_accuracy on the epoch's line)\n"
+            "  --per-class        after training, print the test set's confusion matrix and each\n"
+            "                     class's accuracy (from the trainer's predictions over the data set)\n"
             "  -h, --help         print this help and exit\n"
             "\n"
             "Without the data set the program warns and trains on a generated CIFAR-shaped set.\n"
@@ -263,13 +265,15 @@ args_result args_parse(int argc, char** argv, cli_options* out)
         memcpy(name, arg + 2, name_length);
         name[name_length] = '\0';
 
-        if (strcmp(name, "compare") == 0 || strcmp(name, "validate") == 0) {
+        if (strcmp(name, "compare") == 0 || strcmp(name, "validate") == 0 || strcmp(name, "per-class") == 0) {
             if (equals != NULL)
                 return usage_error(program, "option '--%s' takes no value", name);
             if (strcmp(name, "compare") == 0)
                 options.compare = 1;
-            else
+            else if (strcmp(name, "validate") == 0)
                 options.validate = 1;
+            else
+                options.per_class = 1;
             continue;
         }
         if (!takes_value(name))

@@ -26,6 +26,7 @@ typedef struct cli_options {
     const char* json_path;      /* --json; NULL = no file */
     int compare;
     int validate;               /* --validate: evaluate the test set after every epoch */
+    int per_class;              /* --per-class: the test set's confusion matrix and per-class accuracy */
 } cli_options;
 
 typedef enum args_result {

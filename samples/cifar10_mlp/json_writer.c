@@ -99,6 +99,22 @@ void json_integer(json_writer* writer, const char* key, int64_t value)
     fprintf(writer->file, "%" PRId64, value);
 }
 
+void json_number_array(json_writer* writer, const char* key, const double* values, int count)
+{
+    int i;
+    begin_member(writer, key);
+    fputc('[', writer->file);
+    for (i = 0; i < count; ++i) {
+        if (i > 0)
+            fputs(", ", writer->file);
+        if (isfinite(values[i]))
+            fprintf(writer->file, "%.9g", values[i]);
+        else
+            fputs("null", writer->file);
+    }
+    fputc(']', writer->file);
+}
+
 void json_boolean(json_writer* writer, const char* key, int value)
 {
     begin_member(writer, key);

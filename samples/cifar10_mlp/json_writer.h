@@ -23,5 +23,7 @@ void json_string(json_writer* writer, const char* key, const char* value);
 void json_number(json_writer* writer, const char* key, double value);
 void json_integer(json_writer* writer, const char* key, int64_t value);
 void json_boolean(json_writer* writer, const char* key, int value);
+/* [v0, v1, ...] on one line, non-finite values as null. */
+void json_number_array(json_writer* writer, const char* key, const double* values, int count);
 
 #endif

@@ -99,6 +99,8 @@ static void write_run(json_writer* json, const cli_options* options, const data_
     json_number(json, "label_smoothing", (double)options->label_smoothing);
     json_boolean(json, "validate", options->validate);
     json_number(json, "validation_split", options->validation_split);
+    if (run->per_class)
+        json_number_array(json, "per_class_accuracy", run->class_accuracy, 10);
     if (run->validated) {
         json_number(json, "validation_loss", (double)run->validation_loss);
         json_number(json, "validation_accuracy", (double)run->validation_accuracy);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "per_class.h"
 #include "progress.h"
 #include "timer.h"
 
@@ -296,6 +297,16 @@ int run_training(const cli_options* options, mpt_precision precision, const data
 
     printf("test: loss %.4f - accuracy %.4f (%" PRId64 " images)\n", (double)r.test_loss,
            (double)r.test_accuracy, r.test_rows);
+    if (options->per_class) {
+        double overall = 0.0;
+        if (per_class_report(trainer, test_set, r.test_rows, r.class_accuracy, &overall) != 0)
+            goto done;
+        r.per_class = 1;
+        /* The confusion matrix counts what evaluate counted. */
+        if (overall - (double)r.test_accuracy > 1e-6 || (double)r.test_accuracy - overall > 1e-6)
+            fprintf(stderr, "warning: the confusion matrix's accuracy %.6f is not evaluate's %.6f\n", overall,
+                    (double)r.test_accuracy);
+    }
     if (r.us_per_step >= 1000.0)
         printf("time: train %.2f s (%" PRId64 " step%s, %.2f ms/step), test %.2f s", r.train_seconds, r.steps,
                r.steps == 1 ? "" : "s", r.us_per_step * 1e-3, r.test_seconds);

@@ -28,6 +28,8 @@ typedef struct run_result {
     int validated;            /* the validation set was evaluated after each epoch; the last epoch's: */
     float validation_loss;
     float validation_accuracy;
+    int per_class;            /* --per-class ran: the test set's accuracy by true class */
+    double class_accuracy[10];
     double train_seconds;     /* wall time of mpt_trainer_fit */
     double test_seconds;      /* wall time of mpt_trainer_evaluate */
     double us_per_step;       /* train_seconds / steps, in microseconds */

@@ -12,7 +12,7 @@ failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
 "$program" --help >"$work/help" 2>&1 || fail "--help exited $?"
-for flag in --lr-schedule --warmup --lr-decay --label-smoothing --validation-split --compare; do
+for flag in --lr-schedule --warmup --lr-decay --label-smoothing --validation-split --per-class --compare; do
     grep -q -- "$flag" "$work/help" || fail "--help does not mention $flag"
 done
 
@@ -39,6 +39,7 @@ refused --validation-split 1 "--validation-split must be a number in (0, 1)"
 refused --validation-split -0.2 "--validation-split must be a number in (0, 1)"
 refused --validation-split nan "--validation-split must be a number in (0, 1)"
 refused --validation-split 0.2 --validate "give one of them"
+refused --per-class=1 "takes no value"
 refused --frobnicate "unknown option"
 
 # 256 generated images, batch 32: 8 steps an epoch, 16 in all.
@@ -120,6 +121,19 @@ awk -v a="$split_val" -v b="$json_val" 'BEGIN { d = a - b; if (d < 0) d = -d; ex
 "$program" --data "$work/no-such-directory" --limit 1 --validation-split 0.5 >"$work/no_rows.out" 2>&1 &&
     fail "a split of 1 image into none exited 0"
 grep -q "leaves none to train on" "$work/no_rows.out" || fail "a split leaving nothing to train on: $(tail -1 "$work/no_rows.out")"
+# --per-class: the test set's confusion matrix, whose diagonal over its total is the test accuracy,
+# and the per-class accuracies in the JSON; the run itself is the constant one.
+run per_class --per-class
+[ "$(json_value per_class train_loss)" = "$constant_loss" ] || fail "--per-class changed the training loss"
+matrix_accuracy=$(awk '/^confusion matrix/ { on = 1; next } on && NF == 12 && row < 10 { for (i = 2; i <= 11; ++i) { total += $i; if (i - 2 == row) right += $i } ++row }
+    END { if (row == 10 && total > 0) printf "%.4f", right / total }' "$work/per_class.out")
+test_accuracy=$(sed -n 's/^test: loss [0-9.]* - accuracy \([0-9.]*\) .*/\1/p' "$work/per_class.out")
+[ -n "$matrix_accuracy" ] && [ "$matrix_accuracy" = "$test_accuracy" ] ||
+    fail "the confusion matrix's accuracy '$matrix_accuracy' is not the test accuracy '$test_accuracy'"
+grep -q "warning: the confusion matrix" "$work/per_class.out" && fail "--per-class warned: $(grep warning "$work/per_class.out")"
+[ "$(json_value per_class per_class_accuracy | tr -cd ',' | wc -c)" = 9 ] ||
+    fail "per_class_accuracy is not 10 numbers: $(json_value per_class per_class_accuracy)"
+[ -z "$(json_value constant per_class_accuracy)" ] || fail "a run without --per-class has per_class_accuracy"
 # The same flags train the same run.
 run cosine_again --lr-schedule cosine --warmup 4
 [ "$(json_value cosine_again train_loss)" = "$(json_value cosine train_loss)" ] || fail "the cosine run does not repeat"
