@@ -22,60 +22,9 @@ using mpt_test::same_bits;
 
 constexpr int64_t kRows = 96, kHidden = 16;
 
-struct TrainerSetup {
-    mpt_precision precision = MPT_PRECISION_FP32;
-    mpt_loss loss = MPT_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY;
-    mpt_optimizer optimizer = MPT_OPTIMIZER_SGD;
-    float learning_rate = 0.05f;
-    std::vector<float> class_weights;  // empty: none
-};
-
-struct Trainer {
-    mpt_context_t* context = nullptr;
-    mpt_model_t* model = nullptr;
-    mpt_trainer_t* trainer = nullptr;
-
-    explicit Trainer(const TrainerSetup& setup) {
-        context = mpt_test::create_context(MPT_BACKEND_CPU, 7);
-        REQUIRE_OK(mpt_model_create(context, kBlobFeatures, &model));
-        REQUIRE_OK(mpt_model_add_dense(model, kHidden, MPT_ACTIVATION_RELU));
-        REQUIRE_OK(mpt_model_add_dense(model, kBlobClasses, MPT_ACTIVATION_SOFTMAX));
-        mpt_trainer_options_t* options = nullptr;
-        REQUIRE_OK(mpt_trainer_options_create(&options));
-        REQUIRE_OK(mpt_trainer_options_set_precision(options, setup.precision));
-        REQUIRE_OK(mpt_trainer_options_set_loss(options, setup.loss));
-        REQUIRE_OK(mpt_trainer_options_set_optimizer(options, setup.optimizer));
-        REQUIRE_OK(mpt_trainer_options_set_learning_rate(options, setup.learning_rate));
-        REQUIRE_OK(mpt_trainer_options_set_class_weights(options, setup.class_weights.data(),
-                                                         static_cast<int64_t>(setup.class_weights.size())));
-        REQUIRE_OK(mpt_trainer_create(model, options, &trainer));
-        mpt_trainer_options_destroy(options);
-    }
-    ~Trainer() {
-        mpt_trainer_destroy(trainer);
-        mpt_model_destroy(model);
-        mpt_context_destroy(context);
-    }
-    std::vector<float> weights() const {
-        std::vector<float> all;
-        for (int64_t layer = 0; layer < 2; ++layer) {
-            const int64_t units = layer == 0 ? kHidden : kBlobClasses, inputs = layer == 0 ? kBlobFeatures : kHidden;
-            std::vector<float> w(static_cast<size_t>(units * inputs)), b(static_cast<size_t>(units));
-            REQUIRE_OK(mpt_model_get_weights(model, layer, w.data(), units * inputs, b.data(), units));
-            all.insert(all.end(), w.begin(), w.end());
-            all.insert(all.end(), b.begin(), b.end());
-        }
-        return all;
-    }
-    std::vector<float> predict(const Blobs& blobs) const {
-        std::vector<float> out(static_cast<size_t>(blobs.rows() * kBlobClasses));
-        REQUIRE_OK(mpt_trainer_predict(trainer, blobs.x.data(), blobs.rows(), out.data(),
-                                       static_cast<int64_t>(out.size())));
-        return out;
-    }
-    mpt_dataset_t* labels(const Blobs& blobs) const { return mpt_test::blob_labels(context, blobs); }
-    mpt_dataset_t* one_hot(const Blobs& blobs) const { return mpt_test::blob_one_hot_rows(context, blobs); }
-};
+// The blob model (4 -> 16 relu -> 3 softmax) and its trainer, with class weights among its options.
+using TrainerSetup = mpt_test::BlobTrainerSetup;
+using Trainer = mpt_test::BlobTrainer;
 
 }  // namespace
 

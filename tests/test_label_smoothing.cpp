@@ -20,54 +20,24 @@ using mpt_test::same_bits;
 
 constexpr int64_t kRows = 96;
 
-struct Trainer {
-    mpt_context_t* context = nullptr;
-    mpt_model_t* model = nullptr;
-    mpt_trainer_t* trainer = nullptr;
-
+// The blob model (4 -> 16 relu -> `outputs` `head`) under Adam at rate 0.01 with label smoothing.
+struct Trainer : mpt_test::BlobTrainer {
     Trainer(mpt_precision precision, mpt_loss loss, float smoothing, mpt_activation head = MPT_ACTIVATION_SOFTMAX,
-            int64_t outputs = kBlobClasses) {
-        context = mpt_test::create_context(MPT_BACKEND_CPU, 7);
-        REQUIRE_OK(mpt_model_create(context, kBlobFeatures, &model));
-        REQUIRE_OK(mpt_model_add_dense(model, 16, MPT_ACTIVATION_RELU));
-        REQUIRE_OK(mpt_model_add_dense(model, outputs, head));
-        mpt_trainer_options_t* options = nullptr;
-        REQUIRE_OK(mpt_trainer_options_create(&options));
-        REQUIRE_OK(mpt_trainer_options_set_precision(options, precision));
-        REQUIRE_OK(mpt_trainer_options_set_loss(options, loss));
-        REQUIRE_OK(mpt_trainer_options_set_optimizer(options, MPT_OPTIMIZER_ADAM));
-        REQUIRE_OK(mpt_trainer_options_set_learning_rate(options, 0.01f));
-        REQUIRE_OK(mpt_trainer_options_set_label_smoothing(options, smoothing));
-        REQUIRE_OK(mpt_trainer_create(model, options, &trainer));
-        mpt_trainer_options_destroy(options);
-    }
-    ~Trainer() {
-        mpt_trainer_destroy(trainer);
-        mpt_model_destroy(model);
-        mpt_context_destroy(context);
-    }
-    std::vector<float> weights() const {
-        std::vector<float> all;
-        const int64_t layers = 2;
-        for (int64_t layer = 0; layer < layers; ++layer) {
-            const int64_t units = layer == 0 ? 16 : output_count(), inputs = layer == 0 ? kBlobFeatures : 16;
-            std::vector<float> w(static_cast<size_t>(units * inputs)), b(static_cast<size_t>(units));
-            REQUIRE_OK(mpt_model_get_weights(model, layer, w.data(), units * inputs, b.data(), units));
-            all.insert(all.end(), w.begin(), w.end());
-            all.insert(all.end(), b.begin(), b.end());
-        }
-        return all;
-    }
-    int64_t output_count() const {
-        int64_t outputs = 0;
-        REQUIRE_OK(mpt_model_get_output_features(model, &outputs));
-        return outputs;
-    }
-    std::vector<float> predict(const Blobs& blobs) const {
-        std::vector<float> out(static_cast<size_t>(blobs.rows() * output_count()));
-        REQUIRE_OK(mpt_trainer_predict(trainer, blobs.x.data(), blobs.rows(), out.data(),
-                                       static_cast<int64_t>(out.size())));
-        return out;
+            int64_t outputs = kBlobClasses)
+        : BlobTrainer(setup(precision, loss, smoothing, head, outputs)) {}
+    int64_t output_count() const { return outputs; }
+
+    static mpt_test::BlobTrainerSetup setup(mpt_precision precision, mpt_loss loss, float smoothing,
+                                            mpt_activation head, int64_t outputs) {
+        mpt_test::BlobTrainerSetup setup;
+        setup.precision = precision;
+        setup.loss = loss;
+        setup.optimizer = MPT_OPTIMIZER_ADAM;
+        setup.learning_rate = 0.01f;
+        setup.label_smoothing = smoothing;
+        setup.head = head;
+        setup.outputs = outputs;
+        return setup;
     }
 };
 
