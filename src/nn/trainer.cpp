@@ -173,13 +173,17 @@ Trainer::~Trainer() {
     backend.release_host(reports_);  // the order arenas go with the members, after the sync above
 }
 
-void Trainer::check_dataset(const Dataset& dataset) const {
+void Trainer::check_samples(const Dataset& dataset) const {
     require(dataset.context() == model_->context(), MPT_STATUS_INVALID_ARGUMENT,
             "the dataset was created on another context than the model");
     if (dataset.features() != model_->input_features())
         fail(MPT_STATUS_SHAPE_MISMATCH, "the dataset has " + std::to_string(dataset.features()) +
                                             " features per sample, the model takes " +
                                             std::to_string(model_->input_features()));
+}
+
+void Trainer::check_dataset(const Dataset& dataset) const {
+    check_samples(dataset);
     if (loss_uses_labels(config_.loss.kind)) {
         require(dataset.has_labels(), MPT_STATUS_SHAPE_MISMATCH,
                 "sparse categorical cross-entropy needs a dataset with integer labels");
@@ -545,12 +549,7 @@ void Trainer::predict(const float* inputs, int64_t rows, float* outputs) {
 }
 
 void Trainer::predict(const Dataset& dataset, int64_t batch_size, float* outputs) {
-    require(dataset.context() == model_->context(), MPT_STATUS_INVALID_ARGUMENT,
-            "the dataset was created on another context than the model");
-    if (dataset.features() != model_->input_features())
-        fail(MPT_STATUS_SHAPE_MISMATCH, "the dataset has " + std::to_string(dataset.features()) +
-                                            " features per sample, the model takes " +
-                                            std::to_string(model_->input_features()));
+    check_samples(dataset);
     require(batch_size >= 0, MPT_STATUS_INVALID_ARGUMENT, "batch_size must be >= 0");
     if (batch_size == 0) batch_size = last_batch_size_ ? last_batch_size_ : 256;
     const int64_t rows = dataset.rows(), classes = model_->output_features();

@@ -133,6 +133,9 @@ private:
     static void run_gather(void* task);
     static void run_train_step(void* task);
 
+    // The dataset's context and sample width are the model's (all predict needs).
+    void check_samples(const Dataset& dataset) const;
+    // check_samples, and the labels or targets the loss needs.
     void check_dataset(const Dataset& dataset) const;
     // Grows a row-order buffer (an arena of its own, so charged to the context's memory) to `rows`
     // int32 entries; contents are lost on growth.
