@@ -490,6 +490,48 @@ namespace Mptrain
             }
         }
 
+        /// <summary>A copy of the integer labels, one per row (a slice's own rows', from its first). With
+        /// Trainer.PredictDataset, a confusion matrix or the per-class accuracy of a loaded data set (the
+        /// CIFAR-10 test set, a validation slice):
+        /// <code>
+        /// float[] probabilities = trainer.PredictDataset(test); // Rows * 10
+        /// int[] labels = test.GetLabels();
+        /// var confusion = new long[10, 10]; // [label, predicted class]
+        /// for (int row = 0; row &lt; labels.Length; row++)
+        /// {
+        ///     int predicted = 0;
+        ///     for (int c = 1; c &lt; 10; c++)
+        ///         if (probabilities[row * 10 + c] &gt; probabilities[row * 10 + predicted]) predicted = c;
+        ///     confusion[labels[row], predicted]++;
+        /// }
+        /// </code>
+        /// A data set of float targets (FromTargets) has no labels: MptException with
+        /// Status.InvalidArgument.</summary>
+        public int[] GetLabels()
+        {
+            using (Family.Enter())
+            {
+                DatasetHandle live = Live;
+                long rows;
+                MptException.Check(Native.mpt_dataset_get_rows(live, out rows));
+                int[] labels;
+                try
+                {
+                    labels = new int[rows];
+                }
+                catch (OutOfMemoryException)
+                {
+                    throw new MptException(Status.OutOfMemory, "out of host memory");
+                }
+                catch (OverflowException)
+                {
+                    throw new MptException(Status.OutOfMemory, "out of host memory");
+                }
+                MptException.Check(Native.mpt_dataset_get_labels(live, labels, labels.LongLength));
+                return labels;
+            }
+        }
+
         /// <summary>A data set of rows [first, first + rows) of this one that shares its storage: nothing
         /// is copied, and on a GPU one device copy serves this data set and all its slices (placed when any
         /// of them is first used, within the context's DatasetDeviceBudget as a whole). Labels or targets,
@@ -791,11 +833,12 @@ namespace Mptrain
 
         /// <summary>Callbacks of Fit (either may be null). An exception thrown by one stops training
         /// and is rethrown by Fit. They run on Fit's thread, which may call back into this trainer:
-        /// Evaluate runs from the epoch-end callback (validation each epoch: the numbers of an Evaluate
-        /// between one-epoch fits, and Fit's run goes on unchanged), on a data set of this trainer's
-        /// context (one of another throws InvalidArgument); the library refuses it from the progress
-        /// callback, and Fit, Step and Predict from either, with Status.InvalidState. LearningRate may
-        /// be read and set from both, and SaveCheckpoint called.</summary>
+        /// Evaluate and PredictDataset run from the epoch-end callback (validation each epoch: the
+        /// numbers and outputs of an Evaluate or a PredictDataset between one-epoch fits, and Fit's run
+        /// goes on unchanged), on a data set of this trainer's context (one of another throws
+        /// InvalidArgument); the library refuses them from the progress callback, and Fit, Step and
+        /// Predict from either, with Status.InvalidState. LearningRate may be read and set from both,
+        /// and SaveCheckpoint called.</summary>
         public void SetCallbacks(Action<StepProgress> progress, Action<EpochProgress> epochEnd = null)
         {
             using (Family.Enter())
@@ -813,9 +856,10 @@ namespace Mptrain
 
         // The C library refuses Fit and Step from the trainer's own callbacks too, but the refusal must
         // come before LockBoth: the fit holds its families' locks, and taking another family's lock
-        // from the callback could break the Id order. Evaluate is the library's to allow (from the
-        // epoch-end callback) or refuse, on a data set of the fit's own family, whose (re-entrant) lock
-        // this thread holds; one of another family is refused here, as the library would refuse it.
+        // from the callback could break the Id order. Evaluate and PredictDataset are the library's to
+        // allow (from the epoch-end callback) or refuse, on a data set of the fit's own family, whose
+        // (re-entrant) lock this thread holds; one of another family is refused here, as the library
+        // would refuse it.
         // Other threads just wait for the lock.
         private DatasetHandle Use(Dataset dataset, string call, bool libraryDecides = false)
         {
@@ -901,13 +945,43 @@ namespace Mptrain
             }, libraryDecides: true);
         }
 
-        /// <summary>Outputs of the last layer for whole rows of inputs, in the trainer's precision.</summary>
+        /// <summary>Outputs of the last layer for whole rows of inputs, in the trainer's precision
+        /// (PredictDataset predicts the rows of a Dataset).</summary>
         public float[] Predict(float[] inputs)
         {
             long rows = Shape.Of(NotNull(inputs, "inputs").LongLength, inputFeatures, "inputs");
             float[] output = Shape.PredictionOutput(rows, inputFeatures, outputFeatures);
             using (Family.Enter()) MptException.Check(Native.mpt_trainer_predict(Live, inputs, rows, output, output.LongLength));
             return output;
+        }
+
+        /// <summary>The outputs Predict gives, for every row of the data set in order (Keras's
+        /// model.predict on a data set: the CIFAR-10 test set, a slice): Rows * OutputFeatures values,
+        /// row-major, in the trainer's precision, computed in batches of `batchSize` (0: the last training
+        /// batch size, or 256). Only the samples are read (uint8 ones normalised as when batched): the
+        /// labels, targets and row weights play no part. With Dataset.GetLabels, a confusion matrix. The
+        /// batch size can change the last bits: the CPU's GEMMs block a batch by its rows, so batches of
+        /// other sizes than Predict's may round sums differently (some 1e-7 of a probability in fp32).
+        /// Like Evaluate it runs from Fit's epoch-end callback (the outputs of a PredictDataset between
+        /// one-epoch fits; see SetCallbacks). A data set of another context throws MptException with
+        /// Status.InvalidArgument (so does a negative `batchSize`), one of another feature count than
+        /// the model's inputs with Status.ShapeMismatch.</summary>
+        public float[] PredictDataset(Dataset dataset, long batchSize = 0)
+        {
+            TrainerHandle live = Live;
+            return WithDataset(dataset, "PredictDataset", data =>
+            {
+                long rows;
+                MptException.Check(Native.mpt_dataset_get_rows(data, out rows));
+                // rows <= 2^40: only an absurd width overflows, which no array could hold anyway.
+                if (outputFeatures > 0 && rows > long.MaxValue / outputFeatures)
+                    throw new MptException(Status.OutOfMemory, "out of host memory");
+                // The count the library expects: its refusals (another context, another feature count,
+                // a negative batch) are then its own.
+                float[] output = Shape.ZeroedFloats(rows * outputFeatures);
+                MptException.Check(Native.mpt_trainer_predict_dataset(live, data, batchSize, output, output.LongLength));
+                return output;
+            }, libraryDecides: true);
         }
 
         public Precision Precision

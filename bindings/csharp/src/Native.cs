@@ -66,6 +66,7 @@ namespace Mptrain
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern void mpt_dataset_destroy(IntPtr dataset);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_dataset_get_rows(DatasetHandle dataset, out long rows);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_dataset_get_features(DatasetHandle dataset, out long features);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_dataset_get_labels(DatasetHandle dataset, [Out] int[] labels, long count);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_dataset_create_slice(DatasetHandle dataset, long first, long rows, out DatasetHandle slice);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_dataset_create_weighted(DatasetHandle dataset, [In] float[] weights, long count, out DatasetHandle weighted);
 
@@ -93,6 +94,7 @@ namespace Mptrain
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_step(TrainerHandle trainer, DatasetHandle dataset, long first, long batchSize, out float loss);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_evaluate(TrainerHandle trainer, DatasetHandle dataset, long batchSize, out float loss, out float accuracy);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_predict(TrainerHandle trainer, [In] float[] inputs, long rows, [Out] float[] output, long outCount);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_predict_dataset(TrainerHandle trainer, DatasetHandle dataset, long batchSize, [Out] float[] output, long outCount);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_get_precision(TrainerHandle trainer, out Precision precision);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_set_learning_rate(TrainerHandle trainer, float learningRate);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_get_learning_rate(TrainerHandle trainer, out float learningRate);

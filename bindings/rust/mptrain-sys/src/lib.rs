@@ -276,6 +276,11 @@ extern "C" {
     pub fn mpt_dataset_destroy(dataset: *mut mpt_dataset_t);
     pub fn mpt_dataset_get_rows(dataset: *const mpt_dataset_t, out: *mut i64) -> mpt_status;
     pub fn mpt_dataset_get_features(dataset: *const mpt_dataset_t, out: *mut i64) -> mpt_status;
+    pub fn mpt_dataset_get_labels(
+        dataset: *const mpt_dataset_t,
+        out: *mut i32,
+        count: i64,
+    ) -> mpt_status;
     pub fn mpt_dataset_create_slice(
         dataset: *const mpt_dataset_t,
         first: i64,
@@ -391,6 +396,13 @@ extern "C" {
         trainer: *mut mpt_trainer_t,
         inputs: *const c_float,
         rows: i64,
+        out: *mut c_float,
+        out_count: i64,
+    ) -> mpt_status;
+    pub fn mpt_trainer_predict_dataset(
+        trainer: *mut mpt_trainer_t,
+        dataset: *const mpt_dataset_t,
+        batch_size: i64,
         out: *mut c_float,
         out_count: i64,
     ) -> mpt_status;

@@ -779,15 +779,19 @@ fn host_elements(rows: i64, width: i64, what: &str) -> Result<i64> {
     }
 }
 
-/// `len` zeroed floats for C to fill. A failed allocation is an error, as it is in C, rather than
-/// the abort of `vec!`.
-fn zeroed_floats(len: i64) -> Result<Vec<f32>> {
+/// `len` zeroed values (floats, labels) for C to fill. A failed allocation is an error, as it is in
+/// C, rather than the abort of `vec!`.
+fn zeroed<T: Copy + Default>(len: i64) -> Result<Vec<T>> {
     let out_of_memory = || Error::new(Status::OutOfMemory, "out of host memory");
     let len = usize::try_from(len).map_err(|_| out_of_memory())?;
     let mut buffer = Vec::new();
     buffer.try_reserve_exact(len).map_err(|_| out_of_memory())?;
-    buffer.resize(len, 0.0);
+    buffer.resize(len, T::default());
     Ok(buffer)
+}
+
+fn zeroed_floats(len: i64) -> Result<Vec<f32>> {
+    zeroed(len)
 }
 
 /// The output buffer of a prediction on `rows` rows, after the library's checks of them (the inputs,
@@ -799,6 +803,35 @@ fn prediction_output(rows: i64, input_features: i64, output_features: i64) -> Re
         output_features.max(1),
         "the outputs (rows * output features)",
     )?)
+}
+
+/// Predictions over every row of `dataset` (`mpt_trainer_predict_dataset`), for [`Trainer`] and
+/// [`FitControl`] alike; the caller holds the locks of both families. The outputs are `rows *
+/// output_features` floats, the count the library expects: its refusals (another context, another
+/// feature count, a negative batch) are then the library's own.
+fn predict_dataset(
+    trainer: NonNull<sys::mpt_trainer_t>,
+    output_features: i64,
+    dataset: &Dataset,
+    batch_size: i64,
+) -> Result<Vec<f32>> {
+    let mut rows = 0i64;
+    check(unsafe { sys::mpt_dataset_get_rows(dataset.raw.as_ptr(), &mut rows) })?;
+    // rows <= 2^40: the product overflows only for absurd widths, which no buffer could hold anyway.
+    let len = rows
+        .checked_mul(output_features)
+        .ok_or_else(|| Error::new(Status::OutOfMemory, "out of host memory"))?;
+    let mut out = zeroed_floats(len)?;
+    check(unsafe {
+        sys::mpt_trainer_predict_dataset(
+            trainer.as_ptr(),
+            dataset.raw.as_ptr(),
+            batch_size,
+            out.as_mut_ptr(),
+            count(out.len()),
+        )
+    })?;
+    Ok(out)
 }
 
 /// A path for C: UTF-8 (the C API's strings are) without NUL.
@@ -1065,7 +1098,7 @@ impl Drop for Model {
 
 /// Training data, copied into the library (the caller's slices are not retained); [`Dataset::slice`]
 /// makes a dataset of some of its rows without a copy, [`Dataset::weighted`] one of its rows with a
-/// weight per row.
+/// weight per row; [`Dataset::labels`] copies its labels back out.
 pub struct Dataset {
     raw: NonNull<sys::mpt_dataset_t>,
     family: Arc<Family>,
@@ -1214,6 +1247,39 @@ impl Dataset {
     /// Values per sample.
     pub fn features(&self) -> Result<i64> {
         self.query(sys::mpt_dataset_get_features)
+    }
+
+    /// The integer labels, one per row (a slice's own rows', from its first): with
+    /// [`Trainer::predict_dataset`], a confusion matrix or the per-class accuracy of a loaded data set
+    /// (the CIFAR-10 test set, a validation slice):
+    ///
+    /// ```no_run
+    /// # use mptrain::{Context, Dataset, Model, Trainer};
+    /// # fn main() -> mptrain::Result<()> {
+    /// # let ctx = Context::new()?;
+    /// # let model = Model::new(&ctx, 3072)?;
+    /// # let mut trainer = Trainer::with_defaults(&model)?;
+    /// let test = Dataset::load_cifar10(&ctx, "cifar-10-batches-bin", false, 0)?;
+    /// let probabilities = trainer.predict_dataset(&test, 0)?; // rows * 10
+    /// let mut confusion = [[0u32; 10]; 10]; // [label][predicted class]
+    /// for (label, row) in test.labels()?.into_iter().zip(probabilities.chunks(10)) {
+    ///     let predicted = (0..10).fold(0, |best, c| if row[c] > row[best] { c } else { best });
+    ///     confusion[label as usize][predicted] += 1;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// A dataset of float targets ([`Dataset::from_f32_targets`]) has no labels: that fails with
+    /// [`Status::InvalidArgument`].
+    pub fn labels(&self) -> Result<Vec<i32>> {
+        let _lock = self.family.enter()?;
+        let mut rows = 0i64;
+        check(unsafe { sys::mpt_dataset_get_rows(self.raw.as_ptr(), &mut rows) })?;
+        let mut out = zeroed::<i32>(rows)?;
+        check(unsafe {
+            sys::mpt_dataset_get_labels(self.raw.as_ptr(), out.as_mut_ptr(), count(out.len()))
+        })?;
+        Ok(out)
     }
 
     /// A dataset of rows `[first, first + rows)` of this one that shares its storage: nothing is
@@ -1579,6 +1645,8 @@ type EpochEndCallback = Box<dyn FnMut(&EpochEnd, &mut FitControl<'_>) -> Control
 /// [`Trainer::on_epoch_end_with`] may change it between two steps. It lives for one call only.
 pub struct FitControl<'call> {
     trainer: NonNull<sys::mpt_trainer_t>,
+    /// The trainer's model's output features (a prediction's row width).
+    output_features: i64,
     /// The trainer's family, whose lock `fit`'s thread (this one) holds for the whole call.
     family: &'call Family,
     _call: PhantomData<&'call mut ()>,
@@ -1643,12 +1711,36 @@ impl FitControl<'_> {
         })?;
         Ok(Evaluation { loss, accuracy })
     }
+
+    /// The outputs of the last layer for every row of `dataset`, as [`Trainer::predict_dataset`]
+    /// (batch_size 0: fit's): the predictions of each epoch on a validation set, for metrics of your
+    /// own (a confusion matrix with [`Dataset::labels`], a per-class accuracy).
+    ///
+    /// It runs where [`FitControl::evaluate`] runs, under the same rules: from the epoch-end closure
+    /// ([`Trainer::on_epoch_end_with`]), with the run going on as it would have, the outputs being
+    /// those of a [`Trainer::predict_dataset`] between two `fit` calls of one epoch each; from the
+    /// progress closure the library refuses it with [`Status::InvalidState`]. `dataset` must come from
+    /// the trainer's context: one of another context is refused with [`Status::InvalidArgument`]
+    /// without taking that context's lock.
+    pub fn predict_dataset(&mut self, dataset: &Dataset, batch_size: i64) -> Result<Vec<f32>> {
+        if !ptr::eq(Arc::as_ptr(&dataset.family), self.family) {
+            return Err(Error::new(
+                Status::InvalidArgument,
+                "the dataset was created on another context than the trainer",
+            ));
+        }
+        // As in evaluate: the lock is this thread's already; entering keeps the log callback's rule.
+        let _lock = self.family.enter()?;
+        predict_dataset(self.trainer, self.output_features, dataset, batch_size)
+    }
 }
 
 /// The closures given to C as user_data, with their trainer. Heap-allocated once per trainer (a
 /// stable address), freed after the C trainer is destroyed.
 struct Callbacks {
     trainer: NonNull<sys::mpt_trainer_t>,
+    /// The model's output features, for [`FitControl::predict_dataset`].
+    output_features: i64,
     /// The trainer's family (its `Arc` outlives every call of `fit`, the only caller of these).
     family: NonNull<Family>,
     progress: Option<ProgressCallback>,
@@ -1668,6 +1760,7 @@ impl Callbacks {
         }
         let mut control = FitControl {
             trainer: self.trainer,
+            output_features: self.output_features,
             // SAFETY: fit runs with `&mut Trainer`, whose Arc keeps the family alive.
             family: unsafe { self.family.as_ref() },
             _call: PhantomData,
@@ -1748,6 +1841,7 @@ impl Trainer {
         let raw = NonNull::new(raw).expect("mpt_trainer_create returned NULL");
         let callbacks = NonNull::from(Box::leak(Box::new(Callbacks {
             trainer: raw,
+            output_features: 0,
             family: NonNull::from(&*model.family),
             progress: None,
             epoch_end: None,
@@ -1761,6 +1855,7 @@ impl Trainer {
             output_features: 0,
         };
         trainer.output_features = model.output_features()?;
+        unsafe { trainer.callbacks.as_mut() }.output_features = trainer.output_features;
         Ok(trainer)
     }
 
@@ -1818,7 +1913,8 @@ impl Trainer {
     }
 
     /// As [`Trainer::on_epoch_end`], with the running trainer to change before the next epoch (a
-    /// learning-rate schedule, say) or to validate ([`FitControl::evaluate`], which runs only here).
+    /// learning-rate schedule, say) or to validate ([`FitControl::evaluate`] and
+    /// [`FitControl::predict_dataset`], which run only here).
     pub fn on_epoch_end_with(
         &mut self,
         callback: impl FnMut(&EpochEnd, &mut FitControl<'_>) -> ControlFlow<()> + Send + 'static,
@@ -1895,6 +1991,7 @@ impl Trainer {
     }
 
     /// Outputs of the last layer for whole rows of input features, in the trainer's precision.
+    /// [`Trainer::predict_dataset`] predicts the rows of a [`Dataset`].
     pub fn predict(&mut self, inputs: &[f32]) -> Result<Vec<f32>> {
         let rows = rows_of(inputs.len(), self.input_features, "inputs")?;
         let mut out = prediction_output(rows, self.input_features, self.output_features)?;
@@ -1909,6 +2006,24 @@ impl Trainer {
             )
         })?;
         Ok(out)
+    }
+
+    /// The outputs [`Trainer::predict`] gives, for every row of `dataset` in order (Keras's
+    /// `model.predict` on a dataset: the CIFAR-10 test set, a slice): `rows * output_features` values,
+    /// row-major, in the trainer's precision, computed in batches of `batch_size` (0: the last training
+    /// batch size, or 256). Only the samples are read (uint8 ones normalised as when batched): the
+    /// labels, targets and row weights play no part. With [`Dataset::labels`], a confusion matrix.
+    ///
+    /// The batch size can change the last bits: the CPU's GEMMs block a batch by its rows, so batches
+    /// of other sizes than [`Trainer::predict`]'s may round sums differently (some 1e-7 of a
+    /// probability in fp32). From fit's epoch-end closure use [`FitControl::predict_dataset`].
+    ///
+    /// A dataset of another context fails with [`Status::InvalidArgument`] (so does a negative
+    /// `batch_size`), one of another feature count than the model's inputs with
+    /// [`Status::ShapeMismatch`].
+    pub fn predict_dataset(&mut self, dataset: &Dataset, batch_size: i64) -> Result<Vec<f32>> {
+        let _locks = self.family.enter_with(&dataset.family)?;
+        predict_dataset(self.raw, self.output_features, dataset, batch_size)
     }
 
     /// The precision this trainer runs in (Auto resolved).
