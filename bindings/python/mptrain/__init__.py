@@ -7,6 +7,7 @@
     trainer = mptrain.Trainer(model, optimizer="adam", learning_rate=0.01)
     trainer.fit(data, epochs=5, batch_size=32)
     print(trainer.evaluate(data).accuracy)
+    probabilities = trainer.predict_dataset(data)         # [rows, 3]; data.labels: the labels given
     model.save("model.safetensors")                      # later: mptrain.Model.load(ctx, "model.safetensors")
 
 Every failure of the library raises mptrain.Error, carrying .status (a Status) and .message. Wrong
@@ -351,22 +352,23 @@ def _bytes(data, what):
 MAX_HOST_ELEMENTS = 1 << 40
 
 
-def _output(count, shape):
-    """A float32 output buffer: a numpy array of `shape` when numpy is installed, else array.array.
-    Refused as the library would refuse it (and before allocating) past MAX_HOST_ELEMENTS; a failed
-    allocation is an Error like the library's own, not Python's MemoryError."""
+def _output(count, shape, ctype=ctypes.c_float, typecode="f", np_dtype="float32"):
+    """An output buffer of float32 (or, given the types, int32: labels): a numpy array of `shape` when
+    numpy is installed, else a flat array.array. Refused as the library would refuse it (and before
+    allocating) past MAX_HOST_ELEMENTS; a failed allocation is an Error like the library's own, not
+    Python's MemoryError."""
     if count > MAX_HOST_ELEMENTS:
         raise Error(Status.INVALID_ARGUMENT, "an output of %d values is more than the library takes in one "
                                              "array (%d)" % (count, MAX_HOST_ELEMENTS))
     try:
         if _np is not None:
-            out = _np.empty(shape, dtype=_np.float32)
-            return out, out.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
-        out = array.array("f", bytes(4 * count))
+            out = _np.empty(shape, dtype=np_dtype)
+            return out, out.ctypes.data_as(ctypes.POINTER(ctype))
+        out = array.array(typecode, bytes(ctypes.sizeof(ctype) * count))
     except MemoryError:
         raise Error(Status.OUT_OF_MEMORY, "no host memory for an output of %d values" % count) from None
-    holder = (ctypes.c_float * count).from_buffer(out) if count else (ctypes.c_float * 0)()
-    return out, ctypes.cast(holder, ctypes.POINTER(ctypes.c_float))
+    holder = (ctype * count).from_buffer(out) if count else (ctype * 0)()
+    return out, ctypes.cast(holder, ctypes.POINTER(ctype))
 
 
 def _check_shape(buffer, shape, what):
@@ -810,6 +812,23 @@ class Dataset(_Handle):
     def features(self):
         return self._query("mpt_dataset_get_features")
 
+    @property
+    def labels(self):
+        """A copy of the integer labels, one per row (a slice's own rows'; a weighted dataset's are its
+        source's): an int32 numpy array [rows] when numpy is installed, else array.array("i"). With
+        Trainer.predict_dataset, a confusion matrix or per-class accuracy of a loaded data set:
+
+            predicted = trainer.predict_dataset(test).argmax(axis=1)     # numpy
+            matrix = numpy.zeros((classes, classes), dtype=int)
+            numpy.add.at(matrix, (test.labels, predicted), 1)            # rows: true class
+
+        A dataset of float targets (from_targets) has none: Error with Status.INVALID_ARGUMENT."""
+        with self._family:
+            rows = self.rows
+            out, out_ptr = _output(rows, (rows,), ctypes.c_int32, "i", "int32")
+            _check(_lib().mpt_dataset_get_labels(self._get(), out_ptr, rows))
+        return out
+
     def __len__(self):
         return self.rows
 
@@ -912,11 +931,11 @@ def _class_weights_by_index(weights, classes):
 
 
 class Trainer(_Handle):
-    """Trains a model: fit, step, evaluate, predict. Options as keywords (None = the library default):
-    precision, loss, optimizer, learning_rate, momentum (+ nesterov), adam=(beta1, beta2, epsilon),
-    weight_decay, lr_schedule (+ warmup_steps, decay_steps, decay_factor), loss_scaling (+ initial_scale),
-    loss_scaler_dynamics=(growth_factor, backoff_factor, growth_interval, min_scale, max_scale),
-    label_smoothing, class_weights.
+    """Trains a model: fit, step, evaluate, predict (float rows), predict_dataset. Options as keywords
+    (None = the library default): precision, loss, optimizer, learning_rate, momentum (+ nesterov),
+    adam=(beta1, beta2, epsilon), weight_decay, lr_schedule (+ warmup_steps, decay_steps, decay_factor),
+    loss_scaling (+ initial_scale), loss_scaler_dynamics=(growth_factor, backoff_factor, growth_interval,
+    min_scale, max_scale), label_smoothing, class_weights.
 
     label_smoothing s in [0, 1) (default 0: none) makes the cross-entropy losses train towards
     t (1 - s) + s / n instead of each target t (n: the model's outputs, 2 for binary cross-entropy), as
@@ -1018,11 +1037,11 @@ class Trainer(_Handle):
         (fit then raises Error with Status.CANCELLED); an exception raised by a callback stops training
         and is re-raised by fit.
 
-        From these callbacks, this trainer's evaluate runs in epoch_end: validation each epoch (the
-        numbers of an evaluate between one-epoch fits, and fit's run goes on unchanged), on a data set
-        of this trainer's context (one of another is refused with Status.INVALID_ARGUMENT). The library
-        refuses it in progress, and fit, step and predict in either, with Status.INVALID_STATE. The
-        learning rate may be read and set in both, and a checkpoint saved."""
+        From these callbacks, this trainer's evaluate and predict_dataset run in epoch_end: validation
+        each epoch (the numbers of a call between one-epoch fits, and fit's run goes on unchanged), on a
+        data set of this trainer's context (one of another is refused with Status.INVALID_ARGUMENT). The
+        library refuses them in progress, and fit, step and predict (rows) in either, with
+        Status.INVALID_STATE. The learning rate may be read and set in both, and a checkpoint saved."""
         for name, function in (("progress", progress), ("epoch_end", epoch_end)):
             if function is not None and not callable(function):
                 raise TypeError("%s must be callable or None" % name)
@@ -1047,8 +1066,9 @@ class Trainer(_Handle):
     def _refuse_reentry(self):
         """Refuses fit, step and predict from this trainer's own callbacks, which run on the thread of
         fit (the library refuses them too, but a nested fit would first clobber the state of the running
-        one). Another thread is not refused: it waits for the lock, as the module promises. evaluate is
-        left to the library, which runs it from the epoch-end callback (see set_callbacks)."""
+        one). Another thread is not refused: it waits for the lock, as the module promises. evaluate and
+        predict_dataset are left to the library, which runs them from the epoch-end callback (see
+        set_callbacks)."""
         if self._in_own_callback():
             raise Error(Status.INVALID_STATE,
                         "fit, step and predict cannot be called from this trainer's callbacks")
@@ -1107,14 +1127,45 @@ class Trainer(_Handle):
         return Evaluation(loss.value, accuracy.value)
 
     def predict(self, inputs):
-        """Outputs [rows, output_features] of the last layer, in the trainer's precision."""
+        """Outputs [rows, output_features] of the last layer, in the trainer's precision, for float rows
+        (predictions over a Dataset: predict_dataset)."""
         self._refuse_reentry()
+        if isinstance(inputs, Dataset):
+            raise TypeError("inputs must be float rows, not a mptrain.Dataset: predictions over a dataset are "
+                            "predict_dataset(dataset, batch_size=0)")
         data = _floats(inputs, "inputs")
         rows = _rows_of(data, self._input_features, "inputs")
         out, out_ptr = _output(rows * self._output_features, (rows, self._output_features))
         with self._family:
             _check(_lib().mpt_trainer_predict(self._get(), data.pointer, rows, out_ptr,
                                               rows * self._output_features))
+        return out
+
+    def predict_dataset(self, dataset, batch_size=0):
+        """The outputs predict gives, for every row of `dataset` in order: Keras's model.predict on a
+        dataset (a test set from Dataset.load_cifar10, a slice), returned as predict returns them ([rows,
+        output_features] float32: a numpy array when numpy is installed, else a flat array.array), in the
+        trainer's precision, in batches of `batch_size` rows (0: the last training batch size, or 256,
+        as evaluate). Only the samples are read (u8 ones normalised as in training): labels, targets
+        and row weights play no part. Predicted in one batch (batch_size >= rows), the outputs are those
+        of predict on the same float rows; other batch sizes may differ from them in the last bits.
+
+        With Dataset.labels: a confusion matrix or per-class accuracy (see Dataset.labels). Like
+        evaluate, it also runs from fit's epoch-end callback (the predictions of a call between
+        one-epoch fits), not from its progress callback (see set_callbacks). A dataset of another
+        context raises Error with Status.INVALID_ARGUMENT, one of another feature count
+        Status.SHAPE_MISMATCH, a negative batch_size Status.INVALID_ARGUMENT."""
+        pointer = self._dataset(dataset)
+        batch_size = _integer(batch_size, "batch_size", ctypes.c_int64)
+        if self._in_own_callback() and dataset._family is not self._family:
+            # As evaluate: fit holds its context's lock, and taking another's here, out of _Locked's
+            # order, could deadlock. The library refuses such a data set anyway.
+            raise Error(Status.INVALID_ARGUMENT, "the dataset was created on another context than the trainer")
+        width = self._output_features
+        with _Locked(self._family, dataset._family):
+            rows = dataset.rows
+            out, out_ptr = _output(rows * width, (rows, width))
+            _check(_lib().mpt_trainer_predict_dataset(self._get(), pointer, batch_size, out_ptr, rows * width))
         return out
 
     @property
