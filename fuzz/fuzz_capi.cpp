@@ -1,8 +1,8 @@
 // libFuzzer target for the C API's argument paths: the input is a little program of API calls
-// (create, slice and weight datasets, add layers, set options, fit, step, evaluate, predict, get/set
-// weights, save and load files) with fuzzed arguments, NULLs and out-of-range values. Every call
-// must return a status and leave every handle usable; sanitizers catch anything else. Sizes are
-// bounded to keep it fast.
+// (create, slice and weight datasets, add layers, set options, fit, step, evaluate, predict rows
+// and datasets, get/set weights and labels, save and load files) with fuzzed arguments, NULLs and
+// out-of-range values. Every call must return a status and leave every handle usable; sanitizers
+// catch anything else. Sizes are bounded to keep it fast.
 // fuzz-options: -max_len=512
 #include <mptrain/mptrain.h>
 #include <unistd.h>
@@ -157,8 +157,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             case 9: mpt_trainer_fit(trainer, in.byte() % 8 ? dataset : nullptr, in.small(3), in.count(), in.byte() % 2); break;
             case 10: mpt_trainer_step(trainer, dataset, in.count() - 1, in.count(), nullptr); break;
             case 11: {
-                float loss, accuracy;
-                mpt_trainer_evaluate(trainer, dataset, in.count(), &loss, &accuracy);
+                if (in.byte() % 2) {
+                    float loss, accuracy;
+                    mpt_trainer_evaluate(trainer, dataset, in.count(), &loss, &accuracy);
+                } else {  // predictions over the dataset and its labels, into buffers of hostile sizes
+                    const int64_t count = std::min<int64_t>(in.count(), 1024);
+                    mpt_trainer_predict_dataset(trainer, dataset, in.count() - 1, buffer.data(), count);
+                    mpt_dataset_get_labels(dataset, labels.data(), std::min<int64_t>(in.count(), 512));
+                }
                 break;
             }
             case 12: {
