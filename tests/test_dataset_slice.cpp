@@ -5,10 +5,14 @@
 // resumes on its own rows only; and the refusals.
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "mptrain/mptrain.h"
@@ -320,4 +324,61 @@ TEST_CASE("an epoch abandoned by a fit of no epochs with another batch size stay
     CHECK(steps == 2 + 2);  // a whole new epoch of 2 steps, not "step 2 of 2" resumed as done
     CHECK(epochs == 1);
     mpt_dataset_destroy(data);
+}
+
+namespace {
+
+// A checkpoint file of this process, removed at the end of the scope.
+struct CheckpointFile {
+    std::string path = (std::filesystem::temp_directory_path() /
+                         ("mptrain-test-dataset-slice-" + std::to_string(::getpid()) + ".safetensors"))
+                           .string();
+    ~CheckpointFile() { std::filesystem::remove(path); }
+};
+
+}  // namespace
+
+TEST_CASE("a step between an interrupted fit and a checkpoint leaves that epoch unfinished in the file") {
+    const Blobs blobs = mpt_test::make_blobs(48, 19);
+    BlobTrainer live(BlobTrainerSetup{}), loaded(BlobTrainerSetup{});
+    mpt_dataset_t* data = live.labels(blobs);
+    mpt_dataset_t* loaded_data = loaded.labels(blobs);
+    REQUIRE_OK(mpt_trainer_set_callbacks(live.trainer, cancel_at_step_2, nullptr, nullptr));
+    CHECK(mpt_trainer_fit(live.trainer, data, 1, 8, 1) == MPT_STATUS_CANCELLED);  // step 2 of 6
+    REQUIRE_OK(mpt_trainer_set_callbacks(live.trainer, nullptr, nullptr, nullptr));
+    REQUIRE_OK(mpt_trainer_step(live.trainer, data, 0, 24, nullptr));  // another batch size: 2 of "2"
+    const CheckpointFile file;
+    REQUIRE_OK(mpt_trainer_save_checkpoint(live.trainer, file.path.c_str()));
+    REQUIRE_OK(mpt_trainer_load_checkpoint(loaded.trainer, file.path.c_str()));
+    int64_t steps = 0, epochs = -1;
+    REQUIRE_OK(mpt_trainer_get_progress(loaded.trainer, &steps, &epochs));
+    CHECK(steps == 3);
+    CHECK(epochs == 0);  // the epoch of batch 8 is 2 steps in, not done
+    // Both finish it the same way: its 4 steps left, in its order.
+    REQUIRE_OK(mpt_trainer_fit(live.trainer, data, 1, 8, 1));
+    REQUIRE_OK(mpt_trainer_fit(loaded.trainer, loaded_data, 1, 8, 1));
+    CHECK(steps_taken(live) == 7);
+    CHECK(steps_taken(loaded) == 7);
+    CHECK(same_bits(live.weights(), loaded.weights()));
+    for (mpt_dataset_t* dataset : {data, loaded_data}) mpt_dataset_destroy(dataset);
+}
+
+TEST_CASE("a fit of no epochs leaves an epoch loaded from a checkpoint resumable on any data of its size") {
+    const Blobs blobs = mpt_test::make_blobs(48, 20);
+    BlobTrainer trainer(BlobTrainerSetup{});
+    mpt_dataset_t* a = trainer.labels(blobs);
+    mpt_dataset_t* b = trainer.labels(blobs);  // the same values, another dataset
+    REQUIRE_OK(mpt_trainer_set_callbacks(trainer.trainer, cancel_at_step_2, nullptr, nullptr));
+    CHECK(mpt_trainer_fit(trainer.trainer, a, 1, 8, 1) == MPT_STATUS_CANCELLED);
+    REQUIRE_OK(mpt_trainer_set_callbacks(trainer.trainer, nullptr, nullptr, nullptr));
+    const CheckpointFile file;
+    REQUIRE_OK(mpt_trainer_save_checkpoint(trainer.trainer, file.path.c_str()));
+    REQUIRE_OK(mpt_trainer_load_checkpoint(trainer.trainer, file.path.c_str()));
+    REQUIRE_OK(mpt_trainer_fit(trainer.trainer, a, 0, 8, 1));
+    REQUIRE_OK(mpt_trainer_fit(trainer.trainer, b, 1, 8, 1));
+    int64_t steps = 0, epochs = 0;
+    REQUIRE_OK(mpt_trainer_get_progress(trainer.trainer, &steps, &epochs));
+    CHECK(steps == 6);  // the loaded epoch's 4 steps left, on b
+    CHECK(epochs == 1);
+    for (mpt_dataset_t* dataset : {a, b}) mpt_dataset_destroy(dataset);
 }

@@ -307,7 +307,7 @@ void Trainer::fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bo
     // Other rows of the same count (another fold) are other data; an epoch from a checkpoint knows
     // only its count (its rows are unknown).
     const bool same_data = !epoch_data_.known() || dataset.reads_rows_of(epoch_data_);
-    bool resume = steps_into_epoch_ > 0 && rows == epoch_rows_ && batch_rows == last_batch_size_ && shuffle == shuffle_ &&
+    bool resume = steps_into_epoch_ > 0 && rows == epoch_rows_ && batch_rows == epoch_batch_size_ && shuffle == shuffle_ &&
                   order_kept && same_data;
     if (steps_into_epoch_ > 0 && !resume) {
         // Abandoned here, not when the next epoch starts: a fit that starts none (0 epochs, or a
@@ -320,9 +320,9 @@ void Trainer::fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bo
     executor_.release_weight_words();
     executor_.reserve_rows(batch_rows);
     last_batch_size_ = batch_rows;
+    epoch_batch_size_ = batch_rows;
     shuffle_ = shuffle;
     epoch_rows_ = rows;
-    epoch_data_ = dataset.rows_read();
     Backend& backend = model_->context()->backend();
     Scheduler& scheduler = backend.scheduler();
     const DatasetView view = dataset.device_view();
@@ -401,6 +401,9 @@ void Trainer::fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bo
             step_task_ = StepTask{this, slot, batch_rows, dataset.has_row_weights()};
             scheduler.submit(Lane::compute, &Trainer::run_train_step, &step_task_);
             steps_into_epoch_ = s + 1;
+            // The rows this epoch reads, from its first step on: a fit that runs none (0 epochs, a
+            // failure first) leaves an epoch from a checkpoint resumable on any data of its size.
+            if (s == first_step) epoch_data_ = dataset.rows_read();
             undo_draw.started = true;
             ++steps_taken_;
             if (reporting) {
@@ -620,10 +623,11 @@ TrainerSnapshot Trainer::snapshot() const {
     // has not booked it yet: it is saved as booked, as an automatic checkpoint at the epoch's end
     // is, so that a resume neither "finishes" an empty epoch nor loses count of it.
     const bool all_steps_run =
-        steps_into_epoch_ > 0 && last_batch_size_ > 0 && steps_into_epoch_ == epoch_rows_ / last_batch_size_;
+        steps_into_epoch_ > 0 && epoch_batch_size_ > 0 && steps_into_epoch_ == epoch_rows_ / epoch_batch_size_;
     snapshot.epochs_completed = epochs_completed_ + (all_steps_run ? 1 : 0);
     snapshot.steps_into_epoch = all_steps_run ? 0 : steps_into_epoch_;
-    snapshot.batch_size = last_batch_size_;
+    // Inside an epoch, its batch size (which a resume must match), not that of a step since.
+    snapshot.batch_size = snapshot.steps_into_epoch > 0 ? epoch_batch_size_ : last_batch_size_;
     snapshot.dataset_rows = epoch_rows_;
     snapshot.shuffle = shuffle_;
     snapshot.shuffle_rng = shuffle_rng_.state();
@@ -650,6 +654,7 @@ void Trainer::restore(const TrainerSnapshot& snapshot) {
     steps_taken_ = snapshot.state.steps;
     skipped_seen_ = snapshot.state.skipped_steps;
     last_batch_size_ = snapshot.batch_size;
+    epoch_batch_size_ = snapshot.batch_size;
     epoch_rows_ = snapshot.dataset_rows;
     epoch_data_ = DatasetRows{};
     shuffle_ = snapshot.shuffle;

@@ -169,7 +169,8 @@ private:
     Arena epoch_order_;  // fit's order; outlives an interrupted epoch for its resume
     bool device_has_epoch_order_ = false;  // it holds the current (or interrupted) epoch's order
     Arena identity_order_;
-    int64_t last_batch_size_ = 0;
+    int64_t last_batch_size_ = 0;   // fit's or step's, for the defaults of evaluate and predict
+    int64_t epoch_batch_size_ = 0;  // fit's, of the current (or interrupted) epoch: a step's does not change it
     int64_t epochs_completed_ = 0;
     int64_t steps_into_epoch_ = 0;
     // Host mirror of TrainState::steps, counted as steps are issued. A step whose task fails does
