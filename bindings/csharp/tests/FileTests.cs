@@ -1,7 +1,6 @@
 // Model files and training checkpoints: a loaded model predicts bit-identically, a run resumed from a
 // checkpoint ends with bit-identical weights, and bad files throw MptException with their status.
 using System;
-using System.Collections.Generic;
 using System.IO;
 using System.Linq;
 
@@ -31,24 +30,6 @@ namespace Mptrain.Tests
             float[] x; int[] y;
             Data.Blobs(rows, seed, out x, out y);
             return Dataset.FromF32(ctx, x, Data.Features, y, Data.Classes);
-        }
-
-        /// <summary>Every layer's weights and biases as bit patterns: equal only when bit-identical.</summary>
-        static int[] WeightBits(Model model)
-        {
-            var bits = new List<int>();
-            for (int layer = 0; layer < model.LayerCount; layer++)
-            {
-                float[] weights, bias;
-                model.GetWeights(layer, out weights, out bias);
-                bits.AddRange(weights.Concat(bias).Select(value => BitConverter.ToInt32(BitConverter.GetBytes(value), 0)));
-            }
-            return bits.ToArray();
-        }
-
-        static int[] Bits(float[] values)
-        {
-            return values.Select(value => BitConverter.ToInt32(BitConverter.GetBytes(value), 0)).ToArray();
         }
 
         static void Truncate(string source, string target)
@@ -89,8 +70,8 @@ namespace Mptrain.Tests
                     Assert.Equal((long)Data.Features, loaded.InputFeatures, "inputs");
                     Assert.Equal((long)Data.Classes, loaded.OutputFeatures, "outputs");
                     Assert.Equal(model.ParameterCount, loaded.ParameterCount, "parameters");
-                    Assert.SequenceEqual(WeightBits(model), WeightBits(loaded), "weight bits");
-                    Assert.SequenceEqual(Bits(model.Predict(points)), Bits(loaded.Predict(points)), "prediction bits");
+                    Assert.SequenceEqual(Data.WeightBits(model), Data.WeightBits(loaded), "weight bits");
+                    Assert.SequenceEqual(Data.Bits(model.Predict(points)), Data.Bits(loaded.Predict(points)), "prediction bits");
                     using (var again = new Trainer(loaded, Adam)) again.Fit(otherData, 1, 20); // it trains like any other
                 }
             }
@@ -110,15 +91,15 @@ namespace Mptrain.Tests
                 trainer.Fit(data, 1, 32);
                 trainer.SaveCheckpoint(path);
                 trainer.Fit(data, 2, 32);
-                int[] uninterrupted = WeightBits(model);
-                Assert.True(!WeightBits(resumedModel).SequenceEqual(uninterrupted), "fresh weights differ");
+                int[] uninterrupted = Data.WeightBits(model);
+                Assert.True(!Data.WeightBits(resumedModel).SequenceEqual(uninterrupted), "fresh weights differ");
                 using (var resumed = new Trainer(resumedModel, Adam))
                 {
                     resumed.LoadCheckpoint(path);
                     Assert.Equal(6L, resumed.Progress.Steps, "steps after loading");
                     Assert.Equal(1L, resumed.Progress.Epochs, "epochs after loading");
                     resumed.Fit(data, 2, 32);
-                    Assert.SequenceEqual(uninterrupted, WeightBits(resumedModel), "weight bits");
+                    Assert.SequenceEqual(uninterrupted, Data.WeightBits(resumedModel), "weight bits");
                     Assert.Equal(trainer.Progress, resumed.Progress, "progress");
                     Assert.Equal(trainer.LossScale, resumed.LossScale, "loss scale");
                 }
@@ -151,7 +132,7 @@ namespace Mptrain.Tests
                 resumed.LoadCheckpoint(path);
                 Assert.Equal(0.0025f, resumed.LearningRate, "the checkpoint's rate");
                 resumed.Fit(data, 1, 32);
-                Assert.SequenceEqual(WeightBits(model), WeightBits(resumedModel), "weight bits");
+                Assert.SequenceEqual(Data.WeightBits(model), Data.WeightBits(resumedModel), "weight bits");
                 foreach (float bad in new[] { 0f, -1f, float.NaN, float.PositiveInfinity })
                 {
                     var error = Assert.Throws<MptException>(() => trainer.LearningRate = bad);

@@ -20,19 +20,10 @@ namespace Mptrain.Tests
             return new TrainerOptions { Precision = precision, Optimizer = Optimizer.Adam, LearningRate = 0.01f };
         }
 
-        static float[] OneHot(int[] labels)
-        {
-            var targets = new float[labels.Length * C];
-            for (int row = 0; row < labels.Length; row++) targets[row * C + labels[row]] = 1.0f;
-            return targets;
-        }
-
-        static int[] Bits(float[] values) { return values.Select(BitConverter.SingleToInt32Bits).ToArray(); }
-
         static void SameBits(float[] expected, float[] actual, string what)
         {
             Assert.Equal(expected.Length, actual.Length, what + ": output count");
-            Assert.True(Bits(expected).SequenceEqual(Bits(actual)), what + ": bit for bit");
+            Assert.True(Data.Bits(expected).SequenceEqual(Data.Bits(actual)), what + ": bit for bit");
         }
 
         // Outputs of other batch sizes: the CPU's GEMMs block a batch by its rows, so sums of the same
@@ -48,19 +39,6 @@ namespace Mptrain.Tests
         static T[] Part<T>(T[] values, int width, int first, int rows)
         {
             return values.Skip(first * width).Take(rows * width).ToArray();
-        }
-
-        // Every layer's fp32 weights and biases as bit patterns: equal only when bit-identical.
-        static int[] WeightBits(Model model)
-        {
-            var bits = new List<int>();
-            for (int layer = 0; layer < model.LayerCount; layer++)
-            {
-                float[] w, b;
-                model.GetWeights(layer, out w, out b);
-                bits.AddRange(Bits(w.Concat(b).ToArray()));
-            }
-            return bits.ToArray();
         }
 
         // The class of the largest probability of each row (the first of equals, as Evaluate counts).
@@ -84,7 +62,7 @@ namespace Mptrain.Tests
                 using (Model model = Data.Mlp(ctx))
                 using (var trainer = new Trainer(model, Adam(precision)))
                 using (Dataset labels = Dataset.FromF32(ctx, x, F, y, C))
-                using (Dataset targets = Dataset.FromTargets(ctx, x, F, OneHot(y), C))
+                using (Dataset targets = Dataset.FromTargets(ctx, x, F, Data.OneHot(y), C))
                 {
                     trainer.Fit(labels, 2, 16);
                     float[] expected = trainer.Predict(x);
@@ -172,7 +150,7 @@ namespace Mptrain.Tests
                 }
 
                 // Float targets have no labels: the library's refusal, for a slice too.
-                using (Dataset targets = Dataset.FromTargets(ctx, x, F, OneHot(y), C))
+                using (Dataset targets = Dataset.FromTargets(ctx, x, F, Data.OneHot(y), C))
                 using (Dataset targetSlice = targets.Slice(10, 5))
                 {
                     foreach (Dataset dataset in new[] { targets, targetSlice })
@@ -273,7 +251,7 @@ namespace Mptrain.Tests
                 trainer.Fit(training, 2, 12);
                 Assert.Equal(10L, trainer.Progress.Steps, "steps");
                 Assert.Equal(2L, trainer.Progress.Epochs, "epochs");
-                duringWeights = WeightBits(model);
+                duringWeights = Data.WeightBits(model);
             }
             Assert.Equal((Status?)Status.InvalidState, fromProgress, "PredictDataset from the progress callback (steps in flight)");
             Assert.True(refusals.All(error => error != null), "every refusal threw");
@@ -284,7 +262,7 @@ namespace Mptrain.Tests
             Assert.Equal("the dataset was created on another context than the trainer", refusals[0].NativeMessage,
                          "the refusal of another context's data set");
             Assert.Equal(2, duringFit.Count, "predictions from the epoch-end callback");
-            Assert.True(!Bits(duringFit[0]).SequenceEqual(Bits(duringFit[1])), "the epochs' predictions differ");
+            Assert.True(!Data.Bits(duringFit[0]).SequenceEqual(Data.Bits(duringFit[1])), "the epochs' predictions differ");
 
             using (Context ctx = Data.CpuContext(17))
             using (Model model = Data.Mlp(ctx))
@@ -298,7 +276,7 @@ namespace Mptrain.Tests
                     // Bit for bit on the CPU.
                     SameBits(trainer.PredictDataset(validation), duringFit[epoch], "predictions after epoch " + epoch);
                 }
-                Assert.SequenceEqual(WeightBits(model), duringWeights, "predicting left the run as it was");
+                Assert.SequenceEqual(Data.WeightBits(model), duringWeights, "predicting left the run as it was");
             }
         }
 

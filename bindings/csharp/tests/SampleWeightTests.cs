@@ -4,7 +4,6 @@
 // again replaces them; bad counts and values throw MptException; a weighted data set keeps working
 // after its source (and its Context) are disposed.
 using System;
-using System.Collections.Generic;
 using System.Linq;
 
 namespace Mptrain.Tests
@@ -40,28 +39,6 @@ namespace Mptrain.Tests
             return total / labels.Length;
         }
 
-        static void Close(double expected, double actual, string what)
-        {
-            Assert.True(Math.Abs(actual - expected) <= 1e-5 * Math.Abs(expected), what + ": expected " + expected + ", got " + actual);
-        }
-
-        static int Bits(float value) { return BitConverter.SingleToInt32Bits(value); }
-
-        static int[] Bits(Evaluation evaluation) { return new[] { Bits(evaluation.Loss), Bits(evaluation.Accuracy) }; }
-
-        // Every layer's fp32 weights and biases as bit patterns: equal only when bit-identical.
-        static int[] WeightBits(Model model)
-        {
-            var bits = new List<int>();
-            for (int layer = 0; layer < model.LayerCount; layer++)
-            {
-                float[] w, b;
-                model.GetWeights(layer, out w, out b);
-                bits.AddRange(w.Concat(b).Select(Bits));
-            }
-            return bits.ToArray();
-        }
-
         static float[] Range(float[] values, int first, int count) { return values.Skip(first).Take(count).ToArray(); }
 
         static int[] Range(int[] values, int first, int count) { return values.Skip(first).Take(count).ToArray(); }
@@ -82,9 +59,9 @@ namespace Mptrain.Tests
                 using (var trainer = new Trainer(model, new TrainerOptions { Precision = Precision.Fp32, Optimizer = Optimizer.Sgd,
                                                                              LearningRate = learningRate, Momentum = 0.0f }))
                 {
-                    int[] start = WeightBits(model);
+                    int[] start = Data.WeightBits(model);
                     float loss = trainer.Step(rowWeighted ?? plain, 0, Rows);
-                    int[] weights = WeightBits(model);
+                    int[] weights = Data.WeightBits(model);
                     Assert.True(!weights.SequenceEqual(start), "the step moves the weights");
                     return Tuple.Create(loss, weights);
                 }
@@ -117,15 +94,15 @@ namespace Mptrain.Tests
                 foreach (long batchSize in new long[] { 0, 16, 5 })
                 {
                     Evaluation weighted = trainer.Evaluate(data, batchSize), unweighted = trainer.Evaluate(plain, batchSize);
-                    Close(expected, weighted.Loss, "evaluate's loss (weighted), batches of " + batchSize);
-                    Close(unweightedLoss, unweighted.Loss, "evaluate's loss without weights, batches of " + batchSize);
+                    Assert.Close(expected, weighted.Loss, "evaluate's loss (weighted), batches of " + batchSize);
+                    Assert.Close(unweightedLoss, unweighted.Loss, "evaluate's loss without weights, batches of " + batchSize);
                     Assert.Equal(unweighted.Accuracy, weighted.Accuracy, "accuracy counts every row once, batches of " + batchSize);
                 }
-                Close(expected, trainer.Step(data, 0, Rows), "step's loss (weighted)");
+                Assert.Close(expected, trainer.Step(data, 0, Rows), "step's loss (weighted)");
                 // A step on some rows averages their weighted losses over those rows.
                 const int first = 10, rows = 20;
                 float[] batch = trainer.Predict(Range(x, first * Data.Features, rows * Data.Features));
-                Close(WeightedCrossEntropy(batch, Range(y, first, rows), Range(weights, first, rows)), trainer.Step(data, first, rows),
+                Assert.Close(WeightedCrossEntropy(batch, Range(y, first, rows), Range(weights, first, rows)), trainer.Step(data, first, rows),
                       "the loss of a step on rows 10..30");
             }
         }
@@ -145,8 +122,8 @@ namespace Mptrain.Tests
                 float[] probabilities = trainer.Predict(x);
                 double rowsOnly = WeightedCrossEntropy(probabilities, y, weights), both = WeightedCrossEntropy(probabilities, y, weights, classWeights);
                 Assert.True(Math.Abs(both - rowsOnly) > 1e-2 * rowsOnly, "the two can be told apart");
-                Close(rowsOnly, trainer.Evaluate(data).Loss, "evaluate's loss (row weights only)");
-                Close(both, trainer.Step(data, 0, Rows), "step's loss (row and class weights)");
+                Assert.Close(rowsOnly, trainer.Evaluate(data).Loss, "evaluate's loss (row weights only)");
+                Assert.Close(both, trainer.Step(data, 0, Rows), "step's loss (row and class weights)");
             }
         }
 
@@ -175,21 +152,21 @@ namespace Mptrain.Tests
                     {
                         string what = "batches of " + batchSize + ": ";
                         Evaluation sliced = trainer.Evaluate(sliceOfWeighted, batchSize), unweighted = trainer.Evaluate(plainSlice, batchSize);
-                        Assert.SequenceEqual(Bits(trainer.Evaluate(weightedSlice, batchSize)), Bits(sliced), what + "the same loss and accuracy, bit for bit");
+                        Assert.SequenceEqual(Data.Bits(trainer.Evaluate(weightedSlice, batchSize)), Data.Bits(sliced), what + "the same loss and accuracy, bit for bit");
                         Assert.True(sliced.Loss != unweighted.Loss, what + "the slice is weighted");
                         Assert.Equal(unweighted.Accuracy, sliced.Accuracy, what + "accuracy");
                         Assert.True(sliced.Loss != trainer.Evaluate(misaligned, batchSize).Loss, what + "the slice keeps its own rows' weights");
                     }
                     // A step on it trains from the loss of its own rows and weights.
                     float[] probabilities = trainer.Predict(Range(x, first * Data.Features, rows * Data.Features));
-                    Close(WeightedCrossEntropy(probabilities, Range(y, first, rows), Range(weights, first, rows)),
+                    Assert.Close(WeightedCrossEntropy(probabilities, Range(y, first, rows), Range(weights, first, rows)),
                           trainer.Step(sliceOfWeighted, 0, rows), "a step on the slice of the weighted data set");
 
                     // Weighting again replaces the weights: ones give the plain slice's numbers.
                     using (Dataset reweighted = sliceOfWeighted.Weighted(Enumerable.Repeat(1.0f, rows).ToArray()))
                     {
                         Evaluation evaluation = trainer.Evaluate(reweighted);
-                        Assert.SequenceEqual(Bits(trainer.Evaluate(plainSlice)), Bits(evaluation), "weights 1 again: the plain slice's bits");
+                        Assert.SequenceEqual(Data.Bits(trainer.Evaluate(plainSlice)), Data.Bits(evaluation), "weights 1 again: the plain slice's bits");
                         Assert.True(evaluation.Loss != trainer.Evaluate(sliceOfWeighted).Loss, "the old weights are gone");
                         Assert.Equal((long)rows, reweighted.Rows, "rows");
                     }
@@ -268,12 +245,12 @@ namespace Mptrain.Tests
                         for (int round = 0; round < 2; round++)
                         {
                             Evaluation evaluation = trainer.Evaluate(weighted, 16);
-                            Assert.SequenceEqual(Bits(trainer.Evaluate(copy, 16)), Bits(evaluation), "evaluation bits, round " + round);
-                            Close(WeightedCrossEntropy(trainer.Predict(x), y, weights), evaluation.Loss, "round " + round + ": the weights survive the source");
-                            int[] before = WeightBits(model);
+                            Assert.SequenceEqual(Data.Bits(trainer.Evaluate(copy, 16)), Data.Bits(evaluation), "evaluation bits, round " + round);
+                            Assert.Close(WeightedCrossEntropy(trainer.Predict(x), y, weights), evaluation.Loss, "round " + round + ": the weights survive the source");
+                            int[] before = Data.WeightBits(model);
                             trainer.Fit(weighted, 2, 16);
                             trainer.Step(weighted, 4, 16);
-                            Assert.True(!WeightBits(model).SequenceEqual(before), "training moved the weights, round " + round);
+                            Assert.True(!Data.WeightBits(model).SequenceEqual(before), "training moved the weights, round " + round);
                         }
                         using (Dataset slice = weighted.Slice(1, 5)) Assert.Equal(5L, slice.Rows, "a slice of it after the source is gone");
                     }

@@ -12,17 +12,10 @@ namespace Mptrain.Tests
         const int Rows = 120;
         const int TrainRows = 90; // Keras's validation_split 0.25: the last 30 rows held out
 
-        static float[] OneHot(int[] labels)
-        {
-            var targets = new float[labels.Length * Data.Classes];
-            for (int row = 0; row < labels.Length; row++) targets[row * Data.Classes + labels[row]] = 1.0f;
-            return targets;
-        }
-
         // Integer labels, or one-hot float targets.
         static Dataset Make(Context ctx, float[] x, int[] y, bool oneHot)
         {
-            return oneHot ? Dataset.FromTargets(ctx, x, Data.Features, OneHot(y), Data.Classes)
+            return oneHot ? Dataset.FromTargets(ctx, x, Data.Features, Data.OneHot(y), Data.Classes)
                           : Dataset.FromF32(ctx, x, Data.Features, y, Data.Classes);
         }
 
@@ -42,23 +35,6 @@ namespace Mptrain.Tests
                 Optimizer = Optimizer.Adam,
                 LearningRate = 0.01f,
             };
-        }
-
-        static int Bits(float value) { return BitConverter.SingleToInt32Bits(value); }
-
-        static int[] Bits(Evaluation evaluation) { return new[] { Bits(evaluation.Loss), Bits(evaluation.Accuracy) }; }
-
-        // Every layer's fp32 weights and biases as bit patterns: equal only when bit-identical.
-        static int[] WeightBits(Model model)
-        {
-            var bits = new List<int>();
-            for (int layer = 0; layer < model.LayerCount; layer++)
-            {
-                float[] w, b;
-                model.GetWeights(layer, out w, out b);
-                bits.AddRange(w.Concat(b).Select(Bits));
-            }
-            return bits.ToArray();
         }
 
         // What a run on one split left, bit patterns throughout.
@@ -97,16 +73,16 @@ namespace Mptrain.Tests
                 using (training)
                 using (validation)
                 {
-                    var run = new Run { Initial = WeightBits(model) };
+                    var run = new Run { Initial = Data.WeightBits(model) };
                     var eachEpoch = new List<int>();
-                    trainer.SetCallbacks(null, e => eachEpoch.AddRange(Bits(trainer.Evaluate(validation))));
+                    trainer.SetCallbacks(null, e => eachEpoch.AddRange(Data.Bits(trainer.Evaluate(validation))));
                     trainer.Fit(training, 3, 16);
                     trainer.SetCallbacks(null);
                     run.EachEpoch = eachEpoch.ToArray();
-                    run.Training = Bits(trainer.Evaluate(training, 16));
-                    run.Validation = Bits(trainer.Evaluate(validation, 16));
-                    run.StepLosses = new[] { Bits(trainer.Step(training, 5, 16)), Bits(trainer.Step(training, 60, 16)) };
-                    run.Weights = WeightBits(model);
+                    run.Training = Data.Bits(trainer.Evaluate(training, 16));
+                    run.Validation = Data.Bits(trainer.Evaluate(validation, 16));
+                    run.StepLosses = new[] { Data.Bits(trainer.Step(training, 5, 16)), Data.Bits(trainer.Step(training, 60, 16)) };
+                    run.Weights = Data.WeightBits(model);
                     run.Rows = new[] { training.Rows, validation.Rows };
                     return run;
                 }
@@ -196,14 +172,14 @@ namespace Mptrain.Tests
                         Assert.Equal(10L, inner.Rows, "rows of the slice of the slice");
                         for (int round = 0; round < 2; round++)
                         {
-                            Assert.SequenceEqual(Bits(trainer.Evaluate(sliceCopy, 8)), Bits(trainer.Evaluate(slice, 8)),
+                            Assert.SequenceEqual(Data.Bits(trainer.Evaluate(sliceCopy, 8)), Data.Bits(trainer.Evaluate(slice, 8)),
                                                  "evaluation bits of the slice, round " + round);
-                            Assert.SequenceEqual(Bits(trainer.Evaluate(innerCopy, 4)), Bits(trainer.Evaluate(inner, 4)),
+                            Assert.SequenceEqual(Data.Bits(trainer.Evaluate(innerCopy, 4)), Data.Bits(trainer.Evaluate(inner, 4)),
                                                  "evaluation bits of the slice of the slice, round " + round);
-                            int[] before = WeightBits(model);
+                            int[] before = Data.WeightBits(model);
                             trainer.Fit(slice, 2, 8);
                             trainer.Step(inner, 2, 8);
-                            Assert.True(!WeightBits(model).SequenceEqual(before), "training moved the weights, round " + round);
+                            Assert.True(!Data.WeightBits(model).SequenceEqual(before), "training moved the weights, round " + round);
                         }
                     }
                 }

@@ -52,6 +52,12 @@ namespace Mptrain.Tests
             throw new Exception("expected " + typeof(TException).Name + ", nothing was thrown");
         }
 
+        /// <summary>Expects actual within 1e-5 of expected, relatively (a loss against one recomputed in double).</summary>
+        public static void Close(double expected, double actual, string what)
+        {
+            True(Math.Abs(actual - expected) <= 1e-5 * Math.Abs(expected), what + ": expected " + expected + ", got " + actual);
+        }
+
         /// <summary>Expects an MptException with this status and a non-empty library message.</summary>
         public static MptException Fails(Status status, Action action)
         {

@@ -113,11 +113,6 @@ namespace Mptrain.Tests
             return total / rows;
         }
 
-        static void Close(double expected, double actual, string what)
-        {
-            Assert.True(Math.Abs(actual - expected) <= 1e-5 * Math.Abs(expected), what + ": expected " + expected + ", got " + actual);
-        }
-
         static TrainerOptions Smoothed(float? smoothing)
         {
             return new TrainerOptions { Precision = Precision.Fp32, Optimizer = Optimizer.Adam, LearningRate = 0.01f, LabelSmoothing = smoothing };
@@ -139,8 +134,8 @@ namespace Mptrain.Tests
                 double expected = SmoothedCrossEntropy(probabilities, y, 90, 0.1f);
                 Assert.True(Math.Abs(expected - towardsLabel) > 1e-3 * towardsLabel, "the two can be told apart");
                 Evaluation without = plain.Evaluate(data), with = smoothed.Evaluate(data);
-                Close(towardsLabel, without.Loss, "loss without smoothing");
-                Close(expected, with.Loss, "loss with smoothing 0.1");
+                Assert.Close(towardsLabel, without.Loss, "loss without smoothing");
+                Assert.Close(expected, with.Loss, "loss with smoothing 0.1");
                 Assert.Equal(without.Accuracy, with.Accuracy, "accuracy reads the given labels");
             }
 
@@ -154,7 +149,7 @@ namespace Mptrain.Tests
                 using (var trainer = new Trainer(model, Smoothed(smoothing)))
                 {
                     double batchExpected = SmoothedCrossEntropy(trainer.Predict(x.Take(30 * Data.Features).ToArray()), y, 30, smoothing);
-                    Close(batchExpected, trainer.Step(data, 0, 30), "step loss with smoothing " + smoothing);
+                    Assert.Close(batchExpected, trainer.Step(data, 0, 30), "step loss with smoothing " + smoothing);
                     var weights = new List<float>();
                     for (int layer = 0; layer < model.LayerCount; layer++)
                     {
@@ -208,26 +203,6 @@ namespace Mptrain.Tests
             return total / rows;
         }
 
-        static float[] OneHot(int[] labels)
-        {
-            var targets = new float[labels.Length * Data.Classes];
-            for (int row = 0; row < labels.Length; row++) targets[row * Data.Classes + labels[row]] = 1.0f;
-            return targets;
-        }
-
-        // Every layer's weights and biases as bit patterns: equal only when bit-identical.
-        static int[] WeightBits(Model model)
-        {
-            var bits = new List<int>();
-            for (int layer = 0; layer < model.LayerCount; layer++)
-            {
-                float[] w, b;
-                model.GetWeights(layer, out w, out b);
-                bits.AddRange(w.Concat(b).Select(v => BitConverter.ToInt32(BitConverter.GetBytes(v), 0)));
-            }
-            return bits.ToArray();
-        }
-
         [Test]
         public static void ClassWeightsOfTwoTrainOneSgdStepAsTwiceTheLearningRateBitForBit()
         {
@@ -242,9 +217,9 @@ namespace Mptrain.Tests
                 using (var trainer = new Trainer(model, new TrainerOptions { Precision = Precision.Fp32, Optimizer = Optimizer.Sgd,
                                                                              LearningRate = learningRate, Momentum = 0.0f, ClassWeights = classWeights }))
                 {
-                    int[] start = WeightBits(model);
+                    int[] start = Data.WeightBits(model);
                     float loss = trainer.Step(data, 0, 30);
-                    int[] weights = WeightBits(model);
+                    int[] weights = Data.WeightBits(model);
                     Assert.True(!weights.SequenceEqual(start), "the step moves the weights");
                     return Tuple.Create(loss, weights);
                 }
@@ -271,17 +246,17 @@ namespace Mptrain.Tests
             using (var plain = new Trainer(model, new TrainerOptions { Precision = Precision.Fp32, Optimizer = Optimizer.Adam, LearningRate = 0.01f }))
             {
                 float[] probabilities = weighted.Predict(x);
-                double unweightedLoss = WeightedCrossEntropy(probabilities, OneHot(y), null);
-                double expected = WeightedCrossEntropy(probabilities, OneHot(y), classWeights);
+                double unweightedLoss = WeightedCrossEntropy(probabilities, Data.OneHot(y), null);
+                double expected = WeightedCrossEntropy(probabilities, Data.OneHot(y), classWeights);
                 Assert.True(Math.Abs(expected - unweightedLoss) > 1e-3 * unweightedLoss, "the two can be told apart");
                 Evaluation evaluation = weighted.Evaluate(data);
-                Close(unweightedLoss, evaluation.Loss, "evaluate's loss (unweighted)");
+                Assert.Close(unweightedLoss, evaluation.Loss, "evaluate's loss (unweighted)");
                 Assert.Equal(plain.Evaluate(data).Loss, evaluation.Loss, "evaluate's loss against a trainer's without weights");
-                Close(expected, weighted.Step(data, 0, 30), "step's loss (weighted)");
+                Assert.Close(expected, weighted.Step(data, 0, 30), "step's loss (weighted)");
             }
 
             // Float targets weigh a row by its first largest target: row 0 ties classes 1 and 2 (weight 2).
-            float[] targets = OneHot(y);
+            float[] targets = Data.OneHot(y);
             targets[0] = 0.0f; targets[1] = 0.5f; targets[2] = 0.5f;
             targets[3] = 0.2f; targets[4] = 0.3f; targets[5] = 0.5f;
             using (Context ctx = Data.CpuContext(9))
@@ -296,7 +271,7 @@ namespace Mptrain.Tests
                 tieToTheLast[2] = 0.5000001f;
                 Assert.True(Math.Abs(WeightedCrossEntropy(probabilities, tieToTheLast, classWeights) - expected) > 1e-4 * expected,
                             "the tie's two readings can be told apart");
-                Close(expected, categorical.Step(data, 0, 30), "step's loss on float targets");
+                Assert.Close(expected, categorical.Step(data, 0, 30), "step's loss on float targets");
             }
         }
 

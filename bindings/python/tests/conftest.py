@@ -1,4 +1,6 @@
-"""Shared fixtures: a small CPU context and generated, linearly separable data (three Gaussian blobs)."""
+"""Shared fixtures: a small CPU context and generated, linearly separable data (three Gaussian blobs); and
+the helpers the tests share: the usual model and trainer, one-hot targets, outputs' floats and weights'
+bytes."""
 import random
 
 import pytest
@@ -20,6 +22,32 @@ def make_blobs(rows=300, seed=1):
     return samples, labels
 
 
+def mlp(ctx):
+    """FEATURES inputs, 16 ReLU units, a softmax over CLASSES."""
+    return mptrain.Model(ctx, FEATURES).add_dense(16, "relu").add_dense(CLASSES, "softmax")
+
+
+def new_run(precision, seed):
+    """A context, model and trainer; one seed, so the same initial weights and shuffles every time."""
+    ctx = mptrain.Context(backend="cpu", threads=1, seed=seed)
+    model = mlp(ctx)
+    return ctx, model, mptrain.Trainer(model, precision=precision, optimizer="adam", learning_rate=0.01)
+
+
+def one_hot(labels):
+    return [[1.0 if c == label else 0.0 for c in range(CLASSES)] for label in labels]
+
+
+def values(out):
+    """The floats of an output (a numpy array or an array.array), flattened."""
+    return [float(v) for v in (out.ravel().tolist() if hasattr(out, "ravel") else out)]
+
+
+def weight_bytes(model):
+    """Every layer's weights and bias as raw bytes: equal only when bit-identical."""
+    return [part.tobytes() for layer in range(model.layer_count) for part in model.get_weights(layer)]
+
+
 @pytest.fixture
 def ctx():
     context = mptrain.Context(backend="cpu", threads=1, seed=7)
@@ -34,4 +62,4 @@ def blobs():
 
 @pytest.fixture
 def model(ctx):
-    return mptrain.Model(ctx, FEATURES).add_dense(16, "relu").add_dense(CLASSES, "softmax")
+    return mlp(ctx)

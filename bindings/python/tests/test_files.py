@@ -6,7 +6,7 @@ import os
 import pytest
 
 import mptrain
-from conftest import CLASSES, FEATURES, make_blobs
+from conftest import CLASSES, FEATURES, make_blobs, weight_bytes
 
 Status = mptrain.Status
 
@@ -30,11 +30,6 @@ def adam(model):
 def data(ctx, rows, seed):
     samples, labels = make_blobs(rows=rows, seed=seed)
     return mptrain.Dataset.from_f32(ctx, samples, labels, CLASSES)
-
-
-def weight_bytes(model):
-    """Every layer's weights and bias as raw bytes: equal only when bit-identical."""
-    return [part.tobytes() for layer in range(model.layer_count) for part in model.get_weights(layer)]
 
 
 def truncate(source, target):

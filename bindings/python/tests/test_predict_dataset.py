@@ -11,7 +11,7 @@ import pytest
 
 import mptrain
 import mptrain as package
-from conftest import CLASSES, FEATURES, make_blobs
+from conftest import CLASSES, FEATURES, make_blobs, new_run, one_hot, values, weight_bytes
 
 try:
     import numpy as np
@@ -19,28 +19,8 @@ except ImportError:
     np = None
 
 
-def values(out):
-    """The floats of an output (a numpy array or an array.array), flattened."""
-    return [float(v) for v in (out.ravel().tolist() if hasattr(out, "ravel") else out)]
-
-
 def ints(out):
     return [int(v) for v in (out.tolist() if hasattr(out, "tolist") else out)]
-
-
-def one_hot(labels):
-    return [[1.0 if c == label else 0.0 for c in range(CLASSES)] for label in labels]
-
-
-def weight_bytes(model):
-    return [part.tobytes() for layer in range(model.layer_count) for part in model.get_weights(layer)]
-
-
-def new_run(precision="fp32", seed=29):
-    """A context, model and trainer; one seed, so the same initial weights and shuffles every time."""
-    ctx = mptrain.Context(backend="cpu", threads=1, seed=seed)
-    model = mptrain.Model(ctx, FEATURES).add_dense(16, "relu").add_dense(CLASSES, "softmax")
-    return ctx, model, mptrain.Trainer(model, precision=precision, optimizer="adam", learning_rate=0.01)
 
 
 def assert_close(got, expected, tolerance=1e-5):
@@ -62,7 +42,7 @@ def assert_shaped_as_predict(out, predicted, rows):
 @pytest.mark.parametrize("precision", ["fp32", "mixed_fp16", "mixed_bf16"])
 def test_predictions_over_a_dataset_are_predicts_on_its_rows_bit_for_bit_in_one_batch(precision):
     samples, labels = make_blobs(rows=200, seed=51)  # up to 256 rows: predict runs them in one batch
-    ctx, model, trainer = new_run(precision)
+    ctx, model, trainer = new_run(precision, seed=29)
     assert trainer.precision.name.lower() == precision
     data = mptrain.Dataset.from_f32(ctx, samples, labels, CLASSES)
     trainer.fit(data, epochs=2, batch_size=16)
@@ -202,7 +182,7 @@ def confusion_matrix(labels, predictions, classes):
 @pytest.mark.parametrize("precision", ["fp32", "mixed_bf16"])
 def test_a_confusion_matrix_of_labels_and_predictions_gives_evaluates_accuracy(precision):
     samples, labels = make_blobs(rows=240, seed=58)
-    ctx, model, trainer = new_run(precision)
+    ctx, model, trainer = new_run(precision, seed=29)
     data = mptrain.Dataset.from_f32(ctx, samples, labels, CLASSES)
     validation = data[160:]
     accuracies = []
@@ -278,7 +258,7 @@ def test_a_dataset_of_another_context_is_refused_in_the_callback_without_taking_
     thread that holds that one and waits for ours, so the binding refuses such a data set first (as
     evaluate does), without waiting for its lock."""
     samples, labels = make_blobs(rows=64, seed=61)
-    ctx, model, trainer = new_run("fp32")
+    ctx, model, trainer = new_run("fp32", seed=29)
     data = mptrain.Dataset.from_f32(ctx, samples, labels, CLASSES)
     stranger = mptrain.Dataset.from_f32(mptrain.Context(backend="cpu", threads=1), samples, labels, CLASSES)
     held, answered, outcome = threading.Event(), threading.Event(), {}

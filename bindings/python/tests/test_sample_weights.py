@@ -10,17 +10,7 @@ import weakref
 import pytest
 
 import mptrain
-from conftest import CLASSES, FEATURES, make_blobs
-
-
-def values(out):
-    """The floats of an output (a numpy array or an array.array), flattened."""
-    return [float(v) for v in (out.ravel().tolist() if hasattr(out, "ravel") else out)]
-
-
-def weight_bytes(model):
-    """Every layer's weights and bias as raw bytes: equal only when bit-identical."""
-    return [part.tobytes() for layer in range(model.layer_count) for part in model.get_weights(layer)]
+from conftest import CLASSES, FEATURES, make_blobs, mlp, values, weight_bytes
 
 
 def weighted_cross_entropy(probabilities, labels, weights=None):
@@ -42,7 +32,7 @@ def test_weights_of_2_train_one_sgd_step_as_twice_the_learning_rate_bit_for_bit(
 
     def one_step(learning_rate, weights=None):
         own_ctx = mptrain.Context(backend="cpu", threads=1, seed=5)
-        own_model = mptrain.Model(own_ctx, FEATURES).add_dense(16, "relu").add_dense(CLASSES, "softmax")
+        own_model = mlp(own_ctx)
         trainer = mptrain.Trainer(own_model, precision="fp32", optimizer="sgd", learning_rate=learning_rate,
                                   momentum=0.0)
         data = mptrain.Dataset.from_f32(own_ctx, samples, labels, CLASSES)
@@ -82,7 +72,7 @@ def test_numpy_weights_of_either_float_width_train_as_a_list():
 
     def one_step(weights):
         own_ctx = mptrain.Context(backend="cpu", threads=1, seed=6)
-        own_model = mptrain.Model(own_ctx, FEATURES).add_dense(16, "relu").add_dense(CLASSES, "softmax")
+        own_model = mlp(own_ctx)
         trainer = mptrain.Trainer(own_model, precision="fp32", optimizer="sgd", learning_rate=0.1)
         loss = trainer.step(mptrain.Dataset.from_f32(own_ctx, samples, labels, CLASSES).weighted(weights), 0, 40)
         result = loss, weight_bytes(own_model)
@@ -206,7 +196,7 @@ def test_a_weighted_dataset_keeps_working_after_its_source_and_context_are_delet
     logger = weakref.ref(log)
     ctx = mptrain.Context(backend="cpu", threads=1, seed=3, log=log, log_level="debug")
     del log
-    model = mptrain.Model(ctx, FEATURES).add_dense(16, "relu").add_dense(CLASSES, "softmax")
+    model = mlp(ctx)
     trainer = mptrain.Trainer(model, precision="fp32", optimizer="adam", learning_rate=0.01)
     source = mptrain.Dataset.from_f32(ctx, samples, labels, CLASSES)
     weights = array.array("f", row_weights(120))

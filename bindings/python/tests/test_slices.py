@@ -7,19 +7,7 @@ import weakref
 import pytest
 
 import mptrain
-from conftest import CLASSES, FEATURES, make_blobs
-
-
-def weight_bytes(model):
-    """Every layer's weights and bias as raw bytes: equal only when bit-identical."""
-    return [part.tobytes() for layer in range(model.layer_count) for part in model.get_weights(layer)]
-
-
-def new_run(precision):
-    """A context, model and trainer; one seed, so the same initial weights and shuffles every time."""
-    ctx = mptrain.Context(backend="cpu", threads=1, seed=23)
-    model = mptrain.Model(ctx, FEATURES).add_dense(16, "relu").add_dense(CLASSES, "softmax")
-    return ctx, model, mptrain.Trainer(model, precision=precision, optimizer="adam", learning_rate=0.01)
+from conftest import CLASSES, FEATURES, make_blobs, mlp, new_run, weight_bytes
 
 
 @pytest.mark.parametrize("precision", ["fp32", "mixed_bf16"])
@@ -28,7 +16,7 @@ def test_a_validation_split_of_slices_trains_and_evaluates_as_copied_rows_bit_fo
     split = int(len(labels) * (1 - 0.2))  # Keras's validation_split=0.2: the last 30 rows held out
 
     def run(make_split):
-        ctx, model, trainer = new_run(precision)
+        ctx, model, trainer = new_run(precision, seed=23)
         assert trainer.precision.name.lower() == precision  # as asked, not silently another
         training, validation = make_split(ctx)
         assert (len(training), len(validation)) == (120, 30)
@@ -132,7 +120,7 @@ def test_a_slice_keeps_working_after_its_source_and_context_are_deleted():
     messages = []
     ctx = mptrain.Context(backend="cpu", threads=1, seed=3, log=lambda level, text: messages.append(text),
                           log_level="debug")
-    model = mptrain.Model(ctx, FEATURES).add_dense(16, "relu").add_dense(CLASSES, "softmax")
+    model = mlp(ctx)
     source = mptrain.Dataset.from_f32(ctx, samples, labels, CLASSES)
     training, validation = source[:160], source.slice(160, 40)
     copy = mptrain.Dataset.from_f32(ctx, samples[160:], labels[160:], CLASSES)

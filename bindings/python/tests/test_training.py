@@ -6,16 +6,11 @@ import math
 import pytest
 
 import mptrain
-from conftest import CLASSES, FEATURES, make_blobs
+from conftest import CLASSES, FEATURES, make_blobs, mlp, one_hot, values, weight_bytes
 
 
 def flat(rows):
     return [value for row in rows for value in row]
-
-
-def values(out):
-    """The floats of an output (a numpy array or an array.array), flattened."""
-    return [float(v) for v in (out.ravel().tolist() if hasattr(out, "ravel") else out)]
 
 
 def test_version_matches_the_header_macros():
@@ -111,7 +106,7 @@ def test_a_learning_rate_schedule_gives_each_step_the_rate_of_the_header_formula
         ctx, blobs, schedule, warmup_steps, decay_steps, factor):
     samples, labels = blobs
     data = mptrain.Dataset.from_f32(ctx, samples, labels, CLASSES)
-    model = mptrain.Model(ctx, FEATURES).add_dense(16, "relu").add_dense(CLASSES, "softmax")
+    model = mlp(ctx)
     trainer = mptrain.Trainer(model, optimizer="adam", learning_rate=0.01, lr_schedule=schedule,
                               warmup_steps=warmup_steps, decay_steps=decay_steps, decay_factor=factor)
     name = schedule if isinstance(schedule, str) else schedule.name.lower()
@@ -134,7 +129,7 @@ def test_a_schedule_without_a_decay_factor_decays_to_0_or_by_a_tenth_per_step(
         ctx, blobs, schedule, decay_factor, factor):
     samples, labels = blobs
     data = mptrain.Dataset.from_f32(ctx, samples, labels, CLASSES)
-    model = mptrain.Model(ctx, FEATURES).add_dense(16, "relu").add_dense(CLASSES, "softmax")
+    model = mlp(ctx)
     options = dict(lr_schedule=schedule, decay_steps=4)
     if decay_factor is not None:
         options["decay_factor"] = decay_factor
@@ -217,7 +212,7 @@ def test_label_smoothing_makes_the_loss_the_smoothed_cross_entropy_of_the_predic
     # from equal weights ends elsewhere than without smoothing.
     def step_from_start(smoothing):
         own_ctx = mptrain.Context(backend="cpu", threads=1, seed=3)
-        own_model = mptrain.Model(own_ctx, FEATURES).add_dense(16, "relu").add_dense(CLASSES, "softmax")
+        own_model = mlp(own_ctx)
         trainer = mptrain.Trainer(own_model, precision="fp32", optimizer="adam", learning_rate=0.01,
                                   label_smoothing=smoothing)
         batch_expected = smoothed_cross_entropy(values(trainer.predict(samples[:30])), labels[:30], smoothing)
@@ -257,21 +252,12 @@ def weighted_cross_entropy(probabilities, targets, weights=None):
     return total / len(targets)
 
 
-def one_hot(labels):
-    return [[1.0 if c == label else 0.0 for c in range(CLASSES)] for label in labels]
-
-
-def weight_bytes(model):
-    """Every layer's weights and bias as raw bytes: equal only when bit-identical."""
-    return [part.tobytes() for layer in range(model.layer_count) for part in model.get_weights(layer)]
-
-
 def test_class_weights_of_2_train_one_sgd_step_as_twice_the_learning_rate_bit_for_bit():
     samples, labels = make_blobs(rows=30, seed=61)
 
     def one_step(learning_rate, class_weights=None):
         own_ctx = mptrain.Context(backend="cpu", threads=1, seed=5)
-        own_model = mptrain.Model(own_ctx, FEATURES).add_dense(16, "relu").add_dense(CLASSES, "softmax")
+        own_model = mlp(own_ctx)
         trainer = mptrain.Trainer(own_model, precision="fp32", optimizer="sgd", learning_rate=learning_rate,
                                   momentum=0.0, class_weights=class_weights)
         start = weight_bytes(own_model)
@@ -310,7 +296,7 @@ def test_class_weights_weight_steps_loss_by_each_rows_class_and_leave_evaluates_
 
     # Float targets weigh a row by its first largest target: row 0 ties classes 1 and 2 (weight 2).
     own_ctx = mptrain.Context(backend="cpu", threads=1, seed=9)
-    own_model = mptrain.Model(own_ctx, FEATURES).add_dense(16, "relu").add_dense(CLASSES, "softmax")
+    own_model = mlp(own_ctx)
     targets = one_hot(labels)
     targets[0], targets[1] = [0.0, 0.5, 0.5], [0.2, 0.3, 0.5]
     categorical = mptrain.Trainer(own_model, precision="fp32", loss="categorical_crossentropy", optimizer="adam",
@@ -335,7 +321,7 @@ def test_class_weights_take_numpy_arrays(ctx, model):
     assert loss == pytest.approx(expected, rel=1e-5)
     for array_of_weights in (np.array([0.5, 2.0, 1.25]), np.array([0.5, 2.0, 1.25], dtype=np.float32)):
         fresh_ctx = mptrain.Context(backend="cpu", threads=1, seed=7)
-        fresh = mptrain.Model(fresh_ctx, FEATURES).add_dense(16, "relu").add_dense(CLASSES, "softmax")
+        fresh = mlp(fresh_ctx)
         trainer = mptrain.Trainer(fresh, precision="fp32", class_weights=array_of_weights)
         assert trainer.step(mptrain.Dataset.from_f32(fresh_ctx, samples, labels, CLASSES), 0, 30) == loss  # bitwise
         fresh_ctx.close()
@@ -372,7 +358,7 @@ def test_class_weights_as_keras_dict_train_as_the_list_it_stands_for_missing_cla
 
     def one_step(class_weights):
         own_ctx = mptrain.Context(backend="cpu", threads=1, seed=5)
-        own_model = mptrain.Model(own_ctx, FEATURES).add_dense(16, "relu").add_dense(CLASSES, "softmax")
+        own_model = mlp(own_ctx)
         trainer = mptrain.Trainer(own_model, precision="fp32", optimizer="sgd", learning_rate=0.05,
                                   class_weights=class_weights)
         loss = trainer.step(mptrain.Dataset.from_f32(own_ctx, samples, labels, CLASSES), 0, 30)
@@ -461,7 +447,7 @@ def test_the_epoch_end_callback_may_evaluate_a_validation_set_as_between_one_epo
 
     def run():  # one seed: the same initial weights and shuffles
         ctx = mptrain.Context(backend="cpu", threads=1, seed=17)
-        model = mptrain.Model(ctx, FEATURES).add_dense(16, "relu").add_dense(CLASSES, "softmax")
+        model = mlp(ctx)
         return (mptrain.Trainer(model, optimizer="adam", learning_rate=0.01),
                 mptrain.Dataset.from_f32(ctx, *train, CLASSES), mptrain.Dataset.from_f32(ctx, *held_out, CLASSES))
 

@@ -5,6 +5,7 @@ use common::*;
 use mptrain::*;
 use std::path::Path;
 
+/// Its own model, a tanh layer deeper than the common mlp.
 fn mlp(ctx: &Context) -> Model {
     let mut model = Model::new(ctx, FEATURES).unwrap();
     model
@@ -17,18 +18,8 @@ fn mlp(ctx: &Context) -> Model {
     model
 }
 
-fn adam() -> TrainerOptions {
-    TrainerOptions::new()
-        .optimizer(Optimizer::Adam)
-        .learning_rate(0.01)
-}
-
-fn blob_data(ctx: &Context, rows: usize, seed: u64) -> Dataset {
-    let (x, y) = blobs(rows, seed);
-    Dataset::from_f32(ctx, &x, FEATURES, &y, CLASSES, true).unwrap()
-}
-
 /// Every layer's weights and biases, as bit patterns (so -0.0 != 0.0 and NaN == NaN).
+/// One entry per tensor (the common weight_bits flattens them), so tensors compare one by one.
 fn weight_bits(model: &mut Model) -> Vec<Vec<u32>> {
     (0..model.layer_count().unwrap() as usize)
         .flat_map(|layer| {
@@ -37,10 +28,6 @@ fn weight_bits(model: &mut Model) -> Vec<Vec<u32>> {
         })
         .map(|values| values.iter().map(|v| v.to_bits()).collect())
         .collect()
-}
-
-fn bits(values: &[f32]) -> Vec<u32> {
-    values.iter().map(|v| v.to_bits()).collect()
 }
 
 fn truncated_copy(from: &Path, to: &Path) {

@@ -14,51 +14,9 @@ const ROWS: usize = 60;
 const F: usize = FEATURES as usize;
 const C: usize = CLASSES as usize;
 
-fn mlp(ctx: &Context) -> Model {
-    let mut model = Model::new(ctx, FEATURES).unwrap();
-    model
-        .add_dense(16, Activation::Relu)
-        .unwrap()
-        .add_dense(CLASSES as i64, Activation::Softmax)
-        .unwrap();
-    model
-}
-
-fn adam(precision: Precision) -> TrainerOptions {
-    TrainerOptions::new()
-        .precision(precision)
-        .optimizer(Optimizer::Adam)
-        .learning_rate(0.01)
-}
-
-fn one_hot(labels: &[i32]) -> Vec<f32> {
-    let mut targets = vec![0.0f32; labels.len() * C];
-    for (row, &label) in labels.iter().enumerate() {
-        targets[row * C + label as usize] = 1.0;
-    }
-    targets
-}
-
-fn bits(values: &[f32]) -> Vec<u32> {
-    values.iter().map(|v| v.to_bits()).collect()
-}
-
-/// Every layer's fp32 weights and biases as bit patterns: equal only when bit-identical.
-fn weight_bits(model: &mut Model) -> Vec<u32> {
-    (0..model.layer_count().unwrap() as usize)
-        .flat_map(|layer| {
-            let (weights, bias) = model.weights(layer).unwrap();
-            bits(&weights)
-                .into_iter()
-                .chain(bits(&bias))
-                .collect::<Vec<_>>()
-        })
-        .collect()
-}
-
 /// Outputs of other batch sizes: the CPU's GEMMs block a batch by its rows, so sums of the same
 /// products may round differently (in fp32 some 1e-7 of a probability).
-fn assert_close(actual: &[f32], expected: &[f32], what: &str) {
+fn assert_outputs_close(actual: &[f32], expected: &[f32], what: &str) {
     assert_eq!(actual.len(), expected.len(), "{what}: output count");
     for (i, (a, e)) in actual.iter().zip(expected).enumerate() {
         assert!(
@@ -82,7 +40,7 @@ fn predictions_over_a_dataset_are_predicts_on_its_rows_bit_for_bit_in_one_batch_
     for precision in [Precision::Fp32, Precision::MixedFp16, Precision::MixedBf16] {
         let ctx = context();
         let model = mlp(&ctx);
-        let mut trainer = Trainer::new(&model, &adam(precision)).unwrap();
+        let mut trainer = Trainer::new(&model, &adam().precision(precision)).unwrap();
         let labels = Dataset::from_f32(&ctx, &x, FEATURES, &y, CLASSES, true).unwrap();
         let targets =
             Dataset::from_f32_targets(&ctx, &x, FEATURES, &one_hot(&y), CLASSES as i64, true)
@@ -108,7 +66,7 @@ fn predictions_over_a_dataset_are_predicts_on_its_rows_bit_for_bit_in_one_batch_
         for batch in [0, 1, 7, 16] {
             let what = format!("{precision:?}, batches of {batch}");
             let batched = trainer.predict_dataset(&labels, batch).unwrap();
-            assert_close(&batched, &expected, &what);
+            assert_outputs_close(&batched, &expected, &what);
             let from_targets = trainer.predict_dataset(&targets, batch).unwrap();
             assert!(
                 bits(&from_targets) == bits(&batched),
@@ -131,7 +89,7 @@ fn predictions_over_a_dataset_are_predicts_on_its_rows_bit_for_bit_in_one_batch_
             "{what}: bit for bit as predict on its rows in one batch"
         );
         let batched = trainer.predict_dataset(&slice, 8).unwrap();
-        assert_close(&batched, &expected[first * C..(first + rows) * C], &what);
+        assert_outputs_close(&batched, &expected[first * C..(first + rows) * C], &what);
         let from_weighted = trainer.predict_dataset(&weighted, 8).unwrap();
         assert!(
             bits(&from_weighted) == bits(&batched),
@@ -155,7 +113,7 @@ fn uint8_samples_are_predicted_from_their_normalised_values() {
     let normalised: Vec<f32> = bytes.iter().map(|&b| b as f32 * scale + offset).collect();
     let ctx = context();
     let model = mlp(&ctx);
-    let mut trainer = Trainer::new(&model, &adam(Precision::Fp32)).unwrap();
+    let mut trainer = Trainer::new(&model, &adam().precision(Precision::Fp32)).unwrap();
     let data = Dataset::from_u8(&ctx, &bytes, FEATURES, &y, CLASSES, scale, offset).unwrap();
     let got = trainer.predict_dataset(&data, 0).unwrap();
     let expected = trainer.predict(&normalised).unwrap();
@@ -205,11 +163,10 @@ fn labels_are_those_given_and_a_slices_are_its_rows() {
 
 #[test]
 fn labels_and_predictions_give_a_confusion_matrix_whose_diagonal_is_evaluates_accuracy() {
-    let (x, y) = blobs(ROWS, 34);
     let ctx = context();
     let model = mlp(&ctx);
-    let mut trainer = Trainer::new(&model, &adam(Precision::Fp32)).unwrap();
-    let data = Dataset::from_f32(&ctx, &x, FEATURES, &y, CLASSES, true).unwrap();
+    let mut trainer = Trainer::new(&model, &adam().precision(Precision::Fp32)).unwrap();
+    let data = blob_data(&ctx, ROWS, 34);
     let validation = data.slice(36, 24).unwrap();
     let mut accuracies = Vec::new();
     // Untrained (some rows wrong, so the diagonal is not just the rows), then trained.
@@ -258,7 +215,7 @@ fn the_epoch_end_closure_may_predict_a_dataset_as_between_one_epoch_fits() {
     let open = || {
         let ctx = context();
         let model = mlp(&ctx);
-        let trainer = Trainer::new(&model, &adam(Precision::Fp32)).unwrap();
+        let trainer = Trainer::new(&model, &adam().precision(Precision::Fp32)).unwrap();
         let training = Dataset::from_f32(&ctx, &x, FEATURES, &y, CLASSES, true).unwrap();
         let validation =
             Dataset::from_f32(&ctx, &held_x, FEATURES, &held_y, CLASSES, true).unwrap();
@@ -378,7 +335,7 @@ fn refusals_another_context_another_feature_count_a_negative_batch() {
     let (x, y) = blobs(ROWS, 37);
     let ctx = context();
     let model = mlp(&ctx);
-    let mut trainer = Trainer::new(&model, &adam(Precision::Fp32)).unwrap();
+    let mut trainer = Trainer::new(&model, &adam().precision(Precision::Fp32)).unwrap();
     let data = Dataset::from_f32(&ctx, &x, FEATURES, &y, CLASSES, true).unwrap();
     let other = context();
     let foreign = Dataset::from_f32(&other, &x, FEATURES, &y, CLASSES, true).unwrap();

@@ -9,32 +9,6 @@ use mptrain::*;
 
 const ROWS: usize = 48;
 
-fn mlp(ctx: &Context) -> Model {
-    let mut model = Model::new(ctx, FEATURES).unwrap();
-    model
-        .add_dense(16, Activation::Relu)
-        .unwrap()
-        .add_dense(CLASSES as i64, Activation::Softmax)
-        .unwrap();
-    model
-}
-
-fn adam() -> TrainerOptions {
-    TrainerOptions::new()
-        .precision(Precision::Fp32)
-        .optimizer(Optimizer::Adam)
-        .learning_rate(0.01)
-}
-
-fn seeded_context(seed: u64) -> Context {
-    Context::builder()
-        .backend(Backend::Cpu)
-        .threads(1)
-        .seed(seed)
-        .build()
-        .unwrap()
-}
-
 /// Weights that differ from row to row with no period (a slice sees other weights than its source's
 /// first rows): 0.2 + 0.05 r, one row in seven 0.
 fn varied_weights(rows: usize) -> Vec<f32> {
@@ -69,31 +43,6 @@ fn weighted_cross_entropy(
         })
         .sum();
     total / labels.len() as f64
-}
-
-fn assert_close(actual: f32, expected: f64, what: &str) {
-    assert!(
-        (actual as f64 - expected).abs() <= 1e-5 * expected.abs(),
-        "{what}: {actual} against {expected}"
-    );
-}
-
-/// Every layer's weights and biases as bit patterns: equal only when bit-identical.
-fn weight_bits(model: &mut Model) -> Vec<u32> {
-    (0..model.layer_count().unwrap() as usize)
-        .flat_map(|layer| {
-            let (weights, bias) = model.weights(layer).unwrap();
-            weights
-                .into_iter()
-                .chain(bias)
-                .map(f32::to_bits)
-                .collect::<Vec<_>>()
-        })
-        .collect()
-}
-
-fn bits(evaluation: Evaluation) -> (u32, u32) {
-    (evaluation.loss.to_bits(), evaluation.accuracy.to_bits())
 }
 
 #[test]
@@ -145,7 +94,7 @@ fn a_weighted_step_and_evaluate_report_the_mean_of_each_rows_loss_times_its_weig
     let model = mlp(&ctx);
     let plain = Dataset::from_f32(&ctx, &x, FEATURES, &y, CLASSES, true).unwrap();
     let data = plain.weighted(&weights).unwrap();
-    let mut trainer = Trainer::new(&model, &adam()).unwrap();
+    let mut trainer = Trainer::new(&model, &adam().precision(Precision::Fp32)).unwrap();
     trainer.fit(&data, 2, 16, true).unwrap();
     let probabilities = trainer.predict(&x).unwrap();
     let unweighted_loss = weighted_cross_entropy(&probabilities, &y, &[1.0; ROWS], None);
@@ -204,7 +153,10 @@ fn row_weights_multiply_class_weights_in_training_and_evaluate_keeps_only_the_ro
         .unwrap()
         .weighted(&weights)
         .unwrap();
-    let mut trainer = Trainer::new(&model, &adam().class_weights(&class_weights)).unwrap();
+    let options = adam()
+        .precision(Precision::Fp32)
+        .class_weights(&class_weights);
+    let mut trainer = Trainer::new(&model, &options).unwrap();
     let probabilities = trainer.predict(&x).unwrap();
     let rows_only = weighted_cross_entropy(&probabilities, &y, &weights, None);
     let both = weighted_cross_entropy(&probabilities, &y, &weights, Some(&class_weights));
@@ -231,7 +183,7 @@ fn a_slice_of_a_weighted_dataset_equals_weighting_that_slice_and_weighting_again
     let (first, rows) = (10usize, 30usize);
     let ctx = seeded_context(9);
     let model = mlp(&ctx);
-    let mut trainer = Trainer::new(&model, &adam()).unwrap();
+    let mut trainer = Trainer::new(&model, &adam().precision(Precision::Fp32)).unwrap();
     let whole = Dataset::from_f32(&ctx, &x, FEATURES, &y, CLASSES, true).unwrap();
     // Weighted, then sliced (the weighted dataset dropped: the slice keeps the weights)...
     let weighted = whole.weighted(&weights).unwrap();
@@ -246,8 +198,8 @@ fn a_slice_of_a_weighted_dataset_equals_weighting_that_slice_and_weighting_again
     for batch_size in [0, 8] {
         let sliced = trainer.evaluate(&slice_of_weighted, batch_size).unwrap();
         assert_eq!(
-            bits(sliced),
-            bits(trainer.evaluate(&weighted_slice, batch_size).unwrap()),
+            evaluation_bits(sliced),
+            evaluation_bits(trainer.evaluate(&weighted_slice, batch_size).unwrap()),
             "batches of {batch_size}: the same loss and accuracy, bit for bit"
         );
         let unweighted = trainer.evaluate(&plain_slice, batch_size).unwrap();
@@ -280,8 +232,8 @@ fn a_slice_of_a_weighted_dataset_equals_weighting_that_slice_and_weighting_again
     let reweighted = slice_of_weighted.weighted(&[1.0; 30]).unwrap();
     let evaluation = trainer.evaluate(&reweighted, 0).unwrap();
     assert_eq!(
-        bits(evaluation),
-        bits(trainer.evaluate(&plain_slice, 0).unwrap())
+        evaluation_bits(evaluation),
+        evaluation_bits(trainer.evaluate(&plain_slice, 0).unwrap())
     );
     assert_ne!(
         evaluation.loss,
@@ -293,8 +245,7 @@ fn a_slice_of_a_weighted_dataset_equals_weighting_that_slice_and_weighting_again
 #[test]
 fn a_wrong_count_or_a_negative_nan_or_infinite_weight_is_refused() {
     let ctx = context();
-    let (x, y) = blobs(ROWS, 27);
-    let data = Dataset::from_f32(&ctx, &x, FEATURES, &y, CLASSES, true).unwrap();
+    let data = blob_data(&ctx, ROWS, 27);
     for count in [0, 1, ROWS - 1, ROWS + 1, 2 * ROWS] {
         let error = data
             .weighted(&vec![1.0; count])
@@ -352,7 +303,7 @@ fn a_weighted_dataset_keeps_working_after_its_source_and_context_are_dropped() {
     let weights = varied_weights(ROWS);
     let ctx = seeded_context(9);
     let mut model = mlp(&ctx);
-    let mut trainer = Trainer::new(&model, &adam()).unwrap();
+    let mut trainer = Trainer::new(&model, &adam().precision(Precision::Fp32)).unwrap();
     let source = Dataset::from_f32(&ctx, &x, FEATURES, &y, CLASSES, true).unwrap();
     let weighted = source.weighted(&weights).unwrap();
     drop(source);
@@ -368,8 +319,8 @@ fn a_weighted_dataset_keeps_working_after_its_source_and_context_are_dropped() {
     for round in 0..2 {
         let evaluation = trainer.evaluate(&weighted, 16).unwrap();
         assert_eq!(
-            bits(evaluation),
-            bits(trainer.evaluate(&copy, 16).unwrap()),
+            evaluation_bits(evaluation),
+            evaluation_bits(trainer.evaluate(&copy, 16).unwrap()),
             "round {round}"
         );
         let probabilities = trainer.predict(&x).unwrap();

@@ -18,15 +18,6 @@ enum Kind {
     OneHot,
 }
 
-fn one_hot(labels: &[i32]) -> Vec<f32> {
-    let classes = CLASSES as usize;
-    let mut targets = vec![0.0f32; labels.len() * classes];
-    for (row, &label) in labels.iter().enumerate() {
-        targets[row * classes + label as usize] = 1.0;
-    }
-    targets
-}
-
 fn dataset(ctx: &Context, samples: &[f32], labels: &[i32], kind: Kind) -> Dataset {
     match kind {
         Kind::Labels => Dataset::from_f32(ctx, samples, FEATURES, labels, CLASSES, true),
@@ -52,43 +43,11 @@ fn copied(ctx: &Context, x: &[f32], y: &[i32], first: usize, rows: usize, kind: 
     )
 }
 
-fn mlp(ctx: &Context) -> Model {
-    let mut model = Model::new(ctx, FEATURES).unwrap();
-    model
-        .add_dense(16, Activation::Relu)
-        .unwrap()
-        .add_dense(CLASSES as i64, Activation::Softmax)
-        .unwrap();
-    model
-}
-
 fn options(precision: Precision, kind: Kind) -> TrainerOptions {
-    TrainerOptions::new()
-        .precision(precision)
-        .loss(match kind {
-            Kind::Labels => Loss::SparseCategoricalCrossentropy,
-            Kind::OneHot => Loss::CategoricalCrossentropy,
-        })
-        .optimizer(Optimizer::Adam)
-        .learning_rate(0.01)
-}
-
-/// Every layer's fp32 weights and biases as bit patterns: equal only when bit-identical.
-fn weight_bits(model: &mut Model) -> Vec<u32> {
-    (0..model.layer_count().unwrap() as usize)
-        .flat_map(|layer| {
-            let (weights, bias) = model.weights(layer).unwrap();
-            weights
-                .into_iter()
-                .chain(bias)
-                .map(f32::to_bits)
-                .collect::<Vec<_>>()
-        })
-        .collect()
-}
-
-fn bits(evaluation: Evaluation) -> (u32, u32) {
-    (evaluation.loss.to_bits(), evaluation.accuracy.to_bits())
+    adam().precision(precision).loss(match kind {
+        Kind::Labels => Loss::SparseCategoricalCrossentropy,
+        Kind::OneHot => Loss::CategoricalCrossentropy,
+    })
 }
 
 /// What a run on one split left, bit patterns throughout.
@@ -135,7 +94,7 @@ fn run(precision: Precision, kind: Kind, by_slices: bool) -> Run {
         trainer
             .on_epoch_end_with(move |_, control| {
                 let evaluation = control.evaluate(&validation.lock().unwrap(), 0).unwrap();
-                each_epoch.lock().unwrap().push(bits(evaluation));
+                each_epoch.lock().unwrap().push(evaluation_bits(evaluation));
                 ControlFlow::Continue(())
             })
             .unwrap();
@@ -143,8 +102,8 @@ fn run(precision: Precision, kind: Kind, by_slices: bool) -> Run {
     trainer.fit(&training, 3, 16, true).unwrap();
     trainer.clear_callbacks().unwrap();
     let validation = validation.lock().unwrap();
-    let training_evaluation = bits(trainer.evaluate(&training, 16).unwrap());
-    let validation_evaluation = bits(trainer.evaluate(&validation, 16).unwrap());
+    let training_evaluation = evaluation_bits(trainer.evaluate(&training, 16).unwrap());
+    let validation_evaluation = evaluation_bits(trainer.evaluate(&validation, 16).unwrap());
     let step_losses = [5, 60]
         .iter()
         .map(|&first| trainer.step(&training, first, 16).unwrap().to_bits())
@@ -189,8 +148,7 @@ fn a_validation_split_of_slices_trains_and_evaluates_bit_for_bit_as_copied_rows(
 #[test]
 fn out_of_range_bounds_are_invalid_arguments() {
     let ctx = context();
-    let (x, y) = blobs(10, 3);
-    let data = Dataset::from_f32(&ctx, &x, FEATURES, &y, CLASSES, true).unwrap();
+    let data = blob_data(&ctx, 10, 3);
     let refused = [
         (-1, 1),
         (10, 1), // first past the last row
@@ -257,13 +215,13 @@ fn a_slice_keeps_working_after_its_source_and_context_are_dropped() {
     assert_eq!(inner.rows().unwrap(), 10);
     for round in 0..2 {
         assert_eq!(
-            bits(trainer.evaluate(&slice, 8).unwrap()),
-            bits(trainer.evaluate(&slice_copy, 8).unwrap()),
+            evaluation_bits(trainer.evaluate(&slice, 8).unwrap()),
+            evaluation_bits(trainer.evaluate(&slice_copy, 8).unwrap()),
             "round {round}"
         );
         assert_eq!(
-            bits(trainer.evaluate(&inner, 4).unwrap()),
-            bits(trainer.evaluate(&inner_copy, 4).unwrap()),
+            evaluation_bits(trainer.evaluate(&inner, 4).unwrap()),
+            evaluation_bits(trainer.evaluate(&inner_copy, 4).unwrap()),
             "round {round}"
         );
         let before = weight_bits(&mut model);

@@ -6,12 +6,7 @@ use mptrain::*;
 use std::thread;
 
 fn train(seed: u64) -> f32 {
-    let ctx = Context::builder()
-        .backend(Backend::Cpu)
-        .threads(1)
-        .seed(seed)
-        .build()
-        .unwrap();
+    let ctx = seeded_context(seed);
     let mut model = Model::new(&ctx, FEATURES).unwrap();
     model
         .add_dense(8, Activation::Relu)

@@ -5,22 +5,6 @@ use mptrain::*;
 use std::ops::ControlFlow;
 use std::sync::{Arc, Mutex};
 
-fn mlp(ctx: &Context) -> Model {
-    let mut model = Model::new(ctx, FEATURES).unwrap();
-    model
-        .add_dense(16, Activation::Relu)
-        .unwrap()
-        .add_dense(CLASSES as i64, Activation::Softmax)
-        .unwrap();
-    model
-}
-
-fn adam() -> TrainerOptions {
-    TrainerOptions::new()
-        .optimizer(Optimizer::Adam)
-        .learning_rate(0.01)
-}
-
 #[test]
 fn fit_learns_separable_blobs() {
     let ctx = context();
@@ -555,13 +539,6 @@ fn smoothed_cross_entropy(probabilities: &[f32], labels: &[i32], smoothing: f64)
     total / labels.len() as f64
 }
 
-fn assert_close(actual: f32, expected: f64, what: &str) {
-    assert!(
-        (actual as f64 - expected).abs() <= 1e-5 * expected.abs(),
-        "{what}: {actual} against {expected}"
-    );
-}
-
 #[test]
 fn label_smoothing_makes_the_loss_the_smoothed_cross_entropy_of_the_predictions() {
     let ctx = context();
@@ -647,38 +624,6 @@ fn weighted_cross_entropy(probabilities: &[f32], targets: &[f32], weights: Optio
         })
         .sum();
     total / rows as f64
-}
-
-fn one_hot(labels: &[i32]) -> Vec<f32> {
-    let classes = CLASSES as usize;
-    let mut targets = vec![0.0f32; labels.len() * classes];
-    for (row, &label) in labels.iter().enumerate() {
-        targets[row * classes + label as usize] = 1.0;
-    }
-    targets
-}
-
-/// Every layer's weights and biases as bit patterns: equal only when bit-identical.
-fn weight_bits(model: &mut Model) -> Vec<u32> {
-    (0..model.layer_count().unwrap() as usize)
-        .flat_map(|layer| {
-            let (weights, bias) = model.weights(layer).unwrap();
-            weights
-                .into_iter()
-                .chain(bias)
-                .map(f32::to_bits)
-                .collect::<Vec<_>>()
-        })
-        .collect()
-}
-
-fn seeded_context(seed: u64) -> Context {
-    Context::builder()
-        .backend(Backend::Cpu)
-        .threads(1)
-        .seed(seed)
-        .build()
-        .unwrap()
 }
 
 #[test]
