@@ -137,13 +137,17 @@ std::shared_ptr<Dataset> Dataset::weighted(const Dataset& source, const float* w
 DatasetView Dataset::device_view() const {
     DatasetView view = storage_->device_view();
     if (weights_) {
-        const DatasetView weights = weights_->device_view();
-        if (view.streamed == weights.streamed) {
-            view.row_weights = weights.row_weights;
-        } else {  // one placed, the other not: the stager reads both from the host
-            view = storage_->host_view();
+        if (view.streamed) {  // the stager reads the rows from the host: the weights too, never placed
             view.row_weights = weights_->host_view().row_weights;
-            view.streamed = true;
+        } else {
+            const DatasetView weights = weights_->device_view();
+            if (!weights.streamed) {
+                view.row_weights = weights.row_weights;
+            } else {  // the rows placed, the weights not: the stager reads both from the host
+                view = storage_->host_view();
+                view.row_weights = weights_->host_view().row_weights;
+                view.streamed = true;
+            }
         }
         view.row_weights += weights_first_;
     }

@@ -74,8 +74,9 @@ public:
 
     // This dataset's rows in the context's backend memory: its storage's view (see
     // DatasetStorage::device_view; a slice on a GPU places all of its storage) from row first_row(),
-    // with its row weights' (placed the same way). Should one of the two be streamed and not the
-    // other, both are read from host memory: a view is resident or streamed as a whole.
+    // with its row weights' (placed the same way, and only when the rows are). Should the rows be
+    // placed and not their weights, both are read from host memory: a view is resident or streamed
+    // as a whole.
     DatasetView device_view() const;
     // The bytes of the storage this dataset shares: a slice's are its source's, held once.
     size_t storage_bytes() const { return storage_->bytes(); }
