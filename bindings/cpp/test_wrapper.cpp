@@ -421,22 +421,42 @@ TEST_CASE("label smoothing outside [0, 1), with mean squared error or unlike a c
     mptrain::Trainer(model, adam().label_smoothing(0.1f)).load_checkpoint(checkpoint);  // a matching one loads it
 }
 
+namespace {
+
+// One fp32 plain-SGD step over every row from seed 5, with class weights and row weights (empty:
+// none): the weights' bits before and after it, and its loss.
+struct SgdStep {
+    std::vector<uint32_t> before, after;
+    float loss;
+};
+SgdStep one_sgd_step(const std::vector<float>& samples, const std::vector<int32_t>& labels, float learning_rate,
+                     const std::vector<float>& class_weights, const std::vector<float>& row_weights) {
+    auto context = cpu_context(5);
+    auto model = mlp(context);
+    const auto data = mptrain::Dataset::from_f32(context, samples, kFeatures, labels, kClasses);
+    mptrain::TrainerOptions options;
+    options.precision(MPT_PRECISION_FP32).optimizer(MPT_OPTIMIZER_SGD).learning_rate(learning_rate).momentum(0.0f);
+    if (!class_weights.empty()) options.class_weights(class_weights);
+    mptrain::Trainer trainer(model, options);
+    SgdStep step;
+    step.before = weight_bits(model);
+    const int64_t rows = static_cast<int64_t>(labels.size());
+    step.loss = row_weights.empty() ? trainer.step(data, 0, rows) : trainer.step(data.weighted(row_weights), 0, rows);
+    step.after = weight_bits(model);
+    return step;
+}
+
+}  // namespace
+
 TEST_CASE("class weights of 2 through the wrapper train one SGD step as twice the learning rate, bit for bit") {
     std::vector<int32_t> labels;
     const std::vector<float> samples = blob_samples(30, 61, labels);
     // Every weight 2 doubles each row's loss and gradient, exactly in fp32; so does doubling the rate.
     auto one_step = [&](float learning_rate, const std::vector<float>& weights, float& loss) {
-        auto context = cpu_context(5);
-        auto model = mlp(context);
-        auto data = mptrain::Dataset::from_f32(context, samples, kFeatures, labels, kClasses);
-        mptrain::TrainerOptions options;
-        options.precision(MPT_PRECISION_FP32).optimizer(MPT_OPTIMIZER_SGD).learning_rate(learning_rate).momentum(0.0f);
-        if (!weights.empty()) options.class_weights(weights);
-        mptrain::Trainer trainer(model, options);
-        const std::vector<uint32_t> start = weight_bits(model);
-        loss = trainer.step(data, 0, 30);
-        REQUIRE(weight_bits(model) != start);  // the step moves the weights
-        return weight_bits(model);
+        const SgdStep step = one_sgd_step(samples, labels, learning_rate, weights, {});
+        REQUIRE(step.after != step.before);  // the step moves the weights
+        loss = step.loss;
+        return step.after;
     };
     float unweighted_loss = 0.0f, doubled_rate_loss = 0.0f, weighted_loss = 0.0f;
     const std::vector<uint32_t> unweighted = one_step(0.05f, {}, unweighted_loss);
@@ -718,14 +738,9 @@ TEST_CASE("row weights of 2 through the wrapper train one SGD step as twice the 
     std::vector<int32_t> labels;
     const std::vector<float> samples = blob_samples(30, 65, labels);
     auto one_step = [&](float learning_rate, const std::vector<float>& row_weights, float& loss) {
-        auto context = cpu_context(5);
-        auto model = mlp(context);
-        auto data = mptrain::Dataset::from_f32(context, samples, kFeatures, labels, kClasses);
-        mptrain::TrainerOptions options;
-        options.precision(MPT_PRECISION_FP32).optimizer(MPT_OPTIMIZER_SGD).learning_rate(learning_rate).momentum(0.0f);
-        mptrain::Trainer trainer(model, options);
-        loss = row_weights.empty() ? trainer.step(data, 0, 30) : trainer.step(data.weighted(row_weights), 0, 30);
-        return weight_bits(model);
+        const SgdStep step = one_sgd_step(samples, labels, learning_rate, {}, row_weights);
+        loss = step.loss;
+        return step.after;
     };
     float plain_loss = 0.0f, doubled_rate_loss = 0.0f, weighted_loss = 0.0f;
     const std::vector<uint32_t> plain = one_step(0.05f, {}, plain_loss);
