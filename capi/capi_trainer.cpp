@@ -130,6 +130,14 @@ mpt_status mpt_trainer_options_set_weight_decay(mpt_trainer_options_t* options, 
     MPT_API_END
 }
 
+mpt_status mpt_trainer_options_set_global_clipnorm(mpt_trainer_options_t* options, float clipnorm) {
+    MPT_API_BEGIN
+    require_pointer(options, "options");
+    if (clipnorm != 0.0f) require_finite_positive(clipnorm, "global_clipnorm");
+    options->config.optimizer.global_clipnorm = clipnorm == 0.0f ? 0.0f : clipnorm;  // -0 as 0
+    MPT_API_END
+}
+
 mpt_status mpt_trainer_options_set_lr_schedule(mpt_trainer_options_t* options, mpt_lr_schedule schedule,
                                                int64_t warmup_steps, int64_t decay_steps, float factor) {
     MPT_API_BEGIN

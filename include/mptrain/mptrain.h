@@ -395,6 +395,18 @@ MPT_API mpt_status mpt_trainer_options_set_adam(mpt_trainer_options_t* options, 
  *  included), as Keras and PyTorch do. A value set here, 0 included, is kept
  *  whether it is set before or after the optimizer; otherwise AdamW uses 0.004. */
 MPT_API mpt_status mpt_trainer_options_set_weight_decay(mpt_trainer_options_t* options, float weight_decay);
+/** Gradient clipping by global norm, as Keras's `global_clipnorm` and PyTorch's
+ *  `clip_grad_norm_(max_norm)` (default 0: off). Every step, the gradients of all weights and
+ *  biases together are scaled by clipnorm / max(norm, clipnorm), norm their L2 norm, before the
+ *  optimizer sees them: a step's direction is kept and its length bounded. The norm is that of the
+ *  true gradients: with loss scaling, of the gradients after the loss scale is divided out (as
+ *  PyTorch's `scaler.unscale_` before clipping), so a clipped step does not depend on the loss
+ *  scale. A step whose gradients are not finite is skipped as without clipping. Weight decay is
+ *  not a gradient and is not clipped. clipnorm must be finite and > 0, or 0 to turn clipping off
+ *  (MPT_STATUS_INVALID_ARGUMENT otherwise). Clipping keeps every layer's gradient in memory at once
+ *  (4 bytes a parameter, in the step's memory) and reads them once more a step. It is one of the
+ *  options a checkpoint must match. */
+MPT_API mpt_status mpt_trainer_options_set_global_clipnorm(mpt_trainer_options_t* options, float clipnorm);
 /** A learning-rate schedule that the library evaluates at every step (default: CONSTANT, no warm-up).
  *  Step s, counted from 0 over the trainer's life with skipped steps included (the count that
  *  mpt_trainer_get_progress gives and checkpoints keep), trains with the base rate

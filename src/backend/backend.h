@@ -101,6 +101,12 @@ enum MetricsIndex { kMetricLossSum = 0, kMetricCorrect = 1, kMetricCounted = 2, 
 // and CUDA does the same in one kernel for batches of at most 64 rows. Otherwise dW/db go to the
 // scratch gradients first (update_needs_gradient_scratch). Either way the low-precision copy is
 // written from the new masters. Skipped entirely when state->found_inf.
+//
+// Gradient clipping needs every layer's gradient before any layer's update, so an update can also
+// run in two parts: `gradient` writes dW/db (times the loss scale) to weight_grad/bias_grad and
+// changes nothing else; `apply` updates the masters from them, times *gradient_factor.
+enum class UpdatePart : uint8_t { whole, gradient, apply };
+
 // One layer's update as reserve_update_scratch sees it.
 struct DenseUpdateShape {
     int64_t in_features, out_features;
@@ -125,6 +131,9 @@ struct DenseUpdateArgs {
     DType compute_dtype;
     const TrainState* state;   // loss scale, found_inf, applied steps (Adam's bias correction)
     GemmWorkspace workspace;
+    UpdatePart part = UpdatePart::whole;  // gradient and apply need weight_grad and bias_grad
+    // apply only, backend memory: multiplies every gradient (global_clip_factor). Null: 1.
+    const float* gradient_factor = nullptr;
 };
 
 // Gathers rows of a dataset in a given order and normalises them into a batch.
@@ -244,6 +253,11 @@ public:
     // `max_abs_pairs` holds (max|dZ_i|, max|A_prev_i|) for each layer.
     virtual void decide_update(const float* max_abs_pairs, int layer_count, int64_t rows, TrainState* state) = 0;
     virtual void dense_update(const DenseUpdateArgs& args, const OptimizerConfig& optimizer) = 0;
+    // Writes global_clip_factor(sum of gradients[i]^2, state->loss_scale, clipnorm) to *factor, both
+    // in backend memory: `gradients` are `count` values as UpdatePart::gradient left them. The sum
+    // is taken in double, in an order that does not depend on the thread count.
+    virtual void clip_factor(const float* gradients, int64_t count, float clipnorm, const TrainState* state,
+                             float* factor) = 0;
     // Before a step's first dense_update at `rows` per batch (the executor calls it once per batch
     // size): a backend whose updates grow scratch as they first need it (the CPU's weight-gradient
     // GEMMs) reserves it for all `count` layers here, so that running out of memory or budget fails

@@ -45,13 +45,15 @@ std::string options_json(const Trainer& trainer) {
     const LossScalerConfig& scaler = trainer.executor().scaler_config();
     JsonWriter json;
     json.begin_object();
-    // Class weights and label smoothing are written only when set, so that files of runs without
+    // Class weights, clipping and label smoothing are written only when set, so that files of runs without
     // them are what they were before they existed, and load into trainers without them as before.
     // Class weights are recorded by their count (the model's outputs); their values are the tensor
     // trainer.class_weights, as a JSON array of a wide model's weights would outgrow what the
     // loader parses of the metadata.
     if (!config.loss.class_weights.empty())
         json.key("class_weights").integer(static_cast<int64_t>(config.loss.class_weights.size()));
+    if (clips_gradients(optimizer))
+        json.key("global_clipnorm").unsigned_integer(float_bits(optimizer.global_clipnorm));
     if (config.loss.label_smoothing != 0.0f)
         json.key("label_smoothing").unsigned_integer(float_bits(config.loss.label_smoothing));
     json.key("loss").string(loss_name(config.loss.kind))
@@ -109,7 +111,8 @@ std::string optimizer_tensor_name(int array, size_t layer, const char* part) {
 bool is_float_option(const std::string& name) {
     static const char* const names[] = {"momentum",      "beta1",         "beta2",     "epsilon",
                                         "weight_decay",  "initial_scale", "growth_factor", "backoff_factor",
-                                        "min_scale",     "max_scale",     "decay_factor",  "label_smoothing"};
+                                        "min_scale",     "max_scale",     "decay_factor",  "label_smoothing",
+                                        "global_clipnorm"};
     return std::find_if(std::begin(names), std::end(names), [&](const char* n) { return name == n; }) != std::end(names);
 }
 
@@ -168,11 +171,14 @@ std::string option_differences(const FlatJson& saved, const std::string& saved_t
             text += "; AUTO resolves per machine: name the precision to resume this checkpoint here";
         differences.push_back(text + ")");
     };
-    // Options written only when they differ from their defaults (a schedule, label smoothing): either
-    // side without one compares as the default, so that "cosine" shows against "constant" and 0.1
-    // against 0. A member missing inside a written one is not defaulted: it shows as not recorded.
+    // Options written only when they differ from their defaults (a schedule, label smoothing,
+    // clipping): either side without one compares as the default, so that "cosine" shows against
+    // "constant" and 0.1 against 0. A member missing inside a written one is not defaulted: it
+    // shows as not recorded.
     JsonWriter defaults_text;
-    defaults_text.begin_object().key("label_smoothing").unsigned_integer(float_bits(0.0f));
+    defaults_text.begin_object()
+        .key("global_clipnorm").unsigned_integer(float_bits(0.0f))
+        .key("label_smoothing").unsigned_integer(float_bits(0.0f));
     write_schedule(defaults_text, LrSchedule{});
     const FlatJson defaults = FlatJson::parse(defaults_text.end_object().take());
     const auto top_level = [](const std::string& pointer) { return pointer.substr(0, pointer.find('/', 1)); };
@@ -414,6 +420,13 @@ void load_checkpoint(Trainer& trainer, const std::string& path) {
             if (!(smoothing > 0.0f && smoothing < 1.0f))
                 throw JsonFormatError("label_smoothing " + number_text(smoothing) +
                                       " (a recorded smoothing is a float's bits in (0, 1))");
+        }
+        // Likewise global_clipnorm, written only when clipping: a float's bits, finite and positive.
+        if (options.find("/global_clipnorm") != nullptr) {
+            const float clipnorm = bits_float(options.uint32("/global_clipnorm"));
+            if (!(std::isfinite(clipnorm) && clipnorm > 0.0f))
+                throw JsonFormatError("global_clipnorm " + number_text(clipnorm) +
+                                      " (a recorded clipnorm is a float's bits, finite and positive)");
         }
         // Ours read back from the text we would write, so that both sides compare alike.
         FlatJson our_options = FlatJson::parse(options_json(trainer));

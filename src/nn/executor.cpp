@@ -70,6 +70,7 @@ void Executor::plan_persistent(size_t workspace_bytes) {
         state_ids[s] = plan.add(static_cast<size_t>(parameters) * sizeof(float), 0, ArenaPlan::kAlways);
     const int report_id = plan.add(sizeof(StepReport), 0, ArenaPlan::kAlways);
     const int bounds_id = plan.add(2 * model_.layers().size() * sizeof(float), 0, ArenaPlan::kAlways);
+    const int clip_factor_id = training && clips_gradients(optimizer_) ? plan.add(sizeof(float), 0, ArenaPlan::kAlways) : -1;
     const size_t weights_bytes = training ? loss_.class_weights.size() * sizeof(float) : 0;
     const int class_weights_id = weights_bytes ? plan.add(weights_bytes, 0, ArenaPlan::kAlways) : -1;
     // The GEMMs' workspace: the dense ops of one executor run one after another on one lane.
@@ -86,6 +87,7 @@ void Executor::plan_persistent(size_t workspace_bytes) {
     state_ = &report_->state;
     metrics_ = report_->metrics;
     gradient_bounds_ = reinterpret_cast<float*>(pointer(bounds_id));
+    clip_factor_ = reinterpret_cast<float*>(pointer(clip_factor_id));
     gemm_workspace_ = GemmWorkspace{pointer(workspace_id), workspace_id < 0 ? 0 : workspace_bytes};
     class_weights_ = reinterpret_cast<float*>(pointer(class_weights_id));
     if (class_weights_) backend_.copy_to_device(class_weights_, loss_.class_weights.data(), weights_bytes);
@@ -167,13 +169,17 @@ void Executor::reserve_rows(int64_t rows) {
     }
     // One layer's dW and db where the backend's update needs them in memory at this batch size:
     // layers are updated one after another, so one scratch of the largest layer serves them all,
-    // and it lives in the update phase only.
+    // and it lives in the update phase only. Clipping needs every layer's at once (their norm comes
+    // before the first update), in the parameter layout.
     gradient_scratch_ = -1;
-    if (training && backend_.update_needs_gradient_scratch(optimizer_, rows)) {
+    const int update_phase = 2 * layer_count + 1;
+    if (training && clips_gradients(optimizer_)) {
+        gradient_scratch_ = plan.add(static_cast<size_t>(model_.parameter_block_elements()) * sizeof(float),
+                                     update_phase, update_phase);
+    } else if (training && backend_.update_needs_gradient_scratch(optimizer_, rows)) {
         int64_t largest_layer = 0;
         for (const DenseLayer& layer : layers)
             largest_layer = std::max(largest_layer, layer.bias_offset + layer.padded_units - layer.weight_offset);
-        const int update_phase = 2 * layer_count + 1;
         gradient_scratch_ = plan.add(static_cast<size_t>(largest_layer) * sizeof(float), update_phase, update_phase);
     }
     outputs_ = plan.add(row_count * static_cast<size_t>(output_width_) * sizeof(float), layer_count + 1, ArenaPlan::kAlways);
@@ -400,33 +406,48 @@ void Executor::update(int slot, int64_t rows) {
 }
 
 void Executor::update_layers(int slot, int64_t rows) {
-    const auto& layers = model_.layers();
+    if (!clips_gradients(optimizer_)) {
+        for (size_t i = 0; i < model_.layers().size(); ++i) update_layer(i, slot, rows, UpdatePart::whole);
+        return;
+    }
+    // Every gradient, their norm's factor, then every update: the gradients of all layers lie in
+    // the scratch in the parameter layout, so one clip_factor call covers them.
+    for (size_t i = 0; i < model_.layers().size(); ++i) update_layer(i, slot, rows, UpdatePart::gradient);
+    backend_.clip_factor(static_cast<const float*>(step_buffer(gradient_scratch_)), model_.parameter_block_elements(),
+                         optimizer_.global_clipnorm, state_, clip_factor_);
+    for (size_t i = 0; i < model_.layers().size(); ++i) update_layer(i, slot, rows, UpdatePart::apply);
+}
+
+void Executor::update_layer(size_t i, int slot, int64_t rows, UpdatePart part) {
+    const DenseLayer& layer = model_.layers()[i];
     float* masters = model_.masters();
     float* gradient_scratch = static_cast<float*>(step_buffer(gradient_scratch_));
-    for (size_t i = 0; i < layers.size(); ++i) {
-        const DenseLayer& layer = layers[i];
-        const bool low = !parameters_read_as_masters(i);
-        DenseUpdateArgs args{};
-        args.output_grad = step_buffer(layer_slots_[i].output_grad);
-        args.input = layer_input(i, slot);
-        args.weights = masters + layer.weight_offset;
-        args.bias = masters + layer.bias_offset;
-        args.low_weights = low ? low_copies_ + static_cast<size_t>(layer.weight_offset) * low_element_bytes_ : nullptr;
-        args.low_bias = low ? low_copies_ + static_cast<size_t>(layer.bias_offset) * low_element_bytes_ : nullptr;
-        args.weight_grad = gradient_scratch;
-        args.bias_grad = gradient_scratch ? gradient_scratch + (layer.bias_offset - layer.weight_offset) : nullptr;
-        for (int s = 0; s < 2; ++s) {
-            args.weight_state[s] = optimizer_states_[s] ? optimizer_states_[s] + layer.weight_offset : nullptr;
-            args.bias_state[s] = optimizer_states_[s] ? optimizer_states_[s] + layer.bias_offset : nullptr;
-        }
-        args.rows = rows;
-        args.in_features = layer.padded_inputs;
-        args.out_features = layer.padded_units;
-        args.compute_dtype = layer_dtypes_[i];
-        args.state = state_;
-        args.workspace = gemm_workspace_;
-        backend_.dense_update(args, optimizer_);
+    // A clipped step keeps every layer's gradient at its parameters' offsets; otherwise the layers
+    // take turns in one layer's scratch.
+    const int64_t scratch_offset = part == UpdatePart::whole ? 0 : layer.weight_offset;
+    const bool low = !parameters_read_as_masters(i);
+    DenseUpdateArgs args{};
+    args.output_grad = step_buffer(layer_slots_[i].output_grad);
+    args.input = layer_input(i, slot);
+    args.weights = masters + layer.weight_offset;
+    args.bias = masters + layer.bias_offset;
+    args.low_weights = low ? low_copies_ + static_cast<size_t>(layer.weight_offset) * low_element_bytes_ : nullptr;
+    args.low_bias = low ? low_copies_ + static_cast<size_t>(layer.bias_offset) * low_element_bytes_ : nullptr;
+    args.weight_grad = gradient_scratch ? gradient_scratch + scratch_offset : nullptr;
+    args.bias_grad = gradient_scratch ? gradient_scratch + scratch_offset + (layer.bias_offset - layer.weight_offset) : nullptr;
+    for (int s = 0; s < 2; ++s) {
+        args.weight_state[s] = optimizer_states_[s] ? optimizer_states_[s] + layer.weight_offset : nullptr;
+        args.bias_state[s] = optimizer_states_[s] ? optimizer_states_[s] + layer.bias_offset : nullptr;
     }
+    args.rows = rows;
+    args.in_features = layer.padded_inputs;
+    args.out_features = layer.padded_units;
+    args.compute_dtype = layer_dtypes_[i];
+    args.state = state_;
+    args.workspace = gemm_workspace_;
+    args.part = part;
+    args.gradient_factor = part == UpdatePart::apply ? clip_factor_ : nullptr;
+    backend_.dense_update(args, optimizer_);
 }
 
 TrainState Executor::read_state() const {

@@ -134,8 +134,10 @@ private:
     // layers without low-precision copies of their parameters.
     bool parameters_read_as_masters(size_t layer) const;
     const void* layer_bias(size_t layer) const;
-    // Every layer's dense_update (update's second half, after the step is proven finite or not).
+    // Every layer's dense_update (update's second half, after the step is proven finite or not);
+    // with clipping, every layer's gradient, the clip factor, then every layer's update.
     void update_layers(int slot, int64_t rows);
+    void update_layer(size_t layer, int slot, int64_t rows, UpdatePart part);
     void* step_buffer(int id) const { return id < 0 ? nullptr : step_arena_.at<char>(step_plan_.offset(id)); }
     const void* layer_input(size_t layer, int slot) const;
 
@@ -157,6 +159,7 @@ private:
     char* low_copies_ = nullptr;     // parameter layout, storage_size(low dtype) bytes per element
     size_t low_element_bytes_ = 0;
     float* gradient_bounds_ = nullptr;   // (max|dZ_i|, max|A_prev_i|) per layer
+    float* clip_factor_ = nullptr;       // the step's global_clip_factor, when the optimizer clips
     float* class_weights_ = nullptr;     // the loss's class weights in backend memory, when it has any
     GemmWorkspace gemm_workspace_;      // for every dense op's GEMM; empty where the backend needs none
     float* optimizer_states_[2] = {nullptr, nullptr};
@@ -178,7 +181,7 @@ private:
     std::vector<LayerSlots> layer_slots_;
     BatchSlot batch_slots_[kBatchSlots];
     int logits_grad_ = -1;
-    int gradient_scratch_ = -1;  // one layer's dW and db, where the backend's update needs them
+    int gradient_scratch_ = -1;  // one layer's dW and db where the update needs them; all layers' when clipping
     int outputs_ = -1;
     int staging_ = -1;
 };

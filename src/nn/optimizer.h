@@ -22,7 +22,13 @@ struct OptimizerConfig {
     float beta2 = 0.999f;
     float epsilon = 1e-7f;
     float weight_decay = 0.0f;
+    // Keras's global_clipnorm: when > 0, every step's unscaled gradients (all layers' weights and
+    // biases together) are scaled by global_clipnorm / max(their L2 norm, global_clipnorm) before
+    // the update rule sees them. 0: no clipping.
+    float global_clipnorm = 0.0f;
 };
+
+inline bool clips_gradients(const OptimizerConfig& config) { return config.global_clipnorm > 0.0f; }
 
 // Optimizer state arrays per parameter: SGD with momentum keeps a velocity, Adam two moments.
 inline int optimizer_state_count(const OptimizerConfig& config) {
@@ -33,6 +39,16 @@ inline int optimizer_state_count(const OptimizerConfig& config) {
 // SGD without momentum: an update with no state, which can be applied without a gradient tensor.
 MPT_HOST_DEVICE bool is_plain_sgd(const OptimizerConfig& config) {
     return config.kind == OptimizerKind::sgd && config.momentum == 0.0f;
+}
+
+// The factor global_clipnorm scales a step's gradients by, from the sum of their squares as the
+// backward pass left them (multiplied by the loss scale): clipnorm / max(norm, clipnorm) with
+// norm = sqrt(sum) / loss_scale, in double, so exactly 1 when the norm is within the bound.
+MPT_HOST_DEVICE float global_clip_factor(double scaled_sum_of_squares, float loss_scale, float clipnorm) {
+    const double norm = sqrt(scaled_sum_of_squares) / static_cast<double>(loss_scale);
+    // A non-finite norm only comes with gradients the step's finiteness check already refused.
+    if (!(norm > static_cast<double>(clipnorm))) return 1.0f;
+    return static_cast<float>(static_cast<double>(clipnorm) / norm);
 }
 
 // The learning rate of the step numbered `steps` (from 0, skipped steps included): the base rate

@@ -369,17 +369,23 @@ void CpuBackend::dense_update(const DenseUpdateArgs& args, const OptimizerConfig
     const float* output_grad = static_cast<const float*>(args.output_grad);
     const float* input = static_cast<const float*>(args.input);
     const int64_t weight_count = args.out_features * args.in_features;
-    const OptimizerStepScalars scalars = optimizer_step_scalars(optimizer, state.loss_scale, state.applied_steps, state.steps);
-    if (is_plain_sgd(optimizer)) {
+    OptimizerStepScalars scalars = optimizer_step_scalars(optimizer, state.loss_scale, state.applied_steps, state.steps);
+    if (args.part == UpdatePart::whole && is_plain_sgd(optimizer)) {
         // W += (-lr / scale) * dZ^T · A: the GEMM is the update.
         const float step = -scalars.learning_rate * scalars.inverse_scale;
         gemm(args.compute_dtype, true, false, args.out_features, args.in_features, args.rows, step, output_grad,
              args.out_features, input, args.in_features, 1.0f, args.weights, args.in_features);
         column_sums(output_grad, args.rows, args.out_features, step, args.bias, true);
     } else {
-        gemm(args.compute_dtype, true, false, args.out_features, args.in_features, args.rows, 1.0f, output_grad,
-             args.out_features, input, args.in_features, 0.0f, args.weight_grad, args.in_features);
-        column_sums(output_grad, args.rows, args.out_features, 1.0f, args.bias_grad, false);
+        require(args.weight_grad && args.bias_grad, MPT_STATUS_INVALID_ARGUMENT,
+                "cpu backend: this dense_update needs weight_grad and bias_grad");
+        if (args.part != UpdatePart::apply) {
+            gemm(args.compute_dtype, true, false, args.out_features, args.in_features, args.rows, 1.0f, output_grad,
+                 args.out_features, input, args.in_features, 0.0f, args.weight_grad, args.in_features);
+            column_sums(output_grad, args.rows, args.out_features, 1.0f, args.bias_grad, false);
+            if (args.part == UpdatePart::gradient) return;
+        }
+        if (args.gradient_factor) scalars.inverse_scale *= *args.gradient_factor;
         auto apply = [&](float* master, const float* gradient, float* const* states, int64_t count) {
             pool_.parallel_for(count, kElementGrain, [&](int64_t begin, int64_t end) {
                 float unused1 = 0.0f, unused2 = 0.0f;
@@ -395,6 +401,27 @@ void CpuBackend::dense_update(const DenseUpdateArgs& args, const OptimizerConfig
     }
     write_low_copy(args.weights, args.low_weights, args.compute_dtype, weight_count);
     write_low_copy(args.bias, args.low_bias, args.compute_dtype, args.out_features);
+}
+
+void CpuBackend::clip_factor(const float* gradients, int64_t count, float clipnorm, const TrainState* state,
+                             float* factor) {
+    require(gradients != nullptr && state != nullptr && factor != nullptr && count >= 0,
+            MPT_STATUS_INVALID_ARGUMENT, "cpu backend: clip_factor needs the gradients, the train state and the factor");
+    // Fixed chunks summed in order: the same sum whatever the thread count.
+    const int64_t chunks = (count + kElementGrain - 1) / kElementGrain;
+    std::vector<double>& partials = clip_partials_;  // grows once: steps allocate nothing
+    partials.assign(static_cast<size_t>(chunks), 0.0);
+    pool_.parallel_for(chunks, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t chunk = begin; chunk < end; ++chunk) {
+            const int64_t last = std::min(count, (chunk + 1) * kElementGrain);
+            double sum = 0.0;
+            for (int64_t i = chunk * kElementGrain; i < last; ++i) sum += static_cast<double>(gradients[i]) * gradients[i];
+            partials[static_cast<size_t>(chunk)] = sum;
+        }
+    });
+    double sum = 0.0;
+    for (double partial : partials) sum += partial;
+    *factor = global_clip_factor(sum, state->loss_scale, clipnorm);
 }
 
 void CpuBackend::finish_step(TrainState* state, const LossScalerConfig& scaler) { advance_loss_scaler(*state, scaler); }

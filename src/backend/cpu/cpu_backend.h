@@ -66,6 +66,8 @@ public:
     void max_abs(const MaxAbsInput* inputs, int count, float* out) override;
     void decide_update(const float* max_abs_pairs, int layer_count, int64_t rows, TrainState* state) override;
     void dense_update(const DenseUpdateArgs& args, const OptimizerConfig& optimizer) override;
+    void clip_factor(const float* gradients, int64_t count, float clipnorm, const TrainState* state,
+                     float* factor) override;
     void finish_step(TrainState* state, const LossScalerConfig& scaler) override;
 
     int threads() const { return pool_.threads(); }
@@ -95,6 +97,7 @@ private:
 
     ThreadPool pool_;
     std::vector<uint64_t> order_keys_;  // fill_order's scratch, kept between epochs
+    std::vector<double> clip_partials_; // clip_factor's per-chunk sums, kept between steps
     CpuScheduler scheduler_;
 };
 

@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_clip_factor.cuh"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_convert.cuh"
 #include "backend/cuda/cuda_fused_sgd.cuh"
@@ -168,13 +169,15 @@ CudaBackend::CudaBackend(int device, MemoryTracker* memory) : device_(device), m
         gemm_ = std::make_unique<CudaGemm>();
         epoch_order_ = std::make_unique<CudaEpochOrder>(*this);
         const size_t partial_bytes = kLossHeadMaxBlocks * sizeof(double);
-        const size_t scratch_bytes = 3 * partial_bytes + 256;
+        const size_t clip_bytes = kClipFactorMaxBlocks * sizeof(double);
+        const size_t scratch_bytes = 3 * partial_bytes + 256 + clip_bytes;
         reduction_scratch_ = allocate_scratch(scratch_bytes);
         char* base = static_cast<char*>(reduction_scratch_);
         head_scratch_.partial_loss = reinterpret_cast<double*>(base);
         head_scratch_.partial_correct = reinterpret_cast<long long*>(base + partial_bytes);
         head_scratch_.partial_counted = reinterpret_cast<long long*>(base + 2 * partial_bytes);
         head_scratch_.counter = reinterpret_cast<unsigned*>(base + 3 * partial_bytes);
+        clip_partials_ = reinterpret_cast<double*>(base + 3 * partial_bytes + 256);
         // On our own stream, not the legacy one: that would be unsafe while another library in the
         // process captures a graph, and a device-wide sync would stall other contexts.
         const cudaStream_t compute = scheduler_->stream(Lane::compute);
@@ -476,6 +479,20 @@ void CudaBackend::dense_update(const DenseUpdateArgs& args, const OptimizerConfi
     issue(op);
 }
 
+void CudaBackend::clip_factor(const float* gradients, int64_t count, float clipnorm, const TrainState* state,
+                              float* factor) {
+    require(gradients != nullptr && state != nullptr && factor != nullptr && count >= 0,
+            MPT_STATUS_INVALID_ARGUMENT, "cuda backend: clip_factor needs the gradients, the train state and the factor");
+    RecordedOp op{};
+    op.code = OpCode::clip_factor;
+    op.values = gradients;
+    op.count = count;
+    op.clipnorm = clipnorm;
+    op.state = const_cast<TrainState*>(state);  // read only: the op's state field serves writers too
+    op.out = factor;
+    issue(op);
+}
+
 void CudaBackend::plan(RecordedOp& op) {
     switch (op.code) {
         case OpCode::dense_forward: {
@@ -507,7 +524,8 @@ void CudaBackend::plan(RecordedOp& op) {
             op.scratch = scratch_bytes ? scratch_for(scratch_bytes) : nullptr;
             op.update_plan = plan_dense_update(*gemm_, op.update, op.optimizer, op.scratch, fused_epilogues_);
             if (op.update_plan.fused_sgd) ++op_paths_.fused_sgd;
-            else ++(op.update_plan.gradient.fused ? op_paths_.weight_gradient_fused : op_paths_.weight_gradient_unfused);
+            else if (op.update.part != UpdatePart::apply)
+                ++(op.update_plan.gradient.fused ? op_paths_.weight_gradient_fused : op_paths_.weight_gradient_unfused);
             return;
         }
         default: return;  // the other ops have no plan
@@ -570,6 +588,10 @@ void CudaBackend::execute(const RecordedOp& op, cudaStream_t stream) {
             return;
         case OpCode::dense_update:
             run_dense_update(*gemm_, op.update_plan, op.update, op.optimizer, max_blocks, stream);
+            return;
+        case OpCode::clip_factor:
+            run_clip_factor(static_cast<const float*>(op.values), op.count, op.clipnorm, op.state, op.out,
+                            clip_partials_, stream);
             return;
         case OpCode::finish_step: run_finish_step(op.state, op.scaler, stream); return;
     }
@@ -824,6 +846,8 @@ void CudaBackend::sign(const RecordedOp& op) {
             s.put(a.compute_dtype);
             s.put(a.state);
             put_workspace(s, a.workspace);
+            s.put(a.part);
+            s.put(a.gradient_factor);
             s.put(op.update_plan.fused_sgd);
             s.put(op.update_plan.gradient.gemm);
             s.put(op.update_plan.gradient.fused);
@@ -838,6 +862,7 @@ void CudaBackend::sign(const RecordedOp& op) {
             s.put(o.beta2);
             s.put(o.epsilon);
             s.put(o.weight_decay);
+            s.put(o.global_clipnorm);
             // The schedule, not a step's rate: kernels evaluate it from the step count on the device.
             s.put(o.schedule.kind);
             s.put(o.schedule.warmup_steps);
@@ -845,6 +870,13 @@ void CudaBackend::sign(const RecordedOp& op) {
             s.put(o.schedule.decay_factor);
             return;
         }
+        case OpCode::clip_factor:
+            s.put(op.values);
+            s.put(op.count);
+            s.put(op.clipnorm);
+            s.put(op.state);
+            s.put(op.out);
+            return;
         case OpCode::finish_step: {
             s.put(op.state);
             const LossScalerConfig& c = op.scaler;

@@ -62,6 +62,8 @@ public:
     void max_abs(const MaxAbsInput* inputs, int count, float* out) override;
     void decide_update(const float* max_abs_pairs, int layer_count, int64_t rows, TrainState* state) override;
     void dense_update(const DenseUpdateArgs& args, const OptimizerConfig& optimizer) override;
+    void clip_factor(const float* gradients, int64_t count, float clipnorm, const TrainState* state,
+                     float* factor) override;
     void finish_step(TrainState* state, const LossScalerConfig& scaler) override;
 
     // The backend's own device buffers: allocate()/release() that also charge the context's memory
@@ -92,6 +94,7 @@ private:
         max_abs,
         decide_update,
         dense_update,
+        clip_factor,
         finish_step
     };
     // One operation of a recorded task, with the plan chosen when it was issued.
@@ -110,10 +113,11 @@ private:
         float* scratch;
         TrainState* state;
         MaxAbsInput max_inputs[kMaxAbsInputs];
-        const void* values;      // decide_update's bounds
-        int64_t count;           // max_abs inputs, decide_update layers
+        const void* values;      // decide_update's bounds, clip_factor's gradients
+        int64_t count;           // max_abs inputs, decide_update layers, clip_factor gradients
         int64_t rows;
-        float* out;
+        float* out;              // max_abs's maxima, clip_factor's factor
+        float clipnorm;
     };
 
     // CudaTaskHooks
@@ -153,8 +157,9 @@ private:
     std::string name_;
     uint64_t allocations_ = 0;
 
-    void* reduction_scratch_ = nullptr;  // loss-head partials and the kernels' block counters
+    void* reduction_scratch_ = nullptr;  // loss-head and clip-factor partials, the kernels' block counters
     LossHeadScratch head_scratch_{};
+    double* clip_partials_ = nullptr;    // [kClipFactorMaxBlocks] in reduction_scratch_
     float* scratch_ = nullptr;        // fp32 accumulators of the unfused fallback paths
     size_t scratch_bytes_ = 0;
 

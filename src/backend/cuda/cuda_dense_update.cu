@@ -30,6 +30,7 @@ struct UpdateLaunch {
     int64_t total_chunks;
     OptimizerConfig optimizer;
     const TrainState* state;
+    const float* gradient_factor;  // device memory, or null: 1
 };
 
 __device__ __forceinline__ void update_one(const UpdateLaunch& launch, const OptimizerStepScalars& scalars,
@@ -81,6 +82,8 @@ __global__ void __launch_bounds__(kUpdateThreads) update_kernel(const UpdateLaun
         const TrainState state = *launch.state;
         skip = state.found_inf;
         scalars = optimizer_step_scalars(launch.optimizer, state.loss_scale, state.applied_steps, state.steps);
+        // The clip factor joins the unscaling, as on the CPU: one multiply per element either way.
+        if (launch.gradient_factor) scalars.inverse_scale *= *launch.gradient_factor;
     }
     __syncthreads();
 
@@ -142,6 +145,7 @@ WeightGradientArgs gradient_args(const DenseUpdateArgs& args, float* weight_grad
 }  // namespace
 
 size_t dense_update_scratch_bytes(const DenseUpdateArgs& args, const OptimizerConfig& optimizer, bool allow_fused) {
+    if (args.part != UpdatePart::whole) return 0;  // the parts write and read the args' gradients
     if (allow_fused && fused_sgd_applies(args, optimizer)) return 0;
     if (args.weight_grad && args.bias_grad) return 0;
     // dW, then db at a 256-byte aligned offset.
@@ -154,6 +158,15 @@ DenseUpdatePlan plan_dense_update(CudaGemm& gemm, const DenseUpdateArgs& args, c
     require(args.state != nullptr, MPT_STATUS_INVALID_ARGUMENT, "cuda backend: dense_update needs the train state");
     require(args.weights && args.bias, MPT_STATUS_INVALID_ARGUMENT, "cuda backend: dense_update needs the masters");
     DenseUpdatePlan plan;
+    if (args.part != UpdatePart::whole) {
+        require(args.weight_grad && args.bias_grad, MPT_STATUS_INVALID_ARGUMENT,
+                "cuda backend: a dense_update in parts needs weight_grad and bias_grad");
+        plan.weight_grad = args.weight_grad;
+        plan.bias_grad = args.bias_grad;
+        if (args.part == UpdatePart::gradient)
+            plan.gradient = plan_weight_gradient(gemm, gradient_args(args, plan.weight_grad, plan.bias_grad), allow_fused);
+        return plan;
+    }
     if (allow_fused && fused_sgd_applies(args, optimizer)) {
         plan.fused_sgd = true;
         return plan;
@@ -177,10 +190,13 @@ void run_dense_update(CudaGemm& gemm, const DenseUpdatePlan& plan, const DenseUp
         run_fused_sgd(args, optimizer, stream);
         return;
     }
-    run_weight_gradient(gemm, plan.gradient, gradient_args(args, plan.weight_grad, plan.bias_grad), stream);
+    if (args.part != UpdatePart::apply)
+        run_weight_gradient(gemm, plan.gradient, gradient_args(args, plan.weight_grad, plan.bias_grad), stream);
+    if (args.part == UpdatePart::gradient) return;
     UpdateLaunch launch{};
     launch.optimizer = optimizer;
     launch.state = args.state;
+    launch.gradient_factor = args.gradient_factor;
     const int64_t weight_count = args.out_features * args.in_features;
     launch.groups[0] = device_group(args.weights, args.low_weights, args.compute_dtype, plan.weight_grad,
                                     args.weight_state, weight_count, 0);

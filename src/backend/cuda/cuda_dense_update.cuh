@@ -4,7 +4,8 @@
 // optimizer to the fp32 masters and optimizer state and writes the low-precision copies, in one
 // pass. The gradient is not fused into the masters with GEMM beta = 1 because a skipped step must
 // leave them untouched and a GEMM cannot skip itself on a device-side flag. Plain SGD on small
-// batches skips the gradient altogether (cuda_fused_sgd.cuh).
+// batches skips the gradient altogether (cuda_fused_sgd.cuh). In parts (a clipped step), the
+// gradient part is the GEMM alone and the apply part the kernel alone, times the clip factor.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -17,7 +18,7 @@ namespace mpt {
 
 struct DenseUpdatePlan {
     bool fused_sgd = false;        // cuda_fused_sgd: no gradient GEMM, no scratch
-    WeightGradientPlan gradient;
+    WeightGradientPlan gradient;   // unused by the apply part
     float* weight_grad = nullptr;  // the args' scratch, or the backend's when the args have none
     float* bias_grad = nullptr;
 };
