@@ -631,11 +631,12 @@ struct LossOptionsRun {
 };
 
 // 4 epochs of 12 fp32 SGD steps (graphs replayed on a GPU), shuffled alike on every backend, on the
-// blobs weighted by `row_weights` when given (from a context with that dataset device budget).
+// blobs weighted by `row_weights` when given (from a context with that dataset device budget),
+// clipping the gradients' global norm to `global_clipnorm` when not 0.
 LossOptionsRun train_with_loss_options(mpt_backend backend, const Blobs& blobs, float label_smoothing,
                                        const std::vector<float>& class_weights = {},
                                        const std::vector<float>& row_weights = {},
-                                       size_t dataset_device_budget = SIZE_MAX) {
+                                       size_t dataset_device_budget = SIZE_MAX, float global_clipnorm = 0.0f) {
     mpt_context_t* context = mpt_test::create_context(backend, 7, 0, dataset_device_budget);
     mpt_model_t* model = new_model(context, kFeatures, kSmallModel);
     mpt_dataset_t* dataset = new_dataset(context, blobs);
@@ -653,6 +654,7 @@ LossOptionsRun train_with_loss_options(mpt_backend backend, const Blobs& blobs, 
     REQUIRE_OK(mpt_trainer_options_set_label_smoothing(options, label_smoothing));
     REQUIRE_OK(mpt_trainer_options_set_class_weights(options, class_weights.data(),
                                                      static_cast<int64_t>(class_weights.size())));
+    REQUIRE_OK(mpt_trainer_options_set_global_clipnorm(options, global_clipnorm));
     mpt_trainer_t* trainer = nullptr;
     REQUIRE_OK(mpt_trainer_create(model, options, &trainer));
     mpt_trainer_options_destroy(options);
@@ -730,6 +732,27 @@ TEST_CASE("row weights train and evaluate on the backend as on the CPU, resident
         CHECK(weighted.accuracy == doctest::Approx(on_cpu.accuracy).epsilon(0.02));
         if (backend == MPT_BACKEND_CPU) CHECK(same_bits(weighted.weights, on_cpu.weights));
     }
+}
+
+TEST_CASE("gradient clipping trains on the backend as on the CPU, graphs included") {
+    BACKEND_OR_SKIP(backend);
+    const Blobs blobs = make_blobs(192, 80);
+    const float clipnorm = 0.05f;  // below most steps' norms: clipping shapes the run
+    const auto clipped_run = [&](mpt_backend on) {
+        return train_with_loss_options(on, blobs, 0.0f, {}, {}, SIZE_MAX, clipnorm);
+    };
+    const LossOptionsRun clipped = clipped_run(backend);
+    const LossOptionsRun on_cpu = clipped_run(MPT_BACKEND_CPU);
+    const LossOptionsRun plain = train_with_loss_options(backend, blobs, 0.0f);
+    const double cpu_error = normalised_error(clipped.weights, on_cpu.weights);
+    const double plain_error = normalised_error(plain.weights, clipped.weights);
+    MESSAGE(backend_name(backend) << ": clipped weights against the CPU's " << cpu_error << ", against no clipping "
+                                  << plain_error);
+    CHECK(cpu_error <= 1e-3);  // fp32: accumulation order only, as for label smoothing above
+    CHECK(plain_error > 2e-2);  // the clip factor reached the steps (eager and replayed alike)
+    CHECK(clipped.loss == doctest::Approx(on_cpu.loss).epsilon(1e-3));
+    CHECK(clipped.accuracy == doctest::Approx(on_cpu.accuracy).epsilon(0.02));
+    if (backend == MPT_BACKEND_CPU) CHECK(same_bits(clipped.weights, on_cpu.weights));
 }
 
 TEST_CASE("predictions over a dataset on the backend are mpt_trainer_predict's, resident or streamed") {

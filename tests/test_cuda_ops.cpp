@@ -629,6 +629,9 @@ struct UpdateCase {
     DType dtype;
     OptimizerConfig optimizer;
     bool skipped;  // found_inf already set: nothing may change
+    // In parts, as a clipped step runs it: UpdatePart::gradient, then UpdatePart::apply times this
+    // factor (device memory). 0: whole.
+    float gradient_factor = 0.0f;
 };
 
 // One layer's dense_update, twice in a row (so optimizer state carries over), from the same masters,
@@ -643,7 +646,9 @@ void compare_dense_update(Backend& reference, Backend& candidate, const UpdateCa
     CAPTURE(c.optimizer.momentum);
     CAPTURE(c.optimizer.nesterov);
     CAPTURE(c.skipped);
+    CAPTURE(c.gradient_factor);
     const int64_t weight_count = c.out_features * c.in_features;
+    const bool parts = c.gradient_factor != 0.0f;
     TrainState initial{};
     initial.loss_scale = 512.0f;
     initial.found_inf = c.skipped ? 1 : 0;
@@ -675,6 +680,7 @@ void compare_dense_update(Backend& reference, Backend& candidate, const UpdateCa
         Buffer bias_states[2] = {upload(backend, DType::fp32, std::vector<float>(static_cast<size_t>(c.out_features))),
                                  upload(backend, DType::fp32, std::vector<float>(static_cast<size_t>(c.out_features)))};
         Buffer state = upload_raw(backend, std::vector<TrainState>{initial});
+        Buffer factor = upload(backend, DType::fp32, std::vector<float>{c.gradient_factor});
         const WorkspaceBuffer workspace(backend);
         DenseUpdateArgs args{};
         args.output_grad = output_grad_buffer.data();
@@ -683,8 +689,8 @@ void compare_dense_update(Backend& reference, Backend& candidate, const UpdateCa
         args.bias = bias_buffer.as<float>();
         args.low_weights = low ? low_weights.data() : nullptr;
         args.low_bias = low ? low_bias.data() : nullptr;
-        args.weight_grad = plain_sgd ? nullptr : scratch.as<float>();
-        args.bias_grad = plain_sgd ? nullptr : scratch.as<float>() + weight_count + 256;
+        args.weight_grad = plain_sgd && !parts ? nullptr : scratch.as<float>();
+        args.bias_grad = plain_sgd && !parts ? nullptr : scratch.as<float>() + weight_count + 256;
         for (int k = 0; k < 2; ++k) {
             args.weight_state[k] = k < states ? weight_states[k].as<float>() : nullptr;
             args.bias_state[k] = k < states ? bias_states[k].as<float>() : nullptr;
@@ -695,8 +701,16 @@ void compare_dense_update(Backend& reference, Backend& candidate, const UpdateCa
         args.compute_dtype = c.dtype;
         args.state = state.as<TrainState>();
         args.workspace = workspace.workspace();
-        backend.dense_update(args, c.optimizer);
-        backend.dense_update(args, c.optimizer);
+        for (int update = 0; update < 2; ++update) {
+            if (parts) {
+                args.part = UpdatePart::gradient;
+                args.gradient_factor = nullptr;
+                backend.dense_update(args, c.optimizer);
+                args.part = UpdatePart::apply;
+                args.gradient_factor = factor.as<float>();
+            }
+            backend.dense_update(args, c.optimizer);
+        }
         weight_results[b] = download(backend, weight_buffer, DType::fp32, static_cast<size_t>(weight_count));
         bias_results[b] = download(backend, bias_buffer, DType::fp32, static_cast<size_t>(c.out_features));
         for (int k = 0; k < states; ++k) {
@@ -761,10 +775,62 @@ void compare_dense_update_cases(Backend& reference, Backend& candidate) {
         compare_dense_update(reference, candidate, {40, 96, 40, dtype, adamw, false});
         compare_dense_update(reference, candidate, {32, 64, 16, dtype, sgd, true});
         compare_dense_update(reference, candidate, {32, 64, 16, dtype, adam, true});
+        // In parts (a clipped step): plain SGD keeps its gradient too, and the factor scales it.
+        compare_dense_update(reference, candidate, {37, 136, 64, dtype, sgd, false, 0.37f});
+        compare_dense_update(reference, candidate, {40, 96, 40, dtype, adamw, false, 0.37f});
+        compare_dense_update(reference, candidate, {64, 48, 16, dtype, momentum, false, 1.0f});
+        compare_dense_update(reference, candidate, {32, 64, 16, dtype, momentum, true, 0.5f});
     }
     // 1.5 M weights: past one pass of the update kernel's grid (8 blocks per SM, about 1 M elements
     // on an H200), so later grid-stride passes run and the bias group starts in the second.
     compare_dense_update(reference, candidate, {96, 3072, 512, DType::bf16, adam, false});
+}
+
+// clip_factor over gradients as a step leaves them (times the loss scale): an empty set, one value,
+// a ragged misaligned count, and 4 M values (past the first pass of the grid), with the bound below
+// and above the norm. Against the host's own double-precision norm, and exactly 1 when the bound
+// is not exceeded.
+void compare_clip_factor(Backend& reference, Backend& candidate) {
+    struct ClipCase {
+        int64_t count, offset;  // offset: elements into the buffer, so 1 is not 16-byte aligned
+        float loss_scale, bound_over_norm;
+    };
+    const ClipCase cases[] = {{0, 0, 1.0f, 0.5f},      {1, 0, 1.0f, 0.5f},        {4999, 1, 512.0f, 0.25f},
+                              {4999, 0, 512.0f, 2.0f}, {(int64_t{4} << 20) + 3, 0, 32768.0f, 0.1f},
+                              {1000, 3, 65536.0f, 1.0f}};
+    for (const ClipCase& c : cases) {
+        CAPTURE(c.count);
+        CAPTURE(c.offset);
+        CAPTURE(c.loss_scale);
+        CAPTURE(c.bound_over_norm);
+        // One more value past the end, large enough to show should it be read.
+        std::vector<float> gradients = random_values(static_cast<size_t>(c.count + c.offset + 1), -1, 1);
+        for (float& g : gradients) g *= c.loss_scale * 1e-2f;
+        gradients.back() = 1e30f;
+        double sum = 0.0;
+        for (int64_t i = c.offset; i < c.offset + c.count; ++i)
+            sum += static_cast<double>(gradients[static_cast<size_t>(i)]) * gradients[static_cast<size_t>(i)];
+        const double norm = std::sqrt(sum) / c.loss_scale;
+        // An empty set's norm is 0: any positive bound is above it.
+        const float bound = c.count == 0 ? 1.0f : static_cast<float>(norm * c.bound_over_norm);
+        const double expected = c.count == 0 || c.bound_over_norm >= 1.0f ? 1.0 : bound / norm;
+        TrainState state{};
+        state.loss_scale = c.loss_scale;
+        float factors[2];
+        Backend* backends[2] = {&reference, &candidate};
+        for (int b = 0; b < 2; ++b) {
+            Backend& backend = *backends[b];
+            Buffer values = upload(backend, DType::fp32, gradients);
+            Buffer state_buffer = upload_raw(backend, std::vector<TrainState>{state});
+            Buffer factor = poisoned(backend, DType::fp32, 1);
+            backend.clip_factor(values.as<float>() + c.offset, c.count, bound, state_buffer.as<TrainState>(),
+                                factor.as<float>());
+            factors[b] = download(backend, factor, DType::fp32, 1)[0];
+        }
+        CHECK(factors[0] == doctest::Approx(expected).epsilon(1e-6));
+        CHECK(factors[1] == doctest::Approx(expected).epsilon(1e-6));
+        if (expected == 1.0) CHECK((factors[0] == 1.0f && factors[1] == 1.0f));
+    }
 }
 
 // All trials of a dtype in one batched call, as a step issues them: ragged tails, misaligned
@@ -964,6 +1030,7 @@ TEST_CASE("the op comparison harness agrees CPU against CPU") {
     compare_max_abs(*reference, *candidate);
     compare_decide_update(*reference, *candidate);
     compare_finish_step(*reference, *candidate);
+    compare_clip_factor(*reference, *candidate);
     compare_conversions(*reference, *candidate);
 }
 
@@ -1041,12 +1108,13 @@ TEST_CASE("CUDA dense_update matches the CPU for every optimizer and skips a non
     compare_dense_update_cases(*cpu, *cuda);
 }
 
-TEST_CASE("CUDA max_abs, decide_update and finish_step match the CPU") {
+TEST_CASE("CUDA max_abs, decide_update, clip_factor and finish_step match the CPU") {
     SKIP_WITHOUT_GPU();
     auto cpu = make_cpu();
     auto cuda = make_cuda();
     compare_max_abs(*cpu, *cuda);
     compare_decide_update(*cpu, *cuda);
+    compare_clip_factor(*cpu, *cuda);
     compare_finish_step(*cpu, *cuda);
 }
 
