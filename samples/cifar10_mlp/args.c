@@ -31,6 +31,8 @@ void args_print_usage(FILE* stream, const char* program)
             "  --label-smoothing S\n"
             "                     train towards (1 - S) on each label plus S / 10 on every class,\n"
             "                     0 <= S < 1 (default 0: none); the losses shown are the smoothed ones\n"
+            "  --clipnorm X       clip every step's gradients to a global L2 norm of at most X > 0, as\n"
+            "                     Keras's global_clipnorm (default: no clipping)\n"
             "  --limit N          train on the first N training images only; 0 = all (default 0)\n"
             "  --validation-split F\n"
             "                     hold out the last fraction F (0 < F < 1) of the training images,\n"
@@ -218,7 +220,7 @@ static args_result usage_error(const char* program, const char* format, ...)
 static int takes_value(const char* name)
 {
     static const char* const names[] = {"data", "epochs", "batch", "precision", "lr", "lr-decay",
-                                        "lr-schedule", "warmup", "label-smoothing",
+                                        "lr-schedule", "warmup", "label-smoothing", "clipnorm",
                                         "validation-split", "limit", "seed", "backend", "threads", "json"};
     size_t i;
     for (i = 0; i < sizeof names / sizeof names[0]; ++i)
@@ -316,6 +318,9 @@ args_result args_parse(int argc, char** argv, cli_options* out)
         } else if (strcmp(name, "label-smoothing") == 0) {
             if (!parse_unit_fraction(value, &options.label_smoothing))
                 return usage_error(program, "--label-smoothing must be a number in [0, 1), not '%s'", value);
+        } else if (strcmp(name, "clipnorm") == 0) {
+            if (!parse_float_in(value, 0.0, 1e30, &options.global_clipnorm))
+                return usage_error(program, "--clipnorm must be a positive number, not '%s'", value);
         } else if (strcmp(name, "validation-split") == 0) {
             if (!parse_open_fraction(value, &options.validation_split))
                 return usage_error(program, "--validation-split must be a number in (0, 1), not '%s'", value);

@@ -17,6 +17,7 @@ typedef struct cli_options {
     mpt_lr_schedule lr_schedule; /* --lr-schedule: evaluated per step by the library, decaying to 0 over the run */
     int64_t warmup_steps;       /* --warmup: the schedule's linear warm-up */
     float label_smoothing;      /* --label-smoothing: s in [0, 1), targets t (1 - s) + s / 10; 0 = none */
+    float global_clipnorm;      /* --clipnorm: the gradients' largest global L2 norm; 0 = no clipping */
     int64_t limit;              /* first N training images; 0 = all */
     double validation_split;    /* --validation-split: the last fraction held out of training; 0 = none */
     uint64_t seed;

@@ -97,6 +97,7 @@ static void write_run(json_writer* json, const cli_options* options, const data_
     json_string(json, "lr_schedule", args_schedule_name(options->lr_schedule));
     json_integer(json, "warmup_steps", options->warmup_steps);
     json_number(json, "label_smoothing", (double)options->label_smoothing);
+    json_number(json, "global_clipnorm", (double)options->global_clipnorm);
     json_boolean(json, "validate", options->validate);
     json_number(json, "validation_split", options->validation_split);
     if (run->per_class)

@@ -209,6 +209,8 @@ int run_training(const cli_options* options, mpt_precision precision, const data
               "setting the sparse categorical cross-entropy loss");
     CHECK_MPT(mpt_trainer_options_set_label_smoothing(trainer_options, options->label_smoothing),
               "setting label smoothing %g", (double)options->label_smoothing);
+    CHECK_MPT(mpt_trainer_options_set_global_clipnorm(trainer_options, options->global_clipnorm),
+              "setting gradient clipping to a global norm of %g", (double)options->global_clipnorm);
     CHECK_MPT(mpt_trainer_options_set_optimizer(trainer_options, MPT_OPTIMIZER_SGD), "selecting SGD");
     CHECK_MPT(mpt_trainer_options_set_learning_rate(trainer_options, options->learning_rate),
               "setting learning rate %g", (double)options->learning_rate);
@@ -245,6 +247,8 @@ int run_training(const cli_options* options, mpt_precision precision, const data
         printf(" after %" PRId64 " warm-up step%s", options->warmup_steps, options->warmup_steps == 1 ? "" : "s");
     if (options->label_smoothing > 0.0f)
         printf(" | label smoothing %g", (double)options->label_smoothing);
+    if (options->global_clipnorm > 0.0f)
+        printf(" | clipnorm %g", (double)options->global_clipnorm);
     printf(" | seed %" PRIu64 " | epochs %" PRId64 "\n", options->seed, r.epochs);
     fflush(stdout);
     if (options->warmup_steps >= steps_per_epoch * options->epochs)

@@ -34,6 +34,10 @@ refused --label-smoothing 1 "--label-smoothing must be a number in"
 refused --label-smoothing -0.1 "--label-smoothing must be a number in"
 refused --label-smoothing 0.99999999 "--label-smoothing must be a number in"  # 1 once rounded to float
 refused --label-smoothing nan "--label-smoothing must be a number in"
+refused --clipnorm 0 "--clipnorm must be a positive number"
+refused --clipnorm -1 "--clipnorm must be a positive number"
+refused --clipnorm nan "--clipnorm must be a positive number"
+refused --clipnorm inf "--clipnorm must be a positive number"
 refused --validation-split 0 "--validation-split must be a number in (0, 1)"
 refused --validation-split 1 "--validation-split must be a number in (0, 1)"
 refused --validation-split -0.2 "--validation-split must be a number in (0, 1)"
@@ -58,6 +62,8 @@ run cosine --lr-schedule cosine --warmup 4
 run linear --lr-schedule linear
 run warmup --warmup 4
 run smoothed --label-smoothing 0.1
+run clipped --clipnorm 0.5
+run clipped_hard --clipnorm 1e-6
 [ "$(json_value cosine lr_schedule)" = '"cosine"' ] || fail "cosine run's JSON says $(json_value cosine lr_schedule)"
 [ "$(json_value cosine warmup_steps)" = 4 ] || fail "cosine run's JSON has warmup_steps $(json_value cosine warmup_steps)"
 [ "$(json_value constant lr_schedule)" = '"constant"' ] || fail "constant run's JSON says $(json_value constant lr_schedule)"
@@ -83,6 +89,14 @@ rate_is warmup learning_rate_at_end 0.05
 rate_is smoothed label_smoothing 0.1
 [ "$(json_value constant label_smoothing)" = 0 ] || fail "constant run's JSON has label_smoothing $(json_value constant label_smoothing)"
 grep -q "| label smoothing 0.1 |" "$work/smoothed.out" || fail "smoothed run's header: $(grep '^data' "$work/smoothed.out")"
+rate_is clipped global_clipnorm 0.5
+[ "$(json_value constant global_clipnorm)" = 0 ] || fail "constant run's JSON has global_clipnorm $(json_value constant global_clipnorm)"
+grep -q "| clipnorm 0.5 |" "$work/clipped.out" || fail "clipped run's header: $(grep '^data' "$work/clipped.out")"
+# Steps clipped to a norm of 1e-6 barely move the weights: the loss stays where it started (2.35
+# here), where the unclipped run's falls (to 2.13).
+awk -v hard="$(json_value clipped_hard train_loss)" -v plain="$(json_value constant train_loss)" \
+    'BEGIN { exit !(plain < hard - 0.1) }' ||
+    fail "a clipnorm of 1e-6 trained to loss $(json_value clipped_hard train_loss), unclipped $(json_value constant train_loss)"
 # A warm-up as long as the run is said to be one.
 "$program" --data "$work/no-such-directory" --limit 256 --epochs 2 --threads 2 --lr-schedule cosine --warmup 16 \
     >"$work/long_warmup.out" 2>&1 || fail "a warm-up as long as the run exited $?"
