@@ -133,10 +133,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                     }
                 }
                 break;
-            case 6:  // the loss, its label smoothing or class weights (hostile values; checked again at create)
-                switch (in.byte() % 3) {
+            case 6:  // the loss, label smoothing, class weights or clipping (hostile values; checked again at create)
+                switch (in.byte() % 4) {
                     case 0: mpt_trainer_options_set_loss(trainer_options, static_cast<mpt_loss>(in.small(6) - 1)); break;
                     case 1: mpt_trainer_options_set_label_smoothing(trainer_options, in.real() / 4.0f); break;
+                    case 2: mpt_trainer_options_set_global_clipnorm(trainer_options, in.real()); break;
                     default: {
                         const int64_t count = in.small(8) - 1;  // -1 to 6, against the model's outputs
                         for (int64_t i = 0; i < std::max<int64_t>(count, 0); ++i)

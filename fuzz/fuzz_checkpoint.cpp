@@ -4,9 +4,10 @@
 // the options and progress JSON, the tensors and their shapes reach the checks behind the checksums.
 // The file is loaded into fresh trainers of the architecture the seeds were written by, one with
 // default options (a constant rate) and one with the options a checkpoint records only when set (a
-// cosine schedule, label smoothing, class weights). Any load must succeed or be refused with a status a
-// bad file may give, and a refused load must leave the trainer as it was (weights, scaler, step
-// count); after a load that succeeds, fit and evaluate must run or fail with such a status too.
+// cosine schedule, label smoothing, class weights, gradient clipping). Any load must succeed or be
+// refused with a status a bad file may give, and a refused load must leave the trainer as it was
+// (weights, scaler, step count); after a load that succeeds, fit and evaluate must run or fail with
+// such a status too.
 //
 // The seeds (corpus/checkpoint/seed-*) are this target's trainers' own checkpoints inside an epoch:
 // MPTRAIN_FUZZ_CHECKPOINT_SEEDS=DIR fuzz_replay_checkpoint FILE writes them to DIR.
@@ -64,6 +65,7 @@ struct Fixture {
         if (optioned) {
             trainer_config.loss.label_smoothing = 0.1f;
             trainer_config.loss.class_weights = {0.5f, 2.0f, 1.0f};
+            trainer_config.optimizer.global_clipnorm = 0.5f;
             mpt::LrSchedule& schedule = trainer_config.optimizer.schedule;
             schedule.kind = mpt::LrScheduleKind::cosine;
             schedule.warmup_steps = 3;
