@@ -1,6 +1,6 @@
 // The header-only C++ wrapper (include/mptrain/mptrain.hpp) over libmptrain.so: model files,
-// training checkpoints, learning-rate schedules, label smoothing, class weights, dataset slices and
-// row weights through it, errors arriving as mptrain::Error with the C status.
+// training checkpoints, learning-rate schedules, label smoothing, class weights, gradient clipping,
+// dataset slices and row weights through it, errors arriving as mptrain::Error with the C status.
 #include <doctest/doctest.h>
 
 #include <mptrain/mptrain.hpp>
@@ -424,19 +424,21 @@ TEST_CASE("label smoothing outside [0, 1), with mean squared error or unlike a c
 namespace {
 
 // One fp32 plain-SGD step over every row from seed 5, with class weights and row weights (empty:
-// none): the weights' bits before and after it, and its loss.
+// none) and a global_clipnorm (0: not set): the weights' bits before and after it, and its loss.
 struct SgdStep {
     std::vector<uint32_t> before, after;
     float loss;
 };
 SgdStep one_sgd_step(const std::vector<float>& samples, const std::vector<int32_t>& labels, float learning_rate,
-                     const std::vector<float>& class_weights, const std::vector<float>& row_weights) {
+                     const std::vector<float>& class_weights, const std::vector<float>& row_weights,
+                     float global_clipnorm = 0.0f) {
     auto context = cpu_context(5);
     auto model = mlp(context);
     const auto data = mptrain::Dataset::from_f32(context, samples, kFeatures, labels, kClasses);
     mptrain::TrainerOptions options;
     options.precision(MPT_PRECISION_FP32).optimizer(MPT_OPTIMIZER_SGD).learning_rate(learning_rate).momentum(0.0f);
     if (!class_weights.empty()) options.class_weights(class_weights);
+    if (global_clipnorm != 0.0f) options.global_clipnorm(global_clipnorm);
     mptrain::Trainer trainer(model, options);
     SgdStep step;
     step.before = weight_bits(model);
@@ -542,6 +544,65 @@ TEST_CASE("class weights refused by the wrapper's setter or at construction thro
         CHECK(error.message().find("class_weights [1, 2, 3] (this trainer: none)") != std::string::npos);
     }
     mptrain::Trainer(model, adam().class_weights({1.0f, 2.0f, 3.0f})).load_checkpoint(checkpoint);  // a matching one loads it
+}
+
+namespace {
+
+/** The L2 norm of a step's change of all weights and biases, in double. */
+double change_norm(const SgdStep& step) {
+    double sum = 0.0;
+    for (size_t i = 0; i < step.before.size(); ++i) {
+        float before = 0.0f, after = 0.0f;
+        std::memcpy(&before, &step.before[i], sizeof before);
+        std::memcpy(&after, &step.after[i], sizeof after);
+        const double change = static_cast<double>(after) - static_cast<double>(before);
+        sum += change * change;
+    }
+    return std::sqrt(sum);
+}
+
+}  // namespace
+
+TEST_CASE("global_clipnorm through the wrapper scales a step's gradient to the bound; one far above the norm changes nothing, bit for bit") {
+    std::vector<int32_t> labels;
+    const std::vector<float> samples = blob_samples(30, 71, labels);
+    constexpr float kRate = 0.05f, kBound = 1e-3f;
+    // One plain SGD step: the norm of its change over the rate is that of the gradient it applied.
+    const SgdStep unclipped = one_sgd_step(samples, labels, kRate, {}, {});
+    const SgdStep clipped = one_sgd_step(samples, labels, kRate, {}, {}, kBound);
+    REQUIRE(change_norm(unclipped) / kRate > 100.0 * kBound);  // so that the bound clips
+    CHECK(change_norm(clipped) / kRate == doctest::Approx(kBound).epsilon(1e-3));
+    CHECK(clipped.after != unclipped.after);
+
+    // A bound far above the norm: three momentum SGD steps as without clipping, bit for bit.
+    auto momentum_steps = [&](std::optional<float> bound) {
+        auto context = cpu_context(5);
+        auto model = mlp(context);
+        const auto data = mptrain::Dataset::from_f32(context, samples, kFeatures, labels, kClasses);
+        mptrain::TrainerOptions options;
+        options.precision(MPT_PRECISION_FP32).optimizer(MPT_OPTIMIZER_SGD).learning_rate(kRate).momentum(0.9f);
+        if (bound) options.global_clipnorm(*bound);
+        mptrain::Trainer trainer(model, options);
+        for (int64_t step = 0; step < 3; ++step) trainer.step(data, 10 * step, 10);
+        return weight_bits(model);
+    };
+    const std::vector<uint32_t> plain = momentum_steps(std::nullopt);
+    CHECK(plain != unclipped.before);  // the steps move the weights (from seed 5's, as one_sgd_step's)
+    CHECK(momentum_steps(1e30f) == plain);
+}
+
+TEST_CASE("a negative, NaN or infinite global_clipnorm throws INVALID_ARGUMENT from the wrapper's setter") {
+    mptrain::TrainerOptions options;
+    for (float refused : {-1.0f, -1e-30f, std::nanf(""), std::numeric_limits<float>::infinity()}) {
+        try {
+            options.global_clipnorm(refused);
+            FAIL("global_clipnorm accepted " << refused);
+        } catch (const mptrain::Error& error) {
+            CHECK(error.status() == MPT_STATUS_INVALID_ARGUMENT);
+            CHECK(error.message().find("global_clipnorm") != std::string::npos);
+        }
+    }
+    options.global_clipnorm(0.0f);  // 0 is no clipping: accepted
 }
 
 TEST_CASE("automatic checkpoints through the wrapper keep the newest and can be turned off") {

@@ -470,6 +470,14 @@ public:
         return *this;
     }
     TrainerOptions& weight_decay(float value) { detail::check(mpt_trainer_options_set_weight_decay(get(), value)); return *this; }
+    /** Gradient clipping by global norm (mpt_trainer_options_set_global_clipnorm), as Keras's
+     *  global_clipnorm: every step the gradients of all weights and biases together are scaled by
+     *  clipnorm / max(norm, clipnorm), norm their L2 norm; 0 (the default) turns it off. A negative, NaN
+     *  or infinite bound throws Error (INVALID_ARGUMENT), the options unchanged. */
+    TrainerOptions& global_clipnorm(float value) {
+        detail::check(mpt_trainer_options_set_global_clipnorm(get(), value));
+        return *this;
+    }
     /** A learning-rate schedule the library evaluates at every step (mpt_trainer_options_set_lr_schedule
      *  has the formulas): each step trains with the base rate times a factor, a linear warm-up over
      *  `warmup_steps` (>= 0; 0: none), then MPT_LR_SCHEDULE_CONSTANT (decay_steps 0, factor 1), LINEAR

@@ -618,6 +618,13 @@ namespace Mptrain
         public float Beta2 { get; set; } = 0.999f;
         public float Epsilon { get; set; } = 1e-7f;
         public float? WeightDecay { get; set; }
+        /// <summary>Gradient clipping by global norm (null or 0: none), as Keras's global_clipnorm and
+        /// PyTorch's clip_grad_norm_(max_norm): every step, the gradients of all weights and biases
+        /// together are scaled by clipnorm / max(norm, clipnorm), norm their L2 norm (with loss scaling,
+        /// that of the unscaled gradients), so a step keeps its direction and its length is bounded;
+        /// weight decay is not clipped. A negative, NaN or infinite bound throws MptException
+        /// (InvalidArgument) from the Trainer constructor. Checkpoints must match it.</summary>
+        public float? GlobalClipnorm { get; set; }
         /// <summary>A learning-rate schedule the library evaluates at every step, with WarmupSteps,
         /// DecaySteps and DecayFactor (all four set together when LrSchedule or DecayFactor has a value
         /// or WarmupSteps or DecaySteps is not 0; WarmupSteps alone: Constant with a warm-up). Step s,
@@ -765,6 +772,7 @@ namespace Mptrain
                     if (options.Beta1.HasValue)
                         MptException.Check(Native.mpt_trainer_options_set_adam(raw, options.Beta1.Value, options.Beta2, options.Epsilon));
                     if (options.WeightDecay.HasValue) MptException.Check(Native.mpt_trainer_options_set_weight_decay(raw, options.WeightDecay.Value));
+                    if (options.GlobalClipnorm.HasValue) MptException.Check(Native.mpt_trainer_options_set_global_clipnorm(raw, options.GlobalClipnorm.Value));
                     if (options.LrSchedule.HasValue || options.WarmupSteps != 0 || options.DecaySteps != 0 || options.DecayFactor.HasValue)
                     {
                         LrSchedule schedule = options.LrSchedule ?? Mptrain.LrSchedule.Constant;

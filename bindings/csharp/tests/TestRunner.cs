@@ -52,10 +52,11 @@ namespace Mptrain.Tests
             throw new Exception("expected " + typeof(TException).Name + ", nothing was thrown");
         }
 
-        /// <summary>Expects actual within 1e-5 of expected, relatively (a loss against one recomputed in double).</summary>
-        public static void Close(double expected, double actual, string what)
+        /// <summary>Expects actual within <paramref name="relative"/> (by default 1e-5) of expected, relatively (a loss
+        /// against one recomputed in double).</summary>
+        public static void Close(double expected, double actual, string what, double relative = 1e-5)
         {
-            True(Math.Abs(actual - expected) <= 1e-5 * Math.Abs(expected), what + ": expected " + expected + ", got " + actual);
+            True(Math.Abs(actual - expected) <= relative * Math.Abs(expected), what + ": expected " + expected + ", got " + actual);
         }
 
         /// <summary>Expects an MptException with this status and a non-empty library message.</summary>

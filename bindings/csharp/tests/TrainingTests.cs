@@ -181,6 +181,60 @@ namespace Mptrain.Tests
             }
         }
 
+        [Test]
+        public static void GlobalClipnormBoundsAStepsGradientNormAndOneAboveItChangesNothingBitForBit()
+        {
+            float[] x; int[] y;
+            Data.Blobs(30, 71, out x, out y);
+            // fp32 SGD at rate 0.05 from seed 5 over `steps` batches of 10 rows: the weights' bits after them
+            // and the L2 norm of the change of all weights and biases over the rate (for one plain SGD step,
+            // the norm of the gradient it applied).
+            Func<int, float, float?, Tuple<int[], double>> train = (steps, momentum, clipnorm) =>
+            {
+                using (Context ctx = Data.CpuContext(5))
+                using (Model model = Data.Mlp(ctx))
+                using (Dataset data = Dataset.FromF32(ctx, x, Data.Features, y, Data.Classes))
+                using (var trainer = new Trainer(model, new TrainerOptions { Precision = Precision.Fp32, Optimizer = Optimizer.Sgd,
+                                                                             LearningRate = 0.05f, Momentum = momentum, GlobalClipnorm = clipnorm }))
+                {
+                    int[] start = Data.WeightBits(model);
+                    for (int step = 0; step < steps; step++) trainer.Step(data, 10 * step, 10);
+                    int[] trained = Data.WeightBits(model);
+                    double sum = 0;
+                    for (int i = 0; i < trained.Length; i++)
+                    {
+                        double change = (double)BitConverter.Int32BitsToSingle(trained[i]) - BitConverter.Int32BitsToSingle(start[i]);
+                        sum += change * change;
+                    }
+                    return Tuple.Create(trained, Math.Sqrt(sum) / 0.05f);
+                }
+            };
+            // A bound far above the gradients' norm: momentum SGD steps as without clipping, bit for bit.
+            int[] plain = train(3, 0.9f, null).Item1;
+            Assert.True(!plain.SequenceEqual(train(0, 0.9f, null).Item1), "the steps move the weights");
+            Assert.True(train(3, 0.9f, 1e30f).Item1.SequenceEqual(plain), "a bound of 1e30 steps as no clipping, bit for bit");
+            // A bound far below it: the first plain SGD step's gradient is scaled down to the bound's length.
+            Tuple<int[], double> unclipped = train(1, 0.0f, null), clipped = train(1, 0.0f, 1e-3f);
+            Assert.True(unclipped.Item2 > 100 * 1e-3, "so that the bound clips: " + unclipped.Item2);
+            Assert.Close(1e-3, clipped.Item2, "the clipped step's gradient norm against the bound", 1e-3);
+            Assert.True(!clipped.Item1.SequenceEqual(unclipped.Item1), "clipping moves the step");
+        }
+
+        [Test]
+        public static void GlobalClipnormNegativeNaNOrInfiniteIsRefused()
+        {
+            using (Context ctx = Data.CpuContext())
+            using (Model model = Data.Mlp(ctx))
+            {
+                foreach (float refused in new[] { -1.0f, -1e-30f, float.NaN, float.PositiveInfinity })
+                {
+                    MptException error = Assert.Fails(Status.InvalidArgument, () => new Trainer(model, new TrainerOptions { GlobalClipnorm = refused }).Dispose());
+                    Assert.True(error.NativeMessage.Contains("global_clipnorm"), "the message names the option: " + error.NativeMessage);
+                }
+                new Trainer(model, new TrainerOptions { GlobalClipnorm = 0.0f }).Dispose(); // 0: none
+            }
+        }
+
         // The mean over rows of -sum_c t_c log p_c, each row's times weights[c], c its first largest
         // target (every weight 1 when weights is null), in double from the probabilities: class weights
         // as mptrain.h defines them. targets: rows * Classes floats.

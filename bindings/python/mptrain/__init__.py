@@ -935,7 +935,7 @@ class Trainer(_Handle):
     (None = the library default): precision, loss, optimizer, learning_rate, momentum (+ nesterov),
     adam=(beta1, beta2, epsilon), weight_decay, lr_schedule (+ warmup_steps, decay_steps, decay_factor),
     loss_scaling (+ initial_scale), loss_scaler_dynamics=(growth_factor, backoff_factor, growth_interval,
-    min_scale, max_scale), label_smoothing, class_weights.
+    min_scale, max_scale), label_smoothing, class_weights, global_clipnorm.
 
     label_smoothing s in [0, 1) (default 0: none) makes the cross-entropy losses train towards
     t (1 - s) + s / n instead of each target t (n: the model's outputs, 2 for binary cross-entropy), as
@@ -955,6 +955,13 @@ class Trainer(_Handle):
     not a class index of the model's outputs raises Error with Status.SHAPE_MISMATCH. Checkpoints must
     match them.
 
+    global_clipnorm (default 0: none) clips the gradients by their global norm, as Keras's
+    global_clipnorm and PyTorch's clip_grad_norm_(max_norm) do: every step, the gradients of all weights
+    and biases together are scaled by global_clipnorm / max(norm, global_clipnorm), norm their L2 norm
+    (with loss scaling, that of the unscaled gradients), so a step keeps its direction and its length is
+    bounded; weight decay is not clipped. A negative, NaN or infinite bound raises Error with
+    Status.INVALID_ARGUMENT. Checkpoints must match it.
+
     lr_schedule (an LrSchedule or its name) is a learning-rate schedule the library evaluates at every
     step, the steps counted from 0 over the trainer's life: the base rate (learning_rate) times a factor,
     (s + 1) / warmup_steps over the first warmup_steps steps (0: no warm-up), then, d steps later,
@@ -971,7 +978,7 @@ class Trainer(_Handle):
     def __init__(self, model, precision=None, loss=None, optimizer=None, learning_rate=None, momentum=None,
                  nesterov=False, adam=None, weight_decay=None, loss_scaling=None, initial_scale=32768.0,
                  loss_scaler_dynamics=None, lr_schedule=None, warmup_steps=0, decay_steps=0, decay_factor=None,
-                 label_smoothing=0.0, class_weights=None):
+                 label_smoothing=0.0, class_weights=None, global_clipnorm=0.0):
         _require(model, Model, "model")
         lib = _lib()
         options = _native.TrainerOptionsP()
@@ -1001,6 +1008,7 @@ class Trainer(_Handle):
                 _check(lib.mpt_trainer_options_set_adam(options, float(beta1), float(beta2), float(epsilon)))
             if weight_decay is not None:
                 _check(lib.mpt_trainer_options_set_weight_decay(options, float(weight_decay)))
+            _check(lib.mpt_trainer_options_set_global_clipnorm(options, float(global_clipnorm)))
             # Checked before the comparison with 0, so that warmup_steps=0.0 is refused as 1.0 is.
             warmup_steps = _integer(warmup_steps, "warmup_steps", ctypes.c_int64)
             decay_steps = _integer(decay_steps, "decay_steps", ctypes.c_int64)

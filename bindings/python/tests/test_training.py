@@ -240,6 +240,54 @@ def test_label_smoothing_outside_0_1_or_with_mean_squared_error_is_refused(ctx, 
     assert "mean squared error" in info.value.message
 
 
+def test_global_clipnorm_bounds_a_steps_gradient_norm_and_one_above_it_changes_nothing_bit_for_bit():
+    samples, labels = make_blobs(rows=30, seed=71)
+
+    def train(steps, momentum, global_clipnorm=0.0):
+        """fp32 SGD at rate 0.05 from seed 5 over `steps` batches of 10 rows: the weights' bytes after them
+        and the L2 norm of the change of all weights and biases over the rate (for one plain SGD step, the
+        norm of the gradient it applied)."""
+        own_ctx = mptrain.Context(backend="cpu", threads=1, seed=5)
+        own_model = mlp(own_ctx)
+        trainer = mptrain.Trainer(own_model, precision="fp32", optimizer="sgd", learning_rate=0.05,
+                                  momentum=momentum, global_clipnorm=global_clipnorm)
+        data = mptrain.Dataset.from_f32(own_ctx, samples, labels, CLASSES)
+
+        def weights():
+            return [v for layer in range(own_model.layer_count) for part in own_model.get_weights(layer)
+                    for v in values(part)]
+
+        start = weights()
+        for step in range(steps):
+            trainer.step(data, 10 * step, 10)
+        change = math.sqrt(sum((after - before) ** 2 for after, before in zip(weights(), start))) / 0.05
+        trained = weight_bytes(own_model)
+        own_ctx.close()
+        return trained, change
+
+    # A bound far above the gradients' norm: momentum SGD steps as without clipping, bit for bit.
+    plain, _ = train(3, momentum=0.9)
+    assert plain != train(0, momentum=0.9)[0]  # the steps move the weights
+    assert train(3, momentum=0.9, global_clipnorm=1e30)[0] == plain
+    # A bound far below it: the first plain SGD step's gradient is scaled down to the bound's length.
+    unclipped, gradient_norm = train(1, momentum=0.0)
+    clipped, clipped_norm = train(1, momentum=0.0, global_clipnorm=1e-3)
+    assert gradient_norm > 100 * 1e-3  # so that the bound clips
+    assert clipped_norm == pytest.approx(1e-3, rel=1e-3)
+    assert clipped != unclipped
+
+
+def test_global_clipnorm_negative_nan_or_infinite_is_refused(model):
+    for refused in (-1.0, -1e-30, float("nan"), float("inf")):
+        with pytest.raises(mptrain.Error) as info:
+            mptrain.Trainer(model, global_clipnorm=refused)
+        assert info.value.status == mptrain.Status.INVALID_ARGUMENT, refused
+        assert "global_clipnorm" in info.value.message, refused
+    with pytest.raises(TypeError):
+        mptrain.Trainer(model, global_clipnorm=[1.0])
+    mptrain.Trainer(model, global_clipnorm=0.0)  # 0 is no clipping: accepted
+
+
 def weighted_cross_entropy(probabilities, targets, weights=None):
     """The mean over rows of -sum_c t_c log p_c, each row's times weights[c], c its first largest target
     (every weight 1 without weights), in double from probabilities: class weights as mptrain.h defines

@@ -337,6 +337,10 @@ extern "C" {
         options: *mut mpt_trainer_options_t,
         weight_decay: c_float,
     ) -> mpt_status;
+    pub fn mpt_trainer_options_set_global_clipnorm(
+        options: *mut mpt_trainer_options_t,
+        clipnorm: c_float,
+    ) -> mpt_status;
     pub fn mpt_trainer_options_set_lr_schedule(
         options: *mut mpt_trainer_options_t,
         schedule: mpt_lr_schedule,

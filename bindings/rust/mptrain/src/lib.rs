@@ -1395,6 +1395,7 @@ pub struct TrainerOptions {
     momentum: Option<(f32, bool)>,
     adam: Option<(f32, f32, f32)>,
     weight_decay: Option<f32>,
+    global_clipnorm: Option<f32>,
     lr_schedule: Option<(LrSchedule, i64, i64, f32)>,
     loss_scaling: Option<(LossScaling, f32)>,
     dynamics: Option<LossScalerDynamics>,
@@ -1461,6 +1462,16 @@ impl TrainerOptions {
     /// Decoupled weight decay (AdamW).
     pub fn weight_decay(mut self, weight_decay: f32) -> Self {
         self.weight_decay = Some(weight_decay);
+        self
+    }
+    /// Gradient clipping by global norm (default 0: none), as Keras's `global_clipnorm` and
+    /// PyTorch's `clip_grad_norm_(max_norm)`: every step, the gradients of all weights and biases
+    /// together are scaled by `clipnorm / max(norm, clipnorm)`, `norm` their L2 norm (with loss
+    /// scaling, that of the unscaled gradients), so a step keeps its direction and its length is
+    /// bounded; weight decay is not clipped. A negative, NaN or infinite bound fails
+    /// [`Trainer::new`] with [`Status::InvalidArgument`]. Checkpoints must match it.
+    pub fn global_clipnorm(mut self, clipnorm: f32) -> Self {
+        self.global_clipnorm = Some(clipnorm);
         self
     }
     /// A learning-rate schedule the library evaluates at every step: step `s` (counted from 0 over
@@ -1533,6 +1544,9 @@ impl TrainerOptions {
             }
             if let Some(wd) = self.weight_decay {
                 check(sys::mpt_trainer_options_set_weight_decay(o, wd))?;
+            }
+            if let Some(clipnorm) = self.global_clipnorm {
+                check(sys::mpt_trainer_options_set_global_clipnorm(o, clipnorm))?;
             }
             if let Some((schedule, warmup, decay, factor)) = self.lr_schedule {
                 check(sys::mpt_trainer_options_set_lr_schedule(

@@ -604,6 +604,73 @@ fn label_smoothing_outside_0_1_or_with_mean_squared_error_is_refused() {
     assert_eq!(error.status, Status::InvalidArgument);
     assert!(error.message.contains("mean squared error"), "{error}");
 }
+
+#[test]
+fn global_clipnorm_bounds_a_steps_gradient_norm_and_one_above_it_changes_nothing_bit_for_bit() {
+    let (x, y) = blobs(30, 71);
+    // fp32 SGD at rate 0.05 from seed 5 over `steps` batches of 10 rows: the weights' bits after
+    // them and the L2 norm of the change of all weights and biases over the rate (for one plain SGD
+    // step, the norm of the gradient it applied).
+    let train = |steps: i64, momentum: f32, clipnorm: Option<f32>| {
+        let ctx = seeded_context(5);
+        let mut model = mlp(&ctx);
+        let data = Dataset::from_f32(&ctx, &x, FEATURES, &y, CLASSES, true).unwrap();
+        let mut options = TrainerOptions::new()
+            .precision(Precision::Fp32)
+            .optimizer(Optimizer::Sgd)
+            .learning_rate(0.05)
+            .momentum(momentum, false);
+        if let Some(clipnorm) = clipnorm {
+            options = options.global_clipnorm(clipnorm);
+        }
+        let mut trainer = Trainer::new(&model, &options).unwrap();
+        let start = weight_bits(&mut model);
+        for step in 0..steps {
+            trainer.step(&data, 10 * step, 10).unwrap();
+        }
+        drop(trainer);
+        let trained = weight_bits(&mut model);
+        let value = |bits: u32| f32::from_bits(bits) as f64;
+        let change: f64 = trained
+            .iter()
+            .zip(&start)
+            .map(|(&after, &before)| (value(after) - value(before)).powi(2))
+            .sum();
+        (trained, change.sqrt() / 0.05f32 as f64)
+    };
+    // A bound far above the gradients' norm: momentum SGD steps as without clipping, bit for bit.
+    let (plain, _) = train(3, 0.9, None);
+    assert_ne!(plain, train(0, 0.9, None).0, "the steps move the weights");
+    assert!(
+        train(3, 0.9, Some(1e30)).0 == plain,
+        "a bound of 1e30 steps as no clipping, bit for bit"
+    );
+    // A bound far below it: the first plain SGD step's gradient is scaled down to the bound's length.
+    let (unclipped, gradient_norm) = train(1, 0.0, None);
+    let (clipped, clipped_norm) = train(1, 0.0, Some(1e-3));
+    assert!(
+        gradient_norm > 100.0 * 1e-3,
+        "so that the bound clips: {gradient_norm}"
+    );
+    assert!(
+        (clipped_norm - 1e-3).abs() <= 1e-3 * 1e-3,
+        "the clipped step's gradient norm {clipped_norm} against the bound 1e-3"
+    );
+    assert!(clipped != unclipped, "clipping moves the step");
+}
+
+#[test]
+fn global_clipnorm_negative_nan_or_infinite_is_refused() {
+    let ctx = context();
+    let model = mlp(&ctx);
+    for refused in [-1.0f32, -1e-30, f32::NAN, f32::INFINITY] {
+        let options = TrainerOptions::new().global_clipnorm(refused);
+        let error = Trainer::new(&model, &options).err().expect("refused");
+        assert_eq!(error.status, Status::InvalidArgument, "{refused}");
+        assert!(error.message.contains("global_clipnorm"), "{error}");
+    }
+    Trainer::new(&model, &TrainerOptions::new().global_clipnorm(0.0)).expect("0 is no clipping");
+}
 /// The mean over rows of `-sum_c t_c log p_c`, each row's times `weights[c]`, `c` its first
 /// largest target (every weight 1 without weights), in f64 from the probabilities: class weights as
 /// mptrain.h defines them. `targets`: rows * CLASSES floats.
