@@ -38,6 +38,7 @@ struct Options {
     int threads = 0;
     bool streamed = false;  // keep the data set in host memory and stream it (GPU)
     bool cosine = false;    // --lr-schedule cosine: the library's per-step schedule (no new graph per rate)
+    float clipnorm = 0.0f;  // --clipnorm: gradient clipping by global norm; 0 = none
     std::string json;
     std::vector<int64_t> predict_rows;  // --predict: prediction latency at these row counts instead
 };
@@ -50,17 +51,19 @@ struct Record {
     int64_t device_bytes;  // driver-level growth of the device's used memory during the run; -1 on the CPU
     bool streamed;
     bool cosine;
+    float clipnorm;
 };
 
 [[noreturn]] void usage(int code) {
     std::fprintf(code ? stderr : stdout,
                  "usage: mptrain-bench [--backend cpu|cuda] [--precision LIST] [--batch LIST] [--steps N]\n"
                  "                     [--repeats N] [--threads N] [--streamed] [--lr-schedule constant|cosine]\n"
-                 "                     [--json FILE]\n"
+                 "                     [--clipnorm X] [--json FILE]\n"
                  "       mptrain-bench --predict LIST [--backend cpu|cuda] [--precision LIST] [--repeats N] [--threads N]\n"
                  "  LIST is comma-separated, e.g. --precision fp32,mixed-bf16 --batch 32,256\n"
                  "  --streamed keeps the data set in host memory (GPU: batches staged through pinned memory)\n"
                  "  --lr-schedule cosine trains under a cosine schedule with warm-up (the library's, per step)\n"
+                 "  --clipnorm X clips every step's gradients to a global norm of X (the library's clipping)\n"
                  "  --predict 1,2,4,8 times mpt_trainer_predict on that many rows instead of training steps:\n"
                  "    the median of 20 x repeats calls per precision, the precisions taking turns\n");
     std::exit(code);
@@ -97,10 +100,11 @@ Options parse(int argc, char** argv) {
         else if (flag == "--threads") options.threads = std::atoi(value.c_str());
         else if (flag == "--json") options.json = value;
         else if (flag == "--lr-schedule" && (value == "constant" || value == "cosine")) options.cosine = value == "cosine";
+        else if (flag == "--clipnorm") options.clipnorm = std::strtof(value.c_str(), nullptr);
         else usage(2);
     }
     if (options.backend != "cpu" && options.backend != "cuda") usage(2);
-    if (options.repeats < 1 || options.steps < 0) usage(2);
+    if (options.repeats < 1 || options.steps < 0 || !(options.clipnorm >= 0.0f)) usage(2);
     for (int64_t batch : options.batches)
         if (batch <= 0) usage(2);
     for (int64_t rows : options.predict_rows)
@@ -252,6 +256,7 @@ Record run_one(const Options& options, const std::string& precision_text, int64_
     if (configured == MPT_STATUS_OK && options.cosine)
         configured = mpt_trainer_options_set_lr_schedule(trainer_options, MPT_LR_SCHEDULE_COSINE, 10,
                                                          (options.repeats + 1) * (rows / batch), 0.1f);
+    if (configured == MPT_STATUS_OK) configured = mpt_trainer_options_set_global_clipnorm(trainer_options, options.clipnorm);
     if (configured == MPT_STATUS_OK) configured = mpt_trainer_create(model, trainer_options, &handles.trainer);
     mpt_trainer_options_destroy(trainer_options);
     check(configured, "trainer");
@@ -296,6 +301,7 @@ Record run_one(const Options& options, const std::string& precision_text, int64_
     record.wall_us_per_step = wall_per_step[wall_per_step.size() / 2];
     record.streamed = options.streamed && options.backend == "cuda";
     record.cosine = options.cosine;
+    record.clipnorm = options.clipnorm;
     const mpt::DType compute = resolved == MPT_PRECISION_MIXED_BF16   ? mpt::DType::bf16
                                : resolved == MPT_PRECISION_MIXED_FP16 ? mpt::DType::fp16
                                                                       : mpt::DType::fp32;
@@ -382,10 +388,10 @@ void write_json(const std::string& path, const std::vector<Record>& records) {
         std::fprintf(file,
                      "  {\"backend\": \"%s\", \"precision\": \"%s\", \"resolved_precision\": \"%s\", \"batch\": %lld, "
                      "\"steps\": %lld, \"us_per_step\": %.1f, \"wall_us_per_step\": %.1f, \"data\": \"%s\", "
-                     "\"lr_schedule\": \"%s\", ",
+                     "\"lr_schedule\": \"%s\", \"global_clipnorm\": %g, ",
                      r.backend.c_str(), r.precision.c_str(), r.resolved.c_str(), static_cast<long long>(r.batch),
                      static_cast<long long>(r.steps), r.us_per_step, r.wall_us_per_step,
-                     r.streamed ? "streamed" : "resident", r.cosine ? "cosine" : "constant");
+                     r.streamed ? "streamed" : "resident", r.cosine ? "cosine" : "constant", static_cast<double>(r.clipnorm));
         if (r.gemm_floor_us >= 0) std::fprintf(file, "\"gemm_floor_us\": %.1f, \"floor_ratio\": %.3f, ", r.gemm_floor_us, r.us_per_step / r.gemm_floor_us);
         else std::fprintf(file, "\"gemm_floor_us\": null, \"floor_ratio\": null, ");
         std::fprintf(file, "\"allocations_per_step\": %.3f, \"peak_bytes\": %zu, \"device_bytes\": %lld}%s\n",
@@ -415,7 +421,12 @@ int main(int argc, char** argv) {
             return 1;
         }
     }
-    std::printf("mptrain %s bench, backend %s, seed MLP 3072-3000-1000-10, SGD\n", mpt_version(), options.backend.c_str());
+    char clipping[96] = "";
+    if (options.clipnorm > 0.0f)
+        std::snprintf(clipping, sizeof clipping, ", gradients clipped to a global norm of %g",
+                      static_cast<double>(options.clipnorm));
+    std::printf("mptrain %s bench, backend %s, seed MLP 3072-3000-1000-10, SGD%s\n", mpt_version(),
+                options.backend.c_str(), clipping);
     print_device(options);
     std::printf("%-7s %-11s %-11s %6s %6s %12s %12s %12s %7s %11s %9s %11s\n", "backend", "precision", "runs as",
                 "batch", "steps", "us/step", "wall us/step", "gemm floor", "ratio", "allocs/step", "peak MiB",

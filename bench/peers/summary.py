@@ -51,10 +51,11 @@ def main():
     peer_columns = PEERS[backend]
     records = load(arguments)
     mine = [r for r in records if r.get("backend") == backend]
-    constant = [r for r in mine if r.get("lr_schedule", "constant") == "constant"]
+    clipped = [r for r in mine if r.get("global_clipnorm", 0) > 0]
+    constant = [r for r in mine if r.get("lr_schedule", "constant") == "constant" and r not in clipped]
     ours = {(r["precision"], r["batch"]): r["us_per_step"] for r in constant if r.get("data", "resident") == "resident"}
     streamed = [r for r in constant if r.get("data") == "streamed"]
-    scheduled = [r for r in mine if r.get("lr_schedule", "constant") != "constant"]
+    scheduled = [r for r in mine if r.get("lr_schedule", "constant") != "constant" and r not in clipped]
     peers, untrained = {}, set()
     for r in records:
         if "framework" not in r:
@@ -133,6 +134,12 @@ def main():
         versus = f", {r['us_per_step'] / fixed:.2f}x the constant rate" if fixed else ""
         print(f"{r['lr_schedule']} learning-rate schedule: {r['precision']} batch {r['batch']}"
               f"{' (streamed)' if data == 'streamed' else ''}: {r['us_per_step']:.0f} us/step{versus}")
+    for r in clipped:
+        # Against the unclipped step (constant rate, resident data) of the same precision and batch.
+        plain = ours.get((r["precision"], r["batch"]))
+        versus = f", {r['us_per_step'] / plain:.2f}x without clipping" if plain else ""
+        print(f"gradients clipped to global norm {r['global_clipnorm']:g}: {r['precision']} batch {r['batch']}: "
+              f"{r['us_per_step']:.0f} us/step{versus}")
 
 
 if __name__ == "__main__":
