@@ -115,4 +115,15 @@ mpt_status mpt_dataset_create_weighted(const mpt_dataset_t* dataset, const float
     MPT_API_END
 }
 
+mpt_status mpt_dataset_create_subset(const mpt_dataset_t* dataset, const int64_t* rows, int64_t count,
+                                     mpt_dataset_t** out) {
+    MPT_API_BEGIN
+    const mpt::Dataset& impl = impl_of(dataset, "dataset");
+    require_pointer(rows, "rows");
+    require_pointer(out, "out");
+    auto subset = mpt::Dataset::subset(impl, rows, count);
+    *out = new mpt_dataset{std::move(subset)};
+    MPT_API_END
+}
+
 }  // extern "C"

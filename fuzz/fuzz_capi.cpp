@@ -87,13 +87,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             case 1: mpt_model_set_layer_dtype(maybe_model, in.small(4) - 1, static_cast<mpt_dtype>(in.small(6) - 1)); break;
             case 2: {
                 if (dataset && in.byte() % 4 == 0) {
-                    // A slice of it (hostile bounds) or the same rows weighted (hostile weights and count)
-                    // replaces it, the source destroyed first.
+                    // A slice of it (hostile bounds), a subset (hostile indices and count) or the same
+                    // rows weighted (hostile weights and count) replaces it, the source destroyed first.
                     mpt_dataset_t* derived = nullptr;
                     mpt_status status;
-                    if (in.byte() % 2) {
+                    const int kind = in.byte() % 3;
+                    if (kind == 0) {
                         const int64_t first = in.count() - 2, rows = in.count() - 1;
                         status = mpt_dataset_create_slice(dataset, first, rows, &derived);
+                    } else if (kind == 1) {
+                        const int64_t count = std::min<int64_t>(in.count(), 64) - 1;
+                        std::vector<int64_t> indices(64, 0);
+                        for (int64_t i = 0; i < count; ++i) indices[static_cast<size_t>(i)] = in.count() - 2;
+                        status = mpt_dataset_create_subset(dataset, in.byte() % 8 ? indices.data() : nullptr, count, &derived);
                     } else {
                         const int64_t count = std::min<int64_t>(in.count(), 64);
                         for (int64_t i = 0; i < count; ++i) buffer[static_cast<size_t>(3200 + i)] = in.real();

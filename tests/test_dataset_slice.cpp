@@ -17,6 +17,7 @@
 
 #include "mptrain/mptrain.h"
 #include "support/capi_fixture.h"
+#include "support/dataset_run.h"
 
 namespace {
 
@@ -25,113 +26,23 @@ using mpt_test::BlobTrainerSetup;
 using mpt_test::Blobs;
 using mpt_test::kBlobClasses;
 using mpt_test::kBlobFeatures;
+using mpt_test::evaluate;
+using mpt_test::Evaluation;
+using mpt_test::Kind;
+using mpt_test::kind_name;
+using mpt_test::make_dataset;
+using mpt_test::rows_of;
+using mpt_test::Run;
 using mpt_test::same_bits;
+using mpt_test::same_run;
+using mpt_test::train;
 
 constexpr int64_t kRows = 120;
-
-// Rows [first, first + rows) of `blobs`, copied.
-Blobs rows_of(const Blobs& blobs, int64_t first, int64_t rows) {
-    Blobs part;
-    part.x.assign(blobs.x.begin() + first * kBlobFeatures, blobs.x.begin() + (first + rows) * kBlobFeatures);
-    part.y.assign(blobs.y.begin() + first, blobs.y.begin() + first + rows);
-    return part;
-}
-
-// The three kinds of storage a dataset can have.
-enum class Kind { u8_labels, f32_labels, f32_targets };
-
-const char* kind_name(Kind kind) {
-    return kind == Kind::u8_labels ? "u8 labels" : kind == Kind::f32_labels ? "f32 labels" : "f32 one-hot targets";
-}
-
-// `blobs` as a dataset of `kind`: uint8 samples quantise the features (x = (q - 128) / 16).
-mpt_dataset_t* make_dataset(const BlobTrainer& trainer, const Blobs& blobs, Kind kind) {
-    if (kind == Kind::f32_labels) return trainer.labels(blobs);
-    if (kind == Kind::f32_targets) return trainer.one_hot(blobs);
-    std::vector<uint8_t> quantised(blobs.x.size());
-    for (size_t i = 0; i < blobs.x.size(); ++i)
-        quantised[i] = static_cast<uint8_t>(std::clamp(std::lround(blobs.x[i] * 16.0f + 128.0f), 0L, 255L));
-    mpt_dataset_t* dataset = nullptr;
-    REQUIRE_OK(mpt_dataset_create_u8(trainer.context, quantised.data(), blobs.rows(), kBlobFeatures, blobs.y.data(),
-                                     kBlobClasses, 1.0f / 16, -8.0f, &dataset));
-    return dataset;
-}
 
 mpt_dataset_t* slice_of(const mpt_dataset_t* dataset, int64_t first, int64_t rows) {
     mpt_dataset_t* slice = nullptr;
     REQUIRE_OK(mpt_dataset_create_slice(dataset, first, rows, &slice));
     return slice;
-}
-
-struct Evaluation {
-    float loss = NAN, accuracy = NAN;
-};
-
-Evaluation evaluate(const BlobTrainer& trainer, const mpt_dataset_t* dataset, int64_t batch = 16) {
-    Evaluation result;
-    REQUIRE_OK(mpt_trainer_evaluate(trainer.trainer, dataset, batch, &result.loss, &result.accuracy));
-    return result;
-}
-
-// What a run on one dataset left: weights, step losses, evaluations (also from the epoch-end
-// callback, as validation) and the loss scaler's state.
-struct Run {
-    std::vector<float> weights;
-    std::vector<float> losses;
-    std::vector<float> validation;
-    float scale = 0;
-    int64_t skipped = -1;
-};
-
-bool same_run(const Run& a, const Run& b) {
-    return same_bits(a.weights, b.weights) && same_bits(a.losses, b.losses) && same_bits(a.validation, b.validation) &&
-           a.scale == b.scale && a.skipped == b.skipped;
-}
-
-struct ValidationLog {
-    mpt_trainer_t* trainer;
-    const mpt_dataset_t* validation;
-    std::vector<float>* values;
-};
-
-int validate_each_epoch(int64_t /*epoch*/, float loss, float accuracy, void* user_data) {
-    auto* log = static_cast<ValidationLog*>(user_data);
-    float validation_loss = NAN, validation_accuracy = NAN;
-    if (mpt_trainer_evaluate(log->trainer, log->validation, 0, &validation_loss, &validation_accuracy) != MPT_STATUS_OK)
-        return 1;
-    log->values->insert(log->values->end(), {loss, accuracy, validation_loss, validation_accuracy});
-    return 0;
-}
-
-// Fits `train` for 3 shuffled epochs with `validation` evaluated from the epoch-end callback, takes
-// two steps, evaluates both sets and predicts.
-Run train(const BlobTrainerSetup& setup, Kind kind, const Blobs& blobs,
-          mpt_dataset_t* (*make_train)(const BlobTrainer&, const Blobs&, Kind, mpt_dataset_t**),
-          const Blobs& predicted) {
-    BlobTrainer trainer(setup);
-    mpt_dataset_t* validation = nullptr;
-    mpt_dataset_t* training = make_train(trainer, blobs, kind, &validation);
-    Run run;
-    ValidationLog log{trainer.trainer, validation, &run.validation};
-    REQUIRE_OK(mpt_trainer_set_callbacks(trainer.trainer, nullptr, validate_each_epoch, &log));
-    REQUIRE_OK(mpt_trainer_fit(trainer.trainer, training, 3, 16, 1));
-    for (int64_t first : {int64_t{5}, int64_t{40}}) {
-        float loss = NAN;
-        REQUIRE_OK(mpt_trainer_step(trainer.trainer, training, first, 16, &loss));
-        run.losses.push_back(loss);
-    }
-    for (const mpt_dataset_t* dataset : {training, validation}) {
-        const Evaluation evaluation = evaluate(trainer, dataset);
-        run.losses.insert(run.losses.end(), {evaluation.loss, evaluation.accuracy});
-    }
-    run.weights = trainer.weights();
-    const std::vector<float> predictions = trainer.predict(predicted);
-    run.weights.insert(run.weights.end(), predictions.begin(), predictions.end());
-    int64_t growth = 0;
-    REQUIRE_OK(mpt_trainer_get_loss_scale(trainer.trainer, &run.scale, &growth, &run.skipped));
-    mpt_dataset_destroy(training);
-    mpt_dataset_destroy(validation);
-    return run;
 }
 
 // Keras's validation_split 0.25, as slices of one dataset and as two datasets of copied rows.

@@ -323,7 +323,8 @@ MPT_API mpt_status mpt_dataset_get_labels(const mpt_dataset_t* dataset, int32_t*
  *  when any of them is first used, within the context's dataset device budget as a whole). Labels
  *  or targets, classes and normalisation are `dataset`'s. For a held-out validation set (Keras's
  *  validation_split holds out the last rows, before any shuffling) or a first or last fold: a slice
- *  is one range, so the rows around a middle fold are not one dataset. The slice keeps the storage
+ *  is one range, so the rows around a middle fold are not one (mpt_dataset_create_subset copies
+ *  any rows). The slice keeps the storage
  *  alive when `dataset` is destroyed; a slice of a slice counts from that slice's first row.
  *  `first` outside [0, rows of `dataset`) or `rows` outside [1, rows of `dataset` - first] gives
  *  MPT_STATUS_INVALID_ARGUMENT.
@@ -343,6 +344,18 @@ MPT_API mpt_status mpt_dataset_create_slice(const mpt_dataset_t* dataset, int64_
  *  \param[out] out  new dataset (keeps the context alive). */
 MPT_API mpt_status mpt_dataset_create_weighted(const mpt_dataset_t* dataset, const float* weights, int64_t count,
                                                mpt_dataset_t** out);
+/** A dataset of copies of `dataset`'s rows rows[0], ..., rows[count - 1], in that order: any rows,
+ *  where a slice is one range. For k-fold cross-validation (a fold's training rows are all the
+ *  others), a stratified or shuffled split, or a bootstrap sample (a row may be listed more than
+ *  once). Each row brings its label or targets and its weight (of a weighted dataset); classes
+ *  and normalisation are `dataset`'s, and binary cross-entropy judges the subset's own targets.
+ *  Unlike a slice the rows are copied, into a storage of the subset's own (on a GPU placed on the
+ *  device apart from `dataset`'s, when first used); `dataset` may be destroyed afterwards.
+ *  `rows` holds `count` >= 1 indices, each in [0, rows of `dataset`) (a slice's count from its own
+ *  first row); anything else gives MPT_STATUS_INVALID_ARGUMENT naming the first index outside it.
+ *  \param[out] out  new dataset (keeps the context alive). */
+MPT_API mpt_status mpt_dataset_create_subset(const mpt_dataset_t* dataset, const int64_t* rows, int64_t count,
+                                             mpt_dataset_t** out);
 
 /* ---------------------------------------------------------------------------------------------
  * Trainer options: precision, loss, optimizer, loss scaler

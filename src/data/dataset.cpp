@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "core/finite_values.h"
@@ -131,6 +132,46 @@ std::shared_ptr<Dataset> Dataset::weighted(const Dataset& source, const float* w
     std::shared_ptr<Dataset> dataset(new Dataset(source));
     dataset->weights_ = std::move(storage);
     dataset->weights_first_ = 0;
+    return dataset;
+}
+
+std::shared_ptr<Dataset> Dataset::subset(const Dataset& source, const int64_t* indices, int64_t count) {
+    if (count <= 0) fail(MPT_STATUS_INVALID_ARGUMENT, "a subset takes at least one row, not " + std::to_string(count));
+    check_shape(count, source.features_);
+    for (int64_t i = 0; i < count; ++i)
+        if (indices[i] < 0 || indices[i] >= source.rows_)
+            fail(MPT_STATUS_INVALID_ARGUMENT, "a subset's rows must lie in [0, " + std::to_string(source.rows_) +
+                                                  "); row " + std::to_string(i) + " of the list is " +
+                                                  std::to_string(indices[i]));
+    const DatasetStorage& from = *source.storage_;
+    auto storage = std::make_shared<DatasetStorage>(source.context());
+    // Appends row r (of `source`) of `width` values from `all` to `to`.
+    const auto copy_rows = [&](const auto& all, auto& to, int64_t width) {
+        if (all.empty()) return;
+        to.reserve(static_cast<size_t>(count * width));
+        for (int64_t i = 0; i < count; ++i) {
+            const auto begin = all.begin() + (source.first_ + indices[i]) * width;
+            to.insert(to.end(), begin, begin + width);
+        }
+    };
+    copy_rows(from.u8, storage->u8, source.features_);
+    copy_rows(from.f32, storage->f32, source.features_);
+    copy_rows(from.labels, storage->labels, 1);
+    copy_rows(from.targets, storage->targets, source.target_width_);
+    std::shared_ptr<Dataset> dataset(new Dataset(std::move(storage), 0, count, source.features_));
+    dataset->num_classes_ = source.num_classes_;
+    dataset->target_width_ = source.target_width_;
+    dataset->scale_ = source.scale_;
+    dataset->offset_ = source.offset_;
+    // Its own rows' targets decide binary cross-entropy, as a slice's do.
+    if (dataset->target_width_ > 0) dataset->find_targets_in_unit_interval();
+    if (source.weights_) {
+        auto weights = std::make_shared<DatasetStorage>(source.context());
+        weights->row_weights.reserve(static_cast<size_t>(count));
+        const float* all = source.weights_->row_weights.data() + source.weights_first_;
+        for (int64_t i = 0; i < count; ++i) weights->row_weights.push_back(all[indices[i]]);
+        dataset->weights_ = std::move(weights);
+    }
     return dataset;
 }
 

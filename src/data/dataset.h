@@ -2,6 +2,7 @@
 // how its samples are normalised, and optionally a weight per row (from a storage of their own).
 // Made from the caller's rows, as a slice of another dataset (mpt_dataset_create_slice), or as
 // another dataset's rows with weights (mpt_dataset_create_weighted); both share the source's rows.
+// A subset (mpt_dataset_create_subset) copies the rows it picks into a storage of its own.
 // Batches are gathered and normalised from it by the backend.
 #pragma once
 
@@ -44,6 +45,10 @@ public:
     // `source`'s rows with `weights[r]` for row r (rows() of them, finite and >= 0; copied), in place of
     // any it had: Keras's sample_weight.
     static std::shared_ptr<Dataset> weighted(const Dataset& source, const float* weights, int64_t count);
+    // Copies of `source`'s rows indices[0], ..., indices[count - 1] (each in [0, rows()); repeats
+    // allowed), in that order, with their labels or targets and weights, and `source`'s
+    // normalisation: a fold's training rows, a stratified split, a bootstrap sample.
+    static std::shared_ptr<Dataset> subset(const Dataset& source, const int64_t* indices, int64_t count);
 
     const std::shared_ptr<Context>& context() const { return storage_->context(); }
     int64_t rows() const { return rows_; }
