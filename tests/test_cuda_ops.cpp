@@ -797,7 +797,7 @@ void compare_clip_factor(Backend& reference, Backend& candidate) {
     };
     const ClipCase cases[] = {{0, 0, 1.0f, 0.5f},      {1, 0, 1.0f, 0.5f},        {4999, 1, 512.0f, 0.25f},
                               {4999, 0, 512.0f, 2.0f}, {(int64_t{4} << 20) + 3, 0, 32768.0f, 0.1f},
-                              {1000, 3, 65536.0f, 1.0f}};
+                              {1000, 3, 65536.0f, 1.5f}};
     for (const ClipCase& c : cases) {
         CAPTURE(c.count);
         CAPTURE(c.offset);
@@ -813,7 +813,8 @@ void compare_clip_factor(Backend& reference, Backend& candidate) {
         const double norm = std::sqrt(sum) / c.loss_scale;
         // An empty set's norm is 0: any positive bound is above it.
         const float bound = c.count == 0 ? 1.0f : static_cast<float>(norm * c.bound_over_norm);
-        const double expected = c.count == 0 || c.bound_over_norm >= 1.0f ? 1.0 : bound / norm;
+        // (A bound at the norm itself could round either way: the cases keep clear of it.)
+        const double expected = c.count == 0 || c.bound_over_norm > 1.0f ? 1.0 : bound / norm;
         TrainState state{};
         state.loss_scale = c.loss_scale;
         float factors[2];
