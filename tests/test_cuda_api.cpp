@@ -753,6 +753,29 @@ TEST_CASE("gradient clipping trains on the backend as on the CPU, graphs include
     CHECK(clipped.loss == doctest::Approx(on_cpu.loss).epsilon(1e-3));
     CHECK(clipped.accuracy == doctest::Approx(on_cpu.accuracy).epsilon(0.02));
     if (backend == MPT_BACKEND_CPU) CHECK(same_bits(clipped.weights, on_cpu.weights));
+
+    // Against the bound itself, which a backend wrong the CPU's way would still miss: one plain SGD
+    // step over the blobs, clipped to half its gradient's norm, moves the weights lr * half as far.
+    const Blobs batch = make_blobs(32, 81);
+    const auto step_length = [&](float bound) {
+        mpt_test::BlobTrainerSetup setup;
+        setup.backend = backend;
+        setup.hidden = 8;  // the model whose layout once summed the logits into the norm
+        setup.learning_rate = 0.5f;
+        setup.global_clipnorm = bound;
+        const mpt_test::BlobTrainer trainer(setup);
+        const std::vector<float> before = trainer.weights();
+        mpt_dataset_t* dataset = trainer.labels(batch);
+        REQUIRE_OK(mpt_trainer_step(trainer.trainer, dataset, 0, 32, nullptr));
+        mpt_dataset_destroy(dataset);
+        const std::vector<float> after = trainer.weights();
+        double sum = 0.0;
+        for (size_t i = 0; i < before.size(); ++i) sum += (double{before[i]} - after[i]) * (double{before[i]} - after[i]);
+        return std::sqrt(sum) / setup.learning_rate;
+    };
+    const double gradient = step_length(0.0f);
+    const float half = static_cast<float>(gradient / 2.0);
+    CHECK(step_length(half) == doctest::Approx(half).epsilon(1e-4));
 }
 
 TEST_CASE("predictions over a dataset on the backend are mpt_trainer_predict's, resident or streamed") {

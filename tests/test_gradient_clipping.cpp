@@ -110,6 +110,25 @@ TEST_CASE("a clipped SGD step is the unclipped step times clipnorm / global norm
     CHECK(largest_relative_gap(one_step_change(loose, blobs), unclipped, 1.0) < 1e-6);
 }
 
+TEST_CASE("a clipped step is exactly as long as the bound, whatever the model's width and the batch size") {
+    // The gradients lie in the parameter layout, with alignment gaps between the layers' weights and
+    // biases that no gradient fills: a norm that took in whatever another buffer left there (the
+    // logits, at hidden width 8) came out several times too long.
+    for (int64_t hidden : {8, 16, 24, 40}) {
+        for (int64_t rows : {16, 32, 48}) {
+            CAPTURE(hidden);
+            CAPTURE(rows);
+            const Blobs blobs = mpt_test::make_blobs(rows, 38, 1.0);
+            BlobTrainerSetup setup;
+            setup.hidden = hidden;
+            setup.learning_rate = 0.5f;
+            setup.global_clipnorm = static_cast<float>(gradient_norm(setup, blobs) / 2.0);
+            const std::vector<double> change = one_step_change(setup, blobs);
+            CHECK(norm(change) / setup.learning_rate == doctest::Approx(setup.global_clipnorm).epsilon(1e-5));
+        }
+    }
+}
+
 TEST_CASE("a bound above the gradients' norm changes nothing, bit for bit, with momentum and Adam in every precision") {
     const Blobs blobs = mpt_test::make_blobs(kRows, 32, 1.0);
     for (mpt_precision precision : {MPT_PRECISION_FP32, MPT_PRECISION_MIXED_FP16, MPT_PRECISION_MIXED_BF16}) {

@@ -170,12 +170,14 @@ void Executor::reserve_rows(int64_t rows) {
     // One layer's dW and db where the backend's update needs them in memory at this batch size:
     // layers are updated one after another, so one scratch of the largest layer serves them all,
     // and it lives in the update phase only. Clipping needs every layer's at once (their norm comes
-    // before the first update), in the parameter layout.
+    // before the first update), in the parameter layout, whose alignment gaps between the layers'
+    // weights and biases no gradient writes and clip_factor sums: they must keep the zeros the
+    // arena is made with, so this scratch shares its bytes with no other buffer (live all step).
     gradient_scratch_ = -1;
     const int update_phase = 2 * layer_count + 1;
     if (training && clips_gradients(optimizer_)) {
-        gradient_scratch_ = plan.add(static_cast<size_t>(model_.parameter_block_elements()) * sizeof(float),
-                                     update_phase, update_phase);
+        gradient_scratch_ = plan.add(static_cast<size_t>(model_.parameter_block_elements()) * sizeof(float), 0,
+                                     ArenaPlan::kAlways);
     } else if (training && backend_.update_needs_gradient_scratch(optimizer_, rows)) {
         int64_t largest_layer = 0;
         for (const DenseLayer& layer : layers)

@@ -46,7 +46,9 @@ MPT_HOST_DEVICE bool is_plain_sgd(const OptimizerConfig& config) {
 // norm = sqrt(sum) / loss_scale, in double, so exactly 1 when the norm is within the bound.
 MPT_HOST_DEVICE float global_clip_factor(double scaled_sum_of_squares, float loss_scale, float clipnorm) {
     const double norm = sqrt(scaled_sum_of_squares) / static_cast<double>(loss_scale);
-    // A non-finite norm only comes with gradients the step's finiteness check already refused.
+    // A non-finite norm only comes with gradients the step's finiteness check refused (decide_update
+    // bounds every finite step's gradients well inside the double sum's range), whose update the
+    // factor never reaches.
     if (!(norm > static_cast<double>(clipnorm))) return 1.0f;
     return static_cast<float>(static_cast<double>(clipnorm) / norm);
 }

@@ -117,7 +117,7 @@ inline mpt_context_t* create_context(mpt_backend backend, uint64_t seed, size_t 
     return context;
 }
 
-// What a BlobTrainer trains: the blobs' features -> kBlobHidden relu -> `outputs` `head`.
+// What a BlobTrainer trains: the blobs' features -> `hidden` (default kBlobHidden) relu -> `outputs` `head`.
 constexpr int64_t kBlobHidden = 16;
 struct BlobTrainerSetup {
     mpt_backend backend = MPT_BACKEND_CPU;
@@ -133,6 +133,7 @@ struct BlobTrainerSetup {
     std::vector<float> class_weights;  // empty: none
     mpt_activation head = MPT_ACTIVATION_SOFTMAX;
     int64_t outputs = kBlobClasses;
+    int64_t hidden = kBlobHidden;
     uint64_t seed = 7;
     size_t dataset_device_budget = SIZE_MAX;
 };
@@ -143,11 +144,12 @@ struct BlobTrainer {
     mpt_model_t* model = nullptr;
     mpt_trainer_t* trainer = nullptr;
     int64_t outputs = 0;
+    int64_t hidden = 0;
 
-    explicit BlobTrainer(const BlobTrainerSetup& setup) : outputs(setup.outputs) {
+    explicit BlobTrainer(const BlobTrainerSetup& setup) : outputs(setup.outputs), hidden(setup.hidden) {
         context = create_context(setup.backend, setup.seed, 0, setup.dataset_device_budget);
         REQUIRE_OK(mpt_model_create(context, kBlobFeatures, &model));
-        REQUIRE_OK(mpt_model_add_dense(model, kBlobHidden, MPT_ACTIVATION_RELU));
+        REQUIRE_OK(mpt_model_add_dense(model, hidden, MPT_ACTIVATION_RELU));
         REQUIRE_OK(mpt_model_add_dense(model, setup.outputs, setup.head));
         mpt_trainer_options_t* options = nullptr;
         REQUIRE_OK(mpt_trainer_options_create(&options));
@@ -176,7 +178,7 @@ struct BlobTrainer {
     std::vector<float> weights() const {
         std::vector<float> all;
         for (int64_t layer = 0; layer < 2; ++layer) {
-            const int64_t units = layer == 0 ? kBlobHidden : outputs, inputs = layer == 0 ? kBlobFeatures : kBlobHidden;
+            const int64_t units = layer == 0 ? hidden : outputs, inputs = layer == 0 ? kBlobFeatures : hidden;
             std::vector<float> w(static_cast<size_t>(units * inputs)), b(static_cast<size_t>(units));
             REQUIRE_OK(mpt_model_get_weights(model, layer, w.data(), units * inputs, b.data(), units));
             all.insert(all.end(), w.begin(), w.end());

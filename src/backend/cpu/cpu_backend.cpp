@@ -407,20 +407,22 @@ void CpuBackend::clip_factor(const float* gradients, int64_t count, float clipno
                              float* factor) {
     require(gradients != nullptr && state != nullptr && factor != nullptr && count >= 0,
             MPT_STATUS_INVALID_ARGUMENT, "cpu backend: clip_factor needs the gradients, the train state and the factor");
-    // Fixed chunks summed in order: the same sum whatever the thread count.
-    const int64_t chunks = (count + kElementGrain - 1) / kElementGrain;
-    std::vector<double>& partials = clip_partials_;  // grows once: steps allocate nothing
-    partials.assign(static_cast<size_t>(chunks), 0.0);
+    // At most kChunks chunks (as max_abs_one cuts them) summed in order: the same sum whatever the
+    // thread count, and no allocation inside the step.
+    constexpr int kChunks = 64;
+    double partials[kChunks] = {};
+    const int64_t chunk_size = std::max<int64_t>(kElementGrain, (count + kChunks - 1) / kChunks);
+    const int64_t chunks = (count + chunk_size - 1) / chunk_size;
     pool_.parallel_for(chunks, 1, [&](int64_t begin, int64_t end) {
         for (int64_t chunk = begin; chunk < end; ++chunk) {
-            const int64_t last = std::min(count, (chunk + 1) * kElementGrain);
+            const int64_t last = std::min(count, (chunk + 1) * chunk_size);
             double sum = 0.0;
-            for (int64_t i = chunk * kElementGrain; i < last; ++i) sum += static_cast<double>(gradients[i]) * gradients[i];
-            partials[static_cast<size_t>(chunk)] = sum;
+            for (int64_t i = chunk * chunk_size; i < last; ++i) sum += static_cast<double>(gradients[i]) * gradients[i];
+            partials[chunk] = sum;
         }
     });
     double sum = 0.0;
-    for (double partial : partials) sum += partial;
+    for (int64_t chunk = 0; chunk < chunks; ++chunk) sum += partials[chunk];
     *factor = global_clip_factor(sum, state->loss_scale, clipnorm);
 }
 

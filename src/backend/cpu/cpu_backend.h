@@ -97,7 +97,6 @@ private:
 
     ThreadPool pool_;
     std::vector<uint64_t> order_keys_;  // fill_order's scratch, kept between epochs
-    std::vector<double> clip_partials_; // clip_factor's per-chunk sums, kept between steps
     CpuScheduler scheduler_;
 };
 

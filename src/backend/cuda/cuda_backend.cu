@@ -490,6 +490,7 @@ void CudaBackend::clip_factor(const float* gradients, int64_t count, float clipn
     op.clipnorm = clipnorm;
     op.state = const_cast<TrainState*>(state);  // read only: the op's state field serves writers too
     op.out = factor;
+    ++op_paths_.clip_factor;
     issue(op);
 }
 

@@ -37,6 +37,7 @@ struct CudaOpPaths {
     uint64_t backward_data_fused = 0, backward_data_unfused = 0;
     uint64_t weight_gradient_fused = 0, weight_gradient_unfused = 0;
     uint64_t fused_sgd = 0;
+    uint64_t clip_factor = 0;  // clip_factor ops issued (clipped steps)
 };
 CudaOpPaths cuda_backend_op_paths(const Backend& backend);
 // Graph capture of repeated compute tasks (default on; MPTRAIN_CUDA_GRAPHS=0 turns it off).
