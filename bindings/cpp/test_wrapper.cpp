@@ -1,6 +1,6 @@
 // The header-only C++ wrapper (include/mptrain/mptrain.hpp) over libmptrain.so: model files,
 // training checkpoints, learning-rate schedules, label smoothing, class weights, gradient clipping,
-// dataset slices and row weights through it, errors arriving as mptrain::Error with the C status.
+// dataset slices, subsets and row weights through it, errors arriving as mptrain::Error with the C status.
 #include <doctest/doctest.h>
 
 #include <mptrain/mptrain.hpp>
@@ -853,6 +853,36 @@ TEST_CASE("a slice out of its dataset's rows throws INVALID_ARGUMENT") {
     CHECK(status_of([&] { data.slice(30, 1); }) == MPT_STATUS_INVALID_ARGUMENT);
     CHECK(status_of([&] { data.slice(10, 0); }) == MPT_STATUS_INVALID_ARGUMENT);
     CHECK(data.slice(29, 1).rows() == 1);
+}
+
+TEST_CASE("a subset of a slice has the listed rows in order, repeats included: their labels and predictions") {
+    std::vector<int32_t> labels;
+    const std::vector<float> samples = blob_samples(30, 68, labels);
+    auto context = cpu_context();
+    auto model = mlp(context);
+    mptrain::Trainer trainer(model, adam());
+    const auto data = mptrain::Dataset::from_f32(context, samples, kFeatures, labels, kClasses);
+    const auto subset = data.slice(10, 12).subset({5, 0, 5, 2});  // rows 15, 10, 15, 12 of `data`
+    std::vector<float> copied_samples;
+    std::vector<int32_t> copied_labels;
+    for (int64_t row : {15, 10, 15, 12}) {
+        copied_samples.insert(copied_samples.end(), samples.begin() + row * kFeatures, samples.begin() + (row + 1) * kFeatures);
+        copied_labels.push_back(labels[static_cast<size_t>(row)]);
+    }
+    const auto copies = mptrain::Dataset::from_f32(context, copied_samples, kFeatures, copied_labels, kClasses);
+    CHECK(subset.rows() == 4);
+    CHECK(subset.labels() == copied_labels);
+    CHECK(bits_of(trainer.predict(subset)) == bits_of(trainer.predict(copies)));
+}
+
+TEST_CASE("a subset of an index out of its dataset's rows or of no rows throws INVALID_ARGUMENT") {
+    auto context = cpu_context();
+    const auto data = blobs(context, 30, 69);
+    CHECK(status_of([&] { data.subset({0, 1, 30}); }) == MPT_STATUS_INVALID_ARGUMENT);
+    CHECK(status_of([&] { data.slice(20, 10).subset({-1}); }) == MPT_STATUS_INVALID_ARGUMENT);
+    CHECK(status_of([&] { data.slice(20, 10).subset({10}); }) == MPT_STATUS_INVALID_ARGUMENT);
+    CHECK(status_of([&] { data.subset({}); }) == MPT_STATUS_INVALID_ARGUMENT);
+    CHECK(data.subset({29}).rows() == 1);
 }
 
 TEST_CASE("a trainer destroyed by its own callback stops fit, which throws CANCELLED") {

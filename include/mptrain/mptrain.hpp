@@ -404,6 +404,16 @@ public:
         detail::check(mpt_dataset_create_slice(get(), first, rows, &raw));
         return Dataset(raw, log_);
     }
+    /** Copies of the rows rows[0], rows[1], ... in that order (repeats allowed), with their labels or
+     *  targets and weights: any rows, where a slice is one range (the training rows around a middle
+     *  fold, a stratified split, a bootstrap sample). Indices count from this dataset's first row (a
+     *  slice's own); an empty list or an index outside [0, rows()) throws Error with
+     *  MPT_STATUS_INVALID_ARGUMENT. It has a storage of its own: it stays valid when this dataset is gone. */
+    Dataset subset(const std::vector<int64_t>& rows) const {
+        mpt_dataset_t* raw = nullptr;
+        detail::check(mpt_dataset_create_subset(get(), rows.data(), static_cast<int64_t>(rows.size()), &raw));
+        return Dataset(raw, log_);
+    }
     /** These rows with a weight per row (shared, not copied): Keras's sample_weight. fit, step and
      *  evaluate multiply each row's loss (and in training its gradient, after its class weight) by
      *  its weight and average over the rows as before; evaluate leaves class weights out, and

@@ -553,6 +553,28 @@ namespace Mptrain
             }
         }
 
+        /// <summary>A data set of copies of this one's rows rows[0], rows[1], ... in that order: any rows,
+        /// where a slice is one range. For k-fold cross-validation (a fold's training rows are all the
+        /// others), a stratified or shuffled split, or a bootstrap sample (a row may be listed more than
+        /// once). Each row brings its label or targets and its weight (of a Weighted data set); classes
+        /// and normalisation are this data set's. Unlike a slice the rows are copied, into a storage of
+        /// the subset's own (on a GPU placed on the device apart from this data set's when first used).
+        /// The subset is a Dataset of its own, disposed separately: it keeps the context alive after its
+        /// Context is disposed. Indices count from this data set's first row (a slice's own); no rows,
+        /// or an index outside [0, Rows), throws MptException with Status.InvalidArgument naming the
+        /// first such; a null array ArgumentNullException.</summary>
+        public Dataset Subset(long[] rows)
+        {
+            NotNull(rows, "rows");
+            using (Family.Enter())
+            {
+                DatasetHandle subset;
+                MptException.Check(Native.mpt_dataset_create_subset(Live, rows, rows.LongLength, out subset));
+                subset.Attach(Family);
+                return new Dataset(subset);
+            }
+        }
+
         /// <summary>A data set of this one's rows with a weight per row: Keras's sample_weight, for Fit and
         /// Evaluate alike. In Fit, Step and Evaluate each row's loss (and in training its gradient) is
         /// multiplied by its weight, and in training by its class weight too where the trainer has

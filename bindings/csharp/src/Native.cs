@@ -69,6 +69,7 @@ namespace Mptrain
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_dataset_get_labels(DatasetHandle dataset, [Out] int[] labels, long count);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_dataset_create_slice(DatasetHandle dataset, long first, long rows, out DatasetHandle slice);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_dataset_create_weighted(DatasetHandle dataset, [In] float[] weights, long count, out DatasetHandle weighted);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_dataset_create_subset(DatasetHandle dataset, [In] long[] rows, long count, out DatasetHandle subset);
 
         // Trainer options
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_create(out TrainerOptionsHandle options);

@@ -1,6 +1,7 @@
 // Dataset.Slice: a validation split made of slices trains and evaluates bit for bit as data sets of
 // copied rows; out-of-range bounds throw MptException with Status.InvalidArgument; a slice keeps
-// working after its source (and its Context) are disposed.
+// working after its source (and its Context) are disposed. Dataset.Subset: the rows listed, in order,
+// repeats included; out-of-range indices and no rows throw Status.InvalidArgument.
 using System;
 using System.Collections.Generic;
 using System.Linq;
@@ -183,6 +184,48 @@ namespace Mptrain.Tests
                         }
                     }
                 }
+            }
+        }
+
+        [Test]
+        public static void ASubsetHasTheRowsListedInOrderRepeatsIncluded()
+        {
+            float[] x; int[] y;
+            Data.Blobs(30, 7, out x, out y);
+            int[] listed = { 15, 10, 15, 12 }; // rows 5, 0, 5, 2 of the slice from row 10
+            float[] samples = listed.SelectMany(r => x.Skip(r * Data.Features).Take(Data.Features)).ToArray();
+            int[] labels = listed.Select(r => y[r]).ToArray();
+            using (Context ctx = Data.CpuContext())
+            using (Model model = Data.Mlp(ctx))
+            using (var trainer = new Trainer(model, Options(Precision.Fp32, false)))
+            using (Dataset whole = Make(ctx, x, y, false))
+            using (Dataset slice = whole.Slice(10, 12))
+            using (Dataset subset = slice.Subset(new long[] { 5, 0, 5, 2 }))
+            using (Dataset copies = Make(ctx, samples, labels, false))
+            {
+                Assert.Equal(4L, subset.Rows, "rows of the subset");
+                Assert.SequenceEqual(labels, subset.GetLabels(), "labels of the subset");
+                Assert.SequenceEqual(Data.Bits(trainer.PredictDataset(copies)), Data.Bits(trainer.PredictDataset(subset)),
+                                     "prediction bits of the subset");
+            }
+        }
+
+        [Test]
+        public static void ASubsetOfRowsOutOfRangeOrOfNoneIsAnInvalidArgument()
+        {
+            float[] x; int[] y;
+            Data.Blobs(30, 8, out x, out y);
+            using (Context ctx = Data.CpuContext())
+            using (Dataset data = Dataset.FromF32(ctx, x, Data.Features, y, Data.Classes))
+            using (Dataset slice = data.Slice(20, 10))
+            {
+                MptException error = Assert.Fails(Status.InvalidArgument, () => data.Subset(new long[] { 0, 1, 30 }));
+                Assert.True(error.NativeMessage.Contains("row 2 of the list is 30"), "the library's message: " + error.NativeMessage);
+                Assert.Fails(Status.InvalidArgument, () => data.Subset(new long[0]));
+                Assert.Fails(Status.InvalidArgument, () => slice.Subset(new long[] { -1 }));
+                Assert.Fails(Status.InvalidArgument, () => slice.Subset(new long[] { 3, 4, 10 }));
+                Assert.Throws<ArgumentNullException>(() => data.Subset(null));
+                using (Dataset last = data.Subset(new long[] { 29 })) Assert.Equal(1L, last.Rows, "rows of subset { 29 }");
             }
         }
     }

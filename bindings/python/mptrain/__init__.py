@@ -342,6 +342,10 @@ def _int32s(data, what):
     return _buffer(data, ctypes.c_int32, "i", "int32", what, integer=True)
 
 
+def _int64s(data, what):
+    return _buffer(data, ctypes.c_int64, "q", "int64", what, integer=True)
+
+
 def _bytes(data, what):
     if isinstance(data, (bytes, bytearray)):
         data = memoryview(data).cast("B")
@@ -850,6 +854,39 @@ class Dataset(_Handle):
         # The source's family: the slice shares its context's lock and keeps its log callback alive.
         return type(self)(pointer, self._family)
 
+    def subset(self, rows):
+        """A Dataset of copies of this one's rows rows[0], rows[1], ... in that order: any rows, where a
+        slice is one range. For k-fold cross-validation (a fold's training rows are all the others), a
+        stratified or shuffled split, or a bootstrap sample (a row may be listed more than once):
+
+            for train_index, test_index in KFold(5).split(x):      # scikit-learn's indices
+                training, validation = data[train_index], data[test_index]
+
+        Each row brings its label or targets and its weight (of a weighted dataset); classes and
+        normalisation are this dataset's. Unlike a slice the rows are copied, into a storage of the
+        subset's own (on a GPU placed on the device apart from this dataset's); dataset[indices] (see
+        __getitem__) is the same subset.
+
+        `rows` is a sequence of ints counted from this dataset's first row (a slice's own): a list, a
+        tuple, a range, an array.array or a 1-D numpy array of an integer type. No rows, or an index
+        outside [0, rows) (negative ones too), raises Error with Status.INVALID_ARGUMENT naming the
+        first such; an array of more than one dimension Status.SHAPE_MISMATCH; floats or bools (a
+        boolean mask is not a list of rows) TypeError.
+
+        The subset keeps its context alive: it stays usable when this Dataset, its Context or both are
+        closed or collected."""
+        if isinstance(rows, (list, tuple)) and any(isinstance(row, bool) for row in rows):
+            raise TypeError("rows must hold integers, not bools (a boolean mask is not a list of rows)")
+        data = _int64s(rows, "rows")
+        if data.shape is not None and len(data.shape) != 1:
+            raise Error(Status.SHAPE_MISMATCH, "rows must be one-dimensional (a list of row indices), not of "
+                        "shape %s" % (data.shape,))
+        pointer = _native.DatasetP()
+        with self._family:
+            _check(_lib().mpt_dataset_create_subset(self._get(), data.pointer, data.count, ctypes.byref(pointer)))
+        # The source's family, as for a slice: the same context's lock and log callback.
+        return type(self)(pointer, self._family)
+
     def weighted(self, weights):
         """A Dataset of this one's rows with a weight per row: Keras's sample_weight, for fit and evaluate
         alike. The rows are shared, not copied, as by a slice; the weights are copied.
@@ -889,14 +926,21 @@ class Dataset(_Handle):
         step must be omitted or 1; an empty range raises ValueError (a Dataset has at least one row),
         an integer index TypeError (one row is dataset[i:i + 1]).
 
+        dataset[indices], indices a list, a range, an array.array or a numpy array of ints: those rows
+        copied, in that order, as subset(indices) (indices from 0, negative or out-of-range ones
+        refused, not counted from the end or clipped). A tuple is not a list of rows (TypeError).
+
         Keras's validation_split holds out the last rows, taken before any shuffling (fit shuffles
         each slice's own rows only), so validation_split=0.2 is:
 
             split = int(len(data) * (1 - 0.2))
             training, validation = data[:split], data[split:]"""
+        if isinstance(key, (list, range, array.array)) or (
+                _np is not None and isinstance(key, _np.ndarray) and key.ndim >= 1):
+            return self.subset(key)
         if not isinstance(key, slice):  # the builtin: methods do not see the class's own slice
-            raise TypeError("Dataset indices must be slices, not %s (one row is dataset[i:i + 1])"
-                            % type(key).__name__)
+            raise TypeError("Dataset indices must be slices or lists of rows, not %s (one row is "
+                            "dataset[i:i + 1])" % type(key).__name__)
         step = 1 if key.step is None else operator.index(key.step)
         if step != 1:
             raise ValueError("a Dataset slice takes consecutive rows: its step must be 1 or omitted, not %d"

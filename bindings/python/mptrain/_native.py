@@ -109,6 +109,7 @@ PROTOTYPES = {
     "mpt_dataset_get_labels": (c_enum, [DatasetP, Int32P, c_int64]),
     "mpt_dataset_create_slice": (c_enum, [DatasetP, c_int64, c_int64, P(DatasetP)]),
     "mpt_dataset_create_weighted": (c_enum, [DatasetP, FloatP, c_int64, P(DatasetP)]),
+    "mpt_dataset_create_subset": (c_enum, [DatasetP, Int64P, c_int64, P(DatasetP)]),
     "mpt_trainer_options_create": (c_enum, [P(TrainerOptionsP)]),
     "mpt_trainer_options_destroy": (None, [TrainerOptionsP]),
     "mpt_trainer_options_set_precision": (c_enum, [TrainerOptionsP, c_enum]),

@@ -1,6 +1,8 @@
 """Dataset slices (Dataset.slice, dataset[a:b]; mpt_dataset_create_slice): a validation split of slices
 trains and evaluates bit for bit as datasets copied from the same rows; Python's slice bounds; the
-refusals; a slice outlives its source and its context."""
+refusals; a slice outlives its source and its context. Subsets (Dataset.subset, dataset[indices];
+mpt_dataset_create_subset): the rows listed, in order, from any sequence of ints; the refusals."""
+import array
 import gc
 import weakref
 
@@ -8,6 +10,11 @@ import pytest
 
 import mptrain
 from conftest import CLASSES, FEATURES, make_blobs, mlp, new_run, weight_bytes
+
+try:
+    import numpy as np
+except ImportError:
+    np = None
 
 
 @pytest.mark.parametrize("precision", ["fp32", "mixed_bf16"])
@@ -165,3 +172,43 @@ def test_a_slice_alone_keeps_its_contexts_log_callback_alive():
     del part
     gc.collect()
     assert logger() is None  # and nothing else held it
+
+
+def test_a_subset_has_the_rows_listed_in_order_repeats_included_from_any_sequence_of_ints(ctx, model):
+    samples, labels = make_blobs(rows=30, seed=46)
+    data = mptrain.Dataset.from_f32(ctx, samples, labels, CLASSES)
+    part = data[10:22]  # indices count from the slice's own first row
+    trainer = mptrain.Trainer(model, precision="fp32")
+    forms = [[5, 0, 5, 2], (5, 0, 5, 2), range(11, 0, -4), array.array("q", [5, 0, 5, 2]),
+             array.array("l", [3, 3])]
+    if np is not None:
+        forms += [np.array([5, 0, 5, 2]), np.array([7, 1], dtype=np.int32), np.array([4], dtype=np.uint8)]
+    for rows in forms:
+        listed = [10 + int(row) for row in rows]
+        copy = mptrain.Dataset.from_f32(ctx, [samples[r] for r in listed], [labels[r] for r in listed], CLASSES)
+        subsets = [part.subset(rows)] + ([] if isinstance(rows, tuple) else [part[rows]])
+        for subset in subsets:
+            assert len(subset) == len(listed), rows
+            assert list(subset.labels) == [labels[r] for r in listed], rows
+            assert trainer.predict_dataset(subset).tobytes() == trainer.predict_dataset(copy).tobytes(), rows
+
+
+def test_a_subset_refuses_rows_outside_its_source_no_rows_and_non_integers(ctx):
+    samples, labels = make_blobs(rows=30, seed=47)
+    data = mptrain.Dataset.from_f32(ctx, samples, labels, CLASSES)
+    for source, rows in ((data, [0, 1, 30]), (data, []), (data[20:], [-1]), (data[20:], [3, 4, 10]),
+                         (data, [2 ** 63]), (data, [[0, 1]])):
+        with pytest.raises(mptrain.Error) as caught:
+            source.subset(rows)
+        expected = mptrain.Status.SHAPE_MISMATCH if rows == [[0, 1]] else mptrain.Status.INVALID_ARGUMENT
+        assert caught.value.status == expected, rows
+        assert caught.value.message, rows
+    with pytest.raises(mptrain.Error, match="row 2 of the list is 30"):
+        data[[0, 1, 30]]
+    bad = [[0.0, 1.0], [True, False], "01", {0, 1}, None, 3]
+    if np is not None:
+        bad += [np.array([0.0, 1.0]), np.zeros(30, dtype=bool)]
+    for rows in bad:
+        with pytest.raises(TypeError):
+            data.subset(rows)
+    assert len(data.subset([29])) == 1

@@ -293,6 +293,12 @@ extern "C" {
         count: i64,
         out: *mut *mut mpt_dataset_t,
     ) -> mpt_status;
+    pub fn mpt_dataset_create_subset(
+        dataset: *const mpt_dataset_t,
+        rows: *const i64,
+        count: i64,
+        out: *mut *mut mpt_dataset_t,
+    ) -> mpt_status;
 
     // Trainer options
     pub fn mpt_trainer_options_create(out: *mut *mut mpt_trainer_options_t) -> mpt_status;

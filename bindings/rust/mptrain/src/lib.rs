@@ -1097,8 +1097,9 @@ impl Drop for Model {
 // ---- dataset --------------------------------------------------------------------------------------
 
 /// Training data, copied into the library (the caller's slices are not retained); [`Dataset::slice`]
-/// makes a dataset of some of its rows without a copy, [`Dataset::weighted`] one of its rows with a
-/// weight per row; [`Dataset::labels`] copies its labels back out.
+/// makes a dataset of some of its rows without a copy, [`Dataset::subset`] one of copies of any of
+/// its rows, [`Dataset::weighted`] one of its rows with a weight per row; [`Dataset::labels`] copies
+/// its labels back out.
 pub struct Dataset {
     raw: NonNull<sys::mpt_dataset_t>,
     family: Arc<Family>,
@@ -1311,6 +1312,46 @@ impl Dataset {
         check(unsafe { sys::mpt_dataset_create_slice(self.raw.as_ptr(), first, rows, &mut raw) })?;
         Ok(Dataset {
             raw: NonNull::new(raw).expect("mpt_dataset_create_slice returned NULL"),
+            family: self.family.clone(),
+        })
+    }
+
+    /// A dataset of copies of this one's rows `rows[0]`, `rows[1]`, ... in that order: any rows,
+    /// where a slice is one range. For k-fold cross-validation (a fold's training rows are all the
+    /// others), a stratified or shuffled split, or a bootstrap sample (a row may be listed more than
+    /// once). Each row brings its label or targets and its weight (of a [`Dataset::weighted`]
+    /// dataset); classes and normalisation are this dataset's:
+    ///
+    /// ```no_run
+    /// # use mptrain::{Context, Dataset};
+    /// # fn main() -> mptrain::Result<()> {
+    /// # let ctx = Context::new()?;
+    /// # let (samples, labels) = (vec![0.0f32; 400], vec![0; 100]);
+    /// let data = Dataset::from_f32(&ctx, &samples, 4, &labels, 3, true)?;
+    /// // The third of five folds (rows 40..60) held out; the rows around it train.
+    /// let training_rows: Vec<i64> = (0..40).chain(60..100).collect();
+    /// let training = data.subset(&training_rows)?;
+    /// let validation = data.slice(40, 20)?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// Unlike a slice the rows are copied, into a storage of the subset's own (on a GPU placed on
+    /// the device apart from this dataset's when first used). Indices count from this dataset's first
+    /// row (a slice's own); no rows, or an index outside `[0, rows)`, fails with
+    /// [`Status::InvalidArgument`] naming the first such.
+    pub fn subset(&self, rows: &[i64]) -> Result<Dataset> {
+        let _lock = self.family.enter()?;
+        let mut raw = ptr::null_mut();
+        check(unsafe {
+            sys::mpt_dataset_create_subset(
+                self.raw.as_ptr(),
+                rows.as_ptr(),
+                count(rows.len()),
+                &mut raw,
+            )
+        })?;
+        Ok(Dataset {
+            raw: NonNull::new(raw).expect("mpt_dataset_create_subset returned NULL"),
             family: self.family.clone(),
         })
     }

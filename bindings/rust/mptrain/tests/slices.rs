@@ -1,5 +1,6 @@
 //! Dataset::slice: a validation split made of slices trains and evaluates bit for bit as datasets
 //! of copied rows; out-of-range bounds are InvalidArgument errors; a slice outlives its source.
+//! Dataset::subset: the rows listed, in order, repeats included; bad lists are InvalidArgument.
 mod common;
 use common::*;
 use mptrain::*;
@@ -238,4 +239,49 @@ fn a_slice_keeps_working_after_its_source_and_context_are_dropped() {
         .join()
         .unwrap();
     assert_eq!(rows, 10);
+}
+
+#[test]
+fn a_subset_has_the_rows_listed_in_order_repeats_included() {
+    let (x, y) = blobs(30, 7);
+    let ctx = context();
+    let model = mlp(&ctx);
+    let mut trainer = Trainer::new(&model, &adam()).unwrap();
+    let whole = dataset(&ctx, &x, &y, Kind::Labels);
+    // Counted from the slice's own first row: rows 15, 10, 15 and 12 of `whole`.
+    let subset = whole.slice(10, 12).unwrap().subset(&[5, 0, 5, 2]).unwrap();
+    let listed = [15, 10, 15, 12];
+    let samples: Vec<f32> = listed
+        .iter()
+        .flat_map(|&r| x[r * F..(r + 1) * F].iter().copied())
+        .collect();
+    let labels: Vec<i32> = listed.iter().map(|&r| y[r]).collect();
+    let copies = dataset(&ctx, &samples, &labels, Kind::Labels);
+    assert_eq!(subset.rows().unwrap(), 4);
+    assert_eq!(subset.labels().unwrap(), labels);
+    assert_eq!(
+        bits(&trainer.predict_dataset(&subset, 0).unwrap()),
+        bits(&trainer.predict_dataset(&copies, 0).unwrap())
+    );
+}
+
+#[test]
+fn a_subset_of_rows_out_of_range_or_of_none_is_an_invalid_argument() {
+    let ctx = context();
+    let data = blob_data(&ctx, 30, 8);
+    let slice = data.slice(20, 10).unwrap();
+    for (source, rows) in [
+        (&data, &[0, 1, 30][..]),
+        (&data, &[][..]),
+        (&slice, &[-1][..]),
+        (&slice, &[3, 4, 10][..]),
+        (&data, &[i64::MIN][..]),
+    ] {
+        let error = source.subset(rows).expect_err(&format!("subset {rows:?}"));
+        assert_eq!(error.status, Status::InvalidArgument, "{rows:?}: {error}");
+        assert!(!error.message.is_empty());
+    }
+    let error = data.subset(&[0, 1, 30]).unwrap_err();
+    assert!(error.message.contains("row 2 of the list is 30"), "{error}");
+    assert_eq!(data.subset(&[29]).unwrap().rows().unwrap(), 1);
 }
