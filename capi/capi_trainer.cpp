@@ -341,6 +341,14 @@ mpt_status mpt_trainer_get_loss_scale(const mpt_trainer_t* trainer, float* scale
     MPT_API_END
 }
 
+mpt_status mpt_trainer_get_gradient_norm(const mpt_trainer_t* trainer, float* out) {
+    MPT_API_BEGIN
+    const mpt::Trainer& impl = impl_of(trainer, "trainer");
+    require_pointer(out, "out");
+    *out = impl.observed_state().gradient_norm;
+    MPT_API_END
+}
+
 mpt_status mpt_trainer_get_progress(const mpt_trainer_t* trainer, int64_t* steps, int64_t* epochs) {
     MPT_API_BEGIN
     const mpt::Trainer& impl = impl_of(trainer, "trainer");

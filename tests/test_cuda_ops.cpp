@@ -788,21 +788,24 @@ void compare_dense_update_cases(Backend& reference, Backend& candidate) {
 
 // clip_factor over gradients as a step leaves them (times the loss scale): an empty set, one value,
 // a ragged misaligned count, and 4 M values (past the first pass of the grid), with the bound below
-// and above the norm. Against the host's own double-precision norm, and exactly 1 when the bound
-// is not exceeded.
+// and above the norm, and a skipped step. The norm and factor it records in the TrainState against
+// the host's own double-precision norm, and the factor exactly 1 when the bound is not exceeded.
 void compare_clip_factor(Backend& reference, Backend& candidate) {
     struct ClipCase {
         int64_t count, offset;  // offset: elements into the buffer, so 1 is not 16-byte aligned
         float loss_scale, bound_over_norm;
+        bool skipped;
     };
-    const ClipCase cases[] = {{0, 0, 1.0f, 0.5f},      {1, 0, 1.0f, 0.5f},        {4999, 1, 512.0f, 0.25f},
-                              {4999, 0, 512.0f, 2.0f}, {(int64_t{4} << 20) + 3, 0, 32768.0f, 0.1f},
-                              {1000, 3, 65536.0f, 1.5f}};
+    const ClipCase cases[] = {{0, 0, 1.0f, 0.5f, false},        {1, 0, 1.0f, 0.5f, false},
+                              {4999, 1, 512.0f, 0.25f, false},  {4999, 0, 512.0f, 2.0f, false},
+                              {(int64_t{4} << 20) + 3, 0, 32768.0f, 0.1f, false},
+                              {1000, 3, 65536.0f, 1.5f, false}, {1000, 0, 512.0f, 0.5f, true}};
     for (const ClipCase& c : cases) {
         CAPTURE(c.count);
         CAPTURE(c.offset);
         CAPTURE(c.loss_scale);
         CAPTURE(c.bound_over_norm);
+        CAPTURE(c.skipped);
         // One more value past the end, large enough to show should it be read.
         std::vector<float> gradients = random_values(static_cast<size_t>(c.count + c.offset + 1), -1, 1);
         for (float& g : gradients) g *= c.loss_scale * 1e-2f;
@@ -815,22 +818,32 @@ void compare_clip_factor(Backend& reference, Backend& candidate) {
         const float bound = c.count == 0 ? 1.0f : static_cast<float>(norm * c.bound_over_norm);
         // (A bound at the norm itself could round either way: the cases keep clear of it.)
         const double expected = c.count == 0 || c.bound_over_norm > 1.0f ? 1.0 : bound / norm;
-        TrainState state{};
+        TrainState state = initial_train_state(LossScalerConfig{});
         state.loss_scale = c.loss_scale;
-        float factors[2];
+        state.found_inf = c.skipped ? 1 : 0;
+        state.gradient_norm = 123.0f;  // poison: each case writes its own
+        state.clip_factor = 123.0f;
+        TrainState results[2];
         Backend* backends[2] = {&reference, &candidate};
         for (int b = 0; b < 2; ++b) {
             Backend& backend = *backends[b];
             Buffer values = upload(backend, DType::fp32, gradients);
             Buffer state_buffer = upload_raw(backend, std::vector<TrainState>{state});
-            Buffer factor = poisoned(backend, DType::fp32, 1);
-            backend.clip_factor(values.as<float>() + c.offset, c.count, bound, state_buffer.as<TrainState>(),
-                                factor.as<float>());
-            factors[b] = download(backend, factor, DType::fp32, 1)[0];
+            backend.clip_factor(values.as<float>() + c.offset, c.count, bound, state_buffer.as<TrainState>());
+            results[b] = download_raw<TrainState>(backend, state_buffer, 1)[0];
         }
-        CHECK(factors[0] == doctest::Approx(expected).epsilon(1e-6));
-        CHECK(factors[1] == doctest::Approx(expected).epsilon(1e-6));
-        if (expected == 1.0) CHECK((factors[0] == 1.0f && factors[1] == 1.0f));
+        for (const TrainState& result : results) {
+            if (c.skipped) {  // no norm, and a factor no update reads
+                CHECK(std::isnan(result.gradient_norm));
+                CHECK(result.clip_factor == 1.0f);
+                continue;
+            }
+            CHECK(result.gradient_norm == doctest::Approx(norm).epsilon(1e-6));
+            CHECK(result.clip_factor == doctest::Approx(expected).epsilon(1e-6));
+            if (expected == 1.0) CHECK(result.clip_factor == 1.0f);
+            CHECK(result.steps == state.steps);  // the rest of the state as it was
+            CHECK(result.loss_scale == state.loss_scale);
+        }
     }
 }
 

@@ -275,6 +275,53 @@ TEST_CASE("clipping is an option a checkpoint must match, and a clipped run resu
                   mpt_last_error());
 }
 
+namespace {
+
+float gradient_norm_of(const BlobTrainer& trainer) {
+    float norm = 0.0f;
+    REQUIRE_OK(mpt_trainer_get_gradient_norm(trainer.trainer, &norm));
+    return norm;
+}
+
+}  // namespace
+
+TEST_CASE("the gradient norm a clipping trainer reports is its last step's, before clipping; NaN where none was taken") {
+    const Blobs blobs = mpt_test::make_blobs(kRows, 39, 1.0);
+    BlobTrainerSetup setup;
+    setup.learning_rate = 0.5f;
+    const double first_norm = gradient_norm(setup, blobs);
+    setup.global_clipnorm = static_cast<float>(first_norm / 4.0);
+    BlobTrainerSetup unclipped = setup;
+    unclipped.global_clipnorm = 0.0f;
+    BlobTrainer clipping(setup), plain(unclipped);
+    CHECK(std::isnan(gradient_norm_of(clipping)));  // no step yet
+    mpt_dataset_t* dataset = clipping.labels(blobs);
+    mpt_dataset_t* plain_dataset = plain.labels(blobs);
+    REQUIRE_OK(mpt_trainer_step(clipping.trainer, dataset, 0, kRows, nullptr));
+    REQUIRE_OK(mpt_trainer_step(plain.trainer, plain_dataset, 0, kRows, nullptr));
+    // The norm before clipping, not the bound it was clipped to.
+    CHECK(gradient_norm_of(clipping) == doctest::Approx(first_norm).epsilon(1e-5));
+    CHECK(std::isnan(gradient_norm_of(plain)));  // only clipping takes it
+    // Each step's own: the second step's gradients are not the first's.
+    REQUIRE_OK(mpt_trainer_step(clipping.trainer, dataset, 0, kRows, nullptr));
+    const float second = gradient_norm_of(clipping);
+    CHECK(std::isfinite(second));
+    CHECK(second != doctest::Approx(first_norm).epsilon(1e-3));
+    // A checkpoint keeps no norm: loaded, there is none until the next step.
+    const mpt_test::TempDir directory;
+    const std::string path = directory.file("norm.safetensors");
+    REQUIRE_OK(mpt_trainer_save_checkpoint(clipping.trainer, path.c_str()));
+    REQUIRE_OK(mpt_trainer_load_checkpoint(clipping.trainer, path.c_str()));
+    CHECK(std::isnan(gradient_norm_of(clipping)));
+    REQUIRE_OK(mpt_trainer_step(clipping.trainer, dataset, 0, kRows, nullptr));
+    CHECK(std::isfinite(gradient_norm_of(clipping)));
+    float ignored = 0.0f;
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_get_gradient_norm(nullptr, &ignored));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_get_gradient_norm(clipping.trainer, nullptr));
+    mpt_dataset_destroy(dataset);
+    mpt_dataset_destroy(plain_dataset);
+}
+
 TEST_CASE("global_clipnorm refuses negative, NaN and infinite bounds; 0 (or -0) turns clipping off") {
     mpt_trainer_options_t* options = nullptr;
     REQUIRE_OK(mpt_trainer_options_create(&options));

@@ -577,6 +577,15 @@ MPT_API mpt_status mpt_trainer_get_scheduled_learning_rate(const mpt_trainer_t* 
  *  callback's loss), read from that step's report without waiting for the device. */
 MPT_API mpt_status mpt_trainer_get_loss_scale(const mpt_trainer_t* trainer, float* scale,
                                               int64_t* growth_tracker, int64_t* skipped_steps);
+/** The global L2 norm of the last step's gradients (all weights and biases, the loss scale divided
+ *  out), before clipping: what gradient clipping compared with its bound, so that step was clipped
+ *  when the norm exceeds it (mpt_trainer_options_set_global_clipnorm; PyTorch's clip_grad_norm_
+ *  returns the same number). From a progress callback it is the reported step's, read as
+ *  mpt_trainer_get_loss_scale reads the scaler. Only a clipping trainer computes it: NaN without
+ *  clipping, before the first step, after a checkpoint is loaded, and for a skipped step (its
+ *  gradients are not finite). To watch the norm without clipping, clip to a bound no norm reaches
+ *  (FLT_MAX), at clipping's cost. */
+MPT_API mpt_status mpt_trainer_get_gradient_norm(const mpt_trainer_t* trainer, float* out);
 /** Optimizer steps taken (skipped updates included) and completed epochs. The steps are those issued
  *  so far: from a progress callback on a GPU, a few steps past the one reported, counted without
  *  waiting for the device (so a progress bar may call it every step). */

@@ -3,6 +3,7 @@
 // host to look at it. The same inline transition runs on the CPU and in the CUDA kernel.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "core/host_device.h"
@@ -22,7 +23,7 @@ struct LossScalerConfig {
 };
 
 // Everything a step reads and writes about itself, kept in backend memory. Plain data with a fixed
-// layout, so it can be checkpointed byte for byte.
+// layout and no padding, so that its bytes compare and copy as its values.
 struct TrainState {
     float loss_scale;          // multiplies dlogits; 1 when scaling is off
     int32_t found_inf;         // set by this step's finiteness checks, read by the update
@@ -30,11 +31,19 @@ struct TrainState {
     int64_t skipped_steps;     // updates skipped for non-finite gradients
     int64_t applied_steps;     // updates applied (Adam's bias-correction step count)
     int64_t steps;             // all optimizer steps, skipped or not
+    // Gradient clipping's (Backend::clip_factor): the last step's unscaled gradients' global L2 norm,
+    // NaN where none was taken (no clipping, no step yet, a skipped step), and the factor that step's
+    // update scaled them by. An observation, not kept by checkpoints.
+    float gradient_norm;
+    float clip_factor;
 };
+static_assert(sizeof(TrainState) == 48, "TrainState has no padding");
 
 inline TrainState initial_train_state(const LossScalerConfig& config) {
     TrainState state{};
     state.loss_scale = config.mode == LossScaling::off ? 1.0f : config.initial_scale;
+    state.gradient_norm = NAN;
+    state.clip_factor = 1.0f;
     return state;
 }
 

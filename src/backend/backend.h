@@ -132,7 +132,7 @@ struct DenseUpdateArgs {
     const TrainState* state;   // loss scale, found_inf, applied steps (Adam's bias correction)
     GemmWorkspace workspace;
     UpdatePart part = UpdatePart::whole;  // gradient and apply need weight_grad and bias_grad
-    // apply only, backend memory: multiplies every gradient (global_clip_factor). Null: 1.
+    // apply only, backend memory: multiplies every gradient (TrainState::clip_factor). Null: 1.
     const float* gradient_factor = nullptr;
 };
 
@@ -253,11 +253,10 @@ public:
     // `max_abs_pairs` holds (max|dZ_i|, max|A_prev_i|) for each layer.
     virtual void decide_update(const float* max_abs_pairs, int layer_count, int64_t rows, TrainState* state) = 0;
     virtual void dense_update(const DenseUpdateArgs& args, const OptimizerConfig& optimizer) = 0;
-    // Writes global_clip_factor(sum of gradients[i]^2, state->loss_scale, clipnorm) to *factor, both
-    // in backend memory: `gradients` are `count` values as UpdatePart::gradient left them. The sum
-    // is taken in double, in an order that does not depend on the thread count.
-    virtual void clip_factor(const float* gradients, int64_t count, float clipnorm, const TrainState* state,
-                             float* factor) = 0;
+    // record_global_clip(*state, sum of gradients[i]^2, clipnorm), both in backend memory:
+    // `gradients` are `count` values as UpdatePart::gradient left them. The sum is taken in double,
+    // in an order that does not depend on the thread count.
+    virtual void clip_factor(const float* gradients, int64_t count, float clipnorm, TrainState* state) = 0;
     // Before a step's first dense_update at `rows` per batch (the executor calls it once per batch
     // size): a backend whose updates grow scratch as they first need it (the CPU's weight-gradient
     // GEMMs) reserves it for all `count` layers here, so that running out of memory or budget fails

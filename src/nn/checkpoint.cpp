@@ -452,6 +452,8 @@ void load_checkpoint(Trainer& trainer, const std::string& path) {
                                   json_value_text(*options_rate));
         }
         snapshot.state.found_inf = 0;
+        snapshot.state.gradient_norm = NAN;  // an observation of the last step, not kept
+        snapshot.state.clip_factor = 1.0f;
         snapshot.state.growth_tracker = progress.int64("/growth_tracker");
         snapshot.state.skipped_steps = progress.int64("/skipped_steps");
         snapshot.state.applied_steps = progress.int64("/applied_steps");

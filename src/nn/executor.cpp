@@ -70,7 +70,6 @@ void Executor::plan_persistent(size_t workspace_bytes) {
         state_ids[s] = plan.add(static_cast<size_t>(parameters) * sizeof(float), 0, ArenaPlan::kAlways);
     const int report_id = plan.add(sizeof(StepReport), 0, ArenaPlan::kAlways);
     const int bounds_id = plan.add(2 * model_.layers().size() * sizeof(float), 0, ArenaPlan::kAlways);
-    const int clip_factor_id = training && clips_gradients(optimizer_) ? plan.add(sizeof(float), 0, ArenaPlan::kAlways) : -1;
     const size_t weights_bytes = training ? loss_.class_weights.size() * sizeof(float) : 0;
     const int class_weights_id = weights_bytes ? plan.add(weights_bytes, 0, ArenaPlan::kAlways) : -1;
     // The GEMMs' workspace: the dense ops of one executor run one after another on one lane.
@@ -87,7 +86,6 @@ void Executor::plan_persistent(size_t workspace_bytes) {
     state_ = &report_->state;
     metrics_ = report_->metrics;
     gradient_bounds_ = reinterpret_cast<float*>(pointer(bounds_id));
-    clip_factor_ = reinterpret_cast<float*>(pointer(clip_factor_id));
     gemm_workspace_ = GemmWorkspace{pointer(workspace_id), workspace_id < 0 ? 0 : workspace_bytes};
     class_weights_ = reinterpret_cast<float*>(pointer(class_weights_id));
     if (class_weights_) backend_.copy_to_device(class_weights_, loss_.class_weights.data(), weights_bytes);
@@ -416,7 +414,7 @@ void Executor::update_layers(int slot, int64_t rows) {
     // the scratch in the parameter layout, so one clip_factor call covers them.
     for (size_t i = 0; i < model_.layers().size(); ++i) update_layer(i, slot, rows, UpdatePart::gradient);
     backend_.clip_factor(static_cast<const float*>(step_buffer(gradient_scratch_)), model_.parameter_block_elements(),
-                         optimizer_.global_clipnorm, state_, clip_factor_);
+                         optimizer_.global_clipnorm, state_);
     for (size_t i = 0; i < model_.layers().size(); ++i) update_layer(i, slot, rows, UpdatePart::apply);
 }
 
@@ -448,7 +446,7 @@ void Executor::update_layer(size_t i, int slot, int64_t rows, UpdatePart part) {
     args.state = state_;
     args.workspace = gemm_workspace_;
     args.part = part;
-    args.gradient_factor = part == UpdatePart::apply ? clip_factor_ : nullptr;
+    args.gradient_factor = part == UpdatePart::apply ? &state_->clip_factor : nullptr;
     backend_.dense_update(args, optimizer_);
 }
 

@@ -159,7 +159,6 @@ private:
     char* low_copies_ = nullptr;     // parameter layout, storage_size(low dtype) bytes per element
     size_t low_element_bytes_ = 0;
     float* gradient_bounds_ = nullptr;   // (max|dZ_i|, max|A_prev_i|) per layer
-    float* clip_factor_ = nullptr;       // the step's global_clip_factor, when the optimizer clips
     float* class_weights_ = nullptr;     // the loss's class weights in backend memory, when it has any
     GemmWorkspace gemm_workspace_;      // for every dense op's GEMM; empty where the backend needs none
     float* optimizer_states_[2] = {nullptr, nullptr};

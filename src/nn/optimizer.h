@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "amp/loss_scaler.h"
 #include "core/host_device.h"
 #include "nn/lr_schedule.h"
 
@@ -41,16 +42,21 @@ MPT_HOST_DEVICE bool is_plain_sgd(const OptimizerConfig& config) {
     return config.kind == OptimizerKind::sgd && config.momentum == 0.0f;
 }
 
-// The factor global_clipnorm scales a step's gradients by, from the sum of their squares as the
-// backward pass left them (multiplied by the loss scale): clipnorm / max(norm, clipnorm) with
-// norm = sqrt(sum) / loss_scale, in double, so exactly 1 when the norm is within the bound.
-MPT_HOST_DEVICE float global_clip_factor(double scaled_sum_of_squares, float loss_scale, float clipnorm) {
-    const double norm = sqrt(scaled_sum_of_squares) / static_cast<double>(loss_scale);
-    // A non-finite norm only comes with gradients the step's finiteness check refused (decide_update
-    // bounds every finite step's gradients well inside the double sum's range), whose update the
-    // factor never reaches.
-    if (!(norm > static_cast<double>(clipnorm))) return 1.0f;
-    return static_cast<float>(static_cast<double>(clipnorm) / norm);
+// Records in `state` the norm of a step's gradients and the factor global_clipnorm scales them by,
+// from the sum of their squares as the backward pass left them (multiplied by the loss scale):
+// norm = sqrt(sum) / loss_scale and clipnorm / max(norm, clipnorm), in double, so the factor is
+// exactly 1 when the norm is within the bound. A skipped step (found_inf) records NaN and 1: its
+// gradients are not finite, or were not computed at all, and no update reads the factor.
+MPT_HOST_DEVICE void record_global_clip(TrainState& state, double scaled_sum_of_squares, float clipnorm) {
+    if (state.found_inf) {
+        state.gradient_norm = NAN;
+        state.clip_factor = 1.0f;
+        return;
+    }
+    // Finite: decide_update bounds every applied step's gradients well inside the double sum's range.
+    const double norm = sqrt(scaled_sum_of_squares) / static_cast<double>(state.loss_scale);
+    state.gradient_norm = static_cast<float>(norm);
+    state.clip_factor = norm > static_cast<double>(clipnorm) ? static_cast<float>(static_cast<double>(clipnorm) / norm) : 1.0f;
 }
 
 // The learning rate of the step numbered `steps` (from 0, skipped steps included): the base rate

@@ -403,10 +403,9 @@ void CpuBackend::dense_update(const DenseUpdateArgs& args, const OptimizerConfig
     write_low_copy(args.bias, args.low_bias, args.compute_dtype, args.out_features);
 }
 
-void CpuBackend::clip_factor(const float* gradients, int64_t count, float clipnorm, const TrainState* state,
-                             float* factor) {
-    require(gradients != nullptr && state != nullptr && factor != nullptr && count >= 0,
-            MPT_STATUS_INVALID_ARGUMENT, "cpu backend: clip_factor needs the gradients, the train state and the factor");
+void CpuBackend::clip_factor(const float* gradients, int64_t count, float clipnorm, TrainState* state) {
+    require(gradients != nullptr && state != nullptr && count >= 0, MPT_STATUS_INVALID_ARGUMENT,
+            "cpu backend: clip_factor needs the gradients and the train state");
     // At most kChunks chunks (as max_abs_one cuts them) summed in order: the same sum whatever the
     // thread count, and no allocation inside the step.
     constexpr int kChunks = 64;
@@ -423,7 +422,7 @@ void CpuBackend::clip_factor(const float* gradients, int64_t count, float clipno
     });
     double sum = 0.0;
     for (int64_t chunk = 0; chunk < chunks; ++chunk) sum += partials[chunk];
-    *factor = global_clip_factor(sum, state->loss_scale, clipnorm);
+    record_global_clip(*state, sum, clipnorm);
 }
 
 void CpuBackend::finish_step(TrainState* state, const LossScalerConfig& scaler) { advance_loss_scaler(*state, scaler); }

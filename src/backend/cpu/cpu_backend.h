@@ -66,8 +66,7 @@ public:
     void max_abs(const MaxAbsInput* inputs, int count, float* out) override;
     void decide_update(const float* max_abs_pairs, int layer_count, int64_t rows, TrainState* state) override;
     void dense_update(const DenseUpdateArgs& args, const OptimizerConfig& optimizer) override;
-    void clip_factor(const float* gradients, int64_t count, float clipnorm, const TrainState* state,
-                     float* factor) override;
+    void clip_factor(const float* gradients, int64_t count, float clipnorm, TrainState* state) override;
     void finish_step(TrainState* state, const LossScalerConfig& scaler) override;
 
     int threads() const { return pool_.threads(); }

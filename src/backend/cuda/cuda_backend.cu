@@ -479,17 +479,15 @@ void CudaBackend::dense_update(const DenseUpdateArgs& args, const OptimizerConfi
     issue(op);
 }
 
-void CudaBackend::clip_factor(const float* gradients, int64_t count, float clipnorm, const TrainState* state,
-                              float* factor) {
-    require(gradients != nullptr && state != nullptr && factor != nullptr && count >= 0,
-            MPT_STATUS_INVALID_ARGUMENT, "cuda backend: clip_factor needs the gradients, the train state and the factor");
+void CudaBackend::clip_factor(const float* gradients, int64_t count, float clipnorm, TrainState* state) {
+    require(gradients != nullptr && state != nullptr && count >= 0, MPT_STATUS_INVALID_ARGUMENT,
+            "cuda backend: clip_factor needs the gradients and the train state");
     RecordedOp op{};
     op.code = OpCode::clip_factor;
     op.values = gradients;
     op.count = count;
     op.clipnorm = clipnorm;
-    op.state = const_cast<TrainState*>(state);  // read only: the op's state field serves writers too
-    op.out = factor;
+    op.state = state;
     ++op_paths_.clip_factor;
     issue(op);
 }
@@ -591,8 +589,8 @@ void CudaBackend::execute(const RecordedOp& op, cudaStream_t stream) {
             run_dense_update(*gemm_, op.update_plan, op.update, op.optimizer, max_blocks, stream);
             return;
         case OpCode::clip_factor:
-            run_clip_factor(static_cast<const float*>(op.values), op.count, op.clipnorm, op.state, op.out,
-                            clip_partials_, stream);
+            run_clip_factor(static_cast<const float*>(op.values), op.count, op.clipnorm, op.state, clip_partials_,
+                            stream);
             return;
         case OpCode::finish_step: run_finish_step(op.state, op.scaler, stream); return;
     }
@@ -876,7 +874,6 @@ void CudaBackend::sign(const RecordedOp& op) {
             s.put(op.count);
             s.put(op.clipnorm);
             s.put(op.state);
-            s.put(op.out);
             return;
         case OpCode::finish_step: {
             s.put(op.state);

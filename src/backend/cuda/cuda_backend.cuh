@@ -62,8 +62,7 @@ public:
     void max_abs(const MaxAbsInput* inputs, int count, float* out) override;
     void decide_update(const float* max_abs_pairs, int layer_count, int64_t rows, TrainState* state) override;
     void dense_update(const DenseUpdateArgs& args, const OptimizerConfig& optimizer) override;
-    void clip_factor(const float* gradients, int64_t count, float clipnorm, const TrainState* state,
-                     float* factor) override;
+    void clip_factor(const float* gradients, int64_t count, float clipnorm, TrainState* state) override;
     void finish_step(TrainState* state, const LossScalerConfig& scaler) override;
 
     // The backend's own device buffers: allocate()/release() that also charge the context's memory
@@ -116,7 +115,7 @@ private:
         const void* values;      // decide_update's bounds, clip_factor's gradients
         int64_t count;           // max_abs inputs, decide_update layers, clip_factor gradients
         int64_t rows;
-        float* out;              // max_abs's maxima, clip_factor's factor
+        float* out;              // max_abs's maxima
         float clipnorm;
     };
 

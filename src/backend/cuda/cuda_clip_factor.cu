@@ -38,25 +38,30 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 __global__ void __launch_bounds__(kThreads) clip_factor_kernel(const double* partials, int blocks, float clipnorm,
-                                                                const TrainState* state, float* factor) {
+                                                                TrainState* state) {
     const double partial = static_cast<int>(threadIdx.x) < blocks ? partials[threadIdx.x] : 0.0;
     __shared__ typename SumReduce::TempStorage temp;
     const double sum = SumReduce(temp).Sum(partial);
-    if (threadIdx.x == 0) *factor = global_clip_factor(sum, state->loss_scale, clipnorm);
+    if (threadIdx.x == 0) {
+        TrainState value = *state;
+        record_global_clip(value, sum, clipnorm);
+        state->gradient_norm = value.gradient_norm;
+        state->clip_factor = value.clip_factor;
+    }
 }
 
 }  // namespace
 
-void run_clip_factor(const float* gradients, int64_t count, float clipnorm, const TrainState* state, float* factor,
-                     double* partials, cudaStream_t stream) {
-    require(gradients != nullptr && state != nullptr && factor != nullptr && partials != nullptr && count >= 0,
-            MPT_STATUS_INVALID_ARGUMENT, "cuda backend: clip_factor needs the gradients, the train state and the factor");
+void run_clip_factor(const float* gradients, int64_t count, float clipnorm, TrainState* state, double* partials,
+                     cudaStream_t stream) {
+    require(gradients != nullptr && state != nullptr && partials != nullptr && count >= 0, MPT_STATUS_INVALID_ARGUMENT,
+            "cuda backend: clip_factor needs the gradients and the train state");
     const bool vectorised = (reinterpret_cast<uintptr_t>(gradients) & 15) == 0;
     // The grid depends on the count alone, so the partials (and their sum) do too.
     const unsigned blocks = grid_for((count + 3) / 4, kThreads, kClipFactorMaxBlocks);
     sum_squares_kernel<<<blocks, kThreads, 0, stream>>>(gradients, count, vectorised, partials);
     MPT_CUDA_CHECK_LAUNCH("sum_squares_kernel");
-    clip_factor_kernel<<<1, kThreads, 0, stream>>>(partials, static_cast<int>(blocks), clipnorm, state, factor);
+    clip_factor_kernel<<<1, kThreads, 0, stream>>>(partials, static_cast<int>(blocks), clipnorm, state);
     MPT_CUDA_CHECK_LAUNCH("clip_factor_kernel");
 }
 
