@@ -129,28 +129,15 @@ TEST_CASE("a slice keeps its storage and context after its source's and its cont
 }
 
 TEST_CASE("binary cross-entropy judges the targets of the slice it is given, not its source's") {
-    const int64_t rows = 40;
-    const Blobs blobs = mpt_test::make_blobs(rows, 13);
-    BlobTrainerSetup setup;
-    setup.loss = MPT_LOSS_BINARY_CROSSENTROPY;
-    setup.head = MPT_ACTIVATION_SIGMOID;
-    setup.outputs = 1;
-    BlobTrainer trainer(setup);
-    std::vector<float> targets(static_cast<size_t>(rows));
-    for (int64_t r = 0; r < rows; ++r) targets[static_cast<size_t>(r)] = blobs.y[static_cast<size_t>(r)] == 0 ? 1.0f : 0.0f;
-    targets[30] = 2.0f;  // a count, not a probability, in row 30 only
-    mpt_dataset_t* whole = nullptr;
-    REQUIRE_OK(mpt_dataset_create_f32_targets(trainer.context, blobs.x.data(), rows, kBlobFeatures, targets.data(), 1, 1,
-                                              &whole));
-    mpt_dataset_t* clean = slice_of(whole, 0, 30);
-    mpt_dataset_t* with_row_30 = slice_of(whole, 20, 20);
-    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_fit(trainer.trainer, whole, 1, 10, 1));
-    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_fit(trainer.trainer, with_row_30, 1, 10, 1));
-    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_evaluate(trainer.trainer, with_row_30, 10, nullptr, nullptr));
-    REQUIRE_OK(mpt_trainer_fit(trainer.trainer, clean, 2, 10, 1));
-    Evaluation evaluation = evaluate(trainer, clean);
-    CHECK(std::isfinite(evaluation.loss));
-    for (mpt_dataset_t* dataset : {whole, clean, with_row_30}) mpt_dataset_destroy(dataset);
+    const mpt_test::BinaryTargets rows(13);
+    mpt_trainer_t* trainer = rows.trainer.trainer;
+    mpt_dataset_t* clean = slice_of(rows.whole, 0, rows.kCountRow);
+    mpt_dataset_t* with_count = slice_of(rows.whole, 20, 20);
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_fit(trainer, with_count, 1, 10, 1));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_evaluate(trainer, with_count, 10, nullptr, nullptr));
+    REQUIRE_OK(mpt_trainer_fit(trainer, clean, 2, 10, 1));
+    CHECK(std::isfinite(evaluate(rows.trainer, clean).loss));
+    for (mpt_dataset_t* dataset : {clean, with_count}) mpt_dataset_destroy(dataset);
 }
 
 TEST_CASE("slices out of range, NULL arguments and a destroyed source are refused and change nothing") {

@@ -158,29 +158,17 @@ TEST_CASE("a subset keeps its context after its source's and its context's handl
 }
 
 TEST_CASE("binary cross-entropy judges the targets of the subset it is given, not its source's") {
-    const int64_t rows = 40;
-    const Blobs blobs = mpt_test::make_blobs(rows, 44);
-    BlobTrainerSetup setup;
-    setup.loss = MPT_LOSS_BINARY_CROSSENTROPY;
-    setup.head = MPT_ACTIVATION_SIGMOID;
-    setup.outputs = 1;
-    BlobTrainer trainer(setup);
-    std::vector<float> targets(static_cast<size_t>(rows));
-    for (int64_t r = 0; r < rows; ++r) targets[static_cast<size_t>(r)] = blobs.y[static_cast<size_t>(r)] == 0 ? 1.0f : 0.0f;
-    targets[30] = 2.0f;  // a count, not a probability, in row 30 only
-    mpt_dataset_t* whole = nullptr;
-    REQUIRE_OK(mpt_dataset_create_f32_targets(trainer.context, blobs.x.data(), rows, kBlobFeatures, targets.data(), 1, 1,
-                                              &whole));
-    std::vector<int64_t> without_30, with_30 = {30};
-    for (int64_t r = 0; r < rows; ++r)
-        if (r != 30) without_30.push_back(r);
-    mpt_dataset_t* clean = subset_of(whole, without_30);
-    mpt_dataset_t* unclean = subset_of(whole, with_30);
-    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_fit(trainer.trainer, whole, 1, 10, 1));
-    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_fit(trainer.trainer, unclean, 1, 1, 1));
-    REQUIRE_OK(mpt_trainer_fit(trainer.trainer, clean, 2, 10, 1));
-    CHECK(std::isfinite(evaluate(trainer, clean).loss));
-    for (mpt_dataset_t* dataset : {whole, clean, unclean}) mpt_dataset_destroy(dataset);
+    const mpt_test::BinaryTargets rows(44);
+    mpt_trainer_t* trainer = rows.trainer.trainer;
+    std::vector<int64_t> others;
+    for (int64_t r = 0; r < rows.kRows; ++r)
+        if (r != rows.kCountRow) others.push_back(r);
+    mpt_dataset_t* clean = subset_of(rows.whole, others);
+    mpt_dataset_t* with_count = subset_of(rows.whole, {rows.kCountRow});
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_fit(trainer, with_count, 1, 1, 1));
+    REQUIRE_OK(mpt_trainer_fit(trainer, clean, 2, 10, 1));
+    CHECK(std::isfinite(evaluate(rows.trainer, clean).loss));
+    for (mpt_dataset_t* dataset : {clean, with_count}) mpt_dataset_destroy(dataset);
 }
 
 TEST_CASE("subsets of rows out of range, no rows and NULL arguments are refused, naming the index, and change nothing") {

@@ -115,4 +115,35 @@ inline Run train(const BlobTrainerSetup& setup, Kind kind, const Blobs& blobs,
     return run;
 }
 
+// A binary cross-entropy trainer (one sigmoid output) and 40 rows of the blobs whose targets are
+// probabilities but for row 30's (2, a count), as one dataset: which rows' targets decide whether
+// binary cross-entropy takes a dataset made from it.
+struct BinaryTargets {
+    static constexpr int64_t kRows = 40;
+    static constexpr int64_t kCountRow = 30;
+    Blobs blobs;
+    BlobTrainer trainer;
+    mpt_dataset_t* whole = nullptr;
+
+    static BlobTrainerSetup setup() {
+        BlobTrainerSetup setup;
+        setup.loss = MPT_LOSS_BINARY_CROSSENTROPY;
+        setup.head = MPT_ACTIVATION_SIGMOID;
+        setup.outputs = 1;
+        return setup;
+    }
+    explicit BinaryTargets(uint64_t seed) : blobs(make_blobs(kRows, seed)), trainer(setup()) {
+        std::vector<float> targets(static_cast<size_t>(kRows));
+        for (int64_t r = 0; r < kRows; ++r) targets[static_cast<size_t>(r)] = blobs.y[static_cast<size_t>(r)] == 0 ? 1.0f : 0.0f;
+        targets[kCountRow] = 2.0f;
+        REQUIRE_OK(mpt_dataset_create_f32_targets(trainer.context, blobs.x.data(), kRows, kBlobFeatures, targets.data(), 1,
+                                                  1, &whole));
+        // The whole dataset is refused: row 30's target is no probability.
+        CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_fit(trainer.trainer, whole, 1, 10, 1));
+    }
+    ~BinaryTargets() { mpt_dataset_destroy(whole); }
+    BinaryTargets(const BinaryTargets&) = delete;
+    BinaryTargets& operator=(const BinaryTargets&) = delete;
+};
+
 }  // namespace mpt_test
