@@ -424,10 +424,12 @@ TEST_CASE("label smoothing outside [0, 1), with mean squared error or unlike a c
 namespace {
 
 // One fp32 plain-SGD step over every row from seed 5, with class weights and row weights (empty:
-// none) and a global_clipnorm (0: not set): the weights' bits before and after it, and its loss.
+// none) and a global_clipnorm (0: not set): the weights' bits before and after it, its loss, and the
+// trainer's gradient_norm() before and after it.
 struct SgdStep {
     std::vector<uint32_t> before, after;
     float loss;
+    float gradient_norm_before, gradient_norm;
 };
 SgdStep one_sgd_step(const std::vector<float>& samples, const std::vector<int32_t>& labels, float learning_rate,
                      const std::vector<float>& class_weights, const std::vector<float>& row_weights,
@@ -442,9 +444,11 @@ SgdStep one_sgd_step(const std::vector<float>& samples, const std::vector<int32_
     mptrain::Trainer trainer(model, options);
     SgdStep step;
     step.before = weight_bits(model);
+    step.gradient_norm_before = trainer.gradient_norm();
     const int64_t rows = static_cast<int64_t>(labels.size());
     step.loss = row_weights.empty() ? trainer.step(data, 0, rows) : trainer.step(data.weighted(row_weights), 0, rows);
     step.after = weight_bits(model);
+    step.gradient_norm = trainer.gradient_norm();
     return step;
 }
 
@@ -589,6 +593,51 @@ TEST_CASE("global_clipnorm through the wrapper scales a step's gradient to the b
     const std::vector<uint32_t> plain = momentum_steps(std::nullopt);
     CHECK(plain != unclipped.before);  // the steps move the weights (from seed 5's, as one_sgd_step's)
     CHECK(momentum_steps(1e30f) == plain);
+}
+
+TEST_CASE("gradient_norm() through the wrapper is the last step's norm before clipping, and NaN where none was taken") {
+    std::vector<int32_t> labels;
+    const std::vector<float> samples = blob_samples(30, 71, labels);
+    constexpr float kRate = 0.05f, kBound = 1e-3f;
+    // One plain SGD step: the norm of its change over the rate is that of the gradient it applied.
+    const SgdStep unclipped = one_sgd_step(samples, labels, kRate, {}, {});
+    const SgdStep clipped = one_sgd_step(samples, labels, kRate, {}, {}, kBound);
+    CHECK(std::isnan(clipped.gradient_norm_before));  // before the first step
+    CHECK(clipped.gradient_norm == doctest::Approx(change_norm(unclipped) / kRate).epsilon(1e-4));
+    CHECK(clipped.gradient_norm > kBound);  // so that step was clipped
+    CHECK(std::isnan(unclipped.gradient_norm));  // no clipping: none taken
+
+    // From a progress callback of a clipping fit (one epoch of three batches of 10, unshuffled): each
+    // reported step's norm, finite and as step by step, with the same weights after it.
+    auto clipped_steps = [&](bool by_fit, std::vector<float>& norms) {
+        auto context = cpu_context(5);
+        auto model = mlp(context);
+        const auto data = mptrain::Dataset::from_f32(context, samples, kFeatures, labels, kClasses);
+        mptrain::TrainerOptions options;
+        options.precision(MPT_PRECISION_FP32).optimizer(MPT_OPTIMIZER_SGD).learning_rate(kRate).momentum(0.0f);
+        options.global_clipnorm(kBound);
+        mptrain::Trainer trainer(model, options);
+        if (by_fit) {
+            trainer.set_callbacks([&](const mptrain::Progress&) {
+                norms.push_back(trainer.gradient_norm());
+                return false;
+            });
+            trainer.fit(data, 1, 10, false);
+        } else {
+            for (int64_t step = 0; step < 3; ++step) {
+                trainer.step(data, 10 * step, 10);
+                norms.push_back(trainer.gradient_norm());
+            }
+        }
+        return weight_bits(model);
+    };
+    std::vector<float> step_norms, fit_norms;
+    const std::vector<uint32_t> stepped = clipped_steps(false, step_norms);
+    CHECK(clipped_steps(true, fit_norms) == stepped);
+    REQUIRE(fit_norms.size() == 3);
+    for (float norm : fit_norms) CHECK((std::isfinite(norm) && norm > kBound));
+    CHECK(fit_norms == step_norms);
+    CHECK((fit_norms[0] != fit_norms[1] && fit_norms[1] != fit_norms[2]));  // each step's own
 }
 
 TEST_CASE("a negative, NaN or infinite global_clipnorm throws INVALID_ARGUMENT from the wrapper's setter") {

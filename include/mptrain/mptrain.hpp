@@ -553,7 +553,8 @@ public:
      *  Error with MPT_STATUS_CANCELLED), as the C API allows. The epoch-end callback may call
      *  evaluate() on this Trainer (validation each epoch: the numbers of an evaluate() between
      *  one-epoch fits, and fit's run goes on unchanged); from the progress callback evaluate(), and
-     *  from either fit(), step() and predict(), throw Error with MPT_STATUS_INVALID_STATE. */
+     *  from either fit(), step() and predict(), throw Error with MPT_STATUS_INVALID_STATE.
+     *  gradient_norm() read from the progress callback is the reported step's. */
     void set_callbacks(ProgressCallback progress, EpochEndCallback epoch_end = {}) {
         Callbacks& callbacks = *checked_callbacks();
         auto functions = std::make_shared<const Callbacks::Functions>(
@@ -629,6 +630,16 @@ public:
         LossScaleState state;
         detail::check(mpt_trainer_get_loss_scale(get(), &state.scale, &state.growth_tracker, &state.skipped_steps));
         return state;
+    }
+    /** The global L2 norm of the last step's gradients (all weights and biases, the loss scale divided
+     *  out) before clipping: what TrainerOptions::global_clipnorm compared with its bound (PyTorch's
+     *  clip_grad_norm_ returns the same number). From a progress callback, the reported step's. Only a
+     *  clipping trainer computes it: NaN (not an Error) without clipping, before the first step, after
+     *  load_checkpoint(), and for a skipped step (its gradients not finite). */
+    float gradient_norm() const {
+        float out = 0.0f;
+        detail::check(mpt_trainer_get_gradient_norm(get(), &out));
+        return out;
     }
     /** {optimizer steps, completed epochs}. */
     std::pair<int64_t, int64_t> progress() const {

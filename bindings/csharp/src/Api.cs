@@ -868,7 +868,8 @@ namespace Mptrain
         /// goes on unchanged), on a data set of this trainer's context (one of another throws
         /// InvalidArgument); the library refuses them from the progress callback, and Fit, Step and
         /// Predict from either, with Status.InvalidState. LearningRate may be read and set from both,
-        /// and SaveCheckpoint called.</summary>
+        /// and SaveCheckpoint called; GradientNorm read from the progress callback is the reported
+        /// step's.</summary>
         public void SetCallbacks(Action<StepProgress> progress, Action<EpochProgress> epochEnd = null)
         {
             using (Family.Enter())
@@ -1073,6 +1074,24 @@ namespace Mptrain
                     var state = new LossScaleState();
                     MptException.Check(Native.mpt_trainer_get_loss_scale(Live, out state.Scale, out state.GrowthTracker, out state.SkippedSteps));
                     return state;
+                }
+            }
+        }
+
+        /// <summary>The global L2 norm of the last step's gradients (all weights and biases, the loss scale
+        /// divided out) before clipping: what TrainerOptions.GlobalClipnorm compared with its bound
+        /// (PyTorch's clip_grad_norm_ returns the same number). From a progress callback, the reported
+        /// step's. Only a clipping trainer computes it: NaN (not an exception) without clipping, before
+        /// the first step, after LoadCheckpoint, and for a skipped step (its gradients not finite).</summary>
+        public float GradientNorm
+        {
+            get
+            {
+                using (Family.Enter())
+                {
+                    float norm;
+                    MptException.Check(Native.mpt_trainer_get_gradient_norm(Live, out norm));
+                    return norm;
                 }
             }
         }

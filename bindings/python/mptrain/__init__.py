@@ -1093,7 +1093,8 @@ class Trainer(_Handle):
         each epoch (the numbers of a call between one-epoch fits, and fit's run goes on unchanged), on a
         data set of this trainer's context (one of another is refused with Status.INVALID_ARGUMENT). The
         library refuses them in progress, and fit, step and predict (rows) in either, with
-        Status.INVALID_STATE. The learning rate may be read and set in both, and a checkpoint saved."""
+        Status.INVALID_STATE. The learning rate may be read and set in both, and a checkpoint saved; the
+        gradient_norm read in progress is the reported step's."""
         for name, function in (("progress", progress), ("epoch_end", epoch_end)):
             if function is not None and not callable(function):
                 raise TypeError("%s must be callable or None" % name)
@@ -1260,6 +1261,18 @@ class Trainer(_Handle):
             _check(_lib().mpt_trainer_get_loss_scale(self._get(), ctypes.byref(scale), ctypes.byref(tracker),
                                                      ctypes.byref(skipped)))
         return LossScale(scale.value, tracker.value, skipped.value)
+
+    @property
+    def gradient_norm(self):
+        """The global L2 norm of the last step's gradients (all weights and biases, the loss scale
+        divided out) before clipping: what global_clipnorm compared with its bound (PyTorch's
+        clip_grad_norm_ returns the same number). From a progress callback, the reported step's. Only a
+        clipping trainer computes it: NaN (a float) without global_clipnorm, before the first step,
+        after load_checkpoint, and for a skipped step (its gradients not finite)."""
+        out = ctypes.c_float()
+        with self._family:
+            _check(_lib().mpt_trainer_get_gradient_norm(self._get(), ctypes.byref(out)))
+        return out.value
 
     @property
     def progress(self):

@@ -139,6 +139,7 @@ PROTOTYPES = {
     "mpt_trainer_get_learning_rate": (c_enum, [TrainerP, FloatP]),
     "mpt_trainer_get_scheduled_learning_rate": (c_enum, [TrainerP, FloatP]),
     "mpt_trainer_get_loss_scale": (c_enum, [TrainerP, FloatP, Int64P, Int64P]),
+    "mpt_trainer_get_gradient_norm": (c_enum, [TrainerP, FloatP]),
     "mpt_trainer_get_progress": (c_enum, [TrainerP, Int64P, Int64P]),
     "mpt_trainer_save_checkpoint": (c_enum, [TrainerP, c_char_p]),
     "mpt_trainer_load_checkpoint": (c_enum, [TrainerP, c_char_p]),

@@ -240,30 +240,42 @@ def test_label_smoothing_outside_0_1_or_with_mean_squared_error_is_refused(ctx, 
     assert "mean squared error" in info.value.message
 
 
+def clipnorm_sgd(samples, labels, steps, momentum, global_clipnorm=0.0, by_fit=False):
+    """fp32 SGD at rate 0.05 from seed 5 over `steps` batches of 10 rows: the weights' bytes after them,
+    the L2 norm of the change of all weights and biases over the rate (for one plain SGD step, the norm
+    of the gradient it applied), and the trainer's gradient_norm before the first step and after each
+    (by_fit: the steps are one unshuffled fit's over all rows, the norms read from its progress callback)."""
+    own_ctx = mptrain.Context(backend="cpu", threads=1, seed=5)
+    own_model = mlp(own_ctx)
+    trainer = mptrain.Trainer(own_model, precision="fp32", optimizer="sgd", learning_rate=0.05,
+                              momentum=momentum, global_clipnorm=global_clipnorm)
+    data = mptrain.Dataset.from_f32(own_ctx, samples, labels, CLASSES)
+
+    def weights():
+        return [v for layer in range(own_model.layer_count) for part in own_model.get_weights(layer)
+                for v in values(part)]
+
+    start = weights()
+    norms = [trainer.gradient_norm]
+    if by_fit:
+        assert steps == len(labels) // 10
+        trainer.set_callbacks(progress=lambda *report: norms.append(trainer.gradient_norm))
+        trainer.fit(data, epochs=1, batch_size=10, shuffle=False)
+    else:
+        for step in range(steps):
+            trainer.step(data, 10 * step, 10)
+            norms.append(trainer.gradient_norm)
+    change = math.sqrt(sum((after - before) ** 2 for after, before in zip(weights(), start))) / 0.05
+    trained = weight_bytes(own_model)
+    own_ctx.close()
+    return trained, change, norms
+
+
 def test_global_clipnorm_bounds_a_steps_gradient_norm_and_one_above_it_changes_nothing_bit_for_bit():
     samples, labels = make_blobs(rows=30, seed=71)
 
     def train(steps, momentum, global_clipnorm=0.0):
-        """fp32 SGD at rate 0.05 from seed 5 over `steps` batches of 10 rows: the weights' bytes after them
-        and the L2 norm of the change of all weights and biases over the rate (for one plain SGD step, the
-        norm of the gradient it applied)."""
-        own_ctx = mptrain.Context(backend="cpu", threads=1, seed=5)
-        own_model = mlp(own_ctx)
-        trainer = mptrain.Trainer(own_model, precision="fp32", optimizer="sgd", learning_rate=0.05,
-                                  momentum=momentum, global_clipnorm=global_clipnorm)
-        data = mptrain.Dataset.from_f32(own_ctx, samples, labels, CLASSES)
-
-        def weights():
-            return [v for layer in range(own_model.layer_count) for part in own_model.get_weights(layer)
-                    for v in values(part)]
-
-        start = weights()
-        for step in range(steps):
-            trainer.step(data, 10 * step, 10)
-        change = math.sqrt(sum((after - before) ** 2 for after, before in zip(weights(), start))) / 0.05
-        trained = weight_bytes(own_model)
-        own_ctx.close()
-        return trained, change
+        return clipnorm_sgd(samples, labels, steps, momentum, global_clipnorm)[:2]
 
     # A bound far above the gradients' norm: momentum SGD steps as without clipping, bit for bit.
     plain, _ = train(3, momentum=0.9)
@@ -275,6 +287,25 @@ def test_global_clipnorm_bounds_a_steps_gradient_norm_and_one_above_it_changes_n
     assert gradient_norm > 100 * 1e-3  # so that the bound clips
     assert clipped_norm == pytest.approx(1e-3, rel=1e-3)
     assert clipped != unclipped
+
+
+def test_gradient_norm_is_the_last_steps_before_clipping_and_nan_where_none_was_taken():
+    samples, labels = make_blobs(rows=30, seed=71)
+    # The norm of the gradient one unclipped plain SGD step applied, from its weight change.
+    _, gradient_norm, unclipped_norms = clipnorm_sgd(samples, labels, 1, momentum=0.0)
+    _, _, norms = clipnorm_sgd(samples, labels, 1, momentum=0.0, global_clipnorm=1e-3)
+    assert isinstance(norms[0], float) and math.isnan(norms[0])  # before the first step
+    assert norms[1] == pytest.approx(gradient_norm, rel=1e-4)  # before clipping: the unclipped step's
+    assert norms[1] > 1e-3  # so that step was clipped
+    assert isinstance(unclipped_norms[1], float) and math.isnan(unclipped_norms[1])  # no clipping: none taken
+    # From a progress callback of a clipping fit (one epoch of the same three batches, unshuffled): each
+    # reported step's norm, finite and as step by step, with the same weights after it.
+    stepped, _, step_norms = clipnorm_sgd(samples, labels, 3, momentum=0.0, global_clipnorm=1e-3)
+    fitted, _, fit_norms = clipnorm_sgd(samples, labels, 3, momentum=0.0, global_clipnorm=1e-3, by_fit=True)
+    assert fitted == stepped
+    assert len(fit_norms) == 4 and all(math.isfinite(norm) and norm > 1e-3 for norm in fit_norms[1:]), fit_norms
+    assert fit_norms[1:] == step_norms[1:]
+    assert len(set(fit_norms[1:])) == 3  # three steps' own norms, not one read three times
 
 
 def test_global_clipnorm_negative_nan_or_infinite_is_refused(model):

@@ -432,6 +432,10 @@ extern "C" {
         growth_tracker: *mut i64,
         skipped_steps: *mut i64,
     ) -> mpt_status;
+    pub fn mpt_trainer_get_gradient_norm(
+        trainer: *const mpt_trainer_t,
+        out: *mut c_float,
+    ) -> mpt_status;
     pub fn mpt_trainer_get_progress(
         trainer: *const mpt_trainer_t,
         steps: *mut i64,

@@ -1729,6 +1729,15 @@ impl FitControl<'_> {
         Ok(out)
     }
 
+    /// The norm of the reported step's gradients before clipping (NaN for a skipped step or without
+    /// clipping): a closure given to [`Trainer::on_progress_with`] logs each step's. See
+    /// [`Trainer::gradient_norm`].
+    pub fn gradient_norm(&self) -> Result<f32> {
+        let mut out = 0.0f32;
+        check(unsafe { sys::mpt_trainer_get_gradient_norm(self.trainer.as_ptr(), &mut out) })?;
+        Ok(out)
+    }
+
     /// Mean loss and accuracy over `dataset`, as [`Trainer::evaluate`] (batch_size 0: fit's): the
     /// validation of each epoch, for early stopping (return `Break`) or a schedule of your own.
     ///
@@ -1950,7 +1959,7 @@ impl Trainer {
     }
 
     /// As [`Trainer::on_progress`], with the running trainer to change between two steps (a
-    /// per-step learning-rate warm-up, say).
+    /// per-step learning-rate warm-up, say) or to read (the step's [`FitControl::gradient_norm`]).
     pub fn on_progress_with(
         &mut self,
         callback: impl FnMut(&Progress, &mut FitControl<'_>) -> ControlFlow<()> + Send + 'static,
@@ -2137,6 +2146,19 @@ impl Trainer {
             )
         })?;
         Ok(state)
+    }
+
+    /// The global L2 norm of the last step's gradients (all weights and biases, the loss scale
+    /// divided out) before clipping: what [`TrainerOptions::global_clipnorm`] compared with its bound
+    /// (PyTorch's `clip_grad_norm_` returns the same number). From `fit`'s progress closure, through
+    /// [`FitControl::gradient_norm`], the reported step's. Only a clipping trainer computes it: NaN
+    /// (not an error) without clipping, before the first step, after [`Trainer::load_checkpoint`],
+    /// and for a skipped step (its gradients not finite).
+    pub fn gradient_norm(&self) -> Result<f32> {
+        let _lock = self.family.enter()?;
+        let mut out = 0.0f32;
+        check(unsafe { sys::mpt_trainer_get_gradient_norm(self.raw.as_ptr(), &mut out) })?;
+        Ok(out)
     }
 
     /// Steps and epochs completed.
