@@ -847,6 +847,62 @@ void compare_clip_factor(Backend& reference, Backend& candidate) {
     }
 }
 
+// On a backend that takes the gradients' norm from the batch (clips_from_batch), that norm against
+// the norm of the gradients its dense updates write (clip_factor over them), for three layers of a
+// batch whose rows' gradients partly cancel (dZ of both signs), in every dtype.
+void compare_clip_paths(Backend& backend) {
+    const int64_t rows = 37;
+    struct Shape {
+        int64_t in_features, out_features;
+    };
+    const Shape shapes[] = {{136, 64}, {64, 24}, {24, 8}};
+    for (DType dtype : kDTypes) {
+        CAPTURE(std::string(dtype_name(dtype)));
+        REQUIRE(backend.clips_from_batch(rows));
+        TrainState initial = initial_train_state(LossScalerConfig{});
+        initial.loss_scale = 512.0f;
+        std::vector<Buffer> buffers;
+        std::vector<DenseUpdateArgs> layers;
+        std::vector<DenseUpdateShape> reserved;
+        int64_t gradient_elements = 0;
+        for (const Shape& shape : shapes) gradient_elements += shape.out_features * shape.in_features + shape.out_features;
+        Buffer gradients = poisoned(backend, DType::fp32, static_cast<size_t>(gradient_elements));
+        int64_t offset = 0;
+        Buffer state = upload_raw(backend, std::vector<TrainState>{initial});
+        for (const Shape& shape : shapes) {
+            std::vector<float> output_grad = random_values(static_cast<size_t>(rows * shape.out_features), -1, 1);
+            for (float& g : output_grad) g *= initial.loss_scale / static_cast<float>(rows);
+            buffers.push_back(upload(backend, dtype, rounded(output_grad, dtype)));
+            buffers.push_back(upload(backend, dtype, rounded(random_values(static_cast<size_t>(rows * shape.in_features), 0, 1), dtype)));
+            DenseUpdateArgs args{};
+            args.output_grad = buffers[buffers.size() - 2].data();
+            args.input = buffers.back().data();
+            args.weight_grad = gradients.as<float>() + offset;
+            args.bias_grad = gradients.as<float>() + offset + shape.out_features * shape.in_features;
+            offset += shape.out_features * shape.in_features + shape.out_features;
+            args.rows = rows;
+            args.in_features = shape.in_features;
+            args.out_features = shape.out_features;
+            args.compute_dtype = dtype;
+            args.state = state.as<TrainState>();
+            args.part = UpdatePart::gradient;
+            layers.push_back(args);
+            reserved.push_back({shape.in_features, shape.out_features, dtype});
+        }
+        backend.reserve_update_scratch(reserved.data(), static_cast<int>(reserved.size()), rows);
+        for (const DenseUpdateArgs& args : layers) backend.dense_update(args, OptimizerConfig{});
+        const float clipnorm = 1e-3f;  // far below: the factor is clipnorm / norm
+        backend.clip_factor(gradients.as<float>(), gradient_elements, clipnorm, state.as<TrainState>());
+        const TrainState written = download_raw<TrainState>(backend, state, 1)[0];
+        backend.clip_factor_from_batch(layers.data(), static_cast<int>(layers.size()), clipnorm, state.as<TrainState>());
+        const TrainState from_batch = download_raw<TrainState>(backend, state, 1)[0];
+        CHECK(std::isfinite(written.gradient_norm));
+        CHECK(from_batch.gradient_norm == doctest::Approx(written.gradient_norm).epsilon(1e-5));
+        CHECK(from_batch.clip_factor == doctest::Approx(written.clip_factor).epsilon(1e-5));
+        CHECK(from_batch.clip_factor < 1.0f);
+    }
+}
+
 // All trials of a dtype in one batched call, as a step issues them: ragged tails, misaligned
 // starts, a negative maximum, NaN, -Inf, all zeros, an empty tensor, and 4 M elements whose maximum
 // lies beyond the first pass of the grid (about 1 M elements in fp32 and 2 M in 16 bits on an H200).
@@ -1050,6 +1106,11 @@ TEST_CASE("the op comparison harness agrees CPU against CPU") {
 
 // The measure itself: poison and non-finite results fail it, an infinity both sides hold does not
 // (fp16 gradients both backends overflow; a 0.1% chance per run of the NaN-logit tanh case).
+TEST_CASE("the CPU's gradient norm from the batch is the norm of the gradients its updates write") {
+    auto cpu = make_cpu();
+    compare_clip_paths(*cpu);
+}
+
 TEST_CASE("the normalised error fails poison and stray infinities, not infinities both sides hold") {
     const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
     CHECK(normalised_error({3.0f, 4.0f}, {3.0f, 4.0f}) == 0.0);

@@ -1,7 +1,9 @@
 // Gradient clipping by global norm through the C API (mpt_trainer_options_set_global_clipnorm,
 // Keras's global_clipnorm): a clipped step against the unclipped one (one factor for all layers,
 // from the norm of the unscaled gradients), a bound above the norm changing nothing, skipped steps,
-// checkpoints and the refusals.
+// checkpoints, the gradient norm reported, and the refusals. The CPU takes the norm from the batch
+// (Gram matrices) up to 64 rows and from the gradients written in memory above: the cases that
+// step run on both sides of that line (kSmallBatch, kLargeBatch).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -26,14 +28,16 @@ using mpt_test::kBlobHidden;
 using mpt_test::same_bits;
 
 constexpr int64_t kRows = 48;
+constexpr int64_t kSmallBatch = 16, kLargeBatch = 96;
 // The blob model's parameters in BlobTrainer::weights()'s order: layer 0's weights and biases, then
 // layer 1's.
 constexpr int64_t kLayerParameters[2] = {kBlobHidden * kBlobFeatures + kBlobHidden, kBlobClasses * kBlobHidden + kBlobClasses};
 
-// Steps `trainer` over `steps` batches of 16 rows of `blobs`, in order.
-void take_steps(const BlobTrainer& trainer, const Blobs& blobs, int steps) {
+// Steps `trainer` over `steps` batches of `batch` rows of `blobs` (a multiple of `batch` rows), in order.
+void take_steps(const BlobTrainer& trainer, const Blobs& blobs, int steps, int64_t batch = kSmallBatch) {
     mpt_dataset_t* dataset = trainer.labels(blobs);
-    for (int s = 0; s < steps; ++s) REQUIRE_OK(mpt_trainer_step(trainer.trainer, dataset, (16 * s) % blobs.rows(), 16, nullptr));
+    for (int s = 0; s < steps; ++s)
+        REQUIRE_OK(mpt_trainer_step(trainer.trainer, dataset, (batch * s) % blobs.rows(), batch, nullptr));
     mpt_dataset_destroy(dataset);
 }
 
@@ -83,31 +87,34 @@ double gradient_norm(const BlobTrainerSetup& setup, const Blobs& blobs) {
 }  // namespace
 
 TEST_CASE("a clipped SGD step is the unclipped step times clipnorm / global norm, the same factor in every layer") {
-    const Blobs blobs = mpt_test::make_blobs(kRows, 31, 1.0);
-    BlobTrainerSetup setup;
-    setup.learning_rate = 0.5f;
-    const std::vector<double> unclipped = one_step_change(setup, blobs);
-    const double gradient = norm(unclipped) / setup.learning_rate;
-    REQUIRE(gradient > 0.1);
-    // Clipping each layer by its own norm (Keras's clipnorm) would give each layer its own factor.
-    const size_t split = static_cast<size_t>(kLayerParameters[0]);
-    for (double ratio : {0.25, 0.6}) {
-        CAPTURE(ratio);
-        BlobTrainerSetup clipped = setup;
-        clipped.global_clipnorm = static_cast<float>(gradient * ratio);
-        const std::vector<double> change = one_step_change(clipped, blobs);
-        const double factor = static_cast<double>(clipped.global_clipnorm) / gradient;
-        CHECK(largest_relative_gap(change, unclipped, factor) < 1e-5);
-        // Each layer by the one factor, and the step's gradient now as long as the bound.
-        CHECK(norm(change, 0, split) / norm(unclipped, 0, split) == doctest::Approx(factor).epsilon(1e-5));
-        CHECK(norm(change, split) / norm(unclipped, split) == doctest::Approx(factor).epsilon(1e-5));
-        CHECK(norm(change) / setup.learning_rate == doctest::Approx(clipped.global_clipnorm).epsilon(1e-5));
+    for (int64_t rows : {kRows, kLargeBatch}) {
+        CAPTURE(rows);
+        const Blobs blobs = mpt_test::make_blobs(rows, 31, 1.0);
+        BlobTrainerSetup setup;
+        setup.learning_rate = 0.5f;
+        const std::vector<double> unclipped = one_step_change(setup, blobs);
+        const double gradient = norm(unclipped) / setup.learning_rate;
+        REQUIRE(gradient > 0.1);
+        // Clipping each layer by its own norm (Keras's clipnorm) would give each layer its own factor.
+        const size_t split = static_cast<size_t>(kLayerParameters[0]);
+        for (double ratio : {0.25, 0.6}) {
+            CAPTURE(ratio);
+            BlobTrainerSetup clipped = setup;
+            clipped.global_clipnorm = static_cast<float>(gradient * ratio);
+            const std::vector<double> change = one_step_change(clipped, blobs);
+            const double factor = static_cast<double>(clipped.global_clipnorm) / gradient;
+            CHECK(largest_relative_gap(change, unclipped, factor) < 1e-5);
+            // Each layer by the one factor, and the step's gradient now as long as the bound.
+            CHECK(norm(change, 0, split) / norm(unclipped, 0, split) == doctest::Approx(factor).epsilon(1e-5));
+            CHECK(norm(change, split) / norm(unclipped, split) == doctest::Approx(factor).epsilon(1e-5));
+            CHECK(norm(change) / setup.learning_rate == doctest::Approx(clipped.global_clipnorm).epsilon(1e-5));
+        }
+        // A bound above the norm leaves plain SGD's step as it was (within float rounding: the clipped
+        // step adds a gradient it keeps in memory, the plain one accumulates it into the weights).
+        BlobTrainerSetup loose = setup;
+        loose.global_clipnorm = static_cast<float>(gradient * 1.01);
+        CHECK(largest_relative_gap(one_step_change(loose, blobs), unclipped, 1.0) < 1e-6);
     }
-    // A bound above the norm leaves plain SGD's step as it was (within float rounding: the clipped
-    // step adds a gradient it keeps in memory, the plain one accumulates it into the weights).
-    BlobTrainerSetup loose = setup;
-    loose.global_clipnorm = static_cast<float>(gradient * 1.01);
-    CHECK(largest_relative_gap(one_step_change(loose, blobs), unclipped, 1.0) < 1e-6);
 }
 
 TEST_CASE("a clipped step is exactly as long as the bound, whatever the model's width and the batch size") {
@@ -115,7 +122,7 @@ TEST_CASE("a clipped step is exactly as long as the bound, whatever the model's 
     // biases that no gradient fills: a norm that took in whatever another buffer left there (the
     // logits, at hidden width 8) came out several times too long.
     for (int64_t hidden : {8, 16, 24, 40}) {
-        for (int64_t rows : {16, 32, 48}) {
+        for (int64_t rows : {16, 32, 48, 96, 128}) {
             CAPTURE(hidden);
             CAPTURE(rows);
             const Blobs blobs = mpt_test::make_blobs(rows, 38, 1.0);
@@ -130,29 +137,32 @@ TEST_CASE("a clipped step is exactly as long as the bound, whatever the model's 
 }
 
 TEST_CASE("a bound above the gradients' norm changes nothing, bit for bit, with momentum and Adam in every precision") {
-    const Blobs blobs = mpt_test::make_blobs(kRows, 32, 1.0);
+    const Blobs blobs = mpt_test::make_blobs(2 * kLargeBatch, 32, 1.0);
     for (mpt_precision precision : {MPT_PRECISION_FP32, MPT_PRECISION_MIXED_FP16, MPT_PRECISION_MIXED_BF16}) {
         for (mpt_optimizer optimizer : {MPT_OPTIMIZER_SGD, MPT_OPTIMIZER_ADAM}) {
-            CAPTURE(static_cast<int>(precision));
-            CAPTURE(static_cast<int>(optimizer));
-            BlobTrainerSetup setup;
-            setup.precision = precision;
-            setup.optimizer = optimizer;
-            setup.momentum = optimizer == MPT_OPTIMIZER_SGD ? 0.9f : 0.0f;
-            BlobTrainerSetup bounded = setup;
-            bounded.global_clipnorm = 1e30f;
-            BlobTrainer plain(setup), clipped(bounded);
-            REQUIRE(same_bits(plain.weights(), clipped.weights()));
-            take_steps(plain, blobs, 5);
-            take_steps(clipped, blobs, 5);
-            CHECK(same_bits(plain.weights(), clipped.weights()));
-            CHECK_FALSE(same_bits(plain.weights(), BlobTrainer(setup).weights()));  // they did train
+            for (int64_t batch : {kSmallBatch, kLargeBatch}) {
+                CAPTURE(static_cast<int>(precision));
+                CAPTURE(static_cast<int>(optimizer));
+                CAPTURE(batch);
+                BlobTrainerSetup setup;
+                setup.precision = precision;
+                setup.optimizer = optimizer;
+                setup.momentum = optimizer == MPT_OPTIMIZER_SGD ? 0.9f : 0.0f;
+                BlobTrainerSetup bounded = setup;
+                bounded.global_clipnorm = 1e30f;
+                BlobTrainer plain(setup), clipped(bounded);
+                REQUIRE(same_bits(plain.weights(), clipped.weights()));
+                take_steps(plain, blobs, 5, batch);
+                take_steps(clipped, blobs, 5, batch);
+                CHECK(same_bits(plain.weights(), clipped.weights()));
+                CHECK_FALSE(same_bits(plain.weights(), BlobTrainer(setup).weights()));  // they did train
+            }
         }
     }
 }
 
 TEST_CASE("the norm is the unscaled gradients': a loss scale changes no clipped step") {
-    const Blobs blobs = mpt_test::make_blobs(kRows, 33, 1.0);
+    const Blobs blobs = mpt_test::make_blobs(2 * kLargeBatch, 33, 1.0);
     BlobTrainerSetup setup;
     setup.optimizer = MPT_OPTIMIZER_SGD;
     setup.momentum = 0.5f;
@@ -162,13 +172,16 @@ TEST_CASE("the norm is the unscaled gradients': a loss scale changes no clipped 
         BlobTrainerSetup scaled = setup;
         scaled.loss_scaling = MPT_LOSS_SCALING_STATIC;
         scaled.initial_scale = 1024.0f;
-        BlobTrainer plain(setup), with_scale(scaled);
-        take_steps(plain, blobs, 4);
-        take_steps(with_scale, blobs, 4);
-        float scale = 0.0f;
-        REQUIRE_OK(mpt_trainer_get_loss_scale(with_scale.trainer, &scale, nullptr, nullptr));
-        REQUIRE(scale == 1024.0f);
-        CHECK(same_bits(plain.weights(), with_scale.weights()));
+        for (int64_t batch : {kSmallBatch, kLargeBatch}) {
+            CAPTURE(batch);
+            BlobTrainer plain(setup), with_scale(scaled);
+            take_steps(plain, blobs, 4, batch);
+            take_steps(with_scale, blobs, 4, batch);
+            float scale = 0.0f;
+            REQUIRE_OK(mpt_trainer_get_loss_scale(with_scale.trainer, &scale, nullptr, nullptr));
+            REQUIRE(scale == 1024.0f);
+            CHECK(same_bits(plain.weights(), with_scale.weights()));
+        }
     }
     SUBCASE("mixed precision (fp16 at its dynamic 2^15) clips within its rounding of fp32's step") {
         const std::vector<double> reference = one_step_change(setup, blobs);

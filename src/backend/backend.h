@@ -102,9 +102,10 @@ enum MetricsIndex { kMetricLossSum = 0, kMetricCorrect = 1, kMetricCounted = 2, 
 // scratch gradients first (update_needs_gradient_scratch). Either way the low-precision copy is
 // written from the new masters. Skipped entirely when state->found_inf.
 //
-// Gradient clipping needs every layer's gradient before any layer's update, so an update can also
-// run in two parts: `gradient` writes dW/db (times the loss scale) to weight_grad/bias_grad and
-// changes nothing else; `apply` updates the masters from them, times *gradient_factor.
+// Gradient clipping needs the norm of every layer's gradient before any layer's update. A backend
+// that takes it from the batch (clips_from_batch) runs whole updates times *gradient_factor. Else an
+// update runs in two parts: `gradient` writes dW/db (times the loss scale) to weight_grad/bias_grad
+// and changes nothing else; `apply` updates the masters from them, times *gradient_factor.
 enum class UpdatePart : uint8_t { whole, gradient, apply };
 
 // One layer's update as reserve_update_scratch sees it.
@@ -132,7 +133,7 @@ struct DenseUpdateArgs {
     const TrainState* state;   // loss scale, found_inf, applied steps (Adam's bias correction)
     GemmWorkspace workspace;
     UpdatePart part = UpdatePart::whole;  // gradient and apply need weight_grad and bias_grad
-    // apply only, backend memory: multiplies every gradient (TrainState::clip_factor). Null: 1.
+    // whole or apply, backend memory: multiplies every gradient (TrainState::clip_factor). Null: 1.
     const float* gradient_factor = nullptr;
 };
 
@@ -257,6 +258,18 @@ public:
     // `gradients` are `count` values as UpdatePart::gradient left them. The sum is taken in double,
     // in an order that does not depend on the thread count.
     virtual void clip_factor(const float* gradients, int64_t count, float clipnorm, TrainState* state) = 0;
+    // Whether clip_factor_from_batch serves batches of `rows`: a backend where the gradients' norm
+    // costs less from each layer's dZ and A_prev, through rows x rows Gram matrices, than writing
+    // every gradient and reading it back, when the batch is small next to the layers.
+    virtual bool clips_from_batch(int64_t /*rows*/) const { return false; }
+    // record_global_clip(*state, sum of the `count` layers' ||dW||^2 + ||db||^2, clipnorm), the
+    // gradients as their dense updates would compute them but never written: with G = dZ dZ^T and
+    // H = A_prev A_prev^T (rows x rows), ||dZ^T A_prev||^2 = sum of G (.) H and ||db||^2 = sum of G.
+    // Only where clips_from_batch(rows); before reserve_update_scratch has reserved at `rows`.
+    virtual void clip_factor_from_batch(const DenseUpdateArgs* /*layers*/, int /*count*/, float /*clipnorm*/,
+                                        TrainState* /*state*/) {
+        fail(MPT_STATUS_INTERNAL, "this backend takes no gradient norm from the batch");
+    }
     // Before a step's first dense_update at `rows` per batch (the executor calls it once per batch
     // size): a backend whose updates grow scratch as they first need it (the CPU's weight-gradient
     // GEMMs) reserves it for all `count` layers here, so that running out of memory or budget fails

@@ -142,6 +142,7 @@ void Executor::reserve_rows(int64_t rows) {
         slot.row_weights = plan.add(row_count * sizeof(float), 0, ArenaPlan::kAlways);
     }
     layer_slots_.assign(layers.size(), LayerSlots{});
+    layer_updates_.assign(layers.size(), DenseUpdateArgs{});
     const int last = layer_count - 1;
     for (int i = 0; i < layer_count; ++i) {
         const DenseLayer& layer = layers[static_cast<size_t>(i)];
@@ -167,13 +168,14 @@ void Executor::reserve_rows(int64_t rows) {
     }
     // One layer's dW and db where the backend's update needs them in memory at this batch size:
     // layers are updated one after another, so one scratch of the largest layer serves them all,
-    // and it lives in the update phase only. Clipping needs every layer's at once (their norm comes
-    // before the first update), in the parameter layout, whose alignment gaps between the layers'
-    // weights and biases no gradient writes and clip_factor sums: they must keep the zeros the
-    // arena is made with, so this scratch shares its bytes with no other buffer (live all step).
+    // and it lives in the update phase only. Clipping, unless the backend takes the norm from the
+    // batch, needs every layer's at once (their norm comes before the first update), in the
+    // parameter layout, whose alignment gaps between the layers' weights and biases no gradient
+    // writes and clip_factor sums: they must keep the zeros the arena is made with, so this scratch
+    // shares its bytes with no other buffer (live all step).
     gradient_scratch_ = -1;
     const int update_phase = 2 * layer_count + 1;
-    if (training && clips_gradients(optimizer_)) {
+    if (training && clips_gradients(optimizer_) && !backend_.clips_from_batch(rows)) {
         gradient_scratch_ = plan.add(static_cast<size_t>(model_.parameter_block_elements()) * sizeof(float), 0,
                                      ArenaPlan::kAlways);
     } else if (training && backend_.update_needs_gradient_scratch(optimizer_, rows)) {
@@ -406,24 +408,40 @@ void Executor::update(int slot, int64_t rows) {
 }
 
 void Executor::update_layers(int slot, int64_t rows) {
+    const size_t count = model_.layers().size();
     if (!clips_gradients(optimizer_)) {
-        for (size_t i = 0; i < model_.layers().size(); ++i) update_layer(i, slot, rows, UpdatePart::whole);
+        for (size_t i = 0; i < count; ++i) backend_.dense_update(layer_update(i, slot, rows, UpdatePart::whole), optimizer_);
+        return;
+    }
+    if (backend_.clips_from_batch(rows)) {
+        // The norm from the batch, then every whole update times the factor.
+        for (size_t i = 0; i < count; ++i) layer_updates_[i] = layer_update(i, slot, rows, UpdatePart::whole);
+        backend_.clip_factor_from_batch(layer_updates_.data(), static_cast<int>(count), optimizer_.global_clipnorm,
+                                        state_);
+        for (DenseUpdateArgs& args : layer_updates_) {
+            args.gradient_factor = &state_->clip_factor;
+            backend_.dense_update(args, optimizer_);
+        }
         return;
     }
     // Every gradient, their norm's factor, then every update: the gradients of all layers lie in
     // the scratch in the parameter layout, so one clip_factor call covers them.
-    for (size_t i = 0; i < model_.layers().size(); ++i) update_layer(i, slot, rows, UpdatePart::gradient);
+    for (size_t i = 0; i < count; ++i) backend_.dense_update(layer_update(i, slot, rows, UpdatePart::gradient), optimizer_);
     backend_.clip_factor(static_cast<const float*>(step_buffer(gradient_scratch_)), model_.parameter_block_elements(),
                          optimizer_.global_clipnorm, state_);
-    for (size_t i = 0; i < model_.layers().size(); ++i) update_layer(i, slot, rows, UpdatePart::apply);
+    for (size_t i = 0; i < count; ++i) {
+        DenseUpdateArgs args = layer_update(i, slot, rows, UpdatePart::apply);
+        args.gradient_factor = &state_->clip_factor;
+        backend_.dense_update(args, optimizer_);
+    }
 }
 
-void Executor::update_layer(size_t i, int slot, int64_t rows, UpdatePart part) {
+DenseUpdateArgs Executor::layer_update(size_t i, int slot, int64_t rows, UpdatePart part) const {
     const DenseLayer& layer = model_.layers()[i];
     float* masters = model_.masters();
     float* gradient_scratch = static_cast<float*>(step_buffer(gradient_scratch_));
-    // A clipped step keeps every layer's gradient at its parameters' offsets; otherwise the layers
-    // take turns in one layer's scratch.
+    // A clipped step in parts keeps every layer's gradient at its parameters' offsets; otherwise the
+    // layers take turns in one layer's scratch.
     const int64_t scratch_offset = part == UpdatePart::whole ? 0 : layer.weight_offset;
     const bool low = !parameters_read_as_masters(i);
     DenseUpdateArgs args{};
@@ -446,8 +464,7 @@ void Executor::update_layer(size_t i, int slot, int64_t rows, UpdatePart part) {
     args.state = state_;
     args.workspace = gemm_workspace_;
     args.part = part;
-    args.gradient_factor = part == UpdatePart::apply ? &state_->clip_factor : nullptr;
-    backend_.dense_update(args, optimizer_);
+    return args;
 }
 
 TrainState Executor::read_state() const {

@@ -135,9 +135,9 @@ private:
     bool parameters_read_as_masters(size_t layer) const;
     const void* layer_bias(size_t layer) const;
     // Every layer's dense_update (update's second half, after the step is proven finite or not);
-    // with clipping, every layer's gradient, the clip factor, then every layer's update.
+    // with clipping, the clip factor first (from the batch, or from every layer's gradient part).
     void update_layers(int slot, int64_t rows);
-    void update_layer(size_t layer, int slot, int64_t rows, UpdatePart part);
+    DenseUpdateArgs layer_update(size_t layer, int slot, int64_t rows, UpdatePart part) const;
     void* step_buffer(int id) const { return id < 0 ? nullptr : step_arena_.at<char>(step_plan_.offset(id)); }
     const void* layer_input(size_t layer, int slot) const;
 
@@ -178,6 +178,7 @@ private:
     int64_t planned_rows_ = 0;
     int64_t update_scratch_rows_ = 0;  // the batch size the backend last reserved update scratch for
     std::vector<LayerSlots> layer_slots_;
+    std::vector<DenseUpdateArgs> layer_updates_;  // a clipped step's, one per layer (sized when planning)
     BatchSlot batch_slots_[kBatchSlots];
     int logits_grad_ = -1;
     int gradient_scratch_ = -1;  // one layer's dW and db where the update needs them; all layers' when clipping

@@ -88,12 +88,16 @@ std::unique_ptr<Backend> create_cpu_backend(int threads, MemoryTracker* memory) 
 CpuBackend::CpuBackend(int threads, MemoryTracker* memory) : pool_(resolve_threads(threads)) {
     pool_.charge_scratch_to(memory);
     cpu_gemm_set_threads(pool_.threads());
+    const char* clip_setting = std::getenv("MPTRAIN_CPU_CLIP_FROM_BATCH");
+    clip_from_batch_ = !(clip_setting && std::strcmp(clip_setting, "0") == 0);
 }
 
 std::string CpuBackend::setup_warning() const {
     std::string warnings = cpu_gemm_kernel_warning();
     const std::string unknown = unknown_environment_settings(
-        {{"MPTRAIN_CPU_AMX", {"0", "1"}}, {"MPTRAIN_CPU_SMALL_GEMM", {"0", "avx2", "avx512f"}}});
+        {{"MPTRAIN_CPU_AMX", {"0", "1"}},
+         {"MPTRAIN_CPU_SMALL_GEMM", {"0", "avx2", "avx512f"}},
+         {"MPTRAIN_CPU_CLIP_FROM_BATCH", {"0", "1"}}});
     if (!unknown.empty()) warnings += (warnings.empty() ? "" : "; ") + unknown;
     return warnings;
 }
@@ -191,6 +195,13 @@ void CpuBackend::reserve_update_scratch(const DenseUpdateShape* layers, int coun
         // dense_update's GEMM: dW[out, in] = dZ^T . A over the batch.
         for (int i = 0; i < count; ++i)
             reserve_gemm(layers[i].compute_dtype, true, false, layers[i].out_features, layers[i].in_features, rows);
+        // clip_factor_from_batch's Gram matrices, should the trainer clip: rows x rows each.
+        if (!clips_from_batch(rows)) return;
+        for (int i = 0; i < count; ++i) {
+            reserve_gemm(DType::fp32, false, true, rows, rows, layers[i].out_features);
+            reserve_gemm(DType::fp32, false, true, rows, rows, layers[i].in_features);
+        }
+        gram_.resize(static_cast<size_t>(2 * rows * rows));
     });
 }
 
@@ -371,8 +382,8 @@ void CpuBackend::dense_update(const DenseUpdateArgs& args, const OptimizerConfig
     const int64_t weight_count = args.out_features * args.in_features;
     OptimizerStepScalars scalars = optimizer_step_scalars(optimizer, state.loss_scale, state.applied_steps, state.steps);
     if (args.part == UpdatePart::whole && is_plain_sgd(optimizer)) {
-        // W += (-lr / scale) * dZ^T · A: the GEMM is the update.
-        const float step = -scalars.learning_rate * scalars.inverse_scale;
+        // W += (-lr / scale) * dZ^T · A: the GEMM is the update (times the clip factor, if given).
+        const float step = -scalars.learning_rate * scalars.inverse_scale * (args.gradient_factor ? *args.gradient_factor : 1.0f);
         gemm(args.compute_dtype, true, false, args.out_features, args.in_features, args.rows, step, output_grad,
              args.out_features, input, args.in_features, 1.0f, args.weights, args.in_features);
         column_sums(output_grad, args.rows, args.out_features, step, args.bias, true);
@@ -422,6 +433,34 @@ void CpuBackend::clip_factor(const float* gradients, int64_t count, float clipno
     });
     double sum = 0.0;
     for (int64_t chunk = 0; chunk < chunks; ++chunk) sum += partials[chunk];
+    record_global_clip(*state, sum, clipnorm);
+}
+
+// Up to this many rows the Gram matrices cost less than the gradients' extra passes through memory
+// (bench/NOTES.md, "Gradient clipping's cost").
+constexpr int64_t kClipFromBatchMaxRows = 64;
+
+bool CpuBackend::clips_from_batch(int64_t rows) const { return clip_from_batch_ && rows <= kClipFromBatchMaxRows; }
+
+void CpuBackend::clip_factor_from_batch(const DenseUpdateArgs* layers, int count, float clipnorm, TrainState* state) {
+    require(state != nullptr && (count == 0 || layers != nullptr), MPT_STATUS_INVALID_ARGUMENT,
+            "cpu backend: clip_factor_from_batch needs the layers and the train state");
+    double sum = 0.0;
+    for (int layer = 0; layer < count && !state->found_inf; ++layer) {  // a skipped step has no norm
+        const DenseUpdateArgs& args = layers[layer];
+        const int64_t rows = args.rows;
+        require(static_cast<size_t>(2 * rows * rows) <= gram_.size(), MPT_STATUS_INTERNAL,
+                "cpu backend: clip_factor_from_batch before reserve_update_scratch at this batch size");
+        float* output_gram = gram_.data();
+        float* input_gram = gram_.data() + rows * rows;
+        // The values as stored (already rounded to the layer's dtype), multiplied exactly in fp32.
+        gemm(DType::fp32, false, true, rows, rows, args.out_features, 1.0f, args.output_grad, args.out_features,
+             args.output_grad, args.out_features, 0.0f, output_gram, rows);
+        gemm(DType::fp32, false, true, rows, rows, args.in_features, 1.0f, args.input, args.in_features, args.input,
+             args.in_features, 0.0f, input_gram, rows);
+        for (int64_t i = 0; i < rows * rows; ++i)
+            sum += static_cast<double>(output_gram[i]) * input_gram[i] + static_cast<double>(output_gram[i]);
+    }
     record_global_clip(*state, sum, clipnorm);
 }
 

@@ -67,6 +67,8 @@ public:
     void decide_update(const float* max_abs_pairs, int layer_count, int64_t rows, TrainState* state) override;
     void dense_update(const DenseUpdateArgs& args, const OptimizerConfig& optimizer) override;
     void clip_factor(const float* gradients, int64_t count, float clipnorm, TrainState* state) override;
+    bool clips_from_batch(int64_t rows) const override;
+    void clip_factor_from_batch(const DenseUpdateArgs* layers, int count, float clipnorm, TrainState* state) override;
     void finish_step(TrainState* state, const LossScalerConfig& scaler) override;
 
     int threads() const { return pool_.threads(); }
@@ -96,6 +98,8 @@ private:
 
     ThreadPool pool_;
     std::vector<uint64_t> order_keys_;  // fill_order's scratch, kept between epochs
+    std::vector<float> gram_;           // clip_factor_from_batch's two Gram matrices, sized when reserving
+    bool clip_from_batch_ = true;       // MPTRAIN_CPU_CLIP_FROM_BATCH=0: clip from the gradients always
     CpuScheduler scheduler_;
 };
 

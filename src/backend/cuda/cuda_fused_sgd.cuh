@@ -15,9 +15,11 @@ namespace mpt {
 
 constexpr int64_t kFusedSgdMaxRows = 64;
 
-// Plain SGD (no momentum) on a batch of at most kFusedSgdMaxRows rows.
+// Plain SGD (no momentum) on a batch of at most kFusedSgdMaxRows rows, whole and unclipped (the
+// kernel takes no gradient factor; this backend clips from the gradients, in parts).
 inline bool fused_sgd_applies(const DenseUpdateArgs& args, const OptimizerConfig& optimizer) {
-    return is_plain_sgd(optimizer) && args.rows > 0 && args.rows <= kFusedSgdMaxRows;
+    return is_plain_sgd(optimizer) && args.rows > 0 && args.rows <= kFusedSgdMaxRows &&
+           args.part == UpdatePart::whole && args.gradient_factor == nullptr;
 }
 
 void run_fused_sgd(const DenseUpdateArgs& args, const OptimizerConfig& optimizer, cudaStream_t stream);
