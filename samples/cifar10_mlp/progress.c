@@ -105,6 +105,9 @@ static void draw_bar(progress* state, int64_t done, int64_t total, float loss, f
     if (final && state->validated)
         length += snprintf(line + length, sizeof line - (size_t)length, " - val_loss: %.4f - val_accuracy: %.4f",
                            (double)state->validation_loss, (double)state->validation_accuracy);
+    if (final && state->clipping)
+        length += snprintf(line + length, sizeof line - (size_t)length, " - grad_norm: %.4g",
+                           (double)state->gradient_norm);
 
     /* Blank what is left of a longer previous line. */
     printf("\r%s%*s", line, state->line_length > length ? state->line_length - length : 0, "");
@@ -170,6 +173,11 @@ int progress_on_epoch_end(int64_t epoch, float loss, float accuracy, void* user_
         return fail_in_callback(state, status, "reading the epoch's device time");
     state->device_seconds += epoch_device_seconds;
     state->device_steps += epoch_device_steps;
+    if (state->clipping) {
+        status = mpt_trainer_get_gradient_norm(state->trainer, &state->gradient_norm);
+        if (status != MPT_STATUS_OK)
+            return fail_in_callback(state, status, "reading the last step's gradient norm at the end of an epoch");
+    }
     steps = steps_now - state->steps_before_epoch;
     state->steps_before_epoch = steps_now;
     state->loss = loss;
@@ -191,6 +199,8 @@ int progress_on_epoch_end(int64_t epoch, float loss, float accuracy, void* user_
         if (state->validated)
             printf(" - val_loss: %.4f - val_accuracy: %.4f", (double)state->validation_loss,
                    (double)state->validation_accuracy);
+        if (state->clipping)
+            printf(" - grad_norm: %.4g", (double)state->gradient_norm);
         printf("\n");
         fflush(stdout);
         state->epoch_start = timer_seconds();

@@ -25,6 +25,8 @@ typedef struct progress {
     int validated;              /* the epoch-end caller set the next two for this epoch's line */
     float validation_loss;
     float validation_accuracy;
+    int clipping;               /* --clipnorm: each epoch's line shows its last step's gradient norm */
+    float gradient_norm;        /* that norm, before clipping (NaN for a skipped step) */
     double device_seconds;      /* summed mpt_trainer_get_last_epoch_time: GPU time on CUDA */
     int64_t device_steps;       /* the steps those epochs timed */
     int failed;                 /* an mptrain call inside a callback failed; fit was cancelled */

@@ -98,6 +98,8 @@ static void write_run(json_writer* json, const cli_options* options, const data_
     json_integer(json, "warmup_steps", options->warmup_steps);
     json_number(json, "label_smoothing", (double)options->label_smoothing);
     json_number(json, "global_clipnorm", (double)options->global_clipnorm);
+    if (options->global_clipnorm > 0.0f)
+        json_number(json, "last_gradient_norm", (double)run->last_gradient_norm);
     json_boolean(json, "validate", options->validate);
     json_number(json, "validation_split", options->validation_split);
     if (run->per_class)

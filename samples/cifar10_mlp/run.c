@@ -258,6 +258,7 @@ int run_training(const cli_options* options, mpt_precision precision, const data
                 options->lr_schedule == MPT_LR_SCHEDULE_CONSTANT ? "" : " and never decays");
 
     progress_init(progress_state, trainer, options->epochs, progress_stdout_is_terminal());
+    progress_state->clipping = options->global_clipnorm > 0.0f;
     callbacks.learning_rate_decay = options->learning_rate_decay;
     callbacks.rate_after_first_epoch = 0.0f;
     callbacks.validation_set = held_out != NULL ? held_out : options->validate ? test_set : NULL;
@@ -286,6 +287,7 @@ int run_training(const cli_options* options, mpt_precision precision, const data
     r.device_steps = progress_state->device_steps;
     r.device_us_per_step = r.device_steps > 0 ? r.train_device_seconds * 1e6 / (double)r.device_steps : 0.0;
     r.train_loss = progress_state->loss;
+    r.last_gradient_norm = progress_state->clipping ? progress_state->gradient_norm : 0.0f;
     r.train_accuracy = progress_state->accuracy;
     r.validated = progress_state->validated;
     r.validation_loss = progress_state->validation_loss;

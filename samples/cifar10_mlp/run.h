@@ -23,6 +23,7 @@ typedef struct run_result {
     int64_t parameters;
     float train_loss;         /* mean over the last epoch */
     float train_accuracy;
+    float last_gradient_norm;  /* --clipnorm: the last step's gradient norm before clipping */
     float test_loss;
     float test_accuracy;
     int validated;            /* the validation set was evaluated after each epoch; the last epoch's: */

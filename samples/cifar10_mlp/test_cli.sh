@@ -92,6 +92,12 @@ grep -q "| label smoothing 0.1 |" "$work/smoothed.out" || fail "smoothed run's h
 rate_is clipped global_clipnorm 0.5
 [ "$(json_value constant global_clipnorm)" = 0 ] || fail "constant run's JSON has global_clipnorm $(json_value constant global_clipnorm)"
 grep -q "| clipnorm 0.5 |" "$work/clipped.out" || fail "clipped run's header: $(grep '^data' "$work/clipped.out")"
+# Each epoch's line and the JSON show the last step's gradient norm, before clipping: above 1e-6.
+[ "$(grep -c ' - grad_norm: ' "$work/clipped_hard.out")" = 2 ] || fail "clipped run's epoch lines: $(grep '^Epoch' "$work/clipped_hard.out")"
+awk -v norm="$(json_value clipped_hard last_gradient_norm)" 'BEGIN { exit !(norm > 1e-3) }' ||
+    fail "the clipped run's last gradient norm is '$(json_value clipped_hard last_gradient_norm)'"
+[ -z "$(json_value constant last_gradient_norm)" ] || fail "an unclipped run's JSON has a gradient norm"
+grep -q 'grad_norm' "$work/constant.out" && fail "an unclipped run's epoch lines show a gradient norm"
 # Steps clipped to a norm of 1e-6 barely move the weights: the loss stays where it started (2.35
 # here), where the unclipped run's falls (to 2.13).
 awk -v hard="$(json_value clipped_hard train_loss)" -v plain="$(json_value constant train_loss)" \
