@@ -24,18 +24,13 @@ namespace {
 using mpt_test::BlobTrainer;
 using mpt_test::BlobTrainerSetup;
 using mpt_test::Blobs;
-using mpt_test::kBlobClasses;
 using mpt_test::kBlobFeatures;
 using mpt_test::evaluate;
 using mpt_test::Evaluation;
 using mpt_test::Kind;
-using mpt_test::kind_name;
 using mpt_test::make_dataset;
 using mpt_test::rows_of;
-using mpt_test::Run;
 using mpt_test::same_bits;
-using mpt_test::same_run;
-using mpt_test::train;
 
 constexpr int64_t kRows = 120;
 
@@ -62,25 +57,7 @@ mpt_dataset_t* split_by_copies(const BlobTrainer& trainer, const Blobs& blobs, K
 }  // namespace
 
 TEST_CASE("a validation split made of slices trains, steps, validates and evaluates bit for bit as one of copied rows") {
-    const Blobs blobs = mpt_test::make_blobs(kRows, 11, 1.2);
-    for (Kind kind : {Kind::u8_labels, Kind::f32_labels, Kind::f32_targets}) {
-        for (mpt_precision precision : {MPT_PRECISION_FP32, MPT_PRECISION_MIXED_FP16, MPT_PRECISION_MIXED_BF16}) {
-            CAPTURE(kind_name(kind));
-            CAPTURE(static_cast<int>(precision));
-            BlobTrainerSetup setup;
-            setup.precision = precision;
-            setup.optimizer = MPT_OPTIMIZER_ADAM;
-            setup.learning_rate = 0.01f;
-            if (kind == Kind::f32_targets) setup.loss = MPT_LOSS_CATEGORICAL_CROSSENTROPY;
-            const Run sliced = train(setup, kind, blobs, split_by_slices, blobs);
-            const Run copied = train(setup, kind, blobs, split_by_copies, blobs);
-            CHECK(sliced.validation.size() == 12);  // 3 epochs x (loss, accuracy, validation's)
-            CHECK(same_run(sliced, copied));
-            // The held-out quarter was learnt from the other three: the blobs are well separated.
-            REQUIRE(sliced.validation.size() == 12);
-            CHECK(sliced.validation[11] > 0.9f);
-        }
-    }
+    mpt_test::check_runs_as_copies(mpt_test::make_blobs(kRows, 11, 1.2), split_by_slices, split_by_copies);
 }
 
 TEST_CASE("a slice of a slice counts from that slice's first row") {

@@ -25,12 +25,8 @@ using mpt_test::Evaluation;
 using mpt_test::kBlobClasses;
 using mpt_test::kBlobFeatures;
 using mpt_test::Kind;
-using mpt_test::kind_name;
 using mpt_test::make_dataset;
-using mpt_test::Run;
 using mpt_test::same_bits;
-using mpt_test::same_run;
-using mpt_test::train;
 
 constexpr int64_t kRows = 120;
 
@@ -78,23 +74,7 @@ mpt_dataset_t* fold_by_copies(const BlobTrainer& trainer, const Blobs& blobs, Ki
 }  // namespace
 
 TEST_CASE("a k-fold split made of subsets trains, steps, validates and evaluates bit for bit as one of copied rows") {
-    const Blobs blobs = mpt_test::make_blobs(kRows, 41, 1.2);
-    for (Kind kind : {Kind::u8_labels, Kind::f32_labels, Kind::f32_targets}) {
-        for (mpt_precision precision : {MPT_PRECISION_FP32, MPT_PRECISION_MIXED_FP16, MPT_PRECISION_MIXED_BF16}) {
-            CAPTURE(kind_name(kind));
-            CAPTURE(static_cast<int>(precision));
-            BlobTrainerSetup setup;
-            setup.precision = precision;
-            setup.optimizer = MPT_OPTIMIZER_ADAM;
-            setup.learning_rate = 0.01f;
-            if (kind == Kind::f32_targets) setup.loss = MPT_LOSS_CATEGORICAL_CROSSENTROPY;
-            const Run subsets = train(setup, kind, blobs, fold_by_subsets, blobs);
-            const Run copies = train(setup, kind, blobs, fold_by_copies, blobs);
-            REQUIRE(subsets.validation.size() == 12);  // 3 epochs x (loss, accuracy, validation's)
-            CHECK(same_run(subsets, copies));
-            CHECK(subsets.validation[11] > 0.9f);  // the held-out fold was learnt from the others
-        }
-    }
+    mpt_test::check_runs_as_copies(mpt_test::make_blobs(kRows, 41, 1.2), fold_by_subsets, fold_by_copies);
 }
 
 TEST_CASE("a subset takes any rows in the order given, repeats included, with their labels and weights, from a slice's own rows") {

@@ -86,9 +86,11 @@ inline int validate_each_epoch(int64_t /*epoch*/, float loss, float accuracy, vo
 
 // Fits `train` for 3 shuffled epochs with `validation` evaluated from the epoch-end callback, takes
 // two steps, evaluates both sets and predicts.
-inline Run train(const BlobTrainerSetup& setup, Kind kind, const Blobs& blobs,
-          mpt_dataset_t* (*make_train)(const BlobTrainer&, const Blobs&, Kind, mpt_dataset_t**),
-          const Blobs& predicted) {
+// Makes a training set of `blobs` as `kind` for `trainer`, and its validation set in *validation.
+using MakeSplit = mpt_dataset_t* (*)(const BlobTrainer&, const Blobs&, Kind, mpt_dataset_t** validation);
+
+inline Run train(const BlobTrainerSetup& setup, Kind kind, const Blobs& blobs, MakeSplit make_train,
+                 const Blobs& predicted) {
     BlobTrainer trainer(setup);
     mpt_dataset_t* validation = nullptr;
     mpt_dataset_t* training = make_train(trainer, blobs, kind, &validation);
@@ -113,6 +115,27 @@ inline Run train(const BlobTrainerSetup& setup, Kind kind, const Blobs& blobs,
     mpt_dataset_destroy(training);
     mpt_dataset_destroy(validation);
     return run;
+}
+
+// For every kind of dataset and precision (Adam): the run on `made`'s datasets is the run on
+// `copied`'s (the same rows, copied), bit for bit, and its validation set was learnt from the rest.
+inline void check_runs_as_copies(const Blobs& blobs, MakeSplit made, MakeSplit copied) {
+    for (Kind kind : {Kind::u8_labels, Kind::f32_labels, Kind::f32_targets}) {
+        for (mpt_precision precision : {MPT_PRECISION_FP32, MPT_PRECISION_MIXED_FP16, MPT_PRECISION_MIXED_BF16}) {
+            CAPTURE(kind_name(kind));
+            CAPTURE(static_cast<int>(precision));
+            BlobTrainerSetup setup;
+            setup.precision = precision;
+            setup.optimizer = MPT_OPTIMIZER_ADAM;
+            setup.learning_rate = 0.01f;
+            if (kind == Kind::f32_targets) setup.loss = MPT_LOSS_CATEGORICAL_CROSSENTROPY;
+            const Run run = train(setup, kind, blobs, made, blobs);
+            const Run reference = train(setup, kind, blobs, copied, blobs);
+            REQUIRE(run.validation.size() == 12);  // 3 epochs x (loss, accuracy, validation's)
+            CHECK(same_run(run, reference));
+            CHECK(run.validation[11] > 0.9f);  // the blobs are well separated
+        }
+    }
 }
 
 // A binary cross-entropy trainer (one sigmoid output) and 40 rows of the blobs whose targets are
