@@ -6,6 +6,8 @@
 // step run on both sides of that line (kSmallBatch, kLargeBatch).
 #include <doctest/doctest.h>
 
+#include <stdlib.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -58,6 +60,12 @@ double norm(const std::vector<double>& values, size_t begin = 0, size_t end = SI
     double sum = 0.0;
     for (size_t i = begin; i < std::min(end, values.size()); ++i) sum += values[i] * values[i];
     return std::sqrt(sum);
+}
+
+float gradient_norm_of(const BlobTrainer& trainer) {
+    float norm = 0.0f;
+    REQUIRE_OK(mpt_trainer_get_gradient_norm(trainer.trainer, &norm));
+    return norm;
 }
 
 double largest_magnitude(const std::vector<double>& values) {
@@ -134,6 +142,80 @@ TEST_CASE("a clipped step is exactly as long as the bound, whatever the model's 
             CHECK(norm(change) / setup.learning_rate == doctest::Approx(setup.global_clipnorm).epsilon(1e-5));
         }
     }
+}
+
+TEST_CASE("steps on either side of the 64 rows up to which the CPU clips from the batch clip alike") {
+    // A trainer planned for large batches keeps every layer's gradient in one scratch; its steps of
+    // 64 rows or fewer take the norm from the batch and write their gradients where they like. The
+    // next large step must sum only what it wrote (seen failing when it summed the parameter
+    // layout's alignment gaps, which the smaller step had filled with the second layer's values).
+    const Blobs blobs = mpt_test::make_blobs(256, 42, 1.0);
+    BlobTrainerSetup setup;
+    setup.hidden = 64;
+    setup.outputs = 16;  // 3 classes used: the second layer's weight gradient has 16 rows of values
+    setup.momentum = 0.9f;
+    setup.global_clipnorm = 0.05f;
+    struct Steps {
+        std::vector<float> norms, weights;
+    };
+    const auto steps_at = [&](const BlobTrainer& trainer) {
+        Steps steps;
+        mpt_dataset_t* dataset = trainer.labels(blobs);
+        for (int64_t batch : {128, 32, 128, 128, 64, 256}) {
+            REQUIRE_OK(mpt_trainer_step(trainer.trainer, dataset, 0, batch, nullptr));
+            steps.norms.push_back(gradient_norm_of(trainer));
+        }
+        mpt_dataset_destroy(dataset);
+        steps.weights = trainer.weights();
+        return steps;
+    };
+    const BlobTrainer mixed(setup);
+    REQUIRE(setenv("MPTRAIN_CPU_CLIP_FROM_BATCH", "0", 1) == 0);  // read when a context is created
+    const BlobTrainer written(setup);
+    REQUIRE(unsetenv("MPTRAIN_CPU_CLIP_FROM_BATCH") == 0);
+    const Steps a = steps_at(mixed), b = steps_at(written);
+    for (size_t step = 0; step < a.norms.size(); ++step) {
+        CAPTURE(step);
+        CHECK(a.norms[step] == doctest::Approx(b.norms[step]).epsilon(1e-5));
+        CHECK(a.norms[step] > setup.global_clipnorm);  // every step clipped
+    }
+    double largest_gap = 0.0, largest = 0.0;
+    for (size_t i = 0; i < a.weights.size(); ++i) {
+        largest_gap = std::max(largest_gap, std::fabs(static_cast<double>(a.weights[i]) - b.weights[i]));
+        largest = std::max(largest, std::fabs(static_cast<double>(b.weights[i])));
+    }
+    CHECK(largest_gap / largest < 1e-5);
+}
+
+TEST_CASE("trainers of one context clipping at different batch sizes share the CPU's scratch") {
+    const Blobs blobs = mpt_test::make_blobs(64, 43, 1.0);
+    BlobTrainerSetup setup;
+    setup.global_clipnorm = 0.05f;
+    const BlobTrainer large(setup);
+    // A second trainer on the same context (its backend), stepping at 16 rows between large's steps.
+    mpt_model_t* model = nullptr;
+    REQUIRE_OK(mpt_model_create(large.context, kBlobFeatures, &model));
+    REQUIRE_OK(mpt_model_add_dense(model, kBlobHidden, MPT_ACTIVATION_RELU));
+    REQUIRE_OK(mpt_model_add_dense(model, kBlobClasses, MPT_ACTIVATION_SOFTMAX));
+    mpt_trainer_options_t* options = nullptr;
+    REQUIRE_OK(mpt_trainer_options_create(&options));
+    REQUIRE_OK(mpt_trainer_options_set_precision(options, MPT_PRECISION_FP32));
+    REQUIRE_OK(mpt_trainer_options_set_global_clipnorm(options, 0.05f));
+    mpt_trainer_t* small = nullptr;
+    REQUIRE_OK(mpt_trainer_create(model, options, &small));
+    mpt_trainer_options_destroy(options);
+    mpt_dataset_t* dataset = large.labels(blobs);
+    for (int round = 0; round < 2; ++round) {
+        REQUIRE_OK(mpt_trainer_step(large.trainer, dataset, 0, 64, nullptr));
+        REQUIRE_OK(mpt_trainer_step(small, dataset, 0, 16, nullptr));
+    }
+    REQUIRE_OK(mpt_trainer_step(large.trainer, dataset, 0, 64, nullptr));
+    float norm = 0.0f;
+    REQUIRE_OK(mpt_trainer_get_gradient_norm(large.trainer, &norm));
+    CHECK(std::isfinite(norm));
+    mpt_dataset_destroy(dataset);
+    mpt_trainer_destroy(small);
+    mpt_model_destroy(model);
 }
 
 TEST_CASE("a bound above the gradients' norm changes nothing, bit for bit, with momentum and Adam in every precision") {
@@ -287,16 +369,6 @@ TEST_CASE("clipping is an option a checkpoint must match, and a clipped run resu
     CHECK_MESSAGE(std::string(mpt_last_error()).find("global_clipnorm 0 (this trainer: 0.5)") != std::string::npos,
                   mpt_last_error());
 }
-
-namespace {
-
-float gradient_norm_of(const BlobTrainer& trainer) {
-    float norm = 0.0f;
-    REQUIRE_OK(mpt_trainer_get_gradient_norm(trainer.trainer, &norm));
-    return norm;
-}
-
-}  // namespace
 
 TEST_CASE("the gradient norm a clipping trainer reports is its last step's, before clipping; NaN where none was taken") {
     const Blobs blobs = mpt_test::make_blobs(kRows, 39, 1.0);

@@ -265,16 +265,21 @@ public:
     // record_global_clip(*state, sum of the `count` layers' ||dW||^2 + ||db||^2, clipnorm), the
     // gradients as their dense updates would compute them but never written: with G = dZ dZ^T and
     // H = A_prev A_prev^T (rows x rows), ||dZ^T A_prev||^2 = sum of G (.) H and ||db||^2 = sum of G.
-    // Only where clips_from_batch(rows); before reserve_update_scratch has reserved at `rows`.
-    virtual void clip_factor_from_batch(const DenseUpdateArgs* /*layers*/, int /*count*/, float /*clipnorm*/,
-                                        TrainState* /*state*/) {
+    // `max_abs_pairs` are decide_update's (max|dZ_i|, max|A_prev_i|), which say when a layer's values
+    // must be scaled for its Gram matrices to stay in range. Deterministic for a given thread count
+    // (the GEMMs are). Only where clips_from_batch(rows), after reserve_update_scratch at `rows`
+    // with clipping.
+    virtual void clip_factor_from_batch(const DenseUpdateArgs* /*layers*/, int /*count*/,
+                                        const float* /*max_abs_pairs*/, float /*clipnorm*/, TrainState* /*state*/) {
         fail(MPT_STATUS_INTERNAL, "this backend takes no gradient norm from the batch");
     }
     // Before a step's first dense_update at `rows` per batch (the executor calls it once per batch
     // size): a backend whose updates grow scratch as they first need it (the CPU's weight-gradient
-    // GEMMs) reserves it for all `count` layers here, so that running out of memory or budget fails
-    // the step before it updates any layer (a plain SGD update writes the weights in its GEMM).
-    virtual void reserve_update_scratch(const DenseUpdateShape* /*layers*/, int /*count*/, int64_t /*rows*/) {}
+    // GEMMs) reserves it for all `count` layers here, and what clip_factor_from_batch needs when
+    // `clipping`, so that running out of memory or budget fails the step before it updates any
+    // layer (a plain SGD update writes the weights in its GEMM).
+    virtual void reserve_update_scratch(const DenseUpdateShape* /*layers*/, int /*count*/, int64_t /*rows*/,
+                                        bool /*clipping*/) {}
     // Advances the loss scaler and the step counters after every layer's update.
     virtual void finish_step(TrainState* state, const LossScalerConfig& scaler) = 0;
 };

@@ -24,6 +24,7 @@ enum class ScratchUse {
     portable_a,        // portable_sgemm: a tile's A panel
     portable_b,        // portable_sgemm: a tile's B panel
     rounded_bias,      // CpuBackend::dense_forward: the bias rounded to its dtype (caller)
+    clip_gram,         // CpuBackend::clip_factor_from_batch: two Gram matrices, a scaled copy (caller)
     count
 };
 

@@ -169,15 +169,18 @@ void Executor::reserve_rows(int64_t rows) {
     // One layer's dW and db where the backend's update needs them in memory at this batch size:
     // layers are updated one after another, so one scratch of the largest layer serves them all,
     // and it lives in the update phase only. Clipping, unless the backend takes the norm from the
-    // batch, needs every layer's at once (their norm comes before the first update), in the
-    // parameter layout, whose alignment gaps between the layers' weights and biases no gradient
-    // writes and clip_factor sums: they must keep the zeros the arena is made with, so this scratch
-    // shares its bytes with no other buffer (live all step).
+    // batch, needs every layer's at once (their norm comes before the first update), packed
+    // without gaps (gradient_offsets_): clip_factor sums exactly what this step's gradients wrote.
     gradient_scratch_ = -1;
     const int update_phase = 2 * layer_count + 1;
+    gradient_offsets_.clear();
+    int64_t gradient_elements = 0;
+    for (const DenseLayer& layer : layers) {
+        gradient_offsets_.push_back(gradient_elements);
+        gradient_elements += layer.weight_count() + layer.padded_units;
+    }
     if (training && clips_gradients(optimizer_) && !backend_.clips_from_batch(rows)) {
-        gradient_scratch_ = plan.add(static_cast<size_t>(model_.parameter_block_elements()) * sizeof(float), 0,
-                                     ArenaPlan::kAlways);
+        gradient_scratch_ = plan.add(static_cast<size_t>(gradient_elements) * sizeof(float), update_phase, update_phase);
     } else if (training && backend_.update_needs_gradient_scratch(optimizer_, rows)) {
         int64_t largest_layer = 0;
         for (const DenseLayer& layer : layers)
@@ -376,7 +379,7 @@ void Executor::update(int slot, int64_t rows) {
         std::vector<DenseUpdateShape> shapes;
         for (size_t i = 0; i < layers.size(); ++i)
             shapes.push_back({layers[i].padded_inputs, layers[i].padded_units, layer_dtypes_[i]});
-        backend_.reserve_update_scratch(shapes.data(), layer_count, rows);
+        backend_.reserve_update_scratch(shapes.data(), layer_count, rows, clips_gradients(optimizer_));
         update_scratch_rows_ = rows;
     }
     // (max|dZ_i|, max|A_prev_i|) per layer, kMaxAbsInputs tensors per pass.
@@ -416,18 +419,20 @@ void Executor::update_layers(int slot, int64_t rows) {
     if (backend_.clips_from_batch(rows)) {
         // The norm from the batch, then every whole update times the factor.
         for (size_t i = 0; i < count; ++i) layer_updates_[i] = layer_update(i, slot, rows, UpdatePart::whole);
-        backend_.clip_factor_from_batch(layer_updates_.data(), static_cast<int>(count), optimizer_.global_clipnorm,
-                                        state_);
+        backend_.clip_factor_from_batch(layer_updates_.data(), static_cast<int>(count), gradient_bounds_,
+                                        optimizer_.global_clipnorm, state_);
         for (DenseUpdateArgs& args : layer_updates_) {
             args.gradient_factor = &state_->clip_factor;
             backend_.dense_update(args, optimizer_);
         }
         return;
     }
-    // Every gradient, their norm's factor, then every update: the gradients of all layers lie in
-    // the scratch in the parameter layout, so one clip_factor call covers them.
+    // Every gradient, their norm's factor, then every update: the gradients of all layers lie packed
+    // in the scratch, so one clip_factor call covers them and nothing else.
     for (size_t i = 0; i < count; ++i) backend_.dense_update(layer_update(i, slot, rows, UpdatePart::gradient), optimizer_);
-    backend_.clip_factor(static_cast<const float*>(step_buffer(gradient_scratch_)), model_.parameter_block_elements(),
+    const int64_t gradient_elements = gradient_offsets_.back() + model_.layers().back().weight_count() +
+                                      model_.layers().back().padded_units;
+    backend_.clip_factor(static_cast<const float*>(step_buffer(gradient_scratch_)), gradient_elements,
                          optimizer_.global_clipnorm, state_);
     for (size_t i = 0; i < count; ++i) {
         DenseUpdateArgs args = layer_update(i, slot, rows, UpdatePart::apply);
@@ -440,9 +445,9 @@ DenseUpdateArgs Executor::layer_update(size_t i, int slot, int64_t rows, UpdateP
     const DenseLayer& layer = model_.layers()[i];
     float* masters = model_.masters();
     float* gradient_scratch = static_cast<float*>(step_buffer(gradient_scratch_));
-    // A clipped step in parts keeps every layer's gradient at its parameters' offsets; otherwise the
-    // layers take turns in one layer's scratch.
-    const int64_t scratch_offset = part == UpdatePart::whole ? 0 : layer.weight_offset;
+    // A clipped step in parts keeps every layer's gradient, packed; otherwise the layers take turns
+    // in one layer's scratch.
+    const int64_t scratch_offset = part == UpdatePart::whole ? 0 : gradient_offsets_[i];
     const bool low = !parameters_read_as_masters(i);
     DenseUpdateArgs args{};
     args.output_grad = step_buffer(layer_slots_[i].output_grad);
@@ -452,7 +457,9 @@ DenseUpdateArgs Executor::layer_update(size_t i, int slot, int64_t rows, UpdateP
     args.low_weights = low ? low_copies_ + static_cast<size_t>(layer.weight_offset) * low_element_bytes_ : nullptr;
     args.low_bias = low ? low_copies_ + static_cast<size_t>(layer.bias_offset) * low_element_bytes_ : nullptr;
     args.weight_grad = gradient_scratch ? gradient_scratch + scratch_offset : nullptr;
-    args.bias_grad = gradient_scratch ? gradient_scratch + scratch_offset + (layer.bias_offset - layer.weight_offset) : nullptr;
+    // The bias right after the weights: in the parameter layout there may be an alignment gap.
+    const int64_t bias_after = part == UpdatePart::whole ? layer.bias_offset - layer.weight_offset : layer.weight_count();
+    args.bias_grad = gradient_scratch ? gradient_scratch + scratch_offset + bias_after : nullptr;
     for (int s = 0; s < 2; ++s) {
         args.weight_state[s] = optimizer_states_[s] ? optimizer_states_[s] + layer.weight_offset : nullptr;
         args.bias_state[s] = optimizer_states_[s] ? optimizer_states_[s] + layer.bias_offset : nullptr;

@@ -179,6 +179,9 @@ private:
     int64_t update_scratch_rows_ = 0;  // the batch size the backend last reserved update scratch for
     std::vector<LayerSlots> layer_slots_;
     std::vector<DenseUpdateArgs> layer_updates_;  // a clipped step's, one per layer (sized when planning)
+    // Where each layer's dW (then its db) lies in a clipped step's all-layer gradient scratch: packed,
+    // without the parameter layout's alignment gaps.
+    std::vector<int64_t> gradient_offsets_;
     BatchSlot batch_slots_[kBatchSlots];
     int logits_grad_ = -1;
     int gradient_scratch_ = -1;  // one layer's dW and db where the update needs them; all layers' when clipping

@@ -190,18 +190,28 @@ void CpuBackend::reserve_gemm(DType dtype, bool transpose_a, bool transpose_b, i
     }
 }
 
-void CpuBackend::reserve_update_scratch(const DenseUpdateShape* layers, int count, int64_t rows) {
+namespace {
+
+// clip_factor_from_batch's scratch at `rows` for layers up to `widest` features: the two Gram
+// matrices, then room for one layer's dZ or A_prev scaled into range.
+int64_t clip_gram_floats(int64_t rows, int64_t widest) { return 2 * rows * rows + rows * widest; }
+
+}  // namespace
+
+void CpuBackend::reserve_update_scratch(const DenseUpdateShape* layers, int count, int64_t rows, bool clipping) {
     freeing_scratch_on_failure([&] {
         // dense_update's GEMM: dW[out, in] = dZ^T . A over the batch.
         for (int i = 0; i < count; ++i)
             reserve_gemm(layers[i].compute_dtype, true, false, layers[i].out_features, layers[i].in_features, rows);
-        // clip_factor_from_batch's Gram matrices, should the trainer clip: rows x rows each.
-        if (!clips_from_batch(rows)) return;
+        if (!clipping || !clips_from_batch(rows)) return;
+        // clip_factor_from_batch's Gram GEMMs and scratch (grown, never shrunk: trainers share it).
+        int64_t widest = 0;
         for (int i = 0; i < count; ++i) {
             reserve_gemm(DType::fp32, false, true, rows, rows, layers[i].out_features);
             reserve_gemm(DType::fp32, false, true, rows, rows, layers[i].in_features);
+            widest = std::max({widest, layers[i].out_features, layers[i].in_features});
         }
-        gram_.resize(static_cast<size_t>(2 * rows * rows));
+        pool_.scratch(ScratchUse::clip_gram).reserve<float>(clip_gram_floats(rows, widest));
     });
 }
 
@@ -442,24 +452,52 @@ constexpr int64_t kClipFromBatchMaxRows = 64;
 
 bool CpuBackend::clips_from_batch(int64_t rows) const { return clip_from_batch_ && rows <= kClipFromBatchMaxRows; }
 
-void CpuBackend::clip_factor_from_batch(const DenseUpdateArgs* layers, int count, float clipnorm, TrainState* state) {
-    require(state != nullptr && (count == 0 || layers != nullptr), MPT_STATUS_INVALID_ARGUMENT,
-            "cpu backend: clip_factor_from_batch needs the layers and the train state");
+namespace {
+
+// Values whose largest magnitude lies in [2^-40, 2^40] keep their Gram matrix's sums (at most
+// 2^31 products each) far inside fp32's range; others are scaled into [0.5, 1) first.
+constexpr float kGramSafeLow = 0x1p-40f, kGramSafeHigh = 0x1p40f;
+
+}  // namespace
+
+void CpuBackend::clip_factor_from_batch(const DenseUpdateArgs* layers, int count, const float* max_abs_pairs,
+                                        float clipnorm, TrainState* state) {
+    require(state != nullptr && (count == 0 || (layers != nullptr && max_abs_pairs != nullptr)),
+            MPT_STATUS_INVALID_ARGUMENT, "cpu backend: clip_factor_from_batch needs the layers, their bounds and the train state");
     double sum = 0.0;
     for (int layer = 0; layer < count && !state->found_inf; ++layer) {  // a skipped step has no norm
         const DenseUpdateArgs& args = layers[layer];
         const int64_t rows = args.rows;
-        require(static_cast<size_t>(2 * rows * rows) <= gram_.size(), MPT_STATUS_INTERNAL,
-                "cpu backend: clip_factor_from_batch before reserve_update_scratch at this batch size");
-        float* output_gram = gram_.data();
-        float* input_gram = gram_.data() + rows * rows;
-        // The values as stored (already rounded to the layer's dtype), multiplied exactly in fp32.
-        gemm(DType::fp32, false, true, rows, rows, args.out_features, 1.0f, args.output_grad, args.out_features,
-             args.output_grad, args.out_features, 0.0f, output_gram, rows);
-        gemm(DType::fp32, false, true, rows, rows, args.in_features, 1.0f, args.input, args.in_features, args.input,
-             args.in_features, 0.0f, input_gram, rows);
-        for (int64_t i = 0; i < rows * rows; ++i)
-            sum += static_cast<double>(output_gram[i]) * input_gram[i] + static_cast<double>(output_gram[i]);
+        float* const scratch =
+            pool_.scratch(ScratchUse::clip_gram)
+                .reserve<float>(clip_gram_floats(rows, std::max(args.in_features, args.out_features)));
+        float* const output_gram = scratch;
+        float* const input_gram = scratch + rows * rows;
+        float* const scaled = scratch + 2 * rows * rows;
+        // X X^T for `values` [rows, width] as stored (rounded to the layer's dtype), in fp32; the
+        // power of two it was scaled by (squared) is returned, so that the sums come out right.
+        const auto gram = [&](const void* values, int64_t width, float largest, float* out) -> double {
+            const float* x = static_cast<const float*>(values);
+            double unscale = 1.0;
+            if (largest > 0.0f && !(largest >= kGramSafeLow && largest <= kGramSafeHigh)) {
+                const int exponent = std::ilogb(largest) + 1;  // largest * 2^-exponent in [0.5, 1)
+                const float scale = std::ldexp(1.0f, -exponent);
+                for (int64_t i = 0; i < rows * width; ++i) scaled[i] = x[i] * scale;
+                x = scaled;
+                unscale = std::ldexp(1.0, 2 * exponent);
+            }
+            gemm(DType::fp32, false, true, rows, rows, width, 1.0f, x, width, x, width, 0.0f, out, rows);
+            return unscale;
+        };
+        const double output_unscale = gram(args.output_grad, args.out_features, max_abs_pairs[2 * layer], output_gram);
+        const double input_unscale = gram(args.input, args.in_features, max_abs_pairs[2 * layer + 1], input_gram);
+        double weights = 0.0, bias = 0.0;
+        for (int64_t i = 0; i < rows * rows; ++i) {
+            weights += static_cast<double>(output_gram[i]) * input_gram[i];
+            bias += output_gram[i];
+        }
+        // Both are sums of squares: rows that cancel may leave a rounding error of either sign.
+        sum += std::max(weights, 0.0) * output_unscale * input_unscale + std::max(bias, 0.0) * output_unscale;
     }
     record_global_clip(*state, sum, clipnorm);
 }

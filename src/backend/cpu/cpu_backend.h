@@ -39,7 +39,7 @@ public:
     }
     int64_t weight_words_max_rows(DType compute_dtype) const override;
     void write_weight_words(const float* masters, uint16_t* words, DType dtype, int64_t count) override;
-    void reserve_update_scratch(const DenseUpdateShape* layers, int count, int64_t rows) override;
+    void reserve_update_scratch(const DenseUpdateShape* layers, int count, int64_t rows, bool clipping) override;
     bool update_needs_gradient_scratch(const OptimizerConfig& optimizer, int64_t) const override {
         return !is_plain_sgd(optimizer);
     }
@@ -68,7 +68,8 @@ public:
     void dense_update(const DenseUpdateArgs& args, const OptimizerConfig& optimizer) override;
     void clip_factor(const float* gradients, int64_t count, float clipnorm, TrainState* state) override;
     bool clips_from_batch(int64_t rows) const override;
-    void clip_factor_from_batch(const DenseUpdateArgs* layers, int count, float clipnorm, TrainState* state) override;
+    void clip_factor_from_batch(const DenseUpdateArgs* layers, int count, const float* max_abs_pairs, float clipnorm,
+                                TrainState* state) override;
     void finish_step(TrainState* state, const LossScalerConfig& scaler) override;
 
     int threads() const { return pool_.threads(); }
@@ -98,7 +99,6 @@ private:
 
     ThreadPool pool_;
     std::vector<uint64_t> order_keys_;  // fill_order's scratch, kept between epochs
-    std::vector<float> gram_;           // clip_factor_from_batch's two Gram matrices, sized when reserving
     bool clip_from_batch_ = true;       // MPTRAIN_CPU_CLIP_FROM_BATCH=0: clip from the gradients always
     CpuScheduler scheduler_;
 };
