@@ -107,14 +107,7 @@ TEST_CASE("a slice keeps its storage and context after its source's and its cont
 
 TEST_CASE("binary cross-entropy judges the targets of the slice it is given, not its source's") {
     const mpt_test::BinaryTargets rows(13);
-    mpt_trainer_t* trainer = rows.trainer.trainer;
-    mpt_dataset_t* clean = slice_of(rows.whole, 0, rows.kCountRow);
-    mpt_dataset_t* with_count = slice_of(rows.whole, 20, 20);
-    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_fit(trainer, with_count, 1, 10, 1));
-    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_evaluate(trainer, with_count, 10, nullptr, nullptr));
-    REQUIRE_OK(mpt_trainer_fit(trainer, clean, 2, 10, 1));
-    CHECK(std::isfinite(evaluate(rows.trainer, clean).loss));
-    for (mpt_dataset_t* dataset : {clean, with_count}) mpt_dataset_destroy(dataset);
+    rows.check_judged_by_own_rows(slice_of(rows.whole, 0, rows.kCountRow), slice_of(rows.whole, 20, 20));
 }
 
 TEST_CASE("slices out of range, NULL arguments and a destroyed source are refused and change nothing") {

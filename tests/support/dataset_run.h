@@ -165,6 +165,17 @@ struct BinaryTargets {
         CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_fit(trainer.trainer, whole, 1, 10, 1));
     }
     ~BinaryTargets() { mpt_dataset_destroy(whole); }
+
+    // Datasets made from `whole`: one without row 30, which trains and evaluates, and one with it,
+    // which training and evaluation refuse. Both are destroyed.
+    void check_judged_by_own_rows(mpt_dataset_t* clean, mpt_dataset_t* with_count) const {
+        CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_fit(trainer.trainer, with_count, 1, 1, 1));
+        CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_evaluate(trainer.trainer, with_count, 10, nullptr, nullptr));
+        REQUIRE_OK(mpt_trainer_fit(trainer.trainer, clean, 2, 10, 1));
+        CHECK(std::isfinite(evaluate(trainer, clean).loss));
+        mpt_dataset_destroy(clean);
+        mpt_dataset_destroy(with_count);
+    }
     BinaryTargets(const BinaryTargets&) = delete;
     BinaryTargets& operator=(const BinaryTargets&) = delete;
 };
