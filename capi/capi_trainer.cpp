@@ -138,6 +138,15 @@ mpt_status mpt_trainer_options_set_global_clipnorm(mpt_trainer_options_t* option
     MPT_API_END
 }
 
+mpt_status mpt_trainer_options_set_ema(mpt_trainer_options_t* options, float momentum) {
+    MPT_API_BEGIN
+    require_pointer(options, "options");
+    require(momentum == 0.0f || (momentum > 0.0f && momentum < 1.0f), MPT_STATUS_INVALID_ARGUMENT,
+            "ema momentum must be in (0, 1), or 0 to keep no average");
+    options->config.optimizer.ema_momentum = momentum == 0.0f ? 0.0f : momentum;  // -0 as 0
+    MPT_API_END
+}
+
 mpt_status mpt_trainer_options_set_lr_schedule(mpt_trainer_options_t* options, mpt_lr_schedule schedule,
                                                int64_t warmup_steps, int64_t decay_steps, float factor) {
     MPT_API_BEGIN
@@ -346,6 +355,17 @@ mpt_status mpt_trainer_get_gradient_norm(const mpt_trainer_t* trainer, float* ou
     const mpt::Trainer& impl = impl_of(trainer, "trainer");
     require_pointer(out, "out");
     *out = impl.observed_state().gradient_norm;
+    MPT_API_END
+}
+
+mpt_status mpt_trainer_swap_ema_weights(mpt_trainer_t* trainer, int* holds_averages) {
+    MPT_API_BEGIN
+    mpt::Trainer& impl = impl_of(trainer, "trainer");
+    // As evaluate: from fit's epoch-end callback fit waits between epochs with nothing queued.
+    std::optional<mpt::capi::ExclusiveUse> exclusive;
+    if (!(mpt::capi::used_by_this_thread(*trainer) && impl.in_epoch_end_callback())) exclusive.emplace(*trainer);
+    impl.swap_averaged_weights();
+    if (holds_averages) *holds_averages = impl.holds_averaged_weights() ? 1 : 0;
     MPT_API_END
 }
 

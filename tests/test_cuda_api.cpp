@@ -628,16 +628,43 @@ namespace {
 struct LossOptionsRun {
     std::vector<float> weights;
     float loss = NAN, accuracy = NAN;
+    // With weight averaging: the averages (the weights once exchanged) and evaluate's loss on them.
+    std::vector<float> averages;
+    float averaged_loss = NAN;
 };
+
+struct LossOptions {
+    float label_smoothing = 0.0f;
+    std::vector<float> class_weights;
+    std::vector<float> row_weights;  // empty: none
+    size_t dataset_device_budget = SIZE_MAX;
+    float global_clipnorm = 0.0f;
+    float ema_momentum = 0.0f;
+};
+
+LossOptions smoothed_by(float label_smoothing) {
+    LossOptions options;
+    options.label_smoothing = label_smoothing;
+    return options;
+}
+
+LossOptions weighted_by(const std::vector<float>& class_weights, const std::vector<float>& row_weights = {},
+                        size_t dataset_device_budget = SIZE_MAX) {
+    LossOptions options;
+    options.class_weights = class_weights;
+    options.row_weights = row_weights;
+    options.dataset_device_budget = dataset_device_budget;
+    return options;
+}
 
 // 4 epochs of 12 fp32 SGD steps (graphs replayed on a GPU), shuffled alike on every backend, on the
 // blobs weighted by `row_weights` when given (from a context with that dataset device budget),
-// clipping the gradients' global norm to `global_clipnorm` when not 0.
-LossOptionsRun train_with_loss_options(mpt_backend backend, const Blobs& blobs, float label_smoothing,
-                                       const std::vector<float>& class_weights = {},
-                                       const std::vector<float>& row_weights = {},
-                                       size_t dataset_device_budget = SIZE_MAX, float global_clipnorm = 0.0f) {
-    mpt_context_t* context = mpt_test::create_context(backend, 7, 0, dataset_device_budget);
+// clipping the gradients' global norm to `global_clipnorm` and averaging the weights when not 0.
+LossOptionsRun train_with_loss_options(mpt_backend backend, const Blobs& blobs, const LossOptions& loss_options) {
+    const float label_smoothing = loss_options.label_smoothing;
+    const std::vector<float>& class_weights = loss_options.class_weights;
+    const std::vector<float>& row_weights = loss_options.row_weights;
+    mpt_context_t* context = mpt_test::create_context(backend, 7, 0, loss_options.dataset_device_budget);
     mpt_model_t* model = new_model(context, kFeatures, kSmallModel);
     mpt_dataset_t* dataset = new_dataset(context, blobs);
     if (!row_weights.empty()) {
@@ -654,7 +681,8 @@ LossOptionsRun train_with_loss_options(mpt_backend backend, const Blobs& blobs, 
     REQUIRE_OK(mpt_trainer_options_set_label_smoothing(options, label_smoothing));
     REQUIRE_OK(mpt_trainer_options_set_class_weights(options, class_weights.data(),
                                                      static_cast<int64_t>(class_weights.size())));
-    REQUIRE_OK(mpt_trainer_options_set_global_clipnorm(options, global_clipnorm));
+    REQUIRE_OK(mpt_trainer_options_set_global_clipnorm(options, loss_options.global_clipnorm));
+    REQUIRE_OK(mpt_trainer_options_set_ema(options, loss_options.ema_momentum));
     mpt_trainer_t* trainer = nullptr;
     REQUIRE_OK(mpt_trainer_create(model, options, &trainer));
     mpt_trainer_options_destroy(options);
@@ -662,6 +690,13 @@ LossOptionsRun train_with_loss_options(mpt_backend backend, const Blobs& blobs, 
     LossOptionsRun run;
     REQUIRE_OK(mpt_trainer_evaluate(trainer, dataset, 0, &run.loss, &run.accuracy));
     run.weights = weights_of(model, kFeatures, kSmallModel);
+    if (loss_options.ema_momentum != 0.0f) {
+        REQUIRE_OK(mpt_trainer_swap_ema_weights(trainer, nullptr));
+        run.averages = weights_of(model, kFeatures, kSmallModel);
+        REQUIRE_OK(mpt_trainer_evaluate(trainer, dataset, 0, &run.averaged_loss, nullptr));
+        REQUIRE_OK(mpt_trainer_swap_ema_weights(trainer, nullptr));
+        CHECK(same_bits(run.weights, weights_of(model, kFeatures, kSmallModel)));  // back, bit for bit
+    }
     mpt_trainer_destroy(trainer);
     mpt_dataset_destroy(dataset);
     mpt_model_destroy(model);
@@ -674,9 +709,9 @@ LossOptionsRun train_with_loss_options(mpt_backend backend, const Blobs& blobs, 
 TEST_CASE("label smoothing trains on the backend as on the CPU, graphs included, and evaluate reports its loss") {
     BACKEND_OR_SKIP(backend);
     const Blobs blobs = make_blobs(192, 77);
-    const LossOptionsRun smoothed = train_with_loss_options(backend, blobs, 0.1f);
-    const LossOptionsRun on_cpu = train_with_loss_options(MPT_BACKEND_CPU, blobs, 0.1f);
-    const LossOptionsRun plain = train_with_loss_options(backend, blobs, 0.0f);
+    const LossOptionsRun smoothed = train_with_loss_options(backend, blobs, smoothed_by(0.1f));
+    const LossOptionsRun on_cpu = train_with_loss_options(MPT_BACKEND_CPU, blobs, smoothed_by(0.1f));
+    const LossOptionsRun plain = train_with_loss_options(backend, blobs, {});
     const double cpu_error = normalised_error(smoothed.weights, on_cpu.weights);
     const double plain_error = normalised_error(plain.weights, smoothed.weights);
     MESSAGE(backend_name(backend) << ": smoothed weights against the CPU's " << cpu_error << ", against no smoothing "
@@ -694,9 +729,9 @@ TEST_CASE("class weights train on the backend as on the CPU, graphs included") {
     BACKEND_OR_SKIP(backend);
     const Blobs blobs = make_blobs(192, 78);
     const std::vector<float> class_weights = {0.5f, 3.0f, 1.0f};
-    const LossOptionsRun weighted = train_with_loss_options(backend, blobs, 0.0f, class_weights);
-    const LossOptionsRun on_cpu = train_with_loss_options(MPT_BACKEND_CPU, blobs, 0.0f, class_weights);
-    const LossOptionsRun plain = train_with_loss_options(backend, blobs, 0.0f);
+    const LossOptionsRun weighted = train_with_loss_options(backend, blobs, weighted_by(class_weights));
+    const LossOptionsRun on_cpu = train_with_loss_options(MPT_BACKEND_CPU, blobs, weighted_by(class_weights));
+    const LossOptionsRun plain = train_with_loss_options(backend, blobs, {});
     const double cpu_error = normalised_error(weighted.weights, on_cpu.weights);
     const double plain_error = normalised_error(plain.weights, weighted.weights);
     MESSAGE(backend_name(backend) << ": weighted weights against the CPU's " << cpu_error << ", against no weights "
@@ -714,12 +749,12 @@ TEST_CASE("row weights train and evaluate on the backend as on the CPU, resident
     std::vector<float> row_weights;
     for (int64_t r = 0; r < blobs.rows(); ++r) row_weights.push_back(r % 9 == 2 ? 0.0f : 0.1f + 0.02f * static_cast<float>(r));
     const std::vector<float> class_weights = {0.5f, 3.0f, 1.0f};
-    const LossOptionsRun on_cpu = train_with_loss_options(MPT_BACKEND_CPU, blobs, 0.0f, class_weights, row_weights);
-    const LossOptionsRun class_only = train_with_loss_options(backend, blobs, 0.0f, class_weights);
+    const LossOptionsRun on_cpu = train_with_loss_options(MPT_BACKEND_CPU, blobs, weighted_by(class_weights, row_weights));
+    const LossOptionsRun class_only = train_with_loss_options(backend, blobs, weighted_by(class_weights));
     for (size_t dataset_device_budget : {SIZE_MAX, size_t{0}}) {
         CAPTURE(dataset_device_budget);
         const LossOptionsRun weighted =
-            train_with_loss_options(backend, blobs, 0.0f, class_weights, row_weights, dataset_device_budget);
+            train_with_loss_options(backend, blobs, weighted_by(class_weights, row_weights, dataset_device_budget));
         const double cpu_error = normalised_error(weighted.weights, on_cpu.weights);
         const double unweighted_error = normalised_error(class_only.weights, weighted.weights);
         MESSAGE(backend_name(backend) << ", dataset device budget " << dataset_device_budget
@@ -738,12 +773,12 @@ TEST_CASE("gradient clipping trains on the backend as on the CPU, graphs include
     BACKEND_OR_SKIP(backend);
     const Blobs blobs = make_blobs(192, 80);
     const float clipnorm = 0.05f;  // below most steps' norms: clipping shapes the run
-    const auto clipped_run = [&](mpt_backend on) {
-        return train_with_loss_options(on, blobs, 0.0f, {}, {}, SIZE_MAX, clipnorm);
-    };
+    LossOptions clipping;
+    clipping.global_clipnorm = clipnorm;
+    const auto clipped_run = [&](mpt_backend on) { return train_with_loss_options(on, blobs, clipping); };
     const LossOptionsRun clipped = clipped_run(backend);
     const LossOptionsRun on_cpu = clipped_run(MPT_BACKEND_CPU);
-    const LossOptionsRun plain = train_with_loss_options(backend, blobs, 0.0f);
+    const LossOptionsRun plain = train_with_loss_options(backend, blobs, {});
     const double cpu_error = normalised_error(clipped.weights, on_cpu.weights);
     const double plain_error = normalised_error(plain.weights, clipped.weights);
     MESSAGE(backend_name(backend) << ": clipped weights against the CPU's " << cpu_error << ", against no clipping "
@@ -776,6 +811,27 @@ TEST_CASE("gradient clipping trains on the backend as on the CPU, graphs include
     const double gradient = step_length(0.0f);
     const float half = static_cast<float>(gradient / 2.0);
     CHECK(step_length(half) == doctest::Approx(half).epsilon(1e-4));
+}
+
+TEST_CASE("weight averaging on the backend averages as on the CPU, graphs included, and exchanges bit for bit") {
+    BACKEND_OR_SKIP(backend);
+    const Blobs blobs = make_blobs(192, 82);
+    LossOptions averaging;
+    averaging.ema_momentum = 0.9f;
+    const LossOptionsRun averaged = train_with_loss_options(backend, blobs, averaging);
+    const LossOptionsRun on_cpu = train_with_loss_options(MPT_BACKEND_CPU, blobs, averaging);
+    const LossOptionsRun plain = train_with_loss_options(backend, blobs, {});
+    const double cpu_error = normalised_error(averaged.averages, on_cpu.averages);
+    const double weights_error = normalised_error(averaged.weights, averaged.averages);
+    MESSAGE(backend_name(backend) << ": averages against the CPU's " << cpu_error << ", against the weights "
+                                  << weights_error);
+    CHECK(cpu_error <= 1e-3);  // fp32: accumulation order only, as for label smoothing above
+    CHECK(weights_error > 1e-3);  // the averages lag the weights (the kernel ran, eager and replayed)
+    CHECK(same_bits(averaged.weights, plain.weights) == (backend == MPT_BACKEND_CPU));
+    CHECK(normalised_error(averaged.weights, plain.weights) <= 1e-6);  // averaging changes no step
+    CHECK(averaged.averaged_loss == doctest::Approx(on_cpu.averaged_loss).epsilon(1e-3));
+    CHECK(averaged.averaged_loss != averaged.loss);
+    if (backend == MPT_BACKEND_CPU) CHECK(same_bits(averaged.averages, on_cpu.averages));
 }
 
 TEST_CASE("predictions over a dataset on the backend are mpt_trainer_predict's, resident or streamed") {

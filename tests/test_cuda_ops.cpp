@@ -847,6 +847,57 @@ void compare_clip_factor(Backend& reference, Backend& candidate) {
     }
 }
 
+// average_weights against Keras's formula (exact: both backends round each product and the sum
+// once) and swap_values, on ragged and misaligned counts, with a value past the end that neither
+// may touch; the first applied step copies and a skipped step leaves the averages.
+void compare_weight_averaging(Backend& reference, Backend& candidate) {
+    struct AverageCase {
+        int64_t count, offset;
+        float momentum;
+        int64_t applied_steps;
+        bool skipped;
+    };
+    const AverageCase cases[] = {{0, 0, 0.9f, 3, false},      {1, 0, 0.9f, 3, false},     {4999, 1, 0.999f, 3, false},
+                                 {4999, 3, 0.5f, 0, false},   {4999, 0, 0.75f, 7, true},
+                                 {(int64_t{4} << 20) + 3, 0, 0.999f, 1, false}};
+    for (const AverageCase& c : cases) {
+        CAPTURE(c.count);
+        CAPTURE(c.offset);
+        CAPTURE(c.momentum);
+        CAPTURE(c.applied_steps);
+        CAPTURE(c.skipped);
+        const size_t size = static_cast<size_t>(c.count + c.offset + 1);
+        const std::vector<float> masters = random_values(size, -2, 2);
+        const std::vector<float> averages = random_values(size, -2, 2);
+        std::vector<float> expected = averages;
+        for (int64_t i = c.offset; i < c.offset + c.count && !c.skipped; ++i) {
+            const size_t k = static_cast<size_t>(i);
+            expected[k] = c.applied_steps == 0 ? masters[k] : averaged_weight(averages[k], masters[k], c.momentum);
+        }
+        TrainState state = initial_train_state(LossScalerConfig{});
+        state.applied_steps = c.applied_steps;
+        state.steps = c.applied_steps + (c.skipped ? 1 : 0);
+        state.found_inf = c.skipped ? 1 : 0;
+        Backend* backends[2] = {&reference, &candidate};
+        for (Backend* backend : backends) {
+            Buffer master_buffer = upload(*backend, DType::fp32, masters);
+            Buffer average_buffer = upload(*backend, DType::fp32, averages);
+            Buffer state_buffer = upload_raw(*backend, std::vector<TrainState>{state});
+            backend->average_weights(master_buffer.as<float>() + c.offset, average_buffer.as<float>() + c.offset, c.count,
+                                     c.momentum, state_buffer.as<TrainState>());
+            CHECK(download(*backend, average_buffer, DType::fp32, size) == expected);
+            CHECK(download(*backend, master_buffer, DType::fp32, size) == masters);
+            // And the exchange: each array takes the other's values, and nothing past the end.
+            backend->swap_values(master_buffer.as<float>() + c.offset, average_buffer.as<float>() + c.offset, c.count);
+            std::vector<float> swapped_masters = masters, swapped_averages = expected;
+            for (int64_t i = c.offset; i < c.offset + c.count; ++i)
+                std::swap(swapped_masters[static_cast<size_t>(i)], swapped_averages[static_cast<size_t>(i)]);
+            CHECK(download(*backend, master_buffer, DType::fp32, size) == swapped_masters);
+            CHECK(download(*backend, average_buffer, DType::fp32, size) == swapped_averages);
+        }
+    }
+}
+
 // On a backend that takes the gradients' norm from the batch (clips_from_batch), that norm against
 // the norm of the gradients its dense updates write (clip_factor over them), for three layers in
 // every dtype: moderate values; inputs of 1e20 and gradients of 1e-25 (beyond what fp32 Gram
@@ -1142,6 +1193,7 @@ TEST_CASE("the op comparison harness agrees CPU against CPU") {
     compare_decide_update(*reference, *candidate);
     compare_finish_step(*reference, *candidate);
     compare_clip_factor(*reference, *candidate);
+    compare_weight_averaging(*reference, *candidate);
     compare_conversions(*reference, *candidate);
 }
 
@@ -1224,13 +1276,14 @@ TEST_CASE("CUDA dense_update matches the CPU for every optimizer and skips a non
     compare_dense_update_cases(*cpu, *cuda);
 }
 
-TEST_CASE("CUDA max_abs, decide_update, clip_factor and finish_step match the CPU") {
+TEST_CASE("CUDA max_abs, decide_update, clip_factor, average_weights and finish_step match the CPU") {
     SKIP_WITHOUT_GPU();
     auto cpu = make_cpu();
     auto cuda = make_cuda();
     compare_max_abs(*cpu, *cuda);
     compare_decide_update(*cpu, *cuda);
     compare_clip_factor(*cpu, *cuda);
+    compare_weight_averaging(*cpu, *cuda);
     compare_finish_step(*cpu, *cuda);
 }
 

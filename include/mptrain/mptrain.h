@@ -420,6 +420,15 @@ MPT_API mpt_status mpt_trainer_options_set_weight_decay(mpt_trainer_options_t* o
  *  (4 bytes a parameter, in the step's memory) and reads them once more a step. It is one of the
  *  options a checkpoint must match. */
 MPT_API mpt_status mpt_trainer_options_set_global_clipnorm(mpt_trainer_options_t* options, float clipnorm);
+/** An exponential moving average of the weights (EMA; Keras's `use_ema` with `ema_momentum`,
+ *  PyTorch's AveragedModel with get_ema_multi_avg_fn), for evaluation: after every applied step
+ *  each weight's and bias's average becomes momentum * average + (1 - momentum) * weight, the first
+ *  applied step copying the weights; a skipped step (non-finite gradients) leaves the averages.
+ *  momentum must be in (0, 1) (0.99 and 0.999 are usual), or 0 (the default) to keep none
+ *  (MPT_STATUS_INVALID_ARGUMENT otherwise). The averages take 4 bytes a parameter of the trainer's
+ *  memory and one more pass over the parameters a step. mpt_trainer_swap_ema_weights puts them in
+ *  the model. It is one of the options a checkpoint must match (which then holds the averages). */
+MPT_API mpt_status mpt_trainer_options_set_ema(mpt_trainer_options_t* options, float momentum);
 /** A learning-rate schedule that the library evaluates at every step (default: CONSTANT, no warm-up).
  *  Step s, counted from 0 over the trainer's life with skipped steps included (the count that
  *  mpt_trainer_get_progress gives and checkpoints keep), trains with the base rate
@@ -586,6 +595,20 @@ MPT_API mpt_status mpt_trainer_get_loss_scale(const mpt_trainer_t* trainer, floa
  *  gradients are not finite). To watch the norm without clipping, clip to a bound no norm reaches
  *  (FLT_MAX), at clipping's cost. */
 MPT_API mpt_status mpt_trainer_get_gradient_norm(const mpt_trainer_t* trainer, float* out);
+/** Exchanges the model's weights with the trainer's moving averages (mpt_trainer_options_set_ema;
+ *  else MPT_STATUS_INVALID_STATE): afterwards evaluate, predict, mpt_model_get_weights,
+ *  mpt_model_predict and mpt_model_save see the averaged weights; called again, it brings the
+ *  trained weights back, bit for bit. Before the first applied step the averages are the weights
+ *  themselves. While the model holds a trainer's averages, fit and step (of any trainer of the
+ *  model), mpt_trainer_save_checkpoint and mpt_trainer_load_checkpoint return
+ *  MPT_STATUS_INVALID_STATE: the trained weights and their averages must be in their places for
+ *  those. Weights set in the model meanwhile (mpt_model_set_weights) are what the next exchange
+ *  moves into the averages' place. Destroying the trainer while the model holds its averages
+ *  leaves them there (Keras's way of finishing an EMA run). Allowed from fit's epoch-end callback
+ *  (to evaluate the averages each epoch; exchange them back before it returns, or fit's next epoch
+ *  and automatic checkpoint refuse), not from its progress callback.
+ *  \param[out] holds_averages  optional: 1 when the model now holds the averages, 0 when its own. */
+MPT_API mpt_status mpt_trainer_swap_ema_weights(mpt_trainer_t* trainer, int* holds_averages);
 /** Optimizer steps taken (skipped updates included) and completed epochs. The steps are those issued
  *  so far: from a progress callback on a GPU, a few steps past the one reported, counted without
  *  waiting for the device (so a progress bar may call it every step). */

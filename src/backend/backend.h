@@ -280,6 +280,14 @@ public:
     // layer (a plain SGD update writes the weights in its GEMM).
     virtual void reserve_update_scratch(const DenseUpdateShape* /*layers*/, int /*count*/, int64_t /*rows*/,
                                         bool /*clipping*/) {}
+    // Weight averaging, after every layer's update and before finish_step: when the step was applied
+    // (!state->found_inf), averages[i] = averaged_weight(averages[i], masters[i], momentum) over
+    // `count` values, or averages[i] = masters[i] on the first applied step (state->applied_steps 0).
+    // A skipped step leaves them. The state is read in backend memory, as the updates read it.
+    virtual void average_weights(const float* masters, float* averages, int64_t count, float momentum,
+                                 const TrainState* state) = 0;
+    // Exchanges `count` values of two arrays of backend memory that do not overlap (outside steps).
+    virtual void swap_values(float* first, float* second, int64_t count) = 0;
     // Advances the loss scaler and the step counters after every layer's update.
     virtual void finish_step(TrainState* state, const LossScalerConfig& scaler) = 0;
 };

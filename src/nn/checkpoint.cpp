@@ -45,13 +45,15 @@ std::string options_json(const Trainer& trainer) {
     const LossScalerConfig& scaler = trainer.executor().scaler_config();
     JsonWriter json;
     json.begin_object();
-    // Class weights, clipping and label smoothing are written only when set, so that files of runs without
+    // Class weights, weight averaging, clipping and label smoothing are written only when set, so that files of runs without
     // them are what they were before they existed, and load into trainers without them as before.
     // Class weights are recorded by their count (the model's outputs); their values are the tensor
     // trainer.class_weights, as a JSON array of a wide model's weights would outgrow what the
     // loader parses of the metadata.
     if (!config.loss.class_weights.empty())
         json.key("class_weights").integer(static_cast<int64_t>(config.loss.class_weights.size()));
+    if (averages_weights(optimizer))
+        json.key("ema_momentum").unsigned_integer(float_bits(optimizer.ema_momentum));
     if (clips_gradients(optimizer))
         json.key("global_clipnorm").unsigned_integer(float_bits(optimizer.global_clipnorm));
     if (config.loss.label_smoothing != 0.0f)
@@ -102,8 +104,26 @@ std::string progress_json(const TrainerSnapshot& snapshot) {
     return json.take();
 }
 
-std::string optimizer_tensor_name(int array, size_t layer, const char* part) {
-    return "optimizer." + std::to_string(array) + ".layers." + std::to_string(layer) + "." + part;
+std::string optimizer_tensor_prefix(int array) { return "optimizer." + std::to_string(array); }
+// The weight averages' tensors (OptimizerConfig::ema_momentum).
+constexpr const char* kAveragesPrefix = "averages";
+
+std::string parameter_tensor_name(const std::string& prefix, size_t layer, const char* part) {
+    return prefix + ".layers." + std::to_string(layer) + "." + part;
+}
+
+// A block in the padded parameter layout (host memory) as one F32 tensor per layer's weights and
+// one per its bias, unpadded: "<prefix>.layers.<i>.weight" [units, inputs] and ".bias" [units].
+void add_parameter_tensors(SafetensorsWriter& writer, const Model& model, const std::string& prefix,
+                           const float* block) {
+    for (size_t i = 0; i < model.layers().size(); ++i) {
+        const DenseLayer& layer = model.layers()[i];
+        const std::vector<float> weights = unpad_weights(layer, block);
+        writer.add(parameter_tensor_name(prefix, i, "weight"), "F32", {layer.units, layer.inputs}, weights.data(),
+                   weights.size() * sizeof(float));
+        writer.add(parameter_tensor_name(prefix, i, "bias"), "F32", {layer.units}, block + layer.bias_offset,
+                   static_cast<size_t>(layer.units) * sizeof(float));
+    }
 }
 
 // ---- options that differ, for the message that refuses a checkpoint ----
@@ -112,7 +132,7 @@ bool is_float_option(const std::string& name) {
     static const char* const names[] = {"momentum",      "beta1",         "beta2",     "epsilon",
                                         "weight_decay",  "initial_scale", "growth_factor", "backoff_factor",
                                         "min_scale",     "max_scale",     "decay_factor",  "label_smoothing",
-                                        "global_clipnorm"};
+                                        "global_clipnorm", "ema_momentum"};
     return std::find_if(std::begin(names), std::end(names), [&](const char* n) { return name == n; }) != std::end(names);
 }
 
@@ -172,11 +192,12 @@ std::string option_differences(const FlatJson& saved, const std::string& saved_t
         differences.push_back(text + ")");
     };
     // Options written only when they differ from their defaults (a schedule, label smoothing,
-    // clipping): either side without one compares as the default, so that "cosine" shows against
+    // clipping, weight averaging): either side without one compares as the default, so that "cosine" shows against
     // "constant" and 0.1 against 0. A member missing inside a written one is not defaulted: it
     // shows as not recorded.
     JsonWriter defaults_text;
     defaults_text.begin_object()
+        .key("ema_momentum").unsigned_integer(float_bits(0.0f))
         .key("global_clipnorm").unsigned_integer(float_bits(0.0f))
         .key("label_smoothing").unsigned_integer(float_bits(0.0f));
     write_schedule(defaults_text, LrSchedule{});
@@ -346,9 +367,26 @@ std::string class_weights_difference(const std::vector<float>& saved, const std:
     return text + ")";
 }
 
+// add_parameter_tensors' tensors back into a block in the padded parameter layout (gaps and padding 0).
+std::vector<float> read_parameter_tensors(const SafetensorsReader& reader, const Model& model, const std::string& prefix) {
+    std::vector<float> block(static_cast<size_t>(model.parameter_block_elements()), 0.0f);
+    for (size_t i = 0; i < model.layers().size(); ++i) {
+        const DenseLayer& layer = model.layers()[i];
+        const TensorView& weights =
+            exact_tensor(reader, parameter_tensor_name(prefix, i, "weight"), "F32", {layer.units, layer.inputs});
+        const TensorView& bias = exact_tensor(reader, parameter_tensor_name(prefix, i, "bias"), "F32", {layer.units});
+        std::vector<float> unpadded(static_cast<size_t>(layer.units * layer.inputs));
+        std::memcpy(unpadded.data(), weights.data, weights.bytes);
+        pad_weights(layer, unpadded.data(), block.data());
+        std::memcpy(block.data() + layer.bias_offset, bias.data, bias.bytes);
+    }
+    return block;
+}
+
 }  // namespace
 
 void save_checkpoint(Trainer& trainer, const std::string& path) {
+    trainer.require_trained_weights("save a checkpoint");
     const TrainerSnapshot snapshot = trainer.snapshot();
     Model& model = *trainer.model();
     Backend& backend = model.context()->backend();
@@ -360,17 +398,16 @@ void save_checkpoint(Trainer& trainer, const std::string& path) {
     writer.set_metadata("mptrain.trainer.progress", progress_json(snapshot));
 
     const Executor& executor = trainer.executor();
+    std::vector<float> block(static_cast<size_t>(model.parameter_block_elements()));
     for (int array = 0; array < executor.optimizer_state_arrays(); ++array) {
-        std::vector<float> state(static_cast<size_t>(model.parameter_block_elements()));
-        backend.copy_to_host(state.data(), executor.optimizer_state(array), state.size() * sizeof(float));
-        for (size_t i = 0; i < model.layers().size(); ++i) {
-            const DenseLayer& layer = model.layers()[i];
-            const std::vector<float> weights = unpad_weights(layer, state.data());
-            writer.add(optimizer_tensor_name(array, i, "weight"), "F32", {layer.units, layer.inputs}, weights.data(),
-                       weights.size() * sizeof(float));
-            writer.add(optimizer_tensor_name(array, i, "bias"), "F32", {layer.units}, state.data() + layer.bias_offset,
-                       static_cast<size_t>(layer.units) * sizeof(float));
-        }
+        backend.copy_to_host(block.data(), executor.optimizer_state(array), block.size() * sizeof(float));
+        add_parameter_tensors(writer, model, optimizer_tensor_prefix(array), block.data());
+    }
+    if (executor.averages()) {
+        // Before the first applied step the averages are the weights themselves (host_block).
+        if (snapshot.state.applied_steps > 0)
+            backend.copy_to_host(block.data(), executor.averages(), block.size() * sizeof(float));
+        add_parameter_tensors(writer, model, kAveragesPrefix, snapshot.state.applied_steps > 0 ? block.data() : host_block.data());
     }
     writer.add("trainer.shuffle_rng", "U64", {4}, snapshot.shuffle_rng.data(), sizeof(snapshot.shuffle_rng));
     writer.add("trainer.metrics", "F64", {kMetricsCount}, snapshot.metrics, sizeof(snapshot.metrics));
@@ -385,6 +422,7 @@ void save_checkpoint(Trainer& trainer, const std::string& path) {
 }
 
 void load_checkpoint(Trainer& trainer, const std::string& path) {
+    trainer.require_trained_weights("load a checkpoint");
     const SafetensorsReader reader = SafetensorsReader::open(path, true);
     check_header_integrity(reader);
     Model& model = *trainer.model();
@@ -427,6 +465,13 @@ void load_checkpoint(Trainer& trainer, const std::string& path) {
             if (!(std::isfinite(clipnorm) && clipnorm > 0.0f))
                 throw JsonFormatError("global_clipnorm " + number_text(clipnorm) +
                                       " (a recorded clipnorm is a float's bits, finite and positive)");
+        }
+        // Likewise ema_momentum, written only when averaging: a float's bits in (0, 1).
+        if (options.find("/ema_momentum") != nullptr) {
+            const float momentum = bits_float(options.uint32("/ema_momentum"));
+            if (!(momentum > 0.0f && momentum < 1.0f))
+                throw JsonFormatError("ema_momentum " + number_text(momentum) +
+                                      " (a recorded momentum is a float's bits in (0, 1))");
         }
         // Ours read back from the text we would write, so that both sides compare alike.
         FlatJson our_options = FlatJson::parse(options_json(trainer));
@@ -494,20 +539,12 @@ void load_checkpoint(Trainer& trainer, const std::string& path) {
 
     const Executor& executor = trainer.executor();
     std::vector<std::vector<float>> states(static_cast<size_t>(executor.optimizer_state_arrays()));
-    for (int array = 0; array < executor.optimizer_state_arrays(); ++array) {
-        std::vector<float>& block = states[static_cast<size_t>(array)];
-        block.assign(static_cast<size_t>(model.parameter_block_elements()), 0.0f);
-        for (size_t i = 0; i < model.layers().size(); ++i) {
-            const DenseLayer& layer = model.layers()[i];
-            const TensorView& weights =
-                exact_tensor(reader, optimizer_tensor_name(array, i, "weight"), "F32", {layer.units, layer.inputs});
-            const TensorView& bias = exact_tensor(reader, optimizer_tensor_name(array, i, "bias"), "F32", {layer.units});
-            std::vector<float> unpadded(static_cast<size_t>(layer.units * layer.inputs));
-            std::memcpy(unpadded.data(), weights.data, weights.bytes);
-            pad_weights(layer, unpadded.data(), block.data());
-            std::memcpy(block.data() + layer.bias_offset, bias.data, bias.bytes);
-        }
-    }
+    for (int array = 0; array < executor.optimizer_state_arrays(); ++array)
+        states[static_cast<size_t>(array)] = read_parameter_tensors(reader, model, optimizer_tensor_prefix(array));
+    std::vector<float> averages;
+    if (executor.averages()) averages = read_parameter_tensors(reader, model, kAveragesPrefix);
+    else if (reader.has(parameter_tensor_name(kAveragesPrefix, 0, "weight")))
+        fail(MPT_STATUS_CORRUPT_DATA, "the checkpoint holds averaged weights, but its options keep none");
 
     // Everything is validated: apply.
     Backend& backend = model.context()->backend();
@@ -516,6 +553,8 @@ void load_checkpoint(Trainer& trainer, const std::string& path) {
     for (int array = 0; array < executor.optimizer_state_arrays(); ++array)
         backend.copy_to_device(executor.optimizer_state(array), states[static_cast<size_t>(array)].data(),
                                states[static_cast<size_t>(array)].size() * sizeof(float));
+    if (executor.averages())
+        backend.copy_to_device(executor.averages(), averages.data(), averages.size() * sizeof(float));
     trainer.restore(snapshot);
 }
 

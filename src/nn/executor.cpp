@@ -68,6 +68,9 @@ void Executor::plan_persistent(size_t workspace_bytes) {
     int state_ids[2] = {-1, -1};
     for (int s = 0; s < state_arrays; ++s)
         state_ids[s] = plan.add(static_cast<size_t>(parameters) * sizeof(float), 0, ArenaPlan::kAlways);
+    const int averages_id = training && averages_weights(optimizer_)
+                                ? plan.add(static_cast<size_t>(parameters) * sizeof(float), 0, ArenaPlan::kAlways)
+                                : -1;
     const int report_id = plan.add(sizeof(StepReport), 0, ArenaPlan::kAlways);
     const int bounds_id = plan.add(2 * model_.layers().size() * sizeof(float), 0, ArenaPlan::kAlways);
     const size_t weights_bytes = training ? loss_.class_weights.size() * sizeof(float) : 0;
@@ -81,6 +84,9 @@ void Executor::plan_persistent(size_t workspace_bytes) {
     auto pointer = [&](int id) { return id < 0 ? nullptr : persistent_arena_.at<char>(plan.offset(id)); };
     low_copies_ = pointer(low_id);
     for (int s = 0; s < 2; ++s) optimizer_states_[s] = reinterpret_cast<float*>(pointer(state_ids[s]));
+    averages_ = reinterpret_cast<float*>(pointer(averages_id));
+    // Never read before the first applied step writes them (Trainer::averages_ready says when).
+    if (averages_) backend_.fill_zero(averages_, static_cast<size_t>(parameters) * sizeof(float));
     // Addresses inside backend memory, computed on the host; never dereferenced here.
     report_ = reinterpret_cast<StepReport*>(pointer(report_id));
     state_ = &report_->state;
@@ -399,6 +405,9 @@ void Executor::update(int slot, int64_t rows) {
     backend_.decide_update(gradient_bounds_, layer_count, rows, state_);
     try {
         update_layers(slot, rows);
+        if (averages_)
+            backend_.average_weights(model_.masters(), averages_, model_.parameter_block_elements(),
+                                     optimizer_.ema_momentum, state_);
         backend_.finish_step(state_, scaler_);
     } catch (...) {
         // Some layers may be updated already (a fault: their scratch was reserved above), so what

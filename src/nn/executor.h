@@ -95,6 +95,10 @@ public:
     // Optimizer state arrays (padded parameter layout), for checkpoints.
     int optimizer_state_arrays() const { return optimizer_state_count(optimizer_); }
     float* optimizer_state(int index) const;
+    // The moving average of the masters (padded parameter layout, backend memory) where the optimizer
+    // averages weights (OptimizerConfig::ema_momentum), else null. Holds the masters as of the last
+    // applied step; nothing before the first (TrainState::applied_steps 0 says so).
+    float* averages() const { return averages_; }
     // Where every dense op's GEMM workspace lies in the persistent arena (empty on the CPU, or where
     // the memory budget had no room for it).
     const GemmWorkspace& gemm_workspace() const { return gemm_workspace_; }
@@ -162,6 +166,7 @@ private:
     float* class_weights_ = nullptr;     // the loss's class weights in backend memory, when it has any
     GemmWorkspace gemm_workspace_;      // for every dense op's GEMM; empty where the backend needs none
     float* optimizer_states_[2] = {nullptr, nullptr};
+    float* averages_ = nullptr;
     StepReport* report_ = nullptr;
     TrainState* state_ = nullptr;   // &report_->state
     double* metrics_ = nullptr;     // report_->metrics

@@ -64,6 +64,12 @@ public:
     uint64_t weights_version() const { return weights_version_; }
     void mark_weights_changed() { ++weights_version_; }
 
+    // The trainer whose averaged weights (mpt_trainer_swap_ema_weights) the masters hold now, its
+    // trained weights being in its averages' place; null while the masters are the model's own.
+    // Training the model and checkpointing it wait until they are exchanged back.
+    const void* averages_holder() const { return averages_holder_; }
+    void set_averages_holder(const void* trainer) { averages_holder_ = trainer; }
+
     // A prediction's row count: positive, and its input and output arrays within kMaxHostElements.
     void require_prediction_rows(int64_t rows) const;
 
@@ -77,6 +83,7 @@ private:
     int64_t block_elements_ = 0;
     Arena arena_;
     uint64_t weights_version_ = 0;
+    const void* averages_holder_ = nullptr;
 };
 
 }  // namespace mpt

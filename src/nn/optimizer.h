@@ -27,9 +27,20 @@ struct OptimizerConfig {
     // biases together) are scaled by global_clipnorm / max(their L2 norm, global_clipnorm) before
     // the update rule sees them. 0: no clipping.
     float global_clipnorm = 0.0f;
+    // Keras's ema_momentum: when > 0, the trainer keeps an exponential moving average of the master
+    // weights, averaged_weight's after every applied step (the first applied step copies them). 0: none.
+    float ema_momentum = 0.0f;
 };
 
 inline bool clips_gradients(const OptimizerConfig& config) { return config.global_clipnorm > 0.0f; }
+inline bool averages_weights(const OptimizerConfig& config) { return config.ema_momentum > 0.0f; }
+
+// One weight's moving average after an applied step, Keras's momentum * average + (1 - momentum) *
+// weight, each product and the sum rounded once (the CUDA kernel spells the roundings out, so both
+// backends agree bit for bit).
+inline float averaged_weight(float average, float weight, float momentum) {
+    return momentum * average + (1.0f - momentum) * weight;
+}
 
 // Optimizer state arrays per parameter: SGD with momentum keeps a velocity, Adam two moments.
 inline int optimizer_state_count(const OptimizerConfig& config) {

@@ -165,12 +165,45 @@ Trainer::Trainer(std::shared_ptr<Model> model, const TrainerConfig& config)
 }
 
 Trainer::~Trainer() {
+    // The model keeps the averages it holds (Keras's finalize): the trained weights go with us.
+    if (holds_averaged_weights()) model_->set_averages_holder(nullptr);
     Backend& backend = model_->context()->backend();
     try {
         backend.scheduler().synchronize();
     } catch (...) {
     }
     backend.release_host(reports_);  // the order arenas go with the members, after the sync above
+}
+
+void Trainer::require_trained_weights(const char* what) const {
+    const void* holder = model_->averages_holder();
+    if (!holder) return;
+    fail(MPT_STATUS_INVALID_STATE,
+         std::string("cannot ") + what + " while the model holds " + (holder == this ? "this" : "another") +
+             " trainer's averaged weights: exchange them back first (mpt_trainer_swap_ema_weights)");
+}
+
+void Trainer::swap_averaged_weights() {
+    require(averages_weights(config_.optimizer), MPT_STATUS_INVALID_STATE,
+            "this trainer keeps no averaged weights (mpt_trainer_options_set_ema)");
+    const void* holder = model_->averages_holder();
+    require(holder == nullptr || holder == this, MPT_STATUS_INVALID_STATE,
+            "the model holds another trainer's averaged weights: that trainer exchanges them back first");
+    Backend& backend = model_->context()->backend();
+    backend.scheduler().synchronize();
+    float* const averages = executor_.averages();
+    const int64_t count = model_->parameter_block_elements();
+    if (!holder && executor_.read_state().applied_steps == 0) {
+        // No applied step has written the averages yet: they are the weights themselves.
+        std::vector<float> block(static_cast<size_t>(count));
+        model_->read_master_block(block.data());
+        backend.copy_to_device(averages, block.data(), block.size() * sizeof(float));
+    } else {
+        backend.swap_values(model_->masters(), averages, count);
+        backend.scheduler().synchronize();
+    }
+    model_->mark_weights_changed();
+    model_->set_averages_holder(holder ? nullptr : this);
 }
 
 void Trainer::check_samples(const Dataset& dataset) const {
@@ -296,6 +329,7 @@ void Trainer::fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bo
     require(epochs >= 0, MPT_STATUS_INVALID_ARGUMENT, "epochs must be >= 0");
     require(batch_size > 0, MPT_STATUS_INVALID_ARGUMENT, "batch_size must be positive");
     check_dataset(dataset);
+    require_trained_weights("train");
     const StepCountOnFailure recount(*this);
     const int64_t rows = dataset.rows();
     const int64_t batch_rows = std::min(batch_size, rows);
@@ -333,6 +367,7 @@ void Trainer::fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bo
     if (reporting && !reports_) reports_ = static_cast<StepReport*>(backend.allocate_host(kReportSlots * sizeof(StepReport)));
 
     for (int64_t epoch = 0; epoch < epochs; ++epoch) {
+        if (epoch > 0) require_trained_weights("go on training after the epoch-end callback");
         DrainOnExit drain(scheduler);
         report_head_ = 0;
         reports_pending_ = 0;
@@ -479,6 +514,7 @@ void Trainer::fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bo
 
 float Trainer::step(const Dataset& dataset, int64_t first, int64_t batch_size) {
     check_dataset(dataset);
+    require_trained_weights("train");
     require(batch_size > 0, MPT_STATUS_INVALID_ARGUMENT, "batch_size must be positive");
     require(first >= 0 && first <= dataset.rows() - batch_size, MPT_STATUS_INVALID_ARGUMENT,
             "rows [first, first + batch_size) must lie inside the dataset");

@@ -91,6 +91,15 @@ public:
     // `batch_size` (0: the last training batch size, or 256); `outputs` holds rows * outputs floats.
     void predict(const Dataset& dataset, int64_t batch_size, float* outputs);
 
+    // Exchanges the model's weights with this trainer's moving averages (OptimizerConfig::ema_momentum),
+    // outside fit or from its epoch-end callback: evaluate, predict or save the averaged model, then
+    // exchange again to train on. Before the first applied step the averages are the weights.
+    void swap_averaged_weights();
+    // Whether the model holds this trainer's averages now.
+    bool holds_averaged_weights() const { return model_->averages_holder() == this; }
+    // Refuses (MPT_STATUS_INVALID_STATE) to `what` while the model holds a trainer's averages.
+    void require_trained_weights(const char* what) const;
+
     mpt_precision precision() const { return executor_.policy().precision; }
     TrainState state() const { return executor_.read_state(); }  // waits for the device
     // The state a caller sees: from a progress callback, as of the step it reports (its report's copy,

@@ -128,6 +128,7 @@ struct BlobTrainerSetup {
     float label_smoothing = 0.0f;
     float momentum = 0.0f;
     float global_clipnorm = 0.0f;  // 0: no clipping
+    float ema_momentum = 0.0f;     // 0: no weight averaging
     mpt_loss_scaling loss_scaling = MPT_LOSS_SCALING_DEFAULT;
     float initial_scale = 32768.0f;
     std::vector<float> class_weights;  // empty: none
@@ -160,6 +161,7 @@ struct BlobTrainer {
         REQUIRE_OK(mpt_trainer_options_set_label_smoothing(options, setup.label_smoothing));
         REQUIRE_OK(mpt_trainer_options_set_momentum(options, setup.momentum, 0));
         REQUIRE_OK(mpt_trainer_options_set_global_clipnorm(options, setup.global_clipnorm));
+        REQUIRE_OK(mpt_trainer_options_set_ema(options, setup.ema_momentum));
         REQUIRE_OK(mpt_trainer_options_set_loss_scaling(options, setup.loss_scaling, setup.initial_scale));
         REQUIRE_OK(mpt_trainer_options_set_class_weights(options, setup.class_weights.data(),
                                                          static_cast<int64_t>(setup.class_weights.size())));

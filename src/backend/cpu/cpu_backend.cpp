@@ -502,6 +502,26 @@ void CpuBackend::clip_factor_from_batch(const DenseUpdateArgs* layers, int count
     record_global_clip(*state, sum, clipnorm);
 }
 
+void CpuBackend::average_weights(const float* masters, float* averages, int64_t count, float momentum,
+                                 const TrainState* state) {
+    require(masters != nullptr && averages != nullptr && state != nullptr && count >= 0, MPT_STATUS_INVALID_ARGUMENT,
+            "cpu backend: average_weights needs the masters, the averages and the train state");
+    if (state->found_inf) return;
+    if (state->applied_steps == 0) {
+        std::memcpy(averages, masters, static_cast<size_t>(count) * sizeof(float));
+        return;
+    }
+    pool_.parallel_for(count, kElementGrain, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) averages[i] = averaged_weight(averages[i], masters[i], momentum);
+    });
+}
+
+void CpuBackend::swap_values(float* first, float* second, int64_t count) {
+    require(first != nullptr && second != nullptr && count >= 0, MPT_STATUS_INVALID_ARGUMENT,
+            "cpu backend: swap_values needs two arrays");
+    std::swap_ranges(first, first + count, second);
+}
+
 void CpuBackend::finish_step(TrainState* state, const LossScalerConfig& scaler) { advance_loss_scaler(*state, scaler); }
 
 }  // namespace mpt

@@ -70,6 +70,9 @@ public:
     bool clips_from_batch(int64_t rows) const override;
     void clip_factor_from_batch(const DenseUpdateArgs* layers, int count, const float* max_abs_pairs, float clipnorm,
                                 TrainState* state) override;
+    void average_weights(const float* masters, float* averages, int64_t count, float momentum,
+                         const TrainState* state) override;
+    void swap_values(float* first, float* second, int64_t count) override;
     void finish_step(TrainState* state, const LossScalerConfig& scaler) override;
 
     int threads() const { return pool_.threads(); }

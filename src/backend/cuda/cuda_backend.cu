@@ -22,6 +22,7 @@
 #include "backend/cuda/cuda_gather.cuh"
 #include "backend/cuda/cuda_max_abs.cuh"
 #include "backend/cuda/cuda_step_state.cuh"
+#include "backend/cuda/cuda_weight_average.cuh"
 #include "backend/device_scope.h"
 #include "core/environment_settings.h"
 #include "memory/memory_tracker.h"
@@ -492,6 +493,30 @@ void CudaBackend::clip_factor(const float* gradients, int64_t count, float clipn
     issue(op);
 }
 
+void CudaBackend::average_weights(const float* masters, float* averages, int64_t count, float momentum,
+                                  const TrainState* state) {
+    require(masters != nullptr && averages != nullptr && state != nullptr && count >= 0, MPT_STATUS_INVALID_ARGUMENT,
+            "cuda backend: average_weights needs the masters, the averages and the train state");
+    RecordedOp op{};
+    op.code = OpCode::average_weights;
+    op.values = masters;
+    op.out = averages;
+    op.count = count;
+    op.momentum = momentum;
+    op.state = const_cast<TrainState*>(state);  // only read
+    issue(op);
+}
+
+void CudaBackend::swap_values(float* first, float* second, int64_t count) {
+    require(first != nullptr && second != nullptr && count >= 0, MPT_STATUS_INVALID_ARGUMENT,
+            "cuda backend: swap_values needs two arrays");
+    // Outside steps, like fill_zero: eagerly, on the current lane, and the other lane after it.
+    flush_recording();
+    activate();
+    run_swap_values(first, second, count, stream());
+    scheduler_->order_other_lane_after(scheduler_->current_lane());
+}
+
 void CudaBackend::plan(RecordedOp& op) {
     switch (op.code) {
         case OpCode::dense_forward: {
@@ -591,6 +616,9 @@ void CudaBackend::execute(const RecordedOp& op, cudaStream_t stream) {
         case OpCode::clip_factor:
             run_clip_factor(static_cast<const float*>(op.values), op.count, op.clipnorm, op.state, clip_partials_,
                             stream);
+            return;
+        case OpCode::average_weights:
+            run_average_weights(static_cast<const float*>(op.values), op.out, op.count, op.momentum, op.state, stream);
             return;
         case OpCode::finish_step: run_finish_step(op.state, op.scaler, stream); return;
     }
@@ -873,6 +901,13 @@ void CudaBackend::sign(const RecordedOp& op) {
             s.put(op.values);
             s.put(op.count);
             s.put(op.clipnorm);
+            s.put(op.state);
+            return;
+        case OpCode::average_weights:
+            s.put(op.values);
+            s.put(op.out);
+            s.put(op.count);
+            s.put(op.momentum);
             s.put(op.state);
             return;
         case OpCode::finish_step: {

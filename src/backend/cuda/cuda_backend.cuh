@@ -63,6 +63,9 @@ public:
     void decide_update(const float* max_abs_pairs, int layer_count, int64_t rows, TrainState* state) override;
     void dense_update(const DenseUpdateArgs& args, const OptimizerConfig& optimizer) override;
     void clip_factor(const float* gradients, int64_t count, float clipnorm, TrainState* state) override;
+    void average_weights(const float* masters, float* averages, int64_t count, float momentum,
+                         const TrainState* state) override;
+    void swap_values(float* first, float* second, int64_t count) override;
     void finish_step(TrainState* state, const LossScalerConfig& scaler) override;
 
     // The backend's own device buffers: allocate()/release() that also charge the context's memory
@@ -94,6 +97,7 @@ private:
         decide_update,
         dense_update,
         clip_factor,
+        average_weights,
         finish_step
     };
     // One operation of a recorded task, with the plan chosen when it was issued.
@@ -112,11 +116,12 @@ private:
         float* scratch;
         TrainState* state;
         MaxAbsInput max_inputs[kMaxAbsInputs];
-        const void* values;      // decide_update's bounds, clip_factor's gradients
-        int64_t count;           // max_abs inputs, decide_update layers, clip_factor gradients
+        const void* values;      // decide_update's bounds, clip_factor's gradients, average_weights' masters
+        int64_t count;           // max_abs inputs, decide_update layers, clip_factor gradients, averaged values
         int64_t rows;
-        float* out;              // max_abs's maxima
+        float* out;              // max_abs's maxima, average_weights' averages
         float clipnorm;
+        float momentum;          // average_weights'
     };
 
     // CudaTaskHooks
