@@ -67,7 +67,7 @@ publish() {
     {
         python3 bench/peers/summary.py "$WORK"/mptrain_small.json "$WORK"/mptrain_large.json \
             "$WORK"/mptrain_streamed.json "$WORK"/mptrain_scheduled.json "$WORK"/mptrain_clipped.json \
-            "$WORK"/floor.json "$WORK"/torch.json "$WORK"/jax.json 2>/dev/null
+            "$WORK"/mptrain_averaged.json "$WORK"/floor.json "$WORK"/torch.json "$WORK"/jax.json 2>/dev/null
         [ -f "$WORK/ctest_cuda.log" ] &&
             echo "GPU tests: $(grep -E 'tests passed|tests failed' "$WORK/ctest_cuda.log" | tail -1)"
         grep -hoE "fp32: [0-9]+ fused plans refused.*" "$WORK/ctest_cuda.log" 2>/dev/null | head -1 \
@@ -182,6 +182,8 @@ if [ -x "$bench" ]; then
     bench_run 60 scheduled --precision mixed-bf16 --batch 32,256 --lr-schedule cosine
     # Gradient clipping by global norm: every layer's gradient kept, summed, then the updates.
     bench_run 60 clipped --precision mixed-bf16 --batch 32,256 --clipnorm 1
+    # Weight averaging: one more pass over the fp32 masters after every step.
+    bench_run 60 averaged --precision mixed-bf16 --batch 32,256 --ema 0.999
 else
     echo "no $bench (MPTRAIN_BUILD_BENCH off or bench/ missing)"
 fi

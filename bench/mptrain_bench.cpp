@@ -39,6 +39,7 @@ struct Options {
     bool streamed = false;  // keep the data set in host memory and stream it (GPU)
     bool cosine = false;    // --lr-schedule cosine: the library's per-step schedule (no new graph per rate)
     float clipnorm = 0.0f;  // --clipnorm: gradient clipping by global norm; 0 = none
+    float ema = 0.0f;       // --ema: the weights' moving average's momentum; 0 = none
     std::string json;
     std::vector<int64_t> predict_rows;  // --predict: prediction latency at these row counts instead
 };
@@ -52,18 +53,20 @@ struct Record {
     bool streamed;
     bool cosine;
     float clipnorm;
+    float ema;
 };
 
 [[noreturn]] void usage(int code) {
     std::fprintf(code ? stderr : stdout,
                  "usage: mptrain-bench [--backend cpu|cuda] [--precision LIST] [--batch LIST] [--steps N]\n"
                  "                     [--repeats N] [--threads N] [--streamed] [--lr-schedule constant|cosine]\n"
-                 "                     [--clipnorm X] [--json FILE]\n"
+                 "                     [--clipnorm X] [--ema M] [--json FILE]\n"
                  "       mptrain-bench --predict LIST [--backend cpu|cuda] [--precision LIST] [--repeats N] [--threads N]\n"
                  "  LIST is comma-separated, e.g. --precision fp32,mixed-bf16 --batch 32,256\n"
                  "  --streamed keeps the data set in host memory (GPU: batches staged through pinned memory)\n"
                  "  --lr-schedule cosine trains under a cosine schedule with warm-up (the library's, per step)\n"
                  "  --clipnorm X clips every step's gradients to a global norm of X (the library's clipping)\n"
+                 "  --ema M keeps a moving average of the weights with momentum M in (0, 1) (the library's EMA)\n"
                  "  --predict 1,2,4,8 times mpt_trainer_predict on that many rows instead of training steps:\n"
                  "    the median of 20 x repeats calls per precision, the precisions taking turns\n");
     std::exit(code);
@@ -101,10 +104,13 @@ Options parse(int argc, char** argv) {
         else if (flag == "--json") options.json = value;
         else if (flag == "--lr-schedule" && (value == "constant" || value == "cosine")) options.cosine = value == "cosine";
         else if (flag == "--clipnorm") options.clipnorm = std::strtof(value.c_str(), nullptr);
+        else if (flag == "--ema") options.ema = std::strtof(value.c_str(), nullptr);
         else usage(2);
     }
     if (options.backend != "cpu" && options.backend != "cuda") usage(2);
-    if (options.repeats < 1 || options.steps < 0 || !(options.clipnorm >= 0.0f)) usage(2);
+    if (options.repeats < 1 || options.steps < 0 || !(options.clipnorm >= 0.0f) ||
+        !(options.ema >= 0.0f && options.ema < 1.0f))
+        usage(2);
     for (int64_t batch : options.batches)
         if (batch <= 0) usage(2);
     for (int64_t rows : options.predict_rows)
@@ -257,6 +263,7 @@ Record run_one(const Options& options, const std::string& precision_text, int64_
         configured = mpt_trainer_options_set_lr_schedule(trainer_options, MPT_LR_SCHEDULE_COSINE, 10,
                                                          (options.repeats + 1) * (rows / batch), 0.1f);
     if (configured == MPT_STATUS_OK) configured = mpt_trainer_options_set_global_clipnorm(trainer_options, options.clipnorm);
+    if (configured == MPT_STATUS_OK) configured = mpt_trainer_options_set_ema(trainer_options, options.ema);
     if (configured == MPT_STATUS_OK) configured = mpt_trainer_create(model, trainer_options, &handles.trainer);
     mpt_trainer_options_destroy(trainer_options);
     check(configured, "trainer");
@@ -302,6 +309,7 @@ Record run_one(const Options& options, const std::string& precision_text, int64_
     record.streamed = options.streamed && options.backend == "cuda";
     record.cosine = options.cosine;
     record.clipnorm = options.clipnorm;
+    record.ema = options.ema;
     const mpt::DType compute = resolved == MPT_PRECISION_MIXED_BF16   ? mpt::DType::bf16
                                : resolved == MPT_PRECISION_MIXED_FP16 ? mpt::DType::fp16
                                                                       : mpt::DType::fp32;
@@ -388,10 +396,11 @@ void write_json(const std::string& path, const std::vector<Record>& records) {
         std::fprintf(file,
                      "  {\"backend\": \"%s\", \"precision\": \"%s\", \"resolved_precision\": \"%s\", \"batch\": %lld, "
                      "\"steps\": %lld, \"us_per_step\": %.1f, \"wall_us_per_step\": %.1f, \"data\": \"%s\", "
-                     "\"lr_schedule\": \"%s\", \"global_clipnorm\": %g, ",
+                     "\"lr_schedule\": \"%s\", \"global_clipnorm\": %g, \"ema_momentum\": %g, ",
                      r.backend.c_str(), r.precision.c_str(), r.resolved.c_str(), static_cast<long long>(r.batch),
                      static_cast<long long>(r.steps), r.us_per_step, r.wall_us_per_step,
-                     r.streamed ? "streamed" : "resident", r.cosine ? "cosine" : "constant", static_cast<double>(r.clipnorm));
+                     r.streamed ? "streamed" : "resident", r.cosine ? "cosine" : "constant", static_cast<double>(r.clipnorm),
+                     static_cast<double>(r.ema));
         if (r.gemm_floor_us >= 0) std::fprintf(file, "\"gemm_floor_us\": %.1f, \"floor_ratio\": %.3f, ", r.gemm_floor_us, r.us_per_step / r.gemm_floor_us);
         else std::fprintf(file, "\"gemm_floor_us\": null, \"floor_ratio\": null, ");
         std::fprintf(file, "\"allocations_per_step\": %.3f, \"peak_bytes\": %zu, \"device_bytes\": %lld}%s\n",
@@ -421,12 +430,14 @@ int main(int argc, char** argv) {
             return 1;
         }
     }
-    char clipping[96] = "";
+    char clipping[96] = "", averaging[64] = "";
     if (options.clipnorm > 0.0f)
         std::snprintf(clipping, sizeof clipping, ", gradients clipped to a global norm of %g",
                       static_cast<double>(options.clipnorm));
-    std::printf("mptrain %s bench, backend %s, seed MLP 3072-3000-1000-10, SGD%s\n", mpt_version(),
-                options.backend.c_str(), clipping);
+    if (options.ema > 0.0f)
+        std::snprintf(averaging, sizeof averaging, ", weights averaged (ema %g)", static_cast<double>(options.ema));
+    std::printf("mptrain %s bench, backend %s, seed MLP 3072-3000-1000-10, SGD%s%s\n", mpt_version(),
+                options.backend.c_str(), clipping, averaging);
     print_device(options);
     std::printf("%-7s %-11s %-11s %6s %6s %12s %12s %12s %7s %11s %9s %11s\n", "backend", "precision", "runs as",
                 "batch", "steps", "us/step", "wall us/step", "gemm floor", "ratio", "allocs/step", "peak MiB",

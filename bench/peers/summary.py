@@ -52,10 +52,12 @@ def main():
     records = load(arguments)
     mine = [r for r in records if r.get("backend") == backend]
     clipped = [r for r in mine if r.get("global_clipnorm", 0) > 0]
-    constant = [r for r in mine if r.get("lr_schedule", "constant") == "constant" and r not in clipped]
+    averaged = [r for r in mine if r.get("ema_momentum", 0) > 0 and r not in clipped]
+    optioned = clipped + averaged  # steps that do more than the plain one: each shown against it
+    constant = [r for r in mine if r.get("lr_schedule", "constant") == "constant" and r not in optioned]
     ours = {(r["precision"], r["batch"]): r["us_per_step"] for r in constant if r.get("data", "resident") == "resident"}
     streamed = [r for r in constant if r.get("data") == "streamed"]
-    scheduled = [r for r in mine if r.get("lr_schedule", "constant") != "constant" and r not in clipped]
+    scheduled = [r for r in mine if r.get("lr_schedule", "constant") != "constant" and r not in optioned]
     peers, untrained = {}, set()
     for r in records:
         if "framework" not in r:
@@ -139,6 +141,11 @@ def main():
         plain = ours.get((r["precision"], r["batch"]))
         versus = f", {r['us_per_step'] / plain:.2f}x without clipping" if plain else ""
         print(f"gradients clipped to global norm {r['global_clipnorm']:g}: {r['precision']} batch {r['batch']}: "
+              f"{r['us_per_step']:.0f} us/step{versus}")
+    for r in averaged:
+        plain = ours.get((r["precision"], r["batch"]))
+        versus = f", {r['us_per_step'] / plain:.2f}x without averaging" if plain else ""
+        print(f"weights averaged (ema {r['ema_momentum']:g}): {r['precision']} batch {r['batch']}: "
               f"{r['us_per_step']:.0f} us/step{versus}")
 
 

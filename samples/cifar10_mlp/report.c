@@ -100,6 +100,11 @@ static void write_run(json_writer* json, const cli_options* options, const data_
     json_number(json, "global_clipnorm", (double)options->global_clipnorm);
     if (options->global_clipnorm > 0.0f)
         json_number(json, "last_gradient_norm", (double)run->last_gradient_norm);
+    json_number(json, "ema_momentum", (double)options->ema_momentum);
+    if (run->ema_evaluated) {
+        json_number(json, "ema_test_loss", (double)run->ema_test_loss);
+        json_number(json, "ema_test_accuracy", (double)run->ema_test_accuracy);
+    }
     json_boolean(json, "validate", options->validate);
     json_number(json, "validation_split", options->validation_split);
     if (run->per_class)

@@ -211,6 +211,8 @@ int run_training(const cli_options* options, mpt_precision precision, const data
               "setting label smoothing %g", (double)options->label_smoothing);
     CHECK_MPT(mpt_trainer_options_set_global_clipnorm(trainer_options, options->global_clipnorm),
               "setting gradient clipping to a global norm of %g", (double)options->global_clipnorm);
+    CHECK_MPT(mpt_trainer_options_set_ema(trainer_options, options->ema_momentum),
+              "setting the weights' moving average to momentum %g", (double)options->ema_momentum);
     CHECK_MPT(mpt_trainer_options_set_optimizer(trainer_options, MPT_OPTIMIZER_SGD), "selecting SGD");
     CHECK_MPT(mpt_trainer_options_set_learning_rate(trainer_options, options->learning_rate),
               "setting learning rate %g", (double)options->learning_rate);
@@ -249,6 +251,8 @@ int run_training(const cli_options* options, mpt_precision precision, const data
         printf(" | label smoothing %g", (double)options->label_smoothing);
     if (options->global_clipnorm > 0.0f)
         printf(" | clipnorm %g", (double)options->global_clipnorm);
+    if (options->ema_momentum > 0.0f)
+        printf(" | ema %g", (double)options->ema_momentum);
     printf(" | seed %" PRIu64 " | epochs %" PRId64 "\n", options->seed, r.epochs);
     fflush(stdout);
     if (options->warmup_steps >= steps_per_epoch * options->epochs)
@@ -303,6 +307,16 @@ int run_training(const cli_options* options, mpt_precision precision, const data
 
     printf("test: loss %.4f - accuracy %.4f (%" PRId64 " images)\n", (double)r.test_loss,
            (double)r.test_accuracy, r.test_rows);
+    if (options->ema_momentum > 0.0f) {
+        /* The averaged weights in the model's place for one evaluation, then the trained ones back. */
+        CHECK_MPT(mpt_trainer_swap_ema_weights(trainer, NULL), "exchanging the weights for their moving average");
+        CHECK_MPT(mpt_trainer_evaluate(trainer, test_set, 0, &r.ema_test_loss, &r.ema_test_accuracy),
+                  "evaluating the averaged weights on the test set");
+        CHECK_MPT(mpt_trainer_swap_ema_weights(trainer, NULL), "bringing the trained weights back");
+        r.ema_evaluated = 1;
+        printf("test (ema %g): loss %.4f - accuracy %.4f\n", (double)options->ema_momentum,
+               (double)r.ema_test_loss, (double)r.ema_test_accuracy);
+    }
     if (options->per_class) {
         double overall = 0.0;
         if (per_class_report(trainer, test_set, r.test_rows, r.class_accuracy, &overall) != 0)

@@ -26,6 +26,9 @@ typedef struct run_result {
     float last_gradient_norm;  /* --clipnorm: the last step's gradient norm before clipping */
     float test_loss;
     float test_accuracy;
+    int ema_evaluated;        /* --ema: the test set was evaluated with the averaged weights too */
+    float ema_test_loss;
+    float ema_test_accuracy;
     int validated;            /* the validation set was evaluated after each epoch; the last epoch's: */
     float validation_loss;
     float validation_accuracy;

@@ -12,7 +12,7 @@ failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
 "$program" --help >"$work/help" 2>&1 || fail "--help exited $?"
-for flag in --lr-schedule --warmup --lr-decay --label-smoothing --validation-split --per-class --compare; do
+for flag in --lr-schedule --warmup --lr-decay --label-smoothing --clipnorm --ema --validation-split --per-class --compare; do
     grep -q -- "$flag" "$work/help" || fail "--help does not mention $flag"
 done
 
@@ -38,6 +38,11 @@ refused --clipnorm 0 "--clipnorm must be a positive number"
 refused --clipnorm -1 "--clipnorm must be a positive number"
 refused --clipnorm nan "--clipnorm must be a positive number"
 refused --clipnorm inf "--clipnorm must be a positive number"
+refused --ema 0 "--ema must be a number in (0, 1)"
+refused --ema 1 "--ema must be a number in (0, 1)"
+refused --ema -0.5 "--ema must be a number in (0, 1)"
+refused --ema nan "--ema must be a number in (0, 1)"
+refused --ema 0.99999999 "--ema must be a number in (0, 1)"  # 1 once rounded to float
 refused --validation-split 0 "--validation-split must be a number in (0, 1)"
 refused --validation-split 1 "--validation-split must be a number in (0, 1)"
 refused --validation-split -0.2 "--validation-split must be a number in (0, 1)"
@@ -103,6 +108,19 @@ grep -q 'grad_norm' "$work/constant.out" && fail "an unclipped run's epoch lines
 awk -v hard="$(json_value clipped_hard train_loss)" -v plain="$(json_value constant train_loss)" \
     'BEGIN { exit !(plain < hard - 0.1) }' ||
     fail "a clipnorm of 1e-6 trained to loss $(json_value clipped_hard train_loss), unclipped $(json_value constant train_loss)"
+# --ema trains as the constant run does and evaluates the test set with the averaged weights too:
+# a second test line and its own numbers in the JSON.
+run averaged --ema 0.9
+grep -q "| ema 0.9 |" "$work/averaged.out" || fail "averaged run's header: $(grep '^data' "$work/averaged.out")"
+rate_is averaged ema_momentum 0.9
+[ "$(json_value averaged train_loss)" = "$(json_value constant train_loss)" ] || fail "--ema changed the training loss"
+[ "$(json_value averaged test_loss)" = "$(json_value constant test_loss)" ] || fail "--ema changed the trained weights' test loss"
+ema_line=$(sed -n 's/^test (ema 0.9): loss \([0-9.]*\) - accuracy \([0-9.]*\)$/\1/p' "$work/averaged.out")
+[ -n "$ema_line" ] || fail "the averaged run printed no test line for the averaged weights"
+ema_loss=$(json_value averaged ema_test_loss)
+[ -n "$ema_loss" ] && [ "$ema_loss" != "$(json_value averaged test_loss)" ] ||
+    fail "the averaged weights' test loss '$ema_loss' is missing or the trained weights'"
+[ -z "$(json_value constant ema_test_loss)" ] || fail "a run without --ema reports an averaged test loss"
 # A warm-up as long as the run is said to be one.
 "$program" --data "$work/no-such-directory" --limit 256 --epochs 2 --threads 2 --lr-schedule cosine --warmup 16 \
     >"$work/long_warmup.out" 2>&1 || fail "a warm-up as long as the run exited $?"
