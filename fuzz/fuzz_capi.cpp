@@ -139,11 +139,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                     }
                 }
                 break;
-            case 6:  // the loss, label smoothing, class weights or clipping (hostile values; checked again at create)
-                switch (in.byte() % 4) {
+            case 6:  // the loss, label smoothing, class weights, clipping or averaging (hostile values; checked again at create)
+                switch (in.byte() % 5) {
                     case 0: mpt_trainer_options_set_loss(trainer_options, static_cast<mpt_loss>(in.small(6) - 1)); break;
                     case 1: mpt_trainer_options_set_label_smoothing(trainer_options, in.real() / 4.0f); break;
                     case 2: mpt_trainer_options_set_global_clipnorm(trainer_options, in.real()); break;
+                    case 3: mpt_trainer_options_set_ema(trainer_options, in.real() / 4.0f); break;
                     default: {
                         const int64_t count = in.small(8) - 1;  // -1 to 6, against the model's outputs
                         for (int64_t i = 0; i < std::max<int64_t>(count, 0); ++i)
@@ -186,9 +187,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                 else mpt_model_set_weights(maybe_model, layer, buffer.data(), in.count(), buffer.data() + 2048, in.count());
                 break;
             }
-            case 14:
-                if (in.byte() % 2) mpt_trainer_save_checkpoint(trainer, file_path().c_str());
-                else mpt_trainer_load_checkpoint(trainer, file_path().c_str());
+            case 14:  // checkpoints, and the averaged weights' exchange that refuses them while it lasts
+                switch (in.byte() % 3) {
+                    case 0: mpt_trainer_save_checkpoint(trainer, file_path().c_str()); break;
+                    case 1: mpt_trainer_load_checkpoint(trainer, file_path().c_str()); break;
+                    default: {
+                        int holds = 0;
+                        mpt_trainer_swap_ema_weights(trainer, in.byte() % 2 ? &holds : nullptr);
+                    }
+                }
                 break;
             case 15: {
                 mpt_model_save(maybe_model, file_path().c_str());

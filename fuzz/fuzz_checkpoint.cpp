@@ -4,9 +4,9 @@
 // the options and progress JSON, the tensors and their shapes reach the checks behind the checksums.
 // The file is loaded into fresh trainers of the architecture the seeds were written by, one with
 // default options (a constant rate) and one with the options a checkpoint records only when set (a
-// cosine schedule, label smoothing, class weights, gradient clipping). Any load must succeed or be
-// refused with a status a bad file may give, and a refused load must leave the trainer as it was
-// (weights, scaler, step count); after a load that succeeds, fit and evaluate must run or fail with
+// cosine schedule, label smoothing, class weights, gradient clipping, weight averaging). Any load
+// must succeed or be refused with a status a bad file may give, and a refused load must leave the
+// trainer as it was (weights, averages, scaler, step count); after a load that succeeds, fit and evaluate must run or fail with
 // such a status too.
 //
 // The seeds (corpus/checkpoint/seed-*) are this target's trainers' own checkpoints inside an epoch:
@@ -66,6 +66,7 @@ struct Fixture {
             trainer_config.loss.label_smoothing = 0.1f;
             trainer_config.loss.class_weights = {0.5f, 2.0f, 1.0f};
             trainer_config.optimizer.global_clipnorm = 0.5f;
+            trainer_config.optimizer.ema_momentum = 0.9f;
             mpt::LrSchedule& schedule = trainer_config.optimizer.schedule;
             schedule.kind = mpt::LrScheduleKind::cosine;
             schedule.warmup_steps = 3;
@@ -77,6 +78,7 @@ struct Fixture {
 
     struct State {
         std::vector<float> masters;
+        std::vector<float> averages;  // empty without weight averaging
         mpt::TrainState train_state;
         float learning_rate;
         int64_t epochs;
@@ -85,6 +87,10 @@ struct Fixture {
         State s;
         s.masters.resize(static_cast<size_t>(trainer->model()->parameter_block_elements()));
         trainer->model()->read_master_block(s.masters.data());
+        if (const float* averages = trainer->executor().averages()) {
+            s.averages.resize(s.masters.size());
+            context->backend().copy_to_host(s.averages.data(), averages, s.averages.size() * sizeof(float));
+        }
         s.train_state = trainer->state();
         s.learning_rate = trainer->learning_rate();
         s.epochs = trainer->epochs_completed();
@@ -95,6 +101,8 @@ struct Fixture {
 bool same(const Fixture::State& a, const Fixture::State& b) {
     return a.masters.size() == b.masters.size() &&
            std::memcmp(a.masters.data(), b.masters.data(), a.masters.size() * sizeof(float)) == 0 &&
+           a.averages.size() == b.averages.size() &&
+           (a.averages.empty() || std::memcmp(a.averages.data(), b.averages.data(), a.averages.size() * sizeof(float)) == 0) &&
            std::memcmp(&a.train_state, &b.train_state, sizeof a.train_state) == 0 &&
            std::memcmp(&a.learning_rate, &b.learning_rate, sizeof a.learning_rate) == 0 && a.epochs == b.epochs;
 }

@@ -1,6 +1,7 @@
 // The header-only C++ wrapper (include/mptrain/mptrain.hpp) over libmptrain.so: model files,
 // training checkpoints, learning-rate schedules, label smoothing, class weights, gradient clipping,
-// dataset slices, subsets and row weights through it, errors arriving as mptrain::Error with the C status.
+// weight averaging, dataset slices, subsets and row weights through it, errors arriving as
+// mptrain::Error with the C status.
 #include <doctest/doctest.h>
 
 #include <mptrain/mptrain.hpp>
@@ -652,6 +653,79 @@ TEST_CASE("a negative, NaN or infinite global_clipnorm throws INVALID_ARGUMENT f
         }
     }
     options.global_clipnorm(0.0f);  // 0 is no clipping: accepted
+}
+
+TEST_CASE("swap_ema_weights() through the wrapper exchanges the weights with Keras's moving average of them and back, bit for bit") {
+    auto context = cpu_context(5);
+    auto model = mlp(context);
+    const auto data = blobs(context, 30, 73);
+    mptrain::TrainerOptions options;
+    options.precision(MPT_PRECISION_FP32).optimizer(MPT_OPTIMIZER_SGD).learning_rate(0.05f).momentum(0.0f);
+    options.ema_momentum(0.5f);
+    mptrain::Trainer trainer(model, options);
+    // Before any step the averages are the weights: the exchange changes no value.
+    const std::vector<uint32_t> initial = weight_bits(model);
+    CHECK(trainer.swap_ema_weights());
+    CHECK(weight_bits(model) == initial);
+    CHECK_FALSE(trainer.swap_ema_weights());
+
+    // The averages after each step, as Keras computes them (the first step copies the weights); with
+    // momentum 0.5 each product is exact, so float arithmetic here rounds as the library's.
+    std::vector<float> expected;
+    for (int64_t step = 0; step < 3; ++step) {
+        trainer.step(data, 10 * step, 10);
+        std::vector<uint32_t> bits = weight_bits(model);
+        std::vector<float> weights(bits.size());
+        std::memcpy(weights.data(), bits.data(), bits.size() * sizeof(float));
+        if (step == 0) expected = weights;
+        else
+            for (size_t i = 0; i < weights.size(); ++i) expected[i] = 0.5f * expected[i] + 0.5f * weights[i];
+    }
+    const std::vector<uint32_t> trained = weight_bits(model);
+    const float trained_loss = trainer.evaluate(data).loss;
+    CHECK(trainer.swap_ema_weights());
+    const std::vector<uint32_t> averaged = weight_bits(model);
+    CHECK(averaged != trained);
+    CHECK(averaged == bits_of(expected));
+    CHECK(trainer.evaluate(data).loss != trained_loss);  // evaluate sees the averages
+
+    // Meanwhile training and checkpoints are refused, and change nothing.
+    TempDir directory;
+    CHECK(status_of([&] { trainer.step(data, 0, 10); }) == MPT_STATUS_INVALID_STATE);
+    CHECK(status_of([&] { trainer.fit(data, 1, 10); }) == MPT_STATUS_INVALID_STATE);
+    CHECK(status_of([&] { trainer.save_checkpoint(directory.file("refused.safetensors")); }) ==
+          MPT_STATUS_INVALID_STATE);
+    CHECK(weight_bits(model) == averaged);
+
+    CHECK_FALSE(trainer.swap_ema_weights());
+    CHECK(weight_bits(model) == trained);
+    CHECK(trainer.evaluate(data).loss == trained_loss);
+    trainer.step(data, 0, 10);  // trains again
+
+    // A trainer without averages (of another model) refuses the exchange.
+    auto plain_model = mlp(context);
+    mptrain::Trainer plain(plain_model, adam());
+    const std::vector<uint32_t> plain_weights = weight_bits(plain_model);
+    CHECK(status_of([&] { plain.swap_ema_weights(); }) == MPT_STATUS_INVALID_STATE);
+    CHECK(weight_bits(plain_model) == plain_weights);
+}
+
+TEST_CASE("an ema_momentum outside (0, 1) throws INVALID_ARGUMENT from the wrapper's setter; 0 is none") {
+    mptrain::TrainerOptions options;
+    for (float refused : {1.5f, 1.0f, -0.5f, std::nanf("")}) {
+        try {
+            options.ema_momentum(refused);
+            FAIL("ema_momentum accepted " << refused);
+        } catch (const mptrain::Error& error) {
+            CHECK(error.status() == MPT_STATUS_INVALID_ARGUMENT);
+            CHECK(error.message().find("ema momentum") != std::string::npos);
+        }
+    }
+    options.ema_momentum(0.0f);  // 0 keeps no average: accepted, and the trainer has none to exchange
+    auto context = cpu_context();
+    auto model = mlp(context);
+    mptrain::Trainer trainer(model, options);
+    CHECK(status_of([&] { trainer.swap_ema_weights(); }) == MPT_STATUS_INVALID_STATE);
 }
 
 TEST_CASE("automatic checkpoints through the wrapper keep the newest and can be turned off") {

@@ -488,6 +488,16 @@ public:
         detail::check(mpt_trainer_options_set_global_clipnorm(get(), value));
         return *this;
     }
+    /** An exponential moving average of the weights (mpt_trainer_options_set_ema), as Keras's use_ema
+     *  with ema_momentum: after every applied step each weight's and bias's average becomes
+     *  momentum * average + (1 - momentum) * weight, the first applied step copying the weights;
+     *  Trainer::swap_ema_weights() puts them in the model. momentum in (0, 1), or 0 (the default) to
+     *  keep none; anything else throws Error (INVALID_ARGUMENT), the options unchanged. Checkpoints
+     *  must match it (and then hold the averages). */
+    TrainerOptions& ema_momentum(float momentum) {
+        detail::check(mpt_trainer_options_set_ema(get(), momentum));
+        return *this;
+    }
     /** A learning-rate schedule the library evaluates at every step (mpt_trainer_options_set_lr_schedule
      *  has the formulas): each step trains with the base rate times a factor, a linear warm-up over
      *  `warmup_steps` (>= 0; 0: none), then MPT_LR_SCHEDULE_CONSTANT (decay_steps 0, factor 1), LINEAR
@@ -640,6 +650,19 @@ public:
         float out = 0.0f;
         detail::check(mpt_trainer_get_gradient_norm(get(), &out));
         return out;
+    }
+    /** Exchanges the model's weights with this trainer's moving averages (TrainerOptions::ema_momentum;
+     *  without it Error with MPT_STATUS_INVALID_STATE); returns true when the model now holds the
+     *  averages, false when its own weights are back (bit for bit). Meanwhile evaluate(), predict() and
+     *  the Model's calls see the averages, and fit(), step() (of any trainer of the model),
+     *  save_checkpoint() and load_checkpoint() throw Error with MPT_STATUS_INVALID_STATE. Before the
+     *  first applied step the averages are the weights. Allowed from fit()'s epoch-end callback (exchange
+     *  back before it returns, or fit's next epoch is refused), not from its progress callback. A Trainer
+     *  destroyed while the model holds its averages leaves them there (Keras's way of finishing). */
+    bool swap_ema_weights() {
+        int holds_averages = 0;
+        detail::check(mpt_trainer_swap_ema_weights(get(), &holds_averages));
+        return holds_averages != 0;
     }
     /** {optimizer steps, completed epochs}. */
     std::pair<int64_t, int64_t> progress() const {

@@ -647,6 +647,14 @@ namespace Mptrain
         /// weight decay is not clipped. A negative, NaN or infinite bound throws MptException
         /// (InvalidArgument) from the Trainer constructor. Checkpoints must match it.</summary>
         public float? GlobalClipnorm { get; set; }
+        /// <summary>An exponential moving average of the weights (null or 0: none), as Keras's use_ema
+        /// with ema_momentum (PyTorch's AveragedModel with get_ema_multi_avg_fn): after every applied step
+        /// each weight's and bias's average becomes momentum * average + (1 - momentum) * weight, the first
+        /// applied step copying the weights and a skipped step leaving them. Trainer.SwapEmaWeights puts
+        /// them in the model. A momentum outside (0, 1) other than 0 throws MptException
+        /// (InvalidArgument) from the Trainer constructor. Checkpoints must match it (and then hold the
+        /// averages).</summary>
+        public float? EmaMomentum { get; set; }
         /// <summary>A learning-rate schedule the library evaluates at every step, with WarmupSteps,
         /// DecaySteps and DecayFactor (all four set together when LrSchedule or DecayFactor has a value
         /// or WarmupSteps or DecaySteps is not 0; WarmupSteps alone: Constant with a warm-up). Step s,
@@ -795,6 +803,7 @@ namespace Mptrain
                         MptException.Check(Native.mpt_trainer_options_set_adam(raw, options.Beta1.Value, options.Beta2, options.Epsilon));
                     if (options.WeightDecay.HasValue) MptException.Check(Native.mpt_trainer_options_set_weight_decay(raw, options.WeightDecay.Value));
                     if (options.GlobalClipnorm.HasValue) MptException.Check(Native.mpt_trainer_options_set_global_clipnorm(raw, options.GlobalClipnorm.Value));
+                    if (options.EmaMomentum.HasValue) MptException.Check(Native.mpt_trainer_options_set_ema(raw, options.EmaMomentum.Value));
                     if (options.LrSchedule.HasValue || options.WarmupSteps != 0 || options.DecaySteps != 0 || options.DecayFactor.HasValue)
                     {
                         LrSchedule schedule = options.LrSchedule ?? Mptrain.LrSchedule.Constant;
@@ -1093,6 +1102,26 @@ namespace Mptrain
                     MptException.Check(Native.mpt_trainer_get_gradient_norm(Live, out norm));
                     return norm;
                 }
+            }
+        }
+
+        /// <summary>Exchanges the model's weights with this trainer's moving averages
+        /// (TrainerOptions.EmaMomentum; a trainer without them throws MptException with
+        /// Status.InvalidState) and returns true when the model now holds the averages, false when its own
+        /// weights are back (bit for bit). Meanwhile Evaluate, Predict, PredictDataset and the Model's
+        /// calls (GetWeights, Predict, Save) see the averages, and Fit and Step (of any trainer of the
+        /// model), SaveCheckpoint and LoadCheckpoint throw MptException with Status.InvalidState. Before
+        /// the first applied step the averages are the weights. Allowed from Fit's epoch-end callback
+        /// (exchange them back before it returns, or Fit's next epoch is refused), not from its progress
+        /// callback. A trainer disposed while the model holds its averages leaves them there (Keras's way
+        /// of finishing).</summary>
+        public bool SwapEmaWeights()
+        {
+            using (Family.Enter())
+            {
+                int holdsAverages;
+                MptException.Check(Native.mpt_trainer_swap_ema_weights(Live, out holdsAverages));
+                return holdsAverages != 0;
             }
         }
 

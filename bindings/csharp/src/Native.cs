@@ -84,6 +84,7 @@ namespace Mptrain
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_set_adam(TrainerOptionsHandle options, float beta1, float beta2, float epsilon);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_set_weight_decay(TrainerOptionsHandle options, float weightDecay);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_set_global_clipnorm(TrainerOptionsHandle options, float clipnorm);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_set_ema(TrainerOptionsHandle options, float momentum);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_set_lr_schedule(TrainerOptionsHandle options, LrSchedule schedule, long warmupSteps, long decaySteps, float factor);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_set_loss_scaling(TrainerOptionsHandle options, LossScaling mode, float initialScale);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_set_loss_scaler_dynamics(TrainerOptionsHandle options, float growthFactor, float backoffFactor, long growthInterval, float minScale, float maxScale);
@@ -103,6 +104,7 @@ namespace Mptrain
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_get_scheduled_learning_rate(TrainerHandle trainer, out float learningRate);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_get_loss_scale(TrainerHandle trainer, out float scale, out long growthTracker, out long skippedSteps);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_get_gradient_norm(TrainerHandle trainer, out float norm);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_swap_ema_weights(TrainerHandle trainer, out int holdsAverages);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_get_progress(TrainerHandle trainer, out long steps, out long epochs);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_save_checkpoint(TrainerHandle trainer, IntPtr pathUtf8);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_load_checkpoint(TrainerHandle trainer, IntPtr pathUtf8);

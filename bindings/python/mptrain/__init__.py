@@ -21,6 +21,7 @@ lock (the C library allows one thread at a time per context), different contexts
 import array
 import collections
 import collections.abc
+import contextlib
 import ctypes
 import enum
 import json
@@ -979,7 +980,7 @@ class Trainer(_Handle):
     (None = the library default): precision, loss, optimizer, learning_rate, momentum (+ nesterov),
     adam=(beta1, beta2, epsilon), weight_decay, lr_schedule (+ warmup_steps, decay_steps, decay_factor),
     loss_scaling (+ initial_scale), loss_scaler_dynamics=(growth_factor, backoff_factor, growth_interval,
-    min_scale, max_scale), label_smoothing, class_weights, global_clipnorm.
+    min_scale, max_scale), label_smoothing, class_weights, global_clipnorm, ema_momentum.
 
     label_smoothing s in [0, 1) (default 0: none) makes the cross-entropy losses train towards
     t (1 - s) + s / n instead of each target t (n: the model's outputs, 2 for binary cross-entropy), as
@@ -1006,6 +1007,14 @@ class Trainer(_Handle):
     bounded; weight decay is not clipped. A negative, NaN or infinite bound raises Error with
     Status.INVALID_ARGUMENT. Checkpoints must match it.
 
+    ema_momentum (default 0: none) keeps an exponential moving average of the weights, as Keras's
+    use_ema with ema_momentum (PyTorch's AveragedModel with get_ema_multi_avg_fn): after every applied
+    step each weight's and bias's average becomes ema_momentum * average + (1 - ema_momentum) * weight,
+    the first applied step copying the weights and a skipped step leaving them. swap_ema_weights (or the
+    with-block ema_weights) puts them in the model, to evaluate, predict or save them. A value outside
+    (0, 1) other than 0 raises Error with Status.INVALID_ARGUMENT. Checkpoints must match it (and then
+    hold the averages).
+
     lr_schedule (an LrSchedule or its name) is a learning-rate schedule the library evaluates at every
     step, the steps counted from 0 over the trainer's life: the base rate (learning_rate) times a factor,
     (s + 1) / warmup_steps over the first warmup_steps steps (0: no warm-up), then, d steps later,
@@ -1022,7 +1031,8 @@ class Trainer(_Handle):
     def __init__(self, model, precision=None, loss=None, optimizer=None, learning_rate=None, momentum=None,
                  nesterov=False, adam=None, weight_decay=None, loss_scaling=None, initial_scale=32768.0,
                  loss_scaler_dynamics=None, lr_schedule=None, warmup_steps=0, decay_steps=0, decay_factor=None,
-                 label_smoothing=0.0, class_weights=None, global_clipnorm=0.0):
+                 label_smoothing=0.0, class_weights=None, global_clipnorm=0.0,
+                 ema_momentum=0.0):
         _require(model, Model, "model")
         lib = _lib()
         options = _native.TrainerOptionsP()
@@ -1053,6 +1063,7 @@ class Trainer(_Handle):
             if weight_decay is not None:
                 _check(lib.mpt_trainer_options_set_weight_decay(options, float(weight_decay)))
             _check(lib.mpt_trainer_options_set_global_clipnorm(options, float(global_clipnorm)))
+            _check(lib.mpt_trainer_options_set_ema(options, float(ema_momentum)))
             # Checked before the comparison with 0, so that warmup_steps=0.0 is refused as 1.0 is.
             warmup_steps = _integer(warmup_steps, "warmup_steps", ctypes.c_int64)
             decay_steps = _integer(decay_steps, "decay_steps", ctypes.c_int64)
@@ -1273,6 +1284,38 @@ class Trainer(_Handle):
         with self._family:
             _check(_lib().mpt_trainer_get_gradient_norm(self._get(), ctypes.byref(out)))
         return out.value
+
+    def swap_ema_weights(self):
+        """Exchanges the model's weights with this trainer's moving averages (ema_momentum; a trainer
+        without them raises Error with Status.INVALID_STATE) and returns True when the model now holds
+        the averages, False when its own weights are back (bit for bit). Meanwhile evaluate, predict,
+        predict_dataset and the Model's calls (get_weights, predict, save) see the averages, and fit and
+        step (of any trainer of the model), save_checkpoint and load_checkpoint raise Error with
+        Status.INVALID_STATE. Before the first applied step the averages are the weights. Allowed from
+        fit's epoch_end callback (exchange back before it returns, or fit's next epoch is refused), not
+        from its progress callback. A trainer closed while the model holds its averages leaves them
+        there (Keras's way of finishing). The with-block ema_weights exchanges back for you."""
+        holds = ctypes.c_int()
+        with self._family:
+            _check(_lib().mpt_trainer_swap_ema_weights(self._get(), ctypes.byref(holds)))
+        return holds.value != 0
+
+    @contextlib.contextmanager
+    def ema_weights(self):
+        """`with trainer.ema_weights():` runs its block with the moving averages in the model (see
+        swap_ema_weights) and puts the trained weights back when the block ends, also when it raises.
+        Yields the trainer. Entered while the model already holds the averages (swap_ema_weights called
+        before), it raises Error with Status.INVALID_STATE and leaves them there; a trainer closed
+        inside the block leaves the averages in the model, as swap_ema_weights says."""
+        if not self.swap_ema_weights():
+            self.swap_ema_weights()  # the averages back where they were
+            raise Error(Status.INVALID_STATE, "the model already holds this trainer's averaged weights: "
+                                              "ema_weights cannot put them in again")
+        try:
+            yield self
+        finally:
+            if not self.closed:
+                self.swap_ema_weights()
 
     @property
     def progress(self):

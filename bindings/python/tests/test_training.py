@@ -319,6 +319,108 @@ def test_global_clipnorm_negative_nan_or_infinite_is_refused(model):
     mptrain.Trainer(model, global_clipnorm=0.0)  # 0 is no clipping: accepted
 
 
+def ema_run(ema_momentum=0.5):
+    """An fp32 plain-SGD trainer at rate 0.05 from seed 5 keeping a moving average with ema_momentum, its
+    model, 30 rows of blobs and a function giving the model's weights and biases as floats."""
+    ctx = mptrain.Context(backend="cpu", threads=1, seed=5)
+    model = mlp(ctx)
+    trainer = mptrain.Trainer(model, precision="fp32", optimizer="sgd", learning_rate=0.05, momentum=0.0,
+                              ema_momentum=ema_momentum)
+    data = mptrain.Dataset.from_f32(ctx, *make_blobs(rows=30, seed=73), CLASSES)
+
+    def weights():
+        return [v for layer in range(model.layer_count) for part in model.get_weights(layer) for v in values(part)]
+
+    return trainer, model, data, weights
+
+
+def test_swap_ema_weights_exchanges_the_weights_with_their_moving_average_and_back_bit_for_bit():
+    trainer, model, data, weights = ema_run()
+    # Before any step the averages are the weights: the exchange changes no value.
+    initial = weight_bytes(model)
+    assert trainer.swap_ema_weights() is True
+    assert weight_bytes(model) == initial
+    assert trainer.swap_ema_weights() is False
+    # Keras's average after each step (the first copies the weights), rounded to float at each: with
+    # momentum 0.5 each product is exact, and a double sum of two floats rounded to float is the float
+    # sum, so these are the library's bits.
+    expected = None
+    for step in range(3):
+        trainer.step(data, 10 * step, 10)
+        now = weights()
+        expected = now if expected is None else array.array("f", [0.5 * a + 0.5 * w
+                                                                  for a, w in zip(expected, now)]).tolist()
+    trained, trained_loss = weight_bytes(model), trainer.evaluate(data).loss
+    assert trainer.swap_ema_weights() is True
+    assert weight_bytes(model) != trained
+    assert weights() == expected
+    assert trainer.evaluate(data).loss != trained_loss  # evaluate sees the averages
+    # Meanwhile training and checkpoints are refused, and change nothing.
+    averaged = weight_bytes(model)
+    for refused in (lambda: trainer.step(data, 0, 10), lambda: trainer.fit(data, epochs=1, batch_size=10),
+                    lambda: trainer.save_checkpoint("/nonexistent-mptrain-dir/refused.safetensors")):
+        with pytest.raises(mptrain.Error) as info:
+            refused()
+        assert info.value.status == mptrain.Status.INVALID_STATE, info.value
+        assert "averaged weights" in info.value.message
+    assert weight_bytes(model) == averaged
+    assert trainer.swap_ema_weights() is False
+    assert weight_bytes(model) == trained
+    assert trainer.evaluate(data).loss == trained_loss
+    trainer.step(data, 0, 10)  # trains again
+
+
+def test_the_ema_weights_block_holds_the_averages_and_puts_the_weights_back_even_on_an_exception():
+    trainer, model, data, weights = ema_run()
+    for step in range(3):
+        trainer.step(data, 10 * step, 10)
+    trained = weight_bytes(model)
+    assert trainer.swap_ema_weights() and not trainer.swap_ema_weights()
+    with trainer.ema_weights() as inside:
+        assert inside is trainer
+        averaged = weight_bytes(model)
+        assert averaged != trained
+    assert weight_bytes(model) == trained
+    with pytest.raises(KeyError):
+        with trainer.ema_weights():
+            assert weight_bytes(model) == averaged
+            raise KeyError("raised in the block")
+    assert weight_bytes(model) == trained
+    trainer.step(data, 0, 10)  # the trained weights are in their places: training goes on
+    # Entered with the averages already in the model: refused, and they stay there.
+    assert trainer.swap_ema_weights()
+    held = weight_bytes(model)
+    with pytest.raises(mptrain.Error) as info:
+        with trainer.ema_weights():
+            pytest.fail("the block ran")
+    assert info.value.status == mptrain.Status.INVALID_STATE
+    assert weight_bytes(model) == held
+    assert trainer.swap_ema_weights() is False
+
+
+def test_swap_ema_weights_without_averages_and_an_ema_momentum_outside_0_1_are_refused(model):
+    plain = mptrain.Trainer(model)
+    initial = weight_bytes(model)
+    with pytest.raises(mptrain.Error) as info:
+        plain.swap_ema_weights()
+    assert info.value.status == mptrain.Status.INVALID_STATE
+    with pytest.raises(mptrain.Error) as info:
+        with plain.ema_weights():
+            pytest.fail("the block ran")
+    assert info.value.status == mptrain.Status.INVALID_STATE
+    assert weight_bytes(model) == initial
+    for refused in (1.5, 1.0, -0.5, float("nan")):
+        with pytest.raises(mptrain.Error) as info:
+            mptrain.Trainer(model, ema_momentum=refused)
+        assert info.value.status == mptrain.Status.INVALID_ARGUMENT, refused
+        assert "ema momentum" in info.value.message, refused
+    with pytest.raises(TypeError):
+        mptrain.Trainer(model, ema_momentum=[0.5])
+    with pytest.raises(mptrain.Error) as info:
+        mptrain.Trainer(model, ema_momentum=0.0).swap_ema_weights()  # 0 keeps none: accepted, nothing to swap
+    assert info.value.status == mptrain.Status.INVALID_STATE
+
+
 def weighted_cross_entropy(probabilities, targets, weights=None):
     """The mean over rows of -sum_c t_c log p_c, each row's times weights[c], c its first largest target
     (every weight 1 without weights), in double from probabilities: class weights as mptrain.h defines

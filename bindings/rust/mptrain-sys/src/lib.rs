@@ -347,6 +347,10 @@ extern "C" {
         options: *mut mpt_trainer_options_t,
         clipnorm: c_float,
     ) -> mpt_status;
+    pub fn mpt_trainer_options_set_ema(
+        options: *mut mpt_trainer_options_t,
+        momentum: c_float,
+    ) -> mpt_status;
     pub fn mpt_trainer_options_set_lr_schedule(
         options: *mut mpt_trainer_options_t,
         schedule: mpt_lr_schedule,
@@ -435,6 +439,10 @@ extern "C" {
     pub fn mpt_trainer_get_gradient_norm(
         trainer: *const mpt_trainer_t,
         out: *mut c_float,
+    ) -> mpt_status;
+    pub fn mpt_trainer_swap_ema_weights(
+        trainer: *mut mpt_trainer_t,
+        holds_averages: *mut c_int,
     ) -> mpt_status;
     pub fn mpt_trainer_get_progress(
         trainer: *const mpt_trainer_t,

@@ -1437,6 +1437,7 @@ pub struct TrainerOptions {
     adam: Option<(f32, f32, f32)>,
     weight_decay: Option<f32>,
     global_clipnorm: Option<f32>,
+    ema_momentum: Option<f32>,
     lr_schedule: Option<(LrSchedule, i64, i64, f32)>,
     loss_scaling: Option<(LossScaling, f32)>,
     dynamics: Option<LossScalerDynamics>,
@@ -1515,6 +1516,17 @@ impl TrainerOptions {
         self.global_clipnorm = Some(clipnorm);
         self
     }
+    /// An exponential moving average of the weights (default 0: none), as Keras's `use_ema` with
+    /// `ema_momentum` (PyTorch's `AveragedModel` with `get_ema_multi_avg_fn`): after every applied
+    /// step each weight's and bias's average becomes `momentum * average + (1 - momentum) * weight`,
+    /// the first applied step copying the weights and a skipped step leaving them.
+    /// [`Trainer::swap_ema_weights`] puts them in the model. A momentum outside (0, 1) other than 0
+    /// fails [`Trainer::new`] with [`Status::InvalidArgument`]. Checkpoints must match it (and then
+    /// hold the averages).
+    pub fn ema_momentum(mut self, momentum: f32) -> Self {
+        self.ema_momentum = Some(momentum);
+        self
+    }
     /// A learning-rate schedule the library evaluates at every step: step `s` (counted from 0 over
     /// the trainer's life, as [`Trainer::progress`] counts) trains with the base rate times
     /// `(s + 1) / warmup_steps` during the warm-up (`warmup_steps` >= 0; 0: none), then, `d` steps
@@ -1588,6 +1600,9 @@ impl TrainerOptions {
             }
             if let Some(clipnorm) = self.global_clipnorm {
                 check(sys::mpt_trainer_options_set_global_clipnorm(o, clipnorm))?;
+            }
+            if let Some(momentum) = self.ema_momentum {
+                check(sys::mpt_trainer_options_set_ema(o, momentum))?;
             }
             if let Some((schedule, warmup, decay, factor)) = self.lr_schedule {
                 check(sys::mpt_trainer_options_set_lr_schedule(
@@ -1736,6 +1751,20 @@ impl FitControl<'_> {
         let mut out = 0.0f32;
         check(unsafe { sys::mpt_trainer_get_gradient_norm(self.trainer.as_ptr(), &mut out) })?;
         Ok(out)
+    }
+
+    /// Exchanges the model's weights with the trainer's moving averages, as
+    /// [`Trainer::swap_ema_weights`]: from the epoch-end closure ([`Trainer::on_epoch_end_with`]) to
+    /// evaluate the averages each epoch with [`FitControl::evaluate`]. Exchange them back before the
+    /// closure returns, or `fit` refuses its next epoch (and an automatic checkpoint due then) with
+    /// [`Status::InvalidState`]. From the progress closure the library refuses it with
+    /// [`Status::InvalidState`].
+    pub fn swap_ema_weights(&mut self) -> Result<bool> {
+        let mut holds_averages: c_int = 0;
+        check(unsafe {
+            sys::mpt_trainer_swap_ema_weights(self.trainer.as_ptr(), &mut holds_averages)
+        })?;
+        Ok(holds_averages != 0)
     }
 
     /// Mean loss and accuracy over `dataset`, as [`Trainer::evaluate`] (batch_size 0: fit's): the
@@ -2159,6 +2188,25 @@ impl Trainer {
         let mut out = 0.0f32;
         check(unsafe { sys::mpt_trainer_get_gradient_norm(self.raw.as_ptr(), &mut out) })?;
         Ok(out)
+    }
+
+    /// Exchanges the model's weights with this trainer's moving averages
+    /// ([`TrainerOptions::ema_momentum`]; a trainer without them fails with
+    /// [`Status::InvalidState`]) and returns whether the model now holds the averages (`false`: its
+    /// own weights are back, bit for bit). Meanwhile [`Trainer::evaluate`], the predictions and the
+    /// [`Model`]'s calls (its weights, predictions and saved files) see the averages, and `fit` and
+    /// `step` (of any trainer of the model), [`Trainer::save_checkpoint`] and
+    /// [`Trainer::load_checkpoint`] fail with [`Status::InvalidState`]. Before the first applied
+    /// step the averages are the weights. From `fit`'s epoch-end closure through
+    /// [`FitControl::swap_ema_weights`]. A trainer dropped while the model holds its averages leaves
+    /// them there (Keras's way of finishing).
+    pub fn swap_ema_weights(&mut self) -> Result<bool> {
+        let _lock = self.family.enter()?;
+        let mut holds_averages: c_int = 0;
+        check(unsafe {
+            sys::mpt_trainer_swap_ema_weights(self.raw.as_ptr(), &mut holds_averages)
+        })?;
+        Ok(holds_averages != 0)
     }
 
     /// Steps and epochs completed.
