@@ -827,8 +827,8 @@ TEST_CASE("weight averaging on the backend averages as on the CPU, graphs includ
                                   << weights_error);
     CHECK(cpu_error <= 1e-3);  // fp32: accumulation order only, as for label smoothing above
     CHECK(weights_error > 1e-3);  // the averages lag the weights (the kernel ran, eager and replayed)
-    CHECK(same_bits(averaged.weights, plain.weights) == (backend == MPT_BACKEND_CPU));
     CHECK(normalised_error(averaged.weights, plain.weights) <= 1e-6);  // averaging changes no step
+    if (backend == MPT_BACKEND_CPU) CHECK(same_bits(averaged.weights, plain.weights));
     CHECK(averaged.averaged_loss == doctest::Approx(on_cpu.averaged_loss).epsilon(1e-3));
     CHECK(averaged.averaged_loss != averaged.loss);
     if (backend == MPT_BACKEND_CPU) CHECK(same_bits(averaged.averages, on_cpu.averages));

@@ -365,6 +365,68 @@ TEST_CASE("fit's epoch-end callback may evaluate the averages; its progress call
     mpt_dataset_destroy(plain_dataset);
 }
 
+namespace {
+
+// From the callbacks of one trainer's fit, the exchange of another trainer of the same model.
+struct OtherTrainerUse {
+    mpt_trainer_t* other = nullptr;
+    std::vector<mpt_status> progress_statuses, epoch_end_statuses;
+    std::string message;
+};
+
+int swap_other_from_progress(int64_t, int64_t, int64_t, float, float, void* user_data) {
+    auto& use = *static_cast<OtherTrainerUse*>(user_data);
+    use.progress_statuses.push_back(mpt_trainer_swap_ema_weights(use.other, nullptr));
+    use.message = mpt_last_error();
+    return 0;
+}
+
+int swap_other_at_epoch_end(int64_t, float, float, void* user_data) {
+    auto& use = *static_cast<OtherTrainerUse*>(user_data);
+    use.epoch_end_statuses.push_back(mpt_trainer_swap_ema_weights(use.other, nullptr));
+    return 0;
+}
+
+}  // namespace
+
+TEST_CASE("while one trainer fits, another trainer of the model may not exchange its averages from its callbacks") {
+    const Blobs blobs = mpt_test::make_blobs(kRows, 57, 1.0);
+    BlobTrainer fitting(averaging_setup()), plain(averaging_setup());
+    // A second averaging trainer of each model, which takes a step first (averages of its own).
+    mpt_trainer_options_t* options = nullptr;
+    REQUIRE_OK(mpt_trainer_options_create(&options));
+    REQUIRE_OK(mpt_trainer_options_set_precision(options, MPT_PRECISION_FP32));
+    REQUIRE_OK(mpt_trainer_options_set_ema(options, 0.5f));
+    OtherTrainerUse use;
+    mpt_trainer_t* plain_other = nullptr;
+    REQUIRE_OK(mpt_trainer_create(fitting.model, options, &use.other));
+    REQUIRE_OK(mpt_trainer_create(plain.model, options, &plain_other));
+    mpt_trainer_options_destroy(options);
+    mpt_dataset_t* dataset = fitting.labels(blobs);
+    mpt_dataset_t* plain_dataset = plain.labels(blobs);
+    REQUIRE_OK(mpt_trainer_step(use.other, dataset, 0, kBatch, nullptr));
+    REQUIRE_OK(mpt_trainer_step(plain_other, plain_dataset, 0, kBatch, nullptr));
+    REQUIRE_OK(mpt_trainer_set_callbacks(fitting.trainer, swap_other_from_progress, swap_other_at_epoch_end, &use));
+    REQUIRE_OK(mpt_trainer_fit(fitting.trainer, dataset, 2, kBatch, 1));
+    REQUIRE_OK(mpt_trainer_fit(plain.trainer, plain_dataset, 2, kBatch, 1));
+    REQUIRE(use.progress_statuses.size() == 6);
+    REQUIRE(use.epoch_end_statuses.size() == 2);
+    for (mpt_status status : use.progress_statuses) CHECK(status == MPT_STATUS_INVALID_STATE);
+    for (mpt_status status : use.epoch_end_statuses) CHECK(status == MPT_STATUS_INVALID_STATE);
+    CHECK(use.message.find("inside fit") != std::string::npos);
+    // Every step trained the weights, as a run without the attempts did; afterwards the exchange works.
+    CHECK(same_bits(fitting.weights(), plain.weights()));
+    int holds = 0;
+    REQUIRE_OK(mpt_trainer_swap_ema_weights(use.other, &holds));
+    CHECK(holds == 1);
+    REQUIRE_OK(mpt_trainer_swap_ema_weights(use.other, &holds));
+    CHECK(holds == 0);
+    mpt_trainer_destroy(use.other);
+    mpt_trainer_destroy(plain_other);
+    mpt_dataset_destroy(dataset);
+    mpt_dataset_destroy(plain_dataset);
+}
+
 TEST_CASE("checkpoints keep the averages: a resumed run averages on bit for bit; the option must match") {
     const Blobs blobs = mpt_test::make_blobs(kRows, 56, 1.0);
     const mpt_test::TempDir directory;

@@ -425,8 +425,8 @@ MPT_API mpt_status mpt_trainer_options_set_global_clipnorm(mpt_trainer_options_t
  *  each weight's and bias's average becomes momentum * average + (1 - momentum) * weight, the first
  *  applied step copying the weights; a skipped step (non-finite gradients) leaves the averages.
  *  momentum must be in (0, 1) (0.99 and 0.999 are usual), or 0 (the default) to keep none
- *  (MPT_STATUS_INVALID_ARGUMENT otherwise). The averages take 4 bytes a parameter of the trainer's
- *  memory and one more pass over the parameters a step. mpt_trainer_swap_ema_weights puts them in
+ *  (MPT_STATUS_INVALID_ARGUMENT otherwise). The averages take 4 bytes a parameter (of the layout
+ *  padded to multiples of 8, as the weights) of the trainer's memory and one more pass over the parameters a step. mpt_trainer_swap_ema_weights puts them in
  *  the model. It is one of the options a checkpoint must match (which then holds the averages). */
 MPT_API mpt_status mpt_trainer_options_set_ema(mpt_trainer_options_t* options, float momentum);
 /** A learning-rate schedule that the library evaluates at every step (default: CONSTANT, no warm-up).
@@ -507,6 +507,9 @@ MPT_API void mpt_trainer_destroy(mpt_trainer_t* trainer);
  *     buffers again);
  *   - mpt_trainer_save_checkpoint saves the run as of the steps issued so far (on a GPU possibly a
  *     few steps past the one reported), as an automatic checkpoint would;
+ *   - mpt_trainer_swap_ema_weights runs from the epoch-end callback, as evaluate does (exchange back
+ *     before it returns); another trainer of the same model may not exchange its averages from
+ *     either callback (MPT_STATUS_INVALID_STATE: fit's next steps would train them);
  *   - mpt_trainer_destroy stops fit (it returns MPT_STATUS_CANCELLED) and the trainer is freed as
  *     fit returns;
  *   - mpt_trainer_set_learning_rate applies from the next step fit issues;
@@ -601,7 +604,8 @@ MPT_API mpt_status mpt_trainer_get_gradient_norm(const mpt_trainer_t* trainer, f
  *  trained weights back, bit for bit. Before the first applied step the averages are the weights
  *  themselves. While the model holds a trainer's averages, fit and step (of any trainer of the
  *  model), mpt_trainer_save_checkpoint and mpt_trainer_load_checkpoint return
- *  MPT_STATUS_INVALID_STATE: the trained weights and their averages must be in their places for
+ *  MPT_STATUS_INVALID_STATE, and while another trainer of the model is inside fit (this call from
+ *  its callback) the exchange does: the trained weights and their averages must be in their places for
  *  those. Weights set in the model meanwhile (mpt_model_set_weights) are what the next exchange
  *  moves into the averages' place. Destroying the trainer while the model holds its averages
  *  leaves them there (Keras's way of finishing an EMA run). Allowed from fit's epoch-end callback

@@ -542,9 +542,15 @@ void load_checkpoint(Trainer& trainer, const std::string& path) {
     for (int array = 0; array < executor.optimizer_state_arrays(); ++array)
         states[static_cast<size_t>(array)] = read_parameter_tensors(reader, model, optimizer_tensor_prefix(array));
     std::vector<float> averages;
-    if (executor.averages()) averages = read_parameter_tensors(reader, model, kAveragesPrefix);
-    else if (reader.has(parameter_tensor_name(kAveragesPrefix, 0, "weight")))
-        fail(MPT_STATUS_CORRUPT_DATA, "the checkpoint holds averaged weights, but its options keep none");
+    if (executor.averages()) {
+        averages = read_parameter_tensors(reader, model, kAveragesPrefix);
+    } else {
+        const std::string prefix = std::string(kAveragesPrefix) + ".";
+        for (const auto& tensor : reader.tensors())
+            if (tensor.first.compare(0, prefix.size(), prefix) == 0)
+                fail(MPT_STATUS_CORRUPT_DATA, "the checkpoint holds averaged weights (" + tensor.first +
+                                                  "), but its options keep none");
+    }
 
     // Everything is validated: apply.
     Backend& backend = model.context()->backend();

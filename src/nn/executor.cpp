@@ -85,7 +85,7 @@ void Executor::plan_persistent(size_t workspace_bytes) {
     low_copies_ = pointer(low_id);
     for (int s = 0; s < 2; ++s) optimizer_states_[s] = reinterpret_cast<float*>(pointer(state_ids[s]));
     averages_ = reinterpret_cast<float*>(pointer(averages_id));
-    // Never read before the first applied step writes them (Trainer::averages_ready says when).
+    // Never read before the first applied step writes them (TrainState::applied_steps says when).
     if (averages_) backend_.fill_zero(averages_, static_cast<size_t>(parameters) * sizeof(float));
     // Addresses inside backend memory, computed on the host; never dereferenced here.
     report_ = reinterpret_cast<StepReport*>(pointer(report_id));

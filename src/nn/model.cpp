@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <string>
 
 #include "core/error.h"
@@ -131,6 +132,15 @@ void Model::write_master_block(const float* source) {
     require(built_, MPT_STATUS_INVALID_STATE, "the model is not built");
     context_->backend().copy_to_device(masters(), source, static_cast<size_t>(block_elements_) * sizeof(float));
     mark_weights_changed();
+}
+
+void Model::end_fit(const void* trainer) {
+    const auto found = std::find(fitting_.rbegin(), fitting_.rend(), trainer);
+    if (found != fitting_.rend()) fitting_.erase(std::next(found).base());
+}
+
+bool Model::fitted_by_another_than(const void* trainer) const {
+    return std::any_of(fitting_.begin(), fitting_.end(), [&](const void* fitting) { return fitting != trainer; });
 }
 
 }  // namespace mpt

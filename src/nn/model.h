@@ -69,6 +69,11 @@ public:
     // Training the model and checkpointing it wait until they are exchanged back.
     const void* averages_holder() const { return averages_holder_; }
     void set_averages_holder(const void* trainer) { averages_holder_ = trainer; }
+    // The trainers inside fit now (a callback of one may call another): no other trainer may exchange
+    // the weights under their steps, which check the holder only as each epoch starts.
+    void begin_fit(const void* trainer) { fitting_.push_back(trainer); }
+    void end_fit(const void* trainer);
+    bool fitted_by_another_than(const void* trainer) const;
 
     // A prediction's row count: positive, and its input and output arrays within kMaxHostElements.
     void require_prediction_rows(int64_t rows) const;
@@ -84,6 +89,7 @@ private:
     Arena arena_;
     uint64_t weights_version_ = 0;
     const void* averages_holder_ = nullptr;
+    std::vector<const void*> fitting_;
 };
 
 }  // namespace mpt

@@ -189,6 +189,9 @@ void Trainer::swap_averaged_weights() {
     const void* holder = model_->averages_holder();
     require(holder == nullptr || holder == this, MPT_STATUS_INVALID_STATE,
             "the model holds another trainer's averaged weights: that trainer exchanges them back first");
+    require(!model_->fitted_by_another_than(this), MPT_STATUS_INVALID_STATE,
+            "another trainer of the model is inside fit (this call came from its callback): its next steps "
+            "would train the averaged weights");
     Backend& backend = model_->context()->backend();
     backend.scheduler().synchronize();
     float* const averages = executor_.averages();
@@ -330,6 +333,15 @@ void Trainer::fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bo
     require(batch_size > 0, MPT_STATUS_INVALID_ARGUMENT, "batch_size must be positive");
     check_dataset(dataset);
     require_trained_weights("train");
+    // Registered for the whole call: another trainer's exchange from a callback is refused meanwhile.
+    struct FitRegistration {
+        Model& model;
+        const Trainer* trainer;
+        FitRegistration(Model& m, const Trainer* t) : model(m), trainer(t) { model.begin_fit(trainer); }
+        ~FitRegistration() { model.end_fit(trainer); }
+        FitRegistration(const FitRegistration&) = delete;
+        FitRegistration& operator=(const FitRegistration&) = delete;
+    } registration(*model_, this);
     const StepCountOnFailure recount(*this);
     const int64_t rows = dataset.rows();
     const int64_t batch_rows = std::min(batch_size, rows);
