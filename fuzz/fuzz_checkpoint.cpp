@@ -22,43 +22,21 @@
 
 #include <stdlib.h>
 
-#include "core/context.h"
 #include "core/error.h"
-#include "data/dataset.h"
 #include "io/safetensors.h"
 #include "nn/checkpoint.h"
-#include "nn/model.h"
-#include "nn/trainer.h"
+#include "support/tiny_trainer.h"
 
 namespace {
 
-constexpr int64_t kFeatures = 6, kRows = 40, kBatch = 8;
+using mpt_test::kTinyBatch;
 
-// A trainer of the seeds' architecture and options, on its own context: a load that succeeds
-// changes it, so every input gets fresh ones.
-struct Fixture {
-    std::shared_ptr<mpt::Context> context;
-    std::shared_ptr<mpt::Dataset> dataset;
-    std::unique_ptr<mpt::Trainer> trainer;
+// A tiny trainer (tests/support/tiny_trainer.h) of the seeds' options: a load that succeeds changes
+// it, so every input gets a fresh one.
+struct Fixture : mpt_test::TinyTrainer {
+    explicit Fixture(bool optioned) : TinyTrainer(config(optioned)) {}
 
-    explicit Fixture(bool optioned) {
-        mpt::ContextConfig config;
-        config.backend = MPT_BACKEND_CPU;
-        config.threads = 1;
-        config.seed = 7;
-        context = std::make_shared<mpt::Context>(config);
-        std::vector<float> samples(kRows * kFeatures);
-        std::vector<int32_t> labels(kRows);
-        for (int64_t r = 0; r < kRows; ++r) {
-            labels[r] = static_cast<int32_t>(r % 3);
-            for (int64_t f = 0; f < kFeatures; ++f)
-                samples[r * kFeatures + f] = static_cast<float>((r * 7 + f * 3) % 11) / 11.0f + (f % 3 == labels[r]);
-        }
-        dataset = mpt::Dataset::from_f32(context, samples.data(), kRows, kFeatures, labels.data(), 3, true);
-        auto model = std::make_shared<mpt::Model>(context, kFeatures);
-        model->add_dense(5, mpt::Activation::relu);
-        model->add_dense(3, mpt::Activation::softmax);
-        model->build();
+    static mpt::TrainerConfig config(bool optioned) {
         mpt::TrainerConfig trainer_config;
         trainer_config.precision = MPT_PRECISION_MIXED_FP16;  // a loss scaler with state to restore
         trainer_config.optimizer.kind = mpt::OptimizerKind::adam;
@@ -73,7 +51,7 @@ struct Fixture {
             schedule.decay_steps = 10;
             schedule.decay_factor = 0.1f;
         }
-        trainer = std::make_unique<mpt::Trainer>(model, trainer_config);
+        return trainer_config;
     }
 
     struct State {
@@ -85,8 +63,7 @@ struct Fixture {
     };
     State state() const {
         State s;
-        s.masters.resize(static_cast<size_t>(trainer->model()->parameter_block_elements()));
-        trainer->model()->read_master_block(s.masters.data());
+        s.masters = masters();
         if (const float* averages = trainer->executor().averages()) {
             s.averages.resize(s.masters.size());
             context->backend().copy_to_host(s.averages.data(), averages, s.averages.size() * sizeof(float));
@@ -139,8 +116,8 @@ void write_seeds_once() {
     written = true;
     for (bool optioned : {false, true}) {
         Fixture fixture(optioned);
-        fixture.trainer->fit(*fixture.dataset, 1, kBatch, true);
-        fixture.trainer->step(*fixture.dataset, 0, kBatch);  // the step count moves past the epoch's
+        fixture.trainer->fit(*fixture.dataset, 1, kTinyBatch, true);
+        fixture.trainer->step(*fixture.dataset, 0, kTinyBatch);  // the step count moves past the epoch's
         mpt::save_checkpoint(*fixture.trainer,
                              std::string(directory) + (optioned ? "/seed-optioned" : "/seed-constant"));
     }
@@ -178,8 +155,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             continue;
         }
         try {
-            fixture.trainer->fit(*fixture.dataset, 1, kBatch, true);
-            fixture.trainer->evaluate(*fixture.dataset, kBatch);
+            fixture.trainer->fit(*fixture.dataset, 1, kTinyBatch, true);
+            fixture.trainer->evaluate(*fixture.dataset, kTinyBatch);
         } catch (const mpt::Error& error) {
             if (!expected_status(error.status())) std::abort();
         }

@@ -4,61 +4,27 @@
 // the trainer changes.
 #include <doctest/doctest.h>
 
-#include <cstdint>
 #include <functional>
-#include <memory>
 #include <string>
 #include <vector>
 
-#include "core/context.h"
 #include "core/error.h"
-#include "data/dataset.h"
 #include "io/safetensors.h"
 #include "nn/checkpoint.h"
-#include "nn/model.h"
-#include "nn/trainer.h"
 #include "support/temp_dir.h"
+#include "support/tiny_trainer.h"
 
 namespace {
 
-constexpr int64_t kFeatures = 6, kRows = 40, kBatch = 8;
+using mpt_test::kTinyBatch;
 
-// A CPU trainer of a 6-5-3 model, averaging its weights when `ema_momentum` is not 0, with its data.
-struct AveragingTrainer {
-    std::shared_ptr<mpt::Context> context;
-    std::shared_ptr<mpt::Dataset> dataset;
-    std::unique_ptr<mpt::Trainer> trainer;
-
-    explicit AveragingTrainer(float ema_momentum) {
-        mpt::ContextConfig config;
-        config.backend = MPT_BACKEND_CPU;
-        config.threads = 1;
-        config.seed = 7;
-        context = std::make_shared<mpt::Context>(config);
-        std::vector<float> samples(kRows * kFeatures);
-        std::vector<int32_t> labels(kRows);
-        for (int64_t r = 0; r < kRows; ++r) {
-            labels[r] = static_cast<int32_t>(r % 3);
-            for (int64_t f = 0; f < kFeatures; ++f)
-                samples[r * kFeatures + f] = static_cast<float>(f % 3 == labels[r]) + 0.1f * static_cast<float>((r + f) % 4);
-        }
-        dataset = mpt::Dataset::from_f32(context, samples.data(), kRows, kFeatures, labels.data(), 3, true);
-        auto model = std::make_shared<mpt::Model>(context, kFeatures);
-        model->add_dense(5, mpt::Activation::relu);
-        model->add_dense(3, mpt::Activation::softmax);
-        model->build();
-        mpt::TrainerConfig trainer_config;
-        trainer_config.precision = MPT_PRECISION_FP32;
-        trainer_config.optimizer.ema_momentum = ema_momentum;
-        trainer = std::make_unique<mpt::Trainer>(model, trainer_config);
-    }
-
-    std::vector<float> masters() const {
-        std::vector<float> block(static_cast<size_t>(trainer->model()->parameter_block_elements()));
-        trainer->model()->read_master_block(block.data());
-        return block;
-    }
-};
+// A tiny trainer (tests/support/tiny_trainer.h) in fp32, averaging its weights when `ema_momentum` is not 0.
+mpt_test::TinyTrainer averaging_trainer(float ema_momentum) {
+    mpt::TrainerConfig config;
+    config.precision = MPT_PRECISION_FP32;
+    config.optimizer.ema_momentum = ema_momentum;
+    return mpt_test::TinyTrainer(config);
+}
 
 // Writes `source`'s metadata (less its checksums, which the writer makes again) and the tensors
 // `keep` accepts to `destination`, then whatever `add` adds.
@@ -81,7 +47,7 @@ bool is_average(const std::string& name) { return name.compare(0, 9, "averages."
 // Loading `path` into a fresh trainer is refused as corrupt data, with `expected` in the message,
 // and changes none of its weights.
 void check_refused(float ema_momentum, const std::string& path, const std::string& expected) {
-    AveragingTrainer fresh(ema_momentum);
+    mpt_test::TinyTrainer fresh = averaging_trainer(ema_momentum);
     const std::vector<float> before = fresh.masters();
     try {
         mpt::load_checkpoint(*fresh.trainer, path);
@@ -97,16 +63,16 @@ void check_refused(float ema_momentum, const std::string& path, const std::strin
 
 TEST_CASE("a checkpoint's averages must be all there, shaped as the layers, and only where its options keep them") {
     const mpt_test::TempDir directory("mptrain-checkpoint-averages");
-    AveragingTrainer averaging(0.9f), plain(0.0f);
+    mpt_test::TinyTrainer averaging = averaging_trainer(0.9f), plain = averaging_trainer(0.0f);
     for (int step = 0; step < 3; ++step) {
-        averaging.trainer->step(*averaging.dataset, kBatch * step, kBatch);
-        plain.trainer->step(*plain.dataset, kBatch * step, kBatch);
+        averaging.trainer->step(*averaging.dataset, kTinyBatch * step, kTinyBatch);
+        plain.trainer->step(*plain.dataset, kTinyBatch * step, kTinyBatch);
     }
     const std::string averaged = directory.file("averaged"), unaveraged = directory.file("plain");
     mpt::save_checkpoint(*averaging.trainer, averaged);
     mpt::save_checkpoint(*plain.trainer, unaveraged);
     {  // The files as written load (the rewriting itself changes nothing).
-        AveragingTrainer fresh(0.9f);
+        mpt_test::TinyTrainer fresh = averaging_trainer(0.9f);
         const std::string copy = directory.file("copy");
         rewrite(averaged, copy, [](const std::string&) { return true; });
         mpt::load_checkpoint(*fresh.trainer, copy);
