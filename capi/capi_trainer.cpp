@@ -85,7 +85,7 @@ mpt_status mpt_trainer_options_set_class_weights(mpt_trainer_options_t* options,
 mpt_status mpt_trainer_options_set_optimizer(mpt_trainer_options_t* options, mpt_optimizer optimizer) {
     MPT_API_BEGIN
     require_pointer(options, "options");
-    const mpt_optimizer kind = mpt::capi::checked_enum(optimizer, MPT_OPTIMIZER_SGD, MPT_OPTIMIZER_ADAMW, "optimizer");
+    const mpt_optimizer kind = mpt::capi::checked_enum(optimizer, MPT_OPTIMIZER_SGD, MPT_OPTIMIZER_RMSPROP, "optimizer");
     options->config.optimizer.kind = static_cast<mpt::OptimizerKind>(kind);
     // Keras's AdamW default decay, unless the caller chose one (0 included), in either order.
     if (!options->weight_decay_chosen) options->config.optimizer.weight_decay = kind == MPT_OPTIMIZER_ADAMW ? 0.004f : 0.0f;
@@ -117,6 +117,16 @@ mpt_status mpt_trainer_options_set_adam(mpt_trainer_options_t* options, float be
     require_finite_positive(epsilon, "epsilon");
     options->config.optimizer.beta1 = beta1;
     options->config.optimizer.beta2 = beta2;
+    options->config.optimizer.epsilon = epsilon;
+    MPT_API_END
+}
+
+mpt_status mpt_trainer_options_set_rmsprop(mpt_trainer_options_t* options, float rho, float epsilon) {
+    MPT_API_BEGIN
+    require_pointer(options, "options");
+    require_range(rho, 0.0f, 1.0f, "rho");
+    require_finite_positive(epsilon, "epsilon");
+    options->config.optimizer.rho = rho;
     options->config.optimizer.epsilon = epsilon;
     MPT_API_END
 }

@@ -123,7 +123,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                 break;
             }
             case 3: mpt_trainer_options_set_precision(trainer_options, static_cast<mpt_precision>(in.small(6) - 1)); break;
-            case 4: mpt_trainer_options_set_optimizer(trainer_options, static_cast<mpt_optimizer>(in.small(5) - 1)); break;
+            case 4:  // an optimizer (one past the last too), or RMSprop's rho and epsilon (hostile values)
+                if (in.byte() % 4) {
+                    mpt_trainer_options_set_optimizer(trainer_options, static_cast<mpt_optimizer>(in.small(6) - 1));
+                } else {
+                    const float rho = in.real() / 4.0f, epsilon = in.real();
+                    mpt_trainer_options_set_rmsprop(trainer_options, rho, epsilon);
+                }
+                break;
             case 5:
                 switch (in.byte() % 3) {
                     case 0: mpt_trainer_options_set_learning_rate(trainer_options, in.real()); break;

@@ -765,6 +765,12 @@ void compare_dense_update_cases(Backend& reference, Backend& candidate) {
     OptimizerConfig adamw = adam;
     adamw.kind = OptimizerKind::adamw;
     adamw.weight_decay = 0.01f;
+    OptimizerConfig rmsprop;
+    rmsprop.kind = OptimizerKind::rmsprop;
+    rmsprop.learning_rate = 1e-3f;
+    OptimizerConfig rmsprop_momentum = rmsprop;
+    rmsprop_momentum.momentum = 0.9f;
+    rmsprop_momentum.rho = 0.8f;
     for (DType dtype : kDTypes) {
         compare_dense_update(reference, candidate, {37, 136, 64, dtype, sgd, false});   // fused SGD (rows <= 64)
         compare_dense_update(reference, candidate, {64, 200, 72, dtype, sgd, false});   // fused, partial tiles
@@ -773,6 +779,8 @@ void compare_dense_update_cases(Backend& reference, Backend& candidate) {
         compare_dense_update(reference, candidate, {16, 64, 24, dtype, nesterov, false});
         compare_dense_update(reference, candidate, {40, 96, 40, dtype, adam, false});
         compare_dense_update(reference, candidate, {40, 96, 40, dtype, adamw, false});
+        compare_dense_update(reference, candidate, {40, 96, 40, dtype, rmsprop, false});
+        compare_dense_update(reference, candidate, {24, 72, 32, dtype, rmsprop_momentum, false});
         compare_dense_update(reference, candidate, {32, 64, 16, dtype, sgd, true});
         compare_dense_update(reference, candidate, {32, 64, 16, dtype, adam, true});
         // In parts (a clipped step): plain SGD keeps its gradient too, and the factor scales it.

@@ -114,7 +114,8 @@ typedef enum mpt_loss {
 typedef enum mpt_optimizer {
     MPT_OPTIMIZER_SGD = 0,  /* momentum and Nesterov through the options */
     MPT_OPTIMIZER_ADAM = 1,
-    MPT_OPTIMIZER_ADAMW = 2
+    MPT_OPTIMIZER_ADAMW = 2,
+    MPT_OPTIMIZER_RMSPROP = 3 /* Keras's RMSprop; momentum (not Nesterov) through the options */
 } mpt_optimizer;
 
 /* Learning-rate schedules: see mpt_trainer_options_set_lr_schedule. */
@@ -363,7 +364,7 @@ MPT_API mpt_status mpt_dataset_create_subset(const mpt_dataset_t* dataset, const
 
 /** Defaults: precision AUTO, loss sparse categorical cross-entropy (no label smoothing), SGD with
  *  lr 0.01, momentum 0,
- *  Adam betas 0.9/0.999, epsilon 1e-7 (Keras), weight decay 0 (AdamW: 0.004 as Keras),
+ *  Adam betas 0.9/0.999, RMSprop rho 0.9, epsilon 1e-7 (Keras), weight decay 0 (AdamW: 0.004 as Keras),
  *  loss scaling DEFAULT with initial scale 2^15, growth factor 2, backoff 0.5, growth interval
  *  2000, bounds [1, 2^24]. Thread-safe. */
 MPT_API mpt_status mpt_trainer_options_create(mpt_trainer_options_t** out);
@@ -395,7 +396,9 @@ MPT_API mpt_status mpt_trainer_options_set_class_weights(mpt_trainer_options_t* 
 MPT_API mpt_status mpt_trainer_options_set_optimizer(mpt_trainer_options_t* options, mpt_optimizer optimizer);
 MPT_API mpt_status mpt_trainer_options_set_learning_rate(mpt_trainer_options_t* options, float learning_rate);
 /** SGD momentum in [0, 1); `nesterov` non-zero for Nesterov momentum. Keras's formulation:
- *  v = momentum * v - lr * g, then w += v (Nesterov: w += momentum * v - lr * g). */
+ *  v = momentum * v - lr * g, then w += v (Nesterov: w += momentum * v - lr * g). RMSprop takes the
+ *  momentum too (see mpt_trainer_options_set_rmsprop), not Nesterov's (mpt_trainer_create then
+ *  fails with MPT_STATUS_INVALID_ARGUMENT); Adam ignores it. */
 MPT_API mpt_status mpt_trainer_options_set_momentum(mpt_trainer_options_t* options, float momentum, int nesterov);
 /** Adam and AdamW, as Keras computes them: m and v are the moving averages of g and g^2, and after t
  *  applied steps w -= lr * sqrt(1 - beta2^t) / (1 - beta1^t) * m / (sqrt(v) + epsilon). Epsilon is
@@ -403,7 +406,14 @@ MPT_API mpt_status mpt_trainer_options_set_momentum(mpt_trainer_options_t* optio
  *  sqrt(v / (1 - beta2^t))): the same epsilon gives slightly different steps there. */
 MPT_API mpt_status mpt_trainer_options_set_adam(mpt_trainer_options_t* options, float beta1, float beta2,
                                                 float epsilon);
-/** Decoupled weight decay for AdamW (ignored by SGD and Adam): each step first multiplies every weight
+/** RMSprop (MPT_OPTIMIZER_RMSPROP) as Keras computes it (centered=False): after each step's gradient g,
+ *  v = rho * v + (1 - rho) * g^2 and w -= lr * g / sqrt(v + epsilon), epsilon under the root (PyTorch
+ *  adds it to sqrt(v), so the same epsilon gives slightly different steps there); with momentum m
+ *  (mpt_trainer_options_set_momentum), u = m * u + lr * g / sqrt(v + epsilon) and w -= u. v starts
+ *  at 0. rho in [0, 1), epsilon finite and > 0 (MPT_STATUS_INVALID_ARGUMENT otherwise; defaults 0.9
+ *  and 1e-7). The epsilon is the one mpt_trainer_options_set_adam sets too: the last call's. */
+MPT_API mpt_status mpt_trainer_options_set_rmsprop(mpt_trainer_options_t* options, float rho, float epsilon);
+/** Decoupled weight decay for AdamW (ignored by SGD, Adam and RMSprop): each step first multiplies every weight
  *  and bias by (1 - rate * weight_decay), where rate is that step's learning rate (the schedule's
  *  included), as Keras and PyTorch do. A value set here, 0 included, is kept
  *  whether it is set before or after the optimizer; otherwise AdamW uses 0.004. */

@@ -77,8 +77,10 @@ std::string options_json(const Trainer& trainer) {
             .key("epsilon").unsigned_integer(float_bits(optimizer.epsilon))
             .key("kind").integer(static_cast<int>(optimizer.kind))
             .key("momentum").unsigned_integer(float_bits(optimizer.momentum))
-            .key("nesterov").boolean(optimizer.nesterov)
-            .key("weight_decay").unsigned_integer(float_bits(optimizer.weight_decay))
+            .key("nesterov").boolean(optimizer.nesterov);
+    // RMSprop's rho, written only for RMSprop, so that other optimizers' files are what they were.
+    if (optimizer.kind == OptimizerKind::rmsprop) json.key("rho").unsigned_integer(float_bits(optimizer.rho));
+    json.key("weight_decay").unsigned_integer(float_bits(optimizer.weight_decay))
         .end_object()
         .key("precision").string(precision_name(trainer.precision()))
         .end_object();
@@ -132,7 +134,7 @@ bool is_float_option(const std::string& name) {
     static const char* const names[] = {"momentum",      "beta1",         "beta2",     "epsilon",
                                         "weight_decay",  "initial_scale", "growth_factor", "backoff_factor",
                                         "min_scale",     "max_scale",     "decay_factor",  "label_smoothing",
-                                        "global_clipnorm", "ema_momentum"};
+                                        "global_clipnorm", "ema_momentum", "rho"};
     return std::find_if(std::begin(names), std::end(names), [&](const char* n) { return name == n; }) != std::end(names);
 }
 
@@ -159,8 +161,8 @@ std::string option_text(const std::string& key, const JsonValue& value) {
         return std::string(text, result.ptr);
     }
     if (key == "kind" && small_integer) {
-        static const char* const optimizers[] = {"sgd", "adam", "adamw"};
-        if (value.unsigned_integer < 3) return optimizers[value.unsigned_integer];
+        static const char* const optimizers[] = {"sgd", "adam", "adamw", "rmsprop"};
+        if (value.unsigned_integer < 4) return optimizers[value.unsigned_integer];
     }
     if (key == "schedule" && small_integer) {
         static const char* const schedules[] = {"constant", "linear", "cosine", "step"};

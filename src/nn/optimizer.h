@@ -11,7 +11,7 @@
 
 namespace mpt {
 
-enum class OptimizerKind : uint8_t { sgd = 0, adam = 1, adamw = 2 };
+enum class OptimizerKind : uint8_t { sgd = 0, adam = 1, adamw = 2, rmsprop = 3 };
 
 struct OptimizerConfig {
     OptimizerKind kind = OptimizerKind::sgd;
@@ -21,7 +21,8 @@ struct OptimizerConfig {
     bool nesterov = false;
     float beta1 = 0.9f;
     float beta2 = 0.999f;
-    float epsilon = 1e-7f;
+    float rho = 0.9f;          // RMSprop's decay of the squared gradients' average
+    float epsilon = 1e-7f;     // Adam's and RMSprop's
     float weight_decay = 0.0f;
     // Keras's global_clipnorm: when > 0, every step's unscaled gradients (all layers' weights and
     // biases together) are scaled by global_clipnorm / max(their L2 norm, global_clipnorm) before
@@ -42,10 +43,16 @@ inline float averaged_weight(float average, float weight, float momentum) {
     return momentum * average + (1.0f - momentum) * weight;
 }
 
-// Optimizer state arrays per parameter: SGD with momentum keeps a velocity, Adam two moments.
+// Optimizer state arrays per parameter: SGD with momentum keeps a velocity, Adam two moments,
+// RMSprop the squared gradients' average (and with momentum its own velocity).
 inline int optimizer_state_count(const OptimizerConfig& config) {
     if (config.kind == OptimizerKind::sgd) return config.momentum != 0.0f ? 1 : 0;
+    if (config.kind == OptimizerKind::rmsprop) return config.momentum != 0.0f ? 2 : 1;
     return 2;
+}
+
+MPT_HOST_DEVICE bool is_adam(const OptimizerConfig& config) {
+    return config.kind == OptimizerKind::adam || config.kind == OptimizerKind::adamw;
 }
 
 // SGD without momentum: an update with no state, which can be applied without a gradient tensor.
@@ -81,7 +88,7 @@ struct OptimizerStepScalars {
     float inverse_scale;
     float learning_rate;    // this step's: the base rate times the schedule's factor
     float step_size;        // the rate, or rate * sqrt(1 - beta2^t) / (1 - beta1^t) for Adam
-    float epsilon_hat;      // added to sqrt(v): Keras's epsilon as given
+    float epsilon_hat;      // Adam: added to sqrt(v), RMSprop: to v under the root; Keras's epsilon as given
 };
 
 // `applied_steps` counts the updates applied (Adam's t - 1), `steps` all steps (the schedule's).
@@ -92,7 +99,7 @@ MPT_HOST_DEVICE OptimizerStepScalars optimizer_step_scalars(const OptimizerConfi
     scalars.learning_rate = scheduled_learning_rate(config, steps);
     scalars.step_size = scalars.learning_rate;
     scalars.epsilon_hat = config.epsilon;
-    if (config.kind != OptimizerKind::sgd) {
+    if (is_adam(config)) {
         const double t = static_cast<double>(applied_steps + 1);
         const double correction1 = 1.0 - pow(static_cast<double>(config.beta1), t);
         const double correction2 = 1.0 - pow(static_cast<double>(config.beta2), t);
@@ -115,6 +122,15 @@ MPT_HOST_DEVICE float optimizer_update_element(const OptimizerConfig& config, co
             state1 = velocity;
             if (config.nesterov) return weight + config.momentum * velocity - scalars.learning_rate * gradient;
             return weight + velocity;
+        }
+        case OptimizerKind::rmsprop: {
+            // Keras's RMSprop (centered=False): v = rho v + (1 - rho) g^2, increment lr g / sqrt(v + eps);
+            // with momentum, velocity = momentum velocity + increment and w -= velocity.
+            state1 = config.rho * state1 + (1.0f - config.rho) * gradient * gradient;
+            const float increment = scalars.learning_rate * gradient / sqrtf(state1 + scalars.epsilon_hat);
+            if (config.momentum == 0.0f) return weight - increment;
+            state2 = config.momentum * state2 + increment;
+            return weight - state2;
         }
         case OptimizerKind::adam:
         case OptimizerKind::adamw: {

@@ -124,6 +124,14 @@ const TrainerConfig& checked_loss(const TrainerConfig& config, const Model& mode
     return config;
 }
 
+// `config`, once its optimizer options are found to go together (checked before the executor plans).
+const TrainerConfig& checked_optimizer(const TrainerConfig& config) {
+    const OptimizerConfig& optimizer = config.optimizer;
+    require(!(optimizer.kind == OptimizerKind::rmsprop && optimizer.nesterov), MPT_STATUS_INVALID_ARGUMENT,
+            "RMSprop takes momentum, not Nesterov momentum (that is SGD's)");
+    return config;
+}
+
 }  // namespace
 
 // On a failure inside fit or step (a task raised, a cancel, a non-finite step), takes the step count
@@ -149,7 +157,7 @@ private:
 
 Trainer::Trainer(std::shared_ptr<Model> model, const TrainerConfig& config)
     : model_(std::move(model)),
-      config_(checked_loss(config, *model_)),
+      config_(checked_optimizer(checked_loss(config, *model_))),
       executor_(*model_, resolve_precision(config.precision, model_->context()->backend()), ExecutionMode::training,
                 config.loss, config.optimizer, resolve_scaler(config, *model_)),
       shuffle_rng_(model_->context()->seed() ^ 0x5eed5eed5eed5eedULL) {

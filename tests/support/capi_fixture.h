@@ -127,6 +127,8 @@ struct BlobTrainerSetup {
     float learning_rate = 0.05f;
     float label_smoothing = 0.0f;
     float momentum = 0.0f;
+    bool nesterov = false;
+    float rho = 0.9f;              // RMSprop's (the default)
     float global_clipnorm = 0.0f;  // 0: no clipping
     float ema_momentum = 0.0f;     // 0: no weight averaging
     mpt_loss_scaling loss_scaling = MPT_LOSS_SCALING_DEFAULT;
@@ -159,7 +161,8 @@ struct BlobTrainer {
         REQUIRE_OK(mpt_trainer_options_set_optimizer(options, setup.optimizer));
         REQUIRE_OK(mpt_trainer_options_set_learning_rate(options, setup.learning_rate));
         REQUIRE_OK(mpt_trainer_options_set_label_smoothing(options, setup.label_smoothing));
-        REQUIRE_OK(mpt_trainer_options_set_momentum(options, setup.momentum, 0));
+        REQUIRE_OK(mpt_trainer_options_set_momentum(options, setup.momentum, setup.nesterov ? 1 : 0));
+        REQUIRE_OK(mpt_trainer_options_set_rmsprop(options, setup.rho, 1e-7f));
         REQUIRE_OK(mpt_trainer_options_set_global_clipnorm(options, setup.global_clipnorm));
         REQUIRE_OK(mpt_trainer_options_set_ema(options, setup.ema_momentum));
         REQUIRE_OK(mpt_trainer_options_set_loss_scaling(options, setup.loss_scaling, setup.initial_scale));

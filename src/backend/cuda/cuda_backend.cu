@@ -887,6 +887,7 @@ void CudaBackend::sign(const RecordedOp& op) {
             s.put(o.nesterov);
             s.put(o.beta1);
             s.put(o.beta2);
+            s.put(o.rho);
             s.put(o.epsilon);
             s.put(o.weight_decay);
             s.put(o.global_clipnorm);

@@ -1,0 +1,142 @@
+// RMSprop through the C API (MPT_OPTIMIZER_RMSPROP, mpt_trainer_options_set_rmsprop): what it
+// refuses, that it trains, and checkpoints (its state arrays resumed bit for bit, rho an option a
+// checkpoint must match). Its update rule against Keras's is in test_training.cpp, its CUDA kernel
+// against the CPU's in test_cuda_ops.cpp.
+#include <doctest/doctest.h>
+
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "mptrain/mptrain.h"
+#include "support/capi_fixture.h"
+#include "support/temp_dir.h"
+
+namespace {
+
+using mpt_test::BlobTrainer;
+using mpt_test::BlobTrainerSetup;
+using mpt_test::Blobs;
+using mpt_test::same_bits;
+
+constexpr int64_t kRows = 48, kBatch = 16;
+
+BlobTrainerSetup rmsprop_setup() {
+    BlobTrainerSetup setup;
+    setup.optimizer = MPT_OPTIMIZER_RMSPROP;
+    setup.learning_rate = 0.01f;
+    setup.momentum = 0.5f;  // both state arrays
+    setup.rho = 0.8f;
+    return setup;
+}
+
+void take_steps(const BlobTrainer& trainer, const Blobs& blobs, int first, int steps) {
+    mpt_dataset_t* dataset = trainer.labels(blobs);
+    for (int s = first; s < first + steps; ++s)
+        REQUIRE_OK(mpt_trainer_step(trainer.trainer, dataset, (kBatch * s) % kRows, kBatch, nullptr));
+    mpt_dataset_destroy(dataset);
+}
+
+bool file_contains(const std::string& path, const std::string& text) {
+    std::ifstream file(path, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+    return bytes.find(text) != std::string::npos;
+}
+
+}  // namespace
+
+TEST_CASE("RMSprop refuses rho outside [0, 1), a non-positive or non-finite epsilon, and Nesterov momentum") {
+    mpt_trainer_options_t* options = nullptr;
+    REQUIRE_OK(mpt_trainer_options_create(&options));
+    const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+    for (float rho : {-0.1f, 1.0f, 1.5f, nan}) {
+        CAPTURE(rho);
+        CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_options_set_rmsprop(options, rho, 1e-7f));
+        CHECK(std::string(mpt_last_error()).find("rho") != std::string::npos);
+    }
+    for (float epsilon : {0.0f, -1e-7f, nan, inf}) {
+        CAPTURE(epsilon);
+        CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_options_set_rmsprop(options, 0.9f, epsilon));
+        CHECK(std::string(mpt_last_error()).find("epsilon") != std::string::npos);
+    }
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_options_set_rmsprop(nullptr, 0.9f, 1e-7f));
+    REQUIRE_OK(mpt_trainer_options_set_rmsprop(options, 0.0f, 1e-3f));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT,
+                mpt_trainer_options_set_optimizer(options, static_cast<mpt_optimizer>(MPT_OPTIMIZER_RMSPROP + 1)));
+    mpt_trainer_options_destroy(options);
+
+    // Nesterov is SGD's: an RMSprop trainer asked for it is refused at creation.
+    mpt_context_t* context = mpt_test::create_context(MPT_BACKEND_CPU, 7);
+    mpt_model_t* model = nullptr;
+    REQUIRE_OK(mpt_model_create(context, mpt_test::kBlobFeatures, &model));
+    REQUIRE_OK(mpt_model_add_dense(model, 8, MPT_ACTIVATION_RELU));
+    REQUIRE_OK(mpt_model_add_dense(model, mpt_test::kBlobClasses, MPT_ACTIVATION_SOFTMAX));
+    REQUIRE_OK(mpt_trainer_options_create(&options));
+    REQUIRE_OK(mpt_trainer_options_set_optimizer(options, MPT_OPTIMIZER_RMSPROP));
+    REQUIRE_OK(mpt_trainer_options_set_momentum(options, 0.9f, 1));
+    mpt_trainer_t* trainer = nullptr;
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_create(model, options, &trainer));
+    CHECK(std::string(mpt_last_error()).find("Nesterov") != std::string::npos);
+    CHECK(trainer == nullptr);
+    REQUIRE_OK(mpt_trainer_options_set_momentum(options, 0.9f, 0));
+    REQUIRE_OK(mpt_trainer_create(model, options, &trainer));
+    mpt_trainer_destroy(trainer);
+    mpt_trainer_options_destroy(options);
+    mpt_model_destroy(model);
+    mpt_context_destroy(context);
+}
+
+TEST_CASE("fit with RMSprop trains the blobs, in every precision") {
+    const Blobs blobs = mpt_test::make_blobs(240, 61, 0.8);
+    for (mpt_precision precision : {MPT_PRECISION_FP32, MPT_PRECISION_MIXED_FP16, MPT_PRECISION_MIXED_BF16}) {
+        CAPTURE(precision);
+        BlobTrainerSetup setup = rmsprop_setup();
+        setup.precision = precision;
+        BlobTrainer trainer(setup);
+        mpt_dataset_t* dataset = trainer.labels(blobs);
+        float loss_before = 0.0f, loss = 0.0f, accuracy = 0.0f;
+        REQUIRE_OK(mpt_trainer_evaluate(trainer.trainer, dataset, 64, &loss_before, nullptr));
+        REQUIRE_OK(mpt_trainer_fit(trainer.trainer, dataset, 10, 16, 1));
+        REQUIRE_OK(mpt_trainer_evaluate(trainer.trainer, dataset, 64, &loss, &accuracy));
+        CHECK(loss < 0.5f * loss_before);
+        CHECK(accuracy >= 0.95f);
+        mpt_dataset_destroy(dataset);
+    }
+}
+
+TEST_CASE("an RMSprop run resumes from a checkpoint bit for bit; rho is an option the checkpoint must match") {
+    const Blobs blobs = mpt_test::make_blobs(kRows, 62, 1.0);
+    const mpt_test::TempDir directory;
+    const std::string path = directory.file("rmsprop.safetensors");
+    const BlobTrainerSetup setup = rmsprop_setup();
+    BlobTrainer original(setup), resumed(setup);
+    take_steps(original, blobs, 0, 2);
+    REQUIRE_OK(mpt_trainer_save_checkpoint(original.trainer, path.c_str()));
+    CHECK(file_contains(path, "optimizer.1.layers.1.bias"));  // the momentum's array, beside the average's
+    take_steps(original, blobs, 2, 3);
+    REQUIRE_OK(mpt_trainer_load_checkpoint(resumed.trainer, path.c_str()));
+    take_steps(resumed, blobs, 2, 3);
+    CHECK(same_bits(original.weights(), resumed.weights()));
+
+    BlobTrainerSetup other_rho = setup;
+    other_rho.rho = 0.9f;
+    BlobTrainer refusing(other_rho);
+    const std::vector<float> before = refusing.weights();
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_load_checkpoint(refusing.trainer, path.c_str()));
+    CHECK_MESSAGE(std::string(mpt_last_error()).find("rho 0.8 (this trainer: 0.9)") != std::string::npos, mpt_last_error());
+    CHECK(same_bits(before, refusing.weights()));
+
+    // Another optimizer's file records no rho, and refuses an RMSprop trainer by the optimizer's name.
+    BlobTrainerSetup adam = setup;
+    adam.optimizer = MPT_OPTIMIZER_ADAM;
+    adam.momentum = 0.0f;
+    BlobTrainer adam_trainer(adam), rmsprop_trainer(setup);
+    const std::string adam_path = directory.file("adam.safetensors");
+    REQUIRE_OK(mpt_trainer_save_checkpoint(adam_trainer.trainer, adam_path.c_str()));
+    CHECK_FALSE(file_contains(adam_path, "\"rho\""));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_load_checkpoint(rmsprop_trainer.trainer, adam_path.c_str()));
+    CHECK_MESSAGE(std::string(mpt_last_error()).find("optimizer adam (this trainer: rmsprop)") != std::string::npos,
+                  mpt_last_error());
+}
