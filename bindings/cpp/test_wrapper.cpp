@@ -1,6 +1,6 @@
 // The header-only C++ wrapper (include/mptrain/mptrain.hpp) over libmptrain.so: model files,
 // training checkpoints, learning-rate schedules, label smoothing, class weights, gradient clipping,
-// weight averaging, dataset slices, subsets and row weights through it, errors arriving as
+// weight averaging, RMSprop, dataset slices, subsets and row weights through it, errors arriving as
 // mptrain::Error with the C status.
 #include <doctest/doctest.h>
 
@@ -726,6 +726,74 @@ TEST_CASE("an ema_momentum outside (0, 1) throws INVALID_ARGUMENT from the wrapp
     auto model = mlp(context);
     mptrain::Trainer trainer(model, options);
     CHECK(status_of([&] { trainer.swap_ema_weights(); }) == MPT_STATUS_INVALID_STATE);
+}
+
+TEST_CASE("RMSprop through the wrapper lowers the loss, with and without momentum") {
+    auto context = cpu_context();
+    const auto data = blobs(context, 240, 61);
+    for (float momentum : {0.0f, 0.5f}) {
+        CAPTURE(momentum);
+        auto model = mlp(context);
+        mptrain::TrainerOptions options;
+        options.precision(MPT_PRECISION_FP32).optimizer(MPT_OPTIMIZER_RMSPROP).learning_rate(0.01f).momentum(momentum);
+        options.rmsprop(0.9f, 1e-7f);
+        mptrain::Trainer trainer(model, options);
+        const mptrain::Evaluation before = trainer.evaluate(data);
+        trainer.fit(data, 5, 16);
+        const mptrain::Evaluation after = trainer.evaluate(data);
+        CHECK(after.loss < 0.5f * before.loss);
+        CHECK(after.accuracy >= 0.95f);
+    }
+}
+
+TEST_CASE("RMSprop's rho set through the wrapper changes the steps: the same rho gives the same weights, another other weights") {
+    const auto train = [](float rho) {
+        auto context = cpu_context(5);  // one seed: the same initial weights
+        auto model = mlp(context);
+        const auto data = blobs(context, 30, 73);
+        mptrain::TrainerOptions options;
+        options.precision(MPT_PRECISION_FP32).optimizer(MPT_OPTIMIZER_RMSPROP).learning_rate(0.01f).rmsprop(rho, 1e-7f);
+        mptrain::Trainer trainer(model, options);
+        const std::vector<uint32_t> initial = weight_bits(model);
+        for (int64_t step = 0; step < 3; ++step) trainer.step(data, 10 * step, 10);
+        CHECK(weight_bits(model) != initial);  // the steps moved the weights
+        return weight_bits(model);
+    };
+    const std::vector<uint32_t> rho_08 = train(0.8f);
+    CHECK(train(0.8f) == rho_08);
+    CHECK(train(0.5f) != rho_08);
+}
+
+TEST_CASE("RMSprop's rho outside [0, 1) or a non-positive epsilon throws INVALID_ARGUMENT; Nesterov with it throws at construction") {
+    mptrain::TrainerOptions options;
+    const std::pair<float, float> refused[] = {
+        {1.5f, 1e-7f}, {1.0f, 1e-7f}, {-0.1f, 1e-7f}, {0.9f, 0.0f}, {0.9f, -1e-7f}, {0.9f, std::nanf("")}};
+    for (const auto& [rho, epsilon] : refused) {
+        CAPTURE(rho);
+        CAPTURE(epsilon);
+        try {
+            options.rmsprop(rho, epsilon);
+            FAIL("rmsprop accepted rho " << rho << ", epsilon " << epsilon);
+        } catch (const mptrain::Error& error) {
+            CHECK(error.status() == MPT_STATUS_INVALID_ARGUMENT);
+            CHECK(error.message().find(epsilon > 0.0f ? "rho" : "epsilon") != std::string::npos);
+        }
+    }
+    options.rmsprop(0.0f, 1e-3f);  // rho 0 is in range
+
+    auto context = cpu_context();
+    auto model = mlp(context);
+    options.optimizer(MPT_OPTIMIZER_RMSPROP).momentum(0.9f, true);
+    try {
+        mptrain::Trainer trainer(model, options);
+        FAIL("an RMSprop trainer with Nesterov momentum was created");
+    } catch (const mptrain::Error& error) {
+        CHECK(error.status() == MPT_STATUS_INVALID_ARGUMENT);
+        CHECK(error.message().find("Nesterov") != std::string::npos);
+    }
+    options.momentum(0.9f, false);  // plain momentum is RMSprop's too
+    mptrain::Trainer trainer(model, options);
+    CHECK(std::isfinite(trainer.step(blobs(context, 10, 73), 0, 10)));
 }
 
 TEST_CASE("automatic checkpoints through the wrapper keep the newest and can be turned off") {

@@ -471,12 +471,21 @@ public:
     }
     TrainerOptions& optimizer(mpt_optimizer value) { detail::check(mpt_trainer_options_set_optimizer(get(), value)); return *this; }
     TrainerOptions& learning_rate(float value) { detail::check(mpt_trainer_options_set_learning_rate(get(), value)); return *this; }
+    /** SGD momentum in [0, 1), optionally Nesterov (mpt_trainer_options_set_momentum). MPT_OPTIMIZER_RMSPROP
+     *  takes the momentum too, not Nesterov's (the Trainer's constructor then throws INVALID_ARGUMENT). */
     TrainerOptions& momentum(float value, bool nesterov = false) {
         detail::check(mpt_trainer_options_set_momentum(get(), value, nesterov ? 1 : 0));
         return *this;
     }
     TrainerOptions& adam(float beta1, float beta2, float epsilon) {
         detail::check(mpt_trainer_options_set_adam(get(), beta1, beta2, epsilon));
+        return *this;
+    }
+    /** RMSprop's rho in [0, 1) and epsilon (finite, > 0) for MPT_OPTIMIZER_RMSPROP
+     *  (mpt_trainer_options_set_rmsprop; defaults 0.9 and 1e-7, as Keras's). Other values throw Error
+     *  (INVALID_ARGUMENT), the options unchanged. The epsilon is the one adam() sets too: the last call's. */
+    TrainerOptions& rmsprop(float rho, float epsilon) {
+        detail::check(mpt_trainer_options_set_rmsprop(get(), rho, epsilon));
         return *this;
     }
     TrainerOptions& weight_decay(float value) { detail::check(mpt_trainer_options_set_weight_decay(get(), value)); return *this; }

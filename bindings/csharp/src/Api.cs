@@ -633,12 +633,23 @@ namespace Mptrain
         public float[] ClassWeights { get; set; }
         public Optimizer? Optimizer { get; set; }
         public float? LearningRate { get; set; }
+        /// <summary>SGD momentum in [0, 1), Nesterov's when Nesterov is true. Optimizer.RmsProp takes the
+        /// momentum too, not Nesterov's (the Trainer constructor then throws MptException with
+        /// InvalidArgument).</summary>
         public float? Momentum { get; set; }
         public bool Nesterov { get; set; }
         /// <summary>Adam's beta1, beta2 and epsilon, set together when Beta1 has a value.</summary>
         public float? Beta1 { get; set; }
         public float Beta2 { get; set; } = 0.999f;
+        /// <summary>Adam's and RMSprop's epsilon (one value, as the library keeps one), passed on when Beta1 or
+        /// Rho has a value.</summary>
         public float Epsilon { get; set; } = 1e-7f;
+        /// <summary>RMSprop's rho and epsilon (Epsilon), set together when Rho has a value, for
+        /// Optimizer.RmsProp, as Keras computes it (centered=False): v = rho v + (1 - rho) g^2,
+        /// w -= lr g / sqrt(v + epsilon). Rho in [0, 1), Epsilon finite and &gt; 0 (library defaults 0.9
+        /// and 1e-7); other values throw MptException (InvalidArgument) from the Trainer constructor.
+        /// Checkpoints of an RMSprop trainer must match its rho.</summary>
+        public float? Rho { get; set; }
         public float? WeightDecay { get; set; }
         /// <summary>Gradient clipping by global norm (null or 0: none), as Keras's global_clipnorm and
         /// PyTorch's clip_grad_norm_(max_norm): every step, the gradients of all weights and biases
@@ -801,6 +812,8 @@ namespace Mptrain
                         MptException.Check(Native.mpt_trainer_options_set_momentum(raw, options.Momentum.Value, options.Nesterov ? 1 : 0));
                     if (options.Beta1.HasValue)
                         MptException.Check(Native.mpt_trainer_options_set_adam(raw, options.Beta1.Value, options.Beta2, options.Epsilon));
+                    if (options.Rho.HasValue)
+                        MptException.Check(Native.mpt_trainer_options_set_rmsprop(raw, options.Rho.Value, options.Epsilon));
                     if (options.WeightDecay.HasValue) MptException.Check(Native.mpt_trainer_options_set_weight_decay(raw, options.WeightDecay.Value));
                     if (options.GlobalClipnorm.HasValue) MptException.Check(Native.mpt_trainer_options_set_global_clipnorm(raw, options.GlobalClipnorm.Value));
                     if (options.EmaMomentum.HasValue) MptException.Check(Native.mpt_trainer_options_set_ema(raw, options.EmaMomentum.Value));

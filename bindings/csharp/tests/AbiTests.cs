@@ -31,10 +31,11 @@ namespace Mptrain.Tests
             { typeof(LossScaling), "MPT_LOSS_SCALING_" }, { typeof(LogLevel), "MPT_LOG_LEVEL_" },
         };
 
-        // "MixedFp16" -> "MIXED_FP16", "AdamW" -> "ADAMW", "IoError" -> "IO_ERROR"
+        // "MixedFp16" -> "MIXED_FP16", "AdamW" -> "ADAMW", "RmsProp" -> "RMSPROP", "IoError" -> "IO_ERROR"
         static string CName(string name)
         {
             if (name == "AdamW") return "ADAMW";
+            if (name == "RmsProp") return "RMSPROP";
             return Regex.Replace(name, "(?<=[a-z0-9])([A-Z])", "_$1").ToUpperInvariant();
         }
 

@@ -348,6 +348,80 @@ namespace Mptrain.Tests
             }
         }
 
+        static TrainerOptions RmsProp(float rho, float? momentum = null, bool nesterov = false)
+        {
+            return new TrainerOptions { Precision = Precision.Fp32, Optimizer = Optimizer.RmsProp, LearningRate = 0.01f, Rho = rho,
+                                        Epsilon = 1e-7f, Momentum = momentum, Nesterov = nesterov };
+        }
+
+        [Test]
+        public static void RmsPropFitLowersTheLossWithAndWithoutMomentum()
+        {
+            float[] x; int[] y;
+            Data.Blobs(300, 1, out x, out y);
+            using (Context ctx = Data.CpuContext())
+            using (Dataset data = Dataset.FromF32(ctx, x, Data.Features, y, Data.Classes))
+            {
+                foreach (float momentum in new[] { 0.0f, 0.5f })
+                {
+                    using (Model model = Data.Mlp(ctx))
+                    using (var trainer = new Trainer(model, RmsProp(0.9f, momentum)))
+                    {
+                        Evaluation before = trainer.Evaluate(data);
+                        trainer.Fit(data, 3, 32);
+                        Evaluation after = trainer.Evaluate(data);
+                        Assert.True(after.Loss < 0.5f * before.Loss, "momentum " + momentum + ": loss " + before.Loss + " -> " + after.Loss);
+                        Assert.True(after.Accuracy >= 0.95f, "momentum " + momentum + ": accuracy " + after.Accuracy);
+                    }
+                }
+            }
+        }
+
+        [Test]
+        public static void RmsPropRhoChangesTheStepsTheSameRhoGivesTheSameWeights()
+        {
+            float[] x; int[] y;
+            Data.Blobs(30, 73, out x, out y);
+            Func<float, int[]> train = rho =>
+            {
+                using (Context ctx = Data.CpuContext(5)) // one seed: the same initial weights
+                using (Model model = Data.Mlp(ctx))
+                using (Dataset data = Dataset.FromF32(ctx, x, Data.Features, y, Data.Classes))
+                using (var trainer = new Trainer(model, RmsProp(rho)))
+                {
+                    int[] initial = Data.WeightBits(model);
+                    for (int step = 0; step < 3; step++) trainer.Step(data, 10 * step, 10);
+                    int[] trained = Data.WeightBits(model);
+                    Assert.True(!trained.SequenceEqual(initial), "the steps moved the weights");
+                    return trained;
+                }
+            };
+            int[] rho08 = train(0.8f);
+            Assert.SequenceEqual(rho08, train(0.8f), "the same rho, the same weights");
+            Assert.True(!train(0.5f).SequenceEqual(rho08), "another rho, other weights");
+        }
+
+        [Test]
+        public static void RmsPropRhoOutside01ANonPositiveEpsilonAndNesterovAreRefused()
+        {
+            using (Context ctx = Data.CpuContext())
+            using (Model model = Data.Mlp(ctx))
+            {
+                var refused = new[] { Tuple.Create(1.5f, 1e-7f, "rho"), Tuple.Create(1.0f, 1e-7f, "rho"), Tuple.Create(-0.1f, 1e-7f, "rho"),
+                                      Tuple.Create(0.9f, 0.0f, "epsilon"), Tuple.Create(0.9f, -1e-7f, "epsilon"),
+                                      Tuple.Create(0.9f, float.NaN, "epsilon") };
+                foreach (var values in refused)
+                {
+                    var options = new TrainerOptions { Optimizer = Optimizer.RmsProp, Rho = values.Item1, Epsilon = values.Item2 };
+                    MptException error = Assert.Fails(Status.InvalidArgument, () => new Trainer(model, options).Dispose());
+                    Assert.True(error.NativeMessage.Contains(values.Item3), "the message names " + values.Item3 + ": " + error.NativeMessage);
+                }
+                MptException nesterov = Assert.Fails(Status.InvalidArgument, () => new Trainer(model, RmsProp(0.9f, 0.9f, true)).Dispose());
+                Assert.True(nesterov.NativeMessage.Contains("Nesterov"), "the message names Nesterov: " + nesterov.NativeMessage);
+                new Trainer(model, RmsProp(0.0f, 0.9f)).Dispose(); // plain momentum, and rho 0: accepted
+            }
+        }
+
         // The mean over rows of -sum_c t_c log p_c, each row's times weights[c], c its first largest
         // target (every weight 1 when weights is null), in double from the probabilities: class weights
         // as mptrain.h defines them. targets: rows * Classes floats.

@@ -104,9 +104,10 @@ class Loss(enum.IntEnum):
 
 
 class Optimizer(enum.IntEnum):
-    SGD = 0
+    SGD = 0  # momentum and Nesterov through Trainer's momentum and nesterov
     ADAM = 1
     ADAMW = 2
+    RMSPROP = 3  # Keras's RMSprop; momentum (not Nesterov) through Trainer's momentum
 
 
 class LrSchedule(enum.IntEnum):
@@ -977,10 +978,18 @@ def _class_weights_by_index(weights, classes):
 
 class Trainer(_Handle):
     """Trains a model: fit, step, evaluate, predict (float rows), predict_dataset. Options as keywords
-    (None = the library default): precision, loss, optimizer, learning_rate, momentum (+ nesterov),
-    adam=(beta1, beta2, epsilon), weight_decay, lr_schedule (+ warmup_steps, decay_steps, decay_factor),
+    (None = the library default): precision, loss, optimizer ("sgd", "adam", "adamw", "rmsprop" or an
+    Optimizer), learning_rate, momentum (+ nesterov), adam=(beta1, beta2, epsilon), rmsprop=(rho, epsilon),
+    weight_decay, lr_schedule (+ warmup_steps, decay_steps, decay_factor),
     loss_scaling (+ initial_scale), loss_scaler_dynamics=(growth_factor, backoff_factor, growth_interval,
     min_scale, max_scale), label_smoothing, class_weights, global_clipnorm, ema_momentum.
+
+    rmsprop=(rho, epsilon) sets RMSprop's (optimizer "rmsprop"), as Keras computes it (centered=False):
+    v = rho * v + (1 - rho) * g^2, w -= learning_rate * g / sqrt(v + epsilon); rho in [0, 1), epsilon
+    finite and > 0 (defaults 0.9 and 1e-7), else Error with Status.INVALID_ARGUMENT. RMSprop takes
+    momentum too (u = momentum * u + learning_rate * g / sqrt(v + epsilon), w -= u), but not
+    nesterov=True (Error with Status.INVALID_ARGUMENT). Adam and RMSprop share one epsilon: given
+    both, rmsprop's is used. Checkpoints of an RMSprop trainer must match its rho.
 
     label_smoothing s in [0, 1) (default 0: none) makes the cross-entropy losses train towards
     t (1 - s) + s / n instead of each target t (n: the model's outputs, 2 for binary cross-entropy), as
@@ -1029,7 +1038,7 @@ class Trainer(_Handle):
     _destroy_name = "mpt_trainer_destroy"
 
     def __init__(self, model, precision=None, loss=None, optimizer=None, learning_rate=None, momentum=None,
-                 nesterov=False, adam=None, weight_decay=None, loss_scaling=None, initial_scale=32768.0,
+                 nesterov=False, adam=None, rmsprop=None, weight_decay=None, loss_scaling=None, initial_scale=32768.0,
                  loss_scaler_dynamics=None, lr_schedule=None, warmup_steps=0, decay_steps=0, decay_factor=None,
                  label_smoothing=0.0, class_weights=None, global_clipnorm=0.0,
                  ema_momentum=0.0):
@@ -1060,6 +1069,9 @@ class Trainer(_Handle):
             if adam is not None:
                 beta1, beta2, epsilon = adam
                 _check(lib.mpt_trainer_options_set_adam(options, float(beta1), float(beta2), float(epsilon)))
+            if rmsprop is not None:  # after adam: the epsilon both set is the last call's
+                rho, epsilon = rmsprop
+                _check(lib.mpt_trainer_options_set_rmsprop(options, float(rho), float(epsilon)))
             if weight_decay is not None:
                 _check(lib.mpt_trainer_options_set_weight_decay(options, float(weight_decay)))
             _check(lib.mpt_trainer_options_set_global_clipnorm(options, float(global_clipnorm)))

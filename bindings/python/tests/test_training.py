@@ -421,6 +421,54 @@ def test_swap_ema_weights_without_averages_and_an_ema_momentum_outside_0_1_are_r
     assert info.value.status == mptrain.Status.INVALID_STATE
 
 
+@pytest.mark.parametrize("momentum", [0.0, 0.5])
+def test_rmsprop_fit_lowers_the_loss(ctx, blobs, momentum):
+    data = mptrain.Dataset.from_f32(ctx, *blobs, CLASSES)
+    trainer = mptrain.Trainer(mlp(ctx), precision="fp32", optimizer="rmsprop", learning_rate=0.01, momentum=momentum,
+                              rmsprop=(0.9, 1e-7))
+    before = trainer.evaluate(data)
+    trainer.fit(data, epochs=3, batch_size=32)
+    after = trainer.evaluate(data)
+    assert after.loss < 0.5 * before.loss
+    assert after.accuracy >= 0.95
+
+
+def test_rmsprop_rho_changes_the_steps_the_same_rho_gives_the_same_weights():
+    samples, labels = make_blobs(rows=30, seed=73)
+
+    def train(rho):
+        own_ctx = mptrain.Context(backend="cpu", threads=1, seed=5)  # one seed: the same initial weights
+        model = mlp(own_ctx)
+        trainer = mptrain.Trainer(model, precision="fp32", optimizer=mptrain.Optimizer.RMSPROP, learning_rate=0.01,
+                                  rmsprop=(rho, 1e-7))
+        data = mptrain.Dataset.from_f32(own_ctx, samples, labels, CLASSES)
+        initial = weight_bytes(model)
+        for step in range(3):
+            trainer.step(data, 10 * step, 10)
+        trained = weight_bytes(model)
+        assert trained != initial  # the steps moved the weights
+        own_ctx.close()
+        return trained
+
+    rho_08 = train(0.8)
+    assert train(0.8) == rho_08
+    assert train(0.5) != rho_08
+
+
+def test_rmsprop_rho_outside_0_1_a_non_positive_epsilon_and_nesterov_are_refused(model):
+    for rho, epsilon, named in ((1.5, 1e-7, "rho"), (1.0, 1e-7, "rho"), (-0.1, 1e-7, "rho"), (0.9, 0.0, "epsilon"),
+                                (0.9, -1e-7, "epsilon"), (0.9, float("nan"), "epsilon")):
+        with pytest.raises(mptrain.Error) as info:
+            mptrain.Trainer(model, optimizer="RMSprop", rmsprop=(rho, epsilon))
+        assert info.value.status == mptrain.Status.INVALID_ARGUMENT, (rho, epsilon)
+        assert named in info.value.message, (rho, epsilon)
+    with pytest.raises(mptrain.Error) as info:
+        mptrain.Trainer(model, optimizer="rmsprop", momentum=0.9, nesterov=True)
+    assert info.value.status == mptrain.Status.INVALID_ARGUMENT
+    assert "Nesterov" in info.value.message
+    mptrain.Trainer(model, optimizer="rmsprop", momentum=0.9, rmsprop=(0.0, 1e-3))  # plain momentum, rho 0: accepted
+
+
 def weighted_cross_entropy(probabilities, targets, weights=None):
     """The mean over rows of -sum_c t_c log p_c, each row's times weights[c], c its first largest target
     (every weight 1 without weights), in double from probabilities: class weights as mptrain.h defines

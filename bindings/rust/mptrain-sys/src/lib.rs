@@ -60,6 +60,7 @@ pub type mpt_optimizer = c_int;
 pub const MPT_OPTIMIZER_SGD: mpt_optimizer = 0;
 pub const MPT_OPTIMIZER_ADAM: mpt_optimizer = 1;
 pub const MPT_OPTIMIZER_ADAMW: mpt_optimizer = 2;
+pub const MPT_OPTIMIZER_RMSPROP: mpt_optimizer = 3;
 
 pub type mpt_lr_schedule = c_int;
 pub const MPT_LR_SCHEDULE_CONSTANT: mpt_lr_schedule = 0;
@@ -337,6 +338,11 @@ extern "C" {
         options: *mut mpt_trainer_options_t,
         beta1: c_float,
         beta2: c_float,
+        epsilon: c_float,
+    ) -> mpt_status;
+    pub fn mpt_trainer_options_set_rmsprop(
+        options: *mut mpt_trainer_options_t,
+        rho: c_float,
         epsilon: c_float,
     ) -> mpt_status;
     pub fn mpt_trainer_options_set_weight_decay(

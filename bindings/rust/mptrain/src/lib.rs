@@ -284,6 +284,9 @@ c_enum!(
         Adam = sys::MPT_OPTIMIZER_ADAM,
         /// AdamW (decoupled weight decay).
         AdamW = sys::MPT_OPTIMIZER_ADAMW,
+        /// RMSprop as Keras computes it (rho and epsilon through [`TrainerOptions::rmsprop`]);
+        /// momentum, not Nesterov's, through [`TrainerOptions::momentum`].
+        RmsProp = sys::MPT_OPTIMIZER_RMSPROP,
     }
 );
 c_enum!(
@@ -1435,6 +1438,7 @@ pub struct TrainerOptions {
     learning_rate: Option<f32>,
     momentum: Option<(f32, bool)>,
     adam: Option<(f32, f32, f32)>,
+    rmsprop: Option<(f32, f32)>,
     weight_decay: Option<f32>,
     global_clipnorm: Option<f32>,
     ema_momentum: Option<f32>,
@@ -1491,7 +1495,8 @@ impl TrainerOptions {
         self.learning_rate = Some(learning_rate);
         self
     }
-    /// SGD momentum in [0, 1), optionally Nesterov.
+    /// SGD momentum in [0, 1), optionally Nesterov. [`Optimizer::RmsProp`] takes the momentum too,
+    /// not Nesterov's ([`Trainer::new`] then fails with [`Status::InvalidArgument`]).
     pub fn momentum(mut self, momentum: f32, nesterov: bool) -> Self {
         self.momentum = Some((momentum, nesterov));
         self
@@ -1499,6 +1504,15 @@ impl TrainerOptions {
     /// Adam's beta1, beta2 and epsilon.
     pub fn adam(mut self, beta1: f32, beta2: f32, epsilon: f32) -> Self {
         self.adam = Some((beta1, beta2, epsilon));
+        self
+    }
+    /// RMSprop's rho and epsilon ([`Optimizer::RmsProp`]), as Keras computes it (centered=False):
+    /// `v = rho * v + (1 - rho) * g^2`, `w -= lr * g / sqrt(v + epsilon)`. `rho` in [0, 1),
+    /// `epsilon` finite and > 0 (defaults 0.9 and 1e-7); other values fail [`Trainer::new`] with
+    /// [`Status::InvalidArgument`]. Adam and RMSprop share one epsilon: with both set, this one is
+    /// used. Checkpoints of an RMSprop trainer must match its rho.
+    pub fn rmsprop(mut self, rho: f32, epsilon: f32) -> Self {
+        self.rmsprop = Some((rho, epsilon));
         self
     }
     /// Decoupled weight decay (AdamW).
@@ -1594,6 +1608,10 @@ impl TrainerOptions {
             }
             if let Some((b1, b2, eps)) = self.adam {
                 check(sys::mpt_trainer_options_set_adam(o, b1, b2, eps))?;
+            }
+            // After Adam's: the epsilon both set is the last call's.
+            if let Some((rho, eps)) = self.rmsprop {
+                check(sys::mpt_trainer_options_set_rmsprop(o, rho, eps))?;
             }
             if let Some(wd) = self.weight_decay {
                 check(sys::mpt_trainer_options_set_weight_decay(o, wd))?;

@@ -878,6 +878,82 @@ fn ema_momentum_outside_0_1_is_refused_and_a_trainer_without_averages_refuses_th
     }
     assert_eq!(weight_bits(&mut model), initial);
 }
+
+/// An fp32 RMSprop trainer at rate 0.01 with this rho (epsilon 1e-7).
+fn rmsprop(rho: f32) -> TrainerOptions {
+    TrainerOptions::new()
+        .precision(Precision::Fp32)
+        .optimizer(Optimizer::RmsProp)
+        .learning_rate(0.01)
+        .rmsprop(rho, 1e-7)
+}
+
+#[test]
+fn rmsprop_fit_lowers_the_loss_with_and_without_momentum() {
+    let ctx = context();
+    let data = blob_data(&ctx, 300, 1);
+    for momentum in [0.0f32, 0.5] {
+        let model = mlp(&ctx);
+        let mut trainer = Trainer::new(&model, &rmsprop(0.9).momentum(momentum, false)).unwrap();
+        let before = trainer.evaluate(&data, 0).unwrap();
+        trainer.fit(&data, 3, 32, true).unwrap();
+        let after = trainer.evaluate(&data, 0).unwrap();
+        assert!(
+            after.loss < 0.5 * before.loss,
+            "momentum {momentum}: {before:?} -> {after:?}"
+        );
+        assert!(after.accuracy >= 0.95, "momentum {momentum}: {after:?}");
+    }
+}
+
+#[test]
+fn rmsprop_rho_changes_the_steps_the_same_rho_gives_the_same_weights() {
+    let train = |rho: f32| {
+        let ctx = seeded_context(5); // one seed: the same initial weights
+        let mut model = mlp(&ctx);
+        let data = blob_data(&ctx, 30, 73);
+        let initial = weight_bits(&mut model);
+        let mut trainer = Trainer::new(&model, &rmsprop(rho)).unwrap();
+        for step in 0..3 {
+            trainer.step(&data, 10 * step, 10).unwrap();
+        }
+        let trained = weight_bits(&mut model);
+        assert_ne!(trained, initial, "the steps moved the weights");
+        trained
+    };
+    let rho_08 = train(0.8);
+    assert_eq!(train(0.8), rho_08);
+    assert_ne!(train(0.5), rho_08);
+}
+
+#[test]
+fn rmsprop_rho_outside_0_1_a_non_positive_epsilon_and_nesterov_are_refused() {
+    let ctx = context();
+    let model = mlp(&ctx);
+    for (rho, epsilon, named) in [
+        (1.5f32, 1e-7f32, "rho"),
+        (1.0, 1e-7, "rho"),
+        (-0.1, 1e-7, "rho"),
+        (0.9, 0.0, "epsilon"),
+        (0.9, -1e-7, "epsilon"),
+        (0.9, f32::NAN, "epsilon"),
+    ] {
+        let options = TrainerOptions::new()
+            .optimizer(Optimizer::RmsProp)
+            .rmsprop(rho, epsilon);
+        let error = Trainer::new(&model, &options).err().expect("refused");
+        assert_eq!(error.status, Status::InvalidArgument, "{rho} {epsilon}");
+        assert!(error.message.contains(named), "{error}");
+    }
+    let nesterov = rmsprop(0.9).momentum(0.9, true);
+    let error = Trainer::new(&model, &nesterov).err().expect("refused");
+    assert_eq!(error.status, Status::InvalidArgument, "{error}");
+    assert!(error.message.contains("Nesterov"), "{error}");
+    // Plain momentum is RMSprop's too, and rho 0 is in range.
+    Trainer::new(&model, &rmsprop(0.0).momentum(0.9, false)).expect("accepted");
+    assert_eq!(Optimizer::from_code(3), Some(Optimizer::RmsProp));
+}
+
 /// The mean over rows of `-sum_c t_c log p_c`, each row's times `weights[c]`, `c` its first
 /// largest target (every weight 1 without weights), in f64 from the probabilities: class weights as
 /// mptrain.h defines them. `targets`: rows * CLASSES floats.
