@@ -104,7 +104,7 @@ mpt_status mpt_trainer_options_set_momentum(mpt_trainer_options_t* options, floa
     MPT_API_BEGIN
     require_pointer(options, "options");
     require_range(momentum, 0.0f, 1.0f, "momentum");
-    options->config.optimizer.momentum = momentum;
+    options->config.optimizer.momentum = momentum == 0.0f ? 0.0f : momentum;  // -0 as 0
     options->config.optimizer.nesterov = nesterov != 0;
     MPT_API_END
 }
@@ -126,7 +126,7 @@ mpt_status mpt_trainer_options_set_rmsprop(mpt_trainer_options_t* options, float
     require_pointer(options, "options");
     require_range(rho, 0.0f, 1.0f, "rho");
     require_finite_positive(epsilon, "epsilon");
-    options->config.optimizer.rho = rho;
+    options->config.optimizer.rho = rho == 0.0f ? 0.0f : rho;  // -0 as 0: one value, one checkpoint option
     options->config.optimizer.epsilon = epsilon;
     MPT_API_END
 }
@@ -135,7 +135,7 @@ mpt_status mpt_trainer_options_set_weight_decay(mpt_trainer_options_t* options, 
     MPT_API_BEGIN
     require_pointer(options, "options");
     require_range(weight_decay, 0.0f, 1.0f, "weight_decay");
-    options->config.optimizer.weight_decay = weight_decay;
+    options->config.optimizer.weight_decay = weight_decay == 0.0f ? 0.0f : weight_decay;  // -0 as 0
     options->weight_decay_chosen = true;
     MPT_API_END
 }

@@ -83,6 +83,10 @@ TEST_CASE("RMSprop refuses rho outside [0, 1), a non-positive or non-finite epsi
     REQUIRE_OK(mpt_trainer_options_set_momentum(options, 0.9f, 0));
     REQUIRE_OK(mpt_trainer_create(model, options, &trainer));
     mpt_trainer_destroy(trainer);
+    // Without momentum the Nesterov flag asks for nothing: accepted.
+    REQUIRE_OK(mpt_trainer_options_set_momentum(options, 0.0f, 1));
+    REQUIRE_OK(mpt_trainer_create(model, options, &trainer));
+    mpt_trainer_destroy(trainer);
     mpt_trainer_options_destroy(options);
     mpt_model_destroy(model);
     mpt_context_destroy(context);
@@ -127,6 +131,20 @@ TEST_CASE("an RMSprop run resumes from a checkpoint bit for bit; rho is an optio
     CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_load_checkpoint(refusing.trainer, path.c_str()));
     CHECK_MESSAGE(std::string(mpt_last_error()).find("rho 0.8 (this trainer: 0.9)") != std::string::npos, mpt_last_error());
     CHECK(same_bits(before, refusing.weights()));
+
+    // -0 is 0: a trainer given rho -0 (and momentum -0) resumes a file of rho 0, bit for bit.
+    BlobTrainerSetup zero = setup;
+    zero.rho = 0.0f;
+    zero.momentum = 0.0f;
+    BlobTrainerSetup negative_zero = zero;
+    negative_zero.rho = -0.0f;
+    negative_zero.momentum = -0.0f;
+    BlobTrainer zero_trainer(zero), negative_zero_trainer(negative_zero);
+    take_steps(zero_trainer, blobs, 0, 2);
+    const std::string zero_path = directory.file("rho-zero.safetensors");
+    REQUIRE_OK(mpt_trainer_save_checkpoint(zero_trainer.trainer, zero_path.c_str()));
+    REQUIRE_OK(mpt_trainer_load_checkpoint(negative_zero_trainer.trainer, zero_path.c_str()));
+    CHECK(same_bits(zero_trainer.weights(), negative_zero_trainer.weights()));
 
     // Another optimizer's file records no rho, and refuses an RMSprop trainer by the optimizer's name.
     BlobTrainerSetup adam = setup;

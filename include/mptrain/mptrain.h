@@ -397,8 +397,8 @@ MPT_API mpt_status mpt_trainer_options_set_optimizer(mpt_trainer_options_t* opti
 MPT_API mpt_status mpt_trainer_options_set_learning_rate(mpt_trainer_options_t* options, float learning_rate);
 /** SGD momentum in [0, 1); `nesterov` non-zero for Nesterov momentum. Keras's formulation:
  *  v = momentum * v - lr * g, then w += v (Nesterov: w += momentum * v - lr * g). RMSprop takes the
- *  momentum too (see mpt_trainer_options_set_rmsprop), not Nesterov's (mpt_trainer_create then
- *  fails with MPT_STATUS_INVALID_ARGUMENT); Adam ignores it. */
+ *  momentum too (see mpt_trainer_options_set_rmsprop), not Nesterov's (with a momentum above 0,
+ *  mpt_trainer_create then fails with MPT_STATUS_INVALID_ARGUMENT); Adam ignores it. -0 is 0. */
 MPT_API mpt_status mpt_trainer_options_set_momentum(mpt_trainer_options_t* options, float momentum, int nesterov);
 /** Adam and AdamW, as Keras computes them: m and v are the moving averages of g and g^2, and after t
  *  applied steps w -= lr * sqrt(1 - beta2^t) / (1 - beta1^t) * m / (sqrt(v) + epsilon). Epsilon is

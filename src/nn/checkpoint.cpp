@@ -544,14 +544,23 @@ void load_checkpoint(Trainer& trainer, const std::string& path) {
     for (int array = 0; array < executor.optimizer_state_arrays(); ++array)
         states[static_cast<size_t>(array)] = read_parameter_tensors(reader, model, optimizer_tensor_prefix(array));
     std::vector<float> averages;
-    if (executor.averages()) {
-        averages = read_parameter_tensors(reader, model, kAveragesPrefix);
-    } else {
-        const std::string prefix = std::string(kAveragesPrefix) + ".";
-        for (const auto& tensor : reader.tensors())
-            if (tensor.first.compare(0, prefix.size(), prefix) == 0)
-                fail(MPT_STATUS_CORRUPT_DATA, "the checkpoint holds averaged weights (" + tensor.first +
-                                                  "), but its options keep none");
+    if (executor.averages()) averages = read_parameter_tensors(reader, model, kAveragesPrefix);
+    // Optimizer state and averages are exactly the arrays these options keep: any other such tensor
+    // (a state array or averages the options have none of, a layer the model lacks) no mptrain writes.
+    std::vector<std::string> prefixes;
+    for (int array = 0; array < executor.optimizer_state_arrays(); ++array)
+        prefixes.push_back(optimizer_tensor_prefix(array));
+    if (executor.averages()) prefixes.push_back(kAveragesPrefix);
+    for (const auto& tensor : reader.tensors()) {
+        const std::string& name = tensor.first;
+        if (name.compare(0, 10, "optimizer.") != 0 && name.compare(0, 9, "averages.") != 0) continue;
+        bool expected = false;
+        for (const std::string& prefix : prefixes)
+            for (size_t i = 0; i < model.layers().size() && !expected; ++i)
+                expected = name == parameter_tensor_name(prefix, i, "weight") || name == parameter_tensor_name(prefix, i, "bias");
+        if (!expected)
+            fail(MPT_STATUS_CORRUPT_DATA, "the checkpoint holds " + name + ", which a trainer with its options and "
+                                          "this architecture does not keep");
     }
 
     // Everything is validated: apply.

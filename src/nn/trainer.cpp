@@ -127,8 +127,8 @@ const TrainerConfig& checked_loss(const TrainerConfig& config, const Model& mode
 // `config`, once its optimizer options are found to go together (checked before the executor plans).
 const TrainerConfig& checked_optimizer(const TrainerConfig& config) {
     const OptimizerConfig& optimizer = config.optimizer;
-    require(!(optimizer.kind == OptimizerKind::rmsprop && optimizer.nesterov), MPT_STATUS_INVALID_ARGUMENT,
-            "RMSprop takes momentum, not Nesterov momentum (that is SGD's)");
+    require(!(optimizer.kind == OptimizerKind::rmsprop && optimizer.nesterov && optimizer.momentum != 0.0f),
+            MPT_STATUS_INVALID_ARGUMENT, "RMSprop takes momentum, not Nesterov momentum (that is SGD's)");
     return config;
 }
 

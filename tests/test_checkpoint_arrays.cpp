@@ -1,7 +1,7 @@
-// A checkpoint's weight averages (averages.layers.*) as the loader validates them: real checkpoints
-// rewritten with valid checksums (which the C API tests cannot make) whose averages are missing,
-// misshapen, or present in a file whose options keep none. Each is corrupt data, refused before
-// the trainer changes.
+// A checkpoint's per-parameter arrays (optimizer.<n>.layers.*, averages.layers.*) as the loader
+// validates them: real checkpoints rewritten with valid checksums (which the C API tests cannot
+// make) whose arrays are missing, misshapen, or more than the options and architecture keep. Each
+// is corrupt data, refused before the trainer changes.
 #include <doctest/doctest.h>
 
 #include <functional>
@@ -18,10 +18,12 @@ namespace {
 
 using mpt_test::kTinyBatch;
 
-// A tiny trainer (tests/support/tiny_trainer.h) in fp32, averaging its weights when `ema_momentum` is not 0.
+// A tiny trainer (tests/support/tiny_trainer.h) in fp32 with SGD momentum (one state array),
+// averaging its weights when `ema_momentum` is not 0.
 mpt_test::TinyTrainer averaging_trainer(float ema_momentum) {
     mpt::TrainerConfig config;
     config.precision = MPT_PRECISION_FP32;
+    config.optimizer.momentum = 0.9f;
     config.optimizer.ema_momentum = ema_momentum;
     return mpt_test::TinyTrainer(config);
 }
@@ -61,8 +63,8 @@ void check_refused(float ema_momentum, const std::string& path, const std::strin
 
 }  // namespace
 
-TEST_CASE("a checkpoint's averages must be all there, shaped as the layers, and only where its options keep them") {
-    const mpt_test::TempDir directory("mptrain-checkpoint-averages");
+TEST_CASE("a checkpoint's optimizer state and averages must be all there, shaped as the layers, and no more than its options keep") {
+    const mpt_test::TempDir directory("mptrain-checkpoint-arrays");
     mpt_test::TinyTrainer averaging = averaging_trainer(0.9f), plain = averaging_trainer(0.0f);
     for (int step = 0; step < 3; ++step) {
         averaging.trainer->step(*averaging.dataset, kTinyBatch * step, kTinyBatch);
@@ -98,11 +100,26 @@ TEST_CASE("a checkpoint's averages must be all there, shaped as the layers, and 
         for (const auto& [name, view] : averaged_reader.tensors())
             if (is_average(name)) writer.add(name, view.dtype, view.shape, view.data, view.bytes);
     });
-    check_refused(0.0f, stray_all, "its options keep none");
+    check_refused(0.0f, stray_all, "does not keep");
     const std::string stray_one = directory.file("stray-one");
     rewrite(unaveraged, stray_one, [](const std::string&) { return true; }, [](mpt::SafetensorsWriter& writer) {
         const float zeros[3] = {};
         writer.add("averages.layers.1.bias", "F32", {3}, zeros, sizeof zeros);
     });
     check_refused(0.0f, stray_one, "averages.layers.1.bias");
+
+    // Arrays beyond what the options and the architecture keep: a second optimizer state array
+    // (SGD momentum keeps one), averages of a layer the model lacks.
+    const std::string stray_state = directory.file("stray-state");
+    rewrite(averaged, stray_state, [](const std::string&) { return true; }, [](mpt::SafetensorsWriter& writer) {
+        const float zeros[3] = {};
+        writer.add("optimizer.1.layers.1.bias", "F32", {3}, zeros, sizeof zeros);
+    });
+    check_refused(0.9f, stray_state, "optimizer.1.layers.1.bias");
+    const std::string stray_layer = directory.file("stray-layer");
+    rewrite(averaged, stray_layer, [](const std::string&) { return true; }, [](mpt::SafetensorsWriter& writer) {
+        const float zeros[3] = {};
+        writer.add("averages.layers.7.bias", "F32", {3}, zeros, sizeof zeros);
+    });
+    check_refused(0.9f, stray_layer, "averages.layers.7.bias");
 }
