@@ -4,14 +4,13 @@
 // against the CPU's in test_cuda_ops.cpp.
 #include <doctest/doctest.h>
 
-#include <fstream>
-#include <iterator>
 #include <limits>
 #include <string>
 #include <vector>
 
 #include "mptrain/mptrain.h"
 #include "support/capi_fixture.h"
+#include "support/file_contents.h"
 #include "support/temp_dir.h"
 
 namespace {
@@ -19,6 +18,7 @@ namespace {
 using mpt_test::BlobTrainer;
 using mpt_test::BlobTrainerSetup;
 using mpt_test::Blobs;
+using mpt_test::file_contains;
 using mpt_test::same_bits;
 
 constexpr int64_t kRows = 48, kBatch = 16;
@@ -37,12 +37,6 @@ void take_steps(const BlobTrainer& trainer, const Blobs& blobs, int first, int s
     for (int s = first; s < first + steps; ++s)
         REQUIRE_OK(mpt_trainer_step(trainer.trainer, dataset, (kBatch * s) % kRows, kBatch, nullptr));
     mpt_dataset_destroy(dataset);
-}
-
-bool file_contains(const std::string& path, const std::string& text) {
-    std::ifstream file(path, std::ios::binary);
-    const std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
-    return bytes.find(text) != std::string::npos;
 }
 
 }  // namespace

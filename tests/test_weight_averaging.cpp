@@ -8,14 +8,13 @@
 
 #include <cmath>
 #include <cstdint>
-#include <fstream>
-#include <iterator>
 #include <limits>
 #include <string>
 #include <vector>
 
 #include "mptrain/mptrain.h"
 #include "support/capi_fixture.h"
+#include "support/file_contents.h"
 #include "support/temp_dir.h"
 
 namespace {
@@ -23,6 +22,7 @@ namespace {
 using mpt_test::BlobTrainer;
 using mpt_test::BlobTrainerSetup;
 using mpt_test::Blobs;
+using mpt_test::file_contains;
 using mpt_test::same_bits;
 
 constexpr int64_t kRows = 48;
@@ -62,12 +62,6 @@ std::vector<float> averages_of(const BlobTrainer& trainer) {
 
 void step_on(const BlobTrainer& trainer, mpt_dataset_t* dataset, int step, int64_t rows) {
     REQUIRE_OK(mpt_trainer_step(trainer.trainer, dataset, (kBatch * step) % (rows - kBatch + 1), kBatch, nullptr));
-}
-
-bool file_contains(const std::string& path, const std::string& text) {
-    std::ifstream file(path, std::ios::binary);
-    const std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
-    return bytes.find(text) != std::string::npos;
 }
 
 }  // namespace
