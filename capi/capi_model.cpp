@@ -76,6 +76,20 @@ mpt_status mpt_model_set_layer_dtype(mpt_model_t* model, int64_t layer, mpt_dtyp
     MPT_API_END
 }
 
+mpt_status mpt_model_set_layer_dropout(mpt_model_t* model, int64_t layer, float rate) {
+    MPT_API_BEGIN
+    impl_of(model, "model").set_layer_dropout(layer, rate);
+    MPT_API_END
+}
+
+mpt_status mpt_model_get_layer_dropout(const mpt_model_t* model, int64_t layer, float* out) {
+    MPT_API_BEGIN
+    const mpt::Model& impl = impl_of(model, "model");
+    require_pointer(out, "out");
+    *out = layer_of(impl, layer).dropout;
+    MPT_API_END
+}
+
 mpt_status mpt_model_get_layer_count(const mpt_model_t* model, int64_t* out) {
     MPT_API_BEGIN
     const mpt::Model& impl = impl_of(model, "model");

@@ -4,19 +4,20 @@
 // is corrupt data, refused before the trainer changes.
 #include <doctest/doctest.h>
 
-#include <functional>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
 #include "io/safetensors.h"
 #include "nn/checkpoint.h"
+#include "support/rewritten_file.h"
 #include "support/temp_dir.h"
 #include "support/tiny_trainer.h"
 
 namespace {
 
 using mpt_test::kTinyBatch;
+using mpt_test::rewrite_file;
 
 // A tiny trainer (tests/support/tiny_trainer.h) in fp32 with SGD momentum (one state array),
 // averaging its weights when `ema_momentum` is not 0.
@@ -26,22 +27,6 @@ mpt_test::TinyTrainer averaging_trainer(float ema_momentum) {
     config.optimizer.momentum = 0.9f;
     config.optimizer.ema_momentum = ema_momentum;
     return mpt_test::TinyTrainer(config);
-}
-
-// Writes `source`'s metadata (less its checksums, which the writer makes again) and the tensors
-// `keep` accepts to `destination`, then whatever `add` adds.
-void rewrite(const std::string& source, const std::string& destination,
-             const std::function<bool(const std::string&)>& keep,
-             const std::function<void(mpt::SafetensorsWriter&)>& add = {}) {
-    const mpt::SafetensorsReader reader = mpt::SafetensorsReader::open(source, true);
-    mpt::SafetensorsWriter writer;
-    const std::string checksum_prefix = mpt::safetensors_checksum_key("");
-    for (const auto& [key, value] : reader.metadata())
-        if (key.compare(0, checksum_prefix.size(), checksum_prefix) != 0) writer.set_metadata(key, value);
-    for (const auto& [name, view] : reader.tensors())
-        if (keep(name)) writer.add(name, view.dtype, view.shape, view.data, view.bytes);
-    if (add) add(writer);
-    writer.write(destination);
 }
 
 bool is_average(const std::string& name) { return name.compare(0, 9, "averages.") == 0; }
@@ -76,17 +61,17 @@ TEST_CASE("a checkpoint's optimizer state and averages must be all there, shaped
     {  // The files as written load (the rewriting itself changes nothing).
         mpt_test::TinyTrainer fresh = averaging_trainer(0.9f);
         const std::string copy = directory.file("copy");
-        rewrite(averaged, copy, [](const std::string&) { return true; });
+        rewrite_file(averaged, copy, mpt_test::all_tensors);
         mpt::load_checkpoint(*fresh.trainer, copy);
         CHECK(fresh.masters() == averaging.masters());
     }
 
     const std::string missing = directory.file("missing");
-    rewrite(averaged, missing, [](const std::string& name) { return !is_average(name); });
+    rewrite_file(averaged, missing, [](const std::string& name) { return !is_average(name); });
     check_refused(0.9f, missing, "averages.layers.0.weight");
 
     const std::string misshapen = directory.file("misshapen");
-    rewrite(averaged, misshapen, [](const std::string& name) { return name != "averages.layers.1.bias"; },
+    rewrite_file(averaged, misshapen, [](const std::string& name) { return name != "averages.layers.1.bias"; },
             [](mpt::SafetensorsWriter& writer) {
                 const float zeros[4] = {};
                 writer.add("averages.layers.1.bias", "F32", {4}, zeros, sizeof zeros);
@@ -96,13 +81,13 @@ TEST_CASE("a checkpoint's optimizer state and averages must be all there, shaped
     // Averages in a file whose options keep none: all of them, or a single one.
     const mpt::SafetensorsReader averaged_reader = mpt::SafetensorsReader::open(averaged, true);
     const std::string stray_all = directory.file("stray-all");
-    rewrite(unaveraged, stray_all, [](const std::string&) { return true; }, [&](mpt::SafetensorsWriter& writer) {
+    rewrite_file(unaveraged, stray_all, mpt_test::all_tensors, [&](mpt::SafetensorsWriter& writer) {
         for (const auto& [name, view] : averaged_reader.tensors())
             if (is_average(name)) writer.add(name, view.dtype, view.shape, view.data, view.bytes);
     });
     check_refused(0.0f, stray_all, "does not keep");
     const std::string stray_one = directory.file("stray-one");
-    rewrite(unaveraged, stray_one, [](const std::string&) { return true; }, [](mpt::SafetensorsWriter& writer) {
+    rewrite_file(unaveraged, stray_one, mpt_test::all_tensors, [](mpt::SafetensorsWriter& writer) {
         const float zeros[3] = {};
         writer.add("averages.layers.1.bias", "F32", {3}, zeros, sizeof zeros);
     });
@@ -111,13 +96,13 @@ TEST_CASE("a checkpoint's optimizer state and averages must be all there, shaped
     // Arrays beyond what the options and the architecture keep: a second optimizer state array
     // (SGD momentum keeps one), averages of a layer the model lacks.
     const std::string stray_state = directory.file("stray-state");
-    rewrite(averaged, stray_state, [](const std::string&) { return true; }, [](mpt::SafetensorsWriter& writer) {
+    rewrite_file(averaged, stray_state, mpt_test::all_tensors, [](mpt::SafetensorsWriter& writer) {
         const float zeros[3] = {};
         writer.add("optimizer.1.layers.1.bias", "F32", {3}, zeros, sizeof zeros);
     });
     check_refused(0.9f, stray_state, "optimizer.1.layers.1.bias");
     const std::string stray_layer = directory.file("stray-layer");
-    rewrite(averaged, stray_layer, [](const std::string&) { return true; }, [](mpt::SafetensorsWriter& writer) {
+    rewrite_file(averaged, stray_layer, mpt_test::all_tensors, [](mpt::SafetensorsWriter& writer) {
         const float zeros[3] = {};
         writer.add("averages.layers.7.bias", "F32", {3}, zeros, sizeof zeros);
     });

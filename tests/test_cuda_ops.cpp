@@ -272,6 +272,9 @@ struct BackwardDataCase {
     Activation input_activation;
     DType compute, input_grad;
     bool with_mask;  // A_prev comes from a ReLU forward that kept its mask
+    // A_prev is the activation's output divided by this (a dropout's kept values), as the executor
+    // tells the op after a layer with dropout.
+    float input_to_activation = 1.0f;
 };
 
 void compare_dense_backward_data(Backend& reference, Backend& candidate, const BackwardDataCase& c) {
@@ -282,6 +285,7 @@ void compare_dense_backward_data(Backend& reference, Backend& candidate, const B
     CAPTURE(std::string(dtype_name(c.compute)));
     CAPTURE(std::string(dtype_name(c.input_grad)));
     CAPTURE(c.with_mask);
+    CAPTURE(c.input_to_activation);
     const int64_t previous_inputs = 48;
     const std::vector<float> previous_input =
         rounded(random_values(static_cast<size_t>(c.rows * previous_inputs), -1, 1), c.input_grad);
@@ -294,6 +298,7 @@ void compare_dense_backward_data(Backend& reference, Backend& candidate, const B
     for (float& value : activation_values) {
         if (c.input_activation == Activation::relu) value = std::max(value, 0.0f);
         if (c.input_activation == Activation::sigmoid) value = 0.5f + 0.49f * value;
+        value /= c.input_to_activation;
     }
     activation_values = rounded(activation_values, c.compute);
     const std::vector<float> output_grad =
@@ -352,6 +357,7 @@ void compare_dense_backward_data(Backend& reference, Backend& candidate, const B
         args.compute_dtype = c.compute;
         args.input_grad_dtype = c.input_grad;
         args.workspace = workspace.workspace();
+        args.input_to_activation = c.input_to_activation;
         backend.dense_backward_data(args);
         results[b] = download(backend, input_grad, c.input_grad, static_cast<size_t>(c.rows * c.in_features));
     }
@@ -365,6 +371,10 @@ void compare_dense_backward_data_cases(Backend& reference, Backend& candidate) {
         compare_dense_backward_data(reference, candidate, {29, 64, 40, Activation::linear, dtype, dtype, false});
         compare_dense_backward_data(reference, candidate, {29, 64, 40, Activation::sigmoid, dtype, dtype, false});
         compare_dense_backward_data(reference, candidate, {29, 64, 40, Activation::tanh, dtype, dtype, false});
+        // After a dropout: the derivative from A_prev * (1 - rate).
+        compare_dense_backward_data(reference, candidate, {29, 64, 40, Activation::sigmoid, dtype, dtype, false, 0.7f});
+        compare_dense_backward_data(reference, candidate, {29, 64, 40, Activation::tanh, dtype, dtype, false, 0.5f});
+        compare_dense_backward_data(reference, candidate, {37, 136, 64, Activation::relu, dtype, dtype, true, 0.7f});
     }
     compare_dense_backward_data(reference, candidate, {24, 64, 32, Activation::relu, DType::fp16, DType::bf16, true});
     compare_dense_backward_data(reference, candidate, {24, 64, 32, Activation::relu, DType::bf16, DType::fp32, true});
@@ -906,6 +916,60 @@ void compare_weight_averaging(Backend& reference, Backend& candidate) {
     }
 }
 
+// dropout against nn/dropout.h's mask, exactly: each kept value times the scale, rounded once to the
+// dtype, the others 0, on ragged counts and misaligned starts with a value past the end that it may
+// not touch; the step count in backend memory keys the mask.
+void compare_dropout(Backend& reference, Backend& candidate) {
+    struct DropoutCase {
+        int64_t count, offset, steps, layer;
+        float rate;
+    };
+    const DropoutCase cases[] = {{0, 0, 0, 0, 0.5f},        {1, 0, 3, 1, 0.5f},          {4999, 1, 0, 0, 0.1f},
+                                 {4999, 3, 12345, 2, 0.9f}, {(int64_t{1} << 20) + 3, 0, 7, 1, 0.3f}};
+    const uint64_t seed = 0x0123456789abcdefULL;
+    for (DType dtype : kDTypes) {
+        for (const DropoutCase& c : cases) {
+            CAPTURE(std::string(dtype_name(dtype)));
+            CAPTURE(c.count);
+            CAPTURE(c.offset);
+            CAPTURE(c.steps);
+            CAPTURE(c.rate);
+            const size_t size = static_cast<size_t>(c.count + c.offset + 1);
+            const std::vector<float> values = rounded(random_values(size, -3, 3), dtype);
+            const DropoutDraw draw = dropout_draw(seed, c.layer, c.rate);
+            const uint64_t key = dropout_key(seed, c.steps, c.layer);
+            std::vector<float> expected = values;
+            int64_t kept = 0;
+            for (int64_t i = 0; i < c.count; ++i) {
+                const bool keeps = dropout_keeps(key, draw.threshold, i);
+                kept += keeps;
+                float& value = expected[static_cast<size_t>(c.offset + i)];
+                value = keeps ? round_to(dtype, value * (1.0f / (1.0f - c.rate))) : 0.0f;
+            }
+            if (c.count > 1000) {  // the kept share within 6 standard deviations of 1 - rate
+                const double mean = static_cast<double>(c.count) * (1.0 - c.rate);
+                const double deviation = std::sqrt(static_cast<double>(c.count) * c.rate * (1.0 - c.rate));
+                CHECK(std::abs(static_cast<double>(kept) - mean) < 6 * deviation);
+            }
+            TrainState state = initial_train_state(LossScalerConfig{});
+            state.steps = c.steps;
+            Backend* backends[2] = {&reference, &candidate};
+            for (Backend* backend : backends) {
+                Buffer buffer = upload(*backend, dtype, values);
+                Buffer state_buffer = upload_raw(*backend, std::vector<TrainState>{state});
+                DropoutArgs args{};
+                args.values = static_cast<char*>(buffer.data()) + static_cast<size_t>(c.offset) * backend->storage_size(dtype);
+                args.dtype = dtype;
+                args.count = c.count;
+                args.draw = draw;
+                args.state = state_buffer.as<TrainState>();
+                backend->dropout(args);
+                CHECK(download(*backend, buffer, dtype, size) == expected);
+            }
+        }
+    }
+}
+
 // On a backend that takes the gradients' norm from the batch (clips_from_batch), that norm against
 // the norm of the gradients its dense updates write (clip_factor over them), for three layers in
 // every dtype: moderate values; inputs of 1e20 and gradients of 1e-25 (beyond what fp32 Gram
@@ -1202,6 +1266,7 @@ TEST_CASE("the op comparison harness agrees CPU against CPU") {
     compare_finish_step(*reference, *candidate);
     compare_clip_factor(*reference, *candidate);
     compare_weight_averaging(*reference, *candidate);
+    compare_dropout(*reference, *candidate);
     compare_conversions(*reference, *candidate);
 }
 
@@ -1293,6 +1358,13 @@ TEST_CASE("CUDA max_abs, decide_update, clip_factor, average_weights and finish_
     compare_clip_factor(*cpu, *cuda);
     compare_weight_averaging(*cpu, *cuda);
     compare_finish_step(*cpu, *cuda);
+}
+
+TEST_CASE("CUDA dropout drops and scales the values the CPU does, bit for bit") {
+    SKIP_WITHOUT_GPU();
+    auto cpu = make_cpu();
+    auto cuda = make_cuda();
+    compare_dropout(*cpu, *cuda);
 }
 
 TEST_CASE("CUDA conversions round like the CPU") {

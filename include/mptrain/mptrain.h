@@ -250,6 +250,18 @@ MPT_API mpt_status mpt_model_add_dense(mpt_model_t* model, int64_t units, mpt_ac
 /** Overrides the compute dtype of one layer (Keras's dtype=): MPT_DTYPE_FP32 keeps that layer in
  *  fp32 under a mixed policy; MPT_DTYPE_DEFAULT follows the policy. Before the model is built. */
 MPT_API mpt_status mpt_model_set_layer_dtype(mpt_model_t* model, int64_t layer, mpt_dtype dtype);
+/** Dropout after a hidden layer, as a Keras Dropout(rate) layer after it: while a trainer trains
+ *  (fit, step), each of the layer's outputs is dropped (set to 0) with probability `rate` in [0, 1)
+ *  and the kept ones are multiplied by 1 / (1 - rate); evaluate and predict use every output.
+ *  0 (the default; -0 as 0) means none. A step's masks are drawn from the trainer's seed (the
+ *  context's, or a checkpoint's) and its step count, so a run with one seed drops the same values
+ *  on every backend and every resume, and a step's backward pass masks its gradient as its
+ *  forward masked the outputs. The model's architecture: saved with it, and checkpoints must match
+ *  it. Before the model is built; building a model whose last layer has dropout fails with
+ *  MPT_STATUS_INVALID_STATE (the last layer's outputs are the model's). */
+MPT_API mpt_status mpt_model_set_layer_dropout(mpt_model_t* model, int64_t layer, float rate);
+/** \param[out] out  layer `layer`'s dropout rate (0: none). */
+MPT_API mpt_status mpt_model_get_layer_dropout(const mpt_model_t* model, int64_t layer, float* out);
 MPT_API mpt_status mpt_model_get_layer_count(const mpt_model_t* model, int64_t* out);
 MPT_API mpt_status mpt_model_get_input_features(const mpt_model_t* model, int64_t* out);
 MPT_API mpt_status mpt_model_get_output_features(const mpt_model_t* model, int64_t* out);

@@ -12,6 +12,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "nn/activation.h"
+#include "nn/dropout.h"
 #include "nn/loss.h"
 #include "nn/optimizer.h"
 #include "sched/scheduler.h"
@@ -67,6 +68,20 @@ struct DenseBackwardDataArgs {
     DType compute_dtype;
     DType input_grad_dtype;
     GemmWorkspace workspace;
+    // A_prev times this is the previous layer's activation output, from which act' is taken: after
+    // that layer's dropout (whose kept values are scaled by 1 / (1 - rate)) 1 - rate, else 1.
+    float input_to_activation = 1.0f;
+};
+
+// Dropout of a training step (nn/dropout.h): values[i] = kept(i) ? values[i] * scale : 0, rounded
+// to `dtype`, over a [rows, width] array of backend memory. On a layer's output after its forward,
+// and with the same draw on its output gradient after the next layer's dense_backward_data.
+struct DropoutArgs {
+    void* values;
+    DType dtype;
+    int64_t count;             // rows * width
+    DropoutDraw draw;
+    const TrainState* state;   // backend memory: the step count (TrainState::steps) keys the mask
 };
 
 // The fused head: activation of the last layer (softmax row-wise, or element-wise), the loss, the
@@ -244,6 +259,7 @@ public:
     virtual void dense_forward(const DenseForwardArgs& args) = 0;
     virtual void loss_head(const LossHeadArgs& args) = 0;
     virtual void dense_backward_data(const DenseBackwardDataArgs& args) = 0;
+    virtual void dropout(const DropoutArgs& args) = 0;
     // Clears state->found_inf at the start of a step.
     virtual void begin_step(TrainState* state) = 0;
     // out[k] = max |x| over inputs[k] (NaN counts as +Inf) for k < count <= kMaxAbsInputs: a step's

@@ -87,14 +87,16 @@ std::string options_json(const Trainer& trainer) {
     return json.take();
 }
 
-std::string progress_json(const TrainerSnapshot& snapshot) {
+// `dropout`: the model drops outputs, so its masks' seed is part of the run (written only then).
+std::string progress_json(const TrainerSnapshot& snapshot, bool dropout) {
     const TrainState& state = snapshot.state;
     JsonWriter json;
     json.begin_object()
         .key("applied_steps").integer(state.applied_steps)
         .key("batch_size").integer(snapshot.batch_size)
-        .key("dataset_rows").integer(snapshot.dataset_rows)
-        .key("epochs_completed").integer(snapshot.epochs_completed)
+        .key("dataset_rows").integer(snapshot.dataset_rows);
+    if (dropout) json.key("dropout_seed").unsigned_integer(snapshot.dropout_seed);
+    json.key("epochs_completed").integer(snapshot.epochs_completed)
         .key("growth_tracker").integer(state.growth_tracker)
         .key("learning_rate").unsigned_integer(float_bits(snapshot.learning_rate))
         .key("loss_scale").unsigned_integer(float_bits(state.loss_scale))
@@ -247,12 +249,6 @@ std::string option_differences(const FlatJson& saved, const std::string& saved_t
     fail(MPT_STATUS_CORRUPT_DATA, "the checkpoint's progress is impossible: " + what);
 }
 
-std::string number_text(float value) {
-    char text[32];
-    const auto result = std::to_chars(text, text + sizeof text, value);
-    return std::string(text, result.ptr);
-}
-
 // Every restored counter against the others and against the loss scaler the options match. The
 // invariants are advance_loss_scaler's (loss_scaler.h) and the trainer's epoch bookkeeping.
 void check_progress(const TrainerSnapshot& snapshot, const LossScalerConfig& scaler) {
@@ -397,7 +393,7 @@ void save_checkpoint(Trainer& trainer, const std::string& path) {
     add_model_to_file(model, writer, "checkpoint", host_block);
     writer.set_metadata("mptrain.precision", precision_name(trainer.precision()));
     writer.set_metadata("mptrain.trainer.options", options_json(trainer));
-    writer.set_metadata("mptrain.trainer.progress", progress_json(snapshot));
+    writer.set_metadata("mptrain.trainer.progress", progress_json(snapshot, model.has_dropout()));
 
     const Executor& executor = trainer.executor();
     std::vector<float> block(static_cast<size_t>(model.parameter_block_elements()));
@@ -510,6 +506,18 @@ void load_checkpoint(Trainer& trainer, const std::string& path) {
         snapshot.batch_size = progress.int64("/batch_size");
         snapshot.dataset_rows = progress.int64("/dataset_rows");
         snapshot.shuffle = progress.boolean("/shuffle");
+        // The masks' seed, recorded exactly when the model drops outputs (its architecture, which
+        // read_model_block found equal to ours, says whether it does).
+        const JsonValue* dropout_seed = progress.find("/dropout_seed");
+        if (model.has_dropout()) {
+            if (dropout_seed == nullptr || dropout_seed->type != JsonType::unsigned_integer)
+                throw JsonFormatError("the model has dropout, but the progress has no dropout_seed (an unsigned integer)");
+            snapshot.dropout_seed = dropout_seed->unsigned_integer;
+        } else if (dropout_seed != nullptr) {
+            throw JsonFormatError("dropout_seed for a model without dropout (no mptrain writes it)");
+        } else {
+            snapshot.dropout_seed = trainer.dropout_seed();
+        }
     } catch (const JsonFormatError& error) {
         fail(MPT_STATUS_CORRUPT_DATA, std::string("the checkpoint's trainer metadata is malformed: ") + error.what());
     }

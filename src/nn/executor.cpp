@@ -303,7 +303,7 @@ void Executor::clear_head_inputs(int slot, int64_t rows) {
     backend_.fill_zero(step_buffer(batch_slots_[slot].targets), static_cast<size_t>(rows * classes_) * sizeof(float));
 }
 
-void Executor::forward(int slot, int64_t rows) {
+void Executor::forward(int slot, int64_t rows, bool training) {
     const auto& layers = model_.layers();
     for (size_t i = 0; i < layers.size(); ++i) {
         const DenseLayer& layer = layers[i];
@@ -325,7 +325,18 @@ void Executor::forward(int slot, int64_t rows) {
         args.output_dtype = activation_dtype(i);
         args.workspace = gemm_workspace_;
         backend_.dense_forward(args);
+        if (training && layer.dropout > 0.0f) drop(i, args.output, args.output_dtype, rows, layer.padded_units);
     }
+}
+
+void Executor::drop(size_t layer, void* values, DType dtype, int64_t rows, int64_t width) {
+    DropoutArgs args{};
+    args.values = values;
+    args.dtype = dtype;
+    args.count = rows * width;
+    args.draw = dropout_draw(dropout_seed_, static_cast<int64_t>(layer), model_.layers()[layer].dropout);
+    args.state = state_;
+    backend_.dropout(args);
 }
 
 void Executor::loss_head(int slot, int64_t rows, HeadMode mode, bool row_weighted) {
@@ -371,7 +382,10 @@ void Executor::backward(int slot, int64_t rows) {
         data.compute_dtype = layer_dtypes_[i];
         data.input_grad_dtype = layer_dtypes_[i - 1];
         data.workspace = gemm_workspace_;
+        const float dropout = layers[i - 1].dropout;
+        data.input_to_activation = dropout > 0.0f ? 1.0f - dropout : 1.0f;
         backend_.dense_backward_data(data);
+        if (dropout > 0.0f) drop(i - 1, data.input_grad, data.input_grad_dtype, rows, layer.padded_inputs);
     }
 }
 

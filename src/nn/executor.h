@@ -68,14 +68,16 @@ public:
     // Zeros for `slot`'s labels and targets: the head reads them even when only outputs are wanted
     // (predict), so they must hold valid values there.
     void clear_head_inputs(int slot, int64_t rows);
-    void forward(int slot, int64_t rows);
+    // `training`: the layers with dropout drop their outputs, with the step's mask (set_dropout_seed).
+    void forward(int slot, int64_t rows, bool training = false);
     // Loss head on the forward's logits. train: metrics accumulate and scaled dlogits are written;
     // evaluate: metrics only; predict: the last layer's outputs only (read_outputs). `row_weighted`:
     // the slot's batch came from a weighted dataset, whose row weights its gather wrote (train and
     // evaluate weigh each row's loss by them).
     enum class HeadMode { train, evaluate, predict };
     void loss_head(int slot, int64_t rows, HeadMode mode, bool row_weighted = false);
-    // Input gradients through every layer (dZ for all layers), before any weight changes.
+    // Input gradients through every layer (dZ for all layers), before any weight changes; through a
+    // dropout the same mask as training's forward drew.
     void backward(int slot, int64_t rows);
     // Proves the step finite (or marks it skipped), then updates every layer and the loss scaler.
     void update(int slot, int64_t rows);
@@ -109,6 +111,8 @@ public:
     const OptimizerConfig& optimizer() const { return optimizer_; }
     // Read by each dense_update as it is issued: steps issued before keep the rate they were issued with.
     void set_learning_rate(float learning_rate) { optimizer_.learning_rate = learning_rate; }
+    // Keys the dropout masks of the steps issued after (with TrainState::steps and the layer).
+    void set_dropout_seed(uint64_t seed) { dropout_seed_ = seed; }
     const LossConfig& loss() const { return loss_; }
 
 private:
@@ -144,6 +148,8 @@ private:
     DenseUpdateArgs layer_update(size_t layer, int slot, int64_t rows, UpdatePart part) const;
     void* step_buffer(int id) const { return id < 0 ? nullptr : step_arena_.at<char>(step_plan_.offset(id)); }
     const void* layer_input(size_t layer, int slot) const;
+    // Dropout of layer `layer` over `values`, [rows, width] of `dtype` (its output or its gradient).
+    void drop(size_t layer, void* values, DType dtype, int64_t rows, int64_t width);
 
     Model& model_;
     Backend& backend_;
@@ -171,6 +177,7 @@ private:
     TrainState* state_ = nullptr;   // &report_->state
     double* metrics_ = nullptr;     // report_->metrics
     uint64_t synced_weights_version_ = ~uint64_t{0};
+    uint64_t dropout_seed_ = 0;
 
     // Weight words for predictions (prepare_prediction), in the parameter layout: 2 bytes per
     // element, written for the layers whose backend reads them.

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/limits.h"
 #include "core/rng.h"
+#include "nn/dropout.h"
 
 namespace mpt {
 
@@ -41,6 +42,17 @@ void Model::set_layer_dtype(int64_t layer, std::optional<DType> dtype) {
     layers_[static_cast<size_t>(layer)].dtype_override = dtype;
 }
 
+void Model::set_layer_dropout(int64_t layer, float rate) {
+    require_layer(layer);
+    require(!built_, MPT_STATUS_INVALID_STATE, "layer dropout cannot change after the model is built (first use)");
+    require(valid_dropout_rate(rate), MPT_STATUS_INVALID_ARGUMENT, "dropout rate must be in [0, 1)");
+    layers_[static_cast<size_t>(layer)].dropout = rate == 0.0f ? 0.0f : rate;  // -0 as 0
+}
+
+bool Model::has_dropout() const {
+    return std::any_of(layers_.begin(), layers_.end(), [](const DenseLayer& layer) { return layer.dropout > 0.0f; });
+}
+
 void Model::require_layer(int64_t layer) const {
     if (layer < 0 || layer >= static_cast<int64_t>(layers_.size()))
         fail(MPT_STATUS_INVALID_ARGUMENT,
@@ -66,6 +78,8 @@ static int64_t align_elements(int64_t value) { return (value + kParameterAlignme
 void Model::build() {
     if (built_) return;
     require(!layers_.empty(), MPT_STATUS_INVALID_STATE, "the model has no layers");
+    require(layers_.back().dropout == 0.0f, MPT_STATUS_INVALID_STATE,
+            "the last layer has dropout: only hidden layers' outputs can be dropped (set its rate to 0)");
     int64_t offset = 0;
     for (DenseLayer& layer : layers_) {
         layer.weight_offset = offset;

@@ -26,6 +26,9 @@ struct DenseLayer {
     int64_t padded_units;
     Activation activation;
     std::optional<DType> dtype_override;
+    // The rate at which training drops this layer's outputs (nn/dropout.h), as a Keras Dropout layer
+    // after it would; 0: none. Only hidden layers drop: the last layer's outputs are the model's.
+    float dropout = 0.0f;
     // Offsets in elements into the parameter block (the same layout for masters, gradients,
     // optimizer state and low copies), each a multiple of kParameterAlignment.
     int64_t weight_offset = 0;
@@ -42,6 +45,8 @@ public:
 
     void add_dense(int64_t units, Activation activation);
     void set_layer_dtype(int64_t layer, std::optional<DType> dtype);
+    void set_layer_dropout(int64_t layer, float rate);
+    bool has_dropout() const;
     // Lays out and initialises the parameters (Glorot-uniform weights, zero biases). Idempotent.
     void build();
     bool built() const { return built_; }

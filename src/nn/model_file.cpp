@@ -7,6 +7,7 @@
 #include <iterator>
 
 #include "core/error.h"
+#include "core/float_bits.h"
 #include "core/version.h"
 #include "io/flat_json.h"
 #include "io/json_writer.h"
@@ -32,14 +33,24 @@ Activation parse_activation(const std::string& name) {
     fail(MPT_STATUS_CORRUPT_DATA, "unknown activation '" + name + "' in the architecture");
 }
 
+// A layer's dropout: absent for none, else a float's bits in (0, 1) (anything else no mptrain writes).
+float parse_dropout(const FlatJson& json, const std::string& pointer) {
+    if (json.find(pointer) == nullptr) return 0.0f;
+    const float rate = bits_float(json.uint32(pointer));
+    if (!(rate > 0.0f && rate < 1.0f))
+        throw JsonFormatError("dropout " + number_text(rate) + " (a recorded rate is a float's bits in (0, 1))");
+    return rate;
+}
+
 // Keys in alphabetical order, as files written with nlohmann::json (a sorted map) have them.
 std::string architecture_json(const Model& model) {
     JsonWriter json;
     json.begin_object().key("input_features").integer(model.input_features()).key("layers").begin_array();
     for (const DenseLayer& layer : model.layers()) {
-        json.begin_object()
-            .key("activation").string(activation_name(layer.activation))
-            .key("dtype").string(dtype_override_name(layer.dtype_override))
+        json.begin_object().key("activation").string(activation_name(layer.activation));
+        // Written only when set (a float's bits), so that files without dropout stay as they were.
+        if (layer.dropout > 0.0f) json.key("dropout").unsigned_integer(float_bits(layer.dropout));
+        json.key("dtype").string(dtype_override_name(layer.dtype_override))
             .key("type").string("dense")
             .key("units").integer(layer.units)
             .end_object();
@@ -89,6 +100,7 @@ struct Architecture {
         int64_t units;
         Activation activation;
         std::optional<DType> dtype;
+        float dropout;
     };
     std::vector<Layer> layers;
 };
@@ -107,7 +119,8 @@ Architecture parse_architecture(const SafetensorsReader& reader) {
                 fail(MPT_STATUS_CORRUPT_DATA, "unknown layer type in the architecture");
             architecture.layers.push_back({json.int64(json_pointer(layer, "units")),
                                            parse_activation(json.string(json_pointer(layer, "activation"))),
-                                           parse_dtype_override(json.string(json_pointer(layer, "dtype")))});
+                                           parse_dtype_override(json.string(json_pointer(layer, "dtype"))),
+                                           parse_dropout(json, json_pointer(layer, "dropout"))});
         }
     } catch (const JsonFormatError& error) {
         fail(MPT_STATUS_CORRUPT_DATA, std::string("the architecture metadata is malformed: ") + error.what());
@@ -164,7 +177,7 @@ std::vector<float> read_model_block(const SafetensorsReader& reader, const Model
     for (size_t i = 0; same && i < architecture.layers.size(); ++i) {
         const DenseLayer& layer = model.layers()[i];
         same = architecture.layers[i].units == layer.units && architecture.layers[i].activation == layer.activation &&
-               architecture.layers[i].dtype == layer.dtype_override;
+               architecture.layers[i].dtype == layer.dtype_override && architecture.layers[i].dropout == layer.dropout;
     }
     if (!same)
         fail(MPT_STATUS_SHAPE_MISMATCH, "the file's architecture " + metadata_value(reader, "mptrain.architecture") +
@@ -200,8 +213,11 @@ std::shared_ptr<Model> load_model(std::shared_ptr<Context> context, const std::s
     try {
         model = std::make_shared<Model>(std::move(context), architecture.input_features);
         for (const Architecture::Layer& layer : architecture.layers) model->add_dense(layer.units, layer.activation);
-        for (size_t i = 0; i < architecture.layers.size(); ++i)
+        for (size_t i = 0; i < architecture.layers.size(); ++i) {
             model->set_layer_dtype(static_cast<int64_t>(i), architecture.layers[i].dtype);
+            model->set_layer_dropout(static_cast<int64_t>(i), architecture.layers[i].dropout);
+        }
+        require(architecture.layers.back().dropout == 0.0f, MPT_STATUS_INVALID_ARGUMENT, "the last layer has dropout");
     } catch (const Error& error) {
         fail(MPT_STATUS_CORRUPT_DATA, std::string("the file's architecture is invalid: ") + error.what());
     }

@@ -160,7 +160,9 @@ Trainer::Trainer(std::shared_ptr<Model> model, const TrainerConfig& config)
       config_(checked_optimizer(checked_loss(config, *model_))),
       executor_(*model_, resolve_precision(config.precision, model_->context()->backend()), ExecutionMode::training,
                 config.loss, config.optimizer, resolve_scaler(config, *model_)),
-      shuffle_rng_(model_->context()->seed() ^ 0x5eed5eed5eed5eedULL) {
+      shuffle_rng_(model_->context()->seed() ^ 0x5eed5eed5eed5eedULL),
+      dropout_seed_(Rng(model_->context()->seed() ^ 0xd50bd50bd50bd50bULL).next_u64()) {
+    executor_.set_dropout_seed(dropout_seed_);
     model_->context()->log(MPT_LOG_LEVEL_DEBUG, std::string("trainer: precision ") + precision_name(precision()) +
                                                     ", loss " + loss_name(config.loss.kind));
     std::vector<DType> dtypes = layer_compute_dtypes(*model_, executor_.policy());
@@ -283,7 +285,7 @@ void Trainer::run_train_step(void* argument) {
     // step reads them; otherwise a no-op (the update keeps the copies in step with the masters).
     executor.sync_weights();
     executor.begin_step();
-    executor.forward(task.slot, task.rows);
+    executor.forward(task.slot, task.rows, true);
     executor.loss_head(task.slot, task.rows, Executor::HeadMode::train, task.row_weighted);
     executor.backward(task.slot, task.rows);
     executor.update(task.slot, task.rows);
@@ -687,6 +689,7 @@ TrainerSnapshot Trainer::snapshot() const {
     snapshot.dataset_rows = epoch_rows_;
     snapshot.shuffle = shuffle_;
     snapshot.shuffle_rng = shuffle_rng_.state();
+    snapshot.dropout_seed = dropout_seed_;
     if (snapshot.steps_into_epoch > 0) {
         if (!restored_order_.empty()) {
             snapshot.epoch_order = restored_order_;
@@ -715,6 +718,8 @@ void Trainer::restore(const TrainerSnapshot& snapshot) {
     epoch_data_ = DatasetRows{};
     shuffle_ = snapshot.shuffle;
     shuffle_rng_.set_state(snapshot.shuffle_rng);
+    dropout_seed_ = snapshot.dropout_seed;
+    executor_.set_dropout_seed(dropout_seed_);
     restored_order_ = snapshot.epoch_order;
     device_has_epoch_order_ = false;
 }

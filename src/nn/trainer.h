@@ -39,6 +39,7 @@ struct TrainerSnapshot {
     int64_t dataset_rows = 0;
     bool shuffle = false;
     Rng::State shuffle_rng{};
+    uint64_t dropout_seed = 0;  // keys the dropout masks (nn/dropout.h) with the step count
     std::vector<int32_t> epoch_order;  // the interrupted epoch's row order (empty between epochs)
     double metrics[kMetricsCount] = {};
 };
@@ -120,6 +121,8 @@ public:
     // next fit on data of the same geometry, in its saved order.
     TrainerSnapshot snapshot() const;
     void restore(const TrainerSnapshot& snapshot);
+    // Keys the dropout masks with the step count: from the context's seed, or from a checkpoint.
+    uint64_t dropout_seed() const { return dropout_seed_; }
 
 private:
     class StepCountOnFailure;
@@ -175,6 +178,7 @@ private:
     Executor executor_;
     TrainerCallbacks callbacks_;
     Rng shuffle_rng_;
+    uint64_t dropout_seed_;
     Arena epoch_order_;  // fit's order; outlives an interrupted epoch for its resume
     bool device_has_epoch_order_ = false;  // it holds the current (or interrupted) epoch's order
     Arena identity_order_;

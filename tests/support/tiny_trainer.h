@@ -21,11 +21,12 @@ struct TinyTrainer {
     std::shared_ptr<mpt::Dataset> dataset;
     std::unique_ptr<mpt::Trainer> trainer;
 
-    explicit TinyTrainer(const mpt::TrainerConfig& config) {
+    // `hidden_dropout`: the hidden layer's dropout rate; `seed`: the context's.
+    explicit TinyTrainer(const mpt::TrainerConfig& config, float hidden_dropout = 0.0f, uint64_t seed = 7) {
         mpt::ContextConfig context_config;
         context_config.backend = MPT_BACKEND_CPU;
         context_config.threads = 1;
-        context_config.seed = 7;
+        context_config.seed = seed;
         context = std::make_shared<mpt::Context>(context_config);
         std::vector<float> samples(kTinyRows * kTinyFeatures);
         std::vector<int32_t> labels(kTinyRows);
@@ -39,6 +40,7 @@ struct TinyTrainer {
         auto model = std::make_shared<mpt::Model>(context, kTinyFeatures);
         model->add_dense(5, mpt::Activation::relu);
         model->add_dense(3, mpt::Activation::softmax);
+        model->set_layer_dropout(0, hidden_dropout);
         model->build();
         trainer = std::make_unique<mpt::Trainer>(model, config);
     }

@@ -62,6 +62,7 @@ public:
     void dense_forward(const DenseForwardArgs& args) override;
     void loss_head(const LossHeadArgs& args) override;
     void dense_backward_data(const DenseBackwardDataArgs& args) override;
+    void dropout(const DropoutArgs& args) override;
     void begin_step(TrainState* state) override;
     void max_abs(const MaxAbsInput* inputs, int count, float* out) override;
     void decide_update(const float* max_abs_pairs, int layer_count, int64_t rows, TrainState* state) override;

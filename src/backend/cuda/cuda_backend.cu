@@ -441,6 +441,15 @@ void CudaBackend::dense_backward_data(const DenseBackwardDataArgs& args) {
     issue(op);
 }
 
+void CudaBackend::dropout(const DropoutArgs& args) {
+    require(args.values != nullptr && args.state != nullptr && args.count >= 0, MPT_STATUS_INVALID_ARGUMENT,
+            "cuda backend: dropout needs the values and the train state");
+    RecordedOp op{};
+    op.code = OpCode::dropout;
+    op.dropout = args;
+    issue(op);
+}
+
 void CudaBackend::begin_step(TrainState* state) {
     require(state != nullptr, MPT_STATUS_INVALID_ARGUMENT, "cuda backend: begin_step needs the train state");
     RecordedOp op{};
@@ -600,6 +609,7 @@ void CudaBackend::execute(const RecordedOp& op, cudaStream_t stream) {
         case OpCode::dense_forward: run_dense_forward(*gemm_, op.forward_plan, op.forward, op.scratch, stream); return;
         case OpCode::loss_head: run_loss_head(op.head, head_scratch_, stream); return;
         case OpCode::backward_data: run_dense_backward_data(*gemm_, op.data_plan, op.data, op.scratch, stream); return;
+        case OpCode::dropout: run_dropout(op.dropout, stream); return;
         case OpCode::begin_step:
             MPT_CUDA_CHECK(cudaMemsetAsync(&op.state->found_inf, 0, sizeof op.state->found_inf, stream));
             return;
@@ -831,10 +841,23 @@ void CudaBackend::sign(const RecordedOp& op) {
             s.put(a.compute_dtype);
             s.put(a.input_grad_dtype);
             put_workspace(s, a.workspace);
+            s.put(a.input_to_activation);
             s.put(op.data_plan.gemm);
             s.put(op.data_plan.fused);
             s.put(op.data_plan.reads_mask);
             s.put(op.scratch);
+            return;
+        }
+        case OpCode::dropout: {
+            const DropoutArgs& a = op.dropout;
+            s.put(a.values);
+            s.put(a.dtype);
+            s.put(a.count);
+            s.put(a.draw.seed);
+            s.put(a.draw.layer);
+            s.put(a.draw.threshold);
+            s.put(a.draw.scale);
+            s.put(a.state);
             return;
         }
         case OpCode::begin_step: s.put(op.state); return;

@@ -15,6 +15,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_batch_stager.cuh"
 #include "backend/cuda/cuda_dense_backward_data.cuh"
+#include "backend/cuda/cuda_dropout.cuh"
 #include "backend/cuda/cuda_dense_forward.cuh"
 #include "backend/cuda/cuda_dense_update.cuh"
 #include "backend/cuda/cuda_epoch_order.cuh"
@@ -58,6 +59,7 @@ public:
     void dense_forward(const DenseForwardArgs& args) override;
     void loss_head(const LossHeadArgs& args) override;
     void dense_backward_data(const DenseBackwardDataArgs& args) override;
+    void dropout(const DropoutArgs& args) override;
     void begin_step(TrainState* state) override;
     void max_abs(const MaxAbsInput* inputs, int count, float* out) override;
     void decide_update(const float* max_abs_pairs, int layer_count, int64_t rows, TrainState* state) override;
@@ -92,6 +94,7 @@ private:
         dense_forward,
         loss_head,
         backward_data,
+        dropout,
         begin_step,
         max_abs,
         decide_update,
@@ -109,6 +112,7 @@ private:
         LossHeadArgs head;
         DenseBackwardDataArgs data;
         DenseBackwardDataPlan data_plan;
+        DropoutArgs dropout;
         DenseUpdateArgs update;
         DenseUpdatePlan update_plan;
         OptimizerConfig optimizer;
