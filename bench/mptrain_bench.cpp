@@ -40,6 +40,7 @@ struct Options {
     bool cosine = false;    // --lr-schedule cosine: the library's per-step schedule (no new graph per rate)
     float clipnorm = 0.0f;  // --clipnorm: gradient clipping by global norm; 0 = none
     float ema = 0.0f;       // --ema: the weights' moving average's momentum; 0 = none
+    float dropout = 0.0f;   // --dropout: both hidden layers' dropout rate; 0 = none
     std::string json;
     std::vector<int64_t> predict_rows;  // --predict: prediction latency at these row counts instead
 };
@@ -54,19 +55,21 @@ struct Record {
     bool cosine;
     float clipnorm;
     float ema;
+    float dropout;
 };
 
 [[noreturn]] void usage(int code) {
     std::fprintf(code ? stderr : stdout,
                  "usage: mptrain-bench [--backend cpu|cuda] [--precision LIST] [--batch LIST] [--steps N]\n"
                  "                     [--repeats N] [--threads N] [--streamed] [--lr-schedule constant|cosine]\n"
-                 "                     [--clipnorm X] [--ema M] [--json FILE]\n"
+                 "                     [--clipnorm X] [--ema M] [--dropout R] [--json FILE]\n"
                  "       mptrain-bench --predict LIST [--backend cpu|cuda] [--precision LIST] [--repeats N] [--threads N]\n"
                  "  LIST is comma-separated, e.g. --precision fp32,mixed-bf16 --batch 32,256\n"
                  "  --streamed keeps the data set in host memory (GPU: batches staged through pinned memory)\n"
                  "  --lr-schedule cosine trains under a cosine schedule with warm-up (the library's, per step)\n"
                  "  --clipnorm X clips every step's gradients to a global norm of X (the library's clipping)\n"
                  "  --ema M keeps a moving average of the weights with momentum M in (0, 1) (the library's EMA)\n"
+                 "  --dropout R drops both hidden layers' outputs at rate R in [0, 1) (the library's dropout)\n"
                  "  --predict 1,2,4,8 times mpt_trainer_predict on that many rows instead of training steps:\n"
                  "    the median of 20 x repeats calls per precision, the precisions taking turns\n");
     std::exit(code);
@@ -105,11 +108,12 @@ Options parse(int argc, char** argv) {
         else if (flag == "--lr-schedule" && (value == "constant" || value == "cosine")) options.cosine = value == "cosine";
         else if (flag == "--clipnorm") options.clipnorm = std::strtof(value.c_str(), nullptr);
         else if (flag == "--ema") options.ema = std::strtof(value.c_str(), nullptr);
+        else if (flag == "--dropout") options.dropout = std::strtof(value.c_str(), nullptr);
         else usage(2);
     }
     if (options.backend != "cpu" && options.backend != "cuda") usage(2);
     if (options.repeats < 1 || options.steps < 0 || !(options.clipnorm >= 0.0f) ||
-        !(options.ema >= 0.0f && options.ema < 1.0f))
+        !(options.ema >= 0.0f && options.ema < 1.0f) || !(options.dropout >= 0.0f && options.dropout < 1.0f))
         usage(2);
     for (int64_t batch : options.batches)
         if (batch <= 0) usage(2);
@@ -162,11 +166,14 @@ struct RunHandles {
 };
 
 // The seed MLP, 3072 -> 3000 relu -> 1000 relu -> 10 softmax, as handles.model in handles.context.
-void add_seed_mlp(RunHandles& handles) {
+// Dropout (`dropout` > 0) after both hidden layers.
+void add_seed_mlp(RunHandles& handles, float dropout = 0.0f) {
     check(mpt_model_create(handles.context, 3072, &handles.model), "model");
     check(mpt_model_add_dense(handles.model, 3000, MPT_ACTIVATION_RELU), "dense 3000");
     check(mpt_model_add_dense(handles.model, 1000, MPT_ACTIVATION_RELU), "dense 1000");
     check(mpt_model_add_dense(handles.model, 10, MPT_ACTIVATION_SOFTMAX), "dense 10");
+    check(mpt_model_set_layer_dropout(handles.model, 0, dropout), "dropout 3000");
+    check(mpt_model_set_layer_dropout(handles.model, 1, dropout), "dropout 1000");
 }
 
 // Device memory in use (total - free) as the driver reports it, so the bench also shows what the
@@ -248,7 +255,7 @@ Record run_one(const Options& options, const std::string& precision_text, int64_
     handles.context = create_context(options, options.streamed);
     mpt_context_t* context = handles.context;
 
-    add_seed_mlp(handles);
+    add_seed_mlp(handles, options.dropout);
     mpt_model_t* model = handles.model;
     check(mpt_dataset_create_u8(context, samples.data(), rows, 3072, labels.data(), 10, 1.0f / 255.0f, 0.0f,
                                 &handles.dataset),
@@ -310,6 +317,7 @@ Record run_one(const Options& options, const std::string& precision_text, int64_
     record.cosine = options.cosine;
     record.clipnorm = options.clipnorm;
     record.ema = options.ema;
+    record.dropout = options.dropout;
     const mpt::DType compute = resolved == MPT_PRECISION_MIXED_BF16   ? mpt::DType::bf16
                                : resolved == MPT_PRECISION_MIXED_FP16 ? mpt::DType::fp16
                                                                       : mpt::DType::fp32;
@@ -396,11 +404,11 @@ void write_json(const std::string& path, const std::vector<Record>& records) {
         std::fprintf(file,
                      "  {\"backend\": \"%s\", \"precision\": \"%s\", \"resolved_precision\": \"%s\", \"batch\": %lld, "
                      "\"steps\": %lld, \"us_per_step\": %.1f, \"wall_us_per_step\": %.1f, \"data\": \"%s\", "
-                     "\"lr_schedule\": \"%s\", \"global_clipnorm\": %g, \"ema_momentum\": %g, ",
+                     "\"lr_schedule\": \"%s\", \"global_clipnorm\": %g, \"ema_momentum\": %g, \"dropout\": %g, ",
                      r.backend.c_str(), r.precision.c_str(), r.resolved.c_str(), static_cast<long long>(r.batch),
                      static_cast<long long>(r.steps), r.us_per_step, r.wall_us_per_step,
                      r.streamed ? "streamed" : "resident", r.cosine ? "cosine" : "constant", static_cast<double>(r.clipnorm),
-                     static_cast<double>(r.ema));
+                     static_cast<double>(r.ema), static_cast<double>(r.dropout));
         if (r.gemm_floor_us >= 0) std::fprintf(file, "\"gemm_floor_us\": %.1f, \"floor_ratio\": %.3f, ", r.gemm_floor_us, r.us_per_step / r.gemm_floor_us);
         else std::fprintf(file, "\"gemm_floor_us\": null, \"floor_ratio\": null, ");
         std::fprintf(file, "\"allocations_per_step\": %.3f, \"peak_bytes\": %zu, \"device_bytes\": %lld}%s\n",
@@ -430,14 +438,16 @@ int main(int argc, char** argv) {
             return 1;
         }
     }
-    char clipping[96] = "", averaging[64] = "";
+    char clipping[96] = "", averaging[64] = "", dropping[64] = "";
     if (options.clipnorm > 0.0f)
         std::snprintf(clipping, sizeof clipping, ", gradients clipped to a global norm of %g",
                       static_cast<double>(options.clipnorm));
     if (options.ema > 0.0f)
         std::snprintf(averaging, sizeof averaging, ", weights averaged (ema %g)", static_cast<double>(options.ema));
-    std::printf("mptrain %s bench, backend %s, seed MLP 3072-3000-1000-10, SGD%s%s\n", mpt_version(),
-                options.backend.c_str(), clipping, averaging);
+    if (options.dropout > 0.0f)
+        std::snprintf(dropping, sizeof dropping, ", hidden outputs dropped (rate %g)", static_cast<double>(options.dropout));
+    std::printf("mptrain %s bench, backend %s, seed MLP 3072-3000-1000-10, SGD%s%s%s\n", mpt_version(),
+                options.backend.c_str(), clipping, averaging, dropping);
     print_device(options);
     std::printf("%-7s %-11s %-11s %6s %6s %12s %12s %12s %7s %11s %9s %11s\n", "backend", "precision", "runs as",
                 "batch", "steps", "us/step", "wall us/step", "gemm floor", "ratio", "allocs/step", "peak MiB",

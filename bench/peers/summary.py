@@ -53,7 +53,8 @@ def main():
     mine = [r for r in records if r.get("backend") == backend]
     clipped = [r for r in mine if r.get("global_clipnorm", 0) > 0]
     averaged = [r for r in mine if r.get("ema_momentum", 0) > 0 and r not in clipped]
-    optioned = clipped + averaged  # steps that do more than the plain one: each shown against it
+    dropped = [r for r in mine if r.get("dropout", 0) > 0 and r not in clipped + averaged]
+    optioned = clipped + averaged + dropped  # steps that do more than the plain one: each shown against it
     constant = [r for r in mine if r.get("lr_schedule", "constant") == "constant" and r not in optioned]
     ours = {(r["precision"], r["batch"]): r["us_per_step"] for r in constant if r.get("data", "resident") == "resident"}
     streamed = [r for r in constant if r.get("data") == "streamed"]
@@ -146,6 +147,11 @@ def main():
         plain = ours.get((r["precision"], r["batch"]))
         versus = f", {r['us_per_step'] / plain:.2f}x without averaging" if plain else ""
         print(f"weights averaged (ema {r['ema_momentum']:g}): {r['precision']} batch {r['batch']}: "
+              f"{r['us_per_step']:.0f} us/step{versus}")
+    for r in dropped:
+        plain = ours.get((r["precision"], r["batch"]))
+        versus = f", {r['us_per_step'] / plain:.2f}x without dropout" if plain else ""
+        print(f"hidden outputs dropped (rate {r['dropout']:g}): {r['precision']} batch {r['batch']}: "
               f"{r['us_per_step']:.0f} us/step{versus}")
 
 

@@ -259,6 +259,22 @@ public:
         detail::check(mpt_model_set_layer_dtype(get(), layer, dtype));
         return *this;
     }
+    /** Dropout after hidden layer `layer`, as a Keras Dropout(rate) layer after it
+     *  (mpt_model_set_layer_dropout): while a trainer trains, each output is dropped with probability
+     *  `rate` in [0, 1) and the kept ones scaled by 1 / (1 - rate); evaluate and predict use every
+     *  output. 0 (the default) is none. Before the model is built; another rate or layer throws Error
+     *  (INVALID_ARGUMENT). Building a model whose last layer has dropout (a Trainer, predict, weights)
+     *  throws INVALID_STATE. Saved with the model. */
+    Model& set_layer_dropout(int64_t layer, float rate) {
+        detail::check(mpt_model_set_layer_dropout(get(), layer, rate));
+        return *this;
+    }
+    /** Layer `layer`'s dropout rate (0: none). */
+    float layer_dropout(int64_t layer) const {
+        float out = 0.0f;
+        detail::check(mpt_model_get_layer_dropout(get(), layer, &out));
+        return out;
+    }
     int64_t layer_count() const { return query(mpt_model_get_layer_count); }
     int64_t input_features() const { return query(mpt_model_get_input_features); }
     int64_t output_features() const { return query(mpt_model_get_output_features); }

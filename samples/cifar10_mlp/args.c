@@ -37,6 +37,9 @@ void args_print_usage(FILE* stream, const char* program)
             "  --ema M            keep an exponential moving average of the weights, momentum M in\n"
             "                     (0, 1) (0.999 is usual), as Keras's use_ema, and evaluate the test\n"
             "                     set with the averaged weights too after training (default: none)\n"
+            "  --dropout R        drop each hidden unit's output with probability R in [0, 1) while\n"
+            "                     training, as a Keras Dropout(R) after both hidden layers; evaluation\n"
+            "                     uses every unit (default 0: none)\n"
             "  --limit N          train on the first N training images only; 0 = all (default 0)\n"
             "  --validation-split F\n"
             "                     hold out the last fraction F (0 < F < 1) of the training images,\n"
@@ -224,7 +227,7 @@ static args_result usage_error(const char* program, const char* format, ...)
 static int takes_value(const char* name)
 {
     static const char* const names[] = {"data", "epochs", "batch", "precision", "lr", "lr-decay",
-                                        "lr-schedule", "warmup", "label-smoothing", "clipnorm", "ema",
+                                        "lr-schedule", "warmup", "label-smoothing", "clipnorm", "ema", "dropout",
                                         "validation-split", "limit", "seed", "backend", "threads", "json"};
     size_t i;
     for (i = 0; i < sizeof names / sizeof names[0]; ++i)
@@ -328,6 +331,9 @@ args_result args_parse(int argc, char** argv, cli_options* out)
         } else if (strcmp(name, "ema") == 0) {
             if (!parse_unit_fraction(value, &options.ema_momentum) || options.ema_momentum == 0.0f)
                 return usage_error(program, "--ema must be a number in (0, 1), not '%s'", value);
+        } else if (strcmp(name, "dropout") == 0) {
+            if (!parse_unit_fraction(value, &options.dropout))
+                return usage_error(program, "--dropout must be a number in [0, 1), not '%s'", value);
         } else if (strcmp(name, "validation-split") == 0) {
             if (!parse_open_fraction(value, &options.validation_split))
                 return usage_error(program, "--validation-split must be a number in (0, 1), not '%s'", value);

@@ -201,6 +201,10 @@ int run_training(const cli_options* options, mpt_precision precision, const data
     CHECK_MPT(mpt_model_add_dense(model, 3000, MPT_ACTIVATION_RELU), "adding Dense(3000, relu)");
     CHECK_MPT(mpt_model_add_dense(model, 1000, MPT_ACTIVATION_RELU), "adding Dense(1000, relu)");
     CHECK_MPT(mpt_model_add_dense(model, CLASSES, MPT_ACTIVATION_SOFTMAX), "adding Dense(10, softmax)");
+    CHECK_MPT(mpt_model_set_layer_dropout(model, 0, options->dropout), "setting Dense(3000)'s dropout to %g",
+              (double)options->dropout);
+    CHECK_MPT(mpt_model_set_layer_dropout(model, 1, options->dropout), "setting Dense(1000)'s dropout to %g",
+              (double)options->dropout);
 
     CHECK_MPT(mpt_trainer_options_create(&trainer_options), "creating trainer options");
     CHECK_MPT(mpt_trainer_options_set_precision(trainer_options, precision), "setting precision %s",
@@ -253,6 +257,8 @@ int run_training(const cli_options* options, mpt_precision precision, const data
         printf(" | clipnorm %g", (double)options->global_clipnorm);
     if (options->ema_momentum > 0.0f)
         printf(" | ema %g", (double)options->ema_momentum);
+    if (options->dropout > 0.0f)
+        printf(" | dropout %g", (double)options->dropout);
     printf(" | seed %" PRIu64 " | epochs %" PRId64 "\n", options->seed, r.epochs);
     fflush(stdout);
     if (options->warmup_steps >= steps_per_epoch * options->epochs)

@@ -12,7 +12,7 @@ failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
 "$program" --help >"$work/help" 2>&1 || fail "--help exited $?"
-for flag in --lr-schedule --warmup --lr-decay --label-smoothing --clipnorm --ema --validation-split --per-class --compare; do
+for flag in --lr-schedule --warmup --lr-decay --label-smoothing --clipnorm --ema --dropout --validation-split --per-class --compare; do
     grep -q -- "$flag" "$work/help" || fail "--help does not mention $flag"
 done
 
@@ -43,6 +43,10 @@ refused --ema 1 "--ema must be a number in (0, 1)"
 refused --ema -0.5 "--ema must be a number in (0, 1)"
 refused --ema nan "--ema must be a number in (0, 1)"
 refused --ema 0.99999999 "--ema must be a number in (0, 1)"  # 1 once rounded to float
+refused --dropout 1 "--dropout must be a number in"
+refused --dropout -0.1 "--dropout must be a number in"
+refused --dropout nan "--dropout must be a number in"
+refused --dropout 0.99999999 "--dropout must be a number in"  # 1 once rounded to float
 refused --validation-split 0 "--validation-split must be a number in (0, 1)"
 refused --validation-split 1 "--validation-split must be a number in (0, 1)"
 refused --validation-split -0.2 "--validation-split must be a number in (0, 1)"
@@ -121,6 +125,15 @@ ema_loss=$(json_value averaged ema_test_loss)
 [ -n "$ema_loss" ] && [ "$ema_loss" != "$(json_value averaged test_loss)" ] ||
     fail "the averaged weights' test loss '$ema_loss' is missing or the trained weights'"
 [ -z "$(json_value constant ema_test_loss)" ] || fail "a run without --ema reports an averaged test loss"
+# --dropout drops units while training only: the same header and JSON, another training run (its
+# loss, taken with units dropped, is higher), and its test evaluated on every unit.
+run dropped --dropout 0.5
+grep -q "| dropout 0.5 |" "$work/dropped.out" || fail "dropout run's header: $(grep '^data' "$work/dropped.out")"
+rate_is dropped dropout 0.5
+[ "$(json_value constant dropout)" = 0 ] || fail "constant run's JSON has dropout $(json_value constant dropout)"
+awk -v dropped="$(json_value dropped train_loss)" -v plain="$(json_value constant train_loss)" \
+    'BEGIN { exit !(dropped > plain + 0.01) }' ||
+    fail "--dropout 0.5 trained to loss $(json_value dropped train_loss), no dropout to $(json_value constant train_loss)"
 # A warm-up as long as the run is said to be one.
 "$program" --data "$work/no-such-directory" --limit 256 --epochs 2 --threads 2 --lr-schedule cosine --warmup 16 \
     >"$work/long_warmup.out" 2>&1 || fail "a warm-up as long as the run exited $?"

@@ -131,6 +131,7 @@ struct BlobTrainerSetup {
     float rho = 0.9f;              // RMSprop's (the default)
     float global_clipnorm = 0.0f;  // 0: no clipping
     float ema_momentum = 0.0f;     // 0: no weight averaging
+    float hidden_dropout = 0.0f;   // the hidden layer's dropout rate
     mpt_loss_scaling loss_scaling = MPT_LOSS_SCALING_DEFAULT;
     float initial_scale = 32768.0f;
     std::vector<float> class_weights;  // empty: none
@@ -154,6 +155,7 @@ struct BlobTrainer {
         REQUIRE_OK(mpt_model_create(context, kBlobFeatures, &model));
         REQUIRE_OK(mpt_model_add_dense(model, hidden, MPT_ACTIVATION_RELU));
         REQUIRE_OK(mpt_model_add_dense(model, setup.outputs, setup.head));
+        REQUIRE_OK(mpt_model_set_layer_dropout(model, 0, setup.hidden_dropout));
         mpt_trainer_options_t* options = nullptr;
         REQUIRE_OK(mpt_trainer_options_create(&options));
         REQUIRE_OK(mpt_trainer_options_set_precision(options, setup.precision));

@@ -206,6 +206,28 @@ namespace Mptrain
             using (Family.Enter()) MptException.Check(Native.mpt_model_set_layer_dtype(Live, layer, dtype));
         }
 
+        /// <summary>Dropout after hidden layer <paramref name="layer"/>, as a Keras Dropout(rate) layer after
+        /// it: while a trainer trains (Fit, Step), each of its outputs is dropped with probability
+        /// <paramref name="rate"/> in [0, 1) and the kept ones are scaled by 1 / (1 - rate); Evaluate and
+        /// Predict use every output. 0 (the default) means none. Before the model is built; another rate or
+        /// layer throws MptException (Status.InvalidArgument). Building a model whose last layer has dropout
+        /// (a Trainer, Predict, GetWeights) throws Status.InvalidState. Saved with the model.</summary>
+        public void SetLayerDropout(int layer, float rate)
+        {
+            using (Family.Enter()) MptException.Check(Native.mpt_model_set_layer_dropout(Live, layer, rate));
+        }
+
+        /// <summary>Layer <paramref name="layer"/>'s dropout rate (0: none).</summary>
+        public float GetLayerDropout(int layer)
+        {
+            using (Family.Enter())
+            {
+                float rate;
+                MptException.Check(Native.mpt_model_get_layer_dropout(Live, layer, out rate));
+                return rate;
+            }
+        }
+
         private delegate Status Getter(ModelHandle model, out long value);
 
         private long Query(Getter getter)

@@ -109,6 +109,39 @@ namespace Mptrain.Tests
         }
 
         [Test]
+        public static void AModelSavedWithDropoutAndACheckpointsModelLoadWithTheSameRates()
+        {
+            using (var dir = new TempDir())
+            using (Context ctx = Data.CpuContext())
+            using (Context other = Data.CpuContext(99))
+            using (Model model = Mlp(ctx))
+            using (Dataset data = Blobs(ctx, 60, 11))
+            {
+                model.SetLayerDropout(0, 0.25f);
+                model.SetLayerDropout(1, 0.5f);
+                string path = dir.File("dropout.safetensors"), checkpoint = dir.File("checkpoint.safetensors");
+                using (var trainer = new Trainer(model, Adam))
+                {
+                    trainer.Fit(data, 1, 16);
+                    model.Save(path);
+                    trainer.SaveCheckpoint(checkpoint);
+                }
+                foreach (string file in new[] { path, checkpoint })
+                    using (Model loaded = Model.Load(other, file))
+                    {
+                        Assert.SequenceEqual(new[] { 0.25f, 0.5f, 0.0f }, Enumerable.Range(0, 3).Select(loaded.GetLayerDropout),
+                                             "rates loaded from " + file);
+                        Assert.SequenceEqual(Data.WeightBits(model), Data.WeightBits(loaded), "weight bits loaded from " + file);
+                        Assert.Fails(Status.InvalidState, () => loaded.SetLayerDropout(0, 0.0f)); // a loaded model is built
+                    }
+                using (Model plain = Mlp(ctx)) plain.Save(path); // overwritten without dropout: the rates are the file's
+                using (Model reloaded = Model.Load(other, path))
+                    Assert.SequenceEqual(new[] { 0.0f, 0.0f, 0.0f }, Enumerable.Range(0, 3).Select(reloaded.GetLayerDropout),
+                                         "rates of a file without dropout");
+            }
+        }
+
+        [Test]
         public static void ALearningRateHalvedFromTheEpochEndCallbackIsSavedAndRestored()
         {
             using (var dir = new TempDir())

@@ -626,6 +626,26 @@ class Model(_Handle):
                                                     _enum(DType, dtype, "dtype")))
         return self
 
+    def set_layer_dropout(self, layer, rate):
+        """Dropout after hidden layer `layer`, as a Keras Dropout(rate) layer after it: while a trainer
+        trains (fit, step), each of its outputs is dropped with probability `rate` in [0, 1) and the
+        kept ones are scaled by 1 / (1 - rate); evaluate and predict use every output. 0 (the default)
+        means none. Before the model is built; another rate or layer raises Error (INVALID_ARGUMENT).
+        Building a model whose last layer has dropout (a Trainer, predict, weights) raises Error
+        (INVALID_STATE). Saved with the model. Returns self, so calls chain."""
+        with self._family:
+            _check(_lib().mpt_model_set_layer_dropout(self._get(), _integer(layer, "layer", ctypes.c_int64),
+                                                      float(rate)))
+        return self
+
+    def get_layer_dropout(self, layer):
+        """Layer `layer`'s dropout rate (0.0: none)."""
+        out = ctypes.c_float()
+        with self._family:
+            _check(_lib().mpt_model_get_layer_dropout(self._get(), _integer(layer, "layer", ctypes.c_int64),
+                                                      ctypes.byref(out)))
+        return out.value
+
     def _query(self, name):
         out = ctypes.c_int64()
         with self._family:

@@ -160,6 +160,7 @@ def test_integers_outside_their_c_type_are_refused_not_truncated(ctx, model, blo
         "units": lambda: mptrain.Model(ctx, 4).add_dense(2 ** 64 + 3),
         "activation": lambda: mptrain.Model(ctx, 4).add_dense(3, 2 ** 32 + 4),
         "dtype": lambda: mptrain.Model(ctx, 4).add_dense(3).set_layer_dtype(0, -2 ** 32 + 1),
+        "layer": lambda: mptrain.Model(ctx, 4).add_dense(3).set_layer_dropout(2 ** 64, 0.5),
         "threads": lambda: mptrain.Context(backend="cpu", threads=2 ** 40),
         "memory_budget": lambda: mptrain.Context(backend="cpu", memory_budget=-1),
         "dataset_device_budget": lambda: mptrain.Context(backend="cpu", dataset_device_budget=2 ** 64),

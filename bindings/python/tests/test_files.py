@@ -121,6 +121,24 @@ def test_a_learning_rate_schedule_changes_training_and_the_checkpoint_restores_t
     assert trainer.learning_rate == pytest.approx(0.0025)
 
 
+def test_a_model_saved_with_dropout_and_a_checkpoints_model_load_with_the_same_rates(ctx, tmp_path):
+    model = mlp(ctx).set_layer_dropout(0, 0.25).set_layer_dropout(1, 0.5)
+    trainer = adam(model)
+    trainer.fit(data(ctx, 60, 11), epochs=1, batch_size=16)
+    path, checkpoint = tmp_path / "dropout.safetensors", tmp_path / "checkpoint.safetensors"
+    model.save(path)
+    trainer.save_checkpoint(checkpoint)
+    other = mptrain.Context(backend="cpu", seed=99)
+    for file in (path, checkpoint):
+        loaded = mptrain.Model.load(other, file)
+        assert [loaded.get_layer_dropout(layer) for layer in range(3)] == [0.25, 0.5, 0.0], file
+        assert weight_bytes(loaded) == weight_bytes(model), file
+        with raises(Status.INVALID_STATE):
+            loaded.set_layer_dropout(0, 0.0)  # a loaded model is built
+    mlp(ctx).save(path)  # overwritten without dropout: the rates are the file's
+    assert [mptrain.Model.load(other, path).get_layer_dropout(layer) for layer in range(3)] == [0.0, 0.0, 0.0]
+
+
 def test_a_checkpoint_written_with_label_smoothing_is_refused_by_a_trainer_without_it(ctx, tmp_path):
     dataset = data(ctx, 60, 43)
     model = mlp(ctx)

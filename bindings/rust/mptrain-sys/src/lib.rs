@@ -201,6 +201,16 @@ extern "C" {
         layer: i64,
         dtype: mpt_dtype,
     ) -> mpt_status;
+    pub fn mpt_model_set_layer_dropout(
+        model: *mut mpt_model_t,
+        layer: i64,
+        rate: c_float,
+    ) -> mpt_status;
+    pub fn mpt_model_get_layer_dropout(
+        model: *const mpt_model_t,
+        layer: i64,
+        out: *mut c_float,
+    ) -> mpt_status;
     pub fn mpt_model_get_layer_count(model: *const mpt_model_t, out: *mut i64) -> mpt_status;
     pub fn mpt_model_get_input_features(model: *const mpt_model_t, out: *mut i64) -> mpt_status;
     pub fn mpt_model_get_output_features(model: *const mpt_model_t, out: *mut i64) -> mpt_status;

@@ -924,6 +924,27 @@ impl Model {
         })
     }
 
+    /// Dropout after hidden layer `layer`, as a Keras `Dropout(rate)` layer after it: while a trainer
+    /// trains (fit, step), each of its outputs is dropped with probability `rate` in [0, 1) and the
+    /// kept ones are scaled by `1 / (1 - rate)`; evaluate and predict use every output. 0 (the
+    /// default) means none. Before the model is built; another rate or layer fails with
+    /// [`Status::InvalidArgument`]. Building a model whose last layer has dropout ([`Trainer::new`],
+    /// predict, weights) fails with [`Status::InvalidState`]. Saved with the model.
+    pub fn set_layer_dropout(&mut self, layer: usize, rate: f32) -> Result<()> {
+        let _lock = self.family.enter()?;
+        check(unsafe { sys::mpt_model_set_layer_dropout(self.raw.as_ptr(), layer as i64, rate) })
+    }
+
+    /// Layer `layer`'s dropout rate (0: none).
+    pub fn layer_dropout(&self, layer: usize) -> Result<f32> {
+        let _lock = self.family.enter()?;
+        let mut out = 0.0;
+        check(unsafe {
+            sys::mpt_model_get_layer_dropout(self.raw.as_ptr(), layer as i64, &mut out)
+        })?;
+        Ok(out)
+    }
+
     fn query(
         &self,
         getter: unsafe extern "C" fn(*const sys::mpt_model_t, *mut i64) -> c_int,

@@ -204,6 +204,37 @@ fn expect<T: std::fmt::Debug>(result: Result<T>, status: Status) -> Error {
 }
 
 #[test]
+fn a_model_saved_with_dropout_and_a_checkpoints_model_load_with_the_same_rates() {
+    let dir = TempDir::new("dropout");
+    let ctx = context();
+    let mut model = mlp(&ctx);
+    model.set_layer_dropout(0, 0.25).unwrap();
+    model.set_layer_dropout(1, 0.5).unwrap();
+    let mut trainer = Trainer::new(&model, &adam()).unwrap();
+    trainer.fit(&blob_data(&ctx, 60, 11), 1, 16, true).unwrap();
+    let path = dir.join("dropout.safetensors");
+    let checkpoint = dir.join("checkpoint.safetensors");
+    model.save(&path).unwrap();
+    trainer.save_checkpoint(&checkpoint).unwrap();
+    let other = seeded_context(99);
+    for file in [&path, &checkpoint] {
+        let mut loaded = Model::load(&other, file).unwrap();
+        let rates: Vec<f32> = (0..3)
+            .map(|layer| loaded.layer_dropout(layer).unwrap())
+            .collect();
+        assert_eq!(rates, [0.25, 0.5, 0.0], "{}", file.display());
+        assert_eq!(weight_bits(&mut loaded), weight_bits(&mut model));
+        // A loaded model is built: its rates are fixed.
+        expect(loaded.set_layer_dropout(0, 0.0), Status::InvalidState);
+    }
+    mlp(&ctx).save(&path).unwrap(); // overwritten without dropout: the rates are the file's
+    let reloaded = Model::load(&other, &path).unwrap();
+    for layer in 0..3 {
+        assert_eq!(reloaded.layer_dropout(layer).unwrap(), 0.0, "layer {layer}");
+    }
+}
+
+#[test]
 fn a_checkpoint_written_with_label_smoothing_is_refused_by_a_trainer_without_it() {
     let dir = TempDir::new("smoothing");
     let ctx = context();
