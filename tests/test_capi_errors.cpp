@@ -241,6 +241,8 @@ TEST_CASE("every entry point rejects a NULL handle with INVALID_ARGUMENT and a m
         {"model_create", [&] { return mpt_model_create(nullptr, 4, &model_out); }},
         {"model_add_dense", [&] { return mpt_model_add_dense(nullptr, 4, MPT_ACTIVATION_RELU); }},
         {"model_set_layer_dtype", [&] { return mpt_model_set_layer_dtype(nullptr, 0, MPT_DTYPE_FP32); }},
+        {"model_set_layer_dropout", [&] { return mpt_model_set_layer_dropout(nullptr, 0, 0.5f); }},
+        {"model_get_layer_dropout", [&] { return mpt_model_get_layer_dropout(nullptr, 0, &scale); }},
         {"model_get_layer_count", [&] { return mpt_model_get_layer_count(nullptr, &count); }},
         {"model_get_input_features", [&] { return mpt_model_get_input_features(nullptr, &count); }},
         {"model_get_output_features", [&] { return mpt_model_get_output_features(nullptr, &count); }},

@@ -136,6 +136,13 @@ TEST_CASE("dropout trains in every precision, and evaluation and prediction use 
         const std::vector<float> predicted = dropping.predict(held_out);
         CHECK(same_bits(predicted, plain.predict(held_out)));
         CHECK(same_bits(predicted, dropping.predict(held_out)));
+        // And the model's own predictions (the inference executor, in fp32): no mask either.
+        std::vector<float> model_predicted(predicted.size()), plain_predicted(predicted.size());
+        REQUIRE_OK(mpt_model_predict(dropping.model, held_out.x.data(), held_out.rows(), model_predicted.data(),
+                                     static_cast<int64_t>(model_predicted.size())));
+        REQUIRE_OK(mpt_model_predict(plain.model, held_out.x.data(), held_out.rows(), plain_predicted.data(),
+                                     static_cast<int64_t>(plain_predicted.size())));
+        CHECK(same_bits(model_predicted, plain_predicted));
     }
 }
 

@@ -3,6 +3,7 @@
 // masks' seed across a checkpoint, and what model files and checkpoints with dropout may hold.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "core/context.h"
+#include "core/dtype.h"
 #include "core/error.h"
 #include "core/float_bits.h"
 #include "data/dataset.h"
@@ -281,6 +283,94 @@ TEST_CASE("training steps through tanh, sigmoid and relu layers with dropout mat
     const double unmasked_loss = reference_step(network, trained, 3, false);
     CHECK(network.trainer->evaluate(*network.dataset, DropoutNetwork::kRows).loss ==
           doctest::Approx(unmasked_loss).epsilon(1e-5));
+}
+
+TEST_CASE("in bf16 a dropout layer's derivative comes from its outputs as stored before the dropout") {
+    // Saturated tanh units (|z| >= 3, y within 0.5% of +-1), whose derivative 1 - y^2 is small next
+    // to y: taken from the dropped and rescaled outputs (rounded twice, at the scale's coarser bf16
+    // step), it would be off by tens of percent or change sign.
+    constexpr int64_t kInputs = 4, kUnits = 8, kClasses = 3, kRows = 8;
+    constexpr float kRate = 0.3f;
+    mpt::ContextConfig context_config;
+    context_config.backend = MPT_BACKEND_CPU;
+    context_config.threads = 1;
+    context_config.seed = 5;
+    auto context = std::make_shared<mpt::Context>(context_config);
+    auto model = std::make_shared<mpt::Model>(context, kInputs);
+    model->add_dense(kUnits, mpt::Activation::tanh);
+    model->add_dense(kClasses, mpt::Activation::softmax);
+    model->set_layer_dropout(0, kRate);
+    model->build();
+    std::vector<float> w0(kUnits * kInputs), b0(kUnits, 0.0f), w1(kClasses * kUnits), b1(kClasses);
+    for (int64_t u = 0; u < kUnits; ++u)
+        for (int64_t f = 0; f < kInputs; ++f)  // |z| = 4 +- 0.5 +- 0.25 +- 0.125 >= 3.125 for inputs of +-1
+            w0[static_cast<size_t>(u * kInputs + f)] = ((u + f) % 3 == 0 ? -4.0f : 4.0f) / static_cast<float>(f == 0 ? 1 : 4 << f);
+    model->set_weights(0, w0.data(), b0.data());
+    model->get_weights(1, w1.data(), b1.data());
+    std::vector<float> samples;
+    std::vector<int32_t> labels;
+    for (int64_t r = 0; r < kRows; ++r) {
+        labels.push_back(static_cast<int32_t>(r % kClasses));
+        for (int64_t f = 0; f < kInputs; ++f) samples.push_back(((r >> (f % 3)) + f) % 2 ? 1.0f : -1.0f);
+    }
+    auto dataset = mpt::Dataset::from_f32(context, samples.data(), kRows, kInputs, labels.data(), kClasses, true);
+    mpt::TrainerConfig config;
+    config.precision = MPT_PRECISION_MIXED_BF16;
+    config.optimizer.learning_rate = 1.0f;
+    mpt::Trainer trainer(model, config);
+    trainer.step(*dataset, 0, kRows);
+    std::vector<float> trained(w0.size()), unused(kUnits);
+    model->get_weights(0, trained.data(), unused.data());
+
+    // The reference in double, rounding to bf16 where the step stores: the outputs (act' is taken
+    // from them), the dropped outputs, the second layer's weights and the logits' gradient.
+    const auto bf16 = [](double value) { return static_cast<double>(mpt::round_to(mpt::DType::bf16, static_cast<float>(value))); };
+    const mpt::DropoutDraw draw = mpt::dropout_draw(trainer.dropout_seed(), 0, kRate);
+    const uint64_t key = mpt::dropout_key(draw.seed, 0, 0);
+    const int64_t padded = model->layers()[0].padded_units;
+    std::vector<double> stored(kRows * kUnits), keep(kRows * kUnits), dropped(kRows * kUnits), dz1(kRows * kClasses);
+    double smallest_input = 1e9;
+    for (int64_t r = 0; r < kRows; ++r)
+        for (int64_t u = 0; u < kUnits; ++u) {
+            double z = 0.0;
+            for (int64_t f = 0; f < kInputs; ++f) z += w0[static_cast<size_t>(u * kInputs + f)] * samples[static_cast<size_t>(r * kInputs + f)];
+            smallest_input = std::min(smallest_input, std::abs(z));
+            const size_t k = static_cast<size_t>(r * kUnits + u);
+            stored[k] = bf16(std::tanh(z));
+            keep[k] = mpt::dropout_keeps(key, draw.threshold, r * padded + u) ? draw.scale : 0.0;
+            dropped[k] = bf16(stored[k] * keep[k]);
+        }
+    REQUIRE(smallest_input >= 3.0);
+    for (int64_t r = 0; r < kRows; ++r) {
+        double logits[kClasses], top = -1e300, sum = 0.0;
+        for (int64_t c = 0; c < kClasses; ++c) {
+            logits[c] = b1[static_cast<size_t>(c)];
+            for (int64_t u = 0; u < kUnits; ++u)
+                logits[c] += bf16(w1[static_cast<size_t>(c * kUnits + u)]) * dropped[static_cast<size_t>(r * kUnits + u)];
+            top = std::max(top, logits[c]);
+        }
+        for (int64_t c = 0; c < kClasses; ++c) sum += std::exp(logits[c] - top);
+        for (int64_t c = 0; c < kClasses; ++c)
+            dz1[static_cast<size_t>(r * kClasses + c)] =
+                bf16((std::exp(logits[c] - top) / sum - (c == labels[static_cast<size_t>(r)] ? 1.0 : 0.0)) / kRows);
+    }
+    double worst = 0.0, largest = 0.0;
+    for (int64_t u = 0; u < kUnits; ++u)
+        for (int64_t f = 0; f < kInputs; ++f) {
+            double gradient = 0.0;
+            for (int64_t r = 0; r < kRows; ++r) {
+                const size_t k = static_cast<size_t>(r * kUnits + u);
+                double g = 0.0;
+                for (int64_t c = 0; c < kClasses; ++c)
+                    g += dz1[static_cast<size_t>(r * kClasses + c)] * bf16(w1[static_cast<size_t>(c * kUnits + u)]);
+                gradient += g * keep[k] * (1.0 - stored[k] * stored[k]) * samples[static_cast<size_t>(r * kInputs + f)];
+            }
+            const size_t k = static_cast<size_t>(u * kInputs + f);
+            largest = std::max(largest, std::abs(gradient));
+            worst = std::max(worst, std::abs((w0[k] - trained[k]) - gradient));  // the learning rate is 1
+        }
+    REQUIRE(largest > 0.0);
+    CHECK_MESSAGE(worst <= 0.03 * largest, worst << " against gradients up to " << largest);
 }
 
 TEST_CASE("a checkpoint carries the masks' seed: a resume under another context seed drops what the run would have") {

@@ -68,16 +68,16 @@ struct DenseBackwardDataArgs {
     DType compute_dtype;
     DType input_grad_dtype;
     GemmWorkspace workspace;
-    // A_prev times this is the previous layer's activation output, from which act' is taken: after
-    // that layer's dropout (whose kept values are scaled by 1 / (1 - rate)) 1 - rate, else 1.
-    float input_to_activation = 1.0f;
 };
 
-// Dropout of a training step (nn/dropout.h): values[i] = kept(i) ? values[i] * scale : 0, rounded
-// to `dtype`, over a [rows, width] array of backend memory. On a layer's output after its forward,
-// and with the same draw on its output gradient after the next layer's dense_backward_data.
+// Dropout of a training step (nn/dropout.h): output[i] = kept(i) ? input[i] * scale : 0, rounded to
+// `dtype`, over [rows, width] arrays of backend memory that are the same or do not overlap. From a
+// layer's outputs (kept for its activation's derivative) to the next layer's input after its
+// forward, and with the same draw on its output gradient, in place, after the next layer's
+// dense_backward_data.
 struct DropoutArgs {
-    void* values;
+    const void* input;
+    void* output;
     DType dtype;
     int64_t count;             // rows * width
     DropoutDraw draw;

@@ -118,9 +118,10 @@ const void* Executor::layer_bias(size_t layer) const {
     return low_copies_ + static_cast<size_t>(offset) * low_element_bytes_;
 }
 
-const void* Executor::layer_input(size_t layer, int slot) const {
+const void* Executor::layer_input(size_t layer, int slot, bool dropped) const {
     if (layer == 0) return step_buffer(batch_slots_[slot].inputs);
-    return step_buffer(layer_slots_[layer - 1].activation);
+    const LayerSlots& previous = layer_slots_[layer - 1];
+    return step_buffer(dropped && previous.dropped >= 0 ? previous.dropped : previous.activation);
 }
 
 void Executor::reserve_rows(int64_t rows) {
@@ -158,8 +159,10 @@ void Executor::reserve_rows(int64_t rows) {
         else if (training) last_read = 2 * layer_count + 1;  // read by the update of layer i + 1
         else last_read = i + 2;                            // read by the forward of layer i + 1
         const size_t elements = row_count * static_cast<size_t>(layer.padded_units);
-        layer_slots_[static_cast<size_t>(i)].activation =
-            plan.add(elements * backend_.storage_size(activation_dtype(static_cast<size_t>(i))), produced, last_read);
+        const size_t activation_bytes = elements * backend_.storage_size(activation_dtype(static_cast<size_t>(i)));
+        layer_slots_[static_cast<size_t>(i)].activation = plan.add(activation_bytes, produced, last_read);
+        if (training && layer.dropout > 0.0f && i != last)
+            layer_slots_[static_cast<size_t>(i)].dropped = plan.add(activation_bytes, produced, last_read);
         // The ReLU mask only serves the backward pass: inference runs the plain bias+ReLU epilogue.
         const size_t mask_bytes = training ? backend_.relu_mask_bytes(rows, layer.padded_units) : 0;
         if (mask_bytes && layer.activation == Activation::relu && i != last)
@@ -309,7 +312,7 @@ void Executor::forward(int slot, int64_t rows, bool training) {
         const DenseLayer& layer = layers[i];
         const bool last = i + 1 == layers.size();
         DenseForwardArgs args{};
-        args.input = layer_input(i, slot);
+        args.input = layer_input(i, slot, training);
         args.weights = layer_weights(i);
         args.weight_words = layer_weight_words(i, rows);
         args.bias = layer_bias(i);
@@ -325,13 +328,15 @@ void Executor::forward(int slot, int64_t rows, bool training) {
         args.output_dtype = activation_dtype(i);
         args.workspace = gemm_workspace_;
         backend_.dense_forward(args);
-        if (training && layer.dropout > 0.0f) drop(i, args.output, args.output_dtype, rows, layer.padded_units);
+        if (training && layer_slots_[i].dropped >= 0)
+            drop(i, args.output, step_buffer(layer_slots_[i].dropped), args.output_dtype, rows, layer.padded_units);
     }
 }
 
-void Executor::drop(size_t layer, void* values, DType dtype, int64_t rows, int64_t width) {
+void Executor::drop(size_t layer, const void* input, void* output, DType dtype, int64_t rows, int64_t width) {
     DropoutArgs args{};
-    args.values = values;
+    args.input = input;
+    args.output = output;
     args.dtype = dtype;
     args.count = rows * width;
     args.draw = dropout_draw(dropout_seed_, static_cast<int64_t>(layer), model_.layers()[layer].dropout);
@@ -372,7 +377,7 @@ void Executor::backward(int slot, int64_t rows) {
         DenseBackwardDataArgs data{};
         data.output_grad = step_buffer(layer_slots_[i].output_grad);
         data.weights = layer_weights(i);
-        data.input = layer_input(i, slot);
+        data.input = layer_input(i, slot, false);  // the outputs themselves: act' is taken from them
         data.relu_mask = step_buffer(layer_slots_[i - 1].relu_mask);
         data.input_grad = step_buffer(layer_slots_[i - 1].output_grad);
         data.rows = rows;
@@ -382,10 +387,9 @@ void Executor::backward(int slot, int64_t rows) {
         data.compute_dtype = layer_dtypes_[i];
         data.input_grad_dtype = layer_dtypes_[i - 1];
         data.workspace = gemm_workspace_;
-        const float dropout = layers[i - 1].dropout;
-        data.input_to_activation = dropout > 0.0f ? 1.0f - dropout : 1.0f;
         backend_.dense_backward_data(data);
-        if (dropout > 0.0f) drop(i - 1, data.input_grad, data.input_grad_dtype, rows, layer.padded_inputs);
+        if (layer_slots_[i - 1].dropped >= 0)
+            drop(i - 1, data.input_grad, data.input_grad, data.input_grad_dtype, rows, layer.padded_inputs);
     }
 }
 
@@ -409,7 +413,7 @@ void Executor::update(int slot, int64_t rows) {
     for (size_t i = 0; i < layers.size(); ++i) {
         const DenseLayer& layer = layers[i];
         inputs[pending++] = MaxAbsInput{step_buffer(layer_slots_[i].output_grad), layer_dtypes_[i], rows * layer.padded_units};
-        inputs[pending++] = MaxAbsInput{layer_input(i, slot), layer_dtypes_[i], rows * layer.padded_inputs};
+        inputs[pending++] = MaxAbsInput{layer_input(i, slot, true), layer_dtypes_[i], rows * layer.padded_inputs};
         if (pending == kMaxAbsInputs || i + 1 == layers.size()) {
             backend_.max_abs(inputs, pending, gradient_bounds_ + 2 * first_layer);
             pending = 0;
@@ -474,7 +478,7 @@ DenseUpdateArgs Executor::layer_update(size_t i, int slot, int64_t rows, UpdateP
     const bool low = !parameters_read_as_masters(i);
     DenseUpdateArgs args{};
     args.output_grad = step_buffer(layer_slots_[i].output_grad);
-    args.input = layer_input(i, slot);
+    args.input = layer_input(i, slot, true);
     args.weights = masters + layer.weight_offset;
     args.bias = masters + layer.bias_offset;
     args.low_weights = low ? low_copies_ + static_cast<size_t>(layer.weight_offset) * low_element_bytes_ : nullptr;

@@ -68,7 +68,8 @@ public:
     // Zeros for `slot`'s labels and targets: the head reads them even when only outputs are wanted
     // (predict), so they must hold valid values there.
     void clear_head_inputs(int slot, int64_t rows);
-    // `training`: the layers with dropout drop their outputs, with the step's mask (set_dropout_seed).
+    // `training`: the layers with dropout drop their outputs into the next layer's input, with the
+    // step's mask (set_dropout_seed).
     void forward(int slot, int64_t rows, bool training = false);
     // Loss head on the forward's logits. train: metrics accumulate and scaled dlogits are written;
     // evaluate: metrics only; predict: the last layer's outputs only (read_outputs). `row_weighted`:
@@ -118,6 +119,9 @@ public:
 private:
     struct LayerSlots {
         int activation = -1;  // A_i (the last layer: fp32 logits)
+        // Training, a layer with dropout: A_i dropped, the next layer's input (and its update's),
+        // while A_i itself stays for the activation's derivative in backward.
+        int dropped = -1;
         int relu_mask = -1;
         int output_grad = -1; // dZ_i
     };
@@ -147,9 +151,12 @@ private:
     void update_layers(int slot, int64_t rows);
     DenseUpdateArgs layer_update(size_t layer, int slot, int64_t rows, UpdatePart part) const;
     void* step_buffer(int id) const { return id < 0 ? nullptr : step_arena_.at<char>(step_plan_.offset(id)); }
-    const void* layer_input(size_t layer, int slot) const;
-    // Dropout of layer `layer` over `values`, [rows, width] of `dtype` (its output or its gradient).
-    void drop(size_t layer, void* values, DType dtype, int64_t rows, int64_t width);
+    // The input of layer `layer`: the batch, or the previous layer's output as a training step's
+    // forward and update read it (`dropped`: after its dropout, where it has one).
+    const void* layer_input(size_t layer, int slot, bool dropped) const;
+    // Dropout of layer `layer` from `input` to `output` (the same array, or apart), [rows, width]
+    // of `dtype`: its output or its gradient.
+    void drop(size_t layer, const void* input, void* output, DType dtype, int64_t rows, int64_t width);
 
     Model& model_;
     Backend& backend_;

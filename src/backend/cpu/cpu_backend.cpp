@@ -319,26 +319,25 @@ void CpuBackend::dense_backward_data(const DenseBackwardDataArgs& args) {
     const int64_t total = args.rows * args.in_features;
     pool_.parallel_for(total, kElementGrain, [&](int64_t begin, int64_t end) {
         if (args.input_activation == Activation::relu) {
-            // The mask is the output's sign, which dropout's positive scale keeps.
             multiply_by_relu_derivative(input_grad + begin, input + begin, end - begin);
         } else {
             for (int64_t i = begin; i < end; ++i)
-                input_grad[i] *= activation_derivative_from_output(args.input_activation,
-                                                                   input[i] * args.input_to_activation);
+                input_grad[i] *= activation_derivative_from_output(args.input_activation, input[i]);
         }
         round_array(args.input_grad_dtype, input_grad + begin, static_cast<size_t>(end - begin));
     });
 }
 
 void CpuBackend::dropout(const DropoutArgs& args) {
-    require(args.values != nullptr && args.state != nullptr && args.count >= 0, MPT_STATUS_INVALID_ARGUMENT,
-            "cpu backend: dropout needs the values and the train state");
-    float* values = static_cast<float*>(args.values);
+    require(args.input != nullptr && args.output != nullptr && args.state != nullptr && args.count >= 0,
+            MPT_STATUS_INVALID_ARGUMENT, "cpu backend: dropout needs its input, its output and the train state");
+    const float* input = static_cast<const float*>(args.input);
+    float* output = static_cast<float*>(args.output);
     const uint64_t key = dropout_key(args.draw.seed, args.state->steps, args.draw.layer);
     pool_.parallel_for(args.count, kElementGrain, [&](int64_t begin, int64_t end) {
         for (int64_t i = begin; i < end; ++i)
-            values[i] = dropout_keeps(key, args.draw.threshold, i) ? values[i] * args.draw.scale : 0.0f;
-        round_array(args.dtype, values + begin, static_cast<size_t>(end - begin));
+            output[i] = dropout_keeps(key, args.draw.threshold, i) ? input[i] * args.draw.scale : 0.0f;
+        round_array(args.dtype, output + begin, static_cast<size_t>(end - begin));
     });
 }
 

@@ -442,8 +442,8 @@ void CudaBackend::dense_backward_data(const DenseBackwardDataArgs& args) {
 }
 
 void CudaBackend::dropout(const DropoutArgs& args) {
-    require(args.values != nullptr && args.state != nullptr && args.count >= 0, MPT_STATUS_INVALID_ARGUMENT,
-            "cuda backend: dropout needs the values and the train state");
+    require(args.input != nullptr && args.output != nullptr && args.state != nullptr && args.count >= 0,
+            MPT_STATUS_INVALID_ARGUMENT, "cuda backend: dropout needs its input, its output and the train state");
     RecordedOp op{};
     op.code = OpCode::dropout;
     op.dropout = args;
@@ -841,7 +841,6 @@ void CudaBackend::sign(const RecordedOp& op) {
             s.put(a.compute_dtype);
             s.put(a.input_grad_dtype);
             put_workspace(s, a.workspace);
-            s.put(a.input_to_activation);
             s.put(op.data_plan.gemm);
             s.put(op.data_plan.fused);
             s.put(op.data_plan.reads_mask);
@@ -850,7 +849,8 @@ void CudaBackend::sign(const RecordedOp& op) {
         }
         case OpCode::dropout: {
             const DropoutArgs& a = op.dropout;
-            s.put(a.values);
+            s.put(a.input);
+            s.put(a.output);
             s.put(a.dtype);
             s.put(a.count);
             s.put(a.draw.seed);

@@ -12,12 +12,11 @@ namespace mpt {
 namespace {
 
 __global__ void backward_data_epilogue_kernel(const float* __restrict__ accumulator, const void* __restrict__ input,
-                                              DType input_dtype, float input_to_activation, Activation activation,
-                                              void* __restrict__ output, DType output_dtype, int64_t total) {
+                                              DType input_dtype, Activation activation, void* __restrict__ output,
+                                              DType output_dtype, int64_t total) {
     for (int64_t index = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; index < total;
          index += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-        const float activation_output = __fmul_rn(load_element(input, input_dtype, index), input_to_activation);
-        const float derivative = activation_derivative_from_output(activation, activation_output);
+        const float derivative = activation_derivative_from_output(activation, load_element(input, input_dtype, index));
         store_element(output, output_dtype, index, __fmul_rn(accumulator[index], derivative));
     }
 }
@@ -75,8 +74,7 @@ void run_dense_backward_data(CudaGemm& gemm, const DenseBackwardDataPlan& plan, 
     gemm.run(*plan.gemm, args.weights, args.output_grad, scratch, nullptr, nullptr, args.workspace, stream);
     const int64_t total = args.rows * args.in_features;
     backward_data_epilogue_kernel<<<grid_for(total, 256, 4096), 256, 0, stream>>>(
-        scratch, args.input, args.compute_dtype, args.input_to_activation, args.input_activation, args.input_grad,
-        args.input_grad_dtype, total);
+        scratch, args.input, args.compute_dtype, args.input_activation, args.input_grad, args.input_grad_dtype, total);
     MPT_CUDA_CHECK_LAUNCH("backward_data_epilogue_kernel");
 }
 

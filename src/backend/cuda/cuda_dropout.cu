@@ -11,14 +11,15 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kMaxBlocks = 4096;
 
-__global__ void __launch_bounds__(kThreads) dropout_kernel(void* __restrict__ values, DType dtype, int64_t count,
+// `input` and `output` may be the same array (not __restrict__): each element is read before written.
+__global__ void __launch_bounds__(kThreads) dropout_kernel(const void* input, void* output, DType dtype, int64_t count,
                                                            DropoutDraw draw, const TrainState* state) {
     const uint64_t key = dropout_key(draw.seed, state->steps, draw.layer);
     for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-        const float kept = dropout_keeps(key, draw.threshold, i) ? __fmul_rn(load_element(values, dtype, i), draw.scale)
+        const float kept = dropout_keeps(key, draw.threshold, i) ? __fmul_rn(load_element(input, dtype, i), draw.scale)
                                                                 : 0.0f;
-        store_element(values, dtype, i, kept);
+        store_element(output, dtype, i, kept);
     }
 }
 
@@ -27,7 +28,7 @@ __global__ void __launch_bounds__(kThreads) dropout_kernel(void* __restrict__ va
 void run_dropout(const DropoutArgs& args, cudaStream_t stream) {
     if (args.count == 0) return;
     dropout_kernel<<<grid_for(args.count, kThreads, kMaxBlocks), kThreads, 0, stream>>>(
-        args.values, args.dtype, args.count, args.draw, args.state);
+        args.input, args.output, args.dtype, args.count, args.draw, args.state);
     MPT_CUDA_CHECK_LAUNCH("dropout_kernel");
 }
 
