@@ -6,6 +6,7 @@
 
 #include "capi_internal.h"
 #include "core/finite_values.h"
+#include "core/float_bits.h"
 #include "nn/checkpoint.h"
 #include "nn/model.h"
 
@@ -58,7 +59,16 @@ mpt_status mpt_trainer_options_set_loss(mpt_trainer_options_t* options, mpt_loss
     MPT_API_BEGIN
     require_pointer(options, "options");
     options->config.loss.kind = static_cast<mpt::LossKind>(mpt::capi::checked_enum(
-        loss, MPT_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY, MPT_LOSS_MEAN_SQUARED_ERROR, "loss"));
+        loss, MPT_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY, MPT_LOSS_HUBER, "loss"));
+    MPT_API_END
+}
+
+mpt_status mpt_trainer_options_set_huber_delta(mpt_trainer_options_t* options, float delta) {
+    MPT_API_BEGIN
+    require_pointer(options, "options");
+    if (!mpt::valid_huber_delta(delta))
+        fail(MPT_STATUS_INVALID_ARGUMENT, "the Huber delta must be finite and above 0, not " + mpt::number_text(delta));
+    options->config.loss.huber_delta = delta;
     MPT_API_END
 }
 

@@ -453,6 +453,7 @@ void compare_loss_head_logits(Backend& reference, Backend& candidate, const Head
         args.activation = c.activation;
         args.loss = c.loss;
         args.label_smoothing = c.label_smoothing;
+        args.huber_delta = 0.5f;  // logits in [-4, 4] and targets in [0, 1]: both of Huber's branches
         args.class_weights = c.with_class_weights ? weights.as<float>() : nullptr;
         args.row_weights = c.with_row_weights ? row_weight_buffer.as<float>() : nullptr;
         args.logits_grad_dtype = c.gradient_dtype;
@@ -516,6 +517,13 @@ void compare_loss_head_cases(Backend& reference, Backend& candidate) {
                           {Activation::softmax, LossKind::mean_squared_error, 31, 8, 7, dtype, true, true});
         compare_loss_head(reference, candidate,
                           {Activation::sigmoid, LossKind::mean_squared_error, 31, 8, 1, dtype, true, true});
+        compare_loss_head(reference, candidate,
+                          {Activation::linear, LossKind::mean_absolute_error, 31, 8, 7, dtype, true, true});
+        compare_loss_head(reference, candidate,
+                          {Activation::tanh, LossKind::mean_absolute_error, 31, 8, 1, dtype, true, false});
+        compare_loss_head(reference, candidate, {Activation::linear, LossKind::huber, 31, 8, 7, dtype, true, true});
+        compare_loss_head(reference, candidate, {Activation::softmax, LossKind::huber, 31, 8, 7, dtype, true, true});
+        compare_loss_head(reference, candidate, {Activation::sigmoid, LossKind::huber, 31, 8, 1, dtype, false, true});
     }
     // Label smoothing in every cross-entropy form (logits, renormalised, softplus, clipped).
     for (const HeadCase& smoothed :
@@ -544,6 +552,8 @@ void compare_loss_head_cases(Backend& reference, Backend& candidate) {
           HeadCase{Activation::sigmoid, LossKind::binary_crossentropy, 50, 8, 3, DType::bf16, true, true},
           HeadCase{Activation::tanh, LossKind::binary_crossentropy, 20, 8, 4, DType::fp32, false, false},
           HeadCase{Activation::linear, LossKind::mean_squared_error, 31, 8, 7, DType::fp16, true, true},
+          HeadCase{Activation::linear, LossKind::mean_absolute_error, 31, 8, 7, DType::bf16, true, true},
+          HeadCase{Activation::linear, LossKind::huber, 31, 8, 7, DType::fp32, true, true},
           HeadCase{Activation::softmax, LossKind::sparse_categorical_crossentropy, 300, 104, 100, DType::fp32, true, false,
                    0.0f, true}}) {
         row_weighted.with_row_weights = true;

@@ -39,6 +39,9 @@ double clip(double p) { return std::min(std::max(p, 1e-7), 1 - 1e-7); }
 // With label smoothing s, every target t becomes t (1 - s) + s / n: n classes, or 2 for binary.
 // With class weights, each row's loss is multiplied by its class's weight (the label, or the first
 // largest target).
+// Huber's delta in these tests: outputs and targets a few tenths apart take both of its branches.
+constexpr float kHuberDelta = 0.3f;
+
 double reference_loss(const Net& net, Activation hidden, Activation head, LossKind loss, double smoothing = 0.0,
                       const std::vector<float>& class_weights = {}) {
     double total = 0;
@@ -83,6 +86,14 @@ double reference_loss(const Net& net, Activation hidden, Activation head, LossKi
             for (int64_t o = 0; o < kOutputs; ++o) {
                 const double p = clip(y[o]);
                 total -= (t[o] * std::log(p) + (1 - t[o]) * std::log(1 - p)) / kOutputs;
+            }
+        } else if (loss == LossKind::mean_absolute_error) {
+            for (int64_t o = 0; o < kOutputs; ++o) total += std::abs(y[o] - t[o]) / kOutputs;
+        } else if (loss == LossKind::huber) {
+            const double delta = kHuberDelta;
+            for (int64_t o = 0; o < kOutputs; ++o) {
+                const double d = std::abs(y[o] - t[o]);
+                total += (d <= delta ? 0.5 * d * d : delta * d - 0.5 * delta * delta) / kOutputs;
             }
         } else {
             for (int64_t o = 0; o < kOutputs; ++o) total += (y[o] - t[o]) * (y[o] - t[o]) / kOutputs;
@@ -144,6 +155,7 @@ Gradients backend_gradients(Backend& backend, const Net& net, Activation hidden,
     h.activation = head;
     h.loss = loss;
     h.label_smoothing = smoothing;
+    h.huber_delta = kHuberDelta;
     h.class_weights = class_weights.empty() ? nullptr : class_weights.data();
     h.logits_grad_dtype = DType::fp32;
     backend.loss_head(h);
@@ -256,6 +268,42 @@ TEST_CASE("mean squared error gradients match finite differences through every h
     for (Activation head : {Activation::linear, Activation::relu, Activation::sigmoid, Activation::tanh, Activation::softmax}) {
         CAPTURE(activation_name(head));
         check_against_finite_differences(Activation::sigmoid, head, LossKind::mean_squared_error);
+    }
+}
+
+TEST_CASE("mean absolute error and Huber gradients match finite differences through every head activation") {
+    for (LossKind loss : {LossKind::mean_absolute_error, LossKind::huber}) {
+        for (Activation head : {Activation::linear, Activation::relu, Activation::sigmoid, Activation::tanh, Activation::softmax}) {
+            CAPTURE(loss_name(loss));
+            CAPTURE(activation_name(head));
+            check_against_finite_differences(Activation::tanh, head, loss);
+        }
+    }
+}
+
+TEST_CASE("the regression terms are Keras's: squared, absolute and Huber's two branches, 0 at the kinks, NaN kept") {
+    const float inverse = 0.25f;
+    const RegressionTerm squared = regression_term(LossKind::mean_squared_error, 1.5f, 0.5f, 1.0f, inverse);
+    CHECK(squared.loss == 0.25);
+    CHECK(squared.gradient == 0.5f);
+    const RegressionTerm absolute = regression_term(LossKind::mean_absolute_error, -1.0f, 2.0f, 1.0f, inverse);
+    CHECK(absolute.loss == 0.75);
+    CHECK(absolute.gradient == -0.25f);
+    CHECK(regression_term(LossKind::mean_absolute_error, 2.0f, 2.0f, 1.0f, inverse).gradient == 0.0f);
+    const RegressionTerm inside = regression_term(LossKind::huber, 0.5f, 0.0f, 1.0f, inverse);  // d^2 / 2
+    CHECK(inside.loss == 0.125 * 0.25);
+    CHECK(inside.gradient == 0.125f);
+    const RegressionTerm edge = regression_term(LossKind::huber, 1.0f, 0.0f, 1.0f, inverse);  // both forms agree
+    CHECK(edge.loss == 0.5 * 0.25);
+    CHECK(edge.gradient == 0.25f);
+    const RegressionTerm outside = regression_term(LossKind::huber, -4.0f, 0.0f, 2.0f, inverse);  // delta (|d| - delta / 2)
+    CHECK(outside.loss == 2.0 * 3.0 * 0.25);
+    CHECK(outside.gradient == -0.5f);
+    for (LossKind loss : {LossKind::mean_squared_error, LossKind::mean_absolute_error, LossKind::huber}) {
+        CAPTURE(loss_name(loss));
+        const RegressionTerm nan = regression_term(loss, NAN, 0.0f, 1.0f, inverse);
+        CHECK(std::isnan(nan.loss));
+        CHECK(std::isnan(nan.gradient));
     }
 }
 

@@ -100,7 +100,10 @@ typedef enum mpt_activation {
  * last layer whose outputs are not probabilities there (relu, tanh; linear under binary
  * cross-entropy) learns poorly. Unlike Keras, a row whose outputs sum to 0 or less is divided by
  * 1e-30 instead (all-zero relu outputs give -log(1e-7) per target and no gradient, not NaN).
- * Accuracy (fit's callbacks, evaluate): for binary cross-entropy, and for mean squared error with
+ * The regression losses (mean squared error, mean absolute error, Huber) average their term
+ * over the outputs, as Keras's: (y - t)^2; |y - t| (whose gradient is 0 where y = t); Huber's
+ * (y - t)^2 / 2 where |y - t| <= delta, else delta (|y - t| - delta / 2).
+ * Accuracy (fit's callbacks, evaluate): for binary cross-entropy, and for a regression loss with
  * one output, the fraction of outputs on the same side of 0.5 as their targets (the targets are
  * thresholded too, so soft targets count); otherwise the fraction of rows whose arg-max output is
  * the label, or the arg-max of the target row. */
@@ -108,7 +111,9 @@ typedef enum mpt_loss {
     MPT_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY = 0, /* integer labels; softmax/linear last layer */
     MPT_LOSS_CATEGORICAL_CROSSENTROPY = 1, /* one-hot float targets, Keras semantics */
     MPT_LOSS_BINARY_CROSSENTROPY = 2,      /* float targets in [0,1]; sigmoid last layer */
-    MPT_LOSS_MEAN_SQUARED_ERROR = 3        /* float targets */
+    MPT_LOSS_MEAN_SQUARED_ERROR = 3,       /* float targets */
+    MPT_LOSS_MEAN_ABSOLUTE_ERROR = 4,      /* float targets: mean |y - t| */
+    MPT_LOSS_HUBER = 5                     /* float targets: Keras's Huber(delta), mpt_trainer_options_set_huber_delta */
 } mpt_loss;
 
 typedef enum mpt_optimizer {
@@ -258,9 +263,14 @@ MPT_API mpt_status mpt_model_set_layer_dtype(mpt_model_t* model, int64_t layer, 
  *  on every backend and every resume, and a step's backward pass masks its gradient as its
  *  forward masked the outputs. The model's architecture: saved with it, and checkpoints must match
  *  it. Before the model is built; building a model whose last layer has dropout fails with
- *  MPT_STATUS_INVALID_STATE (the last layer's outputs are the model's). */
+ *  MPT_STATUS_INVALID_STATE (the last layer's outputs are the model's). A rate near 1 scales the
+ *  kept outputs by up to 1 / (1 - rate), which under mixed-fp16 can overflow (skipped steps).
+ *  \param[in] layer  0 to the layer count - 1.
+ *  \param[in] rate   in [0, 1); NaN and anything else fail with MPT_STATUS_INVALID_ARGUMENT.
+ *  One thread per model at a time. */
 MPT_API mpt_status mpt_model_set_layer_dropout(mpt_model_t* model, int64_t layer, float rate);
-/** \param[out] out  layer `layer`'s dropout rate (0: none). */
+/** \param[in]  layer  0 to the layer count - 1.
+ *  \param[out] out    layer `layer`'s dropout rate (0: none). */
 MPT_API mpt_status mpt_model_get_layer_dropout(const mpt_model_t* model, int64_t layer, float* out);
 MPT_API mpt_status mpt_model_get_layer_count(const mpt_model_t* model, int64_t* out);
 MPT_API mpt_status mpt_model_get_input_features(const mpt_model_t* model, int64_t* out);
@@ -383,6 +393,11 @@ MPT_API mpt_status mpt_trainer_options_create(mpt_trainer_options_t** out);
 MPT_API void mpt_trainer_options_destroy(mpt_trainer_options_t* options);
 MPT_API mpt_status mpt_trainer_options_set_precision(mpt_trainer_options_t* options, mpt_precision precision);
 MPT_API mpt_status mpt_trainer_options_set_loss(mpt_trainer_options_t* options, mpt_loss loss);
+/** Huber's delta (MPT_LOSS_HUBER; default 1, Keras's): where |y - t| exceeds it the loss grows
+ *  linearly and its gradient is +-delta, so outlying targets pull no harder than that. Finite and
+ *  above 0, else MPT_STATUS_INVALID_ARGUMENT. Read by the Huber loss only; an option a checkpoint of
+ *  a Huber trainer must match. One thread per options handle at a time. */
+MPT_API mpt_status mpt_trainer_options_set_huber_delta(mpt_trainer_options_t* options, float delta);
 /** Label smoothing s in [0, 1) for the cross-entropy losses (default 0: none; 1 would train every
  *  row towards the uniform target, learning nothing). Training then aims at
  *  t (1 - s) + s / n instead of each target t, with n the model's outputs (its classes) for the

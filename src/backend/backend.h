@@ -100,6 +100,7 @@ struct LossHeadArgs {
     Activation activation;
     LossKind loss;
     float label_smoothing;     // s in [0, 1): targets are t (1 - s) + s / n (nn/loss.h); 0 for none
+    float huber_delta;         // LossKind::huber's delta (finite, > 0); read by no other loss
     // Optional [classes] in backend memory (categorical losses): each row's loss and gradient times
     // its class's weight (its label, or the first largest of its targets). Null: every weight 1.
     const float* class_weights;

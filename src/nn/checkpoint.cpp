@@ -56,6 +56,9 @@ std::string options_json(const Trainer& trainer) {
         json.key("ema_momentum").unsigned_integer(float_bits(optimizer.ema_momentum));
     if (clips_gradients(optimizer))
         json.key("global_clipnorm").unsigned_integer(float_bits(optimizer.global_clipnorm));
+    // Huber's delta, for the Huber loss only (other losses read none).
+    if (config.loss.kind == LossKind::huber)
+        json.key("huber_delta").unsigned_integer(float_bits(config.loss.huber_delta));
     if (config.loss.label_smoothing != 0.0f)
         json.key("label_smoothing").unsigned_integer(float_bits(config.loss.label_smoothing));
     json.key("loss").string(loss_name(config.loss.kind))
@@ -136,7 +139,7 @@ bool is_float_option(const std::string& name) {
     static const char* const names[] = {"momentum",      "beta1",         "beta2",     "epsilon",
                                         "weight_decay",  "initial_scale", "growth_factor", "backoff_factor",
                                         "min_scale",     "max_scale",     "decay_factor",  "label_smoothing",
-                                        "global_clipnorm", "ema_momentum", "rho"};
+                                        "global_clipnorm", "ema_momentum", "rho", "huber_delta"};
     return std::find_if(std::begin(names), std::end(names), [&](const char* n) { return name == n; }) != std::end(names);
 }
 
@@ -463,6 +466,13 @@ void load_checkpoint(Trainer& trainer, const std::string& path) {
             if (!(std::isfinite(clipnorm) && clipnorm > 0.0f))
                 throw JsonFormatError("global_clipnorm " + number_text(clipnorm) +
                                       " (a recorded clipnorm is a float's bits, finite and positive)");
+        }
+        // Likewise huber_delta, written only for the Huber loss: a float's bits, finite and positive.
+        if (options.find("/huber_delta") != nullptr) {
+            const float delta = bits_float(options.uint32("/huber_delta"));
+            if (!valid_huber_delta(delta))
+                throw JsonFormatError("huber_delta " + number_text(delta) +
+                                      " (a recorded delta is a float's bits, finite and positive)");
         }
         // Likewise ema_momentum, written only when averaging: a float's bits in (0, 1).
         if (options.find("/ema_momentum") != nullptr) {

@@ -361,6 +361,7 @@ void Executor::loss_head(int slot, int64_t rows, HeadMode mode, bool row_weighte
     args.activation = model_.layers().back().activation;
     args.loss = loss_.kind;
     args.label_smoothing = loss_.label_smoothing;
+    args.huber_delta = loss_.huber_delta;
     args.class_weights = with_gradient ? class_weights_ : nullptr;  // training only, as Keras's class_weight
     // Training and evaluation, as Keras's sample_weight (which evaluate also takes).
     args.row_weights = row_weighted && mode != HeadMode::predict

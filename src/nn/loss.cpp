@@ -9,6 +9,8 @@ const char* loss_name(LossKind loss) {
         case LossKind::categorical_crossentropy: return "categorical_crossentropy";
         case LossKind::binary_crossentropy: return "binary_crossentropy";
         case LossKind::mean_squared_error: return "mean_squared_error";
+        case LossKind::mean_absolute_error: return "mean_absolute_error";
+        case LossKind::huber: return "huber";
     }
     return "unknown";
 }

@@ -13,7 +13,9 @@ enum class LossKind : uint8_t {
     sparse_categorical_crossentropy = 0,  // int32 labels
     categorical_crossentropy = 1,         // one-hot (or soft) float targets
     binary_crossentropy = 2,              // float targets in [0, 1], mean over outputs
-    mean_squared_error = 3                // float targets, mean over outputs
+    mean_squared_error = 3,               // float targets, mean over outputs
+    mean_absolute_error = 4,              // float targets, mean over outputs
+    huber = 5                             // float targets, mean over outputs (LossConfig::huber_delta)
 };
 
 // Keras's backend epsilon: probabilities are clipped to [eps, 1 - eps] before a log.
@@ -24,9 +26,15 @@ constexpr double kLargestFloat = 3.4028234663852886e38;
 
 const char* loss_name(LossKind loss);
 inline bool loss_uses_labels(LossKind loss) { return loss == LossKind::sparse_categorical_crossentropy; }
+// The regression losses: an elementwise distance between each output and its float target.
+MPT_HOST_DEVICE bool is_regression(LossKind loss) {
+    return loss == LossKind::mean_squared_error || loss == LossKind::mean_absolute_error || loss == LossKind::huber;
+}
 // Label smoothing applies to the cross-entropy losses (Keras's categorical and binary ones, PyTorch's
-// CrossEntropyLoss with class indices); a squared error has no labels to smooth.
-inline bool loss_takes_label_smoothing(LossKind loss) { return loss != LossKind::mean_squared_error; }
+// CrossEntropyLoss with class indices); a regression has no labels to smooth.
+inline bool loss_takes_label_smoothing(LossKind loss) { return !is_regression(loss); }
+// Huber's delta: finite and positive (0 would make the loss and every gradient 0).
+inline bool valid_huber_delta(float delta) { return std::isfinite(delta) && delta > 0.0f; }
 // The label smoothing a loss head accepts: in [0, 1), and 0 for a loss that takes none.
 inline bool valid_label_smoothing(LossKind loss, float smoothing) {
     return smoothing >= 0.0f && smoothing < 1.0f && (smoothing == 0.0f || loss_takes_label_smoothing(loss));
@@ -43,6 +51,8 @@ struct LossConfig {
     // and gradient are multiplied by the weight of its class (its label, or the first largest of its
     // targets), still averaged over the batch's rows. Empty: none. Evaluation is unweighted.
     std::vector<float> class_weights;
+    // Huber's (LossKind::huber): where |y - t| exceeds it the loss grows linearly (Keras's `delta`).
+    float huber_delta = 1.0f;
 };
 
 inline bool loss_takes_class_weights(LossKind loss) {
@@ -73,6 +83,26 @@ MPT_HOST_DEVICE float smoothed_target(float target, float smoothing, float share
 #else
     return target * (1.0f - smoothing) + share;
 #endif
+}
+
+// One output's term of a regression loss, d = y - t over `classes` outputs (inverse_classes = 1 /
+// classes): the loss (in double) and dloss/dy. Keras's formulas: squared d^2; absolute |d|; Huber
+// d^2 / 2 up to |d| = delta, then delta (|d| - delta / 2). Where |d| has no derivative (d = 0) the
+// gradient is 0, as TensorFlow's; a NaN d gives a NaN gradient. One definition for every backend.
+struct RegressionTerm {
+    double loss;
+    float gradient;
+};
+MPT_HOST_DEVICE RegressionTerm regression_term(LossKind loss, float y, float t, float delta, float inverse_classes) {
+    const float difference = y - t;
+    const double d = static_cast<double>(difference);
+    if (loss == LossKind::mean_squared_error) return {d * d * inverse_classes, 2.0f * difference * inverse_classes};
+    const double size = d < 0.0 ? -d : d;
+    // The sign's gradient: +-1, 0 at 0, NaN for NaN.
+    const float sign = difference > 0.0f ? 1.0f : difference < 0.0f ? -1.0f : difference;
+    if (loss == LossKind::mean_absolute_error) return {size * inverse_classes, sign * inverse_classes};
+    if (size <= delta) return {0.5 * d * d * inverse_classes, difference * inverse_classes};
+    return {static_cast<double>(delta) * (size - 0.5 * delta) * inverse_classes, sign * delta * inverse_classes};
 }
 
 }  // namespace mpt

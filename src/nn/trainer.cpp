@@ -107,8 +107,10 @@ const TrainerConfig& checked_loss(const TrainerConfig& config, const Model& mode
                 MPT_STATUS_INVALID_ARGUMENT, "categorical cross-entropy needs at least 2 outputs");
     require(loss.label_smoothing >= 0.0f && loss.label_smoothing < 1.0f, MPT_STATUS_INVALID_ARGUMENT,
             "label_smoothing must be in [0, 1)");
-    require(loss.label_smoothing == 0.0f || loss_takes_label_smoothing(loss.kind), MPT_STATUS_INVALID_ARGUMENT,
-            "label smoothing applies to the cross-entropy losses; mean squared error has no labels to smooth");
+    if (loss.label_smoothing != 0.0f && !loss_takes_label_smoothing(loss.kind))
+        fail(MPT_STATUS_INVALID_ARGUMENT, std::string("label smoothing applies to the cross-entropy losses; ") +
+                                              loss_name(loss.kind) + " has no labels to smooth");
+    require(valid_huber_delta(loss.huber_delta), MPT_STATUS_INVALID_ARGUMENT, "the Huber delta must be finite and above 0");
     const std::vector<float>& class_weights = loss.class_weights;
     if (!class_weights.empty()) {
         if (!loss_takes_class_weights(loss.kind))

@@ -305,7 +305,9 @@ void CpuBackend::dense_forward(const DenseForwardArgs& args) {
 
 void CpuBackend::loss_head(const LossHeadArgs& args) {
     require(valid_label_smoothing(args.loss, args.label_smoothing), MPT_STATUS_INVALID_ARGUMENT,
-            "cpu backend: loss_head needs label smoothing in [0, 1), 0 for a squared error");
+            "cpu backend: loss_head needs label smoothing in [0, 1), 0 for a regression");
+    require(args.loss != LossKind::huber || valid_huber_delta(args.huber_delta), MPT_STATUS_INVALID_ARGUMENT,
+            "cpu backend: loss_head needs a finite Huber delta above 0");
     require(args.class_weights == nullptr || loss_takes_class_weights(args.loss), MPT_STATUS_INVALID_ARGUMENT,
             "cpu backend: loss_head takes class weights for the categorical losses only");
     cpu_loss_head(args);

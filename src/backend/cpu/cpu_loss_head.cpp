@@ -118,19 +118,19 @@ RowResult head_row(const LossHeadArgs& args, int64_t row, float* y, float* grad)
             }
         }
         if (args.activation != Activation::sigmoid) chain_activation(args.activation, y, grad, classes);
-    } else {  // mean squared error
+    } else {  // a regression (never smoothed: loss_takes_label_smoothing)
         const float inverse_classes = 1.0f / static_cast<float>(classes);
         for (int64_t c = 0; c < classes; ++c) {
-            const float difference = y[c] - t[c];  // never smoothed (loss_takes_label_smoothing)
-            result.loss += static_cast<double>(difference) * difference * inverse_classes;
-            grad[c] = 2.0f * difference * inverse_classes;
+            const RegressionTerm term = regression_term(args.loss, y[c], t[c], args.huber_delta, inverse_classes);
+            result.loss += term.loss;
+            grad[c] = term.gradient;
         }
         chain_activation(args.activation, y, grad, classes);
     }
 
     // Accuracy: per output for binary targets (Keras binary_accuracy), else arg-max match.
     float weight = 1.0f;
-    const bool binary = args.loss == LossKind::binary_crossentropy || (args.loss == LossKind::mean_squared_error && classes == 1);
+    const bool binary = args.loss == LossKind::binary_crossentropy || (is_regression(args.loss) && classes == 1);
     if (binary) {
         result.counted = classes;
         for (int64_t c = 0; c < classes; ++c) result.correct += (y[c] > 0.5f) == (t[c] > 0.5f);

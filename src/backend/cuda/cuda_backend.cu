@@ -822,6 +822,7 @@ void CudaBackend::sign(const RecordedOp& op) {
             s.put(a.activation);
             s.put(a.loss);
             s.put(a.label_smoothing);
+            s.put(a.huber_delta);
             s.put(a.class_weights);  // fixed for the executor's life: its address stands for its values
             s.put(a.row_weights);    // a batch buffer (or null): the values are the gather's
             s.put(a.logits_grad_dtype);

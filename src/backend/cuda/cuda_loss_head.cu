@@ -21,7 +21,7 @@ enum class HeadCase : uint8_t {
     probability_categorical,  // other activations + categorical cross-entropy: Keras's clipped form
     sigmoid_binary,           // sigmoid + binary cross-entropy: softplus form
     probability_binary,       // other activations + binary cross-entropy: clipped form
-    squared_error
+    regression                // a regression loss (squared, absolute, Huber) through any activation
 };
 
 __device__ __forceinline__ float warp_sum(float value) {
@@ -130,10 +130,10 @@ __device__ __forceinline__ Terms class_terms(const LossHeadArgs& args, const Row
             terms.chain = terms.gradient * terms.y;
             break;
         }
-        case HeadCase::squared_error: {
-            const float difference = terms.y - tc;
-            terms.loss = static_cast<double>(difference) * difference * row.inverse_classes;
-            terms.gradient = 2.0f * difference * row.inverse_classes;
+        case HeadCase::regression: {
+            const RegressionTerm term = regression_term(args.loss, terms.y, tc, args.huber_delta, row.inverse_classes);
+            terms.loss = term.loss;
+            terms.gradient = term.gradient;
             terms.chain = terms.gradient * terms.y;
             break;
         }
@@ -150,7 +150,7 @@ __device__ __forceinline__ float final_gradient(const LossHeadArgs& args, const 
         case HeadCase::probability_categorical:
             return (terms.gradient - dot) / row.safe_sum * activation_derivative_from_output(args.activation, terms.y);
         case HeadCase::probability_binary:
-        case HeadCase::squared_error:
+        case HeadCase::regression:
             if (row.softmax) return terms.y * (terms.gradient - dot);
             return terms.gradient * activation_derivative_from_output(args.activation, terms.y);
     }
@@ -209,7 +209,7 @@ __device__ RowResult head_row(const LossHeadArgs& args, HeadCase kind, int64_t r
 
     // Loss, the correction's dot product and the metric.
     const bool binary = args.loss == LossKind::binary_crossentropy ||
-                        (args.loss == LossKind::mean_squared_error && classes == 1);
+                        (is_regression(args.loss) && classes == 1);
     double loss = 0.0;
     float dot = 0.0f;
     long long correct = 0;
@@ -353,9 +353,11 @@ HeadCase head_case(const LossHeadArgs& args) {
                        : HeadCase::probability_categorical;
         case LossKind::binary_crossentropy:
             return args.activation == Activation::sigmoid ? HeadCase::sigmoid_binary : HeadCase::probability_binary;
-        case LossKind::mean_squared_error: break;
+        case LossKind::mean_squared_error:
+        case LossKind::mean_absolute_error:
+        case LossKind::huber: break;
     }
-    return HeadCase::squared_error;
+    return HeadCase::regression;
 }
 
 }  // namespace
@@ -367,7 +369,9 @@ void validate_loss_head(const LossHeadArgs& args) {
     require(loss_uses_labels(args.loss) ? args.labels != nullptr : args.targets != nullptr, MPT_STATUS_INVALID_ARGUMENT,
             "cuda backend: loss_head needs labels (sparse categorical) or targets (other losses)");
     require(valid_label_smoothing(args.loss, args.label_smoothing), MPT_STATUS_INVALID_ARGUMENT,
-            "cuda backend: loss_head needs label smoothing in [0, 1), 0 for a squared error");
+            "cuda backend: loss_head needs label smoothing in [0, 1), 0 for a regression");
+    require(args.loss != LossKind::huber || valid_huber_delta(args.huber_delta), MPT_STATUS_INVALID_ARGUMENT,
+            "cuda backend: loss_head needs a finite Huber delta above 0");
     require(args.class_weights == nullptr || loss_takes_class_weights(args.loss), MPT_STATUS_INVALID_ARGUMENT,
             "cuda backend: loss_head takes class weights for the categorical losses only");
 }
