@@ -154,9 +154,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                     }
                 }
                 break;
-            case 6:  // the loss, label smoothing, class weights, clipping or averaging (hostile values; checked again at create)
-                switch (in.byte() % 5) {
-                    case 0: mpt_trainer_options_set_loss(trainer_options, static_cast<mpt_loss>(in.small(6) - 1)); break;
+            case 6:  // the loss, Huber's delta, label smoothing, class weights, clipping or averaging (hostile values; checked again at create)
+                switch (in.byte() % 6) {
+                    case 0: mpt_trainer_options_set_loss(trainer_options, static_cast<mpt_loss>(in.small(8) - 1)); break;
+                    case 4: mpt_trainer_options_set_huber_delta(trainer_options, in.real()); break;
                     case 1: mpt_trainer_options_set_label_smoothing(trainer_options, in.real() / 4.0f); break;
                     case 2: mpt_trainer_options_set_global_clipnorm(trainer_options, in.real()); break;
                     case 3: mpt_trainer_options_set_ema(trainer_options, in.real() / 4.0f); break;

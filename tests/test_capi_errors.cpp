@@ -262,6 +262,7 @@ TEST_CASE("every entry point rejects a NULL handle with INVALID_ARGUMENT and a m
         {"trainer_predict_dataset", [&] { return mpt_trainer_predict_dataset(nullptr, nullptr, 0, out, kClasses); }},
         {"trainer_options_set_precision", [&] { return mpt_trainer_options_set_precision(nullptr, MPT_PRECISION_FP32); }},
         {"trainer_options_set_loss", [&] { return mpt_trainer_options_set_loss(nullptr, MPT_LOSS_MEAN_SQUARED_ERROR); }},
+        {"trainer_options_set_huber_delta", [&] { return mpt_trainer_options_set_huber_delta(nullptr, 1.0f); }},
         {"trainer_options_set_optimizer", [&] { return mpt_trainer_options_set_optimizer(nullptr, MPT_OPTIMIZER_ADAM); }},
         {"trainer_options_set_learning_rate", [&] { return mpt_trainer_options_set_learning_rate(nullptr, 0.1f); }},
         {"trainer_options_set_momentum", [&] { return mpt_trainer_options_set_momentum(nullptr, 0.9f, 0); }},

@@ -1,7 +1,7 @@
 // The header-only C++ wrapper (include/mptrain/mptrain.hpp) over libmptrain.so: model files,
 // training checkpoints, learning-rate schedules, label smoothing, class weights, gradient clipping,
-// weight averaging, RMSprop, dropout, dataset slices, subsets and row weights through it, errors
-// arriving as mptrain::Error with the C status.
+// weight averaging, RMSprop, dropout, the regression losses (Huber's delta), dataset slices, subsets
+// and row weights through it, errors arriving as mptrain::Error with the C status.
 #include <doctest/doctest.h>
 
 #include <mptrain/mptrain.hpp>
@@ -794,6 +794,133 @@ TEST_CASE("RMSprop's rho outside [0, 1) or a non-positive epsilon throws INVALID
     options.momentum(0.9f, false);  // plain momentum is RMSprop's too
     mptrain::Trainer trainer(model, options);
     CHECK(std::isfinite(trainer.step(blobs(context, 10, 73), 0, 10)));
+}
+
+namespace {
+
+constexpr int64_t kLineRows = 100;
+
+/** kLineRows points x evenly in [-1, 1] on y = 2x + 1, every tenth target 20 above it. */
+void line_with_outliers(std::vector<float>& xs, std::vector<float>& targets) {
+    xs.clear();
+    targets.clear();
+    for (int64_t row = 0; row < kLineRows; ++row) {
+        const float x = -1.0f + 2.0f * static_cast<float>(row) / static_cast<float>(kLineRows - 1);
+        xs.push_back(x);
+        targets.push_back(2.0f * x + 1.0f + (row % 10 == 3 ? 20.0f : 0.0f));
+    }
+}
+
+/** One output's loss as mptrain.h defines it, in double: (y - t)^2, |y - t|, or Huber's
+ *  (y - t)^2 / 2 up to |y - t| = delta, then delta (|y - t| - delta / 2). */
+double regression_term(mpt_loss loss, double difference, double delta) {
+    const double size = std::fabs(difference);
+    if (loss == MPT_LOSS_MEAN_SQUARED_ERROR) return difference * difference;
+    if (loss == MPT_LOSS_MEAN_ABSOLUTE_ERROR) return size;
+    return size <= delta ? 0.5 * difference * difference : delta * (size - 0.5 * delta);
+}
+
+struct LineFit {
+    float slope = 0.0f, intercept = 0.0f;
+    float evaluated = 0.0f;  // evaluate()'s loss
+    double expected = 0.0;   // the mean loss of the predictions, in double
+};
+
+/** One input, one linear output fitted by fp32 Adam (rate 0.05, seed 5) to line_with_outliers under
+ *  `loss` (and Huber's delta, when given). */
+LineFit fit_line(mpt_loss loss, std::optional<float> huber_delta = std::nullopt) {
+    std::vector<float> xs, targets;
+    line_with_outliers(xs, targets);
+    auto context = cpu_context(5);
+    mptrain::Model model(context, 1);
+    model.add_dense(1, MPT_ACTIVATION_LINEAR);
+    const auto data = mptrain::Dataset::from_f32_targets(context, xs, 1, targets, 1);
+    mptrain::TrainerOptions options;
+    options.precision(MPT_PRECISION_FP32).loss(loss).optimizer(MPT_OPTIMIZER_ADAM).learning_rate(0.05f);
+    if (huber_delta) options.huber_delta(*huber_delta);
+    mptrain::Trainer trainer(model, options);
+    trainer.fit(data, 200, 20);
+    LineFit fit;
+    const auto [weights, bias] = model.weights(0);
+    fit.slope = weights.at(0);
+    fit.intercept = bias.at(0);
+    fit.evaluated = trainer.evaluate(data).loss;
+    const std::vector<float> predictions = model.predict(xs);
+    for (int64_t row = 0; row < kLineRows; ++row)
+        fit.expected += regression_term(loss, static_cast<double>(predictions[row]) - targets[row],
+                                        huber_delta.value_or(1.0f));
+    fit.expected /= static_cast<double>(kLineRows);
+    return fit;
+}
+
+/** The weights after three fp32 SGD steps (rate 0.1, batches of 20, seed 5) of one linear output on
+ *  line_with_outliers under `options`. */
+std::vector<uint32_t> line_steps(mptrain::TrainerOptions& options) {
+    std::vector<float> xs, targets;
+    line_with_outliers(xs, targets);
+    auto context = cpu_context(5);  // one seed: the same initial weights
+    mptrain::Model model(context, 1);
+    model.add_dense(1, MPT_ACTIVATION_LINEAR);
+    const auto data = mptrain::Dataset::from_f32_targets(context, xs, 1, targets, 1);
+    options.precision(MPT_PRECISION_FP32).optimizer(MPT_OPTIMIZER_SGD).learning_rate(0.1f);
+    mptrain::Trainer trainer(model, options);
+    const std::vector<uint32_t> initial = weight_bits(model);
+    for (int64_t step = 0; step < 3; ++step) trainer.step(data, 20 * step, 20);
+    CHECK(weight_bits(model) != initial);  // the steps moved the weights
+    return weight_bits(model);
+}
+
+std::vector<uint32_t> huber_steps(std::optional<float> delta) {
+    mptrain::TrainerOptions options;
+    options.loss(MPT_LOSS_HUBER);
+    if (delta) options.huber_delta(*delta);
+    return line_steps(options);
+}
+
+}  // namespace
+
+TEST_CASE("mean absolute error and Huber through the wrapper fit the line where mean squared error is pulled to the outliers") {
+    const LineFit squared = fit_line(MPT_LOSS_MEAN_SQUARED_ERROR);
+    const LineFit absolute = fit_line(MPT_LOSS_MEAN_ABSOLUTE_ERROR);
+    const LineFit huber = fit_line(MPT_LOSS_HUBER);
+    for (const LineFit* fit : {&squared, &absolute, &huber})  // the loss each value stands for
+        CHECK(fit->evaluated == doctest::Approx(fit->expected).epsilon(1e-5));
+    // The least-squares intercept is 1 + 20 / 10 (the outliers' mean pull); the median's is 1, and
+    // Huber's (delta 1) 1 + 10 / 90 (each outlier pulls with delta against 90 points on the line).
+    CHECK(squared.intercept > 2.5f);
+    for (const LineFit* fit : {&absolute, &huber}) {
+        CAPTURE(fit->intercept);
+        CAPTURE(fit->slope);
+        CHECK(std::fabs(fit->intercept - 1.0f) < 0.25f);
+        CHECK(std::fabs(fit->slope - 2.0f) < 0.1f);
+        CHECK(std::fabs(fit->intercept - 1.0f) < std::fabs(squared.intercept - 1.0f));
+    }
+}
+
+TEST_CASE("Huber's delta set through the wrapper changes what Huber trains; it defaults to 1") {
+    const std::vector<uint32_t> delta_1 = huber_steps(1.0f);
+    CHECK(huber_steps(std::nullopt) == delta_1);  // the library's default
+    CHECK(huber_steps(0.25f) != delta_1);
+    // A delta above every residual leaves Huber quadratic: pulled to the outliers as mean squared error.
+    CHECK(fit_line(MPT_LOSS_HUBER, 100.0f).intercept > 2.5f);
+}
+
+TEST_CASE("a Huber delta of 0, negative, NaN or infinite throws INVALID_ARGUMENT from the wrapper's setter, the options unchanged") {
+    mptrain::TrainerOptions options;
+    options.loss(MPT_LOSS_HUBER).huber_delta(0.25f);
+    const float inf = std::numeric_limits<float>::infinity();
+    for (float refused : {0.0f, -0.0f, -1.0f, std::nanf(""), inf, -inf}) {
+        CAPTURE(refused);
+        try {
+            options.huber_delta(refused);
+            FAIL("huber_delta accepted " << refused);
+        } catch (const mptrain::Error& error) {
+            CHECK(error.status() == MPT_STATUS_INVALID_ARGUMENT);
+            CHECK(error.message().find("Huber delta") != std::string::npos);
+        }
+    }
+    CHECK(line_steps(options) == huber_steps(0.25f));  // still 0.25
+    options.huber_delta(1e-3f);  // any finite delta above 0: accepted
 }
 
 TEST_CASE("a dropout rate set through the wrapper reads back on its layer alone, -0 as 0") {

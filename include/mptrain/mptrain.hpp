@@ -465,10 +465,21 @@ public:
         handle_.reset(raw);
     }
     TrainerOptions& precision(mpt_precision value) { detail::check(mpt_trainer_options_set_precision(get(), value)); return *this; }
+    /** The loss (mpt_trainer_options_set_loss): a cross-entropy, or a regression loss on float targets
+     *  averaged over the outputs as Keras's: MPT_LOSS_MEAN_SQUARED_ERROR (y - t)^2,
+     *  MPT_LOSS_MEAN_ABSOLUTE_ERROR |y - t|, MPT_LOSS_HUBER with huber_delta(). */
     TrainerOptions& loss(mpt_loss value) { detail::check(mpt_trainer_options_set_loss(get(), value)); return *this; }
+    /** Huber's delta for MPT_LOSS_HUBER (mpt_trainer_options_set_huber_delta; default 1, Keras's): the loss
+     *  is (y - t)^2 / 2 where |y - t| <= delta, else delta (|y - t| - delta / 2), so outlying targets pull
+     *  no harder than delta. 0, a negative, NaN or infinite delta throws Error (INVALID_ARGUMENT), the
+     *  options unchanged. Only Huber reads it; checkpoints of a Huber trainer must match it. */
+    TrainerOptions& huber_delta(float delta) {
+        detail::check(mpt_trainer_options_set_huber_delta(get(), delta));
+        return *this;
+    }
     /** Label smoothing s in [0, 1) for the cross-entropy losses (mpt_trainer_options_set_label_smoothing):
      *  targets t become t (1 - s) + s / n. Other values throw Error (INVALID_ARGUMENT); a non-zero s with
-     *  mean squared error makes the Trainer's constructor throw it. */
+     *  a regression loss makes the Trainer's constructor throw it. */
     TrainerOptions& label_smoothing(float value) {
         detail::check(mpt_trainer_options_set_label_smoothing(get(), value));
         return *this;

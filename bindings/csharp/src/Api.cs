@@ -637,11 +637,16 @@ namespace Mptrain
     {
         public Precision? Precision { get; set; }
         public Loss? Loss { get; set; }
+        /// <summary>Huber's delta for Loss.Huber (null: the library's 1, Keras's): the loss is (y - t)^2 / 2
+        /// where |y - t| &lt;= delta, else delta (|y - t| - delta / 2), so outlying targets pull no harder
+        /// than delta. 0, a negative, NaN or infinite delta throws MptException (InvalidArgument) from the
+        /// Trainer constructor. Only Huber reads it; checkpoints of a Huber trainer must match it.</summary>
+        public float? HuberDelta { get; set; }
         /// <summary>Label smoothing s in [0, 1) for the cross-entropy losses (null or 0: none): training
         /// aims at t (1 - s) + s / n instead of each target t, n the model's outputs (2 for binary
         /// cross-entropy), as Keras's label_smoothing and PyTorch's CrossEntropyLoss(label_smoothing=).
         /// Fit, Step and Evaluate report the smoothed loss; accuracy compares with the given labels.
-        /// Another value, or a non-zero one with MeanSquaredError, throws MptException (InvalidArgument)
+        /// Another value, or a non-zero one with a regression loss, throws MptException (InvalidArgument)
         /// from the Trainer constructor. Checkpoints must match it.</summary>
         public float? LabelSmoothing { get; set; }
         /// <summary>Class weights for the categorical cross-entropy losses (null or empty: none), one per
@@ -650,7 +655,7 @@ namespace Mptrain
         /// largest target), still averaged over the batch's rows, so Fit's and Step's losses are the
         /// weighted ones; Evaluate reports the unweighted loss. The Trainer constructor throws
         /// MptException: InvalidArgument for a negative, NaN or infinite weight, all weights 0, or class
-        /// weights with BinaryCrossentropy or MeanSquaredError; ShapeMismatch for a count other than the
+        /// weights with BinaryCrossentropy or a regression loss; ShapeMismatch for a count other than the
         /// model's outputs. The array is read when a Trainer is constructed. Checkpoints must match them.</summary>
         public float[] ClassWeights { get; set; }
         public Optimizer? Optimizer { get; set; }
@@ -826,6 +831,7 @@ namespace Mptrain
                 {
                     if (options.Precision.HasValue) MptException.Check(Native.mpt_trainer_options_set_precision(raw, options.Precision.Value));
                     if (options.Loss.HasValue) MptException.Check(Native.mpt_trainer_options_set_loss(raw, options.Loss.Value));
+                    if (options.HuberDelta.HasValue) MptException.Check(Native.mpt_trainer_options_set_huber_delta(raw, options.HuberDelta.Value));
                     if (options.LabelSmoothing.HasValue) MptException.Check(Native.mpt_trainer_options_set_label_smoothing(raw, options.LabelSmoothing.Value));
                     if (options.ClassWeights != null) MptException.Check(Native.mpt_trainer_options_set_class_weights(raw, options.ClassWeights, options.ClassWeights.Length));
                     if (options.Optimizer.HasValue) MptException.Check(Native.mpt_trainer_options_set_optimizer(raw, options.Optimizer.Value));

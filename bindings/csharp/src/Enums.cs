@@ -27,12 +27,16 @@ namespace Mptrain
 
     public enum Activation : int { Linear = 0, Relu = 1, Sigmoid = 2, Tanh = 3, Softmax = 4 }
 
+    /// <summary>The regression losses (float targets) average their term over the outputs, as Keras's:
+    /// MeanSquaredError (y - t)^2, MeanAbsoluteError |y - t|, Huber with TrainerOptions.HuberDelta.</summary>
     public enum Loss : int
     {
         SparseCategoricalCrossentropy = 0,
         CategoricalCrossentropy = 1,
         BinaryCrossentropy = 2,
         MeanSquaredError = 3,
+        MeanAbsoluteError = 4,
+        Huber = 5,
     }
 
     /// <summary>Sgd takes momentum and Nesterov (TrainerOptions.Momentum, Nesterov); RmsProp, Keras's RMSprop

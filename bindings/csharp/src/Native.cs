@@ -78,6 +78,7 @@ namespace Mptrain
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern void mpt_trainer_options_destroy(IntPtr options);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_set_precision(TrainerOptionsHandle options, Precision precision);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_set_loss(TrainerOptionsHandle options, Loss loss);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_set_huber_delta(TrainerOptionsHandle options, float delta);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_set_label_smoothing(TrainerOptionsHandle options, float labelSmoothing);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_set_class_weights(TrainerOptionsHandle options, [In] float[] weights, long count);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_set_optimizer(TrainerOptionsHandle options, Optimizer optimizer);

@@ -174,10 +174,15 @@ namespace Mptrain.Tests
                     MptException error = Assert.Fails(Status.InvalidArgument, () => new Trainer(model, Smoothed(refused)).Dispose());
                     Assert.True(error.NativeMessage.Contains("label_smoothing"), "the message names the option: " + error.NativeMessage);
                 }
-                new Trainer(model, new TrainerOptions { Loss = Loss.MeanSquaredError, LabelSmoothing = 0.0f }).Dispose(); // 0: none
-                MptException mse = Assert.Fails(Status.InvalidArgument,
-                    () => new Trainer(model, new TrainerOptions { Loss = Loss.MeanSquaredError, LabelSmoothing = 0.1f }).Dispose());
-                Assert.True(mse.NativeMessage.Contains("mean squared error"), "the message names the loss: " + mse.NativeMessage);
+                var regressions = new Dictionary<Loss, string> { { Loss.MeanSquaredError, "mean_squared_error" },
+                                                                 { Loss.MeanAbsoluteError, "mean_absolute_error" }, { Loss.Huber, "huber" } };
+                foreach (var loss in regressions)
+                {
+                    new Trainer(model, new TrainerOptions { Loss = loss.Key, LabelSmoothing = 0.0f }).Dispose(); // 0: none
+                    MptException error = Assert.Fails(Status.InvalidArgument,
+                        () => new Trainer(model, new TrainerOptions { Loss = loss.Key, LabelSmoothing = 0.1f }).Dispose());
+                    Assert.True(error.NativeMessage.Contains(loss.Value + " has no labels"), "the message names the loss: " + error.NativeMessage);
+                }
             }
         }
 
@@ -419,6 +424,136 @@ namespace Mptrain.Tests
                 MptException nesterov = Assert.Fails(Status.InvalidArgument, () => new Trainer(model, RmsProp(0.9f, 0.9f, true)).Dispose());
                 Assert.True(nesterov.NativeMessage.Contains("Nesterov"), "the message names Nesterov: " + nesterov.NativeMessage);
                 new Trainer(model, RmsProp(0.0f, 0.9f)).Dispose(); // plain momentum, and rho 0: accepted
+            }
+        }
+
+        const int LineRows = 100;
+
+        // LineRows points x evenly in [-1, 1] on y = 2x + 1, every tenth target 20 above it.
+        static void LineWithOutliers(out float[] xs, out float[] targets)
+        {
+            xs = new float[LineRows];
+            targets = new float[LineRows];
+            for (int row = 0; row < LineRows; row++)
+            {
+                xs[row] = -1.0f + 2.0f * row / (LineRows - 1);
+                targets[row] = 2.0f * xs[row] + 1.0f + (row % 10 == 3 ? 20.0f : 0.0f);
+            }
+        }
+
+        // One output's loss as mptrain.h defines it, in double: (y - t)^2, |y - t|, or Huber's
+        // (y - t)^2 / 2 up to |y - t| = delta, then delta (|y - t| - delta / 2).
+        static double RegressionTerm(Loss loss, double difference, double delta)
+        {
+            double size = Math.Abs(difference);
+            if (loss == Loss.MeanSquaredError) return difference * difference;
+            if (loss == Loss.MeanAbsoluteError) return size;
+            return size <= delta ? 0.5 * difference * difference : delta * (size - 0.5 * delta);
+        }
+
+        sealed class LineFit
+        {
+            public float Slope, Intercept;
+            public float Evaluated;  // Evaluate's loss
+            public double Expected;  // the mean loss of the predictions, in double
+            public override string ToString()
+            {
+                return "slope " + Slope + ", intercept " + Intercept + ", loss " + Evaluated + " (expected " + Expected + ")";
+            }
+        }
+
+        // One input, one linear output fitted by fp32 Adam (rate 0.05, seed 5) to LineWithOutliers under
+        // `loss` (and Huber's delta, when given).
+        static LineFit FitLine(Loss loss, float? huberDelta = null)
+        {
+            float[] xs, targets;
+            LineWithOutliers(out xs, out targets);
+            using (Context ctx = Data.CpuContext(5))
+            using (Model model = new Model(ctx, 1).AddDense(1, Activation.Linear))
+            using (Dataset data = Dataset.FromTargets(ctx, xs, 1, targets, 1))
+            using (var trainer = new Trainer(model, new TrainerOptions {
+                Precision = Precision.Fp32, Loss = loss, HuberDelta = huberDelta, Optimizer = Optimizer.Adam, LearningRate = 0.05f }))
+            {
+                trainer.Fit(data, 200, 20);
+                var fit = new LineFit { Evaluated = trainer.Evaluate(data).Loss };
+                float[] weights, bias;
+                model.GetWeights(0, out weights, out bias);
+                fit.Slope = weights[0];
+                fit.Intercept = bias[0];
+                float[] predictions = model.Predict(xs);
+                double delta = huberDelta ?? 1.0f;
+                for (int row = 0; row < LineRows; row++)
+                    fit.Expected += RegressionTerm(loss, (double)predictions[row] - targets[row], delta);
+                fit.Expected /= LineRows;
+                return fit;
+            }
+        }
+
+        // The weights' bits after three fp32 SGD steps (rate 0.1, batches of 20, seed 5) of one linear
+        // output on LineWithOutliers under Huber with this delta (null: the library's default).
+        static int[] HuberSteps(float? delta)
+        {
+            float[] xs, targets;
+            LineWithOutliers(out xs, out targets);
+            using (Context ctx = Data.CpuContext(5)) // one seed: the same initial weights
+            using (Model model = new Model(ctx, 1).AddDense(1, Activation.Linear))
+            using (Dataset data = Dataset.FromTargets(ctx, xs, 1, targets, 1))
+            using (var trainer = new Trainer(model, new TrainerOptions {
+                Precision = Precision.Fp32, Loss = Loss.Huber, HuberDelta = delta, Optimizer = Optimizer.Sgd, LearningRate = 0.1f }))
+            {
+                int[] initial = Data.WeightBits(model);
+                for (int step = 0; step < 3; step++) trainer.Step(data, 20 * step, 20);
+                int[] trained = Data.WeightBits(model);
+                Assert.True(!trained.SequenceEqual(initial), "the steps moved the weights");
+                return trained;
+            }
+        }
+
+        [Test]
+        public static void MeanAbsoluteErrorAndHuberFitTheLineWhereMeanSquaredErrorIsPulledToTheOutliers()
+        {
+            LineFit squared = FitLine(Loss.MeanSquaredError);
+            var robust = new Dictionary<Loss, LineFit> { { Loss.MeanAbsoluteError, FitLine(Loss.MeanAbsoluteError) },
+                                                         { Loss.Huber, FitLine(Loss.Huber) } };
+            // The loss each member stands for.
+            Assert.Close(squared.Expected, squared.Evaluated, "MeanSquaredError's loss");
+            foreach (var fit in robust) Assert.Close(fit.Value.Expected, fit.Value.Evaluated, fit.Key + "'s loss");
+            // The least-squares intercept is 1 + 20 / 10 (the outliers' mean pull); the median's is 1, and
+            // Huber's (delta 1) 1 + 10 / 90 (each outlier pulls with delta against 90 points on the line).
+            Assert.True(squared.Intercept > 2.5f, "MeanSquaredError pulled to the outliers: " + squared);
+            foreach (var fit in robust)
+            {
+                Assert.True(Math.Abs(fit.Value.Intercept - 1.0f) < 0.25f, fit.Key + " near the line's intercept: " + fit.Value);
+                Assert.True(Math.Abs(fit.Value.Slope - 2.0f) < 0.1f, fit.Key + " near the line's slope: " + fit.Value);
+                Assert.True(Math.Abs(fit.Value.Intercept - 1.0f) < Math.Abs(squared.Intercept - 1.0f),
+                            fit.Key + " nearer the line than MeanSquaredError: " + fit.Value + " vs " + squared);
+            }
+        }
+
+        [Test]
+        public static void TheHuberDeltaChangesWhatHuberTrainsAndDefaultsTo1()
+        {
+            int[] delta1 = HuberSteps(1.0f);
+            Assert.SequenceEqual(delta1, HuberSteps(null), "the library's default is 1");
+            Assert.True(!HuberSteps(0.25f).SequenceEqual(delta1), "another delta, other weights");
+            // A delta above every residual leaves Huber quadratic: pulled to the outliers as mean squared error.
+            LineFit wide = FitLine(Loss.Huber, 100.0f);
+            Assert.True(wide.Intercept > 2.5f, "Huber with delta 100 pulled to the outliers: " + wide);
+        }
+
+        [Test]
+        public static void AHuberDeltaOf0NegativeNaNOrInfiniteIsRefused()
+        {
+            using (Context ctx = Data.CpuContext())
+            using (Model model = Data.Mlp(ctx))
+            {
+                foreach (float refused in new[] { 0.0f, -0.0f, -1.0f, float.NaN, float.PositiveInfinity, float.NegativeInfinity })
+                {
+                    var options = new TrainerOptions { Loss = Loss.Huber, HuberDelta = refused };
+                    MptException error = Assert.Fails(Status.InvalidArgument, () => new Trainer(model, options).Dispose());
+                    Assert.True(error.NativeMessage.Contains("Huber delta"), "the message names the delta: " + error.NativeMessage);
+                }
+                new Trainer(model, new TrainerOptions { Loss = Loss.Huber, HuberDelta = 1e-3f }).Dispose(); // finite, above 0: accepted
             }
         }
 

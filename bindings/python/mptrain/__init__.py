@@ -101,6 +101,8 @@ class Loss(enum.IntEnum):
     CATEGORICAL_CROSSENTROPY = 1
     BINARY_CROSSENTROPY = 2
     MEAN_SQUARED_ERROR = 3
+    MEAN_ABSOLUTE_ERROR = 4
+    HUBER = 5  # Keras's Huber(delta): Trainer's huber_delta
 
 
 class Optimizer(enum.IntEnum):
@@ -1002,7 +1004,15 @@ class Trainer(_Handle):
     Optimizer), learning_rate, momentum (+ nesterov), adam=(beta1, beta2, epsilon), rmsprop=(rho, epsilon),
     weight_decay, lr_schedule (+ warmup_steps, decay_steps, decay_factor),
     loss_scaling (+ initial_scale), loss_scaler_dynamics=(growth_factor, backoff_factor, growth_interval,
-    min_scale, max_scale), label_smoothing, class_weights, global_clipnorm, ema_momentum.
+    min_scale, max_scale), label_smoothing, class_weights, global_clipnorm, ema_momentum, huber_delta.
+
+    loss is a Loss or its name: "sparse_categorical_crossentropy", "categorical_crossentropy",
+    "binary_crossentropy", or a regression loss averaged over the outputs as Keras's, on float targets
+    (Dataset.from_targets): "mean_squared_error" (y - t)^2, "mean_absolute_error" |y - t|, or "huber",
+    (y - t)^2 / 2 where |y - t| <= huber_delta, else huber_delta * (|y - t| - huber_delta / 2), so that
+    outlying targets pull no harder than huber_delta. huber_delta (None: the library's 1, Keras's) must
+    be finite and above 0, else Error with Status.INVALID_ARGUMENT; only Huber reads it, and
+    checkpoints of a Huber trainer must match it.
 
     rmsprop=(rho, epsilon) sets RMSprop's (optimizer "rmsprop"), as Keras computes it (centered=False):
     v = rho * v + (1 - rho) * g^2, w -= learning_rate * g / sqrt(v + epsilon); rho in [0, 1), epsilon
@@ -1015,7 +1025,7 @@ class Trainer(_Handle):
     t (1 - s) + s / n instead of each target t (n: the model's outputs, 2 for binary cross-entropy), as
     Keras's label_smoothing and PyTorch's CrossEntropyLoss(label_smoothing=) do; fit, step and evaluate
     report the smoothed loss, accuracy compares with the given labels. Another value, or a non-zero one
-    with mean squared error, raises Error with Status.INVALID_ARGUMENT. Checkpoints must match it.
+    with a regression loss, raises Error with Status.INVALID_ARGUMENT. Checkpoints must match it.
 
     class_weights (a sequence of floats: a list, a tuple, an array.array or a 1-D numpy array; None or
     empty: none) are Keras's fit(class_weight=) for the categorical cross-entropy losses, one weight per
@@ -1023,7 +1033,7 @@ class Trainer(_Handle):
     its class (its label, or for float targets the first largest target), still averaged over the
     batch's rows, so fit's and step's losses are the weighted ones; evaluate reports the unweighted
     loss. A negative, NaN or infinite weight, or all weights 0, raises Error with
-    Status.INVALID_ARGUMENT, as do class weights with binary cross-entropy or mean squared error; a
+    Status.INVALID_ARGUMENT, as do class weights with binary cross-entropy or a regression loss; a
     count other than the model's outputs raises it with Status.SHAPE_MISMATCH. Keras's dict form
     {class index: weight} is taken too: a class it leaves out weighs 1, as in Keras, and a key that is
     not a class index of the model's outputs raises Error with Status.SHAPE_MISMATCH. Checkpoints must
@@ -1061,7 +1071,7 @@ class Trainer(_Handle):
                  nesterov=False, adam=None, rmsprop=None, weight_decay=None, loss_scaling=None, initial_scale=32768.0,
                  loss_scaler_dynamics=None, lr_schedule=None, warmup_steps=0, decay_steps=0, decay_factor=None,
                  label_smoothing=0.0, class_weights=None, global_clipnorm=0.0,
-                 ema_momentum=0.0):
+                 ema_momentum=0.0, huber_delta=None):
         _require(model, Model, "model")
         lib = _lib()
         options = _native.TrainerOptionsP()
@@ -1071,6 +1081,8 @@ class Trainer(_Handle):
                 _check(lib.mpt_trainer_options_set_precision(options, _enum(Precision, precision, "precision")))
             if loss is not None:
                 _check(lib.mpt_trainer_options_set_loss(options, _enum(Loss, loss, "loss")))
+            if huber_delta is not None:
+                _check(lib.mpt_trainer_options_set_huber_delta(options, float(huber_delta)))
             _check(lib.mpt_trainer_options_set_label_smoothing(options, float(label_smoothing)))
             if isinstance(class_weights, collections.abc.Mapping):
                 class_weights = _class_weights_by_index(class_weights, model.output_features)

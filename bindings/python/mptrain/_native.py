@@ -116,6 +116,7 @@ PROTOTYPES = {
     "mpt_trainer_options_destroy": (None, [TrainerOptionsP]),
     "mpt_trainer_options_set_precision": (c_enum, [TrainerOptionsP, c_enum]),
     "mpt_trainer_options_set_loss": (c_enum, [TrainerOptionsP, c_enum]),
+    "mpt_trainer_options_set_huber_delta": (c_enum, [TrainerOptionsP, c_float]),
     "mpt_trainer_options_set_label_smoothing": (c_enum, [TrainerOptionsP, c_float]),
     "mpt_trainer_options_set_class_weights": (c_enum, [TrainerOptionsP, FloatP, c_int64]),
     "mpt_trainer_options_set_optimizer": (c_enum, [TrainerOptionsP, c_enum]),

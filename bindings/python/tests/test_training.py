@@ -233,11 +233,12 @@ def test_label_smoothing_outside_0_1_or_with_mean_squared_error_is_refused(ctx, 
         assert "label_smoothing" in info.value.message, refused
     with pytest.raises(TypeError):
         mptrain.Trainer(model, label_smoothing=[0.1])
-    mptrain.Trainer(model, loss="mean_squared_error", label_smoothing=0.0)  # 0 is no smoothing: accepted
-    with pytest.raises(mptrain.Error) as info:
-        mptrain.Trainer(model, loss="mean_squared_error", label_smoothing=0.1)
-    assert info.value.status == mptrain.Status.INVALID_ARGUMENT
-    assert "mean squared error" in info.value.message
+    for loss in ("mean_squared_error", "mean_absolute_error", "huber"):
+        mptrain.Trainer(model, loss=loss, label_smoothing=0.0)  # 0 is no smoothing: accepted
+        with pytest.raises(mptrain.Error) as info:
+            mptrain.Trainer(model, loss=loss, label_smoothing=0.1)
+        assert info.value.status == mptrain.Status.INVALID_ARGUMENT, loss
+        assert loss + " has no labels" in info.value.message, loss
 
 
 def clipnorm_sgd(samples, labels, steps, momentum, global_clipnorm=0.0, by_fit=False):
@@ -467,6 +468,97 @@ def test_rmsprop_rho_outside_0_1_a_non_positive_epsilon_and_nesterov_are_refused
     assert info.value.status == mptrain.Status.INVALID_ARGUMENT
     assert "Nesterov" in info.value.message
     mptrain.Trainer(model, optimizer="rmsprop", momentum=0.9, rmsprop=(0.0, 1e-3))  # plain momentum, rho 0: accepted
+
+
+LINE_ROWS = 100
+
+
+def line_with_outliers():
+    """LINE_ROWS points x evenly in [-1, 1] on y = 2x + 1, every tenth target 20 above it."""
+    xs = [-1.0 + 2.0 * row / (LINE_ROWS - 1) for row in range(LINE_ROWS)]
+    return xs, [2.0 * x + 1.0 + (20.0 if row % 10 == 3 else 0.0) for row, x in enumerate(xs)]
+
+
+def regression_term(loss, difference, delta):
+    """One output's loss as mptrain.h defines it, in double: (y - t)^2, |y - t|, or Huber's
+    (y - t)^2 / 2 up to |y - t| = delta, then delta (|y - t| - delta / 2)."""
+    size = abs(difference)
+    if loss == mptrain.Loss.MEAN_SQUARED_ERROR:
+        return difference * difference
+    if loss == mptrain.Loss.MEAN_ABSOLUTE_ERROR:
+        return size
+    return 0.5 * difference * difference if size <= delta else delta * (size - 0.5 * delta)
+
+
+def fit_line(loss, huber_delta=None, epochs=200):
+    """One input, one linear output fitted by fp32 Adam (rate 0.05, seed 5) to line_with_outliers under
+    `loss`: (slope, intercept, evaluate's loss, the mean loss of the predictions in double)."""
+    own_ctx = mptrain.Context(backend="cpu", threads=1, seed=5)
+    model = mptrain.Model(own_ctx, 1).add_dense(1, "linear")
+    xs, targets = line_with_outliers()
+    data = mptrain.Dataset.from_targets(own_ctx, [[x] for x in xs], targets, target_width=1)
+    trainer = mptrain.Trainer(model, precision="fp32", loss=loss, optimizer="adam", learning_rate=0.05,
+                              huber_delta=huber_delta)
+    trainer.fit(data, epochs=epochs, batch_size=20)
+    weights, bias = model.get_weights(0)
+    predictions = values(model.predict([[x] for x in xs]))
+    delta = 1.0 if huber_delta is None else huber_delta
+    kind = loss if isinstance(loss, mptrain.Loss) else mptrain.Loss[loss.upper()]
+    expected = math.fsum(regression_term(kind, y - t, delta)
+                         for y, t in zip(predictions, targets)) / LINE_ROWS
+    evaluated = trainer.evaluate(data).loss
+    own_ctx.close()
+    return float(weights[0]), float(bias[0]), evaluated, expected
+
+
+def test_mean_absolute_error_and_huber_fit_the_line_where_mean_squared_error_is_pulled_to_the_outliers():
+    fits = {loss: fit_line(loss) for loss in (mptrain.Loss.MEAN_SQUARED_ERROR, "mean_absolute_error", "huber")}
+    for loss, (slope, intercept, evaluated, expected) in fits.items():
+        assert evaluated == pytest.approx(expected, rel=1e-5), loss  # the loss each name stands for
+    squared = fits[mptrain.Loss.MEAN_SQUARED_ERROR]
+    # The least-squares intercept is 1 + 20 / 10 (the outliers' mean pull); the median's is 1, and
+    # Huber's (delta 1) 1 + 10 / 90 (each outlier pulls with delta against 90 points on the line).
+    assert squared[1] > 2.5
+    for loss in ("mean_absolute_error", "huber"):
+        slope, intercept = fits[loss][:2]
+        assert abs(intercept - 1.0) < 0.25, (loss, intercept)
+        assert abs(slope - 2.0) < 0.1, (loss, slope)
+        assert abs(intercept - 1.0) < abs(squared[1] - 1.0), loss
+
+
+def test_the_huber_delta_changes_what_huber_trains_and_defaults_to_1():
+    xs, targets = line_with_outliers()
+
+    def train(delta):
+        own_ctx = mptrain.Context(backend="cpu", threads=1, seed=5)  # one seed: the same initial weights
+        model = mptrain.Model(own_ctx, 1).add_dense(1, "linear")
+        data = mptrain.Dataset.from_targets(own_ctx, [[x] for x in xs], targets, target_width=1)
+        trainer = mptrain.Trainer(model, precision="fp32", loss=mptrain.Loss.HUBER, optimizer="sgd",
+                                  learning_rate=0.1, huber_delta=delta)
+        initial = weight_bytes(model)
+        for step in range(3):
+            trainer.step(data, 20 * step, 20)
+        trained = weight_bytes(model)
+        assert trained != initial  # the steps moved the weights
+        own_ctx.close()
+        return trained
+
+    delta_1 = train(1.0)
+    assert train(None) == delta_1  # the library's default
+    assert train(0.25) != delta_1
+    # A delta above every residual leaves Huber quadratic: pulled to the outliers as mean squared error.
+    assert fit_line("huber", huber_delta=100.0)[1] > 2.5
+
+
+def test_a_huber_delta_of_0_negative_nan_or_infinite_is_refused(model):
+    for refused in (0.0, -0.0, -1.0, float("nan"), float("inf"), float("-inf")):
+        with pytest.raises(mptrain.Error) as info:
+            mptrain.Trainer(model, loss="huber", huber_delta=refused)
+        assert info.value.status == mptrain.Status.INVALID_ARGUMENT, refused
+        assert "Huber delta" in info.value.message, refused
+    with pytest.raises(TypeError):
+        mptrain.Trainer(model, loss="huber", huber_delta=[1.0])
+    mptrain.Trainer(model, loss="huber", huber_delta=1e-3)  # any finite delta above 0: accepted
 
 
 def test_a_dropout_rate_set_reads_back_on_its_layer_alone_and_minus_0_as_0(model):

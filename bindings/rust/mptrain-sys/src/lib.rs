@@ -55,6 +55,8 @@ pub const MPT_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY: mpt_loss = 0;
 pub const MPT_LOSS_CATEGORICAL_CROSSENTROPY: mpt_loss = 1;
 pub const MPT_LOSS_BINARY_CROSSENTROPY: mpt_loss = 2;
 pub const MPT_LOSS_MEAN_SQUARED_ERROR: mpt_loss = 3;
+pub const MPT_LOSS_MEAN_ABSOLUTE_ERROR: mpt_loss = 4;
+pub const MPT_LOSS_HUBER: mpt_loss = 5;
 
 pub type mpt_optimizer = c_int;
 pub const MPT_OPTIMIZER_SGD: mpt_optimizer = 0;
@@ -321,6 +323,10 @@ extern "C" {
     pub fn mpt_trainer_options_set_loss(
         options: *mut mpt_trainer_options_t,
         loss: mpt_loss,
+    ) -> mpt_status;
+    pub fn mpt_trainer_options_set_huber_delta(
+        options: *mut mpt_trainer_options_t,
+        delta: c_float,
     ) -> mpt_status;
     pub fn mpt_trainer_options_set_label_smoothing(
         options: *mut mpt_trainer_options_t,

@@ -271,8 +271,12 @@ c_enum!(
         CategoricalCrossentropy = sys::MPT_LOSS_CATEGORICAL_CROSSENTROPY,
         /// Float targets in [0, 1].
         BinaryCrossentropy = sys::MPT_LOSS_BINARY_CROSSENTROPY,
-        /// Float targets.
+        /// Float targets: the mean over the outputs of `(y - t)^2`.
         MeanSquaredError = sys::MPT_LOSS_MEAN_SQUARED_ERROR,
+        /// Float targets: the mean over the outputs of `|y - t|`.
+        MeanAbsoluteError = sys::MPT_LOSS_MEAN_ABSOLUTE_ERROR,
+        /// Float targets: Keras's Huber, delta through [`TrainerOptions::huber_delta`].
+        Huber = sys::MPT_LOSS_HUBER,
     }
 );
 c_enum!(
@@ -1218,7 +1222,7 @@ impl Dataset {
     }
 
     /// float32 samples with float32 targets (`[rows, target_width]`) for one-hot categorical, binary
-    /// cross-entropy or MSE losses.
+    /// cross-entropy or the regression losses.
     pub fn from_f32_targets(
         context: &Context,
         samples: &[f32],
@@ -1453,6 +1457,7 @@ pub struct LossScalerDynamics {
 pub struct TrainerOptions {
     precision: Option<Precision>,
     loss: Option<Loss>,
+    huber_delta: Option<f32>,
     label_smoothing: Option<f32>,
     class_weights: Option<Vec<f32>>,
     optimizer: Option<Optimizer>,
@@ -1483,11 +1488,21 @@ impl TrainerOptions {
         self.loss = Some(loss);
         self
     }
+    /// Huber's delta for [`Loss::Huber`] (default 1, Keras's): the mean over the outputs of
+    /// `(y - t)^2 / 2` where `|y - t| <= delta`, else `delta * (|y - t| - delta / 2)`, so outlying
+    /// targets pull no harder than `delta`. 0, a negative, NaN or infinite delta fails
+    /// [`Trainer::new`] with [`Status::InvalidArgument`]. Only Huber reads it; checkpoints of a
+    /// Huber trainer must match it.
+    pub fn huber_delta(mut self, delta: f32) -> Self {
+        self.huber_delta = Some(delta);
+        self
+    }
     /// Label smoothing `s` in [0, 1) for the cross-entropy losses (default 0: none): training aims
     /// at `t (1 - s) + s / n` instead of each target `t`, `n` the model's outputs (2 for binary
     /// cross-entropy), as Keras's `label_smoothing` and PyTorch's `CrossEntropyLoss(label_smoothing=)`.
     /// Fit, step and evaluate report the smoothed loss; accuracy compares with the given labels.
-    /// Another value, or a non-zero one with [`Loss::MeanSquaredError`], fails [`Trainer::new`] with
+    /// Another value, or a non-zero one with a regression loss ([`Loss::MeanSquaredError`],
+    /// [`Loss::MeanAbsoluteError`], [`Loss::Huber`]), fails [`Trainer::new`] with
     /// [`Status::InvalidArgument`]. Checkpoints must match it.
     pub fn label_smoothing(mut self, label_smoothing: f32) -> Self {
         self.label_smoothing = Some(label_smoothing);
@@ -1498,8 +1513,8 @@ impl TrainerOptions {
     /// and gradient are multiplied by the weight of its class (its label, or for float targets the
     /// first largest target), still averaged over the batch's rows, so fit's and step's losses are
     /// the weighted ones; evaluate reports the unweighted loss. A negative, NaN or infinite weight,
-    /// all weights 0, or class weights with [`Loss::BinaryCrossentropy`] or
-    /// [`Loss::MeanSquaredError`] fail [`Trainer::new`] with [`Status::InvalidArgument`]; a count
+    /// all weights 0, or class weights with [`Loss::BinaryCrossentropy`] or a regression loss
+    /// ([`Loss::MeanSquaredError`], ...) fail [`Trainer::new`] with [`Status::InvalidArgument`]; a count
     /// other than the model's outputs with [`Status::ShapeMismatch`]. The weights are copied.
     /// Checkpoints must match them.
     pub fn class_weights(mut self, weights: &[f32]) -> Self {
@@ -1603,6 +1618,9 @@ impl TrainerOptions {
             }
             if let Some(l) = self.loss {
                 check(sys::mpt_trainer_options_set_loss(o, l.code()))?;
+            }
+            if let Some(delta) = self.huber_delta {
+                check(sys::mpt_trainer_options_set_huber_delta(o, delta))?;
             }
             if let Some(s) = self.label_smoothing {
                 check(sys::mpt_trainer_options_set_label_smoothing(o, s))?;

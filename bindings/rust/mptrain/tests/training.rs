@@ -596,13 +596,22 @@ fn label_smoothing_outside_0_1_or_with_mean_squared_error_is_refused() {
         assert_eq!(error.status, Status::InvalidArgument, "{refused}");
         assert!(error.message.contains("label_smoothing"), "{error}");
     }
-    let squared = || TrainerOptions::new().loss(Loss::MeanSquaredError);
-    Trainer::new(&model, &squared().label_smoothing(0.0)).expect("0 is no smoothing");
-    let error = Trainer::new(&model, &squared().label_smoothing(0.1))
-        .err()
-        .expect("refused with mean squared error");
-    assert_eq!(error.status, Status::InvalidArgument);
-    assert!(error.message.contains("mean squared error"), "{error}");
+    for (loss, name) in [
+        (Loss::MeanSquaredError, "mean_squared_error"),
+        (Loss::MeanAbsoluteError, "mean_absolute_error"),
+        (Loss::Huber, "huber"),
+    ] {
+        let regression = || TrainerOptions::new().loss(loss);
+        Trainer::new(&model, &regression().label_smoothing(0.0)).expect("0 is no smoothing");
+        let error = Trainer::new(&model, &regression().label_smoothing(0.1))
+            .err()
+            .expect("refused with a regression loss");
+        assert_eq!(error.status, Status::InvalidArgument, "{loss:?}");
+        assert!(
+            error.message.contains(&format!("{name} has no labels")),
+            "{error}"
+        );
+    }
 }
 
 /// fp32 SGD at rate 0.05 from seed 5 over `steps` batches of 10 rows of `x`, `y`: the weights' bits
@@ -952,6 +961,163 @@ fn rmsprop_rho_outside_0_1_a_non_positive_epsilon_and_nesterov_are_refused() {
     // Plain momentum is RMSprop's too, and rho 0 is in range.
     Trainer::new(&model, &rmsprop(0.0).momentum(0.9, false)).expect("accepted");
     assert_eq!(Optimizer::from_code(3), Some(Optimizer::RmsProp));
+}
+
+const LINE_ROWS: usize = 100;
+
+/// LINE_ROWS points x evenly in [-1, 1] on y = 2x + 1, every tenth target 20 above it.
+fn line_with_outliers() -> (Vec<f32>, Vec<f32>) {
+    let xs: Vec<f32> = (0..LINE_ROWS)
+        .map(|row| -1.0 + 2.0 * row as f32 / (LINE_ROWS - 1) as f32)
+        .collect();
+    let targets = xs
+        .iter()
+        .enumerate()
+        .map(|(row, &x)| 2.0 * x + 1.0 + if row % 10 == 3 { 20.0 } else { 0.0 })
+        .collect();
+    (xs, targets)
+}
+
+/// One output's loss as mptrain.h defines it, in f64: `(y - t)^2`, `|y - t|`, or Huber's
+/// `(y - t)^2 / 2` up to `|y - t| = delta`, then `delta (|y - t| - delta / 2)`.
+fn regression_term(loss: Loss, difference: f64, delta: f64) -> f64 {
+    let size = difference.abs();
+    match loss {
+        Loss::MeanSquaredError => difference * difference,
+        Loss::MeanAbsoluteError => size,
+        Loss::Huber if size <= delta => 0.5 * difference * difference,
+        Loss::Huber => delta * (size - 0.5 * delta),
+        other => panic!("not a regression loss: {other:?}"),
+    }
+}
+
+/// A fit of one input, one linear output.
+#[derive(Debug)]
+struct LineFit {
+    slope: f32,
+    intercept: f32,
+    /// evaluate's loss.
+    evaluated: f32,
+    /// The mean loss of the predictions, in f64.
+    expected: f64,
+}
+
+/// One input, one linear output fitted by fp32 Adam (rate 0.05, seed 5) to `line_with_outliers`
+/// under `loss` (and Huber's delta, when given).
+fn fit_line(loss: Loss, huber_delta: Option<f32>) -> LineFit {
+    let (xs, targets) = line_with_outliers();
+    let ctx = seeded_context(5);
+    let mut model = Model::new(&ctx, 1).unwrap();
+    model.add_dense(1, Activation::Linear).unwrap();
+    let data = Dataset::from_f32_targets(&ctx, &xs, 1, &targets, 1, true).unwrap();
+    let mut options = TrainerOptions::new()
+        .precision(Precision::Fp32)
+        .loss(loss)
+        .optimizer(Optimizer::Adam)
+        .learning_rate(0.05);
+    if let Some(delta) = huber_delta {
+        options = options.huber_delta(delta);
+    }
+    let mut trainer = Trainer::new(&model, &options).unwrap();
+    trainer.fit(&data, 200, 20, true).unwrap();
+    let evaluated = trainer.evaluate(&data, 0).unwrap().loss;
+    drop(trainer);
+    let (weights, bias) = model.weights(0).unwrap();
+    let predictions = model.predict(&xs).unwrap();
+    let delta = huber_delta.unwrap_or(1.0) as f64;
+    let expected = predictions
+        .iter()
+        .zip(&targets)
+        .map(|(&y, &t)| regression_term(loss, y as f64 - t as f64, delta))
+        .sum::<f64>()
+        / LINE_ROWS as f64;
+    LineFit {
+        slope: weights[0],
+        intercept: bias[0],
+        evaluated,
+        expected,
+    }
+}
+
+/// The weights' bits after three fp32 SGD steps (rate 0.1, batches of 20, seed 5) of one linear
+/// output on `line_with_outliers` under `options`.
+fn line_steps(options: TrainerOptions) -> Vec<u32> {
+    let (xs, targets) = line_with_outliers();
+    let ctx = seeded_context(5); // one seed: the same initial weights
+    let mut model = Model::new(&ctx, 1).unwrap();
+    model.add_dense(1, Activation::Linear).unwrap();
+    let data = Dataset::from_f32_targets(&ctx, &xs, 1, &targets, 1, true).unwrap();
+    let options = options
+        .precision(Precision::Fp32)
+        .optimizer(Optimizer::Sgd)
+        .learning_rate(0.1);
+    let initial = weight_bits(&mut model);
+    let mut trainer = Trainer::new(&model, &options).unwrap();
+    for step in 0..3 {
+        trainer.step(&data, 20 * step, 20).unwrap();
+    }
+    drop(trainer);
+    let trained = weight_bits(&mut model);
+    assert_ne!(trained, initial, "the steps moved the weights");
+    trained
+}
+
+#[test]
+fn mean_absolute_error_and_huber_fit_the_line_where_mean_squared_error_is_pulled_to_the_outliers() {
+    let squared = fit_line(Loss::MeanSquaredError, None);
+    let absolute = fit_line(Loss::MeanAbsoluteError, None);
+    let huber = fit_line(Loss::Huber, None);
+    for fit in [&squared, &absolute, &huber] {
+        // The loss each variant stands for.
+        assert_close(fit.evaluated, fit.expected, &format!("{fit:?}"));
+    }
+    // The least-squares intercept is 1 + 20 / 10 (the outliers' mean pull); the median's is 1, and
+    // Huber's (delta 1) 1 + 10 / 90 (each outlier pulls with delta against 90 points on the line).
+    assert!(squared.intercept > 2.5, "{squared:?}");
+    for fit in [&absolute, &huber] {
+        assert!((fit.intercept - 1.0).abs() < 0.25, "{fit:?}");
+        assert!((fit.slope - 2.0).abs() < 0.1, "{fit:?}");
+        assert!(
+            (fit.intercept - 1.0).abs() < (squared.intercept - 1.0).abs(),
+            "{fit:?}"
+        );
+    }
+    assert_eq!(Loss::from_code(4), Some(Loss::MeanAbsoluteError));
+    assert_eq!(Loss::from_code(5), Some(Loss::Huber));
+}
+
+#[test]
+fn the_huber_delta_changes_what_huber_trains_and_defaults_to_1() {
+    let huber = || TrainerOptions::new().loss(Loss::Huber);
+    let delta_1 = line_steps(huber().huber_delta(1.0));
+    assert_eq!(line_steps(huber()), delta_1, "the library's default");
+    assert_ne!(line_steps(huber().huber_delta(0.25)), delta_1);
+    // A delta above every residual leaves Huber quadratic: pulled to the outliers as mean squared
+    // error.
+    let wide = fit_line(Loss::Huber, Some(100.0));
+    assert!(wide.intercept > 2.5, "{wide:?}");
+}
+
+#[test]
+fn a_huber_delta_of_0_negative_nan_or_infinite_is_refused() {
+    let ctx = context();
+    let model = mlp(&ctx);
+    for refused in [
+        0.0f32,
+        -0.0,
+        -1.0,
+        f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+    ] {
+        let options = TrainerOptions::new().loss(Loss::Huber).huber_delta(refused);
+        let error = Trainer::new(&model, &options).err().expect("refused");
+        assert_eq!(error.status, Status::InvalidArgument, "{refused}");
+        assert!(error.message.contains("Huber delta"), "{error}");
+    }
+    // Any finite delta above 0 is accepted.
+    let options = TrainerOptions::new().loss(Loss::Huber).huber_delta(1e-3);
+    Trainer::new(&model, &options).expect("accepted");
 }
 
 /// The status of a call's error (panics when it succeeded), with its message checked non-empty.
