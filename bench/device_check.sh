@@ -184,7 +184,7 @@ if [ -x "$bench" ]; then
     bench_run 60 clipped --precision mixed-bf16 --batch 32,256 --clipnorm 1
     # Weight averaging: one more pass over the fp32 masters after every step.
     bench_run 60 averaged --precision mixed-bf16 --batch 32,256 --ema 0.999
-    # Dropout on both hidden layers: a mask drawn in place on their outputs and on their gradients.
+    # Dropout on both hidden layers: a mask drawn from their outputs into the next layer's input, and in place on their gradients.
     bench_run 60 dropped --precision mixed-bf16 --batch 32,256 --dropout 0.5
 else
     echo "no $bench (MPTRAIN_BUILD_BENCH off or bench/ missing)"

@@ -54,6 +54,8 @@ struct Options {
     int64_t warmup_steps = 0, decay_steps = 0;
     float label_smoothing = 0.0f;
     std::vector<float> class_weights;  // empty: none
+    mpt_loss loss = MPT_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY;  // the trainer's (the data set has labels)
+    float huber_delta = 1.0f;
 };
 
 // Default options but for the precision, the optimizer and the initial loss scale.
@@ -107,6 +109,8 @@ struct Run {
         REQUIRE(mpt_trainer_options_set_lr_schedule(trainer_options, options.schedule, options.warmup_steps,
                                                     options.decay_steps, final_factor) == MPT_STATUS_OK);
         REQUIRE(mpt_trainer_options_set_label_smoothing(trainer_options, options.label_smoothing) == MPT_STATUS_OK);
+        REQUIRE(mpt_trainer_options_set_loss(trainer_options, options.loss) == MPT_STATUS_OK);
+        REQUIRE(mpt_trainer_options_set_huber_delta(trainer_options, options.huber_delta) == MPT_STATUS_OK);
         REQUIRE(mpt_trainer_options_set_class_weights(trainer_options, options.class_weights.data(),
                                                       static_cast<int64_t>(options.class_weights.size())) == MPT_STATUS_OK);
         REQUIRE(mpt_trainer_create(model, trainer_options, &trainer) == MPT_STATUS_OK);
@@ -524,37 +528,64 @@ TEST_CASE("a model with 300,000 weighted outputs resumes from its checkpoint; a 
     for (mpt_context_t* c : {context, other_context}) mpt_context_destroy(c);
 }
 
-TEST_CASE("a checkpoint's label smoothing that no mptrain writes is corrupt data, whatever the trainer's") {
+// A checkpoint of a trainer with `options`, whose recorded float option `key` (`value`'s bits) is
+// replaced by each of `forged`: corrupt data, named so, for that trainer and one of `other` options,
+// and neither trainer is changed by the refusals.
+void check_forged_float_option(const Options& options, const Options& other, const std::string& key, float value,
+                               const std::vector<std::string>& forged) {
     TempDir directory;
-    Options smoothed;
-    smoothed.label_smoothing = 0.1f;
-    Run run(smoothed);
-    const std::string path = (directory.path / "smoothed.safetensors").string();
+    Run run(options);
+    const std::string path = (directory.path / "recorded.safetensors").string();
     REQUIRE(mpt_trainer_save_checkpoint(run.trainer, path.c_str()) == MPT_STATUS_OK);
     const FileParts parts = split_file(path);
-    const std::string entry = "\\\"label_smoothing\\\":" + float_bits_text(0.1f);
+    const std::string entry = "\\\"" + key + "\\\":" + float_bits_text(value);
     REQUIRE(parts.header.find(entry) != std::string::npos);
-    const auto with_value = [&](const std::string& value) {
+    const auto with_value = [&](const std::string& text) {
         std::string header = parts.header;
-        header.replace(header.find(entry), entry.size(), "\\\"label_smoothing\\\":" + value);
+        header.replace(header.find(entry), entry.size(), "\\\"" + key + "\\\":" + text);
         return header;
     };
-    const std::string unchanged = write_parts(directory.path / "unchanged.safetensors", with_value(float_bits_text(0.1f)),
-                                              parts.data);
+    const std::string unchanged = write_parts(directory.path / "unchanged.safetensors",
+                                              with_value(float_bits_text(value)), parts.data);
     REQUIRE(load_checkpoint(run, unchanged).status == MPT_STATUS_OK);  // the edit itself breaks nothing
-    Run plain_run(Options{});
-    for (const std::string& forged : {std::string("0.1"), std::string("\\\"0.1\\\""), std::string("0"), float_bits_text(-0.0f),
-                                      float_bits_text(1.0f), float_bits_text(std::nanf("")), float_bits_text(-0.1f),
-                                      std::string("4294967296"), std::string("null")}) {
-        CAPTURE(forged);
-        const std::string forged_path = write_parts(directory.path / "forged.safetensors", with_value(forged), parts.data);
-        for (Run* trainer : {&run, &plain_run}) {
+    Run other_run(other);
+    for (const std::string& text : forged) {
+        CAPTURE(text);
+        const std::string forged_path = write_parts(directory.path / "forged.safetensors", with_value(text), parts.data);
+        for (Run* trainer : {&run, &other_run}) {
             const Refusal refusal = load_checkpoint(*trainer, forged_path);
             CHECK(refusal.status == MPT_STATUS_CORRUPT_DATA);
-            CHECK_MESSAGE(refusal.message.find("label_smoothing") != std::string::npos, refusal.message);
+            CHECK_MESSAGE(refusal.message.find(key) != std::string::npos, refusal.message);
         }
     }
     REQUIRE(load_checkpoint(run, unchanged).status == MPT_STATUS_OK);  // the refusals changed nothing
+}
+
+TEST_CASE("a checkpoint's label smoothing that no mptrain writes is corrupt data, whatever the trainer's") {
+    Options smoothed;
+    smoothed.label_smoothing = 0.1f;
+    check_forged_float_option(smoothed, Options{}, "label_smoothing", 0.1f,
+                              {"0.1", "\\\"0.1\\\"", "0", float_bits_text(-0.0f), float_bits_text(1.0f),
+                               float_bits_text(std::nanf("")), float_bits_text(-0.1f), "4294967296", "null"});
+}
+
+TEST_CASE("a checkpoint's Huber delta that no mptrain writes is corrupt data, and another delta is named in the refusal") {
+    Options huber;
+    huber.loss = MPT_LOSS_HUBER;
+    huber.huber_delta = 0.5f;
+    Options other_delta = huber;
+    other_delta.huber_delta = 1.0f;
+    check_forged_float_option(huber, other_delta, "huber_delta", 0.5f,
+                              {"0.5", "\\\"0.5\\\"", "0", float_bits_text(-0.0f), float_bits_text(-0.5f),
+                               float_bits_text(std::nanf("")), float_bits_text(INFINITY), "4294967296", "null"});
+    // A valid other delta: refused as another trainer's option, shown as the number it is.
+    TempDir directory;
+    Run run(huber), other_run(other_delta);
+    const std::string path = (directory.path / "huber.safetensors").string();
+    REQUIRE(mpt_trainer_save_checkpoint(run.trainer, path.c_str()) == MPT_STATUS_OK);
+    const Refusal refusal = load_checkpoint(other_run, path);
+    CHECK(refusal.status == MPT_STATUS_INVALID_ARGUMENT);
+    CHECK_MESSAGE(refusal.message.find("huber_delta 0.5 (this trainer: 1)") != std::string::npos, refusal.message);
 }
 
 TEST_CASE("a fit cancelled inside an epoch continues that epoch and ends like an uninterrupted run") {

@@ -373,6 +373,41 @@ TEST_CASE("in bf16 a dropout layer's derivative comes from its outputs as stored
     CHECK_MESSAGE(worst <= 0.03 * largest, worst << " against gradients up to " << largest);
 }
 
+TEST_CASE("in fp16 an output finite before its dropout but not after skips the step: the finiteness check reads the dropped input") {
+    mpt::ContextConfig context_config;
+    context_config.backend = MPT_BACKEND_CPU;
+    context_config.threads = 1;
+    context_config.seed = 3;
+    auto context = std::make_shared<mpt::Context>(context_config);
+    auto model = std::make_shared<mpt::Model>(context, 2);
+    model->add_dense(4, mpt::Activation::linear);
+    model->add_dense(4, mpt::Activation::relu);
+    model->add_dense(3, mpt::Activation::softmax);
+    model->set_layer_dropout(0, 0.5f);
+    model->build();
+    // Unit 0 of layer 0 outputs 40000 (finite in fp16), 80000 once kept and scaled by 2 (Inf); every
+    // unit of layer 1 weighs it negatively, so ReLU turns the Inf into 0 and the logits stay finite.
+    const std::vector<float> w0{20000, 20000, 0.1f, 0.2f, -0.3f, 0.1f, 0.2f, 0.2f}, b0(4, 0.0f);
+    const std::vector<float> w1{-1, 0.5f, 0.1f, 0.2f, -1, 0.3f, 0.2f, 0.1f, -1, 0.1f, 0.4f, 0.3f, -1, 0.2f, 0.2f, 0.2f},
+        b1{0.5f, 0.5f, 0.5f, 0.5f};
+    model->set_weights(0, w0.data(), b0.data());
+    model->set_weights(1, w1.data(), b1.data());
+    std::vector<float> x(16, 1.0f);
+    std::vector<int32_t> labels{0, 1, 2, 0, 1, 2, 0, 1};
+    auto dataset = mpt::Dataset::from_f32(context, x.data(), 8, 2, labels.data(), 3, true);
+    mpt::TrainerConfig config;
+    config.precision = MPT_PRECISION_MIXED_FP16;
+    config.optimizer.learning_rate = 0.1f;
+    mpt::Trainer trainer(model, config);
+    trainer.step(*dataset, 0, 8);
+    std::vector<float> block(static_cast<size_t>(model->parameter_block_elements()));
+    model->read_master_block(block.data());
+    bool finite = true;
+    for (float value : block) finite = finite && std::isfinite(value);
+    CHECK(trainer.state().skipped_steps == 1);
+    CHECK(finite);
+}
+
 TEST_CASE("a checkpoint carries the masks' seed: a resume under another context seed drops what the run would have") {
     const mpt_test::TempDir directory("mptrain-dropout-resume");
     mpt::TrainerConfig config;

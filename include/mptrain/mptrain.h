@@ -321,7 +321,7 @@ MPT_API mpt_status mpt_dataset_create_f32(mpt_context_t* context, const float* s
                                           int64_t features, const int32_t* labels, int32_t num_classes,
                                           int check_finite, mpt_dataset_t** out);
 /** Copies float32 samples with float32 targets ([rows, target_width]) for one-hot categorical,
- *  binary cross-entropy or MSE losses. `check_finite` as above (also checks targets). */
+ *  binary cross-entropy or the regression losses. `check_finite` as above (also checks targets). */
 MPT_API mpt_status mpt_dataset_create_f32_targets(mpt_context_t* context, const float* samples,
                                                   int64_t rows, int64_t features, const float* targets,
                                                   int64_t target_width, int check_finite,
@@ -405,7 +405,7 @@ MPT_API mpt_status mpt_trainer_options_set_huber_delta(mpt_trainer_options_t* op
  *  `label_smoothing` and PyTorch's `CrossEntropyLoss(label_smoothing=)`. A confident model is kept
  *  from pushing its logits without bound. The loss that fit, step and evaluate report is the
  *  smoothed one (as Keras's is), so it does not reach 0; accuracy still compares with the given
- *  labels. Mean squared error takes none: mpt_trainer_create refuses a non-zero s with it
+ *  labels. The regression losses (squared, absolute, Huber) take none: mpt_trainer_create refuses a non-zero s with them
  *  (MPT_STATUS_INVALID_ARGUMENT). Label smoothing is one of the options a checkpoint must match. */
 MPT_API mpt_status mpt_trainer_options_set_label_smoothing(mpt_trainer_options_t* options, float label_smoothing);
 /** Class weights for the categorical cross-entropy losses (sparse or one-hot), as Keras's

@@ -156,7 +156,9 @@ void Executor::reserve_rows(int64_t rows) {
         const int produced = i + 1;
         int last_read;
         if (i == last) last_read = layer_count + 1;        // read by the loss head
-        else if (training) last_read = 2 * layer_count + 1;  // read by the update of layer i + 1
+        // Read by the update of layer i + 1; with dropout that reads the dropped copy, and the outputs
+        // themselves are last read by backward (2L - i), kept as long here only for simplicity.
+        else if (training) last_read = 2 * layer_count + 1;
         else last_read = i + 2;                            // read by the forward of layer i + 1
         const size_t elements = row_count * static_cast<size_t>(layer.padded_units);
         const size_t activation_bytes = elements * backend_.storage_size(activation_dtype(static_cast<size_t>(i)));
