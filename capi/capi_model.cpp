@@ -14,12 +14,17 @@ using mpt::require;
 namespace {
 
 mpt::Activation to_activation(const mpt_activation& raw) {
-    switch (mpt::capi::checked_enum(raw, MPT_ACTIVATION_LINEAR, MPT_ACTIVATION_SOFTMAX, "activation")) {
+    switch (mpt::capi::checked_enum(raw, MPT_ACTIVATION_LINEAR, MPT_ACTIVATION_SOFTSIGN, "activation")) {
         case MPT_ACTIVATION_LINEAR: return mpt::Activation::linear;
         case MPT_ACTIVATION_RELU: return mpt::Activation::relu;
         case MPT_ACTIVATION_SIGMOID: return mpt::Activation::sigmoid;
         case MPT_ACTIVATION_TANH: return mpt::Activation::tanh;
         case MPT_ACTIVATION_SOFTMAX: return mpt::Activation::softmax;
+        case MPT_ACTIVATION_LEAKY_RELU: return mpt::Activation::leaky_relu;
+        case MPT_ACTIVATION_ELU: return mpt::Activation::elu;
+        case MPT_ACTIVATION_SELU: return mpt::Activation::selu;
+        case MPT_ACTIVATION_SOFTPLUS: return mpt::Activation::softplus;
+        case MPT_ACTIVATION_SOFTSIGN: return mpt::Activation::softsign;
     }
     fail(MPT_STATUS_INVALID_ARGUMENT, "unknown activation");
 }

@@ -83,7 +83,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (int operation = 0; operation < 24 && !in.empty(); ++operation) {
         mpt_model_t* maybe_model = in.byte() % 16 ? model : nullptr;
         switch (in.byte() % 16) {
-            case 0: mpt_model_add_dense(maybe_model, in.count(), static_cast<mpt_activation>(in.small(7) - 1)); break;
+            case 0: mpt_model_add_dense(maybe_model, in.count(), static_cast<mpt_activation>(in.small(12) - 1)); break;
             case 1:  // a layer's dtype or dropout (hostile layers, dtypes and rates; a last layer's refused at build)
                 if (in.byte() % 2) {
                     mpt_model_set_layer_dtype(maybe_model, in.small(4) - 1, static_cast<mpt_dtype>(in.small(6) - 1));

@@ -415,7 +415,7 @@ TEST_CASE("enum values that are no enumerator are rejected with INVALID_ARGUMENT
     REQUIRE_OK(mpt_model_add_dense(model, 8, MPT_ACTIVATION_TANH));
     CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_model_add_dense(model, 8, bad_enum<mpt_activation>(99)));
     CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_model_add_dense(model, 8, bad_enum<mpt_activation>(-1)));
-    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_model_add_dense(model, 8, bad_enum<mpt_activation>(5)));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_model_add_dense(model, 8, bad_enum<mpt_activation>(10)));
     CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_model_set_layer_dtype(model, 0, bad_enum<mpt_dtype>(4)));
     int64_t layers = -1;
     REQUIRE_OK(mpt_model_get_layer_count(model, &layers));

@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "support/file_contents.h"
 #include "support/temp_dir.h"
 
 namespace fs = std::filesystem;
@@ -669,6 +670,40 @@ TEST_CASE("a saved model loads with its architecture and predicts bit-identicall
     CHECK(mpt_trainer_load_checkpoint(run.trainer, path.c_str()) == MPT_STATUS_INVALID_ARGUMENT);
     mpt_model_destroy(from_checkpoint);
     mpt_model_destroy(loaded);
+}
+
+TEST_CASE("a model file keeps every activation by its Keras name: one hidden layer of each reloads to the same predictions") {
+    TempDir directory;
+    const std::string path = (directory.path / "activations.safetensors").string();
+    const std::pair<mpt_activation, const char*> hidden[] = {
+        {MPT_ACTIVATION_LINEAR, "linear"},   {MPT_ACTIVATION_RELU, "relu"},         {MPT_ACTIVATION_SIGMOID, "sigmoid"},
+        {MPT_ACTIVATION_TANH, "tanh"},       {MPT_ACTIVATION_LEAKY_RELU, "leaky_relu"}, {MPT_ACTIVATION_ELU, "elu"},
+        {MPT_ACTIVATION_SELU, "selu"},       {MPT_ACTIVATION_SOFTPLUS, "softplus"}, {MPT_ACTIVATION_SOFTSIGN, "softsign"}};
+    mpt_context_options_t* options = nullptr;
+    REQUIRE(mpt_context_options_create(&options) == MPT_STATUS_OK);
+    REQUIRE(mpt_context_options_set_backend(options, MPT_BACKEND_CPU) == MPT_STATUS_OK);
+    mpt_context_t* context = nullptr;
+    REQUIRE(mpt_context_create(options, &context) == MPT_STATUS_OK);
+    mpt_context_options_destroy(options);
+    mpt_model_t* model = nullptr;
+    REQUIRE(mpt_model_create(context, kFeatures, &model) == MPT_STATUS_OK);
+    for (const auto& [activation, name] : hidden) REQUIRE(mpt_model_add_dense(model, 6, activation) == MPT_STATUS_OK);
+    REQUIRE(mpt_model_add_dense(model, kClasses, MPT_ACTIVATION_SOFTMAX) == MPT_STATUS_OK);
+    REQUIRE(mpt_model_save(model, path.c_str()) == MPT_STATUS_OK);
+    // The architecture is JSON inside a metadata string, so its quotes are escaped there.
+    for (const auto& [activation, name] : hidden)
+        CHECK(mpt_test::file_contains(path, std::string("\\\"activation\\\":\\\"") + name + "\\\""));
+    mpt_model_t* loaded = nullptr;
+    REQUIRE(mpt_model_load(context, path.c_str(), &loaded) == MPT_STATUS_OK);
+    std::vector<float> inputs(8 * kFeatures);
+    for (size_t i = 0; i < inputs.size(); ++i) inputs[i] = static_cast<float>(i % 11) * 0.4f - 2.0f;
+    std::vector<float> original(8 * kClasses), reloaded(8 * kClasses);
+    REQUIRE(mpt_model_predict(model, inputs.data(), 8, original.data(), 8 * kClasses) == MPT_STATUS_OK);
+    REQUIRE(mpt_model_predict(loaded, inputs.data(), 8, reloaded.data(), 8 * kClasses) == MPT_STATUS_OK);
+    CHECK(std::memcmp(original.data(), reloaded.data(), original.size() * sizeof(float)) == 0);
+    mpt_model_destroy(loaded);
+    mpt_model_destroy(model);
+    mpt_context_destroy(context);
 }
 
 TEST_CASE("a model file whose architecture is forged (sizes out of range, overflowing) is corrupt data, not a crash") {

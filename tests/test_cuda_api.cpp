@@ -200,6 +200,13 @@ std::vector<float> reference_predict(const std::vector<LayerWeights>& layers, co
                 case MPT_ACTIVATION_RELU: for (double& v : z) v = std::max(v, 0.0); break;
                 case MPT_ACTIVATION_TANH: for (double& v : z) v = std::tanh(v); break;
                 case MPT_ACTIVATION_SIGMOID: for (double& v : z) v = 1.0 / (1.0 + std::exp(-v)); break;
+                case MPT_ACTIVATION_LEAKY_RELU: for (double& v : z) v = v > 0 ? v : 0.2 * v; break;
+                case MPT_ACTIVATION_ELU: for (double& v : z) v = v > 0 ? v : std::expm1(v); break;
+                case MPT_ACTIVATION_SELU:
+                    for (double& v : z) v = 1.0507009873554805 * (v > 0 ? v : 1.6732632423543772 * std::expm1(v));
+                    break;
+                case MPT_ACTIVATION_SOFTPLUS: for (double& v : z) v = std::log1p(std::exp(v)); break;
+                case MPT_ACTIVATION_SOFTSIGN: for (double& v : z) v = v / (1 + std::abs(v)); break;
                 case MPT_ACTIVATION_SOFTMAX: {
                     const double top = *std::max_element(z.begin(), z.end());
                     double total = 0.0;
@@ -641,6 +648,7 @@ struct LossOptions {
     float global_clipnorm = 0.0f;
     float ema_momentum = 0.0f;
     float dropout = 0.0f;  // on the hidden layer
+    mpt_activation hidden = MPT_ACTIVATION_RELU;
 };
 
 LossOptions smoothed_by(float label_smoothing) {
@@ -661,13 +669,14 @@ LossOptions weighted_by(const std::vector<float>& class_weights, const std::vect
 // 4 epochs of 12 fp32 SGD steps (graphs replayed on a GPU), shuffled alike on every backend, on the
 // blobs weighted by `row_weights` when given (from a context with that dataset device budget),
 // clipping the gradients' global norm to `global_clipnorm`, averaging the weights and dropping the
-// hidden layer's outputs at `dropout` when not 0.
+// hidden layer's outputs at `dropout` when not 0; the hidden layer has the `hidden` activation.
 LossOptionsRun train_with_loss_options(mpt_backend backend, const Blobs& blobs, const LossOptions& loss_options) {
     const float label_smoothing = loss_options.label_smoothing;
     const std::vector<float>& class_weights = loss_options.class_weights;
     const std::vector<float>& row_weights = loss_options.row_weights;
     mpt_context_t* context = mpt_test::create_context(backend, 7, 0, loss_options.dataset_device_budget);
-    mpt_model_t* model = new_model(context, kFeatures, kSmallModel);
+    const std::vector<LayerSpec> specs = {{kSmallModel[0].units, loss_options.hidden}, kSmallModel[1]};
+    mpt_model_t* model = new_model(context, kFeatures, specs);
     REQUIRE_OK(mpt_model_set_layer_dropout(model, 0, loss_options.dropout));
     mpt_dataset_t* dataset = new_dataset(context, blobs);
     if (!row_weights.empty()) {
@@ -857,6 +866,26 @@ TEST_CASE("dropout on the backend drops what the CPU drops, graphs included, and
     CHECK(dropped.loss == doctest::Approx(on_cpu.loss).epsilon(1e-3));  // evaluate: every output
     CHECK(dropped.accuracy == doctest::Approx(on_cpu.accuracy).epsilon(0.02));
     if (backend == MPT_BACKEND_CPU) CHECK(same_bits(dropped.weights, on_cpu.weights));
+}
+
+TEST_CASE("every hidden activation trains on the backend as on the CPU, graphs included") {
+    BACKEND_OR_SKIP(backend);
+    const Blobs blobs = make_blobs(192, 84);
+    for (mpt_activation hidden : {MPT_ACTIVATION_SIGMOID, MPT_ACTIVATION_TANH, MPT_ACTIVATION_LEAKY_RELU, MPT_ACTIVATION_ELU,
+                                  MPT_ACTIVATION_SELU, MPT_ACTIVATION_SOFTPLUS, MPT_ACTIVATION_SOFTSIGN}) {
+        CAPTURE(hidden);
+        LossOptions options;
+        options.hidden = hidden;
+        const LossOptionsRun trained = train_with_loss_options(backend, blobs, options);
+        const LossOptionsRun on_cpu = train_with_loss_options(MPT_BACKEND_CPU, blobs, options);
+        const double cpu_error = normalised_error(trained.weights, on_cpu.weights);
+        MESSAGE(backend_name(backend) << ", hidden activation " << hidden << ": weights against the CPU's " << cpu_error);
+        // The activation runs in the GEMM's fp32 epilogue kernel on a GPU (libdevice's expm1f, log1pf
+        // against glibc's: an ulp or two), so fp32 differs by little more than accumulation order.
+        CHECK(cpu_error <= 1e-3);
+        CHECK(trained.loss == doctest::Approx(on_cpu.loss).epsilon(1e-3));
+        if (backend == MPT_BACKEND_CPU) CHECK(same_bits(trained.weights, on_cpu.weights));
+    }
 }
 
 TEST_CASE("predictions over a dataset on the backend are mpt_trainer_predict's, resident or streamed") {

@@ -255,8 +255,9 @@ void compare_dense_forward_cases(Backend& reference, Backend& candidate) {
         compare_dense_forward(reference, candidate,
                               {33, 200, 16, 10, Activation::linear, dtype, DType::fp32, DType::fp32, false});
         // Activations cuBLASLt has no epilogue for.
-        compare_dense_forward(reference, candidate, {17, 64, 24, 24, Activation::sigmoid, dtype, dtype, dtype, false});
-        compare_dense_forward(reference, candidate, {17, 64, 24, 24, Activation::tanh, dtype, dtype, dtype, false});
+        for (Activation activation : kActivations)
+            if (activation != Activation::relu && activation != Activation::linear && activation != Activation::softmax)
+                compare_dense_forward(reference, candidate, {17, 64, 24, 24, activation, dtype, dtype, dtype, false});
     }
     // Per-layer dtype overrides: the output is in the next layer's dtype.
     compare_dense_forward(reference, candidate,
@@ -292,8 +293,10 @@ void compare_dense_backward_data(Backend& reference, Backend& candidate, const B
     // A_prev without a forward: values in the activation's range (ReLU: some exact zeros).
     std::vector<float> activation_values = random_values(static_cast<size_t>(c.rows * c.in_features), -1, 1);
     for (float& value : activation_values) {
-        if (c.input_activation == Activation::relu) value = std::max(value, 0.0f);
+        if (c.input_activation == Activation::relu || c.input_activation == Activation::softplus)
+            value = std::max(value, 0.0f);
         if (c.input_activation == Activation::sigmoid) value = 0.5f + 0.49f * value;
+        if (c.input_activation == Activation::elu || c.input_activation == Activation::softsign) value *= 0.99f;
     }
     activation_values = rounded(activation_values, c.compute);
     const std::vector<float> output_grad =
@@ -362,9 +365,9 @@ void compare_dense_backward_data_cases(Backend& reference, Backend& candidate) {
     for (DType dtype : kDTypes) {
         compare_dense_backward_data(reference, candidate, {37, 136, 64, Activation::relu, dtype, dtype, true});
         compare_dense_backward_data(reference, candidate, {32, 128, 16, Activation::relu, dtype, dtype, false});
-        compare_dense_backward_data(reference, candidate, {29, 64, 40, Activation::linear, dtype, dtype, false});
-        compare_dense_backward_data(reference, candidate, {29, 64, 40, Activation::sigmoid, dtype, dtype, false});
-        compare_dense_backward_data(reference, candidate, {29, 64, 40, Activation::tanh, dtype, dtype, false});
+        for (Activation activation : kActivations)
+            if (activation != Activation::relu && activation != Activation::softmax)
+                compare_dense_backward_data(reference, candidate, {29, 64, 40, activation, dtype, dtype, false});
     }
     compare_dense_backward_data(reference, candidate, {24, 64, 32, Activation::relu, DType::fp16, DType::bf16, true});
     compare_dense_backward_data(reference, candidate, {24, 64, 32, Activation::relu, DType::bf16, DType::fp32, true});

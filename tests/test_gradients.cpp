@@ -29,8 +29,21 @@ double act(Activation a, double z) {
         case Activation::relu: return z > 0 ? z : 0;
         case Activation::sigmoid: return 1 / (1 + std::exp(-z));
         case Activation::tanh: return std::tanh(z);
+        case Activation::leaky_relu: return z > 0 ? z : 0.2 * z;
+        case Activation::elu: return z > 0 ? z : std::exp(z) - 1;
+        case Activation::selu: return 1.0507009873554805 * (z > 0 ? z : 1.6732632423543772 * (std::exp(z) - 1));
+        case Activation::softplus: return std::log(1 + std::exp(z));
+        case Activation::softsign: return z / (1 + std::abs(z));
         default: return z;
     }
+}
+
+// Every activation a hidden layer may have (all but softmax).
+std::vector<Activation> hidden_activations() {
+    std::vector<Activation> activations;
+    for (Activation activation : kActivations)
+        if (activation != Activation::softmax) activations.push_back(activation);
+    return activations;
 }
 
 double clip(double p) { return std::min(std::max(p, 1e-7), 1 - 1e-7); }
@@ -243,7 +256,7 @@ void check_against_finite_differences(Activation hidden, Activation head, LossKi
 }  // namespace
 
 TEST_CASE("every hidden activation's gradient matches finite differences") {
-    for (Activation hidden : {Activation::relu, Activation::sigmoid, Activation::tanh, Activation::linear}) {
+    for (Activation hidden : hidden_activations()) {
         CAPTURE(activation_name(hidden));
         check_against_finite_differences(hidden, Activation::softmax, LossKind::sparse_categorical_crossentropy);
     }
@@ -265,7 +278,7 @@ TEST_CASE("binary cross-entropy gradients match finite differences for sigmoid a
 }
 
 TEST_CASE("mean squared error gradients match finite differences through every head activation") {
-    for (Activation head : {Activation::linear, Activation::relu, Activation::sigmoid, Activation::tanh, Activation::softmax}) {
+    for (Activation head : kActivations) {
         CAPTURE(activation_name(head));
         check_against_finite_differences(Activation::sigmoid, head, LossKind::mean_squared_error);
     }

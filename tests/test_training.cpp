@@ -259,6 +259,11 @@ double activate(mpt_activation activation, double z) {
         case MPT_ACTIVATION_RELU: return z > 0 ? z : 0;
         case MPT_ACTIVATION_SIGMOID: return 1 / (1 + std::exp(-z));
         case MPT_ACTIVATION_TANH: return std::tanh(z);
+        case MPT_ACTIVATION_LEAKY_RELU: return z > 0 ? z : 0.2 * z;
+        case MPT_ACTIVATION_ELU: return z > 0 ? z : std::expm1(z);
+        case MPT_ACTIVATION_SELU: return 1.0507009873554805 * (z > 0 ? z : 1.6732632423543772 * std::expm1(z));
+        case MPT_ACTIVATION_SOFTPLUS: return std::log1p(std::exp(z));
+        case MPT_ACTIVATION_SOFTSIGN: return z / (1 + std::abs(z));
         default: return z;
     }
 }
@@ -269,6 +274,11 @@ double activation_slope(mpt_activation activation, double y) {
         case MPT_ACTIVATION_RELU: return y > 0 ? 1 : 0;
         case MPT_ACTIVATION_SIGMOID: return y * (1 - y);
         case MPT_ACTIVATION_TANH: return 1 - y * y;
+        case MPT_ACTIVATION_LEAKY_RELU: return y > 0 ? 1 : 0.2;
+        case MPT_ACTIVATION_ELU: return y > 0 ? 1 : y + 1;
+        case MPT_ACTIVATION_SELU: return y > 0 ? 1.0507009873554805 : y + 1.0507009873554805 * 1.6732632423543772;
+        case MPT_ACTIVATION_SOFTPLUS: return -std::expm1(-y);
+        case MPT_ACTIVATION_SOFTSIGN: return (1 - std::abs(y)) * (1 - std::abs(y));
         default: return 1;
     }
 }
@@ -457,39 +467,54 @@ const char* precision_name(mpt_precision precision) {
 
 // ---- (1) learning ------------------------------------------------------------------------------
 
-TEST_CASE("an MLP learns the XOR-of-signs rule to >= 0.95 held-out accuracy in fp32, mixed-fp16 and mixed-bf16") {
+// Trains specs on the XOR-of-signs rule and checks >= 0.95 held-out accuracy, from the trainer's
+// outputs (in its precision), the fp32 model's and evaluate's.
+void check_learns_xor(const std::vector<LayerSpec>& specs, mpt_precision precision) {
     const Task train = make_xor(1024, 1), test = make_xor(512, 2);
-    const std::vector<LayerSpec> specs = {{32, MPT_ACTIVATION_RELU}, {32, MPT_ACTIVATION_RELU}, {2, MPT_ACTIVATION_SOFTMAX}};
-    for (mpt_precision precision : {MPT_PRECISION_FP32, MPT_PRECISION_MIXED_FP16, MPT_PRECISION_MIXED_BF16}) {
-        const std::string precision_label = precision_name(precision);
-        CAPTURE(precision_label);
-        mpt_context_t* context = new_context(42);
-        mpt_model_t* model = new_model(context, 4, specs);
-        TrainerSetup setup;
-        setup.precision = precision;
-        setup.optimizer = MPT_OPTIMIZER_ADAM;
-        setup.learning_rate = 0.01f;
-        mpt_trainer_t* trainer = new_trainer(model, setup);
-        mpt_precision actual = MPT_PRECISION_AUTO;
-        REQUIRE_OK(mpt_trainer_get_precision(trainer, &actual));
-        CHECK(actual == precision);
-        mpt_dataset_t* train_set = labels_dataset(context, train);
-        mpt_dataset_t* test_set = labels_dataset(context, test);
-        REQUIRE_OK(mpt_trainer_fit(trainer, train_set, 30, 32, 1));
+    const std::string precision_label = precision_name(precision);
+    CAPTURE(precision_label);
+    mpt_context_t* context = new_context(42);
+    mpt_model_t* model = new_model(context, 4, specs);
+    TrainerSetup setup;
+    setup.precision = precision;
+    setup.optimizer = MPT_OPTIMIZER_ADAM;
+    setup.learning_rate = 0.01f;
+    mpt_trainer_t* trainer = new_trainer(model, setup);
+    mpt_precision actual = MPT_PRECISION_AUTO;
+    REQUIRE_OK(mpt_trainer_get_precision(trainer, &actual));
+    CHECK(actual == precision);
+    mpt_dataset_t* train_set = labels_dataset(context, train);
+    mpt_dataset_t* test_set = labels_dataset(context, test);
+    REQUIRE_OK(mpt_trainer_fit(trainer, train_set, 30, 32, 1));
 
-        // Accuracy computed here from the outputs, in the trainer's precision and in fp32.
-        const double trainer_accuracy = accuracy_of(trainer_predict(trainer, test), test);
-        const double fp32_accuracy = accuracy_of(model_predict(model, test), test);
-        CHECK(trainer_accuracy >= 0.95);
-        CHECK(fp32_accuracy >= 0.95);
-        float evaluated = -1.0f;
-        REQUIRE_OK(mpt_trainer_evaluate(trainer, test_set, 0, nullptr, &evaluated));
-        CHECK(std::fabs(evaluated - trainer_accuracy) <= 2.0 / 512);  // a borderline row or two may flip
-        mpt_dataset_destroy(test_set);
-        mpt_dataset_destroy(train_set);
-        mpt_trainer_destroy(trainer);
-        mpt_model_destroy(model);
-        mpt_context_destroy(context);
+    const double trainer_accuracy = accuracy_of(trainer_predict(trainer, test), test);
+    const double fp32_accuracy = accuracy_of(model_predict(model, test), test);
+    CHECK(trainer_accuracy >= 0.95);
+    CHECK(fp32_accuracy >= 0.95);
+    float evaluated = -1.0f;
+    REQUIRE_OK(mpt_trainer_evaluate(trainer, test_set, 0, nullptr, &evaluated));
+    CHECK(std::fabs(evaluated - trainer_accuracy) <= 2.0 / 512);  // a borderline row or two may flip
+    mpt_dataset_destroy(test_set);
+    mpt_dataset_destroy(train_set);
+    mpt_trainer_destroy(trainer);
+    mpt_model_destroy(model);
+    mpt_context_destroy(context);
+}
+
+TEST_CASE("an MLP learns the XOR-of-signs rule to >= 0.95 held-out accuracy in fp32, mixed-fp16 and mixed-bf16") {
+    const std::vector<LayerSpec> specs = {{32, MPT_ACTIVATION_RELU}, {32, MPT_ACTIVATION_RELU}, {2, MPT_ACTIVATION_SOFTMAX}};
+    for (mpt_precision precision : {MPT_PRECISION_FP32, MPT_PRECISION_MIXED_FP16, MPT_PRECISION_MIXED_BF16})
+        check_learns_xor(specs, precision);
+}
+
+// Their derivatives come from the stored outputs, rounded to bf16 or fp16 in mixed precision.
+TEST_CASE("leaky ReLU, ELU, SELU, softplus and softsign hidden layers learn the XOR-of-signs rule in mixed-bf16 and mixed-fp16") {
+    for (mpt_activation hidden : {MPT_ACTIVATION_LEAKY_RELU, MPT_ACTIVATION_ELU, MPT_ACTIVATION_SELU,
+                                  MPT_ACTIVATION_SOFTPLUS, MPT_ACTIVATION_SOFTSIGN}) {
+        CAPTURE(hidden);
+        const std::vector<LayerSpec> specs = {{32, hidden}, {32, hidden}, {2, MPT_ACTIVATION_SOFTMAX}};
+        for (mpt_precision precision : {MPT_PRECISION_MIXED_FP16, MPT_PRECISION_MIXED_BF16})
+            check_learns_xor(specs, precision);
     }
 }
 
@@ -695,7 +720,9 @@ TEST_CASE("one fp32 SGD step matches a double-precision backward pass for every 
     for (int64_t i = 0; i < rows * inputs; ++i) task.x.push_back(static_cast<float>(rng.normal()));
     for (int64_t r = 0; r < rows; ++r) task.labels.push_back(static_cast<int32_t>(rng.next() % 3));
     for (const HeadCase& head : heads) {
-        for (mpt_activation hidden : {MPT_ACTIVATION_SIGMOID, MPT_ACTIVATION_TANH, MPT_ACTIVATION_RELU}) {
+        for (mpt_activation hidden : {MPT_ACTIVATION_SIGMOID, MPT_ACTIVATION_TANH, MPT_ACTIVATION_RELU,
+                                      MPT_ACTIVATION_LEAKY_RELU, MPT_ACTIVATION_ELU, MPT_ACTIVATION_SELU,
+                                      MPT_ACTIVATION_SOFTPLUS, MPT_ACTIVATION_SOFTSIGN}) {
             CAPTURE(head.loss);
             CAPTURE(head.head);
             CAPTURE(hidden);
@@ -1877,31 +1904,35 @@ TEST_CASE("evaluate counts every row when the batch size does not divide the dat
 
 // ---- (8) padding --------------------------------------------------------------------------------------
 
-TEST_CASE("padded units never leak: 13 sigmoid hidden units and 10 or 3 outputs match a double-precision forward pass, before and after training") {
+// Sigmoid and softplus are not 0 at 0, so a padded unit's output would be nonzero if not masked.
+TEST_CASE("padded units never leak: 13 sigmoid or softplus hidden units and 10 or 3 outputs match a double-precision forward pass, before and after training") {
     struct Case {
         int64_t outputs;
         mpt_activation head;
         mpt_loss loss;
+        mpt_activation hidden;
     };
     const Case cases[] = {
-        {10, MPT_ACTIVATION_SOFTMAX, MPT_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY},
-        {3, MPT_ACTIVATION_SOFTMAX, MPT_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY},
-        {3, MPT_ACTIVATION_LINEAR, MPT_LOSS_MEAN_SQUARED_ERROR},
-        {3, MPT_ACTIVATION_SIGMOID, MPT_LOSS_BINARY_CROSSENTROPY},
+        {10, MPT_ACTIVATION_SOFTMAX, MPT_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY, MPT_ACTIVATION_SIGMOID},
+        {3, MPT_ACTIVATION_SOFTMAX, MPT_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY, MPT_ACTIVATION_SIGMOID},
+        {3, MPT_ACTIVATION_LINEAR, MPT_LOSS_MEAN_SQUARED_ERROR, MPT_ACTIVATION_SIGMOID},
+        {3, MPT_ACTIVATION_SIGMOID, MPT_LOSS_BINARY_CROSSENTROPY, MPT_ACTIVATION_SIGMOID},
+        {3, MPT_ACTIVATION_SOFTPLUS, MPT_LOSS_MEAN_SQUARED_ERROR, MPT_ACTIVATION_SOFTPLUS},
     };
     for (const Case& c : cases) {
         for (mpt_precision precision : {MPT_PRECISION_FP32, MPT_PRECISION_MIXED_BF16, MPT_PRECISION_MIXED_FP16}) {
             CAPTURE(c.outputs);
             CAPTURE(c.head);
+            CAPTURE(c.hidden);
             const std::string precision_label = precision_name(precision);
-        CAPTURE(precision_label);
+            CAPTURE(precision_label);
             const int64_t inputs = 11;  // padded to 16
             Task task = make_blobs(200, inputs, c.outputs, 1.0, 0.7, 61);
             if (c.loss != MPT_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY) {
                 TestRng rng(62);
                 for (int64_t i = 0; i < task.rows * c.outputs; ++i) task.targets.push_back(static_cast<float>(rng.uniform(0.1, 0.9)));
             }
-            const std::vector<LayerSpec> specs = {{13, MPT_ACTIVATION_SIGMOID}, {c.outputs, c.head}};
+            const std::vector<LayerSpec> specs = {{13, c.hidden}, {c.outputs, c.head}};
             mpt_context_t* context = new_context(8);
             mpt_model_t* model = new_model(context, inputs, specs);
             randomise_weights(model, inputs, specs, 63);

@@ -90,7 +90,12 @@ typedef enum mpt_activation {
     MPT_ACTIVATION_RELU = 1,
     MPT_ACTIVATION_SIGMOID = 2,
     MPT_ACTIVATION_TANH = 3,
-    MPT_ACTIVATION_SOFTMAX = 4 /* last layer only */
+    MPT_ACTIVATION_SOFTMAX = 4,    /* last layer only */
+    MPT_ACTIVATION_LEAKY_RELU = 5, /* Keras's "leaky_relu": z above 0, else 0.2 z */
+    MPT_ACTIVATION_ELU = 6,        /* Keras's "elu": z above 0, else e^z - 1 */
+    MPT_ACTIVATION_SELU = 7,       /* Keras's "selu": 1.0507 elu(z) with alpha 1.6733 */
+    MPT_ACTIVATION_SOFTPLUS = 8,   /* log(1 + e^z) */
+    MPT_ACTIVATION_SOFTSIGN = 9    /* z / (1 + |z|) */
 } mpt_activation;
 
 /* How a loss reads the last layer. Cross-entropy (sparse or one-hot) after softmax or linear, and

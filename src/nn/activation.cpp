@@ -10,6 +10,11 @@ const char* activation_name(Activation activation) {
         case Activation::sigmoid: return "sigmoid";
         case Activation::tanh: return "tanh";
         case Activation::softmax: return "softmax";
+        case Activation::leaky_relu: return "leaky_relu";
+        case Activation::elu: return "elu";
+        case Activation::selu: return "selu";
+        case Activation::softplus: return "softplus";
+        case Activation::softsign: return "softsign";
     }
     return "unknown";
 }

@@ -27,8 +27,7 @@ std::optional<DType> parse_dtype_override(const std::string& name) {
 }
 
 Activation parse_activation(const std::string& name) {
-    for (Activation activation : {Activation::linear, Activation::relu, Activation::sigmoid, Activation::tanh,
-                                  Activation::softmax})
+    for (Activation activation : kActivations)
         if (name == activation_name(activation)) return activation;
     fail(MPT_STATUS_CORRUPT_DATA, "unknown activation '" + name + "' in the architecture");
 }

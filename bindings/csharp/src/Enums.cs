@@ -25,7 +25,11 @@ namespace Mptrain
 
     public enum Precision : int { Fp32 = 0, MixedFp16 = 1, MixedBf16 = 2, Auto = 3 }
 
-    public enum Activation : int { Linear = 0, Relu = 1, Sigmoid = 2, Tanh = 3, Softmax = 4 }
+    public enum Activation : int
+    {
+        Linear = 0, Relu = 1, Sigmoid = 2, Tanh = 3, Softmax = 4,
+        LeakyRelu = 5, Elu = 6, Selu = 7, Softplus = 8, Softsign = 9
+    }
 
     /// <summary>The regression losses (float targets) average their term over the outputs, as Keras's:
     /// MeanSquaredError (y - t)^2, MeanAbsoluteError |y - t|, Huber with TrainerOptions.HuberDelta.</summary>

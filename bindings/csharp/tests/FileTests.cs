@@ -78,6 +78,28 @@ namespace Mptrain.Tests
         }
 
         [Test]
+        public static void EveryHiddenActivationTrainsAndReloads()
+        {
+            float[] points; int[] unused;
+            Data.Blobs(30, 15, out points, out unused);
+            Activation[] hidden = { Activation.Linear, Activation.Relu, Activation.Sigmoid, Activation.Tanh, Activation.LeakyRelu,
+                                    Activation.Elu, Activation.Selu, Activation.Softplus, Activation.Softsign };
+            using (var dir = new TempDir())
+            using (Context ctx = Data.CpuContext())
+            using (Model model = new Model(ctx, Data.Features))
+            using (Dataset data = Blobs(ctx, 120, 14))
+            {
+                foreach (Activation activation in hidden) model.AddDense(6, activation);
+                model.AddDense(Data.Classes, Activation.Softmax);
+                using (var trainer = new Trainer(model, Adam)) trainer.Fit(data, 1, 16);
+                string path = dir.File("activations.safetensors");
+                model.Save(path);
+                using (Model loaded = Model.Load(ctx, path))
+                    Assert.SequenceEqual(Data.Bits(model.Predict(points)), Data.Bits(loaded.Predict(points)), "prediction bits");
+            }
+        }
+
+        [Test]
         public static void ARunResumedFromACheckpointEndsBitIdentical()
         {
             using (var dir = new TempDir())

@@ -93,7 +93,12 @@ class Activation(enum.IntEnum):
     RELU = 1
     SIGMOID = 2
     TANH = 3
-    SOFTMAX = 4
+    SOFTMAX = 4  # last layer only
+    LEAKY_RELU = 5  # Keras's "leaky_relu": slope 0.2 below 0
+    ELU = 6
+    SELU = 7
+    SOFTPLUS = 8
+    SOFTSIGN = 9
 
 
 class Loss(enum.IntEnum):

@@ -65,6 +65,21 @@ def test_a_saved_model_loads_and_predicts_bit_identically(ctx, tmp_path):
     assert mptrain.Model.load(other, str(path).encode()).layer_count == 3  # bytes paths work too
 
 
+def test_every_hidden_activation_trains_and_reloads_by_its_name(ctx, tmp_path):
+    names = ["linear", "relu", "sigmoid", "tanh", "leaky_relu", "elu", "selu", "softplus", "softsign"]
+    model = mptrain.Model(ctx, FEATURES)
+    for name in names:
+        model.add_dense(6, name)
+    model.add_dense(CLASSES, mptrain.Activation.SOFTMAX)
+    adam(model).fit(data(ctx, 120, 14), epochs=1, batch_size=16)
+    path = tmp_path / "activations.safetensors"
+    model.save(path)
+    samples, _ = make_blobs(rows=30, seed=15)
+    assert mptrain.Model.load(ctx, path).predict(samples).tobytes() == model.predict(samples).tobytes()
+    with raises(Status.INVALID_ARGUMENT):
+        mptrain.Model(ctx, FEATURES).add_dense(6, "gelu")  # its derivative needs its input, not its output
+
+
 def test_a_run_resumed_from_a_checkpoint_ends_bit_identical(ctx, tmp_path):
     path = tmp_path / "checkpoint.safetensors"
     dataset = data(ctx, 200, 21)  # 6 steps of 32 per epoch

@@ -49,6 +49,11 @@ pub const MPT_ACTIVATION_RELU: mpt_activation = 1;
 pub const MPT_ACTIVATION_SIGMOID: mpt_activation = 2;
 pub const MPT_ACTIVATION_TANH: mpt_activation = 3;
 pub const MPT_ACTIVATION_SOFTMAX: mpt_activation = 4;
+pub const MPT_ACTIVATION_LEAKY_RELU: mpt_activation = 5;
+pub const MPT_ACTIVATION_ELU: mpt_activation = 6;
+pub const MPT_ACTIVATION_SELU: mpt_activation = 7;
+pub const MPT_ACTIVATION_SOFTPLUS: mpt_activation = 8;
+pub const MPT_ACTIVATION_SOFTSIGN: mpt_activation = 9;
 
 pub type mpt_loss = c_int;
 pub const MPT_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY: mpt_loss = 0;

@@ -260,6 +260,16 @@ c_enum!(
         Tanh = sys::MPT_ACTIVATION_TANH,
         /// Softmax (last layer only).
         Softmax = sys::MPT_ACTIVATION_SOFTMAX,
+        /// x above 0, else 0.2 x (Keras's "leaky_relu").
+        LeakyRelu = sys::MPT_ACTIVATION_LEAKY_RELU,
+        /// x above 0, else e^x - 1 (Keras's "elu", alpha 1).
+        Elu = sys::MPT_ACTIVATION_ELU,
+        /// 1.0507 elu(x) with alpha 1.6733 (Keras's "selu").
+        Selu = sys::MPT_ACTIVATION_SELU,
+        /// log(1 + e^x).
+        Softplus = sys::MPT_ACTIVATION_SOFTPLUS,
+        /// x / (1 + |x|).
+        Softsign = sys::MPT_ACTIVATION_SOFTSIGN,
     }
 );
 c_enum!(

@@ -36,6 +36,40 @@ fn truncated_copy(from: &Path, to: &Path) {
 }
 
 #[test]
+fn every_hidden_activation_trains_and_reloads() {
+    let dir = TempDir::new("activations");
+    let ctx = context();
+    let mut model = Model::new(&ctx, FEATURES).unwrap();
+    for activation in [
+        Activation::Linear,
+        Activation::Relu,
+        Activation::Sigmoid,
+        Activation::Tanh,
+        Activation::LeakyRelu,
+        Activation::Elu,
+        Activation::Selu,
+        Activation::Softplus,
+        Activation::Softsign,
+    ] {
+        model.add_dense(6, activation).unwrap();
+    }
+    model.add_dense(CLASSES as i64, Activation::Softmax).unwrap();
+    let data = blob_data(&ctx, 120, 14);
+    Trainer::new(&model, &adam())
+        .unwrap()
+        .fit(&data, 1, 16, true)
+        .unwrap();
+    let path = dir.join("activations.safetensors");
+    model.save(&path).unwrap();
+    let mut loaded = Model::load(&ctx, &path).unwrap();
+    let (x, _) = blobs(30, 15);
+    assert_eq!(
+        bits(&loaded.predict(&x).unwrap()),
+        bits(&model.predict(&x).unwrap())
+    );
+}
+
+#[test]
 fn a_saved_model_loads_and_predicts_bit_identically() {
     let dir = TempDir::new("model");
     let ctx = context();
