@@ -527,6 +527,16 @@ void compare_loss_head_cases(Backend& reference, Backend& candidate) {
         compare_loss_head(reference, candidate, {Activation::linear, LossKind::huber, 31, 8, 7, dtype, true, true});
         compare_loss_head(reference, candidate, {Activation::softmax, LossKind::huber, 31, 8, 7, dtype, true, true});
         compare_loss_head(reference, candidate, {Activation::sigmoid, LossKind::huber, 31, 8, 1, dtype, false, true});
+        // The activations without an epilogue, as the last layer: applied and differentiated in the head.
+        compare_loss_head(reference, candidate,
+                          {Activation::softplus, LossKind::mean_squared_error, 31, 8, 7, dtype, true, true});
+        compare_loss_head(reference, candidate, {Activation::elu, LossKind::huber, 31, 8, 7, dtype, true, true});
+        compare_loss_head(reference, candidate,
+                          {Activation::selu, LossKind::mean_absolute_error, 31, 8, 3, dtype, true, false});
+        compare_loss_head(reference, candidate,
+                          {Activation::leaky_relu, LossKind::mean_squared_error, 31, 8, 1, dtype, true, true});
+        compare_loss_head(reference, candidate,
+                          {Activation::softsign, LossKind::binary_crossentropy, 20, 8, 4, dtype, false, false});
     }
     // Label smoothing in every cross-entropy form (logits, renormalised, softplus, clipped).
     for (const HeadCase& smoothed :

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
@@ -30,9 +32,9 @@ double act(Activation a, double z) {
         case Activation::sigmoid: return 1 / (1 + std::exp(-z));
         case Activation::tanh: return std::tanh(z);
         case Activation::leaky_relu: return z > 0 ? z : 0.2 * z;
-        case Activation::elu: return z > 0 ? z : std::exp(z) - 1;
-        case Activation::selu: return 1.0507009873554805 * (z > 0 ? z : 1.6732632423543772 * (std::exp(z) - 1));
-        case Activation::softplus: return std::log(1 + std::exp(z));
+        case Activation::elu: return z > 0 ? z : std::expm1(z);
+        case Activation::selu: return 1.0507009873554805 * (z > 0 ? z : 1.6732632423543772 * std::expm1(z));
+        case Activation::softplus: return z > 30 ? z + std::log1p(std::exp(-z)) : std::log1p(std::exp(z));
         case Activation::softsign: return z / (1 + std::abs(z));
         default: return z;
     }
@@ -290,6 +292,71 @@ TEST_CASE("mean absolute error and Huber gradients match finite differences thro
             CAPTURE(loss_name(loss));
             CAPTURE(activation_name(head));
             check_against_finite_differences(Activation::tanh, head, loss);
+        }
+    }
+}
+
+// Far from 0 the naive forms fail where the ones in activation.h do not: log(1 + e^z) overflows above
+// 88.7, e^z - 1 and 1 - e^-y lose every digit near 0. Each activation and its derivative from its own
+// fp32 output against double precision, over [-100, 100], at the signed zeros, and through Inf and NaN.
+TEST_CASE("every activation and its derivative from its output hold to fp32 precision over [-100, 100], at 0 and at Inf and NaN") {
+    auto derivative = [](Activation a, double z) {
+        switch (a) {
+            case Activation::relu: return z > 0 ? 1.0 : 0.0;
+            case Activation::sigmoid: return 1 / (1 + std::exp(-z)) / (1 + std::exp(z));
+            case Activation::tanh: return 1 / (std::cosh(z) * std::cosh(z));
+            case Activation::leaky_relu: return z > 0 ? 1.0 : 0.2;
+            case Activation::elu: return z > 0 ? 1.0 : std::exp(z);
+            case Activation::selu: return z > 0 ? 1.0507009873554805 : 1.0507009873554805 * 1.6732632423543772 * std::exp(z);
+            case Activation::softplus: return 1 / (1 + std::exp(-z));
+            case Activation::softsign: return 1 / ((1 + std::abs(z)) * (1 + std::abs(z)));
+            default: return 1.0;
+        }
+    };
+    for (Activation a : hidden_activations()) {
+        const std::string name = activation_name(a);
+        CAPTURE(name);
+        for (double z = -100.0; z <= 100.0; z += 0.37) {
+            CAPTURE(z);
+            const float y = activation_forward(a, static_cast<float>(z));
+            const double exact = act(a, static_cast<double>(static_cast<float>(z)));
+            CHECK(y == doctest::Approx(exact).epsilon(1e-6).scale(1e-30));
+            // The output is rounded to fp32, so the derivative from it carries that rounding (relative
+            // 6e-8 of y, absolute where the derivative is 1 - y^2 or y + 1 near saturation).
+            const double expected = derivative(a, z);
+            CHECK(std::fabs(activation_derivative_from_output(a, y) - expected) <= 1e-5 * std::fabs(expected) + 2e-7);
+        }
+        // Small inputs: e^z - 1 and 1 - e^-y keep their digits.
+        for (double z : {1e-3, -1e-3, 1e-6, -1e-6, 1e-20, -1e-20}) {
+            CAPTURE(z);
+            const float y = activation_forward(a, static_cast<float>(z));
+            CHECK(y == doctest::Approx(act(a, z)).epsilon(1e-6).scale(1e-30));
+        }
+        // Far below 0, sigmoid's and softplus's outputs are tiny and so are their slopes, which keep
+        // their digits (1 - e^-y in float would be 0 there).
+        if (a == Activation::sigmoid || a == Activation::softplus)
+            for (double z : {-20.0, -40.0, -80.0}) {
+                CAPTURE(z);
+                const float y = activation_forward(a, static_cast<float>(z));
+                CHECK(activation_derivative_from_output(a, y) == doctest::Approx(derivative(a, z)).epsilon(1e-5).scale(0));
+            }
+        // At 0 the branching ones take their left derivative, and the outputs keep their sign bit
+        // where the activation is the identity or a multiple there.
+        const float at_zero = activation_derivative_from_output(a, activation_forward(a, 0.0f));
+        const float at_minus_zero = activation_derivative_from_output(a, activation_forward(a, -0.0f));
+        CHECK(at_zero == at_minus_zero);
+        CHECK(at_zero == doctest::Approx(a == Activation::linear       ? 1.0
+                                         : a == Activation::relu       ? 0.0
+                                         : a == Activation::leaky_relu ? 0.2
+                                         : a == Activation::elu        ? 1.0
+                                         : a == Activation::selu       ? 1.0507009873554805 * 1.6732632423543772
+                                         : derivative(a, 0.0)));
+        CHECK(std::isnan(activation_forward(a, NAN)) == (a != Activation::relu));  // ReLU maps NaN to 0
+        const float inf = std::numeric_limits<float>::infinity();
+        if (a != Activation::softsign) {  // Inf / (1 + Inf) is NaN, as Keras's x / (|x| + 1)
+            const double limit = act(a, 1e300);  // 1 for sigmoid and tanh; the others grow without bound
+            CHECK(activation_forward(a, inf) == (limit > 1e30 ? inf : static_cast<float>(limit)));
+            CHECK(std::isfinite(activation_derivative_from_output(a, activation_forward(a, -inf))));
         }
     }
 }
