@@ -21,6 +21,7 @@ int main(void) {
     SIZE(mpt_dtype);
     SIZE(mpt_precision);
     SIZE(mpt_activation);
+    SIZE(mpt_initializer);
     SIZE(mpt_loss);
     SIZE(mpt_optimizer);
     SIZE(mpt_lr_schedule);

@@ -95,6 +95,32 @@ mpt_status mpt_model_get_layer_dropout(const mpt_model_t* model, int64_t layer, 
     MPT_API_END
 }
 
+mpt_status mpt_model_set_layer_initializer(mpt_model_t* model, int64_t layer, mpt_initializer initializer) {
+    MPT_API_BEGIN
+    mpt::Model& impl = impl_of(model, "model");
+    const mpt_initializer checked = mpt::capi::checked_enum(initializer, MPT_INITIALIZER_GLOROT_UNIFORM,
+                                                            MPT_INITIALIZER_LECUN_NORMAL, "initializer");
+    // The C values are the core's (static_asserts below).
+    impl.set_layer_initializer(layer, static_cast<mpt::Initializer>(checked));
+    MPT_API_END
+}
+
+mpt_status mpt_model_get_layer_initializer(const mpt_model_t* model, int64_t layer, mpt_initializer* out) {
+    MPT_API_BEGIN
+    const mpt::Model& impl = impl_of(model, "model");
+    require_pointer(out, "out");
+    *out = static_cast<mpt_initializer>(layer_of(impl, layer).initializer);
+    MPT_API_END
+}
+
+static_assert(static_cast<int>(mpt::Initializer::glorot_uniform) == MPT_INITIALIZER_GLOROT_UNIFORM &&
+                  static_cast<int>(mpt::Initializer::glorot_normal) == MPT_INITIALIZER_GLOROT_NORMAL &&
+                  static_cast<int>(mpt::Initializer::he_uniform) == MPT_INITIALIZER_HE_UNIFORM &&
+                  static_cast<int>(mpt::Initializer::he_normal) == MPT_INITIALIZER_HE_NORMAL &&
+                  static_cast<int>(mpt::Initializer::lecun_uniform) == MPT_INITIALIZER_LECUN_UNIFORM &&
+                  static_cast<int>(mpt::Initializer::lecun_normal) == MPT_INITIALIZER_LECUN_NORMAL,
+              "mpt_initializer and mpt::Initializer share their values");
+
 mpt_status mpt_model_get_layer_count(const mpt_model_t* model, int64_t* out) {
     MPT_API_BEGIN
     const mpt::Model& impl = impl_of(model, "model");

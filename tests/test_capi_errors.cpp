@@ -221,6 +221,7 @@ TEST_CASE("every entry point rejects a NULL handle with INVALID_ARGUMENT and a m
     int64_t count = 0;
     size_t used = 0, peak = 0;
     float scale = 0.0f;
+    mpt_initializer initializer = MPT_INITIALIZER_GLOROT_UNIFORM;
     mpt_backend backend = MPT_BACKEND_AUTO;
     mpt_precision precision = MPT_PRECISION_AUTO;
     mpt_model_t* model_out = nullptr;
@@ -243,6 +244,9 @@ TEST_CASE("every entry point rejects a NULL handle with INVALID_ARGUMENT and a m
         {"model_set_layer_dtype", [&] { return mpt_model_set_layer_dtype(nullptr, 0, MPT_DTYPE_FP32); }},
         {"model_set_layer_dropout", [&] { return mpt_model_set_layer_dropout(nullptr, 0, 0.5f); }},
         {"model_get_layer_dropout", [&] { return mpt_model_get_layer_dropout(nullptr, 0, &scale); }},
+        {"model_set_layer_initializer",
+         [&] { return mpt_model_set_layer_initializer(nullptr, 0, MPT_INITIALIZER_HE_NORMAL); }},
+        {"model_get_layer_initializer", [&] { return mpt_model_get_layer_initializer(nullptr, 0, &initializer); }},
         {"model_get_layer_count", [&] { return mpt_model_get_layer_count(nullptr, &count); }},
         {"model_get_input_features", [&] { return mpt_model_get_input_features(nullptr, &count); }},
         {"model_get_output_features", [&] { return mpt_model_get_output_features(nullptr, &count); }},

@@ -923,6 +923,27 @@ TEST_CASE("a Huber delta of 0, negative, NaN or infinite throws INVALID_ARGUMENT
     options.huber_delta(1e-3f);  // any finite delta above 0: accepted
 }
 
+TEST_CASE("an initializer set through the wrapper chains, reads back, draws the weights and is fixed once they are drawn") {
+    auto drawn = [](mpt_initializer initializer) {
+        auto context = cpu_context(4);
+        auto model = mlp(context);
+        CHECK(model.layer_initializer(1) == MPT_INITIALIZER_GLOROT_UNIFORM);
+        CHECK(&model.set_layer_initializer(1, initializer) == &model);
+        CHECK(model.layer_initializer(1) == initializer);
+        CHECK(model.layer_initializer(0) == MPT_INITIALIZER_GLOROT_UNIFORM);
+        auto weights = model.weights(1).first;
+        CHECK(status_of([&] { model.set_layer_initializer(1, MPT_INITIALIZER_HE_NORMAL); }) == MPT_STATUS_INVALID_STATE);
+        return weights;
+    };
+    CHECK(bits_of(drawn(MPT_INITIALIZER_HE_UNIFORM)) == bits_of(drawn(MPT_INITIALIZER_HE_UNIFORM)));
+    CHECK(bits_of(drawn(MPT_INITIALIZER_HE_UNIFORM)) != bits_of(drawn(MPT_INITIALIZER_GLOROT_UNIFORM)));
+    auto context = cpu_context();
+    auto model = mlp(context);
+    CHECK(status_of([&] { model.set_layer_initializer(3, MPT_INITIALIZER_HE_NORMAL); }) == MPT_STATUS_INVALID_ARGUMENT);
+    CHECK(status_of([&] { model.set_layer_initializer(0, static_cast<mpt_initializer>(6)); }) ==
+          MPT_STATUS_INVALID_ARGUMENT);
+}
+
 TEST_CASE("a dropout rate set through the wrapper reads back on its layer alone, -0 as 0") {
     auto context = cpu_context();
     auto model = mlp(context);

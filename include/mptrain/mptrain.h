@@ -98,12 +98,25 @@ typedef enum mpt_activation {
     MPT_ACTIVATION_SOFTSIGN = 9    /* z / (1 + |z|) */
 } mpt_activation;
 
+/* How a Dense layer's weights are drawn when its model is built: Keras's initializers of those names,
+ * variance scale / n with n = fan_in (He: scale 2, LeCun: scale 1) or (fan_in + fan_out) / 2
+ * (Glorot: scale 1); uniform in [-sqrt(3 scale / n), sqrt(3 scale / n)), or normal truncated to 2
+ * stddev with the same variance. Biases start at 0. */
+typedef enum mpt_initializer {
+    MPT_INITIALIZER_GLOROT_UNIFORM = 0, /* the default, Keras's for Dense */
+    MPT_INITIALIZER_GLOROT_NORMAL = 1,
+    MPT_INITIALIZER_HE_UNIFORM = 2,
+    MPT_INITIALIZER_HE_NORMAL = 3,      /* for ReLU layers (He et al. 2015) */
+    MPT_INITIALIZER_LECUN_UNIFORM = 4,
+    MPT_INITIALIZER_LECUN_NORMAL = 5    /* for SELU layers (self-normalising networks) */
+} mpt_initializer;
+
 /* How a loss reads the last layer. Cross-entropy (sparse or one-hot) after softmax or linear, and
  * binary cross-entropy after sigmoid, work on the logits (a linear layer's outputs are logits, as
  * Keras's from_logits=True). Other pairs follow Keras's from_logits=False: the outputs are taken
  * as probabilities (for cross-entropy renormalised to sum 1), clipped to [1e-7, 1 - 1e-7]; so a
- * last layer whose outputs are not probabilities there (relu, tanh; linear under binary
- * cross-entropy) learns poorly. Unlike Keras, a row whose outputs sum to 0 or less is divided by
+ * last layer whose outputs are not probabilities there (relu, tanh, leaky_relu, elu, selu, softplus,
+ * softsign; linear under binary cross-entropy) learns poorly. Unlike Keras, a row whose outputs sum to 0 or less is divided by
  * 1e-30 instead (all-zero relu outputs give -log(1e-7) per target and no gradient, not NaN).
  * The regression losses (mean squared error, mean absolute error, Huber) average their term
  * over the outputs, as Keras's: (y - t)^2; |y - t| (whose gradient is 0 where y = t); Huber's
@@ -277,6 +290,14 @@ MPT_API mpt_status mpt_model_set_layer_dropout(mpt_model_t* model, int64_t layer
 /** \param[in]  layer  0 to the layer count - 1.
  *  \param[out] out    layer `layer`'s dropout rate (0: none). */
 MPT_API mpt_status mpt_model_get_layer_dropout(const mpt_model_t* model, int64_t layer, float* out);
+/** How layer `layer`'s weights are drawn when the model is built (Keras's kernel_initializer; the
+ *  default MPT_INITIALIZER_GLOROT_UNIFORM). The draws come from the context's seed, layer after
+ *  layer, so one seed gives one set of initial weights. Before the model is built (else
+ *  MPT_STATUS_INVALID_STATE); not saved with the model, whose file holds the weights themselves (a
+ *  loaded model reports the default). An unknown initializer or layer: MPT_STATUS_INVALID_ARGUMENT.
+ *  One thread per model at a time. */
+MPT_API mpt_status mpt_model_set_layer_initializer(mpt_model_t* model, int64_t layer, mpt_initializer initializer);
+MPT_API mpt_status mpt_model_get_layer_initializer(const mpt_model_t* model, int64_t layer, mpt_initializer* out);
 MPT_API mpt_status mpt_model_get_layer_count(const mpt_model_t* model, int64_t* out);
 MPT_API mpt_status mpt_model_get_input_features(const mpt_model_t* model, int64_t* out);
 MPT_API mpt_status mpt_model_get_output_features(const mpt_model_t* model, int64_t* out);

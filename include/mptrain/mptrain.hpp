@@ -275,6 +275,17 @@ public:
         detail::check(mpt_model_get_layer_dropout(get(), layer, &out));
         return out;
     }
+    /** How layer `layer`'s weights are drawn when the model is built (mpt_model_set_layer_initializer;
+     *  Keras's kernel_initializer, default Glorot-uniform). Before the model is built; not saved. */
+    Model& set_layer_initializer(int64_t layer, mpt_initializer initializer) {
+        detail::check(mpt_model_set_layer_initializer(get(), layer, initializer));
+        return *this;
+    }
+    mpt_initializer layer_initializer(int64_t layer) const {
+        mpt_initializer out = MPT_INITIALIZER_GLOROT_UNIFORM;
+        detail::check(mpt_model_get_layer_initializer(get(), layer, &out));
+        return out;
+    }
     int64_t layer_count() const { return query(mpt_model_get_layer_count); }
     int64_t input_features() const { return query(mpt_model_get_input_features); }
     int64_t output_features() const { return query(mpt_model_get_output_features); }

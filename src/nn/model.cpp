@@ -2,7 +2,6 @@
 #include "nn/model.h"
 
 #include <algorithm>
-#include <cmath>
 #include <iterator>
 #include <string>
 
@@ -49,6 +48,13 @@ void Model::set_layer_dropout(int64_t layer, float rate) {
     layers_[static_cast<size_t>(layer)].dropout = rate == 0.0f ? 0.0f : rate;  // -0 as 0
 }
 
+void Model::set_layer_initializer(int64_t layer, Initializer initializer) {
+    require_layer(layer);
+    require(!built_, MPT_STATUS_INVALID_STATE,
+            "a layer's initializer cannot change after the model is built (first use): its weights are drawn");
+    layers_[static_cast<size_t>(layer)].initializer = initializer;
+}
+
 bool Model::has_dropout() const {
     return std::any_of(layers_.begin(), layers_.end(), [](const DenseLayer& layer) { return layer.dropout > 0.0f; });
 }
@@ -90,16 +96,16 @@ void Model::build() {
     block_elements_ = offset;
     arena_ = Arena(context_->backend(), context_->memory(), static_cast<size_t>(block_elements_) * sizeof(float));
 
-    // Glorot-uniform, limit sqrt(6 / (fan_in + fan_out)), drawn in row-major order of the unpadded
-    // matrix from the context's seed; padded entries stay zero (the arena starts zeroed).
+    // Each layer's initializer (Glorot-uniform unless set), drawn layer after layer in row-major
+    // order of the unpadded matrix from the context's seed; padded entries stay zero.
     Rng rng(context_->seed());
     std::vector<float> host(static_cast<size_t>(block_elements_), 0.0f);
     for (const DenseLayer& layer : layers_) {
-        const float limit = std::sqrt(6.0f / static_cast<float>(layer.inputs + layer.units));
+        const WeightDistribution distribution(layer.initializer, layer.inputs, layer.units);
         for (int64_t unit = 0; unit < layer.units; ++unit)
             for (int64_t input = 0; input < layer.inputs; ++input)
                 host[static_cast<size_t>(layer.weight_offset + unit * layer.padded_inputs + input)] =
-                    (2.0f * rng.next_unit_float() - 1.0f) * limit;
+                    distribution.draw(rng);
     }
     context_->backend().copy_to_device(masters(), host.data(), host.size() * sizeof(float));
     built_ = true;

@@ -12,6 +12,7 @@
 #include "core/context.h"
 #include "memory/arena.h"
 #include "nn/activation.h"
+#include "nn/initializer.h"
 
 namespace mpt {
 
@@ -29,6 +30,8 @@ struct DenseLayer {
     // The rate at which training drops this layer's outputs (nn/dropout.h), as a Keras Dropout layer
     // after it would; 0: none. Only hidden layers drop: the last layer's outputs are the model's.
     float dropout = 0.0f;
+    // How build() draws the weights; not saved (a model file holds the weights it drew).
+    Initializer initializer = Initializer::glorot_uniform;
     // Offsets in elements into the parameter block (the same layout for masters, gradients,
     // optimizer state and low copies), each a multiple of kParameterAlignment.
     int64_t weight_offset = 0;
@@ -46,8 +49,10 @@ public:
     void add_dense(int64_t units, Activation activation);
     void set_layer_dtype(int64_t layer, std::optional<DType> dtype);
     void set_layer_dropout(int64_t layer, float rate);
+    void set_layer_initializer(int64_t layer, Initializer initializer);
     bool has_dropout() const;
-    // Lays out and initialises the parameters (Glorot-uniform weights, zero biases). Idempotent.
+    // Lays out and initialises the parameters (weights from each layer's initializer, zero biases).
+    // Idempotent.
     void build();
     bool built() const { return built_; }
 

@@ -217,6 +217,25 @@ namespace Mptrain
             using (Family.Enter()) MptException.Check(Native.mpt_model_set_layer_dropout(Live, layer, rate));
         }
 
+        /// <summary>How layer <paramref name="layer"/>'s weights are drawn when the model is built (default
+        /// Initializer.GlorotUniform), from the context's seed. Before the model is built (else
+        /// Status.InvalidState); not saved with the model, whose file holds the weights.</summary>
+        public void SetLayerInitializer(int layer, Initializer initializer)
+        {
+            using (Family.Enter()) MptException.Check(Native.mpt_model_set_layer_initializer(Live, layer, initializer));
+        }
+
+        /// <summary>Layer <paramref name="layer"/>'s initializer (a loaded model's are the default).</summary>
+        public Initializer GetLayerInitializer(int layer)
+        {
+            using (Family.Enter())
+            {
+                Initializer initializer;
+                MptException.Check(Native.mpt_model_get_layer_initializer(Live, layer, out initializer));
+                return initializer;
+            }
+        }
+
         /// <summary>Layer <paramref name="layer"/>'s dropout rate (0: none).</summary>
         public float GetLayerDropout(int layer)
         {

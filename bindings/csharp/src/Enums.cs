@@ -31,6 +31,12 @@ namespace Mptrain
         LeakyRelu = 5, Elu = 6, Selu = 7, Softplus = 8, Softsign = 9
     }
 
+    /// <summary>How a layer's weights are drawn when its model is built (Keras's kernel_initializer).</summary>
+    public enum Initializer : int
+    {
+        GlorotUniform = 0, GlorotNormal = 1, HeUniform = 2, HeNormal = 3, LecunUniform = 4, LecunNormal = 5
+    }
+
     /// <summary>The regression losses (float targets) average their term over the outputs, as Keras's:
     /// MeanSquaredError (y - t)^2, MeanAbsoluteError |y - t|, Huber with TrainerOptions.HuberDelta.</summary>
     public enum Loss : int

@@ -26,7 +26,8 @@ namespace Mptrain.Tests
         static readonly Dictionary<Type, string> Prefixes = new Dictionary<Type, string>
         {
             { typeof(Status), "MPT_STATUS_" }, { typeof(Backend), "MPT_BACKEND_" }, { typeof(DType), "MPT_DTYPE_" },
-            { typeof(Precision), "MPT_PRECISION_" }, { typeof(Activation), "MPT_ACTIVATION_" }, { typeof(Loss), "MPT_LOSS_" },
+            { typeof(Precision), "MPT_PRECISION_" }, { typeof(Activation), "MPT_ACTIVATION_" },
+            { typeof(Initializer), "MPT_INITIALIZER_" }, { typeof(Loss), "MPT_LOSS_" },
             { typeof(Optimizer), "MPT_OPTIMIZER_" }, { typeof(LrSchedule), "MPT_LR_SCHEDULE_" },
             { typeof(LossScaling), "MPT_LOSS_SCALING_" }, { typeof(LogLevel), "MPT_LOG_LEVEL_" },
         };

@@ -100,6 +100,44 @@ namespace Mptrain.Tests
         }
 
         [Test]
+        public static void AnInitializerDrawsTheFirstWeightsAndIsNotSaved()
+        {
+            Func<Context, Initializer?, Model> firstLayer = (ctx, initializer) =>
+            {
+                var model = new Model(ctx, Data.Features).AddDense(64, Activation.Selu).AddDense(Data.Classes, Activation.Softmax);
+                if (initializer.HasValue) model.SetLayerInitializer(0, initializer.Value);
+                return model;
+            };
+            using (var dir = new TempDir())
+            using (Context ctx = Data.CpuContext(4))
+            using (Context again = Data.CpuContext(4))
+            using (Model plain = firstLayer(ctx, null))
+            using (Model lecun = firstLayer(ctx, Initializer.LecunNormal))
+            using (Model same = firstLayer(again, Initializer.LecunNormal))
+            {
+                Func<Model, int[]> firstWeights = model =>
+                {
+                    float[] weights, bias;
+                    model.GetWeights(0, out weights, out bias);
+                    return Data.Bits(weights);
+                };
+                Assert.Equal(Initializer.GlorotUniform, plain.GetLayerInitializer(0), "default");
+                Assert.Equal(Initializer.LecunNormal, lecun.GetLayerInitializer(0), "set");
+                Assert.SequenceEqual(firstWeights(same), firstWeights(lecun), "one seed, one draw");
+                Assert.True(!firstWeights(plain).SequenceEqual(firstWeights(lecun)), "drawn otherwise");
+                var refused = Assert.Throws<MptException>(() => lecun.SetLayerInitializer(0, Initializer.HeNormal));
+                Assert.Equal(Status.InvalidState, refused.Status, "after the build");
+                string path = dir.File("lecun.safetensors");
+                lecun.Save(path);
+                using (Model loaded = Model.Load(ctx, path))
+                {
+                    Assert.Equal(Initializer.GlorotUniform, loaded.GetLayerInitializer(0), "not saved");
+                    Assert.SequenceEqual(firstWeights(lecun), firstWeights(loaded), "weights saved");
+                }
+            }
+        }
+
+        [Test]
         public static void ARunResumedFromACheckpointEndsBitIdentical()
         {
             using (var dir = new TempDir())

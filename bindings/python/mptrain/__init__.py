@@ -101,6 +101,16 @@ class Activation(enum.IntEnum):
     SOFTSIGN = 9
 
 
+class Initializer(enum.IntEnum):
+    """How a layer's weights are drawn when its model is built (Keras's kernel_initializer)."""
+    GLOROT_UNIFORM = 0  # the default
+    GLOROT_NORMAL = 1
+    HE_UNIFORM = 2
+    HE_NORMAL = 3
+    LECUN_UNIFORM = 4
+    LECUN_NORMAL = 5
+
+
 class Loss(enum.IntEnum):
     SPARSE_CATEGORICAL_CROSSENTROPY = 0
     CATEGORICAL_CROSSENTROPY = 1
@@ -148,7 +158,7 @@ class LogLevel(enum.IntEnum):
 # The C prefix of each enum, for the ABI test and for error messages.
 ENUM_PREFIXES = {
     Status: "MPT_STATUS_", Backend: "MPT_BACKEND_", DType: "MPT_DTYPE_", Precision: "MPT_PRECISION_",
-    Activation: "MPT_ACTIVATION_", Loss: "MPT_LOSS_", Optimizer: "MPT_OPTIMIZER_",
+    Activation: "MPT_ACTIVATION_", Initializer: "MPT_INITIALIZER_", Loss: "MPT_LOSS_", Optimizer: "MPT_OPTIMIZER_",
     LrSchedule: "MPT_LR_SCHEDULE_", LossScaling: "MPT_LOSS_SCALING_", LogLevel: "MPT_LOG_LEVEL_",
 }
 
@@ -644,6 +654,24 @@ class Model(_Handle):
             _check(_lib().mpt_model_set_layer_dropout(self._get(), _integer(layer, "layer", ctypes.c_int64),
                                                       float(rate)))
         return self
+
+    def set_layer_initializer(self, layer, initializer):
+        """How layer `layer`'s weights are drawn when the model is built: an Initializer or its Keras
+        name ("he_normal", "lecun_normal", ...; default "glorot_uniform"), from the context's seed.
+        Before the model is built (else Error INVALID_STATE); not saved with the model, whose file
+        holds the weights. Returns self, so calls chain."""
+        with self._family:
+            _check(_lib().mpt_model_set_layer_initializer(self._get(), _integer(layer, "layer", ctypes.c_int64),
+                                                          _enum(Initializer, initializer, "initializer")))
+        return self
+
+    def get_layer_initializer(self, layer):
+        """Layer `layer`'s Initializer (a loaded model's are the default: its file holds weights)."""
+        out = ctypes.c_int()
+        with self._family:
+            _check(_lib().mpt_model_get_layer_initializer(self._get(), _integer(layer, "layer", ctypes.c_int64),
+                                                          ctypes.byref(out)))
+        return Initializer(out.value)
 
     def get_layer_dropout(self, layer):
         """Layer `layer`'s dropout rate (0.0: none)."""

@@ -80,6 +80,34 @@ def test_every_hidden_activation_trains_and_reloads_by_its_name(ctx, tmp_path):
         mptrain.Model(ctx, FEATURES).add_dense(6, "gelu")  # its derivative needs its input, not its output
 
 
+def test_an_initializer_set_by_name_draws_the_weights_and_is_not_saved(ctx, tmp_path):
+    def first_layer(initializer):
+        model = mptrain.Model(mptrain.Context(backend="cpu", seed=4), FEATURES).add_dense(64, "selu")
+        model.add_dense(CLASSES, "softmax")
+        if initializer is not None:
+            assert model.set_layer_initializer(0, initializer) is model  # chains
+        return model
+
+    default = first_layer(None)
+    assert default.get_layer_initializer(0) == mptrain.Initializer.GLOROT_UNIFORM
+    lecun = first_layer("lecun_normal")
+    assert lecun.get_layer_initializer(0) == mptrain.Initializer.LECUN_NORMAL
+    assert lecun.get_layer_initializer(1) == mptrain.Initializer.GLOROT_UNIFORM
+    assert lecun.get_weights(0)[0].tobytes() == first_layer(mptrain.Initializer.LECUN_NORMAL).get_weights(0)[0].tobytes()
+    assert lecun.get_weights(0)[0].tobytes() != default.get_weights(0)[0].tobytes()
+    with raises(Status.INVALID_STATE):  # built by get_weights: the weights are drawn
+        lecun.set_layer_initializer(0, "he_normal")
+    with raises(Status.INVALID_ARGUMENT):
+        first_layer("orthogonal")
+    with raises(Status.INVALID_ARGUMENT):
+        first_layer(None).set_layer_initializer(2, "he_normal")
+    path = tmp_path / "lecun.safetensors"
+    lecun.save(path)
+    loaded = mptrain.Model.load(ctx, path)
+    assert loaded.get_layer_initializer(0) == mptrain.Initializer.GLOROT_UNIFORM
+    assert loaded.get_weights(0)[0].tobytes() == lecun.get_weights(0)[0].tobytes()
+
+
 def test_a_run_resumed_from_a_checkpoint_ends_bit_identical(ctx, tmp_path):
     path = tmp_path / "checkpoint.safetensors"
     dataset = data(ctx, 200, 21)  # 6 steps of 32 per epoch

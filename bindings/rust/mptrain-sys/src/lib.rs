@@ -55,6 +55,14 @@ pub const MPT_ACTIVATION_SELU: mpt_activation = 7;
 pub const MPT_ACTIVATION_SOFTPLUS: mpt_activation = 8;
 pub const MPT_ACTIVATION_SOFTSIGN: mpt_activation = 9;
 
+pub type mpt_initializer = c_int;
+pub const MPT_INITIALIZER_GLOROT_UNIFORM: mpt_initializer = 0;
+pub const MPT_INITIALIZER_GLOROT_NORMAL: mpt_initializer = 1;
+pub const MPT_INITIALIZER_HE_UNIFORM: mpt_initializer = 2;
+pub const MPT_INITIALIZER_HE_NORMAL: mpt_initializer = 3;
+pub const MPT_INITIALIZER_LECUN_UNIFORM: mpt_initializer = 4;
+pub const MPT_INITIALIZER_LECUN_NORMAL: mpt_initializer = 5;
+
 pub type mpt_loss = c_int;
 pub const MPT_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY: mpt_loss = 0;
 pub const MPT_LOSS_CATEGORICAL_CROSSENTROPY: mpt_loss = 1;
@@ -217,6 +225,16 @@ extern "C" {
         model: *const mpt_model_t,
         layer: i64,
         out: *mut c_float,
+    ) -> mpt_status;
+    pub fn mpt_model_set_layer_initializer(
+        model: *mut mpt_model_t,
+        layer: i64,
+        initializer: mpt_initializer,
+    ) -> mpt_status;
+    pub fn mpt_model_get_layer_initializer(
+        model: *const mpt_model_t,
+        layer: i64,
+        out: *mut mpt_initializer,
     ) -> mpt_status;
     pub fn mpt_model_get_layer_count(model: *const mpt_model_t, out: *mut i64) -> mpt_status;
     pub fn mpt_model_get_input_features(model: *const mpt_model_t, out: *mut i64) -> mpt_status;
@@ -451,8 +469,14 @@ extern "C" {
         trainer: *const mpt_trainer_t,
         out: *mut mpt_precision,
     ) -> mpt_status;
-    pub fn mpt_trainer_set_learning_rate(trainer: *mut mpt_trainer_t, learning_rate: c_float) -> mpt_status;
-    pub fn mpt_trainer_get_learning_rate(trainer: *const mpt_trainer_t, out: *mut c_float) -> mpt_status;
+    pub fn mpt_trainer_set_learning_rate(
+        trainer: *mut mpt_trainer_t,
+        learning_rate: c_float,
+    ) -> mpt_status;
+    pub fn mpt_trainer_get_learning_rate(
+        trainer: *const mpt_trainer_t,
+        out: *mut c_float,
+    ) -> mpt_status;
     pub fn mpt_trainer_get_scheduled_learning_rate(
         trainer: *const mpt_trainer_t,
         out: *mut c_float,

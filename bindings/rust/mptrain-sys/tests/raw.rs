@@ -97,6 +97,21 @@ fn every_enum_value_matches_the_header() {
         ("MPT_ACTIVATION_SOFTPLUS", MPT_ACTIVATION_SOFTPLUS),
         ("MPT_ACTIVATION_SOFTSIGN", MPT_ACTIVATION_SOFTSIGN),
         (
+            "MPT_INITIALIZER_GLOROT_UNIFORM",
+            MPT_INITIALIZER_GLOROT_UNIFORM,
+        ),
+        (
+            "MPT_INITIALIZER_GLOROT_NORMAL",
+            MPT_INITIALIZER_GLOROT_NORMAL,
+        ),
+        ("MPT_INITIALIZER_HE_UNIFORM", MPT_INITIALIZER_HE_UNIFORM),
+        ("MPT_INITIALIZER_HE_NORMAL", MPT_INITIALIZER_HE_NORMAL),
+        (
+            "MPT_INITIALIZER_LECUN_UNIFORM",
+            MPT_INITIALIZER_LECUN_UNIFORM,
+        ),
+        ("MPT_INITIALIZER_LECUN_NORMAL", MPT_INITIALIZER_LECUN_NORMAL),
+        (
             "MPT_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY",
             MPT_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY,
         ),
@@ -184,6 +199,7 @@ fn c_type_sizes_match_the_rust_types() {
         ("mpt_dtype", size_of::<mpt_dtype>()),
         ("mpt_precision", size_of::<mpt_precision>()),
         ("mpt_activation", size_of::<mpt_activation>()),
+        ("mpt_initializer", size_of::<mpt_initializer>()),
         ("mpt_loss", size_of::<mpt_loss>()),
         ("mpt_optimizer", size_of::<mpt_optimizer>()),
         ("mpt_lr_schedule", size_of::<mpt_lr_schedule>()),

@@ -273,6 +273,23 @@ c_enum!(
     }
 );
 c_enum!(
+    /// How a layer's weights are drawn when its model is built (Keras's `kernel_initializer`).
+    Initializer {
+        /// Uniform, variance 2 / (fan_in + fan_out): the default.
+        GlorotUniform = sys::MPT_INITIALIZER_GLOROT_UNIFORM,
+        /// Truncated normal, variance 2 / (fan_in + fan_out).
+        GlorotNormal = sys::MPT_INITIALIZER_GLOROT_NORMAL,
+        /// Uniform, variance 2 / fan_in.
+        HeUniform = sys::MPT_INITIALIZER_HE_UNIFORM,
+        /// Truncated normal, variance 2 / fan_in (for ReLU layers).
+        HeNormal = sys::MPT_INITIALIZER_HE_NORMAL,
+        /// Uniform, variance 1 / fan_in.
+        LecunUniform = sys::MPT_INITIALIZER_LECUN_UNIFORM,
+        /// Truncated normal, variance 1 / fan_in (for SELU layers).
+        LecunNormal = sys::MPT_INITIALIZER_LECUN_NORMAL,
+    }
+);
+c_enum!(
     /// Training loss.
     Loss {
         /// Integer labels.
@@ -947,6 +964,31 @@ impl Model {
     pub fn set_layer_dropout(&mut self, layer: usize, rate: f32) -> Result<()> {
         let _lock = self.family.enter()?;
         check(unsafe { sys::mpt_model_set_layer_dropout(self.raw.as_ptr(), layer as i64, rate) })
+    }
+
+    /// How layer `layer`'s weights are drawn when the model is built (default
+    /// [`Initializer::GlorotUniform`]), from the context's seed. Before the model is built (else
+    /// [`Status::InvalidState`]); not saved with the model, whose file holds the weights.
+    pub fn set_layer_initializer(&mut self, layer: usize, initializer: Initializer) -> Result<()> {
+        let _lock = self.family.enter()?;
+        check(unsafe {
+            sys::mpt_model_set_layer_initializer(
+                self.raw.as_ptr(),
+                layer as i64,
+                initializer as c_int,
+            )
+        })
+    }
+
+    /// Layer `layer`'s initializer (a loaded model's are the default: its file holds weights).
+    pub fn layer_initializer(&self, layer: usize) -> Result<Initializer> {
+        let _lock = self.family.enter()?;
+        let mut out = 0;
+        check(unsafe {
+            sys::mpt_model_get_layer_initializer(self.raw.as_ptr(), layer as i64, &mut out)
+        })?;
+        Initializer::from_code(out)
+            .ok_or_else(|| Error::new(Status::Internal, format!("unknown initializer {out}")))
     }
 
     /// Layer `layer`'s dropout rate (0: none).
@@ -1807,7 +1849,9 @@ impl FitControl<'_> {
     /// See [`Trainer::scheduled_learning_rate`].
     pub fn scheduled_learning_rate(&self) -> Result<f32> {
         let mut out = 0.0f32;
-        check(unsafe { sys::mpt_trainer_get_scheduled_learning_rate(self.trainer.as_ptr(), &mut out) })?;
+        check(unsafe {
+            sys::mpt_trainer_get_scheduled_learning_rate(self.trainer.as_ptr(), &mut out)
+        })?;
         Ok(out)
     }
 

@@ -53,7 +53,9 @@ fn every_hidden_activation_trains_and_reloads() {
     ] {
         model.add_dense(6, activation).unwrap();
     }
-    model.add_dense(CLASSES as i64, Activation::Softmax).unwrap();
+    model
+        .add_dense(CLASSES as i64, Activation::Softmax)
+        .unwrap();
     let data = blob_data(&ctx, 120, 14);
     Trainer::new(&model, &adam())
         .unwrap()
@@ -67,6 +69,62 @@ fn every_hidden_activation_trains_and_reloads() {
         bits(&loaded.predict(&x).unwrap()),
         bits(&model.predict(&x).unwrap())
     );
+}
+
+#[test]
+fn an_initializer_draws_the_first_weights_and_is_not_saved() {
+    let dir = TempDir::new("initializer");
+    let first_layer = |initializer: Option<Initializer>| {
+        let ctx = seeded_context(4);
+        let mut model = Model::new(&ctx, FEATURES).unwrap();
+        model
+            .add_dense(64, Activation::Selu)
+            .unwrap()
+            .add_dense(CLASSES as i64, Activation::Softmax)
+            .unwrap();
+        if let Some(initializer) = initializer {
+            model.set_layer_initializer(0, initializer).unwrap();
+        }
+        model
+    };
+    let mut default = first_layer(None);
+    assert_eq!(
+        default.layer_initializer(0).unwrap(),
+        Initializer::GlorotUniform
+    );
+    let mut lecun = first_layer(Some(Initializer::LecunNormal));
+    assert_eq!(
+        lecun.layer_initializer(0).unwrap(),
+        Initializer::LecunNormal
+    );
+    let drawn = bits(&lecun.weights(0).unwrap().0);
+    assert_eq!(
+        drawn,
+        bits(
+            &first_layer(Some(Initializer::LecunNormal))
+                .weights(0)
+                .unwrap()
+                .0
+        )
+    );
+    assert_ne!(drawn, bits(&default.weights(0).unwrap().0));
+    let refused = lecun
+        .set_layer_initializer(0, Initializer::HeNormal)
+        .unwrap_err();
+    assert_eq!(refused.status, Status::InvalidState); // built: the weights are drawn
+    let refused = first_layer(None)
+        .set_layer_initializer(2, Initializer::HeNormal)
+        .unwrap_err();
+    assert_eq!(refused.status, Status::InvalidArgument);
+    let path = dir.join("lecun.safetensors");
+    lecun.save(&path).unwrap();
+    let ctx = context();
+    let mut loaded = Model::load(&ctx, &path).unwrap();
+    assert_eq!(
+        loaded.layer_initializer(0).unwrap(),
+        Initializer::GlorotUniform
+    );
+    assert_eq!(bits(&loaded.weights(0).unwrap().0), drawn);
 }
 
 #[test]

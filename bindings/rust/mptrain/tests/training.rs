@@ -30,7 +30,10 @@ fn fit_learns_separable_blobs() {
     );
     // Auto on the CPU: bf16 where AMX multiplies it natively, else fp32.
     let precision = trainer.precision().unwrap();
-    assert!(matches!(precision, Precision::Fp32 | Precision::MixedBf16), "{precision:?}");
+    assert!(
+        matches!(precision, Precision::Fp32 | Precision::MixedBf16),
+        "{precision:?}"
+    );
     assert_eq!(ctx.resolve_precision(Precision::Auto).unwrap(), precision);
     let memory = trainer.memory().unwrap();
     assert!(memory.planned > 0 && memory.allocated >= memory.planned);
@@ -184,7 +187,10 @@ fn a_learning_rate_schedule_gives_each_step_the_rate_of_the_header_formula() {
     let record = seen.clone();
     trainer
         .on_epoch_end_with(move |_, control| {
-            record.lock().unwrap().push(control.scheduled_learning_rate().unwrap());
+            record
+                .lock()
+                .unwrap()
+                .push(control.scheduled_learning_rate().unwrap());
             std::ops::ControlFlow::Continue(())
         })
         .unwrap();
