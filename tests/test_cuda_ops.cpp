@@ -683,7 +683,7 @@ void compare_dense_update(Backend& reference, Backend& candidate, const UpdateCa
     const std::vector<float> weights = random_values(static_cast<size_t>(weight_count), -0.5f, 0.5f);
     const std::vector<float> bias = random_values(static_cast<size_t>(c.out_features), -0.1f, 0.1f);
     const int states = optimizer_state_count(c.optimizer);
-    const bool plain_sgd = c.optimizer.kind == OptimizerKind::sgd && c.optimizer.momentum == 0.0f;
+    const bool plain_sgd = is_plain_sgd(c.optimizer);
     const bool low = c.dtype != DType::fp32;
 
     std::vector<float> weight_results[2], bias_results[2], state_results[2][2], bias_state_results[2][2],
@@ -794,7 +794,14 @@ void compare_dense_update_cases(Backend& reference, Backend& candidate) {
     OptimizerConfig rmsprop_momentum = rmsprop;
     rmsprop_momentum.momentum = 0.9f;
     rmsprop_momentum.rho = 0.8f;
+    // Keras's weight decay under the other rules: plain SGD with it leaves the fused GEMM path.
+    OptimizerConfig sgd_decay;
+    sgd_decay.weight_decay = 0.05f;
+    OptimizerConfig rmsprop_decay = rmsprop;
+    rmsprop_decay.weight_decay = 0.05f;
     for (DType dtype : kDTypes) {
+        compare_dense_update(reference, candidate, {37, 136, 64, dtype, sgd_decay, false});
+        compare_dense_update(reference, candidate, {40, 96, 40, dtype, rmsprop_decay, false});
         compare_dense_update(reference, candidate, {37, 136, 64, dtype, sgd, false});   // fused SGD (rows <= 64)
         compare_dense_update(reference, candidate, {64, 200, 72, dtype, sgd, false});   // fused, partial tiles
         compare_dense_update(reference, candidate, {96, 136, 64, dtype, sgd, false});   // GEMM, then update

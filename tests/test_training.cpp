@@ -807,6 +807,7 @@ void check_two_optimizer_steps(const TrainerSetup& setup, double beta1, double b
             for (size_t k = 0; k < params.size(); ++k) {
                 const double g = gradient[k];
                 double& w = params[k];
+                w -= lr * weight_decay * w;  // Keras: every optimizer decays first, then applies g
                 if (rmsprop) {  // Keras RMSprop: v = rho v + (1 - rho) g^2; u = m u + lr g / sqrt(v + eps); w -= u
                     double& v = state1[i][k];
                     double& u = state2[i][k];
@@ -817,8 +818,7 @@ void check_two_optimizer_steps(const TrainerSetup& setup, double beta1, double b
                     double& velocity = state1[i][k];
                     velocity = momentum * velocity - lr * g;
                     w += setup.nesterov ? momentum * velocity - lr * g : velocity;
-                } else {  // Keras Adam(W): decay first; alpha = lr sqrt(1 - b2^t) / (1 - b1^t)
-                    w -= lr * weight_decay * w;
+                } else {  // Keras Adam(W): alpha = lr sqrt(1 - b2^t) / (1 - b1^t)
                     double& m = state1[i][k];
                     double& v = state2[i][k];
                     m = beta1 * m + (1 - beta1) * g;
@@ -854,6 +854,18 @@ TEST_CASE("SGD with momentum and with Nesterov momentum follow Keras's update ov
         setup.momentum = 0.0f;
         check_two_optimizer_steps(setup, 0, 0, 0, 0);
     }
+    // Keras's SGD(weight_decay=): the weights shrink by lr * decay before the gradient is applied.
+    // Plain SGD then keeps a gradient tensor; with momentum the decay does not enter the velocity.
+    SUBCASE("plain SGD with weight decay 0.3") {
+        setup.momentum = 0.0f;
+        setup.weight_decay = 0.3f;
+        check_two_optimizer_steps(setup, 0, 0, 0, 0.3);
+    }
+    SUBCASE("Nesterov with weight decay 0.3") {
+        setup.nesterov = true;
+        setup.weight_decay = 0.3f;
+        check_two_optimizer_steps(setup, 0, 0, 0, 0.3);
+    }
 }
 
 // Epsilon 1e-12 keeps epsilon's placement out of this test (see the next one): what is checked is
@@ -864,6 +876,10 @@ TEST_CASE("Adam and AdamW follow Keras's moments, bias correction and decoupled 
     setup.learning_rate = 0.01f;
     setup.adam_epsilon = 1e-12f;
     SUBCASE("Adam") { check_two_optimizer_steps(setup, 0.9, 0.999, 1e-12, 0.0); }
+    SUBCASE("Adam with weight decay 0.1, as Keras's Adam(weight_decay=0.1): AdamW's rule") {
+        setup.weight_decay = 0.1f;
+        check_two_optimizer_steps(setup, 0.9, 0.999, 1e-12, 0.1);
+    }
     SUBCASE("AdamW with its default decay 0.004") {
         setup.optimizer = MPT_OPTIMIZER_ADAMW;
         check_two_optimizer_steps(setup, 0.9, 0.999, 1e-12, 0.004);
@@ -907,9 +923,14 @@ TEST_CASE("RMSprop follows Keras's average of squared gradients, epsilon under t
         setup.momentum = 0.8f;
         check_two_optimizer_steps(setup, 0, 0.9, 1e-7, 0.0);
     }
-    SUBCASE("weight decay is AdamW's alone: RMSprop ignores it") {
+    SUBCASE("weight decay 0.1, before the rule as Keras's") {
         setup.weight_decay = 0.1f;
-        check_two_optimizer_steps(setup, 0, 0.9, 1e-7, 0.0);
+        check_two_optimizer_steps(setup, 0, 0.9, 1e-7, 0.1);
+    }
+    SUBCASE("weight decay 0.1 with momentum 0.8") {
+        setup.weight_decay = 0.1f;
+        setup.momentum = 0.8f;
+        check_two_optimizer_steps(setup, 0, 0.9, 1e-7, 0.1);
     }
 }
 

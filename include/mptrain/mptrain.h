@@ -466,10 +466,12 @@ MPT_API mpt_status mpt_trainer_options_set_adam(mpt_trainer_options_t* options, 
  *  at 0. rho in [0, 1), epsilon finite and > 0 (MPT_STATUS_INVALID_ARGUMENT otherwise; defaults 0.9
  *  and 1e-7). The epsilon is the one mpt_trainer_options_set_adam sets too: the last call's. */
 MPT_API mpt_status mpt_trainer_options_set_rmsprop(mpt_trainer_options_t* options, float rho, float epsilon);
-/** Decoupled weight decay for AdamW (ignored by SGD, Adam and RMSprop): each step first multiplies every weight
- *  and bias by (1 - rate * weight_decay), where rate is that step's learning rate (the schedule's
- *  included), as Keras and PyTorch do. A value set here, 0 included, is kept
- *  whether it is set before or after the optimizer; otherwise AdamW uses 0.004. */
+/** Decoupled weight decay, as Keras's optimizers' weight_decay (every one of them; PyTorch's AdamW):
+ *  each step first multiplies every weight and bias by (1 - rate * weight_decay), where rate is that
+ *  step's learning rate (the schedule's included), and the optimizer's rule then applies the
+ *  gradient. A value set here, 0 included, is kept whether it is set before or after the optimizer;
+ *  otherwise AdamW uses 0.004 and the others 0. In [0, 1). Plain SGD with decay cannot write its
+ *  update as one GEMM into the weights, so it keeps a gradient tensor as SGD with momentum does. */
 MPT_API mpt_status mpt_trainer_options_set_weight_decay(mpt_trainer_options_t* options, float weight_decay);
 /** Gradient clipping by global norm, as Keras's `global_clipnorm` and PyTorch's
  *  `clip_grad_norm_(max_norm)` (default 0: off). Every step, the gradients of all weights and

@@ -526,6 +526,7 @@ public:
         detail::check(mpt_trainer_options_set_rmsprop(get(), rho, epsilon));
         return *this;
     }
+    /** Decoupled weight decay, Keras's for every optimizer (mpt_trainer_options_set_weight_decay). */
     TrainerOptions& weight_decay(float value) { detail::check(mpt_trainer_options_set_weight_decay(get(), value)); return *this; }
     /** Gradient clipping by global norm (mpt_trainer_options_set_global_clipnorm), as Keras's
      *  global_clipnorm: every step the gradients of all weights and biases together are scaled by

@@ -23,6 +23,8 @@ struct OptimizerConfig {
     float beta2 = 0.999f;
     float rho = 0.9f;          // RMSprop's decay of the squared gradients' average
     float epsilon = 1e-7f;     // Adam's and RMSprop's
+    // Keras's weight_decay, for every optimizer: each step first multiplies each weight and bias by
+    // (1 - rate * weight_decay). AdamW is Adam with it on by default (0.004).
     float weight_decay = 0.0f;
     // Keras's global_clipnorm: when > 0, every step's unscaled gradients (all layers' weights and
     // biases together) are scaled by global_clipnorm / max(their L2 norm, global_clipnorm) before
@@ -55,9 +57,10 @@ MPT_HOST_DEVICE bool is_adam(const OptimizerConfig& config) {
     return config.kind == OptimizerKind::adam || config.kind == OptimizerKind::adamw;
 }
 
-// SGD without momentum: an update with no state, which can be applied without a gradient tensor.
+// SGD without momentum or weight decay: an update with no state and linear in the gradient, which
+// can be applied as a GEMM into the weights without a gradient tensor.
 MPT_HOST_DEVICE bool is_plain_sgd(const OptimizerConfig& config) {
-    return config.kind == OptimizerKind::sgd && config.momentum == 0.0f;
+    return config.kind == OptimizerKind::sgd && config.momentum == 0.0f && config.weight_decay == 0.0f;
 }
 
 // Records in `state` the norm of a step's gradients and the factor global_clipnorm scales them by,
@@ -114,6 +117,9 @@ MPT_HOST_DEVICE float optimizer_update_element(const OptimizerConfig& config, co
                                                float weight, float scaled_gradient, float& state1,
                                                float& state2) {
     const float gradient = scaled_gradient * scalars.inverse_scale;
+    // Keras applies the decay before the update rule, which then sees the gradient of the weight as
+    // it was (the same for AdamW as decoupled decay in the paper).
+    if (config.weight_decay != 0.0f) weight -= scalars.learning_rate * config.weight_decay * weight;
     switch (config.kind) {
         case OptimizerKind::sgd: {
             if (config.momentum == 0.0f) return weight - scalars.learning_rate * gradient;
@@ -134,7 +140,6 @@ MPT_HOST_DEVICE float optimizer_update_element(const OptimizerConfig& config, co
         }
         case OptimizerKind::adam:
         case OptimizerKind::adamw: {
-            if (config.kind == OptimizerKind::adamw) weight -= scalars.learning_rate * config.weight_decay * weight;
             state1 = config.beta1 * state1 + (1.0f - config.beta1) * gradient;
             state2 = config.beta2 * state2 + (1.0f - config.beta2) * gradient * gradient;
             return weight - scalars.step_size * state1 / (sqrtf(state2) + scalars.epsilon_hat);

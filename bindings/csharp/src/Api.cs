@@ -696,6 +696,7 @@ namespace Mptrain
         /// and 1e-7); other values throw MptException (InvalidArgument) from the Trainer constructor.
         /// Checkpoints of an RMSprop trainer must match its rho.</summary>
         public float? Rho { get; set; }
+        /// <summary>Decoupled weight decay, Keras's for every optimizer (AdamW's default 0.004, the others' 0).</summary>
         public float? WeightDecay { get; set; }
         /// <summary>Gradient clipping by global norm (null or 0: none), as Keras's global_clipnorm and
         /// PyTorch's clip_grad_norm_(max_norm): every step, the gradients of all weights and biases

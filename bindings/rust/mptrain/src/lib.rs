@@ -1603,7 +1603,7 @@ impl TrainerOptions {
         self.rmsprop = Some((rho, epsilon));
         self
     }
-    /// Decoupled weight decay (AdamW).
+    /// Decoupled weight decay, Keras's for every optimizer (AdamW's default 0.004, the others' 0).
     pub fn weight_decay(mut self, weight_decay: f32) -> Self {
         self.weight_decay = Some(weight_decay);
         self
