@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
@@ -87,7 +89,9 @@ TEST_CASE("each initializer draws Keras's distribution: its bounds, mean 0 and v
         }
         const double mean = sum / count, sample_variance = squares / count - mean * mean;
         CHECK(std::fabs(mean) <= 4.0 * std::sqrt(variance / count));
-        CHECK(sample_variance == doctest::Approx(variance).epsilon(0.02).scale(0));  // relative
+        // The variance's standard error is 0.2-0.25% here: 1% is four of them, and catches a 20% error
+        // in the fans or a truncated normal whose width misses the correction by 2%.
+        CHECK(sample_variance == doctest::Approx(variance).epsilon(0.01).scale(0));
         const double share_beyond = static_cast<double>(beyond_one_stddev) / count;
         if (expected.normal) {
             // N(0, s) truncated to 2 s, s = sqrt(variance) / 0.8796: nothing beyond 2 s, draws close to
@@ -95,7 +99,7 @@ TEST_CASE("each initializer draws Keras's distribution: its bounds, mean 0 and v
             // draw's is 0.4226, an untruncated normal's 0.3173).
             const double cut = 2.0 * std::sqrt(variance) / 0.87962566103423978;
             CHECK(largest <= cut * (1 + 1e-6));
-            CHECK(largest >= 0.99 * cut);
+            CHECK(largest >= 0.995 * cut);  // some 270 of the draws are expected beyond
             CHECK(share_beyond == doctest::Approx(0.3495).epsilon(0.03).scale(0));
         } else {
             // Uniform in [-limit, limit), limit = sqrt(3 variance): P(|w| > sqrt(variance)) = 1 - 1/sqrt(3).
@@ -109,8 +113,8 @@ TEST_CASE("each initializer draws Keras's distribution: its bounds, mean 0 and v
     }
 }
 
-TEST_CASE("the default is Glorot-uniform, one seed draws one set of weights, and layers draw in turn") {
-    const int64_t inputs = 30, hidden = 20, outputs = 5;
+TEST_CASE("the default is Glorot-uniform, one seed draws one set of weights, and a layer's initializer changes no other layer's") {
+    const int64_t inputs = 30, hidden = 11, outputs = 3;
     auto weights_with = [&](uint64_t seed, const std::vector<int>& initializers) {
         mpt_context_t* context = mpt_test::create_context(MPT_BACKEND_CPU, seed);
         mpt_model_t* model = nullptr;
@@ -128,6 +132,20 @@ TEST_CASE("the default is Glorot-uniform, one seed draws one set of weights, and
         return layers;
     };
     const auto unset = weights_with(5, {});
+    // The first weights of each layer, as mptrain drew them before initializers could be chosen
+    // (sqrtf(6 / 41) and sqrtf(6 / 14) in float: a double limit would differ; reproduced by
+    // replaying xoshiro256** in Python). Default models keep their initial weights bit for bit.
+    auto bits_of = [](float value) {
+        uint32_t bits = 0;
+        std::memcpy(&bits, &value, sizeof bits);
+        return bits;
+    };
+    CHECK(bits_of(unset[0][0]) == 0xbe25c528u);
+    CHECK(bits_of(unset[0][1]) == 0x3d9ff422u);
+    CHECK(bits_of(unset[0][2]) == 0x3dea5372u);
+    CHECK(bits_of(unset[1][0]) == 0x3e84b12cu);
+    CHECK(bits_of(unset[1][1]) == 0x3e8ce05cu);
+    CHECK(bits_of(unset[1][2]) == 0xbe3db179u);
     const auto glorot = weights_with(5, {MPT_INITIALIZER_GLOROT_UNIFORM, MPT_INITIALIZER_GLOROT_UNIFORM});
     CHECK(same_bits(unset[0], glorot[0]));
     CHECK(same_bits(unset[1], glorot[1]));
@@ -135,10 +153,14 @@ TEST_CASE("the default is Glorot-uniform, one seed draws one set of weights, and
     CHECK(same_bits(he[0], weights_with(5, {MPT_INITIALIZER_HE_NORMAL, -1})[0]));  // one seed, one draw
     CHECK_FALSE(same_bits(he[0], weights_with(6, {MPT_INITIALIZER_HE_NORMAL, -1})[0]));
     CHECK_FALSE(same_bits(he[0], unset[0]));
-    // Layer 0 draws first, so another initializer for layer 1 leaves it as it was.
+    // Another initializer for one layer leaves the other's weights as they were, normal ones (which
+    // take a varying count of random numbers) included.
+    CHECK(same_bits(he[1], unset[1]));
     const auto second = weights_with(5, {-1, MPT_INITIALIZER_LECUN_UNIFORM});
     CHECK(same_bits(second[0], unset[0]));
     CHECK_FALSE(same_bits(second[1], unset[1]));
+    const auto both = weights_with(5, {MPT_INITIALIZER_GLOROT_NORMAL, MPT_INITIALIZER_LECUN_NORMAL});
+    CHECK(same_bits(both[1], weights_with(5, {-1, MPT_INITIALIZER_LECUN_NORMAL})[1]));
 }
 
 TEST_CASE("an initializer is set before the model is built, for a layer it has, from the enum; a loaded model reports the default") {
@@ -166,6 +188,29 @@ TEST_CASE("an initializer is set before the model is built, for a layer it has, 
     CHECK(same_bits(drawn, layer_weights(model, 0, 4 * 8)));
     REQUIRE_OK(mpt_model_get_layer_initializer(model, 1, &out));
     CHECK(out == MPT_INITIALIZER_LECUN_NORMAL);
+
+    // A trainer builds a model too; a refused build (dropout on the last layer) leaves it settable.
+    {
+        mpt_model_t* other = nullptr;
+        REQUIRE_OK(mpt_model_create(context, 4, &other));
+        REQUIRE_OK(mpt_model_add_dense(other, 8, MPT_ACTIVATION_RELU));
+        REQUIRE_OK(mpt_model_add_dense(other, 3, MPT_ACTIVATION_SOFTMAX));
+        REQUIRE_OK(mpt_model_set_layer_dropout(other, 1, 0.5f));
+        mpt_trainer_options_t* options = nullptr;
+        REQUIRE_OK(mpt_trainer_options_create(&options));
+        mpt_trainer_t* trainer = nullptr;
+        CHECK_FAILS(MPT_STATUS_INVALID_STATE, mpt_trainer_create(other, options, &trainer));
+        REQUIRE_OK(mpt_model_set_layer_initializer(other, 0, MPT_INITIALIZER_HE_NORMAL));
+        REQUIRE_OK(mpt_model_set_layer_dropout(other, 1, 0.0f));
+        REQUIRE_OK(mpt_trainer_create(other, options, &trainer));
+        CHECK_FAILS(MPT_STATUS_INVALID_STATE, mpt_model_set_layer_initializer(other, 0, MPT_INITIALIZER_LECUN_NORMAL));
+        mpt_initializer kept = MPT_INITIALIZER_GLOROT_UNIFORM;
+        REQUIRE_OK(mpt_model_get_layer_initializer(other, 0, &kept));
+        CHECK(kept == MPT_INITIALIZER_HE_NORMAL);
+        mpt_trainer_destroy(trainer);
+        mpt_trainer_options_destroy(options);
+        mpt_model_destroy(other);
+    }
 
     // A model file holds the weights, not how they were drawn.
     mpt_test::TempDir directory;

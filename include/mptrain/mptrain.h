@@ -264,8 +264,9 @@ MPT_API mpt_status mpt_context_get_memory(const mpt_context_t* context, size_t* 
  *  \param[out] out  new model (keeps `context` alive); free with mpt_model_destroy. */
 MPT_API mpt_status mpt_model_create(mpt_context_t* context, int64_t input_features, mpt_model_t** out);
 MPT_API void mpt_model_destroy(mpt_model_t* model);
-/** Appends a Dense layer of 1 to 2^24 units (Glorot-uniform weights, zero bias, as Keras; drawn from
- *  the context's seed alone, so models of one architecture created from one context start with the
+/** Appends a Dense layer of 1 to 2^24 units (Glorot-uniform weights unless
+ *  mpt_model_set_layer_initializer names another initializer, zero bias, as Keras; drawn from the
+ *  context's seed alone, so models of one architecture created from one context start with the
  *  same weights: use contexts of different seeds, or mpt_model_set_weights, to start them apart). Fails with
  *  MPT_STATUS_INVALID_STATE once the model has been built (first trainer, predict or weight access).
  *  Softmax is allowed on the last layer only. */
@@ -291,8 +292,10 @@ MPT_API mpt_status mpt_model_set_layer_dropout(mpt_model_t* model, int64_t layer
  *  \param[out] out    layer `layer`'s dropout rate (0: none). */
 MPT_API mpt_status mpt_model_get_layer_dropout(const mpt_model_t* model, int64_t layer, float* out);
 /** How layer `layer`'s weights are drawn when the model is built (Keras's kernel_initializer; the
- *  default MPT_INITIALIZER_GLOROT_UNIFORM). The draws come from the context's seed, layer after
- *  layer, so one seed gives one set of initial weights. Before the model is built (else
+ *  default MPT_INITIALIZER_GLOROT_UNIFORM). A layer's draws depend on the context's seed, its place
+ *  and its own initializer alone, so one seed gives one set of initial weights and another layer's
+ *  initializer changes none of them. Uniform draws are exact float arithmetic; normal ones go
+ *  through the C library's log and cos, so another platform's may differ in a last bit. Before the model is built (else
  *  MPT_STATUS_INVALID_STATE); not saved with the model, whose file holds the weights themselves (a
  *  loaded model reports the default). An unknown initializer or layer: MPT_STATUS_INVALID_ARGUMENT.
  *  One thread per model at a time. */

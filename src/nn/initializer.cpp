@@ -13,18 +13,6 @@ constexpr double kTwoPi = 6.283185307179586476925286766559;
 
 }  // namespace
 
-const char* initializer_name(Initializer initializer) {
-    switch (initializer) {
-        case Initializer::glorot_uniform: return "glorot_uniform";
-        case Initializer::glorot_normal: return "glorot_normal";
-        case Initializer::he_uniform: return "he_uniform";
-        case Initializer::he_normal: return "he_normal";
-        case Initializer::lecun_uniform: return "lecun_uniform";
-        case Initializer::lecun_normal: return "lecun_normal";
-    }
-    return "unknown";
-}
-
 WeightDistribution::WeightDistribution(Initializer initializer, int64_t fan_in, int64_t fan_out) {
     double scale = 1.0, n = static_cast<double>(fan_in);
     switch (initializer) {

@@ -17,8 +17,6 @@ enum class Initializer : uint8_t {
     lecun_normal = 5
 };
 
-const char* initializer_name(Initializer initializer);
-
 // One initializer for one layer's fan-in and fan-out: Keras's VarianceScaling(scale, mode,
 // distribution), whose draws have variance scale / n, n the fan-in (He, LeCun) or the fans' mean
 // (Glorot). Uniform draws lie in [-limit, limit) with limit = sqrt(3 scale / n); normal ones are

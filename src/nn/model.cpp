@@ -96,16 +96,26 @@ void Model::build() {
     block_elements_ = offset;
     arena_ = Arena(context_->backend(), context_->memory(), static_cast<size_t>(block_elements_) * sizeof(float));
 
-    // Each layer's initializer (Glorot-uniform unless set), drawn layer after layer in row-major
-    // order of the unpadded matrix from the context's seed; padded entries stay zero.
-    Rng rng(context_->seed());
+    // Each layer's initializer (Glorot-uniform unless set), drawn in row-major order of the unpadded
+    // matrix from the context's seed; padded entries stay zero. Uniform layers take one number each
+    // from a stream shared layer after layer (as mptrain always drew Glorot-uniform). A normal draw
+    // takes a varying count (redraws beyond 2 stddev), so a normal layer draws from a stream of its
+    // own and the shared one moves on as a uniform layer's would: every layer's weights depend on
+    // the seed and its own initializer alone.
+    const uint64_t seed = context_->seed();
+    Rng shared(seed);
     std::vector<float> host(static_cast<size_t>(block_elements_), 0.0f);
-    for (const DenseLayer& layer : layers_) {
+    for (size_t index = 0; index < layers_.size(); ++index) {
+        const DenseLayer& layer = layers_[index];
         const WeightDistribution distribution(layer.initializer, layer.inputs, layer.units);
+        Rng own(seed ^ (0x9e3779b97f4a7c15ULL * (index + 1)));
+        Rng& rng = distribution.normal() ? own : shared;
         for (int64_t unit = 0; unit < layer.units; ++unit)
             for (int64_t input = 0; input < layer.inputs; ++input)
                 host[static_cast<size_t>(layer.weight_offset + unit * layer.padded_inputs + input)] =
                     distribution.draw(rng);
+        if (distribution.normal())
+            for (int64_t skipped = 0; skipped < layer.units * layer.inputs; ++skipped) shared.next_u64();
     }
     context_->backend().copy_to_device(masters(), host.data(), host.size() * sizeof(float));
     built_ = true;

@@ -100,6 +100,8 @@ def test_an_initializer_set_by_name_draws_the_weights_and_is_not_saved(ctx, tmp_
     with raises(Status.INVALID_ARGUMENT):
         first_layer("orthogonal")
     with raises(Status.INVALID_ARGUMENT):
+        first_layer(6)  # past the enum: the library refuses it
+    with raises(Status.INVALID_ARGUMENT):
         first_layer(None).set_layer_initializer(2, "he_normal")
     path = tmp_path / "lecun.safetensors"
     lecun.save(path)
