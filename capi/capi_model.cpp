@@ -95,6 +95,20 @@ mpt_status mpt_model_get_layer_dropout(const mpt_model_t* model, int64_t layer, 
     MPT_API_END
 }
 
+mpt_status mpt_model_set_input_dropout(mpt_model_t* model, float rate) {
+    MPT_API_BEGIN
+    impl_of(model, "model").set_input_dropout(rate);
+    MPT_API_END
+}
+
+mpt_status mpt_model_get_input_dropout(const mpt_model_t* model, float* out) {
+    MPT_API_BEGIN
+    const mpt::Model& impl = impl_of(model, "model");
+    require_pointer(out, "out");
+    *out = impl.input_dropout();
+    MPT_API_END
+}
+
 mpt_status mpt_model_set_layer_initializer(mpt_model_t* model, int64_t layer, mpt_initializer initializer) {
     MPT_API_BEGIN
     mpt::Model& impl = impl_of(model, "model");

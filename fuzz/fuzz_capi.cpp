@@ -96,6 +96,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                 } else {
                     float rate = 0.0f;
                     mpt_model_set_layer_dropout(maybe_model, in.small(4) - 1, in.real() / 4.0f);
+                    if (in.byte() % 4 == 0) mpt_model_set_input_dropout(maybe_model, in.real() / 4.0f);
+                    mpt_model_get_input_dropout(maybe_model, in.byte() % 8 ? &rate : nullptr);
                     mpt_model_get_layer_dropout(maybe_model, in.small(4) - 1, in.byte() % 8 ? &rate : nullptr);
                 }
                 break;

@@ -244,6 +244,8 @@ TEST_CASE("every entry point rejects a NULL handle with INVALID_ARGUMENT and a m
         {"model_set_layer_dtype", [&] { return mpt_model_set_layer_dtype(nullptr, 0, MPT_DTYPE_FP32); }},
         {"model_set_layer_dropout", [&] { return mpt_model_set_layer_dropout(nullptr, 0, 0.5f); }},
         {"model_get_layer_dropout", [&] { return mpt_model_get_layer_dropout(nullptr, 0, &scale); }},
+        {"model_set_input_dropout", [&] { return mpt_model_set_input_dropout(nullptr, 0.5f); }},
+        {"model_get_input_dropout", [&] { return mpt_model_get_input_dropout(nullptr, &scale); }},
         {"model_set_layer_initializer",
          [&] { return mpt_model_set_layer_initializer(nullptr, 0, MPT_INITIALIZER_HE_NORMAL); }},
         {"model_get_layer_initializer", [&] { return mpt_model_get_layer_initializer(nullptr, 0, &initializer); }},

@@ -642,6 +642,7 @@ struct LossOptions {
     float global_clipnorm = 0.0f;
     float ema_momentum = 0.0f;
     float dropout = 0.0f;  // on the hidden layer
+    float input_dropout = 0.0f;
     mpt_activation hidden = MPT_ACTIVATION_RELU;
 };
 
@@ -663,7 +664,8 @@ LossOptions weighted_by(const std::vector<float>& class_weights, const std::vect
 // 4 epochs of 12 fp32 SGD steps (graphs replayed on a GPU), shuffled alike on every backend, on the
 // blobs weighted by `row_weights` when given (from a context with that dataset device budget),
 // clipping the gradients' global norm to `global_clipnorm`, averaging the weights and dropping the
-// hidden layer's outputs at `dropout` when not 0; the hidden layer has the `hidden` activation.
+// hidden layer's outputs at `dropout` and the inputs at `input_dropout` when not 0; the hidden layer
+// has the `hidden` activation.
 LossOptionsRun train_with_loss_options(mpt_backend backend, const Blobs& blobs, const LossOptions& loss_options) {
     const float label_smoothing = loss_options.label_smoothing;
     const std::vector<float>& class_weights = loss_options.class_weights;
@@ -672,6 +674,7 @@ LossOptionsRun train_with_loss_options(mpt_backend backend, const Blobs& blobs, 
     const std::vector<LayerSpec> specs = {{kSmallModel[0].units, loss_options.hidden}, kSmallModel[1]};
     mpt_model_t* model = new_model(context, kFeatures, specs);
     REQUIRE_OK(mpt_model_set_layer_dropout(model, 0, loss_options.dropout));
+    REQUIRE_OK(mpt_model_set_input_dropout(model, loss_options.input_dropout));
     mpt_dataset_t* dataset = new_dataset(context, blobs);
     if (!row_weights.empty()) {
         mpt_dataset_t* weighted = nullptr;
@@ -860,6 +863,16 @@ TEST_CASE("dropout on the backend drops what the CPU drops, graphs included, and
     CHECK(dropped.loss == doctest::Approx(on_cpu.loss).epsilon(1e-3));  // evaluate: every output
     CHECK(dropped.accuracy == doctest::Approx(on_cpu.accuracy).epsilon(0.02));
     if (backend == MPT_BACKEND_CPU) CHECK(same_bits(dropped.weights, on_cpu.weights));
+
+    // The inputs too: the mask over the gathered batch (resident or staged) is the CPU's.
+    LossOptions inputs_dropped;
+    inputs_dropped.input_dropout = 0.3f;
+    const LossOptionsRun input_run = train_with_loss_options(backend, blobs, inputs_dropped);
+    const LossOptionsRun input_on_cpu = train_with_loss_options(MPT_BACKEND_CPU, blobs, inputs_dropped);
+    CHECK(normalised_error(input_run.weights, input_on_cpu.weights) <= 1e-3);
+    CHECK(normalised_error(plain.weights, input_run.weights) > 2e-2);
+    CHECK(input_run.loss == doctest::Approx(input_on_cpu.loss).epsilon(1e-3));
+    if (backend == MPT_BACKEND_CPU) CHECK(same_bits(input_run.weights, input_on_cpu.weights));
 }
 
 TEST_CASE("every hidden activation trains on the backend as on the CPU, graphs included") {

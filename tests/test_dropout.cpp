@@ -1,7 +1,8 @@
-// Dropout through the C API (mpt_model_set_layer_dropout): what it refuses, that it trains in every
-// precision, that evaluation and prediction use every output, that one seed drops the same values in
-// every run and every resume, and model files. The masks and the steps through them against a
-// double-precision reference are in test_dropout_masks.cpp, the CUDA kernel in test_cuda_ops.cpp.
+// Dropout through the C API (mpt_model_set_layer_dropout, mpt_model_set_input_dropout): what it
+// refuses, that it trains in every precision, that evaluation and prediction use every output, that
+// one seed drops the same values in every run and every resume, and model files. The masks and the
+// steps through them against a double-precision reference are in test_dropout_masks.cpp, the CUDA
+// kernel in test_cuda_ops.cpp.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -189,6 +190,108 @@ TEST_CASE("a saved model keeps its layers' dropout") {
     REQUIRE_OK(mpt_model_get_layer_dropout(loaded, 0, &rate));
     CHECK(rate == 0.3f);
     REQUIRE_OK(mpt_model_get_layer_dropout(loaded, 1, &rate));
+    CHECK(rate == 0.0f);
+    mpt_model_destroy(loaded);
+}
+
+TEST_CASE("input dropout takes rates in [0, 1) before the model is built, -0 as 0") {
+    mpt_context_t* context = mpt_test::create_context(MPT_BACKEND_CPU, 7);
+    mpt_model_t* model = nullptr;
+    REQUIRE_OK(mpt_model_create(context, mpt_test::kBlobFeatures, &model));
+    float rate = -1.0f;
+    REQUIRE_OK(mpt_model_get_input_dropout(model, &rate));
+    CHECK(rate == 0.0f);  // the default, before any layer too
+    const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+    for (float refused : {1.0f, 1.5f, -0.1f, nan, inf, -inf}) {
+        CAPTURE(refused);
+        CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_model_set_input_dropout(model, refused));
+        CHECK(std::string(mpt_last_error()).find("dropout rate") != std::string::npos);
+    }
+    REQUIRE_OK(mpt_model_get_input_dropout(model, &rate));
+    CHECK(rate == 0.0f);  // the refusals changed nothing
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_model_get_input_dropout(model, nullptr));
+    REQUIRE_OK(mpt_model_set_input_dropout(model, -0.0f));
+    REQUIRE_OK(mpt_model_get_input_dropout(model, &rate));
+    CHECK_FALSE(std::signbit(rate));
+    REQUIRE_OK(mpt_model_set_input_dropout(model, 0.2f));
+    REQUIRE_OK(mpt_model_add_dense(model, 8, MPT_ACTIVATION_RELU));
+    REQUIRE_OK(mpt_model_add_dense(model, mpt_test::kBlobClasses, MPT_ACTIVATION_SOFTMAX));
+    mpt_trainer_options_t* options = nullptr;
+    REQUIRE_OK(mpt_trainer_options_create(&options));
+    mpt_trainer_t* trainer = nullptr;
+    REQUIRE_OK(mpt_trainer_create(model, options, &trainer));
+    CHECK_FAILS(MPT_STATUS_INVALID_STATE, mpt_model_set_input_dropout(model, 0.5f));  // built: the architecture's
+    REQUIRE_OK(mpt_model_get_input_dropout(model, &rate));
+    CHECK(rate == 0.2f);
+    mpt_trainer_destroy(trainer);
+    mpt_trainer_options_destroy(options);
+    mpt_model_destroy(model);
+    mpt_context_destroy(context);
+}
+
+TEST_CASE("input dropout trains in every precision, evaluation and prediction use every input, and one seed drops alike") {
+    const Blobs blobs = mpt_test::make_blobs(kRows, 35), held_out = mpt_test::make_blobs(60, 36);
+    for (mpt_precision precision : {MPT_PRECISION_FP32, MPT_PRECISION_MIXED_BF16, MPT_PRECISION_MIXED_FP16}) {
+        CAPTURE(precision);
+        BlobTrainerSetup setup = dropout_setup(0.0f);
+        setup.input_dropout = 0.2f;
+        setup.precision = precision;
+        const BlobTrainer dropping(setup);
+        fit(dropping, blobs, 15);
+        float accuracy = 0.0f;
+        const float loss = evaluate_loss(dropping, held_out, &accuracy);
+        CHECK(accuracy > 0.9f);
+        setup.input_dropout = 0.0f;
+        const BlobTrainer plain(setup);
+        copy_weights(dropping, plain);
+        CHECK(evaluate_loss(plain, held_out) == loss);
+        CHECK(same_bits(dropping.predict(held_out), plain.predict(held_out)));
+    }
+    BlobTrainerSetup setup = dropout_setup(0.0f);
+    setup.input_dropout = 0.3f;
+    const BlobTrainer first(setup), second(setup), plain(dropout_setup(0.0f));
+    BlobTrainerSetup hidden_only = dropout_setup(0.3f);
+    const BlobTrainer hidden(hidden_only);
+    for (const BlobTrainer* trainer : {&first, &second, &plain, &hidden}) fit(*trainer, blobs, 3);
+    CHECK(same_bits(first.weights(), second.weights()));
+    CHECK_FALSE(same_bits(first.weights(), plain.weights()));
+    CHECK_FALSE(same_bits(first.weights(), hidden.weights()));
+}
+
+TEST_CASE("a checkpoint resumes input dropout bit for bit under another seed, only into its rate; a saved model keeps it") {
+    const mpt_test::TempDir directory("mptrain-input-dropout");
+    const Blobs blobs = mpt_test::make_blobs(kRows, 37);
+    auto input_setup = [](float rate, uint64_t seed = 7) {
+        BlobTrainerSetup setup = dropout_setup(0.0f, seed);
+        setup.input_dropout = rate;
+        return setup;
+    };
+    const BlobTrainer straight(input_setup(0.3f));
+    fit(straight, blobs, 4);
+    const BlobTrainer first_half(input_setup(0.3f));
+    fit(first_half, blobs, 2);
+    const std::string path = directory.file("half.safetensors");
+    REQUIRE_OK(mpt_trainer_save_checkpoint(first_half.trainer, path.c_str()));
+    const BlobTrainer resumed(input_setup(0.3f, 1234));
+    REQUIRE_OK(mpt_trainer_load_checkpoint(resumed.trainer, path.c_str()));
+    fit(resumed, blobs, 2);
+    CHECK(same_bits(resumed.weights(), straight.weights()));
+    for (float other : {0.0f, 0.2f}) {
+        CAPTURE(other);
+        const BlobTrainer refusing(input_setup(other));
+        const std::vector<float> before = refusing.weights();
+        CHECK_FAILS(MPT_STATUS_SHAPE_MISMATCH, mpt_trainer_load_checkpoint(refusing.trainer, path.c_str()));
+        CHECK(same_bits(before, refusing.weights()));
+    }
+
+    const std::string model_path = directory.file("model.safetensors");
+    REQUIRE_OK(mpt_model_save(straight.model, model_path.c_str()));
+    mpt_model_t* loaded = nullptr;
+    REQUIRE_OK(mpt_model_load(straight.context, model_path.c_str(), &loaded));
+    float rate = 0.0f;
+    REQUIRE_OK(mpt_model_get_input_dropout(loaded, &rate));
+    CHECK(rate == 0.3f);
+    REQUIRE_OK(mpt_model_get_layer_dropout(loaded, 0, &rate));
     CHECK(rate == 0.0f);
     mpt_model_destroy(loaded);
 }

@@ -45,7 +45,8 @@ int64_t agreements(uint64_t first_key, uint64_t second_key, uint32_t threshold, 
 }
 
 // A 4-6-5-7-3 classifier on its own one-thread CPU context, every hidden layer with dropout (tanh,
-// sigmoid, relu: each activation's derivative through a dropped output), in fp32 with plain SGD.
+// sigmoid, relu: each activation's derivative through a dropped output), in fp32 with plain SGD;
+// the inputs dropped at `input_rate`.
 struct DropoutNetwork {
     static constexpr int64_t kInputs = 4, kRows = 8, kClasses = 3;
     const std::vector<int64_t> units{6, 5, 7, 3};
@@ -60,8 +61,9 @@ struct DropoutNetwork {
     std::unique_ptr<mpt::Trainer> trainer;
     std::vector<float> samples;
     std::vector<int32_t> labels;
+    float input_rate = 0.0f;
 
-    DropoutNetwork() {
+    explicit DropoutNetwork(float input_dropout = 0.0f) : input_rate(input_dropout) {
         mpt::ContextConfig context_config;
         context_config.backend = MPT_BACKEND_CPU;
         context_config.threads = 1;
@@ -72,6 +74,7 @@ struct DropoutNetwork {
             model->add_dense(units[l], activations[l]);
             model->set_layer_dropout(static_cast<int64_t>(l), rates[l]);
         }
+        model->set_input_dropout(input_rate);
         model->build();
         for (int64_t r = 0; r < kRows; ++r) {
             labels.push_back(static_cast<int32_t>(r % kClasses));
@@ -125,6 +128,17 @@ double reference_step(const DropoutNetwork& network, std::vector<std::vector<dou
     const int64_t rows = DropoutNetwork::kRows;
     std::vector<std::vector<double>> inputs(layers + 1), pre(layers), keep(layers);  // keep: 0 or the scale
     inputs[0].assign(network.samples.begin(), network.samples.end());
+    if (training && network.input_rate > 0.0f) {  // the inputs' mask, over [rows, padded inputs]
+        const int64_t padded = network.model->layers()[0].padded_inputs;
+        const mpt::DropoutDraw draw = mpt::dropout_draw(network.trainer->dropout_seed(),
+                                                        mpt::input_dropout_layer(static_cast<int64_t>(layers)),
+                                                        network.input_rate);
+        const uint64_t key = mpt::dropout_key(draw.seed, step, draw.layer);
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t i = 0; i < DropoutNetwork::kInputs; ++i)
+                inputs[0][static_cast<size_t>(r * DropoutNetwork::kInputs + i)] *=
+                    mpt::dropout_keeps(key, draw.threshold, r * padded + i) ? draw.scale : 0.0;
+    }
     for (size_t l = 0; l < layers; ++l) {
         const mpt::DenseLayer& layer = network.model->layers()[l];
         const mpt::DropoutDraw draw = mpt::dropout_draw(network.trainer->dropout_seed(), static_cast<int64_t>(l),
@@ -260,10 +274,15 @@ TEST_CASE("dropout masks keep 1 - rate of the values, independently across steps
     check_share(agreements(key, mpt::dropout_key(43, 7, 1), half, kCount), kCount, 0.5);  // another seed
     check_share(agreements(key, key, half, kCount, 1), kCount, 0.5);                      // the next value
     check_share(agreements(key, key, half, kCount, 3000), kCount, 0.5);                   // the next row
+    // A model's inputs draw apart from every one of its layers (here a model of 3 layers).
+    for (int64_t layer = 0; layer < 3; ++layer)
+        check_share(agreements(mpt::dropout_key(42, 7, mpt::input_dropout_layer(3)), mpt::dropout_key(42, 7, layer),
+                               half, kCount),
+                    kCount, 0.5);
 }
 
-TEST_CASE("training steps through tanh, sigmoid and relu layers with dropout match a double-precision reference") {
-    DropoutNetwork network;
+// The steps of `network` (3 of them) against reference_step, then an evaluation that drops nothing.
+void check_steps_against_reference(DropoutNetwork& network) {
     std::vector<std::vector<double>> expected = network.weights();
     for (int64_t step = 0; step < 3; ++step) {
         CAPTURE(step);
@@ -283,6 +302,17 @@ TEST_CASE("training steps through tanh, sigmoid and relu layers with dropout mat
     const double unmasked_loss = reference_step(network, trained, 3, false);
     CHECK(network.trainer->evaluate(*network.dataset, DropoutNetwork::kRows).loss ==
           doctest::Approx(unmasked_loss).epsilon(1e-5));
+}
+
+TEST_CASE("training steps through tanh, sigmoid and relu layers with dropout match a double-precision reference") {
+    DropoutNetwork network;
+    check_steps_against_reference(network);
+}
+
+// The first layer's forward and its weights' gradient both see the dropped inputs; evaluation none.
+TEST_CASE("input dropout, with dropout after every hidden layer, matches the reference that drops the inputs too") {
+    DropoutNetwork network(0.25f);
+    check_steps_against_reference(network);
 }
 
 TEST_CASE("in bf16 a dropout layer's derivative comes from its outputs as stored before the dropout") {

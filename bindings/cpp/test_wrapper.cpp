@@ -944,6 +944,18 @@ TEST_CASE("an initializer set through the wrapper chains, reads back, draws the 
           MPT_STATUS_INVALID_ARGUMENT);
 }
 
+TEST_CASE("an input dropout rate set through the wrapper chains and reads back; a built model's is fixed") {
+    auto context = cpu_context();
+    auto model = mlp(context);
+    CHECK(model.input_dropout() == 0.0f);
+    CHECK(&model.set_input_dropout(0.125f) == &model);
+    CHECK(model.input_dropout() == 0.125f);
+    CHECK(status_of([&] { model.set_input_dropout(1.0f); }) == MPT_STATUS_INVALID_ARGUMENT);
+    CHECK(model.input_dropout() == 0.125f);
+    mptrain::Trainer trainer(model, adam());
+    CHECK(status_of([&] { model.set_input_dropout(0.0f); }) == MPT_STATUS_INVALID_STATE);
+}
+
 TEST_CASE("a dropout rate set through the wrapper reads back on its layer alone, -0 as 0") {
     auto context = cpu_context();
     auto model = mlp(context);

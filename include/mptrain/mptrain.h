@@ -291,6 +291,15 @@ MPT_API mpt_status mpt_model_set_layer_dropout(mpt_model_t* model, int64_t layer
 /** \param[in]  layer  0 to the layer count - 1.
  *  \param[out] out    layer `layer`'s dropout rate (0: none). */
 MPT_API mpt_status mpt_model_get_layer_dropout(const mpt_model_t* model, int64_t layer, float* out);
+/** Dropout on the inputs, as a Keras Dropout(rate) layer before the first Dense layer: while a
+ *  trainer trains, each input value of a batch is dropped with probability `rate` in [0, 1) and the
+ *  kept ones are multiplied by 1 / (1 - rate); evaluate and predict use every input. Its masks are
+ *  drawn as a layer's (the trainer's seed and step count), apart from every layer's. The model's
+ *  architecture, as a layer's dropout: saved with it, checkpoints must match it, set before the
+ *  model is built (else MPT_STATUS_INVALID_STATE). A rate outside [0, 1), NaN included:
+ *  MPT_STATUS_INVALID_ARGUMENT. One thread per model at a time. */
+MPT_API mpt_status mpt_model_set_input_dropout(mpt_model_t* model, float rate);
+MPT_API mpt_status mpt_model_get_input_dropout(const mpt_model_t* model, float* out);
 /** How layer `layer`'s weights are drawn when the model is built (Keras's kernel_initializer; the
  *  default MPT_INITIALIZER_GLOROT_UNIFORM). A layer's draws depend on the context's seed, its place
  *  and its own initializer alone, so one seed gives one set of initial weights and another layer's

@@ -275,6 +275,18 @@ public:
         detail::check(mpt_model_get_layer_dropout(get(), layer, &out));
         return out;
     }
+    /** Dropout on the inputs, as a Keras Dropout(rate) before the first Dense layer
+     *  (mpt_model_set_input_dropout): rate in [0, 1), 0 (the default) none; before the model is built;
+     *  saved with the model. */
+    Model& set_input_dropout(float rate) {
+        detail::check(mpt_model_set_input_dropout(get(), rate));
+        return *this;
+    }
+    float input_dropout() const {
+        float out = 0.0f;
+        detail::check(mpt_model_get_input_dropout(get(), &out));
+        return out;
+    }
     /** How layer `layer`'s weights are drawn when the model is built (mpt_model_set_layer_initializer;
      *  Keras's kernel_initializer, default Glorot-uniform). Before the model is built; not saved. */
     Model& set_layer_initializer(int64_t layer, mpt_initializer initializer) {

@@ -40,6 +40,9 @@ void args_print_usage(FILE* stream, const char* program)
             "  --dropout R        drop each hidden unit's output with probability R in [0, 1) while\n"
             "                     training, as a Keras Dropout(R) after both hidden layers; evaluation\n"
             "                     uses every unit (default 0: none)\n"
+            "  --input-dropout R  drop each input value (pixel channel) with probability R in [0, 1)\n"
+            "                     while training, as a Keras Dropout(R) before the first Dense\n"
+            "                     (default 0: none)\n"
             "  --limit N          train on the first N training images only; 0 = all (default 0)\n"
             "  --validation-split F\n"
             "                     hold out the last fraction F (0 < F < 1) of the training images,\n"
@@ -227,7 +230,7 @@ static args_result usage_error(const char* program, const char* format, ...)
 static int takes_value(const char* name)
 {
     static const char* const names[] = {"data", "epochs", "batch", "precision", "lr", "lr-decay",
-                                        "lr-schedule", "warmup", "label-smoothing", "clipnorm", "ema", "dropout",
+                                        "lr-schedule", "warmup", "label-smoothing", "clipnorm", "ema", "dropout", "input-dropout",
                                         "validation-split", "limit", "seed", "backend", "threads", "json"};
     size_t i;
     for (i = 0; i < sizeof names / sizeof names[0]; ++i)
@@ -334,6 +337,9 @@ args_result args_parse(int argc, char** argv, cli_options* out)
         } else if (strcmp(name, "dropout") == 0) {
             if (!parse_unit_fraction(value, &options.dropout))
                 return usage_error(program, "--dropout must be a number in [0, 1), not '%s'", value);
+        } else if (strcmp(name, "input-dropout") == 0) {
+            if (!parse_unit_fraction(value, &options.input_dropout))
+                return usage_error(program, "--input-dropout must be a number in [0, 1), not '%s'", value);
         } else if (strcmp(name, "validation-split") == 0) {
             if (!parse_open_fraction(value, &options.validation_split))
                 return usage_error(program, "--validation-split must be a number in (0, 1), not '%s'", value);

@@ -20,6 +20,7 @@ typedef struct cli_options {
     float global_clipnorm;      /* --clipnorm: the gradients' largest global L2 norm; 0 = no clipping */
     float ema_momentum;         /* --ema: the momentum of the weights' moving average, in (0, 1); 0 = none */
     float dropout;              /* --dropout: both hidden layers' dropout rate, in [0, 1); 0 = none */
+    float input_dropout;        /* --input-dropout: the inputs' dropout rate, in [0, 1); 0 = none */
     int64_t limit;              /* first N training images; 0 = all */
     double validation_split;    /* --validation-split: the last fraction held out of training; 0 = none */
     uint64_t seed;

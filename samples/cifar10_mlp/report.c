@@ -102,6 +102,7 @@ static void write_run(json_writer* json, const cli_options* options, const data_
         json_number(json, "last_gradient_norm", (double)run->last_gradient_norm);
     json_number(json, "ema_momentum", (double)options->ema_momentum);
     json_number(json, "dropout", (double)options->dropout);
+    json_number(json, "input_dropout", (double)options->input_dropout);
     if (run->ema_evaluated) {
         json_number(json, "ema_test_loss", (double)run->ema_test_loss);
         json_number(json, "ema_test_accuracy", (double)run->ema_test_accuracy);

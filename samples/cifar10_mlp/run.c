@@ -205,6 +205,8 @@ int run_training(const cli_options* options, mpt_precision precision, const data
               (double)options->dropout);
     CHECK_MPT(mpt_model_set_layer_dropout(model, 1, options->dropout), "setting Dense(1000)'s dropout to %g",
               (double)options->dropout);
+    CHECK_MPT(mpt_model_set_input_dropout(model, options->input_dropout), "setting the inputs' dropout to %g",
+              (double)options->input_dropout);
 
     CHECK_MPT(mpt_trainer_options_create(&trainer_options), "creating trainer options");
     CHECK_MPT(mpt_trainer_options_set_precision(trainer_options, precision), "setting precision %s",
@@ -259,6 +261,8 @@ int run_training(const cli_options* options, mpt_precision precision, const data
         printf(" | ema %g", (double)options->ema_momentum);
     if (options->dropout > 0.0f)
         printf(" | dropout %g", (double)options->dropout);
+    if (options->input_dropout > 0.0f)
+        printf(" | input dropout %g", (double)options->input_dropout);
     printf(" | seed %" PRIu64 " | epochs %" PRId64 "\n", options->seed, r.epochs);
     fflush(stdout);
     if (options->warmup_steps >= steps_per_epoch * options->epochs)

@@ -12,7 +12,7 @@ failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
 "$program" --help >"$work/help" 2>&1 || fail "--help exited $?"
-for flag in --lr-schedule --warmup --lr-decay --label-smoothing --clipnorm --ema --dropout --validation-split --per-class --compare; do
+for flag in --lr-schedule --warmup --lr-decay --label-smoothing --clipnorm --ema --dropout --input-dropout --validation-split --per-class --compare; do
     grep -q -- "$flag" "$work/help" || fail "--help does not mention $flag"
 done
 
@@ -47,6 +47,8 @@ refused --dropout 1 "--dropout must be a number in"
 refused --dropout -0.1 "--dropout must be a number in"
 refused --dropout nan "--dropout must be a number in"
 refused --dropout 0.99999999 "--dropout must be a number in"  # 1 once rounded to float
+refused --input-dropout 1 "--input-dropout must be a number in"
+refused --input-dropout -0.5 "--input-dropout must be a number in"
 refused --validation-split 0 "--validation-split must be a number in (0, 1)"
 refused --validation-split 1 "--validation-split must be a number in (0, 1)"
 refused --validation-split -0.2 "--validation-split must be a number in (0, 1)"
@@ -134,6 +136,14 @@ rate_is dropped dropout 0.5
 awk -v dropped="$(json_value dropped train_loss)" -v plain="$(json_value constant train_loss)" \
     'BEGIN { exit !(dropped > plain + 0.01) }' ||
     fail "--dropout 0.5 trained to loss $(json_value dropped train_loss), no dropout to $(json_value constant train_loss)"
+# --input-dropout likewise, on the pixels.
+run inputs_dropped --input-dropout 0.3
+grep -q "| input dropout 0.3 |" "$work/inputs_dropped.out" ||
+    fail "input dropout run's header: $(grep '^data' "$work/inputs_dropped.out")"
+rate_is inputs_dropped input_dropout 0.3
+[ "$(json_value constant input_dropout)" = 0 ] || fail "constant run's JSON has input_dropout $(json_value constant input_dropout)"
+[ "$(json_value inputs_dropped train_loss)" != "$(json_value constant train_loss)" ] ||
+    fail "--input-dropout 0.3 trained as no dropout"
 # A warm-up as long as the run is said to be one.
 "$program" --data "$work/no-such-directory" --limit 256 --epochs 2 --threads 2 --lr-schedule cosine --warmup 16 \
     >"$work/long_warmup.out" 2>&1 || fail "a warm-up as long as the run exited $?"

@@ -31,6 +31,10 @@ inline DropoutDraw dropout_draw(uint64_t seed, int64_t layer, float rate) {
     return draw;
 }
 
+// The inputs' masks (a Keras Dropout before the first Dense) draw as layer `layer_count`: past every
+// hidden layer, and the last layer never drops.
+inline int64_t input_dropout_layer(int64_t layer_count) { return layer_count; }
+
 // splitmix64's finaliser: every input bit moves every output bit.
 MPT_HOST_DEVICE uint64_t mix_bits(uint64_t z) {
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;

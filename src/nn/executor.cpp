@@ -119,7 +119,7 @@ const void* Executor::layer_bias(size_t layer) const {
 }
 
 const void* Executor::layer_input(size_t layer, int slot, bool dropped) const {
-    if (layer == 0) return step_buffer(batch_slots_[slot].inputs);
+    if (layer == 0) return step_buffer(dropped && dropped_inputs_ >= 0 ? dropped_inputs_ : batch_slots_[slot].inputs);
     const LayerSlots& previous = layer_slots_[layer - 1];
     return step_buffer(dropped && previous.dropped >= 0 ? previous.dropped : previous.activation);
 }
@@ -148,6 +148,12 @@ void Executor::reserve_rows(int64_t rows) {
         slot.targets = plan.add(row_count * static_cast<size_t>(classes_) * sizeof(float), 0, ArenaPlan::kAlways);
         slot.row_weights = plan.add(row_count * sizeof(float), 0, ArenaPlan::kAlways);
     }
+    // The dropped copy of the batch, written by the forward and last read by the first layer's update.
+    dropped_inputs_ = -1;
+    if (training && model_.input_dropout() > 0.0f)
+        dropped_inputs_ = plan.add(row_count * static_cast<size_t>(first.padded_inputs) *
+                                       backend_.storage_size(layer_dtypes_[0]),
+                                   0, 2 * layer_count + 1);
     layer_slots_.assign(layers.size(), LayerSlots{});
     layer_updates_.assign(layers.size(), DenseUpdateArgs{});
     const int last = layer_count - 1;
@@ -310,6 +316,12 @@ void Executor::clear_head_inputs(int slot, int64_t rows) {
 
 void Executor::forward(int slot, int64_t rows, bool training) {
     const auto& layers = model_.layers();
+    // Input dropout, out of place as a hidden layer's: the first layer's forward, update and
+    // finiteness check read the dropped copy (layer_input), and the gathered batch stays as it was.
+    if (training && dropped_inputs_ >= 0)
+        drop(input_dropout_layer(static_cast<int64_t>(layers.size())), model_.input_dropout(),
+             step_buffer(batch_slots_[slot].inputs), step_buffer(dropped_inputs_), layer_dtypes_[0], rows,
+             layers.front().padded_inputs);
     for (size_t i = 0; i < layers.size(); ++i) {
         const DenseLayer& layer = layers[i];
         const bool last = i + 1 == layers.size();
@@ -331,17 +343,19 @@ void Executor::forward(int slot, int64_t rows, bool training) {
         args.workspace = gemm_workspace_;
         backend_.dense_forward(args);
         if (training && layer_slots_[i].dropped >= 0)
-            drop(i, args.output, step_buffer(layer_slots_[i].dropped), args.output_dtype, rows, layer.padded_units);
+            drop(static_cast<int64_t>(i), layer.dropout, args.output, step_buffer(layer_slots_[i].dropped),
+                 args.output_dtype, rows, layer.padded_units);
     }
 }
 
-void Executor::drop(size_t layer, const void* input, void* output, DType dtype, int64_t rows, int64_t width) {
+void Executor::drop(int64_t mask_layer, float rate, const void* input, void* output, DType dtype, int64_t rows,
+                    int64_t width) {
     DropoutArgs args{};
     args.input = input;
     args.output = output;
     args.dtype = dtype;
     args.count = rows * width;
-    args.draw = dropout_draw(dropout_seed_, static_cast<int64_t>(layer), model_.layers()[layer].dropout);
+    args.draw = dropout_draw(dropout_seed_, mask_layer, rate);
     args.state = state_;
     backend_.dropout(args);
 }
@@ -392,7 +406,8 @@ void Executor::backward(int slot, int64_t rows) {
         data.workspace = gemm_workspace_;
         backend_.dense_backward_data(data);
         if (layer_slots_[i - 1].dropped >= 0)
-            drop(i - 1, data.input_grad, data.input_grad, data.input_grad_dtype, rows, layer.padded_inputs);
+            drop(static_cast<int64_t>(i - 1), layers[i - 1].dropout, data.input_grad, data.input_grad,
+                 data.input_grad_dtype, rows, layer.padded_inputs);
     }
 }
 

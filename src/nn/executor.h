@@ -156,7 +156,9 @@ private:
     const void* layer_input(size_t layer, int slot, bool dropped) const;
     // Dropout of layer `layer` from `input` to `output` (the same array, or apart), [rows, width]
     // of `dtype`: its output or its gradient.
-    void drop(size_t layer, const void* input, void* output, DType dtype, int64_t rows, int64_t width);
+    // Drops `rate` of input's [rows, width] values into output (which may be input), with the mask of
+    // `mask_layer` (a layer's index, or input_dropout_layer for the inputs) at this step.
+    void drop(int64_t mask_layer, float rate, const void* input, void* output, DType dtype, int64_t rows, int64_t width);
 
     Model& model_;
     Backend& backend_;
@@ -204,6 +206,7 @@ private:
     BatchSlot batch_slots_[kBatchSlots];
     int logits_grad_ = -1;
     int gradient_scratch_ = -1;  // one layer's dW and db where the update needs them; all layers' when clipping
+    int dropped_inputs_ = -1;    // training with input dropout: the batch after its dropout
     int outputs_ = -1;
     int staging_ = -1;
 };

@@ -55,7 +55,14 @@ void Model::set_layer_initializer(int64_t layer, Initializer initializer) {
     layers_[static_cast<size_t>(layer)].initializer = initializer;
 }
 
+void Model::set_input_dropout(float rate) {
+    require(!built_, MPT_STATUS_INVALID_STATE, "input dropout cannot change after the model is built (first use)");
+    require(valid_dropout_rate(rate), MPT_STATUS_INVALID_ARGUMENT, "dropout rate must be in [0, 1)");
+    input_dropout_ = rate == 0.0f ? 0.0f : rate;  // -0 as 0
+}
+
 bool Model::has_dropout() const {
+    if (input_dropout_ > 0.0f) return true;
     return std::any_of(layers_.begin(), layers_.end(), [](const DenseLayer& layer) { return layer.dropout > 0.0f; });
 }
 

@@ -49,8 +49,11 @@ public:
     void add_dense(int64_t units, Activation activation);
     void set_layer_dtype(int64_t layer, std::optional<DType> dtype);
     void set_layer_dropout(int64_t layer, float rate);
+    // Dropout on the inputs, as a Keras Dropout(rate) before the first Dense layer; 0: none.
+    void set_input_dropout(float rate);
+    float input_dropout() const { return input_dropout_; }
     void set_layer_initializer(int64_t layer, Initializer initializer);
-    bool has_dropout() const;
+    bool has_dropout() const;  // on the inputs or any layer
     // Lays out and initialises the parameters (weights from each layer's initializer, zero biases).
     // Idempotent.
     void build();
@@ -92,6 +95,7 @@ private:
     void require_layer(int64_t layer) const;
 
     std::shared_ptr<Context> context_;
+    float input_dropout_ = 0.0f;
     int64_t input_features_;
     std::vector<DenseLayer> layers_;
     bool built_ = false;

@@ -44,7 +44,10 @@ float parse_dropout(const FlatJson& json, const std::string& pointer) {
 // Keys in alphabetical order, as files written with nlohmann::json (a sorted map) have them.
 std::string architecture_json(const Model& model) {
     JsonWriter json;
-    json.begin_object().key("input_features").integer(model.input_features()).key("layers").begin_array();
+    json.begin_object();
+    // Written only when set, as a layer's dropout: files without it stay as they were.
+    if (model.input_dropout() > 0.0f) json.key("input_dropout").unsigned_integer(float_bits(model.input_dropout()));
+    json.key("input_features").integer(model.input_features()).key("layers").begin_array();
     for (const DenseLayer& layer : model.layers()) {
         json.begin_object().key("activation").string(activation_name(layer.activation));
         // Written only when set (a float's bits), so that files without dropout stay as they were.
@@ -95,6 +98,7 @@ void check_version(const SafetensorsReader& reader) {
 
 struct Architecture {
     int64_t input_features;
+    float input_dropout;
     struct Layer {
         int64_t units;
         Activation activation;
@@ -110,6 +114,7 @@ Architecture parse_architecture(const SafetensorsReader& reader) {
         const FlatJson json = FlatJson::parse(metadata_value(reader, "mptrain.architecture"));
         json.require_object("");
         architecture.input_features = json.int64("/input_features");
+        architecture.input_dropout = parse_dropout(json, "/input_dropout");
         const size_t layers = json.array_size("/layers");
         for (size_t i = 0; i < layers; ++i) {
             const std::string layer = json_pointer("/layers", i);
@@ -172,7 +177,8 @@ void add_model_to_file(Model& model, SafetensorsWriter& writer, const char* kind
 std::vector<float> read_model_block(const SafetensorsReader& reader, const Model& model) {
     check_version(reader);
     const Architecture architecture = parse_architecture(reader);
-    bool same = architecture.input_features == model.input_features() && architecture.layers.size() == model.layers().size();
+    bool same = architecture.input_features == model.input_features() &&
+                architecture.input_dropout == model.input_dropout() && architecture.layers.size() == model.layers().size();
     for (size_t i = 0; same && i < architecture.layers.size(); ++i) {
         const DenseLayer& layer = model.layers()[i];
         same = architecture.layers[i].units == layer.units && architecture.layers[i].activation == layer.activation &&
@@ -211,6 +217,7 @@ std::shared_ptr<Model> load_model(std::shared_ptr<Context> context, const std::s
     std::shared_ptr<Model> model;
     try {
         model = std::make_shared<Model>(std::move(context), architecture.input_features);
+        model->set_input_dropout(architecture.input_dropout);
         for (const Architecture::Layer& layer : architecture.layers) model->add_dense(layer.units, layer.activation);
         for (size_t i = 0; i < architecture.layers.size(); ++i) {
             model->set_layer_dtype(static_cast<int64_t>(i), architecture.layers[i].dtype);

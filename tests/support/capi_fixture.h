@@ -132,6 +132,7 @@ struct BlobTrainerSetup {
     float global_clipnorm = 0.0f;  // 0: no clipping
     float ema_momentum = 0.0f;     // 0: no weight averaging
     float hidden_dropout = 0.0f;   // the hidden layer's dropout rate
+    float input_dropout = 0.0f;    // the inputs' dropout rate
     mpt_loss_scaling loss_scaling = MPT_LOSS_SCALING_DEFAULT;
     float initial_scale = 32768.0f;
     std::vector<float> class_weights;  // empty: none
@@ -156,6 +157,7 @@ struct BlobTrainer {
         REQUIRE_OK(mpt_model_add_dense(model, hidden, MPT_ACTIVATION_RELU));
         REQUIRE_OK(mpt_model_add_dense(model, setup.outputs, setup.head));
         REQUIRE_OK(mpt_model_set_layer_dropout(model, 0, setup.hidden_dropout));
+        REQUIRE_OK(mpt_model_set_input_dropout(model, setup.input_dropout));
         mpt_trainer_options_t* options = nullptr;
         REQUIRE_OK(mpt_trainer_options_create(&options));
         REQUIRE_OK(mpt_trainer_options_set_precision(options, setup.precision));

@@ -217,6 +217,26 @@ namespace Mptrain
             using (Family.Enter()) MptException.Check(Native.mpt_model_set_layer_dropout(Live, layer, rate));
         }
 
+        /// <summary>Dropout on the inputs, as a Keras Dropout(rate) before the first Dense layer: while a trainer
+        /// trains, each input value is dropped with probability <paramref name="rate"/> in [0, 1) and the kept
+        /// ones are scaled by 1 / (1 - rate); Evaluate and Predict use every input. Before the model is built;
+        /// saved with the model.</summary>
+        public void SetInputDropout(float rate)
+        {
+            using (Family.Enter()) MptException.Check(Native.mpt_model_set_input_dropout(Live, rate));
+        }
+
+        /// <summary>The inputs' dropout rate (0: none).</summary>
+        public float GetInputDropout()
+        {
+            using (Family.Enter())
+            {
+                float rate;
+                MptException.Check(Native.mpt_model_get_input_dropout(Live, out rate));
+                return rate;
+            }
+        }
+
         /// <summary>How layer <paramref name="layer"/>'s weights are drawn when the model is built (default
         /// Initializer.GlorotUniform), from the context's seed. Before the model is built (else
         /// Status.InvalidState); not saved with the model, whose file holds the weights.</summary>

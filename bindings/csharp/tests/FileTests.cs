@@ -179,6 +179,9 @@ namespace Mptrain.Tests
             {
                 model.SetLayerDropout(0, 0.25f);
                 model.SetLayerDropout(1, 0.5f);
+                model.SetInputDropout(0.125f);
+                Assert.Equal(0.125f, model.GetInputDropout(), "input dropout");
+                using (Model refusing = Mlp(ctx)) Assert.Fails(Status.InvalidArgument, () => refusing.SetInputDropout(1.0f));
                 string path = dir.File("dropout.safetensors"), checkpoint = dir.File("checkpoint.safetensors");
                 using (var trainer = new Trainer(model, Adam))
                 {
@@ -193,6 +196,8 @@ namespace Mptrain.Tests
                                              "rates loaded from " + file);
                         Assert.SequenceEqual(Data.WeightBits(model), Data.WeightBits(loaded), "weight bits loaded from " + file);
                         Assert.Fails(Status.InvalidState, () => loaded.SetLayerDropout(0, 0.0f)); // a loaded model is built
+                        Assert.Equal(0.125f, loaded.GetInputDropout(), "input dropout loaded from " + file);
+                        Assert.Fails(Status.InvalidState, () => loaded.SetInputDropout(0.0f));
                     }
                 using (Model plain = Mlp(ctx)) plain.Save(path); // overwritten without dropout: the rates are the file's
                 using (Model reloaded = Model.Load(other, path))

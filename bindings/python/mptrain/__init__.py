@@ -655,6 +655,22 @@ class Model(_Handle):
                                                       float(rate)))
         return self
 
+    def set_input_dropout(self, rate):
+        """Dropout on the inputs, as a Keras Dropout(rate) before the first Dense layer: while a trainer
+        trains, each input value is dropped with probability `rate` in [0, 1) and the kept ones are
+        scaled by 1 / (1 - rate); evaluate and predict use every input. Before the model is built;
+        saved with the model. Returns self, so calls chain."""
+        with self._family:
+            _check(_lib().mpt_model_set_input_dropout(self._get(), float(rate)))
+        return self
+
+    def get_input_dropout(self):
+        """The inputs' dropout rate (0.0: none)."""
+        out = ctypes.c_float()
+        with self._family:
+            _check(_lib().mpt_model_get_input_dropout(self._get(), ctypes.byref(out)))
+        return out.value
+
     def set_layer_initializer(self, layer, initializer):
         """How layer `layer`'s weights are drawn when the model is built: an Initializer or its Keras
         name ("he_normal", "lecun_normal", ...; default "glorot_uniform"), from the context's seed.

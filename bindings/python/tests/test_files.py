@@ -167,7 +167,10 @@ def test_a_learning_rate_schedule_changes_training_and_the_checkpoint_restores_t
 
 
 def test_a_model_saved_with_dropout_and_a_checkpoints_model_load_with_the_same_rates(ctx, tmp_path):
-    model = mlp(ctx).set_layer_dropout(0, 0.25).set_layer_dropout(1, 0.5)
+    model = mlp(ctx).set_layer_dropout(0, 0.25).set_layer_dropout(1, 0.5).set_input_dropout(0.125)
+    assert model.get_input_dropout() == 0.125
+    with raises(Status.INVALID_ARGUMENT):
+        mlp(ctx).set_input_dropout(1.0)
     trainer = adam(model)
     trainer.fit(data(ctx, 60, 11), epochs=1, batch_size=16)
     path, checkpoint = tmp_path / "dropout.safetensors", tmp_path / "checkpoint.safetensors"
@@ -177,11 +180,15 @@ def test_a_model_saved_with_dropout_and_a_checkpoints_model_load_with_the_same_r
     for file in (path, checkpoint):
         loaded = mptrain.Model.load(other, file)
         assert [loaded.get_layer_dropout(layer) for layer in range(3)] == [0.25, 0.5, 0.0], file
+        assert loaded.get_input_dropout() == 0.125, file
         assert weight_bytes(loaded) == weight_bytes(model), file
         with raises(Status.INVALID_STATE):
             loaded.set_layer_dropout(0, 0.0)  # a loaded model is built
+        with raises(Status.INVALID_STATE):
+            loaded.set_input_dropout(0.0)
     mlp(ctx).save(path)  # overwritten without dropout: the rates are the file's
     assert [mptrain.Model.load(other, path).get_layer_dropout(layer) for layer in range(3)] == [0.0, 0.0, 0.0]
+    assert mptrain.Model.load(other, path).get_input_dropout() == 0.0
 
 
 def test_a_checkpoint_written_with_label_smoothing_is_refused_by_a_trainer_without_it(ctx, tmp_path):

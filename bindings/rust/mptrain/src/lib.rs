@@ -966,6 +966,23 @@ impl Model {
         check(unsafe { sys::mpt_model_set_layer_dropout(self.raw.as_ptr(), layer as i64, rate) })
     }
 
+    /// Dropout on the inputs, as a Keras `Dropout(rate)` before the first Dense layer: while a
+    /// trainer trains, each input value is dropped with probability `rate` in [0, 1) and the kept
+    /// ones are scaled by `1 / (1 - rate)`; evaluate and predict use every input. Before the model
+    /// is built; saved with the model.
+    pub fn set_input_dropout(&mut self, rate: f32) -> Result<()> {
+        let _lock = self.family.enter()?;
+        check(unsafe { sys::mpt_model_set_input_dropout(self.raw.as_ptr(), rate) })
+    }
+
+    /// The inputs' dropout rate (0: none).
+    pub fn input_dropout(&self) -> Result<f32> {
+        let _lock = self.family.enter()?;
+        let mut out = 0.0;
+        check(unsafe { sys::mpt_model_get_input_dropout(self.raw.as_ptr(), &mut out) })?;
+        Ok(out)
+    }
+
     /// How layer `layer`'s weights are drawn when the model is built (default
     /// [`Initializer::GlorotUniform`]), from the context's seed. Before the model is built (else
     /// [`Status::InvalidState`]); not saved with the model, whose file holds the weights.

@@ -302,6 +302,9 @@ fn a_model_saved_with_dropout_and_a_checkpoints_model_load_with_the_same_rates()
     let mut model = mlp(&ctx);
     model.set_layer_dropout(0, 0.25).unwrap();
     model.set_layer_dropout(1, 0.5).unwrap();
+    model.set_input_dropout(0.125).unwrap();
+    assert_eq!(model.input_dropout().unwrap(), 0.125);
+    expect(mlp(&ctx).set_input_dropout(1.0), Status::InvalidArgument);
     let mut trainer = Trainer::new(&model, &adam()).unwrap();
     trainer.fit(&blob_data(&ctx, 60, 11), 1, 16, true).unwrap();
     let path = dir.join("dropout.safetensors");
@@ -315,15 +318,18 @@ fn a_model_saved_with_dropout_and_a_checkpoints_model_load_with_the_same_rates()
             .map(|layer| loaded.layer_dropout(layer).unwrap())
             .collect();
         assert_eq!(rates, [0.25, 0.5, 0.0], "{}", file.display());
+        assert_eq!(loaded.input_dropout().unwrap(), 0.125, "{}", file.display());
         assert_eq!(weight_bits(&mut loaded), weight_bits(&mut model));
         // A loaded model is built: its rates are fixed.
         expect(loaded.set_layer_dropout(0, 0.0), Status::InvalidState);
+        expect(loaded.set_input_dropout(0.0), Status::InvalidState);
     }
     mlp(&ctx).save(&path).unwrap(); // overwritten without dropout: the rates are the file's
     let reloaded = Model::load(&other, &path).unwrap();
     for layer in 0..3 {
         assert_eq!(reloaded.layer_dropout(layer).unwrap(), 0.0, "layer {layer}");
     }
+    assert_eq!(reloaded.input_dropout().unwrap(), 0.0);
 }
 
 #[test]
