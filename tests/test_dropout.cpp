@@ -56,6 +56,38 @@ void copy_weights(const BlobTrainer& source, const BlobTrainer& target) {
     }
 }
 
+// `base` (its dropout) trains the blobs of `seed` in every precision; the same weights in a model
+// without dropout evaluate and predict alike, bit for bit, and predicting twice gives the same
+// outputs (no mask is drawn), through the trainer and through the model's own inference executor.
+void check_trains_and_inference_drops_nothing(BlobTrainerSetup base, uint64_t seed) {
+    const Blobs blobs = mpt_test::make_blobs(kRows, seed), held_out = mpt_test::make_blobs(60, seed + 1);
+    for (mpt_precision precision : {MPT_PRECISION_FP32, MPT_PRECISION_MIXED_BF16, MPT_PRECISION_MIXED_FP16}) {
+        CAPTURE(precision);
+        BlobTrainerSetup setup = base;
+        setup.precision = precision;
+        const BlobTrainer dropping(setup);
+        fit(dropping, blobs, 15);
+        float accuracy = 0.0f;
+        const float loss = evaluate_loss(dropping, held_out, &accuracy);
+        CHECK(accuracy > 0.9f);
+
+        setup.hidden_dropout = 0.0f;
+        setup.input_dropout = 0.0f;
+        const BlobTrainer plain(setup);
+        copy_weights(dropping, plain);
+        CHECK(evaluate_loss(plain, held_out) == loss);
+        const std::vector<float> predicted = dropping.predict(held_out);
+        CHECK(same_bits(predicted, plain.predict(held_out)));
+        CHECK(same_bits(predicted, dropping.predict(held_out)));
+        std::vector<float> model_predicted(predicted.size()), plain_predicted(predicted.size());
+        REQUIRE_OK(mpt_model_predict(dropping.model, held_out.x.data(), held_out.rows(), model_predicted.data(),
+                                     static_cast<int64_t>(model_predicted.size())));
+        REQUIRE_OK(mpt_model_predict(plain.model, held_out.x.data(), held_out.rows(), plain_predicted.data(),
+                                     static_cast<int64_t>(plain_predicted.size())));
+        CHECK(same_bits(model_predicted, plain_predicted));
+    }
+}
+
 }  // namespace
 
 TEST_CASE("layer dropout takes rates in [0, 1) on existing layers before the model is built") {
@@ -117,34 +149,7 @@ TEST_CASE("layer dropout takes rates in [0, 1) on existing layers before the mod
 }
 
 TEST_CASE("dropout trains in every precision, and evaluation and prediction use every output") {
-    const Blobs blobs = mpt_test::make_blobs(kRows, 31), held_out = mpt_test::make_blobs(60, 32);
-    for (mpt_precision precision : {MPT_PRECISION_FP32, MPT_PRECISION_MIXED_BF16, MPT_PRECISION_MIXED_FP16}) {
-        CAPTURE(precision);
-        BlobTrainerSetup setup = dropout_setup(0.5f);
-        setup.precision = precision;
-        const BlobTrainer dropping(setup);
-        fit(dropping, blobs, 15);
-        float accuracy = 0.0f;
-        const float loss = evaluate_loss(dropping, held_out, &accuracy);
-        CHECK(accuracy > 0.9f);
-
-        // The same weights in a model without dropout evaluate and predict alike, bit for bit; and
-        // predicting twice gives the same outputs (no mask is drawn).
-        setup.hidden_dropout = 0.0f;
-        const BlobTrainer plain(setup);
-        copy_weights(dropping, plain);
-        CHECK(evaluate_loss(plain, held_out) == loss);
-        const std::vector<float> predicted = dropping.predict(held_out);
-        CHECK(same_bits(predicted, plain.predict(held_out)));
-        CHECK(same_bits(predicted, dropping.predict(held_out)));
-        // And the model's own predictions (the inference executor, in fp32): no mask either.
-        std::vector<float> model_predicted(predicted.size()), plain_predicted(predicted.size());
-        REQUIRE_OK(mpt_model_predict(dropping.model, held_out.x.data(), held_out.rows(), model_predicted.data(),
-                                     static_cast<int64_t>(model_predicted.size())));
-        REQUIRE_OK(mpt_model_predict(plain.model, held_out.x.data(), held_out.rows(), plain_predicted.data(),
-                                     static_cast<int64_t>(plain_predicted.size())));
-        CHECK(same_bits(model_predicted, plain_predicted));
-    }
+    check_trains_and_inference_drops_nothing(dropout_setup(0.5f), 31);
 }
 
 TEST_CASE("one seed drops the same values in every run, and dropout changes the run") {
@@ -230,23 +235,10 @@ TEST_CASE("input dropout takes rates in [0, 1) before the model is built, -0 as 
 }
 
 TEST_CASE("input dropout trains in every precision, evaluation and prediction use every input, and one seed drops alike") {
-    const Blobs blobs = mpt_test::make_blobs(kRows, 35), held_out = mpt_test::make_blobs(60, 36);
-    for (mpt_precision precision : {MPT_PRECISION_FP32, MPT_PRECISION_MIXED_BF16, MPT_PRECISION_MIXED_FP16}) {
-        CAPTURE(precision);
-        BlobTrainerSetup setup = dropout_setup(0.0f);
-        setup.input_dropout = 0.2f;
-        setup.precision = precision;
-        const BlobTrainer dropping(setup);
-        fit(dropping, blobs, 15);
-        float accuracy = 0.0f;
-        const float loss = evaluate_loss(dropping, held_out, &accuracy);
-        CHECK(accuracy > 0.9f);
-        setup.input_dropout = 0.0f;
-        const BlobTrainer plain(setup);
-        copy_weights(dropping, plain);
-        CHECK(evaluate_loss(plain, held_out) == loss);
-        CHECK(same_bits(dropping.predict(held_out), plain.predict(held_out)));
-    }
+    BlobTrainerSetup dropping = dropout_setup(0.0f);
+    dropping.input_dropout = 0.2f;
+    check_trains_and_inference_drops_nothing(dropping, 35);
+    const Blobs blobs = mpt_test::make_blobs(kRows, 35);
     BlobTrainerSetup setup = dropout_setup(0.0f);
     setup.input_dropout = 0.3f;
     const BlobTrainer first(setup), second(setup), plain(dropout_setup(0.0f));
