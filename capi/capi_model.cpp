@@ -95,6 +95,22 @@ mpt_status mpt_model_get_layer_dropout(const mpt_model_t* model, int64_t layer, 
     MPT_API_END
 }
 
+mpt_status mpt_model_get_layer_units(const mpt_model_t* model, int64_t layer, int64_t* out) {
+    MPT_API_BEGIN
+    const mpt::Model& impl = impl_of(model, "model");
+    require_pointer(out, "out");
+    *out = layer_of(impl, layer).units;
+    MPT_API_END
+}
+
+mpt_status mpt_model_get_layer_activation(const mpt_model_t* model, int64_t layer, mpt_activation* out) {
+    MPT_API_BEGIN
+    const mpt::Model& impl = impl_of(model, "model");
+    require_pointer(out, "out");
+    *out = static_cast<mpt_activation>(layer_of(impl, layer).activation);  // the values are the core's
+    MPT_API_END
+}
+
 mpt_status mpt_model_set_input_dropout(mpt_model_t* model, float rate) {
     MPT_API_BEGIN
     impl_of(model, "model").set_input_dropout(rate);
@@ -126,6 +142,18 @@ mpt_status mpt_model_get_layer_initializer(const mpt_model_t* model, int64_t lay
     *out = static_cast<mpt_initializer>(layer_of(impl, layer).initializer);
     MPT_API_END
 }
+
+static_assert(static_cast<int>(mpt::Activation::linear) == MPT_ACTIVATION_LINEAR &&
+                  static_cast<int>(mpt::Activation::relu) == MPT_ACTIVATION_RELU &&
+                  static_cast<int>(mpt::Activation::sigmoid) == MPT_ACTIVATION_SIGMOID &&
+                  static_cast<int>(mpt::Activation::tanh) == MPT_ACTIVATION_TANH &&
+                  static_cast<int>(mpt::Activation::softmax) == MPT_ACTIVATION_SOFTMAX &&
+                  static_cast<int>(mpt::Activation::leaky_relu) == MPT_ACTIVATION_LEAKY_RELU &&
+                  static_cast<int>(mpt::Activation::elu) == MPT_ACTIVATION_ELU &&
+                  static_cast<int>(mpt::Activation::selu) == MPT_ACTIVATION_SELU &&
+                  static_cast<int>(mpt::Activation::softplus) == MPT_ACTIVATION_SOFTPLUS &&
+                  static_cast<int>(mpt::Activation::softsign) == MPT_ACTIVATION_SOFTSIGN,
+              "mpt_activation and mpt::Activation share their values");
 
 static_assert(static_cast<int>(mpt::Initializer::glorot_uniform) == MPT_INITIALIZER_GLOROT_UNIFORM &&
                   static_cast<int>(mpt::Initializer::glorot_normal) == MPT_INITIALIZER_GLOROT_NORMAL &&

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <string>
@@ -701,6 +702,22 @@ TEST_CASE("a model file keeps every activation by its Keras name: one hidden lay
     REQUIRE(mpt_model_predict(model, inputs.data(), 8, original.data(), 8 * kClasses) == MPT_STATUS_OK);
     REQUIRE(mpt_model_predict(loaded, inputs.data(), 8, reloaded.data(), 8 * kClasses) == MPT_STATUS_OK);
     CHECK(std::memcmp(original.data(), reloaded.data(), original.size() * sizeof(float)) == 0);
+    // The loaded architecture reads back layer by layer.
+    for (int64_t layer = 0; layer <= static_cast<int64_t>(std::size(hidden)); ++layer) {
+        const bool last = layer == static_cast<int64_t>(std::size(hidden));
+        int64_t units = 0;
+        mpt_activation activation = MPT_ACTIVATION_LINEAR;
+        REQUIRE(mpt_model_get_layer_units(loaded, layer, &units) == MPT_STATUS_OK);
+        REQUIRE(mpt_model_get_layer_activation(loaded, layer, &activation) == MPT_STATUS_OK);
+        CHECK(units == (last ? kClasses : 6));
+        CHECK(activation == (last ? MPT_ACTIVATION_SOFTMAX : hidden[layer].first));
+    }
+    int64_t units = -1;
+    CHECK(mpt_model_get_layer_units(loaded, static_cast<int64_t>(std::size(hidden)) + 1, &units) ==
+          MPT_STATUS_INVALID_ARGUMENT);
+    CHECK(mpt_model_get_layer_units(loaded, -1, &units) == MPT_STATUS_INVALID_ARGUMENT);
+    CHECK(units == -1);
+    CHECK(mpt_model_get_layer_units(loaded, 0, nullptr) == MPT_STATUS_INVALID_ARGUMENT);
     mpt_model_destroy(loaded);
     mpt_model_destroy(model);
     mpt_context_destroy(context);

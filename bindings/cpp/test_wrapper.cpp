@@ -199,6 +199,15 @@ TEST_CASE("a saved model loads through the wrapper and predicts bit-identically"
     CHECK(loaded.output_features() == kClasses);
     CHECK(loaded.parameter_count() == model.parameter_count());
     CHECK(weight_bits(loaded) == weight_bits(model));
+    // The architecture reads back from the library, layer by layer (mlp: 16 relu, 8 tanh, softmax).
+    CHECK(loaded.layer_units(0) == 16);
+    CHECK(loaded.layer_units(1) == 8);
+    CHECK(loaded.layer_units(2) == kClasses);
+    CHECK(loaded.layer_activation(0) == MPT_ACTIVATION_RELU);
+    CHECK(loaded.layer_activation(1) == MPT_ACTIVATION_TANH);
+    CHECK(loaded.layer_activation(2) == MPT_ACTIVATION_SOFTMAX);
+    CHECK(status_of([&] { static_cast<void>(loaded.layer_units(3)); }) == MPT_STATUS_INVALID_ARGUMENT);
+    CHECK(status_of([&] { static_cast<void>(loaded.weights(3)); }) == MPT_STATUS_INVALID_ARGUMENT);
     std::vector<int32_t> labels;
     const std::vector<float> points = blob_samples(30, 12, labels);
     CHECK(bits_of(loaded.predict(points)) == bits_of(model.predict(points)));

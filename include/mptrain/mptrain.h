@@ -311,6 +311,10 @@ MPT_API mpt_status mpt_model_get_input_dropout(const mpt_model_t* model, float* 
 MPT_API mpt_status mpt_model_set_layer_initializer(mpt_model_t* model, int64_t layer, mpt_initializer initializer);
 MPT_API mpt_status mpt_model_get_layer_initializer(const mpt_model_t* model, int64_t layer, mpt_initializer* out);
 MPT_API mpt_status mpt_model_get_layer_count(const mpt_model_t* model, int64_t* out);
+/** Layer `layer`'s width (its units) and activation, as added or as the loaded file holds them; a
+ *  layer out of range: MPT_STATUS_INVALID_ARGUMENT. */
+MPT_API mpt_status mpt_model_get_layer_units(const mpt_model_t* model, int64_t layer, int64_t* out);
+MPT_API mpt_status mpt_model_get_layer_activation(const mpt_model_t* model, int64_t layer, mpt_activation* out);
 MPT_API mpt_status mpt_model_get_input_features(const mpt_model_t* model, int64_t* out);
 MPT_API mpt_status mpt_model_get_output_features(const mpt_model_t* model, int64_t* out);
 /** Number of trainable parameters (weights + biases, unpadded). */

@@ -16,7 +16,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
-#include <fstream>
 #include <functional>
 #include <memory>
 #include <new>
@@ -67,45 +66,6 @@ inline float default_lr_schedule_factor(mpt_lr_schedule schedule) noexcept {
 inline const char* c_path(const std::string& path) {
     if (path.find('\0') != std::string::npos) throw Error(MPT_STATUS_INVALID_ARGUMENT, "path contains NUL");
     return path.c_str();
-}
-
-/** The layer widths of a model file or checkpoint, from the shapes of its "layers.<i>.bias" tensors in
- *  the safetensors header (8-byte little-endian length, then JSON); empty when unreadable. The C API
- *  has no getter for a layer's width, so Model::load learns them here and checks them. */
-inline std::vector<int64_t> layer_widths_in_file(const std::string& path, int64_t layers) {
-    std::ifstream file(path, std::ios::binary);
-    unsigned char length_bytes[8] = {};
-    if (!file.read(reinterpret_cast<char*>(length_bytes), sizeof length_bytes)) return {};
-    uint64_t length = 0;
-    for (int i = 7; i >= 0; --i) length = (length << 8) | length_bytes[i];
-    if (length > (uint64_t{100} << 20)) return {};  // safetensors' own limit on the header
-    std::string header(static_cast<size_t>(length), '\0');
-    if (!file.read(&header[0], static_cast<std::streamsize>(length))) return {};
-    std::vector<int64_t> widths;
-    for (int64_t layer = 0; layer < layers; ++layer) {
-        const std::string key = "\"layers." + std::to_string(layer) + ".bias\"";
-        size_t at = header.find(key);
-        if (at == std::string::npos || (at = header.find("\"shape\"", at + key.size())) == std::string::npos) return {};
-        at += 7;
-        const auto skip_space = [&] {
-            while (at < header.size() && (header[at] == ' ' || header[at] == '\t' || header[at] == '\n' || header[at] == '\r')) ++at;
-        };
-        for (const char expected : {':', '['}) {
-            skip_space();
-            if (at >= header.size() || header[at] != expected) return {};
-            ++at;
-        }
-        skip_space();
-        int64_t width = 0;
-        int digits = 0;
-        for (; at < header.size() && header[at] >= '0' && header[at] <= '9'; ++at) {
-            if (++digits > 18) return {};
-            width = width * 10 + (header[at] - '0');
-        }
-        if (digits == 0) return {};
-        widths.push_back(width);
-    }
-    return widths;
 }
 
 /** MPT_MAX_HOST_ELEMENTS, checked here too, so that what the library would refuse is refused before
@@ -252,7 +212,6 @@ public:
     }
     Model& add_dense(int64_t units, mpt_activation activation = MPT_ACTIVATION_LINEAR) {
         detail::check(mpt_model_add_dense(get(), units, activation));
-        units_.push_back(units);
         return *this;
     }
     Model& set_layer_dtype(int64_t layer, mpt_dtype dtype) {
@@ -299,18 +258,25 @@ public:
         return out;
     }
     int64_t layer_count() const { return query(mpt_model_get_layer_count); }
+    /** Layer `layer`'s width and activation, as added or as a loaded file holds them. */
+    int64_t layer_units(int64_t layer) const {
+        int64_t out = 0;
+        detail::check(mpt_model_get_layer_units(get(), layer, &out));
+        return out;
+    }
+    mpt_activation layer_activation(int64_t layer) const {
+        mpt_activation out = MPT_ACTIVATION_LINEAR;
+        detail::check(mpt_model_get_layer_activation(get(), layer, &out));
+        return out;
+    }
     int64_t input_features() const { return query(mpt_model_get_input_features); }
     int64_t output_features() const { return query(mpt_model_get_output_features); }
     int64_t parameter_count() const { return query(mpt_model_get_parameter_count); }
 
     /** Layer `layer`'s fp32 master weights ([units, inputs] row-major) and bias. */
     std::pair<std::vector<float>, std::vector<float>> weights(int64_t layer) {
-        // The C API has no getter for a layer's width: this object remembers what it added.
-        if (layer < 0 || layer >= static_cast<int64_t>(units_.size()))
-            throw Error(MPT_STATUS_INVALID_ARGUMENT, "layer index " + std::to_string(layer) + " out of range [0, " +
-                                                         std::to_string(units_.size()) + ")");
-        const int64_t inputs = layer == 0 ? input_features() : units_[static_cast<size_t>(layer - 1)];
-        const int64_t units = units_[static_cast<size_t>(layer)];
+        const int64_t units = layer_units(layer);  // throws for a layer out of range
+        const int64_t inputs = layer == 0 ? input_features() : layer_units(layer - 1);
         // The library caps both at 2^24, so no overflow, but 2^48 floats fit no memory.
         const int64_t weight_count = inputs > INT64_MAX / units ? INT64_MAX : units * inputs;
         std::vector<float> w = detail::zeroed_floats(weight_count), b = detail::zeroed_floats(units);
@@ -338,13 +304,7 @@ public:
     static Model load(const Context& context, const std::string& path) {
         mpt_model_t* raw = nullptr;
         detail::check(mpt_model_load(context.get(), detail::c_path(path), &raw));
-        Model model(raw, context.log_state());
-        std::vector<int64_t> widths = detail::layer_widths_in_file(path, model.layer_count());
-        if (widths.empty() || !model.has_layer_widths(widths))
-            throw Error(MPT_STATUS_CORRUPT_DATA, path + ": the layer widths in the file's header do not match the model "
-                                                        "loaded from it (was the file replaced while it was loaded?)");
-        model.units_ = std::move(widths);
-        return model;
+        return Model(raw, context.log_state());
     }
     mpt_model_t* get() const noexcept { return handle_.get(); }
     const std::shared_ptr<detail::LogState>& log_state() const noexcept { return log_; }
@@ -364,20 +324,8 @@ private:
         return out;
     }
     // The library takes a bias buffer only of exactly the layer's width.
-    bool has_layer_widths(const std::vector<int64_t>& widths) {
-        const int64_t parameters = parameter_count();
-        for (size_t layer = 0; layer < widths.size(); ++layer) {
-            if (widths[layer] <= 0 || widths[layer] > parameters) return false;
-            std::vector<float> bias(static_cast<size_t>(widths[layer]));
-            if (mpt_model_get_weights(get(), static_cast<int64_t>(layer), nullptr, 0, bias.data(), widths[layer]) !=
-                MPT_STATUS_OK)
-                return false;
-        }
-        return true;
-    }
     std::shared_ptr<detail::LogState> log_;
     detail::Owned<mpt_model_t, mpt_model_destroy> handle_;
-    std::vector<int64_t> units_;
 };
 
 class Dataset {

@@ -9,7 +9,6 @@ using System.IO;
 using System.Runtime.ExceptionServices;
 using System.Runtime.InteropServices;
 using System.Text;
-using System.Text.RegularExpressions;
 
 namespace Mptrain
 {
@@ -168,7 +167,6 @@ namespace Mptrain
 
     public sealed class Model : NativeObject<ModelHandle>
     {
-        private readonly System.Collections.Generic.List<long> units = new System.Collections.Generic.List<long>();
         private readonly long inputFeatures;
 
         public Model(Context context, long inputFeatures) : base(Create(context, inputFeatures))
@@ -197,7 +195,6 @@ namespace Mptrain
         public Model AddDense(long units, Activation activation)
         {
             using (Family.Enter()) MptException.Check(Native.mpt_model_add_dense(Live, units, activation));
-            this.units.Add(units); // the C API has no getter for a layer's width
             return this;
         }
 
@@ -284,15 +281,36 @@ namespace Mptrain
         public long OutputFeatures { get { return Query(Native.mpt_model_get_output_features); } }
         public long ParameterCount { get { return Query(Native.mpt_model_get_parameter_count); } }
 
+        /// <summary>Layer <paramref name="layer"/>'s width, as added or as a loaded file holds it.</summary>
+        public long GetLayerUnits(int layer)
+        {
+            using (Family.Enter())
+            {
+                long units;
+                MptException.Check(Native.mpt_model_get_layer_units(Live, layer, out units));
+                return units;
+            }
+        }
+
+        /// <summary>Layer <paramref name="layer"/>'s activation, as added or as a loaded file holds it.</summary>
+        public Activation GetLayerActivation(int layer)
+        {
+            using (Family.Enter())
+            {
+                Activation activation;
+                MptException.Check(Native.mpt_model_get_layer_activation(Live, layer, out activation));
+                return activation;
+            }
+        }
+
         /// <summary>A layer's fp32 master weights (row-major [units, inputs]) and bias ([units]).</summary>
         public void GetWeights(int layer, out float[] weights, out float[] bias)
         {
-            if (layer < 0 || layer >= units.Count)
-                throw new MptException(Status.InvalidArgument, "layer index " + layer + " out of range [0, " + units.Count + ")");
-            long inputs = layer == 0 ? inputFeatures : units[layer - 1];
+            long units = GetLayerUnits(layer); // throws for a layer out of range
+            long inputs = layer == 0 ? inputFeatures : GetLayerUnits(layer - 1);
             // The library caps both at 2^24, so no overflow, but 2^48 floats fit no memory (nor an array).
-            weights = Shape.ZeroedFloats(inputs > long.MaxValue / units[layer] ? long.MaxValue : units[layer] * inputs);
-            bias = Shape.ZeroedFloats(units[layer]);
+            weights = Shape.ZeroedFloats(inputs > long.MaxValue / units ? long.MaxValue : units * inputs);
+            bias = Shape.ZeroedFloats(units);
             using (Family.Enter())
                 MptException.Check(Native.mpt_model_get_weights(Live, layer, weights, weights.LongLength, bias, bias.LongLength));
         }
@@ -342,66 +360,8 @@ namespace Mptrain
                 ModelHandle handle = null;
                 MptException.Check(Utf8.WithPath(path, native => Native.mpt_model_load(live, native, out handle)));
                 handle.Attach(context.Family);
-                var model = new Model(handle);
-                List<long> widths = LayerWidthsInFile(path, model.LayerCount);
-                if (widths == null || !model.HasLayerWidths(widths))
-                {
-                    model.Dispose();
-                    throw new MptException(Status.CorruptData, path + ": the layer widths in the file's header do not match " +
-                                                               "the model loaded from it (was the file replaced while it was loaded?)");
-                }
-                model.units.AddRange(widths);
-                return model;
+                return new Model(handle);
             }
-        }
-
-        // The C API has no getter for a layer's width, so a loaded model reads them from the shapes of
-        // the file's "layers.<i>.bias" tensors in its safetensors header (8-byte little-endian length,
-        // then JSON); HasLayerWidths then checks them against the library. Null when unreadable.
-        private static List<long> LayerWidthsInFile(string path, long layers)
-        {
-            string header;
-            try
-            {
-                using (var reader = new BinaryReader(File.OpenRead(path)))
-                {
-                    ulong length = reader.ReadUInt64(); // BinaryReader reads little-endian
-                    if (length > 100UL << 20) return null; // safetensors' own limit on the header
-                    byte[] bytes = reader.ReadBytes((int)length);
-                    if (bytes.Length != (int)length) return null;
-                    header = Encoding.UTF8.GetString(bytes);
-                }
-            }
-            catch (IOException)
-            {
-                return null;
-            }
-            catch (UnauthorizedAccessException)
-            {
-                return null;
-            }
-            var widths = new List<long>();
-            for (long layer = 0; layer < layers; layer++)
-            {
-                Match match = Regex.Match(header, "\"layers\\." + layer + "\\.bias\"\\s*:\\s*\\{[^}]*?\"shape\"\\s*:\\s*\\[\\s*(\\d+)");
-                long width;
-                if (!match.Success || !long.TryParse(match.Groups[1].Value, out width)) return null;
-                widths.Add(width);
-            }
-            return widths;
-        }
-
-        // The library takes a bias buffer only of exactly the layer's width.
-        private bool HasLayerWidths(List<long> widths)
-        {
-            long parameters = ParameterCount;
-            for (int layer = 0; layer < widths.Count; layer++)
-            {
-                if (widths[layer] <= 0 || widths[layer] > parameters) return false;
-                var bias = new float[widths[layer]];
-                if (Native.mpt_model_get_weights(Live, layer, null, 0, bias, bias.LongLength) != Status.Ok) return false;
-            }
-            return true;
         }
     }
 

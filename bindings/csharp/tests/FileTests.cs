@@ -95,7 +95,17 @@ namespace Mptrain.Tests
                 string path = dir.File("activations.safetensors");
                 model.Save(path);
                 using (Model loaded = Model.Load(ctx, path))
+                {
                     Assert.SequenceEqual(Data.Bits(model.Predict(points)), Data.Bits(loaded.Predict(points)), "prediction bits");
+                    for (int layer = 0; layer < hidden.Length; layer++)
+                    {
+                        Assert.Equal(hidden[layer], loaded.GetLayerActivation(layer), "activation of layer " + layer);
+                        Assert.Equal(6L, loaded.GetLayerUnits(layer), "units of layer " + layer);
+                    }
+                    Assert.Equal(Activation.Softmax, loaded.GetLayerActivation(hidden.Length), "the last layer's activation");
+                    Assert.Equal((long)Data.Classes, loaded.GetLayerUnits(hidden.Length), "the last layer's units");
+                    Assert.Fails(Status.InvalidArgument, () => loaded.GetLayerUnits(hidden.Length + 1));
+                }
             }
         }
 

@@ -24,10 +24,8 @@ import collections.abc
 import contextlib
 import ctypes
 import enum
-import json
 import operator
 import os
-import struct
 import threading
 
 from . import _native
@@ -251,21 +249,6 @@ def _path(value, what):
     if b"\0" in path:
         raise Error(Status.INVALID_ARGUMENT, "%s contains NUL" % what)
     return path
-
-
-def _layer_widths_in_file(path, layers):
-    """The layer widths of a model file or checkpoint, from the shapes of its "layers.<i>.bias" tensors
-    in the safetensors header (8-byte little-endian length, then JSON); None when unreadable. The C API
-    has no getter for a layer's width, so a loaded model learns them here (Model.load checks them)."""
-    try:
-        with open(path, "rb") as file:
-            (length,) = struct.unpack("<Q", file.read(8))
-            if length > 100 << 20:  # safetensors' own limit on the header
-                return None
-            header = json.loads(file.read(length).decode("utf-8"))
-        return [int(header["layers.%d.bias" % layer]["shape"][0]) for layer in range(layers)]
-    except (OSError, ValueError, KeyError, IndexError, TypeError, struct.error):
-        return None
 
 
 def _c_range(ctype):
@@ -627,14 +610,12 @@ class Model(_Handle):
         with context._family:
             _check(_lib().mpt_model_create(context._get(), input_features, ctypes.byref(pointer)))
         super().__init__(pointer, context._family)
-        self._units = []  # the C API has no getter for a layer's width
 
     def add_dense(self, units, activation=Activation.LINEAR):
         """Appends a Dense layer; returns self, so calls chain."""
         units = _integer(units, "units", ctypes.c_int64)
         with self._family:
             _check(_lib().mpt_model_add_dense(self._get(), units, _enum(Activation, activation, "activation")))
-        self._units.append(units)
         return self
 
     def set_layer_dtype(self, layer, dtype):
@@ -719,12 +700,27 @@ class Model(_Handle):
     def parameter_count(self):
         return self._query("mpt_model_get_parameter_count")
 
+    def get_layer_units(self, layer):
+        """Layer `layer`'s width, as added or as a loaded file holds it."""
+        out = ctypes.c_int64()
+        with self._family:
+            _check(_lib().mpt_model_get_layer_units(self._get(), _integer(layer, "layer", ctypes.c_int64),
+                                                    ctypes.byref(out)))
+        return out.value
+
+    def get_layer_activation(self, layer):
+        """Layer `layer`'s Activation, as added or as a loaded file holds it."""
+        out = ctypes.c_int()
+        with self._family:
+            _check(_lib().mpt_model_get_layer_activation(self._get(), _integer(layer, "layer", ctypes.c_int64),
+                                                         ctypes.byref(out)))
+        return Activation(out.value)
+
     def _layer_shape(self, layer):
         layer = _integer(layer, "layer", ctypes.c_int64)
-        if not 0 <= layer < len(self._units):
-            raise Error(Status.INVALID_ARGUMENT, "layer index %d out of range [0, %d)" % (layer, len(self._units)))
-        inputs = self.input_features if layer == 0 else self._units[layer - 1]
-        return layer, self._units[layer], inputs
+        units = self.get_layer_units(layer)  # raises for a layer out of range
+        inputs = self.input_features if layer == 0 else self.get_layer_units(layer - 1)
+        return layer, units, inputs
 
     def get_weights(self, layer):
         """(weights [units, inputs], bias [units]) of a layer: its fp32 master copy."""
@@ -777,26 +773,7 @@ class Model(_Handle):
             _check(_lib().mpt_model_load(context._get(), encoded, ctypes.byref(pointer)))
             model = cls.__new__(cls)
             _Handle.__init__(model, pointer, context._family)
-            units = _layer_widths_in_file(encoded, model.layer_count)
-            if units is None or not model._has_layer_widths(units):
-                model.close()
-                raise Error(Status.CORRUPT_DATA, "%s: the layer widths in the file's header do not match the model "
-                                                 "loaded from it (was the file replaced while it was loaded?)"
-                            % os.fsdecode(encoded))
-            model._units = units
         return model
-
-    def _has_layer_widths(self, units):
-        """Whether the library's layers have these widths: it takes a bias buffer only of exactly the
-        layer's width."""
-        parameters = self.parameter_count
-        for layer, width in enumerate(units):
-            if not 0 < width <= parameters:
-                return False
-            bias = (ctypes.c_float * width)()
-            if _lib().mpt_model_get_weights(self._get(), layer, None, 0, bias, width) != Status.OK:
-                return False
-        return True
 
 
 class Dataset(_Handle):

@@ -75,7 +75,13 @@ def test_every_hidden_activation_trains_and_reloads_by_its_name(ctx, tmp_path):
     path = tmp_path / "activations.safetensors"
     model.save(path)
     samples, _ = make_blobs(rows=30, seed=15)
-    assert mptrain.Model.load(ctx, path).predict(samples).tobytes() == model.predict(samples).tobytes()
+    loaded = mptrain.Model.load(ctx, path)
+    assert loaded.predict(samples).tobytes() == model.predict(samples).tobytes()
+    assert [loaded.get_layer_activation(layer).name.lower() for layer in range(len(names))] == names
+    assert [loaded.get_layer_units(layer) for layer in range(len(names) + 1)] == [6] * len(names) + [CLASSES]
+    assert loaded.get_layer_activation(len(names)) == mptrain.Activation.SOFTMAX
+    with raises(Status.INVALID_ARGUMENT):
+        loaded.get_layer_units(len(names) + 1)
     with raises(Status.INVALID_ARGUMENT):
         mptrain.Model(ctx, FEATURES).add_dense(6, "gelu")  # its derivative needs its input, not its output
 

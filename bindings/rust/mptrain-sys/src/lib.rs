@@ -226,6 +226,16 @@ extern "C" {
         layer: i64,
         out: *mut c_float,
     ) -> mpt_status;
+    pub fn mpt_model_get_layer_units(
+        model: *const mpt_model_t,
+        layer: i64,
+        out: *mut i64,
+    ) -> mpt_status;
+    pub fn mpt_model_get_layer_activation(
+        model: *const mpt_model_t,
+        layer: i64,
+        out: *mut mpt_activation,
+    ) -> mpt_status;
     pub fn mpt_model_set_input_dropout(model: *mut mpt_model_t, rate: c_float) -> mpt_status;
     pub fn mpt_model_get_input_dropout(model: *const mpt_model_t, out: *mut c_float) -> mpt_status;
     pub fn mpt_model_set_layer_initializer(

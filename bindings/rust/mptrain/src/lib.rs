@@ -876,45 +876,10 @@ fn c_path(path: &Path) -> Result<CString> {
     CString::new(text).map_err(|_| Error::new(Status::InvalidArgument, "path contains NUL"))
 }
 
-/// The layer widths of a model file or checkpoint, from the shapes of its "layers.<i>.bias" tensors
-/// in the safetensors header (8-byte little-endian length, then JSON). The C API has no getter for a
-/// layer's width, so a loaded model learns them here; `Model::load` checks them against the library.
-fn layer_widths_in_file(path: &Path, layers: i64) -> Option<Vec<i64>> {
-    use std::io::Read;
-    let mut file = std::fs::File::open(path).ok()?;
-    let mut length = [0u8; 8];
-    file.read_exact(&mut length).ok()?;
-    let length = u64::from_le_bytes(length);
-    if length > 100 << 20 {
-        return None; // safetensors' own limit on the header
-    }
-    let mut header = vec![0u8; length as usize];
-    file.read_exact(&mut header).ok()?;
-    let header = std::str::from_utf8(&header).ok()?;
-    (0..layers)
-        .map(|layer| {
-            let key = format!("\"layers.{layer}.bias\"");
-            let entry = &header[header.find(&key)? + key.len()..];
-            let shape = &entry[entry.find("\"shape\"")? + "\"shape\"".len()..];
-            let digits = shape
-                .trim_start()
-                .strip_prefix(':')?
-                .trim_start()
-                .strip_prefix('[')?
-                .trim_start();
-            let end = digits
-                .find(|c: char| !c.is_ascii_digit())
-                .unwrap_or(digits.len());
-            digits[..end].parse().ok()
-        })
-        .collect()
-}
-
 /// A sequential stack of Dense layers.
 pub struct Model {
     raw: NonNull<sys::mpt_model_t>,
     family: Arc<Family>,
-    units: Vec<i64>, // the C API has no getter for a layer's width
     input_features: i64,
 }
 
@@ -930,7 +895,6 @@ impl Model {
         Ok(Model {
             raw: NonNull::new(raw).expect("mpt_model_create returned NULL"),
             family: context.family.clone(),
-            units: Vec::new(),
             input_features,
         })
     }
@@ -943,7 +907,6 @@ impl Model {
                 sys::mpt_model_add_dense(self.raw.as_ptr(), units, activation.code())
             })?;
         }
-        self.units.push(units);
         Ok(self)
     }
 
@@ -1045,18 +1008,34 @@ impl Model {
     }
 
     fn layer_shape(&self, layer: usize) -> Result<(i64, i64)> {
-        let units = *self.units.get(layer).ok_or_else(|| {
-            Error::new(
-                Status::InvalidArgument,
-                format!("layer index {layer} out of range [0, {})", self.units.len()),
-            )
-        })?;
+        let units = self.layer_units(layer)?; // fails for a layer out of range
         let inputs = if layer == 0 {
             self.input_features
         } else {
-            self.units[layer - 1]
+            self.layer_units(layer - 1)?
         };
         Ok((units, inputs))
+    }
+
+    /// Layer `layer`'s width, as added or as a loaded file holds it.
+    pub fn layer_units(&self, layer: usize) -> Result<i64> {
+        let _lock = self.family.enter()?;
+        let mut out = 0;
+        check(unsafe {
+            sys::mpt_model_get_layer_units(self.raw.as_ptr(), layer as i64, &mut out)
+        })?;
+        Ok(out)
+    }
+
+    /// Layer `layer`'s activation, as added or as a loaded file holds it.
+    pub fn layer_activation(&self, layer: usize) -> Result<Activation> {
+        let _lock = self.family.enter()?;
+        let mut out = 0;
+        check(unsafe {
+            sys::mpt_model_get_layer_activation(self.raw.as_ptr(), layer as i64, &mut out)
+        })?;
+        Activation::from_code(out)
+            .ok_or_else(|| Error::new(Status::Internal, format!("unknown activation {out}")))
     }
 
     /// A layer's fp32 master weights (row-major `[units, inputs]`) and bias (`[units]`).
@@ -1138,50 +1117,10 @@ impl Model {
         let mut model = Model {
             raw: NonNull::new(raw).expect("mpt_model_load returned NULL"),
             family: context.family.clone(),
-            units: Vec::new(),
             input_features: 0,
         };
         model.input_features = model.input_features()?;
-        let layers = model.layer_count()?;
-        model.units = layer_widths_in_file(path, layers)
-            .filter(|units| model.has_layer_widths(units))
-            .ok_or_else(|| {
-                Error::new(
-                    Status::CorruptData,
-                    format!(
-                        "{}: the layer widths in the file's header do not match the model loaded from it \
-                         (was the file replaced while it was loaded?)",
-                        path.display()
-                    ),
-                )
-            })?;
         Ok(model)
-    }
-
-    /// Whether the library's layers have these widths: it accepts a bias buffer only of exactly the
-    /// layer's width.
-    fn has_layer_widths(&self, units: &[i64]) -> bool {
-        let Ok(parameters) = self.parameter_count() else {
-            return false;
-        };
-        let _lock = self.family.lock.lock(); // inside Model::load, which entered the family
-        units.iter().enumerate().all(|(layer, &width)| {
-            if width <= 0 || width > parameters {
-                return false;
-            }
-            let mut bias = vec![0.0f32; width as usize];
-            let status = unsafe {
-                sys::mpt_model_get_weights(
-                    self.raw.as_ptr(),
-                    layer as i64,
-                    ptr::null_mut(),
-                    0,
-                    bias.as_mut_ptr(),
-                    width,
-                )
-            };
-            status == sys::MPT_STATUS_OK
-        })
     }
 }
 

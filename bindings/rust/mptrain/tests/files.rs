@@ -64,6 +64,14 @@ fn every_hidden_activation_trains_and_reloads() {
     let path = dir.join("activations.safetensors");
     model.save(&path).unwrap();
     let mut loaded = Model::load(&ctx, &path).unwrap();
+    for layer in 0..9 {
+        assert_eq!(loaded.layer_units(layer).unwrap(), 6);
+    }
+    assert_eq!(loaded.layer_units(9).unwrap(), CLASSES as i64);
+    assert_eq!(loaded.layer_activation(4).unwrap(), Activation::LeakyRelu);
+    assert_eq!(loaded.layer_activation(8).unwrap(), Activation::Softsign);
+    assert_eq!(loaded.layer_activation(9).unwrap(), Activation::Softmax);
+    expect(loaded.layer_units(10), Status::InvalidArgument);
     let (x, _) = blobs(30, 15);
     assert_eq!(
         bits(&loaded.predict(&x).unwrap()),
