@@ -370,6 +370,31 @@ TEST_CASE("clipping is an option a checkpoint must match, and a clipped run resu
                   mpt_last_error());
 }
 
+// The norm is that of the gradients the step computed through its masks: from the batch, that is the
+// dropped inputs' Gram matrix (the undropped batch's would give another norm, and a step of another
+// length). One seed draws the same masks in every trainer here, so the clipped step is the unclipped
+// one scaled.
+TEST_CASE("with input and hidden dropout a clipped step is the dropped step scaled to the bound") {
+    for (int64_t rows : {kRows, kLargeBatch}) {  // from the batch, and from the written gradients
+        CAPTURE(rows);
+        const Blobs blobs = mpt_test::make_blobs(rows, 41, 1.0);
+        BlobTrainerSetup setup;
+        setup.learning_rate = 0.5f;
+        setup.input_dropout = 0.3f;
+        setup.hidden_dropout = 0.2f;
+        const double dropped_norm = gradient_norm(setup, blobs);
+        BlobTrainerSetup undropped = setup;
+        undropped.input_dropout = 0.0f;
+        CHECK(std::fabs(gradient_norm(undropped, blobs) - dropped_norm) > 1e-3 * dropped_norm);  // the masks matter
+        setup.global_clipnorm = static_cast<float>(dropped_norm / 2.0);
+        const std::vector<double> clipped = one_step_change(setup, blobs);
+        CHECK(norm(clipped) / setup.learning_rate == doctest::Approx(setup.global_clipnorm).epsilon(1e-5).scale(0));
+        BlobTrainerSetup unclipped = setup;
+        unclipped.global_clipnorm = 0.0f;
+        CHECK(largest_relative_gap(clipped, one_step_change(unclipped, blobs), 0.5) < 1e-5);
+    }
+}
+
 TEST_CASE("the gradient norm a clipping trainer reports is its last step's, before clipping; NaN where none was taken") {
     const Blobs blobs = mpt_test::make_blobs(kRows, 39, 1.0);
     BlobTrainerSetup setup;
