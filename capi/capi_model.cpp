@@ -81,6 +81,18 @@ mpt_status mpt_model_set_layer_dtype(mpt_model_t* model, int64_t layer, mpt_dtyp
     MPT_API_END
 }
 
+mpt_status mpt_model_get_layer_dtype(const mpt_model_t* model, int64_t layer, mpt_dtype* out) {
+    MPT_API_BEGIN
+    const mpt::Model& impl = impl_of(model, "model");
+    require_pointer(out, "out");
+    const std::optional<mpt::DType> dtype = layer_of(impl, layer).dtype_override;
+    if (!dtype) *out = MPT_DTYPE_DEFAULT;
+    else if (*dtype == mpt::DType::fp32) *out = MPT_DTYPE_FP32;
+    else if (*dtype == mpt::DType::fp16) *out = MPT_DTYPE_FP16;
+    else *out = MPT_DTYPE_BF16;
+    MPT_API_END
+}
+
 mpt_status mpt_model_set_layer_dropout(mpt_model_t* model, int64_t layer, float rate) {
     MPT_API_BEGIN
     impl_of(model, "model").set_layer_dropout(layer, rate);

@@ -223,6 +223,7 @@ TEST_CASE("every entry point rejects a NULL handle with INVALID_ARGUMENT and a m
     float scale = 0.0f;
     mpt_initializer initializer = MPT_INITIALIZER_GLOROT_UNIFORM;
     mpt_activation activation = MPT_ACTIVATION_LINEAR;
+    mpt_dtype dtype = MPT_DTYPE_DEFAULT;
     mpt_backend backend = MPT_BACKEND_AUTO;
     mpt_precision precision = MPT_PRECISION_AUTO;
     mpt_model_t* model_out = nullptr;
@@ -246,6 +247,7 @@ TEST_CASE("every entry point rejects a NULL handle with INVALID_ARGUMENT and a m
         {"model_set_layer_dropout", [&] { return mpt_model_set_layer_dropout(nullptr, 0, 0.5f); }},
         {"model_get_layer_dropout", [&] { return mpt_model_get_layer_dropout(nullptr, 0, &scale); }},
         {"model_get_layer_units", [&] { return mpt_model_get_layer_units(nullptr, 0, &count); }},
+        {"model_get_layer_dtype", [&] { return mpt_model_get_layer_dtype(nullptr, 0, &dtype); }},
         {"model_get_layer_activation", [&] { return mpt_model_get_layer_activation(nullptr, 0, &activation); }},
         {"model_set_input_dropout", [&] { return mpt_model_set_input_dropout(nullptr, 0.5f); }},
         {"model_get_input_dropout", [&] { return mpt_model_get_input_dropout(nullptr, &scale); }},

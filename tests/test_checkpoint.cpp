@@ -673,7 +673,7 @@ TEST_CASE("a saved model loads with its architecture and predicts bit-identicall
     mpt_model_destroy(loaded);
 }
 
-TEST_CASE("a model file keeps every activation by its Keras name: one hidden layer of each reloads to the same predictions") {
+TEST_CASE("a model file keeps every activation by its Keras name and the dtypes: one hidden layer of each reloads to the same predictions and architecture") {
     TempDir directory;
     const std::string path = (directory.path / "activations.safetensors").string();
     const std::pair<mpt_activation, const char*> hidden[] = {
@@ -690,6 +690,9 @@ TEST_CASE("a model file keeps every activation by its Keras name: one hidden lay
     REQUIRE(mpt_model_create(context, kFeatures, &model) == MPT_STATUS_OK);
     for (const auto& [activation, name] : hidden) REQUIRE(mpt_model_add_dense(model, 6, activation) == MPT_STATUS_OK);
     REQUIRE(mpt_model_add_dense(model, kClasses, MPT_ACTIVATION_SOFTMAX) == MPT_STATUS_OK);
+    const mpt_dtype dtypes[] = {MPT_DTYPE_FP32, MPT_DTYPE_FP16, MPT_DTYPE_BF16};  // the first layers'; then the policy's
+    for (int64_t layer = 0; layer < 3; ++layer)
+        REQUIRE(mpt_model_set_layer_dtype(model, layer, dtypes[layer]) == MPT_STATUS_OK);
     REQUIRE(mpt_model_save(model, path.c_str()) == MPT_STATUS_OK);
     // The architecture is JSON inside a metadata string, so its quotes are escaped there.
     for (const auto& [activation, name] : hidden)
@@ -711,6 +714,9 @@ TEST_CASE("a model file keeps every activation by its Keras name: one hidden lay
         REQUIRE(mpt_model_get_layer_activation(loaded, layer, &activation) == MPT_STATUS_OK);
         CHECK(units == (last ? kClasses : 6));
         CHECK(activation == (last ? MPT_ACTIVATION_SOFTMAX : hidden[layer].first));
+        mpt_dtype dtype = MPT_DTYPE_FP32;
+        REQUIRE(mpt_model_get_layer_dtype(loaded, layer, &dtype) == MPT_STATUS_OK);
+        CHECK(dtype == (layer < 3 ? dtypes[layer] : MPT_DTYPE_DEFAULT));
     }
     int64_t units = -1;
     CHECK(mpt_model_get_layer_units(loaded, static_cast<int64_t>(std::size(hidden)) + 1, &units) ==

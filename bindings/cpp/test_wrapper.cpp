@@ -206,6 +206,7 @@ TEST_CASE("a saved model loads through the wrapper and predicts bit-identically"
     CHECK(loaded.layer_activation(0) == MPT_ACTIVATION_RELU);
     CHECK(loaded.layer_activation(1) == MPT_ACTIVATION_TANH);
     CHECK(loaded.layer_activation(2) == MPT_ACTIVATION_SOFTMAX);
+    CHECK(loaded.layer_dtype(0) == MPT_DTYPE_DEFAULT);
     CHECK(status_of([&] { static_cast<void>(loaded.layer_units(3)); }) == MPT_STATUS_INVALID_ARGUMENT);
     CHECK(status_of([&] { static_cast<void>(loaded.weights(3)); }) == MPT_STATUS_INVALID_ARGUMENT);
     std::vector<int32_t> labels;

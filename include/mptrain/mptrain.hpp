@@ -218,6 +218,12 @@ public:
         detail::check(mpt_model_set_layer_dtype(get(), layer, dtype));
         return *this;
     }
+    /** Layer `layer`'s dtype override (MPT_DTYPE_DEFAULT: the policy's). */
+    mpt_dtype layer_dtype(int64_t layer) const {
+        mpt_dtype out = MPT_DTYPE_DEFAULT;
+        detail::check(mpt_model_get_layer_dtype(get(), layer, &out));
+        return out;
+    }
     /** Dropout after hidden layer `layer`, as a Keras Dropout(rate) layer after it
      *  (mpt_model_set_layer_dropout): while a trainer trains, each output is dropped with probability
      *  `rate` in [0, 1) and the kept ones scaled by 1 / (1 - rate); evaluate and predict use every

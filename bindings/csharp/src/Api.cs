@@ -203,6 +203,17 @@ namespace Mptrain
             using (Family.Enter()) MptException.Check(Native.mpt_model_set_layer_dtype(Live, layer, dtype));
         }
 
+        /// <summary>Layer <paramref name="layer"/>'s dtype override (DType.Default: the policy's).</summary>
+        public DType GetLayerDType(int layer)
+        {
+            using (Family.Enter())
+            {
+                DType dtype;
+                MptException.Check(Native.mpt_model_get_layer_dtype(Live, layer, out dtype));
+                return dtype;
+            }
+        }
+
         /// <summary>Dropout after hidden layer <paramref name="layer"/>, as a Keras Dropout(rate) layer after
         /// it: while a trainer trains (Fit, Step), each of its outputs is dropped with probability
         /// <paramref name="rate"/> in [0, 1) and the kept ones are scaled by 1 / (1 - rate); Evaluate and

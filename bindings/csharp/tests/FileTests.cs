@@ -91,6 +91,7 @@ namespace Mptrain.Tests
             {
                 foreach (Activation activation in hidden) model.AddDense(6, activation);
                 model.AddDense(Data.Classes, Activation.Softmax);
+                model.SetLayerDType(1, DType.Bf16);
                 using (var trainer = new Trainer(model, Adam)) trainer.Fit(data, 1, 16);
                 string path = dir.File("activations.safetensors");
                 model.Save(path);
@@ -105,6 +106,8 @@ namespace Mptrain.Tests
                     Assert.Equal(Activation.Softmax, loaded.GetLayerActivation(hidden.Length), "the last layer's activation");
                     Assert.Equal((long)Data.Classes, loaded.GetLayerUnits(hidden.Length), "the last layer's units");
                     Assert.Fails(Status.InvalidArgument, () => loaded.GetLayerUnits(hidden.Length + 1));
+                    Assert.Equal(DType.Default, loaded.GetLayerDType(0), "layer 0's dtype");
+                    Assert.Equal(DType.Bf16, loaded.GetLayerDType(1), "layer 1's dtype");
                 }
             }
         }

@@ -624,6 +624,14 @@ class Model(_Handle):
                                                     _enum(DType, dtype, "dtype")))
         return self
 
+    def get_layer_dtype(self, layer):
+        """Layer `layer`'s dtype override (DType.DEFAULT: the policy's)."""
+        out = ctypes.c_int()
+        with self._family:
+            _check(_lib().mpt_model_get_layer_dtype(self._get(), _integer(layer, "layer", ctypes.c_int64),
+                                                    ctypes.byref(out)))
+        return DType(out.value)
+
     def set_layer_dropout(self, layer, rate):
         """Dropout after hidden layer `layer`, as a Keras Dropout(rate) layer after it: while a trainer
         trains (fit, step), each of its outputs is dropped with probability `rate` in [0, 1) and the

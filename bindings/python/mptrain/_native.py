@@ -90,6 +90,7 @@ PROTOTYPES = {
     "mpt_model_set_layer_dropout": (c_enum, [ModelP, c_int64, c_float]),
     "mpt_model_get_layer_dropout": (c_enum, [ModelP, c_int64, FloatP]),
     "mpt_model_get_layer_units": (c_enum, [ModelP, c_int64, P(c_int64)]),
+    "mpt_model_get_layer_dtype": (c_enum, [ModelP, c_int64, P(c_enum)]),
     "mpt_model_get_layer_activation": (c_enum, [ModelP, c_int64, P(c_enum)]),
     "mpt_model_set_input_dropout": (c_enum, [ModelP, c_float]),
     "mpt_model_get_input_dropout": (c_enum, [ModelP, FloatP]),

@@ -70,7 +70,7 @@ def test_every_hidden_activation_trains_and_reloads_by_its_name(ctx, tmp_path):
     model = mptrain.Model(ctx, FEATURES)
     for name in names:
         model.add_dense(6, name)
-    model.add_dense(CLASSES, mptrain.Activation.SOFTMAX)
+    model.add_dense(CLASSES, mptrain.Activation.SOFTMAX).set_layer_dtype(1, "bf16")
     adam(model).fit(data(ctx, 120, 14), epochs=1, batch_size=16)
     path = tmp_path / "activations.safetensors"
     model.save(path)
@@ -80,6 +80,8 @@ def test_every_hidden_activation_trains_and_reloads_by_its_name(ctx, tmp_path):
     assert [loaded.get_layer_activation(layer).name.lower() for layer in range(len(names))] == names
     assert [loaded.get_layer_units(layer) for layer in range(len(names) + 1)] == [6] * len(names) + [CLASSES]
     assert loaded.get_layer_activation(len(names)) == mptrain.Activation.SOFTMAX
+    assert [loaded.get_layer_dtype(layer) for layer in range(3)] == [mptrain.DType.DEFAULT, mptrain.DType.BF16,
+                                                                      mptrain.DType.DEFAULT]
     with raises(Status.INVALID_ARGUMENT):
         loaded.get_layer_units(len(names) + 1)
     with raises(Status.INVALID_ARGUMENT):

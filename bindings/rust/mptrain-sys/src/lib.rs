@@ -226,6 +226,11 @@ extern "C" {
         layer: i64,
         out: *mut c_float,
     ) -> mpt_status;
+    pub fn mpt_model_get_layer_dtype(
+        model: *const mpt_model_t,
+        layer: i64,
+        out: *mut mpt_dtype,
+    ) -> mpt_status;
     pub fn mpt_model_get_layer_units(
         model: *const mpt_model_t,
         layer: i64,

@@ -918,6 +918,17 @@ impl Model {
         })
     }
 
+    /// Layer `layer`'s dtype override ([`DType::Default`]: the policy's).
+    pub fn layer_dtype(&self, layer: usize) -> Result<DType> {
+        let _lock = self.family.enter()?;
+        let mut out = 0;
+        check(unsafe {
+            sys::mpt_model_get_layer_dtype(self.raw.as_ptr(), layer as i64, &mut out)
+        })?;
+        DType::from_code(out)
+            .ok_or_else(|| Error::new(Status::Internal, format!("unknown dtype {out}")))
+    }
+
     /// Dropout after hidden layer `layer`, as a Keras `Dropout(rate)` layer after it: while a trainer
     /// trains (fit, step), each of its outputs is dropped with probability `rate` in [0, 1) and the
     /// kept ones are scaled by `1 / (1 - rate)`; evaluate and predict use every output. 0 (the

@@ -56,6 +56,7 @@ fn every_hidden_activation_trains_and_reloads() {
     model
         .add_dense(CLASSES as i64, Activation::Softmax)
         .unwrap();
+    model.set_layer_dtype(1, DType::Bf16).unwrap();
     let data = blob_data(&ctx, 120, 14);
     Trainer::new(&model, &adam())
         .unwrap()
@@ -71,6 +72,8 @@ fn every_hidden_activation_trains_and_reloads() {
     assert_eq!(loaded.layer_activation(4).unwrap(), Activation::LeakyRelu);
     assert_eq!(loaded.layer_activation(8).unwrap(), Activation::Softsign);
     assert_eq!(loaded.layer_activation(9).unwrap(), Activation::Softmax);
+    assert_eq!(loaded.layer_dtype(0).unwrap(), DType::Default);
+    assert_eq!(loaded.layer_dtype(1).unwrap(), DType::Bf16);
     expect(loaded.layer_units(10), Status::InvalidArgument);
     let (x, _) = blobs(30, 15);
     assert_eq!(
