@@ -236,6 +236,33 @@ std::string replaced(const std::string& text, const std::string& pattern, const 
     return std::regex_replace(text, expression, replacement, std::regex_constants::format_first_only);
 }
 
+// A one-thread CPU context of seed 3 and an empty model on it taking two inputs.
+std::shared_ptr<mpt::Model> two_input_model() {
+    mpt::ContextConfig context_config;
+    context_config.backend = MPT_BACKEND_CPU;
+    context_config.threads = 1;
+    context_config.seed = 3;
+    return std::make_shared<mpt::Model>(std::make_shared<mpt::Context>(context_config), 2);
+}
+
+// One mixed-fp16 SGD step of `model` (built, 3 classes) over the 8 rows `x` is skipped, and leaves
+// every master weight finite.
+void check_fp16_step_skipped(const std::shared_ptr<mpt::Model>& model, const std::vector<float>& x) {
+    std::vector<int32_t> labels{0, 1, 2, 0, 1, 2, 0, 1};
+    auto dataset = mpt::Dataset::from_f32(model->context(), x.data(), 8, 2, labels.data(), 3, true);
+    mpt::TrainerConfig config;
+    config.precision = MPT_PRECISION_MIXED_FP16;
+    config.optimizer.learning_rate = 0.1f;
+    mpt::Trainer trainer(model, config);
+    trainer.step(*dataset, 0, 8);
+    std::vector<float> block(static_cast<size_t>(model->parameter_block_elements()));
+    model->read_master_block(block.data());
+    bool finite = true;
+    for (float value : block) finite = finite && std::isfinite(value);
+    CHECK(trainer.state().skipped_steps == 1);
+    CHECK(finite);
+}
+
 }  // namespace
 
 TEST_CASE("a dropout draw drops at its rate, with the scale that keeps the expected value") {
@@ -404,12 +431,7 @@ TEST_CASE("in bf16 a dropout layer's derivative comes from its outputs as stored
 }
 
 TEST_CASE("in fp16 an output finite before its dropout but not after skips the step: the finiteness check reads the dropped input") {
-    mpt::ContextConfig context_config;
-    context_config.backend = MPT_BACKEND_CPU;
-    context_config.threads = 1;
-    context_config.seed = 3;
-    auto context = std::make_shared<mpt::Context>(context_config);
-    auto model = std::make_shared<mpt::Model>(context, 2);
+    auto model = two_input_model();
     model->add_dense(4, mpt::Activation::linear);
     model->add_dense(4, mpt::Activation::relu);
     model->add_dense(3, mpt::Activation::softmax);
@@ -422,32 +444,14 @@ TEST_CASE("in fp16 an output finite before its dropout but not after skips the s
         b1{0.5f, 0.5f, 0.5f, 0.5f};
     model->set_weights(0, w0.data(), b0.data());
     model->set_weights(1, w1.data(), b1.data());
-    std::vector<float> x(16, 1.0f);
-    std::vector<int32_t> labels{0, 1, 2, 0, 1, 2, 0, 1};
-    auto dataset = mpt::Dataset::from_f32(context, x.data(), 8, 2, labels.data(), 3, true);
-    mpt::TrainerConfig config;
-    config.precision = MPT_PRECISION_MIXED_FP16;
-    config.optimizer.learning_rate = 0.1f;
-    mpt::Trainer trainer(model, config);
-    trainer.step(*dataset, 0, 8);
-    std::vector<float> block(static_cast<size_t>(model->parameter_block_elements()));
-    model->read_master_block(block.data());
-    bool finite = true;
-    for (float value : block) finite = finite && std::isfinite(value);
-    CHECK(trainer.state().skipped_steps == 1);
-    CHECK(finite);
+    check_fp16_step_skipped(model, std::vector<float>(16, 1.0f));
 }
 
 // The inputs' version: 40000 is finite in fp16, 80000 once kept at rate 0.5 is not. Every hidden unit
 // weighs that input negatively, so ReLU turns the -Inf into 0 and the loss stays finite, while the
 // first layer's weight gradient (0 * Inf) is not: only the check on the dropped batch skips the step.
 TEST_CASE("in fp16 an input finite before its dropout but not after skips the step: the check reads the dropped batch") {
-    mpt::ContextConfig context_config;
-    context_config.backend = MPT_BACKEND_CPU;
-    context_config.threads = 1;
-    context_config.seed = 3;
-    auto context = std::make_shared<mpt::Context>(context_config);
-    auto model = std::make_shared<mpt::Model>(context, 2);
+    auto model = two_input_model();
     model->add_dense(4, mpt::Activation::relu);
     model->add_dense(3, mpt::Activation::softmax);
     model->set_input_dropout(0.5f);
@@ -456,19 +460,7 @@ TEST_CASE("in fp16 an input finite before its dropout but not after skips the st
     model->set_weights(0, w0.data(), b0.data());
     std::vector<float> x;
     for (int r = 0; r < 8; ++r) x.insert(x.end(), {40000.0f, 1.0f});
-    std::vector<int32_t> labels{0, 1, 2, 0, 1, 2, 0, 1};
-    auto dataset = mpt::Dataset::from_f32(context, x.data(), 8, 2, labels.data(), 3, true);
-    mpt::TrainerConfig config;
-    config.precision = MPT_PRECISION_MIXED_FP16;
-    config.optimizer.learning_rate = 0.1f;
-    mpt::Trainer trainer(model, config);
-    trainer.step(*dataset, 0, 8);
-    std::vector<float> block(static_cast<size_t>(model->parameter_block_elements()));
-    model->read_master_block(block.data());
-    bool finite = true;
-    for (float value : block) finite = finite && std::isfinite(value);
-    CHECK(trainer.state().skipped_steps == 1);
-    CHECK(finite);
+    check_fp16_step_skipped(model, x);
 }
 
 TEST_CASE("a checkpoint carries the masks' seed: a resume under another context seed drops what the run would have") {
