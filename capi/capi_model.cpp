@@ -86,10 +86,16 @@ mpt_status mpt_model_get_layer_dtype(const mpt_model_t* model, int64_t layer, mp
     const mpt::Model& impl = impl_of(model, "model");
     require_pointer(out, "out");
     const std::optional<mpt::DType> dtype = layer_of(impl, layer).dtype_override;
-    if (!dtype) *out = MPT_DTYPE_DEFAULT;
-    else if (*dtype == mpt::DType::fp32) *out = MPT_DTYPE_FP32;
-    else if (*dtype == mpt::DType::fp16) *out = MPT_DTYPE_FP16;
-    else *out = MPT_DTYPE_BF16;
+    if (!dtype) {
+        *out = MPT_DTYPE_DEFAULT;
+    } else {
+        switch (*dtype) {
+            case mpt::DType::fp32: *out = MPT_DTYPE_FP32; break;
+            case mpt::DType::fp16: *out = MPT_DTYPE_FP16; break;
+            case mpt::DType::bf16: *out = MPT_DTYPE_BF16; break;
+            default: fail(MPT_STATUS_INTERNAL, "a layer dtype the C API has no value for");
+        }
+    }
     MPT_API_END
 }
 

@@ -724,6 +724,15 @@ TEST_CASE("a model file keeps every activation by its Keras name and the dtypes:
     CHECK(mpt_model_get_layer_units(loaded, -1, &units) == MPT_STATUS_INVALID_ARGUMENT);
     CHECK(units == -1);
     CHECK(mpt_model_get_layer_units(loaded, 0, nullptr) == MPT_STATUS_INVALID_ARGUMENT);
+    mpt_activation activation = MPT_ACTIVATION_SELU;
+    mpt_dtype dtype = MPT_DTYPE_FP16;
+    CHECK(mpt_model_get_layer_activation(loaded, -1, &activation) == MPT_STATUS_INVALID_ARGUMENT);
+    CHECK(mpt_model_get_layer_dtype(loaded, static_cast<int64_t>(std::size(hidden)) + 1, &dtype) ==
+          MPT_STATUS_INVALID_ARGUMENT);
+    CHECK(activation == MPT_ACTIVATION_SELU);  // out-parameters are written only on success
+    CHECK(dtype == MPT_DTYPE_FP16);
+    CHECK(mpt_model_get_layer_activation(loaded, 0, nullptr) == MPT_STATUS_INVALID_ARGUMENT);
+    CHECK(mpt_model_get_layer_dtype(loaded, 0, nullptr) == MPT_STATUS_INVALID_ARGUMENT);
     mpt_model_destroy(loaded);
     mpt_model_destroy(model);
     mpt_context_destroy(context);

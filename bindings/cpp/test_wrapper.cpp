@@ -186,6 +186,7 @@ TEST_CASE("a saved model loads through the wrapper and predicts bit-identically"
     TempDir directory;
     auto context = cpu_context();
     auto model = mlp(context);
+    model.set_layer_dtype(1, MPT_DTYPE_BF16);
     auto data = blobs(context, 120, 11);
     mptrain::Trainer(model, adam()).fit(data, 2, 16);
     const std::string path = directory.file("model.safetensors");
@@ -207,6 +208,12 @@ TEST_CASE("a saved model loads through the wrapper and predicts bit-identically"
     CHECK(loaded.layer_activation(1) == MPT_ACTIVATION_TANH);
     CHECK(loaded.layer_activation(2) == MPT_ACTIVATION_SOFTMAX);
     CHECK(loaded.layer_dtype(0) == MPT_DTYPE_DEFAULT);
+    CHECK(loaded.layer_dtype(1) == MPT_DTYPE_BF16);
+    for (int64_t layer : {int64_t{-1}, int64_t{3}}) {
+        CHECK(status_of([&] { static_cast<void>(loaded.layer_activation(layer)); }) == MPT_STATUS_INVALID_ARGUMENT);
+        CHECK(status_of([&] { static_cast<void>(loaded.layer_dtype(layer)); }) == MPT_STATUS_INVALID_ARGUMENT);
+    }
+    CHECK(status_of([&] { static_cast<void>(loaded.layer_units(-1)); }) == MPT_STATUS_INVALID_ARGUMENT);
     CHECK(status_of([&] { static_cast<void>(loaded.layer_units(3)); }) == MPT_STATUS_INVALID_ARGUMENT);
     CHECK(status_of([&] { static_cast<void>(loaded.weights(3)); }) == MPT_STATUS_INVALID_ARGUMENT);
     std::vector<int32_t> labels;

@@ -274,7 +274,8 @@ MPT_API mpt_status mpt_model_add_dense(mpt_model_t* model, int64_t units, mpt_ac
 /** Overrides the compute dtype of one layer (Keras's dtype=): MPT_DTYPE_FP32 keeps that layer in
  *  fp32 under a mixed policy; MPT_DTYPE_DEFAULT follows the policy. Before the model is built. */
 MPT_API mpt_status mpt_model_set_layer_dtype(mpt_model_t* model, int64_t layer, mpt_dtype dtype);
-/** Layer `layer`'s dtype override: MPT_DTYPE_DEFAULT when it follows the policy. */
+/** Layer `layer`'s dtype override: MPT_DTYPE_DEFAULT when it follows the policy; a layer out of
+ *  range: MPT_STATUS_INVALID_ARGUMENT. */
 MPT_API mpt_status mpt_model_get_layer_dtype(const mpt_model_t* model, int64_t layer, mpt_dtype* out);
 /** Dropout after a hidden layer, as a Keras Dropout(rate) layer after it: while a trainer trains
  *  (fit, step), each of the layer's outputs is dropped (set to 0) with probability `rate` in [0, 1)

@@ -329,7 +329,6 @@ private:
         detail::check(getter(get(), &out));
         return out;
     }
-    // The library takes a bias buffer only of exactly the layer's width.
     std::shared_ptr<detail::LogState> log_;
     detail::Owned<mpt_model_t, mpt_model_destroy> handle_;
 };

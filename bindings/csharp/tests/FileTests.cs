@@ -106,6 +106,9 @@ namespace Mptrain.Tests
                     Assert.Equal(Activation.Softmax, loaded.GetLayerActivation(hidden.Length), "the last layer's activation");
                     Assert.Equal((long)Data.Classes, loaded.GetLayerUnits(hidden.Length), "the last layer's units");
                     Assert.Fails(Status.InvalidArgument, () => loaded.GetLayerUnits(hidden.Length + 1));
+                    Assert.Fails(Status.InvalidArgument, () => loaded.GetLayerUnits(-1));
+                    Assert.Fails(Status.InvalidArgument, () => loaded.GetLayerActivation(-1));
+                    Assert.Fails(Status.InvalidArgument, () => loaded.GetLayerDType(-1));
                     Assert.Equal(DType.Default, loaded.GetLayerDType(0), "layer 0's dtype");
                     Assert.Equal(DType.Bf16, loaded.GetLayerDType(1), "layer 1's dtype");
                 }

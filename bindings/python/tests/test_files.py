@@ -82,8 +82,12 @@ def test_every_hidden_activation_trains_and_reloads_by_its_name(ctx, tmp_path):
     assert loaded.get_layer_activation(len(names)) == mptrain.Activation.SOFTMAX
     assert [loaded.get_layer_dtype(layer) for layer in range(3)] == [mptrain.DType.DEFAULT, mptrain.DType.BF16,
                                                                       mptrain.DType.DEFAULT]
+    for layer in (len(names) + 1, -1):
+        for getter in (loaded.get_layer_units, loaded.get_layer_activation, loaded.get_layer_dtype):
+            with raises(Status.INVALID_ARGUMENT):
+                getter(layer)
     with raises(Status.INVALID_ARGUMENT):
-        loaded.get_layer_units(len(names) + 1)
+        loaded.get_weights(-1)
     with raises(Status.INVALID_ARGUMENT):
         mptrain.Model(ctx, FEATURES).add_dense(6, "gelu")  # its derivative needs its input, not its output
 

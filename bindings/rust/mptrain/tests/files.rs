@@ -75,6 +75,13 @@ fn every_hidden_activation_trains_and_reloads() {
     assert_eq!(loaded.layer_dtype(0).unwrap(), DType::Default);
     assert_eq!(loaded.layer_dtype(1).unwrap(), DType::Bf16);
     expect(loaded.layer_units(10), Status::InvalidArgument);
+    expect(loaded.layer_units(usize::MAX), Status::InvalidArgument);
+    expect(loaded.layer_activation(usize::MAX), Status::InvalidArgument);
+    expect(
+        loaded.layer_dtype(i64::MAX as usize + 1),
+        Status::InvalidArgument,
+    );
+    expect(loaded.weights(usize::MAX), Status::InvalidArgument);
     let (x, _) = blobs(30, 15);
     assert_eq!(
         bits(&loaded.predict(&x).unwrap()),
