@@ -36,6 +36,25 @@ const mpt::DenseLayer& layer_of(const mpt::Model& model, int64_t layer) {
     return model.layers()[static_cast<size_t>(layer)];
 }
 
+// The per-layer getters: the model, then the out-parameter, then the layer are checked (so the
+// statuses come in that order), and `read` turns the layer into the C value.
+template <typename Out, typename Read>
+void read_layer(const mpt_model_t* model, int64_t layer, Out* out, Read read) {
+    const mpt::Model& impl = impl_of(model, "model");
+    require_pointer(out, "out");
+    *out = read(layer_of(impl, layer));
+}
+
+mpt_dtype to_c_dtype(const std::optional<mpt::DType>& dtype) {
+    if (!dtype) return MPT_DTYPE_DEFAULT;
+    switch (*dtype) {
+        case mpt::DType::fp32: return MPT_DTYPE_FP32;
+        case mpt::DType::fp16: return MPT_DTYPE_FP16;
+        case mpt::DType::bf16: return MPT_DTYPE_BF16;
+        default: fail(MPT_STATUS_INTERNAL, "a layer dtype the C API has no value for");
+    }
+}
+
 void require_count(int64_t given, int64_t expected, const char* what) {
     if (given != expected)
         fail(MPT_STATUS_SHAPE_MISMATCH,
@@ -83,19 +102,7 @@ mpt_status mpt_model_set_layer_dtype(mpt_model_t* model, int64_t layer, mpt_dtyp
 
 mpt_status mpt_model_get_layer_dtype(const mpt_model_t* model, int64_t layer, mpt_dtype* out) {
     MPT_API_BEGIN
-    const mpt::Model& impl = impl_of(model, "model");
-    require_pointer(out, "out");
-    const std::optional<mpt::DType> dtype = layer_of(impl, layer).dtype_override;
-    if (!dtype) {
-        *out = MPT_DTYPE_DEFAULT;
-    } else {
-        switch (*dtype) {
-            case mpt::DType::fp32: *out = MPT_DTYPE_FP32; break;
-            case mpt::DType::fp16: *out = MPT_DTYPE_FP16; break;
-            case mpt::DType::bf16: *out = MPT_DTYPE_BF16; break;
-            default: fail(MPT_STATUS_INTERNAL, "a layer dtype the C API has no value for");
-        }
-    }
+    read_layer(model, layer, out, [](const mpt::DenseLayer& l) { return to_c_dtype(l.dtype_override); });
     MPT_API_END
 }
 
@@ -107,25 +114,20 @@ mpt_status mpt_model_set_layer_dropout(mpt_model_t* model, int64_t layer, float 
 
 mpt_status mpt_model_get_layer_dropout(const mpt_model_t* model, int64_t layer, float* out) {
     MPT_API_BEGIN
-    const mpt::Model& impl = impl_of(model, "model");
-    require_pointer(out, "out");
-    *out = layer_of(impl, layer).dropout;
+    read_layer(model, layer, out, [](const mpt::DenseLayer& l) { return l.dropout; });
     MPT_API_END
 }
 
 mpt_status mpt_model_get_layer_units(const mpt_model_t* model, int64_t layer, int64_t* out) {
     MPT_API_BEGIN
-    const mpt::Model& impl = impl_of(model, "model");
-    require_pointer(out, "out");
-    *out = layer_of(impl, layer).units;
+    read_layer(model, layer, out, [](const mpt::DenseLayer& l) { return l.units; });
     MPT_API_END
 }
 
 mpt_status mpt_model_get_layer_activation(const mpt_model_t* model, int64_t layer, mpt_activation* out) {
     MPT_API_BEGIN
-    const mpt::Model& impl = impl_of(model, "model");
-    require_pointer(out, "out");
-    *out = static_cast<mpt_activation>(layer_of(impl, layer).activation);  // the values are the core's
+    // The values are the core's (static_asserts below).
+    read_layer(model, layer, out, [](const mpt::DenseLayer& l) { return static_cast<mpt_activation>(l.activation); });
     MPT_API_END
 }
 
@@ -155,9 +157,7 @@ mpt_status mpt_model_set_layer_initializer(mpt_model_t* model, int64_t layer, mp
 
 mpt_status mpt_model_get_layer_initializer(const mpt_model_t* model, int64_t layer, mpt_initializer* out) {
     MPT_API_BEGIN
-    const mpt::Model& impl = impl_of(model, "model");
-    require_pointer(out, "out");
-    *out = static_cast<mpt_initializer>(layer_of(impl, layer).initializer);
+    read_layer(model, layer, out, [](const mpt::DenseLayer& l) { return static_cast<mpt_initializer>(l.initializer); });
     MPT_API_END
 }
 
