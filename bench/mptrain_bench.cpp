@@ -41,6 +41,7 @@ struct Options {
     float clipnorm = 0.0f;  // --clipnorm: gradient clipping by global norm; 0 = none
     float ema = 0.0f;       // --ema: the weights' moving average's momentum; 0 = none
     float dropout = 0.0f;   // --dropout: both hidden layers' dropout rate; 0 = none
+    float weight_decay = 0.0f;  // --weight-decay: the optimizer's decoupled weight decay; 0 = none
     std::string json;
     std::vector<int64_t> predict_rows;  // --predict: prediction latency at these row counts instead
 };
@@ -56,13 +57,15 @@ struct Record {
     float clipnorm;
     float ema;
     float dropout;
+    float weight_decay;
 };
 
 [[noreturn]] void usage(int code) {
     std::fprintf(code ? stderr : stdout,
                  "usage: mptrain-bench [--backend cpu|cuda] [--precision LIST] [--batch LIST] [--steps N]\n"
                  "                     [--repeats N] [--threads N] [--streamed] [--lr-schedule constant|cosine]\n"
-                 "                     [--clipnorm X] [--ema M] [--dropout R] [--json FILE]\n"
+                 "                     [--clipnorm X] [--ema M] [--dropout R] [--weight-decay X]\n"
+                 "                     [--json FILE]\n"
                  "       mptrain-bench --predict LIST [--backend cpu|cuda] [--precision LIST] [--repeats N] [--threads N]\n"
                  "  LIST is comma-separated, e.g. --precision fp32,mixed-bf16 --batch 32,256\n"
                  "  --streamed keeps the data set in host memory (GPU: batches staged through pinned memory)\n"
@@ -70,6 +73,7 @@ struct Record {
                  "  --clipnorm X clips every step's gradients to a global norm of X (the library's clipping)\n"
                  "  --ema M keeps a moving average of the weights with momentum M in (0, 1) (the library's EMA)\n"
                  "  --dropout R drops both hidden layers' outputs at rate R in [0, 1) (the library's dropout)\n"
+                 "  --weight-decay X decays every weight and bias by lr * X a step (the optimizer's weight decay)\n"
                  "  --predict 1,2,4,8 times mpt_trainer_predict on that many rows instead of training steps:\n"
                  "    the median of 20 x repeats calls per precision, the precisions taking turns\n");
     std::exit(code);
@@ -109,11 +113,13 @@ Options parse(int argc, char** argv) {
         else if (flag == "--clipnorm") options.clipnorm = std::strtof(value.c_str(), nullptr);
         else if (flag == "--ema") options.ema = std::strtof(value.c_str(), nullptr);
         else if (flag == "--dropout") options.dropout = std::strtof(value.c_str(), nullptr);
+        else if (flag == "--weight-decay") options.weight_decay = std::strtof(value.c_str(), nullptr);
         else usage(2);
     }
     if (options.backend != "cpu" && options.backend != "cuda") usage(2);
     if (options.repeats < 1 || options.steps < 0 || !(options.clipnorm >= 0.0f) ||
-        !(options.ema >= 0.0f && options.ema < 1.0f) || !(options.dropout >= 0.0f && options.dropout < 1.0f))
+        !(options.ema >= 0.0f && options.ema < 1.0f) || !(options.dropout >= 0.0f && options.dropout < 1.0f) ||
+        !(options.weight_decay >= 0.0f && options.weight_decay < 1.0f))
         usage(2);
     for (int64_t batch : options.batches)
         if (batch <= 0) usage(2);
@@ -271,6 +277,8 @@ Record run_one(const Options& options, const std::string& precision_text, int64_
                                                          (options.repeats + 1) * (rows / batch), 0.1f);
     if (configured == MPT_STATUS_OK) configured = mpt_trainer_options_set_global_clipnorm(trainer_options, options.clipnorm);
     if (configured == MPT_STATUS_OK) configured = mpt_trainer_options_set_ema(trainer_options, options.ema);
+    if (configured == MPT_STATUS_OK)
+        configured = mpt_trainer_options_set_weight_decay(trainer_options, options.weight_decay);
     if (configured == MPT_STATUS_OK) configured = mpt_trainer_create(model, trainer_options, &handles.trainer);
     mpt_trainer_options_destroy(trainer_options);
     check(configured, "trainer");
@@ -318,6 +326,7 @@ Record run_one(const Options& options, const std::string& precision_text, int64_
     record.clipnorm = options.clipnorm;
     record.ema = options.ema;
     record.dropout = options.dropout;
+    record.weight_decay = options.weight_decay;
     const mpt::DType compute = resolved == MPT_PRECISION_MIXED_BF16   ? mpt::DType::bf16
                                : resolved == MPT_PRECISION_MIXED_FP16 ? mpt::DType::fp16
                                                                       : mpt::DType::fp32;
@@ -404,11 +413,13 @@ void write_json(const std::string& path, const std::vector<Record>& records) {
         std::fprintf(file,
                      "  {\"backend\": \"%s\", \"precision\": \"%s\", \"resolved_precision\": \"%s\", \"batch\": %lld, "
                      "\"steps\": %lld, \"us_per_step\": %.1f, \"wall_us_per_step\": %.1f, \"data\": \"%s\", "
-                     "\"lr_schedule\": \"%s\", \"global_clipnorm\": %g, \"ema_momentum\": %g, \"dropout\": %g, ",
+                     "\"lr_schedule\": \"%s\", \"global_clipnorm\": %g, \"ema_momentum\": %g, \"dropout\": %g, "
+                     "\"weight_decay\": %g, ",
                      r.backend.c_str(), r.precision.c_str(), r.resolved.c_str(), static_cast<long long>(r.batch),
                      static_cast<long long>(r.steps), r.us_per_step, r.wall_us_per_step,
                      r.streamed ? "streamed" : "resident", r.cosine ? "cosine" : "constant", static_cast<double>(r.clipnorm),
-                     static_cast<double>(r.ema), static_cast<double>(r.dropout));
+                     static_cast<double>(r.ema), static_cast<double>(r.dropout),
+                     static_cast<double>(r.weight_decay));
         if (r.gemm_floor_us >= 0) std::fprintf(file, "\"gemm_floor_us\": %.1f, \"floor_ratio\": %.3f, ", r.gemm_floor_us, r.us_per_step / r.gemm_floor_us);
         else std::fprintf(file, "\"gemm_floor_us\": null, \"floor_ratio\": null, ");
         std::fprintf(file, "\"allocations_per_step\": %.3f, \"peak_bytes\": %zu, \"device_bytes\": %lld}%s\n",
@@ -438,7 +449,7 @@ int main(int argc, char** argv) {
             return 1;
         }
     }
-    char clipping[96] = "", averaging[64] = "", dropping[64] = "";
+    char clipping[96] = "", averaging[64] = "", dropping[64] = "", decaying[64] = "";
     if (options.clipnorm > 0.0f)
         std::snprintf(clipping, sizeof clipping, ", gradients clipped to a global norm of %g",
                       static_cast<double>(options.clipnorm));
@@ -446,8 +457,10 @@ int main(int argc, char** argv) {
         std::snprintf(averaging, sizeof averaging, ", weights averaged (ema %g)", static_cast<double>(options.ema));
     if (options.dropout > 0.0f)
         std::snprintf(dropping, sizeof dropping, ", hidden outputs dropped (rate %g)", static_cast<double>(options.dropout));
-    std::printf("mptrain %s bench, backend %s, seed MLP 3072-3000-1000-10, SGD%s%s%s\n", mpt_version(),
-                options.backend.c_str(), clipping, averaging, dropping);
+    if (options.weight_decay > 0.0f)
+        std::snprintf(decaying, sizeof decaying, ", weight decay %g", static_cast<double>(options.weight_decay));
+    std::printf("mptrain %s bench, backend %s, seed MLP 3072-3000-1000-10, SGD%s%s%s%s\n", mpt_version(),
+                options.backend.c_str(), decaying, clipping, averaging, dropping);
     print_device(options);
     std::printf("%-7s %-11s %-11s %6s %6s %12s %12s %12s %7s %11s %9s %11s\n", "backend", "precision", "runs as",
                 "batch", "steps", "us/step", "wall us/step", "gemm floor", "ratio", "allocs/step", "peak MiB",

@@ -794,7 +794,8 @@ void compare_dense_update_cases(Backend& reference, Backend& candidate) {
     OptimizerConfig rmsprop_momentum = rmsprop;
     rmsprop_momentum.momentum = 0.9f;
     rmsprop_momentum.rho = 0.8f;
-    // Keras's weight decay under the other rules: plain SGD with it leaves the fused GEMM path.
+    // Keras's weight decay under the other rules: plain SGD keeps its fused kernel with it (and the
+    // CPU reference its one GEMM, beta the factor decay leaves), past 64 rows GEMM then update.
     OptimizerConfig sgd_decay;
     sgd_decay.weight_decay = 0.05f;
     OptimizerConfig rmsprop_decay = rmsprop;
@@ -802,6 +803,8 @@ void compare_dense_update_cases(Backend& reference, Backend& candidate) {
     for (DType dtype : kDTypes) {
         compare_dense_update(reference, candidate, {37, 136, 64, dtype, sgd_decay, false});
         compare_dense_update(reference, candidate, {40, 96, 40, dtype, rmsprop_decay, false});
+        compare_dense_update(reference, candidate, {64, 200, 72, dtype, sgd_decay, false});  // fused, partial tiles
+        compare_dense_update(reference, candidate, {96, 136, 64, dtype, sgd_decay, false});  // GEMM, then update
         compare_dense_update(reference, candidate, {32, 64, 16, dtype, sgd_decay, true});  // skipped: no decay either
         compare_dense_update(reference, candidate, {37, 136, 64, dtype, sgd, false});   // fused SGD (rows <= 64)
         compare_dense_update(reference, candidate, {64, 200, 72, dtype, sgd, false});   // fused, partial tiles

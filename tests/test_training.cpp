@@ -855,7 +855,8 @@ TEST_CASE("SGD with momentum and with Nesterov momentum follow Keras's update ov
         check_two_optimizer_steps(setup, 0, 0, 0, 0);
     }
     // Keras's SGD(weight_decay=): the weights shrink by lr * decay before the gradient is applied.
-    // Plain SGD then keeps a gradient tensor; with momentum the decay does not enter the velocity.
+    // Plain SGD applies it in its one GEMM (beta 1 - lr * decay; test_sgd_weight_decay.cpp); with
+    // momentum the decay does not enter the velocity.
     SUBCASE("plain SGD with weight decay 0.3") {
         setup.momentum = 0.0f;
         setup.weight_decay = 0.3f;

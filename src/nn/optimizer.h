@@ -57,10 +57,17 @@ MPT_HOST_DEVICE bool is_adam(const OptimizerConfig& config) {
     return config.kind == OptimizerKind::adam || config.kind == OptimizerKind::adamw;
 }
 
-// SGD without momentum or weight decay: an update with no state and linear in the gradient, which
-// can be applied as a GEMM into the weights without a gradient tensor.
+// SGD without momentum: an update with no state, w' = keep * w - rate * g with keep the factor
+// weight decay leaves (plain_sgd_keep), which can be applied as one GEMM into the weights (beta
+// keep) without a gradient tensor.
 MPT_HOST_DEVICE bool is_plain_sgd(const OptimizerConfig& config) {
-    return config.kind == OptimizerKind::sgd && config.momentum == 0.0f && config.weight_decay == 0.0f;
+    return config.kind == OptimizerKind::sgd && config.momentum == 0.0f;
+}
+
+// What of each weight a plain SGD step at `rate` keeps before the gradient's term: 1 - rate * decay,
+// exactly 1 without weight decay (the GEMM then only adds to the weights).
+MPT_HOST_DEVICE float plain_sgd_keep(const OptimizerConfig& config, float rate) {
+    return 1.0f - rate * config.weight_decay;
 }
 
 // Records in `state` the norm of a step's gradients and the factor global_clipnorm scales them by,

@@ -131,6 +131,7 @@ struct BlobTrainerSetup {
     float rho = 0.9f;              // RMSprop's (the default)
     float global_clipnorm = 0.0f;  // 0: no clipping
     float ema_momentum = 0.0f;     // 0: no weight averaging
+    float weight_decay = -1.0f;    // < 0: the optimizer's default (AdamW 0.004, the others 0)
     float hidden_dropout = 0.0f;   // the hidden layer's dropout rate
     float input_dropout = 0.0f;    // the inputs' dropout rate
     mpt_loss_scaling loss_scaling = MPT_LOSS_SCALING_DEFAULT;
@@ -169,6 +170,7 @@ struct BlobTrainer {
         REQUIRE_OK(mpt_trainer_options_set_rmsprop(options, setup.rho, 1e-7f));
         REQUIRE_OK(mpt_trainer_options_set_global_clipnorm(options, setup.global_clipnorm));
         REQUIRE_OK(mpt_trainer_options_set_ema(options, setup.ema_momentum));
+        if (setup.weight_decay >= 0.0f) REQUIRE_OK(mpt_trainer_options_set_weight_decay(options, setup.weight_decay));
         REQUIRE_OK(mpt_trainer_options_set_loss_scaling(options, setup.loss_scaling, setup.initial_scale));
         REQUIRE_OK(mpt_trainer_options_set_class_weights(options, setup.class_weights.data(),
                                                          static_cast<int64_t>(setup.class_weights.size())));

@@ -375,7 +375,7 @@ void CpuBackend::decide_update(const float* max_abs_pairs, int layer_count, int6
 }
 
 void CpuBackend::column_sums(const float* output_grad, int64_t rows, int64_t columns, float factor, float* out,
-                             bool accumulate) {
+                             float keep) {
     pool_.parallel_for(columns, kRowGrain, [&](int64_t begin, int64_t end) {
         float sums[256];
         for (int64_t block = begin; block < end; block += 256) {
@@ -386,7 +386,7 @@ void CpuBackend::column_sums(const float* output_grad, int64_t rows, int64_t col
                 for (int64_t c = block; c < block_end; ++c) sums[c - block] += row[c];
             }
             for (int64_t c = block; c < block_end; ++c)
-                out[c] = accumulate ? out[c] + factor * sums[c - block] : factor * sums[c - block];
+                out[c] = keep != 0.0f ? keep * out[c] + factor * sums[c - block] : factor * sums[c - block];
         }
     });
 }
@@ -407,18 +407,20 @@ void CpuBackend::dense_update(const DenseUpdateArgs& args, const OptimizerConfig
     const int64_t weight_count = args.out_features * args.in_features;
     OptimizerStepScalars scalars = optimizer_step_scalars(optimizer, state.loss_scale, state.applied_steps, state.steps);
     if (args.part == UpdatePart::whole && is_plain_sgd(optimizer)) {
-        // W += (-lr / scale) * dZ^T · A: the GEMM is the update (times the clip factor, if given).
+        // W = keep * W + (-lr / scale) * dZ^T · A: the GEMM is the update (times the clip factor, if
+        // given), keep what weight decay leaves of each weight (1 without it: the GEMM only adds).
         const float step = -scalars.learning_rate * scalars.inverse_scale * (args.gradient_factor ? *args.gradient_factor : 1.0f);
+        const float keep = plain_sgd_keep(optimizer, scalars.learning_rate);
         gemm(args.compute_dtype, true, false, args.out_features, args.in_features, args.rows, step, output_grad,
-             args.out_features, input, args.in_features, 1.0f, args.weights, args.in_features);
-        column_sums(output_grad, args.rows, args.out_features, step, args.bias, true);
+             args.out_features, input, args.in_features, keep, args.weights, args.in_features);
+        column_sums(output_grad, args.rows, args.out_features, step, args.bias, keep);
     } else {
         require(args.weight_grad && args.bias_grad, MPT_STATUS_INVALID_ARGUMENT,
                 "cpu backend: this dense_update needs weight_grad and bias_grad");
         if (args.part != UpdatePart::apply) {
             gemm(args.compute_dtype, true, false, args.out_features, args.in_features, args.rows, 1.0f, output_grad,
                  args.out_features, input, args.in_features, 0.0f, args.weight_grad, args.in_features);
-            column_sums(output_grad, args.rows, args.out_features, 1.0f, args.bias_grad, false);
+            column_sums(output_grad, args.rows, args.out_features, 1.0f, args.bias_grad, 0.0f);
             if (args.part == UpdatePart::gradient) return;
         }
         if (args.gradient_factor) scalars.inverse_scale *= *args.gradient_factor;

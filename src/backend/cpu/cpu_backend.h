@@ -96,8 +96,9 @@ private:
     // is written), what the scratch held goes too, so that smaller work fits the budget again.
     template <typename Work>
     void freeing_scratch_on_failure(const Work& work);
-    // Column sums of dZ (the bias gradient), times `factor`, into `out` (or added when `accumulate`).
-    void column_sums(const float* output_grad, int64_t rows, int64_t columns, float factor, float* out, bool accumulate);
+    // Column sums of dZ (the bias gradient), times `factor`, into `out`; with `keep` non-zero added
+    // to keep * out (plain SGD's bias update), with 0 replacing it.
+    void column_sums(const float* output_grad, int64_t rows, int64_t columns, float factor, float* out, float keep);
     float max_abs_one(const float* values, int64_t count);
     void write_low_copy(const float* master, void* low, DType dtype, int64_t count);
 
