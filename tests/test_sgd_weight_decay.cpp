@@ -2,8 +2,10 @@
 // keep * w - rate * g with keep = 1 - rate * decay, which the CPU applies as one GEMM into the
 // weights (beta = keep) and a column sum into the biases, with no gradient tensor planned. Each
 // step is checked against the undecayed step from the same weights, which the decay must only
-// shift by rate * decay * w, at batch sizes on either side of the CPU's small-GEMM and clipping
-// thresholds and in every precision; the optimizer's formula itself is checked in test_training.cpp.
+// shift by rate * decay * w (the step's scheduled rate), at batch sizes on either side of the CPU's
+// clipping threshold and in every precision; ctest runs it once more with the small-batch GEMM
+// off (the blob model's GEMMs are small-GEMM problems on AVX2), for OpenBLAS's and the portable
+// GEMM's beta. The optimizer's formula itself is checked in test_training.cpp.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -23,7 +25,7 @@ using mpt_test::kBlobClasses;
 using mpt_test::kBlobFeatures;
 
 constexpr float kDecay = 0.3f;
-constexpr int64_t kHidden = 300;  // wide enough for the blocked GEMMs, not only the small-matrix ones
+constexpr int64_t kHidden = 300;
 
 // Gives every bias of `trainer` a non-zero value (a fresh model's are 0, which decay leaves alone).
 void set_nonzero_biases(const BlobTrainer& trainer) {
@@ -38,15 +40,17 @@ void set_nonzero_biases(const BlobTrainer& trainer) {
 }
 
 // One step of `setup` over the first `batch` rows of `blobs`, from the seeded weights with the
-// biases set_nonzero_biases gives: the parameters before and after.
+// biases set_nonzero_biases gives: the parameters before and after, and the step's rate.
 struct StepResult {
     std::vector<float> before, after;
+    float rate = 0.0f;
 };
 StepResult one_step(const BlobTrainerSetup& setup, const Blobs& blobs, int64_t batch) {
     BlobTrainer trainer(setup);
     set_nonzero_biases(trainer);
     StepResult result;
     result.before = trainer.weights();
+    REQUIRE_OK(mpt_trainer_get_scheduled_learning_rate(trainer.trainer, &result.rate));
     mpt_dataset_t* dataset = trainer.labels(blobs);
     REQUIRE_OK(mpt_trainer_step(trainer.trainer, dataset, 0, batch, nullptr));
     mpt_dataset_destroy(dataset);
@@ -72,25 +76,36 @@ TEST_CASE("plain SGD with weight decay steps as without it, less rate * decay * 
     for (mpt_precision precision : {MPT_PRECISION_FP32, MPT_PRECISION_MIXED_FP16, MPT_PRECISION_MIXED_BF16}) {
         // 64 rows is the most the CPU clips from the batch (Gram matrices), with the update one GEMM
         // scaled by the clip factor; above it clips from written gradients, in parts.
+        // A warm-up's first step trains at a quarter of the base rate: the decay is the step's.
         for (float clipnorm : {0.0f, 0.05f}) {
             for (int64_t batch : {int64_t{8}, int64_t{64}, int64_t{96}, int64_t{256}}) {
+              for (int64_t warmup : {int64_t{0}, int64_t{4}}) {
                 CAPTURE(static_cast<int>(precision));
                 CAPTURE(clipnorm);
                 CAPTURE(batch);
+                CAPTURE(warmup);
                 BlobTrainerSetup undecayed;
                 undecayed.precision = precision;
                 undecayed.hidden = kHidden;
                 undecayed.learning_rate = 0.1f;
                 undecayed.global_clipnorm = clipnorm;
+                if (warmup > 0) {
+                    undecayed.lr_schedule = MPT_LR_SCHEDULE_COSINE;
+                    undecayed.warmup_steps = warmup;
+                    undecayed.decay_steps = 100;
+                }
                 BlobTrainerSetup decayed = undecayed;
                 decayed.weight_decay = kDecay;
                 const StepResult plain = one_step(undecayed, blobs, batch);
                 const StepResult decaying = one_step(decayed, blobs, batch);
                 REQUIRE(mpt_test::same_bits(plain.before, decaying.before));
+                REQUIRE(decaying.rate == plain.rate);
+                CHECK(decaying.rate == (warmup > 0 ? undecayed.learning_rate / static_cast<float>(warmup)
+                                                   : undecayed.learning_rate));
                 // decaying.after = plain.after - rate * decay * before, each difference against the
                 // whole step's size (the decay is about half of it here, so a step without decay, or
                 // with it on the weights but not the biases, is far outside the bound).
-                const double shrink = static_cast<double>(undecayed.learning_rate) * kDecay;
+                const double shrink = static_cast<double>(decaying.rate) * kDecay;
                 double weight_gap = 0.0, bias_gap = 0.0, largest_step = 0.0;
                 size_t index = 0;
                 for (int64_t layer = 0; layer < 2; ++layer) {
@@ -109,6 +124,7 @@ TEST_CASE("plain SGD with weight decay steps as without it, less rate * decay * 
                 CHECK(largest_step > 0.0);
                 CHECK(weight_gap <= 1e-5 * largest_step + 1e-7);
                 CHECK(bias_gap <= 1e-5 * largest_step + 1e-7);
+              }
             }
         }
     }

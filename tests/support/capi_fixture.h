@@ -132,6 +132,8 @@ struct BlobTrainerSetup {
     float global_clipnorm = 0.0f;  // 0: no clipping
     float ema_momentum = 0.0f;     // 0: no weight averaging
     float weight_decay = -1.0f;    // < 0: the optimizer's default (AdamW 0.004, the others 0)
+    mpt_lr_schedule lr_schedule = MPT_LR_SCHEDULE_CONSTANT;  // another decays to 0 (factor 0)
+    int64_t warmup_steps = 0, decay_steps = 0;
     float hidden_dropout = 0.0f;   // the hidden layer's dropout rate
     float input_dropout = 0.0f;    // the inputs' dropout rate
     mpt_loss_scaling loss_scaling = MPT_LOSS_SCALING_DEFAULT;
@@ -171,6 +173,9 @@ struct BlobTrainer {
         REQUIRE_OK(mpt_trainer_options_set_global_clipnorm(options, setup.global_clipnorm));
         REQUIRE_OK(mpt_trainer_options_set_ema(options, setup.ema_momentum));
         if (setup.weight_decay >= 0.0f) REQUIRE_OK(mpt_trainer_options_set_weight_decay(options, setup.weight_decay));
+        if (setup.lr_schedule != MPT_LR_SCHEDULE_CONSTANT)  // decaying to 0 after its decay_steps
+            REQUIRE_OK(mpt_trainer_options_set_lr_schedule(options, setup.lr_schedule, setup.warmup_steps,
+                                                           setup.decay_steps, 0.0f));
         REQUIRE_OK(mpt_trainer_options_set_loss_scaling(options, setup.loss_scaling, setup.initial_scale));
         REQUIRE_OK(mpt_trainer_options_set_class_weights(options, setup.class_weights.data(),
                                                          static_cast<int64_t>(setup.class_weights.size())));
