@@ -141,6 +141,13 @@ mpt_status mpt_trainer_options_set_rmsprop(mpt_trainer_options_t* options, float
     MPT_API_END
 }
 
+mpt_status mpt_trainer_options_set_rmsprop_centered(mpt_trainer_options_t* options, int centered) {
+    MPT_API_BEGIN
+    require_pointer(options, "options");
+    options->config.optimizer.centered = centered != 0;
+    MPT_API_END
+}
+
 mpt_status mpt_trainer_options_set_weight_decay(mpt_trainer_options_t* options, float weight_decay) {
     MPT_API_BEGIN
     require_pointer(options, "options");

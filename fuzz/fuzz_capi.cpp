@@ -139,12 +139,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                 break;
             }
             case 3: mpt_trainer_options_set_precision(trainer_options, static_cast<mpt_precision>(in.small(6) - 1)); break;
-            case 4:  // an optimizer (one past the last too), or RMSprop's rho and epsilon (hostile values)
+            case 4:  // an optimizer (one past the last too), RMSprop's rho and epsilon (hostile values) or centered
                 if (in.byte() % 4) {
                     mpt_trainer_options_set_optimizer(trainer_options, static_cast<mpt_optimizer>(in.small(6) - 1));
-                } else {
+                } else if (in.byte() % 2) {
                     const float rho = in.real() / 4.0f, epsilon = in.real();
                     mpt_trainer_options_set_rmsprop(trainer_options, rho, epsilon);
+                } else {
+                    mpt_trainer_options_set_rmsprop_centered(trainer_options, static_cast<int>(in.small(3)) - 1);
                 }
                 break;
             case 5:

@@ -278,6 +278,7 @@ TEST_CASE("every entry point rejects a NULL handle with INVALID_ARGUMENT and a m
         {"trainer_options_set_learning_rate", [&] { return mpt_trainer_options_set_learning_rate(nullptr, 0.1f); }},
         {"trainer_options_set_momentum", [&] { return mpt_trainer_options_set_momentum(nullptr, 0.9f, 0); }},
         {"trainer_options_set_adam", [&] { return mpt_trainer_options_set_adam(nullptr, 0.9f, 0.999f, 1e-7f); }},
+        {"trainer_options_set_rmsprop_centered", [&] { return mpt_trainer_options_set_rmsprop_centered(nullptr, 1); }},
         {"trainer_options_set_weight_decay", [&] { return mpt_trainer_options_set_weight_decay(nullptr, 0.01f); }},
         {"trainer_options_set_label_smoothing", [&] { return mpt_trainer_options_set_label_smoothing(nullptr, 0.1f); }},
         {"trainer_options_set_class_weights", [&] { const float one = 1.0f; return mpt_trainer_options_set_class_weights(nullptr, &one, 1); }},

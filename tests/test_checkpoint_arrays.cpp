@@ -1,7 +1,8 @@
 // A checkpoint's per-parameter arrays (optimizer.<n>.layers.*, averages.layers.*) as the loader
 // validates them: real checkpoints rewritten with valid checksums (which the C API tests cannot
-// make) whose arrays are missing, misshapen, or more than the options and architecture keep. Each
-// is corrupt data, refused before the trainer changes.
+// make) whose arrays are missing, misshapen, or more than the options and architecture keep, or
+// whose record of the options that decide the arrays (centered RMSprop's) is forged. Each is
+// corrupt data, refused before the trainer changes.
 #include <doctest/doctest.h>
 
 #include <string>
@@ -31,10 +32,20 @@ mpt_test::TinyTrainer averaging_trainer(float ema_momentum) {
 
 bool is_average(const std::string& name) { return name.compare(0, 9, "averages.") == 0; }
 
-// Loading `path` into a fresh trainer is refused as corrupt data, with `expected` in the message,
-// and changes none of its weights.
-void check_refused(float ema_momentum, const std::string& path, const std::string& expected) {
-    mpt_test::TinyTrainer fresh = averaging_trainer(ema_momentum);
+// A tiny trainer with centered RMSprop and momentum: three state arrays.
+mpt_test::TinyTrainer centered_rmsprop_trainer() {
+    mpt::TrainerConfig config;
+    config.precision = MPT_PRECISION_FP32;
+    config.optimizer.kind = mpt::OptimizerKind::rmsprop;
+    config.optimizer.learning_rate = 0.01f;
+    config.optimizer.momentum = 0.5f;
+    config.optimizer.centered = true;
+    return mpt_test::TinyTrainer(config);
+}
+
+// Loading `path` into `fresh` is refused as corrupt data, with `expected` in the message, and
+// changes none of its weights.
+void check_refused_by(mpt_test::TinyTrainer& fresh, const std::string& path, const std::string& expected) {
     const std::vector<float> before = fresh.masters();
     try {
         mpt::load_checkpoint(*fresh.trainer, path);
@@ -44,6 +55,11 @@ void check_refused(float ema_momentum, const std::string& path, const std::strin
         CHECK_MESSAGE(std::string(error.what()).find(expected) != std::string::npos, error.what());
     }
     CHECK(before == fresh.masters());
+}
+
+void check_refused(float ema_momentum, const std::string& path, const std::string& expected) {
+    mpt_test::TinyTrainer fresh = averaging_trainer(ema_momentum);
+    check_refused_by(fresh, path, expected);
 }
 
 }  // namespace
@@ -107,4 +123,38 @@ TEST_CASE("a checkpoint's optimizer state and averages must be all there, shaped
         writer.add("averages.layers.7.bias", "F32", {3}, zeros, sizeof zeros);
     });
     check_refused(0.9f, stray_layer, "averages.layers.7.bias");
+}
+
+TEST_CASE("centered RMSprop is recorded only as true, and its gradients' average must be in the file") {
+    const mpt_test::TempDir directory("mptrain-checkpoint-centered");
+    mpt_test::TinyTrainer centered = centered_rmsprop_trainer();
+    for (int step = 0; step < 2; ++step) centered.trainer->step(*centered.dataset, kTinyBatch * step, kTinyBatch);
+    const std::string path = directory.file("centered");
+    mpt::save_checkpoint(*centered.trainer, path);
+    // The file as written, rewritten unchanged, loads: the rewriting itself breaks nothing.
+    const std::string same = directory.file("same");
+    rewrite_file(path, same, mpt_test::all_tensors);
+    mpt_test::TinyTrainer loading = centered_rmsprop_trainer();
+    mpt::load_checkpoint(*loading.trainer, same);
+    CHECK(loading.masters() == centered.masters());
+
+    for (const char* forged : {"false", "null", "1", "\"true\""}) {
+        CAPTURE(forged);
+        const std::string forged_path = directory.file("forged");
+        rewrite_file(path, forged_path, mpt_test::all_tensors, {}, [&](const std::string& key, const std::string& value) {
+            if (key != "mptrain.trainer.options") return value;
+            const std::string recorded = "\"rmsprop_centered\":true";
+            std::string edited = value;
+            REQUIRE(edited.find(recorded) != std::string::npos);
+            edited.replace(edited.find(recorded), recorded.size(), std::string("\"rmsprop_centered\":") + forged);
+            return edited;
+        });
+        mpt_test::TinyTrainer fresh = centered_rmsprop_trainer();
+        check_refused_by(fresh, forged_path, "rmsprop_centered");
+    }
+    // Without the third array (the gradients' average) the state is incomplete.
+    const std::string missing = directory.file("missing");
+    rewrite_file(path, missing, [](const std::string& name) { return name.compare(0, 12, "optimizer.2.") != 0; });
+    mpt_test::TinyTrainer fresh = centered_rmsprop_trainer();
+    check_refused_by(fresh, missing, "optimizer.2.");
 }

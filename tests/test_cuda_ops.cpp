@@ -686,7 +686,8 @@ void compare_dense_update(Backend& reference, Backend& candidate, const UpdateCa
     const bool plain_sgd = is_plain_sgd(c.optimizer);
     const bool low = c.dtype != DType::fp32;
 
-    std::vector<float> weight_results[2], bias_results[2], state_results[2][2], bias_state_results[2][2],
+    std::vector<float> weight_results[2], bias_results[2], state_results[2][kMaxOptimizerStates],
+        bias_state_results[2][kMaxOptimizerStates],
         low_weight_results[2], low_bias_results[2];
     Backend* backends[2] = {&reference, &candidate};
     for (int b = 0; b < 2; ++b) {
@@ -699,9 +700,12 @@ void compare_dense_update(Backend& reference, Backend& candidate, const UpdateCa
         Buffer low_bias = poisoned(backend, c.dtype, static_cast<size_t>(c.out_features));
         Buffer scratch = poisoned(backend, DType::fp32, static_cast<size_t>(weight_count + 256 + c.out_features));
         const std::vector<float> zeros(static_cast<size_t>(weight_count), 0.0f);
-        Buffer weight_states[2] = {upload(backend, DType::fp32, zeros), upload(backend, DType::fp32, zeros)};
-        Buffer bias_states[2] = {upload(backend, DType::fp32, std::vector<float>(static_cast<size_t>(c.out_features))),
-                                 upload(backend, DType::fp32, std::vector<float>(static_cast<size_t>(c.out_features)))};
+        const std::vector<float> bias_zeros(static_cast<size_t>(c.out_features), 0.0f);
+        Buffer weight_states[kMaxOptimizerStates] = {upload(backend, DType::fp32, zeros), upload(backend, DType::fp32, zeros),
+                                                     upload(backend, DType::fp32, zeros)};
+        Buffer bias_states[kMaxOptimizerStates] = {upload(backend, DType::fp32, bias_zeros),
+                                                   upload(backend, DType::fp32, bias_zeros),
+                                                   upload(backend, DType::fp32, bias_zeros)};
         Buffer state = upload_raw(backend, std::vector<TrainState>{initial});
         Buffer factor = upload(backend, DType::fp32, std::vector<float>{c.gradient_factor});
         const WorkspaceBuffer workspace(backend);
@@ -714,7 +718,7 @@ void compare_dense_update(Backend& reference, Backend& candidate, const UpdateCa
         args.low_bias = low ? low_bias.data() : nullptr;
         args.weight_grad = plain_sgd && !parts ? nullptr : scratch.as<float>();
         args.bias_grad = plain_sgd && !parts ? nullptr : scratch.as<float>() + weight_count + 256;
-        for (int k = 0; k < 2; ++k) {
+        for (int k = 0; k < kMaxOptimizerStates; ++k) {
             args.weight_state[k] = k < states ? weight_states[k].as<float>() : nullptr;
             args.bias_state[k] = k < states ? bias_states[k].as<float>() : nullptr;
         }
@@ -798,11 +802,19 @@ void compare_dense_update_cases(Backend& reference, Backend& candidate) {
     // CPU reference its one GEMM, beta the factor decay leaves), past 64 rows GEMM then update.
     OptimizerConfig sgd_decay;
     sgd_decay.weight_decay = 0.05f;
+    // Centered: the gradients' average is the second state array, or the third after momentum's.
+    OptimizerConfig rmsprop_centered = rmsprop;
+    rmsprop_centered.centered = true;
+    OptimizerConfig rmsprop_centered_momentum = rmsprop_momentum;
+    rmsprop_centered_momentum.centered = true;
     OptimizerConfig rmsprop_decay = rmsprop;
     rmsprop_decay.weight_decay = 0.05f;
     for (DType dtype : kDTypes) {
         compare_dense_update(reference, candidate, {37, 136, 64, dtype, sgd_decay, false});
         compare_dense_update(reference, candidate, {40, 96, 40, dtype, rmsprop_decay, false});
+        compare_dense_update(reference, candidate, {40, 96, 40, dtype, rmsprop_centered, false});
+        compare_dense_update(reference, candidate, {40, 96, 40, dtype, rmsprop_centered_momentum, false});
+        compare_dense_update(reference, candidate, {16, 100, 13, dtype, rmsprop_centered_momentum, false});  // bias tail: one by one
         compare_dense_update(reference, candidate, {64, 200, 72, dtype, sgd_decay, false});  // fused, partial tiles
         compare_dense_update(reference, candidate, {96, 136, 64, dtype, sgd_decay, false});  // GEMM, then update
         compare_dense_update(reference, candidate, {32, 64, 16, dtype, sgd_decay, true});  // skipped: no decay either

@@ -1,6 +1,7 @@
-// RMSprop through the C API (MPT_OPTIMIZER_RMSPROP, mpt_trainer_options_set_rmsprop): what it
-// refuses, that it trains, and checkpoints (its state arrays resumed bit for bit, rho an option a
-// checkpoint must match). Its update rule against Keras's is in test_training.cpp, its CUDA kernel
+// RMSprop through the C API (MPT_OPTIMIZER_RMSPROP, mpt_trainer_options_set_rmsprop, centered
+// through mpt_trainer_options_set_rmsprop_centered): what it refuses, that it trains, and
+// checkpoints (its state arrays resumed bit for bit, rho and centered options a checkpoint must
+// match; a forged record of it is refused in test_checkpoint_arrays.cpp). Its update rule against Keras's is in test_training.cpp, its CUDA kernel
 // against the CPU's in test_cuda_ops.cpp.
 #include <doctest/doctest.h>
 
@@ -56,6 +57,7 @@ TEST_CASE("RMSprop refuses rho outside [0, 1), a non-positive or non-finite epsi
         CHECK(std::string(mpt_last_error()).find("epsilon") != std::string::npos);
     }
     CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_options_set_rmsprop(nullptr, 0.9f, 1e-7f));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_options_set_rmsprop_centered(nullptr, 1));
     REQUIRE_OK(mpt_trainer_options_set_rmsprop(options, 0.0f, 1e-3f));
     CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT,
                 mpt_trainer_options_set_optimizer(options, static_cast<mpt_optimizer>(MPT_OPTIMIZER_RMSPROP + 1)));
@@ -86,12 +88,15 @@ TEST_CASE("RMSprop refuses rho outside [0, 1), a non-positive or non-finite epsi
     mpt_context_destroy(context);
 }
 
-TEST_CASE("fit with RMSprop trains the blobs, in every precision") {
+TEST_CASE("fit with RMSprop, centered or not, trains the blobs, in every precision") {
     const Blobs blobs = mpt_test::make_blobs(240, 61, 0.8);
     for (mpt_precision precision : {MPT_PRECISION_FP32, MPT_PRECISION_MIXED_FP16, MPT_PRECISION_MIXED_BF16}) {
+      for (bool centered : {false, true}) {
         CAPTURE(precision);
+        CAPTURE(centered);
         BlobTrainerSetup setup = rmsprop_setup();
         setup.precision = precision;
+        setup.rmsprop_centered = centered;
         BlobTrainer trainer(setup);
         mpt_dataset_t* dataset = trainer.labels(blobs);
         float loss_before = 0.0f, loss = 0.0f, accuracy = 0.0f;
@@ -101,6 +106,7 @@ TEST_CASE("fit with RMSprop trains the blobs, in every precision") {
         CHECK(loss < 0.5f * loss_before);
         CHECK(accuracy >= 0.95f);
         mpt_dataset_destroy(dataset);
+      }
     }
 }
 
@@ -151,4 +157,69 @@ TEST_CASE("an RMSprop run resumes from a checkpoint bit for bit; rho is an optio
     CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_load_checkpoint(rmsprop_trainer.trainer, adam_path.c_str()));
     CHECK_MESSAGE(std::string(mpt_last_error()).find("optimizer adam (this trainer: rmsprop)") != std::string::npos,
                   mpt_last_error());
+}
+
+TEST_CASE("a centered RMSprop run resumes bit for bit, its gradients' average included; centered is an option the checkpoint must match") {
+    const Blobs blobs = mpt_test::make_blobs(kRows, 63, 1.0);
+    const mpt_test::TempDir directory;
+    for (float momentum : {0.5f, 0.0f}) {
+        CAPTURE(momentum);
+        BlobTrainerSetup setup = rmsprop_setup();
+        setup.momentum = momentum;
+        setup.rmsprop_centered = true;
+        const std::string path = directory.file("centered.safetensors");
+        BlobTrainer original(setup), resumed(setup), uncentered_run(rmsprop_setup());
+        take_steps(original, blobs, 0, 2);
+        REQUIRE_OK(mpt_trainer_save_checkpoint(original.trainer, path.c_str()));
+        CHECK(file_contains(path, "rmsprop_centered"));
+        // The average of the gradients follows the squares' (and the momentum's) array.
+        CHECK(file_contains(path, momentum != 0.0f ? "optimizer.2.layers.1.bias" : "optimizer.1.layers.1.bias"));
+        CHECK_FALSE(file_contains(path, momentum != 0.0f ? "optimizer.3." : "optimizer.2."));
+        take_steps(original, blobs, 2, 3);
+        REQUIRE_OK(mpt_trainer_load_checkpoint(resumed.trainer, path.c_str()));
+        take_steps(resumed, blobs, 2, 3);
+        CHECK(same_bits(original.weights(), resumed.weights()));
+        take_steps(uncentered_run, blobs, 0, 5);
+        CHECK_FALSE(same_bits(original.weights(), uncentered_run.weights()));  // centering changed the steps
+    }
+
+    // Either way round, the refusal names the option; the refused trainer's weights are untouched.
+    BlobTrainerSetup centered_setup = rmsprop_setup();
+    centered_setup.rmsprop_centered = true;
+    BlobTrainer centered(centered_setup), uncentered(rmsprop_setup());
+    const std::string centered_path = directory.file("centered-0.safetensors");
+    const std::string uncentered_path = directory.file("uncentered.safetensors");
+    REQUIRE_OK(mpt_trainer_save_checkpoint(centered.trainer, centered_path.c_str()));
+    REQUIRE_OK(mpt_trainer_save_checkpoint(uncentered.trainer, uncentered_path.c_str()));
+    CHECK_FALSE(file_contains(uncentered_path, "rmsprop_centered"));  // files of uncentered runs as before
+    const std::vector<float> before = uncentered.weights();
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_load_checkpoint(uncentered.trainer, centered_path.c_str()));
+    CHECK_MESSAGE(std::string(mpt_last_error()).find("rmsprop_centered true (this trainer: false)") != std::string::npos,
+                  mpt_last_error());
+    CHECK(same_bits(before, uncentered.weights()));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_load_checkpoint(centered.trainer, uncentered_path.c_str()));
+    CHECK_MESSAGE(std::string(mpt_last_error()).find("rmsprop_centered false (this trainer: true)") != std::string::npos,
+                  mpt_last_error());
+
+}
+
+TEST_CASE("centered asks nothing of SGD and Adam: the same steps and files as without it") {
+    const Blobs blobs = mpt_test::make_blobs(kRows, 64, 1.0);
+    const mpt_test::TempDir directory;
+    for (mpt_optimizer optimizer : {MPT_OPTIMIZER_SGD, MPT_OPTIMIZER_ADAM}) {
+        CAPTURE(optimizer);
+        BlobTrainerSetup plain;
+        plain.optimizer = optimizer;
+        plain.momentum = optimizer == MPT_OPTIMIZER_SGD ? 0.9f : 0.0f;
+        BlobTrainerSetup asked = plain;
+        asked.rmsprop_centered = true;
+        BlobTrainer plain_trainer(plain), asked_trainer(asked), resumed(plain);
+        take_steps(plain_trainer, blobs, 0, 3);
+        take_steps(asked_trainer, blobs, 0, 3);
+        CHECK(same_bits(plain_trainer.weights(), asked_trainer.weights()));
+        const std::string path = directory.file("asked.safetensors");
+        REQUIRE_OK(mpt_trainer_save_checkpoint(asked_trainer.trainer, path.c_str()));
+        CHECK_FALSE(file_contains(path, "rmsprop_centered"));
+        REQUIRE_OK(mpt_trainer_load_checkpoint(resumed.trainer, path.c_str()));
+    }
 }

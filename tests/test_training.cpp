@@ -50,6 +50,7 @@ struct TrainerSetup {
     bool nesterov = false;
     float adam_epsilon = 0.0f;  // 0: the default (Adam's, or RMSprop's with rmsprop_rho)
     float rmsprop_rho = 0.0f;   // 0: the default; else set with adam_epsilon (or its default)
+    bool rmsprop_centered = false;
     float weight_decay = -1.0f;  // < 0: the default
     bool weight_decay_before_optimizer = false;  // the order of the two setters
     mpt_loss_scaling scaling = MPT_LOSS_SCALING_DEFAULT;
@@ -78,6 +79,7 @@ mpt_trainer_t* new_trainer(mpt_model_t* model, const TrainerSetup& setup) {
                                                    setup.adam_epsilon > 0.0f ? setup.adam_epsilon : 1e-7f));
     if (setup.weight_decay >= 0.0f && !setup.weight_decay_before_optimizer)
         REQUIRE_OK(mpt_trainer_options_set_weight_decay(options, setup.weight_decay));
+    if (setup.rmsprop_centered) REQUIRE_OK(mpt_trainer_options_set_rmsprop_centered(options, 1));
     if (setup.initial_scale > 0.0f)
         REQUIRE_OK(mpt_trainer_options_set_loss_scaling(options, setup.scaling, setup.initial_scale));
     if (setup.dynamics)
@@ -791,7 +793,7 @@ void check_two_optimizer_steps(const TrainerSetup& setup, double beta1, double b
     const bool rmsprop = setup.optimizer == MPT_OPTIMIZER_RMSPROP;
     const size_t layer_count = specs.size();
     // Optimizer state per parameter, flattened per layer as {w..., b...}.
-    std::vector<std::vector<double>> state1(layer_count), state2(layer_count);
+    std::vector<std::vector<double>> state1(layer_count), state2(layer_count), state3(layer_count);
     for (int step = 1; step <= 2; ++step) {
         CAPTURE(step);
         const auto before = read_weights(model, inputs, specs);
@@ -804,6 +806,7 @@ void check_two_optimizer_steps(const TrainerSetup& setup, double beta1, double b
             gradient.insert(gradient.end(), grads.b[i].begin(), grads.b[i].end());
             state1[i].resize(params.size(), 0.0);
             state2[i].resize(params.size(), 0.0);
+            state3[i].resize(params.size(), 0.0);
             for (size_t k = 0; k < params.size(); ++k) {
                 const double g = gradient[k];
                 double& w = params[k];
@@ -811,8 +814,14 @@ void check_two_optimizer_steps(const TrainerSetup& setup, double beta1, double b
                 if (rmsprop) {  // Keras RMSprop: v = rho v + (1 - rho) g^2; u = m u + lr g / sqrt(v + eps); w -= u
                     double& v = state1[i][k];
                     double& u = state2[i][k];
+                    double& average = state3[i][k];  // centered: a = rho a + (1 - rho) g, v - a^2 for v
                     v = beta2 * v + (1 - beta2) * g * g;
-                    u = momentum * u + lr * g / std::sqrt(v + epsilon);
+                    double second_moment = v;
+                    if (setup.rmsprop_centered) {
+                        average = beta2 * average + (1 - beta2) * g;
+                        second_moment = v - average * average;
+                    }
+                    u = momentum * u + lr * g / std::sqrt(second_moment + epsilon);
                     w -= u;
                 } else if (!adam) {  // Keras SGD: v = m v - lr g; w += v, or w += m v - lr g (Nesterov)
                     double& velocity = state1[i][k];
@@ -931,6 +940,22 @@ TEST_CASE("RMSprop follows Keras's average of squared gradients, epsilon under t
     SUBCASE("weight decay 0.1 with momentum 0.8") {
         setup.weight_decay = 0.1f;
         setup.momentum = 0.8f;
+        check_two_optimizer_steps(setup, 0, 0.9, 1e-7, 0.1);
+    }
+    // Keras's RMSprop(centered=True): v - a^2 under the root, a the gradients' own average.
+    SUBCASE("centered") {
+        setup.rmsprop_centered = true;
+        check_two_optimizer_steps(setup, 0, 0.9, 1e-7, 0.0);
+    }
+    SUBCASE("centered, rho 0.5") {
+        setup.rmsprop_centered = true;
+        setup.rmsprop_rho = 0.5f;
+        check_two_optimizer_steps(setup, 0, 0.5, 1e-7, 0.0);
+    }
+    SUBCASE("centered with momentum 0.8 and weight decay 0.1: three state arrays") {
+        setup.rmsprop_centered = true;
+        setup.momentum = 0.8f;
+        setup.weight_decay = 0.1f;
         check_two_optimizer_steps(setup, 0, 0.9, 1e-7, 0.1);
     }
 }

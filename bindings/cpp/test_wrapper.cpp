@@ -763,13 +763,14 @@ TEST_CASE("RMSprop through the wrapper lowers the loss, with and without momentu
     }
 }
 
-TEST_CASE("RMSprop's rho set through the wrapper changes the steps: the same rho gives the same weights, another other weights") {
-    const auto train = [](float rho) {
+TEST_CASE("RMSprop's rho and centered set through the wrapper change the steps: the same options give the same weights") {
+    const auto train = [](float rho, bool centered = false) {
         auto context = cpu_context(5);  // one seed: the same initial weights
         auto model = mlp(context);
         const auto data = blobs(context, 30, 73);
         mptrain::TrainerOptions options;
         options.precision(MPT_PRECISION_FP32).optimizer(MPT_OPTIMIZER_RMSPROP).learning_rate(0.01f).rmsprop(rho, 1e-7f);
+        options.rmsprop_centered(centered);
         mptrain::Trainer trainer(model, options);
         const std::vector<uint32_t> initial = weight_bits(model);
         for (int64_t step = 0; step < 3; ++step) trainer.step(data, 10 * step, 10);
@@ -779,6 +780,9 @@ TEST_CASE("RMSprop's rho set through the wrapper changes the steps: the same rho
     const std::vector<uint32_t> rho_08 = train(0.8f);
     CHECK(train(0.8f) == rho_08);
     CHECK(train(0.5f) != rho_08);
+    const std::vector<uint32_t> centered = train(0.8f, true);
+    CHECK(centered != rho_08);
+    CHECK(train(0.8f, true) == centered);
 }
 
 TEST_CASE("RMSprop's rho outside [0, 1) or a non-positive epsilon throws INVALID_ARGUMENT; Nesterov with it throws at construction") {

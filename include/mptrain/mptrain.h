@@ -478,13 +478,21 @@ MPT_API mpt_status mpt_trainer_options_set_momentum(mpt_trainer_options_t* optio
  *  sqrt(v / (1 - beta2^t))): the same epsilon gives slightly different steps there. */
 MPT_API mpt_status mpt_trainer_options_set_adam(mpt_trainer_options_t* options, float beta1, float beta2,
                                                 float epsilon);
-/** RMSprop (MPT_OPTIMIZER_RMSPROP) as Keras computes it (centered=False): after each step's gradient g,
+/** RMSprop (MPT_OPTIMIZER_RMSPROP) as Keras computes it: after each step's gradient g,
  *  v = rho * v + (1 - rho) * g^2 and w -= lr * g / sqrt(v + epsilon), epsilon under the root (PyTorch
  *  adds it to sqrt(v), so the same epsilon gives slightly different steps there); with momentum m
  *  (mpt_trainer_options_set_momentum), u = m * u + lr * g / sqrt(v + epsilon) and w -= u. v starts
  *  at 0. rho in [0, 1), epsilon finite and > 0 (MPT_STATUS_INVALID_ARGUMENT otherwise; defaults 0.9
- *  and 1e-7). The epsilon is the one mpt_trainer_options_set_adam sets too: the last call's. */
+ *  and 1e-7). The epsilon is the one mpt_trainer_options_set_adam sets too: the last call's.
+ *  Centered or not: mpt_trainer_options_set_rmsprop_centered. */
 MPT_API mpt_status mpt_trainer_options_set_rmsprop(mpt_trainer_options_t* options, float rho, float epsilon);
+/** Centered RMSprop (`centered` non-zero; default 0), Keras's and PyTorch's `centered=True`: the
+ *  gradients' average a = rho * a + (1 - rho) * g is kept as well (a third state array with
+ *  momentum, a second without), and the root is of their variance estimate: w -= lr * g /
+ *  sqrt(v - a^2 + epsilon), with v - a^2 taken as 0 where rounding leaves it below (there Keras's
+ *  root would be NaN). It normalises by the gradients' spread rather than their size. Read by
+ *  RMSprop only; an option a checkpoint of an RMSprop trainer must match. */
+MPT_API mpt_status mpt_trainer_options_set_rmsprop_centered(mpt_trainer_options_t* options, int centered);
 /** Decoupled weight decay, as Keras's optimizers' weight_decay (every one of them; PyTorch's AdamW):
  *  each step first multiplies every weight and bias by (1 - rate * weight_decay), where rate is that
  *  step's learning rate (the schedule's included), and the optimizer's rule then applies the

@@ -491,6 +491,12 @@ public:
         detail::check(mpt_trainer_options_set_rmsprop(get(), rho, epsilon));
         return *this;
     }
+    /** Centered RMSprop (Keras's centered=True; mpt_trainer_options_set_rmsprop_centered): the
+     *  gradients' average a is kept too and v - a^2 replaces v under the root. */
+    TrainerOptions& rmsprop_centered(bool centered) {
+        detail::check(mpt_trainer_options_set_rmsprop_centered(get(), centered ? 1 : 0));
+        return *this;
+    }
     /** Decoupled weight decay, Keras's for every optimizer (mpt_trainer_options_set_weight_decay). */
     TrainerOptions& weight_decay(float value) { detail::check(mpt_trainer_options_set_weight_decay(get(), value)); return *this; }
     /** Gradient clipping by global norm (mpt_trainer_options_set_global_clipnorm), as Keras's

@@ -140,8 +140,8 @@ struct DenseUpdateArgs {
     void* low_bias;
     float* weight_grad;        // scratch [out_features, in_features]; may be null for plain SGD
     float* bias_grad;          // scratch [out_features]; may be null for plain SGD
-    float* weight_state[2];    // optimizer state per optimizer_state_count(), else null
-    float* bias_state[2];
+    float* weight_state[kMaxOptimizerStates];  // optimizer state per optimizer_state_count(), else null
+    float* bias_state[kMaxOptimizerStates];
     int64_t rows;
     int64_t in_features;
     int64_t out_features;

@@ -45,7 +45,7 @@ std::string options_json(const Trainer& trainer) {
     const LossScalerConfig& scaler = trainer.executor().scaler_config();
     JsonWriter json;
     json.begin_object();
-    // Class weights, weight averaging, clipping and label smoothing are written only when set, so that files of runs without
+    // Class weights, weight averaging, clipping, label smoothing and centered RMSprop are written only when set, so that files of runs without
     // them are what they were before they existed, and load into trainers without them as before.
     // Class weights are recorded by their count (the model's outputs); their values are the tensor
     // trainer.class_weights, as a JSON array of a wide model's weights would outgrow what the
@@ -85,8 +85,10 @@ std::string options_json(const Trainer& trainer) {
     if (optimizer.kind == OptimizerKind::rmsprop) json.key("rho").unsigned_integer(float_bits(optimizer.rho));
     json.key("weight_decay").unsigned_integer(float_bits(optimizer.weight_decay))
         .end_object()
-        .key("precision").string(precision_name(trainer.precision()))
-        .end_object();
+        .key("precision").string(precision_name(trainer.precision()));
+    // Centered RMSprop, written only then (as the options above written only when set).
+    if (optimizer.kind == OptimizerKind::rmsprop && optimizer.centered) json.key("rmsprop_centered").boolean(true);
+    json.end_object();
     return json.take();
 }
 
@@ -206,7 +208,8 @@ std::string option_differences(const FlatJson& saved, const std::string& saved_t
     defaults_text.begin_object()
         .key("ema_momentum").unsigned_integer(float_bits(0.0f))
         .key("global_clipnorm").unsigned_integer(float_bits(0.0f))
-        .key("label_smoothing").unsigned_integer(float_bits(0.0f));
+        .key("label_smoothing").unsigned_integer(float_bits(0.0f))
+        .key("rmsprop_centered").boolean(false);
     write_schedule(defaults_text, LrSchedule{});
     const FlatJson defaults = FlatJson::parse(defaults_text.end_object().take());
     const auto top_level = [](const std::string& pointer) { return pointer.substr(0, pointer.find('/', 1)); };
@@ -480,6 +483,12 @@ void load_checkpoint(Trainer& trainer, const std::string& path) {
             if (!(momentum > 0.0f && momentum < 1.0f))
                 throw JsonFormatError("ema_momentum " + number_text(momentum) +
                                       " (a recorded momentum is a float's bits in (0, 1))");
+        }
+        // Likewise rmsprop_centered, written only when true.
+        if (const JsonValue* centered = options.find("/rmsprop_centered")) {
+            if (!(centered->type == JsonType::boolean && centered->boolean))
+                throw JsonFormatError("rmsprop_centered " + json_value_text(*centered) +
+                                      " (recorded only as true, for a centered RMSprop)");
         }
         // Ours read back from the text we would write, so that both sides compare alike.
         FlatJson our_options = FlatJson::parse(options_json(trainer));

@@ -65,7 +65,7 @@ void Executor::plan_persistent(size_t workspace_bytes) {
 
     ArenaPlan plan;
     const int low_id = any_low ? plan.add(static_cast<size_t>(parameters) * low_element_bytes_, 0, ArenaPlan::kAlways) : -1;
-    int state_ids[2] = {-1, -1};
+    int state_ids[kMaxOptimizerStates] = {-1, -1, -1};
     for (int s = 0; s < state_arrays; ++s)
         state_ids[s] = plan.add(static_cast<size_t>(parameters) * sizeof(float), 0, ArenaPlan::kAlways);
     const int averages_id = training && averages_weights(optimizer_)
@@ -83,7 +83,7 @@ void Executor::plan_persistent(size_t workspace_bytes) {
 
     auto pointer = [&](int id) { return id < 0 ? nullptr : persistent_arena_.at<char>(plan.offset(id)); };
     low_copies_ = pointer(low_id);
-    for (int s = 0; s < 2; ++s) optimizer_states_[s] = reinterpret_cast<float*>(pointer(state_ids[s]));
+    for (int s = 0; s < kMaxOptimizerStates; ++s) optimizer_states_[s] = reinterpret_cast<float*>(pointer(state_ids[s]));
     averages_ = reinterpret_cast<float*>(pointer(averages_id));
     // Never read before the first applied step writes them (TrainState::applied_steps says when).
     if (averages_) backend_.fill_zero(averages_, static_cast<size_t>(parameters) * sizeof(float));
@@ -505,7 +505,7 @@ DenseUpdateArgs Executor::layer_update(size_t i, int slot, int64_t rows, UpdateP
     // The bias right after the weights: in the parameter layout there may be an alignment gap.
     const int64_t bias_after = part == UpdatePart::whole ? layer.bias_offset - layer.weight_offset : layer.weight_count();
     args.bias_grad = gradient_scratch ? gradient_scratch + scratch_offset + bias_after : nullptr;
-    for (int s = 0; s < 2; ++s) {
+    for (int s = 0; s < kMaxOptimizerStates; ++s) {
         args.weight_state[s] = optimizer_states_[s] ? optimizer_states_[s] + layer.weight_offset : nullptr;
         args.bias_state[s] = optimizer_states_[s] ? optimizer_states_[s] + layer.bias_offset : nullptr;
     }

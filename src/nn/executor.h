@@ -180,7 +180,7 @@ private:
     float* gradient_bounds_ = nullptr;   // (max|dZ_i|, max|A_prev_i|) per layer
     float* class_weights_ = nullptr;     // the loss's class weights in backend memory, when it has any
     GemmWorkspace gemm_workspace_;      // for every dense op's GEMM; empty where the backend needs none
-    float* optimizer_states_[2] = {nullptr, nullptr};
+    float* optimizer_states_[kMaxOptimizerStates] = {};
     float* averages_ = nullptr;
     StepReport* report_ = nullptr;
     TrainState* state_ = nullptr;   // &report_->state

@@ -22,6 +22,9 @@ struct OptimizerConfig {
     float beta1 = 0.9f;
     float beta2 = 0.999f;
     float rho = 0.9f;          // RMSprop's decay of the squared gradients' average
+    // Keras's (and PyTorch's) centered RMSprop: the root is of the gradients' variance estimate,
+    // the squared gradients' average less the square of the gradients' own average.
+    bool centered = false;
     float epsilon = 1e-7f;     // Adam's and RMSprop's
     // Keras's weight_decay, for every optimizer: each step first multiplies each weight and bias by
     // (1 - rate * weight_decay). AdamW is Adam with it on by default (0.004).
@@ -46,10 +49,12 @@ inline float averaged_weight(float average, float weight, float momentum) {
 }
 
 // Optimizer state arrays per parameter: SGD with momentum keeps a velocity, Adam two moments,
-// RMSprop the squared gradients' average (and with momentum its own velocity).
+// RMSprop the squared gradients' average, then with momentum its own velocity, then when centered
+// the gradients' average (optimizer_update_element's state1, state2, state3 in that order).
+constexpr int kMaxOptimizerStates = 3;
 inline int optimizer_state_count(const OptimizerConfig& config) {
     if (config.kind == OptimizerKind::sgd) return config.momentum != 0.0f ? 1 : 0;
-    if (config.kind == OptimizerKind::rmsprop) return config.momentum != 0.0f ? 2 : 1;
+    if (config.kind == OptimizerKind::rmsprop) return 1 + (config.momentum != 0.0f ? 1 : 0) + (config.centered ? 1 : 0);
     return 2;
 }
 
@@ -119,10 +124,10 @@ MPT_HOST_DEVICE OptimizerStepScalars optimizer_step_scalars(const OptimizerConfi
     return scalars;
 }
 
-// Updates one master weight in place; state1/state2 may be unused per the optimizer.
+// Updates one master weight in place; the states past optimizer_state_count are unused.
 MPT_HOST_DEVICE float optimizer_update_element(const OptimizerConfig& config, const OptimizerStepScalars& scalars,
-                                               float weight, float scaled_gradient, float& state1,
-                                               float& state2) {
+                                               float weight, float scaled_gradient, float& state1, float& state2,
+                                               float& state3) {
     const float gradient = scaled_gradient * scalars.inverse_scale;
     // Keras applies the decay before the update rule, which then sees the gradient of the weight as
     // it was (the same for AdamW as decoupled decay in the paper).
@@ -137,10 +142,18 @@ MPT_HOST_DEVICE float optimizer_update_element(const OptimizerConfig& config, co
             return weight + velocity;
         }
         case OptimizerKind::rmsprop: {
-            // Keras's RMSprop (centered=False): v = rho v + (1 - rho) g^2, increment lr g / sqrt(v + eps);
-            // with momentum, velocity = momentum velocity + increment and w -= velocity.
+            // Keras's RMSprop: v = rho v + (1 - rho) g^2, increment lr g / sqrt(v + eps); centered, the
+            // gradients' average a = rho a + (1 - rho) g too and v - a^2 under the root for v (never
+            // below 0: v >= a^2 holds exactly, but not always after rounding, where Keras's root
+            // would be NaN); with momentum, velocity = momentum velocity + increment and w -= velocity.
             state1 = config.rho * state1 + (1.0f - config.rho) * gradient * gradient;
-            const float increment = scalars.learning_rate * gradient / sqrtf(state1 + scalars.epsilon_hat);
+            float second_moment = state1;
+            if (config.centered) {
+                float& average = config.momentum != 0.0f ? state3 : state2;
+                average = config.rho * average + (1.0f - config.rho) * gradient;
+                second_moment = fmaxf(state1 - average * average, 0.0f);
+            }
+            const float increment = scalars.learning_rate * gradient / sqrtf(second_moment + scalars.epsilon_hat);
             if (config.momentum == 0.0f) return weight - increment;
             state2 = config.momentum * state2 + increment;
             return weight - state2;

@@ -129,6 +129,7 @@ struct BlobTrainerSetup {
     float momentum = 0.0f;
     bool nesterov = false;
     float rho = 0.9f;              // RMSprop's (the default)
+    bool rmsprop_centered = false;
     float global_clipnorm = 0.0f;  // 0: no clipping
     float ema_momentum = 0.0f;     // 0: no weight averaging
     float weight_decay = -1.0f;    // < 0: the optimizer's default (AdamW 0.004, the others 0)
@@ -170,6 +171,7 @@ struct BlobTrainer {
         REQUIRE_OK(mpt_trainer_options_set_label_smoothing(options, setup.label_smoothing));
         REQUIRE_OK(mpt_trainer_options_set_momentum(options, setup.momentum, setup.nesterov ? 1 : 0));
         REQUIRE_OK(mpt_trainer_options_set_rmsprop(options, setup.rho, 1e-7f));
+        REQUIRE_OK(mpt_trainer_options_set_rmsprop_centered(options, setup.rmsprop_centered ? 1 : 0));
         REQUIRE_OK(mpt_trainer_options_set_global_clipnorm(options, setup.global_clipnorm));
         REQUIRE_OK(mpt_trainer_options_set_ema(options, setup.ema_momentum));
         if (setup.weight_decay >= 0.0f) REQUIRE_OK(mpt_trainer_options_set_weight_decay(options, setup.weight_decay));

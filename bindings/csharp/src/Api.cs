@@ -682,11 +682,15 @@ namespace Mptrain
         /// Rho has a value.</summary>
         public float Epsilon { get; set; } = 1e-7f;
         /// <summary>RMSprop's rho and epsilon (Epsilon), set together when Rho has a value, for
-        /// Optimizer.RmsProp, as Keras computes it (centered=False): v = rho v + (1 - rho) g^2,
+        /// Optimizer.RmsProp, as Keras computes it: v = rho v + (1 - rho) g^2,
         /// w -= lr g / sqrt(v + epsilon). Rho in [0, 1), Epsilon finite and &gt; 0 (library defaults 0.9
         /// and 1e-7); other values throw MptException (InvalidArgument) from the Trainer constructor.
         /// Checkpoints of an RMSprop trainer must match its rho.</summary>
         public float? Rho { get; set; }
+        /// <summary>Centered RMSprop (Keras's centered=True, default false): the gradients' average a is
+        /// kept too and v - a^2 (held at &gt;= 0) replaces v under the root. Read by Optimizer.RmsProp
+        /// only; checkpoints of an RMSprop trainer must match it.</summary>
+        public bool RmsPropCentered { get; set; }
         /// <summary>Decoupled weight decay, Keras's for every optimizer (AdamW's default 0.004, the others' 0).</summary>
         public float? WeightDecay { get; set; }
         /// <summary>Gradient clipping by global norm (null or 0: none), as Keras's global_clipnorm and
@@ -853,6 +857,7 @@ namespace Mptrain
                         MptException.Check(Native.mpt_trainer_options_set_adam(raw, options.Beta1.Value, options.Beta2, options.Epsilon));
                     if (options.Rho.HasValue)
                         MptException.Check(Native.mpt_trainer_options_set_rmsprop(raw, options.Rho.Value, options.Epsilon));
+                    MptException.Check(Native.mpt_trainer_options_set_rmsprop_centered(raw, options.RmsPropCentered ? 1 : 0));
                     if (options.WeightDecay.HasValue) MptException.Check(Native.mpt_trainer_options_set_weight_decay(raw, options.WeightDecay.Value));
                     if (options.GlobalClipnorm.HasValue) MptException.Check(Native.mpt_trainer_options_set_global_clipnorm(raw, options.GlobalClipnorm.Value));
                     if (options.EmaMomentum.HasValue) MptException.Check(Native.mpt_trainer_options_set_ema(raw, options.EmaMomentum.Value));

@@ -383,16 +383,18 @@ namespace Mptrain.Tests
         }
 
         [Test]
-        public static void RmsPropRhoChangesTheStepsTheSameRhoGivesTheSameWeights()
+        public static void RmsPropRhoAndCenteredChangeTheStepsTheSameOptionsGiveTheSameWeights()
         {
             float[] x; int[] y;
             Data.Blobs(30, 73, out x, out y);
-            Func<float, int[]> train = rho =>
+            Func<float, bool, int[]> train = (rho, centered) =>
             {
+                TrainerOptions options = RmsProp(rho);
+                options.RmsPropCentered = centered;
                 using (Context ctx = Data.CpuContext(5)) // one seed: the same initial weights
                 using (Model model = Data.Mlp(ctx))
                 using (Dataset data = Dataset.FromF32(ctx, x, Data.Features, y, Data.Classes))
-                using (var trainer = new Trainer(model, RmsProp(rho)))
+                using (var trainer = new Trainer(model, options))
                 {
                     int[] initial = Data.WeightBits(model);
                     for (int step = 0; step < 3; step++) trainer.Step(data, 10 * step, 10);
@@ -401,9 +403,12 @@ namespace Mptrain.Tests
                     return trained;
                 }
             };
-            int[] rho08 = train(0.8f);
-            Assert.SequenceEqual(rho08, train(0.8f), "the same rho, the same weights");
-            Assert.True(!train(0.5f).SequenceEqual(rho08), "another rho, other weights");
+            int[] rho08 = train(0.8f, false);
+            Assert.SequenceEqual(rho08, train(0.8f, false), "the same rho, the same weights");
+            Assert.True(!train(0.5f, false).SequenceEqual(rho08), "another rho, other weights");
+            int[] centeredWeights = train(0.8f, true);
+            Assert.True(!centeredWeights.SequenceEqual(rho08), "centered, other weights");
+            Assert.SequenceEqual(centeredWeights, train(0.8f, true), "centered again, the same weights");
         }
 
         [Test]

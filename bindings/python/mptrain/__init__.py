@@ -1048,12 +1048,14 @@ class Trainer(_Handle):
     be finite and above 0, else Error with Status.INVALID_ARGUMENT; only Huber reads it, and
     checkpoints of a Huber trainer must match it.
 
-    rmsprop=(rho, epsilon) sets RMSprop's (optimizer "rmsprop"), as Keras computes it (centered=False):
+    rmsprop=(rho, epsilon) sets RMSprop's (optimizer "rmsprop"), as Keras computes it:
     v = rho * v + (1 - rho) * g^2, w -= learning_rate * g / sqrt(v + epsilon); rho in [0, 1), epsilon
     finite and > 0 (defaults 0.9 and 1e-7), else Error with Status.INVALID_ARGUMENT. RMSprop takes
     momentum too (u = momentum * u + learning_rate * g / sqrt(v + epsilon), w -= u), but not
     nesterov=True (Error with Status.INVALID_ARGUMENT). Adam and RMSprop share one epsilon: given
-    both, rmsprop's is used. Checkpoints of an RMSprop trainer must match its rho.
+    both, rmsprop's is used. rmsprop_centered=True is Keras's centered=True: the gradients' average a
+    is kept too and v - a^2 (held at >= 0) replaces v under the root. Checkpoints of an RMSprop
+    trainer must match its rho and centered.
 
     label_smoothing s in [0, 1) (default 0: none) makes the cross-entropy losses train towards
     t (1 - s) + s / n instead of each target t (n: the model's outputs, 2 for binary cross-entropy), as
@@ -1102,7 +1104,7 @@ class Trainer(_Handle):
     _destroy_name = "mpt_trainer_destroy"
 
     def __init__(self, model, precision=None, loss=None, optimizer=None, learning_rate=None, momentum=None,
-                 nesterov=False, adam=None, rmsprop=None, weight_decay=None, loss_scaling=None, initial_scale=32768.0,
+                 nesterov=False, adam=None, rmsprop=None, rmsprop_centered=False, weight_decay=None, loss_scaling=None, initial_scale=32768.0,
                  loss_scaler_dynamics=None, lr_schedule=None, warmup_steps=0, decay_steps=0, decay_factor=None,
                  label_smoothing=0.0, class_weights=None, global_clipnorm=0.0,
                  ema_momentum=0.0, huber_delta=None):
@@ -1138,6 +1140,7 @@ class Trainer(_Handle):
             if rmsprop is not None:  # after adam: the epsilon both set is the last call's
                 rho, epsilon = rmsprop
                 _check(lib.mpt_trainer_options_set_rmsprop(options, float(rho), float(epsilon)))
+            _check(lib.mpt_trainer_options_set_rmsprop_centered(options, 1 if rmsprop_centered else 0))
             if weight_decay is not None:
                 _check(lib.mpt_trainer_options_set_weight_decay(options, float(weight_decay)))
             _check(lib.mpt_trainer_options_set_global_clipnorm(options, float(global_clipnorm)))

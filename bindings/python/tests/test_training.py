@@ -434,14 +434,14 @@ def test_rmsprop_fit_lowers_the_loss(ctx, blobs, momentum):
     assert after.accuracy >= 0.95
 
 
-def test_rmsprop_rho_changes_the_steps_the_same_rho_gives_the_same_weights():
+def test_rmsprop_rho_and_centered_change_the_steps_the_same_options_give_the_same_weights():
     samples, labels = make_blobs(rows=30, seed=73)
 
-    def train(rho):
+    def train(rho, centered=False):
         own_ctx = mptrain.Context(backend="cpu", threads=1, seed=5)  # one seed: the same initial weights
         model = mlp(own_ctx)
         trainer = mptrain.Trainer(model, precision="fp32", optimizer=mptrain.Optimizer.RMSPROP, learning_rate=0.01,
-                                  rmsprop=(rho, 1e-7))
+                                  rmsprop=(rho, 1e-7), rmsprop_centered=centered)
         data = mptrain.Dataset.from_f32(own_ctx, samples, labels, CLASSES)
         initial = weight_bytes(model)
         for step in range(3):
@@ -454,6 +454,25 @@ def test_rmsprop_rho_changes_the_steps_the_same_rho_gives_the_same_weights():
     rho_08 = train(0.8)
     assert train(0.8) == rho_08
     assert train(0.5) != rho_08
+    centered = train(0.8, centered=True)
+    assert centered != rho_08
+    assert train(0.8, centered=True) == centered
+
+
+def test_a_centered_rmsprop_checkpoint_refuses_an_uncentered_trainer(tmp_path):
+    samples, labels = make_blobs(rows=30, seed=74)
+    own_ctx = mptrain.Context(backend="cpu", threads=1, seed=5)
+    data = mptrain.Dataset.from_f32(own_ctx, samples, labels, CLASSES)
+    centered = mptrain.Trainer(mlp(own_ctx), optimizer="rmsprop", momentum=0.5, rmsprop_centered=True)
+    centered.step(data, 0, 10)
+    path = str(tmp_path / "centered.safetensors")
+    centered.save_checkpoint(path)
+    mptrain.Trainer(mlp(own_ctx), optimizer="rmsprop", momentum=0.5, rmsprop_centered=True).load_checkpoint(path)
+    with pytest.raises(mptrain.Error) as info:
+        mptrain.Trainer(mlp(own_ctx), optimizer="rmsprop", momentum=0.5).load_checkpoint(path)
+    assert info.value.status == mptrain.Status.INVALID_ARGUMENT
+    assert "rmsprop_centered true (this trainer: false)" in info.value.message
+    own_ctx.close()
 
 
 def test_rmsprop_rho_outside_0_1_a_non_positive_epsilon_and_nesterov_are_refused(model):

@@ -426,11 +426,13 @@ void CpuBackend::dense_update(const DenseUpdateArgs& args, const OptimizerConfig
         if (args.gradient_factor) scalars.inverse_scale *= *args.gradient_factor;
         auto apply = [&](float* master, const float* gradient, float* const* states, int64_t count) {
             pool_.parallel_for(count, kElementGrain, [&](int64_t begin, int64_t end) {
-                float unused1 = 0.0f, unused2 = 0.0f;
+                float unused1 = 0.0f, unused2 = 0.0f, unused3 = 0.0f;
                 for (int64_t i = begin; i < end; ++i) {
                     float& state1 = states[0] ? states[0][i] : unused1;
                     float& state2 = states[1] ? states[1][i] : unused2;
-                    master[i] = optimizer_update_element(optimizer, scalars, master[i], gradient[i], state1, state2);
+                    float& state3 = states[2] ? states[2][i] : unused3;
+                    master[i] =
+                        optimizer_update_element(optimizer, scalars, master[i], gradient[i], state1, state2, state3);
                 }
             });
         };

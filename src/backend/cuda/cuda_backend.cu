@@ -887,7 +887,7 @@ void CudaBackend::sign(const RecordedOp& op) {
             s.put(a.low_bias);
             s.put(a.weight_grad);
             s.put(a.bias_grad);
-            for (int k = 0; k < 2; ++k) {
+            for (int k = 0; k < kMaxOptimizerStates; ++k) {
                 s.put(a.weight_state[k]);
                 s.put(a.bias_state[k]);
             }
@@ -912,6 +912,7 @@ void CudaBackend::sign(const RecordedOp& op) {
             s.put(o.beta1);
             s.put(o.beta2);
             s.put(o.rho);
+            s.put(o.centered);
             s.put(o.epsilon);
             s.put(o.weight_decay);
             s.put(o.global_clipnorm);

@@ -17,6 +17,7 @@ struct DeviceGroup {
     float* gradient;
     float* state1;
     float* state2;
+    float* state3;
     int64_t count;
     int64_t first_chunk;  // chunks (of 4 elements) before this group in the launch
     DType low_dtype;
@@ -35,11 +36,12 @@ struct UpdateLaunch {
 
 __device__ __forceinline__ void update_one(const UpdateLaunch& launch, const OptimizerStepScalars& scalars,
                                            const DeviceGroup& group, int64_t i) {
-    float unused1 = 0.0f, unused2 = 0.0f;
+    float unused1 = 0.0f, unused2 = 0.0f, unused3 = 0.0f;
     float& state1 = group.state1 ? group.state1[i] : unused1;
     float& state2 = group.state2 ? group.state2[i] : unused2;
-    const float master =
-        optimizer_update_element(launch.optimizer, scalars, group.master[i], group.gradient[i], state1, state2);
+    float& state3 = group.state3 ? group.state3[i] : unused3;
+    const float master = optimizer_update_element(launch.optimizer, scalars, group.master[i], group.gradient[i], state1,
+                                                  state2, state3);
     group.master[i] = master;
     if (group.low_copy) store_element(group.low_copy, group.low_dtype, i, master);
 }
@@ -64,14 +66,16 @@ __device__ __forceinline__ void update_four(const UpdateLaunch& launch, const Op
     const float4 gradient = *reinterpret_cast<const float4*>(group.gradient + i);
     float4 state1 = group.state1 ? *reinterpret_cast<const float4*>(group.state1 + i) : make_float4(0, 0, 0, 0);
     float4 state2 = group.state2 ? *reinterpret_cast<const float4*>(group.state2 + i) : make_float4(0, 0, 0, 0);
+    float4 state3 = group.state3 ? *reinterpret_cast<const float4*>(group.state3 + i) : make_float4(0, 0, 0, 0);
     const OptimizerConfig& config = launch.optimizer;
-    master.x = optimizer_update_element(config, scalars, master.x, gradient.x, state1.x, state2.x);
-    master.y = optimizer_update_element(config, scalars, master.y, gradient.y, state1.y, state2.y);
-    master.z = optimizer_update_element(config, scalars, master.z, gradient.z, state1.z, state2.z);
-    master.w = optimizer_update_element(config, scalars, master.w, gradient.w, state1.w, state2.w);
+    master.x = optimizer_update_element(config, scalars, master.x, gradient.x, state1.x, state2.x, state3.x);
+    master.y = optimizer_update_element(config, scalars, master.y, gradient.y, state1.y, state2.y, state3.y);
+    master.z = optimizer_update_element(config, scalars, master.z, gradient.z, state1.z, state2.z, state3.z);
+    master.w = optimizer_update_element(config, scalars, master.w, gradient.w, state1.w, state2.w, state3.w);
     *reinterpret_cast<float4*>(group.master + i) = master;
     if (group.state1) *reinterpret_cast<float4*>(group.state1 + i) = state1;
     if (group.state2) *reinterpret_cast<float4*>(group.state2 + i) = state2;
+    if (group.state3) *reinterpret_cast<float4*>(group.state3 + i) = state3;
     if (group.low_copy) store_low4(group.low_copy, group.low_dtype, i, master);
 }
 
@@ -118,13 +122,15 @@ DeviceGroup device_group(float* master, void* low_copy, DType low_dtype, float* 
     group.gradient = gradient;
     group.state1 = states[0];
     group.state2 = states[1];
+    group.state3 = states[2];
     group.count = count;
     group.first_chunk = first_chunk;
     group.low_dtype = low_dtype;
     // store_low4 writes four elements at once: a float4 (16 bytes) in fp32, two 4-byte pairs in 16-bit.
     const unsigned low_alignment = low_dtype == DType::fp32 ? 16 : 8;
     group.vectorised = aligned(master, 16) && aligned(gradient, 16) && (!states[0] || aligned(states[0], 16)) &&
-                       (!states[1] || aligned(states[1], 16)) && (!low_copy || aligned(low_copy, low_alignment));
+                       (!states[1] || aligned(states[1], 16)) && (!states[2] || aligned(states[2], 16)) &&
+                       (!low_copy || aligned(low_copy, low_alignment));
     return group;
 }
 

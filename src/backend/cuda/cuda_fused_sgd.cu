@@ -79,7 +79,7 @@ __global__ void __launch_bounds__(kSide * kSide) fused_sgd_kernel(const FusedSgd
             for (int v = 0; v < kPerThread; ++v) gradient[u][v] = fmaf(dz[u], a[v], gradient[u][v]);
     }
 
-    float unused1 = 0.0f, unused2 = 0.0f;  // plain SGD keeps no state
+    float unused1 = 0.0f, unused2 = 0.0f, unused3 = 0.0f;  // plain SGD keeps no state
 #pragma unroll
     for (int u = 0; u < kPerThread; ++u) {
         const int64_t o = o0 + threadIdx.y + kSide * u;
@@ -90,7 +90,7 @@ __global__ void __launch_bounds__(kSide * kSide) fused_sgd_kernel(const FusedSgd
             if (i >= p.in_features) continue;
             const int64_t index = o * p.in_features + i;
             const float weight =
-                optimizer_update_element(p.optimizer, scalars, master[u][v], gradient[u][v], unused1, unused2);
+                optimizer_update_element(p.optimizer, scalars, master[u][v], gradient[u][v], unused1, unused2, unused3);
             p.weights[index] = weight;
             if (p.low_weights) store_element(p.low_weights, p.dtype, index, weight);
         }
@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(kSide * kSide) fused_sgd_kernel(const FusedSgd
             if (o >= p.out_features) continue;
             float sum = 0.0f;
             for (int r = 0; r < rows; ++r) sum += output_grad[r][threadIdx.y + kSide * u];
-            const float bias = optimizer_update_element(p.optimizer, scalars, p.bias[o], sum, unused1, unused2);
+            const float bias = optimizer_update_element(p.optimizer, scalars, p.bias[o], sum, unused1, unused2, unused3);
             p.bias[o] = bias;
             if (p.low_bias) store_element(p.low_bias, p.dtype, o, bias);
         }

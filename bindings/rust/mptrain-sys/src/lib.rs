@@ -401,6 +401,10 @@ extern "C" {
         rho: c_float,
         epsilon: c_float,
     ) -> mpt_status;
+    pub fn mpt_trainer_options_set_rmsprop_centered(
+        options: *mut mpt_trainer_options_t,
+        centered: c_int,
+    ) -> mpt_status;
     pub fn mpt_trainer_options_set_weight_decay(
         options: *mut mpt_trainer_options_t,
         weight_decay: c_float,

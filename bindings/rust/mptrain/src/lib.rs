@@ -1484,6 +1484,7 @@ pub struct TrainerOptions {
     momentum: Option<(f32, bool)>,
     adam: Option<(f32, f32, f32)>,
     rmsprop: Option<(f32, f32)>,
+    rmsprop_centered: bool,
     weight_decay: Option<f32>,
     global_clipnorm: Option<f32>,
     ema_momentum: Option<f32>,
@@ -1561,13 +1562,20 @@ impl TrainerOptions {
         self.adam = Some((beta1, beta2, epsilon));
         self
     }
-    /// RMSprop's rho and epsilon ([`Optimizer::RmsProp`]), as Keras computes it (centered=False):
+    /// RMSprop's rho and epsilon ([`Optimizer::RmsProp`]), as Keras computes it:
     /// `v = rho * v + (1 - rho) * g^2`, `w -= lr * g / sqrt(v + epsilon)`. `rho` in [0, 1),
     /// `epsilon` finite and > 0 (defaults 0.9 and 1e-7); other values fail [`Trainer::new`] with
     /// [`Status::InvalidArgument`]. Adam and RMSprop share one epsilon: with both set, this one is
     /// used. Checkpoints of an RMSprop trainer must match its rho.
     pub fn rmsprop(mut self, rho: f32, epsilon: f32) -> Self {
         self.rmsprop = Some((rho, epsilon));
+        self
+    }
+    /// Centered RMSprop (Keras's `centered=True`, default false): the gradients' average `a` is kept
+    /// too and `v - a^2` (held at >= 0) replaces `v` under the root. Read by
+    /// [`Optimizer::RmsProp`] only; checkpoints of an RMSprop trainer must match it.
+    pub fn rmsprop_centered(mut self, centered: bool) -> Self {
+        self.rmsprop_centered = centered;
         self
     }
     /// Decoupled weight decay, Keras's for every optimizer (AdamW's default 0.004, the others' 0).
@@ -1671,6 +1679,10 @@ impl TrainerOptions {
             if let Some((rho, eps)) = self.rmsprop {
                 check(sys::mpt_trainer_options_set_rmsprop(o, rho, eps))?;
             }
+            check(sys::mpt_trainer_options_set_rmsprop_centered(
+                o,
+                c_int::from(self.rmsprop_centered),
+            ))?;
             if let Some(wd) = self.weight_decay {
                 check(sys::mpt_trainer_options_set_weight_decay(o, wd))?;
             }

@@ -922,13 +922,13 @@ fn rmsprop_fit_lowers_the_loss_with_and_without_momentum() {
 }
 
 #[test]
-fn rmsprop_rho_changes_the_steps_the_same_rho_gives_the_same_weights() {
-    let train = |rho: f32| {
+fn rmsprop_rho_and_centered_change_the_steps_the_same_options_give_the_same_weights() {
+    let train = |rho: f32, centered: bool| {
         let ctx = seeded_context(5); // one seed: the same initial weights
         let mut model = mlp(&ctx);
         let data = blob_data(&ctx, 30, 73);
         let initial = weight_bits(&mut model);
-        let mut trainer = Trainer::new(&model, &rmsprop(rho)).unwrap();
+        let mut trainer = Trainer::new(&model, &rmsprop(rho).rmsprop_centered(centered)).unwrap();
         for step in 0..3 {
             trainer.step(&data, 10 * step, 10).unwrap();
         }
@@ -936,9 +936,12 @@ fn rmsprop_rho_changes_the_steps_the_same_rho_gives_the_same_weights() {
         assert_ne!(trained, initial, "the steps moved the weights");
         trained
     };
-    let rho_08 = train(0.8);
-    assert_eq!(train(0.8), rho_08);
-    assert_ne!(train(0.5), rho_08);
+    let rho_08 = train(0.8, false);
+    assert_eq!(train(0.8, false), rho_08);
+    assert_ne!(train(0.5, false), rho_08);
+    let centered = train(0.8, true);
+    assert_ne!(centered, rho_08);
+    assert_eq!(train(0.8, true), centered);
 }
 
 #[test]
