@@ -223,16 +223,29 @@ def status_string(status):
     return _lib().mpt_status_string(_integer(status, "status", _native.c_enum)).decode()
 
 
+# Keras's short loss names, beside the functions' and classes' names.
+_ENUM_ALIASES = {"Loss": {"MSE": "MEAN_SQUARED_ERROR", "MAE": "MEAN_ABSOLUTE_ERROR"}}
+
+
+def _squashed(name):
+    """A name without case, underscores, hyphens or spaces: Keras's strings ("leaky_relu", "he_normal")
+    and class names ("LeakyReLU", "HeNormal", "RMSprop", "AdamW") meet the members' names there."""
+    return "".join(c for c in name if c not in "_- ").upper()
+
+
 def _enum(kind, value, what):
-    """An enum member from a member, an int (passed on for the library to check) or a name."""
+    """An enum member from a member, an int (passed on for the library to check) or a name: the
+    member's, in any case, or Keras's string or class name for it."""
     if isinstance(value, kind):
         return value
     if isinstance(value, str):
-        try:
-            return kind[value.strip().upper().replace("-", "_")]
-        except KeyError:
-            raise Error(Status.INVALID_ARGUMENT, "unknown %s %r (one of %s)" % (
-                what, value, ", ".join(m.name.lower() for m in kind))) from None
+        wanted = _squashed(value)
+        wanted = _squashed(_ENUM_ALIASES.get(kind.__name__, {}).get(wanted, wanted))
+        for member in kind:
+            if _squashed(member.name) == wanted:
+                return member
+        raise Error(Status.INVALID_ARGUMENT, "unknown %s %r (one of %s)" % (
+            what, value, ", ".join(m.name.lower() for m in kind)))
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError("%s must be a %s, its name or an int, not %s" % (what, kind.__name__,
                                                                          type(value).__name__))

@@ -105,6 +105,35 @@ def test_none_and_wrong_types_are_type_errors(ctx, model):
         mptrain.Trainer(model).set_callbacks(progress=42)
 
 
+def test_enum_names_are_the_members_or_keras_strings_and_class_names(ctx):
+    model = mptrain.Model(ctx, 3)
+    for name, activation in (("relu", mptrain.Activation.RELU), ("LeakyReLU", mptrain.Activation.LEAKY_RELU),
+                             ("leaky_relu", mptrain.Activation.LEAKY_RELU), ("leaky-relu", mptrain.Activation.LEAKY_RELU),
+                             ("ELU", mptrain.Activation.ELU), ("Softplus", mptrain.Activation.SOFTPLUS)):
+        model.add_dense(2, name)
+        assert model.get_layer_activation(model.layer_count - 1) == activation, name
+    for name, initializer in (("HeNormal", mptrain.Initializer.HE_NORMAL), ("he_normal", mptrain.Initializer.HE_NORMAL),
+                              ("GlorotUniform", mptrain.Initializer.GLOROT_UNIFORM),
+                              ("LecunNormal", mptrain.Initializer.LECUN_NORMAL),
+                              ("LeCunUniform", mptrain.Initializer.LECUN_UNIFORM)):
+        model.set_layer_initializer(0, name)
+        assert model.get_layer_initializer(0) == initializer, name
+    model.add_dense(2, "softmax")
+    for name, loss in (("mse", mptrain.Loss.MEAN_SQUARED_ERROR), ("MAE", mptrain.Loss.MEAN_ABSOLUTE_ERROR),
+                       ("SparseCategoricalCrossentropy", mptrain.Loss.SPARSE_CATEGORICAL_CROSSENTROPY),
+                       ("binary_crossentropy", mptrain.Loss.BINARY_CROSSENTROPY), ("Huber", mptrain.Loss.HUBER)):
+        mptrain.Trainer(model, loss=name)  # accepted; the name's member is what the enum lookup gives
+        assert mptrain._enum(mptrain.Loss, name, "loss") == loss, name
+    for name, optimizer in (("AdamW", mptrain.Optimizer.ADAMW), ("RMSprop", mptrain.Optimizer.RMSPROP),
+                            ("SGD", mptrain.Optimizer.SGD)):
+        assert mptrain._enum(mptrain.Optimizer, name, "optimizer") == optimizer, name
+    assert mptrain._enum(mptrain.Precision, "MixedBF16", "precision") == mptrain.Precision.MIXED_BF16
+    for unknown in ("swish", "", "he normal x", "mse", "relu6"):
+        kind = mptrain.Optimizer if unknown == "mse" else mptrain.Activation  # an alias only for its own kind
+        with raises(Status.INVALID_ARGUMENT):
+            mptrain._enum(kind, unknown, "name")
+
+
 def test_invalid_values_come_back_from_the_library(ctx, model, blobs):
     with raises(Status.INVALID_ARGUMENT):
         mptrain.Model(ctx, 3).add_dense(2, 99)  # unknown activation value, checked by C
