@@ -123,6 +123,19 @@ TEST_CASE("cuBLASLt accepts every fused epilogue of a mixed-precision step (no u
     }
 }
 
+TEST_CASE("plain SGD with weight decay keeps the fused small-batch SGD kernel") {
+    SKIP_WITHOUT_GPU();
+    auto context = make_context(MPT_BACKEND_CUDA);
+    const SyntheticData data = synthetic_data(512, 100, 23);
+    auto dataset = to_dataset(context, data);
+    TrainerConfig config;
+    config.precision = MPT_PRECISION_MIXED_BF16;
+    config.optimizer.weight_decay = 0.01f;
+    Trainer trainer(make_mlp(context, data.features), config);
+    trainer.fit(*dataset, 1, 32, true);
+    CHECK(cuda_backend_op_paths(context->backend()).fused_sgd > 0);
+}
+
 TEST_CASE("steady-state steps replay captured graphs, and no capture is refused") {
     SKIP_WITHOUT_GPU();
     auto context = make_context(MPT_BACKEND_CUDA);

@@ -668,6 +668,8 @@ void compare_dense_update(Backend& reference, Backend& candidate, const UpdateCa
     CAPTURE(static_cast<int>(c.optimizer.kind));
     CAPTURE(c.optimizer.momentum);
     CAPTURE(c.optimizer.nesterov);
+    CAPTURE(c.optimizer.centered);
+    CAPTURE(c.optimizer.weight_decay);
     CAPTURE(c.skipped);
     CAPTURE(c.gradient_factor);
     const int64_t weight_count = c.out_features * c.in_features;
