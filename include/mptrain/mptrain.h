@@ -486,12 +486,14 @@ MPT_API mpt_status mpt_trainer_options_set_adam(mpt_trainer_options_t* options, 
  *  and 1e-7). The epsilon is the one mpt_trainer_options_set_adam sets too: the last call's.
  *  Centered or not: mpt_trainer_options_set_rmsprop_centered. */
 MPT_API mpt_status mpt_trainer_options_set_rmsprop(mpt_trainer_options_t* options, float rho, float epsilon);
-/** Centered RMSprop (`centered` non-zero; default 0), Keras's and PyTorch's `centered=True`: the
- *  gradients' average a = rho * a + (1 - rho) * g is kept as well (a third state array with
- *  momentum, a second without), and the root is of their variance estimate: w -= lr * g /
- *  sqrt(v - a^2 + epsilon), with v - a^2 taken as 0 where rounding leaves it below (there Keras's
- *  root would be NaN). It normalises by the gradients' spread rather than their size. Read by
- *  RMSprop only; an option a checkpoint of an RMSprop trainer must match. */
+/** Centered RMSprop (`centered` non-zero; default 0), Keras's `centered=True`: the gradients'
+ *  average a = rho * a + (1 - rho) * g is kept as well (a third state array with momentum, a second
+ *  without), and the root is of their variance estimate: w -= lr * g / sqrt(v - a^2 + epsilon), with
+ *  v - a^2 taken as 0 where rounding leaves it below (Keras's root is NaN there once it is below
+ *  -epsilon). It normalises by the gradients' spread rather than their size. PyTorch's
+ *  `centered=True` differs as its uncentered RMSprop does (epsilon beside the root; with momentum
+ *  the rate outside the velocity). Read by RMSprop only; an option a checkpoint of an RMSprop
+ *  trainer must match. */
 MPT_API mpt_status mpt_trainer_options_set_rmsprop_centered(mpt_trainer_options_t* options, int centered);
 /** Decoupled weight decay, as Keras's optimizers' weight_decay (every one of them; PyTorch's AdamW):
  *  each step first multiplies every weight and bias by (1 - rate * weight_decay), where rate is that

@@ -144,8 +144,9 @@ MPT_HOST_DEVICE float optimizer_update_element(const OptimizerConfig& config, co
         case OptimizerKind::rmsprop: {
             // Keras's RMSprop: v = rho v + (1 - rho) g^2, increment lr g / sqrt(v + eps); centered, the
             // gradients' average a = rho a + (1 - rho) g too and v - a^2 under the root for v (never
-            // below 0: v >= a^2 holds exactly, but not always after rounding, where Keras's root
-            // would be NaN); with momentum, velocity = momentum velocity + increment and w -= velocity.
+            // below 0: v >= a^2 holds exactly, but not always after rounding; Keras's root is NaN
+            // there below -eps, smaller than ours above); with momentum, velocity = momentum velocity
+            // + increment and w -= velocity.
             state1 = config.rho * state1 + (1.0f - config.rho) * gradient * gradient;
             float second_moment = state1;
             if (config.centered) {

@@ -1117,10 +1117,10 @@ class Trainer(_Handle):
     _destroy_name = "mpt_trainer_destroy"
 
     def __init__(self, model, precision=None, loss=None, optimizer=None, learning_rate=None, momentum=None,
-                 nesterov=False, adam=None, rmsprop=None, rmsprop_centered=False, weight_decay=None, loss_scaling=None, initial_scale=32768.0,
+                 nesterov=False, adam=None, rmsprop=None, weight_decay=None, loss_scaling=None, initial_scale=32768.0,
                  loss_scaler_dynamics=None, lr_schedule=None, warmup_steps=0, decay_steps=0, decay_factor=None,
                  label_smoothing=0.0, class_weights=None, global_clipnorm=0.0,
-                 ema_momentum=0.0, huber_delta=None):
+                 ema_momentum=0.0, huber_delta=None, rmsprop_centered=False):
         _require(model, Model, "model")
         lib = _lib()
         options = _native.TrainerOptionsP()
