@@ -3,8 +3,9 @@
 // as a safetensors file without its checksums and written again with correct ones, so mutations of
 // the options and progress JSON, the tensors and their shapes reach the checks behind the checksums.
 // The file is loaded into fresh trainers of the architecture the seeds were written by, one with
-// default options (a constant rate) and one with the options a checkpoint records only when set (a
-// cosine schedule, label smoothing, class weights, gradient clipping, weight averaging). Any load
+// default options (Adam at a constant rate) and one with the options a checkpoint records only when
+// set (a cosine schedule, label smoothing, class weights, gradient clipping, weight averaging,
+// centered RMSprop, with momentum: three optimizer state arrays). Any load
 // must succeed or be refused with a status a bad file may give, and a refused load must leave the
 // trainer as it was (weights, averages, scaler, step count); after a load that succeeds, fit and evaluate must run or fail with
 // such a status too.
@@ -41,6 +42,9 @@ struct Fixture : mpt_test::TinyTrainer {
         trainer_config.precision = MPT_PRECISION_MIXED_FP16;  // a loss scaler with state to restore
         trainer_config.optimizer.kind = mpt::OptimizerKind::adam;
         if (optioned) {
+            trainer_config.optimizer.kind = mpt::OptimizerKind::rmsprop;
+            trainer_config.optimizer.momentum = 0.5f;
+            trainer_config.optimizer.centered = true;
             trainer_config.loss.label_smoothing = 0.1f;
             trainer_config.loss.class_weights = {0.5f, 2.0f, 1.0f};
             trainer_config.optimizer.global_clipnorm = 0.5f;
