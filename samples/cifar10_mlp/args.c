@@ -13,7 +13,8 @@ void args_print_usage(FILE* stream, const char* program)
             "Usage: %s [options]\n"
             "\n"
             "Trains and evaluates the CIFAR-10 MLP with mptrain: Flatten 32x32x3 -> Dense 3000 relu ->\n"
-            "Dense 1000 relu -> Dense 10 softmax, sparse categorical cross-entropy, SGD.\n"
+            "Dense 1000 relu -> Dense 10 softmax, sparse categorical cross-entropy, SGD (or\n"
+            "--optimizer).\n"
             "\n"
             "Options:\n"
             "  --data DIR         CIFAR-10 binary directory (cifar-10-batches-bin). Default:\n"
@@ -22,7 +23,14 @@ void args_print_usage(FILE* stream, const char* program)
             "  --batch N          batch size (default 32)\n"
             "  --precision P      fp32 | mixed-fp16 | mixed-bf16 | auto (default auto: bf16 on CUDA\n"
             "                     cc >= 8.0, fp16 on 7.x; on the CPU bf16 with AMX, else fp32)\n"
-            "  --lr X             SGD learning rate (default 0.01)\n"
+            "  --optimizer O      sgd | adam | adamw | rmsprop, as Keras's (default sgd)\n"
+            "  --momentum M       SGD's or RMSprop's momentum, 0 <= M < 1 (default 0: none)\n"
+            "  --weight-decay X   decay every weight by lr * X a step, 0 <= X < 1, as Keras's\n"
+            "                     weight_decay (default: 0, AdamW's 0.004)\n"
+            "  --lr X             learning rate (default 0.01)\n",
+            program);
+    /* Two strings: C99 promises string literals of 4095 characters only. */
+    fprintf(stream,
             "  --lr-decay F       multiply the learning rate by F (0 < F <= 1) after every epoch, from\n"
             "                     the epoch-end callback: a step decay (default 1: constant)\n"
             "  --lr-schedule S    constant | linear | cosine (default constant): the library lowers the\n"
@@ -64,8 +72,7 @@ void args_print_usage(FILE* stream, const char* program)
             "  -h, --help         print this help and exit\n"
             "\n"
             "Without the data set the program warns and trains on a generated CIFAR-shaped set.\n"
-            "Get the real data with: scripts/get-cifar10.sh [DEST]  (unpacks to DEST/cifar-10-batches-bin)\n",
-            program);
+            "Get the real data with: scripts/get-cifar10.sh [DEST]  (unpacks to DEST/cifar-10-batches-bin)\n");
 }
 
 const char* args_precision_name(mpt_precision precision)
@@ -198,6 +205,31 @@ static int parse_schedule(const char* text, mpt_lr_schedule* out)
     return 0;
 }
 
+const char* args_optimizer_name(mpt_optimizer optimizer)
+{
+    switch (optimizer) {
+    case MPT_OPTIMIZER_SGD: return "sgd";
+    case MPT_OPTIMIZER_ADAM: return "adam";
+    case MPT_OPTIMIZER_ADAMW: return "adamw";
+    case MPT_OPTIMIZER_RMSPROP: return "rmsprop";
+    }
+    return "unknown";
+}
+
+static int parse_optimizer(const char* text, mpt_optimizer* out)
+{
+    static const mpt_optimizer all[] = {MPT_OPTIMIZER_SGD, MPT_OPTIMIZER_ADAM, MPT_OPTIMIZER_ADAMW,
+                                        MPT_OPTIMIZER_RMSPROP};
+    size_t i;
+    for (i = 0; i < sizeof all / sizeof all[0]; ++i) {
+        if (strcmp(text, args_optimizer_name(all[i])) == 0) {
+            *out = all[i];
+            return 1;
+        }
+    }
+    return 0;
+}
+
 static int parse_backend(const char* text, mpt_backend* out)
 {
     static const mpt_backend all[] = {MPT_BACKEND_AUTO, MPT_BACKEND_CPU, MPT_BACKEND_CUDA};
@@ -229,7 +261,8 @@ static args_result usage_error(const char* program, const char* format, ...)
 /* Flags that take a value. */
 static int takes_value(const char* name)
 {
-    static const char* const names[] = {"data", "epochs", "batch", "precision", "lr", "lr-decay",
+    static const char* const names[] = {"data", "epochs", "batch", "precision", "optimizer", "momentum",
+                                        "weight-decay", "lr", "lr-decay",
                                         "lr-schedule", "warmup", "label-smoothing", "clipnorm", "ema", "dropout", "input-dropout",
                                         "validation-split", "limit", "seed", "backend", "threads", "json"};
     size_t i;
@@ -249,6 +282,7 @@ args_result args_parse(int argc, char** argv, cli_options* out)
     options.epochs = 1;
     options.batch_size = 32;
     options.precision = MPT_PRECISION_AUTO;
+    options.optimizer = MPT_OPTIMIZER_SGD;
     options.learning_rate = 0.01f;
     options.learning_rate_decay = 1.0f;
     options.label_smoothing = 0.0f;
@@ -313,6 +347,16 @@ args_result args_parse(int argc, char** argv, cli_options* out)
                 return usage_error(program,
                                    "--precision must be fp32, mixed-fp16, mixed-bf16 or auto, not '%s'",
                                    value);
+        } else if (strcmp(name, "optimizer") == 0) {
+            if (!parse_optimizer(value, &options.optimizer))
+                return usage_error(program, "--optimizer must be sgd, adam, adamw or rmsprop, not '%s'", value);
+        } else if (strcmp(name, "momentum") == 0) {
+            if (!parse_unit_fraction(value, &options.momentum))
+                return usage_error(program, "--momentum must be a number in [0, 1), not '%s'", value);
+        } else if (strcmp(name, "weight-decay") == 0) {
+            if (!parse_unit_fraction(value, &options.weight_decay))
+                return usage_error(program, "--weight-decay must be a number in [0, 1), not '%s'", value);
+            options.weight_decay_given = 1;
         } else if (strcmp(name, "lr") == 0) {
             if (!parse_float_in(value, 0.0, 1e6, &options.learning_rate))
                 return usage_error(program, "--lr must be a positive number, not '%s'", value);
@@ -364,6 +408,11 @@ args_result args_parse(int argc, char** argv, cli_options* out)
             options.json_path = value;
         }
     }
+    /* Adam keeps moments of its own: a momentum given to it would be ignored, so it is refused. */
+    if (options.momentum > 0.0f &&
+        (options.optimizer == MPT_OPTIMIZER_ADAM || options.optimizer == MPT_OPTIMIZER_ADAMW))
+        return usage_error(program, "--momentum is SGD's and RMSprop's; --optimizer %s takes none",
+                           args_optimizer_name(options.optimizer));
     /* Each epoch validates one set: the held-out rows or the test set, not both. */
     if (options.validate && options.validation_split > 0.0)
         return usage_error(program, "--validate (the test set) and --validation-split (held-out training images) "

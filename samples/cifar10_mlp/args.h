@@ -12,6 +12,10 @@ typedef struct cli_options {
     int64_t epochs;
     int64_t batch_size;
     mpt_precision precision;
+    mpt_optimizer optimizer;    /* --optimizer: sgd (the default), adam, adamw or rmsprop */
+    float momentum;             /* --momentum: SGD's or RMSprop's, in [0, 1); 0 = none */
+    float weight_decay;         /* --weight-decay: in [0, 1), when weight_decay_given */
+    int weight_decay_given;     /* --weight-decay appeared: else the optimizer's default (AdamW 0.004) */
     float learning_rate;
     float learning_rate_decay;  /* --lr-decay: the rate is multiplied by it after every epoch; 1 = constant */
     mpt_lr_schedule lr_schedule; /* --lr-schedule: evaluated per step by the library, decaying to 0 over the run */
@@ -46,6 +50,8 @@ void args_print_usage(FILE* stream, const char* program);
 const char* args_precision_name(mpt_precision precision);
 /* "auto", "cpu", "cuda" (the --backend spellings). */
 const char* args_backend_name(mpt_backend backend);
+/* "sgd", "adam", "adamw", "rmsprop" (the --optimizer spellings). */
+const char* args_optimizer_name(mpt_optimizer optimizer);
 /* "constant", "linear", "cosine" (the --lr-schedule spellings); "step" is not offered. */
 const char* args_schedule_name(mpt_lr_schedule schedule);
 

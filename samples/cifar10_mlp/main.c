@@ -1,4 +1,4 @@
-/* mptrain-cifar10: trains and evaluates the CIFAR-10 MLP (3072-3000-1000-10, SGD) through mptrain's
+/* mptrain-cifar10: trains and evaluates the CIFAR-10 MLP (3072-3000-1000-10, SGD by default) through mptrain's
  * C API, optionally fp32 against mixed precision back to back (--compare). Run with --help. */
 #include <stdio.h>
 #include <stdlib.h>

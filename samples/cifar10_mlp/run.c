@@ -219,7 +219,13 @@ int run_training(const cli_options* options, mpt_precision precision, const data
               "setting gradient clipping to a global norm of %g", (double)options->global_clipnorm);
     CHECK_MPT(mpt_trainer_options_set_ema(trainer_options, options->ema_momentum),
               "setting the weights' moving average to momentum %g", (double)options->ema_momentum);
-    CHECK_MPT(mpt_trainer_options_set_optimizer(trainer_options, MPT_OPTIMIZER_SGD), "selecting SGD");
+    CHECK_MPT(mpt_trainer_options_set_optimizer(trainer_options, options->optimizer), "selecting the %s optimizer",
+              args_optimizer_name(options->optimizer));
+    CHECK_MPT(mpt_trainer_options_set_momentum(trainer_options, options->momentum, 0), "setting momentum %g",
+              (double)options->momentum);
+    if (options->weight_decay_given)
+        CHECK_MPT(mpt_trainer_options_set_weight_decay(trainer_options, options->weight_decay),
+                  "setting weight decay %g", (double)options->weight_decay);
     CHECK_MPT(mpt_trainer_options_set_learning_rate(trainer_options, options->learning_rate),
               "setting learning rate %g", (double)options->learning_rate);
     /* The decay ends at the run's last step: fit's steps per epoch are the whole batches (one,
@@ -244,8 +250,17 @@ int run_training(const cli_options* options, mpt_precision precision, const data
     printf("data %s: %" PRId64 " training / ", data_description(data), r.train_rows);
     if (held_out != NULL)
         printf("%" PRId64 " validation (the last %g) / ", r.validation_rows, options->validation_split);
-    printf("%" PRId64 " test images | batch %" PRId64 " | lr %g", r.test_rows, r.batch_size,
-           (double)options->learning_rate);
+    printf("%" PRId64 " test images | batch %" PRId64 " | ", r.test_rows, r.batch_size);
+    /* SGD without momentum or decay, the seed recipe, is what the line has always shown. */
+    if (options->optimizer != MPT_OPTIMIZER_SGD || options->momentum > 0.0f || options->weight_decay_given) {
+        printf("%s", args_optimizer_name(options->optimizer));
+        if (options->momentum > 0.0f)
+            printf(" momentum %g", (double)options->momentum);
+        if (options->weight_decay_given)
+            printf(" weight decay %g", (double)options->weight_decay);
+        printf(" | ");
+    }
+    printf("lr %g", (double)options->learning_rate);
     if (options->learning_rate_decay != 1.0f)
         printf(" (x%g after each epoch)", (double)options->learning_rate_decay);
     if (options->lr_schedule != MPT_LR_SCHEDULE_CONSTANT)

@@ -12,7 +12,7 @@ failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
 "$program" --help >"$work/help" 2>&1 || fail "--help exited $?"
-for flag in --lr-schedule --warmup --lr-decay --label-smoothing --clipnorm --ema --dropout --input-dropout --validation-split --per-class --compare; do
+for flag in --optimizer --momentum --weight-decay --lr-schedule --warmup --lr-decay --label-smoothing --clipnorm --ema --dropout --input-dropout --validation-split --per-class --compare; do
     grep -q -- "$flag" "$work/help" || fail "--help does not mention $flag"
 done
 
@@ -34,6 +34,14 @@ refused --label-smoothing 1 "--label-smoothing must be a number in"
 refused --label-smoothing -0.1 "--label-smoothing must be a number in"
 refused --label-smoothing 0.99999999 "--label-smoothing must be a number in"  # 1 once rounded to float
 refused --label-smoothing nan "--label-smoothing must be a number in"
+refused --optimizer lamb "--optimizer must be sgd, adam, adamw or rmsprop"
+refused --optimizer SGD "--optimizer must be sgd, adam, adamw or rmsprop"
+refused --momentum 1 "--momentum must be a number in \[0, 1)"
+refused --momentum -0.5 "--momentum must be a number in \[0, 1)"
+refused --weight-decay 1 "--weight-decay must be a number in \[0, 1)"
+refused --weight-decay nan "--weight-decay must be a number in \[0, 1)"
+refused --optimizer adam --momentum 0.9 "--optimizer adam takes none"
+refused --momentum 0.9 --optimizer adamw "--optimizer adamw takes none"
 refused --clipnorm 0 "--clipnorm must be a positive number"
 refused --clipnorm -1 "--clipnorm must be a positive number"
 refused --clipnorm nan "--clipnorm must be a positive number"
@@ -195,6 +203,32 @@ grep -q "warning: the confusion matrix" "$work/per_class.out" && fail "--per-cla
 [ "$(json_value per_class per_class_accuracy | tr -cd ',' | wc -c)" = 9 ] ||
     fail "per_class_accuracy is not 10 numbers: $(json_value per_class per_class_accuracy)"
 [ -z "$(json_value constant per_class_accuracy)" ] || fail "a run without --per-class has per_class_accuracy"
+# --optimizer, --momentum and --weight-decay reach the trainer: another loss each, said in the header
+# and the JSON (the decay AdamW trains with by default included); the seed recipe's header unchanged.
+run adam --optimizer adam --lr 0.001
+run adamw --optimizer adamw --lr 0.001
+run rmsprop --optimizer rmsprop --lr 0.001 --momentum 0.5
+run sgd_momentum --momentum 0.9
+run decayed --weight-decay 0.1
+grep -q "| batch 32 | adam | lr 0.001" "$work/adam.out" || fail "adam run's header: $(grep '^data' "$work/adam.out")"
+grep -q "| batch 32 | rmsprop momentum 0.5 | lr 0.001" "$work/rmsprop.out" ||
+    fail "rmsprop run's header: $(grep '^data' "$work/rmsprop.out")"
+grep -q "| batch 32 | sgd weight decay 0.1 | lr 0.05" "$work/decayed.out" ||
+    fail "decayed run's header: $(grep '^data' "$work/decayed.out")"
+grep -q "| batch 32 | lr 0.05" "$work/constant.out" || fail "the seed recipe's header: $(grep '^data' "$work/constant.out")"
+[ "$(json_value adam optimizer)" = '"adam"' ] || fail "adam run's JSON says $(json_value adam optimizer)"
+[ "$(json_value constant optimizer)" = '"sgd"' ] || fail "constant run's JSON says $(json_value constant optimizer)"
+rate_is adamw weight_decay 0.004
+rate_is adam weight_decay 0
+rate_is decayed weight_decay 0.1
+rate_is sgd_momentum momentum 0.9
+rate_is constant momentum 0
+for name in adam adamw rmsprop sgd_momentum decayed; do
+    loss=$(json_value "$name" train_loss)
+    [ -n "$loss" ] && [ "$loss" != "$constant_loss" ] || fail "run '$name' trained the constant run's loss $constant_loss"
+done
+[ "$(json_value adamw train_loss)" != "$(json_value adam train_loss)" ] || fail "AdamW trained as Adam (no decay)"
+
 # The same flags train the same run.
 run cosine_again --lr-schedule cosine --warmup 4
 [ "$(json_value cosine_again train_loss)" = "$(json_value cosine train_loss)" ] || fail "the cosine run does not repeat"
