@@ -42,6 +42,9 @@ struct Options {
     float ema = 0.0f;       // --ema: the weights' moving average's momentum; 0 = none
     float dropout = 0.0f;   // --dropout: both hidden layers' dropout rate; 0 = none
     float weight_decay = 0.0f;  // --weight-decay: the optimizer's decoupled weight decay; 0 = none
+    std::string optimizer = "sgd";  // --optimizer: sgd, adam, adamw or rmsprop
+    float momentum = 0.0f;          // --momentum: SGD's or RMSprop's
+    bool centered = false;          // --centered: centered RMSprop
     std::string json;
     std::vector<int64_t> predict_rows;  // --predict: prediction latency at these row counts instead
 };
@@ -58,6 +61,9 @@ struct Record {
     float ema;
     float dropout;
     float weight_decay;
+    std::string optimizer;
+    float momentum;
+    bool centered;
 };
 
 [[noreturn]] void usage(int code) {
@@ -65,6 +71,7 @@ struct Record {
                  "usage: mptrain-bench [--backend cpu|cuda] [--precision LIST] [--batch LIST] [--steps N]\n"
                  "                     [--repeats N] [--threads N] [--streamed] [--lr-schedule constant|cosine]\n"
                  "                     [--clipnorm X] [--ema M] [--dropout R] [--weight-decay X]\n"
+                 "                     [--optimizer sgd|adam|adamw|rmsprop] [--momentum M] [--centered]\n"
                  "                     [--json FILE]\n"
                  "       mptrain-bench --predict LIST [--backend cpu|cuda] [--precision LIST] [--repeats N] [--threads N]\n"
                  "  LIST is comma-separated, e.g. --precision fp32,mixed-bf16 --batch 32,256\n"
@@ -74,6 +81,8 @@ struct Record {
                  "  --ema M keeps a moving average of the weights with momentum M in (0, 1) (the library's EMA)\n"
                  "  --dropout R drops both hidden layers' outputs at rate R in [0, 1) (the library's dropout)\n"
                  "  --weight-decay X decays every weight and bias by lr * X a step (the optimizer's weight decay)\n"
+                 "  --optimizer O trains with that optimizer (default sgd); --momentum M is SGD's or RMSprop's,\n"
+                 "    --centered makes RMSprop centered (one more state array)\n"
                  "  --predict 1,2,4,8 times mpt_trainer_predict on that many rows instead of training steps:\n"
                  "    the median of 20 x repeats calls per precision, the precisions taking turns\n");
     std::exit(code);
@@ -96,6 +105,10 @@ Options parse(int argc, char** argv) {
             options.streamed = true;
             continue;
         }
+        if (flag == "--centered") {
+            options.centered = true;
+            continue;
+        }
         if (i + 1 >= argc) usage(2);
         const std::string value = argv[++i];
         if (flag == "--backend") options.backend = value;
@@ -114,18 +127,30 @@ Options parse(int argc, char** argv) {
         else if (flag == "--ema") options.ema = std::strtof(value.c_str(), nullptr);
         else if (flag == "--dropout") options.dropout = std::strtof(value.c_str(), nullptr);
         else if (flag == "--weight-decay") options.weight_decay = std::strtof(value.c_str(), nullptr);
+        else if (flag == "--optimizer") options.optimizer = value;
+        else if (flag == "--momentum") options.momentum = std::strtof(value.c_str(), nullptr);
         else usage(2);
     }
     if (options.backend != "cpu" && options.backend != "cuda") usage(2);
     if (options.repeats < 1 || options.steps < 0 || !(options.clipnorm >= 0.0f) ||
         !(options.ema >= 0.0f && options.ema < 1.0f) || !(options.dropout >= 0.0f && options.dropout < 1.0f) ||
-        !(options.weight_decay >= 0.0f && options.weight_decay < 1.0f))
+        !(options.weight_decay >= 0.0f && options.weight_decay < 1.0f) ||
+        !(options.momentum >= 0.0f && options.momentum < 1.0f) ||
+        (options.optimizer != "sgd" && options.optimizer != "adam" && options.optimizer != "adamw" &&
+         options.optimizer != "rmsprop"))
         usage(2);
     for (int64_t batch : options.batches)
         if (batch <= 0) usage(2);
     for (int64_t rows : options.predict_rows)
         if (rows <= 0) usage(2);
     return options;
+}
+
+mpt_optimizer optimizer_value(const std::string& name) {
+    if (name == "adam") return MPT_OPTIMIZER_ADAM;
+    if (name == "adamw") return MPT_OPTIMIZER_ADAMW;
+    if (name == "rmsprop") return MPT_OPTIMIZER_RMSPROP;
+    return MPT_OPTIMIZER_SGD;
 }
 
 bool parse_precision(const std::string& name, mpt_precision& out) {
@@ -278,6 +303,12 @@ Record run_one(const Options& options, const std::string& precision_text, int64_
     if (configured == MPT_STATUS_OK) configured = mpt_trainer_options_set_global_clipnorm(trainer_options, options.clipnorm);
     if (configured == MPT_STATUS_OK) configured = mpt_trainer_options_set_ema(trainer_options, options.ema);
     if (configured == MPT_STATUS_OK)
+        configured = mpt_trainer_options_set_optimizer(trainer_options, optimizer_value(options.optimizer));
+    if (configured == MPT_STATUS_OK)
+        configured = mpt_trainer_options_set_momentum(trainer_options, options.momentum, 0);
+    if (configured == MPT_STATUS_OK)
+        configured = mpt_trainer_options_set_rmsprop_centered(trainer_options, options.centered ? 1 : 0);
+    if (configured == MPT_STATUS_OK)
         configured = mpt_trainer_options_set_weight_decay(trainer_options, options.weight_decay);
     if (configured == MPT_STATUS_OK) configured = mpt_trainer_create(model, trainer_options, &handles.trainer);
     mpt_trainer_options_destroy(trainer_options);
@@ -327,6 +358,9 @@ Record run_one(const Options& options, const std::string& precision_text, int64_
     record.ema = options.ema;
     record.dropout = options.dropout;
     record.weight_decay = options.weight_decay;
+    record.optimizer = options.optimizer;
+    record.momentum = options.momentum;
+    record.centered = options.centered;
     const mpt::DType compute = resolved == MPT_PRECISION_MIXED_BF16   ? mpt::DType::bf16
                                : resolved == MPT_PRECISION_MIXED_FP16 ? mpt::DType::fp16
                                                                       : mpt::DType::fp32;
@@ -414,12 +448,13 @@ void write_json(const std::string& path, const std::vector<Record>& records) {
                      "  {\"backend\": \"%s\", \"precision\": \"%s\", \"resolved_precision\": \"%s\", \"batch\": %lld, "
                      "\"steps\": %lld, \"us_per_step\": %.1f, \"wall_us_per_step\": %.1f, \"data\": \"%s\", "
                      "\"lr_schedule\": \"%s\", \"global_clipnorm\": %g, \"ema_momentum\": %g, \"dropout\": %g, "
-                     "\"weight_decay\": %g, ",
+                     "\"weight_decay\": %g, \"optimizer\": \"%s\", \"momentum\": %g, \"centered\": %s, ",
                      r.backend.c_str(), r.precision.c_str(), r.resolved.c_str(), static_cast<long long>(r.batch),
                      static_cast<long long>(r.steps), r.us_per_step, r.wall_us_per_step,
                      r.streamed ? "streamed" : "resident", r.cosine ? "cosine" : "constant", static_cast<double>(r.clipnorm),
                      static_cast<double>(r.ema), static_cast<double>(r.dropout),
-                     static_cast<double>(r.weight_decay));
+                     static_cast<double>(r.weight_decay), r.optimizer.c_str(), static_cast<double>(r.momentum),
+                     r.centered ? "true" : "false");
         if (r.gemm_floor_us >= 0) std::fprintf(file, "\"gemm_floor_us\": %.1f, \"floor_ratio\": %.3f, ", r.gemm_floor_us, r.us_per_step / r.gemm_floor_us);
         else std::fprintf(file, "\"gemm_floor_us\": null, \"floor_ratio\": null, ");
         std::fprintf(file, "\"allocations_per_step\": %.3f, \"peak_bytes\": %zu, \"device_bytes\": %lld}%s\n",
@@ -459,8 +494,11 @@ int main(int argc, char** argv) {
         std::snprintf(dropping, sizeof dropping, ", hidden outputs dropped (rate %g)", static_cast<double>(options.dropout));
     if (options.weight_decay > 0.0f)
         std::snprintf(decaying, sizeof decaying, ", weight decay %g", static_cast<double>(options.weight_decay));
-    std::printf("mptrain %s bench, backend %s, seed MLP 3072-3000-1000-10, SGD%s%s%s%s\n", mpt_version(),
-                options.backend.c_str(), decaying, clipping, averaging, dropping);
+    std::string optimizer = options.optimizer == "sgd" ? "SGD" : options.optimizer;
+    if (options.momentum > 0.0f) optimizer += " momentum " + std::to_string(options.momentum).substr(0, 4);
+    if (options.centered && options.optimizer == "rmsprop") optimizer += " centered";
+    std::printf("mptrain %s bench, backend %s, seed MLP 3072-3000-1000-10, %s%s%s%s%s\n", mpt_version(),
+                options.backend.c_str(), optimizer.c_str(), decaying, clipping, averaging, dropping);
     print_device(options);
     std::printf("%-7s %-11s %-11s %6s %6s %12s %12s %12s %7s %11s %9s %11s\n", "backend", "precision", "runs as",
                 "batch", "steps", "us/step", "wall us/step", "gemm floor", "ratio", "allocs/step", "peak MiB",

@@ -152,7 +152,8 @@ MPT_HOST_DEVICE float optimizer_update_element(const OptimizerConfig& config, co
             if (config.centered) {
                 float& average = config.momentum != 0.0f ? state3 : state2;
                 average = config.rho * average + (1.0f - config.rho) * gradient;
-                second_moment = fmaxf(state1 - average * average, 0.0f);
+                const float variance = state1 - average * average;
+                second_moment = variance > 0.0f ? variance : 0.0f;  // fmaxf's result, NaN included; it vectorises
             }
             const float increment = scalars.learning_rate * gradient / sqrtf(second_moment + scalars.epsilon_hat);
             if (config.momentum == 0.0f) return weight - increment;

@@ -13,6 +13,7 @@
 
 #include "backend/cpu/cpu_gemm.h"
 #include "backend/cpu/cpu_loss_head.h"
+#include "backend/cpu/cpu_update_elements.h"
 #include "backend/cpu/small_gemm.h"
 #include "backend/cpu/weight_words.h"
 #include "core/environment_settings.h"
@@ -425,15 +426,11 @@ void CpuBackend::dense_update(const DenseUpdateArgs& args, const OptimizerConfig
         }
         if (args.gradient_factor) scalars.inverse_scale *= *args.gradient_factor;
         auto apply = [&](float* master, const float* gradient, float* const* states, int64_t count) {
+            for (int k = 0; k < optimizer_state_count(optimizer); ++k)
+                require(states[k] != nullptr, MPT_STATUS_INVALID_ARGUMENT,
+                        "cpu backend: dense_update needs every optimizer state array");
             pool_.parallel_for(count, kElementGrain, [&](int64_t begin, int64_t end) {
-                float unused1 = 0.0f, unused2 = 0.0f, unused3 = 0.0f;
-                for (int64_t i = begin; i < end; ++i) {
-                    float& state1 = states[0] ? states[0][i] : unused1;
-                    float& state2 = states[1] ? states[1][i] : unused2;
-                    float& state3 = states[2] ? states[2][i] : unused3;
-                    master[i] =
-                        optimizer_update_element(optimizer, scalars, master[i], gradient[i], state1, state2, state3);
-                }
+                update_elements(optimizer, scalars, master, gradient, states, begin, end);
             });
         };
         apply(args.weights, args.weight_grad, args.weight_state, weight_count);
