@@ -495,7 +495,11 @@ int main(int argc, char** argv) {
     if (options.weight_decay > 0.0f)
         std::snprintf(decaying, sizeof decaying, ", weight decay %g", static_cast<double>(options.weight_decay));
     std::string optimizer = options.optimizer == "sgd" ? "SGD" : options.optimizer;
-    if (options.momentum > 0.0f) optimizer += " momentum " + std::to_string(options.momentum).substr(0, 4);
+    if (options.momentum > 0.0f) {
+        char momentum[32];
+        std::snprintf(momentum, sizeof momentum, " momentum %g", static_cast<double>(options.momentum));
+        optimizer += momentum;
+    }
     if (options.centered && options.optimizer == "rmsprop") optimizer += " centered";
     std::printf("mptrain %s bench, backend %s, seed MLP 3072-3000-1000-10, %s%s%s%s%s\n", mpt_version(),
                 options.backend.c_str(), optimizer.c_str(), decaying, clipping, averaging, dropping);
