@@ -206,12 +206,7 @@ namespace Mptrain
         /// <summary>Layer <paramref name="layer"/>'s dtype override (DType.Default: the policy's).</summary>
         public DType GetLayerDType(int layer)
         {
-            using (Family.Enter())
-            {
-                DType dtype;
-                MptException.Check(Native.mpt_model_get_layer_dtype(Live, layer, out dtype));
-                return dtype;
-            }
+            return QueryLayer<DType>(Native.mpt_model_get_layer_dtype, layer);
         }
 
         /// <summary>Dropout after hidden layer <paramref name="layer"/>, as a Keras Dropout(rate) layer after
@@ -256,26 +251,28 @@ namespace Mptrain
         /// <summary>Layer <paramref name="layer"/>'s initializer (a loaded model's are the default).</summary>
         public Initializer GetLayerInitializer(int layer)
         {
-            using (Family.Enter())
-            {
-                Initializer initializer;
-                MptException.Check(Native.mpt_model_get_layer_initializer(Live, layer, out initializer));
-                return initializer;
-            }
+            return QueryLayer<Initializer>(Native.mpt_model_get_layer_initializer, layer);
         }
 
         /// <summary>Layer <paramref name="layer"/>'s dropout rate (0: none).</summary>
         public float GetLayerDropout(int layer)
         {
-            using (Family.Enter())
-            {
-                float rate;
-                MptException.Check(Native.mpt_model_get_layer_dropout(Live, layer, out rate));
-                return rate;
-            }
+            return QueryLayer<float>(Native.mpt_model_get_layer_dropout, layer);
         }
 
         private delegate Status Getter(ModelHandle model, out long value);
+        private delegate Status LayerGetter<T>(ModelHandle model, long layer, out T value);
+
+        /// <summary>What the per-layer getter writes for <paramref name="layer"/>.</summary>
+        private T QueryLayer<T>(LayerGetter<T> getter, int layer)
+        {
+            using (Family.Enter())
+            {
+                T value;
+                MptException.Check(getter(Live, layer, out value));
+                return value;
+            }
+        }
 
         private long Query(Getter getter)
         {
@@ -295,23 +292,13 @@ namespace Mptrain
         /// <summary>Layer <paramref name="layer"/>'s width, as added or as a loaded file holds it.</summary>
         public long GetLayerUnits(int layer)
         {
-            using (Family.Enter())
-            {
-                long units;
-                MptException.Check(Native.mpt_model_get_layer_units(Live, layer, out units));
-                return units;
-            }
+            return QueryLayer<long>(Native.mpt_model_get_layer_units, layer);
         }
 
         /// <summary>Layer <paramref name="layer"/>'s activation, as added or as a loaded file holds it.</summary>
         public Activation GetLayerActivation(int layer)
         {
-            using (Family.Enter())
-            {
-                Activation activation;
-                MptException.Check(Native.mpt_model_get_layer_activation(Live, layer, out activation));
-                return activation;
-            }
+            return QueryLayer<Activation>(Native.mpt_model_get_layer_activation, layer);
         }
 
         /// <summary>A layer's fp32 master weights (row-major [units, inputs]) and bias ([units]).</summary>

@@ -639,11 +639,7 @@ class Model(_Handle):
 
     def get_layer_dtype(self, layer):
         """Layer `layer`'s dtype override (DType.DEFAULT: the policy's)."""
-        out = ctypes.c_int()
-        with self._family:
-            _check(_lib().mpt_model_get_layer_dtype(self._get(), _integer(layer, "layer", ctypes.c_int64),
-                                                    ctypes.byref(out)))
-        return DType(out.value)
+        return DType(self._query_layer("mpt_model_get_layer_dtype", layer, ctypes.c_int))
 
     def set_layer_dropout(self, layer, rate):
         """Dropout after hidden layer `layer`, as a Keras Dropout(rate) layer after it: while a trainer
@@ -685,24 +681,23 @@ class Model(_Handle):
 
     def get_layer_initializer(self, layer):
         """Layer `layer`'s Initializer (a loaded model's are the default: its file holds weights)."""
-        out = ctypes.c_int()
-        with self._family:
-            _check(_lib().mpt_model_get_layer_initializer(self._get(), _integer(layer, "layer", ctypes.c_int64),
-                                                          ctypes.byref(out)))
-        return Initializer(out.value)
+        return Initializer(self._query_layer("mpt_model_get_layer_initializer", layer, ctypes.c_int))
 
     def get_layer_dropout(self, layer):
         """Layer `layer`'s dropout rate (0.0: none)."""
-        out = ctypes.c_float()
-        with self._family:
-            _check(_lib().mpt_model_get_layer_dropout(self._get(), _integer(layer, "layer", ctypes.c_int64),
-                                                      ctypes.byref(out)))
-        return out.value
+        return self._query_layer("mpt_model_get_layer_dropout", layer, ctypes.c_float)
 
     def _query(self, name):
         out = ctypes.c_int64()
         with self._family:
             _check(getattr(_lib(), name)(self._get(), ctypes.byref(out)))
+        return out.value
+
+    def _query_layer(self, name, layer, ctype):
+        """What the per-layer getter `name` writes for `layer`, read as `ctype`."""
+        out = ctype()
+        with self._family:
+            _check(getattr(_lib(), name)(self._get(), _integer(layer, "layer", ctypes.c_int64), ctypes.byref(out)))
         return out.value
 
     @property
@@ -723,19 +718,11 @@ class Model(_Handle):
 
     def get_layer_units(self, layer):
         """Layer `layer`'s width, as added or as a loaded file holds it."""
-        out = ctypes.c_int64()
-        with self._family:
-            _check(_lib().mpt_model_get_layer_units(self._get(), _integer(layer, "layer", ctypes.c_int64),
-                                                    ctypes.byref(out)))
-        return out.value
+        return self._query_layer("mpt_model_get_layer_units", layer, ctypes.c_int64)
 
     def get_layer_activation(self, layer):
         """Layer `layer`'s Activation, as added or as a loaded file holds it."""
-        out = ctypes.c_int()
-        with self._family:
-            _check(_lib().mpt_model_get_layer_activation(self._get(), _integer(layer, "layer", ctypes.c_int64),
-                                                         ctypes.byref(out)))
-        return Activation(out.value)
+        return Activation(self._query_layer("mpt_model_get_layer_activation", layer, ctypes.c_int))
 
     def _layer_shape(self, layer):
         layer = _integer(layer, "layer", ctypes.c_int64)
