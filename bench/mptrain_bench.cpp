@@ -45,6 +45,7 @@ struct Options {
     std::string optimizer = "sgd";  // --optimizer: sgd, adam, adamw or rmsprop
     float momentum = 0.0f;          // --momentum: SGD's or RMSprop's
     bool centered = false;          // --centered: centered RMSprop
+    int64_t micro_batch = 0;        // --micro-batch: gradient accumulation's rows per pass; 0 = whole batches
     std::string json;
     std::vector<int64_t> predict_rows;  // --predict: prediction latency at these row counts instead
 };
@@ -64,6 +65,7 @@ struct Record {
     std::string optimizer;
     float momentum;
     bool centered;
+    int64_t micro_batch;
 };
 
 [[noreturn]] void usage(int code) {
@@ -72,7 +74,7 @@ struct Record {
                  "                     [--repeats N] [--threads N] [--streamed] [--lr-schedule constant|cosine]\n"
                  "                     [--clipnorm X] [--ema M] [--dropout R] [--weight-decay X]\n"
                  "                     [--optimizer sgd|adam|adamw|rmsprop] [--momentum M] [--centered]\n"
-                 "                     [--json FILE]\n"
+                 "                     [--micro-batch N] [--json FILE]\n"
                  "       mptrain-bench --predict LIST [--backend cpu|cuda] [--precision LIST] [--repeats N] [--threads N]\n"
                  "  LIST is comma-separated, e.g. --precision fp32,mixed-bf16 --batch 32,256\n"
                  "  --streamed keeps the data set in host memory (GPU: batches staged through pinned memory)\n"
@@ -82,7 +84,8 @@ struct Record {
                  "  --dropout R drops both hidden layers' outputs at rate R in [0, 1) (the library's dropout)\n"
                  "  --weight-decay X decays every weight and bias by lr * X a step (the optimizer's weight decay)\n"
                  "  --optimizer O trains with that optimizer (default sgd); --momentum M is SGD's or RMSprop's,\n"
-                 "    --centered makes RMSprop centered (one more state array)\n"
+                 "    --centered makes RMSprop centered (one more state array); Adam takes no momentum\n"
+                 "  --micro-batch N runs each batch in micro-batches of N rows (the library's gradient accumulation)\n"
                  "  --predict 1,2,4,8 times mpt_trainer_predict on that many rows instead of training steps:\n"
                  "    the median of 20 x repeats calls per precision, the precisions taking turns\n");
     std::exit(code);
@@ -129,13 +132,16 @@ Options parse(int argc, char** argv) {
         else if (flag == "--weight-decay") options.weight_decay = std::strtof(value.c_str(), nullptr);
         else if (flag == "--optimizer") options.optimizer = value;
         else if (flag == "--momentum") options.momentum = std::strtof(value.c_str(), nullptr);
+        else if (flag == "--micro-batch") options.micro_batch = std::atoll(value.c_str());
         else usage(2);
     }
     if (options.backend != "cpu" && options.backend != "cuda") usage(2);
     if (options.repeats < 1 || options.steps < 0 || !(options.clipnorm >= 0.0f) ||
         !(options.ema >= 0.0f && options.ema < 1.0f) || !(options.dropout >= 0.0f && options.dropout < 1.0f) ||
         !(options.weight_decay >= 0.0f && options.weight_decay < 1.0f) ||
-        !(options.momentum >= 0.0f && options.momentum < 1.0f) ||
+        !(options.momentum >= 0.0f && options.momentum < 1.0f) || options.micro_batch < 0 ||
+        // The library keeps SGD's and RMSprop's momentum; Adam's first moment is its own.
+        (options.momentum != 0.0f && (options.optimizer == "adam" || options.optimizer == "adamw")) ||
         (options.optimizer != "sgd" && options.optimizer != "adam" && options.optimizer != "adamw" &&
          options.optimizer != "rmsprop"))
         usage(2);
@@ -310,6 +316,8 @@ Record run_one(const Options& options, const std::string& precision_text, int64_
         configured = mpt_trainer_options_set_rmsprop_centered(trainer_options, options.centered ? 1 : 0);
     if (configured == MPT_STATUS_OK)
         configured = mpt_trainer_options_set_weight_decay(trainer_options, options.weight_decay);
+    if (configured == MPT_STATUS_OK)
+        configured = mpt_trainer_options_set_micro_batch_size(trainer_options, options.micro_batch);
     if (configured == MPT_STATUS_OK) configured = mpt_trainer_create(model, trainer_options, &handles.trainer);
     mpt_trainer_options_destroy(trainer_options);
     check(configured, "trainer");
@@ -361,6 +369,7 @@ Record run_one(const Options& options, const std::string& precision_text, int64_
     record.optimizer = options.optimizer;
     record.momentum = options.momentum;
     record.centered = options.centered;
+    record.micro_batch = options.micro_batch;
     const mpt::DType compute = resolved == MPT_PRECISION_MIXED_BF16   ? mpt::DType::bf16
                                : resolved == MPT_PRECISION_MIXED_FP16 ? mpt::DType::fp16
                                                                       : mpt::DType::fp32;
@@ -448,13 +457,14 @@ void write_json(const std::string& path, const std::vector<Record>& records) {
                      "  {\"backend\": \"%s\", \"precision\": \"%s\", \"resolved_precision\": \"%s\", \"batch\": %lld, "
                      "\"steps\": %lld, \"us_per_step\": %.1f, \"wall_us_per_step\": %.1f, \"data\": \"%s\", "
                      "\"lr_schedule\": \"%s\", \"global_clipnorm\": %g, \"ema_momentum\": %g, \"dropout\": %g, "
-                     "\"weight_decay\": %g, \"optimizer\": \"%s\", \"momentum\": %g, \"centered\": %s, ",
+                     "\"weight_decay\": %g, \"optimizer\": \"%s\", \"momentum\": %g, \"centered\": %s, "
+                     "\"micro_batch\": %lld, ",
                      r.backend.c_str(), r.precision.c_str(), r.resolved.c_str(), static_cast<long long>(r.batch),
                      static_cast<long long>(r.steps), r.us_per_step, r.wall_us_per_step,
                      r.streamed ? "streamed" : "resident", r.cosine ? "cosine" : "constant", static_cast<double>(r.clipnorm),
                      static_cast<double>(r.ema), static_cast<double>(r.dropout),
                      static_cast<double>(r.weight_decay), r.optimizer.c_str(), static_cast<double>(r.momentum),
-                     r.centered ? "true" : "false");
+                     r.centered ? "true" : "false", static_cast<long long>(r.micro_batch));
         if (r.gemm_floor_us >= 0) std::fprintf(file, "\"gemm_floor_us\": %.1f, \"floor_ratio\": %.3f, ", r.gemm_floor_us, r.us_per_step / r.gemm_floor_us);
         else std::fprintf(file, "\"gemm_floor_us\": null, \"floor_ratio\": null, ");
         std::fprintf(file, "\"allocations_per_step\": %.3f, \"peak_bytes\": %zu, \"device_bytes\": %lld}%s\n",
@@ -501,8 +511,11 @@ int main(int argc, char** argv) {
         optimizer += momentum;
     }
     if (options.centered && options.optimizer == "rmsprop") optimizer += " centered";
-    std::printf("mptrain %s bench, backend %s, seed MLP 3072-3000-1000-10, %s%s%s%s%s\n", mpt_version(),
-                options.backend.c_str(), optimizer.c_str(), decaying, clipping, averaging, dropping);
+    char micro[64] = "";
+    if (options.micro_batch > 0)
+        std::snprintf(micro, sizeof micro, ", micro-batches of %lld rows", static_cast<long long>(options.micro_batch));
+    std::printf("mptrain %s bench, backend %s, seed MLP 3072-3000-1000-10, %s%s%s%s%s%s\n", mpt_version(),
+                options.backend.c_str(), optimizer.c_str(), decaying, clipping, averaging, dropping, micro);
     print_device(options);
     std::printf("%-7s %-11s %-11s %6s %6s %12s %12s %12s %7s %11s %9s %11s\n", "backend", "precision", "runs as",
                 "batch", "steps", "us/step", "wall us/step", "gemm floor", "ratio", "allocs/step", "peak MiB",

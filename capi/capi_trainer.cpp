@@ -174,6 +174,14 @@ mpt_status mpt_trainer_options_set_ema(mpt_trainer_options_t* options, float mom
     MPT_API_END
 }
 
+mpt_status mpt_trainer_options_set_micro_batch_size(mpt_trainer_options_t* options, int64_t rows) {
+    MPT_API_BEGIN
+    require_pointer(options, "options");
+    require(rows >= 0, MPT_STATUS_INVALID_ARGUMENT, "the micro-batch size must be >= 0 (0: every batch in one pass)");
+    options->config.micro_batch_size = rows;
+    MPT_API_END
+}
+
 mpt_status mpt_trainer_options_set_lr_schedule(mpt_trainer_options_t* options, mpt_lr_schedule schedule,
                                                int64_t warmup_steps, int64_t decay_steps, float factor) {
     MPT_API_BEGIN

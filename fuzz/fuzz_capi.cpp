@@ -180,8 +180,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                     }
                 }
                 break;
-            case 7:
-                mpt_trainer_options_set_loss_scaling(trainer_options, static_cast<mpt_loss_scaling>(in.small(6) - 1), in.real() * 65536.0f);
+            case 7:  // loss scaling, or a micro-batch size (-1 to 5 rows: against the fuzz batches' sizes)
+                if (in.byte() % 4) {
+                    mpt_trainer_options_set_loss_scaling(trainer_options, static_cast<mpt_loss_scaling>(in.small(6) - 1),
+                                                         in.real() * 65536.0f);
+                } else {
+                    mpt_trainer_options_set_micro_batch_size(trainer_options, in.small(7) - 1);
+                }
                 break;
             case 8:
                 mpt_trainer_destroy(trainer);

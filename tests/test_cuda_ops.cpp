@@ -382,6 +382,10 @@ struct HeadCase {
     float label_smoothing = 0.0f;
     bool with_class_weights = false;  // categorical losses: random weights in [0, 3]
     bool with_row_weights = false;    // every loss: random weights in [0, 2] per row
+    // A micro-batch's head: the mean over this many rows (0: rows), its batch loss added to the
+    // metrics' when `continues_batch`.
+    int64_t mean_rows = 0;
+    bool continues_batch = false;
 };
 
 // NaN in the same places of the first `count` elements of both, and those places zeroed there so that
@@ -408,6 +412,8 @@ void compare_loss_head_logits(Backend& reference, Backend& candidate, const Head
     CAPTURE(c.label_smoothing);
     CAPTURE(c.with_class_weights);
     CAPTURE(c.with_row_weights);
+    CAPTURE(c.mean_rows);
+    CAPTURE(c.continues_batch);
     const std::vector<float> class_weights = random_values(static_cast<size_t>(c.classes), 0, 3);
     const std::vector<float> row_weights = random_values(static_cast<size_t>(c.rows), 0, 2);
     std::vector<float> logits = random_values(static_cast<size_t>(c.rows * c.width), -4, 4);
@@ -460,6 +466,8 @@ void compare_loss_head_logits(Backend& reference, Backend& candidate, const Head
         args.class_weights = c.with_class_weights ? weights.as<float>() : nullptr;
         args.row_weights = c.with_row_weights ? row_weight_buffer.as<float>() : nullptr;
         args.logits_grad_dtype = c.gradient_dtype;
+        args.mean_rows = c.mean_rows;
+        args.continues_batch = c.continues_batch;
         backend.loss_head(args);
         gradients[b] = download(backend, gradient, c.gradient_dtype, static_cast<size_t>(c.rows * c.width));
         if (c.with_probabilities)
@@ -572,6 +580,18 @@ void compare_loss_head_cases(Backend& reference, Backend& candidate) {
         row_weighted.with_row_weights = true;
         compare_loss_head(reference, candidate, row_weighted);
     }
+    // Micro-batches' heads (gradient accumulation): the mean over their whole batch's rows, the batch
+    // loss set by the first and added to by the others.
+    for (HeadCase micro :
+         {HeadCase{Activation::softmax, LossKind::sparse_categorical_crossentropy, 67, 16, 10, DType::bf16, true, true},
+          HeadCase{Activation::linear, LossKind::mean_squared_error, 31, 8, 7, DType::fp16, true, true},
+          HeadCase{Activation::sigmoid, LossKind::binary_crossentropy, 50, 8, 3, DType::fp32, true, false, 0.1f}}) {
+        micro.mean_rows = 3 * micro.rows + 5;
+        for (bool continues : {false, true}) {
+            micro.continues_batch = continues;
+            compare_loss_head(reference, candidate, micro);
+        }
+    }
     // Wide heads (several classes per lane) and many rows (several blocks).
     compare_loss_head(reference, candidate,
                       {Activation::softmax, LossKind::sparse_categorical_crossentropy, 300, 104, 100, DType::bf16, true, true});
@@ -655,6 +675,9 @@ struct UpdateCase {
     // In parts, as a clipped step runs it: UpdatePart::gradient, then UpdatePart::apply times this
     // factor (device memory). 0: whole.
     float gradient_factor = 0.0f;
+    // In parts, as gradient accumulation runs them: this many UpdatePart::accumulate between the
+    // gradient and the apply, each adding the gradient of another batch (the first's times 1 - k/4).
+    int accumulations = 0;
 };
 
 // One layer's dense_update, twice in a row (so optimizer state carries over), from the same masters,
@@ -672,6 +695,7 @@ void compare_dense_update(Backend& reference, Backend& candidate, const UpdateCa
     CAPTURE(c.optimizer.weight_decay);
     CAPTURE(c.skipped);
     CAPTURE(c.gradient_factor);
+    CAPTURE(c.accumulations);
     const int64_t weight_count = c.out_features * c.in_features;
     const bool parts = c.gradient_factor != 0.0f;
     TrainState initial{};
@@ -735,6 +759,15 @@ void compare_dense_update(Backend& reference, Backend& candidate, const UpdateCa
                 args.part = UpdatePart::gradient;
                 args.gradient_factor = nullptr;
                 backend.dense_update(args, c.optimizer);
+                for (int k = 1; k <= c.accumulations; ++k) {
+                    std::vector<float> other = output_grad;
+                    for (float& g : other) g *= 1.0f - static_cast<float>(k) / 4.0f;
+                    Buffer other_buffer = upload(backend, c.dtype, rounded(other, c.dtype));
+                    args.output_grad = other_buffer.data();
+                    args.part = UpdatePart::accumulate;
+                    backend.dense_update(args, c.optimizer);
+                    args.output_grad = output_grad_buffer.data();
+                }
                 args.part = UpdatePart::apply;
                 args.gradient_factor = factor.as<float>();
             }
@@ -836,6 +869,11 @@ void compare_dense_update_cases(Backend& reference, Backend& candidate) {
         compare_dense_update(reference, candidate, {40, 96, 40, dtype, adamw, false, 0.37f});
         compare_dense_update(reference, candidate, {64, 48, 16, dtype, momentum, false, 1.0f});
         compare_dense_update(reference, candidate, {32, 64, 16, dtype, momentum, true, 0.5f});
+        // Accumulated (micro-batches): cuBLASLt with beta 1 and the bias sums added to, unfused.
+        compare_dense_update(reference, candidate, {37, 136, 64, dtype, sgd, false, 1.0f, 1});
+        compare_dense_update(reference, candidate, {40, 96, 40, dtype, adamw, false, 0.37f, 3});
+        compare_dense_update(reference, candidate, {16, 100, 13, dtype, rmsprop_centered_momentum, false, 1.0f, 2});
+        compare_dense_update(reference, candidate, {32, 64, 16, dtype, adam, true, 1.0f, 2});
     }
     // 1.5 M weights: past one pass of the update kernel's grid (8 blocks per SM, about 1 M elements
     // on an H200), so later grid-stride passes run and the bias group starts in the second.
@@ -962,9 +1000,11 @@ void compare_dropout(Backend& reference, Backend& candidate) {
     struct DropoutCase {
         int64_t count, offset, steps, layer;
         float rate;
+        int64_t first_index = 0;  // a micro-batch's: where its values lie in the whole batch's
     };
     const DropoutCase cases[] = {{0, 0, 0, 0, 0.5f},        {1, 0, 3, 1, 0.5f},          {4999, 1, 0, 0, 0.1f},
-                                 {4999, 3, 12345, 2, 0.9f}, {(int64_t{1} << 20) + 3, 0, 7, 1, 0.3f}};
+                                 {4999, 3, 12345, 2, 0.9f}, {(int64_t{1} << 20) + 3, 0, 7, 1, 0.3f},
+                                 {4999, 1, 5, 1, 0.4f, 3 * 4999}};
     const uint64_t seed = 0x0123456789abcdefULL;
     for (DType dtype : kDTypes) {
         for (const DropoutCase& c : cases) {
@@ -973,6 +1013,7 @@ void compare_dropout(Backend& reference, Backend& candidate) {
             CAPTURE(c.offset);
             CAPTURE(c.steps);
             CAPTURE(c.rate);
+            CAPTURE(c.first_index);
             const size_t size = static_cast<size_t>(c.count + c.offset + 1);
             const std::vector<float> values = rounded(random_values(size, -3, 3), dtype);
             const DropoutDraw draw = dropout_draw(seed, c.layer, c.rate);
@@ -980,7 +1021,7 @@ void compare_dropout(Backend& reference, Backend& candidate) {
             std::vector<float> expected = values;
             int64_t kept = 0;
             for (int64_t i = 0; i < c.count; ++i) {
-                const bool keeps = dropout_keeps(key, draw.threshold, i);
+                const bool keeps = dropout_keeps(key, draw.threshold, c.first_index + i);
                 kept += keeps;
                 float& value = expected[static_cast<size_t>(c.offset + i)];
                 value = keeps ? round_to(dtype, value * (1.0f / (1.0f - c.rate))) : 0.0f;
@@ -1007,6 +1048,7 @@ void compare_dropout(Backend& reference, Backend& candidate) {
                     args.count = c.count;
                     args.draw = draw;
                     args.state = state_buffer.as<TrainState>();
+                    args.first_index = c.first_index;
                     backend->dropout(args);
                     CHECK(download(*backend, in_place ? input : output, dtype, size) == expected);
                     if (!in_place) CHECK(download(*backend, input, dtype, size) == values);
@@ -1251,9 +1293,10 @@ struct TrainingRun {
     TrainState state;
 };
 
-// Trains `epochs` epochs at each batch size in turn (a new batch size plans the arenas again).
+// Trains `epochs` epochs at each batch size in turn (a new batch size plans the arenas again), in
+// micro-batches of `micro_batch_size` rows where that is smaller (0: whole batches).
 TrainingRun train(mpt_backend backend, mpt_precision precision, const SyntheticData& data, int64_t epochs,
-                  const std::vector<int64_t>& batches, bool graphs = true) {
+                  const std::vector<int64_t>& batches, bool graphs = true, int64_t micro_batch_size = 0) {
     auto context = make_context(backend);
 #if defined(MPTRAIN_WITH_CUDA)
     if (context->backend().kind() == BackendKind::cuda) cuda_backend_set_graphs(context->backend(), graphs);
@@ -1265,6 +1308,7 @@ TrainingRun train(mpt_backend backend, mpt_precision precision, const SyntheticD
     TrainerConfig config;
     config.precision = precision;
     config.optimizer.learning_rate = 0.05f;
+    config.micro_batch_size = micro_batch_size;
     Trainer trainer(model, config);
     TrainingRun run;
     run.initial = master_block(*model);
@@ -1276,8 +1320,8 @@ TrainingRun train(mpt_backend backend, mpt_precision precision, const SyntheticD
 }
 
 TrainingRun train(mpt_backend backend, mpt_precision precision, const SyntheticData& data, int64_t epochs,
-                  int64_t batch, bool graphs = true) {
-    return train(backend, precision, data, epochs, std::vector<int64_t>{batch}, graphs);
+                  int64_t batch, bool graphs = true, int64_t micro_batch_size = 0) {
+    return train(backend, precision, data, epochs, std::vector<int64_t>{batch}, graphs, micro_batch_size);
 }
 
 }  // namespace
@@ -1523,6 +1567,27 @@ TEST_CASE("training on the GPU ends where training on the CPU ends, from the sam
     }
 }
 
+TEST_CASE("a batch in micro-batches trains on the GPU as in one pass, and as on the CPU") {
+    SKIP_WITHOUT_GPU();
+    const SyntheticData data = synthetic_data(512, 100, 13);
+    for (mpt_precision precision : {MPT_PRECISION_FP32, MPT_PRECISION_MIXED_BF16}) {
+        CAPTURE(static_cast<int>(precision));
+        // Batches of 96 in micro-batches of 40, 40 and 16: the first writes the sums (the GEMM's
+        // BGRADB epilogue), the others add to them (beta 1, the bias sums unfused).
+        const TrainingRun whole = train(MPT_BACKEND_CUDA, precision, data, 3, 96);
+        const TrainingRun parts = train(MPT_BACKEND_CUDA, precision, data, 3, 96, true, 40);
+        const TrainingRun eager = train(MPT_BACKEND_CUDA, precision, data, 3, 96, false, 40);
+        const TrainingRun cpu = train(MPT_BACKEND_CPU, precision, data, 3, 96, true, 40);
+        const double bound = precision == MPT_PRECISION_FP32 ? 1e-3 : 5e-2;
+        CHECK(normalised_error(difference(parts.final, parts.initial), difference(whole.final, whole.initial)) <= bound);
+        CHECK(normalised_error(difference(parts.final, parts.initial), difference(eager.final, eager.initial)) <= 1e-3);
+        CHECK(normalised_error(difference(parts.final, parts.initial), difference(cpu.final, cpu.initial)) <= bound);
+        CHECK(parts.state.steps == whole.state.steps);
+        CHECK(parts.state.steps == cpu.state.steps);
+        CHECK(parts.evaluation.accuracy == doctest::Approx(whole.evaluation.accuracy).epsilon(0.02));
+    }
+}
+
 TEST_CASE("graph replay and eager issue train identically on the GPU") {
     SKIP_WITHOUT_GPU();
     const SyntheticData data = synthetic_data(256, 100, 5);
@@ -1589,28 +1654,33 @@ TEST_CASE("steady-state steps make no device allocation and no host synchronisat
                                       short_data.labels.data(), 10, 1.0f / 255.0f, 0.0f);
     auto long_set = Dataset::from_u8(context, long_data.samples.data(), long_data.rows, long_data.features,
                                      long_data.labels.data(), 10, 1.0f / 255.0f, 0.0f);
-    TrainerConfig config;
-    config.precision = MPT_PRECISION_MIXED_BF16;
-    Trainer trainer(model, config);
-    // Warm-up: arenas, datasets on the device, GEMM plans, graphs captured.
-    trainer.fit(*long_set, 1, 16, true);
-    trainer.fit(*short_set, 1, 16, true);
+    // Whole batches, then micro-batches of 6, 6 and 4 rows: each pass its own graph.
+    for (const int64_t micro : {int64_t{0}, int64_t{6}}) {
+        CAPTURE(micro);
+        TrainerConfig config;
+        config.precision = MPT_PRECISION_MIXED_BF16;
+        config.micro_batch_size = micro;
+        Trainer trainer(model, config);
+        // Warm-up: arenas, datasets on the device, GEMM plans, graphs captured.
+        trainer.fit(*long_set, 1, 16, true);
+        trainer.fit(*short_set, 1, 16, true);
 
-    auto measure = [&](const Dataset& dataset) {
-        const uint64_t allocations = cuda_backend_allocation_count(backend);
-        const uint64_t syncs = backend.scheduler().host_sync_count();
-        trainer.fit(dataset, 1, 16, true);
-        return std::make_pair(cuda_backend_allocation_count(backend) - allocations,
-                              backend.scheduler().host_sync_count() - syncs);
-    };
-    const uint64_t replays_before = cuda_backend_graph_replays(backend);
-    const auto four_steps = measure(*short_set);
-    const auto twelve_steps = measure(*long_set);
-    CHECK(four_steps.first == 0);
-    CHECK(twelve_steps.first == 0);
-    // Syncs per epoch are a constant (order upload, final drain, metric reads); per step: none.
-    CHECK(twelve_steps.second == four_steps.second);
-    CHECK(cuda_backend_graph_replays(backend) - replays_before >= 16);
+        auto measure = [&](const Dataset& dataset) {
+            const uint64_t allocations = cuda_backend_allocation_count(backend);
+            const uint64_t syncs = backend.scheduler().host_sync_count();
+            trainer.fit(dataset, 1, 16, true);
+            return std::make_pair(cuda_backend_allocation_count(backend) - allocations,
+                                  backend.scheduler().host_sync_count() - syncs);
+        };
+        const uint64_t replays_before = cuda_backend_graph_replays(backend);
+        const auto four_steps = measure(*short_set);
+        const auto twelve_steps = measure(*long_set);
+        CHECK(four_steps.first == 0);
+        CHECK(twelve_steps.first == 0);
+        // Syncs per epoch are a constant (order upload, final drain, metric reads); per step: none.
+        CHECK(twelve_steps.second == four_steps.second);
+        CHECK(cuda_backend_graph_replays(backend) - replays_before >= 16);
+    }
 #endif
 }
 

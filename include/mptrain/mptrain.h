@@ -524,6 +524,19 @@ MPT_API mpt_status mpt_trainer_options_set_global_clipnorm(mpt_trainer_options_t
  *  padded to multiples of 8, as the weights) of the trainer's memory and one more pass over the parameters a step. mpt_trainer_swap_ema_weights puts them in
  *  the model. It is one of the options a checkpoint must match (which then holds the averages). */
 MPT_API mpt_status mpt_trainer_options_set_ema(mpt_trainer_options_t* options, float momentum);
+/** Gradient accumulation: a step over a batch of more than `rows` rows runs its forward and
+ *  backward passes on micro-batches of `rows` rows (the last may have fewer), adds up their weight
+ *  and bias gradients, then makes its one update, so that a large batch trains with the step memory
+ *  of a small one (mpt_trainer_get_memory). The step is the whole batch's: its mean loss, its
+ *  gradients, their norm and clipping, one skip when any micro-batch's gradients are not finite,
+ *  one step of the schedule, the loss scaler and the weights' average, the same dropout masks, so
+ *  it equals the step in one pass but for rounding (sums taken in another order). What fit and
+ *  mpt_trainer_step count and report are still steps; the step's loss is the whole batch's. The
+ *  sums take 4 bytes a parameter of the trainer's memory, from its first step in micro-batches.
+ *  evaluate and predict_dataset take the micro-batch size as their default batch size. rows must
+ *  be >= 0; 0 (the default) runs every batch in one pass (MPT_STATUS_INVALID_ARGUMENT otherwise).
+ *  Not recorded in checkpoints: a run may resume with another micro-batch size. */
+MPT_API mpt_status mpt_trainer_options_set_micro_batch_size(mpt_trainer_options_t* options, int64_t rows);
 /** A learning-rate schedule that the library evaluates at every step (default: CONSTANT, no warm-up).
  *  Step s, counted from 0 over the trainer's life with skipped steps included (the count that
  *  mpt_trainer_get_progress gives and checkpoints keep), trains with the base rate
@@ -631,7 +644,8 @@ MPT_API mpt_status mpt_trainer_fit(mpt_trainer_t* trainer, const mpt_dataset_t* 
 MPT_API mpt_status mpt_trainer_step(mpt_trainer_t* trainer, const mpt_dataset_t* dataset, int64_t first,
                                     int64_t batch_size, float* loss);
 /** Mean loss and accuracy over the whole dataset, in the trainer's precision, batches of
- *  `batch_size` (0 = the last training batch size, or 256). Either output may be NULL. */
+ *  `batch_size` (0 = the last training batch size, or its micro-batch size when smaller, or 256).
+ *  Either output may be NULL. */
 MPT_API mpt_status mpt_trainer_evaluate(mpt_trainer_t* trainer, const mpt_dataset_t* dataset,
                                         int64_t batch_size, float* loss, float* accuracy);
 /** Outputs of the last layer for `rows` float samples as the trainer's loss reads them, in the
@@ -651,8 +665,8 @@ MPT_API mpt_status mpt_trainer_predict(mpt_trainer_t* trainer, const float* inpu
                                        float* out, int64_t out_count);
 /** The outputs mpt_trainer_predict gives, for every row of `dataset` in order (Keras's
  *  model.predict on a dataset: the test set loaded by mpt_dataset_load_cifar10, a slice), in the
- *  trainer's precision, in batches of `batch_size` (0 = the last training batch size, or 256). Only
- *  the samples are read: the dataset's labels, targets (of any width) and row weights play no part.
+ *  trainer's precision, in batches of `batch_size` (0 = the last training batch size, or its
+ *  micro-batch size when smaller, or 256). Only the samples are read: the dataset's labels, targets (of any width) and row weights play no part.
  *  `out` holds rows * output_features floats (else MPT_STATUS_SHAPE_MISMATCH). Like evaluate, it
  *  may run from fit's epoch-end callback, not from its progress callback. */
 MPT_API mpt_status mpt_trainer_predict_dataset(mpt_trainer_t* trainer, const mpt_dataset_t* dataset,

@@ -517,6 +517,15 @@ public:
         detail::check(mpt_trainer_options_set_ema(get(), momentum));
         return *this;
     }
+    /** Gradient accumulation (mpt_trainer_options_set_micro_batch_size): a step over a batch of more
+     *  than `rows` rows runs forward and backward on micro-batches of `rows` rows, adds up their
+     *  gradients and makes the whole batch's one update (the same step but for rounding), with the
+     *  step memory of a micro-batch. 0 (the default): every batch in one pass; below 0 throws Error
+     *  (INVALID_ARGUMENT). */
+    TrainerOptions& micro_batch_size(int64_t rows) {
+        detail::check(mpt_trainer_options_set_micro_batch_size(get(), rows));
+        return *this;
+    }
     /** A learning-rate schedule the library evaluates at every step (mpt_trainer_options_set_lr_schedule
      *  has the formulas): each step trains with the base rate times a factor, a linear warm-up over
      *  `warmup_steps` (>= 0; 0: none), then MPT_LR_SCHEDULE_CONSTANT (decay_steps 0, factor 1), LINEAR

@@ -21,6 +21,9 @@ void args_print_usage(FILE* stream, const char* program)
             "                     $MPTRAIN_CIFAR10_DIR, else ./data/cifar-10-batches-bin\n"
             "  --epochs N         epochs to train (default 1)\n"
             "  --batch N          batch size (default 32)\n"
+            "  --micro-batch N    run each batch's forward and backward passes in micro-batches of N\n"
+            "                     rows and add up their gradients (gradient accumulation): the same\n"
+            "                     steps with the memory of N-row batches (default 0: whole batches)\n"
             "  --precision P      fp32 | mixed-fp16 | mixed-bf16 | auto (default auto: bf16 on CUDA\n"
             "                     cc >= 8.0, fp16 on 7.x; on the CPU bf16 with AMX, else fp32)\n"
             "  --optimizer O      sgd | adam | adamw | rmsprop, as Keras's (default sgd)\n"
@@ -261,7 +264,7 @@ static args_result usage_error(const char* program, const char* format, ...)
 /* Flags that take a value. */
 static int takes_value(const char* name)
 {
-    static const char* const names[] = {"data", "epochs", "batch", "precision", "optimizer", "momentum",
+    static const char* const names[] = {"data", "epochs", "batch", "micro-batch", "precision", "optimizer", "momentum",
                                         "weight-decay", "lr", "lr-decay",
                                         "lr-schedule", "warmup", "label-smoothing", "clipnorm", "ema", "dropout", "input-dropout",
                                         "validation-split", "limit", "seed", "backend", "threads", "json"};
@@ -342,6 +345,9 @@ args_result args_parse(int argc, char** argv, cli_options* out)
         } else if (strcmp(name, "batch") == 0) {
             if (!parse_int64(value, 1, 1 << 24, &options.batch_size))
                 return usage_error(program, "--batch must be an integer >= 1, not '%s'", value);
+        } else if (strcmp(name, "micro-batch") == 0) {
+            if (!parse_int64(value, 0, 1 << 24, &options.micro_batch_size))
+                return usage_error(program, "--micro-batch must be an integer >= 0, not '%s'", value);
         } else if (strcmp(name, "precision") == 0) {
             if (!parse_precision(value, &options.precision))
                 return usage_error(program,

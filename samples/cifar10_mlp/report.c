@@ -88,6 +88,7 @@ static void write_run(json_writer* json, const cli_options* options, const data_
     json_string(json, "backend", args_backend_name(run->backend));
     json_integer(json, "epochs", run->epochs);
     json_integer(json, "batch", run->batch_size);
+    json_integer(json, "micro_batch", options->micro_batch_size);
     json_integer(json, "steps", run->steps);
     json_integer(json, "train_images", run->train_rows);
     json_integer(json, "validation_images", run->validation_rows);

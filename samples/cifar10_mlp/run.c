@@ -228,6 +228,8 @@ int run_training(const cli_options* options, mpt_precision precision, const data
                   "setting weight decay %g", (double)options->weight_decay);
     CHECK_MPT(mpt_trainer_options_set_learning_rate(trainer_options, options->learning_rate),
               "setting learning rate %g", (double)options->learning_rate);
+    CHECK_MPT(mpt_trainer_options_set_micro_batch_size(trainer_options, options->micro_batch_size),
+              "setting micro-batches of %" PRId64 " rows", options->micro_batch_size);
     /* The decay ends at the run's last step: fit's steps per epoch are the whole batches (one,
      * when the data set is smaller than a batch). */
     steps_per_epoch = r.train_rows / options->batch_size > 0 ? r.train_rows / options->batch_size : 1;
@@ -251,6 +253,8 @@ int run_training(const cli_options* options, mpt_precision precision, const data
     if (held_out != NULL)
         printf("%" PRId64 " validation (the last %g) / ", r.validation_rows, options->validation_split);
     printf("%" PRId64 " test images | batch %" PRId64 " | ", r.test_rows, r.batch_size);
+    if (options->micro_batch_size > 0 && options->micro_batch_size < r.batch_size)
+        printf("micro-batches of %" PRId64 " | ", options->micro_batch_size);
     /* SGD without momentum or decay, the seed recipe, is what the line has always shown. */
     if (options->optimizer != MPT_OPTIMIZER_SGD || options->momentum > 0.0f || options->weight_decay_given) {
         printf("%s", args_optimizer_name(options->optimizer));

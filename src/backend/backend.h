@@ -11,6 +11,7 @@
 #include "amp/loss_scaler.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/host_device.h"
 #include "nn/activation.h"
 #include "nn/dropout.h"
 #include "nn/loss.h"
@@ -82,6 +83,9 @@ struct DropoutArgs {
     int64_t count;             // rows * width
     DropoutDraw draw;
     const TrainState* state;   // backend memory: the step count (TrainState::steps) keys the mask
+    // The index of input[0] in the step's whole [batch rows, width] array: a micro-batch's rows
+    // after the first draw the masks the whole batch's rows there would (gradient accumulation).
+    int64_t first_index = 0;
 };
 
 // The fused head: activation of the last layer (softmax row-wise, or element-wise), the loss, the
@@ -108,9 +112,24 @@ struct LossHeadArgs {
     // sample_weight), multiplying its loss and gradient after its class weight. Null: every weight 1.
     const float* row_weights;
     DType logits_grad_dtype;
+    // Gradient accumulation: a micro-batch's head computes its share of its step's whole batch of
+    // `mean_rows` rows, whose mean the loss is (the gradient's factor is loss_scale / mean_rows too),
+    // and the batch loss metric gets its share added when `continues_batch` (a micro-batch after the
+    // first) instead of set. 0: the loss is the mean over `rows`.
+    int64_t mean_rows = 0;
+    bool continues_batch = false;
 };
+// The rows a head's loss is a mean over.
+MPT_HOST_DEVICE int64_t loss_mean_rows(const LossHeadArgs& args) { return args.mean_rows > 0 ? args.mean_rows : args.rows; }
 constexpr int kMetricsCount = 4;
 enum MetricsIndex { kMetricLossSum = 0, kMetricCorrect = 1, kMetricCounted = 2, kMetricBatchLoss = 3 };
+
+// The batch loss metric after a head whose rows' losses (weighted) sum to `loss_sum`: their mean
+// over loss_mean_rows, added to the share of the micro-batches before when continues_batch.
+MPT_HOST_DEVICE double head_batch_loss(const LossHeadArgs& args, double loss_sum) {
+    const double share = loss_sum / static_cast<double>(loss_mean_rows(args));
+    return args.continues_batch && args.metrics ? args.metrics[kMetricBatchLoss] + share : share;
+}
 
 // The weight update of one layer, fused with its weight-gradient GEMM. Plain SGD needs no gradient
 // tensor: the CPU accumulates -lr/scale * dZ^T·A straight into the fp32 masters (GEMM beta = 1),
@@ -122,7 +141,10 @@ enum MetricsIndex { kMetricLossSum = 0, kMetricCorrect = 1, kMetricCounted = 2, 
 // that takes it from the batch (clips_from_batch) runs whole updates times *gradient_factor. Else an
 // update runs in two parts: `gradient` writes dW/db (times the loss scale) to weight_grad/bias_grad
 // and changes nothing else; `apply` updates the masters from them, times *gradient_factor.
-enum class UpdatePart : uint8_t { whole, gradient, apply };
+// Gradient accumulation runs the parts too, with `accumulate` between them: every micro-batch of a
+// step after the first adds its dW/db to weight_grad/bias_grad (changing nothing else), so that
+// `apply` then updates from the whole batch's gradient.
+enum class UpdatePart : uint8_t { whole, gradient, apply, accumulate };
 
 // One layer's update as reserve_update_scratch sees it.
 struct DenseUpdateShape {
@@ -148,7 +170,7 @@ struct DenseUpdateArgs {
     DType compute_dtype;
     const TrainState* state;   // loss scale, found_inf, applied steps (Adam's bias correction)
     GemmWorkspace workspace;
-    UpdatePart part = UpdatePart::whole;  // gradient and apply need weight_grad and bias_grad
+    UpdatePart part = UpdatePart::whole;  // the other parts need weight_grad and bias_grad
     // whole or apply, backend memory: multiplies every gradient (TrainState::clip_factor). Null: 1.
     const float* gradient_factor = nullptr;
 };
@@ -268,7 +290,8 @@ public:
     virtual void max_abs(const MaxAbsInput* inputs, int count, float* out) = 0;
     // Sets state->found_inf when some layer's max|dZ| * max|A_prev| * rows is not finite in fp32.
     // Otherwise every weight gradient is provably finite, so nothing wider ever has to be scanned.
-    // `max_abs_pairs` holds (max|dZ_i|, max|A_prev_i|) for each layer.
+    // `max_abs_pairs` holds (max|dZ_i|, max|A_prev_i|) for each layer. For a micro-batch, `rows` is
+    // its step's whole batch: each micro-batch's bound then covers its sum and the sum of all.
     virtual void decide_update(const float* max_abs_pairs, int layer_count, int64_t rows, TrainState* state) = 0;
     virtual void dense_update(const DenseUpdateArgs& args, const OptimizerConfig& optimizer) = 0;
     // record_global_clip(*state, sum of gradients[i]^2, clipnorm), both in backend memory:

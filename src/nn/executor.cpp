@@ -39,6 +39,10 @@ Executor::Executor(Model& model, const PrecisionPolicy& policy, ExecutionMode mo
     require(loss_.class_weights.empty() || static_cast<int64_t>(loss_.class_weights.size()) == classes_,
             MPT_STATUS_SHAPE_MISMATCH, "the class weights' count is not the model's outputs");
     output_width_ = model_.layers().back().padded_units;
+    for (const DenseLayer& layer : model_.layers()) {
+        gradient_offsets_.push_back(gradient_elements_);
+        gradient_elements_ += layer.weight_count() + layer.padded_units;
+    }
     plan_persistent();
 }
 
@@ -124,9 +128,14 @@ const void* Executor::layer_input(size_t layer, int slot, bool dropped) const {
     return step_buffer(dropped && previous.dropped >= 0 ? previous.dropped : previous.activation);
 }
 
-void Executor::reserve_rows(int64_t rows) {
+void Executor::reserve_rows(int64_t rows, bool whole_steps) {
     require(rows > 0, MPT_STATUS_INVALID_ARGUMENT, "batch size must be positive");
-    if (rows <= planned_rows_) return;
+    if (rows <= planned_rows_ && (planned_whole_steps_ || !whole_steps)) return;
+    // The new plan serves whatever the old one did too: plans only grow.
+    if (planned_rows_ > 0) {
+        rows = std::max(rows, planned_rows_);
+        whole_steps = whole_steps || planned_whole_steps_;
+    }
     backend_.scheduler().synchronize();  // the copy lane may still be filling the old arena
     // Release first so the new plan fits where the old one was; if the new one fails (budget, out of
     // memory) nothing is planned, and the next call plans again. The weight words go too: the
@@ -183,21 +192,17 @@ void Executor::reserve_rows(int64_t rows) {
                          2 * layer_count + 1);
         }
     }
-    // One layer's dW and db where the backend's update needs them in memory at this batch size:
+    // One layer's dW and db where the backend's whole update needs them in memory at this batch size:
     // layers are updated one after another, so one scratch of the largest layer serves them all,
     // and it lives in the update phase only. Clipping, unless the backend takes the norm from the
     // batch, needs every layer's at once (their norm comes before the first update), packed
     // without gaps (gradient_offsets_): clip_factor sums exactly what this step's gradients wrote.
     gradient_scratch_ = -1;
     const int update_phase = 2 * layer_count + 1;
-    gradient_offsets_.clear();
-    int64_t gradient_elements = 0;
-    for (const DenseLayer& layer : layers) {
-        gradient_offsets_.push_back(gradient_elements);
-        gradient_elements += layer.weight_count() + layer.padded_units;
-    }
-    if (training && clips_gradients(optimizer_) && !backend_.clips_from_batch(rows)) {
-        gradient_scratch_ = plan.add(static_cast<size_t>(gradient_elements) * sizeof(float), update_phase, update_phase);
+    if (!whole_steps) {
+        // Micro-batches only: their gradients go to the accumulated gradients.
+    } else if (training && clips_gradients(optimizer_) && !backend_.clips_from_batch(rows)) {
+        gradient_scratch_ = plan.add(static_cast<size_t>(gradient_elements_) * sizeof(float), update_phase, update_phase);
     } else if (training && backend_.update_needs_gradient_scratch(optimizer_, rows)) {
         int64_t largest_layer = 0;
         for (const DenseLayer& layer : layers)
@@ -212,12 +217,22 @@ void Executor::reserve_rows(int64_t rows) {
     step_plan_ = std::move(plan);
     logits_grad_ = training ? layer_slots_.back().output_grad : -1;
     planned_rows_ = rows;
+    planned_whole_steps_ = whole_steps;
 }
 
 size_t Executor::planned_bytes() const {
-    return persistent_planned_ + (planned_rows_ ? step_plan_.total_bytes() : 0) + word_cache_.bytes();
+    return persistent_planned_ + (planned_rows_ ? step_plan_.total_bytes() : 0) + word_cache_.bytes() +
+           accumulated_arena_.bytes();
 }
-size_t Executor::allocated_bytes() const { return persistent_arena_.bytes() + step_arena_.bytes() + word_cache_.bytes(); }
+size_t Executor::allocated_bytes() const {
+    return persistent_arena_.bytes() + step_arena_.bytes() + word_cache_.bytes() + accumulated_arena_.bytes();
+}
+
+void Executor::reserve_accumulated_gradients() {
+    if (accumulated_gradients_) return;
+    accumulated_arena_ = Arena(backend_, model_.context()->memory(), static_cast<size_t>(gradient_elements_) * sizeof(float));
+    accumulated_gradients_ = static_cast<float*>(accumulated_arena_.base());
+}
 
 void Executor::sync_weights() {
     if (synced_weights_version_ == model_.weights_version()) return;
@@ -314,14 +329,14 @@ void Executor::clear_head_inputs(int slot, int64_t rows) {
     backend_.fill_zero(step_buffer(batch_slots_[slot].targets), static_cast<size_t>(rows * classes_) * sizeof(float));
 }
 
-void Executor::forward(int slot, int64_t rows, bool training) {
+void Executor::forward(int slot, int64_t rows, bool training, const BatchPart& part) {
     const auto& layers = model_.layers();
     // Input dropout, out of place as a hidden layer's: the first layer's forward, update and
     // finiteness check read the dropped copy (layer_input), and the gathered batch stays as it was.
     if (training && dropped_inputs_ >= 0)
         drop(input_dropout_layer(static_cast<int64_t>(layers.size())), model_.input_dropout(),
              step_buffer(batch_slots_[slot].inputs), step_buffer(dropped_inputs_), layer_dtypes_[0], rows,
-             layers.front().padded_inputs);
+             layers.front().padded_inputs, part.first_row);
     for (size_t i = 0; i < layers.size(); ++i) {
         const DenseLayer& layer = layers[i];
         const bool last = i + 1 == layers.size();
@@ -344,12 +359,12 @@ void Executor::forward(int slot, int64_t rows, bool training) {
         backend_.dense_forward(args);
         if (training && layer_slots_[i].dropped >= 0)
             drop(static_cast<int64_t>(i), layer.dropout, args.output, step_buffer(layer_slots_[i].dropped),
-                 args.output_dtype, rows, layer.padded_units);
+                 args.output_dtype, rows, layer.padded_units, part.first_row);
     }
 }
 
 void Executor::drop(int64_t mask_layer, float rate, const void* input, void* output, DType dtype, int64_t rows,
-                    int64_t width) {
+                    int64_t width, int64_t first_row) {
     DropoutArgs args{};
     args.input = input;
     args.output = output;
@@ -357,10 +372,11 @@ void Executor::drop(int64_t mask_layer, float rate, const void* input, void* out
     args.count = rows * width;
     args.draw = dropout_draw(dropout_seed_, mask_layer, rate);
     args.state = state_;
+    args.first_index = first_row * width;
     backend_.dropout(args);
 }
 
-void Executor::loss_head(int slot, int64_t rows, HeadMode mode, bool row_weighted) {
+void Executor::loss_head(int slot, int64_t rows, HeadMode mode, bool row_weighted, const BatchPart& part) {
     const bool with_gradient = mode == HeadMode::train;
     LossHeadArgs args{};
     args.logits = static_cast<const float*>(step_buffer(layer_slots_.back().activation));
@@ -384,10 +400,14 @@ void Executor::loss_head(int slot, int64_t rows, HeadMode mode, bool row_weighte
                            ? static_cast<const float*>(step_buffer(batch_slots_[slot].row_weights))
                            : nullptr;
     args.logits_grad_dtype = layer_dtypes_.back();
+    if (with_gradient) {
+        args.mean_rows = part.batch_rows;
+        args.continues_batch = part.first_row > 0;
+    }
     backend_.loss_head(args);
 }
 
-void Executor::backward(int slot, int64_t rows) {
+void Executor::backward(int slot, int64_t rows, const BatchPart& part) {
     const auto& layers = model_.layers();
     for (size_t i = layers.size() - 1; i > 0; --i) {
         const DenseLayer& layer = layers[i];
@@ -407,23 +427,25 @@ void Executor::backward(int slot, int64_t rows) {
         backend_.dense_backward_data(data);
         if (layer_slots_[i - 1].dropped >= 0)
             drop(static_cast<int64_t>(i - 1), layers[i - 1].dropout, data.input_grad, data.input_grad,
-                 data.input_grad_dtype, rows, layer.padded_inputs);
+                 data.input_grad_dtype, rows, layer.padded_inputs, part.first_row);
     }
 }
 
 void Executor::begin_step() { backend_.begin_step(state_); }
 
-void Executor::update(int slot, int64_t rows) {
+void Executor::reserve_update_scratch(int64_t rows, bool clipping) {
+    if (rows == update_scratch_rows_ && clipping == update_scratch_clipping_) return;
     const auto& layers = model_.layers();
-    const int layer_count = static_cast<int>(layers.size());
-    if (rows != update_scratch_rows_) {
-        // Whatever scratch the updates need, before the first of them changes a layer.
-        std::vector<DenseUpdateShape> shapes;
-        for (size_t i = 0; i < layers.size(); ++i)
-            shapes.push_back({layers[i].padded_inputs, layers[i].padded_units, layer_dtypes_[i]});
-        backend_.reserve_update_scratch(shapes.data(), layer_count, rows, clips_gradients(optimizer_));
-        update_scratch_rows_ = rows;
-    }
+    std::vector<DenseUpdateShape> shapes;
+    for (size_t i = 0; i < layers.size(); ++i)
+        shapes.push_back({layers[i].padded_inputs, layers[i].padded_units, layer_dtypes_[i]});
+    backend_.reserve_update_scratch(shapes.data(), static_cast<int>(layers.size()), rows, clipping);
+    update_scratch_rows_ = rows;
+    update_scratch_clipping_ = clipping;
+}
+
+void Executor::decide_from_bounds(int slot, int64_t rows, int64_t bound_rows) {
+    const auto& layers = model_.layers();
     // (max|dZ_i|, max|A_prev_i|) per layer, kMaxAbsInputs tensors per pass.
     MaxAbsInput inputs[kMaxAbsInputs];
     int pending = 0;
@@ -438,13 +460,23 @@ void Executor::update(int slot, int64_t rows) {
             first_layer = i + 1;
         }
     }
-    backend_.decide_update(gradient_bounds_, layer_count, rows, state_);
+    backend_.decide_update(gradient_bounds_, static_cast<int>(layers.size()), bound_rows, state_);
+}
+
+void Executor::finish_update() {
+    if (averages_)
+        backend_.average_weights(model_.masters(), averages_, model_.parameter_block_elements(), optimizer_.ema_momentum,
+                                 state_);
+    backend_.finish_step(state_, scaler_);
+}
+
+void Executor::update(int slot, int64_t rows) {
+    // Whatever scratch the updates need, before the first of them changes a layer.
+    reserve_update_scratch(rows, clips_gradients(optimizer_));
+    decide_from_bounds(slot, rows, rows);
     try {
         update_layers(slot, rows);
-        if (averages_)
-            backend_.average_weights(model_.masters(), averages_, model_.parameter_block_elements(),
-                                     optimizer_.ema_momentum, state_);
-        backend_.finish_step(state_, scaler_);
+        finish_update();
     } catch (...) {
         // Some layers may be updated already (a fault: their scratch was reserved above), so what
         // was made from the old weights (low copies, words) must not be read again.
@@ -455,15 +487,48 @@ void Executor::update(int slot, int64_t rows) {
     synced_weights_version_ = model_.weights_version();
 }
 
+void Executor::accumulate(int slot, int64_t rows, const BatchPart& part) {
+    require(accumulated_gradients_ != nullptr && !part.whole(), MPT_STATUS_INTERNAL,
+            "executor: accumulate needs a micro-batch and the accumulated gradients' memory");
+    // The weight-gradient GEMMs' scratch only: no layer changes here, and the norm of a clipped
+    // step is taken from the sums.
+    reserve_update_scratch(rows, false);
+    decide_from_bounds(slot, rows, part.batch_rows);
+    const UpdatePart writes = part.first_row == 0 ? UpdatePart::gradient : UpdatePart::accumulate;
+    for (size_t i = 0; i < model_.layers().size(); ++i)
+        backend_.dense_update(layer_update(i, slot, rows, writes, accumulated_gradients_), optimizer_);
+}
+
+void Executor::apply_accumulated(int slot, int64_t rows) {
+    require(accumulated_gradients_ != nullptr, MPT_STATUS_INTERNAL, "executor: nothing was accumulated");
+    try {
+        if (clips_gradients(optimizer_))
+            backend_.clip_factor(accumulated_gradients_, gradient_elements_, optimizer_.global_clipnorm, state_);
+        for (size_t i = 0; i < model_.layers().size(); ++i) {
+            DenseUpdateArgs args = layer_update(i, slot, rows, UpdatePart::apply, accumulated_gradients_);
+            if (clips_gradients(optimizer_)) args.gradient_factor = &state_->clip_factor;
+            backend_.dense_update(args, optimizer_);
+        }
+        finish_update();
+    } catch (...) {
+        model_.mark_weights_changed();  // as update's
+        throw;
+    }
+    model_.mark_weights_changed();
+    synced_weights_version_ = model_.weights_version();
+}
+
 void Executor::update_layers(int slot, int64_t rows) {
     const size_t count = model_.layers().size();
+    float* const gradient_scratch = static_cast<float*>(step_buffer(gradient_scratch_));
     if (!clips_gradients(optimizer_)) {
-        for (size_t i = 0; i < count; ++i) backend_.dense_update(layer_update(i, slot, rows, UpdatePart::whole), optimizer_);
+        for (size_t i = 0; i < count; ++i)
+            backend_.dense_update(layer_update(i, slot, rows, UpdatePart::whole, gradient_scratch), optimizer_);
         return;
     }
     if (backend_.clips_from_batch(rows)) {
         // The norm from the batch, then every whole update times the factor.
-        for (size_t i = 0; i < count; ++i) layer_updates_[i] = layer_update(i, slot, rows, UpdatePart::whole);
+        for (size_t i = 0; i < count; ++i) layer_updates_[i] = layer_update(i, slot, rows, UpdatePart::whole, gradient_scratch);
         backend_.clip_factor_from_batch(layer_updates_.data(), static_cast<int>(count), gradient_bounds_,
                                         optimizer_.global_clipnorm, state_);
         for (DenseUpdateArgs& args : layer_updates_) {
@@ -474,24 +539,21 @@ void Executor::update_layers(int slot, int64_t rows) {
     }
     // Every gradient, their norm's factor, then every update: the gradients of all layers lie packed
     // in the scratch, so one clip_factor call covers them and nothing else.
-    for (size_t i = 0; i < count; ++i) backend_.dense_update(layer_update(i, slot, rows, UpdatePart::gradient), optimizer_);
-    const int64_t gradient_elements = gradient_offsets_.back() + model_.layers().back().weight_count() +
-                                      model_.layers().back().padded_units;
-    backend_.clip_factor(static_cast<const float*>(step_buffer(gradient_scratch_)), gradient_elements,
-                         optimizer_.global_clipnorm, state_);
+    for (size_t i = 0; i < count; ++i)
+        backend_.dense_update(layer_update(i, slot, rows, UpdatePart::gradient, gradient_scratch), optimizer_);
+    backend_.clip_factor(gradient_scratch, gradient_elements_, optimizer_.global_clipnorm, state_);
     for (size_t i = 0; i < count; ++i) {
-        DenseUpdateArgs args = layer_update(i, slot, rows, UpdatePart::apply);
+        DenseUpdateArgs args = layer_update(i, slot, rows, UpdatePart::apply, gradient_scratch);
         args.gradient_factor = &state_->clip_factor;
         backend_.dense_update(args, optimizer_);
     }
 }
 
-DenseUpdateArgs Executor::layer_update(size_t i, int slot, int64_t rows, UpdatePart part) const {
+DenseUpdateArgs Executor::layer_update(size_t i, int slot, int64_t rows, UpdatePart part, float* gradients) const {
     const DenseLayer& layer = model_.layers()[i];
     float* masters = model_.masters();
-    float* gradient_scratch = static_cast<float*>(step_buffer(gradient_scratch_));
-    // A clipped step in parts keeps every layer's gradient, packed; otherwise the layers take turns
-    // in one layer's scratch.
+    // A step in parts keeps every layer's gradient, packed; otherwise the layers take turns in one
+    // layer's scratch.
     const int64_t scratch_offset = part == UpdatePart::whole ? 0 : gradient_offsets_[i];
     const bool low = !parameters_read_as_masters(i);
     DenseUpdateArgs args{};
@@ -501,10 +563,10 @@ DenseUpdateArgs Executor::layer_update(size_t i, int slot, int64_t rows, UpdateP
     args.bias = masters + layer.bias_offset;
     args.low_weights = low ? low_copies_ + static_cast<size_t>(layer.weight_offset) * low_element_bytes_ : nullptr;
     args.low_bias = low ? low_copies_ + static_cast<size_t>(layer.bias_offset) * low_element_bytes_ : nullptr;
-    args.weight_grad = gradient_scratch ? gradient_scratch + scratch_offset : nullptr;
+    args.weight_grad = gradients ? gradients + scratch_offset : nullptr;
     // The bias right after the weights: in the parameter layout there may be an alignment gap.
     const int64_t bias_after = part == UpdatePart::whole ? layer.bias_offset - layer.weight_offset : layer.weight_count();
-    args.bias_grad = gradient_scratch ? gradient_scratch + scratch_offset + bias_after : nullptr;
+    args.bias_grad = gradients ? gradients + scratch_offset + bias_after : nullptr;
     for (int s = 0; s < kMaxOptimizerStates; ++s) {
         args.weight_state[s] = optimizer_states_[s] ? optimizer_states_[s] + layer.weight_offset : nullptr;
         args.bias_state[s] = optimizer_states_[s] ? optimizer_states_[s] + layer.bias_offset : nullptr;

@@ -24,6 +24,15 @@ enum class ExecutionMode { training, inference };
 // Buffers for two batches exist so the next one can be gathered while the current one computes.
 constexpr int kBatchSlots = 2;
 
+// Where a pass's rows lie in their step's batch. Gradient accumulation runs a step's batch as
+// micro-batches, each through forward, head and backward with its rows from `first_row` of the
+// whole batch's `batch_rows`; the default is a whole batch.
+struct BatchPart {
+    int64_t first_row = 0;
+    int64_t batch_rows = 0;  // 0: the pass is the whole batch
+    bool whole() const { return batch_rows == 0; }
+};
+
 // What a step leaves for the host to read: the train state and the running metrics, adjacent in
 // backend memory so that one asynchronous copy brings both back.
 struct StepReport {
@@ -36,8 +45,12 @@ public:
     Executor(Model& model, const PrecisionPolicy& policy, ExecutionMode mode, const LossConfig& loss,
              const OptimizerConfig& optimizer, const LossScalerConfig& scaler);
 
-    // Makes the step arena fit `rows` per batch (plans again only for a larger batch).
-    void reserve_rows(int64_t rows);
+    // Makes the step arena fit `rows` per batch (plans again only for a larger batch, or for whole
+    // training steps where the plan was made without them; a new plan serves what the old one did).
+    // `whole_steps`: training steps will run on these rows in one pass (update), whose gradients may
+    // need step memory; micro-batches (accumulate) keep theirs in the accumulated gradients instead,
+    // and evaluate and predict have none.
+    void reserve_rows(int64_t rows, bool whole_steps = true);
     int64_t planned_rows() const { return planned_rows_; }
     size_t planned_bytes() const;     // both arenas as planned
     size_t allocated_bytes() const;   // both arenas as allocated
@@ -69,19 +82,32 @@ public:
     // (predict), so they must hold valid values there.
     void clear_head_inputs(int slot, int64_t rows);
     // `training`: the layers with dropout drop their outputs into the next layer's input, with the
-    // step's mask (set_dropout_seed).
-    void forward(int slot, int64_t rows, bool training = false);
+    // step's mask (set_dropout_seed) at `part`'s rows.
+    void forward(int slot, int64_t rows, bool training = false, const BatchPart& part = BatchPart{});
     // Loss head on the forward's logits. train: metrics accumulate and scaled dlogits are written;
     // evaluate: metrics only; predict: the last layer's outputs only (read_outputs). `row_weighted`:
     // the slot's batch came from a weighted dataset, whose row weights its gather wrote (train and
-    // evaluate weigh each row's loss by them).
+    // evaluate weigh each row's loss by them). A micro-batch's (train) head takes its share of its
+    // whole batch's mean loss and gradient.
     enum class HeadMode { train, evaluate, predict };
-    void loss_head(int slot, int64_t rows, HeadMode mode, bool row_weighted = false);
+    void loss_head(int slot, int64_t rows, HeadMode mode, bool row_weighted = false, const BatchPart& part = BatchPart{});
     // Input gradients through every layer (dZ for all layers), before any weight changes; through a
     // dropout the same mask as training's forward drew.
-    void backward(int slot, int64_t rows);
+    void backward(int slot, int64_t rows, const BatchPart& part = BatchPart{});
     // Proves the step finite (or marks it skipped), then updates every layer and the loss scaler.
     void update(int slot, int64_t rows);
+    // Gradient accumulation, instead of update: after a micro-batch's backward, proves its share
+    // finite (or marks the step skipped) and writes (the first micro-batch) or adds (the others)
+    // every layer's weight and bias gradients to the accumulated gradients. A step's begin_step
+    // comes before its first micro-batch only, so that any micro-batch's overflow skips the step.
+    void accumulate(int slot, int64_t rows, const BatchPart& part);
+    // After the last micro-batch's accumulate: clips the accumulated gradients when the optimizer
+    // clips, then updates every layer from them and the loss scaler, as update does (`slot` and
+    // `rows`: the last micro-batch's).
+    void apply_accumulated(int slot, int64_t rows);
+    // The accumulated gradients' memory (every layer's dW and db packed, fp32), before the first
+    // accumulate; kept until the executor goes.
+    void reserve_accumulated_gradients();
     void begin_step();
 
     // ---- state outside steps ----
@@ -149,7 +175,16 @@ private:
     // Every layer's dense_update (update's second half, after the step is proven finite or not);
     // with clipping, the clip factor first (from the batch, or from every layer's gradient part).
     void update_layers(int slot, int64_t rows);
-    DenseUpdateArgs layer_update(size_t layer, int slot, int64_t rows, UpdatePart part) const;
+    // A layer's update of `part`; the parts other than whole read and write their gradients in
+    // `gradients`, every layer's packed (gradient_offsets_).
+    DenseUpdateArgs layer_update(size_t layer, int slot, int64_t rows, UpdatePart part, float* gradients) const;
+    // Before a step's first dense_update on `rows`: the backend's update scratch for them.
+    void reserve_update_scratch(int64_t rows, bool clipping);
+    // The bounds of every layer's dZ and A_prev in this pass, and decide_update with `bound_rows`.
+    void decide_from_bounds(int slot, int64_t rows, int64_t bound_rows);
+    // After every layer's update: the weights' moving average and the loss scaler's step.
+    void finish_update();
+
     void* step_buffer(int id) const { return id < 0 ? nullptr : step_arena_.at<char>(step_plan_.offset(id)); }
     // The input of layer `layer`: the batch, or the previous layer's output as a training step's
     // forward and update read it (`dropped`: after its dropout, where it has one).
@@ -158,7 +193,9 @@ private:
     // of `dtype`: its output or its gradient.
     // Drops `rate` of input's [rows, width] values into output (which may be input), with the mask of
     // `mask_layer` (a layer's index, or input_dropout_layer for the inputs) at this step.
-    void drop(int64_t mask_layer, float rate, const void* input, void* output, DType dtype, int64_t rows, int64_t width);
+    // `first_row`: where the rows lie in their step's batch (BatchPart), which keys their masks.
+    void drop(int64_t mask_layer, float rate, const void* input, void* output, DType dtype, int64_t rows, int64_t width,
+              int64_t first_row);
 
     Model& model_;
     Backend& backend_;
@@ -197,13 +234,19 @@ private:
     ArenaPlan step_plan_;
     Arena step_arena_;
     int64_t planned_rows_ = 0;
+    bool planned_whole_steps_ = false;  // the plan has what whole training steps need (gradient scratch)
     int64_t update_scratch_rows_ = 0;  // the batch size the backend last reserved update scratch for
+    bool update_scratch_clipping_ = false;  // and whether for clipping
     std::vector<LayerSlots> layer_slots_;
     std::vector<DenseUpdateArgs> layer_updates_;  // a clipped step's, one per layer (sized when planning)
     // Where each layer's dW (then its db) lies in a clipped step's all-layer gradient scratch: packed,
     // without the parameter layout's alignment gaps.
     std::vector<int64_t> gradient_offsets_;
+    int64_t gradient_elements_ = 0;  // every layer's dW and db in that layout
     BatchSlot batch_slots_[kBatchSlots];
+    // Gradient accumulation's sums of a step's micro-batches (reserve_accumulated_gradients).
+    Arena accumulated_arena_;
+    float* accumulated_gradients_ = nullptr;
     int logits_grad_ = -1;
     int gradient_scratch_ = -1;  // one layer's dW and db where the update needs them; all layers' when clipping
     int dropped_inputs_ = -1;    // training with input dropout: the batch after its dropout

@@ -131,6 +131,7 @@ const TrainerConfig& checked_optimizer(const TrainerConfig& config) {
     const OptimizerConfig& optimizer = config.optimizer;
     require(!(optimizer.kind == OptimizerKind::rmsprop && optimizer.nesterov && optimizer.momentum != 0.0f),
             MPT_STATUS_INVALID_ARGUMENT, "RMSprop takes momentum, not Nesterov momentum (that is SGD's)");
+    require(config.micro_batch_size >= 0, MPT_STATUS_INVALID_ARGUMENT, "the micro-batch size must be >= 0 (0: none)");
     return config;
 }
 
@@ -280,17 +281,36 @@ void Trainer::run_gather(void* argument) {
                                    task.slot);
 }
 
+int64_t Trainer::pass_rows(int64_t batch_rows) const {
+    const int64_t micro = config_.micro_batch_size;
+    return micro > 0 && micro < batch_rows ? micro : batch_rows;
+}
+
+void Trainer::reserve_training_batch(int64_t batch_rows) {
+    if (pass_rows(batch_rows) < batch_rows) executor_.reserve_accumulated_gradients();
+    executor_.reserve_rows(pass_rows(batch_rows), pass_rows(batch_rows) == batch_rows);
+}
+
+int64_t Trainer::default_batch_size() const { return last_batch_size_ ? pass_rows(last_batch_size_) : 256; }
+
 void Trainer::run_train_step(void* argument) {
     StepTask& task = *static_cast<StepTask*>(argument);
     Executor& executor = task.trainer->executor_;
-    // Weights set between two steps (from a callback) reach the low-precision copies before this
-    // step reads them; otherwise a no-op (the update keeps the copies in step with the masters).
-    executor.sync_weights();
-    executor.begin_step();
-    executor.forward(task.slot, task.rows, true);
-    executor.loss_head(task.slot, task.rows, Executor::HeadMode::train, task.row_weighted);
-    executor.backward(task.slot, task.rows);
-    executor.update(task.slot, task.rows);
+    if (task.part.first_row == 0) {
+        // Weights set between two steps (from a callback) reach the low-precision copies before this
+        // step reads them; otherwise a no-op (the update keeps the copies in step with the masters).
+        executor.sync_weights();
+        executor.begin_step();
+    }
+    executor.forward(task.slot, task.rows, true, task.part);
+    executor.loss_head(task.slot, task.rows, Executor::HeadMode::train, task.row_weighted, task.part);
+    executor.backward(task.slot, task.rows, task.part);
+    if (task.part.whole()) {
+        executor.update(task.slot, task.rows);
+        return;
+    }
+    executor.accumulate(task.slot, task.rows, task.part);
+    if (task.closes_step) executor.apply_accumulated(task.slot, task.rows);
 }
 
 void Trainer::check_finite_step(const TrainState& state) {
@@ -376,7 +396,7 @@ void Trainer::fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bo
         restored_order_.clear();
     }
     executor_.release_weight_words();
-    executor_.reserve_rows(batch_rows);
+    reserve_training_batch(batch_rows);
     last_batch_size_ = batch_rows;
     epoch_batch_size_ = batch_rows;
     shuffle_ = shuffle;
@@ -410,7 +430,7 @@ void Trainer::fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bo
         // An evaluation from the last epoch-end callback may have planned the step buffers again, or
         // (out of memory for its larger batch) left none: plan for fit's batch before this epoch's
         // first gather. Nothing when the plan fits, as it does but after such an evaluation.
-        executor_.reserve_rows(batch_rows);
+        reserve_training_batch(batch_rows);
         if (resume) {
             if (!restored_order_.empty()) {
                 reserve_order(epoch_order_, rows);
@@ -437,28 +457,46 @@ void Trainer::fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bo
             backend.copy_to_host(host_epoch_order_.data(), order, host_epoch_order_.size() * sizeof(int32_t));
             host_order = host_epoch_order_.data();
         }
-        auto submit_gather = [&](int64_t step_index) {
-            GatherTask& task = gather_tasks_[step_index % kBatchSlots];
-            task = GatherTask{this, &dataset, view, order, host_order, step_index * batch_rows, batch_rows,
-                              static_cast<int>(step_index % kBatchSlots)};
+        // A step is `passes` passes, of its whole batch or of each of its micro-batches in turn; the
+        // epoch's passes are numbered from 0 and alternate between the batch slots.
+        const int64_t micro_rows = pass_rows(batch_rows);
+        const int64_t passes = (batch_rows + micro_rows - 1) / micro_rows;
+        auto pass_part = [&](int64_t pass) {
+            return passes > 1 ? BatchPart{pass % passes * micro_rows, batch_rows} : BatchPart{};
+        };
+        auto pass_row_count = [&](int64_t pass) { return std::min(micro_rows, batch_rows - pass_part(pass).first_row); };
+        auto submit_gather = [&](int64_t pass) {
+            GatherTask& task = gather_tasks_[pass % kBatchSlots];
+            task = GatherTask{this,
+                              &dataset,
+                              view,
+                              order,
+                              host_order,
+                              pass / passes * batch_rows + pass_part(pass).first_row,
+                              pass_row_count(pass),
+                              static_cast<int>(pass % kBatchSlots)};
             scheduler.submit(Lane::copy, &Trainer::run_gather, &task);
             return scheduler.record(Lane::copy);
         };
         scheduler.start_timer();
         Event ready[kBatchSlots];
-        if (first_step < steps) ready[first_step % kBatchSlots] = submit_gather(first_step);
-        for (int64_t s = first_step; s < steps; ++s) {
-            const int slot = static_cast<int>(s % kBatchSlots);
-            // The next batch's slot was last read by step s - 1, which the compute lane has finished
+        const int64_t first_pass = first_step * passes, end_pass = steps * passes;
+        if (first_pass < end_pass) ready[first_pass % kBatchSlots] = submit_gather(first_pass);
+        for (int64_t p = first_pass; p < end_pass; ++p) {
+            const int slot = static_cast<int>(p % kBatchSlots);
+            // The next pass's slot was last read by pass p - 1, which the compute lane has finished
             // issuing; on a GPU the copy lane orders after it through this event.
             const Event computed = scheduler.record(Lane::compute);
-            if (s + 1 < steps) {
+            if (p + 1 < end_pass) {
                 scheduler.wait(Lane::copy, computed);
-                ready[(s + 1) % kBatchSlots] = submit_gather(s + 1);
+                ready[(p + 1) % kBatchSlots] = submit_gather(p + 1);
             }
             scheduler.wait(Lane::compute, ready[slot]);
-            step_task_ = StepTask{this, slot, batch_rows, dataset.has_row_weights()};
+            const bool closes_step = p % passes == passes - 1;
+            step_task_ = StepTask{this, slot, pass_row_count(p), dataset.has_row_weights(), pass_part(p), closes_step};
             scheduler.submit(Lane::compute, &Trainer::run_train_step, &step_task_);
+            if (!closes_step) continue;
+            const int64_t s = p / passes;
             steps_into_epoch_ = s + 1;
             // The rows this epoch reads, from its first step on: a fit that runs none (0 epochs, a
             // failure first) leaves an epoch from a checkpoint resumable on any data of its size.
@@ -543,17 +581,23 @@ float Trainer::step(const Dataset& dataset, int64_t first, int64_t batch_size) {
     require(first >= 0 && first <= dataset.rows() - batch_size, MPT_STATUS_INVALID_ARGUMENT,
             "rows [first, first + batch_size) must lie inside the dataset");
     executor_.release_weight_words();
-    executor_.reserve_rows(batch_size);
+    reserve_training_batch(batch_size);
     last_batch_size_ = batch_size;
     const int32_t* order = identity_order(dataset.rows());
     executor_.sync_weights();
     Scheduler& scheduler = model_->context()->backend().scheduler();
     const StepCountOnFailure recount(*this);
     DrainOnExit drain(scheduler);
-    gather_tasks_[0] = GatherTask{this, &dataset, dataset.device_view(), order, nullptr, first, batch_size, 0};
-    scheduler.submit(Lane::compute, &Trainer::run_gather, &gather_tasks_[0]);
-    step_task_ = StepTask{this, 0, batch_size, dataset.has_row_weights()};
-    scheduler.submit(Lane::compute, &Trainer::run_train_step, &step_task_);
+    // The whole batch, or its micro-batches one after another, gathered on the compute lane.
+    const int64_t micro_rows = pass_rows(batch_size);
+    for (int64_t first_row = 0; first_row < batch_size; first_row += micro_rows) {
+        const int64_t rows = std::min(micro_rows, batch_size - first_row);
+        gather_tasks_[0] = GatherTask{this, &dataset, dataset.device_view(), order, nullptr, first + first_row, rows, 0};
+        scheduler.submit(Lane::compute, &Trainer::run_gather, &gather_tasks_[0]);
+        const BatchPart part = micro_rows < batch_size ? BatchPart{first_row, batch_size} : BatchPart{};
+        step_task_ = StepTask{this, 0, rows, dataset.has_row_weights(), part, first_row + rows == batch_size};
+        scheduler.submit(Lane::compute, &Trainer::run_train_step, &step_task_);
+    }
     ++steps_taken_;
     const TrainState state = executor_.read_state();
     check_finite_step(state);
@@ -565,11 +609,11 @@ float Trainer::step(const Dataset& dataset, int64_t first, int64_t batch_size) {
 EvaluationResult Trainer::evaluate(const Dataset& dataset, int64_t batch_size) {
     check_dataset(dataset);
     require(batch_size >= 0, MPT_STATUS_INVALID_ARGUMENT, "batch_size must be >= 0");
-    if (batch_size == 0) batch_size = last_batch_size_ ? last_batch_size_ : 256;
+    if (batch_size == 0) batch_size = default_batch_size();
     const int64_t rows = dataset.rows();
     const int64_t batch_rows = std::min(batch_size, rows);
     executor_.release_weight_words();
-    executor_.reserve_rows(batch_rows);
+    executor_.reserve_rows(batch_rows, false);  // no training step runs on it
     const int32_t* order = identity_order(rows);
     executor_.sync_weights();
     // Evaluation shares the metric accumulators with training: keep an interrupted epoch's.
@@ -594,8 +638,8 @@ EvaluationResult Trainer::evaluate(const Dataset& dataset, int64_t batch_size) {
 
 void Trainer::predict(const float* inputs, int64_t rows, float* outputs) {
     require(rows > 0, MPT_STATUS_INVALID_ARGUMENT, "rows must be positive");
-    const int64_t batch_rows = std::min<int64_t>(rows, last_batch_size_ ? std::max<int64_t>(last_batch_size_, 256) : 256);
-    executor_.reserve_rows(batch_rows);
+    const int64_t batch_rows = std::min<int64_t>(rows, std::max<int64_t>(default_batch_size(), 256));
+    executor_.reserve_rows(batch_rows, false);  // no training step runs on it
     executor_.sync_weights();
     // The words stay until the last forward has run (the drain, which unwinds first).
     const WeightWordCache::Reading reading = executor_.reading_weight_words();
@@ -614,11 +658,11 @@ void Trainer::predict(const float* inputs, int64_t rows, float* outputs) {
 void Trainer::predict(const Dataset& dataset, int64_t batch_size, float* outputs) {
     check_samples(dataset);
     require(batch_size >= 0, MPT_STATUS_INVALID_ARGUMENT, "batch_size must be >= 0");
-    if (batch_size == 0) batch_size = last_batch_size_ ? last_batch_size_ : 256;
+    if (batch_size == 0) batch_size = default_batch_size();
     const int64_t rows = dataset.rows(), classes = model_->output_features();
     const int64_t batch_rows = std::min(batch_size, rows);
     executor_.release_weight_words();
-    executor_.reserve_rows(batch_rows);
+    executor_.reserve_rows(batch_rows, false);  // no training step runs on it
     const int32_t* order = identity_order(rows);
     executor_.sync_weights();
     Scheduler& scheduler = model_->context()->backend().scheduler();

@@ -21,6 +21,9 @@ struct TrainerConfig {
     OptimizerConfig optimizer;
     mpt_loss_scaling loss_scaling = MPT_LOSS_SCALING_DEFAULT;
     LossScalerConfig scaler;  // mode is derived from loss_scaling and the policy
+    // Gradient accumulation: a step's batch of more rows runs as micro-batches of at most this many
+    // (forward, head, backward, gradients added up), then the one update. 0: every batch at once.
+    int64_t micro_batch_size = 0;
 };
 
 struct TrainerCallbacks {
@@ -141,6 +144,8 @@ private:
         int slot;
         int64_t rows;
         bool row_weighted;  // the batch's dataset has row weights
+        BatchPart part;     // a micro-batch's place in its step's batch; whole by default
+        bool closes_step;   // a whole batch, or its last micro-batch: the update follows
     };
     static void run_gather(void* task);
     static void run_train_step(void* task);
@@ -154,6 +159,15 @@ private:
     void reserve_order(Arena& order, int64_t rows);
     // The identity order over at least `rows` rows, for step and evaluate.
     const int32_t* identity_order(int64_t rows);
+    // The rows of each forward and backward pass of a step over `batch_rows`: the whole batch, or
+    // the micro-batch size where that is smaller (TrainerConfig::micro_batch_size).
+    int64_t pass_rows(int64_t batch_rows) const;
+    // Plans the step buffers for a training batch of `batch_rows` (those of its passes) and, for a
+    // batch in micro-batches, the accumulated gradients.
+    void reserve_training_batch(int64_t batch_rows);
+    // The batch size evaluate and predict take by default: the rows of the last training step's
+    // passes (its micro-batches' when it had some), else 256.
+    int64_t default_batch_size() const;
     // Raises MPT_STATUS_NON_FINITE when a step without loss scaling met NaN/Inf (its update was skipped).
     void check_finite_step(const TrainState& state);
     // Step reports: after a step, its TrainState and running metrics are copied asynchronously into

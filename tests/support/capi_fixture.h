@@ -145,6 +145,7 @@ struct BlobTrainerSetup {
     int64_t hidden = kBlobHidden;
     uint64_t seed = 7;
     size_t dataset_device_budget = SIZE_MAX;
+    int64_t micro_batch_size = 0;  // 0: every batch in one pass
 };
 
 // A context (2 threads), the blob model and a trainer for it, destroyed together.
@@ -181,6 +182,7 @@ struct BlobTrainer {
         REQUIRE_OK(mpt_trainer_options_set_loss_scaling(options, setup.loss_scaling, setup.initial_scale));
         REQUIRE_OK(mpt_trainer_options_set_class_weights(options, setup.class_weights.data(),
                                                          static_cast<int64_t>(setup.class_weights.size())));
+        REQUIRE_OK(mpt_trainer_options_set_micro_batch_size(options, setup.micro_batch_size));
         REQUIRE_OK(mpt_trainer_create(model, options, &trainer));
         mpt_trainer_options_destroy(options);
     }

@@ -695,6 +695,14 @@ namespace Mptrain
         /// (InvalidArgument) from the Trainer constructor. Checkpoints must match it (and then hold the
         /// averages).</summary>
         public float? EmaMomentum { get; set; }
+        /// <summary>Gradient accumulation (0: none): a step over a batch of more rows runs forward and
+        /// backward on micro-batches of this many rows (the last may have fewer), adds up their gradients
+        /// and makes the whole batch's one update, the same step as in one pass but for rounding (its
+        /// loss, clipping, loss-scale skip, schedule step and dropout masks are the whole batch's), with
+        /// the step memory of a micro-batch (Trainer.Memory). Evaluate and PredictDataset take it as
+        /// their default batch size. A negative size throws MptException (InvalidArgument) from the
+        /// Trainer constructor. Not recorded in checkpoints.</summary>
+        public long MicroBatchSize { get; set; }
         /// <summary>A learning-rate schedule the library evaluates at every step, with WarmupSteps,
         /// DecaySteps and DecayFactor (all four set together when LrSchedule or DecayFactor has a value
         /// or WarmupSteps or DecaySteps is not 0; WarmupSteps alone: Constant with a warm-up). Step s,
@@ -848,6 +856,7 @@ namespace Mptrain
                     if (options.WeightDecay.HasValue) MptException.Check(Native.mpt_trainer_options_set_weight_decay(raw, options.WeightDecay.Value));
                     if (options.GlobalClipnorm.HasValue) MptException.Check(Native.mpt_trainer_options_set_global_clipnorm(raw, options.GlobalClipnorm.Value));
                     if (options.EmaMomentum.HasValue) MptException.Check(Native.mpt_trainer_options_set_ema(raw, options.EmaMomentum.Value));
+                    MptException.Check(Native.mpt_trainer_options_set_micro_batch_size(raw, options.MicroBatchSize));
                     if (options.LrSchedule.HasValue || options.WarmupSteps != 0 || options.DecaySteps != 0 || options.DecayFactor.HasValue)
                     {
                         LrSchedule schedule = options.LrSchedule ?? Mptrain.LrSchedule.Constant;

@@ -412,6 +412,47 @@ namespace Mptrain.Tests
         }
 
         [Test]
+        public static void MicroBatchesTrainTheWholeBatchsStepsInLessMemory()
+        {
+            float[] x; int[] y;
+            Data.Blobs(120, 21, out x, out y);
+            Func<long, Tuple<float[], float[], ulong>> train = micro =>
+            {
+                using (Context ctx = Data.CpuContext(5)) // one seed: the same initial weights
+                using (Model model = new Model(ctx, Data.Features).AddDense(256, Activation.Relu).AddDense(Data.Classes, Activation.Softmax))
+                using (Dataset data = Dataset.FromF32(ctx, x, Data.Features, y, Data.Classes))
+                using (var trainer = new Trainer(model, new TrainerOptions { Precision = Precision.Fp32, Optimizer = Optimizer.Sgd,
+                                                                           LearningRate = 0.05f, Momentum = 0.9f, MicroBatchSize = micro }))
+                {
+                    var losses = new float[3];
+                    for (int step = 0; step < 3; step++) losses[step] = trainer.Step(data, 40 * step, 40);
+                    var weights = new List<float>();
+                    for (int layer = 0; layer < model.LayerCount; layer++)
+                    {
+                        float[] w, b;
+                        model.GetWeights(layer, out w, out b);
+                        weights.AddRange(w.Concat(b));
+                    }
+                    return Tuple.Create(weights.ToArray(), losses, trainer.Memory.Planned);
+                }
+            };
+            var whole = train(0);
+            var parts = train(16); // micro-batches of 16, 16 and 8 rows
+            double largest = whole.Item1.Max(value => Math.Abs(value));
+            for (int i = 0; i < whole.Item1.Length; i++)
+                Assert.True(Math.Abs(parts.Item1[i] - whole.Item1[i]) <= 1e-6 * largest, "weight " + i + " as in one pass");
+            for (int step = 0; step < 3; step++) Assert.Close(whole.Item2[step], parts.Item2[step], "step " + step + "'s loss", 1e-6);
+            Assert.True(parts.Item3 < whole.Item3, "micro-batches plan less memory");
+            Assert.SequenceEqual(Data.Bits(whole.Item1), Data.Bits(train(40).Item1), "a micro-batch as large as the batch: the same bits");
+            using (Context ctx = Data.CpuContext())
+            using (Model model = Data.Mlp(ctx))
+            {
+                MptException error = Assert.Fails(Status.InvalidArgument, () => new Trainer(model, new TrainerOptions { MicroBatchSize = -1 }).Dispose());
+                Assert.True(error.Message.Contains("micro-batch"), "the message names the micro-batch size");
+            }
+        }
+
+        [Test]
         public static void RmsPropRhoOutside01ANonPositiveEpsilonAndNesterovAreRefused()
         {
             using (Context ctx = Data.CpuContext())

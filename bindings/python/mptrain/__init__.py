@@ -1038,7 +1038,8 @@ class Trainer(_Handle):
     Optimizer), learning_rate, momentum (+ nesterov), adam=(beta1, beta2, epsilon), rmsprop=(rho, epsilon),
     weight_decay, lr_schedule (+ warmup_steps, decay_steps, decay_factor),
     loss_scaling (+ initial_scale), loss_scaler_dynamics=(growth_factor, backoff_factor, growth_interval,
-    min_scale, max_scale), label_smoothing, class_weights, global_clipnorm, ema_momentum, huber_delta.
+    min_scale, max_scale), label_smoothing, class_weights, global_clipnorm, ema_momentum, huber_delta,
+    rmsprop_centered, micro_batch_size.
 
     loss is a Loss or its name: "sparse_categorical_crossentropy", "categorical_crossentropy",
     "binary_crossentropy", or a regression loss averaged over the outputs as Keras's, on float targets
@@ -1090,6 +1091,14 @@ class Trainer(_Handle):
     (0, 1) other than 0 raises Error with Status.INVALID_ARGUMENT. Checkpoints must match it (and then
     hold the averages).
 
+    micro_batch_size (default 0: none) is gradient accumulation: a step over a batch of more rows runs
+    forward and backward on micro-batches of micro_batch_size rows (the last may have fewer), adds up
+    their gradients and makes the whole batch's one update, the same step as in one pass but for
+    rounding (its loss, clipping, loss-scale skip, schedule step and dropout masks are the whole
+    batch's), with the step memory of a micro-batch (the memory property). evaluate and
+    predict_dataset take it as their default batch size. A negative size raises Error with
+    Status.INVALID_ARGUMENT. It is not recorded in checkpoints.
+
     lr_schedule (an LrSchedule or its name) is a learning-rate schedule the library evaluates at every
     step, the steps counted from 0 over the trainer's life: the base rate (learning_rate) times a factor,
     (s + 1) / warmup_steps over the first warmup_steps steps (0: no warm-up), then, d steps later,
@@ -1107,7 +1116,7 @@ class Trainer(_Handle):
                  nesterov=False, adam=None, rmsprop=None, weight_decay=None, loss_scaling=None, initial_scale=32768.0,
                  loss_scaler_dynamics=None, lr_schedule=None, warmup_steps=0, decay_steps=0, decay_factor=None,
                  label_smoothing=0.0, class_weights=None, global_clipnorm=0.0,
-                 ema_momentum=0.0, huber_delta=None, rmsprop_centered=False):
+                 ema_momentum=0.0, huber_delta=None, rmsprop_centered=False, micro_batch_size=0):
         _require(model, Model, "model")
         lib = _lib()
         options = _native.TrainerOptionsP()
@@ -1145,6 +1154,8 @@ class Trainer(_Handle):
                 _check(lib.mpt_trainer_options_set_weight_decay(options, float(weight_decay)))
             _check(lib.mpt_trainer_options_set_global_clipnorm(options, float(global_clipnorm)))
             _check(lib.mpt_trainer_options_set_ema(options, float(ema_momentum)))
+            _check(lib.mpt_trainer_options_set_micro_batch_size(
+                options, _integer(micro_batch_size, "micro_batch_size", ctypes.c_int64)))
             # Checked before the comparison with 0, so that warmup_steps=0.0 is refused as 1.0 is.
             warmup_steps = _integer(warmup_steps, "warmup_steps", ctypes.c_int64)
             decay_steps = _integer(decay_steps, "decay_steps", ctypes.c_int64)

@@ -135,6 +135,7 @@ PROTOTYPES = {
     "mpt_trainer_options_set_weight_decay": (c_enum, [TrainerOptionsP, c_float]),
     "mpt_trainer_options_set_global_clipnorm": (c_enum, [TrainerOptionsP, c_float]),
     "mpt_trainer_options_set_ema": (c_enum, [TrainerOptionsP, c_float]),
+    "mpt_trainer_options_set_micro_batch_size": (c_enum, [TrainerOptionsP, c_int64]),
     "mpt_trainer_options_set_lr_schedule": (c_enum, [TrainerOptionsP, c_enum, c_int64, c_int64, c_float]),
     "mpt_trainer_options_set_loss_scaling": (c_enum, [TrainerOptionsP, c_enum, c_float]),
     "mpt_trainer_options_set_loss_scaler_dynamics": (c_enum, [TrainerOptionsP, c_float, c_float, c_int64,

@@ -1024,3 +1024,37 @@ def test_children_outlive_a_closed_context(blobs):
     with mptrain.Context(backend="cpu") as scoped:
         assert not scoped.closed
     assert scoped.closed
+
+
+def test_micro_batches_train_the_whole_batchs_steps_in_less_memory():
+    samples, labels = make_blobs(rows=120, seed=21)
+
+    def train(micro_batch_size):
+        own_ctx = mptrain.Context(backend="cpu", threads=1, seed=5)  # one seed: the same initial weights
+        model = mptrain.Model(own_ctx, FEATURES).add_dense(256, "relu").add_dense(CLASSES, "softmax")
+        trainer = mptrain.Trainer(model, precision="fp32", optimizer="sgd", learning_rate=0.05, momentum=0.9,
+                                  micro_batch_size=micro_batch_size)
+        data = mptrain.Dataset.from_f32(own_ctx, samples, labels, CLASSES)
+        losses = [trainer.step(data, 40 * step, 40) for step in range(3)]
+        weights = [value for layer in range(model.layer_count) for part in model.get_weights(layer)
+                   for value in values(part)]
+        planned = trainer.memory.planned
+        own_ctx.close()
+        return weights, losses, planned
+
+    whole, whole_losses, whole_planned = train(0)
+    parts, parts_losses, parts_planned = train(16)  # micro-batches of 16, 16 and 8 rows
+    largest = max(abs(value) for value in whole)
+    assert max(abs(a - b) for a, b in zip(parts, whole)) <= 1e-6 * largest
+    assert parts_losses == pytest.approx(whole_losses, rel=1e-6)
+    assert parts_planned < whole_planned
+    assert train(40)[0] == whole  # a micro-batch as large as the batch: one pass, the same bits
+
+
+def test_a_negative_or_non_integer_micro_batch_size_is_refused(model):
+    with pytest.raises(mptrain.Error) as info:
+        mptrain.Trainer(model, micro_batch_size=-1)
+    assert info.value.status == mptrain.Status.INVALID_ARGUMENT
+    assert "micro-batch" in info.value.message
+    with pytest.raises(TypeError):
+        mptrain.Trainer(model, micro_batch_size=8.0)

@@ -339,7 +339,7 @@ void CpuBackend::dropout(const DropoutArgs& args) {
     const uint64_t key = dropout_key(args.draw.seed, args.state->steps, args.draw.layer);
     pool_.parallel_for(args.count, kElementGrain, [&](int64_t begin, int64_t end) {
         for (int64_t i = begin; i < end; ++i)
-            output[i] = dropout_keeps(key, args.draw.threshold, i) ? input[i] * args.draw.scale : 0.0f;
+            output[i] = dropout_keeps(key, args.draw.threshold, args.first_index + i) ? input[i] * args.draw.scale : 0.0f;
         round_array(args.dtype, output + begin, static_cast<size_t>(end - begin));
     });
 }
@@ -419,10 +419,11 @@ void CpuBackend::dense_update(const DenseUpdateArgs& args, const OptimizerConfig
         require(args.weight_grad && args.bias_grad, MPT_STATUS_INVALID_ARGUMENT,
                 "cpu backend: this dense_update needs weight_grad and bias_grad");
         if (args.part != UpdatePart::apply) {
+            const float keep = args.part == UpdatePart::accumulate ? 1.0f : 0.0f;  // adds to the sums, or writes them
             gemm(args.compute_dtype, true, false, args.out_features, args.in_features, args.rows, 1.0f, output_grad,
-                 args.out_features, input, args.in_features, 0.0f, args.weight_grad, args.in_features);
-            column_sums(output_grad, args.rows, args.out_features, 1.0f, args.bias_grad, 0.0f);
-            if (args.part == UpdatePart::gradient) return;
+                 args.out_features, input, args.in_features, keep, args.weight_grad, args.in_features);
+            column_sums(output_grad, args.rows, args.out_features, 1.0f, args.bias_grad, keep);
+            if (args.part != UpdatePart::whole) return;
         }
         if (args.gradient_factor) scalars.inverse_scale *= *args.gradient_factor;
         auto apply = [&](float* master, const float* gradient, float* const* states, int64_t count) {

@@ -153,7 +153,7 @@ RowResult head_row(const LossHeadArgs& args, int64_t row, float* y, float* grad)
 
 void cpu_loss_head(const LossHeadArgs& args) {
     const float loss_scale = args.state ? args.state->loss_scale : 1.0f;
-    const float gradient_factor = loss_scale / static_cast<float>(args.rows);
+    const float gradient_factor = loss_scale / static_cast<float>(loss_mean_rows(args));
     // Scratch rows live on the stack for ordinary heads; wide heads (rare) use their output buffers.
     constexpr int64_t kStackClasses = 256;
     float stack_y[kStackClasses], stack_grad[kStackClasses];
@@ -183,7 +183,7 @@ void cpu_loss_head(const LossHeadArgs& args) {
             std::fill(out + args.classes, out + args.width, 0.0f);
         }
     }
-    const double batch_loss = loss_sum / static_cast<double>(args.rows);
+    const double batch_loss = head_batch_loss(args, loss_sum);
     // Non-finite as the float it is reported as: a weighted loss can pass FLT_MAX in double.
     if (args.state && !(std::fabs(batch_loss) <= kLargestFloat)) args.state->found_inf = 1;
     if (args.metrics) {

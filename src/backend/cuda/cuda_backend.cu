@@ -826,6 +826,8 @@ void CudaBackend::sign(const RecordedOp& op) {
             s.put(a.class_weights);  // fixed for the executor's life: its address stands for its values
             s.put(a.row_weights);    // a batch buffer (or null): the values are the gather's
             s.put(a.logits_grad_dtype);
+            s.put(a.mean_rows);
+            s.put(a.continues_batch);
             return;
         }
         case OpCode::backward_data: {
@@ -859,6 +861,7 @@ void CudaBackend::sign(const RecordedOp& op) {
             s.put(a.draw.threshold);
             s.put(a.draw.scale);
             s.put(a.state);
+            s.put(a.first_index);
             return;
         }
         case OpCode::begin_step: s.put(op.state); return;

@@ -145,6 +145,7 @@ WeightGradientArgs gradient_args(const DenseUpdateArgs& args, float* weight_grad
     gradient.out_features = args.out_features;
     gradient.compute_dtype = args.compute_dtype;
     gradient.workspace = args.workspace;
+    gradient.accumulate = args.part == UpdatePart::accumulate;
     return gradient;
 }
 
@@ -169,7 +170,7 @@ DenseUpdatePlan plan_dense_update(CudaGemm& gemm, const DenseUpdateArgs& args, c
                 "cuda backend: a dense_update in parts needs weight_grad and bias_grad");
         plan.weight_grad = args.weight_grad;
         plan.bias_grad = args.bias_grad;
-        if (args.part == UpdatePart::gradient)
+        if (args.part != UpdatePart::apply)
             plan.gradient = plan_weight_gradient(gemm, gradient_args(args, plan.weight_grad, plan.bias_grad), allow_fused);
         return plan;
     }
@@ -198,7 +199,7 @@ void run_dense_update(CudaGemm& gemm, const DenseUpdatePlan& plan, const DenseUp
     }
     if (args.part != UpdatePart::apply)
         run_weight_gradient(gemm, plan.gradient, gradient_args(args, plan.weight_grad, plan.bias_grad), stream);
-    if (args.part == UpdatePart::gradient) return;
+    if (args.part == UpdatePart::gradient || args.part == UpdatePart::accumulate) return;
     UpdateLaunch launch{};
     launch.optimizer = optimizer;
     launch.state = args.state;

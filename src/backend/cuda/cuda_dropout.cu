@@ -12,13 +12,15 @@ constexpr int kThreads = 256;
 constexpr int kMaxBlocks = 4096;
 
 // `input` and `output` may be the same array (not __restrict__): each element is read before written.
+// `first_index`: where input[0] lies in the step's whole batch (DropoutArgs::first_index).
 __global__ void __launch_bounds__(kThreads) dropout_kernel(const void* input, void* output, DType dtype, int64_t count,
-                                                           DropoutDraw draw, const TrainState* state) {
+                                                           int64_t first_index, DropoutDraw draw, const TrainState* state) {
     const uint64_t key = dropout_key(draw.seed, state->steps, draw.layer);
     for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-        const float kept = dropout_keeps(key, draw.threshold, i) ? __fmul_rn(load_element(input, dtype, i), draw.scale)
-                                                                : 0.0f;
+        const float kept = dropout_keeps(key, draw.threshold, first_index + i)
+                               ? __fmul_rn(load_element(input, dtype, i), draw.scale)
+                               : 0.0f;
         store_element(output, dtype, i, kept);
     }
 }
@@ -28,7 +30,7 @@ __global__ void __launch_bounds__(kThreads) dropout_kernel(const void* input, vo
 void run_dropout(const DropoutArgs& args, cudaStream_t stream) {
     if (args.count == 0) return;
     dropout_kernel<<<grid_for(args.count, kThreads, kMaxBlocks), kThreads, 0, stream>>>(
-        args.input, args.output, args.dtype, args.count, args.draw, args.state);
+        args.input, args.output, args.dtype, args.count, args.first_index, args.draw, args.state);
     MPT_CUDA_CHECK_LAUNCH("dropout_kernel");
 }
 

@@ -222,7 +222,7 @@ const GemmPlan& CudaGemm::plan(const GemmKey& key) {
 }
 
 void CudaGemm::run(const GemmPlan& plan, const void* a, const void* b, void* d, const void* bias, const void* aux,
-                   const GemmWorkspace& workspace, cudaStream_t stream) {
+                   const GemmWorkspace& workspace, cudaStream_t stream, float beta) {
     if (!plan.supported) fail(MPT_STATUS_INTERNAL, "cuda backend: a GEMM without a cuBLASLt algorithm was run");
     // Refused before (an op recorded with it is run again after a capture gave up): not counted twice.
     if (plan.refused_when_run)
@@ -236,7 +236,7 @@ void CudaGemm::run(const GemmPlan& plan, const void* a, const void* b, void* d, 
         MPT_CUBLAS_CHECK(
             lt_.matmul_desc_set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
     const bool fused = plan.epilogue != CUBLASLT_EPILOGUE_DEFAULT;
-    const float alpha = 1.0f, beta = 0.0f;
+    const float alpha = 1.0f;
     const cublasStatus_t status =
         fused && refuse_fused_runs_
             ? CUBLAS_STATUS_NOT_SUPPORTED

@@ -69,10 +69,10 @@ public:
     // The cached plan for `key` (created on first use). `bias` and `aux` are example pointers the
     // heuristic may inspect; their alignments are already in the key.
     const GemmPlan& plan(const GemmKey& key);
-    // D = op(A) · op(B) (+ epilogue), alpha = 1, beta = 0, fp32 accumulation. `workspace` is at
-    // least the key's workspace_limit.
+    // D = op(A) · op(B) + beta D (+ epilogue), fp32 accumulation: beta 0 writes D, 1 adds to it (a
+    // micro-batch's gradient to its step's). `workspace` is at least the key's workspace_limit.
     void run(const GemmPlan& plan, const void* a, const void* b, void* d, const void* bias, const void* aux,
-             const GemmWorkspace& workspace, cudaStream_t stream);
+             const GemmWorkspace& workspace, cudaStream_t stream, float beta = 0.0f);
     size_t cached_plans() const { return plans_.size(); }
     // Plans with a fused epilogue that cuBLASLt refused, by its heuristic or when one ran (their
     // ops take the unfused fallback), and the last one's key and status: the op tests cannot see a

@@ -273,7 +273,7 @@ __global__ void __launch_bounds__(kBlockThreads) loss_head_kernel(const LossHead
 
     const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
     const float loss_scale = args.state ? args.state->loss_scale : 1.0f;
-    const float gradient_factor = loss_scale / static_cast<float>(args.rows);
+    const float gradient_factor = loss_scale / static_cast<float>(loss_mean_rows(args));
 
     double loss = 0.0;
     long long correct = 0, counted = 0;
@@ -331,7 +331,7 @@ __global__ void __launch_bounds__(kBlockThreads) loss_head_kernel(const LossHead
     __syncthreads();
     const long long counted_sum = CountReduce(temp.count).Sum(thread_counted);
     if (threadIdx.x == 0) {
-        const double batch_loss = loss_sum / static_cast<double>(args.rows);
+        const double batch_loss = head_batch_loss(args, loss_sum);
         // Non-finite as the float it is reported as, as on the CPU.
         if (args.state && !(fabs(batch_loss) <= kLargestFloat)) args.state->found_inf = 1;
         if (args.metrics) {

@@ -14,8 +14,9 @@ constexpr int kColumnsPerBlock = 32;
 constexpr int kRowSlices = 8;
 
 // Column sums of dZ in fp32: 32 columns per block, 8 row slices per column summed in shared memory.
+// `accumulate`: adds the sums to bias_grad's values.
 __global__ void bias_grad_kernel(const void* __restrict__ output_grad, DType dtype, float* __restrict__ bias_grad,
-                                 int64_t rows, int64_t columns) {
+                                 int64_t rows, int64_t columns, bool accumulate) {
     __shared__ float partial[kRowSlices][kColumnsPerBlock];
     const int64_t column = blockIdx.x * static_cast<int64_t>(kColumnsPerBlock) + threadIdx.x;
     float sum = 0.0f;
@@ -27,7 +28,7 @@ __global__ void bias_grad_kernel(const void* __restrict__ output_grad, DType dty
     if (threadIdx.y == 0 && column < columns) {
         float total = 0.0f;
         for (int slice = 0; slice < kRowSlices; ++slice) total += partial[slice][threadIdx.x];
-        bias_grad[column] = total;
+        bias_grad[column] = accumulate ? bias_grad[column] + total : total;
     }
 }
 
@@ -54,7 +55,7 @@ GemmKey backward_weights_key(const WeightGradientArgs& args, int32_t epilogue) {
 WeightGradientPlan plan_weight_gradient(CudaGemm& gemm, const WeightGradientArgs& args,
                                                      bool allow_fused) {
     validate(args);
-    const GemmChoice choice = choose_gemm(gemm, allow_fused, backward_weights_key(args, CUBLASLT_EPILOGUE_BGRADB),
+    const GemmChoice choice = choose_gemm(gemm, allow_fused && !args.accumulate, backward_weights_key(args, CUBLASLT_EPILOGUE_BGRADB),
                                           backward_weights_key(args, CUBLASLT_EPILOGUE_DEFAULT), "the weight gradient",
                                           args.compute_dtype);
     WeightGradientPlan plan;
@@ -66,12 +67,12 @@ WeightGradientPlan plan_weight_gradient(CudaGemm& gemm, const WeightGradientArgs
 void run_weight_gradient(CudaGemm& gemm, const WeightGradientPlan& plan,
                                 const WeightGradientArgs& args, cudaStream_t stream) {
     gemm.run(*plan.gemm, args.input, args.output_grad, args.weight_grad, plan.fused ? args.bias_grad : nullptr,
-             nullptr, args.workspace, stream);
+             nullptr, args.workspace, stream, args.accumulate ? 1.0f : 0.0f);
     if (plan.fused) return;
     const dim3 block(kColumnsPerBlock, kRowSlices);
     const unsigned blocks = static_cast<unsigned>((args.out_features + kColumnsPerBlock - 1) / kColumnsPerBlock);
     bias_grad_kernel<<<blocks, block, 0, stream>>>(args.output_grad, args.compute_dtype, args.bias_grad, args.rows,
-                                                   args.out_features);
+                                                   args.out_features, args.accumulate);
     MPT_CUDA_CHECK_LAUNCH("bias_grad_kernel");
 }
 

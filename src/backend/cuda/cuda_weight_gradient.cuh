@@ -20,6 +20,9 @@ struct WeightGradientArgs {
     int64_t out_features;
     DType compute_dtype;
     GemmWorkspace workspace;
+    // Adds dW and db to weight_grad and bias_grad instead of writing them (UpdatePart::accumulate):
+    // the GEMM with beta 1, never fused (cuBLASLt's BGRADB writes the bias gradient).
+    bool accumulate = false;
 };
 
 struct WeightGradientPlan {

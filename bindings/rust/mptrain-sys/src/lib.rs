@@ -405,6 +405,10 @@ extern "C" {
         options: *mut mpt_trainer_options_t,
         centered: c_int,
     ) -> mpt_status;
+    pub fn mpt_trainer_options_set_micro_batch_size(
+        options: *mut mpt_trainer_options_t,
+        rows: i64,
+    ) -> mpt_status;
     pub fn mpt_trainer_options_set_weight_decay(
         options: *mut mpt_trainer_options_t,
         weight_decay: c_float,

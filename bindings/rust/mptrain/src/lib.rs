@@ -1488,6 +1488,7 @@ pub struct TrainerOptions {
     weight_decay: Option<f32>,
     global_clipnorm: Option<f32>,
     ema_momentum: Option<f32>,
+    micro_batch_size: i64,
     lr_schedule: Option<(LrSchedule, i64, i64, f32)>,
     loss_scaling: Option<(LossScaling, f32)>,
     dynamics: Option<LossScalerDynamics>,
@@ -1604,6 +1605,17 @@ impl TrainerOptions {
         self.ema_momentum = Some(momentum);
         self
     }
+    /// Gradient accumulation (default 0: none): a step over a batch of more rows runs forward and
+    /// backward on micro-batches of `rows` rows (the last may have fewer), adds up their gradients
+    /// and makes the whole batch's one update, the same step as in one pass but for rounding (its
+    /// loss, clipping, loss-scale skip, schedule step and dropout masks are the whole batch's), with
+    /// the step memory of a micro-batch ([`Trainer::memory`]). Evaluation and `predict_dataset` take
+    /// it as their default batch size. A negative size fails [`Trainer::new`] with
+    /// [`Status::InvalidArgument`]. Not recorded in checkpoints.
+    pub fn micro_batch_size(mut self, rows: i64) -> Self {
+        self.micro_batch_size = rows;
+        self
+    }
     /// A learning-rate schedule the library evaluates at every step: step `s` (counted from 0 over
     /// the trainer's life, as [`Trainer::progress`] counts) trains with the base rate times
     /// `(s + 1) / warmup_steps` during the warm-up (`warmup_steps` >= 0; 0: none), then, `d` steps
@@ -1692,6 +1704,10 @@ impl TrainerOptions {
             if let Some(momentum) = self.ema_momentum {
                 check(sys::mpt_trainer_options_set_ema(o, momentum))?;
             }
+            check(sys::mpt_trainer_options_set_micro_batch_size(
+                o,
+                self.micro_batch_size,
+            ))?;
             if let Some((schedule, warmup, decay, factor)) = self.lr_schedule {
                 check(sys::mpt_trainer_options_set_lr_schedule(
                     o,

@@ -1417,3 +1417,61 @@ fn class_weights_are_refused_by_value_count_or_loss() {
         assert_eq!(error.status, Status::InvalidArgument, "{loss:?}");
     }
 }
+
+#[test]
+fn micro_batches_train_the_whole_batchs_steps_in_less_memory() {
+    let train = |micro: i64| {
+        let ctx = seeded_context(5); // one seed: the same initial weights
+        let mut model = Model::new(&ctx, FEATURES).unwrap();
+        model
+            .add_dense(256, Activation::Relu)
+            .unwrap()
+            .add_dense(CLASSES as i64, Activation::Softmax)
+            .unwrap();
+        let data = blob_data(&ctx, 120, 21);
+        // SGD with momentum: linear in the gradients, so their rounding stays as small as it is.
+        let options = TrainerOptions::new()
+            .precision(Precision::Fp32)
+            .learning_rate(0.05)
+            .momentum(0.9, false)
+            .micro_batch_size(micro);
+        let mut trainer = Trainer::new(&model, &options).unwrap();
+        let losses: Vec<f32> = (0..3)
+            .map(|step| trainer.step(&data, 40 * step, 40).unwrap())
+            .collect();
+        let planned = trainer.memory().unwrap().planned;
+        let weights: Vec<f32> = weight_bits(&mut model)
+            .into_iter()
+            .map(f32::from_bits)
+            .collect();
+        (weights, losses, planned)
+    };
+    let (whole, whole_losses, whole_planned) = train(0);
+    let (parts, parts_losses, parts_planned) = train(16); // micro-batches of 16, 16 and 8 rows
+    let largest = whole.iter().fold(0.0f32, |m, w| m.max(w.abs()));
+    for (a, b) in parts.iter().zip(&whole) {
+        assert!(
+            (a - b).abs() <= 1e-6 * largest,
+            "{a} against {b} in one pass"
+        );
+    }
+    for (a, b) in parts_losses.iter().zip(&whole_losses) {
+        assert!((a - b).abs() <= 1e-6 * b.abs(), "loss {a} against {b}");
+    }
+    assert!(
+        parts_planned < whole_planned,
+        "{parts_planned} against {whole_planned}"
+    );
+    let same: Vec<u32> = train(40).0.into_iter().map(f32::to_bits).collect();
+    let whole_bits: Vec<u32> = whole.into_iter().map(f32::to_bits).collect();
+    assert_eq!(
+        same, whole_bits,
+        "a micro-batch as large as the batch: one pass"
+    );
+    let ctx = context();
+    let error = Trainer::new(&mlp(&ctx), &TrainerOptions::new().micro_batch_size(-1))
+        .err()
+        .expect("refused");
+    assert_eq!(error.status, Status::InvalidArgument, "{error}");
+    assert!(error.message.contains("micro-batch"), "{error}");
+}
