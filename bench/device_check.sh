@@ -67,7 +67,8 @@ publish() {
     {
         python3 bench/peers/summary.py "$WORK"/mptrain_small.json "$WORK"/mptrain_large.json \
             "$WORK"/mptrain_streamed.json "$WORK"/mptrain_scheduled.json "$WORK"/mptrain_clipped.json \
-            "$WORK"/mptrain_averaged.json "$WORK"/mptrain_dropped.json "$WORK"/floor.json "$WORK"/torch.json "$WORK"/jax.json 2>/dev/null
+            "$WORK"/mptrain_averaged.json "$WORK"/mptrain_dropped.json "$WORK"/mptrain_accumulated.json \
+            "$WORK"/floor.json "$WORK"/torch.json "$WORK"/jax.json 2>/dev/null
         [ -f "$WORK/ctest_cuda.log" ] &&
             echo "GPU tests: $(grep -E 'tests passed|tests failed' "$WORK/ctest_cuda.log" | tail -1)"
         grep -hoE "fp32: [0-9]+ fused plans refused.*" "$WORK/ctest_cuda.log" 2>/dev/null | head -1 \
@@ -186,6 +187,9 @@ if [ -x "$bench" ]; then
     bench_run 60 averaged --precision mixed-bf16 --batch 32,256 --ema 0.999
     # Dropout on both hidden layers: a mask drawn from their outputs into the next layer's input, and in place on their gradients.
     bench_run 60 dropped --precision mixed-bf16 --batch 32,256 --dropout 0.5
+    # Gradient accumulation: batch 4096 as 8 micro-batches of 512 (each gradient GEMM adding into
+    # the fp32 sums), against the one-pass step of the large stage, time and memory.
+    bench_run 60 accumulated --precision mixed-bf16 --batch 4096 --steps 50 --micro-batch 512
 else
     echo "no $bench (MPTRAIN_BUILD_BENCH off or bench/ missing)"
 fi

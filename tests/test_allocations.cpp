@@ -50,12 +50,15 @@ Setup make_setup(int threads) {
     return setup;
 }
 
-void check_fit_allocates_nothing_per_step(mpt_precision precision, OptimizerKind optimizer, float momentum, int threads) {
+void check_fit_allocates_nothing_per_step(mpt_precision precision, OptimizerKind optimizer, float momentum, int threads,
+                                          int64_t micro_batch_size = 0, float clipnorm = 0.0f) {
     Setup setup = make_setup(threads);
     TrainerConfig config;
     config.precision = precision;
     config.optimizer.kind = optimizer;
     config.optimizer.momentum = momentum;
+    config.optimizer.global_clipnorm = clipnorm;
+    config.micro_batch_size = micro_batch_size;
     Trainer trainer(setup.model, config);
     trainer.fit(*setup.dataset, 1, 32, true);  // warm-up: plans the arenas
     StepAllocations record;
@@ -81,6 +84,14 @@ TEST_CASE("mixed-precision steps with stateful optimizers allocate nothing") {
     check_fit_allocates_nothing_per_step(MPT_PRECISION_MIXED_BF16, OptimizerKind::sgd, 0.0f, 2);  // AMX's fused SGD
     check_fit_allocates_nothing_per_step(MPT_PRECISION_MIXED_BF16, OptimizerKind::adam, 0.0f, 2);
     check_fit_allocates_nothing_per_step(MPT_PRECISION_MIXED_BF16, OptimizerKind::adamw, 0.0f, 2);
+}
+
+TEST_CASE("steps in micro-batches allocate nothing, the last micro-batch shorter") {
+    // Batches of 32 in micro-batches of 12, 12 and 8: the update scratch is reserved for two row
+    // counts in turn, every step.
+    check_fit_allocates_nothing_per_step(MPT_PRECISION_FP32, OptimizerKind::sgd, 0.9f, 2, 12, 1.0f);
+    check_fit_allocates_nothing_per_step(MPT_PRECISION_MIXED_BF16, OptimizerKind::adam, 0.0f, 2, 12);
+    check_fit_allocates_nothing_per_step(MPT_PRECISION_MIXED_FP16, OptimizerKind::sgd, 0.0f, 1, 12);
 }
 
 TEST_CASE("repeated single steps for custom loops allocate nothing after the first") {

@@ -62,6 +62,7 @@ mpt_dataset_t* make_dataset(const BlobTrainer& trainer, const Blobs& blobs, Data
 // loss, and the skipped steps.
 struct Run {
     std::vector<float> weights;
+    std::vector<float> averages;  // the weights' moving averages, where the setup keeps them
     std::vector<float> losses;
     int64_t skipped = 0;
 };
@@ -77,6 +78,13 @@ Run run_steps(const BlobTrainerSetup& setup, const Blobs& blobs, Data data) {
     REQUIRE_OK(mpt_trainer_get_loss_scale(trainer.trainer, nullptr, nullptr, &run.skipped));
     mpt_dataset_destroy(dataset);
     run.weights = trainer.weights();
+    if (setup.ema_momentum > 0.0f) {
+        int holds = 0;
+        REQUIRE_OK(mpt_trainer_swap_ema_weights(trainer.trainer, &holds));
+        REQUIRE(holds == 1);
+        run.averages = trainer.weights();
+        REQUIRE_OK(mpt_trainer_swap_ema_weights(trainer.trainer, &holds));
+    }
     return run;
 }
 
@@ -128,6 +136,20 @@ std::vector<Case> cases() {
     regression.loss = MPT_LOSS_MEAN_SQUARED_ERROR;
     regression.head = MPT_ACTIVATION_LINEAR;
     add("mean squared error", regression, Data::regression);
+    BlobTrainerSetup absolute = regression;
+    absolute.loss = MPT_LOSS_MEAN_ABSOLUTE_ERROR;
+    add("mean absolute error", absolute, Data::regression);
+    BlobTrainerSetup huber = regression;
+    huber.loss = MPT_LOSS_HUBER;
+    add("Huber", huber, Data::regression);
+    BlobTrainerSetup binary = plain;
+    binary.loss = MPT_LOSS_BINARY_CROSSENTROPY;
+    binary.head = MPT_ACTIVATION_SIGMOID;
+    add("binary cross-entropy on sigmoid outputs", binary, Data::one_hot);
+    BlobTrainerSetup adam_plain = plain;
+    adam_plain.optimizer = MPT_OPTIMIZER_ADAM;
+    adam_plain.learning_rate = 0.01f;
+    add("Adam", adam_plain);
     return all;
 }
 
@@ -156,6 +178,14 @@ TEST_CASE("a step in micro-batches is the step over the whole batch in one pass"
                 CHECK(parts.skipped == whole.skipped);
                 const double distance = normalised_distance(parts.weights, whole.weights);
                 CHECK_MESSAGE(distance <= tolerance(precision), "weights apart by " << distance);
+                // The average advances once a step, from the step's weights, not once a micro-batch
+                // (nor not at all): its distance from one pass's is the weights' again.
+                REQUIRE(parts.averages.size() == whole.averages.size());
+                if (!whole.averages.empty()) {
+                    const double averages_apart = normalised_distance(parts.averages, whole.averages);
+                    CHECK_MESSAGE(averages_apart <= tolerance(precision), "averages apart by " << averages_apart);
+                    CHECK(normalised_distance(whole.averages, whole.weights) > 10 * tolerance(precision));
+                }
                 for (int64_t s = 0; s < kSteps; ++s)
                     CHECK(parts.losses[s] == doctest::Approx(whole.losses[s]).epsilon(tolerance(precision)).scale(0));
                 // The runs really train: a step in micro-batches that did nothing would be "close".
@@ -313,6 +343,28 @@ TEST_CASE("the step's memory is planned for the micro-batch, and evaluate takes 
     CHECK(planned[1] * 8 < planned[0]);
     CHECK(after_evaluate[0] == planned[0]);
     CHECK(after_evaluate[1] == planned[1]);  // evaluate ran in batches of 32, not of 1024
+    {
+        // predict_dataset's default is the micro-batch size too: no plan for 1024 rows.
+        setup.micro_batch_size = 32;
+        BlobTrainer trainer(setup);
+        mpt_dataset_t* dataset = trainer.labels(blobs);
+        REQUIRE_OK(mpt_trainer_step(trainer.trainer, dataset, 0, 1024, nullptr));
+        size_t before = 0, after = 0;
+        REQUIRE_OK(mpt_trainer_get_memory(trainer.trainer, &before, nullptr));
+        std::vector<float> outputs(static_cast<size_t>(1024 * kBlobClasses));
+        REQUIRE_OK(mpt_trainer_predict_dataset(trainer.trainer, dataset, 0, outputs.data(),
+                                               static_cast<int64_t>(outputs.size())));
+        REQUIRE_OK(mpt_trainer_get_memory(trainer.trainer, &after, nullptr));
+        CHECK(after == before);
+        // mpt_trainer_predict on 1024 rows runs in batches of 256 (the larger of 32 and 256): a plan
+        // for 256 rows, well short of one for the 1024 of the last step's batch.
+        REQUIRE_OK(mpt_trainer_predict(trainer.trainer, blobs.x.data(), 1024, outputs.data(),
+                                       static_cast<int64_t>(outputs.size())));
+        REQUIRE_OK(mpt_trainer_get_memory(trainer.trainer, &after, nullptr));
+        CHECK(after > before);
+        CHECK(after * 2 < planned[0]);
+        mpt_dataset_destroy(dataset);
+    }
 
     // Micro-batches need no step memory for their gradients, whatever the optimizer's update needs
     // in one pass: plain SGD (no state, no gradient in one pass either), SGD with momentum (one
@@ -347,6 +399,22 @@ TEST_CASE("the step's memory is planned for the micro-batch, and evaluate takes 
     REQUIRE_OK(mpt_trainer_get_memory(trainer.trainer, &after_step, nullptr));
     CHECK(after_step == after_evaluation);
     mpt_dataset_destroy(dataset);
+
+    // Plans only grow the other way round too: a plan made by an evaluation (no gradient memory)
+    // that a whole step then needs gradient memory in is planned again for the evaluation's rows
+    // as well, not for the step's fewer: the next evaluation plans nothing.
+    BlobTrainer fresh(setup);
+    dataset = fresh.labels(blobs);
+    REQUIRE_OK(mpt_trainer_evaluate(fresh.trainer, dataset, 1024, nullptr, nullptr));
+    size_t evaluated = 0, stepped = 0, evaluated_again = 0;
+    REQUIRE_OK(mpt_trainer_get_memory(fresh.trainer, &evaluated, nullptr));
+    REQUIRE_OK(mpt_trainer_step(fresh.trainer, dataset, 0, 64, nullptr));
+    REQUIRE_OK(mpt_trainer_get_memory(fresh.trainer, &stepped, nullptr));
+    REQUIRE_OK(mpt_trainer_evaluate(fresh.trainer, dataset, 1024, nullptr, nullptr));
+    REQUIRE_OK(mpt_trainer_get_memory(fresh.trainer, &evaluated_again, nullptr));
+    CHECK(stepped > evaluated);  // the gradient memory added to the 1024 rows' plan
+    CHECK(evaluated_again == stepped);
+    mpt_dataset_destroy(dataset);
 }
 
 TEST_CASE("the micro-batch size is refused below 0, and with no options") {
@@ -357,4 +425,63 @@ TEST_CASE("the micro-batch size is refused below 0, and with no options") {
     REQUIRE_OK(mpt_trainer_options_set_micro_batch_size(options, 0));
     REQUIRE_OK(mpt_trainer_options_set_micro_batch_size(options, 1));
     mpt_trainer_options_destroy(options);
+}
+
+TEST_CASE("fit in micro-batches, cancelled or checkpointed inside an epoch, resumes that epoch where it stopped") {
+    // 230 rows in batches of 30: 7 steps an epoch, each of micro-batches of 8, 8, 8 and 6. The run
+    // stops at step 4 of the second epoch (from the progress callback, which on the CPU sees every
+    // step as it ends), after a checkpoint there.
+    const Blobs blobs = mpt_test::make_blobs(230, 17);
+    BlobTrainerSetup setup;
+    setup.optimizer = MPT_OPTIMIZER_SGD;
+    setup.momentum = 0.9f;
+    setup.hidden_dropout = 0.2f;
+    setup.micro_batch_size = 8;
+    std::vector<float> uninterrupted;
+    {
+        BlobTrainer trainer(setup);
+        mpt_dataset_t* dataset = trainer.labels(blobs);
+        REQUIRE_OK(mpt_trainer_fit(trainer.trainer, dataset, 3, 30, 1));
+        uninterrupted = trainer.weights();
+        mpt_dataset_destroy(dataset);
+    }
+    mpt_test::TempDir directory;
+    struct Stop {
+        std::string path;
+        mpt_trainer_t* trainer;
+    };
+    auto save_and_cancel = [](int64_t epoch, int64_t step, int64_t, float, float, void* user) -> int {
+        if (epoch != 1 || step != 4) return 0;
+        const Stop& stop = *static_cast<const Stop*>(user);
+        return mpt_trainer_save_checkpoint(stop.trainer, stop.path.c_str()) == MPT_STATUS_OK ? 1 : 0;
+    };
+    BlobTrainer trainer(setup);
+    mpt_dataset_t* dataset = trainer.labels(blobs);
+    Stop stop{(directory.path / "inside.safetensors").string(), trainer.trainer};
+    REQUIRE_OK(mpt_trainer_set_callbacks(trainer.trainer, save_and_cancel, nullptr, &stop));
+    CHECK(mpt_trainer_fit(trainer.trainer, dataset, 3, 30, 1) == MPT_STATUS_CANCELLED);
+    int64_t steps = 0;
+    REQUIRE_OK(mpt_trainer_get_progress(trainer.trainer, &steps, nullptr));
+    CHECK(steps == 7 + 4);
+    REQUIRE_OK(mpt_trainer_set_callbacks(trainer.trainer, nullptr, nullptr, nullptr));
+    REQUIRE_OK(mpt_trainer_fit(trainer.trainer, dataset, 2, 30, 1));  // the rest of epoch 2, then epoch 3
+    REQUIRE_OK(mpt_trainer_get_progress(trainer.trainer, &steps, nullptr));
+    CHECK(steps == 21);
+    CHECK(mpt_test::same_bits(trainer.weights(), uninterrupted));
+    mpt_dataset_destroy(dataset);
+
+    // The checkpoint from inside the epoch, in a trainer of other micro-batches (5 rows: six a step)
+    // or of none: the same run but for rounding.
+    for (const int64_t micro : {int64_t{5}, int64_t{0}}) {
+        CAPTURE(micro);
+        setup.micro_batch_size = micro;
+        BlobTrainer resumed(setup);
+        mpt_dataset_t* data = resumed.labels(blobs);
+        REQUIRE_OK(mpt_trainer_load_checkpoint(resumed.trainer, stop.path.c_str()));
+        REQUIRE_OK(mpt_trainer_fit(resumed.trainer, data, 2, 30, 1));
+        REQUIRE_OK(mpt_trainer_get_progress(resumed.trainer, &steps, nullptr));
+        CHECK(steps == 21);
+        CHECK(normalised_distance(resumed.weights(), uninterrupted) <= 1e-5);
+        mpt_dataset_destroy(data);
+    }
 }

@@ -54,7 +54,9 @@ def main():
     clipped = [r for r in mine if r.get("global_clipnorm", 0) > 0]
     averaged = [r for r in mine if r.get("ema_momentum", 0) > 0 and r not in clipped]
     dropped = [r for r in mine if r.get("dropout", 0) > 0 and r not in clipped + averaged]
-    optioned = clipped + averaged + dropped  # steps that do more than the plain one: each shown against it
+    accumulated = [r for r in mine if r.get("micro_batch", 0) > 0 and r not in clipped + averaged + dropped]
+    # Steps that do more than the plain one: each shown against it.
+    optioned = clipped + averaged + dropped + accumulated
     constant = [r for r in mine if r.get("lr_schedule", "constant") == "constant" and r not in optioned]
     ours = {(r["precision"], r["batch"]): r["us_per_step"] for r in constant if r.get("data", "resident") == "resident"}
     streamed = [r for r in constant if r.get("data") == "streamed"]
@@ -153,6 +155,14 @@ def main():
         versus = f", {r['us_per_step'] / plain:.2f}x without dropout" if plain else ""
         print(f"hidden outputs dropped (rate {r['dropout']:g}): {r['precision']} batch {r['batch']}: "
               f"{r['us_per_step']:.0f} us/step{versus}")
+    peaks = {(r["precision"], r["batch"]): r.get("peak_bytes") for r in constant if r.get("data", "resident") == "resident"}
+    for r in accumulated:
+        plain, peak = ours.get((r["precision"], r["batch"])), peaks.get((r["precision"], r["batch"]))
+        versus = f", {r['us_per_step'] / plain:.2f}x in one pass" if plain else ""
+        memory = (f"; peak {r['peak_bytes'] / 2**20:.0f} MiB against {peak / 2**20:.0f} MiB"
+                  if peak and r.get("peak_bytes") else "")
+        print(f"in micro-batches of {r['micro_batch']}: {r['precision']} batch {r['batch']}: "
+              f"{r['us_per_step']:.0f} us/step{versus}{memory}")
 
 
 if __name__ == "__main__":

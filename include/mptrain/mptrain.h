@@ -527,15 +527,18 @@ MPT_API mpt_status mpt_trainer_options_set_ema(mpt_trainer_options_t* options, f
 /** Gradient accumulation: a step over a batch of more than `rows` rows runs its forward and
  *  backward passes on micro-batches of `rows` rows (the last may have fewer), adds up their weight
  *  and bias gradients, then makes its one update, so that a large batch trains with the step memory
- *  of a small one (mpt_trainer_get_memory). The step is the whole batch's: its mean loss, its
+ *  of a small one, plus the sums: 4 bytes a parameter of the trainer's memory from its first step
+ *  in micro-batches (mpt_trainer_get_memory). The step is the whole batch's: its mean loss, its
  *  gradients, their norm and clipping, one skip when any micro-batch's gradients are not finite,
  *  one step of the schedule, the loss scaler and the weights' average, the same dropout masks, so
- *  it equals the step in one pass but for rounding (sums taken in another order). What fit and
- *  mpt_trainer_step count and report are still steps; the step's loss is the whole batch's. The
- *  sums take 4 bytes a parameter of the trainer's memory, from its first step in micro-batches.
- *  evaluate and predict_dataset take the micro-batch size as their default batch size. rows must
- *  be >= 0; 0 (the default) runs every batch in one pass (MPT_STATUS_INVALID_ARGUMENT otherwise).
- *  Not recorded in checkpoints: a run may resume with another micro-batch size. */
+ *  it equals the step in one pass but for rounding (sums taken in another order) and for the
+ *  finiteness proof, which bounds each micro-batch's share of the sum and so, with gradients near
+ *  fp32's overflow, may skip a step that one pass would apply. What fit and
+ *  mpt_trainer_step count and report are still steps; the step's loss is the whole batch's. After a
+ *  step in micro-batches, the micro-batch size is evaluate's and predict_dataset's default batch
+ *  size (mpt_trainer_predict's the larger of it and 256). rows must be >= 0; 0 (the default) runs
+ *  every batch in one pass (MPT_STATUS_INVALID_ARGUMENT otherwise). Not recorded in checkpoints: a
+ *  run may resume with another micro-batch size. */
 MPT_API mpt_status mpt_trainer_options_set_micro_batch_size(mpt_trainer_options_t* options, int64_t rows);
 /** A learning-rate schedule that the library evaluates at every step (default: CONSTANT, no warm-up).
  *  Step s, counted from 0 over the trainer's life with skipped steps included (the count that
@@ -595,7 +598,10 @@ typedef int (*mpt_progress_fn)(int64_t epoch, int64_t step, int64_t steps_per_ep
 typedef int (*mpt_epoch_end_fn)(int64_t epoch, float loss, float accuracy, void* user_data);
 
 /** Creates a trainer for `model` (builds the model; keeps it alive). The arena is planned at the
- *  first step for that batch size and planned again only when a larger batch comes. Its weight
+ *  first step for that batch size and planned again only when a larger batch comes, or a step in
+ *  one pass after the plan was made without one (by evaluate or predict, or by steps in
+ *  micro-batches: mpt_trainer_options_set_micro_batch_size), for the gradient memory such a step
+ *  may need; a new plan serves all the old one did. Its weight
  *  copies and optimizer state are allocated here: under a memory budget too small for them this
  *  fails with MPT_STATUS_OUT_OF_MEMORY.
  *  \param[in] options  may be NULL for defaults; not retained. */

@@ -520,8 +520,8 @@ public:
     /** Gradient accumulation (mpt_trainer_options_set_micro_batch_size): a step over a batch of more
      *  than `rows` rows runs forward and backward on micro-batches of `rows` rows, adds up their
      *  gradients and makes the whole batch's one update (the same step but for rounding), with the
-     *  step memory of a micro-batch. 0 (the default): every batch in one pass; below 0 throws Error
-     *  (INVALID_ARGUMENT). */
+     *  step memory of a micro-batch plus the sums (4 bytes a parameter). 0 (the default): every
+     *  batch in one pass; below 0 throws Error (INVALID_ARGUMENT). */
     TrainerOptions& micro_batch_size(int64_t rows) {
         detail::check(mpt_trainer_options_set_micro_batch_size(get(), rows));
         return *this;

@@ -39,9 +39,11 @@ Executor::Executor(Model& model, const PrecisionPolicy& policy, ExecutionMode mo
     require(loss_.class_weights.empty() || static_cast<int64_t>(loss_.class_weights.size()) == classes_,
             MPT_STATUS_SHAPE_MISMATCH, "the class weights' count is not the model's outputs");
     output_width_ = model_.layers().back().padded_units;
-    for (const DenseLayer& layer : model_.layers()) {
+    for (size_t i = 0; i < model_.layers().size(); ++i) {
+        const DenseLayer& layer = model_.layers()[i];
         gradient_offsets_.push_back(gradient_elements_);
         gradient_elements_ += layer.weight_count() + layer.padded_units;
+        update_shapes_.push_back({layer.padded_inputs, layer.padded_units, layer_dtypes_[i]});
     }
     plan_persistent();
 }
@@ -435,11 +437,8 @@ void Executor::begin_step() { backend_.begin_step(state_); }
 
 void Executor::reserve_update_scratch(int64_t rows, bool clipping) {
     if (rows == update_scratch_rows_ && clipping == update_scratch_clipping_) return;
-    const auto& layers = model_.layers();
-    std::vector<DenseUpdateShape> shapes;
-    for (size_t i = 0; i < layers.size(); ++i)
-        shapes.push_back({layers[i].padded_inputs, layers[i].padded_units, layer_dtypes_[i]});
-    backend_.reserve_update_scratch(shapes.data(), static_cast<int>(layers.size()), rows, clipping);
+    // Micro-batches of two sizes (the last one shorter) come here twice a step: nothing allocated.
+    backend_.reserve_update_scratch(update_shapes_.data(), static_cast<int>(update_shapes_.size()), rows, clipping);
     update_scratch_rows_ = rows;
     update_scratch_clipping_ = clipping;
 }

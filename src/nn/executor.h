@@ -243,6 +243,7 @@ private:
     // without the parameter layout's alignment gaps.
     std::vector<int64_t> gradient_offsets_;
     int64_t gradient_elements_ = 0;  // every layer's dW and db in that layout
+    std::vector<DenseUpdateShape> update_shapes_;  // every layer's, for reserve_update_scratch
     BatchSlot batch_slots_[kBatchSlots];
     // Gradient accumulation's sums of a step's micro-batches (reserve_accumulated_gradients).
     Arena accumulated_arena_;

@@ -699,9 +699,9 @@ namespace Mptrain
         /// backward on micro-batches of this many rows (the last may have fewer), adds up their gradients
         /// and makes the whole batch's one update, the same step as in one pass but for rounding (its
         /// loss, clipping, loss-scale skip, schedule step and dropout masks are the whole batch's), with
-        /// the step memory of a micro-batch (Trainer.Memory). Evaluate and PredictDataset take it as
-        /// their default batch size. A negative size throws MptException (InvalidArgument) from the
-        /// Trainer constructor. Not recorded in checkpoints.</summary>
+        /// the step memory of a micro-batch plus the sums, 4 bytes a parameter (Trainer.Memory). After
+        /// such a step it is Evaluate's and PredictDataset's default batch size. A negative size throws
+        /// MptException (InvalidArgument) from the Trainer constructor. Not recorded in checkpoints.</summary>
         public long MicroBatchSize { get; set; }
         /// <summary>A learning-rate schedule the library evaluates at every step, with WarmupSteps,
         /// DecaySteps and DecayFactor (all four set together when LrSchedule or DecayFactor has a value

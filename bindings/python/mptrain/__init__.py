@@ -1095,9 +1095,9 @@ class Trainer(_Handle):
     forward and backward on micro-batches of micro_batch_size rows (the last may have fewer), adds up
     their gradients and makes the whole batch's one update, the same step as in one pass but for
     rounding (its loss, clipping, loss-scale skip, schedule step and dropout masks are the whole
-    batch's), with the step memory of a micro-batch (the memory property). evaluate and
-    predict_dataset take it as their default batch size. A negative size raises Error with
-    Status.INVALID_ARGUMENT. It is not recorded in checkpoints.
+    batch's), with the step memory of a micro-batch plus the sums, 4 bytes a parameter (the memory
+    property). After such a step it is evaluate's and predict_dataset's default batch size. A
+    negative size raises Error with Status.INVALID_ARGUMENT. It is not recorded in checkpoints.
 
     lr_schedule (an LrSchedule or its name) is a learning-rate schedule the library evaluates at every
     step, the steps counted from 0 over the trainer's life: the base rate (learning_rate) times a factor,

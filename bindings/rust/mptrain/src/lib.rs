@@ -1609,9 +1609,9 @@ impl TrainerOptions {
     /// backward on micro-batches of `rows` rows (the last may have fewer), adds up their gradients
     /// and makes the whole batch's one update, the same step as in one pass but for rounding (its
     /// loss, clipping, loss-scale skip, schedule step and dropout masks are the whole batch's), with
-    /// the step memory of a micro-batch ([`Trainer::memory`]). Evaluation and `predict_dataset` take
-    /// it as their default batch size. A negative size fails [`Trainer::new`] with
-    /// [`Status::InvalidArgument`]. Not recorded in checkpoints.
+    /// the step memory of a micro-batch plus the sums, 4 bytes a parameter ([`Trainer::memory`]).
+    /// After such a step it is evaluation's and `predict_dataset`'s default batch size. A negative
+    /// size fails [`Trainer::new`] with [`Status::InvalidArgument`]. Not recorded in checkpoints.
     pub fn micro_batch_size(mut self, rows: i64) -> Self {
         self.micro_batch_size = rows;
         self
