@@ -269,14 +269,26 @@ TEST_CASE("an overflow in one micro-batch skips the whole step, and the next ste
     }
 }
 
-TEST_CASE("fit in micro-batches trains as fit in one pass, and a checkpoint resumes with any micro-batch size") {
-    // 230 rows in batches of 30: 7 steps an epoch (20 rows dropped), each of micro-batches of 8, 8, 8
-    // and 6, shuffled every epoch.
-    const Blobs blobs = mpt_test::make_blobs(230, 17);
+namespace {
+
+// What the fit cases train: 230 rows in batches of 30, 7 steps an epoch (20 rows dropped), each of
+// micro-batches of 8, 8, 8 and 6 (setup_for_fit(8)), shuffled every epoch, by SGD with momentum
+// through dropout.
+constexpr int64_t kFitRows = 230;
+BlobTrainerSetup setup_for_fit(int64_t micro_batch_size) {
     BlobTrainerSetup setup;
     setup.optimizer = MPT_OPTIMIZER_SGD;
     setup.momentum = 0.9f;
     setup.hidden_dropout = 0.2f;
+    setup.micro_batch_size = micro_batch_size;
+    return setup;
+}
+
+}  // namespace
+
+TEST_CASE("fit in micro-batches trains as fit in one pass, and a checkpoint resumes with any micro-batch size") {
+    const Blobs blobs = mpt_test::make_blobs(kFitRows, 17);
+    BlobTrainerSetup setup = setup_for_fit(0);
     auto fit = [&](int64_t micro, int64_t epochs, std::vector<float>* weights, float* loss) {
         setup.micro_batch_size = micro;
         BlobTrainer trainer(setup);
@@ -428,15 +440,10 @@ TEST_CASE("the micro-batch size is refused below 0, and with no options") {
 }
 
 TEST_CASE("fit in micro-batches, cancelled or checkpointed inside an epoch, resumes that epoch where it stopped") {
-    // 230 rows in batches of 30: 7 steps an epoch, each of micro-batches of 8, 8, 8 and 6. The run
-    // stops at step 4 of the second epoch (from the progress callback, which on the CPU sees every
-    // step as it ends), after a checkpoint there.
-    const Blobs blobs = mpt_test::make_blobs(230, 17);
-    BlobTrainerSetup setup;
-    setup.optimizer = MPT_OPTIMIZER_SGD;
-    setup.momentum = 0.9f;
-    setup.hidden_dropout = 0.2f;
-    setup.micro_batch_size = 8;
+    // setup_for_fit's run, stopped at step 4 of the second epoch (from the progress callback, which
+    // on the CPU sees every step as it ends), after a checkpoint there.
+    const Blobs blobs = mpt_test::make_blobs(kFitRows, 17);
+    BlobTrainerSetup setup = setup_for_fit(8);
     std::vector<float> uninterrupted;
     {
         BlobTrainer trainer(setup);
