@@ -157,4 +157,21 @@ TEST_CASE("centered RMSprop is recorded only as true, and its gradients' average
     rewrite_file(path, missing, [](const std::string& name) { return name.compare(0, 12, "optimizer.2.") != 0; });
     mpt_test::TinyTrainer fresh = centered_rmsprop_trainer();
     check_refused_by(fresh, missing, "optimizer.2.");
+
+    // Recorded under another optimizer (SGD with momentum, one state array), which no mptrain writes:
+    // corrupt data, not a trainer of other options.
+    mpt_test::TinyTrainer momentum = averaging_trainer(0.0f);
+    momentum.trainer->step(*momentum.dataset, 0, kTinyBatch);
+    const std::string momentum_path = directory.file("momentum");
+    mpt::save_checkpoint(*momentum.trainer, momentum_path);
+    const std::string stray_centered = directory.file("stray-centered");
+    rewrite_file(momentum_path, stray_centered, mpt_test::all_tensors, {},
+                 [&](const std::string& key, const std::string& value) {
+                     if (key != "mptrain.trainer.options") return value;
+                     REQUIRE(value.find("rmsprop_centered") == std::string::npos);
+                     REQUIRE(value.back() == '}');
+                     return value.substr(0, value.size() - 1) + ",\"rmsprop_centered\":true}";
+                 });
+    mpt_test::TinyTrainer fresh_momentum = averaging_trainer(0.0f);
+    check_refused_by(fresh_momentum, stray_centered, "rmsprop_centered recorded for optimizer kind 0");
 }

@@ -484,11 +484,17 @@ void load_checkpoint(Trainer& trainer, const std::string& path) {
                 throw JsonFormatError("ema_momentum " + number_text(momentum) +
                                       " (a recorded momentum is a float's bits in (0, 1))");
         }
-        // Likewise rmsprop_centered, written only when true.
+        // Likewise rmsprop_centered, written only when true, and only for RMSprop: under another
+        // optimizer no mptrain records it, and its arrays would not be the ones the file holds.
         if (const JsonValue* centered = options.find("/rmsprop_centered")) {
             if (!(centered->type == JsonType::boolean && centered->boolean))
                 throw JsonFormatError("rmsprop_centered " + json_value_text(*centered) +
                                       " (recorded only as true, for a centered RMSprop)");
+            const int64_t kind = options.int64("/optimizer/kind");
+            if (kind != static_cast<int64_t>(OptimizerKind::rmsprop))
+                throw JsonFormatError("rmsprop_centered recorded for optimizer kind " + std::to_string(kind) +
+                                      " (recorded only for RMSprop, kind " +
+                                      std::to_string(static_cast<int>(OptimizerKind::rmsprop)) + ")");
         }
         // Ours read back from the text we would write, so that both sides compare alike.
         FlatJson our_options = FlatJson::parse(options_json(trainer));
