@@ -30,7 +30,9 @@ struct Run {
     mpt_dataset_t* dataset = nullptr;
     mpt_trainer_t* trainer = nullptr;
 
-    explicit Run(bool fit_first = true) {
+    // `micro_batch` > 0 runs each step's batch in micro-batches of that many rows; `clipnorm` > 0
+    // clips the gradients by their global norm.
+    explicit Run(bool fit_first = true, int64_t micro_batch = 0, float clipnorm = 0.0f) {
         mpt_test::TestRng rng(5);
         std::vector<float> samples(kRows * kFeatures);
         std::vector<int32_t> labels(kRows);
@@ -53,6 +55,8 @@ struct Run {
         REQUIRE_OK(mpt_trainer_options_create(&trainer_options));
         REQUIRE_OK(mpt_trainer_options_set_precision(trainer_options, MPT_PRECISION_MIXED_FP16));
         REQUIRE_OK(mpt_trainer_options_set_optimizer(trainer_options, MPT_OPTIMIZER_ADAM));
+        if (micro_batch > 0) REQUIRE_OK(mpt_trainer_options_set_micro_batch_size(trainer_options, micro_batch));
+        REQUIRE_OK(mpt_trainer_options_set_global_clipnorm(trainer_options, clipnorm));
         REQUIRE_OK(mpt_trainer_create(model, trainer_options, &trainer));
         mpt_trainer_options_destroy(trainer_options);
         if (fit_first) REQUIRE_OK(mpt_trainer_fit(trainer, dataset, 1, 16, 1));
@@ -78,6 +82,36 @@ std::vector<float> weights(mpt_model_t* model) {
 }
 
 using mpt_test::same_bits;
+
+constexpr int64_t kFitEpochs = 2;
+
+// The epoch-end callback's means, by epoch. Fixed arrays: the callback runs while allocations are
+// being made to fail, and must make none of its own.
+struct EpochMeans {
+    float loss[kFitEpochs] = {};
+    float accuracy[kFitEpochs] = {};
+    bool seen[kFitEpochs] = {};
+
+    static int record(int64_t epoch, float loss, float accuracy, void* user_data) {
+        EpochMeans& means = *static_cast<EpochMeans*>(user_data);
+        if (epoch >= 0 && epoch < kFitEpochs) {
+            means.loss[epoch] = loss;
+            means.accuracy[epoch] = accuracy;
+            means.seen[epoch] = true;
+        }
+        return 0;
+    }
+};
+
+void check_same_means(const EpochMeans& actual, const EpochMeans& expected) {
+    for (int64_t epoch = 0; epoch < kFitEpochs; ++epoch) {
+        CAPTURE(epoch);
+        REQUIRE(expected.seen[epoch]);
+        CHECK(actual.seen[epoch]);
+        CHECK(same_bits(std::vector<float>{actual.loss[epoch], actual.accuracy[epoch]},
+                        std::vector<float>{expected.loss[epoch], expected.accuracy[epoch]}));
+    }
+}
 
 const char* const kCalls[] = {"mpt_model_save", "mpt_model_load", "mpt_trainer_save_checkpoint",
                               "mpt_trainer_load_checkpoint"};
@@ -148,50 +182,182 @@ TEST_CASE("a failed allocation anywhere in saving or loading a model or checkpoi
 
 TEST_CASE("a failed allocation anywhere in fit is OUT_OF_MEMORY, and fit called again trains what an undisturbed fit does") {
     // A fresh trainer: the fit plans its arenas, fills its first epoch order, grows its GEMM scratch.
-    constexpr int64_t kEpochs = 2;
-    std::vector<float> undisturbed;
-    int64_t undisturbed_steps = 0;
-    {
-        Run reference(false);
-        REQUIRE_OK(mpt_trainer_fit(reference.trainer, reference.dataset, kEpochs, 16, 1));
-        undisturbed = weights(reference.model);
-        REQUIRE_OK(mpt_trainer_get_progress(reference.trainer, &undisturbed_steps, nullptr));
-        REQUIRE(undisturbed_steps == kEpochs * (kRows / 16));
-    }
-    // The step count (the host's, read without waiting for the device) counts every step that ran
-    // once, failed fits included: a failed step must not count, nor a step run again.
-    auto steps_of = [](const Run& run) {
-        int64_t steps = -1;
-        REQUIRE_OK(mpt_trainer_get_progress(run.trainer, &steps, nullptr));
-        return steps;
+    // Some allocations come partway through a step, after the loss of a micro-batch or of the whole
+    // batch has reached the epoch's running loss and accuracy: the step's failure takes it back out,
+    // so the epoch-end means are the undisturbed fit's, bit for bit.
+    struct Setup {
+        int64_t micro_batch;  // 6: micro-batches of 6, 6 and 4 rows
+        float clipnorm;       // clipping reserves its scratch after the loss
     };
-    uint64_t failures = 0;
-    for (uint64_t n = 1;; ++n) {
-        Run run(false);
-        mpt::testing::fail_allocation(n);
-        const mpt_status status = mpt_trainer_fit(run.trainer, run.dataset, kEpochs, 16, 1);
-        const std::string message = mpt_last_error();
-        mpt::testing::stop_failing_allocations();
-        if (!mpt::testing::allocation_failed()) {
-            CHECK(status == MPT_STATUS_OK);
+    for (const Setup setup : {Setup{0, 0.0f}, Setup{6, 0.0f}, Setup{0, 1.0f}, Setup{6, 1.0f}}) {
+        const int64_t micro_batch = setup.micro_batch;
+        CAPTURE(micro_batch);
+        CAPTURE(setup.clipnorm);
+        std::vector<float> undisturbed;
+        int64_t undisturbed_steps = 0;
+        EpochMeans undisturbed_means;
+        {
+            Run reference(false, micro_batch, setup.clipnorm);
+            REQUIRE_OK(mpt_trainer_set_callbacks(reference.trainer, nullptr, &EpochMeans::record, &undisturbed_means));
+            REQUIRE_OK(mpt_trainer_fit(reference.trainer, reference.dataset, kFitEpochs, 16, 1));
+            undisturbed = weights(reference.model);
+            REQUIRE_OK(mpt_trainer_get_progress(reference.trainer, &undisturbed_steps, nullptr));
+            REQUIRE(undisturbed_steps == kFitEpochs * (kRows / 16));
+        }
+        // The step count (the host's, read without waiting for the device) counts every step that
+        // ran once, failed fits included: a failed step must not count, nor a step run again.
+        auto steps_of = [](const Run& run) {
+            int64_t steps = -1;
+            REQUIRE_OK(mpt_trainer_get_progress(run.trainer, &steps, nullptr));
+            return steps;
+        };
+        uint64_t failures = 0;
+        for (uint64_t n = 1;; ++n) {
+            Run run(false, micro_batch, setup.clipnorm);
+            EpochMeans means;
+            REQUIRE_OK(mpt_trainer_set_callbacks(run.trainer, nullptr, &EpochMeans::record, &means));
+            mpt::testing::fail_allocation(n);
+            const mpt_status status = mpt_trainer_fit(run.trainer, run.dataset, kFitEpochs, 16, 1);
+            const std::string message = mpt_last_error();
+            mpt::testing::stop_failing_allocations();
+            if (!mpt::testing::allocation_failed()) {
+                CHECK(status == MPT_STATUS_OK);
+                CHECK(same_bits(weights(run.model), undisturbed));
+                CHECK(steps_of(run) == undisturbed_steps);
+                check_same_means(means, undisturbed_means);
+                MESSAGE((n - 1), " allocations in a first fit; ", failures, " of their failures failed it");
+                CHECK(n > 10);
+                break;
+            }
+            CAPTURE(n);
+            if (status != MPT_STATUS_OK) {
+                INFO(message);
+                CHECK(status == MPT_STATUS_OUT_OF_MEMORY);
+                ++failures;
+                // An epoch the failed fit left unfinished is finished first and counts as one of its epochs.
+                int64_t epochs = 0;
+                REQUIRE_OK(mpt_trainer_get_progress(run.trainer, nullptr, &epochs));
+                REQUIRE_OK(mpt_trainer_fit(run.trainer, run.dataset, kFitEpochs - epochs, 16, 1));
+            }
             CHECK(same_bits(weights(run.model), undisturbed));
             CHECK(steps_of(run) == undisturbed_steps);
-            MESSAGE((n - 1), " allocations in a first fit; ", failures, " of their failures failed it");
-            CHECK(n > 10);
-            break;
+            check_same_means(means, undisturbed_means);
         }
-        CAPTURE(n);
-        if (status != MPT_STATUS_OK) {
-            INFO(message);
-            CHECK(status == MPT_STATUS_OUT_OF_MEMORY);
-            ++failures;
-            // An epoch the failed fit left unfinished is finished first and counts as one of its epochs.
-            int64_t epochs = 0;
-            REQUIRE_OK(mpt_trainer_get_progress(run.trainer, nullptr, &epochs));
-            REQUIRE_OK(mpt_trainer_fit(run.trainer, run.dataset, kEpochs - epochs, 16, 1));
-        }
-        CHECK(same_bits(weights(run.model), undisturbed));
-        CHECK(steps_of(run) == undisturbed_steps);
+        CHECK(failures > 0);
     }
+}
+
+namespace {
+
+int stop_after_two_steps(int64_t, int64_t step, int64_t, float, float, void*) { return step == 2 ? 1 : 0; }
+int stop_after_three_steps(int64_t, int64_t step, int64_t, float, float, void*) { return step == 3 ? 1 : 0; }
+
+// A checkpoint of `setup`'s trainer 2 steps into its first epoch of 4, for a trainer that has run
+// nothing yet: its first step and its first evaluate plan their memory and grow their scratch
+// partway through, after the epoch's running loss and accuracy (which it restores) have been
+// added to.
+struct MidEpochCheckpoint {
+    int64_t micro_batch;
+    float clipnorm;
+    std::string path;
+
+    void save() const {
+        Run run(false, micro_batch, clipnorm);
+        REQUIRE_OK(mpt_trainer_set_callbacks(run.trainer, &stop_after_two_steps, nullptr, nullptr));
+        REQUIRE(mpt_trainer_fit(run.trainer, run.dataset, 1, 16, 1) == MPT_STATUS_CANCELLED);
+        REQUIRE_OK(mpt_trainer_save_checkpoint(run.trainer, path.c_str()));
+    }
+    void load_into(Run& run, EpochMeans& means) const {
+        REQUIRE_OK(mpt_trainer_load_checkpoint(run.trainer, path.c_str()));
+        REQUIRE_OK(mpt_trainer_set_callbacks(run.trainer, nullptr, &EpochMeans::record, &means));
+    }
+    // The weights and epoch means of the run it was taken from, neither stopped nor resumed.
+    void run_uninterrupted(std::vector<float>& weights_after, EpochMeans& means) const {
+        Run run(false, micro_batch, clipnorm);
+        REQUIRE_OK(mpt_trainer_set_callbacks(run.trainer, nullptr, &EpochMeans::record, &means));
+        REQUIRE_OK(mpt_trainer_fit(run.trainer, run.dataset, kFitEpochs, 16, 1));
+        weights_after = weights(run.model);
+    }
+};
+
+}  // namespace
+
+TEST_CASE("a fit that fails partway through a step takes that step's loss back out of the epoch's means") {
+    mpt_test::TempDir directory("mptrain-allocation-failures");
+    struct Setup {
+        int64_t micro_batch;  // 6: micro-batches of 6, 6 and 4 rows
+        float clipnorm;
+    };
+    for (const Setup setup : {Setup{0, 0.0f}, Setup{6, 0.0f}, Setup{0, 1.0f}, Setup{6, 1.0f}}) {
+        CAPTURE(setup.micro_batch);
+        CAPTURE(setup.clipnorm);
+        const MidEpochCheckpoint checkpoint{setup.micro_batch, setup.clipnorm,
+                                            (directory.path / "mid-epoch.safetensors").string()};
+        checkpoint.save();
+        EpochMeans undisturbed_means;
+        std::vector<float> undisturbed;
+        checkpoint.run_uninterrupted(undisturbed, undisturbed_means);
+        uint64_t failures = 0;
+        for (uint64_t n = 1;; ++n) {
+            CAPTURE(n);
+            Run run(false, setup.micro_batch, setup.clipnorm);
+            EpochMeans means;
+            checkpoint.load_into(run, means);
+            mpt::testing::fail_allocation(n);
+            const mpt_status status = mpt_trainer_fit(run.trainer, run.dataset, kFitEpochs, 16, 1);
+            mpt::testing::stop_failing_allocations();
+            const bool failed = mpt::testing::allocation_failed();
+            if (status != MPT_STATUS_OK) {
+                REQUIRE(status == MPT_STATUS_OUT_OF_MEMORY);
+                ++failures;
+                int64_t epochs = 0;
+                REQUIRE_OK(mpt_trainer_get_progress(run.trainer, nullptr, &epochs));
+                REQUIRE_OK(mpt_trainer_fit(run.trainer, run.dataset, kFitEpochs - epochs, 16, 1));
+            }
+            CHECK(same_bits(weights(run.model), undisturbed));
+            check_same_means(means, undisturbed_means);
+            if (!failed) break;
+        }
+        MESSAGE(failures, " failed fits resuming an epoch in a new trainer");
+        CHECK(failures > 0);
+    }
+}
+
+TEST_CASE("an evaluate that fails partway leaves an interrupted epoch's running loss and accuracy as they were") {
+    // Evaluate shares the metric accumulators with training. Between the third and fourth steps of
+    // an epoch (the third run after the checkpoint: the metrics as that step left them), at a batch
+    // size the trainer has not run, made to fail at each of its allocations in turn, it leaves the
+    // epoch's means those of a run with no evaluate at all.
+    mpt_test::TempDir directory("mptrain-allocation-failures");
+    const MidEpochCheckpoint checkpoint{0, 0.0f, (directory.path / "mid-epoch.safetensors").string()};
+    checkpoint.save();
+    auto load_and_run_a_step = [&](Run& run, EpochMeans& means) {
+        checkpoint.load_into(run, means);
+        REQUIRE_OK(mpt_trainer_set_callbacks(run.trainer, &stop_after_three_steps, nullptr, nullptr));
+        REQUIRE(mpt_trainer_fit(run.trainer, run.dataset, 1, 16, 1) == MPT_STATUS_CANCELLED);
+        REQUIRE_OK(mpt_trainer_set_callbacks(run.trainer, nullptr, &EpochMeans::record, &means));
+    };
+    EpochMeans undisturbed_means;
+    std::vector<float> undisturbed;
+    checkpoint.run_uninterrupted(undisturbed, undisturbed_means);
+    uint64_t failures = 0;
+    for (uint64_t n = 1;; ++n) {
+        CAPTURE(n);
+        Run run(false);
+        EpochMeans means;
+        load_and_run_a_step(run, means);
+        float loss = 0.0f, accuracy = 0.0f;
+        mpt::testing::fail_allocation(n);
+        const mpt_status status = mpt_trainer_evaluate(run.trainer, run.dataset, kRows, &loss, &accuracy);
+        mpt::testing::stop_failing_allocations();
+        const bool failed = mpt::testing::allocation_failed();
+        CHECK((status == MPT_STATUS_OK || status == MPT_STATUS_OUT_OF_MEMORY));
+        if (status != MPT_STATUS_OK) ++failures;
+        REQUIRE_OK(mpt_trainer_fit(run.trainer, run.dataset, kFitEpochs, 16, 1));  // the first finishes epoch 0
+        CHECK(same_bits(weights(run.model), undisturbed));
+        check_same_means(means, undisturbed_means);
+        if (!failed) break;
+    }
+    MESSAGE(failures, " failed evaluates");
     CHECK(failures > 0);
 }

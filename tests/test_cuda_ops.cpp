@@ -1244,11 +1244,20 @@ void compare_finish_step(Backend& reference, Backend& candidate) {
         if (k == 3) initial.found_inf = 1;  // halving stops at min_scale
         TrainState results[2];
         Backend* backends[2] = {&reference, &candidate};
+        // The running metrics reach the committed ones, bit for bit; without them, nothing is copied.
+        std::vector<double> running(kMetricsCount);
+        for (int i = 0; i < kMetricsCount; ++i) running[i] = (i % 2 ? -1e300 : 0.1) / (i + 1) + k;
+        const std::vector<double> poison(kMetricsCount, -7.0);
         for (int b = 0; b < 2; ++b) {
             Backend& backend = *backends[b];
             Buffer state = upload_raw(backend, std::vector<TrainState>{initial});
-            backend.finish_step(state.as<TrainState>(), scaler);
+            Buffer metrics = upload_raw(backend, running);
+            Buffer committed = upload_raw(backend, poison);
+            if (k == 0) backend.finish_step(state.as<TrainState>(), scaler, nullptr, committed.as<double>());
+            else backend.finish_step(state.as<TrainState>(), scaler, metrics.as<double>(), committed.as<double>());
             results[b] = download_raw<TrainState>(backend, state, 1)[0];
+            const std::vector<double> copied = download_raw<double>(backend, committed, kMetricsCount);
+            CHECK(std::memcmp(copied.data(), (k == 0 ? poison : running).data(), sizeof(double) * kMetricsCount) == 0);
         }
         CHECK(results[1].loss_scale == results[0].loss_scale);
         CHECK(results[1].growth_tracker == results[0].growth_tracker);

@@ -645,7 +645,9 @@ MPT_API mpt_status mpt_trainer_set_callbacks(mpt_trainer_t* trainer, mpt_progres
  *  for its scratch, say) leaves the shuffle where it was: called again, it trains what it would have. */
 MPT_API mpt_status mpt_trainer_fit(mpt_trainer_t* trainer, const mpt_dataset_t* dataset, int64_t epochs,
                                    int64_t batch_size, int shuffle);
-/** One training step on rows [first, first + batch_size) of `dataset`, for custom loops.
+/** One training step on rows [first, first + batch_size) of `dataset`, for custom loops. It is no
+ *  step of an epoch fit left unfinished: that epoch's running loss and accuracy (its callbacks',
+ *  its checkpoints') leave it out, and fit still finishes the epoch.
  *  \param[out] loss  optional: the batch's mean loss (before scaling). */
 MPT_API mpt_status mpt_trainer_step(mpt_trainer_t* trainer, const mpt_dataset_t* dataset, int64_t first,
                                     int64_t batch_size, float* loss);

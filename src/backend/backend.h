@@ -328,8 +328,12 @@ public:
                                  const TrainState* state) = 0;
     // Exchanges `count` values of two arrays of backend memory that do not overlap (outside steps).
     virtual void swap_values(float* first, float* second, int64_t count) = 0;
-    // Advances the loss scaler and the step counters after every layer's update.
-    virtual void finish_step(TrainState* state, const LossScalerConfig& scaler) = 0;
+    // Advances the loss scaler and the step counters after every layer's update, and copies the
+    // kMetricsCount running `metrics` to `committed_metrics` (backend memory, both): the metrics as
+    // the step leaves them, which a later step that fails partway is undone to (its passes so far
+    // have added to the running ones). Both may be null: no copy.
+    virtual void finish_step(TrainState* state, const LossScalerConfig& scaler, const double* metrics,
+                             double* committed_metrics) = 0;
 };
 
 // Creates the CPU backend with `threads` compute threads (0 = all cores). `memory`, when given (a

@@ -78,6 +78,7 @@ void Executor::plan_persistent(size_t workspace_bytes) {
                                 ? plan.add(static_cast<size_t>(parameters) * sizeof(float), 0, ArenaPlan::kAlways)
                                 : -1;
     const int report_id = plan.add(sizeof(StepReport), 0, ArenaPlan::kAlways);
+    const int committed_metrics_id = plan.add(kMetricsCount * sizeof(double), 0, ArenaPlan::kAlways);
     const int bounds_id = plan.add(2 * model_.layers().size() * sizeof(float), 0, ArenaPlan::kAlways);
     const size_t weights_bytes = training ? loss_.class_weights.size() * sizeof(float) : 0;
     const int class_weights_id = weights_bytes ? plan.add(weights_bytes, 0, ArenaPlan::kAlways) : -1;
@@ -97,6 +98,8 @@ void Executor::plan_persistent(size_t workspace_bytes) {
     report_ = reinterpret_cast<StepReport*>(pointer(report_id));
     state_ = &report_->state;
     metrics_ = report_->metrics;
+    committed_metrics_ = reinterpret_cast<double*>(pointer(committed_metrics_id));
+    reset_metrics();
     gradient_bounds_ = reinterpret_cast<float*>(pointer(bounds_id));
     gemm_workspace_ = GemmWorkspace{pointer(workspace_id), workspace_id < 0 ? 0 : workspace_bytes};
     class_weights_ = reinterpret_cast<float*>(pointer(class_weights_id));
@@ -466,7 +469,7 @@ void Executor::finish_update() {
     if (averages_)
         backend_.average_weights(model_.masters(), averages_, model_.parameter_block_elements(), optimizer_.ema_momentum,
                                  state_);
-    backend_.finish_step(state_, scaler_);
+    backend_.finish_step(state_, scaler_, metrics_, committed_metrics_);
 }
 
 void Executor::update(int slot, int64_t rows) {
@@ -596,9 +599,21 @@ void Executor::report_async(StepReport* host) const { backend_.copy_to_host_asyn
 
 void Executor::write_metrics(const double* metrics) {
     backend_.copy_to_device(metrics_, metrics, kMetricsCount * sizeof(double));
+    backend_.copy_to_device(committed_metrics_, metrics, kMetricsCount * sizeof(double));
 }
 
-void Executor::reset_metrics() { backend_.fill_zero(metrics_, kMetricsCount * sizeof(double)); }
+void Executor::reset_metrics() {
+    clear_running_metrics();
+    backend_.fill_zero(committed_metrics_, kMetricsCount * sizeof(double));
+}
+
+void Executor::clear_running_metrics() { backend_.fill_zero(metrics_, kMetricsCount * sizeof(double)); }
+
+void Executor::revert_metrics() {
+    double committed[kMetricsCount];
+    backend_.copy_to_host(committed, committed_metrics_, sizeof committed);
+    backend_.copy_to_device(metrics_, committed, sizeof committed);
+}
 
 void Executor::read_outputs(float* host, int64_t rows) const {
     std::vector<float> padded(static_cast<size_t>(rows * output_width_));

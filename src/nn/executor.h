@@ -113,12 +113,18 @@ public:
     // ---- state outside steps ----
     TrainState read_state() const;
     void write_state(const TrainState& state);
-    void read_metrics(double* metrics) const;  // kMetricsCount values
+    // The running metrics, which every loss head but predict's adds to: kMetricsCount values.
+    void read_metrics(double* metrics) const;
     // Enqueues a copy of the step report into `host` (Backend::allocate_host memory) on the current
     // lane; it has landed once an event recorded after it completes.
     void report_async(StepReport* host) const;
-    void reset_metrics();
-    void write_metrics(const double* metrics);
+    // The committed metrics are the running ones as the last finished training step left them, or as
+    // reset_metrics or write_metrics set both. Between steps the two are equal; a step that fails
+    // partway, or an evaluation, leaves the running ones off until revert_metrics.
+    void reset_metrics();                       // both to zero
+    void write_metrics(const double* metrics);  // both
+    void clear_running_metrics();               // to zero, the committed ones kept
+    void revert_metrics();                      // the running ones back to the committed ones
     // Copies the last loss head's outputs (unpadded, [rows, classes]) to host memory.
     void read_outputs(float* host, int64_t rows) const;
     // Optimizer state arrays (padded parameter layout), for checkpoints.
@@ -222,6 +228,7 @@ private:
     StepReport* report_ = nullptr;
     TrainState* state_ = nullptr;   // &report_->state
     double* metrics_ = nullptr;     // report_->metrics
+    double* committed_metrics_ = nullptr;
     uint64_t synced_weights_version_ = ~uint64_t{0};
     uint64_t dropout_seed_ = 0;
 

@@ -97,6 +97,27 @@ private:
     Scheduler& scheduler_;
 };
 
+// The running metrics lent to an evaluation: cleared for it, then, however it ends, put back as the
+// last finished training step left them (an interrupted epoch's sums, which an evaluation that
+// failed partway would otherwise leave half-overwritten). Declared before the scope's DrainOnExit,
+// so it runs after it.
+class BorrowedRunningMetrics {
+public:
+    explicit BorrowedRunningMetrics(Executor& executor) : executor_(executor) { executor_.clear_running_metrics(); }
+    ~BorrowedRunningMetrics() {
+        try {
+            executor_.revert_metrics();
+        } catch (...) {
+            // A device fault: the error being reported, or the next call, says so.
+        }
+    }
+    BorrowedRunningMetrics(const BorrowedRunningMetrics&) = delete;
+    BorrowedRunningMetrics& operator=(const BorrowedRunningMetrics&) = delete;
+
+private:
+    Executor& executor_;
+};
+
 // `config`, once its loss options are found to suit `model`: checked before the executor plans and
 // uploads anything, so that a refusal is the one documented (not OUT_OF_MEMORY) and costs nothing.
 const TrainerConfig& checked_loss(const TrainerConfig& config, const Model& model) {
@@ -137,19 +158,22 @@ const TrainerConfig& checked_optimizer(const TrainerConfig& config) {
 
 }  // namespace
 
-// On a failure inside fit or step (a task raised, a cancel, a non-finite step), takes the step count
-// from the device once the work issued has drained: a step whose task failed was counted on issue
-// but may never have reached its finish_step. Declared before the scope's DrainOnExit, so it runs
-// after it.
-class Trainer::StepCountOnFailure {
+// On a failure inside fit or step (a task raised, a cancel, a non-finite step), once the work issued
+// has drained: puts the running metrics back as the last finished step left them, for a step that
+// failed partway has added its passes so far to them (run again, it would count twice in its
+// epoch's means); and takes the step count from the device, for a step whose task failed was
+// counted on issue but may never have reached its finish_step. Declared before the scope's
+// DrainOnExit, so it runs after it.
+class Trainer::StepRecoveryOnFailure {
 public:
-    explicit StepCountOnFailure(Trainer& trainer) : trainer_(trainer), exceptions_(std::uncaught_exceptions()) {}
-    ~StepCountOnFailure() {
+    explicit StepRecoveryOnFailure(Trainer& trainer) : trainer_(trainer), exceptions_(std::uncaught_exceptions()) {}
+    ~StepRecoveryOnFailure() {
         if (std::uncaught_exceptions() == exceptions_) return;
         try {
+            trainer_.executor_.revert_metrics();
             trainer_.steps_taken_ = trainer_.executor_.read_state().steps;
         } catch (...) {
-            // A device fault: the error being reported says so, and the device count is unreadable.
+            // A device fault: the error being reported says so, and the device is unreadable.
         }
     }
 
@@ -374,7 +398,7 @@ void Trainer::fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bo
         FitRegistration(const FitRegistration&) = delete;
         FitRegistration& operator=(const FitRegistration&) = delete;
     } registration(*model_, this);
-    const StepCountOnFailure recount(*this);
+    const StepRecoveryOnFailure recovery(*this);
     const int64_t rows = dataset.rows();
     const int64_t batch_rows = std::min(batch_size, rows);
     const int64_t steps = rows / batch_rows;  // the last partial batch is dropped
@@ -585,8 +609,12 @@ float Trainer::step(const Dataset& dataset, int64_t first, int64_t batch_size) {
     last_batch_size_ = batch_size;
     const int32_t* order = identity_order(dataset.rows());
     executor_.sync_weights();
+    // A step of the caller's is no step of an epoch fit left unfinished: its loss must not reach
+    // that epoch's means when fit finishes it.
+    double epoch_metrics[kMetricsCount];
+    executor_.read_metrics(epoch_metrics);
     Scheduler& scheduler = model_->context()->backend().scheduler();
-    const StepCountOnFailure recount(*this);
+    const StepRecoveryOnFailure recovery(*this);
     DrainOnExit drain(scheduler);
     // The whole batch, or its micro-batches one after another, gathered on the compute lane.
     const int64_t micro_rows = pass_rows(batch_size);
@@ -600,9 +628,10 @@ float Trainer::step(const Dataset& dataset, int64_t first, int64_t batch_size) {
     }
     ++steps_taken_;
     const TrainState state = executor_.read_state();
-    check_finite_step(state);
     double metrics[kMetricsCount];
     executor_.read_metrics(metrics);
+    executor_.write_metrics(epoch_metrics);
+    check_finite_step(state);
     return static_cast<float>(metrics[kMetricBatchLoss]);
 }
 
@@ -616,10 +645,8 @@ EvaluationResult Trainer::evaluate(const Dataset& dataset, int64_t batch_size) {
     executor_.reserve_rows(batch_rows, false);  // no training step runs on it
     const int32_t* order = identity_order(rows);
     executor_.sync_weights();
-    // Evaluation shares the metric accumulators with training: keep an interrupted epoch's.
-    double training_metrics[kMetricsCount];
-    executor_.read_metrics(training_metrics);
-    executor_.reset_metrics();
+    // Evaluation borrows the running metrics, whatever an interrupted epoch has in them.
+    const BorrowedRunningMetrics borrowed(executor_);
     Scheduler& scheduler = model_->context()->backend().scheduler();
     DrainOnExit drain(scheduler);
     const DatasetView view = dataset.device_view();
@@ -632,7 +659,6 @@ EvaluationResult Trainer::evaluate(const Dataset& dataset, int64_t batch_size) {
     }
     double metrics[kMetricsCount];
     executor_.read_metrics(metrics);
-    executor_.write_metrics(training_metrics);
     return metric_means(metrics, rows);
 }
 

@@ -128,7 +128,7 @@ public:
     uint64_t dropout_seed() const { return dropout_seed_; }
 
 private:
-    class StepCountOnFailure;
+    class StepRecoveryOnFailure;
     struct GatherTask {
         Trainer* trainer;
         const Dataset* dataset;
@@ -201,7 +201,7 @@ private:
     int64_t epochs_completed_ = 0;
     int64_t steps_into_epoch_ = 0;
     // Host mirror of TrainState::steps, counted as steps are issued. A step whose task fails does
-    // not count on the device: fit and step then take the device's count again (StepCountOnFailure).
+    // not count on the device: fit and step then take the device's count again (StepRecoveryOnFailure).
     int64_t steps_taken_ = 0;
     bool shuffle_ = false;
     int64_t epoch_rows_ = 0;   // rows of the dataset of the current (or interrupted) epoch

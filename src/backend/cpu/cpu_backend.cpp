@@ -539,6 +539,10 @@ void CpuBackend::swap_values(float* first, float* second, int64_t count) {
     std::swap_ranges(first, first + count, second);
 }
 
-void CpuBackend::finish_step(TrainState* state, const LossScalerConfig& scaler) { advance_loss_scaler(*state, scaler); }
+void CpuBackend::finish_step(TrainState* state, const LossScalerConfig& scaler, const double* metrics,
+                             double* committed_metrics) {
+    advance_loss_scaler(*state, scaler);
+    if (metrics && committed_metrics) std::copy(metrics, metrics + kMetricsCount, committed_metrics);
+}
 
 }  // namespace mpt

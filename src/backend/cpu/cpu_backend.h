@@ -74,7 +74,8 @@ public:
     void average_weights(const float* masters, float* averages, int64_t count, float momentum,
                          const TrainState* state) override;
     void swap_values(float* first, float* second, int64_t count) override;
-    void finish_step(TrainState* state, const LossScalerConfig& scaler) override;
+    void finish_step(TrainState* state, const LossScalerConfig& scaler, const double* metrics,
+                     double* committed_metrics) override;
 
     int threads() const { return pool_.threads(); }
 

@@ -565,12 +565,17 @@ void CudaBackend::plan(RecordedOp& op) {
     }
 }
 
-void CudaBackend::finish_step(TrainState* state, const LossScalerConfig& scaler) {
+void CudaBackend::finish_step(TrainState* state, const LossScalerConfig& scaler, const double* metrics,
+                              double* committed_metrics) {
     require(state != nullptr, MPT_STATUS_INVALID_ARGUMENT, "cuda backend: finish_step needs the train state");
     RecordedOp op{};
     op.code = OpCode::finish_step;
     op.state = state;
     op.scaler = scaler;
+    if (metrics && committed_metrics) {
+        op.values = metrics;
+        op.committed_metrics = committed_metrics;
+    }
     issue(op);
 }
 
@@ -630,7 +635,9 @@ void CudaBackend::execute(const RecordedOp& op, cudaStream_t stream) {
         case OpCode::average_weights:
             run_average_weights(static_cast<const float*>(op.values), op.out, op.count, op.momentum, op.state, stream);
             return;
-        case OpCode::finish_step: run_finish_step(op.state, op.scaler, stream); return;
+        case OpCode::finish_step:
+            run_finish_step(op.state, op.scaler, static_cast<const double*>(op.values), op.committed_metrics, stream);
+            return;
     }
 }
 
@@ -941,6 +948,8 @@ void CudaBackend::sign(const RecordedOp& op) {
             return;
         case OpCode::finish_step: {
             s.put(op.state);
+            s.put(op.values);
+            s.put(op.committed_metrics);
             const LossScalerConfig& c = op.scaler;
             s.put(c.mode);
             s.put(c.initial_scale);

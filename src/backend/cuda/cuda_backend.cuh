@@ -68,7 +68,8 @@ public:
     void average_weights(const float* masters, float* averages, int64_t count, float momentum,
                          const TrainState* state) override;
     void swap_values(float* first, float* second, int64_t count) override;
-    void finish_step(TrainState* state, const LossScalerConfig& scaler) override;
+    void finish_step(TrainState* state, const LossScalerConfig& scaler, const double* metrics,
+                     double* committed_metrics) override;
 
     // The backend's own device buffers: allocate()/release() that also charge the context's memory
     // tracker (arenas and resident datasets reserve their bytes themselves).
@@ -120,12 +121,14 @@ private:
         float* scratch;
         TrainState* state;
         MaxAbsInput max_inputs[kMaxAbsInputs];
-        const void* values;      // decide_update's bounds, clip_factor's gradients, average_weights' masters
+        const void* values;      // decide_update's bounds, clip_factor's gradients, average_weights' masters,
+                                 // finish_step's running metrics
         int64_t count;           // max_abs inputs, decide_update layers, clip_factor gradients, averaged values
         int64_t rows;
         float* out;              // max_abs's maxima, average_weights' averages
         float clipnorm;
         float momentum;          // average_weights'
+        double* committed_metrics;  // finish_step's
     };
 
     // CudaTaskHooks

@@ -17,10 +17,13 @@ __global__ void decide_update_kernel(const float* max_abs_pairs, int layer_count
     }
 }
 
-__global__ void finish_step_kernel(TrainState* state, const LossScalerConfig scaler) {
+__global__ void finish_step_kernel(TrainState* state, const LossScalerConfig scaler, const double* metrics,
+                                   double* committed_metrics) {
     TrainState value = *state;
     advance_loss_scaler(value, scaler);
     *state = value;
+    if (metrics && committed_metrics)
+        for (int i = 0; i < kMetricsCount; ++i) committed_metrics[i] = metrics[i];
 }
 
 }  // namespace
@@ -34,9 +37,11 @@ void run_decide_update(const float* max_abs_pairs, int layer_count, int64_t rows
     MPT_CUDA_CHECK_LAUNCH("decide_update_kernel");
 }
 
-void run_finish_step(TrainState* state, const LossScalerConfig& scaler, cudaStream_t stream) {
+void run_finish_step(TrainState* state, const LossScalerConfig& scaler, const double* metrics,
+                     double* committed_metrics, cudaStream_t stream) {
     require(state != nullptr, MPT_STATUS_INVALID_ARGUMENT, "cuda backend: finish_step needs the train state");
-    finish_step_kernel<<<1, 1, 0, stream>>>(state, scaler);
+    // In the scaler's kernel: the copy adds no launch (nor graph node) to a step.
+    finish_step_kernel<<<1, 1, 0, stream>>>(state, scaler, metrics, committed_metrics);
     MPT_CUDA_CHECK_LAUNCH("finish_step_kernel");
 }
 

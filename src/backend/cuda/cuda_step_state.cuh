@@ -1,6 +1,7 @@
 // The small TrainState transitions of a step on CUDA, each one thread of one block reading and
 // writing device memory: the update decision (decide_update) and the loss scaler's advance
-// (finish_step). Their arithmetic is the CPU backend's, on the same inline functions.
+// (finish_step, which also keeps the metrics as the step leaves them). Their arithmetic is the CPU
+// backend's, on the same inline functions.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -11,6 +12,7 @@ namespace mpt {
 
 void run_decide_update(const float* max_abs_pairs, int layer_count, int64_t rows, TrainState* state,
                        cudaStream_t stream);
-void run_finish_step(TrainState* state, const LossScalerConfig& scaler, cudaStream_t stream);
+void run_finish_step(TrainState* state, const LossScalerConfig& scaler, const double* metrics,
+                     double* committed_metrics, cudaStream_t stream);
 
 }  // namespace mpt
