@@ -118,6 +118,18 @@ mpt_status mpt_model_get_layer_dropout(const mpt_model_t* model, int64_t layer, 
     MPT_API_END
 }
 
+mpt_status mpt_model_set_layer_trainable(mpt_model_t* model, int64_t layer, int trainable) {
+    MPT_API_BEGIN
+    impl_of(model, "model").set_layer_trainable(layer, trainable != 0);
+    MPT_API_END
+}
+
+mpt_status mpt_model_get_layer_trainable(const mpt_model_t* model, int64_t layer, int* out) {
+    MPT_API_BEGIN
+    read_layer(model, layer, out, [](const mpt::DenseLayer& l) { return l.trainable ? 1 : 0; });
+    MPT_API_END
+}
+
 mpt_status mpt_model_get_layer_units(const mpt_model_t* model, int64_t layer, int64_t* out) {
     MPT_API_BEGIN
     read_layer(model, layer, out, [](const mpt::DenseLayer& l) { return l.units; });

@@ -313,6 +313,21 @@ MPT_API mpt_status mpt_model_get_input_dropout(const mpt_model_t* model, float* 
  *  One thread per model at a time. */
 MPT_API mpt_status mpt_model_set_layer_initializer(mpt_model_t* model, int64_t layer, mpt_initializer initializer);
 MPT_API mpt_status mpt_model_get_layer_initializer(const mpt_model_t* model, int64_t layer, mpt_initializer* out);
+/** Freezes layer `layer` (`trainable` 0) or lets it train (non-zero; the default), as Keras's
+ *  `layer.trainable` and PyTorch's `requires_grad`: for fine-tuning a loaded model's last layers, say.
+ *  A trainer's steps leave a frozen layer's weights and bias, and their optimizer state, exactly as
+ *  they are: they take no gradient of them (weight decay included), leave them out of the global
+ *  norm that clipping takes (mpt_trainer_options_set_global_clipnorm) and of the proof that a step
+ *  is finite, and, with weight averaging, make the layer's average its weights. Gradients still flow
+ *  through a frozen layer to the trainable ones below it; below the lowest trainable layer no input
+ *  gradient is computed at all, so a step with the lower layers frozen costs less. At any time: the
+ *  next step of every trainer of the model reads it (Adam and RMSprop keep one step count for all
+ *  layers, as Keras does). Training with every layer frozen fails with MPT_STATUS_INVALID_STATE
+ *  and changes nothing. Saved with the model (model files and checkpoints' models); a layer out of
+ *  range: MPT_STATUS_INVALID_ARGUMENT. One thread per model at a time. */
+MPT_API mpt_status mpt_model_set_layer_trainable(mpt_model_t* model, int64_t layer, int trainable);
+/** \param[out] out  1 when layer `layer` trains, 0 when it is frozen. */
+MPT_API mpt_status mpt_model_get_layer_trainable(const mpt_model_t* model, int64_t layer, int* out);
 MPT_API mpt_status mpt_model_get_layer_count(const mpt_model_t* model, int64_t* out);
 /** Layer `layer`'s width (its units) and activation, as added or as the loaded file holds them; a
  *  layer out of range: MPT_STATUS_INVALID_ARGUMENT. */

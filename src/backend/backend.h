@@ -322,8 +322,9 @@ public:
                                         bool /*clipping*/) {}
     // Weight averaging, after every layer's update and before finish_step: when the step was applied
     // (!state->found_inf), averages[i] = averaged_weight(averages[i], masters[i], momentum) over
-    // `count` values, or averages[i] = masters[i] on the first applied step (state->applied_steps 0).
-    // A skipped step leaves them. The state is read in backend memory, as the updates read it.
+    // `count` values, or averages[i] = masters[i] on the first applied step (state->applied_steps 0)
+    // and, whatever the step, where `momentum` is 0 (a frozen layer's average). A skipped step
+    // leaves them otherwise. The state is read in backend memory, as the updates read it.
     virtual void average_weights(const float* masters, float* averages, int64_t count, float momentum,
                                  const TrainState* state) = 0;
     // Exchanges `count` values of two arrays of backend memory that do not overlap (outside steps).

@@ -45,6 +45,7 @@ Executor::Executor(Model& model, const PrecisionPolicy& policy, ExecutionMode mo
         gradient_elements_ += layer.weight_count() + layer.padded_units;
         update_shapes_.push_back({layer.padded_inputs, layer.padded_units, layer_dtypes_[i]});
     }
+    trainable_layers_.reserve(model_.layers().size());
     plan_persistent();
 }
 
@@ -414,7 +415,9 @@ void Executor::loss_head(int slot, int64_t rows, HeadMode mode, bool row_weighte
 
 void Executor::backward(int slot, int64_t rows, const BatchPart& part) {
     const auto& layers = model_.layers();
-    for (size_t i = layers.size() - 1; i > 0; --i) {
+    // dZ_{i-1} from layer i, for every layer from the lowest trainable one up.
+    const size_t lowest_trainable = trainable_layers_.front();
+    for (size_t i = layers.size() - 1; i > lowest_trainable; --i) {
         const DenseLayer& layer = layers[i];
         DenseBackwardDataArgs data{};
         data.output_grad = step_buffer(layer_slots_[i].output_grad);
@@ -436,7 +439,23 @@ void Executor::backward(int slot, int64_t rows, const BatchPart& part) {
     }
 }
 
-void Executor::begin_step() { backend_.begin_step(state_); }
+void Executor::begin_step() {
+    // The layout of the trainable layers' gradients, as the model's flags stand now (they may change
+    // between steps).
+    trainable_layers_.clear();
+    trainable_gradient_elements_ = 0;
+    const auto& layers = model_.layers();
+    for (size_t i = 0; i < layers.size(); ++i) {
+        if (!layers[i].trainable) continue;
+        trainable_layers_.push_back(i);
+        gradient_offsets_[i] = trainable_gradient_elements_;
+        trainable_gradient_elements_ += layers[i].weight_count() + layers[i].padded_units;
+    }
+    if (trainable_layers_.empty()) model_.require_trainable_layer();  // fails
+    backend_.begin_step(state_);
+}
+
+bool Executor::all_layers_trainable() const { return trainable_layers_.size() == model_.layers().size(); }
 
 void Executor::reserve_update_scratch(int64_t rows, bool clipping) {
     if (rows == update_scratch_rows_ && clipping == update_scratch_clipping_) return;
@@ -449,26 +468,39 @@ void Executor::reserve_update_scratch(int64_t rows, bool clipping) {
 void Executor::decide_from_bounds(int slot, int64_t rows, int64_t bound_rows) {
     const auto& layers = model_.layers();
     // (max|dZ_i|, max|A_prev_i|) per layer, kMaxAbsInputs tensors per pass.
+    // The trainable layers' only (their gradients are the ones computed), packed in their order.
     MaxAbsInput inputs[kMaxAbsInputs];
     int pending = 0;
-    size_t first_layer = 0;
-    for (size_t i = 0; i < layers.size(); ++i) {
+    size_t first_pair = 0;
+    const size_t count = trainable_layers_.size();
+    for (size_t k = 0; k < count; ++k) {
+        const size_t i = trainable_layers_[k];
         const DenseLayer& layer = layers[i];
         inputs[pending++] = MaxAbsInput{step_buffer(layer_slots_[i].output_grad), layer_dtypes_[i], rows * layer.padded_units};
         inputs[pending++] = MaxAbsInput{layer_input(i, slot, true), layer_dtypes_[i], rows * layer.padded_inputs};
-        if (pending == kMaxAbsInputs || i + 1 == layers.size()) {
-            backend_.max_abs(inputs, pending, gradient_bounds_ + 2 * first_layer);
+        if (pending == kMaxAbsInputs || k + 1 == count) {
+            backend_.max_abs(inputs, pending, gradient_bounds_ + 2 * first_pair);
             pending = 0;
-            first_layer = i + 1;
+            first_pair = k + 1;
         }
     }
-    backend_.decide_update(gradient_bounds_, static_cast<int>(layers.size()), bound_rows, state_);
+    backend_.decide_update(gradient_bounds_, static_cast<int>(count), bound_rows, state_);
 }
 
 void Executor::finish_update() {
-    if (averages_)
+    if (averages_ && all_layers_trainable()) {
         backend_.average_weights(model_.masters(), averages_, model_.parameter_block_elements(), optimizer_.ema_momentum,
                                  state_);
+    } else if (averages_) {
+        // Layer by layer: a frozen layer's average is its weights (momentum 0: a copy), so that
+        // swapping the averages in leaves it as it is, and its average starts from its weights
+        // once it trains again.
+        for (const DenseLayer& layer : model_.layers()) {
+            const int64_t count = layer.bias_offset + layer.padded_units - layer.weight_offset;
+            backend_.average_weights(model_.masters() + layer.weight_offset, averages_ + layer.weight_offset, count,
+                                     layer.trainable ? optimizer_.ema_momentum : 0.0f, state_);
+        }
+    }
     backend_.finish_step(state_, scaler_, metrics_, committed_metrics_);
 }
 
@@ -497,7 +529,7 @@ void Executor::accumulate(int slot, int64_t rows, const BatchPart& part) {
     reserve_update_scratch(rows, false);
     decide_from_bounds(slot, rows, part.batch_rows);
     const UpdatePart writes = part.first_row == 0 ? UpdatePart::gradient : UpdatePart::accumulate;
-    for (size_t i = 0; i < model_.layers().size(); ++i)
+    for (const size_t i : trainable_layers_)
         backend_.dense_update(layer_update(i, slot, rows, writes, accumulated_gradients_), optimizer_);
 }
 
@@ -505,8 +537,8 @@ void Executor::apply_accumulated(int slot, int64_t rows) {
     require(accumulated_gradients_ != nullptr, MPT_STATUS_INTERNAL, "executor: nothing was accumulated");
     try {
         if (clips_gradients(optimizer_))
-            backend_.clip_factor(accumulated_gradients_, gradient_elements_, optimizer_.global_clipnorm, state_);
-        for (size_t i = 0; i < model_.layers().size(); ++i) {
+            backend_.clip_factor(accumulated_gradients_, trainable_gradient_elements_, optimizer_.global_clipnorm, state_);
+        for (const size_t i : trainable_layers_) {
             DenseUpdateArgs args = layer_update(i, slot, rows, UpdatePart::apply, accumulated_gradients_);
             if (clips_gradients(optimizer_)) args.gradient_factor = &state_->clip_factor;
             backend_.dense_update(args, optimizer_);
@@ -521,30 +553,32 @@ void Executor::apply_accumulated(int slot, int64_t rows) {
 }
 
 void Executor::update_layers(int slot, int64_t rows) {
-    const size_t count = model_.layers().size();
+    const size_t count = trainable_layers_.size();
     float* const gradient_scratch = static_cast<float*>(step_buffer(gradient_scratch_));
     if (!clips_gradients(optimizer_)) {
-        for (size_t i = 0; i < count; ++i)
+        for (const size_t i : trainable_layers_)
             backend_.dense_update(layer_update(i, slot, rows, UpdatePart::whole, gradient_scratch), optimizer_);
         return;
     }
     if (backend_.clips_from_batch(rows)) {
-        // The norm from the batch, then every whole update times the factor.
-        for (size_t i = 0; i < count; ++i) layer_updates_[i] = layer_update(i, slot, rows, UpdatePart::whole, gradient_scratch);
+        // The norm from the batch, then every whole update times the factor (the layers in the order
+        // of decide_from_bounds' pairs).
+        for (size_t k = 0; k < count; ++k)
+            layer_updates_[k] = layer_update(trainable_layers_[k], slot, rows, UpdatePart::whole, gradient_scratch);
         backend_.clip_factor_from_batch(layer_updates_.data(), static_cast<int>(count), gradient_bounds_,
                                         optimizer_.global_clipnorm, state_);
-        for (DenseUpdateArgs& args : layer_updates_) {
-            args.gradient_factor = &state_->clip_factor;
-            backend_.dense_update(args, optimizer_);
+        for (size_t k = 0; k < count; ++k) {
+            layer_updates_[k].gradient_factor = &state_->clip_factor;
+            backend_.dense_update(layer_updates_[k], optimizer_);
         }
         return;
     }
-    // Every gradient, their norm's factor, then every update: the gradients of all layers lie packed
-    // in the scratch, so one clip_factor call covers them and nothing else.
-    for (size_t i = 0; i < count; ++i)
+    // Every gradient, their norm's factor, then every update: the gradients of all trainable layers
+    // lie packed in the scratch, so one clip_factor call covers them and nothing else.
+    for (const size_t i : trainable_layers_)
         backend_.dense_update(layer_update(i, slot, rows, UpdatePart::gradient, gradient_scratch), optimizer_);
-    backend_.clip_factor(gradient_scratch, gradient_elements_, optimizer_.global_clipnorm, state_);
-    for (size_t i = 0; i < count; ++i) {
+    backend_.clip_factor(gradient_scratch, trainable_gradient_elements_, optimizer_.global_clipnorm, state_);
+    for (const size_t i : trainable_layers_) {
         DenseUpdateArgs args = layer_update(i, slot, rows, UpdatePart::apply, gradient_scratch);
         args.gradient_factor = &state_->clip_factor;
         backend_.dense_update(args, optimizer_);

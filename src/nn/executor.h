@@ -91,10 +91,13 @@ public:
     // whole batch's mean loss and gradient.
     enum class HeadMode { train, evaluate, predict };
     void loss_head(int slot, int64_t rows, HeadMode mode, bool row_weighted = false, const BatchPart& part = BatchPart{});
-    // Input gradients through every layer (dZ for all layers), before any weight changes; through a
-    // dropout the same mask as training's forward drew.
+    // Input gradients (dZ) down to the lowest trainable layer, before any weight changes; through a
+    // dropout the same mask as training's forward drew. Frozen layers below it need none.
     void backward(int slot, int64_t rows, const BatchPart& part = BatchPart{});
-    // Proves the step finite (or marks it skipped), then updates every layer and the loss scaler.
+    // Proves the step finite (or marks it skipped), then updates every trainable layer and the loss
+    // scaler. Frozen layers (DenseLayer::trainable) take no part in a step's update: no gradient,
+    // no bound, no share of the clipped norm, no change; under weight averaging their average is
+    // their weights.
     void update(int slot, int64_t rows);
     // Gradient accumulation, instead of update: after a micro-batch's backward, proves its share
     // finite (or marks the step skipped) and writes (the first micro-batch) or adds (the others)
@@ -108,6 +111,8 @@ public:
     // The accumulated gradients' memory (every layer's dW and db packed, fp32), before the first
     // accumulate; kept until the executor goes.
     void reserve_accumulated_gradients();
+    // Before a step's first pass: reads which layers are trainable for the step (fails with
+    // INVALID_STATE, before any work, when none is), then begins it on the backend.
     void begin_step();
 
     // ---- state outside steps ----
@@ -190,6 +195,7 @@ private:
     void decide_from_bounds(int slot, int64_t rows, int64_t bound_rows);
     // After every layer's update: the weights' moving average and the loss scaler's step.
     void finish_update();
+    bool all_layers_trainable() const;  // in this step
 
     void* step_buffer(int id) const { return id < 0 ? nullptr : step_arena_.at<char>(step_plan_.offset(id)); }
     // The input of layer `layer`: the batch, or the previous layer's output as a training step's
@@ -246,10 +252,13 @@ private:
     bool update_scratch_clipping_ = false;  // and whether for clipping
     std::vector<LayerSlots> layer_slots_;
     std::vector<DenseUpdateArgs> layer_updates_;  // a clipped step's, one per layer (sized when planning)
-    // Where each layer's dW (then its db) lies in a clipped step's all-layer gradient scratch: packed,
-    // without the parameter layout's alignment gaps.
+    // Where each trainable layer's dW (then its db) lies in a clipped step's all-layer gradient
+    // scratch and in the accumulated gradients: packed, without the parameter layout's alignment
+    // gaps, the trainable layers one after another (begin_step lays them out).
     std::vector<int64_t> gradient_offsets_;
-    int64_t gradient_elements_ = 0;  // every layer's dW and db in that layout
+    int64_t gradient_elements_ = 0;            // every layer's dW and db in that layout: the capacity
+    int64_t trainable_gradient_elements_ = 0;  // the trainable layers', this step
+    std::vector<size_t> trainable_layers_;     // this step's, in order (capacity for all: no allocation)
     std::vector<DenseUpdateShape> update_shapes_;  // every layer's, for reserve_update_scratch
     BatchSlot batch_slots_[kBatchSlots];
     // Gradient accumulation's sums of a step's micro-batches (reserve_accumulated_gradients).

@@ -55,6 +55,16 @@ void Model::set_layer_initializer(int64_t layer, Initializer initializer) {
     layers_[static_cast<size_t>(layer)].initializer = initializer;
 }
 
+void Model::set_layer_trainable(int64_t layer, bool trainable) {
+    require_layer(layer);
+    layers_[static_cast<size_t>(layer)].trainable = trainable;
+}
+
+void Model::require_trainable_layer() const {
+    require(std::any_of(layers_.begin(), layers_.end(), [](const DenseLayer& layer) { return layer.trainable; }),
+            MPT_STATUS_INVALID_STATE, "every layer of the model is frozen (mpt_model_set_layer_trainable): training would change nothing");
+}
+
 void Model::set_input_dropout(float rate) {
     require(!built_, MPT_STATUS_INVALID_STATE, "input dropout cannot change after the model is built (first use)");
     require(valid_dropout_rate(rate), MPT_STATUS_INVALID_ARGUMENT, "dropout rate must be in [0, 1)");

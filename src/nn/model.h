@@ -32,6 +32,9 @@ struct DenseLayer {
     float dropout = 0.0f;
     // How build() draws the weights; not saved (a model file holds the weights it drew).
     Initializer initializer = Initializer::glorot_uniform;
+    // False: frozen, as a Keras layer with trainable = False: training steps leave its weights and
+    // bias (and their optimizer state) as they are, and take no gradient of them.
+    bool trainable = true;
     // Offsets in elements into the parameter block (the same layout for masters, gradients,
     // optimizer state and low copies), each a multiple of kParameterAlignment.
     int64_t weight_offset = 0;
@@ -53,6 +56,11 @@ public:
     void set_input_dropout(float rate);
     float input_dropout() const { return input_dropout_; }
     void set_layer_initializer(int64_t layer, Initializer initializer);
+    // Freezes a layer (false) or lets it train again (true): at any time, the next training step
+    // of every trainer of the model reads it.
+    void set_layer_trainable(int64_t layer, bool trainable);
+    // Fails with INVALID_STATE when every layer is frozen: training would change nothing.
+    void require_trainable_layer() const;
     bool has_dropout() const;  // on the inputs or any layer
     // Lays out and initialises the parameters (weights from each layer's initializer, zero biases).
     // Idempotent.

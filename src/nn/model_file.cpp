@@ -41,6 +41,13 @@ float parse_dropout(const FlatJson& json, const std::string& pointer) {
     return rate;
 }
 
+// A layer's trainable flag: absent for a trainable layer, else false (true is not written).
+bool parse_trainable(const FlatJson& json, const std::string& pointer) {
+    if (json.find(pointer) == nullptr) return true;
+    if (json.boolean(pointer)) throw JsonFormatError("trainable true (only a frozen layer records it, as false)");
+    return false;
+}
+
 // Keys in alphabetical order, as files written with nlohmann::json (a sorted map) have them.
 std::string architecture_json(const Model& model) {
     JsonWriter json;
@@ -52,8 +59,10 @@ std::string architecture_json(const Model& model) {
         json.begin_object().key("activation").string(activation_name(layer.activation));
         // Written only when set (a float's bits), so that files without dropout stay as they were.
         if (layer.dropout > 0.0f) json.key("dropout").unsigned_integer(float_bits(layer.dropout));
-        json.key("dtype").string(dtype_override_name(layer.dtype_override))
-            .key("type").string("dense")
+        json.key("dtype").string(dtype_override_name(layer.dtype_override));
+        // Written only for a frozen layer, so that other files stay as they were.
+        if (!layer.trainable) json.key("trainable").boolean(false);
+        json.key("type").string("dense")
             .key("units").integer(layer.units)
             .end_object();
     }
@@ -104,6 +113,7 @@ struct Architecture {
         Activation activation;
         std::optional<DType> dtype;
         float dropout;
+        bool trainable;
     };
     std::vector<Layer> layers;
 };
@@ -124,7 +134,8 @@ Architecture parse_architecture(const SafetensorsReader& reader) {
             architecture.layers.push_back({json.int64(json_pointer(layer, "units")),
                                            parse_activation(json.string(json_pointer(layer, "activation"))),
                                            parse_dtype_override(json.string(json_pointer(layer, "dtype"))),
-                                           parse_dropout(json, json_pointer(layer, "dropout"))});
+                                           parse_dropout(json, json_pointer(layer, "dropout")),
+                                           parse_trainable(json, json_pointer(layer, "trainable"))});
         }
     } catch (const JsonFormatError& error) {
         fail(MPT_STATUS_CORRUPT_DATA, std::string("the architecture metadata is malformed: ") + error.what());
@@ -177,6 +188,8 @@ void add_model_to_file(Model& model, SafetensorsWriter& writer, const char* kind
 std::vector<float> read_model_block(const SafetensorsReader& reader, const Model& model) {
     check_version(reader);
     const Architecture architecture = parse_architecture(reader);
+    // Which layers train is no part of the architecture: a checkpoint loads whatever the model's
+    // flags are now (a run that froze layers and then let them train resumes from either phase).
     bool same = architecture.input_features == model.input_features() &&
                 architecture.input_dropout == model.input_dropout() && architecture.layers.size() == model.layers().size();
     for (size_t i = 0; same && i < architecture.layers.size(); ++i) {
@@ -222,6 +235,7 @@ std::shared_ptr<Model> load_model(std::shared_ptr<Context> context, const std::s
         for (size_t i = 0; i < architecture.layers.size(); ++i) {
             model->set_layer_dtype(static_cast<int64_t>(i), architecture.layers[i].dtype);
             model->set_layer_dropout(static_cast<int64_t>(i), architecture.layers[i].dropout);
+            model->set_layer_trainable(static_cast<int64_t>(i), architecture.layers[i].trainable);
         }
         require(architecture.layers.back().dropout == 0.0f, MPT_STATUS_INVALID_ARGUMENT, "the last layer has dropout");
     } catch (const Error& error) {

@@ -389,6 +389,7 @@ void Trainer::fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bo
     require(batch_size > 0, MPT_STATUS_INVALID_ARGUMENT, "batch_size must be positive");
     check_dataset(dataset);
     require_trained_weights("train");
+    model_->require_trainable_layer();
     // Registered for the whole call: another trainer's exchange from a callback is refused meanwhile.
     struct FitRegistration {
         Model& model;
@@ -601,6 +602,7 @@ void Trainer::fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bo
 float Trainer::step(const Dataset& dataset, int64_t first, int64_t batch_size) {
     check_dataset(dataset);
     require_trained_weights("train");
+    model_->require_trainable_layer();
     require(batch_size > 0, MPT_STATUS_INVALID_ARGUMENT, "batch_size must be positive");
     require(first >= 0 && first <= dataset.rows() - batch_size, MPT_STATUS_INVALID_ARGUMENT,
             "rows [first, first + batch_size) must lie inside the dataset");

@@ -523,8 +523,9 @@ void CpuBackend::average_weights(const float* masters, float* averages, int64_t 
                                  const TrainState* state) {
     require(masters != nullptr && averages != nullptr && state != nullptr && count >= 0, MPT_STATUS_INVALID_ARGUMENT,
             "cpu backend: average_weights needs the masters, the averages and the train state");
-    if (state->found_inf) return;
-    if (state->applied_steps == 0) {
+    const bool copy = momentum == 0.0f;  // a frozen layer's: its weights, whatever the step
+    if (state->found_inf && !copy) return;
+    if (copy || state->applied_steps == 0) {
         std::memcpy(averages, masters, static_cast<size_t>(count) * sizeof(float));
         return;
     }

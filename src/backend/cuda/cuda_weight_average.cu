@@ -14,8 +14,9 @@ constexpr int kMaxBlocks = 4096;
 __global__ void __launch_bounds__(kThreads) average_weights_kernel(const float* __restrict__ masters,
                                                                    float* __restrict__ averages, int64_t count,
                                                                    float momentum, const TrainState* state) {
-    if (state->found_inf) return;  // a skipped step: the weights did not change
-    const bool first = state->applied_steps == 0;
+    const bool copy = momentum == 0.0f;  // a frozen layer's: its weights, whatever the step
+    if (state->found_inf && !copy) return;  // a skipped step: the weights did not change
+    const bool first = copy || state->applied_steps == 0;
     const float keep = momentum, take = __fsub_rn(1.0f, momentum);
     for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
