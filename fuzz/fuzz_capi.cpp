@@ -84,9 +84,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         mpt_model_t* maybe_model = in.byte() % 16 ? model : nullptr;
         switch (in.byte() % 16) {
             case 0: mpt_model_add_dense(maybe_model, in.count(), static_cast<mpt_activation>(in.small(12) - 1)); break;
-            case 1:  // a layer's dtype, dropout or initializer (hostile layers, values; a last layer's dropout
-                     // refused at build)
-                if (in.byte() % 3 == 0) {
+            case 1:  // a layer's dtype, dropout, initializer or trainable flag (hostile layers, values; a last
+                     // layer's dropout refused at build; every layer frozen refused at fit and step)
+                if (in.byte() % 5 == 0) {
+                    int trainable = 1;
+                    mpt_model_set_layer_trainable(maybe_model, in.small(4) - 1, in.byte() % 3 - 1);
+                    mpt_model_get_layer_trainable(maybe_model, in.small(4) - 1, in.byte() % 8 ? &trainable : nullptr);
+                } else if (in.byte() % 3 == 0) {
                     mpt_model_set_layer_dtype(maybe_model, in.small(4) - 1, static_cast<mpt_dtype>(in.small(6) - 1));
                 } else if (in.byte() % 2) {
                     mpt_initializer initializer = MPT_INITIALIZER_GLOROT_UNIFORM;

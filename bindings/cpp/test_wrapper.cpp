@@ -1060,6 +1060,31 @@ TEST_CASE("a fit with dropout on a hidden layer learns and trains otherwise; eva
     CHECK(bits_of(model.predict(points)) == bits_of(model.predict(points)));  // no mask at inference
 }
 
+TEST_CASE("a layer frozen through the wrapper keeps its weights while the others train; thawed, it trains") {
+    auto context = cpu_context();
+    auto model = mlp(context);
+    for (int64_t layer = 0; layer < 3; ++layer) CHECK(model.layer_trainable(layer));  // the default
+    CHECK(&model.set_layer_trainable(1, false) == &model);  // chains
+    CHECK(!model.layer_trainable(1));
+    mptrain::Trainer trainer(model, adam());
+    const auto data = blobs(context, 240, 81);
+    auto layer_bits = [&](int64_t layer) {
+        auto [weights, bias] = model.weights(layer);
+        weights.insert(weights.end(), bias.begin(), bias.end());
+        return bits_of(weights);
+    };
+    const auto frozen = layer_bits(1), first = layer_bits(0);
+    trainer.fit(data, 1, 16);
+    CHECK(layer_bits(1) == frozen);
+    CHECK(layer_bits(0) != first);
+    model.set_layer_trainable(1, true);
+    trainer.fit(data, 1, 16);
+    CHECK(layer_bits(1) != frozen);
+    CHECK(status_of([&] { model.set_layer_trainable(3, false); }) == MPT_STATUS_INVALID_ARGUMENT);
+    for (int64_t layer = 0; layer < 3; ++layer) model.set_layer_trainable(layer, false);
+    CHECK(status_of([&] { trainer.fit(data, 1, 16); }) == MPT_STATUS_INVALID_STATE);
+}
+
 TEST_CASE("a model saved with dropout, and a checkpoint's model, load with the same rates") {
     TempDir directory;
     auto context = cpu_context();

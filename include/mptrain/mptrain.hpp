@@ -240,6 +240,19 @@ public:
         detail::check(mpt_model_get_layer_dropout(get(), layer, &out));
         return out;
     }
+    /** Freezes layer `layer` (false) or lets it train (true, the default), as Keras's
+     *  layer.trainable (mpt_model_set_layer_trainable): trainers' steps leave a frozen layer exactly
+     *  as it is while gradients still flow through it. At any time; saved with the model. */
+    Model& set_layer_trainable(int64_t layer, bool trainable) {
+        detail::check(mpt_model_set_layer_trainable(get(), layer, trainable ? 1 : 0));
+        return *this;
+    }
+    /** Whether layer `layer` trains (false: frozen). */
+    bool layer_trainable(int64_t layer) const {
+        int out = 0;
+        detail::check(mpt_model_get_layer_trainable(get(), layer, &out));
+        return out != 0;
+    }
     /** Dropout on the inputs, as a Keras Dropout(rate) before the first Dense layer
      *  (mpt_model_set_input_dropout): rate in [0, 1), 0 (the default) none; before the model is built;
      *  saved with the model. */

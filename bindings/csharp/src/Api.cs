@@ -260,6 +260,24 @@ namespace Mptrain
             return QueryLayer<float>(Native.mpt_model_get_layer_dropout, layer);
         }
 
+        /// <summary>Freezes layer <paramref name="layer"/> (false) or lets it train (true, the default), as
+        /// Keras's layer.trainable: trainers' steps leave a frozen layer's weights, bias and optimizer state
+        /// exactly as they are (no gradient, no weight decay, no share of the clipped norm; with weight
+        /// averaging its average is its weights), while gradients still flow through it to the layers
+        /// below. At any time: every trainer's next step reads it. Training with every layer frozen throws
+        /// MptException (Status.InvalidState). Saved with the model.</summary>
+        public void SetLayerTrainable(int layer, bool trainable)
+        {
+            using (Family.Enter())
+                MptException.Check(Native.mpt_model_set_layer_trainable(Live, layer, trainable ? 1 : 0));
+        }
+
+        /// <summary>Whether layer <paramref name="layer"/> trains (false: frozen).</summary>
+        public bool GetLayerTrainable(int layer)
+        {
+            return QueryLayer<int>(Native.mpt_model_get_layer_trainable, layer) != 0;
+        }
+
         private delegate Status Getter(ModelHandle model, out long value);
         private delegate Status LayerGetter<T>(ModelHandle model, long layer, out T value);
 

@@ -50,6 +50,8 @@ namespace Mptrain
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_model_set_layer_dtype(ModelHandle model, long layer, DType dtype);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_model_set_layer_dropout(ModelHandle model, long layer, float rate);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_model_get_layer_dropout(ModelHandle model, long layer, out float rate);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_model_set_layer_trainable(ModelHandle model, long layer, int trainable);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_model_get_layer_trainable(ModelHandle model, long layer, out int trainable);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_model_get_layer_dtype(ModelHandle model, long layer, out DType dtype);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_model_get_layer_units(ModelHandle model, long layer, out long units);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_model_get_layer_activation(ModelHandle model, long layer, out Activation activation);

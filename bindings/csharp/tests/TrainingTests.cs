@@ -604,6 +604,42 @@ namespace Mptrain.Tests
         }
 
         [Test]
+        public static void AFrozenLayerKeepsItsWeightsWhileTheOthersTrainAndThawedItTrains()
+        {
+            float[] x; int[] y;
+            Data.Blobs(300, 1, out x, out y);
+            using (Context ctx = Data.CpuContext())
+            using (Model model = Data.Mlp(ctx))
+            using (Dataset data = Dataset.FromF32(ctx, x, Data.Features, y, Data.Classes))
+            {
+                Assert.True(model.GetLayerTrainable(0) && model.GetLayerTrainable(1), "trainable by default");
+                model.SetLayerTrainable(0, false);
+                Assert.True(!model.GetLayerTrainable(0), "layer 0 frozen");
+                Func<int, int[]> layerBits = layer =>
+                {
+                    float[] weights, bias;
+                    model.GetWeights(layer, out weights, out bias);
+                    return Data.Bits(weights.Concat(bias).ToArray());
+                };
+                using (var trainer = new Trainer(model, Adam))
+                {
+                    int[] frozen = layerBits(0), other = layerBits(1);
+                    trainer.Fit(data, 1, 32);
+                    Assert.SequenceEqual(frozen, layerBits(0), "the frozen layer, bit for bit");
+                    Assert.True(!other.SequenceEqual(layerBits(1)), "the other layer trained");
+                    model.SetLayerTrainable(0, true); // between fits
+                    trainer.Fit(data, 1, 32);
+                    Assert.True(!frozen.SequenceEqual(layerBits(0)), "thawed, it trains");
+                    Assert.Fails(Status.InvalidArgument, () => model.SetLayerTrainable(2, false));
+                    model.SetLayerTrainable(0, false);
+                    model.SetLayerTrainable(1, false);
+                    MptException error = Assert.Fails(Status.InvalidState, () => trainer.Fit(data, 1, 32));
+                    Assert.True(error.NativeMessage.Contains("frozen"), "the message says why: " + error.NativeMessage);
+                }
+            }
+        }
+
+        [Test]
         public static void ADropoutRateSetReadsBackOnItsLayerAloneAndMinusZeroAsZero()
         {
             using (Context ctx = Data.CpuContext())

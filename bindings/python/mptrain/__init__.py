@@ -687,6 +687,22 @@ class Model(_Handle):
         """Layer `layer`'s dropout rate (0.0: none)."""
         return self._query_layer("mpt_model_get_layer_dropout", layer, ctypes.c_float)
 
+    def set_layer_trainable(self, layer, trainable):
+        """Freezes layer `layer` (False) or lets it train (True, the default), as Keras's
+        layer.trainable: trainers' steps leave a frozen layer's weights, bias and optimizer state
+        exactly as they are (no gradient, no weight decay, no share of the clipped norm; with weight
+        averaging its average is its weights), while gradients still flow through it to the layers
+        below. At any time: every trainer's next step reads it. Training with every layer frozen
+        raises Error (INVALID_STATE). Saved with the model. Returns self, so calls chain."""
+        with self._family:
+            _check(_lib().mpt_model_set_layer_trainable(self._get(), _integer(layer, "layer", ctypes.c_int64),
+                                                        1 if trainable else 0))
+        return self
+
+    def get_layer_trainable(self, layer):
+        """Whether layer `layer` trains (False: frozen)."""
+        return self._query_layer("mpt_model_get_layer_trainable", layer, ctypes.c_int) != 0
+
     def _query(self, name):
         out = ctypes.c_int64()
         with self._family:

@@ -96,6 +96,8 @@ PROTOTYPES = {
     "mpt_model_get_input_dropout": (c_enum, [ModelP, FloatP]),
     "mpt_model_set_layer_initializer": (c_enum, [ModelP, c_int64, c_enum]),
     "mpt_model_get_layer_initializer": (c_enum, [ModelP, c_int64, P(c_enum)]),
+    "mpt_model_set_layer_trainable": (c_enum, [ModelP, c_int64, c_int]),
+    "mpt_model_get_layer_trainable": (c_enum, [ModelP, c_int64, P(c_int)]),
     "mpt_model_get_layer_count": (c_enum, [ModelP, Int64P]),
     "mpt_model_get_input_features": (c_enum, [ModelP, Int64P]),
     "mpt_model_get_output_features": (c_enum, [ModelP, Int64P]),

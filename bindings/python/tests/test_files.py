@@ -203,6 +203,21 @@ def test_a_model_saved_with_dropout_and_a_checkpoints_model_load_with_the_same_r
     assert mptrain.Model.load(other, path).get_input_dropout() == 0.0
 
 
+def test_frozen_layers_are_saved_with_the_model_and_a_checkpoint_loads_whatever_they_are_now(ctx, tmp_path):
+    model = mlp(ctx).set_layer_trainable(1, False)
+    trainer = adam(model)
+    trainer.fit(data(ctx, 60, 11), epochs=1, batch_size=16)
+    path, checkpoint = tmp_path / "frozen.safetensors", tmp_path / "checkpoint.safetensors"
+    model.save(path)
+    trainer.save_checkpoint(checkpoint)
+    for file in (path, checkpoint):
+        loaded = mptrain.Model.load(mptrain.Context(backend="cpu"), file)
+        assert [loaded.get_layer_trainable(layer) for layer in range(3)] == [True, False, True], file
+    model.set_layer_trainable(1, True)
+    trainer.load_checkpoint(checkpoint)
+    assert model.get_layer_trainable(1)
+
+
 def test_a_checkpoint_written_with_label_smoothing_is_refused_by_a_trainer_without_it(ctx, tmp_path):
     dataset = data(ctx, 60, 43)
     model = mlp(ctx)

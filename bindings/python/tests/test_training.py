@@ -625,6 +625,32 @@ def test_dropout_on_the_last_layer_makes_building_fail_with_invalid_state_and_a_
     assert model.get_layer_dropout(0) == 0.0
 
 
+def test_a_frozen_layer_keeps_its_weights_while_the_others_train_and_thawed_it_trains(ctx, model, blobs):
+    samples, labels = blobs
+    data = mptrain.Dataset.from_f32(ctx, samples, labels, num_classes=CLASSES)
+    assert [model.get_layer_trainable(layer) for layer in range(2)] == [True, True]  # the default
+    assert model.set_layer_trainable(0, False) is model  # chains
+    assert [model.get_layer_trainable(layer) for layer in range(2)] == [False, True]
+    trainer = mptrain.Trainer(model, optimizer="adamw", learning_rate=0.01)
+    before = weight_bytes(model)
+    trainer.fit(data, epochs=1, batch_size=32)
+    after = weight_bytes(model)
+    assert after[:2] == before[:2]  # layer 0's weights and bias, bit for bit
+    assert after[2:] != before[2:]
+    model.set_layer_trainable(0, True)  # between fits
+    trainer.fit(data, epochs=1, batch_size=32)
+    assert weight_bytes(model)[:2] != before[:2]
+    for layer in (-1, 2):
+        with pytest.raises(mptrain.Error) as info:
+            model.set_layer_trainable(layer, False)
+        assert info.value.status == mptrain.Status.INVALID_ARGUMENT, layer
+    model.set_layer_trainable(0, False).set_layer_trainable(1, False)
+    with pytest.raises(mptrain.Error) as info:
+        trainer.fit(data, epochs=1, batch_size=32)
+    assert info.value.status == mptrain.Status.INVALID_STATE
+    assert "frozen" in info.value.message
+
+
 def test_a_fit_with_dropout_on_a_hidden_layer_learns_and_trains_otherwise_and_inference_uses_every_output():
     samples, labels = make_blobs(rows=240, seed=81)
     points, _ = make_blobs(rows=30, seed=83)

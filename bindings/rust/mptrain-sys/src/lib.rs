@@ -253,6 +253,16 @@ extern "C" {
         layer: i64,
         out: *mut mpt_initializer,
     ) -> mpt_status;
+    pub fn mpt_model_set_layer_trainable(
+        model: *mut mpt_model_t,
+        layer: i64,
+        trainable: c_int,
+    ) -> mpt_status;
+    pub fn mpt_model_get_layer_trainable(
+        model: *const mpt_model_t,
+        layer: i64,
+        out: *mut c_int,
+    ) -> mpt_status;
     pub fn mpt_model_get_layer_count(model: *const mpt_model_t, out: *mut i64) -> mpt_status;
     pub fn mpt_model_get_input_features(model: *const mpt_model_t, out: *mut i64) -> mpt_status;
     pub fn mpt_model_get_output_features(model: *const mpt_model_t, out: *mut i64) -> mpt_status;

@@ -982,6 +982,33 @@ impl Model {
             .ok_or_else(|| Error::new(Status::Internal, format!("unknown initializer {out}")))
     }
 
+    /// Freezes layer `layer` (`false`) or lets it train (`true`, the default), as Keras's
+    /// `layer.trainable`: trainers' steps leave a frozen layer's weights, bias and optimizer state
+    /// exactly as they are (no gradient, no weight decay, no share of the clipped norm; with weight
+    /// averaging its average is its weights), while gradients still flow through it to the layers
+    /// below. At any time: every trainer's next step reads it. Training with every layer frozen
+    /// fails with [`Status::InvalidState`]. Saved with the model.
+    pub fn set_layer_trainable(&mut self, layer: usize, trainable: bool) -> Result<()> {
+        let _lock = self.family.enter()?;
+        check(unsafe {
+            sys::mpt_model_set_layer_trainable(
+                self.raw.as_ptr(),
+                layer as i64,
+                c_int::from(trainable),
+            )
+        })
+    }
+
+    /// Whether layer `layer` trains (`false`: frozen).
+    pub fn layer_trainable(&self, layer: usize) -> Result<bool> {
+        let _lock = self.family.enter()?;
+        let mut out: c_int = 0;
+        check(unsafe {
+            sys::mpt_model_get_layer_trainable(self.raw.as_ptr(), layer as i64, &mut out)
+        })?;
+        Ok(out != 0)
+    }
+
     /// Layer `layer`'s dropout rate (0: none).
     pub fn layer_dropout(&self, layer: usize) -> Result<f32> {
         let _lock = self.family.enter()?;

@@ -1137,6 +1137,43 @@ fn status_of<T: std::fmt::Debug>(result: Result<T>) -> Status {
 }
 
 #[test]
+fn a_frozen_layer_keeps_its_weights_while_the_others_train_and_thawed_it_trains() {
+    let ctx = context();
+    let mut model = mlp(&ctx);
+    let data = blob_data(&ctx, 300, 1);
+    assert!(model.layer_trainable(0).unwrap() && model.layer_trainable(1).unwrap());
+    model.set_layer_trainable(0, false).unwrap();
+    assert!(!model.layer_trainable(0).unwrap());
+    let mut trainer = Trainer::new(&model, &adam()).unwrap();
+    let layer_0 = |model: &mut Model| {
+        let (weights, bias) = model.weights(0).unwrap();
+        bits(&weights)
+            .into_iter()
+            .chain(bits(&bias))
+            .collect::<Vec<_>>()
+    };
+    let before = weight_bits(&mut model);
+    let frozen = layer_0(&mut model);
+    trainer.fit(&data, 1, 32, true).unwrap();
+    assert_eq!(layer_0(&mut model), frozen, "the frozen layer, bit for bit");
+    assert_ne!(weight_bits(&mut model), before, "the other layer trained");
+    model.set_layer_trainable(0, true).unwrap(); // between fits
+    trainer.fit(&data, 1, 32, true).unwrap();
+    assert_ne!(layer_0(&mut model), frozen);
+    assert_eq!(
+        status_of(model.set_layer_trainable(2, false)),
+        Status::InvalidArgument
+    );
+    model.set_layer_trainable(0, false).unwrap();
+    model.set_layer_trainable(1, false).unwrap();
+    let error = trainer
+        .fit(&data, 1, 32, true)
+        .expect_err("every layer frozen");
+    assert_eq!(error.status, Status::InvalidState);
+    assert!(error.message.contains("frozen"), "{error}");
+}
+
+#[test]
 fn a_dropout_rate_set_reads_back_on_its_layer_alone_and_minus_0_as_0() {
     let ctx = context();
     let mut model = mlp(&ctx);
