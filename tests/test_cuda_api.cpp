@@ -627,6 +627,7 @@ TEST_CASE("an evaluation from the epoch-end callback gives what one between fits
 namespace {
 
 struct LossOptionsRun {
+    std::vector<float> initial;  // the weights before fit
     std::vector<float> weights;
     float loss = NAN, accuracy = NAN;
     // With weight averaging: the averages (the weights once exchanged) and evaluate's loss on them.
@@ -644,6 +645,7 @@ struct LossOptions {
     float dropout = 0.0f;  // on the hidden layer
     float input_dropout = 0.0f;
     mpt_activation hidden = MPT_ACTIVATION_RELU;
+    int64_t frozen_layer = -1;  // -1: none
 };
 
 LossOptions smoothed_by(float label_smoothing) {
@@ -675,6 +677,7 @@ LossOptionsRun train_with_loss_options(mpt_backend backend, const Blobs& blobs, 
     mpt_model_t* model = new_model(context, kFeatures, specs);
     REQUIRE_OK(mpt_model_set_layer_dropout(model, 0, loss_options.dropout));
     REQUIRE_OK(mpt_model_set_input_dropout(model, loss_options.input_dropout));
+    if (loss_options.frozen_layer >= 0) REQUIRE_OK(mpt_model_set_layer_trainable(model, loss_options.frozen_layer, 0));
     mpt_dataset_t* dataset = new_dataset(context, blobs);
     if (!row_weights.empty()) {
         mpt_dataset_t* weighted = nullptr;
@@ -695,8 +698,9 @@ LossOptionsRun train_with_loss_options(mpt_backend backend, const Blobs& blobs, 
     mpt_trainer_t* trainer = nullptr;
     REQUIRE_OK(mpt_trainer_create(model, options, &trainer));
     mpt_trainer_options_destroy(options);
-    REQUIRE_OK(mpt_trainer_fit(trainer, dataset, 4, 16, 1));
     LossOptionsRun run;
+    run.initial = weights_of(model, kFeatures, kSmallModel);
+    REQUIRE_OK(mpt_trainer_fit(trainer, dataset, 4, 16, 1));
     REQUIRE_OK(mpt_trainer_evaluate(trainer, dataset, 0, &run.loss, &run.accuracy));
     run.weights = weights_of(model, kFeatures, kSmallModel);
     if (loss_options.ema_momentum != 0.0f) {
@@ -841,6 +845,37 @@ TEST_CASE("weight averaging on the backend averages as on the CPU, graphs includ
     CHECK(averaged.averaged_loss == doctest::Approx(on_cpu.averaged_loss).epsilon(1e-3));
     CHECK(averaged.averaged_loss != averaged.loss);
     if (backend == MPT_BACKEND_CPU) CHECK(same_bits(averaged.averages, on_cpu.averages));
+}
+
+TEST_CASE("a frozen layer stays bit for bit on the backend while the other trains as on the CPU, graphs included") {
+    BACKEND_OR_SKIP(backend);
+    const Blobs blobs = make_blobs(192, 84);
+    // 4 -> 8 relu -> 3: layer 0's weights and bias come first in the flat weights, then layer 1's.
+    const size_t layer_0_values = kFeatures * 8 + 8;
+    for (const int64_t frozen : {int64_t{0}, int64_t{1}}) {
+        CAPTURE(frozen);
+        LossOptions options;
+        options.frozen_layer = frozen;
+        options.global_clipnorm = 0.05f;  // the norm over the trainable layer only
+        options.ema_momentum = 0.9f;      // the frozen layer's average is its weights
+        const LossOptionsRun run = train_with_loss_options(backend, blobs, options);
+        const LossOptionsRun on_cpu = train_with_loss_options(MPT_BACKEND_CPU, blobs, options);
+        const auto part = [&](const std::vector<float>& values, bool first) {
+            return first ? std::vector<float>(values.begin(), values.begin() + layer_0_values)
+                         : std::vector<float>(values.begin() + layer_0_values, values.end());
+        };
+        const bool first = frozen == 0;
+        CHECK(same_bits(part(run.weights, first), part(run.initial, first)));
+        CHECK(same_bits(part(run.averages, first), part(run.initial, first)));
+        const double cpu_error = normalised_error(part(run.weights, !first), part(on_cpu.weights, !first));
+        const double trained = normalised_error(part(run.weights, !first), part(run.initial, !first));
+        MESSAGE(backend_name(backend) << ": the trainable layer against the CPU's " << cpu_error << ", moved "
+                                      << trained);
+        CHECK(cpu_error <= 1e-3);  // fp32: accumulation order only, as for label smoothing above
+        CHECK(trained > 1e-2);
+        CHECK(normalised_error(part(run.averages, !first), part(on_cpu.averages, !first)) <= 1e-3);
+        if (backend == MPT_BACKEND_CPU) CHECK(same_bits(run.weights, on_cpu.weights));
+    }
 }
 
 TEST_CASE("dropout on the backend drops what the CPU drops, graphs included, and evaluation uses every output") {

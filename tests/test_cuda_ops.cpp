@@ -943,7 +943,8 @@ void compare_clip_factor(Backend& reference, Backend& candidate) {
 
 // average_weights against Keras's formula (exact: both backends round each product and the sum
 // once) and swap_values, on ragged and misaligned counts, with a value past the end that neither
-// may touch; the first applied step copies and a skipped step leaves the averages.
+// may touch; the first applied step copies and a skipped step leaves the averages; momentum 0 (a
+// frozen layer's) copies, whatever the step.
 void compare_weight_averaging(Backend& reference, Backend& candidate) {
     struct AverageCase {
         int64_t count, offset;
@@ -953,7 +954,8 @@ void compare_weight_averaging(Backend& reference, Backend& candidate) {
     };
     const AverageCase cases[] = {{0, 0, 0.9f, 3, false},      {1, 0, 0.9f, 3, false},     {4999, 1, 0.999f, 3, false},
                                  {4999, 3, 0.5f, 0, false},   {4999, 0, 0.75f, 7, true},
-                                 {(int64_t{4} << 20) + 3, 0, 0.999f, 1, false}};
+                                 {(int64_t{4} << 20) + 3, 0, 0.999f, 1, false}, {4999, 1, 0.0f, 3, false},
+                                 {4999, 2, 0.0f, 3, true}};
     for (const AverageCase& c : cases) {
         CAPTURE(c.count);
         CAPTURE(c.offset);
@@ -964,9 +966,10 @@ void compare_weight_averaging(Backend& reference, Backend& candidate) {
         const std::vector<float> masters = random_values(size, -2, 2);
         const std::vector<float> averages = random_values(size, -2, 2);
         std::vector<float> expected = averages;
-        for (int64_t i = c.offset; i < c.offset + c.count && !c.skipped; ++i) {
+        const bool copies = c.momentum == 0.0f;
+        for (int64_t i = c.offset; i < c.offset + c.count && (!c.skipped || copies); ++i) {
             const size_t k = static_cast<size_t>(i);
-            expected[k] = c.applied_steps == 0 ? masters[k] : averaged_weight(averages[k], masters[k], c.momentum);
+            expected[k] = c.applied_steps == 0 || copies ? masters[k] : averaged_weight(averages[k], masters[k], c.momentum);
         }
         TrainState state = initial_train_state(LossScalerConfig{});
         state.applied_steps = c.applied_steps;
