@@ -39,7 +39,8 @@ private:
     mpt::HostBlock block_;
 };
 
-double fastest_step_us(const std::vector<int64_t>& widths, int64_t batch, int repeats, const Gemm& gemm) {
+double fastest_step_us(const std::vector<int64_t>& widths, int64_t batch, int repeats, size_t frozen_layers,
+                       const Gemm& gemm) {
     std::vector<int64_t> padded;
     for (int64_t width : widths) padded.push_back((width + 7) / 8 * 8);
     const int64_t widest = *std::max_element(padded.begin(), padded.end());
@@ -57,9 +58,10 @@ double fastest_step_us(const std::vector<int64_t>& widths, int64_t batch, int re
             const int64_t in = padded[layer], out = padded[layer + 1];
             float* w = weights[layer].data();
             gemm(false, true, batch, out, in, 1.0f, activations_in.data(), in, w, in, 0.0f, activations_out.data(), out);
-            gemm(true, false, out, in, batch, -kLearningRate, activations_out.data(), out, activations_in.data(), in, 1.0f,
-                 w, in);
-            if (layer > 0)
+            if (layer >= frozen_layers)  // a frozen layer has no weight gradient
+                gemm(true, false, out, in, batch, -kLearningRate, activations_out.data(), out, activations_in.data(), in,
+                     1.0f, w, in);
+            if (layer > frozen_layers)  // input gradients down to the lowest trainable layer
                 gemm(false, false, batch, in, out, 1.0f, activations_out.data(), out, w, in, 0.0f,
                      input_gradients.data(), in);
         }
@@ -77,16 +79,17 @@ double fastest_step_us(const std::vector<int64_t>& widths, int64_t batch, int re
 }  // namespace
 
 double measure_gemm_floor_us(const std::vector<int64_t>& widths, int64_t batch, int repeats, int threads,
-                             mpt::DType compute) {
+                             mpt::DType compute, int frozen_layers) {
+    const size_t frozen = static_cast<size_t>(std::max(0, frozen_layers));
     if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     mpt::ThreadPool pool(threads);
     if (compute != mpt::DType::fp32 && mpt::amx_gemm_available())
-        return fastest_step_us(widths, batch, repeats,
+        return fastest_step_us(widths, batch, repeats, frozen,
                                [&](bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                                    int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
                                    mpt::amx_gemm(compute, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, pool);
                                });
-    double floor = fastest_step_us(widths, batch, repeats,
+    double floor = fastest_step_us(widths, batch, repeats, frozen,
                                   [&](bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                                       int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
                                       mpt::cpu_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, pool);
@@ -96,7 +99,7 @@ double measure_gemm_floor_us(const std::vector<int64_t>& widths, int64_t batch, 
         // OpenBLAS's own threading, restored afterwards (mptrain runs it single-threaded).
         const int library_threads = blas->get_num_threads();
         blas->set_num_threads(threads);
-        floor = std::min(floor, fastest_step_us(widths, batch, repeats,
+        floor = std::min(floor, fastest_step_us(widths, batch, repeats, frozen,
                                                [&](bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
                                                    const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
                                                    float* c, int64_t ldc) {

@@ -13,5 +13,7 @@
 // and mptrain's split of single-threaded GEMMs across its pool (the portable GEMM without OpenBLAS).
 // `compute`: the step's compute dtype; where the CPU has AMX, bf16 and fp16 GEMMs run there
 // (amx_gemm.h), and so do the floor's. Elsewhere they run in fp32 GEMMs and the floor is fp32's.
+// `frozen_layers`: the first that many layers are frozen, so they take no weight gradient and the
+// input gradients stop at the lowest trainable layer.
 double measure_gemm_floor_us(const std::vector<int64_t>& widths, int64_t batch, int repeats, int threads,
-                             mpt::DType compute);
+                             mpt::DType compute, int frozen_layers = 0);

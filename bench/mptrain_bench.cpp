@@ -46,6 +46,7 @@ struct Options {
     float momentum = 0.0f;          // --momentum: SGD's or RMSprop's
     bool centered = false;          // --centered: centered RMSprop
     int64_t micro_batch = 0;        // --micro-batch: gradient accumulation's rows per pass; 0 = whole batches
+    int frozen = 0;                 // --frozen: the first N of the 3 layers frozen (fine-tuning the rest)
     std::string json;
     std::vector<int64_t> predict_rows;  // --predict: prediction latency at these row counts instead
 };
@@ -66,6 +67,7 @@ struct Record {
     float momentum;
     bool centered;
     int64_t micro_batch;
+    int frozen;
 };
 
 [[noreturn]] void usage(int code) {
@@ -74,7 +76,7 @@ struct Record {
                  "                     [--repeats N] [--threads N] [--streamed] [--lr-schedule constant|cosine]\n"
                  "                     [--clipnorm X] [--ema M] [--dropout R] [--weight-decay X]\n"
                  "                     [--optimizer sgd|adam|adamw|rmsprop] [--momentum M] [--centered]\n"
-                 "                     [--micro-batch N] [--json FILE]\n"
+                 "                     [--micro-batch N] [--frozen N] [--json FILE]\n"
                  "       mptrain-bench --predict LIST [--backend cpu|cuda] [--precision LIST] [--repeats N] [--threads N]\n"
                  "  LIST is comma-separated, e.g. --precision fp32,mixed-bf16 --batch 32,256\n"
                  "  --streamed keeps the data set in host memory (GPU: batches staged through pinned memory)\n"
@@ -86,6 +88,8 @@ struct Record {
                  "  --optimizer O trains with that optimizer (default sgd); --momentum M is SGD's or RMSprop's,\n"
                  "    --centered makes RMSprop centered (one more state array); Adam takes no momentum\n"
                  "  --micro-batch N runs each batch in micro-batches of N rows (the library's gradient accumulation)\n"
+                 "  --frozen N freezes the first N of the 3 layers (0-2; the library's frozen layers), as fine-tuning\n"
+                 "    the rest does\n"
                  "  --predict 1,2,4,8 times mpt_trainer_predict on that many rows instead of training steps:\n"
                  "    the median of 20 x repeats calls per precision, the precisions taking turns\n");
     std::exit(code);
@@ -133,6 +137,7 @@ Options parse(int argc, char** argv) {
         else if (flag == "--optimizer") options.optimizer = value;
         else if (flag == "--momentum") options.momentum = std::strtof(value.c_str(), nullptr);
         else if (flag == "--micro-batch") options.micro_batch = std::atoll(value.c_str());
+        else if (flag == "--frozen") options.frozen = std::atoi(value.c_str());
         else usage(2);
     }
     if (options.backend != "cpu" && options.backend != "cuda") usage(2);
@@ -140,6 +145,7 @@ Options parse(int argc, char** argv) {
         !(options.ema >= 0.0f && options.ema < 1.0f) || !(options.dropout >= 0.0f && options.dropout < 1.0f) ||
         !(options.weight_decay >= 0.0f && options.weight_decay < 1.0f) ||
         !(options.momentum >= 0.0f && options.momentum < 1.0f) || options.micro_batch < 0 ||
+        options.frozen < 0 || options.frozen > 2 ||
         // The library keeps SGD's and RMSprop's momentum; Adam's first moment is its own.
         (options.momentum != 0.0f && (options.optimizer == "adam" || options.optimizer == "adamw")) ||
         (options.optimizer != "sgd" && options.optimizer != "adam" && options.optimizer != "adamw" &&
@@ -294,6 +300,8 @@ Record run_one(const Options& options, const std::string& precision_text, int64_
 
     add_seed_mlp(handles, options.dropout);
     mpt_model_t* model = handles.model;
+    for (int layer = 0; layer < options.frozen; ++layer)
+        check(mpt_model_set_layer_trainable(model, layer, 0), "frozen layer");
     check(mpt_dataset_create_u8(context, samples.data(), rows, 3072, labels.data(), 10, 1.0f / 255.0f, 0.0f,
                                 &handles.dataset),
           "dataset");
@@ -370,11 +378,13 @@ Record run_one(const Options& options, const std::string& precision_text, int64_
     record.momentum = options.momentum;
     record.centered = options.centered;
     record.micro_batch = options.micro_batch;
+    record.frozen = options.frozen;
     const mpt::DType compute = resolved == MPT_PRECISION_MIXED_BF16   ? mpt::DType::bf16
                                : resolved == MPT_PRECISION_MIXED_FP16 ? mpt::DType::fp16
                                                                       : mpt::DType::fp32;
     record.gemm_floor_us =
-        options.backend == "cpu" ? measure_gemm_floor_us({3072, 3000, 1000, 10}, batch, 5, options.threads, compute) : -1.0;
+        options.backend == "cpu" ? measure_gemm_floor_us({3072, 3000, 1000, 10}, batch, 5, options.threads, compute, options.frozen)
+                               : -1.0;
     record.allocations_per_step = static_cast<double>(allocations) / static_cast<double>(steps * options.repeats);
     record.peak_bytes = peak;
     record.device_bytes = on_device ? static_cast<int64_t>(device_peak - device_before) : -1;
@@ -458,13 +468,13 @@ void write_json(const std::string& path, const std::vector<Record>& records) {
                      "\"steps\": %lld, \"us_per_step\": %.1f, \"wall_us_per_step\": %.1f, \"data\": \"%s\", "
                      "\"lr_schedule\": \"%s\", \"global_clipnorm\": %g, \"ema_momentum\": %g, \"dropout\": %g, "
                      "\"weight_decay\": %g, \"optimizer\": \"%s\", \"momentum\": %g, \"centered\": %s, "
-                     "\"micro_batch\": %lld, ",
+                     "\"micro_batch\": %lld, \"frozen_layers\": %d, ",
                      r.backend.c_str(), r.precision.c_str(), r.resolved.c_str(), static_cast<long long>(r.batch),
                      static_cast<long long>(r.steps), r.us_per_step, r.wall_us_per_step,
                      r.streamed ? "streamed" : "resident", r.cosine ? "cosine" : "constant", static_cast<double>(r.clipnorm),
                      static_cast<double>(r.ema), static_cast<double>(r.dropout),
                      static_cast<double>(r.weight_decay), r.optimizer.c_str(), static_cast<double>(r.momentum),
-                     r.centered ? "true" : "false", static_cast<long long>(r.micro_batch));
+                     r.centered ? "true" : "false", static_cast<long long>(r.micro_batch), r.frozen);
         if (r.gemm_floor_us >= 0) std::fprintf(file, "\"gemm_floor_us\": %.1f, \"floor_ratio\": %.3f, ", r.gemm_floor_us, r.us_per_step / r.gemm_floor_us);
         else std::fprintf(file, "\"gemm_floor_us\": null, \"floor_ratio\": null, ");
         std::fprintf(file, "\"allocations_per_step\": %.3f, \"peak_bytes\": %zu, \"device_bytes\": %lld}%s\n",
@@ -511,9 +521,12 @@ int main(int argc, char** argv) {
         optimizer += momentum;
     }
     if (options.centered && options.optimizer == "rmsprop") optimizer += " centered";
-    char micro[64] = "";
+    char micro[96] = "";
     if (options.micro_batch > 0)
         std::snprintf(micro, sizeof micro, ", micro-batches of %lld rows", static_cast<long long>(options.micro_batch));
+    if (options.frozen > 0)
+        std::snprintf(micro + std::strlen(micro), sizeof micro - std::strlen(micro), ", first %d layer%s frozen",
+                      options.frozen, options.frozen > 1 ? "s" : "");
     std::printf("mptrain %s bench, backend %s, seed MLP 3072-3000-1000-10, %s%s%s%s%s%s\n", mpt_version(),
                 options.backend.c_str(), optimizer.c_str(), decaying, clipping, averaging, dropping, micro);
     print_device(options);
