@@ -94,6 +94,44 @@ TEST_CASE("steps in micro-batches allocate nothing, the last micro-batch shorter
     check_fit_allocates_nothing_per_step(MPT_PRECISION_MIXED_FP16, OptimizerKind::sgd, 0.0f, 1, 12);
 }
 
+TEST_CASE("steps with frozen layers allocate nothing, the flags changing between steps") {
+    // Layer 0 frozen throughout (no input gradient below layer 1), layer 1 frozen every other step,
+    // with clipping and averaging, whose layouts follow the flags.
+    struct Toggle {
+        StepAllocations record;
+        Model* model = nullptr;
+        static int progress(int64_t, int64_t step, int64_t, float, float, void* user_data) {
+            auto* toggle = static_cast<Toggle*>(user_data);
+            record_allocations(0, 0, 0, 0.0f, 0.0f, &toggle->record);
+            toggle->model->set_layer_trainable(1, step % 2 == 0);
+            return 0;
+        }
+    };
+    for (const int64_t micro_batch : {int64_t{0}, int64_t{12}}) {
+        CAPTURE(micro_batch);
+        Setup setup = make_setup(2);
+        setup.model->set_layer_trainable(0, false);
+        TrainerConfig config;
+        config.precision = MPT_PRECISION_MIXED_BF16;
+        config.optimizer.kind = OptimizerKind::adam;
+        config.optimizer.global_clipnorm = 1.0f;
+        config.optimizer.ema_momentum = 0.9f;
+        config.micro_batch_size = micro_batch;
+        Trainer trainer(setup.model, config);
+        trainer.fit(*setup.dataset, 1, 32, true);  // warm-up: plans the arenas
+        Toggle toggle;
+        toggle.model = setup.model.get();
+        toggle.record.counts.reserve(64);
+        trainer.set_callbacks(TrainerCallbacks{&Toggle::progress, nullptr, &toggle});
+        trainer.fit(*setup.dataset, 1, 32, true);
+        REQUIRE(toggle.record.counts.size() == 20);
+        for (size_t step = 1; step < toggle.record.counts.size(); ++step) {
+            CAPTURE(step);
+            CHECK(toggle.record.counts[step] - toggle.record.counts[step - 1] == 0);
+        }
+    }
+}
+
 TEST_CASE("repeated single steps for custom loops allocate nothing after the first") {
     Setup setup = make_setup(2);
     Trainer trainer(setup.model, TrainerConfig{});
