@@ -15,6 +15,7 @@
 
 #include "support/capi_fixture.h"
 #include "support/failing_allocator.h"
+#include "support/file_contents.h"
 #include "support/temp_dir.h"
 
 namespace fs = std::filesystem;
@@ -181,10 +182,9 @@ TEST_CASE("a failed allocation anywhere in saving or loading a model or checkpoi
 }
 
 TEST_CASE("a failed allocation anywhere in fit is OUT_OF_MEMORY, and fit called again trains what an undisturbed fit does") {
-    // A fresh trainer: the fit plans its arenas, fills its first epoch order, grows its GEMM scratch.
-    // Some allocations come partway through a step, after the loss of a micro-batch or of the whole
-    // batch has reached the epoch's running loss and accuracy: the step's failure takes it back out,
-    // so the epoch-end means are the undisturbed fit's, bit for bit.
+    // A fresh trainer: the fit plans its arenas, fills its first epoch order, grows its GEMM scratch,
+    // all in the first step of its first epoch, which a failure restarts (the next case fails steps
+    // inside an epoch).
     struct Setup {
         int64_t micro_batch;  // 6: micro-batches of 6, 6 and 4 rows
         float clipnorm;       // clipping reserves its scratch after the loss
@@ -325,9 +325,9 @@ TEST_CASE("a fit that fails partway through a step takes that step's loss back o
 
 TEST_CASE("an evaluate that fails partway leaves an interrupted epoch's running loss and accuracy as they were") {
     // Evaluate shares the metric accumulators with training. Between the third and fourth steps of
-    // an epoch (the third run after the checkpoint: the metrics as that step left them), at a batch
-    // size the trainer has not run, made to fail at each of its allocations in turn, it leaves the
-    // epoch's means those of a run with no evaluate at all.
+    // an epoch (the third run after the checkpoint of the first two: the metrics as that step left
+    // them), at a batch size the trainer has not run, made to fail at each of its allocations in turn,
+    // it leaves the epoch's means those of a run with no evaluate at all.
     mpt_test::TempDir directory("mptrain-allocation-failures");
     const MidEpochCheckpoint checkpoint{0, 0.0f, (directory.path / "mid-epoch.safetensors").string()};
     checkpoint.save();
@@ -360,4 +360,40 @@ TEST_CASE("an evaluate that fails partway leaves an interrupted epoch's running 
     }
     MESSAGE(failures, " failed evaluates");
     CHECK(failures > 0);
+}
+
+TEST_CASE("a step of the caller's that fails partway inside an interrupted epoch changes nothing, its metrics included") {
+    // A fresh trainer from a checkpoint 2 steps into an epoch runs a step at a batch it has not run
+    // (new scratch partway through), made to fail at each allocation in turn: the trainer's
+    // checkpoint after the failure is the one before it, byte for byte (weights, state, metrics).
+    mpt_test::TempDir directory("mptrain-allocation-failures");
+    for (const int64_t micro_batch : {int64_t{0}, int64_t{6}}) {
+        CAPTURE(micro_batch);
+        const MidEpochCheckpoint checkpoint{micro_batch, 1.0f, (directory.path / "mid-epoch.safetensors").string()};
+        checkpoint.save();
+        const std::string before_path = (directory.path / "before.safetensors").string();
+        const std::string after_path = (directory.path / "after.safetensors").string();
+        uint64_t failures = 0;
+        for (uint64_t n = 1;; ++n) {
+            CAPTURE(n);
+            Run run(false, micro_batch, 1.0f);
+            EpochMeans means;
+            checkpoint.load_into(run, means);
+            REQUIRE_OK(mpt_trainer_save_checkpoint(run.trainer, before_path.c_str()));
+            float loss = 0.0f;
+            mpt::testing::fail_allocation(n);
+            const mpt_status status = mpt_trainer_step(run.trainer, run.dataset, 0, 2 * 16, &loss);
+            mpt::testing::stop_failing_allocations();
+            const bool failed = mpt::testing::allocation_failed();
+            if (status != MPT_STATUS_OK) {
+                CHECK(status == MPT_STATUS_OUT_OF_MEMORY);
+                ++failures;
+                REQUIRE_OK(mpt_trainer_save_checkpoint(run.trainer, after_path.c_str()));
+                CHECK(mpt_test::file_bytes(after_path) == mpt_test::file_bytes(before_path));
+            }
+            if (!failed) break;
+        }
+        MESSAGE(failures, " failed steps");
+        CHECK(failures > 0);
+    }
 }

@@ -34,11 +34,6 @@ struct TempDir : mpt_test::TempDir {
     TempDir() : mpt_test::TempDir("mptrain-checkpoint") {}
 };
 
-std::vector<char> file_bytes(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    return std::vector<char>(std::istreambuf_iterator<char>(in), {});
-}
-
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
     return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
@@ -170,8 +165,7 @@ struct FileParts {
 };
 
 FileParts split_file(const std::string& path) {
-    const std::vector<char> content = file_bytes(path);
-    const std::string bytes(content.begin(), content.end());
+    const std::string bytes = mpt_test::file_bytes(path);
     REQUIRE(bytes.size() > 8);
     uint64_t header_length = 0;
     for (int i = 7; i >= 0; --i) header_length = header_length << 8 | static_cast<unsigned char>(bytes[static_cast<size_t>(i)]);
@@ -745,8 +739,7 @@ TEST_CASE("a model file whose architecture is forged (sizes out of range, overfl
     const std::string path = (directory.path / "model.safetensors").string();
     Run run(Options{});
     REQUIRE(mpt_model_save(run.model, path.c_str()) == MPT_STATUS_OK);
-    const std::vector<char> file_content = file_bytes(path);
-    const std::string bytes(file_content.begin(), file_content.end());
+    const std::string bytes = mpt_test::file_bytes(path);
     REQUIRE(bytes.size() > 8);
     uint64_t header_length = 0;
     for (int i = 7; i >= 0; --i) header_length = header_length << 8 | static_cast<unsigned char>(bytes[static_cast<size_t>(i)]);
@@ -852,14 +845,14 @@ TEST_CASE("bad, mismatched and unwritable checkpoints fail with a clear status a
     const std::vector<float> before = run.weights();
     const Run::Scaler scaler_before = run.scaler();
 
-    const std::vector<char> bytes = file_bytes(path);
-    auto write = [&](const std::string& name, const std::vector<char>& content) {
+    const std::string bytes = mpt_test::file_bytes(path);
+    auto write = [&](const std::string& name, const std::string& content) {
         const std::string file = (directory.path / name).string();
         std::ofstream(file, std::ios::binary).write(content.data(), static_cast<std::streamsize>(content.size()));
         return file;
     };
-    std::vector<char> truncated(bytes.begin(), bytes.begin() + static_cast<long>(bytes.size() / 2));
-    std::vector<char> flipped = bytes;
+    const std::string truncated = bytes.substr(0, bytes.size() / 2);
+    std::string flipped = bytes;
     flipped[flipped.size() - 5] ^= 0x40;  // inside the last tensor: its checksum no longer matches
     CHECK(mpt_trainer_load_checkpoint(run.trainer, write("truncated", truncated).c_str()) == MPT_STATUS_CORRUPT_DATA);
     CHECK(mpt_trainer_load_checkpoint(run.trainer, write("flipped", flipped).c_str()) == MPT_STATUS_CORRUPT_DATA);
@@ -909,13 +902,13 @@ namespace {
 // the first few.
 template <typename Load>
 int header_flips_not_refused(const std::string& path, const std::filesystem::path& directory, Load load) {
-    const std::vector<char> good = file_bytes(path);
+    const std::string good = mpt_test::file_bytes(path);
     const size_t header_end = 8 + split_file(path).header.size();
     const std::string damaged_path = (directory / "damaged.safetensors").string();
     int accepted = 0;
     for (size_t position = 0; position < header_end; ++position) {
         for (int bit = 0; bit < 8; ++bit) {
-            std::vector<char> damaged = good;
+            std::string damaged = good;
             damaged[position] = static_cast<char>(damaged[position] ^ (1 << bit));
             std::ofstream(damaged_path, std::ios::binary).write(damaged.data(), static_cast<std::streamsize>(damaged.size()));
             const mpt_status status = load(damaged_path);

@@ -1357,6 +1357,7 @@ struct ProgressLog {
     std::vector<int64_t> steps;    // every reported step, in the order reported
     int64_t steps_per_epoch = 0;
     int64_t epoch_end_calls = 0;
+    float epoch_loss = NAN, epoch_accuracy = NAN;  // the last epoch-end call's means
     bool arguments_ok = true;      // epoch 0, finite loss, accuracy in [0, 1]
 };
 
@@ -1368,9 +1369,11 @@ int on_progress(int64_t epoch, int64_t step, int64_t steps_per_epoch, float loss
     return step == log.cancel_at_step ? 1 : 0;
 }
 
-int on_epoch_end(int64_t epoch, float, float, void* user_data) {
+int on_epoch_end(int64_t epoch, float loss, float accuracy, void* user_data) {
     ProgressLog& log = *static_cast<ProgressLog*>(user_data);
     ++log.epoch_end_calls;
+    log.epoch_loss = loss;
+    log.epoch_accuracy = accuracy;
     log.arguments_ok &= epoch == 0;
     return 0;
 }
@@ -1383,7 +1386,7 @@ std::vector<int64_t> step_range(int64_t first, int64_t last) {
 
 }  // namespace
 
-TEST_CASE("a progress callback returning non-zero cancels fit, the progress says where, and the next fit finishes the epoch") {
+TEST_CASE("a progress callback returning non-zero cancels fit, the progress says where, and the next fit finishes the epoch, its means as the uninterrupted one's") {
     BACKEND_OR_SKIP(backend);
     constexpr int64_t kRows = 640, kBatch = 16, kSteps = kRows / kBatch, kCancelAt = 5;
     // On a GPU the call for a step comes once the device has finished it, and the steps queued
@@ -1391,8 +1394,10 @@ TEST_CASE("a progress callback returning non-zero cancels fit, the progress says
     constexpr int64_t kQueuedAtMost = 8;
 
     std::vector<float> uninterrupted;
+    ProgressLog reference_log;
     {
         Session reference(backend, kRows);
+        REQUIRE_OK(mpt_trainer_set_callbacks(reference.trainer, nullptr, on_epoch_end, &reference_log));
         REQUIRE_OK(mpt_trainer_fit(reference.trainer, reference.dataset, 1, kBatch, 1));
         uninterrupted = reference.weights();
     }
@@ -1417,6 +1422,12 @@ TEST_CASE("a progress callback returning non-zero cancels fit, the progress says
         CHECK(stopped <= kCancelAt + kQueuedAtMost);
     }
 
+    // An evaluation in between borrows the metric sums the epoch keeps (graphs included: the
+    // finished steps' sums are the ones a replayed step committed).
+    float evaluated_loss = NAN;
+    REQUIRE_OK(mpt_trainer_evaluate(session.trainer, session.dataset, 0, &evaluated_loss, nullptr));
+    CHECK(std::isfinite(evaluated_loss));
+
     // The next fit on the same data, batch size and shuffling finishes the interrupted epoch from
     // the step after the last one taken: one epoch in all.
     log = ProgressLog{};
@@ -1437,6 +1448,10 @@ TEST_CASE("a progress callback returning non-zero cancels fit, the progress says
                                   << " to the uninterrupted one (normalised error " << error << ")");
     CHECK(error <= kResumeBound);
     if (backend == MPT_BACKEND_CPU) CHECK(same_bits(weights, uninterrupted));
+    // Its means are the uninterrupted epoch's: every step's loss counted once, the evaluation's not.
+    CHECK(log.epoch_loss == doctest::Approx(reference_log.epoch_loss).epsilon(1e-4));
+    CHECK(log.epoch_accuracy == doctest::Approx(reference_log.epoch_accuracy).epsilon(1e-4));
+    if (backend == MPT_BACKEND_CPU) CHECK(same_bits({log.epoch_loss}, {reference_log.epoch_loss}));
 
     REQUIRE_OK(mpt_trainer_set_callbacks(session.trainer, nullptr, nullptr, nullptr));
     REQUIRE_OK(mpt_trainer_fit(session.trainer, session.dataset, 1, kBatch, 1));

@@ -1,13 +1,14 @@
 // An epoch's running loss and accuracy (the sums its progress and epoch-end callbacks and its
 // checkpoints read) hold the epoch's finished steps and nothing else: the caller's own steps and
-// evaluations between two parts of an interrupted epoch leave them as they were. (Failures partway
-// through a step or an evaluation: test_allocation_failures.)
+// evaluations between two parts of an interrupted epoch leave them as they were, failed ones too.
+// (Failures partway through fit, step or evaluate, at each allocation: test_allocation_failures.)
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 
+#include "core/error.h"
 #include "support/tiny_trainer.h"
 
 namespace {
@@ -67,6 +68,30 @@ TEST_CASE("a step of the caller's inside an interrupted epoch leaves the epoch's
         CHECK(trainer.snapshot().epochs_completed == 1);
         CHECK(Metrics(trainer).values[mpt::kMetricCounted] == kStepsPerEpoch * kTinyBatch);
     }
+}
+
+TEST_CASE("a non-finite step of the caller's inside an interrupted epoch leaves the epoch's running loss and accuracy as they were") {
+    // fp32 without loss scaling: the step runs to its end (its loss NaN or Inf in the sums it leaves),
+    // is skipped, and step() fails with NON_FINITE.
+    mpt::TrainerConfig config;
+    config.precision = MPT_PRECISION_FP32;
+    TinyTrainer tiny(config);
+    mpt::Trainer& trainer = *tiny.trainer;
+    stop_inside_an_epoch(trainer, *tiny.dataset);
+    const Metrics before(trainer);
+    trainer.set_learning_rate(1e30f);
+    int non_finite = 0;
+    for (int i = 0; i < 6; ++i) {
+        CAPTURE(i);
+        try {
+            trainer.step(*tiny.dataset, 0, kTinyBatch);
+        } catch (const mpt::Error& error) {
+            CHECK(error.status() == MPT_STATUS_NON_FINITE);
+            ++non_finite;
+        }
+        CHECK(Metrics(trainer) == before);
+    }
+    CHECK(non_finite > 0);
 }
 
 TEST_CASE("an evaluation inside an interrupted epoch leaves the epoch's running loss and accuracy as they were") {

@@ -660,15 +660,17 @@ MPT_API mpt_status mpt_trainer_set_callbacks(mpt_trainer_t* trainer, mpt_progres
  *  for its scratch, say) leaves the shuffle where it was: called again, it trains what it would have. */
 MPT_API mpt_status mpt_trainer_fit(mpt_trainer_t* trainer, const mpt_dataset_t* dataset, int64_t epochs,
                                    int64_t batch_size, int shuffle);
-/** One training step on rows [first, first + batch_size) of `dataset`, for custom loops. It is no
- *  step of an epoch fit left unfinished: that epoch's running loss and accuracy (its callbacks',
- *  its checkpoints') leave it out, and fit still finishes the epoch.
+/** One training step on rows [first, first + batch_size) of `dataset`, for custom loops. Its loss
+ *  is no part of an epoch fit left unfinished: that epoch's running loss and accuracy (its
+ *  callbacks', its checkpoints') leave it out, succeeded or failed, and fit still finishes the epoch
+ *  (the step counts as a step everywhere else: progress, schedule, dropout masks, checkpoints).
  *  \param[out] loss  optional: the batch's mean loss (before scaling). */
 MPT_API mpt_status mpt_trainer_step(mpt_trainer_t* trainer, const mpt_dataset_t* dataset, int64_t first,
                                     int64_t batch_size, float* loss);
 /** Mean loss and accuracy over the whole dataset, in the trainer's precision, batches of
  *  `batch_size` (0 = the last training batch size, or its micro-batch size when smaller, or 256).
- *  Either output may be NULL. */
+ *  Either output may be NULL. An epoch fit left unfinished keeps its running loss and accuracy,
+ *  whether the evaluation succeeds or fails. */
 MPT_API mpt_status mpt_trainer_evaluate(mpt_trainer_t* trainer, const mpt_dataset_t* dataset,
                                         int64_t batch_size, float* loss, float* accuracy);
 /** Outputs of the last layer for `rows` float samples as the trainer's loss reads them, in the

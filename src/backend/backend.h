@@ -332,7 +332,7 @@ public:
     // Advances the loss scaler and the step counters after every layer's update, and copies the
     // kMetricsCount running `metrics` to `committed_metrics` (backend memory, both): the metrics as
     // the step leaves them, which a later step that fails partway is undone to (its passes so far
-    // have added to the running ones). Both may be null: no copy.
+    // have added to the running ones). Either may be null: no copy.
     virtual void finish_step(TrainState* state, const LossScalerConfig& scaler, const double* metrics,
                              double* committed_metrics) = 0;
 };

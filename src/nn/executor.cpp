@@ -8,6 +8,7 @@
 #include "nn/executor.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <string>
 
@@ -78,8 +79,11 @@ void Executor::plan_persistent(size_t workspace_bytes) {
     const int averages_id = training && averages_weights(optimizer_)
                                 ? plan.add(static_cast<size_t>(parameters) * sizeof(float), 0, ArenaPlan::kAlways)
                                 : -1;
-    const int report_id = plan.add(sizeof(StepReport), 0, ArenaPlan::kAlways);
-    const int committed_metrics_id = plan.add(kMetricsCount * sizeof(double), 0, ArenaPlan::kAlways);
+    // The report, then the committed metrics right after its running ones: one copy writes both.
+    static_assert(sizeof(StepReport) % alignof(double) == 0 &&
+                      offsetof(StepReport, metrics) + sizeof(StepReport::metrics) == sizeof(StepReport),
+                  "the committed metrics follow the running ones");
+    const int report_id = plan.add(sizeof(StepReport) + kMetricsCount * sizeof(double), 0, ArenaPlan::kAlways);
     const int bounds_id = plan.add(2 * model_.layers().size() * sizeof(float), 0, ArenaPlan::kAlways);
     const size_t weights_bytes = training ? loss_.class_weights.size() * sizeof(float) : 0;
     const int class_weights_id = weights_bytes ? plan.add(weights_bytes, 0, ArenaPlan::kAlways) : -1;
@@ -99,7 +103,7 @@ void Executor::plan_persistent(size_t workspace_bytes) {
     report_ = reinterpret_cast<StepReport*>(pointer(report_id));
     state_ = &report_->state;
     metrics_ = report_->metrics;
-    committed_metrics_ = reinterpret_cast<double*>(pointer(committed_metrics_id));
+    committed_metrics_ = reinterpret_cast<double*>(report_ + 1);
     reset_metrics();
     gradient_bounds_ = reinterpret_cast<float*>(pointer(bounds_id));
     gemm_workspace_ = GemmWorkspace{pointer(workspace_id), workspace_id < 0 ? 0 : workspace_bytes};
@@ -623,6 +627,12 @@ TrainState Executor::read_state() const {
     return state;
 }
 
+StepReport Executor::read_report() const {
+    StepReport report;
+    backend_.copy_to_host(&report, report_, sizeof report);
+    return report;
+}
+
 void Executor::write_state(const TrainState& state) { backend_.copy_to_device(state_, &state, sizeof state); }
 
 void Executor::read_metrics(double* metrics) const {
@@ -632,14 +642,13 @@ void Executor::read_metrics(double* metrics) const {
 void Executor::report_async(StepReport* host) const { backend_.copy_to_host_async(host, report_, sizeof(StepReport)); }
 
 void Executor::write_metrics(const double* metrics) {
-    backend_.copy_to_device(metrics_, metrics, kMetricsCount * sizeof(double));
-    backend_.copy_to_device(committed_metrics_, metrics, kMetricsCount * sizeof(double));
+    double both[2 * kMetricsCount];
+    std::copy(metrics, metrics + kMetricsCount, both);
+    std::copy(metrics, metrics + kMetricsCount, both + kMetricsCount);
+    backend_.copy_to_device(metrics_, both, sizeof both);  // the committed ones follow the running ones
 }
 
-void Executor::reset_metrics() {
-    clear_running_metrics();
-    backend_.fill_zero(committed_metrics_, kMetricsCount * sizeof(double));
-}
+void Executor::reset_metrics() { backend_.fill_zero(metrics_, 2 * kMetricsCount * sizeof(double)); }
 
 void Executor::clear_running_metrics() { backend_.fill_zero(metrics_, kMetricsCount * sizeof(double)); }
 

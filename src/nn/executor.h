@@ -117,6 +117,7 @@ public:
 
     // ---- state outside steps ----
     TrainState read_state() const;
+    StepReport read_report() const;  // the state and the running metrics, in one copy
     void write_state(const TrainState& state);
     // The running metrics, which every loss head but predict's adds to: kMetricsCount values.
     void read_metrics(double* metrics) const;
@@ -234,7 +235,7 @@ private:
     StepReport* report_ = nullptr;
     TrainState* state_ = nullptr;   // &report_->state
     double* metrics_ = nullptr;     // report_->metrics
-    double* committed_metrics_ = nullptr;
+    double* committed_metrics_ = nullptr;  // right after report_ (so after the running metrics)
     uint64_t synced_weights_version_ = ~uint64_t{0};
     uint64_t dropout_seed_ = 0;
 

@@ -97,18 +97,23 @@ private:
     Scheduler& scheduler_;
 };
 
-// The running metrics lent to an evaluation: cleared for it, then, however it ends, put back as the
-// last finished training step left them (an interrupted epoch's sums, which an evaluation that
-// failed partway would otherwise leave half-overwritten). Declared before the scope's DrainOnExit,
-// so it runs after it.
+// The running metrics lent to an evaluation: cleared for it, then put back as the last finished
+// training step left them (an interrupted epoch's sums, which an evaluation that failed partway would
+// otherwise leave half-overwritten): by give_back() once it has read its own, or on the way out of a
+// failure. Declared before the scope's DrainOnExit, so it runs after it.
 class BorrowedRunningMetrics {
 public:
     explicit BorrowedRunningMetrics(Executor& executor) : executor_(executor) { executor_.clear_running_metrics(); }
+    void give_back() {
+        returned_ = true;
+        executor_.revert_metrics();  // a failure here is the evaluation's
+    }
     ~BorrowedRunningMetrics() {
+        if (returned_) return;
         try {
             executor_.revert_metrics();
         } catch (...) {
-            // A device fault: the error being reported, or the next call, says so.
+            // A device fault: the error being reported says so.
         }
     }
     BorrowedRunningMetrics(const BorrowedRunningMetrics&) = delete;
@@ -116,6 +121,7 @@ public:
 
 private:
     Executor& executor_;
+    bool returned_ = false;
 };
 
 // `config`, once its loss options are found to suit `model`: checked before the executor plans and
@@ -169,11 +175,14 @@ public:
     explicit StepRecoveryOnFailure(Trainer& trainer) : trainer_(trainer), exceptions_(std::uncaught_exceptions()) {}
     ~StepRecoveryOnFailure() {
         if (std::uncaught_exceptions() == exceptions_) return;
+        // A device fault fails both: the error being reported says so, and the device is unreadable.
         try {
-            trainer_.executor_.revert_metrics();
             trainer_.steps_taken_ = trainer_.executor_.read_state().steps;
         } catch (...) {
-            // A device fault: the error being reported says so, and the device is unreadable.
+        }
+        try {
+            trainer_.executor_.revert_metrics();
+        } catch (...) {
         }
     }
 
@@ -629,12 +638,11 @@ float Trainer::step(const Dataset& dataset, int64_t first, int64_t batch_size) {
         scheduler.submit(Lane::compute, &Trainer::run_train_step, &step_task_);
     }
     ++steps_taken_;
-    const TrainState state = executor_.read_state();
-    double metrics[kMetricsCount];
-    executor_.read_metrics(metrics);
+    const StepReport report = executor_.read_report();
+    // Before check_finite_step: a non-finite step's loss must not stay in the epoch's sums either.
     executor_.write_metrics(epoch_metrics);
-    check_finite_step(state);
-    return static_cast<float>(metrics[kMetricBatchLoss]);
+    check_finite_step(report.state);
+    return static_cast<float>(report.metrics[kMetricBatchLoss]);
 }
 
 EvaluationResult Trainer::evaluate(const Dataset& dataset, int64_t batch_size) {
@@ -648,7 +656,7 @@ EvaluationResult Trainer::evaluate(const Dataset& dataset, int64_t batch_size) {
     const int32_t* order = identity_order(rows);
     executor_.sync_weights();
     // Evaluation borrows the running metrics, whatever an interrupted epoch has in them.
-    const BorrowedRunningMetrics borrowed(executor_);
+    BorrowedRunningMetrics borrowed(executor_);
     Scheduler& scheduler = model_->context()->backend().scheduler();
     DrainOnExit drain(scheduler);
     const DatasetView view = dataset.device_view();
@@ -661,6 +669,7 @@ EvaluationResult Trainer::evaluate(const Dataset& dataset, int64_t batch_size) {
     }
     double metrics[kMetricsCount];
     executor_.read_metrics(metrics);
+    borrowed.give_back();
     return metric_means(metrics, rows);
 }
 

@@ -1,5 +1,5 @@
-// Reading a test's output files back: whether a file (a checkpoint, a model) holds some text, such
-// as a tensor's name or an option's key in its header.
+// Reading a test's output files back: a file's bytes (a checkpoint, a model), and whether it holds
+// some text, such as a tensor's name or an option's key in its header.
 #pragma once
 
 #include <fstream>
@@ -8,10 +8,13 @@
 
 namespace mpt_test {
 
-inline bool file_contains(const std::string& path, const std::string& text) {
+inline std::string file_bytes(const std::string& path) {
     std::ifstream file(path, std::ios::binary);
-    const std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
-    return bytes.find(text) != std::string::npos;
+    return std::string((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+}
+
+inline bool file_contains(const std::string& path, const std::string& text) {
+    return file_bytes(path).find(text) != std::string::npos;
 }
 
 }  // namespace mpt_test
