@@ -86,6 +86,20 @@ using mpt_test::same_bits;
 
 constexpr int64_t kFitEpochs = 2;
 
+// `call` (returning a status) with the n-th allocation from now on made to fail; its status and
+// whether that allocation was reached.
+struct Outcome {
+    mpt_status status;
+    bool failed;
+};
+template <typename Call>
+Outcome with_allocation_failing(uint64_t n, Call call) {
+    mpt::testing::fail_allocation(n);
+    const mpt_status status = call();
+    mpt::testing::stop_failing_allocations();
+    return {status, mpt::testing::allocation_failed()};
+}
+
 // The epoch-end callback's means, by epoch. Fixed arrays: the callback runs while allocations are
 // being made to fail, and must make none of its own.
 struct EpochMeans {
@@ -303,10 +317,8 @@ TEST_CASE("a fit that fails partway through a step takes that step's loss back o
             Run run(false, setup.micro_batch, setup.clipnorm);
             EpochMeans means;
             checkpoint.load_into(run, means);
-            mpt::testing::fail_allocation(n);
-            const mpt_status status = mpt_trainer_fit(run.trainer, run.dataset, kFitEpochs, 16, 1);
-            mpt::testing::stop_failing_allocations();
-            const bool failed = mpt::testing::allocation_failed();
+            const auto [status, failed] =
+                with_allocation_failing(n, [&] { return mpt_trainer_fit(run.trainer, run.dataset, kFitEpochs, 16, 1); });
             if (status != MPT_STATUS_OK) {
                 REQUIRE(status == MPT_STATUS_OUT_OF_MEMORY);
                 ++failures;
@@ -347,10 +359,8 @@ TEST_CASE("an evaluate that fails partway leaves an interrupted epoch's running 
         EpochMeans means;
         load_and_run_a_step(run, means);
         float loss = 0.0f, accuracy = 0.0f;
-        mpt::testing::fail_allocation(n);
-        const mpt_status status = mpt_trainer_evaluate(run.trainer, run.dataset, kRows, &loss, &accuracy);
-        mpt::testing::stop_failing_allocations();
-        const bool failed = mpt::testing::allocation_failed();
+        const auto [status, failed] = with_allocation_failing(
+            n, [&] { return mpt_trainer_evaluate(run.trainer, run.dataset, kRows, &loss, &accuracy); });
         CHECK((status == MPT_STATUS_OK || status == MPT_STATUS_OUT_OF_MEMORY));
         if (status != MPT_STATUS_OK) ++failures;
         REQUIRE_OK(mpt_trainer_fit(run.trainer, run.dataset, kFitEpochs, 16, 1));  // the first finishes epoch 0
@@ -381,10 +391,8 @@ TEST_CASE("a step of the caller's that fails partway inside an interrupted epoch
             checkpoint.load_into(run, means);
             REQUIRE_OK(mpt_trainer_save_checkpoint(run.trainer, before_path.c_str()));
             float loss = 0.0f;
-            mpt::testing::fail_allocation(n);
-            const mpt_status status = mpt_trainer_step(run.trainer, run.dataset, 0, 2 * 16, &loss);
-            mpt::testing::stop_failing_allocations();
-            const bool failed = mpt::testing::allocation_failed();
+            const auto [status, failed] =
+                with_allocation_failing(n, [&] { return mpt_trainer_step(run.trainer, run.dataset, 0, 2 * 16, &loss); });
             if (status != MPT_STATUS_OK) {
                 CHECK(status == MPT_STATUS_OUT_OF_MEMORY);
                 ++failures;

@@ -42,17 +42,24 @@ void stop_inside_an_epoch(mpt::Trainer& trainer, const mpt::Dataset& dataset) {
     REQUIRE(trainer.snapshot().steps_into_epoch == 2);
 }
 
+// A tiny trainer in `precision` (micro-batches of `micro_batch` rows; 0: none) stopped inside its
+// first epoch.
+TinyTrainer interrupted_trainer(mpt_precision precision, int64_t micro_batch = 0) {
+    mpt::TrainerConfig config;
+    config.precision = precision;
+    config.micro_batch_size = micro_batch;
+    TinyTrainer tiny(config);
+    stop_inside_an_epoch(*tiny.trainer, *tiny.dataset);
+    return tiny;
+}
+
 }  // namespace
 
 TEST_CASE("a step of the caller's inside an interrupted epoch leaves the epoch's running loss and accuracy as they were") {
     for (const int64_t micro_batch : {int64_t{0}, int64_t{3}}) {
         CAPTURE(micro_batch);
-        mpt::TrainerConfig config;
-        config.precision = MPT_PRECISION_FP32;
-        config.micro_batch_size = micro_batch;
-        TinyTrainer tiny(config);
+        TinyTrainer tiny = interrupted_trainer(MPT_PRECISION_FP32, micro_batch);
         mpt::Trainer& trainer = *tiny.trainer;
-        stop_inside_an_epoch(trainer, *tiny.dataset);
         const Metrics before(trainer);
         CHECK(before.values[mpt::kMetricCounted] == 2 * kTinyBatch);
         const float loss = trainer.step(*tiny.dataset, 0, kTinyBatch);
@@ -73,11 +80,8 @@ TEST_CASE("a step of the caller's inside an interrupted epoch leaves the epoch's
 TEST_CASE("a non-finite step of the caller's inside an interrupted epoch leaves the epoch's running loss and accuracy as they were") {
     // fp32 without loss scaling: the step runs to its end (its loss NaN or Inf in the sums it leaves),
     // is skipped, and step() fails with NON_FINITE.
-    mpt::TrainerConfig config;
-    config.precision = MPT_PRECISION_FP32;
-    TinyTrainer tiny(config);
+    TinyTrainer tiny = interrupted_trainer(MPT_PRECISION_FP32);
     mpt::Trainer& trainer = *tiny.trainer;
-    stop_inside_an_epoch(trainer, *tiny.dataset);
     const Metrics before(trainer);
     trainer.set_learning_rate(1e30f);
     int non_finite = 0;
@@ -95,11 +99,8 @@ TEST_CASE("a non-finite step of the caller's inside an interrupted epoch leaves 
 }
 
 TEST_CASE("an evaluation inside an interrupted epoch leaves the epoch's running loss and accuracy as they were") {
-    mpt::TrainerConfig config;
-    config.precision = MPT_PRECISION_MIXED_BF16;
-    TinyTrainer tiny(config);
+    TinyTrainer tiny = interrupted_trainer(MPT_PRECISION_MIXED_BF16);
     mpt::Trainer& trainer = *tiny.trainer;
-    stop_inside_an_epoch(trainer, *tiny.dataset);
     const Metrics before(trainer);
     for (const int64_t batch : {int64_t{0}, int64_t{7}, kTinyRows}) {
         CAPTURE(batch);
@@ -110,11 +111,8 @@ TEST_CASE("an evaluation inside an interrupted epoch leaves the epoch's running 
 }
 
 TEST_CASE("the running metrics count each finished step of an epoch once, and start from zero in the next") {
-    mpt::TrainerConfig config;
-    config.precision = MPT_PRECISION_FP32;
-    TinyTrainer tiny(config);
+    TinyTrainer tiny = interrupted_trainer(MPT_PRECISION_FP32);
     mpt::Trainer& trainer = *tiny.trainer;
-    stop_inside_an_epoch(trainer, *tiny.dataset);
     trainer.fit(*tiny.dataset, 1, kTinyBatch, true);
     CHECK(Metrics(trainer).values[mpt::kMetricCounted] == kStepsPerEpoch * kTinyBatch);
     stop_inside_an_epoch(trainer, *tiny.dataset);  // the next epoch
