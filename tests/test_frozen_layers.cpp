@@ -288,6 +288,46 @@ TEST_CASE("a middle layer frozen stays as it is; layers freeze and thaw between 
     }
 }
 
+TEST_CASE("averaged weights swapped in leave a frozen layer as it is: frozen after training, set while frozen, after a skipped step") {
+    // mixed-fp16 with dynamic loss scaling, whose overflowing steps are skipped.
+    const ExactFirstLayer data;
+    Recipe recipe;
+    recipe.precision = MPT_PRECISION_MIXED_FP16;
+    recipe.optimizer = MPT_OPTIMIZER_ADAM;
+    recipe.ema = 0.9f;
+    Stack stack(recipe, kFeatures, {24, 12, kClasses}, data.x, data.y);
+    fit(stack, 1);  // every layer trains: their averages lag their weights
+    REQUIRE_OK(mpt_model_set_layer_trainable(stack.model, 0, 0));
+    int holds = 0;
+    for (int round = 0; round < 3; ++round) {
+        CAPTURE(round);
+        if (round >= 1) {  // weights set on the frozen layer (its average left behind)
+            std::vector<float> set = stack.layer(0);
+            for (float& value : set) value *= 0.5f;
+            stack.set_layer(0, set);
+        }
+        if (round == 2) {  // a skipped step last: logits of weights of 1e30 overflow fp16
+            const std::vector<float> last = stack.layer(2);
+            stack.set_layer(2, std::vector<float>(last.size(), 1e30f));
+            int64_t skipped_before = 0, skipped_after = 0;
+            REQUIRE_OK(mpt_trainer_get_loss_scale(stack.trainer, nullptr, nullptr, &skipped_before));
+            REQUIRE_OK(mpt_trainer_step(stack.trainer, stack.dataset, 0, kBatch, nullptr));
+            REQUIRE_OK(mpt_trainer_get_loss_scale(stack.trainer, nullptr, nullptr, &skipped_after));
+            REQUIRE(skipped_after == skipped_before + 1);
+            stack.set_layer(2, last);
+        }
+        const std::vector<float> frozen = stack.layer(0), middle = stack.layer(1);
+        REQUIRE_OK(mpt_trainer_swap_ema_weights(stack.trainer, &holds));
+        CHECK(holds == 1);
+        CHECK(same_bits(stack.layer(0), frozen));
+        CHECK(stack.layer(1) != middle);  // the trainable layer's average
+        REQUIRE_OK(mpt_trainer_swap_ema_weights(stack.trainer, &holds));
+        CHECK(holds == 0);
+        CHECK(same_bits(stack.layer(0), frozen));
+        CHECK(same_bits(stack.layer(1), middle));
+    }
+}
+
 TEST_CASE("training a model whose layers are all frozen fails with INVALID_STATE and changes nothing") {
     const ExactFirstLayer data;
     Recipe recipe;

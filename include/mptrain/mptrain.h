@@ -317,14 +317,20 @@ MPT_API mpt_status mpt_model_get_layer_initializer(const mpt_model_t* model, int
  *  `layer.trainable` and PyTorch's `requires_grad`: for fine-tuning a loaded model's last layers, say.
  *  A trainer's steps leave a frozen layer's weights and bias, and their optimizer state, exactly as
  *  they are: they take no gradient of them (weight decay included), leave them out of the global
- *  norm that clipping takes (mpt_trainer_options_set_global_clipnorm) and of the proof that a step
- *  is finite, and, with weight averaging, make the layer's average its weights. Gradients still flow
- *  through a frozen layer to the trainable ones below it; below the lowest trainable layer no input
- *  gradient is computed at all, so a step with the lower layers frozen costs less. At any time: the
- *  next step of every trainer of the model reads it (Adam and RMSprop keep one step count for all
- *  layers, as Keras does). Training with every layer frozen fails with MPT_STATUS_INVALID_STATE
- *  and changes nothing. Saved with the model (model files and checkpoints' models); a layer out of
- *  range: MPT_STATUS_INVALID_ARGUMENT. One thread per model at a time. */
+ *  norm that clipping takes (mpt_trainer_options_set_global_clipnorm, mpt_trainer_get_gradient_norm)
+ *  and of the proof that a step is finite, and do not average them (weight averaging): swapping the
+ *  averages in (mpt_trainer_swap_ema_weights) leaves a frozen layer as it is, and a layer that
+ *  trains again starts its average from its weights. Gradients still flow through a frozen layer to
+ *  the trainable ones below it; below the lowest trainable layer no input gradient is computed at
+ *  all, so a step with the lower layers frozen costs less. At any time: the next step of every
+ *  trainer of the model reads it (from a progress callback on a GPU, the next step not yet queued,
+ *  as for mpt_trainer_set_learning_rate; each set of frozen layers is its own CUDA graph, captured
+ *  on its second step). Adam keeps one step count for all layers' bias correction, as Keras does.
+ *  Training with every layer frozen fails with MPT_STATUS_INVALID_STATE and changes nothing. Saved
+ *  with the model (model files, and the model of a checkpoint file that mpt_model_load reads); a
+ *  trainer loading a checkpoint keeps its model's own flags, so a run resumes bit-exactly only with
+ *  the flags it had. A layer out of range: MPT_STATUS_INVALID_ARGUMENT. One thread per model at a
+ *  time. */
 MPT_API mpt_status mpt_model_set_layer_trainable(mpt_model_t* model, int64_t layer, int trainable);
 /** \param[out] out  1 when layer `layer` trains, 0 when it is frozen. */
 MPT_API mpt_status mpt_model_get_layer_trainable(const mpt_model_t* model, int64_t layer, int* out);
@@ -511,7 +517,8 @@ MPT_API mpt_status mpt_trainer_options_set_rmsprop(mpt_trainer_options_t* option
  *  trainer must match. */
 MPT_API mpt_status mpt_trainer_options_set_rmsprop_centered(mpt_trainer_options_t* options, int centered);
 /** Decoupled weight decay, as Keras's optimizers' weight_decay (every one of them; PyTorch's AdamW):
- *  each step first multiplies every weight and bias by (1 - rate * weight_decay), where rate is that
+ *  each step first multiplies every weight and bias (of the layers not frozen:
+ *  mpt_model_set_layer_trainable) by (1 - rate * weight_decay), where rate is that
  *  step's learning rate (the schedule's included), and the optimizer's rule then applies the
  *  gradient. A value set here, 0 included, is kept whether it is set before or after the optimizer;
  *  otherwise AdamW uses 0.004 and the others 0. In [0, 1). Plain SGD (no momentum) keeps its fast
@@ -520,7 +527,8 @@ MPT_API mpt_status mpt_trainer_options_set_rmsprop_centered(mpt_trainer_options_
 MPT_API mpt_status mpt_trainer_options_set_weight_decay(mpt_trainer_options_t* options, float weight_decay);
 /** Gradient clipping by global norm, as Keras's `global_clipnorm` and PyTorch's
  *  `clip_grad_norm_(max_norm)` (default 0: off). Every step, the gradients of all weights and
- *  biases together are scaled by clipnorm / max(norm, clipnorm), norm their L2 norm, before the
+ *  biases together (a frozen layer has none: mpt_model_set_layer_trainable) are scaled by
+ *  clipnorm / max(norm, clipnorm), norm their L2 norm, before the
  *  optimizer sees them: a step's direction is kept and its length bounded. The norm is that of the
  *  true gradients: with loss scaling, of the gradients after the loss scale is divided out (as
  *  PyTorch's `scaler.unscale_` before clipping), so a clipped step does not depend on the loss
@@ -533,7 +541,8 @@ MPT_API mpt_status mpt_trainer_options_set_global_clipnorm(mpt_trainer_options_t
 /** An exponential moving average of the weights (EMA; Keras's `use_ema` with `ema_momentum`,
  *  PyTorch's AveragedModel with get_ema_multi_avg_fn), for evaluation: after every applied step
  *  each weight's and bias's average becomes momentum * average + (1 - momentum) * weight, the first
- *  applied step copying the weights; a skipped step (non-finite gradients) leaves the averages.
+ *  applied step copying the weights; a skipped step (non-finite gradients) leaves the averages, and
+ *  a frozen layer (mpt_model_set_layer_trainable) is not averaged (swapped in, it keeps its weights).
  *  momentum must be in (0, 1) (0.99 and 0.999 are usual), or 0 (the default) to keep none
  *  (MPT_STATUS_INVALID_ARGUMENT otherwise). The averages take 4 bytes a parameter (of the layout
  *  padded to multiples of 8, as the weights) of the trainer's memory and one more pass over the parameters a step. mpt_trainer_swap_ema_weights puts them in
@@ -723,8 +732,8 @@ MPT_API mpt_status mpt_trainer_get_scheduled_learning_rate(const mpt_trainer_t* 
  *  callback's loss), read from that step's report without waiting for the device. */
 MPT_API mpt_status mpt_trainer_get_loss_scale(const mpt_trainer_t* trainer, float* scale,
                                               int64_t* growth_tracker, int64_t* skipped_steps);
-/** The global L2 norm of the last step's gradients (all weights and biases, the loss scale divided
- *  out), before clipping: what gradient clipping compared with its bound, so that step was clipped
+/** The global L2 norm of the last step's gradients (all weights and biases of the layers not frozen,
+ *  the loss scale divided out), before clipping: what gradient clipping compared with its bound, so that step was clipped
  *  when the norm exceeds it (mpt_trainer_options_set_global_clipnorm; PyTorch's clip_grad_norm_
  *  returns the same number). From a progress callback it is the reported step's, read as
  *  mpt_trainer_get_loss_scale reads the scaler. Only a clipping trainer computes it: NaN without
@@ -754,8 +763,10 @@ MPT_API mpt_status mpt_trainer_get_progress(const mpt_trainer_t* trainer, int64_
 /** Writes a training checkpoint to `path` (atomically and durably, in the model file's format):
  *  fp32 master weights, optimizer state, loss-scaler state, the base learning rate, step and epoch
  *  counters (the step count is where a learning-rate schedule goes on from), the position inside the epoch with its row order, the shuffle generator's state and the
- *  epoch's running metrics. Loading it into a trainer of the same architecture and options and
- *  calling fit continues the run bit-exactly on the CPU backend. */
+ *  epoch's running metrics. Loading it into a trainer of the same architecture and options, whose
+ *  model has the same layers frozen (mpt_model_set_layer_trainable: recorded with the model, not
+ *  restored by mpt_trainer_load_checkpoint), and calling fit continues the run bit-exactly on the
+ *  CPU backend. */
 MPT_API mpt_status mpt_trainer_save_checkpoint(mpt_trainer_t* trainer, const char* path);
 /** Restores a checkpoint. The whole file is validated before anything changes: a different
  *  architecture gives MPT_STATUS_SHAPE_MISMATCH; any different trainer option (precision, loss,

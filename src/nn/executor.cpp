@@ -47,6 +47,7 @@ Executor::Executor(Model& model, const PrecisionPolicy& policy, ExecutionMode mo
         update_shapes_.push_back({layer.padded_inputs, layer.padded_units, layer_dtypes_[i]});
     }
     trainable_layers_.reserve(model_.layers().size());
+    trained_last_step_.assign(model_.layers().size(), 1);
     plan_persistent();
 }
 
@@ -456,6 +457,12 @@ void Executor::begin_step() {
         trainable_gradient_elements_ += layers[i].weight_count() + layers[i].padded_units;
     }
     if (trainable_layers_.empty()) model_.require_trainable_layer();  // fails
+    for (size_t i = 0; i < layers.size(); ++i) {
+        // A layer frozen until now is not averaged while frozen: its average starts again from its
+        // weights (as they are before this step's update), as on the first applied step.
+        if (averages_ && layers[i].trainable && !trained_last_step_[i]) set_average_to_weights(i);
+        trained_last_step_[i] = layers[i].trainable;
+    }
     backend_.begin_step(state_);
 }
 
@@ -491,18 +498,25 @@ void Executor::decide_from_bounds(int slot, int64_t rows, int64_t bound_rows) {
     backend_.decide_update(gradient_bounds_, static_cast<int>(count), bound_rows, state_);
 }
 
+void Executor::set_average_to_weights(size_t layer) {
+    const DenseLayer& dense = model_.layers()[layer];
+    // Momentum 0: a copy, whatever the step (Backend::average_weights).
+    backend_.average_weights(model_.masters() + dense.weight_offset, averages_ + dense.weight_offset,
+                             dense.bias_offset + dense.padded_units - dense.weight_offset, 0.0f, state_);
+}
+
 void Executor::finish_update() {
     if (averages_ && all_layers_trainable()) {
         backend_.average_weights(model_.masters(), averages_, model_.parameter_block_elements(), optimizer_.ema_momentum,
                                  state_);
     } else if (averages_) {
-        // Layer by layer: a frozen layer's average is its weights (momentum 0: a copy), so that
-        // swapping the averages in leaves it as it is, and its average starts from its weights
-        // once it trains again.
-        for (const DenseLayer& layer : model_.layers()) {
-            const int64_t count = layer.bias_offset + layer.padded_units - layer.weight_offset;
-            backend_.average_weights(model_.masters() + layer.weight_offset, averages_ + layer.weight_offset, count,
-                                     layer.trainable ? optimizer_.ema_momentum : 0.0f, state_);
+        // The trainable layers' only: a frozen layer's weights do not change, so averaging them
+        // would be a pass over memory for nothing.
+        for (const size_t i : trainable_layers_) {
+            const DenseLayer& layer = model_.layers()[i];
+            backend_.average_weights(model_.masters() + layer.weight_offset, averages_ + layer.weight_offset,
+                                     layer.bias_offset + layer.padded_units - layer.weight_offset,
+                                     optimizer_.ema_momentum, state_);
         }
     }
     backend_.finish_step(state_, scaler_, metrics_, committed_metrics_);

@@ -96,8 +96,9 @@ public:
     void backward(int slot, int64_t rows, const BatchPart& part = BatchPart{});
     // Proves the step finite (or marks it skipped), then updates every trainable layer and the loss
     // scaler. Frozen layers (DenseLayer::trainable) take no part in a step's update: no gradient,
-    // no bound, no share of the clipped norm, no change; under weight averaging their average is
-    // their weights.
+    // no bound, no share of the clipped norm, no change, no averaging (a thawed layer's average
+    // starts again from its weights: begin_step; swapping the averages in leaves a frozen layer
+    // as it is: set_average_to_weights).
     void update(int slot, int64_t rows);
     // Gradient accumulation, instead of update: after a micro-batch's backward, proves its share
     // finite (or marks the step skipped) and writes (the first micro-batch) or adds (the others)
@@ -140,6 +141,9 @@ public:
     // averages weights (OptimizerConfig::ema_momentum), else null. Holds the masters as of the last
     // applied step; nothing before the first (TrainState::applied_steps 0 says so).
     float* averages() const { return averages_; }
+    // Layer `layer`'s average becomes its weights (backend memory, on the current lane; skipped
+    // steps or not). Outside steps, or at a step's beginning.
+    void set_average_to_weights(size_t layer);
     // Where every dense op's GEMM workspace lies in the persistent arena (empty on the CPU, or where
     // the memory budget had no room for it).
     const GemmWorkspace& gemm_workspace() const { return gemm_workspace_; }
@@ -260,6 +264,7 @@ private:
     int64_t gradient_elements_ = 0;            // every layer's dW and db in that layout: the capacity
     int64_t trainable_gradient_elements_ = 0;  // the trainable layers', this step
     std::vector<size_t> trainable_layers_;     // this step's, in order (capacity for all: no allocation)
+    std::vector<char> trained_last_step_;      // per layer: trainable in the last step begun (initially all)
     std::vector<DenseUpdateShape> update_shapes_;  // every layer's, for reserve_update_scratch
     BatchSlot batch_slots_[kBatchSlots];
     // Gradient accumulation's sums of a step's micro-batches (reserve_accumulated_gradients).

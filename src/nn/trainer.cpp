@@ -248,6 +248,11 @@ void Trainer::swap_averaged_weights() {
         model_->read_master_block(block.data());
         backend.copy_to_device(averages, block.data(), block.size() * sizeof(float));
     } else {
+        // Frozen layers are not averaged: exchanged in, they keep their weights (whatever has set
+        // them meanwhile), and exchanged back they are unchanged too.
+        if (!holder)
+            for (size_t i = 0; i < model_->layers().size(); ++i)
+                if (!model_->layers()[i].trainable) executor_.set_average_to_weights(i);
         backend.swap_values(model_->masters(), averages, count);
         backend.scheduler().synchronize();
     }

@@ -262,8 +262,8 @@ namespace Mptrain
 
         /// <summary>Freezes layer <paramref name="layer"/> (false) or lets it train (true, the default), as
         /// Keras's layer.trainable: trainers' steps leave a frozen layer's weights, bias and optimizer state
-        /// exactly as they are (no gradient, no weight decay, no share of the clipped norm; with weight
-        /// averaging its average is its weights), while gradients still flow through it to the layers
+        /// exactly as they are (no gradient, no weight decay, no share of the clipped norm, no averaging:
+        /// swapped in, the averages leave it as it is), while gradients still flow through it to the layers
         /// below. At any time: every trainer's next step reads it. Training with every layer frozen throws
         /// MptException (Status.InvalidState). Saved with the model.</summary>
         public void SetLayerTrainable(int layer, bool trainable)

@@ -690,8 +690,8 @@ class Model(_Handle):
     def set_layer_trainable(self, layer, trainable):
         """Freezes layer `layer` (False) or lets it train (True, the default), as Keras's
         layer.trainable: trainers' steps leave a frozen layer's weights, bias and optimizer state
-        exactly as they are (no gradient, no weight decay, no share of the clipped norm; with weight
-        averaging its average is its weights), while gradients still flow through it to the layers
+        exactly as they are (no gradient, no weight decay, no share of the clipped norm, no averaging:
+        swapped in, the averages leave it as it is), while gradients still flow through it to the layers
         below. At any time: every trainer's next step reads it. Training with every layer frozen
         raises Error (INVALID_STATE). Saved with the model. Returns self, so calls chain."""
         with self._family:
