@@ -68,6 +68,7 @@ publish() {
         python3 bench/peers/summary.py "$WORK"/mptrain_small.json "$WORK"/mptrain_large.json \
             "$WORK"/mptrain_streamed.json "$WORK"/mptrain_scheduled.json "$WORK"/mptrain_clipped.json \
             "$WORK"/mptrain_averaged.json "$WORK"/mptrain_dropped.json "$WORK"/mptrain_accumulated.json \
+            "$WORK"/mptrain_frozen.json \
             "$WORK"/floor.json "$WORK"/torch.json "$WORK"/jax.json 2>/dev/null
         [ -f "$WORK/ctest_cuda.log" ] &&
             echo "GPU tests: $(grep -E 'tests passed|tests failed' "$WORK/ctest_cuda.log" | tail -1)"
@@ -190,6 +191,9 @@ if [ -x "$bench" ]; then
     # Gradient accumulation: batch 4096 as 8 micro-batches of 512 (each gradient GEMM adding into
     # the fp32 sums), against the one-pass step of the large stage, time and memory.
     bench_run 60 accumulated --precision mixed-bf16 --batch 4096 --steps 50 --micro-batch 512
+    # Fine-tuning the head: the first two layers frozen (no weight gradient, no input gradient below
+    # the last layer), against the whole model's step.
+    bench_run 60 frozen --precision mixed-bf16 --batch 32,256 --frozen 2
 else
     echo "no $bench (MPTRAIN_BUILD_BENCH off or bench/ missing)"
 fi

@@ -55,8 +55,9 @@ def main():
     averaged = [r for r in mine if r.get("ema_momentum", 0) > 0 and r not in clipped]
     dropped = [r for r in mine if r.get("dropout", 0) > 0 and r not in clipped + averaged]
     accumulated = [r for r in mine if r.get("micro_batch", 0) > 0 and r not in clipped + averaged + dropped]
-    # Steps that do more than the plain one: each shown against it.
-    optioned = clipped + averaged + dropped + accumulated
+    frozen = [r for r in mine if r.get("frozen_layers", 0) > 0 and r not in clipped + averaged + dropped + accumulated]
+    # Steps that do more (or less) than the plain one: each shown against it.
+    optioned = clipped + averaged + dropped + accumulated + frozen
     constant = [r for r in mine if r.get("lr_schedule", "constant") == "constant" and r not in optioned]
     ours = {(r["precision"], r["batch"]): r["us_per_step"] for r in constant if r.get("data", "resident") == "resident"}
     streamed = [r for r in constant if r.get("data") == "streamed"]
@@ -163,6 +164,11 @@ def main():
                   if peak and r.get("peak_bytes") else "")
         print(f"in micro-batches of {r['micro_batch']}: {r['precision']} batch {r['batch']}: "
               f"{r['us_per_step']:.0f} us/step{versus}{memory}")
+    for r in frozen:
+        plain = ours.get((r["precision"], r["batch"]))
+        versus = f", {r['us_per_step'] / plain:.2f}x the whole model's step" if plain else ""
+        print(f"first {r['frozen_layers']} layers frozen: {r['precision']} batch {r['batch']}: "
+              f"{r['us_per_step']:.0f} us/step{versus}")
 
 
 if __name__ == "__main__":
