@@ -43,6 +43,14 @@ def device_of(r):
     return "cuda" if device == "gpu" else device
 
 
+def against(record, what, baseline_us, baseline, where=""):
+    """A step's line: what it does, its precision and batch, its us/step and its ratio to `baseline`
+    (the step without it, `baseline_us` us/step, when measured)."""
+    ratio = f", {record['us_per_step'] / baseline_us:.2f}x {baseline}" if baseline_us else ""
+    return (f"{what}: {record['precision']} batch {record['batch']}{where}: "
+            f"{record['us_per_step']:.0f} us/step{ratio}")
+
+
 def main():
     arguments = sys.argv[1:]
     backend = "cuda"
@@ -129,47 +137,34 @@ def main():
         driver = f", device {device / 2**20:.0f} MiB (driver)" if device is not None and device >= 0 else ""
         print(f"memory, mixed-bf16 batch {r['batch']}: peak {r.get('peak_bytes', 0) / 2**20:.0f} MiB (library){driver}")
     for r in streamed:
-        resident = ours.get((r["precision"], r["batch"]))
-        versus = f", {r['us_per_step'] / resident:.2f}x the resident data set" if resident else ""
-        print(f"streamed from host memory: {r['precision']} batch {r['batch']}: {r['us_per_step']:.0f} us/step{versus}")
+        print(against(r, "streamed from host memory", ours.get((r["precision"], r["batch"])), "the resident data set"))
     for r in scheduled:
         # Against the constant rate on the same data path (resident, or streamed).
         data = r.get("data", "resident")
         fixed = next((c["us_per_step"] for c in constant if c["precision"] == r["precision"] and
                       c["batch"] == r["batch"] and c.get("data", "resident") == data), None)
-        versus = f", {r['us_per_step'] / fixed:.2f}x the constant rate" if fixed else ""
-        print(f"{r['lr_schedule']} learning-rate schedule: {r['precision']} batch {r['batch']}"
-              f"{' (streamed)' if data == 'streamed' else ''}: {r['us_per_step']:.0f} us/step{versus}")
+        print(against(r, f"{r['lr_schedule']} learning-rate schedule", fixed, "the constant rate",
+                      " (streamed)" if data == "streamed" else ""))
+    # The others against the plain step (constant rate, resident data) of the same precision and batch.
     for r in clipped:
-        # Against the unclipped step (constant rate, resident data) of the same precision and batch.
-        plain = ours.get((r["precision"], r["batch"]))
-        versus = f", {r['us_per_step'] / plain:.2f}x without clipping" if plain else ""
-        print(f"gradients clipped to global norm {r['global_clipnorm']:g}: {r['precision']} batch {r['batch']}: "
-              f"{r['us_per_step']:.0f} us/step{versus}")
+        print(against(r, f"gradients clipped to global norm {r['global_clipnorm']:g}", ours.get((r["precision"], r["batch"])),
+                      "without clipping"))
     for r in averaged:
-        plain = ours.get((r["precision"], r["batch"]))
-        versus = f", {r['us_per_step'] / plain:.2f}x without averaging" if plain else ""
-        print(f"weights averaged (ema {r['ema_momentum']:g}): {r['precision']} batch {r['batch']}: "
-              f"{r['us_per_step']:.0f} us/step{versus}")
+        print(against(r, f"weights averaged (ema {r['ema_momentum']:g})", ours.get((r["precision"], r["batch"])),
+                      "without averaging"))
     for r in dropped:
-        plain = ours.get((r["precision"], r["batch"]))
-        versus = f", {r['us_per_step'] / plain:.2f}x without dropout" if plain else ""
-        print(f"hidden outputs dropped (rate {r['dropout']:g}): {r['precision']} batch {r['batch']}: "
-              f"{r['us_per_step']:.0f} us/step{versus}")
+        print(against(r, f"hidden outputs dropped (rate {r['dropout']:g})", ours.get((r["precision"], r["batch"])),
+                      "without dropout"))
     peaks = {(r["precision"], r["batch"]): r.get("peak_bytes") for r in constant if r.get("data", "resident") == "resident"}
     for r in accumulated:
-        plain, peak = ours.get((r["precision"], r["batch"])), peaks.get((r["precision"], r["batch"]))
-        versus = f", {r['us_per_step'] / plain:.2f}x in one pass" if plain else ""
+        peak = peaks.get((r["precision"], r["batch"]))
         memory = (f"; peak {r['peak_bytes'] / 2**20:.0f} MiB against {peak / 2**20:.0f} MiB"
                   if peak and r.get("peak_bytes") else "")
-        print(f"in micro-batches of {r['micro_batch']}: {r['precision']} batch {r['batch']}: "
-              f"{r['us_per_step']:.0f} us/step{versus}{memory}")
+        print(against(r, f"in micro-batches of {r['micro_batch']}", ours.get((r["precision"], r["batch"])), "in one pass")
+              + memory)
     for r in frozen:
-        plain = ours.get((r["precision"], r["batch"]))
-        versus = f", {r['us_per_step'] / plain:.2f}x the whole model's step" if plain else ""
-        print(f"first {r['frozen_layers']} layers frozen: {r['precision']} batch {r['batch']}: "
-              f"{r['us_per_step']:.0f} us/step{versus}")
-
+        print(against(r, f"first {r['frozen_layers']} layers frozen", ours.get((r["precision"], r["batch"])),
+                      "the whole model's step"))
 
 if __name__ == "__main__":
     main()
