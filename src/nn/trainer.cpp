@@ -403,7 +403,7 @@ void Trainer::fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bo
     require(batch_size > 0, MPT_STATUS_INVALID_ARGUMENT, "batch_size must be positive");
     check_dataset(dataset);
     require_trained_weights("train");
-    model_->require_trainable_layer();
+    if (epochs > 0) model_->require_trainable_layer();  // 0 epochs train nothing either way
     // Registered for the whole call: another trainer's exchange from a callback is refused meanwhile.
     struct FitRegistration {
         Model& model;
