@@ -285,12 +285,23 @@ struct MidEpochCheckpoint {
         REQUIRE_OK(mpt_trainer_load_checkpoint(run.trainer, path.c_str()));
         REQUIRE_OK(mpt_trainer_set_callbacks(run.trainer, nullptr, &EpochMeans::record, &means));
     }
-    // The weights and epoch means of the run it was taken from, neither stopped nor resumed.
-    void run_uninterrupted(std::vector<float>& weights_after, EpochMeans& means) const {
+    // What the run it was taken from ends with, neither stopped nor resumed: its weights and epoch
+    // means, which a disturbed run must end with too.
+    struct Uninterrupted {
+        std::vector<float> weights;
+        EpochMeans means;
+        void check(const Run& run, const EpochMeans& run_means) const {
+            CHECK(same_bits(::weights(run.model), weights));
+            check_same_means(run_means, means);
+        }
+    };
+    Uninterrupted run_uninterrupted() const {
+        Uninterrupted result;
         Run run(false, micro_batch, clipnorm);
-        REQUIRE_OK(mpt_trainer_set_callbacks(run.trainer, nullptr, &EpochMeans::record, &means));
+        REQUIRE_OK(mpt_trainer_set_callbacks(run.trainer, nullptr, &EpochMeans::record, &result.means));
         REQUIRE_OK(mpt_trainer_fit(run.trainer, run.dataset, kFitEpochs, 16, 1));
-        weights_after = weights(run.model);
+        result.weights = weights(run.model);
+        return result;
     }
 };
 
@@ -308,9 +319,7 @@ TEST_CASE("a fit that fails partway through a step takes that step's loss back o
         const MidEpochCheckpoint checkpoint{setup.micro_batch, setup.clipnorm,
                                             (directory.path / "mid-epoch.safetensors").string()};
         checkpoint.save();
-        EpochMeans undisturbed_means;
-        std::vector<float> undisturbed;
-        checkpoint.run_uninterrupted(undisturbed, undisturbed_means);
+        const auto undisturbed = checkpoint.run_uninterrupted();
         uint64_t failures = 0;
         for (uint64_t n = 1;; ++n) {
             CAPTURE(n);
@@ -326,8 +335,7 @@ TEST_CASE("a fit that fails partway through a step takes that step's loss back o
                 REQUIRE_OK(mpt_trainer_get_progress(run.trainer, nullptr, &epochs));
                 REQUIRE_OK(mpt_trainer_fit(run.trainer, run.dataset, kFitEpochs - epochs, 16, 1));
             }
-            CHECK(same_bits(weights(run.model), undisturbed));
-            check_same_means(means, undisturbed_means);
+            undisturbed.check(run, means);
             if (!failed) break;
         }
         MESSAGE(failures, " failed fits resuming an epoch in a new trainer");
@@ -349,9 +357,7 @@ TEST_CASE("an evaluate that fails partway leaves an interrupted epoch's running 
         REQUIRE(mpt_trainer_fit(run.trainer, run.dataset, 1, 16, 1) == MPT_STATUS_CANCELLED);
         REQUIRE_OK(mpt_trainer_set_callbacks(run.trainer, nullptr, &EpochMeans::record, &means));
     };
-    EpochMeans undisturbed_means;
-    std::vector<float> undisturbed;
-    checkpoint.run_uninterrupted(undisturbed, undisturbed_means);
+    const auto undisturbed = checkpoint.run_uninterrupted();
     uint64_t failures = 0;
     for (uint64_t n = 1;; ++n) {
         CAPTURE(n);
@@ -364,8 +370,7 @@ TEST_CASE("an evaluate that fails partway leaves an interrupted epoch's running 
         CHECK((status == MPT_STATUS_OK || status == MPT_STATUS_OUT_OF_MEMORY));
         if (status != MPT_STATUS_OK) ++failures;
         REQUIRE_OK(mpt_trainer_fit(run.trainer, run.dataset, kFitEpochs, 16, 1));  // the first finishes epoch 0
-        CHECK(same_bits(weights(run.model), undisturbed));
-        check_same_means(means, undisturbed_means);
+        undisturbed.check(run, means);
         if (!failed) break;
     }
     MESSAGE(failures, " failed evaluates");

@@ -456,9 +456,9 @@ void Executor::begin_step() {
         gradient_offsets_[i] = trainable_gradient_elements_;
         trainable_gradient_elements_ += layers[i].weight_count() + layers[i].padded_units;
     }
-    if (trainable_layers_.empty()) model_.require_trainable_layer();  // fails
+    if (trainable_layers_.empty()) model_.require_trainable_layer();  // fails, before anything is issued
     for (size_t i = 0; i < layers.size(); ++i) {
-        // A layer frozen until now is not averaged while frozen: its average starts again from its
+        // A layer frozen until now was not averaged while frozen: its average starts again from its
         // weights (as they are before this step's update), as on the first applied step.
         if (averages_ && layers[i].trainable && !trained_last_step_[i]) set_average_to_weights(i);
         trained_last_step_[i] = layers[i].trainable;
