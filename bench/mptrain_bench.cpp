@@ -42,7 +42,7 @@ struct Options {
     float ema = 0.0f;       // --ema: the weights' moving average's momentum; 0 = none
     float dropout = 0.0f;   // --dropout: both hidden layers' dropout rate; 0 = none
     float weight_decay = 0.0f;  // --weight-decay: the optimizer's decoupled weight decay; 0 = none
-    std::string optimizer = "sgd";  // --optimizer: sgd, adam, adamw or rmsprop
+    std::string optimizer = "sgd";  // --optimizer: sgd, adam, adamw, rmsprop or lion
     float momentum = 0.0f;          // --momentum: SGD's or RMSprop's
     bool centered = false;          // --centered: centered RMSprop
     int64_t micro_batch = 0;        // --micro-batch: gradient accumulation's rows per pass; 0 = whole batches
@@ -75,7 +75,7 @@ struct Record {
                  "usage: mptrain-bench [--backend cpu|cuda] [--precision LIST] [--batch LIST] [--steps N]\n"
                  "                     [--repeats N] [--threads N] [--streamed] [--lr-schedule constant|cosine]\n"
                  "                     [--clipnorm X] [--ema M] [--dropout R] [--weight-decay X]\n"
-                 "                     [--optimizer sgd|adam|adamw|rmsprop] [--momentum M] [--centered]\n"
+                 "                     [--optimizer sgd|adam|adamw|rmsprop|lion] [--momentum M] [--centered]\n"
                  "                     [--micro-batch N] [--frozen N] [--json FILE]\n"
                  "       mptrain-bench --predict LIST [--backend cpu|cuda] [--precision LIST] [--repeats N] [--threads N]\n"
                  "  LIST is comma-separated, e.g. --precision fp32,mixed-bf16 --batch 32,256\n"
@@ -86,7 +86,7 @@ struct Record {
                  "  --dropout R drops both hidden layers' outputs at rate R in [0, 1) (the library's dropout)\n"
                  "  --weight-decay X decays every weight and bias by lr * X a step (the optimizer's weight decay)\n"
                  "  --optimizer O trains with that optimizer (default sgd); --momentum M is SGD's or RMSprop's,\n"
-                 "    --centered makes RMSprop centered (one more state array); Adam takes no momentum\n"
+                 "    --centered makes RMSprop centered (one more state array); Adam and Lion take no momentum\n"
                  "  --micro-batch N runs each batch in micro-batches of N rows (the library's gradient accumulation)\n"
                  "  --frozen N freezes the first N of the 3 layers (0-2; the library's frozen layers), as fine-tuning\n"
                  "    the rest does\n"
@@ -146,10 +146,11 @@ Options parse(int argc, char** argv) {
         !(options.weight_decay >= 0.0f && options.weight_decay < 1.0f) ||
         !(options.momentum >= 0.0f && options.momentum < 1.0f) || options.micro_batch < 0 ||
         options.frozen < 0 || options.frozen > 2 ||
-        // The library keeps SGD's and RMSprop's momentum; Adam's first moment is its own.
-        (options.momentum != 0.0f && (options.optimizer == "adam" || options.optimizer == "adamw")) ||
+        // The library keeps SGD's and RMSprop's momentum; Adam's and Lion's moments are their own.
+        (options.momentum != 0.0f &&
+         (options.optimizer == "adam" || options.optimizer == "adamw" || options.optimizer == "lion")) ||
         (options.optimizer != "sgd" && options.optimizer != "adam" && options.optimizer != "adamw" &&
-         options.optimizer != "rmsprop"))
+         options.optimizer != "rmsprop" && options.optimizer != "lion"))
         usage(2);
     for (int64_t batch : options.batches)
         if (batch <= 0) usage(2);
@@ -162,6 +163,7 @@ mpt_optimizer optimizer_value(const std::string& name) {
     if (name == "adam") return MPT_OPTIMIZER_ADAM;
     if (name == "adamw") return MPT_OPTIMIZER_ADAMW;
     if (name == "rmsprop") return MPT_OPTIMIZER_RMSPROP;
+    if (name == "lion") return MPT_OPTIMIZER_LION;
     return MPT_OPTIMIZER_SGD;
 }
 

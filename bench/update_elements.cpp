@@ -90,7 +90,7 @@ int main() {
         const char* name;
         OptimizerConfig config;
     };
-    std::vector<Case> cases(7);
+    std::vector<Case> cases(8);
     cases[0].name = "sgd momentum 0.9";
     cases[0].config.momentum = 0.9f;
     cases[1].name = "sgd nesterov, decay";
@@ -111,6 +111,9 @@ int main() {
     cases[6].config.kind = OptimizerKind::rmsprop;
     cases[6].config.momentum = 0.9f;
     cases[6].config.centered = true;
+    cases[7].name = "lion";
+    cases[7].config.kind = OptimizerKind::lion;
+    cases[7].config.beta2 = 0.99f;
     std::printf("optimizer element loop, %lld parameters, one thread, least of %d passes\n",
                 static_cast<long long>(kParameters), kRepeats);
     std::printf("%-28s %14s %14s %8s %10s\n", "optimizer", "per element ms", "vectorised ms", "ratio", "same bits");

@@ -34,6 +34,7 @@ struct mpt_dataset {
 struct mpt_trainer_options {
     mpt::TrainerConfig config;
     bool weight_decay_chosen = false;  // by the caller: AdamW's default decay then no longer applies
+    bool betas_chosen = false;  // by the caller: Lion's default beta2 (0.99, Adam's 0.999) then no longer applies
 };
 struct mpt_trainer {
     std::unique_ptr<mpt::Trainer> impl;

@@ -95,10 +95,11 @@ mpt_status mpt_trainer_options_set_class_weights(mpt_trainer_options_t* options,
 mpt_status mpt_trainer_options_set_optimizer(mpt_trainer_options_t* options, mpt_optimizer optimizer) {
     MPT_API_BEGIN
     require_pointer(options, "options");
-    const mpt_optimizer kind = mpt::capi::checked_enum(optimizer, MPT_OPTIMIZER_SGD, MPT_OPTIMIZER_RMSPROP, "optimizer");
+    const mpt_optimizer kind = mpt::capi::checked_enum(optimizer, MPT_OPTIMIZER_SGD, MPT_OPTIMIZER_LION, "optimizer");
     options->config.optimizer.kind = static_cast<mpt::OptimizerKind>(kind);
-    // Keras's AdamW default decay, unless the caller chose one (0 included), in either order.
+    // Keras's AdamW default decay and Lion's default beta2, unless the caller chose them, in either order.
     if (!options->weight_decay_chosen) options->config.optimizer.weight_decay = kind == MPT_OPTIMIZER_ADAMW ? 0.004f : 0.0f;
+    if (!options->betas_chosen) options->config.optimizer.beta2 = kind == MPT_OPTIMIZER_LION ? 0.99f : 0.999f;
     MPT_API_END
 }
 
@@ -128,6 +129,18 @@ mpt_status mpt_trainer_options_set_adam(mpt_trainer_options_t* options, float be
     options->config.optimizer.beta1 = beta1;
     options->config.optimizer.beta2 = beta2;
     options->config.optimizer.epsilon = epsilon;
+    options->betas_chosen = true;
+    MPT_API_END
+}
+
+mpt_status mpt_trainer_options_set_lion(mpt_trainer_options_t* options, float beta1, float beta2) {
+    MPT_API_BEGIN
+    require_pointer(options, "options");
+    require_range(beta1, 0.0f, 1.0f, "beta1");
+    require_range(beta2, 0.0f, 1.0f, "beta2");
+    options->config.optimizer.beta1 = beta1;
+    options->config.optimizer.beta2 = beta2;
+    options->betas_chosen = true;
     MPT_API_END
 }
 

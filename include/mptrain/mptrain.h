@@ -138,7 +138,8 @@ typedef enum mpt_optimizer {
     MPT_OPTIMIZER_SGD = 0,  /* momentum and Nesterov through the options */
     MPT_OPTIMIZER_ADAM = 1,
     MPT_OPTIMIZER_ADAMW = 2,
-    MPT_OPTIMIZER_RMSPROP = 3 /* Keras's RMSprop; momentum (not Nesterov) through the options */
+    MPT_OPTIMIZER_RMSPROP = 3, /* Keras's RMSprop; momentum (not Nesterov) through the options */
+    MPT_OPTIMIZER_LION = 4     /* Keras's Lion: mpt_trainer_options_set_lion */
 } mpt_optimizer;
 
 /* Learning-rate schedules: see mpt_trainer_options_set_lr_schedule. */
@@ -491,7 +492,7 @@ MPT_API mpt_status mpt_trainer_options_set_learning_rate(mpt_trainer_options_t* 
 /** SGD momentum in [0, 1); `nesterov` non-zero for Nesterov momentum. Keras's formulation:
  *  v = momentum * v - lr * g, then w += v (Nesterov: w += momentum * v - lr * g). RMSprop takes the
  *  momentum too (see mpt_trainer_options_set_rmsprop), not Nesterov's (with a momentum above 0,
- *  mpt_trainer_create then fails with MPT_STATUS_INVALID_ARGUMENT); Adam ignores it. -0 is 0. */
+ *  mpt_trainer_create then fails with MPT_STATUS_INVALID_ARGUMENT); Adam and Lion ignore it. -0 is 0. */
 MPT_API mpt_status mpt_trainer_options_set_momentum(mpt_trainer_options_t* options, float momentum, int nesterov);
 /** Adam and AdamW, as Keras computes them: m and v are the moving averages of g and g^2, and after t
  *  applied steps w -= lr * sqrt(1 - beta2^t) / (1 - beta1^t) * m / (sqrt(v) + epsilon). Epsilon is
@@ -499,6 +500,16 @@ MPT_API mpt_status mpt_trainer_options_set_momentum(mpt_trainer_options_t* optio
  *  sqrt(v / (1 - beta2^t))): the same epsilon gives slightly different steps there. */
 MPT_API mpt_status mpt_trainer_options_set_adam(mpt_trainer_options_t* options, float beta1, float beta2,
                                                 float epsilon);
+/** Lion (MPT_OPTIMIZER_LION; Chen et al. 2023, "Symbolic Discovery of Optimization Algorithms"), as
+ *  Keras's keras.optimizers.Lion computes it: after each step's gradient g,
+ *  w -= lr * sign(beta1 * m + (1 - beta1) * g), then m = beta2 * m + (1 - beta2) * g. m starts at 0;
+ *  sign(0) is 0. Every weight moves by the rate or not at all, so Lion wants a rate 3-10 times
+ *  smaller than AdamW's (and, the paper says, a weight decay that much larger), and keeps one state
+ *  array where Adam keeps two (4 bytes a parameter less). beta1 and beta2 in [0, 1)
+ *  (MPT_STATUS_INVALID_ARGUMENT otherwise); unset, Lion takes Keras's defaults 0.9 and 0.99. They
+ *  are the betas mpt_trainer_options_set_adam sets too: the last call's. Lion ignores the momentum
+ *  of mpt_trainer_options_set_momentum, as Adam does. */
+MPT_API mpt_status mpt_trainer_options_set_lion(mpt_trainer_options_t* options, float beta1, float beta2);
 /** RMSprop (MPT_OPTIMIZER_RMSPROP) as Keras computes it: after each step's gradient g,
  *  v = rho * v + (1 - rho) * g^2 and w -= lr * g / sqrt(v + epsilon), epsilon under the root (PyTorch
  *  adds it to sqrt(v), so the same epsilon gives slightly different steps there); with momentum m

@@ -26,7 +26,7 @@ void args_print_usage(FILE* stream, const char* program)
             "                     steps with the memory of N-row batches (default 0: whole batches)\n"
             "  --precision P      fp32 | mixed-fp16 | mixed-bf16 | auto (default auto: bf16 on CUDA\n"
             "                     cc >= 8.0, fp16 on 7.x; on the CPU bf16 with AMX, else fp32)\n"
-            "  --optimizer O      sgd | adam | adamw | rmsprop, as Keras's (default sgd)\n"
+            "  --optimizer O      sgd | adam | adamw | rmsprop | lion, as Keras's (default sgd)\n"
             "  --momentum M       SGD's or RMSprop's momentum, 0 <= M < 1 (default 0: none)\n"
             "  --weight-decay X   decay every weight by lr * X a step, 0 <= X < 1, as Keras's\n"
             "                     weight_decay (default: 0, AdamW's 0.004)\n"
@@ -215,6 +215,7 @@ const char* args_optimizer_name(mpt_optimizer optimizer)
     case MPT_OPTIMIZER_ADAM: return "adam";
     case MPT_OPTIMIZER_ADAMW: return "adamw";
     case MPT_OPTIMIZER_RMSPROP: return "rmsprop";
+    case MPT_OPTIMIZER_LION: return "lion";
     }
     return "unknown";
 }
@@ -222,7 +223,7 @@ const char* args_optimizer_name(mpt_optimizer optimizer)
 static int parse_optimizer(const char* text, mpt_optimizer* out)
 {
     static const mpt_optimizer all[] = {MPT_OPTIMIZER_SGD, MPT_OPTIMIZER_ADAM, MPT_OPTIMIZER_ADAMW,
-                                        MPT_OPTIMIZER_RMSPROP};
+                                        MPT_OPTIMIZER_RMSPROP, MPT_OPTIMIZER_LION};
     size_t i;
     for (i = 0; i < sizeof all / sizeof all[0]; ++i) {
         if (strcmp(text, args_optimizer_name(all[i])) == 0) {
@@ -355,7 +356,7 @@ args_result args_parse(int argc, char** argv, cli_options* out)
                                    value);
         } else if (strcmp(name, "optimizer") == 0) {
             if (!parse_optimizer(value, &options.optimizer))
-                return usage_error(program, "--optimizer must be sgd, adam, adamw or rmsprop, not '%s'", value);
+                return usage_error(program, "--optimizer must be sgd, adam, adamw, rmsprop or lion, not '%s'", value);
         } else if (strcmp(name, "momentum") == 0) {
             if (!parse_unit_fraction(value, &options.momentum))
                 return usage_error(program, "--momentum must be a number in [0, 1), not '%s'", value);
@@ -414,9 +415,9 @@ args_result args_parse(int argc, char** argv, cli_options* out)
             options.json_path = value;
         }
     }
-    /* Adam keeps moments of its own: a momentum given to it would be ignored, so it is refused. */
-    if (options.momentum > 0.0f &&
-        (options.optimizer == MPT_OPTIMIZER_ADAM || options.optimizer == MPT_OPTIMIZER_ADAMW))
+    /* Adam and Lion keep moments of their own: a momentum given to them would be ignored, so it is refused. */
+    if (options.momentum > 0.0f && (options.optimizer == MPT_OPTIMIZER_ADAM || options.optimizer == MPT_OPTIMIZER_ADAMW ||
+                                    options.optimizer == MPT_OPTIMIZER_LION))
         return usage_error(program, "--momentum is SGD's and RMSprop's; --optimizer %s takes none",
                            args_optimizer_name(options.optimizer));
     /* Each epoch validates one set: the held-out rows or the test set, not both. */

@@ -34,14 +34,15 @@ refused --label-smoothing 1 "--label-smoothing must be a number in"
 refused --label-smoothing -0.1 "--label-smoothing must be a number in"
 refused --label-smoothing 0.99999999 "--label-smoothing must be a number in"  # 1 once rounded to float
 refused --label-smoothing nan "--label-smoothing must be a number in"
-refused --optimizer lamb "--optimizer must be sgd, adam, adamw or rmsprop"
-refused --optimizer SGD "--optimizer must be sgd, adam, adamw or rmsprop"
+refused --optimizer lamb "--optimizer must be sgd, adam, adamw, rmsprop or lion"
+refused --optimizer SGD "--optimizer must be sgd, adam, adamw, rmsprop or lion"
 refused --momentum 1 "--momentum must be a number in \[0, 1)"
 refused --momentum -0.5 "--momentum must be a number in \[0, 1)"
 refused --weight-decay 1 "--weight-decay must be a number in \[0, 1)"
 refused --weight-decay nan "--weight-decay must be a number in \[0, 1)"
 refused --optimizer adam --momentum 0.9 "--optimizer adam takes none"
 refused --momentum 0.9 --optimizer adamw "--optimizer adamw takes none"
+refused --optimizer lion --momentum 0.5 "--optimizer lion takes none"
 refused --clipnorm 0 "--clipnorm must be a positive number"
 refused --clipnorm -1 "--clipnorm must be a positive number"
 refused --clipnorm nan "--clipnorm must be a positive number"
@@ -209,11 +210,14 @@ grep -q "warning: the confusion matrix" "$work/per_class.out" && fail "--per-cla
 run adam --optimizer adam --lr 0.001
 run adamw --optimizer adamw --lr 0.001
 run rmsprop --optimizer rmsprop --lr 0.001 --momentum 0.5
+run lion --optimizer lion --lr 0.0001
 run sgd_momentum --momentum 0.9
 run decayed --weight-decay 0.1
 grep -q "| batch 32 | adam | lr 0.001" "$work/adam.out" || fail "adam run's header: $(grep '^data' "$work/adam.out")"
 grep -q "| batch 32 | rmsprop momentum 0.5 | lr 0.001" "$work/rmsprop.out" ||
     fail "rmsprop run's header: $(grep '^data' "$work/rmsprop.out")"
+grep -q "| batch 32 | lion | lr 0.0001" "$work/lion.out" || fail "lion run's header: $(grep '^data' "$work/lion.out")"
+[ "$(json_value lion optimizer)" = '"lion"' ] || fail "lion run's JSON says $(json_value lion optimizer)"
 grep -q "| batch 32 | sgd weight decay 0.1 | lr 0.05" "$work/decayed.out" ||
     fail "decayed run's header: $(grep '^data' "$work/decayed.out")"
 grep -q "| batch 32 | lr 0.05" "$work/constant.out" || fail "the seed recipe's header: $(grep '^data' "$work/constant.out")"
@@ -224,7 +228,7 @@ rate_is adam weight_decay 0
 rate_is decayed weight_decay 0.1
 rate_is sgd_momentum momentum 0.9
 rate_is constant momentum 0
-for name in adam adamw rmsprop sgd_momentum decayed; do
+for name in adam adamw rmsprop lion sgd_momentum decayed; do
     loss=$(json_value "$name" train_loss)
     [ -n "$loss" ] && [ "$loss" != "$constant_loss" ] || fail "run '$name' trained the constant run's loss $constant_loss"
 done

@@ -168,8 +168,8 @@ std::string option_text(const std::string& key, const JsonValue& value) {
         return std::string(text, result.ptr);
     }
     if (key == "kind" && small_integer) {
-        static const char* const optimizers[] = {"sgd", "adam", "adamw", "rmsprop"};
-        if (value.unsigned_integer < 4) return optimizers[value.unsigned_integer];
+        static const char* const optimizers[] = {"sgd", "adam", "adamw", "rmsprop", "lion"};
+        if (value.unsigned_integer < std::size(optimizers)) return optimizers[value.unsigned_integer];
     }
     if (key == "schedule" && small_integer) {
         static const char* const schedules[] = {"constant", "linear", "cosine", "step"};

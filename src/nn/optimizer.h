@@ -11,7 +11,7 @@
 
 namespace mpt {
 
-enum class OptimizerKind : uint8_t { sgd = 0, adam = 1, adamw = 2, rmsprop = 3 };
+enum class OptimizerKind : uint8_t { sgd = 0, adam = 1, adamw = 2, rmsprop = 3, lion = 4 };
 
 struct OptimizerConfig {
     OptimizerKind kind = OptimizerKind::sgd;
@@ -19,8 +19,8 @@ struct OptimizerConfig {
     LrSchedule schedule;
     float momentum = 0.0f;
     bool nesterov = false;
-    float beta1 = 0.9f;
-    float beta2 = 0.999f;
+    float beta1 = 0.9f;     // Adam's and Lion's
+    float beta2 = 0.999f;   // Adam's; Lion's default is 0.99 (the C API's options set it)
     float rho = 0.9f;          // RMSprop's decay of the squared gradients' average
     // Keras's (and PyTorch's) centered RMSprop: the root is of the gradients' variance estimate,
     // the squared gradients' average less the square of the gradients' own average.
@@ -50,11 +50,13 @@ inline float averaged_weight(float average, float weight, float momentum) {
 
 // Optimizer state arrays per parameter: SGD with momentum keeps a velocity, Adam two moments,
 // RMSprop the squared gradients' average, then with momentum its own velocity, then when centered
-// the gradients' average (optimizer_update_element's state1, state2, state3 in that order).
+// the gradients' average, Lion its momentum (optimizer_update_element's state1, state2, state3 in
+// that order).
 constexpr int kMaxOptimizerStates = 3;
 inline int optimizer_state_count(const OptimizerConfig& config) {
     if (config.kind == OptimizerKind::sgd) return config.momentum != 0.0f ? 1 : 0;
     if (config.kind == OptimizerKind::rmsprop) return 1 + (config.momentum != 0.0f ? 1 : 0) + (config.centered ? 1 : 0);
+    if (config.kind == OptimizerKind::lion) return 1;
     return 2;
 }
 
@@ -159,6 +161,17 @@ MPT_HOST_DEVICE float optimizer_update_element(const OptimizerConfig& config, co
             if (config.momentum == 0.0f) return weight - increment;
             state2 = config.momentum * state2 + increment;
             return weight - state2;
+        }
+        case OptimizerKind::lion: {
+            // Lion (Chen et al. 2023), as Keras's: the step is the rate times the sign of an
+            // interpolation between the momentum and the gradient, c = beta1 m + (1 - beta1) g, so
+            // every weight moves by exactly the rate (or not at all, where c is 0); the momentum then
+            // follows the gradient at its own, slower rate beta2. The sign as two comparisons: 0
+            // gives 0, as Keras's ops.sign, and the CPU's loop vectorises.
+            const float interpolation = config.beta1 * state1 + (1.0f - config.beta1) * gradient;
+            const float sign = interpolation > 0.0f ? 1.0f : interpolation < 0.0f ? -1.0f : 0.0f;
+            state1 = config.beta2 * state1 + (1.0f - config.beta2) * gradient;
+            return weight - scalars.learning_rate * sign;
         }
         case OptimizerKind::adam:
         case OptimizerKind::adamw: {

@@ -44,7 +44,8 @@ UpdateRange with_decay(bool decay) {
 }
 
 // The instantiation for `optimizer`'s choices; options a rule does not read are fixed (Adam's
-// momentum and Nesterov, SGD's centered, RMSprop's Nesterov: the trainer refuses it with momentum).
+// and Lion's momentum and Nesterov, SGD's centered, RMSprop's Nesterov: the trainer refuses it with
+// momentum).
 UpdateRange update_range_for(const OptimizerConfig& optimizer) {
     const bool momentum = optimizer.momentum != 0.0f, decay = optimizer.weight_decay != 0.0f;
     switch (optimizer.kind) {
@@ -60,6 +61,7 @@ UpdateRange update_range_for(const OptimizerConfig& optimizer) {
                                       : with_decay<OptimizerKind::rmsprop, false, false, false>(decay);
         case OptimizerKind::adam: return with_decay<OptimizerKind::adam, false, false, false>(decay);
         case OptimizerKind::adamw: return with_decay<OptimizerKind::adamw, false, false, false>(decay);
+        case OptimizerKind::lion: return with_decay<OptimizerKind::lion, false, false, false>(decay);
     }
     return nullptr;
 }
