@@ -42,13 +42,22 @@ __device__ __forceinline__ float warp_max(float value) {
     return value;
 }
 
-// Arg-max as the CPU's loop finds it: the first index holding the largest value.
+// Arg-max as the CPU's loop finds it, which keeps index 0 while it is NaN (nothing compares greater)
+// and otherwise ends at the first index of the largest value that is not NaN (a NaN never replaces
+// it). As a total order, so that the butterfly below gives every lane the loop's answer whatever
+// lanes meet first: a NaN at index 0 above everything, a NaN elsewhere below everything, the rest by
+// value and then by the lower index.
 struct ArgMax {
     float value;
     int64_t index;
 };
+__device__ __forceinline__ bool argmax_precedes(float value, int64_t index, const ArgMax& other) {
+    if (isnan(value)) return index == 0;
+    if (isnan(other.value)) return other.index != 0;
+    return value > other.value || (value == other.value && index < other.index);
+}
 __device__ __forceinline__ void argmax_offer(ArgMax& best, float value, int64_t index) {
-    if (best.index < 0 || value > best.value || (value == best.value && index < best.index)) best = ArgMax{value, index};
+    if (best.index < 0 || argmax_precedes(value, index, best)) best = ArgMax{value, index};
 }
 __device__ __forceinline__ ArgMax warp_argmax(ArgMax best) {
     for (int offset = kWarpSize / 2; offset > 0; offset >>= 1) {
