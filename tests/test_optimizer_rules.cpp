@@ -39,9 +39,25 @@ TEST_CASE("centered RMSprop's variance estimate is held at 0 where rounding take
     CHECK(unused == 0.0f);     // without momentum the average is the second state, the third untouched
 }
 
+// A padded unit's weights have gradient 0 every step and must stay 0; a unit no row reached (a dead
+// ReLU) keeps its weights in plain SGD too. Lion's sign of 0 is 0, as Keras's ops.sign.
+TEST_CASE("Lion moves a weight whose gradient and momentum are 0 by nothing, and others by exactly the rate") {
+    OptimizerConfig lion;
+    lion.kind = OptimizerKind::lion;
+    lion.learning_rate = 0.25f;
+    lion.beta2 = 0.99f;
+    const OptimizerStepScalars scalars = optimizer_step_scalars(lion, 128.0f, 0, 0);
+    float momentum = 0.0f, unused2 = 0.0f, unused3 = 0.0f;
+    CHECK(optimizer_update_element(lion, scalars, 0.0f, 0.0f, momentum, unused2, unused3) == 0.0f);
+    CHECK(momentum == 0.0f);
+    CHECK(optimizer_update_element(lion, scalars, 1.0f, 1e-30f, momentum, unused2, unused3) == 0.75f);
+    CHECK(optimizer_update_element(lion, scalars, 1.0f, -5e3f, momentum, unused2, unused3) == 1.25f);
+}
+
 TEST_CASE("the CPU's vectorised update loop gives the rule's bits per element, for every optimizer variant") {
     std::vector<OptimizerConfig> variants;
-    for (OptimizerKind kind : {OptimizerKind::sgd, OptimizerKind::adam, OptimizerKind::adamw, OptimizerKind::rmsprop})
+    for (OptimizerKind kind :
+         {OptimizerKind::sgd, OptimizerKind::adam, OptimizerKind::adamw, OptimizerKind::rmsprop, OptimizerKind::lion})
         for (float momentum : {0.0f, 0.9f})
             for (bool nesterov : {false, true})
                 for (bool centered : {false, true})

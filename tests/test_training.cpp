@@ -51,6 +51,7 @@ struct TrainerSetup {
     float adam_epsilon = 0.0f;  // 0: the default (Adam's, or RMSprop's with rmsprop_rho)
     float rmsprop_rho = 0.0f;   // 0: the default; else set with adam_epsilon (or its default)
     bool rmsprop_centered = false;
+    float lion_beta1 = -1.0f, lion_beta2 = -1.0f;  // < 0: the defaults; else set together
     float weight_decay = -1.0f;  // < 0: the default
     bool weight_decay_before_optimizer = false;  // the order of the two setters
     mpt_loss_scaling scaling = MPT_LOSS_SCALING_DEFAULT;
@@ -80,6 +81,7 @@ mpt_trainer_t* new_trainer(mpt_model_t* model, const TrainerSetup& setup) {
     if (setup.weight_decay >= 0.0f && !setup.weight_decay_before_optimizer)
         REQUIRE_OK(mpt_trainer_options_set_weight_decay(options, setup.weight_decay));
     if (setup.rmsprop_centered) REQUIRE_OK(mpt_trainer_options_set_rmsprop_centered(options, 1));
+    if (setup.lion_beta1 >= 0.0f) REQUIRE_OK(mpt_trainer_options_set_lion(options, setup.lion_beta1, setup.lion_beta2));
     if (setup.initial_scale > 0.0f)
         REQUIRE_OK(mpt_trainer_options_set_loss_scaling(options, setup.scaling, setup.initial_scale));
     if (setup.dynamics)
@@ -627,6 +629,7 @@ const OptimizerCase kOptimizerCases[] = {
     {"AdamW", MPT_OPTIMIZER_ADAMW, 0.01f, 0.0f, false},
     {"RMSprop", MPT_OPTIMIZER_RMSPROP, 0.003f, 0.0f, false},
     {"RMSprop momentum", MPT_OPTIMIZER_RMSPROP, 0.001f, 0.9f, false},
+    {"Lion", MPT_OPTIMIZER_LION, 0.003f, 0.0f, false},
 };
 
 }  // namespace
@@ -791,6 +794,7 @@ void check_two_optimizer_steps(const TrainerSetup& setup, double beta1, double b
     const double lr = setup.learning_rate, momentum = setup.momentum;
     const bool adam = setup.optimizer == MPT_OPTIMIZER_ADAM || setup.optimizer == MPT_OPTIMIZER_ADAMW;
     const bool rmsprop = setup.optimizer == MPT_OPTIMIZER_RMSPROP;
+    const bool lion = setup.optimizer == MPT_OPTIMIZER_LION;
     const size_t layer_count = specs.size();
     // Optimizer state per parameter, flattened per layer as {w..., b...}.
     std::vector<std::vector<double>> state1(layer_count), state2(layer_count), state3(layer_count);
@@ -823,6 +827,11 @@ void check_two_optimizer_steps(const TrainerSetup& setup, double beta1, double b
                     }
                     u = momentum * u + lr * g / std::sqrt(second_moment + epsilon);
                     w -= u;
+                } else if (lion) {  // Keras Lion: w -= lr sign(b1 m + (1 - b1) g); m = b2 m + (1 - b2) g
+                    double& m = state1[i][k];
+                    const double c = beta1 * m + (1 - beta1) * g;
+                    w -= lr * (c > 0 ? 1.0 : c < 0 ? -1.0 : 0.0);
+                    m = beta2 * m + (1 - beta2) * g;
                 } else if (!adam) {  // Keras SGD: v = m v - lr g; w += v, or w += m v - lr g (Nesterov)
                     double& velocity = state1[i][k];
                     velocity = momentum * velocity - lr * g;
@@ -957,6 +966,35 @@ TEST_CASE("RMSprop follows Keras's average of squared gradients, epsilon under t
         setup.momentum = 0.8f;
         setup.weight_decay = 0.1f;
         check_two_optimizer_steps(setup, 0, 0.9, 1e-7, 0.1);
+    }
+}
+
+// Lion moves every weight by the rate, in the direction of the sign of an interpolation of its
+// momentum and gradient; which beta interpolates and which averages shows only where the two steps'
+// gradients disagree in sign, so the rate is large enough (0.05) to turn some of them.
+TEST_CASE("Lion follows Keras's signed interpolation and its slower momentum over two steps") {
+    TrainerSetup setup;
+    setup.optimizer = MPT_OPTIMIZER_LION;
+    setup.learning_rate = 0.05f;
+    SUBCASE("the defaults: beta1 0.9, beta2 0.99") { check_two_optimizer_steps(setup, 0.9, 0.99, 0, 0.0); }
+    SUBCASE("beta1 0.99, beta2 0.5: the momentum decides the second step's sign") {
+        setup.lion_beta1 = 0.99f;
+        setup.lion_beta2 = 0.5f;
+        check_two_optimizer_steps(setup, 0.99, 0.5, 0, 0.0);
+    }
+    SUBCASE("beta1 0.3, beta2 0.9") {
+        setup.lion_beta1 = 0.3f;
+        setup.lion_beta2 = 0.9f;
+        check_two_optimizer_steps(setup, 0.3, 0.9, 0, 0.0);
+    }
+    SUBCASE("beta1 0: signSGD") {
+        setup.lion_beta1 = 0.0f;
+        setup.lion_beta2 = 0.99f;
+        check_two_optimizer_steps(setup, 0.0, 0.99, 0, 0.0);
+    }
+    SUBCASE("weight decay 0.5, before the rule as Keras's") {
+        setup.weight_decay = 0.5f;
+        check_two_optimizer_steps(setup, 0.9, 0.99, 0, 0.5);
     }
 }
 

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -130,6 +131,7 @@ struct BlobTrainerSetup {
     bool nesterov = false;
     float rho = 0.9f;              // RMSprop's (the default)
     bool rmsprop_centered = false;
+    float lion_beta1 = -1.0f, lion_beta2 = -1.0f;  // < 0: unset (Lion's defaults); else set together
     float global_clipnorm = 0.0f;  // 0: no clipping
     float ema_momentum = 0.0f;     // 0: no weight averaging
     float weight_decay = -1.0f;    // < 0: the optimizer's default (AdamW 0.004, the others 0)
@@ -146,6 +148,8 @@ struct BlobTrainerSetup {
     uint64_t seed = 7;
     size_t dataset_device_budget = SIZE_MAX;
     int64_t micro_batch_size = 0;  // 0: every batch in one pass
+    // Called last on the options, after the setters above: to set options in another order.
+    std::function<void(mpt_trainer_options_t*)> configure;
 };
 
 // A context (2 threads), the blob model and a trainer for it, destroyed together.
@@ -173,6 +177,7 @@ struct BlobTrainer {
         REQUIRE_OK(mpt_trainer_options_set_momentum(options, setup.momentum, setup.nesterov ? 1 : 0));
         REQUIRE_OK(mpt_trainer_options_set_rmsprop(options, setup.rho, 1e-7f));
         REQUIRE_OK(mpt_trainer_options_set_rmsprop_centered(options, setup.rmsprop_centered ? 1 : 0));
+        if (setup.lion_beta1 >= 0.0f) REQUIRE_OK(mpt_trainer_options_set_lion(options, setup.lion_beta1, setup.lion_beta2));
         REQUIRE_OK(mpt_trainer_options_set_global_clipnorm(options, setup.global_clipnorm));
         REQUIRE_OK(mpt_trainer_options_set_ema(options, setup.ema_momentum));
         if (setup.weight_decay >= 0.0f) REQUIRE_OK(mpt_trainer_options_set_weight_decay(options, setup.weight_decay));
@@ -183,6 +188,7 @@ struct BlobTrainer {
         REQUIRE_OK(mpt_trainer_options_set_class_weights(options, setup.class_weights.data(),
                                                          static_cast<int64_t>(setup.class_weights.size())));
         REQUIRE_OK(mpt_trainer_options_set_micro_batch_size(options, setup.micro_batch_size));
+        if (setup.configure) setup.configure(options);
         REQUIRE_OK(mpt_trainer_create(model, options, &trainer));
         mpt_trainer_options_destroy(options);
     }
