@@ -1,6 +1,6 @@
 // The header-only C++ wrapper (include/mptrain/mptrain.hpp) over libmptrain.so: model files,
 // training checkpoints, learning-rate schedules, label smoothing, class weights, gradient clipping,
-// weight averaging, RMSprop, dropout, the regression losses (Huber's delta), dataset slices, subsets
+// weight averaging, RMSprop, Lion, dropout, the regression losses (Huber's delta), dataset slices, subsets
 // and row weights through it, errors arriving as mptrain::Error with the C status.
 #include <doctest/doctest.h>
 
@@ -815,6 +815,86 @@ TEST_CASE("RMSprop's rho outside [0, 1) or a non-positive epsilon throws INVALID
     options.momentum(0.9f, false);  // plain momentum is RMSprop's too
     mptrain::Trainer trainer(model, options);
     CHECK(std::isfinite(trainer.step(blobs(context, 10, 73), 0, 10)));
+}
+
+namespace {
+
+/** The weights' bits after three fp32 Lion steps at rate 0.001 from seed 5, with these betas (none:
+ *  the library's defaults). */
+std::vector<uint32_t> lion_steps(std::optional<std::pair<float, float>> betas) {
+    auto context = cpu_context(5);
+    auto model = mlp(context);
+    const auto data = blobs(context, 30, 73);
+    mptrain::TrainerOptions options;
+    options.precision(MPT_PRECISION_FP32).optimizer(MPT_OPTIMIZER_LION).learning_rate(0.001f);
+    if (betas) options.lion(betas->first, betas->second);
+    mptrain::Trainer trainer(model, options);
+    const std::vector<uint32_t> initial = weight_bits(model);
+    for (int64_t step = 0; step < 3; ++step) CHECK(std::isfinite(trainer.step(data, 10 * step, 10)));
+    CHECK(weight_bits(model) != initial);
+    return weight_bits(model);
+}
+
+}  // namespace
+
+TEST_CASE("Lion through the wrapper lowers the loss; unset betas are Keras's 0.9 and 0.99") {
+    auto context = cpu_context();
+    const auto data = blobs(context, 240, 61);
+    auto model = mlp(context);
+    mptrain::TrainerOptions options;
+    options.precision(MPT_PRECISION_FP32).optimizer(MPT_OPTIMIZER_LION).learning_rate(0.003f).lion(0.9f, 0.99f);
+    mptrain::Trainer trainer(model, options);
+    const mptrain::Evaluation before = trainer.evaluate(data);
+    trainer.fit(data, 3, 16);
+    const mptrain::Evaluation after = trainer.evaluate(data);
+    CHECK(std::isfinite(after.loss));
+    CHECK(after.loss < before.loss);
+
+    const std::vector<uint32_t> defaults = lion_steps(std::nullopt);
+    CHECK(lion_steps(std::make_pair(0.9f, 0.99f)) == defaults);
+    CHECK(lion_steps(std::make_pair(0.9f, 0.999f)) != defaults);  // Adam's beta2 is not Lion's default
+}
+
+TEST_CASE("Lion's betas outside [0, 1) throw INVALID_ARGUMENT; a checkpoint must match them") {
+    mptrain::TrainerOptions options;
+    const std::pair<float, float> refused[] = {{1.0f, 0.99f}, {std::nanf(""), 0.99f}, {-0.1f, 0.99f},
+                                               {0.9f, 1.0f},  {0.9f, std::nanf("")}};
+    for (const auto& [beta1, beta2] : refused) {
+        CAPTURE(beta1);
+        CAPTURE(beta2);
+        try {
+            options.lion(beta1, beta2);
+            FAIL("lion accepted beta1 " << beta1 << ", beta2 " << beta2);
+        } catch (const mptrain::Error& error) {
+            CHECK(error.status() == MPT_STATUS_INVALID_ARGUMENT);
+            CHECK(error.message().find(beta2 == 0.99f ? "beta1" : "beta2") != std::string::npos);
+        }
+    }
+    options.lion(0.0f, 0.0f);  // 0 is in range
+
+    TempDir directory;
+    auto context = cpu_context();
+    auto model = mlp(context);
+    const auto data = blobs(context, 20, 52);
+    const auto lion = [](float beta1, float beta2) {
+        return std::move(mptrain::TrainerOptions().optimizer(MPT_OPTIMIZER_LION).learning_rate(0.001f).lion(beta1, beta2));
+    };
+    const std::string checkpoint = directory.file("lion.safetensors");
+    mptrain::Trainer saved(model, lion(0.8f, 0.95f));
+    saved.step(data, 0, 20);
+    saved.save_checkpoint(checkpoint);
+    mptrain::Trainer resumed(model, lion(0.8f, 0.95f));
+    resumed.load_checkpoint(checkpoint);  // the same betas: loads
+    CHECK(resumed.progress().first == 1);
+    CHECK(std::isfinite(resumed.step(data, 0, 20)));
+    mptrain::Trainer other(model, lion(0.8f, 0.98f));
+    try {
+        other.load_checkpoint(checkpoint);
+        FAIL("a Lion trainer with beta2 0.98 loaded a checkpoint written with 0.95");
+    } catch (const mptrain::Error& error) {
+        CHECK(error.status() == MPT_STATUS_INVALID_ARGUMENT);
+        CHECK(error.message().find("beta2 0.95 (this trainer: 0.98)") != std::string::npos);
+    }
 }
 
 namespace {

@@ -488,13 +488,23 @@ public:
     TrainerOptions& optimizer(mpt_optimizer value) { detail::check(mpt_trainer_options_set_optimizer(get(), value)); return *this; }
     TrainerOptions& learning_rate(float value) { detail::check(mpt_trainer_options_set_learning_rate(get(), value)); return *this; }
     /** SGD momentum in [0, 1), optionally Nesterov (mpt_trainer_options_set_momentum). MPT_OPTIMIZER_RMSPROP
-     *  takes the momentum too, not Nesterov's (the Trainer's constructor then throws INVALID_ARGUMENT). */
+     *  takes the momentum too, not Nesterov's (the Trainer's constructor then throws INVALID_ARGUMENT);
+     *  Adam and Lion ignore it. */
     TrainerOptions& momentum(float value, bool nesterov = false) {
         detail::check(mpt_trainer_options_set_momentum(get(), value, nesterov ? 1 : 0));
         return *this;
     }
     TrainerOptions& adam(float beta1, float beta2, float epsilon) {
         detail::check(mpt_trainer_options_set_adam(get(), beta1, beta2, epsilon));
+        return *this;
+    }
+    /** Lion's beta1 and beta2, each in [0, 1), for MPT_OPTIMIZER_LION (mpt_trainer_options_set_lion;
+     *  unset, Keras's 0.9 and 0.99), as Keras computes it: w -= lr * sign(beta1 * m + (1 - beta1) * g),
+     *  then m = beta2 * m + (1 - beta2) * g. Other values throw Error (INVALID_ARGUMENT), the options
+     *  unchanged. The betas are the ones adam() sets too: the last call's. Lion ignores momentum().
+     *  Checkpoints of a Lion trainer must match its betas. */
+    TrainerOptions& lion(float beta1, float beta2) {
+        detail::check(mpt_trainer_options_set_lion(get(), beta1, beta2));
         return *this;
     }
     /** RMSprop's rho in [0, 1) and epsilon (finite, > 0) for MPT_OPTIMIZER_RMSPROP

@@ -677,7 +677,7 @@ namespace Mptrain
         public float? LearningRate { get; set; }
         /// <summary>SGD momentum in [0, 1), Nesterov's when Nesterov is true. Optimizer.RmsProp takes the
         /// momentum too, not Nesterov's (the Trainer constructor then throws MptException with
-        /// InvalidArgument).</summary>
+        /// InvalidArgument); Adam and Optimizer.Lion ignore it.</summary>
         public float? Momentum { get; set; }
         public bool Nesterov { get; set; }
         /// <summary>Adam's beta1, beta2 and epsilon, set together when Beta1 has a value.</summary>
@@ -696,6 +696,16 @@ namespace Mptrain
         /// kept too and v - a^2 (held at &gt;= 0) replaces v under the root. Read by Optimizer.RmsProp
         /// only; checkpoints of an RMSprop trainer must match it.</summary>
         public bool RmsPropCentered { get; set; }
+        /// <summary>Lion's beta1 and beta2 for Optimizer.Lion, as Keras computes it:
+        /// w -= lr sign(beta1 m + (1 - beta1) g), then m = beta2 m + (1 - beta2) g. Set together when
+        /// either has a value, the other then Keras's default (0.9 for LionBeta1, 0.99 for LionBeta2,
+        /// the library's defaults when neither is set). Each in [0, 1); other values throw MptException
+        /// (InvalidArgument) from the Trainer constructor. Every weight moves by the rate or not at all,
+        /// so Lion wants a rate 3-10 times smaller than AdamW's. Adam and Lion share the betas: with
+        /// Beta1 set too, these are used. Checkpoints of a Lion trainer must match its betas.</summary>
+        public float? LionBeta1 { get; set; }
+        /// <summary>Lion's beta2: see LionBeta1.</summary>
+        public float? LionBeta2 { get; set; }
         /// <summary>Decoupled weight decay, Keras's for every optimizer (AdamW's default 0.004, the others' 0).</summary>
         public float? WeightDecay { get; set; }
         /// <summary>Gradient clipping by global norm (null or 0: none), as Keras's global_clipnorm and
@@ -871,6 +881,9 @@ namespace Mptrain
                     if (options.Rho.HasValue)
                         MptException.Check(Native.mpt_trainer_options_set_rmsprop(raw, options.Rho.Value, options.Epsilon));
                     MptException.Check(Native.mpt_trainer_options_set_rmsprop_centered(raw, options.RmsPropCentered ? 1 : 0));
+                    // After Adam's: the betas both set are the last call's.
+                    if (options.LionBeta1.HasValue || options.LionBeta2.HasValue)
+                        MptException.Check(Native.mpt_trainer_options_set_lion(raw, options.LionBeta1 ?? 0.9f, options.LionBeta2 ?? 0.99f));
                     if (options.WeightDecay.HasValue) MptException.Check(Native.mpt_trainer_options_set_weight_decay(raw, options.WeightDecay.Value));
                     if (options.GlobalClipnorm.HasValue) MptException.Check(Native.mpt_trainer_options_set_global_clipnorm(raw, options.GlobalClipnorm.Value));
                     if (options.EmaMomentum.HasValue) MptException.Check(Native.mpt_trainer_options_set_ema(raw, options.EmaMomentum.Value));

@@ -50,8 +50,9 @@ namespace Mptrain
     }
 
     /// <summary>Sgd takes momentum and Nesterov (TrainerOptions.Momentum, Nesterov); RmsProp, Keras's RMSprop
-    /// (TrainerOptions.Rho), takes momentum but not Nesterov.</summary>
-    public enum Optimizer : int { Sgd = 0, Adam = 1, AdamW = 2, RmsProp = 3 }
+    /// (TrainerOptions.Rho), takes momentum but not Nesterov; Lion, Keras's Lion (TrainerOptions.LionBeta1,
+    /// LionBeta2), ignores momentum as Adam does.</summary>
+    public enum Optimizer : int { Sgd = 0, Adam = 1, AdamW = 2, RmsProp = 3, Lion = 4 }
 
     /// <summary>How a learning-rate schedule decays the rate after its warm-up (TrainerOptions.LrSchedule).</summary>
     public enum LrSchedule : int { Constant = 0, Linear = 1, Cosine = 2, Step = 3 }

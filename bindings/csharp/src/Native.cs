@@ -96,6 +96,7 @@ namespace Mptrain
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_set_adam(TrainerOptionsHandle options, float beta1, float beta2, float epsilon);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_set_rmsprop(TrainerOptionsHandle options, float rho, float epsilon);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_set_rmsprop_centered(TrainerOptionsHandle options, int centered);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_set_lion(TrainerOptionsHandle options, float beta1, float beta2);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_set_weight_decay(TrainerOptionsHandle options, float weightDecay);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_set_global_clipnorm(TrainerOptionsHandle options, float clipnorm);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_set_ema(TrainerOptionsHandle options, float momentum);

@@ -281,6 +281,31 @@ namespace Mptrain.Tests
         }
 
         [Test]
+        public static void ALionCheckpointResumesWithTheSameBetasAndIsRefusedWithOthers()
+        {
+            Func<float, float, TrainerOptions> lion = (beta1, beta2) =>
+                new TrainerOptions { Optimizer = Optimizer.Lion, LearningRate = 0.001f, LionBeta1 = beta1, LionBeta2 = beta2 };
+            using (var dir = new TempDir())
+            using (Context ctx = Data.CpuContext())
+            using (Dataset data = Blobs(ctx, 20, 43))
+            using (Model model = Mlp(ctx))
+            using (var saved = new Trainer(model, lion(0.8f, 0.95f)))
+            using (var matching = new Trainer(model, lion(0.8f, 0.95f)))
+            using (var other = new Trainer(model, lion(0.8f, 0.98f)))
+            {
+                string path = dir.File("lion.safetensors");
+                saved.Step(data, 0, 20);
+                saved.SaveCheckpoint(path);
+                matching.LoadCheckpoint(path);
+                Assert.Equal(1L, matching.Progress.Steps, "the checkpoint's step count");
+                float loss = matching.Step(data, 0, 20);
+                Assert.True(!float.IsNaN(loss) && !float.IsInfinity(loss), "a finite loss after resuming: " + loss);
+                MptException error = Assert.Fails(Status.InvalidArgument, () => other.LoadCheckpoint(path));
+                Assert.True(error.NativeMessage.Contains("beta2 0.95 (this trainer: 0.98)"), "the message: " + error.NativeMessage);
+            }
+        }
+
+        [Test]
         public static void ACheckpointWrittenWithClassWeightsIsRefusedByATrainerWithoutThem()
         {
             var weightedOptions = new TrainerOptions { Optimizer = Optimizer.Adam, LearningRate = 0.01f, ClassWeights = new[] { 1.0f, 2.0f, 3.0f } };

@@ -473,6 +473,79 @@ namespace Mptrain.Tests
             }
         }
 
+        static TrainerOptions Lion(float learningRate, float? beta1 = null, float? beta2 = null)
+        {
+            return new TrainerOptions { Precision = Precision.Fp32, Optimizer = Optimizer.Lion, LearningRate = learningRate,
+                                        LionBeta1 = beta1, LionBeta2 = beta2 };
+        }
+
+        [Test]
+        public static void LionFitLowersTheLoss()
+        {
+            float[] x; int[] y;
+            Data.Blobs(300, 1, out x, out y);
+            using (Context ctx = Data.CpuContext())
+            using (Dataset data = Dataset.FromF32(ctx, x, Data.Features, y, Data.Classes))
+            using (Model model = Data.Mlp(ctx))
+            using (var trainer = new Trainer(model, Lion(0.003f, 0.9f, 0.99f)))
+            {
+                Evaluation before = trainer.Evaluate(data);
+                trainer.Fit(data, 3, 32);
+                Evaluation after = trainer.Evaluate(data);
+                Assert.True(!float.IsNaN(after.Loss) && !float.IsInfinity(after.Loss), "a finite loss: " + after.Loss);
+                Assert.True(after.Loss < before.Loss, "loss " + before.Loss + " -> " + after.Loss);
+            }
+        }
+
+        [Test]
+        public static void LionUnsetBetasAreKerass09And099()
+        {
+            float[] x; int[] y;
+            Data.Blobs(30, 73, out x, out y);
+            Func<TrainerOptions, int[]> train = options =>
+            {
+                using (Context ctx = Data.CpuContext(5)) // one seed: the same initial weights
+                using (Model model = Data.Mlp(ctx))
+                using (Dataset data = Dataset.FromF32(ctx, x, Data.Features, y, Data.Classes))
+                using (var trainer = new Trainer(model, options))
+                {
+                    int[] initial = Data.WeightBits(model);
+                    for (int step = 0; step < 3; step++)
+                    {
+                        float loss = trainer.Step(data, 10 * step, 10);
+                        Assert.True(!float.IsNaN(loss) && !float.IsInfinity(loss), "step " + step + "'s loss is finite");
+                    }
+                    int[] trained = Data.WeightBits(model);
+                    Assert.True(!trained.SequenceEqual(initial), "the steps moved the weights");
+                    return trained;
+                }
+            };
+            int[] defaults = train(Lion(0.001f));
+            Assert.SequenceEqual(defaults, train(Lion(0.001f, 0.9f, 0.99f)), "0.9 and 0.99 are the defaults");
+            Assert.SequenceEqual(defaults, train(Lion(0.001f, 0.9f)), "LionBeta2 unset: 0.99");
+            Assert.SequenceEqual(defaults, train(Lion(0.001f, null, 0.99f)), "LionBeta1 unset: 0.9");
+            Assert.True(!train(Lion(0.001f, 0.9f, 0.999f)).SequenceEqual(defaults), "Adam's beta2 is not Lion's default");
+        }
+
+        [Test]
+        public static void LionBetasOutside01AreRefused()
+        {
+            using (Context ctx = Data.CpuContext())
+            using (Model model = Data.Mlp(ctx))
+            {
+                var refused = new[] { Tuple.Create(1.0f, 0.99f, "beta1"), Tuple.Create(float.NaN, 0.99f, "beta1"),
+                                      Tuple.Create(-0.1f, 0.99f, "beta1"), Tuple.Create(0.9f, 1.0f, "beta2"),
+                                      Tuple.Create(0.9f, float.NaN, "beta2") };
+                foreach (var values in refused)
+                {
+                    TrainerOptions options = Lion(0.001f, values.Item1, values.Item2);
+                    MptException error = Assert.Fails(Status.InvalidArgument, () => new Trainer(model, options).Dispose());
+                    Assert.True(error.NativeMessage.Contains(values.Item3), "the message names " + values.Item3 + ": " + error.NativeMessage);
+                }
+                new Trainer(model, Lion(0.001f, 0.0f, 0.0f)).Dispose(); // 0 is in range
+            }
+        }
+
         const int LineRows = 100;
 
         // LineRows points x evenly in [-1, 1] on y = 2x + 1, every tenth target 20 above it.

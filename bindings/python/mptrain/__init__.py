@@ -123,6 +123,7 @@ class Optimizer(enum.IntEnum):
     ADAM = 1
     ADAMW = 2
     RMSPROP = 3  # Keras's RMSprop; momentum (not Nesterov) through Trainer's momentum
+    LION = 4  # Keras's Lion; betas through Trainer's lion
 
 
 class LrSchedule(enum.IntEnum):
@@ -1050,12 +1051,12 @@ def _class_weights_by_index(weights, classes):
 
 class Trainer(_Handle):
     """Trains a model: fit, step, evaluate, predict (float rows), predict_dataset. Options as keywords
-    (None = the library default): precision, loss, optimizer ("sgd", "adam", "adamw", "rmsprop" or an
-    Optimizer), learning_rate, momentum (+ nesterov), adam=(beta1, beta2, epsilon), rmsprop=(rho, epsilon),
+    (None = the library default): precision, loss, optimizer ("sgd", "adam", "adamw", "rmsprop", "lion" or
+    an Optimizer), learning_rate, momentum (+ nesterov), adam=(beta1, beta2, epsilon), rmsprop=(rho, epsilon),
     weight_decay, lr_schedule (+ warmup_steps, decay_steps, decay_factor),
     loss_scaling (+ initial_scale), loss_scaler_dynamics=(growth_factor, backoff_factor, growth_interval,
     min_scale, max_scale), label_smoothing, class_weights, global_clipnorm, ema_momentum, huber_delta,
-    rmsprop_centered, micro_batch_size.
+    rmsprop_centered, micro_batch_size, lion=(beta1, beta2).
 
     loss is a Loss or its name: "sparse_categorical_crossentropy", "categorical_crossentropy",
     "binary_crossentropy", or a regression loss averaged over the outputs as Keras's, on float targets
@@ -1073,6 +1074,13 @@ class Trainer(_Handle):
     both, rmsprop's is used. rmsprop_centered=True is Keras's centered=True: the gradients' average a
     is kept too and v - a^2 (held at >= 0) replaces v under the root. Checkpoints of an RMSprop
     trainer must match its rho and centered.
+
+    lion=(beta1, beta2) sets Lion's (optimizer "lion"), as Keras computes it:
+    w -= learning_rate * sign(beta1 * m + (1 - beta1) * g), then m = beta2 * m + (1 - beta2) * g; each
+    in [0, 1) (defaults 0.9 and 0.99, Keras's), else Error with Status.INVALID_ARGUMENT. Every weight
+    moves by the rate or not at all, so Lion wants a rate 3-10 times smaller than AdamW's. Lion ignores
+    momentum. Adam and Lion share the betas: given both, lion's are used. Checkpoints of a Lion trainer
+    must match its betas.
 
     label_smoothing s in [0, 1) (default 0: none) makes the cross-entropy losses train towards
     t (1 - s) + s / n instead of each target t (n: the model's outputs, 2 for binary cross-entropy), as
@@ -1132,7 +1140,7 @@ class Trainer(_Handle):
                  nesterov=False, adam=None, rmsprop=None, weight_decay=None, loss_scaling=None, initial_scale=32768.0,
                  loss_scaler_dynamics=None, lr_schedule=None, warmup_steps=0, decay_steps=0, decay_factor=None,
                  label_smoothing=0.0, class_weights=None, global_clipnorm=0.0,
-                 ema_momentum=0.0, huber_delta=None, rmsprop_centered=False, micro_batch_size=0):
+                 ema_momentum=0.0, huber_delta=None, rmsprop_centered=False, micro_batch_size=0, lion=None):
         _require(model, Model, "model")
         lib = _lib()
         options = _native.TrainerOptionsP()
@@ -1166,6 +1174,9 @@ class Trainer(_Handle):
                 rho, epsilon = rmsprop
                 _check(lib.mpt_trainer_options_set_rmsprop(options, float(rho), float(epsilon)))
             _check(lib.mpt_trainer_options_set_rmsprop_centered(options, 1 if rmsprop_centered else 0))
+            if lion is not None:  # after adam: the betas both set are the last call's
+                beta1, beta2 = lion
+                _check(lib.mpt_trainer_options_set_lion(options, float(beta1), float(beta2)))
             if weight_decay is not None:
                 _check(lib.mpt_trainer_options_set_weight_decay(options, float(weight_decay)))
             _check(lib.mpt_trainer_options_set_global_clipnorm(options, float(global_clipnorm)))

@@ -134,6 +134,7 @@ PROTOTYPES = {
     "mpt_trainer_options_set_adam": (c_enum, [TrainerOptionsP, c_float, c_float, c_float]),
     "mpt_trainer_options_set_rmsprop": (c_enum, [TrainerOptionsP, c_float, c_float]),
     "mpt_trainer_options_set_rmsprop_centered": (c_enum, [TrainerOptionsP, c_int]),
+    "mpt_trainer_options_set_lion": (c_enum, [TrainerOptionsP, c_float, c_float]),
     "mpt_trainer_options_set_weight_decay": (c_enum, [TrainerOptionsP, c_float]),
     "mpt_trainer_options_set_global_clipnorm": (c_enum, [TrainerOptionsP, c_float]),
     "mpt_trainer_options_set_ema": (c_enum, [TrainerOptionsP, c_float]),

@@ -125,7 +125,8 @@ def test_enum_names_are_the_members_or_keras_strings_and_class_names(ctx):
         mptrain.Trainer(model, loss=name)  # accepted; the name's member is what the enum lookup gives
         assert mptrain._enum(mptrain.Loss, name, "loss") == loss, name
     for name, optimizer in (("AdamW", mptrain.Optimizer.ADAMW), ("RMSprop", mptrain.Optimizer.RMSPROP),
-                            ("SGD", mptrain.Optimizer.SGD)):
+                            ("SGD", mptrain.Optimizer.SGD), ("Lion", mptrain.Optimizer.LION),
+                            ("lion", mptrain.Optimizer.LION)):
         assert mptrain._enum(mptrain.Optimizer, name, "optimizer") == optimizer, name
     assert mptrain._enum(mptrain.Precision, "MixedBF16", "precision") == mptrain.Precision.MIXED_BF16
     for unknown in ("swish", "", "he normal x", "mse", "relu6"):

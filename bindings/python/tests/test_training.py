@@ -1,6 +1,7 @@
 """Training through the bindings: fit, evaluate, predict, step, weights, options, callbacks."""
 import array
 import ctypes
+import inspect
 import math
 
 import pytest
@@ -487,6 +488,66 @@ def test_rmsprop_rho_outside_0_1_a_non_positive_epsilon_and_nesterov_are_refused
     assert info.value.status == mptrain.Status.INVALID_ARGUMENT
     assert "Nesterov" in info.value.message
     mptrain.Trainer(model, optimizer="rmsprop", momentum=0.9, rmsprop=(0.0, 1e-3))  # plain momentum, rho 0: accepted
+
+
+def test_lion_fit_lowers_the_loss_and_is_the_last_keyword(ctx, blobs):
+    # Added last, so the arguments before it keep their positions.
+    assert list(inspect.signature(mptrain.Trainer).parameters)[-1] == "lion"
+    data = mptrain.Dataset.from_f32(ctx, *blobs, CLASSES)
+    trainer = mptrain.Trainer(mlp(ctx), precision="fp32", optimizer="lion", learning_rate=0.003, lion=(0.9, 0.99))
+    before = trainer.evaluate(data)
+    trainer.fit(data, epochs=3, batch_size=32)
+    after = trainer.evaluate(data)
+    assert math.isfinite(after.loss)
+    assert after.loss < before.loss
+
+
+def test_lion_unset_betas_are_kerass_0_9_and_0_99():
+    samples, labels = make_blobs(rows=30, seed=73)
+
+    def train(betas):
+        own_ctx = mptrain.Context(backend="cpu", threads=1, seed=5)  # one seed: the same initial weights
+        model = mlp(own_ctx)
+        trainer = mptrain.Trainer(model, precision="fp32", optimizer=mptrain.Optimizer.LION, learning_rate=0.001,
+                                  lion=betas)
+        data = mptrain.Dataset.from_f32(own_ctx, samples, labels, CLASSES)
+        initial = weight_bytes(model)
+        for step in range(3):
+            assert math.isfinite(trainer.step(data, 10 * step, 10))
+        trained = weight_bytes(model)
+        assert trained != initial
+        own_ctx.close()
+        return trained
+
+    defaults = train(None)
+    assert train((0.9, 0.99)) == defaults
+    assert train((0.9, 0.999)) != defaults  # Adam's beta2 is not Lion's default
+
+
+def test_lion_betas_outside_0_1_are_refused_and_a_checkpoint_must_match_them(model, tmp_path):
+    for beta1, beta2, named in ((1.0, 0.99, "beta1"), (float("nan"), 0.99, "beta1"), (-0.1, 0.99, "beta1"),
+                                (0.9, 1.0, "beta2"), (0.9, float("nan"), "beta2")):
+        with pytest.raises(mptrain.Error) as info:
+            mptrain.Trainer(model, optimizer="lion", lion=(beta1, beta2))
+        assert info.value.status == mptrain.Status.INVALID_ARGUMENT, (beta1, beta2)
+        assert named in info.value.message, (beta1, beta2)
+    mptrain.Trainer(model, optimizer="lion", lion=(0.0, 0.0))  # 0 is in range
+
+    samples, labels = make_blobs(rows=20, seed=74)
+    own_ctx = mptrain.Context(backend="cpu", threads=1, seed=5)
+    data = mptrain.Dataset.from_f32(own_ctx, samples, labels, CLASSES)
+    saved = mptrain.Trainer(mlp(own_ctx), optimizer="lion", learning_rate=0.001, lion=(0.8, 0.95))
+    saved.step(data, 0, 20)
+    path = str(tmp_path / "lion.safetensors")
+    saved.save_checkpoint(path)
+    resumed = mptrain.Trainer(mlp(own_ctx), optimizer="lion", learning_rate=0.001, lion=(0.8, 0.95))
+    resumed.load_checkpoint(path)
+    assert math.isfinite(resumed.step(data, 0, 20))
+    with pytest.raises(mptrain.Error) as info:
+        mptrain.Trainer(mlp(own_ctx), optimizer="lion", learning_rate=0.001, lion=(0.8, 0.98)).load_checkpoint(path)
+    assert info.value.status == mptrain.Status.INVALID_ARGUMENT
+    assert "beta2 0.95 (this trainer: 0.98)" in info.value.message
+    own_ctx.close()
 
 
 LINE_ROWS = 100

@@ -76,6 +76,7 @@ pub const MPT_OPTIMIZER_SGD: mpt_optimizer = 0;
 pub const MPT_OPTIMIZER_ADAM: mpt_optimizer = 1;
 pub const MPT_OPTIMIZER_ADAMW: mpt_optimizer = 2;
 pub const MPT_OPTIMIZER_RMSPROP: mpt_optimizer = 3;
+pub const MPT_OPTIMIZER_LION: mpt_optimizer = 4;
 
 pub type mpt_lr_schedule = c_int;
 pub const MPT_LR_SCHEDULE_CONSTANT: mpt_lr_schedule = 0;
@@ -414,6 +415,11 @@ extern "C" {
     pub fn mpt_trainer_options_set_rmsprop_centered(
         options: *mut mpt_trainer_options_t,
         centered: c_int,
+    ) -> mpt_status;
+    pub fn mpt_trainer_options_set_lion(
+        options: *mut mpt_trainer_options_t,
+        beta1: c_float,
+        beta2: c_float,
     ) -> mpt_status;
     pub fn mpt_trainer_options_set_micro_batch_size(
         options: *mut mpt_trainer_options_t,

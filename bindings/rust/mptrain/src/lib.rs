@@ -318,6 +318,8 @@ c_enum!(
         /// RMSprop as Keras computes it (rho and epsilon through [`TrainerOptions::rmsprop`]);
         /// momentum, not Nesterov's, through [`TrainerOptions::momentum`].
         RmsProp = sys::MPT_OPTIMIZER_RMSPROP,
+        /// Lion as Keras computes it (betas through [`TrainerOptions::lion`]); no momentum.
+        Lion = sys::MPT_OPTIMIZER_LION,
     }
 );
 c_enum!(
@@ -1512,6 +1514,7 @@ pub struct TrainerOptions {
     adam: Option<(f32, f32, f32)>,
     rmsprop: Option<(f32, f32)>,
     rmsprop_centered: bool,
+    lion: Option<(f32, f32)>,
     weight_decay: Option<f32>,
     global_clipnorm: Option<f32>,
     ema_momentum: Option<f32>,
@@ -1580,7 +1583,8 @@ impl TrainerOptions {
         self
     }
     /// SGD momentum in [0, 1), optionally Nesterov. [`Optimizer::RmsProp`] takes the momentum too,
-    /// not Nesterov's ([`Trainer::new`] then fails with [`Status::InvalidArgument`]).
+    /// not Nesterov's ([`Trainer::new`] then fails with [`Status::InvalidArgument`]); Adam and
+    /// [`Optimizer::Lion`] ignore it.
     pub fn momentum(mut self, momentum: f32, nesterov: bool) -> Self {
         self.momentum = Some((momentum, nesterov));
         self
@@ -1604,6 +1608,16 @@ impl TrainerOptions {
     /// [`Optimizer::RmsProp`] only; checkpoints of an RMSprop trainer must match it.
     pub fn rmsprop_centered(mut self, centered: bool) -> Self {
         self.rmsprop_centered = centered;
+        self
+    }
+    /// Lion's beta1 and beta2 ([`Optimizer::Lion`]), as Keras computes it:
+    /// `w -= lr * sign(beta1 * m + (1 - beta1) * g)`, then `m = beta2 * m + (1 - beta2) * g`. Each in
+    /// [0, 1) (defaults 0.9 and 0.99, Keras's); other values fail [`Trainer::new`] with
+    /// [`Status::InvalidArgument`]. Every weight moves by the rate or not at all, so Lion wants a
+    /// rate 3-10 times smaller than AdamW's. Adam and Lion share the betas: with both set, these
+    /// are used. Checkpoints of a Lion trainer must match its betas.
+    pub fn lion(mut self, beta1: f32, beta2: f32) -> Self {
+        self.lion = Some((beta1, beta2));
         self
     }
     /// Decoupled weight decay, Keras's for every optimizer (AdamW's default 0.004, the others' 0).
@@ -1722,6 +1736,10 @@ impl TrainerOptions {
                 o,
                 c_int::from(self.rmsprop_centered),
             ))?;
+            // After Adam's: the betas both set are the last call's.
+            if let Some((b1, b2)) = self.lion {
+                check(sys::mpt_trainer_options_set_lion(o, b1, b2))?;
+            }
             if let Some(wd) = self.weight_decay {
                 check(sys::mpt_trainer_options_set_weight_decay(o, wd))?;
             }

@@ -377,6 +377,35 @@ fn a_checkpoint_written_with_label_smoothing_is_refused_by_a_trainer_without_it(
 }
 
 #[test]
+fn a_lion_checkpoint_resumes_with_the_same_betas_and_is_refused_with_others() {
+    let dir = TempDir::new("lion");
+    let ctx = context();
+    let data = blob_data(&ctx, 20, 43);
+    let model = mlp(&ctx);
+    let path = dir.join("lion.safetensors");
+    let lion = |beta1: f32, beta2: f32| {
+        TrainerOptions::new()
+            .optimizer(Optimizer::Lion)
+            .learning_rate(0.001)
+            .lion(beta1, beta2)
+    };
+    let mut saved = Trainer::new(&model, &lion(0.8, 0.95)).unwrap();
+    saved.step(&data, 0, 20).unwrap();
+    saved.save_checkpoint(&path).unwrap();
+
+    let mut matching = Trainer::new(&model, &lion(0.8, 0.95)).unwrap();
+    matching.load_checkpoint(&path).unwrap();
+    assert_eq!(matching.progress().unwrap().steps, 1);
+    assert!(matching.step(&data, 0, 20).unwrap().is_finite());
+    let mut other = Trainer::new(&model, &lion(0.8, 0.98)).unwrap();
+    let error = expect(other.load_checkpoint(&path), Status::InvalidArgument);
+    assert!(
+        error.message.contains("beta2 0.95 (this trainer: 0.98)"),
+        "{error}"
+    );
+}
+
+#[test]
 fn a_checkpoint_written_with_class_weights_is_refused_by_a_trainer_without_them() {
     let dir = TempDir::new("class-weights");
     let ctx = context();

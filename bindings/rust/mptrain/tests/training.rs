@@ -972,6 +972,76 @@ fn rmsprop_rho_outside_0_1_a_non_positive_epsilon_and_nesterov_are_refused() {
     assert_eq!(Optimizer::from_code(3), Some(Optimizer::RmsProp));
 }
 
+/// An fp32 Lion trainer at this rate, with these betas (none: the library's defaults).
+fn lion(learning_rate: f32, betas: Option<(f32, f32)>) -> TrainerOptions {
+    let options = TrainerOptions::new()
+        .precision(Precision::Fp32)
+        .optimizer(Optimizer::Lion)
+        .learning_rate(learning_rate);
+    match betas {
+        Some((beta1, beta2)) => options.lion(beta1, beta2),
+        None => options,
+    }
+}
+
+#[test]
+fn lion_fit_lowers_the_loss() {
+    let ctx = context();
+    let data = blob_data(&ctx, 300, 1);
+    let model = mlp(&ctx);
+    let mut trainer = Trainer::new(&model, &lion(0.003, Some((0.9, 0.99)))).unwrap();
+    let before = trainer.evaluate(&data, 0).unwrap();
+    trainer.fit(&data, 3, 32, true).unwrap();
+    let after = trainer.evaluate(&data, 0).unwrap();
+    assert!(after.loss.is_finite(), "{after:?}");
+    assert!(after.loss < before.loss, "{before:?} -> {after:?}");
+    assert_eq!(Optimizer::from_code(4), Some(Optimizer::Lion));
+}
+
+#[test]
+fn lion_unset_betas_are_kerass_0_9_and_0_99() {
+    let train = |betas: Option<(f32, f32)>| {
+        let ctx = seeded_context(5); // one seed: the same initial weights
+        let mut model = mlp(&ctx);
+        let data = blob_data(&ctx, 30, 73);
+        let initial = weight_bits(&mut model);
+        let mut trainer = Trainer::new(&model, &lion(0.001, betas)).unwrap();
+        for step in 0..3 {
+            assert!(trainer.step(&data, 10 * step, 10).unwrap().is_finite());
+        }
+        let trained = weight_bits(&mut model);
+        assert_ne!(trained, initial, "the steps moved the weights");
+        trained
+    };
+    let defaults = train(None);
+    assert_eq!(train(Some((0.9, 0.99))), defaults);
+    assert_ne!(
+        train(Some((0.9, 0.999))),
+        defaults,
+        "Adam's beta2 is not Lion's default"
+    );
+}
+
+#[test]
+fn lion_betas_outside_0_1_are_refused() {
+    let ctx = context();
+    let model = mlp(&ctx);
+    for (beta1, beta2, named) in [
+        (1.0f32, 0.99f32, "beta1"),
+        (f32::NAN, 0.99, "beta1"),
+        (-0.1, 0.99, "beta1"),
+        (0.9, 1.0, "beta2"),
+        (0.9, f32::NAN, "beta2"),
+    ] {
+        let error = Trainer::new(&model, &lion(0.001, Some((beta1, beta2))))
+            .err()
+            .expect("refused");
+        assert_eq!(error.status, Status::InvalidArgument, "{beta1} {beta2}");
+        assert!(error.message.contains(named), "{error}");
+    }
+    Trainer::new(&model, &lion(0.001, Some((0.0, 0.0)))).expect("0 is in range");
+}
+
 const LINE_ROWS: usize = 100;
 
 /// LINE_ROWS points x evenly in [-1, 1] on y = 2x + 1, every tenth target 20 above it.
