@@ -143,14 +143,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                 break;
             }
             case 3: mpt_trainer_options_set_precision(trainer_options, static_cast<mpt_precision>(in.small(6) - 1)); break;
-            case 4:  // an optimizer (one past the last too), RMSprop's rho and epsilon (hostile values) or centered
+            case 4:  // an optimizer (-1 and one past the last too), RMSprop's rho and epsilon or Lion's betas (hostile values) or centered
                 if (in.byte() % 4) {
-                    mpt_trainer_options_set_optimizer(trainer_options, static_cast<mpt_optimizer>(in.small(6) - 1));
-                } else if (in.byte() % 2) {
-                    const float rho = in.real() / 4.0f, epsilon = in.real();
-                    mpt_trainer_options_set_rmsprop(trainer_options, rho, epsilon);
+                    mpt_trainer_options_set_optimizer(trainer_options, static_cast<mpt_optimizer>(in.small(7) - 1));
                 } else {
-                    mpt_trainer_options_set_rmsprop_centered(trainer_options, static_cast<int>(in.small(3)) - 1);
+                    switch (in.byte() % 3) {
+                        case 1: {
+                            const float rho = in.real() / 4.0f, epsilon = in.real();
+                            mpt_trainer_options_set_rmsprop(trainer_options, rho, epsilon);
+                            break;
+                        }
+                        case 2: {  // [0, 1), exactly 1 (192 / 64 / 3) and past it, -1/3, NaN, infinity
+                            const float beta1 = in.real() / 3.0f, beta2 = in.real() / 3.0f;
+                            mpt_trainer_options_set_lion(trainer_options, beta1, beta2);
+                            break;
+                        }
+                        default: mpt_trainer_options_set_rmsprop_centered(trainer_options, static_cast<int>(in.small(3)) - 1);
+                    }
                 }
                 break;
             case 5:
