@@ -60,7 +60,7 @@ TEST_CASE("RMSprop refuses rho outside [0, 1), a non-positive or non-finite epsi
     CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_options_set_rmsprop_centered(nullptr, 1));
     REQUIRE_OK(mpt_trainer_options_set_rmsprop(options, 0.0f, 1e-3f));
     CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT,
-                mpt_trainer_options_set_optimizer(options, static_cast<mpt_optimizer>(MPT_OPTIMIZER_RMSPROP + 1)));
+                mpt_trainer_options_set_optimizer(options, static_cast<mpt_optimizer>(MPT_OPTIMIZER_LION + 1)));
     mpt_trainer_options_destroy(options);
 
     // Nesterov is SGD's: an RMSprop trainer asked for it is refused at creation.
