@@ -18,7 +18,12 @@ Arena::Arena(Backend& backend, MemoryTracker& tracker, size_t bytes, MemoryTrack
         throw;
     }
     bytes_ = bytes;
-    backend.fill_zero(base_, bytes);
+    try {
+        backend.fill_zero(base_, bytes);  // may flush a recorded task and report its fault
+    } catch (...) {
+        reset();  // no destructor runs for an arena that was never made
+        throw;
+    }
 }
 
 Arena::~Arena() { reset(); }

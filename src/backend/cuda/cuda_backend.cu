@@ -587,23 +587,30 @@ void CudaBackend::rethrow_deferred_error() {
 }
 
 void CudaBackend::issue(const RecordedOp& op) {
-    rethrow_deferred_error();
-    if (recording_) {
-        recorded_.push_back(op);
-        return;
-    }
-    activate();
+    // plan() has recorded a forward's mask as written: whatever stops the op before it runs (a
+    // deferred error, a refused plan whose replacement cannot get its scratch) takes that back.
     RecordedOp current = op;
-    for (;;) {
-        try {
-            execute(current, stream());
+    try {
+        rethrow_deferred_error();
+        if (recording_) {
+            recorded_.push_back(op);
             return;
-        } catch (const FusedGemmRefused&) {
-            plan(current);  // without the refused plan; each refusal rules out one more
-        } catch (...) {
-            forget_unwritten_mask(current);
-            throw;
         }
+        activate();
+        while (!execute_unless_refused(current, stream()))
+            plan(current);  // without the refused plan; each refusal rules out one more
+    } catch (...) {
+        forget_unwritten_mask(current);
+        throw;
+    }
+}
+
+bool CudaBackend::execute_unless_refused(const RecordedOp& op, cudaStream_t stream) {
+    try {
+        execute(op, stream);
+        return true;
+    } catch (const FusedGemmRefused&) {
+        return false;
     }
 }
 
@@ -648,9 +655,10 @@ void CudaBackend::begin_compute_task() {
     recording_ = graphs_enabled_;
 }
 
+// Whatever plan the op had last: a replacement plan that failed to get its scratch no longer says it
+// writes the mask, but the entry of the plan before it may still stand.
 void CudaBackend::forget_unwritten_mask(const RecordedOp& op) noexcept {
-    if (op.code == OpCode::dense_forward && op.forward.relu_mask && op.forward_plan.writes_mask)
-        masks_.erase(op.forward.relu_mask);
+    if (op.code == OpCode::dense_forward && op.forward.relu_mask) masks_.erase(op.forward.relu_mask);
 }
 
 void CudaBackend::abandon_compute_task() noexcept {
@@ -706,7 +714,9 @@ void CudaBackend::end_compute_task() {
 
     cudaGraphExec_t exec = nullptr;
     switch (graphs_.lookup(signature_, exec)) {
-        case StepGraphCache::Action::replay: launch_or_run_eagerly(exec, compute); return;
+        case StepGraphCache::Action::replay:
+            if (launch_or_run_eagerly(exec, compute)) graphs_.count_replay();
+            return;
         case StepGraphCache::Action::run_eagerly:
             execute_recorded(compute, false);
             return;
@@ -751,14 +761,15 @@ void CudaBackend::end_compute_task() {
     launch_or_run_eagerly(captured, compute);
 }
 
-void CudaBackend::launch_or_run_eagerly(cudaGraphExec_t exec, cudaStream_t compute) {
+bool CudaBackend::launch_or_run_eagerly(cudaGraphExec_t exec, cudaStream_t compute) {
     const cudaError_t launched = cudaGraphLaunch(exec, compute);
-    if (launched == cudaSuccess) return;
+    if (launched == cudaSuccess) return true;
     // Nothing of the task ran. The graph is not launched again: the task runs eagerly now and from
     // now on, and a real fault (a sticky error) is reported by that run.
     cudaGetLastError();
     graphs_.refuse(signature_, std::string("cudaGraphLaunch: ") + cudaGetErrorName(launched));
     execute_recorded(compute, false);
+    return false;
 }
 
 void CudaBackend::break_capture(cudaStream_t compute) {

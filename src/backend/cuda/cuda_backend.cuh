@@ -149,11 +149,14 @@ private:
     // Issues `op` now (eagerly) or appends it to the task being recorded. Eagerly, an op whose
     // fused GEMM cuBLASLt refuses when it runs is planned again and run unfused.
     void issue(const RecordedOp& op);
-    // Launches a task's graph; should the launch fail, the task runs eagerly, now and from now on.
-    void launch_or_run_eagerly(cudaGraphExec_t exec, cudaStream_t compute);
+    // Launches a task's graph (true); should the launch fail, the task runs eagerly, now and from now
+    // on (false).
+    bool launch_or_run_eagerly(cudaGraphExec_t exec, cudaStream_t compute);
     // Test hook (break_captures): makes the capture under way fail, as a call not permitted there would.
     static void break_capture(cudaStream_t compute);
     void execute(const RecordedOp& op, cudaStream_t stream);
+    // execute, or false when cuBLASLt refused the op's fused plan at run time (to plan it again).
+    bool execute_unless_refused(const RecordedOp& op, cudaStream_t stream);
     // Runs the recorded task; an op refused as in issue() is planned again with all that follow
     // it, unless `capturing` (the refusal then escapes to end_compute_task).
     void execute_recorded(cudaStream_t stream, bool capturing);

@@ -203,8 +203,12 @@ const GemmPlan& CudaGemm::plan(const GemmKey& key) {
                                                     &found_count);
     }
     lt_.preference_destroy(preference);
-    // "Not supported" (or an invalid combination for this epilogue) means: take the fallback path.
-    if (status != CUBLAS_STATUS_SUCCESS && status != CUBLAS_STATUS_NOT_SUPPORTED && status != CUBLAS_STATUS_INVALID_VALUE)
+    // "Not supported" (or, for an epilogue, an invalid combination) means: take the fallback path. A
+    // plain GEMM has no fallback: an invalid one is a bug to report as cuBLASLt's error, not as a
+    // combination mptrain does not support.
+    const bool fallback = status == CUBLAS_STATUS_NOT_SUPPORTED ||
+                          (status == CUBLAS_STATUS_INVALID_VALUE && key.epilogue != CUBLASLT_EPILOGUE_DEFAULT);
+    if (status != CUBLAS_STATUS_SUCCESS && !fallback)
         check_cublas(status, "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__);
     if (status == CUBLAS_STATUS_SUCCESS && found_count > 0 && result.state == CUBLAS_STATUS_SUCCESS) {
         plan->supported = true;

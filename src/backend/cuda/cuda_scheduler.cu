@@ -51,6 +51,7 @@ void CudaScheduler::submit(Lane lane, TaskFn task, void* argument) {
 cudaEvent_t CudaScheduler::next_event(Lane lane, uint64_t& ticket) {
     ticket = ++issued_tickets_;
     latest_[static_cast<int>(lane)] = ticket;
+    event_lanes_[ticket % kEvents] = lane;
     return events_[ticket % kEvents];
 }
 
@@ -64,11 +65,18 @@ Event CudaScheduler::record(Lane lane) {
 
 cudaEvent_t CudaScheduler::event_for(const Event& event) {
     uint64_t ticket = event.ticket;
-    // The ring reuses events: an event older than the ring was re-recorded since. The lane's newest
-    // event stands for a later point, so waiting on it (or finding it complete) is still correct.
-    if (issued_tickets_ - ticket >= kEvents) ticket = latest_[static_cast<int>(event.lane)];
-    // When the lane recorded nothing for a whole ring, its newest slot holds the other lane's event
-    // now: mark the lane's current end instead, a later point on the right stream.
+    // The ring reuses events: an event older than the ring was re-recorded since. A later event of
+    // its lane stands for a later point on the same stream, so waiting on it (or finding it
+    // complete) is still correct; the earliest one the ring holds waits least past the point asked for.
+    if (issued_tickets_ - ticket >= kEvents) {
+        for (uint64_t later = issued_tickets_ - kEvents + 1; later <= issued_tickets_; ++later)
+            if (event_lanes_[later % kEvents] == event.lane) {
+                ticket = later;
+                break;
+            }
+    }
+    // When the lane recorded nothing for a whole ring, mark the lane's current end instead, a later
+    // point on the right stream.
     if (issued_tickets_ - ticket >= kEvents) {
         const cudaEvent_t fresh = next_event(event.lane, ticket);
         MPT_CUDA_CHECK(cudaEventRecord(fresh, stream(event.lane)));

@@ -52,15 +52,18 @@ public:
     void count_host_sync() { ++host_syncs_; }
 
 private:
-    static constexpr uint64_t kEvents = 64;
+    // A training step takes two events a pass and one for its report, and the trainer keeps eight
+    // reports in flight: 512 keep every pending report's own event up to 31 micro-batches a step.
+    static constexpr uint64_t kEvents = 512;
     cudaEvent_t next_event(Lane lane, uint64_t& ticket);
-    // The ring event that stands for `event`: itself, or a later one on its lane once recycled
-    // (recorded now if the lane has none left in the ring).
+    // The ring event that stands for `event`: itself, or once recycled the earliest later one its
+    // lane recorded that the ring still holds (recorded now if the lane has none left in the ring).
     cudaEvent_t event_for(const Event& event);
 
     CudaTaskHooks& hooks_;
     cudaStream_t streams_[2] = {nullptr, nullptr};
     cudaEvent_t events_[kEvents] = {};
+    Lane event_lanes_[kEvents] = {};  // the lane each ring event was last recorded on
     cudaEvent_t timer_[2] = {nullptr, nullptr};  // with timing, unlike the ring
     uint64_t issued_tickets_ = 0;   // tickets start at 1; 0 is the default Event ("nothing")
     uint64_t latest_[2] = {0, 0};   // the newest ticket recorded on each lane

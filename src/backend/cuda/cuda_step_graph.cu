@@ -29,7 +29,6 @@ StepGraphCache::Action StepGraphCache::lookup(const TaskSignature& signature, cu
         if (entry->refused) return Action::run_eagerly;
         if (entry->exec) {
             exec = entry->exec;
-            ++replays_;
             return Action::replay;
         }
         return Action::capture;  // second sighting

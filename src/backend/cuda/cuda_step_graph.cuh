@@ -52,6 +52,8 @@ public:
     // any, is freed).
     void refuse(const TaskSignature& signature, std::string why);
     void clear();
+    // A `replay`'s graph was launched (a launch that failed and ran eagerly is none).
+    void count_replay() { ++replays_; }
 
     uint64_t replays() const { return replays_; }
     uint64_t captures() const { return captures_; }
