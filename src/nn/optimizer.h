@@ -166,10 +166,11 @@ MPT_HOST_DEVICE float optimizer_update_element(const OptimizerConfig& config, co
             // Lion (Chen et al. 2023), as Keras's: the step is the rate times the sign of an
             // interpolation between the momentum and the gradient, c = beta1 m + (1 - beta1) g, so
             // every weight moves by exactly the rate (or not at all, where c is 0); the momentum then
-            // follows the gradient at its own, slower rate beta2. The sign as two comparisons: 0
-            // gives 0, as Keras's ops.sign, and the CPU's loop vectorises.
+            // follows the gradient at its own, slower rate beta2. The sign as the difference of two
+            // comparisons: 0 gives 0, as Keras's ops.sign, and the CPU's loop vectorises (as nested
+            // conditionals it stayed scalar, 11x slower).
             const float interpolation = config.beta1 * state1 + (1.0f - config.beta1) * gradient;
-            const float sign = interpolation > 0.0f ? 1.0f : interpolation < 0.0f ? -1.0f : 0.0f;
+            const float sign = static_cast<float>(interpolation > 0.0f) - static_cast<float>(interpolation < 0.0f);
             state1 = config.beta2 * state1 + (1.0f - config.beta2) * gradient;
             return weight - scalars.learning_rate * sign;
         }
