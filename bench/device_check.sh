@@ -194,6 +194,10 @@ if [ -x "$bench" ]; then
     # Fine-tuning the head: the first two layers frozen (no weight gradient, no input gradient below
     # the last layer), against the whole model's step.
     bench_run 60 frozen --precision mixed-bf16 --batch 32,256 --frozen 2
+    # Other optimizers than the plain SGD step: Adam's two state arrays against Lion's one (at small
+    # batches the update's bytes are the step's floor).
+    bench_run 60 adam --precision mixed-bf16 --batch 32,256 --optimizer adam
+    bench_run 60 lion --precision mixed-bf16 --batch 32,256 --optimizer lion
 else
     echo "no $bench (MPTRAIN_BUILD_BENCH off or bench/ missing)"
 fi

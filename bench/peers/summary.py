@@ -64,8 +64,11 @@ def main():
     dropped = [r for r in mine if r.get("dropout", 0) > 0 and r not in clipped + averaged]
     accumulated = [r for r in mine if r.get("micro_batch", 0) > 0 and r not in clipped + averaged + dropped]
     frozen = [r for r in mine if r.get("frozen_layers", 0) > 0 and r not in clipped + averaged + dropped + accumulated]
+    # Another optimizer than plain SGD (records from before the field existed trained with SGD).
+    optimized = [r for r in mine if r.get("optimizer", "sgd") != "sgd" and
+                 r not in clipped + averaged + dropped + accumulated + frozen]
     # Steps that do more (or less) than the plain one: each shown against it.
-    optioned = clipped + averaged + dropped + accumulated + frozen
+    optioned = clipped + averaged + dropped + accumulated + frozen + optimized
     constant = [r for r in mine if r.get("lr_schedule", "constant") == "constant" and r not in optioned]
     ours = {(r["precision"], r["batch"]): r["us_per_step"] for r in constant if r.get("data", "resident") == "resident"}
     streamed = [r for r in constant if r.get("data") == "streamed"]
@@ -165,6 +168,12 @@ def main():
     for r in frozen:
         print(against(r, f"first {r['frozen_layers']} layers frozen", ours.get((r["precision"], r["batch"])),
                       "the whole model's step"))
+    for r in optimized:
+        peak = peaks.get((r["precision"], r["batch"]))
+        memory = (f"; peak {r['peak_bytes'] / 2**20:.0f} MiB against {peak / 2**20:.0f} MiB"
+                  if peak and r.get("peak_bytes") else "")
+        print(against(r, f"optimizer {r['optimizer']}", ours.get((r["precision"], r["batch"])), "plain SGD's step")
+              + memory)
 
 if __name__ == "__main__":
     main()
