@@ -126,8 +126,8 @@ mpt_status mpt_trainer_options_set_adam(mpt_trainer_options_t* options, float be
     require_range(beta1, 0.0f, 1.0f, "beta1");
     require_range(beta2, 0.0f, 1.0f, "beta2");
     require_finite_positive(epsilon, "epsilon");
-    options->config.optimizer.beta1 = beta1;
-    options->config.optimizer.beta2 = beta2;
+    options->config.optimizer.beta1 = beta1 == 0.0f ? 0.0f : beta1;  // -0 as 0: one value, one checkpoint option
+    options->config.optimizer.beta2 = beta2 == 0.0f ? 0.0f : beta2;
     options->config.optimizer.epsilon = epsilon;
     options->betas_chosen = true;
     MPT_API_END
@@ -138,8 +138,8 @@ mpt_status mpt_trainer_options_set_lion(mpt_trainer_options_t* options, float be
     require_pointer(options, "options");
     require_range(beta1, 0.0f, 1.0f, "beta1");
     require_range(beta2, 0.0f, 1.0f, "beta2");
-    options->config.optimizer.beta1 = beta1;
-    options->config.optimizer.beta2 = beta2;
+    options->config.optimizer.beta1 = beta1 == 0.0f ? 0.0f : beta1;  // -0 as 0
+    options->config.optimizer.beta2 = beta2 == 0.0f ? 0.0f : beta2;
     options->betas_chosen = true;
     MPT_API_END
 }

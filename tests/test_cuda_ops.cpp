@@ -823,8 +823,9 @@ void compare_dense_update(Backend& reference, Backend& candidate, const UpdateCa
     } else {
         CHECK(normalised_error(difference(weight_results[1], weights), difference(weight_results[0], weights)) <= 1e-3);
         CHECK(normalised_error(difference(bias_results[1], bias), difference(bias_results[0], bias)) <= 1e-3);
+        // (Not for Lion: one flipped sign moves its weight by twice the rate, some 1e-4 of the norm.)
+        CHECK(normalised_error(weight_results[1], weight_results[0]) <= error_bound(DType::fp32));
     }
-    CHECK(normalised_error(weight_results[1], weight_results[0]) <= error_bound(DType::fp32));
     for (int k = 0; k < states; ++k) {
         CHECK(normalised_error(state_results[1][k], state_results[0][k]) <= 1e-4);
         CHECK(normalised_error(bias_state_results[1][k], bias_state_results[0][k]) <= 1e-4);

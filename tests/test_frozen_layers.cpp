@@ -139,7 +139,7 @@ void fit(Stack& stack, int64_t epochs, int64_t batch = kBatch) {
 
 TEST_CASE("with the first layer frozen, the layers above train bit for bit as a model of them alone on its outputs") {
     const ExactFirstLayer first;
-    Recipe sgd, momentum, adamw_clipped, bf16_adam_micro, fp16_rmsprop_ema, fp32_micro_clipped_ema;
+    Recipe sgd, momentum, adamw_clipped, bf16_adam_micro, fp16_rmsprop_ema, fp32_micro_clipped_ema, fp16_lion_decay;
     momentum.momentum = 0.9f;
     momentum.weight_decay = 0.01f;
     adamw_clipped.optimizer = MPT_OPTIMIZER_ADAMW;
@@ -153,7 +153,11 @@ TEST_CASE("with the first layer frozen, the layers above train bit for bit as a 
     fp32_micro_clipped_ema.micro_batch = 5;
     fp32_micro_clipped_ema.clipnorm = 0.25f;
     fp32_micro_clipped_ema.ema = 0.8f;
-    for (const Recipe& recipe : {sgd, momentum, adamw_clipped, bf16_adam_micro, fp16_rmsprop_ema, fp32_micro_clipped_ema}) {
+    fp16_lion_decay.precision = MPT_PRECISION_MIXED_FP16;
+    fp16_lion_decay.optimizer = MPT_OPTIMIZER_LION;
+    fp16_lion_decay.weight_decay = 0.1f;
+    for (const Recipe& recipe :
+         {sgd, momentum, adamw_clipped, bf16_adam_micro, fp16_rmsprop_ema, fp32_micro_clipped_ema, fp16_lion_decay}) {
         CAPTURE(describe(recipe));
         Stack whole(recipe, kFeatures, {ExactFirstLayer::kUnits, 16, kClasses}, first.x, first.y);
         Stack above(recipe, ExactFirstLayer::kUnits, {16, kClasses}, first.outputs, first.y);

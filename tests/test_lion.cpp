@@ -141,6 +141,27 @@ TEST_CASE("Lion's betas are Keras's 0.9 and 0.99 unless set, by mpt_trainer_opti
     }
 }
 
+// The sign does not see the loss scale, but the momentum does: it must average unscaled gradients,
+// or a scale that changes mixes gradients of different sizes in it. Doubling by powers of two is
+// exact in fp32, so a scale that doubles every step trains the bits of no scaling.
+TEST_CASE("Lion's momentum holds unscaled gradients: a loss scale doubling every step trains the bits of no scaling") {
+    const Blobs blobs = mpt_test::make_blobs(kRows, 74, 1.0);
+    BlobTrainerSetup unscaled = lion_setup();
+    unscaled.loss_scaling = MPT_LOSS_SCALING_OFF;
+    BlobTrainerSetup doubling = lion_setup();
+    doubling.loss_scaling = MPT_LOSS_SCALING_DYNAMIC;
+    doubling.initial_scale = 1.0f;
+    doubling.configure = [](mpt_trainer_options_t* options) {
+        REQUIRE_OK(mpt_trainer_options_set_loss_scaler_dynamics(options, 2.0f, 0.5f, 1, 1.0f, 16777216.0f));
+    };
+    const BlobTrainer scaled(doubling);
+    take_steps(scaled, blobs, 0, 8);
+    float scale = 0.0f;
+    REQUIRE_OK(mpt_trainer_get_loss_scale(scaled.trainer, &scale, nullptr, nullptr));
+    CHECK(scale == 256.0f);  // it did double every step
+    CHECK(same_bits(scaled.weights(), weights_after(unscaled, blobs, 8)));
+}
+
 TEST_CASE("a Lion run resumes from a checkpoint bit for bit; its betas are options the checkpoint must match") {
     const Blobs blobs = mpt_test::make_blobs(kRows, 73, 1.0);
     const mpt_test::TempDir directory;
@@ -166,6 +187,19 @@ TEST_CASE("a Lion run resumes from a checkpoint bit for bit; its betas are optio
     CHECK_MESSAGE(std::string(mpt_last_error()).find("beta2 0.99 (this trainer: 0.98)") != std::string::npos,
                   mpt_last_error());
     CHECK(same_bits(before, refusing.weights()));
+
+    // -0 is 0: a trainer given beta1 -0 resumes a file of beta1 0.
+    BlobTrainerSetup zero = setup, negative_zero = setup;
+    zero.lion_beta1 = 0.0f;
+    zero.lion_beta2 = 0.99f;
+    negative_zero.lion_beta1 = -0.0f;
+    negative_zero.lion_beta2 = 0.99f;
+    BlobTrainer zero_trainer(zero), negative_zero_trainer(negative_zero);
+    take_steps(zero_trainer, blobs, 0, 2);
+    const std::string zero_path = directory.file("beta1-zero.safetensors");
+    REQUIRE_OK(mpt_trainer_save_checkpoint(zero_trainer.trainer, zero_path.c_str()));
+    REQUIRE_OK(mpt_trainer_load_checkpoint(negative_zero_trainer.trainer, zero_path.c_str()));
+    CHECK(same_bits(zero_trainer.weights(), negative_zero_trainer.weights()));
 
     // Another optimizer's trainer refuses the file by the optimizer's name, and a Lion trainer an Adam file.
     BlobTrainerSetup adam = setup;

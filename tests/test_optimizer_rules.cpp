@@ -51,6 +51,8 @@ TEST_CASE("Lion moves a weight whose gradient and momentum are 0 by nothing, and
     CHECK(optimizer_update_element(lion, scalars, 0.0f, 0.0f, momentum, unused2, unused3) == 0.0f);
     CHECK(momentum == 0.0f);
     CHECK(optimizer_update_element(lion, scalars, 1.0f, 1e-30f, momentum, unused2, unused3) == 0.75f);
+    // The momentum follows the unscaled gradient: 1e-30 under a loss scale of 128.
+    CHECK(momentum == (1.0f - 0.99f) * (1e-30f * (1.0f / 128.0f)));
     CHECK(optimizer_update_element(lion, scalars, 1.0f, -5e3f, momentum, unused2, unused3) == 1.25f);
 }
 

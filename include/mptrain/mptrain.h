@@ -452,8 +452,8 @@ MPT_API mpt_status mpt_dataset_create_subset(const mpt_dataset_t* dataset, const
  * ------------------------------------------------------------------------------------------- */
 
 /** Defaults: precision AUTO, loss sparse categorical cross-entropy (no label smoothing), SGD with
- *  lr 0.01, momentum 0,
- *  Adam betas 0.9/0.999, RMSprop rho 0.9, epsilon 1e-7 (Keras), weight decay 0 (AdamW: 0.004 as Keras),
+ *  lr 0.01 (for every optimizer), momentum 0,
+ *  Adam betas 0.9/0.999 (Lion: 0.9/0.99), RMSprop rho 0.9, epsilon 1e-7 (Keras), weight decay 0 (AdamW: 0.004 as Keras),
  *  loss scaling DEFAULT with initial scale 2^15, growth factor 2, backoff 0.5, growth interval
  *  2000, bounds [1, 2^24]. Thread-safe. */
 MPT_API mpt_status mpt_trainer_options_create(mpt_trainer_options_t** out);
@@ -501,14 +501,17 @@ MPT_API mpt_status mpt_trainer_options_set_momentum(mpt_trainer_options_t* optio
 MPT_API mpt_status mpt_trainer_options_set_adam(mpt_trainer_options_t* options, float beta1, float beta2,
                                                 float epsilon);
 /** Lion (MPT_OPTIMIZER_LION; Chen et al. 2023, "Symbolic Discovery of Optimization Algorithms"), as
- *  Keras's keras.optimizers.Lion computes it: after each step's gradient g,
- *  w -= lr * sign(beta1 * m + (1 - beta1) * g), then m = beta2 * m + (1 - beta2) * g. m starts at 0;
- *  sign(0) is 0. Every weight moves by the rate or not at all, so Lion wants a rate 3-10 times
- *  smaller than AdamW's (and, the paper says, a weight decay that much larger), and keeps one state
- *  array where Adam keeps two (4 bytes a parameter less). beta1 and beta2 in [0, 1)
- *  (MPT_STATUS_INVALID_ARGUMENT otherwise); unset, Lion takes Keras's defaults 0.9 and 0.99. They
- *  are the betas mpt_trainer_options_set_adam sets too: the last call's. Lion ignores the momentum
- *  of mpt_trainer_options_set_momentum, as Adam does. */
+ *  Keras's keras.optimizers.Lion computes it: after each step's gradient g (the loss scale divided
+ *  out), w -= lr * sign(beta1 * m + (1 - beta1) * g), then m = beta2 * m + (1 - beta2) * g. m starts
+ *  at 0; sign(0) is 0. Besides the weight decay, every weight moves by the rate or not at all, so
+ *  Lion wants a rate 3-10 times smaller than AdamW's (the default rate is 0.01 here, Keras's Lion
+ *  takes 0.001); the paper raises the decay by as much, which mpt_trainer_options_set_weight_decay
+ *  takes up to its bound below 1. One state array where Adam keeps two (4 bytes a parameter less).
+ *  beta1 and beta2 in [0, 1) (MPT_STATUS_INVALID_ARGUMENT otherwise): unlike Keras, beta1 0 (the
+ *  sign of the gradient alone, "signSGD") is taken and beta1 1 (the momentum alone) refused; -0 is
+ *  0. Unset, Lion takes Keras's defaults 0.9 and 0.99. They are the betas
+ *  mpt_trainer_options_set_adam sets too: the last call's. Lion ignores the momentum of
+ *  mpt_trainer_options_set_momentum, as Adam does. */
 MPT_API mpt_status mpt_trainer_options_set_lion(mpt_trainer_options_t* options, float beta1, float beta2);
 /** RMSprop (MPT_OPTIMIZER_RMSPROP) as Keras computes it: after each step's gradient g,
  *  v = rho * v + (1 - rho) * g^2 and w -= lr * g / sqrt(v + epsilon), epsilon under the root (PyTorch

@@ -13,7 +13,7 @@ typedef struct cli_options {
     int64_t batch_size;
     int64_t micro_batch_size;   /* --micro-batch: gradient accumulation's rows per pass; 0 = whole batches */
     mpt_precision precision;
-    mpt_optimizer optimizer;    /* --optimizer: sgd (the default), adam, adamw or rmsprop */
+    mpt_optimizer optimizer;    /* --optimizer: sgd (the default), adam, adamw, rmsprop or lion */
     float momentum;             /* --momentum: SGD's or RMSprop's, in [0, 1); 0 = none */
     float weight_decay;         /* --weight-decay: in [0, 1), when weight_decay_given */
     int weight_decay_given;     /* --weight-decay appeared: else the optimizer's default (AdamW 0.004) */
