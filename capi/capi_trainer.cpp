@@ -22,6 +22,14 @@ void require_finite_positive(float value, const char* name) {
         fail(MPT_STATUS_INVALID_ARGUMENT, std::string(name) + " must be finite and positive");
 }
 
+// Adam's and Lion's betas (checked), which the optimizer's default no longer replaces; -0 as 0: one
+// value, one checkpoint option.
+void choose_betas(mpt_trainer_options_t* options, float beta1, float beta2) {
+    options->config.optimizer.beta1 = beta1 == 0.0f ? 0.0f : beta1;
+    options->config.optimizer.beta2 = beta2 == 0.0f ? 0.0f : beta2;
+    options->betas_chosen = true;
+}
+
 void require_range(float value, float low, float high, const char* name) {
     if (!(value >= low && value < high))
         fail(MPT_STATUS_INVALID_ARGUMENT, std::string(name) + " must be in [" + std::to_string(low) + ", " +
@@ -126,10 +134,8 @@ mpt_status mpt_trainer_options_set_adam(mpt_trainer_options_t* options, float be
     require_range(beta1, 0.0f, 1.0f, "beta1");
     require_range(beta2, 0.0f, 1.0f, "beta2");
     require_finite_positive(epsilon, "epsilon");
-    options->config.optimizer.beta1 = beta1 == 0.0f ? 0.0f : beta1;  // -0 as 0: one value, one checkpoint option
-    options->config.optimizer.beta2 = beta2 == 0.0f ? 0.0f : beta2;
+    choose_betas(options, beta1, beta2);
     options->config.optimizer.epsilon = epsilon;
-    options->betas_chosen = true;
     MPT_API_END
 }
 
@@ -138,9 +144,7 @@ mpt_status mpt_trainer_options_set_lion(mpt_trainer_options_t* options, float be
     require_pointer(options, "options");
     require_range(beta1, 0.0f, 1.0f, "beta1");
     require_range(beta2, 0.0f, 1.0f, "beta2");
-    options->config.optimizer.beta1 = beta1 == 0.0f ? 0.0f : beta1;  // -0 as 0
-    options->config.optimizer.beta2 = beta2 == 0.0f ? 0.0f : beta2;
-    options->betas_chosen = true;
+    choose_betas(options, beta1, beta2);
     MPT_API_END
 }
 

@@ -321,16 +321,8 @@ TEST_CASE("fit with clipping trains the blobs, and evaluate is as without it") {
     setup.optimizer = MPT_OPTIMIZER_ADAM;
     setup.learning_rate = 0.01f;
     setup.global_clipnorm = 0.1f;  // far below the first steps' norms: every early step is clipped
-    BlobTrainer trainer(setup);
-    mpt_dataset_t* dataset = trainer.labels(blobs);
     REQUIRE(gradient_norm(setup, blobs) > 2.0 * setup.global_clipnorm);
-    float loss_before = 0.0f, loss = 0.0f, accuracy = 0.0f;
-    REQUIRE_OK(mpt_trainer_evaluate(trainer.trainer, dataset, 64, &loss_before, nullptr));
-    REQUIRE_OK(mpt_trainer_fit(trainer.trainer, dataset, 20, 16, 1));
-    REQUIRE_OK(mpt_trainer_evaluate(trainer.trainer, dataset, 64, &loss, &accuracy));
-    CHECK(loss < 0.5f * loss_before);
-    CHECK(accuracy >= 0.95f);
-    mpt_dataset_destroy(dataset);
+    mpt_test::check_fit_learns_blobs(BlobTrainer(setup), blobs, 20);
 }
 
 TEST_CASE("clipping is an option a checkpoint must match, and a clipped run resumes bit for bit") {

@@ -97,15 +97,7 @@ TEST_CASE("fit with RMSprop, centered or not, trains the blobs, in every precisi
         BlobTrainerSetup setup = rmsprop_setup();
         setup.precision = precision;
         setup.rmsprop_centered = centered;
-        BlobTrainer trainer(setup);
-        mpt_dataset_t* dataset = trainer.labels(blobs);
-        float loss_before = 0.0f, loss = 0.0f, accuracy = 0.0f;
-        REQUIRE_OK(mpt_trainer_evaluate(trainer.trainer, dataset, 64, &loss_before, nullptr));
-        REQUIRE_OK(mpt_trainer_fit(trainer.trainer, dataset, 10, 16, 1));
-        REQUIRE_OK(mpt_trainer_evaluate(trainer.trainer, dataset, 64, &loss, &accuracy));
-        CHECK(loss < 0.5f * loss_before);
-        CHECK(accuracy >= 0.95f);
-        mpt_dataset_destroy(dataset);
+        mpt_test::check_fit_learns_blobs(BlobTrainer(setup), blobs, 10);
       }
     }
 }

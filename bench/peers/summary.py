@@ -159,21 +159,22 @@ def main():
         print(against(r, f"hidden outputs dropped (rate {r['dropout']:g})", ours.get((r["precision"], r["batch"])),
                       "without dropout"))
     peaks = {(r["precision"], r["batch"]): r.get("peak_bytes") for r in constant if r.get("data", "resident") == "resident"}
-    for r in accumulated:
+
+    def memory(r):
+        """The record's peak memory against the plain step's, when both were measured."""
         peak = peaks.get((r["precision"], r["batch"]))
-        memory = (f"; peak {r['peak_bytes'] / 2**20:.0f} MiB against {peak / 2**20:.0f} MiB"
-                  if peak and r.get("peak_bytes") else "")
+        return (f"; peak {r['peak_bytes'] / 2**20:.0f} MiB against {peak / 2**20:.0f} MiB"
+                if peak and r.get("peak_bytes") else "")
+
+    for r in accumulated:
         print(against(r, f"in micro-batches of {r['micro_batch']}", ours.get((r["precision"], r["batch"])), "in one pass")
-              + memory)
+              + memory(r))
     for r in frozen:
         print(against(r, f"first {r['frozen_layers']} layers frozen", ours.get((r["precision"], r["batch"])),
                       "the whole model's step"))
     for r in optimized:
-        peak = peaks.get((r["precision"], r["batch"]))
-        memory = (f"; peak {r['peak_bytes'] / 2**20:.0f} MiB against {peak / 2**20:.0f} MiB"
-                  if peak and r.get("peak_bytes") else "")
         print(against(r, f"optimizer {r['optimizer']}", ours.get((r["precision"], r["batch"])), "plain SGD's step")
-              + memory)
+              + memory(r))
 
 if __name__ == "__main__":
     main()
