@@ -33,18 +33,13 @@ BlobTrainerSetup lion_setup() {
 // The weights after `steps` steps from the start of the blobs.
 std::vector<float> weights_after(const BlobTrainerSetup& setup, const Blobs& blobs, int steps) {
     const BlobTrainer trainer(setup);
-    mpt_dataset_t* dataset = trainer.labels(blobs);
-    for (int s = 0; s < steps; ++s)
-        REQUIRE_OK(mpt_trainer_step(trainer.trainer, dataset, (kBatch * s) % kRows, kBatch, nullptr));
-    mpt_dataset_destroy(dataset);
+    mpt_test::take_blob_steps(trainer, blobs, 0, steps, kBatch);
     return trainer.weights();
 }
 
+// The blobs' steps [first, first + steps) in batches of kBatch.
 void take_steps(const BlobTrainer& trainer, const Blobs& blobs, int first, int steps) {
-    mpt_dataset_t* dataset = trainer.labels(blobs);
-    for (int s = first; s < first + steps; ++s)
-        REQUIRE_OK(mpt_trainer_step(trainer.trainer, dataset, (kBatch * s) % kRows, kBatch, nullptr));
-    mpt_dataset_destroy(dataset);
+    mpt_test::take_blob_steps(trainer, blobs, first, steps, kBatch);
 }
 
 }  // namespace

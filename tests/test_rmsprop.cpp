@@ -33,11 +33,9 @@ BlobTrainerSetup rmsprop_setup() {
     return setup;
 }
 
+// The blobs' steps [first, first + steps) in batches of kBatch.
 void take_steps(const BlobTrainer& trainer, const Blobs& blobs, int first, int steps) {
-    mpt_dataset_t* dataset = trainer.labels(blobs);
-    for (int s = first; s < first + steps; ++s)
-        REQUIRE_OK(mpt_trainer_step(trainer.trainer, dataset, (kBatch * s) % kRows, kBatch, nullptr));
-    mpt_dataset_destroy(dataset);
+    mpt_test::take_blob_steps(trainer, blobs, first, steps, kBatch);
 }
 
 }  // namespace

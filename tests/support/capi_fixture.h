@@ -222,6 +222,15 @@ struct BlobTrainer {
     mpt_dataset_t* one_hot(const Blobs& blobs) const { return blob_one_hot_rows(context, blobs); }
 };
 
+// mpt_trainer_step over the blobs' labels for steps [first, first + steps) of `batch` rows, step s
+// from row (batch * s) % rows: a run split at any step resumes with the batches it would have had.
+inline void take_blob_steps(const BlobTrainer& trainer, const Blobs& blobs, int first, int steps, int64_t batch) {
+    mpt_dataset_t* dataset = trainer.labels(blobs);
+    for (int s = first; s < first + steps; ++s)
+        REQUIRE_OK(mpt_trainer_step(trainer.trainer, dataset, (batch * s) % blobs.rows(), batch, nullptr));
+    mpt_dataset_destroy(dataset);
+}
+
 // fit on the blobs' labels for `epochs` epochs of batch 16 at least halves their loss and reaches
 // 95% accuracy (evaluated in batches of 64).
 inline void check_fit_learns_blobs(const BlobTrainer& trainer, const Blobs& blobs, int64_t epochs) {
