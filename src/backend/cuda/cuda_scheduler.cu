@@ -50,7 +50,6 @@ void CudaScheduler::submit(Lane lane, TaskFn task, void* argument) {
 
 cudaEvent_t CudaScheduler::next_event(Lane lane, uint64_t& ticket) {
     ticket = ++issued_tickets_;
-    latest_[static_cast<int>(lane)] = ticket;
     event_lanes_[ticket % kEvents] = lane;
     return events_[ticket % kEvents];
 }

@@ -66,7 +66,6 @@ private:
     Lane event_lanes_[kEvents] = {};  // the lane each ring event was last recorded on
     cudaEvent_t timer_[2] = {nullptr, nullptr};  // with timing, unlike the ring
     uint64_t issued_tickets_ = 0;   // tickets start at 1; 0 is the default Event ("nothing")
-    uint64_t latest_[2] = {0, 0};   // the newest ticket recorded on each lane
     Lane current_ = Lane::compute;
     int depth_ = 0;                 // nesting of submit() calls
 };
