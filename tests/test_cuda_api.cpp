@@ -952,7 +952,13 @@ TEST_CASE("predictions over a dataset on the backend are mpt_trainer_predict's, 
             MESSAGE(backend_name(backend) << ", dataset device budget " << dataset_device_budget << ", batch " << batch
                                           << ": dataset predictions against mpt_trainer_predict's " << error);
             // The same kernels on the same values; other batch sizes only regroup the GEMMs' sums.
-            CHECK(error <= kResumeBound);
+            // On a GPU, batch 32 is another GEMM shape, for which cuBLASLt may pick another
+            // algorithm: an fp32 sum differing in its last bit can round a bf16 hidden activation
+            // one bf16 step (2^-8 of it) the other way, which moves that row's probabilities by
+            // some 1e-3 (about 1e-4 of the outputs' norm). A few such roundings are allowed there;
+            // a wrong row, order or slice still lands near 1.
+            const bool regrouped = backend != MPT_BACKEND_CPU && batch != 150;
+            CHECK(error <= (regrouped ? kBf16Roundoff / 4 : kResumeBound));
             if (batch == 150 && backend == MPT_BACKEND_CPU) CHECK(same_bits(got, expected));
         }
         mpt_dataset_destroy(data);
