@@ -1,6 +1,8 @@
 // C API: datasets. Argument checks and translation only.
+#include <algorithm>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "capi_internal.h"
 #include "data/cifar10.h"
@@ -123,6 +125,34 @@ mpt_status mpt_dataset_create_subset(const mpt_dataset_t* dataset, const int64_t
     require_pointer(out, "out");
     auto subset = mpt::Dataset::subset(impl, rows, count);
     *out = new mpt_dataset{std::move(subset)};
+    MPT_API_END
+}
+
+mpt_status mpt_dataset_create_standardized(const mpt_dataset_t* dataset, const float* mean, const float* stddev,
+                                           int64_t count, mpt_dataset_t** out) {
+    MPT_API_BEGIN
+    const mpt::Dataset& impl = impl_of(dataset, "dataset");
+    require_pointer(mean, "mean");
+    require_pointer(stddev, "stddev");
+    require_pointer(out, "out");
+    auto standardized = mpt::Dataset::standardized(impl, mean, stddev, count);
+    *out = new mpt_dataset{std::move(standardized)};
+    MPT_API_END
+}
+
+mpt_status mpt_dataset_get_feature_statistics(const mpt_dataset_t* dataset, float* mean, float* stddev,
+                                              int64_t count) {
+    MPT_API_BEGIN
+    const mpt::Dataset& impl = impl_of(dataset, "dataset");
+    if (count != impl.features())
+        mpt::fail(MPT_STATUS_SHAPE_MISMATCH, "feature statistics take one value per feature: " +
+                                                 std::to_string(impl.features()) + ", not " + std::to_string(count));
+    // Into copies, so that a failure leaves the caller's arrays as they were.
+    std::vector<float> means(static_cast<size_t>(count));
+    std::vector<float> deviations(static_cast<size_t>(count));
+    impl.feature_statistics(means.data(), deviations.data());
+    if (mean) std::copy(means.begin(), means.end(), mean);
+    if (stddev) std::copy(deviations.begin(), deviations.end(), stddev);
     MPT_API_END
 }
 

@@ -603,9 +603,11 @@ void compare_loss_head_cases(Backend& reference, Backend& candidate) {
                       {Activation::softmax, LossKind::sparse_categorical_crossentropy, 4096, 16, 10, DType::fp16, true, false});
 }
 
-void compare_gather(Backend& reference, Backend& candidate, bool u8, DType dtype) {
+// `standardized`: then (value - mean) / divisor per feature, as for mpt_dataset_create_standardized.
+void compare_gather(Backend& reference, Backend& candidate, bool u8, DType dtype, bool standardized = false) {
     CAPTURE(u8);
     CAPTURE(std::string(dtype_name(dtype)));
+    CAPTURE(standardized);
     const int64_t dataset_rows = 100, features = 50, padded = 56, rows = 21, first = 7, target_width = 3;
     std::vector<uint8_t> samples_u8(static_cast<size_t>(dataset_rows * features));
     std::uniform_int_distribution<int> byte(0, 255);
@@ -618,6 +620,8 @@ void compare_gather(Backend& reference, Backend& candidate, bool u8, DType dtype
     for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int32_t>(i % 10);
     const std::vector<float> targets = random_values(static_cast<size_t>(dataset_rows * target_width), 0, 1);
     const std::vector<float> row_weights = random_values(static_cast<size_t>(dataset_rows), 0, 2);
+    const std::vector<float> feature_means = random_values(static_cast<size_t>(features), -1, 1);
+    const std::vector<float> feature_divisors = random_values(static_cast<size_t>(features), 0.1f, 3);
 
     std::vector<float> batches[2], batch_targets[2], batch_row_weights[2];
     std::vector<int32_t> batch_labels[2];
@@ -633,6 +637,8 @@ void compare_gather(Backend& reference, Backend& candidate, bool u8, DType dtype
         Buffer batch_target = poisoned(backend, DType::fp32, static_cast<size_t>(rows * target_width));
         Buffer row_weight_buffer = upload_raw(backend, row_weights);
         Buffer batch_row_weight = poisoned(backend, DType::fp32, static_cast<size_t>(rows));
+        Buffer mean_buffer = upload_raw(backend, feature_means);
+        Buffer divisor_buffer = upload_raw(backend, feature_divisors);
         GatherArgs args{};
         args.samples = samples.data();
         args.samples_are_u8 = u8;
@@ -652,6 +658,10 @@ void compare_gather(Backend& reference, Backend& candidate, bool u8, DType dtype
         args.batch_targets = batch_target.as<float>();
         args.row_weights = row_weight_buffer.as<float>();
         args.batch_row_weights = batch_row_weight.as<float>();
+        if (standardized) {
+            args.feature_mean = mean_buffer.as<float>();
+            args.feature_divisor = divisor_buffer.as<float>();
+        }
         backend.gather_batch(args);
         backend.scheduler().synchronize();
         batches[b] = download(backend, batch, dtype, static_cast<size_t>(rows * padded));
@@ -659,7 +669,7 @@ void compare_gather(Backend& reference, Backend& candidate, bool u8, DType dtype
         batch_targets[b] = download(backend, batch_target, DType::fp32, static_cast<size_t>(rows * target_width));
         batch_row_weights[b] = download(backend, batch_row_weight, DType::fp32, static_cast<size_t>(rows));
     }
-    CHECK(normalised_error(batches[1], batches[0]) == 0.0);  // the same formula, one rounding: exact
+    CHECK(normalised_error(batches[1], batches[0]) == 0.0);  // the same formula, each rounding alike: exact
     CHECK(batch_labels[1] == batch_labels[0]);
     CHECK(batch_targets[1] == batch_targets[0]);
     CHECK(batch_row_weights[1] == batch_row_weights[0]);
@@ -1395,6 +1405,7 @@ TEST_CASE("the op comparison harness agrees CPU against CPU") {
     compare_dense_update_cases(*reference, *candidate);
     compare_loss_head_cases(*reference, *candidate);
     compare_gather(*reference, *candidate, true, DType::bf16);
+    compare_gather(*reference, *candidate, false, DType::fp16, true);
     compare_max_abs(*reference, *candidate);
     compare_decide_update(*reference, *candidate);
     compare_finish_step(*reference, *candidate);
@@ -1469,8 +1480,10 @@ TEST_CASE("CUDA gather_batch matches the CPU bit for bit") {
     auto cpu = make_cpu();
     auto cuda = make_cuda();
     for (DType dtype : kDTypes) {
-        compare_gather(*cpu, *cuda, true, dtype);
-        compare_gather(*cpu, *cuda, false, dtype);
+        for (bool standardized : {false, true}) {
+            compare_gather(*cpu, *cuda, true, dtype, standardized);
+            compare_gather(*cpu, *cuda, false, dtype, standardized);
+        }
     }
 }
 

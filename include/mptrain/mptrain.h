@@ -446,6 +446,30 @@ MPT_API mpt_status mpt_dataset_create_weighted(const mpt_dataset_t* dataset, con
  *  \param[out] out  new dataset (keeps the context alive). */
 MPT_API mpt_status mpt_dataset_create_subset(const mpt_dataset_t* dataset, const int64_t* rows, int64_t count,
                                              mpt_dataset_t** out);
+/** A dataset of `dataset`'s rows (shared, not copied, as by a slice) whose samples are
+ *  standardized feature by feature, as Keras's Normalization layer does: feature f of every batch
+ *  holds (x - mean[f]) / max(stddev[f], 1e-7), where x is what `dataset` gives (a uint8 sample
+ *  after its scale and offset: CIFAR's byte / 255), each operation rounded in float32, before any
+ *  rounding to the compute dtype. For fit, step, evaluate and predict_dataset alike;
+ *  mpt_model_predict and mpt_trainer_predict take their inputs as given, so standardize those
+ *  yourself. A uint8 data set stays 1 byte a value where standardized float copies would take 4.
+ *  `mean` and `stddev` hold `count` = features values each (else MPT_STATUS_SHAPE_MISMATCH), means
+ *  finite and standard deviations finite and >= 0 (else MPT_STATUS_INVALID_ARGUMENT naming the
+ *  first feature outside that); they are copied and replace any standardization `dataset` had.
+ *  Slices, weighted views and subsets of the result keep it. On a GPU the 8 bytes a feature live
+ *  in device memory whatever the dataset device budget. Use the training set's statistics
+ *  (mpt_dataset_get_feature_statistics) for the validation and test sets too.
+ *  \param[out] out  new dataset (keeps the context alive). */
+MPT_API mpt_status mpt_dataset_create_standardized(const mpt_dataset_t* dataset, const float* mean,
+                                                   const float* stddev, int64_t count, mpt_dataset_t** out);
+/** Each feature's mean and standard deviation (the population's, divided by the rows, as Keras's
+ *  Normalization.adapt computes the variance) over the dataset's rows (a slice's own), of the
+ *  values its batches hold in float32 (standardized ones, for a standardized dataset), summed in
+ *  double in two passes. `mean` and `stddev` hold `count` = features values each (else
+ *  MPT_STATUS_SHAPE_MISMATCH); either may be NULL when not wanted. Then
+ *  mpt_dataset_create_standardized with them gives features of mean 0 and standard deviation 1. */
+MPT_API mpt_status mpt_dataset_get_feature_statistics(const mpt_dataset_t* dataset, float* mean, float* stddev,
+                                                      int64_t count);
 
 /* ---------------------------------------------------------------------------------------------
  * Trainer options: precision, loss, optimizer, loss scaler

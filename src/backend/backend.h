@@ -181,6 +181,10 @@ struct GatherArgs {
     bool samples_are_u8;
     float scale;                 // x * scale + offset
     float offset;
+    // Then, per feature f, (value - feature_mean[f]) / feature_divisor[f]
+    // (mpt_dataset_create_standardized; backend memory, even for a streamed dataset; null: none).
+    const float* feature_mean;
+    const float* feature_divisor;
     const int32_t* order;        // backend memory: row indices of the epoch's order (null: identity)
     // A streamed dataset (DatasetView::streamed): samples, labels and targets are host memory, and
     // the rows come from `host_order` (host memory; null: identity) instead of `order`. Only GPU

@@ -163,6 +163,7 @@ std::shared_ptr<Dataset> Dataset::subset(const Dataset& source, const int64_t* i
     dataset->target_width_ = source.target_width_;
     dataset->scale_ = source.scale_;
     dataset->offset_ = source.offset_;
+    dataset->standardization_ = source.standardization_;
     // Its own rows' targets decide binary cross-entropy, as a slice's do.
     if (dataset->target_width_ > 0) dataset->find_targets_in_unit_interval();
     if (source.weights_) {
@@ -173,6 +174,65 @@ std::shared_ptr<Dataset> Dataset::subset(const Dataset& source, const int64_t* i
         dataset->weights_ = std::move(weights);
     }
     return dataset;
+}
+
+std::shared_ptr<Dataset> Dataset::standardized(const Dataset& source, const float* mean, const float* stddev,
+                                               int64_t count) {
+    if (count != source.features_)
+        fail(MPT_STATUS_SHAPE_MISMATCH, "a standardized dataset takes a mean and a standard deviation per feature: " +
+                                            std::to_string(source.features_) + " of each, not " + std::to_string(count));
+    for (int64_t f = 0; f < count; ++f)
+        if (!(std::isfinite(mean[f]) && std::isfinite(stddev[f]) && stddev[f] >= 0.0f)) {
+            char values[64];
+            std::snprintf(values, sizeof values, "mean %g, standard deviation %g", static_cast<double>(mean[f]),
+                          static_cast<double>(stddev[f]));
+            fail(MPT_STATUS_INVALID_ARGUMENT, "a standardization's means must be finite and its standard deviations "
+                                              "finite and >= 0; feature " + std::to_string(f) + " has " + values);
+        }
+    auto storage = std::make_shared<DatasetStorage>(source.context(), /*always_placed=*/true);
+    storage->f32.assign(mean, mean + count);
+    // Keras's floor on the divisor: a constant feature (standard deviation 0) becomes 0, not NaN.
+    constexpr float kMinDivisor = 1e-7f;
+    for (int64_t f = 0; f < count; ++f) storage->f32.push_back(std::max(stddev[f], kMinDivisor));
+    std::shared_ptr<Dataset> dataset(new Dataset(source));
+    dataset->standardization_ = std::move(storage);
+    return dataset;
+}
+
+void Dataset::feature_statistics(float* mean, float* stddev) const {
+    const DatasetStorage& storage = *storage_;
+    const float* standard = standardization_ ? standardization_->f32.data() : nullptr;
+    const size_t features = static_cast<size_t>(features_);
+    std::vector<float> row(features);
+    // Row r's values as gather_batch computes them in fp32 (the same operations, not contracted).
+    const auto load_row = [&](int64_t r) {
+        const size_t at = static_cast<size_t>(first_ + r) * features;
+        for (size_t f = 0; f < features; ++f) {
+            const float x = storage.is_u8() ? static_cast<float>(storage.u8[at + f]) : storage.f32[at + f];
+            const float value = x * scale_ + offset_;
+            row[f] = standard ? (value - standard[f]) / standard[features + f] : value;
+        }
+    };
+    // Two passes (the mean, then the squared deviations from it), as a one-pass sum of squares
+    // loses the variance of features far from 0 to cancellation.
+    std::vector<double> sums(features, 0.0);
+    for (int64_t r = 0; r < rows_; ++r) {
+        load_row(r);
+        for (size_t f = 0; f < features; ++f) sums[f] += row[f];
+    }
+    for (size_t f = 0; f < features; ++f) sums[f] /= static_cast<double>(rows_);
+    std::vector<double> squares(features, 0.0);
+    for (int64_t r = 0; r < rows_; ++r) {
+        load_row(r);
+        for (size_t f = 0; f < features; ++f) {
+            const double deviation = row[f] - sums[f];
+            squares[f] += deviation * deviation;
+        }
+    }
+    for (size_t f = 0; f < features; ++f) {
+        mean[f] = static_cast<float>(sums[f]);
+        stddev[f] = static_cast<float>(std::sqrt(squares[f] / static_cast<double>(rows_)));
+    }
 }
 
 DatasetView Dataset::device_view() const {
@@ -197,6 +257,11 @@ DatasetView Dataset::device_view() const {
     view.samples = static_cast<const char*>(view.samples) + static_cast<size_t>(first_ * features_) * sample_size;
     if (view.labels) view.labels += first_;
     if (view.targets) view.targets += first_ * target_width_;
+    if (standardization_) {
+        const float* values = static_cast<const float*>(standardization_->device_view().samples);
+        view.feature_mean = values;
+        view.feature_divisor = values + features_;
+    }
     return view;
 }
 

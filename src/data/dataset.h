@@ -49,6 +49,16 @@ public:
     // allowed), in that order, with their labels or targets and weights, and `source`'s
     // normalisation: a fold's training rows, a stratified split, a bootstrap sample.
     static std::shared_ptr<Dataset> subset(const Dataset& source, const int64_t* indices, int64_t count);
+    // `source`'s rows (shared) whose samples are standardized feature by feature after the
+    // normalisation: (x * scale + offset - mean[f]) / max(stddev[f], 1e-7) (Keras's Normalization
+    // layer; `count` = features, each finite, stddev >= 0; copied), in place of any standardization
+    // `source` had.
+    static std::shared_ptr<Dataset> standardized(const Dataset& source, const float* mean, const float* stddev,
+                                                 int64_t count);
+    // Each feature's mean and standard deviation (the population's: divided by rows) over this
+    // dataset's rows of the values its batches hold before any rounding to a low precision
+    // (standardized ones, for a standardized dataset), summed in double: Keras's Normalization.adapt.
+    void feature_statistics(float* mean, float* stddev) const;
 
     const std::shared_ptr<Context>& context() const { return storage_->context(); }
     int64_t rows() const { return rows_; }
@@ -61,6 +71,7 @@ public:
     int64_t target_width() const { return target_width_; }
     float scale() const { return scale_; }
     float offset() const { return offset_; }
+    bool standardized() const { return standardization_ != nullptr; }
     // This dataset's rows' labels (rows() of them), or null without labels.
     const int32_t* labels() const { return has_labels() ? storage_->labels.data() + first_ : nullptr; }
     // Every target of this dataset's rows lies in [0, 1] (what binary cross-entropy needs); false
@@ -81,7 +92,7 @@ public:
     // DatasetStorage::device_view; a slice on a GPU places all of its storage) from row first_row(),
     // with its row weights' (placed the same way, and only when the rows are). Should the rows be
     // placed and not their weights, both are read from host memory: a view is resident or streamed
-    // as a whole.
+    // as a whole. A standardization's values are in backend memory either way.
     DatasetView device_view() const;
     // The bytes of the storage this dataset shares: a slice's are its source's, held once.
     size_t storage_bytes() const { return storage_->bytes(); }
@@ -97,6 +108,8 @@ private:
 
     std::shared_ptr<const DatasetStorage> storage_;
     std::shared_ptr<const DatasetStorage> weights_;  // row weights only; null: unweighted
+    // Per-feature means then divisors (features() of each) in f32, always placed; null: none.
+    std::shared_ptr<const DatasetStorage> standardization_;
     int64_t weights_first_ = 0;                      // this dataset's first row in weights_
     int64_t first_;
     int64_t rows_;

@@ -58,10 +58,12 @@ std::string DatasetStorage::place_on_device() const {
         placed_ = true;
         return "dataset: " + std::to_string(total >> 20) + " MiB streamed from host memory (" + why + ")";
     };
-    if (total > budget) return stream("over the dataset device budget of " + std::to_string(budget) + " bytes");
+    if (total > budget && !always_placed_)
+        return stream("over the dataset device budget of " + std::to_string(budget) + " bytes");
     try {
         context_->memory().reserve(total);
     } catch (const Error& error) {
+        if (always_placed_) throw;
         return stream(error.what());
     }
     reserved_bytes_ = total;
@@ -82,7 +84,7 @@ std::string DatasetStorage::place_on_device() const {
         }
         context_->memory().unreserve(reserved_bytes_);
         reserved_bytes_ = 0;
-        if (error.status() != MPT_STATUS_OUT_OF_MEMORY) throw;
+        if (error.status() != MPT_STATUS_OUT_OF_MEMORY || always_placed_) throw;
         return stream("the device is out of memory");
     }
     placed_ = true;

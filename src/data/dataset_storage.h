@@ -22,11 +22,18 @@ struct DatasetView {
     const float* targets;
     const float* row_weights;
     bool streamed;
+    // A standardized dataset's per-feature means and divisors (Dataset::device_view), else null.
+    const float* feature_mean = nullptr;
+    const float* feature_divisor = nullptr;
 };
 
 class DatasetStorage {
 public:
-    explicit DatasetStorage(std::shared_ptr<Context> context) : context_(std::move(context)) {}
+    // `always_placed`: on a GPU in device memory whatever the dataset device budget (a
+    // standardization's per-feature values, which the gather kernel reads even for streamed rows);
+    // out of memory for it is an error rather than streaming.
+    explicit DatasetStorage(std::shared_ptr<Context> context, bool always_placed = false)
+        : context_(std::move(context)), always_placed_(always_placed) {}
     ~DatasetStorage();
     DatasetStorage(const DatasetStorage&) = delete;
     DatasetStorage& operator=(const DatasetStorage&) = delete;
@@ -63,6 +70,7 @@ private:
     size_t sample_bytes() const;
 
     std::shared_ptr<Context> context_;
+    const bool always_placed_;
     mutable std::mutex upload_mutex_;
     mutable bool placed_ = false;        // residency decided (on the first device_view)
     mutable bool streamed_ = false;

@@ -305,6 +305,8 @@ void Executor::gather(const Dataset& dataset, const DatasetView& view, const int
     args.samples_are_u8 = dataset.is_u8();
     args.scale = dataset.scale();
     args.offset = dataset.offset();
+    args.feature_mean = view.feature_mean;
+    args.feature_divisor = view.feature_divisor;
     args.order = order;
     args.first = first;
     args.rows = rows;

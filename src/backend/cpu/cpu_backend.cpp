@@ -262,6 +262,9 @@ void CpuBackend::gather_batch(const GatherArgs& args) {
             const float* in = static_cast<const float*>(args.samples) + source_row * args.features;
             for (int64_t f = 0; f < args.features; ++f) out[f] = in[f] * args.scale + args.offset;
         }
+        if (args.feature_mean)
+            for (int64_t f = 0; f < args.features; ++f)
+                out[f] = (out[f] - args.feature_mean[f]) / args.feature_divisor[f];
         round_array(args.batch_dtype, out, static_cast<size_t>(args.features));
         std::fill(out + args.features, out + args.padded_features, 0.0f);
         if (args.labels) args.batch_labels[r] = args.labels[source_row];

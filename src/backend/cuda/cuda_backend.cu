@@ -787,6 +787,8 @@ void CudaBackend::sign(const RecordedOp& op) {
             s.put(a.samples_are_u8);
             s.put(a.scale);
             s.put(a.offset);
+            s.put(a.feature_mean);
+            s.put(a.feature_divisor);
             s.put(a.order);
             s.put(a.first);
             s.put(a.rows);

@@ -10,6 +10,12 @@ namespace {
 
 constexpr int kThreads = 256;
 
+// A standardized dataset's (value - mean) / divisor for feature f, correctly rounded as the CPU's.
+__device__ float standardize(const GatherArgs& args, int64_t f, float value) {
+    if (!args.feature_mean) return value;
+    return __fdiv_rn(__fsub_rn(value, args.feature_mean[f]), args.feature_divisor[f]);
+}
+
 __global__ void __launch_bounds__(kThreads) gather_kernel(const GatherArgs args) {
     for (int64_t r = blockIdx.x; r < args.rows; r += gridDim.x) {
         const int64_t source_row = args.order ? args.order[args.first + r] : args.first + r;
@@ -18,14 +24,16 @@ __global__ void __launch_bounds__(kThreads) gather_kernel(const GatherArgs args)
             const uint8_t* in = static_cast<const uint8_t*>(args.samples) + source_row * args.features;
             for (int64_t f = threadIdx.x; f < args.padded_features; f += kThreads) {
                 const float value = f < args.features
-                                        ? __fadd_rn(__fmul_rn(static_cast<float>(in[f]), args.scale), args.offset)
+                                        ? standardize(args, f, __fadd_rn(__fmul_rn(static_cast<float>(in[f]), args.scale),
+                                                                         args.offset))
                                         : 0.0f;
                 store_element(args.batch, args.batch_dtype, out_row + f, value);
             }
         } else {
             const float* in = static_cast<const float*>(args.samples) + source_row * args.features;
             for (int64_t f = threadIdx.x; f < args.padded_features; f += kThreads) {
-                const float value = f < args.features ? __fadd_rn(__fmul_rn(in[f], args.scale), args.offset) : 0.0f;
+                const float value =
+                    f < args.features ? standardize(args, f, __fadd_rn(__fmul_rn(in[f], args.scale), args.offset)) : 0.0f;
                 store_element(args.batch, args.batch_dtype, out_row + f, value);
             }
         }
@@ -50,6 +58,8 @@ void validate_gather(const GatherArgs& args) {
             "cuda backend: gather_batch has targets but nowhere to put them");
     require(!args.row_weights || args.batch_row_weights, MPT_STATUS_INVALID_ARGUMENT,
             "cuda backend: gather_batch has row weights but nowhere to put them");
+    require(!args.feature_mean == !args.feature_divisor, MPT_STATUS_INVALID_ARGUMENT,
+            "cuda backend: gather_batch needs a standardization's means and divisors together");
 }
 
 void run_gather(const GatherArgs& args, cudaStream_t stream) {

@@ -1,0 +1,271 @@
+// Standardized datasets through the C API (mpt_dataset_create_standardized,
+// mpt_dataset_get_feature_statistics): a standardized view trains, steps, validates and evaluates
+// bit for bit as a float dataset holding the standardized values, for every kind of dataset and
+// precision; the statistics are the population's, to float rounding of a double reference, and
+// standardizing by them gives mean 0 and standard deviation 1; a constant feature becomes 0;
+// slices, weighted views and subsets keep the standardization, a new one replaces it; and the
+// refusals, which leave the caller's arrays as they were.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "mptrain/mptrain.h"
+#include "support/capi_fixture.h"
+#include "support/dataset_run.h"
+
+namespace {
+
+using mpt_test::BlobTrainer;
+using mpt_test::BlobTrainerSetup;
+using mpt_test::Blobs;
+using mpt_test::kBlobFeatures;
+using mpt_test::Kind;
+using mpt_test::make_dataset;
+using mpt_test::same_bits;
+
+constexpr int64_t kRows = 120;
+constexpr int64_t kTrainingRows = 90;  // the last 30 validate
+
+struct Statistics {
+    std::vector<float> mean = std::vector<float>(kBlobFeatures);
+    std::vector<float> stddev = std::vector<float>(kBlobFeatures);
+};
+
+Statistics statistics_of(const mpt_dataset_t* dataset) {
+    Statistics statistics;
+    REQUIRE_OK(mpt_dataset_get_feature_statistics(dataset, statistics.mean.data(), statistics.stddev.data(),
+                                                  kBlobFeatures));
+    return statistics;
+}
+
+mpt_dataset_t* standardized(const mpt_dataset_t* dataset, const Statistics& by) {
+    mpt_dataset_t* result = nullptr;
+    REQUIRE_OK(mpt_dataset_create_standardized(dataset, by.mean.data(), by.stddev.data(), kBlobFeatures, &result));
+    return result;
+}
+
+// The values a dataset of `kind` gives for `blobs` (make_dataset's uint8 quantisation, exactly
+// representable after its scale and offset).
+std::vector<float> given_values(const Blobs& blobs, Kind kind) {
+    if (kind != Kind::u8_labels) return blobs.x;
+    std::vector<float> values(blobs.x.size());
+    for (size_t i = 0; i < values.size(); ++i)
+        values[i] = static_cast<float>(std::clamp(std::lround(blobs.x[i] * 16.0f + 128.0f), 0L, 255L)) / 16 - 8;
+    return values;
+}
+
+// The same rows with their samples standardized here as the header says, each operation in float.
+Blobs standardized_copy(const Blobs& blobs, Kind kind, const Statistics& by) {
+    Blobs copy = blobs;
+    copy.x = given_values(blobs, kind);
+    for (size_t i = 0; i < copy.x.size(); ++i) {
+        const size_t f = i % kBlobFeatures;
+        const float centred = copy.x[i] - by.mean[f];
+        copy.x[i] = centred / by.stddev[f];
+    }
+    return copy;
+}
+
+// The training set's statistics standardize both sets (from slices of one standardized view).
+mpt_dataset_t* split_standardized(const BlobTrainer& trainer, const Blobs& blobs, Kind kind,
+                                  mpt_dataset_t** validation) {
+    mpt_dataset_t* whole = make_dataset(trainer, blobs, kind);
+    mpt_dataset_t* head = nullptr;
+    REQUIRE_OK(mpt_dataset_create_slice(whole, 0, kTrainingRows, &head));
+    mpt_dataset_t* view = standardized(whole, statistics_of(head));
+    mpt_dataset_t* training = nullptr;
+    REQUIRE_OK(mpt_dataset_create_slice(view, 0, kTrainingRows, &training));
+    REQUIRE_OK(mpt_dataset_create_slice(view, kTrainingRows, kRows - kTrainingRows, validation));
+    for (mpt_dataset_t* dataset : {whole, head, view}) mpt_dataset_destroy(dataset);
+    return training;
+}
+
+// The same, standardized here into float datasets (scale 1, offset 0: batched as they are).
+mpt_dataset_t* split_copied(const BlobTrainer& trainer, const Blobs& blobs, Kind kind, mpt_dataset_t** validation) {
+    mpt_dataset_t* whole = make_dataset(trainer, blobs, kind);
+    mpt_dataset_t* head = nullptr;
+    REQUIRE_OK(mpt_dataset_create_slice(whole, 0, kTrainingRows, &head));
+    const Blobs copy = standardized_copy(blobs, kind, statistics_of(head));
+    mpt_dataset_destroy(head);
+    mpt_dataset_destroy(whole);
+    const Kind float_kind = kind == Kind::u8_labels ? Kind::f32_labels : kind;
+    *validation = make_dataset(trainer, mpt_test::rows_of(copy, kTrainingRows, kRows - kTrainingRows), float_kind);
+    return make_dataset(trainer, mpt_test::rows_of(copy, 0, kTrainingRows), float_kind);
+}
+
+// Blobs far from 0 and of unequal spreads, where standardizing matters.
+Blobs offset_blobs(uint64_t seed) {
+    Blobs blobs = mpt_test::make_blobs(kRows, seed, 1.0);
+    for (size_t i = 0; i < blobs.x.size(); ++i) blobs.x[i] = blobs.x[i] * (1.0f + static_cast<float>(i % 4)) + 3.0f;
+    return blobs;
+}
+
+}  // namespace
+
+TEST_CASE("a standardized dataset trains, steps, validates and evaluates bit for bit as one of standardized floats") {
+    // u8 quantises x * 16 + 128 into [0, 255]: the offset blobs would clip, so those stay near 0.
+    mpt_test::check_runs_as_copies(mpt_test::make_blobs(kRows, 41, 1.2), split_standardized, split_copied);
+}
+
+TEST_CASE("feature statistics are the population's, and standardizing by them gives mean 0 and deviation 1") {
+    const Blobs blobs = offset_blobs(52);
+    BlobTrainer trainer(BlobTrainerSetup{});
+    mpt_dataset_t* dataset = trainer.labels(blobs);
+    const Statistics statistics = statistics_of(dataset);
+    for (int64_t f = 0; f < kBlobFeatures; ++f) {
+        CAPTURE(f);
+        double sum = 0, squares = 0;
+        for (int64_t r = 0; r < kRows; ++r) sum += blobs.x[static_cast<size_t>(r * kBlobFeatures + f)];
+        const double mean = sum / kRows;
+        for (int64_t r = 0; r < kRows; ++r) {
+            const double deviation = blobs.x[static_cast<size_t>(r * kBlobFeatures + f)] - mean;
+            squares += deviation * deviation;
+        }
+        CHECK(statistics.mean[static_cast<size_t>(f)] == static_cast<float>(mean));
+        CHECK(statistics.stddev[static_cast<size_t>(f)] == static_cast<float>(std::sqrt(squares / kRows)));  // not / (n - 1)
+    }
+    mpt_dataset_t* view = standardized(dataset, statistics);
+    const Statistics after = statistics_of(view);  // of the standardized values
+    for (int64_t f = 0; f < kBlobFeatures; ++f) {
+        CHECK(std::fabs(after.mean[static_cast<size_t>(f)]) < 1e-6f);
+        CHECK(after.stddev[static_cast<size_t>(f)] == doctest::Approx(1.0).epsilon(1e-6));
+    }
+    // Either output may be left out, and a slice's statistics are its own rows'.
+    std::vector<float> means(kBlobFeatures);
+    REQUIRE_OK(mpt_dataset_get_feature_statistics(dataset, means.data(), nullptr, kBlobFeatures));
+    CHECK(same_bits(means, statistics.mean));
+    mpt_dataset_t* slice = nullptr;
+    REQUIRE_OK(mpt_dataset_create_slice(dataset, 60, 30, &slice));
+    mpt_dataset_t* copied = trainer.labels(mpt_test::rows_of(blobs, 60, 30));
+    CHECK(same_bits(statistics_of(slice).stddev, statistics_of(copied).stddev));
+    CHECK(same_bits(statistics_of(slice).mean, statistics_of(copied).mean));
+    for (mpt_dataset_t* d : {dataset, view, slice, copied}) mpt_dataset_destroy(d);
+}
+
+TEST_CASE("a uint8 dataset's statistics are of its scaled values, and a constant feature becomes 0") {
+    BlobTrainer trainer(BlobTrainerSetup{});
+    // Feature 0 is 200 in every row; the others vary.
+    std::vector<uint8_t> samples(static_cast<size_t>(kRows * kBlobFeatures));
+    std::vector<int32_t> labels(static_cast<size_t>(kRows));
+    for (int64_t r = 0; r < kRows; ++r) {
+        samples[static_cast<size_t>(r * kBlobFeatures)] = 200;
+        for (int64_t f = 1; f < kBlobFeatures; ++f)
+            samples[static_cast<size_t>(r * kBlobFeatures + f)] = static_cast<uint8_t>((r * 37 + f * 11) % 256);
+        labels[static_cast<size_t>(r)] = static_cast<int32_t>(r % mpt_test::kBlobClasses);
+    }
+    mpt_dataset_t* dataset = nullptr;
+    REQUIRE_OK(mpt_dataset_create_u8(trainer.context, samples.data(), kRows, kBlobFeatures, labels.data(),
+                                     mpt_test::kBlobClasses, 1.0f / 255, 0.0f, &dataset));
+    const Statistics statistics = statistics_of(dataset);
+    CHECK(statistics.mean[0] == 200.0f * (1.0f / 255));  // the dataset's value, x * scale
+    CHECK(statistics.stddev[0] == 0.0f);
+    mpt_dataset_t* view = standardized(dataset, statistics);
+    // Every batch's feature 0 is (x - mean) / 1e-7 = 0: the predictions of the view are those of
+    // rows whose feature 0 is 0 and whose others are standardized.
+    std::vector<float> expected(samples.size());
+    for (size_t i = 0; i < samples.size(); ++i) {
+        const size_t f = i % kBlobFeatures;
+        const float value = static_cast<float>(samples[i]) * (1.0f / 255) + 0.0f;
+        const float centred = value - statistics.mean[f];
+        expected[i] = f == 0 ? 0.0f : centred / statistics.stddev[f];
+    }
+    std::vector<float> predicted(static_cast<size_t>(kRows * mpt_test::kBlobClasses));
+    REQUIRE_OK(mpt_trainer_predict_dataset(trainer.trainer, view, 32, predicted.data(),
+                                           static_cast<int64_t>(predicted.size())));
+    std::vector<float> reference(predicted.size());
+    REQUIRE_OK(mpt_trainer_predict(trainer.trainer, expected.data(), kRows, reference.data(),
+                                   static_cast<int64_t>(reference.size())));
+    CHECK(same_bits(predicted, reference));
+    const Statistics after = statistics_of(view);
+    CHECK(after.mean[0] == 0.0f);
+    CHECK(after.stddev[0] == 0.0f);
+    mpt_dataset_destroy(view);
+    mpt_dataset_destroy(dataset);
+}
+
+TEST_CASE("slices, weighted views and subsets keep a standardization, and a new one replaces it") {
+    const Blobs blobs = offset_blobs(53);
+    BlobTrainer trainer(BlobTrainerSetup{});
+    mpt_dataset_t* dataset = trainer.labels(blobs);
+    const Statistics statistics = statistics_of(dataset);
+    mpt_dataset_t* view = standardized(dataset, statistics);
+    const Statistics of_view = statistics_of(view);
+    std::vector<float> weights(kRows, 2.0f);
+    mpt_dataset_t* weighted = nullptr;
+    REQUIRE_OK(mpt_dataset_create_weighted(view, weights.data(), kRows, &weighted));
+    std::vector<int64_t> all(kRows);
+    for (int64_t r = 0; r < kRows; ++r) all[static_cast<size_t>(r)] = r;
+    mpt_dataset_t* subset = nullptr;
+    REQUIRE_OK(mpt_dataset_create_subset(view, all.data(), kRows, &subset));
+    mpt_dataset_t* slice = nullptr;
+    REQUIRE_OK(mpt_dataset_create_slice(view, 0, kRows, &slice));
+    for (const mpt_dataset_t* kept : {weighted, subset, slice}) {
+        const Statistics of_kept = statistics_of(kept);
+        CHECK(same_bits(of_kept.mean, of_view.mean));
+        CHECK(same_bits(of_kept.stddev, of_view.stddev));
+    }
+    // Standardizing the view again by other values standardizes the original values, not the view's.
+    Statistics other = statistics;
+    for (float& mean : other.mean) mean += 1.0f;
+    for (float& stddev : other.stddev) stddev *= 2.0f;
+    mpt_dataset_t* again = standardized(view, other);
+    mpt_dataset_t* direct = standardized(dataset, other);
+    CHECK(same_bits(statistics_of(again).mean, statistics_of(direct).mean));
+    CHECK(same_bits(statistics_of(again).stddev, statistics_of(direct).stddev));
+    CHECK(!same_bits(statistics_of(again).mean, of_view.mean));
+    for (mpt_dataset_t* d : {dataset, view, weighted, subset, slice, again, direct}) mpt_dataset_destroy(d);
+}
+
+TEST_CASE("standardization and statistics refuse bad arguments and leave the caller's arrays as they were") {
+    BlobTrainer trainer(BlobTrainerSetup{});
+    mpt_dataset_t* dataset = trainer.labels(mpt_test::make_blobs(kRows, 54));
+    std::vector<float> mean(kBlobFeatures, 0.5f), stddev(kBlobFeatures, 2.0f);
+    mpt_dataset_t* out = nullptr;
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT,
+                mpt_dataset_create_standardized(nullptr, mean.data(), stddev.data(), kBlobFeatures, &out));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT,
+                mpt_dataset_create_standardized(dataset, nullptr, stddev.data(), kBlobFeatures, &out));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT,
+                mpt_dataset_create_standardized(dataset, mean.data(), nullptr, kBlobFeatures, &out));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT,
+                mpt_dataset_create_standardized(dataset, mean.data(), stddev.data(), kBlobFeatures, nullptr));
+    for (int64_t count : {int64_t{0}, kBlobFeatures - 1, kBlobFeatures + 1, int64_t{-1}})
+        CHECK_FAILS(MPT_STATUS_SHAPE_MISMATCH,
+                    mpt_dataset_create_standardized(dataset, mean.data(), stddev.data(), count, &out));
+    const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+    for (float bad_mean : {nan, inf, -inf}) {
+        std::vector<float> bad = mean;
+        bad[2] = bad_mean;
+        CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT,
+                    mpt_dataset_create_standardized(dataset, bad.data(), stddev.data(), kBlobFeatures, &out));
+        CHECK(std::string(mpt_last_error()).find("feature 2") != std::string::npos);
+    }
+    for (float bad_stddev : {nan, inf, -1.0f, -1e-30f}) {
+        std::vector<float> bad = stddev;
+        bad[3] = bad_stddev;
+        CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT,
+                    mpt_dataset_create_standardized(dataset, mean.data(), bad.data(), kBlobFeatures, &out));
+        CHECK(std::string(mpt_last_error()).find("feature 3") != std::string::npos);
+    }
+    CHECK(out == nullptr);
+    // A standard deviation of 0 (a constant feature) and of -0 are taken.
+    stddev[1] = 0.0f;
+    stddev[2] = -0.0f;
+    REQUIRE_OK(mpt_dataset_create_standardized(dataset, mean.data(), stddev.data(), kBlobFeatures, &out));
+    mpt_dataset_destroy(out);
+
+    std::vector<float> untouched(kBlobFeatures, 42.0f), also_untouched(kBlobFeatures, 43.0f);
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT,
+                mpt_dataset_get_feature_statistics(nullptr, untouched.data(), also_untouched.data(), kBlobFeatures));
+    for (int64_t count : {int64_t{0}, kBlobFeatures - 1, kBlobFeatures + 1})
+        CHECK_FAILS(MPT_STATUS_SHAPE_MISMATCH,
+                    mpt_dataset_get_feature_statistics(dataset, untouched.data(), also_untouched.data(), count));
+    CHECK(untouched == std::vector<float>(kBlobFeatures, 42.0f));
+    CHECK(also_untouched == std::vector<float>(kBlobFeatures, 43.0f));
+    mpt_dataset_destroy(dataset);
+}
