@@ -72,6 +72,9 @@ void args_print_usage(FILE* stream, const char* program)
             "                     callback (val_loss, val_accuracy on the epoch's line)\n"
             "  --per-class        after training, print the test set's confusion matrix and each\n"
             "                     class's accuracy (from the trainer's predictions over the data set)\n"
+            "  --standardize      standardize each of the 3072 input values to mean 0 and standard\n"
+            "                     deviation 1 by the training images' statistics (after any\n"
+            "                     --validation-split), for every set, as Keras's Normalization layer\n"
             "  -h, --help         print this help and exit\n"
             "\n"
             "Without the data set the program warns and trains on a generated CIFAR-shaped set.\n"
@@ -315,13 +318,16 @@ args_result args_parse(int argc, char** argv, cli_options* out)
         memcpy(name, arg + 2, name_length);
         name[name_length] = '\0';
 
-        if (strcmp(name, "compare") == 0 || strcmp(name, "validate") == 0 || strcmp(name, "per-class") == 0) {
+        if (strcmp(name, "compare") == 0 || strcmp(name, "validate") == 0 || strcmp(name, "per-class") == 0
+            || strcmp(name, "standardize") == 0) {
             if (equals != NULL)
                 return usage_error(program, "option '--%s' takes no value", name);
             if (strcmp(name, "compare") == 0)
                 options.compare = 1;
             else if (strcmp(name, "validate") == 0)
                 options.validate = 1;
+            else if (strcmp(name, "standardize") == 0)
+                options.standardize = 1;
             else
                 options.per_class = 1;
             continue;

@@ -36,6 +36,7 @@ typedef struct cli_options {
     int compare;
     int validate;               /* --validate: evaluate the test set after every epoch */
     int per_class;              /* --per-class: the test set's confusion matrix and per-class accuracy */
+    int standardize;            /* --standardize: each feature to mean 0, deviation 1 by the training rows' statistics */
 } cli_options;
 
 typedef enum args_result {

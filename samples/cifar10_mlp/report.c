@@ -115,6 +115,7 @@ static void write_run(json_writer* json, const cli_options* options, const data_
         json_number(json, "ema_test_accuracy", (double)run->ema_test_accuracy);
     }
     json_boolean(json, "validate", options->validate);
+    json_boolean(json, "standardize", options->standardize);
     json_number(json, "validation_split", options->validation_split);
     if (run->per_class)
         json_number_array(json, "per_class_accuracy", run->class_accuracy, 10);

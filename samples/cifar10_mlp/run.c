@@ -158,6 +158,31 @@ done:
     return failed;
 }
 
+/* --standardize: replaces each set by a view of it standardized by the training set's per-feature
+ * statistics (the held-out rows are left out of them, as they would be of a Normalization layer's
+ * adapt). Returns 0, or 1 after printing the error. */
+static int standardize_sets(mpt_dataset_t** sets[3])
+{
+    float mean[IMAGE_FEATURES], stddev[IMAGE_FEATURES];
+    int i, failed = 1;
+
+    CHECK_MPT(mpt_dataset_get_feature_statistics(*sets[0], mean, stddev, IMAGE_FEATURES),
+              "computing the training images' feature statistics");
+    for (i = 0; i < 3; ++i) {
+        mpt_dataset_t* standardized = NULL;
+        if (*sets[i] == NULL)
+            continue;
+        CHECK_MPT(mpt_dataset_create_standardized(*sets[i], mean, stddev, IMAGE_FEATURES, &standardized),
+                  "standardizing a data set");
+        mpt_dataset_destroy(*sets[i]); /* the view keeps its rows */
+        *sets[i] = standardized;
+    }
+    failed = 0;
+
+done:
+    return failed;
+}
+
 static void print_size(const char* label, size_t bytes)
 {
     printf("%s%.1f MiB", label, (double)bytes / (1024.0 * 1024.0));
@@ -195,6 +220,11 @@ int run_training(const cli_options* options, mpt_precision precision, const data
                                                                   &r.train_rows, &r.validation_rows) != 0)
         goto done;
     CHECK_MPT(mpt_dataset_get_rows(test_set, &r.test_rows), "reading the test set's size");
+    if (options->standardize) {
+        mpt_dataset_t** sets[3] = {&train_set, &held_out, &test_set};
+        if (standardize_sets(sets) != 0)
+            goto done;
+    }
 
     /* Flatten 32x32x3 is the input width: the datasets already hold each image as 3072 values. */
     CHECK_MPT(mpt_model_create(context, IMAGE_FEATURES, &model), "creating the model");

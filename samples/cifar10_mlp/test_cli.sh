@@ -12,7 +12,7 @@ failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
 "$program" --help >"$work/help" 2>&1 || fail "--help exited $?"
-for flag in --optimizer --momentum --weight-decay --lr-schedule --warmup --lr-decay --label-smoothing --clipnorm --ema --dropout --input-dropout --validation-split --per-class --compare; do
+for flag in --optimizer --momentum --weight-decay --lr-schedule --warmup --lr-decay --label-smoothing --clipnorm --ema --dropout --input-dropout --validation-split --per-class --standardize --compare; do
     grep -q -- "$flag" "$work/help" || fail "--help does not mention $flag"
 done
 
@@ -64,6 +64,7 @@ refused --validation-split -0.2 "--validation-split must be a number in (0, 1)"
 refused --validation-split nan "--validation-split must be a number in (0, 1)"
 refused --validation-split 0.2 --validate "give one of them"
 refused --per-class=1 "takes no value"
+refused --standardize=1 "takes no value"
 refused --frobnicate "unknown option"
 refused --micro-batch -1 "--micro-batch must be an integer >= 0"
 
@@ -192,6 +193,14 @@ awk -v a="$split_val" -v b="$json_val" 'BEGIN { d = a - b; if (d < 0) d = -d; ex
 "$program" --data "$work/no-such-directory" --limit 1 --validation-split 0.5 >"$work/no_rows.out" 2>&1 &&
     fail "a split of 1 image into none exited 0"
 grep -q "leaves none to train on" "$work/no_rows.out" || fail "a split leaving nothing to train on: $(tail -1 "$work/no_rows.out")"
+# --standardize trains on standardized values (another loss), and with a split too.
+run standardized --standardize
+[ "$(json_value standardized standardize)" = true ] || fail "--standardize is not in the JSON"
+[ "$(json_value constant standardize)" = false ] || fail "a run without --standardize says standardize: $(json_value constant standardize)"
+loss=$(json_value standardized train_loss)
+[ -n "$loss" ] && [ "$loss" != "$constant_loss" ] || fail "--standardize trained the constant run's loss $constant_loss"
+run standardized_split --standardize --limit 320 --validation-split 0.2
+[ "$(grep -c ' - val_loss: ' "$work/standardized_split.out")" = 2 ] || fail "--standardize with a split did not validate both epochs"
 # --per-class: the test set's confusion matrix, whose diagonal over its total is the test accuracy,
 # and the per-class accuracies in the JSON; the run itself is the constant one.
 run per_class --per-class
