@@ -1,7 +1,7 @@
 // The header-only C++ wrapper (include/mptrain/mptrain.hpp) over libmptrain.so: model files,
 // training checkpoints, learning-rate schedules, label smoothing, class weights, gradient clipping,
-// weight averaging, RMSprop, Lion, dropout, the regression losses (Huber's delta), dataset slices, subsets
-// and row weights through it, errors arriving as mptrain::Error with the C status.
+// weight averaging, RMSprop, Lion, dropout, the regression losses (Huber's delta), dataset slices, subsets,
+// row weights and standardization through it, errors arriving as mptrain::Error with the C status.
 #include <doctest/doctest.h>
 
 #include <mptrain/mptrain.hpp>
@@ -1470,6 +1470,70 @@ TEST_CASE("a subset of an index out of its dataset's rows or of no rows throws I
     CHECK(status_of([&] { data.slice(20, 10).subset({10}); }) == MPT_STATUS_INVALID_ARGUMENT);
     CHECK(status_of([&] { data.subset({}); }) == MPT_STATUS_INVALID_ARGUMENT);
     CHECK(data.subset({29}).rows() == 1);
+}
+
+namespace {
+
+/** Blobs with feature f scaled by 3 (f + 1) and moved by 5 f - 4: features far from mean 0, stddev 1. */
+std::vector<float> scaled_blob_samples(int64_t rows, unsigned seed, std::vector<int32_t>& labels) {
+    std::vector<float> samples = blob_samples(rows, seed, labels);
+    for (size_t i = 0; i < samples.size(); ++i) {
+        const auto feature = static_cast<float>(static_cast<int64_t>(i) % kFeatures);
+        samples[i] = samples[i] * 3.0f * (feature + 1.0f) + 5.0f * feature - 4.0f;
+    }
+    return samples;
+}
+
+}  // namespace
+
+TEST_CASE("a dataset standardized by its own feature statistics has features of mean 0 and stddev 1, and trains") {
+    std::vector<int32_t> labels;
+    const std::vector<float> samples = scaled_blob_samples(90, 70, labels);
+    auto context = cpu_context();
+    const auto data = mptrain::Dataset::from_f32(context, samples, kFeatures, labels, kClasses);
+    const mptrain::FeatureStatistics raw = data.feature_statistics();
+    REQUIRE(raw.mean.size() == static_cast<size_t>(kFeatures));
+    REQUIRE(raw.stddev.size() == static_cast<size_t>(kFeatures));
+    for (int64_t f = 0; f < kFeatures; ++f) {  // the population's, against a double reference
+        double sum = 0.0, squares = 0.0;
+        for (int64_t r = 0; r < 90; ++r) sum += samples[static_cast<size_t>(r * kFeatures + f)];
+        const double mean = sum / 90.0;
+        for (int64_t r = 0; r < 90; ++r) {
+            const double d = samples[static_cast<size_t>(r * kFeatures + f)] - mean;
+            squares += d * d;
+        }
+        CHECK(raw.mean[static_cast<size_t>(f)] == doctest::Approx(mean).epsilon(1e-6));
+        CHECK(raw.stddev[static_cast<size_t>(f)] == doctest::Approx(std::sqrt(squares / 90.0)).epsilon(1e-6));
+        CHECK(std::fabs(raw.stddev[static_cast<size_t>(f)] - 1.0f) > 0.5f);  // far from standardized
+    }
+    const auto standardized = data.standardized(raw.mean, raw.stddev);
+    CHECK(standardized.rows() == 90);
+    CHECK(standardized.labels() == labels);
+    const mptrain::FeatureStatistics after = standardized.feature_statistics();
+    for (size_t f = 0; f < static_cast<size_t>(kFeatures); ++f) {
+        CHECK(std::fabs(after.mean[f]) < 1e-5f);
+        CHECK(std::fabs(after.stddev[f] - 1.0f) < 1e-5f);
+    }
+    auto model = mlp(context);
+    mptrain::Trainer trainer(model, adam());
+    trainer.fit(standardized, 3, 16);
+    CHECK(trainer.progress().second == 3);
+    CHECK(std::isfinite(trainer.evaluate(standardized).loss));
+}
+
+TEST_CASE("standardizing by a mean or stddev of the wrong size throws SHAPE_MISMATCH; a negative stddev INVALID_ARGUMENT") {
+    auto context = cpu_context();
+    const auto data = blobs(context, 30, 71);
+    const std::vector<float> ones(kFeatures, 1.0f), zeros(kFeatures, 0.0f);
+    CHECK(status_of([&] { data.standardized(std::vector<float>(kFeatures - 1, 0.0f), std::vector<float>(kFeatures - 1, 1.0f)); }) ==
+          MPT_STATUS_SHAPE_MISMATCH);
+    CHECK(status_of([&] { data.standardized(std::vector<float>(kFeatures + 1, 0.0f), ones); }) == MPT_STATUS_SHAPE_MISMATCH);
+    CHECK(status_of([&] { data.standardized(zeros, std::vector<float>(kFeatures - 1, 1.0f)); }) == MPT_STATUS_SHAPE_MISMATCH);
+    CHECK(status_of([&] { data.standardized({}, {}); }) == MPT_STATUS_SHAPE_MISMATCH);
+    std::vector<float> negative = ones;
+    negative[2] = -1.0f;
+    CHECK(status_of([&] { data.standardized(zeros, negative); }) == MPT_STATUS_INVALID_ARGUMENT);
+    CHECK(data.standardized(zeros, ones).slice(10, 5).rows() == 5);
 }
 
 TEST_CASE("a trainer destroyed by its own callback stops fit, which throws CANCELLED") {

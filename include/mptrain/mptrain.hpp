@@ -346,6 +346,13 @@ private:
     detail::Owned<mpt_model_t, mpt_model_destroy> handle_;
 };
 
+/** Each feature's mean and standard deviation over a dataset's rows (Dataset::feature_statistics()):
+ *  one value per feature, to standardize this dataset and the others of a split with. */
+struct FeatureStatistics {
+    std::vector<float> mean;
+    std::vector<float> stddev;
+};
+
 class Dataset {
 public:
     /** float32 samples ([rows, features]) with int32 labels in [0, num_classes). */
@@ -427,6 +434,37 @@ public:
         mpt_dataset_t* raw = nullptr;
         detail::check(mpt_dataset_create_weighted(get(), weights.data(), static_cast<int64_t>(weights.size()), &raw));
         return Dataset(raw, log_);
+    }
+    /** These rows (shared, not copied) standardized feature by feature, as Keras's Normalization
+     *  layer: feature f of every batch holds (x - mean[f]) / max(stddev[f], 1e-7), x after the
+     *  dataset's scale and offset, for fit, step, evaluate and predict over a dataset (predict over
+     *  inputs takes them as given). One finite mean and one finite stddev >= 0 per feature, else
+     *  Error with MPT_STATUS_SHAPE_MISMATCH (a count other than features(), or mean and stddev of
+     *  different sizes) or MPT_STATUS_INVALID_ARGUMENT; they replace any standardization this dataset
+     *  had, and slices, weighted views and subsets of the result keep them. Use the training set's
+     *  feature_statistics() for the validation and test sets too. It stays valid when this dataset is
+     *  gone. */
+    Dataset standardized(const std::vector<float>& mean, const std::vector<float>& stddev) const {
+        // One count reaches C: unequal sizes (or none, which C would see as a NULL pointer) are the
+        // shape mismatch C reports for a count other than the features.
+        if (mean.size() != stddev.size() || mean.empty())
+            throw Error(MPT_STATUS_SHAPE_MISMATCH, "standardization takes one mean and one stddev per feature (" +
+                                                       std::to_string(mean.size()) + " means and " +
+                                                       std::to_string(stddev.size()) + " stddevs given)");
+        mpt_dataset_t* raw = nullptr;
+        detail::check(mpt_dataset_create_standardized(get(), mean.data(), stddev.data(),
+                                                      static_cast<int64_t>(mean.size()), &raw));
+        return Dataset(raw, log_);
+    }
+    /** Each feature's mean and population standard deviation (divided by the rows, as Keras's
+     *  Normalization.adapt) over this dataset's rows (a slice's own), of the values its batches hold
+     *  (standardized ones, for a standardized dataset). standardized(s.mean, s.stddev) gives features
+     *  of mean 0 and standard deviation 1. */
+    FeatureStatistics feature_statistics() const {
+        const int64_t count = features();
+        FeatureStatistics out{detail::zeroed_floats(count), detail::zeroed_floats(count)};
+        detail::check(mpt_dataset_get_feature_statistics(get(), out.mean.data(), out.stddev.data(), count));
+        return out;
     }
     mpt_dataset_t* get() const noexcept { return handle_.get(); }
 

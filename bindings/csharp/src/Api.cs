@@ -636,6 +636,60 @@ namespace Mptrain
                 return new Dataset(weighted);
             }
         }
+
+        /// <summary>A data set of this one's rows standardized feature by feature, as Keras's Normalization
+        /// layer does: feature f of every batch holds (x - mean[f]) / max(stddev[f], 1e-7), where x is
+        /// what this data set gives (a uint8 sample after its scale and offset), each operation rounded
+        /// in float32. For Fit, Step, Evaluate and PredictDataset alike; Predict takes its inputs as
+        /// given, so standardize those yourself. The rows are shared, not copied, as by Slice (a uint8
+        /// data set stays 1 byte a value); the statistics are copied and replace any standardization this
+        /// data set had, and slices, weighted data sets and subsets of the result keep them. Use the
+        /// training set's FeatureStatistics() for the validation and test sets too:
+        /// <code>
+        /// var (mean, stddev) = training.FeatureStatistics();
+        /// using (Dataset scaled = training.Standardized(mean, stddev))
+        ///     trainer.Fit(scaled, epochs, batchSize);
+        /// </code>
+        /// The result is a Dataset of its own, disposed separately: it keeps the storage alive after this
+        /// one is disposed (and the context after its Context is). `mean` and `stddev` hold one value per
+        /// feature: another count (or counts that differ) throws MptException with
+        /// Status.ShapeMismatch, a non-finite mean or a negative or non-finite standard deviation with
+        /// Status.InvalidArgument naming the first such; a null array ArgumentNullException.</summary>
+        public Dataset Standardized(float[] mean, float[] stddev)
+        {
+            NotNull(mean, "mean");
+            NotNull(stddev, "stddev");
+            // One count reaches C: arrays of different lengths (or empty ones, which the marshaller may
+            // pass as NULL) are the shape mismatch it reports for a count other than the features.
+            if (mean.LongLength != stddev.LongLength || mean.LongLength == 0)
+                throw new MptException(Status.ShapeMismatch, "standardization takes one mean and one stddev per feature ("
+                    + mean.LongLength + " means and " + stddev.LongLength + " stddevs given)");
+            using (Family.Enter())
+            {
+                DatasetHandle standardized;
+                MptException.Check(Native.mpt_dataset_create_standardized(Live, mean, stddev, mean.LongLength, out standardized));
+                standardized.Attach(Family);
+                return new Dataset(standardized);
+            }
+        }
+
+        /// <summary>Each feature's mean and standard deviation over this data set's rows (a slice's own),
+        /// of the values its batches hold (standardized ones, for a Standardized data set): the
+        /// population's, divided by the rows, as Keras's Normalization.adapt, summed in double.
+        /// Standardized(Mean, Stddev) with them gives features of mean 0 and standard deviation 1.</summary>
+        public (float[] Mean, float[] Stddev) FeatureStatistics()
+        {
+            using (Family.Enter())
+            {
+                DatasetHandle live = Live;
+                long features;
+                MptException.Check(Native.mpt_dataset_get_features(live, out features));
+                float[] mean = Shape.ZeroedFloats(features);
+                float[] stddev = Shape.ZeroedFloats(features);
+                MptException.Check(Native.mpt_dataset_get_feature_statistics(live, mean, stddev, features));
+                return (mean, stddev);
+            }
+        }
     }
 
     public struct LossScalerDynamics

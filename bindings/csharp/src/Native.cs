@@ -81,6 +81,8 @@ namespace Mptrain
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_dataset_create_slice(DatasetHandle dataset, long first, long rows, out DatasetHandle slice);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_dataset_create_weighted(DatasetHandle dataset, [In] float[] weights, long count, out DatasetHandle weighted);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_dataset_create_subset(DatasetHandle dataset, [In] long[] rows, long count, out DatasetHandle subset);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_dataset_create_standardized(DatasetHandle dataset, [In] float[] mean, [In] float[] stddev, long count, out DatasetHandle standardized);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_dataset_get_feature_statistics(DatasetHandle dataset, [Out] float[] mean, [Out] float[] stddev, long count);
 
         // Trainer options
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_create(out TrainerOptionsHandle options);

@@ -804,7 +804,8 @@ class Model(_Handle):
 class Dataset(_Handle):
     """Training data, copied into the library: build one with from_f32, from_u8, from_targets or
     load_cifar10, or take rows of one without a copy with slice(first, rows) or dataset[a:b], or with
-    a weight per row (Keras's sample_weight) with weighted(weights)."""
+    a weight per row (Keras's sample_weight) with weighted(weights), or standardized feature by
+    feature (Keras's Normalization) with standardized(mean, stddev) from feature_statistics()."""
 
     _destroy_name = "mpt_dataset_destroy"
 
@@ -994,6 +995,60 @@ class Dataset(_Handle):
                                                       ctypes.byref(pointer)))
         # The source's family, as for a slice: the same context's lock and log callback.
         return type(self)(pointer, self._family)
+
+    def standardized(self, mean, stddev):
+        """A Dataset of this one's rows standardized feature by feature, as Keras's Normalization layer
+        does: feature f of every batch holds (x - mean[f]) / max(stddev[f], 1e-7), where x is what this
+        dataset gives (a uint8 sample after its scale and offset), each operation rounded in float32.
+        For fit, step, evaluate and predict_dataset alike; predict takes its inputs as given, so
+        standardize those yourself. Use the training set's statistics for the others too:
+
+            layer = keras.layers.Normalization(); layer.adapt(x_train)       # Keras
+            mean, stddev = training.feature_statistics()                     # mptrain
+            training, validation = training.standardized(mean, stddev), validation.standardized(mean, stddev)
+
+        The rows are shared, not copied, as by a slice (a uint8 dataset stays 1 byte a value); the
+        statistics are copied and replace any standardization this dataset had, and slices, weighted
+        datasets and subsets of the result keep them.
+
+        `mean` and `stddev` are sequences of floats, one per feature: lists, tuples, array.arrays or
+        1-D numpy arrays. Another count (or counts that differ), or an array of more than one
+        dimension, raises Error with Status.SHAPE_MISMATCH; a non-finite mean or a negative or
+        non-finite standard deviation Status.INVALID_ARGUMENT naming the first such; anything but
+        numbers TypeError.
+
+        The standardized dataset keeps the storage (and its context) alive: it stays usable when this
+        Dataset, its Context or both are closed or collected."""
+        mean_data = _floats(mean, "mean")
+        stddev_data = _floats(stddev, "stddev")
+        for data, what in ((mean_data, "mean"), (stddev_data, "stddev")):
+            if data.shape is not None and len(data.shape) != 1:
+                raise Error(Status.SHAPE_MISMATCH, "%s must be one-dimensional (one per feature), not of shape %s"
+                            % (what, data.shape))
+        # One count reaches C: sequences of different lengths are the shape mismatch it reports for a
+        # count other than the features.
+        if mean_data.count != stddev_data.count:
+            raise Error(Status.SHAPE_MISMATCH, "standardization takes one mean and one stddev per feature (%d "
+                        "means and %d stddevs given)" % (mean_data.count, stddev_data.count))
+        pointer = _native.DatasetP()
+        with self._family:
+            _check(_lib().mpt_dataset_create_standardized(self._get(), mean_data.pointer, stddev_data.pointer,
+                                                          mean_data.count, ctypes.byref(pointer)))
+        # The source's family, as for a slice: the same context's lock and log callback.
+        return type(self)(pointer, self._family)
+
+    def feature_statistics(self):
+        """(mean, stddev): each feature's mean and standard deviation over this dataset's rows (a slice's
+        own), of the values its batches hold (standardized ones, for a standardized dataset): the
+        population's, divided by the rows, as Keras's Normalization.adapt, summed in double. Each a
+        float32 numpy array [features] when numpy is installed, else array.array("f").
+        standardized(mean, stddev) with them gives features of mean 0 and standard deviation 1."""
+        with self._family:
+            features = self.features
+            mean, mean_ptr = _output(features, (features,))
+            stddev, stddev_ptr = _output(features, (features,))
+            _check(_lib().mpt_dataset_get_feature_statistics(self._get(), mean_ptr, stddev_ptr, features))
+        return mean, stddev
 
     def __getitem__(self, key):
         """dataset[a:b]: rows a to b as a slice (see slice), bounds as Python's: negative ones count

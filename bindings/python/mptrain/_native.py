@@ -121,6 +121,8 @@ PROTOTYPES = {
     "mpt_dataset_create_slice": (c_enum, [DatasetP, c_int64, c_int64, P(DatasetP)]),
     "mpt_dataset_create_weighted": (c_enum, [DatasetP, FloatP, c_int64, P(DatasetP)]),
     "mpt_dataset_create_subset": (c_enum, [DatasetP, Int64P, c_int64, P(DatasetP)]),
+    "mpt_dataset_create_standardized": (c_enum, [DatasetP, FloatP, FloatP, c_int64, P(DatasetP)]),
+    "mpt_dataset_get_feature_statistics": (c_enum, [DatasetP, FloatP, FloatP, c_int64]),
     "mpt_trainer_options_create": (c_enum, [P(TrainerOptionsP)]),
     "mpt_trainer_options_destroy": (None, [TrainerOptionsP]),
     "mpt_trainer_options_set_precision": (c_enum, [TrainerOptionsP, c_enum]),

@@ -363,6 +363,19 @@ extern "C" {
         count: i64,
         out: *mut *mut mpt_dataset_t,
     ) -> mpt_status;
+    pub fn mpt_dataset_create_standardized(
+        dataset: *const mpt_dataset_t,
+        mean: *const c_float,
+        stddev: *const c_float,
+        count: i64,
+        out: *mut *mut mpt_dataset_t,
+    ) -> mpt_status;
+    pub fn mpt_dataset_get_feature_statistics(
+        dataset: *const mpt_dataset_t,
+        mean: *mut c_float,
+        stddev: *mut c_float,
+        count: i64,
+    ) -> mpt_status;
 
     // Trainer options
     pub fn mpt_trainer_options_create(out: *mut *mut mpt_trainer_options_t) -> mpt_status;

@@ -1174,8 +1174,9 @@ impl Drop for Model {
 
 /// Training data, copied into the library (the caller's slices are not retained); [`Dataset::slice`]
 /// makes a dataset of some of its rows without a copy, [`Dataset::subset`] one of copies of any of
-/// its rows, [`Dataset::weighted`] one of its rows with a weight per row; [`Dataset::labels`] copies
-/// its labels back out.
+/// its rows, [`Dataset::weighted`] one of its rows with a weight per row, [`Dataset::standardized`]
+/// one of its rows standardized feature by feature; [`Dataset::labels`] copies its labels back out,
+/// [`Dataset::feature_statistics`] each feature's mean and standard deviation.
 pub struct Dataset {
     raw: NonNull<sys::mpt_dataset_t>,
     family: Arc<Family>,
@@ -1473,6 +1474,85 @@ impl Dataset {
             raw: NonNull::new(raw).expect("mpt_dataset_create_weighted returned NULL"),
             family: self.family.clone(),
         })
+    }
+
+    /// A dataset of this one's rows standardized feature by feature, as Keras's `Normalization`
+    /// layer does: feature `f` of every batch holds `(x - mean[f]) / max(stddev[f], 1e-7)`, where `x`
+    /// is what this dataset gives (a uint8 sample after its scale and offset), each operation rounded
+    /// in `f32`. For [`Trainer::fit`], [`Trainer::step`], [`Trainer::evaluate`] and
+    /// [`Trainer::predict_dataset`] alike; [`Trainer::predict`] and [`Model::predict`] take their
+    /// inputs as given, so standardize those yourself. Use the training set's
+    /// [`Dataset::feature_statistics`] for the validation and test sets too:
+    ///
+    /// ```no_run
+    /// # use mptrain::{Context, Dataset};
+    /// # fn main() -> mptrain::Result<()> {
+    /// # let ctx = Context::new()?;
+    /// # let (samples, labels) = (vec![0.0f32; 400], vec![0; 100]);
+    /// let data = Dataset::from_f32(&ctx, &samples, 4, &labels, 3, true)?;
+    /// let (mean, stddev) = data.slice(0, 80)?.feature_statistics()?;
+    /// let training = data.slice(0, 80)?.standardized(&mean, &stddev)?;
+    /// let validation = data.slice(80, 20)?.standardized(&mean, &stddev)?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// The rows are shared, not copied, as by [`Dataset::slice`] (a uint8 dataset stays 1 byte a
+    /// value), and kept alive after this `Dataset` is dropped; the statistics are copied and replace
+    /// any standardization this dataset had, and slices, weighted datasets and subsets of the result
+    /// keep them. `mean` and `stddev` hold one value per feature: another count (or lengths that
+    /// differ) fails with [`Status::ShapeMismatch`], a non-finite mean or a negative or non-finite
+    /// standard deviation with [`Status::InvalidArgument`] naming the first such.
+    pub fn standardized(&self, mean: &[f32], stddev: &[f32]) -> Result<Dataset> {
+        // One count reaches C: slices of different lengths are the shape mismatch it reports for a
+        // count other than the features.
+        if mean.len() != stddev.len() {
+            return Err(Error::new(
+                Status::ShapeMismatch,
+                format!(
+                    "standardization takes one mean and one stddev per feature ({} means and {} \
+                     stddevs given)",
+                    mean.len(),
+                    stddev.len()
+                ),
+            ));
+        }
+        let _lock = self.family.enter()?;
+        let mut raw = ptr::null_mut();
+        check(unsafe {
+            sys::mpt_dataset_create_standardized(
+                self.raw.as_ptr(),
+                mean.as_ptr(),
+                stddev.as_ptr(),
+                count(mean.len()),
+                &mut raw,
+            )
+        })?;
+        Ok(Dataset {
+            raw: NonNull::new(raw).expect("mpt_dataset_create_standardized returned NULL"),
+            family: self.family.clone(),
+        })
+    }
+
+    /// Each feature's mean and standard deviation `(mean, stddev)` over this dataset's rows (a
+    /// slice's own), of the values its batches hold (standardized ones, for a
+    /// [`Dataset::standardized`] dataset): the population's, divided by the rows, as Keras's
+    /// `Normalization.adapt`, summed in `f64`. [`Dataset::standardized`] with them gives features of
+    /// mean 0 and standard deviation 1.
+    pub fn feature_statistics(&self) -> Result<(Vec<f32>, Vec<f32>)> {
+        let _lock = self.family.enter()?;
+        let mut features = 0i64;
+        check(unsafe { sys::mpt_dataset_get_features(self.raw.as_ptr(), &mut features) })?;
+        let mut mean = zeroed_floats(features)?;
+        let mut stddev = zeroed_floats(features)?;
+        check(unsafe {
+            sys::mpt_dataset_get_feature_statistics(
+                self.raw.as_ptr(),
+                mean.as_mut_ptr(),
+                stddev.as_mut_ptr(),
+                features,
+            )
+        })?;
+        Ok((mean, stddev))
     }
 }
 

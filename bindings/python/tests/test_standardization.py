@@ -1,0 +1,104 @@
+"""Standardized datasets (Dataset.standardized and Dataset.feature_statistics, mpt_dataset_create_standardized
+and mpt_dataset_get_feature_statistics): Keras's Normalization layer, for the data. The statistics against a
+double reference; a dataset standardized by its own statistics has features of mean 0 and standard deviation 1
+and trains; a mean or stddev of another count or shape is refused with SHAPE_MISMATCH, a negative stddev with
+INVALID_ARGUMENT; a standardized dataset outlives its source."""
+import array
+import math
+
+import pytest
+
+import mptrain
+from conftest import CLASSES, FEATURES, make_blobs, mlp, values
+
+ROWS = 90
+
+
+def scaled_blobs(seed):
+    """Blobs with feature f scaled by 3 (f + 1) and moved by 5 f - 4: far from mean 0, stddev 1."""
+    samples, labels = make_blobs(rows=ROWS, seed=seed)
+    return [[x * 3.0 * (f + 1) + 5.0 * f - 4.0 for f, x in enumerate(row)] for row in samples], labels
+
+
+def test_a_dataset_standardized_by_its_own_statistics_has_mean_0_and_stddev_1_and_trains(ctx):
+    samples, labels = scaled_blobs(81)
+    data = mptrain.Dataset.from_f32(ctx, samples, labels, CLASSES)
+    floats = [values(array.array("f", row)) for row in samples]  # the float32 values the dataset holds
+    mean, stddev = data.feature_statistics()
+    assert len(mean) == len(stddev) == FEATURES
+    for f in range(FEATURES):  # the population's, in double
+        column = [row[f] for row in floats]
+        expected_mean = math.fsum(column) / ROWS
+        expected_stddev = math.sqrt(math.fsum((v - expected_mean) ** 2 for v in column) / ROWS)
+        assert mean[f] == pytest.approx(expected_mean, rel=1e-6), f
+        assert stddev[f] == pytest.approx(expected_stddev, rel=1e-6), f
+        assert abs(stddev[f] - 1.0) > 0.5, f  # not standardized to begin with
+
+    standardized = data.standardized(mean, stddev)
+    assert len(standardized) == ROWS
+    assert list(standardized.labels) == labels
+    after_mean, after_stddev = standardized.feature_statistics()
+    for f in range(FEATURES):
+        assert abs(after_mean[f]) < 1e-5, (f, after_mean[f])
+        assert abs(after_stddev[f] - 1.0) < 1e-5, (f, after_stddev[f])
+
+    trainer = mptrain.Trainer(mlp(ctx), optimizer="adam", learning_rate=0.01)
+    trainer.fit(standardized, epochs=3, batch_size=16)
+    assert trainer.progress.epochs == 3
+    assert math.isfinite(trainer.evaluate(standardized).loss)
+
+
+def test_statistics_of_every_accepted_sequence_type_standardize_alike(ctx):
+    samples, labels = scaled_blobs(82)
+    data = mptrain.Dataset.from_f32(ctx, samples, labels, CLASSES)
+    mean, stddev = data.feature_statistics()
+    mean, stddev = values(mean), values(stddev)
+    expected = [values(s) for s in data.standardized(mean, stddev).feature_statistics()]
+    for kind in (tuple, lambda v: array.array("f", v)):
+        got = data.standardized(kind(mean), kind(stddev)).feature_statistics()
+        assert [values(s) for s in got] == expected
+
+
+def test_a_mean_or_stddev_of_the_wrong_count_is_refused_with_shape_mismatch(ctx):
+    samples, labels = make_blobs(rows=30, seed=83)
+    data = mptrain.Dataset.from_f32(ctx, samples, labels, CLASSES)
+    for means, stddevs in ((FEATURES - 1, FEATURES - 1), (FEATURES + 1, FEATURES + 1), (FEATURES + 1, FEATURES),
+                           (FEATURES, FEATURES - 1), (0, 0)):
+        with pytest.raises(mptrain.Error) as caught:
+            data.standardized([0.0] * means, [1.0] * stddevs)
+        assert caught.value.status == mptrain.Status.SHAPE_MISMATCH, (means, stddevs)
+        assert caught.value.message, (means, stddevs)
+    with pytest.raises(mptrain.Error) as caught:  # a row of FEATURES means: not one-dimensional
+        data.standardized([[0.0] * FEATURES], [1.0] * FEATURES)
+    assert caught.value.status == mptrain.Status.SHAPE_MISMATCH
+    stddev = [1.0] * FEATURES
+    stddev[2] = -1.0
+    with pytest.raises(mptrain.Error) as caught:
+        data.standardized([0.0] * FEATURES, stddev)
+    assert caught.value.status == mptrain.Status.INVALID_ARGUMENT
+    for wrong_type in (None, 2.0, "0000", ["0.0"] * FEATURES):
+        with pytest.raises(TypeError):
+            data.standardized(wrong_type, [1.0] * FEATURES)
+
+
+def test_numpy_statistics_come_back_as_float32_arrays_and_standardize(ctx):
+    np = pytest.importorskip("numpy")
+    samples, labels = scaled_blobs(84)
+    data = mptrain.Dataset.from_f32(ctx, samples, labels, CLASSES)
+    mean, stddev = data.feature_statistics()
+    assert isinstance(mean, np.ndarray) and mean.dtype == np.float32 and mean.shape == (FEATURES,)
+    assert isinstance(stddev, np.ndarray) and stddev.dtype == np.float32 and stddev.shape == (FEATURES,)
+    after_mean, after_stddev = data.standardized(mean, stddev.astype(np.float64)).feature_statistics()
+    assert np.all(np.abs(after_mean) < 1e-5) and np.all(np.abs(after_stddev - 1.0) < 1e-5)
+    with pytest.raises(mptrain.Error) as caught:
+        data.standardized(mean.reshape(2, 2), stddev.reshape(2, 2))
+    assert caught.value.status == mptrain.Status.SHAPE_MISMATCH
+
+
+def test_a_standardized_dataset_outlives_its_source(ctx):
+    samples, labels = make_blobs(rows=30, seed=85)
+    data = mptrain.Dataset.from_f32(ctx, samples, labels, CLASSES)
+    standardized = data.standardized([0.0] * FEATURES, [1.0] * FEATURES)
+    data.close()
+    assert len(standardized[10:15]) == 5
+    assert list(standardized.labels) == labels
