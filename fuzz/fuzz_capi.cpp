@@ -107,11 +107,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                 break;
             case 2: {
                 if (dataset && in.byte() % 4 == 0) {
-                    // A slice of it (hostile bounds), a subset (hostile indices and count) or the same
-                    // rows weighted (hostile weights and count) replaces it, the source destroyed first.
+                    // A slice of it (hostile bounds), a subset (hostile indices and count), the same
+                    // rows weighted (hostile weights and count) or standardized (hostile statistics
+                    // and count, after its own statistics into bounded arrays) replaces it, the
+                    // source destroyed first.
                     mpt_dataset_t* derived = nullptr;
                     mpt_status status;
-                    const int kind = in.byte() % 3;
+                    const int kind = in.byte() % 4;
                     if (kind == 0) {
                         const int64_t first = in.count() - 2, rows = in.count() - 1;
                         status = mpt_dataset_create_slice(dataset, first, rows, &derived);
@@ -120,6 +122,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                         std::vector<int64_t> indices(64, 0);
                         for (int64_t i = 0; i < count; ++i) indices[static_cast<size_t>(i)] = in.count() - 2;
                         status = mpt_dataset_create_subset(dataset, in.byte() % 8 ? indices.data() : nullptr, count, &derived);
+                    } else if (kind == 3) {
+                        const int64_t count = std::min<int64_t>(in.count(), 64);
+                        mpt_dataset_get_feature_statistics(dataset, in.byte() % 8 ? buffer.data() + 3500 : nullptr,
+                                                           in.byte() % 8 ? buffer.data() + 3600 : nullptr, count);
+                        for (int64_t i = 0; i < count; ++i) {
+                            buffer[static_cast<size_t>(3300 + i)] = in.real();
+                            buffer[static_cast<size_t>(3400 + i)] = in.real();
+                        }
+                        status = mpt_dataset_create_standardized(dataset, in.byte() % 8 ? buffer.data() + 3300 : nullptr,
+                                                                 buffer.data() + 3400, count, &derived);
                     } else {
                         const int64_t count = std::min<int64_t>(in.count(), 64);
                         for (int64_t i = 0; i < count; ++i) buffer[static_cast<size_t>(3200 + i)] = in.real();
