@@ -188,6 +188,74 @@ TEST_CASE("a uint8 dataset's statistics are of its scaled values, and a constant
     mpt_dataset_destroy(dataset);
 }
 
+// The population statistics of `values` (rows x kBlobFeatures), as the header specifies them: summed
+// in double in row order, two passes.
+Statistics reference_statistics(const std::vector<float>& values) {
+    Statistics statistics;
+    const int64_t rows = static_cast<int64_t>(values.size()) / kBlobFeatures;
+    for (int64_t f = 0; f < kBlobFeatures; ++f) {
+        double sum = 0, squares = 0;
+        for (int64_t r = 0; r < rows; ++r) sum += values[static_cast<size_t>(r * kBlobFeatures + f)];
+        const double mean = sum / static_cast<double>(rows);
+        for (int64_t r = 0; r < rows; ++r) {
+            const double deviation = values[static_cast<size_t>(r * kBlobFeatures + f)] - mean;
+            squares += deviation * deviation;
+        }
+        statistics.mean[static_cast<size_t>(f)] = static_cast<float>(mean);
+        statistics.stddev[static_cast<size_t>(f)] = static_cast<float>(std::sqrt(squares / static_cast<double>(rows)));
+    }
+    return statistics;
+}
+
+TEST_CASE("a uint8 dataset's statistics are of its values after both its scale and its offset") {
+    BlobTrainer trainer(BlobTrainerSetup{});
+    std::vector<uint8_t> samples(static_cast<size_t>(kRows * kBlobFeatures));
+    std::vector<int32_t> labels(static_cast<size_t>(kRows));
+    for (size_t i = 0; i < samples.size(); ++i) samples[i] = static_cast<uint8_t>((i * 37 + i / 7) % 256);
+    for (int64_t r = 0; r < kRows; ++r) labels[static_cast<size_t>(r)] = static_cast<int32_t>(r % mpt_test::kBlobClasses);
+    const float scale = 0.5f, offset = -3.0f;
+    mpt_dataset_t* dataset = nullptr;
+    REQUIRE_OK(mpt_dataset_create_u8(trainer.context, samples.data(), kRows, kBlobFeatures, labels.data(),
+                                     mpt_test::kBlobClasses, scale, offset, &dataset));
+    std::vector<float> values(samples.size());
+    for (size_t i = 0; i < samples.size(); ++i) values[i] = static_cast<float>(samples[i]) * scale + offset;
+    const Statistics expected = reference_statistics(values);
+    const Statistics statistics = statistics_of(dataset);
+    CHECK(same_bits(statistics.mean, expected.mean));
+    CHECK(same_bits(statistics.stddev, expected.stddev));
+    mpt_dataset_destroy(dataset);
+}
+
+TEST_CASE("a standard deviation below 1e-7 (0, subnormal or not) divides by 1e-7, one above it by itself") {
+    const Blobs blobs = mpt_test::make_blobs(kRows, 55);
+    BlobTrainer trainer(BlobTrainerSetup{});
+    mpt_dataset_t* dataset = trainer.labels(blobs);
+    Statistics by;
+    by.mean = {0.5f, -0.25f, 1.0f, 0.0f};
+    by.stddev = {0.0f, 1e-40f, 5e-8f, 1.5e-7f};
+    const float divisors[kBlobFeatures] = {1e-7f, 1e-7f, 1e-7f, 1.5e-7f};
+    mpt_dataset_t* view = standardized(dataset, by);
+    std::vector<float> expected(blobs.x.size());
+    for (size_t i = 0; i < expected.size(); ++i) {
+        const size_t f = i % kBlobFeatures;
+        const float centred = blobs.x[i] - by.mean[f];
+        expected[i] = centred / divisors[f];
+    }
+    // Through the gather (predictions over the view) and through the statistics alike.
+    std::vector<float> predicted(static_cast<size_t>(kRows * mpt_test::kBlobClasses));
+    REQUIRE_OK(mpt_trainer_predict_dataset(trainer.trainer, view, 32, predicted.data(),
+                                           static_cast<int64_t>(predicted.size())));
+    std::vector<float> reference(predicted.size());
+    REQUIRE_OK(mpt_trainer_predict(trainer.trainer, expected.data(), kRows, reference.data(),
+                                   static_cast<int64_t>(reference.size())));
+    CHECK(same_bits(predicted, reference));
+    const Statistics after = statistics_of(view), expected_after = reference_statistics(expected);
+    CHECK(same_bits(after.mean, expected_after.mean));
+    CHECK(same_bits(after.stddev, expected_after.stddev));
+    mpt_dataset_destroy(view);
+    mpt_dataset_destroy(dataset);
+}
+
 TEST_CASE("slices, weighted views and subsets keep a standardization, and a new one replaces it") {
     const Blobs blobs = offset_blobs(53);
     BlobTrainer trainer(BlobTrainerSetup{});
