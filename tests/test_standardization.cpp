@@ -337,3 +337,63 @@ TEST_CASE("standardization and statistics refuse bad arguments and leave the cal
     CHECK(also_untouched == std::vector<float>(kBlobFeatures, 43.0f));
     mpt_dataset_destroy(dataset);
 }
+
+TEST_CASE("a feature with a non-finite sample has non-finite statistics, which a standardization refuses") {
+    // A dataset created without check_finite may hold NaN or infinity: the statistics say so (as
+    // Keras's adapt gives NaN) rather than failing, and the other features' are unaffected.
+    Blobs blobs = mpt_test::make_blobs(kRows, 56);
+    BlobTrainer trainer(BlobTrainerSetup{});
+    mpt_dataset_t* clean = trainer.labels(blobs);
+    const Statistics finite = statistics_of(clean);
+    mpt_dataset_destroy(clean);
+    blobs.x[5 * kBlobFeatures + 1] = std::numeric_limits<float>::quiet_NaN();
+    blobs.x[7 * kBlobFeatures + 2] = std::numeric_limits<float>::infinity();
+    mpt_dataset_t* dataset = nullptr;
+    REQUIRE_OK(mpt_dataset_create_f32(trainer.context, blobs.x.data(), kRows, kBlobFeatures, blobs.y.data(),
+                                      mpt_test::kBlobClasses, 0, &dataset));
+    const Statistics statistics = statistics_of(dataset);
+    CHECK(std::isnan(statistics.mean[1]));
+    CHECK(std::isnan(statistics.stddev[1]));
+    CHECK(statistics.mean[2] == std::numeric_limits<float>::infinity());
+    CHECK(std::isnan(statistics.stddev[2]));  // inf - inf
+    for (size_t f : {size_t{0}, size_t{3}}) {
+        CHECK(statistics.mean[f] == finite.mean[f]);
+        CHECK(statistics.stddev[f] == finite.stddev[f]);
+    }
+    mpt_dataset_t* out = nullptr;
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_dataset_create_standardized(dataset, statistics.mean.data(),
+                                                                             statistics.stddev.data(), kBlobFeatures, &out));
+    CHECK(std::string(mpt_last_error()).find("feature 1") != std::string::npos);
+    CHECK(out == nullptr);
+    mpt_dataset_destroy(dataset);
+}
+
+namespace {
+
+int cancel_at_step_2(int64_t, int64_t step, int64_t, float, float, void*) { return step == 2 ? 1 : 0; }
+
+}  // namespace
+
+TEST_CASE("an epoch cancelled on a dataset is finished on a standardized view of its rows, made anew") {
+    // The same rows, as for a weighted view: a caller who writes fit(data.standardized(m, s)) makes
+    // a new view at every call, and its interrupted epoch must still be finished.
+    const Blobs blobs = mpt_test::make_blobs(40, 57);  // 5 steps of 8
+    for (bool same_rows : {true, false}) {
+        CAPTURE(same_rows);
+        BlobTrainer trainer(BlobTrainerSetup{});
+        mpt_dataset_t* whole = trainer.labels(blobs);
+        const Statistics statistics = statistics_of(whole);
+        mpt_dataset_t* first = standardized(whole, statistics);
+        mpt_dataset_t* other = trainer.labels(blobs);  // a copy of the rows: other data
+        mpt_dataset_t* next = standardized(same_rows ? whole : other, statistics);
+        REQUIRE_OK(mpt_trainer_set_callbacks(trainer.trainer, cancel_at_step_2, nullptr, nullptr));
+        CHECK(mpt_trainer_fit(trainer.trainer, first, 1, 8, 1) == MPT_STATUS_CANCELLED);
+        REQUIRE_OK(mpt_trainer_set_callbacks(trainer.trainer, nullptr, nullptr, nullptr));
+        REQUIRE_OK(mpt_trainer_fit(trainer.trainer, next, 1, 8, 1));
+        int64_t steps = 0, epochs = 0;
+        REQUIRE_OK(mpt_trainer_get_progress(trainer.trainer, &steps, &epochs));
+        CHECK(steps == (same_rows ? 5 : 7));
+        CHECK(epochs == 1);
+        for (mpt_dataset_t* dataset : {whole, first, other, next}) mpt_dataset_destroy(dataset);
+    }
+}

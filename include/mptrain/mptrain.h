@@ -466,8 +466,11 @@ MPT_API mpt_status mpt_dataset_create_standardized(const mpt_dataset_t* dataset,
  *  Normalization.adapt computes the variance) over the dataset's rows (a slice's own), of the
  *  values its batches hold in float32 (standardized ones, for a standardized dataset), summed in
  *  double in two passes. `mean` and `stddev` hold `count` = features values each (else
- *  MPT_STATUS_SHAPE_MISMATCH); either may be NULL when not wanted. Then
- *  mpt_dataset_create_standardized with them gives features of mean 0 and standard deviation 1. */
+ *  MPT_STATUS_SHAPE_MISMATCH); either may be NULL when not wanted. Row weights play no part (nor
+ *  do they in adapt). Then mpt_dataset_create_standardized with them gives features of mean 0 and
+ *  standard deviation 1 (0, for a feature constant over the rows). A feature with a NaN or
+ *  infinite value (a data set created without check_finite) gets a NaN or infinite mean or
+ *  standard deviation, as adapt does, which mpt_dataset_create_standardized refuses. */
 MPT_API mpt_status mpt_dataset_get_feature_statistics(const mpt_dataset_t* dataset, float* mean, float* stddev,
                                                       int64_t count);
 
@@ -701,9 +704,9 @@ MPT_API mpt_status mpt_trainer_set_callbacks(mpt_trainer_t* trainer, mpt_progres
  *  An epoch left unfinished (fit cancelled or failed mid-epoch, or a checkpoint taken inside one) is
  *  finished first, in its order, when the data, the batch size and shuffling are the same, and
  *  counts as one of `epochs`; otherwise it is abandoned (an INFO log line says so) and a new epoch
- *  starts. The same data: the same rows (the dataset fit was given, a weighted view of it, or
- *  another slice of the same range), or, for an epoch loaded from a checkpoint, any data of the
- *  same number of rows. A fit that fails before the first step of a new epoch has run (out of memory
+ *  starts. The same data: the same rows (the dataset fit was given, a weighted or standardized view
+ *  of it, or another slice of the same range), or, for an epoch loaded from a checkpoint, any data
+ *  of the same number of rows. A fit that fails before the first step of a new epoch has run (out of memory
  *  for its scratch, say) leaves the shuffle where it was: called again, it trains what it would have. */
 MPT_API mpt_status mpt_trainer_fit(mpt_trainer_t* trainer, const mpt_dataset_t* dataset, int64_t epochs,
                                    int64_t batch_size, int shuffle);
