@@ -458,7 +458,11 @@ MPT_API mpt_status mpt_dataset_create_subset(const mpt_dataset_t* dataset, const
  *  first feature outside that); they are copied and replace any standardization `dataset` had.
  *  Slices, weighted views and subsets of the result keep it. On a GPU the 8 bytes a feature live
  *  in device memory whatever the dataset device budget. Use the training set's statistics
- *  (mpt_dataset_get_feature_statistics) for the validation and test sets too.
+ *  (mpt_dataset_get_feature_statistics) for the validation and test sets too. A feature constant
+ *  over the training rows (deviation 0) but not in another set becomes (x - mean) / 1e-7 there,
+ *  which mixed-fp16 cannot hold more than 6.5e-3 away from the mean (65504 x 1e-7: Inf in the
+ *  batch): give such a feature a deviation of 1 to leave it unscaled, as scikit-learn's
+ *  StandardScaler does.
  *  \param[out] out  new dataset (keeps the context alive). */
 MPT_API mpt_status mpt_dataset_create_standardized(const mpt_dataset_t* dataset, const float* mean,
                                                    const float* stddev, int64_t count, mpt_dataset_t** out);
