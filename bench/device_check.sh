@@ -198,6 +198,8 @@ if [ -x "$bench" ]; then
     # batches the update's bytes are the step's floor).
     bench_run 60 adam --precision mixed-bf16 --batch 32,256 --optimizer adam
     bench_run 60 lion --precision mixed-bf16 --batch 32,256 --optimizer lion
+    # Standardized inputs: a subtraction and a division a value more in the gather kernel.
+    bench_run 60 standardized --precision mixed-bf16 --batch 32,256 --standardize
 else
     echo "no $bench (MPTRAIN_BUILD_BENCH off or bench/ missing)"
 fi

@@ -47,6 +47,7 @@ struct Options {
     bool centered = false;          // --centered: centered RMSprop
     int64_t micro_batch = 0;        // --micro-batch: gradient accumulation's rows per pass; 0 = whole batches
     int frozen = 0;                 // --frozen: the first N of the 3 layers frozen (fine-tuning the rest)
+    bool standardized = false;      // --standardize: the data set standardized by its feature statistics
     std::string json;
     std::vector<int64_t> predict_rows;  // --predict: prediction latency at these row counts instead
 };
@@ -68,6 +69,7 @@ struct Record {
     bool centered;
     int64_t micro_batch;
     int frozen;
+    bool standardized;
 };
 
 [[noreturn]] void usage(int code) {
@@ -76,7 +78,7 @@ struct Record {
                  "                     [--repeats N] [--threads N] [--streamed] [--lr-schedule constant|cosine]\n"
                  "                     [--clipnorm X] [--ema M] [--dropout R] [--weight-decay X]\n"
                  "                     [--optimizer sgd|adam|adamw|rmsprop|lion] [--momentum M] [--centered]\n"
-                 "                     [--micro-batch N] [--frozen N] [--json FILE]\n"
+                 "                     [--micro-batch N] [--frozen N] [--standardize] [--json FILE]\n"
                  "       mptrain-bench --predict LIST [--backend cpu|cuda] [--precision LIST] [--repeats N] [--threads N]\n"
                  "  LIST is comma-separated, e.g. --precision fp32,mixed-bf16 --batch 32,256\n"
                  "  --streamed keeps the data set in host memory (GPU: batches staged through pinned memory)\n"
@@ -90,6 +92,8 @@ struct Record {
                  "  --micro-batch N runs each batch in micro-batches of N rows (the library's gradient accumulation)\n"
                  "  --frozen N freezes the first N of the 3 layers (0-2; the library's frozen layers), as fine-tuning\n"
                  "    the rest does\n"
+                 "  --standardize trains on the data set standardized by its own feature statistics (the\n"
+                 "    library's standardized datasets: a subtraction and a division a value in the gather)\n"
                  "  --predict 1,2,4,8 times mpt_trainer_predict on that many rows instead of training steps:\n"
                  "    the median of 20 x repeats calls per precision, the precisions taking turns\n");
     std::exit(code);
@@ -114,6 +118,10 @@ Options parse(int argc, char** argv) {
         }
         if (flag == "--centered") {
             options.centered = true;
+            continue;
+        }
+        if (flag == "--standardize") {
+            options.standardized = true;
             continue;
         }
         if (i + 1 >= argc) usage(2);
@@ -307,6 +315,15 @@ Record run_one(const Options& options, const std::string& precision_text, int64_
     check(mpt_dataset_create_u8(context, samples.data(), rows, 3072, labels.data(), 10, 1.0f / 255.0f, 0.0f,
                                 &handles.dataset),
           "dataset");
+    if (options.standardized) {
+        std::vector<float> mean(3072), stddev(3072);
+        check(mpt_dataset_get_feature_statistics(handles.dataset, mean.data(), stddev.data(), 3072), "statistics");
+        mpt_dataset_t* standardized = nullptr;
+        check(mpt_dataset_create_standardized(handles.dataset, mean.data(), stddev.data(), 3072, &standardized),
+              "standardized dataset");
+        mpt_dataset_destroy(handles.dataset);  // the view keeps the rows
+        handles.dataset = standardized;
+    }
     mpt_dataset_t* dataset = handles.dataset;
     mpt_trainer_options_t* trainer_options = nullptr;
     check(mpt_trainer_options_create(&trainer_options), "trainer options");
@@ -381,6 +398,7 @@ Record run_one(const Options& options, const std::string& precision_text, int64_
     record.centered = options.centered;
     record.micro_batch = options.micro_batch;
     record.frozen = options.frozen;
+    record.standardized = options.standardized;
     const mpt::DType compute = resolved == MPT_PRECISION_MIXED_BF16   ? mpt::DType::bf16
                                : resolved == MPT_PRECISION_MIXED_FP16 ? mpt::DType::fp16
                                                                       : mpt::DType::fp32;
@@ -470,13 +488,14 @@ void write_json(const std::string& path, const std::vector<Record>& records) {
                      "\"steps\": %lld, \"us_per_step\": %.1f, \"wall_us_per_step\": %.1f, \"data\": \"%s\", "
                      "\"lr_schedule\": \"%s\", \"global_clipnorm\": %g, \"ema_momentum\": %g, \"dropout\": %g, "
                      "\"weight_decay\": %g, \"optimizer\": \"%s\", \"momentum\": %g, \"centered\": %s, "
-                     "\"micro_batch\": %lld, \"frozen_layers\": %d, ",
+                     "\"micro_batch\": %lld, \"frozen_layers\": %d, \"standardized\": %s, ",
                      r.backend.c_str(), r.precision.c_str(), r.resolved.c_str(), static_cast<long long>(r.batch),
                      static_cast<long long>(r.steps), r.us_per_step, r.wall_us_per_step,
                      r.streamed ? "streamed" : "resident", r.cosine ? "cosine" : "constant", static_cast<double>(r.clipnorm),
                      static_cast<double>(r.ema), static_cast<double>(r.dropout),
                      static_cast<double>(r.weight_decay), r.optimizer.c_str(), static_cast<double>(r.momentum),
-                     r.centered ? "true" : "false", static_cast<long long>(r.micro_batch), r.frozen);
+                     r.centered ? "true" : "false", static_cast<long long>(r.micro_batch), r.frozen,
+                     r.standardized ? "true" : "false");
         if (r.gemm_floor_us >= 0) std::fprintf(file, "\"gemm_floor_us\": %.1f, \"floor_ratio\": %.3f, ", r.gemm_floor_us, r.us_per_step / r.gemm_floor_us);
         else std::fprintf(file, "\"gemm_floor_us\": null, \"floor_ratio\": null, ");
         std::fprintf(file, "\"allocations_per_step\": %.3f, \"peak_bytes\": %zu, \"device_bytes\": %lld}%s\n",
@@ -529,6 +548,8 @@ int main(int argc, char** argv) {
     if (options.frozen > 0)
         std::snprintf(micro + std::strlen(micro), sizeof micro - std::strlen(micro), ", first %d layer%s frozen",
                       options.frozen, options.frozen > 1 ? "s" : "");
+    if (options.standardized)
+        std::snprintf(micro + std::strlen(micro), sizeof micro - std::strlen(micro), ", inputs standardized");
     std::printf("mptrain %s bench, backend %s, seed MLP 3072-3000-1000-10, %s%s%s%s%s%s\n", mpt_version(),
                 options.backend.c_str(), optimizer.c_str(), decaying, clipping, averaging, dropping, micro);
     print_device(options);

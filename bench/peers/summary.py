@@ -67,8 +67,10 @@ def main():
     # Another optimizer than plain SGD (records from before the field existed trained with SGD).
     optimized = [r for r in mine if r.get("optimizer", "sgd") != "sgd" and
                  r not in clipped + averaged + dropped + accumulated + frozen]
+    standardized = [r for r in mine if r.get("standardized") and
+                    r not in clipped + averaged + dropped + accumulated + frozen + optimized]
     # Steps that do more (or less) than the plain one: each shown against it.
-    optioned = clipped + averaged + dropped + accumulated + frozen + optimized
+    optioned = clipped + averaged + dropped + accumulated + frozen + optimized + standardized
     constant = [r for r in mine if r.get("lr_schedule", "constant") == "constant" and r not in optioned]
     ours = {(r["precision"], r["batch"]): r["us_per_step"] for r in constant if r.get("data", "resident") == "resident"}
     streamed = [r for r in constant if r.get("data") == "streamed"]
@@ -175,6 +177,8 @@ def main():
     for r in optimized:
         print(against(r, f"optimizer {r['optimizer']}", ours.get((r["precision"], r["batch"])), "plain SGD's step")
               + memory(r))
+    for r in standardized:
+        print(against(r, "inputs standardized per feature", ours.get((r["precision"], r["batch"])), "x / 255 alone"))
 
 if __name__ == "__main__":
     main()
