@@ -105,6 +105,18 @@ Blobs offset_blobs(uint64_t seed) {
     return blobs;
 }
 
+// The trainer's predictions over `view` (through the gather) are its predictions for the kRows
+// float rows `expected`, bit for bit.
+void check_predicts_as(const BlobTrainer& trainer, const mpt_dataset_t* view, const std::vector<float>& expected) {
+    std::vector<float> predicted(static_cast<size_t>(kRows * mpt_test::kBlobClasses));
+    REQUIRE_OK(mpt_trainer_predict_dataset(trainer.trainer, view, 32, predicted.data(),
+                                           static_cast<int64_t>(predicted.size())));
+    std::vector<float> reference(predicted.size());
+    REQUIRE_OK(mpt_trainer_predict(trainer.trainer, expected.data(), kRows, reference.data(),
+                                   static_cast<int64_t>(reference.size())));
+    CHECK(same_bits(predicted, reference));
+}
+
 }  // namespace
 
 TEST_CASE("a standardized dataset trains, steps, validates and evaluates bit for bit as one of standardized floats") {
@@ -174,13 +186,7 @@ TEST_CASE("a uint8 dataset's statistics are of its scaled values, and a constant
         const float centred = value - statistics.mean[f];
         expected[i] = f == 0 ? 0.0f : centred / statistics.stddev[f];
     }
-    std::vector<float> predicted(static_cast<size_t>(kRows * mpt_test::kBlobClasses));
-    REQUIRE_OK(mpt_trainer_predict_dataset(trainer.trainer, view, 32, predicted.data(),
-                                           static_cast<int64_t>(predicted.size())));
-    std::vector<float> reference(predicted.size());
-    REQUIRE_OK(mpt_trainer_predict(trainer.trainer, expected.data(), kRows, reference.data(),
-                                   static_cast<int64_t>(reference.size())));
-    CHECK(same_bits(predicted, reference));
+    check_predicts_as(trainer, view, expected);
     const Statistics after = statistics_of(view);
     CHECK(after.mean[0] == 0.0f);
     CHECK(after.stddev[0] == 0.0f);
@@ -242,13 +248,7 @@ TEST_CASE("a standard deviation below 1e-7 (0, subnormal or not) divides by 1e-7
         expected[i] = centred / divisors[f];
     }
     // Through the gather (predictions over the view) and through the statistics alike.
-    std::vector<float> predicted(static_cast<size_t>(kRows * mpt_test::kBlobClasses));
-    REQUIRE_OK(mpt_trainer_predict_dataset(trainer.trainer, view, 32, predicted.data(),
-                                           static_cast<int64_t>(predicted.size())));
-    std::vector<float> reference(predicted.size());
-    REQUIRE_OK(mpt_trainer_predict(trainer.trainer, expected.data(), kRows, reference.data(),
-                                   static_cast<int64_t>(reference.size())));
-    CHECK(same_bits(predicted, reference));
+    check_predicts_as(trainer, view, expected);
     const Statistics after = statistics_of(view), expected_after = reference_statistics(expected);
     CHECK(same_bits(after.mean, expected_after.mean));
     CHECK(same_bits(after.stddev, expected_after.stddev));
