@@ -1,4 +1,5 @@
 // C API: models. Argument checks and translation only.
+#include <algorithm>
 #include <string>
 
 #include "capi_internal.h"
@@ -154,6 +155,30 @@ mpt_status mpt_model_get_input_dropout(const mpt_model_t* model, float* out) {
     const mpt::Model& impl = impl_of(model, "model");
     require_pointer(out, "out");
     *out = impl.input_dropout();
+    MPT_API_END
+}
+
+mpt_status mpt_model_set_input_standardization(mpt_model_t* model, const float* mean, const float* stddev,
+                                               int64_t count) {
+    MPT_API_BEGIN
+    impl_of(model, "model").set_input_standardization(mean, stddev, count);
+    MPT_API_END
+}
+
+mpt_status mpt_model_get_input_standardization(const mpt_model_t* model, float* mean, float* stddev, int64_t count,
+                                               int* standardizes) {
+    MPT_API_BEGIN
+    const mpt::Model& impl = impl_of(model, "model");
+    require_pointer(standardizes, "standardizes");
+    const mpt::FeatureStandardization* standardization = impl.input_standardization().get();
+    if (standardization && (mean || stddev)) {
+        if (count != impl.input_features())
+            mpt::fail(MPT_STATUS_SHAPE_MISMATCH, "the model standardizes " + std::to_string(impl.input_features()) +
+                                                     " input features, not " + std::to_string(count));
+        if (mean) std::copy(standardization->mean().begin(), standardization->mean().end(), mean);
+        if (stddev) std::copy(standardization->stddev().begin(), standardization->stddev().end(), stddev);
+    }
+    *standardizes = standardization ? 1 : 0;
     MPT_API_END
 }
 

@@ -304,6 +304,32 @@ MPT_API mpt_status mpt_model_get_layer_dropout(const mpt_model_t* model, int64_t
  *  MPT_STATUS_INVALID_ARGUMENT. One thread per model at a time. */
 MPT_API mpt_status mpt_model_set_input_dropout(mpt_model_t* model, float rate);
 MPT_API mpt_status mpt_model_get_input_dropout(const mpt_model_t* model, float* out);
+/** Makes the model standardize its inputs, as a Keras Normalization layer before the first Dense
+ *  layer: input feature f becomes (x - mean[f]) / max(stddev[f], 1e-7), each operation rounded in
+ *  float32, before any rounding to the compute dtype, in fit, step, evaluate and predict_dataset
+ *  (x: what the dataset gives, a uint8 sample after its scale and offset) and in mpt_model_predict
+ *  and mpt_trainer_predict (x: the caller's input) alike. Saved with the model (model files and
+ *  checkpoints, tensors "input.mean" and "input.stddev"), so a loaded model predicts from raw
+ *  inputs as the trained one did; whether the model standardizes is its architecture (a checkpoint
+ *  must match it), the values are state that loading a checkpoint restores. The values a model's
+ *  inputs have as mpt_dataset_get_feature_statistics of its training set gives them (Keras's
+ *  adapt), for example. `mean` and `stddev` hold `count` = input features values each (else
+ *  MPT_STATUS_SHAPE_MISMATCH), means finite and standard deviations finite and >= 0 (else
+ *  MPT_STATUS_INVALID_ARGUMENT naming the first feature outside that); they are copied and replace
+ *  any the model had. Both NULL with `count` 0 removes it. A trainer refuses a standardized
+ *  dataset (mpt_dataset_create_standardized) for such a model with MPT_STATUS_INVALID_ARGUMENT:
+ *  that would standardize twice. At any time but while a trainer fits the model (a callback:
+ *  MPT_STATUS_INVALID_STATE); the next step, evaluation or prediction reads it. On a GPU the 8
+ *  bytes a feature live in device memory. What mpt_dataset_create_standardized says of features
+ *  constant over the training rows holds here too. One thread per model at a time. */
+MPT_API mpt_status mpt_model_set_input_standardization(mpt_model_t* model, const float* mean, const float* stddev,
+                                                       int64_t count);
+/** \param[out] standardizes  1 when the model standardizes its inputs, else 0.
+ *  \param[out] mean, stddev   when it does and they are not NULL, `count` = input features values
+ *                             each (else MPT_STATUS_SHAPE_MISMATCH): the means and standard
+ *                             deviations as set (not floored); untouched when it does not. */
+MPT_API mpt_status mpt_model_get_input_standardization(const mpt_model_t* model, float* mean, float* stddev,
+                                                       int64_t count, int* standardizes);
 /** How layer `layer`'s weights are drawn when the model is built (Keras's kernel_initializer; the
  *  default MPT_INITIALIZER_GLOROT_UNIFORM). A layer's draws depend on the context's seed, its place
  *  and its own initializer alone, so one seed gives one set of initial weights and another layer's
@@ -353,7 +379,8 @@ MPT_API mpt_status mpt_model_get_weights(mpt_model_t* model, int64_t layer, floa
  *  MPT_STATUS_NON_FINITE and changes nothing. */
 MPT_API mpt_status mpt_model_set_weights(mpt_model_t* model, int64_t layer, const float* weights,
                                          int64_t weight_count, const float* bias, int64_t bias_count);
-/** Forward pass in fp32 for `rows` samples of `input_features` floats; writes the last layer's
+/** Forward pass in fp32 for `rows` samples of `input_features` floats (standardized first when
+ *  the model standardizes its inputs); writes the last layer's
  *  activation output ([rows, output_features]) to `out`. NaN or Inf in the inputs gives
  *  MPT_STATUS_NON_FINITE (a ReLU would otherwise turn it into plausible outputs). Builds the model. */
 MPT_API mpt_status mpt_model_predict(mpt_model_t* model, const float* inputs, int64_t rows,
@@ -361,7 +388,8 @@ MPT_API mpt_status mpt_model_predict(mpt_model_t* model, const float* inputs, in
 
 /** Saves the architecture and fp32 weights as a .safetensors file (8-byte header length, JSON header
  *  with architecture, precision and mptrain version in __metadata__, raw little-endian tensors
- *  "layers.<i>.weight" [units, inputs] and "layers.<i>.bias", each checksummed with CRC32C, as is
+ *  "layers.<i>.weight" [units, inputs] and "layers.<i>.bias", and "input.mean" and "input.stddev"
+ *  for a model that standardizes its inputs, each checksummed with CRC32C, as is
  *  the header itself), so the weights also open in Python's safetensors or numpy. The write is atomic and durable: a crash
  *  leaves the old file or the new one. Builds the model. MPT_STATUS_IO_ERROR when it cannot write. */
 MPT_API mpt_status mpt_model_save(mpt_model_t* model, const char* path);
@@ -451,8 +479,10 @@ MPT_API mpt_status mpt_dataset_create_subset(const mpt_dataset_t* dataset, const
  *  holds (x - mean[f]) / max(stddev[f], 1e-7), where x is what `dataset` gives (a uint8 sample
  *  after its scale and offset: CIFAR's byte / 255), each operation rounded in float32, before any
  *  rounding to the compute dtype. For fit, step, evaluate and predict_dataset alike;
- *  mpt_model_predict and mpt_trainer_predict take their inputs as given, so standardize those
- *  yourself. A uint8 data set stays 1 byte a value where standardized float copies would take 4.
+ *  mpt_model_predict and mpt_trainer_predict take their inputs as given: to have those
+ *  standardized too, and saved with the model, standardize in the model instead
+ *  (mpt_model_set_input_standardization; a trainer refuses a standardized dataset for such a
+ *  model). A uint8 data set stays 1 byte a value where standardized float copies would take 4.
  *  `mean` and `stddev` hold `count` = features values each (else MPT_STATUS_SHAPE_MISMATCH), means
  *  finite and standard deviations finite and >= 0 (else MPT_STATUS_INVALID_ARGUMENT naming the
  *  first feature outside that); they are copied and replace any standardization `dataset` had.
@@ -727,7 +757,8 @@ MPT_API mpt_status mpt_trainer_step(mpt_trainer_t* trainer, const mpt_dataset_t*
  *  whether the evaluation succeeds or fails. */
 MPT_API mpt_status mpt_trainer_evaluate(mpt_trainer_t* trainer, const mpt_dataset_t* dataset,
                                         int64_t batch_size, float* loss, float* accuracy);
-/** Outputs of the last layer for `rows` float samples as the trainer's loss reads them, in the
+/** Outputs of the last layer for `rows` float samples (standardized first when the model
+ *  standardizes its inputs) as the trainer's loss reads them, in the
  *  trainer's precision: probabilities for softmax and sigmoid, and for a linear last layer under
  *  a cross-entropy loss the softmax of its logits (mpt_model_predict gives the logits themselves);
  *  `out` holds rows * output_features floats. NaN or Inf in the inputs gives MPT_STATUS_NON_FINITE. On a CPU with AMX (and the

@@ -178,30 +178,16 @@ std::shared_ptr<Dataset> Dataset::subset(const Dataset& source, const int64_t* i
 
 std::shared_ptr<Dataset> Dataset::standardized(const Dataset& source, const float* mean, const float* stddev,
                                                int64_t count) {
-    if (count != source.features_)
-        fail(MPT_STATUS_SHAPE_MISMATCH, "a standardized dataset takes a mean and a standard deviation per feature: " +
-                                            std::to_string(source.features_) + " of each, not " + std::to_string(count));
-    for (int64_t f = 0; f < count; ++f)
-        if (!(std::isfinite(mean[f]) && std::isfinite(stddev[f]) && stddev[f] >= 0.0f)) {
-            char values[64];
-            std::snprintf(values, sizeof values, "mean %g, standard deviation %g", static_cast<double>(mean[f]),
-                          static_cast<double>(stddev[f]));
-            fail(MPT_STATUS_INVALID_ARGUMENT, "a standardization's means must be finite and its standard deviations "
-                                              "finite and >= 0; feature " + std::to_string(f) + " has " + values);
-        }
-    auto storage = std::make_shared<DatasetStorage>(source.context(), /*always_placed=*/true);
-    storage->f32.assign(mean, mean + count);
-    // Keras's floor on the divisor: a constant feature (standard deviation 0) becomes 0, not NaN.
-    constexpr float kMinDivisor = 1e-7f;
-    for (int64_t f = 0; f < count; ++f) storage->f32.push_back(std::max(stddev[f], kMinDivisor));
+    std::shared_ptr<const FeatureStandardization> standardization =
+        FeatureStandardization::make(source.context(), mean, stddev, count, source.features_, "a standardized dataset");
     std::shared_ptr<Dataset> dataset(new Dataset(source));
-    dataset->standardization_ = std::move(storage);
+    dataset->standardization_ = std::move(standardization);
     return dataset;
 }
 
 void Dataset::feature_statistics(float* mean, float* stddev) const {
     const DatasetStorage& storage = *storage_;
-    const float* standard = standardization_ ? standardization_->f32.data() : nullptr;
+    const FeatureStandardization* standard = standardization_.get();
     const size_t features = static_cast<size_t>(features_);
     std::vector<float> row(features);
     // Row r's values as gather_batch computes them in fp32 (the same operations, not contracted).
@@ -210,7 +196,7 @@ void Dataset::feature_statistics(float* mean, float* stddev) const {
         for (size_t f = 0; f < features; ++f) {
             const float x = storage.is_u8() ? static_cast<float>(storage.u8[at + f]) : storage.f32[at + f];
             const float value = x * scale_ + offset_;
-            row[f] = standard ? (value - standard[f]) / standard[features + f] : value;
+            row[f] = standard ? standard->apply(static_cast<int64_t>(f), value) : value;
         }
     };
     // Two passes (the mean, then the squared deviations from it), as a one-pass sum of squares
@@ -258,9 +244,9 @@ DatasetView Dataset::device_view() const {
     if (view.labels) view.labels += first_;
     if (view.targets) view.targets += first_ * target_width_;
     if (standardization_) {
-        const float* values = static_cast<const float*>(standardization_->device_view().samples);
-        view.feature_mean = values;
-        view.feature_divisor = values + features_;
+        const FeatureStandardization::DeviceValues values = standardization_->device_values();
+        view.feature_mean = values.mean;
+        view.feature_divisor = values.divisor;
     }
     return view;
 }

@@ -12,6 +12,7 @@
 
 #include "core/context.h"
 #include "data/dataset_storage.h"
+#include "data/feature_standardization.h"
 
 namespace mpt {
 
@@ -72,6 +73,7 @@ public:
     float scale() const { return scale_; }
     float offset() const { return offset_; }
     bool standardized() const { return standardization_ != nullptr; }
+    const std::shared_ptr<const FeatureStandardization>& standardization() const { return standardization_; }
     // This dataset's rows' labels (rows() of them), or null without labels.
     const int32_t* labels() const { return has_labels() ? storage_->labels.data() + first_ : nullptr; }
     // Every target of this dataset's rows lies in [0, 1] (what binary cross-entropy needs); false
@@ -108,8 +110,7 @@ private:
 
     std::shared_ptr<const DatasetStorage> storage_;
     std::shared_ptr<const DatasetStorage> weights_;  // row weights only; null: unweighted
-    // Per-feature means then divisors (features() of each) in f32, always placed; null: none.
-    std::shared_ptr<const DatasetStorage> standardization_;
+    std::shared_ptr<const FeatureStandardization> standardization_;  // null: none
     int64_t weights_first_ = 0;                      // this dataset's first row in weights_
     int64_t first_;
     int64_t rows_;

@@ -432,7 +432,7 @@ void load_checkpoint(Trainer& trainer, const std::string& path) {
     Model& model = *trainer.model();
     if (metadata_value(reader, "mptrain.kind") != "checkpoint")
         fail(MPT_STATUS_INVALID_ARGUMENT, path + " is a model file, not a training checkpoint (use mpt_model_load)");
-    const std::vector<float> masters = read_model_block(reader, model);
+    const ModelState model_state = read_model_state(reader, model);
     TrainerSnapshot snapshot;
     try {
         const std::string& options_text = metadata_value(reader, "mptrain.trainer.options");
@@ -532,7 +532,7 @@ void load_checkpoint(Trainer& trainer, const std::string& path) {
         snapshot.dataset_rows = progress.int64("/dataset_rows");
         snapshot.shuffle = progress.boolean("/shuffle");
         // The masks' seed, recorded exactly when the model drops outputs (its architecture, which
-        // read_model_block found equal to ours, says whether it does).
+        // read_model_state found equal to ours, says whether it does).
         const JsonValue* dropout_seed = progress.find("/dropout_seed");
         if (model.has_dropout()) {
             if (dropout_seed == nullptr || dropout_seed->type != JsonType::unsigned_integer)
@@ -599,7 +599,7 @@ void load_checkpoint(Trainer& trainer, const std::string& path) {
     // Everything is validated: apply.
     Backend& backend = model.context()->backend();
     backend.scheduler().synchronize();
-    model.write_master_block(masters.data());
+    model_state.apply_to(model);
     for (int array = 0; array < executor.optimizer_state_arrays(); ++array)
         backend.copy_to_device(executor.optimizer_state(array), states[static_cast<size_t>(array)].data(),
                                states[static_cast<size_t>(array)].size() * sizeof(float));

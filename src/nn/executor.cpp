@@ -307,6 +307,12 @@ void Executor::gather(const Dataset& dataset, const DatasetView& view, const int
     args.offset = dataset.offset();
     args.feature_mean = view.feature_mean;
     args.feature_divisor = view.feature_divisor;
+    // The model's own standardization (trainers refuse a standardized dataset for such a model).
+    if (const FeatureStandardization* standardization = model_.input_standardization().get()) {
+        const FeatureStandardization::DeviceValues values = standardization->device_values();
+        args.feature_mean = values.mean;
+        args.feature_divisor = values.divisor;
+    }
     args.order = order;
     args.first = first;
     args.rows = rows;
@@ -327,9 +333,16 @@ void Executor::gather(const Dataset& dataset, const DatasetView& view, const int
 void Executor::load_inputs(const float* host_rows, int64_t rows, int slot) {
     const DenseLayer& first = model_.layers().front();
     std::vector<float> padded(static_cast<size_t>(rows * first.padded_inputs), 0.0f);
-    for (int64_t r = 0; r < rows; ++r)
-        std::memcpy(padded.data() + r * first.padded_inputs, host_rows + r * first.inputs,
-                    static_cast<size_t>(first.inputs) * sizeof(float));
+    // The model's standardization on the host, as the gather would apply it on the backend.
+    const FeatureStandardization* standardization = model_.input_standardization().get();
+    for (int64_t r = 0; r < rows; ++r) {
+        float* row = padded.data() + r * first.padded_inputs;
+        const float* inputs = host_rows + r * first.inputs;
+        if (standardization)
+            for (int64_t f = 0; f < first.inputs; ++f) row[f] = standardization->apply(f, inputs[f]);
+        else
+            std::memcpy(row, inputs, static_cast<size_t>(first.inputs) * sizeof(float));
+    }
     float* staging = static_cast<float*>(step_buffer(staging_));
     backend_.copy_to_device(staging, padded.data(), padded.size() * sizeof(float));
     backend_.convert_from_fp32(step_buffer(batch_slots_[slot].inputs), layer_dtypes_[0], staging,

@@ -71,6 +71,28 @@ void Model::set_input_dropout(float rate) {
     input_dropout_ = rate == 0.0f ? 0.0f : rate;  // -0 as 0
 }
 
+void Model::set_input_standardization(const float* mean, const float* stddev, int64_t count) {
+    require(fitting_.empty(), MPT_STATUS_INVALID_STATE,
+            "the input standardization cannot change while a trainer fits the model (its batches use it)");
+    if (!mean && !stddev && count == 0) {
+        input_standardization_.reset();
+        return;
+    }
+    require(mean && stddev, MPT_STATUS_INVALID_ARGUMENT,
+            "an input standardization needs both its means and its standard deviations (or neither, with count 0, "
+            "to remove it)");
+    set_input_standardization(
+        FeatureStandardization::make(context_, mean, stddev, count, input_features_, "the model's input standardization"));
+}
+
+void Model::set_input_standardization(std::shared_ptr<const FeatureStandardization> standardization) {
+    require(fitting_.empty(), MPT_STATUS_INVALID_STATE,
+            "the input standardization cannot change while a trainer fits the model (its batches use it)");
+    require(!standardization || standardization->features() == input_features_, MPT_STATUS_SHAPE_MISMATCH,
+            "an input standardization of another feature count than the model's inputs");
+    input_standardization_ = std::move(standardization);
+}
+
 bool Model::has_dropout() const {
     if (input_dropout_ > 0.0f) return true;
     return std::any_of(layers_.begin(), layers_.end(), [](const DenseLayer& layer) { return layer.dropout > 0.0f; });

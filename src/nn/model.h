@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/context.h"
+#include "data/feature_standardization.h"
 #include "memory/arena.h"
 #include "nn/activation.h"
 #include "nn/initializer.h"
@@ -55,6 +56,17 @@ public:
     // Dropout on the inputs, as a Keras Dropout(rate) before the first Dense layer; 0: none.
     void set_input_dropout(float rate);
     float input_dropout() const { return input_dropout_; }
+    // Standardizes every input feature as Keras's Normalization layer in front of the first Dense
+    // layer would (see FeatureStandardization): in training, evaluation and prediction alike, saved
+    // with the model. `count` = input_features(); mean and stddev null with count 0 remove it. Not
+    // while a trainer fits the model (INVALID_STATE): its batches are gathered with it.
+    void set_input_standardization(const float* mean, const float* stddev, int64_t count);
+    // The same from one already checked for this model's inputs (null: none).
+    void set_input_standardization(std::shared_ptr<const FeatureStandardization> standardization);
+    // Null: the inputs are taken as given.
+    const std::shared_ptr<const FeatureStandardization>& input_standardization() const {
+        return input_standardization_;
+    }
     void set_layer_initializer(int64_t layer, Initializer initializer);
     // Freezes a layer (false) or lets it train again (true): at any time, the next training step
     // of every trainer of the model reads it.
@@ -95,6 +107,7 @@ public:
     void begin_fit(const void* trainer) { fitting_.push_back(trainer); }
     void end_fit(const void* trainer);
     bool fitted_by_another_than(const void* trainer) const;
+    bool being_fitted() const { return !fitting_.empty(); }
 
     // A prediction's row count: positive, and its input and output arrays within kMaxHostElements.
     void require_prediction_rows(int64_t rows) const;
@@ -104,6 +117,7 @@ private:
 
     std::shared_ptr<Context> context_;
     float input_dropout_ = 0.0f;
+    std::shared_ptr<const FeatureStandardization> input_standardization_;
     int64_t input_features_;
     std::vector<DenseLayer> layers_;
     bool built_ = false;

@@ -54,7 +54,10 @@ std::string architecture_json(const Model& model) {
     json.begin_object();
     // Written only when set, as a layer's dropout: files without it stay as they were.
     if (model.input_dropout() > 0.0f) json.key("input_dropout").unsigned_integer(float_bits(model.input_dropout()));
-    json.key("input_features").integer(model.input_features()).key("layers").begin_array();
+    json.key("input_features").integer(model.input_features());
+    // Written only when set: its values are the tensors input.mean and input.stddev.
+    if (model.input_standardization()) json.key("input_standardization").boolean(true);
+    json.key("layers").begin_array();
     for (const DenseLayer& layer : model.layers()) {
         json.begin_object().key("activation").string(activation_name(layer.activation));
         // Written only when set (a float's bits), so that files without dropout stay as they were.
@@ -108,6 +111,7 @@ void check_version(const SafetensorsReader& reader) {
 struct Architecture {
     int64_t input_features;
     float input_dropout;
+    bool input_standardization;
     struct Layer {
         int64_t units;
         Activation activation;
@@ -125,6 +129,9 @@ Architecture parse_architecture(const SafetensorsReader& reader) {
         json.require_object("");
         architecture.input_features = json.int64("/input_features");
         architecture.input_dropout = parse_dropout(json, "/input_dropout");
+        architecture.input_standardization = json.find("/input_standardization") != nullptr;
+        if (architecture.input_standardization && !json.boolean("/input_standardization"))
+            throw JsonFormatError("input_standardization false (only a model that standardizes records it, as true)");
         const size_t layers = json.array_size("/layers");
         for (size_t i = 0; i < layers; ++i) {
             const std::string layer = json_pointer("/layers", i);
@@ -150,6 +157,31 @@ const TensorView& f32_tensor(const SafetensorsReader& reader, const std::string&
     if (view.dtype != "F32" || view.shape != shape)
         fail(MPT_STATUS_CORRUPT_DATA, "tensor '" + name + "' has the wrong dtype or shape for its layer");
     return view;
+}
+
+// The file's input.mean and input.stddev, checked as mpt_model_set_input_standardization checks
+// them, when the model standardizes (read_model_state has compared that with the file); else null.
+std::shared_ptr<const FeatureStandardization> read_input_standardization(const SafetensorsReader& reader,
+                                                                         const Model& model) {
+    if (!model.input_standardization()) return nullptr;
+    const int64_t features = model.input_features();
+    const TensorView& mean = f32_tensor(reader, "input.mean", {features});
+    const TensorView& stddev = f32_tensor(reader, "input.stddev", {features});
+    std::vector<float> means(static_cast<size_t>(features)), deviations(static_cast<size_t>(features));
+    std::memcpy(means.data(), mean.data, mean.bytes);
+    std::memcpy(deviations.data(), stddev.data, stddev.bytes);
+    std::shared_ptr<const FeatureStandardization> standardization;
+    try {
+        standardization = FeatureStandardization::make(model.context(), means.data(), deviations.data(), features,
+                                                       features, "the file's input standardization");
+    } catch (const Error& error) {
+        fail(MPT_STATUS_CORRUPT_DATA, error.what());
+    }
+    // Checked here, before anything is applied: a fit's batches are gathered with the model's.
+    if (model.being_fitted() && !standardization->same_values(*model.input_standardization()))
+        fail(MPT_STATUS_INVALID_STATE, "the file's input standardization differs from the model's, which cannot "
+                                       "change while a trainer fits the model");
+    return standardization;
 }
 
 }  // namespace
@@ -183,15 +215,24 @@ void add_model_to_file(Model& model, SafetensorsWriter& writer, const char* kind
         writer.add(prefix + ".bias", "F32", {layer.units}, host_block.data() + layer.bias_offset,
                    static_cast<size_t>(layer.units) * sizeof(float));
     }
+    if (const FeatureStandardization* standardization = model.input_standardization().get()) {
+        const int64_t features = standardization->features();
+        writer.add("input.mean", "F32", {features}, standardization->mean().data(), static_cast<size_t>(features) * sizeof(float));
+        writer.add("input.stddev", "F32", {features}, standardization->stddev().data(),
+                   static_cast<size_t>(features) * sizeof(float));
+    }
 }
 
-std::vector<float> read_model_block(const SafetensorsReader& reader, const Model& model) {
+ModelState read_model_state(const SafetensorsReader& reader, const Model& model) {
     check_version(reader);
     const Architecture architecture = parse_architecture(reader);
     // Which layers train is no part of the architecture: a checkpoint loads whatever the model's
     // flags are now (a run that froze layers and then let them train resumes from either phase).
+    // Whether the model standardizes its inputs is; the file's means and deviations are state.
     bool same = architecture.input_features == model.input_features() &&
-                architecture.input_dropout == model.input_dropout() && architecture.layers.size() == model.layers().size();
+                architecture.input_dropout == model.input_dropout() &&
+                architecture.input_standardization == (model.input_standardization() != nullptr) &&
+                architecture.layers.size() == model.layers().size();
     for (size_t i = 0; same && i < architecture.layers.size(); ++i) {
         const DenseLayer& layer = model.layers()[i];
         same = architecture.layers[i].units == layer.units && architecture.layers[i].activation == layer.activation &&
@@ -200,7 +241,10 @@ std::vector<float> read_model_block(const SafetensorsReader& reader, const Model
     if (!same)
         fail(MPT_STATUS_SHAPE_MISMATCH, "the file's architecture " + metadata_value(reader, "mptrain.architecture") +
                                             " differs from the model's");
-    std::vector<float> block(static_cast<size_t>(model.parameter_block_elements()), 0.0f);
+    ModelState state;
+    state.input_standardization = read_input_standardization(reader, model);
+    std::vector<float>& block = state.masters;
+    block.assign(static_cast<size_t>(model.parameter_block_elements()), 0.0f);
     for (size_t i = 0; i < model.layers().size(); ++i) {
         const DenseLayer& layer = model.layers()[i];
         const std::string prefix = "layers." + std::to_string(i);
@@ -211,7 +255,15 @@ std::vector<float> read_model_block(const SafetensorsReader& reader, const Model
         pad_weights(layer, unpadded.data(), block.data());
         std::memcpy(block.data() + layer.bias_offset, bias.data, bias.bytes);
     }
-    return block;
+    return state;
+}
+
+void ModelState::apply_to(Model& model) const {
+    model.write_master_block(masters.data());
+    // Equal values keep the model's own (and their place in device memory, which a captured step reads).
+    const auto& current = model.input_standardization();
+    if (!(current && input_standardization && current->same_values(*input_standardization)))
+        model.set_input_standardization(input_standardization);
 }
 
 void save_model(Model& model, const std::string& path, const std::string& precision) {
@@ -238,12 +290,17 @@ std::shared_ptr<Model> load_model(std::shared_ptr<Context> context, const std::s
             model->set_layer_trainable(static_cast<int64_t>(i), architecture.layers[i].trainable);
         }
         require(architecture.layers.back().dropout == 0.0f, MPT_STATUS_INVALID_ARGUMENT, "the last layer has dropout");
+        // A placeholder, so that read_model_state finds the architecture the same and reads the
+        // file's values into its place.
+        if (architecture.input_standardization) {
+            const std::vector<float> zero(static_cast<size_t>(architecture.input_features), 0.0f);
+            model->set_input_standardization(zero.data(), zero.data(), architecture.input_features);
+        }
     } catch (const Error& error) {
         fail(MPT_STATUS_CORRUPT_DATA, std::string("the file's architecture is invalid: ") + error.what());
     }
     model->build();
-    const std::vector<float> block = read_model_block(reader, *model);
-    model->write_master_block(block.data());
+    read_model_state(reader, *model).apply_to(*model);
     return model;
 }
 

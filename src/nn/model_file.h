@@ -1,6 +1,7 @@
 // Models as .safetensors files: the architecture (JSON) and mptrain's version in __metadata__, one
 // F32 tensor per layer weight ("layers.<i>.weight", [units, inputs]) and bias ("layers.<i>.bias"),
-// unpadded, so the weights open in Python's safetensors or numpy as they are.
+// unpadded, so the weights open in Python's safetensors or numpy as they are, and for a model that
+// standardizes its inputs its means ("input.mean", [input features]) and deviations ("input.stddev").
 #pragma once
 
 #include <memory>
@@ -25,9 +26,16 @@ std::shared_ptr<Model> load_model(std::shared_ptr<Context> context, const std::s
 void check_header_integrity(const SafetensorsReader& reader);
 // Adds the architecture, version and kind metadata and every layer's master weights.
 void add_model_to_file(Model& model, SafetensorsWriter& writer, const char* kind, std::vector<float>& host_block);
+// What a file holds of a model beyond its architecture, checked and ready to apply.
+struct ModelState {
+    std::vector<float> masters;  // the padded master block
+    std::shared_ptr<const FeatureStandardization> input_standardization;  // null: none
+    // Writes both into `model` (of the architecture they were read for; not while it is fitted).
+    void apply_to(Model& model) const;
+};
 // Checks version and kind, and that the file's architecture is exactly `model`'s (or throws
-// MPT_STATUS_SHAPE_MISMATCH), then returns the padded master block the file holds.
-std::vector<float> read_model_block(const SafetensorsReader& reader, const Model& model);
+// MPT_STATUS_SHAPE_MISMATCH), then reads what the file holds of it.
+ModelState read_model_state(const SafetensorsReader& reader, const Model& model);
 // Copies one layer's tensor between the padded parameter layout and the unpadded file layout.
 std::vector<float> unpad_weights(const DenseLayer& layer, const float* block);
 void pad_weights(const DenseLayer& layer, const float* unpadded, float* block);

@@ -267,6 +267,9 @@ void Trainer::check_samples(const Dataset& dataset) const {
         fail(MPT_STATUS_SHAPE_MISMATCH, "the dataset has " + std::to_string(dataset.features()) +
                                             " features per sample, the model takes " +
                                             std::to_string(model_->input_features()));
+    require(!(dataset.standardized() && model_->input_standardization()), MPT_STATUS_INVALID_ARGUMENT,
+            "the dataset is standardized and the model standardizes its inputs too: that would standardize twice "
+            "(give the model the dataset it was standardized from)");
 }
 
 void Trainer::check_dataset(const Dataset& dataset) const {
