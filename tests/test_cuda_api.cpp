@@ -633,6 +633,8 @@ struct LossOptionsRun {
     // With weight averaging: the averages (the weights once exchanged) and evaluate's loss on them.
     std::vector<float> averages;
     float averaged_loss = NAN;
+    // With an input standardization: mpt_model_predict's outputs for the blobs' raw features.
+    std::vector<float> predictions;
 };
 
 struct LossOptions {
@@ -646,6 +648,9 @@ struct LossOptions {
     float input_dropout = 0.0f;
     mpt_activation hidden = MPT_ACTIVATION_RELU;
     int64_t frozen_layer = -1;  // -1: none
+    // The model standardizes its inputs by the dataset's statistics, and after fit by others for
+    // one more epoch (a captured step's standardization changed between fits).
+    bool standardize_inputs = false;
 };
 
 LossOptions smoothed_by(float label_smoothing) {
@@ -700,7 +705,20 @@ LossOptionsRun train_with_loss_options(mpt_backend backend, const Blobs& blobs, 
     mpt_trainer_options_destroy(options);
     LossOptionsRun run;
     run.initial = weights_of(model, kFeatures, kSmallModel);
+    std::vector<float> mean(kFeatures), stddev(kFeatures);
+    if (loss_options.standardize_inputs) {
+        REQUIRE_OK(mpt_dataset_get_feature_statistics(dataset, mean.data(), stddev.data(), kFeatures));
+        REQUIRE_OK(mpt_model_set_input_standardization(model, mean.data(), stddev.data(), kFeatures));
+    }
     REQUIRE_OK(mpt_trainer_fit(trainer, dataset, 4, 16, 1));
+    if (loss_options.standardize_inputs) {
+        for (float& value : mean) value += 0.25f;
+        REQUIRE_OK(mpt_model_set_input_standardization(model, mean.data(), stddev.data(), kFeatures));
+        REQUIRE_OK(mpt_trainer_fit(trainer, dataset, 1, 16, 1));
+        run.predictions.resize(static_cast<size_t>(blobs.rows() * kSmallModel[1].units));
+        REQUIRE_OK(mpt_model_predict(model, blobs.x.data(), blobs.rows(), run.predictions.data(),
+                                     static_cast<int64_t>(run.predictions.size())));
+    }
     REQUIRE_OK(mpt_trainer_evaluate(trainer, dataset, 0, &run.loss, &run.accuracy));
     run.weights = weights_of(model, kFeatures, kSmallModel);
     if (loss_options.ema_momentum != 0.0f) {
@@ -779,6 +797,35 @@ TEST_CASE("row weights train and evaluate on the backend as on the CPU, resident
         CHECK(weighted.loss != doctest::Approx(class_only.loss).epsilon(1e-2));
         CHECK(weighted.accuracy == doctest::Approx(on_cpu.accuracy).epsilon(0.02));
         if (backend == MPT_BACKEND_CPU) CHECK(same_bits(weighted.weights, on_cpu.weights));
+    }
+}
+
+TEST_CASE("a model that standardizes its inputs trains and predicts on the backend as on the CPU, resident or streamed") {
+    BACKEND_OR_SKIP(backend);
+    const Blobs blobs = make_blobs(192, 85);
+    LossOptions standardizing;
+    standardizing.standardize_inputs = true;
+    const LossOptionsRun on_cpu = train_with_loss_options(MPT_BACKEND_CPU, blobs, standardizing);
+    const LossOptionsRun plain = train_with_loss_options(backend, blobs, {});
+    for (size_t dataset_device_budget : {SIZE_MAX, size_t{0}}) {
+        CAPTURE(dataset_device_budget);
+        standardizing.dataset_device_budget = dataset_device_budget;
+        const LossOptionsRun run = train_with_loss_options(backend, blobs, standardizing);
+        const double cpu_error = normalised_error(run.weights, on_cpu.weights);
+        const double plain_error = normalised_error(plain.weights, run.weights);
+        const double prediction_error = normalised_error(run.predictions, on_cpu.predictions);
+        MESSAGE(backend_name(backend) << ", dataset device budget " << dataset_device_budget
+                                      << ": weights against the CPU's " << cpu_error << ", predictions "
+                                      << prediction_error << ", weights against no standardization " << plain_error);
+        CHECK(cpu_error <= 1e-3);  // fp32: accumulation order only, as for label smoothing above
+        CHECK(prediction_error <= 1e-3);
+        CHECK(plain_error > 2e-2);  // the standardization reached the steps (eager and replayed alike)
+        CHECK(run.loss == doctest::Approx(on_cpu.loss).epsilon(1e-3));
+        CHECK(run.accuracy == doctest::Approx(on_cpu.accuracy).epsilon(0.02));
+        if (backend == MPT_BACKEND_CPU) {
+            CHECK(same_bits(run.weights, on_cpu.weights));
+            CHECK(same_bits(run.predictions, on_cpu.predictions));
+        }
     }
 }
 

@@ -158,25 +158,19 @@ done:
     return failed;
 }
 
-/* --standardize: replaces each set by a view of it standardized by the training set's per-feature
- * statistics (the held-out rows are left out of them, as they would be of a Normalization layer's
- * adapt). Returns 0, or 1 after printing the error. */
-static int standardize_sets(mpt_dataset_t** sets[3])
+/* --standardize: the model standardizes its inputs by the training set's per-feature statistics
+ * (the held-out rows are left out of them, as they would be of a Normalization layer's adapt), so
+ * every set stays as loaded and the model would predict from raw images as trained. Returns 0, or
+ * 1 after printing the error. */
+static int standardize_inputs(mpt_model_t* model, const mpt_dataset_t* train_set)
 {
     float mean[IMAGE_FEATURES], stddev[IMAGE_FEATURES];
-    int i, failed = 1;
+    int failed = 1;
 
-    CHECK_MPT(mpt_dataset_get_feature_statistics(*sets[0], mean, stddev, IMAGE_FEATURES),
+    CHECK_MPT(mpt_dataset_get_feature_statistics(train_set, mean, stddev, IMAGE_FEATURES),
               "computing the training images' feature statistics");
-    for (i = 0; i < 3; ++i) {
-        mpt_dataset_t* standardized = NULL;
-        if (*sets[i] == NULL)
-            continue;
-        CHECK_MPT(mpt_dataset_create_standardized(*sets[i], mean, stddev, IMAGE_FEATURES, &standardized),
-                  "standardizing a data set");
-        mpt_dataset_destroy(*sets[i]); /* the view keeps its rows */
-        *sets[i] = standardized;
-    }
+    CHECK_MPT(mpt_model_set_input_standardization(model, mean, stddev, IMAGE_FEATURES),
+              "standardizing the model's inputs");
     failed = 0;
 
 done:
@@ -220,17 +214,14 @@ int run_training(const cli_options* options, mpt_precision precision, const data
                                                                   &r.train_rows, &r.validation_rows) != 0)
         goto done;
     CHECK_MPT(mpt_dataset_get_rows(test_set, &r.test_rows), "reading the test set's size");
-    if (options->standardize) {
-        mpt_dataset_t** sets[3] = {&train_set, &held_out, &test_set};
-        if (standardize_sets(sets) != 0)
-            goto done;
-    }
 
     /* Flatten 32x32x3 is the input width: the datasets already hold each image as 3072 values. */
     CHECK_MPT(mpt_model_create(context, IMAGE_FEATURES, &model), "creating the model");
     CHECK_MPT(mpt_model_add_dense(model, 3000, MPT_ACTIVATION_RELU), "adding Dense(3000, relu)");
     CHECK_MPT(mpt_model_add_dense(model, 1000, MPT_ACTIVATION_RELU), "adding Dense(1000, relu)");
     CHECK_MPT(mpt_model_add_dense(model, CLASSES, MPT_ACTIVATION_SOFTMAX), "adding Dense(10, softmax)");
+    if (options->standardize && standardize_inputs(model, train_set) != 0)
+        goto done;
     CHECK_MPT(mpt_model_set_layer_dropout(model, 0, options->dropout), "setting Dense(3000)'s dropout to %g",
               (double)options->dropout);
     CHECK_MPT(mpt_model_set_layer_dropout(model, 1, options->dropout), "setting Dense(1000)'s dropout to %g",
