@@ -5,9 +5,10 @@
 // The file is loaded into fresh trainers of the architecture the seeds were written by, one with
 // default options (Adam at a constant rate) and one with the options a checkpoint records only when
 // set (a cosine schedule, label smoothing, class weights, gradient clipping, weight averaging,
-// centered RMSprop, with momentum: three optimizer state arrays). Any load
+// centered RMSprop, with momentum: three optimizer state arrays; a model that standardizes its
+// inputs). Any load
 // must succeed or be refused with a status a bad file may give, and a refused load must leave the
-// trainer as it was (weights, averages, scaler, step count); after a load that succeeds, fit and evaluate must run or fail with
+// trainer as it was (weights, averages, input standardization, scaler, step count); after a load that succeeds, fit and evaluate must run or fail with
 // such a status too.
 //
 // The seeds (corpus/checkpoint/seed-*) are this target's trainers' own checkpoints inside an epoch:
@@ -35,7 +36,15 @@ using mpt_test::kTinyBatch;
 // A tiny trainer (tests/support/tiny_trainer.h) of the seeds' options: a load that succeeds changes
 // it, so every input gets a fresh one.
 struct Fixture : mpt_test::TinyTrainer {
-    explicit Fixture(bool optioned) : TinyTrainer(config(optioned)) {}
+    explicit Fixture(bool optioned) : TinyTrainer(config(optioned)) {
+        if (!optioned) return;
+        std::vector<float> mean(mpt_test::kTinyFeatures), stddev(mpt_test::kTinyFeatures);
+        for (size_t f = 0; f < mean.size(); ++f) {
+            mean[f] = 0.25f * static_cast<float>(f) - 0.5f;
+            stddev[f] = 0.5f + static_cast<float>(f);
+        }
+        trainer->model()->set_input_standardization(mean.data(), stddev.data(), mpt_test::kTinyFeatures);
+    }
 
     static mpt::TrainerConfig config(bool optioned) {
         mpt::TrainerConfig trainer_config;
@@ -61,6 +70,7 @@ struct Fixture : mpt_test::TinyTrainer {
     struct State {
         std::vector<float> masters;
         std::vector<float> averages;  // empty without weight averaging
+        std::vector<float> input_mean, input_stddev;  // empty without an input standardization
         mpt::TrainState train_state;
         float learning_rate;
         int64_t epochs;
@@ -71,6 +81,10 @@ struct Fixture : mpt_test::TinyTrainer {
         if (const float* averages = trainer->executor().averages()) {
             s.averages.resize(s.masters.size());
             context->backend().copy_to_host(s.averages.data(), averages, s.averages.size() * sizeof(float));
+        }
+        if (const auto& standardization = trainer->model()->input_standardization()) {
+            s.input_mean = standardization->mean();
+            s.input_stddev = standardization->stddev();
         }
         s.train_state = trainer->state();
         s.learning_rate = trainer->learning_rate();
@@ -84,6 +98,7 @@ bool same(const Fixture::State& a, const Fixture::State& b) {
            std::memcmp(a.masters.data(), b.masters.data(), a.masters.size() * sizeof(float)) == 0 &&
            a.averages.size() == b.averages.size() &&
            (a.averages.empty() || std::memcmp(a.averages.data(), b.averages.data(), a.averages.size() * sizeof(float)) == 0) &&
+           a.input_mean == b.input_mean && a.input_stddev == b.input_stddev &&
            std::memcmp(&a.train_state, &b.train_state, sizeof a.train_state) == 0 &&
            std::memcmp(&a.learning_rate, &b.learning_rate, sizeof a.learning_rate) == 0 && a.epochs == b.epochs;
 }
