@@ -203,6 +203,14 @@ private:
     detail::Owned<mpt_context_t, mpt_context_destroy> handle_;
 };
 
+/** Each feature's mean and standard deviation over a dataset's rows (Dataset::feature_statistics()):
+ *  one value per feature, to standardize this dataset and the others of a split with, or a model's
+ *  inputs (Model::set_input_standardization). */
+struct FeatureStatistics {
+    std::vector<float> mean;
+    std::vector<float> stddev;
+};
+
 class Model {
 public:
     Model(const Context& context, int64_t input_features) : log_(context.log_state()) {
@@ -263,6 +271,44 @@ public:
     float input_dropout() const {
         float out = 0.0f;
         detail::check(mpt_model_get_input_dropout(get(), &out));
+        return out;
+    }
+    /** Standardizes the inputs inside the model, as a Keras Normalization layer before the first
+     *  Dense layer (mpt_model_set_input_standardization): input feature f becomes
+     *  (x - mean[f]) / max(stddev[f], 1e-7), each operation in float32, in fit, step, evaluate and
+     *  predict over a dataset and in predict() over inputs alike. Saved with the model, so a loaded
+     *  model predicts from raw inputs as the trained one did. A training set's
+     *  Dataset::feature_statistics() are the values to give (Keras's adapt). One finite mean and one
+     *  finite stddev >= 0 per input feature, else Error with MPT_STATUS_SHAPE_MISMATCH (a count other
+     *  than input_features(), or mean and stddev of different sizes) or MPT_STATUS_INVALID_ARGUMENT;
+     *  they replace any the model had. A trainer refuses a standardized dataset for such a model
+     *  (INVALID_ARGUMENT: that would standardize twice). At any time but while a trainer fits the
+     *  model (INVALID_STATE). */
+    Model& set_input_standardization(const std::vector<float>& mean, const std::vector<float>& stddev) {
+        // One count reaches C: unequal sizes (or none, which C would take for removing it) are the
+        // shape mismatch C reports for a count other than the input features.
+        if (mean.size() != stddev.size() || mean.empty())
+            throw Error(MPT_STATUS_SHAPE_MISMATCH, "standardization takes one mean and one stddev per input feature (" +
+                                                       std::to_string(mean.size()) + " means and " +
+                                                       std::to_string(stddev.size()) + " stddevs given)");
+        detail::check(mpt_model_set_input_standardization(get(), mean.data(), stddev.data(),
+                                                          static_cast<int64_t>(mean.size())));
+        return *this;
+    }
+    /** Removes the model's input standardization, if any: it takes its inputs as given again. */
+    Model& clear_input_standardization() {
+        detail::check(mpt_model_set_input_standardization(get(), nullptr, nullptr, 0));
+        return *this;
+    }
+    /** The means and standard deviations the model standardizes its inputs by, as set (not
+     *  floored), or std::nullopt when it takes them as given. */
+    std::optional<FeatureStatistics> input_standardization() const {
+        const int64_t count = input_features();
+        FeatureStatistics out{detail::zeroed_floats(count), detail::zeroed_floats(count)};
+        int standardizes = 0;
+        detail::check(
+            mpt_model_get_input_standardization(get(), out.mean.data(), out.stddev.data(), count, &standardizes));
+        if (standardizes == 0) return std::nullopt;
         return out;
     }
     /** How layer `layer`'s weights are drawn when the model is built (mpt_model_set_layer_initializer;
@@ -344,13 +390,6 @@ private:
     }
     std::shared_ptr<detail::LogState> log_;
     detail::Owned<mpt_model_t, mpt_model_destroy> handle_;
-};
-
-/** Each feature's mean and standard deviation over a dataset's rows (Dataset::feature_statistics()):
- *  one value per feature, to standardize this dataset and the others of a split with. */
-struct FeatureStatistics {
-    std::vector<float> mean;
-    std::vector<float> stddev;
 };
 
 class Dataset {
