@@ -670,6 +670,60 @@ class Model(_Handle):
             _check(_lib().mpt_model_get_input_dropout(self._get(), ctypes.byref(out)))
         return out.value
 
+    def set_input_standardization(self, mean, stddev):
+        """Standardizes the inputs inside the model, as a Keras Normalization layer before the first
+        Dense layer: input feature f becomes (x - mean[f]) / max(stddev[f], 1e-7), each operation
+        rounded in float32, in fit, step, evaluate and predict_dataset and in predict alike. Saved with
+        the model, so a loaded model predicts from raw inputs as the trained one did. A training set's
+        statistics are the values to give (Keras's adapt):
+
+            mean, stddev = training.feature_statistics()
+            model.set_input_standardization(mean, stddev)   # then fit on the raw training set
+
+        `mean` and `stddev` are sequences of floats, one per input feature, as for
+        Dataset.standardized: another count (or counts that differ), or an array of more than one
+        dimension, raises Error with Status.SHAPE_MISMATCH; a non-finite mean or a negative or
+        non-finite standard deviation Status.INVALID_ARGUMENT naming the first such; anything but
+        numbers TypeError. They are copied and replace any the model had. A trainer refuses a
+        standardized Dataset for such a model (Status.INVALID_ARGUMENT: that would standardize twice).
+        At any time but while a trainer fits the model (Status.INVALID_STATE). Returns self, so calls
+        chain."""
+        mean_data = _floats(mean, "mean")
+        stddev_data = _floats(stddev, "stddev")
+        for data, what in ((mean_data, "mean"), (stddev_data, "stddev")):
+            if data.shape is not None and len(data.shape) != 1:
+                raise Error(Status.SHAPE_MISMATCH, "%s must be one-dimensional (one per input feature), not of "
+                            "shape %s" % (what, data.shape))
+        # One count reaches C: sequences of different lengths are the shape mismatch it reports for a
+        # count other than the input features.
+        if mean_data.count != stddev_data.count:
+            raise Error(Status.SHAPE_MISMATCH, "standardization takes one mean and one stddev per input feature "
+                        "(%d means and %d stddevs given)" % (mean_data.count, stddev_data.count))
+        with self._family:
+            _check(_lib().mpt_model_set_input_standardization(self._get(), mean_data.pointer, stddev_data.pointer,
+                                                              mean_data.count))
+        return self
+
+    def clear_input_standardization(self):
+        """Removes the model's input standardization, if any: it takes its inputs as given again.
+        Returns self, so calls chain."""
+        with self._family:
+            _check(_lib().mpt_model_set_input_standardization(self._get(), None, None, 0))
+        return self
+
+    def get_input_standardization(self):
+        """(mean, stddev) the model standardizes its inputs by, as set (not floored), each a float32
+        numpy array [input_features] when numpy is installed, else array.array("f"), as
+        Dataset.feature_statistics gives them; None when the model takes its inputs as given."""
+        standardizes = ctypes.c_int()
+        with self._family:
+            features = self.input_features
+            mean, mean_ptr = _output(features, (features,))
+            stddev, stddev_ptr = _output(features, (features,))
+            _check(_lib().mpt_model_get_input_standardization(self._get(), mean_ptr, stddev_ptr, features,
+                                                              ctypes.byref(standardizes)))
+        return (mean, stddev) if standardizes.value else None
+
     def set_layer_initializer(self, layer, initializer):
         """How layer `layer`'s weights are drawn when the model is built: an Initializer or its Keras
         name ("he_normal", "lecun_normal", ...; default "glorot_uniform"), from the context's seed.
@@ -1001,7 +1055,8 @@ class Dataset(_Handle):
         does: feature f of every batch holds (x - mean[f]) / max(stddev[f], 1e-7), where x is what this
         dataset gives (a uint8 sample after its scale and offset), each operation rounded in float32.
         For fit, step, evaluate and predict_dataset alike; predict takes its inputs as given, so
-        standardize those yourself. Use the training set's statistics for the others too:
+        standardize those yourself, or have the model standardize them (Model.set_input_standardization,
+        saved with it) instead. Use the training set's statistics for the others too:
 
             layer = keras.layers.Normalization(); layer.adapt(x_train)       # Keras
             mean, stddev = training.feature_statistics()                     # mptrain

@@ -94,6 +94,8 @@ PROTOTYPES = {
     "mpt_model_get_layer_activation": (c_enum, [ModelP, c_int64, P(c_enum)]),
     "mpt_model_set_input_dropout": (c_enum, [ModelP, c_float]),
     "mpt_model_get_input_dropout": (c_enum, [ModelP, FloatP]),
+    "mpt_model_set_input_standardization": (c_enum, [ModelP, FloatP, FloatP, c_int64]),
+    "mpt_model_get_input_standardization": (c_enum, [ModelP, FloatP, FloatP, c_int64, P(c_int)]),
     "mpt_model_set_layer_initializer": (c_enum, [ModelP, c_int64, c_enum]),
     "mpt_model_get_layer_initializer": (c_enum, [ModelP, c_int64, P(c_enum)]),
     "mpt_model_set_layer_trainable": (c_enum, [ModelP, c_int64, c_int]),

@@ -2,7 +2,13 @@
 and mpt_dataset_get_feature_statistics): Keras's Normalization layer, for the data. The statistics against a
 double reference; a dataset standardized by its own statistics has features of mean 0 and standard deviation 1
 and trains; a mean or stddev of another count or shape is refused with SHAPE_MISMATCH, a negative stddev with
-INVALID_ARGUMENT; a standardized dataset outlives its source."""
+INVALID_ARGUMENT; a standardized dataset outlives its source.
+
+Models that standardize their inputs (Model.set_input_standardization, clear_input_standardization and
+get_input_standardization, mpt_model_set/get_input_standardization): Keras's Normalization layer inside the
+model. Trained on the raw rows, it predicts from raw inputs bit for bit as a plain copy of it does from inputs
+standardized here in float32; saved and loaded it keeps the statistics, cleared it has none; the refusals
+(SHAPE_MISMATCH, INVALID_ARGUMENT, and a standardized dataset in fit)."""
 import array
 import math
 
@@ -102,3 +108,95 @@ def test_a_standardized_dataset_outlives_its_source(ctx):
     data.close()
     assert len(standardized[10:15]) == 5
     assert list(standardized.labels) == labels
+
+
+def float32(value):
+    return array.array("f", [value])[0]
+
+
+def test_a_model_standardizing_by_a_datasets_statistics_trains_on_raw_rows_and_predicts_as_a_plain_copy(ctx):
+    samples, labels = scaled_blobs(86)
+    data = mptrain.Dataset.from_f32(ctx, samples, labels, CLASSES)
+    mean, stddev = data.feature_statistics()
+    model = mlp(ctx)
+    assert model.get_input_standardization() is None
+    assert model.set_input_standardization(mean, stddev) is model
+    read_mean, read_stddev = model.get_input_standardization()
+    assert values(read_mean) == values(mean) and values(read_stddev) == values(stddev)
+    trainer = mptrain.Trainer(model, optimizer="adam", learning_rate=0.01)
+    trainer.fit(data, epochs=5, batch_size=16)
+    assert trainer.evaluate(data).accuracy > 0.9
+
+    # The header's (x - mean) / stddev, each operation rounded to float32 (exact in double first).
+    floats = [values(array.array("f", row)) for row in samples]
+    means, stddevs = values(mean), values(stddev)
+    standardized = [[float32(float32(x - m) / s) for x, m, s in zip(row, means, stddevs)] for row in floats]
+    plain = mlp(ctx)
+    for layer in range(model.layer_count):
+        plain.set_weights(layer, *model.get_weights(layer))
+    predicted = values(model.predict(samples))
+    assert predicted == values(plain.predict(standardized))
+    assert predicted != values(plain.predict(samples))
+
+
+def test_a_models_input_standardization_is_saved_with_it_and_cleared_is_none(ctx, tmp_path):
+    model = mlp(ctx)
+    mean, stddev = [0.5, -1.25, 3.0, 0.0], [2.0, 0.75, 1.5, 0.0]
+    model.set_input_standardization(mean, stddev)
+    inputs, _ = make_blobs(rows=12, seed=87)
+    predicted = values(model.predict(inputs))
+    path = tmp_path / "standardizing.safetensors"
+    model.save(path)
+    loaded = mptrain.Model.load(ctx, path)
+    kept_mean, kept_stddev = loaded.get_input_standardization()
+    assert values(kept_mean) == mean and values(kept_stddev) == stddev  # as set: the 0 not floored
+    assert values(loaded.predict(inputs)) == predicted
+    assert model.clear_input_standardization() is model
+    assert model.get_input_standardization() is None
+    assert values(model.predict(inputs)) != predicted
+    model.clear_input_standardization()  # none to remove: still none
+    assert model.get_input_standardization() is None
+    model.save(path)
+    assert mptrain.Model.load(ctx, path).get_input_standardization() is None
+
+
+def test_a_models_input_standardization_of_the_wrong_count_or_value_is_refused_and_leaves_it(ctx):
+    model = mlp(ctx)
+    model.set_input_standardization([0.0] * FEATURES, [1.0] * FEATURES)
+    for means, stddevs in ((FEATURES - 1, FEATURES - 1), (FEATURES + 1, FEATURES + 1), (FEATURES + 1, FEATURES),
+                           (FEATURES, FEATURES - 1), (0, 0)):
+        with pytest.raises(mptrain.Error) as caught:
+            model.set_input_standardization([0.0] * means, [1.0] * stddevs)
+        assert caught.value.status == mptrain.Status.SHAPE_MISMATCH, (means, stddevs)
+        assert caught.value.message, (means, stddevs)
+    with pytest.raises(mptrain.Error) as caught:  # a row of FEATURES means: not one-dimensional
+        model.set_input_standardization([[0.0] * FEATURES], [1.0] * FEATURES)
+    assert caught.value.status == mptrain.Status.SHAPE_MISMATCH
+    nan_mean = [0.0] * FEATURES
+    nan_mean[1] = math.nan
+    negative = [1.0] * FEATURES
+    negative[2] = -1.0
+    for mean, stddev in ((nan_mean, [1.0] * FEATURES), ([0.0] * FEATURES, negative)):
+        with pytest.raises(mptrain.Error) as caught:
+            model.set_input_standardization(mean, stddev)
+        assert caught.value.status == mptrain.Status.INVALID_ARGUMENT
+        assert caught.value.message
+    for wrong_type in (None, 2.0, "0000", ["0.0"] * FEATURES):
+        with pytest.raises(TypeError):
+            model.set_input_standardization(wrong_type, [1.0] * FEATURES)
+    kept_mean, kept_stddev = model.get_input_standardization()
+    assert values(kept_mean) == [0.0] * FEATURES and values(kept_stddev) == [1.0] * FEATURES
+
+
+def test_fitting_a_model_that_standardizes_on_a_standardized_dataset_is_refused(ctx):
+    samples, labels = make_blobs(rows=30, seed=88)
+    data = mptrain.Dataset.from_f32(ctx, samples, labels, CLASSES)
+    mean, stddev = data.feature_statistics()
+    model = mlp(ctx).set_input_standardization(mean, stddev)
+    trainer = mptrain.Trainer(model, optimizer="adam", learning_rate=0.01)
+    with pytest.raises(mptrain.Error) as caught:
+        trainer.fit(data.standardized(mean, stddev), epochs=1, batch_size=16)
+    assert caught.value.status == mptrain.Status.INVALID_ARGUMENT
+    assert trainer.progress.epochs == 0
+    trainer.fit(data, epochs=1, batch_size=16)  # the raw rows train
+    assert trainer.progress.epochs == 1
