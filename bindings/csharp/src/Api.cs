@@ -240,6 +240,58 @@ namespace Mptrain
             }
         }
 
+        /// <summary>Standardizes the inputs inside the model, as a Keras Normalization layer before the first
+        /// Dense layer: input feature f becomes (x - mean[f]) / max(stddev[f], 1e-7), each operation rounded in
+        /// float32, in Fit, Step, Evaluate and PredictDataset and in Predict alike. Saved with the model, so a
+        /// loaded model predicts from raw inputs as the trained one did. A training set's
+        /// Dataset.FeatureStatistics() are the values to give (Keras's adapt):
+        /// <code>
+        /// var (mean, stddev) = training.FeatureStatistics();
+        /// model.SetInputStandardization(mean, stddev); // then Fit on the raw training set
+        /// </code>
+        /// `mean` and `stddev` hold one value per input feature: another count (or counts that differ) throws
+        /// MptException with Status.ShapeMismatch, a non-finite mean or a negative or non-finite standard
+        /// deviation with Status.InvalidArgument naming the first such; a null array ArgumentNullException.
+        /// They are copied and replace any the model had. A trainer refuses a Standardized data set for such
+        /// a model (Status.InvalidArgument: that would standardize twice). At any time but while a trainer
+        /// fits the model (Status.InvalidState).</summary>
+        public void SetInputStandardization(float[] mean, float[] stddev)
+        {
+            NotNull(mean, "mean");
+            NotNull(stddev, "stddev");
+            // One count reaches C: arrays of different lengths (or empty ones, which the marshaller may
+            // pass as NULL, removing the standardization) are the shape mismatch it reports for a count
+            // other than the input features.
+            if (mean.LongLength != stddev.LongLength || mean.LongLength == 0)
+                throw new MptException(Status.ShapeMismatch, "standardization takes one mean and one stddev per input feature ("
+                    + mean.LongLength + " means and " + stddev.LongLength + " stddevs given)");
+            using (Family.Enter())
+                MptException.Check(Native.mpt_model_set_input_standardization(Live, mean, stddev, mean.LongLength));
+        }
+
+        /// <summary>Removes the model's input standardization, if any: it takes its inputs as given again.</summary>
+        public void ClearInputStandardization()
+        {
+            using (Family.Enter()) MptException.Check(Native.mpt_model_set_input_standardization(Live, null, null, 0));
+        }
+
+        /// <summary>The means and standard deviations the model standardizes its inputs by, as set (not
+        /// floored), as Dataset.FeatureStatistics() gives them; null when it takes its inputs as given.
+        /// Deconstruct the value (<c>var (mean, stddev) = s.Value;</c>): Mono's mcs 6.8 loses the element
+        /// name Stddev of a nullable tuple from another assembly.</summary>
+        public (float[] Mean, float[] Stddev)? GetInputStandardization()
+        {
+            using (Family.Enter())
+            {
+                float[] mean = Shape.ZeroedFloats(inputFeatures);
+                float[] stddev = Shape.ZeroedFloats(inputFeatures);
+                int standardizes;
+                MptException.Check(Native.mpt_model_get_input_standardization(Live, mean, stddev, inputFeatures, out standardizes));
+                if (standardizes == 0) return null;
+                return (mean, stddev);
+            }
+        }
+
         /// <summary>How layer <paramref name="layer"/>'s weights are drawn when the model is built (default
         /// Initializer.GlorotUniform), from the context's seed. Before the model is built (else
         /// Status.InvalidState); not saved with the model, whose file holds the weights.</summary>
@@ -641,7 +693,8 @@ namespace Mptrain
         /// layer does: feature f of every batch holds (x - mean[f]) / max(stddev[f], 1e-7), where x is
         /// what this data set gives (a uint8 sample after its scale and offset), each operation rounded
         /// in float32. For Fit, Step, Evaluate and PredictDataset alike; Predict takes its inputs as
-        /// given, so standardize those yourself. The rows are shared, not copied, as by Slice (a uint8
+        /// given, so standardize those yourself, or have the model standardize them
+        /// (Model.SetInputStandardization, saved with it) instead. The rows are shared, not copied, as by Slice (a uint8
         /// data set stays 1 byte a value); the statistics are copied and replace any standardization this
         /// data set had, and slices, weighted data sets and subsets of the result keep them. Use the
         /// training set's FeatureStatistics() for the validation and test sets too:

@@ -57,6 +57,8 @@ namespace Mptrain
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_model_get_layer_activation(ModelHandle model, long layer, out Activation activation);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_model_set_input_dropout(ModelHandle model, float rate);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_model_get_input_dropout(ModelHandle model, out float rate);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_model_set_input_standardization(ModelHandle model, [In] float[] mean, [In] float[] stddev, long count);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_model_get_input_standardization(ModelHandle model, [Out] float[] mean, [Out] float[] stddev, long count, out int standardizes);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_model_set_layer_initializer(ModelHandle model, long layer, Initializer initializer);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_model_get_layer_initializer(ModelHandle model, long layer, out Initializer initializer);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_model_get_layer_count(ModelHandle model, out long count);
