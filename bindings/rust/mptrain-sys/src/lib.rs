@@ -244,6 +244,19 @@ extern "C" {
     ) -> mpt_status;
     pub fn mpt_model_set_input_dropout(model: *mut mpt_model_t, rate: c_float) -> mpt_status;
     pub fn mpt_model_get_input_dropout(model: *const mpt_model_t, out: *mut c_float) -> mpt_status;
+    pub fn mpt_model_set_input_standardization(
+        model: *mut mpt_model_t,
+        mean: *const c_float,
+        stddev: *const c_float,
+        count: i64,
+    ) -> mpt_status;
+    pub fn mpt_model_get_input_standardization(
+        model: *const mpt_model_t,
+        mean: *mut c_float,
+        stddev: *mut c_float,
+        count: i64,
+        standardizes: *mut c_int,
+    ) -> mpt_status;
     pub fn mpt_model_set_layer_initializer(
         model: *mut mpt_model_t,
         layer: i64,

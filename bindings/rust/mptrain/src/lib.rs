@@ -959,6 +959,84 @@ impl Model {
         Ok(out)
     }
 
+    /// Standardizes the inputs inside the model, as a Keras `Normalization` layer before the first
+    /// Dense layer: input feature `f` becomes `(x - mean[f]) / max(stddev[f], 1e-7)`, each operation
+    /// rounded in `f32`, in [`Trainer::fit`], [`Trainer::step`], [`Trainer::evaluate`] and
+    /// [`Trainer::predict_dataset`] and in [`Model::predict`] and [`Trainer::predict`] alike. Saved
+    /// with the model, so a loaded model predicts from raw inputs as the trained one did. A training
+    /// set's [`Dataset::feature_statistics`] are the values to give (Keras's `adapt`):
+    ///
+    /// ```no_run
+    /// # use mptrain::{Context, Dataset, Model};
+    /// # fn main() -> mptrain::Result<()> {
+    /// # let ctx = Context::new()?;
+    /// # let (samples, labels) = (vec![0.0f32; 400], vec![0; 100]);
+    /// # let mut model = Model::new(&ctx, 4)?;
+    /// let training = Dataset::from_f32(&ctx, &samples, 4, &labels, 3, true)?;
+    /// let (mean, stddev) = training.feature_statistics()?;
+    /// model.set_input_standardization(&mean, &stddev)?; // then fit on the raw training set
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// `mean` and `stddev` hold one value per input feature: another count (or lengths that differ)
+    /// fails with [`Status::ShapeMismatch`], a non-finite mean or a negative or non-finite standard
+    /// deviation with [`Status::InvalidArgument`] naming the first such. They are copied and replace
+    /// any the model had. A trainer refuses a [`Dataset::standardized`] dataset for such a model
+    /// ([`Status::InvalidArgument`]: that would standardize twice). At any time but while a trainer
+    /// fits the model ([`Status::InvalidState`]).
+    pub fn set_input_standardization(&mut self, mean: &[f32], stddev: &[f32]) -> Result<()> {
+        // One count reaches C: slices of different lengths are the shape mismatch it reports for a
+        // count other than the input features. (Empty slices point somewhere, not NULL: C sees a
+        // count of 0, not a removal.)
+        if mean.len() != stddev.len() {
+            return Err(Error::new(
+                Status::ShapeMismatch,
+                format!(
+                    "standardization takes one mean and one stddev per input feature ({} means and {} \
+                     stddevs given)",
+                    mean.len(),
+                    stddev.len()
+                ),
+            ));
+        }
+        let _lock = self.family.enter()?;
+        check(unsafe {
+            sys::mpt_model_set_input_standardization(
+                self.raw.as_ptr(),
+                mean.as_ptr(),
+                stddev.as_ptr(),
+                count(mean.len()),
+            )
+        })
+    }
+
+    /// Removes the model's input standardization, if any: it takes its inputs as given again.
+    pub fn clear_input_standardization(&mut self) -> Result<()> {
+        let _lock = self.family.enter()?;
+        check(unsafe {
+            sys::mpt_model_set_input_standardization(self.raw.as_ptr(), ptr::null(), ptr::null(), 0)
+        })
+    }
+
+    /// The `(mean, stddev)` the model standardizes its inputs by, as set (not floored), as
+    /// [`Dataset::feature_statistics`] gives them; `None` when it takes its inputs as given.
+    pub fn input_standardization(&self) -> Result<Option<(Vec<f32>, Vec<f32>)>> {
+        let _lock = self.family.enter()?;
+        let mut mean = zeroed_floats(self.input_features)?;
+        let mut stddev = zeroed_floats(self.input_features)?;
+        let mut standardizes: c_int = 0;
+        check(unsafe {
+            sys::mpt_model_get_input_standardization(
+                self.raw.as_ptr(),
+                mean.as_mut_ptr(),
+                stddev.as_mut_ptr(),
+                self.input_features,
+                &mut standardizes,
+            )
+        })?;
+        Ok((standardizes != 0).then_some((mean, stddev)))
+    }
+
     /// How layer `layer`'s weights are drawn when the model is built (default
     /// [`Initializer::GlorotUniform`]), from the context's seed. Before the model is built (else
     /// [`Status::InvalidState`]); not saved with the model, whose file holds the weights.
@@ -1481,7 +1559,8 @@ impl Dataset {
     /// is what this dataset gives (a uint8 sample after its scale and offset), each operation rounded
     /// in `f32`. For [`Trainer::fit`], [`Trainer::step`], [`Trainer::evaluate`] and
     /// [`Trainer::predict_dataset`] alike; [`Trainer::predict`] and [`Model::predict`] take their
-    /// inputs as given, so standardize those yourself. Use the training set's
+    /// inputs as given, so standardize those yourself, or have the model standardize them
+    /// ([`Model::set_input_standardization`], saved with it) instead. Use the training set's
     /// [`Dataset::feature_statistics`] for the validation and test sets too:
     ///
     /// ```no_run
