@@ -477,7 +477,8 @@ public:
     /** These rows (shared, not copied) standardized feature by feature, as Keras's Normalization
      *  layer: feature f of every batch holds (x - mean[f]) / max(stddev[f], 1e-7), x after the
      *  dataset's scale and offset, for fit, step, evaluate and predict over a dataset (predict over
-     *  inputs takes them as given). One finite mean and one finite stddev >= 0 per feature, else
+     *  inputs takes them as given; Model::set_input_standardization standardizes those too, and is
+     *  saved with the model). One finite mean and one finite stddev >= 0 per feature, else
      *  Error with MPT_STATUS_SHAPE_MISMATCH (a count other than features(), or mean and stddev of
      *  different sizes) or MPT_STATUS_INVALID_ARGUMENT; they replace any standardization this dataset
      *  had, and slices, weighted views and subsets of the result keep them. Use the training set's
