@@ -1,8 +1,8 @@
 // libFuzzer target for the C API's argument paths: the input is a little program of API calls
-// (create, slice and weight datasets, add layers, set options, fit, step, evaluate, predict rows
-// and datasets, get/set weights and labels, save and load files) with fuzzed arguments, NULLs and
-// out-of-range values. Every call must return a status and leave every handle usable; sanitizers
-// catch anything else. Sizes are bounded to keep it fast.
+// (create, slice, weight and standardize datasets, add layers, standardize a model's inputs, set
+// options, fit, step, evaluate, predict rows and datasets, get/set weights and labels, save and load
+// files) with fuzzed arguments, NULLs and out-of-range values. Every call must return a status and
+// leave every handle usable; sanitizers catch anything else. Sizes are bounded to keep it fast.
 // fuzz-options: -max_len=512
 #include <mptrain/mptrain.h>
 #include <unistd.h>
@@ -85,13 +85,40 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         switch (in.byte() % 16) {
             case 0: mpt_model_add_dense(maybe_model, in.count(), static_cast<mpt_activation>(in.small(12) - 1)); break;
             case 1:  // a layer's dtype, dropout, initializer or trainable flag (hostile layers, values; a last
-                     // layer's dropout refused at build; every layer frozen refused at fit and step)
+                     // layer's dropout refused at build; every layer frozen refused at fit and step), or the
+                     // model's input standardization
                 if (in.byte() % 5 == 0) {
                     int trainable = 1;
                     mpt_model_set_layer_trainable(maybe_model, in.small(4) - 1, in.byte() % 3 - 1);
                     mpt_model_get_layer_trainable(maybe_model, in.small(4) - 1, in.byte() % 8 ? &trainable : nullptr);
                 } else if (in.byte() % 3 == 0) {
                     mpt_model_set_layer_dtype(maybe_model, in.small(4) - 1, static_cast<mpt_dtype>(in.small(6) - 1));
+                } else if (in.byte() % 4 == 0) {
+                    // Removed (both NULL, count 0) or set (mostly the model's count of finite
+                    // statistics, so that it takes them; else a hostile count, a hostile value, NULL
+                    // arrays; a standardized dataset refused at fit, files and checkpoints keep it),
+                    // then read back into bounded arrays (hostile count, NULL outputs and flag).
+                    // Arguments read into locals first: their order of evaluation is unspecified.
+                    if (in.byte() % 4 == 0) {
+                        mpt_model_set_input_standardization(maybe_model, nullptr, nullptr, 0);
+                    } else {
+                        const int64_t count = in.byte() % 4 ? features : std::min<int64_t>(in.count(), 64);
+                        for (int64_t i = 0; i < count; ++i) {
+                            buffer[static_cast<size_t>(3700 + i)] = static_cast<float>(in.byte()) / 16.0f - 8.0f;
+                            buffer[static_cast<size_t>(3800 + i)] = static_cast<float>(in.byte()) / 64.0f;
+                        }
+                        if (count > 0 && in.byte() % 4 == 0)
+                            buffer[static_cast<size_t>((in.byte() % 2 ? 3700 : 3800) + in.small(count))] = in.real();
+                        const float* mean = in.byte() % 8 ? buffer.data() + 3700 : nullptr;
+                        const float* stddev = in.byte() % 8 ? buffer.data() + 3800 : nullptr;
+                        mpt_model_set_input_standardization(maybe_model, mean, stddev, count);
+                    }
+                    int standardizes = 0;
+                    const int64_t count = in.byte() % 4 ? features : std::min<int64_t>(in.count(), 64);
+                    float* mean = in.byte() % 8 ? buffer.data() + 3900 : nullptr;
+                    float* stddev = in.byte() % 8 ? buffer.data() + 3980 : nullptr;
+                    mpt_model_get_input_standardization(maybe_model, mean, stddev, count,
+                                                        in.byte() % 8 ? &standardizes : nullptr);
                 } else if (in.byte() % 2) {
                     mpt_initializer initializer = MPT_INITIALIZER_GLOROT_UNIFORM;
                     mpt_model_set_layer_initializer(maybe_model, in.small(4) - 1,
