@@ -286,7 +286,7 @@ mpt_status mpt_model_predict(mpt_model_t* model, const float* inputs, int64_t ro
     impl.require_prediction_rows(rows);
     require(!impl.layers().empty(), MPT_STATUS_INVALID_STATE, "the model has no layers");
     require_count(out_count, rows * impl.output_features(), "output");
-    mpt::require_finite(inputs, rows, impl.input_features(), "input row");
+    impl.require_finite_inputs(inputs, rows);
     mpt::predict_fp32(impl, inputs, rows, out);
     MPT_API_END
 }

@@ -338,7 +338,7 @@ mpt_status mpt_trainer_predict(mpt_trainer_t* trainer, const float* inputs, int6
     if (out_count != expected)
         fail(MPT_STATUS_SHAPE_MISMATCH,
              "output count is " + std::to_string(out_count) + ", expected " + std::to_string(expected));
-    mpt::require_finite(inputs, rows, impl.model()->input_features(), "input row");
+    impl.model()->require_finite_inputs(inputs, rows);
     impl.predict(inputs, rows, out);
     MPT_API_END
 }

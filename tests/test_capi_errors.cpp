@@ -251,6 +251,12 @@ TEST_CASE("every entry point rejects a NULL handle with INVALID_ARGUMENT and a m
         {"model_get_layer_activation", [&] { return mpt_model_get_layer_activation(nullptr, 0, &activation); }},
         {"model_set_input_dropout", [&] { return mpt_model_set_input_dropout(nullptr, 0.5f); }},
         {"model_get_input_dropout", [&] { return mpt_model_get_input_dropout(nullptr, &scale); }},
+        {"model_set_input_standardization",
+         [&] { return mpt_model_set_input_standardization(nullptr, x, w, kFeatures); }},
+        {"model_get_input_standardization", [&] {
+             int standardizes = 0;
+             return mpt_model_get_input_standardization(nullptr, x, w, kFeatures, &standardizes);
+         }},
         {"model_set_layer_initializer",
          [&] { return mpt_model_set_layer_initializer(nullptr, 0, MPT_INITIALIZER_HE_NORMAL); }},
         {"model_get_layer_initializer", [&] { return mpt_model_get_layer_initializer(nullptr, 0, &initializer); }},
@@ -269,6 +275,9 @@ TEST_CASE("every entry point rejects a NULL handle with INVALID_ARGUMENT and a m
         {"dataset_get_features", [&] { return mpt_dataset_get_features(nullptr, &count); }},
         {"dataset_create_slice", [&] { return mpt_dataset_create_slice(nullptr, 0, 1, &dataset_out); }},
         {"dataset_create_weighted", [&] { return mpt_dataset_create_weighted(nullptr, w, 1, &dataset_out); }},
+        {"dataset_create_standardized",
+         [&] { return mpt_dataset_create_standardized(nullptr, x, w, kFeatures, &dataset_out); }},
+        {"dataset_get_feature_statistics", [&] { return mpt_dataset_get_feature_statistics(nullptr, x, w, kFeatures); }},
         {"dataset_get_labels", [&] { int32_t label = 0; return mpt_dataset_get_labels(nullptr, &label, 1); }},
         {"trainer_predict_dataset", [&] { return mpt_trainer_predict_dataset(nullptr, nullptr, 0, out, kClasses); }},
         {"trainer_options_set_precision", [&] { return mpt_trainer_options_set_precision(nullptr, MPT_PRECISION_FP32); }},

@@ -633,8 +633,12 @@ struct LossOptionsRun {
     // With weight averaging: the averages (the weights once exchanged) and evaluate's loss on them.
     std::vector<float> averages;
     float averaged_loss = NAN;
-    // With an input standardization: mpt_model_predict's outputs for the blobs' raw features.
+    // With an input standardization: mpt_model_predict's outputs for the blobs' raw features (the
+    // host applies it), mpt_trainer_predict_dataset's (the gather does), and evaluate's loss once
+    // the standardization is removed.
     std::vector<float> predictions;
+    std::vector<float> dataset_predictions;
+    float unstandardized_loss = NAN;
 };
 
 struct LossOptions {
@@ -649,7 +653,7 @@ struct LossOptions {
     mpt_activation hidden = MPT_ACTIVATION_RELU;
     int64_t frozen_layer = -1;  // -1: none
     // The model standardizes its inputs by the dataset's statistics, and after fit by others for
-    // one more epoch (a captured step's standardization changed between fits).
+    // one more epoch (the gather's values changed between fits; steps replayed from graphs).
     bool standardize_inputs = false;
 };
 
@@ -718,6 +722,12 @@ LossOptionsRun train_with_loss_options(mpt_backend backend, const Blobs& blobs, 
         run.predictions.resize(static_cast<size_t>(blobs.rows() * kSmallModel[1].units));
         REQUIRE_OK(mpt_model_predict(model, blobs.x.data(), blobs.rows(), run.predictions.data(),
                                      static_cast<int64_t>(run.predictions.size())));
+        run.dataset_predictions.resize(run.predictions.size());
+        REQUIRE_OK(mpt_trainer_predict_dataset(trainer, dataset, 0, run.dataset_predictions.data(),
+                                               static_cast<int64_t>(run.dataset_predictions.size())));
+        REQUIRE_OK(mpt_model_set_input_standardization(model, nullptr, nullptr, 0));
+        REQUIRE_OK(mpt_trainer_evaluate(trainer, dataset, 0, &run.unstandardized_loss, nullptr));
+        REQUIRE_OK(mpt_model_set_input_standardization(model, mean.data(), stddev.data(), kFeatures));
     }
     REQUIRE_OK(mpt_trainer_evaluate(trainer, dataset, 0, &run.loss, &run.accuracy));
     run.weights = weights_of(model, kFeatures, kSmallModel);
@@ -802,7 +812,8 @@ TEST_CASE("row weights train and evaluate on the backend as on the CPU, resident
 
 TEST_CASE("a model that standardizes its inputs trains and predicts on the backend as on the CPU, resident or streamed") {
     BACKEND_OR_SKIP(backend);
-    const Blobs blobs = make_blobs(192, 85);
+    Blobs blobs = make_blobs(192, 85);
+    for (float& x : blobs.x) x = x * 4.0f + 3.0f;  // far from standardized: standardizing matters
     LossOptions standardizing;
     standardizing.standardize_inputs = true;
     const LossOptionsRun on_cpu = train_with_loss_options(MPT_BACKEND_CPU, blobs, standardizing);
@@ -814,11 +825,18 @@ TEST_CASE("a model that standardizes its inputs trains and predicts on the backe
         const double cpu_error = normalised_error(run.weights, on_cpu.weights);
         const double plain_error = normalised_error(plain.weights, run.weights);
         const double prediction_error = normalised_error(run.predictions, on_cpu.predictions);
+        const double gathered_error = normalised_error(run.dataset_predictions, run.predictions);
         MESSAGE(backend_name(backend) << ", dataset device budget " << dataset_device_budget
                                       << ": weights against the CPU's " << cpu_error << ", predictions "
-                                      << prediction_error << ", weights against no standardization " << plain_error);
+                                      << prediction_error << ", gathered predictions against host ones "
+                                      << gathered_error << ", weights against no standardization " << plain_error);
         CHECK(cpu_error <= 1e-3);  // fp32: accumulation order only, as for label smoothing above
         CHECK(prediction_error <= 1e-3);
+        // The same rows standardized on the device by the gather and on the host by predict: fp32
+        // trainer against fp32 model, a GEMM's accumulation order apart.
+        CHECK(gathered_error <= 1e-4);
+        CHECK(run.unstandardized_loss == doctest::Approx(on_cpu.unstandardized_loss).epsilon(1e-3));
+        CHECK(run.unstandardized_loss != doctest::Approx(run.loss).epsilon(1e-2));  // removal reached the gather
         CHECK(plain_error > 2e-2);  // the standardization reached the steps (eager and replayed alike)
         CHECK(run.loss == doctest::Approx(on_cpu.loss).epsilon(1e-3));
         CHECK(run.accuracy == doctest::Approx(on_cpu.accuracy).epsilon(0.02));

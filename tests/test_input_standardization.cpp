@@ -112,6 +112,26 @@ TEST_CASE("mpt_model_predict standardizes, and a saved model standardizes after 
 
     const std::vector<float> predicted = model_predict(trainer.model, blobs.x);
     const Blobs copy = standardized_copy(blobs, Kind::f32_labels, statistics);
+    // The trainer's predictions over the raw dataset (the gather standardizes) are its predictions
+    // of the raw rows (the host does).
+    std::vector<float> over_dataset(predicted.size()), of_rows(predicted.size());
+    REQUIRE_OK(mpt_trainer_predict_dataset(trainer.trainer, dataset, 32, over_dataset.data(),
+                                           static_cast<int64_t>(over_dataset.size())));
+    REQUIRE_OK(mpt_trainer_predict(trainer.trainer, blobs.x.data(), kRows, of_rows.data(),
+                                   static_cast<int64_t>(of_rows.size())));
+    CHECK(same_bits(over_dataset, of_rows));
+    // A finite input that standardizing makes infinite is refused as a non-finite one is.
+    std::vector<float> huge(blobs.x.begin(), blobs.x.begin() + kBlobFeatures);
+    huge[1] = 3e38f;
+    Statistics narrow = statistics;
+    narrow.stddev[1] = 1e-3f;
+    standardize_inputs(trainer.model, narrow);
+    std::vector<float> one(kBlobClasses, 42.0f);
+    CHECK_FAILS(MPT_STATUS_NON_FINITE, mpt_model_predict(trainer.model, huge.data(), 1, one.data(), kBlobClasses));
+    CHECK(std::string(mpt_last_error()).find("element 1") != std::string::npos);
+    CHECK_FAILS(MPT_STATUS_NON_FINITE, mpt_trainer_predict(trainer.trainer, huge.data(), 1, one.data(), kBlobClasses));
+    CHECK(one == std::vector<float>(kBlobClasses, 42.0f));
+    standardize_inputs(trainer.model, statistics);
     REQUIRE_OK(mpt_model_set_input_standardization(trainer.model, nullptr, nullptr, 0));  // removed
     CHECK(standardization_of(trainer.model).standardizes == 0);
     CHECK(same_bits(model_predict(trainer.model, copy.x), predicted));
@@ -257,6 +277,52 @@ TEST_CASE("the input standardization stays as it is while a trainer fits, and no
     REQUIRE_OK(mpt_trainer_fit(trainer.trainer, dataset, 1, 16, 1));
     mpt_dataset_destroy(view);
     mpt_dataset_destroy(dataset);
+}
+
+namespace {
+
+struct LoadDuringFit {
+    mpt_trainer_t* another;  // of the fitting trainer's model
+    const char* checkpoint;
+    std::vector<mpt_status> statuses;
+};
+
+int load_checkpoint_of_another(int64_t, float, float, void* user_data) {
+    auto* load = static_cast<LoadDuringFit*>(user_data);
+    load->statuses.push_back(mpt_trainer_load_checkpoint(load->another, load->checkpoint));
+    return 0;
+}
+
+}  // namespace
+
+TEST_CASE("a checkpoint of the model's own standardization, or of none, loads while another trainer fits") {
+    // What a fit gathers with stays as it is, so nothing refuses these loads (as before models
+    // standardized): they replace the weights as any checkpoint load does.
+    const Blobs blobs = offset_blobs(65);
+    const Statistics statistics = arbitrary_statistics(0.5f);
+    for (bool standardizing : {false, true}) {
+        CAPTURE(standardizing);
+        BlobTrainer trainer(BlobTrainerSetup{});
+        mpt_dataset_t* dataset = trainer.labels(blobs);
+        if (standardizing) standardize_inputs(trainer.model, statistics);
+        mpt_test::TempDir directory;
+        const std::string checkpoint = directory.file("own.safetensors");
+        REQUIRE_OK(mpt_trainer_save_checkpoint(trainer.trainer, checkpoint.c_str()));
+        const std::vector<float> saved = trainer.weights();
+        mpt_trainer_options_t* options = nullptr;
+        REQUIRE_OK(mpt_trainer_options_create(&options));
+        mpt_trainer_t* another = nullptr;
+        REQUIRE_OK(mpt_trainer_create(trainer.model, options, &another));
+        mpt_trainer_options_destroy(options);
+        LoadDuringFit load{another, checkpoint.c_str(), {}};
+        REQUIRE_OK(mpt_trainer_set_callbacks(trainer.trainer, nullptr, load_checkpoint_of_another, &load));
+        REQUIRE_OK(mpt_trainer_fit(trainer.trainer, dataset, 1, 16, 1));
+        CHECK(load.statuses == std::vector<mpt_status>{MPT_STATUS_OK});
+        CHECK(same_bits(trainer.weights(), saved));  // the epoch's training replaced by the checkpoint's weights
+        CHECK(standardization_of(trainer.model).standardizes == (standardizing ? 1 : 0));
+        mpt_trainer_destroy(another);
+        mpt_dataset_destroy(dataset);
+    }
 }
 
 TEST_CASE("mpt_model_set_input_standardization and its getter refuse bad arguments and change nothing") {

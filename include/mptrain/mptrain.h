@@ -311,7 +311,9 @@ MPT_API mpt_status mpt_model_get_input_dropout(const mpt_model_t* model, float* 
  *  and mpt_trainer_predict (x: the caller's input) alike. Saved with the model (model files and
  *  checkpoints, tensors "input.mean" and "input.stddev"), so a loaded model predicts from raw
  *  inputs as the trained one did; whether the model standardizes is its architecture (a checkpoint
- *  must match it), the values are state that loading a checkpoint restores. The values a model's
+ *  must match it), the values are state that loading a checkpoint restores (a file recording a
+ *  standardization without both tensors, or either tensor without recording one, is corrupt data;
+ *  an mptrain older than this function would ignore both). The values a model's
  *  inputs have as mpt_dataset_get_feature_statistics of its training set gives them (Keras's
  *  adapt), for example. `mean` and `stddev` hold `count` = input features values each (else
  *  MPT_STATUS_SHAPE_MISMATCH), means finite and standard deviations finite and >= 0 (else
@@ -324,10 +326,13 @@ MPT_API mpt_status mpt_model_get_input_dropout(const mpt_model_t* model, float* 
  *  constant over the training rows holds here too. One thread per model at a time. */
 MPT_API mpt_status mpt_model_set_input_standardization(mpt_model_t* model, const float* mean, const float* stddev,
                                                        int64_t count);
-/** \param[out] standardizes  1 when the model standardizes its inputs, else 0.
+/** Whether the model standardizes its inputs, and by what (as set, or as its file held).
+ *  \param[out] standardizes  1 when the model standardizes its inputs, else 0 (not NULL).
  *  \param[out] mean, stddev   when it does and they are not NULL, `count` = input features values
  *                             each (else MPT_STATUS_SHAPE_MISMATCH): the means and standard
- *                             deviations as set (not floored); untouched when it does not. */
+ *                             deviations as set (not floored); untouched when it does not, or
+ *                             when the call fails. Either or both may be NULL (`count` unread).
+ *  One thread per model at a time. */
 MPT_API mpt_status mpt_model_get_input_standardization(const mpt_model_t* model, float* mean, float* stddev,
                                                        int64_t count, int* standardizes);
 /** How layer `layer`'s weights are drawn when the model is built (Keras's kernel_initializer; the
@@ -381,8 +386,9 @@ MPT_API mpt_status mpt_model_set_weights(mpt_model_t* model, int64_t layer, cons
                                          int64_t weight_count, const float* bias, int64_t bias_count);
 /** Forward pass in fp32 for `rows` samples of `input_features` floats (standardized first when
  *  the model standardizes its inputs); writes the last layer's
- *  activation output ([rows, output_features]) to `out`. NaN or Inf in the inputs gives
- *  MPT_STATUS_NON_FINITE (a ReLU would otherwise turn it into plausible outputs). Builds the model. */
+ *  activation output ([rows, output_features]) to `out`. NaN or Inf in the inputs, or an input
+ *  that standardizing makes infinite, gives MPT_STATUS_NON_FINITE before anything is written (a
+ *  ReLU would otherwise turn it into plausible outputs). Builds the model. */
 MPT_API mpt_status mpt_model_predict(mpt_model_t* model, const float* inputs, int64_t rows,
                                      float* out, int64_t out_count);
 
@@ -761,7 +767,8 @@ MPT_API mpt_status mpt_trainer_evaluate(mpt_trainer_t* trainer, const mpt_datase
  *  standardizes its inputs) as the trainer's loss reads them, in the
  *  trainer's precision: probabilities for softmax and sigmoid, and for a linear last layer under
  *  a cross-entropy loss the softmax of its logits (mpt_model_predict gives the logits themselves);
- *  `out` holds rows * output_features floats. NaN or Inf in the inputs gives MPT_STATUS_NON_FINITE. On a CPU with AMX (and the
+ *  `out` holds rows * output_features floats. NaN or Inf in the inputs (or standardized inputs)
+ *  gives MPT_STATUS_NON_FINITE. On a CPU with AMX (and the
  *  AVX-512 small-GEMM kernels, which MPTRAIN_CPU_SMALL_GEMM can turn off), a mixed-precision
  *  trainer's predictions on a few rows (up to 6 in bf16, 8 in fp16) read 16-bit copies of the
  *  weights from the second prediction on unchanged weights on: the same outputs from half the

@@ -307,12 +307,6 @@ void Executor::gather(const Dataset& dataset, const DatasetView& view, const int
     args.offset = dataset.offset();
     args.feature_mean = view.feature_mean;
     args.feature_divisor = view.feature_divisor;
-    // The model's own standardization (trainers refuse a standardized dataset for such a model).
-    if (const FeatureStandardization* standardization = model_.input_standardization().get()) {
-        const FeatureStandardization::DeviceValues values = standardization->device_values();
-        args.feature_mean = values.mean;
-        args.feature_divisor = values.divisor;
-    }
     args.order = order;
     args.first = first;
     args.rows = rows;

@@ -2,10 +2,13 @@
 #include "nn/model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <iterator>
 #include <string>
 
 #include "core/error.h"
+#include "core/finite_values.h"
+#include "core/float_bits.h"
 #include "core/limits.h"
 #include "core/rng.h"
 #include "nn/dropout.h"
@@ -102,6 +105,21 @@ void Model::require_layer(int64_t layer) const {
     if (layer < 0 || layer >= static_cast<int64_t>(layers_.size()))
         fail(MPT_STATUS_INVALID_ARGUMENT,
              "layer index " + std::to_string(layer) + " out of range [0, " + std::to_string(layers_.size()) + ")");
+}
+
+void Model::require_finite_inputs(const float* inputs, int64_t rows) const {
+    require_finite(inputs, rows, input_features_, "input row");
+    const FeatureStandardization* standardization = input_standardization_.get();
+    if (!standardization) return;
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t f = 0; f < input_features_; ++f)
+            if (!std::isfinite(standardization->apply(f, inputs[r * input_features_ + f])))
+                fail(MPT_STATUS_NON_FINITE, "input row " + std::to_string(r) + ", element " + std::to_string(f) + " (" +
+                                                number_text(inputs[r * input_features_ + f]) +
+                                                ") is infinite once standardized by the model's mean " +
+                                                number_text(standardization->mean()[static_cast<size_t>(f)]) +
+                                                " and standard deviation " +
+                                                number_text(standardization->stddev()[static_cast<size_t>(f)]));
 }
 
 void Model::require_prediction_rows(int64_t rows) const {

@@ -111,6 +111,9 @@ public:
 
     // A prediction's row count: positive, and its input and output arrays within kMaxHostElements.
     void require_prediction_rows(int64_t rows) const;
+    // A prediction's `rows` inputs (host memory) are finite, and so are they once standardized
+    // (a value far from a feature's mean over a tiny deviation is not); else MPT_STATUS_NON_FINITE.
+    void require_finite_inputs(const float* inputs, int64_t rows) const;
 
 private:
     void require_layer(int64_t layer) const;

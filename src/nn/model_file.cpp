@@ -155,15 +155,23 @@ Architecture parse_architecture(const SafetensorsReader& reader) {
 const TensorView& f32_tensor(const SafetensorsReader& reader, const std::string& name, const std::vector<int64_t>& shape) {
     const TensorView& view = reader.tensor(name);
     if (view.dtype != "F32" || view.shape != shape)
-        fail(MPT_STATUS_CORRUPT_DATA, "tensor '" + name + "' has the wrong dtype or shape for its layer");
+        fail(MPT_STATUS_CORRUPT_DATA, "tensor '" + name + "' has the wrong dtype or shape for this architecture");
     return view;
 }
 
 // The file's input.mean and input.stddev, checked as mpt_model_set_input_standardization checks
-// them, when the model standardizes (read_model_state has compared that with the file); else null.
+// them, when the model standardizes (read_model_state has compared that with the file); else null,
+// and a file holding either without recording a standardization is corrupt (read as plain, the
+// model would predict from unstandardized inputs).
 std::shared_ptr<const FeatureStandardization> read_input_standardization(const SafetensorsReader& reader,
                                                                          const Model& model) {
-    if (!model.input_standardization()) return nullptr;
+    if (!model.input_standardization()) {
+        for (const char* name : {"input.mean", "input.stddev"})
+            if (reader.tensors().count(name) != 0)
+                fail(MPT_STATUS_CORRUPT_DATA, std::string("the file holds ") + name +
+                                                  " but its architecture records no input standardization");
+        return nullptr;
+    }
     const int64_t features = model.input_features();
     const TensorView& mean = f32_tensor(reader, "input.mean", {features});
     const TensorView& stddev = f32_tensor(reader, "input.stddev", {features});
@@ -259,11 +267,13 @@ ModelState read_model_state(const SafetensorsReader& reader, const Model& model)
 }
 
 void ModelState::apply_to(Model& model) const {
-    model.write_master_block(masters.data());
-    // Equal values keep the model's own (and their place in device memory, which a captured step reads).
+    // The file's architecture is the model's, so both standardize or neither does. Equal values
+    // keep the model's own (a fit of another trainer may be gathering with them: read_model_state
+    // refused other values then). First, as it is the step that could refuse.
     const auto& current = model.input_standardization();
-    if (!(current && input_standardization && current->same_values(*input_standardization)))
+    if (input_standardization && !(current && current->same_values(*input_standardization)))
         model.set_input_standardization(input_standardization);
+    model.write_master_block(masters.data());
 }
 
 void save_model(Model& model, const std::string& path, const std::string& precision) {

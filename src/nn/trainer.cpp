@@ -272,6 +272,17 @@ void Trainer::check_samples(const Dataset& dataset) const {
             "(give the model the dataset it was standardized from)");
 }
 
+DatasetView Trainer::gather_view(const Dataset& dataset) const {
+    DatasetView view = dataset.device_view();
+    // check_samples refused a standardized dataset for a model that standardizes its inputs.
+    if (const FeatureStandardization* standardization = model_->input_standardization().get()) {
+        const FeatureStandardization::DeviceValues values = standardization->device_values();
+        view.feature_mean = values.mean;
+        view.feature_divisor = values.divisor;
+    }
+    return view;
+}
+
 void Trainer::check_dataset(const Dataset& dataset) const {
     check_samples(dataset);
     if (loss_uses_labels(config_.loss.kind)) {
@@ -445,7 +456,7 @@ void Trainer::fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bo
     epoch_rows_ = rows;
     Backend& backend = model_->context()->backend();
     Scheduler& scheduler = backend.scheduler();
-    const DatasetView view = dataset.device_view();
+    const DatasetView view = gather_view(dataset);
     // Reports are issued on the CPU too, where they land at once: a non-finite step stops fit there
     // before the next one. On a GPU only a progress callback needs them; fit checks at epoch end.
     const bool reporting = callbacks_.progress != nullptr || backend.kind() == BackendKind::cpu;
@@ -639,7 +650,7 @@ float Trainer::step(const Dataset& dataset, int64_t first, int64_t batch_size) {
     const int64_t micro_rows = pass_rows(batch_size);
     for (int64_t first_row = 0; first_row < batch_size; first_row += micro_rows) {
         const int64_t rows = std::min(micro_rows, batch_size - first_row);
-        gather_tasks_[0] = GatherTask{this, &dataset, dataset.device_view(), order, nullptr, first + first_row, rows, 0};
+        gather_tasks_[0] = GatherTask{this, &dataset, gather_view(dataset), order, nullptr, first + first_row, rows, 0};
         scheduler.submit(Lane::compute, &Trainer::run_gather, &gather_tasks_[0]);
         const BatchPart part = micro_rows < batch_size ? BatchPart{first_row, batch_size} : BatchPart{};
         step_task_ = StepTask{this, 0, rows, dataset.has_row_weights(), part, first_row + rows == batch_size};
@@ -667,7 +678,7 @@ EvaluationResult Trainer::evaluate(const Dataset& dataset, int64_t batch_size) {
     BorrowedRunningMetrics borrowed(executor_);
     Scheduler& scheduler = model_->context()->backend().scheduler();
     DrainOnExit drain(scheduler);
-    const DatasetView view = dataset.device_view();
+    const DatasetView view = gather_view(dataset);
     for (int64_t first = 0; first < rows; first += batch_rows) {
         const int64_t count = std::min(batch_rows, rows - first);
         gather_tasks_[0] = GatherTask{this, &dataset, view, order, nullptr, first, count, 0};
@@ -713,7 +724,7 @@ void Trainer::predict(const Dataset& dataset, int64_t batch_size, float* outputs
     Scheduler& scheduler = model_->context()->backend().scheduler();
     DrainOnExit drain(scheduler);
     // Samples only: labels, targets (of any width) and row weights stay where they are.
-    DatasetView view = dataset.device_view();
+    DatasetView view = gather_view(dataset);
     view.labels = nullptr;
     view.targets = nullptr;
     view.row_weights = nullptr;

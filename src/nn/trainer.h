@@ -154,6 +154,9 @@ private:
     void check_samples(const Dataset& dataset) const;
     // check_samples, and the labels or targets the loss needs.
     void check_dataset(const Dataset& dataset) const;
+    // Where a gather reads `dataset` (Dataset::device_view), with the model's input standardization
+    // if it has one: both placed on the backend here, before any task that gathers is queued.
+    DatasetView gather_view(const Dataset& dataset) const;
     // Grows a row-order buffer (an arena of its own, so charged to the context's memory) to `rows`
     // int32 entries; contents are lost on growth.
     void reserve_order(Arena& order, int64_t rows);
