@@ -96,6 +96,19 @@ TEST_CASE("a model that standardizes its inputs trains and predicts bit for bit 
                                    raw_standardized_by_training_rows);
 }
 
+TEST_CASE("micro-batched steps of a model that standardizes its inputs are a plain model's on standardized floats") {
+    const Blobs blobs = mpt_test::make_blobs(kRows, 41, 1.2);
+    BlobTrainerSetup setup;
+    setup.micro_batch_size = 6;  // 16-row batches in passes of 6, 6 and 4
+    for (Kind kind : {Kind::u8_labels, Kind::f32_labels}) {
+        CAPTURE(mpt_test::kind_name(kind));
+        const mpt_test::Run run = mpt_test::train(setup, kind, blobs, split_raw, blobs);
+        const mpt_test::Run reference =
+            mpt_test::train(setup, kind, blobs, split_copied, raw_standardized_by_training_rows(blobs, kind));
+        CHECK(mpt_test::same_run(run, reference));
+    }
+}
+
 TEST_CASE("mpt_model_predict standardizes, and a saved model standardizes after loading as before") {
     const Blobs blobs = offset_blobs(62);
     BlobTrainerSetup setup;
