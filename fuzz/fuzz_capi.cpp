@@ -135,8 +135,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             case 2: {
                 if (dataset && in.byte() % 4 == 0) {
                     // A slice of it (hostile bounds), a subset (hostile indices and count), the same
-                    // rows weighted (hostile weights and count) or standardized (hostile statistics
-                    // and count, after its own statistics into bounded arrays) replaces it, the
+                    // rows weighted (hostile weights and count) or standardized (mostly finite
+                    // statistics, after its own into bounded arrays) replaces it, the
                     // source destroyed first.
                     mpt_dataset_t* derived = nullptr;
                     mpt_status status;
@@ -150,13 +150,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                         for (int64_t i = 0; i < count; ++i) indices[static_cast<size_t>(i)] = in.count() - 2;
                         status = mpt_dataset_create_subset(dataset, in.byte() % 8 ? indices.data() : nullptr, count, &derived);
                     } else if (kind == 3) {
-                        const int64_t count = std::min<int64_t>(in.count(), 64);
+                        // Mostly the dataset's count of finite statistics, so that a standardized
+                        // dataset is made and trained on; else a hostile count or one hostile value.
+                        int64_t dataset_features = 0;
+                        mpt_dataset_get_features(dataset, &dataset_features);
+                        const int64_t count = std::min<int64_t>(in.byte() % 4 ? dataset_features : in.count(), 64);
                         mpt_dataset_get_feature_statistics(dataset, in.byte() % 8 ? buffer.data() + 3500 : nullptr,
                                                            in.byte() % 8 ? buffer.data() + 3600 : nullptr, count);
                         for (int64_t i = 0; i < count; ++i) {
-                            buffer[static_cast<size_t>(3300 + i)] = in.real();
-                            buffer[static_cast<size_t>(3400 + i)] = in.real();
+                            buffer[static_cast<size_t>(3300 + i)] = static_cast<float>(in.byte()) / 16.0f - 8.0f;
+                            buffer[static_cast<size_t>(3400 + i)] = static_cast<float>(in.byte()) / 64.0f;
                         }
+                        if (count > 0 && in.byte() % 4 == 0)
+                            buffer[static_cast<size_t>((in.byte() % 2 ? 3300 : 3400) + in.small(count))] = in.real();
                         status = mpt_dataset_create_standardized(dataset, in.byte() % 8 ? buffer.data() + 3300 : nullptr,
                                                                  buffer.data() + 3400, count, &derived);
                     } else {
