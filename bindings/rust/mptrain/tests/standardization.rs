@@ -22,6 +22,30 @@ fn scaled_blobs(seed: u64) -> (Vec<f32>, Vec<i32>) {
     (x, y)
 }
 
+/// `attempt` with means and standard deviations of each wrong count (either, or both, one short or
+/// one over, or none) is refused with Status::ShapeMismatch and a message.
+fn check_wrong_counts_refused<T>(mut attempt: impl FnMut(&[f32], &[f32]) -> Result<T>) {
+    let features = FEATURES as usize;
+    for (means, stddevs) in [
+        (features - 1, features - 1),
+        (features + 1, features + 1),
+        (features + 1, features),
+        (features, features - 1),
+        (0, 0),
+    ] {
+        let error = attempt(&vec![0.0; means], &vec![1.0; stddevs])
+            .err()
+            .expect("a wrong count is refused");
+        assert_eq!(
+            error.status,
+            Status::ShapeMismatch,
+            "{means} means, {stddevs} stddevs: {error}"
+        );
+        assert!(!error.message.is_empty());
+        assert!(error.to_string().starts_with("MPT_STATUS_SHAPE_MISMATCH: "));
+    }
+}
+
 #[test]
 fn a_dataset_standardized_by_its_own_statistics_has_mean_0_and_stddev_1_and_trains() {
     let ctx = context();
@@ -86,25 +110,7 @@ fn a_mean_or_stddev_of_the_wrong_count_is_refused_with_shape_mismatch() {
     let data = blob_data(&ctx, 30, 42);
     let features = FEATURES as usize;
     let (zeros, ones) = (vec![0.0f32; features], vec![1.0f32; features]);
-    for (means, stddevs) in [
-        (features - 1, features - 1),
-        (features + 1, features + 1),
-        (features + 1, features),
-        (features, features - 1),
-        (0, 0),
-    ] {
-        let error = data
-            .standardized(&vec![0.0; means], &vec![1.0; stddevs])
-            .err()
-            .expect("a wrong count is refused");
-        assert_eq!(
-            error.status,
-            Status::ShapeMismatch,
-            "{means} means, {stddevs} stddevs: {error}"
-        );
-        assert!(!error.message.is_empty());
-        assert!(error.to_string().starts_with("MPT_STATUS_SHAPE_MISMATCH: "));
-    }
+    check_wrong_counts_refused(|mean, stddev| data.standardized(mean, stddev));
     let mut negative = ones.clone();
     negative[2] = -1.0;
     let error = data.standardized(&zeros, &negative).err().unwrap();
@@ -200,24 +206,7 @@ fn a_models_input_standardization_of_the_wrong_count_or_value_is_refused_and_lea
     let features = FEATURES as usize;
     let (zeros, ones) = (vec![0.0f32; features], vec![1.0f32; features]);
     model.set_input_standardization(&zeros, &ones).unwrap();
-    for (means, stddevs) in [
-        (features - 1, features - 1),
-        (features + 1, features + 1),
-        (features + 1, features),
-        (features, features - 1),
-        (0, 0),
-    ] {
-        let error = model
-            .set_input_standardization(&vec![0.0; means], &vec![1.0; stddevs])
-            .err()
-            .expect("a wrong count is refused");
-        assert_eq!(
-            error.status,
-            Status::ShapeMismatch,
-            "{means} means, {stddevs} stddevs: {error}"
-        );
-        assert!(!error.message.is_empty());
-    }
+    check_wrong_counts_refused(|mean, stddev| model.set_input_standardization(mean, stddev));
     let mut nan_mean = zeros.clone();
     nan_mean[1] = f32::NAN;
     let mut negative = ones.clone();
