@@ -75,10 +75,8 @@ void Model::set_input_dropout(float rate) {
 }
 
 void Model::set_input_standardization(const float* mean, const float* stddev, int64_t count) {
-    require(fitting_.empty(), MPT_STATUS_INVALID_STATE,
-            "the input standardization cannot change while a trainer fits the model (its batches use it)");
     if (!mean && !stddev && count == 0) {
-        input_standardization_.reset();
+        set_input_standardization(nullptr);
         return;
     }
     require(mean && stddev, MPT_STATUS_INVALID_ARGUMENT,
