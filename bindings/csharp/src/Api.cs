@@ -82,6 +82,19 @@ namespace Mptrain
             if (value == null) throw new ArgumentNullException(name);
             return value;
         }
+
+        /// <summary>A standardization's arrays (Dataset.Standardized, Model.SetInputStandardization):
+        /// not null, and one count to reach C. Arrays of different lengths, or empty ones (which the
+        /// marshaller may pass as NULL: for a model, removing its standardization), are the shape
+        /// mismatch C reports for a count other than the features.</summary>
+        internal static void RequireStandardization(float[] mean, float[] stddev)
+        {
+            NotNull(mean, "mean");
+            NotNull(stddev, "stddev");
+            if (mean.LongLength != stddev.LongLength || mean.LongLength == 0)
+                throw new MptException(Status.ShapeMismatch, "standardization takes one mean and one stddev per feature ("
+                    + mean.LongLength + " means and " + stddev.LongLength + " stddevs given)");
+        }
     }
 
     public sealed class Context : NativeObject<ContextHandle>
@@ -257,14 +270,7 @@ namespace Mptrain
         /// fits the model (Status.InvalidState).</summary>
         public void SetInputStandardization(float[] mean, float[] stddev)
         {
-            NotNull(mean, "mean");
-            NotNull(stddev, "stddev");
-            // One count reaches C: arrays of different lengths (or empty ones, which the marshaller may
-            // pass as NULL, removing the standardization) are the shape mismatch it reports for a count
-            // other than the input features.
-            if (mean.LongLength != stddev.LongLength || mean.LongLength == 0)
-                throw new MptException(Status.ShapeMismatch, "standardization takes one mean and one stddev per input feature ("
-                    + mean.LongLength + " means and " + stddev.LongLength + " stddevs given)");
+            RequireStandardization(mean, stddev);
             using (Family.Enter())
                 MptException.Check(Native.mpt_model_set_input_standardization(Live, mean, stddev, mean.LongLength));
         }
@@ -710,13 +716,7 @@ namespace Mptrain
         /// Status.InvalidArgument naming the first such; a null array ArgumentNullException.</summary>
         public Dataset Standardized(float[] mean, float[] stddev)
         {
-            NotNull(mean, "mean");
-            NotNull(stddev, "stddev");
-            // One count reaches C: arrays of different lengths (or empty ones, which the marshaller may
-            // pass as NULL) are the shape mismatch it reports for a count other than the features.
-            if (mean.LongLength != stddev.LongLength || mean.LongLength == 0)
-                throw new MptException(Status.ShapeMismatch, "standardization takes one mean and one stddev per feature ("
-                    + mean.LongLength + " means and " + stddev.LongLength + " stddevs given)");
+            RequireStandardization(mean, stddev);
             using (Family.Enter())
             {
                 DatasetHandle standardized;

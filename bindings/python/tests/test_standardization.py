@@ -65,18 +65,24 @@ def test_statistics_of_every_accepted_sequence_type_standardize_alike(ctx):
         assert [values(s) for s in got] == expected
 
 
-def test_a_mean_or_stddev_of_the_wrong_count_is_refused_with_shape_mismatch(ctx):
-    samples, labels = make_blobs(rows=30, seed=83)
-    data = mptrain.Dataset.from_f32(ctx, samples, labels, CLASSES)
+def check_wrong_counts_refused(standardize):
+    """standardize(mean, stddev) with means and standard deviations of each wrong count (either, or both,
+    one short or one over, or none), or a row of means, is refused with SHAPE_MISMATCH and a message."""
     for means, stddevs in ((FEATURES - 1, FEATURES - 1), (FEATURES + 1, FEATURES + 1), (FEATURES + 1, FEATURES),
                            (FEATURES, FEATURES - 1), (0, 0)):
         with pytest.raises(mptrain.Error) as caught:
-            data.standardized([0.0] * means, [1.0] * stddevs)
+            standardize([0.0] * means, [1.0] * stddevs)
         assert caught.value.status == mptrain.Status.SHAPE_MISMATCH, (means, stddevs)
         assert caught.value.message, (means, stddevs)
     with pytest.raises(mptrain.Error) as caught:  # a row of FEATURES means: not one-dimensional
-        data.standardized([[0.0] * FEATURES], [1.0] * FEATURES)
+        standardize([[0.0] * FEATURES], [1.0] * FEATURES)
     assert caught.value.status == mptrain.Status.SHAPE_MISMATCH
+
+
+def test_a_mean_or_stddev_of_the_wrong_count_is_refused_with_shape_mismatch(ctx):
+    samples, labels = make_blobs(rows=30, seed=83)
+    data = mptrain.Dataset.from_f32(ctx, samples, labels, CLASSES)
+    check_wrong_counts_refused(data.standardized)
     stddev = [1.0] * FEATURES
     stddev[2] = -1.0
     with pytest.raises(mptrain.Error) as caught:
@@ -163,15 +169,7 @@ def test_a_models_input_standardization_is_saved_with_it_and_cleared_is_none(ctx
 def test_a_models_input_standardization_of_the_wrong_count_or_value_is_refused_and_leaves_it(ctx):
     model = mlp(ctx)
     model.set_input_standardization([0.0] * FEATURES, [1.0] * FEATURES)
-    for means, stddevs in ((FEATURES - 1, FEATURES - 1), (FEATURES + 1, FEATURES + 1), (FEATURES + 1, FEATURES),
-                           (FEATURES, FEATURES - 1), (0, 0)):
-        with pytest.raises(mptrain.Error) as caught:
-            model.set_input_standardization([0.0] * means, [1.0] * stddevs)
-        assert caught.value.status == mptrain.Status.SHAPE_MISMATCH, (means, stddevs)
-        assert caught.value.message, (means, stddevs)
-    with pytest.raises(mptrain.Error) as caught:  # a row of FEATURES means: not one-dimensional
-        model.set_input_standardization([[0.0] * FEATURES], [1.0] * FEATURES)
-    assert caught.value.status == mptrain.Status.SHAPE_MISMATCH
+    check_wrong_counts_refused(model.set_input_standardization)
     nan_mean = [0.0] * FEATURES
     nan_mean[1] = math.nan
     negative = [1.0] * FEATURES
