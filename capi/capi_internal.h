@@ -42,6 +42,9 @@ struct mpt_trainer {
     std::atomic<std::thread::id> user{};  // the thread of that call
     // mpt_trainer_destroy from inside that call (its callbacks): done when the call returns.
     bool destroy_when_done = false;
+    // As in the options it was created with, for mpt_trainer_get_options' copy.
+    bool weight_decay_chosen = false;
+    bool betas_chosen = false;
 };
 
 namespace mpt::capi {

@@ -1,8 +1,10 @@
 // C API: trainer options and trainers. Argument checks and translation only.
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "capi_internal.h"
 #include "core/finite_values.h"
@@ -28,6 +30,12 @@ void choose_betas(mpt_trainer_options_t* options, float beta1, float beta2) {
     options->config.optimizer.beta1 = beta1 == 0.0f ? 0.0f : beta1;
     options->config.optimizer.beta2 = beta2 == 0.0f ? 0.0f : beta2;
     options->betas_chosen = true;
+}
+
+// A getter's optional out-parameter: written when the caller asked for it (not NULL).
+template <typename T>
+void write_if_asked(T* out, T value) {
+    if (out) *out = value;
 }
 
 void require_range(float value, float low, float high, const char* name) {
@@ -259,14 +267,191 @@ mpt_status mpt_trainer_options_set_loss_scaler_dynamics(mpt_trainer_options_t* o
     MPT_API_END
 }
 
+// Each getter reads what the options hold; those of several values write the ones asked for.
+mpt_status mpt_trainer_options_get_precision(const mpt_trainer_options_t* options, mpt_precision* out) {
+    MPT_API_BEGIN
+    require_pointer(options, "options");
+    require_pointer(out, "out");
+    *out = options->config.precision;
+    MPT_API_END
+}
+
+mpt_status mpt_trainer_options_get_loss(const mpt_trainer_options_t* options, mpt_loss* out) {
+    MPT_API_BEGIN
+    require_pointer(options, "options");
+    require_pointer(out, "out");
+    *out = static_cast<mpt_loss>(options->config.loss.kind);
+    MPT_API_END
+}
+
+mpt_status mpt_trainer_options_get_huber_delta(const mpt_trainer_options_t* options, float* out) {
+    MPT_API_BEGIN
+    require_pointer(options, "options");
+    require_pointer(out, "out");
+    *out = options->config.loss.huber_delta;
+    MPT_API_END
+}
+
+mpt_status mpt_trainer_options_get_label_smoothing(const mpt_trainer_options_t* options, float* out) {
+    MPT_API_BEGIN
+    require_pointer(options, "options");
+    require_pointer(out, "out");
+    *out = options->config.loss.label_smoothing;
+    MPT_API_END
+}
+
+mpt_status mpt_trainer_options_get_class_weights(const mpt_trainer_options_t* options, float* weights,
+                                                 int64_t capacity, int64_t* count) {
+    MPT_API_BEGIN
+    require_pointer(options, "options");
+    require_pointer(count, "count");
+    const std::vector<float>& held = options->config.loss.class_weights;
+    const auto size = static_cast<int64_t>(held.size());
+    if (weights) {
+        if (capacity < size)
+            fail(MPT_STATUS_SHAPE_MISMATCH, "the options hold " + std::to_string(size) +
+                                                " class weights, more than the capacity " + std::to_string(capacity));
+        std::copy(held.begin(), held.end(), weights);
+    }
+    *count = size;
+    MPT_API_END
+}
+
+mpt_status mpt_trainer_options_get_optimizer(const mpt_trainer_options_t* options, mpt_optimizer* out) {
+    MPT_API_BEGIN
+    require_pointer(options, "options");
+    require_pointer(out, "out");
+    *out = static_cast<mpt_optimizer>(options->config.optimizer.kind);
+    MPT_API_END
+}
+
+mpt_status mpt_trainer_options_get_learning_rate(const mpt_trainer_options_t* options, float* out) {
+    MPT_API_BEGIN
+    require_pointer(options, "options");
+    require_pointer(out, "out");
+    *out = options->config.optimizer.learning_rate;
+    MPT_API_END
+}
+
+mpt_status mpt_trainer_options_get_momentum(const mpt_trainer_options_t* options, float* momentum, int* nesterov) {
+    MPT_API_BEGIN
+    require_pointer(options, "options");
+    write_if_asked(momentum, options->config.optimizer.momentum);
+    write_if_asked(nesterov, options->config.optimizer.nesterov ? 1 : 0);
+    MPT_API_END
+}
+
+mpt_status mpt_trainer_options_get_adam(const mpt_trainer_options_t* options, float* beta1, float* beta2,
+                                        float* epsilon) {
+    MPT_API_BEGIN
+    require_pointer(options, "options");
+    write_if_asked(beta1, options->config.optimizer.beta1);
+    write_if_asked(beta2, options->config.optimizer.beta2);
+    write_if_asked(epsilon, options->config.optimizer.epsilon);
+    MPT_API_END
+}
+
+mpt_status mpt_trainer_options_get_lion(const mpt_trainer_options_t* options, float* beta1, float* beta2) {
+    MPT_API_BEGIN
+    require_pointer(options, "options");
+    write_if_asked(beta1, options->config.optimizer.beta1);
+    write_if_asked(beta2, options->config.optimizer.beta2);
+    MPT_API_END
+}
+
+mpt_status mpt_trainer_options_get_rmsprop(const mpt_trainer_options_t* options, float* rho, float* epsilon) {
+    MPT_API_BEGIN
+    require_pointer(options, "options");
+    write_if_asked(rho, options->config.optimizer.rho);
+    write_if_asked(epsilon, options->config.optimizer.epsilon);
+    MPT_API_END
+}
+
+mpt_status mpt_trainer_options_get_rmsprop_centered(const mpt_trainer_options_t* options, int* out) {
+    MPT_API_BEGIN
+    require_pointer(options, "options");
+    require_pointer(out, "out");
+    *out = options->config.optimizer.centered ? 1 : 0;
+    MPT_API_END
+}
+
+mpt_status mpt_trainer_options_get_weight_decay(const mpt_trainer_options_t* options, float* out) {
+    MPT_API_BEGIN
+    require_pointer(options, "options");
+    require_pointer(out, "out");
+    *out = options->config.optimizer.weight_decay;
+    MPT_API_END
+}
+
+mpt_status mpt_trainer_options_get_global_clipnorm(const mpt_trainer_options_t* options, float* out) {
+    MPT_API_BEGIN
+    require_pointer(options, "options");
+    require_pointer(out, "out");
+    *out = options->config.optimizer.global_clipnorm;
+    MPT_API_END
+}
+
+mpt_status mpt_trainer_options_get_ema(const mpt_trainer_options_t* options, float* out) {
+    MPT_API_BEGIN
+    require_pointer(options, "options");
+    require_pointer(out, "out");
+    *out = options->config.optimizer.ema_momentum;
+    MPT_API_END
+}
+
+mpt_status mpt_trainer_options_get_micro_batch_size(const mpt_trainer_options_t* options, int64_t* out) {
+    MPT_API_BEGIN
+    require_pointer(options, "options");
+    require_pointer(out, "out");
+    *out = options->config.micro_batch_size;
+    MPT_API_END
+}
+
+mpt_status mpt_trainer_options_get_lr_schedule(const mpt_trainer_options_t* options, mpt_lr_schedule* schedule,
+                                               int64_t* warmup_steps, int64_t* decay_steps, float* factor) {
+    MPT_API_BEGIN
+    require_pointer(options, "options");
+    const mpt::LrSchedule& held = options->config.optimizer.schedule;
+    write_if_asked(schedule, static_cast<mpt_lr_schedule>(held.kind));
+    write_if_asked(warmup_steps, held.warmup_steps);
+    write_if_asked(decay_steps, held.decay_steps);
+    write_if_asked(factor, held.decay_factor);
+    MPT_API_END
+}
+
+mpt_status mpt_trainer_options_get_loss_scaling(const mpt_trainer_options_t* options, mpt_loss_scaling* mode,
+                                                float* initial_scale) {
+    MPT_API_BEGIN
+    require_pointer(options, "options");
+    write_if_asked(mode, options->config.loss_scaling);
+    write_if_asked(initial_scale, options->config.scaler.initial_scale);
+    MPT_API_END
+}
+
+mpt_status mpt_trainer_options_get_loss_scaler_dynamics(const mpt_trainer_options_t* options, float* growth_factor,
+                                                        float* backoff_factor, int64_t* growth_interval,
+                                                        float* min_scale, float* max_scale) {
+    MPT_API_BEGIN
+    require_pointer(options, "options");
+    const mpt::LossScalerConfig& scaler = options->config.scaler;
+    write_if_asked(growth_factor, scaler.growth_factor);
+    write_if_asked(backoff_factor, scaler.backoff_factor);
+    write_if_asked(growth_interval, scaler.growth_interval);
+    write_if_asked(min_scale, scaler.min_scale);
+    write_if_asked(max_scale, scaler.max_scale);
+    MPT_API_END
+}
+
 mpt_status mpt_trainer_create(mpt_model_t* model, const mpt_trainer_options_t* options, mpt_trainer_t** out) {
     MPT_API_BEGIN
     impl_of(model, "model");
     require_pointer(out, "out");
     require(!model->impl->layers().empty(), MPT_STATUS_INVALID_STATE, "the model has no layers");
-    const mpt::TrainerConfig config = options ? options->config : mpt::TrainerConfig{};
-    auto trainer = std::make_unique<mpt::Trainer>(model->impl, config);
+    const mpt_trainer_options given = options ? *options : mpt_trainer_options{};
+    auto trainer = std::make_unique<mpt::Trainer>(model->impl, given.config);
     *out = new mpt_trainer{std::move(trainer)};
+    (*out)->weight_decay_chosen = given.weight_decay_chosen;
+    (*out)->betas_chosen = given.betas_chosen;
     MPT_API_END
 }
 
@@ -381,6 +566,15 @@ mpt_status mpt_trainer_get_learning_rate(const mpt_trainer_t* trainer, float* ou
     const mpt::Trainer& impl = impl_of(trainer, "trainer");
     require_pointer(out, "out");
     *out = impl.learning_rate();
+    MPT_API_END
+}
+
+mpt_status mpt_trainer_get_options(const mpt_trainer_t* trainer, mpt_trainer_options_t** out) {
+    MPT_API_BEGIN
+    const mpt::Trainer& impl = impl_of(trainer, "trainer");
+    require_pointer(out, "out");
+    // The trainer's config holds the options as given, but for the base rate, which it keeps current.
+    *out = new mpt_trainer_options{impl.config(), trainer->weight_decay_chosen, trainer->betas_chosen};
     MPT_API_END
 }
 

@@ -682,6 +682,52 @@ MPT_API mpt_status mpt_trainer_options_set_loss_scaler_dynamics(mpt_trainer_opti
                                                                 int64_t growth_interval, float min_scale,
                                                                 float max_scale);
 
+/* Reading options back. Each getter gives what the options hold now: the defaults above until a
+ * setter changes them, after mpt_trainer_options_set_optimizer the optimizer's own defaults (AdamW's
+ * weight decay 0.004, Lion's beta2 0.99) unless a value was set, and a -0 that was set as 0. So an
+ * application reports the hyperparameters it trains with without repeating the library's defaults,
+ * and mpt_trainer_get_options gives a trainer's. Out-parameters are written only on success. A getter
+ * of one value takes no NULL out (MPT_STATUS_INVALID_ARGUMENT); a getter of several writes those not
+ * NULL. Thread-safe with other readers; one thread per options handle while a setter runs. */
+MPT_API mpt_status mpt_trainer_options_get_precision(const mpt_trainer_options_t* options, mpt_precision* out);
+MPT_API mpt_status mpt_trainer_options_get_loss(const mpt_trainer_options_t* options, mpt_loss* out);
+MPT_API mpt_status mpt_trainer_options_get_huber_delta(const mpt_trainer_options_t* options, float* out);
+MPT_API mpt_status mpt_trainer_options_get_label_smoothing(const mpt_trainer_options_t* options, float* out);
+/** The class weights held, 0 when there are none (every weight 1).
+ *  \param[out] count    the number of weights held (not NULL).
+ *  \param[out] weights  when not NULL, the weights; `capacity` must then be at least `*count`, else
+ *                       MPT_STATUS_SHAPE_MISMATCH and nothing is written. */
+MPT_API mpt_status mpt_trainer_options_get_class_weights(const mpt_trainer_options_t* options, float* weights,
+                                                         int64_t capacity, int64_t* count);
+MPT_API mpt_status mpt_trainer_options_get_optimizer(const mpt_trainer_options_t* options, mpt_optimizer* out);
+MPT_API mpt_status mpt_trainer_options_get_learning_rate(const mpt_trainer_options_t* options, float* out);
+/** \param[out] nesterov  1 for Nesterov momentum, else 0. */
+MPT_API mpt_status mpt_trainer_options_get_momentum(const mpt_trainer_options_t* options, float* momentum,
+                                                    int* nesterov);
+/** Adam's betas and epsilon: the betas Lion reads too, the epsilon RMSprop reads too. */
+MPT_API mpt_status mpt_trainer_options_get_adam(const mpt_trainer_options_t* options, float* beta1, float* beta2,
+                                                float* epsilon);
+/** Lion's betas: the ones mpt_trainer_options_get_adam gives. */
+MPT_API mpt_status mpt_trainer_options_get_lion(const mpt_trainer_options_t* options, float* beta1, float* beta2);
+MPT_API mpt_status mpt_trainer_options_get_rmsprop(const mpt_trainer_options_t* options, float* rho, float* epsilon);
+/** \param[out] out  1 for centered RMSprop, else 0. */
+MPT_API mpt_status mpt_trainer_options_get_rmsprop_centered(const mpt_trainer_options_t* options, int* out);
+/** The weight decay the trainer applies: the value set, else the optimizer's default (AdamW 0.004,
+ *  the others 0). */
+MPT_API mpt_status mpt_trainer_options_get_weight_decay(const mpt_trainer_options_t* options, float* out);
+MPT_API mpt_status mpt_trainer_options_get_global_clipnorm(const mpt_trainer_options_t* options, float* out);
+MPT_API mpt_status mpt_trainer_options_get_ema(const mpt_trainer_options_t* options, float* out);
+MPT_API mpt_status mpt_trainer_options_get_micro_batch_size(const mpt_trainer_options_t* options, int64_t* out);
+MPT_API mpt_status mpt_trainer_options_get_lr_schedule(const mpt_trainer_options_t* options,
+                                                       mpt_lr_schedule* schedule, int64_t* warmup_steps,
+                                                       int64_t* decay_steps, float* factor);
+MPT_API mpt_status mpt_trainer_options_get_loss_scaling(const mpt_trainer_options_t* options,
+                                                        mpt_loss_scaling* mode, float* initial_scale);
+MPT_API mpt_status mpt_trainer_options_get_loss_scaler_dynamics(const mpt_trainer_options_t* options,
+                                                                float* growth_factor, float* backoff_factor,
+                                                                int64_t* growth_interval, float* min_scale,
+                                                                float* max_scale);
+
 /* ---------------------------------------------------------------------------------------------
  * Trainer: fit, step, evaluate, predict
  * ------------------------------------------------------------------------------------------- */
@@ -805,6 +851,15 @@ MPT_API mpt_status mpt_trainer_set_learning_rate(mpt_trainer_t* trainer, float l
 /** The base learning rate: the options' until set or restored from a checkpoint. Without a
  *  schedule (mpt_trainer_options_set_lr_schedule) it is the rate of the next step. */
 MPT_API mpt_status mpt_trainer_get_learning_rate(const mpt_trainer_t* trainer, float* out);
+/** A copy of the options the trainer was created with, for reporting them or for creating another
+ *  trainer like it: the precision as given (AUTO stays AUTO; mpt_trainer_get_precision gives the one
+ *  it runs in), the base learning rate as it is now (mpt_trainer_set_learning_rate or a checkpoint may
+ *  have changed it), everything else as it was. Setters on the copy then behave as on the original
+ *  options: a weight decay or betas that were set stay when the optimizer changes, defaults follow it.
+ *  \param[out] out  new options, the caller's to destroy (mpt_trainer_options_destroy); they do not
+ *                   keep the trainer alive. One thread per trainer at a time; also from the
+ *                   trainer's callbacks. */
+MPT_API mpt_status mpt_trainer_get_options(const mpt_trainer_t* trainer, mpt_trainer_options_t** out);
 /** The rate the next step trains with: the base rate times the schedule's factor at the trainer's
  *  step count (mpt_trainer_get_progress: from a progress callback on a GPU, the rate of the step
  *  after the last one queued, a few steps past the one reported). Never waits for the device. */

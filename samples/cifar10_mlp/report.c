@@ -95,10 +95,7 @@ static void write_run(json_writer* json, const cli_options* options, const data_
     json_integer(json, "test_images", run->test_rows);
     json_string(json, "optimizer", args_optimizer_name(options->optimizer));
     json_number(json, "momentum", (double)options->momentum);
-    /* The decay the run trained with: the given one, else the optimizer's default. */
-    json_number(json, "weight_decay",
-                options->weight_decay_given ? (double)options->weight_decay
-                                            : options->optimizer == MPT_OPTIMIZER_ADAMW ? 0.004 : 0.0);
+    json_number(json, "weight_decay", (double)run->weight_decay);
     json_number(json, "learning_rate", (double)options->learning_rate);
     json_number(json, "learning_rate_decay", (double)options->learning_rate_decay);
     json_string(json, "lr_schedule", args_schedule_name(options->lr_schedule));

@@ -182,6 +182,20 @@ static void print_size(const char* label, size_t bytes)
     printf("%s%.1f MiB", label, (double)bytes / (1024.0 * 1024.0));
 }
 
+/* The weight decay the trainer applies, from a copy of its options: the given one, else the
+ * optimizer's default, which the sample so need not repeat. Returns 0, or 1 after printing the error. */
+static int read_weight_decay(const mpt_trainer_t* trainer, float* weight_decay)
+{
+    mpt_trainer_options_t* used = NULL;
+    int failed = 1;
+    CHECK_MPT(mpt_trainer_get_options(trainer, &used), "reading the trainer's options");
+    CHECK_MPT(mpt_trainer_options_get_weight_decay(used, weight_decay), "reading the trainer's weight decay");
+    failed = 0;
+done:
+    mpt_trainer_options_destroy(used);
+    return failed;
+}
+
 int run_training(const cli_options* options, mpt_precision precision, const data_source* data,
                  run_result* result)
 {
@@ -267,6 +281,8 @@ int run_training(const cli_options* options, mpt_precision precision, const data
     CHECK_MPT(mpt_trainer_get_precision(trainer, &r.precision), "reading the trainer's precision");
     CHECK_MPT(mpt_context_get_backend(context, &r.backend), "reading the context's backend");
     CHECK_MPT(mpt_model_get_parameter_count(model, &r.parameters), "counting the model's parameters");
+    if (read_weight_decay(trainer, &r.weight_decay) != 0)
+        goto done;
 
     printf("mptrain %s | backend %s | precision %s | model 3072-3000-1000-10, %" PRId64 " parameters\n",
            mpt_version(), args_backend_name(r.backend), args_precision_name(r.precision), r.parameters);
@@ -277,12 +293,12 @@ int run_training(const cli_options* options, mpt_precision precision, const data
     if (options->micro_batch_size > 0 && options->micro_batch_size < r.batch_size)
         printf("micro-batches of %" PRId64 " | ", options->micro_batch_size);
     /* SGD without momentum or decay, the seed recipe, is what the line has always shown. */
-    if (options->optimizer != MPT_OPTIMIZER_SGD || options->momentum > 0.0f || options->weight_decay_given) {
+    if (options->optimizer != MPT_OPTIMIZER_SGD || options->momentum > 0.0f || r.weight_decay > 0.0f) {
         printf("%s", args_optimizer_name(options->optimizer));
         if (options->momentum > 0.0f)
             printf(" momentum %g", (double)options->momentum);
-        if (options->weight_decay_given)
-            printf(" weight decay %g", (double)options->weight_decay);
+        if (r.weight_decay > 0.0f)
+            printf(" weight decay %g", (double)r.weight_decay);
         printf(" | ");
     }
     printf("lr %g", (double)options->learning_rate);

@@ -21,6 +21,7 @@ typedef struct run_result {
     int64_t validation_rows;  /* --validation-split's held-out rows; 0: none */
     int64_t test_rows;
     int64_t parameters;
+    float weight_decay;       /* what the trainer applies, read back from it (AdamW's default included) */
     float train_loss;         /* mean over the last epoch */
     float train_accuracy;
     float last_gradient_norm;  /* --clipnorm: the last step's gradient norm before clipping */
