@@ -524,6 +524,35 @@ private:
     detail::Owned<mpt_dataset_t, mpt_dataset_destroy> handle_;
 };
 
+/** Values TrainerOptions reads back together (mpt_trainer_options_get_*). */
+struct MomentumSetting {
+    float momentum = 0.0f;
+    bool nesterov = false;
+};
+struct AdamSetting {
+    float beta1 = 0.0f, beta2 = 0.0f, epsilon = 0.0f;
+};
+struct LionSetting {
+    float beta1 = 0.0f, beta2 = 0.0f;
+};
+struct RmspropSetting {
+    float rho = 0.0f, epsilon = 0.0f;
+};
+struct LrScheduleSetting {
+    mpt_lr_schedule schedule = MPT_LR_SCHEDULE_CONSTANT;
+    int64_t warmup_steps = 0, decay_steps = 0;
+    float factor = 1.0f;
+};
+struct LossScalingSetting {
+    mpt_loss_scaling mode = MPT_LOSS_SCALING_DEFAULT;
+    float initial_scale = 0.0f;
+};
+struct LossScalerDynamicsSetting {
+    float growth_factor = 0.0f, backoff_factor = 0.0f;
+    int64_t growth_interval = 0;
+    float min_scale = 0.0f, max_scale = 0.0f;
+};
+
 class TrainerOptions {
 public:
     TrainerOptions() {
@@ -653,7 +682,80 @@ public:
     }
     mpt_trainer_options_t* get() const noexcept { return handle_.get(); }
 
+    /** Reading back (mpt_trainer_options_get_*): each setter's name without arguments gives what the
+     *  options hold now, the defaults until set, the optimizer's own defaults (AdamW's weight decay
+     *  0.004, Lion's beta2 0.99) unless a value was set. Trainer::options() gives a trainer's. */
+    mpt_precision precision() const { return read(mpt_trainer_options_get_precision); }
+    mpt_loss loss() const { return read(mpt_trainer_options_get_loss); }
+    float huber_delta() const { return read(mpt_trainer_options_get_huber_delta); }
+    float label_smoothing() const { return read(mpt_trainer_options_get_label_smoothing); }
+    /** Empty when there are none (every weight 1). */
+    std::vector<float> class_weights() const {
+        int64_t count = 0;
+        detail::check(mpt_trainer_options_get_class_weights(get(), nullptr, 0, &count));
+        std::vector<float> weights(static_cast<size_t>(count));
+        detail::check(mpt_trainer_options_get_class_weights(get(), weights.data(), count, &count));
+        return weights;
+    }
+    mpt_optimizer optimizer() const { return read(mpt_trainer_options_get_optimizer); }
+    float learning_rate() const { return read(mpt_trainer_options_get_learning_rate); }
+    MomentumSetting momentum() const {
+        float momentum = 0.0f;
+        int nesterov = 0;
+        detail::check(mpt_trainer_options_get_momentum(get(), &momentum, &nesterov));
+        return {momentum, nesterov != 0};
+    }
+    AdamSetting adam() const {
+        AdamSetting out;
+        detail::check(mpt_trainer_options_get_adam(get(), &out.beta1, &out.beta2, &out.epsilon));
+        return out;
+    }
+    LionSetting lion() const {
+        LionSetting out;
+        detail::check(mpt_trainer_options_get_lion(get(), &out.beta1, &out.beta2));
+        return out;
+    }
+    RmspropSetting rmsprop() const {
+        RmspropSetting out;
+        detail::check(mpt_trainer_options_get_rmsprop(get(), &out.rho, &out.epsilon));
+        return out;
+    }
+    bool rmsprop_centered() const { return read(mpt_trainer_options_get_rmsprop_centered) != 0; }
+    float weight_decay() const { return read(mpt_trainer_options_get_weight_decay); }
+    float global_clipnorm() const { return read(mpt_trainer_options_get_global_clipnorm); }
+    float ema_momentum() const { return read(mpt_trainer_options_get_ema); }
+    int64_t micro_batch_size() const { return read(mpt_trainer_options_get_micro_batch_size); }
+    LrScheduleSetting lr_schedule() const {
+        LrScheduleSetting out;
+        detail::check(mpt_trainer_options_get_lr_schedule(get(), &out.schedule, &out.warmup_steps, &out.decay_steps,
+                                                          &out.factor));
+        return out;
+    }
+    LossScalingSetting loss_scaling() const {
+        LossScalingSetting out;
+        detail::check(mpt_trainer_options_get_loss_scaling(get(), &out.mode, &out.initial_scale));
+        return out;
+    }
+    LossScalerDynamicsSetting loss_scaler_dynamics() const {
+        LossScalerDynamicsSetting out;
+        detail::check(mpt_trainer_options_get_loss_scaler_dynamics(get(), &out.growth_factor, &out.backoff_factor,
+                                                                   &out.growth_interval, &out.min_scale,
+                                                                   &out.max_scale));
+        return out;
+    }
+
 private:
+    friend class Trainer;
+    explicit TrainerOptions(mpt_trainer_options_t* adopted) noexcept : handle_(adopted) {}
+
+    // One value through a getter of the C API.
+    template <typename T>
+    T read(mpt_status (*getter)(const mpt_trainer_options_t*, T*)) const {
+        T out{};
+        detail::check(getter(get(), &out));
+        return out;
+    }
+
     detail::Owned<mpt_trainer_options_t, mpt_trainer_options_destroy> handle_;
 };
 
@@ -751,6 +853,14 @@ public:
         float out = 0.0f;
         detail::check(mpt_trainer_get_learning_rate(get(), &out));
         return out;
+    }
+    /** A copy of the options this trainer was created with (mpt_trainer_get_options): the base rate
+     *  as it is now, the precision as given (precision() gives the one it runs in). A Trainer created
+     *  from them trains as this one did from the same weights. */
+    TrainerOptions options() const {
+        mpt_trainer_options_t* copy = nullptr;
+        detail::check(mpt_trainer_get_options(get(), &copy));
+        return TrainerOptions(copy);
     }
     /** The base rate from the next step on (finite, > 0), also from fit's callbacks: a schedule.
      *  Checkpoints save and restore the rate; an automatic one at an epoch's end is written after that
