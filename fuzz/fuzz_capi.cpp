@@ -1,8 +1,9 @@
 // libFuzzer target for the C API's argument paths: the input is a little program of API calls
 // (create, slice, weight and standardize datasets, add layers, standardize a model's inputs, set
-// options, fit, step, evaluate, predict rows and datasets, get/set weights and labels, save and load
-// files) with fuzzed arguments, NULLs and out-of-range values. Every call must return a status and
-// leave every handle usable; sanitizers catch anything else. Sizes are bounded to keep it fast.
+// options and read them back from a trainer, fit, step, evaluate, predict rows and datasets, get/set
+// weights and labels, save and load files) with fuzzed arguments, NULLs and out-of-range values.
+// Every call must return a status and leave every handle usable; sanitizers catch anything else.
+// Sizes are bounded to keep it fast.
 // fuzz-options: -max_len=512
 #include <mptrain/mptrain.h>
 #include <unistd.h>
@@ -55,6 +56,59 @@ const std::string& file_path() {
         return std::string(mkdtemp(pattern)) + "/file.safetensors";
     }();
     return path;
+}
+
+// Every value the options hold, as bytes, through the getters (asking for the class weights with a
+// capacity of `capacity`, hostile or not): equal options give equal bytes.
+std::vector<unsigned char> option_bytes(const mpt_trainer_options_t* options, int64_t capacity) {
+    std::vector<unsigned char> bytes;
+    auto add = [&bytes](const auto& value) {
+        const auto* first = reinterpret_cast<const unsigned char*>(&value);
+        bytes.insert(bytes.end(), first, first + sizeof value);
+    };
+    mpt_precision precision{};
+    mpt_loss loss{};
+    mpt_optimizer optimizer{};
+    mpt_lr_schedule schedule{};
+    mpt_loss_scaling scaling{};
+    float reals[20] = {};
+    int flags[2] = {};
+    int64_t integers[5] = {};
+    float weights[8] = {};
+    // A status that is not OK from a valid handle and out-parameters would be a defect.
+    const mpt_status statuses[] = {
+        mpt_trainer_options_get_precision(options, &precision),
+        mpt_trainer_options_get_loss(options, &loss),
+        mpt_trainer_options_get_huber_delta(options, &reals[0]),
+        mpt_trainer_options_get_label_smoothing(options, &reals[1]),
+        mpt_trainer_options_get_class_weights(options, nullptr, 0, &integers[0]),
+        mpt_trainer_options_get_optimizer(options, &optimizer),
+        mpt_trainer_options_get_learning_rate(options, &reals[2]),
+        mpt_trainer_options_get_momentum(options, &reals[3], &flags[0]),
+        mpt_trainer_options_get_adam(options, &reals[4], &reals[5], &reals[6]),
+        mpt_trainer_options_get_lion(options, &reals[7], &reals[8]),
+        mpt_trainer_options_get_rmsprop(options, &reals[9], &reals[10]),
+        mpt_trainer_options_get_rmsprop_centered(options, &flags[1]),
+        mpt_trainer_options_get_weight_decay(options, &reals[11]),
+        mpt_trainer_options_get_global_clipnorm(options, &reals[12]),
+        mpt_trainer_options_get_ema(options, &reals[13]),
+        mpt_trainer_options_get_micro_batch_size(options, &integers[1]),
+        mpt_trainer_options_get_lr_schedule(options, &schedule, &integers[2], &integers[3], &reals[14]),
+        mpt_trainer_options_get_loss_scaling(options, &scaling, &reals[15]),
+        mpt_trainer_options_get_loss_scaler_dynamics(options, &reals[16], &reals[17], &integers[4], &reals[18],
+                                                     &reals[19]),
+    };
+    for (mpt_status status : statuses)
+        if (status != MPT_STATUS_OK) std::abort();
+    // The class weights themselves: refused (nothing written) when the capacity is short.
+    int64_t count = -1;
+    const mpt_status read = mpt_trainer_options_get_class_weights(options, weights, std::min<int64_t>(capacity, 8), &count);
+    if ((read == MPT_STATUS_OK) != (std::min<int64_t>(capacity, 8) >= integers[0])) std::abort();
+    if (read == MPT_STATUS_OK ? count != integers[0] : count != -1) std::abort();
+    add(precision), add(loss), add(optimizer), add(schedule), add(scaling), add(reals), add(flags), add(integers);
+    if (read == MPT_STATUS_OK) bytes.insert(bytes.end(), reinterpret_cast<unsigned char*>(weights),
+                                            reinterpret_cast<unsigned char*>(weights + count));
+    return bytes;
 }
 
 }  // namespace
@@ -246,11 +300,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                     mpt_trainer_options_set_micro_batch_size(trainer_options, in.small(7) - 1);
                 }
                 break;
-            case 8:
+            case 8: {
                 mpt_trainer_destroy(trainer);
                 trainer = nullptr;
-                mpt_trainer_create(maybe_model, in.byte() % 8 ? trainer_options : nullptr, &trainer);
+                const bool given = in.byte() % 8;
+                if (mpt_trainer_create(maybe_model, given ? trainer_options : nullptr, &trainer) != MPT_STATUS_OK ||
+                    !given || in.byte() % 4)
+                    break;
+                // The trainer's copy of its options reads back as the options it was created from, and
+                // replaces them (a copy's setters must behave as the original's).
+                mpt_trainer_options_t* copy = nullptr;
+                if (mpt_trainer_get_options(trainer, &copy) != MPT_STATUS_OK) std::abort();
+                const int64_t capacity = in.count();
+                if (option_bytes(copy, capacity) != option_bytes(trainer_options, capacity)) std::abort();
+                mpt_trainer_options_destroy(trainer_options);
+                trainer_options = copy;
                 break;
+            }
             case 9: mpt_trainer_fit(trainer, in.byte() % 8 ? dataset : nullptr, in.small(3), in.count(), in.byte() % 2); break;
             case 10: mpt_trainer_step(trainer, dataset, in.count() - 1, in.count(), nullptr); break;
             case 11: {
