@@ -483,6 +483,97 @@ extern "C" {
         min_scale: c_float,
         max_scale: c_float,
     ) -> mpt_status;
+    pub fn mpt_trainer_options_get_precision(
+        options: *const mpt_trainer_options_t,
+        out: *mut mpt_precision,
+    ) -> mpt_status;
+    pub fn mpt_trainer_options_get_loss(
+        options: *const mpt_trainer_options_t,
+        out: *mut mpt_loss,
+    ) -> mpt_status;
+    pub fn mpt_trainer_options_get_huber_delta(
+        options: *const mpt_trainer_options_t,
+        out: *mut c_float,
+    ) -> mpt_status;
+    pub fn mpt_trainer_options_get_label_smoothing(
+        options: *const mpt_trainer_options_t,
+        out: *mut c_float,
+    ) -> mpt_status;
+    pub fn mpt_trainer_options_get_class_weights(
+        options: *const mpt_trainer_options_t,
+        weights: *mut c_float,
+        capacity: i64,
+        count: *mut i64,
+    ) -> mpt_status;
+    pub fn mpt_trainer_options_get_optimizer(
+        options: *const mpt_trainer_options_t,
+        out: *mut mpt_optimizer,
+    ) -> mpt_status;
+    pub fn mpt_trainer_options_get_learning_rate(
+        options: *const mpt_trainer_options_t,
+        out: *mut c_float,
+    ) -> mpt_status;
+    pub fn mpt_trainer_options_get_momentum(
+        options: *const mpt_trainer_options_t,
+        momentum: *mut c_float,
+        nesterov: *mut c_int,
+    ) -> mpt_status;
+    pub fn mpt_trainer_options_get_adam(
+        options: *const mpt_trainer_options_t,
+        beta1: *mut c_float,
+        beta2: *mut c_float,
+        epsilon: *mut c_float,
+    ) -> mpt_status;
+    pub fn mpt_trainer_options_get_lion(
+        options: *const mpt_trainer_options_t,
+        beta1: *mut c_float,
+        beta2: *mut c_float,
+    ) -> mpt_status;
+    pub fn mpt_trainer_options_get_rmsprop(
+        options: *const mpt_trainer_options_t,
+        rho: *mut c_float,
+        epsilon: *mut c_float,
+    ) -> mpt_status;
+    pub fn mpt_trainer_options_get_rmsprop_centered(
+        options: *const mpt_trainer_options_t,
+        out: *mut c_int,
+    ) -> mpt_status;
+    pub fn mpt_trainer_options_get_weight_decay(
+        options: *const mpt_trainer_options_t,
+        out: *mut c_float,
+    ) -> mpt_status;
+    pub fn mpt_trainer_options_get_global_clipnorm(
+        options: *const mpt_trainer_options_t,
+        out: *mut c_float,
+    ) -> mpt_status;
+    pub fn mpt_trainer_options_get_ema(
+        options: *const mpt_trainer_options_t,
+        out: *mut c_float,
+    ) -> mpt_status;
+    pub fn mpt_trainer_options_get_micro_batch_size(
+        options: *const mpt_trainer_options_t,
+        out: *mut i64,
+    ) -> mpt_status;
+    pub fn mpt_trainer_options_get_lr_schedule(
+        options: *const mpt_trainer_options_t,
+        schedule: *mut mpt_lr_schedule,
+        warmup_steps: *mut i64,
+        decay_steps: *mut i64,
+        factor: *mut c_float,
+    ) -> mpt_status;
+    pub fn mpt_trainer_options_get_loss_scaling(
+        options: *const mpt_trainer_options_t,
+        mode: *mut mpt_loss_scaling,
+        initial_scale: *mut c_float,
+    ) -> mpt_status;
+    pub fn mpt_trainer_options_get_loss_scaler_dynamics(
+        options: *const mpt_trainer_options_t,
+        growth_factor: *mut c_float,
+        backoff_factor: *mut c_float,
+        growth_interval: *mut i64,
+        min_scale: *mut c_float,
+        max_scale: *mut c_float,
+    ) -> mpt_status;
 
     // Trainer
     pub fn mpt_trainer_create(
@@ -543,6 +634,10 @@ extern "C" {
     pub fn mpt_trainer_get_learning_rate(
         trainer: *const mpt_trainer_t,
         out: *mut c_float,
+    ) -> mpt_status;
+    pub fn mpt_trainer_get_options(
+        trainer: *const mpt_trainer_t,
+        out: *mut *mut mpt_trainer_options_t,
     ) -> mpt_status;
     pub fn mpt_trainer_get_scheduled_learning_rate(
         trainer: *const mpt_trainer_t,

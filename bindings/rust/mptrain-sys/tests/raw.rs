@@ -256,6 +256,12 @@ fn null_arguments_return_invalid_argument() {
             mpt_trainer_fit(ptr::null_mut(), ptr::null(), 1, 1, 0),
             MPT_STATUS_INVALID_ARGUMENT
         );
+        let mut options = ptr::null_mut();
+        assert_eq!(
+            mpt_trainer_get_options(ptr::null(), &mut options),
+            MPT_STATUS_INVALID_ARGUMENT
+        );
+        assert!(options.is_null());
         mpt_context_destroy(ptr::null_mut());
         mpt_trainer_destroy(ptr::null_mut());
     }
