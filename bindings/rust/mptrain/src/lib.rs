@@ -206,6 +206,17 @@ macro_rules! c_enum {
             }
             /// Every variant, in C order.
             pub const ALL: &'static [$name] = &[$($name::$variant),*];
+            /// The variant for a value the library returned: one these bindings do not know means
+            /// the library and the bindings disagree, an internal error rather than a panic.
+            #[allow(dead_code)] // LogLevel's: the log callback reads an unknown level as Error
+            fn returned(code: c_int) -> Result<Self> {
+                Self::from_code(code).ok_or_else(|| {
+                    Error::new(
+                        Status::Internal,
+                        format!(concat!("unknown ", stringify!($name), " {}"), code),
+                    )
+                })
+            }
         }
     };
 }
@@ -754,8 +765,7 @@ impl Context {
         let _lock = self.family.enter()?;
         let mut out = 0;
         check(unsafe { sys::mpt_context_get_backend(self.raw.as_ptr(), &mut out) })?;
-        Backend::from_code(out)
-            .ok_or_else(|| Error::new(Status::Internal, format!("unknown backend {out}")))
+        Backend::returned(out)
     }
     /// What a requested precision resolves to here (Auto on the CPU: bf16 with AMX, else fp32).
     pub fn resolve_precision(&self, requested: Precision) -> Result<Precision> {
@@ -764,8 +774,7 @@ impl Context {
         check(unsafe {
             sys::mpt_context_resolve_precision(self.raw.as_ptr(), requested.code(), &mut out)
         })?;
-        Precision::from_code(out)
-            .ok_or_else(|| Error::new(Status::Internal, format!("unknown precision {out}")))
+        Precision::returned(out)
     }
     /// Arena bytes held now and at most.
     pub fn memory(&self) -> Result<Memory> {
@@ -927,8 +936,7 @@ impl Model {
         check(unsafe {
             sys::mpt_model_get_layer_dtype(self.raw.as_ptr(), layer as i64, &mut out)
         })?;
-        DType::from_code(out)
-            .ok_or_else(|| Error::new(Status::Internal, format!("unknown dtype {out}")))
+        DType::returned(out)
     }
 
     /// Dropout after hidden layer `layer`, as a Keras `Dropout(rate)` layer after it: while a trainer
@@ -1058,8 +1066,7 @@ impl Model {
         check(unsafe {
             sys::mpt_model_get_layer_initializer(self.raw.as_ptr(), layer as i64, &mut out)
         })?;
-        Initializer::from_code(out)
-            .ok_or_else(|| Error::new(Status::Internal, format!("unknown initializer {out}")))
+        Initializer::returned(out)
     }
 
     /// Freezes layer `layer` (`false`) or lets it train (`true`, the default), as Keras's
@@ -1152,8 +1159,7 @@ impl Model {
         check(unsafe {
             sys::mpt_model_get_layer_activation(self.raw.as_ptr(), layer as i64, &mut out)
         })?;
-        Activation::from_code(out)
-            .ok_or_else(|| Error::new(Status::Internal, format!("unknown activation {out}")))
+        Activation::returned(out)
     }
 
     /// A layer's fp32 master weights (row-major `[units, inputs]`) and bias (`[units]`).
@@ -2434,8 +2440,7 @@ impl Trainer {
         let _lock = self.family.enter()?;
         let mut out = 0;
         check(unsafe { sys::mpt_trainer_get_precision(self.raw.as_ptr(), &mut out) })?;
-        Precision::from_code(out)
-            .ok_or_else(|| Error::new(Status::Internal, format!("unknown precision {out}")))
+        Precision::returned(out)
     }
 
     /// The base learning rate: the options' until set, or restored by
