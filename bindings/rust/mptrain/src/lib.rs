@@ -601,11 +601,24 @@ unsafe extern "C" fn log_trampoline(
 
 // ---- context --------------------------------------------------------------------------------------
 
-/// Owns C option handles while they are filled in.
+/// Owns a C options handle while it is filled in or read.
 struct OwnedOptions<T>(*mut T, unsafe extern "C" fn(*mut T));
 impl<T> Drop for OwnedOptions<T> {
     fn drop(&mut self) {
         unsafe { (self.1)(self.0) }
+    }
+}
+
+impl OwnedOptions<sys::mpt_trainer_options_t> {
+    /// The value a getter of one value reads.
+    fn get<V: Default>(
+        &self,
+        getter: unsafe extern "C" fn(*const sys::mpt_trainer_options_t, *mut V) -> sys::mpt_status,
+    ) -> Result<V> {
+        let mut out = V::default();
+        // SAFETY: the handle lives as long as self; `out` is a local.
+        check(unsafe { getter(self.0, &mut out) })?;
+        Ok(out)
     }
 }
 
@@ -1666,6 +1679,12 @@ pub struct LossScalerDynamics {
 
 /// Options of a [`Trainer`]; unset values keep the library's defaults (precision Auto, sparse
 /// categorical cross-entropy, SGD with learning rate 0.01, ...).
+///
+/// Each builder method has a getter, its name with `get_` before it (the plain names are the
+/// builder's, as `std::process::Command` has `get_args` beside `args`): `None` where the value was
+/// not set, but for [`TrainerOptions::get_rmsprop_centered`] and
+/// [`TrainerOptions::get_micro_batch_size`], which give their defaults (false, 0).
+/// [`Trainer::options`] gives a trainer's options with every value set.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct TrainerOptions {
     precision: Option<Precision>,
@@ -1850,6 +1869,172 @@ impl TrainerOptions {
     pub fn loss_scaler_dynamics(mut self, dynamics: LossScalerDynamics) -> Self {
         self.dynamics = Some(dynamics);
         self
+    }
+
+    /// What [`TrainerOptions::precision`] set.
+    pub fn get_precision(&self) -> Option<Precision> {
+        self.precision
+    }
+    /// What [`TrainerOptions::loss`] set.
+    pub fn get_loss(&self) -> Option<Loss> {
+        self.loss
+    }
+    /// What [`TrainerOptions::huber_delta`] set.
+    pub fn get_huber_delta(&self) -> Option<f32> {
+        self.huber_delta
+    }
+    /// What [`TrainerOptions::label_smoothing`] set.
+    pub fn get_label_smoothing(&self) -> Option<f32> {
+        self.label_smoothing
+    }
+    /// What [`TrainerOptions::class_weights`] set (empty: none).
+    pub fn get_class_weights(&self) -> Option<&[f32]> {
+        self.class_weights.as_deref()
+    }
+    /// What [`TrainerOptions::optimizer`] set.
+    pub fn get_optimizer(&self) -> Option<Optimizer> {
+        self.optimizer
+    }
+    /// What [`TrainerOptions::learning_rate`] set.
+    pub fn get_learning_rate(&self) -> Option<f32> {
+        self.learning_rate
+    }
+    /// What [`TrainerOptions::momentum`] set: the momentum and whether it is Nesterov's.
+    pub fn get_momentum(&self) -> Option<(f32, bool)> {
+        self.momentum
+    }
+    /// What [`TrainerOptions::adam`] set: beta1, beta2, epsilon.
+    pub fn get_adam(&self) -> Option<(f32, f32, f32)> {
+        self.adam
+    }
+    /// What [`TrainerOptions::rmsprop`] set: rho, epsilon.
+    pub fn get_rmsprop(&self) -> Option<(f32, f32)> {
+        self.rmsprop
+    }
+    /// What [`TrainerOptions::rmsprop_centered`] set (default false).
+    pub fn get_rmsprop_centered(&self) -> bool {
+        self.rmsprop_centered
+    }
+    /// What [`TrainerOptions::lion`] set: beta1, beta2.
+    pub fn get_lion(&self) -> Option<(f32, f32)> {
+        self.lion
+    }
+    /// What [`TrainerOptions::weight_decay`] set.
+    pub fn get_weight_decay(&self) -> Option<f32> {
+        self.weight_decay
+    }
+    /// What [`TrainerOptions::global_clipnorm`] set.
+    pub fn get_global_clipnorm(&self) -> Option<f32> {
+        self.global_clipnorm
+    }
+    /// What [`TrainerOptions::ema_momentum`] set.
+    pub fn get_ema_momentum(&self) -> Option<f32> {
+        self.ema_momentum
+    }
+    /// What [`TrainerOptions::micro_batch_size`] set (default 0).
+    pub fn get_micro_batch_size(&self) -> i64 {
+        self.micro_batch_size
+    }
+    /// What [`TrainerOptions::lr_schedule`] set: schedule, warm-up steps, decay steps, factor.
+    pub fn get_lr_schedule(&self) -> Option<(LrSchedule, i64, i64, f32)> {
+        self.lr_schedule
+    }
+    /// What [`TrainerOptions::loss_scaling`] set: mode, initial scale.
+    pub fn get_loss_scaling(&self) -> Option<(LossScaling, f32)> {
+        self.loss_scaling
+    }
+    /// What [`TrainerOptions::loss_scaler_dynamics`] set.
+    pub fn get_loss_scaler_dynamics(&self) -> Option<LossScalerDynamics> {
+        self.dynamics
+    }
+
+    /// Every value C options hold, each set, so that [`TrainerOptions::to_c`] sets them all again.
+    /// Each is read through its own getter, Lion's betas and RMSprop's epsilon too although the
+    /// library holds one of each with Adam's: to_c sets Adam's first and the others after, and each
+    /// getter gives what its setter must set.
+    fn from_c(options: &OwnedOptions<sys::mpt_trainer_options_t>) -> Result<TrainerOptions> {
+        // SAFETY of the calls below: `options` owns the live handle, and every out-pointer is a
+        // local or a buffer of the capacity given.
+        let o = options.0;
+        let class_weights = {
+            let mut held = 0i64;
+            check(unsafe {
+                sys::mpt_trainer_options_get_class_weights(o, ptr::null_mut(), 0, &mut held)
+            })?;
+            let mut weights = zeroed_floats(held)?;
+            check(unsafe {
+                sys::mpt_trainer_options_get_class_weights(o, weights.as_mut_ptr(), held, &mut held)
+            })?;
+            weights
+        };
+        let (mut momentum, mut nesterov) = (0.0, 0);
+        check(unsafe { sys::mpt_trainer_options_get_momentum(o, &mut momentum, &mut nesterov) })?;
+        let mut adam = (0.0, 0.0, 0.0);
+        check(unsafe {
+            sys::mpt_trainer_options_get_adam(o, &mut adam.0, &mut adam.1, &mut adam.2)
+        })?;
+        let mut lion = (0.0, 0.0);
+        check(unsafe { sys::mpt_trainer_options_get_lion(o, &mut lion.0, &mut lion.1) })?;
+        let mut rmsprop = (0.0, 0.0);
+        check(unsafe { sys::mpt_trainer_options_get_rmsprop(o, &mut rmsprop.0, &mut rmsprop.1) })?;
+        let (mut schedule, mut warmup, mut decay, mut factor) = (0, 0, 0, 0.0);
+        check(unsafe {
+            sys::mpt_trainer_options_get_lr_schedule(
+                o,
+                &mut schedule,
+                &mut warmup,
+                &mut decay,
+                &mut factor,
+            )
+        })?;
+        let (mut scaling, mut initial_scale) = (0, 0.0);
+        check(unsafe {
+            sys::mpt_trainer_options_get_loss_scaling(o, &mut scaling, &mut initial_scale)
+        })?;
+        let mut dynamics = LossScalerDynamics {
+            growth_factor: 0.0,
+            backoff_factor: 0.0,
+            growth_interval: 0,
+            min_scale: 0.0,
+            max_scale: 0.0,
+        };
+        check(unsafe {
+            sys::mpt_trainer_options_get_loss_scaler_dynamics(
+                o,
+                &mut dynamics.growth_factor,
+                &mut dynamics.backoff_factor,
+                &mut dynamics.growth_interval,
+                &mut dynamics.min_scale,
+                &mut dynamics.max_scale,
+            )
+        })?;
+        Ok(TrainerOptions {
+            precision: Some(Precision::returned(
+                options.get(sys::mpt_trainer_options_get_precision)?,
+            )?),
+            loss: Some(Loss::returned(
+                options.get(sys::mpt_trainer_options_get_loss)?,
+            )?),
+            huber_delta: Some(options.get(sys::mpt_trainer_options_get_huber_delta)?),
+            label_smoothing: Some(options.get(sys::mpt_trainer_options_get_label_smoothing)?),
+            class_weights: Some(class_weights),
+            optimizer: Some(Optimizer::returned(
+                options.get(sys::mpt_trainer_options_get_optimizer)?,
+            )?),
+            learning_rate: Some(options.get(sys::mpt_trainer_options_get_learning_rate)?),
+            momentum: Some((momentum, nesterov != 0)),
+            adam: Some(adam),
+            rmsprop: Some(rmsprop),
+            rmsprop_centered: options.get(sys::mpt_trainer_options_get_rmsprop_centered)? != 0,
+            lion: Some(lion),
+            weight_decay: Some(options.get(sys::mpt_trainer_options_get_weight_decay)?),
+            global_clipnorm: Some(options.get(sys::mpt_trainer_options_get_global_clipnorm)?),
+            ema_momentum: Some(options.get(sys::mpt_trainer_options_get_ema)?),
+            micro_batch_size: options.get(sys::mpt_trainer_options_get_micro_batch_size)?,
+            lr_schedule: Some((LrSchedule::returned(schedule)?, warmup, decay, factor)),
+            loss_scaling: Some((LossScaling::returned(scaling)?, initial_scale)),
+            dynamics: Some(dynamics),
+        })
     }
 
     fn to_c(&self) -> Result<OwnedOptions<sys::mpt_trainer_options_t>> {
@@ -2459,6 +2644,40 @@ impl Trainer {
     pub fn set_learning_rate(&mut self, learning_rate: f32) -> Result<()> {
         let _lock = self.family.enter()?;
         check(unsafe { sys::mpt_trainer_set_learning_rate(self.raw.as_ptr(), learning_rate) })
+    }
+
+    /// The options this trainer was created with, every value set (read them with the
+    /// [`TrainerOptions`] getters), to report the hyperparameters it trains with or to create
+    /// another trainer like it: `Trainer::new(&model, &trainer.options()?)` trains as this trainer
+    /// would from the same weights. A default is read back as its value, the optimizer's own
+    /// included (AdamW's weight decay 0.004, Lion's beta2 0.99); the learning rate is the base rate
+    /// now ([`Trainer::set_learning_rate`] and [`Trainer::load_checkpoint`] change it); the
+    /// precision is as given ([`Precision::Auto`] stays Auto: [`Trainer::precision`] gives the
+    /// one it runs in). The library keeps one pair of betas for Adam and Lion and one epsilon for
+    /// Adam and RMSprop, so [`TrainerOptions::get_adam`], [`TrainerOptions::get_lion`] and
+    /// [`TrainerOptions::get_rmsprop`] give the same ones.
+    ///
+    /// ```no_run
+    /// # use mptrain::{Context, Model, Optimizer, Trainer, TrainerOptions};
+    /// # fn main() -> mptrain::Result<()> {
+    /// # let ctx = Context::new()?;
+    /// # let model = Model::new(&ctx, 4)?;
+    /// let trainer = Trainer::new(&model, &TrainerOptions::new().optimizer(Optimizer::AdamW))?;
+    /// let options = trainer.options()?;
+    /// println!("weight decay {:?}", options.get_weight_decay()); // Some(0.004), AdamW's
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// As every value is set, changing the optimizer of the options read back keeps their weight
+    /// decay and betas (unset, they would follow the new optimizer's defaults).
+    pub fn options(&self) -> Result<TrainerOptions> {
+        let mut raw = ptr::null_mut();
+        {
+            let _lock = self.family.enter()?;
+            check(unsafe { sys::mpt_trainer_get_options(self.raw.as_ptr(), &mut raw) })?;
+        }
+        // The copy is the caller's (no lock needed to read it) and destroyed when this returns.
+        TrainerOptions::from_c(&OwnedOptions(raw, sys::mpt_trainer_options_destroy))
     }
 
     /// The rate the next step trains with: the base rate ([`Trainer::learning_rate`]) times the
