@@ -1159,6 +1159,59 @@ def _class_weights_by_index(weights, classes):
     return by_index
 
 
+def _option(options, name, *types):
+    """mpt_trainer_options_get_<name> read into an out of each ctypes type: the one value, or a tuple."""
+    outs = [kind() for kind in types]
+    _check(getattr(_lib(), "mpt_trainer_options_get_" + name)(options, *[ctypes.byref(out) for out in outs]))
+    values = tuple(out.value for out in outs)
+    return values[0] if len(values) == 1 else values
+
+
+def _class_weights_of(options):
+    """The class weights the options hold as a list, None when there are none: their count first, then them."""
+    count = ctypes.c_int64()
+    _check(_lib().mpt_trainer_options_get_class_weights(options, None, 0, ctypes.byref(count)))
+    if count.value == 0:
+        return None
+    weights = (ctypes.c_float * count.value)()
+    _check(_lib().mpt_trainer_options_get_class_weights(options, weights, count.value, ctypes.byref(count)))
+    return list(weights)
+
+
+def _trainer_keywords(options):
+    """What trainer options hold, as Trainer's keyword arguments (in its signature's order)."""
+    F, I64, E, I = ctypes.c_float, ctypes.c_int64, _native.c_enum, ctypes.c_int
+    momentum, nesterov = _option(options, "momentum", F, I)
+    scaling, initial_scale = _option(options, "loss_scaling", E, F)
+    schedule, warmup_steps, decay_steps, decay_factor = _option(options, "lr_schedule", E, I64, I64, F)
+    return {
+        "precision": Precision(_option(options, "precision", E)),
+        "loss": Loss(_option(options, "loss", E)),
+        "optimizer": Optimizer(_option(options, "optimizer", E)),
+        "learning_rate": _option(options, "learning_rate", F),
+        "momentum": momentum,
+        "nesterov": nesterov != 0,
+        "adam": _option(options, "adam", F, F, F),
+        "rmsprop": _option(options, "rmsprop", F, F),
+        "weight_decay": _option(options, "weight_decay", F),
+        "loss_scaling": LossScaling(scaling),
+        "initial_scale": initial_scale,
+        "loss_scaler_dynamics": _option(options, "loss_scaler_dynamics", F, F, I64, F, F),
+        "lr_schedule": LrSchedule(schedule),
+        "warmup_steps": warmup_steps,
+        "decay_steps": decay_steps,
+        "decay_factor": decay_factor,
+        "label_smoothing": _option(options, "label_smoothing", F),
+        "class_weights": _class_weights_of(options),
+        "global_clipnorm": _option(options, "global_clipnorm", F),
+        "ema_momentum": _option(options, "ema", F),
+        "huber_delta": _option(options, "huber_delta", F),
+        "rmsprop_centered": _option(options, "rmsprop_centered", I) != 0,
+        "micro_batch_size": _option(options, "micro_batch_size", I64),
+        "lion": _option(options, "lion", F, F),
+    }
+
+
 class Trainer(_Handle):
     """Trains a model: fit, step, evaluate, predict (float rows), predict_dataset. Options as keywords
     (None = the library default): precision, loss, optimizer ("sgd", "adam", "adamw", "rmsprop", "lion" or
@@ -1166,7 +1219,8 @@ class Trainer(_Handle):
     weight_decay, lr_schedule (+ warmup_steps, decay_steps, decay_factor),
     loss_scaling (+ initial_scale), loss_scaler_dynamics=(growth_factor, backoff_factor, growth_interval,
     min_scale, max_scale), label_smoothing, class_weights, global_clipnorm, ema_momentum, huber_delta,
-    rmsprop_centered, micro_batch_size, lion=(beta1, beta2).
+    rmsprop_centered, micro_batch_size, lion=(beta1, beta2). The options property gives them back as
+    these keywords, to create another trainer like this one.
 
     loss is a Loss or its name: "sparse_categorical_crossentropy", "categorical_crossentropy",
     "binary_crossentropy", or a regression loss averaged over the outputs as Keras's, on float targets
@@ -1484,6 +1538,33 @@ class Trainer(_Handle):
     def learning_rate(self, value):
         with self._family:
             _check(_lib().mpt_trainer_set_learning_rate(self._get(), float(value)))
+
+    @property
+    def options(self):
+        """The options this trainer was created with, as a dict of Trainer's keyword arguments, every
+        one of them: Trainer(model, **trainer.options) creates a trainer that trains as this one would
+        (Keras's get_config), given the same model weights and context seed. Each read is a new dict;
+        changing it changes nothing here.
+
+        The values are those the library holds, not the ones given: floats as the float32 values it
+        keeps (learning_rate=0.03 reads 0.029999999329447746), enums as Precision, Loss, Optimizer,
+        LrSchedule and LossScaling members, nesterov and rmsprop_centered as bools, class_weights as a
+        list of floats (a dict given reads as the list it stood for), or None when there are none.
+        Options left out read as the defaults the trainer uses: the optimizer's own (AdamW's
+        weight_decay 0.004, Lion's betas (0.9, 0.99)), decay_factor the one the schedule took
+        (0 for a cosine schedule given none), and precision AUTO stays AUTO (the precision property
+        is the one it runs in). learning_rate is the base rate now: the learning_rate setter and
+        load_checkpoint change it. adam's and lion's betas are one pair, and adam's and rmsprop's
+        epsilon one value, as the library keeps them: the last given (lion's betas, rmsprop's
+        epsilon). Also from fit's callbacks."""
+        lib = _lib()
+        options = _native.TrainerOptionsP()
+        with self._family:
+            _check(lib.mpt_trainer_get_options(self._get(), ctypes.byref(options)))
+        try:
+            return _trainer_keywords(options)
+        finally:
+            lib.mpt_trainer_options_destroy(options)
 
     @property
     def scheduled_learning_rate(self):

@@ -1,0 +1,171 @@
+"""Trainer.options (mpt_trainer_get_options and the mpt_trainer_options_get_* getters), Keras's get_config for a
+trainer: a dict of Trainer's keyword arguments, every one. Options given read back as given (as the float32
+values the library keeps), with the base rate as set since; left out, as the defaults the header documents
+and the optimizer's own (AdamW's decay, Lion's betas); a trainer created from them trains bit for bit as the
+original (weights, averaged weights, loss scale), where one with the default options trains otherwise."""
+import ctypes
+import inspect
+
+import pytest
+
+import mptrain
+from conftest import CLASSES, make_blobs, mlp, weight_bytes
+
+Loss, Optimizer, Precision = mptrain.Loss, mptrain.Optimizer, mptrain.Precision
+LossScaling, LrSchedule = mptrain.LossScaling, mptrain.LrSchedule
+
+# Trainer's keyword arguments, in its signature's order.
+KEYWORDS = [name for name in inspect.signature(mptrain.Trainer.__init__).parameters if name not in ("self", "model")]
+
+
+def f32(value):
+    """A float as the float32 the library keeps, read back as a Python float."""
+    return ctypes.c_float(value).value
+
+
+def as_held(value):
+    """A value as given to Trainer, as the library holds it: its floats in float32."""
+    if isinstance(value, float):
+        return f32(value)
+    if isinstance(value, (tuple, list)):
+        return type(value)(as_held(part) for part in value)
+    return value
+
+
+def typed(value):
+    """A value with the type of every part: equal only where the types are too (an enum member is not its
+    int, True is not 1, 2000 is not 2000.0, a tuple is not a list)."""
+    if isinstance(value, (tuple, list)):
+        return type(value), [typed(part) for part in value]
+    return type(value), value
+
+
+def check_options(options, expected):
+    """options has every keyword of Trainer, in order, each of the value and type expected."""
+    assert list(options) == KEYWORDS
+    for name in KEYWORDS:
+        assert typed(options[name]) == typed(expected[name]), name
+
+
+# The defaults mpt_trainer_options_create documents, written out here.
+DEFAULTS = {
+    "precision": Precision.AUTO, "loss": Loss.SPARSE_CATEGORICAL_CROSSENTROPY, "optimizer": Optimizer.SGD,
+    "learning_rate": f32(0.01), "momentum": 0.0, "nesterov": False, "adam": (f32(0.9), f32(0.999), f32(1e-7)),
+    "rmsprop": (f32(0.9), f32(1e-7)), "weight_decay": 0.0, "loss_scaling": LossScaling.DEFAULT,
+    "initial_scale": 32768.0, "loss_scaler_dynamics": (2.0, 0.5, 2000, 1.0, 16777216.0),
+    "lr_schedule": LrSchedule.CONSTANT, "warmup_steps": 0, "decay_steps": 0, "decay_factor": 1.0,
+    "label_smoothing": 0.0, "class_weights": None, "global_clipnorm": 0.0, "ema_momentum": 0.0, "huber_delta": 1.0,
+    "rmsprop_centered": False, "micro_batch_size": 0, "lion": (f32(0.9), f32(0.999)),
+}
+
+# A value other than the default for every keyword. Adam's, RMSprop's and Lion's betas and epsilon agree, as
+# the library keeps one pair of betas and one epsilon.
+GIVEN = {
+    "precision": Precision.MIXED_BF16, "loss": Loss.CATEGORICAL_CROSSENTROPY, "optimizer": Optimizer.ADAM,
+    "learning_rate": 0.03, "momentum": 0.75, "nesterov": True, "adam": (0.8, 0.95, 1e-5), "rmsprop": (0.7, 1e-5),
+    "weight_decay": 0.01, "loss_scaling": LossScaling.DYNAMIC, "initial_scale": 64.0,
+    "loss_scaler_dynamics": (4.0, 0.25, 3, 2.0, 1024.0), "lr_schedule": LrSchedule.COSINE, "warmup_steps": 3,
+    "decay_steps": 40, "decay_factor": 0.25, "label_smoothing": 0.125, "class_weights": [0.5, 2.0, 1.25],
+    "global_clipnorm": 0.9, "ema_momentum": 0.5, "huber_delta": 2.5, "rmsprop_centered": True,
+    "micro_batch_size": 5, "lion": (0.8, 0.95),
+}
+
+
+def test_a_fresh_trainers_options_are_the_defaults_the_header_documents(model):
+    check_options(mptrain.Trainer(model).options, DEFAULTS)
+    check_options(mptrain.Trainer(model, **DEFAULTS).options, DEFAULTS)  # given, they read back alike
+
+
+def test_options_given_read_back_as_given_and_the_learning_rate_as_set_since(model):
+    trainer = mptrain.Trainer(model, **GIVEN)
+    held = {name: as_held(value) for name, value in GIVEN.items()}
+    check_options(trainer.options, held)
+
+    trainer.learning_rate = 0.125
+    options = trainer.options
+    check_options(options, dict(held, learning_rate=0.125))
+    options["learning_rate"] = 1.0  # a new dict each read, the trainer's own untouched
+    assert trainer.options["learning_rate"] == 0.125 == trainer.learning_rate
+
+    by_name = mptrain.Trainer(model, precision="mixed_bf16", loss="categorical_crossentropy", optimizer="adam",
+                              lr_schedule="cosine", decay_steps=40, loss_scaling="dynamic").options
+    for name in ("precision", "loss", "optimizer", "lr_schedule", "loss_scaling"):
+        assert typed(by_name[name]) == typed(GIVEN[name]), name
+
+
+def test_options_left_out_read_back_as_the_optimizers_and_schedules_defaults(model):
+    assert mptrain.Trainer(model, optimizer="adamw").options["weight_decay"] == f32(0.004)
+    assert mptrain.Trainer(model, optimizer="adamw", weight_decay=0.0).options["weight_decay"] == 0.0
+    lion = mptrain.Trainer(model, optimizer="lion").options
+    assert lion["lion"] == (f32(0.9), f32(0.99)) == lion["adam"][:2]
+    assert mptrain.Trainer(model, lr_schedule="cosine", decay_steps=9).options["decay_factor"] == 0.0
+    assert mptrain.Trainer(model, lr_schedule="step", decay_steps=9).options["decay_factor"] == f32(0.1)
+
+    # The last given: lion's betas, rmsprop's epsilon (the library keeps one of each).
+    shared = mptrain.Trainer(model, adam=(0.8, 0.95, 1e-5), rmsprop=(0.7, 1e-6), lion=(0.85, 0.97)).options
+    assert shared["adam"] == (f32(0.85), f32(0.97), f32(1e-6))
+    assert shared["rmsprop"] == (f32(0.7), f32(1e-6))
+    assert shared["lion"] == (f32(0.85), f32(0.97))
+
+    # Keras's dict of class weights reads back as the list it stood for.
+    assert mptrain.Trainer(model, class_weights={1: 2.0}).options["class_weights"] == [1.0, 2.0, 1.0]
+
+
+def test_options_read_from_fits_callback_hold_the_rate_set_there(ctx, model, blobs):
+    trainer = mptrain.Trainer(model, optimizer="adam")
+    rates = []
+
+    def epoch_end(epoch, loss, accuracy):
+        trainer.learning_rate = 0.5 / (epoch + 1)
+        rates.append(trainer.options["learning_rate"])
+
+    trainer.set_callbacks(epoch_end=epoch_end)
+    trainer.fit(mptrain.Dataset.from_f32(ctx, *blobs, CLASSES), epochs=2, batch_size=50)
+    assert rates == [0.5, 0.25]
+
+
+def test_options_of_a_closed_trainer_raise_error(model):
+    trainer = mptrain.Trainer(model)
+    trainer.close()
+    with pytest.raises(mptrain.Error) as caught:
+        trainer.options
+    assert caught.value.status == mptrain.Status.INVALID_ARGUMENT
+    assert "Trainer is closed" in caught.value.message  # the binding's refusal, before any C call
+
+
+BLOBS = make_blobs(rows=90, seed=4)
+
+
+def new_run(options):
+    """A context, model and trainer with `options`; one seed, so the same initial weights every time."""
+    ctx = mptrain.Context(backend="cpu", threads=1, seed=5)
+    model = mlp(ctx)
+    return ctx, model, mptrain.Trainer(model, **options)
+
+
+def fitted(run, averaged=True):
+    """The run fitted 3 epochs in batches of 15 (18 steps: the warm-up and part of the decay); its weights,
+    its loss scale and (averaged) its moving averages: equal only when bit-identical."""
+    ctx, model, trainer = run
+    trainer.fit(mptrain.Dataset.from_f32(ctx, *BLOBS, CLASSES), epochs=3, batch_size=15)
+    averages = None
+    if averaged:
+        with trainer.ema_weights():
+            averages = weight_bytes(model)
+    return weight_bytes(model), trainer.loss_scale, averages
+
+
+@pytest.mark.parametrize("optimizer", [Optimizer.ADAMW, Optimizer.LION, Optimizer.RMSPROP, Optimizer.SGD],
+                         ids=lambda optimizer: optimizer.name.lower())
+def test_a_trainer_created_from_the_options_read_back_trains_bit_for_bit_as_the_original(optimizer):
+    # GIVEN for labels, in fp16 so that the loss scaler's options count; RMSprop refuses Nesterov's momentum.
+    given = dict(GIVEN, optimizer=optimizer, loss=Loss.SPARSE_CATEGORICAL_CROSSENTROPY,
+                 precision=Precision.MIXED_FP16, nesterov=optimizer == Optimizer.SGD)
+    original = new_run(given)
+    original[2].learning_rate = 0.02  # a base rate other than the one given
+    recreated = new_run(original[2].options)
+    assert weight_bytes(recreated[1]) == weight_bytes(original[1])
+
+    expected = fitted(original)
+    assert fitted(recreated) == expected
+    assert fitted(new_run({}), averaged=False)[0] != expected[0]  # the options matter
