@@ -754,7 +754,8 @@ namespace Mptrain
         public float MaxScale;
     }
 
-    /// <summary>Options of a Trainer; null values keep the library's defaults.</summary>
+    /// <summary>Options of a Trainer; null values keep the library's defaults. Trainer.GetOptions reads
+    /// a trainer's back, every one filled in.</summary>
     public sealed class TrainerOptions
     {
         public Precision? Precision { get; set; }
@@ -1020,6 +1021,55 @@ namespace Mptrain
             }
         }
 
+        // The inverse of Create's conversion: every option filled, so that Create sets each to the value
+        // held. Beta1 and Rho make it set the betas and the epsilon, LionBeta1 the betas again (the same
+        // pair), LrSchedule the schedule with its DecayFactor as held.
+        private static TrainerOptions ReadOptions(TrainerOptionsHandle raw)
+        {
+            MptException.Check(Native.mpt_trainer_options_get_precision(raw, out Precision precision));
+            MptException.Check(Native.mpt_trainer_options_get_loss(raw, out Loss loss));
+            MptException.Check(Native.mpt_trainer_options_get_huber_delta(raw, out float huberDelta));
+            MptException.Check(Native.mpt_trainer_options_get_label_smoothing(raw, out float labelSmoothing));
+            MptException.Check(Native.mpt_trainer_options_get_optimizer(raw, out Optimizer optimizer));
+            MptException.Check(Native.mpt_trainer_options_get_learning_rate(raw, out float learningRate));
+            MptException.Check(Native.mpt_trainer_options_get_momentum(raw, out float momentum, out int nesterov));
+            MptException.Check(Native.mpt_trainer_options_get_adam(raw, out float beta1, out float beta2, out float epsilon));
+            MptException.Check(Native.mpt_trainer_options_get_rmsprop(raw, out float rho, out float _)); // its epsilon is Adam's
+            MptException.Check(Native.mpt_trainer_options_get_rmsprop_centered(raw, out int centered));
+            MptException.Check(Native.mpt_trainer_options_get_lion(raw, out float lionBeta1, out float lionBeta2));
+            MptException.Check(Native.mpt_trainer_options_get_weight_decay(raw, out float weightDecay));
+            MptException.Check(Native.mpt_trainer_options_get_global_clipnorm(raw, out float clipnorm));
+            MptException.Check(Native.mpt_trainer_options_get_ema(raw, out float emaMomentum));
+            MptException.Check(Native.mpt_trainer_options_get_micro_batch_size(raw, out long microBatchSize));
+            MptException.Check(Native.mpt_trainer_options_get_lr_schedule(raw, out LrSchedule schedule, out long warmupSteps,
+                                                                          out long decaySteps, out float decayFactor));
+            MptException.Check(Native.mpt_trainer_options_get_loss_scaling(raw, out LossScaling scaling, out float initialScale));
+            var dynamics = new LossScalerDynamics();
+            MptException.Check(Native.mpt_trainer_options_get_loss_scaler_dynamics(
+                raw, out dynamics.GrowthFactor, out dynamics.BackoffFactor, out dynamics.GrowthInterval, out dynamics.MinScale, out dynamics.MaxScale));
+            return new TrainerOptions
+            {
+                Precision = precision, Loss = loss, HuberDelta = huberDelta, LabelSmoothing = labelSmoothing,
+                ClassWeights = ReadClassWeights(raw), Optimizer = optimizer, LearningRate = learningRate,
+                Momentum = momentum, Nesterov = nesterov != 0, Beta1 = beta1, Beta2 = beta2, Epsilon = epsilon,
+                Rho = rho, RmsPropCentered = centered != 0, LionBeta1 = lionBeta1, LionBeta2 = lionBeta2,
+                WeightDecay = weightDecay, GlobalClipnorm = clipnorm, EmaMomentum = emaMomentum,
+                MicroBatchSize = microBatchSize, LrSchedule = schedule, WarmupSteps = warmupSteps,
+                DecaySteps = decaySteps, DecayFactor = decayFactor, LossScaling = scaling,
+                InitialScale = initialScale, LossScalerDynamics = dynamics,
+            };
+        }
+
+        // The class weights held (their count first), null when there are none, as Create takes them.
+        private static float[] ReadClassWeights(TrainerOptionsHandle raw)
+        {
+            MptException.Check(Native.mpt_trainer_options_get_class_weights(raw, null, 0, out long count));
+            if (count == 0) return null;
+            float[] weights = Shape.ZeroedFloats(count);
+            MptException.Check(Native.mpt_trainer_options_get_class_weights(raw, weights, count, out count));
+            return weights;
+        }
+
         private static Callbacks From(IntPtr userData)
         {
             return (Callbacks)GCHandle.FromIntPtr(userData).Target;
@@ -1248,6 +1298,23 @@ namespace Mptrain
             {
                 using (Family.Enter()) MptException.Check(Native.mpt_trainer_set_learning_rate(Live, value));
             }
+        }
+
+        /// <summary>The options this trainer was created with, every one filled in:
+        /// <c>new Trainer(model, trainer.GetOptions())</c> creates a trainer that trains as this one would
+        /// (Keras's get_config), given the same model weights and context seed. A new object each call;
+        /// changing it changes nothing here. The values are those the library holds: floats as kept in
+        /// float32, options not set as the defaults the trainer uses (the optimizer's own: AdamW's
+        /// WeightDecay 0.004, Lion's betas 0.9 and 0.99; the DecayFactor the schedule took), Precision
+        /// Auto as Auto (Precision is the one it runs in), ClassWeights null when there are none.
+        /// LearningRate is the base rate now: setting LearningRate or LoadCheckpoint changes it. Beta1 and
+        /// Beta2 equal LionBeta1 and LionBeta2, and Epsilon is RMSprop's too: the library keeps one pair
+        /// of betas and one epsilon. Also from Fit's callbacks.</summary>
+        public TrainerOptions GetOptions()
+        {
+            TrainerOptionsHandle copy;
+            using (Family.Enter()) MptException.Check(Native.mpt_trainer_get_options(Live, out copy));
+            using (copy) return ReadOptions(copy);
         }
 
         /// <summary>The rate the next step trains with: LearningRate times the LrSchedule's factor at the

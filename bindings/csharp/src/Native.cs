@@ -108,6 +108,25 @@ namespace Mptrain
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_set_lr_schedule(TrainerOptionsHandle options, LrSchedule schedule, long warmupSteps, long decaySteps, float factor);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_set_loss_scaling(TrainerOptionsHandle options, LossScaling mode, float initialScale);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_set_loss_scaler_dynamics(TrainerOptionsHandle options, float growthFactor, float backoffFactor, long growthInterval, float minScale, float maxScale);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_get_precision(TrainerOptionsHandle options, out Precision precision);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_get_loss(TrainerOptionsHandle options, out Loss loss);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_get_huber_delta(TrainerOptionsHandle options, out float delta);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_get_label_smoothing(TrainerOptionsHandle options, out float labelSmoothing);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_get_class_weights(TrainerOptionsHandle options, [Out] float[] weights, long capacity, out long count);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_get_optimizer(TrainerOptionsHandle options, out Optimizer optimizer);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_get_learning_rate(TrainerOptionsHandle options, out float learningRate);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_get_momentum(TrainerOptionsHandle options, out float momentum, out int nesterov);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_get_adam(TrainerOptionsHandle options, out float beta1, out float beta2, out float epsilon);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_get_lion(TrainerOptionsHandle options, out float beta1, out float beta2);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_get_rmsprop(TrainerOptionsHandle options, out float rho, out float epsilon);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_get_rmsprop_centered(TrainerOptionsHandle options, out int centered);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_get_weight_decay(TrainerOptionsHandle options, out float weightDecay);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_get_global_clipnorm(TrainerOptionsHandle options, out float clipnorm);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_get_ema(TrainerOptionsHandle options, out float momentum);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_get_micro_batch_size(TrainerOptionsHandle options, out long rows);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_get_lr_schedule(TrainerOptionsHandle options, out LrSchedule schedule, out long warmupSteps, out long decaySteps, out float factor);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_get_loss_scaling(TrainerOptionsHandle options, out LossScaling mode, out float initialScale);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_get_loss_scaler_dynamics(TrainerOptionsHandle options, out float growthFactor, out float backoffFactor, out long growthInterval, out float minScale, out float maxScale);
 
         // Trainer
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_create(ModelHandle model, TrainerOptionsHandle options, out TrainerHandle trainer);
@@ -121,6 +140,7 @@ namespace Mptrain
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_get_precision(TrainerHandle trainer, out Precision precision);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_set_learning_rate(TrainerHandle trainer, float learningRate);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_get_learning_rate(TrainerHandle trainer, out float learningRate);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_get_options(TrainerHandle trainer, out TrainerOptionsHandle options);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_get_scheduled_learning_rate(TrainerHandle trainer, out float learningRate);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_get_loss_scale(TrainerHandle trainer, out float scale, out long growthTracker, out long skippedSteps);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_get_gradient_norm(TrainerHandle trainer, out float norm);
