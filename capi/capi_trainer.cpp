@@ -11,18 +11,16 @@
 #include "core/float_bits.h"
 #include "nn/checkpoint.h"
 #include "nn/model.h"
+#include "nn/option_checks.h"
 
 using mpt::capi::impl_of;
 using mpt::capi::require_pointer;
 using mpt::fail;
 using mpt::require;
+using mpt::require_finite_positive;
+using mpt::require_range;
 
 namespace {
-
-void require_finite_positive(float value, const char* name) {
-    if (!(std::isfinite(value) && value > 0.0f))
-        fail(MPT_STATUS_INVALID_ARGUMENT, std::string(name) + " must be finite and positive");
-}
 
 // Adam's and Lion's betas (checked), which the optimizer's default no longer replaces; -0 as 0: one
 // value, one checkpoint option.
@@ -36,12 +34,6 @@ void choose_betas(mpt_trainer_options_t* options, float beta1, float beta2) {
 template <typename T>
 void write_if_asked(T* out, T value) {
     if (out) *out = value;
-}
-
-void require_range(float value, float low, float high, const char* name) {
-    if (!(value >= low && value < high))
-        fail(MPT_STATUS_INVALID_ARGUMENT, std::string(name) + " must be in [" + std::to_string(low) + ", " +
-                                              std::to_string(high) + ")");
 }
 
 // The data set of a fit, step or evaluate, kept alive for the call: a callback may destroy its
@@ -82,8 +74,7 @@ mpt_status mpt_trainer_options_set_loss(mpt_trainer_options_t* options, mpt_loss
 mpt_status mpt_trainer_options_set_huber_delta(mpt_trainer_options_t* options, float delta) {
     MPT_API_BEGIN
     require_pointer(options, "options");
-    if (!mpt::valid_huber_delta(delta))
-        fail(MPT_STATUS_INVALID_ARGUMENT, "the Huber delta must be finite and above 0, not " + mpt::number_text(delta));
+    mpt::check_huber_delta(delta);
     options->config.loss.huber_delta = delta;
     MPT_API_END
 }
@@ -99,11 +90,8 @@ mpt_status mpt_trainer_options_set_label_smoothing(mpt_trainer_options_t* option
 mpt_status mpt_trainer_options_set_class_weights(mpt_trainer_options_t* options, const float* weights, int64_t count) {
     MPT_API_BEGIN
     require_pointer(options, "options");
-    require(count >= 0 && count <= mpt::kMaxFeatures, MPT_STATUS_INVALID_ARGUMENT,
-            "count must be in [0, 2^24], a layer's most units (0: no class weights)");
     if (count > 0) require_pointer(weights, "weights");
-    require(count == 0 || mpt::valid_class_weights(weights, count), MPT_STATUS_INVALID_ARGUMENT,
-            "class weights must be finite, >= 0 and not all 0");
+    mpt::check_class_weights(weights, count);
     options->config.loss.class_weights.assign(weights, weights + count);
     MPT_API_END
 }
@@ -185,7 +173,7 @@ mpt_status mpt_trainer_options_set_weight_decay(mpt_trainer_options_t* options, 
 mpt_status mpt_trainer_options_set_global_clipnorm(mpt_trainer_options_t* options, float clipnorm) {
     MPT_API_BEGIN
     require_pointer(options, "options");
-    if (clipnorm != 0.0f) require_finite_positive(clipnorm, "global_clipnorm");
+    mpt::check_global_clipnorm(clipnorm);
     options->config.optimizer.global_clipnorm = clipnorm == 0.0f ? 0.0f : clipnorm;  // -0 as 0
     MPT_API_END
 }
@@ -193,8 +181,7 @@ mpt_status mpt_trainer_options_set_global_clipnorm(mpt_trainer_options_t* option
 mpt_status mpt_trainer_options_set_ema(mpt_trainer_options_t* options, float momentum) {
     MPT_API_BEGIN
     require_pointer(options, "options");
-    require(momentum == 0.0f || (momentum > 0.0f && momentum < 1.0f), MPT_STATUS_INVALID_ARGUMENT,
-            "ema momentum must be in (0, 1), or 0 to keep no average");
+    mpt::check_ema_momentum(momentum);
     options->config.optimizer.ema_momentum = momentum == 0.0f ? 0.0f : momentum;  // -0 as 0
     MPT_API_END
 }
@@ -213,24 +200,13 @@ mpt_status mpt_trainer_options_set_lr_schedule(mpt_trainer_options_t* options, m
     require_pointer(options, "options");
     const mpt_lr_schedule kind =
         mpt::capi::checked_enum(schedule, MPT_LR_SCHEDULE_CONSTANT, MPT_LR_SCHEDULE_STEP, "learning-rate schedule");
-    require(warmup_steps >= 0, MPT_STATUS_INVALID_ARGUMENT, "warmup_steps must be >= 0");
-    if (kind == MPT_LR_SCHEDULE_CONSTANT) {
-        require(decay_steps == 0 && factor == 1.0f, MPT_STATUS_INVALID_ARGUMENT,
-                "a constant learning-rate schedule takes decay_steps 0 and factor 1 (it has no decay)");
-    } else {
-        require(decay_steps >= 1, MPT_STATUS_INVALID_ARGUMENT, "decay_steps must be >= 1");
-        if (kind == MPT_LR_SCHEDULE_STEP)
-            require(factor > 0.0f && factor <= 1.0f, MPT_STATUS_INVALID_ARGUMENT,
-                    "a step schedule's factor must be in (0, 1]");
-        else
-            require(factor >= 0.0f && factor <= 1.0f, MPT_STATUS_INVALID_ARGUMENT,
-                    "a linear or cosine schedule's factor (its final fraction of the rate) must be in [0, 1]");
-    }
-    mpt::LrSchedule& chosen = options->config.optimizer.schedule;
+    mpt::LrSchedule chosen;
     chosen.kind = static_cast<mpt::LrScheduleKind>(kind);
     chosen.warmup_steps = warmup_steps;
     chosen.decay_steps = decay_steps;
     chosen.decay_factor = factor;
+    mpt::check_lr_schedule(chosen);
+    options->config.optimizer.schedule = chosen;
     MPT_API_END
 }
 
@@ -251,19 +227,14 @@ mpt_status mpt_trainer_options_set_loss_scaler_dynamics(mpt_trainer_options_t* o
                                                         float max_scale) {
     MPT_API_BEGIN
     require_pointer(options, "options");
-    require(std::isfinite(growth_factor) && growth_factor > 1.0f, MPT_STATUS_INVALID_ARGUMENT,
-            "growth_factor must be > 1");
-    require(backoff_factor > 0.0f && backoff_factor < 1.0f, MPT_STATUS_INVALID_ARGUMENT,
-            "backoff_factor must be in (0, 1)");
-    require(growth_interval >= 1, MPT_STATUS_INVALID_ARGUMENT, "growth_interval must be >= 1");
-    require(std::isfinite(max_scale) && min_scale >= 1.0f && min_scale <= max_scale, MPT_STATUS_INVALID_ARGUMENT,
-            "scales must satisfy 1 <= min_scale <= max_scale < Inf");
-    mpt::LossScalerConfig& scaler = options->config.scaler;
+    mpt::LossScalerConfig scaler = options->config.scaler;
     scaler.growth_factor = growth_factor;
     scaler.backoff_factor = backoff_factor;
     scaler.growth_interval = growth_interval;
     scaler.min_scale = min_scale;
     scaler.max_scale = max_scale;
+    mpt::check_scaler_dynamics(scaler);
+    options->config.scaler = scaler;
     MPT_API_END
 }
 
@@ -439,6 +410,15 @@ mpt_status mpt_trainer_options_get_loss_scaler_dynamics(const mpt_trainer_option
     write_if_asked(growth_interval, scaler.growth_interval);
     write_if_asked(min_scale, scaler.min_scale);
     write_if_asked(max_scale, scaler.max_scale);
+    MPT_API_END
+}
+
+mpt_status mpt_trainer_options_create_from_checkpoint(const char* path, mpt_trainer_options_t** out) {
+    MPT_API_BEGIN
+    require_pointer(path, "path");
+    require_pointer(out, "out");
+    // Every value is the checkpoint's own, chosen as a caller's would be: no default replaces it.
+    *out = new mpt_trainer_options{mpt::read_checkpoint_options(path), true, true};
     MPT_API_END
 }
 

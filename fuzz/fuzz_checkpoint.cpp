@@ -8,8 +8,10 @@
 // centered RMSprop, with momentum: three optimizer state arrays; a model that standardizes its
 // inputs). Any load
 // must succeed or be refused with a status a bad file may give, and a refused load must leave the
-// trainer as it was (weights, averages, input standardization, scaler, step count); after a load that succeeds, fit and evaluate must run or fail with
-// such a status too.
+// trainer as it was (weights, averages, input standardization, scaler, step count); after a load that
+// succeeds, the options the file records must be read and make a trainer that takes the file too, and
+// fit and evaluate must run or fail with such a status. Reading the options alone must succeed or
+// be refused so as well.
 //
 // The seeds (corpus/checkpoint/seed-*) are this target's trainers' own checkpoints inside an epoch:
 // MPTRAIN_FUZZ_CHECKPOINT_SEEDS=DIR fuzz_replay_checkpoint FILE writes them to DIR.
@@ -163,6 +165,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         out.write(reinterpret_cast<const char*>(file.data()), static_cast<std::streamsize>(file.size()));
         if (!out) std::abort();
     }
+    // What the file records of its trainer's options (mpt_trainer_options_create_from_checkpoint's).
+    std::unique_ptr<mpt::TrainerConfig> recorded;
+    try {
+        recorded = std::make_unique<mpt::TrainerConfig>(mpt::read_checkpoint_options(file_path()));
+    } catch (const mpt::Error& error) {
+        if (!expected_status(error.status())) std::abort();
+    }
     for (bool optioned : {false, true}) {
         Fixture fixture(optioned);
         const Fixture::State before = fixture.state();
@@ -172,6 +181,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             if (!expected_status(error.status())) std::abort();
             if (!same(before, fixture.state())) std::abort();  // validated before anything changed
             continue;
+        }
+        // A file a trainer took records options a trainer runs: read, they make a trainer that takes it.
+        if (!recorded) std::abort();
+        try {
+            mpt::Trainer resumed(fixture.trainer->model(), *recorded);
+            mpt::load_checkpoint(resumed, file_path());
+        } catch (const mpt::Error&) {
+            std::abort();
         }
         try {
             fixture.trainer->fit(*fixture.dataset, 1, kTinyBatch, true);

@@ -21,12 +21,20 @@
 #include <utility>
 #include <vector>
 
+#include "support/edited_header.h"
 #include "support/file_contents.h"
 #include "support/temp_dir.h"
 
 namespace fs = std::filesystem;
 
 namespace {
+
+using mpt_test::FileParts;
+using mpt_test::float_bits_text;
+using mpt_test::kHeaderChecksum;
+using mpt_test::split_file;
+using mpt_test::with_metadata_field;
+using mpt_test::write_parts;
 
 constexpr int64_t kRows = 160, kFeatures = 12, kClasses = 4, kBatch = 16;  // 10 steps per epoch
 
@@ -147,56 +155,6 @@ struct Run {
 
 // ---- files edited as a user with a text editor (or a damaged disk) could ----
 
-// The textbook bitwise CRC32C, independent of the library's.
-uint32_t bitwise_crc32c(const std::string& bytes) {
-    uint32_t crc = 0xFFFFFFFFu;
-    for (unsigned char byte : bytes) {
-        crc ^= byte;
-        for (int bit = 0; bit < 8; ++bit) crc = (crc & 1u) ? (crc >> 1) ^ 0x82F63B78u : crc >> 1;
-    }
-    return ~crc;
-}
-
-const std::string kHeaderChecksum = "\"mptrain.crc32c.__metadata__\":\"";
-
-struct FileParts {
-    std::string header;  // the JSON with its padding
-    std::string data;
-};
-
-FileParts split_file(const std::string& path) {
-    const std::string bytes = mpt_test::file_bytes(path);
-    REQUIRE(bytes.size() > 8);
-    uint64_t header_length = 0;
-    for (int i = 7; i >= 0; --i) header_length = header_length << 8 | static_cast<unsigned char>(bytes[static_cast<size_t>(i)]);
-    REQUIRE(8 + header_length <= bytes.size());
-    return {bytes.substr(8, header_length), bytes.substr(8 + header_length)};
-}
-
-std::string length_field(size_t length) {
-    std::string field(8, '\0');
-    for (int i = 0; i < 8; ++i) field[static_cast<size_t>(i)] = static_cast<char>(length >> (8 * i) & 0xFF);
-    return field;
-}
-
-// Writes `header` (padded again) and `data` as a file. A header checksum in it is recomputed as the
-// format describes it (CRC32C of length and header, its own digits read as '0'), so the file is
-// consistent and only what the edit says is wrong with it.
-std::string write_parts(const fs::path& path, std::string header, const std::string& data) {
-    while (header.size() % 8) header += ' ';
-    const size_t at = header.find(kHeaderChecksum);
-    if (at != std::string::npos) {
-        const size_t digits = at + kHeaderChecksum.size();
-        header.replace(digits, 8, "00000000");
-        char hex[9];
-        std::snprintf(hex, sizeof hex, "%08x", bitwise_crc32c(length_field(header.size()) + header));
-        header.replace(digits, 8, hex);
-    }
-    const std::string file = length_field(header.size()) + header + data;
-    std::ofstream(path, std::ios::binary).write(file.data(), static_cast<std::streamsize>(file.size()));
-    return path.string();
-}
-
 // The header as mptrain wrote it before headers had a checksum: the same, without that entry.
 std::string without_header_checksum(std::string header) {
     const size_t at = header.find(kHeaderChecksum);
@@ -206,22 +164,6 @@ std::string without_header_checksum(std::string header) {
     header.erase(at, end - at);
     while (!header.empty() && header.back() == ' ') header.pop_back();
     return header;
-}
-
-// The progress metadata is JSON inside a JSON string: its fields read \"name\":value.
-std::string with_progress(std::string header, const std::string& field, const std::string& value) {
-    const std::string key = "\\\"" + field + "\\\":";
-    const size_t at = header.find(key);
-    REQUIRE(at != std::string::npos);
-    const size_t begin = at + key.size(), end = header.find_first_of(",}", begin);
-    header.replace(begin, end - begin, value);
-    return header;
-}
-
-std::string float_bits_text(float value) {
-    uint32_t bits;
-    std::memcpy(&bits, &value, sizeof bits);
-    return std::to_string(bits);
 }
 
 // A trainer that stopped inside its second epoch: 14 steps, 1 epoch completed, 4 steps into the
@@ -1053,13 +995,13 @@ TEST_CASE("a checkpoint whose loss scale or growth tracker the trainer's loss sc
         const FileParts parts = split_file(path);
         // The edit itself breaks nothing: the values as saved, written back the same way, load.
         const std::string same = write_parts(directory.path / "same.safetensors",
-                                             with_progress(parts.header, "loss_scale", float_bits_text(scaler_before.scale)),
+                                             with_metadata_field(parts.header, "loss_scale", float_bits_text(scaler_before.scale)),
                                              parts.data);
         REQUIRE(load_checkpoint(run, same).status == MPT_STATUS_OK);
         for (const Edit& edit : setup.edits) {
             INFO(edit.field, " := ", edit.value);
             const std::string edited =
-                write_parts(directory.path / "edited.safetensors", with_progress(parts.header, edit.field, edit.value), parts.data);
+                write_parts(directory.path / "edited.safetensors", with_metadata_field(parts.header, edit.field, edit.value), parts.data);
             const Refusal refusal = load_checkpoint(run, edited);
             CHECK(refusal.status == MPT_STATUS_CORRUPT_DATA);
             CHECK(refusal.message.find(edit.field) != std::string::npos);
@@ -1103,7 +1045,7 @@ TEST_CASE("a checkpoint whose step, epoch and data counters contradict each othe
     for (const auto& edit : edits) {
         INFO(edit.field, " := ", edit.value);
         const std::string edited =
-            write_parts(directory.path / "edited.safetensors", with_progress(parts.header, edit.field, edit.value), parts.data);
+            write_parts(directory.path / "edited.safetensors", with_metadata_field(parts.header, edit.field, edit.value), parts.data);
         const Refusal refusal = load_checkpoint(run, edited);
         CHECK(refusal.status == MPT_STATUS_CORRUPT_DATA);
         CHECK(refusal.message.find(edit.named) != std::string::npos);
@@ -1111,7 +1053,7 @@ TEST_CASE("a checkpoint whose step, epoch and data counters contradict each othe
     {  // counts that agree with each other but no run reaches (a step more would overflow them)
         const int64_t steps = (int64_t{1} << 62) + 14;
         const std::string header =
-            with_progress(with_progress(parts.header, "steps", std::to_string(steps)), "applied_steps",
+            with_metadata_field(with_metadata_field(parts.header, "steps", std::to_string(steps)), "applied_steps",
                           std::to_string(steps - scaler_before.skipped));
         const Refusal refusal = load_checkpoint(run, write_parts(directory.path / "edited.safetensors", header, parts.data));
         CHECK(refusal.status == MPT_STATUS_CORRUPT_DATA);

@@ -728,6 +728,22 @@ MPT_API mpt_status mpt_trainer_options_get_loss_scaler_dynamics(const mpt_traine
                                                                 int64_t* growth_interval, float* min_scale,
                                                                 float* max_scale);
 
+/** The options of the trainer that wrote the training checkpoint at `path`
+ *  (mpt_trainer_save_checkpoint), so that a run resumes from the file alone, as Keras's load_model
+ *  restores the optimizer: mpt_model_load(context, path, &model) (the checkpoint holds the model),
+ *  this, mpt_trainer_create(model, options, &trainer), mpt_trainer_load_checkpoint(trainer, path),
+ *  then fit. The precision and loss scaling are the ones the trainer ran (AUTO and DEFAULT resolved:
+ *  e.g. MPT_PRECISION_MIXED_BF16 and MPT_LOSS_SCALING_OFF), the learning rate is the base rate of
+ *  its next step, every other option its own value, set (a later mpt_trainer_options_set_optimizer
+ *  keeps the weight decay and betas). A checkpoint records no micro-batch size: it is 0 (set it
+ *  again for a run that used one), and options that the trainer's loss or optimizer does not read
+ *  (Huber's delta without the Huber loss, RMSprop's rho without RMSprop) are not recorded and read
+ *  as their defaults. A model file (not a checkpoint) gives MPT_STATUS_INVALID_ARGUMENT, a missing
+ *  file MPT_STATUS_IO_ERROR, a damaged file or options no trainer takes MPT_STATUS_CORRUPT_DATA,
+ *  another major version MPT_STATUS_UNSUPPORTED.
+ *  \param[out] out  new options, the caller's to destroy (mpt_trainer_options_destroy). Thread-safe. */
+MPT_API mpt_status mpt_trainer_options_create_from_checkpoint(const char* path, mpt_trainer_options_t** out);
+
 /* ---------------------------------------------------------------------------------------------
  * Trainer: fit, step, evaluate, predict
  * ------------------------------------------------------------------------------------------- */

@@ -21,6 +21,7 @@
 #include "io/flat_json.h"
 #include "io/json_writer.h"
 #include "nn/model_file.h"
+#include "nn/option_checks.h"
 
 namespace mpt {
 
@@ -39,10 +40,9 @@ void write_schedule(JsonWriter& json, const LrSchedule& schedule) {
 // The options that must match for a resumed run to be the same run. Keys in alphabetical order, as
 // files written with nlohmann::json (a sorted map) have them. The base learning rate is not one of
 // them: a callback may change it during the run, so it is saved with the progress and restored.
-std::string options_json(const Trainer& trainer) {
-    const TrainerConfig& config = trainer.config();
+// `precision` and `scaler` as the trainer resolved them.
+std::string options_json(const TrainerConfig& config, mpt_precision precision, const LossScalerConfig& scaler) {
     const OptimizerConfig& optimizer = config.optimizer;
-    const LossScalerConfig& scaler = trainer.executor().scaler_config();
     JsonWriter json;
     json.begin_object();
     // Class weights, weight averaging, clipping, label smoothing and centered RMSprop are written only when set, so that files of runs without
@@ -85,11 +85,15 @@ std::string options_json(const Trainer& trainer) {
     if (optimizer.kind == OptimizerKind::rmsprop) json.key("rho").unsigned_integer(float_bits(optimizer.rho));
     json.key("weight_decay").unsigned_integer(float_bits(optimizer.weight_decay))
         .end_object()
-        .key("precision").string(precision_name(trainer.precision()));
+        .key("precision").string(precision_name(precision));
     // Centered RMSprop, written only then (as the options above written only when set).
     if (optimizer.kind == OptimizerKind::rmsprop && optimizer.centered) json.key("rmsprop_centered").boolean(true);
     json.end_object();
     return json.take();
+}
+
+std::string options_json(const Trainer& trainer) {
+    return options_json(trainer.config(), trainer.precision(), trainer.executor().scaler_config());
 }
 
 // `dropout`: the model drops outputs, so its masks' seed is part of the run (written only then).
@@ -371,6 +375,26 @@ std::string class_weights_difference(const std::vector<float>& saved, const std:
     return text + ")";
 }
 
+// The base rate of the run's next step: in the progress, or among the options in files written
+// before the learning rate became the run's (mptrain 0.1.0 until 2026-12-02).
+float recorded_learning_rate(const std::optional<JsonValue>& options_rate, const FlatJson& progress) {
+    if (!options_rate) return bits_float(progress.uint32("/learning_rate"));
+    if (progress.find("/learning_rate") != nullptr)
+        throw JsonFormatError("learning_rate is both among the options and in the progress (no mptrain writes both)");
+    if (options_rate->type == JsonType::unsigned_integer && options_rate->unsigned_integer <= UINT32_MAX)
+        return bits_float(static_cast<uint32_t>(options_rate->unsigned_integer));
+    throw JsonFormatError("the options' learning_rate must be a float's bit pattern, not " + json_value_text(*options_rate));
+}
+
+// The file at `path`, checked whole, when it is a training checkpoint.
+SafetensorsReader open_checkpoint(const std::string& path) {
+    SafetensorsReader reader = SafetensorsReader::open(path, true);
+    check_header_integrity(reader);
+    if (metadata_value(reader, "mptrain.kind") != "checkpoint")
+        fail(MPT_STATUS_INVALID_ARGUMENT, path + " is a model file, not a training checkpoint (use mpt_model_load)");
+    return reader;
+}
+
 // add_parameter_tensors' tensors back into a block in the padded parameter layout (gaps and padding 0).
 std::vector<float> read_parameter_tensors(const SafetensorsReader& reader, const Model& model, const std::string& prefix) {
     std::vector<float> block(static_cast<size_t>(model.parameter_block_elements()), 0.0f);
@@ -427,11 +451,8 @@ void save_checkpoint(Trainer& trainer, const std::string& path) {
 
 void load_checkpoint(Trainer& trainer, const std::string& path) {
     trainer.require_trained_weights("load a checkpoint");
-    const SafetensorsReader reader = SafetensorsReader::open(path, true);
-    check_header_integrity(reader);
+    const SafetensorsReader reader = open_checkpoint(path);
     Model& model = *trainer.model();
-    if (metadata_value(reader, "mptrain.kind") != "checkpoint")
-        fail(MPT_STATUS_INVALID_ARGUMENT, path + " is a model file, not a training checkpoint (use mpt_model_load)");
     const ModelState model_state = read_model_state(reader, model);
     TrainerSnapshot snapshot;
     try {
@@ -509,16 +530,7 @@ void load_checkpoint(Trainer& trainer, const std::string& path) {
         const FlatJson progress = FlatJson::parse(metadata_value(reader, "mptrain.trainer.progress"));
         progress.require_object("");
         snapshot.state.loss_scale = bits_float(progress.uint32("/loss_scale"));
-        if (!options_rate) {
-            snapshot.learning_rate = bits_float(progress.uint32("/learning_rate"));
-        } else if (progress.find("/learning_rate") != nullptr) {
-            throw JsonFormatError("learning_rate is both among the options and in the progress (no mptrain writes both)");
-        } else if (options_rate->type == JsonType::unsigned_integer && options_rate->unsigned_integer <= UINT32_MAX) {
-            snapshot.learning_rate = bits_float(static_cast<uint32_t>(options_rate->unsigned_integer));
-        } else {
-            throw JsonFormatError("the options' learning_rate must be a float's bit pattern, not " +
-                                  json_value_text(*options_rate));
-        }
+        snapshot.learning_rate = recorded_learning_rate(options_rate, progress);
         snapshot.state.found_inf = 0;
         snapshot.state.gradient_norm = NAN;  // an observation of the last step, not kept
         snapshot.state.clip_factor = 1.0f;
@@ -606,6 +618,96 @@ void load_checkpoint(Trainer& trainer, const std::string& path) {
     if (executor.averages())
         backend.copy_to_device(executor.averages(), averages.data(), averages.size() * sizeof(float));
     trainer.restore(snapshot);
+}
+
+TrainerConfig read_checkpoint_options(const std::string& path) {
+    const SafetensorsReader reader = open_checkpoint(path);
+    check_version(reader);
+    TrainerConfig config;
+    try {
+        FlatJson options = FlatJson::parse(metadata_value(reader, "mptrain.trainer.options"));
+        const std::optional<JsonValue> options_rate = options.take_scalar_member("/optimizer", "learning_rate");
+        const FlatJson progress = FlatJson::parse(metadata_value(reader, "mptrain.trainer.progress"));
+        const auto real = [&options](const std::string& pointer) { return bits_float(options.uint32(pointer)); };
+        const auto optional_real = [&](const std::string& pointer, float otherwise) {
+            return options.find(pointer) != nullptr ? real(pointer) : otherwise;
+        };
+        // An enumerator by the name or number the file gives it: one the writer could have written.
+        const auto enumerator = [](int64_t value, int64_t first, int64_t last, const char* what) {
+            if (value < first || value > last) throw JsonFormatError(std::string(what) + " " + std::to_string(value));
+            return value;
+        };
+
+        const std::string& precision = options.string("/precision");
+        config.precision = MPT_PRECISION_AUTO;  // never recorded: the precision run is
+        for (mpt_precision known : {MPT_PRECISION_FP32, MPT_PRECISION_MIXED_FP16, MPT_PRECISION_MIXED_BF16})
+            if (precision == precision_name(known)) config.precision = known;
+        if (config.precision == MPT_PRECISION_AUTO) throw JsonFormatError("precision " + precision);
+        const std::string& loss = options.string("/loss");
+        bool loss_known = false;
+        for (int kind = 0; kind <= static_cast<int>(LossKind::huber) && !loss_known; ++kind) {
+            config.loss.kind = static_cast<LossKind>(kind);
+            loss_known = loss == loss_name(config.loss.kind);
+        }
+        if (!loss_known) throw JsonFormatError("loss " + loss);
+        config.loss.huber_delta = optional_real("/huber_delta", config.loss.huber_delta);
+        config.loss.label_smoothing = optional_real("/label_smoothing", 0.0f);
+        if (const std::optional<JsonValue> count = options.take_scalar_member("", "class_weights")) {
+            if (!(count->type == JsonType::unsigned_integer && count->unsigned_integer >= 1 &&
+                  count->unsigned_integer <= static_cast<uint64_t>(kMaxFeatures)))
+                throw JsonFormatError("class_weights " + json_value_text(*count) + " (a count of outputs)");
+            config.loss.class_weights = read_class_weights(reader, static_cast<int64_t>(count->unsigned_integer));
+        }
+
+        OptimizerConfig& optimizer = config.optimizer;
+        optimizer.kind = static_cast<OptimizerKind>(enumerator(options.int64("/optimizer/kind"), 0,
+                                                               static_cast<int64_t>(OptimizerKind::lion), "optimizer kind"));
+        optimizer.learning_rate = recorded_learning_rate(options_rate, progress);
+        optimizer.momentum = real("/optimizer/momentum");
+        optimizer.nesterov = options.boolean("/optimizer/nesterov");
+        optimizer.beta1 = real("/optimizer/beta1");
+        optimizer.beta2 = real("/optimizer/beta2");
+        optimizer.epsilon = real("/optimizer/epsilon");
+        optimizer.rho = optional_real("/optimizer/rho", optimizer.rho);
+        optimizer.centered = options.find("/rmsprop_centered") != nullptr && options.boolean("/rmsprop_centered");
+        optimizer.weight_decay = real("/optimizer/weight_decay");
+        optimizer.global_clipnorm = optional_real("/global_clipnorm", 0.0f);
+        optimizer.ema_momentum = optional_real("/ema_momentum", 0.0f);
+        if (options.find("/lr_schedule") != nullptr) {
+            optimizer.schedule.kind = static_cast<LrScheduleKind>(enumerator(
+                options.int64("/lr_schedule/schedule"), 0, static_cast<int64_t>(LrScheduleKind::step), "lr_schedule"));
+            optimizer.schedule.warmup_steps = options.int64("/lr_schedule/warmup_steps");
+            optimizer.schedule.decay_steps = options.int64("/lr_schedule/decay_steps");
+            optimizer.schedule.decay_factor = real("/lr_schedule/decay_factor");
+        }
+
+        config.scaler.mode = static_cast<LossScaling>(
+            enumerator(options.int64("/loss_scaler/mode"), static_cast<int64_t>(LossScaling::off),
+                       static_cast<int64_t>(LossScaling::dynamic), "loss scaler mode"));
+        config.loss_scaling = config.scaler.mode == LossScaling::off     ? MPT_LOSS_SCALING_OFF
+                              : config.scaler.mode == LossScaling::fixed ? MPT_LOSS_SCALING_STATIC
+                                                                         : MPT_LOSS_SCALING_DYNAMIC;
+        config.scaler.initial_scale = real("/loss_scaler/initial_scale");
+        config.scaler.growth_factor = real("/loss_scaler/growth_factor");
+        config.scaler.backoff_factor = real("/loss_scaler/backoff_factor");
+        config.scaler.growth_interval = options.int64("/loss_scaler/growth_interval");
+        config.scaler.min_scale = real("/loss_scaler/min_scale");
+        config.scaler.max_scale = real("/loss_scaler/max_scale");
+
+        // These options written again must be the file's, member for member: a member this version
+        // does not read, or one written where no trainer writes it, is not an option it can give.
+        FlatJson written = FlatJson::parse(options_json(config, config.precision, config.scaler));
+        written.take_scalar_member("", "class_weights");
+        if (written != options) throw JsonFormatError("options this version does not record so");
+    } catch (const JsonFormatError& error) {
+        fail(MPT_STATUS_CORRUPT_DATA, std::string("the checkpoint's trainer options are malformed: ") + error.what());
+    }
+    try {
+        check_trainer_config(config);
+    } catch (const Error& error) {
+        fail(MPT_STATUS_CORRUPT_DATA, std::string("the checkpoint records options no trainer takes: ") + error.what());
+    }
+    return config;
 }
 
 void write_rotating_checkpoint(Trainer& trainer, const CheckpointPolicy& policy, int64_t step) {

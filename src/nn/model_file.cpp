@@ -98,8 +98,6 @@ void check_header_integrity(const SafetensorsReader& reader) {
     }
 }
 
-namespace {
-
 void check_version(const SafetensorsReader& reader) {
     const std::string& version = metadata_value(reader, "mptrain.version");
     const std::string major = version.substr(0, version.find('.'));
@@ -107,6 +105,8 @@ void check_version(const SafetensorsReader& reader) {
         fail(MPT_STATUS_UNSUPPORTED, "the file was written by mptrain " + version + "; this is mptrain " + kVersionString +
                                          " (major versions must match)");
 }
+
+namespace {
 
 struct Architecture {
     int64_t input_features;

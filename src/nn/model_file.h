@@ -24,6 +24,8 @@ std::shared_ptr<Model> load_model(std::shared_ptr<Context> context, const std::s
 // (the reader verified it), or, for a file written before headers had one, it holds only the entries
 // mptrain wrote then, so that a damaged key cannot pass for an old file. Throws MPT_STATUS_CORRUPT_DATA.
 void check_header_integrity(const SafetensorsReader& reader);
+// Throws MPT_STATUS_UNSUPPORTED for a file of another major version.
+void check_version(const SafetensorsReader& reader);
 // Adds the architecture, version and kind metadata and every layer's master weights.
 void add_model_to_file(Model& model, SafetensorsWriter& writer, const char* kind, std::vector<float>& host_block);
 // What a file holds of a model beyond its architecture, checked and ready to apply.

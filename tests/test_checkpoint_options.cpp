@@ -1,0 +1,360 @@
+// A run resumed from its checkpoint alone: the model (mpt_model_load) and the trainer's options
+// (mpt_trainer_options_create_from_checkpoint) read from the file, then the checkpoint loaded. The
+// resumed run must end bit for bit as the run that went on, which also has the loader check every
+// option read against the file's. Options are read back resolved (precision, loss scaling), and
+// files that are no checkpoint, damaged, or whose options no trainer takes are refused.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mptrain/mptrain.h"
+#include "support/capi_fixture.h"
+#include "support/edited_header.h"
+#include "support/temp_dir.h"
+
+namespace {
+
+using mpt_test::Blobs;
+using mpt_test::BlobTrainer;
+using mpt_test::BlobTrainerSetup;
+using mpt_test::float_bits_text;
+
+constexpr int64_t kBatch = 15;
+
+// One run's options, and what it feeds: labels, or one-hot targets for a regression loss.
+struct Recipe {
+    const char* name;
+    BlobTrainerSetup setup;
+    bool targets = false;
+};
+
+mpt_dataset_t* data_for(mpt_context_t* context, const Recipe& recipe, const Blobs& blobs) {
+    return recipe.targets ? mpt_test::blob_one_hot_rows(context, blobs) : mpt_test::blob_labels(context, blobs);
+}
+
+std::vector<Recipe> recipes() {
+    std::vector<Recipe> all;
+    {
+        // fp16 with the default (dynamic) scaling starting at 2^24, so that steps overflow and the
+        // scale moves; a schedule, label smoothing, class weights, clipping and averaging.
+        BlobTrainerSetup setup;
+        setup.precision = MPT_PRECISION_MIXED_FP16;
+        setup.optimizer = MPT_OPTIMIZER_ADAM;
+        setup.learning_rate = 0.02f;
+        setup.initial_scale = 16777216.0f;
+        setup.lr_schedule = MPT_LR_SCHEDULE_COSINE;
+        setup.warmup_steps = 3;
+        setup.decay_steps = 40;
+        setup.label_smoothing = 0.1f;
+        setup.class_weights = {0.5f, 2.0f, 1.25f};
+        setup.global_clipnorm = 0.5f;
+        setup.ema_momentum = 0.9f;
+        setup.hidden_dropout = 0.25f;
+        all.push_back({"fp16 Adam, everything", setup});
+    }
+    {
+        BlobTrainerSetup setup;
+        setup.optimizer = MPT_OPTIMIZER_SGD;
+        setup.momentum = 0.8f;
+        setup.nesterov = true;
+        setup.weight_decay = 0.01f;
+        setup.configure = [](mpt_trainer_options_t* options) {
+            REQUIRE_OK(mpt_trainer_options_set_lr_schedule(options, MPT_LR_SCHEDULE_STEP, 2, 5, 0.5f));
+        };
+        all.push_back({"fp32 Nesterov SGD, decay, step schedule", setup});
+    }
+    {
+        BlobTrainerSetup setup;
+        setup.precision = MPT_PRECISION_MIXED_BF16;
+        setup.optimizer = MPT_OPTIMIZER_RMSPROP;
+        setup.rho = 0.8f;
+        setup.rmsprop_centered = true;
+        setup.momentum = 0.5f;
+        setup.loss_scaling = MPT_LOSS_SCALING_STATIC;
+        setup.initial_scale = 128.0f;
+        setup.configure = [](mpt_trainer_options_t* options) {
+            REQUIRE_OK(mpt_trainer_options_set_loss_scaler_dynamics(options, 4.0f, 0.25f, 7, 2.0f, 4096.0f));
+        };
+        all.push_back({"bf16 centered RMSprop, static scaling", setup});
+    }
+    {
+        BlobTrainerSetup setup;
+        setup.optimizer = MPT_OPTIMIZER_ADAMW;  // its default decay
+        all.push_back({"AdamW", setup});
+    }
+    {
+        BlobTrainerSetup setup;
+        setup.optimizer = MPT_OPTIMIZER_LION;  // its default betas
+        setup.learning_rate = 0.003f;
+        setup.loss_scaling = MPT_LOSS_SCALING_DYNAMIC;
+        all.push_back({"fp32 Lion, dynamic scaling", setup});
+    }
+    {
+        BlobTrainerSetup setup;
+        setup.loss = MPT_LOSS_HUBER;
+        setup.head = MPT_ACTIVATION_LINEAR;
+        setup.configure = [](mpt_trainer_options_t* options) {
+            REQUIRE_OK(mpt_trainer_options_set_huber_delta(options, 0.3f));
+        };
+        all.push_back({"Huber loss", setup, true});
+    }
+    return all;
+}
+
+// Every layer's weights and biases of `model` (3 of the blob model's 2 layers: weights, biases).
+std::vector<float> model_weights(mpt_model_t* model, int64_t hidden, int64_t outputs) {
+    std::vector<float> all;
+    for (int64_t layer = 0; layer < 2; ++layer) {
+        const int64_t units = layer == 0 ? hidden : outputs, inputs = layer == 0 ? mpt_test::kBlobFeatures : hidden;
+        std::vector<float> w(static_cast<size_t>(units * inputs)), b(static_cast<size_t>(units));
+        REQUIRE_OK(mpt_model_get_weights(model, layer, w.data(), units * inputs, b.data(), units));
+        all.insert(all.end(), w.begin(), w.end());
+        all.insert(all.end(), b.begin(), b.end());
+    }
+    return all;
+}
+
+// The same bits (NaN included), element for element.
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+}
+
+// What a created-from-checkpoint options handle must hold: `trainer`'s options, but for the
+// precision and loss scaling it resolved and the micro-batch size no checkpoint records.
+void check_read_options(const mpt_trainer_options_t* read, mpt_trainer_t* trainer) {
+    mpt_trainer_options_t* expected = nullptr;
+    REQUIRE_OK(mpt_trainer_get_options(trainer, &expected));
+    mpt_precision precision{}, read_precision{};
+    REQUIRE_OK(mpt_trainer_get_precision(trainer, &precision));
+    REQUIRE_OK(mpt_trainer_options_get_precision(read, &read_precision));
+    CHECK(read_precision == precision);
+    int64_t micro = -1;
+    REQUIRE_OK(mpt_trainer_options_get_micro_batch_size(read, &micro));
+    CHECK(micro == 0);
+    mpt_loss_scaling mode{};
+    REQUIRE_OK(mpt_trainer_options_get_loss_scaling(read, &mode, nullptr));
+    CHECK(mode != MPT_LOSS_SCALING_DEFAULT);
+    // Everything else, getter by getter, as the trainer's own copy has it.
+    const auto same_float = [&](auto getter, const char* name) {
+        float a = -1.0f, b = -2.0f;
+        REQUIRE_OK(getter(read, &a));
+        REQUIRE_OK(getter(expected, &b));
+        CHECK_MESSAGE(a == b, name << ": " << a << " read, the trainer's " << b);
+    };
+    same_float(mpt_trainer_options_get_learning_rate, "learning_rate");
+    same_float(mpt_trainer_options_get_weight_decay, "weight_decay");
+    same_float(mpt_trainer_options_get_label_smoothing, "label_smoothing");
+    same_float(mpt_trainer_options_get_global_clipnorm, "global_clipnorm");
+    same_float(mpt_trainer_options_get_ema, "ema");
+    mpt_optimizer optimizer{}, expected_optimizer{};
+    mpt_loss loss{}, expected_loss{};
+    REQUIRE_OK(mpt_trainer_options_get_optimizer(read, &optimizer));
+    REQUIRE_OK(mpt_trainer_options_get_optimizer(expected, &expected_optimizer));
+    REQUIRE_OK(mpt_trainer_options_get_loss(read, &loss));
+    REQUIRE_OK(mpt_trainer_options_get_loss(expected, &expected_loss));
+    CHECK(optimizer == expected_optimizer);
+    CHECK(loss == expected_loss);
+    float beta[2][3], momentum[2];
+    int nesterov[2];
+    for (int i = 0; i < 2; ++i) {
+        const mpt_trainer_options_t* options = i == 0 ? read : expected;
+        REQUIRE_OK(mpt_trainer_options_get_adam(options, &beta[i][0], &beta[i][1], &beta[i][2]));
+        REQUIRE_OK(mpt_trainer_options_get_momentum(options, &momentum[i], &nesterov[i]));
+    }
+    CHECK(std::vector<float>(beta[0], beta[0] + 3) == std::vector<float>(beta[1], beta[1] + 3));
+    CHECK(momentum[0] == momentum[1]);
+    CHECK(nesterov[0] == nesterov[1]);
+    int64_t weights[2] = {-1, -1};
+    REQUIRE_OK(mpt_trainer_options_get_class_weights(read, nullptr, 0, &weights[0]));
+    REQUIRE_OK(mpt_trainer_options_get_class_weights(expected, nullptr, 0, &weights[1]));
+    CHECK(weights[0] == weights[1]);
+    mpt_trainer_options_destroy(expected);
+}
+
+// The file with its options' text edited: `from` (which must be there) replaced by `to`.
+std::string with_options_edit(const mpt_test::TempDir& directory, const std::string& path, const std::string& from,
+                              const std::string& to) {
+    mpt_test::FileParts parts = mpt_test::split_file(path);
+    const size_t at = parts.header.find(from);
+    REQUIRE_MESSAGE(at != std::string::npos, from << " not in " << parts.header);
+    parts.header.replace(at, from.size(), to);
+    return mpt_test::write_parts(directory.path / "edited.safetensors", parts.header, parts.data);
+}
+
+void check_refused(const std::string& path, mpt_status expected) {
+    mpt_trainer_options_t* options = nullptr;
+    CHECK_FAILS(expected, mpt_trainer_options_create_from_checkpoint(path.c_str(), &options));
+    CHECK(options == nullptr);
+    mpt_trainer_options_destroy(options);
+}
+
+}  // namespace
+
+TEST_CASE("a run resumes from its checkpoint alone, the model and the options read from the file, bit for bit") {
+    const Blobs blobs = mpt_test::make_blobs(90, 6, 1.0);
+    mpt_test::TempDir directory("mptrain-checkpoint-options");
+    for (const Recipe& recipe : recipes()) {
+        CAPTURE(recipe.name);
+        const std::string path = (directory.path / "run.safetensors").string();
+        BlobTrainer original(recipe.setup);
+        mpt_dataset_t* data = data_for(original.context, recipe, blobs);
+        REQUIRE_OK(mpt_trainer_fit(original.trainer, data, 2, kBatch, 1));
+        float rate = 0.0f;  // the run's base rate changed since its options: the file's is the run's
+        REQUIRE_OK(mpt_trainer_get_learning_rate(original.trainer, &rate));
+        REQUIRE_OK(mpt_trainer_set_learning_rate(original.trainer, rate * 0.5f));
+        REQUIRE_OK(mpt_trainer_save_checkpoint(original.trainer, path.c_str()));
+
+        // Another seed: what the resumed run has, it has from the file.
+        mpt_context_t* context = mpt_test::create_context(MPT_BACKEND_CPU, 99);
+        mpt_model_t* model = nullptr;
+        mpt_trainer_options_t* options = nullptr;
+        mpt_trainer_t* resumed = nullptr;
+        REQUIRE_OK(mpt_model_load(context, path.c_str(), &model));
+        REQUIRE_OK(mpt_trainer_options_create_from_checkpoint(path.c_str(), &options));
+        check_read_options(options, original.trainer);
+        REQUIRE_OK(mpt_trainer_create(model, options, &resumed));
+        REQUIRE_OK(mpt_trainer_load_checkpoint(resumed, path.c_str()));
+
+        REQUIRE_OK(mpt_trainer_fit(original.trainer, data, 2, kBatch, 1));
+        mpt_dataset_t* resumed_data = data_for(context, recipe, blobs);
+        REQUIRE_OK(mpt_trainer_fit(resumed, resumed_data, 2, kBatch, 1));
+        CHECK(same_bits(model_weights(model, original.hidden, original.outputs), original.weights()));
+        float scales[2] = {0, 0};
+        int64_t skipped[2] = {-1, -1};
+        REQUIRE_OK(mpt_trainer_get_loss_scale(original.trainer, &scales[0], nullptr, &skipped[0]));
+        REQUIRE_OK(mpt_trainer_get_loss_scale(resumed, &scales[1], nullptr, &skipped[1]));
+        CHECK(scales[0] == scales[1]);
+        CHECK(skipped[0] == skipped[1]);
+        mpt_dataset_destroy(resumed_data);
+        mpt_dataset_destroy(data);
+        mpt_trainer_destroy(resumed);
+        mpt_trainer_options_destroy(options);
+        mpt_model_destroy(model);
+        mpt_context_destroy(context);
+    }
+}
+
+TEST_CASE("options read from a checkpoint are the ones the trainer ran, each set: AUTO and DEFAULT resolved") {
+    mpt_test::TempDir directory("mptrain-checkpoint-options");
+    const std::string path = (directory.path / "run.safetensors").string();
+    struct Case {
+        mpt_precision precision;
+        mpt_loss_scaling scaling;
+        mpt_loss_scaling expected_scaling;  // MPT_LOSS_SCALING_DEFAULT: whatever the precision resolved to
+    };
+    for (const Case& c : {Case{MPT_PRECISION_MIXED_FP16, MPT_LOSS_SCALING_DEFAULT, MPT_LOSS_SCALING_DYNAMIC},
+                          Case{MPT_PRECISION_MIXED_BF16, MPT_LOSS_SCALING_DEFAULT, MPT_LOSS_SCALING_OFF},
+                          Case{MPT_PRECISION_FP32, MPT_LOSS_SCALING_DEFAULT, MPT_LOSS_SCALING_OFF},
+                          Case{MPT_PRECISION_FP32, MPT_LOSS_SCALING_STATIC, MPT_LOSS_SCALING_STATIC},
+                          Case{MPT_PRECISION_AUTO, MPT_LOSS_SCALING_OFF, MPT_LOSS_SCALING_OFF}}) {
+        CAPTURE(c.precision);
+        CAPTURE(c.scaling);
+        BlobTrainerSetup setup;
+        setup.precision = c.precision;
+        setup.loss_scaling = c.scaling;
+        setup.optimizer = MPT_OPTIMIZER_ADAMW;
+        setup.micro_batch_size = 4;
+        BlobTrainer trainer(setup);
+        REQUIRE_OK(mpt_trainer_save_checkpoint(trainer.trainer, path.c_str()));
+        mpt_trainer_options_t* options = nullptr;
+        REQUIRE_OK(mpt_trainer_options_create_from_checkpoint(path.c_str(), &options));
+        mpt_precision ran{}, read{};
+        mpt_loss_scaling scaling{};
+        REQUIRE_OK(mpt_trainer_get_precision(trainer.trainer, &ran));
+        REQUIRE_OK(mpt_trainer_options_get_precision(options, &read));
+        REQUIRE_OK(mpt_trainer_options_get_loss_scaling(options, &scaling, nullptr));
+        CHECK(read == ran);
+        CHECK(read != MPT_PRECISION_AUTO);
+        CHECK(scaling == c.expected_scaling);
+        check_read_options(options, trainer.trainer);
+        // Every value is set: AdamW's decay stays when the optimizer changes, unlike a default.
+        REQUIRE_OK(mpt_trainer_options_set_optimizer(options, MPT_OPTIMIZER_SGD));
+        float decay = -1.0f;
+        REQUIRE_OK(mpt_trainer_options_get_weight_decay(options, &decay));
+        CHECK(decay == 0.004f);
+        mpt_trainer_options_destroy(options);
+    }
+}
+
+TEST_CASE("a model file, a missing, damaged or future file gives no options and says why") {
+    mpt_test::TempDir directory("mptrain-checkpoint-options");
+    BlobTrainer trainer(BlobTrainerSetup{});
+    const std::string model_path = (directory.path / "model.safetensors").string();
+    const std::string path = (directory.path / "run.safetensors").string();
+    REQUIRE_OK(mpt_model_save(trainer.model, model_path.c_str()));
+    REQUIRE_OK(mpt_trainer_save_checkpoint(trainer.trainer, path.c_str()));
+    check_refused(model_path, MPT_STATUS_INVALID_ARGUMENT);
+    check_refused((directory.path / "missing.safetensors").string(), MPT_STATUS_IO_ERROR);
+    const std::string bytes = mpt_test::file_bytes(path);
+    const std::string truncated = (directory.path / "truncated.safetensors").string();
+    std::ofstream(truncated, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size() / 2));
+    check_refused(truncated, MPT_STATUS_CORRUPT_DATA);
+    const std::string version = "\"mptrain.version\":\"";
+    mpt_test::FileParts parts = mpt_test::split_file(path);
+    const size_t at = parts.header.find(version);
+    REQUIRE(at != std::string::npos);
+    parts.header.replace(at + version.size(), 1, "9");
+    check_refused(mpt_test::write_parts(directory.path / "future.safetensors", parts.header, parts.data),
+                  MPT_STATUS_UNSUPPORTED);
+    mpt_trainer_options_t* options = nullptr;
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_options_create_from_checkpoint(nullptr, &options));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_options_create_from_checkpoint(path.c_str(), nullptr));
+    CHECK(options == nullptr);
+    REQUIRE_OK(mpt_trainer_options_create_from_checkpoint(path.c_str(), &options));  // the file itself is fine
+    mpt_trainer_options_destroy(options);
+}
+
+TEST_CASE("options a checkpoint holds that no trainer takes, or that no mptrain writes, are corrupt data") {
+    mpt_test::TempDir directory("mptrain-checkpoint-options");
+    const std::string path = (directory.path / "run.safetensors").string();
+    BlobTrainerSetup setup;
+    setup.optimizer = MPT_OPTIMIZER_ADAM;
+    setup.lr_schedule = MPT_LR_SCHEDULE_LINEAR;
+    setup.decay_steps = 10;
+    BlobTrainer trainer(setup);
+    REQUIRE_OK(mpt_trainer_save_checkpoint(trainer.trainer, path.c_str()));
+    const auto field = [](const std::string& name) { return "\\\"" + name + "\\\":"; };
+    const std::string beta1 = field("beta1") + float_bits_text(0.9f);
+    // The untouched text, written again, is taken: the edits below are what is refused.
+    mpt_trainer_options_t* options = nullptr;
+    REQUIRE_OK(mpt_trainer_options_create_from_checkpoint(with_options_edit(directory, path, beta1, beta1).c_str(), &options));
+    mpt_trainer_options_destroy(options);
+    const std::string loss = field("loss") + "\\\"sparse_categorical_crossentropy\\\"";
+    const std::string precision = field("precision") + "\\\"fp32\\\"";
+    const std::string kind = field("kind") + "1";
+    const std::string mode = field("mode") + "1";
+    const std::string epsilon = field("epsilon") + float_bits_text(1e-7f);
+    const std::string schedule = field("schedule") + "1";
+    const std::vector<std::pair<std::string, std::string>> forgeries = {
+        // Values no setter takes.
+        {beta1, field("beta1") + float_bits_text(1.5f)},
+        {beta1, field("beta1") + float_bits_text(std::nanf(""))},
+        {epsilon, field("epsilon") + float_bits_text(0.0f)},
+        {field("growth_interval") + "2000", field("growth_interval") + "0"},
+        {field("min_scale") + float_bits_text(1.0f), field("min_scale") + float_bits_text(0.5f)},
+        {field("decay_factor") + float_bits_text(0.0f), field("decay_factor") + float_bits_text(2.0f)},
+        {schedule, field("schedule") + "0"},  // constant, yet with decay steps
+        // Values no mptrain writes.
+        {precision, field("precision") + "\\\"auto\\\""},
+        {precision, field("precision") + "\\\"fp64\\\""},
+        {loss, field("loss") + "\\\"hinge\\\""},
+        {kind, field("kind") + "9"},
+        {mode, field("mode") + "0"},
+        {schedule, field("schedule") + "7"},
+        {beta1, field("beta1") + "0.9"},  // a JSON number, not a float's bits
+        {loss, field("huber_delta") + float_bits_text(1.0f) + "," + loss},  // Huber's delta without the Huber loss
+        {loss, field("label_smoothing") + float_bits_text(0.0f) + "," + loss},  // written only when not 0
+        {loss, field("rmsprop_centered") + "true," + loss},  // only for RMSprop
+        {loss, field("unknown_option") + "1," + loss},
+    };
+    for (const auto& [from, to] : forgeries) {
+        CAPTURE(to);
+        check_refused(with_options_edit(directory, path, from, to), MPT_STATUS_CORRUPT_DATA);
+    }
+}
