@@ -83,7 +83,7 @@ mpt_status mpt_trainer_options_set_label_smoothing(mpt_trainer_options_t* option
     MPT_API_BEGIN
     require_pointer(options, "options");
     require_range(label_smoothing, 0.0f, 1.0f, "label_smoothing");
-    options->config.loss.label_smoothing = label_smoothing;
+    options->config.loss.label_smoothing = label_smoothing == 0.0f ? 0.0f : label_smoothing;  // -0 as 0
     MPT_API_END
 }
 
@@ -93,6 +93,7 @@ mpt_status mpt_trainer_options_set_class_weights(mpt_trainer_options_t* options,
     if (count > 0) require_pointer(weights, "weights");
     mpt::check_class_weights(weights, count);
     options->config.loss.class_weights.assign(weights, weights + count);
+    for (float& weight : options->config.loss.class_weights) weight = weight == 0.0f ? 0.0f : weight;  // -0 as 0
     MPT_API_END
 }
 
@@ -204,7 +205,7 @@ mpt_status mpt_trainer_options_set_lr_schedule(mpt_trainer_options_t* options, m
     chosen.kind = static_cast<mpt::LrScheduleKind>(kind);
     chosen.warmup_steps = warmup_steps;
     chosen.decay_steps = decay_steps;
-    chosen.decay_factor = factor;
+    chosen.decay_factor = factor == 0.0f ? 0.0f : factor;  // -0 as 0: one value, one checkpoint option
     mpt::check_lr_schedule(chosen);
     options->config.optimizer.schedule = chosen;
     MPT_API_END

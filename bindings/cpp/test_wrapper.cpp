@@ -1775,6 +1775,7 @@ TEST_CASE("trainer options read back through the wrapper: the defaults, each val
     CHECK(read.adam().beta2 == 0.95f);
     CHECK(read.adam().epsilon == 1e-6f);  // RMSprop's, set last: the two share it
     CHECK(read.lion().beta1 == 0.8f);
+    CHECK(read.lion().beta2 == 0.95f);
     CHECK(read.rmsprop().rho == 0.7f);
     CHECK(read.rmsprop_centered());
     CHECK(read.weight_decay() == 0.01f);
@@ -1791,6 +1792,7 @@ TEST_CASE("trainer options read back through the wrapper: the defaults, each val
     CHECK(read.loss_scaler_dynamics().backoff_factor == 0.25f);
     CHECK(read.loss_scaler_dynamics().growth_interval == 3);
     CHECK(read.loss_scaler_dynamics().min_scale == 2.0f);
+    CHECK(read.loss_scaler_dynamics().max_scale == 1024.0f);
 }
 
 TEST_CASE("a trainer created from another's options through the wrapper trains bit for bit as that one") {
@@ -1808,4 +1810,34 @@ TEST_CASE("a trainer created from another's options through the wrapper trains b
         CHECK(weight_bits(second) == weight_bits(first));
         CHECK(weight_bits(plain) != weight_bits(first));
     }
+}
+
+TEST_CASE("a run resumes through the wrapper from its checkpoint alone, bit for bit; a model file gives no options") {
+    TempDir directory;
+    const std::string path = directory.file("run.safetensors");
+    const mptrain::Context context = cpu_context();
+    mptrain::Model model = mlp(context);
+    mptrain::Trainer original(model, every_option(MPT_OPTIMIZER_ADAMW).micro_batch_size(0));
+    const mptrain::Dataset data = blobs(context, 90, 5);
+    original.fit(data, 2, 15);
+    original.set_learning_rate(0.0125f);  // the run's rate, not its options': the file's
+    original.save_checkpoint(path);
+
+    const mptrain::Context elsewhere = cpu_context(99);  // another seed: everything from the file
+    mptrain::Model resumed_model = mptrain::Model::load(elsewhere, path);
+    const mptrain::TrainerOptions read = mptrain::TrainerOptions::from_checkpoint(path);
+    CHECK(read.precision() == MPT_PRECISION_MIXED_FP16);
+    CHECK(read.learning_rate() == 0.0125f);
+    CHECK(read.weight_decay() == 0.01f);
+    CHECK(read.class_weights() == std::vector<float>{0.5f, 2.0f, 1.25f});
+    mptrain::Trainer resumed(resumed_model, read);
+    resumed.load_checkpoint(path);
+    original.fit(data, 2, 15);
+    resumed.fit(blobs(elsewhere, 90, 5), 2, 15);
+    CHECK(weight_bits(resumed_model) == weight_bits(model));
+
+    const std::string model_path = directory.file("model.safetensors");
+    model.save(model_path);
+    CHECK(status_of([&] { mptrain::TrainerOptions::from_checkpoint(model_path); }) == MPT_STATUS_INVALID_ARGUMENT);
+    CHECK(status_of([&] { mptrain::TrainerOptions::from_checkpoint(directory.file("missing")); }) == MPT_STATUS_IO_ERROR);
 }

@@ -682,7 +682,7 @@ MPT_API mpt_status mpt_trainer_options_set_loss_scaler_dynamics(mpt_trainer_opti
                                                                 int64_t growth_interval, float min_scale,
                                                                 float max_scale);
 
-/* Reading options back. Each getter gives what the options hold now: the defaults above until a
+/** Reading options back. Each getter gives what the options hold now: the defaults above until a
  * setter changes them, after mpt_trainer_options_set_optimizer the optimizer's own defaults (AdamW's
  * weight decay 0.004, Lion's beta2 0.99) unless a value was set, and a -0 that was set as 0. So an
  * application reports the hyperparameters it trains with without repeating the library's defaults,
@@ -868,13 +868,15 @@ MPT_API mpt_status mpt_trainer_set_learning_rate(mpt_trainer_t* trainer, float l
  *  schedule (mpt_trainer_options_set_lr_schedule) it is the rate of the next step. */
 MPT_API mpt_status mpt_trainer_get_learning_rate(const mpt_trainer_t* trainer, float* out);
 /** A copy of the options the trainer was created with, for reporting them or for creating another
- *  trainer like it: the precision as given (AUTO stays AUTO; mpt_trainer_get_precision gives the one
+ *  trainer like it (which, from the same initial weights, trains as this one did from its creation,
+ *  but at this one's base rate now): the precision as given (AUTO stays AUTO; mpt_trainer_get_precision gives the one
  *  it runs in), the base learning rate as it is now (mpt_trainer_set_learning_rate or a checkpoint may
  *  have changed it), everything else as it was. Setters on the copy then behave as on the original
  *  options: a weight decay or betas that were set stay when the optimizer changes, defaults follow it.
+ *  Used as the trainer's other calls are (one thread per context at a time; also from its
+ *  callbacks).
  *  \param[out] out  new options, the caller's to destroy (mpt_trainer_options_destroy); they do not
- *                   keep the trainer alive. One thread per trainer at a time; also from the
- *                   trainer's callbacks. */
+ *                   keep the trainer alive. */
 MPT_API mpt_status mpt_trainer_get_options(const mpt_trainer_t* trainer, mpt_trainer_options_t** out);
 /** The rate the next step trains with: the base rate times the schedule's factor at the trainer's
  *  step count (mpt_trainer_get_progress: from a progress callback on a GPU, the rate of the step

@@ -680,6 +680,17 @@ public:
                                                                    min_scale, max_scale));
         return *this;
     }
+    /** The options of the trainer that wrote the training checkpoint at `path`
+     *  (mpt_trainer_options_create_from_checkpoint), to resume a run from the file alone:
+     *  Trainer trainer(Model::load(context, path), TrainerOptions::from_checkpoint(path));
+     *  trainer.load_checkpoint(path). Precision and loss scaling as it ran them, the base rate of its
+     *  next step, micro_batch_size 0 (no checkpoint records it). Throws Error: INVALID_ARGUMENT for a
+     *  model file, IO_ERROR for a missing one, CORRUPT_DATA for a damaged one. */
+    static TrainerOptions from_checkpoint(const std::string& path) {
+        mpt_trainer_options_t* raw = nullptr;
+        detail::check(mpt_trainer_options_create_from_checkpoint(detail::c_path(path), &raw));
+        return TrainerOptions(raw);
+    }
     mpt_trainer_options_t* get() const noexcept { return handle_.get(); }
 
     /** Reading back (mpt_trainer_options_get_*): each setter's name without arguments gives what the
@@ -745,7 +756,7 @@ public:
     }
 
 private:
-    friend class Trainer;
+    friend class Trainer;  // Trainer::options() adopts its copy
     explicit TrainerOptions(mpt_trainer_options_t* adopted) noexcept : handle_(adopted) {}
 
     // One value through a getter of the C API.
@@ -856,7 +867,8 @@ public:
     }
     /** A copy of the options this trainer was created with (mpt_trainer_get_options): the base rate
      *  as it is now, the precision as given (precision() gives the one it runs in). A Trainer created
-     *  from them trains as this one did from the same weights. */
+     *  from them with the same initial weights trains as this one did from its creation, at this
+     *  one's base rate now. */
     TrainerOptions options() const {
         mpt_trainer_options_t* copy = nullptr;
         detail::check(mpt_trainer_get_options(get(), &copy));

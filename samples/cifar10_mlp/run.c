@@ -292,12 +292,14 @@ int run_training(const cli_options* options, mpt_precision precision, const data
     printf("%" PRId64 " test images | batch %" PRId64 " | ", r.test_rows, r.batch_size);
     if (options->micro_batch_size > 0 && options->micro_batch_size < r.batch_size)
         printf("micro-batches of %" PRId64 " | ", options->micro_batch_size);
-    /* SGD without momentum or decay, the seed recipe, is what the line has always shown. */
-    if (options->optimizer != MPT_OPTIMIZER_SGD || options->momentum > 0.0f || r.weight_decay > 0.0f) {
+    /* SGD without momentum or decay, the seed recipe, is what the line has always shown. The decay
+     * is shown when it is given, or when the optimizer's default is not 0 (AdamW's). */
+    if (options->optimizer != MPT_OPTIMIZER_SGD || options->momentum > 0.0f || options->weight_decay_given ||
+        r.weight_decay > 0.0f) {
         printf("%s", args_optimizer_name(options->optimizer));
         if (options->momentum > 0.0f)
             printf(" momentum %g", (double)options->momentum);
-        if (r.weight_decay > 0.0f)
+        if (options->weight_decay_given || r.weight_decay > 0.0f)
             printf(" weight decay %g", (double)r.weight_decay);
         printf(" | ");
     }
