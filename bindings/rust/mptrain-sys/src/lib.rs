@@ -574,6 +574,10 @@ extern "C" {
         min_scale: *mut c_float,
         max_scale: *mut c_float,
     ) -> mpt_status;
+    pub fn mpt_trainer_options_create_from_checkpoint(
+        path: *const c_char,
+        out: *mut *mut mpt_trainer_options_t,
+    ) -> mpt_status;
 
     // Trainer
     pub fn mpt_trainer_create(

@@ -312,6 +312,26 @@ fn file_functions_refuse_null_paths_and_handles() {
             mpt_trainer_load_checkpoint(trainer, ptr::null()),
             MPT_STATUS_INVALID_ARGUMENT
         );
+        let mut options = ptr::null_mut();
+        assert_eq!(
+            mpt_trainer_options_create_from_checkpoint(ptr::null(), &mut options),
+            MPT_STATUS_INVALID_ARGUMENT
+        );
+        assert_eq!(
+            mpt_trainer_options_create_from_checkpoint(
+                b"/nonexistent/checkpoint.safetensors\0".as_ptr() as *const c_char,
+                &mut options
+            ),
+            MPT_STATUS_IO_ERROR
+        );
+        assert!(options.is_null());
+        assert_eq!(
+            mpt_trainer_options_create_from_checkpoint(
+                b"/nonexistent/checkpoint.safetensors\0".as_ptr() as *const c_char,
+                ptr::null_mut()
+            ),
+            MPT_STATUS_INVALID_ARGUMENT
+        );
         // A NULL directory turns checkpointing off, whatever the other arguments.
         assert_eq!(
             mpt_trainer_set_checkpointing(trainer, ptr::null(), 0, 0, 0),
