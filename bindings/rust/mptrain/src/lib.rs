@@ -24,7 +24,8 @@
 //!
 //! Files: [`Model::save`] and [`Model::load`] write and read `.safetensors` model files;
 //! [`Trainer::save_checkpoint`], [`Trainer::load_checkpoint`] and [`Trainer::set_checkpointing`]
-//! let a run continue bit-exactly. Paths must be UTF-8 (the C API's strings are).
+//! let a run continue bit-exactly, from the checkpoint alone with [`TrainerOptions::from_checkpoint`].
+//! Paths must be UTF-8 (the C API's strings are).
 //!
 //! Threads: the C API lets one thread at a time use the objects of a context. Handles are `Send` (move
 //! them to another thread) but not `Sync`; and because a [`Model`] and a [`Trainer`] of one context are
@@ -1684,7 +1685,8 @@ pub struct LossScalerDynamics {
 /// builder's, as `std::process::Command` has `get_args` beside `args`): `None` where the value was
 /// not set, but for [`TrainerOptions::get_rmsprop_centered`] and
 /// [`TrainerOptions::get_micro_batch_size`], which give their defaults (false, 0).
-/// [`Trainer::options`] gives a trainer's options with every value set.
+/// [`Trainer::options`] gives a trainer's options with every value set,
+/// [`TrainerOptions::from_checkpoint`] those of the trainer that wrote a checkpoint.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct TrainerOptions {
     precision: Option<Precision>,
@@ -1946,6 +1948,57 @@ impl TrainerOptions {
     /// What [`TrainerOptions::loss_scaler_dynamics`] set.
     pub fn get_loss_scaler_dynamics(&self) -> Option<LossScalerDynamics> {
         self.dynamics
+    }
+
+    /// The options of the trainer that wrote the training checkpoint at `path`
+    /// ([`Trainer::save_checkpoint`], or [`Trainer::set_checkpointing`]'s), every value set, so that
+    /// a run resumes from the file alone, as Keras's `load_model` restores the optimizer: the model
+    /// from the file ([`Model::load`]: a checkpoint holds the model), a trainer of these options,
+    /// the checkpoint loaded into it ([`Trainer::load_checkpoint`]), then `fit`, which continues as
+    /// the trainer that wrote the file would have (bit for bit on the CPU backend):
+    ///
+    /// ```no_run
+    /// # use mptrain::{Context, Dataset, Model, Trainer, TrainerOptions};
+    /// # fn main() -> mptrain::Result<()> {
+    /// # let ctx = Context::new()?;
+    /// # let data = Dataset::from_f32(&ctx, &[0.0, 1.0, 1.0, 0.0], 2, &[0, 1], 2, true)?;
+    /// let path = "run/checkpoint-120.safetensors";
+    /// let model = Model::load(&ctx, path)?;
+    /// let mut trainer = Trainer::new(&model, &TrainerOptions::from_checkpoint(path)?)?;
+    /// trainer.load_checkpoint(path)?; // weights, optimizer state, steps, rate, shuffle
+    /// trainer.fit(&data, 5, 32, true)?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// The precision and loss scaling are the ones the trainer ran ([`Precision::Auto`] and
+    /// [`LossScaling::Default`] resolved, e.g. [`Precision::MixedBf16`] and [`LossScaling::Off`]: as
+    /// [`Trainer::precision`] gives); the learning rate is the base rate of the next step (as
+    /// [`Trainer::learning_rate`] gives after loading); every other option is the trainer's own, set
+    /// (as [`Trainer::options`] gives them). A checkpoint records no micro-batch size: it reads 0,
+    /// so a run that used one sets it again
+    /// (`TrainerOptions::from_checkpoint(path)?.micro_batch_size(8)`). Options the trainer's loss or
+    /// optimizer does not read (Huber's delta without [`Loss::Huber`], RMSprop's rho without
+    /// [`Optimizer::RmsProp`]) are not recorded and read as their defaults.
+    ///
+    /// A model file (not a checkpoint) fails with [`Status::InvalidArgument`], as does a path that
+    /// is not UTF-8 or holds a NUL; a missing file with [`Status::IoError`]; a truncated or damaged
+    /// one, or options no trainer takes, with [`Status::CorruptData`]; one from another major
+    /// version with [`Status::Unsupported`]. Needs no [`Context`]; any thread may call it.
+    pub fn from_checkpoint(path: impl AsRef<Path>) -> Result<TrainerOptions> {
+        let path = c_path(path.as_ref())?;
+        TrainerOptions::from_new_c(|out| {
+            check(unsafe { sys::mpt_trainer_options_create_from_checkpoint(path.as_ptr(), out) })
+        })
+    }
+
+    /// Reads the new C options `create` makes (writing them to its argument, the caller's to
+    /// destroy, when it succeeds) and destroys them.
+    fn from_new_c(
+        create: impl FnOnce(*mut *mut sys::mpt_trainer_options_t) -> Result<()>,
+    ) -> Result<TrainerOptions> {
+        let mut raw = ptr::null_mut();
+        create(&mut raw)?;
+        TrainerOptions::from_c(&OwnedOptions(raw, sys::mpt_trainer_options_destroy))
     }
 
     /// Every value C options hold, each set, so that [`TrainerOptions::to_c`] sets them all again.
@@ -2671,13 +2724,11 @@ impl Trainer {
     /// As every value is set, changing the optimizer of the options read back keeps their weight
     /// decay and betas (unset, they would follow the new optimizer's defaults).
     pub fn options(&self) -> Result<TrainerOptions> {
-        let mut raw = ptr::null_mut();
-        {
+        // The copy is the caller's: no lock needed to read it.
+        TrainerOptions::from_new_c(|out| {
             let _lock = self.family.enter()?;
-            check(unsafe { sys::mpt_trainer_get_options(self.raw.as_ptr(), &mut raw) })?;
-        }
-        // The copy is the caller's (no lock needed to read it) and destroyed when this returns.
-        TrainerOptions::from_c(&OwnedOptions(raw, sys::mpt_trainer_options_destroy))
+            check(unsafe { sys::mpt_trainer_get_options(self.raw.as_ptr(), out) })
+        })
     }
 
     /// The rate the next step trains with: the base rate ([`Trainer::learning_rate`]) times the
@@ -2752,7 +2803,8 @@ impl Trainer {
     /// Writes a training checkpoint (atomically, in the model file's format): fp32 master weights,
     /// optimizer and loss-scaler state, the learning rate, step and epoch counters, the position inside the epoch and
     /// the shuffle state. Loading it into a trainer of the same architecture and options and calling
-    /// `fit` continues the run bit-exactly on the CPU backend.
+    /// `fit` continues the run bit-exactly on the CPU backend; the file holds both
+    /// ([`Model::load`], [`TrainerOptions::from_checkpoint`]).
     pub fn save_checkpoint(&mut self, path: impl AsRef<Path>) -> Result<()> {
         let path = c_path(path.as_ref())?;
         let _lock = self.family.enter()?;
