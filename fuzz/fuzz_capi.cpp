@@ -342,10 +342,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                 else mpt_model_set_weights(maybe_model, layer, buffer.data(), in.count(), buffer.data() + 2048, in.count());
                 break;
             }
-            case 14:  // checkpoints, and the averaged weights' exchange that refuses them while it lasts
-                switch (in.byte() % 3) {
+            case 14:  // checkpoints, their options (replacing the ones set), and the averaged weights' exchange
+                switch (in.byte() % 4) {
                     case 0: mpt_trainer_save_checkpoint(trainer, file_path().c_str()); break;
                     case 1: mpt_trainer_load_checkpoint(trainer, file_path().c_str()); break;
+                    case 2: {
+                        mpt_trainer_options_t* recorded = nullptr;
+                        if (mpt_trainer_options_create_from_checkpoint(file_path().c_str(), &recorded) == MPT_STATUS_OK) {
+                            mpt_trainer_options_destroy(trainer_options);
+                            trainer_options = recorded;
+                        } else if (recorded) {
+                            std::abort();  // out written on failure
+                        }
+                        break;
+                    }
                     default: {
                         int holds = 0;
                         mpt_trainer_swap_ema_weights(trainer, in.byte() % 2 ? &holds : nullptr);
