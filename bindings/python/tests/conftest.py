@@ -1,6 +1,7 @@
 """Shared fixtures: a small CPU context and generated, linearly separable data (three Gaussian blobs); and
 the helpers the tests share: the usual model and trainer, one-hot targets, outputs' floats and weights'
-bytes."""
+bytes, the expected Error and a damaged file."""
+import contextlib
 import random
 
 import pytest
@@ -46,6 +47,23 @@ def values(out):
 def weight_bytes(model):
     """Every layer's weights and bias as raw bytes: equal only when bit-identical."""
     return [part.tobytes() for layer in range(model.layer_count) for part in model.get_weights(layer)]
+
+
+@contextlib.contextmanager
+def raises(status):
+    """Expects mptrain.Error with this status and a non-empty message."""
+    with pytest.raises(mptrain.Error) as info:
+        yield info
+    assert info.value.status == status, str(info.value)
+    assert info.value.message
+
+
+def truncate(source, target):
+    """Writes the first two thirds of the file `source` to `target`: a damaged file."""
+    with open(source, "rb") as file:
+        content = file.read()
+    with open(target, "wb") as file:
+        file.write(content[:len(content) * 2 // 3])
 
 
 @pytest.fixture

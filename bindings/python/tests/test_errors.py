@@ -1,22 +1,11 @@
 """Bad input through the bindings becomes mptrain.Error (library semantics) or TypeError (wrong Python
 types): never a crash."""
-import contextlib
-
 import pytest
 
 import mptrain
-from conftest import CLASSES, FEATURES
+from conftest import CLASSES, FEATURES, raises
 
 Status = mptrain.Status
-
-
-@contextlib.contextmanager
-def raises(status):
-    """Expects mptrain.Error with this status and a non-empty message."""
-    with pytest.raises(mptrain.Error) as info:
-        yield info
-    assert info.value.status == status, str(info.value)
-    assert info.value.message
 
 
 def test_error_carries_status_and_library_message(ctx):

@@ -1,22 +1,13 @@
 """Model files and training checkpoints: a loaded model predicts bit-identically, a run resumed from a
 checkpoint ends with bit-identical weights, and bad files raise mptrain.Error with their status."""
-import contextlib
 import os
 
 import pytest
 
 import mptrain
-from conftest import CLASSES, FEATURES, make_blobs, weight_bytes
+from conftest import CLASSES, FEATURES, make_blobs, raises, truncate, weight_bytes
 
 Status = mptrain.Status
-
-
-@contextlib.contextmanager
-def raises(status):
-    with pytest.raises(mptrain.Error) as info:
-        yield info
-    assert info.value.status == status, str(info.value)
-    assert info.value.message
 
 
 def mlp(ctx):
@@ -30,13 +21,6 @@ def adam(model):
 def data(ctx, rows, seed):
     samples, labels = make_blobs(rows=rows, seed=seed)
     return mptrain.Dataset.from_f32(ctx, samples, labels, CLASSES)
-
-
-def truncate(source, target):
-    with open(source, "rb") as file:
-        content = file.read()
-    with open(target, "wb") as file:
-        file.write(content[:len(content) * 2 // 3])
 
 
 def saved_steps(directory):
