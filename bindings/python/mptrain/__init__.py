@@ -1212,6 +1212,15 @@ def _trainer_keywords(options):
     }
 
 
+def _keywords_of_new(options):
+    """_trainer_keywords of new options (a trainer's copy, or a checkpoint's), which are the caller's to
+    destroy: destroyed here, also when reading them fails."""
+    try:
+        return _trainer_keywords(options)
+    finally:
+        _lib().mpt_trainer_options_destroy(options)
+
+
 class Trainer(_Handle):
     """Trains a model: fit, step, evaluate, predict (float rows), predict_dataset. Options as keywords
     (None = the library default): precision, loss, optimizer ("sgd", "adam", "adamw", "rmsprop", "lion" or
@@ -1220,7 +1229,8 @@ class Trainer(_Handle):
     loss_scaling (+ initial_scale), loss_scaler_dynamics=(growth_factor, backoff_factor, growth_interval,
     min_scale, max_scale), label_smoothing, class_weights, global_clipnorm, ema_momentum, huber_delta,
     rmsprop_centered, micro_batch_size, lion=(beta1, beta2). The options property gives them back as
-    these keywords, to create another trainer like this one.
+    these keywords, to create another trainer like this one; options_from_checkpoint(path) gives those of
+    the trainer that wrote a checkpoint, to resume its run from the file alone.
 
     loss is a Loss or its name: "sparse_categorical_crossentropy", "categorical_crossentropy",
     "binary_crossentropy", or a regression loss averaged over the outputs as Keras's, on float targets
@@ -1557,14 +1567,38 @@ class Trainer(_Handle):
         load_checkpoint change it. adam's and lion's betas are one pair, and adam's and rmsprop's
         epsilon one value, as the library keeps them: the last given (lion's betas, rmsprop's
         epsilon). Also from fit's callbacks."""
-        lib = _lib()
         options = _native.TrainerOptionsP()
         with self._family:
-            _check(lib.mpt_trainer_get_options(self._get(), ctypes.byref(options)))
-        try:
-            return _trainer_keywords(options)
-        finally:
-            lib.mpt_trainer_options_destroy(options)
+            _check(_lib().mpt_trainer_get_options(self._get(), ctypes.byref(options)))
+        return _keywords_of_new(options)
+
+    @staticmethod
+    def options_from_checkpoint(path):
+        """The options of the trainer that wrote the training checkpoint at `path` (str, bytes or
+        os.PathLike; see save_checkpoint), as the dict of Trainer's keyword arguments the options
+        property gives, so that a run resumes from the file alone, as Keras's load_model restores the
+        optimizer. The checkpoint holds the model too:
+
+            model = mptrain.Model.load(context, path)
+            trainer = mptrain.Trainer(model, **mptrain.Trainer.options_from_checkpoint(path))
+            trainer.load_checkpoint(path)
+            trainer.fit(dataset, epochs=...)
+
+        continues the run (bit for bit on the CPU backend, whatever the context's seed). precision and
+        loss_scaling are the ones the trainer ran, AUTO and DEFAULT resolved (e.g. Precision.MIXED_BF16
+        and LossScaling.OFF); learning_rate is the base rate of its next step (the rate set last, not
+        the one it was created with); every other option is its own value. A checkpoint records no
+        micro_batch_size: it reads 0 (give it again for a run that used one:
+        Trainer(model, **dict(options, micro_batch_size=8))). Options that the trainer's loss or
+        optimizer does not read (huber_delta without the Huber loss, rmsprop without RMSprop) are not
+        recorded and read as their defaults. A model file (not a checkpoint) raises Error with
+        Status.INVALID_ARGUMENT, a missing file Status.IO_ERROR, a truncated or damaged one
+        Status.CORRUPT_DATA, one from another major version Status.UNSUPPORTED."""
+        encoded = _path(path, "path")
+        options = _native.TrainerOptionsP()
+        # The library reads the file alone, thread-safely: no context, so no family's lock to take.
+        _check(_lib().mpt_trainer_options_create_from_checkpoint(encoded, ctypes.byref(options)))
+        return _keywords_of_new(options)
 
     @property
     def scheduled_learning_rate(self):

@@ -167,6 +167,7 @@ PROTOTYPES = {
     "mpt_trainer_options_get_loss_scaling": (c_enum, [TrainerOptionsP, P(c_enum), FloatP]),
     "mpt_trainer_options_get_loss_scaler_dynamics": (c_enum, [TrainerOptionsP, FloatP, FloatP, Int64P, FloatP,
                                                               FloatP]),
+    "mpt_trainer_options_create_from_checkpoint": (c_enum, [c_char_p, P(TrainerOptionsP)]),
     "mpt_trainer_create": (c_enum, [ModelP, TrainerOptionsP, P(TrainerP)]),
     "mpt_trainer_destroy": (None, [TrainerP]),
     "mpt_trainer_set_callbacks": (c_enum, [TrainerP, mpt_progress_fn, mpt_epoch_end_fn, c_void_p]),

@@ -2,17 +2,23 @@
 trainer: a dict of Trainer's keyword arguments, every one. Options given read back as given (as the float32
 values the library keeps), with the base rate as set since; left out, as the defaults the header documents
 and the optimizer's own (AdamW's decay, Lion's betas); a trainer created from them trains bit for bit as the
-original (weights, averaged weights, loss scale), where one with the default options trains otherwise."""
+original (weights, averaged weights, loss scale), where one with the default options trains otherwise.
+
+Trainer.options_from_checkpoint (mpt_trainer_options_create_from_checkpoint), the same dict for the trainer
+that wrote a checkpoint: a run resumed from the file alone (model, options, checkpoint) ends bit for bit as
+the run that went on; precision and loss scaling read back resolved, the micro-batch size 0; a model file, a
+missing and a damaged file raise Error with their status."""
 import ctypes
 import inspect
+import os
 
 import pytest
 
 import mptrain
-from conftest import CLASSES, make_blobs, mlp, weight_bytes
+from conftest import CLASSES, make_blobs, mlp, raises, truncate, weight_bytes
 
 Loss, Optimizer, Precision = mptrain.Loss, mptrain.Optimizer, mptrain.Precision
-LossScaling, LrSchedule = mptrain.LossScaling, mptrain.LrSchedule
+LossScaling, LrSchedule, Status = mptrain.LossScaling, mptrain.LrSchedule, mptrain.Status
 
 # Trainer's keyword arguments, in its signature's order.
 KEYWORDS = [name for name in inspect.signature(mptrain.Trainer.__init__).parameters if name not in ("self", "model")]
@@ -136,10 +142,11 @@ def test_options_of_a_closed_trainer_raise_error(model):
 BLOBS = make_blobs(rows=90, seed=4)
 
 
-def new_run(options):
-    """A context, model and trainer with `options`; one seed, so the same initial weights every time."""
+def new_run(options, dropout=0.0):
+    """A context, model (with `dropout` after its hidden layer) and trainer with `options`; one seed, so the
+    same initial weights every time."""
     ctx = mptrain.Context(backend="cpu", threads=1, seed=5)
-    model = mlp(ctx)
+    model = mlp(ctx).set_layer_dropout(0, dropout)
     return ctx, model, mptrain.Trainer(model, **options)
 
 
@@ -169,3 +176,89 @@ def test_a_trainer_created_from_the_options_read_back_trains_bit_for_bit_as_the_
     expected = fitted(original)
     assert fitted(recreated) == expected
     assert fitted(new_run({}), averaged=False)[0] != expected[0]  # the options matter
+
+
+def resolved_scaling(loss_scaling, precision):
+    """The loss scaling a trainer of `precision` (resolved) runs: DEFAULT is dynamic for fp16, else off."""
+    if loss_scaling != LossScaling.DEFAULT:
+        return loss_scaling
+    return LossScaling.DYNAMIC if precision == Precision.MIXED_FP16 else LossScaling.OFF
+
+
+def as_checkpointed(trainer):
+    """The options a checkpoint of `trainer` holds: its own, but for the precision and loss scaling it runs
+    and the micro-batch size, which no checkpoint records."""
+    options = trainer.options
+    return dict(options, precision=trainer.precision, micro_batch_size=0,
+                loss_scaling=resolved_scaling(options["loss_scaling"], trainer.precision))
+
+
+# Runs to resume, each with averages (fitted compares them).
+RESUMED = {
+    # fp16 with the default (dynamic) scaling starting at 2^24, so that steps overflow and the scale moves; a
+    # schedule, label smoothing, class weights and clipping.
+    "fp16-adam": dict(precision="mixed_fp16", optimizer="adam", learning_rate=0.03, loss_scaling="default",
+                      initial_scale=2.0 ** 24, lr_schedule="cosine", warmup_steps=3, decay_steps=40,
+                      label_smoothing=0.1, class_weights=[0.5, 2.0, 1.25], global_clipnorm=0.5, ema_momentum=0.9),
+    "fp32-nesterov-sgd": dict(precision="fp32", optimizer="sgd", momentum=0.8, nesterov=True, weight_decay=0.01,
+                              lr_schedule="step", warmup_steps=2, decay_steps=5, decay_factor=0.5, ema_momentum=0.5),
+    "bf16-centered-rmsprop": dict(precision="mixed_bf16", optimizer="rmsprop", rmsprop=(0.8, 1e-6),
+                                  rmsprop_centered=True, momentum=0.5, loss_scaling="static", initial_scale=128.0,
+                                  loss_scaler_dynamics=(4.0, 0.25, 7, 2.0, 4096.0), ema_momentum=0.75),
+}
+
+
+@pytest.mark.parametrize("recipe", sorted(RESUMED))
+def test_a_run_resumed_from_its_checkpoint_alone_ends_bit_for_bit_as_the_run_that_went_on(recipe, tmp_path):
+    path = tmp_path / "run.safetensors"
+    original = new_run(RESUMED[recipe], dropout=0.25)
+    fitted(original)
+    # The run's base rate, no longer its options' (nor the default 0.01): the file's must be the run's.
+    original[2].learning_rate *= 0.5
+    original[2].save_checkpoint(path)
+
+    # Another seed: what the resumed run has, it has from the file.
+    ctx = mptrain.Context(backend="cpu", threads=1, seed=99)
+    model = mptrain.Model.load(ctx, path)
+    options = mptrain.Trainer.options_from_checkpoint(path)
+    check_options(options, as_checkpointed(original[2]))
+    resumed = ctx, model, mptrain.Trainer(model, **options)
+    resumed[2].load_checkpoint(path)
+
+    assert fitted(resumed) == fitted(original)
+    assert resumed[2].progress == original[2].progress
+
+
+@pytest.mark.parametrize("precision, loss_scaling", [
+    (Precision.MIXED_FP16, LossScaling.DEFAULT), (Precision.MIXED_BF16, LossScaling.DEFAULT),
+    (Precision.FP32, LossScaling.DEFAULT), (Precision.FP32, LossScaling.STATIC), (Precision.AUTO, LossScaling.DEFAULT),
+    (Precision.AUTO, LossScaling.OFF)], ids=lambda value: value.name.lower())
+def test_options_from_a_checkpoint_are_the_ones_the_trainer_ran_auto_and_default_resolved(model, tmp_path, precision,
+                                                                                         loss_scaling):
+    trainer = mptrain.Trainer(model, precision=precision, loss_scaling=loss_scaling, optimizer="adamw",
+                              micro_batch_size=4)
+    path = tmp_path / "run.safetensors"
+    trainer.save_checkpoint(path)
+    options = mptrain.Trainer.options_from_checkpoint(str(path))
+    assert options["precision"] == trainer.precision != Precision.AUTO
+    assert options["loss_scaling"] == resolved_scaling(loss_scaling, trainer.precision) != LossScaling.DEFAULT
+    assert options["micro_batch_size"] == 0
+    check_options(options, as_checkpointed(trainer))
+    assert mptrain.Trainer.options_from_checkpoint(os.fsencode(path)) == options  # a path as bytes too
+
+
+def test_options_from_checkpoint_of_a_model_file_a_missing_or_a_damaged_file_raise_error_with_their_status(
+        model, tmp_path):
+    trainer = mptrain.Trainer(model, optimizer="adam")
+    model_file, checkpoint, damaged = (tmp_path / name for name in ("model.safetensors", "run.safetensors",
+                                                                    "damaged.safetensors"))
+    model.save(model_file)
+    trainer.save_checkpoint(checkpoint)
+    truncate(checkpoint, damaged)
+    for path, status in ((model_file, Status.INVALID_ARGUMENT), (tmp_path / "missing.safetensors", Status.IO_ERROR),
+                         (damaged, Status.CORRUPT_DATA), ("bad\0path", Status.INVALID_ARGUMENT)):
+        with raises(status):
+            mptrain.Trainer.options_from_checkpoint(path)
+    with pytest.raises(TypeError):
+        mptrain.Trainer.options_from_checkpoint(None)
+    assert mptrain.Trainer.options_from_checkpoint(checkpoint)["optimizer"] == Optimizer.ADAM  # the file is fine
