@@ -1,11 +1,21 @@
 // Generated, linearly separable test data: three Gaussian-ish blobs in 4 dimensions; the usual model,
-// one-hot targets and bit-pattern readers shared by the tests.
+// one-hot targets, bit-pattern readers, temporary directories and damaged files shared by the tests.
 using System;
 using System.Collections.Generic;
+using System.IO;
 using System.Linq;
 
 namespace Mptrain.Tests
 {
+    /// <summary>A fresh temporary directory, deleted on Dispose.</summary>
+    public sealed class TempDir : IDisposable
+    {
+        public readonly string Path = System.IO.Path.Combine(System.IO.Path.GetTempPath(), "mptrain-cs-" + Guid.NewGuid().ToString("N"));
+        public TempDir() { Directory.CreateDirectory(Path); }
+        public string File(string name) { return System.IO.Path.Combine(Path, name); }
+        public void Dispose() { if (Directory.Exists(Path)) Directory.Delete(Path, true); }
+    }
+
     public static class Data
     {
         public const int Features = 4;
@@ -49,6 +59,13 @@ namespace Mptrain.Tests
 
         // An evaluation's loss and accuracy as bit patterns.
         public static int[] Bits(Evaluation evaluation) { return new[] { Bits(evaluation.Loss), Bits(evaluation.Accuracy) }; }
+
+        // The first two thirds of the file `source` written to `target`: a damaged file.
+        public static void Truncate(string source, string target)
+        {
+            byte[] content = File.ReadAllBytes(source);
+            File.WriteAllBytes(target, content.Take(content.Length * 2 / 3).ToArray());
+        }
 
         // Every layer's fp32 weights and biases as bit patterns: equal only when bit-identical.
         public static int[] WeightBits(Model model)

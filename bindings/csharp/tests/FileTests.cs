@@ -10,15 +10,6 @@ namespace Mptrain.Tests
     {
         static readonly TrainerOptions Adam = new TrainerOptions { Optimizer = Optimizer.Adam, LearningRate = 0.01f };
 
-        /// <summary>A fresh temporary directory, deleted on Dispose.</summary>
-        sealed class TempDir : IDisposable
-        {
-            public readonly string Path = System.IO.Path.Combine(System.IO.Path.GetTempPath(), "mptrain-cs-" + Guid.NewGuid().ToString("N"));
-            public TempDir() { Directory.CreateDirectory(Path); }
-            public string File(string name) { return System.IO.Path.Combine(Path, name); }
-            public void Dispose() { if (Directory.Exists(Path)) Directory.Delete(Path, true); }
-        }
-
         static Model Mlp(Context ctx)
         {
             return new Model(ctx, Data.Features).AddDense(16, Activation.Relu).AddDense(8, Activation.Tanh)
@@ -30,12 +21,6 @@ namespace Mptrain.Tests
             float[] x; int[] y;
             Data.Blobs(rows, seed, out x, out y);
             return Dataset.FromF32(ctx, x, Data.Features, y, Data.Classes);
-        }
-
-        static void Truncate(string source, string target)
-        {
-            byte[] content = File.ReadAllBytes(source);
-            File.WriteAllBytes(target, content.Take(content.Length * 2 / 3).ToArray());
         }
 
         static long[] SavedSteps(string directory)
@@ -379,9 +364,9 @@ namespace Mptrain.Tests
                 string truncated = dir.File("truncated.safetensors");
                 model.Save(modelFile);
                 trainer.SaveCheckpoint(checkpoint);
-                Truncate(modelFile, truncated);
+                Data.Truncate(modelFile, truncated);
                 Assert.Fails(Status.CorruptData, () => Model.Load(ctx, truncated));
-                Truncate(checkpoint, truncated);
+                Data.Truncate(checkpoint, truncated);
                 Assert.Fails(Status.CorruptData, () => trainer.LoadCheckpoint(truncated));
                 Assert.Fails(Status.CorruptData, () => Model.Load(ctx, truncated));
 
