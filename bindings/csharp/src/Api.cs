@@ -755,9 +755,37 @@ namespace Mptrain
     }
 
     /// <summary>Options of a Trainer; null values keep the library's defaults. Trainer.GetOptions reads
-    /// a trainer's back, every one filled in.</summary>
+    /// a trainer's back, every one filled in; FromCheckpoint those of the trainer that wrote a checkpoint.</summary>
     public sealed class TrainerOptions
     {
+        /// <summary>The options of the trainer that wrote the training checkpoint at <paramref name="path"/>
+        /// (Trainer.SaveCheckpoint), every one filled in as Trainer.GetOptions fills them, so that a run
+        /// resumes from the file alone, as Keras's load_model restores the optimizer. The checkpoint holds
+        /// the model too:
+        /// <code>
+        /// Model model = Model.Load(context, path);
+        /// var trainer = new Trainer(model, TrainerOptions.FromCheckpoint(path));
+        /// trainer.LoadCheckpoint(path);
+        /// trainer.Fit(dataset, epochs, batchSize);
+        /// </code>
+        /// continues the run (bit for bit on the CPU backend, whatever the context's seed). Precision and
+        /// LossScaling are the ones the trainer ran, Auto and Default resolved (e.g. Precision.MixedBf16
+        /// and LossScaling.Off); LearningRate is the base rate of its next step (the rate set last, not
+        /// the one it was created with); every other option is its own value. A checkpoint records no
+        /// MicroBatchSize: it reads 0 (set it again for a run that used one). Options that the trainer's
+        /// loss or optimizer does not read (HuberDelta without Loss.Huber, Rho without RMSprop) are not
+        /// recorded and read as their defaults. MptException statuses: a model file (not a checkpoint)
+        /// InvalidArgument, a missing file IoError, a truncated or damaged one CorruptData, one from
+        /// another major version Unsupported; a null path throws ArgumentNullException.</summary>
+        public static TrainerOptions FromCheckpoint(string path)
+        {
+            if (path == null) throw new ArgumentNullException("path");
+            // The library reads the file alone, thread-safely: no context, so no family to enter.
+            TrainerOptionsHandle raw = null;
+            MptException.Check(Utf8.WithPath(path, native => Native.mpt_trainer_options_create_from_checkpoint(native, out raw)));
+            using (raw) return Trainer.ReadOptions(raw);
+        }
+
         public Precision? Precision { get; set; }
         public Loss? Loss { get; set; }
         /// <summary>Huber's delta for Loss.Huber (null: the library's 1, Keras's): the loss is (y - t)^2 / 2
@@ -1023,8 +1051,9 @@ namespace Mptrain
 
         // The inverse of Create's conversion: every option filled, so that Create sets each to the value
         // held. Beta1 and Rho make it set the betas and the epsilon, LionBeta1 the betas again (the same
-        // pair), LrSchedule the schedule with its DecayFactor as held.
-        private static TrainerOptions ReadOptions(TrainerOptionsHandle raw)
+        // pair), LrSchedule the schedule with its DecayFactor as held. For GetOptions and
+        // TrainerOptions.FromCheckpoint, which dispose of `raw`.
+        internal static TrainerOptions ReadOptions(TrainerOptionsHandle raw)
         {
             MptException.Check(Native.mpt_trainer_options_get_precision(raw, out Precision precision));
             MptException.Check(Native.mpt_trainer_options_get_loss(raw, out Loss loss));

@@ -127,6 +127,7 @@ namespace Mptrain
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_get_lr_schedule(TrainerOptionsHandle options, out LrSchedule schedule, out long warmupSteps, out long decaySteps, out float factor);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_get_loss_scaling(TrainerOptionsHandle options, out LossScaling mode, out float initialScale);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_get_loss_scaler_dynamics(TrainerOptionsHandle options, out float growthFactor, out float backoffFactor, out long growthInterval, out float minScale, out float maxScale);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_options_create_from_checkpoint(IntPtr pathUtf8, out TrainerOptionsHandle options);
 
         // Trainer
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_create(ModelHandle model, TrainerOptionsHandle options, out TrainerHandle trainer);

@@ -5,7 +5,13 @@
 // for bit as the original (weights, averaged weights, loss scale), where one of default options trains
 // otherwise. TrainerOptions are compared property by property through reflection, so that an option
 // added to TrainerOptions is compared too.
+//
+// TrainerOptions.FromCheckpoint (mpt_trainer_options_create_from_checkpoint), the same for the trainer that
+// wrote a checkpoint: a run resumed from the file alone (model, options, checkpoint) ends bit for bit as the
+// run that went on; Precision and LossScaling read back resolved, MicroBatchSize 0; a model file, a missing
+// and a damaged file throw MptException with their status.
 using System;
+using System.Collections.Generic;
 using System.Globalization;
 using System.Linq;
 
@@ -152,7 +158,7 @@ namespace Mptrain.Tests
             using (Dataset data = Dataset.FromF32(ctx, x, Data.Features, y, Data.Classes))
             using (var trainer = new Trainer(model, new TrainerOptions { Optimizer = Optimizer.Adam }))
             {
-                var rates = new System.Collections.Generic.List<float>();
+                var rates = new List<float>();
                 trainer.SetCallbacks(null, epoch =>
                 {
                     trainer.LearningRate = 0.5f / (epoch.Epoch + 1);
@@ -215,6 +221,159 @@ namespace Mptrain.Tests
                                     optimizer + ": a trainer of default options trains otherwise");
                     }
                 }
+            }
+        }
+
+        // The loss scaling a trainer of `precision` (resolved) runs: Default is dynamic for fp16, else off.
+        static LossScaling ResolvedScaling(LossScaling scaling, Precision precision)
+        {
+            if (scaling != LossScaling.Default) return scaling;
+            return precision == Precision.MixedFp16 ? LossScaling.Dynamic : LossScaling.Off;
+        }
+
+        // The options a checkpoint of `trainer` holds: its own, but for the precision and loss scaling it
+        // runs and the micro-batch size, which no checkpoint records.
+        static TrainerOptions AsCheckpointed(Trainer trainer)
+        {
+            TrainerOptions options = trainer.GetOptions();
+            options.Precision = trainer.Precision;
+            options.LossScaling = ResolvedScaling(options.LossScaling.Value, trainer.Precision);
+            options.MicroBatchSize = 0;
+            return options;
+        }
+
+        // Runs to resume, each with averages (Fitted compares them).
+        static Dictionary<string, TrainerOptions> Resumed()
+        {
+            return new Dictionary<string, TrainerOptions>
+            {
+                // fp16 with the default (dynamic) scaling starting at 2^24, so that steps overflow and the scale
+                // moves; a schedule, label smoothing, class weights and clipping.
+                {
+                    "fp16 Adam", new TrainerOptions
+                    {
+                        Precision = Precision.MixedFp16, Optimizer = Optimizer.Adam, LearningRate = 0.03f,
+                        LossScaling = LossScaling.Default, InitialScale = 16777216.0f, LrSchedule = LrSchedule.Cosine,
+                        WarmupSteps = 3, DecaySteps = 40, LabelSmoothing = 0.1f, ClassWeights = new[] { 0.5f, 2.0f, 1.25f },
+                        GlobalClipnorm = 0.5f, EmaMomentum = 0.9f,
+                    }
+                },
+                {
+                    "fp32 Nesterov SGD", new TrainerOptions
+                    {
+                        Precision = Precision.Fp32, Optimizer = Optimizer.Sgd, Momentum = 0.8f, Nesterov = true,
+                        WeightDecay = 0.01f, LrSchedule = LrSchedule.Step, WarmupSteps = 2, DecaySteps = 5, DecayFactor = 0.5f,
+                        EmaMomentum = 0.5f,
+                    }
+                },
+                {
+                    "bf16 centered RMSprop", new TrainerOptions
+                    {
+                        Precision = Precision.MixedBf16, Optimizer = Optimizer.RmsProp, Rho = 0.8f, Epsilon = 1e-6f,
+                        RmsPropCentered = true, Momentum = 0.5f, LossScaling = LossScaling.Static, InitialScale = 128.0f,
+                        LossScalerDynamics = new LossScalerDynamics
+                        {
+                            GrowthFactor = 4.0f, BackoffFactor = 0.25f, GrowthInterval = 7, MinScale = 2.0f, MaxScale = 4096.0f
+                        },
+                        EmaMomentum = 0.75f,
+                    }
+                },
+            };
+        }
+
+        [Test]
+        public static void ARunResumedFromItsCheckpointAloneEndsBitForBitAsTheRunThatWentOn()
+        {
+            foreach (KeyValuePair<string, TrainerOptions> recipe in Resumed())
+            {
+                using (var dir = new TempDir())
+                using (Context ctx = Data.CpuContext(5))
+                using (Model model = Data.Mlp(ctx))
+                using (Context other = Data.CpuContext(99)) // another seed: what the resumed run has, it has from the file
+                {
+                    model.SetLayerDropout(0, 0.25f);
+                    string path = dir.File("run.safetensors");
+                    using (var original = new Trainer(model, recipe.Value))
+                    {
+                        Fitted(ctx, model, original);
+                        // The run's base rate, no longer its options' (nor the default 0.01): the file's must be the run's.
+                        original.LearningRate *= 0.5f;
+                        original.SaveCheckpoint(path);
+                        using (Model loaded = Model.Load(other, path))
+                        {
+                            TrainerOptions options = TrainerOptions.FromCheckpoint(path);
+                            CheckOptions(AsCheckpointed(original), options, recipe.Key + ": the options read");
+                            using (var resumed = new Trainer(loaded, options))
+                            {
+                                resumed.LoadCheckpoint(path);
+                                Assert.SequenceEqual(Fitted(ctx, model, original), Fitted(other, loaded, resumed),
+                                                     recipe.Key + ": the resumed run");
+                                Assert.Equal(original.Progress, resumed.Progress, recipe.Key + ": the progress");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+
+        [Test]
+        public static void OptionsFromACheckpointAreTheOnesTheTrainerRanAutoAndDefaultResolved()
+        {
+            var cases = new[]
+            {
+                new KeyValuePair<Precision, LossScaling>(Precision.MixedFp16, LossScaling.Default),
+                new KeyValuePair<Precision, LossScaling>(Precision.MixedBf16, LossScaling.Default),
+                new KeyValuePair<Precision, LossScaling>(Precision.Fp32, LossScaling.Default),
+                new KeyValuePair<Precision, LossScaling>(Precision.Fp32, LossScaling.Static),
+                new KeyValuePair<Precision, LossScaling>(Precision.Auto, LossScaling.Default),
+                new KeyValuePair<Precision, LossScaling>(Precision.Auto, LossScaling.Off),
+            };
+            using (var dir = new TempDir())
+            using (Context ctx = Data.CpuContext())
+            using (Model model = Data.Mlp(ctx))
+            {
+                string path = dir.File("run.safetensors");
+                foreach (KeyValuePair<Precision, LossScaling> c in cases)
+                {
+                    string what = c.Key + " with " + c.Value + " loss scaling";
+                    using (var trainer = new Trainer(model, new TrainerOptions
+                    {
+                        Precision = c.Key, LossScaling = c.Value, Optimizer = Optimizer.AdamW, MicroBatchSize = 4
+                    }))
+                    {
+                        trainer.SaveCheckpoint(path);
+                        TrainerOptions options = TrainerOptions.FromCheckpoint(path);
+                        Assert.Equal<Precision?>(trainer.Precision, options.Precision, what + ": the precision");
+                        Assert.True(options.Precision != Precision.Auto, what + ": the precision resolved");
+                        Assert.Equal<LossScaling?>(ResolvedScaling(c.Value, trainer.Precision), options.LossScaling,
+                                                   what + ": the loss scaling");
+                        Assert.True(options.LossScaling != LossScaling.Default, what + ": the loss scaling resolved");
+                        Assert.Equal(0L, options.MicroBatchSize, what + ": the micro-batch size");
+                        CheckOptions(AsCheckpointed(trainer), options, what);
+                    }
+                }
+            }
+        }
+
+        [Test]
+        public static void OptionsFromCheckpointOfAModelFileAMissingOrADamagedFileThrowWithTheirStatus()
+        {
+            using (var dir = new TempDir())
+            using (Context ctx = Data.CpuContext())
+            using (Model model = Data.Mlp(ctx))
+            using (var trainer = new Trainer(model, new TrainerOptions { Optimizer = Optimizer.Adam }))
+            {
+                string modelFile = dir.File("model.safetensors"), checkpoint = dir.File("run.safetensors");
+                string damaged = dir.File("damaged.safetensors");
+                model.Save(modelFile);
+                trainer.SaveCheckpoint(checkpoint);
+                Data.Truncate(checkpoint, damaged);
+                Assert.Fails(Status.InvalidArgument, () => TrainerOptions.FromCheckpoint(modelFile));
+                Assert.Fails(Status.IoError, () => TrainerOptions.FromCheckpoint(dir.File("missing.safetensors")));
+                Assert.Fails(Status.CorruptData, () => TrainerOptions.FromCheckpoint(damaged));
+                Assert.Fails(Status.InvalidArgument, () => TrainerOptions.FromCheckpoint("bad\0path"));
+                Assert.Throws<ArgumentNullException>(() => TrainerOptions.FromCheckpoint(null));
+                Assert.Equal<Optimizer?>(Optimizer.Adam, TrainerOptions.FromCheckpoint(checkpoint).Optimizer, "the file itself is fine");
             }
         }
     }
