@@ -30,6 +30,17 @@ void choose_betas(mpt_trainer_options_t* options, float beta1, float beta2) {
     options->betas_chosen = true;
 }
 
+// A getter of one value: `read` gives it from the options' config (an enum class as the C enum, a
+// bool as an int).
+template <typename T, typename Read>
+mpt_status read_option(const mpt_trainer_options_t* options, T* out, Read read) {
+    MPT_API_BEGIN
+    require_pointer(options, "options");
+    require_pointer(out, "out");
+    *out = static_cast<T>(read(options->config));
+    MPT_API_END
+}
+
 // A getter's optional out-parameter: written when the caller asked for it (not NULL).
 template <typename T>
 void write_if_asked(T* out, T value) {
@@ -241,35 +252,19 @@ mpt_status mpt_trainer_options_set_loss_scaler_dynamics(mpt_trainer_options_t* o
 
 // Each getter reads what the options hold; those of several values write the ones asked for.
 mpt_status mpt_trainer_options_get_precision(const mpt_trainer_options_t* options, mpt_precision* out) {
-    MPT_API_BEGIN
-    require_pointer(options, "options");
-    require_pointer(out, "out");
-    *out = options->config.precision;
-    MPT_API_END
+    return read_option(options, out, [](const auto& config) { return config.precision; });
 }
 
 mpt_status mpt_trainer_options_get_loss(const mpt_trainer_options_t* options, mpt_loss* out) {
-    MPT_API_BEGIN
-    require_pointer(options, "options");
-    require_pointer(out, "out");
-    *out = static_cast<mpt_loss>(options->config.loss.kind);
-    MPT_API_END
+    return read_option(options, out, [](const auto& config) { return config.loss.kind; });
 }
 
 mpt_status mpt_trainer_options_get_huber_delta(const mpt_trainer_options_t* options, float* out) {
-    MPT_API_BEGIN
-    require_pointer(options, "options");
-    require_pointer(out, "out");
-    *out = options->config.loss.huber_delta;
-    MPT_API_END
+    return read_option(options, out, [](const auto& config) { return config.loss.huber_delta; });
 }
 
 mpt_status mpt_trainer_options_get_label_smoothing(const mpt_trainer_options_t* options, float* out) {
-    MPT_API_BEGIN
-    require_pointer(options, "options");
-    require_pointer(out, "out");
-    *out = options->config.loss.label_smoothing;
-    MPT_API_END
+    return read_option(options, out, [](const auto& config) { return config.loss.label_smoothing; });
 }
 
 mpt_status mpt_trainer_options_get_class_weights(const mpt_trainer_options_t* options, float* weights,
@@ -290,19 +285,11 @@ mpt_status mpt_trainer_options_get_class_weights(const mpt_trainer_options_t* op
 }
 
 mpt_status mpt_trainer_options_get_optimizer(const mpt_trainer_options_t* options, mpt_optimizer* out) {
-    MPT_API_BEGIN
-    require_pointer(options, "options");
-    require_pointer(out, "out");
-    *out = static_cast<mpt_optimizer>(options->config.optimizer.kind);
-    MPT_API_END
+    return read_option(options, out, [](const auto& config) { return config.optimizer.kind; });
 }
 
 mpt_status mpt_trainer_options_get_learning_rate(const mpt_trainer_options_t* options, float* out) {
-    MPT_API_BEGIN
-    require_pointer(options, "options");
-    require_pointer(out, "out");
-    *out = options->config.optimizer.learning_rate;
-    MPT_API_END
+    return read_option(options, out, [](const auto& config) { return config.optimizer.learning_rate; });
 }
 
 mpt_status mpt_trainer_options_get_momentum(const mpt_trainer_options_t* options, float* momentum, int* nesterov) {
@@ -340,43 +327,23 @@ mpt_status mpt_trainer_options_get_rmsprop(const mpt_trainer_options_t* options,
 }
 
 mpt_status mpt_trainer_options_get_rmsprop_centered(const mpt_trainer_options_t* options, int* out) {
-    MPT_API_BEGIN
-    require_pointer(options, "options");
-    require_pointer(out, "out");
-    *out = options->config.optimizer.centered ? 1 : 0;
-    MPT_API_END
+    return read_option(options, out, [](const auto& config) { return config.optimizer.centered; });
 }
 
 mpt_status mpt_trainer_options_get_weight_decay(const mpt_trainer_options_t* options, float* out) {
-    MPT_API_BEGIN
-    require_pointer(options, "options");
-    require_pointer(out, "out");
-    *out = options->config.optimizer.weight_decay;
-    MPT_API_END
+    return read_option(options, out, [](const auto& config) { return config.optimizer.weight_decay; });
 }
 
 mpt_status mpt_trainer_options_get_global_clipnorm(const mpt_trainer_options_t* options, float* out) {
-    MPT_API_BEGIN
-    require_pointer(options, "options");
-    require_pointer(out, "out");
-    *out = options->config.optimizer.global_clipnorm;
-    MPT_API_END
+    return read_option(options, out, [](const auto& config) { return config.optimizer.global_clipnorm; });
 }
 
 mpt_status mpt_trainer_options_get_ema(const mpt_trainer_options_t* options, float* out) {
-    MPT_API_BEGIN
-    require_pointer(options, "options");
-    require_pointer(out, "out");
-    *out = options->config.optimizer.ema_momentum;
-    MPT_API_END
+    return read_option(options, out, [](const auto& config) { return config.optimizer.ema_momentum; });
 }
 
 mpt_status mpt_trainer_options_get_micro_batch_size(const mpt_trainer_options_t* options, int64_t* out) {
-    MPT_API_BEGIN
-    require_pointer(options, "options");
-    require_pointer(out, "out");
-    *out = options->config.micro_batch_size;
-    MPT_API_END
+    return read_option(options, out, [](const auto& config) { return config.micro_batch_size; });
 }
 
 mpt_status mpt_trainer_options_get_lr_schedule(const mpt_trainer_options_t* options, mpt_lr_schedule* schedule,

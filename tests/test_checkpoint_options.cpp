@@ -107,19 +107,6 @@ std::vector<Recipe> recipes() {
     return all;
 }
 
-// Every layer's weights and biases of `model` (3 of the blob model's 2 layers: weights, biases).
-std::vector<float> model_weights(mpt_model_t* model, int64_t hidden, int64_t outputs) {
-    std::vector<float> all;
-    for (int64_t layer = 0; layer < 2; ++layer) {
-        const int64_t units = layer == 0 ? hidden : outputs, inputs = layer == 0 ? mpt_test::kBlobFeatures : hidden;
-        std::vector<float> w(static_cast<size_t>(units * inputs)), b(static_cast<size_t>(units));
-        REQUIRE_OK(mpt_model_get_weights(model, layer, w.data(), units * inputs, b.data(), units));
-        all.insert(all.end(), w.begin(), w.end());
-        all.insert(all.end(), b.begin(), b.end());
-    }
-    return all;
-}
-
 // The same bits (NaN included), element for element.
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
     return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
@@ -224,7 +211,7 @@ TEST_CASE("a run resumes from its checkpoint alone, the model and the options re
         REQUIRE_OK(mpt_trainer_fit(original.trainer, data, 2, kBatch, 1));
         mpt_dataset_t* resumed_data = data_for(context, recipe, blobs);
         REQUIRE_OK(mpt_trainer_fit(resumed, resumed_data, 2, kBatch, 1));
-        CHECK(same_bits(model_weights(model, original.hidden, original.outputs), original.weights()));
+        CHECK(same_bits(mpt_test::blob_model_weights(model, original.hidden, original.outputs), original.weights()));
         float scales[2] = {0, 0};
         int64_t skipped[2] = {-1, -1};
         REQUIRE_OK(mpt_trainer_get_loss_scale(original.trainer, &scales[0], nullptr, &skipped[0]));

@@ -152,6 +152,19 @@ struct BlobTrainerSetup {
     std::function<void(mpt_trainer_options_t*)> configure;
 };
 
+// Both layers' fp32 weights and biases, in order, of a blob model (of BlobTrainer's architecture).
+inline std::vector<float> blob_model_weights(mpt_model_t* model, int64_t hidden, int64_t outputs) {
+    std::vector<float> all;
+    for (int64_t layer = 0; layer < 2; ++layer) {
+        const int64_t units = layer == 0 ? hidden : outputs, inputs = layer == 0 ? kBlobFeatures : hidden;
+        std::vector<float> w(static_cast<size_t>(units * inputs)), b(static_cast<size_t>(units));
+        REQUIRE_OK(mpt_model_get_weights(model, layer, w.data(), units * inputs, b.data(), units));
+        all.insert(all.end(), w.begin(), w.end());
+        all.insert(all.end(), b.begin(), b.end());
+    }
+    return all;
+}
+
 // A context (2 threads), the blob model and a trainer for it, destroyed together.
 struct BlobTrainer {
     mpt_context_t* context = nullptr;
@@ -201,17 +214,7 @@ struct BlobTrainer {
     BlobTrainer& operator=(const BlobTrainer&) = delete;
 
     // Both layers' fp32 weights and biases, in order.
-    std::vector<float> weights() const {
-        std::vector<float> all;
-        for (int64_t layer = 0; layer < 2; ++layer) {
-            const int64_t units = layer == 0 ? hidden : outputs, inputs = layer == 0 ? kBlobFeatures : hidden;
-            std::vector<float> w(static_cast<size_t>(units * inputs)), b(static_cast<size_t>(units));
-            REQUIRE_OK(mpt_model_get_weights(model, layer, w.data(), units * inputs, b.data(), units));
-            all.insert(all.end(), w.begin(), w.end());
-            all.insert(all.end(), b.begin(), b.end());
-        }
-        return all;
-    }
+    std::vector<float> weights() const { return blob_model_weights(model, hidden, outputs); }
     std::vector<float> predict(const Blobs& blobs) const {
         std::vector<float> out(static_cast<size_t>(blobs.rows() * outputs));
         REQUIRE_OK(mpt_trainer_predict(trainer, blobs.x.data(), blobs.rows(), out.data(),
