@@ -415,3 +415,30 @@ TEST_CASE("a copy of a trainer's options keeps what was set: changing its optimi
     REQUIRE_OK(mpt_trainer_options_set_optimizer(chosen_copy.handle, MPT_OPTIMIZER_ADAM));
     CHECK(betas_of(chosen_copy.handle) == std::make_pair(0.9f, 0.99f));
 }
+
+TEST_CASE("a trainer's options read from its epoch-end callback hold the rate the callback set") {
+    const Blobs blobs = mpt_test::make_blobs(60, 8);
+    BlobTrainer trainer(BlobTrainerSetup{});
+    struct Seen {
+        mpt_trainer_t* trainer;
+        std::vector<float> rates;  // read from the copy, after each epoch's halving
+    } seen{trainer.trainer, {}};
+    const auto on_epoch_end = [](int64_t, float, float, void* user_data) -> int {
+        auto& state = *static_cast<Seen*>(user_data);
+        float rate = 0.0f;
+        if (mpt_trainer_get_learning_rate(state.trainer, &rate) != MPT_STATUS_OK ||
+            mpt_trainer_set_learning_rate(state.trainer, rate * 0.5f) != MPT_STATUS_OK)
+            return 1;
+        mpt_trainer_options_t* copy = nullptr;
+        if (mpt_trainer_get_options(state.trainer, &copy) != MPT_STATUS_OK) return 1;
+        const mpt_status status = mpt_trainer_options_get_learning_rate(copy, &rate);
+        mpt_trainer_options_destroy(copy);
+        state.rates.push_back(rate);
+        return status != MPT_STATUS_OK;
+    };
+    REQUIRE_OK(mpt_trainer_set_callbacks(trainer.trainer, nullptr, on_epoch_end, &seen));
+    mpt_dataset_t* dataset = trainer.labels(blobs);
+    REQUIRE_OK(mpt_trainer_fit(trainer.trainer, dataset, 3, 15, 1));
+    mpt_dataset_destroy(dataset);
+    CHECK(seen.rates == std::vector<float>{0.025f, 0.0125f, 0.00625f});  // BlobTrainerSetup's 0.05, halved
+}
