@@ -1212,6 +1212,15 @@ def _trainer_keywords(options):
     }
 
 
+def _one_value(name, value, other_name, other_value):
+    """Refuses two keyword values the library keeps in one place (adam's and lion's betas, adam's and
+    rmsprop's epsilon) when they differ as the float32 values it keeps: one would silently overwrite the
+    other. Equal ones (as the options property reads them back) are taken."""
+    if ctypes.c_float(value).value != ctypes.c_float(other_value).value:
+        raise Error(Status.INVALID_ARGUMENT, "%s %r and %s %r are one value in the library: give them once, "
+                                             "or equal" % (name, value, other_name, other_value))
+
+
 def _keywords_of_new(options):
     """_trainer_keywords of new options (a trainer's copy, or a checkpoint's), which are the caller's to
     destroy: destroyed here, also when reading them fails."""
@@ -1245,7 +1254,8 @@ class Trainer(_Handle):
     finite and > 0 (defaults 0.9 and 1e-7), else Error with Status.INVALID_ARGUMENT. RMSprop takes
     momentum too (u = momentum * u + learning_rate * g / sqrt(v + epsilon), w -= u), but not
     nesterov=True (Error with Status.INVALID_ARGUMENT). Adam and RMSprop share one epsilon: given
-    both, rmsprop's is used. rmsprop_centered=True is Keras's centered=True: the gradients' average a
+    both, adam's and rmsprop's must be equal as float32 values, else Error with
+    Status.INVALID_ARGUMENT. rmsprop_centered=True is Keras's centered=True: the gradients' average a
     is kept too and v - a^2 (held at >= 0) replaces v under the root. Checkpoints of an RMSprop
     trainer must match its rho and centered.
 
@@ -1253,8 +1263,8 @@ class Trainer(_Handle):
     w -= learning_rate * sign(beta1 * m + (1 - beta1) * g), then m = beta2 * m + (1 - beta2) * g; each
     in [0, 1) (defaults 0.9 and 0.99, Keras's), else Error with Status.INVALID_ARGUMENT. Every weight
     moves by the rate or not at all, so Lion wants a rate 3-10 times smaller than AdamW's. Lion ignores
-    momentum. Adam and Lion share the betas: given both, lion's are used. Checkpoints of a Lion trainer
-    must match its betas.
+    momentum. Adam and Lion share the betas: given both, adam's and lion's must be equal as float32
+    values, else Error with Status.INVALID_ARGUMENT. Checkpoints of a Lion trainer must match its betas.
 
     label_smoothing s in [0, 1) (default 0: none) makes the cross-entropy losses train towards
     t (1 - s) + s / n instead of each target t (n: the model's outputs, 2 for binary cross-entropy), as
@@ -1343,14 +1353,23 @@ class Trainer(_Handle):
                 _check(lib.mpt_trainer_options_set_momentum(options, float(momentum), 1 if nesterov else 0))
             if adam is not None:
                 beta1, beta2, epsilon = adam
-                _check(lib.mpt_trainer_options_set_adam(options, float(beta1), float(beta2), float(epsilon)))
-            if rmsprop is not None:  # after adam: the epsilon both set is the last call's
+                adam = float(beta1), float(beta2), float(epsilon)
+                _check(lib.mpt_trainer_options_set_adam(options, *adam))
+            if rmsprop is not None:
                 rho, epsilon = rmsprop
-                _check(lib.mpt_trainer_options_set_rmsprop(options, float(rho), float(epsilon)))
+                rmsprop = float(rho), float(epsilon)
+                _check(lib.mpt_trainer_options_set_rmsprop(options, *rmsprop))
             _check(lib.mpt_trainer_options_set_rmsprop_centered(options, 1 if rmsprop_centered else 0))
-            if lion is not None:  # after adam: the betas both set are the last call's
+            if lion is not None:
                 beta1, beta2 = lion
-                _check(lib.mpt_trainer_options_set_lion(options, float(beta1), float(beta2)))
+                lion = float(beta1), float(beta2)
+                _check(lib.mpt_trainer_options_set_lion(options, *lion))
+            # After the setters, which refuse values out of range (NaN among them) with their own message.
+            if adam is not None and lion is not None:
+                _one_value("adam's beta1", adam[0], "lion's beta1", lion[0])
+                _one_value("adam's beta2", adam[1], "lion's beta2", lion[1])
+            if adam is not None and rmsprop is not None:
+                _one_value("adam's epsilon", adam[2], "rmsprop's epsilon", rmsprop[1])
             if weight_decay is not None:
                 _check(lib.mpt_trainer_options_set_weight_decay(options, float(weight_decay)))
             _check(lib.mpt_trainer_options_set_global_clipnorm(options, float(global_clipnorm)))
@@ -1565,8 +1584,10 @@ class Trainer(_Handle):
         (0 for a cosine schedule given none), and precision AUTO stays AUTO (the precision property
         is the one it runs in). learning_rate is the base rate now: the learning_rate setter and
         load_checkpoint change it. adam's and lion's betas are one pair, and adam's and rmsprop's
-        epsilon one value, as the library keeps them: the last given (lion's betas, rmsprop's
-        epsilon). Also from fit's callbacks."""
+        epsilon one value, as the library keeps them: each copy reads the same, and Trainer refuses
+        copies that differ (Error with Status.INVALID_ARGUMENT), so an edit changes every copy, e.g.
+        dict(options, adam=(0.5, 0.6, 1e-3), lion=(0.5, 0.6), rmsprop=(options["rmsprop"][0], 1e-3)).
+        Also from fit's callbacks."""
         options = _native.TrainerOptionsP()
         with self._family:
             _check(_lib().mpt_trainer_get_options(self._get(), ctypes.byref(options)))

@@ -2,7 +2,10 @@
 trainer: a dict of Trainer's keyword arguments, every one. Options given read back as given (as the float32
 values the library keeps), with the base rate as set since; left out, as the defaults the header documents
 and the optimizer's own (AdamW's decay, Lion's betas); a trainer created from them trains bit for bit as the
-original (weights, averaged weights, loss scale), where one with the default options trains otherwise.
+original (weights, averaged weights, loss scale), where one with the default options trains otherwise. The
+copies of a value the library keeps once (adam's and lion's betas, adam's and rmsprop's epsilon) must agree
+as float32: a read-back edited in one copy is refused (INVALID_ARGUMENT) before a trainer is created, one
+edited in every copy reads back the new values.
 
 Trainer.options_from_checkpoint (mpt_trainer_options_create_from_checkpoint), the same dict for the trainer
 that wrote a checkpoint: a run resumed from the file alone (model, options, checkpoint) ends bit for bit as
@@ -107,14 +110,62 @@ def test_options_left_out_read_back_as_the_optimizers_and_schedules_defaults(mod
     assert mptrain.Trainer(model, lr_schedule="cosine", decay_steps=9).options["decay_factor"] == 0.0
     assert mptrain.Trainer(model, lr_schedule="step", decay_steps=9).options["decay_factor"] == f32(0.1)
 
-    # The last given: lion's betas, rmsprop's epsilon (the library keeps one of each).
-    shared = mptrain.Trainer(model, adam=(0.8, 0.95, 1e-5), rmsprop=(0.7, 1e-6), lion=(0.85, 0.97)).options
+    # The library keeps one pair of betas and one epsilon: given once, every copy reads it.
+    shared = mptrain.Trainer(model, rmsprop=(0.7, 1e-6), lion=(0.85, 0.97)).options
     assert shared["adam"] == (f32(0.85), f32(0.97), f32(1e-6))
     assert shared["rmsprop"] == (f32(0.7), f32(1e-6))
     assert shared["lion"] == (f32(0.85), f32(0.97))
 
     # Keras's dict of class weights reads back as the list it stood for.
     assert mptrain.Trainer(model, class_weights={1: 2.0}).options["class_weights"] == [1.0, 2.0, 1.0]
+
+
+# Edits of a read-back that change one copy of a value the library keeps once: adam's betas (lion's left),
+# adam's epsilon (rmsprop's left), and the other way round; with the inputs the refusal names.
+ONE_COPY_EDITED = {
+    "adam-betas": (lambda o: dict(o, adam=(0.5, 0.6, o["adam"][2])), "adam's beta1 0.5", "lion's beta1"),
+    "adam-epsilon": (lambda o: dict(o, adam=o["adam"][:2] + (1e-3,)), "adam's epsilon 0.001", "rmsprop's epsilon"),
+    "lion-beta2": (lambda o: dict(o, lion=(o["lion"][0], 0.6)), "adam's beta2", "lion's beta2 0.6"),
+    "rmsprop-epsilon": (lambda o: dict(o, rmsprop=(o["rmsprop"][0], 1e-3)), "adam's epsilon",
+                        "rmsprop's epsilon 0.001"),
+}
+
+
+@pytest.mark.parametrize("edit, first, second", ONE_COPY_EDITED.values(), ids=list(ONE_COPY_EDITED))
+def test_a_read_back_with_one_copy_of_a_shared_value_edited_is_refused_before_a_trainer_is_created(
+        ctx, edit, first, second):
+    options = mptrain.Trainer(mlp(ctx), **GIVEN).options
+    model = mlp(ctx)
+    with raises(Status.INVALID_ARGUMENT) as caught:
+        mptrain.Trainer(model, **edit(options))
+    message = caught.value.message
+    assert first in message and second in message and "one value in the library" in message, message
+    model.set_layer_initializer(0, "he_normal")  # still unbuilt (else INVALID_STATE): no trainer created
+
+
+def test_a_read_back_edited_in_every_copy_creates_a_trainer_that_reads_back_the_new_values(model):
+    options = mptrain.Trainer(model, **GIVEN).options
+    rho = options["rmsprop"][0]
+    edited = dict(options, adam=(0.5, 0.6, 1e-3), lion=(0.5, 0.6), rmsprop=(rho, 1e-3))
+    read = mptrain.Trainer(model, **edited).options
+    check_options(read, dict(options, adam=as_held((0.5, 0.6, 1e-3)), lion=as_held((0.5, 0.6)),
+                             rmsprop=(rho, f32(1e-3))))
+
+
+def test_copies_of_a_shared_value_are_compared_as_the_float32_the_library_keeps(model):
+    # Other Python floats, the same float32 (accepted), and the float32 values next to them (refused).
+    near, near_epsilon = 0.9 + 1e-9, 1e-7 + 1e-17
+    apart, apart_epsilon = 0.9 + 1e-7, 1e-7 + 1e-14
+    assert f32(near) == f32(0.9) != f32(apart) and f32(near_epsilon) == f32(1e-7) != f32(apart_epsilon)
+    options = mptrain.Trainer(model, adam=(0.9, 0.9, 1e-7), lion=(near, near), rmsprop=(0.9, near_epsilon)).options
+    assert options["adam"] == (f32(0.9), f32(0.9), f32(1e-7)) == options["lion"] + options["rmsprop"][1:]
+    for given in (dict(lion=(apart, 0.9)), dict(lion=(0.9, apart)), dict(rmsprop=(0.9, apart_epsilon))):
+        with raises(Status.INVALID_ARGUMENT):
+            mptrain.Trainer(model, adam=(0.9, 0.9, 1e-7), **given)
+    # Given directly, not from a read-back: refused too.
+    with raises(Status.INVALID_ARGUMENT) as caught:
+        mptrain.Trainer(model, adam=(0.8, 0.95, 1e-5), rmsprop=(0.7, 1e-6), lion=(0.85, 0.97))
+    assert "adam's beta1 0.8 and lion's beta1 0.85" in caught.value.message, caught.value.message
 
 
 def test_options_read_from_fits_callback_hold_the_rate_set_there(ctx, model, blobs):
