@@ -5,6 +5,7 @@
 // for that lock: what they release is destroyed by its holder as it lets go (Handles.cs).
 using System;
 using System.Collections.Generic;
+using System.Globalization;
 using System.IO;
 using System.Runtime.ExceptionServices;
 using System.Runtime.InteropServices;
@@ -816,7 +817,10 @@ namespace Mptrain
         /// InvalidArgument); Adam and Optimizer.Lion ignore it.</summary>
         public float? Momentum { get; set; }
         public bool Nesterov { get; set; }
-        /// <summary>Adam's beta1, beta2 and epsilon, set together when Beta1 has a value.</summary>
+        /// <summary>Adam's beta1, beta2 and epsilon, set together when Beta1 has a value. The library keeps
+        /// one pair of betas for Adam and Lion: with LionBeta1 or LionBeta2 set too, Beta1 and Beta2 must
+        /// equal Lion's (as GetOptions fills them), else the Trainer constructor throws MptException
+        /// (InvalidArgument).</summary>
         public float? Beta1 { get; set; }
         public float Beta2 { get; set; } = 0.999f;
         /// <summary>Adam's and RMSprop's epsilon (one value, as the library keeps one), passed on when Beta1 or
@@ -838,7 +842,9 @@ namespace Mptrain
         /// the library's defaults when neither is set). Each in [0, 1); other values throw MptException
         /// (InvalidArgument) from the Trainer constructor. Every weight moves by the rate or not at all,
         /// so Lion wants a rate 3-10 times smaller than AdamW's. Adam and Lion share the betas: with
-        /// Beta1 set too, these are used. Checkpoints of a Lion trainer must match its betas.</summary>
+        /// Beta1 set too, Beta1 and Beta2 must equal Lion's (an unset one counting as its default), else
+        /// the Trainer constructor throws MptException (InvalidArgument). Checkpoints of a Lion trainer
+        /// must match its betas.</summary>
         public float? LionBeta1 { get; set; }
         /// <summary>Lion's beta2: see LionBeta1.</summary>
         public float? LionBeta2 { get; set; }
@@ -994,6 +1000,23 @@ namespace Mptrain
             }
         }
 
+        // Refuses two inputs that the library keeps as one value (Adam's and Lion's betas) when they differ:
+        // the one set last would silently win. Equal ones (as GetOptions fills them) are taken.
+        private static void OneValue(string name, float value, string otherName, float otherValue)
+        {
+            if (value != otherValue)
+                throw new MptException(Status.InvalidArgument, string.Format(CultureInfo.InvariantCulture,
+                    "{0} {1} and {2} {3} are one value in the library: set them once, or equal",
+                    name, value.ToString("R", CultureInfo.InvariantCulture), otherName,
+                    otherValue.ToString("R", CultureInfo.InvariantCulture)));
+        }
+
+        // A Lion beta's name for OneValue, saying when it is unset (Lion's default, the other one being set).
+        private static string LionName(string name, float? value)
+        {
+            return value.HasValue ? name : name + " (unset: Lion's default)";
+        }
+
         private static TrainerHandle Create(Model model, TrainerOptions options)
         {
             NotNull(model, "model");
@@ -1017,9 +1040,17 @@ namespace Mptrain
                     if (options.Rho.HasValue)
                         MptException.Check(Native.mpt_trainer_options_set_rmsprop(raw, options.Rho.Value, options.Epsilon));
                     MptException.Check(Native.mpt_trainer_options_set_rmsprop_centered(raw, options.RmsPropCentered ? 1 : 0));
-                    // After Adam's: the betas both set are the last call's.
                     if (options.LionBeta1.HasValue || options.LionBeta2.HasValue)
-                        MptException.Check(Native.mpt_trainer_options_set_lion(raw, options.LionBeta1 ?? 0.9f, options.LionBeta2 ?? 0.99f));
+                    {
+                        float lionBeta1 = options.LionBeta1 ?? 0.9f, lionBeta2 = options.LionBeta2 ?? 0.99f;
+                        MptException.Check(Native.mpt_trainer_options_set_lion(raw, lionBeta1, lionBeta2));
+                        // After both setters, which refuse values out of range (NaN among them) with their own message.
+                        if (options.Beta1.HasValue)
+                        {
+                            OneValue("Beta1", options.Beta1.Value, LionName("LionBeta1", options.LionBeta1), lionBeta1);
+                            OneValue("Beta2", options.Beta2, LionName("LionBeta2", options.LionBeta2), lionBeta2);
+                        }
+                    }
                     if (options.WeightDecay.HasValue) MptException.Check(Native.mpt_trainer_options_set_weight_decay(raw, options.WeightDecay.Value));
                     if (options.GlobalClipnorm.HasValue) MptException.Check(Native.mpt_trainer_options_set_global_clipnorm(raw, options.GlobalClipnorm.Value));
                     if (options.EmaMomentum.HasValue) MptException.Check(Native.mpt_trainer_options_set_ema(raw, options.EmaMomentum.Value));
@@ -1338,7 +1369,8 @@ namespace Mptrain
         /// Auto as Auto (Precision is the one it runs in), ClassWeights null when there are none.
         /// LearningRate is the base rate now: setting LearningRate or LoadCheckpoint changes it. Beta1 and
         /// Beta2 equal LionBeta1 and LionBeta2, and Epsilon is RMSprop's too: the library keeps one pair
-        /// of betas and one epsilon. Also from Fit's callbacks.</summary>
+        /// of betas and one epsilon. An edit of the betas changes both pairs: the Trainer constructor
+        /// refuses differing ones (MptException, InvalidArgument). Also from Fit's callbacks.</summary>
         public TrainerOptions GetOptions()
         {
             TrainerOptionsHandle copy;

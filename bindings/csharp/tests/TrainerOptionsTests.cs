@@ -4,7 +4,9 @@
 // documents and the optimizer's own (AdamW's decay, Lion's betas); a trainer created from them trains bit
 // for bit as the original (weights, averaged weights, loss scale), where one of default options trains
 // otherwise. TrainerOptions are compared property by property through reflection, so that an option
-// added to TrainerOptions is compared too.
+// added to TrainerOptions is compared too. Adam's and Lion's betas, one pair in the library, must agree: a
+// read-back edited in one pair is refused (InvalidArgument) before a trainer is created, one edited in both
+// reads back the new values.
 //
 // TrainerOptions.FromCheckpoint (mpt_trainer_options_create_from_checkpoint), the same for the trainer that
 // wrote a checkpoint: a run resumed from the file alone (model, options, checkpoint) ends bit for bit as the
@@ -137,14 +139,65 @@ namespace Mptrain.Tests
                 Assert.Equal(0.1f, read(new TrainerOptions { LrSchedule = LrSchedule.Step, DecaySteps = 9 }).DecayFactor,
                              "a step schedule's decay factor");
 
-                // The library keeps one pair of betas and one epsilon: Lion's betas and RMSprop's epsilon, set last.
+                // The library keeps one pair of betas and one epsilon: Lion's betas, set alone, are Adam's too.
                 TrainerOptions shared = read(new TrainerOptions
                 {
-                    Beta1 = 0.8f, Beta2 = 0.95f, Epsilon = 1e-5f, Rho = 0.7f, LionBeta1 = 0.85f, LionBeta2 = 0.97f
+                    Epsilon = 1e-5f, Rho = 0.7f, LionBeta1 = 0.85f, LionBeta2 = 0.97f
                 });
                 Assert.SequenceEqual(new float?[] { 0.85f, 0.97f, 1e-5f, 0.7f, 0.85f, 0.97f },
                                      new float?[] { shared.Beta1, shared.Beta2, shared.Epsilon, shared.Rho, shared.LionBeta1, shared.LionBeta2 },
                                      "the shared betas and epsilon");
+            }
+        }
+
+        // Expects `options` refused by the Trainer constructor with InvalidArgument, naming `first` and `second`
+        // as one value, before a trainer is created: `model` is still unbuilt, so its initializers can change.
+        static void RefusedAsOneValue(Model model, TrainerOptions options, string first, string second)
+        {
+            MptException error = Assert.Fails(Status.InvalidArgument, () => new Trainer(model, options).Dispose());
+            string message = error.NativeMessage;
+            Assert.True(message.Contains(first) && message.Contains(second) && message.Contains("one value in the library"),
+                        "'" + message + "' names " + first + " and " + second);
+            model.SetLayerInitializer(0, Initializer.HeNormal); // MptException (InvalidState) once built
+        }
+
+        // The library keeps one pair of betas for Adam's Beta1 and Beta2 and Lion's LionBeta1 and LionBeta2, which
+        // a read-back fills alike: editing one pair alone is refused. (Adam and RMSprop have one Epsilon property
+        // here: no copies to disagree.)
+        [Test]
+        public static void AReadBackWithOneCopyOfTheBetasEditedIsRefusedBeforeATrainerIsCreated()
+        {
+            using (Context ctx = Data.CpuContext())
+            using (Model original = Data.Mlp(ctx))
+            using (Model model = Data.Mlp(ctx))
+            using (var trainer = new Trainer(original, Given()))
+            {
+                TrainerOptions adamEdited = trainer.GetOptions();
+                adamEdited.Beta1 = 0.5f;
+                adamEdited.Beta2 = 0.6f;
+                RefusedAsOneValue(model, adamEdited, "Beta1 0.5", "LionBeta1 0.8");
+                TrainerOptions lionEdited = trainer.GetOptions();
+                lionEdited.LionBeta2 = 0.6f;
+                RefusedAsOneValue(model, lionEdited, "Beta2 0.95", "LionBeta2 0.6");
+                // Set directly, Lion's unset beta counting as its default (0.9), which differs from Beta1.
+                RefusedAsOneValue(model, new TrainerOptions { Beta1 = 0.5f, Beta2 = 0.99f, LionBeta2 = 0.99f },
+                                  "Beta1 0.5", "LionBeta1 (unset: Lion's default) 0.9");
+            }
+        }
+
+        [Test]
+        public static void AReadBackWithBothCopiesOfTheBetasEditedCreatesATrainerThatReadsBackTheNewValues()
+        {
+            using (Context ctx = Data.CpuContext())
+            using (Model model = Data.Mlp(ctx))
+            using (var trainer = new Trainer(model, Given()))
+            {
+                TrainerOptions edited = trainer.GetOptions();
+                edited.Beta1 = edited.LionBeta1 = 0.5f;
+                edited.LionBeta2 = edited.Beta2 = 0.6f;
+                edited.Epsilon = 1e-3f;
+                using (var copy = new Trainer(model, edited))
+                    CheckOptions(edited, copy.GetOptions(), "the betas and epsilon edited");
             }
         }
 
