@@ -1775,7 +1775,11 @@ impl TrainerOptions {
         self.momentum = Some((momentum, nesterov));
         self
     }
-    /// Adam's beta1, beta2 and epsilon.
+    /// Adam's beta1, beta2 and epsilon. The library keeps one pair of betas for Adam and Lion and
+    /// one epsilon for Adam and RMSprop: with [`TrainerOptions::lion`] or
+    /// [`TrainerOptions::rmsprop`] set too, their betas or epsilon must equal these (as
+    /// [`Trainer::options`] reads them back), else [`Trainer::new`] fails with
+    /// [`Status::InvalidArgument`].
     pub fn adam(mut self, beta1: f32, beta2: f32, epsilon: f32) -> Self {
         self.adam = Some((beta1, beta2, epsilon));
         self
@@ -1783,8 +1787,9 @@ impl TrainerOptions {
     /// RMSprop's rho and epsilon ([`Optimizer::RmsProp`]), as Keras computes it:
     /// `v = rho * v + (1 - rho) * g^2`, `w -= lr * g / sqrt(v + epsilon)`. `rho` in [0, 1),
     /// `epsilon` finite and > 0 (defaults 0.9 and 1e-7); other values fail [`Trainer::new`] with
-    /// [`Status::InvalidArgument`]. Adam and RMSprop share one epsilon: with both set, this one is
-    /// used. Checkpoints of an RMSprop trainer must match its rho.
+    /// [`Status::InvalidArgument`]. Adam and RMSprop share one epsilon: with both set, the two must
+    /// be equal, else [`Trainer::new`] fails with [`Status::InvalidArgument`]. Checkpoints of an
+    /// RMSprop trainer must match its rho.
     pub fn rmsprop(mut self, rho: f32, epsilon: f32) -> Self {
         self.rmsprop = Some((rho, epsilon));
         self
@@ -1800,8 +1805,9 @@ impl TrainerOptions {
     /// `w -= lr * sign(beta1 * m + (1 - beta1) * g)`, then `m = beta2 * m + (1 - beta2) * g`. Each in
     /// [0, 1) (defaults 0.9 and 0.99, Keras's); other values fail [`Trainer::new`] with
     /// [`Status::InvalidArgument`]. Every weight moves by the rate or not at all, so Lion wants a
-    /// rate 3-10 times smaller than AdamW's. Adam and Lion share the betas: with both set, these
-    /// are used. Checkpoints of a Lion trainer must match its betas.
+    /// rate 3-10 times smaller than AdamW's. Adam and Lion share the betas: with both set, the two
+    /// pairs must be equal, else [`Trainer::new`] fails with [`Status::InvalidArgument`].
+    /// Checkpoints of a Lion trainer must match its betas.
     pub fn lion(mut self, beta1: f32, beta2: f32) -> Self {
         self.lion = Some((beta1, beta2));
         self
@@ -2003,8 +2009,8 @@ impl TrainerOptions {
 
     /// Every value C options hold, each set, so that [`TrainerOptions::to_c`] sets them all again.
     /// Each is read through its own getter, Lion's betas and RMSprop's epsilon too although the
-    /// library holds one of each with Adam's: to_c sets Adam's first and the others after, and each
-    /// getter gives what its setter must set.
+    /// library holds one of each with Adam's: each getter gives what its setter must set, and
+    /// to_c takes the copies as they are equal.
     fn from_c(options: &OwnedOptions<sys::mpt_trainer_options_t>) -> Result<TrainerOptions> {
         // SAFETY of the calls below: `options` owns the live handle, and every out-pointer is a
         // local or a buffer of the capacity given.
@@ -2131,7 +2137,6 @@ impl TrainerOptions {
             if let Some((b1, b2, eps)) = self.adam {
                 check(sys::mpt_trainer_options_set_adam(o, b1, b2, eps))?;
             }
-            // After Adam's: the epsilon both set is the last call's.
             if let Some((rho, eps)) = self.rmsprop {
                 check(sys::mpt_trainer_options_set_rmsprop(o, rho, eps))?;
             }
@@ -2139,7 +2144,6 @@ impl TrainerOptions {
                 o,
                 c_int::from(self.rmsprop_centered),
             ))?;
-            // After Adam's: the betas both set are the last call's.
             if let Some((b1, b2)) = self.lion {
                 check(sys::mpt_trainer_options_set_lion(o, b1, b2))?;
             }
@@ -2183,8 +2187,32 @@ impl TrainerOptions {
                 ))?;
             }
         }
+        // After the setters, which refuse values out of range (NaN among them) with their own message.
+        if let (Some(adam), Some(lion)) = (self.adam, self.lion) {
+            one_value(("adam's beta1", adam.0), ("lion's beta1", lion.0))?;
+            one_value(("adam's beta2", adam.1), ("lion's beta2", lion.1))?;
+        }
+        if let (Some(adam), Some(rmsprop)) = (self.adam, self.rmsprop) {
+            one_value(("adam's epsilon", adam.2), ("rmsprop's epsilon", rmsprop.1))?;
+        }
         Ok(options)
     }
+}
+
+/// Refuses two inputs that the library keeps as one value (Adam's and Lion's betas, Adam's and
+/// RMSprop's epsilon) when they differ: the one set last would silently win. Equal ones (as
+/// [`Trainer::options`] reads them back) are taken.
+fn one_value((name, value): (&str, f32), (other_name, other_value): (&str, f32)) -> Result<()> {
+    if value == other_value {
+        return Ok(());
+    }
+    Err(Error::new(
+        Status::InvalidArgument,
+        format!(
+            "{name} {value} and {other_name} {other_value} are one value in the library: give them \
+             once, or equal"
+        ),
+    ))
 }
 
 /// What the progress callback sees after each step of `fit`.
@@ -2708,7 +2736,10 @@ impl Trainer {
     /// precision is as given ([`Precision::Auto`] stays Auto: [`Trainer::precision`] gives the
     /// one it runs in). The library keeps one pair of betas for Adam and Lion and one epsilon for
     /// Adam and RMSprop, so [`TrainerOptions::get_adam`], [`TrainerOptions::get_lion`] and
-    /// [`TrainerOptions::get_rmsprop`] give the same ones.
+    /// [`TrainerOptions::get_rmsprop`] give the same ones, and an edit sets each copy:
+    /// [`Trainer::new`] refuses differing ones with [`Status::InvalidArgument`] (e.g.
+    /// `options.adam(0.5, 0.6, 1e-3).lion(0.5, 0.6)`, and `.rmsprop(rho, 1e-3)` with the rho of
+    /// [`TrainerOptions::get_rmsprop`]).
     ///
     /// ```no_run
     /// # use mptrain::{Context, Model, Optimizer, Trainer, TrainerOptions};

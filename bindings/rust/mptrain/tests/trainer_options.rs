@@ -1,5 +1,8 @@
 //! Trainer::options: a trainer's options read back through the TrainerOptions getters, the library's
-//! defaults among them, and a trainer created from them that trains as the original.
+//! defaults among them, and a trainer created from them that trains as the original. The copies of
+//! a value the library keeps once (Adam's and Lion's betas, Adam's and RMSprop's epsilon) must agree:
+//! a read-back edited in one copy is refused before a trainer is created, one edited in every copy
+//! reads back the new values.
 mod common;
 use common::*;
 use mptrain::*;
@@ -216,4 +219,81 @@ fn options_read_back_keep_the_optimizers_defaults_as_values_when_the_optimizer_c
     let sgd = adamw.options().unwrap().optimizer(Optimizer::Sgd);
     let trainer = Trainer::new(&model, &sgd).unwrap();
     assert_eq!(trainer.options().unwrap().get_weight_decay(), Some(0.004));
+}
+
+/// Expects `options` refused by Trainer::new with InvalidArgument, naming `first` and `second` as one
+/// value, before a trainer is created: `model` is still unbuilt, so its initializers can change.
+fn refused_as_one_value(model: &mut Model, options: &TrainerOptions, first: &str, second: &str) {
+    let error = Trainer::new(model, options).err().expect("refused");
+    assert_eq!(error.status, Status::InvalidArgument, "{error}");
+    for part in [first, second, "one value in the library"] {
+        assert!(error.message.contains(part), "{error} names {part}");
+    }
+    // Refused with InvalidState once the model is built.
+    model
+        .set_layer_initializer(0, Initializer::HeNormal)
+        .expect("the model is still unbuilt");
+}
+
+#[test]
+fn a_read_back_with_one_copy_of_a_shared_value_edited_is_refused_before_a_trainer_is_created() {
+    let ctx = context();
+    let read_back = Trainer::new(&mlp(&ctx), &every_option(Optimizer::Adam))
+        .unwrap()
+        .options()
+        .unwrap();
+    let (beta1, beta2, epsilon) = read_back.get_adam().unwrap();
+    let (rho, _) = read_back.get_rmsprop().unwrap();
+    let mut model = mlp(&ctx);
+    // Adam's betas edited, Lion's left.
+    let adam_betas = read_back.clone().adam(0.5, 0.6, epsilon);
+    refused_as_one_value(
+        &mut model,
+        &adam_betas,
+        "adam's beta1 0.5",
+        "lion's beta1 0.8",
+    );
+    // Adam's epsilon edited, RMSprop's left.
+    let adam_epsilon = read_back.clone().adam(beta1, beta2, 1e-3);
+    refused_as_one_value(
+        &mut model,
+        &adam_epsilon,
+        "adam's epsilon 0.001",
+        "rmsprop's epsilon",
+    );
+    // And the other way round: Lion's beta2, RMSprop's epsilon.
+    let lion_beta2 = read_back.clone().lion(beta1, 0.6);
+    refused_as_one_value(
+        &mut model,
+        &lion_beta2,
+        "adam's beta2 0.95",
+        "lion's beta2 0.6",
+    );
+    let rmsprop_epsilon = read_back.rmsprop(rho, 1e-3);
+    refused_as_one_value(
+        &mut model,
+        &rmsprop_epsilon,
+        "adam's epsilon",
+        "rmsprop's epsilon 0.001",
+    );
+}
+
+#[test]
+fn a_read_back_edited_in_every_copy_creates_a_trainer_that_reads_back_the_new_values() {
+    let ctx = context();
+    let model = mlp(&ctx);
+    let read_back = Trainer::new(&model, &every_option(Optimizer::Adam))
+        .unwrap()
+        .options()
+        .unwrap();
+    let (rho, _) = read_back.get_rmsprop().unwrap();
+    let edited = read_back
+        .adam(0.5, 0.6, 1e-3)
+        .lion(0.5, 0.6)
+        .rmsprop(rho, 1e-3);
+    let options = Trainer::new(&model, &edited).unwrap().options().unwrap();
+    assert_eq!(options.get_adam(), Some((0.5, 0.6, 1e-3)));
+    assert_eq!(options.get_lion(), Some((0.5, 0.6)));
+    assert_eq!(options.get_rmsprop(), Some((rho, 1e-3)));
+    assert_eq!(options, edited);
 }
