@@ -75,6 +75,13 @@ void args_print_usage(FILE* stream, const char* program)
             "  --standardize      the model standardizes each of its 3072 inputs to mean 0 and\n"
             "                     standard deviation 1 by the training images' statistics (after any\n"
             "                     --validation-split), as a Keras Normalization layer before it\n"
+            "  --save-checkpoint FILE\n"
+            "                     after training, save the trainer's checkpoint (weights, optimizer\n"
+            "                     state, options, progress) to FILE\n"
+            "  --resume FILE      continue the run saved in FILE for --epochs more epochs: the model\n"
+            "                     and its training options (precision, optimizer, rate, schedule,\n"
+            "                     smoothing, clipping, averaging, dropout, standardization) are the\n"
+            "                     file's, so the flags that set those are refused with it\n"
             "  -h, --help         print this help and exit\n"
             "\n"
             "Without the data set the program warns and trains on a generated CIFAR-shaped set.\n"
@@ -265,13 +272,28 @@ static args_result usage_error(const char* program, const char* format, ...)
     return ARGS_ERROR;
 }
 
+/* Flags of what a checkpoint records (the model and its training options): --resume takes them from
+ * its file. */
+static int recorded_by_checkpoints(const char* name)
+{
+    static const char* const names[] = {"precision", "optimizer", "momentum", "weight-decay", "lr",
+                                        "lr-schedule", "warmup", "label-smoothing", "clipnorm", "ema",
+                                        "dropout", "input-dropout", "standardize"};
+    size_t i;
+    for (i = 0; i < sizeof names / sizeof names[0]; ++i)
+        if (strcmp(name, names[i]) == 0)
+            return 1;
+    return 0;
+}
+
 /* Flags that take a value. */
 static int takes_value(const char* name)
 {
     static const char* const names[] = {"data", "epochs", "batch", "micro-batch", "precision", "optimizer", "momentum",
                                         "weight-decay", "lr", "lr-decay",
                                         "lr-schedule", "warmup", "label-smoothing", "clipnorm", "ema", "dropout", "input-dropout",
-                                        "validation-split", "limit", "seed", "backend", "threads", "json"};
+                                        "validation-split", "limit", "seed", "backend", "threads", "json",
+                                        "resume", "save-checkpoint"};
     size_t i;
     for (i = 0; i < sizeof names / sizeof names[0]; ++i)
         if (strcmp(name, names[i]) == 0)
@@ -283,6 +305,7 @@ args_result args_parse(int argc, char** argv, cli_options* out)
 {
     const char* program = argc > 0 && argv[0] != NULL ? argv[0] : "mptrain-cifar10";
     cli_options options;
+    const char* recorded_flag = NULL; /* the first flag given of what --resume takes from its file */
     int i;
 
     memset(&options, 0, sizeof options);
@@ -317,6 +340,8 @@ args_result args_parse(int argc, char** argv, cli_options* out)
             return usage_error(program, "unknown option '%s'", arg);
         memcpy(name, arg + 2, name_length);
         name[name_length] = '\0';
+        if (recorded_flag == NULL && recorded_by_checkpoints(name))
+            recorded_flag = arg;
 
         if (strcmp(name, "compare") == 0 || strcmp(name, "validate") == 0 || strcmp(name, "per-class") == 0
             || strcmp(name, "standardize") == 0) {
@@ -419,8 +444,18 @@ args_result args_parse(int argc, char** argv, cli_options* out)
             if (value[0] == '\0')
                 return usage_error(program, "--json needs a file name");
             options.json_path = value;
+        } else if (strcmp(name, "resume") == 0 || strcmp(name, "save-checkpoint") == 0) {
+            if (value[0] == '\0')
+                return usage_error(program, "--%s needs a file name", name);
+            *(strcmp(name, "resume") == 0 ? &options.resume_path : &options.checkpoint_path) = value;
         }
     }
+    if (options.resume_path != NULL && recorded_flag != NULL)
+        return usage_error(program, "--resume takes the model and its training options from %s: %s cannot be "
+                                    "given with it", options.resume_path, recorded_flag);
+    /* --compare trains two runs: which one a checkpoint would be, or resume, is not said. */
+    if (options.compare && (options.resume_path != NULL || options.checkpoint_path != NULL))
+        return usage_error(program, "--compare trains two runs: it takes neither --resume nor --save-checkpoint");
     /* Adam and Lion keep moments of their own: a momentum given to them would be ignored, so it is refused. */
     if (options.momentum > 0.0f && (options.optimizer == MPT_OPTIMIZER_ADAM || options.optimizer == MPT_OPTIMIZER_ADAMW ||
                                     options.optimizer == MPT_OPTIMIZER_LION))

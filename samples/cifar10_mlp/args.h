@@ -37,6 +37,8 @@ typedef struct cli_options {
     int validate;               /* --validate: evaluate the test set after every epoch */
     int per_class;              /* --per-class: the test set's confusion matrix and per-class accuracy */
     int standardize;            /* --standardize: each feature to mean 0, deviation 1 by the training rows' statistics */
+    const char* resume_path;    /* --resume: the model and its training options from this checkpoint; NULL = none */
+    const char* checkpoint_path; /* --save-checkpoint: the trainer's checkpoint after training; NULL = none */
 } cli_options;
 
 typedef enum args_result {

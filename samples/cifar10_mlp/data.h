@@ -11,6 +11,9 @@
 
 #define CIFAR10_DEFAULT_DIRECTORY "./data/cifar-10-batches-bin"
 
+/* A CIFAR-10 image as the model sees it (32x32x3 values, flattened) and the classes. */
+enum { IMAGE_FEATURES = 32 * 32 * 3, CLASSES = 10 };
+
 typedef struct data_source {
     int generated;          /* 1: the CIFAR-10 files are missing; train on the generated set */
     char directory[4096];   /* the CIFAR-10 directory used (or looked at) */

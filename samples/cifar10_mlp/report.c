@@ -90,29 +90,36 @@ static void write_run(json_writer* json, const cli_options* options, const data_
     json_integer(json, "batch", run->batch_size);
     json_integer(json, "micro_batch", options->micro_batch_size);
     json_integer(json, "steps", run->steps);
+    if (options->resume_path != NULL) {
+        json_string(json, "resumed_from", options->resume_path);
+        json_integer(json, "epochs_before", run->epochs_before);
+        json_integer(json, "steps_before", run->steps_before);
+    }
+    if (options->checkpoint_path != NULL)
+        json_string(json, "checkpoint", options->checkpoint_path);
     json_integer(json, "train_images", run->train_rows);
     json_integer(json, "validation_images", run->validation_rows);
     json_integer(json, "test_images", run->test_rows);
-    json_string(json, "optimizer", args_optimizer_name(options->optimizer));
-    json_number(json, "momentum", (double)options->momentum);
-    json_number(json, "weight_decay", (double)run->weight_decay);
-    json_number(json, "learning_rate", (double)options->learning_rate);
+    json_string(json, "optimizer", args_optimizer_name(run->settings.optimizer));
+    json_number(json, "momentum", (double)run->settings.momentum);
+    json_number(json, "weight_decay", (double)run->settings.weight_decay);
+    json_number(json, "learning_rate", (double)run->settings.learning_rate);
     json_number(json, "learning_rate_decay", (double)options->learning_rate_decay);
-    json_string(json, "lr_schedule", args_schedule_name(options->lr_schedule));
-    json_integer(json, "warmup_steps", options->warmup_steps);
-    json_number(json, "label_smoothing", (double)options->label_smoothing);
-    json_number(json, "global_clipnorm", (double)options->global_clipnorm);
-    if (options->global_clipnorm > 0.0f)
+    json_string(json, "lr_schedule", args_schedule_name(run->settings.lr_schedule));
+    json_integer(json, "warmup_steps", run->settings.warmup_steps);
+    json_number(json, "label_smoothing", (double)run->settings.label_smoothing);
+    json_number(json, "global_clipnorm", (double)run->settings.global_clipnorm);
+    if (run->settings.global_clipnorm > 0.0f)
         json_number(json, "last_gradient_norm", (double)run->last_gradient_norm);
-    json_number(json, "ema_momentum", (double)options->ema_momentum);
-    json_number(json, "dropout", (double)options->dropout);
-    json_number(json, "input_dropout", (double)options->input_dropout);
+    json_number(json, "ema_momentum", (double)run->settings.ema_momentum);
+    json_number(json, "dropout", (double)run->settings.dropout);
+    json_number(json, "input_dropout", (double)run->settings.input_dropout);
     if (run->ema_evaluated) {
         json_number(json, "ema_test_loss", (double)run->ema_test_loss);
         json_number(json, "ema_test_accuracy", (double)run->ema_test_accuracy);
     }
     json_boolean(json, "validate", options->validate);
-    json_boolean(json, "standardize", options->standardize);
+    json_boolean(json, "standardize", run->settings.standardize);
     json_number(json, "validation_split", options->validation_split);
     if (run->per_class)
         json_number_array(json, "per_class_accuracy", run->class_accuracy, 10);

@@ -8,9 +8,9 @@
 #include "check.h"
 #include "per_class.h"
 #include "progress.h"
+#include "resume.h"
+#include "settings.h"
 #include "timer.h"
-
-enum { IMAGE_FEATURES = 32 * 32 * 3, CLASSES = 10 };
 
 static void log_to_stderr(mpt_log_level level, const char* message, void* user_data)
 {
@@ -118,7 +118,7 @@ static int on_epoch_end(int64_t epoch, float loss, float accuracy, void* user_da
         if (status != MPT_STATUS_OK)
             return epoch_end_failed(callbacks, status, "decaying the learning rate at the end of an epoch");
     }
-    if (epoch == 0) {
+    if (callbacks->progress.epochs_done == 1) { /* this run's first epoch (a resumed run's epochs go on counting) */
         status = mpt_trainer_get_scheduled_learning_rate(trainer, &callbacks->rate_after_first_epoch);
         if (status != MPT_STATUS_OK)
             return epoch_end_failed(callbacks, status, "reading the scheduled learning rate");
@@ -182,52 +182,16 @@ static void print_size(const char* label, size_t bytes)
     printf("%s%.1f MiB", label, (double)bytes / (1024.0 * 1024.0));
 }
 
-/* The weight decay the trainer applies, from a copy of its options: the given one, else the
- * optimizer's default, which the sample so need not repeat. Returns 0, or 1 after printing the error. */
-static int read_weight_decay(const mpt_trainer_t* trainer, float* weight_decay)
+/* The model and trainer options the flags describe, for a run from scratch. Returns 0, or 1 after
+ * printing the error. */
+static int build_from_flags(const cli_options* options, mpt_precision precision, mpt_context_t* context,
+                            const mpt_dataset_t* train_set, int64_t train_rows, mpt_model_t** out_model,
+                            mpt_trainer_options_t** out_options)
 {
-    mpt_trainer_options_t* used = NULL;
-    int failed = 1;
-    CHECK_MPT(mpt_trainer_get_options(trainer, &used), "reading the trainer's options");
-    CHECK_MPT(mpt_trainer_options_get_weight_decay(used, weight_decay), "reading the trainer's weight decay");
-    failed = 0;
-done:
-    mpt_trainer_options_destroy(used);
-    return failed;
-}
-
-int run_training(const cli_options* options, mpt_precision precision, const data_source* data,
-                 run_result* result)
-{
-    mpt_context_t* context = NULL;
-    mpt_dataset_t* train_set = NULL;
-    mpt_dataset_t* test_set = NULL;
-    mpt_dataset_t* held_out = NULL; /* --validation-split */
     mpt_model_t* model = NULL;
     mpt_trainer_options_t* trainer_options = NULL;
-    mpt_trainer_t* trainer = NULL;
-    fit_callbacks callbacks;
-    progress* const progress_state = &callbacks.progress;
-    run_result r;
-    mpt_status fit_status;
     int64_t steps_per_epoch, decay_steps;
-    size_t planned_bytes = 0;
-    double start;
     int failed = 1;
-
-    memset(&r, 0, sizeof r);
-    r.epochs = options->epochs;
-    r.batch_size = options->batch_size;
-
-    if (open_context(options, &context) != 0)
-        goto done;
-    if (data_open(context, data, options->limit, &train_set, &test_set) != 0)
-        goto done;
-    CHECK_MPT(mpt_dataset_get_rows(train_set, &r.train_rows), "reading the training set's size");
-    if (options->validation_split > 0.0 && split_off_validation(options->validation_split, &train_set, &held_out,
-                                                                  &r.train_rows, &r.validation_rows) != 0)
-        goto done;
-    CHECK_MPT(mpt_dataset_get_rows(test_set, &r.test_rows), "reading the test set's size");
 
     /* Flatten 32x32x3 is the input width: the datasets already hold each image as 3072 values. */
     CHECK_MPT(mpt_model_create(context, IMAGE_FEATURES, &model), "creating the model");
@@ -267,7 +231,7 @@ int run_training(const cli_options* options, mpt_precision precision, const data
               "setting micro-batches of %" PRId64 " rows", options->micro_batch_size);
     /* The decay ends at the run's last step: fit's steps per epoch are the whole batches (one,
      * when the data set is smaller than a batch). */
-    steps_per_epoch = r.train_rows / options->batch_size > 0 ? r.train_rows / options->batch_size : 1;
+    steps_per_epoch = train_rows / options->batch_size > 0 ? train_rows / options->batch_size : 1;
     decay_steps = steps_per_epoch * options->epochs - options->warmup_steps;
     if (options->lr_schedule == MPT_LR_SCHEDULE_CONSTANT)
         decay_steps = 0;
@@ -276,12 +240,69 @@ int run_training(const cli_options* options, mpt_precision precision, const data
     CHECK_MPT(mpt_trainer_options_set_lr_schedule(trainer_options, options->lr_schedule, options->warmup_steps,
                                                   decay_steps, options->lr_schedule == MPT_LR_SCHEDULE_CONSTANT ? 1.0f : 0.0f),
               "setting the %s learning-rate schedule", args_schedule_name(options->lr_schedule));
+    if (options->warmup_steps >= steps_per_epoch * options->epochs)
+        fprintf(stderr,
+                "warning: --warmup %" PRId64 " lasts the whole run of %" PRId64 " steps: the rate never reaches "
+                "--lr%s\n", options->warmup_steps, steps_per_epoch * options->epochs,
+                options->lr_schedule == MPT_LR_SCHEDULE_CONSTANT ? "" : " and never decays");
+    *out_model = model;
+    *out_options = trainer_options;
+    model = NULL;
+    trainer_options = NULL;
+    failed = 0;
+done:
+    mpt_model_destroy(model);
+    mpt_trainer_options_destroy(trainer_options);
+    return failed;
+}
+
+int run_training(const cli_options* options, mpt_precision precision, const data_source* data,
+                 run_result* result)
+{
+    mpt_context_t* context = NULL;
+    mpt_dataset_t* train_set = NULL;
+    mpt_dataset_t* test_set = NULL;
+    mpt_dataset_t* held_out = NULL; /* --validation-split */
+    mpt_model_t* model = NULL;
+    mpt_trainer_options_t* trainer_options = NULL;
+    mpt_trainer_t* trainer = NULL;
+    fit_callbacks callbacks;
+    progress* const progress_state = &callbacks.progress;
+    run_result r;
+    mpt_status fit_status;
+    const trained_settings* const trained = &r.settings;
+    size_t planned_bytes = 0;
+    double start;
+    int failed = 1;
+
+    memset(&r, 0, sizeof r);
+    r.epochs = options->epochs;
+    r.batch_size = options->batch_size;
+
+    if (open_context(options, &context) != 0)
+        goto done;
+    if (data_open(context, data, options->limit, &train_set, &test_set) != 0)
+        goto done;
+    CHECK_MPT(mpt_dataset_get_rows(train_set, &r.train_rows), "reading the training set's size");
+    if (options->validation_split > 0.0 && split_off_validation(options->validation_split, &train_set, &held_out,
+                                                                  &r.train_rows, &r.validation_rows) != 0)
+        goto done;
+    CHECK_MPT(mpt_dataset_get_rows(test_set, &r.test_rows), "reading the test set's size");
+
+    if (options->resume_path != NULL
+            ? resume_open(options, context, &model, &trainer_options) != 0
+            : build_from_flags(options, precision, context, train_set, r.train_rows, &model, &trainer_options) != 0)
+        goto done;
     CHECK_MPT(mpt_trainer_create(model, trainer_options, &trainer), "creating the trainer (%s)",
               args_precision_name(precision));
+    if (options->resume_path != NULL)
+        CHECK_MPT(mpt_trainer_load_checkpoint(trainer, options->resume_path), "resuming the run saved in %s",
+                  options->resume_path);
+    CHECK_MPT(mpt_trainer_get_progress(trainer, &r.steps_before, &r.epochs_before), "reading the trainer's progress");
     CHECK_MPT(mpt_trainer_get_precision(trainer, &r.precision), "reading the trainer's precision");
     CHECK_MPT(mpt_context_get_backend(context, &r.backend), "reading the context's backend");
     CHECK_MPT(mpt_model_get_parameter_count(model, &r.parameters), "counting the model's parameters");
-    if (read_weight_decay(trainer, &r.weight_decay) != 0)
+    if (settings_read(trainer, model, &r.settings) != 0)
         goto done;
 
     printf("mptrain %s | backend %s | precision %s | model 3072-3000-1000-10, %" PRId64 " parameters\n",
@@ -293,44 +314,43 @@ int run_training(const cli_options* options, mpt_precision precision, const data
     if (options->micro_batch_size > 0 && options->micro_batch_size < r.batch_size)
         printf("micro-batches of %" PRId64 " | ", options->micro_batch_size);
     /* SGD without momentum or decay, the seed recipe, is what the line has always shown. The decay
-     * is shown when it is given, or when the optimizer's default is not 0 (AdamW's). */
-    if (options->optimizer != MPT_OPTIMIZER_SGD || options->momentum > 0.0f || options->weight_decay_given ||
-        r.weight_decay > 0.0f) {
-        printf("%s", args_optimizer_name(options->optimizer));
-        if (options->momentum > 0.0f)
-            printf(" momentum %g", (double)options->momentum);
-        if (options->weight_decay_given || r.weight_decay > 0.0f)
-            printf(" weight decay %g", (double)r.weight_decay);
+     * is shown when it is given, or when the optimizer's default is not 0 (AdamW's). What the run
+     * trains with is read from the trainer and model: a resumed run's comes from its file. */
+    if (trained->optimizer != MPT_OPTIMIZER_SGD || trained->momentum > 0.0f || options->weight_decay_given ||
+        trained->weight_decay > 0.0f) {
+        printf("%s", args_optimizer_name(trained->optimizer));
+        if (trained->momentum > 0.0f)
+            printf(" momentum %g", (double)trained->momentum);
+        if (options->weight_decay_given || trained->weight_decay > 0.0f)
+            printf(" weight decay %g", (double)trained->weight_decay);
         printf(" | ");
     }
-    printf("lr %g", (double)options->learning_rate);
+    printf("lr %g", (double)trained->learning_rate);
     if (options->learning_rate_decay != 1.0f)
         printf(" (x%g after each epoch)", (double)options->learning_rate_decay);
-    if (options->lr_schedule != MPT_LR_SCHEDULE_CONSTANT)
-        printf(" %s to 0 over %" PRId64 " step%s", args_schedule_name(options->lr_schedule), decay_steps,
-               decay_steps == 1 ? "" : "s");
-    if (options->warmup_steps > 0)
-        printf(" after %" PRId64 " warm-up step%s", options->warmup_steps, options->warmup_steps == 1 ? "" : "s");
-    if (options->label_smoothing > 0.0f)
-        printf(" | label smoothing %g", (double)options->label_smoothing);
-    if (options->global_clipnorm > 0.0f)
-        printf(" | clipnorm %g", (double)options->global_clipnorm);
-    if (options->ema_momentum > 0.0f)
-        printf(" | ema %g", (double)options->ema_momentum);
-    if (options->dropout > 0.0f)
-        printf(" | dropout %g", (double)options->dropout);
-    if (options->input_dropout > 0.0f)
-        printf(" | input dropout %g", (double)options->input_dropout);
+    if (trained->lr_schedule != MPT_LR_SCHEDULE_CONSTANT)
+        printf(" %s to 0 over %" PRId64 " step%s", args_schedule_name(trained->lr_schedule), trained->decay_steps,
+               trained->decay_steps == 1 ? "" : "s");
+    if (trained->warmup_steps > 0)
+        printf(" after %" PRId64 " warm-up step%s", trained->warmup_steps, trained->warmup_steps == 1 ? "" : "s");
+    if (trained->label_smoothing > 0.0f)
+        printf(" | label smoothing %g", (double)trained->label_smoothing);
+    if (trained->global_clipnorm > 0.0f)
+        printf(" | clipnorm %g", (double)trained->global_clipnorm);
+    if (trained->ema_momentum > 0.0f)
+        printf(" | ema %g", (double)trained->ema_momentum);
+    if (trained->dropout > 0.0f)
+        printf(" | dropout %g", (double)trained->dropout);
+    if (trained->input_dropout > 0.0f)
+        printf(" | input dropout %g", (double)trained->input_dropout);
     printf(" | seed %" PRIu64 " | epochs %" PRId64 "\n", options->seed, r.epochs);
+    if (options->resume_path != NULL)
+        printf("resumed from %s after %" PRId64 " epoch%s (%" PRId64 " steps)\n", options->resume_path,
+               r.epochs_before, r.epochs_before == 1 ? "" : "s", r.steps_before);
     fflush(stdout);
-    if (options->warmup_steps >= steps_per_epoch * options->epochs)
-        fprintf(stderr,
-                "warning: --warmup %" PRId64 " lasts the whole run of %" PRId64 " steps: the rate never reaches "
-                "--lr%s\n", options->warmup_steps, steps_per_epoch * options->epochs,
-                options->lr_schedule == MPT_LR_SCHEDULE_CONSTANT ? "" : " and never decays");
 
     progress_init(progress_state, trainer, options->epochs, progress_stdout_is_terminal());
-    progress_state->clipping = options->global_clipnorm > 0.0f;
+    progress_state->clipping = trained->global_clipnorm > 0.0f;
     callbacks.learning_rate_decay = options->learning_rate_decay;
     callbacks.rate_after_first_epoch = 0.0f;
     callbacks.validation_set = held_out != NULL ? held_out : options->validate ? test_set : NULL;
@@ -352,6 +372,12 @@ int run_training(const cli_options* options, mpt_precision precision, const data
                   r.batch_size);
     }
     CHECK_MPT(mpt_trainer_get_progress(trainer, &r.steps, NULL), "reading the trainer's step count");
+    r.steps -= r.steps_before; /* this run's */
+    if (options->checkpoint_path != NULL) {
+        CHECK_MPT(mpt_trainer_save_checkpoint(trainer, options->checkpoint_path), "saving the checkpoint %s",
+                  options->checkpoint_path);
+        printf("checkpoint: %s\n", options->checkpoint_path);
+    }
     CHECK_MPT(mpt_trainer_get_scheduled_learning_rate(trainer, &r.rate_at_end), "reading the scheduled learning rate");
     r.rate_after_first_epoch = callbacks.rate_after_first_epoch;
     r.us_per_step = r.steps > 0 ? r.train_seconds * 1e6 / (double)r.steps : 0.0;
@@ -375,14 +401,14 @@ int run_training(const cli_options* options, mpt_precision precision, const data
 
     printf("test: loss %.4f - accuracy %.4f (%" PRId64 " images)\n", (double)r.test_loss,
            (double)r.test_accuracy, r.test_rows);
-    if (options->ema_momentum > 0.0f) {
+    if (trained->ema_momentum > 0.0f) {
         /* The averaged weights in the model's place for one evaluation, then the trained ones back. */
         CHECK_MPT(mpt_trainer_swap_ema_weights(trainer, NULL), "exchanging the weights for their moving average");
         CHECK_MPT(mpt_trainer_evaluate(trainer, test_set, 0, &r.ema_test_loss, &r.ema_test_accuracy),
                   "evaluating the averaged weights on the test set");
         CHECK_MPT(mpt_trainer_swap_ema_weights(trainer, NULL), "bringing the trained weights back");
         r.ema_evaluated = 1;
-        printf("test (ema %g): loss %.4f - accuracy %.4f\n", (double)options->ema_momentum,
+        printf("test (ema %g): loss %.4f - accuracy %.4f\n", (double)trained->ema_momentum,
                (double)r.ema_test_loss, (double)r.ema_test_accuracy);
     }
     if (options->per_class) {

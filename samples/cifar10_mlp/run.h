@@ -10,18 +10,21 @@
 
 #include "args.h"
 #include "data.h"
+#include "settings.h"
 
 typedef struct run_result {
     mpt_precision precision;  /* resolved (never AUTO) */
     mpt_backend backend;      /* never AUTO */
     int64_t epochs;
     int64_t batch_size;
-    int64_t steps;            /* optimizer steps taken by fit */
+    int64_t steps;            /* optimizer steps taken by this run's fit */
     int64_t train_rows;       /* trained on: without the held-out rows */
     int64_t validation_rows;  /* --validation-split's held-out rows; 0: none */
     int64_t test_rows;
     int64_t parameters;
-    float weight_decay;       /* what the trainer applies, read back from it (AdamW's default included) */
+    trained_settings settings; /* what the run trains with, read back from its trainer and model */
+    int64_t epochs_before;    /* --resume: the epochs and steps the run had taken when saved; else 0 */
+    int64_t steps_before;
     float train_loss;         /* mean over the last epoch */
     float train_accuracy;
     float last_gradient_norm;  /* --clipnorm: the last step's gradient norm before clipping */

@@ -12,7 +12,7 @@ failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
 "$program" --help >"$work/help" 2>&1 || fail "--help exited $?"
-for flag in --optimizer --momentum --weight-decay --lr-schedule --warmup --lr-decay --label-smoothing --clipnorm --ema --dropout --input-dropout --validation-split --per-class --standardize --compare; do
+for flag in --optimizer --momentum --weight-decay --lr-schedule --warmup --lr-decay --label-smoothing --clipnorm --ema --dropout --input-dropout --validation-split --per-class --standardize --compare --save-checkpoint --resume; do
     grep -q -- "$flag" "$work/help" || fail "--help does not mention $flag"
 done
 
@@ -263,6 +263,41 @@ awk -v a="$(json_value micro train_loss)" -v b="$constant_loss" 'BEGIN { d = a -
 # The same flags train the same run.
 run cosine_again --lr-schedule cosine --warmup 4
 [ "$(json_value cosine_again train_loss)" = "$(json_value cosine train_loss)" ] || fail "the cosine run does not repeat"
+
+# --save-checkpoint and --resume: 2 epochs saved, then 1 more from the file alone (the model and
+# its options from the checkpoint, the per-epoch --lr-decay, which no checkpoint records, given
+# again) end as 3 epochs straight, bit for bit: the same losses, printed to 9 digits.
+recipe=(--optimizer adam --lr 0.002 --lr-decay 0.5 --label-smoothing 0.1 --clipnorm 2 --ema 0.9 --dropout 0.2
+    --standardize)
+resumable() {  # name, then flags
+    local name=$1
+    shift
+    "$program" --data "$work/no-such-directory" --limit 256 --threads 2 --json "$work/$name.json" "$@" \
+        >"$work/$name.out" 2>&1 || fail "run '$name' ($*) exited $?: $(tail -3 "$work/$name.out")"
+}
+resumable straight --epochs 3 "${recipe[@]}"
+resumable first --epochs 2 "${recipe[@]}" --save-checkpoint "$work/run.safetensors"
+resumable resumed --epochs 1 --lr-decay 0.5 --resume "$work/run.safetensors"
+grep -q "^checkpoint: $work/run.safetensors" "$work/first.out" || fail "the first run did not say it saved its checkpoint"
+grep -q "^resumed from $work/run.safetensors after 2 epochs (16 steps)" "$work/resumed.out" ||
+    fail "the resumed run's header: $(grep -A1 '^data' "$work/resumed.out")"
+grep -q "| adam | lr 0.0005 (x0.5 after each epoch) | label smoothing 0.1 | clipnorm 2 | ema 0.9 | dropout 0.2" \
+    "$work/resumed.out" || fail "the resumed run's header shows other options: $(grep '^data' "$work/resumed.out")"
+for field in train_loss test_loss test_accuracy ema_test_loss; do
+    [ -n "$(json_value straight $field)" ] && [ "$(json_value resumed $field)" = "$(json_value straight $field)" ] ||
+        fail "resumed $field $(json_value resumed $field), straight $(json_value straight $field)"
+done
+[ "$(json_value resumed steps)" = 8 ] || fail "the resumed run took $(json_value resumed steps) steps, not 8"
+[ "$(json_value resumed epochs_before)" = 2 ] || fail "the resumed run's epochs_before: $(json_value resumed epochs_before)"
+[ "$(json_value resumed optimizer)" = '"adam"' ] || fail "the resumed run's optimizer: $(json_value resumed optimizer)"
+[ "$(json_value resumed standardize)" = true ] || fail "the resumed run does not standardize"
+[ "$(json_value first train_loss)" != "$(json_value straight train_loss)" ] || fail "2 epochs trained as 3"
+refused --resume "$work/run.safetensors" --lr 0.1 "--resume takes the model and its training options from"
+refused --resume "$work/run.safetensors" --standardize "--standardize cannot be given with it"
+refused --resume "" "--resume needs a file name"
+refused --compare --save-checkpoint "$work/x" "--compare trains two runs"
+"$program" --data "$work/no-such-directory" --limit 256 --resume "$work/missing.safetensors" >"$work/out" 2>"$work/err"
+[ $? -eq 1 ] && grep -q "missing.safetensors" "$work/err" || fail "a missing checkpoint: $(head -2 "$work/err")"
 
 if [ "$failures" -ne 0 ]; then
     echo "$failures failure(s)"
