@@ -311,11 +311,7 @@ mpt_status mpt_trainer_options_get_adam(const mpt_trainer_options_t* options, fl
 }
 
 mpt_status mpt_trainer_options_get_lion(const mpt_trainer_options_t* options, float* beta1, float* beta2) {
-    MPT_API_BEGIN
-    require_pointer(options, "options");
-    write_if_asked(beta1, options->config.optimizer.beta1);
-    write_if_asked(beta2, options->config.optimizer.beta2);
-    MPT_API_END
+    return mpt_trainer_options_get_adam(options, beta1, beta2, nullptr);  // one pair of betas
 }
 
 mpt_status mpt_trainer_options_get_rmsprop(const mpt_trainer_options_t* options, float* rho, float* epsilon) {
