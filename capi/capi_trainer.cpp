@@ -101,7 +101,6 @@ mpt_status mpt_trainer_options_set_label_smoothing(mpt_trainer_options_t* option
 mpt_status mpt_trainer_options_set_class_weights(mpt_trainer_options_t* options, const float* weights, int64_t count) {
     MPT_API_BEGIN
     require_pointer(options, "options");
-    if (count > 0) require_pointer(weights, "weights");
     mpt::check_class_weights(weights, count);
     options->config.loss.class_weights.assign(weights, weights + count);
     for (float& weight : options->config.loss.class_weights) weight = weight == 0.0f ? 0.0f : weight;  // -0 as 0

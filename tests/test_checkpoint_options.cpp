@@ -304,6 +304,7 @@ TEST_CASE("options a checkpoint holds that no trainer takes, or that no mptrain 
     setup.optimizer = MPT_OPTIMIZER_ADAM;
     setup.lr_schedule = MPT_LR_SCHEDULE_LINEAR;
     setup.decay_steps = 10;
+    setup.label_smoothing = 0.1f;
     BlobTrainer trainer(setup);
     REQUIRE_OK(mpt_trainer_save_checkpoint(trainer.trainer, path.c_str()));
     const auto field = [](const std::string& name) { return "\\\"" + name + "\\\":"; };
@@ -326,7 +327,8 @@ TEST_CASE("options a checkpoint holds that no trainer takes, or that no mptrain 
         {field("growth_interval") + "2000", field("growth_interval") + "0"},
         {field("min_scale") + float_bits_text(1.0f), field("min_scale") + float_bits_text(0.5f)},
         {field("decay_factor") + float_bits_text(0.0f), field("decay_factor") + float_bits_text(2.0f)},
-        {schedule, field("schedule") + "0"},  // constant, yet with decay steps
+        {field("decay_steps") + "10", field("decay_steps") + "0"},  // a linear decay over no steps
+        {loss, field("loss") + "\\\"mean_squared_error\\\""},  // label smoothing with a loss that takes none
         // Values no mptrain writes.
         {precision, field("precision") + "\\\"auto\\\""},
         {precision, field("precision") + "\\\"fp64\\\""},
@@ -344,4 +346,44 @@ TEST_CASE("options a checkpoint holds that no trainer takes, or that no mptrain 
         CAPTURE(to);
         check_refused(with_options_edit(directory, path, from, to), MPT_STATUS_CORRUPT_DATA);
     }
+}
+
+TEST_CASE("a -0 that a file holds where the setters take -0 as 0 reads as 0, and loads into trainers of 0") {
+    // mptrain wrote a schedule's factor and class weights of -0 before its setters took -0 as 0.
+    mpt_test::TempDir directory("mptrain-checkpoint-options");
+    const std::string path = (directory.path / "run.safetensors").string();
+    BlobTrainerSetup setup;
+    setup.lr_schedule = MPT_LR_SCHEDULE_COSINE;  // decaying to a factor of 0
+    setup.decay_steps = 10;
+    setup.class_weights = {1.0f, 0.0f, 2.0f};
+    BlobTrainer trainer(setup);
+    REQUIRE_OK(mpt_trainer_save_checkpoint(trainer.trainer, path.c_str()));
+    mpt_test::FileParts parts = mpt_test::split_file(path);
+    const std::string factor = "\\\"decay_factor\\\":" + float_bits_text(0.0f);
+    REQUIRE(parts.header.find(factor) != std::string::npos);
+    parts.header.replace(parts.header.find(factor), factor.size(), "\\\"decay_factor\\\":" + float_bits_text(-0.0f));
+    const float negative_weights[3] = {1.0f, -0.0f, 2.0f};
+    mpt_test::replace_tensor_bytes(parts, "trainer.class_weights",
+                                   std::string(reinterpret_cast<const char*>(negative_weights), sizeof negative_weights));
+    const std::string forged = mpt_test::write_parts(directory.path / "negative.safetensors", parts.header, parts.data);
+
+    REQUIRE_OK(mpt_trainer_load_checkpoint(trainer.trainer, forged.c_str()));
+    mpt_trainer_options_t* options = nullptr;
+    REQUIRE_OK(mpt_trainer_options_create_from_checkpoint(forged.c_str(), &options));
+    float read_factor = -1.0f, weights[3] = {-1.0f, -1.0f, -1.0f};
+    int64_t count = 0;
+    REQUIRE_OK(mpt_trainer_options_get_lr_schedule(options, nullptr, nullptr, nullptr, &read_factor));
+    REQUIRE_OK(mpt_trainer_options_get_class_weights(options, weights, 3, &count));
+    CHECK(read_factor == 0.0f);
+    CHECK_FALSE(std::signbit(read_factor));
+    CHECK_FALSE(std::signbit(weights[1]));
+    // Options set to -0 now (taken as 0) load it too.
+    BlobTrainerSetup negative = setup;
+    negative.class_weights = {1.0f, -0.0f, 2.0f};
+    negative.configure = [](mpt_trainer_options_t* set) {
+        REQUIRE_OK(mpt_trainer_options_set_lr_schedule(set, MPT_LR_SCHEDULE_COSINE, 0, 10, -0.0f));
+    };
+    BlobTrainer negative_trainer(negative);
+    REQUIRE_OK(mpt_trainer_load_checkpoint(negative_trainer.trainer, forged.c_str()));
+    mpt_trainer_options_destroy(options);
 }

@@ -685,7 +685,8 @@ public:
      *  Trainer trainer(Model::load(context, path), TrainerOptions::from_checkpoint(path));
      *  trainer.load_checkpoint(path). Precision and loss scaling as it ran them, the base rate of its
      *  next step, micro_batch_size 0 (no checkpoint records it). Throws Error: INVALID_ARGUMENT for a
-     *  model file, IO_ERROR for a missing one, CORRUPT_DATA for a damaged one. */
+     *  model file, IO_ERROR for a missing one, CORRUPT_DATA for a damaged one, UNSUPPORTED for one of
+     *  another major version. */
     static TrainerOptions from_checkpoint(const std::string& path) {
         mpt_trainer_options_t* raw = nullptr;
         detail::check(mpt_trainer_options_create_from_checkpoint(detail::c_path(path), &raw));

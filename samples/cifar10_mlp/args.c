@@ -32,7 +32,7 @@ void args_print_usage(FILE* stream, const char* program)
             "                     weight_decay (default: 0, AdamW's 0.004)\n"
             "  --lr X             learning rate (default 0.01)\n",
             program);
-    /* Two strings: C99 promises string literals of 4095 characters only. */
+    /* Three strings: C99 promises string literals of 4095 characters only. */
     fprintf(stream,
             "  --lr-decay F       multiply the learning rate by F (0 < F <= 1) after every epoch, from\n"
             "                     the epoch-end callback: a step decay (default 1: constant)\n"
@@ -74,14 +74,18 @@ void args_print_usage(FILE* stream, const char* program)
             "                     class's accuracy (from the trainer's predictions over the data set)\n"
             "  --standardize      the model standardizes each of its 3072 inputs to mean 0 and\n"
             "                     standard deviation 1 by the training images' statistics (after any\n"
-            "                     --validation-split), as a Keras Normalization layer before it\n"
+            "                     --validation-split), as a Keras Normalization layer before it\n");
+    fprintf(stream,
             "  --save-checkpoint FILE\n"
-            "                     after training, save the trainer's checkpoint (weights, optimizer\n"
-            "                     state, options, progress) to FILE\n"
+            "                     after training (not when it fails), save the trainer's checkpoint\n"
+            "                     (weights, optimizer state, options, progress) to FILE\n"
             "  --resume FILE      continue the run saved in FILE for --epochs more epochs: the model\n"
             "                     and its training options (precision, optimizer, rate, schedule,\n"
             "                     smoothing, clipping, averaging, dropout, standardization) are the\n"
-            "                     file's, so the flags that set those are refused with it\n"
+            "                     file's, so the flags that set those are refused with it; give the\n"
+            "                     saved run's --batch, --limit, --validation-split, --micro-batch and\n"
+            "                     --lr-decay again to continue it as it was (a --lr-schedule decay\n"
+            "                     ends with the saved run's --epochs)\n"
             "  -h, --help         print this help and exit\n"
             "\n"
             "Without the data set the program warns and trains on a generated CIFAR-shaped set.\n"

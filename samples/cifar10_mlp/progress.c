@@ -24,6 +24,9 @@ void progress_init(progress* state, mpt_trainer_t* trainer, int64_t total_epochs
     state->trainer = trainer;
     state->total_epochs = total_epochs;
     state->interactive = interactive;
+    /* A resumed trainer has taken steps already: the first epoch's are those after them. */
+    if (mpt_trainer_get_progress(trainer, &state->steps_before_epoch, NULL) != MPT_STATUS_OK)
+        state->steps_before_epoch = 0;
 }
 
 static void start_epoch(progress* state)

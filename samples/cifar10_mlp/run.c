@@ -294,7 +294,7 @@ int run_training(const cli_options* options, mpt_precision precision, const data
             : build_from_flags(options, precision, context, train_set, r.train_rows, &model, &trainer_options) != 0)
         goto done;
     CHECK_MPT(mpt_trainer_create(model, trainer_options, &trainer), "creating the trainer (%s)",
-              args_precision_name(precision));
+              options->resume_path != NULL ? "the checkpoint's options" : args_precision_name(precision));
     if (options->resume_path != NULL)
         CHECK_MPT(mpt_trainer_load_checkpoint(trainer, options->resume_path), "resuming the run saved in %s",
                   options->resume_path);
@@ -348,6 +348,13 @@ int run_training(const cli_options* options, mpt_precision precision, const data
         printf("resumed from %s after %" PRId64 " epoch%s (%" PRId64 " steps)\n", options->resume_path,
                r.epochs_before, r.epochs_before == 1 ? "" : "s", r.steps_before);
     fflush(stdout);
+    /* The sample's decays end with the run that set them: resumed past that, the rate is 0. */
+    if (trained->lr_schedule != MPT_LR_SCHEDULE_CONSTANT &&
+        r.steps_before >= trained->warmup_steps + trained->decay_steps)
+        fprintf(stderr,
+                "warning: the %s learning-rate schedule of %s ended at step %" PRId64 ", which the run has "
+                "passed: it trains at rate 0\n", args_schedule_name(trained->lr_schedule), options->resume_path,
+                trained->warmup_steps + trained->decay_steps);
 
     progress_init(progress_state, trainer, options->epochs, progress_stdout_is_terminal());
     progress_state->clipping = trained->global_clipnorm > 0.0f;

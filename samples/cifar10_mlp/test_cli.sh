@@ -281,6 +281,12 @@ resumable resumed --epochs 1 --lr-decay 0.5 --resume "$work/run.safetensors"
 grep -q "^checkpoint: $work/run.safetensors" "$work/first.out" || fail "the first run did not say it saved its checkpoint"
 grep -q "^resumed from $work/run.safetensors after 2 epochs (16 steps)" "$work/resumed.out" ||
     fail "the resumed run's header: $(grep -A1 '^data' "$work/resumed.out")"
+grep -q "^Epoch 1/1 - 8 steps" "$work/resumed.out" || fail "the resumed epoch's line: $(grep '^Epoch' "$work/resumed.out")"
+resumable decayed_first --epochs 1 --lr-schedule cosine --save-checkpoint "$work/decayed.safetensors"
+resumable decayed_resumed --epochs 1 --resume "$work/decayed.safetensors"
+grep -q "warning: the cosine learning-rate schedule of .* ended at step 8" "$work/decayed_resumed.out" ||
+    fail "resumed past its schedule's end without a warning: $(grep -i warn "$work/decayed_resumed.out")"
+grep -q "warning: the .* schedule" "$work/resumed.out" && fail "a constant rate's run was warned of a schedule's end"
 grep -q "| adam | lr 0.0005 (x0.5 after each epoch) | label smoothing 0.1 | clipnorm 2 | ema 0.9 | dropout 0.2" \
     "$work/resumed.out" || fail "the resumed run's header shows other options: $(grep '^data' "$work/resumed.out")"
 for field in train_loss test_loss test_accuracy ema_test_loss; do

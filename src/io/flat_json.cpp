@@ -216,6 +216,12 @@ const JsonValue* FlatJson::find(const std::string& pointer) const {
     return found == values_.end() ? nullptr : &found->second;
 }
 
+void FlatJson::replace_scalar(const std::string& pointer, const JsonValue& value) {
+    const auto found = values_.find(pointer);
+    if (found == values_.end() || found->second.size != 0 || value.size != 0) return;
+    found->second = value;
+}
+
 const JsonValue& FlatJson::typed(const std::string& pointer, JsonType type, const char* wanted) const {
     const JsonValue* value = find(pointer);
     if (value == nullptr) throw JsonFormatError(where(pointer) + " is missing");

@@ -70,6 +70,9 @@ public:
     // Removes member `name` of the object at `parent` when it is there and holds a scalar (no members
     // or items of its own), and returns it; otherwise changes nothing and returns nothing.
     std::optional<JsonValue> take_scalar_member(const std::string& parent, std::string_view name);
+    // Gives the scalar at `pointer` (no members or items of its own) the value `value`, when it is
+    // there; otherwise changes nothing.
+    void replace_scalar(const std::string& pointer, const JsonValue& value);
 
     bool operator==(const FlatJson& other) const { return values_ == other.values_; }
     bool operator!=(const FlatJson& other) const { return !(*this == other); }

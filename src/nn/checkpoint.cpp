@@ -343,6 +343,7 @@ std::vector<float> read_class_weights(const SafetensorsReader& reader, int64_t c
     const TensorView& view = exact_tensor(reader, "trainer.class_weights", "F32", {count});
     std::vector<float> weights(static_cast<size_t>(count));
     std::memcpy(weights.data(), view.data, weights.size() * sizeof(float));
+    for (float& weight : weights) weight = weight == 0.0f ? 0.0f : weight;  // -0 as 0, as the setter takes it
     if (!valid_class_weights(weights.data(), count))
         fail(MPT_STATUS_CORRUPT_DATA, "the checkpoint's class weights are not all finite and >= 0, or all 0");
     return weights;
@@ -384,6 +385,23 @@ float recorded_learning_rate(const std::optional<JsonValue>& options_rate, const
     if (options_rate->type == JsonType::unsigned_integer && options_rate->unsigned_integer <= UINT32_MAX)
         return bits_float(static_cast<uint32_t>(options_rate->unsigned_integer));
     throw JsonFormatError("the options' learning_rate must be a float's bit pattern, not " + json_value_text(*options_rate));
+}
+
+// A file's options with -0 read as 0 where the setters take -0 as 0 (mptrain wrote a -0 schedule
+// factor before they did), so that such a file compares with, and reads as, options of 0.
+void read_negative_zeros_as_zero(FlatJson& options) {
+    static const char* const pointers[] = {"/optimizer/momentum", "/optimizer/beta1",       "/optimizer/beta2",
+                                           "/optimizer/rho",      "/optimizer/weight_decay", "/lr_schedule/decay_factor",
+                                           "/label_smoothing",    "/global_clipnorm",        "/ema_momentum"};
+    JsonValue zero;
+    zero.type = JsonType::unsigned_integer;
+    zero.unsigned_integer = float_bits(0.0f);
+    for (const char* pointer : pointers) {
+        const JsonValue* value = options.find(pointer);
+        if (value != nullptr && value->type == JsonType::unsigned_integer &&
+            value->unsigned_integer == float_bits(-0.0f))
+            options.replace_scalar(pointer, zero);
+    }
 }
 
 // The file at `path`, checked whole, when it is a training checkpoint.
@@ -458,6 +476,7 @@ void load_checkpoint(Trainer& trainer, const std::string& path) {
     try {
         const std::string& options_text = metadata_value(reader, "mptrain.trainer.options");
         FlatJson options = FlatJson::parse(options_text);
+        read_negative_zeros_as_zero(options);
         // Files written before the learning rate became the run's (mptrain 0.1.0 until 2026-12-02)
         // keep it among these options and not with the progress: it is read from there instead.
         const std::optional<JsonValue> options_rate = options.take_scalar_member("/optimizer", "learning_rate");
@@ -626,6 +645,7 @@ TrainerConfig read_checkpoint_options(const std::string& path) {
     TrainerConfig config;
     try {
         FlatJson options = FlatJson::parse(metadata_value(reader, "mptrain.trainer.options"));
+        read_negative_zeros_as_zero(options);
         const std::optional<JsonValue> options_rate = options.take_scalar_member("/optimizer", "learning_rate");
         const FlatJson progress = FlatJson::parse(metadata_value(reader, "mptrain.trainer.progress"));
         const auto real = [&options](const std::string& pointer) { return bits_float(options.uint32(pointer)); };

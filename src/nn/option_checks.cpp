@@ -30,6 +30,7 @@ void check_huber_delta(float delta) {
 void check_class_weights(const float* weights, int64_t count) {
     require(count >= 0 && count <= kMaxFeatures, MPT_STATUS_INVALID_ARGUMENT,
             "count must be in [0, 2^24], a layer's most units (0: no class weights)");
+    require(count == 0 || weights != nullptr, MPT_STATUS_INVALID_ARGUMENT, "weights is NULL");
     require(count == 0 || valid_class_weights(weights, count), MPT_STATUS_INVALID_ARGUMENT,
             "class weights must be finite, >= 0 and not all 0");
 }
@@ -73,6 +74,11 @@ void check_trainer_config(const TrainerConfig& config) {
     check_huber_delta(config.loss.huber_delta);
     require_range(config.loss.label_smoothing, 0.0f, 1.0f, "label_smoothing");
     check_class_weights(config.loss.class_weights.data(), static_cast<int64_t>(config.loss.class_weights.size()));
+    // What mpt_trainer_create refuses of the loss's settings (the setters take each alone).
+    if (config.loss.label_smoothing != 0.0f && !loss_takes_label_smoothing(config.loss.kind))
+        fail(MPT_STATUS_INVALID_ARGUMENT, std::string("label smoothing with ") + loss_name(config.loss.kind));
+    if (!config.loss.class_weights.empty() && !loss_takes_class_weights(config.loss.kind))
+        fail(MPT_STATUS_INVALID_ARGUMENT, std::string("class weights with ") + loss_name(config.loss.kind));
     const OptimizerConfig& optimizer = config.optimizer;
     require_finite_positive(optimizer.learning_rate, "learning_rate");
     require_range(optimizer.momentum, 0.0f, 1.0f, "momentum");

@@ -85,4 +85,25 @@ inline std::string float_bits_text(float value) {
 }
 
 
+// Gives tensor `name` of the file `parts` holds the bytes `bytes` (as many as it has) and its checksum
+// in the header (mptrain.crc32c.<name>: the CRC32C of the bytes, 8 hex digits) to match.
+inline void replace_tensor_bytes(FileParts& parts, const std::string& name, const std::string& bytes) {
+    const std::string entry = "\"" + name + "\":{";
+    const size_t at = parts.header.find(entry);
+    REQUIRE_MESSAGE(at != std::string::npos, name << " is not in the header");
+    const std::string offsets_key = "\"data_offsets\":[";
+    const size_t offsets = parts.header.find(offsets_key, at);
+    REQUIRE(offsets != std::string::npos);
+    size_t begin = 0, end = 0;
+    REQUIRE(std::sscanf(parts.header.c_str() + offsets + offsets_key.size(), "%zu,%zu", &begin, &end) == 2);
+    REQUIRE(end - begin == bytes.size());
+    parts.data.replace(begin, bytes.size(), bytes);
+    const std::string checksum_key = "\"mptrain.crc32c." + name + "\":\"";
+    const size_t checksum = parts.header.find(checksum_key);
+    REQUIRE(checksum != std::string::npos);
+    char hex[9];
+    std::snprintf(hex, sizeof hex, "%08x", bitwise_crc32c(bytes));
+    parts.header.replace(checksum + checksum_key.size(), 8, hex);
+}
+
 }  // namespace mpt_test
