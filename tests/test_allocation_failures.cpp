@@ -70,17 +70,7 @@ struct Run {
     }
 };
 
-std::vector<float> weights(mpt_model_t* model) {
-    std::vector<float> all;
-    for (int64_t layer = 0; layer < 2; ++layer) {
-        const int64_t units = layer == 0 ? kHidden : kClasses, inputs = layer == 0 ? kFeatures : kHidden;
-        std::vector<float> w(static_cast<size_t>(units * inputs)), b(static_cast<size_t>(units));
-        REQUIRE_OK(mpt_model_get_weights(model, layer, w.data(), units * inputs, b.data(), units));
-        all.insert(all.end(), w.begin(), w.end());
-        all.insert(all.end(), b.begin(), b.end());
-    }
-    return all;
-}
+std::vector<float> weights(mpt_model_t* model) { return mpt_test::two_layer_weights(model, kFeatures, kHidden, kClasses); }
 
 using mpt_test::same_bits;
 

@@ -152,17 +152,23 @@ struct BlobTrainerSetup {
     std::function<void(mpt_trainer_options_t*)> configure;
 };
 
-// Both layers' fp32 weights and biases, in order, of a blob model (of BlobTrainer's architecture).
-inline std::vector<float> blob_model_weights(mpt_model_t* model, int64_t hidden, int64_t outputs) {
+// Both layers' fp32 weights and biases, in order, of a model of `features` inputs, one hidden layer
+// of `hidden` units and `outputs` outputs.
+inline std::vector<float> two_layer_weights(mpt_model_t* model, int64_t features, int64_t hidden, int64_t outputs) {
     std::vector<float> all;
     for (int64_t layer = 0; layer < 2; ++layer) {
-        const int64_t units = layer == 0 ? hidden : outputs, inputs = layer == 0 ? kBlobFeatures : hidden;
+        const int64_t units = layer == 0 ? hidden : outputs, inputs = layer == 0 ? features : hidden;
         std::vector<float> w(static_cast<size_t>(units * inputs)), b(static_cast<size_t>(units));
         REQUIRE_OK(mpt_model_get_weights(model, layer, w.data(), units * inputs, b.data(), units));
         all.insert(all.end(), w.begin(), w.end());
         all.insert(all.end(), b.begin(), b.end());
     }
     return all;
+}
+
+// Those of a blob model (of BlobTrainer's architecture).
+inline std::vector<float> blob_model_weights(mpt_model_t* model, int64_t hidden, int64_t outputs) {
+    return two_layer_weights(model, kBlobFeatures, hidden, outputs);
 }
 
 // A context (2 threads), the blob model and a trainer for it, destroyed together.
