@@ -111,16 +111,22 @@ const char* small_gemm_kernels_name(SmallGemmKernels kernels) {
     return "none";
 }
 
-bool small_gemm_supported(DType operands) { return small_gemm_unsupported_reason(operands).empty(); }
-
-std::string small_gemm_unsupported_reason(DType operands) {
+// Asked by every GEMM, so it builds no string: a copied reason allocated inside each step on CPUs
+// without the kernels.
+bool small_gemm_supported(DType operands) {
     switch (support().kernels) {
-        case SmallGemmKernels::avx512: return {};
+        case SmallGemmKernels::avx512: return true;
         case SmallGemmKernels::avx512f:
-        case SmallGemmKernels::avx2: return operands == DType::fp32 ? std::string() : support().fp32_reason;
+        case SmallGemmKernels::avx2: return operands == DType::fp32;
         case SmallGemmKernels::none: break;
     }
-    return support().reason;
+    return false;
+}
+
+const std::string& small_gemm_unsupported_reason(DType operands) {
+    static const std::string supported;
+    if (small_gemm_supported(operands)) return supported;
+    return support().kernels == SmallGemmKernels::none ? support().reason : support().fp32_reason;
 }
 
 void small_gemm_reserve(int64_t m, int64_t n, int64_t k, ThreadPool& pool) {

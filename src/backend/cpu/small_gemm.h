@@ -39,7 +39,7 @@ const char* small_gemm_kernels_name(SmallGemmKernels kernels);
 // Whether it runs here for `operands`.
 bool small_gemm_supported(DType operands);
 // Why not, in words; empty when it does.
-std::string small_gemm_unsupported_reason(DType operands);
+const std::string& small_gemm_unsupported_reason(DType operands);
 
 // Row-major C = alpha * op(A) . op(B) + beta * C, like cblas_sgemm (beta == 0 ignores C's old
 // contents, NaN included), with A and B read as `operands`: fp32 as they are; bf16 or fp16 rounded
