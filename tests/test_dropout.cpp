@@ -37,10 +37,12 @@ void fit(const BlobTrainer& trainer, const Blobs& blobs, int64_t epochs) {
     mpt_dataset_destroy(dataset);
 }
 
+// In fit's batches, whether the trainer fitted or not (batch 0 would be 256 for one that did not, and
+// OpenBLAS may sum other batch sizes in other orders).
 float evaluate_loss(const BlobTrainer& trainer, const Blobs& blobs, float* accuracy = nullptr) {
     mpt_dataset_t* dataset = trainer.labels(blobs);
     float loss = 0.0f;
-    REQUIRE_OK(mpt_trainer_evaluate(trainer.trainer, dataset, 0, &loss, accuracy));
+    REQUIRE_OK(mpt_trainer_evaluate(trainer.trainer, dataset, kBatch, &loss, accuracy));
     mpt_dataset_destroy(dataset);
     return loss;
 }

@@ -126,9 +126,9 @@ TEST_CASE("mpt_model_predict standardizes, and a saved model standardizes after 
     const std::vector<float> predicted = model_predict(trainer.model, blobs.x);
     const Blobs copy = standardized_copy(blobs, Kind::f32_labels, statistics);
     // The trainer's predictions over the raw dataset (the gather standardizes) are its predictions
-    // of the raw rows (the host does).
+    // of the raw rows (the host does), in one batch as mpt_trainer_predict's.
     std::vector<float> over_dataset(predicted.size()), of_rows(predicted.size());
-    REQUIRE_OK(mpt_trainer_predict_dataset(trainer.trainer, dataset, 32, over_dataset.data(),
+    REQUIRE_OK(mpt_trainer_predict_dataset(trainer.trainer, dataset, kRows, over_dataset.data(),
                                            static_cast<int64_t>(over_dataset.size())));
     REQUIRE_OK(mpt_trainer_predict(trainer.trainer, blobs.x.data(), kRows, of_rows.data(),
                                    static_cast<int64_t>(of_rows.size())));

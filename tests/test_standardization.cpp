@@ -51,10 +51,11 @@ mpt_dataset_t* split_standardized(const BlobTrainer& trainer, const Blobs& blobs
 }
 
 // The trainer's predictions over `view` (through the gather) are its predictions for the kRows
-// float rows `expected`, bit for bit.
+// float rows `expected`, bit for bit: in one batch, as mpt_trainer_predict's (batches of other sizes
+// may sum in other orders, as OpenBLAS's Haswell kernels do).
 void check_predicts_as(const BlobTrainer& trainer, const mpt_dataset_t* view, const std::vector<float>& expected) {
     std::vector<float> predicted(static_cast<size_t>(kRows * mpt_test::kBlobClasses));
-    REQUIRE_OK(mpt_trainer_predict_dataset(trainer.trainer, view, 32, predicted.data(),
+    REQUIRE_OK(mpt_trainer_predict_dataset(trainer.trainer, view, kRows, predicted.data(),
                                            static_cast<int64_t>(predicted.size())));
     std::vector<float> reference(predicted.size());
     REQUIRE_OK(mpt_trainer_predict(trainer.trainer, expected.data(), kRows, reference.data(),
