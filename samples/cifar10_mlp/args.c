@@ -78,7 +78,8 @@ void args_print_usage(FILE* stream, const char* program)
     fprintf(stream,
             "  --save-checkpoint FILE\n"
             "                     after training (not when it fails), save the trainer's checkpoint\n"
-            "                     (weights, optimizer state, options, progress) to FILE\n"
+            "                     (weights, optimizer state, options, progress) to FILE, whose\n"
+            "                     directory is checked before training\n"
             "  --resume FILE      continue the run saved in FILE for --epochs more epochs: the model\n"
             "                     and its training options (precision, optimizer, rate, schedule,\n"
             "                     smoothing, clipping, averaging, dropout, standardization) are the\n"

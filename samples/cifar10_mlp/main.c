@@ -8,6 +8,7 @@
 
 #include "args.h"
 #include "data.h"
+#include "destination.h"
 #include "report.h"
 #include "run.h"
 
@@ -40,6 +41,8 @@ int main(int argc, char** argv)
     memset(&data, 0, sizeof data);
     if (options.json_path != NULL && (json_file = report_open_json(options.json_path)) == NULL)
         return EXIT_FAILURE;
+    if (options.checkpoint_path != NULL && destination_check("--save-checkpoint", options.checkpoint_path) != 0)
+        goto done;
     if (data_locate(options.data_directory, options.limit, &data) != 0)
         goto done;
 

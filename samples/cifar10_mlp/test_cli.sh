@@ -302,6 +302,20 @@ refused --resume "$work/run.safetensors" --lr 0.1 "--resume takes the model and 
 refused --resume "$work/run.safetensors" --standardize "--standardize cannot be given with it"
 refused --resume "" "--resume needs a file name"
 refused --compare --save-checkpoint "$work/x" "--compare trains two runs"
+# A checkpoint that could not be saved is refused before training, not after it: a missing
+# directory, a directory, and (root writes anywhere, so for other users only) a read-only directory.
+unsaveable=("$work/no-such-directory/run.safetensors" "$work")
+if [ "$(id -u)" != 0 ]; then
+    mkdir -p "$work/read-only" && chmod a-w "$work/read-only"
+    unsaveable+=("$work/read-only/run.safetensors")
+fi
+for destination in "${unsaveable[@]}"; do
+    "$program" --data "$work/no-such-directory" --limit 256 --save-checkpoint "$destination" >"$work/out" 2>"$work/err"
+    status=$?
+    [ "$status" -eq 1 ] && grep -q -- "--save-checkpoint $destination: " "$work/err" ||
+        fail "--save-checkpoint $destination: exited $status: $(head -2 "$work/err")"
+    grep -q "^Epoch" "$work/out" && fail "--save-checkpoint $destination: trained before refusing"
+done
 "$program" --data "$work/no-such-directory" --limit 256 --resume "$work/missing.safetensors" >"$work/out" 2>"$work/err"
 [ $? -eq 1 ] && grep -q "missing.safetensors" "$work/err" || fail "a missing checkpoint: $(head -2 "$work/err")"
 
