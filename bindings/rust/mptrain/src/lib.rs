@@ -2326,6 +2326,17 @@ impl FitControl<'_> {
         Ok(out)
     }
 
+    /// A copy of the trainer's options, as [`Trainer::options`] gives it (the base rate as it is
+    /// now): from either closure, to report what the run trains with, or to keep with an epoch's
+    /// results the options that produced them.
+    pub fn options(&self) -> Result<TrainerOptions> {
+        TrainerOptions::from_new_c(|out| {
+            // As in evaluate: the lock is this thread's already; entering keeps the log callback's rule.
+            let _lock = self.family.enter()?;
+            check(unsafe { sys::mpt_trainer_get_options(self.trainer.as_ptr(), out) })
+        })
+    }
+
     /// The norm of the reported step's gradients before clipping (NaN for a skipped step or without
     /// clipping): a closure given to [`Trainer::on_progress_with`] logs each step's. See
     /// [`Trainer::gradient_norm`].

@@ -297,3 +297,45 @@ fn a_read_back_edited_in_every_copy_creates_a_trainer_that_reads_back_the_new_va
     assert_eq!(options.get_rmsprop(), Some((rho, 1e-3)));
     assert_eq!(options, edited);
 }
+
+#[test]
+fn the_closures_read_the_options_of_the_trainer_fitting_with_the_rate_set_meanwhile() {
+    use std::sync::{Arc, Mutex};
+    let ctx = context();
+    let model = mlp(&ctx);
+    let mut trainer = Trainer::new(&model, &every_option(Optimizer::AdamW)).unwrap();
+    let before = trainer.options().unwrap();
+    let at_epoch_ends = Arc::new(Mutex::new(Vec::new()));
+    let at_first_step = Arc::new(Mutex::new(Vec::new()));
+    let (ends, steps) = (at_epoch_ends.clone(), at_first_step.clone());
+    trainer
+        .on_epoch_end_with(move |_, control| {
+            let rate = control.learning_rate().unwrap();
+            control.set_learning_rate(rate / 2.0).unwrap();
+            ends.lock().unwrap().push(control.options().unwrap());
+            std::ops::ControlFlow::Continue(())
+        })
+        .unwrap();
+    trainer
+        .on_progress_with(move |progress, control| {
+            if progress.epoch == 0 && progress.step == 1 {
+                steps.lock().unwrap().push(control.options().unwrap());
+            }
+            std::ops::ControlFlow::Continue(())
+        })
+        .unwrap();
+    trainer
+        .fit(&one_hot_blobs(&ctx, 90, 4), 3, 15, true)
+        .unwrap();
+
+    assert_eq!(*at_first_step.lock().unwrap(), vec![before.clone()]);
+    let ends = at_epoch_ends.lock().unwrap();
+    assert_eq!(ends.len(), 3);
+    for (epoch, options) in ends.iter().enumerate() {
+        let halved = 0.03 / 2f32.powi(epoch as i32 + 1);
+        assert_eq!(options.get_learning_rate(), Some(halved), "epoch {epoch}");
+        // Every other value as the trainer was created with.
+        assert_eq!(options.clone().learning_rate(0.03), before, "epoch {epoch}");
+    }
+    assert_eq!(trainer.options().unwrap(), ends[2]);
+}
