@@ -45,8 +45,7 @@ fn header_functions() -> BTreeSet<String> {
         let before_paren = chunk.split('(').next().unwrap();
         if let Some(name) = before_paren
             .split(|c: char| !(c.is_alphanumeric() || c == '_'))
-            .filter(|s| !s.is_empty())
-            .last()
+            .rfind(|s| !s.is_empty())
         {
             if name.starts_with("mpt_") {
                 out.insert(name.to_string());

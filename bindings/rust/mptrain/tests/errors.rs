@@ -126,9 +126,7 @@ fn softmax_is_refused_before_the_last_layer() {
         .and_then(|m| m.add_dense(2, Activation::Linear))
     {
         Err(error) => error,
-        Ok(_) => Trainer::with_defaults(&model)
-            .err()
-            .expect("softmax in a hidden layer must fail"),
+        Ok(_) => Trainer::with_defaults(&model).expect_err("softmax in a hidden layer must fail"),
     };
     assert!(
         matches!(

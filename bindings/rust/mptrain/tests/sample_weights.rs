@@ -266,7 +266,7 @@ fn a_wrong_count_or_a_negative_nan_or_infinite_weight_is_refused() {
         for row in [0, 7, ROWS - 1] {
             let mut weights = vec![1.0f32; ROWS];
             weights[row] = bad;
-            let error = data.weighted(&weights).err().expect("refused");
+            let error = data.weighted(&weights).expect_err("refused");
             assert_eq!(error.status, Status::InvalidArgument, "{bad} at row {row}");
             assert!(
                 error.message.contains(&format!("row {row}")),
@@ -278,7 +278,7 @@ fn a_wrong_count_or_a_negative_nan_or_infinite_weight_is_refused() {
     // A slice's weights are one per row of the slice.
     let slice = data.slice(5, 10).unwrap();
     for count in [ROWS, 9, 11] {
-        let error = slice.weighted(&vec![1.0; count]).err().expect("refused");
+        let error = slice.weighted(&vec![1.0; count]).expect_err("refused");
         assert_eq!(
             error.status,
             Status::ShapeMismatch,

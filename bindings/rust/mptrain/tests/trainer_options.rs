@@ -224,7 +224,7 @@ fn options_read_back_keep_the_optimizers_defaults_as_values_when_the_optimizer_c
 /// Expects `options` refused by Trainer::new with InvalidArgument, naming `first` and `second` as one
 /// value, before a trainer is created: `model` is still unbuilt, so its initializers can change.
 fn refused_as_one_value(model: &mut Model, options: &TrainerOptions, first: &str, second: &str) {
-    let error = Trainer::new(model, options).err().expect("refused");
+    let error = Trainer::new(model, options).expect_err("refused");
     assert_eq!(error.status, Status::InvalidArgument, "{error}");
     for part in [first, second, "one value in the library"] {
         assert!(error.message.contains(part), "{error} names {part}");

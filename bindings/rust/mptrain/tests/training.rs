@@ -167,7 +167,7 @@ fn a_learning_rate_schedule_gives_each_step_the_rate_of_the_header_formula() {
     ];
     for (schedule, warmup, decay, factor) in refused {
         let options = TrainerOptions::new().lr_schedule(schedule, warmup, decay, factor);
-        let error = Trainer::new(&model, &options).err().expect("refused");
+        let error = Trainer::new(&model, &options).expect_err("refused");
         assert_eq!(
             error.status,
             Status::InvalidArgument,
@@ -598,7 +598,7 @@ fn label_smoothing_outside_0_1_or_with_mean_squared_error_is_refused() {
     let model = mlp(&ctx);
     for refused in [-0.01f32, 1.0, 1.5, f32::NAN, f32::INFINITY] {
         let options = TrainerOptions::new().label_smoothing(refused);
-        let error = Trainer::new(&model, &options).err().expect("refused");
+        let error = Trainer::new(&model, &options).expect_err("refused");
         assert_eq!(error.status, Status::InvalidArgument, "{refused}");
         assert!(error.message.contains("label_smoothing"), "{error}");
     }
@@ -610,8 +610,7 @@ fn label_smoothing_outside_0_1_or_with_mean_squared_error_is_refused() {
         let regression = || TrainerOptions::new().loss(loss);
         Trainer::new(&model, &regression().label_smoothing(0.0)).expect("0 is no smoothing");
         let error = Trainer::new(&model, &regression().label_smoothing(0.1))
-            .err()
-            .expect("refused with a regression loss");
+            .expect_err("refused with a regression loss");
         assert_eq!(error.status, Status::InvalidArgument, "{loss:?}");
         assert!(
             error.message.contains(&format!("{name} has no labels")),
@@ -749,7 +748,7 @@ fn global_clipnorm_negative_nan_or_infinite_is_refused() {
     let model = mlp(&ctx);
     for refused in [-1.0f32, -1e-30, f32::NAN, f32::INFINITY] {
         let options = TrainerOptions::new().global_clipnorm(refused);
-        let error = Trainer::new(&model, &options).err().expect("refused");
+        let error = Trainer::new(&model, &options).expect_err("refused");
         assert_eq!(error.status, Status::InvalidArgument, "{refused}");
         assert!(error.message.contains("global_clipnorm"), "{error}");
     }
@@ -880,7 +879,7 @@ fn ema_momentum_outside_0_1_is_refused_and_a_trainer_without_averages_refuses_th
     let mut model = mlp(&ctx);
     for refused in [1.5f32, 1.0, -0.5, f32::NAN] {
         let options = TrainerOptions::new().ema_momentum(refused);
-        let error = Trainer::new(&model, &options).err().expect("refused");
+        let error = Trainer::new(&model, &options).expect_err("refused");
         assert_eq!(error.status, Status::InvalidArgument, "{refused}");
         assert!(error.message.contains("ema momentum"), "{error}");
     }
@@ -959,12 +958,12 @@ fn rmsprop_rho_outside_0_1_a_non_positive_epsilon_and_nesterov_are_refused() {
         let options = TrainerOptions::new()
             .optimizer(Optimizer::RmsProp)
             .rmsprop(rho, epsilon);
-        let error = Trainer::new(&model, &options).err().expect("refused");
+        let error = Trainer::new(&model, &options).expect_err("refused");
         assert_eq!(error.status, Status::InvalidArgument, "{rho} {epsilon}");
         assert!(error.message.contains(named), "{error}");
     }
     let nesterov = rmsprop(0.9).momentum(0.9, true);
-    let error = Trainer::new(&model, &nesterov).err().expect("refused");
+    let error = Trainer::new(&model, &nesterov).expect_err("refused");
     assert_eq!(error.status, Status::InvalidArgument, "{error}");
     assert!(error.message.contains("Nesterov"), "{error}");
     // Plain momentum is RMSprop's too, and rho 0 is in range.
@@ -1033,9 +1032,7 @@ fn lion_betas_outside_0_1_are_refused() {
         (0.9, 1.0, "beta2"),
         (0.9, f32::NAN, "beta2"),
     ] {
-        let error = Trainer::new(&model, &lion(0.001, Some((beta1, beta2))))
-            .err()
-            .expect("refused");
+        let error = Trainer::new(&model, &lion(0.001, Some((beta1, beta2)))).expect_err("refused");
         assert_eq!(error.status, Status::InvalidArgument, "{beta1} {beta2}");
         assert!(error.message.contains(named), "{error}");
     }
@@ -1190,7 +1187,7 @@ fn a_huber_delta_of_0_negative_nan_or_infinite_is_refused() {
         f32::NEG_INFINITY,
     ] {
         let options = TrainerOptions::new().loss(Loss::Huber).huber_delta(refused);
-        let error = Trainer::new(&model, &options).err().expect("refused");
+        let error = Trainer::new(&model, &options).expect_err("refused");
         assert_eq!(error.status, Status::InvalidArgument, "{refused}");
         assert!(error.message.contains("Huber delta"), "{error}");
     }
@@ -1299,7 +1296,7 @@ fn dropout_on_the_last_layer_makes_building_fail_with_invalid_state_and_a_built_
     let mut model = mlp(&ctx);
     model.set_layer_dropout(1, 0.5).unwrap(); // accepted: only building refuses it
     assert_eq!(model.layer_dropout(1).unwrap(), 0.5);
-    let error = Trainer::new(&model, &adam()).err().expect("refused");
+    let error = Trainer::new(&model, &adam()).expect_err("refused");
     assert_eq!(error.status, Status::InvalidState, "{error}");
     assert!(error.message.contains("last layer"), "{error}");
     assert_eq!(
@@ -1499,13 +1496,13 @@ fn class_weights_are_refused_by_value_count_or_loss() {
     ];
     for refused in refusals {
         let options = TrainerOptions::new().class_weights(refused);
-        let error = Trainer::new(&model, &options).err().expect("refused");
+        let error = Trainer::new(&model, &options).expect_err("refused");
         assert_eq!(error.status, Status::InvalidArgument, "{refused:?}");
         assert!(error.message.contains("class weights"), "{error}");
     }
     for count in [2, 4] {
         let options = TrainerOptions::new().class_weights(&vec![1.0; count]);
-        let error = Trainer::new(&model, &options).err().expect("refused");
+        let error = Trainer::new(&model, &options).expect_err("refused");
         assert_eq!(error.status, Status::ShapeMismatch, "{count}");
     }
     Trainer::new(&model, &TrainerOptions::new().class_weights(&[])).expect("empty: none");
@@ -1520,7 +1517,7 @@ fn class_weights_are_refused_by_value_count_or_loss() {
         let options = TrainerOptions::new()
             .loss(loss)
             .class_weights(&[1.0, 2.0, 3.0]);
-        let error = Trainer::new(&model, &options).err().expect("refused");
+        let error = Trainer::new(&model, &options).expect_err("refused");
         assert_eq!(error.status, Status::InvalidArgument, "{loss:?}");
     }
 }
@@ -1576,9 +1573,8 @@ fn micro_batches_train_the_whole_batchs_steps_in_less_memory() {
         "a micro-batch as large as the batch: one pass"
     );
     let ctx = context();
-    let error = Trainer::new(&mlp(&ctx), &TrainerOptions::new().micro_batch_size(-1))
-        .err()
-        .expect("refused");
+    let error =
+        Trainer::new(&mlp(&ctx), &TrainerOptions::new().micro_batch_size(-1)).expect_err("refused");
     assert_eq!(error.status, Status::InvalidArgument, "{error}");
     assert!(error.message.contains("micro-batch"), "{error}");
 }
