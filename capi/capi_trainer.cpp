@@ -566,6 +566,14 @@ mpt_status mpt_trainer_get_progress(const mpt_trainer_t* trainer, int64_t* steps
     MPT_API_END
 }
 
+mpt_status mpt_trainer_get_batch_size(const mpt_trainer_t* trainer, int64_t* rows) {
+    MPT_API_BEGIN
+    const mpt::Trainer& impl = impl_of(trainer, "trainer");
+    require_pointer(rows, "rows");
+    *rows = impl.last_batch_size();
+    MPT_API_END
+}
+
 mpt_status mpt_trainer_save_checkpoint(mpt_trainer_t* trainer, const char* path) {
     MPT_API_BEGIN
     mpt::Trainer& impl = impl_of(trainer, "trainer");

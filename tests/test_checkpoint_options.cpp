@@ -207,10 +207,13 @@ TEST_CASE("a run resumes from its checkpoint alone, the model and the options re
         check_read_options(options, original.trainer);
         REQUIRE_OK(mpt_trainer_create(model, options, &resumed));
         REQUIRE_OK(mpt_trainer_load_checkpoint(resumed, path.c_str()));
+        int64_t saved_batch = 0;  // the batch size too: the resumed run fits on in the file's
+        REQUIRE_OK(mpt_trainer_get_batch_size(resumed, &saved_batch));
+        CHECK(saved_batch == kBatch);
 
         REQUIRE_OK(mpt_trainer_fit(original.trainer, data, 2, kBatch, 1));
         mpt_dataset_t* resumed_data = data_for(context, recipe, blobs);
-        REQUIRE_OK(mpt_trainer_fit(resumed, resumed_data, 2, kBatch, 1));
+        REQUIRE_OK(mpt_trainer_fit(resumed, resumed_data, 2, saved_batch, 1));
         CHECK(same_bits(mpt_test::blob_model_weights(model, original.hidden, original.outputs), original.weights()));
         float scales[2] = {0, 0};
         int64_t skipped[2] = {-1, -1};
@@ -386,4 +389,85 @@ TEST_CASE("a -0 that a file holds where the setters take -0 as 0 reads as 0, and
     BlobTrainer negative_trainer(negative);
     REQUIRE_OK(mpt_trainer_load_checkpoint(negative_trainer.trainer, forged.c_str()));
     mpt_trainer_options_destroy(options);
+}
+
+namespace {
+
+int64_t batch_size_of(const mpt_trainer_t* trainer) {
+    int64_t rows = -1;
+    REQUIRE_OK(mpt_trainer_get_batch_size(trainer, &rows));
+    return rows;
+}
+
+// Reads the batch size from fit's progress callback and, on the second step, saves a checkpoint
+// and stops fit: an epoch left unfinished.
+struct MidEpoch {
+    const mpt_trainer_t* trainer = nullptr;
+    std::string checkpoint;
+    std::vector<int64_t> seen;
+    static int progress(int64_t, int64_t, int64_t, float, float, void* user_data) {
+        auto* self = static_cast<MidEpoch*>(user_data);
+        self->seen.push_back(batch_size_of(self->trainer));
+        if (self->seen.size() < 2) return 0;
+        REQUIRE_OK(mpt_trainer_save_checkpoint(const_cast<mpt_trainer_t*>(self->trainer), self->checkpoint.c_str()));
+        return 1;
+    }
+};
+
+}  // namespace
+
+TEST_CASE("mpt_trainer_get_batch_size: the last training batch, whole, as a checkpoint restores it") {
+    const Blobs blobs = mpt_test::make_blobs(90, 8, 1.0);
+    mpt_test::TempDir directory("mptrain-batch-size");
+    BlobTrainer trainer(BlobTrainerSetup{});
+    mpt_dataset_t* data = trainer.labels(blobs);
+    CHECK(batch_size_of(trainer.trainer) == 0);  // before any
+    REQUIRE_OK(mpt_trainer_evaluate(trainer.trainer, data, 0, nullptr, nullptr));
+    CHECK(batch_size_of(trainer.trainer) == 0);  // evaluating trains nothing
+    REQUIRE_OK(mpt_trainer_fit(trainer.trainer, data, 1, 16, 1));
+    CHECK(batch_size_of(trainer.trainer) == 16);
+    REQUIRE_OK(mpt_trainer_step(trainer.trainer, data, 3, 10, nullptr));
+    CHECK(batch_size_of(trainer.trainer) == 10);
+    REQUIRE_OK(mpt_trainer_fit(trainer.trainer, data, 1, 500, 1));
+    CHECK(batch_size_of(trainer.trainer) == 90);  // the data set's rows, fewer than a batch
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_fit(trainer.trainer, data, 1, 0, 1));
+    CHECK(batch_size_of(trainer.trainer) == 90);  // a refused fit changes nothing
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_get_batch_size(trainer.trainer, nullptr));
+
+    // Whole batches in micro-batches, and a checkpoint of a finished epoch restores the last step's rows.
+    BlobTrainerSetup micro;
+    micro.micro_batch_size = 4;
+    BlobTrainer parts(micro);
+    mpt_dataset_t* parts_data = parts.labels(blobs);
+    REQUIRE_OK(mpt_trainer_fit(parts.trainer, parts_data, 1, 16, 1));
+    CHECK(batch_size_of(parts.trainer) == 16);
+    REQUIRE_OK(mpt_trainer_step(parts.trainer, parts_data, 0, 12, nullptr));
+    const std::string finished = (directory.path / "finished.safetensors").string();
+    REQUIRE_OK(mpt_trainer_save_checkpoint(parts.trainer, finished.c_str()));
+    BlobTrainer finished_resumed(micro);
+    CHECK(batch_size_of(finished_resumed.trainer) == 0);
+    REQUIRE_OK(mpt_trainer_load_checkpoint(finished_resumed.trainer, finished.c_str()));
+    CHECK(batch_size_of(finished_resumed.trainer) == 12);
+
+    // Inside fit, from the progress callback: fit's. An epoch left unfinished keeps its batch size in
+    // the checkpoint, whatever step ran since, since resuming it takes that size.
+    MidEpoch mid;
+    mid.trainer = trainer.trainer;
+    mid.checkpoint = (directory.path / "mid-epoch.safetensors").string();
+    REQUIRE_OK(mpt_trainer_set_callbacks(trainer.trainer, &MidEpoch::progress, nullptr, &mid));
+    CHECK_FAILS(MPT_STATUS_CANCELLED, mpt_trainer_fit(trainer.trainer, data, 1, 8, 1));
+    CHECK(mid.seen == std::vector<int64_t>{8, 8});
+    REQUIRE_OK(mpt_trainer_set_callbacks(trainer.trainer, nullptr, nullptr, nullptr));
+    REQUIRE_OK(mpt_trainer_step(trainer.trainer, data, 0, 20, nullptr));
+    CHECK(batch_size_of(trainer.trainer) == 20);
+    const std::string after_step = (directory.path / "after-step.safetensors").string();
+    REQUIRE_OK(mpt_trainer_save_checkpoint(trainer.trainer, after_step.c_str()));
+    for (const std::string& path : {mid.checkpoint, after_step}) {
+        CAPTURE(path);
+        BlobTrainer resumed(BlobTrainerSetup{});
+        REQUIRE_OK(mpt_trainer_load_checkpoint(resumed.trainer, path.c_str()));
+        CHECK(batch_size_of(resumed.trainer) == 8);
+    }
+    mpt_dataset_destroy(parts_data);
+    mpt_dataset_destroy(data);
 }

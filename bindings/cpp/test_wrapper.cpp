@@ -238,9 +238,11 @@ TEST_CASE("a run resumed from a checkpoint through the wrapper ends bit-identica
     auto resumed_model = mlp(context);  // fresh initial weights: only the checkpoint can make them equal
     CHECK(weight_bits(resumed_model) != uninterrupted);
     mptrain::Trainer resumed(resumed_model, adam());
+    CHECK(resumed.batch_size() == 0);  // before any training batch
     resumed.load_checkpoint(path);
     CHECK(resumed.progress() == std::pair<int64_t, int64_t>{6, 1});
-    resumed.fit(data, 2, 32);
+    CHECK(resumed.batch_size() == 32);  // the saved run's, restored
+    resumed.fit(data, 2, resumed.batch_size());
     CHECK(weight_bits(resumed_model) == uninterrupted);
     CHECK(resumed.progress() == trainer.progress());
     CHECK(resumed.loss_scale().scale == trainer.loss_scale().scale);

@@ -922,6 +922,13 @@ public:
         detail::check(mpt_trainer_get_progress(get(), &steps, &epochs));
         return {steps, epochs};
     }
+    /** The rows of the last training batch (fit's batch size or step's rows, whole batches), 0 before
+     *  any; a checkpoint restores it, so a resumed run can fit on in the saved run's batches. */
+    int64_t batch_size() const {
+        int64_t rows = 0;
+        detail::check(mpt_trainer_get_batch_size(get(), &rows));
+        return rows;
+    }
     /** Writes a training checkpoint, atomically: fp32 master weights, optimizer and loss-scaler state,
      *  the learning rate, step and epoch counters, the position inside the epoch and the shuffle state. Loading it into a
      *  trainer of the same architecture and options and calling fit() continues the run bit-exactly on

@@ -20,7 +20,7 @@ void args_print_usage(FILE* stream, const char* program)
             "  --data DIR         CIFAR-10 binary directory (cifar-10-batches-bin). Default:\n"
             "                     $MPTRAIN_CIFAR10_DIR, else ./data/cifar-10-batches-bin\n"
             "  --epochs N         epochs to train (default 1)\n"
-            "  --batch N          batch size (default 32)\n"
+            "  --batch N          batch size (default 32; with --resume, the saved run's)\n"
             "  --micro-batch N    run each batch's forward and backward passes in micro-batches of N\n"
             "                     rows and add up their gradients (gradient accumulation): the same\n"
             "                     steps with the memory of N-row batches (default 0: whole batches)\n"
@@ -83,8 +83,9 @@ void args_print_usage(FILE* stream, const char* program)
             "  --resume FILE      continue the run saved in FILE for --epochs more epochs: the model\n"
             "                     and its training options (precision, optimizer, rate, schedule,\n"
             "                     smoothing, clipping, averaging, dropout, standardization) are the\n"
-            "                     file's, so the flags that set those are refused with it; give the\n"
-            "                     saved run's --batch, --limit, --validation-split, --micro-batch and\n"
+            "                     file's, so the flags that set those are refused with it, and it\n"
+            "                     trains in the saved run's batch size unless --batch is given; give\n"
+            "                     the saved run's --limit, --validation-split, --micro-batch and\n"
             "                     --lr-decay again to continue it as it was (a --lr-schedule decay\n"
             "                     ends with the saved run's --epochs)\n"
             "  -h, --help         print this help and exit\n"
@@ -382,6 +383,7 @@ args_result args_parse(int argc, char** argv, cli_options* out)
         } else if (strcmp(name, "batch") == 0) {
             if (!parse_int64(value, 1, 1 << 24, &options.batch_size))
                 return usage_error(program, "--batch must be an integer >= 1, not '%s'", value);
+            options.batch_given = 1;
         } else if (strcmp(name, "micro-batch") == 0) {
             if (!parse_int64(value, 0, 1 << 24, &options.micro_batch_size))
                 return usage_error(program, "--micro-batch must be an integer >= 0, not '%s'", value);

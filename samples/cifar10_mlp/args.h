@@ -11,6 +11,7 @@ typedef struct cli_options {
     const char* data_directory; /* --data; NULL: $MPTRAIN_CIFAR10_DIR, else the default */
     int64_t epochs;
     int64_t batch_size;
+    int batch_given;            /* --batch appeared: else 32, or with --resume the saved run's */
     int64_t micro_batch_size;   /* --micro-batch: gradient accumulation's rows per pass; 0 = whole batches */
     mpt_precision precision;
     mpt_optimizer optimizer;    /* --optimizer: sgd (the default), adam, adamw, rmsprop or lion */

@@ -295,9 +295,18 @@ int run_training(const cli_options* options, mpt_precision precision, const data
         goto done;
     CHECK_MPT(mpt_trainer_create(model, trainer_options, &trainer), "creating the trainer (%s)",
               options->resume_path != NULL ? "the checkpoint's options" : args_precision_name(precision));
-    if (options->resume_path != NULL)
+    if (options->resume_path != NULL) {
+        int64_t saved_batch = 0;
         CHECK_MPT(mpt_trainer_load_checkpoint(trainer, options->resume_path), "resuming the run saved in %s",
                   options->resume_path);
+        /* The saved run's batch size, as its other options, unless --batch names another. */
+        CHECK_MPT(mpt_trainer_get_batch_size(trainer, &saved_batch), "reading the saved run's batch size");
+        if (saved_batch > 0 && !options->batch_given)
+            r.batch_size = saved_batch;
+        else if (saved_batch > 0 && saved_batch != r.batch_size)
+            fprintf(stderr, "warning: the run saved in %s trained in batches of %" PRId64 "; this one trains in "
+                            "batches of %" PRId64 " (--batch)\n", options->resume_path, saved_batch, r.batch_size);
+    }
     CHECK_MPT(mpt_trainer_get_progress(trainer, &r.steps_before, &r.epochs_before), "reading the trainer's progress");
     CHECK_MPT(mpt_trainer_get_precision(trainer, &r.precision), "reading the trainer's precision");
     CHECK_MPT(mpt_context_get_backend(context, &r.backend), "reading the context's backend");
@@ -367,7 +376,7 @@ int run_training(const cli_options* options, mpt_precision precision, const data
 
     progress_begin(progress_state);
     start = timer_seconds();
-    fit_status = mpt_trainer_fit(trainer, train_set, options->epochs, options->batch_size, 1);
+    fit_status = mpt_trainer_fit(trainer, train_set, options->epochs, r.batch_size, 1);
     r.train_seconds = timer_seconds() - start;
     progress_end(progress_state);
     if (fit_status != MPT_STATUS_OK) {

@@ -298,6 +298,17 @@ done
 [ "$(json_value resumed optimizer)" = '"adam"' ] || fail "the resumed run's optimizer: $(json_value resumed optimizer)"
 [ "$(json_value resumed standardize)" = true ] || fail "the resumed run does not standardize"
 [ "$(json_value first train_loss)" != "$(json_value straight train_loss)" ] || fail "2 epochs trained as 3"
+# The saved run's batch size is the resumed run's unless --batch names another, which is warned of.
+resumable batch16 --epochs 1 --batch 16 --save-checkpoint "$work/batch16.safetensors"
+resumable batch16_resumed --epochs 1 --resume "$work/batch16.safetensors"
+[ "$(json_value batch16_resumed batch)" = 16 ] && grep -q "^Epoch 1/1 - 16 steps" "$work/batch16_resumed.out" ||
+    fail "resumed without --batch: batch $(json_value batch16_resumed batch), $(grep '^Epoch' "$work/batch16_resumed.out")"
+grep -q "warning: the run saved in" "$work/batch16_resumed.out" && fail "resumed in the saved batch size, yet warned"
+resumable batch16_as_32 --epochs 1 --batch 32 --resume "$work/batch16.safetensors"
+[ "$(json_value batch16_as_32 batch)" = 32 ] ||
+    fail "resumed with --batch 32 trained in batches of $(json_value batch16_as_32 batch)"
+grep -q "warning: the run saved in $work/batch16.safetensors trained in batches of 16; this one trains in batches of 32" \
+    "$work/batch16_as_32.out" || fail "another --batch on resume was not warned of: $(grep -i warn "$work/batch16_as_32.out")"
 refused --resume "$work/run.safetensors" --lr 0.1 "--resume takes the model and its training options from"
 refused --resume "$work/run.safetensors" --standardize "--standardize cannot be given with it"
 refused --resume "" "--resume needs a file name"

@@ -113,6 +113,9 @@ public:
     // waiting for the device (from a progress callback on a GPU, a few steps past the one reported).
     int64_t steps_taken() const { return steps_taken_; }
     int64_t epochs_completed() const { return epochs_completed_; }
+    // The rows of the last training batch (fit's batch size or step's rows, whole batches), as a
+    // checkpoint restores them; 0 before any.
+    int64_t last_batch_size() const { return last_batch_size_; }
     EpochTiming last_epoch_timing() const { return last_epoch_timing_; }
     const Executor& executor() const { return executor_; }
     Executor& executor() { return executor_; }

@@ -1457,6 +1457,21 @@ namespace Mptrain
             }
         }
 
+        /// <summary>The rows of the last training batch (Fit's batch size or Step's rows, whole batches), 0
+        /// before any; a checkpoint restores it, so a resumed run can fit on in the saved run's batches.</summary>
+        public long BatchSize
+        {
+            get
+            {
+                using (Family.Enter())
+                {
+                    long rows;
+                    MptException.Check(Native.mpt_trainer_get_batch_size(Live, out rows));
+                    return rows;
+                }
+            }
+        }
+
         /// <summary>Writes a training checkpoint, atomically: fp32 master weights, optimizer and loss-scaler
         /// state, the learning rate, step and epoch counters, the position inside the epoch and the shuffle state. Loading it
         /// into a trainer of the same architecture and options and calling Fit continues the run

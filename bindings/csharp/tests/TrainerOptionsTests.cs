@@ -358,7 +358,10 @@ namespace Mptrain.Tests
                             CheckOptions(AsCheckpointed(original), options, recipe.Key + ": the options read");
                             using (var resumed = new Trainer(loaded, options))
                             {
+                                Assert.Equal(0L, resumed.BatchSize, recipe.Key + ": the batch size before any");
                                 resumed.LoadCheckpoint(path);
+                                Assert.Equal(15L, original.BatchSize, recipe.Key + ": the run's batch size");
+                                Assert.Equal(15L, resumed.BatchSize, recipe.Key + ": the saved run's batch size, restored");
                                 Assert.SequenceEqual(Fitted(ctx, model, original), Fitted(other, loaded, resumed),
                                                      recipe.Key + ": the resumed run");
                                 Assert.Equal(original.Progress, resumed.Progress, recipe.Key + ": the progress");

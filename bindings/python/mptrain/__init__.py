@@ -1689,6 +1689,15 @@ class Trainer(_Handle):
             _check(_lib().mpt_trainer_get_progress(self._get(), ctypes.byref(steps), ctypes.byref(epochs)))
         return Progress(steps.value, epochs.value)
 
+    @property
+    def batch_size(self):
+        """The rows of the last training batch (fit's batch_size or step's rows, whole batches), 0 before
+        any; a checkpoint restores it, so a resumed run can fit on in the saved run's batches."""
+        rows = ctypes.c_int64()
+        with self._family:
+            _check(_lib().mpt_trainer_get_batch_size(self._get(), ctypes.byref(rows)))
+        return rows.value
+
     def save_checkpoint(self, path):
         """Writes a training checkpoint to `path` (str or os.PathLike), atomically: fp32 master weights,
         optimizer and loss-scaler state, the learning rate, step and epoch counters, the position inside

@@ -274,7 +274,9 @@ def test_a_run_resumed_from_its_checkpoint_alone_ends_bit_for_bit_as_the_run_tha
     options = mptrain.Trainer.options_from_checkpoint(path)
     check_options(options, as_checkpointed(original[2]))
     resumed = ctx, model, mptrain.Trainer(model, **options)
+    assert resumed[2].batch_size == 0  # before any training batch
     resumed[2].load_checkpoint(path)
+    assert resumed[2].batch_size == original[2].batch_size == 15  # the saved run's, restored
 
     assert fitted(resumed) == fitted(original)
     assert resumed[2].progress == original[2].progress

@@ -666,6 +666,7 @@ extern "C" {
         steps: *mut i64,
         epochs: *mut i64,
     ) -> mpt_status;
+    pub fn mpt_trainer_get_batch_size(trainer: *const mpt_trainer_t, rows: *mut i64) -> mpt_status;
     pub fn mpt_trainer_save_checkpoint(
         trainer: *mut mpt_trainer_t,
         path: *const c_char,

@@ -2842,6 +2842,15 @@ impl Trainer {
         Ok(TrainingProgress { steps, epochs })
     }
 
+    /// The rows of the last training batch (`fit`'s batch size or `step`'s rows, whole batches), 0
+    /// before any; a checkpoint restores it, so a resumed run can fit on in the saved run's batches.
+    pub fn batch_size(&self) -> Result<i64> {
+        let _lock = self.family.enter()?;
+        let mut rows = 0i64;
+        check(unsafe { sys::mpt_trainer_get_batch_size(self.raw.as_ptr(), &mut rows) })?;
+        Ok(rows)
+    }
+
     /// Writes a training checkpoint (atomically, in the model file's format): fp32 master weights,
     /// optimizer and loss-scaler state, the learning rate, step and epoch counters, the position inside the epoch and
     /// the shuffle state. Loading it into a trainer of the same architecture and options and calling

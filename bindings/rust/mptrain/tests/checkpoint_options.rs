@@ -172,7 +172,14 @@ fn a_run_resumed_from_its_checkpoint_alone_ends_bit_for_bit_as_the_run_that_went
             .unwrap()
             .micro_batch_size(recipe.options.get_micro_batch_size());
         let mut resumed = Trainer::new(&resumed_model, &options).unwrap();
+        assert_eq!(resumed.batch_size().unwrap(), 0, "{name}: before any batch");
         resumed.load_checkpoint(&path).unwrap();
+        assert_eq!(original.batch_size().unwrap(), BATCH, "{name}");
+        assert_eq!(
+            resumed.batch_size().unwrap(),
+            BATCH,
+            "{name}: the saved run's, restored"
+        );
         assert_eq!(resumed.precision(), original.precision(), "{name}");
 
         original.fit(&data, 2, BATCH, true).unwrap();
