@@ -432,6 +432,8 @@ TEST_CASE("mpt_trainer_get_batch_size: the last training batch, whole, as a chec
     CHECK(batch_size_of(trainer.trainer) == 90);  // the data set's rows, fewer than a batch
     CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_fit(trainer.trainer, data, 1, 0, 1));
     CHECK(batch_size_of(trainer.trainer) == 90);  // a refused fit changes nothing
+    REQUIRE_OK(mpt_trainer_fit(trainer.trainer, data, 0, 8, 1));
+    CHECK(batch_size_of(trainer.trainer) == 90);  // nor one of no epochs, which issues no step
     CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_trainer_get_batch_size(trainer.trainer, nullptr));
 
     // Whole batches in micro-batches, and a checkpoint of a finished epoch restores the last step's rows.
@@ -470,4 +472,53 @@ TEST_CASE("mpt_trainer_get_batch_size: the last training batch, whole, as a chec
     }
     mpt_dataset_destroy(parts_data);
     mpt_dataset_destroy(data);
+}
+
+TEST_CASE("mpt_trainer_get_batch_size: a fit that fails before its first step leaves it, and a checkpoint with it") {
+    // Budgets from too small for anything up to enough: each fit of batch 8 that runs out of memory
+    // before a step (the epoch's row order, the step buffers) must leave a fresh trainer's 0, and
+    // the first that trains must give 8.
+    const Blobs blobs = mpt_test::make_blobs(20000, 9, 1.0);
+    mpt_test::TempDir directory("mptrain-batch-size-failed");
+    const std::string path = (directory.path / "failed.safetensors").string();
+    int failed_before_a_step = 0;
+    bool trained = false;
+    for (size_t budget = 4096; budget < (size_t{64} << 20) && !trained; budget += budget / 8) {
+        CAPTURE(budget);
+        mpt_context_t* context = mpt_test::create_context(MPT_BACKEND_CPU, 3, budget);
+        mpt_model_t* model = nullptr;
+        mpt_dataset_t* data = nullptr;
+        mpt_trainer_options_t* options = nullptr;
+        mpt_trainer_t* trainer = nullptr;
+        REQUIRE_OK(mpt_trainer_options_create(&options));
+        REQUIRE_OK(mpt_trainer_options_set_precision(options, MPT_PRECISION_FP32));
+        if (mpt_model_create(context, mpt_test::kBlobFeatures, &model) == MPT_STATUS_OK &&
+            mpt_model_add_dense(model, 8, MPT_ACTIVATION_RELU) == MPT_STATUS_OK &&
+            mpt_model_add_dense(model, mpt_test::kBlobClasses, MPT_ACTIVATION_SOFTMAX) == MPT_STATUS_OK &&
+            (data = mpt_test::blob_labels(context, blobs)) != nullptr &&
+            mpt_trainer_create(model, options, &trainer) == MPT_STATUS_OK) {
+            const mpt_status status = mpt_trainer_fit(trainer, data, 1, 8, 1);
+            int64_t steps = -1;
+            REQUIRE_OK(mpt_trainer_get_progress(trainer, &steps, nullptr));
+            if (status == MPT_STATUS_OK) {
+                trained = true;
+                CHECK(batch_size_of(trainer) == 8);
+            } else if (status == MPT_STATUS_OUT_OF_MEMORY && steps == 0) {
+                ++failed_before_a_step;
+                CHECK(batch_size_of(trainer) == 0);
+                if (mpt_trainer_save_checkpoint(trainer, path.c_str()) == MPT_STATUS_OK) {
+                    REQUIRE_OK(mpt_trainer_load_checkpoint(trainer, path.c_str()));
+                    CHECK(batch_size_of(trainer) == 0);
+                }
+            }
+        }
+        mpt_trainer_destroy(trainer);
+        mpt_trainer_options_destroy(options);
+        mpt_dataset_destroy(data);
+        mpt_model_destroy(model);
+        mpt_context_destroy(context);
+    }
+    CHECK(trained);
+    CHECK(failed_before_a_step > 0);
+    MESSAGE(failed_before_a_step << " budgets failed fit before its first step");
 }

@@ -916,13 +916,14 @@ MPT_API mpt_status mpt_trainer_swap_ema_weights(mpt_trainer_t* trainer, int* hol
  *  so far: from a progress callback on a GPU, a few steps past the one reported, counted without
  *  waiting for the device (so a progress bar may call it every step). */
 MPT_API mpt_status mpt_trainer_get_progress(const mpt_trainer_t* trainer, int64_t* steps, int64_t* epochs);
-/** The rows of the trainer's last training batch: fit's batch_size as the call starts training (the
- *  data set's rows when it has fewer) or mpt_trainer_step's rows, whole batches even when they run
- *  in micro-batches; 0 before any. Allowed from fit's callbacks. A
- *  checkpoint saves it and mpt_trainer_load_checkpoint restores it (within an epoch fit left
- *  unfinished, that epoch's batch size, which resuming it takes), so a program resuming a run can
- *  fit on in the saved run's batches. mpt_trainer_evaluate's and mpt_trainer_predict_dataset's
- *  batch_size 0 is this (or the micro-batch size, when smaller; 256 while it is 0). */
+/** The rows of the trainer's last training step: fit's batch_size (the data set's rows when it has
+ *  fewer) or mpt_trainer_step's rows, whole batches even when they run in micro-batches; 0 before
+ *  any step. A call that issues no step (0 epochs, a failure first) leaves it. Allowed from fit's
+ *  callbacks. A checkpoint saves it, but within an epoch fit left unfinished that epoch's batch size
+ *  (which resuming the epoch takes, whatever step ran since), and mpt_trainer_load_checkpoint
+ *  restores what was saved, so a program resuming a run can fit on in the saved run's batches.
+ *  mpt_trainer_evaluate's and mpt_trainer_predict_dataset's batch_size 0 is this (or the
+ *  micro-batch size, when smaller; 256 while it is 0). */
 MPT_API mpt_status mpt_trainer_get_batch_size(const mpt_trainer_t* trainer, int64_t* rows);
 /** Writes a training checkpoint to `path` (atomically and durably, in the model file's format):
  *  fp32 master weights, optimizer state, loss-scaler state, the base learning rate, step and epoch

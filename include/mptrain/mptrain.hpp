@@ -922,8 +922,9 @@ public:
         detail::check(mpt_trainer_get_progress(get(), &steps, &epochs));
         return {steps, epochs};
     }
-    /** The rows of the last training batch (fit's batch size or step's rows, whole batches), 0 before
-     *  any; a checkpoint restores it, so a resumed run can fit on in the saved run's batches. */
+    /** The rows of the last training step (fit's batch size, or the data set's rows when fewer; step's
+     *  rows), whole batches; 0 before any; a checkpoint restores it, so a resumed run can fit on in the
+     *  saved run's batches (mpt_trainer_get_batch_size: the exception of an unfinished epoch). */
     int64_t batch_size() const {
         int64_t rows = 0;
         detail::check(mpt_trainer_get_batch_size(get(), &rows));

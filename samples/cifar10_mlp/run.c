@@ -299,11 +299,12 @@ int run_training(const cli_options* options, mpt_precision precision, const data
         int64_t saved_batch = 0;
         CHECK_MPT(mpt_trainer_load_checkpoint(trainer, options->resume_path), "resuming the run saved in %s",
                   options->resume_path);
-        /* The saved run's batch size, as its other options, unless --batch names another. */
+        /* The saved run's batch size, as its other options, unless --batch names another. (Either
+         * trains in batches of the training set's size when it has fewer rows: so does fit.) */
         CHECK_MPT(mpt_trainer_get_batch_size(trainer, &saved_batch), "reading the saved run's batch size");
         if (saved_batch > 0 && !options->batch_given)
             r.batch_size = saved_batch;
-        else if (saved_batch > 0 && saved_batch != r.batch_size)
+        else if (saved_batch > 0 && saved_batch != (r.batch_size < r.train_rows ? r.batch_size : r.train_rows))
             fprintf(stderr, "warning: the run saved in %s trained in batches of %" PRId64 "; this one trains in "
                             "batches of %" PRId64 " (--batch)\n", options->resume_path, saved_batch, r.batch_size);
     }

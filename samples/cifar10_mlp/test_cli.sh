@@ -309,6 +309,10 @@ resumable batch16_as_32 --epochs 1 --batch 32 --resume "$work/batch16.safetensor
     fail "resumed with --batch 32 trained in batches of $(json_value batch16_as_32 batch)"
 grep -q "warning: the run saved in $work/batch16.safetensors trained in batches of 16; this one trains in batches of 32" \
     "$work/batch16_as_32.out" || fail "another --batch on resume was not warned of: $(grep -i warn "$work/batch16_as_32.out")"
+# A --batch larger than the training set trains in batches of its rows, saved so: given again, no warning.
+resumable batch512 --epochs 1 --batch 512 --save-checkpoint "$work/batch512.safetensors"
+resumable batch512_again --epochs 1 --batch 512 --resume "$work/batch512.safetensors"
+grep -q "warning: the run saved in" "$work/batch512_again.out" && fail "the same --batch on resume was warned of"
 refused --resume "$work/run.safetensors" --lr 0.1 "--resume takes the model and its training options from"
 refused --resume "$work/run.safetensors" --standardize "--standardize cannot be given with it"
 refused --resume "" "--resume needs a file name"

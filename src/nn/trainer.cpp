@@ -450,7 +450,6 @@ void Trainer::fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bo
     }
     executor_.release_weight_words();
     reserve_training_batch(batch_rows);
-    last_batch_size_ = batch_rows;
     epoch_batch_size_ = batch_rows;
     shuffle_ = shuffle;
     epoch_rows_ = rows;
@@ -556,6 +555,7 @@ void Trainer::fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bo
             if (s == first_step) epoch_data_ = dataset.rows_read();
             undo_draw.started = true;
             ++steps_taken_;
+            last_batch_size_ = batch_rows;  // once a step is issued: a fit that issues none leaves it
             if (reporting) {
                 issue_report(s + 1);
                 // The last step's report is delivered at the epoch's end, where a failure it brings
@@ -636,7 +636,6 @@ float Trainer::step(const Dataset& dataset, int64_t first, int64_t batch_size) {
             "rows [first, first + batch_size) must lie inside the dataset");
     executor_.release_weight_words();
     reserve_training_batch(batch_size);
-    last_batch_size_ = batch_size;
     const int32_t* order = identity_order(dataset.rows());
     executor_.sync_weights();
     // A step of the caller's is no step of an epoch fit left unfinished: its loss must not reach
@@ -657,6 +656,7 @@ float Trainer::step(const Dataset& dataset, int64_t first, int64_t batch_size) {
         scheduler.submit(Lane::compute, &Trainer::run_train_step, &step_task_);
     }
     ++steps_taken_;
+    last_batch_size_ = batch_size;
     const StepReport report = executor_.read_report();
     // Before check_finite_step: a non-finite step's loss must not stay in the epoch's sums either.
     executor_.write_metrics(epoch_metrics);

@@ -113,8 +113,8 @@ public:
     // waiting for the device (from a progress callback on a GPU, a few steps past the one reported).
     int64_t steps_taken() const { return steps_taken_; }
     int64_t epochs_completed() const { return epochs_completed_; }
-    // The rows of the last training batch (fit's batch size or step's rows, whole batches), as a
-    // checkpoint restores them; 0 before any.
+    // The rows of the last training step issued (fit's batch size or the data set's rows when fewer,
+    // or step's rows; whole batches), as a checkpoint restores them; 0 before any.
     int64_t last_batch_size() const { return last_batch_size_; }
     EpochTiming last_epoch_timing() const { return last_epoch_timing_; }
     const Executor& executor() const { return executor_; }

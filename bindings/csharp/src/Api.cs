@@ -1457,8 +1457,9 @@ namespace Mptrain
             }
         }
 
-        /// <summary>The rows of the last training batch (Fit's batch size or Step's rows, whole batches), 0
-        /// before any; a checkpoint restores it, so a resumed run can fit on in the saved run's batches.</summary>
+        /// <summary>The rows of the last training step (Fit's batch size, or the data set's rows when fewer;
+        /// Step's rows), whole batches; 0 before any; a checkpoint restores it, so a resumed run can fit on
+        /// in the saved run's batches (mpt_trainer_get_batch_size: the exception of an unfinished epoch).</summary>
         public long BatchSize
         {
             get

@@ -1691,8 +1691,9 @@ class Trainer(_Handle):
 
     @property
     def batch_size(self):
-        """The rows of the last training batch (fit's batch_size or step's rows, whole batches), 0 before
-        any; a checkpoint restores it, so a resumed run can fit on in the saved run's batches."""
+        """The rows of the last training step (fit's batch_size, or the data set's rows when fewer; step's
+        rows), whole batches; 0 before any; a checkpoint restores it, so a resumed run can fit on in the
+        saved run's batches (mpt_trainer_get_batch_size: the exception of an unfinished epoch)."""
         rows = ctypes.c_int64()
         with self._family:
             _check(_lib().mpt_trainer_get_batch_size(self._get(), ctypes.byref(rows)))

@@ -2842,8 +2842,10 @@ impl Trainer {
         Ok(TrainingProgress { steps, epochs })
     }
 
-    /// The rows of the last training batch (`fit`'s batch size or `step`'s rows, whole batches), 0
-    /// before any; a checkpoint restores it, so a resumed run can fit on in the saved run's batches.
+    /// The rows of the last training step (`fit`'s batch size, or the data set's rows when fewer;
+    /// `step`'s rows), whole batches; 0 before any; a checkpoint restores it, so a resumed run can
+    /// fit on in the saved run's batches (`mpt_trainer_get_batch_size`: the exception of an
+    /// unfinished epoch).
     pub fn batch_size(&self) -> Result<i64> {
         let _lock = self.family.enter()?;
         let mut rows = 0i64;
