@@ -5,8 +5,6 @@
 // the reason, or fails with it where MPTRAIN_REQUIRE_GPU is set.
 #include <doctest/doctest.h>
 
-#include <stdlib.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -22,6 +20,7 @@
 #include "mptrain/mptrain.h"
 #include "support/normalised_error.h"
 #include "support/capi_fixture.h"
+#include "support/temp_dir.h"
 
 namespace fs = std::filesystem;
 
@@ -252,20 +251,8 @@ int64_t argmax(const float* values, int64_t count) {
 }
 
 // A directory under /tmp, removed with its files at the end of the scope.
-struct TempDir {
-    fs::path path;
-    TempDir() {
-        char pattern[] = "/tmp/mptrain-cuda-api-XXXXXX";
-        const char* made = mkdtemp(pattern);
-        REQUIRE(made != nullptr);
-        path = made;
-    }
-    ~TempDir() {
-        std::error_code ignored;
-        fs::remove_all(path, ignored);
-    }
-    TempDir(const TempDir&) = delete;
-    TempDir& operator=(const TempDir&) = delete;
+struct TempDir : mpt_test::TempDir {
+    TempDir() : mpt_test::TempDir("mptrain-cuda-api") {}
 };
 
 // A context on `backend`, the 4-8-3 model, a blob dataset and a trainer; destroyed in reverse.
@@ -1417,6 +1404,94 @@ TEST_CASE("bad input fails with the CPU's status and the same context, model and
     CHECK(accuracy > 0.9f);
     std::vector<float> out = model_predict(session.model, blobs.x, 4, kClasses);
     for (float p : out) CHECK(std::isfinite(p));
+}
+
+namespace {
+
+// A mixed-fp16 trainer with dynamic scaling from `initial` down to at least `minimum`, halving.
+mpt_trainer_t* new_scaling_trainer(mpt_model_t* model, float initial, float minimum) {
+    mpt_trainer_options_t* options = nullptr;
+    REQUIRE_OK(mpt_trainer_options_create(&options));
+    REQUIRE_OK(mpt_trainer_options_set_precision(options, MPT_PRECISION_MIXED_FP16));
+    REQUIRE_OK(mpt_trainer_options_set_learning_rate(options, 0.1f));
+    REQUIRE_OK(mpt_trainer_options_set_loss_scaling(options, MPT_LOSS_SCALING_DYNAMIC, initial));
+    REQUIRE_OK(mpt_trainer_options_set_loss_scaler_dynamics(options, 2.0f, 0.5f, 2000, minimum, 16777216.0f));
+    mpt_trainer_t* trainer = nullptr;
+    REQUIRE_OK(mpt_trainer_create(model, options, &trainer));
+    mpt_trainer_options_destroy(options);
+    return trainer;
+}
+
+struct ScaleAndSkips {
+    float scale = -1.0f;
+    int64_t skipped = -1;
+};
+
+ScaleAndSkips scale_and_skips(const mpt_trainer_t* trainer) {
+    ScaleAndSkips state;
+    REQUIRE_OK(mpt_trainer_get_loss_scale(trainer, &state.scale, nullptr, &state.skipped));
+    return state;
+}
+
+}  // namespace
+
+TEST_CASE("dynamic scaling backs off on NaN data down to its minimum scale; an overflow there fails with NON_FINITE") {
+    BACKEND_OR_SKIP(backend);
+    Session session(backend, 96);
+    Blobs poisoned = session.blobs;
+    for (int64_t r = 0; r < 96; ++r) poisoned.x[static_cast<size_t>(r * kFeatures)] = std::numeric_limits<float>::quiet_NaN();
+    mpt_dataset_t* nan_rows = nullptr;
+    REQUIRE_OK(mpt_dataset_create_f32(session.context, poisoned.x.data(), 96, kFeatures, poisoned.y.data(), kClasses, 0,
+                                      &nan_rows));
+    mpt_trainer_destroy(session.trainer);
+    session.trainer = new_scaling_trainer(session.model, 8.0f, 2.0f);
+    const std::vector<float> before = session.weights();
+
+    SUBCASE("step: two back-offs, then every overflow at the minimum fails, and clean data still trains") {
+        for (float scale : {4.0f, 2.0f}) {  // 8 -> 4 -> 2, each step skipped without an error
+            REQUIRE_OK(mpt_trainer_step(session.trainer, nan_rows, 0, 16, nullptr));
+            CHECK(scale_and_skips(session.trainer).scale == scale);
+        }
+        for (int64_t skipped : {3, 4}) {
+            float loss = -7.0f;
+            CHECK_FAILS(MPT_STATUS_NON_FINITE, mpt_trainer_step(session.trainer, nan_rows, 16, 16, &loss));
+            const std::string message = mpt_last_error();
+            CHECK(message.find("loss scale already at its minimum (2)") != std::string::npos);
+            CHECK(loss == -7.0f);
+            CHECK(scale_and_skips(session.trainer).scale == 2.0f);
+            CHECK(scale_and_skips(session.trainer).skipped == skipped);
+        }
+        CHECK(same_bits(before, session.weights()));
+        REQUIRE_OK(mpt_trainer_step(session.trainer, session.dataset, 0, 16, nullptr));
+        CHECK_FALSE(same_bits(before, session.weights()));
+        CHECK(scale_and_skips(session.trainer).skipped == 4);
+
+        // A checkpoint taken at the minimum resumes there: the resumed trainer's first overflow fails.
+        TempDir directory;
+        const std::string path = (directory.path / "at-minimum.safetensors").string();
+        REQUIRE_OK(mpt_trainer_save_checkpoint(session.trainer, path.c_str()));
+        mpt_trainer_t* resumed = new_scaling_trainer(session.model, 8.0f, 2.0f);
+        REQUIRE_OK(mpt_trainer_load_checkpoint(resumed, path.c_str()));
+        CHECK(scale_and_skips(resumed).scale == 2.0f);
+        CHECK_FAILS(MPT_STATUS_NON_FINITE, mpt_trainer_step(resumed, nan_rows, 0, 16, nullptr));
+        mpt_trainer_destroy(resumed);
+    }
+    SUBCASE("fit: the epoch's overflows reach the minimum and fit fails there, the weights unchanged") {
+        // The CPU stops at the third step, a GPU at the end of the epoch (its other steps run).
+        CHECK_FAILS(MPT_STATUS_NON_FINITE, mpt_trainer_fit(session.trainer, nan_rows, 1, 16, 0));
+        CHECK(std::string(mpt_last_error()).find("minimum (2)") != std::string::npos);
+        const ScaleAndSkips after = scale_and_skips(session.trainer);
+        CHECK(after.scale == 2.0f);
+        CHECK(after.skipped >= 3);
+        CHECK(same_bits(before, session.weights()));
+        // Fewer overflows than it takes to reach the minimum skip their steps, and fit succeeds.
+        mpt_trainer_t* fresh = new_scaling_trainer(session.model, 65536.0f, 1.0f);
+        REQUIRE_OK(mpt_trainer_fit(fresh, nan_rows, 1, 16, 0));
+        CHECK(scale_and_skips(fresh).scale == 1024.0f);  // 6 steps, 6 halvings
+        CHECK(scale_and_skips(fresh).skipped == 6);
+        mpt_trainer_destroy(fresh);
+    }
+    mpt_dataset_destroy(nan_rows);
 }
 
 // ---- (4) a cancelling progress callback -------------------------------------------------------

@@ -1,6 +1,8 @@
 // The dynamic loss scaler's state machine, step by step, against the rules in DESIGN.md.
 #include <doctest/doctest.h>
 
+#include <initializer_list>
+
 #include "amp/loss_scaler.h"
 
 using namespace mpt;
@@ -62,6 +64,30 @@ TEST_CASE("the scale stays within its configured bounds") {
     CHECK(state.loss_scale == 1.0f);
     for (int i = 0; i < 10; ++i) step(state, config, false);
     CHECK(state.loss_scale == 16.0f);
+}
+
+TEST_CASE("only overflows met at the minimum scale count as skipped there, the dead end the trainer reports") {
+    LossScalerConfig config = dynamic_config();
+    config.initial_scale = 4.0f;
+    config.min_scale = 2.0f;
+    TrainState state = initial_train_state(config);
+    step(state, config, true);  // 4 -> 2
+    CHECK(state.skipped_at_min_scale == 0);
+    step(state, config, false);
+    step(state, config, true);  // at 2 already: backing off changes nothing
+    CHECK(state.loss_scale == 2.0f);
+    CHECK(state.skipped_at_min_scale == 1);
+    step(state, config, true);
+    CHECK(state.skipped_at_min_scale == 2);
+    CHECK(state.skipped_steps == 3);
+    // Static scaling and no scaling have no minimum to reach: their skips fail the step anyway.
+    for (LossScaling mode : {LossScaling::fixed, LossScaling::off}) {
+        config.mode = mode;
+        config.initial_scale = 1.0f;
+        state = initial_train_state(config);
+        step(state, config, true);
+        CHECK(state.skipped_at_min_scale == 0);
+    }
 }
 
 TEST_CASE("custom growth factor, backoff and interval are honoured") {

@@ -670,9 +670,16 @@ MPT_API mpt_status mpt_trainer_options_set_lr_schedule(mpt_trainer_options_t* op
                                                        int64_t warmup_steps, int64_t decay_steps, float factor);
 /** Loss scaling. Unless it is dynamic (DYNAMIC, or DEFAULT in fp16), a step whose loss or gradients
  *  are NaN or Inf skips its update and fit/step fail with MPT_STATUS_NON_FINITE. With dynamic
- *  scaling such a step is the scaler's business: its update is skipped, the scale backs off and
- *  training goes on (as in other frameworks), so NaN in the data shows only as skipped steps
- *  (mpt_trainer_get_loss_scale): check the data when creating the data set (`check_finite`). */
+ *  scaling such a step is the scaler's business while it can back off: its update is skipped, the
+ *  scale shrinks and training goes on (as in other frameworks), the skips readable through
+ *  mpt_trainer_get_loss_scale. Once the scale is at its minimum (min_scale, 1 by default) backing
+ *  off cannot help, so a step that overflows there is skipped and fit/step fail with
+ *  MPT_STATUS_NON_FINITE (as DeepSpeed's raise_error_at_min_scale), rather than skip every step
+ *  from then on unseen: a run whose loss diverged, or whose data holds NaN or Inf, fails after some
+ *  log2(initial_scale / min_scale) + 1 overflows without 2000 finite steps between them (16 from the
+ *  default 2^15). On a GPU fit finds it as it finds any non-finite step: at the next progress
+ *  callback, or without one at the end of the epoch. The trainer stays usable (its scale stays at the
+ *  minimum). To find NaN data before training, check it when creating the data set (`check_finite`). */
 MPT_API mpt_status mpt_trainer_options_set_loss_scaling(mpt_trainer_options_t* options, mpt_loss_scaling mode,
                                                         float initial_scale);
 /** Dynamic scaler parameters: growth factor > 1, backoff in (0, 1), interval >= 1,

@@ -31,13 +31,17 @@ struct TrainState {
     int64_t skipped_steps;     // updates skipped for non-finite gradients
     int64_t applied_steps;     // updates applied (Adam's bias-correction step count)
     int64_t steps;             // all optimizer steps, skipped or not
+    // Dynamic scaling's dead end: updates skipped while the scale was already at min_scale, where
+    // backing off cannot make the gradients finite. The trainer fails the step when this grows
+    // (DeepSpeed's raise_error_at_min_scale) rather than skip every step from then on unseen.
+    int64_t skipped_at_min_scale;
     // Gradient clipping's (Backend::clip_factor): the last step's unscaled gradients' global L2 norm,
     // NaN where none was taken (no clipping, no step yet, a skipped step), and the factor that step's
     // update scaled them by. An observation, not kept by checkpoints.
     float gradient_norm;
     float clip_factor;
 };
-static_assert(sizeof(TrainState) == 48, "TrainState has no padding");
+static_assert(sizeof(TrainState) == 56, "TrainState has no padding");
 
 inline TrainState initial_train_state(const LossScalerConfig& config) {
     TrainState state{};
@@ -54,6 +58,7 @@ MPT_HOST_DEVICE void advance_loss_scaler(TrainState& state, const LossScalerConf
         state.skipped_steps += 1;
         state.growth_tracker = 0;
         if (config.mode == LossScaling::dynamic) {
+            if (state.loss_scale <= config.min_scale) state.skipped_at_min_scale += 1;
             float scaled = state.loss_scale * config.backoff_factor;
             state.loss_scale = scaled < config.min_scale ? config.min_scale : scaled;
         }

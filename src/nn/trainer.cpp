@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <exception>
 #include <filesystem>
+#include <locale>
+#include <sstream>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -365,13 +367,36 @@ void Trainer::run_train_step(void* argument) {
     if (task.closes_step) executor.apply_accumulated(task.slot, task.rows);
 }
 
+namespace {
+
+// A scale for an error message: "1", "0.5", "65536", whatever the host program's locale.
+std::string scale_text(float scale) {
+    std::ostringstream text;
+    text.imbue(std::locale::classic());
+    text << scale;
+    return text.str();
+}
+
+}  // namespace
+
 void Trainer::check_finite_step(const TrainState& state) {
     if (state.skipped_steps == skipped_seen_) return;
+    const bool at_min_scale = state.skipped_at_min_scale != skipped_at_min_scale_seen_;
+    acknowledge_skipped_steps(state);
+    const std::string step = "step " + std::to_string(state.steps) + ": the loss or a gradient is NaN or Inf";
+    const char* advice = "; the update was skipped (the weights are unchanged). Check the data and the learning rate.";
+    if (executor_.scaler_config().mode != LossScaling::dynamic) fail(MPT_STATUS_NON_FINITE, step + advice);
+    // Above the minimum the scaler backs off and training goes on; at it, every later step would be
+    // skipped as well, so the run has diverged (or met NaN/Inf data) and fit must say so.
+    if (at_min_scale)
+        fail(MPT_STATUS_NON_FINITE, step + " with the loss scale already at its minimum (" +
+                                        scale_text(executor_.scaler_config().min_scale) +
+                                        "), where backing off cannot help" + advice);
+}
+
+void Trainer::acknowledge_skipped_steps(const TrainState& state) {
     skipped_seen_ = state.skipped_steps;
-    if (executor_.scaler_config().mode == LossScaling::dynamic) return;  // the scaler handles it
-    fail(MPT_STATUS_NON_FINITE, "step " + std::to_string(state.steps) +
-                                    ": the loss or a gradient is NaN or Inf; the update was skipped (the weights are "
-                                    "unchanged). Check the data and the learning rate.");
+    skipped_at_min_scale_seen_ = state.skipped_at_min_scale;
 }
 
 void Trainer::issue_report(int64_t step) {
@@ -604,7 +629,7 @@ void Trainer::fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bo
             // Steps whose reports were dropped may have been skipped as non-finite: that is known now
             // (the cancel or failure being reported covers it), not news for the next fit.
             try {
-                skipped_seen_ = executor_.read_state().skipped_steps;
+                acknowledge_skipped_steps(executor_.read_state());
             } catch (...) {
                 // A device fault: the error already being reported, or the next call, says so.
             }
@@ -813,7 +838,7 @@ void Trainer::restore(const TrainerSnapshot& snapshot) {
     epochs_completed_ = snapshot.epochs_completed;
     steps_into_epoch_ = snapshot.steps_into_epoch;
     steps_taken_ = snapshot.state.steps;
-    skipped_seen_ = snapshot.state.skipped_steps;
+    acknowledge_skipped_steps(snapshot.state);
     last_batch_size_ = snapshot.batch_size;
     epoch_batch_size_ = snapshot.batch_size;
     epoch_rows_ = snapshot.dataset_rows;

@@ -174,8 +174,11 @@ private:
     // The batch size evaluate and predict take by default: the rows of the last training step's
     // passes (its micro-batches' when it had some), else 256.
     int64_t default_batch_size() const;
-    // Raises MPT_STATUS_NON_FINITE when a step without loss scaling met NaN/Inf (its update was skipped).
+    // Raises MPT_STATUS_NON_FINITE when a step met NaN/Inf (its update was skipped) without dynamic
+    // loss scaling, or with it at the scaler's minimum scale, where backing off cannot help.
     void check_finite_step(const TrainState& state);
+    // Takes the skips counted in `state` as known: news neither for check_finite_step nor a next fit.
+    void acknowledge_skipped_steps(const TrainState& state);
     // Step reports: after a step, its TrainState and running metrics are copied asynchronously into
     // a ring of host buffers (pinned on a GPU); each is delivered (finite check, progress callback)
     // once its copy has landed, so reading the numbers never stalls the device. The host blocks
@@ -216,7 +219,8 @@ private:
     std::vector<int32_t> restored_order_;  // an interrupted epoch's order from a checkpoint
     std::vector<int32_t> host_epoch_order_;  // a copy of the epoch's order when the data is streamed
     CheckpointPolicy checkpointing_;
-    int64_t skipped_seen_ = 0;
+    int64_t skipped_seen_ = 0;                // TrainState::skipped_steps as last checked
+    int64_t skipped_at_min_scale_seen_ = 0;   // TrainState::skipped_at_min_scale as last checked
     GatherTask gather_tasks_[kBatchSlots] = {};
     StepTask step_task_ = {};
     EpochTiming last_epoch_timing_;
