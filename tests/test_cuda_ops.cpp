@@ -601,6 +601,14 @@ void compare_loss_head_cases(Backend& reference, Backend& candidate) {
                       {Activation::softmax, LossKind::sparse_categorical_crossentropy, 300, 104, 100, DType::bf16, true, true});
     compare_loss_head(reference, candidate,
                       {Activation::softmax, LossKind::sparse_categorical_crossentropy, 4096, 16, 10, DType::fp16, true, false});
+    // Past 2048 rows with a ragged class count (33 in 40 padded units), and 1000 classes (32 a lane).
+    compare_loss_head(reference, candidate,
+                      {Activation::softmax, LossKind::sparse_categorical_crossentropy, 2100, 40, 33, DType::fp16, true, true});
+    compare_loss_head(reference, candidate,
+                      {Activation::linear, LossKind::categorical_crossentropy, 2100, 40, 33, DType::bf16, true, false, 0.1f});
+    compare_loss_head(reference, candidate,
+                      {Activation::softmax, LossKind::sparse_categorical_crossentropy, 2050, 1000, 1000, DType::bf16, true,
+                       true, 0.0f, true});
 }
 
 // `standardized`: then (value - mean) / divisor per feature, as for mpt_dataset_create_standardized.
@@ -1309,6 +1317,8 @@ void compare_finish_step(Backend& reference, Backend& candidate) {
         CHECK(results[1].skipped_steps == results[0].skipped_steps);
         CHECK(results[1].applied_steps == results[0].applied_steps);
         CHECK(results[1].steps == results[0].steps);
+        CHECK(results[1].skipped_at_min_scale == results[0].skipped_at_min_scale);
+        CHECK(results[0].skipped_at_min_scale == (k == 3 ? 1 : 0));  // an overflow at the minimum
         const float expected_scale = k == 1 ? 512.0f : k == 2 ? 2048.0f : k == 3 ? 1.0f : 1024.0f;
         CHECK(results[0].loss_scale == expected_scale);
     }
