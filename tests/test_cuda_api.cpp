@@ -1474,6 +1474,7 @@ TEST_CASE("dynamic scaling backs off on NaN data down to its minimum scale; an o
         REQUIRE_OK(mpt_trainer_load_checkpoint(resumed, path.c_str()));
         CHECK(scale_and_skips(resumed).scale == 2.0f);
         CHECK_FAILS(MPT_STATUS_NON_FINITE, mpt_trainer_step(resumed, nan_rows, 0, 16, nullptr));
+        REQUIRE_OK(mpt_trainer_step(resumed, session.dataset, 0, 16, nullptr));  // and still trains
         mpt_trainer_destroy(resumed);
     }
     SUBCASE("fit: the epoch's overflows reach the minimum and fit fails there, the weights unchanged") {
@@ -1484,12 +1485,32 @@ TEST_CASE("dynamic scaling backs off on NaN data down to its minimum scale; an o
         CHECK(after.scale == 2.0f);
         CHECK(after.skipped >= 3);
         CHECK(same_bits(before, session.weights()));
+        REQUIRE_OK(mpt_trainer_step(session.trainer, session.dataset, 0, 16, nullptr));  // still trains
         // Fewer overflows than it takes to reach the minimum skip their steps, and fit succeeds.
         mpt_trainer_t* fresh = new_scaling_trainer(session.model, 65536.0f, 1.0f);
         REQUIRE_OK(mpt_trainer_fit(fresh, nan_rows, 1, 16, 0));
         CHECK(scale_and_skips(fresh).scale == 1024.0f);  // 6 steps, 6 halvings
         CHECK(scale_and_skips(fresh).skipped == 6);
         mpt_trainer_destroy(fresh);
+    }
+    SUBCASE("fit with a progress callback, 24 steps an epoch: the steps queued behind the failure are no news") {
+        // On a GPU the failure is found at the third step's report with later steps already queued,
+        // which run (skipped, at the minimum) with their reports dropped: the next call must not fail
+        // for them. The CPU stops at the third step.
+        int64_t reported = 0;
+        const mpt_progress_fn count_steps = [](int64_t, int64_t, int64_t, float, float, void* user) {
+            ++*static_cast<int64_t*>(user);
+            return 0;
+        };
+        REQUIRE_OK(mpt_trainer_set_callbacks(session.trainer, count_steps, nullptr, &reported));
+        CHECK_FAILS(MPT_STATUS_NON_FINITE, mpt_trainer_fit(session.trainer, nan_rows, 1, 4, 0));
+        CHECK(std::string(mpt_last_error()).find("step 3: ") == 0);
+        CHECK(reported == 2);  // the steps before it; the failing step's callback is not called
+        CHECK(scale_and_skips(session.trainer).skipped >= 3);
+        CHECK(same_bits(before, session.weights()));
+        REQUIRE_OK(mpt_trainer_step(session.trainer, session.dataset, 0, 16, nullptr));
+        REQUIRE_OK(mpt_trainer_fit(session.trainer, session.dataset, 1, 16, 0));
+        CHECK_FALSE(same_bits(before, session.weights()));
     }
     mpt_dataset_destroy(nan_rows);
 }

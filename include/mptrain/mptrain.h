@@ -675,11 +675,12 @@ MPT_API mpt_status mpt_trainer_options_set_lr_schedule(mpt_trainer_options_t* op
  *  mpt_trainer_get_loss_scale. Once the scale is at its minimum (min_scale, 1 by default) backing
  *  off cannot help, so a step that overflows there is skipped and fit/step fail with
  *  MPT_STATUS_NON_FINITE (as DeepSpeed's raise_error_at_min_scale), rather than skip every step
- *  from then on unseen: a run whose loss diverged, or whose data holds NaN or Inf, fails after some
- *  log2(initial_scale / min_scale) + 1 overflows without 2000 finite steps between them (16 from the
- *  default 2^15). On a GPU fit finds it as it finds any non-finite step: at the next progress
- *  callback, or without one at the end of the epoch. The trainer stays usable (its scale stays at the
- *  minimum). To find NaN data before training, check it when creating the data set (`check_finite`). */
+ *  from then on unseen: with the default dynamics, a run whose loss diverged or whose data holds NaN
+ *  or Inf fails at its 16th overflow from 2^15 without 2000 finite steps between them. On a GPU fit
+ *  finds it as it finds any non-finite step: at the step's progress callback, or without one at the
+ *  end of the epoch (whose other steps ran). The trainer stays usable: its scale stays at the
+ *  minimum, and a finite step trains. To find NaN data before training, check it when creating the
+ *  data set (`check_finite`). */
 MPT_API mpt_status mpt_trainer_options_set_loss_scaling(mpt_trainer_options_t* options, mpt_loss_scaling mode,
                                                         float initial_scale);
 /** Dynamic scaler parameters: growth factor > 1, backoff in (0, 1), interval >= 1,

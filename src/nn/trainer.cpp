@@ -170,8 +170,10 @@ const TrainerConfig& checked_optimizer(const TrainerConfig& config) {
 // has drained: puts the running metrics back as the last finished step left them, for a step that
 // failed partway has added its passes so far to them (run again, it would count twice in its
 // epoch's means); and takes the step count from the device, for a step whose task failed was
-// counted on issue but may never have reached its finish_step. Declared before the scope's
-// DrainOnExit, so it runs after it.
+// counted on issue but may never have reached its finish_step, and the skipped steps, for steps
+// queued behind the failure ran with their reports dropped (on a GPU, up to kReportSlots - 1):
+// their skips are covered by the failure being reported, not news that fails the next fit or step.
+// Declared before the scope's DrainOnExit, so it runs after it.
 class Trainer::StepRecoveryOnFailure {
 public:
     explicit StepRecoveryOnFailure(Trainer& trainer) : trainer_(trainer), exceptions_(std::uncaught_exceptions()) {}
@@ -179,7 +181,9 @@ public:
         if (std::uncaught_exceptions() == exceptions_) return;
         // A device fault fails both: the error being reported says so, and the device is unreadable.
         try {
-            trainer_.steps_taken_ = trainer_.executor_.read_state().steps;
+            const TrainState state = trainer_.executor_.read_state();
+            trainer_.steps_taken_ = state.steps;
+            trainer_.acknowledge_skipped_steps(state);
         } catch (...) {
         }
         try {
@@ -379,19 +383,23 @@ std::string scale_text(float scale) {
 
 }  // namespace
 
-void Trainer::check_finite_step(const TrainState& state) {
+void Trainer::check_finite_step(const TrainState& state, bool last_step_only) {
     if (state.skipped_steps == skipped_seen_) return;
     const bool at_min_scale = state.skipped_at_min_scale != skipped_at_min_scale_seen_;
     acknowledge_skipped_steps(state);
-    const std::string step = "step " + std::to_string(state.steps) + ": the loss or a gradient is NaN or Inf";
-    const char* advice = "; the update was skipped (the weights are unchanged). Check the data and the learning rate.";
-    if (executor_.scaler_config().mode != LossScaling::dynamic) fail(MPT_STATUS_NON_FINITE, step + advice);
+    const std::string which = last_step_only ? "step " + std::to_string(state.steps)
+                                             : "a step of this epoch (by step " + std::to_string(state.steps) + ")";
+    const std::string what = which + ": the loss or a gradient is NaN or Inf";
+    const std::string skipped = std::string("; its update was skipped") +
+                                (last_step_only ? " (the weights are unchanged)" : ", the epoch's other steps ran") +
+                                ". Check the data and the learning rate.";
+    if (executor_.scaler_config().mode != LossScaling::dynamic) fail(MPT_STATUS_NON_FINITE, what + skipped);
     // Above the minimum the scaler backs off and training goes on; at it, every later step would be
     // skipped as well, so the run has diverged (or met NaN/Inf data) and fit must say so.
     if (at_min_scale)
-        fail(MPT_STATUS_NON_FINITE, step + " with the loss scale already at its minimum (" +
+        fail(MPT_STATUS_NON_FINITE, what + " with the loss scale already at its minimum (" +
                                         scale_text(executor_.scaler_config().min_scale) +
-                                        "), where backing off cannot help" + advice);
+                                        ") or below, where backing off cannot help" + skipped);
 }
 
 void Trainer::acknowledge_skipped_steps(const TrainState& state) {
@@ -414,7 +422,7 @@ void Trainer::deliver_report(int64_t steps_per_epoch, int64_t batch_rows) {
     report_head_ = (report_head_ + 1) % kReportSlots;
     --reports_pending_;
     const StepReport& report = reports_[slot];
-    check_finite_step(report.state);
+    check_finite_step(report.state, true);
     if (!callbacks_.progress) return;
     const int64_t step = report_step_[slot];
     const EvaluationResult running = metric_means(report.metrics, step * batch_rows);
@@ -619,7 +627,7 @@ void Trainer::fit(const Dataset& dataset, int64_t epochs, int64_t batch_size, bo
         };
         try {
             while (reports_pending_ > 0) deliver_report(steps, batch_rows);
-            check_finite_step(executor_.read_state());
+            check_finite_step(executor_.read_state(), false);
         } catch (...) {
             // Every step of the epoch has run (on a GPU a non-finite step is found here, at the end):
             // the epoch is over, whatever failed, and the next fit starts a new one rather than
@@ -685,7 +693,7 @@ float Trainer::step(const Dataset& dataset, int64_t first, int64_t batch_size) {
     const StepReport report = executor_.read_report();
     // Before check_finite_step: a non-finite step's loss must not stay in the epoch's sums either.
     executor_.write_metrics(epoch_metrics);
-    check_finite_step(report.state);
+    check_finite_step(report.state, true);
     return static_cast<float>(report.metrics[kMetricBatchLoss]);
 }
 

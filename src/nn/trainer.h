@@ -176,7 +176,9 @@ private:
     int64_t default_batch_size() const;
     // Raises MPT_STATUS_NON_FINITE when a step met NaN/Inf (its update was skipped) without dynamic
     // loss scaling, or with it at the scaler's minimum scale, where backing off cannot help.
-    void check_finite_step(const TrainState& state);
+    // `last_step_only`: `state` is right after the only step not yet checked (a step's report), so
+    // the message names that step; else (a GPU epoch's end) some earlier step of the epoch may be it.
+    void check_finite_step(const TrainState& state, bool last_step_only);
     // Takes the skips counted in `state` as known: news neither for check_finite_step nor a next fit.
     void acknowledge_skipped_steps(const TrainState& state);
     // Step reports: after a step, its TrainState and running metrics are copied asynchronously into
