@@ -574,6 +574,16 @@ mpt_status mpt_trainer_get_batch_size(const mpt_trainer_t* trainer, int64_t* row
     MPT_API_END
 }
 
+mpt_status mpt_trainer_get_unfinished_epoch(const mpt_trainer_t* trainer, int64_t* steps, int64_t* rows,
+                                            int64_t* batch_size) {
+    MPT_API_BEGIN
+    const mpt::Trainer::UnfinishedEpoch epoch = impl_of(trainer, "trainer").unfinished_epoch();
+    if (steps) *steps = epoch.steps;
+    if (rows) *rows = epoch.rows;
+    if (batch_size) *batch_size = epoch.batch_size;
+    MPT_API_END
+}
+
 mpt_status mpt_trainer_save_checkpoint(mpt_trainer_t* trainer, const char* path) {
     MPT_API_BEGIN
     mpt::Trainer& impl = impl_of(trainer, "trainer");

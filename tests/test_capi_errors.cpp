@@ -330,6 +330,7 @@ TEST_CASE("every entry point rejects a NULL handle with INVALID_ARGUMENT and a m
         {"trainer_get_loss_scale", [&] { return mpt_trainer_get_loss_scale(nullptr, &scale, &count, &count); }},
         {"trainer_get_progress", [&] { return mpt_trainer_get_progress(nullptr, &count, &count); }},
         {"trainer_get_batch_size", [&] { return mpt_trainer_get_batch_size(nullptr, &count); }},
+        {"trainer_get_unfinished_epoch", [&] { return mpt_trainer_get_unfinished_epoch(nullptr, &count, &count, &count); }},
         {"trainer_get_memory", [&] { return mpt_trainer_get_memory(nullptr, &used, &peak); }},
     };
     for (const auto& [name, call] : calls) {

@@ -522,3 +522,97 @@ TEST_CASE("mpt_trainer_get_batch_size: a fit that fails before its first step le
     CHECK(failed_before_a_step > 0);
     MESSAGE(failed_before_a_step << " budgets failed fit before its first step");
 }
+
+namespace {
+
+struct Unfinished {
+    int64_t steps = -1, rows = -1, batch_size = -1;
+    bool operator==(const Unfinished& other) const {
+        return steps == other.steps && rows == other.rows && batch_size == other.batch_size;
+    }
+};
+
+doctest::String toString(const Unfinished& epoch) {
+    return ("{" + std::to_string(epoch.steps) + ", " + std::to_string(epoch.rows) + ", " +
+            std::to_string(epoch.batch_size) + "}")
+        .c_str();
+}
+
+Unfinished unfinished_epoch_of(const mpt_trainer_t* trainer) {
+    Unfinished epoch;
+    REQUIRE_OK(mpt_trainer_get_unfinished_epoch(trainer, &epoch.steps, &epoch.rows, &epoch.batch_size));
+    return epoch;
+}
+
+// Cancels fit at its `stop_at`th step, recording what the getter says of the epoch at each step.
+struct CancelAt {
+    const mpt_trainer_t* trainer = nullptr;
+    int64_t stop_at = 0;
+    std::vector<Unfinished> seen;
+    static int progress(int64_t, int64_t step, int64_t, float, float, void* user_data) {
+        auto* self = static_cast<CancelAt*>(user_data);
+        self->seen.push_back(unfinished_epoch_of(self->trainer));
+        return step == self->stop_at ? 1 : 0;
+    }
+};
+
+}  // namespace
+
+TEST_CASE("mpt_trainer_get_unfinished_epoch: the steps, rows and batch size of the epoch fit left, as a checkpoint keeps it") {
+    const Blobs blobs = mpt_test::make_blobs(90, 8, 1.0), fewer = mpt_test::make_blobs(60, 9, 1.0);
+    mpt_test::TempDir directory("mptrain-unfinished-epoch");
+    BlobTrainer trainer(BlobTrainerSetup{});
+    mpt_dataset_t* data = trainer.labels(blobs);
+    mpt_dataset_t* other = trainer.labels(fewer);
+    CHECK(unfinished_epoch_of(trainer.trainer) == Unfinished{0, 0, 0});  // before any fit
+    REQUIRE_OK(mpt_trainer_get_unfinished_epoch(trainer.trainer, nullptr, nullptr, nullptr));
+    REQUIRE_OK(mpt_trainer_fit(trainer.trainer, data, 1, 16, 1));
+    CHECK(unfinished_epoch_of(trainer.trainer) == Unfinished{0, 0, 0});  // finished
+
+    // Cancelled at the 3rd of 11 steps: from the callbacks, the epoch in progress; then 3 steps ran.
+    CancelAt cancel{trainer.trainer, 3, {}};
+    REQUIRE_OK(mpt_trainer_set_callbacks(trainer.trainer, &CancelAt::progress, nullptr, &cancel));
+    CHECK_FAILS(MPT_STATUS_CANCELLED, mpt_trainer_fit(trainer.trainer, data, 1, 8, 1));
+    CHECK(cancel.seen == std::vector<Unfinished>{{1, 90, 8}, {2, 90, 8}, {3, 90, 8}});
+    REQUIRE_OK(mpt_trainer_set_callbacks(trainer.trainer, nullptr, nullptr, nullptr));
+    CHECK(unfinished_epoch_of(trainer.trainer) == Unfinished{3, 90, 8});
+    REQUIRE_OK(mpt_trainer_step(trainer.trainer, data, 0, 20, nullptr));  // a step is no part of it
+    CHECK(unfinished_epoch_of(trainer.trainer) == Unfinished{3, 90, 8});
+
+    // A checkpoint keeps it, and the loading trainer reports it; its fit on the same data finishes it.
+    const std::string path = (directory.path / "mid-epoch.safetensors").string();
+    REQUIRE_OK(mpt_trainer_save_checkpoint(trainer.trainer, path.c_str()));
+    for (bool same_data : {true, false}) {
+        CAPTURE(same_data);
+        BlobTrainer resumed(BlobTrainerSetup{});
+        REQUIRE_OK(mpt_trainer_load_checkpoint(resumed.trainer, path.c_str()));
+        CHECK(unfinished_epoch_of(resumed.trainer) == Unfinished{3, 90, 8});
+        int64_t steps_before = 0, steps_after = 0, epochs = 0;
+        REQUIRE_OK(mpt_trainer_get_progress(resumed.trainer, &steps_before, nullptr));
+        mpt_dataset_t* resumed_data = same_data ? resumed.labels(blobs) : resumed.labels(fewer);
+        REQUIRE_OK(mpt_trainer_fit(resumed.trainer, resumed_data, 1, 8, 1));
+        REQUIRE_OK(mpt_trainer_get_progress(resumed.trainer, &steps_after, &epochs));
+        // The same rows finish the epoch's 8 steps left; other rows abandon it for a new epoch of 7.
+        CHECK(steps_after - steps_before == (same_data ? 8 : 7));
+        CHECK(unfinished_epoch_of(resumed.trainer) == Unfinished{0, 0, 0});
+        mpt_dataset_destroy(resumed_data);
+    }
+
+    // Abandoned by a fit on other data: the new epoch's, or none once that one finishes.
+    CancelAt early{trainer.trainer, 2, {}};
+    REQUIRE_OK(mpt_trainer_set_callbacks(trainer.trainer, &CancelAt::progress, nullptr, &early));
+    CHECK_FAILS(MPT_STATUS_CANCELLED, mpt_trainer_fit(trainer.trainer, other, 1, 8, 1));
+    CHECK(unfinished_epoch_of(trainer.trainer) == Unfinished{2, 60, 8});
+    REQUIRE_OK(mpt_trainer_set_callbacks(trainer.trainer, nullptr, nullptr, nullptr));
+    REQUIRE_OK(mpt_trainer_fit(trainer.trainer, other, 1, 8, 1));
+    CHECK(unfinished_epoch_of(trainer.trainer) == Unfinished{0, 0, 0});
+
+    // Cancelled at an epoch's last step: every step ran, so nothing is left to finish.
+    CancelAt last{trainer.trainer, 7, {}};
+    REQUIRE_OK(mpt_trainer_set_callbacks(trainer.trainer, &CancelAt::progress, nullptr, &last));
+    CHECK_FAILS(MPT_STATUS_CANCELLED, mpt_trainer_fit(trainer.trainer, other, 2, 8, 1));
+    CHECK(last.seen.back() == Unfinished{0, 0, 0});  // from the last step's callback: all ran
+    CHECK(unfinished_epoch_of(trainer.trainer) == Unfinished{0, 0, 0});
+    mpt_dataset_destroy(other);
+    mpt_dataset_destroy(data);
+}

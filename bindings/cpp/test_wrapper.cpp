@@ -252,6 +252,32 @@ TEST_CASE("a run resumed from a checkpoint through the wrapper ends bit-identica
     CHECK(from_checkpoint.weights(1).first.size() == 8 * 16);
 }
 
+TEST_CASE("an epoch cancelled mid-way is the unfinished epoch, which a checkpoint keeps and fit finishes") {
+    TempDir directory;
+    const std::string path = directory.file("mid-epoch.safetensors");
+    auto context = cpu_context();
+    auto data = blobs(context, 200, 31);  // 6 steps of 32 per epoch
+    auto model = mlp(context);
+    mptrain::Trainer trainer(model, adam());
+    auto same = [](const mptrain::UnfinishedEpoch& epoch, int64_t steps, int64_t rows, int64_t batch_size) {
+        return epoch.steps == steps && epoch.rows == rows && epoch.batch_size == batch_size;
+    };
+    CHECK(same(trainer.unfinished_epoch(), 0, 0, 0));
+    trainer.set_callbacks([](const mptrain::Progress& p) { return p.step == 4; });
+    CHECK(status_of([&] { trainer.fit(data, 1, 32); }) == MPT_STATUS_CANCELLED);
+    CHECK(same(trainer.unfinished_epoch(), 4, 200, 32));
+    trainer.save_checkpoint(path);
+    trainer.set_callbacks(nullptr);
+
+    auto resumed_model = mlp(context);
+    mptrain::Trainer resumed(resumed_model, adam());
+    resumed.load_checkpoint(path);
+    CHECK(same(resumed.unfinished_epoch(), 4, 200, 32));
+    resumed.fit(data, 1, 32);  // finishes it: 2 steps
+    CHECK(resumed.progress() == std::pair<int64_t, int64_t>{6, 1});
+    CHECK(same(resumed.unfinished_epoch(), 0, 0, 0));
+}
+
 TEST_CASE("a learning rate halved from the epoch-end callback is saved and restored by a checkpoint") {
     TempDir directory;
     const std::string path = directory.file("decayed.safetensors");

@@ -782,6 +782,13 @@ struct LossScaleState {
     int64_t skipped_steps = 0;
 };
 
+/** The epoch fit left unfinished (Trainer::unfinished_epoch): all 0 when there is none. */
+struct UnfinishedEpoch {
+    int64_t steps = 0;       // its steps that ran
+    int64_t rows = 0;        // the rows of the data set it trains on
+    int64_t batch_size = 0;  // its batch size
+};
+
 /** Arguments of the progress callback; loss and accuracy are running means of the epoch. */
 struct Progress {
     int64_t epoch;
@@ -929,6 +936,14 @@ public:
         int64_t rows = 0;
         detail::check(mpt_trainer_get_batch_size(get(), &rows));
         return rows;
+    }
+    /** The epoch fit left unfinished (cancelled, failed, or captured mid-epoch by a checkpoint that
+     *  load_checkpoint() restored), which the next fit finishes on the same data in that batch size
+     *  and abandons otherwise; all 0 when there is none (mpt_trainer_get_unfinished_epoch). */
+    UnfinishedEpoch unfinished_epoch() const {
+        UnfinishedEpoch epoch;
+        detail::check(mpt_trainer_get_unfinished_epoch(get(), &epoch.steps, &epoch.rows, &epoch.batch_size));
+        return epoch;
     }
     /** Writes a training checkpoint, atomically: fp32 master weights, optimizer and loss-scaler state,
      *  the learning rate, step and epoch counters, the position inside the epoch and the shuffle state. Loading it into a

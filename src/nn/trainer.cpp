@@ -807,6 +807,15 @@ void Trainer::set_learning_rate(float learning_rate) {
     executor_.set_learning_rate(learning_rate);
 }
 
+bool Trainer::epoch_steps_all_run() const {
+    return steps_into_epoch_ > 0 && epoch_batch_size_ > 0 && steps_into_epoch_ == epoch_rows_ / epoch_batch_size_;
+}
+
+Trainer::UnfinishedEpoch Trainer::unfinished_epoch() const {
+    if (steps_into_epoch_ == 0 || epoch_steps_all_run()) return {};
+    return {steps_into_epoch_, epoch_rows_, epoch_batch_size_};
+}
+
 TrainerSnapshot Trainer::snapshot() const {
     model_->context()->backend().scheduler().synchronize();
     TrainerSnapshot snapshot;
@@ -815,8 +824,7 @@ TrainerSnapshot Trainer::snapshot() const {
     // Saved from the progress callback of an epoch's last step, the epoch has no step left but fit
     // has not booked it yet: it is saved as booked, as an automatic checkpoint at the epoch's end
     // is, so that a resume neither "finishes" an empty epoch nor loses count of it.
-    const bool all_steps_run =
-        steps_into_epoch_ > 0 && epoch_batch_size_ > 0 && steps_into_epoch_ == epoch_rows_ / epoch_batch_size_;
+    const bool all_steps_run = epoch_steps_all_run();
     snapshot.epochs_completed = epochs_completed_ + (all_steps_run ? 1 : 0);
     snapshot.steps_into_epoch = all_steps_run ? 0 : steps_into_epoch_;
     // Inside an epoch, its batch size (which a resume must match), not that of a step since.

@@ -116,6 +116,13 @@ public:
     // The rows of the last training step issued (fit's batch size or the data set's rows when fewer,
     // or step's rows; whole batches), as a checkpoint restores them; 0 before any.
     int64_t last_batch_size() const { return last_batch_size_; }
+    // The epoch fit left unfinished (cancelled, failed, or restored mid-epoch from a checkpoint), which
+    // the next fit finishes on data of its rows in its batch size; all 0 when there is none. From a
+    // progress callback, the epoch in progress (its steps issued so far).
+    struct UnfinishedEpoch {
+        int64_t steps = 0, rows = 0, batch_size = 0;
+    };
+    UnfinishedEpoch unfinished_epoch() const;
     EpochTiming last_epoch_timing() const { return last_epoch_timing_; }
     const Executor& executor() const { return executor_; }
     Executor& executor() { return executor_; }
@@ -179,6 +186,9 @@ private:
     // `last_step_only`: `state` is right after the only step not yet checked (a step's report), so
     // the message names that step; else (a GPU epoch's end) some earlier step of the epoch may be it.
     void check_finite_step(const TrainState& state, bool last_step_only);
+    // Every step of the epoch in progress has run, but fit has not booked the epoch yet (seen from the
+    // progress callback of its last step): it counts as finished.
+    bool epoch_steps_all_run() const;
     // Takes the skips counted in `state` as known: news neither for check_finite_step nor a next fit.
     void acknowledge_skipped_steps(const TrainState& state);
     // Step reports: after a step, its TrainState and running metrics are copied asynchronously into

@@ -913,6 +913,17 @@ namespace Mptrain
         public long Epochs;
     }
 
+    /// <summary>The epoch Fit left unfinished (Trainer.UnfinishedEpoch); all 0 when there is none.</summary>
+    public struct UnfinishedEpoch
+    {
+        /// <summary>Its steps that ran.</summary>
+        public long Steps;
+        /// <summary>The rows of the data set it trains on.</summary>
+        public long Rows;
+        /// <summary>Its batch size.</summary>
+        public long BatchSize;
+    }
+
     public struct TrainerMemory
     {
         public ulong Planned;
@@ -1469,6 +1480,22 @@ namespace Mptrain
                     long rows;
                     MptException.Check(Native.mpt_trainer_get_batch_size(Live, out rows));
                     return rows;
+                }
+            }
+        }
+
+        /// <summary>The epoch Fit left unfinished (cancelled, failed, or captured mid-epoch by a checkpoint
+        /// that LoadCheckpoint restored), which the next Fit finishes on the same data in that batch size and
+        /// abandons otherwise; all 0 when there is none (mpt_trainer_get_unfinished_epoch).</summary>
+        public UnfinishedEpoch UnfinishedEpoch
+        {
+            get
+            {
+                using (Family.Enter())
+                {
+                    var epoch = new UnfinishedEpoch();
+                    MptException.Check(Native.mpt_trainer_get_unfinished_epoch(Live, out epoch.Steps, out epoch.Rows, out epoch.BatchSize));
+                    return epoch;
                 }
             }
         }

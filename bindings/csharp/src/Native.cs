@@ -148,6 +148,7 @@ namespace Mptrain
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_swap_ema_weights(TrainerHandle trainer, out int holdsAverages);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_get_progress(TrainerHandle trainer, out long steps, out long epochs);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_get_batch_size(TrainerHandle trainer, out long rows);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_get_unfinished_epoch(TrainerHandle trainer, out long steps, out long rows, out long batchSize);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_save_checkpoint(TrainerHandle trainer, IntPtr pathUtf8);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_load_checkpoint(TrainerHandle trainer, IntPtr pathUtf8);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_trainer_set_checkpointing(TrainerHandle trainer, IntPtr directoryUtf8, long everySteps, long everyEpochs, long keepLast);

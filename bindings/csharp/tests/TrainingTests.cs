@@ -1112,11 +1112,15 @@ namespace Mptrain.Tests
                 trainer.Fit(data, 2, 100);
                 Assert.SequenceEqual(new[] { "0.1/3", "0.2/3", "0.3/3", "1.1/3", "1.2/3", "1.3/3" }, steps, "steps");
                 Assert.SequenceEqual(new[] { 0L, 1L }, epochs, "epochs");
+                Assert.Equal(new UnfinishedEpoch(), trainer.UnfinishedEpoch, "no unfinished epoch");
                 trainer.SetCallbacks(p => p.Stop = p.Step == 2);
                 Assert.Fails(Status.Cancelled, () => trainer.Fit(data, 3, 100));
+                Assert.Equal(new UnfinishedEpoch { Steps = 2, Rows = 300, BatchSize = 100 }, trainer.UnfinishedEpoch,
+                             "the cancelled epoch");
                 trainer.SetCallbacks(null, e => e.Stop = true);
                 Assert.Fails(Status.Cancelled, () => trainer.Fit(data, 3, 100));
                 Assert.Equal(1L, trainer.Progress.Epochs - 2, "stopped after one more epoch");
+                Assert.Equal(new UnfinishedEpoch(), trainer.UnfinishedEpoch, "that epoch finished");
                 trainer.SetCallbacks(null);
                 trainer.Fit(data, 1, 100);
             }

@@ -167,6 +167,7 @@ Progress = collections.namedtuple("Progress", "steps epochs")
 Memory = collections.namedtuple("Memory", "used peak")
 TrainerMemory = collections.namedtuple("TrainerMemory", "planned allocated")
 EpochTime = collections.namedtuple("EpochTime", "seconds steps")
+UnfinishedEpoch = collections.namedtuple("UnfinishedEpoch", "steps rows batch_size")
 
 
 class Error(Exception):
@@ -1698,6 +1699,18 @@ class Trainer(_Handle):
         with self._family:
             _check(_lib().mpt_trainer_get_batch_size(self._get(), ctypes.byref(rows)))
         return rows.value
+
+    @property
+    def unfinished_epoch(self):
+        """The epoch fit left unfinished (cancelled, failed, or captured mid-epoch by a checkpoint that
+        load_checkpoint restored), as UnfinishedEpoch(steps that ran, rows of its data set, batch_size):
+        the next fit finishes it on the same data in that batch size and abandons it otherwise; all 0
+        when there is none (mpt_trainer_get_unfinished_epoch)."""
+        steps, rows, batch_size = ctypes.c_int64(), ctypes.c_int64(), ctypes.c_int64()
+        with self._family:
+            _check(_lib().mpt_trainer_get_unfinished_epoch(self._get(), ctypes.byref(steps), ctypes.byref(rows),
+                                                           ctypes.byref(batch_size)))
+        return UnfinishedEpoch(steps.value, rows.value, batch_size.value)
 
     def save_checkpoint(self, path):
         """Writes a training checkpoint to `path` (str or os.PathLike), atomically: fp32 master weights,

@@ -186,6 +186,7 @@ PROTOTYPES = {
     "mpt_trainer_swap_ema_weights": (c_enum, [TrainerP, P(c_int)]),
     "mpt_trainer_get_progress": (c_enum, [TrainerP, Int64P, Int64P]),
     "mpt_trainer_get_batch_size": (c_enum, [TrainerP, Int64P]),
+    "mpt_trainer_get_unfinished_epoch": (c_enum, [TrainerP, Int64P, Int64P, Int64P]),
     "mpt_trainer_save_checkpoint": (c_enum, [TrainerP, c_char_p]),
     "mpt_trainer_load_checkpoint": (c_enum, [TrainerP, c_char_p]),
     "mpt_trainer_set_checkpointing": (c_enum, [TrainerP, c_char_p, c_int64, c_int64, c_int64]),

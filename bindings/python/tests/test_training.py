@@ -920,12 +920,16 @@ def test_callbacks_see_every_step_and_can_stop(ctx, model, blobs):
     trainer.fit(data, epochs=2, batch_size=100)
     assert steps == [(0, 1, 3), (0, 2, 3), (0, 3, 3), (1, 1, 3), (1, 2, 3), (1, 3, 3)]
     assert [e for e, _, _ in epochs] == [0, 1]
+    assert trainer.unfinished_epoch == (0, 0, 0)
     trainer.set_callbacks(progress=lambda e, s, n, loss, acc: s == 2)  # True stops
     with pytest.raises(mptrain.Error) as caught:
         trainer.fit(data, epochs=3, batch_size=100)
     assert caught.value.status == mptrain.Status.CANCELLED
+    assert trainer.unfinished_epoch == mptrain.UnfinishedEpoch(steps=2, rows=300, batch_size=100)
     trainer.set_callbacks()  # none
-    trainer.fit(data, epochs=1, batch_size=100)
+    trainer.fit(data, epochs=1, batch_size=100)  # finishes that epoch
+    assert trainer.progress == (9, 3)
+    assert trainer.unfinished_epoch == (0, 0, 0)
 
 
 def test_an_exception_in_a_callback_stops_fit_and_is_raised(ctx, model, blobs):

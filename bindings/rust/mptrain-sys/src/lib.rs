@@ -667,6 +667,12 @@ extern "C" {
         epochs: *mut i64,
     ) -> mpt_status;
     pub fn mpt_trainer_get_batch_size(trainer: *const mpt_trainer_t, rows: *mut i64) -> mpt_status;
+    pub fn mpt_trainer_get_unfinished_epoch(
+        trainer: *const mpt_trainer_t,
+        steps: *mut i64,
+        rows: *mut i64,
+        batch_size: *mut i64,
+    ) -> mpt_status;
     pub fn mpt_trainer_save_checkpoint(
         trainer: *mut mpt_trainer_t,
         path: *const c_char,

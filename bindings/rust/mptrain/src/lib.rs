@@ -2270,6 +2270,17 @@ pub struct TrainingProgress {
     pub epochs: i64,
 }
 
+/// The epoch `fit` left unfinished ([`Trainer::unfinished_epoch`]); all 0 when there is none.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UnfinishedEpoch {
+    /// Its steps that ran.
+    pub steps: i64,
+    /// The rows of the data set it trains on.
+    pub rows: i64,
+    /// Its batch size.
+    pub batch_size: i64,
+}
+
 /// Arena bytes of a trainer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TrainerMemory {
@@ -2851,6 +2862,24 @@ impl Trainer {
         let mut rows = 0i64;
         check(unsafe { sys::mpt_trainer_get_batch_size(self.raw.as_ptr(), &mut rows) })?;
         Ok(rows)
+    }
+
+    /// The epoch `fit` left unfinished (cancelled, failed, or captured mid-epoch by a checkpoint
+    /// that `load_checkpoint` restored), which the next `fit` finishes on the same data in that
+    /// batch size and abandons otherwise; all 0 when there is none
+    /// (`mpt_trainer_get_unfinished_epoch`).
+    pub fn unfinished_epoch(&self) -> Result<UnfinishedEpoch> {
+        let _lock = self.family.enter()?;
+        let mut epoch = UnfinishedEpoch::default();
+        check(unsafe {
+            sys::mpt_trainer_get_unfinished_epoch(
+                self.raw.as_ptr(),
+                &mut epoch.steps,
+                &mut epoch.rows,
+                &mut epoch.batch_size,
+            )
+        })?;
+        Ok(epoch)
     }
 
     /// Writes a training checkpoint (atomically, in the model file's format): fp32 master weights,

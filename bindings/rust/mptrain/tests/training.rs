@@ -302,11 +302,28 @@ fn callbacks_see_every_step_and_break_stops_training() {
             }
         })
         .unwrap();
+    assert_eq!(
+        trainer.unfinished_epoch().unwrap(),
+        UnfinishedEpoch::default()
+    );
     let error = trainer.fit(&data, 3, 100, true).unwrap_err();
     assert_eq!(error.status, Status::Cancelled);
     assert!(!error.message.is_empty());
+    assert_eq!(
+        trainer.unfinished_epoch().unwrap(),
+        UnfinishedEpoch {
+            steps: 2,
+            rows: 300,
+            batch_size: 100
+        }
+    );
     trainer.clear_callbacks().unwrap();
-    trainer.fit(&data, 1, 100, true).unwrap();
+    trainer.fit(&data, 1, 100, true).unwrap(); // finishes that epoch
+    assert_eq!(trainer.progress().unwrap().steps, 9);
+    assert_eq!(
+        trainer.unfinished_epoch().unwrap(),
+        UnfinishedEpoch::default()
+    );
 }
 
 #[test]
