@@ -9,6 +9,7 @@
 #include "args.h"
 #include "data.h"
 #include "destination.h"
+#include "interrupt.h"
 #include "report.h"
 #include "run.h"
 
@@ -81,5 +82,7 @@ int main(int argc, char** argv)
 done:
     report_discard_json(json_file, options.json_path); /* still open: something failed */
     data_release(&data);
+    if (interrupt_requested()) /* as a shell reports a program the signal ended */
+        return 128 + interrupt_signal();
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "interrupt.h"
 #include "timer.h"
 
 enum { BAR_WIDTH = 30 };
@@ -132,6 +133,8 @@ int progress_on_step(int64_t epoch, int64_t step, int64_t steps_per_epoch, float
         state->step_numbering_known = 1;
     }
     done = step + state->step_offset;
+    if (interrupt_requested())
+        return 1; /* Ctrl-C: stop fit after this step (run.c saves the checkpoint) */
     if (!state->interactive)
         return 0;
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "interrupt.h"
 #include "per_class.h"
 #include "progress.h"
 #include "resume.h"
@@ -123,7 +124,34 @@ static int on_epoch_end(int64_t epoch, float loss, float accuracy, void* user_da
         if (status != MPT_STATUS_OK)
             return epoch_end_failed(callbacks, status, "reading the scheduled learning rate");
     }
-    return 0;
+    return interrupt_requested(); /* Ctrl-C: stop after this epoch, its line printed and its decay applied */
+}
+
+/* After Ctrl-C (or SIGTERM) stopped fit: says where the run stopped and saves --save-checkpoint,
+ * from which --resume goes on (inside an epoch, from its next step). Returns 1: the run failed. */
+static int stop_interrupted(const cli_options* options, mpt_trainer_t* trainer)
+{
+    int64_t epochs = 0, steps = 0, rows = 0, batch = 0;
+    int failed = 1;
+
+    CHECK_MPT(mpt_trainer_get_progress(trainer, NULL, &epochs), "reading the interrupted run's progress");
+    CHECK_MPT(mpt_trainer_get_unfinished_epoch(trainer, &steps, &rows, &batch),
+              "reading the interrupted run's epoch");
+    if (steps > 0)
+        fprintf(stderr, "interrupted in epoch %" PRId64 " after step %" PRId64 " of %" PRId64 "\n", epochs + 1, steps,
+                rows / batch);
+    else
+        fprintf(stderr, "interrupted after epoch %" PRId64 "\n", epochs);
+    if (options->checkpoint_path == NULL) {
+        fprintf(stderr, "nothing saved: give --save-checkpoint FILE to keep an interrupted run\n");
+        goto done;
+    }
+    CHECK_MPT(mpt_trainer_save_checkpoint(trainer, options->checkpoint_path), "saving the checkpoint %s",
+              options->checkpoint_path);
+    fprintf(stderr, "checkpoint: %s (--resume it to go on from there)\n", options->checkpoint_path);
+
+done:
+    return failed;
 }
 
 /* --validation-split: Keras's split, the first floor(rows * (1 - split)) rows for training and the
@@ -272,6 +300,7 @@ int run_training(const cli_options* options, mpt_precision precision, const data
     mpt_status fit_status;
     const trained_settings* const trained = &r.settings;
     size_t planned_bytes = 0;
+    int64_t epoch_steps_done = 0, epoch_rows = 0, epoch_batch = 0; /* --resume: an epoch saved part-way */
     double start;
     int failed = 1;
 
@@ -307,6 +336,18 @@ int run_training(const cli_options* options, mpt_precision precision, const data
         else if (saved_batch > 0 && saved_batch != (r.batch_size < r.train_rows ? r.batch_size : r.train_rows))
             fprintf(stderr, "warning: the run saved in %s trained in batches of %" PRId64 "; this one trains in "
                             "batches of %" PRId64 " (--batch)\n", options->resume_path, saved_batch, r.batch_size);
+        /* An epoch saved part-way (an interrupted run's) goes on where it stopped, when this run has the
+         * saved run's training rows and batch size (as fit requires); else fit starts a new epoch. */
+        CHECK_MPT(mpt_trainer_get_unfinished_epoch(trainer, &epoch_steps_done, &epoch_rows, &epoch_batch),
+                  "reading the saved run's unfinished epoch");
+        if (epoch_steps_done > 0 &&
+            (epoch_rows != r.train_rows || epoch_batch != (r.batch_size < r.train_rows ? r.batch_size : r.train_rows))) {
+            fprintf(stderr, "warning: the run saved in %s stopped inside an epoch of %" PRId64 " training images in "
+                            "batches of %" PRId64 "; this one has %" PRId64 " in batches of %" PRId64 " (another "
+                            "--limit, --validation-split or --batch?), so that epoch is abandoned for a new one\n",
+                    options->resume_path, epoch_rows, epoch_batch, r.train_rows, r.batch_size);
+            epoch_steps_done = 0;
+        }
     }
     CHECK_MPT(mpt_trainer_get_progress(trainer, &r.steps_before, &r.epochs_before), "reading the trainer's progress");
     CHECK_MPT(mpt_trainer_get_precision(trainer, &r.precision), "reading the trainer's precision");
@@ -354,9 +395,14 @@ int run_training(const cli_options* options, mpt_precision precision, const data
     if (trained->input_dropout > 0.0f)
         printf(" | input dropout %g", (double)trained->input_dropout);
     printf(" | seed %" PRIu64 " | epochs %" PRId64 "\n", options->seed, r.epochs);
-    if (options->resume_path != NULL)
-        printf("resumed from %s after %" PRId64 " epoch%s (%" PRId64 " steps)\n", options->resume_path,
+    if (options->resume_path != NULL) {
+        printf("resumed from %s after %" PRId64 " epoch%s (%" PRId64 " steps)", options->resume_path,
                r.epochs_before, r.epochs_before == 1 ? "" : "s", r.steps_before);
+        if (epoch_steps_done > 0) /* the first of --epochs finishes it */
+            printf(", inside epoch %" PRId64 " after step %" PRId64 " of %" PRId64, r.epochs_before + 1,
+                   epoch_steps_done, epoch_rows / epoch_batch);
+        printf("\n");
+    }
     fflush(stdout);
     /* The sample's decays end with the run that set them: resumed past that, the rate is 0. */
     if (trained->lr_schedule != MPT_LR_SCHEDULE_CONSTANT &&
@@ -371,15 +417,26 @@ int run_training(const cli_options* options, mpt_precision precision, const data
     callbacks.learning_rate_decay = options->learning_rate_decay;
     callbacks.rate_after_first_epoch = 0.0f;
     callbacks.validation_set = held_out != NULL ? held_out : options->validate ? test_set : NULL;
-    CHECK_MPT(mpt_trainer_set_callbacks(trainer, progress_state->interactive ? progress_on_step : NULL,
+    /* Each step's callback draws the bar, and sees a Ctrl-C. On the CPU it costs nothing; on a GPU
+     * without a bar to draw it would copy each step's numbers back, so there Ctrl-C waits for the
+     * epoch's end. */
+    CHECK_MPT(mpt_trainer_set_callbacks(trainer,
+                                        progress_state->interactive || r.backend == MPT_BACKEND_CPU ? progress_on_step
+                                                                                                   : NULL,
                                         on_epoch_end, &callbacks),
               "setting the progress callbacks");
 
     progress_begin(progress_state);
     start = timer_seconds();
+    interrupt_catch();
     fit_status = mpt_trainer_fit(trainer, train_set, options->epochs, r.batch_size, 1);
+    interrupt_release();
     r.train_seconds = timer_seconds() - start;
     progress_end(progress_state);
+    if (interrupt_requested()) {
+        stop_interrupted(options, trainer);
+        goto done;
+    }
     if (fit_status != MPT_STATUS_OK) {
         if (progress_state->failed) {
             fprintf(stderr, "%s\n", progress_state->failure);

@@ -334,6 +334,54 @@ done
 "$program" --data "$work/no-such-directory" --limit 256 --resume "$work/missing.safetensors" >"$work/out" 2>"$work/err"
 [ $? -eq 1 ] && grep -q "missing.safetensors" "$work/err" || fail "a missing checkpoint: $(head -2 "$work/err")"
 
+# Ctrl-C (SIGINT) stops fit after the step under way and saves --save-checkpoint, inside the epoch;
+# the program exits 130 as a shell reports an interrupted one, and --resume finishes that epoch from
+# its next step. SIGTERM (143) without --save-checkpoint says that nothing was saved. Each run is
+# signalled once its first epoch's line shows it training.
+interrupted() {  # name, signal, then flags; leaves the exit status in $status
+    local name=$1 signal=$2
+    shift 2
+    "$program" --data "$work/no-such-directory" --limit 256 --threads 2 --batch 1 --epochs 1000 "$@" \
+        >"$work/$name.out" 2>&1 &
+    local pid=$! tries=0
+    until grep -q "^Epoch 1/1000" "$work/$name.out" || [ $tries -ge 1200 ]; do
+        sleep 0.1
+        tries=$((tries + 1))
+    done
+    kill -"$signal" $pid
+    status=0
+    wait $pid || status=$?
+}
+# A step's callback sees the signal, so the run stops inside an epoch unless the signal came in its
+# last of 256 steps: then once more (a run that stops only at epochs' ends fails both).
+for attempt in 1 2; do
+    interrupted interrupted INT --save-checkpoint "$work/interrupted.safetensors"
+    stopped=$(sed -n 's/^interrupted in epoch \([0-9]*\) after step \([0-9]*\) of 256$/\1 \2/p' "$work/interrupted.out")
+    [ -n "$stopped" ] && break
+done
+[ "$status" -eq 130 ] && [ -f "$work/interrupted.safetensors" ] ||
+    fail "Ctrl-C: exited $status, checkpoint $(ls "$work/interrupted.safetensors" 2>&1): $(tail -2 "$work/interrupted.out")"
+grep -q "^checkpoint: $work/interrupted.safetensors (--resume it" "$work/interrupted.out" ||
+    fail "Ctrl-C did not say where it saved: $(tail -2 "$work/interrupted.out")"
+if [ -z "$stopped" ]; then
+    fail "Ctrl-C did not stop inside an epoch: $(tail -3 "$work/interrupted.out")"
+else
+    read -r epoch step <<<"$stopped"
+    resumable interrupted_resumed --epochs 1 --resume "$work/interrupted.safetensors"
+    grep -q "^resumed from .* inside epoch $epoch after step $step of 256$" "$work/interrupted_resumed.out" &&
+        [ "$(json_value interrupted_resumed steps)" = $((256 - step)) ] ||
+        fail "resumed after step $step of epoch $epoch: $(grep -E '^(resumed|Epoch)' "$work/interrupted_resumed.out")"
+    grep -q "warning: the run saved in" "$work/interrupted_resumed.out" && fail "resumed as saved, yet warned"
+    # Other training rows abandon the saved epoch, which is warned of.
+    resumable interrupted_other_rows --epochs 1 --limit 200 --resume "$work/interrupted.safetensors"
+    grep -q "warning: the run saved in .* stopped inside an epoch of 256 training images in batches of 1; this one has 200" \
+        "$work/interrupted_other_rows.out" && [ "$(json_value interrupted_other_rows steps)" = 200 ] ||
+        fail "resumed on 200 rows: $(grep -E '^(warning|Epoch)' "$work/interrupted_other_rows.out")"
+fi
+interrupted terminated TERM
+[ "$status" -eq 143 ] && grep -q "^nothing saved: give --save-checkpoint" "$work/terminated.out" ||
+    fail "SIGTERM without --save-checkpoint: exited $status: $(tail -2 "$work/terminated.out")"
+
 if [ "$failures" -ne 0 ]; then
     echo "$failures failure(s)"
     exit 1
