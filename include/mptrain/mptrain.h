@@ -935,12 +935,14 @@ MPT_API mpt_status mpt_trainer_get_progress(const mpt_trainer_t* trainer, int64_
 MPT_API mpt_status mpt_trainer_get_batch_size(const mpt_trainer_t* trainer, int64_t* rows);
 /** The epoch that fit left unfinished (cancelled or failed mid-epoch, or captured mid-epoch in a
  *  checkpoint, which mpt_trainer_load_checkpoint restores): the steps of it that ran, the rows of
- *  the data set it trains on, and its batch size; all 0 when there is none (before any fit, or
- *  after an epoch fit finished). The next fit finishes it when given the same data, that batch size
- *  and the same shuffling, and otherwise abandons it (mpt_trainer_fit): so a program resuming a run
- *  can check that it has the saved run's data (a resume on fewer or more rows starts a new epoch)
- *  and say where the epoch goes on. From a progress callback: the epoch in progress, its steps
- *  those issued so far (as mpt_trainer_get_progress counts them). Any pointer may be NULL. */
+ *  the data set it trains on, and its batch size. All 0 when there is none: before any fit, after
+ *  an epoch fit finished or stopped at its last step, and after a fit on other data abandoned it.
+ *  The next fit finishes it when given the same data (for an epoch loaded from a checkpoint, any
+ *  data of its rows), that batch size and the same `shuffle`, and otherwise abandons it
+ *  (mpt_trainer_fit): so a program resuming a run can check that it has the saved run's data and
+ *  batch size, and say where the epoch goes on. From a progress callback: the epoch in progress,
+ *  its steps those issued so far (as mpt_trainer_get_progress counts them), or all 0 once every
+ *  step of it is issued (the last step's callback; on a GPU, the last few). Any pointer may be NULL. */
 MPT_API mpt_status mpt_trainer_get_unfinished_epoch(const mpt_trainer_t* trainer, int64_t* steps, int64_t* rows,
                                                     int64_t* batch_size);
 /** Writes a training checkpoint to `path` (atomically and durably, in the model file's format):

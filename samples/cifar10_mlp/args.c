@@ -79,10 +79,8 @@ void args_print_usage(FILE* stream, const char* program)
             "  --save-checkpoint FILE\n"
             "                     after training (not when it fails), save the trainer's checkpoint\n"
             "                     (weights, optimizer state, options, progress) to FILE, whose\n"
-            "                     directory is checked before training; also when Ctrl-C (or\n"
-            "                     SIGTERM) stops training, after the step under way (on a GPU\n"
-            "                     without a progress bar, the epoch), which --resume goes on from;\n"
-            "                     the program then exits 130 (143)\n"
+            "                     directory is checked before training; also when Ctrl-C stops\n"
+            "                     training (below), which --resume then goes on from\n"
             "  --resume FILE      continue the run saved in FILE for --epochs more epochs: the model\n"
             "                     and its training options (precision, optimizer, rate, schedule,\n"
             "                     smoothing, clipping, averaging, dropout, standardization) are the\n"
@@ -93,6 +91,9 @@ void args_print_usage(FILE* stream, const char* program)
             "                     ends with the saved run's --epochs)\n"
             "  -h, --help         print this help and exit\n"
             "\n"
+            "Ctrl-C (SIGINT) or SIGTERM while training stops it after the step under way (on a GPU\n"
+            "without a progress bar, after the epoch), saves --save-checkpoint if given, and ends the\n"
+            "program by that signal (exit status 130 or 143); a second one ends it at once.\n"
             "Without the data set the program warns and trains on a generated CIFAR-shaped set.\n"
             "Get the real data with: scripts/get-cifar10.sh [DEST]  (unpacks to DEST/cifar-10-batches-bin)\n");
 }

@@ -82,7 +82,6 @@ int main(int argc, char** argv)
 done:
     report_discard_json(json_file, options.json_path); /* still open: something failed */
     data_release(&data);
-    if (interrupt_requested()) /* as a shell reports a program the signal ended */
-        return 128 + interrupt_signal();
+    interrupt_end_program(); /* a caught Ctrl-C ends the program by it, as a shell expects */
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

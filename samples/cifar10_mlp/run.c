@@ -128,7 +128,8 @@ static int on_epoch_end(int64_t epoch, float loss, float accuracy, void* user_da
 }
 
 /* After Ctrl-C (or SIGTERM) stopped fit: says where the run stopped and saves --save-checkpoint,
- * from which --resume goes on (inside an epoch, from its next step). Returns 1: the run failed. */
+ * from which --resume goes on (inside an epoch, from its next step). Returns 1: the run did not
+ * finish, and the program ends by the signal (main). */
 static int stop_interrupted(const cli_options* options, mpt_trainer_t* trainer)
 {
     int64_t epochs = 0, steps = 0, rows = 0, batch = 0;
@@ -433,7 +434,10 @@ int run_training(const cli_options* options, mpt_precision precision, const data
     interrupt_release();
     r.train_seconds = timer_seconds() - start;
     progress_end(progress_state);
-    if (interrupt_requested()) {
+    /* Ctrl-C stopped fit (or came as it finished): save and say where. A failure besides is the
+     * failure to report; the program still ends by the signal (main). */
+    if (interrupt_requested() && !progress_state->failed &&
+        (fit_status == MPT_STATUS_OK || fit_status == MPT_STATUS_CANCELLED)) {
         stop_interrupted(options, trainer);
         goto done;
     }

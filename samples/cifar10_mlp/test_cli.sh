@@ -335,19 +335,26 @@ done
 [ $? -eq 1 ] && grep -q "missing.safetensors" "$work/err" || fail "a missing checkpoint: $(head -2 "$work/err")"
 
 # Ctrl-C (SIGINT) stops fit after the step under way and saves --save-checkpoint, inside the epoch;
-# the program exits 130 as a shell reports an interrupted one, and --resume finishes that epoch from
-# its next step. SIGTERM (143) without --save-checkpoint says that nothing was saved. Each run is
-# signalled once its first epoch's line shows it training.
-interrupted() {  # name, signal, then flags; leaves the exit status in $status
-    local name=$1 signal=$2
-    shift 2
-    "$program" --data "$work/no-such-directory" --limit 256 --threads 2 --batch 1 --epochs 1000 "$@" \
-        >"$work/$name.out" 2>&1 &
-    local pid=$! tries=0
-    until grep -q "^Epoch 1/1000" "$work/$name.out" || [ $tries -ge 1200 ]; do
+# the program then ends by the signal (130, as a shell reports it), and --resume finishes that epoch
+# from its next step. SIGTERM (143) without --save-checkpoint says that nothing was saved. Each run
+# is signalled once its first epoch's line shows it training; job control (set -m) starts it with
+# SIGINT's default action, which a script's background job would otherwise have ignored.
+wait_for_line() {  # file, pattern: until a line of the file matches (2 minutes at most)
+    local tries=0
+    until grep -q "$2" "$1" || [ $tries -ge 1200 ]; do
         sleep 0.1
         tries=$((tries + 1))
     done
+}
+interrupted() {  # name, signal, epochs, then flags; leaves the exit status in $status
+    local name=$1 signal=$2 epochs=$3
+    shift 3
+    set -m
+    "$program" --data "$work/no-such-directory" --limit 256 --threads 2 --batch 1 --epochs "$epochs" "$@" \
+        >"$work/$name.out" 2>&1 &
+    local pid=$!
+    set +m
+    wait_for_line "$work/$name.out" "^Epoch 1/$epochs"
     kill -"$signal" $pid
     status=0
     wait $pid || status=$?
@@ -355,7 +362,7 @@ interrupted() {  # name, signal, then flags; leaves the exit status in $status
 # A step's callback sees the signal, so the run stops inside an epoch unless the signal came in its
 # last of 256 steps: then once more (a run that stops only at epochs' ends fails both).
 for attempt in 1 2; do
-    interrupted interrupted INT --save-checkpoint "$work/interrupted.safetensors"
+    interrupted interrupted INT 1000 --save-checkpoint "$work/interrupted.safetensors"
     stopped=$(sed -n 's/^interrupted in epoch \([0-9]*\) after step \([0-9]*\) of 256$/\1 \2/p' "$work/interrupted.out")
     [ -n "$stopped" ] && break
 done
@@ -378,9 +385,18 @@ else
         "$work/interrupted_other_rows.out" && [ "$(json_value interrupted_other_rows steps)" = 200 ] ||
         fail "resumed on 200 rows: $(grep -E '^(warning|Epoch)' "$work/interrupted_other_rows.out")"
 fi
-interrupted terminated TERM
+interrupted terminated TERM 1000
 [ "$status" -eq 143 ] && grep -q "^nothing saved: give --save-checkpoint" "$work/terminated.out" ||
     fail "SIGTERM without --save-checkpoint: exited $status: $(tail -2 "$work/terminated.out")"
+# Ignored on entry (a background job of a script without job control), SIGINT stays ignored.
+"$program" --data "$work/no-such-directory" --limit 256 --threads 2 --batch 1 --epochs 2 >"$work/ignored.out" 2>&1 &
+pid=$!
+wait_for_line "$work/ignored.out" "^Epoch 1/2"
+kill -INT $pid
+status=0
+wait $pid || status=$?
+[ "$status" -eq 0 ] && grep -q "^Epoch 2/2" "$work/ignored.out" ||
+    fail "an ignored SIGINT stopped the run: exited $status: $(tail -2 "$work/ignored.out")"
 
 if [ "$failures" -ne 0 ]; then
     echo "$failures failure(s)"
