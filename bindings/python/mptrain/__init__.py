@@ -28,7 +28,7 @@ import operator
 import os
 import threading
 
-from . import _native
+from . import _interrupt, _native
 
 # libmptrain loads before numpy where it can: both may use the system's OpenBLAS, which chooses its
 # kernels once, when the first of them loads it, and mptrain names the kernels the CPU allows
@@ -1231,6 +1231,12 @@ def _keywords_of_new(options):
         _lib().mpt_trainer_options_destroy(options)
 
 
+def _nothing_at_epoch_end(epoch, loss, accuracy):
+    """fit's epoch-end call when the caller set none: running it lets Python raise a pending
+    KeyboardInterrupt there (Trainer.set_callbacks)."""
+    return False
+
+
 class Trainer(_Handle):
     """Trains a model: fit, step, evaluate, predict (float rows), predict_dataset. Options as keywords
     (None = the library default): precision, loss, optimizer ("sgd", "adam", "adamw", "rmsprop", "lion" or
@@ -1406,12 +1412,21 @@ class Trainer(_Handle):
         self._callbacks = None  # (progress, epoch_end) ctypes objects, kept alive while C holds them
         self._callback_error = None
         self._fitting_thread = None  # the thread running fit, whose callbacks must not re-enter this trainer
+        self._interrupt = None  # while fit runs: its _interrupt.NotedInterrupt, which stops it from the callbacks
+        self.set_callbacks()  # fit's own epoch-end call, through which Ctrl-C reaches it
 
     def set_callbacks(self, progress=None, epoch_end=None):
         """progress(epoch, step, steps_per_epoch, loss, accuracy) after each step of fit, and
         epoch_end(epoch, loss, accuracy) after each epoch (running means). Return True to stop training
         (fit then raises Error with Status.CANCELLED); an exception raised by a callback stops training
         and is re-raised by fit.
+
+        Ctrl-C (or a notebook's interrupt) while fit runs on the main thread stops it at the end of the
+        epoch under way, or after the step under way when a progress callback is set, and then runs the
+        SIGINT handler that was in place: fit raises KeyboardInterrupt by default. The trainer stays
+        usable, and a fit on the same data finishes a stopped epoch. (Python sees the signal only when it
+        runs Python code: fit gives it a call at each epoch's end, which does nothing when no epoch_end
+        is set; see _interrupt.py.)
 
         From these callbacks, this trainer's evaluate and predict_dataset run in epoch_end: validation
         each epoch (the numbers of a call between one-epoch fits, and fit's run goes on unchanged), on a
@@ -1425,7 +1440,7 @@ class Trainer(_Handle):
 
         def guarded(function):
             def call(*args):
-                if self._callback_error is not None:
+                if self._callback_error is not None or (self._interrupt is not None and self._interrupt.noted):
                     return 1
                 try:
                     return 1 if function(*args[:-1]) else 0
@@ -1435,7 +1450,7 @@ class Trainer(_Handle):
             return call
 
         progress_c = _native.mpt_progress_fn(guarded(progress)) if progress else _native.mpt_progress_fn()
-        epoch_end_c = _native.mpt_epoch_end_fn(guarded(epoch_end)) if epoch_end else _native.mpt_epoch_end_fn()
+        epoch_end_c = _native.mpt_epoch_end_fn(guarded(epoch_end or _nothing_at_epoch_end))
         with self._family:
             _check(_lib().mpt_trainer_set_callbacks(self._get(), progress_c, epoch_end_c, None))
         self._callbacks = (progress_c, epoch_end_c)
@@ -1463,16 +1478,20 @@ class Trainer(_Handle):
         pointer = self._dataset(dataset)
         epochs = _integer(epochs, "epochs", ctypes.c_int64)
         batch_size = _integer(batch_size, "batch_size", ctypes.c_int64)
-        with _Locked(self._family, dataset._family):
+        with _Locked(self._family, dataset._family), _interrupt.NotedInterrupt() as interrupt:
             self._callback_error = None  # under the lock: another thread's fit may be running its callbacks
             self._fitting_thread = threading.get_ident()
+            self._interrupt = interrupt
             try:
                 status = _lib().mpt_trainer_fit(self._get(), pointer, epochs, batch_size, 1 if shuffle else 0)
             finally:
                 self._fitting_thread = None
+                self._interrupt = None
             error, self._callback_error = self._callback_error, None
             if error is not None:
                 raise error
+            if interrupt.noted and status in (Status.OK, Status.CANCELLED):
+                return  # leaving the interrupt's context raises KeyboardInterrupt (or what its handler does)
             _check(status)
 
     def step(self, dataset, first, batch_size):

@@ -3,6 +3,9 @@ import array
 import ctypes
 import inspect
 import math
+import os
+import signal
+import threading
 
 import pytest
 
@@ -930,6 +933,41 @@ def test_callbacks_see_every_step_and_can_stop(ctx, model, blobs):
     trainer.fit(data, epochs=1, batch_size=100)  # finishes that epoch
     assert trainer.progress == (9, 3)
     assert trainer.unfinished_epoch == (0, 0, 0)
+
+
+def test_ctrl_c_stops_fit_at_an_epochs_end_and_raises_keyboard_interrupt(ctx, model, blobs):
+    samples, labels = blobs
+    data = mptrain.Dataset.from_f32(ctx, samples, labels, CLASSES)
+    trainer = mptrain.Trainer(model, optimizer="adam", learning_rate=0.01)
+    epochs = 100_000  # 300,000 steps: seconds, so that a fit deaf to Ctrl-C still ends, and fails below
+    interrupt = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+    interrupt.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            trainer.fit(data, epochs=epochs, batch_size=100)
+    finally:
+        interrupt.cancel()
+    steps, done = trainer.progress
+    assert 0 < done < epochs
+    assert steps == 3 * done  # at an epoch's end: no user callback, so no step's
+    trainer.fit(data, epochs=1, batch_size=100)  # the trainer stays usable
+    assert trainer.progress == (steps + 3, done + 1)
+
+    # With a progress callback, after a step: the step whose callback saw it reports no more (or, seen
+    # in the epoch-end call, every step had reported), and an epoch stopped inside is left unfinished.
+    before, reported = trainer.progress[0], []
+    trainer.set_callbacks(progress=lambda *report: reported.append(report))
+    interrupt = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+    interrupt.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            trainer.fit(data, epochs=epochs, batch_size=100)
+    finally:
+        interrupt.cancel()
+    steps, done = trainer.progress
+    assert 0 < len(reported) < 3 * epochs
+    assert steps - before in (len(reported), len(reported) + 1)
+    assert trainer.unfinished_epoch.steps == steps - 3 * done
 
 
 def test_an_exception_in_a_callback_stops_fit_and_is_raised(ctx, model, blobs):
