@@ -935,11 +935,8 @@ def test_callbacks_see_every_step_and_can_stop(ctx, model, blobs):
     assert trainer.unfinished_epoch == (0, 0, 0)
 
 
-def test_ctrl_c_stops_fit_at_an_epochs_end_and_raises_keyboard_interrupt(ctx, model, blobs):
-    samples, labels = blobs
-    data = mptrain.Dataset.from_f32(ctx, samples, labels, CLASSES)
-    trainer = mptrain.Trainer(model, optimizer="adam", learning_rate=0.01)
-    epochs = 100_000  # 300,000 steps: seconds, so that a fit deaf to Ctrl-C still ends, and fails below
+def fit_until_ctrl_c(trainer, data, epochs):
+    """fit in batches of 100, which must raise KeyboardInterrupt for a SIGINT sent 0.3 s in."""
     interrupt = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
     interrupt.start()
     try:
@@ -947,6 +944,14 @@ def test_ctrl_c_stops_fit_at_an_epochs_end_and_raises_keyboard_interrupt(ctx, mo
             trainer.fit(data, epochs=epochs, batch_size=100)
     finally:
         interrupt.cancel()
+
+
+def test_ctrl_c_stops_fit_at_an_epochs_end_and_raises_keyboard_interrupt(ctx, model, blobs):
+    samples, labels = blobs
+    data = mptrain.Dataset.from_f32(ctx, samples, labels, CLASSES)
+    trainer = mptrain.Trainer(model, optimizer="adam", learning_rate=0.01)
+    epochs = 100_000  # 300,000 steps: seconds, so that a fit deaf to Ctrl-C still ends, and fails below
+    fit_until_ctrl_c(trainer, data, epochs)
     steps, done = trainer.progress
     assert 0 < done < epochs
     assert steps == 3 * done  # at an epoch's end: no user callback, so no step's
@@ -957,13 +962,7 @@ def test_ctrl_c_stops_fit_at_an_epochs_end_and_raises_keyboard_interrupt(ctx, mo
     # in the epoch-end call, every step had reported), and an epoch stopped inside is left unfinished.
     before, reported = trainer.progress[0], []
     trainer.set_callbacks(progress=lambda *report: reported.append(report))
-    interrupt = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
-    interrupt.start()
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            trainer.fit(data, epochs=epochs, batch_size=100)
-    finally:
-        interrupt.cancel()
+    fit_until_ctrl_c(trainer, data, epochs)
     steps, done = trainer.progress
     assert 0 < len(reported) < 3 * epochs
     assert steps - before in (len(reported), len(reported) + 1)
