@@ -132,6 +132,30 @@ TEST_CASE("steps with frozen layers allocate nothing, the flags changing between
     }
 }
 
+TEST_CASE("mixed-fp16 steps that the dynamic scaler skips allocate nothing either") {
+    // From 2^24 with growth after every finite step, the scale keeps overflowing again: every few
+    // steps one is skipped, which the trainer checks (a message only at the minimum scale).
+    Setup setup = make_setup(2);
+    TrainerConfig config;
+    config.precision = MPT_PRECISION_MIXED_FP16;
+    config.loss_scaling = MPT_LOSS_SCALING_DYNAMIC;
+    config.scaler.initial_scale = 16777216.0f;
+    config.scaler.growth_interval = 1;
+    Trainer trainer(setup.model, config);
+    trainer.fit(*setup.dataset, 1, 32, true);
+    const int64_t skipped_before = trainer.state().skipped_steps;
+    StepAllocations record;
+    record.counts.reserve(64);
+    trainer.set_callbacks(TrainerCallbacks{&record_allocations, nullptr, &record});
+    trainer.fit(*setup.dataset, 1, 32, true);
+    REQUIRE(trainer.state().skipped_steps - skipped_before >= 3);
+    REQUIRE(record.counts.size() == 20);
+    for (size_t step = 1; step < record.counts.size(); ++step) {
+        CAPTURE(step);
+        CHECK(record.counts[step] - record.counts[step - 1] == 0);
+    }
+}
+
 TEST_CASE("repeated single steps for custom loops allocate nothing after the first") {
     Setup setup = make_setup(2);
     Trainer trainer(setup.model, TrainerConfig{});

@@ -387,19 +387,21 @@ void Trainer::check_finite_step(const TrainState& state, bool last_step_only) {
     if (state.skipped_steps == skipped_seen_) return;
     const bool at_min_scale = state.skipped_at_min_scale != skipped_at_min_scale_seen_;
     acknowledge_skipped_steps(state);
+    // Above the minimum the scaler backs off and training goes on (no message is built: mixed-fp16
+    // skips steps in the steady state); at it, every later step would be skipped as well, so the run
+    // has diverged (or met NaN/Inf data) and fit must say so.
+    const LossScalerConfig& scaler = executor_.scaler_config();
+    if (scaler.mode == LossScaling::dynamic && !at_min_scale) return;
     const std::string which = last_step_only ? "step " + std::to_string(state.steps)
                                              : "a step of this epoch (by step " + std::to_string(state.steps) + ")";
-    const std::string what = which + ": the loss or a gradient is NaN or Inf";
-    const std::string skipped = std::string("; its update was skipped") +
-                                (last_step_only ? " (the weights are unchanged)" : ", the epoch's other steps ran") +
-                                ". Check the data and the learning rate.";
-    if (executor_.scaler_config().mode != LossScaling::dynamic) fail(MPT_STATUS_NON_FINITE, what + skipped);
-    // Above the minimum the scaler backs off and training goes on; at it, every later step would be
-    // skipped as well, so the run has diverged (or met NaN/Inf data) and fit must say so.
-    if (at_min_scale)
-        fail(MPT_STATUS_NON_FINITE, what + " with the loss scale already at its minimum (" +
-                                        scale_text(executor_.scaler_config().min_scale) +
-                                        ") or below, where backing off cannot help" + skipped);
+    const std::string where =
+        scaler.mode == LossScaling::dynamic
+            ? " with the loss scale already at its minimum (" + scale_text(scaler.min_scale) +
+                  ") or below, where backing off cannot help"
+            : std::string();
+    fail(MPT_STATUS_NON_FINITE, which + ": the loss or a gradient is NaN or Inf" + where + "; its update was skipped" +
+                                    (last_step_only ? " (the weights are unchanged)" : ", the epoch's other steps ran") +
+                                    ". Check the data and the learning rate.");
 }
 
 void Trainer::acknowledge_skipped_steps(const TrainState& state) {
