@@ -302,6 +302,7 @@ int run_training(const cli_options* options, mpt_precision precision, const data
     const trained_settings* const trained = &r.settings;
     size_t planned_bytes = 0;
     int64_t epoch_steps_done = 0, epoch_rows = 0, epoch_batch = 0; /* --resume: an epoch saved part-way */
+    int64_t fit_batch;
     double start;
     int failed = 1;
 
@@ -334,7 +335,8 @@ int run_training(const cli_options* options, mpt_precision precision, const data
         CHECK_MPT(mpt_trainer_get_batch_size(trainer, &saved_batch), "reading the saved run's batch size");
         if (saved_batch > 0 && !options->batch_given)
             r.batch_size = saved_batch;
-        else if (saved_batch > 0 && saved_batch != (r.batch_size < r.train_rows ? r.batch_size : r.train_rows))
+        fit_batch = r.batch_size < r.train_rows ? r.batch_size : r.train_rows; /* as fit clamps it */
+        if (saved_batch > 0 && options->batch_given && saved_batch != fit_batch)
             fprintf(stderr, "warning: the run saved in %s trained in batches of %" PRId64 "; this one trains in "
                             "batches of %" PRId64 " (--batch)\n", options->resume_path, saved_batch, r.batch_size);
         /* An epoch saved part-way (an interrupted run's) goes on where it stopped, when this run has the
@@ -342,7 +344,7 @@ int run_training(const cli_options* options, mpt_precision precision, const data
         CHECK_MPT(mpt_trainer_get_unfinished_epoch(trainer, &epoch_steps_done, &epoch_rows, &epoch_batch),
                   "reading the saved run's unfinished epoch");
         if (epoch_steps_done > 0 &&
-            (epoch_rows != r.train_rows || epoch_batch != (r.batch_size < r.train_rows ? r.batch_size : r.train_rows))) {
+            (epoch_rows != r.train_rows || epoch_batch != fit_batch)) {
             fprintf(stderr, "warning: the run saved in %s stopped inside an epoch of %" PRId64 " training images in "
                             "batches of %" PRId64 "; this one has %" PRId64 " in batches of %" PRId64 " (another "
                             "--limit, --validation-split or --batch?), so that epoch is abandoned for a new one\n",

@@ -32,8 +32,9 @@ struct TrainState {
     int64_t applied_steps;     // updates applied (Adam's bias-correction step count)
     int64_t steps;             // all optimizer steps, skipped or not
     // Dynamic scaling's dead end: updates skipped while the scale was already at min_scale (or below
-    // it, from an initial scale set lower), where backing off cannot make the gradients finite. The trainer fails the step when this grows
-    // (DeepSpeed's raise_error_at_min_scale) rather than skip every step from then on unseen.
+    // it, from an initial scale set lower), where backing off cannot make the gradients finite. The
+    // trainer fails the step when this grows (DeepSpeed's raise_error_at_min_scale) rather than skip
+    // every step from then on unseen.
     int64_t skipped_at_min_scale;
     // Gradient clipping's (Backend::clip_factor): the last step's unscaled gradients' global L2 norm,
     // NaN where none was taken (no clipping, no step yet, a skipped step), and the factor that step's

@@ -118,7 +118,7 @@ public:
     int64_t last_batch_size() const { return last_batch_size_; }
     // The epoch fit left unfinished (cancelled, failed, or restored mid-epoch from a checkpoint), which
     // the next fit finishes on data of its rows in its batch size; all 0 when there is none. From a
-    // progress callback, the epoch in progress (its steps issued so far).
+    // progress callback, the epoch in progress (its steps issued so far; none once all are).
     struct UnfinishedEpoch {
         int64_t steps = 0, rows = 0, batch_size = 0;
     };
