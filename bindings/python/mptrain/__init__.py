@@ -206,10 +206,18 @@ def _lib():
     return _lib_instance
 
 
+def _failure(status):
+    """The Error of a failed call's status, its message read now (the next call replaces it); else None."""
+    if status == 0:
+        return None
+    message = _lib().mpt_last_error()
+    return Error(status, message.decode("utf-8", "replace") if message else "")
+
+
 def _check(status):
-    if status != 0:
-        message = _lib().mpt_last_error()
-        raise Error(status, message.decode("utf-8", "replace") if message else "")
+    failure = _failure(status)
+    if failure is not None:
+        raise failure
 
 
 def version():
@@ -1232,9 +1240,36 @@ def _keywords_of_new(options):
 
 
 def _nothing_at_epoch_end(epoch, loss, accuracy):
-    """fit's epoch-end call when the caller set none: running it lets Python raise a pending
-    KeyboardInterrupt there (Trainer.set_callbacks)."""
+    """The epoch-end call a main-thread fit makes when the caller set none: running Python code there
+    lets Python run a pending SIGINT's handler (_interrupt.py)."""
     return False
+
+
+class _CallbackState:
+    """What fit's callbacks share with fit: the error one raised, and the interrupt noted while fit
+    runs. Held by the callbacks instead of the Trainer, so that a Trainer is in no reference cycle and
+    frees its memory when its last reference goes."""
+
+    def __init__(self):
+        self.error = None
+        self.interrupt = None  # while fit runs: its _interrupt.NotedInterrupt
+
+    def stopping(self):
+        return self.error is not None or (self.interrupt is not None and self.interrupt.noted)
+
+    def guarded(self, function):
+        """`function` as fit calls it: True stops fit, an exception stops it and is kept for fit to
+        raise (it must not unwind into C), and so does a noted Ctrl-C, once the call has run."""
+        def call(*args):
+            if self.error is not None:
+                return 1
+            try:
+                stop = function(*args[:-1])
+            except BaseException as error:
+                self.error = error
+                return 1
+            return 1 if stop or self.stopping() else 0
+        return call
 
 
 class Trainer(_Handle):
@@ -1409,11 +1444,10 @@ class Trainer(_Handle):
         super().__init__(pointer, model._family)
         self._input_features = model.input_features
         self._output_features = model.output_features
+        self._callback_state = _CallbackState()
+        self._callback_functions = (None, None)  # the caller's (progress, epoch_end)
         self._callbacks = None  # (progress, epoch_end) ctypes objects, kept alive while C holds them
-        self._callback_error = None
         self._fitting_thread = None  # the thread running fit, whose callbacks must not re-enter this trainer
-        self._interrupt = None  # while fit runs: its _interrupt.NotedInterrupt, which stops it from the callbacks
-        self.set_callbacks()  # fit's own epoch-end call, through which Ctrl-C reaches it
 
     def set_callbacks(self, progress=None, epoch_end=None):
         """progress(epoch, step, steps_per_epoch, loss, accuracy) after each step of fit, and
@@ -1426,7 +1460,8 @@ class Trainer(_Handle):
         SIGINT handler that was in place: fit raises KeyboardInterrupt by default. The trainer stays
         usable, and a fit on the same data finishes a stopped epoch. (Python sees the signal only when it
         runs Python code: fit gives it a call at each epoch's end, which does nothing when no epoch_end
-        is set; see _interrupt.py.)
+        is set; see _interrupt.py.) A fit on another thread leaves SIGINT to Python, which raises
+        KeyboardInterrupt on the main thread as usual.
 
         From these callbacks, this trainer's evaluate and predict_dataset run in epoch_end: validation
         each epoch (the numbers of a call between one-epoch fits, and fit's run goes on unchanged), on a
@@ -1438,21 +1473,15 @@ class Trainer(_Handle):
             if function is not None and not callable(function):
                 raise TypeError("%s must be callable or None" % name)
 
-        def guarded(function):
-            def call(*args):
-                if self._callback_error is not None or (self._interrupt is not None and self._interrupt.noted):
-                    return 1
-                try:
-                    return 1 if function(*args[:-1]) else 0
-                except BaseException as error:  # never unwind into C: stop, re-raise from fit
-                    self._callback_error = error
-                    return 1
-            return call
-
-        progress_c = _native.mpt_progress_fn(guarded(progress)) if progress else _native.mpt_progress_fn()
-        epoch_end_c = _native.mpt_epoch_end_fn(guarded(epoch_end or _nothing_at_epoch_end))
         with self._family:
-            _check(_lib().mpt_trainer_set_callbacks(self._get(), progress_c, epoch_end_c, None))
+            self._install_callbacks(progress, epoch_end)
+            self._callback_functions = (progress, epoch_end)
+
+    def _install_callbacks(self, progress, epoch_end):
+        state = self._callback_state
+        progress_c = _native.mpt_progress_fn(state.guarded(progress)) if progress else _native.mpt_progress_fn()
+        epoch_end_c = _native.mpt_epoch_end_fn(state.guarded(epoch_end)) if epoch_end else _native.mpt_epoch_end_fn()
+        _check(_lib().mpt_trainer_set_callbacks(self._get(), progress_c, epoch_end_c, None))
         self._callbacks = (progress_c, epoch_end_c)
 
     def _refuse_reentry(self):
@@ -1478,21 +1507,33 @@ class Trainer(_Handle):
         pointer = self._dataset(dataset)
         epochs = _integer(epochs, "epochs", ctypes.c_int64)
         batch_size = _integer(batch_size, "batch_size", ctypes.c_int64)
-        with _Locked(self._family, dataset._family), _interrupt.NotedInterrupt() as interrupt:
-            self._callback_error = None  # under the lock: another thread's fit may be running its callbacks
+        state = self._callback_state
+        with _Locked(self._family, dataset._family):
+            state.error = None  # under the lock: another thread's fit may be running its callbacks
             self._fitting_thread = threading.get_ident()
-            self._interrupt = interrupt
-            try:
-                status = _lib().mpt_trainer_fit(self._get(), pointer, epochs, batch_size, 1 if shuffle else 0)
-            finally:
-                self._fitting_thread = None
-                self._interrupt = None
-            error, self._callback_error = self._callback_error, None
+            progress, epoch_end = self._callback_functions
+            with _interrupt.NotedInterrupt() as interrupt:
+                state.interrupt = interrupt
+                # Where a Ctrl-C is noted, fit must run Python code now and then for Python to note it:
+                # an epoch-end call for the duration of this fit, when the caller set none.
+                adds_epoch_end = interrupt.active and epoch_end is None
+                try:
+                    if adds_epoch_end:
+                        self._install_callbacks(progress, _nothing_at_epoch_end)
+                    failure = _failure(
+                        _lib().mpt_trainer_fit(self._get(), pointer, epochs, batch_size, 1 if shuffle else 0))
+                finally:
+                    self._fitting_thread = None
+                    state.interrupt = None
+                    if adds_epoch_end:  # the caller's, as they are now (a callback may have set others)
+                        self._install_callbacks(*self._callback_functions)
+            # Leaving the interrupt's context ran the SIGINT handler it put off: KeyboardInterrupt by
+            # default. A handler that returns leaves fit to report what it stopped with: CANCELLED.
+            error, state.error = state.error, None
             if error is not None:
                 raise error
-            if interrupt.noted and status in (Status.OK, Status.CANCELLED):
-                return  # leaving the interrupt's context raises KeyboardInterrupt (or what its handler does)
-            _check(status)
+            if failure is not None:
+                raise failure
 
     def step(self, dataset, first, batch_size):
         """One training step on rows [first, first + batch_size); returns the batch's mean loss."""

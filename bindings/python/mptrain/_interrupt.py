@@ -17,6 +17,11 @@ class NotedInterrupt:
         self.noted = False
         self._previous = None
 
+    @property
+    def active(self):
+        """Whether SIGINT is being noted here (else it acts as it did)."""
+        return self._previous is not None
+
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
             previous = signal.getsignal(signal.SIGINT)
@@ -29,8 +34,9 @@ class NotedInterrupt:
         self.noted = True
 
     def __exit__(self, kind, value, traceback):
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
+        previous, self._previous = self._previous, None
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
             if self.noted:
-                self._previous(signal.SIGINT, None)  # raises KeyboardInterrupt by default
+                previous(signal.SIGINT, None)  # raises KeyboardInterrupt by default
         return False

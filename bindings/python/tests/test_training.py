@@ -1,11 +1,13 @@
 """Training through the bindings: fit, evaluate, predict, step, weights, options, callbacks."""
 import array
 import ctypes
+import gc
 import inspect
 import math
 import os
 import signal
 import threading
+import weakref
 
 import pytest
 
@@ -936,14 +938,19 @@ def test_callbacks_see_every_step_and_can_stop(ctx, model, blobs):
 
 
 def fit_until_ctrl_c(trainer, data, epochs):
-    """fit in batches of 100, which must raise KeyboardInterrupt for a SIGINT sent 0.3 s in."""
+    """fit in batches of 100, which must raise KeyboardInterrupt for a SIGINT sent 0.3 s in, and leave
+    SIGINT's handler as it found it. Python's own handler is put in place first: a test run as a
+    script's background job starts with SIGINT ignored, which fit leaves so."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     interrupt = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
     interrupt.start()
     try:
         with pytest.raises(KeyboardInterrupt):
             trainer.fit(data, epochs=epochs, batch_size=100)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     finally:
         interrupt.cancel()
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_ctrl_c_stops_fit_at_an_epochs_end_and_raises_keyboard_interrupt(ctx, model, blobs):
@@ -967,6 +974,23 @@ def test_ctrl_c_stops_fit_at_an_epochs_end_and_raises_keyboard_interrupt(ctx, mo
     assert 0 < len(reported) < 3 * epochs
     assert steps - before in (len(reported), len(reported) + 1)
     assert trainer.unfinished_epoch.steps == steps - 3 * done
+
+
+def test_a_trainer_with_callbacks_is_freed_when_its_last_reference_goes(ctx, model, blobs):
+    # No reference cycle through its callbacks: without the garbage collector, del frees it (and
+    # its memory, which a budget or a GPU would miss until a collection).
+    samples, labels = blobs
+    data = mptrain.Dataset.from_f32(ctx, samples, labels, CLASSES)
+    gc.disable()
+    try:
+        trainer = mptrain.Trainer(model)
+        trainer.set_callbacks(progress=lambda *report: None, epoch_end=lambda *report: None)
+        trainer.fit(data, epochs=1, batch_size=100)
+        freed = weakref.ref(trainer)
+        del trainer
+        assert freed() is None
+    finally:
+        gc.enable()
 
 
 def test_an_exception_in_a_callback_stops_fit_and_is_raised(ctx, model, blobs):
