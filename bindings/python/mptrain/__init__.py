@@ -1254,9 +1254,6 @@ class _CallbackState:
         self.error = None
         self.interrupt = None  # while fit runs: its _interrupt.NotedInterrupt
 
-    def stopping(self):
-        return self.error is not None or (self.interrupt is not None and self.interrupt.noted)
-
     def guarded(self, function):
         """`function` as fit calls it: True stops fit, an exception stops it and is kept for fit to
         raise (it must not unwind into C), and so does a noted Ctrl-C, once the call has run."""
@@ -1268,7 +1265,7 @@ class _CallbackState:
             except BaseException as error:
                 self.error = error
                 return 1
-            return 1 if stop or self.stopping() else 0
+            return 1 if stop or (self.interrupt is not None and self.interrupt.noted) else 0
         return call
 
 
