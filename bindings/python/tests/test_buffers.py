@@ -5,7 +5,7 @@ import array
 import pytest
 
 import mptrain
-import mptrain as package
+from mptrain import _buffers
 from conftest import CLASSES, FEATURES, make_blobs
 
 try:
@@ -51,7 +51,7 @@ def test_numpy_shape_errors(ctx, model):
 
 
 def test_plain_buffers_without_numpy(ctx, model, monkeypatch):
-    monkeypatch.setattr(package, "_np", None)  # behave as if numpy were not installed
+    monkeypatch.setattr(_buffers, "_np", None)  # behave as if numpy were not installed
     samples, labels = make_blobs(rows=60)
     flat = array.array("f", [v for row in samples for v in row])
     data = mptrain.Dataset.from_f32(ctx, memoryview(flat), array.array("i", labels), CLASSES, features=FEATURES)

@@ -3,6 +3,7 @@ types): never a crash."""
 import pytest
 
 import mptrain
+from mptrain import _arguments
 from conftest import CLASSES, FEATURES, raises
 
 Status = mptrain.Status
@@ -112,16 +113,16 @@ def test_enum_names_are_the_members_or_keras_strings_and_class_names(ctx):
                        ("SparseCategoricalCrossentropy", mptrain.Loss.SPARSE_CATEGORICAL_CROSSENTROPY),
                        ("binary_crossentropy", mptrain.Loss.BINARY_CROSSENTROPY), ("Huber", mptrain.Loss.HUBER)):
         mptrain.Trainer(model, loss=name)  # accepted; the name's member is what the enum lookup gives
-        assert mptrain._enum(mptrain.Loss, name, "loss") == loss, name
+        assert _arguments._enum(mptrain.Loss, name, "loss") == loss, name
     for name, optimizer in (("AdamW", mptrain.Optimizer.ADAMW), ("RMSprop", mptrain.Optimizer.RMSPROP),
                             ("SGD", mptrain.Optimizer.SGD), ("Lion", mptrain.Optimizer.LION),
                             ("lion", mptrain.Optimizer.LION)):
-        assert mptrain._enum(mptrain.Optimizer, name, "optimizer") == optimizer, name
-    assert mptrain._enum(mptrain.Precision, "MixedBF16", "precision") == mptrain.Precision.MIXED_BF16
+        assert _arguments._enum(mptrain.Optimizer, name, "optimizer") == optimizer, name
+    assert _arguments._enum(mptrain.Precision, "MixedBF16", "precision") == mptrain.Precision.MIXED_BF16
     for unknown in ("swish", "", "he normal x", "mse", "relu6"):
         kind = mptrain.Optimizer if unknown == "mse" else mptrain.Activation  # an alias only for its own kind
         with raises(Status.INVALID_ARGUMENT):
-            mptrain._enum(kind, unknown, "name")
+            _arguments._enum(kind, unknown, "name")
 
 
 def test_invalid_values_come_back_from_the_library(ctx, model, blobs):

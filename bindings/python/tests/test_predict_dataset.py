@@ -10,7 +10,7 @@ import time
 import pytest
 
 import mptrain
-import mptrain as package
+from mptrain import _buffers, _library
 from conftest import CLASSES, FEATURES, make_blobs, new_run, one_hot, values, weight_bytes
 
 try:
@@ -92,7 +92,7 @@ def test_batch_size_0_is_the_last_training_batch_size_or_256(ctx, model):
 
 
 def test_without_numpy_predictions_are_a_flat_float_array_and_labels_an_int_array(ctx, model, monkeypatch):
-    monkeypatch.setattr(package, "_np", None)  # behave as if numpy were not installed
+    monkeypatch.setattr(_buffers, "_np", None)  # behave as if numpy were not installed
     samples, labels = make_blobs(rows=40, seed=53)
     data = mptrain.Dataset.from_f32(ctx, samples, labels, CLASSES)
     trainer = mptrain.Trainer(model, precision="fp32")
@@ -340,7 +340,7 @@ def test_the_c_calls_hold_the_contexts_lock(ctx, model, monkeypatch):
     samples, labels = make_blobs(rows=20, seed=64)
     data = mptrain.Dataset.from_f32(ctx, samples, labels, CLASSES)
     trainer = mptrain.Trainer(model, precision="fp32")
-    real, seen = mptrain._lib(), []
+    real, seen = _library._lib(), []
 
     def free_elsewhere():
         """Whether another thread could take the context's lock now."""
@@ -363,7 +363,7 @@ def test_the_c_calls_hold_the_contexts_lock(ctx, model, monkeypatch):
                 return function
             return lambda *args: (seen.append((name, free_elsewhere())), function(*args))[1]
 
-    monkeypatch.setattr(mptrain, "_lib_instance", Recording())
+    monkeypatch.setattr(_library, "_lib_instance", Recording())
     assert free_elsewhere()
     assert len(values(trainer.predict_dataset(data[5:]))) == 15 * CLASSES
     assert ints(data.labels) == labels

@@ -12,6 +12,7 @@ import weakref
 import pytest
 
 import mptrain
+from mptrain import _library
 from conftest import CLASSES, FEATURES, make_blobs, mlp, one_hot, values, weight_bytes
 
 
@@ -1091,7 +1092,7 @@ def test_the_log_callback_cannot_call_back_into_its_own_context(blobs, monkeypat
     samples, labels = blobs
     other_ctx = mptrain.Context(backend="cpu", threads=1)  # other contexts are fair game
     other_data = mptrain.Dataset.from_f32(other_ctx, samples, labels, CLASSES)
-    real = mptrain._lib()
+    real = _library._lib()
     address = lambda pointer: ctypes.cast(pointer, ctypes.c_void_p).value
     in_callback = []
     destroys = []  # (pointer, made inside the log callback)
@@ -1103,7 +1104,7 @@ def test_the_log_callback_cannot_call_back_into_its_own_context(blobs, monkeypat
                 return function
             return lambda pointer: (destroys.append((address(pointer), bool(in_callback))), function(pointer))[1]
 
-    monkeypatch.setattr(mptrain, "_lib_instance", Recording())
+    monkeypatch.setattr(_library, "_lib_instance", Recording())
     armed, answers = [], []
 
     def log(level, text):
