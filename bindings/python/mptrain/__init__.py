@@ -18,17 +18,6 @@ otherwise any buffer (array.array, memoryview) or (nested) list works, and outpu
 Threads: objects may be shared between threads; calls on objects of one Context are serialised by a
 lock (the C library allows one thread at a time per context), different contexts run in parallel.
 """
-# The standard modules this file imported when it held the whole package: they were names of the
-# package (mptrain.ctypes, mptrain.os, ...), so they stay, and `import mptrain` keeps every name it had.
-import array  # noqa: F401
-import collections  # noqa: F401
-import collections.abc  # noqa: F401
-import contextlib  # noqa: F401
-import ctypes  # noqa: F401
-import enum  # noqa: F401
-import operator  # noqa: F401
-import os  # noqa: F401
-import threading  # noqa: F401
 from types import FunctionType as _FunctionType
 
 # One module a concept: _enums (the C API's enums), _errors (Error), _library (the loaded library and its
