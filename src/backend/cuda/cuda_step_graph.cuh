@@ -67,7 +67,12 @@ private:
         bool refused = false;
         uint64_t last_use = 0;
     };
-    static constexpr size_t kMaxEntries = 8;
+    // A step in micro-batches is one task (one signature) per pass, and an epoch adds its last, partial
+    // batch and an evaluation's tasks: 8 entries left a step of 8 passes exactly full, so an epoch's
+    // partial batch evicted a pass and the next step ran eagerly and captured again. Past the
+    // capacity, cyclic tasks each miss and run eagerly (never a capture per step, since a signature
+    // is captured on its second sighting while still held). find() is linear: 32 short compares.
+    static constexpr size_t kMaxEntries = 32;
     Entry* find(const TaskSignature& signature);
 
     std::vector<Entry> entries_;
