@@ -63,6 +63,20 @@ impl Dataset {
         })
     }
 
+    /// A dataset made from this one (a slice, subset, weighted or standardized one), of its family.
+    fn derive(
+        &self,
+        make: impl FnOnce(*mut sys::mpt_dataset_t, *mut *mut sys::mpt_dataset_t) -> c_int,
+    ) -> Result<Dataset> {
+        let _lock = self.family.enter()?;
+        let mut raw = ptr::null_mut();
+        check(make(self.raw.as_ptr(), &mut raw))?;
+        Ok(Dataset {
+            raw: NonNull::new(raw).expect("derived dataset creation returned NULL"),
+            family: self.family.clone(),
+        })
+    }
+
     /// float32 samples (`labels.len()` rows of `features`) with labels in `[0, num_classes)`.
     pub fn from_f32(
         context: &Context,
@@ -227,12 +241,8 @@ impl Dataset {
     /// from that slice's first row. `first` outside `[0, rows)` or `rows` outside
     /// `[1, rows - first]` fails with [`Status::InvalidArgument`].
     pub fn slice(&self, first: i64, rows: i64) -> Result<Dataset> {
-        let _lock = self.family.enter()?;
-        let mut raw = ptr::null_mut();
-        check(unsafe { sys::mpt_dataset_create_slice(self.raw.as_ptr(), first, rows, &mut raw) })?;
-        Ok(Dataset {
-            raw: NonNull::new(raw).expect("mpt_dataset_create_slice returned NULL"),
-            family: self.family.clone(),
+        self.derive(|source, out| unsafe {
+            sys::mpt_dataset_create_slice(source, first, rows, out)
         })
     }
 
@@ -260,19 +270,8 @@ impl Dataset {
     /// row (a slice's own); no rows, or an index outside `[0, rows)`, fails with
     /// [`Status::InvalidArgument`] naming the first such.
     pub fn subset(&self, rows: &[i64]) -> Result<Dataset> {
-        let _lock = self.family.enter()?;
-        let mut raw = ptr::null_mut();
-        check(unsafe {
-            sys::mpt_dataset_create_subset(
-                self.raw.as_ptr(),
-                rows.as_ptr(),
-                count(rows.len()),
-                &mut raw,
-            )
-        })?;
-        Ok(Dataset {
-            raw: NonNull::new(raw).expect("mpt_dataset_create_subset returned NULL"),
-            family: self.family.clone(),
+        self.derive(|source, out| unsafe {
+            sys::mpt_dataset_create_subset(source, rows.as_ptr(), count(rows.len()), out)
         })
     }
 
@@ -303,19 +302,8 @@ impl Dataset {
     /// weights. `weights` holds one weight per row: another count fails with
     /// [`Status::ShapeMismatch`]; a negative, NaN or infinite weight with [`Status::InvalidArgument`].
     pub fn weighted(&self, weights: &[f32]) -> Result<Dataset> {
-        let _lock = self.family.enter()?;
-        let mut raw = ptr::null_mut();
-        check(unsafe {
-            sys::mpt_dataset_create_weighted(
-                self.raw.as_ptr(),
-                weights.as_ptr(),
-                count(weights.len()),
-                &mut raw,
-            )
-        })?;
-        Ok(Dataset {
-            raw: NonNull::new(raw).expect("mpt_dataset_create_weighted returned NULL"),
-            family: self.family.clone(),
+        self.derive(|source, out| unsafe {
+            sys::mpt_dataset_create_weighted(source, weights.as_ptr(), count(weights.len()), out)
         })
     }
 
@@ -360,20 +348,14 @@ impl Dataset {
                 ),
             ));
         }
-        let _lock = self.family.enter()?;
-        let mut raw = ptr::null_mut();
-        check(unsafe {
+        self.derive(|source, out| unsafe {
             sys::mpt_dataset_create_standardized(
-                self.raw.as_ptr(),
+                source,
                 mean.as_ptr(),
                 stddev.as_ptr(),
                 count(mean.len()),
-                &mut raw,
+                out,
             )
-        })?;
-        Ok(Dataset {
-            raw: NonNull::new(raw).expect("mpt_dataset_create_standardized returned NULL"),
-            family: self.family.clone(),
         })
     }
 
