@@ -1,5 +1,5 @@
-// Generated, linearly separable test data: three Gaussian-ish blobs in 4 dimensions; the usual model,
-// one-hot targets, bit-pattern readers, temporary directories and damaged files shared by the tests.
+// Generated, linearly separable test data: three Gaussian-ish blobs in 4 dimensions; the usual model and
+// options, one-hot targets, bit-pattern readers, temporary directories and damaged files shared by the tests.
 using System;
 using System.Collections.Generic;
 using System.IO;
@@ -44,6 +44,9 @@ namespace Mptrain.Tests
         {
             return new Model(context, Features).AddDense(16, Activation.Relu).AddDense(Classes, Activation.Softmax);
         }
+
+        // Adam at 0.01, every other option the library's default.
+        public static readonly TrainerOptions Adam = new TrainerOptions { Optimizer = Optimizer.Adam, LearningRate = 0.01f };
 
         // Each label as a row of Classes float targets, 1 at the label.
         public static float[] OneHot(int[] labels)
