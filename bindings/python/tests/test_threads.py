@@ -81,7 +81,7 @@ def test_a_second_thread_waits_for_a_trainer_busy_in_fit(ctx, model):
             other.join(0.5)
             seen.append(other.is_alive())  # still waiting for the lock held by fit
         try:
-            trainer.step(data, 0, 16)  # evaluate, from here, runs (test_training)
+            trainer.step(data, 0, 16)  # evaluate, from here, runs (test_callbacks)
         except mptrain.Error as error:
             seen.append(error)
 
