@@ -162,6 +162,7 @@ private:
     void execute_recorded(cudaStream_t stream, bool capturing);
     // Throws what release() could not (it is noexcept), once.
     void rethrow_deferred_error();
+    // Adds the op's arguments to signature_ (cuda_backend_signature.cu).
     void sign(const RecordedOp& op);
 
     int device_ = 0;
