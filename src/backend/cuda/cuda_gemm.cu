@@ -197,6 +197,15 @@ const GemmPlan& CudaGemm::plan(const GemmKey& key) {
         if (status == CUBLAS_STATUS_SUCCESS)
             status = lt_.preference_set_attribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                                           &align_d, sizeof align_d);
+        // Split-K partial sums stay in fp32 when D is 16-bit: the in-place and output-type schemes
+        // would round every partial to fp16/bf16 (the small-batch GEMMs, few tiles for many SMs, are
+        // where the heuristic splits K), an error the CPU reference's fp32 sums do not make.
+        const uint32_t reduction_schemes =
+            key.type_d == CUDA_R_32F ? CUBLASLT_REDUCTION_SCHEME_MASK
+                                     : (CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE);
+        if (status == CUBLAS_STATUS_SUCCESS)
+            status = lt_.preference_set_attribute(preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                                          &reduction_schemes, sizeof reduction_schemes);
         if (status == CUBLAS_STATUS_SUCCESS)
             status = lt_.algo_get_heuristic(handle_, plan->desc, plan->layout_a, plan->layout_b,
                                                     plan->layout_d, plan->layout_d, preference, 1, &result,
