@@ -831,17 +831,21 @@ void compare_dense_update(Backend& reference, Backend& candidate, const UpdateCa
         return;
     }
     // What the update changed, compared (the masters themselves would hide a wrong small step).
-    if (c.optimizer.kind == OptimizerKind::lion) {
-        // Every Lion step is the rate times a sign (and decay): the same steps, but where the
-        // interpolation lies within rounding of 0 the backends' gradients, summed in another
-        // order, may give it other signs. At most one parameter in 1,000 may differ.
+    const OptimizerKind kind = c.optimizer.kind;
+    if (kind == OptimizerKind::lion || kind == OptimizerKind::adam || kind == OptimizerKind::adamw ||
+        kind == OptimizerKind::rmsprop) {
+        // Every Lion step is the rate times a sign (and decay), and so, nearly, are Adam's and
+        // RMSprop's first steps from zero state (g / (|g| + eps)): the same steps, but where a
+        // gradient (or Lion's interpolation) lies within rounding of 0 the backends' sums, taken in
+        // another order, may give it other signs. At most one parameter in 1,000 may differ.
         const float tolerance = 1e-3f * c.optimizer.learning_rate;
         CHECK(count_differing(weight_results[1], weight_results[0], tolerance) <= weight_count / 1000 + 1);
         CHECK(count_differing(bias_results[1], bias_results[0], tolerance) <= 1);
     } else {
         CHECK(normalised_error(difference(weight_results[1], weights), difference(weight_results[0], weights)) <= 1e-3);
         CHECK(normalised_error(difference(bias_results[1], bias), difference(bias_results[0], bias)) <= 1e-3);
-        // (Not for Lion: one flipped sign moves its weight by twice the rate, some 1e-4 of the norm.)
+        // (Not for the sign-like steps: one flipped sign moves its weight by twice the rate, some 1e-4
+        // of the norm.)
         CHECK(normalised_error(weight_results[1], weight_results[0]) <= error_bound(DType::fp32));
     }
     for (int k = 0; k < states; ++k) {
