@@ -30,7 +30,7 @@ int main(int argc, char** argv)
     cli_options options;
     data_source data;
     run_result first, second;
-    FILE* json_file = NULL;
+    json_destination json = {0};
     int failed = 1;
 
     switch (args_parse(argc, argv, &options)) {
@@ -40,7 +40,7 @@ int main(int argc, char** argv)
     }
 
     memset(&data, 0, sizeof data);
-    if (options.json_path != NULL && (json_file = report_open_json(options.json_path)) == NULL)
+    if (options.json_path != NULL && json_destination_open(&json, options.json_path) != 0)
         return EXIT_FAILURE;
     if (options.checkpoint_path != NULL && destination_check("--save-checkpoint", options.checkpoint_path) != 0)
         goto done;
@@ -50,12 +50,8 @@ int main(int argc, char** argv)
     if (!options.compare) {
         if (run_training(&options, options.precision, &data, &first) != 0)
             goto done;
-        if (json_file != NULL) {
-            FILE* file = json_file;
-            json_file = NULL; /* closed by report_write_json, whatever happens */
-            if (report_write_json(file, options.json_path, &options, &data, &first, NULL) != 0)
-                goto done;
-        }
+        if (options.json_path != NULL && report_write_json(&json, &options, &data, &first, NULL) != 0)
+            goto done;
     } else {
         mpt_precision mixed = MPT_PRECISION_MIXED_BF16;
         if (choose_mixed_precision(&options, &mixed) != 0)
@@ -67,12 +63,8 @@ int main(int argc, char** argv)
         if (run_training(&options, mixed, &data, &second) != 0)
             goto done;
         report_compare(&first, &second);
-        if (json_file != NULL) {
-            FILE* file = json_file;
-            json_file = NULL;
-            if (report_write_json(file, options.json_path, &options, &data, &first, &second) != 0)
-                goto done;
-        }
+        if (options.json_path != NULL && report_write_json(&json, &options, &data, &first, &second) != 0)
+            goto done;
     }
     if (data.generated)
         fprintf(stderr, "warning: these results come from the GENERATED data set, not CIFAR-10 "
@@ -80,7 +72,7 @@ int main(int argc, char** argv)
     failed = 0;
 
 done:
-    report_discard_json(json_file, options.json_path); /* still open: something failed */
+    json_destination_abandon(&json); /* after a failure: an earlier report stays as it was */
     data_release(&data);
     interrupt_end_program(); /* a caught Ctrl-C ends the program by it, as a shell expects */
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;

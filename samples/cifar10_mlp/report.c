@@ -3,11 +3,9 @@
 
 #include "report.h"
 
-#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "check.h"
 #include "json_writer.h"
@@ -136,30 +134,14 @@ static void write_run(json_writer* json, const cli_options* options, const data_
     json_string(json, "data", data->generated ? "generated" : "cifar10");
 }
 
-FILE* report_open_json(const char* path)
-{
-    FILE* file = fopen(path, "w");
-    if (file == NULL)
-        check_report_plain("cannot open %s for writing: %s", path, strerror(errno));
-    return file;
-}
-
-void report_discard_json(FILE* file, const char* path)
-{
-    struct stat info;
-    if (file == NULL)
-        return;
-    fclose(file);
-    if (stat(path, &info) == 0 && S_ISREG(info.st_mode))
-        remove(path);
-}
-
-int report_write_json(FILE* file, const char* path, const cli_options* options, const data_source* data,
+int report_write_json(json_destination* destination, const cli_options* options, const data_source* data,
                       const run_result* run, const run_result* mixed)
 {
     json_writer json;
-    int write_failed;
+    FILE* file = json_destination_begin(destination);
 
+    if (file == NULL)
+        return 1;
     json_init(&json, file);
     json_begin_object(&json, NULL);
     if (mixed == NULL) {
@@ -174,10 +156,5 @@ int report_write_json(FILE* file, const char* path, const cli_options* options, 
     }
     json_end_object(&json);
 
-    write_failed = ferror(file);
-    if (fclose(file) != 0 || write_failed) {
-        check_report_plain("writing %s failed", path);
-        return 1;
-    }
-    return 0;
+    return json_destination_commit(destination, ferror(file));
 }

@@ -385,9 +385,11 @@ else
         "$work/interrupted_other_rows.out" && [ "$(json_value interrupted_other_rows steps)" = 200 ] ||
         fail "resumed on 200 rows: $(grep -E '^(warning|Epoch)' "$work/interrupted_other_rows.out")"
 fi
-interrupted terminated TERM 1000
+echo '{"earlier": "report"}' >"$work/kept.json"
+interrupted terminated TERM 1000 --json "$work/kept.json"
 [ "$status" -eq 143 ] && grep -q "^nothing saved: give --save-checkpoint" "$work/terminated.out" ||
     fail "SIGTERM without --save-checkpoint: exited $status: $(tail -2 "$work/terminated.out")"
+[ "$(cat "$work/kept.json")" = '{"earlier": "report"}' ] || fail "an interrupted run changed --json's file"
 # Ignored on entry (a background job of a script without job control), SIGINT stays ignored.
 "$program" --data "$work/no-such-directory" --limit 256 --threads 2 --batch 1 --epochs 2 >"$work/ignored.out" 2>&1 &
 pid=$!
@@ -397,6 +399,28 @@ status=0
 wait $pid || status=$?
 [ "$status" -eq 0 ] && grep -q "^Epoch 2/2" "$work/ignored.out" ||
     fail "an ignored SIGINT stopped the run: exited $status: $(tail -2 "$work/ignored.out")"
+
+# --json is written once the run has succeeded, as a new file renamed over the old one: a failed
+# run leaves an earlier report as it was (and no new file beside it); a link keeps leading to the
+# report; /dev/stdout, or the file stdout goes to, gets it after the progress lines; a destination
+# that cannot be written fails before training.
+short=(--data "$work/no-such-directory" --limit 64 --threads 2 --epochs 1)
+"$program" "${short[@]}" --resume "$work/no-such-checkpoint" --json "$work/kept.json" >"$work/failed.out" 2>&1 &&
+    fail "a run resuming a missing checkpoint succeeded"
+[ "$(cat "$work/kept.json")" = '{"earlier": "report"}' ] || fail "a failed run changed --json's file"
+ln -s kept.json "$work/linked.json"
+"$program" "${short[@]}" --json "$work/linked.json" >"$work/linked.out" 2>&1 || fail "the linked run exited $?"
+[ -L "$work/linked.json" ] && grep -q '"steps": 2,' "$work/kept.json" ||
+    fail "--json through a link: $(ls -l "$work/linked.json"), $(head -c 80 "$work/kept.json")"
+ls "$work" | grep -q '^kept\.json\.' && fail "new files left beside the report: $(ls "$work" | grep '^kept')"
+"$program" "${short[@]}" --json /dev/stdout >"$work/stdout.out" 2>&1 || fail "the /dev/stdout run exited $?"
+sed -n '/^Epoch 1\/1/,/^}$/p' "$work/stdout.out" | grep -q '^  "steps": 2,$' ||
+    fail "--json /dev/stdout into a file: $(grep -E '^(Epoch|\{|\})' "$work/stdout.out")"
+"$program" "${short[@]}" --json "$work/no-such-directory/report.json" >"$work/unwritable.out" 2>&1
+status=$?
+[ "$status" -eq 1 ] && grep -q "no directory .* to write it in" "$work/unwritable.out" &&
+    ! grep -q '^Epoch' "$work/unwritable.out" ||
+    fail "--json into a missing directory: exited $status: $(tail -1 "$work/unwritable.out")"
 
 if [ "$failures" -ne 0 ]; then
     echo "$failures failure(s)"
