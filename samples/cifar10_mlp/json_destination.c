@@ -1,10 +1,9 @@
 /* See json_destination.h. */
-#define _XOPEN_SOURCE 700 /* realpath, with POSIX 2008 */
+#define _POSIX_C_SOURCE 200809L
 
 #include "json_destination.h"
 
 #include <errno.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -21,42 +20,33 @@ static int is_descriptor(const struct stat* info, int descriptor)
 
 int json_destination_open(json_destination* destination, const char* path)
 {
-    struct stat info, link_info;
+    struct stat info;
 
     memset(destination, 0, sizeof *destination);
     destination->path = path;
-    if (stat(path, &info) == 0) {
-        /* /dev/stdout, or the file stdout was redirected to: renaming over it would lose the
-         * progress lines, and a second descriptor would write over them; the report follows them. */
-        if (is_descriptor(&info, STDOUT_FILENO) || is_descriptor(&info, STDERR_FILENO)) {
-            destination->stream = is_descriptor(&info, STDOUT_FILENO) ? stdout : stderr;
-            destination->is_own_output = 1;
-            return 0;
-        }
-        if (S_ISDIR(info.st_mode)) {
-            check_report_plain("--json %s: that is a directory, not a file", path);
-            return 1;
-        }
-        if (!S_ISREG(info.st_mode)) {
-            destination->stream = fopen(path, "w");
-            if (destination->stream == NULL) {
-                check_report_plain("cannot open %s for writing: %s", path, strerror(errno));
-                return 1;
-            }
-            return 0;
-        }
+    if (stat(path, &info) != 0)
+        return destination_check("--json", path); /* none yet: it is created in its directory */
+    /* /dev/stdout, or the file stdout goes to: a descriptor of its own would write over the
+     * progress lines from the start of the file; the report follows them instead. */
+    if (is_descriptor(&info, STDOUT_FILENO) || is_descriptor(&info, STDERR_FILENO)) {
+        destination->stream = is_descriptor(&info, STDOUT_FILENO) ? stdout : stderr;
+        destination->is_own_output = 1;
+        return 0;
     }
-    /* A link to a file keeps leading to it: the file it leads to is what is replaced. */
-    if (lstat(path, &link_info) == 0 && S_ISLNK(link_info.st_mode))
-        destination->file = realpath(path, NULL);
-    if (destination->file == NULL)
-        destination->file = strdup(path);
-    if (destination->file == NULL) {
-        check_report_plain("--json %s: out of memory", path);
+    if (S_ISDIR(info.st_mode)) {
+        check_report_plain("--json %s: that is a directory, not a file", path);
         return 1;
     }
-    if (destination_check("--json", destination->file) != 0) {
-        json_destination_abandon(destination);
+    if (S_ISREG(info.st_mode)) {
+        if (access(path, W_OK) != 0) {
+            check_report_plain("--json %s: cannot write it: %s", path, strerror(errno));
+            return 1;
+        }
+        return 0;
+    }
+    destination->stream = fopen(path, "w");
+    if (destination->stream == NULL) {
+        check_report_plain("cannot open %s for writing: %s", path, strerror(errno));
         return 1;
     }
     return 0;
@@ -64,32 +54,10 @@ int json_destination_open(json_destination* destination, const char* path)
 
 FILE* json_destination_begin(json_destination* destination)
 {
-    static const char suffix[] = ".XXXXXX";
-    int descriptor;
-
-    if (destination->stream != NULL)
-        return destination->stream;
-    destination->temporary = malloc(strlen(destination->file) + sizeof suffix);
-    if (destination->temporary == NULL) {
-        check_report_plain("writing %s: out of memory", destination->path);
-        return NULL;
-    }
-    strcpy(destination->temporary, destination->file);
-    strcat(destination->temporary, suffix);
-    descriptor = mkstemp(destination->temporary);
-    if (descriptor >= 0) {
-        /* mkstemp makes it 0600; a report is as readable as any file the user creates. */
-        const mode_t mask = umask(0);
-        umask(mask);
-        (void)fchmod(descriptor, 0666 & ~mask);
-        destination->stream = fdopen(descriptor, "w");
-    }
     if (destination->stream == NULL) {
-        check_report_plain("cannot create a file beside %s: %s", destination->file, strerror(errno));
-        if (descriptor >= 0)
-            close(descriptor);
-        json_destination_abandon(destination);
-        return NULL;
+        destination->stream = fopen(destination->path, "w");
+        if (destination->stream == NULL)
+            check_report_plain("cannot open %s for writing: %s", destination->path, strerror(errno));
     }
     return destination->stream;
 }
@@ -104,25 +72,13 @@ int json_destination_commit(json_destination* destination, int write_failed)
     destination->stream = NULL;
     if (!write_failed && fflush(stream) != 0)
         error = errno;
-    if (!write_failed && error == 0 && destination->temporary != NULL && fsync(fileno(stream)) != 0)
+    if (!destination->is_own_output && fclose(stream) != 0 && !write_failed && error == 0)
         error = errno;
-    if (!destination->is_own_output && fclose(stream) != 0 && error == 0)
-        error = errno;
-    if (!write_failed && error == 0 && destination->temporary != NULL &&
-        rename(destination->temporary, destination->file) != 0)
-        error = errno;
-    if (write_failed || error != 0) {
-        if (error != 0)
-            check_report_plain("writing %s failed: %s", destination->path, strerror(error));
-        else
-            check_report_plain("writing %s failed", destination->path);
-        json_destination_abandon(destination);
-        return 1;
-    }
-    free(destination->temporary);
-    destination->temporary = NULL;
-    json_destination_abandon(destination); /* frees what is left */
-    return 0;
+    if (error != 0)
+        check_report_plain("writing %s failed: %s", destination->path, strerror(error));
+    else if (write_failed)
+        check_report_plain("writing %s failed", destination->path);
+    return write_failed || error != 0;
 }
 
 void json_destination_abandon(json_destination* destination)
@@ -130,11 +86,4 @@ void json_destination_abandon(json_destination* destination)
     if (destination->stream != NULL && !destination->is_own_output)
         fclose(destination->stream);
     destination->stream = NULL;
-    if (destination->temporary != NULL) {
-        remove(destination->temporary);
-        free(destination->temporary);
-        destination->temporary = NULL;
-    }
-    free(destination->file);
-    destination->file = NULL;
 }
