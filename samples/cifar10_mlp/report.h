@@ -14,8 +14,8 @@
 void report_compare(const run_result* fp32, const run_result* mixed);
 
 /* Writes the metrics of one run (`mixed` NULL) as a flat object, or of a comparison as
- * {"fp32": {...}, "mixed": {...}}, to `destination` (replacing its file). Returns 0, or 1 after
- * printing the error (the destination then holds what it held before). */
+ * {"fp32": {...}, "mixed": {...}}, to `destination` (a file is rewritten). Returns 0, or 1 after
+ * printing the error. */
 int report_write_json(json_destination* destination, const cli_options* options, const data_source* data,
                       const run_result* run, const run_result* mixed);
 
