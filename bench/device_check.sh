@@ -310,9 +310,9 @@ run_kernel_profile() {
     if ! fits 200; then
         echo "kernel profile: skipped (no time left)" >"$WORK/kernels.txt"; return
     fi
-    stage "kernel profile (ncu, mixed-bf16, batch 32 and 256)"
+    stage "kernel profile (ncu, mixed-bf16, batch 32 and 4096)"
     # A 40 s probe, then up to 75 s per batch.
-    timeout -k 10 200 bash bench/kernel_profile.sh "$BUILD" "$WORK/kernels.txt" 32,256 \
+    timeout -k 10 200 bash bench/kernel_profile.sh "$BUILD" "$WORK/kernels.txt" 32,4096 \
         || echo "kernel profile: failed or timed out" | tee -a "$WORK/kernels.txt"
 }
 

@@ -612,11 +612,15 @@ void compare_loss_head_cases(Backend& reference, Backend& candidate) {
 }
 
 // `standardized`: then (value - mean) / divisor per feature, as for mpt_dataset_create_standardized.
-void compare_gather(Backend& reference, Backend& candidate, bool u8, DType dtype, bool standardized = false) {
+// features = padded, a multiple of 16, and uint8 samples: the 16-byte chunk path.
+void compare_gather(Backend& reference, Backend& candidate, bool u8, DType dtype, bool standardized = false,
+                    int64_t features = 50, int64_t padded = 56) {
     CAPTURE(u8);
     CAPTURE(std::string(dtype_name(dtype)));
     CAPTURE(standardized);
-    const int64_t dataset_rows = 100, features = 50, padded = 56, rows = 21, first = 7, target_width = 3;
+    CAPTURE(features);
+    CAPTURE(padded);
+    const int64_t dataset_rows = 100, rows = 21, first = 7, target_width = 3;
     std::vector<uint8_t> samples_u8(static_cast<size_t>(dataset_rows * features));
     std::uniform_int_distribution<int> byte(0, 255);
     for (uint8_t& value : samples_u8) value = static_cast<uint8_t>(byte(random_engine()));
@@ -905,6 +909,7 @@ void compare_dense_update_cases(Backend& reference, Backend& candidate) {
         compare_dense_update(reference, candidate, {32, 64, 16, dtype, sgd_decay, true});  // skipped: no decay either
         compare_dense_update(reference, candidate, {37, 136, 64, dtype, sgd, false});   // fused SGD (rows <= 64)
         compare_dense_update(reference, candidate, {64, 200, 72, dtype, sgd, false});   // fused, partial tiles
+        compare_dense_update(reference, candidate, {33, 101, 45, dtype, sgd, false});   // fused, columns one by one
         compare_dense_update(reference, candidate, {96, 136, 64, dtype, sgd, false});   // GEMM, then update
         compare_dense_update(reference, candidate, {64, 48, 16, dtype, momentum, false});
         compare_dense_update(reference, candidate, {16, 64, 24, dtype, nesterov, false});
@@ -932,6 +937,11 @@ void compare_dense_update_cases(Backend& reference, Backend& candidate) {
     // 1.5 M weights: past one pass of the update kernel's grid (8 blocks per SM, about 1 M elements
     // on an H200), so later grid-stride passes run and the bias group starts in the second.
     compare_dense_update(reference, candidate, {96, 3072, 512, DType::bf16, adam, false});
+    // Fused SGD on a layer of the seed MLP's shape: more row tiles than blocks, so each block walks
+    // several, the next one's masters and dZ loaded while the current one is summed; then the same
+    // with the masters one by one (a row of 3001 columns is no whole number of float4s).
+    compare_dense_update(reference, candidate, {32, 3072, 1000, DType::bf16, sgd, false});
+    compare_dense_update(reference, candidate, {33, 3001, 1000, DType::fp16, sgd_decay, false});
 }
 
 // clip_factor over gradients as a step leaves them (times the loss scale): an empty set, one value,
@@ -1497,6 +1507,7 @@ TEST_CASE("CUDA gather_batch matches the CPU bit for bit") {
         for (bool standardized : {false, true}) {
             compare_gather(*cpu, *cuda, true, dtype, standardized);
             compare_gather(*cpu, *cuda, false, dtype, standardized);
+            compare_gather(*cpu, *cuda, true, dtype, standardized, 64, 64);  // in 16-byte chunks
         }
     }
 }

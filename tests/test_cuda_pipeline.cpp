@@ -120,7 +120,9 @@ TEST_CASE("a dataset streamed through pinned buffers trains exactly like a resid
     CHECK(streamed.evaluation.loss == resident.evaluation.loss);
     CHECK(streamed.evaluation.accuracy == resident.evaluation.accuracy);
     CHECK(streamed.state.steps == resident.state.steps);
-    CHECK(resident.evaluation.accuracy > 0.5f);
+    // It trained: chance is 0.1 over 10 classes. (The CPU reference ends this run at 0.285 from
+    // the raw bytes / 255; standardized inputs, below, learn faster.)
+    CHECK(resident.evaluation.accuracy > 0.2f);
 }
 
 TEST_CASE("a standardized dataset streamed through pinned buffers trains exactly like a resident one") {

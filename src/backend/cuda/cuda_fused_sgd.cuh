@@ -1,10 +1,10 @@
 // Plain SGD for small batches without a weight gradient in memory. With K = rows <= 64 the weight
 // gradient dZ^T·A is cheap to compute on CUDA cores, while GEMM-then-update would write it in fp32
-// and read it back: one kernel computes a 64 x 64 tile of it in registers from the batch held in
+// and read it back: one kernel computes 32 x 128 tiles of it in registers from the batch held in
 // shared memory and applies the element rule (w -= lr · g / loss_scale, after weight decay's
 // w -= lr · decay · w when set) to the fp32 masters, writing the low-precision
-// copy in the same pass (per weight: one read, two writes). Bias rows are updated by the first tile
-// column. It reads the step's TrainState from device memory and leaves every byte untouched when
+// copy in the same pass (per weight: one read, two writes). Bias rows are updated by the first column
+// strip's blocks. It reads the step's TrainState from device memory and leaves every byte untouched when
 // found_inf is set, so the skip needs no host and no graph conditional.
 #pragma once
 
