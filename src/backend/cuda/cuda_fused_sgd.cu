@@ -7,8 +7,11 @@
 // The next tile's masters and dZ are loaded into registers before the current tile's gradient is
 // summed, so the master stream (the kernel's floor: 10 bytes a weight) stays in flight while the
 // FMAs run; the grid holds as many blocks as fit on the device at once, each with a run of tiles.
-// (The first version, a 64 x 64 tile per block with scalar accesses and no prefetch, ran its
-// load, sum and store phases one after another: 105 us of a 162 us step at batch 32 on an H200.)
+// The element type is a template parameter, and dZ and A are staged as raw fp16/bf16 bits: a load
+// converted where it is issued (load_element's switch on the dtype) waits for its data before the
+// next one starts, and a tile's 8 staged loads then cost 8 round trips to L2 instead of one.
+// (The first version, a 64 x 64 tile per block with scalar accesses, no prefetch and such loads,
+// spent about 100 us of a 162 us step at batch 32 on an H200.)
 #include "backend/cuda/cuda_fused_sgd.cuh"
 
 #include "backend/cuda/cuda_common.cuh"
@@ -37,10 +40,43 @@ struct FusedSgdLaunch {
     int64_t in_features;
     int64_t out_features;
     int64_t tiles_per_block;  // consecutive 32-row tiles a block walks through
-    DType dtype;
     OptimizerConfig optimizer;
     const TrainState* state;
 };
+
+template <typename T>
+__device__ __forceinline__ float to_float(T value);
+template <>
+__device__ __forceinline__ float to_float<float>(float value) { return value; }
+template <>
+__device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 value) { return __bfloat162float(value); }
+template <>
+__device__ __forceinline__ float to_float<__half>(__half value) { return __half2float(value); }
+
+// Rounded to nearest even, as store_element rounds.
+template <typename T>
+__device__ __forceinline__ T from_float(float value);
+template <>
+__device__ __forceinline__ float from_float<float>(float value) { return value; }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float value) { return __float2bfloat16_rn(value); }
+template <>
+__device__ __forceinline__ __half from_float<__half>(float value) { return __float2half_rn(value); }
+
+// 4 values as 4 elements of T in one store (8 bytes for fp16/bf16, 16 for fp32).
+__device__ __forceinline__ void store_4(float* out, const float (&w)[4]) {
+    *reinterpret_cast<float4*>(out) = make_float4(w[0], w[1], w[2], w[3]);
+}
+__device__ __forceinline__ void store_4(__nv_bfloat16* out, const float (&w)[4]) {
+    const __nv_bfloat162 lo = __floats2bfloat162_rn(w[0], w[1]), hi = __floats2bfloat162_rn(w[2], w[3]);
+    *reinterpret_cast<uint2*>(out) =
+        make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
+}
+__device__ __forceinline__ void store_4(__half* out, const float (&w)[4]) {
+    const __half2 lo = __floats2half2_rn(w[0], w[1]), hi = __floats2half2_rn(w[2], w[3]);
+    *reinterpret_cast<uint2*>(out) =
+        make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
+}
 
 // The thread's 4 masters of row o from column i: one float4 when kVector (in_features a multiple
 // of 4 and the masters 16-byte aligned), else one by one with the row's end checked.
@@ -48,57 +84,40 @@ template <bool kVector>
 __device__ __forceinline__ float4 load_masters(const FusedSgdLaunch& p, int64_t o, int64_t i) {
     if (o >= p.out_features || i >= p.in_features) return make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     const float* row = p.weights + o * p.in_features;
-    if (kVector) return *reinterpret_cast<const float4*>(row + i);
-    float4 m;
-    m.x = row[i];
-    m.y = i + 1 < p.in_features ? row[i + 1] : 0.0f;
-    m.z = i + 2 < p.in_features ? row[i + 2] : 0.0f;
-    m.w = i + 3 < p.in_features ? row[i + 3] : 0.0f;
-    return m;
+    if constexpr (kVector) {
+        return *reinterpret_cast<const float4*>(row + i);
+    } else {
+        float4 m;
+        m.x = row[i];
+        m.y = i + 1 < p.in_features ? row[i + 1] : 0.0f;
+        m.z = i + 2 < p.in_features ? row[i + 2] : 0.0f;
+        m.w = i + 3 < p.in_features ? row[i + 3] : 0.0f;
+        return m;
+    }
 }
 
 // Writes the 4 updated masters of row o from column i and their low-precision copies (4 values in
-// one 8- or 16-byte store when kVector).
-template <bool kVector>
+// one store each when kVector).
+template <bool kVector, typename T>
 __device__ __forceinline__ void store_masters(const FusedSgdLaunch& p, int64_t o, int64_t i, const float (&w)[4]) {
     if (o >= p.out_features || i >= p.in_features) return;
     const int64_t index = o * p.in_features + i;
-    if (kVector) {
-        *reinterpret_cast<float4*>(p.weights + index) = make_float4(w[0], w[1], w[2], w[3]);
-        if (!p.low_weights) return;
-        switch (p.dtype) {
-            case DType::bf16: {
-                const __nv_bfloat162 lo = __floats2bfloat162_rn(w[0], w[1]), hi = __floats2bfloat162_rn(w[2], w[3]);
-                uint2 packed;
-                packed.x = *reinterpret_cast<const uint32_t*>(&lo);
-                packed.y = *reinterpret_cast<const uint32_t*>(&hi);
-                *reinterpret_cast<uint2*>(static_cast<__nv_bfloat16*>(p.low_weights) + index) = packed;
-                return;
-            }
-            case DType::fp16: {
-                const __half2 lo = __floats2half2_rn(w[0], w[1]), hi = __floats2half2_rn(w[2], w[3]);
-                uint2 packed;
-                packed.x = *reinterpret_cast<const uint32_t*>(&lo);
-                packed.y = *reinterpret_cast<const uint32_t*>(&hi);
-                *reinterpret_cast<uint2*>(static_cast<__half*>(p.low_weights) + index) = packed;
-                return;
-            }
-            case DType::fp32:
-                *reinterpret_cast<float4*>(static_cast<float*>(p.low_weights) + index) =
-                    make_float4(w[0], w[1], w[2], w[3]);
-                return;
-        }
-        return;
-    }
+    T* low = static_cast<T*>(p.low_weights);
+    if constexpr (kVector) {
+        store_4(p.weights + index, w);
+        if (low) store_4(low + index, w);
+    } else {
 #pragma unroll
-    for (int v = 0; v < 4; ++v) {
-        if (i + v >= p.in_features) return;
-        p.weights[index + v] = w[v];
-        if (p.low_weights) store_element(p.low_weights, p.dtype, index + v, w[v]);
+        for (int v = 0; v < 4; ++v) {
+            if (i + v >= p.in_features) return;
+            p.weights[index + v] = w[v];
+            if (low) low[index + v] = from_float<T>(w[v]);
+        }
     }
 }
 
-template <bool kVector>
+// T: the element type of dZ, A and the low-precision copies (float, __half or __nv_bfloat16).
+template <bool kVector, typename T>
 __global__ void __launch_bounds__(kThreads) fused_sgd_kernel(const FusedSgdLaunch p) {
     __shared__ float4 input[kFusedSgdMaxRows][kStripColumns / 4];            // A[r][i0 + 4c ..]
     __shared__ float4 output_grad[2][kFusedSgdMaxRows][kTileRows / 4];       // dZ[r][o0 + 4w ..], 2 tiles
@@ -128,32 +147,45 @@ __global__ void __launch_bounds__(kThreads) fused_sgd_kernel(const FusedSgdLaunc
         master[u] = load_masters<kVector>(p, first_tile * kTileRows + warp * kRowsPerThread + u, i);
 
     // The strip of A, zero past the last column (as is dZ past the last row) so that the sums of
-    // the edge tiles read defined values.
+    // the edge tiles read defined values. Loaded in groups of 8 raw elements, then converted.
+    const T* input_rows = static_cast<const T*>(p.input);
+    const T zero = from_float<T>(0.0f);
     float* input_flat = reinterpret_cast<float*>(input);
-#pragma unroll 8
-    for (int k = static_cast<int>(threadIdx.x); k < rows * kStripColumns; k += kThreads) {
-        const int r = k / kStripColumns, c = k % kStripColumns;
-        input_flat[k] = i0 + c < p.in_features ? load_element(p.input, p.dtype, r * p.in_features + i0 + c) : 0.0f;
+    for (int base = 0; base < rows * kStripColumns; base += 8 * kThreads) {
+        T raw[8];
+#pragma unroll
+        for (int g = 0; g < 8; ++g) {
+            const int k = base + g * kThreads + static_cast<int>(threadIdx.x);
+            const int r = k / kStripColumns, c = k % kStripColumns;
+            raw[g] = k < rows * kStripColumns && i0 + c < p.in_features ? input_rows[r * p.in_features + i0 + c] : zero;
+        }
+#pragma unroll
+        for (int g = 0; g < 8; ++g) {
+            const int k = base + g * kThreads + static_cast<int>(threadIdx.x);
+            if (k < rows * kStripColumns) input_flat[k] = to_float(raw[g]);
+        }
     }
-    // dZ of a tile, kStagedPerThread elements per thread (element k: row k / 32, column k % 32).
-    auto load_output_grad = [&](int64_t tile, float (&staged)[kStagedPerThread]) {
+    // dZ of a tile, kStagedPerThread raw elements per thread (element k: row k / 32, column k % 32),
+    // converted when they are stored into shared memory.
+    const T* output_grad_rows = static_cast<const T*>(p.output_grad);
+    auto load_output_grad = [&](int64_t tile, T (&staged)[kStagedPerThread]) {
 #pragma unroll
         for (int s = 0; s < kStagedPerThread; ++s) {
             const int k = static_cast<int>(threadIdx.x) + s * kThreads;
             const int r = k / kTileRows;
             const int64_t o = tile * kTileRows + k % kTileRows;
-            staged[s] = r < rows && o < p.out_features ? load_element(p.output_grad, p.dtype, r * p.out_features + o) : 0.0f;
+            staged[s] = r < rows && o < p.out_features ? output_grad_rows[r * p.out_features + o] : zero;
         }
     };
-    auto store_output_grad = [&](int buffer, const float (&staged)[kStagedPerThread]) {
+    auto store_output_grad = [&](int buffer, const T (&staged)[kStagedPerThread]) {
         float* flat = reinterpret_cast<float*>(output_grad[buffer]);
 #pragma unroll
         for (int s = 0; s < kStagedPerThread; ++s) {
             const int k = static_cast<int>(threadIdx.x) + s * kThreads;
-            if (k < rows * kTileRows) flat[k] = staged[s];
+            if (k < rows * kTileRows) flat[k] = to_float(staged[s]);
         }
     };
-    float staged[kStagedPerThread];
+    T staged[kStagedPerThread];
     load_output_grad(first_tile, staged);
     store_output_grad(0, staged);
     __syncthreads();
@@ -188,7 +220,7 @@ __global__ void __launch_bounds__(kThreads) fused_sgd_kernel(const FusedSgdLaunc
             for (int v = 0; v < 4; ++v)
                 updated[v] = optimizer_update_element(p.optimizer, scalars, masters[v], gradient[u][v], unused1,
                                                       unused2, unused3);
-            store_masters<kVector>(p, tile * kTileRows + warp * kRowsPerThread + u, i, updated);
+            store_masters<kVector, T>(p, tile * kTileRows + warp * kRowsPerThread + u, i, updated);
         }
         // The bias gradient is the column sum of dZ: the first strip's blocks own the bias.
         if (blockIdx.x == 0 && threadIdx.x < kTileRows) {
@@ -199,7 +231,7 @@ __global__ void __launch_bounds__(kThreads) fused_sgd_kernel(const FusedSgdLaunc
                 for (int r = 0; r < rows; ++r) sum += column[r * kTileRows];
                 const float bias = optimizer_update_element(p.optimizer, scalars, p.bias[o], sum, unused1, unused2, unused3);
                 p.bias[o] = bias;
-                if (p.low_bias) store_element(p.low_bias, p.dtype, o, bias);
+                if (p.low_bias) static_cast<T*>(p.low_bias)[o] = from_float<T>(bias);
             }
         }
         if (has_next) store_output_grad(buffer ^ 1, staged);
@@ -226,14 +258,21 @@ void run_fused_sgd(const DenseUpdateArgs& args, const OptimizerConfig& optimizer
     launch.rows = args.rows;
     launch.in_features = args.in_features;
     launch.out_features = args.out_features;
-    launch.dtype = args.compute_dtype;
     launch.optimizer = optimizer;
     launch.state = args.state;
     // Whole float4s of masters, and of their copies (8 bytes of fp16/bf16, 16 of fp32).
     const size_t low_bytes = args.compute_dtype == DType::fp32 ? 16 : 8;
     const bool vector = args.in_features % 4 == 0 && aligned(args.weights, 16) &&
                         (args.low_weights == nullptr || aligned(args.low_weights, low_bytes));
-    const auto kernel = vector ? fused_sgd_kernel<true> : fused_sgd_kernel<false>;
+    void (*kernel)(FusedSgdLaunch) = nullptr;
+    switch (args.compute_dtype) {
+        case DType::fp32: kernel = vector ? fused_sgd_kernel<true, float> : fused_sgd_kernel<false, float>; break;
+        case DType::fp16: kernel = vector ? fused_sgd_kernel<true, __half> : fused_sgd_kernel<false, __half>; break;
+        case DType::bf16:
+            kernel = vector ? fused_sgd_kernel<true, __nv_bfloat16> : fused_sgd_kernel<false, __nv_bfloat16>;
+            break;
+    }
+    require(kernel != nullptr, MPT_STATUS_INTERNAL, "cuda backend: fused SGD for an unknown dtype");
 
     // As many blocks as are resident at once, split between the column strips; each walks a run of
     // row tiles (at least one).
