@@ -937,11 +937,12 @@ void compare_dense_update_cases(Backend& reference, Backend& candidate) {
     // 1.5 M weights: past one pass of the update kernel's grid (8 blocks per SM, about 1 M elements
     // on an H200), so later grid-stride passes run and the bias group starts in the second.
     compare_dense_update(reference, candidate, {96, 3072, 512, DType::bf16, adam, false});
-    // Fused SGD on a layer of the seed MLP's shape: more row tiles than blocks, so each block walks
-    // several, the next one's masters and dZ loaded while the current one is summed; then the same
-    // with the masters one by one (a row of 3001 columns is no whole number of float4s).
-    compare_dense_update(reference, candidate, {32, 3072, 1000, DType::bf16, sgd, false});
-    compare_dense_update(reference, candidate, {33, 3001, 1000, DType::fp16, sgd_decay, false});
+    // Fused SGD on the seed MLP's first layer: more row tiles than resident blocks, so each block
+    // walks several (6 on an H200) and its ring of masters wraps around while the next tiles' copies
+    // are in flight; then the masters copied one by one (a row of 3001 columns is no whole number
+    // of float4s), 4 tiles a block.
+    compare_dense_update(reference, candidate, {32, 3072, 3000, DType::bf16, sgd, false});
+    compare_dense_update(reference, candidate, {33, 3001, 2000, DType::fp16, sgd_decay, false});
 }
 
 // clip_factor over gradients as a step leaves them (times the loss scale): an empty set, one value,
