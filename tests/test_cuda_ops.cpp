@@ -938,9 +938,9 @@ void compare_dense_update_cases(Backend& reference, Backend& candidate) {
     // on an H200), so later grid-stride passes run and the bias group starts in the second.
     compare_dense_update(reference, candidate, {96, 3072, 512, DType::bf16, adam, false});
     // Fused SGD on the seed MLP's first layer: more row tiles than resident blocks, so each block
-    // walks several (6 on an H200) and its ring of masters wraps around while the next tiles' copies
-    // are in flight; then the masters copied one by one (a row of 3001 columns is no whole number
-    // of float4s), 4 tiles a block.
+    // walks several (9 on an H200), the next tile's masters and dZ loaded while the current one is
+    // summed; then the masters one by one (a row of 3001 columns is no whole number of float4s),
+    // 6 tiles a block.
     compare_dense_update(reference, candidate, {32, 3072, 3000, DType::bf16, sgd, false});
     compare_dense_update(reference, candidate, {33, 3001, 2000, DType::fp16, sgd_decay, false});
 }

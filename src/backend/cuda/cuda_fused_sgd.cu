@@ -2,22 +2,22 @@
 // 32-row tiles of the output rows. The strip's inputs A[r][i0 .. i0 + 127] stay in shared memory
 // for the whole run; each tile's dZ[r][o0 .. o0 + 31] is double-buffered beside them. Warp w owns
 // the tile's rows 4w .. 4w + 3 and lane l the columns 4l .. 4l + 3, so a thread's 16 masters are 4
-// float4s (a warp moves 512 contiguous bytes per row), and each batch row costs it one broadcast
-// float4 of dZ and one float4 of A from shared memory for 16 FMAs.
-// The masters, the kernel's floor (10 bytes a weight: one fp32 read, an fp32 and a 16-bit write),
-// stream through a ring of 3 tiles in shared memory (fewer where a block cannot have that much)
-// filled by asynchronous copies (cp.async), each thread copying the very masters it updates, 2
-// tiles ahead: the reads stay in flight while the FMAs run, without registers to hold them. The next tile's dZ is
-// prefetched into registers. The grid holds as many blocks as fit on the device at once.
+// float4 loads and stores (a warp moves 512 contiguous bytes per row), and each batch row costs it
+// one broadcast float4 of dZ and one float4 of A from shared memory for 16 FMAs.
+// The next tile's masters and dZ are loaded into registers before the current tile's gradient is
+// summed, so the master stream (the kernel's floor: 10 bytes a weight) stays in flight while the
+// FMAs run; the grid holds as many blocks as fit on the device at once, each with a run of tiles.
 // The element type is a template parameter, and dZ and A are staged as raw fp16/bf16 bits: a load
 // converted where it is issued (load_element's switch on the dtype) waits for its data before the
 // next one starts, and a tile's 8 staged loads then cost 8 round trips to L2 instead of one.
 // History on an H200, mixed-bf16 step at batch 32: 162 us with a 64 x 64 tile per block, scalar
-// accesses and no prefetch; 155 us with float4 masters prefetched one tile ahead in registers;
-// 129 us once the staged loads were raw.
+// accesses and no prefetch; 155 us with float4 masters prefetched a tile ahead; 129 us once the
+// staged loads were raw. A ring of 3 tiles of masters in shared memory filled by cp.async, 2 tiles
+// ahead with 80 registers (commit 078ff45), measured 130 us: the masters' latency is not what
+// bounds this kernel (ncu: about 70 us a step at 1 TB/s and 38% of the SM's issue rate; the
+// generic optimizer_update_element, all of whose rules are compiled in, is the next suspect).
+// bench/NOTES.md has the numbers.
 #include "backend/cuda/cuda_fused_sgd.cuh"
-
-#include <cuda_pipeline.h>
 
 #include "backend/cuda/cuda_common.cuh"
 
@@ -33,16 +33,6 @@ constexpr int kRowsPerThread = kTileRows / kWarps;
 // dZ elements of one tile a thread stages: kFusedSgdMaxRows x kTileRows over the block.
 constexpr int kStagedPerThread = kFusedSgdMaxRows * kTileRows / kThreads;
 static_assert(kRowsPerThread == 4, "a warp's rows are one float4 of dZ");
-// Tiles of masters in the ring: one being updated, the others on their way. Fewer where a block
-// cannot have the shared memory (a 7.x device's 64 KiB): 1 is no prefetch at all.
-constexpr int kMostStages = 3;
-
-// Dynamic shared memory for `rows` batch rows: the ring, the strip of A, two tiles of dZ (floats).
-size_t shared_bytes(int64_t rows, int stages) {
-    return (static_cast<size_t>(stages) * kTileRows * kStripColumns +
-            static_cast<size_t>(rows) * (kStripColumns + 2 * kTileRows)) *
-           sizeof(float);
-}
 
 struct FusedSgdLaunch {
     const void* output_grad;  // dZ [rows, out]
@@ -55,7 +45,6 @@ struct FusedSgdLaunch {
     int64_t in_features;
     int64_t out_features;
     int64_t tiles_per_block;  // consecutive 32-row tiles a block walks through
-    int stages;               // tiles in the ring of masters, 1 .. kMostStages
     OptimizerConfig optimizer;
     const TrainState* state;
 };
@@ -94,21 +83,21 @@ __device__ __forceinline__ void store_4(__half* out, const float (&w)[4]) {
         make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
 }
 
-// Starts copying the thread's 4 masters of row o from column i into `slot` (16 bytes of shared
-// memory): one 16-byte copy when kVector (in_features a multiple of 4 and the masters 16-byte
-// aligned), else 4 of 4 bytes. What lies past the layer is zero-filled, read from nowhere.
+// The thread's 4 masters of row o from column i: one float4 when kVector (in_features a multiple
+// of 4 and the masters 16-byte aligned), else one by one with the row's end checked.
 template <bool kVector>
-__device__ __forceinline__ void fetch_masters(const FusedSgdLaunch& p, int64_t o, int64_t i, float* slot) {
+__device__ __forceinline__ float4 load_masters(const FusedSgdLaunch& p, int64_t o, int64_t i) {
+    if (o >= p.out_features || i >= p.in_features) return make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     const float* row = p.weights + o * p.in_features;
     if constexpr (kVector) {
-        const bool inside = o < p.out_features && i < p.in_features;
-        __pipeline_memcpy_async(slot, inside ? row + i : p.weights, 16, inside ? 0 : 16);
+        return *reinterpret_cast<const float4*>(row + i);
     } else {
-#pragma unroll
-        for (int v = 0; v < 4; ++v) {
-            const bool inside = o < p.out_features && i + v < p.in_features;
-            __pipeline_memcpy_async(slot + v, inside ? row + i + v : p.weights, 4, inside ? 0 : 4);
-        }
+        float4 m;
+        m.x = row[i];
+        m.y = i + 1 < p.in_features ? row[i + 1] : 0.0f;
+        m.z = i + 2 < p.in_features ? row[i + 2] : 0.0f;
+        m.w = i + 3 < p.in_features ? row[i + 3] : 0.0f;
+        return m;
     }
 }
 
@@ -134,8 +123,9 @@ __device__ __forceinline__ void store_masters(const FusedSgdLaunch& p, int64_t o
 
 // T: the element type of dZ, A and the low-precision copies (float, __half or __nv_bfloat16).
 template <bool kVector, typename T>
-__global__ void __launch_bounds__(kThreads, 3) fused_sgd_kernel(const FusedSgdLaunch p) {
-    extern __shared__ float4 shared_memory[];
+__global__ void __launch_bounds__(kThreads) fused_sgd_kernel(const FusedSgdLaunch p) {
+    __shared__ float4 input[kFusedSgdMaxRows][kStripColumns / 4];            // A[r][i0 + 4c ..]
+    __shared__ float4 output_grad[2][kFusedSgdMaxRows][kTileRows / 4];       // dZ[r][o0 + 4w ..], 2 tiles
     const int64_t tiles = (p.out_features + kTileRows - 1) / kTileRows;
     const int64_t first_tile = static_cast<int64_t>(blockIdx.y) * p.tiles_per_block;
     const int64_t end_tile = min(tiles, first_tile + p.tiles_per_block);
@@ -154,31 +144,18 @@ __global__ void __launch_bounds__(kThreads, 3) fused_sgd_kernel(const FusedSgdLa
     const int64_t i0 = static_cast<int64_t>(blockIdx.x) * kStripColumns;
     const int64_t i = i0 + 4 * lane;  // this thread's first column
     const int rows = static_cast<int>(p.rows);
-    // The ring's slot s holds a tile as [row][column] floats; the strip A[r][c]; dZ buffer b [r][o].
-    float* const ring = reinterpret_cast<float*>(shared_memory);
-    const int stages = p.stages;
-    float* const input_flat = ring + stages * kTileRows * kStripColumns;
-    float* const output_grad_flat = input_flat + rows * kStripColumns;
-    // This thread's 4 x 4 masters of a tile in a slot: row warp * 4 + u, columns 4 * lane ...
-    auto slot_masters = [&](int slot, int u) {
-        return ring + (slot * kTileRows + warp * kRowsPerThread + u) * kStripColumns + 4 * lane;
-    };
-    // One commit group per tile, empty past the run, so that waiting for all but the newest
-    // stages - 1 groups always means this tile's.
-    auto fetch_tile = [&](int64_t tile, int slot) {
-        if (tile < end_tile) {
+
+    // This thread's masters of the first tile: in flight while the strip and dZ fill shared memory.
+    float4 master[kRowsPerThread];
 #pragma unroll
-            for (int u = 0; u < kRowsPerThread; ++u)
-                fetch_masters<kVector>(p, tile * kTileRows + warp * kRowsPerThread + u, i, slot_masters(slot, u));
-        }
-        __pipeline_commit();
-    };
-    for (int s = 0; s < stages - 1; ++s) fetch_tile(first_tile + s, s);
+    for (int u = 0; u < kRowsPerThread; ++u)
+        master[u] = load_masters<kVector>(p, first_tile * kTileRows + warp * kRowsPerThread + u, i);
 
     // The strip of A, zero past the last column (as is dZ past the last row) so that the sums of
     // the edge tiles read defined values. Loaded in groups of 8 raw elements, then converted.
     const T* input_rows = static_cast<const T*>(p.input);
     const T zero = from_float<T>(0.0f);
+    float* input_flat = reinterpret_cast<float*>(input);
     for (int base = 0; base < rows * kStripColumns; base += 8 * kThreads) {
         T raw[8];
 #pragma unroll
@@ -206,7 +183,7 @@ __global__ void __launch_bounds__(kThreads, 3) fused_sgd_kernel(const FusedSgdLa
         }
     };
     auto store_output_grad = [&](int buffer, const T (&staged)[kStagedPerThread]) {
-        float* flat = output_grad_flat + buffer * rows * kTileRows;
+        float* flat = reinterpret_cast<float*>(output_grad[buffer]);
 #pragma unroll
         for (int s = 0; s < kStagedPerThread; ++s) {
             const int k = static_cast<int>(threadIdx.x) + s * kThreads;
@@ -220,33 +197,29 @@ __global__ void __launch_bounds__(kThreads, 3) fused_sgd_kernel(const FusedSgdLa
 
     float unused1 = 0.0f, unused2 = 0.0f, unused3 = 0.0f;  // plain SGD keeps no state
     for (int64_t tile = first_tile; tile < end_tile; ++tile) {
-        const int k = static_cast<int>(tile - first_tile);  // (32-bit: a 64-bit % is a call)
-        const int buffer = k & 1, slot = k % stages;
+        const int buffer = static_cast<int>(tile - first_tile) & 1;
         const bool has_next = tile + 1 < end_tile;
-        // The ring's next tile (its slot was updated from one tile ago), and the next dZ, used after
-        // this tile's sums and stores.
-        fetch_tile(tile + stages - 1, (k + stages - 1) % stages);
+        // The next tile's masters and dZ: loads issued now, used after this tile's sums and stores.
+        float4 next_master[kRowsPerThread];
+#pragma unroll
+        for (int u = 0; u < kRowsPerThread; ++u)
+            next_master[u] = has_next ? load_masters<kVector>(p, (tile + 1) * kTileRows + warp * kRowsPerThread + u, i)
+                                      : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (has_next) load_output_grad(tile + 1, staged);
 
-        const float4* dz_rows = reinterpret_cast<const float4*>(output_grad_flat + buffer * rows * kTileRows) + warp;
-        const float4* a_rows = reinterpret_cast<const float4*>(input_flat) + lane;
         float gradient[kRowsPerThread][4] = {};
         for (int r = 0; r < rows; ++r) {
-            const float4 dz = dz_rows[r * (kTileRows / 4)];  // the same address across the warp: a broadcast
-            const float4 a = a_rows[r * (kStripColumns / 4)];
+            const float4 dz = output_grad[buffer][r][warp];  // the same address across the warp: a broadcast
+            const float4 a = input[r][lane];
             const float dzs[4] = {dz.x, dz.y, dz.z, dz.w}, as[4] = {a.x, a.y, a.z, a.w};
 #pragma unroll
             for (int u = 0; u < kRowsPerThread; ++u)
 #pragma unroll
                 for (int v = 0; v < 4; ++v) gradient[u][v] = fmaf(dzs[u], as[v], gradient[u][v]);
         }
-        // This thread's copies of this tile have landed (only the newest stages - 1 groups may
-        // still be on their way); it reads only what it copied itself, so no barrier is needed.
-        __pipeline_wait_prior(static_cast<size_t>(stages - 1));
 #pragma unroll
         for (int u = 0; u < kRowsPerThread; ++u) {
-            const float4 master = *reinterpret_cast<const float4*>(slot_masters(slot, u));
-            const float masters[4] = {master.x, master.y, master.z, master.w};
+            const float masters[4] = {master[u].x, master[u].y, master[u].z, master[u].w};
             float updated[4];
 #pragma unroll
             for (int v = 0; v < 4; ++v)
@@ -258,7 +231,7 @@ __global__ void __launch_bounds__(kThreads, 3) fused_sgd_kernel(const FusedSgdLa
         if (blockIdx.x == 0 && threadIdx.x < kTileRows) {
             const int64_t o = tile * kTileRows + threadIdx.x;
             if (o < p.out_features) {
-                const float* column = output_grad_flat + buffer * rows * kTileRows + threadIdx.x;
+                const float* column = reinterpret_cast<const float*>(output_grad[buffer]) + threadIdx.x;
                 float sum = 0.0f;
                 for (int r = 0; r < rows; ++r) sum += column[r * kTileRows];
                 const float bias = optimizer_update_element(p.optimizer, scalars, p.bias[o], sum, unused1, unused2, unused3);
@@ -267,10 +240,11 @@ __global__ void __launch_bounds__(kThreads, 3) fused_sgd_kernel(const FusedSgdLa
             }
         }
         if (has_next) store_output_grad(buffer ^ 1, staged);
-        // The next tile reads the dZ buffer just written; the one after overwrites the buffer read here.
+#pragma unroll
+        for (int u = 0; u < kRowsPerThread; ++u) master[u] = next_master[u];
+        // The next tile reads the buffer just written; the one after overwrites the buffer read here.
         __syncthreads();
     }
-    __pipeline_wait_prior(0);  // (the groups past the run are empty: nothing is left in flight)
 }
 
 bool aligned(const void* pointer, size_t bytes) { return reinterpret_cast<uintptr_t>(pointer) % bytes == 0; }
@@ -307,19 +281,10 @@ void run_fused_sgd(const DenseUpdateArgs& args, const OptimizerConfig& optimizer
 
     // As many blocks as are resident at once, split between the column strips; each walks a run of
     // row tiles (at least one).
-    int device = 0, multiprocessors = 1, per_multiprocessor = 1, shared_limit = 0;
+    int device = 0, multiprocessors = 1, per_multiprocessor = 1;
     MPT_CUDA_CHECK(cudaGetDevice(&device));
     MPT_CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device));
-    MPT_CUDA_CHECK(cudaDeviceGetAttribute(&shared_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    launch.stages = kMostStages;
-    while (launch.stages > 1 && shared_bytes(args.rows, launch.stages) > static_cast<size_t>(shared_limit)) --launch.stages;
-    const size_t shared = shared_bytes(args.rows, launch.stages);
-    require(shared <= static_cast<size_t>(shared_limit), MPT_STATUS_UNSUPPORTED,
-            "cuda backend: fused SGD needs more shared memory than the device has");
-    // Past the 48 KiB a launch gets without asking: the device's whole allowance, never lowered by a
-    // later call with fewer rows under an earlier launch (or a captured graph) that needed more.
-    MPT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared_limit));
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor, kernel, kThreads, shared) != cudaSuccess ||
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor, kernel, kThreads, 0) != cudaSuccess ||
         per_multiprocessor < 1) {
         cudaGetLastError();  // (not sticky) a grid of one block per multiprocessor is still right, if slower
         per_multiprocessor = 1;
@@ -332,7 +297,7 @@ void run_fused_sgd(const DenseUpdateArgs& args, const OptimizerConfig& optimizer
     const int64_t runs = (tiles + launch.tiles_per_block - 1) / launch.tiles_per_block;
     require(strips <= 0x7fffffff && runs <= 65535, MPT_STATUS_UNSUPPORTED, "cuda backend: a layer too large for fused SGD");
     const dim3 grid(static_cast<unsigned>(strips), static_cast<unsigned>(runs));
-    kernel<<<grid, kThreads, shared, stream>>>(launch);
+    kernel<<<grid, kThreads, 0, stream>>>(launch);
     MPT_CUDA_CHECK_LAUNCH("fused_sgd_kernel");
 }
 
