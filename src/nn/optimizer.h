@@ -126,17 +126,29 @@ MPT_HOST_DEVICE OptimizerStepScalars optimizer_step_scalars(const OptimizerConfi
     return scalars;
 }
 
+// Plain SGD's rule for one master weight (is_plain_sgd): Keras's weight decay, then the step. Its
+// own function so that a kernel that runs only this rule (CUDA's fused SGD) compiles none of the
+// others, and computes exactly what optimizer_update_element does.
+MPT_HOST_DEVICE float plain_sgd_update_element(const OptimizerConfig& config, const OptimizerStepScalars& scalars,
+                                               float weight, float scaled_gradient) {
+    const float gradient = scaled_gradient * scalars.inverse_scale;
+    // Keras applies the decay before the update rule, which then sees the gradient of the weight as
+    // it was (the same for AdamW as decoupled decay in the paper).
+    if (config.weight_decay != 0.0f) weight -= scalars.learning_rate * config.weight_decay * weight;
+    return weight - scalars.learning_rate * gradient;
+}
+
 // Updates one master weight in place; the states past optimizer_state_count are unused.
 MPT_HOST_DEVICE float optimizer_update_element(const OptimizerConfig& config, const OptimizerStepScalars& scalars,
                                                float weight, float scaled_gradient, float& state1, float& state2,
                                                float& state3) {
+    if (is_plain_sgd(config)) return plain_sgd_update_element(config, scalars, weight, scaled_gradient);
     const float gradient = scaled_gradient * scalars.inverse_scale;
     // Keras applies the decay before the update rule, which then sees the gradient of the weight as
     // it was (the same for AdamW as decoupled decay in the paper).
     if (config.weight_decay != 0.0f) weight -= scalars.learning_rate * config.weight_decay * weight;
     switch (config.kind) {
-        case OptimizerKind::sgd: {
-            if (config.momentum == 0.0f) return weight - scalars.learning_rate * gradient;
+        case OptimizerKind::sgd: {  // (with momentum: plain SGD returned above)
             // Keras's formulation: v = m*v - lr*g; w += v (Nesterov: w += m*v - lr*g).
             const float velocity = config.momentum * state1 - scalars.learning_rate * gradient;
             state1 = velocity;

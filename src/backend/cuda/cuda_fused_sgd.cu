@@ -14,8 +14,9 @@
 // accesses and no prefetch; 155 us with float4 masters prefetched a tile ahead; 129 us once the
 // staged loads were raw. A ring of 3 tiles of masters in shared memory filled by cp.async, 2 tiles
 // ahead with 80 registers (commit 078ff45), measured 130 us: the masters' latency is not what
-// bounds this kernel (ncu: about 70 us a step at 1 TB/s and 38% of the SM's issue rate; the
-// generic optimizer_update_element, all of whose rules are compiled in, is the next suspect).
+// bounds this kernel (ncu: about 70 us a step at 1 TB/s and 38% of the SM's issue rate). Next,
+// unmeasured: plain_sgd_update_element instead of the generic optimizer_update_element, whose
+// every rule was compiled in around each of a thread's 16 updates (3,992 SASS instructions to 1,800).
 // bench/NOTES.md has the numbers.
 #include "backend/cuda/cuda_fused_sgd.cuh"
 
@@ -195,7 +196,6 @@ __global__ void __launch_bounds__(kThreads) fused_sgd_kernel(const FusedSgdLaunc
     store_output_grad(0, staged);
     __syncthreads();
 
-    float unused1 = 0.0f, unused2 = 0.0f, unused3 = 0.0f;  // plain SGD keeps no state
     for (int64_t tile = first_tile; tile < end_tile; ++tile) {
         const int buffer = static_cast<int>(tile - first_tile) & 1;
         const bool has_next = tile + 1 < end_tile;
@@ -223,8 +223,7 @@ __global__ void __launch_bounds__(kThreads) fused_sgd_kernel(const FusedSgdLaunc
             float updated[4];
 #pragma unroll
             for (int v = 0; v < 4; ++v)
-                updated[v] = optimizer_update_element(p.optimizer, scalars, masters[v], gradient[u][v], unused1,
-                                                      unused2, unused3);
+                updated[v] = plain_sgd_update_element(p.optimizer, scalars, masters[v], gradient[u][v]);
             store_masters<kVector, T>(p, tile * kTileRows + warp * kRowsPerThread + u, i, updated);
         }
         // The bias gradient is the column sum of dZ: the first strip's blocks own the bias.
@@ -234,7 +233,7 @@ __global__ void __launch_bounds__(kThreads) fused_sgd_kernel(const FusedSgdLaunc
                 const float* column = reinterpret_cast<const float*>(output_grad[buffer]) + threadIdx.x;
                 float sum = 0.0f;
                 for (int r = 0; r < rows; ++r) sum += column[r * kTileRows];
-                const float bias = optimizer_update_element(p.optimizer, scalars, p.bias[o], sum, unused1, unused2, unused3);
+                const float bias = plain_sgd_update_element(p.optimizer, scalars, p.bias[o], sum);
                 p.bias[o] = bias;
                 if (p.low_bias) static_cast<T*>(p.low_bias)[o] = from_float<T>(bias);
             }
