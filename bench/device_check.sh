@@ -65,11 +65,8 @@ failed() { [ "$status" = 0 ] && status=$1; return 0; }
 # stage, so a call killed at its limit still brings back all finished stages (at most 8 files).
 publish() {
     {
-        python3 bench/peers/summary.py "$WORK"/mptrain_small.json "$WORK"/mptrain_large.json \
-            "$WORK"/mptrain_streamed.json "$WORK"/mptrain_scheduled.json "$WORK"/mptrain_clipped.json \
-            "$WORK"/mptrain_averaged.json "$WORK"/mptrain_dropped.json "$WORK"/mptrain_accumulated.json \
-            "$WORK"/mptrain_frozen.json \
-            "$WORK"/floor.json "$WORK"/torch.json "$WORK"/jax.json 2>/dev/null
+        python3 bench/peers/summary.py "$WORK"/mptrain_*.json "$WORK"/floor.json "$WORK"/torch.json "$WORK"/jax.json \
+            2>/dev/null
         [ -f "$WORK/ctest_cuda.log" ] &&
             echo "GPU tests: $(grep -E 'tests passed|tests failed' "$WORK/ctest_cuda.log" | tail -1)"
         grep -hoE "fp32: [0-9]+ fused plans refused.*" "$WORK/ctest_cuda.log" 2>/dev/null | head -1 \
@@ -200,6 +197,9 @@ if [ -x "$bench" ]; then
     bench_run 60 lion --precision mixed-bf16 --batch 32,256 --optimizer lion
     # Standardized inputs: a subtraction and a division a value more in the gather kernel.
     bench_run 60 standardized --precision mixed-bf16 --batch 32,256 --standardize
+    # cuBLASLt never splitting K: where it did, the bias/ReLU epilogue ran as a separate pass (two
+    # of 40 us each at batch 4096 on an H200, 2026-12-04) and split-K's reduction as another.
+    MPTRAIN_CUDA_SPLIT_K=0 bench_run 90 unsplit --precision mixed-bf16 --batch 32,256,4096 --steps 50
 else
     echo "no $bench (MPTRAIN_BUILD_BENCH off or bench/ missing)"
 fi

@@ -5,6 +5,7 @@
 # --cache-control none (no cache flush before each kernel, as in a real step). Kernel times under ncu
 # exclude the gaps between launches, which the bench's µs/step includes.
 # Usage: bash bench/kernel_profile.sh BUILD_DIR OUT_FILE [BATCHES]   (BATCHES default 32,256)
+# Last, the fused SGD kernel's warp states at batch 32 (stall reasons, issue rate, occupancy).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=$1
@@ -41,4 +42,14 @@ for batch in ${BATCHES//,/ }; do
     python3 bench/kernel_table.py "$WORK/ncu_$batch.csv" "mixed-bf16, batch $batch" >>"$OUT_FILE" \
         || { echo "batch $batch: no table; ncu said:"; tail -15 "$WORK/ncu_$batch.log"; } >>"$OUT_FILE"
 done
+# Why the fused SGD kernel (batch 32) runs at a third of the copy bandwidth: its warps' stall
+# reasons, issue rate and occupancy for one step's three launches, as Nsight Compute prints them.
+MPTRAIN_CUDA_GRAPHS=0 timeout -k 10 60 "$ncu" --clock-control none --cache-control none \
+    --kernel-name regex:fused_sgd_kernel --launch-skip 40 --launch-count 3 \
+    --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats \
+    "$BUILD/bin/mptrain-bench" --backend cuda --precision mixed-bf16 --batch 32 --steps 12 --repeats 1 \
+    >"$WORK/ncu_fused_sgd.txt" 2>&1
+fused_status=$?
+{ echo; echo "fused SGD at batch 32, warp states (ncu exit status $fused_status):"
+  grep -vE '^(mptrain|device|backend|cpu|cuda) ' "$WORK/ncu_fused_sgd.txt" | grep -E '^ |fused_sgd' | head -150; } >>"$OUT_FILE"
 cat "$OUT_FILE"

@@ -59,6 +59,9 @@ def main():
     peer_columns = PEERS[backend]
     records = load(arguments)
     mine = [r for r in records if r.get("backend") == backend]
+    # Runs under MPTRAIN_CUDA_SPLIT_K=0, shown against the default plain step and kept out of the rest.
+    unsplit = [r for r in mine if r.get("split_k") is False]
+    mine = [r for r in mine if r not in unsplit]
     clipped = [r for r in mine if r.get("global_clipnorm", 0) > 0]
     averaged = [r for r in mine if r.get("ema_momentum", 0) > 0 and r not in clipped]
     dropped = [r for r in mine if r.get("dropout", 0) > 0 and r not in clipped + averaged]
@@ -179,6 +182,9 @@ def main():
               + memory(r))
     for r in standardized:
         print(against(r, "inputs standardized per feature", ours.get((r["precision"], r["batch"])), "x / 255 alone"))
+    for r in unsplit:
+        print(against(r, "K never split (MPTRAIN_CUDA_SPLIT_K=0)", ours.get((r["precision"], r["batch"])),
+                      "split where cuBLASLt chose"))
 
 if __name__ == "__main__":
     main()

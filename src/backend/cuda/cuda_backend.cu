@@ -38,7 +38,9 @@ std::atomic<bool> cuda_backend_created{false};
 
 // MPTRAIN_CUDA_GRAPHS=0 and MPTRAIN_CUDA_FUSED_EPILOGUES=0 turn off the step graphs and the fused
 // paths (cuBLASLt's epilogues and the fused SGD kernel): to compare, or to get around a driver
-// that mishandles them (the same numbers either way, slower). A fused epilogue that cuBLASLt
+// that mishandles them (the same numbers either way, slower). MPTRAIN_CUDA_SPLIT_K=0 keeps
+// cuBLASLt from splitting K (where it did, a fused epilogue ran as a pass of its own: at batch
+// 4096 on an H200, 80 of 650 us of kernel time), to compare. A fused epilogue that cuBLASLt
 // refuses when it runs needs neither: the op is planned again without it.
 bool turned_off_by_environment(const char* variable) {
     const char* value = std::getenv(variable);
@@ -49,7 +51,8 @@ bool turned_off_by_environment(const char* variable) {
 
 std::string CudaBackend::setup_warning() const {
     return unknown_environment_settings(
-        {{"MPTRAIN_CUDA_GRAPHS", {"0", "1"}}, {"MPTRAIN_CUDA_FUSED_EPILOGUES", {"0", "1"}}});
+        {{"MPTRAIN_CUDA_GRAPHS", {"0", "1"}}, {"MPTRAIN_CUDA_FUSED_EPILOGUES", {"0", "1"}},
+         {"MPTRAIN_CUDA_SPLIT_K", {"0", "1"}}});
 }
 
 // ---- creation ----------------------------------------------------------------------------------
@@ -162,7 +165,7 @@ CudaBackend::CudaBackend(int device, MemoryTracker* memory) : device_(device), m
     fused_epilogues_ = !turned_off_by_environment("MPTRAIN_CUDA_FUSED_EPILOGUES");
     try {
         scheduler_ = std::make_unique<CudaScheduler>(*static_cast<CudaTaskHooks*>(this));
-        gemm_ = std::make_unique<CudaGemm>();
+        gemm_ = std::make_unique<CudaGemm>(!turned_off_by_environment("MPTRAIN_CUDA_SPLIT_K"));
         epoch_order_ = std::make_unique<CudaEpochOrder>(*this);
         const size_t partial_bytes = kLossHeadMaxBlocks * sizeof(double);
         const size_t clip_bytes = kClipFactorMaxBlocks * sizeof(double);

@@ -33,7 +33,7 @@ public:
 
     BackendKind kind() const override { return BackendKind::cuda; }
     std::string device_name() const override { return name_; }
-    // Values of MPTRAIN_CUDA_GRAPHS and MPTRAIN_CUDA_FUSED_EPILOGUES it does not know.
+    // Values of MPTRAIN_CUDA_GRAPHS, MPTRAIN_CUDA_FUSED_EPILOGUES and MPTRAIN_CUDA_SPLIT_K it does not know.
     std::string setup_warning() const override;
     size_t storage_size(DType dtype) const override { return dtype == DType::fp32 ? 4 : 2; }
     DType preferred_compute_dtype() const override;

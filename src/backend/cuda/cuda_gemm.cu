@@ -106,7 +106,7 @@ const CublasLt& loaded_cublaslt() {
 
 }  // namespace
 
-CudaGemm::CudaGemm() : lt_(loaded_cublaslt()) {
+CudaGemm::CudaGemm(bool split_k) : lt_(loaded_cublaslt()), split_k_(split_k) {
     MPT_CUBLAS_CHECK(lt_.create(&handle_));
 }
 
@@ -201,8 +201,9 @@ const GemmPlan& CudaGemm::plan(const GemmKey& key) {
         // would round every partial to fp16/bf16 (the small-batch GEMMs, few tiles for many SMs, are
         // where the heuristic splits K), an error the CPU reference's fp32 sums do not make.
         const uint32_t reduction_schemes =
-            key.type_d == CUDA_R_32F ? CUBLASLT_REDUCTION_SCHEME_MASK
-                                     : (CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE);
+            !split_k_                ? CUBLASLT_REDUCTION_SCHEME_NONE
+            : key.type_d == CUDA_R_32F ? CUBLASLT_REDUCTION_SCHEME_MASK
+                                       : (CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE);
         if (status == CUBLAS_STATUS_SUCCESS)
             status = lt_.preference_set_attribute(preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
                                                           &reduction_schemes, sizeof reduction_schemes);

@@ -61,7 +61,9 @@ struct GemmPlan {
 
 class CudaGemm {
 public:
-    CudaGemm();
+    // split_k false: the heuristic may not split K (reduction scheme NONE), so no GEMM has a
+    // separate reduction and epilogue pass (MPTRAIN_CUDA_SPLIT_K=0, to compare).
+    explicit CudaGemm(bool split_k = true);
     ~CudaGemm();
     CudaGemm(const CudaGemm&) = delete;
     CudaGemm& operator=(const CudaGemm&) = delete;
@@ -86,6 +88,7 @@ public:
 
 private:
     const CublasLt& lt_;
+    bool split_k_;
     cublasLtHandle_t handle_ = nullptr;
     std::unordered_map<GemmKey, std::unique_ptr<GemmPlan>, GemmKeyHash> plans_;
     uint64_t refused_epilogue_plans_ = 0;
