@@ -20,6 +20,8 @@
 // bench/NOTES.md has the numbers.
 #include "backend/cuda/cuda_fused_sgd.cuh"
 
+#include <type_traits>
+
 #include "backend/cuda/cuda_common.cuh"
 
 namespace mpt {
@@ -51,23 +53,27 @@ struct FusedSgdLaunch {
 };
 
 template <typename T>
-__device__ __forceinline__ float to_float(T value);
-template <>
-__device__ __forceinline__ float to_float<float>(float value) { return value; }
-template <>
-__device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 value) { return __bfloat162float(value); }
-template <>
-__device__ __forceinline__ float to_float<__half>(__half value) { return __half2float(value); }
+__device__ __forceinline__ float to_float(T value) {
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+        return __bfloat162float(value);
+    } else if constexpr (std::is_same_v<T, __half>) {
+        return __half2float(value);
+    } else {
+        return value;
+    }
+}
 
 // Rounded to nearest even, as store_element rounds.
 template <typename T>
-__device__ __forceinline__ T from_float(float value);
-template <>
-__device__ __forceinline__ float from_float<float>(float value) { return value; }
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float value) { return __float2bfloat16_rn(value); }
-template <>
-__device__ __forceinline__ __half from_float<__half>(float value) { return __float2half_rn(value); }
+__device__ __forceinline__ T from_float(float value) {
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+        return __float2bfloat16_rn(value);
+    } else if constexpr (std::is_same_v<T, __half>) {
+        return __float2half_rn(value);
+    } else {
+        return value;
+    }
+}
 
 // 4 values as 4 elements of T in one store (8 bytes for fp16/bf16, 16 for fp32).
 __device__ __forceinline__ void store_4(float* out, const float (&w)[4]) {
