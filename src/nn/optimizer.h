@@ -126,16 +126,19 @@ MPT_HOST_DEVICE OptimizerStepScalars optimizer_step_scalars(const OptimizerConfi
     return scalars;
 }
 
-// Plain SGD's rule for one master weight (is_plain_sgd): Keras's weight decay, then the step. Its
-// own function so that a kernel that runs only this rule (CUDA's fused SGD) compiles none of the
-// others, and computes exactly what optimizer_update_element does.
+// The weight after Keras's weight decay, which it applies before the update rule; the rule then
+// sees the gradient of the weight as it was (the same for AdamW as decoupled decay in the paper).
+MPT_HOST_DEVICE float decayed_weight(const OptimizerConfig& config, const OptimizerStepScalars& scalars, float weight) {
+    return config.weight_decay != 0.0f ? weight - scalars.learning_rate * config.weight_decay * weight : weight;
+}
+
+// Plain SGD's rule for one master weight (is_plain_sgd). Its own function so that a kernel that
+// runs only this rule (CUDA's fused SGD) compiles none of the others; optimizer_update_element
+// calls it too.
 MPT_HOST_DEVICE float plain_sgd_update_element(const OptimizerConfig& config, const OptimizerStepScalars& scalars,
                                                float weight, float scaled_gradient) {
     const float gradient = scaled_gradient * scalars.inverse_scale;
-    // Keras applies the decay before the update rule, which then sees the gradient of the weight as
-    // it was (the same for AdamW as decoupled decay in the paper).
-    if (config.weight_decay != 0.0f) weight -= scalars.learning_rate * config.weight_decay * weight;
-    return weight - scalars.learning_rate * gradient;
+    return decayed_weight(config, scalars, weight) - scalars.learning_rate * gradient;
 }
 
 // Updates one master weight in place; the states past optimizer_state_count are unused.
@@ -144,9 +147,7 @@ MPT_HOST_DEVICE float optimizer_update_element(const OptimizerConfig& config, co
                                                float& state3) {
     if (is_plain_sgd(config)) return plain_sgd_update_element(config, scalars, weight, scaled_gradient);
     const float gradient = scaled_gradient * scalars.inverse_scale;
-    // Keras applies the decay before the update rule, which then sees the gradient of the weight as
-    // it was (the same for AdamW as decoupled decay in the paper).
-    if (config.weight_decay != 0.0f) weight -= scalars.learning_rate * config.weight_decay * weight;
+    weight = decayed_weight(config, scalars, weight);
     switch (config.kind) {
         case OptimizerKind::sgd: {  // (with momentum: plain SGD returned above)
             // Keras's formulation: v = m*v - lr*g; w += v (Nesterov: w += m*v - lr*g).
