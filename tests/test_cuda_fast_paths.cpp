@@ -264,6 +264,20 @@ TEST_CASE("MPTRAIN_CUDA_GRAPHS=0 and MPTRAIN_CUDA_FUSED_EPILOGUES=0 turn the fas
     CHECK(cuda_backend_fused_epilogues(default_context->backend()));
 }
 
+// MPTRAIN_CUDA_SPLIT_K=0 (to compare: cuBLASLt's heuristic offered only kernels that keep K whole)
+// changes where the GEMMs' sums are split, not what they are: the step trains to the same loss.
+TEST_CASE("MPTRAIN_CUDA_SPLIT_K=0 trains as the default does") {
+    SKIP_WITHOUT_GPU();
+    setenv("MPTRAIN_CUDA_SPLIT_K", "0", 1);
+    auto context = make_context(MPT_BACKEND_CUDA);
+    unsetenv("MPTRAIN_CUDA_SPLIT_K");
+    const float unsplit = train_two_bf16_epochs(context, 27);
+    const float split = train_two_bf16_epochs(make_context(MPT_BACKEND_CUDA), 27);
+    INFO("fused plans refused without split-K: " << cuda_backend_refused_epilogue_plans(context->backend()));
+    CHECK(std::isfinite(unsplit));
+    CHECK(unsplit == doctest::Approx(split).epsilon(5e-3));
+}
+
 #else
 
 TEST_CASE("the CUDA fast-path checks need a build with the CUDA backend") {
