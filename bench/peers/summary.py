@@ -129,12 +129,16 @@ def main():
     print("best peer = fastest peer's us/step over mptrain mixed-bf16 (> 1: mptrain faster)")
     if floors:
         any_floor = next(iter(floors.values()))
-        print(f"hardware floor (mptrain-gpu-floor, this run): copy {any_floor['copy_tb_per_s']:.2f} TB/s, "
-              f"bf16 GEMM {any_floor['bf16_tflop_per_s']:.0f} TFLOP/s")
+        print(f"hardware floor (mptrain-gpu-floor, this run): copy {any_floor['copy_tb_per_s']:.2f} TB/s "
+              f"(cudaMemcpyAsync {any_floor.get('memcpy_tb_per_s', 0):.2f}, copy kernel "
+              f"{any_floor.get('copy_kernel_tb_per_s', 0):.2f}), bf16 GEMM {any_floor['bf16_tflop_per_s']:.0f} TFLOP/s")
         for batch in sorted(floors):
             floor = floors[batch]["floor_us"]
+            fused = floors[batch].get("fused_floor_us")
             bf16 = ours.get(("mixed-bf16", batch))
             ratio = f"{bf16 / floor:.2f}x the floor" if bf16 else "no mptrain time"
+            if bf16 and fused:
+                ratio += f", {bf16 / fused:.2f}x the fused floor ({fused:.1f} us: no weight gradient in memory)"
             print(f"  batch {batch:>5}: floor {floor:7.1f} us (GEMMs {floors[batch]['gemm_us']:.1f} + update "
                   f"{floors[batch]['update_us']:.1f}); mptrain mixed-bf16 {ratio}")
     # Memory of the mixed-bf16 runs: the library's accounting (arenas, resident data, the buffers
