@@ -175,6 +175,9 @@ if [ -x "$bench" ]; then
     # 200 steps per timed epoch at small batches; 50 at 4096 keeps the generated data set small.
     bench_run 120 small --precision fp32,mixed-fp16,mixed-bf16 --batch 32,256
     bench_run 120 large --precision fp32,mixed-fp16,mixed-bf16 --batch 4096 --steps 50
+    # The fused SGD kernel's tiles on the tensor cores (batch 32: at most 64 rows take fused SGD),
+    # against the CUDA-core kernel of the small stage.
+    MPTRAIN_CUDA_TENSOR_CORE_SGD=1 bench_run 60 tensor_core_sgd --precision mixed-fp16,mixed-bf16 --batch 32
     # The same step with the data set left in host memory: batches staged through pinned buffers.
     bench_run 60 streamed --precision mixed-bf16 --batch 32,256 --streamed
     # A per-step cosine schedule: its rate is computed on the device, so the steps keep their graphs.

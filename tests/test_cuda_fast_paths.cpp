@@ -278,6 +278,30 @@ TEST_CASE("MPTRAIN_CUDA_SPLIT_K=0 trains as the default does") {
     CHECK(unsplit == doctest::Approx(split).epsilon(5e-3));
 }
 
+// MPTRAIN_CUDA_TENSOR_CORE_SGD=1 (compute capability 8.0 and up): batch 32's fused SGD sums its
+// tiles on the tensor cores, the same products in another order, so the step trains to the loss
+// the CUDA-core kernel's does; every dense update took the tensor-core kernel.
+TEST_CASE("MPTRAIN_CUDA_TENSOR_CORE_SGD=1 trains as the CUDA-core kernel does") {
+    SKIP_WITHOUT_GPU();
+    setenv("MPTRAIN_CUDA_TENSOR_CORE_SGD", "1", 1);
+    auto context = make_context(MPT_BACKEND_CUDA);
+    unsetenv("MPTRAIN_CUDA_TENSOR_CORE_SGD");
+    // (Setting it on again changes nothing where the environment turned it on; it says whether it is.)
+    if (!cuda_backend_set_tensor_core_sgd(context->backend(), true)) {
+        MESSAGE("compute capability below 8.0: no tensor-core fused SGD to compare");
+        return;
+    }
+    const float tensor_cores = train_two_bf16_epochs(context, 29);
+    const CudaOpPaths paths = cuda_backend_op_paths(context->backend());
+    CHECK(paths.fused_sgd > 0);
+    CHECK(paths.fused_sgd_tensor_cores == paths.fused_sgd);
+    auto default_context = make_context(MPT_BACKEND_CUDA);
+    const float cuda_cores = train_two_bf16_epochs(default_context, 29);
+    CHECK(cuda_backend_op_paths(default_context->backend()).fused_sgd_tensor_cores == 0);
+    CHECK(std::isfinite(tensor_cores));
+    CHECK(tensor_cores == doctest::Approx(cuda_cores).epsilon(5e-3));
+}
+
 #else
 
 TEST_CASE("the CUDA fast-path checks need a build with the CUDA backend") {

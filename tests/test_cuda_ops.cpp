@@ -1522,6 +1522,22 @@ TEST_CASE("CUDA dense_update matches the CPU for every optimizer and skips a non
     compare_dense_update_cases(*cpu, *cuda);
 }
 
+// The fused SGD kernel's fp16/bf16 tiles on the tensor cores (compute capability 8.0 and up): the
+// same cases, every plain-SGD batch of at most 64 rows through it (fp32 stays on CUDA cores).
+TEST_CASE("CUDA dense_update matches the CPU with fused SGD on the tensor cores") {
+    SKIP_WITHOUT_GPU();
+    auto cpu = make_cpu();
+    auto cuda = make_cuda();
+    if (!cuda_backend_set_tensor_core_sgd(*cuda, true)) {
+        MESSAGE("compute capability below 8.0: no tensor-core fused SGD");
+        return;
+    }
+    compare_dense_update_cases(*cpu, *cuda);
+    const CudaOpPaths paths = cuda_backend_op_paths(*cuda);
+    CHECK(paths.fused_sgd_tensor_cores > 0);
+    CHECK(paths.fused_sgd_tensor_cores < paths.fused_sgd);  // fp32's ran on CUDA cores
+}
+
 TEST_CASE("CUDA max_abs, decide_update, clip_factor, average_weights and finish_step match the CPU") {
     SKIP_WITHOUT_GPU();
     auto cpu = make_cpu();

@@ -62,6 +62,9 @@ def main():
     # Runs under MPTRAIN_CUDA_SPLIT_K=0, shown against the default plain step and kept out of the rest.
     unsplit = [r for r in mine if r.get("split_k") is False]
     mine = [r for r in mine if r not in unsplit]
+    # Runs under MPTRAIN_CUDA_TENSOR_CORE_SGD=1, likewise.
+    tensor_core_sgd = [r for r in mine if r.get("tensor_core_sgd") is True]
+    mine = [r for r in mine if r not in tensor_core_sgd]
     clipped = [r for r in mine if r.get("global_clipnorm", 0) > 0]
     averaged = [r for r in mine if r.get("ema_momentum", 0) > 0 and r not in clipped]
     dropped = [r for r in mine if r.get("dropout", 0) > 0 and r not in clipped + averaged]
@@ -189,6 +192,9 @@ def main():
     for r in unsplit:
         print(against(r, "K never split (MPTRAIN_CUDA_SPLIT_K=0)", ours.get((r["precision"], r["batch"])),
                       "split where cuBLASLt chose"))
+    for r in tensor_core_sgd:
+        print(against(r, "fused SGD on tensor cores (MPTRAIN_CUDA_TENSOR_CORE_SGD=1)",
+                      ours.get((r["precision"], r["batch"])), "on CUDA cores"))
 
 if __name__ == "__main__":
     main()

@@ -47,12 +47,19 @@ bool turned_off_by_environment(const char* variable) {
     return value && std::strcmp(value, "0") == 0;
 }
 
+// MPTRAIN_CUDA_TENSOR_CORE_SGD=1 computes the fused SGD kernel's tiles on the tensor cores: off by
+// default until a GPU has measured it against the CUDA-core kernel.
+bool turned_on_by_environment(const char* variable) {
+    const char* value = std::getenv(variable);
+    return value && std::strcmp(value, "1") == 0;
+}
+
 }  // namespace
 
 std::string CudaBackend::setup_warning() const {
     return unknown_environment_settings(
         {{"MPTRAIN_CUDA_GRAPHS", {"0", "1"}}, {"MPTRAIN_CUDA_FUSED_EPILOGUES", {"0", "1"}},
-         {"MPTRAIN_CUDA_SPLIT_K", {"0", "1"}}});
+         {"MPTRAIN_CUDA_SPLIT_K", {"0", "1"}}, {"MPTRAIN_CUDA_TENSOR_CORE_SGD", {"0", "1"}}});
 }
 
 // ---- creation ----------------------------------------------------------------------------------
@@ -163,6 +170,7 @@ CudaBackend::CudaBackend(int device, MemoryTracker* memory) : device_(device), m
             std::to_string(properties.totalGlobalMem >> 20) + " MiB)";
     graphs_enabled_ = !turned_off_by_environment("MPTRAIN_CUDA_GRAPHS");
     fused_epilogues_ = !turned_off_by_environment("MPTRAIN_CUDA_FUSED_EPILOGUES");
+    set_tensor_core_sgd(turned_on_by_environment("MPTRAIN_CUDA_TENSOR_CORE_SGD"));
     try {
         scheduler_ = std::make_unique<CudaScheduler>(*static_cast<CudaTaskHooks*>(this));
         gemm_ = std::make_unique<CudaGemm>(!turned_off_by_environment("MPTRAIN_CUDA_SPLIT_K"));
@@ -553,8 +561,10 @@ void CudaBackend::plan(RecordedOp& op) {
         case OpCode::dense_update: {
             const size_t scratch_bytes = dense_update_scratch_bytes(op.update, op.optimizer, fused_epilogues_);
             op.scratch = scratch_bytes ? scratch_for(scratch_bytes) : nullptr;
-            op.update_plan = plan_dense_update(*gemm_, op.update, op.optimizer, op.scratch, fused_epilogues_);
+            op.update_plan =
+                plan_dense_update(*gemm_, op.update, op.optimizer, op.scratch, fused_epilogues_, tensor_core_sgd_);
             if (op.update_plan.fused_sgd) ++op_paths_.fused_sgd;
+            if (op.update_plan.fused_sgd_tensor_cores) ++op_paths_.fused_sgd_tensor_cores;
             else if (op.update.part != UpdatePart::apply)
                 ++(op.update_plan.gradient.fused ? op_paths_.weight_gradient_fused : op_paths_.weight_gradient_unfused);
             return;
@@ -806,6 +816,7 @@ CudaOpPaths cuda_backend_op_paths(const Backend& backend) { return as_cuda(backe
 void cuda_backend_set_graphs(Backend& backend, bool enabled) { as_cuda(backend).set_graphs(enabled); }
 void cuda_backend_break_captures(Backend& backend, bool broken) { as_cuda(backend).break_captures(broken); }
 void cuda_backend_set_fused_epilogues(Backend& backend, bool enabled) { as_cuda(backend).set_fused_epilogues(enabled); }
+bool cuda_backend_set_tensor_core_sgd(Backend& backend, bool enabled) { return as_cuda(backend).set_tensor_core_sgd(enabled); }
 bool cuda_backend_fused_epilogues(const Backend& backend) { return as_cuda(backend).fused_epilogues(); }
 
 }  // namespace mpt

@@ -37,6 +37,7 @@ struct CudaOpPaths {
     uint64_t backward_data_fused = 0, backward_data_unfused = 0;
     uint64_t weight_gradient_fused = 0, weight_gradient_unfused = 0;
     uint64_t fused_sgd = 0;
+    uint64_t fused_sgd_tensor_cores = 0;  // of those, on the tensor cores
     uint64_t clip_factor = 0;  // clip_factor ops issued (clipped steps)
 };
 CudaOpPaths cuda_backend_op_paths(const Backend& backend);
@@ -49,5 +50,9 @@ void cuda_backend_break_captures(Backend& backend, bool broken);
 // MPTRAIN_CUDA_FUSED_EPILOGUES=0 turns them off); off forces the unfused fallback paths.
 void cuda_backend_set_fused_epilogues(Backend& backend, bool enabled);
 bool cuda_backend_fused_epilogues(const Backend& backend);
+// The fused SGD kernel's fp16/bf16 tiles on the tensor cores (default off until a GPU has measured
+// it; MPTRAIN_CUDA_TENSOR_CORE_SGD=1 turns it on). Ignored below compute capability 8.0; returns
+// whether it is now on.
+bool cuda_backend_set_tensor_core_sgd(Backend& backend, bool enabled);
 
 }  // namespace mpt

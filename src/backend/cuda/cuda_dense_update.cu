@@ -161,7 +161,7 @@ size_t dense_update_scratch_bytes(const DenseUpdateArgs& args, const OptimizerCo
 }
 
 DenseUpdatePlan plan_dense_update(CudaGemm& gemm, const DenseUpdateArgs& args, const OptimizerConfig& optimizer,
-                                  float* scratch, bool allow_fused) {
+                                  float* scratch, bool allow_fused, bool tensor_core_sgd) {
     require(args.state != nullptr, MPT_STATUS_INVALID_ARGUMENT, "cuda backend: dense_update needs the train state");
     require(args.weights && args.bias, MPT_STATUS_INVALID_ARGUMENT, "cuda backend: dense_update needs the masters");
     DenseUpdatePlan plan;
@@ -176,6 +176,7 @@ DenseUpdatePlan plan_dense_update(CudaGemm& gemm, const DenseUpdateArgs& args, c
     }
     if (allow_fused && fused_sgd_applies(args, optimizer)) {
         plan.fused_sgd = true;
+        plan.fused_sgd_tensor_cores = tensor_core_sgd && args.compute_dtype != DType::fp32;
         return plan;
     }
     if (args.weight_grad && args.bias_grad) {
@@ -194,7 +195,7 @@ DenseUpdatePlan plan_dense_update(CudaGemm& gemm, const DenseUpdateArgs& args, c
 void run_dense_update(CudaGemm& gemm, const DenseUpdatePlan& plan, const DenseUpdateArgs& args,
                       const OptimizerConfig& optimizer, int max_blocks, cudaStream_t stream) {
     if (plan.fused_sgd) {
-        run_fused_sgd(args, optimizer, stream);
+        run_fused_sgd(args, optimizer, plan.fused_sgd_tensor_cores, stream);
         return;
     }
     if (args.part != UpdatePart::apply)

@@ -18,6 +18,7 @@ namespace mpt {
 
 struct DenseUpdatePlan {
     bool fused_sgd = false;        // cuda_fused_sgd: no gradient GEMM, no scratch
+    bool fused_sgd_tensor_cores = false;  // its fp16/bf16 tiles on the tensor cores
     WeightGradientPlan gradient;   // unused by the apply part
     float* weight_grad = nullptr;  // the args' scratch, or the backend's when the args have none
     float* bias_grad = nullptr;
@@ -26,8 +27,9 @@ struct DenseUpdatePlan {
 // fp32 scratch dense_update needs from the backend: 0 when the args bring gradient buffers or the
 // update is fused SGD.
 size_t dense_update_scratch_bytes(const DenseUpdateArgs& args, const OptimizerConfig& optimizer, bool allow_fused);
+// tensor_core_sgd: fused SGD's fp16/bf16 tiles on the tensor cores (the caller has checked the device).
 DenseUpdatePlan plan_dense_update(CudaGemm& gemm, const DenseUpdateArgs& args, const OptimizerConfig& optimizer,
-                                  float* scratch, bool allow_fused);
+                                  float* scratch, bool allow_fused, bool tensor_core_sgd = false);
 void run_dense_update(CudaGemm& gemm, const DenseUpdatePlan& plan, const DenseUpdateArgs& args,
                       const OptimizerConfig& optimizer, int max_blocks, cudaStream_t stream);
 

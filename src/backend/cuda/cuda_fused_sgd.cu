@@ -20,9 +20,9 @@
 // bench/NOTES.md has the numbers.
 #include "backend/cuda/cuda_fused_sgd.cuh"
 
-#include <type_traits>
-
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_fused_sgd_launch.cuh"
+#include "backend/cuda/cuda_fused_sgd_tensor_cores.cuh"
 
 namespace mpt {
 
@@ -30,50 +30,12 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr int kStripColumns = 128;  // 32 lanes x 4 columns
-constexpr int kTileRows = 32;       // 8 warps x 4 rows
+constexpr int kStripColumns = kFusedSgdStripColumns;  // 32 lanes x 4 columns
+constexpr int kTileRows = kFusedSgdTileRows;          // 8 warps x 4 rows
 constexpr int kRowsPerThread = kTileRows / kWarps;
 // dZ elements of one tile a thread stages: kFusedSgdMaxRows x kTileRows over the block.
 constexpr int kStagedPerThread = kFusedSgdMaxRows * kTileRows / kThreads;
 static_assert(kRowsPerThread == 4, "a warp's rows are one float4 of dZ");
-
-struct FusedSgdLaunch {
-    const void* output_grad;  // dZ [rows, out]
-    const void* input;        // A [rows, in]
-    float* weights;
-    float* bias;
-    void* low_weights;
-    void* low_bias;
-    int64_t rows;
-    int64_t in_features;
-    int64_t out_features;
-    int64_t tiles_per_block;  // consecutive 32-row tiles a block walks through
-    OptimizerConfig optimizer;
-    const TrainState* state;
-};
-
-template <typename T>
-__device__ __forceinline__ float to_float(T value) {
-    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-        return __bfloat162float(value);
-    } else if constexpr (std::is_same_v<T, __half>) {
-        return __half2float(value);
-    } else {
-        return value;
-    }
-}
-
-// Rounded to nearest even, as store_element rounds.
-template <typename T>
-__device__ __forceinline__ T from_float(float value) {
-    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-        return __float2bfloat16_rn(value);
-    } else if constexpr (std::is_same_v<T, __half>) {
-        return __float2half_rn(value);
-    } else {
-        return value;
-    }
-}
 
 // 4 values as 4 elements of T in one store (8 bytes for fp16/bf16, 16 for fp32).
 __device__ __forceinline__ void store_4(float* out, const float (&w)[4]) {
@@ -139,13 +101,7 @@ __global__ void __launch_bounds__(kThreads) fused_sgd_kernel(const FusedSgdLaunc
     if (first_tile >= end_tile) return;  // the whole block: before any barrier
     const TrainState state = *p.state;
     if (state.found_inf) return;  // a skipped step: nothing is written
-    // optimizer_step_scalars for plain SGD (the only optimizer here), without its Adam branch: that
-    // branch's double pow() is a call that costs this kernel register spills.
-    OptimizerStepScalars scalars;
-    scalars.inverse_scale = 1.0f / state.loss_scale;
-    scalars.learning_rate = scheduled_learning_rate(p.optimizer, state.steps);
-    scalars.step_size = scalars.learning_rate;
-    scalars.epsilon_hat = p.optimizer.epsilon;
+    const OptimizerStepScalars scalars = fused_sgd_scalars(p.optimizer, state);
 
     const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
     const int64_t i0 = static_cast<int64_t>(blockIdx.x) * kStripColumns;
@@ -252,28 +208,20 @@ __global__ void __launch_bounds__(kThreads) fused_sgd_kernel(const FusedSgdLaunc
     }
 }
 
-bool aligned(const void* pointer, size_t bytes) { return reinterpret_cast<uintptr_t>(pointer) % bytes == 0; }
-
 }  // namespace
 
-void run_fused_sgd(const DenseUpdateArgs& args, const OptimizerConfig& optimizer, cudaStream_t stream) {
+void run_fused_sgd(const DenseUpdateArgs& args, const OptimizerConfig& optimizer, bool tensor_cores,
+                   cudaStream_t stream) {
     require(fused_sgd_applies(args, optimizer), MPT_STATUS_INTERNAL, "cuda backend: fused SGD called outside its case");
-    FusedSgdLaunch launch{};
-    launch.output_grad = args.output_grad;
-    launch.input = args.input;
-    launch.weights = args.weights;
-    launch.bias = args.bias;
-    launch.low_weights = args.low_weights;
-    launch.low_bias = args.low_bias;
-    launch.rows = args.rows;
-    launch.in_features = args.in_features;
-    launch.out_features = args.out_features;
-    launch.optimizer = optimizer;
-    launch.state = args.state;
+    if (tensor_cores && args.compute_dtype != DType::fp32) {
+        run_fused_sgd_on_tensor_cores(args, optimizer, stream);
+        return;
+    }
+    FusedSgdLaunch launch = fused_sgd_launch(args, optimizer);
     // Whole float4s of masters, and of their copies (8 bytes of fp16/bf16, 16 of fp32).
     const size_t low_bytes = args.compute_dtype == DType::fp32 ? 16 : 8;
-    const bool vector = args.in_features % 4 == 0 && aligned(args.weights, 16) &&
-                        (args.low_weights == nullptr || aligned(args.low_weights, low_bytes));
+    const bool vector = args.in_features % 4 == 0 && fused_sgd_aligned(args.weights, 16) &&
+                        (args.low_weights == nullptr || fused_sgd_aligned(args.low_weights, low_bytes));
     void (*kernel)(FusedSgdLaunch) = nullptr;
     switch (args.compute_dtype) {
         case DType::fp32: kernel = vector ? fused_sgd_kernel<true, float> : fused_sgd_kernel<false, float>; break;
@@ -283,25 +231,7 @@ void run_fused_sgd(const DenseUpdateArgs& args, const OptimizerConfig& optimizer
             break;
     }
     require(kernel != nullptr, MPT_STATUS_INTERNAL, "cuda backend: fused SGD for an unknown dtype");
-
-    // As many blocks as are resident at once, split between the column strips; each walks a run of
-    // row tiles (at least one).
-    int device = 0, multiprocessors = 1, per_multiprocessor = 1;
-    MPT_CUDA_CHECK(cudaGetDevice(&device));
-    MPT_CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device));
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor, kernel, kThreads, 0) != cudaSuccess ||
-        per_multiprocessor < 1) {
-        cudaGetLastError();  // (not sticky) a grid of one block per multiprocessor is still right, if slower
-        per_multiprocessor = 1;
-    }
-    const int64_t strips = (args.in_features + kStripColumns - 1) / kStripColumns;
-    const int64_t tiles = (args.out_features + kTileRows - 1) / kTileRows;
-    const int64_t resident = static_cast<int64_t>(multiprocessors) * per_multiprocessor;
-    const int64_t runs_per_strip = std::max<int64_t>(1, std::min<int64_t>(tiles, resident / strips));
-    launch.tiles_per_block = (tiles + runs_per_strip - 1) / runs_per_strip;
-    const int64_t runs = (tiles + launch.tiles_per_block - 1) / launch.tiles_per_block;
-    require(strips <= 0x7fffffff && runs <= 65535, MPT_STATUS_UNSUPPORTED, "cuda backend: a layer too large for fused SGD");
-    const dim3 grid(static_cast<unsigned>(strips), static_cast<unsigned>(runs));
+    const dim3 grid = fused_sgd_grid(reinterpret_cast<const void*>(kernel), kThreads, launch);
     kernel<<<grid, kThreads, 0, stream>>>(launch);
     MPT_CUDA_CHECK_LAUNCH("fused_sgd_kernel");
 }

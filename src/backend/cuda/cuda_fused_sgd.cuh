@@ -5,7 +5,8 @@
 // w -= lr · decay · w when set) to the fp32 masters, writing the low-precision
 // copy in the same pass (per weight: one read, two writes). Bias rows are updated by the first column
 // strip's blocks. It reads the step's TrainState from device memory and leaves every byte untouched when
-// found_inf is set, so the skip needs no host and no graph conditional.
+// found_inf is set, so the skip needs no host and no graph conditional. With fp16/bf16 operands the
+// tensor cores can compute the tiles instead (cuda_fused_sgd_tensor_cores.cuh), the same update.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -23,6 +24,9 @@ inline bool fused_sgd_applies(const DenseUpdateArgs& args, const OptimizerConfig
            args.part == UpdatePart::whole && args.gradient_factor == nullptr;
 }
 
-void run_fused_sgd(const DenseUpdateArgs& args, const OptimizerConfig& optimizer, cudaStream_t stream);
+// tensor_cores: fp16/bf16 tiles on the tensor cores (compute capability 8.0 and up; the caller checks);
+// fp32 always runs on CUDA cores.
+void run_fused_sgd(const DenseUpdateArgs& args, const OptimizerConfig& optimizer, bool tensor_cores,
+                   cudaStream_t stream);
 
 }  // namespace mpt

@@ -1,0 +1,114 @@
+// What the two fused SGD kernels share (cuda_fused_sgd.cu on CUDA cores, cuda_fused_sgd_tensor_cores.cu
+// on tensor cores): the launch's arguments, the step's scalars read from the device's TrainState, the
+// element conversions, and the grid. Both give a block a strip of 128 input columns and a run of
+// consecutive 32-row tiles of output rows, as many blocks as are resident at once.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <type_traits>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_common.cuh"
+
+namespace mpt {
+
+constexpr int kFusedSgdStripColumns = 128;  // input columns a block owns
+constexpr int kFusedSgdTileRows = 32;       // output rows a block updates at a time
+
+struct FusedSgdLaunch {
+    const void* output_grad;  // dZ [rows, out]
+    const void* input;        // A [rows, in]
+    float* weights;
+    float* bias;
+    void* low_weights;
+    void* low_bias;
+    int64_t rows;
+    int64_t in_features;
+    int64_t out_features;
+    int64_t tiles_per_block;  // consecutive 32-row tiles a block walks through
+    OptimizerConfig optimizer;
+    const TrainState* state;
+};
+
+// The launch's arguments, tiles_per_block still unset (fused_sgd_grid sets it).
+inline FusedSgdLaunch fused_sgd_launch(const DenseUpdateArgs& args, const OptimizerConfig& optimizer) {
+    FusedSgdLaunch launch{};
+    launch.output_grad = args.output_grad;
+    launch.input = args.input;
+    launch.weights = args.weights;
+    launch.bias = args.bias;
+    launch.low_weights = args.low_weights;
+    launch.low_bias = args.low_bias;
+    launch.rows = args.rows;
+    launch.in_features = args.in_features;
+    launch.out_features = args.out_features;
+    launch.optimizer = optimizer;
+    launch.state = args.state;
+    return launch;
+}
+
+// optimizer_step_scalars for plain SGD (the only optimizer here), without its Adam branch: that
+// branch's double pow() is a call that costs the kernels register spills.
+__device__ __forceinline__ OptimizerStepScalars fused_sgd_scalars(const OptimizerConfig& optimizer,
+                                                                  const TrainState& state) {
+    OptimizerStepScalars scalars;
+    scalars.inverse_scale = 1.0f / state.loss_scale;
+    scalars.learning_rate = scheduled_learning_rate(optimizer, state.steps);
+    scalars.step_size = scalars.learning_rate;
+    scalars.epsilon_hat = optimizer.epsilon;
+    return scalars;
+}
+
+template <typename T>
+__device__ __forceinline__ float to_float(T value) {
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+        return __bfloat162float(value);
+    } else if constexpr (std::is_same_v<T, __half>) {
+        return __half2float(value);
+    } else {
+        return value;
+    }
+}
+
+// Rounded to nearest even, as store_element rounds.
+template <typename T>
+__device__ __forceinline__ T from_float(float value) {
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+        return __float2bfloat16_rn(value);
+    } else if constexpr (std::is_same_v<T, __half>) {
+        return __float2half_rn(value);
+    } else {
+        return value;
+    }
+}
+
+// The grid for `kernel` (blocks of `threads`): the column strips times runs of row tiles, as many
+// blocks as are resident at once (at least one run per strip); sets launch.tiles_per_block.
+inline dim3 fused_sgd_grid(const void* kernel, int threads, FusedSgdLaunch& launch) {
+    int device = 0, multiprocessors = 1, per_multiprocessor = 1;
+    MPT_CUDA_CHECK(cudaGetDevice(&device));
+    MPT_CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device));
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor, kernel, threads, 0) != cudaSuccess ||
+        per_multiprocessor < 1) {
+        cudaGetLastError();  // (not sticky) a grid of one block per multiprocessor is still right, if slower
+        per_multiprocessor = 1;
+    }
+    const int64_t strips = (launch.in_features + kFusedSgdStripColumns - 1) / kFusedSgdStripColumns;
+    const int64_t tiles = (launch.out_features + kFusedSgdTileRows - 1) / kFusedSgdTileRows;
+    const int64_t resident = static_cast<int64_t>(multiprocessors) * per_multiprocessor;
+    const int64_t runs_per_strip = std::max<int64_t>(1, std::min<int64_t>(tiles, resident / strips));
+    launch.tiles_per_block = (tiles + runs_per_strip - 1) / runs_per_strip;
+    const int64_t runs = (tiles + launch.tiles_per_block - 1) / launch.tiles_per_block;
+    require(strips <= 0x7fffffff && runs <= 65535, MPT_STATUS_UNSUPPORTED, "cuda backend: a layer too large for fused SGD");
+    return dim3(static_cast<unsigned>(strips), static_cast<unsigned>(runs));
+}
+
+inline bool fused_sgd_aligned(const void* pointer, size_t bytes) {
+    return reinterpret_cast<uintptr_t>(pointer) % bytes == 0;
+}
+
+}  // namespace mpt

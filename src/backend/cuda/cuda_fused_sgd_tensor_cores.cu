@@ -1,0 +1,283 @@
+// See cuda_fused_sgd_tensor_cores.cuh; where the operands are staged and the fragments found is
+// fused_sgd_mma_layout.h. A block stages its strip of 128 input columns of A once (transposed,
+// batch rows contiguous) and walks a run of 32-row tiles of dZ, double-buffered. Per tile, each
+// warp's 16 x 32 part of the weight gradient is 4 mma tiles per k-step of 16 batch rows (8 mma
+// instructions at batch 32), summed in fp32 registers; each thread then updates the 16 masters
+// its accumulators cover: rows g and g + 8 of its warp's part (g = lane / 4), the column pair
+// 2t, 2t + 1 (t = lane % 4) of each of the 4 mma tiles, as float2 loads and stores and one 32-bit
+// store of the two low-precision copies. The next tile's masters and dZ are loaded before the
+// current tile is summed, as in the CUDA-core kernel. Unmeasured: no GPU has run it yet.
+#include "backend/cuda/cuda_fused_sgd_tensor_cores.cuh"
+
+#include <cstdint>
+#include <type_traits>
+
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_fused_sgd.cuh"
+#include "backend/cuda/cuda_fused_sgd_launch.cuh"
+#include "backend/cuda/fused_sgd_mma_layout.h"
+
+namespace mpt {
+
+namespace {
+
+using namespace fused_sgd_mma;
+
+static_assert(kTileRows == kFusedSgdTileRows && kStripColumns == kFusedSgdStripColumns, "the grid's tiles");
+static_assert(kMaxK == kFusedSgdMaxRows, "the batch rows a block stages");
+
+constexpr int kMmaTiles = 4;  // 8-column mma tiles of a warp
+// A dZ tile's staging pairs per thread at most: kTileRows x kMaxK / 2 over the block.
+constexpr int kTilePairsPerThread = kTileRows * kMaxK / 2 / kThreads;
+// The strip's pairs a thread loads before it stores any, so that its loads are in flight together.
+constexpr int kStripPairsInFlight = 8;
+static_assert(kTilePairsPerThread * kThreads == kTileRows * kMaxK / 2, "whole staging rounds");
+
+// D += A_m B_m on one 16 x 8 x 16 tile (fp32 sums).
+template <typename T>
+__device__ __forceinline__ void mma_16x8x16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+            "{%0, %1, %2, %3};\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    } else {
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+            "{%0, %1, %2, %3};\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    }
+#else
+    __trap();  // never launched below compute capability 8.0: run_fused_sgd_on_tensor_cores refuses
+#endif
+}
+
+// A 16-bit element's bits as a float.
+template <typename T>
+__device__ __forceinline__ float bits_to_float(uint16_t bits) {
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+        return __uint_as_float(static_cast<uint32_t>(bits) << 16);
+    } else {
+        return __half2float(__ushort_as_half(bits));
+    }
+}
+
+// Two floats as two elements of T in 32 bits, the first in the low half; rounded to nearest even.
+template <typename T>
+__device__ __forceinline__ uint32_t pack_pair(float first, float second) {
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+        const __nv_bfloat162 pair = __floats2bfloat162_rn(first, second);
+        return *reinterpret_cast<const uint32_t*>(&pair);
+    } else {
+        const __half2 pair = __floats2half2_rn(first, second);
+        return *reinterpret_cast<const uint32_t*>(&pair);
+    }
+}
+
+__device__ __forceinline__ uint32_t shared_pair(const uint16_t* staged, int index) {
+    return *reinterpret_cast<const uint32_t*>(staged + index);
+}
+
+// The masters (o, i) and (o, i + 1), 0 past the matrix's edge: one float2 when kVector (in_features
+// even, the masters 8-byte aligned).
+template <bool kVector>
+__device__ __forceinline__ float2 load_master_pair(const FusedSgdLaunch& p, int64_t o, int64_t i) {
+    if (o >= p.out_features || i >= p.in_features) return make_float2(0.0f, 0.0f);
+    const float* row = p.weights + o * p.in_features;
+    if constexpr (kVector) {
+        return *reinterpret_cast<const float2*>(row + i);
+    } else {
+        return make_float2(row[i], i + 1 < p.in_features ? row[i + 1] : 0.0f);
+    }
+}
+
+template <bool kVector, typename T>
+__device__ __forceinline__ void store_master_pair(const FusedSgdLaunch& p, int64_t o, int64_t i, float first,
+                                                  float second) {
+    if (o >= p.out_features || i >= p.in_features) return;
+    const int64_t index = o * p.in_features + i;
+    uint16_t* low = static_cast<uint16_t*>(p.low_weights);
+    if constexpr (kVector) {
+        *reinterpret_cast<float2*>(p.weights + index) = make_float2(first, second);
+        if (low) *reinterpret_cast<uint32_t*>(low + index) = pack_pair<T>(first, second);
+    } else {
+        const uint32_t pair = pack_pair<T>(first, second);
+        p.weights[index] = first;
+        if (low) low[index] = static_cast<uint16_t>(pair & 0xffffu);
+        if (i + 1 >= p.in_features) return;
+        p.weights[index + 1] = second;
+        if (low) low[index + 1] = static_cast<uint16_t>(pair >> 16);
+    }
+}
+
+// T: the element type of dZ, A and the low-precision copies (__half or __nv_bfloat16).
+template <bool kVector, typename T>
+__global__ void __launch_bounds__(kThreads, 2) fused_sgd_tensor_core_kernel(const FusedSgdLaunch p) {
+    __shared__ __align__(16) uint16_t operand_b[kStripColumns * kKStride];  // A^T: [i][k]
+    __shared__ __align__(16) uint16_t operand_a[2][kTileRows * kKStride];   // dZ^T: [o][k], 2 tiles
+    const int64_t tiles = (p.out_features + kTileRows - 1) / kTileRows;
+    const int64_t first_tile = static_cast<int64_t>(blockIdx.y) * p.tiles_per_block;
+    const int64_t end_tile = min(tiles, first_tile + p.tiles_per_block);
+    if (first_tile >= end_tile) return;  // the whole block: before any barrier
+    const TrainState state = *p.state;
+    if (state.found_inf) return;  // a skipped step: nothing is written
+    const OptimizerStepScalars scalars = fused_sgd_scalars(p.optimizer, state);
+
+    const int thread = static_cast<int>(threadIdx.x);
+    const int lane = thread & 31, warp = thread >> 5;
+    const int row0 = warp_row0(warp), column0 = warp_column0(warp);
+    const int64_t i0 = static_cast<int64_t>(blockIdx.x) * kStripColumns;
+    const int rows = static_cast<int>(p.rows);
+    const int k_steps = (rows + 15) / 16;
+    const int padded_k = 16 * k_steps;
+
+    // This thread's masters in tile `tile`: [mma tile j][h], h = 0 the accumulators' row g, 1 row g + 8.
+    auto master_row = [&](int64_t tile, int h) { return tile * kTileRows + row0 + accumulator_row(lane, 2 * h); };
+    auto master_column = [&](int j) { return i0 + column0 + 8 * j + accumulator_column(lane, 0); };
+    float2 master[kMmaTiles][2];
+#pragma unroll
+    for (int j = 0; j < kMmaTiles; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) master[j][h] = load_master_pair<kVector>(p, master_row(first_tile, h), master_column(j));
+
+    // The strip of A, transposed, zero past the last column and the last batch row.
+    const uint16_t* input = static_cast<const uint16_t*>(p.input);
+    const int strip_pairs = kStripColumns * padded_k / 2;
+    for (int base = 0; base < strip_pairs; base += kStripPairsInFlight * kThreads) {
+        uint16_t raw[kStripPairsInFlight][2];
+#pragma unroll
+        for (int g = 0; g < kStripPairsInFlight; ++g) {
+            const int pair = base + g * kThreads + thread;
+            const int c = staging_row(pair, kStripColumns), k = staging_k(pair, kStripColumns);
+            const bool column = pair < strip_pairs && i0 + c < p.in_features;
+            raw[g][0] = column && k < rows ? input[k * p.in_features + i0 + c] : uint16_t{0};
+            raw[g][1] = column && k + 1 < rows ? input[(k + 1) * p.in_features + i0 + c] : uint16_t{0};
+        }
+#pragma unroll
+        for (int g = 0; g < kStripPairsInFlight; ++g) {
+            const int pair = base + g * kThreads + thread;
+            if (pair >= strip_pairs) break;
+            *reinterpret_cast<uint32_t*>(operand_b + staged_index(staging_row(pair, kStripColumns),
+                                                                  staging_k(pair, kStripColumns))) =
+                raw[g][0] | static_cast<uint32_t>(raw[g][1]) << 16;
+        }
+    }
+    // A tile of dZ, transposed: raw bits loaded into registers, stored into shared memory later.
+    const uint16_t* output_grad = static_cast<const uint16_t*>(p.output_grad);
+    const int tile_pairs = kTileRows * padded_k / 2;
+    auto load_tile = [&](int64_t tile, uint16_t (&staged)[kTilePairsPerThread][2]) {
+#pragma unroll
+        for (int s = 0; s < kTilePairsPerThread; ++s) {
+            const int pair = thread + s * kThreads;
+            const int k = staging_k(pair, kTileRows);
+            const int64_t o = tile * kTileRows + staging_row(pair, kTileRows);
+            const bool row = pair < tile_pairs && o < p.out_features;
+            staged[s][0] = row && k < rows ? output_grad[k * p.out_features + o] : uint16_t{0};
+            staged[s][1] = row && k + 1 < rows ? output_grad[(k + 1) * p.out_features + o] : uint16_t{0};
+        }
+    };
+    auto store_tile = [&](int buffer, const uint16_t (&staged)[kTilePairsPerThread][2]) {
+#pragma unroll
+        for (int s = 0; s < kTilePairsPerThread; ++s) {
+            const int pair = thread + s * kThreads;
+            if (pair >= tile_pairs) break;
+            *reinterpret_cast<uint32_t*>(operand_a[buffer] + staged_index(staging_row(pair, kTileRows),
+                                                                          staging_k(pair, kTileRows))) =
+                staged[s][0] | static_cast<uint32_t>(staged[s][1]) << 16;
+        }
+    };
+    uint16_t staged[kTilePairsPerThread][2];
+    load_tile(first_tile, staged);
+    store_tile(0, staged);
+    __syncthreads();
+
+    for (int64_t tile = first_tile; tile < end_tile; ++tile) {
+        const int buffer = static_cast<int>(tile - first_tile) & 1;
+        const bool has_next = tile + 1 < end_tile;
+        // The next tile's masters and dZ: loads issued now, used after this tile's sums and stores.
+        float2 next_master[kMmaTiles][2];
+#pragma unroll
+        for (int j = 0; j < kMmaTiles; ++j)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+                next_master[j][h] = has_next ? load_master_pair<kVector>(p, master_row(tile + 1, h), master_column(j))
+                                             : make_float2(0.0f, 0.0f);
+        if (has_next) load_tile(tile + 1, staged);
+
+        const uint16_t* tile_a = operand_a[buffer];
+        float gradient[kMmaTiles][4] = {};
+        for (int step = 0; step < k_steps; ++step) {
+            const int k0 = 16 * step;
+            uint32_t a[4];
+#pragma unroll
+            for (int r = 0; r < 4; ++r)
+                a[r] = shared_pair(tile_a, staged_index(row0 + a_fragment_row(lane, r), k0 + a_fragment_k(lane, r)));
+#pragma unroll
+            for (int j = 0; j < kMmaTiles; ++j) {
+                uint32_t b[2];
+#pragma unroll
+                for (int r = 0; r < 2; ++r)
+                    b[r] = shared_pair(operand_b, staged_index(column0 + 8 * j + b_fragment_column(lane),
+                                                               k0 + b_fragment_k(lane, r)));
+                mma_16x8x16<T>(gradient[j], a, b);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < kMmaTiles; ++j) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const float first =
+                    plain_sgd_update_element(p.optimizer, scalars, master[j][h].x, gradient[j][2 * h]);
+                const float second =
+                    plain_sgd_update_element(p.optimizer, scalars, master[j][h].y, gradient[j][2 * h + 1]);
+                store_master_pair<kVector, T>(p, master_row(tile, h), master_column(j), first, second);
+            }
+        }
+        // The bias gradient is the column sum of dZ (a row of the staged tile): the first strip's
+        // blocks own the bias.
+        if (blockIdx.x == 0 && thread < kTileRows) {
+            const int64_t o = tile * kTileRows + thread;
+            if (o < p.out_features) {
+                float sum = 0.0f;
+                for (int k = 0; k < rows; ++k) sum += bits_to_float<T>(tile_a[staged_index(thread, k)]);
+                const float bias = plain_sgd_update_element(p.optimizer, scalars, p.bias[o], sum);
+                p.bias[o] = bias;
+                if (p.low_bias) static_cast<uint16_t*>(p.low_bias)[o] = static_cast<uint16_t>(pack_pair<T>(bias, 0.0f));
+            }
+        }
+        if (has_next) store_tile(buffer ^ 1, staged);
+#pragma unroll
+        for (int j = 0; j < kMmaTiles; ++j)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) master[j][h] = next_master[j][h];
+        // The next tile reads the buffer just written; the one after overwrites the buffer read here.
+        __syncthreads();
+    }
+}
+
+}  // namespace
+
+void run_fused_sgd_on_tensor_cores(const DenseUpdateArgs& args, const OptimizerConfig& optimizer, cudaStream_t stream) {
+    require(fused_sgd_applies(args, optimizer) && args.compute_dtype != DType::fp32, MPT_STATUS_INTERNAL,
+            "cuda backend: tensor-core fused SGD called outside its case");
+    int device = 0, major = 0;
+    MPT_CUDA_CHECK(cudaGetDevice(&device));
+    MPT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    require(major >= 8, MPT_STATUS_INTERNAL, "cuda backend: tensor-core fused SGD needs compute capability 8.0");
+    FusedSgdLaunch launch = fused_sgd_launch(args, optimizer);
+    // Whole float2s of masters and 32-bit pairs of their copies.
+    const bool vector = args.in_features % 2 == 0 && fused_sgd_aligned(args.weights, 8) &&
+                        (args.low_weights == nullptr || fused_sgd_aligned(args.low_weights, 4));
+    void (*kernel)(FusedSgdLaunch) = nullptr;
+    if (args.compute_dtype == DType::bf16)
+        kernel = vector ? fused_sgd_tensor_core_kernel<true, __nv_bfloat16>
+                        : fused_sgd_tensor_core_kernel<false, __nv_bfloat16>;
+    else
+        kernel = vector ? fused_sgd_tensor_core_kernel<true, __half> : fused_sgd_tensor_core_kernel<false, __half>;
+    const dim3 grid = fused_sgd_grid(reinterpret_cast<const void*>(kernel), kThreads, launch);
+    kernel<<<grid, kThreads, 0, stream>>>(launch);
+    MPT_CUDA_CHECK_LAUNCH("fused_sgd_tensor_core_kernel");
+}
+
+}  // namespace mpt

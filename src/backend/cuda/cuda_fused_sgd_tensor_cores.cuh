@@ -1,0 +1,20 @@
+// Fused SGD (cuda_fused_sgd.cuh) with the weight gradient's tiles computed by the tensor cores:
+// mma.m16n8k16 with fp16/bf16 operands and fp32 sums, compute capability 8.0 and up. The same
+// update, tiles and grid as the CUDA-core kernel; the sums are the tensor cores' (the same products,
+// added in another order). Why: at batch 32 the CUDA-core kernel issues 32 FMAs and 2 shared loads
+// per weight and ran at 38% of the SM's issue rate (ncu, H200), where its 10 bytes a weight would
+// take about 28 us at the copy ceiling; here a weight costs 1/64 of an mma and the update around it.
+// Chosen by MPTRAIN_CUDA_TENSOR_CORE_SGD=1 (or the backend's setter) until a GPU has measured it.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "backend/backend.h"
+
+namespace mpt {
+
+// fused_sgd_applies(args, optimizer) and a 16-bit compute dtype; the device's compute capability
+// at least 8.0 (the caller's check).
+void run_fused_sgd_on_tensor_cores(const DenseUpdateArgs& args, const OptimizerConfig& optimizer, cudaStream_t stream);
+
+}  // namespace mpt
