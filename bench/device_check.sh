@@ -178,6 +178,8 @@ if [ -x "$bench" ]; then
     # The fused SGD kernel's tiles on the tensor cores (batch 32: at most 64 rows take fused SGD),
     # against the CUDA-core kernel of the small stage.
     MPTRAIN_CUDA_TENSOR_CORE_SGD=1 bench_run 60 tensor_core_sgd --precision mixed-fp16,mixed-bf16 --batch 32
+    # cuBLASLt's candidate algorithms timed when each GEMM is planned, against the heuristic's first.
+    MPTRAIN_CUDA_GEMM_AUTOTUNE=1 bench_run 90 autotuned --precision mixed-bf16 --batch 32,256,4096 --steps 50
     # The same step with the data set left in host memory: batches staged through pinned buffers.
     bench_run 60 streamed --precision mixed-bf16 --batch 32,256 --streamed
     # A per-step cosine schedule: its rate is computed on the device, so the steps keep their graphs.

@@ -302,6 +302,30 @@ TEST_CASE("MPTRAIN_CUDA_TENSOR_CORE_SGD=1 trains as the CUDA-core kernel does") 
     CHECK(tensor_cores == doctest::Approx(cuda_cores).epsilon(5e-3));
 }
 
+// MPTRAIN_CUDA_GEMM_AUTOTUNE=1: each GEMM plan takes the fastest of cuBLASLt's candidates, timed on
+// scratch operands when first planned. Another algorithm sums in another order (or splits K), not
+// other sums: the step trains to the default's loss. The counts go to the device check's log.
+TEST_CASE("MPTRAIN_CUDA_GEMM_AUTOTUNE=1 trains as the default does, every plan with candidates timed") {
+    SKIP_WITHOUT_GPU();
+    setenv("MPTRAIN_CUDA_GEMM_AUTOTUNE", "1", 1);
+    auto context = make_context(MPT_BACKEND_CUDA);
+    unsetenv("MPTRAIN_CUDA_GEMM_AUTOTUNE");
+    const float tuned = train_two_bf16_epochs(context, 31);
+    const CudaGemmAutotune report = cuda_backend_gemm_autotune(context->backend());
+    MESSAGE("GEMM autotuning: " << report.timed_plans << " plans timed, " << report.retuned_plans
+                                << " took another algorithm than the heuristic's first, saving " << report.saved_us
+                                << " us over one run of each; last untimed: "
+                                << (report.last_untimed.empty() ? "none" : report.last_untimed));
+    CHECK(report.enabled);
+    CHECK(report.timed_plans > 0);
+    CHECK(report.last_untimed.empty());
+    CHECK(report.saved_us >= 0.0);
+    const float heuristic = train_two_bf16_epochs(make_context(MPT_BACKEND_CUDA), 31);
+    CHECK(std::isfinite(tuned));
+    CHECK(tuned == doctest::Approx(heuristic).epsilon(5e-3));
+    CHECK_FALSE(cuda_backend_gemm_autotune(make_context(MPT_BACKEND_CUDA)->backend()).enabled);
+}
+
 #else
 
 TEST_CASE("the CUDA fast-path checks need a build with the CUDA backend") {

@@ -65,6 +65,9 @@ def main():
     # Runs under MPTRAIN_CUDA_TENSOR_CORE_SGD=1, likewise.
     tensor_core_sgd = [r for r in mine if r.get("tensor_core_sgd") is True]
     mine = [r for r in mine if r not in tensor_core_sgd]
+    # Runs under MPTRAIN_CUDA_GEMM_AUTOTUNE=1, likewise.
+    autotuned = [r for r in mine if r.get("gemm_autotune") is True]
+    mine = [r for r in mine if r not in autotuned]
     clipped = [r for r in mine if r.get("global_clipnorm", 0) > 0]
     averaged = [r for r in mine if r.get("ema_momentum", 0) > 0 and r not in clipped]
     dropped = [r for r in mine if r.get("dropout", 0) > 0 and r not in clipped + averaged]
@@ -195,6 +198,9 @@ def main():
     for r in tensor_core_sgd:
         print(against(r, "fused SGD on tensor cores (MPTRAIN_CUDA_TENSOR_CORE_SGD=1)",
                       ours.get((r["precision"], r["batch"])), "on CUDA cores"))
+    for r in autotuned:
+        print(against(r, "GEMM algorithms timed (MPTRAIN_CUDA_GEMM_AUTOTUNE=1)", ours.get((r["precision"], r["batch"])),
+                      "the heuristic's first"))
 
 if __name__ == "__main__":
     main()

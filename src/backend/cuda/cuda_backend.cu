@@ -47,8 +47,9 @@ bool turned_off_by_environment(const char* variable) {
     return value && std::strcmp(value, "0") == 0;
 }
 
-// MPTRAIN_CUDA_TENSOR_CORE_SGD=1 computes the fused SGD kernel's tiles on the tensor cores: off by
-// default until a GPU has measured it against the CUDA-core kernel.
+// MPTRAIN_CUDA_TENSOR_CORE_SGD=1 computes the fused SGD kernel's tiles on the tensor cores and
+// MPTRAIN_CUDA_GEMM_AUTOTUNE=1 times cuBLASLt's candidate algorithms for each GEMM when it is first
+// planned: off by default until a GPU has measured them.
 bool turned_on_by_environment(const char* variable) {
     const char* value = std::getenv(variable);
     return value && std::strcmp(value, "1") == 0;
@@ -59,7 +60,8 @@ bool turned_on_by_environment(const char* variable) {
 std::string CudaBackend::setup_warning() const {
     return unknown_environment_settings(
         {{"MPTRAIN_CUDA_GRAPHS", {"0", "1"}}, {"MPTRAIN_CUDA_FUSED_EPILOGUES", {"0", "1"}},
-         {"MPTRAIN_CUDA_SPLIT_K", {"0", "1"}}, {"MPTRAIN_CUDA_TENSOR_CORE_SGD", {"0", "1"}}});
+         {"MPTRAIN_CUDA_SPLIT_K", {"0", "1"}}, {"MPTRAIN_CUDA_TENSOR_CORE_SGD", {"0", "1"}},
+         {"MPTRAIN_CUDA_GEMM_AUTOTUNE", {"0", "1"}}});
 }
 
 // ---- creation ----------------------------------------------------------------------------------
@@ -173,7 +175,8 @@ CudaBackend::CudaBackend(int device, MemoryTracker* memory) : device_(device), m
     set_tensor_core_sgd(turned_on_by_environment("MPTRAIN_CUDA_TENSOR_CORE_SGD"));
     try {
         scheduler_ = std::make_unique<CudaScheduler>(*static_cast<CudaTaskHooks*>(this));
-        gemm_ = std::make_unique<CudaGemm>(!turned_off_by_environment("MPTRAIN_CUDA_SPLIT_K"));
+        gemm_ = std::make_unique<CudaGemm>(!turned_off_by_environment("MPTRAIN_CUDA_SPLIT_K"),
+                                           turned_on_by_environment("MPTRAIN_CUDA_GEMM_AUTOTUNE"));
         epoch_order_ = std::make_unique<CudaEpochOrder>(*this);
         const size_t partial_bytes = kLossHeadMaxBlocks * sizeof(double);
         const size_t clip_bytes = kClipFactorMaxBlocks * sizeof(double);
@@ -817,6 +820,16 @@ void cuda_backend_set_graphs(Backend& backend, bool enabled) { as_cuda(backend).
 void cuda_backend_break_captures(Backend& backend, bool broken) { as_cuda(backend).break_captures(broken); }
 void cuda_backend_set_fused_epilogues(Backend& backend, bool enabled) { as_cuda(backend).set_fused_epilogues(enabled); }
 bool cuda_backend_set_tensor_core_sgd(Backend& backend, bool enabled) { return as_cuda(backend).set_tensor_core_sgd(enabled); }
+CudaGemmAutotune cuda_backend_gemm_autotune(const Backend& backend) {
+    const CudaGemm& gemm = as_cuda(backend).gemm();
+    CudaGemmAutotune report;
+    report.enabled = gemm.autotune();
+    report.timed_plans = gemm.timed_plans();
+    report.retuned_plans = gemm.retuned_plans();
+    report.saved_us = gemm.autotune_saved_us();
+    report.last_untimed = gemm.last_untimed();
+    return report;
+}
 bool cuda_backend_fused_epilogues(const Backend& backend) { return as_cuda(backend).fused_epilogues(); }
 
 }  // namespace mpt

@@ -54,5 +54,15 @@ bool cuda_backend_fused_epilogues(const Backend& backend);
 // it; MPTRAIN_CUDA_TENSOR_CORE_SGD=1 turns it on). Ignored below compute capability 8.0; returns
 // whether it is now on.
 bool cuda_backend_set_tensor_core_sgd(Backend& backend, bool enabled);
+// cuBLASLt algorithms chosen by timing (MPTRAIN_CUDA_GEMM_AUTOTUNE=1; cuda_gemm_autotune.cuh): plans
+// timed, those where another than the heuristic's first won, the microseconds the winners saved
+// (one run of each plan, summed), and why the last plan with several candidates was not timed.
+struct CudaGemmAutotune {
+    bool enabled = false;
+    uint64_t timed_plans = 0, retuned_plans = 0;
+    double saved_us = 0.0;
+    std::string last_untimed;
+};
+CudaGemmAutotune cuda_backend_gemm_autotune(const Backend& backend);
 
 }  // namespace mpt

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_gemm_autotune.cuh"
 
 namespace mpt {
 
@@ -106,7 +107,7 @@ const CublasLt& loaded_cublaslt() {
 
 }  // namespace
 
-CudaGemm::CudaGemm(bool split_k) : lt_(loaded_cublaslt()), split_k_(split_k) {
+CudaGemm::CudaGemm(bool split_k, bool autotune) : lt_(loaded_cublaslt()), split_k_(split_k), autotune_(autotune) {
     MPT_CUBLAS_CHECK(lt_.create(&handle_));
 }
 
@@ -115,18 +116,18 @@ CudaGemm::~CudaGemm() {
     if (handle_) lt_.destroy(handle_);
 }
 
-namespace {
-
-bool has_bias(int32_t epilogue) {
+bool epilogue_has_bias(int32_t epilogue) {
     return epilogue == CUBLASLT_EPILOGUE_BIAS || epilogue == CUBLASLT_EPILOGUE_RELU_BIAS ||
            epilogue == CUBLASLT_EPILOGUE_RELU_AUX_BIAS || epilogue == CUBLASLT_EPILOGUE_BGRADA ||
            epilogue == CUBLASLT_EPILOGUE_BGRADB || epilogue == CUBLASLT_EPILOGUE_DRELU_BGRAD;
 }
 
-bool has_aux(int32_t epilogue) {
+bool epilogue_has_aux(int32_t epilogue) {
     return epilogue == CUBLASLT_EPILOGUE_RELU_AUX || epilogue == CUBLASLT_EPILOGUE_RELU_AUX_BIAS ||
            epilogue == CUBLASLT_EPILOGUE_DRELU || epilogue == CUBLASLT_EPILOGUE_DRELU_BGRAD;
 }
+
+namespace {
 
 // A device address with exactly `alignment` bytes of alignment, for the heuristic to read.
 const void* example_pointer(unsigned alignment) {
@@ -149,7 +150,7 @@ const GemmPlan& CudaGemm::plan(const GemmKey& key) {
     const uint32_t epilogue = static_cast<uint32_t>(key.epilogue);
     MPT_CUBLAS_CHECK(
         lt_.matmul_desc_set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
-    if (has_bias(key.epilogue)) {
+    if (epilogue_has_bias(key.epilogue)) {
         // The bias (or bias gradient) has D's dtype, cuBLASLt's default; set it explicitly anyway.
         const int32_t bias_type = key.type_d;
         MPT_CUBLAS_CHECK(lt_.matmul_desc_set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
@@ -158,7 +159,7 @@ const GemmPlan& CudaGemm::plan(const GemmKey& key) {
         MPT_CUBLAS_CHECK(
             lt_.matmul_desc_set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
     }
-    if (has_aux(key.epilogue)) {
+    if (epilogue_has_aux(key.epilogue)) {
         const int64_t aux_ld = key.aux_ld;
         MPT_CUBLAS_CHECK(
             lt_.matmul_desc_set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld));
@@ -177,7 +178,7 @@ const GemmPlan& CudaGemm::plan(const GemmKey& key) {
 
     cublasLtMatmulPreference_t preference = nullptr;
     MPT_CUBLAS_CHECK(lt_.preference_create(&preference));
-    cublasLtMatmulHeuristicResult_t result{};
+    cublasLtMatmulHeuristicResult_t results[kGemmCandidates]{};
     int found_count = 0;
     cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
     {
@@ -209,8 +210,8 @@ const GemmPlan& CudaGemm::plan(const GemmKey& key) {
                                                           &reduction_schemes, sizeof reduction_schemes);
         if (status == CUBLAS_STATUS_SUCCESS)
             status = lt_.algo_get_heuristic(handle_, plan->desc, plan->layout_a, plan->layout_b,
-                                                    plan->layout_d, plan->layout_d, preference, 1, &result,
-                                                    &found_count);
+                                                    plan->layout_d, plan->layout_d, preference,
+                                                    autotune_ ? kGemmCandidates : 1, results, &found_count);
     }
     lt_.preference_destroy(preference);
     // "Not supported" (or, for an epilogue, an invalid combination) means: take the fallback path. A
@@ -220,13 +221,29 @@ const GemmPlan& CudaGemm::plan(const GemmKey& key) {
                           (status == CUBLAS_STATUS_INVALID_VALUE && key.epilogue != CUBLASLT_EPILOGUE_DEFAULT);
     if (status != CUBLAS_STATUS_SUCCESS && !fallback)
         check_cublas(status, "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__);
-    if (status == CUBLAS_STATUS_SUCCESS && found_count > 0 && result.state == CUBLAS_STATUS_SUCCESS) {
+    if (status == CUBLAS_STATUS_SUCCESS && found_count > 0 && results[0].state == CUBLAS_STATUS_SUCCESS) {
         plan->supported = true;
-        plan->algo = result.algo;
-        plan->workspace_bytes = result.workspaceSize;
+        int chosen = 0;
+        if (autotune_) {
+            // Only the candidates the heuristic marked usable: they come first.
+            int usable = 0;
+            while (usable < found_count && results[usable].state == CUBLAS_STATUS_SUCCESS) ++usable;
+            const GemmTiming timing = time_gemm_candidates(lt_, handle_, *plan, results, usable);
+            if (timing.timed) {
+                ++timed_plans_;
+                chosen = timing.chosen;
+                if (chosen != 0) ++retuned_plans_;
+                autotune_saved_us_ += static_cast<double>(timing.first_us - timing.chosen_us);
+            } else if (usable > 1) {
+                last_untimed_ = describe_gemm_key(key) + ": " + timing.why;
+            }
+        }
+        plan->algo = results[chosen].algo;
+        plan->workspace_bytes = results[chosen].workspaceSize;
     } else if (key.epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
         ++refused_epilogue_plans_;
-        const cublasStatus_t reason = status != CUBLAS_STATUS_SUCCESS ? status : found_count > 0 ? result.state : status;
+        const cublasStatus_t reason =
+            status != CUBLAS_STATUS_SUCCESS ? status : found_count > 0 ? results[0].state : status;
         last_refused_epilogue_ = describe_gemm_key(key) + ": " + lt_.get_status_name(reason) +
                                  (found_count == 0 && status == CUBLAS_STATUS_SUCCESS ? " (no algorithm)" : "");
     }
@@ -243,10 +260,10 @@ void CudaGemm::run(const GemmPlan& plan, const void* a, const void* b, void* d, 
         throw FusedGemmRefused(MPT_STATUS_UNSUPPORTED, "cuda backend: a fused plan cuBLASLt refused was run again");
     if (plan.workspace_bytes > (workspace.data ? workspace.bytes : 0))
         fail(MPT_STATUS_INTERNAL, "cuda backend: a GEMM was run with less workspace than it was planned for");
-    if (has_bias(plan.epilogue))
+    if (epilogue_has_bias(plan.epilogue))
         MPT_CUBLAS_CHECK(
             lt_.matmul_desc_set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
-    if (has_aux(plan.epilogue))
+    if (epilogue_has_aux(plan.epilogue))
         MPT_CUBLAS_CHECK(
             lt_.matmul_desc_set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
     const bool fused = plan.epilogue != CUBLASLT_EPILOGUE_DEFAULT;

@@ -41,6 +41,9 @@ struct GemmKeyHash {
     size_t operator()(const GemmKey& key) const;
 };
 
+// Heuristic results asked for when autotuning (the first only otherwise).
+constexpr int kGemmCandidates = 8;
+
 struct GemmPlan {
     bool supported = false;  // false: cuBLASLt has no algorithm for it; use the fallback
     // cuBLASLt offered an algorithm but refused to run it (a fused epilogue only): plans made from
@@ -62,8 +65,10 @@ struct GemmPlan {
 class CudaGemm {
 public:
     // split_k false: the heuristic may not split K (reduction scheme NONE), so no GEMM has a
-    // separate reduction and epilogue pass (MPTRAIN_CUDA_SPLIT_K=0, to compare).
-    explicit CudaGemm(bool split_k = true);
+    // separate reduction and epilogue pass (MPTRAIN_CUDA_SPLIT_K=0, to compare). autotune: each
+    // plan takes the fastest of the heuristic's first kGemmCandidates algorithms, timed when the
+    // plan is made (cuda_gemm_autotune.cuh; MPTRAIN_CUDA_GEMM_AUTOTUNE=1), instead of its first.
+    explicit CudaGemm(bool split_k = true, bool autotune = false);
     ~CudaGemm();
     CudaGemm(const CudaGemm&) = delete;
     CudaGemm& operator=(const CudaGemm&) = delete;
@@ -85,11 +90,23 @@ public:
     uint64_t refused_epilogue_runs() const { return refused_epilogue_runs_; }
     // Tests: every fused plan then fails when it runs, as if cuBLASLt returned NOT_SUPPORTED.
     void set_refuse_fused_runs(bool refuse) { refuse_fused_runs_ = refuse; }
+    // Autotuning: plans whose candidates were timed, those where another than the heuristic's first
+    // won, the microseconds the winners saved against the heuristic's firsts (summed over plans, one
+    // run each), and why the last plan that could not be timed was not.
+    bool autotune() const { return autotune_; }
+    uint64_t timed_plans() const { return timed_plans_; }
+    uint64_t retuned_plans() const { return retuned_plans_; }
+    double autotune_saved_us() const { return autotune_saved_us_; }
+    const std::string& last_untimed() const { return last_untimed_; }
 
 private:
     const CublasLt& lt_;
     bool split_k_;
+    bool autotune_;
     cublasLtHandle_t handle_ = nullptr;
+    uint64_t timed_plans_ = 0, retuned_plans_ = 0;
+    double autotune_saved_us_ = 0.0;
+    std::string last_untimed_;
     std::unordered_map<GemmKey, std::unique_ptr<GemmPlan>, GemmKeyHash> plans_;
     uint64_t refused_epilogue_plans_ = 0;
     uint64_t refused_epilogue_runs_ = 0;
@@ -104,6 +121,10 @@ class FusedGemmRefused : public Error {
 public:
     using Error::Error;
 };
+
+// Whether a cuBLASLt epilogue reads or writes a bias (or bias gradient), and a ReLU bitmask.
+bool epilogue_has_bias(int32_t epilogue);
+bool epilogue_has_aux(int32_t epilogue);
 
 // The key in words, for messages.
 std::string describe_gemm_key(const GemmKey& key);
