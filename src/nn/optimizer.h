@@ -109,13 +109,21 @@ struct OptimizerStepScalars {
 };
 
 // `applied_steps` counts the updates applied (Adam's t - 1), `steps` all steps (the schedule's).
-MPT_HOST_DEVICE OptimizerStepScalars optimizer_step_scalars(const OptimizerConfig& config, float loss_scale,
-                                                            int64_t applied_steps, int64_t steps) {
+// The step's scalars without Adam's bias corrections: all a rule other than Adam's reads. Its own
+// function so that kernels that run only plain SGD compile no double pow() (a call that cost the
+// fused SGD kernel register spills).
+MPT_HOST_DEVICE OptimizerStepScalars plain_step_scalars(const OptimizerConfig& config, float loss_scale, int64_t steps) {
     OptimizerStepScalars scalars;
     scalars.inverse_scale = 1.0f / loss_scale;
     scalars.learning_rate = scheduled_learning_rate(config, steps);
     scalars.step_size = scalars.learning_rate;
     scalars.epsilon_hat = config.epsilon;
+    return scalars;
+}
+
+MPT_HOST_DEVICE OptimizerStepScalars optimizer_step_scalars(const OptimizerConfig& config, float loss_scale,
+                                                            int64_t applied_steps, int64_t steps) {
+    OptimizerStepScalars scalars = plain_step_scalars(config, loss_scale, steps);
     if (is_adam(config)) {
         const double t = static_cast<double>(applied_steps + 1);
         const double correction1 = 1.0 - pow(static_cast<double>(config.beta1), t);

@@ -39,15 +39,6 @@ struct UpdateLaunch {
     const float* gradient_factor;  // device memory, or null: 1
 };
 
-__device__ __forceinline__ OptimizerStepScalars plain_sgd_scalars(const OptimizerConfig& config, const TrainState& state) {
-    OptimizerStepScalars scalars;
-    scalars.inverse_scale = 1.0f / state.loss_scale;
-    scalars.learning_rate = scheduled_learning_rate(config, state.steps);
-    scalars.step_size = scalars.learning_rate;
-    scalars.epsilon_hat = config.epsilon;
-    return scalars;
-}
-
 // One element; kLow the low copy's dtype (when the group has one).
 template <DType kLow, bool kPlainSgd>
 __device__ __forceinline__ void update_one(const UpdateLaunch& launch, const OptimizerStepScalars& scalars,
@@ -167,7 +158,7 @@ __global__ void __launch_bounds__(kUpdateThreads) update_kernel(const UpdateLaun
     if (threadIdx.x == 0) {
         const TrainState state = *launch.state;
         skip = state.found_inf;
-        scalars = kPlainSgd ? plain_sgd_scalars(launch.optimizer, state)
+        scalars = kPlainSgd ? plain_step_scalars(launch.optimizer, state.loss_scale, state.steps)
                             : optimizer_step_scalars(launch.optimizer, state.loss_scale, state.applied_steps, state.steps);
         // The clip factor joins the unscaling, as on the CPU: one multiply per element either way.
         if (launch.gradient_factor) scalars.inverse_scale *= *launch.gradient_factor;

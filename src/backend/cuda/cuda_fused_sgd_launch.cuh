@@ -51,16 +51,14 @@ inline FusedSgdLaunch fused_sgd_launch(const DenseUpdateArgs& args, const Optimi
     return launch;
 }
 
-// optimizer_step_scalars for plain SGD (the only optimizer here), without its Adam branch: that
-// branch's double pow() is a call that costs the kernels register spills.
-__device__ __forceinline__ OptimizerStepScalars fused_sgd_scalars(const OptimizerConfig& optimizer,
-                                                                  const TrainState& state) {
-    OptimizerStepScalars scalars;
-    scalars.inverse_scale = 1.0f / state.loss_scale;
-    scalars.learning_rate = scheduled_learning_rate(optimizer, state.steps);
-    scalars.step_size = scalars.learning_rate;
-    scalars.epsilon_hat = optimizer.epsilon;
-    return scalars;
+// The consecutive row tiles this block walks, from blockIdx.y; none past the last.
+struct FusedSgdTileRun {
+    int64_t first, end;
+};
+__device__ __forceinline__ FusedSgdTileRun fused_sgd_tile_run(const FusedSgdLaunch& p) {
+    const int64_t tiles = (p.out_features + kFusedSgdTileRows - 1) / kFusedSgdTileRows;
+    const int64_t first = static_cast<int64_t>(blockIdx.y) * p.tiles_per_block;
+    return FusedSgdTileRun{first, min(tiles, first + p.tiles_per_block)};
 }
 
 template <typename T>

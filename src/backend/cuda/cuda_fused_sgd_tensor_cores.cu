@@ -116,13 +116,12 @@ template <bool kVector, typename T>
 __global__ void __launch_bounds__(kThreads, 2) fused_sgd_tensor_core_kernel(const FusedSgdLaunch p) {
     __shared__ __align__(16) uint16_t operand_b[kStripColumns * kKStride];  // A^T: [i][k]
     __shared__ __align__(16) uint16_t operand_a[2][kTileRows * kKStride];   // dZ^T: [o][k], 2 tiles
-    const int64_t tiles = (p.out_features + kTileRows - 1) / kTileRows;
-    const int64_t first_tile = static_cast<int64_t>(blockIdx.y) * p.tiles_per_block;
-    const int64_t end_tile = min(tiles, first_tile + p.tiles_per_block);
+    const FusedSgdTileRun run = fused_sgd_tile_run(p);
+    const int64_t first_tile = run.first, end_tile = run.end;
     if (first_tile >= end_tile) return;  // the whole block: before any barrier
     const TrainState state = *p.state;
     if (state.found_inf) return;  // a skipped step: nothing is written
-    const OptimizerStepScalars scalars = fused_sgd_scalars(p.optimizer, state);
+    const OptimizerStepScalars scalars = plain_step_scalars(p.optimizer, state.loss_scale, state.steps);
 
     const int thread = static_cast<int>(threadIdx.x);
     const int lane = thread & 31, warp = thread >> 5;
