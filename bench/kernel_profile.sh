@@ -5,7 +5,8 @@
 # --cache-control none (no cache flush before each kernel, as in a real step). Kernel times under ncu
 # exclude the gaps between launches, which the bench's µs/step includes.
 # Usage: bash bench/kernel_profile.sh BUILD_DIR OUT_FILE [BATCHES]   (BATCHES default 32,256)
-# Last, the fused SGD kernel's warp states at batch 32 (stall reasons, issue rate, occupancy).
+# Last, the fused SGD kernel's warp states at batch 32 (stall reasons, issue rate, occupancy), and
+# those of its tensor-core variant with its time and DRAM bytes.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=$1
@@ -52,4 +53,15 @@ MPTRAIN_CUDA_GRAPHS=0 timeout -k 10 60 "$ncu" --clock-control none --cache-contr
 fused_status=$?
 { echo; echo "fused SGD at batch 32, warp states (ncu exit status $fused_status):"
   grep -vE '^(mptrain|device|backend|cpu|cuda) ' "$WORK/ncu_fused_sgd.txt" | grep -E '^ |fused_sgd' | head -150; } >>"$OUT_FILE"
+# The same for the kernel that computes fused SGD's tiles on the tensor cores
+# (MPTRAIN_CUDA_TENSOR_CORE_SGD=1), with its time and DRAM traffic: bench/NOTES.md predicts it
+# memory-bound (35-45 us a step).
+MPTRAIN_CUDA_TENSOR_CORE_SGD=1 MPTRAIN_CUDA_GRAPHS=0 timeout -k 10 60 "$ncu" --clock-control none --cache-control none \
+    --kernel-name regex:fused_sgd_tensor_core_kernel --launch-skip 40 --launch-count 3 \
+    --metrics "$metrics" --section WarpStateStats --section SchedulerStats --section Occupancy \
+    "$BUILD/bin/mptrain-bench" --backend cuda --precision mixed-bf16 --batch 32 --steps 12 --repeats 1 \
+    >"$WORK/ncu_fused_sgd_tc.txt" 2>&1
+tensor_status=$?
+{ echo; echo "fused SGD on tensor cores at batch 32 (ncu exit status $tensor_status):"
+  grep -vE '^(mptrain|device|backend|cpu|cuda) ' "$WORK/ncu_fused_sgd_tc.txt" | grep -E '^ |fused_sgd' | head -150; } >>"$OUT_FILE"
 cat "$OUT_FILE"
