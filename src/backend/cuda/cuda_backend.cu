@@ -19,6 +19,7 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_convert.cuh"
 #include "backend/cuda/cuda_fused_sgd.cuh"
+#include "backend/cuda/cuda_fused_sgd_tensor_cores.cuh"
 #include "backend/cuda/cuda_gather.cuh"
 #include "backend/cuda/cuda_max_abs.cuh"
 #include "backend/cuda/cuda_step_state.cuh"
@@ -533,6 +534,12 @@ void CudaBackend::swap_values(float* first, float* second, int64_t count) {
     activate();
     run_swap_values(first, second, count, stream());
     scheduler_->order_other_lane_after(scheduler_->current_lane());
+}
+
+bool CudaBackend::set_tensor_core_sgd(bool enabled) {
+    activate();
+    tensor_core_sgd_ = enabled && fused_sgd_tensor_cores_available();
+    return tensor_core_sgd_;
 }
 
 void CudaBackend::plan(RecordedOp& op) {

@@ -85,11 +85,8 @@ public:
     void set_graphs(bool enabled);
     void set_fused_epilogues(bool enabled) { fused_epilogues_ = enabled; }
     bool fused_epilogues() const { return fused_epilogues_; }
-    // On only from compute capability 8.0 (mma.m16n8k16); returns whether it is on.
-    bool set_tensor_core_sgd(bool enabled) {
-        tensor_core_sgd_ = enabled && compute_capability_ >= 80;
-        return tensor_core_sgd_;
-    }
+    // On only where fused_sgd_tensor_cores_available() (mma.m16n8k16); returns whether it is on.
+    bool set_tensor_core_sgd(bool enabled);
     void refuse_fused_runs(bool refuse) { gemm_->set_refuse_fused_runs(refuse); }
     void break_captures(bool broken) { break_captures_ = broken; }
     const CudaOpPaths& op_paths() const { return op_paths_; }

@@ -257,13 +257,26 @@ __global__ void __launch_bounds__(kThreads, 2) fused_sgd_tensor_core_kernel(cons
 
 }  // namespace
 
+bool fused_sgd_tensor_cores_available() {
+    int device = 0, major = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    cudaFuncAttributes attributes{};
+    if (cudaFuncGetAttributes(&attributes, fused_sgd_tensor_core_kernel<true, __nv_bfloat16>) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    // binaryVersion: the compute capability the code that runs here was compiled for (SASS, or
+    // the PTX the driver compiled), times 10.
+    return major >= 8 && attributes.binaryVersion >= 80 && attributes.ptxVersion >= 80;
+}
+
 void run_fused_sgd_on_tensor_cores(const DenseUpdateArgs& args, const OptimizerConfig& optimizer, cudaStream_t stream) {
     require(fused_sgd_applies(args, optimizer) && args.compute_dtype != DType::fp32, MPT_STATUS_INTERNAL,
             "cuda backend: tensor-core fused SGD called outside its case");
-    int device = 0, major = 0;
-    MPT_CUDA_CHECK(cudaGetDevice(&device));
-    MPT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    require(major >= 8, MPT_STATUS_INTERNAL, "cuda backend: tensor-core fused SGD needs compute capability 8.0");
     FusedSgdLaunch launch = fused_sgd_launch(args, optimizer);
     // Whole float2s of masters and 32-bit pairs of their copies.
     const bool vector = args.in_features % 2 == 0 && fused_sgd_aligned(args.weights, 8) &&

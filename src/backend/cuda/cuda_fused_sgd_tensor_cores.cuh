@@ -13,8 +13,13 @@
 
 namespace mpt {
 
-// fused_sgd_applies(args, optimizer) and a 16-bit compute dtype; the device's compute capability
-// at least 8.0 (the caller's check).
+// Whether the current device can run it: compute capability 8.0 and up, and this build's code for
+// the device was compiled for 8.0 or later (a build for 7.5 alone runs on newer devices from its
+// PTX, compiled without the mma instruction).
+bool fused_sgd_tensor_cores_available();
+
+// fused_sgd_applies(args, optimizer) and a 16-bit compute dtype; fused_sgd_tensor_cores_available()
+// (the caller's check).
 void run_fused_sgd_on_tensor_cores(const DenseUpdateArgs& args, const OptimizerConfig& optimizer, cudaStream_t stream);
 
 }  // namespace mpt
