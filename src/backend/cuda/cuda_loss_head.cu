@@ -14,6 +14,7 @@ namespace {
 constexpr int kWarpSize = 32;
 constexpr int kWarpsPerBlock = 8;
 constexpr int kBlockThreads = kWarpSize * kWarpsPerBlock;
+constexpr int kSingleBlockRows = 32;  // batches up to this many rows: one block, one warp per row
 constexpr unsigned kFullMask = 0xffffffffu;
 
 enum class HeadCase : uint8_t {
@@ -274,20 +275,40 @@ __device__ RowResult head_row(const LossHeadArgs& args, HeadCase kind, int64_t r
     return result;
 }
 
-__global__ void __launch_bounds__(kBlockThreads) loss_head_kernel(const LossHeadArgs args, HeadCase kind,
-                                                                  const LossHeadScratch scratch) {
-    __shared__ double warp_loss[kWarpsPerBlock];
-    __shared__ long long warp_correct[kWarpsPerBlock], warp_counted[kWarpsPerBlock];
+// The batch's sums, reduced in a fixed order, into the train state and the metrics (thread 0).
+__device__ void finish_head(const LossHeadArgs& args, double loss_sum, long long correct_sum, long long counted_sum) {
+    const double batch_loss = head_batch_loss(args, loss_sum);
+    // Non-finite as the float it is reported as, as on the CPU.
+    if (args.state && !(fabs(batch_loss) <= kLargestFloat)) args.state->found_inf = 1;
+    if (args.metrics) {
+        args.metrics[kMetricLossSum] += loss_sum;
+        args.metrics[kMetricCorrect] += static_cast<double>(correct_sum);
+        args.metrics[kMetricCounted] += static_cast<double>(counted_sum);
+        args.metrics[kMetricBatchLoss] = batch_loss;
+    }
+}
+
+// kWarps: the block's warps at most (one row per warp at a time). A grid of one block (batches of
+// at most kSingleBlockRows rows, launched with a warp per row) sums its warps' partials itself; a
+// larger grid leaves per-block partials in `scratch` for the last block to finish, which costs a
+// fence, an atomic and a second round of reads through L2 (at batch 32 on an H200 the kernel took
+// 8.4 us for 32 x 10 logits over 4 blocks).
+template <int kWarps>
+__global__ void __launch_bounds__(kWarps * kWarpSize) loss_head_kernel(const LossHeadArgs args, HeadCase kind,
+                                                                       const LossHeadScratch scratch) {
+    __shared__ double warp_loss[kWarps];
+    __shared__ long long warp_correct[kWarps], warp_counted[kWarps];
     __shared__ bool last_block;
 
     const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+    const int block_warps = static_cast<int>(blockDim.x) / kWarpSize;
     const float loss_scale = args.state ? args.state->loss_scale : 1.0f;
     const float gradient_factor = loss_scale / static_cast<float>(loss_mean_rows(args));
 
     double loss = 0.0;
     long long correct = 0, counted = 0;
-    const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
-    for (int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp; row < args.rows; row += warps) {
+    const int64_t warps = static_cast<int64_t>(gridDim.x) * block_warps;
+    for (int64_t row = static_cast<int64_t>(blockIdx.x) * block_warps + warp; row < args.rows; row += warps) {
         const RowResult result = head_row(args, kind, row, lane, gradient_factor);
         loss += result.loss;
         correct += result.correct;
@@ -299,57 +320,64 @@ __global__ void __launch_bounds__(kBlockThreads) loss_head_kernel(const LossHead
         warp_counted[warp] = counted;
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-        double block_loss = 0.0;
-        long long block_correct = 0, block_counted = 0;
-        for (int w = 0; w < kWarpsPerBlock; ++w) {
-            block_loss += warp_loss[w];
-            block_correct += warp_correct[w];
-            block_counted += warp_counted[w];
+    if (gridDim.x == 1) {
+        if (threadIdx.x == 0) {
+            double batch_loss = 0.0;
+            long long batch_correct = 0, batch_counted = 0;
+            for (int w = 0; w < block_warps; ++w) {
+                batch_loss += warp_loss[w];
+                batch_correct += warp_correct[w];
+                batch_counted += warp_counted[w];
+            }
+            finish_head(args, batch_loss, batch_correct, batch_counted);
         }
-        scratch.partial_loss[blockIdx.x] = block_loss;
-        scratch.partial_correct[blockIdx.x] = block_correct;
-        scratch.partial_counted[blockIdx.x] = block_counted;
-        __threadfence();
-        last_block = atomicAdd(scratch.counter, 1u) == gridDim.x - 1;
+        return;
     }
-    __syncthreads();
-    if (!last_block) return;
+    if constexpr (kWarps == kWarpsPerBlock) {
+        if (threadIdx.x == 0) {
+            double block_loss = 0.0;
+            long long block_correct = 0, block_counted = 0;
+            for (int w = 0; w < kWarpsPerBlock; ++w) {
+                block_loss += warp_loss[w];
+                block_correct += warp_correct[w];
+                block_counted += warp_counted[w];
+            }
+            scratch.partial_loss[blockIdx.x] = block_loss;
+            scratch.partial_correct[blockIdx.x] = block_correct;
+            scratch.partial_counted[blockIdx.x] = block_counted;
+            __threadfence();
+            last_block = atomicAdd(scratch.counter, 1u) == gridDim.x - 1;
+        }
+        __syncthreads();
+        if (!last_block) return;
 
-    // The last block combines every block's partials in a fixed order.
-    __threadfence();
-    const volatile double* partial_loss = scratch.partial_loss;
-    const volatile long long* partial_correct = scratch.partial_correct;
-    const volatile long long* partial_counted = scratch.partial_counted;
-    double thread_loss = 0.0;
-    long long thread_correct = 0, thread_counted = 0;
-    for (unsigned b = threadIdx.x; b < gridDim.x; b += kBlockThreads) {
-        thread_loss += partial_loss[b];
-        thread_correct += partial_correct[b];
-        thread_counted += partial_counted[b];
-    }
-    using DoubleReduce = cub::BlockReduce<double, kBlockThreads>;
-    using CountReduce = cub::BlockReduce<long long, kBlockThreads>;
-    __shared__ union {
-        typename DoubleReduce::TempStorage loss;
-        typename CountReduce::TempStorage count;
-    } temp;
-    const double loss_sum = DoubleReduce(temp.loss).Sum(thread_loss);
-    __syncthreads();
-    const long long correct_sum = CountReduce(temp.count).Sum(thread_correct);
-    __syncthreads();
-    const long long counted_sum = CountReduce(temp.count).Sum(thread_counted);
-    if (threadIdx.x == 0) {
-        const double batch_loss = head_batch_loss(args, loss_sum);
-        // Non-finite as the float it is reported as, as on the CPU.
-        if (args.state && !(fabs(batch_loss) <= kLargestFloat)) args.state->found_inf = 1;
-        if (args.metrics) {
-            args.metrics[kMetricLossSum] += loss_sum;
-            args.metrics[kMetricCorrect] += static_cast<double>(correct_sum);
-            args.metrics[kMetricCounted] += static_cast<double>(counted_sum);
-            args.metrics[kMetricBatchLoss] = batch_loss;
+        // The last block combines every block's partials in a fixed order.
+        __threadfence();
+        const volatile double* partial_loss = scratch.partial_loss;
+        const volatile long long* partial_correct = scratch.partial_correct;
+        const volatile long long* partial_counted = scratch.partial_counted;
+        double thread_loss = 0.0;
+        long long thread_correct = 0, thread_counted = 0;
+        for (unsigned b = threadIdx.x; b < gridDim.x; b += kBlockThreads) {
+            thread_loss += partial_loss[b];
+            thread_correct += partial_correct[b];
+            thread_counted += partial_counted[b];
         }
-        *scratch.counter = 0u;
+        using DoubleReduce = cub::BlockReduce<double, kBlockThreads>;
+        using CountReduce = cub::BlockReduce<long long, kBlockThreads>;
+        __shared__ union {
+            typename DoubleReduce::TempStorage loss;
+            typename CountReduce::TempStorage count;
+        } temp;
+        const double loss_sum = DoubleReduce(temp.loss).Sum(thread_loss);
+        __syncthreads();
+        const long long correct_sum = CountReduce(temp.count).Sum(thread_correct);
+        __syncthreads();
+        const long long counted_sum = CountReduce(temp.count).Sum(thread_counted);
+        if (threadIdx.x == 0) {
+            finish_head(args, loss_sum, correct_sum, counted_sum);
+            *scratch.counter = 0u;
+        }
     }
 }
 
@@ -386,8 +414,15 @@ void validate_loss_head(const LossHeadArgs& args) {
 }
 
 void run_loss_head(const LossHeadArgs& args, const LossHeadScratch& scratch, cudaStream_t stream) {
+    if (args.rows <= kSingleBlockRows) {
+        // One block, a warp per row.
+        loss_head_kernel<kSingleBlockRows><<<1, static_cast<unsigned>(args.rows) * kWarpSize, 0, stream>>>(
+            args, head_case(args), scratch);
+        MPT_CUDA_CHECK_LAUNCH("loss_head_kernel");
+        return;
+    }
     const unsigned blocks = grid_for(args.rows, kWarpsPerBlock, kLossHeadMaxBlocks);
-    loss_head_kernel<<<blocks, kBlockThreads, 0, stream>>>(args, head_case(args), scratch);
+    loss_head_kernel<kWarpsPerBlock><<<blocks, kBlockThreads, 0, stream>>>(args, head_case(args), scratch);
     MPT_CUDA_CHECK_LAUNCH("loss_head_kernel");
 }
 
