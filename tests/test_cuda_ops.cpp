@@ -1600,6 +1600,34 @@ TEST_CASE("misaligned operands are an error, not a crash") {
     cuda->scheduler().synchronize();
 }
 
+// An empty layer reaches no kernel (the fused SGD kernel's grid would have no column strips).
+TEST_CASE("a dense_update of an empty layer is an error, not a failed launch") {
+    SKIP_WITHOUT_GPU();
+    auto cuda = make_cuda();
+    Buffer masters(*cuda, 256), state(*cuda, sizeof(TrainState)), gradient(*cuda, 256);
+    DenseUpdateArgs args{};
+    args.output_grad = gradient.data();
+    args.input = gradient.data();
+    args.weights = static_cast<float*>(masters.data());
+    args.bias = static_cast<float*>(masters.data());
+    args.state = static_cast<const TrainState*>(state.data());
+    args.rows = 32;
+    args.in_features = 0;
+    args.out_features = 16;
+    args.compute_dtype = DType::bf16;
+    for (int64_t in_features : {int64_t{0}, int64_t{-3}}) {
+        args.in_features = in_features;
+        try {
+            cuda->dense_update(args, OptimizerConfig{});
+            FAIL("an empty layer was accepted");
+        } catch (const Error& error) {
+            CHECK(error.status() == MPT_STATUS_INVALID_ARGUMENT);
+            CHECK(std::string(error.what()).find("non-empty") != std::string::npos);
+        }
+    }
+    cuda->scheduler().synchronize();  // nothing was launched that failed
+}
+
 TEST_CASE("the cuBLASLt workspace is planned into each executor's arena and charged to the context") {
     SKIP_WITHOUT_GPU();
     auto context = make_context(MPT_BACKEND_CUDA);

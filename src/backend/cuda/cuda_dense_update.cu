@@ -239,6 +239,9 @@ DenseUpdatePlan plan_dense_update(CudaGemm& gemm, const DenseUpdateArgs& args, c
                                   float* scratch, bool allow_fused, bool tensor_core_sgd) {
     require(args.state != nullptr, MPT_STATUS_INVALID_ARGUMENT, "cuda backend: dense_update needs the train state");
     require(args.weights && args.bias, MPT_STATUS_INVALID_ARGUMENT, "cuda backend: dense_update needs the masters");
+    // (The apply part reads no batch.)
+    require((args.part == UpdatePart::apply || args.rows > 0) && args.in_features > 0 && args.out_features > 0,
+            MPT_STATUS_INVALID_ARGUMENT, "cuda backend: dense_update needs a non-empty problem");
     DenseUpdatePlan plan;
     if (args.part != UpdatePart::whole) {
         require(args.weight_grad && args.bias_grad, MPT_STATUS_INVALID_ARGUMENT,
