@@ -108,6 +108,7 @@ const CublasLt& loaded_cublaslt() {
 }  // namespace
 
 CudaGemm::CudaGemm(bool split_k, bool autotune) : lt_(loaded_cublaslt()), split_k_(split_k), autotune_(autotune) {
+    MPT_CUDA_CHECK(cudaGetDevice(&device_));  // the backend's: it makes its CudaGemm with its device current
     MPT_CUBLAS_CHECK(lt_.create(&handle_));
 }
 
@@ -228,7 +229,7 @@ const GemmPlan& CudaGemm::plan(const GemmKey& key) {
             // Only the candidates the heuristic marked usable: they come first.
             int usable = 0;
             while (usable < found_count && results[usable].state == CUBLAS_STATUS_SUCCESS) ++usable;
-            const GemmTiming timing = time_gemm_candidates(lt_, handle_, *plan, results, usable);
+            const GemmTiming timing = time_gemm_candidates(lt_, handle_, device_, *plan, results, usable);
             if (timing.timed) {
                 ++timed_plans_;
                 chosen = timing.chosen;

@@ -103,6 +103,7 @@ private:
     const CublasLt& lt_;
     bool split_k_;
     bool autotune_;
+    int device_ = 0;  // where the candidates are timed
     cublasLtHandle_t handle_ = nullptr;
     uint64_t timed_plans_ = 0, retuned_plans_ = 0;
     double autotune_saved_us_ = 0.0;

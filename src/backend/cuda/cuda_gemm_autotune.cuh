@@ -26,15 +26,18 @@ struct GemmPlan;
 
 struct GemmTiming {
     int chosen = 0;          // index into the candidates: 0 (the heuristic's first) unless timing chose another
-    bool timed = false;      // false: the candidates could not be timed (why says why); chosen is 0
+    bool timed = false;      // false: no candidate could be timed (why says why); chosen is 0
     float chosen_us = 0.0f;  // its median time, when timed
     float first_us = 0.0f;   // the heuristic's first's, when timed
     std::string why;
 };
 
 // Times `count` heuristic results for `plan` (desc, layouts and key set; its bias and aux pointers
-// are set to scratch here and must be set again before each real run, as CudaGemm::run does).
-GemmTiming time_gemm_candidates(const CublasLt& lt, cublasLtHandle_t handle, const GemmPlan& plan,
+// are set to scratch here and must be set again before each real run, as CudaGemm::run does) on
+// `device`, the caller's current device restored after. The scratch is the key's operands and
+// workspace, allocated for the timing alone: outside the context's memory budget, which is why
+// autotuning is a switch. A plan it cannot time keeps the heuristic's first.
+GemmTiming time_gemm_candidates(const CublasLt& lt, cublasLtHandle_t handle, int device, const GemmPlan& plan,
                                 const cublasLtMatmulHeuristicResult_t* candidates, int count);
 
 }  // namespace mpt
