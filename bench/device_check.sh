@@ -71,7 +71,7 @@ publish() {
             echo "GPU tests: $(grep -E 'tests passed|tests failed' "$WORK/ctest_cuda.log" | tail -1)"
         grep -hoE "fp32: [0-9]+ fused plans refused.*" "$WORK/ctest_cuda.log" 2>/dev/null | head -1 \
             | sed 's/^/cuBLASLt epilogues, /'
-        cat "$WORK/cifar10_line.txt" "$WORK/memcheck_line.txt" 2>/dev/null
+        cat "$WORK/cifar10_line.txt" "$WORK/cifar10_experiments_line.txt" "$WORK/memcheck_line.txt" 2>/dev/null
         grep -hE "^mixed-bf16, batch|^kernel profile|no table" "$WORK/kernels.txt" 2>/dev/null | sed 's/^mixed/ncu: mixed/'
         echo "after $((SECONDS - started)) s, exit status so far $status"
     } >"$WORK/summary.txt"
@@ -84,14 +84,15 @@ for path in sorted(glob.glob(sys.argv[1] + "/*.json")):
     except ValueError:
         continue
     # mptrain-cifar10 writes one object; the benches write lists of records.
-    records.extend(data if isinstance(data, list) else [dict(data, bench="mptrain-cifar10 seed run")])
+    records.extend(data if isinstance(data, list)
+                   else [dict(data, bench="mptrain-cifar10 seed run", file=os.path.basename(path))])
 json.dump(records, open(sys.argv[2] + ".partial", "w"), indent=1)
 os.replace(sys.argv[2] + ".partial", sys.argv[2])
 PY
     cat "$WORK"/bench_*.log >"$OUT/bench.log" 2>/dev/null
     cat "$WORK"/torch.log "$WORK"/jax.log >"$OUT/peers.log" 2>/dev/null
-    cp "$WORK"/summary.txt "$WORK"/ctest_cuda.log "$WORK"/kernels.txt "$WORK"/cifar10.log "$WORK"/ctest_all.log \
-        "$OUT/" 2>/dev/null
+    cat "$WORK"/cifar10.log "$WORK"/cifar10_experiments.log >"$OUT/cifar10.log" 2>/dev/null
+    cp "$WORK"/summary.txt "$WORK"/ctest_cuda.log "$WORK"/kernels.txt "$WORK"/ctest_all.log "$OUT/" 2>/dev/null
     return 0
 }
 
@@ -218,6 +219,40 @@ cifar10_staged() {
     done
 }
 cifar="$BUILD/bin/mptrain-cifar10"
+# run_cifar <name> <title> [VAR=value...]: the 50 epochs under those settings; its line goes to
+# $WORK/<name>_line.txt, which the summary prints.
+run_cifar() {
+    local name=$1 title=$2 cifar_status cifar_start_ns cifar_wall_ms
+    shift 2
+    stage "CIFAR-10 seed run (50 epochs, batch 32, mixed-bf16)${1:+, $*}"
+    cifar_start_ns=$(date +%s%N)
+    limited 120 env "$@" "$cifar" --data "$CIFAR_DIR" --epochs 50 --batch 32 --lr 0.01 --precision mixed-bf16 \
+        --backend cuda --json "$WORK/$name.json" 2>&1 | tee "$WORK/$name.log"
+    cifar_status=${PIPESTATUS[0]}
+    cifar_wall_ms=$((($(date +%s%N) - cifar_start_ns) / 1000000))
+    [ "$cifar_status" = 0 ] || failed 7
+    python3 - "$WORK/$name.json" "$cifar_status" "$cifar_wall_ms" "$title" >"$WORK/${name}_line.txt" <<'PY'
+import json, sys
+path, exit_status, wall, title = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]) / 1000, sys.argv[4]
+try:
+    run = json.load(open(path))
+except (OSError, ValueError):
+    why = f"timed out after {wall:.0f} s" if exit_status in (124, 137) else f"exit status {exit_status}"
+    print(f"{title}: FAILED ({why}, no JSON; see the log); process {wall:.1f} s")
+    sys.exit()
+accuracy, device = run["test_accuracy"], run.get("train_device_seconds", -1.0)
+verdict = lambda ok: "met" if ok else "MISSED"
+print(f"{title}: test accuracy {accuracy:.4f} (>= 0.55 {verdict(accuracy >= 0.55)}), "
+      f"GPU training {device:.3f} s ({run.get('device_us_per_step', 0):.1f} us/step; < 5 s {verdict(0 <= device < 5)}), "
+      f"wall: fit {run['train_seconds']:.2f} s, process {wall:.1f} s [{run['epochs']} epochs x "
+      f"{run['steps'] // max(1, run['epochs'])} steps, batch {run['batch']}, {run['precision']}, {run['backend']}, "
+      f"{run['data']}]" + ("" if exit_status == 0 else f" exit status {exit_status}")
+      + ("" if run["data"] == "cifar10" else " NOT THE REAL CIFAR-10"))
+PY
+    cat "$WORK/${name}_line.txt"
+    publish
+}
+cifar_ready=0
 if [ "${SKIP_CIFAR:-0}" = 1 ]; then
     echo "CIFAR-10 seed run: skipped (SKIP_CIFAR=1)" >"$WORK/cifar10_line.txt"
 elif ! cifar10_staged; then
@@ -227,33 +262,8 @@ elif [ "$steps_hang" = 1 ]; then
 elif [ ! -x "$cifar" ]; then
     echo "CIFAR-10 seed run: skipped (no $cifar: MPTRAIN_BUILD_SAMPLES off?)" >"$WORK/cifar10_line.txt"
 else
-    stage "CIFAR-10 seed run (50 epochs, batch 32, mixed-bf16)"
-    cifar_start_ns=$(date +%s%N)
-    limited 120 "$cifar" --data "$CIFAR_DIR" --epochs 50 --batch 32 --lr 0.01 --precision mixed-bf16 --backend cuda \
-        --json "$WORK/cifar10_seed.json" 2>&1 | tee "$WORK/cifar10.log"
-    cifar_status=${PIPESTATUS[0]}
-    cifar_wall_ms=$((($(date +%s%N) - cifar_start_ns) / 1000000))
-    [ "$cifar_status" = 0 ] || failed 7
-    python3 - "$WORK/cifar10_seed.json" "$cifar_status" "$cifar_wall_ms" >"$WORK/cifar10_line.txt" <<'PY'
-import json, sys
-path, exit_status, wall = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]) / 1000
-try:
-    run = json.load(open(path))
-except (OSError, ValueError):
-    why = f"timed out after {wall:.0f} s" if exit_status in (124, 137) else f"exit status {exit_status}"
-    print(f"CIFAR-10 seed run: FAILED ({why}, no JSON; see cifar10.log); process {wall:.1f} s")
-    sys.exit()
-accuracy, device = run["test_accuracy"], run.get("train_device_seconds", -1.0)
-verdict = lambda ok: "met" if ok else "MISSED"
-print(f"CIFAR-10 seed run: test accuracy {accuracy:.4f} (>= 0.55 {verdict(accuracy >= 0.55)}), "
-      f"GPU training {device:.3f} s ({run.get('device_us_per_step', 0):.1f} us/step; < 5 s {verdict(0 <= device < 5)}), "
-      f"wall: fit {run['train_seconds']:.2f} s, process {wall:.1f} s [{run['epochs']} epochs x "
-      f"{run['steps'] // max(1, run['epochs'])} steps, batch {run['batch']}, {run['precision']}, {run['backend']}, "
-      f"{run['data']}]" + ("" if exit_status == 0 else f" exit status {exit_status}")
-      + ("" if run["data"] == "cifar10" else " NOT THE REAL CIFAR-10"))
-PY
-    cat "$WORK/cifar10_line.txt"
-    publish
+    cifar_ready=1
+    run_cifar cifar10 "CIFAR-10 seed run"
 fi
 
 if [ "${SKIP_PEERS:-0}" != 1 ]; then
@@ -265,6 +275,13 @@ if [ "${SKIP_PEERS:-0}" != 1 ]; then
     (cd bench/peers && PYTHONUNBUFFERED=1 limited 90 python3 jax_peer.py --json "$WORK/jax.json") 2>&1 \
         | tee "$WORK/jax.log" || echo "jax peer failed or timed out"
     publish
+fi
+
+# The same 50 epochs with this session's switched-off experiments on (bench/NOTES.md): what the
+# seed run would take if they became the defaults. After the peers: it matters less than they do.
+if [ "$cifar_ready" = 1 ] && fits 60; then
+    run_cifar cifar10_experiments "CIFAR-10 seed run, tensor-core SGD + GEMM autotuning" \
+        MPTRAIN_CUDA_TENSOR_CORE_SGD=1 MPTRAIN_CUDA_GEMM_AUTOTUNE=1
 fi
 
 # Out-of-bounds and misaligned accesses in the kernels that the op comparisons would not see (a
