@@ -1523,7 +1523,8 @@ TEST_CASE("CUDA dense_update matches the CPU for every optimizer and skips a non
 }
 
 // The fused SGD kernel's fp16/bf16 tiles on the tensor cores (compute capability 8.0 and up): the
-// same cases, every plain-SGD batch of at most 64 rows through it (fp32 stays on CUDA cores).
+// same cases, every plain-SGD batch of at most 256 rows through it (fp32 stays on CUDA cores, and
+// fused only up to 64 rows).
 TEST_CASE("CUDA dense_update matches the CPU with fused SGD on the tensor cores") {
     SKIP_WITHOUT_GPU();
     auto cpu = make_cpu();
@@ -1533,6 +1534,14 @@ TEST_CASE("CUDA dense_update matches the CPU with fused SGD on the tensor cores"
         return;
     }
     compare_dense_update_cases(*cpu, *cuda);
+    // Up to 256 batch rows on the tensor cores, dZ staged in chunks of 64: the seed MLP's first
+    // layer at batch 256, and ragged sizes (rows past a chunk, columns one by one) with decay.
+    OptimizerConfig sgd, sgd_decay;
+    sgd_decay.weight_decay = 0.05f;
+    compare_dense_update(*cpu, *cuda, {256, 3072, 3000, DType::bf16, sgd, false});
+    compare_dense_update(*cpu, *cuda, {200, 3001, 100, DType::fp16, sgd_decay, false});
+    compare_dense_update(*cpu, *cuda, {129, 136, 72, DType::bf16, sgd, false});
+    compare_dense_update(*cpu, *cuda, {255, 64, 33, DType::fp16, sgd, true});  // skipped: not a byte written
     const CudaOpPaths paths = cuda_backend_op_paths(*cuda);
     CHECK(paths.fused_sgd_tensor_cores > 0);
     CHECK(paths.fused_sgd_tensor_cores < paths.fused_sgd);  // fp32's ran on CUDA cores

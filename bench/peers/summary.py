@@ -197,7 +197,7 @@ def main():
                       "split where cuBLASLt chose"))
     for r in tensor_core_sgd:
         print(against(r, "fused SGD on tensor cores (MPTRAIN_CUDA_TENSOR_CORE_SGD=1)",
-                      ours.get((r["precision"], r["batch"])), "on CUDA cores"))
+                      ours.get((r["precision"], r["batch"])), "the default step"))
     for r in autotuned:
         print(against(r, "GEMM algorithms timed (MPTRAIN_CUDA_GEMM_AUTOTUNE=1)", ours.get((r["precision"], r["batch"])),
                       "the heuristic's first"))

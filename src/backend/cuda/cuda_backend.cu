@@ -569,7 +569,8 @@ void CudaBackend::plan(RecordedOp& op) {
             return;
         }
         case OpCode::dense_update: {
-            const size_t scratch_bytes = dense_update_scratch_bytes(op.update, op.optimizer, fused_epilogues_);
+            const size_t scratch_bytes =
+                dense_update_scratch_bytes(op.update, op.optimizer, fused_epilogues_, tensor_core_sgd_);
             op.scratch = scratch_bytes ? scratch_for(scratch_bytes) : nullptr;
             op.update_plan =
                 plan_dense_update(*gemm_, op.update, op.optimizer, op.scratch, fused_epilogues_, tensor_core_sgd_);

@@ -226,9 +226,10 @@ WeightGradientArgs gradient_args(const DenseUpdateArgs& args, float* weight_grad
 
 }  // namespace
 
-size_t dense_update_scratch_bytes(const DenseUpdateArgs& args, const OptimizerConfig& optimizer, bool allow_fused) {
+size_t dense_update_scratch_bytes(const DenseUpdateArgs& args, const OptimizerConfig& optimizer, bool allow_fused,
+                                  bool tensor_core_sgd) {
     if (args.part != UpdatePart::whole) return 0;  // the parts write and read the args' gradients
-    if (allow_fused && fused_sgd_applies(args, optimizer)) return 0;
+    if (allow_fused && fused_sgd_applies(args, optimizer, tensor_core_sgd)) return 0;
     if (args.weight_grad && args.bias_grad) return 0;
     // dW, then db at a 256-byte aligned offset.
     const size_t weight_bytes = static_cast<size_t>(args.out_features * args.in_features) * sizeof(float);
@@ -252,7 +253,7 @@ DenseUpdatePlan plan_dense_update(CudaGemm& gemm, const DenseUpdateArgs& args, c
             plan.gradient = plan_weight_gradient(gemm, gradient_args(args, plan.weight_grad, plan.bias_grad), allow_fused);
         return plan;
     }
-    if (allow_fused && fused_sgd_applies(args, optimizer)) {
+    if (allow_fused && fused_sgd_applies(args, optimizer, tensor_core_sgd)) {
         plan.fused_sgd = true;
         plan.fused_sgd_tensor_cores = tensor_core_sgd && args.compute_dtype != DType::fp32;
         return plan;

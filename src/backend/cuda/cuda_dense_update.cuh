@@ -26,7 +26,8 @@ struct DenseUpdatePlan {
 
 // fp32 scratch dense_update needs from the backend: 0 when the args bring gradient buffers or the
 // update is fused SGD.
-size_t dense_update_scratch_bytes(const DenseUpdateArgs& args, const OptimizerConfig& optimizer, bool allow_fused);
+size_t dense_update_scratch_bytes(const DenseUpdateArgs& args, const OptimizerConfig& optimizer, bool allow_fused,
+                                  bool tensor_core_sgd = false);
 // tensor_core_sgd: fused SGD's fp16/bf16 tiles on the tensor cores (the caller has checked the device).
 DenseUpdatePlan plan_dense_update(CudaGemm& gemm, const DenseUpdateArgs& args, const OptimizerConfig& optimizer,
                                   float* scratch, bool allow_fused, bool tensor_core_sgd = false);

@@ -211,7 +211,8 @@ __global__ void __launch_bounds__(kThreads) fused_sgd_kernel(const FusedSgdLaunc
 
 void run_fused_sgd(const DenseUpdateArgs& args, const OptimizerConfig& optimizer, bool tensor_cores,
                    cudaStream_t stream) {
-    require(fused_sgd_applies(args, optimizer), MPT_STATUS_INTERNAL, "cuda backend: fused SGD called outside its case");
+    require(fused_sgd_applies(args, optimizer, tensor_cores), MPT_STATUS_INTERNAL,
+            "cuda backend: fused SGD called outside its case");
     if (tensor_cores && args.compute_dtype != DType::fp32) {
         run_fused_sgd_on_tensor_cores(args, optimizer, stream);
         return;
@@ -230,7 +231,7 @@ void run_fused_sgd(const DenseUpdateArgs& args, const OptimizerConfig& optimizer
             break;
     }
     require(kernel != nullptr, MPT_STATUS_INTERNAL, "cuda backend: fused SGD for an unknown dtype");
-    const dim3 grid = fused_sgd_grid(reinterpret_cast<const void*>(kernel), kThreads, launch);
+    const dim3 grid = fused_sgd_grid(reinterpret_cast<const void*>(kernel), kThreads, 0, launch);
     kernel<<<grid, kThreads, 0, stream>>>(launch);
     MPT_CUDA_CHECK_LAUNCH("fused_sgd_kernel");
 }

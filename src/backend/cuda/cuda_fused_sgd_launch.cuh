@@ -84,13 +84,15 @@ __device__ __forceinline__ T from_float(float value) {
     }
 }
 
-// The grid for `kernel` (blocks of `threads`): the column strips times runs of row tiles, as many
-// blocks as are resident at once (at least one run per strip); sets launch.tiles_per_block.
-inline dim3 fused_sgd_grid(const void* kernel, int threads, FusedSgdLaunch& launch) {
+// The grid for `kernel` (blocks of `threads` with `dynamic_shared` bytes of dynamic shared memory):
+// the column strips times runs of row tiles, as many blocks as are resident at once (at least one
+// run per strip); sets launch.tiles_per_block.
+inline dim3 fused_sgd_grid(const void* kernel, int threads, size_t dynamic_shared, FusedSgdLaunch& launch) {
     int device = 0, multiprocessors = 1, per_multiprocessor = 1;
     MPT_CUDA_CHECK(cudaGetDevice(&device));
     MPT_CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device));
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor, kernel, threads, 0) != cudaSuccess ||
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor, kernel, threads, dynamic_shared) !=
+            cudaSuccess ||
         per_multiprocessor < 1) {
         cudaGetLastError();  // (not sticky) a grid of one block per multiprocessor is still right, if slower
         per_multiprocessor = 1;

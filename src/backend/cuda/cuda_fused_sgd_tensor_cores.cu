@@ -1,8 +1,9 @@
 // See cuda_fused_sgd_tensor_cores.cuh; where the operands are staged and the fragments found is
 // fused_sgd_mma_layout.h. A block stages its strip of 128 input columns of A once (transposed,
-// batch rows contiguous) and walks a run of 32-row tiles of dZ, double-buffered. Per tile, each
-// warp's 16 x 32 part of the weight gradient is 4 mma tiles per k-step of 16 batch rows (8 mma
-// instructions at batch 32), summed in fp32 registers; each thread then updates the 16 masters
+// batch rows contiguous, in dynamic shared memory: 66 KiB at 256 rows) and walks a run of 32-row
+// tiles of dZ, each in chunks of 64 batch rows, double-buffered. Per chunk, each warp's 16 x 32
+// part of the weight gradient is 4 mma tiles per k-step of 16 batch rows (8 mma instructions at
+// batch 32), summed in fp32 registers; after a tile's last chunk each thread updates the 16 masters
 // its accumulators cover: rows g and g + 8 of its warp's part (g = lane / 4), the column pair
 // 2t, 2t + 1 (t = lane % 4) of each of the 4 mma tiles, as float2 loads and stores and one 32-bit
 // store of the two low-precision copies. The next tile's masters and dZ are loaded before the
@@ -24,14 +25,15 @@ namespace {
 using namespace fused_sgd_mma;
 
 static_assert(kTileRows == kFusedSgdTileRows && kStripColumns == kFusedSgdStripColumns, "the grid's tiles");
-static_assert(kMaxK == kFusedSgdMaxRows, "the batch rows a block stages");
+static_assert(kMaxK == kTensorCoreSgdMaxRows, "the batch rows a block stages");
 
 constexpr int kMmaTiles = 4;  // 8-column mma tiles of a warp
-// A dZ tile's staging pairs per thread at most: kTileRows x kMaxK / 2 over the block.
-constexpr int kTilePairsPerThread = kTileRows * kMaxK / 2 / kThreads;
+constexpr int kWarps = kThreads / 32;
+// A dZ chunk's staging pairs per thread at most: kTileRows x kChunkK / 2 over the block.
+constexpr int kChunkPairsPerThread = kTileRows * kChunkK / 2 / kThreads;
 // The strip's pairs a thread loads before it stores any, so that its loads are in flight together.
 constexpr int kStripPairsInFlight = 8;
-static_assert(kTilePairsPerThread * kThreads == kTileRows * kMaxK / 2, "whole staging rounds");
+static_assert(kChunkPairsPerThread * kThreads == kTileRows * kChunkK / 2, "whole staging rounds");
 
 // D += A_m B_m on one 16 x 8 x 16 tile (fp32 sums).
 template <typename T>
@@ -111,11 +113,12 @@ __device__ __forceinline__ void store_master_pair(const FusedSgdLaunch& p, int64
     }
 }
 
-// T: the element type of dZ, A and the low-precision copies (__half or __nv_bfloat16).
+// T: the element type of dZ, A and the low-precision copies (__half or __nv_bfloat16). Dynamic
+// shared memory: the strip of A, kStripColumns rows of staged_stride(padded_k) elements.
 template <bool kVector, typename T>
 __global__ void __launch_bounds__(kThreads, 2) fused_sgd_tensor_core_kernel(const FusedSgdLaunch p) {
-    __shared__ __align__(16) uint16_t operand_b[kStripColumns * kKStride];  // A^T: [i][k]
-    __shared__ __align__(16) uint16_t operand_a[2][kTileRows * kKStride];   // dZ^T: [o][k], 2 tiles
+    extern __shared__ __align__(16) uint16_t operand_b[];                     // A^T: [i][k]
+    __shared__ __align__(16) uint16_t operand_a[2][kTileRows * kChunkStride];  // dZ^T: [o][k], 2 chunks
     const FusedSgdTileRun run = fused_sgd_tile_run(p);
     const int64_t first_tile = run.first, end_tile = run.end;
     if (first_tile >= end_tile) return;  // the whole block: before any barrier
@@ -128,8 +131,9 @@ __global__ void __launch_bounds__(kThreads, 2) fused_sgd_tensor_core_kernel(cons
     const int row0 = warp_row0(warp), column0 = warp_column0(warp);
     const int64_t i0 = static_cast<int64_t>(blockIdx.x) * kStripColumns;
     const int rows = static_cast<int>(p.rows);
-    const int k_steps = (rows + 15) / 16;
-    const int padded_k = 16 * k_steps;
+    const int padded_k = (rows + 15) / 16 * 16;
+    const int strip_stride = staged_stride(padded_k);
+    const int chunks = (padded_k + kChunkK - 1) / kChunkK;  // dZ chunks a tile takes
 
     // This thread's masters in tile `tile`: [mma tile j][h], h = 0 the accumulators' row g, 1 row g + 8.
     auto master_row = [&](int64_t tile, int h) { return tile * kTileRows + row0 + accumulator_row(lane, 2 * h); };
@@ -158,99 +162,133 @@ __global__ void __launch_bounds__(kThreads, 2) fused_sgd_tensor_core_kernel(cons
             const int pair = base + g * kThreads + thread;
             if (pair >= strip_pairs) break;
             *reinterpret_cast<uint32_t*>(operand_b + staged_index(staging_row(pair, kStripColumns),
-                                                                  staging_k(pair, kStripColumns))) =
+                                                                  staging_k(pair, kStripColumns), strip_stride)) =
                 raw[g][0] | static_cast<uint32_t>(raw[g][1]) << 16;
         }
     }
-    // A tile of dZ, transposed: raw bits loaded into registers, stored into shared memory later.
+    // Chunk `chunk` of a tile of dZ, transposed: batch rows 64 chunk .. + 63 (fewer in the last),
+    // raw bits loaded into registers, stored into shared memory later.
     const uint16_t* output_grad = static_cast<const uint16_t*>(p.output_grad);
-    const int tile_pairs = kTileRows * padded_k / 2;
-    auto load_tile = [&](int64_t tile, uint16_t (&staged)[kTilePairsPerThread][2]) {
+    auto chunk_pairs = [&](int chunk) { return kTileRows * min(kChunkK, padded_k - kChunkK * chunk) / 2; };
+    auto load_chunk = [&](int64_t tile, int chunk, uint16_t (&staged)[kChunkPairsPerThread][2]) {
+        const int pairs = chunk_pairs(chunk);
 #pragma unroll
-        for (int s = 0; s < kTilePairsPerThread; ++s) {
+        for (int s = 0; s < kChunkPairsPerThread; ++s) {
             const int pair = thread + s * kThreads;
-            const int k = staging_k(pair, kTileRows);
+            const int k = kChunkK * chunk + staging_k(pair, kTileRows);
             const int64_t o = tile * kTileRows + staging_row(pair, kTileRows);
-            const bool row = pair < tile_pairs && o < p.out_features;
+            const bool row = pair < pairs && o < p.out_features;
             staged[s][0] = row && k < rows ? output_grad[k * p.out_features + o] : uint16_t{0};
             staged[s][1] = row && k + 1 < rows ? output_grad[(k + 1) * p.out_features + o] : uint16_t{0};
         }
     };
-    auto store_tile = [&](int buffer, const uint16_t (&staged)[kTilePairsPerThread][2]) {
+    auto store_chunk = [&](int buffer, int chunk, const uint16_t (&staged)[kChunkPairsPerThread][2]) {
+        const int pairs = chunk_pairs(chunk);
 #pragma unroll
-        for (int s = 0; s < kTilePairsPerThread; ++s) {
+        for (int s = 0; s < kChunkPairsPerThread; ++s) {
             const int pair = thread + s * kThreads;
-            if (pair >= tile_pairs) break;
+            if (pair >= pairs) break;
             *reinterpret_cast<uint32_t*>(operand_a[buffer] + staged_index(staging_row(pair, kTileRows),
-                                                                          staging_k(pair, kTileRows))) =
+                                                                          staging_k(pair, kTileRows), kChunkStride)) =
                 staged[s][0] | static_cast<uint32_t>(staged[s][1]) << 16;
         }
     };
-    uint16_t staged[kTilePairsPerThread][2];
-    load_tile(first_tile, staged);
-    store_tile(0, staged);
+    uint16_t staged[kChunkPairsPerThread][2];
+    load_chunk(first_tile, 0, staged);
+    store_chunk(0, 0, staged);
     __syncthreads();
 
-    for (int64_t tile = first_tile; tile < end_tile; ++tile) {
-        const int buffer = static_cast<int>(tile - first_tile) & 1;
-        const bool has_next = tile + 1 < end_tile;
-        // The next tile's masters and dZ: loads issued now, used after this tile's sums and stores.
-        float2 next_master[kMmaTiles][2];
+    // Stage s: chunk s % chunks of tile first_tile + s / chunks. A tile's sums build up over its
+    // chunks; its masters are updated after the last.
+    const int64_t stages = (end_tile - first_tile) * chunks;
+    float gradient[kMmaTiles][4];
+    float2 next_master[kMmaTiles][2];
+    float bias_sum = 0.0f;  // a bias row's gradient, summed chunk by chunk (the first strip's blocks)
+    for (int64_t stage = 0; stage < stages; ++stage) {
+        const int64_t tile = first_tile + stage / chunks;
+        const int chunk = static_cast<int>(stage % chunks);
+        const int buffer = static_cast<int>(stage & 1);
+        const bool has_next_stage = stage + 1 < stages;
+        if (chunk == 0) {
+            // The next tile's masters: loads issued now, used after this tile's last chunk.
+            const bool has_next_tile = tile + 1 < end_tile;
 #pragma unroll
-        for (int j = 0; j < kMmaTiles; ++j)
+            for (int j = 0; j < kMmaTiles; ++j) {
 #pragma unroll
-            for (int h = 0; h < 2; ++h)
-                next_master[j][h] = has_next ? load_master_pair<kVector>(p, master_row(tile + 1, h), master_column(j))
-                                             : make_float2(0.0f, 0.0f);
-        if (has_next) load_tile(tile + 1, staged);
+                for (int h = 0; h < 2; ++h)
+                    next_master[j][h] = has_next_tile ? load_master_pair<kVector>(p, master_row(tile + 1, h), master_column(j))
+                                                      : make_float2(0.0f, 0.0f);
+#pragma unroll
+                for (int c = 0; c < 4; ++c) gradient[j][c] = 0.0f;
+            }
+            bias_sum = 0.0f;
+        }
+        // The next stage's dZ chunk: loads issued now, stored after this chunk's sums.
+        if (has_next_stage) {
+            const int64_t next_stage = stage + 1;
+            load_chunk(first_tile + next_stage / chunks, static_cast<int>(next_stage % chunks), staged);
+        }
 
-        const uint16_t* tile_a = operand_a[buffer];
-        float gradient[kMmaTiles][4] = {};
+        const uint16_t* chunk_a = operand_a[buffer];
+        const int k_base = kChunkK * chunk;  // the chunk's first batch row, in the strip
+        const int k_steps = min(kChunkK, padded_k - k_base) / 16;
         for (int step = 0; step < k_steps; ++step) {
             const int k0 = 16 * step;
             uint32_t a[4];
 #pragma unroll
             for (int r = 0; r < 4; ++r)
-                a[r] = shared_pair(tile_a, staged_index(row0 + a_fragment_row(lane, r), k0 + a_fragment_k(lane, r)));
+                a[r] = shared_pair(chunk_a, staged_index(row0 + a_fragment_row(lane, r), k0 + a_fragment_k(lane, r),
+                                                         kChunkStride));
 #pragma unroll
             for (int j = 0; j < kMmaTiles; ++j) {
                 uint32_t b[2];
 #pragma unroll
                 for (int r = 0; r < 2; ++r)
                     b[r] = shared_pair(operand_b, staged_index(column0 + 8 * j + b_fragment_column(lane),
-                                                               k0 + b_fragment_k(lane, r)));
+                                                               k_base + k0 + b_fragment_k(lane, r), strip_stride));
                 mma_16x8x16<T>(gradient[j], a, b);
             }
         }
+        // The bias gradient is the column sum of dZ (a row of the staged chunk): the first strip's
+        // blocks own the bias. Warp w sums rows 4w .. 4w + 3, its lanes a chunk's batch rows in
+        // turn, then a butterfly (a fixed order); lane u keeps row 4w + u.
+        const bool owns_bias = blockIdx.x == 0;
+        if (owns_bias) {
+            const int valid_k = min(kChunkK, rows - k_base);
 #pragma unroll
-        for (int j = 0; j < kMmaTiles; ++j) {
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const float first =
-                    plain_sgd_update_element(p.optimizer, scalars, master[j][h].x, gradient[j][2 * h]);
-                const float second =
-                    plain_sgd_update_element(p.optimizer, scalars, master[j][h].y, gradient[j][2 * h + 1]);
-                store_master_pair<kVector, T>(p, master_row(tile, h), master_column(j), first, second);
+            for (int u = 0; u < kTileRows / kWarps; ++u) {
+                float part = 0.0f;
+                for (int k = lane; k < valid_k; k += 32)
+                    part += bits_to_float<T>(chunk_a[staged_index(kTileRows / kWarps * warp + u, k, kChunkStride)]);
+                for (int offset = 16; offset > 0; offset >>= 1) part += __shfl_xor_sync(0xffffffffu, part, offset);
+                if (lane == u) bias_sum += part;
             }
         }
-        // The bias gradient is the column sum of dZ (a row of the staged tile): the first strip's
-        // blocks own the bias.
-        if (blockIdx.x == 0 && thread < kTileRows) {
-            const int64_t o = tile * kTileRows + thread;
-            if (o < p.out_features) {
-                float sum = 0.0f;
-                for (int k = 0; k < rows; ++k) sum += bits_to_float<T>(tile_a[staged_index(thread, k)]);
-                const float bias = plain_sgd_update_element(p.optimizer, scalars, p.bias[o], sum);
+        if (chunk == chunks - 1) {
+#pragma unroll
+            for (int j = 0; j < kMmaTiles; ++j) {
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const float first =
+                        plain_sgd_update_element(p.optimizer, scalars, master[j][h].x, gradient[j][2 * h]);
+                    const float second =
+                        plain_sgd_update_element(p.optimizer, scalars, master[j][h].y, gradient[j][2 * h + 1]);
+                    store_master_pair<kVector, T>(p, master_row(tile, h), master_column(j), first, second);
+                    master[j][h] = next_master[j][h];
+                }
+            }
+            const int64_t o = tile * kTileRows + kTileRows / kWarps * warp + lane;
+            if (owns_bias && lane < kTileRows / kWarps && o < p.out_features) {
+                const float bias = plain_sgd_update_element(p.optimizer, scalars, p.bias[o], bias_sum);
                 p.bias[o] = bias;
                 if (p.low_bias) static_cast<uint16_t*>(p.low_bias)[o] = static_cast<uint16_t>(pack_pair<T>(bias, 0.0f));
             }
         }
-        if (has_next) store_tile(buffer ^ 1, staged);
-#pragma unroll
-        for (int j = 0; j < kMmaTiles; ++j)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) master[j][h] = next_master[j][h];
-        // The next tile reads the buffer just written; the one after overwrites the buffer read here.
+        if (has_next_stage) {
+            const int64_t next_stage = stage + 1;
+            store_chunk(buffer ^ 1, static_cast<int>(next_stage % chunks), staged);
+        }
+        // The next stage reads the buffer just written; the one after overwrites the buffer read here.
         __syncthreads();
     }
 }
@@ -275,7 +313,7 @@ bool fused_sgd_tensor_cores_available() {
 }
 
 void run_fused_sgd_on_tensor_cores(const DenseUpdateArgs& args, const OptimizerConfig& optimizer, cudaStream_t stream) {
-    require(fused_sgd_applies(args, optimizer) && args.compute_dtype != DType::fp32, MPT_STATUS_INTERNAL,
+    require(fused_sgd_applies(args, optimizer, true) && args.compute_dtype != DType::fp32, MPT_STATUS_INTERNAL,
             "cuda backend: tensor-core fused SGD called outside its case");
     FusedSgdLaunch launch = fused_sgd_launch(args, optimizer);
     // Whole float2s of masters and 32-bit pairs of their copies.
@@ -287,8 +325,13 @@ void run_fused_sgd_on_tensor_cores(const DenseUpdateArgs& args, const OptimizerC
                         : fused_sgd_tensor_core_kernel<false, __nv_bfloat16>;
     else
         kernel = vector ? fused_sgd_tensor_core_kernel<true, __half> : fused_sgd_tensor_core_kernel<false, __half>;
-    const dim3 grid = fused_sgd_grid(reinterpret_cast<const void*>(kernel), kThreads, launch);
-    kernel<<<grid, kThreads, 0, stream>>>(launch);
+    // The strip of A in dynamic shared memory: past the 48 KiB a block gets unasked from 97 rows on.
+    const int padded_k = static_cast<int>((args.rows + 15) / 16 * 16);
+    const size_t strip_bytes = static_cast<size_t>(kStripColumns) * staged_stride(padded_k) * sizeof(uint16_t);
+    MPT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(kStripColumns * staged_stride(kMaxK) * sizeof(uint16_t))));
+    const dim3 grid = fused_sgd_grid(reinterpret_cast<const void*>(kernel), kThreads, strip_bytes, launch);
+    kernel<<<grid, kThreads, strip_bytes, stream>>>(launch);
     MPT_CUDA_CHECK_LAUNCH("fused_sgd_tensor_core_kernel");
 }
 

@@ -1,9 +1,12 @@
 // Fused SGD (cuda_fused_sgd.cuh) with the weight gradient's tiles computed by the tensor cores:
-// mma.m16n8k16 with fp16/bf16 operands and fp32 sums, compute capability 8.0 and up. The same
-// update, tiles and grid as the CUDA-core kernel; the sums are the tensor cores' (the same products,
-// added in another order). Why: at batch 32 the CUDA-core kernel issues 32 FMAs and 2 shared loads
-// per weight and ran at 38% of the SM's issue rate (ncu, H200), where its 10 bytes a weight would
-// take about 28 us at the copy ceiling; here a weight costs 1/64 of an mma and the update around it.
+// mma.m16n8k16 with fp16/bf16 operands and fp32 sums, compute capability 8.0 and up, for batches
+// of up to 256 rows (kTensorCoreSgdMaxRows). The same update, tiles and grid as the CUDA-core
+// kernel; the sums are the tensor cores' (the same products, added in another order). Why: at
+// batch 32 the CUDA-core kernel issues 32 FMAs and 2 shared loads per weight and ran at 38% of the
+// SM's issue rate (ncu, H200), where its 10 bytes a weight would take about 28 us at the copy
+// ceiling; here a weight costs 1/64 of an mma per 16 batch rows and the update around it. At batch
+// 256 it replaces the weight-gradient GEMM and the update kernel, whose fp32 gradient is 8 bytes a
+// weight written and read again.
 // Chosen by MPTRAIN_CUDA_TENSOR_CORE_SGD=1 (or the backend's setter) until a GPU has measured it.
 #pragma once
 

@@ -18,14 +18,22 @@ namespace mpt::fused_sgd_mma {
 constexpr int kThreads = 256;       // 8 warps
 constexpr int kTileRows = 32;       // output rows (o) of a tile: 2 warps of 16
 constexpr int kStripColumns = 128;  // input columns (i) of a strip: 4 warps of 32, each 4 mma tiles of 8
-constexpr int kMaxK = 64;           // batch rows, padded to a multiple of 16 (kFusedSgdMaxRows)
-// 16-bit elements per staged row: 72, i.e. 36 32-bit words. A fragment load's 32 lanes read rows
-// r..r+7 (lane / 4) at word offsets 0..3 (lane % 4); 36 r mod 32 = 4 r puts the 32 words in 32
-// distinct banks (a stride of 32 words would put 8 lanes on each of 4 banks).
-constexpr int kKStride = kMaxK + 8;
+constexpr int kMaxK = 256;          // batch rows at most (kTensorCoreSgdMaxRows)
+// dZ is staged a chunk of at most kChunkK batch rows at a time (its staging registers stay few);
+// the strip of A holds every batch row for the block's whole run.
+constexpr int kChunkK = 64;
 
-// The element (row, k) of a staged operand, row-major with kKStride: k even gives a 4-byte offset.
-MPT_HOST_DEVICE int staged_index(int row, int k) { return row * kKStride + k; }
+// 16-bit elements per staged row for `padded_k` batch rows (a multiple of 16): padded_k / 2 + 4
+// 32-bit words, i.e. 4 more than a multiple of 8. A fragment load's 32 lanes read rows r .. r + 7
+// (lane / 4) at word offsets 0..3 (lane % 4); a row stride of 8m + 4 words puts row g at bank
+// 4 g (2m + 1) mod 32, 8 distinct multiples of 4 (2m + 1 is odd), so the 32 words fall in 32
+// distinct banks (a stride of a multiple of 32 words would put 8 lanes on each of 4 banks).
+MPT_HOST_DEVICE int staged_stride(int padded_k) { return padded_k + 8; }
+constexpr int kChunkStride = kChunkK + 8;  // dZ chunks: staged_stride(kChunkK)
+
+// The element (row, k) of a staged operand whose rows are `stride` elements apart; k even gives a
+// 4-byte offset.
+MPT_HOST_DEVICE int staged_index(int row, int k, int stride) { return row * stride + k; }
 
 // Staging pair p (0 ..): the elements k and k + 1 of staged row `row`, where the operand has
 // `staged_rows` rows. Consecutive p are consecutive rows, so a warp's global loads of one batch
