@@ -309,7 +309,19 @@ bool fused_sgd_tensor_cores_available() {
     }
     // binaryVersion: the compute capability the code that runs here was compiled for (SASS, or
     // the PTX the driver compiled), times 10.
-    return major >= 8 && attributes.binaryVersion >= 80 && attributes.ptxVersion >= 80;
+    if (major < 8 || attributes.binaryVersion < 80 || attributes.ptxVersion < 80) return false;
+    // The strip of A at 256 rows is past the 48 KiB of shared memory a block gets unasked: asked
+    // for here, once per device, not while a step's launches are being captured.
+    const int strip_bytes = static_cast<int>(kStripColumns * staged_stride(kMaxK) * sizeof(uint16_t));
+    for (void (*kernel)(FusedSgdLaunch) :
+         {fused_sgd_tensor_core_kernel<true, __nv_bfloat16>, fused_sgd_tensor_core_kernel<false, __nv_bfloat16>,
+          fused_sgd_tensor_core_kernel<true, __half>, fused_sgd_tensor_core_kernel<false, __half>}) {
+        if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, strip_bytes) != cudaSuccess) {
+            cudaGetLastError();
+            return false;
+        }
+    }
+    return true;
 }
 
 void run_fused_sgd_on_tensor_cores(const DenseUpdateArgs& args, const OptimizerConfig& optimizer, cudaStream_t stream) {
@@ -325,11 +337,9 @@ void run_fused_sgd_on_tensor_cores(const DenseUpdateArgs& args, const OptimizerC
                         : fused_sgd_tensor_core_kernel<false, __nv_bfloat16>;
     else
         kernel = vector ? fused_sgd_tensor_core_kernel<true, __half> : fused_sgd_tensor_core_kernel<false, __half>;
-    // The strip of A in dynamic shared memory: past the 48 KiB a block gets unasked from 97 rows on.
+    // The strip of A in dynamic shared memory (fused_sgd_tensor_cores_available raised the limit).
     const int padded_k = static_cast<int>((args.rows + 15) / 16 * 16);
     const size_t strip_bytes = static_cast<size_t>(kStripColumns) * staged_stride(padded_k) * sizeof(uint16_t);
-    MPT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(kStripColumns * staged_stride(kMaxK) * sizeof(uint16_t))));
     const dim3 grid = fused_sgd_grid(reinterpret_cast<const void*>(kernel), kThreads, strip_bytes, launch);
     kernel<<<grid, kThreads, strip_bytes, stream>>>(launch);
     MPT_CUDA_CHECK_LAUNCH("fused_sgd_tensor_core_kernel");

@@ -18,7 +18,8 @@ namespace mpt {
 
 // Whether the current device can run it: compute capability 8.0 and up, and this build's code for
 // the device was compiled for 8.0 or later (a build for 7.5 alone runs on newer devices from its
-// PTX, compiled without the mma instruction).
+// PTX, compiled without the mma instruction). Also raises the kernels' dynamic shared memory limit
+// on the device: call it before the first run there.
 bool fused_sgd_tensor_cores_available();
 
 // fused_sgd_applies(args, optimizer) and a 16-bit compute dtype; fused_sgd_tensor_cores_available()
