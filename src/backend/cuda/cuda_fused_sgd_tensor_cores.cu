@@ -340,6 +340,10 @@ void run_fused_sgd_on_tensor_cores(const DenseUpdateArgs& args, const OptimizerC
     // The strip of A in dynamic shared memory (fused_sgd_tensor_cores_available raised the limit).
     const int padded_k = static_cast<int>((args.rows + 15) / 16 * 16);
     const size_t strip_bytes = static_cast<size_t>(kStripColumns) * staged_stride(padded_k) * sizeof(uint16_t);
+    cudaFuncAttributes attributes{};
+    MPT_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+    require(strip_bytes <= static_cast<size_t>(attributes.maxDynamicSharedSizeBytes), MPT_STATUS_INTERNAL,
+            "cuda backend: tensor-core fused SGD run on a device where fused_sgd_tensor_cores_available was not asked");
     const dim3 grid = fused_sgd_grid(reinterpret_cast<const void*>(kernel), kThreads, strip_bytes, launch);
     kernel<<<grid, kThreads, strip_bytes, stream>>>(launch);
     MPT_CUDA_CHECK_LAUNCH("fused_sgd_tensor_core_kernel");
