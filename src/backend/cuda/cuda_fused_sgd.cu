@@ -95,12 +95,10 @@ template <bool kVector, typename T>
 __global__ void __launch_bounds__(kThreads) fused_sgd_kernel(const FusedSgdLaunch p) {
     __shared__ float4 input[kFusedSgdMaxRows][kStripColumns / 4];            // A[r][i0 + 4c ..]
     __shared__ float4 output_grad[2][kFusedSgdMaxRows][kTileRows / 4];       // dZ[r][o0 + 4w ..], 2 tiles
-    const FusedSgdTileRun run = fused_sgd_tile_run(p);
-    const int64_t first_tile = run.first, end_tile = run.end;
-    if (first_tile >= end_tile) return;  // the whole block: before any barrier
-    const TrainState state = *p.state;
-    if (state.found_inf) return;  // a skipped step: nothing is written
-    const OptimizerStepScalars scalars = plain_step_scalars(p.optimizer, state.loss_scale, state.steps);
+    const FusedSgdBlockStart start = fused_sgd_block_start(p);
+    if (!start.active) return;  // no tile, or a skipped step: nothing is written
+    const int64_t first_tile = start.first_tile, end_tile = start.end_tile;
+    const OptimizerStepScalars& scalars = start.scalars;
 
     const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
     const int64_t i0 = static_cast<int64_t>(blockIdx.x) * kStripColumns;

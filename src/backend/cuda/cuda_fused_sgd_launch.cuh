@@ -51,14 +51,26 @@ inline FusedSgdLaunch fused_sgd_launch(const DenseUpdateArgs& args, const Optimi
     return launch;
 }
 
-// The consecutive row tiles this block walks, from blockIdx.y; none past the last.
-struct FusedSgdTileRun {
-    int64_t first, end;
+// What a block of either kernel starts from: the consecutive row tiles it walks (from blockIdx.y;
+// none past the last) and the step's scalars. active false: the block writes nothing, because it
+// has no tile or the step is skipped (found_inf); the same for every thread, so a kernel returns on
+// it before any barrier.
+struct FusedSgdBlockStart {
+    int64_t first_tile, end_tile;
+    OptimizerStepScalars scalars;
+    bool active;
 };
-__device__ __forceinline__ FusedSgdTileRun fused_sgd_tile_run(const FusedSgdLaunch& p) {
+__device__ __forceinline__ FusedSgdBlockStart fused_sgd_block_start(const FusedSgdLaunch& p) {
+    FusedSgdBlockStart start{};
     const int64_t tiles = (p.out_features + kFusedSgdTileRows - 1) / kFusedSgdTileRows;
-    const int64_t first = static_cast<int64_t>(blockIdx.y) * p.tiles_per_block;
-    return FusedSgdTileRun{first, min(tiles, first + p.tiles_per_block)};
+    start.first_tile = static_cast<int64_t>(blockIdx.y) * p.tiles_per_block;
+    start.end_tile = min(tiles, start.first_tile + p.tiles_per_block);
+    if (start.first_tile >= start.end_tile) return start;
+    const TrainState state = *p.state;
+    if (state.found_inf) return start;
+    start.scalars = plain_step_scalars(p.optimizer, state.loss_scale, state.steps);
+    start.active = true;
+    return start;
 }
 
 template <typename T>

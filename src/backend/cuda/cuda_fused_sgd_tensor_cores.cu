@@ -119,12 +119,10 @@ template <bool kVector, typename T>
 __global__ void __launch_bounds__(kThreads, 2) fused_sgd_tensor_core_kernel(const FusedSgdLaunch p) {
     extern __shared__ __align__(16) uint16_t operand_b[];                     // A^T: [i][k]
     __shared__ __align__(16) uint16_t operand_a[2][kTileRows * kChunkStride];  // dZ^T: [o][k], 2 chunks
-    const FusedSgdTileRun run = fused_sgd_tile_run(p);
-    const int64_t first_tile = run.first, end_tile = run.end;
-    if (first_tile >= end_tile) return;  // the whole block: before any barrier
-    const TrainState state = *p.state;
-    if (state.found_inf) return;  // a skipped step: nothing is written
-    const OptimizerStepScalars scalars = plain_step_scalars(p.optimizer, state.loss_scale, state.steps);
+    const FusedSgdBlockStart start = fused_sgd_block_start(p);
+    if (!start.active) return;  // no tile, or a skipped step: nothing is written
+    const int64_t first_tile = start.first_tile, end_tile = start.end_tile;
+    const OptimizerStepScalars& scalars = start.scalars;
 
     const int thread = static_cast<int>(threadIdx.x);
     const int lane = thread & 31, warp = thread >> 5;

@@ -320,34 +320,28 @@ __global__ void __launch_bounds__(kWarps * kWarpSize) loss_head_kernel(const Los
         warp_counted[warp] = counted;
     }
     __syncthreads();
-    if (gridDim.x == 1) {
-        if (threadIdx.x == 0) {
-            double batch_loss = 0.0;
-            long long batch_correct = 0, batch_counted = 0;
-            for (int w = 0; w < block_warps; ++w) {
-                batch_loss += warp_loss[w];
-                batch_correct += warp_correct[w];
-                batch_counted += warp_counted[w];
-            }
-            finish_head(args, batch_loss, batch_correct, batch_counted);
+    if (threadIdx.x == 0) {
+        double block_loss = 0.0;
+        long long block_correct = 0, block_counted = 0;
+        for (int w = 0; w < block_warps; ++w) {
+            block_loss += warp_loss[w];
+            block_correct += warp_correct[w];
+            block_counted += warp_counted[w];
         }
-        return;
-    }
-    if constexpr (kWarps == kWarpsPerBlock) {
-        if (threadIdx.x == 0) {
-            double block_loss = 0.0;
-            long long block_correct = 0, block_counted = 0;
-            for (int w = 0; w < kWarpsPerBlock; ++w) {
-                block_loss += warp_loss[w];
-                block_correct += warp_correct[w];
-                block_counted += warp_counted[w];
-            }
+        if (gridDim.x == 1) {
+            finish_head(args, block_loss, block_correct, block_counted);
+        } else {
             scratch.partial_loss[blockIdx.x] = block_loss;
             scratch.partial_correct[blockIdx.x] = block_correct;
             scratch.partial_counted[blockIdx.x] = block_counted;
             __threadfence();
             last_block = atomicAdd(scratch.counter, 1u) == gridDim.x - 1;
         }
+    }
+    if (gridDim.x == 1) return;  // (the same for every thread)
+    // A grid of several blocks only with kWarpsPerBlock warps (run_loss_head): cub's block
+    // reduction below is sized for that block.
+    if constexpr (kWarps == kWarpsPerBlock) {
         __syncthreads();
         if (!last_block) return;
 
