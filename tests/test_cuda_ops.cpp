@@ -1522,6 +1522,7 @@ TEST_CASE("CUDA dense_update matches the CPU for every optimizer and skips a non
     compare_dense_update_cases(*cpu, *cuda);
 }
 
+#if defined(MPTRAIN_WITH_CUDA)
 // The fused SGD kernel's fp16/bf16 tiles on the tensor cores (compute capability 8.0 and up): the
 // same cases, every plain-SGD batch of at most 256 rows through it (fp32 stays on CUDA cores, and
 // fused only up to 64 rows).
@@ -1546,6 +1547,7 @@ TEST_CASE("CUDA dense_update matches the CPU with fused SGD on the tensor cores"
     CHECK(paths.fused_sgd_tensor_cores > 0);
     CHECK(paths.fused_sgd_tensor_cores < paths.fused_sgd);  // fp32's ran on CUDA cores
 }
+#endif
 
 TEST_CASE("CUDA max_abs, decide_update, clip_factor, average_weights and finish_step match the CPU") {
     SKIP_WITHOUT_GPU();
