@@ -62,6 +62,15 @@ float train_two_bf16_epochs(const std::shared_ptr<Context>& context, unsigned se
     return trainer.evaluate(*dataset, 64).loss;
 }
 
+// A CUDA context made with `variable` set to `value` (read when the backend is made), the
+// environment as it was for the contexts made after it.
+std::shared_ptr<Context> cuda_context_under(const char* variable, const char* value) {
+    setenv(variable, value, 1);
+    auto context = make_context(MPT_BACKEND_CUDA);
+    unsetenv(variable);
+    return context;
+}
+
 }  // namespace
 
 TEST_CASE("cuBLASLt is opened at run time with every entry point, or the CUDA backend says why not") {
@@ -268,9 +277,7 @@ TEST_CASE("MPTRAIN_CUDA_GRAPHS=0 and MPTRAIN_CUDA_FUSED_EPILOGUES=0 turn the fas
 // changes where the GEMMs' sums are split, not what they are: the step trains to the same loss.
 TEST_CASE("MPTRAIN_CUDA_SPLIT_K=0 trains as the default does") {
     SKIP_WITHOUT_GPU();
-    setenv("MPTRAIN_CUDA_SPLIT_K", "0", 1);
-    auto context = make_context(MPT_BACKEND_CUDA);
-    unsetenv("MPTRAIN_CUDA_SPLIT_K");
+    auto context = cuda_context_under("MPTRAIN_CUDA_SPLIT_K", "0");
     const float unsplit = train_two_bf16_epochs(context, 27);
     const float split = train_two_bf16_epochs(make_context(MPT_BACKEND_CUDA), 27);
     INFO("fused plans refused without split-K: " << cuda_backend_refused_epilogue_plans(context->backend()));
@@ -283,9 +290,7 @@ TEST_CASE("MPTRAIN_CUDA_SPLIT_K=0 trains as the default does") {
 // the CUDA-core kernel's does; every dense update took the tensor-core kernel.
 TEST_CASE("MPTRAIN_CUDA_TENSOR_CORE_SGD=1 trains as the CUDA-core kernel does") {
     SKIP_WITHOUT_GPU();
-    setenv("MPTRAIN_CUDA_TENSOR_CORE_SGD", "1", 1);
-    auto context = make_context(MPT_BACKEND_CUDA);
-    unsetenv("MPTRAIN_CUDA_TENSOR_CORE_SGD");
+    auto context = cuda_context_under("MPTRAIN_CUDA_TENSOR_CORE_SGD", "1");
     // (Setting it on again changes nothing where the environment turned it on; it says whether it is.)
     if (!cuda_backend_set_tensor_core_sgd(context->backend(), true)) {
         MESSAGE("compute capability below 8.0: no tensor-core fused SGD to compare");
@@ -307,9 +312,7 @@ TEST_CASE("MPTRAIN_CUDA_TENSOR_CORE_SGD=1 trains as the CUDA-core kernel does") 
 // other sums: the step trains to the default's loss. The counts go to the device check's log.
 TEST_CASE("MPTRAIN_CUDA_GEMM_AUTOTUNE=1 trains as the default does, every plan with candidates timed") {
     SKIP_WITHOUT_GPU();
-    setenv("MPTRAIN_CUDA_GEMM_AUTOTUNE", "1", 1);
-    auto context = make_context(MPT_BACKEND_CUDA);
-    unsetenv("MPTRAIN_CUDA_GEMM_AUTOTUNE");
+    auto context = cuda_context_under("MPTRAIN_CUDA_GEMM_AUTOTUNE", "1");
     const float tuned = train_two_bf16_epochs(context, 31);
     const CudaGemmAutotune report = cuda_backend_gemm_autotune(context->backend());
     MESSAGE("GEMM autotuning: " << report.timed_plans << " plans timed, " << report.retuned_plans
