@@ -20,6 +20,7 @@
 #include "backend/cuda/cuda_convert.cuh"
 #include "backend/cuda/cuda_fused_sgd.cuh"
 #include "backend/cuda/cuda_fused_sgd_tensor_cores.cuh"
+#include "backend/cuda/cuda_small_batch_forward.cuh"
 #include "backend/cuda/cuda_gather.cuh"
 #include "backend/cuda/cuda_max_abs.cuh"
 #include "backend/cuda/cuda_step_state.cuh"
@@ -48,9 +49,10 @@ bool turned_off_by_environment(const char* variable) {
     return value && std::strcmp(value, "0") == 0;
 }
 
-// MPTRAIN_CUDA_TENSOR_CORE_SGD=1 computes the fused SGD kernel's tiles on the tensor cores and
-// MPTRAIN_CUDA_GEMM_AUTOTUNE=1 times cuBLASLt's candidate algorithms for each GEMM when it is first
-// planned: off by default until a GPU has measured them.
+// MPTRAIN_CUDA_TENSOR_CORE_SGD=1 computes the fused SGD kernel's tiles on the tensor cores,
+// MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 runs forward layers of at most 64 rows as one tensor-core kernel
+// each, and MPTRAIN_CUDA_GEMM_AUTOTUNE=1 times cuBLASLt's candidate algorithms for each GEMM when it
+// is first planned: off by default until a GPU has measured them.
 bool turned_on_by_environment(const char* variable) {
     const char* value = std::getenv(variable);
     return value && std::strcmp(value, "1") == 0;
@@ -62,7 +64,7 @@ std::string CudaBackend::setup_warning() const {
     return unknown_environment_settings(
         {{"MPTRAIN_CUDA_GRAPHS", {"0", "1"}}, {"MPTRAIN_CUDA_FUSED_EPILOGUES", {"0", "1"}},
          {"MPTRAIN_CUDA_SPLIT_K", {"0", "1"}}, {"MPTRAIN_CUDA_TENSOR_CORE_SGD", {"0", "1"}},
-         {"MPTRAIN_CUDA_GEMM_AUTOTUNE", {"0", "1"}}});
+         {"MPTRAIN_CUDA_GEMM_AUTOTUNE", {"0", "1"}}, {"MPTRAIN_CUDA_SMALL_BATCH_FORWARD", {"0", "1"}}});
 }
 
 // ---- creation ----------------------------------------------------------------------------------
@@ -174,6 +176,7 @@ CudaBackend::CudaBackend(int device, MemoryTracker* memory) : device_(device), m
     graphs_enabled_ = !turned_off_by_environment("MPTRAIN_CUDA_GRAPHS");
     fused_epilogues_ = !turned_off_by_environment("MPTRAIN_CUDA_FUSED_EPILOGUES");
     set_tensor_core_sgd(turned_on_by_environment("MPTRAIN_CUDA_TENSOR_CORE_SGD"));
+    set_small_batch_forward(turned_on_by_environment("MPTRAIN_CUDA_SMALL_BATCH_FORWARD"));
     try {
         scheduler_ = std::make_unique<CudaScheduler>(*static_cast<CudaTaskHooks*>(this));
         gemm_ = std::make_unique<CudaGemm>(!turned_off_by_environment("MPTRAIN_CUDA_SPLIT_K"),
@@ -542,17 +545,24 @@ bool CudaBackend::set_tensor_core_sgd(bool enabled) {
     return tensor_core_sgd_;
 }
 
+bool CudaBackend::set_small_batch_forward(bool enabled) {
+    activate();
+    small_batch_forward_ = enabled && small_batch_forward_available();
+    return small_batch_forward_;
+}
+
 void CudaBackend::plan(RecordedOp& op) {
     switch (op.code) {
         case OpCode::dense_forward: {
             const DenseForwardArgs& args = op.forward;
-            op.forward_plan = plan_dense_forward(*gemm_, args, fused_epilogues_);
+            op.forward_plan = plan_dense_forward(*gemm_, args, fused_epilogues_, small_batch_forward_);
             op.scratch = op.forward_plan.scratch_bytes ? scratch_for(op.forward_plan.scratch_bytes) : nullptr;
             if (args.relu_mask) {
                 if (op.forward_plan.writes_mask) masks_[args.relu_mask] = MaskShape{args.rows, args.out_features};
                 else masks_.erase(args.relu_mask);
             }
             ++(op.forward_plan.fused ? op_paths_.forward_fused : op_paths_.forward_unfused);
+            if (op.forward_plan.small_batch) ++op_paths_.forward_small_batch;
             return;
         }
         case OpCode::backward_data: {
@@ -828,6 +838,9 @@ void cuda_backend_set_graphs(Backend& backend, bool enabled) { as_cuda(backend).
 void cuda_backend_break_captures(Backend& backend, bool broken) { as_cuda(backend).break_captures(broken); }
 void cuda_backend_set_fused_epilogues(Backend& backend, bool enabled) { as_cuda(backend).set_fused_epilogues(enabled); }
 bool cuda_backend_set_tensor_core_sgd(Backend& backend, bool enabled) { return as_cuda(backend).set_tensor_core_sgd(enabled); }
+bool cuda_backend_set_small_batch_forward(Backend& backend, bool enabled) {
+    return as_cuda(backend).set_small_batch_forward(enabled);
+}
 CudaGemmAutotune cuda_backend_gemm_autotune(const Backend& backend) {
     const CudaGemm& gemm = as_cuda(backend).gemm();
     CudaGemmAutotune report;

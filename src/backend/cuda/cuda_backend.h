@@ -34,6 +34,7 @@ void cuda_backend_refuse_fused_runs(Backend& backend, bool refuse);
 // kernel; the update as the fused SGD kernel, or through the weight-gradient GEMM.
 struct CudaOpPaths {
     uint64_t forward_fused = 0, forward_unfused = 0;
+    uint64_t forward_small_batch = 0;  // of the fused, on the small-batch kernel
     uint64_t backward_data_fused = 0, backward_data_unfused = 0;
     uint64_t weight_gradient_fused = 0, weight_gradient_unfused = 0;
     uint64_t fused_sgd = 0;
@@ -54,6 +55,10 @@ bool cuda_backend_fused_epilogues(const Backend& backend);
 // it; MPTRAIN_CUDA_TENSOR_CORE_SGD=1 turns it on). Ignored below compute capability 8.0; returns
 // whether it is now on.
 bool cuda_backend_set_tensor_core_sgd(Backend& backend, bool enabled);
+// Forward layers of at most 64 rows as one tensor-core kernel each (cuda_small_batch_forward.cuh;
+// default off until a GPU has measured it; MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 turns it on). Ignored
+// below compute capability 8.0; returns whether it is now on.
+bool cuda_backend_set_small_batch_forward(Backend& backend, bool enabled);
 // cuBLASLt algorithms chosen by timing (MPTRAIN_CUDA_GEMM_AUTOTUNE=1; cuda_gemm_autotune.cuh): plans
 // timed, those where another than the heuristic's first won, the microseconds the winners saved
 // (one run of each plan, summed), and why the last plan with several candidates was not timed.

@@ -60,6 +60,7 @@ void CudaBackend::sign(const RecordedOp& op) {
             s.put(op.forward_plan.gemm);
             s.put(op.forward_plan.fused);
             s.put(op.forward_plan.writes_mask);
+            s.put(op.forward_plan.small_batch);
             s.put(op.scratch);
             return;
         }

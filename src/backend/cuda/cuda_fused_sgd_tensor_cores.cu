@@ -16,6 +16,7 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_fused_sgd.cuh"
 #include "backend/cuda/cuda_fused_sgd_launch.cuh"
+#include "backend/cuda/cuda_mma.cuh"
 #include "backend/cuda/fused_sgd_mma_layout.h"
 
 namespace mpt {
@@ -34,26 +35,6 @@ constexpr int kChunkPairsPerThread = kTileRows * kChunkK / 2 / kThreads;
 // The strip's pairs a thread loads before it stores any, so that its loads are in flight together.
 constexpr int kStripPairsInFlight = 8;
 static_assert(kChunkPairsPerThread * kThreads == kTileRows * kChunkK / 2, "whole staging rounds");
-
-// D += A_m B_m on one 16 x 8 x 16 tile (fp32 sums).
-template <typename T>
-__device__ __forceinline__ void mma_16x8x16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-            "{%0, %1, %2, %3};\n"
-            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-    } else {
-        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-            "{%0, %1, %2, %3};\n"
-            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-    }
-#else
-    __trap();  // never launched below compute capability 8.0: run_fused_sgd_on_tensor_cores refuses
-#endif
-}
 
 // A 16-bit element's bits as a float.
 template <typename T>
@@ -294,20 +275,8 @@ __global__ void __launch_bounds__(kThreads, 2) fused_sgd_tensor_core_kernel(cons
 }  // namespace
 
 bool fused_sgd_tensor_cores_available() {
-    int device = 0, major = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
-        cudaGetLastError();
+    if (!mma_runs_on_current_device(reinterpret_cast<const void*>(fused_sgd_tensor_core_kernel<true, __nv_bfloat16>)))
         return false;
-    }
-    cudaFuncAttributes attributes{};
-    if (cudaFuncGetAttributes(&attributes, fused_sgd_tensor_core_kernel<true, __nv_bfloat16>) != cudaSuccess) {
-        cudaGetLastError();
-        return false;
-    }
-    // binaryVersion: the compute capability the code that runs here was compiled for (SASS, or
-    // the PTX the driver compiled), times 10.
-    if (major < 8 || attributes.binaryVersion < 80 || attributes.ptxVersion < 80) return false;
     // The strip of A at 256 rows is past the 48 KiB of shared memory a block gets unasked: asked
     // for here, once per device, not while a step's launches are being captured.
     const int strip_bytes = static_cast<int>(kStripColumns * staged_stride(kMaxK) * sizeof(uint16_t));

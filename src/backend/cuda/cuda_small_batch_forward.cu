@@ -1,0 +1,208 @@
+// See cuda_small_batch_forward.cuh; where each lane loads its operands and finds its sums is
+// small_batch_forward_layout.h. A block owns 32 output features (2 mma tiles of 16); its 8 warps
+// take turns along K, 32 k at a time, so that one step of the block reads 256 consecutive k of each
+// of its rows of W. Every lane loads its 16-byte chunks of W and X straight into mma registers: W is
+// read once, from DRAM, and X (at most 64 rows, a few hundred KB) from L2 by each block. The
+// warps' fp32 sums are added in shared memory in a fixed order; then a warp per batch row adds the
+// bias, applies the activation, writes the row's 32 outputs and, for ReLU, its 32 mask bits.
+// Unmeasured: no GPU has run it yet.
+#include "backend/cuda/cuda_small_batch_forward.cuh"
+
+#include <cstdint>
+
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_dense_forward.cuh"
+#include "backend/cuda/cuda_mma.cuh"
+#include "backend/cuda/small_batch_forward_layout.h"
+#include "nn/activation.h"
+
+namespace mpt {
+
+namespace {
+
+using namespace small_batch_forward;
+
+struct SmallBatchForwardLaunch {
+    const uint16_t* input;    // [rows, in_features]
+    const uint16_t* weights;  // [out_features, in_features]
+    const void* bias;         // [out_features], bias_dtype
+    void* output;             // [rows, out_features], output_dtype
+    uint32_t* mask;           // cuBLASLt's ReLU bit mask, or null
+    int64_t rows, in_features, out_features, valid_out, mask_ld_bits;
+    Activation activation;
+    DType bias_dtype, output_dtype;
+};
+
+// 8 elements of `row` from k, or zeros where `present` is false (past K, a feature or the batch).
+__device__ __forceinline__ uint4 load_chunk(const uint16_t* row, int64_t k, bool present) {
+    if (!present) return make_uint4(0u, 0u, 0u, 0u);
+    return __ldg(reinterpret_cast<const uint4*>(row + k));
+}
+
+__device__ __forceinline__ uint32_t chunk_word(const uint4& chunk, int word) {
+    return word == 0 ? chunk.x : word == 1 ? chunk.y : word == 2 ? chunk.z : chunk.w;
+}
+
+// T: the 16-bit input type. kTiles: 8-row mma tiles of the batch (1, 2, 4 or 8).
+template <typename T, int kTiles>
+__global__ void __launch_bounds__(kThreads, kTiles <= 4 ? 2 : 1) small_batch_forward_kernel(
+    const SmallBatchForwardLaunch p) {
+    constexpr int kPaddedRows = 8 * kTiles;
+    // Steps whose loads a warp issues together before it multiplies: more bytes in flight where
+    // registers allow (at 8 tiles the accumulators alone take 64).
+    constexpr int kStepsInFlight = kTiles <= 4 ? 2 : 1;
+    __shared__ float partial[kSlots * kPaddedRows * kFeatures];
+
+    const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
+    const int64_t f0 = static_cast<int64_t>(blockIdx.x) * kFeatures;
+    const int64_t K = p.in_features;
+
+    const uint16_t* w_row[kMmaRows][2];
+    bool w_present[kMmaRows][2];
+#pragma unroll
+    for (int m = 0; m < kMmaRows; ++m)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int64_t f = f0 + a_feature(lane, m, half);
+            w_present[m][half] = f < p.out_features;
+            w_row[m][half] = p.weights + (w_present[m][half] ? f : 0) * K;
+        }
+    const uint16_t* x_row[kTiles];
+    bool x_present[kTiles];
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {
+        const int r = b_row(lane, j);
+        x_present[j] = r < p.rows;
+        x_row[j] = p.input + (x_present[j] ? r : 0) * K;
+    }
+
+    float sums[kMmaRows][kTiles][4] = {};
+    const int64_t steps = (K + kBlockStepK - 1) / kBlockStepK;
+    for (int64_t step0 = 0; step0 < steps; step0 += kStepsInFlight) {
+        uint4 a[kStepsInFlight][kMmaRows][2];
+        uint4 b[kStepsInFlight][kTiles];
+#pragma unroll
+        for (int s = 0; s < kStepsInFlight; ++s) {
+            const int64_t k = chunk_k(step0 + s, warp, lane);
+            const bool in_k = k < K;  // K is a multiple of 8: a chunk is whole or absent
+#pragma unroll
+            for (int m = 0; m < kMmaRows; ++m)
+#pragma unroll
+                for (int half = 0; half < 2; ++half)
+                    a[s][m][half] = load_chunk(w_row[m][half], k, in_k && w_present[m][half]);
+#pragma unroll
+            for (int j = 0; j < kTiles; ++j) b[s][j] = load_chunk(x_row[j], k, in_k && x_present[j]);
+        }
+#pragma unroll
+        for (int s = 0; s < kStepsInFlight; ++s)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+#pragma unroll
+                for (int m = 0; m < kMmaRows; ++m) {
+                    uint32_t a_fragment[4];
+#pragma unroll
+                    for (int r = 0; r < 4; ++r) a_fragment[r] = chunk_word(a[s][m][r & 1], a_word(h, r));
+#pragma unroll
+                    for (int j = 0; j < kTiles; ++j) {
+                        const uint32_t b_fragment[2] = {chunk_word(b[s][j], b_word(h, 0)),
+                                                        chunk_word(b[s][j], b_word(h, 1))};
+                        mma_16x8x16<T>(sums[m][j], a_fragment, b_fragment);
+                    }
+                }
+    }
+
+    // Warp w + kSlots stores its sums, warp w adds its own to them: each element is one lane's of
+    // each warp, at the same place, so the order of every sum is fixed.
+    const auto to_partial = [&](bool add) {
+        const int slot = warp % kSlots;
+#pragma unroll
+        for (int m = 0; m < kMmaRows; ++m)
+#pragma unroll
+            for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+                for (int c = 0; c < 4; ++c) {
+                    float& place = partial[partial_index(slot, accumulator_row(lane, j, c),
+                                                         accumulator_feature(lane, m, c), kPaddedRows)];
+                    place = add ? sums[m][j][c] + place : sums[m][j][c];
+                }
+    };
+    if (warp >= kSlots) to_partial(false);
+    __syncthreads();
+    if (warp < kSlots) to_partial(true);
+    __syncthreads();
+
+    const int64_t f = f0 + lane;
+    const bool valid = f < p.valid_out;  // padded features are written as 0, their mask bits clear
+    const float bias = valid ? load_element(p.bias, p.bias_dtype, f) : 0.0f;
+    for (int64_t row = warp; row < p.rows; row += kWarps) {  // the same trip count on a warp's lanes
+        float z = partial[partial_index(0, static_cast<int>(row), lane, kPaddedRows)];
+#pragma unroll
+        for (int slot = 1; slot < kSlots; ++slot)
+            z += partial[partial_index(slot, static_cast<int>(row), lane, kPaddedRows)];
+        float value = 0.0f;
+        bool positive = false;
+        if (valid) {
+            z = __fadd_rn(z, bias);
+            value = activation_forward(p.activation, z);
+            positive = z > 0.0f;
+        }
+        if (f < p.out_features) store_element(p.output, p.output_dtype, row * p.out_features + f, value);
+        if (p.mask) {
+            const unsigned bits = __ballot_sync(0xffffffffu, positive);
+            if (lane == 0) p.mask[mask_bit(f0, row, p.mask_ld_bits) / 32] = bits;
+        }
+    }
+}
+
+using SmallBatchForwardKernel = void (*)(SmallBatchForwardLaunch);
+
+template <typename T>
+SmallBatchForwardKernel kernel_for_tiles(int tiles) {
+    switch (tiles) {
+        case 1: return small_batch_forward_kernel<T, 1>;
+        case 2: return small_batch_forward_kernel<T, 2>;
+        case 4: return small_batch_forward_kernel<T, 4>;
+        default: return small_batch_forward_kernel<T, 8>;
+    }
+}
+
+}  // namespace
+
+bool small_batch_forward_available() {
+    return mma_runs_on_current_device(reinterpret_cast<const void*>(small_batch_forward_kernel<__nv_bfloat16, 4>));
+}
+
+bool small_batch_forward_applies(const DenseForwardArgs& args) {
+    return args.rows >= 1 && args.rows <= kMaxRows && args.in_features > 0 && args.out_features > 0 &&
+           args.in_features % kElementsPerLoad == 0 &&
+           (args.compute_dtype == DType::fp16 || args.compute_dtype == DType::bf16) &&
+           args.activation != Activation::softmax;
+}
+
+void run_small_batch_forward(const DenseForwardArgs& args, cudaStream_t stream) {
+    require(small_batch_forward_applies(args), MPT_STATUS_INTERNAL,
+            "cuda backend: the small-batch forward kernel called outside its case");
+    SmallBatchForwardLaunch launch{};
+    launch.input = static_cast<const uint16_t*>(args.input);
+    launch.weights = static_cast<const uint16_t*>(args.weights);
+    launch.bias = args.bias;
+    launch.output = args.output;
+    launch.mask = args.activation == Activation::relu ? static_cast<uint32_t*>(args.relu_mask) : nullptr;
+    launch.rows = args.rows;
+    launch.in_features = args.in_features;
+    launch.out_features = args.out_features;
+    launch.valid_out = args.valid_out < args.out_features ? args.valid_out : args.out_features;
+    launch.mask_ld_bits = relu_mask_ld_bits(args.out_features);
+    launch.activation = args.activation;
+    launch.bias_dtype = args.bias_dtype;
+    launch.output_dtype = args.output_dtype;
+    const int rows = static_cast<int>(args.rows);
+    const int tiles = rows <= 8 ? 1 : rows <= 16 ? 2 : rows <= 32 ? 4 : 8;
+    const SmallBatchForwardKernel kernel = args.compute_dtype == DType::bf16 ? kernel_for_tiles<__nv_bfloat16>(tiles)
+                                                                            : kernel_for_tiles<__half>(tiles);
+    const unsigned blocks = static_cast<unsigned>((args.out_features + kFeatures - 1) / kFeatures);
+    kernel<<<blocks, kThreads, 0, stream>>>(launch);
+    MPT_CUDA_CHECK_LAUNCH("small_batch_forward_kernel");
+}
+
+}  // namespace mpt

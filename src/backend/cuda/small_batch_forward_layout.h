@@ -1,0 +1,76 @@
+// Where the small-batch forward kernel (cuda_small_batch_forward.cu) loads its operands and puts
+// its sums, as plain functions that the kernel calls and a CPU test
+// (tests/test_small_batch_forward_layout.cpp) checks: every lane's loads and an emulated
+// mma.m16n8k16 (the PTX ISA's fragment layout) against the product computed directly.
+//
+// The product is Z[r][f] = sum_k X[r][k] W[f][k] (r: batch rows, f: output features, k: input
+// features). As the mma's D = A_m B_m, M is f, N is r and K is k: A_m[f][k] = W[f][k] and
+// B_m[k][r] = X[r][k], both contiguous along k in memory, as the mma wants its element pairs.
+//
+// A sum's terms can be added in any order, so the mma's k need not be memory's k, as long as A_m and
+// B_m agree. The ISA gives lane (g = lane / 4, t = lane % 4) the k pairs 2t and 2t + 8 of each
+// 16-wide k-step; here the lane loads 8 consecutive elements (16 bytes) of each of its rows of W and
+// X at k = 8t of a 32-wide step, and hands words 0 and 1 to the step's first mma, words 2 and 3 to
+// its second: every operand straight from global memory in 16-byte loads, no shared-memory staging.
+// Loads out of range (past K, past the layer's features, past the batch) are zeros.
+#pragma once
+
+#include <cstdint>
+
+#include "core/host_device.h"
+
+namespace mpt::small_batch_forward {
+
+constexpr int kThreads = 256;  // 8 warps, each a share of K
+constexpr int kWarps = kThreads / 32;
+constexpr int kMmaRows = 2;                // 16-feature mma tiles (M) of a warp
+constexpr int kFeatures = 16 * kMmaRows;   // output features of a block
+constexpr int kStepK = 32;                 // k of a warp's step: 4 lanes of 8 elements, 2 mma k-steps
+constexpr int kBlockStepK = kWarps * kStepK;
+constexpr int kMaxRows = 64;               // batch rows at most: 8 mma tiles (N) of 8
+constexpr int kElementsPerLoad = 8;        // 16 bytes of 16-bit elements
+// Partial sums the block adds across its warps, in shared memory: warps w and w + kSlots share
+// slot w (the second adds its sums to the first's), so the slots take half the warps' space.
+constexpr int kSlots = kWarps / 2;
+
+// The first k of the 16-byte chunk that `lane` of `warp` loads in step `step` (0 ..): the block's
+// 8 warps cover 256 consecutive k per step, so its loads of one row are contiguous.
+MPT_HOST_DEVICE int64_t chunk_k(int64_t step, int warp, int lane) {
+    return (step * kWarps + warp) * kStepK + kElementsPerLoad * (lane & 3);
+}
+
+// The block's feature (0 .. kFeatures - 1) whose row of W `lane` loads for mma tile `m`: row g
+// (half 0) and row g + 8 (half 1) of the tile, as the ISA places A_m's rows.
+MPT_HOST_DEVICE int a_feature(int lane, int m, int half) { return 16 * m + (lane >> 2) + 8 * half; }
+
+// A register r (0..3) of the step's mma h (0, 1) is word a_word(h, r) of the lane's chunk of the row
+// a_feature(lane, m, r & 1): the ISA's registers 0 and 1 are rows g and g + 8 at k pair 2t,
+// registers 2 and 3 the same rows at k pair 2t + 8.
+MPT_HOST_DEVICE int a_word(int h, int r) { return 2 * h + (r >> 1); }
+
+// The batch row whose X chunk `lane` loads for mma tile `j` (N): the tile's column g.
+MPT_HOST_DEVICE int b_row(int lane, int j) { return 8 * j + (lane >> 2); }
+
+// B register r (0, 1) of mma h is word b_word(h, r) of that chunk: k pair 2t, then 2t + 8.
+MPT_HOST_DEVICE int b_word(int h, int r) { return 2 * h + r; }
+
+// Accumulator c (0..3) of mma tiles (m, j) holds Z for this feature and batch row (the ISA's c(c)).
+MPT_HOST_DEVICE int accumulator_feature(int lane, int m, int c) { return 16 * m + (lane >> 2) + 8 * (c >> 1); }
+MPT_HOST_DEVICE int accumulator_row(int lane, int j, int c) { return 8 * j + 2 * (lane & 3) + (c & 1); }
+
+// A partial sum's place in shared memory: [slot][batch row][feature], `padded_rows` rows a slot.
+MPT_HOST_DEVICE int partial_index(int slot, int row, int feature, int padded_rows) {
+    return (slot * padded_rows + row) * kFeatures + feature;
+}
+
+// The epilogue: a warp per batch row, a lane per feature (kFeatures == 32), so a row's outputs are
+// one contiguous store and its ReLU mask bits one 32-bit ballot.
+static_assert(kFeatures == 32, "a lane per feature in the epilogue");
+
+// The bit of cuBLASLt's ReLU mask for (feature, row): a column-major bit matrix of the transposed
+// output [features, rows], `ld_bits` (a multiple of 128) bits per batch row. A block's 32 features
+// start at a multiple of 32, so its bits of one row are one aligned 32-bit word, feature f0 + i at
+// bit i.
+MPT_HOST_DEVICE int64_t mask_bit(int64_t feature, int64_t row, int64_t ld_bits) { return row * ld_bits + feature; }
+
+}  // namespace mpt::small_batch_forward
