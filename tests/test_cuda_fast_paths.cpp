@@ -307,6 +307,28 @@ TEST_CASE("MPTRAIN_CUDA_TENSOR_CORE_SGD=1 trains as the CUDA-core kernel does") 
     CHECK(tensor_cores == doctest::Approx(cuda_cores).epsilon(5e-3));
 }
 
+// MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 (compute capability 8.0 and up): the forward layers of batch 32
+// (and of the evaluation's batch 64) run as one tensor-core kernel each, the same sums in another
+// order, and the backward's DRELU reads the ReLU masks it wrote: the step trains to the default's loss.
+TEST_CASE("MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 trains as cuBLASLt's forward does") {
+    SKIP_WITHOUT_GPU();
+    auto context = cuda_context_under("MPTRAIN_CUDA_SMALL_BATCH_FORWARD", "1");
+    if (!cuda_backend_set_small_batch_forward(context->backend(), true)) {
+        MESSAGE("compute capability below 8.0: no small-batch forward kernel to compare");
+        return;
+    }
+    const float small_batch = train_two_bf16_epochs(context, 37);
+    const CudaOpPaths paths = cuda_backend_op_paths(context->backend());
+    CHECK(paths.forward_small_batch > 0);
+    CHECK(paths.backward_data_fused > 0);
+    CHECK(paths.backward_data_unfused == 0);  // every mask a backward wanted was written
+    auto default_context = make_context(MPT_BACKEND_CUDA);
+    const float cublaslt = train_two_bf16_epochs(default_context, 37);
+    CHECK(cuda_backend_op_paths(default_context->backend()).forward_small_batch == 0);
+    CHECK(std::isfinite(small_batch));
+    CHECK(small_batch == doctest::Approx(cublaslt).epsilon(5e-3));
+}
+
 // MPTRAIN_CUDA_GEMM_AUTOTUNE=1: each GEMM plan takes the fastest of cuBLASLt's candidates, timed on
 // scratch operands when first planned. Another algorithm sums in another order (or splits K), not
 // other sums: the step trains to the default's loss. The counts go to the device check's log.

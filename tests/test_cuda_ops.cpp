@@ -1549,6 +1549,97 @@ TEST_CASE("CUDA dense_update matches the CPU with fused SGD on the tensor cores"
 }
 #endif
 
+#if defined(MPTRAIN_WITH_CUDA)
+// A ReLU layer's forward on the CUDA backend, returning its ReLU mask's bytes (cuBLASLt's format).
+std::vector<uint8_t> relu_forward_mask(Backend& cuda, const std::vector<float>& input, const std::vector<float>& weights,
+                                       const std::vector<float>& bias, int64_t rows, int64_t in_features,
+                                       int64_t out_features) {
+    Buffer input_buffer = upload(cuda, DType::bf16, input);
+    Buffer weight_buffer = upload(cuda, DType::bf16, weights);
+    Buffer bias_buffer = upload(cuda, DType::bf16, bias);
+    Buffer output = poisoned(cuda, DType::bf16, static_cast<size_t>(rows * out_features));
+    const size_t mask_bytes = cuda.relu_mask_bytes(rows, out_features);
+    Buffer mask(cuda, mask_bytes);
+    cuda.fill_zero(mask.data(), mask_bytes);
+    const WorkspaceBuffer workspace(cuda);
+    DenseForwardArgs args{};
+    args.input = input_buffer.data();
+    args.weights = weight_buffer.data();
+    args.bias = bias_buffer.data();
+    args.output = output.data();
+    args.relu_mask = mask.data();
+    args.rows = rows;
+    args.in_features = in_features;
+    args.out_features = out_features;
+    args.valid_out = out_features;
+    args.activation = Activation::relu;
+    args.compute_dtype = args.bias_dtype = args.output_dtype = DType::bf16;
+    args.workspace = workspace.workspace();
+    cuda.dense_forward(args);
+    return download_raw<uint8_t>(cuda, mask, mask_bytes);
+}
+
+// The small-batch forward kernel (compute capability 8.0 and up) in cuBLASLt's place for batches of
+// at most 64 rows: the same cases and the seed MLP's layers at batch 32; the backward's DRELU
+// reading the mask it wrote; and that mask against cuBLASLt's, bit for bit.
+TEST_CASE("CUDA dense_forward matches the CPU with the small-batch kernel, whose ReLU mask is cuBLASLt's") {
+    SKIP_WITHOUT_GPU();
+    auto cpu = make_cpu();
+    auto cuda = make_cuda();
+    if (!cuda_backend_set_small_batch_forward(*cuda, true)) {
+        MESSAGE("compute capability below 8.0: no small-batch forward kernel");
+        return;
+    }
+    compare_dense_forward_cases(*cpu, *cuda);
+    for (DType dtype : {DType::bf16, DType::fp16}) {
+        compare_dense_forward(*cpu, *cuda, {32, 3072, 3000, 3000, Activation::relu, dtype, dtype, dtype, true});
+        compare_dense_forward(*cpu, *cuda, {32, 3000, 1000, 1000, Activation::relu, dtype, dtype, dtype, true});
+        compare_dense_forward(*cpu, *cuda, {32, 1000, 16, 10, Activation::linear, dtype, DType::fp32, DType::fp32, false});
+        compare_dense_forward(*cpu, *cuda, {1, 3072, 100, 100, Activation::relu, dtype, dtype, dtype, true});
+        compare_dense_forward(*cpu, *cuda, {64, 520, 70, 70, Activation::relu, dtype, dtype, dtype, true});
+        compare_dense_forward(*cpu, *cuda, {9, 8, 33, 30, Activation::sigmoid, dtype, dtype, dtype, false});
+    }
+    // The with-mask cases' forwards run on the kernel: a mask in another format than cuBLASLt's
+    // would send the DRELU gradients to the wrong places.
+    compare_dense_backward_data_cases(*cpu, *cuda);
+    const CudaOpPaths paths = cuda_backend_op_paths(*cuda);
+    CHECK(paths.forward_small_batch > 0);
+    CHECK(paths.backward_data_fused > 0);
+
+    // Bit for bit where the sum is clear of 0 (the two add in different orders), and the bit is
+    // whether the sum is positive. 200 features: a block of 32 past the end, a 256-bit row stride.
+    const int64_t rows = 29, in_features = 264, out_features = 200;
+    const std::vector<float> input = rounded(random_values(static_cast<size_t>(rows * in_features), -1, 1), DType::bf16);
+    const std::vector<float> weights =
+        rounded(random_values(static_cast<size_t>(out_features * in_features), -0.1f, 0.1f), DType::bf16);
+    const std::vector<float> bias = rounded(random_values(static_cast<size_t>(out_features), -0.3f, 0.3f), DType::bf16);
+    std::vector<uint8_t> masks[2];
+    for (int small_batch = 0; small_batch < 2; ++small_batch) {
+        cuda_backend_set_small_batch_forward(*cuda, small_batch == 1);
+        masks[small_batch] = relu_forward_mask(*cuda, input, weights, bias, rows, in_features, out_features);
+    }
+    const int64_t ld_bits = static_cast<int64_t>(masks[0].size()) * 8 / rows;
+    CHECK(ld_bits == 256);
+    int checked = 0, positive = 0;
+    for (int64_t row = 0; row < rows; ++row)
+        for (int64_t f = 0; f < out_features; ++f) {
+            double z = bias[f];
+            for (int64_t k = 0; k < in_features; ++k)
+                z += static_cast<double>(input[row * in_features + k]) * weights[f * in_features + k];
+            if (std::fabs(z) < 1e-3) continue;
+            const int64_t bit = row * ld_bits + f;
+            CAPTURE(row);
+            CAPTURE(f);
+            CHECK(((masks[0][bit / 8] >> (bit % 8)) & 1) == (z > 0 ? 1 : 0));  // cuBLASLt's
+            CHECK(((masks[1][bit / 8] >> (bit % 8)) & 1) == (z > 0 ? 1 : 0));  // the kernel's
+            ++checked;
+            positive += z > 0;
+        }
+    CHECK(checked > rows * out_features * 9 / 10);
+    CHECK(positive > checked / 4);
+}
+#endif
+
 TEST_CASE("CUDA max_abs, decide_update, clip_factor, average_weights and finish_step match the CPU") {
     SKIP_WITHOUT_GPU();
     auto cpu = make_cpu();
