@@ -179,10 +179,13 @@ if [ -x "$bench" ]; then
     # The fused SGD kernel's tiles on the tensor cores, against the small stage: at batch 32 the
     # CUDA-core kernel's, at 256 (which only the tensor-core kernel fuses) GEMM then update.
     MPTRAIN_CUDA_TENSOR_CORE_SGD=1 bench_run 60 tensor_core_sgd --precision mixed-fp16,mixed-bf16 --batch 32,256
-    # The forward layers of batch 32 as one tensor-core kernel each instead of cuBLASLt's split-K
-    # GEMM, reduction and epilogue: alone, and with the tensor-core SGD (the two small-batch kernels).
+    # Batch 32's forward layers and input gradients as one tensor-core kernel each instead of
+    # cuBLASLt's (split-K) GEMMs: the forward alone, both, and both with the tensor-core SGD (batch
+    # 32's whole step on hand-written tensor-core kernels).
     MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 bench_run 60 small_batch_forward --precision mixed-bf16 --batch 32
-    MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_TENSOR_CORE_SGD=1 \
+    MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 \
+        bench_run 60 small_batch --precision mixed-bf16 --batch 32
+    MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 MPTRAIN_CUDA_TENSOR_CORE_SGD=1 \
         bench_run 60 small_batch_tensor_cores --precision mixed-fp16,mixed-bf16 --batch 32
     # cuBLASLt's candidate algorithms timed when each GEMM is planned, against the heuristic's first.
     MPTRAIN_CUDA_GEMM_AUTOTUNE=1 bench_run 90 autotuned --precision mixed-bf16 --batch 32,256,4096 --steps 50
@@ -285,8 +288,9 @@ fi
 # The same 50 epochs with this session's switched-off experiments on (bench/NOTES.md): what the
 # seed run would take if they became the defaults. After the peers: it matters less than they do.
 if [ "$cifar_ready" = 1 ] && fits 60; then
-    run_cifar cifar10_experiments "CIFAR-10 seed run, tensor-core SGD + small-batch forward + GEMM autotuning" \
-        MPTRAIN_CUDA_TENSOR_CORE_SGD=1 MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_GEMM_AUTOTUNE=1
+    run_cifar cifar10_experiments "CIFAR-10 seed run, tensor-core SGD + small-batch kernels + GEMM autotuning" \
+        MPTRAIN_CUDA_TENSOR_CORE_SGD=1 MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 \
+        MPTRAIN_CUDA_GEMM_AUTOTUNE=1
 fi
 
 # Out-of-bounds and misaligned accesses in the kernels that the op comparisons would not see (a

@@ -64,14 +64,16 @@ MPTRAIN_CUDA_TENSOR_CORE_SGD=1 MPTRAIN_CUDA_GRAPHS=0 timeout -k 10 60 "$ncu" --c
 tensor_status=$?
 { echo; echo "fused SGD on tensor cores at batch 32 (ncu exit status $tensor_status):"
   grep -vE '^(mptrain|device|backend|cpu|cuda) ' "$WORK/ncu_fused_sgd_tc.txt" | grep -E '^ |fused_sgd' | head -150; } >>"$OUT_FILE"
-# The small-batch forward kernel (MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1) at batch 32, its three layers'
-# launches: bench/NOTES.md predicts about 12 us a step for the three against cuBLASLt's 30.
-MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_GRAPHS=0 timeout -k 10 60 "$ncu" --clock-control none --cache-control none \
-    --kernel-name regex:small_batch_forward_kernel --launch-skip 30 --launch-count 3 \
+# The small-batch kernels (MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1, _BACKWARD=1) at batch 32, one step's
+# three forward and two backward-data launches: bench/NOTES.md predicts 10-13 us a step for the
+# forward against cuBLASLt's 30.
+MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 MPTRAIN_CUDA_GRAPHS=0 \
+    timeout -k 10 60 "$ncu" --clock-control none --cache-control none \
+    --kernel-name regex:small_batch_ --launch-skip 50 --launch-count 5 \
     --metrics "$metrics" --section WarpStateStats --section Occupancy \
     "$BUILD/bin/mptrain-bench" --backend cuda --precision mixed-bf16 --batch 32 --steps 12 --repeats 1 \
     >"$WORK/ncu_small_batch_forward.txt" 2>&1
 forward_status=$?
-{ echo; echo "small-batch forward at batch 32 (ncu exit status $forward_status):"
+{ echo; echo "small-batch kernels at batch 32 (ncu exit status $forward_status):"
   grep -vE '^(mptrain|device|backend|cpu|cuda) ' "$WORK/ncu_small_batch_forward.txt" | grep -E '^ |small_batch' | head -120; } >>"$OUT_FILE"
 cat "$OUT_FILE"

@@ -292,7 +292,9 @@ TEST_CASE("MPTRAIN_CUDA_TENSOR_CORE_SGD=1 trains as the CUDA-core kernel does") 
     SKIP_WITHOUT_GPU();
     auto context = cuda_context_under("MPTRAIN_CUDA_TENSOR_CORE_SGD", "1");
     // (Setting it on again changes nothing where the environment turned it on; it says whether it is.)
-    if (!cuda_backend_set_tensor_core_sgd(context->backend(), true)) {
+    const bool available = cuda_backend_set_tensor_core_sgd(context->backend(), true);
+    if (mpt::testing::compute_capability_major(context->backend()) >= 8) REQUIRE(available);
+    if (!available) {
         MESSAGE("compute capability below 8.0: no tensor-core fused SGD to compare");
         return;
     }
@@ -307,24 +309,33 @@ TEST_CASE("MPTRAIN_CUDA_TENSOR_CORE_SGD=1 trains as the CUDA-core kernel does") 
     CHECK(tensor_cores == doctest::Approx(cuda_cores).epsilon(5e-3));
 }
 
-// MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 (compute capability 8.0 and up): the forward layers of batch 32
-// (and of the evaluation's batch 64) run as one tensor-core kernel each, the same sums in another
-// order, and the backward's DRELU reads the ReLU masks it wrote: the step trains to the default's loss.
-TEST_CASE("MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 trains as cuBLASLt's forward does") {
+// MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 and MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 (compute capability 8.0 and
+// up): batch 32's forward layers (and the evaluation's at batch 64) and its input gradients run as
+// one tensor-core kernel each, the same sums in another order, the backward reading the ReLU masks
+// the forward wrote: the step trains to the default's loss.
+TEST_CASE("MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 and _BACKWARD=1 train as cuBLASLt's GEMMs do") {
     SKIP_WITHOUT_GPU();
+    setenv("MPTRAIN_CUDA_SMALL_BATCH_BACKWARD", "1", 1);
     auto context = cuda_context_under("MPTRAIN_CUDA_SMALL_BATCH_FORWARD", "1");
-    if (!cuda_backend_set_small_batch_forward(context->backend(), true)) {
-        MESSAGE("compute capability below 8.0: no small-batch forward kernel to compare");
+    unsetenv("MPTRAIN_CUDA_SMALL_BATCH_BACKWARD");
+    // (Setting them on again changes nothing where the environment turned them on; it says whether they are.)
+    const bool forward = cuda_backend_set_small_batch_forward(context->backend(), true);
+    const bool backward = cuda_backend_set_small_batch_backward_data(context->backend(), true);
+    if (mpt::testing::compute_capability_major(context->backend()) >= 8) REQUIRE((forward && backward));
+    if (!forward || !backward) {
+        MESSAGE("compute capability below 8.0: no small-batch kernels to compare");
         return;
     }
     const float small_batch = train_two_bf16_epochs(context, 37);
     const CudaOpPaths paths = cuda_backend_op_paths(context->backend());
     CHECK(paths.forward_small_batch > 0);
-    CHECK(paths.backward_data_fused > 0);
-    CHECK(paths.backward_data_unfused == 0);  // every mask a backward wanted was written
+    CHECK(paths.backward_data_small_batch > 0);
+    CHECK(paths.backward_data_small_batch == paths.backward_data_fused);
+    CHECK(paths.backward_data_unfused == 0);
     auto default_context = make_context(MPT_BACKEND_CUDA);
     const float cublaslt = train_two_bf16_epochs(default_context, 37);
     CHECK(cuda_backend_op_paths(default_context->backend()).forward_small_batch == 0);
+    CHECK(cuda_backend_op_paths(default_context->backend()).backward_data_small_batch == 0);
     CHECK(std::isfinite(small_batch));
     CHECK(small_batch == doctest::Approx(cublaslt).epsilon(5e-3));
 }

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -1403,6 +1404,37 @@ TrainingRun train(mpt_backend backend, mpt_precision precision, const SyntheticD
     return train(backend, precision, data, epochs, std::vector<int64_t>{batch}, graphs, micro_batch_size);
 }
 
+#if defined(MPTRAIN_WITH_CUDA)
+// A bf16 ReLU layer's forward on `backend`, returning its ReLU mask's bytes (on CUDA, cuBLASLt's format).
+std::vector<uint8_t> relu_forward_mask(Backend& backend, const std::vector<float>& input, const std::vector<float>& weights,
+                                       const std::vector<float>& bias, int64_t rows, int64_t in_features,
+                                       int64_t out_features) {
+    Buffer input_buffer = upload(backend, DType::bf16, input);
+    Buffer weight_buffer = upload(backend, DType::bf16, weights);
+    Buffer bias_buffer = upload(backend, DType::bf16, bias);
+    Buffer output = poisoned(backend, DType::bf16, static_cast<size_t>(rows * out_features));
+    const size_t mask_bytes = backend.relu_mask_bytes(rows, out_features);
+    Buffer mask(backend, mask_bytes);
+    backend.fill_zero(mask.data(), mask_bytes);
+    const WorkspaceBuffer workspace(backend);
+    DenseForwardArgs args{};
+    args.input = input_buffer.data();
+    args.weights = weight_buffer.data();
+    args.bias = bias_buffer.data();
+    args.output = output.data();
+    args.relu_mask = mask.data();
+    args.rows = rows;
+    args.in_features = in_features;
+    args.out_features = out_features;
+    args.valid_out = out_features;
+    args.activation = Activation::relu;
+    args.compute_dtype = args.bias_dtype = args.output_dtype = DType::bf16;
+    args.workspace = workspace.workspace();
+    backend.dense_forward(args);
+    return download_raw<uint8_t>(backend, mask, mask_bytes);
+}
+#endif
+
 }  // namespace
 
 // ---- cases that run everywhere --------------------------------------------------------------------
@@ -1530,7 +1562,9 @@ TEST_CASE("CUDA dense_update matches the CPU with fused SGD on the tensor cores"
     SKIP_WITHOUT_GPU();
     auto cpu = make_cpu();
     auto cuda = make_cuda();
-    if (!cuda_backend_set_tensor_core_sgd(*cuda, true)) {
+    const bool available = cuda_backend_set_tensor_core_sgd(*cuda, true);
+    if (mpt::testing::compute_capability_major(*cuda) >= 8) REQUIRE(available);  // the availability check is under test too
+    if (!available) {
         MESSAGE("compute capability below 8.0: no tensor-core fused SGD");
         return;
     }
@@ -1550,35 +1584,6 @@ TEST_CASE("CUDA dense_update matches the CPU with fused SGD on the tensor cores"
 #endif
 
 #if defined(MPTRAIN_WITH_CUDA)
-// A ReLU layer's forward on the CUDA backend, returning its ReLU mask's bytes (cuBLASLt's format).
-std::vector<uint8_t> relu_forward_mask(Backend& cuda, const std::vector<float>& input, const std::vector<float>& weights,
-                                       const std::vector<float>& bias, int64_t rows, int64_t in_features,
-                                       int64_t out_features) {
-    Buffer input_buffer = upload(cuda, DType::bf16, input);
-    Buffer weight_buffer = upload(cuda, DType::bf16, weights);
-    Buffer bias_buffer = upload(cuda, DType::bf16, bias);
-    Buffer output = poisoned(cuda, DType::bf16, static_cast<size_t>(rows * out_features));
-    const size_t mask_bytes = cuda.relu_mask_bytes(rows, out_features);
-    Buffer mask(cuda, mask_bytes);
-    cuda.fill_zero(mask.data(), mask_bytes);
-    const WorkspaceBuffer workspace(cuda);
-    DenseForwardArgs args{};
-    args.input = input_buffer.data();
-    args.weights = weight_buffer.data();
-    args.bias = bias_buffer.data();
-    args.output = output.data();
-    args.relu_mask = mask.data();
-    args.rows = rows;
-    args.in_features = in_features;
-    args.out_features = out_features;
-    args.valid_out = out_features;
-    args.activation = Activation::relu;
-    args.compute_dtype = args.bias_dtype = args.output_dtype = DType::bf16;
-    args.workspace = workspace.workspace();
-    cuda.dense_forward(args);
-    return download_raw<uint8_t>(cuda, mask, mask_bytes);
-}
-
 // The small-batch forward kernel (compute capability 8.0 and up) in cuBLASLt's place for batches of
 // at most 64 rows: the same cases and the seed MLP's layers at batch 32; the backward's DRELU
 // reading the mask it wrote; and that mask against cuBLASLt's, bit for bit.
@@ -1586,18 +1591,28 @@ TEST_CASE("CUDA dense_forward matches the CPU with the small-batch kernel, whose
     SKIP_WITHOUT_GPU();
     auto cpu = make_cpu();
     auto cuda = make_cuda();
-    if (!cuda_backend_set_small_batch_forward(*cuda, true)) {
+    const bool available = cuda_backend_set_small_batch_forward(*cuda, true);
+    if (mpt::testing::compute_capability_major(*cuda) >= 8) REQUIRE(available);  // the availability check is under test too
+    if (!available) {
         MESSAGE("compute capability below 8.0: no small-batch forward kernel");
         return;
     }
-    compare_dense_forward_cases(*cpu, *cuda);
+    const auto forward_on_kernel = [&] { return cuda_backend_op_paths(*cuda).forward_small_batch; };
+    compare_dense_forward_cases(*cpu, *cuda);  // fp32's (cuBLASLt) among them
     for (DType dtype : {DType::bf16, DType::fp16}) {
-        compare_dense_forward(*cpu, *cuda, {32, 3072, 3000, 3000, Activation::relu, dtype, dtype, dtype, true});
-        compare_dense_forward(*cpu, *cuda, {32, 3000, 1000, 1000, Activation::relu, dtype, dtype, dtype, true});
-        compare_dense_forward(*cpu, *cuda, {32, 1000, 16, 10, Activation::linear, dtype, DType::fp32, DType::fp32, false});
-        compare_dense_forward(*cpu, *cuda, {1, 3072, 100, 100, Activation::relu, dtype, dtype, dtype, true});
-        compare_dense_forward(*cpu, *cuda, {64, 520, 70, 70, Activation::relu, dtype, dtype, dtype, true});
-        compare_dense_forward(*cpu, *cuda, {9, 8, 33, 30, Activation::sigmoid, dtype, dtype, dtype, false});
+        const ForwardCase cases[] = {
+            {32, 3072, 3000, 3000, Activation::relu, dtype, dtype, dtype, true},  // the seed MLP at batch 32
+            {32, 3000, 1000, 1000, Activation::relu, dtype, dtype, dtype, true},
+            {32, 1000, 16, 10, Activation::linear, dtype, DType::fp32, DType::fp32, false},
+            {1, 3072, 100, 100, Activation::relu, dtype, dtype, dtype, true},
+            {64, 520, 70, 70, Activation::relu, dtype, dtype, dtype, true},
+            {9, 8, 33, 30, Activation::sigmoid, dtype, dtype, dtype, false},
+            {40, 128, 64, 64, Activation::relu, dtype, dtype, DType::fp32, true}};
+        for (const ForwardCase& c : cases) {
+            const uint64_t before = forward_on_kernel();
+            compare_dense_forward(*cpu, *cuda, c);
+            CHECK(forward_on_kernel() == before + 1);  // each case ran on the kernel, not on cuBLASLt
+        }
     }
     // The with-mask cases' forwards run on the kernel: a mask in another format than cuBLASLt's
     // would send the DRELU gradients to the wrong places.
@@ -1616,7 +1631,9 @@ TEST_CASE("CUDA dense_forward matches the CPU with the small-batch kernel, whose
     std::vector<uint8_t> masks[2];
     for (int small_batch = 0; small_batch < 2; ++small_batch) {
         cuda_backend_set_small_batch_forward(*cuda, small_batch == 1);
+        const uint64_t before = forward_on_kernel();
         masks[small_batch] = relu_forward_mask(*cuda, input, weights, bias, rows, in_features, out_features);
+        CHECK(forward_on_kernel() == before + static_cast<uint64_t>(small_batch));  // cuBLASLt's, then the kernel's
     }
     const int64_t ld_bits = static_cast<int64_t>(masks[0].size()) * 8 / rows;
     CHECK(ld_bits == 256);
@@ -1637,6 +1654,43 @@ TEST_CASE("CUDA dense_forward matches the CPU with the small-batch kernel, whose
         }
     CHECK(checked > rows * out_features * 9 / 10);
     CHECK(positive > checked / 4);
+}
+#endif
+
+#if defined(MPTRAIN_WITH_CUDA)
+// The small-batch backward-data kernel in cuBLASLt's place for batches of at most 64 rows, reading
+// the ReLU masks cuBLASLt's forward wrote and those the small-batch forward kernel wrote.
+TEST_CASE("CUDA dense_backward_data matches the CPU with the small-batch kernel, through either forward's mask") {
+    SKIP_WITHOUT_GPU();
+    auto cpu = make_cpu();
+    auto cuda = make_cuda();
+    const bool available = cuda_backend_set_small_batch_backward_data(*cuda, true);
+    if (mpt::testing::compute_capability_major(*cuda) >= 8) REQUIRE(available);
+    if (!available) {
+        MESSAGE("compute capability below 8.0: no small-batch backward-data kernel");
+        return;
+    }
+    const auto on_kernel = [&] { return cuda_backend_op_paths(*cuda).backward_data_small_batch; };
+    for (bool small_batch_forward : {false, true}) {
+        CAPTURE(small_batch_forward);
+        cuda_backend_set_small_batch_forward(*cuda, small_batch_forward);
+        compare_dense_backward_data_cases(*cpu, *cuda);  // fp32's (cuBLASLt) among them
+        for (DType dtype : {DType::bf16, DType::fp16}) {
+            const BackwardDataCase cases[] = {
+                {32, 3000, 1000, Activation::relu, dtype, dtype, true},  // the seed MLP at batch 32
+                {32, 1000, 16, Activation::relu, dtype, dtype, true},
+                {1, 200, 40, Activation::relu, dtype, dtype, true},
+                {64, 136, 72, Activation::relu, dtype, dtype, true},
+                {33, 72, 264, Activation::relu, dtype, dtype, false},  // ReLU's derivative from A_prev
+                {29, 64, 40, Activation::sigmoid, dtype, dtype, false},
+                {24, 64, 32, Activation::relu, dtype, DType::fp32, true}};
+            for (const BackwardDataCase& c : cases) {
+                const uint64_t before = on_kernel();
+                compare_dense_backward_data(*cpu, *cuda, c);
+                CHECK(on_kernel() == before + 1);  // each case ran on the kernel, not on cuBLASLt
+            }
+        }
+    }
 }
 #endif
 

@@ -8,6 +8,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "backend/backend.h"
 
@@ -16,6 +17,15 @@ namespace mpt::testing {
 inline bool gpu_required() {
     const char* value = std::getenv("MPTRAIN_REQUIRE_GPU");
     return value && std::strcmp(value, "0") != 0 && *value != '\0';
+}
+
+// The major compute capability in a CUDA backend's device name ("..., compute capability 9.0, ..."),
+// or -1: where it is 8 or more, a tensor-core path that says it cannot run is a failure, not a skip.
+inline int compute_capability_major(const Backend& backend) {
+    const std::string name = backend.device_name();
+    const std::string tag = "compute capability ";
+    const size_t at = name.find(tag);
+    return at == std::string::npos ? -1 : std::atoi(name.c_str() + at + tag.size());
 }
 
 }  // namespace mpt::testing

@@ -20,6 +20,7 @@
 #include "backend/cuda/cuda_convert.cuh"
 #include "backend/cuda/cuda_fused_sgd.cuh"
 #include "backend/cuda/cuda_fused_sgd_tensor_cores.cuh"
+#include "backend/cuda/cuda_small_batch_backward_data.cuh"
 #include "backend/cuda/cuda_small_batch_forward.cuh"
 #include "backend/cuda/cuda_gather.cuh"
 #include "backend/cuda/cuda_max_abs.cuh"
@@ -50,8 +51,8 @@ bool turned_off_by_environment(const char* variable) {
 }
 
 // MPTRAIN_CUDA_TENSOR_CORE_SGD=1 computes the fused SGD kernel's tiles on the tensor cores,
-// MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 runs forward layers of at most 64 rows as one tensor-core kernel
-// each, and MPTRAIN_CUDA_GEMM_AUTOTUNE=1 times cuBLASLt's candidate algorithms for each GEMM when it
+// MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 and MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 run the forward layers and
+// the input gradients of at most 64 rows as one tensor-core kernel each, and MPTRAIN_CUDA_GEMM_AUTOTUNE=1 times cuBLASLt's candidate algorithms for each GEMM when it
 // is first planned: off by default until a GPU has measured them.
 bool turned_on_by_environment(const char* variable) {
     const char* value = std::getenv(variable);
@@ -64,7 +65,8 @@ std::string CudaBackend::setup_warning() const {
     return unknown_environment_settings(
         {{"MPTRAIN_CUDA_GRAPHS", {"0", "1"}}, {"MPTRAIN_CUDA_FUSED_EPILOGUES", {"0", "1"}},
          {"MPTRAIN_CUDA_SPLIT_K", {"0", "1"}}, {"MPTRAIN_CUDA_TENSOR_CORE_SGD", {"0", "1"}},
-         {"MPTRAIN_CUDA_GEMM_AUTOTUNE", {"0", "1"}}, {"MPTRAIN_CUDA_SMALL_BATCH_FORWARD", {"0", "1"}}});
+         {"MPTRAIN_CUDA_GEMM_AUTOTUNE", {"0", "1"}}, {"MPTRAIN_CUDA_SMALL_BATCH_FORWARD", {"0", "1"}},
+         {"MPTRAIN_CUDA_SMALL_BATCH_BACKWARD", {"0", "1"}}});
 }
 
 // ---- creation ----------------------------------------------------------------------------------
@@ -177,6 +179,7 @@ CudaBackend::CudaBackend(int device, MemoryTracker* memory) : device_(device), m
     fused_epilogues_ = !turned_off_by_environment("MPTRAIN_CUDA_FUSED_EPILOGUES");
     set_tensor_core_sgd(turned_on_by_environment("MPTRAIN_CUDA_TENSOR_CORE_SGD"));
     set_small_batch_forward(turned_on_by_environment("MPTRAIN_CUDA_SMALL_BATCH_FORWARD"));
+    set_small_batch_backward_data(turned_on_by_environment("MPTRAIN_CUDA_SMALL_BATCH_BACKWARD"));
     try {
         scheduler_ = std::make_unique<CudaScheduler>(*static_cast<CudaTaskHooks*>(this));
         gemm_ = std::make_unique<CudaGemm>(!turned_off_by_environment("MPTRAIN_CUDA_SPLIT_K"),
@@ -551,6 +554,12 @@ bool CudaBackend::set_small_batch_forward(bool enabled) {
     return small_batch_forward_;
 }
 
+bool CudaBackend::set_small_batch_backward_data(bool enabled) {
+    activate();
+    small_batch_backward_data_ = enabled && small_batch_backward_data_available();
+    return small_batch_backward_data_;
+}
+
 void CudaBackend::plan(RecordedOp& op) {
     switch (op.code) {
         case OpCode::dense_forward: {
@@ -573,9 +582,11 @@ void CudaBackend::plan(RecordedOp& op) {
                 mask_valid = found != masks_.end() && found->second.rows == args.rows &&
                              found->second.features == args.in_features;
             }
-            op.data_plan = plan_dense_backward_data(*gemm_, args, mask_valid, fused_epilogues_);
+            op.data_plan =
+                plan_dense_backward_data(*gemm_, args, mask_valid, fused_epilogues_, small_batch_backward_data_);
             op.scratch = op.data_plan.scratch_bytes ? scratch_for(op.data_plan.scratch_bytes) : nullptr;
             ++(op.data_plan.fused ? op_paths_.backward_data_fused : op_paths_.backward_data_unfused);
+            if (op.data_plan.small_batch) ++op_paths_.backward_data_small_batch;
             return;
         }
         case OpCode::dense_update: {
@@ -840,6 +851,9 @@ void cuda_backend_set_fused_epilogues(Backend& backend, bool enabled) { as_cuda(
 bool cuda_backend_set_tensor_core_sgd(Backend& backend, bool enabled) { return as_cuda(backend).set_tensor_core_sgd(enabled); }
 bool cuda_backend_set_small_batch_forward(Backend& backend, bool enabled) {
     return as_cuda(backend).set_small_batch_forward(enabled);
+}
+bool cuda_backend_set_small_batch_backward_data(Backend& backend, bool enabled) {
+    return as_cuda(backend).set_small_batch_backward_data(enabled);
 }
 CudaGemmAutotune cuda_backend_gemm_autotune(const Backend& backend) {
     const CudaGemm& gemm = as_cuda(backend).gemm();

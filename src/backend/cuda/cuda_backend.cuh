@@ -89,6 +89,8 @@ public:
     bool set_tensor_core_sgd(bool enabled);
     // On only where small_batch_forward_available() (mma.m16n8k16); returns whether it is on.
     bool set_small_batch_forward(bool enabled);
+    // On only where small_batch_backward_data_available(); returns whether it is on.
+    bool set_small_batch_backward_data(bool enabled);
     void refuse_fused_runs(bool refuse) { gemm_->set_refuse_fused_runs(refuse); }
     void break_captures(bool broken) { break_captures_ = broken; }
     const CudaOpPaths& op_paths() const { return op_paths_; }
@@ -189,6 +191,7 @@ private:
     bool fused_epilogues_ = true;
     bool tensor_core_sgd_ = false;
     bool small_batch_forward_ = false;
+    bool small_batch_backward_data_ = false;
     CudaOpPaths op_paths_;
     std::exception_ptr deferred_error_;  // from release()'s flush, for the next issue or task end
 

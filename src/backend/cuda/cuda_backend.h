@@ -36,6 +36,7 @@ struct CudaOpPaths {
     uint64_t forward_fused = 0, forward_unfused = 0;
     uint64_t forward_small_batch = 0;  // of the fused, on the small-batch kernel
     uint64_t backward_data_fused = 0, backward_data_unfused = 0;
+    uint64_t backward_data_small_batch = 0;  // of the fused, on the small-batch kernel
     uint64_t weight_gradient_fused = 0, weight_gradient_unfused = 0;
     uint64_t fused_sgd = 0;
     uint64_t fused_sgd_tensor_cores = 0;  // of those, on the tensor cores
@@ -59,6 +60,9 @@ bool cuda_backend_set_tensor_core_sgd(Backend& backend, bool enabled);
 // default off until a GPU has measured it; MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 turns it on). Ignored
 // below compute capability 8.0; returns whether it is now on.
 bool cuda_backend_set_small_batch_forward(Backend& backend, bool enabled);
+// The input gradients of at most 64 rows likewise (cuda_small_batch_backward_data.cuh;
+// MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1).
+bool cuda_backend_set_small_batch_backward_data(Backend& backend, bool enabled);
 // cuBLASLt algorithms chosen by timing (MPTRAIN_CUDA_GEMM_AUTOTUNE=1; cuda_gemm_autotune.cuh): plans
 // timed, those where another than the heuristic's first won, the microseconds the winners saved
 // (one run of each plan, summed), and why the last plan with several candidates was not timed.

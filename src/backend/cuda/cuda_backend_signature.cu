@@ -104,6 +104,7 @@ void CudaBackend::sign(const RecordedOp& op) {
             s.put(op.data_plan.gemm);
             s.put(op.data_plan.fused);
             s.put(op.data_plan.reads_mask);
+            s.put(op.data_plan.small_batch);
             s.put(op.scratch);
             return;
         }

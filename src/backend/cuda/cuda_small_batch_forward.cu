@@ -13,6 +13,7 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_dense_forward.cuh"
 #include "backend/cuda/cuda_mma.cuh"
+#include "backend/cuda/cuda_small_batch_mma.cuh"
 #include "backend/cuda/small_batch_forward_layout.h"
 #include "nn/activation.h"
 
@@ -33,24 +34,11 @@ struct SmallBatchForwardLaunch {
     DType bias_dtype, output_dtype;
 };
 
-// 8 elements of `row` from k, or zeros where `present` is false (past K, a feature or the batch).
-__device__ __forceinline__ uint4 load_chunk(const uint16_t* row, int64_t k, bool present) {
-    if (!present) return make_uint4(0u, 0u, 0u, 0u);
-    return __ldg(reinterpret_cast<const uint4*>(row + k));
-}
-
-__device__ __forceinline__ uint32_t chunk_word(const uint4& chunk, int word) {
-    return word == 0 ? chunk.x : word == 1 ? chunk.y : word == 2 ? chunk.z : chunk.w;
-}
-
 // T: the 16-bit input type. kTiles: 8-row mma tiles of the batch (1, 2, 4 or 8).
 template <typename T, int kTiles>
-__global__ void __launch_bounds__(kThreads, kTiles <= 4 ? 2 : 1) small_batch_forward_kernel(
-    const SmallBatchForwardLaunch p) {
+__global__ void __launch_bounds__(kThreads, 1) small_batch_forward_kernel(const SmallBatchForwardLaunch p) {
     constexpr int kPaddedRows = 8 * kTiles;
-    // Steps whose loads a warp issues together before it multiplies: more bytes in flight where
-    // registers allow (at 8 tiles the accumulators alone take 64).
-    constexpr int kStepsInFlight = kTiles <= 4 ? 2 : 1;
+    constexpr int kSteps = kStepsInFlight<kTiles>;
     __shared__ float partial[kSlots * kPaddedRows * kFeatures];
 
     const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
@@ -78,11 +66,11 @@ __global__ void __launch_bounds__(kThreads, kTiles <= 4 ? 2 : 1) small_batch_for
 
     float sums[kMmaRows][kTiles][4] = {};
     const int64_t steps = (K + kBlockStepK - 1) / kBlockStepK;
-    for (int64_t step0 = 0; step0 < steps; step0 += kStepsInFlight) {
-        uint4 a[kStepsInFlight][kMmaRows][2];
-        uint4 b[kStepsInFlight][kTiles];
+    for (int64_t step0 = 0; step0 < steps; step0 += kSteps) {
+        uint4 a[kSteps][kMmaRows][2];
+        uint4 b[kSteps][kTiles];
 #pragma unroll
-        for (int s = 0; s < kStepsInFlight; ++s) {
+        for (int s = 0; s < kSteps; ++s) {
             const int64_t k = chunk_k(step0 + s, warp, lane);
             const bool in_k = k < K;  // K is a multiple of 8: a chunk is whole or absent
 #pragma unroll
@@ -94,7 +82,7 @@ __global__ void __launch_bounds__(kThreads, kTiles <= 4 ? 2 : 1) small_batch_for
             for (int j = 0; j < kTiles; ++j) b[s][j] = load_chunk(x_row[j], k, in_k && x_present[j]);
         }
 #pragma unroll
-        for (int s = 0; s < kStepsInFlight; ++s)
+        for (int s = 0; s < kSteps; ++s)
 #pragma unroll
             for (int h = 0; h < 2; ++h)
 #pragma unroll
@@ -111,34 +99,14 @@ __global__ void __launch_bounds__(kThreads, kTiles <= 4 ? 2 : 1) small_batch_for
                 }
     }
 
-    // Warp w + kSlots stores its sums, warp w adds its own to them: each element is one lane's of
-    // each warp, at the same place, so the order of every sum is fixed.
-    const auto to_partial = [&](bool add) {
-        const int slot = warp % kSlots;
-#pragma unroll
-        for (int m = 0; m < kMmaRows; ++m)
-#pragma unroll
-            for (int j = 0; j < kTiles; ++j)
-#pragma unroll
-                for (int c = 0; c < 4; ++c) {
-                    float& place = partial[partial_index(slot, accumulator_row(lane, j, c),
-                                                         accumulator_feature(lane, m, c), kPaddedRows)];
-                    place = add ? sums[m][j][c] + place : sums[m][j][c];
-                }
-    };
-    if (warp >= kSlots) to_partial(false);
-    __syncthreads();
-    if (warp < kSlots) to_partial(true);
-    __syncthreads();
+    add_warp_sums<kTiles>(partial, sums, warp, lane,
+                          [](int l, int m, int c) { return accumulator_feature(l, m, c); });
 
     const int64_t f = f0 + lane;
     const bool valid = f < p.valid_out;  // padded features are written as 0, their mask bits clear
     const float bias = valid ? load_element(p.bias, p.bias_dtype, f) : 0.0f;
     for (int64_t row = warp; row < p.rows; row += kWarps) {  // the same trip count on a warp's lanes
-        float z = partial[partial_index(0, static_cast<int>(row), lane, kPaddedRows)];
-#pragma unroll
-        for (int slot = 1; slot < kSlots; ++slot)
-            z += partial[partial_index(slot, static_cast<int>(row), lane, kPaddedRows)];
+        float z = block_sum<kTiles>(partial, static_cast<int>(row), lane);
         float value = 0.0f;
         bool positive = false;
         if (valid) {

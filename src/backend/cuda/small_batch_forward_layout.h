@@ -1,6 +1,6 @@
 // Where the small-batch forward kernel (cuda_small_batch_forward.cu) loads its operands and puts
 // its sums, as plain functions that the kernel calls and a CPU test
-// (tests/test_small_batch_forward_layout.cpp) checks: every lane's loads and an emulated
+// (tests/test_small_batch_mma_layout.cpp) checks: every lane's loads and an emulated
 // mma.m16n8k16 (the PTX ISA's fragment layout) against the product computed directly.
 //
 // The product is Z[r][f] = sum_k X[r][k] W[f][k] (r: batch rows, f: output features, k: input

@@ -1,0 +1,73 @@
+// What the two small-batch tensor-core kernels share (cuda_small_batch_forward.cu and
+// cuda_small_batch_backward_data.cu, laid out in small_batch_forward_layout.h): their operand
+// loads, which give zeros where there is nothing to load, and the sum of their warps' partial
+// sums through shared memory in a fixed order.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/cuda/small_batch_forward_layout.h"
+
+namespace mpt::small_batch_forward {
+
+// Steps whose loads a warp issues together before its mma instructions. The seed MLP's layers give
+// fewer blocks than an H200 has SMs (94, 32 and 1 at batch 32, for 132), so a block has its SM to
+// itself (launch bounds of 1 block): the registers a second block would take hold loads in flight
+// instead, 4 steps (64 KB of W and X per SM per round trip at 4 tiles), 2 at 8 tiles, whose
+// accumulators alone take 64 registers.
+template <int kTiles>
+constexpr int kStepsInFlight = kTiles <= 4 ? 4 : 2;
+
+// 8 elements (16 bytes) of `row` from k, or zeros where `present` is false (past K, a feature or the batch).
+__device__ __forceinline__ uint4 load_chunk(const uint16_t* row, int64_t k, bool present) {
+    if (!present) return make_uint4(0u, 0u, 0u, 0u);
+    return __ldg(reinterpret_cast<const uint4*>(row + k));
+}
+
+// 4 elements (8 bytes) of `row` from k, or zeros.
+__device__ __forceinline__ uint2 load_half_chunk(const uint16_t* row, int64_t k, bool present) {
+    if (!present) return make_uint2(0u, 0u);
+    return __ldg(reinterpret_cast<const uint2*>(row + k));
+}
+
+__device__ __forceinline__ uint32_t chunk_word(const uint4& chunk, int word) {
+    return word == 0 ? chunk.x : word == 1 ? chunk.y : word == 2 ? chunk.z : chunk.w;
+}
+
+// The block's sums of every warp, in `partial` ([kSlots][8 kTiles][kFeatures] floats): warp
+// w + kSlots stores its sums, then warp w adds its own to them. Each place is one lane's of each
+// warp (feature_of(lane, m, c) and accumulator_row place the accumulators), so the order of every
+// sum is fixed. Called by all the block's threads; the slots are complete when it returns.
+template <int kTiles, typename FeatureOf>
+__device__ __forceinline__ void add_warp_sums(float* partial, const float (&sums)[kMmaRows][kTiles][4], int warp,
+                                              int lane, FeatureOf feature_of) {
+    const auto to_partial = [&](bool add) {
+#pragma unroll
+        for (int m = 0; m < kMmaRows; ++m)
+#pragma unroll
+            for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+                for (int c = 0; c < 4; ++c) {
+                    float& place = partial[partial_index(warp % kSlots, accumulator_row(lane, j, c),
+                                                         feature_of(lane, m, c), 8 * kTiles)];
+                    place = add ? sums[m][j][c] + place : sums[m][j][c];
+                }
+    };
+    if (warp >= kSlots) to_partial(false);
+    __syncthreads();
+    if (warp < kSlots) to_partial(true);
+    __syncthreads();
+}
+
+// The whole block's sum for (row, feature) once add_warp_sums has returned.
+template <int kTiles>
+__device__ __forceinline__ float block_sum(const float* partial, int row, int feature) {
+    float sum = partial[partial_index(0, row, feature, 8 * kTiles)];
+#pragma unroll
+    for (int slot = 1; slot < kSlots; ++slot) sum += partial[partial_index(slot, row, feature, 8 * kTiles)];
+    return sum;
+}
+
+}  // namespace mpt::small_batch_forward

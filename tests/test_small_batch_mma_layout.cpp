@@ -1,0 +1,345 @@
+// The small-batch tensor-core kernels' operand and result layouts
+// (src/backend/cuda/small_batch_forward_layout.h and small_batch_backward_data_layout.h), checked on
+// the CPU, where every build runs it: whole layers computed as the kernels compute them, each
+// lane's chunks of W, X and dZ loaded and handed to the mma's registers as the kernels hand them
+// (the backward's W pairs built by an emulated __byte_perm with the kernel's selectors), the mma
+// emulated by the PTX ISA's layout (mma_m16n8k16_reference.h), the warps' sums added through the
+// shared-memory slots, and the epilogues' outputs and ReLU mask words placed as the kernels place
+// them, against X W^T + b and dZ W computed directly. The kernels themselves run only on a GPU
+// (test_cuda_ops compares them with the CPU backend, and the forward's mask with cuBLASLt's, there).
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "backend/cuda/small_batch_backward_data_layout.h"
+#include "backend/cuda/small_batch_forward_layout.h"
+#include "mma_m16n8k16_reference.h"
+
+using namespace mpt::small_batch_forward;
+using namespace mma_reference;
+
+namespace {
+
+struct Layer {
+    int rows, features, k;
+    std::vector<double> x, w, bias;  // [rows][k], [features][k], [features]
+};
+
+Layer random_layer(int rows, int features, int k, unsigned seed) {
+    std::mt19937 random(seed);
+    std::uniform_int_distribution<int> small(-4, 4);  // exact in doubles, whatever the order of sums
+    Layer layer{rows, features, k, {}, {}, {}};
+    layer.x.resize(static_cast<size_t>(rows) * k);
+    layer.w.resize(static_cast<size_t>(features) * k);
+    layer.bias.resize(features);
+    for (double& v : layer.x) v = small(random);
+    for (double& v : layer.w) v = small(random);
+    for (double& v : layer.bias) v = small(random);
+    return layer;
+}
+
+// The kernel's batch tiles for `rows` (run_small_batch_forward's choice).
+int tiles_for(int rows) { return rows <= 8 ? 1 : rows <= 16 ? 2 : rows <= 32 ? 4 : 8; }
+
+// Per warp, per mma tile (m, j): each lane's 4 accumulators.
+using WarpSums = std::vector<std::vector<std::vector<Lanes8>>>;
+WarpSums zero_sums(int tiles) {
+    return WarpSums(kWarps, std::vector<std::vector<Lanes8>>(
+                                kMmaRows, std::vector<Lanes8>(tiles, Lanes8(32, std::vector<double>(4)))));
+}
+
+// The slots as add_warp_sums fills them (warp w + kSlots stores, then warp w adds), with
+// feature_of placing each accumulator; every place must be written by exactly one lane of each.
+template <typename FeatureOf>
+std::vector<double> add_through_slots(const WarpSums& sums, int tiles, FeatureOf feature_of) {
+    const int padded_rows = 8 * tiles;
+    std::vector<double> partial(static_cast<size_t>(kSlots) * padded_rows * kFeatures, -1e300);
+    std::vector<int> writes(partial.size(), 0);
+    for (int pass = 0; pass < 2; ++pass)
+        for (int warp = pass == 0 ? kSlots : 0; warp < (pass == 0 ? kWarps : kSlots); ++warp)
+            for (int lane = 0; lane < 32; ++lane)
+                for (int m = 0; m < kMmaRows; ++m)
+                    for (int j = 0; j < tiles; ++j)
+                        for (int c = 0; c < 4; ++c) {
+                            const int index =
+                                partial_index(warp % kSlots, accumulator_row(lane, j, c), feature_of(lane, m, c), padded_rows);
+                            REQUIRE(index >= 0);
+                            REQUIRE(index < static_cast<int>(partial.size()));
+                            const double value = sums[warp][m][j][lane][c];
+                            partial[index] = pass == 0 ? value : value + partial[index];
+                            ++writes[index];
+                        }
+    for (int count : writes) REQUIRE(count == 2);  // every place: once stored, once added to
+    return partial;
+}
+
+// The block's sum for (row, feature) as block_sum adds the slots.
+double slot_sum(const std::vector<double>& partial, int tiles, int row, int feature) {
+    double sum = 0.0;
+    for (int slot = 0; slot < kSlots; ++slot) sum += partial[partial_index(slot, row, feature, 8 * tiles)];
+    return sum;
+}
+
+// What one block writes: z for its [rows][kFeatures] outputs (before the activation) and its ReLU
+// mask words, computed lane by lane as the kernel does.
+struct BlockResult {
+    std::vector<double> z;               // [row][feature of the block]
+    std::vector<uint32_t> mask_word;     // [row]
+};
+
+BlockResult run_block(const Layer& layer, int block) {
+    const int tiles = tiles_for(layer.rows);
+    const int64_t f0 = static_cast<int64_t>(block) * kFeatures;
+    // One lane's chunk: 8 elements of `row` from k, or zeros where the kernel loads none.
+    auto chunk = [&](const std::vector<double>& matrix, int64_t row, bool present, int64_t k) {
+        std::vector<double> elements(kElementsPerLoad, 0.0);
+        if (present && k < layer.k)
+            for (int e = 0; e < kElementsPerLoad; ++e) elements[e] = matrix[row * layer.k + k + e];
+        return elements;
+    };
+    const int64_t steps = (layer.k + kBlockStepK - 1) / kBlockStepK;
+    WarpSums sums = zero_sums(tiles);
+    for (int warp = 0; warp < kWarps; ++warp)
+        for (int64_t step = 0; step < steps; ++step)
+            for (int h = 0; h < 2; ++h)
+                for (int m = 0; m < kMmaRows; ++m)
+                    for (int j = 0; j < tiles; ++j) {
+                        Lanes8 a(32, std::vector<double>(8)), b(32, std::vector<double>(4));
+                        for (int lane = 0; lane < 32; ++lane) {
+                            const int64_t k = chunk_k(step, warp, lane);
+                            for (int r = 0; r < 4; ++r) {
+                                const int64_t feature = f0 + a_feature(lane, m, r & 1);
+                                const auto w = chunk(layer.w, feature, feature < layer.features, k);
+                                a[lane][2 * r] = w[2 * a_word(h, r)];  // the word's low half, then its high
+                                a[lane][2 * r + 1] = w[2 * a_word(h, r) + 1];
+                            }
+                            const int row = b_row(lane, j);
+                            const auto x = chunk(layer.x, row, row < layer.rows, k);
+                            for (int r = 0; r < 2; ++r) {
+                                b[lane][2 * r] = x[2 * b_word(h, r)];
+                                b[lane][2 * r + 1] = x[2 * b_word(h, r) + 1];
+                            }
+                        }
+                        sums[warp][m][j] = emulated_mma(a, b, sums[warp][m][j]);
+                    }
+    const std::vector<double> partial =
+        add_through_slots(sums, tiles, [](int lane, int m, int c) { return accumulator_feature(lane, m, c); });
+    BlockResult result;
+    result.z.assign(static_cast<size_t>(layer.rows) * kFeatures, 0.0);
+    result.mask_word.assign(layer.rows, 0);
+    for (int row = 0; row < layer.rows; ++row) {
+        uint32_t ballot = 0;
+        for (int lane = 0; lane < 32; ++lane) {  // the epilogue: a lane per feature
+            double z = slot_sum(partial, tiles, row, lane);
+            const int64_t f = f0 + lane;
+            if (f < layer.features) z += layer.bias[f];
+            else z = 0.0;
+            result.z[row * kFeatures + lane] = z;
+            if (f < layer.features && z > 0.0) ballot |= 1u << lane;
+        }
+        result.mask_word[row] = ballot;
+    }
+    return result;
+}
+
+// __byte_perm(x, y, selector) as the CUDA documentation defines it: result byte n is byte
+// (selector >> 4n) & 7 of the 8 bytes y:x (x's bytes 0-3, then y's).
+uint32_t byte_perm(uint32_t x, uint32_t y, unsigned selector) {
+    const uint64_t bytes = (static_cast<uint64_t>(y) << 32) | x;
+    uint32_t result = 0;
+    for (int n = 0; n < 4; ++n) result |= static_cast<uint32_t>((bytes >> (8 * ((selector >> (4 * n)) & 7))) & 0xff) << (8 * n);
+    return result;
+}
+
+// The backward-data product G[r][i] = sum_o dZ[r][o] W[o][i] of one block's 32 features, computed
+// lane by lane as the kernel does: [row][feature of the block]. W's elements travel as 16-bit codes
+// (their index in the matrix) through the kernel's words and byte permutes, and are looked up after.
+std::vector<double> run_backward_block(const std::vector<double>& dz, const std::vector<double>& w, int rows, int in,
+                                       int out, int block) {
+    const int tiles = tiles_for(rows);
+    const int64_t f0 = static_cast<int64_t>(block) * kFeatures;
+    REQUIRE(static_cast<int64_t>(out) * in < 65536);  // the codes fit 16 bits; code 0xffff: a zero load
+    const uint16_t kZero = 0xffff;
+    const int64_t steps = (out + kBlockStepK - 1) / kBlockStepK;
+    WarpSums sums = zero_sums(tiles);
+    for (int warp = 0; warp < kWarps; ++warp)
+        for (int64_t step = 0; step < steps; ++step) {
+            std::vector<std::vector<uint32_t>> words(32, std::vector<uint32_t>(2 * kElementsPerLoad));
+            for (int lane = 0; lane < 32; ++lane) {  // the lane's 8 rows of 8 bytes, as 2 words each
+                const int64_t o = chunk_k(step, warp, lane), column = f0 + w_feature0(lane);
+                const bool present = o < out && column < in;
+                for (int u = 0; u < kElementsPerLoad; ++u)
+                    for (int word = 0; word < 2; ++word) {
+                        uint16_t code[2] = {kZero, kZero};
+                        for (int e = 0; e < 2; ++e)
+                            if (present) code[e] = static_cast<uint16_t>((o + u) * in + column + 2 * word + e);
+                        words[lane][2 * u + word] = code[0] | static_cast<uint32_t>(code[1]) << 16;
+                    }
+            }
+            for (int h = 0; h < 2; ++h)
+                for (int m = 0; m < kMmaRows; ++m)
+                    for (int j = 0; j < tiles; ++j) {
+                        Lanes8 a(32, std::vector<double>(8)), b(32, std::vector<double>(4));
+                        for (int lane = 0; lane < 32; ++lane) {
+                            for (int r = 0; r < 4; ++r) {
+                                const int u = dgrad_row(h, r);
+                                const uint32_t reg = byte_perm(words[lane][2 * u + dgrad_word(m)],
+                                                               words[lane][2 * (u + 1) + dgrad_word(m)], dgrad_selector(r));
+                                for (int e = 0; e < 2; ++e) {
+                                    const uint16_t code = static_cast<uint16_t>(reg >> (16 * e));
+                                    a[lane][2 * r + e] = code == kZero ? 0.0 : w[code];
+                                }
+                            }
+                            const int64_t o = chunk_k(step, warp, lane);
+                            const int row = b_row(lane, j);
+                            for (int r = 0; r < 2; ++r)
+                                for (int e = 0; e < 2; ++e) {
+                                    const int64_t k = o + 2 * b_word(h, r) + e;
+                                    b[lane][2 * r + e] = row < rows && o < out ? dz[row * out + k] : 0.0;
+                                }
+                        }
+                        sums[warp][m][j] = emulated_mma(a, b, sums[warp][m][j]);
+                    }
+        }
+    const std::vector<double> partial =
+        add_through_slots(sums, tiles, [](int lane, int m, int c) { return dgrad_accumulator_feature(lane, m, c); });
+    std::vector<double> g(static_cast<size_t>(rows) * kFeatures, 0.0);
+    for (int row = 0; row < rows; ++row)
+        for (int lane = 0; lane < kFeatures; ++lane) g[row * kFeatures + lane] = slot_sum(partial, tiles, row, lane);
+    return g;
+}
+
+}  // namespace
+
+TEST_CASE("the small-batch forward's layout computes X W^T + b and cuBLASLt's ReLU mask") {
+    struct Shape {
+        int rows, features, k;
+    };
+    // Batches of 1 to 64 rows (each tile count and partial tiles), features past a block's 32 and
+    // short of them, K short of a step, a whole number of steps and a tail of 8 elements.
+    const Shape shapes[] = {{1, 10, 8},   {3, 16, 24},   {8, 32, 256},  {9, 40, 264},  {16, 33, 520},
+                            {17, 64, 64}, {31, 70, 512}, {32, 96, 768}, {33, 45, 200}, {64, 32, 1032}};
+    unsigned seed = 1;
+    for (const Shape& shape : shapes) {
+        CAPTURE(shape.rows);
+        CAPTURE(shape.features);
+        CAPTURE(shape.k);
+        const Layer layer = random_layer(shape.rows, shape.features, shape.k, seed++);
+        const int64_t ld_bits = (shape.features + 127) / 128 * 128;  // relu_mask_ld_bits
+        std::vector<uint8_t> mask(static_cast<size_t>(ld_bits / 8 * shape.rows), 0);
+        const int blocks = (shape.features + kFeatures - 1) / kFeatures;
+        int checked = 0, positive = 0;
+        for (int block = 0; block < blocks; ++block) {
+            const BlockResult result = run_block(layer, block);
+            const int64_t f0 = static_cast<int64_t>(block) * kFeatures;
+            for (int row = 0; row < shape.rows; ++row) {
+                // The mask word, stored little-endian at its 32-bit index as the kernel's store does.
+                const int64_t bit = mask_bit(f0, row, ld_bits);
+                REQUIRE(bit % 32 == 0);
+                REQUIRE(bit / 8 + 4 <= static_cast<int64_t>(mask.size()));
+                for (int byte = 0; byte < 4; ++byte)
+                    mask[bit / 8 + byte] = static_cast<uint8_t>(result.mask_word[row] >> (8 * byte));
+                for (int lane = 0; lane < kFeatures; ++lane) {
+                    const int64_t f = f0 + lane;
+                    if (f >= shape.features) continue;
+                    double expected = layer.bias[f];
+                    for (int k = 0; k < shape.k; ++k) expected += layer.x[row * shape.k + k] * layer.w[f * shape.k + k];
+                    CHECK(result.z[row * kFeatures + lane] == expected);
+                    ++checked;
+                    positive += expected > 0.0;
+                }
+            }
+        }
+        CHECK(checked == shape.rows * shape.features);
+        CHECK(positive > 0);
+        // cuBLASLt's layout, read independently: bit f + row * ld, least significant bit first.
+        for (int row = 0; row < shape.rows; ++row)
+            for (int f = 0; f < shape.features; ++f) {
+                double z = layer.bias[f];
+                for (int k = 0; k < shape.k; ++k) z += layer.x[row * shape.k + k] * layer.w[f * shape.k + k];
+                const int64_t bit = f + row * ld_bits;
+                CHECK(((mask[bit / 8] >> (bit % 8)) & 1) == (z > 0.0 ? 1 : 0));
+            }
+    }
+}
+
+TEST_CASE("each small-batch forward load is one aligned 16-byte chunk, and a block step's are contiguous") {
+    for (int64_t step = 0; step < 3; ++step) {
+        std::set<int64_t> starts;
+        for (int warp = 0; warp < kWarps; ++warp)
+            for (int lane = 0; lane < 32; ++lane) {
+                const int64_t k = chunk_k(step, warp, lane);
+                CHECK(k % kElementsPerLoad == 0);  // with K a multiple of 8, 16-byte aligned in every row
+                starts.insert(k);
+            }
+        // 8 warps x 4 chunks of a row: the 256 k from step * 256, each chunk loaded by 8 lanes (one per row g)
+        CHECK(starts.size() == static_cast<size_t>(kBlockStepK / kElementsPerLoad));
+        CHECK(*starts.begin() == step * kBlockStepK);
+        CHECK(*starts.rbegin() == (step + 1) * kBlockStepK - kElementsPerLoad);
+    }
+    // Within one mma, A's and B's k agree: the ISA's k of each lane's register halves maps to the
+    // same place in the lane's chunk for both operands, and the 16 k of an mma are 16 distinct
+    // elements of the 4 lanes' chunks.
+    for (int h = 0; h < 2; ++h) {
+        std::set<int> places;
+        for (int lane = 0; lane < 32; ++lane) {
+            for (int i = 0; i < 8; ++i) {  // A element i: register i / 2, half i % 2
+                const int k = ptx_a(lane, i).col;
+                const int place = kElementsPerLoad * (lane & 3) + 2 * a_word(h, i / 2) + i % 2;
+                for (int bi = 0; bi < 4; ++bi)  // B's element at the same ISA k, in a lane of the same t
+                    if (ptx_b(lane, bi).row == k)
+                        CHECK(kElementsPerLoad * (lane & 3) + 2 * b_word(h, bi / 2) + bi % 2 == place);
+                places.insert(place);
+            }
+        }
+        CHECK(places.size() == 16);
+    }
+}
+
+TEST_CASE("the small-batch backward-data layout computes dZ W, W paired row by row in registers") {
+    struct Shape {
+        int rows, in, out;
+    };
+    // Batches of 1 to 64 rows; input features past a block's 32 and short of them; output features
+    // (K) short of a lane's 8 rows per warp, a whole step and a tail.
+    const Shape shapes[] = {{1, 8, 8},    {5, 40, 16},  {8, 32, 24},   {12, 64, 256}, {16, 72, 264},
+                            {29, 96, 48}, {32, 200, 40}, {33, 16, 520}, {64, 48, 72}};
+    unsigned seed = 100;
+    for (const Shape& shape : shapes) {
+        CAPTURE(shape.rows);
+        CAPTURE(shape.in);
+        CAPTURE(shape.out);
+        const Layer dz_layer = random_layer(shape.rows, 1, shape.out, seed++);  // dZ [rows][out]
+        const Layer w_layer = random_layer(shape.out, 1, shape.in, seed++);     // W [out][in]
+        const std::vector<double>& dz = dz_layer.x;
+        const std::vector<double>& w = w_layer.x;
+        const int blocks = (shape.in + kFeatures - 1) / kFeatures;
+        int checked = 0;
+        for (int block = 0; block < blocks; ++block) {
+            const std::vector<double> g = run_backward_block(dz, w, shape.rows, shape.in, shape.out, block);
+            for (int row = 0; row < shape.rows; ++row)
+                for (int lane = 0; lane < kFeatures; ++lane) {
+                    const int64_t i = static_cast<int64_t>(block) * kFeatures + lane;
+                    if (i >= shape.in) continue;
+                    double expected = 0.0;
+                    for (int o = 0; o < shape.out; ++o) expected += dz[row * shape.out + o] * w[o * shape.in + i];
+                    CHECK(g[row * kFeatures + lane] == expected);
+                    ++checked;
+                }
+        }
+        CHECK(checked == shape.rows * shape.in);
+    }
+}
+
+TEST_CASE("the backward's byte permutes pair two rows' elements of one feature") {
+    // Words of features (2q, 2q + 1) from two rows: the selector for row g takes each row's low
+    // element, the one for row g + 8 each row's high element, the first row's in the low half.
+    const uint32_t first = 0xBBBBAAAAu, second = 0xDDDDCCCCu;
+    CHECK(byte_perm(first, second, dgrad_selector(0)) == 0xCCCCAAAAu);
+    CHECK(byte_perm(first, second, dgrad_selector(1)) == 0xDDDDBBBBu);
+    CHECK(dgrad_selector(2) == dgrad_selector(0));
+    CHECK(dgrad_selector(3) == dgrad_selector(1));
+}
