@@ -292,12 +292,9 @@ TEST_CASE("MPTRAIN_CUDA_TENSOR_CORE_SGD=1 trains as the CUDA-core kernel does") 
     SKIP_WITHOUT_GPU();
     auto context = cuda_context_under("MPTRAIN_CUDA_TENSOR_CORE_SGD", "1");
     // (Setting it on again changes nothing where the environment turned it on; it says whether it is.)
-    const bool available = cuda_backend_set_tensor_core_sgd(context->backend(), true);
-    if (mpt::testing::compute_capability_major(context->backend()) >= 8) REQUIRE(available);
-    if (!available) {
-        MESSAGE("compute capability below 8.0: no tensor-core fused SGD to compare");
+    if (!mpt::testing::turn_on_tensor_core_path(context->backend(), cuda_backend_set_tensor_core_sgd,
+                                                "tensor-core fused SGD"))
         return;
-    }
     const float tensor_cores = train_two_bf16_epochs(context, 29);
     const CudaOpPaths paths = cuda_backend_op_paths(context->backend());
     CHECK(paths.fused_sgd > 0);
@@ -319,13 +316,11 @@ TEST_CASE("MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 and _BACKWARD=1 train as cuBLASLt'
     auto context = cuda_context_under("MPTRAIN_CUDA_SMALL_BATCH_FORWARD", "1");
     unsetenv("MPTRAIN_CUDA_SMALL_BATCH_BACKWARD");
     // (Setting them on again changes nothing where the environment turned them on; it says whether they are.)
-    const bool forward = cuda_backend_set_small_batch_forward(context->backend(), true);
-    const bool backward = cuda_backend_set_small_batch_backward_data(context->backend(), true);
-    if (mpt::testing::compute_capability_major(context->backend()) >= 8) REQUIRE((forward && backward));
-    if (!forward || !backward) {
-        MESSAGE("compute capability below 8.0: no small-batch kernels to compare");
+    if (!mpt::testing::turn_on_tensor_core_path(context->backend(), cuda_backend_set_small_batch_forward,
+                                                "small-batch forward kernel") ||
+        !mpt::testing::turn_on_tensor_core_path(context->backend(), cuda_backend_set_small_batch_backward_data,
+                                                "small-batch backward-data kernel"))
         return;
-    }
     const float small_batch = train_two_bf16_epochs(context, 37);
     const CudaOpPaths paths = cuda_backend_op_paths(context->backend());
     CHECK(paths.forward_small_batch > 0);

@@ -1562,12 +1562,7 @@ TEST_CASE("CUDA dense_update matches the CPU with fused SGD on the tensor cores"
     SKIP_WITHOUT_GPU();
     auto cpu = make_cpu();
     auto cuda = make_cuda();
-    const bool available = cuda_backend_set_tensor_core_sgd(*cuda, true);
-    if (mpt::testing::compute_capability_major(*cuda) >= 8) REQUIRE(available);  // the availability check is under test too
-    if (!available) {
-        MESSAGE("compute capability below 8.0: no tensor-core fused SGD");
-        return;
-    }
+    if (!mpt::testing::turn_on_tensor_core_path(*cuda, cuda_backend_set_tensor_core_sgd, "tensor-core fused SGD")) return;
     compare_dense_update_cases(*cpu, *cuda);
     // Up to 256 batch rows on the tensor cores, dZ staged in chunks of 64: the seed MLP's first
     // layer at batch 256, and ragged sizes (rows past a chunk, columns one by one) with decay.
@@ -1581,9 +1576,7 @@ TEST_CASE("CUDA dense_update matches the CPU with fused SGD on the tensor cores"
     CHECK(paths.fused_sgd_tensor_cores > 0);
     CHECK(paths.fused_sgd_tensor_cores < paths.fused_sgd);  // fp32's ran on CUDA cores
 }
-#endif
 
-#if defined(MPTRAIN_WITH_CUDA)
 // The small-batch forward kernel (compute capability 8.0 and up) in cuBLASLt's place for batches of
 // at most 64 rows: the same cases and the seed MLP's layers at batch 32; the backward's DRELU
 // reading the mask it wrote; and that mask against cuBLASLt's, bit for bit.
@@ -1591,12 +1584,8 @@ TEST_CASE("CUDA dense_forward matches the CPU with the small-batch kernel, whose
     SKIP_WITHOUT_GPU();
     auto cpu = make_cpu();
     auto cuda = make_cuda();
-    const bool available = cuda_backend_set_small_batch_forward(*cuda, true);
-    if (mpt::testing::compute_capability_major(*cuda) >= 8) REQUIRE(available);  // the availability check is under test too
-    if (!available) {
-        MESSAGE("compute capability below 8.0: no small-batch forward kernel");
+    if (!mpt::testing::turn_on_tensor_core_path(*cuda, cuda_backend_set_small_batch_forward, "small-batch forward kernel"))
         return;
-    }
     const auto forward_on_kernel = [&] { return cuda_backend_op_paths(*cuda).forward_small_batch; };
     compare_dense_forward_cases(*cpu, *cuda);  // fp32's (cuBLASLt) among them
     for (DType dtype : {DType::bf16, DType::fp16}) {
@@ -1655,21 +1644,16 @@ TEST_CASE("CUDA dense_forward matches the CPU with the small-batch kernel, whose
     CHECK(checked > rows * out_features * 9 / 10);
     CHECK(positive > checked / 4);
 }
-#endif
 
-#if defined(MPTRAIN_WITH_CUDA)
 // The small-batch backward-data kernel in cuBLASLt's place for batches of at most 64 rows, reading
 // the ReLU masks cuBLASLt's forward wrote and those the small-batch forward kernel wrote.
 TEST_CASE("CUDA dense_backward_data matches the CPU with the small-batch kernel, through either forward's mask") {
     SKIP_WITHOUT_GPU();
     auto cpu = make_cpu();
     auto cuda = make_cuda();
-    const bool available = cuda_backend_set_small_batch_backward_data(*cuda, true);
-    if (mpt::testing::compute_capability_major(*cuda) >= 8) REQUIRE(available);
-    if (!available) {
-        MESSAGE("compute capability below 8.0: no small-batch backward-data kernel");
+    if (!mpt::testing::turn_on_tensor_core_path(*cuda, cuda_backend_set_small_batch_backward_data,
+                                                "small-batch backward-data kernel"))
         return;
-    }
     const auto on_kernel = [&] { return cuda_backend_op_paths(*cuda).backward_data_small_batch; };
     for (bool small_batch_forward : {false, true}) {
         CAPTURE(small_batch_forward);

@@ -41,9 +41,6 @@ Layer random_layer(int rows, int features, int k, unsigned seed) {
     return layer;
 }
 
-// The kernel's batch tiles for `rows` (run_small_batch_forward's choice).
-int tiles_for(int rows) { return rows <= 8 ? 1 : rows <= 16 ? 2 : rows <= 32 ? 4 : 8; }
-
 // Per warp, per mma tile (m, j): each lane's 4 accumulators.
 using WarpSums = std::vector<std::vector<std::vector<Lanes8>>>;
 WarpSums zero_sums(int tiles) {
@@ -91,7 +88,7 @@ struct BlockResult {
 };
 
 BlockResult run_block(const Layer& layer, int block) {
-    const int tiles = tiles_for(layer.rows);
+    const int tiles = batch_tiles(layer.rows);
     const int64_t f0 = static_cast<int64_t>(block) * kFeatures;
     // One lane's chunk: 8 elements of `row` from k, or zeros where the kernel loads none.
     auto chunk = [&](const std::vector<double>& matrix, int64_t row, bool present, int64_t k) {
@@ -159,7 +156,7 @@ uint32_t byte_perm(uint32_t x, uint32_t y, unsigned selector) {
 // (their index in the matrix) through the kernel's words and byte permutes, and are looked up after.
 std::vector<double> run_backward_block(const std::vector<double>& dz, const std::vector<double>& w, int rows, int in,
                                        int out, int block) {
-    const int tiles = tiles_for(rows);
+    const int tiles = batch_tiles(rows);
     const int64_t f0 = static_cast<int64_t>(block) * kFeatures;
     REQUIRE(static_cast<int64_t>(out) * in < 65536);  // the codes fit 16 bits; code 0xffff: a zero load
     const uint16_t kZero = 0xffff;
@@ -267,6 +264,11 @@ TEST_CASE("the small-batch forward's layout computes X W^T + b and cuBLASLt's Re
 }
 
 TEST_CASE("each small-batch forward load is one aligned 16-byte chunk, and a block step's are contiguous") {
+    for (int rows = 1; rows <= kMaxRows; ++rows) {  // the instance for each batch covers it with the fewest tiles of 1, 2, 4, 8
+        const int tiles = batch_tiles(rows);
+        CHECK(8 * tiles >= rows);
+        CHECK((tiles == 1 || 4 * tiles < rows));
+    }
     for (int64_t step = 0; step < 3; ++step) {
         std::set<int64_t> starts;
         for (int warp = 0; warp < kWarps; ++warp)

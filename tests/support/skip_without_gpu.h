@@ -28,6 +28,17 @@ inline int compute_capability_major(const Backend& backend) {
     return at == std::string::npos ? -1 : std::atoi(name.c_str() + at + tag.size());
 }
 
+// Turns a hand-written tensor-core path on through its backend setter (which says whether it is now
+// on). Off is a skip below compute capability 8.0, and a failure at 8.0 and up, where the path's own
+// availability check is what is under test.
+template <typename Setter>
+bool turn_on_tensor_core_path(Backend& backend, Setter set, const char* what) {
+    const bool on = set(backend, true);
+    if (compute_capability_major(backend) >= 8) REQUIRE_MESSAGE(on, what << " is off on a device of compute capability 8.0 or later");
+    if (!on) MESSAGE("compute capability below 8.0: no " << what);
+    return on;
+}
+
 }  // namespace mpt::testing
 
 #define SKIP_WITHOUT_GPU()                                                                               \

@@ -23,20 +23,9 @@ namespace {
 
 using namespace small_batch_forward;
 
-struct SmallBatchForwardLaunch {
-    const uint16_t* input;    // [rows, in_features]
-    const uint16_t* weights;  // [out_features, in_features]
-    const void* bias;         // [out_features], bias_dtype
-    void* output;             // [rows, out_features], output_dtype
-    uint32_t* mask;           // cuBLASLt's ReLU bit mask, or null
-    int64_t rows, in_features, out_features, valid_out, mask_ld_bits;
-    Activation activation;
-    DType bias_dtype, output_dtype;
-};
-
 // T: the 16-bit input type. kTiles: 8-row mma tiles of the batch (1, 2, 4 or 8).
 template <typename T, int kTiles>
-__global__ void __launch_bounds__(kThreads, 1) small_batch_forward_kernel(const SmallBatchForwardLaunch p) {
+__global__ void __launch_bounds__(kThreads, 1) small_batch_forward_kernel(const DenseForwardArgs p) {
     constexpr int kPaddedRows = 8 * kTiles;
     constexpr int kSteps = kStepsInFlight<kTiles>;
     __shared__ float partial[kSlots * kPaddedRows * kFeatures];
@@ -45,6 +34,7 @@ __global__ void __launch_bounds__(kThreads, 1) small_batch_forward_kernel(const 
     const int64_t f0 = static_cast<int64_t>(blockIdx.x) * kFeatures;
     const int64_t K = p.in_features;
 
+    const uint16_t* weights = static_cast<const uint16_t*>(p.weights);
     const uint16_t* w_row[kMmaRows][2];
     bool w_present[kMmaRows][2];
 #pragma unroll
@@ -53,16 +43,9 @@ __global__ void __launch_bounds__(kThreads, 1) small_batch_forward_kernel(const 
         for (int half = 0; half < 2; ++half) {
             const int64_t f = f0 + a_feature(lane, m, half);
             w_present[m][half] = f < p.out_features;
-            w_row[m][half] = p.weights + (w_present[m][half] ? f : 0) * K;
+            w_row[m][half] = weights + (w_present[m][half] ? f : 0) * K;
         }
-    const uint16_t* x_row[kTiles];
-    bool x_present[kTiles];
-#pragma unroll
-    for (int j = 0; j < kTiles; ++j) {
-        const int r = b_row(lane, j);
-        x_present[j] = r < p.rows;
-        x_row[j] = p.input + (x_present[j] ? r : 0) * K;
-    }
+    const BatchOperand<kTiles> x(static_cast<const uint16_t*>(p.input), p.rows, K, lane);
 
     float sums[kMmaRows][kTiles][4] = {};
     const int64_t steps = (K + kBlockStepK - 1) / kBlockStepK;
@@ -78,8 +61,7 @@ __global__ void __launch_bounds__(kThreads, 1) small_batch_forward_kernel(const 
 #pragma unroll
                 for (int half = 0; half < 2; ++half)
                     a[s][m][half] = load_chunk(w_row[m][half], k, in_k && w_present[m][half]);
-#pragma unroll
-            for (int j = 0; j < kTiles; ++j) b[s][j] = load_chunk(x_row[j], k, in_k && x_present[j]);
+            x.load(b[s], k, in_k);
         }
 #pragma unroll
         for (int s = 0; s < kSteps; ++s)
@@ -90,12 +72,7 @@ __global__ void __launch_bounds__(kThreads, 1) small_batch_forward_kernel(const 
                     uint32_t a_fragment[4];
 #pragma unroll
                     for (int r = 0; r < 4; ++r) a_fragment[r] = chunk_word(a[s][m][r & 1], a_word(h, r));
-#pragma unroll
-                    for (int j = 0; j < kTiles; ++j) {
-                        const uint32_t b_fragment[2] = {chunk_word(b[s][j], b_word(h, 0)),
-                                                        chunk_word(b[s][j], b_word(h, 1))};
-                        mma_16x8x16<T>(sums[m][j], a_fragment, b_fragment);
-                    }
+                    mma_batch_tiles<T>(sums[m], a_fragment, b[s], h);
                 }
     }
 
@@ -115,24 +92,20 @@ __global__ void __launch_bounds__(kThreads, 1) small_batch_forward_kernel(const 
             positive = z > 0.0f;
         }
         if (f < p.out_features) store_element(p.output, p.output_dtype, row * p.out_features + f, value);
-        if (p.mask) {
+        if (p.relu_mask) {
             const unsigned bits = __ballot_sync(0xffffffffu, positive);
-            if (lane == 0) p.mask[mask_bit(f0, row, p.mask_ld_bits) / 32] = bits;
+            if (lane == 0)
+                static_cast<uint32_t*>(p.relu_mask)[mask_bit(f0, row, relu_mask_ld_bits(p.out_features)) / 32] = bits;
         }
     }
 }
 
-using SmallBatchForwardKernel = void (*)(SmallBatchForwardLaunch);
-
-template <typename T>
-SmallBatchForwardKernel kernel_for_tiles(int tiles) {
-    switch (tiles) {
-        case 1: return small_batch_forward_kernel<T, 1>;
-        case 2: return small_batch_forward_kernel<T, 2>;
-        case 4: return small_batch_forward_kernel<T, 4>;
-        default: return small_batch_forward_kernel<T, 8>;
+struct ForwardInstances {
+    template <typename T, int kTiles>
+    static auto get() {
+        return small_batch_forward_kernel<T, kTiles>;
     }
-}
+};
 
 }  // namespace
 
@@ -150,24 +123,10 @@ bool small_batch_forward_applies(const DenseForwardArgs& args) {
 void run_small_batch_forward(const DenseForwardArgs& args, cudaStream_t stream) {
     require(small_batch_forward_applies(args), MPT_STATUS_INTERNAL,
             "cuda backend: the small-batch forward kernel called outside its case");
-    SmallBatchForwardLaunch launch{};
-    launch.input = static_cast<const uint16_t*>(args.input);
-    launch.weights = static_cast<const uint16_t*>(args.weights);
-    launch.bias = args.bias;
-    launch.output = args.output;
-    launch.mask = args.activation == Activation::relu ? static_cast<uint32_t*>(args.relu_mask) : nullptr;
-    launch.rows = args.rows;
-    launch.in_features = args.in_features;
-    launch.out_features = args.out_features;
-    launch.valid_out = args.valid_out < args.out_features ? args.valid_out : args.out_features;
-    launch.mask_ld_bits = relu_mask_ld_bits(args.out_features);
-    launch.activation = args.activation;
-    launch.bias_dtype = args.bias_dtype;
-    launch.output_dtype = args.output_dtype;
-    const int rows = static_cast<int>(args.rows);
-    const int tiles = rows <= 8 ? 1 : rows <= 16 ? 2 : rows <= 32 ? 4 : 8;
-    const SmallBatchForwardKernel kernel = args.compute_dtype == DType::bf16 ? kernel_for_tiles<__nv_bfloat16>(tiles)
-                                                                            : kernel_for_tiles<__half>(tiles);
+    DenseForwardArgs launch = args;
+    if (args.activation != Activation::relu) launch.relu_mask = nullptr;  // a mask only for ReLU
+    if (launch.valid_out > args.out_features) launch.valid_out = args.out_features;
+    const auto kernel = small_batch_instance<ForwardInstances>(args.compute_dtype, args.rows);
     const unsigned blocks = static_cast<unsigned>((args.out_features + kFeatures - 1) / kFeatures);
     kernel<<<blocks, kThreads, 0, stream>>>(launch);
     MPT_CUDA_CHECK_LAUNCH("small_batch_forward_kernel");

@@ -4,11 +4,15 @@
 // sums through shared memory in a fixed order.
 #pragma once
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
+#include "backend/cuda/cuda_mma.cuh"
 #include "backend/cuda/small_batch_forward_layout.h"
+#include "core/dtype.h"
 
 namespace mpt::small_batch_forward {
 
@@ -34,6 +38,40 @@ __device__ __forceinline__ uint2 load_half_chunk(const uint16_t* row, int64_t k,
 
 __device__ __forceinline__ uint32_t chunk_word(const uint4& chunk, int word) {
     return word == 0 ? chunk.x : word == 1 ? chunk.y : word == 2 ? chunk.z : chunk.w;
+}
+
+// The batch rows of the B operand (X in the forward, dZ in the backward: [rows][stride], 16-bit) whose
+// chunks a lane loads for each 8-row mma tile j, and whether each exists.
+template <int kTiles>
+struct BatchOperand {
+    const uint16_t* row[kTiles];
+    bool present[kTiles];
+
+    __device__ __forceinline__ BatchOperand(const uint16_t* matrix, int64_t rows, int64_t stride, int lane) {
+#pragma unroll
+        for (int j = 0; j < kTiles; ++j) {
+            const int r = b_row(lane, j);
+            present[j] = r < rows;
+            row[j] = matrix + (present[j] ? r : 0) * stride;
+        }
+    }
+
+    // Each tile's chunk at k (zeros past the batch, or where `in_k` is false).
+    __device__ __forceinline__ void load(uint4 (&chunks)[kTiles], int64_t k, bool in_k) const {
+#pragma unroll
+        for (int j = 0; j < kTiles; ++j) chunks[j] = load_chunk(row[j], k, in_k && present[j]);
+    }
+};
+
+// One mma k-step h (0, 1) of a step for A tile `a_fragment` against every batch tile's chunk.
+template <typename T, int kTiles>
+__device__ __forceinline__ void mma_batch_tiles(float (&sums)[kTiles][4], const uint32_t (&a_fragment)[4],
+                                                const uint4 (&chunks)[kTiles], int h) {
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {
+        const uint32_t b_fragment[2] = {chunk_word(chunks[j], b_word(h, 0)), chunk_word(chunks[j], b_word(h, 1))};
+        mma_16x8x16<T>(sums[j], a_fragment, b_fragment);
+    }
 }
 
 // The block's sums of every warp, in `partial` ([kSlots][8 kTiles][kFeatures] floats): warp
@@ -68,6 +106,19 @@ __device__ __forceinline__ float block_sum(const float* partial, int row, int fe
 #pragma unroll
     for (int slot = 1; slot < kSlots; ++slot) sum += partial[partial_index(slot, row, feature, 8 * kTiles)];
     return sum;
+}
+
+// The instance of a small-batch kernel template for the compute dtype (fp16 or bf16) and `rows`:
+// Instances::get<T, kTiles>() names it (one kernel template per file).
+template <typename Instances>
+auto small_batch_instance(DType compute, int64_t rows) {
+    const bool bf16 = compute == DType::bf16;
+    switch (batch_tiles(rows)) {
+        case 1: return bf16 ? Instances::template get<__nv_bfloat16, 1>() : Instances::template get<__half, 1>();
+        case 2: return bf16 ? Instances::template get<__nv_bfloat16, 2>() : Instances::template get<__half, 2>();
+        case 4: return bf16 ? Instances::template get<__nv_bfloat16, 4>() : Instances::template get<__half, 4>();
+        default: return bf16 ? Instances::template get<__nv_bfloat16, 8>() : Instances::template get<__half, 8>();
+    }
 }
 
 }  // namespace mpt::small_batch_forward

@@ -33,6 +33,10 @@ constexpr int kElementsPerLoad = 8;        // 16 bytes of 16-bit elements
 // slot w (the second adds its sums to the first's), so the slots take half the warps' space.
 constexpr int kSlots = kWarps / 2;
 
+// The batch's 8-row mma tiles (N) a kernel instance covers for `rows` rows (1 to kMaxRows): 1, 2, 4
+// or 8, so that four instances serve every batch.
+MPT_HOST_DEVICE int batch_tiles(int64_t rows) { return rows <= 8 ? 1 : rows <= 16 ? 2 : rows <= 32 ? 4 : 8; }
+
 // The first k of the 16-byte chunk that `lane` of `warp` loads in step `step` (0 ..): the block's
 // 8 warps cover 256 consecutive k per step, so its loads of one row are contiguous.
 MPT_HOST_DEVICE int64_t chunk_k(int64_t step, int warp, int lane) {
