@@ -201,30 +201,19 @@ struct ForwardCase {
     bool with_mask;
 };
 
-void compare_dense_forward(Backend& reference, Backend& candidate, const ForwardCase& c) {
-    CAPTURE(c.rows);
-    CAPTURE(c.in_features);
-    CAPTURE(c.out_features);
-    CAPTURE(static_cast<int>(c.activation));
-    CAPTURE(std::string(dtype_name(c.compute)));
-    CAPTURE(std::string(dtype_name(c.output)));
-    CAPTURE(c.with_mask);
-    const std::vector<float> input = rounded(random_values(static_cast<size_t>(c.rows * c.in_features), -1, 1), c.compute);
-    const std::vector<float> weights = rounded(
-        padded_weights(c.out_features, c.in_features, c.valid_out, 1.0f / std::sqrt(float(c.in_features))), c.compute);
-    std::vector<float> bias = rounded(random_values(static_cast<size_t>(c.out_features), -0.5f, 0.5f), c.bias);
-    std::fill(bias.begin() + c.valid_out, bias.end(), 0.0f);
-    std::vector<float> results[2];
-    Backend* backends[2] = {&reference, &candidate};
-    for (int b = 0; b < 2; ++b) {
-        Backend& backend = *backends[b];
-        Buffer input_buffer = upload(backend, c.compute, input);
-        Buffer weight_buffer = upload(backend, c.compute, weights);
-        Buffer bias_buffer = upload(backend, c.bias, bias);
-        Buffer output = poisoned(backend, c.output, static_cast<size_t>(c.rows * c.out_features));
-        const size_t mask_bytes = backend.relu_mask_bytes(c.rows, c.out_features);
-        Buffer mask(backend, mask_bytes);
-        const WorkspaceBuffer workspace(backend);
+// One dense_forward of case `c` on `backend` from these host operands (in its dtypes): the output
+// poisoned and the ReLU mask zeroed before it, both kept for the caller to read.
+struct ForwardRun {
+    ForwardRun(Backend& backend, const ForwardCase& c, const std::vector<float>& input,
+               const std::vector<float>& weights, const std::vector<float>& bias)
+        : input_buffer(upload(backend, c.compute, input)),
+          weight_buffer(upload(backend, c.compute, weights)),
+          bias_buffer(upload(backend, c.bias, bias)),
+          output(poisoned(backend, c.output, static_cast<size_t>(c.rows * c.out_features))),
+          mask_bytes(backend.relu_mask_bytes(c.rows, c.out_features)),
+          mask(backend, mask_bytes),
+          workspace(backend) {
+        if (mask_bytes) backend.fill_zero(mask.data(), mask_bytes);
         DenseForwardArgs args{};
         args.input = input_buffer.data();
         args.weights = weight_buffer.data();
@@ -241,7 +230,31 @@ void compare_dense_forward(Backend& reference, Backend& candidate, const Forward
         args.output_dtype = c.output;
         args.workspace = workspace.workspace();
         backend.dense_forward(args);
-        results[b] = download(backend, output, c.output, static_cast<size_t>(c.rows * c.out_features));
+    }
+    Buffer input_buffer, weight_buffer, bias_buffer, output;
+    size_t mask_bytes;
+    Buffer mask;
+    WorkspaceBuffer workspace;
+};
+
+void compare_dense_forward(Backend& reference, Backend& candidate, const ForwardCase& c) {
+    CAPTURE(c.rows);
+    CAPTURE(c.in_features);
+    CAPTURE(c.out_features);
+    CAPTURE(static_cast<int>(c.activation));
+    CAPTURE(std::string(dtype_name(c.compute)));
+    CAPTURE(std::string(dtype_name(c.output)));
+    CAPTURE(c.with_mask);
+    const std::vector<float> input = rounded(random_values(static_cast<size_t>(c.rows * c.in_features), -1, 1), c.compute);
+    const std::vector<float> weights = rounded(
+        padded_weights(c.out_features, c.in_features, c.valid_out, 1.0f / std::sqrt(float(c.in_features))), c.compute);
+    std::vector<float> bias = rounded(random_values(static_cast<size_t>(c.out_features), -0.5f, 0.5f), c.bias);
+    std::fill(bias.begin() + c.valid_out, bias.end(), 0.0f);
+    std::vector<float> results[2];
+    Backend* backends[2] = {&reference, &candidate};
+    for (int b = 0; b < 2; ++b) {
+        const ForwardRun run(*backends[b], c, input, weights, bias);
+        results[b] = download(*backends[b], run.output, c.output, static_cast<size_t>(c.rows * c.out_features));
     }
     CHECK(normalised_error(results[1], results[0]) <= error_bound(c.output));
 }
@@ -1409,29 +1422,10 @@ TrainingRun train(mpt_backend backend, mpt_precision precision, const SyntheticD
 std::vector<uint8_t> relu_forward_mask(Backend& backend, const std::vector<float>& input, const std::vector<float>& weights,
                                        const std::vector<float>& bias, int64_t rows, int64_t in_features,
                                        int64_t out_features) {
-    Buffer input_buffer = upload(backend, DType::bf16, input);
-    Buffer weight_buffer = upload(backend, DType::bf16, weights);
-    Buffer bias_buffer = upload(backend, DType::bf16, bias);
-    Buffer output = poisoned(backend, DType::bf16, static_cast<size_t>(rows * out_features));
-    const size_t mask_bytes = backend.relu_mask_bytes(rows, out_features);
-    Buffer mask(backend, mask_bytes);
-    backend.fill_zero(mask.data(), mask_bytes);
-    const WorkspaceBuffer workspace(backend);
-    DenseForwardArgs args{};
-    args.input = input_buffer.data();
-    args.weights = weight_buffer.data();
-    args.bias = bias_buffer.data();
-    args.output = output.data();
-    args.relu_mask = mask.data();
-    args.rows = rows;
-    args.in_features = in_features;
-    args.out_features = out_features;
-    args.valid_out = out_features;
-    args.activation = Activation::relu;
-    args.compute_dtype = args.bias_dtype = args.output_dtype = DType::bf16;
-    args.workspace = workspace.workspace();
-    backend.dense_forward(args);
-    return download_raw<uint8_t>(backend, mask, mask_bytes);
+    const ForwardCase c{rows,           in_features, out_features, out_features, Activation::relu,
+                        DType::bf16,    DType::bf16, DType::bf16,  true};
+    const ForwardRun run(backend, c, input, weights, bias);
+    return download_raw<uint8_t>(backend, run.mask, run.mask_bytes);
 }
 #endif
 
