@@ -289,7 +289,10 @@ struct BackwardDataCase {
     bool with_mask;  // A_prev comes from a ReLU forward that kept its mask
 };
 
-void compare_dense_backward_data(Backend& reference, Backend& candidate, const BackwardDataCase& c) {
+// `mask_only`: the candidate's A_prev is zeroed after its forward wrote the mask, so that only a
+// backward that takes ReLU's derivative from the mask (not from A_prev) matches the reference.
+void compare_dense_backward_data(Backend& reference, Backend& candidate, const BackwardDataCase& c,
+                                 bool mask_only = false) {
     CAPTURE(c.rows);
     CAPTURE(c.in_features);
     CAPTURE(c.out_features);
@@ -352,6 +355,9 @@ void compare_dense_backward_data(Backend& reference, Backend& candidate, const B
             forward.output_dtype = c.compute;
             forward.workspace = workspace.workspace();
             backend.dense_forward(forward);
+            if (mask_only && b == 1)
+                backend.fill_zero(activation.data(), static_cast<size_t>(c.rows * c.in_features) *
+                                                         backend.storage_size(c.compute));
         }
         Buffer output_grad_buffer = upload(backend, c.compute, output_grad);
         Buffer weight_buffer = upload(backend, c.compute, weights);
@@ -1589,6 +1595,8 @@ TEST_CASE("CUDA dense_forward matches the CPU with the small-batch kernel, whose
             {32, 1000, 16, 10, Activation::linear, dtype, DType::fp32, DType::fp32, false},
             {1, 3072, 100, 100, Activation::relu, dtype, dtype, dtype, true},
             {64, 520, 70, 70, Activation::relu, dtype, dtype, dtype, true},
+            {40, 1288, 72, 72, Activation::relu, dtype, dtype, dtype, true},  // 8 tiles: 3 groups of steps, a tail
+            {13, 2056, 48, 48, Activation::relu, dtype, dtype, dtype, true},  // 2 tiles: 3 groups, a tail
             {9, 8, 33, 30, Activation::sigmoid, dtype, dtype, dtype, false},
             {40, 128, 64, 64, Activation::relu, dtype, dtype, DType::fp32, true}};
         for (const ForwardCase& c : cases) {
@@ -1651,25 +1659,34 @@ TEST_CASE("CUDA dense_backward_data matches the CPU with the small-batch kernel,
     const auto on_kernel = [&] { return cuda_backend_op_paths(*cuda).backward_data_small_batch; };
     for (bool small_batch_forward : {false, true}) {
         CAPTURE(small_batch_forward);
-        cuda_backend_set_small_batch_forward(*cuda, small_batch_forward);
+        CHECK(cuda_backend_set_small_batch_forward(*cuda, small_batch_forward) == small_batch_forward);
+        const uint64_t forwards_on_kernel = cuda_backend_op_paths(*cuda).forward_small_batch;
         compare_dense_backward_data_cases(*cpu, *cuda);  // fp32's (cuBLASLt) among them
         for (DType dtype : {DType::bf16, DType::fp16}) {
             const BackwardDataCase cases[] = {
                 {32, 3000, 1000, Activation::relu, dtype, dtype, true},  // the seed MLP at batch 32
                 {32, 1000, 16, Activation::relu, dtype, dtype, true},
                 {1, 200, 40, Activation::relu, dtype, dtype, true},
+                {13, 104, 48, Activation::relu, dtype, dtype, true},     // 2 batch tiles
                 {64, 136, 72, Activation::relu, dtype, dtype, true},
+                {40, 72, 1288, Activation::relu, dtype, dtype, true},    // 8 tiles: 3 groups of steps, a tail
+                {20, 40, 2056, Activation::relu, dtype, dtype, true},    // 4 tiles: 3 groups, a tail
                 {33, 72, 264, Activation::relu, dtype, dtype, false},  // ReLU's derivative from A_prev
                 {29, 64, 40, Activation::sigmoid, dtype, dtype, false},
                 {24, 64, 32, Activation::relu, dtype, DType::fp32, true}};
             for (const BackwardDataCase& c : cases) {
                 const uint64_t before = on_kernel();
-                compare_dense_backward_data(*cpu, *cuda, c);
+                // Where a 16-bit forward wrote the mask, the kernel must take ReLU's derivative from it.
+                const bool mask_only = c.with_mask && c.input_grad == dtype;
+                compare_dense_backward_data(*cpu, *cuda, c, mask_only);
                 CHECK(on_kernel() == before + 1);  // each case ran on the kernel, not on cuBLASLt
             }
         }
+        // The masks came from the forward named: cuBLASLt's, then the small-batch kernel's.
+        CHECK((cuda_backend_op_paths(*cuda).forward_small_batch > forwards_on_kernel) == small_batch_forward);
     }
 }
+
 #endif
 
 TEST_CASE("CUDA max_abs, decide_update, clip_factor, average_weights and finish_step match the CPU") {

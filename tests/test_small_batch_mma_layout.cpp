@@ -1,12 +1,14 @@
 // The small-batch tensor-core kernels' operand and result layouts
 // (src/backend/cuda/small_batch_forward_layout.h and small_batch_backward_data_layout.h), checked on
-// the CPU, where every build runs it: whole layers computed as the kernels compute them, each
-// lane's chunks of W, X and dZ loaded and handed to the mma's registers as the kernels hand them
-// (the backward's W pairs built by an emulated __byte_perm with the kernel's selectors), the mma
-// emulated by the PTX ISA's layout (mma_m16n8k16_reference.h), the warps' sums added through the
-// shared-memory slots, and the epilogues' outputs and ReLU mask words placed as the kernels place
-// them, against X W^T + b and dZ W computed directly. The kernels themselves run only on a GPU
-// (test_cuda_ops compares them with the CPU backend, and the forward's mask with cuBLASLt's, there).
+// the CPU, where every build runs it: whole layers computed as the kernels compute them. Each lane's
+// chunks of W, X and dZ are loaded as the kernels load them and turned into mma registers by the
+// same functions the kernels call (a_register, b_register, dgrad_a_register, whose byte_perm runs
+// here as the CUDA documentation defines __byte_perm), with elements travelling as codes of their
+// place so that every half-word is checked; the mma is emulated by the PTX ISA's layout
+// (mma_m16n8k16_reference.h), the warps' sums added through the shared-memory slots, and the
+// epilogues' outputs and ReLU mask words placed as the kernels place them, against X W^T + b and
+// dZ W computed directly. The kernels themselves run only on a GPU (test_cuda_ops compares them
+// with the CPU backend, and the forward's mask with cuBLASLt's, there).
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -80,6 +82,12 @@ double slot_sum(const std::vector<double>& partial, int tiles, int row, int feat
     return sum;
 }
 
+// Registers travel as 16-bit element codes (an element's place in the lane's loaded chunks): a word
+// holds codes `first` and first + 1, as a 32-bit load puts two adjacent elements in its halves;
+// decode gives the code in half `e` (0: low) of a register the layout's functions built.
+uint32_t code_word(int first) { return static_cast<uint32_t>(first) | static_cast<uint32_t>(first + 1) << 16; }
+int decode(uint32_t reg, int e) { return static_cast<int>((reg >> (16 * e)) & 0xffffu); }
+
 // What one block writes: z for its [rows][kFeatures] outputs (before the activation) and its ReLU
 // mask words, computed lane by lane as the kernel does.
 struct BlockResult {
@@ -107,18 +115,25 @@ BlockResult run_block(const Layer& layer, int block) {
                         Lanes8 a(32, std::vector<double>(8)), b(32, std::vector<double>(4));
                         for (int lane = 0; lane < 32; ++lane) {
                             const int64_t k = chunk_k(step, warp, lane);
-                            for (int r = 0; r < 4; ++r) {
-                                const int64_t feature = f0 + a_feature(lane, m, r & 1);
-                                const auto w = chunk(layer.w, feature, feature < layer.features, k);
-                                a[lane][2 * r] = w[2 * a_word(h, r)];  // the word's low half, then its high
-                                a[lane][2 * r + 1] = w[2 * a_word(h, r) + 1];
-                            }
+                            // The lane's chunks of W's rows g and g + 8 of tile m, its words built
+                            // by the layout's a_register as the kernel builds them.
+                            const std::vector<double> rows[2] = {
+                                chunk(layer.w, f0 + a_feature(lane, m, 0), f0 + a_feature(lane, m, 0) < layer.features, k),
+                                chunk(layer.w, f0 + a_feature(lane, m, 1), f0 + a_feature(lane, m, 1) < layer.features, k)};
+                            uint32_t words[2][4];
+                            for (int half = 0; half < 2; ++half)
+                                for (int w = 0; w < 4; ++w) words[half][w] = code_word(8 * half + 2 * w);
+                            for (int r = 0; r < 4; ++r)
+                                for (int e = 0; e < 2; ++e) {
+                                    const int code = decode(a_register(words, h, r), e);
+                                    a[lane][2 * r + e] = rows[code / 8][code % 8];
+                                }
                             const int row = b_row(lane, j);
                             const auto x = chunk(layer.x, row, row < layer.rows, k);
-                            for (int r = 0; r < 2; ++r) {
-                                b[lane][2 * r] = x[2 * b_word(h, r)];
-                                b[lane][2 * r + 1] = x[2 * b_word(h, r) + 1];
-                            }
+                            uint32_t x_words[4];
+                            for (int w = 0; w < 4; ++w) x_words[w] = code_word(2 * w);
+                            for (int r = 0; r < 2; ++r)
+                                for (int e = 0; e < 2; ++e) b[lane][2 * r + e] = x[decode(b_register(x_words, h, r), e)];
                         }
                         sums[warp][m][j] = emulated_mma(a, b, sums[warp][m][j]);
                     }
@@ -142,15 +157,6 @@ BlockResult run_block(const Layer& layer, int block) {
     return result;
 }
 
-// __byte_perm(x, y, selector) as the CUDA documentation defines it: result byte n is byte
-// (selector >> 4n) & 7 of the 8 bytes y:x (x's bytes 0-3, then y's).
-uint32_t byte_perm(uint32_t x, uint32_t y, unsigned selector) {
-    const uint64_t bytes = (static_cast<uint64_t>(y) << 32) | x;
-    uint32_t result = 0;
-    for (int n = 0; n < 4; ++n) result |= static_cast<uint32_t>((bytes >> (8 * ((selector >> (4 * n)) & 7))) & 0xff) << (8 * n);
-    return result;
-}
-
 // The backward-data product G[r][i] = sum_o dZ[r][o] W[o][i] of one block's 32 features, computed
 // lane by lane as the kernel does: [row][feature of the block]. W's elements travel as 16-bit codes
 // (their index in the matrix) through the kernel's words and byte permutes, and are looked up after.
@@ -164,8 +170,13 @@ std::vector<double> run_backward_block(const std::vector<double>& dz, const std:
     WarpSums sums = zero_sums(tiles);
     for (int warp = 0; warp < kWarps; ++warp)
         for (int64_t step = 0; step < steps; ++step) {
-            std::vector<std::vector<uint32_t>> words(32, std::vector<uint32_t>(2 * kElementsPerLoad));
-            for (int lane = 0; lane < 32; ++lane) {  // the lane's 8 rows of 8 bytes, as 2 words each
+            // Each lane's 8 rows of 8 bytes as the kernel holds them: 2 words a row, W's elements
+            // as 16-bit codes (their index in W; kZero where the kernel loads zeros).
+            struct LaneRows {
+                uint32_t words[kElementsPerLoad][2];
+            };
+            std::vector<LaneRows> lanes(32);
+            for (int lane = 0; lane < 32; ++lane) {
                 const int64_t o = chunk_k(step, warp, lane), column = f0 + w_feature0(lane);
                 const bool present = o < out && column < in;
                 for (int u = 0; u < kElementsPerLoad; ++u)
@@ -173,7 +184,7 @@ std::vector<double> run_backward_block(const std::vector<double>& dz, const std:
                         uint16_t code[2] = {kZero, kZero};
                         for (int e = 0; e < 2; ++e)
                             if (present) code[e] = static_cast<uint16_t>((o + u) * in + column + 2 * word + e);
-                        words[lane][2 * u + word] = code[0] | static_cast<uint32_t>(code[1]) << 16;
+                        lanes[lane].words[u][word] = code[0] | static_cast<uint32_t>(code[1]) << 16;
                     }
             }
             for (int h = 0; h < 2; ++h)
@@ -181,20 +192,18 @@ std::vector<double> run_backward_block(const std::vector<double>& dz, const std:
                     for (int j = 0; j < tiles; ++j) {
                         Lanes8 a(32, std::vector<double>(8)), b(32, std::vector<double>(4));
                         for (int lane = 0; lane < 32; ++lane) {
-                            for (int r = 0; r < 4; ++r) {
-                                const int u = dgrad_row(h, r);
-                                const uint32_t reg = byte_perm(words[lane][2 * u + dgrad_word(m)],
-                                                               words[lane][2 * (u + 1) + dgrad_word(m)], dgrad_selector(r));
+                            for (int r = 0; r < 4; ++r)
                                 for (int e = 0; e < 2; ++e) {
-                                    const uint16_t code = static_cast<uint16_t>(reg >> (16 * e));
+                                    const int code = decode(dgrad_a_register(lanes[lane].words, h, m, r), e);
                                     a[lane][2 * r + e] = code == kZero ? 0.0 : w[code];
                                 }
-                            }
                             const int64_t o = chunk_k(step, warp, lane);
                             const int row = b_row(lane, j);
+                            uint32_t dz_words[4];
+                            for (int word = 0; word < 4; ++word) dz_words[word] = code_word(2 * word);
                             for (int r = 0; r < 2; ++r)
                                 for (int e = 0; e < 2; ++e) {
-                                    const int64_t k = o + 2 * b_word(h, r) + e;
+                                    const int64_t k = o + decode(b_register(dz_words, h, r), e);
                                     b[lane][2 * r + e] = row < rows && o < out ? dz[row * out + k] : 0.0;
                                 }
                         }

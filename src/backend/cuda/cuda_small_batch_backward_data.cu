@@ -41,15 +41,18 @@ __global__ void __launch_bounds__(kThreads, 1) small_batch_backward_data_kernel(
     float sums[kMmaRows][kTiles][4] = {};
     const int64_t steps = (O + kBlockStepK - 1) / kBlockStepK;
     for (int64_t step0 = 0; step0 < steps; step0 += kSteps) {
-        uint2 w[kSteps][kRowsPerStep];
-        uint4 dz[kSteps][kTiles];
+        uint32_t w[kSteps][kRowsPerStep][2];  // the lane's 4 features of each of its 8 rows of W
+        uint32_t dz[kSteps][kTiles][4];
 #pragma unroll
         for (int s = 0; s < kSteps; ++s) {
             const int64_t o = chunk_k(step0 + s, warp, lane);
             const bool in_o = o < O;  // O is a multiple of 8: the lane's 8 rows are all there or none
 #pragma unroll
-            for (int u = 0; u < kRowsPerStep; ++u)
-                w[s][u] = load_half_chunk(w_base + (in_o ? o + u : 0) * p.in_features, 0, in_o && w_present);
+            for (int u = 0; u < kRowsPerStep; ++u) {
+                const uint2 chunk = load_half_chunk(w_base + (in_o ? o + u : 0) * p.in_features, 0, in_o && w_present);
+                w[s][u][0] = chunk.x;
+                w[s][u][1] = chunk.y;
+            }
             dz_rows.load(dz[s], o, in_o);
         }
 #pragma unroll
@@ -60,13 +63,7 @@ __global__ void __launch_bounds__(kThreads, 1) small_batch_backward_data_kernel(
                 for (int m = 0; m < kMmaRows; ++m) {
                     uint32_t a_fragment[4];
 #pragma unroll
-                    for (int r = 0; r < 4; ++r) {
-                        // Row u's and row u + 1's element of the register's feature.
-                        const int u = dgrad_row(h, r);
-                        const uint32_t first = dgrad_word(m) == 0 ? w[s][u].x : w[s][u].y;
-                        const uint32_t second = dgrad_word(m) == 0 ? w[s][u + 1].x : w[s][u + 1].y;
-                        a_fragment[r] = __byte_perm(first, second, dgrad_selector(r));
-                    }
+                    for (int r = 0; r < 4; ++r) a_fragment[r] = dgrad_a_register(w[s], h, m, r);
                     mma_batch_tiles<T>(sums[m], a_fragment, dz[s], h);
                 }
     }

@@ -50,8 +50,8 @@ __global__ void __launch_bounds__(kThreads, 1) small_batch_forward_kernel(const 
     float sums[kMmaRows][kTiles][4] = {};
     const int64_t steps = (K + kBlockStepK - 1) / kBlockStepK;
     for (int64_t step0 = 0; step0 < steps; step0 += kSteps) {
-        uint4 a[kSteps][kMmaRows][2];
-        uint4 b[kSteps][kTiles];
+        uint32_t a[kSteps][kMmaRows][2][4];  // rows g and g + 8 of each mma tile of W
+        uint32_t b[kSteps][kTiles][4];
 #pragma unroll
         for (int s = 0; s < kSteps; ++s) {
             const int64_t k = chunk_k(step0 + s, warp, lane);
@@ -60,7 +60,7 @@ __global__ void __launch_bounds__(kThreads, 1) small_batch_forward_kernel(const 
             for (int m = 0; m < kMmaRows; ++m)
 #pragma unroll
                 for (int half = 0; half < 2; ++half)
-                    a[s][m][half] = load_chunk(w_row[m][half], k, in_k && w_present[m][half]);
+                    to_words(a[s][m][half], load_chunk(w_row[m][half], k, in_k && w_present[m][half]));
             x.load(b[s], k, in_k);
         }
 #pragma unroll
@@ -71,7 +71,7 @@ __global__ void __launch_bounds__(kThreads, 1) small_batch_forward_kernel(const 
                 for (int m = 0; m < kMmaRows; ++m) {
                     uint32_t a_fragment[4];
 #pragma unroll
-                    for (int r = 0; r < 4; ++r) a_fragment[r] = chunk_word(a[s][m][r & 1], a_word(h, r));
+                    for (int r = 0; r < 4; ++r) a_fragment[r] = a_register(a[s][m], h, r);
                     mma_batch_tiles<T>(sums[m], a_fragment, b[s], h);
                 }
     }

@@ -36,8 +36,12 @@ __device__ __forceinline__ uint2 load_half_chunk(const uint16_t* row, int64_t k,
     return __ldg(reinterpret_cast<const uint2*>(row + k));
 }
 
-__device__ __forceinline__ uint32_t chunk_word(const uint4& chunk, int word) {
-    return word == 0 ? chunk.x : word == 1 ? chunk.y : word == 2 ? chunk.z : chunk.w;
+// A chunk's words, for the layout's register functions.
+__device__ __forceinline__ void to_words(uint32_t (&words)[4], const uint4& chunk) {
+    words[0] = chunk.x;
+    words[1] = chunk.y;
+    words[2] = chunk.z;
+    words[3] = chunk.w;
 }
 
 // The batch rows of the B operand (X in the forward, dZ in the backward: [rows][stride], 16-bit) whose
@@ -57,19 +61,19 @@ struct BatchOperand {
     }
 
     // Each tile's chunk at k (zeros past the batch, or where `in_k` is false).
-    __device__ __forceinline__ void load(uint4 (&chunks)[kTiles], int64_t k, bool in_k) const {
+    __device__ __forceinline__ void load(uint32_t (&chunks)[kTiles][4], int64_t k, bool in_k) const {
 #pragma unroll
-        for (int j = 0; j < kTiles; ++j) chunks[j] = load_chunk(row[j], k, in_k && present[j]);
+        for (int j = 0; j < kTiles; ++j) to_words(chunks[j], load_chunk(row[j], k, in_k && present[j]));
     }
 };
 
 // One mma k-step h (0, 1) of a step for A tile `a_fragment` against every batch tile's chunk.
 template <typename T, int kTiles>
 __device__ __forceinline__ void mma_batch_tiles(float (&sums)[kTiles][4], const uint32_t (&a_fragment)[4],
-                                                const uint4 (&chunks)[kTiles], int h) {
+                                                const uint32_t (&chunks)[kTiles][4], int h) {
 #pragma unroll
     for (int j = 0; j < kTiles; ++j) {
-        const uint32_t b_fragment[2] = {chunk_word(chunks[j], b_word(h, 0)), chunk_word(chunks[j], b_word(h, 1))};
+        const uint32_t b_fragment[2] = {b_register(chunks[j], h, 0), b_register(chunks[j], h, 1)};
         mma_16x8x16<T>(sums[j], a_fragment, b_fragment);
     }
 }

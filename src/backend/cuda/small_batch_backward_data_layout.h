@@ -39,6 +39,27 @@ MPT_HOST_DEVICE int dgrad_row(int h, int r) { return 4 * h + 2 * (r >> 1); }
 MPT_HOST_DEVICE int dgrad_word(int m) { return m; }
 MPT_HOST_DEVICE unsigned dgrad_selector(int r) { return (r & 1) ? 0x7632u : 0x5410u; }
 
+// __byte_perm(x, y, selector): result byte n is byte (selector >> 4n) & 7 of the 8 bytes y:x (x's
+// bytes 0-3, then y's); on the host as the CUDA documentation defines it, for the CPU test.
+MPT_HOST_DEVICE uint32_t byte_perm(uint32_t x, uint32_t y, unsigned selector) {
+#if defined(__CUDA_ARCH__)
+    return __byte_perm(x, y, selector);
+#else
+    const uint64_t bytes = (static_cast<uint64_t>(y) << 32) | x;
+    uint32_t result = 0;
+    for (int n = 0; n < 4; ++n)
+        result |= static_cast<uint32_t>((bytes >> (8 * ((selector >> (4 * n)) & 7))) & 0xffu) << (8 * n);
+    return result;
+#endif
+}
+
+// A register r of the step's mma h for tile m, from the lane's 8 rows of W (2 words each: features
+// 4g, 4g + 1 and 4g + 2, 4g + 3): the kernel and the CPU test both build the fragment with it.
+MPT_HOST_DEVICE uint32_t dgrad_a_register(const uint32_t (&rows)[kElementsPerLoad][2], int h, int m, int r) {
+    const int u = dgrad_row(h, r);
+    return byte_perm(rows[u][dgrad_word(m)], rows[u + 1][dgrad_word(m)], dgrad_selector(r));
+}
+
 // Accumulator c (0..3) of mma tiles (m, j) holds G for this feature of the block (its batch row is
 // accumulator_row(lane, j, c), as in the forward).
 MPT_HOST_DEVICE int dgrad_accumulator_feature(int lane, int m, int c) { return dgrad_feature(lane, m, c >> 1); }

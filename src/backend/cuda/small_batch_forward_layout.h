@@ -52,11 +52,16 @@ MPT_HOST_DEVICE int a_feature(int lane, int m, int half) { return 16 * m + (lane
 // registers 2 and 3 the same rows at k pair 2t + 8.
 MPT_HOST_DEVICE int a_word(int h, int r) { return 2 * h + (r >> 1); }
 
+// A register r of the step's mma h, from the lane's chunks of its two rows of W in mma tile m (row
+// g's 4 words, then row g + 8's): the kernel and the CPU test both build the fragment with it.
+MPT_HOST_DEVICE uint32_t a_register(const uint32_t (&rows)[2][4], int h, int r) { return rows[r & 1][a_word(h, r)]; }
+
 // The batch row whose X chunk `lane` loads for mma tile `j` (N): the tile's column g.
 MPT_HOST_DEVICE int b_row(int lane, int j) { return 8 * j + (lane >> 2); }
 
 // B register r (0, 1) of mma h is word b_word(h, r) of that chunk: k pair 2t, then 2t + 8.
 MPT_HOST_DEVICE int b_word(int h, int r) { return 2 * h + r; }
+MPT_HOST_DEVICE uint32_t b_register(const uint32_t (&chunk)[4], int h, int r) { return chunk[b_word(h, r)]; }
 
 // Accumulator c (0..3) of mma tiles (m, j) holds Z for this feature and batch row (the ISA's c(c)).
 MPT_HOST_DEVICE int accumulator_feature(int lane, int m, int c) { return 16 * m + (lane >> 2) + 8 * (c >> 1); }
