@@ -20,7 +20,7 @@
 #include "backend/cuda/small_batch_forward_layout.h"
 #include "mma_m16n8k16_reference.h"
 
-using namespace mpt::small_batch_forward;
+using namespace mpt::small_batch_mma;
 using namespace mma_reference;
 
 namespace {

@@ -17,7 +17,7 @@ namespace mpt {
 
 namespace {
 
-using namespace small_batch_forward;
+using namespace small_batch_mma;
 
 // Rows of W a lane loads per step (its chunk of dZ's 8 output features).
 constexpr int kRowsPerStep = kElementsPerLoad;

@@ -21,7 +21,7 @@ namespace mpt {
 
 namespace {
 
-using namespace small_batch_forward;
+using namespace small_batch_mma;
 
 // T: the 16-bit input type. kTiles: 8-row mma tiles of the batch (1, 2, 4 or 8).
 template <typename T, int kTiles>

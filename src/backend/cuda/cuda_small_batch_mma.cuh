@@ -14,7 +14,7 @@
 #include "backend/cuda/small_batch_forward_layout.h"
 #include "core/dtype.h"
 
-namespace mpt::small_batch_forward {
+namespace mpt::small_batch_mma {
 
 // Steps whose loads a warp issues together before its mma instructions. The seed MLP's layers give
 // fewer blocks than an H200 has SMs (94, 32 and 1 at batch 32, for 132), so a block has its SM to
@@ -125,4 +125,4 @@ auto small_batch_instance(DType compute, int64_t rows) {
     }
 }
 
-}  // namespace mpt::small_batch_forward
+}  // namespace mpt::small_batch_mma

@@ -16,7 +16,7 @@
 
 #include "backend/cuda/small_batch_forward_layout.h"
 
-namespace mpt::small_batch_forward {
+namespace mpt::small_batch_mma {
 
 // Each lane's features of W: 4 from the block's feature w_feature0(lane) (8 bytes), in every row.
 constexpr int kDgradFeaturesPerLoad = 4;
@@ -64,4 +64,4 @@ MPT_HOST_DEVICE uint32_t dgrad_a_register(const uint32_t (&rows)[kElementsPerLoa
 // accumulator_row(lane, j, c), as in the forward).
 MPT_HOST_DEVICE int dgrad_accumulator_feature(int lane, int m, int c) { return dgrad_feature(lane, m, c >> 1); }
 
-}  // namespace mpt::small_batch_forward
+}  // namespace mpt::small_batch_mma

@@ -19,7 +19,7 @@
 
 #include "core/host_device.h"
 
-namespace mpt::small_batch_forward {
+namespace mpt::small_batch_mma {
 
 constexpr int kThreads = 256;  // 8 warps, each a share of K
 constexpr int kWarps = kThreads / 32;
@@ -82,4 +82,4 @@ static_assert(kFeatures == 32, "a lane per feature in the epilogue");
 // bit i.
 MPT_HOST_DEVICE int64_t mask_bit(int64_t feature, int64_t row, int64_t ld_bits) { return row * ld_bits + feature; }
 
-}  // namespace mpt::small_batch_forward
+}  // namespace mpt::small_batch_mma
