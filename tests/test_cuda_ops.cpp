@@ -1676,10 +1676,13 @@ TEST_CASE("CUDA dense_backward_data matches the CPU with the small-batch kernel,
                 {24, 64, 32, Activation::relu, dtype, DType::fp32, true}};
             for (const BackwardDataCase& c : cases) {
                 const uint64_t before = on_kernel();
+                const uint64_t fused_forwards = cuda_backend_op_paths(*cuda).forward_fused;
                 // Where a 16-bit forward wrote the mask, the kernel must take ReLU's derivative from it.
                 const bool mask_only = c.with_mask && c.input_grad == dtype;
                 compare_dense_backward_data(*cpu, *cuda, c, mask_only);
                 CHECK(on_kernel() == before + 1);  // each case ran on the kernel, not on cuBLASLt
+                // (A failure here, not the kernel, explains a mask case's mismatch: no forward wrote its mask.)
+                if (mask_only) CHECK(cuda_backend_op_paths(*cuda).forward_fused == fused_forwards + 1);
             }
         }
         // The masks came from the forward named: cuBLASLt's, then the small-batch kernel's.
