@@ -187,6 +187,11 @@ if [ -x "$bench" ]; then
         bench_run 60 small_batch --precision mixed-bf16 --batch 32
     MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 MPTRAIN_CUDA_TENSOR_CORE_SGD=1 \
         bench_run 60 small_batch_tensor_cores --precision mixed-fp16,mixed-bf16 --batch 32
+    # Programmatic dependent launch (each kernel's launch overlapping the kernel before it): on the
+    # default kernels at batch 32 and 256, and on batch 32's all-hand-written step.
+    MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 bench_run 60 dependent_launch --precision mixed-bf16 --batch 32,256
+    MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 MPTRAIN_CUDA_TENSOR_CORE_SGD=1 \
+        MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 bench_run 60 all_switches --precision mixed-bf16 --batch 32
     # cuBLASLt's candidate algorithms timed when each GEMM is planned, against the heuristic's first.
     MPTRAIN_CUDA_GEMM_AUTOTUNE=1 bench_run 90 autotuned --precision mixed-bf16 --batch 32,256,4096 --steps 50
     # The same step with the data set left in host memory: batches staged through pinned buffers.
@@ -288,9 +293,10 @@ fi
 # The same 50 epochs with this session's switched-off experiments on (bench/NOTES.md): what the
 # seed run would take if they became the defaults. After the peers: it matters less than they do.
 if [ "$cifar_ready" = 1 ] && fits 60; then
-    run_cifar cifar10_experiments "CIFAR-10 seed run, tensor-core SGD + small-batch kernels + GEMM autotuning" \
+    run_cifar cifar10_experiments \
+        "CIFAR-10 seed run, tensor-core SGD + small-batch kernels + GEMM autotuning + dependent launch" \
         MPTRAIN_CUDA_TENSOR_CORE_SGD=1 MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 \
-        MPTRAIN_CUDA_GEMM_AUTOTUNE=1
+        MPTRAIN_CUDA_GEMM_AUTOTUNE=1 MPTRAIN_CUDA_DEPENDENT_LAUNCH=1
 fi
 
 # Out-of-bounds and misaligned accesses in the kernels that the op comparisons would not see (a

@@ -335,6 +335,49 @@ TEST_CASE("MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 and _BACKWARD=1 train as cuBLASLt'
     CHECK(small_batch == doctest::Approx(cublaslt).epsilon(5e-3));
 }
 
+// MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 (compute capability 9.0, a build with code for it): the backend's
+// kernels launch while the kernel before them still runs, and wait for it before touching memory.
+// The same kernels in the same order compute the same numbers: the loss is the default's exactly, so
+// a difference means some kernel read or wrote memory before its wait. Graph capture keeps the
+// programmatic edges (no refusal, steps replay), and eager launches carry them too.
+TEST_CASE("MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 trains exactly as the default does, captured and eagerly") {
+    SKIP_WITHOUT_GPU();
+    auto context = cuda_context_under("MPTRAIN_CUDA_DEPENDENT_LAUNCH", "1");
+    if (!mpt::testing::turn_on_device_path(context->backend(), cuda_backend_set_dependent_launch,
+                                           "programmatic dependent launch", 9))
+        return;
+    const float dependent = train_two_bf16_epochs(context, 41);
+    INFO("last refusal: " << cuda_backend_last_graph_refusal(context->backend()));
+    CHECK(cuda_backend_graph_refusals(context->backend()) == 0);
+    CHECK(cuda_backend_graph_replays(context->backend()) >= 30);
+    const float stream_ordered = train_two_bf16_epochs(make_context(MPT_BACKEND_CUDA), 41);
+    CHECK(std::isfinite(dependent));
+    CHECK(dependent == stream_ordered);
+
+    auto eager = make_context(MPT_BACKEND_CUDA);
+    cuda_backend_set_graphs(eager->backend(), false);
+    REQUIRE(cuda_backend_set_dependent_launch(eager->backend(), true));
+    CHECK(train_two_bf16_epochs(eager, 41) == stream_ordered);
+    CHECK(cuda_backend_graph_replays(eager->backend()) == 0);
+
+    // With every small-batch switch on as well: the step is then the backend's kernels alone.
+    auto all = make_context(MPT_BACKEND_CUDA);
+    auto all_stream_ordered = make_context(MPT_BACKEND_CUDA);
+    for (Backend* backend : {&all->backend(), &all_stream_ordered->backend()}) {
+        if (!mpt::testing::turn_on_tensor_core_path(*backend, cuda_backend_set_small_batch_forward,
+                                                    "small-batch forward kernel") ||
+            !mpt::testing::turn_on_tensor_core_path(*backend, cuda_backend_set_small_batch_backward_data,
+                                                    "small-batch backward-data kernel") ||
+            !mpt::testing::turn_on_tensor_core_path(*backend, cuda_backend_set_tensor_core_sgd,
+                                                    "tensor-core fused SGD"))
+            return;
+    }
+    REQUIRE(cuda_backend_set_dependent_launch(all->backend(), true));
+    CHECK(train_two_bf16_epochs(all, 43) == train_two_bf16_epochs(all_stream_ordered, 43));
+    CHECK(cuda_backend_graph_refusals(all->backend()) == 0);
+    CHECK_FALSE(cuda_backend_set_dependent_launch(all_stream_ordered->backend(), false));
+}
+
 // MPTRAIN_CUDA_GEMM_AUTOTUNE=1: each GEMM plan takes the fastest of cuBLASLt's candidates, timed on
 // scratch operands when first planned. Another algorithm sums in another order (or splits K), not
 // other sums: the step trains to the default's loss. The counts go to the device check's log.

@@ -62,9 +62,10 @@ def main():
     # Runs under MPTRAIN_CUDA_SPLIT_K=0, shown against the default plain step and kept out of the rest.
     unsplit = [r for r in mine if r.get("split_k") is False]
     mine = [r for r in mine if r not in unsplit]
-    # Runs under MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 or _BACKWARD=1 (with or without the tensor-core
-    # SGD), likewise.
-    small_batch = [r for r in mine if r.get("small_batch_forward") is True or r.get("small_batch_backward") is True]
+    # Runs under MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1, _BACKWARD=1 or MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 (with
+    # or without the tensor-core SGD), likewise.
+    small_batch = [r for r in mine if any(r.get(field) is True for field in
+                                          ("small_batch_forward", "small_batch_backward", "dependent_launch"))]
     mine = [r for r in mine if r not in small_batch]
     # Runs under MPTRAIN_CUDA_TENSOR_CORE_SGD=1, likewise.
     tensor_core_sgd = [r for r in mine if r.get("tensor_core_sgd") is True]
@@ -205,8 +206,9 @@ def main():
     for r in small_batch:
         switches = [name for name, field in (("SMALL_BATCH_FORWARD", "small_batch_forward"),
                                              ("SMALL_BATCH_BACKWARD", "small_batch_backward"),
-                                             ("TENSOR_CORE_SGD", "tensor_core_sgd")) if r.get(field)]
-        print(against(r, "small-batch kernels (" + ", ".join(f"MPTRAIN_CUDA_{name}=1" for name in switches) + ")",
+                                             ("TENSOR_CORE_SGD", "tensor_core_sgd"),
+                                             ("DEPENDENT_LAUNCH", "dependent_launch")) if r.get(field)]
+        print(against(r, "switched on (" + ", ".join(f"MPTRAIN_CUDA_{name}=1" for name in switches) + ")",
                       ours.get((r["precision"], r["batch"])), "the default step"))
     for r in autotuned:
         print(against(r, "GEMM algorithms timed (MPTRAIN_CUDA_GEMM_AUTOTUNE=1)", ours.get((r["precision"], r["batch"])),

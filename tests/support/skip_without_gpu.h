@@ -28,15 +28,22 @@ inline int compute_capability_major(const Backend& backend) {
     return at == std::string::npos ? -1 : std::atoi(name.c_str() + at + tag.size());
 }
 
-// Turns a hand-written tensor-core path on through its backend setter (which says whether it is now
-// on). Off is a skip below compute capability 8.0, and a failure at 8.0 and up, where the path's own
+// Turns a device path on through its backend setter (which says whether it is now on). Off is a
+// skip below compute capability `minimum_major`.0, and a failure from there up, where the path's own
 // availability check is what is under test.
 template <typename Setter>
-bool turn_on_tensor_core_path(Backend& backend, Setter set, const char* what) {
+bool turn_on_device_path(Backend& backend, Setter set, const char* what, int minimum_major) {
     const bool on = set(backend, true);
-    if (compute_capability_major(backend) >= 8) REQUIRE_MESSAGE(on, what << " is off on a device of compute capability 8.0 or later");
-    if (!on) MESSAGE("compute capability below 8.0: no " << what);
+    if (compute_capability_major(backend) >= minimum_major)
+        REQUIRE_MESSAGE(on, what << " is off on a device of compute capability " << minimum_major << ".0 or later");
+    if (!on) MESSAGE("compute capability below " << minimum_major << ".0: no " << what);
     return on;
+}
+
+// A hand-written tensor-core path (mma.m16n8k16): compute capability 8.0 and up.
+template <typename Setter>
+bool turn_on_tensor_core_path(Backend& backend, Setter set, const char* what) {
+    return turn_on_device_path(backend, set, what, 8);
 }
 
 }  // namespace mpt::testing

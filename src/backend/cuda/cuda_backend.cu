@@ -23,6 +23,7 @@
 #include "backend/cuda/cuda_small_batch_backward_data.cuh"
 #include "backend/cuda/cuda_small_batch_forward.cuh"
 #include "backend/cuda/cuda_gather.cuh"
+#include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_max_abs.cuh"
 #include "backend/cuda/cuda_step_state.cuh"
 #include "backend/cuda/cuda_weight_average.cuh"
@@ -52,8 +53,10 @@ bool turned_off_by_environment(const char* variable) {
 
 // MPTRAIN_CUDA_TENSOR_CORE_SGD=1 computes the fused SGD kernel's tiles on the tensor cores,
 // MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 and MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 run the forward layers and
-// the input gradients of at most 64 rows as one tensor-core kernel each, and MPTRAIN_CUDA_GEMM_AUTOTUNE=1 times cuBLASLt's candidate algorithms for each GEMM when it
-// is first planned: off by default until a GPU has measured them.
+// the input gradients of at most 64 rows as one tensor-core kernel each, MPTRAIN_CUDA_GEMM_AUTOTUNE=1
+// times cuBLASLt's candidate algorithms for each GEMM when it is first planned, and
+// MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 launches the backend's kernels with programmatic dependent launch
+// (cuda_launch.cuh): off by default until a GPU has measured them.
 bool turned_on_by_environment(const char* variable) {
     const char* value = std::getenv(variable);
     return value && std::strcmp(value, "1") == 0;
@@ -66,7 +69,7 @@ std::string CudaBackend::setup_warning() const {
         {{"MPTRAIN_CUDA_GRAPHS", {"0", "1"}}, {"MPTRAIN_CUDA_FUSED_EPILOGUES", {"0", "1"}},
          {"MPTRAIN_CUDA_SPLIT_K", {"0", "1"}}, {"MPTRAIN_CUDA_TENSOR_CORE_SGD", {"0", "1"}},
          {"MPTRAIN_CUDA_GEMM_AUTOTUNE", {"0", "1"}}, {"MPTRAIN_CUDA_SMALL_BATCH_FORWARD", {"0", "1"}},
-         {"MPTRAIN_CUDA_SMALL_BATCH_BACKWARD", {"0", "1"}}});
+         {"MPTRAIN_CUDA_SMALL_BATCH_BACKWARD", {"0", "1"}}, {"MPTRAIN_CUDA_DEPENDENT_LAUNCH", {"0", "1"}}});
 }
 
 // ---- creation ----------------------------------------------------------------------------------
@@ -180,6 +183,7 @@ CudaBackend::CudaBackend(int device, MemoryTracker* memory) : device_(device), m
     set_tensor_core_sgd(turned_on_by_environment("MPTRAIN_CUDA_TENSOR_CORE_SGD"));
     set_small_batch_forward(turned_on_by_environment("MPTRAIN_CUDA_SMALL_BATCH_FORWARD"));
     set_small_batch_backward_data(turned_on_by_environment("MPTRAIN_CUDA_SMALL_BATCH_BACKWARD"));
+    set_dependent_launch(turned_on_by_environment("MPTRAIN_CUDA_DEPENDENT_LAUNCH"));
     try {
         scheduler_ = std::make_unique<CudaScheduler>(*static_cast<CudaTaskHooks*>(this));
         gemm_ = std::make_unique<CudaGemm>(!turned_off_by_environment("MPTRAIN_CUDA_SPLIT_K"),
@@ -560,6 +564,12 @@ bool CudaBackend::set_small_batch_backward_data(bool enabled) {
     return small_batch_backward_data_;
 }
 
+bool CudaBackend::set_dependent_launch(bool enabled) {
+    activate();
+    dependent_launch_ = enabled && dependent_launch_runs_on_current_device();
+    return dependent_launch_;
+}
+
 void CudaBackend::plan(RecordedOp& op) {
     switch (op.code) {
         case OpCode::dense_forward: {
@@ -656,6 +666,7 @@ bool CudaBackend::execute_unless_refused(const RecordedOp& op, cudaStream_t stre
 
 void CudaBackend::execute(const RecordedOp& op, cudaStream_t stream) {
     const int max_blocks = multiprocessors_ * 8;
+    const DependentLaunchScope launches(dependent_launch_);
     switch (op.code) {
         case OpCode::gather: run_gather(op.gather, stream); return;
         case OpCode::dense_forward: run_dense_forward(*gemm_, op.forward_plan, op.forward, op.scratch, stream); return;
@@ -750,6 +761,7 @@ void CudaBackend::end_compute_task() {
         return;
     }
     signature_.clear();
+    signature_.put(dependent_launch_);  // the graph's kernel edges differ with it
     for (const RecordedOp& op : recorded_) sign(op);
 
     cudaGraphExec_t exec = nullptr;
@@ -854,6 +866,9 @@ bool cuda_backend_set_small_batch_forward(Backend& backend, bool enabled) {
 }
 bool cuda_backend_set_small_batch_backward_data(Backend& backend, bool enabled) {
     return as_cuda(backend).set_small_batch_backward_data(enabled);
+}
+bool cuda_backend_set_dependent_launch(Backend& backend, bool enabled) {
+    return as_cuda(backend).set_dependent_launch(enabled);
 }
 CudaGemmAutotune cuda_backend_gemm_autotune(const Backend& backend) {
     const CudaGemm& gemm = as_cuda(backend).gemm();

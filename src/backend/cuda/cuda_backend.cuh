@@ -91,6 +91,8 @@ public:
     bool set_small_batch_forward(bool enabled);
     // On only where small_batch_backward_data_available(); returns whether it is on.
     bool set_small_batch_backward_data(bool enabled);
+    // On only where dependent_launch_runs_on_current_device() (cuda_launch.cuh); returns whether it is on.
+    bool set_dependent_launch(bool enabled);
     void refuse_fused_runs(bool refuse) { gemm_->set_refuse_fused_runs(refuse); }
     void break_captures(bool broken) { break_captures_ = broken; }
     const CudaOpPaths& op_paths() const { return op_paths_; }
@@ -192,6 +194,7 @@ private:
     bool tensor_core_sgd_ = false;
     bool small_batch_forward_ = false;
     bool small_batch_backward_data_ = false;
+    bool dependent_launch_ = false;
     CudaOpPaths op_paths_;
     std::exception_ptr deferred_error_;  // from release()'s flush, for the next issue or task end
 

@@ -63,6 +63,11 @@ bool cuda_backend_set_small_batch_forward(Backend& backend, bool enabled);
 // The input gradients of at most 64 rows likewise (cuda_small_batch_backward_data.cuh;
 // MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1).
 bool cuda_backend_set_small_batch_backward_data(Backend& backend, bool enabled);
+// The backend's kernels launched with programmatic dependent launch, each one's launch overlapping
+// the kernel before it (cuda_launch.cuh; default off until a GPU has measured it;
+// MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 turns it on). Ignored below compute capability 9.0 or where the
+// build has no code for 9.0; returns whether it is now on.
+bool cuda_backend_set_dependent_launch(Backend& backend, bool enabled);
 // cuBLASLt algorithms chosen by timing (MPTRAIN_CUDA_GEMM_AUTOTUNE=1; cuda_gemm_autotune.cuh): plans
 // timed, those where another than the heuristic's first won, the microseconds the winners saved
 // (one run of each plan, summed), and why the last plan with several candidates was not timed.

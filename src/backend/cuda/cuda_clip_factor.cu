@@ -5,6 +5,7 @@
 #include <cub/block/block_reduce.cuh>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_launch.cuh"
 
 namespace mpt {
 
@@ -17,6 +18,7 @@ using SumReduce = cub::BlockReduce<double, kThreads>;
 
 __global__ void __launch_bounds__(kThreads)
     sum_squares_kernel(const float* __restrict__ gradients, int64_t count, bool vectorised, double* partials) {
+    start_after_preceding_kernel();
     double sum = 0.0;
     const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
     const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -39,6 +41,7 @@ __global__ void __launch_bounds__(kThreads)
 
 __global__ void __launch_bounds__(kThreads) clip_factor_kernel(const double* partials, int blocks, float clipnorm,
                                                                 TrainState* state) {
+    start_after_preceding_kernel();
     const double partial = static_cast<int>(threadIdx.x) < blocks ? partials[threadIdx.x] : 0.0;
     __shared__ typename SumReduce::TempStorage temp;
     const double sum = SumReduce(temp).Sum(partial);
@@ -59,10 +62,10 @@ void run_clip_factor(const float* gradients, int64_t count, float clipnorm, Trai
     const bool vectorised = (reinterpret_cast<uintptr_t>(gradients) & 15) == 0;
     // The grid depends on the count alone, so the partials (and their sum) do too.
     const unsigned blocks = grid_for((count + 3) / 4, kThreads, kClipFactorMaxBlocks);
-    sum_squares_kernel<<<blocks, kThreads, 0, stream>>>(gradients, count, vectorised, partials);
-    MPT_CUDA_CHECK_LAUNCH("sum_squares_kernel");
-    clip_factor_kernel<<<1, kThreads, 0, stream>>>(partials, static_cast<int>(blocks), clipnorm, state);
-    MPT_CUDA_CHECK_LAUNCH("clip_factor_kernel");
+    launch_kernel("sum_squares_kernel", sum_squares_kernel, blocks, kThreads, 0, stream, gradients, count, vectorised,
+                  partials);
+    launch_kernel("clip_factor_kernel", clip_factor_kernel, 1, kThreads, 0, stream, partials, static_cast<int>(blocks),
+                  clipnorm, state);
 }
 
 }  // namespace mpt

@@ -6,6 +6,7 @@
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_dense_forward.cuh"
+#include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_small_batch_backward_data.cuh"
 
 namespace mpt {
@@ -15,6 +16,7 @@ namespace {
 __global__ void backward_data_epilogue_kernel(const float* __restrict__ accumulator, const void* __restrict__ input,
                                               DType input_dtype, Activation activation, void* __restrict__ output,
                                               DType output_dtype, int64_t total) {
+    start_after_preceding_kernel();
     for (int64_t index = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; index < total;
          index += static_cast<int64_t>(gridDim.x) * blockDim.x) {
         const float derivative = activation_derivative_from_output(activation, load_element(input, input_dtype, index));
@@ -83,9 +85,9 @@ void run_dense_backward_data(CudaGemm& gemm, const DenseBackwardDataPlan& plan, 
     }
     gemm.run(*plan.gemm, args.weights, args.output_grad, scratch, nullptr, nullptr, args.workspace, stream);
     const int64_t total = args.rows * args.in_features;
-    backward_data_epilogue_kernel<<<grid_for(total, 256, 4096), 256, 0, stream>>>(
-        scratch, args.input, args.compute_dtype, args.input_activation, args.input_grad, args.input_grad_dtype, total);
-    MPT_CUDA_CHECK_LAUNCH("backward_data_epilogue_kernel");
+    launch_kernel("backward_data_epilogue_kernel", backward_data_epilogue_kernel, grid_for(total, 256, 4096), 256, 0,
+                  stream, scratch, args.input, args.compute_dtype, args.input_activation, args.input_grad,
+                  args.input_grad_dtype, total);
 }
 
 }  // namespace mpt

@@ -7,6 +7,7 @@
 #include "backend/cuda/cuda_dense_forward.cuh"
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_small_batch_forward.cuh"
 
 namespace mpt {
@@ -16,6 +17,7 @@ namespace {
 __global__ void forward_epilogue_kernel(const float* __restrict__ accumulator, const void* __restrict__ bias,
                                         DType bias_dtype, void* __restrict__ output, DType output_dtype,
                                         Activation activation, int64_t rows, int64_t columns, int64_t valid_columns) {
+    start_after_preceding_kernel();
     const int64_t total = rows * columns;
     for (int64_t index = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; index < total;
          index += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -91,10 +93,9 @@ void run_dense_forward(CudaGemm& gemm, const DenseForwardPlan& plan, const Dense
     }
     gemm.run(*plan.gemm, args.weights, args.input, scratch, nullptr, nullptr, args.workspace, stream);
     const int64_t total = args.rows * args.out_features;
-    forward_epilogue_kernel<<<grid_for(total, 256, 4096), 256, 0, stream>>>(
-        scratch, args.bias, args.bias_dtype, args.output, args.output_dtype, args.activation, args.rows,
-        args.out_features, args.valid_out);
-    MPT_CUDA_CHECK_LAUNCH("forward_epilogue_kernel");
+    launch_kernel("forward_epilogue_kernel", forward_epilogue_kernel, grid_for(total, 256, 4096), 256, 0, stream,
+                  scratch, args.bias, args.bias_dtype, args.output, args.output_dtype, args.activation, args.rows,
+                  args.out_features, args.valid_out);
 }
 
 }  // namespace mpt

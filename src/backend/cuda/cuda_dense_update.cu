@@ -9,6 +9,7 @@
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_fused_sgd.cuh"
+#include "backend/cuda/cuda_launch.cuh"
 
 namespace mpt {
 
@@ -153,6 +154,7 @@ __device__ __forceinline__ void update_chunk(const UpdateLaunch& launch, const O
 
 template <DType kLow, bool kPlainSgd>
 __global__ void __launch_bounds__(kUpdateThreads) update_kernel(const UpdateLaunch launch) {
+    start_after_preceding_kernel();
     __shared__ OptimizerStepScalars scalars;
     __shared__ int skip;
     if (threadIdx.x == 0) {
@@ -300,8 +302,7 @@ void run_dense_update(CudaGemm& gemm, const DenseUpdatePlan& plan, const DenseUp
         case DType::bf16: kernel = plain_sgd ? update_kernel<DType::bf16, true> : update_kernel<DType::bf16, false>; break;
     }
     require(kernel != nullptr, MPT_STATUS_INTERNAL, "cuda backend: dense_update for an unknown dtype");
-    kernel<<<blocks, kUpdateThreads, 0, stream>>>(launch);
-    MPT_CUDA_CHECK_LAUNCH("update_kernel");
+    launch_kernel("update_kernel", kernel, blocks, kUpdateThreads, 0, stream, launch);
 }
 
 }  // namespace mpt

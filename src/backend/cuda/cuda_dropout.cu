@@ -3,6 +3,7 @@
 #include "backend/cuda/cuda_dropout.cuh"
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_launch.cuh"
 
 namespace mpt {
 
@@ -15,6 +16,7 @@ constexpr int kMaxBlocks = 4096;
 // `first_index`: where input[0] lies in the step's whole batch (DropoutArgs::first_index).
 __global__ void __launch_bounds__(kThreads) dropout_kernel(const void* input, void* output, DType dtype, int64_t count,
                                                            int64_t first_index, DropoutDraw draw, const TrainState* state) {
+    start_after_preceding_kernel();
     const uint64_t key = dropout_key(draw.seed, state->steps, draw.layer);
     for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -29,9 +31,8 @@ __global__ void __launch_bounds__(kThreads) dropout_kernel(const void* input, vo
 
 void run_dropout(const DropoutArgs& args, cudaStream_t stream) {
     if (args.count == 0) return;
-    dropout_kernel<<<grid_for(args.count, kThreads, kMaxBlocks), kThreads, 0, stream>>>(
-        args.input, args.output, args.dtype, args.count, args.first_index, args.draw, args.state);
-    MPT_CUDA_CHECK_LAUNCH("dropout_kernel");
+    launch_kernel("dropout_kernel", dropout_kernel, grid_for(args.count, kThreads, kMaxBlocks), kThreads, 0, stream,
+                  args.input, args.output, args.dtype, args.count, args.first_index, args.draw, args.state);
 }
 
 }  // namespace mpt

@@ -7,6 +7,7 @@
 
 #include "backend/cuda/cuda_backend.cuh"
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_launch.cuh"
 #include "data/epoch_order.h"
 
 namespace mpt {
@@ -16,12 +17,14 @@ namespace {
 constexpr unsigned kOrderThreads = 256;
 
 __global__ void identity_order_kernel(int32_t* order, int64_t rows) {
+    start_after_preceding_kernel();
     const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
     for (int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; row < rows; row += stride)
         order[row] = static_cast<int32_t>(row);
 }
 
 __global__ void order_keys_kernel(uint64_t* keys, int32_t* indices, int64_t rows, uint64_t seed) {
+    start_after_preceding_kernel();
     const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
     for (int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; row < rows; row += stride) {
         keys[row] = epoch_order_key(seed, static_cast<uint64_t>(row));
@@ -61,13 +64,12 @@ void CudaEpochOrder::run(int32_t* order, int64_t rows, bool shuffle, uint64_t se
     require(order != nullptr, MPT_STATUS_INVALID_ARGUMENT, "cuda backend: fill_order needs an order buffer");
     const unsigned blocks = grid_for(rows, kOrderThreads, 1024);
     if (!shuffle) {
-        identity_order_kernel<<<blocks, kOrderThreads, 0, stream>>>(order, rows);
-        MPT_CUDA_CHECK_LAUNCH("identity_order_kernel");
+        launch_kernel("identity_order_kernel", identity_order_kernel, blocks, kOrderThreads, 0, stream, order, rows);
         return;
     }
     require(rows <= capacity_, MPT_STATUS_INTERNAL, "cuda backend: the epoch order was not reserved");
-    order_keys_kernel<<<blocks, kOrderThreads, 0, stream>>>(keys_in_, indices_in_, rows, seed);
-    MPT_CUDA_CHECK_LAUNCH("order_keys_kernel");
+    launch_kernel("order_keys_kernel", order_keys_kernel, blocks, kOrderThreads, 0, stream, keys_in_, indices_in_, rows,
+                  seed);
     size_t temp_bytes = sort_temp_bytes_;
     MPT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(sort_temp_, temp_bytes, keys_in_, keys_out_, indices_in_, order,
                                                    static_cast<int>(rows), 0, 64, stream));

@@ -23,6 +23,7 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_fused_sgd_launch.cuh"
 #include "backend/cuda/cuda_fused_sgd_tensor_cores.cuh"
+#include "backend/cuda/cuda_launch.cuh"
 
 namespace mpt {
 
@@ -93,6 +94,7 @@ __device__ __forceinline__ void store_masters(const FusedSgdLaunch& p, int64_t o
 // T: the element type of dZ, A and the low-precision copies (float, __half or __nv_bfloat16).
 template <bool kVector, typename T>
 __global__ void __launch_bounds__(kThreads) fused_sgd_kernel(const FusedSgdLaunch p) {
+    start_after_preceding_kernel();
     __shared__ float4 input[kFusedSgdMaxRows][kStripColumns / 4];            // A[r][i0 + 4c ..]
     __shared__ float4 output_grad[2][kFusedSgdMaxRows][kTileRows / 4];       // dZ[r][o0 + 4w ..], 2 tiles
     const FusedSgdBlockStart start = fused_sgd_block_start(p);
@@ -230,8 +232,7 @@ void run_fused_sgd(const DenseUpdateArgs& args, const OptimizerConfig& optimizer
     }
     require(kernel != nullptr, MPT_STATUS_INTERNAL, "cuda backend: fused SGD for an unknown dtype");
     const dim3 grid = fused_sgd_grid(reinterpret_cast<const void*>(kernel), kThreads, 0, launch);
-    kernel<<<grid, kThreads, 0, stream>>>(launch);
-    MPT_CUDA_CHECK_LAUNCH("fused_sgd_kernel");
+    launch_kernel("fused_sgd_kernel", kernel, grid, kThreads, 0, stream, launch);
 }
 
 }  // namespace mpt

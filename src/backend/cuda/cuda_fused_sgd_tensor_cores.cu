@@ -16,6 +16,7 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_fused_sgd.cuh"
 #include "backend/cuda/cuda_fused_sgd_launch.cuh"
+#include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_mma.cuh"
 #include "backend/cuda/fused_sgd_mma_layout.h"
 
@@ -98,6 +99,7 @@ __device__ __forceinline__ void store_master_pair(const FusedSgdLaunch& p, int64
 // shared memory: the strip of A, kStripColumns rows of staged_stride(padded_k) elements.
 template <bool kVector, typename T>
 __global__ void __launch_bounds__(kThreads, 2) fused_sgd_tensor_core_kernel(const FusedSgdLaunch p) {
+    start_after_preceding_kernel();
     extern __shared__ __align__(16) uint16_t operand_b[];                     // A^T: [i][k]
     __shared__ __align__(16) uint16_t operand_a[2][kTileRows * kChunkStride];  // dZ^T: [o][k], 2 chunks
     const FusedSgdBlockStart start = fused_sgd_block_start(p);
@@ -312,8 +314,7 @@ void run_fused_sgd_on_tensor_cores(const DenseUpdateArgs& args, const OptimizerC
     require(strip_bytes <= static_cast<size_t>(attributes.maxDynamicSharedSizeBytes), MPT_STATUS_INTERNAL,
             "cuda backend: tensor-core fused SGD run on a device where fused_sgd_tensor_cores_available was not asked");
     const dim3 grid = fused_sgd_grid(reinterpret_cast<const void*>(kernel), kThreads, strip_bytes, launch);
-    kernel<<<grid, kThreads, strip_bytes, stream>>>(launch);
-    MPT_CUDA_CHECK_LAUNCH("fused_sgd_tensor_core_kernel");
+    launch_kernel("fused_sgd_tensor_core_kernel", kernel, grid, kThreads, strip_bytes, stream, launch);
 }
 
 }  // namespace mpt

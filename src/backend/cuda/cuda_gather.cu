@@ -6,6 +6,7 @@
 #include "backend/cuda/cuda_gather.cuh"
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_launch.cuh"
 
 namespace mpt {
 
@@ -20,6 +21,7 @@ __device__ float standardize(const GatherArgs& args, int64_t f, float value) {
 }
 
 __global__ void __launch_bounds__(kThreads) gather_kernel(const GatherArgs args) {
+    start_after_preceding_kernel();
     for (int64_t r = blockIdx.x; r < args.rows; r += gridDim.x) {
         const int64_t source_row = args.order ? args.order[args.first + r] : args.first + r;
         const int64_t out_row = r * args.padded_features;
@@ -77,6 +79,7 @@ __device__ __forceinline__ void store_16(void* base, DType dtype, int64_t index,
 // uint8 samples, features a multiple of 16 and not padded: thread t converts chunk t % chunks of
 // batch row t / chunks; a row's first thread copies its label, row weight and targets.
 __global__ void __launch_bounds__(kThreads) gather_u8_chunks_kernel(const GatherArgs args) {
+    start_after_preceding_kernel();
     const int64_t chunks = args.features / 16;
     const int64_t t = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
     if (t >= args.rows * chunks) return;
@@ -126,13 +129,12 @@ void run_gather(const GatherArgs& args, cudaStream_t stream) {
         const int64_t threads = args.rows * (args.features / 16);
         const int64_t blocks = (threads + kThreads - 1) / kThreads;
         require(blocks <= 0x7fffffff, MPT_STATUS_UNSUPPORTED, "cuda backend: a batch too large to gather");
-        gather_u8_chunks_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(args);
-        MPT_CUDA_CHECK_LAUNCH("gather_u8_chunks_kernel");
+        launch_kernel("gather_u8_chunks_kernel", gather_u8_chunks_kernel, static_cast<unsigned>(blocks), kThreads, 0,
+                      stream, args);
         return;
     }
     const unsigned blocks = static_cast<unsigned>(args.rows < 65535 ? args.rows : 65535);
-    gather_kernel<<<blocks, kThreads, 0, stream>>>(args);
-    MPT_CUDA_CHECK_LAUNCH("gather_kernel");
+    launch_kernel("gather_kernel", gather_kernel, blocks, kThreads, 0, stream, args);
 }
 
 }  // namespace mpt

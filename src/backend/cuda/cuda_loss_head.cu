@@ -6,6 +6,7 @@
 #include <cub/block/block_reduce.cuh>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_launch.cuh"
 
 namespace mpt {
 
@@ -296,6 +297,7 @@ __device__ void finish_head(const LossHeadArgs& args, double loss_sum, long long
 template <int kWarps>
 __global__ void __launch_bounds__(kWarps * kWarpSize) loss_head_kernel(const LossHeadArgs args, HeadCase kind,
                                                                        const LossHeadScratch scratch) {
+    start_after_preceding_kernel();
     __shared__ double warp_loss[kWarps];
     __shared__ long long warp_correct[kWarps], warp_counted[kWarps];
     __shared__ bool last_block;
@@ -410,14 +412,13 @@ void validate_loss_head(const LossHeadArgs& args) {
 void run_loss_head(const LossHeadArgs& args, const LossHeadScratch& scratch, cudaStream_t stream) {
     if (args.rows <= kSingleBlockRows) {
         // One block, a warp per row.
-        loss_head_kernel<kSingleBlockRows><<<1, static_cast<unsigned>(args.rows) * kWarpSize, 0, stream>>>(
-            args, head_case(args), scratch);
-        MPT_CUDA_CHECK_LAUNCH("loss_head_kernel");
+        launch_kernel("loss_head_kernel", loss_head_kernel<kSingleBlockRows>, 1,
+                      static_cast<unsigned>(args.rows) * kWarpSize, 0, stream, args, head_case(args), scratch);
         return;
     }
     const unsigned blocks = grid_for(args.rows, kWarpsPerBlock, kLossHeadMaxBlocks);
-    loss_head_kernel<kWarpsPerBlock><<<blocks, kBlockThreads, 0, stream>>>(args, head_case(args), scratch);
-    MPT_CUDA_CHECK_LAUNCH("loss_head_kernel");
+    launch_kernel("loss_head_kernel", loss_head_kernel<kWarpsPerBlock>, blocks, kBlockThreads, 0, stream, args,
+                  head_case(args), scratch);
 }
 
 }  // namespace mpt

@@ -6,6 +6,7 @@
 #include <cub/block/block_reduce.cuh>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_launch.cuh"
 
 namespace mpt {
 
@@ -47,6 +48,7 @@ struct MaxAbsLaunch {
 };
 
 __global__ void __launch_bounds__(kThreads) max_abs_kernel(const MaxAbsLaunch launch, unsigned* outputs) {
+    start_after_preceding_kernel();
     const void* __restrict__ values = launch.values[blockIdx.y];
     const int64_t count = launch.count[blockIdx.y];
     const DType dtype = launch.dtype[blockIdx.y];
@@ -102,8 +104,8 @@ void run_max_abs(const MaxAbsInput* inputs, int count, float* out, int max_block
     if (most_work == 0) return;
     // Blocks past a smaller tensor's end find nothing to do and return at once.
     const dim3 grid(grid_for(most_work, kThreads, static_cast<unsigned>(max_blocks)), static_cast<unsigned>(count));
-    max_abs_kernel<<<grid, kThreads, 0, stream>>>(launch, reinterpret_cast<unsigned*>(out));
-    MPT_CUDA_CHECK_LAUNCH("max_abs_kernel");
+    launch_kernel("max_abs_kernel", max_abs_kernel, grid, kThreads, 0, stream, launch,
+                  reinterpret_cast<unsigned*>(out));
 }
 
 }  // namespace mpt

@@ -8,6 +8,7 @@
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_dense_forward.cuh"
+#include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_mma.cuh"
 #include "backend/cuda/cuda_small_batch_mma.cuh"
 #include "backend/cuda/small_batch_backward_data_layout.h"
@@ -25,6 +26,7 @@ constexpr int kRowsPerStep = kElementsPerLoad;
 // T: the 16-bit compute type. kTiles: 8-row mma tiles of the batch (1, 2, 4 or 8).
 template <typename T, int kTiles>
 __global__ void __launch_bounds__(kThreads, 1) small_batch_backward_data_kernel(const DenseBackwardDataArgs p) {
+    start_after_preceding_kernel();
     constexpr int kSteps = kStepsInFlight<kTiles>;
     __shared__ float partial[kSlots * 8 * kTiles * kFeatures];
 
@@ -117,8 +119,7 @@ void run_small_batch_backward_data(const DenseBackwardDataArgs& args, bool read_
     if (!read_mask) launch.relu_mask = nullptr;  // ReLU's derivative from A_prev
     const auto kernel = small_batch_instance<BackwardDataInstances>(args.compute_dtype, args.rows);
     const unsigned blocks = static_cast<unsigned>((args.in_features + kFeatures - 1) / kFeatures);
-    kernel<<<blocks, kThreads, 0, stream>>>(launch);
-    MPT_CUDA_CHECK_LAUNCH("small_batch_backward_data_kernel");
+    launch_kernel("small_batch_backward_data_kernel", kernel, blocks, kThreads, 0, stream, launch);
 }
 
 }  // namespace mpt

@@ -12,6 +12,7 @@
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_dense_forward.cuh"
+#include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_mma.cuh"
 #include "backend/cuda/cuda_small_batch_mma.cuh"
 #include "backend/cuda/small_batch_forward_layout.h"
@@ -26,6 +27,7 @@ using namespace small_batch_mma;
 // T: the 16-bit input type. kTiles: 8-row mma tiles of the batch (1, 2, 4 or 8).
 template <typename T, int kTiles>
 __global__ void __launch_bounds__(kThreads, 1) small_batch_forward_kernel(const DenseForwardArgs p) {
+    start_after_preceding_kernel();
     constexpr int kPaddedRows = 8 * kTiles;
     constexpr int kSteps = kStepsInFlight<kTiles>;
     __shared__ float partial[kSlots * kPaddedRows * kFeatures];
@@ -128,8 +130,7 @@ void run_small_batch_forward(const DenseForwardArgs& args, cudaStream_t stream) 
     if (launch.valid_out > args.out_features) launch.valid_out = args.out_features;
     const auto kernel = small_batch_instance<ForwardInstances>(args.compute_dtype, args.rows);
     const unsigned blocks = static_cast<unsigned>((args.out_features + kFeatures - 1) / kFeatures);
-    kernel<<<blocks, kThreads, 0, stream>>>(launch);
-    MPT_CUDA_CHECK_LAUNCH("small_batch_forward_kernel");
+    launch_kernel("small_batch_forward_kernel", kernel, blocks, kThreads, 0, stream, launch);
 }
 
 }  // namespace mpt

@@ -2,6 +2,7 @@
 #include "backend/cuda/cuda_step_state.cuh"
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_launch.cuh"
 
 namespace mpt {
 
@@ -10,6 +11,7 @@ namespace {
 // Every weight gradient is a sum of `rows` products |dZ| * |A| <= max|dZ| * max|A|; if that bound
 // (with max|A| taken as at least 1) is finite in fp32, so is every gradient (CpuBackend's rule).
 __global__ void decide_update_kernel(const float* max_abs_pairs, int layer_count, int64_t rows, TrainState* state) {
+    start_after_preceding_kernel();
     for (int layer = 0; layer < layer_count; ++layer) {
         const double bound = static_cast<double>(rows) * max_abs_pairs[2 * layer] *
                              fmax(1.0, static_cast<double>(max_abs_pairs[2 * layer + 1]));
@@ -19,6 +21,7 @@ __global__ void decide_update_kernel(const float* max_abs_pairs, int layer_count
 
 __global__ void finish_step_kernel(TrainState* state, const LossScalerConfig scaler, const double* metrics,
                                    double* committed_metrics) {
+    start_after_preceding_kernel();
     TrainState value = *state;
     advance_loss_scaler(value, scaler);
     *state = value;
@@ -33,16 +36,15 @@ void run_decide_update(const float* max_abs_pairs, int layer_count, int64_t rows
     require(state != nullptr && (layer_count == 0 || max_abs_pairs != nullptr), MPT_STATUS_INVALID_ARGUMENT,
             "cuda backend: decide_update needs the bounds and the train state");
     if (layer_count <= 0) return;
-    decide_update_kernel<<<1, 1, 0, stream>>>(max_abs_pairs, layer_count, rows, state);
-    MPT_CUDA_CHECK_LAUNCH("decide_update_kernel");
+    launch_kernel("decide_update_kernel", decide_update_kernel, 1, 1, 0, stream, max_abs_pairs, layer_count, rows,
+                  state);
 }
 
 void run_finish_step(TrainState* state, const LossScalerConfig& scaler, const double* metrics,
                      double* committed_metrics, cudaStream_t stream) {
     require(state != nullptr, MPT_STATUS_INVALID_ARGUMENT, "cuda backend: finish_step needs the train state");
     // In the scaler's kernel: the copy adds no launch (nor graph node) to a step.
-    finish_step_kernel<<<1, 1, 0, stream>>>(state, scaler, metrics, committed_metrics);
-    MPT_CUDA_CHECK_LAUNCH("finish_step_kernel");
+    launch_kernel("finish_step_kernel", finish_step_kernel, 1, 1, 0, stream, state, scaler, metrics, committed_metrics);
 }
 
 }  // namespace mpt

@@ -3,6 +3,7 @@
 #include "backend/cuda/cuda_weight_average.cuh"
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_launch.cuh"
 
 namespace mpt {
 
@@ -14,6 +15,7 @@ constexpr int kMaxBlocks = 4096;
 __global__ void __launch_bounds__(kThreads) average_weights_kernel(const float* __restrict__ masters,
                                                                    float* __restrict__ averages, int64_t count,
                                                                    float momentum, const TrainState* state) {
+    start_after_preceding_kernel();
     const bool copy = momentum == 0.0f;  // a frozen layer's: its weights, whatever the step
     if (state->found_inf && !copy) return;  // a skipped step: the weights did not change
     const bool first = copy || state->applied_steps == 0;
@@ -27,6 +29,7 @@ __global__ void __launch_bounds__(kThreads) average_weights_kernel(const float* 
 
 __global__ void __launch_bounds__(kThreads) swap_values_kernel(float* __restrict__ first, float* __restrict__ second,
                                                                int64_t count) {
+    start_after_preceding_kernel();
     for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
         const float value = first[i];
@@ -40,15 +43,14 @@ __global__ void __launch_bounds__(kThreads) swap_values_kernel(float* __restrict
 void run_average_weights(const float* masters, float* averages, int64_t count, float momentum, const TrainState* state,
                          cudaStream_t stream) {
     if (count == 0) return;
-    average_weights_kernel<<<grid_for(count, kThreads, kMaxBlocks), kThreads, 0, stream>>>(masters, averages, count,
-                                                                                           momentum, state);
-    MPT_CUDA_CHECK_LAUNCH("average_weights_kernel");
+    launch_kernel("average_weights_kernel", average_weights_kernel, grid_for(count, kThreads, kMaxBlocks), kThreads, 0,
+                  stream, masters, averages, count, momentum, state);
 }
 
 void run_swap_values(float* first, float* second, int64_t count, cudaStream_t stream) {
     if (count == 0) return;
-    swap_values_kernel<<<grid_for(count, kThreads, kMaxBlocks), kThreads, 0, stream>>>(first, second, count);
-    MPT_CUDA_CHECK_LAUNCH("swap_values_kernel");
+    launch_kernel("swap_values_kernel", swap_values_kernel, grid_for(count, kThreads, kMaxBlocks), kThreads, 0, stream,
+                  first, second, count);
 }
 
 }  // namespace mpt

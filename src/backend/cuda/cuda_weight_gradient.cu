@@ -5,6 +5,7 @@
 #include "backend/cuda/cuda_weight_gradient.cuh"
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_launch.cuh"
 
 namespace mpt {
 
@@ -17,6 +18,7 @@ constexpr int kRowSlices = 8;
 // `accumulate`: adds the sums to bias_grad's values.
 __global__ void bias_grad_kernel(const void* __restrict__ output_grad, DType dtype, float* __restrict__ bias_grad,
                                  int64_t rows, int64_t columns, bool accumulate) {
+    start_after_preceding_kernel();
     __shared__ float partial[kRowSlices][kColumnsPerBlock];
     const int64_t column = blockIdx.x * static_cast<int64_t>(kColumnsPerBlock) + threadIdx.x;
     float sum = 0.0f;
@@ -71,9 +73,8 @@ void run_weight_gradient(CudaGemm& gemm, const WeightGradientPlan& plan,
     if (plan.fused) return;
     const dim3 block(kColumnsPerBlock, kRowSlices);
     const unsigned blocks = static_cast<unsigned>((args.out_features + kColumnsPerBlock - 1) / kColumnsPerBlock);
-    bias_grad_kernel<<<blocks, block, 0, stream>>>(args.output_grad, args.compute_dtype, args.bias_grad, args.rows,
-                                                   args.out_features, args.accumulate);
-    MPT_CUDA_CHECK_LAUNCH("bias_grad_kernel");
+    launch_kernel("bias_grad_kernel", bias_grad_kernel, blocks, block, 0, stream, args.output_grad, args.compute_dtype,
+                  args.bias_grad, args.rows, args.out_features, args.accumulate);
 }
 
 }  // namespace mpt

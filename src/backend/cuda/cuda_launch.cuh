@@ -1,0 +1,77 @@
+// How the backend launches its own kernels: every one through launch_kernel(), and every one starts
+// with start_after_preceding_kernel() before it touches memory (tests/test_kernel_launches.sh checks
+// both rules over src/backend/cuda).
+//
+// Why: at small batches a step is a chain of a dozen short kernels, and each one's launch (a graph
+// node's scheduling, its blocks' placement) otherwise begins only after the kernel before it has
+// drained. With programmatic dependent launch (compute capability 9.0; MPTRAIN_CUDA_DEPENDENT_LAUNCH=1,
+// off by default until a GPU has measured it) a kernel goes out with the launch attribute that lets
+// it start while the one before it in the stream still runs; its blocks wait in
+// start_after_preceding_kernel() (griddepcontrol.wait) until that kernel has finished and its writes
+// are visible, then let the next kernel launch in turn (griddepcontrol.launch_dependents). Nothing is
+// read or written before the wait, so every kernel sees what stream order gives it: the same numbers
+// either way. Without the attribute (the default, and every launch outside a backend op) the wait
+// returns at once, and the instructions exist only in code compiled for 9.0 and up:
+// dependent_launch_runs_on_current_device() says whether the code that runs here has them.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <utility>
+
+#include "backend/cuda/cuda_common.cuh"
+
+namespace mpt {
+
+// Whether kernels launched by this thread go out with the dependent-launch attribute: set by the
+// backend around each op it executes (CudaBackend::execute), off elsewhere.
+bool dependent_launch_requested() noexcept;
+
+class DependentLaunchScope {
+public:
+    explicit DependentLaunchScope(bool enabled) noexcept;
+    ~DependentLaunchScope();
+    DependentLaunchScope(const DependentLaunchScope&) = delete;
+    DependentLaunchScope& operator=(const DependentLaunchScope&) = delete;
+
+private:
+    bool saved_;
+};
+
+// Compute capability 9.0 and up, and the kernels that run here compiled for it (a build without 90
+// in its architectures runs on a Hopper from PTX without the wait, where the attribute would let
+// kernels overlap). Clears any error it meets.
+bool dependent_launch_runs_on_current_device();
+
+// Launches `kernel` on `stream` (with the attribute when dependent_launch_requested()); a launch
+// failure is an mpt::Error naming `name`.
+template <typename... Parameters, typename... Arguments>
+void launch_kernel(const char* name, void (*kernel)(Parameters...), dim3 grid, dim3 block, size_t shared_bytes,
+                   cudaStream_t stream, Arguments&&... arguments) {
+    cudaLaunchAttribute attribute{};
+    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.dynamicSmemBytes = shared_bytes;
+    config.stream = stream;
+    config.attrs = &attribute;
+    config.numAttrs = dependent_launch_requested() ? 1 : 0;
+    check_cuda(cudaLaunchKernelEx(&config, kernel, std::forward<Arguments>(arguments)...), name, __FILE__, __LINE__);
+    // Asynchronous faults of earlier work surface here, as after a <<<>>> launch.
+    check_cuda(cudaGetLastError(), name, __FILE__, __LINE__);
+}
+
+#if defined(__CUDACC__)
+// The first statement of every backend kernel: waits for the kernel before it in the stream (when
+// launched with the attribute), then lets the next one launch.
+__device__ __forceinline__ void start_after_preceding_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+#endif
+
+}  // namespace mpt
