@@ -15,6 +15,9 @@
 #include "nn/trainer.h"
 #include "support/skip_without_gpu.h"
 #include "support/training_fixture.h"
+#if defined(MPTRAIN_WITH_CUDA)
+#include "backend/cuda/cuda_backend.h"
+#endif
 
 namespace {
 
@@ -51,9 +54,14 @@ GpuSetup gpu_setup(size_t dataset_device_budget, const SyntheticData& data) {
     return setup;
 }
 
-// `standardized`: on the dataset standardized by its own feature statistics.
-Run train_on_gpu(size_t dataset_device_budget, const SyntheticData& data, bool standardized = false) {
+// `standardized`: on the dataset standardized by its own feature statistics. `dependent_launch`:
+// with programmatic dependent launch (cuda_launch.cuh), which the device must then offer.
+Run train_on_gpu(size_t dataset_device_budget, const SyntheticData& data, bool standardized = false,
+                 bool dependent_launch = false) {
     GpuSetup setup = gpu_setup(dataset_device_budget, data);
+#if defined(MPTRAIN_WITH_CUDA)
+    if (dependent_launch) REQUIRE(cuda_backend_set_dependent_launch(setup.context->backend(), true));
+#endif
     if (standardized) {
         const int64_t features = setup.dataset->features();
         std::vector<float> mean(static_cast<size_t>(features)), stddev(static_cast<size_t>(features));
@@ -123,6 +131,25 @@ TEST_CASE("a dataset streamed through pinned buffers trains exactly like a resid
     // It trained: chance is 0.1 over 10 classes. (The CPU reference ends this run at 0.285 from
     // the raw bytes / 255; standardized inputs, below, learn faster.)
     CHECK(resident.evaluation.accuracy > 0.2f);
+}
+
+// A kernel launched with programmatic dependent launch may start before the kernel ahead of it in
+// the stream ends; a batch staged on the copy stream is ordered by an event instead, which must hold
+// all the same: the streamed run with it is still the resident run without it.
+TEST_CASE("with dependent launch, a dataset streamed through pinned buffers still trains exactly like a resident one") {
+    SKIP_WITHOUT_GPU();
+    if (compute_capability_major(*create_cuda_backend(0)) < 9) {
+        MESSAGE("compute capability below 9.0: no programmatic dependent launch");
+        return;
+    }
+    const SyntheticData data = synthetic_data(512, 100, 3);
+    const Run resident = train_on_gpu(SIZE_MAX, data);
+    const Run streamed = train_on_gpu(0, data, false, true);
+    CHECK(streamed.streamed);
+    CHECK(streamed.final == resident.final);
+    CHECK(streamed.evaluation.loss == resident.evaluation.loss);
+    CHECK(streamed.evaluation.accuracy == resident.evaluation.accuracy);
+    CHECK(streamed.state.steps == resident.state.steps);
 }
 
 TEST_CASE("a standardized dataset streamed through pinned buffers trains exactly like a resident one") {
