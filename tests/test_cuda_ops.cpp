@@ -1435,6 +1435,26 @@ std::vector<uint8_t> relu_forward_mask(Backend& backend, const std::vector<float
 }
 #endif
 
+// One step's decision as a compute task: the max_abs pass over three layers' (dZ, A_prev) tensors
+// and the decide_update that reads exactly its results, between begin_step and finish_step (four
+// ops, so that the task is captured and replayed as the trainer's steps are).
+struct DecisionTask {
+    Backend* backend;
+    MaxAbsInput inputs[6];
+    float* maxima;
+    TrainState* state;
+    int64_t rows;
+    LossScalerConfig scaler;
+};
+
+void run_decision_task(void* argument) {
+    const DecisionTask& task = *static_cast<const DecisionTask*>(argument);
+    task.backend->begin_step(task.state);
+    task.backend->max_abs(task.inputs, 6, task.maxima);
+    task.backend->decide_update(task.maxima, 3, task.rows, task.state);
+    task.backend->finish_step(task.state, task.scaler, nullptr, nullptr);
+}
+
 }  // namespace
 
 // ---- cases that run everywhere --------------------------------------------------------------------
@@ -1701,6 +1721,77 @@ TEST_CASE("CUDA max_abs, decide_update, clip_factor, average_weights and finish_
     compare_clip_factor(*cpu, *cuda);
     compare_weight_averaging(*cpu, *cuda);
     compare_finish_step(*cpu, *cuda);
+}
+
+// Recorded (a compute task: its first sighting, its capture and its replays), a max_abs pass and the
+// decide_update right after it that reads exactly its results are one launch, whose last block
+// takes the maxima of every block's partials and then the decision. The same tensors' maxima and
+// decisions as issued op by op (graphs off), round after round, on tensors of many blocks with the
+// largest value moving, and the decision flipping between rounds as the values change in place.
+TEST_CASE("a recorded max_abs pass decides the update in its own launch, as decide_update does") {
+    SKIP_WITHOUT_GPU();
+#if defined(MPTRAIN_WITH_CUDA)
+    const float inf = std::numeric_limits<float>::infinity();
+    // (max|dZ|, max|A_prev|) of three layers, as compare_decide_update's cases.
+    const std::vector<std::vector<float>> cases = {
+        {1.0f, 1.0f, 2.0f, 0.5f, 3.0f, 1e10f},   // finite
+        {1.0f, 1.0f, 1e30f, 1e10f, 3.0f, 2.0f},  // product overflows
+        {1.0f, 1.0f, 2.0f, 3.0f, inf, 1.0f},     // a non-finite dZ
+        {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f},    // all zero: finite
+        {1e37f, 0.1f, 1.0f, 1.0f, 1.0f, 1.0f},   // the bias gradient's bound overflows
+    };
+    const int64_t rows = 64;
+    const int64_t sizes[6] = {300001, 7, 120000, 64, 4096, 1};  // many blocks, one, a ragged tail
+    for (bool graphs : {true, false}) {
+        CAPTURE(graphs);
+        auto backend = make_cuda();
+        cuda_backend_set_graphs(*backend, graphs);
+        std::vector<Buffer> tensors;
+        DecisionTask task{};
+        task.backend = backend.get();
+        for (int t = 0; t < 6; ++t) {
+            tensors.emplace_back(*backend, static_cast<size_t>(sizes[t]) * sizeof(float));
+            task.inputs[t] = MaxAbsInput{tensors.back().data(), DType::fp32, sizes[t]};
+        }
+        Buffer maxima = poisoned(*backend, DType::fp32, 6);
+        TrainState initial{};
+        initial.loss_scale = 1.0f;
+        Buffer state = upload_raw(*backend, std::vector<TrainState>{initial});
+        task.maxima = maxima.as<float>();
+        task.state = state.as<TrainState>();
+        task.rows = rows;
+        std::mt19937 generator(11);
+        for (int round = 0; round < 12; ++round) {
+            const std::vector<float>& pairs = cases[static_cast<size_t>(round) % cases.size()];
+            CAPTURE(round);
+            for (int t = 0; t < 6; ++t) {
+                // Values below the maximum, of both signs, and the maximum (negated half the time) somewhere.
+                std::uniform_real_distribution<float> below(-pairs[t] * 0.5f, pairs[t] * 0.5f);
+                std::vector<float> values(static_cast<size_t>(sizes[t]));
+                for (float& value : values) value = std::isfinite(pairs[t]) ? below(generator) : 1.0f;
+                const size_t at = generator() % values.size();
+                values[at] = (generator() % 2 ? -1.0f : 1.0f) * pairs[t];
+                backend->copy_to_device(tensors[static_cast<size_t>(t)].data(), values.data(),
+                                        values.size() * sizeof(float));
+            }
+            backend->scheduler().submit(Lane::compute, &run_decision_task, &task);
+            backend->scheduler().synchronize();
+            CHECK(download(*backend, maxima, DType::fp32, 6) == pairs);
+            const TrainState after = download_raw<TrainState>(*backend, state, 1)[0];
+            const bool finite = gradient_bounds_finite(pairs.data(), 3, rows);
+            CHECK(finite == (pairs[2] != 1e30f && std::isfinite(pairs[4]) && pairs[0] != 1e37f));
+            CHECK(after.found_inf == (finite ? 0 : 1));
+            CHECK(after.steps == round + 1);
+        }
+        if (graphs) {
+            INFO("last refusal: " << cuda_backend_last_graph_refusal(*backend));
+            CHECK(cuda_backend_graph_refusals(*backend) == 0);
+            CHECK(cuda_backend_graph_replays(*backend) >= 10);
+        } else {
+            CHECK(cuda_backend_graph_replays(*backend) == 0);
+        }
+    }
+#endif
 }
 
 TEST_CASE("CUDA dropout drops and scales the values the CPU does, bit for bit") {

@@ -52,6 +52,19 @@ inline TrainState initial_train_state(const LossScalerConfig& config) {
     return state;
 }
 
+// The update decision's proof (Backend::decide_update), for `layer_count` layers' (max|dZ|, max|A_prev|)
+// pairs: every weight gradient is a sum of `rows` products |dZ| * |A| <= max|dZ| * max|A|, so if that
+// bound (with max|A| taken as at least 1, for the bias gradient) is finite in fp32 for every layer,
+// so is every gradient. NaN and Inf maxima make it false.
+MPT_HOST_DEVICE bool gradient_bounds_finite(const float* max_abs_pairs, int layer_count, int64_t rows) {
+    for (int layer = 0; layer < layer_count; ++layer) {
+        const double bound = static_cast<double>(rows) * max_abs_pairs[2 * layer] *
+                             fmax(1.0, static_cast<double>(max_abs_pairs[2 * layer + 1]));
+        if (!(bound < 3.0e38)) return false;
+    }
+    return true;
+}
+
 // Advances the state after a step whose gradients were finite or not (state.found_inf).
 MPT_HOST_DEVICE void advance_loss_scaler(TrainState& state, const LossScalerConfig& config) {
     state.steps += 1;

@@ -371,11 +371,7 @@ float CpuBackend::max_abs_one(const float* data, int64_t count) {
 }
 
 void CpuBackend::decide_update(const float* max_abs_pairs, int layer_count, int64_t rows, TrainState* state) {
-    for (int layer = 0; layer < layer_count; ++layer) {
-        const double bound = static_cast<double>(rows) * max_abs_pairs[2 * layer] *
-                             std::max(1.0, static_cast<double>(max_abs_pairs[2 * layer + 1]));
-        if (!(bound < 3.0e38)) state->found_inf = 1;
-    }
+    if (!gradient_bounds_finite(max_abs_pairs, layer_count, rows)) state->found_inf = 1;
 }
 
 void CpuBackend::column_sums(const float* output_grad, int64_t rows, int64_t columns, float factor, float* out,

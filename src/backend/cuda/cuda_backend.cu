@@ -191,7 +191,9 @@ CudaBackend::CudaBackend(int device, MemoryTracker* memory) : device_(device), m
         epoch_order_ = std::make_unique<CudaEpochOrder>(*this);
         const size_t partial_bytes = kLossHeadMaxBlocks * sizeof(double);
         const size_t clip_bytes = kClipFactorMaxBlocks * sizeof(double);
-        const size_t scratch_bytes = 3 * partial_bytes + 256 + clip_bytes;
+        const int max_abs_blocks = multiprocessors_ * 8;
+        const size_t scratch_bytes =
+            3 * partial_bytes + 256 + round_up_256(clip_bytes) + max_abs_scratch_bytes(max_abs_blocks);
         reduction_scratch_ = allocate_scratch(scratch_bytes);
         char* base = static_cast<char*>(reduction_scratch_);
         head_scratch_.partial_loss = reinterpret_cast<double*>(base);
@@ -199,6 +201,10 @@ CudaBackend::CudaBackend(int device, MemoryTracker* memory) : device_(device), m
         head_scratch_.partial_counted = reinterpret_cast<long long*>(base + 2 * partial_bytes);
         head_scratch_.counter = reinterpret_cast<unsigned*>(base + 3 * partial_bytes);
         clip_partials_ = reinterpret_cast<double*>(base + 3 * partial_bytes + 256);
+        char* max_abs_base = base + 3 * partial_bytes + 256 + round_up_256(clip_bytes);
+        max_abs_scratch_.counter = reinterpret_cast<unsigned*>(max_abs_base);
+        max_abs_scratch_.partials = reinterpret_cast<unsigned*>(max_abs_base + sizeof(unsigned));
+        max_abs_scratch_.max_blocks = max_abs_blocks;
         // On our own stream, not the legacy one: that would be unsafe while another library in the
         // process captures a graph, and a device-wide sync would stall other contexts.
         const cudaStream_t compute = scheduler_->stream(Lane::compute);
@@ -677,7 +683,7 @@ void CudaBackend::execute(const RecordedOp& op, cudaStream_t stream) {
             MPT_CUDA_CHECK(cudaMemsetAsync(&op.state->found_inf, 0, sizeof op.state->found_inf, stream));
             return;
         case OpCode::max_abs:
-            run_max_abs(op.max_inputs, static_cast<int>(op.count), op.out, max_blocks, stream);
+            run_max_abs(op.max_inputs, static_cast<int>(op.count), op.out, max_abs_scratch_, MaxAbsDecision{}, stream);
             return;
         case OpCode::decide_update:
             run_decide_update(static_cast<const float*>(op.values), static_cast<int>(op.count), op.rows, op.state,
@@ -697,6 +703,23 @@ void CudaBackend::execute(const RecordedOp& op, cudaStream_t stream) {
             run_finish_step(op.state, op.scaler, static_cast<const double*>(op.values), op.committed_metrics, stream);
             return;
     }
+}
+
+bool CudaBackend::decision_follows(size_t index) const {
+    if (index + 1 >= recorded_.size()) return false;
+    const RecordedOp& max_abs = recorded_[index];
+    const RecordedOp& decision = recorded_[index + 1];
+    return max_abs.code == OpCode::max_abs && decision.code == OpCode::decide_update &&
+           decision.values == max_abs.out && decision.count >= 0 && 2 * decision.count <= max_abs.count;
+}
+
+void CudaBackend::execute_max_abs_deciding(const RecordedOp& max_abs, const RecordedOp& decision, cudaStream_t stream) {
+    const DependentLaunchScope launches(dependent_launch_);
+    MaxAbsDecision decide;
+    decide.state = decision.state;
+    decide.layer_count = static_cast<int>(decision.count);
+    decide.rows = decision.rows;
+    run_max_abs(max_abs.max_inputs, static_cast<int>(max_abs.count), max_abs.out, max_abs_scratch_, decide, stream);
 }
 
 // ---- recording and graphs ----------------------------------------------------------------------
@@ -726,6 +749,11 @@ void CudaBackend::execute_recorded(cudaStream_t stream, bool capturing) {
     // one). The ops before the refused one have run as planned.
     bool planning_again = false;
     for (size_t index = 0; index < recorded_.size(); ++index) {
+        if (decision_follows(index)) {  // neither op is planned, nor refused
+            execute_max_abs_deciding(recorded_[index], recorded_[index + 1], stream);
+            ++index;
+            continue;
+        }
         if (planning_again) plan(recorded_[index]);
         for (;;) {
             try {

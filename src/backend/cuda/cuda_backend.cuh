@@ -21,6 +21,7 @@
 #include "backend/cuda/cuda_epoch_order.cuh"
 #include "backend/cuda/cuda_gemm.cuh"
 #include "backend/cuda/cuda_loss_head.cuh"
+#include "backend/cuda/cuda_max_abs.cuh"
 #include "backend/cuda/cuda_scheduler.cuh"
 #include "backend/cuda/cuda_step_graph.cuh"
 
@@ -163,6 +164,10 @@ private:
     // Test hook (break_captures): makes the capture under way fail, as a call not permitted there would.
     static void break_capture(cudaStream_t compute);
     void execute(const RecordedOp& op, cudaStream_t stream);
+    // Whether recorded_[index] is a max_abs op and recorded_[index + 1] the decide_update that reads
+    // exactly its results: then both are one launch (execute_max_abs_deciding).
+    bool decision_follows(size_t index) const;
+    void execute_max_abs_deciding(const RecordedOp& max_abs, const RecordedOp& decision, cudaStream_t stream);
     // execute, or false when cuBLASLt refused the op's fused plan at run time (to plan it again).
     bool execute_unless_refused(const RecordedOp& op, cudaStream_t stream);
     // Runs the recorded task; an op refused as in issue() is planned again with all that follow
@@ -183,6 +188,7 @@ private:
     void* reduction_scratch_ = nullptr;  // loss-head and clip-factor partials, the kernels' block counters
     LossHeadScratch head_scratch_{};
     double* clip_partials_ = nullptr;    // [kClipFactorMaxBlocks] in reduction_scratch_
+    MaxAbsScratch max_abs_scratch_{};    // in reduction_scratch_
     float* scratch_ = nullptr;        // fp32 accumulators of the unfused fallback paths
     size_t scratch_bytes_ = 0;
 

@@ -1,10 +1,14 @@
-// See cuda_max_abs.cuh. A block-wide max (cub::BlockReduce), then one atomicMax per block on the
-// result's bits: for non-negative floats (and +Inf) the unsigned order of the bits is the order of
-// the values, so the maximum is exact and independent of the order of blocks.
+// See cuda_max_abs.cuh. Each block takes the max of its share of one tensor (cub::BlockReduce) as
+// bits: for non-negative floats (and +Inf) the unsigned order of the bits is the order of the
+// values, so every maximum is exact and independent of the order of blocks. Each block leaves its
+// max in the scratch; the last block to finish (a ticket counter, as the loss head's) takes each
+// tensor's max of those, writes the results and, with a decision attached, the update decision: the
+// results need no zeroing first, and the decision no launch of its own.
 #include "backend/cuda/cuda_max_abs.cuh"
 
 #include <cub/block/block_reduce.cuh>
 
+#include "amp/loss_scaler.h"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_launch.cuh"
 
@@ -45,15 +49,22 @@ struct MaxAbsLaunch {
     int64_t count[kMaxAbsInputs];
     DType dtype[kMaxAbsInputs];
     bool vectorised[kMaxAbsInputs];
+    MaxAbsScratch scratch;
+    MaxAbsDecision decision;  // the last block's, when decision.state is set
 };
 
-__global__ void __launch_bounds__(kThreads) max_abs_kernel(const MaxAbsLaunch launch, unsigned* outputs) {
-    start_after_preceding_kernel();
+using MaxReduce = cub::BlockReduce<unsigned, kThreads>;
+
+struct Larger {
+    __device__ __forceinline__ unsigned operator()(unsigned a, unsigned b) const { return a > b ? a : b; }
+};
+
+// The max of one block's share of tensor blockIdx.y, as bits (in thread 0; cub's block reduction).
+__device__ unsigned block_share_max(const MaxAbsLaunch& launch, typename MaxReduce::TempStorage& temp) {
     const void* __restrict__ values = launch.values[blockIdx.y];
     const int64_t count = launch.count[blockIdx.y];
     const DType dtype = launch.dtype[blockIdx.y];
     const bool vectorised = launch.vectorised[blockIdx.y];
-    unsigned* out = outputs + blockIdx.y;
     unsigned largest = 0;
     const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
     const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -70,10 +81,44 @@ __global__ void __launch_bounds__(kThreads) max_abs_kernel(const MaxAbsLaunch la
     }
     for (int64_t i = scalar_begin + first; i < count; i += stride)
         largest = max(largest, magnitude_bits(load_element(values, dtype, i)));
-    using MaxReduce = cub::BlockReduce<unsigned, kThreads>;
+    return MaxReduce(temp).Reduce(largest, Larger{});
+}
+
+__global__ void __launch_bounds__(kThreads) max_abs_kernel(const MaxAbsLaunch launch, float* out) {
+    start_after_preceding_kernel();
     __shared__ typename MaxReduce::TempStorage temp;
-    const unsigned block_max = MaxReduce(temp).Reduce(largest, [](unsigned a, unsigned b) { return a > b ? a : b; });
-    if (threadIdx.x == 0 && block_max != 0) atomicMax(out, block_max);
+    __shared__ bool last_block;
+    __shared__ float maxima[kMaxAbsInputs];
+    const unsigned block_max = block_share_max(launch, temp);
+    const unsigned blocks = gridDim.x * gridDim.y;
+    if (threadIdx.x == 0) {
+        launch.scratch.partials[blockIdx.y * gridDim.x + blockIdx.x] = block_max;
+        __threadfence();
+        last_block = atomicAdd(launch.scratch.counter, 1u) == blocks - 1;
+    }
+    __syncthreads();
+    if (!last_block) return;
+
+    // The last block: every other block's partial is written and fenced.
+    __threadfence();
+    const volatile unsigned* partials = launch.scratch.partials;
+    for (unsigned tensor = 0; tensor < gridDim.y; ++tensor) {
+        unsigned largest = 0;
+        for (unsigned b = threadIdx.x; b < gridDim.x; b += kThreads)
+            largest = max(largest, partials[tensor * gridDim.x + b]);
+        __syncthreads();  // temp is reused
+        const unsigned tensor_max = MaxReduce(temp).Reduce(largest, Larger{});
+        if (threadIdx.x == 0) {
+            maxima[tensor] = __uint_as_float(tensor_max);
+            out[tensor] = maxima[tensor];
+        }
+    }
+    if (threadIdx.x == 0) {
+        const MaxAbsDecision& decision = launch.decision;
+        if (decision.state && !gradient_bounds_finite(maxima, decision.layer_count, decision.rows))
+            decision.state->found_inf = 1;
+        *launch.scratch.counter = 0u;  // for the next launch, which runs after this one ends
+    }
 }
 
 }  // namespace
@@ -86,10 +131,11 @@ void validate_max_abs(const MaxAbsInput* inputs, int count, const float* out) {
         require(inputs[k].count <= 0 || inputs[k].values, MPT_STATUS_INVALID_ARGUMENT, "cuda backend: max_abs needs values");
 }
 
-void run_max_abs(const MaxAbsInput* inputs, int count, float* out, int max_blocks, cudaStream_t stream) {
+void run_max_abs(const MaxAbsInput* inputs, int count, float* out, const MaxAbsScratch& scratch,
+                 const MaxAbsDecision& decision, cudaStream_t stream) {
     if (count == 0) return;
-    // Zero first: blocks only raise the results, and an empty input's maximum is 0.
-    MPT_CUDA_CHECK(cudaMemsetAsync(out, 0, static_cast<size_t>(count) * sizeof(float), stream));
+    require(!decision.state || (decision.layer_count >= 0 && 2 * decision.layer_count <= count), MPT_STATUS_INTERNAL,
+            "cuda backend: max_abs's decision reads pairs it does not compute");
     MaxAbsLaunch launch{};
     int64_t most_work = 0;
     for (int k = 0; k < count; ++k) {
@@ -101,11 +147,13 @@ void run_max_abs(const MaxAbsInput* inputs, int count, float* out, int max_block
         const int64_t work = launch.vectorised[k] ? launch.count[k] / (input.dtype == DType::fp32 ? 4 : 8) + 1 : launch.count[k];
         most_work = work > most_work ? work : most_work;
     }
-    if (most_work == 0) return;
-    // Blocks past a smaller tensor's end find nothing to do and return at once.
-    const dim3 grid(grid_for(most_work, kThreads, static_cast<unsigned>(max_blocks)), static_cast<unsigned>(count));
-    launch_kernel("max_abs_kernel", max_abs_kernel, grid, kThreads, 0, stream, launch,
-                  reinterpret_cast<unsigned*>(out));
+    launch.scratch = scratch;
+    launch.decision = decision;
+    // Blocks past a smaller tensor's end find nothing to do and leave 0 (an empty tensor's maximum).
+    // At least one block per tensor, so that each result is written.
+    const dim3 grid(grid_for(most_work, kThreads, static_cast<unsigned>(scratch.max_blocks)),
+                    static_cast<unsigned>(count));
+    launch_kernel("max_abs_kernel", max_abs_kernel, grid, kThreads, 0, stream, launch, out);
 }
 
 }  // namespace mpt

@@ -8,15 +8,11 @@ namespace mpt {
 
 namespace {
 
-// Every weight gradient is a sum of `rows` products |dZ| * |A| <= max|dZ| * max|A|; if that bound
-// (with max|A| taken as at least 1) is finite in fp32, so is every gradient (CpuBackend's rule).
+// The proof's rule is the CPU backend's (gradient_bounds_finite). A step whose max_abs pass computes
+// exactly these pairs takes the decision in that pass's launch instead (CudaBackend::execute_recorded).
 __global__ void decide_update_kernel(const float* max_abs_pairs, int layer_count, int64_t rows, TrainState* state) {
     start_after_preceding_kernel();
-    for (int layer = 0; layer < layer_count; ++layer) {
-        const double bound = static_cast<double>(rows) * max_abs_pairs[2 * layer] *
-                             fmax(1.0, static_cast<double>(max_abs_pairs[2 * layer + 1]));
-        if (!(bound < 3.0e38)) state->found_inf = 1;
-    }
+    if (!gradient_bounds_finite(max_abs_pairs, layer_count, rows)) state->found_inf = 1;
 }
 
 __global__ void finish_step_kernel(TrainState* state, const LossScalerConfig scaler, const double* metrics,
