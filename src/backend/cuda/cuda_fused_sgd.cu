@@ -55,18 +55,18 @@ __device__ __forceinline__ void store_4(__half* out, const float (&w)[4]) {
 
 // The thread's 4 masters of row o from column i: one float4 when kVector (in_features a multiple
 // of 4 and the masters 16-byte aligned), else one by one with the row's end checked.
-template <bool kVector>
+template <bool kVector, typename T>
 __device__ __forceinline__ float4 load_masters(const FusedSgdLaunch& p, int64_t o, int64_t i) {
     if (o >= p.out_features || i >= p.in_features) return make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     const float* row = p.weights + o * p.in_features;
     if constexpr (kVector) {
-        return *reinterpret_cast<const float4*>(row + i);
+        return load_master<T>(reinterpret_cast<const float4*>(row + i));
     } else {
         float4 m;
-        m.x = row[i];
-        m.y = i + 1 < p.in_features ? row[i + 1] : 0.0f;
-        m.z = i + 2 < p.in_features ? row[i + 2] : 0.0f;
-        m.w = i + 3 < p.in_features ? row[i + 3] : 0.0f;
+        m.x = load_master<T>(row + i);
+        m.y = i + 1 < p.in_features ? load_master<T>(row + i + 1) : 0.0f;
+        m.z = i + 2 < p.in_features ? load_master<T>(row + i + 2) : 0.0f;
+        m.w = i + 3 < p.in_features ? load_master<T>(row + i + 3) : 0.0f;
         return m;
     }
 }
@@ -79,13 +79,13 @@ __device__ __forceinline__ void store_masters(const FusedSgdLaunch& p, int64_t o
     const int64_t index = o * p.in_features + i;
     T* low = static_cast<T*>(p.low_weights);
     if constexpr (kVector) {
-        store_4(p.weights + index, w);
+        store_master<T>(reinterpret_cast<float4*>(p.weights + index), make_float4(w[0], w[1], w[2], w[3]));
         if (low) store_4(low + index, w);
     } else {
 #pragma unroll
         for (int v = 0; v < 4; ++v) {
             if (i + v >= p.in_features) return;
-            p.weights[index + v] = w[v];
+            store_master<T>(p.weights + index + v, w[v]);
             if (low) low[index + v] = from_float<T>(w[v]);
         }
     }
@@ -111,7 +111,7 @@ __global__ void __launch_bounds__(kThreads) fused_sgd_kernel(const FusedSgdLaunc
     float4 master[kRowsPerThread];
 #pragma unroll
     for (int u = 0; u < kRowsPerThread; ++u)
-        master[u] = load_masters<kVector>(p, first_tile * kTileRows + warp * kRowsPerThread + u, i);
+        master[u] = load_masters<kVector, T>(p, first_tile * kTileRows + warp * kRowsPerThread + u, i);
 
     // The strip of A, zero past the last column (as is dZ past the last row) so that the sums of
     // the edge tiles read defined values. Loaded in groups of 8 raw elements, then converted.
@@ -164,8 +164,9 @@ __global__ void __launch_bounds__(kThreads) fused_sgd_kernel(const FusedSgdLaunc
         float4 next_master[kRowsPerThread];
 #pragma unroll
         for (int u = 0; u < kRowsPerThread; ++u)
-            next_master[u] = has_next ? load_masters<kVector>(p, (tile + 1) * kTileRows + warp * kRowsPerThread + u, i)
-                                      : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            next_master[u] = has_next
+                                 ? load_masters<kVector, T>(p, (tile + 1) * kTileRows + warp * kRowsPerThread + u, i)
+                                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (has_next) load_output_grad(tile + 1, staged);
 
         float gradient[kRowsPerThread][4] = {};

@@ -65,14 +65,14 @@ __device__ __forceinline__ uint32_t shared_pair(const uint16_t* staged, int inde
 
 // The masters (o, i) and (o, i + 1), 0 past the matrix's edge: one float2 when kVector (in_features
 // even, the masters 8-byte aligned).
-template <bool kVector>
+template <bool kVector, typename T>
 __device__ __forceinline__ float2 load_master_pair(const FusedSgdLaunch& p, int64_t o, int64_t i) {
     if (o >= p.out_features || i >= p.in_features) return make_float2(0.0f, 0.0f);
     const float* row = p.weights + o * p.in_features;
     if constexpr (kVector) {
-        return *reinterpret_cast<const float2*>(row + i);
+        return load_master<T>(reinterpret_cast<const float2*>(row + i));
     } else {
-        return make_float2(row[i], i + 1 < p.in_features ? row[i + 1] : 0.0f);
+        return make_float2(load_master<T>(row + i), i + 1 < p.in_features ? load_master<T>(row + i + 1) : 0.0f);
     }
 }
 
@@ -83,14 +83,14 @@ __device__ __forceinline__ void store_master_pair(const FusedSgdLaunch& p, int64
     const int64_t index = o * p.in_features + i;
     uint16_t* low = static_cast<uint16_t*>(p.low_weights);
     if constexpr (kVector) {
-        *reinterpret_cast<float2*>(p.weights + index) = make_float2(first, second);
+        store_master<T>(reinterpret_cast<float2*>(p.weights + index), make_float2(first, second));
         if (low) *reinterpret_cast<uint32_t*>(low + index) = pack_pair<T>(first, second);
     } else {
         const uint32_t pair = pack_pair<T>(first, second);
-        p.weights[index] = first;
+        store_master<T>(p.weights + index, first);
         if (low) low[index] = static_cast<uint16_t>(pair & 0xffffu);
         if (i + 1 >= p.in_features) return;
-        p.weights[index + 1] = second;
+        store_master<T>(p.weights + index + 1, second);
         if (low) low[index + 1] = static_cast<uint16_t>(pair >> 16);
     }
 }
@@ -123,7 +123,8 @@ __global__ void __launch_bounds__(kThreads, 2) fused_sgd_tensor_core_kernel(cons
 #pragma unroll
     for (int j = 0; j < kMmaTiles; ++j)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) master[j][h] = load_master_pair<kVector>(p, master_row(first_tile, h), master_column(j));
+        for (int h = 0; h < 2; ++h)
+            master[j][h] = load_master_pair<kVector, T>(p, master_row(first_tile, h), master_column(j));
 
     // The strip of A, transposed, zero past the last column and the last batch row.
     const uint16_t* input = static_cast<const uint16_t*>(p.input);
@@ -197,8 +198,9 @@ __global__ void __launch_bounds__(kThreads, 2) fused_sgd_tensor_core_kernel(cons
             for (int j = 0; j < kMmaTiles; ++j) {
 #pragma unroll
                 for (int h = 0; h < 2; ++h)
-                    next_master[j][h] = has_next_tile ? load_master_pair<kVector>(p, master_row(tile + 1, h), master_column(j))
-                                                      : make_float2(0.0f, 0.0f);
+                    next_master[j][h] = has_next_tile
+                                            ? load_master_pair<kVector, T>(p, master_row(tile + 1, h), master_column(j))
+                                            : make_float2(0.0f, 0.0f);
 #pragma unroll
                 for (int c = 0; c < 4; ++c) gradient[j][c] = 0.0f;
             }
