@@ -350,15 +350,27 @@ TEST_CASE("MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 trains exactly as the default does, c
     INFO("last refusal: " << cuda_backend_last_graph_refusal(context->backend()));
     CHECK(cuda_backend_graph_refusals(context->backend()) == 0);
     CHECK(cuda_backend_graph_replays(context->backend()) >= 30);
-    const float stream_ordered = train_two_bf16_epochs(make_context(MPT_BACKEND_CUDA), 41);
+    CHECK(cuda_backend_op_paths(context->backend()).dependent_launches > 0);
+    // The step's max pass took the update decision in its launch (the trainer's op order allows it).
+    CHECK(cuda_backend_op_paths(context->backend()).max_abs_deciding > 0);
+    auto default_context = make_context(MPT_BACKEND_CUDA);
+    const float stream_ordered = train_two_bf16_epochs(default_context, 41);
+    CHECK(cuda_backend_op_paths(default_context->backend()).dependent_launches == 0);
     CHECK(std::isfinite(dependent));
     CHECK(dependent == stream_ordered);
 
-    auto eager = make_context(MPT_BACKEND_CUDA);
-    cuda_backend_set_graphs(eager->backend(), false);
-    REQUIRE(cuda_backend_set_dependent_launch(eager->backend(), true));
-    CHECK(train_two_bf16_epochs(eager, 41) == stream_ordered);
-    CHECK(cuda_backend_graph_replays(eager->backend()) == 0);
+    // Eagerly (each op launched as it is issued), against the same without it: a graph run may sum
+    // in another order than an eager one (cuBLASLt), so eager is compared with eager.
+    float eager_losses[2];
+    for (bool dependent_launch : {true, false}) {
+        auto eager = make_context(MPT_BACKEND_CUDA);
+        cuda_backend_set_graphs(eager->backend(), false);
+        REQUIRE(cuda_backend_set_dependent_launch(eager->backend(), dependent_launch) == dependent_launch);
+        eager_losses[dependent_launch ? 0 : 1] = train_two_bf16_epochs(eager, 41);
+        CHECK(cuda_backend_graph_replays(eager->backend()) == 0);
+        CHECK((cuda_backend_op_paths(eager->backend()).dependent_launches > 0) == dependent_launch);
+    }
+    CHECK(eager_losses[0] == eager_losses[1]);
 
     // With every small-batch switch on as well: the step is then the backend's kernels alone.
     auto all = make_context(MPT_BACKEND_CUDA);
@@ -375,7 +387,8 @@ TEST_CASE("MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 trains exactly as the default does, c
     REQUIRE(cuda_backend_set_dependent_launch(all->backend(), true));
     CHECK(train_two_bf16_epochs(all, 43) == train_two_bf16_epochs(all_stream_ordered, 43));
     CHECK(cuda_backend_graph_refusals(all->backend()) == 0);
-    CHECK_FALSE(cuda_backend_set_dependent_launch(all_stream_ordered->backend(), false));
+    CHECK(cuda_backend_op_paths(all->backend()).forward_small_batch > 0);
+    CHECK(cuda_backend_op_paths(all->backend()).dependent_launches > 0);
 }
 
 // MPTRAIN_CUDA_GEMM_AUTOTUNE=1: each GEMM plan takes the fastest of cuBLASLt's candidates, timed on

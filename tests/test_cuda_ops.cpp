@@ -1742,10 +1742,16 @@ TEST_CASE("a recorded max_abs pass decides the update in its own launch, as deci
     };
     const int64_t rows = 64;
     const int64_t sizes[6] = {300001, 7, 120000, 64, 4096, 1};  // many blocks, one, a ragged tail
-    for (bool graphs : {true, false}) {
+    // Recorded, issued op by op, and recorded with programmatic dependent launch (9.0 and up).
+    for (int configuration = 0; configuration < 3; ++configuration) {
+        const bool graphs = configuration != 1, dependent_launch = configuration == 2;
         CAPTURE(graphs);
+        CAPTURE(dependent_launch);
         auto backend = make_cuda();
         cuda_backend_set_graphs(*backend, graphs);
+        if (dependent_launch &&
+            !turn_on_device_path(*backend, cuda_backend_set_dependent_launch, "programmatic dependent launch", 9))
+            continue;
         std::vector<Buffer> tensors;
         DecisionTask task{};
         task.backend = backend.get();
@@ -1783,10 +1789,15 @@ TEST_CASE("a recorded max_abs pass decides the update in its own launch, as deci
             CHECK(after.found_inf == (finite ? 0 : 1));
             CHECK(after.steps == round + 1);
         }
+        // Recorded: the first sighting runs eagerly and the second is captured, each through one
+        // fused launch; the ten replays launch the graph. Op by op: never fused.
+        const CudaOpPaths paths = cuda_backend_op_paths(*backend);
+        CHECK(paths.max_abs_deciding == (graphs ? 2u : 0u));
+        CHECK((paths.dependent_launches > 0) == dependent_launch);
         if (graphs) {
             INFO("last refusal: " << cuda_backend_last_graph_refusal(*backend));
             CHECK(cuda_backend_graph_refusals(*backend) == 0);
-            CHECK(cuda_backend_graph_replays(*backend) >= 10);
+            CHECK(cuda_backend_graph_replays(*backend) == 10);
         } else {
             CHECK(cuda_backend_graph_replays(*backend) == 0);
         }

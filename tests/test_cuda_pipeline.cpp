@@ -134,22 +134,27 @@ TEST_CASE("a dataset streamed through pinned buffers trains exactly like a resid
 }
 
 // A kernel launched with programmatic dependent launch may start before the kernel ahead of it in
-// the stream ends; a batch staged on the copy stream is ordered by an event instead, which must hold
-// all the same: the streamed run with it is still the resident run without it.
-TEST_CASE("with dependent launch, a dataset streamed through pinned buffers still trains exactly like a resident one") {
+// its stream ends; what orders it after work on another stream is an event, which must hold all the
+// same. A resident data set's gathers run on the copy lane, each after a wait on a compute-lane event
+// and launched with the attribute; a streamed one's after the pinned upload's event. Either way the
+// run with it is the run without it.
+TEST_CASE("with dependent launch, resident and streamed data sets train exactly as without it") {
     SKIP_WITHOUT_GPU();
     if (compute_capability_major(*create_cuda_backend(0)) < 9) {
         MESSAGE("compute capability below 9.0: no programmatic dependent launch");
         return;
     }
     const SyntheticData data = synthetic_data(512, 100, 3);
-    const Run resident = train_on_gpu(SIZE_MAX, data);
-    const Run streamed = train_on_gpu(0, data, false, true);
-    CHECK(streamed.streamed);
-    CHECK(streamed.final == resident.final);
-    CHECK(streamed.evaluation.loss == resident.evaluation.loss);
-    CHECK(streamed.evaluation.accuracy == resident.evaluation.accuracy);
-    CHECK(streamed.state.steps == resident.state.steps);
+    for (size_t budget : {SIZE_MAX, size_t{0}}) {
+        CAPTURE(budget);
+        const Run stream_ordered = train_on_gpu(budget, data);
+        const Run dependent = train_on_gpu(budget, data, false, true);
+        CHECK(dependent.streamed == (budget == 0));
+        CHECK(dependent.final == stream_ordered.final);
+        CHECK(dependent.evaluation.loss == stream_ordered.evaluation.loss);
+        CHECK(dependent.evaluation.accuracy == stream_ordered.evaluation.accuracy);
+        CHECK(dependent.state.steps == stream_ordered.state.steps);
+    }
 }
 
 TEST_CASE("a standardized dataset streamed through pinned buffers trains exactly like a resident one") {

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The CUDA backend's launch rules (src/backend/cuda/cuda_launch.cuh), checked on its sources so that
 # a machine without a GPU catches what only a GPU would show, and then only as a rare race:
-#  1. no kernel is launched with <<<>>>: every launch goes through launch_kernel(), which adds the
-#     dependent-launch attribute when the backend asks for it;
+#  1. no kernel is launched with <<<>>> or a cudaLaunchKernel* call of its own: every launch goes
+#     through launch_kernel() (cuda_launch.cuh), which adds the dependent-launch attribute when the
+#     backend asks for it;
 #  2. every __global__ function's body starts with start_after_preceding_kernel(), so that no
 #     kernel launched with that attribute reads or writes memory before the kernel before it has
 #     finished.
@@ -25,6 +26,12 @@ status=0
 # Comments are dropped first, so that a comment may speak of <<<>>> or __global__.
 if grep -n '<<<' "${sources[@]}" | grep -v '^[^:]*:[0-9]*: *//' ; then
     echo "test_kernel_launches: a <<<>>> launch above; launch through launch_kernel() (cuda_launch.cuh)" >&2
+    status=1
+fi
+
+if grep -n 'cudaLaunchKernel\|cudaLaunchCooperativeKernel' "${sources[@]}" | grep -v '^[^:]*cuda_launch\.cuh:' \
+        | grep -v '^[^:]*:[0-9]*: *//'; then
+    echo "test_kernel_launches: a launch call of its own above; launch through launch_kernel() (cuda_launch.cuh)" >&2
     status=1
 fi
 

@@ -55,7 +55,8 @@ inline TrainState initial_train_state(const LossScalerConfig& config) {
 // The update decision's proof (Backend::decide_update), for `layer_count` layers' (max|dZ|, max|A_prev|)
 // pairs: every weight gradient is a sum of `rows` products |dZ| * |A| <= max|dZ| * max|A|, so if that
 // bound (with max|A| taken as at least 1, for the bias gradient) is finite in fp32 for every layer,
-// so is every gradient. NaN and Inf maxima make it false.
+// so is every gradient. An infinite maximum makes it false (max_abs reports NaN as +Inf; a NaN
+// max|A_prev| itself would count as 1, as std::max(1.0, NaN) did before).
 MPT_HOST_DEVICE bool gradient_bounds_finite(const float* max_abs_pairs, int layer_count, int64_t rows) {
     for (int layer = 0; layer < layer_count; ++layer) {
         const double bound = static_cast<double>(rows) * max_abs_pairs[2 * layer] *

@@ -203,7 +203,7 @@ CudaBackend::CudaBackend(int device, MemoryTracker* memory) : device_(device), m
         clip_partials_ = reinterpret_cast<double*>(base + 3 * partial_bytes + 256);
         char* max_abs_base = base + 3 * partial_bytes + 256 + round_up_256(clip_bytes);
         max_abs_scratch_.counter = reinterpret_cast<unsigned*>(max_abs_base);
-        max_abs_scratch_.partials = reinterpret_cast<unsigned*>(max_abs_base + sizeof(unsigned));
+        max_abs_scratch_.partials = reinterpret_cast<unsigned*>(max_abs_base + 256);
         max_abs_scratch_.max_blocks = max_abs_blocks;
         // On our own stream, not the legacy one: that would be unsafe while another library in the
         // process captures a graph, and a device-wide sync would stall other contexts.
@@ -672,7 +672,7 @@ bool CudaBackend::execute_unless_refused(const RecordedOp& op, cudaStream_t stre
 
 void CudaBackend::execute(const RecordedOp& op, cudaStream_t stream) {
     const int max_blocks = multiprocessors_ * 8;
-    const DependentLaunchScope launches(dependent_launch_);
+    const DependentLaunchScope launches(dependent_launch_ ? &op_paths_.dependent_launches : nullptr);
     switch (op.code) {
         case OpCode::gather: run_gather(op.gather, stream); return;
         case OpCode::dense_forward: run_dense_forward(*gemm_, op.forward_plan, op.forward, op.scratch, stream); return;
@@ -714,12 +714,13 @@ bool CudaBackend::decision_follows(size_t index) const {
 }
 
 void CudaBackend::execute_max_abs_deciding(const RecordedOp& max_abs, const RecordedOp& decision, cudaStream_t stream) {
-    const DependentLaunchScope launches(dependent_launch_);
+    const DependentLaunchScope launches(dependent_launch_ ? &op_paths_.dependent_launches : nullptr);
     MaxAbsDecision decide;
     decide.state = decision.state;
     decide.layer_count = static_cast<int>(decision.count);
     decide.rows = decision.rows;
     run_max_abs(max_abs.max_inputs, static_cast<int>(max_abs.count), max_abs.out, max_abs_scratch_, decide, stream);
+    ++op_paths_.max_abs_deciding;
 }
 
 // ---- recording and graphs ----------------------------------------------------------------------

@@ -41,6 +41,8 @@ struct CudaOpPaths {
     uint64_t fused_sgd = 0;
     uint64_t fused_sgd_tensor_cores = 0;  // of those, on the tensor cores
     uint64_t clip_factor = 0;  // clip_factor ops issued (clipped steps)
+    uint64_t max_abs_deciding = 0;    // max_abs passes that took the decide_update after them in their launch
+    uint64_t dependent_launches = 0;  // the backend's kernels launched with programmatic dependent launch
 };
 CudaOpPaths cuda_backend_op_paths(const Backend& backend);
 // Graph capture of repeated compute tasks (default on; MPTRAIN_CUDA_GRAPHS=0 turns it off).

@@ -34,11 +34,12 @@ struct FusedSgdLaunch {
     const TrainState* state;
 };
 
-// The masters' loads and stores. In a mixed-precision step the masters are read and written once
-// and read by no other kernel before the next step's update, while the low-precision copies written
-// beside them are what the next step's forward reads first: the masters go through L2 as
-// streaming data (evict first), so that L2 keeps the copies (24.5 MB for the seed MLP; an H200's L2
-// holds 50). In fp32 (T float: no copy) the forward reads the masters themselves: plain accesses.
+// The masters' loads and stores. In a mixed-precision step the masters are read and written once,
+// and no kernel reads them again before the next step's update (but weight averaging, right after,
+// when it is on), while the low-precision copies written beside them are what the next step's
+// forward reads first: the masters go through L2 as streaming data (evict first), so that L2 keeps
+// the copies (24.5 MB for the seed MLP; an H200's L2 holds 50). In fp32 (T float: no copy) the
+// forward reads the masters themselves: plain accesses.
 template <typename T, typename V>
 __device__ __forceinline__ V load_master(const V* address) {
     if constexpr (std::is_same_v<T, float>)

@@ -5,7 +5,7 @@ namespace mpt {
 
 namespace {
 
-thread_local bool dependent_launch = false;
+thread_local uint64_t* dependent_launches = nullptr;
 
 // Compiled with the library's architectures, like every backend kernel: what binaryVersion says of
 // it holds for them all.
@@ -13,13 +13,13 @@ __global__ void dependent_launch_probe_kernel() { start_after_preceding_kernel()
 
 }  // namespace
 
-bool dependent_launch_requested() noexcept { return dependent_launch; }
+uint64_t* dependent_launch_counter() noexcept { return dependent_launches; }
 
-DependentLaunchScope::DependentLaunchScope(bool enabled) noexcept : saved_(dependent_launch) {
-    dependent_launch = enabled;
+DependentLaunchScope::DependentLaunchScope(uint64_t* counter) noexcept : saved_(dependent_launches) {
+    dependent_launches = counter;
 }
 
-DependentLaunchScope::~DependentLaunchScope() { dependent_launch = saved_; }
+DependentLaunchScope::~DependentLaunchScope() { dependent_launches = saved_; }
 
 bool dependent_launch_runs_on_current_device() {
     int device = 0, major = 0;

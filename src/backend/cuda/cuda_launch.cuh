@@ -17,6 +17,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <utility>
 
 #include "backend/cuda/cuda_common.cuh"
@@ -24,18 +25,20 @@
 namespace mpt {
 
 // Whether kernels launched by this thread go out with the dependent-launch attribute: set by the
-// backend around each op it executes (CudaBackend::execute), off elsewhere.
-bool dependent_launch_requested() noexcept;
+// backend around each op it executes (CudaBackend::execute), off elsewhere. While on, each such
+// launch is counted in the counter the scope names (the backend's, for its tests).
+uint64_t* dependent_launch_counter() noexcept;
 
 class DependentLaunchScope {
 public:
-    explicit DependentLaunchScope(bool enabled) noexcept;
+    // `counter` null: launches without the attribute.
+    explicit DependentLaunchScope(uint64_t* counter) noexcept;
     ~DependentLaunchScope();
     DependentLaunchScope(const DependentLaunchScope&) = delete;
     DependentLaunchScope& operator=(const DependentLaunchScope&) = delete;
 
 private:
-    bool saved_;
+    uint64_t* saved_;
 };
 
 // Compute capability 9.0 and up, and the kernels that run here compiled for it (a build without 90
@@ -43,8 +46,8 @@ private:
 // kernels overlap). Clears any error it meets.
 bool dependent_launch_runs_on_current_device();
 
-// Launches `kernel` on `stream` (with the attribute when dependent_launch_requested()); a launch
-// failure is an mpt::Error naming `name`.
+// Launches `kernel` on `stream` (with the attribute inside a DependentLaunchScope with a counter); a
+// launch failure is an mpt::Error naming `name`.
 template <typename... Parameters, typename... Arguments>
 void launch_kernel(const char* name, void (*kernel)(Parameters...), dim3 grid, dim3 block, size_t shared_bytes,
                    cudaStream_t stream, Arguments&&... arguments) {
@@ -57,8 +60,10 @@ void launch_kernel(const char* name, void (*kernel)(Parameters...), dim3 grid, d
     config.dynamicSmemBytes = shared_bytes;
     config.stream = stream;
     config.attrs = &attribute;
-    config.numAttrs = dependent_launch_requested() ? 1 : 0;
+    uint64_t* const counter = dependent_launch_counter();
+    config.numAttrs = counter ? 1 : 0;
     check_cuda(cudaLaunchKernelEx(&config, kernel, std::forward<Arguments>(arguments)...), name, __FILE__, __LINE__);
+    if (counter) ++*counter;
     // Asynchronous faults of earlier work surface here, as after a <<<>>> launch.
     check_cuda(cudaGetLastError(), name, __FILE__, __LINE__);
 }

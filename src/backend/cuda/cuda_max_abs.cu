@@ -1,7 +1,7 @@
 // See cuda_max_abs.cuh. Each block takes the max of its share of one tensor (cub::BlockReduce) as
 // bits: for non-negative floats (and +Inf) the unsigned order of the bits is the order of the
 // values, so every maximum is exact and independent of the order of blocks. Each block leaves its
-// max in the scratch; the last block to finish (a ticket counter, as the loss head's) takes each
+// max in the scratch; the last block to finish (a ticket counter that wraps to 0) takes each
 // tensor's max of those, writes the results and, with a decision attached, the update decision: the
 // results need no zeroing first, and the decision no launch of its own.
 #include "backend/cuda/cuda_max_abs.cuh"
@@ -94,7 +94,8 @@ __global__ void __launch_bounds__(kThreads) max_abs_kernel(const MaxAbsLaunch la
     if (threadIdx.x == 0) {
         launch.scratch.partials[blockIdx.y * gridDim.x + blockIdx.x] = block_max;
         __threadfence();
-        last_block = atomicAdd(launch.scratch.counter, 1u) == blocks - 1;
+        // Wraps to 0 on the last ticket: the counter is ready for the next launch whatever happens after.
+        last_block = atomicInc(launch.scratch.counter, blocks - 1) == blocks - 1;
     }
     __syncthreads();
     if (!last_block) return;
@@ -117,7 +118,6 @@ __global__ void __launch_bounds__(kThreads) max_abs_kernel(const MaxAbsLaunch la
         const MaxAbsDecision& decision = launch.decision;
         if (decision.state && !gradient_bounds_finite(maxima, decision.layer_count, decision.rows))
             decision.state->found_inf = 1;
-        *launch.scratch.counter = 0u;  // for the next launch, which runs after this one ends
     }
 }
 

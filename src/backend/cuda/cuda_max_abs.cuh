@@ -11,14 +11,15 @@
 namespace mpt {
 
 // The kernel's own device memory: one partial maximum per block and tensor, and the ticket counter
-// that finds the last block (zero between launches; the last block sets it back).
+// that finds the last block (zero between launches: the last ticket wraps it). One backend's passes
+// share it, so they run one after another: on the compute lane, as the executor issues them.
 struct MaxAbsScratch {
+    unsigned* counter;   // in a 256-byte sector of its own, as the loss head's
     unsigned* partials;  // [kMaxAbsInputs * max_blocks]
-    unsigned* counter;
-    int max_blocks;  // blocks per tensor at most
+    int max_blocks;      // blocks per tensor at most
 };
 constexpr size_t max_abs_scratch_bytes(int max_blocks) {
-    return static_cast<size_t>(kMaxAbsInputs) * static_cast<size_t>(max_blocks) * sizeof(unsigned) + sizeof(unsigned);
+    return 256 + static_cast<size_t>(kMaxAbsInputs) * static_cast<size_t>(max_blocks) * sizeof(unsigned);
 }
 
 // decide_update taken by the same launch, once the maxima are known: its pairs are the first
