@@ -351,8 +351,10 @@ TEST_CASE("MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 trains exactly as the default does, c
     CHECK(cuda_backend_graph_refusals(context->backend()) == 0);
     CHECK(cuda_backend_graph_replays(context->backend()) >= 30);
     CHECK(cuda_backend_op_paths(context->backend()).dependent_launches > 0);
-    // The step's max pass took the update decision in its launch (the trainer's op order allows it).
+    // The step's max pass took the update decision in its launch, and its loss head the begin_step
+    // (the trainer's op order allows both).
     CHECK(cuda_backend_op_paths(context->backend()).max_abs_deciding > 0);
+    CHECK(cuda_backend_op_paths(context->backend()).begin_steps_folded > 0);
     auto default_context = make_context(MPT_BACKEND_CUDA);
     const float stream_ordered = train_two_bf16_epochs(default_context, 41);
     CHECK(cuda_backend_op_paths(default_context->backend()).dependent_launches == 0);

@@ -1455,6 +1455,24 @@ void run_decision_task(void* argument) {
     task.backend->finish_step(task.state, task.scaler, nullptr, nullptr);
 }
 
+// A step's start as a compute task: begin_step, then the loss head (which may find the loss
+// non-finite), a max pass and finish_step (four ops, so that the task is captured and replayed).
+struct HeadTask {
+    Backend* backend;
+    LossHeadArgs head;
+    MaxAbsInput input;
+    float* maximum;
+    LossScalerConfig scaler;
+};
+
+void run_head_task(void* argument) {
+    const HeadTask& task = *static_cast<const HeadTask*>(argument);
+    task.backend->begin_step(task.head.state);
+    task.backend->loss_head(task.head);
+    task.backend->max_abs(&task.input, 1, task.maximum);
+    task.backend->finish_step(task.head.state, task.scaler, nullptr, nullptr);
+}
+
 }  // namespace
 
 // ---- cases that run everywhere --------------------------------------------------------------------
@@ -1801,6 +1819,64 @@ TEST_CASE("a recorded max_abs pass decides the update in its own launch, as deci
         } else {
             CHECK(cuda_backend_graph_replays(*backend) == 0);
         }
+    }
+#endif
+}
+
+// Recorded, a begin_step followed by its loss head (nothing between them touches found_inf) needs no
+// memset: the head clears found_inf itself before its check. A step's found_inf is then its own
+// head's verdict, whatever the step before it left: finite after non-finite, and non-finite again,
+// round after round through the first sighting, the capture and the replays; issued op by op, the
+// memset runs as before.
+TEST_CASE("a recorded begin_step is folded into its loss head, which leaves found_inf as the memset would") {
+    SKIP_WITHOUT_GPU();
+#if defined(MPTRAIN_WITH_CUDA)
+    const int64_t rows = 32, width = 16, classes = 10;
+    for (bool graphs : {true, false}) {
+        CAPTURE(graphs);
+        auto backend = make_cuda();
+        cuda_backend_set_graphs(*backend, graphs);
+        std::vector<float> finite = random_values(static_cast<size_t>(rows * width), -2.0f, 2.0f);
+        std::vector<float> poisoned_logits = finite;
+        poisoned_logits[static_cast<size_t>(3 * width + 2)] = std::numeric_limits<float>::quiet_NaN();
+        Buffer logits = upload(*backend, DType::fp32, finite);
+        std::vector<int32_t> label_values(static_cast<size_t>(rows));
+        for (int64_t r = 0; r < rows; ++r) label_values[static_cast<size_t>(r)] = static_cast<int32_t>(r % classes);
+        Buffer labels = upload_raw(*backend, label_values);
+        Buffer gradient = poisoned(*backend, DType::bf16, static_cast<size_t>(rows * width));
+        TrainState initial{};
+        initial.loss_scale = 1.0f;
+        initial.found_inf = 1;  // as a skipped step leaves it: the first round must clear it
+        Buffer state = upload_raw(*backend, std::vector<TrainState>{initial});
+        Buffer maximum = poisoned(*backend, DType::fp32, 1);
+        HeadTask task{};
+        task.backend = backend.get();
+        task.head.logits = logits.as<float>();
+        task.head.labels = labels.as<int32_t>();
+        task.head.logits_grad = gradient.data();
+        task.head.logits_grad_dtype = DType::bf16;
+        task.head.state = state.as<TrainState>();
+        task.head.rows = rows;
+        task.head.width = width;
+        task.head.classes = classes;
+        task.head.activation = Activation::softmax;
+        task.head.loss = LossKind::sparse_categorical_crossentropy;
+        task.input = MaxAbsInput{gradient.data(), DType::bf16, rows * width};
+        task.maximum = maximum.as<float>();
+        for (int round = 0; round < 8; ++round) {
+            CAPTURE(round);
+            const bool nan_round = round % 3 == 2;
+            const std::vector<float>& values = nan_round ? poisoned_logits : finite;
+            backend->copy_to_device(logits.data(), values.data(), values.size() * sizeof(float));
+            backend->scheduler().submit(Lane::compute, &run_head_task, &task);
+            backend->scheduler().synchronize();
+            const TrainState after = download_raw<TrainState>(*backend, state, 1)[0];
+            CHECK(after.found_inf == (nan_round ? 1 : 0));
+            CHECK(after.steps == round + 1);
+        }
+        const CudaOpPaths paths = cuda_backend_op_paths(*backend);
+        CHECK(paths.begin_steps_folded == (graphs ? 2u : 0u));
+        if (graphs) CHECK(cuda_backend_graph_replays(*backend) == 6);
     }
 #endif
 }

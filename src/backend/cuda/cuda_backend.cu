@@ -676,10 +676,13 @@ void CudaBackend::execute(const RecordedOp& op, cudaStream_t stream) {
     switch (op.code) {
         case OpCode::gather: run_gather(op.gather, stream); return;
         case OpCode::dense_forward: run_dense_forward(*gemm_, op.forward_plan, op.forward, op.scratch, stream); return;
-        case OpCode::loss_head: run_loss_head(op.head, head_scratch_, stream); return;
+        case OpCode::loss_head:
+            run_loss_head(op.head, head_scratch_, stream, op.starts_step);
+            return;
         case OpCode::backward_data: run_dense_backward_data(*gemm_, op.data_plan, op.data, op.scratch, stream); return;
         case OpCode::dropout: run_dropout(op.dropout, stream); return;
         case OpCode::begin_step:
+            if (op.folded_into_head) return;
             MPT_CUDA_CHECK(cudaMemsetAsync(&op.state->found_inf, 0, sizeof op.state->found_inf, stream));
             return;
         case OpCode::max_abs:
@@ -702,6 +705,24 @@ void CudaBackend::execute(const RecordedOp& op, cudaStream_t stream) {
         case OpCode::finish_step:
             run_finish_step(op.state, op.scaler, static_cast<const double*>(op.values), op.committed_metrics, stream);
             return;
+    }
+}
+
+void CudaBackend::fold_begin_step() {
+    for (size_t begin = 0; begin < recorded_.size(); ++begin) {
+        if (recorded_[begin].code != OpCode::begin_step) continue;
+        for (size_t index = begin + 1; index < recorded_.size(); ++index) {
+            RecordedOp& op = recorded_[index];
+            if (op.code == OpCode::loss_head) {
+                if (op.head.state == recorded_[begin].state) {
+                    recorded_[begin].folded_into_head = true;
+                    op.starts_step = true;
+                    ++op_paths_.begin_steps_folded;
+                }
+                break;
+            }
+            if (op.code != OpCode::dense_forward && op.code != OpCode::dropout) break;
+        }
     }
 }
 
@@ -748,6 +769,7 @@ void CudaBackend::execute_recorded(cudaStream_t stream, bool capturing) {
     // forward that no longer writes its ReLU mask changes its backward's plan, and a scratch grown
     // by one op's new plan is freed only after the ops before it ran (none still holds the old
     // one). The ops before the refused one have run as planned.
+    fold_begin_step();
     bool planning_again = false;
     for (size_t index = 0; index < recorded_.size(); ++index) {
         if (decision_follows(index)) {  // neither op is planned, nor refused

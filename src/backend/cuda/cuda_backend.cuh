@@ -138,6 +138,9 @@ private:
         float clipnorm;
         float momentum;          // average_weights'
         double* committed_metrics;  // finish_step's
+        // Set by fold_begin_step (recorded tasks only; not part of the signature, which decides them):
+        bool folded_into_head;  // begin_step: a later loss head clears found_inf instead of a memset
+        bool starts_step;       // loss_head: clears found_inf before its own check
     };
 
     // CudaTaskHooks
@@ -164,6 +167,9 @@ private:
     // Test hook (break_captures): makes the capture under way fail, as a call not permitted there would.
     static void break_capture(cudaStream_t compute);
     void execute(const RecordedOp& op, cudaStream_t stream);
+    // A recorded begin_step whose first loss head follows it with only forward and dropout ops between
+    // (none of which reads or writes found_inf) is folded into that head: one graph node fewer.
+    void fold_begin_step();
     // Whether recorded_[index] is a max_abs op and recorded_[index + 1] the decide_update that reads
     // exactly its results: then both are one launch (execute_max_abs_deciding).
     bool decision_follows(size_t index) const;

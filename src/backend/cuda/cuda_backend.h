@@ -42,6 +42,7 @@ struct CudaOpPaths {
     uint64_t fused_sgd_tensor_cores = 0;  // of those, on the tensor cores
     uint64_t clip_factor = 0;  // clip_factor ops issued (clipped steps)
     uint64_t max_abs_deciding = 0;    // max_abs passes that took the decide_update after them in their launch
+    uint64_t begin_steps_folded = 0;  // begin_steps whose found_inf reset a later loss head did
     uint64_t dependent_launches = 0;  // the backend's kernels launched with programmatic dependent launch
 };
 CudaOpPaths cuda_backend_op_paths(const Backend& backend);

@@ -277,10 +277,18 @@ __device__ RowResult head_row(const LossHeadArgs& args, HeadCase kind, int64_t r
 }
 
 // The batch's sums, reduced in a fixed order, into the train state and the metrics (thread 0).
-__device__ void finish_head(const LossHeadArgs& args, double loss_sum, long long correct_sum, long long counted_sum) {
+// `starts_step`: this head also clears found_inf first (the step's begin_step, folded into it by
+// CudaBackend::execute_recorded), so it writes found_inf whether the loss is finite or not.
+__device__ void finish_head(const LossHeadArgs& args, bool starts_step, double loss_sum, long long correct_sum,
+                            long long counted_sum) {
     const double batch_loss = head_batch_loss(args, loss_sum);
     // Non-finite as the float it is reported as, as on the CPU.
-    if (args.state && !(fabs(batch_loss) <= kLargestFloat)) args.state->found_inf = 1;
+    if (args.state) {
+        if (!(fabs(batch_loss) <= kLargestFloat))
+            args.state->found_inf = 1;
+        else if (starts_step)
+            args.state->found_inf = 0;
+    }
     if (args.metrics) {
         args.metrics[kMetricLossSum] += loss_sum;
         args.metrics[kMetricCorrect] += static_cast<double>(correct_sum);
@@ -295,8 +303,8 @@ __device__ void finish_head(const LossHeadArgs& args, double loss_sum, long long
 // fence, an atomic and a second round of reads through L2 (at batch 32 on an H200 the kernel took
 // 8.4 us for 32 x 10 logits over 4 blocks).
 template <int kWarps>
-__global__ void __launch_bounds__(kWarps * kWarpSize) loss_head_kernel(const LossHeadArgs args, HeadCase kind,
-                                                                       const LossHeadScratch scratch) {
+__global__ void __launch_bounds__(kWarps* kWarpSize)
+    loss_head_kernel(const LossHeadArgs args, HeadCase kind, bool starts_step, const LossHeadScratch scratch) {
     start_after_preceding_kernel();
     __shared__ double warp_loss[kWarps];
     __shared__ long long warp_correct[kWarps], warp_counted[kWarps];
@@ -331,7 +339,7 @@ __global__ void __launch_bounds__(kWarps * kWarpSize) loss_head_kernel(const Los
             block_counted += warp_counted[w];
         }
         if (gridDim.x == 1) {
-            finish_head(args, block_loss, block_correct, block_counted);
+            finish_head(args, starts_step, block_loss, block_correct, block_counted);
         } else {
             scratch.partial_loss[blockIdx.x] = block_loss;
             scratch.partial_correct[blockIdx.x] = block_correct;
@@ -371,7 +379,7 @@ __global__ void __launch_bounds__(kWarps * kWarpSize) loss_head_kernel(const Los
         __syncthreads();
         const long long counted_sum = CountReduce(temp.count).Sum(thread_counted);
         if (threadIdx.x == 0) {
-            finish_head(args, loss_sum, correct_sum, counted_sum);
+            finish_head(args, starts_step, loss_sum, correct_sum, counted_sum);
             *scratch.counter = 0u;
         }
     }
@@ -409,16 +417,19 @@ void validate_loss_head(const LossHeadArgs& args) {
             "cuda backend: loss_head takes class weights for the categorical losses only");
 }
 
-void run_loss_head(const LossHeadArgs& args, const LossHeadScratch& scratch, cudaStream_t stream) {
+void run_loss_head(const LossHeadArgs& args, const LossHeadScratch& scratch, cudaStream_t stream, bool starts_step) {
+    require(!starts_step || args.state, MPT_STATUS_INTERNAL,
+            "cuda backend: a loss head that starts a step needs its state");
     if (args.rows <= kSingleBlockRows) {
         // One block, a warp per row.
         launch_kernel("loss_head_kernel", loss_head_kernel<kSingleBlockRows>, 1,
-                      static_cast<unsigned>(args.rows) * kWarpSize, 0, stream, args, head_case(args), scratch);
+                      static_cast<unsigned>(args.rows) * kWarpSize, 0, stream, args, head_case(args), starts_step,
+                      scratch);
         return;
     }
     const unsigned blocks = grid_for(args.rows, kWarpsPerBlock, kLossHeadMaxBlocks);
     launch_kernel("loss_head_kernel", loss_head_kernel<kWarpsPerBlock>, blocks, kBlockThreads, 0, stream, args,
-                  head_case(args), scratch);
+                  head_case(args), starts_step, scratch);
 }
 
 }  // namespace mpt

@@ -22,6 +22,9 @@ struct LossHeadScratch {
 constexpr int kLossHeadMaxBlocks = 256;
 
 void validate_loss_head(const LossHeadArgs& args);
-void run_loss_head(const LossHeadArgs& args, const LossHeadScratch& scratch, cudaStream_t stream);
+// `starts_step`: found_inf is cleared before this head's own check (begin_step folded into it; needs
+// args.state), so it ends 1 for a non-finite loss and 0 otherwise.
+void run_loss_head(const LossHeadArgs& args, const LossHeadScratch& scratch, cudaStream_t stream,
+                   bool starts_step = false);
 
 }  // namespace mpt
