@@ -3,7 +3,8 @@
 # with CMake + Ninja, runs the GPU tests (ctest -R cuda), mptrain-bench --backend cuda (fp32,
 # mixed-fp16, mixed-bf16 at batch 32, 256, 4096), the 50-epoch CIFAR-10 seed run (mptrain-cifar10,
 # batch 32, mixed-bf16; targets >= 55% test accuracy, < 5 s of GPU time) when the data set is
-# there, and the PyTorch and JAX peers (bench/peers/), and prints a short table last. Logs go to a
+# there, and the PyTorch and JAX peers (bench/peers/), then the other features' benches as time
+# allows, and prints a short table last. Logs go to a
 # work folder; what the device tool should bring back (summary, test log, bench logs, seed-run log,
 # kernel profile, merged JSON records: at most 8 files) is copied to $OUT after every stage, and
 # every stage's timeout is capped by the time left before DEADLINE, so a call cut short still
@@ -194,6 +195,18 @@ if [ -x "$bench" ]; then
         MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 bench_run 60 all_switches --precision mixed-bf16 --batch 32
     # cuBLASLt's candidate algorithms timed when each GEMM is planned, against the heuristic's first.
     MPTRAIN_CUDA_GEMM_AUTOTUNE=1 bench_run 90 autotuned --precision mixed-bf16 --batch 32,256,4096 --steps 50
+    # cuBLASLt never splitting K: where it did, the bias/ReLU epilogue ran as a separate pass (two
+    # of 40 us each at batch 4096 on an H200, 2026-12-04) and split-K's reduction as another.
+    MPTRAIN_CUDA_SPLIT_K=0 bench_run 90 unsplit --precision mixed-bf16 --batch 32,256,4096 --steps 50
+else
+    echo "no $bench (MPTRAIN_BUILD_BENCH off or bench/ missing)"
+fi
+
+# The other features' costs (bench/NOTES.md has their sections), against the small stage's plain
+# step: last, after the issue's own stages (seed runs, peers, profile), as far as time allows.
+feature_benches() {
+    [ -x "$bench" ] || return 0
+    stage "feature benches (as time allows)"
     # The same step with the data set left in host memory: batches staged through pinned buffers.
     bench_run 60 streamed --precision mixed-bf16 --batch 32,256 --streamed
     # A per-step cosine schedule: its rate is computed on the device, so the steps keep their graphs.
@@ -216,12 +229,7 @@ if [ -x "$bench" ]; then
     bench_run 60 lion --precision mixed-bf16 --batch 32,256 --optimizer lion
     # Standardized inputs: a subtraction and a division a value more in the gather kernel.
     bench_run 60 standardized --precision mixed-bf16 --batch 32,256 --standardize
-    # cuBLASLt never splitting K: where it did, the bias/ReLU epilogue ran as a separate pass (two
-    # of 40 us each at batch 4096 on an H200, 2026-12-04) and split-K's reduction as another.
-    MPTRAIN_CUDA_SPLIT_K=0 bench_run 90 unsplit --precision mixed-bf16 --batch 32,256,4096 --steps 50
-else
-    echo "no $bench (MPTRAIN_BUILD_BENCH off or bench/ missing)"
-fi
+}
 
 # The issue's end-to-end target: 50 epochs of the full set, timed by CUDA events around each epoch
 # (train_device_seconds) and by the clock (fit's train_seconds; the whole process here).
@@ -360,6 +368,8 @@ if [ "$status" = 0 ]; then
 else
     run_memcheck; publish; run_kernel_profile
 fi
+
+feature_benches
 
 stage "summary"
 publish
