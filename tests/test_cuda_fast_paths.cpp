@@ -393,6 +393,35 @@ TEST_CASE("MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 trains exactly as the default does, c
     CHECK(cuda_backend_op_paths(all->backend()).dependent_launches > 0);
 }
 
+// Some devices refuse the dependent-launch attribute under capture; the graphs are worth more, so a
+// refused capture turns it off and the tasks are captured again without it (a new signature).
+TEST_CASE("a refused capture turns dependent launch off, and the steps are captured again without it") {
+    SKIP_WITHOUT_GPU();
+    auto context = make_context(MPT_BACKEND_CUDA);
+    if (!mpt::testing::turn_on_device_path(context->backend(), cuda_backend_set_dependent_launch,
+                                           "programmatic dependent launch", 9))
+        return;
+    {
+        // Batch 16, so that the tasks refused here (refused for good) are not the ones trained below.
+        cuda_backend_break_captures(context->backend(), true);
+        const SyntheticData data = synthetic_data(160, 100, 45);
+        auto dataset = to_dataset(context, data);
+        TrainerConfig config;
+        config.precision = MPT_PRECISION_MIXED_BF16;
+        Trainer trainer(make_mlp(context, data.features), config);
+        trainer.fit(*dataset, 1, 16, true);
+        cuda_backend_break_captures(context->backend(), false);
+    }
+    CHECK(cuda_backend_graph_refusals(context->backend()) >= 1);
+    CHECK_FALSE(cuda_backend_dependent_launch(context->backend()));
+    const uint64_t launches = cuda_backend_op_paths(context->backend()).dependent_launches;
+    const float loss = train_two_bf16_epochs(context, 45);
+    CHECK(std::isfinite(loss));
+    CHECK(cuda_backend_graph_captures(context->backend()) >= 1);
+    CHECK(cuda_backend_graph_replays(context->backend()) >= 30);
+    CHECK(cuda_backend_op_paths(context->backend()).dependent_launches == launches);
+}
+
 // MPTRAIN_CUDA_GEMM_AUTOTUNE=1: each GEMM plan takes the fastest of cuBLASLt's candidates, timed on
 // scratch operands when first planned. Another algorithm sums in another order (or splits K), not
 // other sums: the step trains to the default's loss. The counts go to the device check's log.

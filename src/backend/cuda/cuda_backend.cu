@@ -858,6 +858,10 @@ void CudaBackend::end_compute_task() {
                                    : ended != cudaSuccess ? std::string("cudaStreamEndCapture: ") + cudaGetErrorName(ended)
                                                           : std::string("cudaGraphInstantiate: ") + cudaGetErrorName(instantiated));
         execute_recorded(compute, false);
+        // Dependent launch is worth less than the graphs: a capture it may have broken (some devices
+        // refuse its attribute under capture) turns it off, and the task's next sightings, a new
+        // signature without it, are captured without it. The refusal stays counted.
+        dependent_launch_ = false;
         return;
     }
     graphs_.store(signature_, captured);
@@ -921,6 +925,7 @@ bool cuda_backend_set_small_batch_backward_data(Backend& backend, bool enabled) 
 bool cuda_backend_set_dependent_launch(Backend& backend, bool enabled) {
     return as_cuda(backend).set_dependent_launch(enabled);
 }
+bool cuda_backend_dependent_launch(const Backend& backend) { return as_cuda(backend).dependent_launch(); }
 CudaGemmAutotune cuda_backend_gemm_autotune(const Backend& backend) {
     const CudaGemm& gemm = as_cuda(backend).gemm();
     CudaGemmAutotune report;

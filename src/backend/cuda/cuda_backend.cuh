@@ -94,6 +94,7 @@ public:
     bool set_small_batch_backward_data(bool enabled);
     // On only where dependent_launch_runs_on_current_device() (cuda_launch.cuh); returns whether it is on.
     bool set_dependent_launch(bool enabled);
+    bool dependent_launch() const { return dependent_launch_; }
     void refuse_fused_runs(bool refuse) { gemm_->set_refuse_fused_runs(refuse); }
     void break_captures(bool broken) { break_captures_ = broken; }
     const CudaOpPaths& op_paths() const { return op_paths_; }

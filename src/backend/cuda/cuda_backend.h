@@ -71,6 +71,8 @@ bool cuda_backend_set_small_batch_backward_data(Backend& backend, bool enabled);
 // MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 turns it on). Ignored below compute capability 9.0 or where the
 // build has no code for 9.0; returns whether it is now on.
 bool cuda_backend_set_dependent_launch(Backend& backend, bool enabled);
+// Whether it is on now: a refused graph capture turns it off (it may be what broke the capture).
+bool cuda_backend_dependent_launch(const Backend& backend);
 // cuBLASLt algorithms chosen by timing (MPTRAIN_CUDA_GEMM_AUTOTUNE=1; cuda_gemm_autotune.cuh): plans
 // timed, those where another than the heuristic's first won, the microseconds the winners saved
 // (one run of each plan, summed), and why the last plan with several candidates was not timed.
