@@ -99,6 +99,27 @@ inline bool event_passed(cudaEvent_t event) {
     return true;
 }
 
+// Whether the current device is of compute capability `minimum_major`.0 or later and the code of
+// `kernel` that runs on it was compiled for that or later (a build for older architectures alone
+// runs on newer devices from its PTX, compiled without what the newer ones have). binaryVersion: the
+// compute capability the code that runs here was compiled for (SASS, or the PTX the driver
+// compiled), times 10. Clears any error it meets.
+inline bool kernel_code_runs_on_current_device(const void* kernel, int minimum_major) {
+    int device = 0, major = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    cudaFuncAttributes attributes{};
+    if (cudaFuncGetAttributes(&attributes, kernel) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    const int minimum = 10 * minimum_major;
+    return major >= minimum_major && attributes.binaryVersion >= minimum && attributes.ptxVersion >= minimum;
+}
+
 // Kernel launch geometry for grid-stride loops over `work` items.
 inline unsigned grid_for(int64_t work, unsigned block, unsigned max_blocks) {
     const int64_t blocks = (work + block - 1) / block;

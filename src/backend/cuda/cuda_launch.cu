@@ -22,19 +22,7 @@ DependentLaunchScope::DependentLaunchScope(uint64_t* counter) noexcept : saved_(
 DependentLaunchScope::~DependentLaunchScope() { dependent_launches = saved_; }
 
 bool dependent_launch_runs_on_current_device() {
-    int device = 0, major = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
-        cudaGetLastError();
-        return false;
-    }
-    cudaFuncAttributes attributes{};
-    if (cudaFuncGetAttributes(&attributes, reinterpret_cast<const void*>(dependent_launch_probe_kernel)) !=
-        cudaSuccess) {
-        cudaGetLastError();
-        return false;
-    }
-    return major >= 9 && attributes.binaryVersion >= 90 && attributes.ptxVersion >= 90;
+    return kernel_code_runs_on_current_device(reinterpret_cast<const void*>(dependent_launch_probe_kernel), 9);
 }
 
 }  // namespace mpt

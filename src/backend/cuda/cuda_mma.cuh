@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "backend/cuda/cuda_common.cuh"
+
 namespace mpt {
 
 // D += A_m B_m on one 16 x 8 x 16 tile (fp32 sums). T: __half or __nv_bfloat16.
@@ -35,23 +37,7 @@ __device__ __forceinline__ void mma_16x8x16(float (&d)[4], const uint32_t (&a)[4
 }
 
 // Whether `kernel` (one that uses mma_16x8x16) can run on the current device: compute capability
-// 8.0 and up, and the code for the device compiled for 8.0 or later (a build for 7.5 alone runs on
-// newer devices from its PTX, compiled without the mma instruction). Clears any error it meets.
-inline bool mma_runs_on_current_device(const void* kernel) {
-    int device = 0, major = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
-        cudaGetLastError();
-        return false;
-    }
-    cudaFuncAttributes attributes{};
-    if (cudaFuncGetAttributes(&attributes, kernel) != cudaSuccess) {
-        cudaGetLastError();
-        return false;
-    }
-    // binaryVersion: the compute capability the code that runs here was compiled for (SASS, or
-    // the PTX the driver compiled), times 10.
-    return major >= 8 && attributes.binaryVersion >= 80 && attributes.ptxVersion >= 80;
-}
+// 8.0 and up, and its code for the device compiled for 8.0 or later.
+inline bool mma_runs_on_current_device(const void* kernel) { return kernel_code_runs_on_current_device(kernel, 8); }
 
 }  // namespace mpt
