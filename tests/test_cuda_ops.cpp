@@ -1831,53 +1831,63 @@ TEST_CASE("a recorded max_abs pass decides the update in its own launch, as deci
 TEST_CASE("a recorded begin_step is folded into its loss head, which leaves found_inf as the memset would") {
     SKIP_WITHOUT_GPU();
 #if defined(MPTRAIN_WITH_CUDA)
-    const int64_t rows = 32, width = 16, classes = 10;
-    for (bool graphs : {true, false}) {
-        CAPTURE(graphs);
-        auto backend = make_cuda();
-        cuda_backend_set_graphs(*backend, graphs);
-        std::vector<float> finite = random_values(static_cast<size_t>(rows * width), -2.0f, 2.0f);
-        std::vector<float> poisoned_logits = finite;
-        poisoned_logits[static_cast<size_t>(3 * width + 2)] = std::numeric_limits<float>::quiet_NaN();
-        Buffer logits = upload(*backend, DType::fp32, finite);
-        std::vector<int32_t> label_values(static_cast<size_t>(rows));
-        for (int64_t r = 0; r < rows; ++r) label_values[static_cast<size_t>(r)] = static_cast<int32_t>(r % classes);
-        Buffer labels = upload_raw(*backend, label_values);
-        Buffer gradient = poisoned(*backend, DType::bf16, static_cast<size_t>(rows * width));
-        TrainState initial{};
-        initial.loss_scale = 1.0f;
-        initial.found_inf = 1;  // as a skipped step leaves it: the first round must clear it
-        Buffer state = upload_raw(*backend, std::vector<TrainState>{initial});
-        Buffer maximum = poisoned(*backend, DType::fp32, 1);
-        HeadTask task{};
-        task.backend = backend.get();
-        task.head.logits = logits.as<float>();
-        task.head.labels = labels.as<int32_t>();
-        task.head.logits_grad = gradient.data();
-        task.head.logits_grad_dtype = DType::bf16;
-        task.head.state = state.as<TrainState>();
-        task.head.rows = rows;
-        task.head.width = width;
-        task.head.classes = classes;
-        task.head.activation = Activation::softmax;
-        task.head.loss = LossKind::sparse_categorical_crossentropy;
-        task.input = MaxAbsInput{gradient.data(), DType::bf16, rows * width};
-        task.maximum = maximum.as<float>();
-        for (int round = 0; round < 8; ++round) {
-            CAPTURE(round);
-            const bool nan_round = round % 3 == 2;
-            const std::vector<float>& values = nan_round ? poisoned_logits : finite;
-            backend->copy_to_device(logits.data(), values.data(), values.size() * sizeof(float));
-            backend->scheduler().submit(Lane::compute, &run_head_task, &task);
-            backend->scheduler().synchronize();
-            const TrainState after = download_raw<TrainState>(*backend, state, 1)[0];
-            CHECK(after.found_inf == (nan_round ? 1 : 0));
-            CHECK(after.steps == round + 1);
+    const int64_t width = 16, classes = 10;
+    // 32 rows: the head is one block; 200: several, the last one combining them. Recorded, issued op
+    // by op, and recorded with programmatic dependent launch (9.0 and up).
+    for (const int64_t rows : {int64_t{32}, int64_t{200}})
+        for (int configuration = 0; configuration < 3; ++configuration) {
+            const bool graphs = configuration != 1, dependent_launch = configuration == 2;
+            CAPTURE(rows);
+            CAPTURE(graphs);
+            CAPTURE(dependent_launch);
+            auto backend = make_cuda();
+            cuda_backend_set_graphs(*backend, graphs);
+            if (dependent_launch &&
+                !turn_on_device_path(*backend, cuda_backend_set_dependent_launch, "programmatic dependent launch", 9))
+                continue;
+            std::vector<float> finite = random_values(static_cast<size_t>(rows * width), -2.0f, 2.0f);
+            std::vector<float> poisoned_logits = finite;
+            poisoned_logits[static_cast<size_t>(3 * width + 2)] = std::numeric_limits<float>::quiet_NaN();
+            Buffer logits = upload(*backend, DType::fp32, finite);
+            std::vector<int32_t> label_values(static_cast<size_t>(rows));
+            for (int64_t r = 0; r < rows; ++r) label_values[static_cast<size_t>(r)] = static_cast<int32_t>(r % classes);
+            Buffer labels = upload_raw(*backend, label_values);
+            Buffer gradient = poisoned(*backend, DType::bf16, static_cast<size_t>(rows * width));
+            TrainState initial{};
+            initial.loss_scale = 1.0f;
+            initial.found_inf = 1;  // as a skipped step leaves it: the first round must clear it
+            Buffer state = upload_raw(*backend, std::vector<TrainState>{initial});
+            Buffer maximum = poisoned(*backend, DType::fp32, 1);
+            HeadTask task{};
+            task.backend = backend.get();
+            task.head.logits = logits.as<float>();
+            task.head.labels = labels.as<int32_t>();
+            task.head.logits_grad = gradient.data();
+            task.head.logits_grad_dtype = DType::bf16;
+            task.head.state = state.as<TrainState>();
+            task.head.rows = rows;
+            task.head.width = width;
+            task.head.classes = classes;
+            task.head.activation = Activation::softmax;
+            task.head.loss = LossKind::sparse_categorical_crossentropy;
+            task.input = MaxAbsInput{gradient.data(), DType::bf16, rows * width};
+            task.maximum = maximum.as<float>();
+            for (int round = 0; round < 8; ++round) {
+                CAPTURE(round);
+                const bool nan_round = round % 3 == 2;
+                const std::vector<float>& values = nan_round ? poisoned_logits : finite;
+                backend->copy_to_device(logits.data(), values.data(), values.size() * sizeof(float));
+                backend->scheduler().submit(Lane::compute, &run_head_task, &task);
+                backend->scheduler().synchronize();
+                const TrainState after = download_raw<TrainState>(*backend, state, 1)[0];
+                CHECK(after.found_inf == (nan_round ? 1 : 0));
+                CHECK(after.steps == round + 1);
+            }
+            const CudaOpPaths paths = cuda_backend_op_paths(*backend);
+            CHECK(paths.begin_steps_folded == (graphs ? 2u : 0u));
+            CHECK((paths.dependent_launches > 0) == dependent_launch);
+            if (graphs) CHECK(cuda_backend_graph_replays(*backend) == 6);
         }
-        const CudaOpPaths paths = cuda_backend_op_paths(*backend);
-        CHECK(paths.begin_steps_folded == (graphs ? 2u : 0u));
-        if (graphs) CHECK(cuda_backend_graph_replays(*backend) == 6);
-    }
 #endif
 }
 

@@ -836,9 +836,13 @@ void CudaBackend::end_compute_task() {
     }
     // Whatever is thrown, the capture must end: a stream left capturing fails every later call.
     std::string issue_failure;
+    bool gemm_refused = false;  // cuBLASLt's refusal of a fused plan: nothing the launches did
     try {
         if (break_captures_) break_capture(compute);
         execute_recorded(compute, true);
+    } catch (const FusedGemmRefused& error) {
+        issue_failure = error.what();
+        gemm_refused = true;
     } catch (const std::exception& error) {
         issue_failure = error.what();
     } catch (...) {
@@ -854,14 +858,20 @@ void CudaBackend::end_compute_task() {
         // Not capturable here (or a real fault, which the eager run below reports): run it eagerly,
         // now and from now on. The reason is kept for the tests and the device check.
         cudaGetLastError();
-        graphs_.refuse(signature_, !issue_failure.empty() ? "issuing under capture: " + issue_failure
-                                   : ended != cudaSuccess ? std::string("cudaStreamEndCapture: ") + cudaGetErrorName(ended)
-                                                          : std::string("cudaGraphInstantiate: ") + cudaGetErrorName(instantiated));
-        execute_recorded(compute, false);
+        std::string why = !issue_failure.empty() ? "issuing under capture: " + issue_failure
+                          : ended != cudaSuccess
+                              ? std::string("cudaStreamEndCapture: ") + cudaGetErrorName(ended)
+                              : std::string("cudaGraphInstantiate: ") + cudaGetErrorName(instantiated);
         // Dependent launch is worth less than the graphs: a capture it may have broken (some devices
-        // refuse its attribute under capture) turns it off, and the task's next sightings, a new
-        // signature without it, are captured without it. The refusal stays counted.
-        dependent_launch_ = false;
+        // refuse its attribute under capture, at the launch or at the capture's end) turns it off
+        // before the task runs again eagerly, and the task's next sightings, a new signature
+        // without it, are captured without it. The refusal stays counted.
+        if (dependent_launch_ && !gemm_refused) {
+            dependent_launch_ = false;
+            why += " (dependent launch turned off)";
+        }
+        graphs_.refuse(signature_, why);
+        execute_recorded(compute, false);
         return;
     }
     graphs_.store(signature_, captured);
@@ -872,9 +882,15 @@ bool CudaBackend::launch_or_run_eagerly(cudaGraphExec_t exec, cudaStream_t compu
     const cudaError_t launched = cudaGraphLaunch(exec, compute);
     if (launched == cudaSuccess) return true;
     // Nothing of the task ran. The graph is not launched again: the task runs eagerly now and from
-    // now on, and a real fault (a sticky error) is reported by that run.
+    // now on, and a real fault (a sticky error) is reported by that run. Dependent launch, which
+    // may be what the launch refused, is turned off as after a refused capture.
     cudaGetLastError();
-    graphs_.refuse(signature_, std::string("cudaGraphLaunch: ") + cudaGetErrorName(launched));
+    std::string why = std::string("cudaGraphLaunch: ") + cudaGetErrorName(launched);
+    if (dependent_launch_) {
+        dependent_launch_ = false;
+        why += " (dependent launch turned off)";
+    }
+    graphs_.refuse(signature_, why);
     execute_recorded(compute, false);
     return false;
 }

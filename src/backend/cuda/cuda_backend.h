@@ -42,7 +42,8 @@ struct CudaOpPaths {
     uint64_t fused_sgd_tensor_cores = 0;  // of those, on the tensor cores
     uint64_t clip_factor = 0;  // clip_factor ops issued (clipped steps)
     uint64_t max_abs_deciding = 0;    // max_abs passes that took the decide_update after them in their launch
-    uint64_t begin_steps_folded = 0;  // begin_steps whose found_inf reset a later loss head did
+    uint64_t begin_steps_folded = 0;  // begin_steps whose found_inf reset a later loss head did (per run of
+                                      // a recorded task: its first sighting and its capture, not replays)
     uint64_t dependent_launches = 0;  // the backend's kernels launched with programmatic dependent launch
 };
 CudaOpPaths cuda_backend_op_paths(const Backend& backend);
@@ -71,7 +72,8 @@ bool cuda_backend_set_small_batch_backward_data(Backend& backend, bool enabled);
 // MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 turns it on). Ignored below compute capability 9.0 or where the
 // build has no code for 9.0; returns whether it is now on.
 bool cuda_backend_set_dependent_launch(Backend& backend, bool enabled);
-// Whether it is on now: a refused graph capture turns it off (it may be what broke the capture).
+// Whether it is on now: a refused graph capture or launch turns it off (it may be what broke it),
+// unless cuBLASLt's refusal of a fused plan is what refused the capture.
 bool cuda_backend_dependent_launch(const Backend& backend);
 // cuBLASLt algorithms chosen by timing (MPTRAIN_CUDA_GEMM_AUTOTUNE=1; cuda_gemm_autotune.cuh): plans
 // timed, those where another than the heuristic's first won, the microseconds the winners saved
