@@ -59,8 +59,8 @@ void launch_kernel(const char* name, void (*kernel)(Parameters...), dim3 grid, d
     config.blockDim = block;
     config.dynamicSmemBytes = shared_bytes;
     config.stream = stream;
-    config.attrs = &attribute;
     uint64_t* const counter = dependent_launch_counter();
+    config.attrs = counter ? &attribute : nullptr;  // null without attributes, as the runtime asks
     config.numAttrs = counter ? 1 : 0;
     check_cuda(cudaLaunchKernelEx(&config, kernel, std::forward<Arguments>(arguments)...), name, __FILE__, __LINE__);
     if (counter) ++*counter;
