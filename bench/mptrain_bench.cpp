@@ -76,6 +76,9 @@ struct Record {
     bool small_batch_forward;   // MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1: forward layers of <= 64 rows on one kernel each
     bool small_batch_backward;  // MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1: their input gradients likewise
     bool dependent_launch;      // MPTRAIN_CUDA_DEPENDENT_LAUNCH=1: each kernel's launch overlapping the one before
+    // mpt_context_describe after the timed epochs: the switches the backend had on (the fields above
+    // say what the environment asked for), its graph captures, replays and refusals, the ops' paths.
+    std::string context;
 };
 
 [[noreturn]] void usage(int code) {
@@ -257,6 +260,17 @@ size_t device_bytes_in_use() {
 size_t device_bytes_in_use() { return 0; }
 #endif
 
+// The context's description (a JSON object), or "null" should it fail: a record is worth keeping
+// without it.
+std::string describe_context(const mpt_context_t* context) {
+    size_t length = 0;
+    if (mpt_context_describe(context, nullptr, 0, &length) != MPT_STATUS_OK) return "null";
+    std::string text(length + 1, '\0');
+    if (mpt_context_describe(context, text.data(), text.size(), &length) != MPT_STATUS_OK) return "null";
+    text.resize(length);
+    return text;
+}
+
 double seconds_since(std::chrono::steady_clock::time_point start) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
@@ -427,6 +441,7 @@ Record run_one(const Options& options, const std::string& precision_text, int64_
     record.allocations_per_step = static_cast<double>(allocations) / static_cast<double>(steps * options.repeats);
     record.peak_bytes = peak;
     record.device_bytes = on_device ? static_cast<int64_t>(device_peak - device_before) : -1;
+    record.context = describe_context(context);
     return record;
 }
 
@@ -522,9 +537,9 @@ void write_json(const std::string& path, const std::vector<Record>& records) {
                      r.dependent_launch ? "true" : "false");
         if (r.gemm_floor_us >= 0) std::fprintf(file, "\"gemm_floor_us\": %.1f, \"floor_ratio\": %.3f, ", r.gemm_floor_us, r.us_per_step / r.gemm_floor_us);
         else std::fprintf(file, "\"gemm_floor_us\": null, \"floor_ratio\": null, ");
-        std::fprintf(file, "\"allocations_per_step\": %.3f, \"peak_bytes\": %zu, \"device_bytes\": %lld}%s\n",
+        std::fprintf(file, "\"allocations_per_step\": %.3f, \"peak_bytes\": %zu, \"device_bytes\": %lld, \"context\": %s}%s\n",
                      r.allocations_per_step, r.peak_bytes, static_cast<long long>(r.device_bytes),
-                     i + 1 < records.size() ? "," : "");
+                     r.context.empty() ? "null" : r.context.c_str(), i + 1 < records.size() ? "," : "");
     }
     std::fprintf(file, "]\n");
     std::fclose(file);

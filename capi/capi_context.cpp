@@ -3,6 +3,7 @@
 
 using mpt::capi::impl_of;
 using mpt::capi::require_pointer;
+using mpt::fail;
 using mpt::require;
 
 extern "C" {
@@ -121,6 +122,22 @@ mpt_status mpt_context_get_memory(const mpt_context_t* context, size_t* used_byt
     const mpt::Context& impl = impl_of(context, "context");
     if (used_bytes) *used_bytes = impl.memory().used();
     if (peak_bytes) *peak_bytes = impl.memory().peak();
+    MPT_API_END
+}
+
+mpt_status mpt_context_describe(const mpt_context_t* context, char* text, size_t capacity, size_t* length) {
+    MPT_API_BEGIN
+    const mpt::Context& impl = impl_of(context, "context");
+    require_pointer(length, "length");
+    const std::string description = impl.describe();
+    if (text) {
+        if (capacity <= description.size())
+            fail(MPT_STATUS_SHAPE_MISMATCH, "the description takes " + std::to_string(description.size() + 1) +
+                                                " bytes with its NUL, more than the capacity " +
+                                                std::to_string(capacity));
+        std::memcpy(text, description.c_str(), description.size() + 1);
+    }
+    *length = description.size();
     MPT_API_END
 }
 

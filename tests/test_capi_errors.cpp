@@ -241,6 +241,7 @@ TEST_CASE("every entry point rejects a NULL handle with INVALID_ARGUMENT and a m
         {"context_get_backend", [&] { return mpt_context_get_backend(nullptr, &backend); }},
         {"context_resolve_precision", [&] { return mpt_context_resolve_precision(nullptr, MPT_PRECISION_AUTO, &precision); }},
         {"context_get_memory", [&] { return mpt_context_get_memory(nullptr, &used, &peak); }},
+        {"context_describe", [&] { return mpt_context_describe(nullptr, nullptr, 0, &used); }},
         {"model_create", [&] { return mpt_model_create(nullptr, 4, &model_out); }},
         {"model_add_dense", [&] { return mpt_model_add_dense(nullptr, 4, MPT_ACTIVATION_RELU); }},
         {"model_set_layer_dtype", [&] { return mpt_model_set_layer_dtype(nullptr, 0, MPT_DTYPE_FP32); }},
@@ -384,6 +385,7 @@ TEST_CASE("NULL out-pointers are rejected with INVALID_ARGUMENT and nothing is c
     CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_context_create(nullptr, nullptr));
     CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_context_get_backend(session.context, nullptr));
     CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_context_resolve_precision(session.context, MPT_PRECISION_AUTO, nullptr));
+    CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_context_describe(session.context, nullptr, 0, nullptr));
     CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_model_create(session.context, kFeatures, nullptr));
     CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_model_get_layer_count(session.model, nullptr));
     CHECK_FAILS(MPT_STATUS_INVALID_ARGUMENT, mpt_model_get_input_features(session.model, nullptr));

@@ -43,12 +43,36 @@ def device_of(r):
     return "cuda" if device == "gpu" else device
 
 
+# The CUDA backend's switches a record names (what the environment asked for), as its context's
+# description names them ("switches": what the backend had on).
+SWITCHES = ("tensor_core_sgd", "gemm_autotune", "small_batch_forward", "small_batch_backward", "dependent_launch")
+
+
+def caveats(record):
+    """What makes a record time something else than it says: a switch asked for that the backend had
+    off (a device below its compute capability, or dependent launch turned off by a refused graph
+    capture), and steps that ran eagerly because their graph was refused. Empty for records without
+    a context description (before the field existed, or the CPU's)."""
+    context = record.get("context")
+    if not isinstance(context, dict) or context.get("backend") != "cuda":
+        return ""
+    notes = []
+    switches = context.get("switches", {})
+    off = [name for name in SWITCHES if record.get(name) is True and switches.get(name) is False]
+    if off:
+        notes.append("asked for but off: " + ", ".join(off))
+    graphs = context.get("graphs", {})
+    if graphs.get("refusals"):
+        notes.append(f"{graphs['refusals']} step graph(s) refused, last: {graphs.get('last_refusal', '?')}")
+    return f"  [{'; '.join(notes)}]" if notes else ""
+
+
 def against(record, what, baseline_us, baseline, where=""):
     """A step's line: what it does, its precision and batch, its us/step and its ratio to `baseline`
-    (the step without it, `baseline_us` us/step, when measured)."""
+    (the step without it, `baseline_us` us/step, when measured), and its caveats."""
     ratio = f", {record['us_per_step'] / baseline_us:.2f}x {baseline}" if baseline_us else ""
     return (f"{what}: {record['precision']} batch {record['batch']}{where}: "
-            f"{record['us_per_step']:.0f} us/step{ratio}")
+            f"{record['us_per_step']:.0f} us/step{ratio}{caveats(record)}")
 
 
 def main():
@@ -138,6 +162,9 @@ def main():
         print("! = that peer's timed steps did not train (weights unchanged or the loss on a batch it trained on "
               "did not fall): not a valid peer time, left out of best peer")
     print("best peer = fastest peer's us/step over mptrain mixed-bf16 (> 1: mptrain faster)")
+    for r in constant:
+        if caveats(r):
+            print(f"caveat: {r['precision']} batch {r['batch']}{caveats(r)}")
     if floors:
         any_floor = next(iter(floors.values()))
         print(f"hardware floor (mptrain-gpu-floor, this run): copy {any_floor['copy_tb_per_s']:.2f} TB/s "

@@ -256,6 +256,27 @@ MPT_API mpt_status mpt_context_resolve_precision(const mpt_context_t* context, m
  *  this number. The backend's scratch is held until the context goes. */
 MPT_API mpt_status mpt_context_get_memory(const mpt_context_t* context, size_t* used_bytes,
                                           size_t* peak_bytes);
+/** What this context runs on and how, as one JSON object (UTF-8, no whitespace), for logs and
+ *  benchmark records. Members in every version: "version", "backend" ("cpu" or "cuda"), "device" (as
+ *  the context's INFO log line names it), "auto_fallback" (why MPT_BACKEND_AUTO runs on the CPU
+ *  although a GPU is present; "" otherwise), "memory_used_bytes", "memory_peak_bytes" (as
+ *  mpt_context_get_memory) and "memory_budget_bytes" (0: none). Then the backend's:
+ *  - cpu: "threads", "gemm_library", "amx" ("supported", "refused by Linux" or "absent"),
+ *    "small_gemm" (the few-row GEMM kernels: "avx512", "avx512f", "avx2" or "none").
+ *  - cuda: "device_index", "compute_capability" ("9.0"), "multiprocessors"; "switches", the
+ *    backend's paths as they are now (a path the device cannot run stays off whatever the
+ *    environment asked; see the README's MPTRAIN_CUDA_* variables); "graphs" (step graphs
+ *    "captures", "replays", "refusals" and "last_refusal", the reason the last one ran eagerly);
+ *    "ops" (how many ops took each path, counted when an op runs eagerly or is captured, not per
+ *    replay); "gemm" (cuBLASLt's refused fused epilogues and GEMM autotuning's counts).
+ *  Later versions may add members; none is removed or renamed within a major version.
+ *  Describing changes nothing (the CPU backend asks Linux for nothing, counters are only read).
+ *  \param[out] length  the text's length in bytes, without the terminating NUL (not NULL).
+ *  \param[out] text    when not NULL, the text and a NUL; `capacity` must then be at least
+ *                      `*length + 1`, else MPT_STATUS_SHAPE_MISMATCH and nothing is written. Call once
+ *                      with NULL to learn the length: nothing changes between the two calls unless
+ *                      the context is used in between. */
+MPT_API mpt_status mpt_context_describe(const mpt_context_t* context, char* text, size_t capacity, size_t* length);
 
 /* ---------------------------------------------------------------------------------------------
  * Model: a sequential stack of Dense layers

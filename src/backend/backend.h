@@ -21,6 +21,7 @@
 namespace mpt {
 
 class MemoryTracker;
+class JsonWriter;
 
 enum class BackendKind : uint8_t { cpu = 1, cuda = 2 };
 
@@ -221,6 +222,9 @@ public:
 
     virtual BackendKind kind() const = 0;
     virtual std::string device_name() const = 0;
+    // Members of mpt_context_describe's object beyond the context's own (backend, device, ...): how
+    // this backend is set up now and what it has done so far, for logs and benchmark records.
+    virtual void describe(JsonWriter& out) const = 0;
     // Something about how this backend was set up that makes it run well below what the hardware
     // allows, said once by the context as a warning; empty when there is nothing to say.
     virtual std::string setup_warning() const { return {}; }

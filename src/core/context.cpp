@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/version.h"
+#include "io/json_writer.h"
 
 namespace mpt {
 
@@ -37,6 +38,21 @@ Context::Context(const ContextConfig& config)
     const std::string setup_warning = backend_->setup_warning();
     if (!setup_warning.empty()) log(MPT_LOG_LEVEL_WARNING, setup_warning);
     log(MPT_LOG_LEVEL_INFO, "mptrain " + std::string(kVersionString) + " on " + backend_->device_name());
+}
+
+std::string Context::describe() const {
+    JsonWriter out;
+    out.begin_object();
+    out.key("version").string(kVersionString);
+    out.key("backend").string(backend_->kind() == BackendKind::cuda ? "cuda" : "cpu");
+    out.key("device").string(backend_->device_name());
+    out.key("auto_fallback").string(fallback_note_);
+    out.key("memory_used_bytes").unsigned_integer(memory_.used());
+    out.key("memory_peak_bytes").unsigned_integer(memory_.peak());
+    out.key("memory_budget_bytes").unsigned_integer(config_.memory_budget);
+    backend_->describe(out);
+    out.end_object();
+    return out.take();
 }
 
 namespace {

@@ -37,6 +37,9 @@ public:
     uint64_t seed() const { return config_.seed; }
     const ContextConfig& config() const { return config_; }
 
+    // mpt_context_describe's JSON object: the version, backend and device, why AUTO fell back to
+    // the CPU (empty when it did not), the memory held, then the backend's own members.
+    std::string describe() const;
     void log(mpt_log_level level, const std::string& message) const;
     // Whether this thread is inside this context's log callback, which must not call back into the
     // context: the C API refuses such calls (a log line can come from the middle of an operation).

@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "core/float_bits.h"
 #include "data/epoch_order.h"
+#include "io/json_writer.h"
 #include "memory/host_block.h"
 
 namespace mpt {
@@ -107,6 +108,14 @@ std::string CpuBackend::device_name() const {
     return std::string("cpu (") + std::to_string(pool_.threads()) + " threads, " + cpu_gemm_library() +
            (amx_gemm_refused() ? ", amx refused by Linux" : amx_gemm_supported() ? ", amx" : "") + ", small GEMMs " +
            small_gemm_kernels_name(small_gemm_kernels()) + ")";
+}
+
+void CpuBackend::describe(JsonWriter& out) const {
+    out.key("threads").integer(pool_.threads());
+    out.key("gemm_library").string(cpu_gemm_library());
+    // As device_name: nothing here asks Linux for the tile state (a description changes nothing).
+    out.key("amx").string(amx_gemm_refused() ? "refused by Linux" : amx_gemm_supported() ? "supported" : "absent");
+    out.key("small_gemm").string(small_gemm_kernels_name(small_gemm_kernels()));
 }
 
 std::string CpuBackend::emulation_warning(DType compute_dtype) const {

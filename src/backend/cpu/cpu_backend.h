@@ -25,6 +25,7 @@ public:
 
     BackendKind kind() const override { return BackendKind::cpu; }
     std::string device_name() const override;
+    void describe(JsonWriter& out) const override;
     // OpenBLAS on slow kernels; environment settings it does not know.
     std::string setup_warning() const override;
     std::string emulation_warning(DType compute_dtype) const override;

@@ -34,6 +34,7 @@ public:
 
     BackendKind kind() const override { return BackendKind::cuda; }
     std::string device_name() const override { return name_; }
+    void describe(JsonWriter& out) const override;  // cuda_backend_description.cu
     // Values of MPTRAIN_CUDA_GRAPHS, MPTRAIN_CUDA_FUSED_EPILOGUES and MPTRAIN_CUDA_SPLIT_K it does not know.
     std::string setup_warning() const override;
     size_t storage_size(DType dtype) const override { return dtype == DType::fp32 ? 4 : 2; }

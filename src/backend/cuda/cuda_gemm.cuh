@@ -93,6 +93,7 @@ public:
     // Autotuning: plans whose candidates were timed, those where another than the heuristic's first
     // won, the microseconds the winners saved against the heuristic's firsts (summed over plans, one
     // run each), and why the last plan that could not be timed was not.
+    bool split_k() const { return split_k_; }
     bool autotune() const { return autotune_; }
     uint64_t timed_plans() const { return timed_plans_; }
     uint64_t retuned_plans() const { return retuned_plans_; }

@@ -1,0 +1,66 @@
+// CudaBackend::describe: mpt_context_describe's CUDA members. The switches as they are now (a refused
+// graph capture turns dependent launch off, a device below 8.0 keeps the tensor-core paths off
+// whatever the environment asked), the graphs' counts and the last refusal, and how many ops took
+// each path: what a benchmark record needs to say what it measured, and a user to see why a step
+// is not replayed from a graph.
+#include "backend/cuda/cuda_backend.cuh"
+#include "io/json_writer.h"
+
+namespace mpt {
+
+void CudaBackend::describe(JsonWriter& out) const {
+    out.key("device_index").integer(device_);
+    out.key("compute_capability")
+        .string(std::to_string(compute_capability_ / 10) + "." + std::to_string(compute_capability_ % 10));
+    out.key("multiprocessors").integer(multiprocessors_);
+
+    out.key("switches").begin_object();
+    out.key("graphs").boolean(graphs_enabled_);
+    out.key("fused_epilogues").boolean(fused_epilogues_);
+    out.key("split_k").boolean(gemm_->split_k());
+    out.key("gemm_autotune").boolean(gemm_->autotune());
+    out.key("tensor_core_sgd").boolean(tensor_core_sgd_);
+    out.key("small_batch_forward").boolean(small_batch_forward_);
+    out.key("small_batch_backward").boolean(small_batch_backward_data_);
+    out.key("dependent_launch").boolean(dependent_launch_);
+    out.end_object();
+
+    out.key("graphs").begin_object();
+    out.key("captures").unsigned_integer(graphs_.captures());
+    out.key("replays").unsigned_integer(graphs_.replays());
+    out.key("refusals").unsigned_integer(graphs_.refusals());
+    out.key("last_refusal").string(graphs_.last_refusal());
+    out.end_object();
+
+    const CudaOpPaths& ops = op_paths_;
+    out.key("ops").begin_object();
+    out.key("forward_fused").unsigned_integer(ops.forward_fused);
+    out.key("forward_unfused").unsigned_integer(ops.forward_unfused);
+    out.key("forward_small_batch").unsigned_integer(ops.forward_small_batch);
+    out.key("backward_data_fused").unsigned_integer(ops.backward_data_fused);
+    out.key("backward_data_unfused").unsigned_integer(ops.backward_data_unfused);
+    out.key("backward_data_small_batch").unsigned_integer(ops.backward_data_small_batch);
+    out.key("weight_gradient_fused").unsigned_integer(ops.weight_gradient_fused);
+    out.key("weight_gradient_unfused").unsigned_integer(ops.weight_gradient_unfused);
+    out.key("fused_sgd").unsigned_integer(ops.fused_sgd);
+    out.key("fused_sgd_tensor_cores").unsigned_integer(ops.fused_sgd_tensor_cores);
+    out.key("clip_factor").unsigned_integer(ops.clip_factor);
+    out.key("max_abs_deciding").unsigned_integer(ops.max_abs_deciding);
+    out.key("begin_steps_folded").unsigned_integer(ops.begin_steps_folded);
+    out.key("dependent_launches").unsigned_integer(ops.dependent_launches);
+    out.end_object();
+
+    const CudaGemm& gemm = *gemm_;
+    out.key("gemm").begin_object();
+    out.key("refused_epilogue_plans").unsigned_integer(gemm.refused_epilogue_plans());
+    out.key("refused_epilogue_runs").unsigned_integer(gemm.refused_epilogue_runs());
+    out.key("last_refused_epilogue").string(gemm.last_refused_epilogue());
+    out.key("autotuned_plans").unsigned_integer(gemm.timed_plans());
+    out.key("retuned_plans").unsigned_integer(gemm.retuned_plans());
+    // Whole nanoseconds: JsonWriter writes no floating-point numbers.
+    out.key("autotune_saved_ns").integer(static_cast<int64_t>(gemm.autotune_saved_us() * 1000.0 + 0.5));
+    out.key("last_untimed").string(gemm.last_untimed());
+    out.end_object();
+}
+
+}  // namespace mpt
