@@ -180,6 +180,18 @@ public:
         detail::check(mpt_context_get_memory(get(), &used, &peak));
         return {used, peak};
     }
+    /** What this context runs on and how, as one JSON object (mpt_context_describe): "version",
+     *  "backend" ("cpu" or "cuda"), "device", the memory counters, then the backend's own members. */
+    std::string describe() const {
+        size_t length = 0;
+        detail::check(mpt_context_describe(get(), nullptr, 0, &length));
+        // Room for C's NUL; the text cannot grow between the calls, as no other thread may use this
+        // context's objects meanwhile (this file's threading rule).
+        std::string text(length + 1, '\0');
+        detail::check(mpt_context_describe(get(), text.data(), text.size(), &length));
+        text.resize(length);
+        return text;
+    }
     mpt_context_t* get() const noexcept { return handle_.get(); }
     const std::shared_ptr<detail::LogState>& log_state() const noexcept { return log_; }
 

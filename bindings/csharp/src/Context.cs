@@ -1,7 +1,8 @@
 // Context: the root object every other one is created from (backend, threads, seed, memory budget,
-// log callback), with the options it is created from and its memory reading.
+// log callback), with the options it is created from, its memory reading and its description.
 using System;
 using System.Runtime.InteropServices;
+using System.Text;
 
 namespace Mptrain
 {
@@ -94,6 +95,22 @@ namespace Mptrain
                     MptException.Check(Native.mpt_context_get_memory(Live, out used, out peak));
                     return new MemoryUsage { Used = used.ToUInt64(), Peak = peak.ToUInt64() };
                 }
+            }
+        }
+
+        /// <summary>What this context runs on and how, as one JSON object (mpt_context_describe): "version",
+        /// "backend" ("cpu" or "cuda"), "device", "auto_fallback", the memory counters, then the backend's own
+        /// members ("threads", ... on the CPU; "device_index", "switches", ... on CUDA).</summary>
+        public string Describe()
+        {
+            // One lock around both calls: no call on this context's objects can change the text between them.
+            using (Family.Enter())
+            {
+                UIntPtr length;
+                MptException.Check(Native.mpt_context_describe(Live, null, UIntPtr.Zero, out length));
+                var text = new byte[length.ToUInt64() + 1];  // and C's NUL
+                MptException.Check(Native.mpt_context_describe(Live, text, new UIntPtr((ulong)text.Length), out length));
+                return Encoding.UTF8.GetString(text, 0, (int)length.ToUInt64());
             }
         }
     }

@@ -42,6 +42,7 @@ namespace Mptrain
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_context_get_backend(ContextHandle context, out Backend backend);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_context_resolve_precision(ContextHandle context, Precision requested, out Precision precision);
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_context_get_memory(ContextHandle context, out UIntPtr usedBytes, out UIntPtr peakBytes);
+        [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_context_describe(ContextHandle context, [Out] byte[] text, UIntPtr capacity, out UIntPtr length);
 
         // Model
         [DllImport(Library, CallingConvention = Cdecl)] internal static extern Status mpt_model_create(ContextHandle context, long inputFeatures, out ModelHandle model);

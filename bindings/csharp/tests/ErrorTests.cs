@@ -84,6 +84,7 @@ namespace Mptrain.Tests
             ctx.Dispose();
             Assert.Throws<ObjectDisposedException>(() => new Model(ctx, 3));
             Assert.Throws<ObjectDisposedException>(() => { Backend backend = ctx.Backend; });
+            Assert.Throws<ObjectDisposedException>(() => ctx.Describe());
         }
 
         [Test]

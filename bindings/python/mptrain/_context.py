@@ -1,5 +1,6 @@
 """Context: backend, threads, seed, log callback and memory budgets; the parent of models and datasets."""
 import ctypes
+import json
 
 from . import _native
 from ._arguments import _enum, _integer
@@ -93,3 +94,15 @@ class Context(_Handle):
         with self._family:
             _check(_lib().mpt_context_get_memory(self._get(), ctypes.byref(used), ctypes.byref(peak)))
         return Memory(used.value, peak.value)
+
+    def describe(self):
+        """What this context runs on and how (mpt_context_describe), as a dict: "version", "backend"
+        ("cpu" or "cuda"), "device", "auto_fallback", the memory counters, then the backend's own
+        members ("threads", ... on the CPU; "device_index", "switches", ... on CUDA)."""
+        length = ctypes.c_size_t()
+        # One lock around both calls: no call of this context's family can change the text between them.
+        with self._family:
+            _check(_lib().mpt_context_describe(self._get(), None, 0, ctypes.byref(length)))
+            text = ctypes.create_string_buffer(length.value + 1)
+            _check(_lib().mpt_context_describe(self._get(), text, len(text), ctypes.byref(length)))
+        return json.loads(text.raw[:length.value].decode("utf-8"))

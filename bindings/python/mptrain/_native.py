@@ -83,6 +83,7 @@ PROTOTYPES = {
     "mpt_context_get_backend": (c_enum, [ContextP, P(c_enum)]),
     "mpt_context_resolve_precision": (c_enum, [ContextP, c_enum, P(c_enum)]),
     "mpt_context_get_memory": (c_enum, [ContextP, SizeP, SizeP]),
+    "mpt_context_describe": (c_enum, [ContextP, c_char_p, c_size_t, SizeP]),
     "mpt_model_create": (c_enum, [ContextP, c_int64, P(ModelP)]),
     "mpt_model_destroy": (None, [ModelP]),
     "mpt_model_add_dense": (c_enum, [ModelP, c_int64, c_enum]),

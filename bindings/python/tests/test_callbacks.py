@@ -213,7 +213,7 @@ def test_the_log_callback_cannot_call_back_into_its_own_context(blobs, monkeypat
             ctx, model, data, trainer, doomed = armed.pop()
             own = []
             for call in (lambda: data.rows, lambda: len(data), lambda: ctx.backend, lambda: ctx.memory,
-                         lambda: ctx.resolve_precision("auto"), lambda: model.layer_count,
+                         lambda: ctx.resolve_precision("auto"), lambda: ctx.describe(), lambda: model.layer_count,
                          lambda: model.get_weights(0), lambda: model.add_dense(2),
                          lambda: mptrain.Model(ctx, FEATURES), lambda: mptrain.Trainer(model),
                          lambda: mptrain.Dataset.from_f32(ctx, samples, labels, CLASSES),

@@ -1,7 +1,7 @@
 """The library and its context through the bindings: the version and status strings, the context's backend,
-precision and memory, and objects that outlive a closed context."""
+precision, memory and description, and objects that outlive a closed context."""
 import mptrain
-from conftest import CLASSES, FEATURES
+from conftest import CLASSES, FEATURES, raises
 
 
 def test_version_matches_the_header_macros():
@@ -28,6 +28,32 @@ def test_context_reports_backend_precision_and_memory(ctx, model, blobs):
     used, peak = ctx.memory
     assert peak >= used > 0
     assert mptrain.cuda_device_count() >= 0
+
+
+def test_context_describes_its_cpu_backend_as_json(blobs):
+    ctx = mptrain.Context(backend="cpu", threads=1, memory_budget=1 << 30)
+    description = ctx.describe()
+    assert description["version"] == mptrain.version()
+    assert description["backend"] == "cpu"
+    assert isinstance(description["device"], str) and description["device"]
+    assert description["auto_fallback"] == ""  # the CPU was asked for, not fallen back to
+    assert description["memory_budget_bytes"] == 1 << 30
+    assert description["threads"] == 1
+    assert description["gemm_library"]
+    assert description["amx"] in ("supported", "refused by Linux", "absent")
+    assert description["small_gemm"] in ("avx512", "avx512f", "avx2", "none")
+    assert "device_index" not in description  # a CUDA member
+    assert ctx.describe() == description  # nothing changes while the context is unused
+
+    model = mptrain.Model(ctx, FEATURES).add_dense(CLASSES, "softmax")
+    samples, labels = blobs
+    mptrain.Trainer(model).fit(mptrain.Dataset.from_f32(ctx, samples, labels, CLASSES), 1, 32)
+    trained = ctx.describe()
+    assert (trained["memory_used_bytes"], trained["memory_peak_bytes"]) == tuple(ctx.memory)
+    assert trained["memory_peak_bytes"] > 0
+    ctx.close()
+    with raises(mptrain.Status.INVALID_ARGUMENT):
+        ctx.describe()
 
 
 def test_children_outlive_a_closed_context(blobs):

@@ -199,6 +199,12 @@ extern "C" {
         used_bytes: *mut usize,
         peak_bytes: *mut usize,
     ) -> mpt_status;
+    pub fn mpt_context_describe(
+        context: *const mpt_context_t,
+        text: *mut c_char,
+        capacity: usize,
+        length: *mut usize,
+    ) -> mpt_status;
 
     // Model
     pub fn mpt_model_create(

@@ -378,3 +378,53 @@ fn a_raw_model_predicts_through_the_c_api() {
         mpt_model_destroy(model);
     }
 }
+
+#[test]
+fn a_raw_description_takes_its_length_then_a_buffer_with_room_for_the_nul() {
+    unsafe {
+        let mut context = ptr::null_mut();
+        assert_eq!(mpt_context_create(ptr::null(), &mut context), MPT_STATUS_OK);
+        let mut length = 0usize;
+        assert_eq!(
+            mpt_context_describe(context, ptr::null_mut(), 0, &mut length),
+            MPT_STATUS_OK
+        );
+        assert!(length > 2, "{length}");
+        // One byte short (no room for the NUL): refused, and neither the buffer nor length written.
+        let mut text = vec![0x55u8; length + 1];
+        let mut unwritten = 7usize;
+        assert_eq!(
+            mpt_context_describe(
+                context,
+                text.as_mut_ptr() as *mut c_char,
+                length,
+                &mut unwritten
+            ),
+            MPT_STATUS_SHAPE_MISMATCH
+        );
+        assert_eq!(unwritten, 7);
+        assert!(text.iter().all(|&byte| byte == 0x55));
+        let mut written = 0usize;
+        assert_eq!(
+            mpt_context_describe(
+                context,
+                text.as_mut_ptr() as *mut c_char,
+                text.len(),
+                &mut written
+            ),
+            MPT_STATUS_OK
+        );
+        assert_eq!(written, length);
+        assert_eq!(text[length], 0);
+        let json = CStr::from_bytes_with_nul(&text).unwrap().to_str().unwrap();
+        assert!(
+            json.starts_with('{') && json.ends_with('}') && json.contains("\"backend\":\""),
+            "{json}"
+        );
+        assert_eq!(
+            mpt_context_describe(context, ptr::null_mut(), 0, ptr::null_mut()),
+            MPT_STATUS_INVALID_ARGUMENT
+        );
+        mpt_context_destroy(context);
+    }
+}

@@ -190,6 +190,30 @@ impl Context {
         check(unsafe { sys::mpt_context_get_memory(self.raw.as_ptr(), &mut used, &mut peak) })?;
         Ok(Memory { used, peak })
     }
+    /// What this context runs on and how, as one JSON object (`mpt_context_describe`): "version",
+    /// "backend" ("cpu" or "cuda"), "device", "auto_fallback", the memory counters, then the
+    /// backend's own members ("threads", ... on the CPU; "device_index", "switches", ... on CUDA).
+    pub fn describe(&self) -> Result<String> {
+        // One lock around both calls: no call on this context's objects can change the text between.
+        let _lock = self.family.enter()?;
+        let mut length = 0;
+        check(unsafe {
+            sys::mpt_context_describe(self.raw.as_ptr(), ptr::null_mut(), 0, &mut length)
+        })?;
+        let mut text = vec![0u8; length + 1]; // and C's NUL
+        check(unsafe {
+            sys::mpt_context_describe(
+                self.raw.as_ptr(),
+                text.as_mut_ptr().cast(),
+                text.len(),
+                &mut length,
+            )
+        })?;
+        text.truncate(length);
+        // The C API's strings are UTF-8; a stray byte is not worth failing a description for.
+        Ok(String::from_utf8(text)
+            .unwrap_or_else(|error| String::from_utf8_lossy(error.as_bytes()).into_owned()))
+    }
 }
 
 impl Drop for Context {
