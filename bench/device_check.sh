@@ -191,8 +191,12 @@ if [ -x "$bench" ]; then
     # Programmatic dependent launch (each kernel's launch overlapping the kernel before it): on the
     # default kernels at batch 32 and 256, and on batch 32's all-hand-written step.
     MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 bench_run 60 dependent_launch --precision mixed-bf16 --batch 32,256
+    # The layers' fused SGD updates as one launch (batch 32, on CUDA cores and on tensor cores).
+    MPTRAIN_CUDA_GROUPED_SGD=1 bench_run 60 grouped_sgd --precision mixed-bf16 --batch 32
+    MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_TENSOR_CORE_SGD=1 bench_run 60 grouped_tensor_core_sgd \
+        --precision mixed-bf16 --batch 32,256
     MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 MPTRAIN_CUDA_TENSOR_CORE_SGD=1 \
-        MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 bench_run 60 all_switches --precision mixed-bf16 --batch 32
+        MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 bench_run 60 all_switches --precision mixed-bf16 --batch 32
     # cuBLASLt's candidate algorithms timed when each GEMM is planned, against the heuristic's first.
     MPTRAIN_CUDA_GEMM_AUTOTUNE=1 bench_run 90 autotuned --precision mixed-bf16 --batch 32,256,4096 --steps 50
     # cuBLASLt never splitting K: where it did, the bias/ReLU epilogue ran as a separate pass (two
@@ -302,9 +306,9 @@ fi
 # seed run would take if they became the defaults. After the peers: it matters less than they do.
 if [ "$cifar_ready" = 1 ] && fits 60; then
     run_cifar cifar10_experiments \
-        "CIFAR-10 seed run, tensor-core SGD + small-batch kernels + GEMM autotuning + dependent launch" \
+        "CIFAR-10 seed run, tensor-core SGD + small-batch kernels + GEMM autotuning + dependent launch + grouped SGD" \
         MPTRAIN_CUDA_TENSOR_CORE_SGD=1 MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 \
-        MPTRAIN_CUDA_GEMM_AUTOTUNE=1 MPTRAIN_CUDA_DEPENDENT_LAUNCH=1
+        MPTRAIN_CUDA_GEMM_AUTOTUNE=1 MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1
 fi
 
 # Out-of-bounds and misaligned accesses in the kernels that the op comparisons would not see (a

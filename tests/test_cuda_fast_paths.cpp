@@ -393,6 +393,35 @@ TEST_CASE("MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 trains exactly as the default does, c
     CHECK(cuda_backend_op_paths(all->backend()).dependent_launches > 0);
 }
 
+// MPTRAIN_CUDA_GROUPED_SGD=1: a step's fused SGD updates are one launch, each layer's arithmetic as
+// in a launch of its own, so the run trains to the default's loss bit for bit: on CUDA cores, and on
+// the tensor cores against the tensor cores alone.
+TEST_CASE("MPTRAIN_CUDA_GROUPED_SGD=1 trains exactly as the default does, on CUDA cores and on tensor cores") {
+    SKIP_WITHOUT_GPU();
+    auto context = cuda_context_under("MPTRAIN_CUDA_GROUPED_SGD", "1");
+    const float grouped = train_two_bf16_epochs(context, 47);
+    INFO("last refusal: " << cuda_backend_last_graph_refusal(context->backend()));
+    CHECK(cuda_backend_graph_refusals(context->backend()) == 0);
+    CHECK(cuda_backend_graph_replays(context->backend()) >= 30);
+    const CudaOpPaths paths = cuda_backend_op_paths(context->backend());
+    CHECK(paths.fused_sgd_grouped > 0);
+    CHECK(paths.fused_sgd_grouped <= paths.fused_sgd);
+    auto default_context = make_context(MPT_BACKEND_CUDA);
+    const float alone = train_two_bf16_epochs(default_context, 47);
+    CHECK(cuda_backend_op_paths(default_context->backend()).fused_sgd_grouped == 0);
+    CHECK(std::isfinite(grouped));
+    CHECK(grouped == alone);
+
+    auto tensor_cores = cuda_context_under("MPTRAIN_CUDA_GROUPED_SGD", "1");
+    auto tensor_cores_alone = make_context(MPT_BACKEND_CUDA);
+    for (Backend* backend : {&tensor_cores->backend(), &tensor_cores_alone->backend()})
+        if (!mpt::testing::turn_on_tensor_core_path(*backend, cuda_backend_set_tensor_core_sgd, "tensor-core fused SGD"))
+            return;
+    CHECK(train_two_bf16_epochs(tensor_cores, 49) == train_two_bf16_epochs(tensor_cores_alone, 49));
+    CHECK(cuda_backend_op_paths(tensor_cores->backend()).fused_sgd_grouped > 0);
+    CHECK(cuda_backend_op_paths(tensor_cores->backend()).fused_sgd_tensor_cores > 0);
+}
+
 // Some devices refuse the dependent-launch attribute under capture; the graphs are worth more, so a
 // refused capture turns it off, and the same step (a new signature without it) is captured again
 // and replayed. Step by step: the first sighting runs eagerly with the attribute, the capture of a

@@ -1891,6 +1891,148 @@ TEST_CASE("a recorded begin_step is folded into its loss head, which leaves foun
 #endif
 }
 
+#if defined(MPTRAIN_WITH_CUDA)
+// A step's updates as a compute task: fused SGD of each layer in turn, as the trainer issues them.
+struct UpdateLayersTask {
+    Backend* backend;
+    std::vector<DenseUpdateArgs> layers;
+    OptimizerConfig optimizer;
+};
+
+void run_update_layers_task(void* argument) {
+    const UpdateLayersTask& task = *static_cast<const UpdateLayersTask*>(argument);
+    for (const DenseUpdateArgs& args : task.layers) task.backend->dense_update(args, task.optimizer);
+}
+
+// One backend's copy of the layers' operands and parameters.
+struct UpdateLayersOperands {
+    std::vector<Buffer> buffers;  // per layer: dZ, A, masters, bias, low weights, low bias
+    std::unique_ptr<Buffer> state;
+    UpdateLayersTask task{};
+};
+#endif
+
+// With grouped SGD, a recorded task's consecutive fused SGD updates are one launch (up to 4 layers,
+// those of one kernel variant together): each layer must come out as the launch of its own makes
+// it, bit for bit, in the first sighting (eager), the capture and the replays, and a skipped step
+// (found_inf set) must write nothing. Five layers: the first four are one run, of which the fourth
+// (an odd width, the kernel's element-by-element variant) is launched apart; the fifth is one alone.
+TEST_CASE("recorded fused SGD updates of several layers run as one launch, each layer as in a launch of its own") {
+    SKIP_WITHOUT_GPU();
+#if defined(MPTRAIN_WITH_CUDA)
+    struct Shape {
+        int64_t in_features, out_features;
+    };
+    const Shape shapes[5] = {{300, 200}, {200, 136}, {136, 10}, {101, 33}, {64, 16}};
+    struct Configuration {
+        DType dtype;
+        bool tensor_cores;
+        int64_t rows;
+    };
+    const Configuration configurations[] = {{DType::bf16, false, 32},  {DType::fp16, false, 64}, {DType::fp32, false, 17},
+                                            {DType::bf16, true, 32},   {DType::fp16, true, 200}};
+    for (const Configuration& configuration : configurations) {
+        CAPTURE(std::string(dtype_name(configuration.dtype)));
+        CAPTURE(configuration.tensor_cores);
+        CAPTURE(configuration.rows);
+        const int64_t rows = configuration.rows;
+        OptimizerConfig sgd;
+        sgd.learning_rate = 0.05f;
+        sgd.weight_decay = 0.01f;
+        TrainState initial{};
+        initial.loss_scale = 256.0f;
+        initial.applied_steps = 2;
+        // The same values for both backends.
+        std::vector<std::vector<float>> values[5];
+        for (int l = 0; l < 5; ++l) {
+            const Shape& shape = shapes[l];
+            std::vector<float> output_grad = random_values(static_cast<size_t>(rows * shape.out_features), -1, 1);
+            for (float& g : output_grad) g *= initial.loss_scale / static_cast<float>(rows);
+            values[l] = {rounded(output_grad, configuration.dtype),
+                         rounded(random_values(static_cast<size_t>(rows * shape.in_features), 0, 1), configuration.dtype),
+                         random_values(static_cast<size_t>(shape.in_features * shape.out_features), -0.5f, 0.5f),
+                         random_values(static_cast<size_t>(shape.out_features), -0.1f, 0.1f)};
+        }
+        std::unique_ptr<Backend> backends[2] = {make_cuda(), make_cuda()};  // grouped, then each layer alone
+        if (configuration.tensor_cores &&
+            !turn_on_tensor_core_path(*backends[0], cuda_backend_set_tensor_core_sgd, "tensor-core fused SGD"))
+            return;
+        if (configuration.tensor_cores) REQUIRE(cuda_backend_set_tensor_core_sgd(*backends[1], true));
+        cuda_backend_set_grouped_sgd(*backends[0], true);
+        UpdateLayersOperands operands[2];
+        for (int b = 0; b < 2; ++b) {
+            Backend& backend = *backends[b];
+            UpdateLayersOperands& own = operands[b];
+            own.state = std::make_unique<Buffer>(upload_raw(backend, std::vector<TrainState>{initial}));
+            own.task.backend = &backend;
+            own.task.optimizer = sgd;
+            for (int l = 0; l < 5; ++l) {
+                const Shape& shape = shapes[l];
+                own.buffers.push_back(upload(backend, configuration.dtype, values[l][0]));
+                own.buffers.push_back(upload(backend, configuration.dtype, values[l][1]));
+                own.buffers.push_back(upload(backend, DType::fp32, values[l][2]));
+                own.buffers.push_back(upload(backend, DType::fp32, values[l][3]));
+                const bool low = configuration.dtype != DType::fp32;
+                own.buffers.push_back(poisoned(backend, configuration.dtype, static_cast<size_t>(shape.in_features * shape.out_features)));
+                own.buffers.push_back(poisoned(backend, configuration.dtype, static_cast<size_t>(shape.out_features)));
+                const Buffer* layer = &own.buffers[own.buffers.size() - 6];
+                DenseUpdateArgs args{};
+                args.output_grad = layer[0].data();
+                args.input = layer[1].data();
+                args.weights = layer[2].as<float>();
+                args.bias = layer[3].as<float>();
+                args.low_weights = low ? layer[4].data() : nullptr;
+                args.low_bias = low ? layer[5].data() : nullptr;
+                args.rows = rows;
+                args.in_features = shape.in_features;
+                args.out_features = shape.out_features;
+                args.compute_dtype = configuration.dtype;
+                args.state = own.state->as<TrainState>();
+                own.task.layers.push_back(args);
+            }
+        }
+        // Rounds 0 to 2: the first sighting, the capture, a replay; round 3 replays a skipped step.
+        std::vector<float> before_skipped;
+        for (int round = 0; round < 4; ++round) {
+            CAPTURE(round);
+            std::vector<float> results[2];
+            for (int b = 0; b < 2; ++b) {
+                Backend& backend = *backends[b];
+                TrainState state = initial;
+                state.found_inf = round == 3 ? 1 : 0;
+                backend.copy_to_device(operands[b].state->data(), &state, sizeof state);
+                backend.scheduler().submit(Lane::compute, &run_update_layers_task, &operands[b].task);
+                backend.scheduler().synchronize();
+                for (int l = 0; l < 5; ++l) {
+                    const Shape& shape = shapes[l];
+                    const Buffer* layer = &operands[b].buffers[static_cast<size_t>(6 * l)];
+                    const size_t weights = static_cast<size_t>(shape.in_features * shape.out_features);
+                    const size_t bias = static_cast<size_t>(shape.out_features);
+                    for (const std::vector<float>& part :
+                         {download(backend, layer[2], DType::fp32, weights), download(backend, layer[3], DType::fp32, bias),
+                          download(backend, layer[4], configuration.dtype, weights),
+                          download(backend, layer[5], configuration.dtype, bias)})
+                        results[b].insert(results[b].end(), part.begin(), part.end());
+                }
+            }
+            REQUIRE(results[0].size() == results[1].size());
+            CHECK(std::memcmp(results[0].data(), results[1].data(), results[0].size() * sizeof(float)) == 0);
+            if (round == 2) before_skipped = results[0];
+            if (round == 3)  // not a byte written
+                CHECK(std::memcmp(results[0].data(), before_skipped.data(), results[0].size() * sizeof(float)) == 0);
+        }
+        // Grouped: the first four layers in the first sighting and the capture (replays count no ops).
+        CHECK(cuda_backend_op_paths(*backends[0]).fused_sgd_grouped == 8);
+        CHECK(cuda_backend_op_paths(*backends[1]).fused_sgd_grouped == 0);
+        for (const auto& backend : backends) {
+            INFO("last refusal: " << cuda_backend_last_graph_refusal(*backend));
+            CHECK(cuda_backend_graph_refusals(*backend) == 0);
+            CHECK(cuda_backend_graph_replays(*backend) == 2);
+        }
+    }
+#endif
+}
+
 TEST_CASE("CUDA dropout drops and scales the values the CPU does, bit for bit") {
     SKIP_WITHOUT_GPU();
     auto cpu = make_cpu();

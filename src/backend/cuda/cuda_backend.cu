@@ -69,7 +69,8 @@ std::string CudaBackend::setup_warning() const {
         {{"MPTRAIN_CUDA_GRAPHS", {"0", "1"}}, {"MPTRAIN_CUDA_FUSED_EPILOGUES", {"0", "1"}},
          {"MPTRAIN_CUDA_SPLIT_K", {"0", "1"}}, {"MPTRAIN_CUDA_TENSOR_CORE_SGD", {"0", "1"}},
          {"MPTRAIN_CUDA_GEMM_AUTOTUNE", {"0", "1"}}, {"MPTRAIN_CUDA_SMALL_BATCH_FORWARD", {"0", "1"}},
-         {"MPTRAIN_CUDA_SMALL_BATCH_BACKWARD", {"0", "1"}}, {"MPTRAIN_CUDA_DEPENDENT_LAUNCH", {"0", "1"}}});
+         {"MPTRAIN_CUDA_SMALL_BATCH_BACKWARD", {"0", "1"}}, {"MPTRAIN_CUDA_DEPENDENT_LAUNCH", {"0", "1"}},
+         {"MPTRAIN_CUDA_GROUPED_SGD", {"0", "1"}}});
 }
 
 // ---- creation ----------------------------------------------------------------------------------
@@ -184,6 +185,7 @@ CudaBackend::CudaBackend(int device, MemoryTracker* memory) : device_(device), m
     set_small_batch_forward(turned_on_by_environment("MPTRAIN_CUDA_SMALL_BATCH_FORWARD"));
     set_small_batch_backward_data(turned_on_by_environment("MPTRAIN_CUDA_SMALL_BATCH_BACKWARD"));
     set_dependent_launch(turned_on_by_environment("MPTRAIN_CUDA_DEPENDENT_LAUNCH"));
+    grouped_sgd_ = turned_on_by_environment("MPTRAIN_CUDA_GROUPED_SGD");
     try {
         scheduler_ = std::make_unique<CudaScheduler>(*static_cast<CudaTaskHooks*>(this));
         gemm_ = std::make_unique<CudaGemm>(!turned_off_by_environment("MPTRAIN_CUDA_SPLIT_K"),
@@ -744,6 +746,40 @@ void CudaBackend::execute_max_abs_deciding(const RecordedOp& max_abs, const Reco
     ++op_paths_.max_abs_deciding;
 }
 
+size_t CudaBackend::fused_sgd_run(size_t index) const {
+    size_t count = 0;
+    while (index + count < recorded_.size() && count < static_cast<size_t>(kFusedSgdMaxLayers)) {
+        const RecordedOp& op = recorded_[index + count];
+        // One kernel family a launch: the tensor cores' for all or none (fp32 layers are planned on
+        // CUDA cores whatever the switch says).
+        if (op.code != OpCode::dense_update || !op.update_plan.fused_sgd ||
+            op.update_plan.fused_sgd_tensor_cores != recorded_[index].update_plan.fused_sgd_tensor_cores)
+            break;
+        // Distinct layers: an update reads and writes its own masters, copies and bias only (and
+        // reads dZ and A, which no update writes).
+        bool distinct = true;
+        for (size_t k = index; k < index + count; ++k)
+            distinct = distinct && recorded_[k].update.weights != op.update.weights &&
+                       recorded_[k].update.bias != op.update.bias;
+        if (!distinct) break;
+        ++count;
+    }
+    return count;
+}
+
+void CudaBackend::execute_fused_sgd_layers(size_t index, size_t count, cudaStream_t stream) {
+    const DependentLaunchScope launches(dependent_launch_ ? &op_paths_.dependent_launches : nullptr);
+    const DenseUpdateArgs* layers[kFusedSgdMaxLayers];
+    const OptimizerConfig* optimizers[kFusedSgdMaxLayers];
+    for (size_t k = 0; k < count; ++k) {
+        layers[k] = &recorded_[index + k].update;
+        optimizers[k] = &recorded_[index + k].optimizer;
+    }
+    run_fused_sgd_layers(layers, optimizers, static_cast<int>(count),
+                         recorded_[index].update_plan.fused_sgd_tensor_cores, stream);
+    op_paths_.fused_sgd_grouped += count;
+}
+
 // ---- recording and graphs ----------------------------------------------------------------------
 
 void CudaBackend::begin_compute_task() {
@@ -776,6 +812,14 @@ void CudaBackend::execute_recorded(cudaStream_t stream, bool capturing) {
             execute_max_abs_deciding(recorded_[index], recorded_[index + 1], stream);
             ++index;
             continue;
+        }
+        if (grouped_sgd_ && !planning_again) {
+            const size_t layers = fused_sgd_run(index);
+            if (layers > 1) {  // never refused: no cuBLASLt plan
+                execute_fused_sgd_layers(index, layers, stream);
+                index += layers - 1;
+                continue;
+            }
         }
         if (planning_again) plan(recorded_[index]);
         for (;;) {
@@ -813,6 +857,7 @@ void CudaBackend::end_compute_task() {
     }
     signature_.clear();
     signature_.put(dependent_launch_);  // the graph's kernel edges differ with it
+    signature_.put(grouped_sgd_);       // and its update kernels with this
     for (const RecordedOp& op : recorded_) sign(op);
 
     cudaGraphExec_t exec = nullptr;
@@ -953,5 +998,6 @@ CudaGemmAutotune cuda_backend_gemm_autotune(const Backend& backend) {
     return report;
 }
 bool cuda_backend_fused_epilogues(const Backend& backend) { return as_cuda(backend).fused_epilogues(); }
+void cuda_backend_set_grouped_sgd(Backend& backend, bool enabled) { as_cuda(backend).set_grouped_sgd(enabled); }
 
 }  // namespace mpt

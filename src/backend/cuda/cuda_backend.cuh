@@ -96,6 +96,7 @@ public:
     // On only where dependent_launch_runs_on_current_device() (cuda_launch.cuh); returns whether it is on.
     bool set_dependent_launch(bool enabled);
     bool dependent_launch() const { return dependent_launch_; }
+    void set_grouped_sgd(bool enabled) { grouped_sgd_ = enabled; }
     void refuse_fused_runs(bool refuse) { gemm_->set_refuse_fused_runs(refuse); }
     void break_captures(bool broken) { break_captures_ = broken; }
     const CudaOpPaths& op_paths() const { return op_paths_; }
@@ -176,6 +177,11 @@ private:
     // exactly its results: then both are one launch (execute_max_abs_deciding).
     bool decision_follows(size_t index) const;
     void execute_max_abs_deciding(const RecordedOp& max_abs, const RecordedOp& decision, cudaStream_t stream);
+    // How many of the recorded ops from recorded_[index] on are fused SGD updates of distinct layers
+    // that one launch can take (at most kFusedSgdMaxLayers; 0 when recorded_[index] is none): with
+    // grouped SGD on, they are one launch (execute_fused_sgd_layers), updated side by side.
+    size_t fused_sgd_run(size_t index) const;
+    void execute_fused_sgd_layers(size_t index, size_t count, cudaStream_t stream);
     // execute, or false when cuBLASLt refused the op's fused plan at run time (to plan it again).
     bool execute_unless_refused(const RecordedOp& op, cudaStream_t stream);
     // Runs the recorded task; an op refused as in issue() is planned again with all that follow
@@ -209,6 +215,7 @@ private:
     bool small_batch_forward_ = false;
     bool small_batch_backward_data_ = false;
     bool dependent_launch_ = false;
+    bool grouped_sgd_ = false;
     CudaOpPaths op_paths_;
     std::exception_ptr deferred_error_;  // from release()'s flush, for the next issue or task end
 

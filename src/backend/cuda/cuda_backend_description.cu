@@ -23,6 +23,7 @@ void CudaBackend::describe(JsonWriter& out) const {
     out.key("small_batch_forward").boolean(small_batch_forward_);
     out.key("small_batch_backward").boolean(small_batch_backward_data_);
     out.key("dependent_launch").boolean(dependent_launch_);
+    out.key("grouped_sgd").boolean(grouped_sgd_);
     out.end_object();
 
     out.key("graphs").begin_object();
@@ -48,6 +49,7 @@ void CudaBackend::describe(JsonWriter& out) const {
     out.key("max_abs_deciding").unsigned_integer(ops.max_abs_deciding);
     out.key("begin_steps_folded").unsigned_integer(ops.begin_steps_folded);
     out.key("dependent_launches").unsigned_integer(ops.dependent_launches);
+    out.key("fused_sgd_grouped").unsigned_integer(ops.fused_sgd_grouped);
     out.end_object();
 
     const CudaGemm& gemm = *gemm_;

@@ -91,19 +91,19 @@ __device__ __forceinline__ void store_masters(const FusedSgdLaunch& p, int64_t o
     }
 }
 
-// T: the element type of dZ, A and the low-precision copies (float, __half or __nv_bfloat16).
+// One block's part of layer p's update: its column strip, its run of row tiles. T: the element type
+// of dZ, A and the low-precision copies (float, __half or __nv_bfloat16).
 template <bool kVector, typename T>
-__global__ void __launch_bounds__(kThreads) fused_sgd_kernel(const FusedSgdLaunch p) {
-    start_after_preceding_kernel();
+__device__ __forceinline__ void update_strip(const FusedSgdLaunch& p, int64_t strip, int64_t run) {
     __shared__ float4 input[kFusedSgdMaxRows][kStripColumns / 4];            // A[r][i0 + 4c ..]
     __shared__ float4 output_grad[2][kFusedSgdMaxRows][kTileRows / 4];       // dZ[r][o0 + 4w ..], 2 tiles
-    const FusedSgdBlockStart start = fused_sgd_block_start(p);
+    const FusedSgdBlockStart start = fused_sgd_block_start(p, run);
     if (!start.active) return;  // no tile, or a skipped step: nothing is written
     const int64_t first_tile = start.first_tile, end_tile = start.end_tile;
     const OptimizerStepScalars& scalars = start.scalars;
 
     const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
-    const int64_t i0 = static_cast<int64_t>(blockIdx.x) * kStripColumns;
+    const int64_t i0 = strip * kStripColumns;
     const int64_t i = i0 + 4 * lane;  // this thread's first column
     const int rows = static_cast<int>(p.rows);
 
@@ -189,7 +189,7 @@ __global__ void __launch_bounds__(kThreads) fused_sgd_kernel(const FusedSgdLaunc
             store_masters<kVector, T>(p, tile * kTileRows + warp * kRowsPerThread + u, i, updated);
         }
         // The bias gradient is the column sum of dZ: the first strip's blocks own the bias.
-        if (blockIdx.x == 0 && threadIdx.x < kTileRows) {
+        if (strip == 0 && threadIdx.x < kTileRows) {
             const int64_t o = tile * kTileRows + threadIdx.x;
             if (o < p.out_features) {
                 const float* column = reinterpret_cast<const float*>(output_grad[buffer]) + threadIdx.x;
@@ -208,32 +208,74 @@ __global__ void __launch_bounds__(kThreads) fused_sgd_kernel(const FusedSgdLaunc
     }
 }
 
-}  // namespace
+template <bool kVector, typename T>
+__global__ void __launch_bounds__(kThreads) fused_sgd_kernel(const FusedSgdGroup group) {
+    start_after_preceding_kernel();
+    update_this_blocks_layer(group, [](const FusedSgdLaunch& p, int64_t strip, int64_t run) {
+        update_strip<kVector, T>(p, strip, run);
+    });
+}
 
-void run_fused_sgd(const DenseUpdateArgs& args, const OptimizerConfig& optimizer, bool tensor_cores,
-                   cudaStream_t stream) {
-    require(fused_sgd_applies(args, optimizer, tensor_cores), MPT_STATUS_INTERNAL,
-            "cuda backend: fused SGD called outside its case");
-    if (tensor_cores && args.compute_dtype != DType::fp32) {
-        run_fused_sgd_on_tensor_cores(args, optimizer, stream);
-        return;
-    }
-    FusedSgdLaunch launch = fused_sgd_launch(args, optimizer);
+// The CUDA-core kernel for one layer's update.
+FusedSgdVariant cuda_core_variant(const DenseUpdateArgs& args) {
     // Whole float4s of masters, and of their copies (8 bytes of fp16/bf16, 16 of fp32).
     const size_t low_bytes = args.compute_dtype == DType::fp32 ? 16 : 8;
     const bool vector = args.in_features % 4 == 0 && fused_sgd_aligned(args.weights, 16) &&
                         (args.low_weights == nullptr || fused_sgd_aligned(args.low_weights, low_bytes));
-    void (*kernel)(FusedSgdLaunch) = nullptr;
+    FusedSgdVariant variant{nullptr, 0, "fused_sgd_kernel"};
     switch (args.compute_dtype) {
-        case DType::fp32: kernel = vector ? fused_sgd_kernel<true, float> : fused_sgd_kernel<false, float>; break;
-        case DType::fp16: kernel = vector ? fused_sgd_kernel<true, __half> : fused_sgd_kernel<false, __half>; break;
+        case DType::fp32:
+            variant.kernel = vector ? fused_sgd_kernel<true, float> : fused_sgd_kernel<false, float>;
+            break;
+        case DType::fp16:
+            variant.kernel = vector ? fused_sgd_kernel<true, __half> : fused_sgd_kernel<false, __half>;
+            break;
         case DType::bf16:
-            kernel = vector ? fused_sgd_kernel<true, __nv_bfloat16> : fused_sgd_kernel<false, __nv_bfloat16>;
+            variant.kernel = vector ? fused_sgd_kernel<true, __nv_bfloat16> : fused_sgd_kernel<false, __nv_bfloat16>;
             break;
     }
-    require(kernel != nullptr, MPT_STATUS_INTERNAL, "cuda backend: fused SGD for an unknown dtype");
-    const dim3 grid = fused_sgd_grid(reinterpret_cast<const void*>(kernel), kThreads, 0, launch);
-    launch_kernel("fused_sgd_kernel", kernel, grid, kThreads, 0, stream, launch);
+    require(variant.kernel != nullptr, MPT_STATUS_INTERNAL, "cuda backend: fused SGD for an unknown dtype");
+    return variant;
+}
+
+void launch_fused_sgd(const FusedSgdVariant& variant, FusedSgdGroup& group, cudaStream_t stream) {
+    const unsigned blocks =
+        fused_sgd_grid(reinterpret_cast<const void*>(variant.kernel), kThreads, variant.dynamic_shared, group);
+    launch_kernel(variant.name, variant.kernel, dim3(blocks), kThreads, variant.dynamic_shared, stream, group);
+}
+
+}  // namespace
+
+void run_fused_sgd_layers(const DenseUpdateArgs* const* layers, const OptimizerConfig* const* optimizers, int count,
+                          bool tensor_cores, cudaStream_t stream) {
+    require(layers != nullptr && optimizers != nullptr && count >= 1 && count <= kFusedSgdMaxLayers,
+            MPT_STATUS_INTERNAL, "cuda backend: fused SGD takes 1 to 4 layers a launch");
+    FusedSgdGroup group{};
+    FusedSgdVariant variant{};
+    for (int l = 0; l < count; ++l) {
+        const DenseUpdateArgs& args = *layers[l];
+        const OptimizerConfig& optimizer = *optimizers[l];
+        require(fused_sgd_applies(args, optimizer, tensor_cores), MPT_STATUS_INTERNAL,
+                "cuda backend: fused SGD called outside its case");
+        // fp32 layers always on CUDA cores; 16-bit ones on the tensor cores when asked.
+        const FusedSgdVariant layer_variant = tensor_cores && args.compute_dtype != DType::fp32
+                                                  ? fused_sgd_tensor_core_variant(args)
+                                                  : cuda_core_variant(args);
+        if (group.count > 0 && !(layer_variant == variant)) {
+            launch_fused_sgd(variant, group, stream);
+            group = FusedSgdGroup{};
+        }
+        variant = layer_variant;
+        group.layers[group.count++] = fused_sgd_launch(args, optimizer);
+    }
+    launch_fused_sgd(variant, group, stream);
+}
+
+void run_fused_sgd(const DenseUpdateArgs& args, const OptimizerConfig& optimizer, bool tensor_cores,
+                   cudaStream_t stream) {
+    const DenseUpdateArgs* const layer = &args;
+    const OptimizerConfig* const rule = &optimizer;
+    run_fused_sgd_layers(&layer, &rule, 1, tensor_cores, stream);
 }
 
 }  // namespace mpt

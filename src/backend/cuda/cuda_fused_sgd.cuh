@@ -36,4 +36,15 @@ inline bool fused_sgd_applies(const DenseUpdateArgs& args, const OptimizerConfig
 void run_fused_sgd(const DenseUpdateArgs& args, const OptimizerConfig& optimizer, bool tensor_cores,
                    cudaStream_t stream);
 
+// The most layers one launch updates (the seed MLP has 3).
+constexpr int kFusedSgdMaxLayers = 4;
+
+// `count` (1 to kFusedSgdMaxLayers) updates, layers[l] by optimizers[l], that each fused_sgd_applies,
+// of distinct layers (nothing one writes is read or written by another): one launch for each run of
+// consecutive layers that share a kernel (dtype, alignment, batch rows), in which they are updated
+// side by side; so the seed MLP's three layers in mixed precision are one launch instead of three.
+// Each layer is updated as run_fused_sgd updates it, bit for bit.
+void run_fused_sgd_layers(const DenseUpdateArgs* const* layers, const OptimizerConfig* const* optimizers, int count,
+                          bool tensor_cores, cudaStream_t stream);
+
 }  // namespace mpt

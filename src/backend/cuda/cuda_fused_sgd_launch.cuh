@@ -13,6 +13,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_fused_sgd.cuh"
 
 namespace mpt {
 
@@ -72,19 +73,66 @@ inline FusedSgdLaunch fused_sgd_launch(const DenseUpdateArgs& args, const Optimi
     return launch;
 }
 
-// What a block of either kernel starts from: the consecutive row tiles it walks (from blockIdx.y;
-// none past the last) and the step's scalars. active false: the block writes nothing, because it
-// has no tile or the step is skipped (found_inf); the same for every thread, so a kernel returns on
-// it before any barrier.
+// The layers one launch updates: a step's consecutive fused SGD updates (of one kernel variant) are
+// one launch (CudaBackend's grouped SGD), so that no layer waits for the one before it to drain (the
+// small last layer's few blocks run beside the large ones), and a single update is a group of one.
+// Blocks [first_block[l], first_block[l + 1]) are layer l's, its column strips times runs of tiles.
+struct FusedSgdGroup {
+    FusedSgdLaunch layers[kFusedSgdMaxLayers];
+    unsigned first_block[kFusedSgdMaxLayers + 1];
+    int count;
+};
+
+__host__ __device__ inline int64_t fused_sgd_strips(int64_t in_features) {
+    return (in_features + kFusedSgdStripColumns - 1) / kFusedSgdStripColumns;
+}
+
+// This block's layer in its group, and its column strip and run of row tiles in that layer (what a
+// launch of one layer took from blockIdx.x and blockIdx.y).
+struct FusedSgdBlock {
+    int layer;
+    int64_t strip, run;
+};
+__device__ __forceinline__ FusedSgdBlock fused_sgd_block(const FusedSgdGroup& group) {
+    FusedSgdBlock block{};
+    for (int l = 1; l < group.count; ++l)
+        if (blockIdx.x >= group.first_block[l]) block.layer = l;
+    const int64_t local = blockIdx.x - group.first_block[block.layer];
+    const int64_t strips = fused_sgd_strips(group.layers[block.layer].in_features);
+    block.strip = local % strips;
+    block.run = local / strips;
+    return block;
+}
+
+// Calls update(layer, strip, run) with this block's layer of the group, its column strip and its run
+// of row tiles. The layer is picked by a switch, so that each case reads its layer's arguments at
+// fixed offsets of the kernel's parameters, as instruction operands: read through an index, each
+// field took a register (the CUDA-core kernel went from 128 to 143, half the blocks per SM).
+template <typename Update>
+__device__ __forceinline__ void update_this_blocks_layer(const FusedSgdGroup& group, const Update& update) {
+    static_assert(kFusedSgdMaxLayers == 4, "a case per layer");
+    const FusedSgdBlock block = fused_sgd_block(group);
+    switch (block.layer) {
+        case 0: update(group.layers[0], block.strip, block.run); return;
+        case 1: update(group.layers[1], block.strip, block.run); return;
+        case 2: update(group.layers[2], block.strip, block.run); return;
+        default: update(group.layers[3], block.strip, block.run); return;
+    }
+}
+
+// What a block of either kernel starts from: the consecutive row tiles of its run (none past the
+// last) and the step's scalars. active false: the block writes nothing, because it has no tile or
+// the step is skipped (found_inf); the same for every thread, so a kernel returns on it before any
+// barrier.
 struct FusedSgdBlockStart {
     int64_t first_tile, end_tile;
     OptimizerStepScalars scalars;
     bool active;
 };
-__device__ __forceinline__ FusedSgdBlockStart fused_sgd_block_start(const FusedSgdLaunch& p) {
+__device__ __forceinline__ FusedSgdBlockStart fused_sgd_block_start(const FusedSgdLaunch& p, int64_t run) {
     FusedSgdBlockStart start{};
     const int64_t tiles = (p.out_features + kFusedSgdTileRows - 1) / kFusedSgdTileRows;
-    start.first_tile = static_cast<int64_t>(blockIdx.y) * p.tiles_per_block;
+    start.first_tile = run * p.tiles_per_block;
     start.end_tile = min(tiles, start.first_tile + p.tiles_per_block);
     if (start.first_tile >= start.end_tile) return start;
     const TrainState state = *p.state;
@@ -118,9 +166,11 @@ __device__ __forceinline__ T from_float(float value) {
 }
 
 // The grid for `kernel` (blocks of `threads` with `dynamic_shared` bytes of dynamic shared memory):
-// the column strips times runs of row tiles, as many blocks as are resident at once (at least one
-// run per strip); sets launch.tiles_per_block.
-inline dim3 fused_sgd_grid(const void* kernel, int threads, size_t dynamic_shared, FusedSgdLaunch& launch) {
+// as many blocks as are resident at once, shared among the group's layers in proportion to their
+// weights, each layer's its column strips times runs of row tiles (at least one run per strip);
+// sets each layer's tiles_per_block and the group's first_block. A group of one gets the grid a
+// launch of its layer alone had.
+inline unsigned fused_sgd_grid(const void* kernel, int threads, size_t dynamic_shared, FusedSgdGroup& group) {
     int device = 0, multiprocessors = 1, per_multiprocessor = 1;
     MPT_CUDA_CHECK(cudaGetDevice(&device));
     MPT_CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device));
@@ -130,15 +180,39 @@ inline dim3 fused_sgd_grid(const void* kernel, int threads, size_t dynamic_share
         cudaGetLastError();  // (not sticky) a grid of one block per multiprocessor is still right, if slower
         per_multiprocessor = 1;
     }
-    const int64_t strips = (launch.in_features + kFusedSgdStripColumns - 1) / kFusedSgdStripColumns;
-    const int64_t tiles = (launch.out_features + kFusedSgdTileRows - 1) / kFusedSgdTileRows;
     const int64_t resident = static_cast<int64_t>(multiprocessors) * per_multiprocessor;
-    const int64_t runs_per_strip = std::max<int64_t>(1, std::min<int64_t>(tiles, resident / strips));
-    launch.tiles_per_block = (tiles + runs_per_strip - 1) / runs_per_strip;
-    const int64_t runs = (tiles + launch.tiles_per_block - 1) / launch.tiles_per_block;
-    require(strips <= 0x7fffffff && runs <= 65535, MPT_STATUS_UNSUPPORTED, "cuda backend: a layer too large for fused SGD");
-    return dim3(static_cast<unsigned>(strips), static_cast<unsigned>(runs));
+    double weights = 0.0;
+    for (int l = 0; l < group.count; ++l)
+        weights += static_cast<double>(group.layers[l].out_features) * static_cast<double>(group.layers[l].in_features);
+    int64_t blocks = 0;
+    for (int l = 0; l < group.count; ++l) {
+        FusedSgdLaunch& launch = group.layers[l];
+        const int64_t strips = fused_sgd_strips(launch.in_features);
+        const int64_t tiles = (launch.out_features + kFusedSgdTileRows - 1) / kFusedSgdTileRows;
+        const double share = group.count == 1 ? 1.0
+                                              : static_cast<double>(launch.out_features) *
+                                                    static_cast<double>(launch.in_features) / weights;
+        const auto layer_resident = static_cast<int64_t>(static_cast<double>(resident) * share);
+        const int64_t runs_per_strip = std::max<int64_t>(1, std::min<int64_t>(tiles, layer_resident / strips));
+        launch.tiles_per_block = (tiles + runs_per_strip - 1) / runs_per_strip;
+        const int64_t runs = (tiles + launch.tiles_per_block - 1) / launch.tiles_per_block;
+        group.first_block[l] = static_cast<unsigned>(blocks);
+        blocks += strips * runs;
+        require(blocks <= 0x7fffffff, MPT_STATUS_UNSUPPORTED, "cuda backend: layers too large for fused SGD");
+    }
+    group.first_block[group.count] = static_cast<unsigned>(blocks);
+    return static_cast<unsigned>(blocks);
 }
+
+// One of the kernels, as the layers it can update in one launch: those of equal variants share one.
+struct FusedSgdVariant {
+    void (*kernel)(FusedSgdGroup);
+    size_t dynamic_shared;
+    const char* name;
+    bool operator==(const FusedSgdVariant& other) const {
+        return kernel == other.kernel && dynamic_shared == other.dynamic_shared;
+    }
+};
 
 inline bool fused_sgd_aligned(const void* pointer, size_t bytes) {
     return reinterpret_cast<uintptr_t>(pointer) % bytes == 0;

@@ -95,14 +95,14 @@ __device__ __forceinline__ void store_master_pair(const FusedSgdLaunch& p, int64
     }
 }
 
-// T: the element type of dZ, A and the low-precision copies (__half or __nv_bfloat16). Dynamic
-// shared memory: the strip of A, kStripColumns rows of staged_stride(padded_k) elements.
+// One block's part of layer p's update: its column strip, its run of row tiles. T: the element type
+// of dZ, A and the low-precision copies (__half or __nv_bfloat16). Dynamic shared memory: the strip
+// of A, kStripColumns rows of staged_stride(padded_k) elements.
 template <bool kVector, typename T>
-__global__ void __launch_bounds__(kThreads, 2) fused_sgd_tensor_core_kernel(const FusedSgdLaunch p) {
-    start_after_preceding_kernel();
+__device__ __forceinline__ void update_strip_on_tensor_cores(const FusedSgdLaunch& p, int64_t strip, int64_t run) {
     extern __shared__ __align__(16) uint16_t operand_b[];                     // A^T: [i][k]
     __shared__ __align__(16) uint16_t operand_a[2][kTileRows * kChunkStride];  // dZ^T: [o][k], 2 chunks
-    const FusedSgdBlockStart start = fused_sgd_block_start(p);
+    const FusedSgdBlockStart start = fused_sgd_block_start(p, run);
     if (!start.active) return;  // no tile, or a skipped step: nothing is written
     const int64_t first_tile = start.first_tile, end_tile = start.end_tile;
     const OptimizerStepScalars& scalars = start.scalars;
@@ -110,7 +110,7 @@ __global__ void __launch_bounds__(kThreads, 2) fused_sgd_tensor_core_kernel(cons
     const int thread = static_cast<int>(threadIdx.x);
     const int lane = thread & 31, warp = thread >> 5;
     const int row0 = warp_row0(warp), column0 = warp_column0(warp);
-    const int64_t i0 = static_cast<int64_t>(blockIdx.x) * kStripColumns;
+    const int64_t i0 = strip * kStripColumns;
     const int rows = static_cast<int>(p.rows);
     const int padded_k = (rows + 15) / 16 * 16;
     const int strip_stride = staged_stride(padded_k);
@@ -235,7 +235,7 @@ __global__ void __launch_bounds__(kThreads, 2) fused_sgd_tensor_core_kernel(cons
         // The bias gradient is the column sum of dZ (a row of the staged chunk): the first strip's
         // blocks own the bias. Warp w sums rows 4w .. 4w + 3, its lanes a chunk's batch rows in
         // turn, then a butterfly (a fixed order); lane u keeps row 4w + u.
-        const bool owns_bias = blockIdx.x == 0;
+        const bool owns_bias = strip == 0;
         if (owns_bias) {
             const int valid_k = min(kChunkK, rows - k_base);
 #pragma unroll
@@ -276,6 +276,14 @@ __global__ void __launch_bounds__(kThreads, 2) fused_sgd_tensor_core_kernel(cons
     }
 }
 
+template <bool kVector, typename T>
+__global__ void __launch_bounds__(kThreads, 2) fused_sgd_tensor_core_kernel(const FusedSgdGroup group) {
+    start_after_preceding_kernel();
+    update_this_blocks_layer(group, [](const FusedSgdLaunch& p, int64_t strip, int64_t run) {
+        update_strip_on_tensor_cores<kVector, T>(p, strip, run);
+    });
+}
+
 }  // namespace
 
 bool fused_sgd_tensor_cores_available() {
@@ -284,7 +292,7 @@ bool fused_sgd_tensor_cores_available() {
     // The strip of A at 256 rows is past the 48 KiB of shared memory a block gets unasked: asked
     // for here, once per device, not while a step's launches are being captured.
     const int strip_bytes = static_cast<int>(kStripColumns * staged_stride(kMaxK) * sizeof(uint16_t));
-    for (void (*kernel)(FusedSgdLaunch) :
+    for (void (*kernel)(FusedSgdGroup) :
          {fused_sgd_tensor_core_kernel<true, __nv_bfloat16>, fused_sgd_tensor_core_kernel<false, __nv_bfloat16>,
           fused_sgd_tensor_core_kernel<true, __half>, fused_sgd_tensor_core_kernel<false, __half>}) {
         if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, strip_bytes) != cudaSuccess) {
@@ -295,28 +303,27 @@ bool fused_sgd_tensor_cores_available() {
     return true;
 }
 
-void run_fused_sgd_on_tensor_cores(const DenseUpdateArgs& args, const OptimizerConfig& optimizer, cudaStream_t stream) {
-    require(fused_sgd_applies(args, optimizer, true) && args.compute_dtype != DType::fp32, MPT_STATUS_INTERNAL,
-            "cuda backend: tensor-core fused SGD called outside its case");
-    FusedSgdLaunch launch = fused_sgd_launch(args, optimizer);
+FusedSgdVariant fused_sgd_tensor_core_variant(const DenseUpdateArgs& args) {
+    require(args.compute_dtype != DType::fp32 && args.rows > 0 && args.rows <= kTensorCoreSgdMaxRows,
+            MPT_STATUS_INTERNAL, "cuda backend: tensor-core fused SGD called outside its case");
     // Whole float2s of masters and 32-bit pairs of their copies.
     const bool vector = args.in_features % 2 == 0 && fused_sgd_aligned(args.weights, 8) &&
                         (args.low_weights == nullptr || fused_sgd_aligned(args.low_weights, 4));
-    void (*kernel)(FusedSgdLaunch) = nullptr;
+    FusedSgdVariant variant{nullptr, 0, "fused_sgd_tensor_core_kernel"};
     if (args.compute_dtype == DType::bf16)
-        kernel = vector ? fused_sgd_tensor_core_kernel<true, __nv_bfloat16>
-                        : fused_sgd_tensor_core_kernel<false, __nv_bfloat16>;
+        variant.kernel = vector ? fused_sgd_tensor_core_kernel<true, __nv_bfloat16>
+                                : fused_sgd_tensor_core_kernel<false, __nv_bfloat16>;
     else
-        kernel = vector ? fused_sgd_tensor_core_kernel<true, __half> : fused_sgd_tensor_core_kernel<false, __half>;
+        variant.kernel =
+            vector ? fused_sgd_tensor_core_kernel<true, __half> : fused_sgd_tensor_core_kernel<false, __half>;
     // The strip of A in dynamic shared memory (fused_sgd_tensor_cores_available raised the limit).
     const int padded_k = static_cast<int>((args.rows + 15) / 16 * 16);
-    const size_t strip_bytes = static_cast<size_t>(kStripColumns) * staged_stride(padded_k) * sizeof(uint16_t);
+    variant.dynamic_shared = static_cast<size_t>(kStripColumns) * staged_stride(padded_k) * sizeof(uint16_t);
     cudaFuncAttributes attributes{};
-    MPT_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
-    require(strip_bytes <= static_cast<size_t>(attributes.maxDynamicSharedSizeBytes), MPT_STATUS_INTERNAL,
+    MPT_CUDA_CHECK(cudaFuncGetAttributes(&attributes, variant.kernel));
+    require(variant.dynamic_shared <= static_cast<size_t>(attributes.maxDynamicSharedSizeBytes), MPT_STATUS_INTERNAL,
             "cuda backend: tensor-core fused SGD run on a device where fused_sgd_tensor_cores_available was not asked");
-    const dim3 grid = fused_sgd_grid(reinterpret_cast<const void*>(kernel), kThreads, strip_bytes, launch);
-    launch_kernel("fused_sgd_tensor_core_kernel", kernel, grid, kThreads, strip_bytes, stream, launch);
+    return variant;
 }
 
 }  // namespace mpt

@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 
 #include "backend/backend.h"
+#include "backend/cuda/cuda_fused_sgd_launch.cuh"
 
 namespace mpt {
 
@@ -22,8 +23,8 @@ namespace mpt {
 // on the device: call it before the first run there.
 bool fused_sgd_tensor_cores_available();
 
-// fused_sgd_applies(args, optimizer) and a 16-bit compute dtype; fused_sgd_tensor_cores_available()
-// (the caller's check).
-void run_fused_sgd_on_tensor_cores(const DenseUpdateArgs& args, const OptimizerConfig& optimizer, cudaStream_t stream);
+// The kernel for an update that fused_sgd_applies with tensor cores, of a 16-bit compute dtype, where
+// fused_sgd_tensor_cores_available() (the caller's checks); run_fused_sgd_layers launches it.
+FusedSgdVariant fused_sgd_tensor_core_variant(const DenseUpdateArgs& args);
 
 }  // namespace mpt
