@@ -415,7 +415,8 @@ TEST_CASE("MPTRAIN_CUDA_GROUPED_SGD=1 trains exactly as the default does, on CUD
     auto tensor_cores = cuda_context_under("MPTRAIN_CUDA_GROUPED_SGD", "1");
     auto tensor_cores_alone = make_context(MPT_BACKEND_CUDA);
     for (Backend* backend : {&tensor_cores->backend(), &tensor_cores_alone->backend()})
-        if (!mpt::testing::turn_on_tensor_core_path(*backend, cuda_backend_set_tensor_core_sgd, "tensor-core fused SGD"))
+        if (!mpt::testing::turn_on_tensor_core_path(*backend, cuda_backend_set_tensor_core_sgd,
+                                                    "tensor-core fused SGD"))
             return;
     CHECK(train_two_bf16_epochs(tensor_cores, 49) == train_two_bf16_epochs(tensor_cores_alone, 49));
     CHECK(cuda_backend_op_paths(tensor_cores->backend()).fused_sgd_grouped > 0);

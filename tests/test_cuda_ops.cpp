@@ -1917,20 +1917,26 @@ struct UpdateLayersOperands {
 // it, bit for bit, in the first sighting (eager), the capture and the replays, and a skipped step
 // (found_inf set) must write nothing. Five layers: the first four are one run, of which the fourth
 // (an odd width, the kernel's element-by-element variant) is launched apart; the fifth is one alone.
-TEST_CASE("recorded fused SGD updates of several layers run as one launch, each layer as in a launch of its own") {
+// The large first layer takes nearly all of the launch's blocks, one tile each; the narrow second
+// one, a few blocks that walk 16 tiles each; the third, one block. Then the same layer twice in a
+// row, which must not run beside itself.
+TEST_CASE("CUDA fused SGD updates recorded for several layers run as one launch, each layer as in its own") {
     SKIP_WITHOUT_GPU();
 #if defined(MPTRAIN_WITH_CUDA)
     struct Shape {
         int64_t in_features, out_features;
     };
-    const Shape shapes[5] = {{300, 200}, {200, 136}, {136, 10}, {101, 33}, {64, 16}};
+    const Shape shapes[5] = {{1024, 1024}, {8, 2048}, {136, 10}, {101, 33}, {64, 16}};
     struct Configuration {
         DType dtype;
         bool tensor_cores;
         int64_t rows;
     };
-    const Configuration configurations[] = {{DType::bf16, false, 32},  {DType::fp16, false, 64}, {DType::fp32, false, 17},
-                                            {DType::bf16, true, 32},   {DType::fp16, true, 200}};
+    const Configuration configurations[] = {{DType::bf16, false, 32},
+                                            {DType::fp16, false, 64},
+                                            {DType::fp32, false, 17},
+                                            {DType::bf16, true, 32},
+                                            {DType::fp16, true, 200}};
     for (const Configuration& configuration : configurations) {
         CAPTURE(std::string(dtype_name(configuration.dtype)));
         CAPTURE(configuration.tensor_cores);
@@ -1948,10 +1954,11 @@ TEST_CASE("recorded fused SGD updates of several layers run as one launch, each 
             const Shape& shape = shapes[l];
             std::vector<float> output_grad = random_values(static_cast<size_t>(rows * shape.out_features), -1, 1);
             for (float& g : output_grad) g *= initial.loss_scale / static_cast<float>(rows);
-            values[l] = {rounded(output_grad, configuration.dtype),
-                         rounded(random_values(static_cast<size_t>(rows * shape.in_features), 0, 1), configuration.dtype),
-                         random_values(static_cast<size_t>(shape.in_features * shape.out_features), -0.5f, 0.5f),
-                         random_values(static_cast<size_t>(shape.out_features), -0.1f, 0.1f)};
+            values[l] = {
+                rounded(output_grad, configuration.dtype),
+                rounded(random_values(static_cast<size_t>(rows * shape.in_features), 0, 1), configuration.dtype),
+                random_values(static_cast<size_t>(shape.in_features * shape.out_features), -0.5f, 0.5f),
+                random_values(static_cast<size_t>(shape.out_features), -0.1f, 0.1f)};
         }
         std::unique_ptr<Backend> backends[2] = {make_cuda(), make_cuda()};  // grouped, then each layer alone
         if (configuration.tensor_cores &&
@@ -1973,7 +1980,8 @@ TEST_CASE("recorded fused SGD updates of several layers run as one launch, each 
                 own.buffers.push_back(upload(backend, DType::fp32, values[l][2]));
                 own.buffers.push_back(upload(backend, DType::fp32, values[l][3]));
                 const bool low = configuration.dtype != DType::fp32;
-                own.buffers.push_back(poisoned(backend, configuration.dtype, static_cast<size_t>(shape.in_features * shape.out_features)));
+                own.buffers.push_back(poisoned(backend, configuration.dtype,
+                                               static_cast<size_t>(shape.in_features * shape.out_features)));
                 own.buffers.push_back(poisoned(backend, configuration.dtype, static_cast<size_t>(shape.out_features)));
                 const Buffer* layer = &own.buffers[own.buffers.size() - 6];
                 DenseUpdateArgs args{};
@@ -2008,10 +2016,10 @@ TEST_CASE("recorded fused SGD updates of several layers run as one launch, each 
                     const Buffer* layer = &operands[b].buffers[static_cast<size_t>(6 * l)];
                     const size_t weights = static_cast<size_t>(shape.in_features * shape.out_features);
                     const size_t bias = static_cast<size_t>(shape.out_features);
-                    for (const std::vector<float>& part :
-                         {download(backend, layer[2], DType::fp32, weights), download(backend, layer[3], DType::fp32, bias),
-                          download(backend, layer[4], configuration.dtype, weights),
-                          download(backend, layer[5], configuration.dtype, bias)})
+                    for (const std::vector<float>& part : {download(backend, layer[2], DType::fp32, weights),
+                                                           download(backend, layer[3], DType::fp32, bias),
+                                                           download(backend, layer[4], configuration.dtype, weights),
+                                                           download(backend, layer[5], configuration.dtype, bias)})
                         results[b].insert(results[b].end(), part.begin(), part.end());
                 }
             }
@@ -2021,14 +2029,37 @@ TEST_CASE("recorded fused SGD updates of several layers run as one launch, each 
             if (round == 3)  // not a byte written
                 CHECK(std::memcmp(results[0].data(), before_skipped.data(), results[0].size() * sizeof(float)) == 0);
         }
-        // Grouped: the first four layers in the first sighting and the capture (replays count no ops).
-        CHECK(cuda_backend_op_paths(*backends[0]).fused_sgd_grouped == 8);
+        // Grouped: the first three layers in the first sighting and the capture (the fourth launched
+        // apart, and replays count no ops).
+        CHECK(cuda_backend_op_paths(*backends[0]).fused_sgd_grouped == 6);
         CHECK(cuda_backend_op_paths(*backends[1]).fused_sgd_grouped == 0);
         for (const auto& backend : backends) {
             INFO("last refusal: " << cuda_backend_last_graph_refusal(*backend));
             CHECK(cuda_backend_graph_refusals(*backend) == 0);
             CHECK(cuda_backend_graph_replays(*backend) == 2);
         }
+
+        // The first layer twice, then the third: the repeat runs after the first update, and only it
+        // and the third share a launch.
+        std::vector<float> twice[2];
+        for (int b = 0; b < 2; ++b) {
+            Backend& backend = *backends[b];
+            UpdateLayersTask task = operands[b].task;
+            task.layers = {operands[b].task.layers[0], operands[b].task.layers[0], operands[b].task.layers[2]};
+            backend.copy_to_device(operands[b].state->data(), &initial, sizeof initial);
+            backend.scheduler().submit(Lane::compute, &run_update_layers_task, &task);
+            backend.scheduler().synchronize();
+            for (int l : {0, 2}) {
+                const Buffer* layer = &operands[b].buffers[static_cast<size_t>(6 * l)];
+                const size_t weights = static_cast<size_t>(shapes[l].in_features * shapes[l].out_features);
+                for (const std::vector<float>& part :
+                     {download(backend, layer[2], DType::fp32, weights),
+                      download(backend, layer[3], DType::fp32, static_cast<size_t>(shapes[l].out_features))})
+                    twice[b].insert(twice[b].end(), part.begin(), part.end());
+            }
+        }
+        CHECK(std::memcmp(twice[0].data(), twice[1].data(), twice[0].size() * sizeof(float)) == 0);
+        CHECK(cuda_backend_op_paths(*backends[0]).fused_sgd_grouped == 6 + 2);
     }
 #endif
 }

@@ -755,13 +755,10 @@ size_t CudaBackend::fused_sgd_run(size_t index) const {
         if (op.code != OpCode::dense_update || !op.update_plan.fused_sgd ||
             op.update_plan.fused_sgd_tensor_cores != recorded_[index].update_plan.fused_sgd_tensor_cores)
             break;
-        // Distinct layers: an update reads and writes its own masters, copies and bias only (and
-        // reads dZ and A, which no update writes).
-        bool distinct = true;
+        bool independent = true;
         for (size_t k = index; k < index + count; ++k)
-            distinct = distinct && recorded_[k].update.weights != op.update.weights &&
-                       recorded_[k].update.bias != op.update.bias;
-        if (!distinct) break;
+            independent = independent && fused_sgd_updates_independent(recorded_[k].update, op.update);
+        if (!independent) break;
         ++count;
     }
     return count;
@@ -775,9 +772,8 @@ void CudaBackend::execute_fused_sgd_layers(size_t index, size_t count, cudaStrea
         layers[k] = &recorded_[index + k].update;
         optimizers[k] = &recorded_[index + k].optimizer;
     }
-    run_fused_sgd_layers(layers, optimizers, static_cast<int>(count),
-                         recorded_[index].update_plan.fused_sgd_tensor_cores, stream);
-    op_paths_.fused_sgd_grouped += count;
+    op_paths_.fused_sgd_grouped += static_cast<uint64_t>(run_fused_sgd_layers(
+        layers, optimizers, static_cast<int>(count), recorded_[index].update_plan.fused_sgd_tensor_cores, stream));
 }
 
 // ---- recording and graphs ----------------------------------------------------------------------

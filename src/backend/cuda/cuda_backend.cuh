@@ -177,9 +177,10 @@ private:
     // exactly its results: then both are one launch (execute_max_abs_deciding).
     bool decision_follows(size_t index) const;
     void execute_max_abs_deciding(const RecordedOp& max_abs, const RecordedOp& decision, cudaStream_t stream);
-    // How many of the recorded ops from recorded_[index] on are fused SGD updates of distinct layers
-    // that one launch can take (at most kFusedSgdMaxLayers; 0 when recorded_[index] is none): with
-    // grouped SGD on, they are one launch (execute_fused_sgd_layers), updated side by side.
+    // How many of the recorded ops from recorded_[index] on are fused SGD updates, independent of
+    // each other (fused_sgd_updates_independent), that one launch can take (at most
+    // kFusedSgdMaxLayers; 0 when recorded_[index] is none): with grouped SGD on, they are one
+    // launch (execute_fused_sgd_layers), updated side by side.
     size_t fused_sgd_run(size_t index) const;
     void execute_fused_sgd_layers(size_t index, size_t count, cudaStream_t stream);
     // execute, or false when cuBLASLt refused the op's fused plan at run time (to plan it again).

@@ -208,12 +208,17 @@ __device__ __forceinline__ void update_strip(const FusedSgdLaunch& p, int64_t st
     }
 }
 
-template <bool kVector, typename T>
+template <bool kVector, typename T, int kLayers>
 __global__ void __launch_bounds__(kThreads) fused_sgd_kernel(const FusedSgdGroup group) {
     start_after_preceding_kernel();
-    update_this_blocks_layer(group, [](const FusedSgdLaunch& p, int64_t strip, int64_t run) {
-        update_strip<kVector, T>(p, strip, run);
-    });
+    update_this_blocks_layer<kLayers>(
+        group, [](const FusedSgdLaunch& p, int64_t strip, int64_t run) { update_strip<kVector, T>(p, strip, run); });
+}
+
+template <bool kVector, typename T>
+FusedSgdVariant cuda_core_kernels() {
+    return FusedSgdVariant{fused_sgd_kernel<kVector, T, 1>, fused_sgd_kernel<kVector, T, kFusedSgdMaxLayers>, 0,
+                           "fused_sgd_kernel"};
 }
 
 // The CUDA-core kernel for one layer's update.
@@ -222,36 +227,39 @@ FusedSgdVariant cuda_core_variant(const DenseUpdateArgs& args) {
     const size_t low_bytes = args.compute_dtype == DType::fp32 ? 16 : 8;
     const bool vector = args.in_features % 4 == 0 && fused_sgd_aligned(args.weights, 16) &&
                         (args.low_weights == nullptr || fused_sgd_aligned(args.low_weights, low_bytes));
-    FusedSgdVariant variant{nullptr, 0, "fused_sgd_kernel"};
     switch (args.compute_dtype) {
         case DType::fp32:
-            variant.kernel = vector ? fused_sgd_kernel<true, float> : fused_sgd_kernel<false, float>;
-            break;
+            return vector ? cuda_core_kernels<true, float>() : cuda_core_kernels<false, float>();
         case DType::fp16:
-            variant.kernel = vector ? fused_sgd_kernel<true, __half> : fused_sgd_kernel<false, __half>;
-            break;
+            return vector ? cuda_core_kernels<true, __half>() : cuda_core_kernels<false, __half>();
         case DType::bf16:
-            variant.kernel = vector ? fused_sgd_kernel<true, __nv_bfloat16> : fused_sgd_kernel<false, __nv_bfloat16>;
-            break;
+            return vector ? cuda_core_kernels<true, __nv_bfloat16>() : cuda_core_kernels<false, __nv_bfloat16>();
     }
-    require(variant.kernel != nullptr, MPT_STATUS_INTERNAL, "cuda backend: fused SGD for an unknown dtype");
-    return variant;
+    fail(MPT_STATUS_INTERNAL, "cuda backend: fused SGD for an unknown dtype");
 }
 
+// Launches the group's layers as one kernel (the variant's single-layer code for a group of one).
 void launch_fused_sgd(const FusedSgdVariant& variant, FusedSgdGroup& group, cudaStream_t stream) {
+    void (*const kernel)(FusedSgdGroup) = group.count == 1 ? variant.single : variant.group;
     const unsigned blocks =
-        fused_sgd_grid(reinterpret_cast<const void*>(variant.kernel), kThreads, variant.dynamic_shared, group);
-    launch_kernel(variant.name, variant.kernel, dim3(blocks), kThreads, variant.dynamic_shared, stream, group);
+        fused_sgd_grid(reinterpret_cast<const void*>(kernel), kThreads, variant.dynamic_shared, group);
+    launch_kernel(variant.name, kernel, dim3(blocks), kThreads, variant.dynamic_shared, stream, group);
 }
 
 }  // namespace
 
-void run_fused_sgd_layers(const DenseUpdateArgs* const* layers, const OptimizerConfig* const* optimizers, int count,
-                          bool tensor_cores, cudaStream_t stream) {
+int run_fused_sgd_layers(const DenseUpdateArgs* const* layers, const OptimizerConfig* const* optimizers, int count,
+                         bool tensor_cores, cudaStream_t stream) {
     require(layers != nullptr && optimizers != nullptr && count >= 1 && count <= kFusedSgdMaxLayers,
             MPT_STATUS_INTERNAL, "cuda backend: fused SGD takes 1 to 4 layers a launch");
     FusedSgdGroup group{};
     FusedSgdVariant variant{};
+    int shared = 0;  // layers launched with others
+    const auto launch = [&] {
+        if (group.count > 1) shared += group.count;
+        launch_fused_sgd(variant, group, stream);
+        group = FusedSgdGroup{};
+    };
     for (int l = 0; l < count; ++l) {
         const DenseUpdateArgs& args = *layers[l];
         const OptimizerConfig& optimizer = *optimizers[l];
@@ -261,14 +269,53 @@ void run_fused_sgd_layers(const DenseUpdateArgs* const* layers, const OptimizerC
         const FusedSgdVariant layer_variant = tensor_cores && args.compute_dtype != DType::fp32
                                                   ? fused_sgd_tensor_core_variant(args)
                                                   : cuda_core_variant(args);
-        if (group.count > 0 && !(layer_variant == variant)) {
-            launch_fused_sgd(variant, group, stream);
-            group = FusedSgdGroup{};
-        }
+        if (group.count > 0 && !(layer_variant == variant)) launch();
         variant = layer_variant;
         group.layers[group.count++] = fused_sgd_launch(args, optimizer);
     }
-    launch_fused_sgd(variant, group, stream);
+    launch();
+    return shared;
+}
+
+namespace {
+
+struct ByteRange {
+    uintptr_t begin, end;
+    bool overlaps(const ByteRange& other) const { return begin < other.end && other.begin < end; }
+};
+
+ByteRange bytes_of(const void* pointer, int64_t elements, size_t element_bytes) {
+    const auto begin = reinterpret_cast<uintptr_t>(pointer);
+    return ByteRange{begin, pointer ? begin + static_cast<uintptr_t>(elements) * element_bytes : begin};
+}
+
+// What an update writes (masters, bias, their copies) and reads besides (dZ, A); empty ranges for
+// absent copies.
+void update_ranges(const DenseUpdateArgs& args, ByteRange (&written)[4], ByteRange (&read)[2]) {
+    const size_t low = args.compute_dtype == DType::fp32 ? 4 : 2;
+    const int64_t weights = args.out_features * args.in_features;
+    written[0] = bytes_of(args.weights, weights, sizeof(float));
+    written[1] = bytes_of(args.bias, args.out_features, sizeof(float));
+    written[2] = bytes_of(args.low_weights, weights, low);
+    written[3] = bytes_of(args.low_bias, args.out_features, low);
+    read[0] = bytes_of(args.output_grad, args.rows * args.out_features, low);
+    read[1] = bytes_of(args.input, args.rows * args.in_features, low);
+}
+
+}  // namespace
+
+bool fused_sgd_updates_independent(const DenseUpdateArgs& first, const DenseUpdateArgs& second) {
+    ByteRange written[2][4], read[2][2];
+    update_ranges(first, written[0], read[0]);
+    update_ranges(second, written[1], read[1]);
+    for (int side = 0; side < 2; ++side)
+        for (const ByteRange& write : written[side]) {
+            for (const ByteRange& other : written[1 - side])
+                if (write.overlaps(other)) return false;
+            for (const ByteRange& other : read[1 - side])
+                if (write.overlaps(other)) return false;
+        }
+    return true;
 }
 
 void run_fused_sgd(const DenseUpdateArgs& args, const OptimizerConfig& optimizer, bool tensor_cores,

@@ -39,12 +39,18 @@ void run_fused_sgd(const DenseUpdateArgs& args, const OptimizerConfig& optimizer
 // The most layers one launch updates (the seed MLP has 3).
 constexpr int kFusedSgdMaxLayers = 4;
 
+// Whether two updates may run side by side: neither writes a byte (masters, bias, low-precision
+// copies) that the other reads (dZ, A) or writes. A trainer's layers always are; a direct user of
+// the backend may hand it anything.
+bool fused_sgd_updates_independent(const DenseUpdateArgs& first, const DenseUpdateArgs& second);
+
 // `count` (1 to kFusedSgdMaxLayers) updates, layers[l] by optimizers[l], that each fused_sgd_applies,
 // of distinct layers (nothing one writes is read or written by another): one launch for each run of
 // consecutive layers that share a kernel (dtype, alignment, batch rows), in which they are updated
 // side by side; so the seed MLP's three layers in mixed precision are one launch instead of three.
-// Each layer is updated as run_fused_sgd updates it, bit for bit.
-void run_fused_sgd_layers(const DenseUpdateArgs* const* layers, const OptimizerConfig* const* optimizers, int count,
-                          bool tensor_cores, cudaStream_t stream);
+// Each layer is updated as run_fused_sgd updates it, bit for bit. Returns how many layers shared a
+// launch with others.
+int run_fused_sgd_layers(const DenseUpdateArgs* const* layers, const OptimizerConfig* const* optimizers, int count,
+                         bool tensor_cores, cudaStream_t stream);
 
 }  // namespace mpt

@@ -108,10 +108,17 @@ __device__ __forceinline__ FusedSgdBlock fused_sgd_block(const FusedSgdGroup& gr
 // of row tiles. The layer is picked by a switch, so that each case reads its layer's arguments at
 // fixed offsets of the kernel's parameters, as instruction operands: read through an index, each
 // field took a register (the CUDA-core kernel went from 128 to 143, half the blocks per SM).
-template <typename Update>
+// kLayers: 1 for a kernel that launches one layer (the code of a single case, as before groups), or
+// kFusedSgdMaxLayers.
+template <int kLayers, typename Update>
 __device__ __forceinline__ void update_this_blocks_layer(const FusedSgdGroup& group, const Update& update) {
+    static_assert(kLayers == 1 || kLayers == kFusedSgdMaxLayers, "one layer, or a group");
     static_assert(kFusedSgdMaxLayers == 4, "a case per layer");
     const FusedSgdBlock block = fused_sgd_block(group);
+    if constexpr (kLayers == 1) {
+        update(group.layers[0], block.strip, block.run);
+        return;
+    }
     switch (block.layer) {
         case 0: update(group.layers[0], block.strip, block.run); return;
         case 1: update(group.layers[1], block.strip, block.run); return;
@@ -205,12 +212,15 @@ inline unsigned fused_sgd_grid(const void* kernel, int threads, size_t dynamic_s
 }
 
 // One of the kernels, as the layers it can update in one launch: those of equal variants share one.
+// Each variant is compiled twice: for one layer (single) and for a group of up to
+// kFusedSgdMaxLayers (group), whose four cases are 3.8 times the code.
 struct FusedSgdVariant {
-    void (*kernel)(FusedSgdGroup);
+    void (*single)(FusedSgdGroup);
+    void (*group)(FusedSgdGroup);
     size_t dynamic_shared;
     const char* name;
     bool operator==(const FusedSgdVariant& other) const {
-        return kernel == other.kernel && dynamic_shared == other.dynamic_shared;
+        return group == other.group && dynamic_shared == other.dynamic_shared;
     }
 };
 

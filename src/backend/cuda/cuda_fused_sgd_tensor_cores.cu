@@ -276,28 +276,38 @@ __device__ __forceinline__ void update_strip_on_tensor_cores(const FusedSgdLaunc
     }
 }
 
-template <bool kVector, typename T>
+template <bool kVector, typename T, int kLayers>
 __global__ void __launch_bounds__(kThreads, 2) fused_sgd_tensor_core_kernel(const FusedSgdGroup group) {
     start_after_preceding_kernel();
-    update_this_blocks_layer(group, [](const FusedSgdLaunch& p, int64_t strip, int64_t run) {
+    update_this_blocks_layer<kLayers>(group, [](const FusedSgdLaunch& p, int64_t strip, int64_t run) {
         update_strip_on_tensor_cores<kVector, T>(p, strip, run);
     });
+}
+
+template <bool kVector, typename T>
+FusedSgdVariant tensor_core_kernels() {
+    return FusedSgdVariant{fused_sgd_tensor_core_kernel<kVector, T, 1>,
+                           fused_sgd_tensor_core_kernel<kVector, T, kFusedSgdMaxLayers>, 0,
+                           "fused_sgd_tensor_core_kernel"};
 }
 
 }  // namespace
 
 bool fused_sgd_tensor_cores_available() {
-    if (!mma_runs_on_current_device(reinterpret_cast<const void*>(fused_sgd_tensor_core_kernel<true, __nv_bfloat16>)))
+    if (!mma_runs_on_current_device(
+            reinterpret_cast<const void*>(fused_sgd_tensor_core_kernel<true, __nv_bfloat16, 1>)))
         return false;
     // The strip of A at 256 rows is past the 48 KiB of shared memory a block gets unasked: asked
     // for here, once per device, not while a step's launches are being captured.
     const int strip_bytes = static_cast<int>(kStripColumns * staged_stride(kMaxK) * sizeof(uint16_t));
-    for (void (*kernel)(FusedSgdGroup) :
-         {fused_sgd_tensor_core_kernel<true, __nv_bfloat16>, fused_sgd_tensor_core_kernel<false, __nv_bfloat16>,
-          fused_sgd_tensor_core_kernel<true, __half>, fused_sgd_tensor_core_kernel<false, __half>}) {
-        if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, strip_bytes) != cudaSuccess) {
-            cudaGetLastError();
-            return false;
+    for (const FusedSgdVariant& variant :
+         {tensor_core_kernels<true, __nv_bfloat16>(), tensor_core_kernels<false, __nv_bfloat16>(),
+          tensor_core_kernels<true, __half>(), tensor_core_kernels<false, __half>()}) {
+        for (void (*kernel)(FusedSgdGroup) : {variant.single, variant.group}) {
+            if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, strip_bytes) != cudaSuccess) {
+                cudaGetLastError();
+                return false;
+            }
         }
     }
     return true;
@@ -309,20 +319,21 @@ FusedSgdVariant fused_sgd_tensor_core_variant(const DenseUpdateArgs& args) {
     // Whole float2s of masters and 32-bit pairs of their copies.
     const bool vector = args.in_features % 2 == 0 && fused_sgd_aligned(args.weights, 8) &&
                         (args.low_weights == nullptr || fused_sgd_aligned(args.low_weights, 4));
-    FusedSgdVariant variant{nullptr, 0, "fused_sgd_tensor_core_kernel"};
-    if (args.compute_dtype == DType::bf16)
-        variant.kernel = vector ? fused_sgd_tensor_core_kernel<true, __nv_bfloat16>
-                                : fused_sgd_tensor_core_kernel<false, __nv_bfloat16>;
-    else
-        variant.kernel =
-            vector ? fused_sgd_tensor_core_kernel<true, __half> : fused_sgd_tensor_core_kernel<false, __half>;
+    FusedSgdVariant variant =
+        args.compute_dtype == DType::bf16
+            ? (vector ? tensor_core_kernels<true, __nv_bfloat16>() : tensor_core_kernels<false, __nv_bfloat16>())
+            : (vector ? tensor_core_kernels<true, __half>() : tensor_core_kernels<false, __half>());
     // The strip of A in dynamic shared memory (fused_sgd_tensor_cores_available raised the limit).
     const int padded_k = static_cast<int>((args.rows + 15) / 16 * 16);
     variant.dynamic_shared = static_cast<size_t>(kStripColumns) * staged_stride(padded_k) * sizeof(uint16_t);
-    cudaFuncAttributes attributes{};
-    MPT_CUDA_CHECK(cudaFuncGetAttributes(&attributes, variant.kernel));
-    require(variant.dynamic_shared <= static_cast<size_t>(attributes.maxDynamicSharedSizeBytes), MPT_STATUS_INTERNAL,
-            "cuda backend: tensor-core fused SGD run on a device where fused_sgd_tensor_cores_available was not asked");
+    for (void (*kernel)(FusedSgdGroup) : {variant.single, variant.group}) {
+        cudaFuncAttributes attributes{};
+        MPT_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+        require(variant.dynamic_shared <= static_cast<size_t>(attributes.maxDynamicSharedSizeBytes),
+                MPT_STATUS_INTERNAL,
+                "cuda backend: tensor-core fused SGD run on a device where fused_sgd_tensor_cores_available was not "
+                "asked");
+    }
     return variant;
 }
 
