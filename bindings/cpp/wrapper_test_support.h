@@ -16,19 +16,14 @@
 #include <utility>
 #include <vector>
 
+#include "support/temp_dir.h"
+
 namespace fs = std::filesystem;
 
 constexpr int64_t kFeatures = 4, kClasses = 3;
 
-struct TempDir {
-    fs::path path;
-    TempDir() {
-        char pattern[] = "/tmp/mptrain-cpp-XXXXXX";
-        path = mkdtemp(pattern);
-    }
-    ~TempDir() { fs::remove_all(path); }
-    std::string file(const std::string& name) const { return (path / name).string(); }
-};
+// The C API suites' temporary directory (tests/support/temp_dir.h), which checks that it was made.
+using mpt_test::TempDir;
 
 inline mptrain::Context cpu_context(uint64_t seed = 7) {
     return mptrain::Context(mptrain::ContextOptions().backend(MPT_BACKEND_CPU).threads(1).seed(seed));
