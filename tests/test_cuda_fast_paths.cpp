@@ -406,6 +406,7 @@ TEST_CASE("MPTRAIN_CUDA_GROUPED_SGD=1 trains exactly as the default does, on CUD
     const CudaOpPaths paths = cuda_backend_op_paths(context->backend());
     CHECK(paths.fused_sgd_grouped > 0);
     CHECK(paths.fused_sgd_grouped <= paths.fused_sgd);
+    CHECK(paths.steps_finished_by_update > 0);  // the step's finish_step in its update launch
     auto default_context = make_context(MPT_BACKEND_CUDA);
     const float alone = train_two_bf16_epochs(default_context, 47);
     CHECK(cuda_backend_op_paths(default_context->backend()).fused_sgd_grouped == 0);

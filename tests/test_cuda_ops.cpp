@@ -1892,22 +1892,29 @@ TEST_CASE("a recorded begin_step is folded into its loss head, which leaves foun
 }
 
 #if defined(MPTRAIN_WITH_CUDA)
-// A step's updates as a compute task: fused SGD of each layer in turn, as the trainer issues them.
+// A step's updates as a compute task: fused SGD of each layer in turn, as the trainer issues them,
+// and with `finish` the step's finish_step after them.
 struct UpdateLayersTask {
     Backend* backend;
     std::vector<DenseUpdateArgs> layers;
     OptimizerConfig optimizer;
+    bool finish;
+    TrainState* state;
+    LossScalerConfig scaler;
+    const double* metrics;
+    double* committed_metrics;
 };
 
 void run_update_layers_task(void* argument) {
     const UpdateLayersTask& task = *static_cast<const UpdateLayersTask*>(argument);
     for (const DenseUpdateArgs& args : task.layers) task.backend->dense_update(args, task.optimizer);
+    if (task.finish) task.backend->finish_step(task.state, task.scaler, task.metrics, task.committed_metrics);
 }
 
 // One backend's copy of the layers' operands and parameters.
 struct UpdateLayersOperands {
     std::vector<Buffer> buffers;  // per layer: dZ, A, masters, bias, low weights, low bias
-    std::unique_ptr<Buffer> state;
+    std::unique_ptr<Buffer> state, metrics, committed_metrics;
     UpdateLayersTask task{};
 };
 #endif
@@ -1918,8 +1925,10 @@ struct UpdateLayersOperands {
 // (found_inf set) must write nothing. Five layers: the first four are one run, of which the fourth
 // (an odd width, the kernel's element-by-element variant) is launched apart; the fifth is one alone.
 // The large first layer takes nearly all of the launch's blocks, one tile each; the narrow second
-// one, a few blocks that walk 16 tiles each; the third, one block. Then the same layer twice in a
-// row, which must not run beside itself.
+// one, a few blocks that walk 16 tiles each; the third, one block. The step's finish_step after the
+// fifth is taken by its launch's last block: the loss scaler (dynamic, growing every 2 finite steps,
+// halved on the skipped one) and the committed metrics must come out as its own kernel leaves them.
+// Then the same layer twice in a row, which must not run beside itself.
 TEST_CASE("CUDA fused SGD updates recorded for several layers run as one launch, each layer as in its own") {
     SKIP_WITHOUT_GPU();
 #if defined(MPTRAIN_WITH_CUDA)
@@ -1948,6 +1957,10 @@ TEST_CASE("CUDA fused SGD updates recorded for several layers run as one launch,
         TrainState initial{};
         initial.loss_scale = 256.0f;
         initial.applied_steps = 2;
+        LossScalerConfig scaler;
+        scaler.mode = LossScaling::dynamic;
+        scaler.growth_interval = 2;
+        static_assert(kMetricsCount == 4, "the metrics uploaded below");
         // The same values for both backends.
         std::vector<std::vector<float>> values[5];
         for (int l = 0; l < 5; ++l) {
@@ -1971,8 +1984,15 @@ TEST_CASE("CUDA fused SGD updates recorded for several layers run as one launch,
             Backend& backend = *backends[b];
             UpdateLayersOperands& own = operands[b];
             own.state = std::make_unique<Buffer>(upload_raw(backend, std::vector<TrainState>{initial}));
+            own.metrics = std::make_unique<Buffer>(upload_raw(backend, std::vector<double>{1.5, 20.0, 32.0, 0.25}));
+            own.committed_metrics = std::make_unique<Buffer>(poisoned(backend, DType::fp32, 2 * kMetricsCount));
             own.task.backend = &backend;
             own.task.optimizer = sgd;
+            own.task.finish = true;
+            own.task.state = own.state->as<TrainState>();
+            own.task.scaler = scaler;
+            own.task.metrics = own.metrics->as<double>();
+            own.task.committed_metrics = own.committed_metrics->as<double>();
             for (int l = 0; l < 5; ++l) {
                 const Shape& shape = shapes[l];
                 own.buffers.push_back(upload(backend, configuration.dtype, values[l][0]));
@@ -2004,13 +2024,18 @@ TEST_CASE("CUDA fused SGD updates recorded for several layers run as one launch,
         for (int round = 0; round < 4; ++round) {
             CAPTURE(round);
             std::vector<float> results[2];
+            TrainState states[2];
+            std::vector<double> committed[2];
             for (int b = 0; b < 2; ++b) {
                 Backend& backend = *backends[b];
-                TrainState state = initial;
+                // The state as the last round's finish_step left it, with this round's verdict.
+                TrainState state = download_raw<TrainState>(backend, *operands[b].state, 1)[0];
                 state.found_inf = round == 3 ? 1 : 0;
                 backend.copy_to_device(operands[b].state->data(), &state, sizeof state);
                 backend.scheduler().submit(Lane::compute, &run_update_layers_task, &operands[b].task);
                 backend.scheduler().synchronize();
+                states[b] = download_raw<TrainState>(backend, *operands[b].state, 1)[0];
+                committed[b] = download_raw<double>(backend, *operands[b].committed_metrics, kMetricsCount);
                 for (int l = 0; l < 5; ++l) {
                     const Shape& shape = shapes[l];
                     const Buffer* layer = &operands[b].buffers[static_cast<size_t>(6 * l)];
@@ -2025,14 +2050,21 @@ TEST_CASE("CUDA fused SGD updates recorded for several layers run as one launch,
             }
             REQUIRE(results[0].size() == results[1].size());
             CHECK(std::memcmp(results[0].data(), results[1].data(), results[0].size() * sizeof(float)) == 0);
+            CHECK(std::memcmp(&states[0], &states[1], sizeof(TrainState)) == 0);
+            CHECK(states[0].steps == round + 1);
+            CHECK(states[0].skipped_steps == (round == 3 ? 1 : 0));
+            CHECK(committed[0] == std::vector<double>{1.5, 20.0, 32.0, 0.25});
+            CHECK(committed[1] == committed[0]);
             if (round == 2) before_skipped = results[0];
             if (round == 3)  // not a byte written
                 CHECK(std::memcmp(results[0].data(), before_skipped.data(), results[0].size() * sizeof(float)) == 0);
         }
         // Grouped: the first three layers in the first sighting and the capture (the fourth launched
-        // apart, and replays count no ops).
+        // apart, and replays count no ops); the finish_step taken by the fifth's launch likewise.
         CHECK(cuda_backend_op_paths(*backends[0]).fused_sgd_grouped == 6);
+        CHECK(cuda_backend_op_paths(*backends[0]).steps_finished_by_update == 2);
         CHECK(cuda_backend_op_paths(*backends[1]).fused_sgd_grouped == 0);
+        CHECK(cuda_backend_op_paths(*backends[1]).steps_finished_by_update == 0);
         for (const auto& backend : backends) {
             INFO("last refusal: " << cuda_backend_last_graph_refusal(*backend));
             CHECK(cuda_backend_graph_refusals(*backend) == 0);
@@ -2046,6 +2078,7 @@ TEST_CASE("CUDA fused SGD updates recorded for several layers run as one launch,
             Backend& backend = *backends[b];
             UpdateLayersTask task = operands[b].task;
             task.layers = {operands[b].task.layers[0], operands[b].task.layers[0], operands[b].task.layers[2]};
+            task.finish = false;
             backend.copy_to_device(operands[b].state->data(), &initial, sizeof initial);
             backend.scheduler().submit(Lane::compute, &run_update_layers_task, &task);
             backend.scheduler().synchronize();

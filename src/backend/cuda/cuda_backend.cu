@@ -195,7 +195,7 @@ CudaBackend::CudaBackend(int device, MemoryTracker* memory) : device_(device), m
         const size_t clip_bytes = kClipFactorMaxBlocks * sizeof(double);
         const int max_abs_blocks = multiprocessors_ * 8;
         const size_t scratch_bytes =
-            3 * partial_bytes + 256 + round_up_256(clip_bytes) + max_abs_scratch_bytes(max_abs_blocks);
+            3 * partial_bytes + 256 + round_up_256(clip_bytes) + 256 + max_abs_scratch_bytes(max_abs_blocks);
         reduction_scratch_ = allocate_scratch(scratch_bytes);
         char* base = static_cast<char*>(reduction_scratch_);
         head_scratch_.partial_loss = reinterpret_cast<double*>(base);
@@ -203,7 +203,8 @@ CudaBackend::CudaBackend(int device, MemoryTracker* memory) : device_(device), m
         head_scratch_.partial_counted = reinterpret_cast<long long*>(base + 2 * partial_bytes);
         head_scratch_.counter = reinterpret_cast<unsigned*>(base + 3 * partial_bytes);
         clip_partials_ = reinterpret_cast<double*>(base + 3 * partial_bytes + 256);
-        char* max_abs_base = base + 3 * partial_bytes + 256 + round_up_256(clip_bytes);
+        finish_counter_ = reinterpret_cast<unsigned*>(base + 3 * partial_bytes + 256 + round_up_256(clip_bytes));
+        char* max_abs_base = base + 3 * partial_bytes + 256 + round_up_256(clip_bytes) + 256;
         max_abs_scratch_.counter = reinterpret_cast<unsigned*>(max_abs_base);
         max_abs_scratch_.partials = reinterpret_cast<unsigned*>(max_abs_base + 256);
         max_abs_scratch_.max_blocks = max_abs_blocks;
@@ -764,8 +765,23 @@ size_t CudaBackend::fused_sgd_run(size_t index) const {
     return count;
 }
 
-void CudaBackend::execute_fused_sgd_layers(size_t index, size_t count, cudaStream_t stream) {
+bool CudaBackend::finish_follows_updates(size_t index) const {
+    return index > 0 && index < recorded_.size() && recorded_[index].code == OpCode::finish_step &&
+           recorded_[index - 1].code == OpCode::dense_update &&
+           recorded_[index].state == recorded_[index - 1].update.state;
+}
+
+void CudaBackend::execute_fused_sgd_layers(size_t index, size_t count, const RecordedOp* finish, cudaStream_t stream) {
     const DependentLaunchScope launches(dependent_launch_ ? &op_paths_.dependent_launches : nullptr);
+    FusedSgdFinish finishing;
+    if (finish) {
+        finishing.state = finish->state;
+        finishing.scaler = finish->scaler;
+        finishing.metrics = static_cast<const double*>(finish->values);
+        finishing.committed_metrics = finish->committed_metrics;
+        finishing.counter = finish_counter_;
+        ++op_paths_.steps_finished_by_update;
+    }
     const DenseUpdateArgs* layers[kFusedSgdMaxLayers];
     const OptimizerConfig* optimizers[kFusedSgdMaxLayers];
     for (size_t k = 0; k < count; ++k) {
@@ -773,7 +789,8 @@ void CudaBackend::execute_fused_sgd_layers(size_t index, size_t count, cudaStrea
         optimizers[k] = &recorded_[index + k].optimizer;
     }
     op_paths_.fused_sgd_grouped += static_cast<uint64_t>(run_fused_sgd_layers(
-        layers, optimizers, static_cast<int>(count), recorded_[index].update_plan.fused_sgd_tensor_cores, stream));
+        layers, optimizers, static_cast<int>(count), recorded_[index].update_plan.fused_sgd_tensor_cores,
+        finish ? &finishing : nullptr, stream));
 }
 
 // ---- recording and graphs ----------------------------------------------------------------------
@@ -811,9 +828,10 @@ void CudaBackend::execute_recorded(cudaStream_t stream, bool capturing) {
         }
         if (grouped_sgd_ && !planning_again) {
             const size_t layers = fused_sgd_run(index);
-            if (layers > 1) {  // never refused: no cuBLASLt plan
-                execute_fused_sgd_layers(index, layers, stream);
-                index += layers - 1;
+            const bool finishes = layers > 0 && finish_follows_updates(index + layers);
+            if (layers > 1 || finishes) {  // never refused: no cuBLASLt plan
+                execute_fused_sgd_layers(index, layers, finishes ? &recorded_[index + layers] : nullptr, stream);
+                index += layers - 1 + (finishes ? 1 : 0);
                 continue;
             }
         }

@@ -182,7 +182,11 @@ private:
     // kFusedSgdMaxLayers; 0 when recorded_[index] is none): with grouped SGD on, they are one
     // launch (execute_fused_sgd_layers), updated side by side.
     size_t fused_sgd_run(size_t index) const;
-    void execute_fused_sgd_layers(size_t index, size_t count, cudaStream_t stream);
+    // Whether recorded_[index] is a finish_step of the state the updates before it read: with grouped
+    // SGD on, the last update launch takes it (no launch of its own).
+    bool finish_follows_updates(size_t index) const;
+    // The `count` updates from recorded_[index] on, and the finish_step after them when `finish`.
+    void execute_fused_sgd_layers(size_t index, size_t count, const RecordedOp* finish, cudaStream_t stream);
     // execute, or false when cuBLASLt refused the op's fused plan at run time (to plan it again).
     bool execute_unless_refused(const RecordedOp& op, cudaStream_t stream);
     // Runs the recorded task; an op refused as in issue() is planned again with all that follow
@@ -204,6 +208,7 @@ private:
     LossHeadScratch head_scratch_{};
     double* clip_partials_ = nullptr;    // [kClipFactorMaxBlocks] in reduction_scratch_
     MaxAbsScratch max_abs_scratch_{};    // in reduction_scratch_
+    unsigned* finish_counter_ = nullptr;  // fused SGD's finish_step ticket (FusedSgdFinish), likewise
     float* scratch_ = nullptr;        // fp32 accumulators of the unfused fallback paths
     size_t scratch_bytes_ = 0;
 

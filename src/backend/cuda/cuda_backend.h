@@ -47,6 +47,7 @@ struct CudaOpPaths {
     uint64_t dependent_launches = 0;  // the backend's kernels launched with programmatic dependent launch
     uint64_t fused_sgd_grouped = 0;   // fused SGD updates run in a launch with other layers' (per run of a
                                       // recorded task, as begin_steps_folded)
+    uint64_t steps_finished_by_update = 0;  // finish_steps taken by the last update launch (likewise)
 };
 CudaOpPaths cuda_backend_op_paths(const Backend& backend);
 // Graph capture of repeated compute tasks (default on; MPTRAIN_CUDA_GRAPHS=0 turns it off).
@@ -77,7 +78,8 @@ bool cuda_backend_set_dependent_launch(Backend& backend, bool enabled);
 // A recorded task's consecutive fused SGD updates (the layers of a plain-SGD step of at most 64 rows,
 // 256 on the tensor cores) as one launch, the layers updated side by side instead of each waiting
 // for the one before it to drain (default off until a GPU has measured it;
-// MPTRAIN_CUDA_GROUPED_SGD=1 turns it on). The same arithmetic, bit for bit.
+// MPTRAIN_CUDA_GROUPED_SGD=1 turns it on); the last of those launches also takes the finish_step
+// right after it (one graph node fewer). The same arithmetic, bit for bit.
 void cuda_backend_set_grouped_sgd(Backend& backend, bool enabled);
 // Whether it is on now: a refused graph capture or launch turns it off (it may be what broke it),
 // unless cuBLASLt's refusal of a fused plan is what refused the capture.

@@ -50,6 +50,7 @@ void CudaBackend::describe(JsonWriter& out) const {
     out.key("begin_steps_folded").unsigned_integer(ops.begin_steps_folded);
     out.key("dependent_launches").unsigned_integer(ops.dependent_launches);
     out.key("fused_sgd_grouped").unsigned_integer(ops.fused_sgd_grouped);
+    out.key("steps_finished_by_update").unsigned_integer(ops.steps_finished_by_update);
     out.end_object();
 
     const CudaGemm& gemm = *gemm_;

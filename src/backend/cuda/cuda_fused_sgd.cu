@@ -213,6 +213,7 @@ __global__ void __launch_bounds__(kThreads) fused_sgd_kernel(const FusedSgdGroup
     start_after_preceding_kernel();
     update_this_blocks_layer<kLayers>(
         group, [](const FusedSgdLaunch& p, int64_t strip, int64_t run) { update_strip<kVector, T>(p, strip, run); });
+    if (group.finish.state) finish_step_in_last_block(group.finish);
 }
 
 template <bool kVector, typename T>
@@ -249,7 +250,9 @@ void launch_fused_sgd(const FusedSgdVariant& variant, FusedSgdGroup& group, cuda
 }  // namespace
 
 int run_fused_sgd_layers(const DenseUpdateArgs* const* layers, const OptimizerConfig* const* optimizers, int count,
-                         bool tensor_cores, cudaStream_t stream) {
+                         bool tensor_cores, const FusedSgdFinish* finish, cudaStream_t stream) {
+    require(!finish || (finish->state && finish->counter), MPT_STATUS_INTERNAL,
+            "cuda backend: fused SGD's finish_step needs the state and a counter");
     require(layers != nullptr && optimizers != nullptr && count >= 1 && count <= kFusedSgdMaxLayers,
             MPT_STATUS_INTERNAL, "cuda backend: fused SGD takes 1 to 4 layers a launch");
     FusedSgdGroup group{};
@@ -273,6 +276,7 @@ int run_fused_sgd_layers(const DenseUpdateArgs* const* layers, const OptimizerCo
         variant = layer_variant;
         group.layers[group.count++] = fused_sgd_launch(args, optimizer);
     }
+    if (finish) group.finish = *finish;  // the last launch: every update before it has run
     launch();
     return shared;
 }
@@ -322,7 +326,7 @@ void run_fused_sgd(const DenseUpdateArgs& args, const OptimizerConfig& optimizer
                    cudaStream_t stream) {
     const DenseUpdateArgs* const layer = &args;
     const OptimizerConfig* const rule = &optimizer;
-    run_fused_sgd_layers(&layer, &rule, 1, tensor_cores, stream);
+    run_fused_sgd_layers(&layer, &rule, 1, tensor_cores, nullptr, stream);
 }
 
 }  // namespace mpt

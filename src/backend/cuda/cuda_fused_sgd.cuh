@@ -44,13 +44,24 @@ constexpr int kFusedSgdMaxLayers = 4;
 // the backend may hand it anything.
 bool fused_sgd_updates_independent(const DenseUpdateArgs& first, const DenseUpdateArgs& second);
 
+// A step's finish_step taken by its last update launch (CudaBackend's grouped SGD): the launch's last
+// block to end advances the loss scaler and commits the metrics, once every block has read the
+// state it updates by (a ticket counter that wraps itself back to 0). state null: none.
+struct FusedSgdFinish {
+    TrainState* state = nullptr;
+    LossScalerConfig scaler;
+    const double* metrics = nullptr;
+    double* committed_metrics = nullptr;
+    unsigned* counter = nullptr;  // 0 between launches, in a 256-byte sector of its own
+};
+
 // `count` (1 to kFusedSgdMaxLayers) updates, layers[l] by optimizers[l], that each fused_sgd_applies,
 // of distinct layers (nothing one writes is read or written by another): one launch for each run of
 // consecutive layers that share a kernel (dtype, alignment, batch rows), in which they are updated
 // side by side; so the seed MLP's three layers in mixed precision are one launch instead of three.
-// Each layer is updated as run_fused_sgd updates it, bit for bit. Returns how many layers shared a
-// launch with others.
+// Each layer is updated as run_fused_sgd updates it, bit for bit. With `finish`, the last launch also
+// finishes the step. Returns how many layers shared a launch with others.
 int run_fused_sgd_layers(const DenseUpdateArgs* const* layers, const OptimizerConfig* const* optimizers, int count,
-                         bool tensor_cores, cudaStream_t stream);
+                         bool tensor_cores, const FusedSgdFinish* finish, cudaStream_t stream);
 
 }  // namespace mpt

@@ -14,6 +14,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_fused_sgd.cuh"
+#include "backend/cuda/cuda_step_state.cuh"
 
 namespace mpt {
 
@@ -81,7 +82,21 @@ struct FusedSgdGroup {
     FusedSgdLaunch layers[kFusedSgdMaxLayers];
     unsigned first_block[kFusedSgdMaxLayers + 1];
     int count;
+    FusedSgdFinish finish;  // finish.state null: the launch does not finish the step
 };
+
+// The step's finish_step in the launch's last block to end (FusedSgdFinish), called by every block
+// after its update: each block's thread 0 takes a ticket once all the block's threads are done with
+// the state, and the last ticket's thread finishes the step. (No shared memory: the CUDA-core
+// kernel's 48 KiB of static shared memory are all taken.)
+__device__ __forceinline__ void finish_step_in_last_block(const FusedSgdFinish& finish) {
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    __threadfence();
+    if (atomicInc(finish.counter, gridDim.x - 1) != gridDim.x - 1) return;  // wraps to 0 on the last ticket
+    __threadfence();
+    finish_step_on_device(finish.state, finish.scaler, finish.metrics, finish.committed_metrics);
+}
 
 __host__ __device__ inline int64_t fused_sgd_strips(int64_t in_features) {
     return (in_features + kFusedSgdStripColumns - 1) / kFusedSgdStripColumns;

@@ -282,6 +282,7 @@ __global__ void __launch_bounds__(kThreads, 2) fused_sgd_tensor_core_kernel(cons
     update_this_blocks_layer<kLayers>(group, [](const FusedSgdLaunch& p, int64_t strip, int64_t run) {
         update_strip_on_tensor_cores<kVector, T>(p, strip, run);
     });
+    if (group.finish.state) finish_step_in_last_block(group.finish);
 }
 
 template <bool kVector, typename T>

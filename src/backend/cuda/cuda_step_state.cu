@@ -18,11 +18,7 @@ __global__ void decide_update_kernel(const float* max_abs_pairs, int layer_count
 __global__ void finish_step_kernel(TrainState* state, const LossScalerConfig scaler, const double* metrics,
                                    double* committed_metrics) {
     start_after_preceding_kernel();
-    TrainState value = *state;
-    advance_loss_scaler(value, scaler);
-    *state = value;
-    if (metrics && committed_metrics)
-        for (int i = 0; i < kMetricsCount; ++i) committed_metrics[i] = metrics[i];
+    finish_step_on_device(state, scaler, metrics, committed_metrics);
 }
 
 }  // namespace

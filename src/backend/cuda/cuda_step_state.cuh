@@ -15,4 +15,17 @@ void run_decide_update(const float* max_abs_pairs, int layer_count, int64_t rows
 void run_finish_step(TrainState* state, const LossScalerConfig& scaler, const double* metrics,
                      double* committed_metrics, cudaStream_t stream);
 
+#if defined(__CUDACC__)
+// finish_step's work, by one thread: for its kernel, and for the last block of a step's last update
+// launch that takes it (cuda_fused_sgd_launch.cuh).
+__device__ __forceinline__ void finish_step_on_device(TrainState* state, const LossScalerConfig& scaler,
+                                                      const double* metrics, double* committed_metrics) {
+    TrainState value = *state;
+    advance_loss_scaler(value, scaler);
+    *state = value;
+    if (metrics && committed_metrics)
+        for (int i = 0; i < kMetricsCount; ++i) committed_metrics[i] = metrics[i];
+}
+#endif
+
 }  // namespace mpt
