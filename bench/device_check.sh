@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The CUDA backend's device check (issue 3), for one H200 in about 6 minutes: builds for sm_90
-# with CMake + Ninja, runs the GPU tests (ctest -R cuda), mptrain-bench --backend cuda (fp32,
-# mixed-fp16, mixed-bf16 at batch 32, 256, 4096), the 50-epoch CIFAR-10 seed run (mptrain-cifar10,
-# batch 32, mixed-bf16; targets >= 55% test accuracy, < 5 s of GPU time) when the data set is
-# there, and the PyTorch and JAX peers (bench/peers/), then the other features' benches as time
-# allows, and prints a short table last. Logs go to a
+# with CMake + Ninja, runs the GPU tests (ctest -R "cuda|context_description"), mptrain-bench
+# --backend cuda (fp32, mixed-fp16, mixed-bf16 at batch 32, 256, 4096), the 50-epoch CIFAR-10
+# seed run (mptrain-cifar10, batch 32, mixed-bf16; targets >= 55% test accuracy, < 5 s of GPU
+# time) when the data set is there, and the PyTorch and JAX peers (bench/peers/), then the other
+# features' benches as time allows, and prints a short table last. Logs go to a
 # work folder; what the device tool should bring back (summary, test log, bench logs, seed-run log,
 # kernel profile, merged JSON records: at most 8 files) is copied to $OUT after every stage, and
 # every stage's timeout is capped by the time left before DEADLINE, so a call cut short still
@@ -115,8 +115,8 @@ cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMPTRAIN_CUDA=ON -DM
 grep -E "mptrain:" "$WORK/configure.log" || true
 # Only what the stages below run, unless every test is to run: the other test programs, fuzz
 # replays and bindings' programs took about 60% of the build's CPU time here.
-targets=(test_cuda_ops test_cuda_pipeline test_cuda_fast_paths test_cuda_api mptrain-bench mptrain-gpu-floor
-    mptrain-cifar10)
+targets=(test_cuda_ops test_cuda_pipeline test_cuda_fast_paths test_cuda_api test_context_description mptrain-bench
+    mptrain-gpu-floor mptrain-cifar10)
 [ "${FULL_CTEST:-0}" = 1 ] && targets=()
 # -k 0: a target that fails to compile (another host compiler there) costs only the stages that
 # need it; the others still run.
@@ -134,13 +134,14 @@ stage "GPU tests"
 # cuBLASLt) fails with the reason instead of passing as a skip. -V keeps the cases' messages (the
 # fp32 epilogue report) in the log.
 # --timeout 60: one hung program must leave the others their turn inside the stage's 150 s.
-limited 150 env MPTRAIN_REQUIRE_GPU=1 ctest --test-dir "$BUILD" -R cuda -V --timeout 60 >"$WORK/ctest_cuda.log" 2>&1 \
-    || failed 5
+# (context_description: mpt_context_describe's CUDA members, graph and op counts.)
+limited 150 env MPTRAIN_REQUIRE_GPU=1 ctest --test-dir "$BUILD" -R "cuda|context_description" -V --timeout 60 \
+    >"$WORK/ctest_cuda.log" 2>&1 || failed 5
 grep -E "tests passed|tests failed|\*\*\*|ERROR|MESSAGE|FAILED|failed:|skipped, no time" "$WORK/ctest_cuda.log" | head -60
 publish
 if [ "${FULL_CTEST:-0}" = 1 ]; then
     stage "all other tests"
-    limited 240 ctest --test-dir "$BUILD" -E cuda -j 8 --output-on-failure --timeout 200 2>&1 | tee "$WORK/ctest_all.log" \
+    limited 240 ctest --test-dir "$BUILD" -E "cuda|context_description" -j 8 --output-on-failure --timeout 200 2>&1 | tee "$WORK/ctest_all.log" \
         || failed 5
     publish
 fi
