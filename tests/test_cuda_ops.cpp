@@ -1922,12 +1922,13 @@ struct UpdateLayersOperands {
 // With grouped SGD, a recorded task's consecutive fused SGD updates are one launch (up to 4 layers,
 // those of one kernel variant together): each layer must come out as the launch of its own makes
 // it, bit for bit, in the first sighting (eager), the capture and the replays, and a skipped step
-// (found_inf set) must write nothing. Five layers: the first four are one run, of which the fourth
-// (an odd width, the kernel's element-by-element variant) is launched apart; the fifth is one alone.
-// The large first layer takes nearly all of the launch's blocks, one tile each; the narrow second
-// one, a few blocks that walk 16 tiles each; the third, one block. The step's finish_step after the
-// fifth is taken by its launch's last block: the loss scaler (dynamic, growing every 2 finite steps,
-// halved on the skipped one) and the committed metrics must come out as its own kernel leaves them.
+// (found_inf set) must write nothing. Six layers: the first four are one run, of which the fourth
+// (an odd width, the kernel's element-by-element variant) is launched apart; the last two are
+// another. The large first layer takes nearly all of its launch's blocks, one tile each; the narrow
+// second one, a few blocks that walk 16 tiles each; the third, one block. The step's finish_step
+// after the sixth is taken by the last launch's last block (of dozens): the loss scaler (dynamic,
+// doubled after every finite step, halved on the skipped one, and read by every block to unscale)
+// and the committed metrics must come out as its own kernel leaves them.
 // Then the same layer twice in a row, which must not run beside itself.
 TEST_CASE("CUDA fused SGD updates recorded for several layers run as one launch, each layer as in its own") {
     SKIP_WITHOUT_GPU();
@@ -1935,7 +1936,8 @@ TEST_CASE("CUDA fused SGD updates recorded for several layers run as one launch,
     struct Shape {
         int64_t in_features, out_features;
     };
-    const Shape shapes[5] = {{1024, 1024}, {8, 2048}, {136, 10}, {101, 33}, {64, 16}};
+    constexpr int kLayers = 6;
+    const Shape shapes[kLayers] = {{1024, 1024}, {8, 2048}, {136, 10}, {101, 33}, {64, 16}, {512, 256}};
     struct Configuration {
         DType dtype;
         bool tensor_cores;
@@ -1959,11 +1961,11 @@ TEST_CASE("CUDA fused SGD updates recorded for several layers run as one launch,
         initial.applied_steps = 2;
         LossScalerConfig scaler;
         scaler.mode = LossScaling::dynamic;
-        scaler.growth_interval = 2;
+        scaler.growth_interval = 1;
         static_assert(kMetricsCount == 4, "the metrics uploaded below");
         // The same values for both backends.
-        std::vector<std::vector<float>> values[5];
-        for (int l = 0; l < 5; ++l) {
+        std::vector<std::vector<float>> values[kLayers];
+        for (int l = 0; l < kLayers; ++l) {
             const Shape& shape = shapes[l];
             std::vector<float> output_grad = random_values(static_cast<size_t>(rows * shape.out_features), -1, 1);
             for (float& g : output_grad) g *= initial.loss_scale / static_cast<float>(rows);
@@ -1993,7 +1995,7 @@ TEST_CASE("CUDA fused SGD updates recorded for several layers run as one launch,
             own.task.scaler = scaler;
             own.task.metrics = own.metrics->as<double>();
             own.task.committed_metrics = own.committed_metrics->as<double>();
-            for (int l = 0; l < 5; ++l) {
+            for (int l = 0; l < kLayers; ++l) {
                 const Shape& shape = shapes[l];
                 own.buffers.push_back(upload(backend, configuration.dtype, values[l][0]));
                 own.buffers.push_back(upload(backend, configuration.dtype, values[l][1]));
@@ -2036,7 +2038,7 @@ TEST_CASE("CUDA fused SGD updates recorded for several layers run as one launch,
                 backend.scheduler().synchronize();
                 states[b] = download_raw<TrainState>(backend, *operands[b].state, 1)[0];
                 committed[b] = download_raw<double>(backend, *operands[b].committed_metrics, kMetricsCount);
-                for (int l = 0; l < 5; ++l) {
+                for (int l = 0; l < kLayers; ++l) {
                     const Shape& shape = shapes[l];
                     const Buffer* layer = &operands[b].buffers[static_cast<size_t>(6 * l)];
                     const size_t weights = static_cast<size_t>(shape.in_features * shape.out_features);
@@ -2059,9 +2061,9 @@ TEST_CASE("CUDA fused SGD updates recorded for several layers run as one launch,
             if (round == 3)  // not a byte written
                 CHECK(std::memcmp(results[0].data(), before_skipped.data(), results[0].size() * sizeof(float)) == 0);
         }
-        // Grouped: the first three layers in the first sighting and the capture (the fourth launched
-        // apart, and replays count no ops); the finish_step taken by the fifth's launch likewise.
-        CHECK(cuda_backend_op_paths(*backends[0]).fused_sgd_grouped == 6);
+        // Grouped: the first three layers and the last two in the first sighting and the capture (the
+        // fourth launched apart, and replays count no ops); the finish_step taken likewise.
+        CHECK(cuda_backend_op_paths(*backends[0]).fused_sgd_grouped == 10);
         CHECK(cuda_backend_op_paths(*backends[0]).steps_finished_by_update == 2);
         CHECK(cuda_backend_op_paths(*backends[1]).fused_sgd_grouped == 0);
         CHECK(cuda_backend_op_paths(*backends[1]).steps_finished_by_update == 0);
@@ -2092,7 +2094,7 @@ TEST_CASE("CUDA fused SGD updates recorded for several layers run as one launch,
             }
         }
         CHECK(std::memcmp(twice[0].data(), twice[1].data(), twice[0].size() * sizeof(float)) == 0);
-        CHECK(cuda_backend_op_paths(*backends[0]).fused_sgd_grouped == 6 + 2);
+        CHECK(cuda_backend_op_paths(*backends[0]).fused_sgd_grouped == 10 + 2);
     }
 #endif
 }
