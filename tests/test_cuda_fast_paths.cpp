@@ -62,6 +62,17 @@ float train_two_bf16_epochs(const std::shared_ptr<Context>& context, unsigned se
     return trainer.evaluate(*dataset, 64).loss;
 }
 
+// A rate that changes at every step (warm-up, then a cosine to 0 over 30 steps), evaluated by the
+// update kernels from the step count in device memory.
+LrSchedule per_step_cosine() {
+    LrSchedule cosine;
+    cosine.kind = LrScheduleKind::cosine;
+    cosine.warmup_steps = 5;
+    cosine.decay_steps = 30;
+    cosine.decay_factor = 0.0f;
+    return cosine;
+}
+
 // A CUDA context made with `variable` set to `value` (read when the backend is made), the
 // environment as it was for the contexts made after it.
 std::shared_ptr<Context> cuda_context_under(const char* variable, const char* value) {
@@ -159,11 +170,7 @@ TEST_CASE("steady-state steps replay captured graphs, and no capture is refused"
 // changing every step changes no kernel argument: the steps replay the graphs a constant rate's do.
 TEST_CASE("a per-step learning-rate schedule costs no capture: its steps replay graphs as a constant rate's do") {
     SKIP_WITHOUT_GPU();
-    LrSchedule cosine;
-    cosine.kind = LrScheduleKind::cosine;
-    cosine.warmup_steps = 5;
-    cosine.decay_steps = 30;
-    cosine.decay_factor = 0.0f;
+    const LrSchedule cosine = per_step_cosine();
     struct Run {
         float loss;
         uint64_t captures, replays, refusals;
@@ -400,11 +407,7 @@ TEST_CASE("MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 trains exactly as the default does, c
 // read the state after the finishing block wrote it.
 TEST_CASE("MPTRAIN_CUDA_GROUPED_SGD=1 trains exactly as the default does, on CUDA cores and on tensor cores") {
     SKIP_WITHOUT_GPU();
-    LrSchedule cosine;
-    cosine.kind = LrScheduleKind::cosine;
-    cosine.warmup_steps = 5;
-    cosine.decay_steps = 30;
-    cosine.decay_factor = 0.0f;
+    const LrSchedule cosine = per_step_cosine();
     auto context = cuda_context_under("MPTRAIN_CUDA_GROUPED_SGD", "1");
     const float grouped = train_two_bf16_epochs(context, 47, cosine);
     INFO("last refusal: " << cuda_backend_last_graph_refusal(context->backend()));
