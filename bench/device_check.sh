@@ -266,6 +266,20 @@ except (OSError, ValueError):
     why = f"timed out after {wall:.0f} s" if exit_status in (124, 137) else f"exit status {exit_status}"
     print(f"{title}: FAILED ({why}, no JSON; see the log); process {wall:.1f} s")
     sys.exit()
+def context_note(context):
+    # What the run had on (mpt_context_describe): the switches beyond the defaults, and refused graphs.
+    if not isinstance(context, dict) or context.get("backend") != "cuda":
+        return ""
+    defaults = ("graphs", "fused_epilogues", "split_k")
+    switches = context.get("switches", {})
+    on = [name for name, value in switches.items() if value and name not in defaults]
+    off = [name for name in defaults if switches.get(name) is False]
+    graphs = context.get("graphs", {})
+    note = " [switched on: " + (", ".join(on) or "none")
+    note += "".join(f"; {name} off" for name in off)
+    if graphs.get("refusals"):
+        note += f"; {graphs['refusals']} step graph(s) refused, last: {graphs.get('last_refusal', '?')}"
+    return note + "]"
 accuracy, device = run["test_accuracy"], run.get("train_device_seconds", -1.0)
 verdict = lambda ok: "met" if ok else "MISSED"
 print(f"{title}: test accuracy {accuracy:.4f} (>= 0.55 {verdict(accuracy >= 0.55)}), "
@@ -273,7 +287,8 @@ print(f"{title}: test accuracy {accuracy:.4f} (>= 0.55 {verdict(accuracy >= 0.55
       f"wall: fit {run['train_seconds']:.2f} s, process {wall:.1f} s [{run['epochs']} epochs x "
       f"{run['steps'] // max(1, run['epochs'])} steps, batch {run['batch']}, {run['precision']}, {run['backend']}, "
       f"{run['data']}]" + ("" if exit_status == 0 else f" exit status {exit_status}")
-      + ("" if run["data"] == "cifar10" else " NOT THE REAL CIFAR-10"))
+      + ("" if run["data"] == "cifar10" else " NOT THE REAL CIFAR-10")
+      + context_note(run.get("context")))
 PY
     cat "$WORK/${name}_line.txt"
     publish

@@ -115,6 +115,12 @@ void json_number_array(json_writer* writer, const char* key, const double* value
     fputc(']', writer->file);
 }
 
+void json_raw(json_writer* writer, const char* key, const char* json)
+{
+    begin_member(writer, key);
+    fputs(json, writer->file);
+}
+
 void json_boolean(json_writer* writer, const char* key, int value)
 {
     begin_member(writer, key);

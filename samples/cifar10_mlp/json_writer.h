@@ -25,5 +25,7 @@ void json_integer(json_writer* writer, const char* key, int64_t value);
 void json_boolean(json_writer* writer, const char* key, int value);
 /* [v0, v1, ...] on one line, non-finite values as null. */
 void json_number_array(json_writer* writer, const char* key, const double* values, int count);
+/* `json`, a complete JSON value (e.g. mptrain's context description), written as it is. */
+void json_raw(json_writer* writer, const char* key, const char* json);
 
 #endif

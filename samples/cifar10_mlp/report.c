@@ -128,6 +128,8 @@ static void write_run(json_writer* json, const cli_options* options, const data_
     json_number(json, "learning_rate_after_first_epoch", (double)run->rate_after_first_epoch);
     json_number(json, "learning_rate_at_end", (double)run->rate_at_end);
     json_integer(json, "seed", (int64_t)options->seed);
+    if (run->context_description[0] != '\0')
+        json_raw(json, "context", run->context_description);
     json_integer(json, "parameters", run->parameters);
     json_integer(json, "arena_bytes", (int64_t)run->arena_bytes);
     json_integer(json, "skipped_steps", run->skipped_steps);

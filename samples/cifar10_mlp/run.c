@@ -21,6 +21,17 @@ static void log_to_stderr(mpt_log_level level, const char* message, void* user_d
     fprintf(stderr, "mptrain %s: %s\n", (unsigned)level < 4 ? names[level] : "log", message);
 }
 
+/* The context's description (a JSON object) into `text`, or "" when it takes more than `capacity`
+ * bytes or the call fails: the metrics file is worth writing without it. */
+static void describe_context(const mpt_context_t* context, char* text, size_t capacity)
+{
+    size_t length = 0;
+    text[0] = '\0';
+    if (mpt_context_describe(context, NULL, 0, &length) != MPT_STATUS_OK || length >= capacity ||
+        mpt_context_describe(context, text, capacity, &length) != MPT_STATUS_OK)
+        text[0] = '\0';
+}
+
 static int open_context(const cli_options* options, mpt_context_t** out)
 {
     mpt_context_options_t* context_options = NULL;
@@ -520,6 +531,7 @@ int run_training(const cli_options* options, mpt_precision precision, const data
         printf("%.1f us/step)\n", r.device_us_per_step);
     fflush(stdout);
 
+    describe_context(context, r.context_description, sizeof r.context_description);
     *result = r;
     failed = 0;
 

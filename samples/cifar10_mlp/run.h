@@ -49,6 +49,9 @@ typedef struct run_result {
     int64_t skipped_steps;    /* updates skipped for non-finite gradients */
     float rate_after_first_epoch; /* the scheduled learning rate of the second epoch's first step */
     float rate_at_end;        /* the scheduled learning rate of a step after the run */
+    /* mpt_context_describe after training (what ran: on a GPU the switches as the backend had them,
+     * its graph captures, replays and refusals); "" when it did not fit. */
+    char context_description[4096];
 } run_result;
 
 /* The precision `requested` resolves to on the context the options describe, and its backend.

@@ -89,6 +89,9 @@ run clipped_hard --clipnorm 1e-6
 [ "$(json_value cosine lr_schedule)" = '"cosine"' ] || fail "cosine run's JSON says $(json_value cosine lr_schedule)"
 [ "$(json_value cosine warmup_steps)" = 4 ] || fail "cosine run's JSON has warmup_steps $(json_value cosine warmup_steps)"
 [ "$(json_value constant lr_schedule)" = '"constant"' ] || fail "constant run's JSON says $(json_value constant lr_schedule)"
+# What the run ran on: mpt_context_describe's object, on one line.
+json_value constant context | grep -Eq '^\{"version":"[^"]*","backend":"(cpu|cuda)","device":"[^"]+"' ||
+    fail "constant run's JSON has no context description: $(json_value constant context)"
 grep -q "cosine to 0 over 12 steps after 4 warm-up steps" "$work/cosine.out" ||
     fail "cosine run's header: $(grep '^data' "$work/cosine.out")"
 # The rates the library trained with, read back by the sample: 8 steps an epoch, --lr 0.05. After
