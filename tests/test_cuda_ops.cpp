@@ -1435,6 +1435,25 @@ std::vector<uint8_t> relu_forward_mask(Backend& backend, const std::vector<float
 }
 #endif
 
+#if defined(MPTRAIN_WITH_CUDA)
+// The three ways the recorded-task cases issue their tasks: recorded (graphs), op by op, and recorded
+// with programmatic dependent launch (9.0 and up).
+struct IssueMode {
+    bool graphs, dependent_launch;
+};
+constexpr IssueMode kIssueModes[] = {{true, false}, {false, false}, {true, true}};
+
+// A CUDA backend issuing that way, or nullptr where the device has no dependent launch (a skip
+// below 9.0, a failure from there up).
+std::unique_ptr<Backend> cuda_backend_issuing(const IssueMode& mode) {
+    auto backend = make_cuda();
+    cuda_backend_set_graphs(*backend, mode.graphs);
+    if (mode.dependent_launch &&
+        !turn_on_device_path(*backend, cuda_backend_set_dependent_launch, "programmatic dependent launch", 9))
+        return nullptr;
+    return backend;
+}
+
 // One step's decision as a compute task: the max_abs pass over three layers' (dZ, A_prev) tensors
 // and the decide_update that reads exactly its results, between begin_step and finish_step (four
 // ops, so that the task is captured and replayed as the trainer's steps are).
@@ -1472,6 +1491,7 @@ void run_head_task(void* argument) {
     task.backend->max_abs(&task.input, 1, task.maximum);
     task.backend->finish_step(task.head.state, task.scaler, nullptr, nullptr);
 }
+#endif
 
 }  // namespace
 
@@ -1761,15 +1781,12 @@ TEST_CASE("a recorded max_abs pass decides the update in its own launch, as deci
     const int64_t rows = 64;
     const int64_t sizes[6] = {300001, 7, 120000, 64, 4096, 1};  // many blocks, one, a ragged tail
     // Recorded, issued op by op, and recorded with programmatic dependent launch (9.0 and up).
-    for (int configuration = 0; configuration < 3; ++configuration) {
-        const bool graphs = configuration != 1, dependent_launch = configuration == 2;
+    for (const IssueMode& mode : kIssueModes) {
+        const bool graphs = mode.graphs, dependent_launch = mode.dependent_launch;
         CAPTURE(graphs);
         CAPTURE(dependent_launch);
-        auto backend = make_cuda();
-        cuda_backend_set_graphs(*backend, graphs);
-        if (dependent_launch &&
-            !turn_on_device_path(*backend, cuda_backend_set_dependent_launch, "programmatic dependent launch", 9))
-            continue;
+        auto backend = cuda_backend_issuing(mode);
+        if (!backend) continue;
         std::vector<Buffer> tensors;
         DecisionTask task{};
         task.backend = backend.get();
@@ -1835,16 +1852,13 @@ TEST_CASE("a recorded begin_step is folded into its loss head, which leaves foun
     // 32 rows: the head is one block; 200: several, the last one combining them. Recorded, issued op
     // by op, and recorded with programmatic dependent launch (9.0 and up).
     for (const int64_t rows : {int64_t{32}, int64_t{200}})
-        for (int configuration = 0; configuration < 3; ++configuration) {
-            const bool graphs = configuration != 1, dependent_launch = configuration == 2;
+        for (const IssueMode& mode : kIssueModes) {
+            const bool graphs = mode.graphs, dependent_launch = mode.dependent_launch;
             CAPTURE(rows);
             CAPTURE(graphs);
             CAPTURE(dependent_launch);
-            auto backend = make_cuda();
-            cuda_backend_set_graphs(*backend, graphs);
-            if (dependent_launch &&
-                !turn_on_device_path(*backend, cuda_backend_set_dependent_launch, "programmatic dependent launch", 9))
-                continue;
+            auto backend = cuda_backend_issuing(mode);
+            if (!backend) continue;
             std::vector<float> finite = random_values(static_cast<size_t>(rows * width), -2.0f, 2.0f);
             std::vector<float> poisoned_logits = finite;
             poisoned_logits[static_cast<size_t>(3 * width + 2)] = std::numeric_limits<float>::quiet_NaN();
