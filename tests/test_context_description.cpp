@@ -53,9 +53,7 @@ void remember_device(mpt_log_level level, const char* message, void* user_data) 
 // A CUDA context, or nullptr (the case then skips, or fails where MPTRAIN_REQUIRE_GPU is set).
 mpt_context_t* cuda_context_or_skip() {
     if (mpt_cuda_device_count() > 0) return mpt_test::create_context(MPT_BACKEND_CUDA, 3);
-    const char* required = std::getenv("MPTRAIN_REQUIRE_GPU");
-    if (required && *required != '\0' && std::string(required) != "0")
-        FAIL("MPTRAIN_REQUIRE_GPU is set, but no CUDA device is usable");
+    if (mpt_test::gpu_required()) FAIL("MPTRAIN_REQUIRE_GPU is set, but no CUDA device is usable");
     MESSAGE("skipped: no CUDA device");
     return nullptr;
 }

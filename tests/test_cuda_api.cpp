@@ -45,10 +45,7 @@ constexpr double kBf16Roundoff = 1.0 / 256.0;
 // few fp32 ulps per step, which 30 Adam steps cannot grow anywhere near 1e-5.
 constexpr double kResumeBound = 1e-5;
 
-bool gpu_required() {
-    const char* value = std::getenv("MPTRAIN_REQUIRE_GPU");
-    return value && *value != '\0' && std::strcmp(value, "0") != 0;
-}
+using mpt_test::gpu_required;
 
 // MPTRAIN_CUDA_API_TEST_BACKEND: "cuda" (the default) or "cpu".
 mpt_backend backend_under_test() {

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -35,6 +36,14 @@
     } while (0)
 
 namespace mpt_test {
+
+// Whether a GPU is meant to be here (the device check sets MPTRAIN_REQUIRE_GPU=1): a CUDA case that
+// finds none then fails with the reason instead of skipping (skip_without_gpu.h's rule, for the
+// suites that link libmptrain.so only).
+inline bool gpu_required() {
+    const char* value = std::getenv("MPTRAIN_REQUIRE_GPU");
+    return value && *value != '\0' && std::strcmp(value, "0") != 0;
+}
 
 // Deterministic data independent of the library: splitmix64 + Box-Muller.
 class TestRng {
