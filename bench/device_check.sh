@@ -178,6 +178,10 @@ if [ -x "$bench" ]; then
     # 200 steps per timed epoch at small batches; 50 at 4096 keeps the generated data set small.
     bench_run 120 small --precision fp32,mixed-fp16,mixed-bf16 --batch 32,256
     bench_run 120 large --precision fp32,mixed-fp16,mixed-bf16 --batch 4096 --steps 50
+    # A narrow MLP (3072-64-64-10), the seed MLP's kernels with little work in them: its step is the
+    # latency of the step's kernels and what separates them, and shows whether the host's issuing
+    # (the records' replay_issue_ns_mean + launch_ns_shortest) could bound a step near 64 us.
+    bench_run 40 narrow --precision mixed-bf16 --batch 32,256 --hidden 64,64
     # The fused SGD kernel's tiles on the tensor cores, against the small stage: at batch 32 the
     # CUDA-core kernel's, at 256 (which only the tensor-core kernel fuses) GEMM then update.
     MPTRAIN_CUDA_TENSOR_CORE_SGD=1 bench_run 60 tensor_core_sgd --precision mixed-fp16,mixed-bf16 --batch 32,256
@@ -270,7 +274,7 @@ def context_note(context):
     # What the run had on (mpt_context_describe): the switches beyond the defaults, and refused graphs.
     if not isinstance(context, dict) or context.get("backend") != "cuda":
         return ""
-    defaults = ("graphs", "fused_epilogues", "split_k")
+    defaults = ("graphs", "fused_epilogues", "split_k", "step_folds")
     switches = context.get("switches", {})
     on = [name for name, value in switches.items() if value and name not in defaults]
     off = [name for name in defaults if switches.get(name) is False]
@@ -382,11 +386,35 @@ run_kernel_profile() {
         || echo "kernel profile: failed or timed out" | tee -a "$WORK/kernels.txt"
 }
 
+# A GPU test program that failed, run again with the step's folds off and then with the step graphs
+# off: the failing cases of each run, beside the default's, say whether a fold (begin_step into the
+# loss head, the decision into the max pass: on by default, unmeasured until then), the recorded-task
+# paths as a whole, or neither is at fault. Cases that assert a fold took place, or a graph replayed,
+# fail under those settings by design; read the lists side by side.
+diagnose_failed_gpu_tests() {
+    local failed_list="$BUILD/Testing/Temporary/LastTestsFailed.log" name program setting
+    [ -f "$failed_list" ] || return 0
+    stage "failed GPU tests again, with the step folds off and with the graphs off"
+    {
+        for name in $(cut -d: -f2 "$failed_list"); do
+            program="$BUILD/bin/test_$name"
+            [ -x "$program" ] || continue
+            # (MPTRAIN_CUDA_GRAPHS=1 is the default.)
+            for setting in MPTRAIN_CUDA_GRAPHS=1 MPTRAIN_CUDA_STEP_FOLDS=0 MPTRAIN_CUDA_GRAPHS=0; do
+                echo "--- test_$name, $setting: failing cases"
+                limited 60 env MPTRAIN_REQUIRE_GPU=1 "$setting" "$program" 2>&1 \
+                    | grep -E "^TEST CASE:" | sort -u | sed 's/^TEST CASE: */    /'
+            done
+        done
+    } | tee "$WORK/diagnosis.log"
+    { echo; echo "=== failed GPU tests again"; cat "$WORK/diagnosis.log"; } >>"$WORK/ctest_cuda.log"
+}
+
 # With the GPU tests passing the profile comes first; with a failure, the memory checker.
 if [ "$status" = 0 ]; then
     run_kernel_profile; publish; run_memcheck
 else
-    run_memcheck; publish; run_kernel_profile
+    diagnose_failed_gpu_tests; publish; run_memcheck; publish; run_kernel_profile
 fi
 
 feature_benches

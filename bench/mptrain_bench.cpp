@@ -1,13 +1,13 @@
-// mptrain-bench: trains the seed MLP (3072 → 3000 relu → 1000 relu → 10 softmax, SGD lr 0.01) on
-// CIFAR-shaped uint8 data held by the library, and reports the median µs per training step over
-// repeated epochs after a warm-up epoch (which also captures the CUDA graphs), heap allocations per
-// step, the peak of the context's memory accounting (arenas, resident data, the buffers beside
-// them; not the CUDA context's or cuBLASLt's own memory) and, on the CPU, the step time over its
-// bare-GEMM floor measured in the same run. On a GPU it also reports how much the device's used
-// memory grew during the run, as the driver sees it (data set, arenas, cuBLASLt, graphs: all of
-// it). The step time is the trainer's epoch time (mpt_trainer_get_last_epoch_time): CUDA events on
-// the compute stream on a GPU, the host clock on the CPU; the host's wall-clock time per step,
-// which adds fit's setup and final drain, is reported beside it.
+// mptrain-bench: trains the seed MLP (3072 → 3000 relu → 1000 relu → 10 softmax, SGD lr 0.01; other
+// hidden widths with --hidden) on CIFAR-shaped uint8 data held by the library, and reports the median
+// µs per training step over repeated epochs after a warm-up epoch (which also captures the CUDA
+// graphs), heap allocations per step, the peak of the context's memory accounting (arenas, resident
+// data, the buffers beside them; not the CUDA context's or cuBLASLt's own memory) and, on the CPU,
+// the step time over its bare-GEMM floor measured in the same run. On a GPU it also reports how much
+// the device's used memory grew during the run, as the driver sees it (data set, arenas, cuBLASLt,
+// graphs: all of it). The step time is the trainer's epoch time (mpt_trainer_get_last_epoch_time):
+// CUDA events on the compute stream on a GPU, the host clock on the CPU; the host's wall-clock time
+// per step, which adds fit's setup and final drain, is reported beside it.
 #include <mptrain/mptrain.h>
 #if defined(MPTRAIN_BENCH_CUDA)
 #include <cuda_runtime.h>
@@ -33,6 +33,9 @@ struct Options {
     std::string backend = "cpu";
     std::vector<std::string> precisions = {"fp32", "mixed-fp16", "mixed-bf16", "auto"};
     std::vector<int64_t> batches = {32, 256, 4096};
+    // --hidden: the hidden layers' widths (the seed MLP's by default). A narrow MLP's step is the
+    // latency of its kernels and of the host's issuing, with little work in them.
+    std::vector<int64_t> hidden = {3000, 1000};
     int64_t steps = 0;  // per timed epoch; 0 = chosen per batch size
     int repeats = 3;
     int threads = 0;
@@ -46,7 +49,7 @@ struct Options {
     float momentum = 0.0f;          // --momentum: SGD's or RMSprop's
     bool centered = false;          // --centered: centered RMSprop
     int64_t micro_batch = 0;        // --micro-batch: gradient accumulation's rows per pass; 0 = whole batches
-    int frozen = 0;                 // --frozen: the first N of the 3 layers frozen (fine-tuning the rest)
+    int frozen = 0;                 // --frozen: the first N layers frozen (fine-tuning the rest)
     bool standardized = false;      // --standardize: the data set standardized by its feature statistics
     std::string json;
     std::vector<int64_t> predict_rows;  // --predict: prediction latency at these row counts instead
@@ -54,6 +57,7 @@ struct Options {
 
 struct Record {
     std::string backend, precision, resolved;
+    std::vector<int64_t> hidden;
     int64_t batch, steps;
     double us_per_step, wall_us_per_step, gemm_floor_us, allocations_per_step;
     size_t peak_bytes;
@@ -88,7 +92,7 @@ struct Record {
                  "                     [--repeats N] [--threads N] [--streamed] [--lr-schedule constant|cosine]\n"
                  "                     [--clipnorm X] [--ema M] [--dropout R] [--weight-decay X]\n"
                  "                     [--optimizer sgd|adam|adamw|rmsprop|lion] [--momentum M] [--centered]\n"
-                 "                     [--micro-batch N] [--frozen N] [--standardize] [--json FILE]\n"
+                 "                     [--micro-batch N] [--frozen N] [--standardize] [--hidden LIST] [--json FILE]\n"
                  "       mptrain-bench --predict LIST [--backend cpu|cuda] [--precision LIST] [--repeats N] [--threads N]\n"
                  "  LIST is comma-separated, e.g. --precision fp32,mixed-bf16 --batch 32,256\n"
                  "  --streamed keeps the data set in host memory (GPU: batches staged through pinned memory)\n"
@@ -100,8 +104,10 @@ struct Record {
                  "  --optimizer O trains with that optimizer (default sgd); --momentum M is SGD's or RMSprop's,\n"
                  "    --centered makes RMSprop centered (one more state array); Adam and Lion take no momentum\n"
                  "  --micro-batch N runs each batch in micro-batches of N rows (the library's gradient accumulation)\n"
-                 "  --frozen N freezes the first N of the 3 layers (0-2; the library's frozen layers), as fine-tuning\n"
-                 "    the rest does\n"
+                 "  --frozen N freezes the first N layers (at most the hidden ones; the library's frozen layers), as\n"
+                 "    fine-tuning the rest does\n"
+                 "  --hidden LIST the hidden layers' widths, 1 to 4 of them (default 3000,1000: the seed MLP); a\n"
+                 "    narrow MLP's step is the latency of its kernels and of the host's issuing\n"
                  "  --standardize trains on the data set standardized by its own feature statistics (the\n"
                  "    library's standardized datasets: a subtraction and a division a value in the gather)\n"
                  "  --predict 1,2,4,8 times mpt_trainer_predict on that many rows instead of training steps:\n"
@@ -156,6 +162,10 @@ Options parse(int argc, char** argv) {
         else if (flag == "--momentum") options.momentum = std::strtof(value.c_str(), nullptr);
         else if (flag == "--micro-batch") options.micro_batch = std::atoll(value.c_str());
         else if (flag == "--frozen") options.frozen = std::atoi(value.c_str());
+        else if (flag == "--hidden") {
+            options.hidden.clear();
+            for (const std::string& part : split(value)) options.hidden.push_back(std::atoll(part.c_str()));
+        }
         else usage(2);
     }
     if (options.backend != "cpu" && options.backend != "cuda") usage(2);
@@ -163,7 +173,8 @@ Options parse(int argc, char** argv) {
         !(options.ema >= 0.0f && options.ema < 1.0f) || !(options.dropout >= 0.0f && options.dropout < 1.0f) ||
         !(options.weight_decay >= 0.0f && options.weight_decay < 1.0f) ||
         !(options.momentum >= 0.0f && options.momentum < 1.0f) || options.micro_batch < 0 ||
-        options.frozen < 0 || options.frozen > 2 ||
+        options.frozen < 0 || options.frozen > static_cast<int>(options.hidden.size()) ||
+        options.hidden.empty() || options.hidden.size() > 4 ||
         // The library keeps SGD's and RMSprop's momentum; Adam's and Lion's moments are their own.
         (options.momentum != 0.0f &&
          (options.optimizer == "adam" || options.optimizer == "adamw" || options.optimizer == "lion")) ||
@@ -172,6 +183,8 @@ Options parse(int argc, char** argv) {
         usage(2);
     for (int64_t batch : options.batches)
         if (batch <= 0) usage(2);
+    for (int64_t width : options.hidden)
+        if (width <= 0) usage(2);
     for (int64_t rows : options.predict_rows)
         if (rows <= 0) usage(2);
     return options;
@@ -235,15 +248,22 @@ struct RunHandles {
     }
 };
 
-// The seed MLP, 3072 -> 3000 relu -> 1000 relu -> 10 softmax, as handles.model in handles.context.
-// Dropout (`dropout` > 0) after both hidden layers.
-void add_seed_mlp(RunHandles& handles, float dropout = 0.0f) {
+// The MLP 3072 -> hidden... (relu) -> 10 softmax (the seed MLP's hidden widths are 3000 and 1000),
+// as handles.model in handles.context. Dropout (`dropout` > 0) after every hidden layer.
+void add_mlp(RunHandles& handles, const std::vector<int64_t>& hidden, float dropout = 0.0f) {
     check(mpt_model_create(handles.context, 3072, &handles.model), "model");
-    check(mpt_model_add_dense(handles.model, 3000, MPT_ACTIVATION_RELU), "dense 3000");
-    check(mpt_model_add_dense(handles.model, 1000, MPT_ACTIVATION_RELU), "dense 1000");
+    for (size_t layer = 0; layer < hidden.size(); ++layer) {
+        check(mpt_model_add_dense(handles.model, hidden[layer], MPT_ACTIVATION_RELU), "hidden layer");
+        check(mpt_model_set_layer_dropout(handles.model, static_cast<int>(layer), dropout), "dropout");
+    }
     check(mpt_model_add_dense(handles.model, 10, MPT_ACTIVATION_SOFTMAX), "dense 10");
-    check(mpt_model_set_layer_dropout(handles.model, 0, dropout), "dropout 3000");
-    check(mpt_model_set_layer_dropout(handles.model, 1, dropout), "dropout 1000");
+}
+
+// "seed MLP 3072-3000-1000-10", or the other MLP's widths.
+std::string model_title(const std::vector<int64_t>& hidden) {
+    std::string title = hidden == std::vector<int64_t>{3000, 1000} ? "seed MLP 3072" : "MLP 3072";
+    for (int64_t width : hidden) title += "-" + std::to_string(width);
+    return title + "-10";
 }
 
 // Device memory in use (total - free) as the driver reports it, so the bench also shows what the
@@ -336,7 +356,7 @@ Record run_one(const Options& options, const std::string& precision_text, int64_
     handles.context = create_context(options, options.streamed);
     mpt_context_t* context = handles.context;
 
-    add_seed_mlp(handles, options.dropout);
+    add_mlp(handles, options.hidden, options.dropout);
     mpt_model_t* model = handles.model;
     for (int layer = 0; layer < options.frozen; ++layer)
         check(mpt_model_set_layer_trainable(model, layer, 0), "frozen layer");
@@ -426,6 +446,7 @@ Record run_one(const Options& options, const std::string& precision_text, int64_
     record.centered = options.centered;
     record.micro_batch = options.micro_batch;
     record.frozen = options.frozen;
+    record.hidden = options.hidden;
     record.standardized = options.standardized;
     record.split_k = !environment_is("MPTRAIN_CUDA_SPLIT_K", "0");
     record.tensor_core_sgd = environment_is("MPTRAIN_CUDA_TENSOR_CORE_SGD", "1");
@@ -437,9 +458,11 @@ Record run_one(const Options& options, const std::string& precision_text, int64_
     const mpt::DType compute = resolved == MPT_PRECISION_MIXED_BF16   ? mpt::DType::bf16
                                : resolved == MPT_PRECISION_MIXED_FP16 ? mpt::DType::fp16
                                                                       : mpt::DType::fp32;
+    std::vector<int64_t> widths = {3072};
+    widths.insert(widths.end(), options.hidden.begin(), options.hidden.end());
+    widths.push_back(10);
     record.gemm_floor_us =
-        options.backend == "cpu" ? measure_gemm_floor_us({3072, 3000, 1000, 10}, batch, 5, options.threads, compute, options.frozen)
-                               : -1.0;
+        options.backend == "cpu" ? measure_gemm_floor_us(widths, batch, 5, options.threads, compute, options.frozen) : -1.0;
     record.allocations_per_step = static_cast<double>(allocations) / static_cast<double>(steps * options.repeats);
     record.peak_bytes = peak;
     record.device_bytes = on_device ? static_cast<int64_t>(device_peak - device_before) : -1;
@@ -455,7 +478,7 @@ int predict_latency(const Options& options) {
                 "best us");
     RunHandles handles;
     handles.context = create_context(options, false);
-    add_seed_mlp(handles);
+    add_mlp(handles, options.hidden);
     std::vector<mpt_trainer_t*> trainers;
     std::vector<mpt_precision> resolved;
     int failed = 0;
@@ -519,15 +542,17 @@ void write_json(const std::string& path, const std::vector<Record>& records) {
     std::fprintf(file, "[\n");
     for (size_t i = 0; i < records.size(); ++i) {
         const Record& r = records[i];
+        std::string hidden;
+        for (int64_t width : r.hidden) hidden += (hidden.empty() ? "" : ", ") + std::to_string(width);
         std::fprintf(file,
-                     "  {\"backend\": \"%s\", \"precision\": \"%s\", \"resolved_precision\": \"%s\", \"batch\": %lld, "
+                     "  {\"hidden\": [%s], \"backend\": \"%s\", \"precision\": \"%s\", \"resolved_precision\": \"%s\", \"batch\": %lld, "
                      "\"steps\": %lld, \"us_per_step\": %.1f, \"wall_us_per_step\": %.1f, \"data\": \"%s\", "
                      "\"lr_schedule\": \"%s\", \"global_clipnorm\": %g, \"ema_momentum\": %g, \"dropout\": %g, "
                      "\"weight_decay\": %g, \"optimizer\": \"%s\", \"momentum\": %g, \"centered\": %s, "
                      "\"micro_batch\": %lld, \"frozen_layers\": %d, \"standardized\": %s, \"split_k\": %s, "
                      "\"tensor_core_sgd\": %s, \"gemm_autotune\": %s, \"small_batch_forward\": %s, \"small_batch_backward\": %s, "
                      "\"dependent_launch\": %s, \"grouped_sgd\": %s, ",
-                     r.backend.c_str(), r.precision.c_str(), r.resolved.c_str(), static_cast<long long>(r.batch),
+                     hidden.c_str(), r.backend.c_str(), r.precision.c_str(), r.resolved.c_str(), static_cast<long long>(r.batch),
                      static_cast<long long>(r.steps), r.us_per_step, r.wall_us_per_step,
                      r.streamed ? "streamed" : "resident", r.cosine ? "cosine" : "constant", static_cast<double>(r.clipnorm),
                      static_cast<double>(r.ema), static_cast<double>(r.dropout),
@@ -556,8 +581,8 @@ void write_json(const std::string& path, const std::vector<Record>& records) {
 int main(int argc, char** argv) {
     const Options options = parse(argc, argv);
     if (!options.predict_rows.empty()) {
-        std::printf("mptrain %s bench, backend %s, seed MLP 3072-3000-1000-10, prediction latency\n", mpt_version(),
-                    options.backend.c_str());
+        std::printf("mptrain %s bench, backend %s, %s, prediction latency\n", mpt_version(), options.backend.c_str(),
+                    model_title(options.hidden).c_str());
         print_device(options);
         try {
             return predict_latency(options) == 0 ? 0 : 1;
@@ -591,8 +616,8 @@ int main(int argc, char** argv) {
                       options.frozen, options.frozen > 1 ? "s" : "");
     if (options.standardized)
         std::snprintf(micro + std::strlen(micro), sizeof micro - std::strlen(micro), ", inputs standardized");
-    std::printf("mptrain %s bench, backend %s, seed MLP 3072-3000-1000-10, %s%s%s%s%s%s\n", mpt_version(),
-                options.backend.c_str(), optimizer.c_str(), decaying, clipping, averaging, dropping, micro);
+    std::printf("mptrain %s bench, backend %s, %s, %s%s%s%s%s%s\n", mpt_version(), options.backend.c_str(),
+                model_title(options.hidden).c_str(), optimizer.c_str(), decaying, clipping, averaging, dropping, micro);
     print_device(options);
     std::printf("%-7s %-11s %-11s %6s %6s %12s %12s %12s %7s %11s %9s %11s\n", "backend", "precision", "runs as",
                 "batch", "steps", "us/step", "wall us/step", "gemm floor", "ratio", "allocs/step", "peak MiB",

@@ -165,6 +165,13 @@ TEST_CASE("a CUDA context's description counts graphs and each path's ops, and n
     CHECK(graphs.at("replays").get<uint64_t>() >= 3);
     CHECK(graphs.at("refusals") == 0);
     CHECK(graphs.at("last_refusal") == "");
+    // The host's part of the replayed steps: some issuing and a launch each, measured (not zero), the
+    // mean launch never below the shortest. A fresh context has replayed nothing: zeros.
+    CHECK(fresh.at("graphs").at("replay_issue_ns_mean") == 0);
+    CHECK(fresh.at("graphs").at("launch_ns_shortest") == 0);
+    CHECK(graphs.at("replay_issue_ns_mean").get<int64_t>() > 0);
+    CHECK(graphs.at("launch_ns_shortest").get<int64_t>() > 0);
+    CHECK(graphs.at("launch_ns_mean").get<int64_t>() >= graphs.at("launch_ns_shortest").get<int64_t>());
     CHECK(trained.at("switches").at("graphs") == true);
     // Each of the two layers' forward and update once per run (eager or captured), never per replay.
     const nlohmann::json& ops = trained.at("ops");

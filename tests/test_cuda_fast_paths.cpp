@@ -434,6 +434,28 @@ TEST_CASE("MPTRAIN_CUDA_GROUPED_SGD=1 trains exactly as the default does, on CUD
     CHECK(cuda_backend_op_paths(tensor_cores->backend()).fused_sgd_tensor_cores > 0);
 }
 
+// MPTRAIN_CUDA_STEP_FOLDS=0: the begin_step's memset and the update decision's kernel run as launches
+// of their own, as eager steps have them. The folds move no arithmetic, so the run trains to the
+// default's loss bit for bit; a fold that read or wrote the step state at the wrong point would
+// differ (the per-step rate reads the step count, which the finish advances).
+TEST_CASE("MPTRAIN_CUDA_STEP_FOLDS=0 trains exactly as the default does, the step's small ops unfolded") {
+    SKIP_WITHOUT_GPU();
+    const LrSchedule cosine = per_step_cosine();
+    auto context = cuda_context_under("MPTRAIN_CUDA_STEP_FOLDS", "0");
+    const float unfolded = train_two_bf16_epochs(context, 53, cosine);
+    INFO("last refusal: " << cuda_backend_last_graph_refusal(context->backend()));
+    CHECK(cuda_backend_graph_refusals(context->backend()) == 0);
+    CHECK(cuda_backend_graph_replays(context->backend()) >= 30);
+    CHECK(cuda_backend_op_paths(context->backend()).max_abs_deciding == 0);
+    CHECK(cuda_backend_op_paths(context->backend()).begin_steps_folded == 0);
+    auto default_context = make_context(MPT_BACKEND_CUDA);
+    const float folded = train_two_bf16_epochs(default_context, 53, cosine);
+    CHECK(cuda_backend_op_paths(default_context->backend()).max_abs_deciding > 0);
+    CHECK(cuda_backend_op_paths(default_context->backend()).begin_steps_folded > 0);
+    CHECK(std::isfinite(unfolded));
+    CHECK(unfolded == folded);
+}
+
 // Some devices refuse the dependent-launch attribute under capture; the graphs are worth more, so a
 // refused capture turns it off, and the same step (a new signature without it) is captured again
 // and replayed. Step by step: the first sighting runs eagerly with the attribute, the capture of a

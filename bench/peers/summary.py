@@ -62,10 +62,33 @@ def caveats(record):
     off = [name for name in SWITCHES if record.get(name) is True and switches.get(name) is False]
     if off:
         notes.append("asked for but off: " + ", ".join(off))
+    # Default paths off (MPTRAIN_CUDA_STEP_FOLDS=0, a user's setting): the record is not the default step.
+    if switches.get("step_folds") is False:
+        notes.append("step folds off")
     graphs = context.get("graphs", {})
     if graphs.get("refusals"):
         notes.append(f"{graphs['refusals']} step graph(s) refused, last: {graphs.get('last_refusal', '?')}")
     return f"  [{'; '.join(notes)}]" if notes else ""
+
+
+def host_note(record):
+    """The host's part of the record's replayed steps (the CUDA backend's replay_host_time.h): the task's
+    issuing up to its graph launch, and the launch (shortest: with room in the GPU's queue). Empty
+    without it (records from before the fields existed, the CPU's, or steps that never replayed)."""
+    context = record.get("context")
+    graphs = context.get("graphs", {}) if isinstance(context, dict) else {}
+    if not graphs.get("replays") or "replay_issue_ns_mean" not in graphs:
+        return ""
+    return (f"host per replayed step {graphs['replay_issue_ns_mean'] / 1000:.1f} us issuing + "
+            f"{graphs['launch_ns_shortest'] / 1000:.1f} us launching (mean launch "
+            f"{graphs['launch_ns_mean'] / 1000:.1f} us, with waits for a full queue)")
+
+
+SEED_HIDDEN = [3000, 1000]
+
+
+def model_name(record):
+    return "MLP 3072-" + "-".join(str(width) for width in record.get("hidden", SEED_HIDDEN)) + "-10"
 
 
 def against(record, what, baseline_us, baseline, where=""):
@@ -84,6 +107,10 @@ def main():
     peer_columns = PEERS[backend]
     records = load(arguments)
     mine = [r for r in records if r.get("backend") == backend]
+    # Other models than the seed MLP (mptrain-bench --hidden): the device check's narrow MLP, whose
+    # step is the latency of the step's kernels and the host's issuing, with little work in them.
+    other_models = [r for r in mine if r.get("hidden", SEED_HIDDEN) != SEED_HIDDEN]
+    mine = [r for r in mine if r not in other_models]
     # Runs under MPTRAIN_CUDA_SPLIT_K=0, shown against the default plain step and kept out of the rest.
     unsplit = [r for r in mine if r.get("split_k") is False]
     mine = [r for r in mine if r not in unsplit]
@@ -188,6 +215,14 @@ def main():
         device = r.get("device_bytes", -1)
         driver = f", device {device / 2**20:.0f} MiB (driver)" if device is not None and device >= 0 else ""
         print(f"memory, mixed-bf16 batch {r['batch']}: peak {r.get('peak_bytes', 0) / 2**20:.0f} MiB (library){driver}")
+    for r in sorted((r for r in constant if r.get("precision") == "mixed-bf16" and r.get("data", "resident") == "resident"),
+                    key=lambda r: r["batch"]):
+        if host_note(r):
+            print(f"mixed-bf16 batch {r['batch']}: {host_note(r)}")
+    for r in other_models:
+        note = host_note(r)
+        print(against(r, f"{model_name(r)} (the step's latency, little work)", ours.get((r["precision"], r["batch"])),
+                      "the seed MLP's step") + (f"; {note}" if note else ""))
     for r in streamed:
         print(against(r, "streamed from host memory", ours.get((r["precision"], r["batch"])), "the resident data set"))
     for r in scheduled:

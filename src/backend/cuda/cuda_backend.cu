@@ -45,7 +45,10 @@ std::atomic<bool> cuda_backend_created{false};
 // that mishandles them (the same numbers either way, slower). MPTRAIN_CUDA_SPLIT_K=0 keeps
 // cuBLASLt from splitting K (where it did, a fused epilogue ran as a pass of its own: at batch
 // 4096 on an H200, 80 of 650 us of kernel time), to compare. A fused epilogue that cuBLASLt
-// refuses when it runs needs neither: the op is planned again without it.
+// refuses when it runs needs neither: the op is planned again without it. MPTRAIN_CUDA_STEP_FOLDS=0
+// keeps a recorded step's small ops in launches of their own (the begin_step's memset, the update
+// decision's kernel) instead of folded into the loss head and the max pass: the same numbers, to
+// tell a fold's fault from another's.
 bool turned_off_by_environment(const char* variable) {
     const char* value = std::getenv(variable);
     return value && std::strcmp(value, "0") == 0;
@@ -70,7 +73,7 @@ std::string CudaBackend::setup_warning() const {
          {"MPTRAIN_CUDA_SPLIT_K", {"0", "1"}}, {"MPTRAIN_CUDA_TENSOR_CORE_SGD", {"0", "1"}},
          {"MPTRAIN_CUDA_GEMM_AUTOTUNE", {"0", "1"}}, {"MPTRAIN_CUDA_SMALL_BATCH_FORWARD", {"0", "1"}},
          {"MPTRAIN_CUDA_SMALL_BATCH_BACKWARD", {"0", "1"}}, {"MPTRAIN_CUDA_DEPENDENT_LAUNCH", {"0", "1"}},
-         {"MPTRAIN_CUDA_GROUPED_SGD", {"0", "1"}}});
+         {"MPTRAIN_CUDA_GROUPED_SGD", {"0", "1"}}, {"MPTRAIN_CUDA_STEP_FOLDS", {"0", "1"}}});
 }
 
 // ---- creation ----------------------------------------------------------------------------------
@@ -186,6 +189,7 @@ CudaBackend::CudaBackend(int device, MemoryTracker* memory) : device_(device), m
     set_small_batch_backward_data(turned_on_by_environment("MPTRAIN_CUDA_SMALL_BATCH_BACKWARD"));
     set_dependent_launch(turned_on_by_environment("MPTRAIN_CUDA_DEPENDENT_LAUNCH"));
     grouped_sgd_ = turned_on_by_environment("MPTRAIN_CUDA_GROUPED_SGD");
+    step_folds_ = !turned_off_by_environment("MPTRAIN_CUDA_STEP_FOLDS");
     try {
         scheduler_ = std::make_unique<CudaScheduler>(*static_cast<CudaTaskHooks*>(this));
         gemm_ = std::make_unique<CudaGemm>(!turned_off_by_environment("MPTRAIN_CUDA_SPLIT_K"),
@@ -796,6 +800,7 @@ void CudaBackend::execute_fused_sgd_layers(size_t index, size_t count, const Rec
 // ---- recording and graphs ----------------------------------------------------------------------
 
 void CudaBackend::begin_compute_task() {
+    task_started_ = std::chrono::steady_clock::now();
     recorded_.clear();
     recording_ = graphs_enabled_;
 }
@@ -818,10 +823,10 @@ void CudaBackend::execute_recorded(cudaStream_t stream, bool capturing) {
     // forward that no longer writes its ReLU mask changes its backward's plan, and a scratch grown
     // by one op's new plan is freed only after the ops before it ran (none still holds the old
     // one). The ops before the refused one have run as planned.
-    fold_begin_step();
+    if (step_folds_) fold_begin_step();
     bool planning_again = false;
     for (size_t index = 0; index < recorded_.size(); ++index) {
-        if (decision_follows(index)) {  // neither op is planned, nor refused
+        if (step_folds_ && decision_follows(index)) {  // neither op is planned, nor refused
             execute_max_abs_deciding(recorded_[index], recorded_[index + 1], stream);
             ++index;
             continue;
@@ -872,13 +877,22 @@ void CudaBackend::end_compute_task() {
     signature_.clear();
     signature_.put(dependent_launch_);  // the graph's kernel edges differ with it
     signature_.put(grouped_sgd_);       // and its update kernels with this
+    signature_.put(step_folds_);        // and its nodes with this
     for (const RecordedOp& op : recorded_) sign(op);
 
     cudaGraphExec_t exec = nullptr;
     switch (graphs_.lookup(signature_, exec)) {
-        case StepGraphCache::Action::replay:
-            if (launch_or_run_eagerly(exec, compute)) graphs_.count_replay();
+        case StepGraphCache::Action::replay: {
+            const auto launching = std::chrono::steady_clock::now();
+            if (!launch_or_run_eagerly(exec, compute)) return;
+            graphs_.count_replay();
+            const auto nanoseconds = [](std::chrono::steady_clock::duration span) {
+                return static_cast<int64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(span).count());
+            };
+            replay_host_time_.add(nanoseconds(launching - task_started_),
+                                  nanoseconds(std::chrono::steady_clock::now() - launching));
             return;
+        }
         case StepGraphCache::Action::run_eagerly:
             execute_recorded(compute, false);
             return;
@@ -1013,5 +1027,6 @@ CudaGemmAutotune cuda_backend_gemm_autotune(const Backend& backend) {
 }
 bool cuda_backend_fused_epilogues(const Backend& backend) { return as_cuda(backend).fused_epilogues(); }
 void cuda_backend_set_grouped_sgd(Backend& backend, bool enabled) { as_cuda(backend).set_grouped_sgd(enabled); }
+void cuda_backend_set_step_folds(Backend& backend, bool enabled) { as_cuda(backend).set_step_folds(enabled); }
 
 }  // namespace mpt

@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <exception>
 #include <memory>
 #include <string>
@@ -24,6 +25,7 @@
 #include "backend/cuda/cuda_max_abs.cuh"
 #include "backend/cuda/cuda_scheduler.cuh"
 #include "backend/cuda/cuda_step_graph.cuh"
+#include "backend/cuda/replay_host_time.h"
 
 namespace mpt {
 
@@ -83,6 +85,7 @@ public:
     uint64_t graph_captures() const { return graphs_.captures(); }
     uint64_t graph_refusals() const { return graphs_.refusals(); }
     const std::string& last_graph_refusal() const { return graphs_.last_refusal(); }
+    const ReplayHostTime& replay_host_time() const { return replay_host_time_; }
     const CudaGemm& gemm() const { return *gemm_; }
     void set_graphs(bool enabled);
     void set_fused_epilogues(bool enabled) { fused_epilogues_ = enabled; }
@@ -97,6 +100,7 @@ public:
     bool set_dependent_launch(bool enabled);
     bool dependent_launch() const { return dependent_launch_; }
     void set_grouped_sgd(bool enabled) { grouped_sgd_ = enabled; }
+    void set_step_folds(bool enabled) { step_folds_ = enabled; }
     void refuse_fused_runs(bool refuse) { gemm_->set_refuse_fused_runs(refuse); }
     void break_captures(bool broken) { break_captures_ = broken; }
     const CudaOpPaths& op_paths() const { return op_paths_; }
@@ -222,6 +226,7 @@ private:
     bool small_batch_backward_data_ = false;
     bool dependent_launch_ = false;
     bool grouped_sgd_ = false;
+    bool step_folds_ = true;  // begin_step into the loss head, the update decision into the max pass
     CudaOpPaths op_paths_;
     std::exception_ptr deferred_error_;  // from release()'s flush, for the next issue or task end
 
@@ -238,6 +243,8 @@ private:
     std::vector<RecordedOp> recorded_;
     TaskSignature signature_;
     StepGraphCache graphs_;
+    std::chrono::steady_clock::time_point task_started_;  // the recorded task's begin_compute_task
+    ReplayHostTime replay_host_time_;
     bool break_captures_ = false;
 };
 

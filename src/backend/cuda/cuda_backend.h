@@ -81,6 +81,9 @@ bool cuda_backend_set_dependent_launch(Backend& backend, bool enabled);
 // MPTRAIN_CUDA_GROUPED_SGD=1 turns it on); the last of those launches also takes the finish_step
 // right after it (one graph node fewer). The same arithmetic, bit for bit.
 void cuda_backend_set_grouped_sgd(Backend& backend, bool enabled);
+// A recorded step's begin_step folded into its loss head and its update decision into its max pass
+// (default on; MPTRAIN_CUDA_STEP_FOLDS=0 turns both off): two graph nodes fewer, the same numbers.
+void cuda_backend_set_step_folds(Backend& backend, bool enabled);
 // Whether it is on now: a refused graph capture or launch turns it off (it may be what broke it),
 // unless cuBLASLt's refusal of a fused plan is what refused the capture.
 bool cuda_backend_dependent_launch(const Backend& backend);

@@ -24,6 +24,7 @@ void CudaBackend::describe(JsonWriter& out) const {
     out.key("small_batch_backward").boolean(small_batch_backward_data_);
     out.key("dependent_launch").boolean(dependent_launch_);
     out.key("grouped_sgd").boolean(grouped_sgd_);
+    out.key("step_folds").boolean(step_folds_);
     out.end_object();
 
     out.key("graphs").begin_object();
@@ -31,6 +32,11 @@ void CudaBackend::describe(JsonWriter& out) const {
     out.key("replays").unsigned_integer(graphs_.replays());
     out.key("refusals").unsigned_integer(graphs_.refusals());
     out.key("last_refusal").string(graphs_.last_refusal());
+    // The host's part of a replayed step (replay_host_time.h), in nanoseconds: the task's issuing up
+    // to its launch, and the launch itself (shortest: with room in the GPU's queue).
+    out.key("replay_issue_ns_mean").integer(replay_host_time_.mean_issue_ns());
+    out.key("launch_ns_shortest").integer(replay_host_time_.shortest_launch_ns());
+    out.key("launch_ns_mean").integer(replay_host_time_.mean_launch_ns());
     out.end_object();
 
     const CudaOpPaths& ops = op_paths_;
