@@ -202,6 +202,9 @@ if [ -x "$bench" ]; then
         --precision mixed-bf16 --batch 32,256
     MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 MPTRAIN_CUDA_TENSOR_CORE_SGD=1 \
         MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 bench_run 60 all_switches --precision mixed-bf16 --batch 32
+    # The weight-gradient GEMMs without cuBLASLt's BGRADB (a kernel of its own at batch 4096, 24 us a
+    # step), the bias gradients summed by the backend's kernel instead (batches past fused SGD's).
+    MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1 bench_run 60 own_bias_gradient --precision mixed-bf16 --batch 256,4096 --steps 50
     # cuBLASLt's candidate algorithms timed when each GEMM is planned, against the heuristic's first.
     MPTRAIN_CUDA_GEMM_AUTOTUNE=1 bench_run 90 autotuned --precision mixed-bf16 --batch 32,256,4096 --steps 50
     # cuBLASLt never splitting K: where it did, the bias/ReLU epilogue ran as a separate pass (two
@@ -392,17 +395,24 @@ run_kernel_profile() {
 # paths as a whole, or neither is at fault. Cases that assert a fold took place, or a graph replayed,
 # fail under those settings by design; read the lists side by side.
 diagnose_failed_gpu_tests() {
-    local failed_list="$BUILD/Testing/Temporary/LastTestsFailed.log" name program setting
+    local failed_list="$BUILD/Testing/Temporary/LastTestsFailed.log" name program setting cases filter
     [ -f "$failed_list" ] || return 0
     stage "failed GPU tests again, with the step folds off and with the graphs off"
     {
         for name in $(cut -d: -f2 "$failed_list"); do
             program="$BUILD/bin/test_$name"
             [ -x "$program" ] || continue
-            # (MPTRAIN_CUDA_GRAPHS=1 is the default.)
-            for setting in MPTRAIN_CUDA_GRAPHS=1 MPTRAIN_CUDA_STEP_FOLDS=0 MPTRAIN_CUDA_GRAPHS=0; do
-                echo "--- test_$name, $setting: failing cases"
-                limited 60 env MPTRAIN_REQUIRE_GPU=1 "$setting" "$program" 2>&1 \
+            # The default first (MPTRAIN_CUDA_GRAPHS=1 is the default), then only its failing cases
+            # under the other two (doctest's -tc, commas in the names escaped).
+            cases=$(limited 60 env MPTRAIN_REQUIRE_GPU=1 MPTRAIN_CUDA_GRAPHS=1 "$program" 2>&1 \
+                | grep -E "^TEST CASE:" | sed 's/^TEST CASE: *//' | sort -u)
+            echo "--- test_$name, default: failing cases"
+            printf '%s\n' "$cases" | sed 's/^/    /'
+            [ -n "$cases" ] || continue
+            filter=$(printf '%s\n' "$cases" | sed 's/,/\\,/g' | paste -sd, -)
+            for setting in MPTRAIN_CUDA_STEP_FOLDS=0 MPTRAIN_CUDA_GRAPHS=0; do
+                echo "--- test_$name, $setting: of those, failing"
+                limited 60 env MPTRAIN_REQUIRE_GPU=1 "$setting" "$program" "--test-case=$filter" 2>&1 \
                     | grep -E "^TEST CASE:" | sort -u | sed 's/^TEST CASE: */    /'
             done
         done

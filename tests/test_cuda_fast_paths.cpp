@@ -292,6 +292,34 @@ TEST_CASE("MPTRAIN_CUDA_SPLIT_K=0 trains as the default does") {
     CHECK(unsplit == doctest::Approx(split).epsilon(5e-3));
 }
 
+// MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1: past fused SGD's batches (512 rows here, past the tensor-core
+// kernel's 256 too) the weight-gradient GEMMs run without BGRADB and the backend's kernel sums the
+// bias gradients, in another order than cuBLASLt's, so the run trains to the default's loss within
+// rounding.
+TEST_CASE("MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1 trains as cuBLASLt's BGRADB epilogue does") {
+    SKIP_WITHOUT_GPU();
+    const auto train = [](const std::shared_ptr<Context>& context) {
+        const SyntheticData data = synthetic_data(2048, 100, 31);
+        auto dataset = to_dataset(context, data);
+        TrainerConfig config;
+        config.precision = MPT_PRECISION_MIXED_BF16;
+        Trainer trainer(make_mlp(context, data.features), config);
+        trainer.fit(*dataset, 2, 512, true);
+        return trainer.evaluate(*dataset, 64).loss;
+    };
+    auto own = cuda_context_under("MPTRAIN_CUDA_OWN_BIAS_GRADIENT", "1");
+    const float own_loss = train(own);
+    INFO("last refusal: " << cuda_backend_last_graph_refusal(own->backend()));
+    CHECK(cuda_backend_graph_refusals(own->backend()) == 0);
+    CHECK(cuda_backend_op_paths(own->backend()).bias_gradient_own > 0);
+    CHECK(cuda_backend_op_paths(own->backend()).weight_gradient_fused == 0);
+    auto default_context = make_context(MPT_BACKEND_CUDA);
+    const float bgradb = train(default_context);
+    CHECK(cuda_backend_op_paths(default_context->backend()).weight_gradient_fused > 0);
+    CHECK(std::isfinite(own_loss));
+    CHECK(own_loss == doctest::Approx(bgradb).epsilon(5e-3));
+}
+
 // MPTRAIN_CUDA_TENSOR_CORE_SGD=1 (compute capability 8.0 and up): batch 32's fused SGD sums its
 // tiles on the tensor cores, the same products in another order, so the step trains to the loss
 // the CUDA-core kernel's does; every dense update took the tensor-core kernel.

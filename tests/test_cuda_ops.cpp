@@ -1613,6 +1613,32 @@ TEST_CASE("CUDA dense_update matches the CPU for every optimizer and skips a non
 }
 
 #if defined(MPTRAIN_WITH_CUDA)
+// The bias gradients summed by the backend's column-sum kernel instead of cuBLASLt's BGRADB: the same
+// cases (its vector path, chunked or not, and its column-per-thread path; written and accumulated),
+// then shapes where its chunks meet in the last block of each tile: the seed MLP's first two
+// layers at batch 4096 and 300, fp32's 4-wide vectors, a layer wider than one tile in a chunk of
+// its own rows (3 rows), and odd widths. (A vector-path shape without the scratch it needs is an
+// error, not a quiet fall back to the column-per-thread kernel.)
+TEST_CASE("CUDA dense_update matches the CPU with the bias gradients from the backend's kernel") {
+    SKIP_WITHOUT_GPU();
+    auto cpu = make_cpu();
+    auto cuda = make_cuda();
+    cuda_backend_set_own_bias_gradient(*cuda, true);
+    compare_dense_update_cases(*cpu, *cuda);
+    OptimizerConfig sgd, momentum;
+    momentum.momentum = 0.9f;
+    compare_dense_update(*cpu, *cuda, {4096, 32, 3000, DType::bf16, sgd, false});
+    compare_dense_update(*cpu, *cuda, {300, 40, 1000, DType::fp16, momentum, false});
+    compare_dense_update(*cpu, *cuda, {500, 24, 16, DType::fp32, sgd, false});
+    compare_dense_update(*cpu, *cuda, {3, 16, 1040, DType::bf16, momentum, false});
+    compare_dense_update(*cpu, *cuda, {130, 24, 45, DType::bf16, momentum, false});
+    compare_dense_update(*cpu, *cuda, {257, 24, 1032, DType::bf16, sgd, false, 1.0f, 2});  // accumulated
+    const CudaOpPaths paths = cuda_backend_op_paths(*cuda);
+    CHECK(paths.bias_gradient_own > 0);
+    CHECK(paths.bias_gradient_own == paths.weight_gradient_unfused);
+    CHECK(paths.weight_gradient_fused == 0);  // no BGRADB asked for
+}
+
 // The fused SGD kernel's fp16/bf16 tiles on the tensor cores (compute capability 8.0 and up): the
 // same cases, every plain-SGD batch of at most 256 rows through it (fp32 stays on CUDA cores, and
 // fused only up to 64 rows).

@@ -46,7 +46,7 @@ def device_of(r):
 # The CUDA backend's switches a record names (what the environment asked for), as its context's
 # description names them ("switches": what the backend had on).
 SWITCHES = ("tensor_core_sgd", "gemm_autotune", "small_batch_forward", "small_batch_backward", "dependent_launch",
-            "grouped_sgd")
+            "grouped_sgd", "own_bias_gradient")
 
 
 def caveats(record):
@@ -114,11 +114,12 @@ def main():
     # Runs under MPTRAIN_CUDA_SPLIT_K=0, shown against the default plain step and kept out of the rest.
     unsplit = [r for r in mine if r.get("split_k") is False]
     mine = [r for r in mine if r not in unsplit]
-    # Runs under MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1, _BACKWARD=1, MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 or
-    # MPTRAIN_CUDA_GROUPED_SGD=1 (with or without the tensor-core SGD), likewise.
+    # Runs under MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1, _BACKWARD=1, MPTRAIN_CUDA_DEPENDENT_LAUNCH=1,
+    # MPTRAIN_CUDA_GROUPED_SGD=1 or MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1 (with or without the tensor-core
+    # SGD), likewise.
     small_batch = [r for r in mine if any(r.get(field) is True for field in
                                           ("small_batch_forward", "small_batch_backward", "dependent_launch",
-                                           "grouped_sgd"))]
+                                           "grouped_sgd", "own_bias_gradient"))]
     mine = [r for r in mine if r not in small_batch]
     # Runs under MPTRAIN_CUDA_TENSOR_CORE_SGD=1, likewise.
     tensor_core_sgd = [r for r in mine if r.get("tensor_core_sgd") is True]
@@ -272,7 +273,8 @@ def main():
                                              ("SMALL_BATCH_BACKWARD", "small_batch_backward"),
                                              ("TENSOR_CORE_SGD", "tensor_core_sgd"),
                                              ("DEPENDENT_LAUNCH", "dependent_launch"),
-                                             ("GROUPED_SGD", "grouped_sgd")) if r.get(field)]
+                                             ("GROUPED_SGD", "grouped_sgd"),
+                                             ("OWN_BIAS_GRADIENT", "own_bias_gradient")) if r.get(field)]
         print(against(r, "switched on (" + ", ".join(f"MPTRAIN_CUDA_{name}=1" for name in switches) + ")",
                       ours.get((r["precision"], r["batch"])), "the default step"))
     for r in autotuned:

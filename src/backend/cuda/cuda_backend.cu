@@ -15,16 +15,17 @@
 #include <utility>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_bias_gradient.cuh"
 #include "backend/cuda/cuda_clip_factor.cuh"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_convert.cuh"
 #include "backend/cuda/cuda_fused_sgd.cuh"
 #include "backend/cuda/cuda_fused_sgd_tensor_cores.cuh"
-#include "backend/cuda/cuda_small_batch_backward_data.cuh"
-#include "backend/cuda/cuda_small_batch_forward.cuh"
 #include "backend/cuda/cuda_gather.cuh"
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_max_abs.cuh"
+#include "backend/cuda/cuda_small_batch_backward_data.cuh"
+#include "backend/cuda/cuda_small_batch_forward.cuh"
 #include "backend/cuda/cuda_step_state.cuh"
 #include "backend/cuda/cuda_weight_average.cuh"
 #include "backend/device_scope.h"
@@ -59,7 +60,9 @@ bool turned_off_by_environment(const char* variable) {
 // the input gradients of at most 64 rows as one tensor-core kernel each, MPTRAIN_CUDA_GEMM_AUTOTUNE=1
 // times cuBLASLt's candidate algorithms for each GEMM when it is first planned, and
 // MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 launches the backend's kernels with programmatic dependent launch
-// (cuda_launch.cuh): off by default until a GPU has measured them.
+// (cuda_launch.cuh), and MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1 sums the bias gradients of the
+// weight-gradient GEMMs in the backend's kernel instead of cuBLASLt's BGRADB epilogue
+// (cuda_bias_gradient.cuh): off by default until a GPU has measured them.
 bool turned_on_by_environment(const char* variable) {
     const char* value = std::getenv(variable);
     return value && std::strcmp(value, "1") == 0;
@@ -73,7 +76,8 @@ std::string CudaBackend::setup_warning() const {
          {"MPTRAIN_CUDA_SPLIT_K", {"0", "1"}}, {"MPTRAIN_CUDA_TENSOR_CORE_SGD", {"0", "1"}},
          {"MPTRAIN_CUDA_GEMM_AUTOTUNE", {"0", "1"}}, {"MPTRAIN_CUDA_SMALL_BATCH_FORWARD", {"0", "1"}},
          {"MPTRAIN_CUDA_SMALL_BATCH_BACKWARD", {"0", "1"}}, {"MPTRAIN_CUDA_DEPENDENT_LAUNCH", {"0", "1"}},
-         {"MPTRAIN_CUDA_GROUPED_SGD", {"0", "1"}}, {"MPTRAIN_CUDA_STEP_FOLDS", {"0", "1"}}});
+         {"MPTRAIN_CUDA_GROUPED_SGD", {"0", "1"}}, {"MPTRAIN_CUDA_STEP_FOLDS", {"0", "1"}},
+         {"MPTRAIN_CUDA_OWN_BIAS_GRADIENT", {"0", "1"}}});
 }
 
 // ---- creation ----------------------------------------------------------------------------------
@@ -190,6 +194,7 @@ CudaBackend::CudaBackend(int device, MemoryTracker* memory) : device_(device), m
     set_dependent_launch(turned_on_by_environment("MPTRAIN_CUDA_DEPENDENT_LAUNCH"));
     grouped_sgd_ = turned_on_by_environment("MPTRAIN_CUDA_GROUPED_SGD");
     step_folds_ = !turned_off_by_environment("MPTRAIN_CUDA_STEP_FOLDS");
+    own_bias_gradient_ = turned_on_by_environment("MPTRAIN_CUDA_OWN_BIAS_GRADIENT");
     try {
         scheduler_ = std::make_unique<CudaScheduler>(*static_cast<CudaTaskHooks*>(this));
         gemm_ = std::make_unique<CudaGemm>(!turned_off_by_environment("MPTRAIN_CUDA_SPLIT_K"),
@@ -198,8 +203,9 @@ CudaBackend::CudaBackend(int device, MemoryTracker* memory) : device_(device), m
         const size_t partial_bytes = kLossHeadMaxBlocks * sizeof(double);
         const size_t clip_bytes = kClipFactorMaxBlocks * sizeof(double);
         const int max_abs_blocks = multiprocessors_ * 8;
+        const size_t max_abs_bytes = round_up_256(max_abs_scratch_bytes(max_abs_blocks));
         const size_t scratch_bytes =
-            3 * partial_bytes + 256 + round_up_256(clip_bytes) + 256 + max_abs_scratch_bytes(max_abs_blocks);
+            3 * partial_bytes + 256 + round_up_256(clip_bytes) + 256 + max_abs_bytes + bias_gradient_counter_bytes();
         reduction_scratch_ = allocate_scratch(scratch_bytes);
         char* base = static_cast<char*>(reduction_scratch_);
         head_scratch_.partial_loss = reinterpret_cast<double*>(base);
@@ -212,6 +218,7 @@ CudaBackend::CudaBackend(int device, MemoryTracker* memory) : device_(device), m
         max_abs_scratch_.counter = reinterpret_cast<unsigned*>(max_abs_base);
         max_abs_scratch_.partials = reinterpret_cast<unsigned*>(max_abs_base + 256);
         max_abs_scratch_.max_blocks = max_abs_blocks;
+        bias_gradient_counters_ = reinterpret_cast<unsigned*>(max_abs_base + max_abs_bytes);
         // On our own stream, not the legacy one: that would be unsafe while another library in the
         // process captures a graph, and a device-wide sync would stall other contexts.
         const cudaStream_t compute = scheduler_->stream(Lane::compute);
@@ -613,15 +620,20 @@ void CudaBackend::plan(RecordedOp& op) {
             return;
         }
         case OpCode::dense_update: {
-            const size_t scratch_bytes =
-                dense_update_scratch_bytes(op.update, op.optimizer, fused_epilogues_, tensor_core_sgd_);
+            const size_t scratch_bytes = dense_update_scratch_bytes(op.update, op.optimizer, fused_epilogues_,
+                                                                    tensor_core_sgd_, !own_bias_gradient_);
             op.scratch = scratch_bytes ? scratch_for(scratch_bytes) : nullptr;
-            op.update_plan =
-                plan_dense_update(*gemm_, op.update, op.optimizer, op.scratch, fused_epilogues_, tensor_core_sgd_);
-            if (op.update_plan.fused_sgd) ++op_paths_.fused_sgd;
-            if (op.update_plan.fused_sgd_tensor_cores) ++op_paths_.fused_sgd_tensor_cores;
-            else if (op.update.part != UpdatePart::apply)
-                ++(op.update_plan.gradient.fused ? op_paths_.weight_gradient_fused : op_paths_.weight_gradient_unfused);
+            op.update_plan = plan_dense_update(*gemm_, op.update, op.optimizer, op.scratch, fused_epilogues_,
+                                               tensor_core_sgd_, !own_bias_gradient_);
+            // (Fused SGD has no weight-gradient GEMM: counted as neither of its paths.)
+            const WeightGradientPlan& gradient = op.update_plan.gradient;
+            if (op.update_plan.fused_sgd) {
+                ++op_paths_.fused_sgd;
+                if (op.update_plan.fused_sgd_tensor_cores) ++op_paths_.fused_sgd_tensor_cores;
+            } else if (op.update.part != UpdatePart::apply) {
+                ++(gradient.fused ? op_paths_.weight_gradient_fused : op_paths_.weight_gradient_unfused);
+                if (gradient.own_bias && !gradient.fused) ++op_paths_.bias_gradient_own;
+            }
             return;
         }
         default: return;  // the other ops have no plan
@@ -700,7 +712,8 @@ void CudaBackend::execute(const RecordedOp& op, cudaStream_t stream) {
                               stream);
             return;
         case OpCode::dense_update:
-            run_dense_update(*gemm_, op.update_plan, op.update, op.optimizer, max_blocks, stream);
+            run_dense_update(*gemm_, op.update_plan, op.update, op.optimizer, max_blocks, bias_gradient_counters_,
+                             stream);
             return;
         case OpCode::clip_factor:
             run_clip_factor(static_cast<const float*>(op.values), op.count, op.clipnorm, op.state, clip_partials_,
@@ -878,6 +891,7 @@ void CudaBackend::end_compute_task() {
     signature_.put(dependent_launch_);  // the graph's kernel edges differ with it
     signature_.put(grouped_sgd_);       // and its update kernels with this
     signature_.put(step_folds_);        // and its nodes with this
+    signature_.put(own_bias_gradient_);  // and its bias gradients with this
     for (const RecordedOp& op : recorded_) sign(op);
 
     cudaGraphExec_t exec = nullptr;
@@ -1028,5 +1042,8 @@ CudaGemmAutotune cuda_backend_gemm_autotune(const Backend& backend) {
 bool cuda_backend_fused_epilogues(const Backend& backend) { return as_cuda(backend).fused_epilogues(); }
 void cuda_backend_set_grouped_sgd(Backend& backend, bool enabled) { as_cuda(backend).set_grouped_sgd(enabled); }
 void cuda_backend_set_step_folds(Backend& backend, bool enabled) { as_cuda(backend).set_step_folds(enabled); }
+void cuda_backend_set_own_bias_gradient(Backend& backend, bool enabled) {
+    as_cuda(backend).set_own_bias_gradient(enabled);
+}
 
 }  // namespace mpt

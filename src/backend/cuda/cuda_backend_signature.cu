@@ -166,6 +166,7 @@ void CudaBackend::sign(const RecordedOp& op) {
             s.put(op.update_plan.gradient.fused);
             s.put(op.update_plan.weight_grad);
             s.put(op.update_plan.bias_grad);
+            s.put(op.update_plan.bias_partials);  // the scratch buffer moves when it grows
             const OptimizerConfig& o = op.optimizer;
             s.put(o.kind);
             s.put(o.learning_rate);

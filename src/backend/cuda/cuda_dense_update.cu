@@ -7,6 +7,7 @@
 // per element. Unmeasured: no GPU has run the specialised kernel yet.
 #include "backend/cuda/cuda_dense_update.cuh"
 
+#include "backend/cuda/cuda_bias_gradient.cuh"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_fused_sgd.cuh"
 #include "backend/cuda/cuda_launch.cuh"
@@ -211,12 +212,15 @@ DeviceGroup device_group(float* master, void* low_copy, DType low_dtype, float* 
     return group;
 }
 
-WeightGradientArgs gradient_args(const DenseUpdateArgs& args, float* weight_grad, float* bias_grad) {
+WeightGradientArgs gradient_args(const DenseUpdateArgs& args, const DenseUpdatePlan& plan,
+                                 unsigned* bias_counters = nullptr) {
     WeightGradientArgs gradient{};
     gradient.output_grad = args.output_grad;
     gradient.input = args.input;
-    gradient.weight_grad = weight_grad;
-    gradient.bias_grad = bias_grad;
+    gradient.weight_grad = plan.weight_grad;
+    gradient.bias_grad = plan.bias_grad;
+    gradient.bias_partials = plan.bias_partials;
+    gradient.bias_counters = bias_counters;
     gradient.rows = args.rows;
     gradient.in_features = args.in_features;
     gradient.out_features = args.out_features;
@@ -226,20 +230,35 @@ WeightGradientArgs gradient_args(const DenseUpdateArgs& args, float* weight_grad
     return gradient;
 }
 
+// The bias-gradient kernel's partial sums, for any part that computes the gradient, when its vector
+// path may run (the weight-gradient GEMM not asked for BGRADB).
+size_t bias_partial_bytes(const DenseUpdateArgs& args, bool bias_in_gemm) {
+    if (bias_in_gemm || args.part == UpdatePart::apply) return 0;
+    return bias_gradient_partial_bytes(args.rows, args.out_features, args.compute_dtype);
+}
+
+// Where the gradients of the whole update go in the backend's scratch: dW, then db, then the partials.
+size_t scratch_weight_bytes(const DenseUpdateArgs& args) {
+    return round_up_256(static_cast<size_t>(args.out_features * args.in_features) * sizeof(float));
+}
+size_t scratch_bias_bytes(const DenseUpdateArgs& args) {
+    return round_up_256(static_cast<size_t>(args.out_features) * sizeof(float));
+}
+
 }  // namespace
 
 size_t dense_update_scratch_bytes(const DenseUpdateArgs& args, const OptimizerConfig& optimizer, bool allow_fused,
-                                  bool tensor_core_sgd) {
-    if (args.part != UpdatePart::whole) return 0;  // the parts write and read the args' gradients
+                                  bool tensor_core_sgd, bool bias_in_gemm) {
+    const size_t partial_bytes = bias_partial_bytes(args, bias_in_gemm);
+    // The parts write and read the args' gradients.
+    if (args.part != UpdatePart::whole) return partial_bytes;
     if (allow_fused && fused_sgd_applies(args, optimizer, tensor_core_sgd)) return 0;
-    if (args.weight_grad && args.bias_grad) return 0;
-    // dW, then db at a 256-byte aligned offset.
-    const size_t weight_bytes = static_cast<size_t>(args.out_features * args.in_features) * sizeof(float);
-    return round_up_256(weight_bytes) + static_cast<size_t>(args.out_features) * sizeof(float);
+    if (args.weight_grad && args.bias_grad) return partial_bytes;
+    return scratch_weight_bytes(args) + scratch_bias_bytes(args) + partial_bytes;
 }
 
 DenseUpdatePlan plan_dense_update(CudaGemm& gemm, const DenseUpdateArgs& args, const OptimizerConfig& optimizer,
-                                  float* scratch, bool allow_fused, bool tensor_core_sgd) {
+                                  float* scratch, bool allow_fused, bool tensor_core_sgd, bool bias_in_gemm) {
     require(args.state != nullptr, MPT_STATUS_INVALID_ARGUMENT, "cuda backend: dense_update needs the train state");
     require(args.weights && args.bias, MPT_STATUS_INVALID_ARGUMENT, "cuda backend: dense_update needs the masters");
     // (The apply part reads no batch.)
@@ -251,8 +270,9 @@ DenseUpdatePlan plan_dense_update(CudaGemm& gemm, const DenseUpdateArgs& args, c
                 "cuda backend: a dense_update in parts needs weight_grad and bias_grad");
         plan.weight_grad = args.weight_grad;
         plan.bias_grad = args.bias_grad;
+        if (bias_partial_bytes(args, bias_in_gemm)) plan.bias_partials = scratch;
         if (args.part != UpdatePart::apply)
-            plan.gradient = plan_weight_gradient(gemm, gradient_args(args, plan.weight_grad, plan.bias_grad), allow_fused);
+            plan.gradient = plan_weight_gradient(gemm, gradient_args(args, plan), allow_fused, bias_in_gemm);
         return plan;
     }
     if (allow_fused && fused_sgd_applies(args, optimizer, tensor_core_sgd)) {
@@ -260,27 +280,31 @@ DenseUpdatePlan plan_dense_update(CudaGemm& gemm, const DenseUpdateArgs& args, c
         plan.fused_sgd_tensor_cores = tensor_core_sgd && args.compute_dtype != DType::fp32;
         return plan;
     }
+    char* bytes = reinterpret_cast<char*>(scratch);
     if (args.weight_grad && args.bias_grad) {
         plan.weight_grad = args.weight_grad;
         plan.bias_grad = args.bias_grad;
+        if (bias_partial_bytes(args, bias_in_gemm)) plan.bias_partials = scratch;
     } else {
         require(scratch != nullptr, MPT_STATUS_INTERNAL, "cuda backend: dense_update has no gradient scratch");
-        const size_t weight_bytes = static_cast<size_t>(args.out_features * args.in_features) * sizeof(float);
         plan.weight_grad = scratch;
-        plan.bias_grad = reinterpret_cast<float*>(reinterpret_cast<char*>(scratch) + round_up_256(weight_bytes));
+        plan.bias_grad = reinterpret_cast<float*>(bytes + scratch_weight_bytes(args));
+        if (bias_partial_bytes(args, bias_in_gemm))
+            plan.bias_partials =
+                reinterpret_cast<float*>(bytes + scratch_weight_bytes(args) + scratch_bias_bytes(args));
     }
-    plan.gradient = plan_weight_gradient(gemm, gradient_args(args, plan.weight_grad, plan.bias_grad), allow_fused);
+    plan.gradient = plan_weight_gradient(gemm, gradient_args(args, plan), allow_fused, bias_in_gemm);
     return plan;
 }
 
 void run_dense_update(CudaGemm& gemm, const DenseUpdatePlan& plan, const DenseUpdateArgs& args,
-                      const OptimizerConfig& optimizer, int max_blocks, cudaStream_t stream) {
+                      const OptimizerConfig& optimizer, int max_blocks, unsigned* bias_counters, cudaStream_t stream) {
     if (plan.fused_sgd) {
         run_fused_sgd(args, optimizer, plan.fused_sgd_tensor_cores, stream);
         return;
     }
     if (args.part != UpdatePart::apply)
-        run_weight_gradient(gemm, plan.gradient, gradient_args(args, plan.weight_grad, plan.bias_grad), stream);
+        run_weight_gradient(gemm, plan.gradient, gradient_args(args, plan, bias_counters), stream);
     if (args.part == UpdatePart::gradient || args.part == UpdatePart::accumulate) return;
     UpdateLaunch launch{};
     launch.optimizer = optimizer;

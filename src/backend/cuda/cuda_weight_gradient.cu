@@ -4,35 +4,12 @@
 // sums op(B) over k, which is the column sum of dZ over the batch: the bias gradient, length N.
 #include "backend/cuda/cuda_weight_gradient.cuh"
 
+#include "backend/cuda/cuda_bias_gradient.cuh"
 #include "backend/cuda/cuda_common.cuh"
-#include "backend/cuda/cuda_launch.cuh"
 
 namespace mpt {
 
 namespace {
-
-constexpr int kColumnsPerBlock = 32;
-constexpr int kRowSlices = 8;
-
-// Column sums of dZ in fp32: 32 columns per block, 8 row slices per column summed in shared memory.
-// `accumulate`: adds the sums to bias_grad's values.
-__global__ void bias_grad_kernel(const void* __restrict__ output_grad, DType dtype, float* __restrict__ bias_grad,
-                                 int64_t rows, int64_t columns, bool accumulate) {
-    start_after_preceding_kernel();
-    __shared__ float partial[kRowSlices][kColumnsPerBlock];
-    const int64_t column = blockIdx.x * static_cast<int64_t>(kColumnsPerBlock) + threadIdx.x;
-    float sum = 0.0f;
-    if (column < columns)
-        for (int64_t row = threadIdx.y; row < rows; row += kRowSlices)
-            sum += load_element(output_grad, dtype, row * columns + column);
-    partial[threadIdx.y][threadIdx.x] = sum;
-    __syncthreads();
-    if (threadIdx.y == 0 && column < columns) {
-        float total = 0.0f;
-        for (int slice = 0; slice < kRowSlices; ++slice) total += partial[slice][threadIdx.x];
-        bias_grad[column] = accumulate ? bias_grad[column] + total : total;
-    }
-}
 
 void validate(const WeightGradientArgs& args) {
     require(args.rows > 0 && args.in_features > 0 && args.out_features > 0, MPT_STATUS_INVALID_ARGUMENT,
@@ -54,15 +31,17 @@ GemmKey backward_weights_key(const WeightGradientArgs& args, int32_t epilogue) {
 
 }  // namespace
 
-WeightGradientPlan plan_weight_gradient(CudaGemm& gemm, const WeightGradientArgs& args,
-                                                     bool allow_fused) {
+WeightGradientPlan plan_weight_gradient(CudaGemm& gemm, const WeightGradientArgs& args, bool allow_fused,
+                                        bool bias_in_gemm) {
     validate(args);
-    const GemmChoice choice = choose_gemm(gemm, allow_fused && !args.accumulate, backward_weights_key(args, CUBLASLT_EPILOGUE_BGRADB),
-                                          backward_weights_key(args, CUBLASLT_EPILOGUE_DEFAULT), "the weight gradient",
-                                          args.compute_dtype);
+    const bool fusable = allow_fused && bias_in_gemm && !args.accumulate;
+    const GemmChoice choice =
+        choose_gemm(gemm, fusable, backward_weights_key(args, CUBLASLT_EPILOGUE_BGRADB),
+                    backward_weights_key(args, CUBLASLT_EPILOGUE_DEFAULT), "the weight gradient", args.compute_dtype);
     WeightGradientPlan plan;
     plan.gemm = choice.plan;
     plan.fused = choice.fused;
+    plan.own_bias = !bias_in_gemm;
     return plan;
 }
 
@@ -71,10 +50,17 @@ void run_weight_gradient(CudaGemm& gemm, const WeightGradientPlan& plan,
     gemm.run(*plan.gemm, args.input, args.output_grad, args.weight_grad, plan.fused ? args.bias_grad : nullptr,
              nullptr, args.workspace, stream, args.accumulate ? 1.0f : 0.0f);
     if (plan.fused) return;
-    const dim3 block(kColumnsPerBlock, kRowSlices);
-    const unsigned blocks = static_cast<unsigned>((args.out_features + kColumnsPerBlock - 1) / kColumnsPerBlock);
-    launch_kernel("bias_grad_kernel", bias_grad_kernel, blocks, block, 0, stream, args.output_grad, args.compute_dtype,
-                  args.bias_grad, args.rows, args.out_features, args.accumulate);
+    BiasGradientArgs bias;
+    bias.output_grad = args.output_grad;
+    bias.dtype = args.compute_dtype;
+    bias.bias_grad = args.bias_grad;
+    bias.rows = args.rows;
+    bias.columns = args.out_features;
+    bias.accumulate = args.accumulate;
+    bias.partials = args.bias_partials;
+    bias.counters = args.bias_counters;
+    bias.vectorised = plan.own_bias;
+    run_bias_gradient(bias, stream);
 }
 
 }  // namespace mpt
