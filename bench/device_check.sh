@@ -22,8 +22,10 @@
 # Device time: a session gets about 15 minutes, machine start (a minute or more) and every call
 # included, and no machine starts with under 4 minutes left. So that a failed first try can be
 # run again on the still-warm machine: two staging calls, then the third carrying
-# [".cifar/part3", ".deps"] with "bash bench/stage_cifar10.sh receive && DEADLINE=T bash
-# bench/device_check.sh" and timeout_s=T, T = the budget left less about 200 s (at most 540).
+# [".cifar/part3"] with "bash bench/stage_cifar10.sh receive && DEADLINE=T bash
+# bench/device_check.sh" and timeout_s=T+10, T = the budget left less about 200 s (at most 540);
+# part3 holds .deps packed (stage_cifar10.sh pack), which receive unpacks for this script; a call
+# on a machine that has gone cold carries [".deps"] itself.
 # A second try: the same command with SKIP_CIFAR=1 SKIP_PEERS=1 and what is left. The machine keeps
 # /tmp only while warm (about 30 s idle): make the three calls back to back, and if the second or
 # third reply says warm: false, run this check at once with SKIP_CIFAR=1 rather than stage again.
@@ -104,6 +106,10 @@ stage "device"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader || true
 nvcc --version | tail -1 || true
 
+# (bench/stage_cifar10.sh receive keeps a .deps an earlier call carried in /tmp/mptrain-deps.)
+if [ ! -f .deps/include/doctest/doctest.h ] && [ -f /tmp/mptrain-deps/include/doctest/doctest.h ]; then
+    cp -r /tmp/mptrain-deps .deps
+fi
 if [ ! -f .deps/include/doctest/doctest.h ] && [ ! -f /usr/include/doctest/doctest.h ]; then
     echo "doctest headers missing: carry .deps (see the header of this script)"; exit 2
 fi
@@ -135,8 +141,13 @@ stage "GPU tests"
 # fp32 epilogue report) in the log.
 # --timeout 60: one hung program must leave the others their turn inside the stage's 150 s.
 # (context_description: mpt_context_describe's CUDA members, graph and op counts.)
+# (A build folder kept from an earlier call may hold that call's list of failed tests.)
+rm -f "$BUILD/Testing/Temporary/LastTestsFailed.log"
+gpu_tests_failed=0
 limited 150 env MPTRAIN_REQUIRE_GPU=1 ctest --test-dir "$BUILD" -R "cuda|context_description" -V --timeout 60 \
-    >"$WORK/ctest_cuda.log" 2>&1 || failed 5
+    >"$WORK/ctest_cuda.log" 2>&1 || { failed 5; gpu_tests_failed=1; }
+# The list of the GPU tests that failed, before another ctest run (FULL_CTEST) overwrites it.
+cp "$BUILD/Testing/Temporary/LastTestsFailed.log" "$WORK/gpu_tests_failed.log" 2>/dev/null
 grep -E "tests passed|tests failed|\*\*\*|ERROR|MESSAGE|FAILED|failed:|skipped, no time" "$WORK/ctest_cuda.log" | head -60
 publish
 if [ "${FULL_CTEST:-0}" = 1 ]; then
@@ -385,7 +396,10 @@ run_kernel_profile() {
         echo "kernel profile: skipped (no time left)" >"$WORK/kernels.txt"; return
     fi
     stage "kernel profile (ncu, mixed-bf16, batch 32 and 4096)"
-    limited 200 bash bench/kernel_profile.sh "$BUILD" "$WORK/kernels.txt" 32,4096 \
+    # Its ncu calls bound by what is left (PROFILE_SECONDS), 10 s inside the script's own cap.
+    local seconds=$((DEADLINE - (SECONDS - started) - 40))
+    [ "$seconds" -gt 190 ] && seconds=190
+    PROFILE_SECONDS=$seconds limited 200 bash bench/kernel_profile.sh "$BUILD" "$WORK/kernels.txt" 32,4096 \
         || echo "kernel profile: failed or timed out" | tee -a "$WORK/kernels.txt"
 }
 
@@ -395,17 +409,16 @@ run_kernel_profile() {
 # paths as a whole, or neither is at fault. Cases that assert a fold took place, or a graph replayed,
 # fail under those settings by design; read the lists side by side.
 diagnose_failed_gpu_tests() {
-    local failed_list="$BUILD/Testing/Temporary/LastTestsFailed.log" name program setting cases filter
-    [ -f "$failed_list" ] || return 0
+    local failed_list="$WORK/gpu_tests_failed.log" name program setting cases filter
+    [ "$gpu_tests_failed" = 1 ] && [ -f "$failed_list" ] || return 0
     stage "failed GPU tests again, with the step folds off and with the graphs off"
     {
         for name in $(cut -d: -f2 "$failed_list"); do
             program="$BUILD/bin/test_$name"
             [ -x "$program" ] || continue
-            # The default first (MPTRAIN_CUDA_GRAPHS=1 is the default), then only its failing cases
-            # under the other two (doctest's -tc, commas in the names escaped).
-            cases=$(limited 60 env MPTRAIN_REQUIRE_GPU=1 MPTRAIN_CUDA_GRAPHS=1 "$program" 2>&1 \
-                | grep -E "^TEST CASE:" | sed 's/^TEST CASE: *//' | sort -u)
+            # The default's failing cases (MPTRAIN_CUDA_GRAPHS=1 is the default), then only those
+            # under the other two settings (doctest's -tc, commas in the names escaped).
+            cases=$(limited 60 env MPTRAIN_REQUIRE_GPU=1 MPTRAIN_CUDA_GRAPHS=1 "$program" 2>&1 | failing_cases)
             echo "--- test_$name, default: failing cases"
             printf '%s\n' "$cases" | sed 's/^/    /'
             [ -n "$cases" ] || continue
@@ -413,11 +426,18 @@ diagnose_failed_gpu_tests() {
             for setting in MPTRAIN_CUDA_STEP_FOLDS=0 MPTRAIN_CUDA_GRAPHS=0; do
                 echo "--- test_$name, $setting: of those, failing"
                 limited 60 env MPTRAIN_REQUIRE_GPU=1 "$setting" "$program" "--test-case=$filter" 2>&1 \
-                    | grep -E "^TEST CASE:" | sort -u | sed 's/^TEST CASE: */    /'
+                    | failing_cases | sed 's/^/    /'
             done
         done
     } | tee "$WORK/diagnosis.log"
     { echo; echo "=== failed GPU tests again"; cat "$WORK/diagnosis.log"; } >>"$WORK/ctest_cuda.log"
+}
+# The names of the cases that failed in a doctest program's output: doctest prints a case's
+# "TEST CASE:" header before any of its MESSAGEs too, so only headers followed by an ERROR count.
+# A program cut short by `limited` lists nothing: says so.
+failing_cases() {
+    awk '/^skipped, no time left/ {print "(not run: no time left)"} /^TEST CASE:/ {sub(/^TEST CASE: */, ""); name = $0; next}
+         / (ERROR|FATAL ERROR): / {if (name != "") print name}' | sort -u
 }
 
 # With the GPU tests passing the profile comes first; with a failure, the memory checker.

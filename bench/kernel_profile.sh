@@ -5,6 +5,9 @@
 # --cache-control none (no cache flush before each kernel, as in a real step). Kernel times under ncu
 # exclude the gaps between launches, which the bench's µs/step includes.
 # Usage: bash bench/kernel_profile.sh BUILD_DIR OUT_FILE [BATCHES]   (BATCHES default 32,256)
+# PROFILE_SECONDS=N bounds the whole run: each ncu call's timeout is cut to what is left, and a call
+# that would get under 15 s is skipped (a timeout around this script would not stop them: each
+# inner timeout runs its ncu in a process group of its own).
 # Last, the fused SGD kernel's warp states at batch 32 (stall reasons, issue rate, occupancy), and
 # those of its tensor-core variant with its time and DRAM bytes.
 set -uo pipefail
@@ -17,12 +20,21 @@ if [ -z "$ncu" ]; then
     echo "kernel profile: skipped (no ncu)" | tee "$OUT_FILE"; exit 0
 fi
 WORK=$(mktemp -d /tmp/mptrain-ncu.XXXXXX)
+END=$((SECONDS + ${PROFILE_SECONDS:-100000}))
+# capped <seconds> <command...>: the command under timeout, its cap cut to the time left.
+capped() {
+    local cap=$1 left=$((END - SECONDS))
+    shift
+    [ "$left" -lt "$cap" ] && cap=$left
+    if [ "$cap" -lt 15 ]; then echo "skipped, no time left" >&2; return 124; fi
+    timeout -k 5 "$cap" "$@"
+}
 metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum
 metrics+=,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed
 : >"$OUT_FILE"
 # Some machines' runtimes do not let the profiler attach ("Failed to initialize the profiler:
 # LibraryNotLoaded"): one kernel first, so that such a machine costs seconds, not two timeouts.
-MPTRAIN_CUDA_GRAPHS=0 timeout -k 10 40 "$ncu" --launch-count 1 --metrics gpu__time_duration.sum --csv --page raw \
+MPTRAIN_CUDA_GRAPHS=0 capped 40 "$ncu" --launch-count 1 --metrics gpu__time_duration.sum --csv --page raw \
     "$BUILD/bin/mptrain-bench" --backend cuda --precision mixed-bf16 --batch 32 --steps 2 --repeats 1 \
     >"$WORK/ncu_probe.csv" 2>"$WORK/ncu_probe.log"
 probe_status=$?
@@ -34,7 +46,7 @@ fi
 for batch in ${BATCHES//,/ }; do
     # 12 steps per epoch: the set-up, the first epoch's order and the warm-up epoch (about 13 to 17
     # launches a step) are skipped; 80 launches hold at least 4 whole steps of the timed epoch.
-    MPTRAIN_CUDA_GRAPHS=0 timeout -k 10 75 "$ncu" --clock-control none --cache-control none \
+    MPTRAIN_CUDA_GRAPHS=0 capped 75 "$ncu" --clock-control none --cache-control none \
         --launch-skip 260 --launch-count 80 \
         --metrics "$metrics" --csv --page raw --print-units base \
         "$BUILD/bin/mptrain-bench" --backend cuda --precision mixed-bf16 --batch "$batch" --steps 12 --repeats 1 \
@@ -45,7 +57,7 @@ for batch in ${BATCHES//,/ }; do
 done
 # Why the fused SGD kernel (batch 32) runs at a third of the copy bandwidth: its warps' stall
 # reasons, issue rate and occupancy for one step's three launches, as Nsight Compute prints them.
-MPTRAIN_CUDA_GRAPHS=0 timeout -k 10 60 "$ncu" --clock-control none --cache-control none \
+MPTRAIN_CUDA_GRAPHS=0 capped 60 "$ncu" --clock-control none --cache-control none \
     --kernel-name regex:fused_sgd_kernel --launch-skip 40 --launch-count 3 \
     --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats \
     "$BUILD/bin/mptrain-bench" --backend cuda --precision mixed-bf16 --batch 32 --steps 12 --repeats 1 \
@@ -56,7 +68,7 @@ fused_status=$?
 # The same for the kernel that computes fused SGD's tiles on the tensor cores
 # (MPTRAIN_CUDA_TENSOR_CORE_SGD=1), with its time and DRAM traffic: bench/NOTES.md predicts it
 # memory-bound (35-45 us a step).
-MPTRAIN_CUDA_TENSOR_CORE_SGD=1 MPTRAIN_CUDA_GRAPHS=0 timeout -k 10 60 "$ncu" --clock-control none --cache-control none \
+MPTRAIN_CUDA_TENSOR_CORE_SGD=1 MPTRAIN_CUDA_GRAPHS=0 capped 60 "$ncu" --clock-control none --cache-control none \
     --kernel-name regex:fused_sgd_tensor_core_kernel --launch-skip 40 --launch-count 3 \
     --metrics "$metrics" --section WarpStateStats --section SchedulerStats --section Occupancy \
     "$BUILD/bin/mptrain-bench" --backend cuda --precision mixed-bf16 --batch 32 --steps 12 --repeats 1 \
@@ -68,7 +80,7 @@ tensor_status=$?
 # three forward and two backward-data launches: bench/NOTES.md predicts 10-13 us a step for the
 # forward against cuBLASLt's 30.
 MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 MPTRAIN_CUDA_GRAPHS=0 \
-    timeout -k 10 60 "$ncu" --clock-control none --cache-control none \
+    capped 60 "$ncu" --clock-control none --cache-control none \
     --kernel-name regex:small_batch_ --launch-skip 50 --launch-count 5 \
     --metrics "$metrics" --section WarpStateStats --section Occupancy \
     "$BUILD/bin/mptrain-bench" --backend cuda --precision mixed-bf16 --batch 32 --steps 12 --repeats 1 \

@@ -9,15 +9,17 @@
 # while it stays warm, about 30 s after a call):
 #   run(command="bash bench/stage_cifar10.sh receive", carry=[".cifar/part1"], timeout_s=60)
 #   run(command="bash bench/stage_cifar10.sh receive", carry=[".cifar/part2"], timeout_s=60)
-#   run(command="bash bench/stage_cifar10.sh receive", carry=[".cifar/part3"], timeout_s=60)
-#   run(command="bash bench/device_check.sh", carry=[".deps"], timeout_s=540)
+#   run(command="bash bench/stage_cifar10.sh receive && DEADLINE=T bash bench/device_check.sh",
+#       carry=[".cifar/part3"], timeout_s=T+10)
 # The third call must print "complete: all 6 files"; device_check.sh then finds /tmp/cifar10.
-# (To save one call: the third may carry [".cifar/part3", ".deps"] and run
-#  "bash bench/stage_cifar10.sh receive && bash bench/device_check.sh" with timeout_s=540;
-#  about 64.1 MB with the tree, of 67.1 MB (64 MiB): pack prints the sizes; .deps adds 1.3 MB.)
+# The third part also brings the build's headers (.deps: doctest, nlohmann-json; see
+# device_check.sh), packed by pack as deps.tar.gz (0.2 MB instead of 1.3): a part and the tree come
+# to about 65.8 MB of the 67.1 MB (64 MiB) a call carries. receive unpacks them into
+# /tmp/mptrain-deps, where device_check.sh takes them from.
 #
 #   pack [SRC]  verifies SRC/SHA256SUMS and puts the .bin files into .cifar/part1..3 (hard links,
-#               else copies; a file already there and identical is left alone).
+#               else copies; a file already there and identical is left alone), and .deps, packed,
+#               into .cifar/part3/deps.tar.gz.
 #   receive     (device machine) copies the .cifar/part*/*.bin this call carried into /tmp/cifar10
 #               (CIFAR_DEST overrides), checks sizes and SHA-256, and says what it now holds.
 set -uo pipefail
@@ -66,6 +68,11 @@ pack() {
             echo "  $dest: copied"
         fi
     done
+    if [ -f .deps/include/doctest/doctest.h ]; then
+        tar -czf .cifar/part3/deps.tar.gz .deps && echo "  .cifar/part3/deps.tar.gz: the build's headers, packed"
+    else
+        echo "  WARNING: no .deps (mkdir -p .deps/include && cp -r /usr/include/doctest /usr/include/nlohmann .deps/include/)"
+    fi
     # What travels with each call: the working tree (tracked and untracked-not-ignored files) too.
     tree=$(git ls-files -co --exclude-standard -z | du -cb --files0-from=- 2>/dev/null | tail -1 | cut -f1)
     for part in part1 part2 part3; do
@@ -80,6 +87,17 @@ pack() {
 receive() {
     local dest=${CIFAR_DEST:-/tmp/cifar10} file name got=0 complete=1 bytes
     mkdir -p "$dest" || return 2
+    # The build's headers, when this call carried them (packed by pack, or .deps itself): kept in
+    # /tmp/mptrain-deps for device_check.sh, in this call or a later one.
+    for file in .cifar/part*/deps.tar.gz; do
+        [ -f "$file" ] || continue
+        rm -rf /tmp/mptrain-deps /tmp/mptrain-deps.unpack && mkdir -p /tmp/mptrain-deps.unpack &&
+            tar -xzf "$file" -C /tmp/mptrain-deps.unpack && mv /tmp/mptrain-deps.unpack/.deps /tmp/mptrain-deps &&
+            echo "  $file: unpacked into /tmp/mptrain-deps"
+    done
+    if [ -f .deps/include/doctest/doctest.h ]; then
+        rm -rf /tmp/mptrain-deps && cp -r .deps /tmp/mptrain-deps && echo "  .deps: kept in /tmp/mptrain-deps"
+    fi
     for file in .cifar/part*/*.bin; do
         [ -f "$file" ] || continue
         name=$(basename "$file")
