@@ -48,16 +48,17 @@ void train_at_every_batch_kind(const std::shared_ptr<Model>& model, Dataset& dat
     trainer.evaluate(dataset, 128);
 }
 
-// Two epochs of mixed-bf16 training (20 steps each) of a small MLP on synthetic data; the loss on it after.
+// Two epochs of mixed-bf16 training (20 steps each at batch 32) of a small MLP on synthetic data; the
+// loss on it after.
 float train_two_bf16_epochs(const std::shared_ptr<Context>& context, unsigned seed,
-                            const LrSchedule& schedule = LrSchedule{}) {
+                            const LrSchedule& schedule = LrSchedule{}, int64_t batch = 32) {
     const SyntheticData data = synthetic_data(640, 100, seed);
     auto dataset = to_dataset(context, data);
     TrainerConfig config;
     config.precision = MPT_PRECISION_MIXED_BF16;
     config.optimizer.schedule = schedule;
     Trainer trainer(make_mlp(context, data.features), config);
-    trainer.fit(*dataset, 2, 32, true);
+    trainer.fit(*dataset, 2, batch, true);
     REQUIRE(trainer.epochs_completed() == 2);
     return trainer.evaluate(*dataset, 64).loss;
 }
@@ -73,13 +74,67 @@ LrSchedule per_step_cosine() {
     return cosine;
 }
 
+// Two epochs of mixed-fp16 training under dynamic loss scaling from a scale of 2^24: the first
+// steps' scaled gradients overflow fp16, so those updates are skipped and each halves the scale on
+// the device. The paths that fold the scaler's work into other kernels (begin_step into the loss
+// head, the decision into the max pass, finish_step into the grouped update) must skip the same
+// steps and leave the same scale, bit for bit, as the unfolded ones.
+struct OverflowingRun {
+    float loss;
+    TrainState state;
+};
+OverflowingRun train_two_fp16_epochs_from_overflow(const std::shared_ptr<Context>& context, unsigned seed) {
+    const SyntheticData data = synthetic_data(640, 100, seed);
+    auto dataset = to_dataset(context, data);
+    TrainerConfig config;
+    config.precision = MPT_PRECISION_MIXED_FP16;
+    config.loss_scaling = MPT_LOSS_SCALING_DYNAMIC;
+    config.scaler.initial_scale = 16777216.0f;
+    Trainer trainer(make_mlp(context, data.features), config);
+    trainer.fit(*dataset, 2, 32, true);
+    return OverflowingRun{trainer.evaluate(*dataset, 64).loss, trainer.state()};
+}
+
+// The two runs skipped the same steps, left the same scale and trained to the same loss, and some
+// steps were skipped.
+void check_same_overflow_run(const OverflowingRun& run, const OverflowingRun& reference) {
+    CHECK(run.state.skipped_steps > 0);
+    CHECK(run.state.skipped_steps == reference.state.skipped_steps);
+    CHECK(run.state.applied_steps == reference.state.applied_steps);
+    CHECK(run.state.steps == reference.state.steps);
+    CHECK(run.state.loss_scale == reference.state.loss_scale);
+    CHECK(run.state.growth_tracker == reference.state.growth_tracker);
+    CHECK(std::isfinite(run.loss));
+    CHECK(run.loss == reference.loss);
+}
+
+// Sets an environment variable for its lifetime, then puts back what was there (or nothing).
+class EnvironmentSetting {
+public:
+    EnvironmentSetting(const char* variable, const char* value) : variable_(variable) {
+        const char* before = std::getenv(variable);
+        had_value_ = before != nullptr;
+        if (had_value_) before_ = before;
+        setenv(variable, value, 1);
+    }
+    ~EnvironmentSetting() {
+        if (had_value_) setenv(variable_, before_.c_str(), 1);
+        else unsetenv(variable_);
+    }
+    EnvironmentSetting(const EnvironmentSetting&) = delete;
+    EnvironmentSetting& operator=(const EnvironmentSetting&) = delete;
+
+private:
+    const char* variable_;
+    bool had_value_ = false;
+    std::string before_;
+};
+
 // A CUDA context made with `variable` set to `value` (read when the backend is made), the
-// environment as it was for the contexts made after it.
+// environment as it was for the contexts made after it, however the making ends.
 std::shared_ptr<Context> cuda_context_under(const char* variable, const char* value) {
-    setenv(variable, value, 1);
-    auto context = make_context(MPT_BACKEND_CUDA);
-    unsetenv(variable);
-    return context;
+    const EnvironmentSetting setting(variable, value);
+    return make_context(MPT_BACKEND_CUDA);
 }
 
 }  // namespace
@@ -250,10 +305,15 @@ TEST_CASE("a capture that fails is refused, its task runs eagerly, and training 
     CHECK(std::isfinite(loss));
     CHECK(loss == doctest::Approx(expected).epsilon(1e-3));
     // Nothing the failed captures left behind (an error, a stream still capturing) fails later work.
+    // At another batch size, so that the tasks are new (the same sizes again could get the same
+    // buffers, and so the refused signatures): captured and replayed.
     cuda_backend_break_captures(context->backend(), false);
-    const float again = train_two_bf16_epochs(context, 26);
-    CHECK(again == doctest::Approx(expected).epsilon(1e-3));
+    const float again = train_two_bf16_epochs(context, 26, LrSchedule{}, 40);
+    CHECK(again == doctest::Approx(train_two_bf16_epochs(make_context(MPT_BACKEND_CUDA), 26, LrSchedule{}, 40))
+                       .epsilon(1e-3));
     CHECK(cuda_backend_graph_refusals(context->backend()) == refusals);
+    CHECK(cuda_backend_graph_captures(context->backend()) > 0);
+    CHECK(cuda_backend_graph_replays(context->backend()) > 0);
 }
 
 // The switches that turn the fast paths off (to compare, or around a driver that mishandles them): a
@@ -261,11 +321,11 @@ TEST_CASE("a capture that fails is refused, its task runs eagerly, and training 
 // plans no fused epilogue, and still trains.
 TEST_CASE("MPTRAIN_CUDA_GRAPHS=0 and MPTRAIN_CUDA_FUSED_EPILOGUES=0 turn the fast paths off") {
     SKIP_WITHOUT_GPU();
-    setenv("MPTRAIN_CUDA_GRAPHS", "0", 1);
-    setenv("MPTRAIN_CUDA_FUSED_EPILOGUES", "0", 1);
-    auto context = make_context(MPT_BACKEND_CUDA);
-    unsetenv("MPTRAIN_CUDA_GRAPHS");
-    unsetenv("MPTRAIN_CUDA_FUSED_EPILOGUES");
+    std::shared_ptr<Context> context;
+    {
+        const EnvironmentSetting graphs("MPTRAIN_CUDA_GRAPHS", "0");
+        context = cuda_context_under("MPTRAIN_CUDA_FUSED_EPILOGUES", "0");
+    }
     CHECK_FALSE(cuda_backend_fused_epilogues(context->backend()));
     CHECK(std::isfinite(train_two_bf16_epochs(context, 24)));
     CHECK(cuda_backend_graph_captures(context->backend()) == 0);
@@ -347,9 +407,11 @@ TEST_CASE("MPTRAIN_CUDA_TENSOR_CORE_SGD=1 trains as the CUDA-core kernel does") 
 // the forward wrote: the step trains to the default's loss.
 TEST_CASE("MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 and _BACKWARD=1 train as cuBLASLt's GEMMs do") {
     SKIP_WITHOUT_GPU();
-    setenv("MPTRAIN_CUDA_SMALL_BATCH_BACKWARD", "1", 1);
-    auto context = cuda_context_under("MPTRAIN_CUDA_SMALL_BATCH_FORWARD", "1");
-    unsetenv("MPTRAIN_CUDA_SMALL_BATCH_BACKWARD");
+    std::shared_ptr<Context> context;
+    {
+        const EnvironmentSetting backward("MPTRAIN_CUDA_SMALL_BATCH_BACKWARD", "1");
+        context = cuda_context_under("MPTRAIN_CUDA_SMALL_BATCH_FORWARD", "1");
+    }
     // (Setting them on again changes nothing where the environment turned them on; it says whether they are.)
     if (!mpt::testing::turn_on_tensor_core_path(context->backend(), cuda_backend_set_small_batch_forward,
                                                 "small-batch forward kernel") ||
@@ -460,6 +522,13 @@ TEST_CASE("MPTRAIN_CUDA_GROUPED_SGD=1 trains exactly as the default does, on CUD
     CHECK(train_two_bf16_epochs(tensor_cores, 49, cosine) == train_two_bf16_epochs(tensor_cores_alone, 49, cosine));
     CHECK(cuda_backend_op_paths(tensor_cores->backend()).fused_sgd_grouped > 0);
     CHECK(cuda_backend_op_paths(tensor_cores->backend()).fused_sgd_tensor_cores > 0);
+
+    // Steps that overflow: the grouped launch's finish must skip, back the scale off and count as
+    // finish_step does.
+    auto overflowing = cuda_context_under("MPTRAIN_CUDA_GROUPED_SGD", "1");
+    const OverflowingRun grouped_overflow = train_two_fp16_epochs_from_overflow(overflowing, 57);
+    CHECK(cuda_backend_op_paths(overflowing->backend()).steps_finished_by_update > 0);
+    check_same_overflow_run(grouped_overflow, train_two_fp16_epochs_from_overflow(make_context(MPT_BACKEND_CUDA), 57));
 }
 
 // MPTRAIN_CUDA_STEP_FOLDS=0: the begin_step's memset and the update decision's kernel run as launches
@@ -482,6 +551,12 @@ TEST_CASE("MPTRAIN_CUDA_STEP_FOLDS=0 trains exactly as the default does, the ste
     CHECK(cuda_backend_op_paths(default_context->backend()).begin_steps_folded > 0);
     CHECK(std::isfinite(unfolded));
     CHECK(unfolded == folded);
+
+    // Steps that overflow: the folded begin_step must clear found_inf and the folded decision set
+    // it exactly where the memset and the decision kernel do.
+    const OverflowingRun unfolded_overflow =
+        train_two_fp16_epochs_from_overflow(cuda_context_under("MPTRAIN_CUDA_STEP_FOLDS", "0"), 55);
+    check_same_overflow_run(train_two_fp16_epochs_from_overflow(make_context(MPT_BACKEND_CUDA), 55), unfolded_overflow);
 }
 
 // Some devices refuse the dependent-launch attribute under capture; the graphs are worth more, so a
