@@ -118,8 +118,10 @@ public:
         setenv(variable, value, 1);
     }
     ~EnvironmentSetting() {
-        if (had_value_) setenv(variable_, before_.c_str(), 1);
-        else unsetenv(variable_);
+        if (had_value_)
+            setenv(variable_, before_.c_str(), 1);
+        else
+            unsetenv(variable_);
     }
     EnvironmentSetting(const EnvironmentSetting&) = delete;
     EnvironmentSetting& operator=(const EnvironmentSetting&) = delete;
@@ -309,8 +311,8 @@ TEST_CASE("a capture that fails is refused, its task runs eagerly, and training 
     // buffers, and so the refused signatures): captured and replayed.
     cuda_backend_break_captures(context->backend(), false);
     const float again = train_two_bf16_epochs(context, 26, LrSchedule{}, 40);
-    CHECK(again == doctest::Approx(train_two_bf16_epochs(make_context(MPT_BACKEND_CUDA), 26, LrSchedule{}, 40))
-                       .epsilon(1e-3));
+    CHECK(again ==
+          doctest::Approx(train_two_bf16_epochs(make_context(MPT_BACKEND_CUDA), 26, LrSchedule{}, 40)).epsilon(1e-3));
     CHECK(cuda_backend_graph_refusals(context->backend()) == refusals);
     CHECK(cuda_backend_graph_captures(context->backend()) > 0);
     CHECK(cuda_backend_graph_replays(context->backend()) > 0);
