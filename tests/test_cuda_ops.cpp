@@ -1635,7 +1635,7 @@ TEST_CASE("CUDA dense_update matches the CPU with the bias gradients from the ba
     compare_dense_update(*cpu, *cuda, {257, 24, 1032, DType::bf16, sgd, false, 1.0f, 2});  // accumulated
     const CudaOpPaths paths = cuda_backend_op_paths(*cuda);
     CHECK(paths.bias_gradient_own > 0);
-    CHECK(paths.bias_gradient_own == paths.weight_gradient_unfused);
+    CHECK(paths.bias_gradient_own < paths.weight_gradient_unfused);  // widths 13 and 45: a column a thread
     CHECK(paths.weight_gradient_fused == 0);  // no BGRADB asked for
 }
 

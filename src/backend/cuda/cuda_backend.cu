@@ -632,7 +632,9 @@ void CudaBackend::plan(RecordedOp& op) {
                 if (op.update_plan.fused_sgd_tensor_cores) ++op_paths_.fused_sgd_tensor_cores;
             } else if (op.update.part != UpdatePart::apply) {
                 ++(gradient.fused ? op_paths_.weight_gradient_fused : op_paths_.weight_gradient_unfused);
-                if (gradient.own_bias && !gradient.fused) ++op_paths_.bias_gradient_own;
+                if (gradient.own_bias && !gradient.fused &&
+                    bias_gradient_vector_shape(op.update.rows, op.update.out_features, op.update.compute_dtype))
+                    ++op_paths_.bias_gradient_own;
             }
             return;
         }

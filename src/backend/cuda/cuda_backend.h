@@ -38,7 +38,7 @@ struct CudaOpPaths {
     uint64_t backward_data_fused = 0, backward_data_unfused = 0;
     uint64_t backward_data_small_batch = 0;  // of the fused, on the small-batch kernel
     uint64_t weight_gradient_fused = 0, weight_gradient_unfused = 0;
-    uint64_t bias_gradient_own = 0;  // weight gradients whose bias the backend's vector kernel sums
+    uint64_t bias_gradient_own = 0;  // weight gradients planned with their bias on the backend's vector kernel
     uint64_t fused_sgd = 0;
     uint64_t fused_sgd_tensor_cores = 0;  // of those, on the tensor cores
     uint64_t clip_factor = 0;  // clip_factor ops issued (clipped steps)

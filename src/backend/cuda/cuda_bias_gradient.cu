@@ -165,6 +165,10 @@ size_t bias_gradient_partial_bytes(int64_t rows, int64_t columns, DType dtype) {
     return round_up_256(static_cast<size_t>(layout.chunks * columns) * sizeof(float));
 }
 
+bool bias_gradient_vector_shape(int64_t rows, int64_t columns, DType dtype) {
+    return vector_layout(rows, columns, dtype).usable;
+}
+
 void run_bias_gradient(const BiasGradientArgs& args, cudaStream_t stream) {
     if (args.rows <= 0 || args.columns <= 0) return;
     const VectorLayout layout = vector_layout(args.rows, args.columns, args.dtype);

@@ -28,6 +28,8 @@ constexpr size_t bias_gradient_counter_bytes() { return kBiasGradientTiles * siz
 
 // Scratch the vector path needs for the chunks' partial sums (0: none), at most ~2 MB.
 size_t bias_gradient_partial_bytes(int64_t rows, int64_t columns, DType dtype);
+// Whether the vector path takes this shape (given a 16-byte aligned dZ, as arenas give).
+bool bias_gradient_vector_shape(int64_t rows, int64_t columns, DType dtype);
 
 struct BiasGradientArgs {
     const void* output_grad;  // dZ [rows, columns]
