@@ -1476,17 +1476,29 @@ void run_decision_task(void* argument) {
 
 // A step's start as a compute task: begin_step, then the loss head (which may find the loss
 // non-finite), a max pass and finish_step (four ops, so that the task is captured and replayed).
+// What a head task issues between its begin_step and its loss head: nothing, a dropout (the fold
+// looks past the forward ops and dropouts the trainer issues there), or a max_abs pass (which keeps
+// the begin_step a node of its own).
+enum class BetweenStepAndHead { nothing, dropout, max_abs };
+
 struct HeadTask {
     Backend* backend;
     LossHeadArgs head;
     MaxAbsInput input;
     float* maximum;
     LossScalerConfig scaler;
+    BetweenStepAndHead between = BetweenStepAndHead::nothing;
+    DropoutArgs dropout{};        // for BetweenStepAndHead::dropout
+    MaxAbsInput between_input{};  // for BetweenStepAndHead::max_abs
+    float* between_maximum = nullptr;
 };
 
 void run_head_task(void* argument) {
     const HeadTask& task = *static_cast<const HeadTask*>(argument);
     task.backend->begin_step(task.head.state);
+    if (task.between == BetweenStepAndHead::dropout) task.backend->dropout(task.dropout);
+    if (task.between == BetweenStepAndHead::max_abs)
+        task.backend->max_abs(&task.between_input, 1, task.between_maximum);
     task.backend->loss_head(task.head);
     task.backend->max_abs(&task.input, 1, task.maximum);
     task.backend->finish_step(task.head.state, task.scaler, nullptr, nullptr);
@@ -1652,10 +1664,16 @@ TEST_CASE("CUDA dense_update matches the CPU with fused SGD on the tensor cores"
     // layer at batch 256, and ragged sizes (rows past a chunk, columns one by one) with decay.
     OptimizerConfig sgd, sgd_decay;
     sgd_decay.weight_decay = 0.05f;
-    compare_dense_update(*cpu, *cuda, {256, 3072, 3000, DType::bf16, sgd, false});
-    compare_dense_update(*cpu, *cuda, {200, 3001, 100, DType::fp16, sgd_decay, false});
-    compare_dense_update(*cpu, *cuda, {129, 136, 72, DType::bf16, sgd, false});
-    compare_dense_update(*cpu, *cuda, {255, 64, 33, DType::fp16, sgd, true});  // skipped: not a byte written
+    // Each case's two updates on the tensor cores (not GEMM then update, which would match the CPU too).
+    const auto compare_on_tensor_cores = [&](const UpdateCase& c) {
+        const uint64_t before = cuda_backend_op_paths(*cuda).fused_sgd_tensor_cores;
+        compare_dense_update(*cpu, *cuda, c);
+        CHECK(cuda_backend_op_paths(*cuda).fused_sgd_tensor_cores == before + 2);
+    };
+    compare_on_tensor_cores({256, 3072, 3000, DType::bf16, sgd, false});
+    compare_on_tensor_cores({200, 3001, 100, DType::fp16, sgd_decay, false});
+    compare_on_tensor_cores({129, 136, 72, DType::bf16, sgd, false});
+    compare_on_tensor_cores({255, 64, 33, DType::fp16, sgd, true});  // skipped: not a byte written
     const CudaOpPaths paths = cuda_backend_op_paths(*cuda);
     CHECK(paths.fused_sgd_tensor_cores > 0);
     CHECK(paths.fused_sgd_tensor_cores < paths.fused_sgd);  // fp32's ran on CUDA cores
@@ -1876,58 +1894,75 @@ TEST_CASE("a recorded begin_step is folded into its loss head, which leaves foun
 #if defined(MPTRAIN_WITH_CUDA)
     const int64_t width = 16, classes = 10;
     // 32 rows: the head is one block; 200: several, the last one combining them. Recorded, issued op
-    // by op, and recorded with programmatic dependent launch (9.0 and up).
+    // by op, and recorded with programmatic dependent launch (9.0 and up). With a dropout between
+    // the begin_step and the head (folded all the same), and with a max_abs pass there (not folded).
     for (const int64_t rows : {int64_t{32}, int64_t{200}})
-        for (const IssueMode& mode : kIssueModes) {
-            const bool graphs = mode.graphs, dependent_launch = mode.dependent_launch;
-            CAPTURE(rows);
-            CAPTURE(graphs);
-            CAPTURE(dependent_launch);
-            auto backend = cuda_backend_issuing(mode);
-            if (!backend) continue;
-            std::vector<float> finite = random_values(static_cast<size_t>(rows * width), -2.0f, 2.0f);
-            std::vector<float> poisoned_logits = finite;
-            poisoned_logits[static_cast<size_t>(3 * width + 2)] = std::numeric_limits<float>::quiet_NaN();
-            Buffer logits = upload(*backend, DType::fp32, finite);
-            std::vector<int32_t> label_values(static_cast<size_t>(rows));
-            for (int64_t r = 0; r < rows; ++r) label_values[static_cast<size_t>(r)] = static_cast<int32_t>(r % classes);
-            Buffer labels = upload_raw(*backend, label_values);
-            Buffer gradient = poisoned(*backend, DType::bf16, static_cast<size_t>(rows * width));
-            TrainState initial{};
-            initial.loss_scale = 1.0f;
-            initial.found_inf = 1;  // as a skipped step leaves it: the first round must clear it
-            Buffer state = upload_raw(*backend, std::vector<TrainState>{initial});
-            Buffer maximum = poisoned(*backend, DType::fp32, 1);
-            HeadTask task{};
-            task.backend = backend.get();
-            task.head.logits = logits.as<float>();
-            task.head.labels = labels.as<int32_t>();
-            task.head.logits_grad = gradient.data();
-            task.head.logits_grad_dtype = DType::bf16;
-            task.head.state = state.as<TrainState>();
-            task.head.rows = rows;
-            task.head.width = width;
-            task.head.classes = classes;
-            task.head.activation = Activation::softmax;
-            task.head.loss = LossKind::sparse_categorical_crossentropy;
-            task.input = MaxAbsInput{gradient.data(), DType::bf16, rows * width};
-            task.maximum = maximum.as<float>();
-            for (int round = 0; round < 8; ++round) {
-                CAPTURE(round);
-                const bool nan_round = round % 3 == 2;
-                const std::vector<float>& values = nan_round ? poisoned_logits : finite;
-                backend->copy_to_device(logits.data(), values.data(), values.size() * sizeof(float));
-                backend->scheduler().submit(Lane::compute, &run_head_task, &task);
-                backend->scheduler().synchronize();
-                const TrainState after = download_raw<TrainState>(*backend, state, 1)[0];
-                CHECK(after.found_inf == (nan_round ? 1 : 0));
-                CHECK(after.steps == round + 1);
+        for (const IssueMode& mode : kIssueModes)
+            for (const BetweenStepAndHead between :
+                 {BetweenStepAndHead::nothing, BetweenStepAndHead::dropout, BetweenStepAndHead::max_abs}) {
+                const bool graphs = mode.graphs, dependent_launch = mode.dependent_launch;
+                CAPTURE(rows);
+                CAPTURE(graphs);
+                CAPTURE(dependent_launch);
+                CAPTURE(static_cast<int>(between));
+                auto backend = cuda_backend_issuing(mode);
+                if (!backend) continue;
+                std::vector<float> finite = random_values(static_cast<size_t>(rows * width), -2.0f, 2.0f);
+                std::vector<float> poisoned_logits = finite;
+                poisoned_logits[static_cast<size_t>(3 * width + 2)] = std::numeric_limits<float>::quiet_NaN();
+                Buffer logits = upload(*backend, DType::fp32, finite);
+                std::vector<int32_t> label_values(static_cast<size_t>(rows));
+                for (int64_t r = 0; r < rows; ++r)
+                    label_values[static_cast<size_t>(r)] = static_cast<int32_t>(r % classes);
+                Buffer labels = upload_raw(*backend, label_values);
+                Buffer gradient = poisoned(*backend, DType::bf16, static_cast<size_t>(rows * width));
+                TrainState initial{};
+                initial.loss_scale = 1.0f;
+                initial.found_inf = 1;  // as a skipped step leaves it: the first round must clear it
+                Buffer state = upload_raw(*backend, std::vector<TrainState>{initial});
+                Buffer maximum = poisoned(*backend, DType::fp32, 1);
+                HeadTask task{};
+                task.backend = backend.get();
+                task.head.logits = logits.as<float>();
+                task.head.labels = labels.as<int32_t>();
+                task.head.logits_grad = gradient.data();
+                task.head.logits_grad_dtype = DType::bf16;
+                task.head.state = state.as<TrainState>();
+                task.head.rows = rows;
+                task.head.width = width;
+                task.head.classes = classes;
+                task.head.activation = Activation::softmax;
+                task.head.loss = LossKind::sparse_categorical_crossentropy;
+                task.input = MaxAbsInput{gradient.data(), DType::bf16, rows * width};
+                task.maximum = maximum.as<float>();
+                Buffer dropped_in = upload(*backend, DType::fp32, finite);
+                Buffer dropped_out = poisoned(*backend, DType::fp32, finite.size());
+                Buffer between_maximum = poisoned(*backend, DType::fp32, 1);
+                task.between = between;
+                task.dropout.input = dropped_in.data();
+                task.dropout.output = dropped_out.data();
+                task.dropout.dtype = DType::fp32;
+                task.dropout.count = rows * width;
+                task.dropout.draw = DropoutDraw{7, 0, 0x80000000u, 2.0f};
+                task.dropout.state = state.as<TrainState>();
+                task.between_input = MaxAbsInput{dropped_in.data(), DType::fp32, rows * width};
+                task.between_maximum = between_maximum.as<float>();
+                for (int round = 0; round < 8; ++round) {
+                    CAPTURE(round);
+                    const bool nan_round = round % 3 == 2;
+                    const std::vector<float>& values = nan_round ? poisoned_logits : finite;
+                    backend->copy_to_device(logits.data(), values.data(), values.size() * sizeof(float));
+                    backend->scheduler().submit(Lane::compute, &run_head_task, &task);
+                    backend->scheduler().synchronize();
+                    const TrainState after = download_raw<TrainState>(*backend, state, 1)[0];
+                    CHECK(after.found_inf == (nan_round ? 1 : 0));
+                    CHECK(after.steps == round + 1);
+                }
+                const CudaOpPaths paths = cuda_backend_op_paths(*backend);
+                CHECK(paths.begin_steps_folded == (graphs && between != BetweenStepAndHead::max_abs ? 2u : 0u));
+                CHECK((paths.dependent_launches > 0) == dependent_launch);
+                if (graphs) CHECK(cuda_backend_graph_replays(*backend) == 6);
             }
-            const CudaOpPaths paths = cuda_backend_op_paths(*backend);
-            CHECK(paths.begin_steps_folded == (graphs ? 2u : 0u));
-            CHECK((paths.dependent_launches > 0) == dependent_launch);
-            if (graphs) CHECK(cuda_backend_graph_replays(*backend) == 6);
-        }
 #endif
 }
 
