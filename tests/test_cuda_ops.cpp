@@ -1464,22 +1464,31 @@ struct DecisionTask {
     TrainState* state;
     int64_t rows;
     LossScalerConfig scaler;
+    // The maxima in two passes (4 tensors, then 2), as the executor makes them past 8 layers: the
+    // decision reads both, so neither pass may take it.
+    bool two_passes = false;
 };
 
 void run_decision_task(void* argument) {
     const DecisionTask& task = *static_cast<const DecisionTask*>(argument);
     task.backend->begin_step(task.state);
-    task.backend->max_abs(task.inputs, 6, task.maxima);
+    if (task.two_passes) {
+        task.backend->max_abs(task.inputs, 4, task.maxima);
+        task.backend->max_abs(task.inputs + 4, 2, task.maxima + 4);
+    } else {
+        task.backend->max_abs(task.inputs, 6, task.maxima);
+    }
     task.backend->decide_update(task.maxima, 3, task.rows, task.state);
     task.backend->finish_step(task.state, task.scaler, nullptr, nullptr);
 }
 
-// A step's start as a compute task: begin_step, then the loss head (which may find the loss
-// non-finite), a max pass and finish_step (four ops, so that the task is captured and replayed).
 // What a head task issues between its begin_step and its loss head: nothing, a dropout (the fold
 // looks past the forward ops and dropouts the trainer issues there), or a max_abs pass (which keeps
 // the begin_step a node of its own).
 enum class BetweenStepAndHead { nothing, dropout, max_abs };
+
+// A step's start as a compute task: begin_step, then the loss head (which may find the loss
+// non-finite), a max pass and finish_step (four ops, so that the task is captured and replayed).
 
 struct HeadTask {
     Backend* backend;
@@ -1824,63 +1833,67 @@ TEST_CASE("a recorded max_abs pass decides the update in its own launch, as deci
     };
     const int64_t rows = 64;
     const int64_t sizes[6] = {300001, 7, 120000, 64, 4096, 1};  // many blocks, one, a ragged tail
-    // Recorded, issued op by op, and recorded with programmatic dependent launch (9.0 and up).
-    for (const IssueMode& mode : kIssueModes) {
-        const bool graphs = mode.graphs, dependent_launch = mode.dependent_launch;
-        CAPTURE(graphs);
-        CAPTURE(dependent_launch);
-        auto backend = cuda_backend_issuing(mode);
-        if (!backend) continue;
-        std::vector<Buffer> tensors;
-        DecisionTask task{};
-        task.backend = backend.get();
-        for (int t = 0; t < 6; ++t) {
-            tensors.emplace_back(*backend, static_cast<size_t>(sizes[t]) * sizeof(float));
-            task.inputs[t] = MaxAbsInput{tensors.back().data(), DType::fp32, sizes[t]};
-        }
-        Buffer maxima = poisoned(*backend, DType::fp32, 6);
-        TrainState initial{};
-        initial.loss_scale = 1.0f;
-        Buffer state = upload_raw(*backend, std::vector<TrainState>{initial});
-        task.maxima = maxima.as<float>();
-        task.state = state.as<TrainState>();
-        task.rows = rows;
-        std::mt19937 generator(11);
-        for (int round = 0; round < 12; ++round) {
-            const std::vector<float>& pairs = cases[static_cast<size_t>(round) % cases.size()];
-            CAPTURE(round);
+    // Recorded, issued op by op, and recorded with programmatic dependent launch (9.0 and up); the
+    // maxima in one pass, and in two (the decision a kernel of its own then).
+    for (const bool two_passes : {false, true})
+        for (const IssueMode& mode : kIssueModes) {
+            const bool graphs = mode.graphs, dependent_launch = mode.dependent_launch;
+            CAPTURE(graphs);
+            CAPTURE(dependent_launch);
+            CAPTURE(two_passes);
+            auto backend = cuda_backend_issuing(mode);
+            if (!backend) continue;
+            std::vector<Buffer> tensors;
+            DecisionTask task{};
+            task.backend = backend.get();
+            task.two_passes = two_passes;
             for (int t = 0; t < 6; ++t) {
-                // Values below the maximum, of both signs, and the maximum (negated half the time) somewhere.
-                std::uniform_real_distribution<float> below(-pairs[t] * 0.5f, pairs[t] * 0.5f);
-                std::vector<float> values(static_cast<size_t>(sizes[t]));
-                for (float& value : values) value = std::isfinite(pairs[t]) ? below(generator) : 1.0f;
-                const size_t at = generator() % values.size();
-                values[at] = (generator() % 2 ? -1.0f : 1.0f) * pairs[t];
-                backend->copy_to_device(tensors[static_cast<size_t>(t)].data(), values.data(),
-                                        values.size() * sizeof(float));
+                tensors.emplace_back(*backend, static_cast<size_t>(sizes[t]) * sizeof(float));
+                task.inputs[t] = MaxAbsInput{tensors.back().data(), DType::fp32, sizes[t]};
             }
-            backend->scheduler().submit(Lane::compute, &run_decision_task, &task);
-            backend->scheduler().synchronize();
-            CHECK(download(*backend, maxima, DType::fp32, 6) == pairs);
-            const TrainState after = download_raw<TrainState>(*backend, state, 1)[0];
-            const bool finite = gradient_bounds_finite(pairs.data(), 3, rows);
-            CHECK(finite == (pairs[2] != 1e30f && std::isfinite(pairs[4]) && pairs[0] != 1e37f));
-            CHECK(after.found_inf == (finite ? 0 : 1));
-            CHECK(after.steps == round + 1);
+            Buffer maxima = poisoned(*backend, DType::fp32, 6);
+            TrainState initial{};
+            initial.loss_scale = 1.0f;
+            Buffer state = upload_raw(*backend, std::vector<TrainState>{initial});
+            task.maxima = maxima.as<float>();
+            task.state = state.as<TrainState>();
+            task.rows = rows;
+            std::mt19937 generator(11);
+            for (int round = 0; round < 12; ++round) {
+                const std::vector<float>& pairs = cases[static_cast<size_t>(round) % cases.size()];
+                CAPTURE(round);
+                for (int t = 0; t < 6; ++t) {
+                    // Values below the maximum, of both signs, and the maximum (negated half the time) somewhere.
+                    std::uniform_real_distribution<float> below(-pairs[t] * 0.5f, pairs[t] * 0.5f);
+                    std::vector<float> values(static_cast<size_t>(sizes[t]));
+                    for (float& value : values) value = std::isfinite(pairs[t]) ? below(generator) : 1.0f;
+                    const size_t at = generator() % values.size();
+                    values[at] = (generator() % 2 ? -1.0f : 1.0f) * pairs[t];
+                    backend->copy_to_device(tensors[static_cast<size_t>(t)].data(), values.data(),
+                                            values.size() * sizeof(float));
+                }
+                backend->scheduler().submit(Lane::compute, &run_decision_task, &task);
+                backend->scheduler().synchronize();
+                CHECK(download(*backend, maxima, DType::fp32, 6) == pairs);
+                const TrainState after = download_raw<TrainState>(*backend, state, 1)[0];
+                const bool finite = gradient_bounds_finite(pairs.data(), 3, rows);
+                CHECK(finite == (pairs[2] != 1e30f && std::isfinite(pairs[4]) && pairs[0] != 1e37f));
+                CHECK(after.found_inf == (finite ? 0 : 1));
+                CHECK(after.steps == round + 1);
+            }
+            // Recorded: the first sighting runs eagerly and the second is captured, each through one
+            // fused launch; the ten replays launch the graph. Op by op: never fused.
+            const CudaOpPaths paths = cuda_backend_op_paths(*backend);
+            CHECK(paths.max_abs_deciding == (graphs && !two_passes ? 2u : 0u));
+            CHECK((paths.dependent_launches > 0) == dependent_launch);
+            if (graphs) {
+                INFO("last refusal: " << cuda_backend_last_graph_refusal(*backend));
+                CHECK(cuda_backend_graph_refusals(*backend) == 0);
+                CHECK(cuda_backend_graph_replays(*backend) == 10);
+            } else {
+                CHECK(cuda_backend_graph_replays(*backend) == 0);
+            }
         }
-        // Recorded: the first sighting runs eagerly and the second is captured, each through one
-        // fused launch; the ten replays launch the graph. Op by op: never fused.
-        const CudaOpPaths paths = cuda_backend_op_paths(*backend);
-        CHECK(paths.max_abs_deciding == (graphs ? 2u : 0u));
-        CHECK((paths.dependent_launches > 0) == dependent_launch);
-        if (graphs) {
-            INFO("last refusal: " << cuda_backend_last_graph_refusal(*backend));
-            CHECK(cuda_backend_graph_refusals(*backend) == 0);
-            CHECK(cuda_backend_graph_replays(*backend) == 10);
-        } else {
-            CHECK(cuda_backend_graph_replays(*backend) == 0);
-        }
-    }
 #endif
 }
 
