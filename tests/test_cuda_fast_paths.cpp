@@ -63,6 +63,16 @@ float train_two_bf16_epochs(const std::shared_ptr<Context>& context, unsigned se
     return trainer.evaluate(*dataset, 64).loss;
 }
 
+// train_two_bf16_epochs, whose steps must all have been captured without a refusal and replayed.
+float train_two_bf16_epochs_replayed(const std::shared_ptr<Context>& context, unsigned seed,
+                                     const LrSchedule& schedule = LrSchedule{}) {
+    const float loss = train_two_bf16_epochs(context, seed, schedule);
+    INFO("last refusal: " << cuda_backend_last_graph_refusal(context->backend()));
+    CHECK(cuda_backend_graph_refusals(context->backend()) == 0);
+    CHECK(cuda_backend_graph_replays(context->backend()) >= 30);
+    return loss;
+}
+
 // A rate that changes at every step (warm-up, then a cosine to 0 over 30 steps), evaluated by the
 // update kernels from the step count in device memory.
 LrSchedule per_step_cosine() {
@@ -445,10 +455,7 @@ TEST_CASE("MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 trains exactly as the default does, c
     if (!mpt::testing::turn_on_device_path(context->backend(), cuda_backend_set_dependent_launch,
                                            "programmatic dependent launch", 9))
         return;
-    const float dependent = train_two_bf16_epochs(context, 41);
-    INFO("last refusal: " << cuda_backend_last_graph_refusal(context->backend()));
-    CHECK(cuda_backend_graph_refusals(context->backend()) == 0);
-    CHECK(cuda_backend_graph_replays(context->backend()) >= 30);
+    const float dependent = train_two_bf16_epochs_replayed(context, 41);
     CHECK(cuda_backend_op_paths(context->backend()).dependent_launches > 0);
     // The step's max pass took the update decision in its launch, and its loss head the begin_step
     // (the trainer's op order allows both).
@@ -501,10 +508,7 @@ TEST_CASE("MPTRAIN_CUDA_GROUPED_SGD=1 trains exactly as the default does, on CUD
     SKIP_WITHOUT_GPU();
     const LrSchedule cosine = per_step_cosine();
     auto context = cuda_context_under("MPTRAIN_CUDA_GROUPED_SGD", "1");
-    const float grouped = train_two_bf16_epochs(context, 47, cosine);
-    INFO("last refusal: " << cuda_backend_last_graph_refusal(context->backend()));
-    CHECK(cuda_backend_graph_refusals(context->backend()) == 0);
-    CHECK(cuda_backend_graph_replays(context->backend()) >= 30);
+    const float grouped = train_two_bf16_epochs_replayed(context, 47, cosine);
     const CudaOpPaths paths = cuda_backend_op_paths(context->backend());
     CHECK(paths.fused_sgd_grouped > 0);
     CHECK(paths.fused_sgd_grouped <= paths.fused_sgd);
@@ -541,10 +545,7 @@ TEST_CASE("MPTRAIN_CUDA_STEP_FOLDS=0 trains exactly as the default does, the ste
     SKIP_WITHOUT_GPU();
     const LrSchedule cosine = per_step_cosine();
     auto context = cuda_context_under("MPTRAIN_CUDA_STEP_FOLDS", "0");
-    const float unfolded = train_two_bf16_epochs(context, 53, cosine);
-    INFO("last refusal: " << cuda_backend_last_graph_refusal(context->backend()));
-    CHECK(cuda_backend_graph_refusals(context->backend()) == 0);
-    CHECK(cuda_backend_graph_replays(context->backend()) >= 30);
+    const float unfolded = train_two_bf16_epochs_replayed(context, 53, cosine);
     CHECK(cuda_backend_op_paths(context->backend()).max_abs_deciding == 0);
     CHECK(cuda_backend_op_paths(context->backend()).begin_steps_folded == 0);
     auto default_context = make_context(MPT_BACKEND_CUDA);

@@ -265,12 +265,13 @@ DenseUpdatePlan plan_dense_update(CudaGemm& gemm, const DenseUpdateArgs& args, c
     require((args.part == UpdatePart::apply || args.rows > 0) && args.in_features > 0 && args.out_features > 0,
             MPT_STATUS_INVALID_ARGUMENT, "cuda backend: dense_update needs a non-empty problem");
     DenseUpdatePlan plan;
+    const bool has_partials = bias_partial_bytes(args, bias_in_gemm) != 0;
     if (args.part != UpdatePart::whole) {
         require(args.weight_grad && args.bias_grad, MPT_STATUS_INVALID_ARGUMENT,
                 "cuda backend: a dense_update in parts needs weight_grad and bias_grad");
         plan.weight_grad = args.weight_grad;
         plan.bias_grad = args.bias_grad;
-        if (bias_partial_bytes(args, bias_in_gemm)) plan.bias_partials = scratch;
+        if (has_partials) plan.bias_partials = scratch;
         if (args.part != UpdatePart::apply)
             plan.gradient = plan_weight_gradient(gemm, gradient_args(args, plan), allow_fused, bias_in_gemm);
         return plan;
@@ -284,12 +285,12 @@ DenseUpdatePlan plan_dense_update(CudaGemm& gemm, const DenseUpdateArgs& args, c
     if (args.weight_grad && args.bias_grad) {
         plan.weight_grad = args.weight_grad;
         plan.bias_grad = args.bias_grad;
-        if (bias_partial_bytes(args, bias_in_gemm)) plan.bias_partials = scratch;
+        if (has_partials) plan.bias_partials = scratch;
     } else {
         require(scratch != nullptr, MPT_STATUS_INTERNAL, "cuda backend: dense_update has no gradient scratch");
         plan.weight_grad = scratch;
         plan.bias_grad = reinterpret_cast<float*>(bytes + scratch_weight_bytes(args));
-        if (bias_partial_bytes(args, bias_in_gemm))
+        if (has_partials)
             plan.bias_partials =
                 reinterpret_cast<float*>(bytes + scratch_weight_bytes(args) + scratch_bias_bytes(args));
     }
