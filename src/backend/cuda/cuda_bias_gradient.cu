@@ -8,43 +8,7 @@ namespace mpt {
 
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kVectorsPerTile = 64;  // a tile's threads across the columns: 512 bf16 or 256 fp32 columns
-constexpr int kRowLanes = kThreads / kVectorsPerTile;  // and down its rows
-constexpr int kRowsInFlight = 4;     // loads a thread has in flight
-constexpr int kTargetBlocks = 512;   // a few blocks per SM on an H200 (132 SMs)
-constexpr int kMaxChunks = 128;      // chunks of rows per tile, so the last block adds at most this many
-constexpr int kMinChunkRows = 32;    // fewer, and the partial sums' round trip costs more than it spreads
-
-// The vector path's grid for a problem: tiles across the columns, chunks down the rows.
-struct VectorLayout {
-    bool usable = false;
-    int per_vector = 0;
-    int64_t vectors_per_row = 0;
-    int64_t tiles = 0;
-    int64_t chunks = 0;
-    int64_t rows_per_chunk = 0;
-};
-
-VectorLayout vector_layout(int64_t rows, int64_t columns, DType dtype) {
-    VectorLayout layout;
-    layout.per_vector = dtype == DType::fp32 ? 4 : 8;
-    if (rows <= 0 || columns <= 0 || columns % layout.per_vector != 0) return layout;
-    layout.usable = true;
-    layout.vectors_per_row = columns / layout.per_vector;
-    layout.tiles = (layout.vectors_per_row + kVectorsPerTile - 1) / kVectorsPerTile;
-    int64_t chunks = 1;
-    if (layout.tiles <= kBiasGradientTiles) {
-        chunks = kTargetBlocks / layout.tiles;
-        chunks = chunks < kMaxChunks ? chunks : kMaxChunks;
-        const int64_t most = (rows + kMinChunkRows - 1) / kMinChunkRows;
-        chunks = chunks < most ? chunks : most;
-        chunks = chunks > 1 ? chunks : 1;
-    }
-    layout.rows_per_chunk = (rows + chunks - 1) / chunks;
-    layout.chunks = (rows + layout.rows_per_chunk - 1) / layout.rows_per_chunk;
-    return layout;
-}
+using namespace bias_gradient_layout;
 
 // A 16-byte vector's values added to `sums`, taken from the loaded words with shifts (a reinterpret
 // cast of the vector's address let the compiler load its halves from memory one by one instead).
@@ -77,11 +41,11 @@ __global__ void __launch_bounds__(kThreads) bias_gradient_vector_kernel(const Bi
     __shared__ float lane_sums[kRowLanes][kTileColumns];
     __shared__ bool last_block;
 
-    const int vector_in_tile = threadIdx.x % kVectorsPerTile, lane = threadIdx.x / kVectorsPerTile;
+    const int vector_in_tile = bias_gradient_layout::vector_in_tile(threadIdx.x), lane = row_lane(threadIdx.x);
     const int64_t vectors_per_row = args.columns / kPerVector;
     const int64_t vector = static_cast<int64_t>(blockIdx.x) * kVectorsPerTile + vector_in_tile;
-    const int64_t first_row = static_cast<int64_t>(blockIdx.y) * rows_per_chunk;
-    const int64_t end_row = first_row + rows_per_chunk < args.rows ? first_row + rows_per_chunk : args.rows;
+    const int64_t first_row = chunk_first_row(blockIdx.y, rows_per_chunk);
+    const int64_t end_row = chunk_end_row(blockIdx.y, rows_per_chunk, args.rows);
     float sums[kPerVector] = {};
     if (vector < vectors_per_row) {
         const uint4* __restrict__ data = static_cast<const uint4*>(args.output_grad);
@@ -107,7 +71,7 @@ __global__ void __launch_bounds__(kThreads) bias_gradient_vector_kernel(const Bi
 #pragma unroll
         for (int l = 1; l < kRowLanes; ++l) sum += lane_sums[l][c];
         if (chunked) {
-            args.partials[blockIdx.y * args.columns + tile_first + c] = sum;
+            args.partials[partial_index(blockIdx.y, args.columns, tile_first + c)] = sum;
         } else {
             float* out = args.bias_grad + tile_first + c;
             *out = args.accumulate ? *out + sum : sum;
@@ -130,7 +94,8 @@ __global__ void __launch_bounds__(kThreads) bias_gradient_vector_kernel(const Bi
         float total = 0.0f;
         // Unrolled so that many loads are in flight; the adds stay in chunk order.
 #pragma unroll 16
-        for (unsigned chunk = 0; chunk < gridDim.y; ++chunk) total += __ldcg(args.partials + chunk * args.columns + column);
+        for (unsigned chunk = 0; chunk < gridDim.y; ++chunk)
+            total += __ldcg(args.partials + partial_index(chunk, args.columns, column));
         float* out = args.bias_grad + column;
         *out = args.accumulate ? *out + total : total;
     }
@@ -160,9 +125,8 @@ __global__ void bias_gradient_scalar_kernel(const BiasGradientArgs args) {
 }  // namespace
 
 size_t bias_gradient_partial_bytes(int64_t rows, int64_t columns, DType dtype) {
-    const VectorLayout layout = vector_layout(rows, columns, dtype);
-    if (!layout.usable || layout.chunks <= 1) return 0;
-    return round_up_256(static_cast<size_t>(layout.chunks * columns) * sizeof(float));
+    const int64_t floats = partial_floats(vector_layout(rows, columns, dtype), columns);
+    return floats ? round_up_256(static_cast<size_t>(floats) * sizeof(float)) : 0;
 }
 
 bool bias_gradient_vector_shape(int64_t rows, int64_t columns, DType dtype) {

@@ -17,16 +17,19 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backend/cuda/bias_gradient_layout.h"
 #include "core/dtype.h"
 
 namespace mpt {
 
-// Ticket counters for the vector path's tiles (a tile is 256 to 512 columns): layers wider than
-// kBiasGradientTiles tiles sum each chunk of rows in one block instead (no counters).
-constexpr int kBiasGradientTiles = 256;
-constexpr size_t bias_gradient_counter_bytes() { return kBiasGradientTiles * sizeof(unsigned); }
+// Ticket counters for the vector path's tiles (a tile is 256 to 512 columns; bias_gradient_layout.h).
+// Every layer's launch uses the same counters and leaves them at 0: two launches must never overlap
+// (they run on the compute stream, a GEMM between them; a dependent launch waits for the whole
+// preceding grid).
+constexpr size_t bias_gradient_counter_bytes() { return bias_gradient_layout::kCountedTiles * sizeof(unsigned); }
 
-// Scratch the vector path needs for the chunks' partial sums (0: none), at most ~2 MB.
+// Scratch the vector path needs for the chunks' partial sums (0: none): at most 512 blocks' tiles of
+// 512 floats, ~1 MB.
 size_t bias_gradient_partial_bytes(int64_t rows, int64_t columns, DType dtype);
 // Whether the vector path takes this shape (given a 16-byte aligned dZ, as arenas give).
 bool bias_gradient_vector_shape(int64_t rows, int64_t columns, DType dtype);
