@@ -50,7 +50,9 @@ if [[ "${1:-}" == "--thread-sanitizer" ]]; then
 fi
 cmake -S . -B build-test -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMPTRAIN_CUDA_ARCHITECTURES=90
 cmake --build build-test -j "$jobs"
-ctest --test-dir build-test --output-on-failure
+# Side by side: no suite shares files or a port with another (--cpu-variants has run them so since it
+# began), and the longest ones are split so that none holds the run up alone.
+ctest --test-dir build-test --output-on-failure -j "$jobs"
 
 if [[ "${1:-}" == "--no-sanitizers" ]]; then exit 0; fi
 
@@ -58,4 +60,4 @@ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMPTRAIN_CU
   -DMPTRAIN_SANITIZE="address;undefined" -DMPTRAIN_BUILD_SAMPLES=OFF -DMPTRAIN_BUILD_BENCH=OFF
 cmake --build build-asan -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --test-dir build-asan --output-on-failure --label-exclude "bindings|packaging"
+  ctest --test-dir build-asan --output-on-failure -j "$jobs" --label-exclude "bindings|packaging"
