@@ -139,12 +139,15 @@ stage "GPU tests"
 # MPTRAIN_REQUIRE_GPU=1: a case that finds no usable device (a driver older than the toolkit, no
 # cuBLASLt) fails with the reason instead of passing as a skip. -V keeps the cases' messages (the
 # fp32 epilogue report) in the log.
-# --timeout 60: one hung program must leave the others their turn inside the stage's 150 s.
+# -j 3: the five programs side by side (each process its own counters and arenas; the GPU and 16
+# cores have room), so that the tests added since the last GPU run, whose time there is unknown,
+# cannot push the stage past its limit; --timeout 120: a hung program still leaves the others
+# theirs inside the stage's 180 s.
 # (context_description: mpt_context_describe's CUDA members, graph and op counts.)
 # (A build folder kept from an earlier call may hold that call's list of failed tests.)
 rm -f "$BUILD/Testing/Temporary/LastTestsFailed.log"
 gpu_tests_failed=0
-limited 150 env MPTRAIN_REQUIRE_GPU=1 ctest --test-dir "$BUILD" -R "cuda|context_description" -V --timeout 60 \
+limited 180 env MPTRAIN_REQUIRE_GPU=1 ctest --test-dir "$BUILD" -R "cuda|context_description" -V -j 3 --timeout 120 \
     >"$WORK/ctest_cuda.log" 2>&1 || { failed 5; gpu_tests_failed=1; }
 # The list of the GPU tests that failed, before another ctest run (FULL_CTEST) overwrites it.
 cp "$BUILD/Testing/Temporary/LastTestsFailed.log" "$WORK/gpu_tests_failed.log" 2>/dev/null
