@@ -61,6 +61,8 @@ Run train_on_gpu(size_t dataset_device_budget, const SyntheticData& data, bool s
     GpuSetup setup = gpu_setup(dataset_device_budget, data);
 #if defined(MPTRAIN_WITH_CUDA)
     if (dependent_launch) REQUIRE(cuda_backend_set_dependent_launch(setup.context->backend(), true));
+#else
+    (void)dependent_launch;  // (no GPU case runs without the CUDA backend)
 #endif
     if (standardized) {
         const int64_t features = setup.dataset->features();
