@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include "backend/backend.h"
+#include "backend/cuda/fused_sgd_grid_layout.h"
 
 namespace mpt {
 
@@ -37,7 +38,7 @@ void run_fused_sgd(const DenseUpdateArgs& args, const OptimizerConfig& optimizer
                    cudaStream_t stream);
 
 // The most layers one launch updates (the seed MLP has 3).
-constexpr int kFusedSgdMaxLayers = 4;
+constexpr int kFusedSgdMaxLayers = fused_sgd_tiles::kMaxLayers;
 
 // Whether two updates may run side by side: neither writes a byte (masters, bias, low-precision
 // copies) that the other reads (dZ, A) or writes. A trainer's layers always are; a direct user of

@@ -15,11 +15,12 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_fused_sgd.cuh"
 #include "backend/cuda/cuda_step_state.cuh"
+#include "backend/cuda/fused_sgd_grid_layout.h"
 
 namespace mpt {
 
-constexpr int kFusedSgdStripColumns = 128;  // input columns a block owns
-constexpr int kFusedSgdTileRows = 32;       // output rows a block updates at a time
+constexpr int kFusedSgdStripColumns = fused_sgd_tiles::kStripColumns;  // input columns a block owns
+constexpr int kFusedSgdTileRows = fused_sgd_tiles::kTileRows;          // output rows a block updates at a time
 
 struct FusedSgdLaunch {
     const void* output_grad;  // dZ [rows, out]
@@ -98,10 +99,6 @@ __device__ __forceinline__ void finish_step_in_last_block(const FusedSgdFinish& 
     finish_step_on_device(finish.state, finish.scaler, finish.metrics, finish.committed_metrics);
 }
 
-__host__ __device__ inline int64_t fused_sgd_strips(int64_t in_features) {
-    return (in_features + kFusedSgdStripColumns - 1) / kFusedSgdStripColumns;
-}
-
 // This block's layer in its group, and its column strip and run of row tiles in that layer (what a
 // launch of one layer took from blockIdx.x and blockIdx.y).
 struct FusedSgdBlock {
@@ -110,12 +107,11 @@ struct FusedSgdBlock {
 };
 __device__ __forceinline__ FusedSgdBlock fused_sgd_block(const FusedSgdGroup& group) {
     FusedSgdBlock block{};
-    for (int l = 1; l < group.count; ++l)
-        if (blockIdx.x >= group.first_block[l]) block.layer = l;
+    block.layer = fused_sgd_tiles::block_layer(group.first_block, group.count, blockIdx.x);
     const int64_t local = blockIdx.x - group.first_block[block.layer];
-    const int64_t strips = fused_sgd_strips(group.layers[block.layer].in_features);
-    block.strip = local % strips;
-    block.run = local / strips;
+    const int64_t strips = fused_sgd_tiles::strips(group.layers[block.layer].in_features);
+    block.strip = fused_sgd_tiles::block_strip(local, strips);
+    block.run = fused_sgd_tiles::block_run(local, strips);
     return block;
 }
 
@@ -153,9 +149,8 @@ struct FusedSgdBlockStart {
 };
 __device__ __forceinline__ FusedSgdBlockStart fused_sgd_block_start(const FusedSgdLaunch& p, int64_t run) {
     FusedSgdBlockStart start{};
-    const int64_t tiles = (p.out_features + kFusedSgdTileRows - 1) / kFusedSgdTileRows;
-    start.first_tile = run * p.tiles_per_block;
-    start.end_tile = min(tiles, start.first_tile + p.tiles_per_block);
+    start.first_tile = fused_sgd_tiles::run_first_tile(run, p.tiles_per_block);
+    start.end_tile = fused_sgd_tiles::run_end_tile(run, p.tiles_per_block, p.out_features);
     if (start.first_tile >= start.end_tile) return start;
     const TrainState state = *p.state;
     if (state.found_inf) return start;
@@ -203,27 +198,13 @@ inline unsigned fused_sgd_grid(const void* kernel, int threads, size_t dynamic_s
         per_multiprocessor = 1;
     }
     const int64_t resident = static_cast<int64_t>(multiprocessors) * per_multiprocessor;
-    double weights = 0.0;
-    for (int l = 0; l < group.count; ++l)
-        weights += static_cast<double>(group.layers[l].out_features) * static_cast<double>(group.layers[l].in_features);
-    int64_t blocks = 0;
-    for (int l = 0; l < group.count; ++l) {
-        FusedSgdLaunch& launch = group.layers[l];
-        const int64_t strips = fused_sgd_strips(launch.in_features);
-        const int64_t tiles = (launch.out_features + kFusedSgdTileRows - 1) / kFusedSgdTileRows;
-        const double share = group.count == 1 ? 1.0
-                                              : static_cast<double>(launch.out_features) *
-                                                    static_cast<double>(launch.in_features) / weights;
-        const auto layer_resident = static_cast<int64_t>(static_cast<double>(resident) * share);
-        const int64_t runs_per_strip = std::max<int64_t>(1, std::min<int64_t>(tiles, layer_resident / strips));
-        launch.tiles_per_block = (tiles + runs_per_strip - 1) / runs_per_strip;
-        const int64_t runs = (tiles + launch.tiles_per_block - 1) / launch.tiles_per_block;
-        group.first_block[l] = static_cast<unsigned>(blocks);
-        blocks += strips * runs;
-        require(blocks <= 0x7fffffff, MPT_STATUS_UNSUPPORTED, "cuda backend: layers too large for fused SGD");
-    }
-    group.first_block[group.count] = static_cast<unsigned>(blocks);
-    return static_cast<unsigned>(blocks);
+    fused_sgd_tiles::LayerShape shapes[kFusedSgdMaxLayers];
+    for (int l = 0; l < group.count; ++l) shapes[l] = {group.layers[l].in_features, group.layers[l].out_features};
+    const fused_sgd_tiles::Grid grid = fused_sgd_tiles::plan(shapes, group.count, resident);
+    require(grid.blocks <= 0x7fffffff, MPT_STATUS_UNSUPPORTED, "cuda backend: layers too large for fused SGD");
+    for (int l = 0; l < group.count; ++l) group.layers[l].tiles_per_block = grid.tiles_per_block[l];
+    for (int l = 0; l <= group.count; ++l) group.first_block[l] = static_cast<unsigned>(grid.first_block[l]);
+    return static_cast<unsigned>(grid.blocks);
 }
 
 // One of the kernels, as the layers it can update in one launch: those of equal variants share one.
