@@ -11,6 +11,7 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_fused_sgd.cuh"
 #include "backend/cuda/cuda_launch.cuh"
+#include "backend/cuda/update_chunk_layout.h"
 
 namespace mpt {
 
@@ -119,21 +120,8 @@ __device__ __forceinline__ void plain_sgd_fours(const UpdateLaunch& launch, cons
     }
 }
 
-// Chunk `chunk` of the launch: its group and its first element there; whole when four elements
-// from there are the group's and its pointers allow 16-byte accesses.
-struct ChunkPlace {
-    int group;
-    int64_t first;
-    bool whole;
-};
-__device__ __forceinline__ ChunkPlace place_chunk(const UpdateLaunch& launch, int64_t chunk) {
-    ChunkPlace place;
-    place.group = chunk >= launch.groups[1].first_chunk ? 1 : 0;
-    const DeviceGroup& group = launch.groups[place.group];
-    place.first = (chunk - group.first_chunk) * 4;
-    place.whole = group.vectorised && place.first + 4 <= group.count;
-    return place;
-}
+using update_chunks::ChunkPlace;
+using update_chunks::place_chunk;
 
 template <DType kLow, bool kPlainSgd>
 __device__ __forceinline__ void update_chunk(const UpdateLaunch& launch, const OptimizerStepScalars& scalars,
@@ -169,12 +157,14 @@ __global__ void __launch_bounds__(kUpdateThreads) update_kernel(const UpdateLaun
     __syncthreads();
     if (skip) return;
 
+    // The walk of update_chunk_layout.h: chunks a stride apart, two per pass for plain SGD (their
+    // loads in flight together when both are whole), then one at a time.
     const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
     int64_t chunk = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if constexpr (kPlainSgd) {
-        // Two chunks a stride apart per pass, their loads in flight together when both are whole.
         for (; chunk + stride < launch.total_chunks; chunk += 2 * stride) {
-            const ChunkPlace first = place_chunk(launch, chunk), second = place_chunk(launch, chunk + stride);
+            const ChunkPlace first = place_chunk(launch.groups, chunk);
+            const ChunkPlace second = place_chunk(launch.groups, chunk + stride);
             if (first.whole && second.whole) {
                 const DeviceGroup* const groups[2] = {&launch.groups[first.group], &launch.groups[second.group]};
                 const int64_t firsts[2] = {first.first, second.first};
@@ -185,7 +175,8 @@ __global__ void __launch_bounds__(kUpdateThreads) update_kernel(const UpdateLaun
             }
         }
     }
-    for (; chunk < launch.total_chunks; chunk += stride) update_chunk<kLow, kPlainSgd>(launch, scalars, place_chunk(launch, chunk));
+    for (; chunk < launch.total_chunks; chunk += stride)
+        update_chunk<kLow, kPlainSgd>(launch, scalars, place_chunk(launch.groups, chunk));
 }
 
 bool aligned(const void* pointer, unsigned bytes) {
@@ -314,10 +305,10 @@ void run_dense_update(CudaGemm& gemm, const DenseUpdatePlan& plan, const DenseUp
     const int64_t weight_count = args.out_features * args.in_features;
     launch.groups[0] = device_group(args.weights, args.low_weights, args.compute_dtype, plan.weight_grad,
                                     args.weight_state, weight_count, 0);
-    const int64_t weight_chunks = (weight_count + 3) / 4;
+    const int64_t weight_chunks = update_chunks::chunks(weight_count);
     launch.groups[1] = device_group(args.bias, args.low_bias, args.compute_dtype, plan.bias_grad, args.bias_state,
                                     args.out_features, weight_chunks);
-    launch.total_chunks = weight_chunks + (args.out_features + 3) / 4;
+    launch.total_chunks = weight_chunks + update_chunks::chunks(args.out_features);
     const unsigned blocks = grid_for(launch.total_chunks, kUpdateThreads, static_cast<unsigned>(max_blocks));
     void (*kernel)(UpdateLaunch) = nullptr;
     const bool plain_sgd = is_plain_sgd(optimizer);
