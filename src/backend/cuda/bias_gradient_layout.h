@@ -26,7 +26,7 @@ constexpr int kMinChunkRows = 32;  // fewer, and the partial sums' round trip co
 constexpr int kCountedTiles = 256;
 
 // Elements in a 16-byte vector.
-constexpr int per_vector(DType dtype) { return dtype == DType::fp32 ? 4 : 8; }
+MPT_HOST_DEVICE constexpr int per_vector(DType dtype) { return dtype == DType::fp32 ? 4 : 8; }
 
 // The vector path's grid for a problem: tiles across the columns, chunks down the rows.
 struct VectorLayout {

@@ -13,7 +13,7 @@ using namespace bias_gradient_layout;
 // A 16-byte vector's values added to `sums`, taken from the loaded words with shifts (a reinterpret
 // cast of the vector's address let the compiler load its halves from memory one by one instead).
 template <DType kDtype>
-__device__ __forceinline__ void add_vector(float (&sums)[kDtype == DType::fp32 ? 4 : 8], const uint4& raw) {
+__device__ __forceinline__ void add_vector(float (&sums)[per_vector(kDtype)], const uint4& raw) {
     const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
     for (int w = 0; w < 4; ++w) {
@@ -36,14 +36,14 @@ template <DType kDtype>
 __global__ void __launch_bounds__(kThreads) bias_gradient_vector_kernel(const BiasGradientArgs args,
                                                                          int64_t rows_per_chunk) {
     start_after_preceding_kernel();
-    constexpr int kPerVector = kDtype == DType::fp32 ? 4 : 8;
+    constexpr int kPerVector = per_vector(kDtype);
     constexpr int kTileColumns = kVectorsPerTile * kPerVector;
     __shared__ float lane_sums[kRowLanes][kTileColumns];
     __shared__ bool last_block;
 
-    const int vector_in_tile = bias_gradient_layout::vector_in_tile(threadIdx.x), lane = row_lane(threadIdx.x);
+    const int tile_vector = vector_in_tile(threadIdx.x), lane = row_lane(threadIdx.x);
     const int64_t vectors_per_row = args.columns / kPerVector;
-    const int64_t vector = static_cast<int64_t>(blockIdx.x) * kVectorsPerTile + vector_in_tile;
+    const int64_t vector = static_cast<int64_t>(blockIdx.x) * kVectorsPerTile + tile_vector;
     const int64_t first_row = chunk_first_row(blockIdx.y, rows_per_chunk);
     const int64_t end_row = chunk_end_row(blockIdx.y, rows_per_chunk, args.rows);
     float sums[kPerVector] = {};
@@ -60,7 +60,7 @@ __global__ void __launch_bounds__(kThreads) bias_gradient_vector_kernel(const Bi
         for (; row < end_row; row += kRowLanes) add_vector<kDtype>(sums, data[row * vectors_per_row + vector]);
     }
 #pragma unroll
-    for (int k = 0; k < kPerVector; ++k) lane_sums[lane][vector_in_tile * kPerVector + k] = sums[k];
+    for (int k = 0; k < kPerVector; ++k) lane_sums[lane][tile_vector * kPerVector + k] = sums[k];
     __syncthreads();
 
     const int64_t tile_first = static_cast<int64_t>(blockIdx.x) * kTileColumns;
