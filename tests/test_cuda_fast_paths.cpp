@@ -413,6 +413,37 @@ TEST_CASE("MPTRAIN_CUDA_TENSOR_CORE_SGD=1 trains as the CUDA-core kernel does") 
     CHECK(tensor_cores == doctest::Approx(cuda_cores).epsilon(5e-3));
 }
 
+// The tensor-core fused SGD takes batches of up to 256 rows without a weight gradient in memory, so
+// the executor plans no gradient scratch for them: the seed MLP's at batch 128 is the first layer's
+// fp32 dW and db, 36.9 MB, of which liveness lets only buffers dead by the update (the batch's 1.6 MB
+// of staging, the ReLU masks) share a part. Past 256 rows both plans keep it. (Before the scratch
+// rule knew the switch, the two plans at batch 128 were the same.)
+TEST_CASE("MPTRAIN_CUDA_TENSOR_CORE_SGD=1 plans no gradient scratch for the batches it fuses") {
+    SKIP_WITHOUT_GPU();
+    auto context = cuda_context_under("MPTRAIN_CUDA_TENSOR_CORE_SGD", "1");
+    if (!mpt::testing::turn_on_tensor_core_path(context->backend(), cuda_backend_set_tensor_core_sgd,
+                                                "tensor-core fused SGD"))
+        return;
+    auto default_context = make_context(MPT_BACKEND_CUDA);
+    const SyntheticData data = synthetic_data(640, 3072, 41);
+    const auto planned_bytes_at = [&](const std::shared_ptr<Context>& on, int64_t batch) {
+        auto dataset = to_dataset(on, data);
+        TrainerConfig config;
+        config.precision = MPT_PRECISION_MIXED_BF16;
+        Trainer trainer(make_seed_mlp(on), config);
+        trainer.fit(*dataset, 1, batch, true);
+        return trainer.executor().planned_bytes();
+    };
+    const size_t first_layer_gradient_bytes = (size_t{3000} * 3072 + 3000) * sizeof(float);
+    const size_t tensor_cores_128 = planned_bytes_at(context, 128);
+    CHECK(cuda_backend_op_paths(context->backend()).fused_sgd_tensor_cores > 0);
+    const size_t default_128 = planned_bytes_at(default_context, 128);
+    INFO("planned at batch 128: " << tensor_cores_128 << " bytes on tensor cores, " << default_128 << " by default");
+    CHECK(default_128 >= tensor_cores_128 + first_layer_gradient_bytes / 2);
+    const size_t tensor_cores_320 = planned_bytes_at(context, 320);
+    CHECK(tensor_cores_320 == planned_bytes_at(default_context, 320));
+}
+
 // MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 and MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 (compute capability 8.0 and
 // up): batch 32's forward layers (and the evaluation's at batch 64) and its input gradients run as
 // one tensor-core kernel each, the same sums in another order, the backward reading the ReLU masks
