@@ -3,8 +3,10 @@
 # with CMake + Ninja, runs the GPU tests (ctest -R "cuda|context_description"), mptrain-bench
 # --backend cuda (fp32, mixed-fp16, mixed-bf16 at batch 32, 256, 4096), the 50-epoch CIFAR-10
 # seed run (mptrain-cifar10, batch 32, mixed-bf16; targets >= 55% test accuracy, < 5 s of GPU
-# time) when the data set is there, and the PyTorch and JAX peers (bench/peers/), then the other
-# features' benches as time allows, and prints a short table last. Logs go to a
+# time) when the data set is there, the switched-off paths' stages and the candidate defaults (the
+# switches those stages favour, bench/peers/best_switches.py: the table and the seed run again with
+# them), and the PyTorch and JAX peers (bench/peers/), then the other features' benches as time
+# allows, and prints a short table last. Logs go to a
 # work folder; what the device tool should bring back (summary, test log, bench logs, seed-run log,
 # kernel profile, merged JSON records: at most 8 files) is copied to $OUT after every stage, and
 # every stage's timeout is capped by the time left before DEADLINE, so a call cut short still
@@ -43,6 +45,7 @@ WORK=$(mktemp -d /tmp/mptrain-check.XXXXXX)
 mkdir -p "$OUT"
 status=0
 started=$SECONDS
+candidate=""  # the switch set chosen from the switch stages (bench/peers/best_switches.py), once chosen
 # The device call's timeout_s: the optional last stages start only when they can end before it
 # (a call killed at its limit brings back only what is already in $OUT, and $OUT is filled last).
 DEADLINE=${DEADLINE:-540}
@@ -74,6 +77,8 @@ publish() {
             echo "GPU tests: $(grep -E 'tests passed|tests failed' "$WORK/ctest_cuda.log" | tail -1)"
         grep -hoE "fp32: [0-9]+ fused plans refused.*" "$WORK/ctest_cuda.log" 2>/dev/null | head -1 \
             | sed 's/^/cuBLASLt epilogues, /'
+        [ -f "$WORK/best_switches.txt" ] && sed '$d; s/^/switch choice: /' "$WORK/best_switches.txt"
+        [ -n "$candidate" ] && (cd bench/peers && python3 best_switches.py report "$candidate" "$WORK"/mptrain_*.json)
         cat "$WORK/cifar10_line.txt" "$WORK/cifar10_experiments_line.txt" "$WORK/memcheck_line.txt" 2>/dev/null
         grep -hE "^mixed-bf16, batch|^kernel profile|no table" "$WORK/kernels.txt" 2>/dev/null | sed 's/^mixed/ncu: mixed/'
         echo "after $((SECONDS - started)) s, exit status so far $status"
@@ -224,6 +229,24 @@ if [ -x "$bench" ]; then
     # cuBLASLt never splitting K: where it did, the bias/ReLU epilogue ran as a separate pass (two
     # of 40 us each at batch 4096 on an H200, 2026-12-04) and split-K's reduction as another.
     MPTRAIN_CUDA_SPLIT_K=0 bench_run 90 unsplit --precision mixed-bf16 --batch 32,256,4096 --steps 50
+    # The candidate defaults: the switches the stages above favour (bench/peers/best_switches.py: the
+    # fastest set at each batch if 2% faster than the default step, less any switch whose GPU tests
+    # failed or that alone was slower somewhere), timed at every precision and batch, so that the
+    # session can commit them as the defaults on this call's evidence (a GPU session gets one check).
+    stage "candidate defaults (the switches the stages favour)"
+    candidate=$(cd bench/peers && python3 best_switches.py choose "$WORK/ctest_cuda.log" "$WORK"/mptrain_*.json 2>&1 \
+        | tee "$WORK/best_switches.txt" | tail -1)
+    cat "$WORK/best_switches.txt"
+    # (Only VAR=value words of the script's own table reach the eval.)
+    if ! [[ $candidate =~ ^(MPTRAIN_CUDA_[A-Z_]+=[01]( |$))+$ ]]; then
+        [ -n "$candidate" ] && echo "unexpected choice, ignored: $candidate"
+        candidate=""
+    fi
+    if [ -n "$candidate" ]; then
+        eval "$candidate bench_run 60 candidate --precision fp32,mixed-fp16,mixed-bf16 --batch 32,256"
+        eval "$candidate bench_run 60 candidate_large --precision fp32,mixed-fp16,mixed-bf16 --batch 4096 --steps 50"
+    fi
+    publish
 else
     echo "no $bench (MPTRAIN_BUILD_BENCH off or bench/ missing)"
 fi
@@ -328,6 +351,21 @@ else
     run_cifar cifar10 "CIFAR-10 seed run"
 fi
 
+# The same 50 epochs with the candidate defaults (chosen above), or, when none was chosen, with
+# every switched-off experiment on: what the seed run would take with them as the defaults. Before
+# the peers: the 50-epoch target hangs on the switches, and the peers were timed in earlier checks.
+if [ "$cifar_ready" = 1 ] && fits 60; then
+    if [ -n "$candidate" ]; then
+        # shellcheck disable=SC2086  # one VAR=value word per switch
+        run_cifar cifar10_experiments "CIFAR-10 seed run, candidate defaults" $candidate
+    else
+        run_cifar cifar10_experiments \
+            "CIFAR-10 seed run, tensor-core SGD + small-batch kernels + GEMM autotuning + dependent launch + grouped SGD" \
+            MPTRAIN_CUDA_TENSOR_CORE_SGD=1 MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 \
+            MPTRAIN_CUDA_GEMM_AUTOTUNE=1 MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1
+    fi
+fi
+
 if [ "${SKIP_PEERS:-0}" != 1 ]; then
     stage "PyTorch peers"
     (cd bench/peers && PYTHONUNBUFFERED=1 limited 150 python3 torch_peer.py --json "$WORK/torch.json") 2>&1 \
@@ -339,14 +377,6 @@ if [ "${SKIP_PEERS:-0}" != 1 ]; then
     publish
 fi
 
-# The same 50 epochs with this session's switched-off experiments on (bench/NOTES.md): what the
-# seed run would take if they became the defaults. After the peers: it matters less than they do.
-if [ "$cifar_ready" = 1 ] && fits 60; then
-    run_cifar cifar10_experiments \
-        "CIFAR-10 seed run, tensor-core SGD + small-batch kernels + GEMM autotuning + dependent launch + grouped SGD" \
-        MPTRAIN_CUDA_TENSOR_CORE_SGD=1 MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 \
-        MPTRAIN_CUDA_GEMM_AUTOTUNE=1 MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1
-fi
 
 # Out-of-bounds and misaligned accesses in the kernels that the op comparisons would not see (a
 # wrong index that happens to read plausible bytes): compute-sanitizer's memcheck over the op

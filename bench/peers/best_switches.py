@@ -1,0 +1,194 @@
+"""Which of the CUDA backend's switched-off paths the device check's own measurements favour as defaults.
+
+A GPU session gets one device check; a second call on a fresh machine costs minutes of a 15-minute
+budget. So the check chooses, from the switch stages it has just timed, the set of switches that made
+the plain mixed-bf16 step faster, and times the whole table and the 50-epoch seed run with that set in
+the same call: what committing those switches as the defaults would measure.
+
+  best_switches.py choose CTEST_LOG RECORDS.json...
+      The reasons, a line each, then on the last line the chosen settings ("VAR=value ..."; an empty
+      line when none is chosen).
+  best_switches.py report "VAR=value ..." RECORDS.json...
+      The records timed with exactly that set against the default step, per precision and batch,
+      with the issue's targets.
+
+The rule, from mptrain-bench's records of the plain step (seed MLP, SGD, constant rate, resident data,
+no caveat such as a refused graph or a switch the device turned off):
+- at each batch the fastest switch set timed there, if at least 2% faster than the default step;
+- the union of those sets, less any switch whose GPU test failed (a failing case that names none of
+  the switches is a failure of the default path, and then nothing is chosen), less any switch that
+  was timed alone and was more than 2% slower than the default at some batch."""
+import sys
+
+from summary import caveats, load
+
+# (switch, the record's field, the field's value when switched on, its environment setting, words
+# that name it in a GPU test case's name, lowercase)
+SWITCHES = (
+    ("tensor_core_sgd", "tensor_core_sgd", True, "MPTRAIN_CUDA_TENSOR_CORE_SGD=1",
+     ("tensor_core_sgd", "tensor cores")),
+    ("small_batch_forward", "small_batch_forward", True, "MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1",
+     ("small_batch_forward", "small-batch kernel, whose relu mask")),
+    ("small_batch_backward", "small_batch_backward", True, "MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1",
+     ("_backward=1", "small-batch kernel, through either")),
+    ("dependent_launch", "dependent_launch", True, "MPTRAIN_CUDA_DEPENDENT_LAUNCH=1",
+     ("dependent_launch", "dependent launch")),
+    ("grouped_sgd", "grouped_sgd", True, "MPTRAIN_CUDA_GROUPED_SGD=1",
+     ("grouped_sgd", "several layers run as one launch")),
+    ("own_bias_gradient", "own_bias_gradient", True, "MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1",
+     ("own_bias_gradient", "bias gradients from the backend's kernel")),
+    ("gemm_autotune", "gemm_autotune", True, "MPTRAIN_CUDA_GEMM_AUTOTUNE=1", ("gemm_autotune",)),
+    ("split_k_off", "split_k", False, "MPTRAIN_CUDA_SPLIT_K=0", ("split_k",)),
+)
+FASTER = 0.98  # a set is chosen at a batch when its step takes at most this share of the default's
+SLOWER = 1.02  # a switch timed alone is dropped when its step took more than this share somewhere
+TARGETS_US = {32: 70, 256: 110, 4096: 480}  # mixed-bf16 on the H200 (issue 3)
+
+
+def switch_set(record):
+    return frozenset(name for name, field, on, _, _ in SWITCHES if record.get(field, not on) == on)
+
+
+def plain_step(record):
+    """A record of mptrain-bench's plain step: the seed MLP, plain SGD at a constant rate, resident
+    data, none of the options that add work (summary.py shows those against it)."""
+    return (record.get("bench") is None and "framework" not in record and record.get("backend") == "cuda"
+            and "us_per_step" in record and record.get("hidden", [3000, 1000]) == [3000, 1000]
+            and record.get("optimizer", "sgd") == "sgd" and not record.get("momentum")
+            and not record.get("weight_decay") and record.get("lr_schedule", "constant") == "constant"
+            and record.get("data", "resident") == "resident" and not record.get("global_clipnorm")
+            and not record.get("ema_momentum") and not record.get("dropout") and not record.get("micro_batch")
+            and not record.get("frozen_layers") and not record.get("standardized"))
+
+
+def failing_cases(ctest_log):
+    """The names of the doctest cases that failed in a `ctest -V` log (lines prefixed "N: " by the test
+    that printed them, tests interleaved under -j): a case counts when an ERROR follows its header
+    in the same test's lines. A test that ctest lists as failed without such a case (a timeout, a
+    crash) counts as a failing case named after the test, which names no switch."""
+    current, failing, failed_tests, cases_of = {}, set(), {}, set()
+    try:
+        with open(ctest_log, errors="replace") as log:
+            lines = log.read().splitlines()
+    except OSError:
+        return None
+    listing = False
+    for line in lines:
+        if line.startswith("The following tests FAILED:"):
+            listing = True
+            continue
+        number, separator, rest = line.strip().partition(" - ")
+        if listing and separator and number.isdigit():
+            failed_tests[number] = rest
+            continue
+        test, separator, text = line.partition(": ")
+        if not separator or not test.strip().isdigit():
+            continue
+        if text.startswith("TEST CASE:"):
+            current[test] = text[len("TEST CASE:"):].strip()
+        elif (" ERROR: " in text or " FATAL ERROR: " in text) and current.get(test):
+            failing.add(current[test])
+            cases_of.add(test.strip())
+    failing |= {f"test {what}, with no failing case named" for number, what in failed_tests.items()
+                if number not in cases_of}
+    return failing
+
+
+def excluded_by_tests(failing):
+    """(switches whose tests failed, failing cases that name no switch)."""
+    excluded, unexplained = set(), []
+    for case in sorted(failing):
+        lowered = case.lower()
+        named = {name for name, _, _, _, words in SWITCHES if any(word in lowered for word in words)}
+        excluded |= named
+        if not named:
+            unexplained.append(case)
+    return excluded, unexplained
+
+
+def settings_of(names):
+    return " ".join(setting for name, _, _, setting, _ in SWITCHES if name in names)
+
+
+def choose(ctest_log, paths):
+    records = [r for r in load(paths) if plain_step(r) and r.get("precision") == "mixed-bf16"]
+    failing = failing_cases(ctest_log)
+    if failing is None:
+        print(f"no GPU test log ({ctest_log}): nothing chosen")
+        return set()
+    excluded, unexplained = excluded_by_tests(failing)
+    if unexplained:
+        shown = "; ".join(unexplained[:4]) + (f"; and {len(unexplained) - 4} more" if len(unexplained) > 4 else "")
+        print(f"{len(unexplained)} GPU test case(s) of the default paths failed, nothing chosen: {shown}")
+        return set()
+    if excluded:
+        print("left out, their GPU tests failed: " + ", ".join(sorted(excluded)))
+    defaults = {r["batch"]: r["us_per_step"] for r in records if not switch_set(r) and not caveats(r)}
+    chosen, alone = set(), {}
+    for batch in sorted(defaults):
+        timed = [r for r in records if r["batch"] == batch and switch_set(r) and not caveats(r)]
+        for r in timed:
+            if len(switch_set(r)) == 1:
+                name = next(iter(switch_set(r)))
+                alone[name] = max(alone.get(name, 0.0), r["us_per_step"] / defaults[batch])
+        if not timed:
+            continue
+        best = min(timed, key=lambda r: r["us_per_step"])
+        share = best["us_per_step"] / defaults[batch]
+        names = ", ".join(sorted(switch_set(best)))
+        if share <= FASTER:
+            print(f"batch {batch}: fastest {names}: {best['us_per_step']:.0f} us/step, {share:.2f}x the default "
+                  f"{defaults[batch]:.0f}")
+            chosen |= switch_set(best)
+        else:
+            print(f"batch {batch}: no set 2% faster than the default {defaults[batch]:.0f} us/step "
+                  f"(fastest {names}: {share:.2f}x)")
+    for name in sorted(chosen & excluded):
+        print(f"{name}: fastest somewhere, but its GPU tests failed")
+    chosen -= excluded
+    for name in sorted(chosen):
+        if alone.get(name, 0.0) > SLOWER:
+            print(f"{name}: dropped, alone it took {alone[name]:.2f}x the default step at some batch")
+            chosen.discard(name)
+    return chosen
+
+
+def report(settings, paths):
+    wanted = frozenset(name for name, _, _, setting, _ in SWITCHES if setting in settings.split())
+    records = [r for r in load(paths) if plain_step(r)]
+    defaults = {(r["precision"], r["batch"]): r["us_per_step"] for r in records if not switch_set(r)}
+    mine = {(r["precision"], r["batch"]): r for r in records if switch_set(r) == wanted}
+    if not mine:
+        print(f"candidate defaults ({settings or 'none'}): not timed")
+        return
+    print(f"candidate defaults ({settings}):")
+    for batch in sorted({b for _, b in mine}):
+        cells = []
+        for precision in ("fp32", "mixed-fp16", "mixed-bf16"):
+            r = mine.get((precision, batch))
+            if r is None:
+                continue
+            default = defaults.get((precision, batch))
+            ratio = f" ({r['us_per_step'] / default:.2f}x default)" if default else ""
+            cells.append(f"{precision} {r['us_per_step']:.0f}{ratio}{caveats(r)}")
+        bf16, fp32 = mine.get(("mixed-bf16", batch)), mine.get(("fp32", batch))
+        verdict = ""
+        if bf16 and batch in TARGETS_US:
+            verdict = f"; target {TARGETS_US[batch]} " + ("met" if bf16["us_per_step"] <= TARGETS_US[batch] else "MISSED")
+        if bf16 and fp32:
+            verdict += "; mixed-bf16 < fp32 " + ("yes" if bf16["us_per_step"] < fp32["us_per_step"] else "NO")
+        print(f"  batch {batch}: " + ", ".join(cells) + " us/step" + verdict)
+
+
+def main():
+    if len(sys.argv) >= 3 and sys.argv[1] == "choose":
+        chosen = choose(sys.argv[2], sys.argv[3:])
+        print(settings_of(chosen))
+    elif len(sys.argv) >= 3 and sys.argv[1] == "report":
+        report(sys.argv[2], sys.argv[3:])
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+"""bench/peers/best_switches.py, which the device check runs on a GPU to choose the switch set it then
+times as candidate defaults: checked here on made-up records and ctest logs, since a wrong choice
+there would waste the one device check a GPU session gets.
+Usage: python3 test_best_switches.py BENCH_PEERS_DIR"""
+import contextlib
+import io
+import json
+import os
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, sys.argv.pop(1) if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "bench", "peers"))
+sys.dont_write_bytecode = True
+import best_switches  # noqa: E402
+
+DEFAULT_FIELDS = {"split_k": True, "tensor_core_sgd": False, "gemm_autotune": False, "small_batch_forward": False,
+                  "small_batch_backward": False, "dependent_launch": False, "grouped_sgd": False,
+                  "own_bias_gradient": False}
+
+
+def record(batch, us, precision="mixed-bf16", refusals=0, **switches):
+    """A plain-step record of mptrain-bench, the switches as named (split_k=False for MPTRAIN_CUDA_SPLIT_K=0)."""
+    fields = dict(DEFAULT_FIELDS, **switches)
+    context = {"backend": "cuda", "switches": {name: value for name, value in fields.items()},
+               "graphs": {"refusals": refusals, "last_refusal": "capture failed" if refusals else ""}}
+    return dict(fields, hidden=[3000, 1000], backend="cuda", precision=precision, batch=batch, us_per_step=us,
+                data="resident", lr_schedule="constant", global_clipnorm=0, ema_momentum=0, dropout=0, weight_decay=0,
+                optimizer="sgd", momentum=0, micro_batch=0, frozen_layers=0, standardized=False, context=context)
+
+
+def ctest_log(*failing_cases):
+    """A `ctest -V -j 3` log: two test programs' lines interleaved, the named cases failing in the first."""
+    lines = ["1: Test command: /b/bin/test_cuda_ops", "2: Test command: /b/bin/test_cuda_pipeline",
+             "2: TEST CASE:  the device builds the epoch order the CPU reference builds",
+             "1: TEST CASE:  the CUDA loss head matches the CPU for every activation and loss",
+             "1: MESSAGE: fp32: 0 fused plans refused"]
+    for case in failing_cases:
+        lines += [f"1: TEST CASE:  {case}", "2: /s/tests/test_cuda_pipeline.cpp:40: passing line",
+                  "1: /s/tests/test_cuda_ops.cpp:120: ERROR: CHECK( a == b ) is NOT correct!"]
+    lines += ["2: TEST CASE:  a dataset streamed through pinned buffers trains exactly like a resident one",
+              "100% tests passed" if not failing_cases else "50% tests passed, 1 tests failed out of 2"]
+    if failing_cases:
+        lines += ["The following tests FAILED:", "\t  1 - cuda_ops (Failed)"]
+    return "\n".join(lines) + "\n"
+
+
+class BestSwitches(unittest.TestCase):
+    def setUp(self):
+        self.folder = tempfile.TemporaryDirectory()
+        self.log = os.path.join(self.folder.name, "ctest_cuda.log")
+        self.write_log()
+
+    def tearDown(self):
+        self.folder.cleanup()
+
+    def write_log(self, *failing_cases):
+        with open(self.log, "w") as f:
+            f.write(ctest_log(*failing_cases))
+
+    def records(self, *items):
+        path = os.path.join(self.folder.name, f"mptrain_{len(os.listdir(self.folder.name))}.json")
+        with open(path, "w") as f:
+            json.dump(list(items), f)
+        return path
+
+    def choose(self, *items):
+        output = io.StringIO()
+        with contextlib.redirect_stdout(output):
+            chosen = best_switches.choose(self.log, [self.records(*items)])
+        return best_switches.settings_of(chosen), output.getvalue()
+
+    def seed_stages(self):
+        """The default step at three batches, and switch stages as the device check times them."""
+        return [record(32, 129), record(256, 177), record(4096, 576),
+                record(32, 100, tensor_core_sgd=True), record(256, 140, tensor_core_sgd=True),
+                record(32, 95, tensor_core_sgd=True, grouped_sgd=True, small_batch_forward=True,
+                       small_batch_backward=True),
+                record(4096, 500, split_k=False), record(32, 131, split_k=False), record(256, 176, split_k=False)]
+
+    def test_the_fastest_set_at_each_batch_and_their_union(self):
+        settings, why = self.choose(*self.seed_stages())
+        self.assertEqual(settings, "MPTRAIN_CUDA_TENSOR_CORE_SGD=1 MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 "
+                                   "MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_SPLIT_K=0")
+        self.assertIn("batch 4096: fastest split_k_off", why)
+
+    def test_a_set_within_two_percent_of_the_default_is_not_chosen(self):
+        settings, why = self.choose(record(32, 129), record(32, 127, dependent_launch=True))
+        self.assertEqual(settings, "")
+        self.assertIn("no set 2% faster", why)
+
+    def test_a_switch_timed_alone_and_slower_somewhere_is_dropped(self):
+        stages = self.seed_stages() + [record(256, 190, grouped_sgd=True)]
+        settings, why = self.choose(*stages)
+        self.assertNotIn("GROUPED_SGD", settings)
+        self.assertIn("TENSOR_CORE_SGD", settings)
+        self.assertIn("grouped_sgd: dropped", why)
+
+    def test_a_switch_whose_gpu_test_failed_is_left_out(self):
+        self.write_log("MPTRAIN_CUDA_GROUPED_SGD=1 trains exactly as the default does, on CUDA cores and on tensor cores")
+        settings, why = self.choose(*self.seed_stages())
+        self.assertNotIn("GROUPED_SGD", settings)
+        self.assertNotIn("TENSOR_CORE_SGD", settings)  # the case names the tensor cores too
+        self.assertIn("MPTRAIN_CUDA_SPLIT_K=0", settings)
+        self.assertIn("their GPU tests failed: grouped_sgd, tensor_core_sgd", why)
+
+    def test_a_failing_case_of_the_default_paths_chooses_nothing(self):
+        self.write_log("CUDA dense_update matches the CPU for every optimizer and skips a non-finite step")
+        settings, why = self.choose(*self.seed_stages())
+        self.assertEqual(settings, "")
+        self.assertIn("default paths failed", why)
+
+    def test_a_test_program_that_failed_without_a_failing_case_chooses_nothing(self):
+        self.write_log()
+        with open(self.log, "a") as f:
+            f.write("The following tests FAILED:\n\t  1 - cuda_ops (Timeout)\n")
+        settings, why = self.choose(*self.seed_stages())
+        self.assertEqual(settings, "")
+        self.assertIn("test cuda_ops (Timeout), with no failing case named", why)
+
+    def test_no_gpu_test_log_chooses_nothing(self):
+        os.remove(self.log)
+        self.assertEqual(self.choose(*self.seed_stages())[0], "")
+
+    def test_records_with_a_refused_graph_or_of_other_steps_do_not_count(self):
+        refused = record(32, 60, refusals=1, tensor_core_sgd=True)
+        adam = dict(record(32, 50, dependent_launch=True), optimizer="adam")
+        narrow = dict(record(32, 40, grouped_sgd=True), hidden=[64, 64])
+        fp16 = record(32, 45, precision="mixed-fp16", own_bias_gradient=True)
+        settings, _ = self.choose(record(32, 129), refused, adam, narrow, fp16)
+        self.assertEqual(settings, "")
+
+    def test_report_compares_the_candidate_records_with_the_defaults_and_the_targets(self):
+        candidate = dict(tensor_core_sgd=True, grouped_sgd=True)
+        path = self.records(record(32, 129), record(32, 200, precision="fp32"), record(4096, 576),
+                            record(32, 68, **candidate), record(32, 150, precision="fp32", **candidate),
+                            record(4096, 590, **candidate))
+        output = io.StringIO()
+        with contextlib.redirect_stdout(output):
+            best_switches.report("MPTRAIN_CUDA_TENSOR_CORE_SGD=1 MPTRAIN_CUDA_GROUPED_SGD=1", [path])
+        lines = output.getvalue().splitlines()
+        self.assertIn("batch 32: fp32 150 (0.75x default), mixed-bf16 68 (0.53x default) us/step; target 70 met; "
+                      "mixed-bf16 < fp32 yes", lines[1])
+        self.assertIn("batch 4096: mixed-bf16 590 (1.02x default) us/step; target 480 MISSED", lines[2])
+
+
+if __name__ == "__main__":
+    unittest.main()
