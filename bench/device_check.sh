@@ -31,9 +31,11 @@
 # A second try: the same command with SKIP_CIFAR=1 SKIP_PEERS=1 and what is left. The machine keeps
 # /tmp only while warm (about 30 s idle): make the three calls back to back, and if the second or
 # third reply says warm: false, run this check at once with SKIP_CIFAR=1 rather than stage again.
-# Exit status: the first failure's (4 build, 5 GPU tests, 6 bench, 7 seed run, 8 memcheck), 0 if none.
+# Exit status: the first failure's (4 build, 5 GPU tests, 6 bench, 7 seed run, 8 memcheck, 9 racecheck
+# or synccheck hazards), 0 if none.
 # Last, when time is left: Nsight Compute's per-kernel profile of a step (bench/kernel_profile.sh)
-# and compute-sanitizer's memcheck over the op comparisons (the memcheck first when a test failed).
+# and compute-sanitizer's memcheck over the op comparisons, then its racecheck and synccheck over
+# the kernels with shared memory (the sanitizers first when a test failed).
 # Environment: FULL_CTEST=1 builds and runs every other test too (else only the GPU tests' and the
 # benches' targets are built); SKIP_PEERS=1 skips the peers; SKIP_CIFAR=1 skips the seed run.
 set -uo pipefail
@@ -79,7 +81,8 @@ publish() {
             | sed 's/^/cuBLASLt epilogues, /'
         [ -f "$WORK/best_switches.txt" ] && sed '$d; s/^/switch choice: /' "$WORK/best_switches.txt"
         [ -n "$candidate" ] && (cd bench/peers && python3 best_switches.py report "$candidate" "$WORK"/mptrain_*.json)
-        cat "$WORK/cifar10_line.txt" "$WORK/cifar10_experiments_line.txt" "$WORK/memcheck_line.txt" 2>/dev/null
+        cat "$WORK/cifar10_line.txt" "$WORK/cifar10_experiments_line.txt" "$WORK/memcheck_line.txt" \
+            "$WORK/racecheck_line.txt" "$WORK/synccheck_line.txt" 2>/dev/null
         grep -hE "^mixed-bf16, batch|^kernel profile|no table" "$WORK/kernels.txt" 2>/dev/null | sed 's/^mixed/ncu: mixed/'
         echo "after $((SECONDS - started)) s, exit status so far $status"
     } >"$WORK/summary.txt"
@@ -421,6 +424,39 @@ run_memcheck() {
     { echo; echo "=== compute-sanitizer memcheck"; cat "$WORK/memcheck.log"; } >>"$WORK/ctest_cuda.log"
 }
 
+# Shared-memory races and barrier misuse in the kernels that stage tiles or partial sums in shared
+# memory (fused SGD on CUDA and tensor cores, one layer and grouped; the small-batch kernels; the
+# bias-gradient, loss head and max kernels), which the op comparisons may pass by luck: the switched-
+# off ones are the candidate defaults. compute-sanitizer's racecheck and synccheck over their op
+# comparisons, after memcheck (whose probe said whether the sanitizer attaches here), if time is left.
+run_shared_memory_checks() {
+    local sanitizer tool check_status
+    sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+    for tool in racecheck synccheck; do
+        if [ -z "$sanitizer" ] || ! grep -qE "^memcheck: (clean|ERRORS)" "$WORK/memcheck_line.txt" 2>/dev/null; then
+            echo "$tool: skipped (memcheck did not run to the end here)" >"$WORK/${tool}_line.txt"; continue
+        elif ! fits 60; then
+            echo "$tool: skipped (no time left)" >"$WORK/${tool}_line.txt"; continue
+        fi
+        stage "compute-sanitizer $tool (the kernels with shared memory)"
+        # (Doctest's filter: commas separate patterns, so the names are matched by words without one.)
+        timeout -k 10 60 env MPTRAIN_REQUIRE_GPU=1 "$sanitizer" --tool "$tool" --error-exitcode 9 \
+            "$BUILD/bin/test_cuda_ops" \
+            --test-case='*tensor cores*,*small-batch kernel*,*several layers*,*every optimizer*,*bias gradients from*,*loss head*,*max_abs*' \
+            >"$WORK/$tool.log" 2>&1
+        check_status=$?
+        tail -12 "$WORK/$tool.log"
+        case $check_status in
+            0) echo "$tool: clean" ;;
+            9) echo "$tool: HAZARDS ($(grep -ciE '^========= (error|warning)' "$WORK/$tool.log") reported; see ctest_cuda.log)"
+               failed 9 ;;
+            124|137) echo "$tool: timed out after 60 s" ;;
+            *) echo "$tool: the tests failed under it (exit $check_status; see ctest_cuda.log)" ;;
+        esac >"$WORK/${tool}_line.txt"
+        { echo; echo "=== compute-sanitizer $tool"; cat "$WORK/$tool.log"; } >>"$WORK/ctest_cuda.log"
+    done
+}
+
 # A step kernel by kernel (Nsight Compute), for the next round of tuning, if time is left.
 run_kernel_profile() {
     # About 35 s for two batches on an H200 (2026-12-04): a 40 s probe, then up to 75 s per batch,
@@ -475,9 +511,9 @@ failing_cases() {
 
 # With the GPU tests passing the profile comes first; with a failure, the memory checker.
 if [ "$status" = 0 ]; then
-    run_kernel_profile; publish; run_memcheck
+    run_kernel_profile; publish; run_memcheck; publish; run_shared_memory_checks
 else
-    diagnose_failed_gpu_tests; publish; run_memcheck; publish; run_kernel_profile
+    diagnose_failed_gpu_tests; publish; run_memcheck; publish; run_shared_memory_checks; publish; run_kernel_profile
 fi
 
 feature_benches
