@@ -72,8 +72,13 @@ failed() { [ "$status" = 0 ] && status=$1; return 0; }
 # Copies everything measured so far to $OUT, with the summary as it stands: called after every
 # stage, so a call killed at its limit still brings back all finished stages (at most 8 files).
 publish() {
+    local record_file stage_records=()
+    # The candidate stages' records are the report's below (best_switches.py), not a switch's line.
+    for record_file in "$WORK"/mptrain_*.json; do
+        [[ $record_file == */mptrain_candidate* ]] || stage_records+=("$record_file")
+    done
     {
-        python3 bench/peers/summary.py "$WORK"/mptrain_*.json "$WORK"/floor.json "$WORK"/torch.json "$WORK"/jax.json \
+        python3 bench/peers/summary.py "${stage_records[@]}" "$WORK"/floor.json "$WORK"/torch.json "$WORK"/jax.json \
             2>/dev/null
         [ -f "$WORK/ctest_cuda.log" ] &&
             echo "GPU tests: $(grep -E 'tests passed|tests failed' "$WORK/ctest_cuda.log" | tail -1)"
@@ -204,84 +209,9 @@ if [ -x "$bench" ]; then
     # latency of the step's kernels and what separates them, and shows whether the host's issuing
     # (the records' replay_issue_ns_mean + launch_ns_shortest) could bound a step near 64 us.
     bench_run 40 narrow --precision mixed-bf16 --batch 32,256 --hidden 64,64
-    # The fused SGD kernel's tiles on the tensor cores, against the small stage: at batch 32 the
-    # CUDA-core kernel's, at 256 (which only the tensor-core kernel fuses) GEMM then update.
-    MPTRAIN_CUDA_TENSOR_CORE_SGD=1 bench_run 60 tensor_core_sgd --precision mixed-fp16,mixed-bf16 --batch 32,256
-    # Batch 32's forward layers and input gradients as one tensor-core kernel each instead of
-    # cuBLASLt's (split-K) GEMMs: the forward alone, both, and both with the tensor-core SGD (batch
-    # 32's whole step on hand-written tensor-core kernels).
-    MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 bench_run 60 small_batch_forward --precision mixed-bf16 --batch 32
-    MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 \
-        bench_run 60 small_batch --precision mixed-bf16 --batch 32
-    MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 MPTRAIN_CUDA_TENSOR_CORE_SGD=1 \
-        bench_run 60 small_batch_tensor_cores --precision mixed-fp16,mixed-bf16 --batch 32
-    # Programmatic dependent launch (each kernel's launch overlapping the kernel before it): on the
-    # default kernels at batch 32 and 256, and on batch 32's all-hand-written step.
-    MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 bench_run 60 dependent_launch --precision mixed-bf16 --batch 32,256
-    # The layers' fused SGD updates as one launch (batch 32, on CUDA cores and on tensor cores).
-    MPTRAIN_CUDA_GROUPED_SGD=1 bench_run 60 grouped_sgd --precision mixed-bf16 --batch 32
-    MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_TENSOR_CORE_SGD=1 bench_run 60 grouped_tensor_core_sgd \
-        --precision mixed-bf16 --batch 32,256
-    MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 MPTRAIN_CUDA_TENSOR_CORE_SGD=1 \
-        MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 bench_run 60 all_switches --precision mixed-bf16 --batch 32
-    # The weight-gradient GEMMs without cuBLASLt's BGRADB (a kernel of its own at batch 4096, 24 us a
-    # step), the bias gradients summed by the backend's kernel instead (batches past fused SGD's).
-    MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1 bench_run 60 own_bias_gradient --precision mixed-bf16 --batch 256,4096 --steps 50
-    # cuBLASLt's candidate algorithms timed when each GEMM is planned, against the heuristic's first.
-    MPTRAIN_CUDA_GEMM_AUTOTUNE=1 bench_run 90 autotuned --precision mixed-bf16 --batch 32,256,4096 --steps 50
-    # cuBLASLt never splitting K: where it did, the bias/ReLU epilogue ran as a separate pass (two
-    # of 40 us each at batch 4096 on an H200, 2026-12-04) and split-K's reduction as another.
-    MPTRAIN_CUDA_SPLIT_K=0 bench_run 90 unsplit --precision mixed-bf16 --batch 32,256,4096 --steps 50
-    # The candidate defaults: the switches the stages above favour (bench/peers/best_switches.py: the
-    # fastest set at each batch if 2% faster than the default step, less any switch whose GPU tests
-    # failed or that alone was slower somewhere), timed at every precision and batch, so that the
-    # session can commit them as the defaults on this call's evidence (a GPU session gets one check).
-    stage "candidate defaults (the switches the stages favour)"
-    candidate=$(cd bench/peers && python3 best_switches.py choose "$WORK/ctest_cuda.log" "$WORK"/mptrain_*.json 2>&1 \
-        | tee "$WORK/best_switches.txt" | tail -1)
-    cat "$WORK/best_switches.txt"
-    # (Only VAR=value words of the script's own table reach the eval.)
-    if ! [[ $candidate =~ ^(MPTRAIN_CUDA_[A-Z_]+=[01]( |$))+$ ]]; then
-        [ -n "$candidate" ] && echo "unexpected choice, ignored: $candidate"
-        candidate=""
-    fi
-    if [ -n "$candidate" ]; then
-        eval "$candidate bench_run 60 candidate --precision fp32,mixed-fp16,mixed-bf16 --batch 32,256"
-        eval "$candidate bench_run 60 candidate_large --precision fp32,mixed-fp16,mixed-bf16 --batch 4096 --steps 50"
-    fi
-    publish
 else
     echo "no $bench (MPTRAIN_BUILD_BENCH off or bench/ missing)"
 fi
-
-# The other features' costs (bench/NOTES.md has their sections), against the small stage's plain
-# step: last, after the issue's own stages (seed runs, peers, profile), as far as time allows.
-feature_benches() {
-    [ -x "$bench" ] || return 0
-    stage "feature benches (as time allows)"
-    # The same step with the data set left in host memory: batches staged through pinned buffers.
-    bench_run 60 streamed --precision mixed-bf16 --batch 32,256 --streamed
-    # A per-step cosine schedule: its rate is computed on the device, so the steps keep their graphs.
-    bench_run 60 scheduled --precision mixed-bf16 --batch 32,256 --lr-schedule cosine
-    # Gradient clipping by global norm: every layer's gradient kept, summed, then the updates.
-    bench_run 60 clipped --precision mixed-bf16 --batch 32,256 --clipnorm 1
-    # Weight averaging: one more pass over the fp32 masters after every step.
-    bench_run 60 averaged --precision mixed-bf16 --batch 32,256 --ema 0.999
-    # Dropout on both hidden layers: a mask drawn from their outputs into the next layer's input, and in place on their gradients.
-    bench_run 60 dropped --precision mixed-bf16 --batch 32,256 --dropout 0.5
-    # Gradient accumulation: batch 4096 as 8 micro-batches of 512 (each gradient GEMM adding into
-    # the fp32 sums), against the one-pass step of the large stage, time and memory.
-    bench_run 60 accumulated --precision mixed-bf16 --batch 4096 --steps 50 --micro-batch 512
-    # Fine-tuning the head: the first two layers frozen (no weight gradient, no input gradient below
-    # the last layer), against the whole model's step.
-    bench_run 60 frozen --precision mixed-bf16 --batch 32,256 --frozen 2
-    # Other optimizers than the plain SGD step: Adam's two state arrays against Lion's one (at small
-    # batches the update's bytes are the step's floor).
-    bench_run 60 adam --precision mixed-bf16 --batch 32,256 --optimizer adam
-    bench_run 60 lion --precision mixed-bf16 --batch 32,256 --optimizer lion
-    # Standardized inputs: a subtraction and a division a value more in the gather kernel.
-    bench_run 60 standardized --precision mixed-bf16 --batch 32,256 --standardize
-}
 
 # The issue's end-to-end target: 50 epochs of the full set, timed by CUDA events around each epoch
 # (train_device_seconds) and by the clock (fit's train_seconds; the whole process here).
@@ -354,19 +284,103 @@ else
     run_cifar cifar10 "CIFAR-10 seed run"
 fi
 
-# The same 50 epochs with the candidate defaults (chosen above), or, when none was chosen, with
-# every switched-off experiment on: what the seed run would take with them as the defaults. Before
-# the peers: the 50-epoch target hangs on the switches, and the peers were timed in earlier checks.
-if [ "$cifar_ready" = 1 ] && fits 60; then
-    if [ -n "$candidate" ]; then
-        # shellcheck disable=SC2086  # one VAR=value word per switch
-        run_cifar cifar10_experiments "CIFAR-10 seed run, candidate defaults" $candidate
+# The switched-off paths, each against the default step above, then the candidate defaults.
+if [ -x "$bench" ]; then
+    stage "switched-off paths (mptrain-bench --backend cuda under each switch)"
+    # The fused SGD kernel's tiles on the tensor cores, against the small stage: at batch 32 the
+    # CUDA-core kernel's, at 256 (which only the tensor-core kernel fuses) GEMM then update.
+    MPTRAIN_CUDA_TENSOR_CORE_SGD=1 bench_run 60 tensor_core_sgd --precision mixed-fp16,mixed-bf16 --batch 32,256
+    # Batch 32's forward layers and input gradients as one tensor-core kernel each instead of
+    # cuBLASLt's (split-K) GEMMs: the forward alone, both, and both with the tensor-core SGD (batch
+    # 32's whole step on hand-written tensor-core kernels).
+    MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 bench_run 60 small_batch_forward --precision mixed-bf16 --batch 32
+    MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 \
+        bench_run 60 small_batch --precision mixed-bf16 --batch 32
+    MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 MPTRAIN_CUDA_TENSOR_CORE_SGD=1 \
+        bench_run 60 small_batch_tensor_cores --precision mixed-fp16,mixed-bf16 --batch 32
+    # Programmatic dependent launch (each kernel's launch overlapping the kernel before it): on the
+    # default kernels at batch 32 and 256, and on batch 32's all-hand-written step.
+    MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 bench_run 60 dependent_launch --precision mixed-bf16 --batch 32,256
+    # The layers' fused SGD updates as one launch (batch 32, on CUDA cores and on tensor cores).
+    MPTRAIN_CUDA_GROUPED_SGD=1 bench_run 60 grouped_sgd --precision mixed-bf16 --batch 32
+    MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_TENSOR_CORE_SGD=1 bench_run 60 grouped_tensor_core_sgd \
+        --precision mixed-bf16 --batch 32,256
+    MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 MPTRAIN_CUDA_TENSOR_CORE_SGD=1 \
+        MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 bench_run 60 all_switches --precision mixed-bf16 --batch 32
+    # The weight-gradient GEMMs without cuBLASLt's BGRADB (a kernel of its own at batch 4096, 24 us a
+    # step), the bias gradients summed by the backend's kernel instead (batches past fused SGD's).
+    MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1 bench_run 60 own_bias_gradient --precision mixed-bf16 --batch 256,4096 --steps 50
+    # cuBLASLt's candidate algorithms timed when each GEMM is planned, against the heuristic's first.
+    MPTRAIN_CUDA_GEMM_AUTOTUNE=1 bench_run 90 autotuned --precision mixed-bf16 --batch 32,256,4096 --steps 50
+    # cuBLASLt never splitting K: where it did, the bias/ReLU epilogue ran as a separate pass (two
+    # of 40 us each at batch 4096 on an H200, 2026-12-04) and split-K's reduction as another.
+    MPTRAIN_CUDA_SPLIT_K=0 bench_run 90 unsplit --precision mixed-bf16 --batch 32,256,4096 --steps 50
+    # The candidate defaults: the switches the stages above favour (bench/peers/best_switches.py: the
+    # fastest set at each batch if 2% faster than the default step, less any switch whose GPU tests
+    # failed or that alone was slower somewhere), timed at every precision and batch, so that the
+    # session can commit them as the defaults on this call's evidence (a GPU session gets one check).
+    # (About 30 s, and the candidate seed run after it; the default seed run has had its turn.)
+    if fits 90; then
+        stage "candidate defaults (the switches the stages favour)"
+        candidate=$(cd bench/peers && python3 best_switches.py choose "$WORK/ctest_cuda.log" "$WORK"/mptrain_*.json \
+            2>&1 | tee "$WORK/best_switches.txt" | tail -1)
+        cat "$WORK/best_switches.txt"
+        # (Only VAR=value words of the script's own table reach the eval.)
+        if ! [[ $candidate =~ ^(MPTRAIN_CUDA_[A-Z_]+=[01]( |$))+$ ]]; then
+            [ -n "$candidate" ] && echo "unexpected choice, ignored: $candidate"
+            candidate=""
+        fi
+        if [ -n "$candidate" ]; then
+            # The default stages' caps; a candidate run that hangs says so in its log and the summary,
+            # but does not cancel the later stages as a hang of the default step would.
+            default_steps_hang=$steps_hang
+            eval "$candidate bench_run 120 candidate --precision fp32,mixed-fp16,mixed-bf16 --batch 32,256"
+            eval "$candidate bench_run 120 candidate_large --precision fp32,mixed-fp16,mixed-bf16 --batch 4096 --steps 50"
+            steps_hang=$default_steps_hang
+        fi
     else
-        run_cifar cifar10_experiments \
-            "CIFAR-10 seed run, tensor-core SGD + small-batch kernels + GEMM autotuning + dependent launch + grouped SGD" \
-            MPTRAIN_CUDA_TENSOR_CORE_SGD=1 MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 \
-            MPTRAIN_CUDA_GEMM_AUTOTUNE=1 MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1
+        # (Two lines: the summary prints all but the last, which holds the settings.)
+        printf '%s\n\n' "candidate defaults: skipped (no time left)" | tee "$WORK/best_switches.txt"
     fi
+    publish
+fi
+
+# The other features' costs (bench/NOTES.md has their sections), against the small stage's plain
+# step: last, after the issue's own stages (seed runs, peers, profile), as far as time allows.
+feature_benches() {
+    [ -x "$bench" ] || return 0
+    stage "feature benches (as time allows)"
+    # The same step with the data set left in host memory: batches staged through pinned buffers.
+    bench_run 60 streamed --precision mixed-bf16 --batch 32,256 --streamed
+    # A per-step cosine schedule: its rate is computed on the device, so the steps keep their graphs.
+    bench_run 60 scheduled --precision mixed-bf16 --batch 32,256 --lr-schedule cosine
+    # Gradient clipping by global norm: every layer's gradient kept, summed, then the updates.
+    bench_run 60 clipped --precision mixed-bf16 --batch 32,256 --clipnorm 1
+    # Weight averaging: one more pass over the fp32 masters after every step.
+    bench_run 60 averaged --precision mixed-bf16 --batch 32,256 --ema 0.999
+    # Dropout on both hidden layers: a mask drawn from their outputs into the next layer's input, and in place on their gradients.
+    bench_run 60 dropped --precision mixed-bf16 --batch 32,256 --dropout 0.5
+    # Gradient accumulation: batch 4096 as 8 micro-batches of 512 (each gradient GEMM adding into
+    # the fp32 sums), against the one-pass step of the large stage, time and memory.
+    bench_run 60 accumulated --precision mixed-bf16 --batch 4096 --steps 50 --micro-batch 512
+    # Fine-tuning the head: the first two layers frozen (no weight gradient, no input gradient below
+    # the last layer), against the whole model's step.
+    bench_run 60 frozen --precision mixed-bf16 --batch 32,256 --frozen 2
+    # Other optimizers than the plain SGD step: Adam's two state arrays against Lion's one (at small
+    # batches the update's bytes are the step's floor).
+    bench_run 60 adam --precision mixed-bf16 --batch 32,256 --optimizer adam
+    bench_run 60 lion --precision mixed-bf16 --batch 32,256 --optimizer lion
+    # Standardized inputs: a subtraction and a division a value more in the gather kernel.
+    bench_run 60 standardized --precision mixed-bf16 --batch 32,256 --standardize
+}
+
+
+# The same 50 epochs with the candidate defaults (chosen above): what the seed run would take with
+# them as the defaults. Before the peers: the 50-epoch target hangs on the switches, and the peers
+# were timed in earlier checks. None chosen (the default step fastest, or GPU tests failed): none.
+if [ "$cifar_ready" = 1 ] && [ -n "$candidate" ] && fits 60; then
+    # shellcheck disable=SC2086  # one VAR=value word per switch
+    run_cifar cifar10_experiments "CIFAR-10 seed run, candidate defaults" $candidate
 fi
 
 if [ "${SKIP_PEERS:-0}" != 1 ]; then
@@ -448,7 +462,7 @@ run_shared_memory_checks() {
         tail -12 "$WORK/$tool.log"
         case $check_status in
             0) echo "$tool: clean" ;;
-            9) echo "$tool: HAZARDS ($(grep -ciE '^========= (error|warning)' "$WORK/$tool.log") reported; see ctest_cuda.log)"
+            9) echo "$tool: HAZARDS ($(grep -ciE '^========= (error|warning|barrier|invalid|race)' "$WORK/$tool.log") reported; see ctest_cuda.log)"
                failed 9 ;;
             124|137) echo "$tool: timed out after 60 s" ;;
             *) echo "$tool: the tests failed under it (exit $check_status; see ctest_cuda.log)" ;;

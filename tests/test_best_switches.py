@@ -36,7 +36,9 @@ def ctest_log(*failing_cases):
              "1: TEST CASE:  the CUDA loss head matches the CPU for every activation and loss",
              "1: MESSAGE: fp32: 0 fused plans refused"]
     for case in failing_cases:
-        lines += [f"1: TEST CASE:  {case}", "2: /s/tests/test_cuda_pipeline.cpp:40: passing line",
+        # Another test's case header between a case's header and its error: each test's own lines count.
+        lines += [f"1: TEST CASE:  {case}", "2: TEST CASE:  a case of test 2 that prints a MESSAGE",
+                  "2: /s/tests/test_cuda_pipeline.cpp:40: MESSAGE: 3 steps",
                   "1: /s/tests/test_cuda_ops.cpp:120: ERROR: CHECK( a == b ) is NOT correct!"]
     lines += ["2: TEST CASE:  a dataset streamed through pinned buffers trains exactly like a resident one",
               "100% tests passed" if not failing_cases else "50% tests passed, 1 tests failed out of 2"]
@@ -118,6 +120,31 @@ class BestSwitches(unittest.TestCase):
         self.assertEqual(settings, "")
         self.assertIn("test cuda_ops (Timeout), with no failing case named", why)
 
+    def test_a_gpu_test_stage_cut_short_chooses_nothing(self):
+        for cut in ("skipped, no time left: ctest", "1: Test command: /b/bin/test_cuda_ops\n1: TEST CASE:  x", ""):
+            with open(self.log, "w") as f:
+                f.write(cut + "\n")
+            settings, why = self.choose(*self.seed_stages())
+            self.assertEqual(settings, "", cut)
+            self.assertIn("no finished GPU test log", why)
+
+    def test_a_switch_faster_alone_at_one_batch_and_slower_at_another_is_dropped(self):
+        settings, why = self.choose(record(32, 129), record(256, 177), record(32, 110, grouped_sgd=True),
+                                    record(256, 190, grouped_sgd=True))
+        self.assertEqual(settings, "")
+        self.assertIn("grouped_sgd: dropped, alone it took 1.07x", why)
+
+    def test_a_slower_set_that_holds_a_switch_does_not_drop_it(self):
+        settings, _ = self.choose(record(32, 129), record(256, 177), record(32, 100, tensor_core_sgd=True),
+                                  record(256, 150, tensor_core_sgd=True),
+                                  record(256, 190, tensor_core_sgd=True, grouped_sgd=True))
+        self.assertEqual(settings, "MPTRAIN_CUDA_TENSOR_CORE_SGD=1")
+
+    def test_a_default_step_with_a_refused_graph_is_no_baseline(self):
+        settings, why = self.choose(record(32, 500, refusals=3), record(32, 100, tensor_core_sgd=True))
+        self.assertEqual(settings, "")
+        self.assertIn("no default mixed-bf16 step timed without a caveat", why)
+
     def test_no_gpu_test_log_chooses_nothing(self):
         os.remove(self.log)
         self.assertEqual(self.choose(*self.seed_stages())[0], "")
@@ -142,6 +169,20 @@ class BestSwitches(unittest.TestCase):
         self.assertIn("batch 32: fp32 150 (0.75x default), mixed-bf16 68 (0.53x default) us/step; target 70 met; "
                       "mixed-bf16 < fp32 yes", lines[1])
         self.assertIn("batch 4096: mixed-bf16 590 (1.02x default) us/step; target 480 MISSED", lines[2])
+
+    def test_report_takes_the_candidate_stages_records_over_a_switch_stage_that_timed_the_same_set(self):
+        names = {}
+        for name, items in (("mptrain_candidate.json", [record(32, 90, tensor_core_sgd=True)]),
+                            ("mptrain_small.json", [record(32, 129)]),
+                            ("mptrain_tensor_core_sgd.json", [record(32, 100, tensor_core_sgd=True)])):
+            names[name] = os.path.join(self.folder.name, name)
+            with open(names[name], "w") as f:
+                json.dump(items, f)
+        for order in (sorted(names.values()), sorted(names.values(), reverse=True)):
+            output = io.StringIO()
+            with contextlib.redirect_stdout(output):
+                best_switches.report("MPTRAIN_CUDA_TENSOR_CORE_SGD=1", order)
+            self.assertIn("batch 32: mixed-bf16 90 (0.70x default)", output.getvalue())
 
 
 if __name__ == "__main__":

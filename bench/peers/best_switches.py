@@ -18,6 +18,8 @@ no caveat such as a refused graph or a switch the device turned off):
 - the union of those sets, less any switch whose GPU test failed (a failing case that names none of
   the switches is a failure of the default path, and then nothing is chosen), less any switch that
   was timed alone and was more than 2% slower than the default at some batch."""
+import os
+import re
 import sys
 
 from summary import caveats, load
@@ -65,12 +67,16 @@ def failing_cases(ctest_log):
     """The names of the doctest cases that failed in a `ctest -V` log (lines prefixed "N: " by the test
     that printed them, tests interleaved under -j): a case counts when an ERROR follows its header
     in the same test's lines. A test that ctest lists as failed without such a case (a timeout, a
-    crash) counts as a failing case named after the test, which names no switch."""
+    crash) counts as a failing case named after the test, which names no switch. None when the log
+    is missing or ctest did not finish it (no "tests passed" summary: the stage cut short, or skipped
+    for lack of time): programs cut off before an ERROR would otherwise read as passed."""
     current, failing, failed_tests, cases_of = {}, set(), {}, set()
     try:
         with open(ctest_log, errors="replace") as log:
             lines = log.read().splitlines()
     except OSError:
+        return None
+    if not any(re.match(r"\d+% tests passed", line) for line in lines):
         return None
     listing = False
     for line in lines:
@@ -114,7 +120,7 @@ def choose(ctest_log, paths):
     records = [r for r in load(paths) if plain_step(r) and r.get("precision") == "mixed-bf16"]
     failing = failing_cases(ctest_log)
     if failing is None:
-        print(f"no GPU test log ({ctest_log}): nothing chosen")
+        print(f"no finished GPU test log ({ctest_log}): nothing chosen")
         return set()
     excluded, unexplained = excluded_by_tests(failing)
     if unexplained:
@@ -124,6 +130,9 @@ def choose(ctest_log, paths):
     if excluded:
         print("left out, their GPU tests failed: " + ", ".join(sorted(excluded)))
     defaults = {r["batch"]: r["us_per_step"] for r in records if not switch_set(r) and not caveats(r)}
+    if not defaults:
+        print("no default mixed-bf16 step timed without a caveat: nothing chosen")
+        return set()
     chosen, alone = set(), {}
     for batch in sorted(defaults):
         timed = [r for r in records if r["batch"] == batch and switch_set(r) and not caveats(r)]
@@ -155,9 +164,21 @@ def choose(ctest_log, paths):
 
 def report(settings, paths):
     wanted = frozenset(name for name, _, _, setting, _ in SWITCHES if setting in settings.split())
-    records = [r for r in load(paths) if plain_step(r)]
-    defaults = {(r["precision"], r["batch"]): r["us_per_step"] for r in records if not switch_set(r)}
-    mine = {(r["precision"], r["batch"]): r for r in records if switch_set(r) == wanted}
+    defaults, mine, from_candidate_stage = {}, {}, set()
+    for path in paths:
+        # The candidate stages' own records (mptrain_candidate*.json) over a switch stage's that timed
+        # the same set, whichever file came first.
+        candidate_stage = os.path.basename(path).startswith("mptrain_candidate")
+        for r in load([path]):
+            if not plain_step(r):
+                continue
+            key = (r["precision"], r["batch"])
+            if not switch_set(r):
+                defaults[key] = r["us_per_step"]
+            elif switch_set(r) == wanted and (candidate_stage or key not in from_candidate_stage):
+                mine[key] = r
+                if candidate_stage:
+                    from_candidate_stage.add(key)
     if not mine:
         print(f"candidate defaults ({settings or 'none'}): not timed")
         return
