@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# bench/device_check.sh end to end on a machine without a GPU, its programs replaced by stand-ins
+# (tests/device_check/README.md). A GPU session gets one device check: a slip in the script's shell,
+# in its choice of candidate defaults or in its diagnosis of failed GPU tests would cost that check.
+# Twice: with the GPU tests passing (the candidate defaults chosen, timed and run for 50 epochs; the
+# sanitizers and the profile's probe) and with one failing (nothing chosen; the failed case run again
+# with the folds off and the graphs off).
+# Usage: test_device_check.sh REPOSITORY_ROOT   (exit 77: skipped, when doctest's header is missing,
+# without which the script stops before its stages as it would on the device)
+set -u
+root=$1
+standins=$root/tests/device_check
+if [ ! -f /usr/include/doctest/doctest.h ] && [ ! -f "$root/.deps/include/doctest/doctest.h" ]; then
+    echo "SKIPPED: no doctest header (scripts/setup.sh installs doctest-dev)"
+    exit 77
+fi
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$work/cifar10"
+for name in data_batch_1.bin data_batch_2.bin data_batch_3.bin data_batch_4.bin data_batch_5.bin test_batch.bin; do
+    truncate -s 30730000 "$work/cifar10/$name"  # the sizes the script checks; sparse
+done
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+has() { grep -qF -- "$2" "$1" || fail "$(basename "$1") lacks: $2"; }
+lacks() { ! grep -qF -- "$2" "$1" || fail "$(basename "$1") has: $2"; }
+
+# run_check <name> [VAR=value...]: the script over a fresh copy of the stand-in build folder.
+run_check() {
+    local name=$1
+    shift
+    rm -rf "$work/build" && mkdir -p "$work/build" && cp -r "$standins/bin" "$work/build/"
+    env "$@" PATH="$standins:$PATH" OUT="$work/out_$name" BUILD="$work/build" CIFAR_DIR="$work/cifar10" \
+        SKIP_PEERS=1 DEADLINE=300 timeout 280 bash "$root/bench/device_check.sh" >"$work/$name.log" 2>&1
+    echo $?
+}
+
+status=$(run_check passing)
+summary=$work/out_passing/summary.txt
+[ "$status" = 0 ] || fail "passing GPU tests: exit status $status, not 0"
+has "$summary" "GPU tests: 100% tests passed"
+has "$summary" "switch choice: batch 4096: fastest split_k_off"
+has "$summary" "switch choice: dependent_launch: dropped, alone it took 1.05x"
+has "$summary" "candidate defaults (MPTRAIN_CUDA_TENSOR_CORE_SGD=1 MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_SPLIT_K=0):"
+has "$summary" "batch 32: fp32 137 (0.76x default), mixed-fp16 98 (0.76x default), mixed-bf16 98 (0.76x default) us/step; target 70 MISSED"
+has "$summary" "batch 4096: fp32 726 (0.90x default)"
+has "$summary" "CIFAR-10 seed run: test accuracy 0.5534 (>= 0.55 met), GPU training 10.200 s"
+has "$summary" "CIFAR-10 seed run, candidate defaults: test accuracy 0.5534 (>= 0.55 met), GPU training 8.000 s"
+has "$summary" "memcheck: clean"
+has "$summary" "racecheck: clean"
+has "$summary" "synccheck: clean"
+has "$summary" "kernel profile: ncu unusable on this machine"
+# The candidate's records reach the records the device tool brings back; the switch lines leave them out.
+python3 - "$work/out_passing/records.json" <<'PY' || fail "records.json lacks the candidate's fp32 record at batch 4096"
+import json, sys
+records = json.load(open(sys.argv[1]))
+sys.exit(not any(r.get("precision") == "fp32" and r.get("batch") == 4096 and r.get("tensor_core_sgd")
+                 and r.get("split_k") is False for r in records))
+PY
+lacks "$summary" "K never split (MPTRAIN_CUDA_SPLIT_K=0): fp32"
+
+status=$(run_check failing MPTRAIN_STANDIN_GPU_TESTS=fail)
+summary=$work/out_failing/summary.txt
+tests_log=$work/out_failing/ctest_cuda.log
+[ "$status" = 5 ] || fail "a failing GPU test: exit status $status, not 5"
+has "$summary" "GPU tests: 50% tests passed, 1 tests failed out of 2"
+has "$summary" "switch choice: 1 GPU test case(s) of the default paths failed, nothing chosen: a recorded begin_step is folded"
+lacks "$summary" "candidate defaults ("
+lacks "$summary" "CIFAR-10 seed run, candidate defaults"
+has "$summary" "CIFAR-10 seed run: test accuracy 0.5534"
+# The diagnosis: the case fails by default and with the graphs off, passes with the folds off.
+python3 - "$tests_log" <<'PY' || fail "ctest_cuda.log: the diagnosis does not list the case as failing by default and with the graphs off only"
+import sys
+text = open(sys.argv[1]).read()
+case = "    a recorded begin_step is folded into its loss head, which leaves found_inf as the memset would\n"
+default = "--- test_cuda_ops, default: failing cases\n" + case
+folds_off = "--- test_cuda_ops, MPTRAIN_CUDA_STEP_FOLDS=0: of those, failing\n--- test_cuda_ops, MPTRAIN_CUDA_GRAPHS=0"
+graphs_off = "--- test_cuda_ops, MPTRAIN_CUDA_GRAPHS=0: of those, failing\n" + case
+sys.exit(not (default in text and folds_off in text and graphs_off in text))
+PY
+
+if [ "$failures" != 0 ]; then
+    echo "$failures check(s) failed; the logs:"
+    tail -40 "$work/passing.log" "$work/failing.log"
+    exit 1
+fi
+echo "device check with stand-ins: both runs as expected"
