@@ -149,6 +149,19 @@ std::shared_ptr<Context> cuda_context_under(const char* variable, const char* va
     return make_context(MPT_BACKEND_CUDA);
 }
 
+// A CUDA context on cuBLASLt's GEMMs and epilogues for every shape the trainer plans, whatever the
+// defaults of the switches that hand some of them to the backend's own kernels (the tensor-core SGD,
+// the small-batch kernels, the backend's bias gradients): what the cuBLASLt cases are about. The
+// switch cases below likewise compare with contexts that have their switch off by name, not with the
+// defaults, so that a switch a device check finds faster can become a default without these cases
+// changing.
+std::shared_ptr<Context> cublaslt_context() {
+    const EnvironmentSetting tensor_cores("MPTRAIN_CUDA_TENSOR_CORE_SGD", "0");
+    const EnvironmentSetting forward("MPTRAIN_CUDA_SMALL_BATCH_FORWARD", "0");
+    const EnvironmentSetting backward("MPTRAIN_CUDA_SMALL_BATCH_BACKWARD", "0");
+    return cuda_context_under("MPTRAIN_CUDA_OWN_BIAS_GRADIENT", "0");
+}
+
 }  // namespace
 
 TEST_CASE("cuBLASLt is opened at run time with every entry point, or the CUDA backend says why not") {
@@ -171,7 +184,7 @@ TEST_CASE("cuBLASLt accepts every fused epilogue of a mixed-precision step (no u
     SKIP_WITHOUT_GPU();
     for (mpt_precision precision : {MPT_PRECISION_MIXED_BF16, MPT_PRECISION_MIXED_FP16, MPT_PRECISION_FP32}) {
         CAPTURE(static_cast<int>(precision));
-        auto context = make_context(MPT_BACKEND_CUDA);
+        auto context = cublaslt_context();
         const SyntheticData small = synthetic_data(512, 100, 21);
         auto small_set = to_dataset(context, small);
         train_at_every_batch_kind(make_mlp(context, small.features), *small_set, precision);
@@ -270,10 +283,10 @@ TEST_CASE("a per-step learning-rate schedule costs no capture: its steps replay 
 // eagerly before its capture) and off (ops issued one by one).
 TEST_CASE("a fused GEMM refused only when it runs is planned again unfused, and training goes on") {
     SKIP_WITHOUT_GPU();
-    const float expected = train_two_bf16_epochs(make_context(MPT_BACKEND_CUDA), 25);
+    const float expected = train_two_bf16_epochs(cublaslt_context(), 25);
     for (bool graphs : {true, false}) {
         CAPTURE(graphs);
-        auto context = make_context(MPT_BACKEND_CUDA);
+        auto context = cublaslt_context();
         cuda_backend_set_graphs(context->backend(), graphs);
         cuda_backend_refuse_fused_runs(context->backend(), true);
         const float loss = train_two_bf16_epochs(context, 25);
@@ -358,7 +371,7 @@ TEST_CASE("MPTRAIN_CUDA_SPLIT_K=0 trains as the default does") {
     SKIP_WITHOUT_GPU();
     auto context = cuda_context_under("MPTRAIN_CUDA_SPLIT_K", "0");
     const float unsplit = train_two_bf16_epochs(context, 27);
-    const float split = train_two_bf16_epochs(make_context(MPT_BACKEND_CUDA), 27);
+    const float split = train_two_bf16_epochs(cuda_context_under("MPTRAIN_CUDA_SPLIT_K", "1"), 27);
     INFO("fused plans refused without split-K: " << cuda_backend_refused_epilogue_plans(context->backend()));
     CHECK(std::isfinite(unsplit));
     CHECK(unsplit == doctest::Approx(split).epsilon(5e-3));
@@ -385,7 +398,7 @@ TEST_CASE("MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1 trains as cuBLASLt's BGRADB epilogue
     CHECK(cuda_backend_graph_refusals(own->backend()) == 0);
     CHECK(cuda_backend_op_paths(own->backend()).bias_gradient_own > 0);
     CHECK(cuda_backend_op_paths(own->backend()).weight_gradient_fused == 0);
-    auto default_context = make_context(MPT_BACKEND_CUDA);
+    auto default_context = cuda_context_under("MPTRAIN_CUDA_OWN_BIAS_GRADIENT", "0");
     const float bgradb = train(default_context);
     CHECK(cuda_backend_op_paths(default_context->backend()).weight_gradient_fused > 0);
     CHECK(std::isfinite(own_loss));
@@ -406,7 +419,7 @@ TEST_CASE("MPTRAIN_CUDA_TENSOR_CORE_SGD=1 trains as the CUDA-core kernel does") 
     const CudaOpPaths paths = cuda_backend_op_paths(context->backend());
     CHECK(paths.fused_sgd > 0);
     CHECK(paths.fused_sgd_tensor_cores == paths.fused_sgd);
-    auto default_context = make_context(MPT_BACKEND_CUDA);
+    auto default_context = cuda_context_under("MPTRAIN_CUDA_TENSOR_CORE_SGD", "0");
     const float cuda_cores = train_two_bf16_epochs(default_context, 29);
     CHECK(cuda_backend_op_paths(default_context->backend()).fused_sgd_tensor_cores == 0);
     CHECK(std::isfinite(tensor_cores));
@@ -424,7 +437,7 @@ TEST_CASE("MPTRAIN_CUDA_TENSOR_CORE_SGD=1 plans no gradient scratch for the batc
     if (!mpt::testing::turn_on_tensor_core_path(context->backend(), cuda_backend_set_tensor_core_sgd,
                                                 "tensor-core fused SGD"))
         return;
-    auto default_context = make_context(MPT_BACKEND_CUDA);
+    auto default_context = cuda_context_under("MPTRAIN_CUDA_TENSOR_CORE_SGD", "0");
     const SyntheticData data = synthetic_data(640, 3072, 41);
     const auto planned_bytes_at = [&](const std::shared_ptr<Context>& on, int64_t batch) {
         auto dataset = to_dataset(on, data);
@@ -467,7 +480,11 @@ TEST_CASE("MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 and _BACKWARD=1 train as cuBLASLt'
     CHECK(paths.backward_data_small_batch > 0);
     CHECK(paths.backward_data_small_batch == paths.backward_data_fused);
     CHECK(paths.backward_data_unfused == 0);
-    auto default_context = make_context(MPT_BACKEND_CUDA);
+    std::shared_ptr<Context> default_context;
+    {
+        const EnvironmentSetting backward("MPTRAIN_CUDA_SMALL_BATCH_BACKWARD", "0");
+        default_context = cuda_context_under("MPTRAIN_CUDA_SMALL_BATCH_FORWARD", "0");
+    }
     const float cublaslt = train_two_bf16_epochs(default_context, 37);
     CHECK(cuda_backend_op_paths(default_context->backend()).forward_small_batch == 0);
     CHECK(cuda_backend_op_paths(default_context->backend()).backward_data_small_batch == 0);
@@ -492,7 +509,7 @@ TEST_CASE("MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 trains exactly as the default does, c
     // (the trainer's op order allows both).
     CHECK(cuda_backend_op_paths(context->backend()).max_abs_deciding > 0);
     CHECK(cuda_backend_op_paths(context->backend()).begin_steps_folded > 0);
-    auto default_context = make_context(MPT_BACKEND_CUDA);
+    auto default_context = cuda_context_under("MPTRAIN_CUDA_DEPENDENT_LAUNCH", "0");
     const float stream_ordered = train_two_bf16_epochs(default_context, 41);
     CHECK(cuda_backend_op_paths(default_context->backend()).dependent_launches == 0);
     CHECK(std::isfinite(dependent));
@@ -524,6 +541,7 @@ TEST_CASE("MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 trains exactly as the default does, c
             return;
     }
     REQUIRE(cuda_backend_set_dependent_launch(all->backend(), true));
+    REQUIRE_FALSE(cuda_backend_set_dependent_launch(all_stream_ordered->backend(), false));
     CHECK(train_two_bf16_epochs(all, 43) == train_two_bf16_epochs(all_stream_ordered, 43));
     CHECK(cuda_backend_graph_refusals(all->backend()) == 0);
     CHECK(cuda_backend_op_paths(all->backend()).forward_small_batch > 0);
@@ -544,14 +562,14 @@ TEST_CASE("MPTRAIN_CUDA_GROUPED_SGD=1 trains exactly as the default does, on CUD
     CHECK(paths.fused_sgd_grouped > 0);
     CHECK(paths.fused_sgd_grouped <= paths.fused_sgd);
     CHECK(paths.steps_finished_by_update > 0);  // the step's finish_step in its update launch
-    auto default_context = make_context(MPT_BACKEND_CUDA);
+    auto default_context = cuda_context_under("MPTRAIN_CUDA_GROUPED_SGD", "0");
     const float alone = train_two_bf16_epochs(default_context, 47, cosine);
     CHECK(cuda_backend_op_paths(default_context->backend()).fused_sgd_grouped == 0);
     CHECK(std::isfinite(grouped));
     CHECK(grouped == alone);
 
     auto tensor_cores = cuda_context_under("MPTRAIN_CUDA_GROUPED_SGD", "1");
-    auto tensor_cores_alone = make_context(MPT_BACKEND_CUDA);
+    auto tensor_cores_alone = cuda_context_under("MPTRAIN_CUDA_GROUPED_SGD", "0");
     for (Backend* backend : {&tensor_cores->backend(), &tensor_cores_alone->backend()})
         if (!mpt::testing::turn_on_tensor_core_path(*backend, cuda_backend_set_tensor_core_sgd,
                                                     "tensor-core fused SGD"))
@@ -565,7 +583,8 @@ TEST_CASE("MPTRAIN_CUDA_GROUPED_SGD=1 trains exactly as the default does, on CUD
     auto overflowing = cuda_context_under("MPTRAIN_CUDA_GROUPED_SGD", "1");
     const OverflowingRun grouped_overflow = train_two_fp16_epochs_from_overflow(overflowing, 57);
     CHECK(cuda_backend_op_paths(overflowing->backend()).steps_finished_by_update > 0);
-    check_same_overflow_run(grouped_overflow, train_two_fp16_epochs_from_overflow(make_context(MPT_BACKEND_CUDA), 57));
+    check_same_overflow_run(
+        grouped_overflow, train_two_fp16_epochs_from_overflow(cuda_context_under("MPTRAIN_CUDA_GROUPED_SGD", "0"), 57));
 }
 
 // MPTRAIN_CUDA_STEP_FOLDS=0: the begin_step's memset and the update decision's kernel run as launches
@@ -579,7 +598,7 @@ TEST_CASE("MPTRAIN_CUDA_STEP_FOLDS=0 trains exactly as the default does, the ste
     const float unfolded = train_two_bf16_epochs_replayed(context, 53, cosine);
     CHECK(cuda_backend_op_paths(context->backend()).max_abs_deciding == 0);
     CHECK(cuda_backend_op_paths(context->backend()).begin_steps_folded == 0);
-    auto default_context = make_context(MPT_BACKEND_CUDA);
+    auto default_context = cuda_context_under("MPTRAIN_CUDA_STEP_FOLDS", "1");
     const float folded = train_two_bf16_epochs(default_context, 53, cosine);
     CHECK(cuda_backend_op_paths(default_context->backend()).max_abs_deciding > 0);
     CHECK(cuda_backend_op_paths(default_context->backend()).begin_steps_folded > 0);
@@ -590,7 +609,8 @@ TEST_CASE("MPTRAIN_CUDA_STEP_FOLDS=0 trains exactly as the default does, the ste
     // it exactly where the memset and the decision kernel do.
     const OverflowingRun unfolded_overflow =
         train_two_fp16_epochs_from_overflow(cuda_context_under("MPTRAIN_CUDA_STEP_FOLDS", "0"), 55);
-    check_same_overflow_run(train_two_fp16_epochs_from_overflow(make_context(MPT_BACKEND_CUDA), 55), unfolded_overflow);
+    check_same_overflow_run(train_two_fp16_epochs_from_overflow(cuda_context_under("MPTRAIN_CUDA_STEP_FOLDS", "1"), 55),
+                            unfolded_overflow);
 }
 
 // Some devices refuse the dependent-launch attribute under capture; the graphs are worth more, so a
@@ -653,10 +673,11 @@ TEST_CASE("MPTRAIN_CUDA_GEMM_AUTOTUNE=1 trains as the default does, every plan w
     CHECK(report.timed_plans > 0);
     CHECK(report.last_untimed.empty());
     CHECK(report.saved_us >= 0.0);
-    const float heuristic = train_two_bf16_epochs(make_context(MPT_BACKEND_CUDA), 31);
+    auto heuristic_context = cuda_context_under("MPTRAIN_CUDA_GEMM_AUTOTUNE", "0");
+    const float heuristic = train_two_bf16_epochs(heuristic_context, 31);
     CHECK(std::isfinite(tuned));
     CHECK(tuned == doctest::Approx(heuristic).epsilon(5e-3));
-    CHECK_FALSE(cuda_backend_gemm_autotune(make_context(MPT_BACKEND_CUDA)->backend()).enabled);
+    CHECK_FALSE(cuda_backend_gemm_autotune(heuristic_context->backend()).enabled);
 }
 
 #else

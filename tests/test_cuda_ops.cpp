@@ -171,7 +171,22 @@ std::vector<float> padded_weights(int64_t units, int64_t inputs, int64_t valid_u
     return weights;
 }
 
-std::unique_ptr<Backend> make_cuda() { return create_cuda_backend(0); }
+// A CUDA backend on its baseline paths, whatever the switches' defaults: the cases of a switched path
+// turn it on themselves, so that a switch a device check finds faster can become a default without
+// these comparisons changing what they compare. (Split-K and GEMM autotuning, fixed when the backend
+// is made, follow the environment; they change the GEMMs' sums' order only.)
+std::unique_ptr<Backend> make_cuda() {
+    std::unique_ptr<Backend> backend = create_cuda_backend(0);
+#if defined(MPTRAIN_WITH_CUDA)
+    cuda_backend_set_tensor_core_sgd(*backend, false);
+    cuda_backend_set_small_batch_forward(*backend, false);
+    cuda_backend_set_small_batch_backward_data(*backend, false);
+    cuda_backend_set_dependent_launch(*backend, false);
+    cuda_backend_set_grouped_sgd(*backend, false);
+    cuda_backend_set_own_bias_gradient(*backend, false);
+#endif
+    return backend;
+}
 
 // The GEMM workspace a dense op gets from the executor's arena: gemm_workspace_bytes() of backend
 // memory (nothing on the CPU, which needs none).

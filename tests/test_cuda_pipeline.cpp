@@ -60,7 +60,8 @@ Run train_on_gpu(size_t dataset_device_budget, const SyntheticData& data, bool s
                  bool dependent_launch = false) {
     GpuSetup setup = gpu_setup(dataset_device_budget, data);
 #if defined(MPTRAIN_WITH_CUDA)
-    if (dependent_launch) REQUIRE(cuda_backend_set_dependent_launch(setup.context->backend(), true));
+    // (Off by name when not asked for, whatever its default.)
+    REQUIRE(cuda_backend_set_dependent_launch(setup.context->backend(), dependent_launch) == dependent_launch);
 #else
     (void)dependent_launch;  // (no GPU case runs without the CUDA backend)
 #endif
