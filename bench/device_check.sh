@@ -310,6 +310,10 @@ if [ -x "$bench" ]; then
     # The weight-gradient GEMMs without cuBLASLt's BGRADB (a kernel of its own at batch 4096, 24 us a
     # step), the bias gradients summed by the backend's kernel instead (batches past fused SGD's).
     MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1 bench_run 60 own_bias_gradient --precision mixed-bf16 --batch 256,4096 --steps 50
+    # Past batch 32's kernels: every switch that acts at batch 256 or 4096 at once (not the GEMM
+    # autotuning, timed below), so that the candidate choice has a combined set to weigh there too.
+    MPTRAIN_CUDA_SPLIT_K=0 MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1 MPTRAIN_CUDA_TENSOR_CORE_SGD=1 MPTRAIN_CUDA_GROUPED_SGD=1 \
+        MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 bench_run 60 all_switches_large --precision mixed-bf16 --batch 256,4096 --steps 50
     # cuBLASLt's candidate algorithms timed when each GEMM is planned, against the heuristic's first.
     MPTRAIN_CUDA_GEMM_AUTOTUNE=1 bench_run 90 autotuned --precision mixed-bf16 --batch 32,256,4096 --steps 50
     # cuBLASLt never splitting K: where it did, the bias/ReLU epilogue ran as a separate pass (two

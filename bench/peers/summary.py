@@ -111,15 +111,17 @@ def main():
     # step is the latency of the step's kernels and the host's issuing, with little work in them.
     other_models = [r for r in mine if r.get("hidden", SEED_HIDDEN) != SEED_HIDDEN]
     mine = [r for r in mine if r not in other_models]
-    # Runs under MPTRAIN_CUDA_SPLIT_K=0, shown against the default plain step and kept out of the rest.
-    unsplit = [r for r in mine if r.get("split_k") is False]
+    # Runs under MPTRAIN_CUDA_SPLIT_K=0 alone, shown against the default plain step and kept out of the
+    # rest (with other switches as well: among the switched-on lines below).
+    unsplit = [r for r in mine if r.get("split_k") is False and not any(r.get(field) is True for field in SWITCHES)]
     mine = [r for r in mine if r not in unsplit]
     # Runs under MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1, _BACKWARD=1, MPTRAIN_CUDA_DEPENDENT_LAUNCH=1,
     # MPTRAIN_CUDA_GROUPED_SGD=1 or MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1 (with or without the tensor-core
     # SGD), likewise.
     small_batch = [r for r in mine if any(r.get(field) is True for field in
                                           ("small_batch_forward", "small_batch_backward", "dependent_launch",
-                                           "grouped_sgd", "own_bias_gradient"))]
+                                           "grouped_sgd", "own_bias_gradient"))
+                   or (r.get("split_k") is False and any(r.get(field) is True for field in SWITCHES))]
     mine = [r for r in mine if r not in small_batch]
     # Runs under MPTRAIN_CUDA_TENSOR_CORE_SGD=1, likewise.
     tensor_core_sgd = [r for r in mine if r.get("tensor_core_sgd") is True]
@@ -274,8 +276,11 @@ def main():
                                              ("TENSOR_CORE_SGD", "tensor_core_sgd"),
                                              ("DEPENDENT_LAUNCH", "dependent_launch"),
                                              ("GROUPED_SGD", "grouped_sgd"),
-                                             ("OWN_BIAS_GRADIENT", "own_bias_gradient")) if r.get(field)]
-        print(against(r, "switched on (" + ", ".join(f"MPTRAIN_CUDA_{name}=1" for name in switches) + ")",
+                                             ("OWN_BIAS_GRADIENT", "own_bias_gradient"),
+                                             ("GEMM_AUTOTUNE", "gemm_autotune")) if r.get(field)]
+        switches += ["SPLIT_K"] if r.get("split_k") is False else []
+        print(against(r, "switched on (" + ", ".join(f"MPTRAIN_CUDA_{name}=" + ("0" if name == "SPLIT_K" else "1")
+                                                     for name in switches) + ")",
                       ours.get((r["precision"], r["batch"])), "the default step"))
     for r in autotuned:
         print(against(r, "GEMM algorithms timed (MPTRAIN_CUDA_GEMM_AUTOTUNE=1)", ours.get((r["precision"], r["batch"])),
