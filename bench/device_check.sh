@@ -378,7 +378,6 @@ feature_benches() {
     bench_run 60 standardized --precision mixed-bf16 --batch 32,256 --standardize
 }
 
-
 # The same 50 epochs with the candidate defaults (chosen above): what the seed run would take with
 # them as the defaults. Before the peers: the 50-epoch target hangs on the switches, and the peers
 # were timed in earlier checks. None chosen (the default step fastest, or GPU tests failed): none.

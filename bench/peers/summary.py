@@ -117,7 +117,7 @@ def main():
     mine = [r for r in mine if r not in unsplit]
     # Runs under MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1, _BACKWARD=1, MPTRAIN_CUDA_DEPENDENT_LAUNCH=1,
     # MPTRAIN_CUDA_GROUPED_SGD=1 or MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1 (with or without the tensor-core
-    # SGD), likewise.
+    # SGD), or split-K off with any other switch, likewise.
     small_batch = [r for r in mine if any(r.get(field) is True for field in
                                           ("small_batch_forward", "small_batch_backward", "dependent_launch",
                                            "grouped_sgd", "own_bias_gradient"))
