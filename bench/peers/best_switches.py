@@ -22,25 +22,20 @@ import os
 import re
 import sys
 
-from summary import caveats, load
+from summary import caveats, environment_setting, load
 
-# (switch, the record's field, the field's value when switched on, its environment setting, words
-# that name it in a GPU test case's name, lowercase)
+# (switch, the record's field, the field's value when switched on, words that name it in a GPU test
+# case's name, lowercase); its environment setting follows from the field (summary.environment_setting).
 SWITCHES = (
-    ("tensor_core_sgd", "tensor_core_sgd", True, "MPTRAIN_CUDA_TENSOR_CORE_SGD=1",
-     ("tensor_core_sgd", "tensor cores")),
-    ("small_batch_forward", "small_batch_forward", True, "MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1",
+    ("tensor_core_sgd", "tensor_core_sgd", True, ("tensor_core_sgd", "tensor cores")),
+    ("small_batch_forward", "small_batch_forward", True,
      ("small_batch_forward", "small-batch kernel, whose relu mask")),
-    ("small_batch_backward", "small_batch_backward", True, "MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1",
-     ("_backward=1", "small-batch kernel, through either")),
-    ("dependent_launch", "dependent_launch", True, "MPTRAIN_CUDA_DEPENDENT_LAUNCH=1",
-     ("dependent_launch", "dependent launch")),
-    ("grouped_sgd", "grouped_sgd", True, "MPTRAIN_CUDA_GROUPED_SGD=1",
-     ("grouped_sgd", "several layers run as one launch")),
-    ("own_bias_gradient", "own_bias_gradient", True, "MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1",
-     ("own_bias_gradient", "bias gradients from the backend's kernel")),
-    ("gemm_autotune", "gemm_autotune", True, "MPTRAIN_CUDA_GEMM_AUTOTUNE=1", ("gemm_autotune",)),
-    ("split_k_off", "split_k", False, "MPTRAIN_CUDA_SPLIT_K=0", ("split_k",)),
+    ("small_batch_backward", "small_batch_backward", True, ("_backward=1", "small-batch kernel, through either")),
+    ("dependent_launch", "dependent_launch", True, ("dependent_launch", "dependent launch")),
+    ("grouped_sgd", "grouped_sgd", True, ("grouped_sgd", "several layers run as one launch")),
+    ("own_bias_gradient", "own_bias_gradient", True, ("own_bias_gradient", "bias gradients from the backend's kernel")),
+    ("gemm_autotune", "gemm_autotune", True, ("gemm_autotune",)),
+    ("split_k_off", "split_k", False, ("split_k",)),
 )
 FASTER = 0.98  # a set is chosen at a batch when its step takes at most this share of the default's
 SLOWER = 1.02  # a switch timed alone is dropped when its step took more than this share somewhere
@@ -48,7 +43,7 @@ TARGETS_US = {32: 70, 256: 110, 4096: 480}  # mixed-bf16 on the H200 (issue 3)
 
 
 def switch_set(record):
-    return frozenset(name for name, field, on, _, _ in SWITCHES if record.get(field, not on) == on)
+    return frozenset(name for name, field, on, _ in SWITCHES if record.get(field, not on) == on)
 
 
 def plain_step(record):
@@ -105,7 +100,7 @@ def excluded_by_tests(failing):
     excluded, unexplained = set(), []
     for case in sorted(failing):
         lowered = case.lower()
-        named = {name for name, _, _, _, words in SWITCHES if any(word in lowered for word in words)}
+        named = {name for name, _, _, words in SWITCHES if any(word in lowered for word in words)}
         excluded |= named
         if not named:
             unexplained.append(case)
@@ -113,7 +108,7 @@ def excluded_by_tests(failing):
 
 
 def settings_of(names):
-    return " ".join(setting for name, _, _, setting, _ in SWITCHES if name in names)
+    return " ".join(environment_setting(field, on) for name, field, on, _ in SWITCHES if name in names)
 
 
 def choose(ctest_log, paths):
@@ -163,7 +158,8 @@ def choose(ctest_log, paths):
 
 
 def report(settings, paths):
-    wanted = frozenset(name for name, _, _, setting, _ in SWITCHES if setting in settings.split())
+    asked = settings.split()
+    wanted = frozenset(name for name, field, on, _ in SWITCHES if environment_setting(field, on) in asked)
     defaults, mine, from_candidate_stage = {}, {}, set()
     for path in paths:
         # The candidate stages' own records (mptrain_candidate*.json) over a switch stage's that timed

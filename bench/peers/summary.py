@@ -49,6 +49,13 @@ SWITCHES = ("tensor_core_sgd", "gemm_autotune", "small_batch_forward", "small_ba
             "grouped_sgd", "own_bias_gradient")
 
 
+def environment_setting(field, on=True):
+    """The environment setting that asks for a record's switch field's value (mptrain-bench names each
+    field after its variable): ("tensor_core_sgd", True) is MPTRAIN_CUDA_TENSOR_CORE_SGD=1, ("split_k",
+    False) MPTRAIN_CUDA_SPLIT_K=0."""
+    return f"MPTRAIN_CUDA_{field.upper()}={1 if on else 0}"
+
+
 def caveats(record):
     """What makes a record time something else than it says: a switch asked for that the backend had
     off (a device below its compute capability, or dependent launch turned off by a refused graph
@@ -271,16 +278,11 @@ def main():
         print(against(r, "fused SGD on tensor cores (MPTRAIN_CUDA_TENSOR_CORE_SGD=1)",
                       ours.get((r["precision"], r["batch"])), "the default step"))
     for r in small_batch:
-        switches = [name for name, field in (("SMALL_BATCH_FORWARD", "small_batch_forward"),
-                                             ("SMALL_BATCH_BACKWARD", "small_batch_backward"),
-                                             ("TENSOR_CORE_SGD", "tensor_core_sgd"),
-                                             ("DEPENDENT_LAUNCH", "dependent_launch"),
-                                             ("GROUPED_SGD", "grouped_sgd"),
-                                             ("OWN_BIAS_GRADIENT", "own_bias_gradient"),
-                                             ("GEMM_AUTOTUNE", "gemm_autotune")) if r.get(field)]
-        switches += ["SPLIT_K"] if r.get("split_k") is False else []
-        print(against(r, "switched on (" + ", ".join(f"MPTRAIN_CUDA_{name}=" + ("0" if name == "SPLIT_K" else "1")
-                                                     for name in switches) + ")",
+        switches = [environment_setting(field) for field in
+                    ("small_batch_forward", "small_batch_backward", "tensor_core_sgd", "dependent_launch",
+                     "grouped_sgd", "own_bias_gradient", "gemm_autotune") if r.get(field)]
+        switches += [environment_setting("split_k", False)] if r.get("split_k") is False else []
+        print(against(r, "switched on (" + ", ".join(switches) + ")",
                       ours.get((r["precision"], r["batch"])), "the default step"))
     for r in autotuned:
         print(against(r, "GEMM algorithms timed (MPTRAIN_CUDA_GEMM_AUTOTUNE=1)", ours.get((r["precision"], r["batch"])),
