@@ -15,8 +15,9 @@
 # The device machine has no Debian packages: carry doctest's and nlohmann-json's headers in the
 # git-ignored .deps/. Once, on the development machine, in the repository root:
 #   mkdir -p .deps/include && cp -r /usr/include/doctest /usr/include/nlohmann .deps/include/
-# Then through the device tool:
-#   run(command="bash bench/device_check.sh", carry=[".deps"], timeout_s=540)
+# Then through the device tool, naming the H200 (issue 3's targets are an H200's; a first call that
+# names no kind gets an H100, whose slower memory the summary then notes beside every verdict):
+#   run(command="bash bench/device_check.sh", carry=[".deps"], timeout_s=540, kind="nvidia-h200")
 # (DEADLINE=N in the command when timeout_s is not 540, e.g. when the device budget left is short.)
 # The seed run needs the real CIFAR-10 set in /tmp/cifar10 (CIFAR_DIR overrides): three calls
 # right before this one bring it (bench/stage_cifar10.sh, see its header); without it the stage

@@ -6,8 +6,10 @@
 # Once, on the development machine, in the repository root (.cifar/ is git-ignored):
 #   bash bench/stage_cifar10.sh pack [SRC]      # SRC defaults to ../shared/data/cifar10
 # Then through the device tool, back to back with nothing in between (the machine keeps /tmp only
-# while it stays warm, about 30 s after a call):
-#   run(command="bash bench/stage_cifar10.sh receive", carry=[".cifar/part1"], timeout_s=60)
+# while it stays warm, about 30 s after a call; the first call names the H200, issue 3's targets' GPU,
+# and the later ones keep it):
+#   run(command="bash bench/stage_cifar10.sh receive", carry=[".cifar/part1"], timeout_s=60,
+#       kind="nvidia-h200")
 #   run(command="bash bench/stage_cifar10.sh receive", carry=[".cifar/part2"], timeout_s=60)
 #   run(command="bash bench/stage_cifar10.sh receive && DEADLINE=T bash bench/device_check.sh",
 #       carry=[".cifar/part3"], timeout_s=T+10)

@@ -19,10 +19,13 @@ DEFAULT_FIELDS = {"split_k": True, "tensor_core_sgd": False, "gemm_autotune": Fa
                   "own_bias_gradient": False}
 
 
-def record(batch, us, precision="mixed-bf16", refusals=0, **switches):
+H200 = "cuda:0 (NVIDIA H200, compute capability 9.0, 143771 MiB)"
+
+
+def record(batch, us, precision="mixed-bf16", refusals=0, device=H200, **switches):
     """A plain-step record of mptrain-bench, the switches as named (split_k=False for MPTRAIN_CUDA_SPLIT_K=0)."""
     fields = dict(DEFAULT_FIELDS, **switches)
-    context = {"backend": "cuda", "switches": {name: value for name, value in fields.items()},
+    context = {"backend": "cuda", "device": device, "switches": {name: value for name, value in fields.items()},
                "graphs": {"refusals": refusals, "last_refusal": "capture failed" if refusals else ""}}
     return dict(fields, hidden=[3000, 1000], backend="cuda", precision=precision, batch=batch, us_per_step=us,
                 data="resident", lr_schedule="constant", global_clipnorm=0, ema_momentum=0, dropout=0, weight_decay=0,
@@ -169,6 +172,17 @@ class BestSwitches(unittest.TestCase):
         self.assertIn("batch 32: fp32 150 (0.75x default), mixed-bf16 68 (0.53x default) us/step; target 70 met; "
                       "mixed-bf16 < fp32 yes", lines[1])
         self.assertIn("batch 4096: mixed-bf16 590 (1.02x default) us/step; target 480 MISSED", lines[2])
+
+    def test_report_says_when_the_records_ran_on_another_gpu_than_the_targets_h200(self):
+        h100 = "cuda:0 (NVIDIA H100 80GB HBM3, compute capability 9.0, 81079 MiB)"
+        for device, note in ((H200, False), (h100, True)):
+            path = self.records(record(32, 129, device=device), record(32, 68, device=device, tensor_core_sgd=True))
+            output = io.StringIO()
+            with contextlib.redirect_stdout(output):
+                best_switches.report("MPTRAIN_CUDA_TENSOR_CORE_SGD=1", [path])
+            said = "targets: issue 3's are an H200's; these steps ran on " + h100 in output.getvalue()
+            self.assertEqual(said, note, output.getvalue())
+            self.assertIn("target 70 met", output.getvalue())
 
     def test_report_takes_the_candidate_stages_records_over_a_switch_stage_that_timed_the_same_set(self):
         names = {}

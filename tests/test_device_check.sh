@@ -39,6 +39,10 @@ status=$(run_check passing)
 summary=$work/out_passing/summary.txt
 [ "$status" = 0 ] || fail "passing GPU tests: exit status $status, not 0"
 has "$summary" "GPU tests: 100% tests passed"
+# The stand-in GPU is no H200: the table and the candidate's lines say the targets are an H200's.
+has "$summary" "device: cuda:0 (stand-in GPU, compute capability 9.0, 143771 MiB)"
+[ "$(grep -c "targets: issue 3's are an H200's; these steps ran on cuda:0 (stand-in GPU" "$summary")" = 2 ] ||
+    fail "summary.txt lacks the note that the targets are an H200's, in the table and the candidate's lines"
 has "$summary" "switch choice: batch 256: fastest grouped_sgd, tensor_core_sgd"
 has "$summary" "switch choice: batch 4096: fastest dependent_launch, grouped_sgd, own_bias_gradient, split_k_off, tensor_core_sgd"
 has "$summary" "switch choice: dependent_launch: dropped, alone it took 1.05x"

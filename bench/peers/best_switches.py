@@ -22,7 +22,7 @@ import os
 import re
 import sys
 
-from summary import caveats, environment_setting, load
+from summary import TARGETS_US, caveats, environment_setting, load, target_device_note
 
 # (switch, the record's field, the field's value when switched on, words that name it in a GPU test
 # case's name, lowercase); its environment setting follows from the field (summary.environment_setting).
@@ -39,7 +39,6 @@ SWITCHES = (
 )
 FASTER = 0.98  # a set is chosen at a batch when its step takes at most this share of the default's
 SLOWER = 1.02  # a switch timed alone is dropped when its step took more than this share somewhere
-TARGETS_US = {32: 70, 256: 110, 4096: 480}  # mixed-bf16 on the H200 (issue 3)
 
 
 def switch_set(record):
@@ -179,6 +178,9 @@ def report(settings, paths):
         print(f"candidate defaults ({settings or 'none'}): not timed")
         return
     print(f"candidate defaults ({settings}):")
+    note = target_device_note(list(mine.values()))
+    if note:
+        print(f"  {note}")
     for batch in sorted({b for _, b in mine}):
         cells = []
         for precision in ("fp32", "mixed-fp16", "mixed-bf16"):

@@ -49,6 +49,29 @@ SWITCHES = ("tensor_core_sgd", "gemm_autotune", "small_batch_forward", "small_ba
             "grouped_sgd", "own_bias_gradient")
 
 
+def devices_of(records):
+    """The devices the records' contexts name (mpt_context_describe's "device", e.g. "cuda:0 (NVIDIA
+    H200, compute capability 9.0, 143771 MiB)"), in the order first seen; none for records without one."""
+    devices = []
+    for r in records:
+        context = r.get("context")
+        device = context.get("device") if isinstance(context, dict) else None
+        if isinstance(device, str) and device not in devices:
+            devices.append(device)
+    return devices
+
+
+def target_device_note(records):
+    """A line saying the targets are an H200's when a record ran on another GPU (the device tool's first
+    call gets an H100 unless it names nvidia-h200), None when every named device is an H200 or none is
+    named."""
+    others = [d for d in devices_of(records) if "H200" not in d]
+    if not others:
+        return None
+    return (f"targets: issue 3's are an H200's; these steps ran on {', '.join(others)}: the met/MISS verdicts "
+            "below compare with them all the same, and do not settle the issue")
+
+
 def environment_setting(field, on=True):
     """The environment setting that asks for a record's switch field's value (mptrain-bench names each
     field after its variable): ("tensor_core_sgd", True) is MPTRAIN_CUDA_TENSOR_CORE_SGD=1, ("split_k",
@@ -174,6 +197,13 @@ def main():
     print()
     where = "data on device" if backend == "cuda" else "on this CPU"
     print(f"us/step, seed MLP 3072-3000-1000-10, SGD lr 0.01, {where} (median of repeats)")
+    if backend == "cuda":
+        ran_here = [r for r in records if r.get("backend") == backend]
+        for device in devices_of(ran_here):
+            print(f"device: {device}")
+        note = target_device_note(ran_here)
+        if note:
+            print(note)
     header = f"{'batch':>6} {'fp32':>9} {'fp16':>9} {'bf16':>9} |"
     header += "".join(f" {title[:9]:>9}" for _, _, title in peer_columns)
     header += f" | {'best peer':>9} {'target':>8} {'mixed<fp32':<18}"
