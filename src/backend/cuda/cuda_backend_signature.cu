@@ -80,7 +80,7 @@ void CudaBackend::sign(const RecordedOp& op) {
             s.put(a.loss);
             s.put(a.label_smoothing);
             s.put(a.huber_delta);
-            s.put(a.class_weights);  // fixed for the executor's life: its address stands for its values
+            s.put(a.class_weights);  // the kernel reads the weights themselves at run time
             s.put(a.row_weights);    // a batch buffer (or null): the values are the gather's
             s.put(a.logits_grad_dtype);
             s.put(a.mean_rows);
@@ -124,12 +124,12 @@ void CudaBackend::sign(const RecordedOp& op) {
         }
         case OpCode::begin_step: s.put(op.state); return;
         case OpCode::max_abs:
+            s.put(op.count);  // first: the inputs' bytes then read one way only
             for (int64_t k = 0; k < op.count; ++k) {
                 s.put(op.max_inputs[k].values);
                 s.put(op.max_inputs[k].dtype);
                 s.put(op.max_inputs[k].count);
             }
-            s.put(op.count);
             s.put(op.out);
             return;
         case OpCode::decide_update:
@@ -164,6 +164,7 @@ void CudaBackend::sign(const RecordedOp& op) {
             s.put(op.update_plan.fused_sgd_tensor_cores);
             s.put(op.update_plan.gradient.gemm);
             s.put(op.update_plan.gradient.fused);
+            s.put(op.update_plan.gradient.own_bias);  // as planned: the switch may change before the task ends
             s.put(op.update_plan.weight_grad);
             s.put(op.update_plan.bias_grad);
             s.put(op.update_plan.bias_partials);  // the scratch buffer moves when it grows
