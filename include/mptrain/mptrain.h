@@ -262,7 +262,8 @@ MPT_API mpt_status mpt_context_get_memory(const mpt_context_t* context, size_t* 
  *  although a GPU is present; "" otherwise), "memory_used_bytes", "memory_peak_bytes" (as
  *  mpt_context_get_memory) and "memory_budget_bytes" (0: none). Then the backend's:
  *  - cpu: "threads", "gemm_library", "amx" ("supported", "refused by Linux" or "absent"),
- *    "small_gemm" (the few-row GEMM kernels: "avx512", "avx512f", "avx2" or "none").
+ *    "small_gemm" (the few-row GEMM kernels: "avx512", "avx512f", "avx2" or "none"),
+ *    "max_abs_elements" (the values the updates' finiteness proofs have read so far).
  *  - cuda: "device_index", "compute_capability" ("9.0"), "multiprocessors"; "switches", the
  *    backend's paths as they are now (a path the device cannot run stays off whatever the
  *    environment asked; see the README's MPTRAIN_CUDA_* variables); "graphs" (step graphs

@@ -66,6 +66,19 @@ MPT_HOST_DEVICE bool gradient_bounds_finite(const float* max_abs_pairs, int laye
     return true;
 }
 
+// Batch-based gradient clipping's range (CpuBackend::clip_factor_from_batch): values whose largest
+// magnitude lies in [2^-40, 2^40] keep their Gram matrices' sums (at most 2^31 products each) far
+// inside fp32's range; others are scaled into [0.5, 1) first.
+constexpr float kGramSafeLow = 0x1p-40f, kGramSafeHigh = 0x1p40f;
+
+// Whether a layer input's max|A_prev| of `largest` decides the update and scales the clipping's
+// Gram matrices exactly as a max of 0 does: 0 itself, or within [kGramSafeLow, 1] (the proof
+// above takes max|A| as at least 1; the clipping scales nothing there). A max_abs pass that would
+// only ever find such a maximum can be left out (Executor::decide_from_bounds).
+MPT_HOST_DEVICE bool input_max_decides_as_none(float largest) {
+    return largest == 0.0f || (largest >= kGramSafeLow && largest <= 1.0f);
+}
+
 // Advances the state after a step whose gradients were finite or not (state.found_inf).
 MPT_HOST_DEVICE void advance_loss_scaler(TrainState& state, const LossScalerConfig& config) {
     state.steps += 1;

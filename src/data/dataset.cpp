@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "amp/loss_scaler.h"
+#include "core/dtype.h"
 #include "core/error.h"
 #include "core/finite_values.h"
 #include "core/limits.h"
@@ -40,6 +42,20 @@ void Dataset::find_targets_in_unit_interval() {
         std::all_of(begin, begin + rows_ * target_width_, [](float t) { return t >= 0.0f && t <= 1.0f; });
 }
 
+void Dataset::find_batch_values_decide_as_none() {
+    // Once per dataset, not per gathered batch: 256 values per dtype.
+    for (const DType dtype : {DType::fp32, DType::fp16, DType::bf16}) {
+        bool all = is_u8() && !standardization_;
+        for (int byte = 0; byte < 256 && all; ++byte) {
+            // As the backends' gathers compute it: an fp32 multiply and add, each rounded (no FMA;
+            // this library is built with -ffp-contract=off), then rounded to the batch's dtype.
+            const float value = round_to(dtype, static_cast<float>(byte) * scale_ + offset_);
+            all = input_max_decides_as_none(std::fabs(value));
+        }
+        batch_values_decide_as_none_[static_cast<int>(dtype)] = all;
+    }
+}
+
 std::shared_ptr<Dataset> Dataset::from_u8(std::shared_ptr<Context> context, const uint8_t* samples, int64_t rows,
                                           int64_t features, const int32_t* labels, int32_t num_classes, float scale,
                                           float offset) {
@@ -62,6 +78,7 @@ std::shared_ptr<Dataset> Dataset::adopt_u8(std::shared_ptr<Context> context, std
     dataset->num_classes_ = num_classes;
     dataset->scale_ = scale;
     dataset->offset_ = offset;
+    dataset->find_batch_values_decide_as_none();
     dataset->validate_labels();
     return dataset;
 }
@@ -164,6 +181,7 @@ std::shared_ptr<Dataset> Dataset::subset(const Dataset& source, const int64_t* i
     dataset->scale_ = source.scale_;
     dataset->offset_ = source.offset_;
     dataset->standardization_ = source.standardization_;
+    dataset->find_batch_values_decide_as_none();
     // Its own rows' targets decide binary cross-entropy, as a slice's do.
     if (dataset->target_width_ > 0) dataset->find_targets_in_unit_interval();
     if (source.weights_) {
@@ -182,6 +200,7 @@ std::shared_ptr<Dataset> Dataset::standardized(const Dataset& source, const floa
         FeatureStandardization::make(source.context(), mean, stddev, count, source.features_, "a standardized dataset");
     std::shared_ptr<Dataset> dataset(new Dataset(source));
     dataset->standardization_ = std::move(standardization);
+    dataset->find_batch_values_decide_as_none();
     return dataset;
 }
 

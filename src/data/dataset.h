@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/context.h"
+#include "core/dtype.h"
 #include "data/dataset_storage.h"
 #include "data/feature_standardization.h"
 
@@ -74,6 +75,13 @@ public:
     float offset() const { return offset_; }
     bool standardized() const { return standardization_ != nullptr; }
     const std::shared_ptr<const FeatureStandardization>& standardization() const { return standardization_; }
+    // Whether every value a batch of this dataset holds in `dtype` is one whose max decides the update
+    // as no max at all (input_max_decides_as_none: 0, or a magnitude in [2^-40, 1]): uint8 samples
+    // without a standardization, each of a byte's 256 values checked as the gathers compute it (CIFAR-10
+    // at 1/255: [0, 1]). The update's finiteness proof then needs no pass over such a batch.
+    bool batch_values_decide_as_none(DType dtype) const {
+        return batch_values_decide_as_none_[static_cast<int>(dtype)];
+    }
     // This dataset's rows' labels (rows() of them), or null without labels.
     const int32_t* labels() const { return has_labels() ? storage_->labels.data() + first_ : nullptr; }
     // Every target of this dataset's rows lies in [0, 1] (what binary cross-entropy needs); false
@@ -107,6 +115,7 @@ private:
         : storage_(std::move(storage)), first_(first), rows_(rows), features_(features) {}
     void validate_labels() const;
     void find_targets_in_unit_interval();
+    void find_batch_values_decide_as_none();  // after the normalisation is set
 
     std::shared_ptr<const DatasetStorage> storage_;
     std::shared_ptr<const DatasetStorage> weights_;  // row weights only; null: unweighted
@@ -118,6 +127,7 @@ private:
     int32_t num_classes_ = 0;
     int64_t target_width_ = 0;
     bool targets_in_unit_interval_ = false;
+    bool batch_values_decide_as_none_[4] = {};  // by DType's value
     float scale_ = 1.0f;
     float offset_ = 0.0f;
 };

@@ -172,6 +172,9 @@ private:
         int labels = -1;
         int targets = -1;
         int row_weights = -1;
+        // The gathered inputs' max|x| decides the update as none would (Dataset::batch_values_decide_as_none):
+        // decide_from_bounds then does not measure it.
+        bool inputs_decide_as_none = false;
     };
 
     // Plans the persistent arena with the backend's GEMM workspace, or with none when that does not

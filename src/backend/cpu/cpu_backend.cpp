@@ -11,6 +11,7 @@
 #include <string>
 #include <thread>
 
+#include "amp/loss_scaler.h"
 #include "backend/cpu/cpu_gemm.h"
 #include "backend/cpu/cpu_loss_head.h"
 #include "backend/cpu/cpu_update_elements.h"
@@ -116,6 +117,7 @@ void CpuBackend::describe(JsonWriter& out) const {
     // As device_name: nothing here asks Linux for the tile state (a description changes nothing).
     out.key("amx").string(amx_gemm_refused() ? "refused by Linux" : amx_gemm_supported() ? "supported" : "absent");
     out.key("small_gemm").string(small_gemm_kernels_name(small_gemm_kernels()));
+    out.key("max_abs_elements").unsigned_integer(max_abs_elements_.load(std::memory_order_relaxed));
 }
 
 std::string CpuBackend::emulation_warning(DType compute_dtype) const {
@@ -360,7 +362,11 @@ void CpuBackend::begin_step(TrainState* state) { state->found_inf = 0; }
 
 void CpuBackend::max_abs(const MaxAbsInput* inputs, int count, float* out) {
     require(count >= 0 && count <= kMaxAbsInputs, MPT_STATUS_INVALID_ARGUMENT, "max_abs takes at most 16 inputs");
-    for (int k = 0; k < count; ++k) out[k] = max_abs_one(static_cast<const float*>(inputs[k].values), inputs[k].count);
+    for (int k = 0; k < count; ++k) {
+        out[k] = max_abs_one(static_cast<const float*>(inputs[k].values), inputs[k].count);
+        if (inputs[k].count > 0)
+            max_abs_elements_.fetch_add(static_cast<uint64_t>(inputs[k].count), std::memory_order_relaxed);
+    }
 }
 
 float CpuBackend::max_abs_one(const float* data, int64_t count) {
@@ -476,14 +482,6 @@ void CpuBackend::clip_factor(const float* gradients, int64_t count, float clipno
 constexpr int64_t kClipFromBatchMaxRows = 64;
 
 bool CpuBackend::clips_from_batch(int64_t rows) const { return clip_from_batch_ && rows <= kClipFromBatchMaxRows; }
-
-namespace {
-
-// Values whose largest magnitude lies in [2^-40, 2^40] keep their Gram matrix's sums (at most
-// 2^31 products each) far inside fp32's range; others are scaled into [0.5, 1) first.
-constexpr float kGramSafeLow = 0x1p-40f, kGramSafeHigh = 0x1p40f;
-
-}  // namespace
 
 void CpuBackend::clip_factor_from_batch(const DenseUpdateArgs* layers, int count, const float* max_abs_pairs,
                                         float clipnorm, TrainState* state) {

@@ -7,6 +7,8 @@
 // C take small_gemm.h where it runs: in every dtype with AVX-512, in fp32 (the emulation) with AVX2.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -107,6 +109,9 @@ private:
     ThreadPool pool_;
     std::vector<uint64_t> order_keys_;  // fill_order's scratch, kept between epochs
     bool clip_from_batch_ = true;       // MPTRAIN_CPU_CLIP_FROM_BATCH=0: clip from the gradients always
+    // Elements max_abs has read (describe's "max_abs_elements"): what the update's finiteness proof
+    // costs. Atomic: a description may be asked for from another thread while a step runs.
+    std::atomic<uint64_t> max_abs_elements_{0};
     CpuScheduler scheduler_;
 };
 
