@@ -27,9 +27,10 @@ void CudaBackend::fold_begin_step() {
             RecordedOp& op = recorded_[index];
             if (op.code == OpCode::loss_head) {
                 if (op.head.state == recorded_[begin].state) {
+                    // Counted once per task: a task whose capture was refused runs here again, eagerly.
+                    if (!recorded_[begin].folded_into_head) ++op_paths_.begin_steps_folded;
                     recorded_[begin].folded_into_head = true;
                     op.starts_step = true;
-                    ++op_paths_.begin_steps_folded;
                 }
                 break;
             }
