@@ -38,7 +38,8 @@
 # and compute-sanitizer's memcheck over the op comparisons, then its racecheck and synccheck over
 # the kernels with shared memory (the sanitizers first when a test failed).
 # Environment: FULL_CTEST=1 builds and runs every other test too (else only the GPU tests' and the
-# benches' targets are built); SKIP_PEERS=1 skips the peers; SKIP_CIFAR=1 skips the seed run.
+# benches' targets are built); SKIP_PEERS=1 skips the peers; SKIP_CIFAR=1 skips the seed run;
+# SKIP_FEATURES=1 skips the other features' benches.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/mptrain-device-check}
@@ -87,8 +88,8 @@ publish() {
             | sed 's/^/cuBLASLt epilogues, /'
         [ -f "$WORK/best_switches.txt" ] && sed '$d; s/^/switch choice: /' "$WORK/best_switches.txt"
         [ -n "$candidate" ] && (cd bench/peers && python3 best_switches.py report "$candidate" "$WORK"/mptrain_*.json)
-        cat "$WORK/cifar10_line.txt" "$WORK/cifar10_experiments_line.txt" "$WORK/memcheck_line.txt" \
-            "$WORK/racecheck_line.txt" "$WORK/synccheck_line.txt" 2>/dev/null
+        cat "$WORK/switches_skipped_line.txt" "$WORK/cifar10_line.txt" "$WORK/cifar10_experiments_line.txt" \
+            "$WORK/memcheck_line.txt" "$WORK/racecheck_line.txt" "$WORK/synccheck_line.txt" 2>/dev/null
         grep -hE "^mixed-bf16, batch|^kernel profile|no table" "$WORK/kernels.txt" 2>/dev/null | sed 's/^mixed/ncu: mixed/'
         echo "after $((SECONDS - started)) s, exit status so far $status"
     } >"$WORK/summary.txt"
@@ -286,40 +287,63 @@ else
 fi
 
 # The switched-off paths, each against the default step above, then the candidate defaults.
+# The candidate's stages (its table, up to 90 s, and its seed run, 60 s) decide what the session can
+# commit, so the switch stages run while that time stays free: the combined sets first (what the
+# choice most likely takes), then each switch alone (what the choice drops a switch by), then the
+# rest. The stages left out are named in the summary.
+candidate_reserve=$((90 + 20 + (cifar_ready == 1 ? 60 : 0)))
+switch_stages_skipped=()
+room_for_switch_stage() {  # room_for_switch_stage <name>: a switch stage of about 15 s still leaves the candidate its time
+    fits $((candidate_reserve + 15)) && return 0
+    echo "switch stage $1 skipped: it would take the candidate's time"
+    switch_stages_skipped+=("$1")
+    echo "switch stages skipped to keep the candidate's time: ${switch_stages_skipped[*]}" >"$WORK/switches_skipped_line.txt"
+    return 1
+}
 if [ -x "$bench" ]; then
     stage "switched-off paths (mptrain-bench --backend cuda under each switch)"
-    # The fused SGD kernel's tiles on the tensor cores, against the small stage: at batch 32 the
-    # CUDA-core kernel's, at 256 (which only the tensor-core kernel fuses) GEMM then update.
-    MPTRAIN_CUDA_TENSOR_CORE_SGD=1 bench_run 60 tensor_core_sgd --precision mixed-fp16,mixed-bf16 --batch 32,256
-    # Batch 32's forward layers and input gradients as one tensor-core kernel each instead of
-    # cuBLASLt's (split-K) GEMMs: the forward alone, both, and both with the tensor-core SGD (batch
-    # 32's whole step on hand-written tensor-core kernels).
-    MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 bench_run 60 small_batch_forward --precision mixed-bf16 --batch 32
-    MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 \
-        bench_run 60 small_batch --precision mixed-bf16 --batch 32
-    MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 MPTRAIN_CUDA_TENSOR_CORE_SGD=1 \
-        bench_run 60 small_batch_tensor_cores --precision mixed-fp16,mixed-bf16 --batch 32
-    # Programmatic dependent launch (each kernel's launch overlapping the kernel before it): on the
-    # default kernels at batch 32 and 256, and on batch 32's all-hand-written step.
-    MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 bench_run 60 dependent_launch --precision mixed-bf16 --batch 32,256
-    # The layers' fused SGD updates as one launch (batch 32, on CUDA cores and on tensor cores).
-    MPTRAIN_CUDA_GROUPED_SGD=1 bench_run 60 grouped_sgd --precision mixed-bf16 --batch 32
-    MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_TENSOR_CORE_SGD=1 bench_run 60 grouped_tensor_core_sgd \
-        --precision mixed-bf16 --batch 32,256
+    # Batch 32's step on the backend's kernels alone: both small-batch kernels, the tensor-core SGD
+    # grouped, dependent launch.
     MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 MPTRAIN_CUDA_TENSOR_CORE_SGD=1 \
         MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 bench_run 60 all_switches --precision mixed-bf16 --batch 32
-    # The weight-gradient GEMMs without cuBLASLt's BGRADB (a kernel of its own at batch 4096, 24 us a
-    # step), the bias gradients summed by the backend's kernel instead (batches past fused SGD's).
-    MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1 bench_run 60 own_bias_gradient --precision mixed-bf16 --batch 256,4096 --steps 50
     # Past batch 32's kernels: every switch that acts at batch 256 or 4096 at once (not the GEMM
-    # autotuning, timed below), so that the candidate choice has a combined set to weigh there too.
-    MPTRAIN_CUDA_SPLIT_K=0 MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1 MPTRAIN_CUDA_TENSOR_CORE_SGD=1 MPTRAIN_CUDA_GROUPED_SGD=1 \
-        MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 bench_run 60 all_switches_large --precision mixed-bf16 --batch 256,4096 --steps 50
-    # cuBLASLt's candidate algorithms timed when each GEMM is planned, against the heuristic's first.
-    MPTRAIN_CUDA_GEMM_AUTOTUNE=1 bench_run 90 autotuned --precision mixed-bf16 --batch 32,256,4096 --steps 50
+    # autotuning, timed last), so that the candidate choice has a combined set to weigh there too.
+    room_for_switch_stage all_switches_large &&
+        MPTRAIN_CUDA_SPLIT_K=0 MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1 MPTRAIN_CUDA_TENSOR_CORE_SGD=1 MPTRAIN_CUDA_GROUPED_SGD=1 \
+            MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 bench_run 60 all_switches_large --precision mixed-bf16 --batch 256,4096 --steps 50
+    # The fused SGD kernel's tiles on the tensor cores, against the small stage: at batch 32 the
+    # CUDA-core kernel's, at 256 (which only the tensor-core kernel fuses) GEMM then update.
+    room_for_switch_stage tensor_core_sgd &&
+        MPTRAIN_CUDA_TENSOR_CORE_SGD=1 bench_run 60 tensor_core_sgd --precision mixed-fp16,mixed-bf16 --batch 32,256
     # cuBLASLt never splitting K: where it did, the bias/ReLU epilogue ran as a separate pass (two
     # of 40 us each at batch 4096 on an H200, 2026-12-04) and split-K's reduction as another.
-    MPTRAIN_CUDA_SPLIT_K=0 bench_run 90 unsplit --precision mixed-bf16 --batch 32,256,4096 --steps 50
+    room_for_switch_stage unsplit && MPTRAIN_CUDA_SPLIT_K=0 bench_run 90 unsplit --precision mixed-bf16 --batch 32,256,4096 --steps 50
+    # The weight-gradient GEMMs without cuBLASLt's BGRADB (a kernel of its own at batch 4096, 24 us a
+    # step), the bias gradients summed by the backend's kernel instead (batches past fused SGD's).
+    room_for_switch_stage own_bias_gradient &&
+        MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1 bench_run 60 own_bias_gradient --precision mixed-bf16 --batch 256,4096 --steps 50
+    # Programmatic dependent launch (each kernel's launch overlapping the kernel before it), on the
+    # default kernels at batch 32 and 256.
+    room_for_switch_stage dependent_launch &&
+        MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 bench_run 60 dependent_launch --precision mixed-bf16 --batch 32,256
+    # The layers' fused SGD updates as one launch, on tensor cores (batch 32 and 256) and on CUDA cores.
+    room_for_switch_stage grouped_tensor_core_sgd &&
+        MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_TENSOR_CORE_SGD=1 bench_run 60 grouped_tensor_core_sgd \
+            --precision mixed-bf16 --batch 32,256
+    room_for_switch_stage grouped_sgd && MPTRAIN_CUDA_GROUPED_SGD=1 bench_run 60 grouped_sgd --precision mixed-bf16 --batch 32
+    # Batch 32's forward layers and input gradients as one tensor-core kernel each instead of
+    # cuBLASLt's (split-K) GEMMs: both with the tensor-core SGD, both, the forward alone.
+    room_for_switch_stage small_batch_tensor_cores &&
+        MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 MPTRAIN_CUDA_TENSOR_CORE_SGD=1 \
+            bench_run 60 small_batch_tensor_cores --precision mixed-fp16,mixed-bf16 --batch 32
+    room_for_switch_stage small_batch &&
+        MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 \
+            bench_run 60 small_batch --precision mixed-bf16 --batch 32
+    room_for_switch_stage small_batch_forward &&
+        MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 bench_run 60 small_batch_forward --precision mixed-bf16 --batch 32
+    # cuBLASLt's candidate algorithms timed when each GEMM is planned, against the heuristic's first.
+    room_for_switch_stage autotuned &&
+        MPTRAIN_CUDA_GEMM_AUTOTUNE=1 bench_run 90 autotuned --precision mixed-bf16 --batch 32,256,4096 --steps 50
     # The candidate defaults: the switches the stages above favour (bench/peers/best_switches.py: the
     # fastest set at each batch if 2% faster than the default step, less any switch whose GPU tests
     # failed or that alone was slower somewhere), timed at every precision and batch, so that the
@@ -353,7 +377,7 @@ fi
 # The other features' costs (bench/NOTES.md has their sections), against the small stage's plain
 # step: last, after the issue's own stages (seed runs, peers, profile), as far as time allows.
 feature_benches() {
-    [ -x "$bench" ] || return 0
+    [ -x "$bench" ] && [ "${SKIP_FEATURES:-0}" != 1 ] || return 0
     stage "feature benches (as time allows)"
     # The same step with the data set left in host memory: batches staged through pinned buffers.
     bench_run 60 streamed --precision mixed-bf16 --batch 32,256 --streamed

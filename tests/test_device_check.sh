@@ -2,9 +2,9 @@
 # bench/device_check.sh end to end on a machine without a GPU, its programs replaced by stand-ins
 # (tests/device_check/README.md). A GPU session gets one device check: a slip in the script's shell,
 # in its choice of candidate defaults or in its diagnosis of failed GPU tests would cost that check.
-# Twice: with the GPU tests passing (the candidate defaults chosen, timed and run for 50 epochs; the
-# sanitizers and the profile's probe) and with one failing (nothing chosen; the failed case run again
-# with the folds off and the graphs off).
+# Three times: with the GPU tests passing (the candidate defaults chosen, timed and run for 50 epochs;
+# the sanitizers and the profile's probe), with one failing (nothing chosen; the failed case run again
+# with the folds off and the graphs off), and short of time (switch stages left out for the candidate's).
 # Usage: test_device_check.sh REPOSITORY_ROOT   (exit 77: skipped, when doctest's header is missing,
 # without which the script stops before its stages as it would on the device)
 set -u
@@ -25,13 +25,14 @@ fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 has() { grep -qF -- "$2" "$1" || fail "$(basename "$1") lacks: $2"; }
 lacks() { ! grep -qF -- "$2" "$1" || fail "$(basename "$1") has: $2"; }
 
-# run_check <name> [VAR=value...]: the script over a fresh copy of the stand-in build folder.
+# run_check <name> [VAR=value...]: the script over a fresh copy of the stand-in build folder (the
+# settings given override DEADLINE's 300 s).
 run_check() {
     local name=$1
     shift
     rm -rf "$work/build" && mkdir -p "$work/build" && cp -r "$standins/bin" "$work/build/"
-    env "$@" PATH="$standins:$PATH" OUT="$work/out_$name" BUILD="$work/build" CIFAR_DIR="$work/cifar10" \
-        SKIP_PEERS=1 DEADLINE=300 timeout 280 bash "$root/bench/device_check.sh" >"$work/$name.log" 2>&1
+    env SKIP_PEERS=1 DEADLINE=300 "$@" PATH="$standins:$PATH" OUT="$work/out_$name" BUILD="$work/build" \
+        CIFAR_DIR="$work/cifar10" timeout 280 bash "$root/bench/device_check.sh" >"$work/$name.log" 2>&1
     echo $?
 }
 
@@ -85,9 +86,27 @@ graphs_off = "--- test_cuda_ops, MPTRAIN_CUDA_GRAPHS=0: of those, failing\n" + c
 sys.exit(not (default in text and folds_off in text and graphs_off in text))
 PY
 
+# Short of time (each bench run 3 s, 230 s in all): the switch stages stop where the candidate's
+# stages (its table and seed run, 170 s) would no longer fit, the combined set first; the candidate
+# is chosen from what ran, timed and run for 50 epochs.
+status=$(run_check short DEADLINE=230 MPTRAIN_STANDIN_BENCH_SECONDS=3 SKIP_FEATURES=1)
+summary=$work/out_short/summary.txt
+[ "$status" = 0 ] || fail "short of time: exit status $status, not 0"
+has "$summary" "switch stages skipped to keep the candidate's time:"
+has "$summary" "autotuned"
+has "$summary" "candidate defaults (MPTRAIN_CUDA_"
+has "$summary" "CIFAR-10 seed run, candidate defaults: test accuracy"
+lacks "$summary" "skipped to keep the candidate's time: all_switches "  # the first: never skipped
+python3 - "$work/out_short/records.json" <<'PY' || fail "short of time: no record of the combined stage at batch 32"
+import json, sys
+records = json.load(open(sys.argv[1]))
+sys.exit(not any(r.get("batch") == 32 and r.get("small_batch_forward") and r.get("dependent_launch")
+                 and r.get("grouped_sgd") and r.get("tensor_core_sgd") for r in records))
+PY
+
 if [ "$failures" != 0 ]; then
     echo "$failures check(s) failed; the logs:"
-    tail -40 "$work/passing.log" "$work/failing.log"
+    tail -n 40 "$work/passing.log" "$work/failing.log" "$work/short.log"
     exit 1
 fi
-echo "device check with stand-ins: both runs as expected"
+echo "device check with stand-ins: all three runs as expected"
