@@ -506,11 +506,13 @@ run_kernel_profile() {
     if ! fits 60; then
         echo "kernel profile: skipped (no time left)" >"$WORK/kernels.txt"; return
     fi
-    stage "kernel profile (ncu, mixed-bf16, batch 32 and 4096)"
-    # Its ncu calls bound by what is left (PROFILE_SECONDS), 10 s inside the script's own cap.
+    stage "kernel profile (ncu, mixed-bf16, batch 32 and 4096${candidate:+, candidate defaults})"
+    # Its ncu calls bound by what is left (PROFILE_SECONDS), 10 s inside the script's own cap. The
+    # steps profiled are the candidate's when one was chosen: what the session would commit.
     local seconds=$((DEADLINE - (SECONDS - started) - 40))
     [ "$seconds" -gt 190 ] && seconds=190
-    PROFILE_SECONDS=$seconds limited 200 bash bench/kernel_profile.sh "$BUILD" "$WORK/kernels.txt" 32,4096 \
+    PROFILE_SETTINGS=$candidate PROFILE_SECONDS=$seconds limited 200 \
+        bash bench/kernel_profile.sh "$BUILD" "$WORK/kernels.txt" 32,4096 \
         || echo "kernel profile: failed or timed out" | tee -a "$WORK/kernels.txt"
 }
 

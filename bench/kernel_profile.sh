@@ -8,6 +8,8 @@
 # PROFILE_SECONDS=N bounds the whole run: each ncu call's timeout is cut to what is left, and a call
 # that would get under 15 s is skipped (a timeout around this script would not stop them: each
 # inner timeout runs its ncu in a process group of its own).
+# PROFILE_SETTINGS="VAR=value ..." profiles the batches' steps under those settings (the device check
+# passes the candidate defaults it chose: the step a session would commit); the tables' titles say so.
 # Last, the fused SGD kernel's warp states at batch 32 (stall reasons, issue rate, occupancy), and
 # those of its tensor-core variant with its time and DRAM bytes.
 set -uo pipefail
@@ -43,16 +45,25 @@ if [ "$probe_status" != 0 ] || ! grep -q gpu__time_duration "$WORK/ncu_probe.csv
         "$(cat "$WORK/ncu_probe.log" "$WORK/ncu_probe.csv" | grep -m1 -iE 'error|fail' | cut -c1-160))" | tee "$OUT_FILE"
     exit 0
 fi
+settings=${PROFILE_SETTINGS:-}
+if [ -n "$settings" ] && ! [[ $settings =~ ^(MPTRAIN_CUDA_[A-Z_]+=[01]( |$))+$ ]]; then
+    echo "kernel profile: PROFILE_SETTINGS ignored (only MPTRAIN_CUDA_X=0/1 words): $settings" | tee -a "$OUT_FILE"
+    settings=""
+fi
 for batch in ${BATCHES//,/ }; do
     # 12 steps per epoch: the set-up, the first epoch's order and the warm-up epoch (about 13 to 17
     # launches a step) are skipped; 80 launches hold at least 4 whole steps of the timed epoch.
-    MPTRAIN_CUDA_GRAPHS=0 capped 75 "$ncu" --clock-control none --cache-control none \
-        --launch-skip 260 --launch-count 80 \
-        --metrics "$metrics" --csv --page raw --print-units base \
-        "$BUILD/bin/mptrain-bench" --backend cuda --precision mixed-bf16 --batch "$batch" --steps 12 --repeats 1 \
-        >"$WORK/ncu_$batch.csv" 2>"$WORK/ncu_$batch.log"
+    (
+        # shellcheck disable=SC2086  # one VAR=value word per setting
+        [ -z "$settings" ] || export $settings
+        MPTRAIN_CUDA_GRAPHS=0 capped 75 "$ncu" --clock-control none --cache-control none \
+            --launch-skip 260 --launch-count 80 \
+            --metrics "$metrics" --csv --page raw --print-units base \
+            "$BUILD/bin/mptrain-bench" --backend cuda --precision mixed-bf16 --batch "$batch" --steps 12 --repeats 1 \
+            >"$WORK/ncu_$batch.csv" 2>"$WORK/ncu_$batch.log"
+    )
     echo "ncu exit status $? (batch $batch)" >>"$WORK/ncu_$batch.log"
-    python3 bench/kernel_table.py "$WORK/ncu_$batch.csv" "mixed-bf16, batch $batch" >>"$OUT_FILE" \
+    python3 bench/kernel_table.py "$WORK/ncu_$batch.csv" "mixed-bf16, batch $batch${settings:+, $settings}" >>"$OUT_FILE" \
         || { echo "batch $batch: no table; ncu said:"; tail -15 "$WORK/ncu_$batch.log"; } >>"$OUT_FILE"
 done
 # Why the fused SGD kernel (batch 32) runs at a third of the copy bandwidth: its warps' stall
