@@ -86,10 +86,10 @@ graphs_off = "--- test_cuda_ops, MPTRAIN_CUDA_GRAPHS=0: of those, failing\n" + c
 sys.exit(not (default in text and folds_off in text and graphs_off in text))
 PY
 
-# Short of time (each bench run 3 s, 230 s in all): the switch stages stop where the candidate's
-# stages (its table and seed run, 170 s) would no longer fit, the combined set first; the candidate
+# Short of time (each bench run 3 s, 165 s in all): the switch stages stop where the candidate's
+# stages (115 s: its table and seed run) would no longer fit, the combined set first; the candidate
 # is chosen from what ran, timed and run for 50 epochs.
-status=$(run_check short DEADLINE=230 MPTRAIN_STANDIN_BENCH_SECONDS=3 SKIP_FEATURES=1)
+status=$(run_check short DEADLINE=165 MPTRAIN_STANDIN_BENCH_SECONDS=3 SKIP_FEATURES=1)
 summary=$work/out_short/summary.txt
 [ "$status" = 0 ] || fail "short of time: exit status $status, not 0"
 has "$summary" "switch stages skipped to keep the candidate's time:"
