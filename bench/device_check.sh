@@ -327,21 +327,23 @@ if [ -x "$bench" ]; then
     # default kernels at batch 32 and 256.
     room_for_switch_stage dependent_launch &&
         MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 bench_run 60 dependent_launch --precision mixed-bf16 --batch 32,256
-    # The layers' fused SGD updates as one launch, on tensor cores (batch 32 and 256) and on CUDA cores.
+    # The layers' fused SGD updates as one launch (batch 32, CUDA cores).
+    room_for_switch_stage grouped_sgd && MPTRAIN_CUDA_GROUPED_SGD=1 bench_run 60 grouped_sgd --precision mixed-bf16 --batch 32
+    # Batch 32's forward layers as one tensor-core kernel each instead of cuBLASLt's (split-K) GEMMs
+    # (the input gradients' kernel has no stage alone: it runs beside the forward's, below).
+    room_for_switch_stage small_batch_forward &&
+        MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 bench_run 60 small_batch_forward --precision mixed-bf16 --batch 32
+    # Then the pairs: grouping on tensor cores (batch 32 and 256), both small-batch kernels with the
+    # tensor-core SGD, and both alone.
     room_for_switch_stage grouped_tensor_core_sgd &&
         MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_TENSOR_CORE_SGD=1 bench_run 60 grouped_tensor_core_sgd \
             --precision mixed-bf16 --batch 32,256
-    room_for_switch_stage grouped_sgd && MPTRAIN_CUDA_GROUPED_SGD=1 bench_run 60 grouped_sgd --precision mixed-bf16 --batch 32
-    # Batch 32's forward layers and input gradients as one tensor-core kernel each instead of
-    # cuBLASLt's (split-K) GEMMs: both with the tensor-core SGD, both, the forward alone.
     room_for_switch_stage small_batch_tensor_cores &&
         MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 MPTRAIN_CUDA_TENSOR_CORE_SGD=1 \
             bench_run 60 small_batch_tensor_cores --precision mixed-fp16,mixed-bf16 --batch 32
     room_for_switch_stage small_batch &&
         MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 \
             bench_run 60 small_batch --precision mixed-bf16 --batch 32
-    room_for_switch_stage small_batch_forward &&
-        MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 bench_run 60 small_batch_forward --precision mixed-bf16 --batch 32
     # cuBLASLt's candidate algorithms timed when each GEMM is planned, against the heuristic's first.
     room_for_switch_stage autotuned &&
         MPTRAIN_CUDA_GEMM_AUTOTUNE=1 bench_run 90 autotuned --precision mixed-bf16 --batch 32,256,4096 --steps 50

@@ -51,15 +51,16 @@ if [ -n "$settings" ] && ! [[ $settings =~ ^(MPTRAIN_CUDA_[A-Z_]+=[01]( |$))+$ ]
     settings=""
 fi
 for batch in ${BATCHES//,/ }; do
-    # 12 steps per epoch: the set-up, the first epoch's order and the warm-up epoch (about 13 to 17
-    # launches a step) are skipped; 80 launches hold at least 4 whole steps of the timed epoch.
+    # 40 steps per epoch: the set-up and the first 13 to 19 steps of the warm-up epoch are skipped (the
+    # default step is 13 to 17 launches, the switches' fewer, down to about 12), and 80 launches hold
+    # at least 4 whole steps, all before the epoch's end (whose order kernels would join a step).
     (
-        # shellcheck disable=SC2086  # one VAR=value word per setting
+        # shellcheck disable=SC2086,SC2163  # one VAR=value word per setting, exported as it is
         [ -z "$settings" ] || export $settings
         MPTRAIN_CUDA_GRAPHS=0 capped 75 "$ncu" --clock-control none --cache-control none \
             --launch-skip 260 --launch-count 80 \
             --metrics "$metrics" --csv --page raw --print-units base \
-            "$BUILD/bin/mptrain-bench" --backend cuda --precision mixed-bf16 --batch "$batch" --steps 12 --repeats 1 \
+            "$BUILD/bin/mptrain-bench" --backend cuda --precision mixed-bf16 --batch "$batch" --steps 40 --repeats 1 \
             >"$WORK/ncu_$batch.csv" 2>"$WORK/ncu_$batch.log"
     )
     echo "ncu exit status $? (batch $batch)" >>"$WORK/ncu_$batch.log"

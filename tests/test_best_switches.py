@@ -175,12 +175,13 @@ class BestSwitches(unittest.TestCase):
 
     def test_report_says_when_the_records_ran_on_another_gpu_than_the_targets_h200(self):
         h100 = "cuda:0 (NVIDIA H100 80GB HBM3, compute capability 9.0, 81079 MiB)"
-        for device, note in ((H200, False), (h100, True)):
+        gh200 = "cuda:0 (NVIDIA GH200 480GB, compute capability 9.0, 97871 MiB)"
+        for device, note in ((H200, False), (h100, True), (gh200, True)):
             path = self.records(record(32, 129, device=device), record(32, 68, device=device, tensor_core_sgd=True))
             output = io.StringIO()
             with contextlib.redirect_stdout(output):
                 best_switches.report("MPTRAIN_CUDA_TENSOR_CORE_SGD=1", [path])
-            said = "targets: issue 3's are an H200's; these steps ran on " + h100 in output.getvalue()
+            said = "targets: issue 3's are an H200's; these steps ran on " + device in output.getvalue()
             self.assertEqual(said, note, output.getvalue())
             self.assertIn("target 70 met", output.getvalue())
 

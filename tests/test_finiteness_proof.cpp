@@ -44,6 +44,7 @@ struct Setup {
     Given given = Given::bytes;
     float scale = 1.0f / 255.0f, offset = 0.0f;
     bool model_standardizes = false;
+    bool first_layer_frozen = false;
     float input_dropout = 0.0f;
     mpt_precision precision = MPT_PRECISION_MIXED_FP16;
 };
@@ -86,6 +87,7 @@ Outcome train(const Setup& setup) {
     REQUIRE_OK(mpt_model_add_dense(model, kHidden, MPT_ACTIVATION_RELU));
     REQUIRE_OK(mpt_model_add_dense(model, kClasses, MPT_ACTIVATION_SOFTMAX));
     REQUIRE_OK(mpt_model_set_input_dropout(model, setup.input_dropout));
+    if (setup.first_layer_frozen) REQUIRE_OK(mpt_model_set_layer_trainable(model, 0, 0));
     if (setup.model_standardizes) {
         // Mean 0 and deviation 1: the values stay as they are, but a standardization may widen them.
         const std::vector<float> mean(kFeatures, 0.0f), deviation(kFeatures, 1.0f);
@@ -154,11 +156,23 @@ TEST_CASE("only batches whose every value decides as no max leave their pass out
         wide.scale = 2.0f / 255.0f;
         CHECK(train(wide).max_abs_elements == measured);
     }
-    SUBCASE("bytes into [0, 2.55e-11]: measured (batch-based clipping scales a max below 2^-40)") {
-        Setup tiny = reference;  // (in fp16 every value would round to 0, and the pass go)
+    SUBCASE("bytes into [0, 2.55e-11]: measured (batch-based clipping scales a max below 2^-40), but not in fp16") {
+        Setup tiny = reference;
         tiny.given = Given::bytes;
         tiny.scale = 1e-13f;
         CHECK(train(tiny).max_abs_elements == measured);
+        // fp16 rounds every such value to 0: the batch's dtype decides, not the samples' floats.
+        tiny.precision = MPT_PRECISION_MIXED_FP16;
+        CHECK(train(tiny).max_abs_elements == unmeasured);
+    }
+    SUBCASE("a frozen first layer: its input is no gradient's, and the next layer's input is measured") {
+        Setup frozen = reference;
+        frozen.first_layer_frozen = true;
+        Setup frozen_bytes = frozen;
+        frozen_bytes.given = Given::bytes;
+        const uint64_t floats_frozen = train(frozen).max_abs_elements;
+        CHECK(floats_frozen < unmeasured);  // the first layer's dZ and inputs: neither read
+        CHECK(train(frozen_bytes).max_abs_elements == floats_frozen);
     }
     SUBCASE("a model that standardizes its inputs, or drops some: measured") {
         Setup standardized = reference;

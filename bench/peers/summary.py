@@ -5,6 +5,7 @@ records that ran on another device than the backend summarised are left out (wit
 time whose steps did not train is marked "!" and left out of the best peer.
 Usage: summary.py [--backend cuda|cpu] RECORDS.json...  (cuda: the device check; cpu: cpu_compare.sh)"""
 import json
+import re
 import sys
 
 TARGETS_US = {32: 70, 256: 110, 4096: 480}  # mixed-bf16 on the H200 (issue 3)
@@ -65,7 +66,7 @@ def target_device_note(records):
     """A line saying the targets are an H200's when a record ran on another GPU (the device tool's first
     call gets an H100 unless it names nvidia-h200), None when every named device is an H200 or none is
     named."""
-    others = [d for d in devices_of(records) if "H200" not in d]
+    others = [d for d in devices_of(records) if not re.search(r"\bH200\b", d)]  # (a GH200 is another chip)
     if not others:
         return None
     return (f"targets: issue 3's are an H200's; these steps ran on {', '.join(others)}: the met/MISS verdicts "
