@@ -24,6 +24,11 @@ failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 has() { grep -qF -- "$2" "$1" || fail "$(basename "$1") lacks: $2"; }
 lacks() { ! grep -qF -- "$2" "$1" || fail "$(basename "$1") has: $2"; }
+# has_record <records.json> <Python condition on a record r>: some record of the file meets it.
+has_record() {
+    python3 -c 'import json, sys; sys.exit(not any(eval("(" + sys.argv[2] + ")", {"r": r}) for r in json.load(open(sys.argv[1]))))' \
+        "$1" "$2"
+}
 
 # run_check <name> [VAR=value...]: the script over a fresh copy of the stand-in build folder (the
 # settings given override DEADLINE's 300 s).
@@ -57,12 +62,9 @@ has "$summary" "racecheck: clean"
 has "$summary" "synccheck: clean"
 has "$summary" "kernel profile: ncu unusable on this machine"
 # The candidate's records reach the records the device tool brings back; the switch lines leave them out.
-python3 - "$work/out_passing/records.json" <<'PY' || fail "records.json lacks the candidate's fp32 record at batch 4096"
-import json, sys
-records = json.load(open(sys.argv[1]))
-sys.exit(not any(r.get("precision") == "fp32" and r.get("batch") == 4096 and r.get("tensor_core_sgd")
-                 and r.get("split_k") is False for r in records))
-PY
+has_record "$work/out_passing/records.json" \
+    'r.get("precision") == "fp32" and r.get("batch") == 4096 and r.get("tensor_core_sgd") and r.get("split_k") is False' \
+    || fail "records.json lacks the candidate's fp32 record at batch 4096"
 # (No switch stage times fp32: a switched-on line for fp32 would be a candidate record.)
 lacks "$summary" "MPTRAIN_CUDA_SPLIT_K=0): fp32"
 
@@ -96,12 +98,9 @@ has "$summary" "switch stages skipped to keep the candidate's time:"
 has "$summary" "autotuned"
 has "$summary" "candidate defaults (MPTRAIN_CUDA_"
 has "$summary" "CIFAR-10 seed run, candidate defaults: test accuracy"
-python3 - "$work/out_short/records.json" <<'PY' || fail "short of time: no record of the combined stage at batch 32"
-import json, sys
-records = json.load(open(sys.argv[1]))
-sys.exit(not any(r.get("batch") == 32 and r.get("small_batch_forward") and r.get("dependent_launch")
-                 and r.get("grouped_sgd") and r.get("tensor_core_sgd") for r in records))
-PY
+has_record "$work/out_short/records.json" 'r.get("batch") == 32 and r.get("small_batch_forward") and
+    r.get("dependent_launch") and r.get("grouped_sgd") and r.get("tensor_core_sgd")' \
+    || fail "short of time: no record of the combined stage at batch 32"
 
 if [ "$failures" != 0 ]; then
     echo "$failures check(s) failed; the logs:"
