@@ -548,13 +548,9 @@ diagnose_failed_gpu_tests() {
     } | tee "$WORK/diagnosis.log"
     { echo; echo "=== failed GPU tests again"; cat "$WORK/diagnosis.log"; } >>"$WORK/ctest_cuda.log"
 }
-# The names of the cases that failed in a doctest program's output: doctest prints a case's
-# "TEST CASE:" header before any of its MESSAGEs too, so only headers followed by an ERROR count.
-# A program cut short by `limited` lists nothing: says so.
-failing_cases() {
-    awk '/^skipped, no time left/ {print "(not run: no time left)"} /^TEST CASE:/ {sub(/^TEST CASE: */, ""); name = $0; next}
-         / (ERROR|FATAL ERROR): / {if (name != "") print name}' | sort -u
-}
+# The names of the cases that failed in a doctest program's output (bench/peers/gpu_test_log.py, the
+# parser the candidate choice reads ctest's log with); a program cut short by `limited` says so.
+failing_cases() { python3 bench/peers/gpu_test_log.py; }
 
 # With the GPU tests passing the profile comes first; with a failure, the memory checker.
 if [ "$status" = 0 ]; then

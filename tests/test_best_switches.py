@@ -13,6 +13,7 @@ import unittest
 sys.path.insert(0, sys.argv.pop(1) if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "bench", "peers"))
 sys.dont_write_bytecode = True
 import best_switches  # noqa: E402
+import gpu_test_log  # noqa: E402
 
 DEFAULT_FIELDS = {"split_k": True, "tensor_core_sgd": False, "gemm_autotune": False, "small_batch_forward": False,
                   "small_batch_backward": False, "dependent_launch": False, "grouped_sgd": False,
@@ -184,6 +185,13 @@ class BestSwitches(unittest.TestCase):
             said = "targets: issue 3's are an H200's; these steps ran on " + device in output.getvalue()
             self.assertEqual(said, note, output.getvalue())
             self.assertIn("target 70 met", output.getvalue())
+
+    def test_one_programs_failing_cases_are_those_an_error_follows(self):
+        lines = ["TEST CASE:  prints a message", "/s/t.cpp:1: MESSAGE: 3 plans",
+                 "TEST CASE:  fails, twice", "/s/t.cpp:2: ERROR: CHECK( a == b ) is NOT correct!",
+                 "/s/t.cpp:3: ERROR: CHECK( c ) is NOT correct!", "TEST CASE:  stops",
+                 "/s/t.cpp:4: FATAL ERROR: REQUIRE( d ) is NOT correct!", "TEST CASE:  passes"]
+        self.assertEqual(gpu_test_log.program_failing_cases(lines), ["fails, twice", "fails, twice", "stops"])
 
     def test_report_takes_the_candidate_stages_records_over_a_switch_stage_that_timed_the_same_set(self):
         names = {}

@@ -19,9 +19,9 @@ no caveat such as a refused graph or a switch the device turned off):
   the switches is a failure of the default path, and then nothing is chosen), less any switch that
   was timed alone and was more than 2% slower than the default at some batch."""
 import os
-import re
 import sys
 
+from gpu_test_log import failing_cases
 from summary import TARGETS_US, caveats, environment_setting, load, target_device_note
 
 # (switch, the record's field, the field's value when switched on, words that name it in a GPU test
@@ -55,43 +55,6 @@ def plain_step(record):
             and record.get("data", "resident") == "resident" and not record.get("global_clipnorm")
             and not record.get("ema_momentum") and not record.get("dropout") and not record.get("micro_batch")
             and not record.get("frozen_layers") and not record.get("standardized"))
-
-
-def failing_cases(ctest_log):
-    """The names of the doctest cases that failed in a `ctest -V` log (lines prefixed "N: " by the test
-    that printed them, tests interleaved under -j): a case counts when an ERROR follows its header
-    in the same test's lines. A test that ctest lists as failed without such a case (a timeout, a
-    crash) counts as a failing case named after the test, which names no switch. None when the log
-    is missing or ctest did not finish it (no "tests passed" summary: the stage cut short, or skipped
-    for lack of time): programs cut off before an ERROR would otherwise read as passed."""
-    current, failing, failed_tests, cases_of = {}, set(), {}, set()
-    try:
-        with open(ctest_log, errors="replace") as log:
-            lines = log.read().splitlines()
-    except OSError:
-        return None
-    if not any(re.match(r"\d+% tests passed", line) for line in lines):
-        return None
-    listing = False
-    for line in lines:
-        if line.startswith("The following tests FAILED:"):
-            listing = True
-            continue
-        number, separator, rest = line.strip().partition(" - ")
-        if listing and separator and number.isdigit():
-            failed_tests[number] = rest
-            continue
-        test, separator, text = line.partition(": ")
-        if not separator or not test.strip().isdigit():
-            continue
-        if text.startswith("TEST CASE:"):
-            current[test] = text[len("TEST CASE:"):].strip()
-        elif (" ERROR: " in text or " FATAL ERROR: " in text) and current.get(test):
-            failing.add(current[test])
-            cases_of.add(test.strip())
-    failing |= {f"test {what}, with no failing case named" for number, what in failed_tests.items()
-                if number not in cases_of}
-    return failing
 
 
 def excluded_by_tests(failing):
