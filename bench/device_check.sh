@@ -295,7 +295,7 @@ fi
 candidate_reserve=$((cifar_ready == 1 ? 115 : 110))
 switch_stages_skipped=()
 room_for_switch_stage() {  # room_for_switch_stage <name>: a switch stage of about 15 s still leaves the candidate its time
-    fits $((candidate_reserve + 15 - 20)) && return 0
+    fits $((candidate_reserve - 5)) && return 0  # over reserve + 15 s left (fits N: over N + 20 s)
     echo "switch stage $1 skipped: it would take the candidate's time"
     switch_stages_skipped+=("$1")
     echo "switch stages skipped to keep the candidate's time: ${switch_stages_skipped[*]}" >"$WORK/switches_skipped_line.txt"
