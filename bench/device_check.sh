@@ -309,8 +309,10 @@ if [ -x "$bench" ]; then
         MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 bench_run 60 all_switches --precision mixed-bf16 --batch 32
     # Past batch 32's kernels: every switch that acts at batch 256 or 4096 at once (not the GEMM
     # autotuning, timed last), so that the candidate choice has a combined set to weigh there too.
+    # K kept whole by the small-outputs rule rather than everywhere: the large GEMMs the same, the
+    # small ones split as the default splits them, which is what a default could keep at batch 32.
     room_for_switch_stage all_switches_large &&
-        MPTRAIN_CUDA_SPLIT_K=0 MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1 MPTRAIN_CUDA_TENSOR_CORE_SGD=1 MPTRAIN_CUDA_GROUPED_SGD=1 \
+        MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1 MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1 MPTRAIN_CUDA_TENSOR_CORE_SGD=1 MPTRAIN_CUDA_GROUPED_SGD=1 \
             MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 bench_run 60 all_switches_large --precision mixed-bf16 --batch 256,4096 --steps 50
     # The fused SGD kernel's tiles on the tensor cores, against the small stage: at batch 32 the
     # CUDA-core kernel's, at 256 (which only the tensor-core kernel fuses) GEMM then update.
@@ -319,6 +321,10 @@ if [ -x "$bench" ]; then
     # cuBLASLt never splitting K: where it did, the bias/ReLU epilogue ran as a separate pass (two
     # of 40 us each at batch 4096 on an H200, 2026-12-04) and split-K's reduction as another.
     room_for_switch_stage unsplit && MPTRAIN_CUDA_SPLIT_K=0 bench_run 90 unsplit --precision mixed-bf16 --batch 32,256,4096 --steps 50
+    # Only the GEMMs whose outputs have a tile per multiprocessor or more kept whole (batch 4096's
+    # large ones; at batch 32 every GEMM may split as by default, so the stage leaves it out).
+    room_for_switch_stage split_k_small_outputs && MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1 \
+        bench_run 60 split_k_small_outputs --precision mixed-bf16 --batch 256,4096 --steps 50
     # The weight-gradient GEMMs without cuBLASLt's BGRADB (a kernel of its own at batch 4096, 24 us a
     # step), the bias gradients summed by the backend's kernel instead (batches past fused SGD's).
     room_for_switch_stage own_bias_gradient &&

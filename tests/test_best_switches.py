@@ -17,7 +17,7 @@ import gpu_test_log  # noqa: E402
 
 DEFAULT_FIELDS = {"split_k": True, "tensor_core_sgd": False, "gemm_autotune": False, "small_batch_forward": False,
                   "small_batch_backward": False, "dependent_launch": False, "grouped_sgd": False,
-                  "own_bias_gradient": False}
+                  "own_bias_gradient": False, "split_k_small_outputs": False}
 
 
 H200 = "cuda:0 (NVIDIA H200, compute capability 9.0, 143771 MiB)"
@@ -89,6 +89,33 @@ class BestSwitches(unittest.TestCase):
         self.assertEqual(settings, "MPTRAIN_CUDA_TENSOR_CORE_SGD=1 MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 "
                                    "MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_SPLIT_K=0")
         self.assertIn("batch 4096: fastest split_k_off", why)
+
+    def unsplit_slower_at_batch_32(self):
+        """The seed stages with split-K off losing at batch 32 (its GEMMs need the split there)."""
+        return [r for r in self.seed_stages() if not (r["batch"] == 32 and r["split_k"] is False)] + [
+            record(32, 140, split_k=False)]
+
+    def test_split_k_off_slower_somewhere_gives_way_to_the_small_outputs_rule(self):
+        settings, why = self.choose(*self.unsplit_slower_at_batch_32())
+        self.assertEqual(settings, "MPTRAIN_CUDA_TENSOR_CORE_SGD=1 MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 "
+                                   "MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 MPTRAIN_CUDA_GROUPED_SGD=1 "
+                                   "MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1")
+        self.assertIn("split_k_off: dropped, alone it took 1.09x", why)
+        self.assertIn("split_k_small_outputs: in split_k_off's place", why)
+
+    def test_the_small_outputs_rule_not_in_split_k_offs_place_when_its_test_failed_or_it_was_slower(self):
+        self.write_log("MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1 keeps the large GEMMs whole and trains as the default does")
+        settings, why = self.choose(*self.unsplit_slower_at_batch_32())
+        self.assertNotIn("SPLIT_K", settings)
+        self.assertIn("split_k_small_outputs: not in its place, its GPU tests failed", why)
+        # Its failing case names the rule alone: split-K off, faster everywhere it was timed, stays.
+        settings, why = self.choose(*self.seed_stages())
+        self.assertIn("MPTRAIN_CUDA_SPLIT_K=0", settings)
+        self.assertIn("left out, their GPU tests failed: split_k_small_outputs", why)
+        self.write_log()
+        settings, why = self.choose(*self.unsplit_slower_at_batch_32(), record(256, 185, split_k_small_outputs=True))
+        self.assertNotIn("SPLIT_K", settings)
+        self.assertIn("split_k_small_outputs: not in its place, alone it took 1.05x", why)
 
     def test_a_set_within_two_percent_of_the_default_is_not_chosen(self):
         settings, why = self.choose(record(32, 129), record(32, 127, dependent_launch=True))

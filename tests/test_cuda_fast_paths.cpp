@@ -377,6 +377,34 @@ TEST_CASE("MPTRAIN_CUDA_SPLIT_K=0 trains as the default does") {
     CHECK(unsplit == doctest::Approx(split).epsilon(5e-3));
 }
 
+// MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1 keeps the GEMMs whose outputs have a tile per multiprocessor or
+// more whole along K (the seed MLP at batch 2048: the first layer's forward and input gradient have
+// 384 tiles of 128 x 128, its weight gradient 576) and leaves the small ones to the heuristic (the
+// logits' 16): the same sums split elsewhere, so the run trains to the default's loss within rounding.
+TEST_CASE("MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1 keeps the large GEMMs whole and trains as the default does") {
+    SKIP_WITHOUT_GPU();
+    const SyntheticData data = synthetic_data(4096, 3072, 37);
+    const auto train = [&](const std::shared_ptr<Context>& context) {
+        auto dataset = to_dataset(context, data);
+        TrainerConfig config;
+        config.precision = MPT_PRECISION_MIXED_BF16;
+        Trainer trainer(make_seed_mlp(context), config);
+        trainer.fit(*dataset, 2, 2048, true);
+        REQUIRE(trainer.epochs_completed() == 2);
+        return trainer.evaluate(*dataset, 256).loss;
+    };
+    auto ruled = cuda_context_under("MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS", "1");
+    auto plain = cuda_context_under("MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS", "0");
+    const float ruled_loss = train(ruled);
+    const float plain_loss = train(plain);
+    INFO("last refusal: " << cuda_backend_last_graph_refusal(ruled->backend()));
+    CHECK(cuda_backend_graph_refusals(ruled->backend()) == 0);
+    CHECK(cuda_backend_plans_kept_whole_by_size(ruled->backend()) > 0);
+    CHECK(cuda_backend_plans_kept_whole_by_size(plain->backend()) == 0);
+    CHECK(std::isfinite(ruled_loss));
+    CHECK(ruled_loss == doctest::Approx(plain_loss).epsilon(5e-3));
+}
+
 // MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1: past fused SGD's batches (512 rows here, past the tensor-core
 // kernel's 256 too) the weight-gradient GEMMs run without BGRADB and the backend's kernel sums the
 // bias gradients, in another order than cuBLASLt's, so the run trains to the default's loss within

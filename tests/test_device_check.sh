@@ -50,9 +50,9 @@ has "$summary" "device: cuda:0 (stand-in GPU, compute capability 9.0, 143771 MiB
 [ "$(grep -c "targets: issue 3's are an H200's; these steps ran on cuda:0 (stand-in GPU" "$summary")" = 2 ] ||
     fail "summary.txt lacks the note that the targets are an H200's, in the table and the candidate's lines"
 has "$summary" "switch choice: batch 256: fastest grouped_sgd, tensor_core_sgd"
-has "$summary" "switch choice: batch 4096: fastest dependent_launch, grouped_sgd, own_bias_gradient, split_k_off, tensor_core_sgd"
+has "$summary" "switch choice: batch 4096: fastest dependent_launch, grouped_sgd, own_bias_gradient, split_k_small_outputs, tensor_core_sgd"
 has "$summary" "switch choice: dependent_launch: dropped, alone it took 1.05x"
-has "$summary" "candidate defaults (MPTRAIN_CUDA_TENSOR_CORE_SGD=1 MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1 MPTRAIN_CUDA_SPLIT_K=0):"
+has "$summary" "candidate defaults (MPTRAIN_CUDA_TENSOR_CORE_SGD=1 MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1 MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1):"
 has "$summary" "batch 32: fp32 137 (0.76x default), mixed-fp16 98 (0.76x default), mixed-bf16 98 (0.76x default) us/step; target 70 MISSED"
 has "$summary" "batch 4096: fp32 704 (0.87x default)"
 has "$summary" "CIFAR-10 seed run: test accuracy 0.5534 (>= 0.55 met), GPU training 10.200 s"
@@ -63,10 +63,10 @@ has "$summary" "synccheck: clean"
 has "$summary" "kernel profile: ncu unusable on this machine"
 # The candidate's records reach the records the device tool brings back; the switch lines leave them out.
 has_record "$work/out_passing/records.json" \
-    'r.get("precision") == "fp32" and r.get("batch") == 4096 and r.get("tensor_core_sgd") and r.get("split_k") is False' \
+    'r.get("precision") == "fp32" and r.get("batch") == 4096 and r.get("tensor_core_sgd") and r.get("split_k_small_outputs")' \
     || fail "records.json lacks the candidate's fp32 record at batch 4096"
 # (No switch stage times fp32: a switched-on line for fp32 would be a candidate record.)
-lacks "$summary" "MPTRAIN_CUDA_SPLIT_K=0): fp32"
+lacks "$summary" "MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1): fp32"
 
 status=$(run_check failing MPTRAIN_STANDIN_GPU_TESTS=fail)
 summary=$work/out_failing/summary.txt

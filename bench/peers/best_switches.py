@@ -17,7 +17,10 @@ no caveat such as a refused graph or a switch the device turned off):
 - at each batch the fastest switch set timed there, if at least 2% faster than the default step;
 - the union of those sets, less any switch whose GPU test failed (a failing case that names none of
   the switches is a failure of the default path, and then nothing is chosen), less any switch that
-  was timed alone and was more than 2% slower than the default at some batch."""
+  was timed alone and was more than 2% slower than the default at some batch;
+- split-K off dropped so (it wins where the outputs are large, batch 4096, and loses where the GEMMs
+  need the split to fill the GPU) gives way to the rule that keeps only the large GEMMs whole,
+  MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1, unless that rule's own tests failed or it was slower alone."""
 import os
 import sys
 
@@ -35,7 +38,8 @@ SWITCHES = (
     ("grouped_sgd", "grouped_sgd", True, ("grouped_sgd", "several layers run as one launch")),
     ("own_bias_gradient", "own_bias_gradient", True, ("own_bias_gradient", "bias gradients from the backend's kernel")),
     ("gemm_autotune", "gemm_autotune", True, ("gemm_autotune",)),
-    ("split_k_off", "split_k", False, ("split_k",)),
+    ("split_k_off", "split_k", False, ("split_k=0",)),
+    ("split_k_small_outputs", "split_k_small_outputs", True, ("split_k_small_outputs",)),
 )
 FASTER = 0.98  # a set is chosen at a batch when its step takes at most this share of the default's
 SLOWER = 1.02  # a switch timed alone is dropped when its step took more than this share somewhere
@@ -116,7 +120,22 @@ def choose(ctest_log, paths):
         if alone.get(name, 0.0) > SLOWER:
             print(f"{name}: dropped, alone it took {alone[name]:.2f}x the default step at some batch")
             chosen.discard(name)
+            if name == "split_k_off" and "split_k_small_outputs" not in chosen:
+                substitute(chosen, excluded, alone)
     return chosen
+
+
+def substitute(chosen, excluded, alone):
+    """Split-K off, dropped for a batch where it was slower, replaced by the rule that keeps only the
+    GEMMs with large outputs whole (what split-K off gained where it was fastest), when the rule may be."""
+    rule = "split_k_small_outputs"
+    if rule in excluded:
+        print(f"{rule}: not in its place, its GPU tests failed")
+    elif alone.get(rule, 0.0) > SLOWER:
+        print(f"{rule}: not in its place, alone it took {alone[rule]:.2f}x the default step at some batch")
+    else:
+        print(f"{rule}: in split_k_off's place (K kept whole only in the GEMMs with a tile per multiprocessor or more)")
+        chosen.add(rule)
 
 
 def report(settings, paths):

@@ -44,8 +44,9 @@ std::atomic<bool> cuda_backend_created{false};
 // paths (cuBLASLt's epilogues and the fused SGD kernel): to compare, or to get around a driver
 // that mishandles them (the same numbers either way, slower). MPTRAIN_CUDA_SPLIT_K=0 keeps
 // cuBLASLt from splitting K (where it did, a fused epilogue ran as a pass of its own: at batch
-// 4096 on an H200, 80 of 650 us of kernel time), to compare. A fused epilogue that cuBLASLt
-// refuses when it runs needs neither: the op is planned again without it. MPTRAIN_CUDA_STEP_FOLDS=0
+// 4096 on an H200, 80 of 650 us of kernel time), to compare; MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1
+// (below) keeps it from splitting only the GEMMs whose outputs have tiles enough. A fused epilogue
+// that cuBLASLt refuses when it runs needs neither: the op is planned again without it. MPTRAIN_CUDA_STEP_FOLDS=0
 // keeps a recorded step's small ops in launches of their own (the begin_step's memset, the update
 // decision's kernel) instead of folded into the loss head and the max pass: the same numbers, to
 // tell a fold's fault from another's.
@@ -61,7 +62,9 @@ bool turned_off_by_environment(const char* variable) {
 // MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 launches the backend's kernels with programmatic dependent launch
 // (cuda_launch.cuh), and MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1 sums the bias gradients of the
 // weight-gradient GEMMs in the backend's kernel instead of cuBLASLt's BGRADB epilogue
-// (cuda_bias_gradient.cuh): off by default until a GPU has measured them.
+// (cuda_bias_gradient.cuh), and MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1 lets cuBLASLt split K only in the
+// GEMMs whose output has fewer tiles than the GPU has multiprocessors (gemm_split_k_rule.h): off by
+// default until a GPU has measured them.
 bool turned_on_by_environment(const char* variable) {
     const char* value = std::getenv(variable);
     return value && std::strcmp(value, "1") == 0;
@@ -70,13 +73,18 @@ bool turned_on_by_environment(const char* variable) {
 }  // namespace
 
 std::string CudaBackend::setup_warning() const {
-    return unknown_environment_settings(
-        {{"MPTRAIN_CUDA_GRAPHS", {"0", "1"}}, {"MPTRAIN_CUDA_FUSED_EPILOGUES", {"0", "1"}},
-         {"MPTRAIN_CUDA_SPLIT_K", {"0", "1"}}, {"MPTRAIN_CUDA_TENSOR_CORE_SGD", {"0", "1"}},
-         {"MPTRAIN_CUDA_GEMM_AUTOTUNE", {"0", "1"}}, {"MPTRAIN_CUDA_SMALL_BATCH_FORWARD", {"0", "1"}},
-         {"MPTRAIN_CUDA_SMALL_BATCH_BACKWARD", {"0", "1"}}, {"MPTRAIN_CUDA_DEPENDENT_LAUNCH", {"0", "1"}},
-         {"MPTRAIN_CUDA_GROUPED_SGD", {"0", "1"}}, {"MPTRAIN_CUDA_STEP_FOLDS", {"0", "1"}},
-         {"MPTRAIN_CUDA_OWN_BIAS_GRADIENT", {"0", "1"}}});
+    return unknown_environment_settings({{"MPTRAIN_CUDA_GRAPHS", {"0", "1"}},
+                                         {"MPTRAIN_CUDA_FUSED_EPILOGUES", {"0", "1"}},
+                                         {"MPTRAIN_CUDA_SPLIT_K", {"0", "1"}},
+                                         {"MPTRAIN_CUDA_TENSOR_CORE_SGD", {"0", "1"}},
+                                         {"MPTRAIN_CUDA_GEMM_AUTOTUNE", {"0", "1"}},
+                                         {"MPTRAIN_CUDA_SMALL_BATCH_FORWARD", {"0", "1"}},
+                                         {"MPTRAIN_CUDA_SMALL_BATCH_BACKWARD", {"0", "1"}},
+                                         {"MPTRAIN_CUDA_DEPENDENT_LAUNCH", {"0", "1"}},
+                                         {"MPTRAIN_CUDA_GROUPED_SGD", {"0", "1"}},
+                                         {"MPTRAIN_CUDA_STEP_FOLDS", {"0", "1"}},
+                                         {"MPTRAIN_CUDA_OWN_BIAS_GRADIENT", {"0", "1"}},
+                                         {"MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS", {"0", "1"}}});
 }
 
 // ---- creation ----------------------------------------------------------------------------------
@@ -197,6 +205,7 @@ CudaBackend::CudaBackend(int device, MemoryTracker* memory) : device_(device), m
     try {
         scheduler_ = std::make_unique<CudaScheduler>(*static_cast<CudaTaskHooks*>(this));
         gemm_ = std::make_unique<CudaGemm>(!turned_off_by_environment("MPTRAIN_CUDA_SPLIT_K"),
+                                           turned_on_by_environment("MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS"),
                                            turned_on_by_environment("MPTRAIN_CUDA_GEMM_AUTOTUNE"));
         epoch_order_ = std::make_unique<CudaEpochOrder>(*this);
         const size_t partial_bytes = kLossHeadMaxBlocks * sizeof(double);
@@ -785,6 +794,9 @@ CudaGemmAutotune cuda_backend_gemm_autotune(const Backend& backend) {
     report.saved_us = gemm.autotune_saved_us();
     report.last_untimed = gemm.last_untimed();
     return report;
+}
+uint64_t cuda_backend_plans_kept_whole_by_size(const Backend& backend) {
+    return as_cuda(backend).gemm().plans_kept_whole_by_size();
 }
 bool cuda_backend_fused_epilogues(const Backend& backend) { return as_cuda(backend).fused_epilogues(); }
 void cuda_backend_set_grouped_sgd(Backend& backend, bool enabled) { as_cuda(backend).set_grouped_sgd(enabled); }

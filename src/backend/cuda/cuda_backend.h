@@ -102,5 +102,8 @@ struct CudaGemmAutotune {
     std::string last_untimed;
 };
 CudaGemmAutotune cuda_backend_gemm_autotune(const Backend& backend);
+// GEMM plans that MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1 kept whole along K (gemm_split_k_rule.h: outputs
+// with a tile per multiprocessor or more); 0 without it.
+uint64_t cuda_backend_plans_kept_whole_by_size(const Backend& backend);
 
 }  // namespace mpt

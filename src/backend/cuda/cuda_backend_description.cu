@@ -18,6 +18,7 @@ void CudaBackend::describe(JsonWriter& out) const {
     out.key("graphs").boolean(graphs_enabled_);
     out.key("fused_epilogues").boolean(fused_epilogues_);
     out.key("split_k").boolean(gemm_->split_k());
+    out.key("split_k_small_outputs").boolean(gemm_->split_k_small_outputs_only());
     out.key("gemm_autotune").boolean(gemm_->autotune());
     out.key("tensor_core_sgd").boolean(tensor_core_sgd_);
     out.key("small_batch_forward").boolean(small_batch_forward_);
@@ -71,6 +72,7 @@ void CudaBackend::describe(JsonWriter& out) const {
     // Whole nanoseconds: JsonWriter writes no floating-point numbers.
     out.key("autotune_saved_ns").integer(static_cast<int64_t>(gemm.autotune_saved_us() * 1000.0 + 0.5));
     out.key("last_untimed").string(gemm.last_untimed());
+    out.key("plans_kept_whole_by_size").unsigned_integer(gemm.plans_kept_whole_by_size());
     out.end_object();
 }
 

@@ -6,6 +6,7 @@
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_gemm_autotune.cuh"
+#include "backend/cuda/gemm_split_k_rule.h"
 
 namespace mpt {
 
@@ -107,8 +108,13 @@ const CublasLt& loaded_cublaslt() {
 
 }  // namespace
 
-CudaGemm::CudaGemm(bool split_k, bool autotune) : lt_(loaded_cublaslt()), split_k_(split_k), autotune_(autotune) {
+CudaGemm::CudaGemm(bool split_k, bool split_k_small_outputs_only, bool autotune)
+    : lt_(loaded_cublaslt()),
+      split_k_(split_k),
+      split_k_small_outputs_only_(split_k_small_outputs_only),
+      autotune_(autotune) {
     MPT_CUDA_CHECK(cudaGetDevice(&device_));  // the backend's: it makes its CudaGemm with its device current
+    MPT_CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors_, cudaDevAttrMultiProcessorCount, device_));
     MPT_CUBLAS_CHECK(lt_.create(&handle_));
 }
 
@@ -202,8 +208,10 @@ const GemmPlan& CudaGemm::plan(const GemmKey& key) {
         // Split-K partial sums stay in fp32 when D is 16-bit: the in-place and output-type schemes
         // would round every partial to fp16/bf16 (the small-batch GEMMs, few tiles for many SMs, are
         // where the heuristic splits K), an error the CPU reference's fp32 sums do not make.
+        const bool may_split = gemm_may_split_k(key.m, key.n, split_k_, split_k_small_outputs_only_, multiprocessors_);
+        if (split_k_ && !may_split) ++plans_kept_whole_by_size_;
         const uint32_t reduction_schemes =
-            !split_k_                ? CUBLASLT_REDUCTION_SCHEME_NONE
+            !may_split                 ? CUBLASLT_REDUCTION_SCHEME_NONE
             : key.type_d == CUDA_R_32F ? CUBLASLT_REDUCTION_SCHEME_MASK
                                        : (CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE);
         if (status == CUBLAS_STATUS_SUCCESS)

@@ -65,10 +65,13 @@ struct GemmPlan {
 class CudaGemm {
 public:
     // split_k false: the heuristic may not split K (reduction scheme NONE), so no GEMM has a
-    // separate reduction and epilogue pass (MPTRAIN_CUDA_SPLIT_K=0, to compare). autotune: each
-    // plan takes the fastest of the heuristic's first kGemmCandidates algorithms, timed when the
-    // plan is made (cuda_gemm_autotune.cuh; MPTRAIN_CUDA_GEMM_AUTOTUNE=1), instead of its first.
-    explicit CudaGemm(bool split_k = true, bool autotune = false);
+    // separate reduction and epilogue pass (MPTRAIN_CUDA_SPLIT_K=0, to compare). With
+    // split_k_small_outputs_only, it may split K only in GEMMs whose output has fewer tiles than the
+    // device has multiprocessors (gemm_split_k_rule.h; MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1).
+    // autotune: each plan takes the fastest of the heuristic's first kGemmCandidates algorithms,
+    // timed when the plan is made (cuda_gemm_autotune.cuh; MPTRAIN_CUDA_GEMM_AUTOTUNE=1), instead of
+    // its first.
+    explicit CudaGemm(bool split_k = true, bool split_k_small_outputs_only = false, bool autotune = false);
     ~CudaGemm();
     CudaGemm(const CudaGemm&) = delete;
     CudaGemm& operator=(const CudaGemm&) = delete;
@@ -94,6 +97,9 @@ public:
     // won, the microseconds the winners saved against the heuristic's firsts (summed over plans, one
     // run each), and why the last plan that could not be timed was not.
     bool split_k() const { return split_k_; }
+    bool split_k_small_outputs_only() const { return split_k_small_outputs_only_; }
+    // Plans that split_k_small_outputs_only kept whole along K (their outputs have tiles enough).
+    uint64_t plans_kept_whole_by_size() const { return plans_kept_whole_by_size_; }
     bool autotune() const { return autotune_; }
     uint64_t timed_plans() const { return timed_plans_; }
     uint64_t retuned_plans() const { return retuned_plans_; }
@@ -103,8 +109,11 @@ public:
 private:
     const CublasLt& lt_;
     bool split_k_;
+    bool split_k_small_outputs_only_;
     bool autotune_;
     int device_ = 0;  // where the candidates are timed
+    int multiprocessors_ = 1;
+    uint64_t plans_kept_whole_by_size_ = 0;
     cublasLtHandle_t handle_ = nullptr;
     uint64_t timed_plans_ = 0, retuned_plans_ = 0;
     double autotune_saved_us_ = 0.0;
