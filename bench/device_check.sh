@@ -321,10 +321,6 @@ if [ -x "$bench" ]; then
     # cuBLASLt never splitting K: where it did, the bias/ReLU epilogue ran as a separate pass (two
     # of 40 us each at batch 4096 on an H200, 2026-12-04) and split-K's reduction as another.
     room_for_switch_stage unsplit && MPTRAIN_CUDA_SPLIT_K=0 bench_run 90 unsplit --precision mixed-bf16 --batch 32,256,4096 --steps 50
-    # Only the GEMMs whose outputs have a tile per multiprocessor or more kept whole (batch 4096's
-    # large ones; at batch 32 every GEMM may split as by default, so the stage leaves it out).
-    room_for_switch_stage split_k_small_outputs && MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1 \
-        bench_run 60 split_k_small_outputs --precision mixed-bf16 --batch 256,4096 --steps 50
     # The weight-gradient GEMMs without cuBLASLt's BGRADB (a kernel of its own at batch 4096, 24 us a
     # step), the bias gradients summed by the backend's kernel instead (batches past fused SGD's).
     room_for_switch_stage own_bias_gradient &&
@@ -339,6 +335,11 @@ if [ -x "$bench" ]; then
     # (the input gradients' kernel has no stage alone: it runs beside the forward's, below).
     room_for_switch_stage small_batch_forward &&
         MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 bench_run 60 small_batch_forward --precision mixed-bf16 --batch 32
+    # Only the GEMMs whose outputs have a tile per multiprocessor or more kept whole (batch 4096's
+    # large ones; at batch 32 every GEMM may split as by default, so the stage leaves it out). Last
+    # of the switches alone: all_switches_large has it, and the choice needs it alone only to drop it.
+    room_for_switch_stage split_k_small_outputs && MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1 \
+        bench_run 60 split_k_small_outputs --precision mixed-bf16 --batch 256,4096 --steps 50
     # Then the pairs: grouping on tensor cores (batch 32 and 256), both small-batch kernels with the
     # tensor-core SGD, and both alone.
     room_for_switch_stage grouped_tensor_core_sgd &&

@@ -117,6 +117,23 @@ class BestSwitches(unittest.TestCase):
         self.assertNotIn("SPLIT_K", settings)
         self.assertIn("split_k_small_outputs: not in its place, alone it took 1.05x", why)
 
+    def test_the_small_outputs_rule_not_in_split_k_offs_place_when_it_lost_at_a_larger_batch(self):
+        # Fastest at 256 (where the rule changes little), slower at 4096 (where the rule is split-K off).
+        stages = [r for r in self.seed_stages() if r["split_k"] is not False] + [
+            record(32, 129, split_k=False), record(256, 130, split_k=False), record(4096, 620, split_k=False)]
+        settings, why = self.choose(*stages)
+        self.assertNotIn("SPLIT_K", settings)
+        self.assertIn("split_k_off: dropped", why)
+        self.assertIn("split_k_small_outputs: not in split_k_off's place, which was slower alone at batch 4096", why)
+
+    def test_split_k_off_kept_leaves_the_rule_it_overrides_out(self):
+        stages = self.seed_stages() + [
+            record(256, 120, split_k_small_outputs=True, tensor_core_sgd=True, grouped_sgd=True, own_bias_gradient=True)]
+        settings, why = self.choose(*stages)
+        self.assertIn("MPTRAIN_CUDA_SPLIT_K=0", settings)
+        self.assertNotIn("SMALL_OUTPUTS", settings)
+        self.assertIn("split_k_small_outputs: dropped, split_k_off (kept)", why)
+
     def test_a_set_within_two_percent_of_the_default_is_not_chosen(self):
         settings, why = self.choose(record(32, 129), record(32, 127, dependent_launch=True))
         self.assertEqual(settings, "")

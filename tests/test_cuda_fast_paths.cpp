@@ -378,11 +378,13 @@ TEST_CASE("MPTRAIN_CUDA_SPLIT_K=0 trains as the default does") {
 }
 
 // MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1 keeps the GEMMs whose outputs have a tile per multiprocessor or
-// more whole along K (the seed MLP at batch 2048: the first layer's forward and input gradient have
-// 384 tiles of 128 x 128, its weight gradient 576) and leaves the small ones to the heuristic (the
-// logits' 16): the same sums split elsewhere, so the run trains to the default's loss within rounding.
+// more whole along K (the seed MLP at batch 2048: the first layer's forward and the second's input
+// gradient, 3000 wide, have 384 tiles of 128 x 128, the first layer's weight gradient 576) and leaves
+// the small ones to the heuristic (the logits'): the same sums split elsewhere, so the run trains to
+// the default's loss within rounding.
 TEST_CASE("MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1 keeps the large GEMMs whole and trains as the default does") {
     SKIP_WITHOUT_GPU();
+    const EnvironmentSetting split_k("MPTRAIN_CUDA_SPLIT_K", "1");  // the rule acts only where K may split
     const SyntheticData data = synthetic_data(4096, 3072, 37);
     const auto train = [&](const std::shared_ptr<Context>& context) {
         auto dataset = to_dataset(context, data);

@@ -18,9 +18,10 @@ no caveat such as a refused graph or a switch the device turned off):
 - the union of those sets, less any switch whose GPU test failed (a failing case that names none of
   the switches is a failure of the default path, and then nothing is chosen), less any switch that
   was timed alone and was more than 2% slower than the default at some batch;
-- split-K off dropped so (it wins where the outputs are large, batch 4096, and loses where the GEMMs
-  need the split to fill the GPU) gives way to the rule that keeps only the large GEMMs whole,
-  MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1, unless that rule's own tests failed or it was slower alone."""
+- split-K off dropped so, having lost only at smaller batches than those it won at (the GEMMs that
+  need the split to fill the GPU, against the large outputs' gain), gives way to the rule that keeps
+  only the large GEMMs whole, MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1, unless that rule's own tests
+  failed or it was slower alone; with split-K off kept, the rule (which it overrides) is not chosen."""
 import os
 import sys
 
@@ -94,13 +95,15 @@ def choose(ctest_log, paths):
     if not defaults:
         print("no default mixed-bf16 step timed without a caveat: nothing chosen")
         return set()
-    chosen, alone = set(), {}
+    chosen, alone, won_at, slower_at = set(), {}, {}, {}
     for batch in sorted(defaults):
         timed = [r for r in records if r["batch"] == batch and switch_set(r) and not caveats(r)]
         for r in timed:
             if len(switch_set(r)) == 1:
                 name = next(iter(switch_set(r)))
                 alone[name] = max(alone.get(name, 0.0), r["us_per_step"] / defaults[batch])
+                if r["us_per_step"] / defaults[batch] > SLOWER:
+                    slower_at.setdefault(name, set()).add(batch)
         if not timed:
             continue
         best = min(timed, key=lambda r: r["us_per_step"])
@@ -110,6 +113,8 @@ def choose(ctest_log, paths):
             print(f"batch {batch}: fastest {names}: {best['us_per_step']:.0f} us/step, {share:.2f}x the default "
                   f"{defaults[batch]:.0f}")
             chosen |= switch_set(best)
+            for name in switch_set(best):
+                won_at.setdefault(name, set()).add(batch)
         else:
             print(f"batch {batch}: no set 2% faster than the default {defaults[batch]:.0f} us/step "
                   f"(fastest {names}: {share:.2f}x)")
@@ -121,15 +126,22 @@ def choose(ctest_log, paths):
             print(f"{name}: dropped, alone it took {alone[name]:.2f}x the default step at some batch")
             chosen.discard(name)
             if name == "split_k_off" and "split_k_small_outputs" not in chosen:
-                substitute(chosen, excluded, alone)
+                substitute(chosen, excluded, alone, won_at[name], slower_at[name])
+    if {"split_k_off", "split_k_small_outputs"} <= chosen:
+        print("split_k_small_outputs: dropped, split_k_off (kept) keeps every GEMM whole")
+        chosen.discard("split_k_small_outputs")
     return chosen
 
 
-def substitute(chosen, excluded, alone):
+def substitute(chosen, excluded, alone, won_at, slower_at):
     """Split-K off, dropped for a batch where it was slower, replaced by the rule that keeps only the
-    GEMMs with large outputs whole (what split-K off gained where it was fastest), when the rule may be."""
+    GEMMs with large outputs whole, when that is the rule's case (split K lost at smaller batches than
+    every one it won at: the small GEMMs wanted the split, the large ones did not) and the rule may be."""
     rule = "split_k_small_outputs"
-    if rule in excluded:
+    if max(slower_at) >= min(won_at):
+        print(f"{rule}: not in split_k_off's place, which was slower alone at batch {max(slower_at)} and "
+              f"fastest at {min(won_at)}: not the large batches' gain the rule keeps")
+    elif rule in excluded:
         print(f"{rule}: not in its place, its GPU tests failed")
     elif alone.get(rule, 0.0) > SLOWER:
         print(f"{rule}: not in its place, alone it took {alone[rule]:.2f}x the default step at some batch")
