@@ -304,9 +304,10 @@ room_for_switch_stage() {  # room_for_switch_stage <name>: a switch stage of abo
 if [ -x "$bench" ]; then
     stage "switched-off paths (mptrain-bench --backend cuda under each switch)"
     # Batch 32's step on the backend's kernels alone: both small-batch kernels, the tensor-core SGD
-    # grouped, dependent launch.
+    # grouped, dependent launch, the last layer in the loss head's launch.
     MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 MPTRAIN_CUDA_TENSOR_CORE_SGD=1 \
-        MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 bench_run 60 all_switches --precision mixed-bf16 --batch 32
+        MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_FUSED_HEAD_LAYER=1 \
+        bench_run 60 all_switches --precision mixed-bf16 --batch 32
     # Past batch 32's kernels: every switch that acts at batch 256 or 4096 at once (not the GEMM
     # autotuning, timed last), so that the candidate choice has a combined set to weigh there too.
     # K kept whole by the small-outputs rule rather than everywhere: the large GEMMs the same, the
@@ -335,6 +336,9 @@ if [ -x "$bench" ]; then
     # (the input gradients' kernel has no stage alone: it runs beside the forward's, below).
     room_for_switch_stage small_batch_forward &&
         MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 bench_run 60 small_batch_forward --precision mixed-bf16 --batch 32
+    # The last layer's forward and input gradient in the loss head's launch (batches of at most 32).
+    room_for_switch_stage fused_head_layer &&
+        MPTRAIN_CUDA_FUSED_HEAD_LAYER=1 bench_run 60 fused_head_layer --precision mixed-bf16 --batch 32
     # Only the GEMMs whose outputs have a tile per multiprocessor or more kept whole (batch 4096's
     # large ones; at batch 32 every GEMM may split as by default, so the stage leaves it out). Last
     # of the switches alone: all_switches_large has it, and the choice needs it alone only to drop it.
@@ -494,7 +498,7 @@ run_shared_memory_checks() {
         # (Doctest's filter: commas separate patterns, so the names are matched by words without one.)
         timeout -k 10 60 env MPTRAIN_REQUIRE_GPU=1 "$sanitizer" --tool "$tool" --error-exitcode 9 \
             "$BUILD/bin/test_cuda_ops" \
-            --test-case='*tensor cores*,*small-batch kernel*,*several layers*,*every optimizer*,*bias gradients from*,*loss head*,*max_abs*' \
+            --test-case='*tensor cores*,*small-batch kernel*,*several layers*,*every optimizer*,*bias gradients from*,*loss head*,*fused head layer*,*max_abs*' \
             >"$WORK/$tool.log" 2>&1
         check_status=$?
         tail -12 "$WORK/$tool.log"

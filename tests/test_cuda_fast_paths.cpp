@@ -407,6 +407,48 @@ TEST_CASE("MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1 keeps the large GEMMs whole and 
     CHECK(ruled_loss == doctest::Approx(plain_loss).epsilon(5e-3));
 }
 
+// MPTRAIN_CUDA_FUSED_HEAD_LAYER=1: at batch 32 the last layer's forward and input gradient run in the
+// loss head's launch, their dot products summed in another order than the separate launches', so
+// each run trains to the separate launches' loss within rounding: mixed-bf16 replayed from graphs,
+// fp32, and mixed-fp16 through overflowing steps (the same steps skipped, the same scale left).
+TEST_CASE("MPTRAIN_CUDA_FUSED_HEAD_LAYER=1 trains as the separate launches do") {
+    SKIP_WITHOUT_GPU();
+    auto fused = cuda_context_under("MPTRAIN_CUDA_FUSED_HEAD_LAYER", "1");
+    auto separate = cuda_context_under("MPTRAIN_CUDA_FUSED_HEAD_LAYER", "0");
+    const float fused_bf16 = train_two_bf16_epochs_replayed(fused, 61);
+    const float separate_bf16 = train_two_bf16_epochs(separate, 61);
+    CHECK(cuda_backend_op_paths(fused->backend()).head_layers_fused > 0);
+    CHECK(cuda_backend_op_paths(separate->backend()).head_layers_fused == 0);
+    CHECK(std::isfinite(fused_bf16));
+    CHECK(fused_bf16 == doctest::Approx(separate_bf16).epsilon(5e-3));
+
+    const auto train_fp32 = [](const std::shared_ptr<Context>& context) {
+        const SyntheticData data = synthetic_data(640, 100, 67);
+        auto dataset = to_dataset(context, data);
+        TrainerConfig config;
+        config.precision = MPT_PRECISION_FP32;
+        Trainer trainer(make_mlp(context, data.features), config);
+        trainer.fit(*dataset, 2, 32, true);
+        return trainer.evaluate(*dataset, 64).loss;
+    };
+    auto fused_fp32 = cuda_context_under("MPTRAIN_CUDA_FUSED_HEAD_LAYER", "1");
+    const float fused_fp32_loss = train_fp32(fused_fp32);
+    CHECK(cuda_backend_op_paths(fused_fp32->backend()).head_layers_fused > 0);
+    CHECK(fused_fp32_loss ==
+          doctest::Approx(train_fp32(cuda_context_under("MPTRAIN_CUDA_FUSED_HEAD_LAYER", "0"))).epsilon(1e-4));
+
+    auto overflowing = cuda_context_under("MPTRAIN_CUDA_FUSED_HEAD_LAYER", "1");
+    const OverflowingRun fused_overflow = train_two_fp16_epochs_from_overflow(overflowing, 63);
+    const OverflowingRun separate_overflow =
+        train_two_fp16_epochs_from_overflow(cuda_context_under("MPTRAIN_CUDA_FUSED_HEAD_LAYER", "0"), 63);
+    CHECK(cuda_backend_op_paths(overflowing->backend()).head_layers_fused > 0);
+    CHECK(fused_overflow.state.skipped_steps > 0);
+    CHECK(fused_overflow.state.skipped_steps == separate_overflow.state.skipped_steps);
+    CHECK(fused_overflow.state.loss_scale == separate_overflow.state.loss_scale);
+    CHECK(std::isfinite(fused_overflow.loss));
+    CHECK(fused_overflow.loss == doctest::Approx(separate_overflow.loss).epsilon(5e-3));
+}
+
 // MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1: past fused SGD's batches (512 rows here, past the tensor-core
 // kernel's 256 too) the weight-gradient GEMMs run without BGRADB and the backend's kernel sums the
 // bias gradients, in another order than cuBLASLt's, so the run trains to the default's loss within

@@ -23,6 +23,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "data/dataset.h"
+#include "nn/activation.h"
 #include "nn/model.h"
 #include "nn/trainer.h"
 #include "support/normalised_error.h"
@@ -184,6 +185,7 @@ std::unique_ptr<Backend> make_cuda() {
     cuda_backend_set_dependent_launch(*backend, false);
     cuda_backend_set_grouped_sgd(*backend, false);
     cuda_backend_set_own_bias_gradient(*backend, false);
+    cuda_backend_set_fused_head_layer(*backend, false);
 #endif
     return backend;
 }
@@ -1527,6 +1529,142 @@ void run_head_task(void* argument) {
     task.backend->max_abs(&task.input, 1, task.maximum);
     task.backend->finish_step(task.head.state, task.scaler, nullptr, nullptr);
 }
+
+// The last layer of a step as a compute task: its forward, its loss head and its input gradient, as
+// the trainer issues them (recorded on CUDA, where the fused head layer takes all three).
+struct HeadLayerTask {
+    Backend* backend;
+    DenseForwardArgs forward;
+    LossHeadArgs head;
+    DenseBackwardDataArgs data;
+};
+
+void run_head_layer_task(void* argument) {
+    const HeadLayerTask& task = *static_cast<const HeadLayerTask*>(argument);
+    task.backend->dense_forward(task.forward);
+    task.backend->loss_head(task.head);
+    task.backend->dense_backward_data(task.data);
+}
+
+struct HeadLayerCase {
+    Activation activation;  // the head's
+    LossKind loss;
+    Activation previous;  // the layer below's (its output is the layer's input)
+    int64_t rows, in_features, width, classes;
+    DType compute;
+    float label_smoothing = 0.0f;
+    bool with_class_weights = false;
+};
+
+// The case's three ops recorded on `cuda` (MPTRAIN_CUDA_FUSED_HEAD_LAYER's path when `fused` says it
+// applies) against the CPU issuing them: the logits, the metrics and found_inf, the logits gradient
+// and the input gradient.
+void compare_head_layer(Backend& cpu, Backend& cuda, const HeadLayerCase& c, bool fused) {
+    CAPTURE(static_cast<int>(c.activation));
+    CAPTURE(static_cast<int>(c.loss));
+    CAPTURE(static_cast<int>(c.previous));
+    CAPTURE(c.rows);
+    CAPTURE(c.in_features);
+    CAPTURE(c.width);
+    CAPTURE(std::string(dtype_name(c.compute)));
+    // The layer below's outputs, as its activation leaves them (non-negative after a ReLU, some zeros).
+    std::vector<float> input = random_values(static_cast<size_t>(c.rows * c.in_features), -1, 1);
+    for (float& value : input) value = activation_forward(c.previous, value);
+    input = rounded(input, c.compute);
+    const std::vector<float> weights =
+        rounded(random_values(static_cast<size_t>(c.width * c.in_features), -0.3f, 0.3f), c.compute);
+    const std::vector<float> bias = random_values(static_cast<size_t>(c.width), -0.5f, 0.5f);
+    const std::vector<float> class_weights = random_values(static_cast<size_t>(c.classes), 0, 3);
+    std::uniform_int_distribution<int32_t> label_distribution(0, static_cast<int32_t>(c.classes - 1));
+    std::vector<int32_t> labels(static_cast<size_t>(c.rows));
+    for (int32_t& label : labels) label = label_distribution(random_engine());
+    const std::vector<float> targets = random_values(static_cast<size_t>(c.rows * c.classes), 0, 1);
+    const bool sparse = loss_uses_labels(c.loss);
+    TrainState initial{};
+    initial.loss_scale = 1024.0f;
+    // No begin_step in the task: a head that finds the loss finite leaves found_inf as it was.
+
+    std::vector<float> logits[2], logits_grads[2], input_grads[2];
+    std::vector<double> metrics[2];
+    TrainState states[2];
+    Backend* backends[2] = {&cpu, &cuda};
+    const uint64_t fused_before = cuda_backend_op_paths(cuda).head_layers_fused;
+    for (int b = 0; b < 2; ++b) {
+        Backend& backend = *backends[b];
+        WorkspaceBuffer workspace(backend);
+        Buffer input_buffer = upload(backend, c.compute, input);
+        Buffer weight_buffer = upload(backend, c.compute, weights);
+        Buffer bias_buffer = upload(backend, DType::fp32, bias);
+        Buffer logits_buffer = poisoned(backend, DType::fp32, static_cast<size_t>(c.rows * c.width));
+        Buffer labels_buffer = upload_raw(backend, labels);
+        Buffer targets_buffer = upload(backend, DType::fp32, targets);
+        Buffer class_weight_buffer = upload(backend, DType::fp32, class_weights);
+        Buffer logits_grad = poisoned(backend, c.compute, static_cast<size_t>(c.rows * c.width));
+        Buffer input_grad = poisoned(backend, c.compute, static_cast<size_t>(c.rows * c.in_features));
+        Buffer state = upload_raw(backend, std::vector<TrainState>{initial});
+        Buffer metric = upload_raw(backend, std::vector<double>{1.5, 2.0, 3.0, 4.0});
+        HeadLayerTask task{};
+        task.backend = &backend;
+        DenseForwardArgs& forward = task.forward;
+        forward.input = input_buffer.data();
+        forward.weights = weight_buffer.data();
+        forward.bias = bias_buffer.data();
+        forward.output = logits_buffer.data();
+        forward.rows = c.rows;
+        forward.in_features = c.in_features;
+        forward.out_features = c.width;
+        forward.valid_out = c.classes;
+        forward.activation = Activation::linear;
+        forward.compute_dtype = c.compute;
+        forward.bias_dtype = DType::fp32;
+        forward.output_dtype = DType::fp32;
+        forward.workspace = workspace.workspace();
+        LossHeadArgs& head = task.head;
+        head.logits = logits_buffer.as<float>();
+        head.labels = sparse ? labels_buffer.as<int32_t>() : nullptr;
+        head.targets = sparse ? nullptr : targets_buffer.as<float>();
+        head.logits_grad = logits_grad.data();
+        head.state = state.as<TrainState>();
+        head.metrics = metric.as<double>();
+        head.rows = c.rows;
+        head.width = c.width;
+        head.classes = c.classes;
+        head.activation = c.activation;
+        head.loss = c.loss;
+        head.label_smoothing = c.label_smoothing;
+        head.huber_delta = 0.5f;
+        head.class_weights = c.with_class_weights ? class_weight_buffer.as<float>() : nullptr;
+        head.logits_grad_dtype = c.compute;
+        DenseBackwardDataArgs& data = task.data;
+        data.output_grad = logits_grad.data();
+        data.weights = weight_buffer.data();
+        data.input = input_buffer.data();
+        data.input_grad = input_grad.data();
+        data.rows = c.rows;
+        data.in_features = c.in_features;
+        data.out_features = c.width;
+        data.input_activation = c.previous;
+        data.compute_dtype = c.compute;
+        data.input_grad_dtype = c.compute;
+        data.workspace = workspace.workspace();
+        backend.scheduler().submit(Lane::compute, &run_head_layer_task, &task);
+        backend.scheduler().synchronize();
+        logits[b] = download(backend, logits_buffer, DType::fp32, static_cast<size_t>(c.rows * c.width));
+        logits_grads[b] = download(backend, logits_grad, c.compute, static_cast<size_t>(c.rows * c.width));
+        input_grads[b] = download(backend, input_grad, c.compute, static_cast<size_t>(c.rows * c.in_features));
+        metrics[b] = download_raw<double>(backend, metric, kMetricsCount);
+        states[b] = download_raw<TrainState>(backend, state, 1)[0];
+    }
+    CHECK(cuda_backend_op_paths(cuda).head_layers_fused == fused_before + (fused ? 1u : 0u));
+    CHECK(normalised_error(logits[1], logits[0]) <= error_bound(DType::fp32));
+    CHECK(normalised_error(logits_grads[1], logits_grads[0]) <= error_bound(c.compute));
+    CHECK(normalised_error(input_grads[1], input_grads[0]) <= error_bound(c.compute));
+    CHECK(metrics[1][kMetricLossSum] == doctest::Approx(metrics[0][kMetricLossSum]).epsilon(1e-4));
+    CHECK(metrics[1][kMetricBatchLoss] == doctest::Approx(metrics[0][kMetricBatchLoss]).epsilon(1e-4));
+    CHECK(metrics[1][kMetricCounted] == metrics[0][kMetricCounted]);
+    CHECK(std::abs(metrics[1][kMetricCorrect] - metrics[0][kMetricCorrect]) <= 1.0);  // a near tie may go either way
+    CHECK(states[1].found_inf == states[0].found_inf);
+}
 #endif
 
 }  // namespace
@@ -1702,6 +1840,45 @@ TEST_CASE("CUDA dense_update matches the CPU with fused SGD on the tensor cores"
     CHECK(paths.fused_sgd_tensor_cores > 0);
     CHECK(paths.fused_sgd_tensor_cores < paths.fused_sgd);  // fp32's ran on CUDA cores
 }
+
+#if defined(MPTRAIN_WITH_CUDA)
+// MPTRAIN_CUDA_FUSED_HEAD_LAYER=1: a recorded step's last layer (forward and input gradient) in its
+// loss head's launch, against the CPU issuing the three ops: the seed MLP's last layer at batch 32
+// in each dtype, other heads (sigmoid with binary cross-entropy, a regression through a linear
+// output, label smoothing with class weights) over other layers below, a single row and an odd
+// width; and the shapes it does not take (33 rows, 17 outputs), which run as before.
+TEST_CASE("CUDA fused head layer matches the CPU, and leaves the shapes it does not take to the separate launches") {
+    SKIP_WITHOUT_GPU();
+    auto cpu = make_cpu();
+    auto cuda = make_cuda();
+    cuda_backend_set_graphs(*cuda, true);
+    cuda_backend_set_fused_head_layer(*cuda, true);
+    for (DType dtype : kDTypes) {
+        compare_head_layer(
+            *cpu, *cuda,
+            {Activation::softmax, LossKind::sparse_categorical_crossentropy, Activation::relu, 32, 1000, 16, 10, dtype},
+            true);
+        compare_head_layer(*cpu, *cuda,
+                           {Activation::sigmoid, LossKind::binary_crossentropy, Activation::tanh, 17, 40, 8, 3, dtype},
+                           true);
+        compare_head_layer(*cpu, *cuda,
+                           {Activation::linear, LossKind::mean_squared_error, Activation::linear, 1, 33, 1, 1, dtype},
+                           true);
+        compare_head_layer(*cpu, *cuda,
+                           {Activation::softmax, LossKind::categorical_crossentropy, Activation::leaky_relu, 5, 72, 16,
+                            12, dtype, 0.1f, true},
+                           true);
+    }
+    compare_head_layer(*cpu, *cuda,
+                       {Activation::softmax, LossKind::sparse_categorical_crossentropy, Activation::relu, 33, 1000, 16,
+                        10, DType::bf16},
+                       false);
+    compare_head_layer(
+        *cpu, *cuda,
+        {Activation::softmax, LossKind::sparse_categorical_crossentropy, Activation::relu, 32, 64, 17, 10, DType::bf16},
+        false);
+}
+#endif
 
 // The small-batch forward kernel (compute capability 8.0 and up) in cuBLASLt's place for batches of
 // at most 64 rows: the same cases and the seed MLP's layers at batch 32; the backward's DRELU

@@ -41,6 +41,7 @@ SWITCHES = (
     ("gemm_autotune", "gemm_autotune", True, ("gemm_autotune",)),
     ("split_k_off", "split_k", False, ("split_k=0",)),
     ("split_k_small_outputs", "split_k_small_outputs", True, ("split_k_small_outputs",)),
+    ("fused_head_layer", "fused_head_layer", True, ("fused_head_layer", "fused head layer")),
 )
 FASTER = 0.98  # a set is chosen at a batch when its step takes at most this share of the default's
 SLOWER = 1.02  # a switch timed alone is dropped when its step took more than this share somewhere

@@ -103,6 +103,7 @@ public:
     void set_grouped_sgd(bool enabled) { grouped_sgd_ = enabled; }
     void set_step_folds(bool enabled) { step_folds_ = enabled; }
     void set_own_bias_gradient(bool enabled) { own_bias_gradient_ = enabled; }
+    void set_fused_head_layer(bool enabled) { fused_head_layer_ = enabled; }
     void refuse_fused_runs(bool refuse) { gemm_->set_refuse_fused_runs(refuse); }
     void break_captures(bool broken) { break_captures_ = broken; }
     const CudaOpPaths& op_paths() const { return op_paths_; }
@@ -183,6 +184,11 @@ private:
     // exactly its results: then both are one launch (execute_max_abs_deciding).
     bool decision_follows(size_t index) const;
     void execute_max_abs_deciding(const RecordedOp& max_abs, const RecordedOp& decision, cudaStream_t stream);
+    // Whether recorded_[index .. index + 2] are the last layer's forward, its loss head and the layer's
+    // input gradient in the form head_layer_fusable takes: then the three are one launch
+    // (execute_head_layer, with fused head layers on).
+    bool head_layer_follows(size_t index) const;
+    void execute_head_layer(size_t index, cudaStream_t stream);
     // How many of the recorded ops from recorded_[index] on are fused SGD updates, independent of
     // each other (fused_sgd_updates_independent), that one launch can take (at most
     // kFusedSgdMaxLayers; 0 when recorded_[index] is none): with grouped SGD on, they are one
@@ -230,6 +236,7 @@ private:
     bool grouped_sgd_ = false;
     bool step_folds_ = true;  // begin_step into the loss head, the update decision into the max pass
     bool own_bias_gradient_ = false;              // weight-gradient GEMMs without BGRADB, the bias by our kernel
+    bool fused_head_layer_ = false;               // the last layer's forward and input gradient in the head's launch
     unsigned* bias_gradient_counters_ = nullptr;  // in reduction_scratch_, zeroed once
     CudaOpPaths op_paths_;
     std::exception_ptr deferred_error_;  // from release()'s flush, for the next issue or task end

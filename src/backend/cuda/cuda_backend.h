@@ -49,6 +49,7 @@ struct CudaOpPaths {
     uint64_t fused_sgd_grouped = 0;   // fused SGD updates run in a launch with other layers' (per run of a
                                       // recorded task, as begin_steps_folded)
     uint64_t steps_finished_by_update = 0;  // finish_steps taken by the last update launch (likewise)
+    uint64_t head_layers_fused = 0;  // last layers' forward and input gradient run in their head's launch (likewise)
 };
 CudaOpPaths cuda_backend_op_paths(const Backend& backend);
 // Graph capture of repeated compute tasks (default on; MPTRAIN_CUDA_GRAPHS=0 turns it off).
@@ -89,6 +90,10 @@ void cuda_backend_set_step_folds(Backend& backend, bool enabled);
 // backend's column-sum kernel (cuda_bias_gradient.cuh; default off until a GPU has measured it;
 // MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1 turns it on). Plans made after the call follow it.
 void cuda_backend_set_own_bias_gradient(Backend& backend, bool enabled);
+// A recorded step's last layer (linear, at most 16 padded outputs, fp32 logits) at batches of at most
+// 32 rows: its forward and its input gradient run in the loss head's launch (cuda_loss_head.cuh;
+// default off until a GPU has measured it; MPTRAIN_CUDA_FUSED_HEAD_LAYER=1 turns it on).
+void cuda_backend_set_fused_head_layer(Backend& backend, bool enabled);
 // Whether it is on now: a refused graph capture or launch turns it off (it may be what broke it),
 // unless cuBLASLt's refusal of a fused plan is what refused the capture.
 bool cuda_backend_dependent_launch(const Backend& backend);

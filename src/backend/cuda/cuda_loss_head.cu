@@ -16,6 +16,7 @@ constexpr int kWarpSize = 32;
 constexpr int kWarpsPerBlock = 8;
 constexpr int kBlockThreads = kWarpSize * kWarpsPerBlock;
 constexpr int kSingleBlockRows = 32;  // batches up to this many rows: one block, one warp per row
+static_assert(kHeadLayerMaxRows == kSingleBlockRows, "the fused head layer runs the one-block head");
 constexpr unsigned kFullMask = 0xffffffffu;
 
 enum class HeadCase : uint8_t {
@@ -297,15 +298,15 @@ __device__ void finish_head(const LossHeadArgs& args, bool starts_step, double l
     }
 }
 
-// kWarps: the block's warps at most (one row per warp at a time). A grid of one block (batches of
-// at most kSingleBlockRows rows, launched with a warp per row) sums its warps' partials itself; a
-// larger grid leaves per-block partials in `scratch` for the last block to finish, which costs a
-// fence, an atomic and a second round of reads through L2 (at batch 32 on an H200 the kernel took
-// 8.4 us for 32 x 10 logits over 4 blocks).
+// The head's rows, its sums and its finish, for the kernels below. kWarps: the block's warps at
+// most (one row per warp at a time). A grid of one block (batches of at most kSingleBlockRows rows,
+// launched with a warp per row) sums its warps' partials itself; a larger grid leaves per-block
+// partials in `scratch` for the last block to finish, which costs a fence, an atomic and a second
+// round of reads through L2 (at batch 32 on an H200 the kernel took 8.4 us for 32 x 10 logits over
+// 4 blocks). Every thread returns from it at the same point.
 template <int kWarps>
-__global__ void __launch_bounds__(kWarps * kWarpSize)
-    loss_head_kernel(const LossHeadArgs args, HeadCase kind, bool starts_step, const LossHeadScratch scratch) {
-    start_after_preceding_kernel();
+__device__ __forceinline__ void head_rows(const LossHeadArgs& args, HeadCase kind, bool starts_step,
+                                          const LossHeadScratch& scratch) {
     __shared__ double warp_loss[kWarps];
     __shared__ long long warp_correct[kWarps], warp_counted[kWarps];
     __shared__ bool last_block;
@@ -385,6 +386,98 @@ __global__ void __launch_bounds__(kWarps * kWarpSize)
     }
 }
 
+template <int kWarps>
+__global__ void __launch_bounds__(kWarps* kWarpSize)
+    loss_head_kernel(const LossHeadArgs args, HeadCase kind, bool starts_step, const LossHeadScratch scratch) {
+    start_after_preceding_kernel();
+    head_rows<kWarps>(args, kind, starts_step, scratch);
+}
+
+__device__ __forceinline__ float as_float(float value) { return value; }
+__device__ __forceinline__ float as_float(__half value) { return __half2float(value); }
+__device__ __forceinline__ float as_float(__nv_bfloat16 value) { return __bfloat162float(value); }
+
+// Outputs of the last layer a lane sums at once: few registers a pass (the kernel has 64 a thread),
+// the row's inputs read once per pass (from L1 after the first).
+constexpr int kHeadLayerOutputsPerPass = 4;
+static_assert(kHeadLayerMaxWidth % kHeadLayerOutputsPerPass == 0, "whole passes");
+
+// The last layer's forward for the batch row of this thread's warp (the head's row), T its compute
+// dtype: lanes take every 32nd input, each sums its share of the row's at most kHeadLayerMaxWidth
+// dot products in fp32, a butterfly adds the lanes' shares (a fixed order), and lane o adds output
+// o's bias and stores it (0 in the padded columns), as dense_forward's linear output.
+template <typename T>
+__device__ __forceinline__ void forward_head_layer(const DenseForwardArgs& f) {
+    const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+    const int64_t row = threadIdx.x / kWarpSize;
+    const int k_count = static_cast<int>(f.in_features);  // at most 2^24 (the model's limit)
+    const int width = static_cast<int>(f.out_features);
+    const T* input = static_cast<const T*>(f.input) + row * k_count;
+    const T* weights = static_cast<const T*>(f.weights);
+    for (int first = 0; first < width; first += kHeadLayerOutputsPerPass) {
+        float sums[kHeadLayerOutputsPerPass] = {};
+        for (int k = lane; k < k_count; k += kWarpSize) {
+            const float a = as_float(input[k]);
+#pragma unroll
+            for (int j = 0; j < kHeadLayerOutputsPerPass; ++j)
+                if (first + j < width) sums[j] += a * as_float(weights[(first + j) * k_count + k]);
+        }
+#pragma unroll
+        for (int j = 0; j < kHeadLayerOutputsPerPass; ++j) {
+            const float sum = warp_sum(sums[j]);  // every lane takes part, past the width too
+            const int o = first + j;
+            if (o < width && lane == j) {
+                const bool valid = o < f.valid_out;
+                const float bias = valid && f.bias ? load_element(f.bias, f.bias_dtype, o) : 0.0f;
+                const float z = valid ? sum + bias : 0.0f;
+                store_element(f.output, f.output_dtype, row * width + o, z);
+            }
+        }
+    }
+}
+
+// The last layer's input gradient for this warp's batch row, from the logits gradient the head just
+// stored: lanes take every 32nd input, each the row's at most kHeadLayerMaxWidth products, times the
+// previous layer's activation derivative from its output, rounded to the input gradient's dtype (the
+// CPU's order: the product, then the derivative, then the rounding).
+template <typename T>
+__device__ __forceinline__ void backward_head_layer(const DenseBackwardDataArgs& d) {
+    const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+    const int64_t row = threadIdx.x / kWarpSize;
+    const int k_count = static_cast<int>(d.in_features);
+    const int width = static_cast<int>(d.out_features);
+    const T* output_grad = static_cast<const T*>(d.output_grad) + row * width;
+    const T* weights = static_cast<const T*>(d.weights);
+    const T* input = static_cast<const T*>(d.input) + row * k_count;
+    float gradients[kHeadLayerMaxWidth];
+#pragma unroll
+    for (int o = 0; o < kHeadLayerMaxWidth; ++o) gradients[o] = o < width ? as_float(output_grad[o]) : 0.0f;
+    for (int k = lane; k < k_count; k += kWarpSize) {
+        float gradient = 0.0f;
+#pragma unroll
+        for (int o = 0; o < kHeadLayerMaxWidth; ++o)
+            if (o < width) gradient += gradients[o] * as_float(weights[o * k_count + k]);
+        gradient *= activation_derivative_from_output(d.input_activation, as_float(input[k]));
+        store_element(d.input_grad, d.input_grad_dtype, row * k_count + k, gradient);
+    }
+}
+
+// The last layer's forward, the head and the layer's input gradient in one launch of one block, a
+// warp per batch row (MPTRAIN_CUDA_FUSED_HEAD_LAYER=1), T the layer's compute dtype: three launches
+// and the two boundaries between them fewer at small batches, where each of the three is a few
+// microseconds of latency. Each phase reads what the one before stored (the block's own global
+// writes, ordered by the barriers).
+template <typename T>
+__global__ void __launch_bounds__(kHeadLayerMaxRows* kWarpSize)
+    head_layer_kernel(const HeadLayerArgs layer, const LossHeadArgs args, HeadCase kind, bool starts_step) {
+    start_after_preceding_kernel();
+    forward_head_layer<T>(layer.forward);
+    __syncthreads();
+    head_rows<kHeadLayerMaxRows>(args, kind, starts_step, LossHeadScratch{});
+    __syncthreads();
+    backward_head_layer<T>(layer.data);
+}
+
 HeadCase head_case(const LossHeadArgs& args) {
     switch (args.loss) {
         case LossKind::sparse_categorical_crossentropy:
@@ -430,6 +523,39 @@ void run_loss_head(const LossHeadArgs& args, const LossHeadScratch& scratch, cud
     const unsigned blocks = grid_for(args.rows, kWarpsPerBlock, kLossHeadMaxBlocks);
     launch_kernel("loss_head_kernel", loss_head_kernel<kWarpsPerBlock>, blocks, kBlockThreads, 0, stream, args,
                   head_case(args), starts_step, scratch);
+}
+
+bool head_layer_fusable(const DenseForwardArgs& forward, const LossHeadArgs& head, const DenseBackwardDataArgs& data) {
+    return head.rows > 0 && head.rows <= kHeadLayerMaxRows && forward.rows == head.rows && data.rows == head.rows &&
+           forward.activation == Activation::linear && forward.output == head.logits &&
+           forward.output_dtype == DType::fp32 && forward.out_features == head.width &&
+           forward.out_features <= kHeadLayerMaxWidth && forward.valid_out <= forward.out_features &&
+           head.logits_grad != nullptr && data.output_grad == head.logits_grad &&
+           head.logits_grad_dtype == data.compute_dtype && data.weights == forward.weights &&
+           data.compute_dtype == forward.compute_dtype && data.out_features == forward.out_features &&
+           data.in_features == forward.in_features && data.input_activation != Activation::softmax;
+}
+
+void run_head_layer(const HeadLayerArgs& layer, const LossHeadArgs& args, cudaStream_t stream, bool starts_step) {
+    require(head_layer_fusable(layer.forward, args, layer.data), MPT_STATUS_INTERNAL,
+            "cuda backend: the fused head layer called outside its case");
+    require(!starts_step || args.state, MPT_STATUS_INTERNAL,
+            "cuda backend: a loss head that starts a step needs its state");
+    const unsigned threads = static_cast<unsigned>(args.rows) * kWarpSize;
+    switch (layer.forward.compute_dtype) {
+        case DType::bf16:
+            launch_kernel("head_layer_kernel", head_layer_kernel<__nv_bfloat16>, 1, threads, 0, stream, layer, args,
+                          head_case(args), starts_step);
+            return;
+        case DType::fp16:
+            launch_kernel("head_layer_kernel", head_layer_kernel<__half>, 1, threads, 0, stream, layer, args,
+                          head_case(args), starts_step);
+            return;
+        case DType::fp32:
+            break;
+    }
+    launch_kernel("head_layer_kernel", head_layer_kernel<float>, 1, threads, 0, stream, layer, args, head_case(args),
+                  starts_step);
 }
 
 }  // namespace mpt
