@@ -1841,7 +1841,6 @@ TEST_CASE("CUDA dense_update matches the CPU with fused SGD on the tensor cores"
     CHECK(paths.fused_sgd_tensor_cores < paths.fused_sgd);  // fp32's ran on CUDA cores
 }
 
-#if defined(MPTRAIN_WITH_CUDA)
 // MPTRAIN_CUDA_FUSED_HEAD_LAYER=1: a recorded step's last layer (forward and input gradient) in its
 // loss head's launch, against the CPU issuing the three ops: the seed MLP's last layer at batch 32
 // in each dtype, other heads (sigmoid with binary cross-entropy, a regression through a linear
@@ -1878,7 +1877,6 @@ TEST_CASE("CUDA fused head layer matches the CPU, and leaves the shapes it does 
         {Activation::softmax, LossKind::sparse_categorical_crossentropy, Activation::relu, 32, 64, 17, 10, DType::bf16},
         false);
 }
-#endif
 
 // The small-batch forward kernel (compute capability 8.0 and up) in cuBLASLt's place for batches of
 // at most 64 rows: the same cases and the seed MLP's layers at batch 32; the backward's DRELU
