@@ -1530,8 +1530,11 @@ void run_head_task(void* argument) {
     task.backend->finish_step(task.head.state, task.scaler, nullptr, nullptr);
 }
 
-// The last layer of a step as a compute task: its forward, its loss head and its input gradient, as
-// the trainer issues them (recorded on CUDA, where the fused head layer takes all three).
+#endif
+
+// The last layer of a step as a compute task: the step's begin_step, the layer's forward, its loss
+// head and its input gradient, as the trainer issues them (recorded on CUDA, where the fused head
+// layer takes the last three and the head clears found_inf in the begin_step's place).
 struct HeadLayerTask {
     Backend* backend;
     DenseForwardArgs forward;
@@ -1541,6 +1544,7 @@ struct HeadLayerTask {
 
 void run_head_layer_task(void* argument) {
     const HeadLayerTask& task = *static_cast<const HeadLayerTask*>(argument);
+    task.backend->begin_step(task.head.state);
     task.backend->dense_forward(task.forward);
     task.backend->loss_head(task.head);
     task.backend->dense_backward_data(task.data);
@@ -1554,12 +1558,16 @@ struct HeadLayerCase {
     DType compute;
     float label_smoothing = 0.0f;
     bool with_class_weights = false;
+    // The forward reads a copy of the layer below's outputs (as after a dropout there), the input
+    // gradient's activation derivative the outputs themselves.
+    bool dropped_input = false;
+    bool fp32_input_grad = false;  // the layer below kept in fp32 (else its gradient has the compute dtype)
 };
 
-// The case's three ops recorded on `cuda` (MPTRAIN_CUDA_FUSED_HEAD_LAYER's path when `fused` says it
-// applies) against the CPU issuing them: the logits, the metrics and found_inf, the logits gradient
-// and the input gradient.
-void compare_head_layer(Backend& cpu, Backend& cuda, const HeadLayerCase& c, bool fused) {
+// The case's ops recorded on `candidate` (on CUDA, MPTRAIN_CUDA_FUSED_HEAD_LAYER's path when `fused`
+// says it applies: one more fused launch counted) against `reference` (the CPU) issuing them: the
+// logits, the metrics and found_inf, the logits gradient and the input gradient.
+void compare_head_layer(Backend& reference, Backend& candidate, const HeadLayerCase& c, bool fused) {
     CAPTURE(static_cast<int>(c.activation));
     CAPTURE(static_cast<int>(c.loss));
     CAPTURE(static_cast<int>(c.previous));
@@ -1571,6 +1579,11 @@ void compare_head_layer(Backend& cpu, Backend& cuda, const HeadLayerCase& c, boo
     std::vector<float> input = random_values(static_cast<size_t>(c.rows * c.in_features), -1, 1);
     for (float& value : input) value = activation_forward(c.previous, value);
     input = rounded(input, c.compute);
+    std::vector<float> dropped = input;
+    if (c.dropped_input)
+        for (size_t i = 0; i < dropped.size(); ++i)
+            dropped[i] = i % 3 == 0 ? 0.0f : rounded({2.0f * input[i]}, c.compute)[0];
+    const DType input_grad_dtype = c.fp32_input_grad ? DType::fp32 : c.compute;
     const std::vector<float> weights =
         rounded(random_values(static_cast<size_t>(c.width * c.in_features), -0.3f, 0.3f), c.compute);
     const std::vector<float> bias = random_values(static_cast<size_t>(c.width), -0.5f, 0.5f);
@@ -1582,17 +1595,21 @@ void compare_head_layer(Backend& cpu, Backend& cuda, const HeadLayerCase& c, boo
     const bool sparse = loss_uses_labels(c.loss);
     TrainState initial{};
     initial.loss_scale = 1024.0f;
-    // No begin_step in the task: a head that finds the loss finite leaves found_inf as it was.
+    initial.found_inf = 1;  // as a skipped step leaves it: the step's head must clear it
 
     std::vector<float> logits[2], logits_grads[2], input_grads[2];
     std::vector<double> metrics[2];
     TrainState states[2];
-    Backend* backends[2] = {&cpu, &cuda};
-    const uint64_t fused_before = cuda_backend_op_paths(cuda).head_layers_fused;
+    Backend* backends[2] = {&reference, &candidate};
+#if defined(MPTRAIN_WITH_CUDA)
+    const bool counted = candidate.kind() == BackendKind::cuda;
+    const uint64_t fused_before = counted ? cuda_backend_op_paths(candidate).head_layers_fused : 0;
+#endif
     for (int b = 0; b < 2; ++b) {
         Backend& backend = *backends[b];
         WorkspaceBuffer workspace(backend);
         Buffer input_buffer = upload(backend, c.compute, input);
+        Buffer dropped_buffer = upload(backend, c.compute, dropped);
         Buffer weight_buffer = upload(backend, c.compute, weights);
         Buffer bias_buffer = upload(backend, DType::fp32, bias);
         Buffer logits_buffer = poisoned(backend, DType::fp32, static_cast<size_t>(c.rows * c.width));
@@ -1600,13 +1617,13 @@ void compare_head_layer(Backend& cpu, Backend& cuda, const HeadLayerCase& c, boo
         Buffer targets_buffer = upload(backend, DType::fp32, targets);
         Buffer class_weight_buffer = upload(backend, DType::fp32, class_weights);
         Buffer logits_grad = poisoned(backend, c.compute, static_cast<size_t>(c.rows * c.width));
-        Buffer input_grad = poisoned(backend, c.compute, static_cast<size_t>(c.rows * c.in_features));
+        Buffer input_grad = poisoned(backend, input_grad_dtype, static_cast<size_t>(c.rows * c.in_features));
         Buffer state = upload_raw(backend, std::vector<TrainState>{initial});
         Buffer metric = upload_raw(backend, std::vector<double>{1.5, 2.0, 3.0, 4.0});
         HeadLayerTask task{};
         task.backend = &backend;
         DenseForwardArgs& forward = task.forward;
-        forward.input = input_buffer.data();
+        forward.input = c.dropped_input ? dropped_buffer.data() : input_buffer.data();
         forward.weights = weight_buffer.data();
         forward.bias = bias_buffer.data();
         forward.output = logits_buffer.data();
@@ -1645,27 +1662,58 @@ void compare_head_layer(Backend& cpu, Backend& cuda, const HeadLayerCase& c, boo
         data.out_features = c.width;
         data.input_activation = c.previous;
         data.compute_dtype = c.compute;
-        data.input_grad_dtype = c.compute;
+        data.input_grad_dtype = input_grad_dtype;
         data.workspace = workspace.workspace();
         backend.scheduler().submit(Lane::compute, &run_head_layer_task, &task);
         backend.scheduler().synchronize();
         logits[b] = download(backend, logits_buffer, DType::fp32, static_cast<size_t>(c.rows * c.width));
         logits_grads[b] = download(backend, logits_grad, c.compute, static_cast<size_t>(c.rows * c.width));
-        input_grads[b] = download(backend, input_grad, c.compute, static_cast<size_t>(c.rows * c.in_features));
+        input_grads[b] = download(backend, input_grad, input_grad_dtype, static_cast<size_t>(c.rows * c.in_features));
         metrics[b] = download_raw<double>(backend, metric, kMetricsCount);
         states[b] = download_raw<TrainState>(backend, state, 1)[0];
     }
-    CHECK(cuda_backend_op_paths(cuda).head_layers_fused == fused_before + (fused ? 1u : 0u));
+#if defined(MPTRAIN_WITH_CUDA)
+    if (counted) CHECK(cuda_backend_op_paths(candidate).head_layers_fused == fused_before + (fused ? 1u : 0u));
+#else
+    (void)fused;
+#endif
     CHECK(normalised_error(logits[1], logits[0]) <= error_bound(DType::fp32));
     CHECK(normalised_error(logits_grads[1], logits_grads[0]) <= error_bound(c.compute));
-    CHECK(normalised_error(input_grads[1], input_grads[0]) <= error_bound(c.compute));
+    CHECK(normalised_error(input_grads[1], input_grads[0]) <= error_bound(input_grad_dtype));
     CHECK(metrics[1][kMetricLossSum] == doctest::Approx(metrics[0][kMetricLossSum]).epsilon(1e-4));
     CHECK(metrics[1][kMetricBatchLoss] == doctest::Approx(metrics[0][kMetricBatchLoss]).epsilon(1e-4));
     CHECK(metrics[1][kMetricCounted] == metrics[0][kMetricCounted]);
     CHECK(std::abs(metrics[1][kMetricCorrect] - metrics[0][kMetricCorrect]) <= 1.0);  // a near tie may go either way
+    CHECK(states[0].found_inf == 0);  // finite logits, and the step's head cleared it
     CHECK(states[1].found_inf == states[0].found_inf);
 }
-#endif
+
+void compare_head_layer_cases(Backend& reference, Backend& candidate) {
+    for (DType dtype : kDTypes) {
+        compare_head_layer(
+            reference, candidate,
+            {Activation::softmax, LossKind::sparse_categorical_crossentropy, Activation::relu, 32, 1000, 16, 10, dtype},
+            true);
+        compare_head_layer(reference, candidate,
+                           {Activation::sigmoid, LossKind::binary_crossentropy, Activation::tanh, 17, 40, 8, 3, dtype},
+                           true);
+        compare_head_layer(reference, candidate,
+                           {Activation::linear, LossKind::mean_squared_error, Activation::linear, 9, 33, 1, 1, dtype},
+                           true);
+        compare_head_layer(
+            reference, candidate,
+            {Activation::softmax, LossKind::sparse_categorical_crossentropy, Activation::relu, 1, 200, 16, 10, dtype},
+            true);
+        compare_head_layer(reference, candidate,
+                           {Activation::softmax, LossKind::sparse_categorical_crossentropy, Activation::relu, 24, 1000,
+                            16, 10, dtype, 0.0f, false, true, true},
+                           true);
+        compare_head_layer(reference, candidate,
+                           {Activation::softmax, LossKind::categorical_crossentropy, Activation::leaky_relu, 5, 72, 16,
+                            12, dtype, 0.1f, true},
+                           true);
+    }
+}
 
 }  // namespace
 
@@ -1702,6 +1750,7 @@ TEST_CASE("the op comparison harness agrees CPU against CPU") {
     compare_weight_averaging(*reference, *candidate);
     compare_dropout(*reference, *candidate);
     compare_conversions(*reference, *candidate);
+    compare_head_layer_cases(*reference, *candidate);
 }
 
 TEST_CASE("the CPU's gradient norm from the batch is the norm of the gradients its updates write") {
@@ -1842,32 +1891,19 @@ TEST_CASE("CUDA dense_update matches the CPU with fused SGD on the tensor cores"
 }
 
 // MPTRAIN_CUDA_FUSED_HEAD_LAYER=1: a recorded step's last layer (forward and input gradient) in its
-// loss head's launch, against the CPU issuing the three ops: the seed MLP's last layer at batch 32
-// in each dtype, other heads (sigmoid with binary cross-entropy, a regression through a linear
-// output, label smoothing with class weights) over other layers below, a single row and an odd
-// width; and the shapes it does not take (33 rows, 17 outputs), which run as before.
+// loss head's launch, the step's begin_step folded into it, against the CPU issuing the ops: the seed
+// MLP's last layer at batch 32 in each dtype, other heads (sigmoid with binary cross-entropy, a
+// regression through a linear output over an odd width, label smoothing with class weights) over
+// other layers below, a single row, a dropout below (the forward reading the dropped copy, the
+// derivative the outputs) with the layer below in fp32; and the shapes it does not take (33 rows, 17
+// outputs), which run as before.
 TEST_CASE("CUDA fused head layer matches the CPU, and leaves the shapes it does not take to the separate launches") {
     SKIP_WITHOUT_GPU();
     auto cpu = make_cpu();
     auto cuda = make_cuda();
     cuda_backend_set_graphs(*cuda, true);
     cuda_backend_set_fused_head_layer(*cuda, true);
-    for (DType dtype : kDTypes) {
-        compare_head_layer(
-            *cpu, *cuda,
-            {Activation::softmax, LossKind::sparse_categorical_crossentropy, Activation::relu, 32, 1000, 16, 10, dtype},
-            true);
-        compare_head_layer(*cpu, *cuda,
-                           {Activation::sigmoid, LossKind::binary_crossentropy, Activation::tanh, 17, 40, 8, 3, dtype},
-                           true);
-        compare_head_layer(*cpu, *cuda,
-                           {Activation::linear, LossKind::mean_squared_error, Activation::linear, 1, 33, 1, 1, dtype},
-                           true);
-        compare_head_layer(*cpu, *cuda,
-                           {Activation::softmax, LossKind::categorical_crossentropy, Activation::leaky_relu, 5, 72, 16,
-                            12, dtype, 0.1f, true},
-                           true);
-    }
+    compare_head_layer_cases(*cpu, *cuda);
     compare_head_layer(*cpu, *cuda,
                        {Activation::softmax, LossKind::sparse_categorical_crossentropy, Activation::relu, 33, 1000, 16,
                         10, DType::bf16},
