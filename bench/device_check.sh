@@ -484,13 +484,18 @@ run_memcheck() {
 # memory (fused SGD on CUDA and tensor cores, one layer and grouped; the small-batch kernels; the
 # bias-gradient, loss head and max kernels), which the op comparisons may pass by luck: the switched-
 # off ones are the candidate defaults. compute-sanitizer's racecheck and synccheck over their op
-# comparisons, after memcheck (whose probe said whether the sanitizer attaches here), if time is left.
+# comparisons, after memcheck (whose probe said whether the sanitizer attaches here; a memcheck cut
+# at its 70 s, which the op cases added since the last GPU run may need, still says so), if time is left.
+# (Not the fused head layer's: its shared memory and barriers are the loss head's, whose case is here,
+# and its 17 comparisons would take the window's time from the kernels that stage tiles.)
 run_shared_memory_checks() {
     local sanitizer tool check_status
     sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
     for tool in racecheck synccheck; do
-        if [ -z "$sanitizer" ] || ! grep -qE "^memcheck: (clean|ERRORS)" "$WORK/memcheck_line.txt" 2>/dev/null; then
-            echo "$tool: skipped (memcheck did not run to the end here)" >"$WORK/${tool}_line.txt"; continue
+        # After memcheck ran here, to its end or to its time limit (the sanitizer attaches: its probe
+        # passed), not after a probe that failed or took too long.
+        if [ -z "$sanitizer" ] || ! grep -qE "^memcheck: (clean|ERRORS|timed out)" "$WORK/memcheck_line.txt" 2>/dev/null; then
+            echo "$tool: skipped (memcheck did not run here)" >"$WORK/${tool}_line.txt"; continue
         elif ! fits 60; then
             echo "$tool: skipped (no time left)" >"$WORK/${tool}_line.txt"; continue
         fi
@@ -498,7 +503,7 @@ run_shared_memory_checks() {
         # (Doctest's filter: commas separate patterns, so the names are matched by words without one.)
         timeout -k 10 60 env MPTRAIN_REQUIRE_GPU=1 "$sanitizer" --tool "$tool" --error-exitcode 9 \
             "$BUILD/bin/test_cuda_ops" \
-            --test-case='*tensor cores*,*small-batch kernel*,*several layers*,*every optimizer*,*bias gradients from*,*loss head*,*fused head layer*,*max_abs*' \
+            --test-case='*tensor cores*,*small-batch kernel*,*several layers*,*every optimizer*,*bias gradients from*,*loss head*,*max_abs*' \
             >"$WORK/$tool.log" 2>&1
         check_status=$?
         tail -12 "$WORK/$tool.log"
