@@ -314,6 +314,7 @@ if [ -x "$bench" ]; then
     # small ones split as the default splits them, which is what a default could keep at batch 32.
     room_for_switch_stage all_switches_large &&
         MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1 MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1 MPTRAIN_CUDA_TENSOR_CORE_SGD=1 MPTRAIN_CUDA_GROUPED_SGD=1 \
+            MPTRAIN_CUDA_FUSED_HEAD_LAYER=1 \
             MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 bench_run 60 all_switches_large --precision mixed-bf16 --batch 256,4096 --steps 50
     # The fused SGD kernel's tiles on the tensor cores, against the small stage: at batch 32 the
     # CUDA-core kernel's, at 256 (which only the tensor-core kernel fuses) GEMM then update.
@@ -336,9 +337,9 @@ if [ -x "$bench" ]; then
     # (the input gradients' kernel has no stage alone: it runs beside the forward's, below).
     room_for_switch_stage small_batch_forward &&
         MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 bench_run 60 small_batch_forward --precision mixed-bf16 --batch 32
-    # The last layer's forward and input gradient in the loss head's launch (batches of at most 32).
+    # The last layer's forward and input gradient in the loss head's launch (batches of at most 256).
     room_for_switch_stage fused_head_layer &&
-        MPTRAIN_CUDA_FUSED_HEAD_LAYER=1 bench_run 60 fused_head_layer --precision mixed-bf16 --batch 32
+        MPTRAIN_CUDA_FUSED_HEAD_LAYER=1 bench_run 60 fused_head_layer --precision mixed-bf16 --batch 32,256
     # Only the GEMMs whose outputs have a tile per multiprocessor or more kept whole (batch 4096's
     # large ones; at batch 32 every GEMM may split as by default, so the stage leaves it out). Last
     # of the switches alone: all_switches_large has it, and the choice needs it alone only to drop it.

@@ -407,10 +407,11 @@ TEST_CASE("MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1 keeps the large GEMMs whole and 
     CHECK(ruled_loss == doctest::Approx(plain_loss).epsilon(5e-3));
 }
 
-// MPTRAIN_CUDA_FUSED_HEAD_LAYER=1: at batch 32 the last layer's forward and input gradient run in the
-// loss head's launch, their dot products summed in another order than the separate launches', so
-// each run trains to the separate launches' loss within rounding: mixed-bf16 replayed from graphs,
-// fp32, and mixed-fp16 through overflowing steps (the same steps skipped, the same scale left).
+// MPTRAIN_CUDA_FUSED_HEAD_LAYER=1: at batch 32 (and 128) the last layer's forward and input gradient
+// run in the loss head's launch, their dot products summed in another order than the separate
+// launches', so each run trains to the separate launches' loss within rounding: mixed-bf16 replayed
+// from graphs, past one block, fp32, and mixed-fp16 through overflowing steps (the same steps
+// skipped, the same scale left).
 TEST_CASE("MPTRAIN_CUDA_FUSED_HEAD_LAYER=1 trains as the separate launches do") {
     SKIP_WITHOUT_GPU();
     auto fused = cuda_context_under("MPTRAIN_CUDA_FUSED_HEAD_LAYER", "1");
@@ -421,6 +422,14 @@ TEST_CASE("MPTRAIN_CUDA_FUSED_HEAD_LAYER=1 trains as the separate launches do") 
     CHECK(cuda_backend_op_paths(separate->backend()).head_layers_fused == 0);
     CHECK(std::isfinite(fused_bf16));
     CHECK(fused_bf16 == doctest::Approx(separate_bf16).epsilon(5e-3));
+    // Past one block: batch 128 (4 blocks, the last one combining the head's sums).
+    auto fused_128 = cuda_context_under("MPTRAIN_CUDA_FUSED_HEAD_LAYER", "1");
+    const float fused_128_loss = train_two_bf16_epochs(fused_128, 65, LrSchedule{}, 128);
+    CHECK(cuda_backend_op_paths(fused_128->backend()).head_layers_fused > 0);
+    CHECK(fused_128_loss ==
+          doctest::Approx(
+              train_two_bf16_epochs(cuda_context_under("MPTRAIN_CUDA_FUSED_HEAD_LAYER", "0"), 65, LrSchedule{}, 128))
+              .epsilon(5e-3));
 
     const auto train_fp32 = [](const std::shared_ptr<Context>& context) {
         const SyntheticData data = synthetic_data(640, 100, 67);

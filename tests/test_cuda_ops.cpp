@@ -1709,6 +1709,13 @@ void compare_head_layer_cases(Backend& reference, Backend& candidate) {
                             16, 10, dtype, 0.0f, false, true, true},
                            true);
         compare_head_layer(reference, candidate,
+                           {Activation::sigmoid, LossKind::binary_crossentropy, Activation::relu, 40, 72, 8, 2, dtype},
+                           true);
+        compare_head_layer(reference, candidate,
+                           {Activation::softmax, LossKind::sparse_categorical_crossentropy, Activation::relu, 256, 1000,
+                            16, 10, dtype, 0.1f, true},
+                           true);
+        compare_head_layer(reference, candidate,
                            {Activation::softmax, LossKind::categorical_crossentropy, Activation::leaky_relu, 5, 72, 16,
                             12, dtype, 0.1f, true},
                            true);
@@ -1895,8 +1902,9 @@ TEST_CASE("CUDA dense_update matches the CPU with fused SGD on the tensor cores"
 // MLP's last layer at batch 32 in each dtype, other heads (sigmoid with binary cross-entropy, a
 // regression through a linear output over an odd width, label smoothing with class weights) over
 // other layers below, a single row, a dropout below (the forward reading the dropped copy, the
-// derivative the outputs) with the layer below in fp32; and the shapes it does not take (33 rows, 24
-// padded outputs), which run as before.
+// derivative the outputs) with the layer below in fp32; past one block (40 rows in 5 blocks, the
+// seed's batch 256 in 32, the last block combining the head's sums); and the shapes it does not take
+// (257 rows, 24 padded outputs), which run as before.
 TEST_CASE("CUDA fused head layer matches the CPU, and leaves the shapes it does not take to the separate launches") {
     SKIP_WITHOUT_GPU();
     auto cpu = make_cpu();
@@ -1905,7 +1913,7 @@ TEST_CASE("CUDA fused head layer matches the CPU, and leaves the shapes it does 
     cuda_backend_set_fused_head_layer(*cuda, true);
     compare_head_layer_cases(*cpu, *cuda);
     compare_head_layer(*cpu, *cuda,
-                       {Activation::softmax, LossKind::sparse_categorical_crossentropy, Activation::relu, 33, 1000, 16,
+                       {Activation::softmax, LossKind::sparse_categorical_crossentropy, Activation::relu, 257, 1000, 16,
                         10, DType::bf16},
                        false);
     compare_head_layer(

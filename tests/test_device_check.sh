@@ -50,7 +50,7 @@ has "$summary" "device: cuda:0 (stand-in GPU, compute capability 9.0, 143771 MiB
 [ "$(grep -c "targets: issue 3's are an H200's; these steps ran on cuda:0 (stand-in GPU" "$summary")" = 2 ] ||
     fail "summary.txt lacks the note that the targets are an H200's, in the table and the candidate's lines"
 has "$summary" "switch choice: batch 256: fastest grouped_sgd, tensor_core_sgd"
-has "$summary" "switch choice: batch 4096: fastest dependent_launch, grouped_sgd, own_bias_gradient, split_k_small_outputs, tensor_core_sgd"
+has "$summary" "switch choice: batch 4096: fastest dependent_launch, fused_head_layer, grouped_sgd, own_bias_gradient, split_k_small_outputs, tensor_core_sgd"
 has "$summary" "switch choice: dependent_launch: dropped, alone it took 1.05x"
 has "$summary" "candidate defaults (MPTRAIN_CUDA_TENSOR_CORE_SGD=1 MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1 MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1 MPTRAIN_CUDA_FUSED_HEAD_LAYER=1):"
 has "$summary" "switch choice: batch 32: fastest dependent_launch, fused_head_layer, grouped_sgd, small_batch_backward, small_batch_forward, tensor_core_sgd"

@@ -70,7 +70,7 @@ bool CudaBackend::head_layer_follows(size_t index) const {
 void CudaBackend::execute_head_layer(size_t index, cudaStream_t stream) {
     const DependentLaunchScope launches(dependent_launch_ ? &op_paths_.dependent_launches : nullptr);
     const RecordedOp& head = recorded_[index + 1];
-    run_head_layer(HeadLayerArgs{recorded_[index].forward, recorded_[index + 2].data}, head.head, stream,
+    run_head_layer(HeadLayerArgs{recorded_[index].forward, recorded_[index + 2].data}, head.head, head_scratch_, stream,
                    head.starts_step);
     ++op_paths_.head_layers_fused;
 }

@@ -16,7 +16,6 @@ constexpr int kWarpSize = 32;
 constexpr int kWarpsPerBlock = 8;
 constexpr int kBlockThreads = kWarpSize * kWarpsPerBlock;
 constexpr int kSingleBlockRows = 32;  // batches up to this many rows: one block, one warp per row
-static_assert(kHeadLayerMaxRows == kSingleBlockRows, "the fused head layer runs the one-block head");
 constexpr unsigned kFullMask = 0xffffffffu;
 
 enum class HeadCase : uint8_t {
@@ -402,14 +401,11 @@ __device__ __forceinline__ float as_float(__nv_bfloat16 value) { return __bfloat
 constexpr int kHeadLayerOutputsPerPass = 4;
 static_assert(kHeadLayerMaxWidth % kHeadLayerOutputsPerPass == 0, "whole passes");
 
-// The last layer's forward for the batch row of this thread's warp (the head's row), T its compute
-// dtype: lanes take every 32nd input, each sums its share of the row's at most kHeadLayerMaxWidth
-// dot products in fp32, a butterfly adds the lanes' shares (a fixed order), and lane o adds output
-// o's bias and stores it (0 in the padded columns), as dense_forward's linear output.
+// The last layer's forward for batch row `row` (a warp's), T its compute dtype: lanes take every 32nd input, each sums
+// its share of the row's at most kHeadLayerMaxWidth dot products in fp32, a butterfly adds the lanes' shares (a fixed
+// order), and lane o adds output o's bias and stores it (0 in the padded columns), as dense_forward's linear output.
 template <typename T>
-__device__ __forceinline__ void forward_head_layer(const DenseForwardArgs& f) {
-    const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
-    const int64_t row = threadIdx.x / kWarpSize;
+__device__ __forceinline__ void forward_head_layer(const DenseForwardArgs& f, int64_t row, int lane) {
     const int k_count = static_cast<int>(f.in_features);  // at most 2^24 (the model's limit)
     const int width = static_cast<int>(f.out_features);
     const T* input = static_cast<const T*>(f.input) + row * k_count;
@@ -436,14 +432,12 @@ __device__ __forceinline__ void forward_head_layer(const DenseForwardArgs& f) {
     }
 }
 
-// The last layer's input gradient for this warp's batch row, from the logits gradient the head just
-// stored: lanes take every 32nd input, each the row's at most kHeadLayerMaxWidth products, times the
+// The last layer's input gradient for batch row `row` (a warp's), from the logits gradient the head
+// just stored there: lanes take every 32nd input, each the row's at most kHeadLayerMaxWidth products, times the
 // previous layer's activation derivative from its output, rounded to the input gradient's dtype (the
 // CPU's order: the product, then the derivative, then the rounding).
 template <typename T>
-__device__ __forceinline__ void backward_head_layer(const DenseBackwardDataArgs& d) {
-    const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
-    const int64_t row = threadIdx.x / kWarpSize;
+__device__ __forceinline__ void backward_head_layer(const DenseBackwardDataArgs& d, int64_t row, int lane) {
     const int k_count = static_cast<int>(d.in_features);
     const int width = static_cast<int>(d.out_features);
     const T* output_grad = static_cast<const T*>(d.output_grad) + row * width;
@@ -462,20 +456,25 @@ __device__ __forceinline__ void backward_head_layer(const DenseBackwardDataArgs&
     }
 }
 
-// The last layer's forward, the head and the layer's input gradient in one launch of one block, a
-// warp per batch row (MPTRAIN_CUDA_FUSED_HEAD_LAYER=1), T the layer's compute dtype: three launches
+// The last layer's forward, the head and the layer's input gradient in one launch
+// (MPTRAIN_CUDA_FUSED_HEAD_LAYER=1), T the layer's compute dtype, kWarps as the head's: three launches
 // and the two boundaries between them fewer at small batches, where each of the three is a few
-// microseconds of latency. Each phase reads what the one before stored (the block's own global
-// writes, ordered by the barriers).
-template <typename T>
-__global__ void __launch_bounds__(kHeadLayerMaxRows* kWarpSize)
-    head_layer_kernel(const HeadLayerArgs layer, const LossHeadArgs args, HeadCase kind, bool starts_step) {
+// microseconds of latency. Every phase walks the rows as head_rows does, a warp its rows, so each
+// reads only what its own warp stored in the phase before (global writes ordered by __syncwarp).
+template <typename T, int kWarps>
+__global__ void __launch_bounds__(kWarps* kWarpSize)
+    head_layer_kernel(const HeadLayerArgs layer, const LossHeadArgs args, HeadCase kind, bool starts_step,
+                      const LossHeadScratch scratch) {
     start_after_preceding_kernel();
-    forward_head_layer<T>(layer.forward);
-    __syncthreads();
-    head_rows<kHeadLayerMaxRows>(args, kind, starts_step, LossHeadScratch{});
-    __syncthreads();
-    backward_head_layer<T>(layer.data);
+    const int lane = static_cast<int>(threadIdx.x) % kWarpSize, warp = static_cast<int>(threadIdx.x) / kWarpSize;
+    const int block_warps = static_cast<int>(blockDim.x) / kWarpSize;
+    const int64_t first_row = static_cast<int64_t>(blockIdx.x) * block_warps + warp;
+    const int64_t warps = static_cast<int64_t>(gridDim.x) * block_warps;
+    for (int64_t row = first_row; row < args.rows; row += warps) forward_head_layer<T>(layer.forward, row, lane);
+    __syncwarp();
+    head_rows<kWarps>(args, kind, starts_step, scratch);  // (returns alike for a block's threads)
+    __syncwarp();
+    for (int64_t row = first_row; row < args.rows; row += warps) backward_head_layer<T>(layer.data, row, lane);
 }
 
 HeadCase head_case(const LossHeadArgs& args) {
@@ -492,6 +491,21 @@ HeadCase head_case(const LossHeadArgs& args) {
         case LossKind::huber: break;
     }
     return HeadCase::regression;
+}
+
+// A launch of head_layer_kernel<T, ...> shaped as run_loss_head shapes the head's.
+template <typename T>
+void launch_head_layer(const HeadLayerArgs& layer, const LossHeadArgs& args, const LossHeadScratch& scratch,
+                       cudaStream_t stream, bool starts_step) {
+    if (args.rows <= kSingleBlockRows) {
+        launch_kernel("head_layer_kernel", head_layer_kernel<T, kSingleBlockRows>, 1,
+                      static_cast<unsigned>(args.rows) * kWarpSize, 0, stream, layer, args, head_case(args),
+                      starts_step, scratch);
+        return;
+    }
+    launch_kernel("head_layer_kernel", head_layer_kernel<T, kWarpsPerBlock>,
+                  grid_for(args.rows, kWarpsPerBlock, kLossHeadMaxBlocks), kBlockThreads, 0, stream, layer, args,
+                  head_case(args), starts_step, scratch);
 }
 
 }  // namespace
@@ -536,26 +550,23 @@ bool head_layer_fusable(const DenseForwardArgs& forward, const LossHeadArgs& hea
            data.in_features == forward.in_features && data.input_activation != Activation::softmax;
 }
 
-void run_head_layer(const HeadLayerArgs& layer, const LossHeadArgs& args, cudaStream_t stream, bool starts_step) {
+void run_head_layer(const HeadLayerArgs& layer, const LossHeadArgs& args, const LossHeadScratch& scratch,
+                    cudaStream_t stream, bool starts_step) {
     require(head_layer_fusable(layer.forward, args, layer.data), MPT_STATUS_INTERNAL,
             "cuda backend: the fused head layer called outside its case");
     require(!starts_step || args.state, MPT_STATUS_INTERNAL,
             "cuda backend: a loss head that starts a step needs its state");
-    const unsigned threads = static_cast<unsigned>(args.rows) * kWarpSize;
     switch (layer.forward.compute_dtype) {
         case DType::bf16:
-            launch_kernel("head_layer_kernel", head_layer_kernel<__nv_bfloat16>, 1, threads, 0, stream, layer, args,
-                          head_case(args), starts_step);
+            launch_head_layer<__nv_bfloat16>(layer, args, scratch, stream, starts_step);
             return;
         case DType::fp16:
-            launch_kernel("head_layer_kernel", head_layer_kernel<__half>, 1, threads, 0, stream, layer, args,
-                          head_case(args), starts_step);
+            launch_head_layer<__half>(layer, args, scratch, stream, starts_step);
             return;
         case DType::fp32:
             break;
     }
-    launch_kernel("head_layer_kernel", head_layer_kernel<float>, 1, threads, 0, stream, layer, args, head_case(args),
-                  starts_step);
+    launch_head_layer<float>(layer, args, scratch, stream, starts_step);
 }
 
 }  // namespace mpt
