@@ -48,19 +48,25 @@ void train_at_every_batch_kind(const std::shared_ptr<Model>& model, Dataset& dat
     trainer.evaluate(dataset, 128);
 }
 
-// Two epochs of mixed-bf16 training (20 steps each at batch 32) of a small MLP on synthetic data; the
-// loss on it after.
-float train_two_bf16_epochs(const std::shared_ptr<Context>& context, unsigned seed,
-                            const LrSchedule& schedule = LrSchedule{}, int64_t batch = 32) {
-    const SyntheticData data = synthetic_data(640, 100, seed);
+// Two epochs of training a small MLP on `rows` synthetic rows at `precision`; the loss on them after.
+float train_two_epochs(const std::shared_ptr<Context>& context, mpt_precision precision, int64_t rows, int64_t batch,
+                       unsigned seed, const LrSchedule& schedule = LrSchedule{}) {
+    const SyntheticData data = synthetic_data(rows, 100, seed);
     auto dataset = to_dataset(context, data);
     TrainerConfig config;
-    config.precision = MPT_PRECISION_MIXED_BF16;
+    config.precision = precision;
     config.optimizer.schedule = schedule;
     Trainer trainer(make_mlp(context, data.features), config);
     trainer.fit(*dataset, 2, batch, true);
     REQUIRE(trainer.epochs_completed() == 2);
     return trainer.evaluate(*dataset, 64).loss;
+}
+
+// Two epochs of mixed-bf16 training (20 steps each at batch 32) of a small MLP on synthetic data; the
+// loss on it after.
+float train_two_bf16_epochs(const std::shared_ptr<Context>& context, unsigned seed,
+                            const LrSchedule& schedule = LrSchedule{}, int64_t batch = 32) {
+    return train_two_epochs(context, MPT_PRECISION_MIXED_BF16, 640, batch, seed, schedule);
 }
 
 // train_two_bf16_epochs, whose steps must all have been captured without a refusal and replayed.
@@ -432,13 +438,7 @@ TEST_CASE("MPTRAIN_CUDA_FUSED_HEAD_LAYER=1 trains as the separate launches do") 
               .epsilon(5e-3));
 
     const auto train_fp32 = [](const std::shared_ptr<Context>& context) {
-        const SyntheticData data = synthetic_data(640, 100, 67);
-        auto dataset = to_dataset(context, data);
-        TrainerConfig config;
-        config.precision = MPT_PRECISION_FP32;
-        Trainer trainer(make_mlp(context, data.features), config);
-        trainer.fit(*dataset, 2, 32, true);
-        return trainer.evaluate(*dataset, 64).loss;
+        return train_two_epochs(context, MPT_PRECISION_FP32, 640, 32, 67);
     };
     auto fused_fp32 = cuda_context_under("MPTRAIN_CUDA_FUSED_HEAD_LAYER", "1");
     const float fused_fp32_loss = train_fp32(fused_fp32);
@@ -465,13 +465,7 @@ TEST_CASE("MPTRAIN_CUDA_FUSED_HEAD_LAYER=1 trains as the separate launches do") 
 TEST_CASE("MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1 trains as cuBLASLt's BGRADB epilogue does") {
     SKIP_WITHOUT_GPU();
     const auto train = [](const std::shared_ptr<Context>& context) {
-        const SyntheticData data = synthetic_data(2048, 100, 31);
-        auto dataset = to_dataset(context, data);
-        TrainerConfig config;
-        config.precision = MPT_PRECISION_MIXED_BF16;
-        Trainer trainer(make_mlp(context, data.features), config);
-        trainer.fit(*dataset, 2, 512, true);
-        return trainer.evaluate(*dataset, 64).loss;
+        return train_two_epochs(context, MPT_PRECISION_MIXED_BF16, 2048, 512, 31);
     };
     auto own = cuda_context_under("MPTRAIN_CUDA_OWN_BIAS_GRADIENT", "1");
     const float own_loss = train(own);
