@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "backend/cuda/cuda_cublaslt_library.cuh"
 #include "core/dtype.h"
@@ -145,6 +146,30 @@ __device__ __forceinline__ void store_element(void* base, DType dtype, int64_t i
         case DType::fp32: break;
     }
     static_cast<float*>(base)[index] = value;
+}
+
+// An element of a storage type known at compile time, as a float; a float as one, rounded to nearest
+// even as store_element rounds.
+template <typename T>
+__device__ __forceinline__ float to_float(T value) {
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+        return __bfloat162float(value);
+    } else if constexpr (std::is_same_v<T, __half>) {
+        return __half2float(value);
+    } else {
+        return value;
+    }
+}
+
+template <typename T>
+__device__ __forceinline__ T from_float(float value) {
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+        return __float2bfloat16_rn(value);
+    } else if constexpr (std::is_same_v<T, __half>) {
+        return __float2half_rn(value);
+    } else {
+        return value;
+    }
 }
 
 // The value `dtype` stores for `value` (round_to on the device).

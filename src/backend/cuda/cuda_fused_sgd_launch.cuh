@@ -158,29 +158,6 @@ __device__ __forceinline__ FusedSgdBlockStart fused_sgd_block_start(const FusedS
     return start;
 }
 
-template <typename T>
-__device__ __forceinline__ float to_float(T value) {
-    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-        return __bfloat162float(value);
-    } else if constexpr (std::is_same_v<T, __half>) {
-        return __half2float(value);
-    } else {
-        return value;
-    }
-}
-
-// Rounded to nearest even, as store_element rounds.
-template <typename T>
-__device__ __forceinline__ T from_float(float value) {
-    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-        return __float2bfloat16_rn(value);
-    } else if constexpr (std::is_same_v<T, __half>) {
-        return __float2half_rn(value);
-    } else {
-        return value;
-    }
-}
-
 // The grid for `kernel` (blocks of `threads` with `dynamic_shared` bytes of dynamic shared memory):
 // as many blocks as are resident at once, shared among the group's layers in proportion to their
 // weights, each layer's its column strips times runs of row tiles (at least one run per strip);

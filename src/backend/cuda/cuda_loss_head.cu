@@ -392,10 +392,6 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
     head_rows<kWarps>(args, kind, starts_step, scratch);
 }
 
-__device__ __forceinline__ float as_float(float value) { return value; }
-__device__ __forceinline__ float as_float(__half value) { return __half2float(value); }
-__device__ __forceinline__ float as_float(__nv_bfloat16 value) { return __bfloat162float(value); }
-
 // Outputs of the last layer a lane sums at once: few registers a pass (the kernel has 64 a thread),
 // the row's inputs read once per pass (from L1 after the first).
 constexpr int kHeadLayerOutputsPerPass = 4;
@@ -413,10 +409,10 @@ __device__ __forceinline__ void forward_head_layer(const DenseForwardArgs& f, in
     for (int first = 0; first < width; first += kHeadLayerOutputsPerPass) {
         float sums[kHeadLayerOutputsPerPass] = {};
         for (int k = lane; k < k_count; k += kWarpSize) {
-            const float a = as_float(input[k]);
+            const float a = to_float(input[k]);
 #pragma unroll
             for (int j = 0; j < kHeadLayerOutputsPerPass; ++j)
-                if (first + j < width) sums[j] += a * as_float(weights[(first + j) * k_count + k]);
+                if (first + j < width) sums[j] += a * to_float(weights[(first + j) * k_count + k]);
         }
 #pragma unroll
         for (int j = 0; j < kHeadLayerOutputsPerPass; ++j) {
@@ -445,13 +441,13 @@ __device__ __forceinline__ void backward_head_layer(const DenseBackwardDataArgs&
     const T* input = static_cast<const T*>(d.input) + row * k_count;
     float gradients[kHeadLayerMaxWidth];
 #pragma unroll
-    for (int o = 0; o < kHeadLayerMaxWidth; ++o) gradients[o] = o < width ? as_float(output_grad[o]) : 0.0f;
+    for (int o = 0; o < kHeadLayerMaxWidth; ++o) gradients[o] = o < width ? to_float(output_grad[o]) : 0.0f;
     for (int k = lane; k < k_count; k += kWarpSize) {
         float gradient = 0.0f;
 #pragma unroll
         for (int o = 0; o < kHeadLayerMaxWidth; ++o)
-            if (o < width) gradient += gradients[o] * as_float(weights[o * k_count + k]);
-        gradient *= activation_derivative_from_output(d.input_activation, as_float(input[k]));
+            if (o < width) gradient += gradients[o] * to_float(weights[o * k_count + k]);
+        gradient *= activation_derivative_from_output(d.input_activation, to_float(input[k]));
         store_element(d.input_grad, d.input_grad_dtype, row * k_count + k, gradient);
     }
 }
