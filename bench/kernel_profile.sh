@@ -46,7 +46,7 @@ if [ "$probe_status" != 0 ] || ! grep -q gpu__time_duration "$WORK/ncu_probe.csv
     exit 0
 fi
 settings=${PROFILE_SETTINGS:-}
-if [ -n "$settings" ] && ! [[ $settings =~ ^(MPTRAIN_CUDA_[A-Z_]+=[01]( |$))+$ ]]; then
+if [ -n "$settings" ] && ! [[ $settings =~ ^(MPTRAIN_CUDA_[A-Z0-9_]+=[01]( |$))+$ ]]; then
     echo "kernel profile: PROFILE_SETTINGS ignored (only MPTRAIN_CUDA_X=0/1 words): $settings" | tee -a "$OUT_FILE"
     settings=""
 fi

@@ -17,7 +17,8 @@ import gpu_test_log  # noqa: E402
 
 DEFAULT_FIELDS = {"split_k": True, "tensor_core_sgd": False, "gemm_autotune": False, "small_batch_forward": False,
                   "small_batch_backward": False, "dependent_launch": False, "grouped_sgd": False,
-                  "own_bias_gradient": False, "split_k_small_outputs": False, "fused_head_layer": False}
+                  "own_bias_gradient": False, "split_k_small_outputs": False, "fused_head_layer": False,
+                  "l2_resident_masters": False}
 
 
 H200 = "cuda:0 (NVIDIA H200, compute capability 9.0, 143771 MiB)"

@@ -17,6 +17,8 @@
 #include "support/skip_without_gpu.h"
 #include "support/training_fixture.h"
 #if defined(MPTRAIN_WITH_CUDA)
+#include <cuda_runtime.h>
+
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_cublaslt_library.cuh"
 #endif
@@ -36,6 +38,18 @@ std::shared_ptr<Model> make_seed_mlp(const std::shared_ptr<Context>& context) {
     model->add_dense(10, Activation::softmax);
     model->build();
     return model;
+}
+
+// Two epochs of mixed-bf16 training of the seed MLP on `data` at `batch`; the loss on it after.
+float train_seed_mlp_two_bf16_epochs(const std::shared_ptr<Context>& context, const SyntheticData& data,
+                                     int64_t batch) {
+    auto dataset = to_dataset(context, data);
+    TrainerConfig config;
+    config.precision = MPT_PRECISION_MIXED_BF16;
+    Trainer trainer(make_seed_mlp(context), config);
+    trainer.fit(*dataset, 2, batch, true);
+    REQUIRE(trainer.epochs_completed() == 2);
+    return trainer.evaluate(*dataset, 256).loss;
 }
 
 // Trains at batch 32 (the fused SGD kernel's case) and at batch 96 and 256 (the weight-gradient
@@ -392,19 +406,10 @@ TEST_CASE("MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1 keeps the large GEMMs whole and 
     SKIP_WITHOUT_GPU();
     const EnvironmentSetting split_k("MPTRAIN_CUDA_SPLIT_K", "1");  // the rule acts only where K may split
     const SyntheticData data = synthetic_data(4096, 3072, 37);
-    const auto train = [&](const std::shared_ptr<Context>& context) {
-        auto dataset = to_dataset(context, data);
-        TrainerConfig config;
-        config.precision = MPT_PRECISION_MIXED_BF16;
-        Trainer trainer(make_seed_mlp(context), config);
-        trainer.fit(*dataset, 2, 2048, true);
-        REQUIRE(trainer.epochs_completed() == 2);
-        return trainer.evaluate(*dataset, 256).loss;
-    };
     auto ruled = cuda_context_under("MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS", "1");
     auto plain = cuda_context_under("MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS", "0");
-    const float ruled_loss = train(ruled);
-    const float plain_loss = train(plain);
+    const float ruled_loss = train_seed_mlp_two_bf16_epochs(ruled, data, 2048);
+    const float plain_loss = train_seed_mlp_two_bf16_epochs(plain, data, 2048);
     INFO("last refusal: " << cuda_backend_last_graph_refusal(ruled->backend()));
     CHECK(cuda_backend_graph_refusals(ruled->backend()) == 0);
     CHECK(cuda_backend_plans_kept_whole_by_size(ruled->backend()) > 0);
@@ -456,6 +461,58 @@ TEST_CASE("MPTRAIN_CUDA_FUSED_HEAD_LAYER=1 trains as the separate launches do") 
     CHECK(fused_overflow.state.loss_scale == separate_overflow.state.loss_scale);
     CHECK(std::isfinite(fused_overflow.loss));
     CHECK(fused_overflow.loss == doctest::Approx(separate_overflow.loss).epsilon(5e-3));
+}
+
+// MPTRAIN_CUDA_L2_RESIDENT_MASTERS=1: the fused SGD kernels load and store a share of each layer's
+// masters with L2's evict-last priority, under a persisting set-aside sized for them. Cache hints move
+// no arithmetic, so every run trains to the default's loss bit for bit: the seed MLP at batch 32 on
+// CUDA cores (on an H200 its last two layers' masters whole and a sixteenth of the first's, under
+// l2_resident_masters.h's budget), the small MLP's layers grouped on the tensor cores at batch 128,
+// and fp32. The set-aside the backend raised is back as it found it once the contexts are gone.
+TEST_CASE("MPTRAIN_CUDA_L2_RESIDENT_MASTERS=1 trains exactly as the default does") {
+    SKIP_WITHOUT_GPU();
+    size_t set_aside_before = 0;
+    {
+        auto kept = cuda_context_under("MPTRAIN_CUDA_L2_RESIDENT_MASTERS", "1");
+        if (!cuda_backend_set_l2_resident_masters(kept->backend(), true)) {
+            MESSAGE("skipped: the device has no persisting L2 set-aside (below 8.0, or MIG)");
+            return;
+        }
+        REQUIRE(cudaDeviceGetLimit(&set_aside_before, cudaLimitPersistingL2CacheSize) == cudaSuccess);
+        const SyntheticData data = synthetic_data(640, 3072, 71);
+        const float kept_loss = train_seed_mlp_two_bf16_epochs(kept, data, 32);
+        INFO("last refusal: " << cuda_backend_last_graph_refusal(kept->backend()));
+        CHECK(cuda_backend_graph_refusals(kept->backend()) == 0);
+        CHECK(cuda_backend_op_paths(kept->backend()).fused_sgd_masters_in_l2 > 0);
+        CHECK(cuda_backend_l2_set_aside(kept->backend()) > 0);
+        MESSAGE("L2 set-aside asked for the seed MLP's masters: " << cuda_backend_l2_set_aside(kept->backend())
+                                                                  << " bytes");
+        auto streamed = cuda_context_under("MPTRAIN_CUDA_L2_RESIDENT_MASTERS", "0");
+        CHECK(std::isfinite(kept_loss));
+        CHECK(kept_loss == train_seed_mlp_two_bf16_epochs(streamed, data, 32));
+        CHECK(cuda_backend_op_paths(streamed->backend()).fused_sgd_masters_in_l2 == 0);
+
+        const EnvironmentSetting grouped("MPTRAIN_CUDA_GROUPED_SGD", "1");
+        auto tensor_cores = cuda_context_under("MPTRAIN_CUDA_L2_RESIDENT_MASTERS", "1");
+        auto tensor_cores_streamed = cuda_context_under("MPTRAIN_CUDA_L2_RESIDENT_MASTERS", "0");
+        for (Backend* backend : {&tensor_cores->backend(), &tensor_cores_streamed->backend()})
+            if (!mpt::testing::turn_on_tensor_core_path(*backend, cuda_backend_set_tensor_core_sgd,
+                                                        "tensor-core fused SGD"))
+                return;
+        CHECK(train_two_bf16_epochs(tensor_cores, 73, LrSchedule{}, 128) ==
+              train_two_bf16_epochs(tensor_cores_streamed, 73, LrSchedule{}, 128));
+        CHECK(cuda_backend_op_paths(tensor_cores->backend()).fused_sgd_tensor_cores > 0);
+        CHECK(cuda_backend_op_paths(tensor_cores->backend()).fused_sgd_masters_in_l2 > 0);
+
+        auto fp32 = cuda_context_under("MPTRAIN_CUDA_L2_RESIDENT_MASTERS", "1");
+        CHECK(train_two_epochs(fp32, MPT_PRECISION_FP32, 640, 32, 75) ==
+              train_two_epochs(cuda_context_under("MPTRAIN_CUDA_L2_RESIDENT_MASTERS", "0"), MPT_PRECISION_FP32, 640, 32,
+                               75));
+        CHECK(cuda_backend_op_paths(fp32->backend()).fused_sgd_masters_in_l2 > 0);
+    }
+    size_t set_aside_after = 0;
+    REQUIRE(cudaDeviceGetLimit(&set_aside_after, cudaLimitPersistingL2CacheSize) == cudaSuccess);
+    CHECK(set_aside_after == set_aside_before);
 }
 
 // MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1: past fused SGD's batches (512 rows here, past the tensor-core

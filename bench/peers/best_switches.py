@@ -42,6 +42,7 @@ SWITCHES = (
     ("split_k_off", "split_k", False, ("split_k=0",)),
     ("split_k_small_outputs", "split_k_small_outputs", True, ("split_k_small_outputs",)),
     ("fused_head_layer", "fused_head_layer", True, ("fused_head_layer", "fused head layer")),
+    ("l2_resident_masters", "l2_resident_masters", True, ("l2_resident_masters",)),
 )
 FASTER = 0.98  # a set is chosen at a batch when its step takes at most this share of the default's
 SLOWER = 1.02  # a switch timed alone is dropped when its step took more than this share somewhere

@@ -63,9 +63,11 @@ bool turned_off_by_environment(const char* variable) {
 // (cuda_launch.cuh), and MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1 sums the bias gradients of the
 // weight-gradient GEMMs in the backend's kernel instead of cuBLASLt's BGRADB epilogue
 // (cuda_bias_gradient.cuh), MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1 lets cuBLASLt split K only in the
-// GEMMs whose output has fewer tiles than the GPU has multiprocessors (gemm_split_k_rule.h), and
+// GEMMs whose output has fewer tiles than the GPU has multiprocessors (gemm_split_k_rule.h),
 // MPTRAIN_CUDA_FUSED_HEAD_LAYER=1 runs a small batch's last layer (forward and input gradient) in its
-// loss head's launch (cuda_loss_head.cuh): off by default until a GPU has measured them.
+// loss head's launch (cuda_loss_head.cuh), and MPTRAIN_CUDA_L2_RESIDENT_MASTERS=1 keeps the smaller
+// layers' fp32 masters in L2 through fused SGD (l2_resident_masters.h): off by default until a GPU
+// has measured them.
 bool turned_on_by_environment(const char* variable) {
     const char* value = std::getenv(variable);
     return value && std::strcmp(value, "1") == 0;
@@ -86,7 +88,8 @@ std::string CudaBackend::setup_warning() const {
                                          {"MPTRAIN_CUDA_STEP_FOLDS", {"0", "1"}},
                                          {"MPTRAIN_CUDA_OWN_BIAS_GRADIENT", {"0", "1"}},
                                          {"MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS", {"0", "1"}},
-                                         {"MPTRAIN_CUDA_FUSED_HEAD_LAYER", {"0", "1"}}});
+                                         {"MPTRAIN_CUDA_FUSED_HEAD_LAYER", {"0", "1"}},
+                                         {"MPTRAIN_CUDA_L2_RESIDENT_MASTERS", {"0", "1"}}});
 }
 
 // ---- creation ----------------------------------------------------------------------------------
@@ -192,6 +195,8 @@ CudaBackend::CudaBackend(int device, MemoryTracker* memory) : device_(device), m
     MPT_CUDA_CHECK(cudaGetDeviceProperties(&properties, device));
     compute_capability_ = properties.major * 10 + properties.minor;
     multiprocessors_ = properties.multiProcessorCount > 0 ? properties.multiProcessorCount : 1;
+    l2_bytes_ = properties.l2CacheSize;
+    l2_set_aside_max_ = compute_capability_ >= 80 ? properties.persistingL2CacheMaxSize : 0;
     name_ = "cuda:" + std::to_string(device) + " (" + properties.name + ", compute capability " +
             std::to_string(properties.major) + "." + std::to_string(properties.minor) + ", " +
             std::to_string(properties.totalGlobalMem >> 20) + " MiB)";
@@ -205,6 +210,7 @@ CudaBackend::CudaBackend(int device, MemoryTracker* memory) : device_(device), m
     step_folds_ = !turned_off_by_environment("MPTRAIN_CUDA_STEP_FOLDS");
     own_bias_gradient_ = turned_on_by_environment("MPTRAIN_CUDA_OWN_BIAS_GRADIENT");
     fused_head_layer_ = turned_on_by_environment("MPTRAIN_CUDA_FUSED_HEAD_LAYER");
+    set_l2_resident_masters(turned_on_by_environment("MPTRAIN_CUDA_L2_RESIDENT_MASTERS"));
     try {
         scheduler_ = std::make_unique<CudaScheduler>(*static_cast<CudaTaskHooks*>(this));
         gemm_ = std::make_unique<CudaGemm>(!turned_off_by_environment("MPTRAIN_CUDA_SPLIT_K"),
@@ -254,6 +260,7 @@ CudaBackend::~CudaBackend() {
         }
     }
     graphs_.clear();
+    restore_l2_set_aside();
     stager_.reset();
     epoch_order_.reset();
     release_scratch(scratch_);
@@ -807,6 +814,10 @@ void cuda_backend_set_step_folds(Backend& backend, bool enabled) { as_cuda(backe
 void cuda_backend_set_fused_head_layer(Backend& backend, bool enabled) {
     as_cuda(backend).set_fused_head_layer(enabled);
 }
+bool cuda_backend_set_l2_resident_masters(Backend& backend, bool enabled) {
+    return as_cuda(backend).set_l2_resident_masters(enabled);
+}
+size_t cuda_backend_l2_set_aside(const Backend& backend) { return as_cuda(backend).l2_set_aside(); }
 void cuda_backend_set_own_bias_gradient(Backend& backend, bool enabled) {
     as_cuda(backend).set_own_bias_gradient(enabled);
 }

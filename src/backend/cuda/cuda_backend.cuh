@@ -104,6 +104,11 @@ public:
     void set_step_folds(bool enabled) { step_folds_ = enabled; }
     void set_own_bias_gradient(bool enabled) { own_bias_gradient_ = enabled; }
     void set_fused_head_layer(bool enabled) { fused_head_layer_ = enabled; }
+    // On only where L2 has a persisting set-aside (compute capability 8.0 and up, not MIG); returns
+    // whether it is on.
+    bool set_l2_resident_masters(bool enabled);
+    bool l2_resident_masters() const { return l2_resident_masters_; }
+    size_t l2_set_aside() const { return l2_set_aside_; }
     void refuse_fused_runs(bool refuse) { gemm_->set_refuse_fused_runs(refuse); }
     void break_captures(bool broken) { break_captures_ = broken; }
     const CudaOpPaths& op_paths() const { return op_paths_; }
@@ -189,6 +194,17 @@ private:
     // (execute_head_layer, with fused head layers on).
     bool head_layer_follows(size_t index) const;
     void execute_head_layer(size_t index, cudaStream_t stream);
+    // With L2-resident masters on, sets each recorded fused SGD update's share of masters kept in L2
+    // (l2_resident_masters.h) and L2's set-aside for them; before the task is signed, captured or run
+    // (cuda_backend_l2_residency.cu).
+    void keep_masters_in_l2();
+    // Raises the device's persisting set-aside to `bytes` where it is smaller (never lowers it while a
+    // backend that raised it lives); returns what it holds after (0, and the switch off, where the
+    // device refuses it).
+    int64_t reserve_l2_set_aside(int64_t bytes);
+    // The last backend that raised the set-aside puts it back as it was found (unless something else
+    // changed it since).
+    void restore_l2_set_aside() noexcept;
     // How many of the recorded ops from recorded_[index] on are fused SGD updates, independent of
     // each other (fused_sgd_updates_independent), that one launch can take (at most
     // kFusedSgdMaxLayers; 0 when recorded_[index] is none): with grouped SGD on, they are one
@@ -237,6 +253,11 @@ private:
     bool step_folds_ = true;  // begin_step into the loss head, the update decision into the max pass
     bool own_bias_gradient_ = false;              // weight-gradient GEMMs without BGRADB, the bias by our kernel
     bool fused_head_layer_ = false;               // the last layer's forward and input gradient in the head's launch
+    bool l2_resident_masters_ = false;            // fused SGD keeps a share of the masters in L2 (evict last)
+    int64_t l2_bytes_ = 0;                        // the device's L2
+    int64_t l2_set_aside_max_ = 0;                // the most of it a persisting set-aside may take (0: none)
+    size_t l2_set_aside_ = 0;                     // the set-aside as this backend last saw it (0: not asked)
+    bool raised_l2_set_aside_ = false;            // this backend raised it (and is among those to restore it)
     unsigned* bias_gradient_counters_ = nullptr;  // in reduction_scratch_, zeroed once
     CudaOpPaths op_paths_;
     std::exception_ptr deferred_error_;  // from release()'s flush, for the next issue or task end

@@ -50,6 +50,8 @@ struct CudaOpPaths {
                                       // recorded task, as begin_steps_folded)
     uint64_t steps_finished_by_update = 0;  // finish_steps taken by the last update launch (likewise)
     uint64_t head_layers_fused = 0;  // last layers' forward and input gradient run in their head's launch (likewise)
+    uint64_t fused_sgd_masters_in_l2 = 0;  // fused SGD updates issued with a share of their masters kept in L2
+                                           // (per step, as fused_sgd)
 };
 CudaOpPaths cuda_backend_op_paths(const Backend& backend);
 // Graph capture of repeated compute tasks (default on; MPTRAIN_CUDA_GRAPHS=0 turns it off).
@@ -94,6 +96,13 @@ void cuda_backend_set_own_bias_gradient(Backend& backend, bool enabled);
 // 32 rows: its forward and its input gradient run in the loss head's launch (cuda_loss_head.cuh;
 // default off until a GPU has measured it; MPTRAIN_CUDA_FUSED_HEAD_LAYER=1 turns it on).
 void cuda_backend_set_fused_head_layer(Backend& backend, bool enabled);
+// A recorded step's fused SGD updates keep their smallest layers' fp32 masters in L2 (evict-last
+// loads and stores, and L2's persisting set-aside sized for them; l2_resident_masters.h): default off
+// until a GPU has measured it; MPTRAIN_CUDA_L2_RESIDENT_MASTERS=1 turns it on. On only where the
+// device has a set-aside (8.0 and up, not MIG); returns whether it is on.
+bool cuda_backend_set_l2_resident_masters(Backend& backend, bool enabled);
+// The persisting set-aside the backend asked for (0: none so far).
+size_t cuda_backend_l2_set_aside(const Backend& backend);
 // Whether it is on now: a refused graph capture or launch turns it off (it may be what broke it),
 // unless cuBLASLt's refusal of a fused plan is what refused the capture.
 bool cuda_backend_dependent_launch(const Backend& backend);

@@ -28,6 +28,15 @@ void CudaBackend::describe(JsonWriter& out) const {
     out.key("step_folds").boolean(step_folds_);
     out.key("own_bias_gradient").boolean(own_bias_gradient_);
     out.key("fused_head_layer").boolean(fused_head_layer_);
+    out.key("l2_resident_masters").boolean(l2_resident_masters_);
+    out.end_object();
+
+    // L2 as the L2-resident masters see it: its size, the largest persisting set-aside the device
+    // allows, and the one the backend asked for (0: none so far).
+    out.key("l2").begin_object();
+    out.key("bytes").integer(l2_bytes_);
+    out.key("set_aside_max").integer(l2_set_aside_max_);
+    out.key("set_aside").integer(static_cast<int64_t>(l2_set_aside_));
     out.end_object();
 
     out.key("graphs").begin_object();
@@ -62,6 +71,7 @@ void CudaBackend::describe(JsonWriter& out) const {
     out.key("fused_sgd_grouped").unsigned_integer(ops.fused_sgd_grouped);
     out.key("steps_finished_by_update").unsigned_integer(ops.steps_finished_by_update);
     out.key("head_layers_fused").unsigned_integer(ops.head_layers_fused);
+    out.key("fused_sgd_masters_in_l2").unsigned_integer(ops.fused_sgd_masters_in_l2);
     out.end_object();
 
     const CudaGemm& gemm = *gemm_;

@@ -65,32 +65,33 @@ __device__ __forceinline__ uint32_t shared_pair(const uint16_t* staged, int inde
 
 // The masters (o, i) and (o, i + 1), 0 past the matrix's edge: one float2 when kVector (in_features
 // even, the masters 8-byte aligned).
-template <bool kVector, typename T>
+template <bool kVector, typename T, bool kKeep>
 __device__ __forceinline__ float2 load_master_pair(const FusedSgdLaunch& p, int64_t o, int64_t i) {
     if (o >= p.out_features || i >= p.in_features) return make_float2(0.0f, 0.0f);
     const float* row = p.weights + o * p.in_features;
     if constexpr (kVector) {
-        return load_master<T>(reinterpret_cast<const float2*>(row + i));
+        return load_master<T, kKeep>(p, reinterpret_cast<const float2*>(row + i));
     } else {
-        return make_float2(load_master<T>(row + i), i + 1 < p.in_features ? load_master<T>(row + i + 1) : 0.0f);
+        return make_float2(load_master<T, kKeep>(p, row + i),
+                           i + 1 < p.in_features ? load_master<T, kKeep>(p, row + i + 1) : 0.0f);
     }
 }
 
-template <bool kVector, typename T>
+template <bool kVector, typename T, bool kKeep>
 __device__ __forceinline__ void store_master_pair(const FusedSgdLaunch& p, int64_t o, int64_t i, float first,
                                                   float second) {
     if (o >= p.out_features || i >= p.in_features) return;
     const int64_t index = o * p.in_features + i;
     uint16_t* low = static_cast<uint16_t*>(p.low_weights);
     if constexpr (kVector) {
-        store_master<T>(reinterpret_cast<float2*>(p.weights + index), make_float2(first, second));
+        store_master<T, kKeep>(p, reinterpret_cast<float2*>(p.weights + index), make_float2(first, second));
         if (low) *reinterpret_cast<uint32_t*>(low + index) = pack_pair<T>(first, second);
     } else {
         const uint32_t pair = pack_pair<T>(first, second);
-        store_master<T>(p.weights + index, first);
+        store_master<T, kKeep>(p, p.weights + index, first);
         if (low) low[index] = static_cast<uint16_t>(pair & 0xffffu);
         if (i + 1 >= p.in_features) return;
-        store_master<T>(p.weights + index + 1, second);
+        store_master<T, kKeep>(p, p.weights + index + 1, second);
         if (low) low[index + 1] = static_cast<uint16_t>(pair >> 16);
     }
 }
@@ -98,7 +99,7 @@ __device__ __forceinline__ void store_master_pair(const FusedSgdLaunch& p, int64
 // One block's part of layer p's update: its column strip, its run of row tiles. T: the element type
 // of dZ, A and the low-precision copies (__half or __nv_bfloat16). Dynamic shared memory: the strip
 // of A, kStripColumns rows of staged_stride(padded_k) elements.
-template <bool kVector, typename T>
+template <bool kVector, typename T, bool kKeep>
 __device__ __forceinline__ void update_strip_on_tensor_cores(const FusedSgdLaunch& p, int64_t strip, int64_t run) {
     extern __shared__ __align__(16) uint16_t operand_b[];                     // A^T: [i][k]
     __shared__ __align__(16) uint16_t operand_a[2][kTileRows * kChunkStride];  // dZ^T: [o][k], 2 chunks
@@ -124,7 +125,7 @@ __device__ __forceinline__ void update_strip_on_tensor_cores(const FusedSgdLaunc
     for (int j = 0; j < kMmaTiles; ++j)
 #pragma unroll
         for (int h = 0; h < 2; ++h)
-            master[j][h] = load_master_pair<kVector, T>(p, master_row(first_tile, h), master_column(j));
+            master[j][h] = load_master_pair<kVector, T, kKeep>(p, master_row(first_tile, h), master_column(j));
 
     // The strip of A, transposed, zero past the last column and the last batch row.
     const uint16_t* input = static_cast<const uint16_t*>(p.input);
@@ -198,9 +199,9 @@ __device__ __forceinline__ void update_strip_on_tensor_cores(const FusedSgdLaunc
             for (int j = 0; j < kMmaTiles; ++j) {
 #pragma unroll
                 for (int h = 0; h < 2; ++h)
-                    next_master[j][h] = has_next_tile
-                                            ? load_master_pair<kVector, T>(p, master_row(tile + 1, h), master_column(j))
-                                            : make_float2(0.0f, 0.0f);
+                    next_master[j][h] = has_next_tile ? load_master_pair<kVector, T, kKeep>(p, master_row(tile + 1, h),
+                                                                                            master_column(j))
+                                                      : make_float2(0.0f, 0.0f);
 #pragma unroll
                 for (int c = 0; c < 4; ++c) gradient[j][c] = 0.0f;
             }
@@ -256,7 +257,7 @@ __device__ __forceinline__ void update_strip_on_tensor_cores(const FusedSgdLaunc
                         plain_sgd_update_element(p.optimizer, scalars, master[j][h].x, gradient[j][2 * h]);
                     const float second =
                         plain_sgd_update_element(p.optimizer, scalars, master[j][h].y, gradient[j][2 * h + 1]);
-                    store_master_pair<kVector, T>(p, master_row(tile, h), master_column(j), first, second);
+                    store_master_pair<kVector, T, kKeep>(p, master_row(tile, h), master_column(j), first, second);
                     master[j][h] = next_master[j][h];
                 }
             }
@@ -276,27 +277,35 @@ __device__ __forceinline__ void update_strip_on_tensor_cores(const FusedSgdLaunc
     }
 }
 
-template <bool kVector, typename T, int kLayers>
+template <bool kVector, typename T, int kLayers, bool kKeep>
 __global__ void __launch_bounds__(kThreads, 2) fused_sgd_tensor_core_kernel(const FusedSgdGroup group) {
     start_after_preceding_kernel();
     update_this_blocks_layer<kLayers>(group, [](const FusedSgdLaunch& p, int64_t strip, int64_t run) {
-        update_strip_on_tensor_cores<kVector, T>(p, strip, run);
+        update_strip_on_tensor_cores<kVector, T, kKeep>(p, strip, run);
     });
     if (group.finish.state) finish_step_in_last_block(group.finish);
 }
 
 template <bool kVector, typename T>
 FusedSgdVariant tensor_core_kernels() {
-    return FusedSgdVariant{fused_sgd_tensor_core_kernel<kVector, T, 1>,
-                           fused_sgd_tensor_core_kernel<kVector, T, kFusedSgdMaxLayers>, 0,
-                           "fused_sgd_tensor_core_kernel"};
+    FusedSgdVariant variant{fused_sgd_tensor_core_kernel<kVector, T, 1, false>,
+                            fused_sgd_tensor_core_kernel<kVector, T, kFusedSgdMaxLayers, false>,
+                            nullptr,
+                            nullptr,
+                            0,
+                            "fused_sgd_tensor_core_kernel"};
+    if constexpr (kVector) {
+        variant.kept_single = fused_sgd_tensor_core_kernel<kVector, T, 1, true>;
+        variant.kept_group = fused_sgd_tensor_core_kernel<kVector, T, kFusedSgdMaxLayers, true>;
+    }
+    return variant;
 }
 
 }  // namespace
 
 bool fused_sgd_tensor_cores_available() {
     if (!mma_runs_on_current_device(
-            reinterpret_cast<const void*>(fused_sgd_tensor_core_kernel<true, __nv_bfloat16, 1>)))
+            reinterpret_cast<const void*>(fused_sgd_tensor_core_kernel<true, __nv_bfloat16, 1, false>)))
         return false;
     // The strip of A at 256 rows is past the 48 KiB of shared memory a block gets unasked: asked
     // for here, once per device, not while a step's launches are being captured.
@@ -304,7 +313,8 @@ bool fused_sgd_tensor_cores_available() {
     for (const FusedSgdVariant& variant :
          {tensor_core_kernels<true, __nv_bfloat16>(), tensor_core_kernels<false, __nv_bfloat16>(),
           tensor_core_kernels<true, __half>(), tensor_core_kernels<false, __half>()}) {
-        for (void (*kernel)(FusedSgdGroup) : {variant.single, variant.group}) {
+        for (void (*kernel)(FusedSgdGroup) : {variant.single, variant.group, variant.kept_single, variant.kept_group}) {
+            if (!kernel) continue;  // (no kept kernels off the vector path)
             if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, strip_bytes) != cudaSuccess) {
                 cudaGetLastError();
                 return false;
@@ -314,12 +324,16 @@ bool fused_sgd_tensor_cores_available() {
     return true;
 }
 
+bool fused_sgd_tensor_core_vector_path(const DenseUpdateArgs& args) {
+    // Whole float2s of masters and 32-bit pairs of their copies.
+    return args.in_features % 2 == 0 && fused_sgd_aligned(args.weights, 8) &&
+           (args.low_weights == nullptr || fused_sgd_aligned(args.low_weights, 4));
+}
+
 FusedSgdVariant fused_sgd_tensor_core_variant(const DenseUpdateArgs& args) {
     require(args.compute_dtype != DType::fp32 && args.rows > 0 && args.rows <= kTensorCoreSgdMaxRows,
             MPT_STATUS_INTERNAL, "cuda backend: tensor-core fused SGD called outside its case");
-    // Whole float2s of masters and 32-bit pairs of their copies.
-    const bool vector = args.in_features % 2 == 0 && fused_sgd_aligned(args.weights, 8) &&
-                        (args.low_weights == nullptr || fused_sgd_aligned(args.low_weights, 4));
+    const bool vector = fused_sgd_tensor_core_vector_path(args);
     FusedSgdVariant variant =
         args.compute_dtype == DType::bf16
             ? (vector ? tensor_core_kernels<true, __nv_bfloat16>() : tensor_core_kernels<false, __nv_bfloat16>())
@@ -327,7 +341,8 @@ FusedSgdVariant fused_sgd_tensor_core_variant(const DenseUpdateArgs& args) {
     // The strip of A in dynamic shared memory (fused_sgd_tensor_cores_available raised the limit).
     const int padded_k = static_cast<int>((args.rows + 15) / 16 * 16);
     variant.dynamic_shared = static_cast<size_t>(kStripColumns) * staged_stride(padded_k) * sizeof(uint16_t);
-    for (void (*kernel)(FusedSgdGroup) : {variant.single, variant.group}) {
+    for (void (*kernel)(FusedSgdGroup) : {variant.single, variant.group, variant.kept_single, variant.kept_group}) {
+        if (!kernel) continue;
         cudaFuncAttributes attributes{};
         MPT_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
         require(variant.dynamic_shared <= static_cast<size_t>(attributes.maxDynamicSharedSizeBytes),

@@ -23,6 +23,9 @@ namespace mpt {
 // on the device: call it before the first run there.
 bool fused_sgd_tensor_cores_available();
 
+// Whether its kernel for the update takes whole float2s of masters and 32-bit pairs of copies.
+bool fused_sgd_tensor_core_vector_path(const DenseUpdateArgs& args);
+
 // The kernel for an update that fused_sgd_applies with tensor cores, of a 16-bit compute dtype, where
 // fused_sgd_tensor_cores_available() (the caller's checks); run_fused_sgd_layers launches it.
 FusedSgdVariant fused_sgd_tensor_core_variant(const DenseUpdateArgs& args);
