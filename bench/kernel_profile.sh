@@ -11,7 +11,9 @@
 # PROFILE_SETTINGS="VAR=value ..." profiles the batches' steps under those settings (the device check
 # passes the candidate defaults it chose: the step a session would commit); the tables' titles say so.
 # Last, the fused SGD kernel's warp states at batch 32 (stall reasons, issue rate, occupancy), and
-# those of its tensor-core variant with its time and DRAM bytes.
+# those of its tensor-core variant with its time and DRAM bytes, the small-batch kernels', and the
+# tensor-core variant's DRAM bytes with the masters kept in L2 (step graphs on: the one section that
+# profiles them, since that switch acts in recorded steps only).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=$1
@@ -100,4 +102,18 @@ MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 MPTRAIN_C
 forward_status=$?
 { echo; echo "small-batch kernels at batch 32 (ncu exit status $forward_status):"
   grep -vE '^(mptrain|device|backend|cpu|cuda) ' "$WORK/ncu_small_batch_forward.txt" | grep -E '^ |small_batch' | head -120; } >>"$OUT_FILE"
+# The tensor-core fused SGD with the smaller layers' masters kept in L2 (MPTRAIN_CUDA_L2_RESIDENT_MASTERS=1),
+# grouped: the shares are chosen per recorded task, so this one runs with the step graphs on (ncu
+# profiles a graph's kernel nodes one by one). Its DRAM bytes a launch (one launch a step, the three
+# layers) against the three launches' sum above say whether L2 kept the lines: bench/NOTES.md
+# predicts about 94 MB against 122.
+MPTRAIN_CUDA_TENSOR_CORE_SGD=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_L2_RESIDENT_MASTERS=1 \
+    capped 45 "$ncu" --clock-control none --cache-control none \
+    --kernel-name regex:fused_sgd_tensor_core_kernel --launch-skip 20 --launch-count 2 \
+    --metrics "$metrics" \
+    "$BUILD/bin/mptrain-bench" --backend cuda --precision mixed-bf16 --batch 32 --steps 12 --repeats 1 \
+    >"$WORK/ncu_fused_sgd_l2.txt" 2>&1
+kept_status=$?
+{ echo; echo "fused SGD on tensor cores, grouped, masters kept in L2, graphs on, batch 32 (ncu exit status $kept_status):"
+  grep -vE '^(mptrain|device|backend|cpu|cuda) ' "$WORK/ncu_fused_sgd_l2.txt" | grep -E '^ |fused_sgd' | head -40; } >>"$OUT_FILE"
 cat "$OUT_FILE"
