@@ -24,11 +24,15 @@ DEFAULT_FIELDS = {"split_k": True, "tensor_core_sgd": False, "gemm_autotune": Fa
 H200 = "cuda:0 (NVIDIA H200, compute capability 9.0, 143771 MiB)"
 
 
-def record(batch, us, precision="mixed-bf16", refusals=0, device=H200, **switches):
-    """A plain-step record of mptrain-bench, the switches as named (split_k=False for MPTRAIN_CUDA_SPLIT_K=0)."""
+def record(batch, us, precision="mixed-bf16", refusals=0, device=H200, ops=None, **switches):
+    """A plain-step record of mptrain-bench, the switches as named (split_k=False for MPTRAIN_CUDA_SPLIT_K=0);
+    `ops`: its context's op counters (none: a record from before them)."""
     fields = dict(DEFAULT_FIELDS, **switches)
     context = {"backend": "cuda", "device": device, "switches": {name: value for name, value in fields.items()},
                "graphs": {"refusals": refusals, "last_refusal": "capture failed" if refusals else ""}}
+    if ops is not None:
+        context["ops"] = ops
+        context["gemm"] = {"autotuned_plans": 0, "plans_kept_whole_by_size": 0}
     return dict(fields, hidden=[3000, 1000], backend="cuda", precision=precision, batch=batch, us_per_step=us,
                 data="resident", lr_schedule="constant", global_clipnorm=0, ema_momentum=0, dropout=0, weight_decay=0,
                 optimizer="sgd", momentum=0, micro_batch=0, frozen_layers=0, standardized=False, context=context)
@@ -134,6 +138,40 @@ class BestSwitches(unittest.TestCase):
         self.assertIn("MPTRAIN_CUDA_SPLIT_K=0", settings)
         self.assertNotIn("SMALL_OUTPUTS", settings)
         self.assertIn("split_k_small_outputs: dropped, split_k_off (kept)", why)
+
+    def test_a_switch_whose_path_did_not_run_takes_no_credit_for_its_sets_time(self):
+        # At batch 4096 the combined large set wins, but the head layer's path never ran there (at most
+        # 256 rows); at batch 32, where it runs, it was no faster: it is not chosen.
+        ran = {"bias_gradient_own": 6, "head_layers_fused": 0}
+        settings, why = self.choose(
+            record(32, 129, ops={}), record(4096, 576, ops={}),
+            record(4096, 520, own_bias_gradient=True, fused_head_layer=True, ops=ran),
+            record(32, 128.5, fused_head_layer=True, ops={"head_layers_fused": 40}))
+        self.assertEqual(settings, "MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1")
+        self.assertIn("no credit to fused_head_layer, whose paths did not run there", why)
+        # Counted where it ran, it is chosen with the set.
+        settings, _ = self.choose(
+            record(32, 129, ops={}), record(4096, 576, ops={}),
+            record(4096, 520, own_bias_gradient=True, fused_head_layer=True,
+                   ops={"bias_gradient_own": 6, "head_layers_fused": 12}))
+        self.assertEqual(settings, "MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1 MPTRAIN_CUDA_FUSED_HEAD_LAYER=1")
+
+    def test_a_switch_alone_whose_path_did_not_run_is_no_verdict_on_it(self):
+        # Alone at batch 4096 the L2 switch is idle (no fused SGD there): 1.05x there is the default
+        # step's noise, and does not drop it where it won.
+        settings, why = self.choose(
+            record(32, 129, ops={}), record(4096, 576, ops={}),
+            record(32, 110, l2_resident_masters=True, ops={"fused_sgd_masters_in_l2": 40}),
+            record(4096, 605, l2_resident_masters=True, ops={"fused_sgd_masters_in_l2": 0}))
+        self.assertEqual(settings, "MPTRAIN_CUDA_L2_RESIDENT_MASTERS=1")
+        self.assertNotIn("dropped", why)
+        # Where it ran and was slower, it is dropped.
+        settings, why = self.choose(
+            record(32, 129, ops={}), record(256, 177, ops={}),
+            record(32, 110, l2_resident_masters=True, ops={"fused_sgd_masters_in_l2": 40}),
+            record(256, 190, l2_resident_masters=True, ops={"fused_sgd_masters_in_l2": 12}))
+        self.assertEqual(settings, "")
+        self.assertIn("l2_resident_masters: dropped", why)
 
     def test_a_set_within_two_percent_of_the_default_is_not_chosen(self):
         settings, why = self.choose(record(32, 129), record(32, 127, dependent_launch=True))

@@ -14,7 +14,9 @@ the same call: what committing those switches as the defaults would measure.
 
 The rule, from mptrain-bench's records of the plain step (seed MLP, SGD, constant rate, resident data,
 no caveat such as a refused graph or a switch the device turned off):
-- at each batch the fastest switch set timed there, if at least 2% faster than the default step;
+- at each batch the fastest switch set timed there, if at least 2% faster than the default step,
+  less the switches whose paths did not run in its steps there (its context's op counters: the head
+  layer at batch 4096, the small-batch kernels past 64 rows), which take no credit for its time;
 - the union of those sets, less any switch whose GPU test failed (a failing case that names none of
   the switches is a failure of the default path, and then nothing is chosen), less any switch that
   was timed alone and was more than 2% slower than the default at some batch;
@@ -44,12 +46,38 @@ SWITCHES = (
     ("fused_head_layer", "fused_head_layer", True, ("fused_head_layer", "fused head layer")),
     ("l2_resident_masters", "l2_resident_masters", True, ("l2_resident_masters",)),
 )
+# What shows that a switch's path ran in a record's steps: counters of its context's description
+# (mpt_context_describe, per bench run), any of them above 0. Split-K off has none (it acts on every
+# GEMM the heuristic would split).
+EVIDENCE = {
+    "tensor_core_sgd": (("ops", "fused_sgd_tensor_cores"),),
+    "small_batch_forward": (("ops", "forward_small_batch"),),
+    "small_batch_backward": (("ops", "backward_data_small_batch"),),
+    "dependent_launch": (("ops", "dependent_launches"),),
+    "grouped_sgd": (("ops", "fused_sgd_grouped"), ("ops", "steps_finished_by_update")),
+    "own_bias_gradient": (("ops", "bias_gradient_own"),),
+    "gemm_autotune": (("gemm", "autotuned_plans"),),
+    "split_k_small_outputs": (("gemm", "plans_kept_whole_by_size"),),
+    "fused_head_layer": (("ops", "head_layers_fused"),),
+    "l2_resident_masters": (("ops", "fused_sgd_masters_in_l2"),),
+}
 FASTER = 0.98  # a set is chosen at a batch when its step takes at most this share of the default's
 SLOWER = 1.02  # a switch timed alone is dropped when its step took more than this share somewhere
 
 
 def switch_set(record):
     return frozenset(name for name, field, on, _ in SWITCHES if record.get(field, not on) == on)
+
+
+def acted(record):
+    """The switches of the record's set whose paths ran in its steps, by its context's counters
+    (EVIDENCE); a record whose context has no counters (from before them) is taken at its word."""
+    names = switch_set(record)
+    context = record.get("context")
+    if not isinstance(context, dict) or "ops" not in context:
+        return names
+    return frozenset(name for name in names if name not in EVIDENCE
+                     or any(context.get(section, {}).get(key, 0) > 0 for section, key in EVIDENCE[name]))
 
 
 def plain_step(record):
@@ -101,7 +129,8 @@ def choose(ctest_log, paths):
     for batch in sorted(defaults):
         timed = [r for r in records if r["batch"] == batch and switch_set(r) and not caveats(r)]
         for r in timed:
-            if len(switch_set(r)) == 1:
+            # (A switch alone whose path did not run there timed the default step: no verdict on it.)
+            if len(switch_set(r)) == 1 and acted(r):
                 name = next(iter(switch_set(r)))
                 alone[name] = max(alone.get(name, 0.0), r["us_per_step"] / defaults[batch])
                 if r["us_per_step"] / defaults[batch] > SLOWER:
@@ -112,10 +141,12 @@ def choose(ctest_log, paths):
         share = best["us_per_step"] / defaults[batch]
         names = ", ".join(sorted(switch_set(best)))
         if share <= FASTER:
+            idle = sorted(switch_set(best) - acted(best))
             print(f"batch {batch}: fastest {names}: {best['us_per_step']:.0f} us/step, {share:.2f}x the default "
-                  f"{defaults[batch]:.0f}")
-            chosen |= switch_set(best)
-            for name in switch_set(best):
+                  f"{defaults[batch]:.0f}" + (f"; no credit to {', '.join(idle)}, whose paths did not run there"
+                                              if idle else ""))
+            chosen |= acted(best)
+            for name in acted(best):
                 won_at.setdefault(name, set()).add(batch)
         else:
             print(f"batch {batch}: no set 2% faster than the default {defaults[batch]:.0f} us/step "
