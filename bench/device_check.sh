@@ -318,11 +318,13 @@ if [ -x "$bench" ]; then
             MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 bench_run 60 all_switches_large --precision mixed-bf16 --batch 256,4096 --steps 50
     # Batch 32's combined set with the masters of the smaller layers kept in L2 as well: a stage of its
     # own rather than a member of all_switches, so that should L2 not keep them (or the copies lose
-    # their place there), the combined set the choice weighs at batch 32 is not spoilt by it.
+    # their place there), the combined set the choice weighs at batch 32 is not spoilt by it. Also at
+    # 256, where the tensor-core SGD fuses the update and so keeps masters too (the small-batch kernels
+    # are idle there, and get no credit for it).
     room_for_switch_stage all_switches_l2 &&
         MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 MPTRAIN_CUDA_TENSOR_CORE_SGD=1 \
             MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_FUSED_HEAD_LAYER=1 \
-            MPTRAIN_CUDA_L2_RESIDENT_MASTERS=1 bench_run 60 all_switches_l2 --precision mixed-bf16 --batch 32
+            MPTRAIN_CUDA_L2_RESIDENT_MASTERS=1 bench_run 60 all_switches_l2 --precision mixed-bf16 --batch 32,256
     # And alone, right after (batch 32, CUDA cores: the update's DRAM bytes from 10 a weight to what the
     # first layer's masters and the copies take): should all_switches_l2 beat all_switches by noise
     # alone, the switch's own stage is what can drop it (slower alone), so it must not be left out.
