@@ -25,6 +25,7 @@
 #include "backend/cuda/cuda_max_abs.cuh"
 #include "backend/cuda/cuda_scheduler.cuh"
 #include "backend/cuda/cuda_step_graph.cuh"
+#include "backend/cuda/l2_resident_masters.h"
 #include "backend/cuda/replay_host_time.h"
 
 namespace mpt {
@@ -258,6 +259,9 @@ private:
     int64_t l2_set_aside_max_ = 0;                // the most of it a persisting set-aside may take (0: none)
     size_t l2_set_aside_ = 0;                     // the set-aside as this backend last saw it (0: not asked)
     bool raised_l2_set_aside_ = false;            // this backend raised it (and is among those to restore it)
+    std::vector<size_t> l2_updates_;              // keep_masters_in_l2's scratch, reused every step
+    std::vector<l2_residency::LayerBytes> l2_layers_;
+    l2_residency::KeptMasters l2_kept_;
     unsigned* bias_gradient_counters_ = nullptr;  // in reduction_scratch_, zeroed once
     CudaOpPaths op_paths_;
     std::exception_ptr deferred_error_;  // from release()'s flush, for the next issue or task end

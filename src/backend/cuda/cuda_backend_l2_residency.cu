@@ -3,7 +3,6 @@
 // and stores with L2's evict-last priority, and L2's persisting set-aside that holds them. The shares
 // follow from the task's updates (their signed sizes and dtypes) and the device, so equal signatures
 // keep equal shares; they are signed all the same (cuda_backend_signature.cu).
-#include <algorithm>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -43,9 +42,14 @@ bool CudaBackend::set_l2_resident_masters(bool enabled) {
 
 void CudaBackend::keep_masters_in_l2() {
     if (!l2_resident_masters_) return;  // (each op's plan, made as it was issued, keeps none)
-    std::vector<RecordedOp*> updates;
-    std::vector<l2_residency::LayerBytes> layers;
-    for (RecordedOp& op : recorded_) {
+    // Every step: the vectors are members, reused (no heap allocation in a steady-state step).
+    std::vector<size_t>& updates = l2_updates_;
+    std::vector<l2_residency::LayerBytes>& layers = l2_layers_;
+    l2_residency::KeptMasters& kept = l2_kept_;
+    updates.clear();
+    layers.clear();
+    for (size_t index = 0; index < recorded_.size(); ++index) {
+        const RecordedOp& op = recorded_[index];
         if (op.code != OpCode::dense_update || !op.update_plan.fused_sgd) continue;
         const DenseUpdateArgs& update = op.update;
         const int64_t values = update.out_features * update.in_features + update.out_features;
@@ -54,17 +58,17 @@ void CudaBackend::keep_masters_in_l2() {
         if (fused_sgd_keeps_masters_in_l2(update, op.update_plan.fused_sgd_tensor_cores))
             bytes.masters = values * static_cast<int64_t>(sizeof(float));
         bytes.copies = update.low_weights && update.compute_dtype != DType::fp32 ? values * 2 : 0;
-        updates.push_back(&op);
+        updates.push_back(index);
         layers.push_back(bytes);
     }
     if (updates.empty()) return;
-    l2_residency::KeptMasters kept = l2_residency::choose(layers, l2_bytes_, l2_set_aside_max_);
+    l2_residency::choose_into(layers, l2_bytes_, l2_set_aside_max_, kept);
     if (kept.kept_bytes == 0) return;
     const int64_t granted = reserve_l2_set_aside(kept.kept_bytes);
     // A device that grants less than asked (its steps, or a refusal: 0) keeps what that holds.
-    if (granted < kept.kept_bytes) kept = l2_residency::choose(layers, l2_bytes_, granted);
+    if (granted < kept.kept_bytes) l2_residency::choose_into(layers, l2_bytes_, granted, kept);
     for (size_t l = 0; l < updates.size(); ++l) {
-        updates[l]->update_plan.l2_kept_fraction = kept.fractions[l];
+        recorded_[updates[l]].update_plan.l2_kept_fraction = kept.fractions[l];
         if (kept.fractions[l] > 0.0f) ++op_paths_.fused_sgd_masters_in_l2;
     }
 }

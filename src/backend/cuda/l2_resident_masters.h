@@ -14,6 +14,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <numeric>
 #include <vector>
@@ -35,6 +36,8 @@ struct LayerBytes {
 struct KeptMasters {
     std::vector<float> fractions;  // per layer, the share of its masters kept (multiples of 1/16; 0: none)
     int64_t kept_bytes = 0;        // what those shares hold: the L2 set-aside they need
+    std::vector<size_t> order;     // choose_into's scratch: the layers by size (kept, so that a caller
+                                   // that reuses one KeptMasters allocates nothing per step)
 };
 
 // What stays free of kept masters: a quarter of L2 and every layer's copies (activations, gradients
@@ -47,15 +50,19 @@ inline int64_t budget(const std::vector<LayerBytes>& layers, int64_t l2_bytes, i
 
 // The smallest layers' masters first, each whole while the budget lasts, then the largest share of
 // the next one in sixteenths that fits; nothing on a device without a set-aside (set_aside_max 0:
-// compute capability below 8.0, or MIG).
-inline KeptMasters choose(const std::vector<LayerBytes>& layers, int64_t l2_bytes, int64_t set_aside_max) {
-    KeptMasters kept;
+// compute capability below 8.0, or MIG). Into `kept`, whose vectors keep their capacity.
+inline void choose_into(const std::vector<LayerBytes>& layers, int64_t l2_bytes, int64_t set_aside_max,
+                        KeptMasters& kept) {
     kept.fractions.assign(layers.size(), 0.0f);
+    kept.kept_bytes = 0;
     int64_t left = budget(layers, l2_bytes, set_aside_max);
-    std::vector<size_t> order(layers.size());
+    std::vector<size_t>& order = kept.order;
+    order.resize(layers.size());
     std::iota(order.begin(), order.end(), size_t{0});
-    std::stable_sort(order.begin(), order.end(),
-                     [&](size_t a, size_t b) { return layers[a].masters < layers[b].masters; });
+    // (Insertion sort, stable: a step has a few layers, and std::stable_sort may allocate.)
+    for (size_t i = 1; i < order.size(); ++i)
+        for (size_t j = i; j > 0 && layers[order[j]].masters < layers[order[j - 1]].masters; --j)
+            std::swap(order[j], order[j - 1]);
     for (const size_t l : order) {
         const int64_t masters = layers[l].masters;
         if (masters <= 0) continue;
@@ -67,6 +74,11 @@ inline KeptMasters choose(const std::vector<LayerBytes>& layers, int64_t l2_byte
         kept.kept_bytes += bytes;
         left -= bytes;
     }
+}
+
+inline KeptMasters choose(const std::vector<LayerBytes>& layers, int64_t l2_bytes, int64_t set_aside_max) {
+    KeptMasters kept;
+    choose_into(layers, l2_bytes, set_aside_max, kept);
     return kept;
 }
 
