@@ -102,18 +102,20 @@ MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 MPTRAIN_C
 forward_status=$?
 { echo; echo "small-batch kernels at batch 32 (ncu exit status $forward_status):"
   grep -vE '^(mptrain|device|backend|cpu|cuda) ' "$WORK/ncu_small_batch_forward.txt" | grep -E '^ |small_batch' | head -120; } >>"$OUT_FILE"
-# The tensor-core fused SGD with the smaller layers' masters kept in L2 (MPTRAIN_CUDA_L2_RESIDENT_MASTERS=1),
-# grouped: the shares are chosen per recorded task, so this one runs with the step graphs on (ncu
-# profiles a graph's kernel nodes one by one). Its DRAM bytes a launch (one launch a step, the three
-# layers) against the three launches' sum above say whether L2 kept the lines: bench/NOTES.md
-# predicts about 94 MB against 122.
-MPTRAIN_CUDA_TENSOR_CORE_SGD=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_L2_RESIDENT_MASTERS=1 \
-    capped 45 "$ncu" --clock-control none --cache-control none \
-    --kernel-name regex:fused_sgd_tensor_core_kernel --launch-skip 20 --launch-count 2 \
-    --metrics "$metrics" \
-    "$BUILD/bin/mptrain-bench" --backend cuda --precision mixed-bf16 --batch 32 --steps 12 --repeats 1 \
-    >"$WORK/ncu_fused_sgd_l2.txt" 2>&1
-kept_status=$?
-{ echo; echo "fused SGD on tensor cores, grouped, masters kept in L2, graphs on, batch 32 (ncu exit status $kept_status):"
-  grep -vE '^(mptrain|device|backend|cpu|cuda) ' "$WORK/ncu_fused_sgd_l2.txt" | grep -E '^ |fused_sgd' | head -40; } >>"$OUT_FILE"
+# The tensor-core fused SGD, grouped, with the smaller layers' masters kept in L2
+# (MPTRAIN_CUDA_L2_RESIDENT_MASTERS=1) and without: the shares are chosen per recorded task, so both
+# run with the step graphs on (ncu profiles a graph's kernel nodes one by one), and with DRAM bytes and
+# time only (one pass: a replay's save and restore of memory between passes would disturb L2). One
+# launch a step updates the three layers: bench/NOTES.md predicts about 94 MB a launch kept, 122 not.
+for kept in 0 1; do
+    MPTRAIN_CUDA_TENSOR_CORE_SGD=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_L2_RESIDENT_MASTERS=$kept \
+        capped 40 "$ncu" --clock-control none --cache-control none \
+        --kernel-name regex:fused_sgd_tensor_core_kernel --launch-skip 20 --launch-count 2 \
+        --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
+        "$BUILD/bin/mptrain-bench" --backend cuda --precision mixed-bf16 --batch 32 --steps 12 --repeats 1 \
+        >"$WORK/ncu_fused_sgd_l2_$kept.txt" 2>&1
+    kept_status=$?
+    { echo; echo "fused SGD on tensor cores, grouped, graphs on, batch 32, MPTRAIN_CUDA_L2_RESIDENT_MASTERS=$kept (ncu exit status $kept_status):"
+      grep -vE '^(mptrain|device|backend|cpu|cuda) ' "$WORK/ncu_fused_sgd_l2_$kept.txt" | grep -E '^ |fused_sgd' | head -30; } >>"$OUT_FILE"
+done
 cat "$OUT_FILE"

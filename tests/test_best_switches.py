@@ -32,7 +32,7 @@ def record(batch, us, precision="mixed-bf16", refusals=0, device=H200, ops=None,
                "graphs": {"refusals": refusals, "last_refusal": "capture failed" if refusals else ""}}
     if ops is not None:
         context["ops"] = ops
-        context["gemm"] = {"autotuned_plans": 0, "plans_kept_whole_by_size": 0}
+        context["gemm"] = {"autotuned_plans": 0, "retuned_plans": 0, "plans_kept_whole_by_size": 0}
     return dict(fields, hidden=[3000, 1000], backend="cuda", precision=precision, batch=batch, us_per_step=us,
                 data="resident", lr_schedule="constant", global_clipnorm=0, ema_momentum=0, dropout=0, weight_decay=0,
                 optimizer="sgd", momentum=0, micro_batch=0, frozen_layers=0, standardized=False, context=context)
@@ -155,6 +155,15 @@ class BestSwitches(unittest.TestCase):
             record(4096, 520, own_bias_gradient=True, fused_head_layer=True,
                    ops={"bias_gradient_own": 6, "head_layers_fused": 12}))
         self.assertEqual(settings, "MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1 MPTRAIN_CUDA_FUSED_HEAD_LAYER=1")
+
+    def test_a_faster_set_whose_paths_did_not_run_hides_no_set_that_ran(self):
+        # At batch 4096 a set of idle switches is fastest by noise; the fastest set that ran wins there.
+        settings, why = self.choose(
+            record(32, 129, ops={}), record(4096, 576, ops={}),
+            record(4096, 540, small_batch_forward=True, ops={"forward_small_batch": 0}),
+            record(4096, 550, own_bias_gradient=True, ops={"bias_gradient_own": 6}))
+        self.assertEqual(settings, "MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1")
+        self.assertIn("batch 4096: fastest own_bias_gradient", why)
 
     def test_a_switch_alone_whose_path_did_not_run_is_no_verdict_on_it(self):
         # Alone at batch 4096 the L2 switch is idle (no fused SGD there): 1.05x there is the default

@@ -56,7 +56,9 @@ EVIDENCE = {
     "dependent_launch": (("ops", "dependent_launches"),),
     "grouped_sgd": (("ops", "fused_sgd_grouped"), ("ops", "steps_finished_by_update")),
     "own_bias_gradient": (("ops", "bias_gradient_own"),),
-    "gemm_autotune": (("gemm", "autotuned_plans"),),
+    "gemm_autotune": (("gemm", "retuned_plans"),),  # (plans timed whose heuristic's first choice lost)
+    # (Plans the rule kept whole, whether or not the heuristic would have split them: an overstatement
+    # only toward a switch that then changes nothing.)
     "split_k_small_outputs": (("gemm", "plans_kept_whole_by_size"),),
     "fused_head_layer": (("ops", "head_layers_fused"),),
     "l2_resident_masters": (("ops", "fused_sgd_masters_in_l2"),),
@@ -128,6 +130,9 @@ def choose(ctest_log, paths):
     chosen, alone, won_at, slower_at = set(), {}, {}, {}
     for batch in sorted(defaults):
         timed = [r for r in records if r["batch"] == batch and switch_set(r) and not caveats(r)]
+        # The fastest set among those with a switch that ran there (a set idle at this batch is the
+        # default step again, and would hide a real winner).
+        active = [r for r in timed if acted(r)]
         for r in timed:
             # (A switch alone whose path did not run there timed the default step: no verdict on it.)
             if len(switch_set(r)) == 1 and acted(r):
@@ -135,9 +140,9 @@ def choose(ctest_log, paths):
                 alone[name] = max(alone.get(name, 0.0), r["us_per_step"] / defaults[batch])
                 if r["us_per_step"] / defaults[batch] > SLOWER:
                     slower_at.setdefault(name, set()).add(batch)
-        if not timed:
+        if not active:
             continue
-        best = min(timed, key=lambda r: r["us_per_step"])
+        best = min(active, key=lambda r: r["us_per_step"])
         share = best["us_per_step"] / defaults[batch]
         names = ", ".join(sorted(switch_set(best)))
         if share <= FASTER:

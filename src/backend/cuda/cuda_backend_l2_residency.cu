@@ -29,8 +29,9 @@ struct SharedSetAside {
 };
 std::mutex set_aside_mutex;
 std::map<int, SharedSetAside>& set_asides() {  // by device
-    static std::map<int, SharedSetAside> by_device;
-    return by_device;
+    // Never destroyed: a backend freed by a static's destructor or at exit may still restore.
+    static auto* by_device = new std::map<int, SharedSetAside>();
+    return *by_device;
 }
 
 }  // namespace
@@ -84,6 +85,7 @@ int64_t CudaBackend::reserve_l2_set_aside(int64_t bytes) {
         l2_resident_masters_ = false;
         return 0;
     }
+    SharedSetAside& shared = set_asides()[device_];
     if (current < wanted) {
         // Refused under MPS (the server sets it when it starts) or MIG: the masters stream as by default.
         if (cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, wanted) != cudaSuccess) {
@@ -91,15 +93,22 @@ int64_t CudaBackend::reserve_l2_set_aside(int64_t bytes) {
             l2_resident_masters_ = false;
             return 0;
         }
-        SharedSetAside& shared = set_asides()[device_];
         if (shared.users == 0) shared.found = current;
-        if (!raised_l2_set_aside_) ++shared.users;
-        raised_l2_set_aside_ = true;
-        discard_cuda_error(cudaDeviceGetLimit(&current, cudaLimitPersistingL2CacheSize));
+        if (cudaDeviceGetLimit(&current, cudaLimitPersistingL2CacheSize) != cudaSuccess) {
+            cudaGetLastError();
+            current = wanted;  // (it was set; what the device rounded it to is unknown)
+        }
         shared.set = current;
         // Granted less (the device's steps, or its own ceiling): later tasks ask no more than that.
         if (current < wanted) l2_set_aside_max_ = static_cast<int64_t>(current);
+    } else if (shared.users == 0) {
+        // Large enough already, and not by a backend of this process: nothing of ours to put back.
+        l2_set_aside_ = current;
+        return static_cast<int64_t>(current);
     }
+    // Raised by this backend, or by another one still alive, whose restore must then wait for this one.
+    if (!raised_l2_set_aside_) ++shared.users;
+    raised_l2_set_aside_ = true;
     l2_set_aside_ = current;  // what the device holds now, granted or found
     return static_cast<int64_t>(current);
 }
@@ -107,7 +116,9 @@ int64_t CudaBackend::reserve_l2_set_aside(int64_t bytes) {
 void CudaBackend::restore_l2_set_aside() noexcept {
     if (!raised_l2_set_aside_) return;
     const std::lock_guard<std::mutex> lock(set_aside_mutex);
-    SharedSetAside& shared = set_asides()[device_];
+    const auto found = set_asides().find(device_);
+    if (found == set_asides().end()) return;
+    SharedSetAside& shared = found->second;
     if (--shared.users > 0) return;
     size_t current = 0;
     if (cudaDeviceGetLimit(&current, cudaLimitPersistingL2CacheSize) == cudaSuccess && current == shared.set &&
