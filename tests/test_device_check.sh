@@ -54,6 +54,7 @@ has "$summary" "switch choice: batch 4096: fastest dependent_launch, fused_head_
 has "$summary" "switch choice: dependent_launch: dropped, alone it took 1.05x"
 # (The stand-in's op counters: at batch 4096 no fused SGD and no head layer ran.)
 has "$summary" "no credit to fused_head_layer, grouped_sgd, tensor_core_sgd, whose paths did not run there"
+has "$summary" "batch 4096: 503 us/step, 0.87x the default step  [idle here: fused_head_layer, grouped_sgd, tensor_core_sgd]"
 has "$summary" "candidate defaults (MPTRAIN_CUDA_TENSOR_CORE_SGD=1 MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1 MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1 MPTRAIN_CUDA_FUSED_HEAD_LAYER=1 MPTRAIN_CUDA_L2_RESIDENT_MASTERS=1):"
 has "$summary" "switch choice: batch 32: fastest dependent_launch, fused_head_layer, grouped_sgd, l2_resident_masters, small_batch_backward, small_batch_forward, tensor_core_sgd"
 has "$summary" "batch 32: fp32 128 (0.71x default), mixed-fp16 91 (0.71x default), mixed-bf16 91 (0.71x default) us/step; target 70 MISSED"

@@ -28,7 +28,7 @@ import os
 import sys
 
 from gpu_test_log import failing_cases
-from summary import TARGETS_US, caveats, environment_setting, load, target_device_note
+from summary import TARGETS_US, caveats, environment_setting, idle_switches, load, target_device_note
 
 # (switch, the record's field, the field's value when switched on, words that name it in a GPU test
 # case's name, lowercase); its environment setting follows from the field (summary.environment_setting).
@@ -46,23 +46,6 @@ SWITCHES = (
     ("fused_head_layer", "fused_head_layer", True, ("fused_head_layer", "fused head layer")),
     ("l2_resident_masters", "l2_resident_masters", True, ("l2_resident_masters",)),
 )
-# What shows that a switch's path ran in a record's steps: counters of its context's description
-# (mpt_context_describe, per bench run), any of them above 0. Split-K off has none (it acts on every
-# GEMM the heuristic would split).
-EVIDENCE = {
-    "tensor_core_sgd": (("ops", "fused_sgd_tensor_cores"),),
-    "small_batch_forward": (("ops", "forward_small_batch"),),
-    "small_batch_backward": (("ops", "backward_data_small_batch"),),
-    "dependent_launch": (("ops", "dependent_launches"),),
-    "grouped_sgd": (("ops", "fused_sgd_grouped"), ("ops", "steps_finished_by_update")),
-    "own_bias_gradient": (("ops", "bias_gradient_own"),),
-    "gemm_autotune": (("gemm", "retuned_plans"),),  # (plans timed whose heuristic's first choice lost)
-    # (Plans the rule kept whole, whether or not the heuristic would have split them: an overstatement
-    # only toward a switch that then changes nothing.)
-    "split_k_small_outputs": (("gemm", "plans_kept_whole_by_size"),),
-    "fused_head_layer": (("ops", "head_layers_fused"),),
-    "l2_resident_masters": (("ops", "fused_sgd_masters_in_l2"),),
-}
 FASTER = 0.98  # a set is chosen at a batch when its step takes at most this share of the default's
 SLOWER = 1.02  # a switch timed alone is dropped when its step took more than this share somewhere
 
@@ -73,13 +56,8 @@ def switch_set(record):
 
 def acted(record):
     """The switches of the record's set whose paths ran in its steps, by its context's counters
-    (EVIDENCE); a record whose context has no counters (from before them) is taken at its word."""
-    names = switch_set(record)
-    context = record.get("context")
-    if not isinstance(context, dict) or "ops" not in context:
-        return names
-    return frozenset(name for name in names if name not in EVIDENCE
-                     or any(context.get(section, {}).get(key, 0) > 0 for section, key in EVIDENCE[name]))
+    (summary.EVIDENCE, keyed by the switches' names here); a record without counters is taken at its word."""
+    return switch_set(record) - frozenset(idle_switches(record))
 
 
 def plain_step(record):

@@ -102,6 +102,37 @@ def caveats(record):
     return f"  [{'; '.join(notes)}]" if notes else ""
 
 
+# What shows that a switch's path ran in a record's steps: counters of its context's description
+# (mpt_context_describe, per bench run), any of them above 0; keyed by the record's field, which is
+# also the switch's name in best_switches.py. Split-K off has none (it acts on every GEMM the
+# heuristic would split).
+EVIDENCE = {
+    "tensor_core_sgd": (("ops", "fused_sgd_tensor_cores"),),
+    "small_batch_forward": (("ops", "forward_small_batch"),),
+    "small_batch_backward": (("ops", "backward_data_small_batch"),),
+    "dependent_launch": (("ops", "dependent_launches"),),
+    "grouped_sgd": (("ops", "fused_sgd_grouped"), ("ops", "steps_finished_by_update")),
+    "own_bias_gradient": (("ops", "bias_gradient_own"),),
+    "gemm_autotune": (("gemm", "retuned_plans"),),  # (plans timed whose heuristic's first choice lost)
+    # (Plans the rule kept whole, whether or not the heuristic would have split them: an overstatement
+    # only toward a switch that then changes nothing.)
+    "split_k_small_outputs": (("gemm", "plans_kept_whole_by_size"),),
+    "fused_head_layer": (("ops", "head_layers_fused"),),
+    "l2_resident_masters": (("ops", "fused_sgd_masters_in_l2"),),
+}
+
+
+def idle_switches(record):
+    """The switches the record had on whose paths did not run in its steps (the head layer at batch
+    4096, the small-batch kernels past 64 rows): its time says nothing of them. None for a record whose
+    context has no counters (from before them, or the CPU's)."""
+    context = record.get("context")
+    if not isinstance(context, dict) or "ops" not in context:
+        return []
+    return sorted(field for field, places in EVIDENCE.items() if record.get(field) is True
+                  and not any(context.get(section, {}).get(key, 0) > 0 for section, key in places))
+
+
 def host_note(record):
     """The host's part of the record's replayed steps (the CUDA backend's replay_host_time.h): the task's
     issuing up to its graph launch, and the launch (shortest: with room in the GPU's queue). Empty
@@ -124,10 +155,13 @@ def model_name(record):
 
 def against(record, what, baseline_us, baseline, where=""):
     """A step's line: what it does, its precision and batch, its us/step and its ratio to `baseline`
-    (the step without it, `baseline_us` us/step, when measured), and its caveats."""
+    (the step without it, `baseline_us` us/step, when measured), its caveats, and the switches it had
+    on that did not run there."""
     ratio = f", {record['us_per_step'] / baseline_us:.2f}x {baseline}" if baseline_us else ""
+    idle = idle_switches(record)
     return (f"{what}: {record['precision']} batch {record['batch']}{where}: "
-            f"{record['us_per_step']:.0f} us/step{ratio}{caveats(record)}")
+            f"{record['us_per_step']:.0f} us/step{ratio}{caveats(record)}"
+            + (f"  [idle here: {', '.join(idle)}]" if idle else ""))
 
 
 def main():
