@@ -47,6 +47,7 @@ summary=$work/out_passing/summary.txt
 has "$summary" "GPU tests: 100% tests passed"
 # The stand-in GPU is no H200: the table and the candidate's lines say the targets are an H200's.
 has "$summary" "device: cuda:0 (stand-in GPU, compute capability 9.0, 143771 MiB)"
+has "$summary" "L2: 50.0 MiB, persisting set-aside at most 37.5 MiB"
 [ "$(grep -c "targets: issue 3's are an H200's; these steps ran on cuda:0 (stand-in GPU" "$summary")" = 2 ] ||
     fail "summary.txt lacks the note that the targets are an H200's, in the table and the candidate's lines"
 has "$summary" "switch choice: batch 256: fastest grouped_sgd, tensor_core_sgd"

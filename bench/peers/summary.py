@@ -238,6 +238,12 @@ def main():
         ran_here = [r for r in records if r.get("backend") == backend]
         for device in devices_of(ran_here):
             print(f"device: {device}")
+        # L2 as the backend reads it (the L2-resident masters' budget is a share of it).
+        l2 = next((r["context"]["l2"] for r in ran_here
+                   if isinstance(r.get("context"), dict) and isinstance(r["context"].get("l2"), dict)), None)
+        if l2 and l2.get("bytes"):
+            print(f"L2: {l2['bytes'] / 2**20:.1f} MiB, persisting set-aside at most "
+                  f"{l2.get('set_aside_max', 0) / 2**20:.1f} MiB")
         note = target_device_note(ran_here)
         if note:
             print(note)
