@@ -11,6 +11,7 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_fused_sgd.cuh"
 #include "backend/cuda/l2_resident_masters.h"
+#include "core/dtype.h"
 
 namespace mpt {
 
@@ -58,7 +59,7 @@ void CudaBackend::keep_masters_in_l2() {
         // A kernel without a kept variant streams its masters: they take no share, its copies do.
         if (fused_sgd_keeps_masters_in_l2(update, op.update_plan.fused_sgd_tensor_cores))
             bytes.masters = values * static_cast<int64_t>(sizeof(float));
-        bytes.copies = update.low_weights && update.compute_dtype != DType::fp32 ? values * 2 : 0;
+        bytes.copies = update.low_weights ? values * static_cast<int64_t>(dtype_size(update.compute_dtype)) : 0;
         updates.push_back(index);
         layers.push_back(bytes);
     }
