@@ -88,7 +88,8 @@ publish() {
             | sed 's/^/cuBLASLt epilogues, /'
         [ -f "$WORK/best_switches.txt" ] && sed '$d; s/^/switch choice: /' "$WORK/best_switches.txt"
         [ -n "$candidate" ] && (cd bench/peers && python3 best_switches.py report "$candidate" "$WORK"/mptrain_*.json)
-        cat "$WORK/switches_skipped_line.txt" "$WORK/cifar10_line.txt" "$WORK/cifar10_experiments_line.txt" \
+        cat "$WORK/switches_skipped_line.txt" "$WORK/candidate_together_line.txt" "$WORK/cifar10_line.txt" \
+            "$WORK/cifar10_experiments_line.txt" \
             "$WORK/memcheck_line.txt" "$WORK/racecheck_line.txt" "$WORK/synccheck_line.txt" 2>/dev/null
         grep -hE "^mixed-bf16, batch|^kernel profile|no table" "$WORK/kernels.txt" 2>/dev/null | sed 's/^mixed/ncu: mixed/'
         echo "after $((SECONDS - started)) s, exit status so far $status"
@@ -136,8 +137,8 @@ cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMPTRAIN_CUDA=ON -DM
 grep -E "mptrain:" "$WORK/configure.log" || true
 # Only what the stages below run, unless every test is to run: the other test programs, fuzz
 # replays and bindings' programs took about 60% of the build's CPU time here.
-targets=(test_cuda_ops test_cuda_pipeline test_cuda_fast_paths test_cuda_api test_context_description mptrain-bench
-    mptrain-gpu-floor mptrain-cifar10)
+targets=(test_cuda_ops test_cuda_pipeline test_cuda_fast_paths test_cuda_switches_together test_cuda_api
+    test_context_description mptrain-bench mptrain-gpu-floor mptrain-cifar10)
 [ "${FULL_CTEST:-0}" = 1 ] && targets=()
 # -k 0: a target that fails to compile (another host compiler there) costs only the stages that
 # need it; the others still run.
@@ -438,6 +439,38 @@ feature_benches() {
 if [ "$cifar_ready" = 1 ] && [ -n "$candidate" ] && fits 60; then
     # shellcheck disable=SC2086  # one VAR=value word per switch
     run_cifar cifar10_experiments "CIFAR-10 seed run, candidate defaults" $candidate
+fi
+
+# The candidate's switches on together in one GPU case, under its settings
+# (tests/test_cuda_switches_together.cpp: the seed MLP at batch 32, 128 and 512, overflowing fp16
+# steps and fp32, against every switch off). Each switch's own cases ran mostly with it alone, and
+# the GPU test stage ran this case with every switch on; a candidate that fails it is not to be
+# committed, whatever its times. After its seed run, so that the times come first.
+together_line="$WORK/candidate_together_line.txt"
+if [ -n "$candidate" ] && [ -x "$BUILD/bin/test_cuda_switches_together" ] && fits 45; then
+    stage "the candidate's switches together (test_cuda_switches_together)"
+    # shellcheck disable=SC2086  # one VAR=value word per switch
+    limited 90 env MPTRAIN_REQUIRE_GPU=1 $candidate "$BUILD/bin/test_cuda_switches_together" \
+        >"$WORK/candidate_together.log" 2>&1
+    together_status=$?
+    cat "$WORK/candidate_together.log"
+    together_set=$(grep -ohE "switches on together \(.*" "$WORK/candidate_together.log" | head -1)
+    if [ "$together_status" = 0 ]; then
+        echo "candidate's switches together (test_cuda_switches_together): passed [${together_set:-no set reported}]"
+    elif timed_out "$together_status"; then
+        failed 5
+        echo "candidate's switches together (test_cuda_switches_together): TIMED OUT, not shown safe to commit"
+    else
+        failed 5
+        echo "candidate's switches together (test_cuda_switches_together): FAILED (exit status $together_status), do" \
+            "not commit the candidate: $(grep -hE " ERROR: " "$WORK/candidate_together.log" | head -3 | paste -sd';' -)"
+    fi >"$together_line"
+    cat "$together_line"
+    { echo; echo "=== the candidate's switches together"; cat "$WORK/candidate_together.log"; } >>"$WORK/ctest_cuda.log"
+    publish
+elif [ -n "$candidate" ]; then
+    echo "candidate's switches together (test_cuda_switches_together): not run (no time left, or not built)" \
+        >"$together_line"
 fi
 
 if [ "${SKIP_PEERS:-0}" != 1 ]; then

@@ -6,6 +6,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import sys
 import tempfile
 import unittest
@@ -14,6 +15,9 @@ sys.path.insert(0, sys.argv.pop(1) if len(sys.argv) > 1 else os.path.join(os.pat
 sys.dont_write_bytecode = True
 import best_switches  # noqa: E402
 import gpu_test_log  # noqa: E402
+import summary  # noqa: E402
+
+SWITCHES_TOGETHER_CASE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "test_cuda_switches_together.cpp")
 
 DEFAULT_FIELDS = {"split_k": True, "tensor_core_sgd": False, "gemm_autotune": False, "small_batch_forward": False,
                   "small_batch_backward": False, "dependent_launch": False, "grouped_sgd": False,
@@ -216,6 +220,27 @@ class BestSwitches(unittest.TestCase):
         self.assertEqual(settings, "")
         self.assertIn("test cuda_ops (Timeout), with no failing case named", why)
 
+    def test_every_switch_on_together_failing_stops_no_choice(self):
+        # (The choice is the candidate's own run of that case to confirm, under its settings.)
+        self.write_log("the CUDA switches set on together train as with all of them off")
+        settings, why = self.choose(*self.seed_stages())
+        self.assertIn("MPTRAIN_CUDA_TENSOR_CORE_SGD=1", settings)
+        self.assertIn("every switch on together failed its GPU test", why)
+        self.assertNotIn("default paths failed", why)
+        # Its program cut off by ctest's timeout, or crashed, without a failing case named.
+        self.write_log()
+        with open(self.log, "a") as f:
+            f.write("The following tests FAILED:\n\t  3 - cuda_switches_together (Timeout)\n")
+        settings, why = self.choose(*self.seed_stages())
+        self.assertIn("MPTRAIN_CUDA_TENSOR_CORE_SGD=1", settings)
+        self.assertIn("every switch on together failed its GPU test", why)
+        # Beside a failing case of the default paths, nothing is chosen all the same.
+        self.write_log("the CUDA switches set on together train as with all of them off",
+                       "CUDA dense_update matches the CPU for every optimizer and skips a non-finite step")
+        settings, why = self.choose(*self.seed_stages())
+        self.assertEqual(settings, "")
+        self.assertIn("default paths failed", why)
+
     def test_a_gpu_test_stage_cut_short_chooses_nothing(self):
         for cut in ("skipped, no time left: ctest", "1: Test command: /b/bin/test_cuda_ops\n1: TEST CASE:  x", ""):
             with open(self.log, "w") as f:
@@ -298,6 +323,32 @@ class BestSwitches(unittest.TestCase):
             with contextlib.redirect_stdout(output):
                 best_switches.report("MPTRAIN_CUDA_TENSOR_CORE_SGD=1", order)
             self.assertIn("batch 32: mixed-bf16 90 (0.70x default)", output.getvalue())
+
+
+class SwitchesTogetherCase(unittest.TestCase):
+    """tests/test_cuda_switches_together.cpp keeps its own table of the switches (a C++ test cannot read
+    these scripts): the choice's switches, their settings and the counters that show their paths ran
+    must be the same there, or a candidate would be tested without one of its switches."""
+
+    def test_its_table_holds_every_switch_the_choice_can_make_with_its_evidence(self):
+        with open(SWITCHES_TOGETHER_CASE) as f:
+            source = f.read()
+        rows = re.findall(r'\{\s*"(MPTRAIN_CUDA_[A-Z0-9_]+)",\s*"([01])",\s*"([01])",\s*"([a-z0-9_]+)",\s*'
+                          r'(true|false),\s*\{([^}]*)\}\s*\}', source)
+        table = {f"{variable}={on}": (described, when_on == "true", re.findall(r'"([a-z0-9_]+\.[a-z0-9_]+)"', evidence))
+                 for variable, on, off, described, when_on, evidence in rows}
+        self.assertTrue(rows, "no switch table found in " + SWITCHES_TOGETHER_CASE)
+        choosable = {summary.environment_setting(field, on): (name, field, on)
+                     for name, field, on, _ in best_switches.SWITCHES}
+        self.assertEqual(set(table), set(choosable))
+        for setting, (name, field, on) in choosable.items():
+            described, when_on, evidence = table[setting]
+            self.assertEqual((described, when_on), (field, on), setting)
+            # (The GEMM autotuning counts the plans it timed there: a plan whose first choice won is tuned too.)
+            expected = [f"{section}.{key}" for section, key in summary.EVIDENCE.get(name, ())]
+            if name == "gemm_autotune":
+                expected = ["gemm.autotuned_plans"]
+            self.assertEqual(evidence, expected, setting)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@
 #include "backend/backend.h"
 #include "nn/model.h"
 #include "nn/trainer.h"
+#include "support/environment_setting.h"
 #include "support/skip_without_gpu.h"
 #include "support/training_fixture.h"
 #if defined(MPTRAIN_WITH_CUDA)
@@ -29,16 +30,6 @@ namespace {
 
 using namespace mpt;
 using namespace mpt::testing;
-
-// The seed MLP's shapes (3072 -> 3000 relu -> 1000 relu -> 10 softmax) on a small synthetic set.
-std::shared_ptr<Model> make_seed_mlp(const std::shared_ptr<Context>& context) {
-    auto model = std::make_shared<Model>(context, 3072);
-    model->add_dense(3000, Activation::relu);
-    model->add_dense(1000, Activation::relu);
-    model->add_dense(10, Activation::softmax);
-    model->build();
-    return model;
-}
 
 // Two epochs of mixed-bf16 training of the seed MLP on `data` at `batch`; the loss on it after.
 float train_seed_mlp_two_bf16_epochs(const std::shared_ptr<Context>& context, const SyntheticData& data,
@@ -137,30 +128,6 @@ void check_same_overflow_run(const OverflowingRun& run, const OverflowingRun& re
     CHECK(std::isfinite(run.loss));
     CHECK(run.loss == reference.loss);
 }
-
-// Sets an environment variable for its lifetime, then puts back what was there (or nothing).
-class EnvironmentSetting {
-public:
-    EnvironmentSetting(const char* variable, const char* value) : variable_(variable) {
-        const char* before = std::getenv(variable);
-        had_value_ = before != nullptr;
-        if (had_value_) before_ = before;
-        setenv(variable, value, 1);
-    }
-    ~EnvironmentSetting() {
-        if (had_value_)
-            setenv(variable_, before_.c_str(), 1);
-        else
-            unsetenv(variable_);
-    }
-    EnvironmentSetting(const EnvironmentSetting&) = delete;
-    EnvironmentSetting& operator=(const EnvironmentSetting&) = delete;
-
-private:
-    const char* variable_;
-    bool had_value_ = false;
-    std::string before_;
-};
 
 // A CUDA context made with `variable` set to `value` (read when the backend is made), the
 // environment as it was for the contexts made after it, however the making ends.

@@ -2,9 +2,10 @@
 # bench/device_check.sh end to end on a machine without a GPU, its programs replaced by stand-ins
 # (tests/device_check/README.md). A GPU session gets one device check: a slip in the script's shell,
 # in its choice of candidate defaults or in its diagnosis of failed GPU tests would cost that check.
-# Three times: with the GPU tests passing (the candidate defaults chosen, timed and run for 50 epochs;
-# the sanitizers and the profile's probe), with one failing (nothing chosen; the failed case run again
-# with the folds off and the graphs off), and short of time (switch stages left out for the candidate's).
+# Four times: with the GPU tests passing (the candidate defaults chosen, timed, run for 50 epochs and
+# tested together; the sanitizers and the profile's probe), with one failing (nothing chosen; the
+# failed case run again with the folds off and the graphs off), short of time (switch stages left out
+# for the candidate's), and with every switch on together failing (chosen, and not to be committed).
 # Usage: test_device_check.sh REPOSITORY_ROOT   (exit 77: skipped, when doctest's header is missing,
 # without which the script stops before its stages as it would on the device)
 set -u
@@ -66,6 +67,8 @@ has "$summary" "memcheck: clean"
 has "$summary" "racecheck: clean"
 has "$summary" "synccheck: clean"
 has "$summary" "kernel profile: ncu unusable on this machine"
+# The candidate's switches on together in one GPU case, under its settings.
+has "$summary" "candidate's switches together (test_cuda_switches_together): passed [switches on together (the environment's): MPTRAIN_CUDA_FUSED_HEAD_LAYER=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_L2_RESIDENT_MASTERS=1"
 # The candidate's records reach the records the device tool brings back; the switch lines leave them out.
 has_record "$work/out_passing/records.json" \
     'r.get("precision") == "fp32" and r.get("batch") == 4096 and r.get("tensor_core_sgd") and r.get("split_k_small_outputs")' \
@@ -107,9 +110,19 @@ has_record "$work/out_short/records.json" 'r.get("batch") == 32 and r.get("small
     r.get("dependent_launch") and r.get("grouped_sgd") and r.get("tensor_core_sgd")' \
     || fail "short of time: no record of the combined stage at batch 32"
 
+# Every switch on together failing in the GPU test stage: the choice goes on, and the candidate's own
+# run of that case (failing here too) says not to commit it.
+status=$(run_check together_failing MPTRAIN_STANDIN_SWITCHES_TOGETHER=fail SKIP_FEATURES=1)
+summary=$work/out_together_failing/summary.txt
+[ "$status" = 5 ] || fail "every switch together failing: exit status $status, not 5"
+has "$summary" "switch choice: every switch on together failed its GPU test (test_cuda_switches_together)"
+has "$summary" "candidate defaults (MPTRAIN_CUDA_"
+has "$summary" "candidate's switches together (test_cuda_switches_together): FAILED (exit status 1), do not commit the candidate"
+has "$work/out_together_failing/ctest_cuda.log" "=== the candidate's switches together"
+
 if [ "$failures" != 0 ]; then
     echo "$failures check(s) failed; the logs:"
-    tail -n 40 "$work/passing.log" "$work/failing.log" "$work/short.log"
+    tail -n 40 "$work/passing.log" "$work/failing.log" "$work/short.log" "$work/together_failing.log"
     exit 1
 fi
-echo "device check with stand-ins: all three runs as expected"
+echo "device check with stand-ins: all four runs as expected"

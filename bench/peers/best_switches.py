@@ -23,7 +23,10 @@ no caveat such as a refused graph or a switch the device turned off):
 - split-K off dropped so, having lost only at smaller batches than those it won at (the GEMMs that
   need the split to fill the GPU, against the large outputs' gain), gives way to the rule that keeps
   only the large GEMMs whole, MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1, unless that rule's own tests
-  failed or it was slower alone; with split-K off kept, the rule (which it overrides) is not chosen."""
+  failed or it was slower alone; with split-K off kept, the rule (which it overrides) is not chosen.
+The GPU test stage also runs every switch on together (tests/test_cuda_switches_together.cpp). Its
+failure names no one switch, so it stops no choice: the device check runs that case again under the
+candidate's own settings, and that run says whether the candidate may be committed."""
 import os
 import sys
 
@@ -46,6 +49,8 @@ SWITCHES = (
     ("fused_head_layer", "fused_head_layer", True, ("fused_head_layer", "fused head layer")),
     ("l2_resident_masters", "l2_resident_masters", True, ("l2_resident_masters",)),
 )
+# The case (or, should the program fail without naming a case, the test) of every switch on together.
+TOGETHER = ("the cuda switches set on together", "test cuda_switches_together")
 FASTER = 0.98  # a set is chosen at a batch when its step takes at most this share of the default's
 SLOWER = 1.02  # a switch timed alone is dropped when its step took more than this share somewhere
 
@@ -94,7 +99,11 @@ def choose(ctest_log, paths):
     if failing is None:
         print(f"no finished GPU test log ({ctest_log}): nothing chosen")
         return set()
-    excluded, unexplained = excluded_by_tests(failing)
+    together = {case for case in failing if case.lower().startswith(TOGETHER)}
+    if together:
+        print("every switch on together failed its GPU test (test_cuda_switches_together): the choice goes on, "
+              "and the candidate's own run of that test decides whether it may be committed")
+    excluded, unexplained = excluded_by_tests(failing - together)
     if unexplained:
         shown = "; ".join(unexplained[:4]) + (f"; and {len(unexplained) - 4} more" if len(unexplained) > 4 else "")
         print(f"{len(unexplained)} GPU test case(s) of the default paths failed, nothing chosen: {shown}")

@@ -33,6 +33,16 @@ inline std::shared_ptr<Model> make_mlp(const std::shared_ptr<Context>& context, 
     return model;
 }
 
+// The seed MLP's shapes (3072 -> 3000 relu -> 1000 relu -> 10 softmax).
+inline std::shared_ptr<Model> make_seed_mlp(const std::shared_ptr<Context>& context) {
+    auto model = std::make_shared<Model>(context, 3072);
+    model->add_dense(3000, Activation::relu);
+    model->add_dense(1000, Activation::relu);
+    model->add_dense(10, Activation::softmax);
+    model->build();
+    return model;
+}
+
 struct SyntheticData {
     std::vector<uint8_t> samples;
     std::vector<int32_t> labels;

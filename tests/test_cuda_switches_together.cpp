@@ -1,0 +1,263 @@
+// The CUDA backend's switched-off paths, on together. Each switch has its cases (test_cuda_fast_paths,
+// test_cuda_ops), most of them with that switch alone; a device check then chooses its candidate
+// defaults as the union of the switches that made the step faster (bench/peers/best_switches.py),
+// and a session may commit that union as the defaults. Paths that fold ops into one another (the
+// begin_step into the loss head, the head into the last layer's launch, the decision into the max
+// pass, finish_step into the grouped update, with L2 shares, dependent launch and the small-batch
+// kernels around them) meet only there. So this case trains with a set of switches on at once
+// against every one of them off by name, and requires the same training within rounding, no refused
+// graph, and each switch that the device kept on to have run its path somewhere.
+//
+// The set: the switches the environment sets (the device check runs this case again under its
+// candidate's settings, bench/device_check.sh), or, where it sets none, every one of them (the GPU
+// test stage's run: the widest union a choice can make).
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "nn/model.h"
+#include "nn/trainer.h"
+#include "support/environment_setting.h"
+#include "support/skip_without_gpu.h"
+#include "support/training_fixture.h"
+#if defined(MPTRAIN_WITH_CUDA)
+#include "backend/cuda/cuda_backend.h"
+#endif
+
+#if defined(MPTRAIN_WITH_CUDA)
+
+namespace {
+
+using namespace mpt;
+using namespace mpt::testing;
+
+// A switch a device check may choose: its variable, the settings that turn it on and off, its
+// member in mpt_context_describe's "switches" and that member's value when on, and the counters
+// ("section.key" of the description) of which one above 0 shows that its path ran.
+struct Switch {
+    const char* variable;
+    const char* on;
+    const char* off;
+    const char* described;
+    bool described_when_on;
+    std::vector<std::string> evidence;
+};
+
+// bench/peers/best_switches.py's SWITCHES with summary.py's EVIDENCE, which tests/test_best_switches.py
+// requires alike (but the GEMM autotuning, shown here by the plans it timed: a plan whose heuristic's
+// first choice won is tuned too). Split K off has no counter; every set on together takes the
+// small-outputs rule in its place (a choice holds one or the other).
+const std::vector<Switch>& switches() {
+    // clang-format off
+    static const std::vector<Switch> all = {
+        {"MPTRAIN_CUDA_TENSOR_CORE_SGD", "1", "0", "tensor_core_sgd", true, {"ops.fused_sgd_tensor_cores"}},
+        {"MPTRAIN_CUDA_SMALL_BATCH_FORWARD", "1", "0", "small_batch_forward", true, {"ops.forward_small_batch"}},
+        {"MPTRAIN_CUDA_SMALL_BATCH_BACKWARD", "1", "0", "small_batch_backward", true,
+            {"ops.backward_data_small_batch"}},
+        {"MPTRAIN_CUDA_DEPENDENT_LAUNCH", "1", "0", "dependent_launch", true, {"ops.dependent_launches"}},
+        {"MPTRAIN_CUDA_GROUPED_SGD", "1", "0", "grouped_sgd", true,
+            {"ops.fused_sgd_grouped", "ops.steps_finished_by_update"}},
+        {"MPTRAIN_CUDA_OWN_BIAS_GRADIENT", "1", "0", "own_bias_gradient", true, {"ops.bias_gradient_own"}},
+        {"MPTRAIN_CUDA_GEMM_AUTOTUNE", "1", "0", "gemm_autotune", true, {"gemm.autotuned_plans"}},
+        {"MPTRAIN_CUDA_SPLIT_K", "0", "1", "split_k", false, {}},
+        {"MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS", "1", "0", "split_k_small_outputs", true,
+            {"gemm.plans_kept_whole_by_size"}},
+        {"MPTRAIN_CUDA_FUSED_HEAD_LAYER", "1", "0", "fused_head_layer", true, {"ops.head_layers_fused"}},
+        {"MPTRAIN_CUDA_L2_RESIDENT_MASTERS", "1", "0", "l2_resident_masters", true, {"ops.fused_sgd_masters_in_l2"}},
+    };
+    // clang-format on
+    return all;
+}
+
+// Whether the environment sets any of the switches: then the context under test is made as the
+// environment has it (the candidate's settings, and the defaults of the others), else with every
+// switch on but split K off (a choice holds the small-outputs rule or split K off, not both).
+bool environment_sets_switches() {
+    for (const Switch& s : switches())
+        if (std::getenv(s.variable) != nullptr) return true;
+    return false;
+}
+
+std::vector<const Switch*> every_switch() {
+    std::vector<const Switch*> all;
+    for (const Switch& s : switches())
+        if (std::string(s.variable) != "MPTRAIN_CUDA_SPLIT_K") all.push_back(&s);
+    return all;
+}
+
+// A CUDA context with `on` switched on and every other switch of the table off, by name.
+std::shared_ptr<Context> context_with(const std::vector<const Switch*>& on) {
+    std::vector<std::unique_ptr<EnvironmentSetting>> settings;
+    for (const Switch& s : switches()) {
+        bool wanted = false;
+        for (const Switch* w : on) wanted = wanted || w == &s;
+        settings.push_back(std::make_unique<EnvironmentSetting>(s.variable, wanted ? s.on : s.off));
+    }
+    return make_context(MPT_BACKEND_CUDA);
+}
+
+nlohmann::json described(const Context& context) {
+    nlohmann::json parsed = nlohmann::json::parse(context.describe(), nullptr, false);
+    REQUIRE_FALSE(parsed.is_discarded());
+    return parsed;
+}
+
+uint64_t counter(const nlohmann::json& description, const std::string& dotted) {
+    const size_t dot = dotted.find('.');
+    const auto section = description.find(dotted.substr(0, dot));
+    if (section == description.end()) return 0;
+    const auto value = section->find(dotted.substr(dot + 1));
+    return value == section->end() ? 0 : value->get<uint64_t>();
+}
+
+// What a run trained to: the loss on its data after, and the loss scaler's record of the steps.
+struct RunResult {
+    float loss;
+    TrainState state;
+};
+
+// One of the runs: its name, the tolerance of its loss against the reference's, and the training.
+struct Run {
+    const char* name;
+    double loss_epsilon;
+    std::function<RunResult(const std::shared_ptr<Context>&)> train;
+};
+
+RunResult train(const std::shared_ptr<Context>& context, const std::shared_ptr<Model>& model, const SyntheticData& data,
+                TrainerConfig config, int64_t batch) {
+    auto dataset = to_dataset(context, data);
+    Trainer trainer(model, config);
+    trainer.fit(*dataset, 2, batch, true);
+    REQUIRE(trainer.epochs_completed() == 2);
+    return RunResult{trainer.evaluate(*dataset, 256).loss, trainer.state()};
+}
+
+TrainerConfig config_for(mpt_precision precision) {
+    TrainerConfig config;
+    config.precision = precision;
+    return config;
+}
+
+// The paths each switch takes, in the step shapes where they act: the seed MLP at batch 32 (the
+// small-batch kernels, fused SGD on CUDA or tensor cores, grouped, the head layer in one block, L2
+// shares), at 128 under a per-step rate (the tensor-core SGD past 64 rows, the head layer in blocks
+// of 8 warps) and at 512 (the weight-gradient GEMMs, with the backend's bias gradients and the large
+// outputs kept whole); the small MLP in mixed-fp16 from a scale of 2^24, whose first steps overflow
+// and are skipped (the folds of the scaler's work), and in fp32.
+std::vector<Run> runs() {
+    static const SyntheticData seed_rows = synthetic_data(640, 3072, 83);
+    static const SyntheticData seed_rows_large = synthetic_data(2048, 3072, 89);
+    static const SyntheticData small_rows = synthetic_data(640, 100, 97);
+    return {
+        {"seed MLP, mixed-bf16, batch 32", 5e-3,
+         [](const std::shared_ptr<Context>& c) {
+             return train(c, make_seed_mlp(c), seed_rows, config_for(MPT_PRECISION_MIXED_BF16), 32);
+         }},
+        {"seed MLP, mixed-bf16, batch 128, a rate that changes every step", 5e-3,
+         [](const std::shared_ptr<Context>& c) {
+             TrainerConfig config = config_for(MPT_PRECISION_MIXED_BF16);
+             config.optimizer.schedule.kind = LrScheduleKind::cosine;
+             config.optimizer.schedule.warmup_steps = 2;
+             config.optimizer.schedule.decay_steps = 10;
+             config.optimizer.schedule.decay_factor = 0.0f;
+             return train(c, make_seed_mlp(c), seed_rows, config, 128);
+         }},
+        {"seed MLP, mixed-bf16, batch 512", 5e-3,
+         [](const std::shared_ptr<Context>& c) {
+             return train(c, make_seed_mlp(c), seed_rows_large, config_for(MPT_PRECISION_MIXED_BF16), 512);
+         }},
+        {"small MLP, mixed-fp16 from a loss scale of 2^24, batch 32", 5e-3,
+         [](const std::shared_ptr<Context>& c) {
+             TrainerConfig config = config_for(MPT_PRECISION_MIXED_FP16);
+             config.loss_scaling = MPT_LOSS_SCALING_DYNAMIC;
+             config.scaler.initial_scale = 16777216.0f;
+             return train(c, make_mlp(c, small_rows.features), small_rows, config, 32);
+         }},
+        {"small MLP, fp32, batch 32", 1e-3,
+         [](const std::shared_ptr<Context>& c) {
+             return train(c, make_mlp(c, small_rows.features), small_rows, config_for(MPT_PRECISION_FP32), 32);
+         }},
+    };
+}
+
+std::string names_of(const std::vector<const Switch*>& set) {
+    std::ostringstream names;
+    for (const Switch* s : set) names << (names.tellp() > 0 ? " " : "") << s->variable << "=" << s->on;
+    return names.str();
+}
+
+}  // namespace
+
+// (bench/peers/best_switches.py knows this case by the start of its name: keep them alike.)
+TEST_CASE("the CUDA switches set on together train as with all of them off") {
+    SKIP_WITHOUT_GPU();
+    const bool from_environment = environment_sets_switches();
+    const auto make_together = [&] {
+        return from_environment ? make_context(MPT_BACKEND_CUDA) : context_with(every_switch());
+    };
+    // The switches on as the context is made: those asked for that the device kept on (below compute
+    // capability 8.0 the tensor-core paths stay off, dependent launch below 9.0, the L2 shares without
+    // a persisting set-aside), and any that are defaults by then.
+    std::vector<const Switch*> on;
+    {
+        const nlohmann::json made = described(*make_together());
+        for (const Switch& s : switches()) {
+            const bool is_on = made["switches"].value(s.described, !s.described_when_on) == s.described_when_on;
+            if (is_on) on.push_back(&s);
+            const char* asked = std::getenv(s.variable);
+            const bool was_asked = from_environment ? asked != nullptr && std::string(asked) == s.on
+                                                    : std::string(s.variable) != "MPTRAIN_CUDA_SPLIT_K";
+            if (was_asked && !is_on) MESSAGE(s.variable << "=" << s.on << ": off on this device");
+        }
+    }
+    MESSAGE("switches on together (" << (from_environment ? "the environment's" : "every one")
+                                     << "): " << (on.empty() ? std::string("none") : names_of(on)));
+    std::vector<bool> path_ran(on.size(), false);
+    for (const Run& run : runs()) {
+        CAPTURE(run.name);
+        auto together = make_together();
+        const RunResult result = run.train(together);
+        const RunResult reference = run.train(context_with({}));
+        const nlohmann::json description = described(*together);
+        INFO("last refusal: " << description["graphs"].value("last_refusal", std::string("?")));
+        CHECK(description["graphs"].value("refusals", uint64_t{1}) == 0);
+        CHECK(description["graphs"].value("replays", uint64_t{0}) > 0);
+        for (size_t i = 0; i < on.size(); ++i) {
+            // Still on after the run (a refused capture turns dependent launch off, and fails above).
+            CHECK_MESSAGE(
+                description["switches"].value(on[i]->described, !on[i]->described_when_on) == on[i]->described_when_on,
+                on[i]->variable << " was turned off during the run");
+            for (const std::string& place : on[i]->evidence)
+                if (counter(description, place) > 0) path_ran[i] = true;
+        }
+        CHECK(std::isfinite(result.loss));
+        CHECK(result.loss == doctest::Approx(reference.loss).epsilon(run.loss_epsilon));
+        // The same steps applied and skipped, and the scale left where the reference's is.
+        CHECK(result.state.steps == reference.state.steps);
+        CHECK(result.state.applied_steps == reference.state.applied_steps);
+        CHECK(result.state.skipped_steps == reference.state.skipped_steps);
+        CHECK(result.state.loss_scale == reference.state.loss_scale);
+    }
+    for (size_t i = 0; i < on.size(); ++i) {
+        if (on[i]->evidence.empty()) continue;  // (split K off: no counter)
+        CHECK_MESSAGE(path_ran[i], on[i]->variable << "=" << on[i]->on << ": its path ran in none of the runs ("
+                                                   << on[i]->evidence.front() << ")");
+    }
+}
+
+#else
+
+TEST_CASE("the CUDA switches set on together need a build with the CUDA backend") {
+    SKIP_WITHOUT_GPU();  // fails under MPTRAIN_REQUIRE_GPU=1, skips otherwise
+}
+
+#endif
