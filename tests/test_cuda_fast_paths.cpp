@@ -400,13 +400,37 @@ TEST_CASE("MPTRAIN_CUDA_FUSED_HEAD_LAYER=1 trains as the separate launches do") 
     CHECK(cuda_backend_op_paths(separate->backend()).head_layers_fused == 0);
     CHECK(std::isfinite(fused_bf16));
     CHECK(fused_bf16 == doctest::Approx(separate_bf16).epsilon(5e-3));
-    // Past one block: batch 128 (4 blocks, the last one combining the head's sums).
+    // Past one block: batch 128 (16 blocks of 8 warps, the last one combining the head's sums).
     auto fused_128 = cuda_context_under("MPTRAIN_CUDA_FUSED_HEAD_LAYER", "1");
     const float fused_128_loss = train_two_bf16_epochs(fused_128, 65, LrSchedule{}, 128);
     CHECK(cuda_backend_op_paths(fused_128->backend()).head_layers_fused > 0);
     CHECK(fused_128_loss ==
           doctest::Approx(
               train_two_bf16_epochs(cuda_context_under("MPTRAIN_CUDA_FUSED_HEAD_LAYER", "0"), 65, LrSchedule{}, 128))
+              .epsilon(5e-3));
+
+    // One hidden layer (100 -> 128 -> 10): the executor's arena had its logits and the input gradient
+    // below them on the same bytes (head_layer_case.h), which the launch would have mixed; they are
+    // apart now, so the layer is fused and trains as the separate launches do.
+    const auto train_one_hidden_layer = [](const std::shared_ptr<Context>& context) {
+        const SyntheticData data = synthetic_data(640, 100, 69);
+        auto dataset = to_dataset(context, data);
+        auto model = std::make_shared<Model>(context, data.features);
+        model->add_dense(128, Activation::relu);
+        model->add_dense(10, Activation::softmax);
+        model->build();
+        TrainerConfig config;
+        config.precision = MPT_PRECISION_MIXED_BF16;
+        Trainer trainer(model, config);
+        trainer.fit(*dataset, 2, 32, true);
+        return trainer.evaluate(*dataset, 64).loss;
+    };
+    auto fused_one_hidden = cuda_context_under("MPTRAIN_CUDA_FUSED_HEAD_LAYER", "1");
+    const float fused_one_hidden_loss = train_one_hidden_layer(fused_one_hidden);
+    CHECK(cuda_backend_op_paths(fused_one_hidden->backend()).head_layers_fused > 0);
+    CHECK(std::isfinite(fused_one_hidden_loss));
+    CHECK(fused_one_hidden_loss ==
+          doctest::Approx(train_one_hidden_layer(cuda_context_under("MPTRAIN_CUDA_FUSED_HEAD_LAYER", "0")))
               .epsilon(5e-3));
 
     const auto train_fp32 = [](const std::shared_ptr<Context>& context) {
@@ -731,6 +755,14 @@ TEST_CASE("a refused capture turns dependent launch off, and the same step is ca
     trainer.step(*dataset, 0, 32);  // first sighting: eagerly, with the attribute
     const uint64_t launches = cuda_backend_op_paths(backend).dependent_launches;
     CHECK(launches > 0);
+    // The folds are counted once a run of a recorded task (a step with the max pass deciding and the
+    // begin_step in its head): the refused capture's pass, which ran nothing, does not count beside
+    // the eager run after it.
+    const auto runs_counted = [&] {
+        const CudaOpPaths paths = cuda_backend_op_paths(backend);
+        CHECK(paths.max_abs_deciding == paths.begin_steps_folded);
+        return paths.max_abs_deciding;
+    };
     CHECK(cuda_backend_graph_captures(backend) == 0);
 
     // Until a capture is tried (the second sighting of the steady step; a first step that also
@@ -738,8 +770,10 @@ TEST_CASE("a refused capture turns dependent launch off, and the same step is ca
     cuda_backend_break_captures(backend, true);
     int broken_steps = 0;
     while (cuda_backend_graph_refusals(backend) == 0 && broken_steps < 4) {
+        const uint64_t counted = runs_counted();
         trainer.step(*dataset, 0, 32);
         ++broken_steps;
+        if (cuda_backend_graph_refusals(backend) > 0) CHECK(runs_counted() == counted + 1);
     }
     cuda_backend_break_captures(backend, false);
     INFO("last refusal: " << cuda_backend_last_graph_refusal(backend));
@@ -747,12 +781,14 @@ TEST_CASE("a refused capture turns dependent launch off, and the same step is ca
     CHECK(cuda_backend_last_graph_refusal(backend).find("dependent launch turned off") != std::string::npos);
     CHECK_FALSE(cuda_backend_dependent_launch(backend));
     const uint64_t after_refusal = cuda_backend_op_paths(backend).dependent_launches;
+    const uint64_t counted_after_refusal = runs_counted();
 
     for (int step = 0; step < 5; ++step) trainer.step(*dataset, 0, 32);  // eager, captured, 3 replays
     CHECK(cuda_backend_graph_refusals(backend) == 1);
     CHECK(cuda_backend_graph_captures(backend) >= 1);
     CHECK(cuda_backend_graph_replays(backend) >= 3);
     CHECK(cuda_backend_op_paths(backend).dependent_launches == after_refusal);
+    CHECK(runs_counted() == counted_after_refusal + 2);  // eager and captured; replays count none
     CHECK(trainer.state().applied_steps == 6 + broken_steps);
 }
 

@@ -152,7 +152,7 @@ TrainerConfig config_for(mpt_precision precision) {
 // shares), at 128 under a per-step rate (the tensor-core SGD past 64 rows, the head layer in blocks
 // of 8 warps) and at 512 (the weight-gradient GEMMs, with the backend's bias gradients and the large
 // outputs kept whole); the small MLP in mixed-fp16 from a scale of 2^24, whose first steps overflow
-// and are skipped (the folds of the scaler's work), and in fp32.
+// and are skipped (the folds of the scaler's work), one hidden layer (another arena plan) and fp32.
 std::vector<Run> runs() {
     static const SyntheticData seed_rows = synthetic_data(640, 3072, 83);
     static const SyntheticData seed_rows_large = synthetic_data(2048, 3072, 89);
@@ -181,6 +181,14 @@ std::vector<Run> runs() {
              config.loss_scaling = MPT_LOSS_SCALING_DYNAMIC;
              config.scaler.initial_scale = 16777216.0f;
              return train(c, make_mlp(c, small_rows.features), small_rows, config, 32);
+         }},
+        {"one hidden layer (100 -> 128 -> 10), mixed-bf16, batch 32", 5e-3,
+         [](const std::shared_ptr<Context>& c) {
+             auto model = std::make_shared<Model>(c, small_rows.features);
+             model->add_dense(128, Activation::relu);
+             model->add_dense(10, Activation::softmax);
+             model->build();
+             return train(c, model, small_rows, config_for(MPT_PRECISION_MIXED_BF16), 32);
          }},
         {"small MLP, fp32, batch 32", 1e-3,
          [](const std::shared_ptr<Context>& c) {

@@ -178,8 +178,9 @@ private:
     // fused GEMM cuBLASLt refuses when it runs is planned again and run unfused.
     void issue(const RecordedOp& op);
     // Launches a task's graph (true); should the launch fail, the task runs eagerly, now and from now
-    // on (false).
-    bool launch_or_run_eagerly(cudaGraphExec_t exec, cudaStream_t compute);
+    // on (false), its op paths counted as they were before the capture (`before_capture`, when the
+    // graph was captured right before: the eager run counts them).
+    bool launch_or_run_eagerly(cudaGraphExec_t exec, cudaStream_t compute, const CudaOpPaths* before_capture = nullptr);
     // Test hook (break_captures): makes the capture under way fail, as a call not permitted there would.
     static void break_capture(cudaStream_t compute);
     void execute(const RecordedOp& op, cudaStream_t stream);

@@ -28,8 +28,7 @@ void CudaBackend::fold_begin_step() {
             RecordedOp& op = recorded_[index];
             if (op.code == OpCode::loss_head) {
                 if (op.head.state == recorded_[begin].state) {
-                    // Counted once per task: a task whose capture was refused runs here again, eagerly.
-                    if (!recorded_[begin].folded_into_head) ++op_paths_.begin_steps_folded;
+                    ++op_paths_.begin_steps_folded;
                     recorded_[begin].folded_into_head = true;
                     op.starts_step = true;
                 }
@@ -244,6 +243,9 @@ void CudaBackend::end_compute_task() {
         execute_recorded(compute, false);
         return;
     }
+    // The op paths a run of the task takes are counted once a run (not per replay): should the capture
+    // be refused, or its graph's launch fail, the eager run after it counts them instead.
+    const CudaOpPaths before_capture = op_paths_;
     // Whatever is thrown, the capture must end: a stream left capturing fails every later call.
     std::string issue_failure;
     bool gemm_refused = false;  // cuBLASLt's refusal of a fused plan: nothing the launches did
@@ -282,14 +284,15 @@ void CudaBackend::end_compute_task() {
             why += " (dependent launch turned off)";
         }
         graphs_.refuse(signature_, why);
+        op_paths_ = before_capture;
         execute_recorded(compute, false);
         return;
     }
     graphs_.store(signature_, captured);
-    launch_or_run_eagerly(captured, compute);
+    launch_or_run_eagerly(captured, compute, &before_capture);
 }
 
-bool CudaBackend::launch_or_run_eagerly(cudaGraphExec_t exec, cudaStream_t compute) {
+bool CudaBackend::launch_or_run_eagerly(cudaGraphExec_t exec, cudaStream_t compute, const CudaOpPaths* before_capture) {
     const cudaError_t launched = cudaGraphLaunch(exec, compute);
     if (launched == cudaSuccess) return true;
     // Nothing of the task ran. The graph is not launched again: the task runs eagerly now and from
@@ -302,6 +305,7 @@ bool CudaBackend::launch_or_run_eagerly(cudaGraphExec_t exec, cudaStream_t compu
         why += " (dependent launch turned off)";
     }
     graphs_.refuse(signature_, why);
+    if (before_capture) op_paths_ = *before_capture;
     execute_recorded(compute, false);
     return false;
 }

@@ -20,6 +20,7 @@
 // bench/NOTES.md has the numbers.
 #include "backend/cuda/cuda_fused_sgd.cuh"
 
+#include "backend/byte_range.h"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_fused_sgd_launch.cuh"
 #include "backend/cuda/cuda_fused_sgd_tensor_cores.cuh"
@@ -304,16 +305,6 @@ int run_fused_sgd_layers(const DenseUpdateArgs* const* layers, const OptimizerCo
 }
 
 namespace {
-
-struct ByteRange {
-    uintptr_t begin, end;
-    bool overlaps(const ByteRange& other) const { return begin < other.end && other.begin < end; }
-};
-
-ByteRange bytes_of(const void* pointer, int64_t elements, size_t element_bytes) {
-    const auto begin = reinterpret_cast<uintptr_t>(pointer);
-    return ByteRange{begin, pointer ? begin + static_cast<uintptr_t>(elements) * element_bytes : begin};
-}
 
 // What an update writes (masters, bias, their copies) and reads besides (dZ, A); empty ranges for
 // absent copies.

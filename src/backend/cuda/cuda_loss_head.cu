@@ -535,17 +535,6 @@ void run_loss_head(const LossHeadArgs& args, const LossHeadScratch& scratch, cud
                   head_case(args), starts_step, scratch);
 }
 
-bool head_layer_fusable(const DenseForwardArgs& forward, const LossHeadArgs& head, const DenseBackwardDataArgs& data) {
-    return head.rows > 0 && head.rows <= kHeadLayerMaxRows && forward.rows == head.rows && data.rows == head.rows &&
-           forward.activation == Activation::linear && forward.output == head.logits &&
-           forward.output_dtype == DType::fp32 && forward.out_features == head.width &&
-           forward.out_features <= kHeadLayerMaxWidth && forward.valid_out <= forward.out_features &&
-           head.logits_grad != nullptr && data.output_grad == head.logits_grad &&
-           head.logits_grad_dtype == data.compute_dtype && data.weights == forward.weights &&
-           data.compute_dtype == forward.compute_dtype && data.out_features == forward.out_features &&
-           data.in_features == forward.in_features && data.input_activation != Activation::softmax;
-}
-
 void run_head_layer(const HeadLayerArgs& layer, const LossHeadArgs& args, const LossHeadScratch& scratch,
                     cudaStream_t stream, bool starts_step) {
     require(head_layer_fusable(layer.forward, args, layer.data), MPT_STATUS_INTERNAL,

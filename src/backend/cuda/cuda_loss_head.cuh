@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "backend/backend.h"
+#include "backend/cuda/head_layer_case.h"
 
 namespace mpt {
 
@@ -28,18 +29,13 @@ void run_loss_head(const LossHeadArgs& args, const LossHeadScratch& scratch, cud
                    bool starts_step = false);
 
 // The last dense layer's forward and input gradient around its loss head, in the head's launch
-// (MPTRAIN_CUDA_FUSED_HEAD_LAYER=1, CudaBackend::execute_recorded): batches of at most
-// kHeadLayerMaxRows rows (a warp a row, on CUDA cores: past that the GEMMs' tensor cores win),
-// outputs of at most kHeadLayerMaxWidth (padded) columns, a linear layer with fp32 logits; the same
-// arithmetic as the separate ops up to the order of the dot products' sums.
-constexpr int kHeadLayerMaxRows = 256;
-constexpr int kHeadLayerMaxWidth = 16;
+// (MPTRAIN_CUDA_FUSED_HEAD_LAYER=1, CudaBackend::execute_recorded), where head_layer_fusable
+// (head_layer_case.h) holds: the same arithmetic as the separate ops up to the order of the dot
+// products' sums.
 struct HeadLayerArgs {
     DenseForwardArgs forward;    // writes the head's logits
     DenseBackwardDataArgs data;  // reads the head's logits gradient
 };
-// Whether the three ops are one such layer and its head.
-bool head_layer_fusable(const DenseForwardArgs& forward, const LossHeadArgs& head, const DenseBackwardDataArgs& data);
 void run_head_layer(const HeadLayerArgs& layer, const LossHeadArgs& args, const LossHeadScratch& scratch,
                     cudaStream_t stream, bool starts_step);
 
