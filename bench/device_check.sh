@@ -447,7 +447,7 @@ fi
 # the GPU test stage ran this case with every switch on; a candidate that fails it is not to be
 # committed, whatever its times. After its seed run, so that the times come first.
 together_line="$WORK/candidate_together_line.txt"
-if [ -n "$candidate" ] && [ -x "$BUILD/bin/test_cuda_switches_together" ] && fits 45; then
+if [ -n "$candidate" ] && [ -x "$BUILD/bin/test_cuda_switches_together" ] && fits 60; then
     stage "the candidate's switches together (test_cuda_switches_together)"
     # shellcheck disable=SC2086  # one VAR=value word per switch
     limited 90 env MPTRAIN_REQUIRE_GPU=1 $candidate "$BUILD/bin/test_cuda_switches_together" \

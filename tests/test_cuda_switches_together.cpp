@@ -229,7 +229,7 @@ TEST_CASE("the CUDA switches set on together train as with all of them off") {
     }
     MESSAGE("switches on together (" << (from_environment ? "the environment's" : "every one")
                                      << "): " << (on.empty() ? std::string("none") : names_of(on)));
-    std::vector<bool> path_ran(on.size(), false);
+    std::vector<bool> path_ran(on.size(), false), excused(on.size(), false);
     for (const Run& run : runs()) {
         CAPTURE(run.name);
         auto together = make_together();
@@ -240,10 +240,18 @@ TEST_CASE("the CUDA switches set on together train as with all of them off") {
         CHECK(description["graphs"].value("refusals", uint64_t{1}) == 0);
         CHECK(description["graphs"].value("replays", uint64_t{0}) > 0);
         for (size_t i = 0; i < on.size(); ++i) {
+            const bool still_on =
+                description["switches"].value(on[i]->described, !on[i]->described_when_on) == on[i]->described_when_on;
+            // A device that reports a persisting L2 set-aside may still refuse to set one (under MPS,
+            // say): the backend then turns the L2 shares off, as designed, before any step keeps one.
+            if (!still_on && std::string(on[i]->described) == "l2_resident_masters" &&
+                counter(description, "l2.set_aside") == 0) {
+                if (!excused[i]) MESSAGE(on[i]->variable << "=" << on[i]->on << ": the device refused its set-aside");
+                excused[i] = true;
+                continue;
+            }
             // Still on after the run (a refused capture turns dependent launch off, and fails above).
-            CHECK_MESSAGE(
-                description["switches"].value(on[i]->described, !on[i]->described_when_on) == on[i]->described_when_on,
-                on[i]->variable << " was turned off during the run");
+            CHECK_MESSAGE(still_on, on[i]->variable << " was turned off during the run");
             for (const std::string& place : on[i]->evidence)
                 if (counter(description, place) > 0) path_ran[i] = true;
         }
@@ -255,8 +263,12 @@ TEST_CASE("the CUDA switches set on together train as with all of them off") {
         CHECK(result.state.skipped_steps == reference.state.skipped_steps);
         CHECK(result.state.loss_scale == reference.state.loss_scale);
     }
+    // (Split K off keeps every GEMM whole: the small-outputs rule then has none left to keep.)
+    bool split_k_off = false;
+    for (const Switch* s : on) split_k_off = split_k_off || std::string(s->variable) == "MPTRAIN_CUDA_SPLIT_K";
     for (size_t i = 0; i < on.size(); ++i) {
-        if (on[i]->evidence.empty()) continue;  // (split K off: no counter)
+        if (on[i]->evidence.empty() || excused[i]) continue;  // (split K off: no counter)
+        if (split_k_off && std::string(on[i]->described) == "split_k_small_outputs") continue;
         CHECK_MESSAGE(path_ran[i], on[i]->variable << "=" << on[i]->on << ": its path ran in none of the runs ("
                                                    << on[i]->evidence.front() << ")");
     }
