@@ -451,7 +451,7 @@ if [ -n "$candidate" ] && [ -x "$BUILD/bin/test_cuda_switches_together" ] && fit
     stage "the candidate's switches together (test_cuda_switches_together)"
     # shellcheck disable=SC2086  # one VAR=value word per switch
     limited 90 env MPTRAIN_REQUIRE_GPU=1 $candidate "$BUILD/bin/test_cuda_switches_together" \
-        >"$WORK/candidate_together.log" 2>&1
+        --test-case='the CUDA switches set on together*' >"$WORK/candidate_together.log" 2>&1
     together_status=$?
     cat "$WORK/candidate_together.log"
     together_set=$(grep -ohE "switches on together \(.*" "$WORK/candidate_together.log" | head -1)

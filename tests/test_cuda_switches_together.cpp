@@ -29,11 +29,6 @@
 #include "support/environment_setting.h"
 #include "support/skip_without_gpu.h"
 #include "support/training_fixture.h"
-#if defined(MPTRAIN_WITH_CUDA)
-#include "backend/cuda/cuda_backend.h"
-#endif
-
-#if defined(MPTRAIN_WITH_CUDA)
 
 namespace {
 
@@ -147,12 +142,30 @@ TrainerConfig config_for(mpt_precision precision) {
     return config;
 }
 
+// The small MLP (100 -> 48 -> 40 -> 10) trained at `batch` in mixed-bf16 on `data`, with `options`
+// applied to its layers (before it is built) and to its trainer's configuration.
+using TrainingOptions = std::function<void(Model&, TrainerConfig&)>;
+RunResult train_small_mlp_with(const std::shared_ptr<Context>& context, const SyntheticData& data,
+                               const TrainingOptions& options, int64_t batch = 32) {
+    auto model = std::make_shared<Model>(context, data.features);
+    model->add_dense(48, Activation::relu);
+    model->add_dense(40, Activation::relu);
+    model->add_dense(10, Activation::softmax);
+    TrainerConfig config = config_for(MPT_PRECISION_MIXED_BF16);
+    options(*model, config);
+    model->build();
+    return train(context, model, data, config, batch);
+}
+
 // The paths each switch takes, in the step shapes where they act: the seed MLP at batch 32 (the
 // small-batch kernels, fused SGD on CUDA or tensor cores, grouped, the head layer in one block, L2
 // shares), at 128 under a per-step rate (the tensor-core SGD past 64 rows, the head layer in blocks
 // of 8 warps) and at 512 (the weight-gradient GEMMs, with the backend's bias gradients and the large
 // outputs kept whole); the small MLP in mixed-fp16 from a scale of 2^24, whose first steps overflow
-// and are skipped (the folds of the scaler's work), one hidden layer (another arena plan) and fp32.
+// and are skipped (the folds of the scaler's work), one hidden layer (another arena plan) and fp32;
+// then the trainer's options that put other ops around those paths (dropout, micro-batches, a frozen
+// layer, clipping, weight averaging, standardized inputs, momentum with weight decay, Adam), which
+// every GPU test exercises once a switch is a default, but only this case under a candidate's.
 std::vector<Run> runs() {
     static const SyntheticData seed_rows = synthetic_data(640, 3072, 83);
     static const SyntheticData seed_rows_large = synthetic_data(2048, 3072, 89);
@@ -194,6 +207,47 @@ std::vector<Run> runs() {
          [](const std::shared_ptr<Context>& c) {
              return train(c, make_mlp(c, small_rows.features), small_rows, config_for(MPT_PRECISION_FP32), 32);
          }},
+        {"small MLP, mixed-bf16, dropout on the inputs and both hidden layers", 5e-3,
+         [](const std::shared_ptr<Context>& c) {
+             return train_small_mlp_with(c, small_rows, [](Model& model, TrainerConfig&) {
+                 model.set_input_dropout(0.1f);
+                 model.set_layer_dropout(0, 0.2f);
+                 model.set_layer_dropout(1, 0.2f);
+             });
+         }},
+        {"small MLP, mixed-bf16, batches of 64 in micro-batches of 32", 5e-3,
+         [](const std::shared_ptr<Context>& c) {
+             return train_small_mlp_with(
+                 c, small_rows, [](Model&, TrainerConfig& config) { config.micro_batch_size = 32; }, 64);
+         }},
+        {"small MLP, mixed-bf16, the first layer frozen", 5e-3,
+         [](const std::shared_ptr<Context>& c) {
+             return train_small_mlp_with(c, small_rows,
+                                         [](Model& model, TrainerConfig&) { model.set_layer_trainable(0, false); });
+         }},
+        {"small MLP, mixed-bf16, clipped to a global norm of 0.5, weights averaged", 5e-3,
+         [](const std::shared_ptr<Context>& c) {
+             return train_small_mlp_with(c, small_rows, [](Model&, TrainerConfig& config) {
+                 config.optimizer.global_clipnorm = 0.5f;
+                 config.optimizer.ema_momentum = 0.9f;
+             });
+         }},
+        {"small MLP, mixed-bf16, standardized inputs, momentum 0.9 with weight decay", 5e-3,
+         [](const std::shared_ptr<Context>& c) {
+             return train_small_mlp_with(c, small_rows, [](Model& model, TrainerConfig& config) {
+                 const std::vector<float> mean(100, 100.0f), stddev(100, 60.0f);
+                 model.set_input_standardization(mean.data(), stddev.data(), 100);
+                 config.optimizer.momentum = 0.9f;
+                 config.optimizer.weight_decay = 0.01f;
+             });
+         }},
+        {"small MLP, mixed-bf16, Adam", 5e-3,
+         [](const std::shared_ptr<Context>& c) {
+             return train_small_mlp_with(c, small_rows, [](Model&, TrainerConfig& config) {
+                 config.optimizer.kind = OptimizerKind::adam;
+                 config.optimizer.learning_rate = 0.001f;
+             });
+         }},
     };
 }
 
@@ -204,6 +258,20 @@ std::string names_of(const std::vector<const Switch*>& set) {
 }
 
 }  // namespace
+
+// The runs themselves, on the CPU in every build: each trains to a finite loss, and the mixed-fp16
+// run from 2^24 skips its first steps, so that a GPU session finds the case's runs as meant.
+TEST_CASE("the runs of the switches-together case train on the CPU") {
+    for (const Run& run : runs()) {
+        const std::string name = run.name;
+        CAPTURE(name);
+        const RunResult result = run.train(make_context(MPT_BACKEND_CPU));
+        CHECK(std::isfinite(result.loss));
+        CHECK(result.state.steps > 0);
+        CHECK(result.state.applied_steps + result.state.skipped_steps == result.state.steps);
+        if (name.find("2^24") != std::string::npos) CHECK(result.state.skipped_steps > 0);
+    }
+}
 
 // (bench/peers/best_switches.py knows this case by the start of its name: keep them alike.)
 TEST_CASE("the CUDA switches set on together train as with all of them off") {
@@ -231,7 +299,8 @@ TEST_CASE("the CUDA switches set on together train as with all of them off") {
                                      << "): " << (on.empty() ? std::string("none") : names_of(on)));
     std::vector<bool> path_ran(on.size(), false), excused(on.size(), false);
     for (const Run& run : runs()) {
-        CAPTURE(run.name);
+        const std::string name = run.name;
+        CAPTURE(name);
         auto together = make_together();
         const RunResult result = run.train(together);
         const RunResult reference = run.train(context_with({}));
@@ -273,11 +342,3 @@ TEST_CASE("the CUDA switches set on together train as with all of them off") {
                                                    << on[i]->evidence.front() << ")");
     }
 }
-
-#else
-
-TEST_CASE("the CUDA switches set on together need a build with the CUDA backend") {
-    SKIP_WITHOUT_GPU();  // fails under MPTRAIN_REQUIRE_GPU=1, skips otherwise
-}
-
-#endif
