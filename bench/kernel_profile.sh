@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # What one steady-state training step is made of, kernel by kernel, on a GPU: Nsight Compute's
-# counters over a few steps of mptrain-bench (mixed-bf16), with step graphs off so that each kernel
-# is its own launch. ncu runs with --clock-control none (the clocks are left as they are found) and
-# --cache-control none (no cache flush before each kernel, as in a real step). Kernel times under ncu
-# exclude the gaps between launches, which the bench's µs/step includes.
+# counters over a few steps of mptrain-bench (mixed-bf16), replayed from their step graphs as the
+# bench runs them (ncu profiles a graph's kernel nodes one by one), so that the folds, the grouped
+# update, the fused head layer and the L2 shares, which act in recorded steps only, are what it shows.
+# ncu runs with --clock-control none (the clocks are left as they are found) and --cache-control none
+# (no cache flush before each kernel, as in a real step). Kernel times under ncu exclude the gaps
+# between launches, which the bench's µs/step includes.
 # Usage: bash bench/kernel_profile.sh BUILD_DIR OUT_FILE [BATCHES]   (BATCHES default 32,256)
 # PROFILE_SECONDS=N bounds the whole run: each ncu call's timeout is cut to what is left, and a call
 # that would get under 15 s is skipped (a timeout around this script would not stop them: each
@@ -53,16 +55,19 @@ if [ -n "$settings" ] && ! [[ $settings =~ ^(MPTRAIN_CUDA_[A-Z0-9_]+=[01]( |$))+
     settings=""
 fi
 for batch in ${BATCHES//,/ }; do
-    # 40 steps per epoch: the set-up and the first 13 to 19 steps of the warm-up epoch are skipped (the
-    # default step is 13 to 17 launches, the switches' fewer, down to about 12), and 80 launches hold
-    # at least 4 whole steps, all before the epoch's end (whose order kernels would join a step).
+    # The set-up and the first 260 launches of the warm-up epoch are skipped: its first steps run
+    # eagerly and its third is captured (a capture launches nothing), and a replayed step is 7 to 17
+    # kernels (the default step's, down to a candidate's with every fold). 80 launches then hold at
+    # least 4 whole steps, all before the epoch's end (whose order kernels would join a step): 80 steps
+    # an epoch at batches up to 256, 40 at larger ones (more kernels a step; a smaller data set).
+    steps=$((batch <= 256 ? 80 : 40))
     (
         # shellcheck disable=SC2086,SC2163  # one VAR=value word per setting, exported as it is
         [ -z "$settings" ] || export $settings
-        MPTRAIN_CUDA_GRAPHS=0 capped 75 "$ncu" --clock-control none --cache-control none \
+        capped 75 "$ncu" --clock-control none --cache-control none \
             --launch-skip 260 --launch-count 80 \
             --metrics "$metrics" --csv --page raw --print-units base \
-            "$BUILD/bin/mptrain-bench" --backend cuda --precision mixed-bf16 --batch "$batch" --steps 40 --repeats 1 \
+            "$BUILD/bin/mptrain-bench" --backend cuda --precision mixed-bf16 --batch "$batch" --steps "$steps" --repeats 1 \
             >"$WORK/ncu_$batch.csv" 2>"$WORK/ncu_$batch.log"
     )
     echo "ncu exit status $? (batch $batch)" >>"$WORK/ncu_$batch.log"

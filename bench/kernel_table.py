@@ -1,13 +1,16 @@
 """Turns Nsight Compute's raw CSV (bench/kernel_profile.sh) into a table per kernel: launches, mean
 µs, DRAM bytes and bandwidth, and DRAM and SM throughput as a share of the peak, ordered by the
-time the kernel takes per step. Each step has one loss-head launch: only the launches from the
-first loss head up to the last one are counted, so every kernel of a step is in each of those
-whole steps exactly once. Usage: kernel_table.py NCU.csv TITLE"""
+time the kernel takes per step. Each step has one loss-head launch (the loss head's kernel, or the
+fused head layer's, which runs the head with the last layer): only the launches from the first one
+up to the last one are counted, so every kernel of a step is in each of those whole steps exactly
+once. Usage: kernel_table.py NCU.csv TITLE"""
 import csv
 import sys
 from collections import defaultdict
 
 TIME, READ, WRITE = "gpu__time_duration.sum", "dram__bytes_read.sum", "dram__bytes_write.sum"
+# The kernels of which a step launches exactly one: the loss head's, or the fused head layer's in its place.
+STEP_MARKERS = ("loss_head_kernel", "head_layer_kernel")
 DRAM_PCT, SM_PCT = "dram__throughput.avg.pct_of_peak_sustained_elapsed", "sm__throughput.avg.pct_of_peak_sustained_elapsed"
 
 
@@ -32,7 +35,7 @@ def main():
     rows = list(csv.DictReader(lines))
     rows = [r for r in rows if r.get("Kernel Name") and r.get(TIME, "").strip() not in ("", "ns", "nsecond")]
     rows.sort(key=lambda r: number(r.get("ID", "0")))
-    heads = [i for i, r in enumerate(rows) if "loss_head" in r["Kernel Name"]]
+    heads = [i for i, r in enumerate(rows) if any(head in r["Kernel Name"] for head in STEP_MARKERS)]
     if len(heads) < 2:
         print(f"{title}: fewer than two loss-head launches in {len(rows)} kernels of {path}: no whole step")
         sys.exit(1)
