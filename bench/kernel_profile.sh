@@ -56,10 +56,11 @@ if [ -n "$settings" ] && ! [[ $settings =~ ^(MPTRAIN_CUDA_[A-Z0-9_]+=[01]( |$))+
 fi
 for batch in ${BATCHES//,/ }; do
     # The set-up and the first 260 launches of the warm-up epoch are skipped: its first steps run
-    # eagerly and its third is captured (a capture launches nothing), and a replayed step is 7 to 17
-    # kernels (the default step's, down to a candidate's with every fold). 80 launches then hold at
-    # least 4 whole steps, all before the epoch's end (whose order kernels would join a step): 80 steps
-    # an epoch at batches up to 256, 40 at larger ones (more kernels a step; a smaller data set).
+    # eagerly and the next are captured (a capture launches nothing), and a replayed step is 7 to 17
+    # kernels at batch 32 (the default step's, down to a candidate's with every fold). 80 launches then
+    # hold at least 4 whole steps, all before the epoch's end (whose order kernels would join a step):
+    # 80 steps an epoch at batches up to 256, 40 at larger ones, whose steps have 12 kernels or more
+    # (cuBLASLt's GEMMs, no fused SGD: 40 steps hold the window) and whose data set would be large.
     steps=$((batch <= 256 ? 80 : 40))
     (
         # shellcheck disable=SC2086,SC2163  # one VAR=value word per setting, exported as it is
