@@ -415,13 +415,9 @@ TEST_CASE("MPTRAIN_CUDA_FUSED_HEAD_LAYER=1 trains as the separate launches do") 
     const auto train_one_hidden_layer = [](const std::shared_ptr<Context>& context) {
         const SyntheticData data = synthetic_data(640, 100, 69);
         auto dataset = to_dataset(context, data);
-        auto model = std::make_shared<Model>(context, data.features);
-        model->add_dense(128, Activation::relu);
-        model->add_dense(10, Activation::softmax);
-        model->build();
         TrainerConfig config;
         config.precision = MPT_PRECISION_MIXED_BF16;
-        Trainer trainer(model, config);
+        Trainer trainer(make_one_hidden_layer_mlp(context, data.features, 128), config);
         trainer.fit(*dataset, 2, 32, true);
         return trainer.evaluate(*dataset, 64).loss;
     };

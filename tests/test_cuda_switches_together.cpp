@@ -147,13 +147,8 @@ TrainerConfig config_for(mpt_precision precision) {
 using TrainingOptions = std::function<void(Model&, TrainerConfig&)>;
 RunResult train_small_mlp_with(const std::shared_ptr<Context>& context, const SyntheticData& data,
                                const TrainingOptions& options, int64_t batch = 32) {
-    auto model = std::make_shared<Model>(context, data.features);
-    model->add_dense(48, Activation::relu);
-    model->add_dense(40, Activation::relu);
-    model->add_dense(10, Activation::softmax);
     TrainerConfig config = config_for(MPT_PRECISION_MIXED_BF16);
-    options(*model, config);
-    model->build();
+    auto model = make_mlp(context, data.features, [&](Model& unbuilt) { options(unbuilt, config); });
     return train(context, model, data, config, batch);
 }
 
@@ -197,11 +192,8 @@ std::vector<Run> runs() {
          }},
         {"one hidden layer (100 -> 128 -> 10), mixed-bf16, batch 32", 5e-3,
          [](const std::shared_ptr<Context>& c) {
-             auto model = std::make_shared<Model>(c, small_rows.features);
-             model->add_dense(128, Activation::relu);
-             model->add_dense(10, Activation::softmax);
-             model->build();
-             return train(c, model, small_rows, config_for(MPT_PRECISION_MIXED_BF16), 32);
+             return train(c, make_one_hidden_layer_mlp(c, small_rows.features, 128), small_rows,
+                          config_for(MPT_PRECISION_MIXED_BF16), 32);
          }},
         {"small MLP, fp32, batch 32", 1e-3,
          [](const std::shared_ptr<Context>& c) {

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <random>
 #include <vector>
@@ -24,10 +25,23 @@ inline std::shared_ptr<Context> make_context(mpt_backend backend, uint64_t seed 
     return std::make_shared<Context>(config);
 }
 
-inline std::shared_ptr<Model> make_mlp(const std::shared_ptr<Context>& context, int64_t inputs) {
+// `before_build` (optional) sets what must be set before the model is built (dropout, say).
+inline std::shared_ptr<Model> make_mlp(const std::shared_ptr<Context>& context, int64_t inputs,
+                                       const std::function<void(Model&)>& before_build = nullptr) {
     auto model = std::make_shared<Model>(context, inputs);
     model->add_dense(48, Activation::relu);
     model->add_dense(40, Activation::relu);
+    model->add_dense(10, Activation::softmax);
+    if (before_build) before_build(*model);
+    model->build();
+    return model;
+}
+
+// One hidden layer of `units` ReLU units into 10 classes.
+inline std::shared_ptr<Model> make_one_hidden_layer_mlp(const std::shared_ptr<Context>& context, int64_t inputs,
+                                                        int64_t units) {
+    auto model = std::make_shared<Model>(context, inputs);
+    model->add_dense(units, Activation::relu);
     model->add_dense(10, Activation::softmax);
     model->build();
     return model;
