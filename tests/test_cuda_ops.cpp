@@ -1590,9 +1590,11 @@ void compare_head_layer(Backend& reference, Backend& candidate, const HeadLayerC
         for (size_t i = 0; i < dropped.size(); ++i)
             dropped[i] = i % 3 == 0 ? 0.0f : rounded({2.0f * input[i]}, c.compute)[0];
     const DType input_grad_dtype = c.fp32_input_grad ? DType::fp32 : c.compute;
-    const std::vector<float> weights =
-        rounded(random_values(static_cast<size_t>(c.width * c.in_features), -0.3f, 0.3f), c.compute);
-    const std::vector<float> bias = random_values(static_cast<size_t>(c.width), -0.5f, 0.5f);
+    // Padded outputs' weights and bias are zero, as the model keeps them: cuBLASLt's forward computes
+    // the padded columns, the CPU and the fused launch write 0 there.
+    const std::vector<float> weights = rounded(padded_weights(c.width, c.in_features, c.classes, 0.3f), c.compute);
+    std::vector<float> bias = random_values(static_cast<size_t>(c.width), -0.5f, 0.5f);
+    std::fill(bias.begin() + c.classes, bias.end(), 0.0f);
     const std::vector<float> class_weights = random_values(static_cast<size_t>(c.classes), 0, 3);
     std::uniform_int_distribution<int32_t> label_distribution(0, static_cast<int32_t>(c.classes - 1));
     std::vector<int32_t> labels(static_cast<size_t>(c.rows));
@@ -1609,9 +1611,16 @@ void compare_head_layer(Backend& reference, Backend& candidate, const HeadLayerC
     Backend* backends[2] = {&reference, &candidate};
 #if defined(MPTRAIN_WITH_CUDA)
     const bool counted = candidate.kind() == BackendKind::cuda;
-    const uint64_t fused_before = counted ? cuda_backend_op_paths(candidate).head_layers_fused : 0;
+    uint64_t fused_before = 0;
 #endif
-    for (int b = 0; b < 2; ++b) {
+    // The candidate runs twice, each time over new buffers, and the second run is compared: a shape's
+    // first run on CUDA may grow the backend's fp32 scratch (planning an unfused backward), which issues
+    // the ops recorded before it one by one, unfused. A training step's later runs find it grown.
+    for (int run = 0; run < 3; ++run) {
+        const int b = run == 0 ? 0 : 1;
+#if defined(MPTRAIN_WITH_CUDA)
+        if (run == 2 && counted) fused_before = cuda_backend_op_paths(candidate).head_layers_fused;
+#endif
         Backend& backend = *backends[b];
         WorkspaceBuffer workspace(backend);
         Buffer input_buffer = upload(backend, c.compute, input);
@@ -1685,7 +1694,9 @@ void compare_head_layer(Backend& reference, Backend& candidate, const HeadLayerC
 #endif
     CHECK(normalised_error(logits[1], logits[0]) <= error_bound(DType::fp32));
     CHECK(normalised_error(logits_grads[1], logits_grads[0]) <= error_bound(c.compute));
-    CHECK(normalised_error(input_grads[1], input_grads[0]) <= error_bound(input_grad_dtype));
+    // The input gradient comes from the logits gradient in the compute dtype: where the two sides'
+    // logits differ in their last bit, an element of it may round the other way.
+    CHECK(normalised_error(input_grads[1], input_grads[0]) <= error_bound(c.compute));
     CHECK(metrics[1][kMetricLossSum] == doctest::Approx(metrics[0][kMetricLossSum]).epsilon(1e-4));
     CHECK(metrics[1][kMetricBatchLoss] == doctest::Approx(metrics[0][kMetricBatchLoss]).epsilon(1e-4));
     CHECK(metrics[1][kMetricCounted] == metrics[0][kMetricCounted]);
