@@ -562,8 +562,11 @@ run_shared_memory_checks() {
         fi
         stage "compute-sanitizer $tool (the kernels with shared memory)"
         # (Doctest's filter: commas separate patterns, so the names are matched by words without one.)
+        # cuBLASLt's own kernels run unchecked: on an H200 (2026-12-05) racecheck reported hazards
+        # inside an nvjet GEMM kernel (NVIDIA's shared memory, none of ours), and checking cuBLASLt's
+        # kernels used up the stage's 60 s before the tensor-core SGD case ended.
         limited 60 env MPTRAIN_REQUIRE_GPU=1 "$sanitizer" --tool "$tool" --error-exitcode 9 \
-            "$BUILD/bin/test_cuda_ops" \
+            --kernel-name-exclude 'regex=nvjet|cublas|globalKernel' "$BUILD/bin/test_cuda_ops" \
             --test-case='*tensor cores*,*small-batch kernel*,*several layers*,*every optimizer*,*bias gradients from*,*loss head*,*max_abs*' \
             >"$WORK/$tool.log" 2>&1
         check_status=$?

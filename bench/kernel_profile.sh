@@ -2,7 +2,7 @@
 # What one steady-state training step is made of, kernel by kernel, on a GPU: Nsight Compute's
 # counters over a few steps of mptrain-bench (mixed-bf16), replayed from their step graphs as the
 # bench runs them (ncu profiles a graph's kernel nodes one by one), so that the folds, the grouped
-# update, the fused head layer and the L2 shares, which act in recorded steps only, are what it shows.
+# update and the L2 shares, which act in recorded steps only, are what it shows.
 # ncu runs with --clock-control none (the clocks are left as they are found) and --cache-control none
 # (no cache flush before each kernel, as in a real step). Kernel times under ncu exclude the gaps
 # between launches, which the bench's µs/step includes.
