@@ -307,17 +307,15 @@ room_for_switch_stage() {  # room_for_switch_stage <name>: a switch stage of abo
 if [ -x "$bench" ]; then
     stage "switched-off paths (mptrain-bench --backend cuda under each switch)"
     # Batch 32's step on the backend's kernels alone: both small-batch kernels, the tensor-core SGD
-    # grouped, dependent launch, the last layer in the loss head's launch.
+    # grouped, dependent launch.
     MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 MPTRAIN_CUDA_TENSOR_CORE_SGD=1 \
-        MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_FUSED_HEAD_LAYER=1 \
-        bench_run 60 all_switches --precision mixed-bf16 --batch 32
+        MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 bench_run 60 all_switches --precision mixed-bf16 --batch 32
     # Past batch 32's kernels: every switch that acts at batch 256 or 4096 at once (not the GEMM
     # autotuning, timed last), so that the candidate choice has a combined set to weigh there too.
     # K kept whole by the small-outputs rule rather than everywhere: the large GEMMs the same, the
     # small ones split as the default splits them, which is what a default could keep at batch 32.
     room_for_switch_stage all_switches_large &&
         MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1 MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1 MPTRAIN_CUDA_TENSOR_CORE_SGD=1 MPTRAIN_CUDA_GROUPED_SGD=1 \
-            MPTRAIN_CUDA_FUSED_HEAD_LAYER=1 \
             MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 bench_run 60 all_switches_large --precision mixed-bf16 --batch 256,4096 --steps 50
     # The fused SGD kernel's tiles on the tensor cores, against the small stage: at batch 32 the
     # CUDA-core kernel's, at 256 (which only the tensor-core kernel fuses) GEMM then update.
@@ -341,8 +339,8 @@ if [ -x "$bench" ]; then
     # out for time, it is simply not chosen).
     room_for_switch_stage all_switches_l2 &&
         MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 MPTRAIN_CUDA_TENSOR_CORE_SGD=1 \
-            MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_FUSED_HEAD_LAYER=1 \
-            MPTRAIN_CUDA_L2_RESIDENT_MASTERS=1 bench_run 60 all_switches_l2 --precision mixed-bf16 --batch 32
+            MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_L2_RESIDENT_MASTERS=1 \
+            bench_run 60 all_switches_l2 --precision mixed-bf16 --batch 32
     # And alone, right after (batch 32, CUDA cores: the update's DRAM bytes from 10 a weight to what the
     # first layer's masters and the copies take): should all_switches_l2 beat all_switches by noise
     # alone, the switch's own stage is what can drop it (slower alone).
@@ -354,9 +352,6 @@ if [ -x "$bench" ]; then
     # (the input gradients' kernel has no stage alone: it runs beside the forward's, below).
     room_for_switch_stage small_batch_forward &&
         MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 bench_run 60 small_batch_forward --precision mixed-bf16 --batch 32
-    # The last layer's forward and input gradient in the loss head's launch (batches of at most 256).
-    room_for_switch_stage fused_head_layer &&
-        MPTRAIN_CUDA_FUSED_HEAD_LAYER=1 bench_run 60 fused_head_layer --precision mixed-bf16 --batch 32,256
     # Only the GEMMs whose outputs have a tile per multiprocessor or more kept whole (batch 4096's
     # large ones; at batch 32 every GEMM may split as by default, so the stage leaves it out). Last
     # of the switches alone: all_switches_large has it, and the choice needs it alone only to drop it.
@@ -547,8 +542,6 @@ run_memcheck() {
 # off ones are the candidate defaults. compute-sanitizer's racecheck and synccheck over their op
 # comparisons, after memcheck (whose probe said whether the sanitizer attaches here; a memcheck cut
 # at its 70 s, which the op cases added since the last GPU run may need, still says so), if time is left.
-# (Not the fused head layer's: its shared memory and barriers are the loss head's, whose case is here,
-# and its 17 comparisons would take the window's time from the kernels that stage tiles.)
 run_shared_memory_checks() {
     local sanitizer tool check_status
     sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)

@@ -21,8 +21,7 @@ SWITCHES_TOGETHER_CASE = os.path.join(os.path.dirname(os.path.abspath(__file__))
 
 DEFAULT_FIELDS = {"split_k": True, "tensor_core_sgd": False, "gemm_autotune": False, "small_batch_forward": False,
                   "small_batch_backward": False, "dependent_launch": False, "grouped_sgd": False,
-                  "own_bias_gradient": False, "split_k_small_outputs": False, "fused_head_layer": False,
-                  "l2_resident_masters": False}
+                  "own_bias_gradient": False, "split_k_small_outputs": False, "l2_resident_masters": False}
 
 
 H200 = "cuda:0 (NVIDIA H200, compute capability 9.0, 143771 MiB)"
@@ -144,21 +143,22 @@ class BestSwitches(unittest.TestCase):
         self.assertIn("split_k_small_outputs: dropped, split_k_off (kept)", why)
 
     def test_a_switch_whose_path_did_not_run_takes_no_credit_for_its_sets_time(self):
-        # At batch 4096 the combined large set wins, but the head layer's path never ran there (at most
-        # 256 rows); at batch 32, where it runs, it was no faster: it is not chosen.
-        ran = {"bias_gradient_own": 6, "head_layers_fused": 0}
+        # At batch 4096 the combined large set wins, but the tensor-core SGD's path never ran there
+        # (fused SGD takes at most 256 rows); at batch 32, where it runs, it was no faster: it is not
+        # chosen.
+        ran = {"bias_gradient_own": 6, "fused_sgd_tensor_cores": 0}
         settings, why = self.choose(
             record(32, 129, ops={}), record(4096, 576, ops={}),
-            record(4096, 520, own_bias_gradient=True, fused_head_layer=True, ops=ran),
-            record(32, 128.5, fused_head_layer=True, ops={"head_layers_fused": 40}))
+            record(4096, 520, own_bias_gradient=True, tensor_core_sgd=True, ops=ran),
+            record(32, 128.5, tensor_core_sgd=True, ops={"fused_sgd_tensor_cores": 40}))
         self.assertEqual(settings, "MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1")
-        self.assertIn("no credit to fused_head_layer, whose paths did not run there", why)
+        self.assertIn("no credit to tensor_core_sgd, whose paths did not run there", why)
         # Counted where it ran, it is chosen with the set.
         settings, _ = self.choose(
             record(32, 129, ops={}), record(4096, 576, ops={}),
-            record(4096, 520, own_bias_gradient=True, fused_head_layer=True,
-                   ops={"bias_gradient_own": 6, "head_layers_fused": 12}))
-        self.assertEqual(settings, "MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1 MPTRAIN_CUDA_FUSED_HEAD_LAYER=1")
+            record(4096, 520, own_bias_gradient=True, tensor_core_sgd=True,
+                   ops={"bias_gradient_own": 6, "fused_sgd_tensor_cores": 12}))
+        self.assertEqual(settings, "MPTRAIN_CUDA_TENSOR_CORE_SGD=1 MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1")
 
     def test_a_faster_set_whose_paths_did_not_run_hides_no_set_that_ran(self):
         # At batch 4096 a set of idle switches is fastest by noise; the fastest set that ran wins there.

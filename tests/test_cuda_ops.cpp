@@ -23,7 +23,6 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "data/dataset.h"
-#include "nn/activation.h"
 #include "nn/model.h"
 #include "nn/trainer.h"
 #include "support/normalised_error.h"
@@ -185,7 +184,6 @@ std::unique_ptr<Backend> make_cuda() {
     cuda_backend_set_dependent_launch(*backend, false);
     cuda_backend_set_grouped_sgd(*backend, false);
     cuda_backend_set_own_bias_gradient(*backend, false);
-    cuda_backend_set_fused_head_layer(*backend, false);
     cuda_backend_set_l2_resident_masters(*backend, false);
 #endif
     return backend;
@@ -1416,12 +1414,7 @@ TrainingRun train(mpt_backend backend, mpt_precision precision, const SyntheticD
                   const std::vector<int64_t>& batches, bool graphs = true, int64_t micro_batch_size = 0) {
     auto context = make_context(backend);
 #if defined(MPTRAIN_WITH_CUDA)
-    if (context->backend().kind() == BackendKind::cuda) {
-        cuda_backend_set_graphs(context->backend(), graphs);
-        // The fused head layer (should it become a default) runs in recorded tasks only, its sums in
-        // another order: off, so that the runs these cases compare, graphed and eager, compute alike.
-        cuda_backend_set_fused_head_layer(context->backend(), false);
-    }
+    if (context->backend().kind() == BackendKind::cuda) cuda_backend_set_graphs(context->backend(), graphs);
 #else
     (void)graphs;
 #endif
@@ -1535,209 +1528,7 @@ void run_head_task(void* argument) {
     task.backend->max_abs(&task.input, 1, task.maximum);
     task.backend->finish_step(task.head.state, task.scaler, nullptr, nullptr);
 }
-
 #endif
-
-// The last layer of a step as a compute task: the step's begin_step, the layer's forward, its loss
-// head and its input gradient, as the trainer issues them (recorded on CUDA, where the fused head
-// layer takes the last three and the head clears found_inf in the begin_step's place).
-struct HeadLayerTask {
-    Backend* backend;
-    DenseForwardArgs forward;
-    LossHeadArgs head;
-    DenseBackwardDataArgs data;
-};
-
-void run_head_layer_task(void* argument) {
-    const HeadLayerTask& task = *static_cast<const HeadLayerTask*>(argument);
-    task.backend->begin_step(task.head.state);
-    task.backend->dense_forward(task.forward);
-    task.backend->loss_head(task.head);
-    task.backend->dense_backward_data(task.data);
-}
-
-struct HeadLayerCase {
-    Activation activation;  // the head's
-    LossKind loss;
-    Activation previous;  // the layer below's (its output is the layer's input)
-    int64_t rows, in_features, width, classes;
-    DType compute;
-    float label_smoothing = 0.0f;
-    bool with_class_weights = false;
-    // The forward reads a copy of the layer below's outputs (as after a dropout there), the input
-    // gradient's activation derivative the outputs themselves.
-    bool dropped_input = false;
-    bool fp32_input_grad = false;  // the layer below kept in fp32 (else its gradient has the compute dtype)
-};
-
-// The case's ops recorded on `candidate` (on CUDA, MPTRAIN_CUDA_FUSED_HEAD_LAYER's path when `fused`
-// says it applies: one more fused launch counted) against `reference` (the CPU) issuing them: the
-// logits, the metrics and found_inf, the logits gradient and the input gradient.
-void compare_head_layer(Backend& reference, Backend& candidate, const HeadLayerCase& c, bool fused) {
-    CAPTURE(static_cast<int>(c.activation));
-    CAPTURE(static_cast<int>(c.loss));
-    CAPTURE(static_cast<int>(c.previous));
-    CAPTURE(c.rows);
-    CAPTURE(c.in_features);
-    CAPTURE(c.width);
-    CAPTURE(std::string(dtype_name(c.compute)));
-    // The layer below's outputs, as its activation leaves them (non-negative after a ReLU, some zeros).
-    std::vector<float> input = random_values(static_cast<size_t>(c.rows * c.in_features), -1, 1);
-    for (float& value : input) value = activation_forward(c.previous, value);
-    input = rounded(input, c.compute);
-    std::vector<float> dropped = input;
-    if (c.dropped_input)
-        for (size_t i = 0; i < dropped.size(); ++i)
-            dropped[i] = i % 3 == 0 ? 0.0f : rounded({2.0f * input[i]}, c.compute)[0];
-    const DType input_grad_dtype = c.fp32_input_grad ? DType::fp32 : c.compute;
-    // Padded outputs' weights and bias are zero, as the model keeps them: cuBLASLt's forward computes
-    // the padded columns, the CPU and the fused launch write 0 there.
-    const std::vector<float> weights = rounded(padded_weights(c.width, c.in_features, c.classes, 0.3f), c.compute);
-    std::vector<float> bias = random_values(static_cast<size_t>(c.width), -0.5f, 0.5f);
-    std::fill(bias.begin() + c.classes, bias.end(), 0.0f);
-    const std::vector<float> class_weights = random_values(static_cast<size_t>(c.classes), 0, 3);
-    std::uniform_int_distribution<int32_t> label_distribution(0, static_cast<int32_t>(c.classes - 1));
-    std::vector<int32_t> labels(static_cast<size_t>(c.rows));
-    for (int32_t& label : labels) label = label_distribution(random_engine());
-    const std::vector<float> targets = random_values(static_cast<size_t>(c.rows * c.classes), 0, 1);
-    const bool sparse = loss_uses_labels(c.loss);
-    TrainState initial{};
-    initial.loss_scale = 1024.0f;
-    initial.found_inf = 1;  // as a skipped step leaves it: the step's head must clear it
-
-    std::vector<float> logits[2], logits_grads[2], input_grads[2];
-    std::vector<double> metrics[2];
-    TrainState states[2];
-    Backend* backends[2] = {&reference, &candidate};
-#if defined(MPTRAIN_WITH_CUDA)
-    const bool counted = candidate.kind() == BackendKind::cuda;
-    uint64_t fused_before = 0;
-#endif
-    // The candidate runs twice, each time over new buffers, and the second run is compared: a shape's
-    // first run on CUDA may grow the backend's fp32 scratch (planning an unfused backward), which issues
-    // the ops recorded before it one by one, unfused. A training step's later runs find it grown.
-    for (int run = 0; run < 3; ++run) {
-        const int b = run == 0 ? 0 : 1;
-#if defined(MPTRAIN_WITH_CUDA)
-        if (run == 2 && counted) fused_before = cuda_backend_op_paths(candidate).head_layers_fused;
-#endif
-        Backend& backend = *backends[b];
-        WorkspaceBuffer workspace(backend);
-        Buffer input_buffer = upload(backend, c.compute, input);
-        Buffer dropped_buffer = upload(backend, c.compute, dropped);
-        Buffer weight_buffer = upload(backend, c.compute, weights);
-        Buffer bias_buffer = upload(backend, DType::fp32, bias);
-        Buffer logits_buffer = poisoned(backend, DType::fp32, static_cast<size_t>(c.rows * c.width));
-        Buffer labels_buffer = upload_raw(backend, labels);
-        Buffer targets_buffer = upload(backend, DType::fp32, targets);
-        Buffer class_weight_buffer = upload(backend, DType::fp32, class_weights);
-        Buffer logits_grad = poisoned(backend, c.compute, static_cast<size_t>(c.rows * c.width));
-        Buffer input_grad = poisoned(backend, input_grad_dtype, static_cast<size_t>(c.rows * c.in_features));
-        Buffer state = upload_raw(backend, std::vector<TrainState>{initial});
-        Buffer metric = upload_raw(backend, std::vector<double>{1.5, 2.0, 3.0, 4.0});
-        HeadLayerTask task{};
-        task.backend = &backend;
-        DenseForwardArgs& forward = task.forward;
-        forward.input = c.dropped_input ? dropped_buffer.data() : input_buffer.data();
-        forward.weights = weight_buffer.data();
-        forward.bias = bias_buffer.data();
-        forward.output = logits_buffer.data();
-        forward.rows = c.rows;
-        forward.in_features = c.in_features;
-        forward.out_features = c.width;
-        forward.valid_out = c.classes;
-        forward.activation = Activation::linear;
-        forward.compute_dtype = c.compute;
-        forward.bias_dtype = DType::fp32;
-        forward.output_dtype = DType::fp32;
-        forward.workspace = workspace.workspace();
-        LossHeadArgs& head = task.head;
-        head.logits = logits_buffer.as<float>();
-        head.labels = sparse ? labels_buffer.as<int32_t>() : nullptr;
-        head.targets = sparse ? nullptr : targets_buffer.as<float>();
-        head.logits_grad = logits_grad.data();
-        head.state = state.as<TrainState>();
-        head.metrics = metric.as<double>();
-        head.rows = c.rows;
-        head.width = c.width;
-        head.classes = c.classes;
-        head.activation = c.activation;
-        head.loss = c.loss;
-        head.label_smoothing = c.label_smoothing;
-        head.huber_delta = 0.5f;
-        head.class_weights = c.with_class_weights ? class_weight_buffer.as<float>() : nullptr;
-        head.logits_grad_dtype = c.compute;
-        DenseBackwardDataArgs& data = task.data;
-        data.output_grad = logits_grad.data();
-        data.weights = weight_buffer.data();
-        data.input = input_buffer.data();
-        data.input_grad = input_grad.data();
-        data.rows = c.rows;
-        data.in_features = c.in_features;
-        data.out_features = c.width;
-        data.input_activation = c.previous;
-        data.compute_dtype = c.compute;
-        data.input_grad_dtype = input_grad_dtype;
-        data.workspace = workspace.workspace();
-        backend.scheduler().submit(Lane::compute, &run_head_layer_task, &task);
-        backend.scheduler().synchronize();
-        logits[b] = download(backend, logits_buffer, DType::fp32, static_cast<size_t>(c.rows * c.width));
-        logits_grads[b] = download(backend, logits_grad, c.compute, static_cast<size_t>(c.rows * c.width));
-        input_grads[b] = download(backend, input_grad, input_grad_dtype, static_cast<size_t>(c.rows * c.in_features));
-        metrics[b] = download_raw<double>(backend, metric, kMetricsCount);
-        states[b] = download_raw<TrainState>(backend, state, 1)[0];
-    }
-#if defined(MPTRAIN_WITH_CUDA)
-    if (counted) CHECK(cuda_backend_op_paths(candidate).head_layers_fused == fused_before + (fused ? 1u : 0u));
-#else
-    (void)fused;
-#endif
-    CHECK(normalised_error(logits[1], logits[0]) <= error_bound(DType::fp32));
-    CHECK(normalised_error(logits_grads[1], logits_grads[0]) <= error_bound(c.compute));
-    // The input gradient comes from the logits gradient in the compute dtype: where the two sides'
-    // logits differ in their last bit, an element of it may round the other way.
-    CHECK(normalised_error(input_grads[1], input_grads[0]) <= error_bound(c.compute));
-    CHECK(metrics[1][kMetricLossSum] == doctest::Approx(metrics[0][kMetricLossSum]).epsilon(1e-4));
-    CHECK(metrics[1][kMetricBatchLoss] == doctest::Approx(metrics[0][kMetricBatchLoss]).epsilon(1e-4));
-    CHECK(metrics[1][kMetricCounted] == metrics[0][kMetricCounted]);
-    CHECK(std::abs(metrics[1][kMetricCorrect] - metrics[0][kMetricCorrect]) <= 1.0);  // a near tie may go either way
-    CHECK(states[0].found_inf == 0);  // finite logits, and the step's head cleared it
-    CHECK(states[1].found_inf == states[0].found_inf);
-}
-
-void compare_head_layer_cases(Backend& reference, Backend& candidate) {
-    for (DType dtype : kDTypes) {
-        compare_head_layer(
-            reference, candidate,
-            {Activation::softmax, LossKind::sparse_categorical_crossentropy, Activation::relu, 32, 1000, 16, 10, dtype},
-            true);
-        compare_head_layer(reference, candidate,
-                           {Activation::sigmoid, LossKind::binary_crossentropy, Activation::tanh, 17, 40, 8, 3, dtype},
-                           true);
-        compare_head_layer(reference, candidate,
-                           {Activation::linear, LossKind::mean_squared_error, Activation::linear, 9, 33, 1, 1, dtype},
-                           true);
-        compare_head_layer(
-            reference, candidate,
-            {Activation::softmax, LossKind::sparse_categorical_crossentropy, Activation::relu, 1, 200, 16, 10, dtype},
-            true);
-        compare_head_layer(reference, candidate,
-                           {Activation::softmax, LossKind::sparse_categorical_crossentropy, Activation::relu, 24, 1000,
-                            16, 10, dtype, 0.0f, false, true, true},
-                           true);
-        compare_head_layer(reference, candidate,
-                           {Activation::sigmoid, LossKind::binary_crossentropy, Activation::relu, 40, 72, 8, 2, dtype},
-                           true);
-        compare_head_layer(reference, candidate,
-                           {Activation::softmax, LossKind::sparse_categorical_crossentropy, Activation::relu, 256, 1000,
-                            16, 10, dtype, 0.1f, true},
-                           true);
-        compare_head_layer(reference, candidate,
-                           {Activation::softmax, LossKind::categorical_crossentropy, Activation::leaky_relu, 5, 72, 16,
-                            12, dtype, 0.1f, true},
-                           true);
-    }
-}
 
 }  // namespace
 
@@ -1774,7 +1565,6 @@ TEST_CASE("the op comparison harness agrees CPU against CPU") {
     compare_weight_averaging(*reference, *candidate);
     compare_dropout(*reference, *candidate);
     compare_conversions(*reference, *candidate);
-    compare_head_layer_cases(*reference, *candidate);
 }
 
 TEST_CASE("the CPU's gradient norm from the batch is the norm of the gradients its updates write") {
@@ -1912,31 +1702,6 @@ TEST_CASE("CUDA dense_update matches the CPU with fused SGD on the tensor cores"
     const CudaOpPaths paths = cuda_backend_op_paths(*cuda);
     CHECK(paths.fused_sgd_tensor_cores > 0);
     CHECK(paths.fused_sgd_tensor_cores < paths.fused_sgd);  // fp32's ran on CUDA cores
-}
-
-// MPTRAIN_CUDA_FUSED_HEAD_LAYER=1: a recorded step's last layer (forward and input gradient) in its
-// loss head's launch, the step's begin_step folded into it, against the CPU issuing the ops: the seed
-// MLP's last layer at batch 32 in each dtype, other heads (sigmoid with binary cross-entropy, a
-// regression through a linear output over an odd width, label smoothing with class weights) over
-// other layers below, a single row, a dropout below (the forward reading the dropped copy, the
-// derivative the outputs) with the layer below in fp32; past one block (40 rows in 5 blocks, the
-// seed's batch 256 in 32, the last block combining the head's sums); and the shapes it does not take
-// (257 rows, 24 padded outputs), which run as before.
-TEST_CASE("CUDA fused head layer matches the CPU, and leaves the shapes it does not take to the separate launches") {
-    SKIP_WITHOUT_GPU();
-    auto cpu = make_cpu();
-    auto cuda = make_cuda();
-    cuda_backend_set_graphs(*cuda, true);
-    cuda_backend_set_fused_head_layer(*cuda, true);
-    compare_head_layer_cases(*cpu, *cuda);
-    compare_head_layer(*cpu, *cuda,
-                       {Activation::softmax, LossKind::sparse_categorical_crossentropy, Activation::relu, 257, 1000, 16,
-                        10, DType::bf16},
-                       false);
-    compare_head_layer(
-        *cpu, *cuda,
-        {Activation::softmax, LossKind::sparse_categorical_crossentropy, Activation::relu, 32, 64, 24, 10, DType::bf16},
-        false);
 }
 
 // The small-batch forward kernel (compute capability 8.0 and up) in cuBLASLt's place for batches of

@@ -2,11 +2,11 @@
 // test_cuda_ops), most of them with that switch alone; a device check then chooses its candidate
 // defaults as the union of the switches that made the step faster (bench/peers/best_switches.py),
 // and a session may commit that union as the defaults. Paths that fold ops into one another (the
-// begin_step into the loss head, the head into the last layer's launch, the decision into the max
-// pass, finish_step into the grouped update, with L2 shares, dependent launch and the small-batch
-// kernels around them) meet only there. So this case trains with a set of switches on at once
-// against every one of them off by name, and requires the same training within rounding, no refused
-// graph, and each switch that the device kept on to have run its path somewhere.
+// begin_step into the loss head, the decision into the max pass, finish_step into the grouped
+// update, with L2 shares, dependent launch and the small-batch kernels around them) meet only
+// there. So this case trains with a set of switches on at once against every one of them off by
+// name, and requires the same training within rounding, no refused graph, and each switch that the
+// device kept on to have run its path somewhere.
 //
 // The set: the switches the environment sets (the device check runs this case again under its
 // candidate's settings, bench/device_check.sh), or, where it sets none, every one of them (the GPU
@@ -66,7 +66,6 @@ const std::vector<Switch>& switches() {
         {"MPTRAIN_CUDA_SPLIT_K", "0", "1", "split_k", false, {}},
         {"MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS", "1", "0", "split_k_small_outputs", true,
             {"gemm.plans_kept_whole_by_size"}},
-        {"MPTRAIN_CUDA_FUSED_HEAD_LAYER", "1", "0", "fused_head_layer", true, {"ops.head_layers_fused"}},
         {"MPTRAIN_CUDA_L2_RESIDENT_MASTERS", "1", "0", "l2_resident_masters", true, {"ops.fused_sgd_masters_in_l2"}},
     };
     // clang-format on
@@ -153,14 +152,14 @@ RunResult train_small_mlp_with(const std::shared_ptr<Context>& context, const Sy
 }
 
 // The paths each switch takes, in the step shapes where they act: the seed MLP at batch 32 (the
-// small-batch kernels, fused SGD on CUDA or tensor cores, grouped, the head layer in one block, L2
-// shares), at 128 under a per-step rate (the tensor-core SGD past 64 rows, the head layer in blocks
-// of 8 warps) and at 512 (the weight-gradient GEMMs, with the backend's bias gradients and the large
-// outputs kept whole); the small MLP in mixed-fp16 from a scale of 2^24, whose first steps overflow
-// and are skipped (the folds of the scaler's work), one hidden layer (another arena plan) and fp32;
-// then the trainer's options that put other ops around those paths (dropout, micro-batches, a frozen
-// layer, clipping, weight averaging, standardized inputs, momentum with weight decay, Adam), which
-// every GPU test exercises once a switch is a default, but only this case under a candidate's.
+// small-batch kernels, fused SGD on CUDA or tensor cores, grouped, L2 shares), at 128 under a
+// per-step rate (the tensor-core SGD past 64 rows) and at 512 (the weight-gradient GEMMs, with the
+// backend's bias gradients and the large outputs kept whole); the small MLP in mixed-fp16 from a
+// scale of 2^24, whose first steps overflow and are skipped (the folds of the scaler's work), one
+// hidden layer (another arena plan) and fp32; then the trainer's options that put other ops around
+// those paths (dropout, micro-batches, a frozen layer, clipping, weight averaging, standardized
+// inputs, momentum with weight decay, Adam), which every GPU test exercises once a switch is a
+// default, but only this case under a candidate's.
 std::vector<Run> runs() {
     static const SyntheticData seed_rows = synthetic_data(640, 3072, 83);
     static const SyntheticData seed_rows_large = synthetic_data(2048, 3072, 89);

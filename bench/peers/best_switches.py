@@ -15,8 +15,8 @@ the same call: what committing those switches as the defaults would measure.
 The rule, from mptrain-bench's records of the plain step (seed MLP, SGD, constant rate, resident data,
 no caveat such as a refused graph or a switch the device turned off):
 - at each batch the fastest switch set timed there, if at least 2% faster than the default step,
-  less the switches whose paths did not run in its steps there (its context's op counters: the head
-  layer at batch 4096, the small-batch kernels past 64 rows), which take no credit for its time;
+  less the switches whose paths did not run in its steps there (its context's op counters: fused
+  SGD's at batch 4096, the small-batch kernels past 64 rows), which take no credit for its time;
 - the union of those sets, less any switch whose GPU test failed (a failing case that names none of
   the switches is a failure of the default path, and then nothing is chosen), less any switch that
   was timed alone and was more than 2% slower than the default at some batch;
@@ -46,7 +46,6 @@ SWITCHES = (
     ("gemm_autotune", "gemm_autotune", True, ("gemm_autotune",)),
     ("split_k_off", "split_k", False, ("split_k=0",)),
     ("split_k_small_outputs", "split_k_small_outputs", True, ("split_k_small_outputs",)),
-    ("fused_head_layer", "fused_head_layer", True, ("fused_head_layer", "fused head layer")),
     ("l2_resident_masters", "l2_resident_masters", True, ("l2_resident_masters",)),
 )
 # The case (or, should the program fail without naming a case, the test) of every switch on together.

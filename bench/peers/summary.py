@@ -47,7 +47,7 @@ def device_of(r):
 # The CUDA backend's switches a record names (what the environment asked for), as its context's
 # description names them ("switches": what the backend had on).
 SWITCHES = ("tensor_core_sgd", "gemm_autotune", "small_batch_forward", "small_batch_backward", "dependent_launch",
-            "grouped_sgd", "own_bias_gradient", "split_k_small_outputs", "fused_head_layer", "l2_resident_masters")
+            "grouped_sgd", "own_bias_gradient", "split_k_small_outputs", "l2_resident_masters")
 
 
 def devices_of(records):
@@ -117,14 +117,13 @@ EVIDENCE = {
     # (Plans the rule kept whole, whether or not the heuristic would have split them: an overstatement
     # only toward a switch that then changes nothing.)
     "split_k_small_outputs": (("gemm", "plans_kept_whole_by_size"),),
-    "fused_head_layer": (("ops", "head_layers_fused"),),
     "l2_resident_masters": (("ops", "fused_sgd_masters_in_l2"),),
 }
 
 
 def idle_switches(record):
-    """The switches the record had on whose paths did not run in its steps (the head layer at batch
-    4096, the small-batch kernels past 64 rows): its time says nothing of them. None for a record whose
+    """The switches the record had on whose paths did not run in its steps (fused SGD's at batch 4096,
+    the small-batch kernels past 64 rows): its time says nothing of them. None for a record whose
     context has no counters (from before them, or the CPU's)."""
     context = record.get("context")
     if not isinstance(context, dict) or "ops" not in context:
@@ -181,13 +180,13 @@ def main():
     unsplit = [r for r in mine if r.get("split_k") is False and not any(r.get(field) is True for field in SWITCHES)]
     mine = [r for r in mine if r not in unsplit]
     # Runs under MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1, _BACKWARD=1, MPTRAIN_CUDA_DEPENDENT_LAUNCH=1,
-    # MPTRAIN_CUDA_GROUPED_SGD=1, MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1, MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1,
-    # MPTRAIN_CUDA_FUSED_HEAD_LAYER=1 or MPTRAIN_CUDA_L2_RESIDENT_MASTERS=1 (with or without the tensor-core
-    # SGD), or split-K off with any other switch, likewise.
+    # MPTRAIN_CUDA_GROUPED_SGD=1, MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1, MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1
+    # or MPTRAIN_CUDA_L2_RESIDENT_MASTERS=1 (with or without the tensor-core SGD), or split-K off with
+    # any other switch, likewise.
     small_batch = [r for r in mine if any(r.get(field) is True for field in
                                           ("small_batch_forward", "small_batch_backward", "dependent_launch",
                                            "grouped_sgd", "own_bias_gradient", "split_k_small_outputs",
-                                           "fused_head_layer", "l2_resident_masters"))
+                                           "l2_resident_masters"))
                    or (r.get("split_k") is False and any(r.get(field) is True for field in SWITCHES))]
     mine = [r for r in mine if r not in small_batch]
     # Runs under MPTRAIN_CUDA_TENSOR_CORE_SGD=1, likewise.
@@ -353,7 +352,7 @@ def main():
     for r in small_batch:
         switches = [environment_setting(field) for field in
                     ("small_batch_forward", "small_batch_backward", "tensor_core_sgd", "dependent_launch",
-                     "grouped_sgd", "own_bias_gradient", "gemm_autotune", "split_k_small_outputs", "fused_head_layer",
+                     "grouped_sgd", "own_bias_gradient", "gemm_autotune", "split_k_small_outputs",
                      "l2_resident_masters")
                     if r.get(field)]
         switches += [environment_setting("split_k", False)] if r.get("split_k") is False else []

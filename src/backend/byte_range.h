@@ -1,7 +1,7 @@
 // The bytes a buffer of backend memory spans, to tell whether two ops' operands share any: the
 // executor's arena gives buffers whose lifetimes do not overlap the same bytes, so a backend that
-// runs several ops in one launch (grouped fused SGD updates, the fused head layer) must check that
-// no operand one part writes is one another part still reads.
+// runs several ops in one launch (grouped fused SGD updates) must check that no operand one part
+// writes is one another part still reads.
 #pragma once
 
 #include <cstddef>

@@ -63,11 +63,9 @@ bool turned_off_by_environment(const char* variable) {
 // (cuda_launch.cuh), and MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1 sums the bias gradients of the
 // weight-gradient GEMMs in the backend's kernel instead of cuBLASLt's BGRADB epilogue
 // (cuda_bias_gradient.cuh), MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1 lets cuBLASLt split K only in the
-// GEMMs whose output has fewer tiles than the GPU has multiprocessors (gemm_split_k_rule.h),
-// MPTRAIN_CUDA_FUSED_HEAD_LAYER=1 runs a small batch's last layer (forward and input gradient) in its
-// loss head's launch (cuda_loss_head.cuh), and MPTRAIN_CUDA_L2_RESIDENT_MASTERS=1 keeps the smaller
-// layers' fp32 masters in L2 through fused SGD (l2_resident_masters.h): off by default until a GPU
-// has measured them.
+// GEMMs whose output has fewer tiles than the GPU has multiprocessors (gemm_split_k_rule.h), and
+// MPTRAIN_CUDA_L2_RESIDENT_MASTERS=1 keeps the smaller layers' fp32 masters in L2 through fused SGD
+// (l2_resident_masters.h): off by default until a GPU has measured them.
 bool turned_on_by_environment(const char* variable) {
     const char* value = std::getenv(variable);
     return value && std::strcmp(value, "1") == 0;
@@ -88,7 +86,6 @@ std::string CudaBackend::setup_warning() const {
                                          {"MPTRAIN_CUDA_STEP_FOLDS", {"0", "1"}},
                                          {"MPTRAIN_CUDA_OWN_BIAS_GRADIENT", {"0", "1"}},
                                          {"MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS", {"0", "1"}},
-                                         {"MPTRAIN_CUDA_FUSED_HEAD_LAYER", {"0", "1"}},
                                          {"MPTRAIN_CUDA_L2_RESIDENT_MASTERS", {"0", "1"}}});
 }
 
@@ -209,7 +206,6 @@ CudaBackend::CudaBackend(int device, MemoryTracker* memory) : device_(device), m
     grouped_sgd_ = turned_on_by_environment("MPTRAIN_CUDA_GROUPED_SGD");
     step_folds_ = !turned_off_by_environment("MPTRAIN_CUDA_STEP_FOLDS");
     own_bias_gradient_ = turned_on_by_environment("MPTRAIN_CUDA_OWN_BIAS_GRADIENT");
-    fused_head_layer_ = turned_on_by_environment("MPTRAIN_CUDA_FUSED_HEAD_LAYER");
     set_l2_resident_masters(turned_on_by_environment("MPTRAIN_CUDA_L2_RESIDENT_MASTERS"));
     try {
         scheduler_ = std::make_unique<CudaScheduler>(*static_cast<CudaTaskHooks*>(this));
@@ -811,9 +807,6 @@ uint64_t cuda_backend_plans_kept_whole_by_size(const Backend& backend) {
 bool cuda_backend_fused_epilogues(const Backend& backend) { return as_cuda(backend).fused_epilogues(); }
 void cuda_backend_set_grouped_sgd(Backend& backend, bool enabled) { as_cuda(backend).set_grouped_sgd(enabled); }
 void cuda_backend_set_step_folds(Backend& backend, bool enabled) { as_cuda(backend).set_step_folds(enabled); }
-void cuda_backend_set_fused_head_layer(Backend& backend, bool enabled) {
-    as_cuda(backend).set_fused_head_layer(enabled);
-}
 bool cuda_backend_set_l2_resident_masters(Backend& backend, bool enabled) {
     return as_cuda(backend).set_l2_resident_masters(enabled);
 }

@@ -104,7 +104,6 @@ public:
     void set_grouped_sgd(bool enabled) { grouped_sgd_ = enabled; }
     void set_step_folds(bool enabled) { step_folds_ = enabled; }
     void set_own_bias_gradient(bool enabled) { own_bias_gradient_ = enabled; }
-    void set_fused_head_layer(bool enabled) { fused_head_layer_ = enabled; }
     // On only where L2 has a persisting set-aside (compute capability 8.0 and up, not MIG); returns
     // whether it is on.
     bool set_l2_resident_masters(bool enabled);
@@ -191,11 +190,6 @@ private:
     // exactly its results: then both are one launch (execute_max_abs_deciding).
     bool decision_follows(size_t index) const;
     void execute_max_abs_deciding(const RecordedOp& max_abs, const RecordedOp& decision, cudaStream_t stream);
-    // Whether recorded_[index .. index + 2] are the last layer's forward, its loss head and the layer's
-    // input gradient in the form head_layer_fusable takes: then the three are one launch
-    // (execute_head_layer, with fused head layers on).
-    bool head_layer_follows(size_t index) const;
-    void execute_head_layer(size_t index, cudaStream_t stream);
     // With L2-resident masters on, sets each recorded fused SGD update's share of masters kept in L2
     // (l2_resident_masters.h) and L2's set-aside for them; before the task is signed, captured or run
     // (cuda_backend_l2_residency.cu).
@@ -254,7 +248,6 @@ private:
     bool grouped_sgd_ = false;
     bool step_folds_ = true;  // begin_step into the loss head, the update decision into the max pass
     bool own_bias_gradient_ = false;              // weight-gradient GEMMs without BGRADB, the bias by our kernel
-    bool fused_head_layer_ = false;               // the last layer's forward and input gradient in the head's launch
     bool l2_resident_masters_ = false;            // fused SGD keeps a share of the masters in L2 (evict last)
     int64_t l2_bytes_ = 0;                        // the device's L2
     int64_t l2_set_aside_max_ = 0;                // the most of it a persisting set-aside may take (0: none)

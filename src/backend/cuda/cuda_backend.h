@@ -32,11 +32,9 @@ void cuda_backend_refuse_fused_runs(Backend& backend, bool refuse);
 // Which path the dense ops were planned on, counted per op issued (an op planned again after a
 // refusal counts twice, and so do the ops after it in its task): the GEMM with its fused epilogue, or
 // the GEMM and the op's own epilogue kernel; the update as the fused SGD kernel, or through the
-// weight-gradient GEMM. As planned, not as run: a last layer's forward and input gradient that the
-// fused head layer then runs in its head's launch stay counted on the paths they were planned on
-// (head_layers_fused counts the launches that took them). The counts noted "per run" are taken as a
-// recorded task runs (its first sighting, eagerly, and its capture; a replay counts none, and a
-// refused capture's pass none beside the eager run after it).
+// weight-gradient GEMM. The counts noted "per run" are taken as a recorded task runs (its first
+// sighting, eagerly, and its capture; a replay counts none, and a refused capture's pass none beside
+// the eager run after it).
 struct CudaOpPaths {
     uint64_t forward_fused = 0, forward_unfused = 0;
     uint64_t forward_small_batch = 0;  // of the fused, on the small-batch kernel
@@ -54,7 +52,6 @@ struct CudaOpPaths {
     uint64_t fused_sgd_grouped = 0;   // fused SGD updates run in a launch with other layers' (per run of a
                                       // recorded task, as begin_steps_folded)
     uint64_t steps_finished_by_update = 0;  // finish_steps taken by the last update launch (likewise)
-    uint64_t head_layers_fused = 0;  // last layers' forward and input gradient run in their head's launch (likewise)
     uint64_t fused_sgd_masters_in_l2 = 0;  // fused SGD updates issued with a share of their masters kept in L2
                                            // (per step, as fused_sgd)
 };
@@ -97,11 +94,6 @@ void cuda_backend_set_step_folds(Backend& backend, bool enabled);
 // backend's column-sum kernel (cuda_bias_gradient.cuh; default off until a GPU has measured it;
 // MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1 turns it on). Plans made after the call follow it.
 void cuda_backend_set_own_bias_gradient(Backend& backend, bool enabled);
-// A recorded step's last layer (linear, at most 16 padded outputs, fp32 logits) at batches of at most
-// 256 rows, its buffers apart (head_layer_case.h): its forward and its input gradient run in the loss
-// head's launch (cuda_loss_head.cuh; default off until a GPU has measured it;
-// MPTRAIN_CUDA_FUSED_HEAD_LAYER=1 turns it on).
-void cuda_backend_set_fused_head_layer(Backend& backend, bool enabled);
 // A recorded step's fused SGD updates keep their smallest layers' fp32 masters in L2 (evict-last
 // loads and stores, and L2's persisting set-aside sized for them; l2_resident_masters.h): default off
 // until a GPU has measured it; MPTRAIN_CUDA_L2_RESIDENT_MASTERS=1 turns it on. On only where the

@@ -27,7 +27,6 @@ void CudaBackend::describe(JsonWriter& out) const {
     out.key("grouped_sgd").boolean(grouped_sgd_);
     out.key("step_folds").boolean(step_folds_);
     out.key("own_bias_gradient").boolean(own_bias_gradient_);
-    out.key("fused_head_layer").boolean(fused_head_layer_);
     out.key("l2_resident_masters").boolean(l2_resident_masters_);
     out.end_object();
 
@@ -70,7 +69,6 @@ void CudaBackend::describe(JsonWriter& out) const {
     out.key("dependent_launches").unsigned_integer(ops.dependent_launches);
     out.key("fused_sgd_grouped").unsigned_integer(ops.fused_sgd_grouped);
     out.key("steps_finished_by_update").unsigned_integer(ops.steps_finished_by_update);
-    out.key("head_layers_fused").unsigned_integer(ops.head_layers_fused);
     out.key("fused_sgd_masters_in_l2").unsigned_integer(ops.fused_sgd_masters_in_l2);
     out.end_object();
 

@@ -10,7 +10,6 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_fused_sgd.cuh"
 #include "backend/cuda/cuda_launch.cuh"
-#include "backend/cuda/cuda_loss_head.cuh"
 #include "backend/cuda/cuda_max_abs.cuh"
 
 namespace mpt {
@@ -55,23 +54,6 @@ void CudaBackend::execute_max_abs_deciding(const RecordedOp& max_abs, const Reco
     decide.rows = decision.rows;
     run_max_abs(max_abs.max_inputs, static_cast<int>(max_abs.count), max_abs.out, max_abs_scratch_, decide, stream);
     ++op_paths_.max_abs_deciding;
-}
-
-bool CudaBackend::head_layer_follows(size_t index) const {
-    if (index + 2 >= recorded_.size()) return false;
-    const RecordedOp& forward = recorded_[index];
-    const RecordedOp& head = recorded_[index + 1];
-    const RecordedOp& data = recorded_[index + 2];
-    return forward.code == OpCode::dense_forward && head.code == OpCode::loss_head &&
-           data.code == OpCode::backward_data && head_layer_fusable(forward.forward, head.head, data.data);
-}
-
-void CudaBackend::execute_head_layer(size_t index, cudaStream_t stream) {
-    const DependentLaunchScope launches(dependent_launch_ ? &op_paths_.dependent_launches : nullptr);
-    const RecordedOp& head = recorded_[index + 1];
-    run_head_layer(HeadLayerArgs{recorded_[index].forward, recorded_[index + 2].data}, head.head, head_scratch_, stream,
-                   head.starts_step);
-    ++op_paths_.head_layers_fused;
 }
 
 size_t CudaBackend::fused_sgd_run(size_t index) const {
@@ -156,12 +138,6 @@ void CudaBackend::execute_recorded(cudaStream_t stream, bool capturing) {
             ++index;
             continue;
         }
-        // (Not after a refusal: the ops from there on are planned again one by one.)
-        if (fused_head_layer_ && !planning_again && head_layer_follows(index)) {  // no cuBLASLt plan to refuse
-            execute_head_layer(index, stream);
-            index += 2;
-            continue;
-        }
         if (grouped_sgd_ && !planning_again) {
             const size_t layers = fused_sgd_run(index);
             const bool finishes = layers > 0 && finish_follows_updates(index + layers);
@@ -212,7 +188,6 @@ void CudaBackend::end_compute_task() {
     signature_.put(grouped_sgd_);        // and its update kernels with this
     signature_.put(step_folds_);         // and its nodes with this
     signature_.put(own_bias_gradient_);  // and its bias gradients with this
-    signature_.put(fused_head_layer_);   // and its last layer's launches with this
     for (const RecordedOp& op : recorded_) sign(op);
 
     cudaGraphExec_t exec = nullptr;

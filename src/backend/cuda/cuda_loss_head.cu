@@ -297,15 +297,15 @@ __device__ void finish_head(const LossHeadArgs& args, bool starts_step, double l
     }
 }
 
-// The head's rows, its sums and its finish, for the kernels below. kWarps: the block's warps at
-// most (one row per warp at a time). A grid of one block (batches of at most kSingleBlockRows rows,
-// launched with a warp per row) sums its warps' partials itself; a larger grid leaves per-block
-// partials in `scratch` for the last block to finish, which costs a fence, an atomic and a second
-// round of reads through L2 (at batch 32 on an H200 the kernel took 8.4 us for 32 x 10 logits over
-// 4 blocks). Every thread returns from it at the same point.
+// kWarps: the block's warps at most (one row per warp at a time). A grid of one block (batches of
+// at most kSingleBlockRows rows, launched with a warp per row) sums its warps' partials itself; a
+// larger grid leaves per-block partials in `scratch` for the last block to finish, which costs a
+// fence, an atomic and a second round of reads through L2 (at batch 32 on an H200 the kernel took
+// 8.4 us for 32 x 10 logits over 4 blocks).
 template <int kWarps>
-__device__ __forceinline__ void head_rows(const LossHeadArgs& args, HeadCase kind, bool starts_step,
-                                          const LossHeadScratch& scratch) {
+__global__ void __launch_bounds__(kWarps* kWarpSize)
+    loss_head_kernel(const LossHeadArgs args, HeadCase kind, bool starts_step, const LossHeadScratch scratch) {
+    start_after_preceding_kernel();
     __shared__ double warp_loss[kWarps];
     __shared__ long long warp_correct[kWarps], warp_counted[kWarps];
     __shared__ bool last_block;
@@ -385,94 +385,6 @@ __device__ __forceinline__ void head_rows(const LossHeadArgs& args, HeadCase kin
     }
 }
 
-template <int kWarps>
-__global__ void __launch_bounds__(kWarps* kWarpSize)
-    loss_head_kernel(const LossHeadArgs args, HeadCase kind, bool starts_step, const LossHeadScratch scratch) {
-    start_after_preceding_kernel();
-    head_rows<kWarps>(args, kind, starts_step, scratch);
-}
-
-// Outputs of the last layer a lane sums at once: few registers a pass (the kernel has 64 a thread),
-// the row's inputs read once per pass (from L1 after the first).
-constexpr int kHeadLayerOutputsPerPass = 4;
-static_assert(kHeadLayerMaxWidth % kHeadLayerOutputsPerPass == 0, "whole passes");
-
-// The last layer's forward for batch row `row` (a warp's), T its compute dtype: lanes take every 32nd input, each sums
-// its share of the row's at most kHeadLayerMaxWidth dot products in fp32, a butterfly adds the lanes' shares (a fixed
-// order), and lane o adds output o's bias and stores it (0 in the padded columns), as dense_forward's linear output.
-template <typename T>
-__device__ __forceinline__ void forward_head_layer(const DenseForwardArgs& f, int64_t row, int lane) {
-    const int k_count = static_cast<int>(f.in_features);  // at most 2^24 (the model's limit)
-    const int width = static_cast<int>(f.out_features);
-    const T* input = static_cast<const T*>(f.input) + row * k_count;
-    const T* weights = static_cast<const T*>(f.weights);
-    for (int first = 0; first < width; first += kHeadLayerOutputsPerPass) {
-        float sums[kHeadLayerOutputsPerPass] = {};
-        for (int k = lane; k < k_count; k += kWarpSize) {
-            const float a = to_float(input[k]);
-#pragma unroll
-            for (int j = 0; j < kHeadLayerOutputsPerPass; ++j)
-                if (first + j < width) sums[j] += a * to_float(weights[(first + j) * k_count + k]);
-        }
-#pragma unroll
-        for (int j = 0; j < kHeadLayerOutputsPerPass; ++j) {
-            const float sum = warp_sum(sums[j]);  // every lane takes part, past the width too
-            const int o = first + j;
-            if (o < width && lane == j) {
-                const bool valid = o < f.valid_out;
-                const float bias = valid && f.bias ? load_element(f.bias, f.bias_dtype, o) : 0.0f;
-                const float z = valid ? sum + bias : 0.0f;
-                store_element(f.output, f.output_dtype, row * width + o, z);
-            }
-        }
-    }
-}
-
-// The last layer's input gradient for batch row `row` (a warp's), from the logits gradient the head
-// just stored there: lanes take every 32nd input, each the row's at most kHeadLayerMaxWidth products, times the
-// previous layer's activation derivative from its output, rounded to the input gradient's dtype (the
-// CPU's order: the product, then the derivative, then the rounding).
-template <typename T>
-__device__ __forceinline__ void backward_head_layer(const DenseBackwardDataArgs& d, int64_t row, int lane) {
-    const int k_count = static_cast<int>(d.in_features);
-    const int width = static_cast<int>(d.out_features);
-    const T* output_grad = static_cast<const T*>(d.output_grad) + row * width;
-    const T* weights = static_cast<const T*>(d.weights);
-    const T* input = static_cast<const T*>(d.input) + row * k_count;
-    float gradients[kHeadLayerMaxWidth];
-#pragma unroll
-    for (int o = 0; o < kHeadLayerMaxWidth; ++o) gradients[o] = o < width ? to_float(output_grad[o]) : 0.0f;
-    for (int k = lane; k < k_count; k += kWarpSize) {
-        float gradient = 0.0f;
-#pragma unroll
-        for (int o = 0; o < kHeadLayerMaxWidth; ++o)
-            if (o < width) gradient += gradients[o] * to_float(weights[o * k_count + k]);
-        gradient *= activation_derivative_from_output(d.input_activation, to_float(input[k]));
-        store_element(d.input_grad, d.input_grad_dtype, row * k_count + k, gradient);
-    }
-}
-
-// The last layer's forward, the head and the layer's input gradient in one launch
-// (MPTRAIN_CUDA_FUSED_HEAD_LAYER=1), T the layer's compute dtype, kWarps as the head's: three launches
-// and the two boundaries between them fewer at small batches, where each of the three is a few
-// microseconds of latency. Every phase walks the rows as head_rows does, a warp its rows, so each
-// reads only what its own warp stored in the phase before (global writes ordered by __syncwarp).
-template <typename T, int kWarps>
-__global__ void __launch_bounds__(kWarps* kWarpSize)
-    head_layer_kernel(const HeadLayerArgs layer, const LossHeadArgs args, HeadCase kind, bool starts_step,
-                      const LossHeadScratch scratch) {
-    start_after_preceding_kernel();
-    const int lane = static_cast<int>(threadIdx.x) % kWarpSize, warp = static_cast<int>(threadIdx.x) / kWarpSize;
-    const int block_warps = static_cast<int>(blockDim.x) / kWarpSize;
-    const int64_t first_row = static_cast<int64_t>(blockIdx.x) * block_warps + warp;
-    const int64_t warps = static_cast<int64_t>(gridDim.x) * block_warps;
-    for (int64_t row = first_row; row < args.rows; row += warps) forward_head_layer<T>(layer.forward, row, lane);
-    __syncwarp();
-    head_rows<kWarps>(args, kind, starts_step, scratch);  // (returns alike for a block's threads)
-    __syncwarp();
-    for (int64_t row = first_row; row < args.rows; row += warps) backward_head_layer<T>(layer.data, row, lane);
-}
-
 HeadCase head_case(const LossHeadArgs& args) {
     switch (args.loss) {
         case LossKind::sparse_categorical_crossentropy:
@@ -487,21 +399,6 @@ HeadCase head_case(const LossHeadArgs& args) {
         case LossKind::huber: break;
     }
     return HeadCase::regression;
-}
-
-// A launch of head_layer_kernel<T, ...> shaped as run_loss_head shapes the head's.
-template <typename T>
-void launch_head_layer(const HeadLayerArgs& layer, const LossHeadArgs& args, const LossHeadScratch& scratch,
-                       cudaStream_t stream, bool starts_step) {
-    if (args.rows <= kSingleBlockRows) {
-        launch_kernel("head_layer_kernel", head_layer_kernel<T, kSingleBlockRows>, 1,
-                      static_cast<unsigned>(args.rows) * kWarpSize, 0, stream, layer, args, head_case(args),
-                      starts_step, scratch);
-        return;
-    }
-    launch_kernel("head_layer_kernel", head_layer_kernel<T, kWarpsPerBlock>,
-                  grid_for(args.rows, kWarpsPerBlock, kLossHeadMaxBlocks), kBlockThreads, 0, stream, layer, args,
-                  head_case(args), starts_step, scratch);
 }
 
 }  // namespace
@@ -533,25 +430,6 @@ void run_loss_head(const LossHeadArgs& args, const LossHeadScratch& scratch, cud
     const unsigned blocks = grid_for(args.rows, kWarpsPerBlock, kLossHeadMaxBlocks);
     launch_kernel("loss_head_kernel", loss_head_kernel<kWarpsPerBlock>, blocks, kBlockThreads, 0, stream, args,
                   head_case(args), starts_step, scratch);
-}
-
-void run_head_layer(const HeadLayerArgs& layer, const LossHeadArgs& args, const LossHeadScratch& scratch,
-                    cudaStream_t stream, bool starts_step) {
-    require(head_layer_fusable(layer.forward, args, layer.data), MPT_STATUS_INTERNAL,
-            "cuda backend: the fused head layer called outside its case");
-    require(!starts_step || args.state, MPT_STATUS_INTERNAL,
-            "cuda backend: a loss head that starts a step needs its state");
-    switch (layer.forward.compute_dtype) {
-        case DType::bf16:
-            launch_head_layer<__nv_bfloat16>(layer, args, scratch, stream, starts_step);
-            return;
-        case DType::fp16:
-            launch_head_layer<__half>(layer, args, scratch, stream, starts_step);
-            return;
-        case DType::fp32:
-            break;
-    }
-    launch_head_layer<float>(layer, args, scratch, stream, starts_step);
 }
 
 }  // namespace mpt

@@ -9,7 +9,6 @@
 #include <cstdint>
 
 #include "backend/backend.h"
-#include "backend/cuda/head_layer_case.h"
 
 namespace mpt {
 
@@ -27,16 +26,5 @@ void validate_loss_head(const LossHeadArgs& args);
 // args.state), so it ends 1 for a non-finite loss and 0 otherwise.
 void run_loss_head(const LossHeadArgs& args, const LossHeadScratch& scratch, cudaStream_t stream,
                    bool starts_step = false);
-
-// The last dense layer's forward and input gradient around its loss head, in the head's launch
-// (MPTRAIN_CUDA_FUSED_HEAD_LAYER=1, CudaBackend::execute_recorded), where head_layer_fusable
-// (head_layer_case.h) holds: the same arithmetic as the separate ops up to the order of the dot
-// products' sums.
-struct HeadLayerArgs {
-    DenseForwardArgs forward;    // writes the head's logits
-    DenseBackwardDataArgs data;  // reads the head's logits gradient
-};
-void run_head_layer(const HeadLayerArgs& layer, const LossHeadArgs& args, const LossHeadScratch& scratch,
-                    cudaStream_t stream, bool starts_step);
 
 }  // namespace mpt
