@@ -303,7 +303,7 @@ __device__ void finish_head(const LossHeadArgs& args, bool starts_step, double l
 // fence, an atomic and a second round of reads through L2 (at batch 32 on an H200 the kernel took
 // 8.4 us for 32 x 10 logits over 4 blocks).
 template <int kWarps>
-__global__ void __launch_bounds__(kWarps* kWarpSize)
+__global__ void __launch_bounds__(kWarps * kWarpSize)
     loss_head_kernel(const LossHeadArgs args, HeadCase kind, bool starts_step, const LossHeadScratch scratch) {
     start_after_preceding_kernel();
     __shared__ double warp_loss[kWarps];
