@@ -306,21 +306,17 @@ room_for_switch_stage() {  # room_for_switch_stage <name>: a switch stage of abo
 }
 if [ -x "$bench" ]; then
     stage "switched-off paths (mptrain-bench --backend cuda under each switch)"
-    # Batch 32's step on the backend's kernels alone: both small-batch kernels, the tensor-core SGD
-    # grouped, dependent launch.
-    MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 MPTRAIN_CUDA_TENSOR_CORE_SGD=1 \
+    # Batch 32's step on the backend's kernels alone: both small-batch kernels, fused SGD grouped,
+    # dependent launch.
+    MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 \
         MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 bench_run 60 all_switches --precision mixed-bf16 --batch 32
     # Past batch 32's kernels: every switch that acts at batch 256 or 4096 at once (not the GEMM
     # autotuning, timed last), so that the candidate choice has a combined set to weigh there too.
     # K kept whole by the small-outputs rule rather than everywhere: the large GEMMs the same, the
     # small ones split as the default splits them, which is what a default could keep at batch 32.
     room_for_switch_stage all_switches_large &&
-        MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1 MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1 MPTRAIN_CUDA_TENSOR_CORE_SGD=1 MPTRAIN_CUDA_GROUPED_SGD=1 \
+        MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1 MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1 MPTRAIN_CUDA_GROUPED_SGD=1 \
             MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 bench_run 60 all_switches_large --precision mixed-bf16 --batch 256,4096 --steps 50
-    # The fused SGD kernel's tiles on the tensor cores, against the small stage: at batch 32 the
-    # CUDA-core kernel's, at 256 (which only the tensor-core kernel fuses) GEMM then update.
-    room_for_switch_stage tensor_core_sgd &&
-        MPTRAIN_CUDA_TENSOR_CORE_SGD=1 bench_run 60 tensor_core_sgd --precision mixed-fp16,mixed-bf16 --batch 32,256
     # cuBLASLt never splitting K: where it did, the bias/ReLU epilogue ran as a separate pass (two
     # of 40 us each at batch 4096 on an H200, 2026-12-04) and split-K's reduction as another.
     room_for_switch_stage unsplit && MPTRAIN_CUDA_SPLIT_K=0 bench_run 90 unsplit --precision mixed-bf16 --batch 32,256,4096 --steps 50
@@ -338,7 +334,7 @@ if [ -x "$bench" ]; then
     # stages alone of the switches the combined sets hold (the L2 switch is in no other stage: left
     # out for time, it is simply not chosen).
     room_for_switch_stage all_switches_l2 &&
-        MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 MPTRAIN_CUDA_TENSOR_CORE_SGD=1 \
+        MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 \
             MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_L2_RESIDENT_MASTERS=1 \
             bench_run 60 all_switches_l2 --precision mixed-bf16 --batch 32
     # And alone, right after (batch 32, CUDA cores: the update's DRAM bytes from 10 a weight to what the
@@ -357,14 +353,7 @@ if [ -x "$bench" ]; then
     # of the switches alone: all_switches_large has it, and the choice needs it alone only to drop it.
     room_for_switch_stage split_k_small_outputs && MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1 \
         bench_run 60 split_k_small_outputs --precision mixed-bf16 --batch 256,4096 --steps 50
-    # Then the pairs: grouping on tensor cores (batch 32 and 256), both small-batch kernels with the
-    # tensor-core SGD, and both alone.
-    room_for_switch_stage grouped_tensor_core_sgd &&
-        MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_TENSOR_CORE_SGD=1 bench_run 60 grouped_tensor_core_sgd \
-            --precision mixed-bf16 --batch 32,256
-    room_for_switch_stage small_batch_tensor_cores &&
-        MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 MPTRAIN_CUDA_TENSOR_CORE_SGD=1 \
-            bench_run 60 small_batch_tensor_cores --precision mixed-fp16,mixed-bf16 --batch 32
+    # Then both small-batch kernels together.
     room_for_switch_stage small_batch &&
         MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 \
             bench_run 60 small_batch --precision mixed-bf16 --batch 32
@@ -537,7 +526,7 @@ run_memcheck() {
 }
 
 # Shared-memory races and barrier misuse in the kernels that stage tiles or partial sums in shared
-# memory (fused SGD on CUDA and tensor cores, one layer and grouped; the small-batch kernels; the
+# memory (fused SGD, one layer and grouped; the small-batch kernels; the
 # bias-gradient, loss head and max kernels), which the op comparisons may pass by luck: the switched-
 # off ones are the candidate defaults. compute-sanitizer's racecheck and synccheck over their op
 # comparisons, after memcheck (whose probe said whether the sanitizer attaches here; a memcheck cut
@@ -557,10 +546,10 @@ run_shared_memory_checks() {
         # (Doctest's filter: commas separate patterns, so the names are matched by words without one.)
         # cuBLASLt's own kernels run unchecked: on an H200 (2026-12-05) racecheck reported hazards
         # inside an nvjet GEMM kernel (NVIDIA's shared memory, none of ours), and checking cuBLASLt's
-        # kernels used up the stage's 60 s before the tensor-core SGD case ended.
+        # kernels used up the stage's 60 s before the op cases ended.
         limited 60 env MPTRAIN_REQUIRE_GPU=1 "$sanitizer" --tool "$tool" --error-exitcode 9 \
             --kernel-name-exclude 'regex=nvjet|cublas|globalKernel' "$BUILD/bin/test_cuda_ops" \
-            --test-case='*tensor cores*,*small-batch kernel*,*several layers*,*every optimizer*,*bias gradients from*,*loss head*,*max_abs*' \
+            --test-case='*small-batch kernel*,*several layers*,*every optimizer*,*bias gradients from*,*loss head*,*max_abs*' \
             >"$WORK/$tool.log" 2>&1
         check_status=$?
         tail -12 "$WORK/$tool.log"

@@ -12,10 +12,9 @@
 # inner timeout runs its ncu in a process group of its own).
 # PROFILE_SETTINGS="VAR=value ..." profiles the batches' steps under those settings (the device check
 # passes the candidate defaults it chose: the step a session would commit); the tables' titles say so.
-# Last, the fused SGD kernel's warp states at batch 32 (stall reasons, issue rate, occupancy), and
-# those of its tensor-core variant with its time and DRAM bytes, the small-batch kernels', and the
-# tensor-core variant's DRAM bytes with the masters kept in L2 (step graphs on: the one section that
-# profiles them, since that switch acts in recorded steps only).
+# Last, the fused SGD kernel's warp states at batch 32 (stall reasons, issue rate, occupancy), the
+# small-batch kernels', and the fused SGD kernel's DRAM bytes with the masters kept in L2 (step graphs
+# on: the one section that profiles them, since that switch acts in recorded steps only).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=$1
@@ -85,17 +84,6 @@ MPTRAIN_CUDA_GRAPHS=0 capped 60 "$ncu" --clock-control none --cache-control none
 fused_status=$?
 { echo; echo "fused SGD at batch 32, warp states (ncu exit status $fused_status):"
   grep -vE '^(mptrain|device|backend|cpu|cuda) ' "$WORK/ncu_fused_sgd.txt" | grep -E '^ |fused_sgd' | head -150; } >>"$OUT_FILE"
-# The same for the kernel that computes fused SGD's tiles on the tensor cores
-# (MPTRAIN_CUDA_TENSOR_CORE_SGD=1), with its time and DRAM traffic: bench/NOTES.md predicts it
-# memory-bound (35-45 us a step).
-MPTRAIN_CUDA_TENSOR_CORE_SGD=1 MPTRAIN_CUDA_GRAPHS=0 capped 60 "$ncu" --clock-control none --cache-control none \
-    --kernel-name regex:fused_sgd_tensor_core_kernel --launch-skip 40 --launch-count 3 \
-    --metrics "$metrics" --section WarpStateStats --section SchedulerStats --section Occupancy \
-    "$BUILD/bin/mptrain-bench" --backend cuda --precision mixed-bf16 --batch 32 --steps 12 --repeats 1 \
-    >"$WORK/ncu_fused_sgd_tc.txt" 2>&1
-tensor_status=$?
-{ echo; echo "fused SGD on tensor cores at batch 32 (ncu exit status $tensor_status):"
-  grep -vE '^(mptrain|device|backend|cpu|cuda) ' "$WORK/ncu_fused_sgd_tc.txt" | grep -E '^ |fused_sgd' | head -150; } >>"$OUT_FILE"
 # The small-batch kernels (MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1, _BACKWARD=1) at batch 32, one step's
 # three forward and two backward-data launches: bench/NOTES.md predicts 10-13 us a step for the
 # forward against cuBLASLt's 30.
@@ -108,20 +96,20 @@ MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 MPTRAIN_C
 forward_status=$?
 { echo; echo "small-batch kernels at batch 32 (ncu exit status $forward_status):"
   grep -vE '^(mptrain|device|backend|cpu|cuda) ' "$WORK/ncu_small_batch_forward.txt" | grep -E '^ |small_batch' | head -120; } >>"$OUT_FILE"
-# The tensor-core fused SGD, grouped, with the smaller layers' masters kept in L2
+# The fused SGD kernel, grouped, with the smaller layers' masters kept in L2
 # (MPTRAIN_CUDA_L2_RESIDENT_MASTERS=1) and without: the shares are chosen per recorded task, so both
 # run with the step graphs on (ncu profiles a graph's kernel nodes one by one), and with DRAM bytes and
 # time only (one pass: a replay's save and restore of memory between passes would disturb L2). One
 # launch a step updates the three layers: bench/NOTES.md predicts about 94 MB a launch kept, 122 not.
 for kept in 0 1; do
-    MPTRAIN_CUDA_TENSOR_CORE_SGD=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_L2_RESIDENT_MASTERS=$kept \
+    MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_L2_RESIDENT_MASTERS=$kept \
         capped 40 "$ncu" --clock-control none --cache-control none \
-        --kernel-name regex:fused_sgd_tensor_core_kernel --launch-skip 20 --launch-count 2 \
+        --kernel-name regex:fused_sgd_kernel --launch-skip 20 --launch-count 2 \
         --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
         "$BUILD/bin/mptrain-bench" --backend cuda --precision mixed-bf16 --batch 32 --steps 12 --repeats 1 \
         >"$WORK/ncu_fused_sgd_l2_$kept.txt" 2>&1
     kept_status=$?
-    { echo; echo "fused SGD on tensor cores, grouped, graphs on, batch 32, MPTRAIN_CUDA_L2_RESIDENT_MASTERS=$kept (ncu exit status $kept_status):"
+    { echo; echo "fused SGD, grouped, graphs on, batch 32, MPTRAIN_CUDA_L2_RESIDENT_MASTERS=$kept (ncu exit status $kept_status):"
       grep -vE '^(mptrain|device|backend|cpu|cuda) ' "$WORK/ncu_fused_sgd_l2_$kept.txt" | grep -E '^ |fused_sgd' | head -30; } >>"$OUT_FILE"
 done
 cat "$OUT_FILE"

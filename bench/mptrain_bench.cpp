@@ -75,7 +75,6 @@ struct Record {
     int frozen;
     bool standardized;
     bool split_k;  // false under MPTRAIN_CUDA_SPLIT_K=0 (cuBLASLt never splits K)
-    bool tensor_core_sgd;  // MPTRAIN_CUDA_TENSOR_CORE_SGD=1: fused SGD's tiles on the tensor cores
     bool gemm_autotune;    // MPTRAIN_CUDA_GEMM_AUTOTUNE=1: cuBLASLt's algorithms chosen by timing
     bool small_batch_forward;   // MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1: forward layers of <= 64 rows on one kernel each
     bool small_batch_backward;  // MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1: their input gradients likewise
@@ -452,7 +451,6 @@ Record run_one(const Options& options, const std::string& precision_text, int64_
     record.hidden = options.hidden;
     record.standardized = options.standardized;
     record.split_k = !environment_is("MPTRAIN_CUDA_SPLIT_K", "0");
-    record.tensor_core_sgd = environment_is("MPTRAIN_CUDA_TENSOR_CORE_SGD", "1");
     record.gemm_autotune = environment_is("MPTRAIN_CUDA_GEMM_AUTOTUNE", "1");
     record.small_batch_forward = environment_is("MPTRAIN_CUDA_SMALL_BATCH_FORWARD", "1");
     record.small_batch_backward = environment_is("MPTRAIN_CUDA_SMALL_BATCH_BACKWARD", "1");
@@ -556,7 +554,7 @@ void write_json(const std::string& path, const std::vector<Record>& records) {
                      "\"lr_schedule\": \"%s\", \"global_clipnorm\": %g, \"ema_momentum\": %g, \"dropout\": %g, "
                      "\"weight_decay\": %g, \"optimizer\": \"%s\", \"momentum\": %g, \"centered\": %s, "
                      "\"micro_batch\": %lld, \"frozen_layers\": %d, \"standardized\": %s, \"split_k\": %s, "
-                     "\"tensor_core_sgd\": %s, \"gemm_autotune\": %s, \"small_batch_forward\": %s, \"small_batch_backward\": %s, "
+                     "\"gemm_autotune\": %s, \"small_batch_forward\": %s, \"small_batch_backward\": %s, "
                      "\"dependent_launch\": %s, \"grouped_sgd\": %s, \"own_bias_gradient\": %s, "
                      "\"split_k_small_outputs\": %s, \"l2_resident_masters\": %s, ",
                      hidden.c_str(), r.backend.c_str(), r.precision.c_str(), r.resolved.c_str(), static_cast<long long>(r.batch),
@@ -566,7 +564,7 @@ void write_json(const std::string& path, const std::vector<Record>& records) {
                      static_cast<double>(r.weight_decay), r.optimizer.c_str(), static_cast<double>(r.momentum),
                      r.centered ? "true" : "false", static_cast<long long>(r.micro_batch), r.frozen,
                      r.standardized ? "true" : "false", r.split_k ? "true" : "false",
-                     r.tensor_core_sgd ? "true" : "false", r.gemm_autotune ? "true" : "false",
+                     r.gemm_autotune ? "true" : "false",
                      r.small_batch_forward ? "true" : "false", r.small_batch_backward ? "true" : "false",
                      r.dependent_launch ? "true" : "false", r.grouped_sgd ? "true" : "false",
                      r.own_bias_gradient ? "true" : "false", r.split_k_small_outputs ? "true" : "false",

@@ -1,8 +1,7 @@
 // The PTX ISA's fragment layout for mma.m16n8k16 with .f16/.bf16 operands and .f32 accumulators
 // (section "Matrix Fragments for mma.m16n8k16 with floating point type"), written out in the ISA's
 // own terms, and one warp's mma emulated on the host by it: the reference the CPU tests of the
-// hand-written tensor-core kernels check their layouts against (test_fused_sgd_mma_layout.cpp,
-// test_small_batch_mma_layout.cpp).
+// hand-written tensor-core kernels check their layouts against (test_small_batch_mma_layout.cpp).
 #pragma once
 
 #include <vector>

@@ -19,9 +19,9 @@ import summary  # noqa: E402
 
 SWITCHES_TOGETHER_CASE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "test_cuda_switches_together.cpp")
 
-DEFAULT_FIELDS = {"split_k": True, "tensor_core_sgd": False, "gemm_autotune": False, "small_batch_forward": False,
-                  "small_batch_backward": False, "dependent_launch": False, "grouped_sgd": False,
-                  "own_bias_gradient": False, "split_k_small_outputs": False, "l2_resident_masters": False}
+DEFAULT_FIELDS = {"split_k": True, "gemm_autotune": False, "small_batch_forward": False, "small_batch_backward": False,
+                  "dependent_launch": False, "grouped_sgd": False, "own_bias_gradient": False,
+                  "split_k_small_outputs": False, "l2_resident_masters": False}
 
 
 H200 = "cuda:0 (NVIDIA H200, compute capability 9.0, 143771 MiB)"
@@ -87,15 +87,15 @@ class BestSwitches(unittest.TestCase):
     def seed_stages(self):
         """The default step at three batches, and switch stages as the device check times them."""
         return [record(32, 129), record(256, 177), record(4096, 576),
-                record(32, 100, tensor_core_sgd=True), record(256, 140, tensor_core_sgd=True),
-                record(32, 95, tensor_core_sgd=True, grouped_sgd=True, small_batch_forward=True,
+                record(32, 100, dependent_launch=True), record(256, 140, dependent_launch=True),
+                record(32, 95, dependent_launch=True, grouped_sgd=True, small_batch_forward=True,
                        small_batch_backward=True),
                 record(4096, 500, split_k=False), record(32, 131, split_k=False), record(256, 176, split_k=False)]
 
     def test_the_fastest_set_at_each_batch_and_their_union(self):
         settings, why = self.choose(*self.seed_stages())
-        self.assertEqual(settings, "MPTRAIN_CUDA_TENSOR_CORE_SGD=1 MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 "
-                                   "MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_SPLIT_K=0")
+        self.assertEqual(settings, "MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 "
+                                   "MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_SPLIT_K=0")
         self.assertIn("batch 4096: fastest split_k_off", why)
 
     def unsplit_slower_at_batch_32(self):
@@ -105,8 +105,8 @@ class BestSwitches(unittest.TestCase):
 
     def test_split_k_off_slower_somewhere_gives_way_to_the_small_outputs_rule(self):
         settings, why = self.choose(*self.unsplit_slower_at_batch_32())
-        self.assertEqual(settings, "MPTRAIN_CUDA_TENSOR_CORE_SGD=1 MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 "
-                                   "MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 MPTRAIN_CUDA_GROUPED_SGD=1 "
+        self.assertEqual(settings, "MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 "
+                                   "MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 "
                                    "MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1")
         self.assertIn("split_k_off: dropped, alone it took 1.09x", why)
         self.assertIn("split_k_small_outputs: in split_k_off's place", why)
@@ -136,29 +136,28 @@ class BestSwitches(unittest.TestCase):
 
     def test_split_k_off_kept_leaves_the_rule_it_overrides_out(self):
         stages = self.seed_stages() + [
-            record(256, 120, split_k_small_outputs=True, tensor_core_sgd=True, grouped_sgd=True, own_bias_gradient=True)]
+            record(256, 120, split_k_small_outputs=True, dependent_launch=True, grouped_sgd=True, own_bias_gradient=True)]
         settings, why = self.choose(*stages)
         self.assertIn("MPTRAIN_CUDA_SPLIT_K=0", settings)
         self.assertNotIn("SMALL_OUTPUTS", settings)
         self.assertIn("split_k_small_outputs: dropped, split_k_off (kept)", why)
 
     def test_a_switch_whose_path_did_not_run_takes_no_credit_for_its_sets_time(self):
-        # At batch 4096 the combined large set wins, but the tensor-core SGD's path never ran there
-        # (fused SGD takes at most 256 rows); at batch 32, where it runs, it was no faster: it is not
-        # chosen.
-        ran = {"bias_gradient_own": 6, "fused_sgd_tensor_cores": 0}
+        # At batch 4096 the combined large set wins, but grouped SGD's path never ran there (fused SGD
+        # takes at most 64 rows); at batch 32, where it runs, it was no faster: it is not chosen.
+        ran = {"bias_gradient_own": 6, "fused_sgd_grouped": 0, "steps_finished_by_update": 0}
         settings, why = self.choose(
             record(32, 129, ops={}), record(4096, 576, ops={}),
-            record(4096, 520, own_bias_gradient=True, tensor_core_sgd=True, ops=ran),
-            record(32, 128.5, tensor_core_sgd=True, ops={"fused_sgd_tensor_cores": 40}))
+            record(4096, 520, own_bias_gradient=True, grouped_sgd=True, ops=ran),
+            record(32, 128.5, grouped_sgd=True, ops={"fused_sgd_grouped": 40, "steps_finished_by_update": 40}))
         self.assertEqual(settings, "MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1")
-        self.assertIn("no credit to tensor_core_sgd, whose paths did not run there", why)
+        self.assertIn("no credit to grouped_sgd, whose paths did not run there", why)
         # Counted where it ran, it is chosen with the set.
         settings, _ = self.choose(
             record(32, 129, ops={}), record(4096, 576, ops={}),
-            record(4096, 520, own_bias_gradient=True, tensor_core_sgd=True,
-                   ops={"bias_gradient_own": 6, "fused_sgd_tensor_cores": 12}))
-        self.assertEqual(settings, "MPTRAIN_CUDA_TENSOR_CORE_SGD=1 MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1")
+            record(4096, 520, own_bias_gradient=True, grouped_sgd=True,
+                   ops={"bias_gradient_own": 6, "fused_sgd_grouped": 12}))
+        self.assertEqual(settings, "MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1")
 
     def test_a_faster_set_whose_paths_did_not_run_hides_no_set_that_ran(self):
         # At batch 4096 a set of idle switches is fastest by noise; the fastest set that ran wins there.
@@ -195,16 +194,16 @@ class BestSwitches(unittest.TestCase):
         stages = self.seed_stages() + [record(256, 190, grouped_sgd=True)]
         settings, why = self.choose(*stages)
         self.assertNotIn("GROUPED_SGD", settings)
-        self.assertIn("TENSOR_CORE_SGD", settings)
+        self.assertIn("DEPENDENT_LAUNCH", settings)
         self.assertIn("grouped_sgd: dropped", why)
 
     def test_a_switch_whose_gpu_test_failed_is_left_out(self):
-        self.write_log("MPTRAIN_CUDA_GROUPED_SGD=1 trains exactly as the default does, on CUDA cores and on tensor cores")
+        self.write_log("MPTRAIN_CUDA_GROUPED_SGD=1 trains exactly as the default does")
         settings, why = self.choose(*self.seed_stages())
         self.assertNotIn("GROUPED_SGD", settings)
-        self.assertNotIn("TENSOR_CORE_SGD", settings)  # the case names the tensor cores too
+        self.assertIn("MPTRAIN_CUDA_DEPENDENT_LAUNCH=1", settings)
         self.assertIn("MPTRAIN_CUDA_SPLIT_K=0", settings)
-        self.assertIn("their GPU tests failed: grouped_sgd, tensor_core_sgd", why)
+        self.assertIn("their GPU tests failed: grouped_sgd", why)
 
     def test_a_failing_case_of_the_default_paths_chooses_nothing(self):
         self.write_log("CUDA dense_update matches the CPU for every optimizer and skips a non-finite step")
@@ -224,7 +223,7 @@ class BestSwitches(unittest.TestCase):
         # (The choice is the candidate's own run of that case to confirm, under its settings.)
         self.write_log("the CUDA switches set on together train as with all of them off")
         settings, why = self.choose(*self.seed_stages())
-        self.assertIn("MPTRAIN_CUDA_TENSOR_CORE_SGD=1", settings)
+        self.assertIn("MPTRAIN_CUDA_DEPENDENT_LAUNCH=1", settings)
         self.assertIn("every switch on together failed its GPU test", why)
         self.assertNotIn("default paths failed", why)
         # Its program cut off by ctest's timeout, or crashed, without a failing case named.
@@ -232,7 +231,7 @@ class BestSwitches(unittest.TestCase):
         with open(self.log, "a") as f:
             f.write("The following tests FAILED:\n\t  3 - cuda_switches_together (Timeout)\n")
         settings, why = self.choose(*self.seed_stages())
-        self.assertIn("MPTRAIN_CUDA_TENSOR_CORE_SGD=1", settings)
+        self.assertIn("MPTRAIN_CUDA_DEPENDENT_LAUNCH=1", settings)
         self.assertIn("every switch on together failed its GPU test", why)
         # Beside a failing case of the default paths, nothing is chosen all the same.
         self.write_log("the CUDA switches set on together train as with all of them off",
@@ -256,13 +255,13 @@ class BestSwitches(unittest.TestCase):
         self.assertIn("grouped_sgd: dropped, alone it took 1.07x", why)
 
     def test_a_slower_set_that_holds_a_switch_does_not_drop_it(self):
-        settings, _ = self.choose(record(32, 129), record(256, 177), record(32, 100, tensor_core_sgd=True),
-                                  record(256, 150, tensor_core_sgd=True),
-                                  record(256, 190, tensor_core_sgd=True, grouped_sgd=True))
-        self.assertEqual(settings, "MPTRAIN_CUDA_TENSOR_CORE_SGD=1")
+        settings, _ = self.choose(record(32, 129), record(256, 177), record(32, 100, dependent_launch=True),
+                                  record(256, 150, dependent_launch=True),
+                                  record(256, 190, dependent_launch=True, grouped_sgd=True))
+        self.assertEqual(settings, "MPTRAIN_CUDA_DEPENDENT_LAUNCH=1")
 
     def test_a_default_step_with_a_refused_graph_is_no_baseline(self):
-        settings, why = self.choose(record(32, 500, refusals=3), record(32, 100, tensor_core_sgd=True))
+        settings, why = self.choose(record(32, 500, refusals=3), record(32, 100, dependent_launch=True))
         self.assertEqual(settings, "")
         self.assertIn("no default mixed-bf16 step timed without a caveat", why)
 
@@ -271,7 +270,7 @@ class BestSwitches(unittest.TestCase):
         self.assertEqual(self.choose(*self.seed_stages())[0], "")
 
     def test_records_with_a_refused_graph_or_of_other_steps_do_not_count(self):
-        refused = record(32, 60, refusals=1, tensor_core_sgd=True)
+        refused = record(32, 60, refusals=1, small_batch_forward=True)
         adam = dict(record(32, 50, dependent_launch=True), optimizer="adam")
         narrow = dict(record(32, 40, grouped_sgd=True), hidden=[64, 64])
         fp16 = record(32, 45, precision="mixed-fp16", own_bias_gradient=True)
@@ -279,13 +278,13 @@ class BestSwitches(unittest.TestCase):
         self.assertEqual(settings, "")
 
     def test_report_compares_the_candidate_records_with_the_defaults_and_the_targets(self):
-        candidate = dict(tensor_core_sgd=True, grouped_sgd=True)
+        candidate = dict(dependent_launch=True, grouped_sgd=True)
         path = self.records(record(32, 129), record(32, 200, precision="fp32"), record(4096, 576),
                             record(32, 68, **candidate), record(32, 150, precision="fp32", **candidate),
                             record(4096, 590, **candidate))
         output = io.StringIO()
         with contextlib.redirect_stdout(output):
-            best_switches.report("MPTRAIN_CUDA_TENSOR_CORE_SGD=1 MPTRAIN_CUDA_GROUPED_SGD=1", [path])
+            best_switches.report("MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1", [path])
         lines = output.getvalue().splitlines()
         self.assertIn("batch 32: fp32 150 (0.75x default), mixed-bf16 68 (0.53x default) us/step; target 70 met; "
                       "mixed-bf16 < fp32 yes", lines[1])
@@ -295,10 +294,10 @@ class BestSwitches(unittest.TestCase):
         h100 = "cuda:0 (NVIDIA H100 80GB HBM3, compute capability 9.0, 81079 MiB)"
         gh200 = "cuda:0 (NVIDIA GH200 480GB, compute capability 9.0, 97871 MiB)"
         for device, note in ((H200, False), (h100, True), (gh200, True)):
-            path = self.records(record(32, 129, device=device), record(32, 68, device=device, tensor_core_sgd=True))
+            path = self.records(record(32, 129, device=device), record(32, 68, device=device, grouped_sgd=True))
             output = io.StringIO()
             with contextlib.redirect_stdout(output):
-                best_switches.report("MPTRAIN_CUDA_TENSOR_CORE_SGD=1", [path])
+                best_switches.report("MPTRAIN_CUDA_GROUPED_SGD=1", [path])
             said = "targets: issue 3's are an H200's; these steps ran on " + device in output.getvalue()
             self.assertEqual(said, note, output.getvalue())
             self.assertIn("target 70 met", output.getvalue())
@@ -312,16 +311,16 @@ class BestSwitches(unittest.TestCase):
 
     def test_report_takes_the_candidate_stages_records_over_a_switch_stage_that_timed_the_same_set(self):
         names = {}
-        for name, items in (("mptrain_candidate.json", [record(32, 90, tensor_core_sgd=True)]),
+        for name, items in (("mptrain_candidate.json", [record(32, 90, grouped_sgd=True)]),
                             ("mptrain_small.json", [record(32, 129)]),
-                            ("mptrain_tensor_core_sgd.json", [record(32, 100, tensor_core_sgd=True)])):
+                            ("mptrain_grouped_sgd.json", [record(32, 100, grouped_sgd=True)])):
             names[name] = os.path.join(self.folder.name, name)
             with open(names[name], "w") as f:
                 json.dump(items, f)
         for order in (sorted(names.values()), sorted(names.values(), reverse=True)):
             output = io.StringIO()
             with contextlib.redirect_stdout(output):
-                best_switches.report("MPTRAIN_CUDA_TENSOR_CORE_SGD=1", order)
+                best_switches.report("MPTRAIN_CUDA_GROUPED_SGD=1", order)
             self.assertIn("batch 32: mixed-bf16 90 (0.70x default)", output.getvalue())
 
 

@@ -137,13 +137,12 @@ std::shared_ptr<Context> cuda_context_under(const char* variable, const char* va
 }
 
 // A CUDA context on cuBLASLt's GEMMs and epilogues for every shape the trainer plans, whatever the
-// defaults of the switches that hand some of them to the backend's own kernels (the tensor-core SGD,
-// the small-batch kernels, the backend's bias gradients): what the cuBLASLt cases are about. The
+// defaults of the switches that hand some of them to the backend's own kernels (the small-batch
+// kernels, the backend's bias gradients): what the cuBLASLt cases are about. The
 // switch cases below likewise compare with contexts that have their switch off by name, not with the
 // defaults, so that a switch a device check finds faster can become a default without these cases
 // changing.
 std::shared_ptr<Context> cublaslt_context() {
-    const EnvironmentSetting tensor_cores("MPTRAIN_CUDA_TENSOR_CORE_SGD", "0");
     const EnvironmentSetting forward("MPTRAIN_CUDA_SMALL_BATCH_FORWARD", "0");
     const EnvironmentSetting backward("MPTRAIN_CUDA_SMALL_BATCH_BACKWARD", "0");
     return cuda_context_under("MPTRAIN_CUDA_OWN_BIAS_GRADIENT", "0");
@@ -386,11 +385,11 @@ TEST_CASE("MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1 keeps the large GEMMs whole and 
 }
 
 // MPTRAIN_CUDA_L2_RESIDENT_MASTERS=1: the fused SGD kernels load and store a share of each layer's
-// masters with L2's evict-last priority, under a persisting set-aside sized for them. Cache hints move
-// no arithmetic, so every run trains to the default's loss bit for bit: the seed MLP at batch 32 on
-// CUDA cores (on an H200 its last two layers' masters whole and a sixteenth of the first's, under
-// l2_resident_masters.h's budget), the small MLP's layers grouped on the tensor cores at batch 128,
-// and fp32. The set-aside the backend raised is back as it found it once the contexts are gone.
+// masters with L2's evict-last priority, under a persisting set-aside sized for them. Cache hints
+// move no arithmetic, so every run trains to the default's loss bit for bit: the seed MLP at batch
+// 32 on CUDA cores (on an H200 its last two layers' masters whole and a sixteenth of the first's,
+// under l2_resident_masters.h's budget), and fp32 grouped. The set-aside the backend raised is back
+// as it found it once the contexts are gone.
 TEST_CASE("MPTRAIN_CUDA_L2_RESIDENT_MASTERS=1 trains exactly as the default does") {
     SKIP_WITHOUT_GPU();
     size_t set_aside_before = 0;
@@ -415,17 +414,6 @@ TEST_CASE("MPTRAIN_CUDA_L2_RESIDENT_MASTERS=1 trains exactly as the default does
         CHECK(cuda_backend_op_paths(streamed->backend()).fused_sgd_masters_in_l2 == 0);
 
         const EnvironmentSetting grouped("MPTRAIN_CUDA_GROUPED_SGD", "1");
-        auto tensor_cores = cuda_context_under("MPTRAIN_CUDA_L2_RESIDENT_MASTERS", "1");
-        auto tensor_cores_streamed = cuda_context_under("MPTRAIN_CUDA_L2_RESIDENT_MASTERS", "0");
-        for (Backend* backend : {&tensor_cores->backend(), &tensor_cores_streamed->backend()})
-            if (!mpt::testing::turn_on_tensor_core_path(*backend, cuda_backend_set_tensor_core_sgd,
-                                                        "tensor-core fused SGD"))
-                return;
-        CHECK(train_two_bf16_epochs(tensor_cores, 73, LrSchedule{}, 128) ==
-              train_two_bf16_epochs(tensor_cores_streamed, 73, LrSchedule{}, 128));
-        CHECK(cuda_backend_op_paths(tensor_cores->backend()).fused_sgd_tensor_cores > 0);
-        CHECK(cuda_backend_op_paths(tensor_cores->backend()).fused_sgd_masters_in_l2 > 0);
-
         auto fp32 = cuda_context_under("MPTRAIN_CUDA_L2_RESIDENT_MASTERS", "1");
         CHECK(train_two_epochs(fp32, MPT_PRECISION_FP32, 640, 32, 75) ==
               train_two_epochs(cuda_context_under("MPTRAIN_CUDA_L2_RESIDENT_MASTERS", "0"), MPT_PRECISION_FP32, 640, 32,
@@ -437,10 +425,9 @@ TEST_CASE("MPTRAIN_CUDA_L2_RESIDENT_MASTERS=1 trains exactly as the default does
     CHECK(set_aside_after == set_aside_before);
 }
 
-// MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1: past fused SGD's batches (512 rows here, past the tensor-core
-// kernel's 256 too) the weight-gradient GEMMs run without BGRADB and the backend's kernel sums the
-// bias gradients, in another order than cuBLASLt's, so the run trains to the default's loss within
-// rounding.
+// MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1: past fused SGD's batches (512 rows here) the weight-gradient
+// GEMMs run without BGRADB and the backend's kernel sums the bias gradients, in another order than
+// cuBLASLt's, so the run trains to the default's loss within rounding.
 TEST_CASE("MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1 trains as cuBLASLt's BGRADB epilogue does") {
     SKIP_WITHOUT_GPU();
     const auto train = [](const std::shared_ptr<Context>& context) {
@@ -457,58 +444,6 @@ TEST_CASE("MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1 trains as cuBLASLt's BGRADB epilogue
     CHECK(cuda_backend_op_paths(default_context->backend()).weight_gradient_fused > 0);
     CHECK(std::isfinite(own_loss));
     CHECK(own_loss == doctest::Approx(bgradb).epsilon(5e-3));
-}
-
-// MPTRAIN_CUDA_TENSOR_CORE_SGD=1 (compute capability 8.0 and up): batch 32's fused SGD sums its
-// tiles on the tensor cores, the same products in another order, so the step trains to the loss
-// the CUDA-core kernel's does; every dense update took the tensor-core kernel.
-TEST_CASE("MPTRAIN_CUDA_TENSOR_CORE_SGD=1 trains as the CUDA-core kernel does") {
-    SKIP_WITHOUT_GPU();
-    auto context = cuda_context_under("MPTRAIN_CUDA_TENSOR_CORE_SGD", "1");
-    // (Setting it on again changes nothing where the environment turned it on; it says whether it is.)
-    if (!mpt::testing::turn_on_tensor_core_path(context->backend(), cuda_backend_set_tensor_core_sgd,
-                                                "tensor-core fused SGD"))
-        return;
-    const float tensor_cores = train_two_bf16_epochs(context, 29);
-    const CudaOpPaths paths = cuda_backend_op_paths(context->backend());
-    CHECK(paths.fused_sgd > 0);
-    CHECK(paths.fused_sgd_tensor_cores == paths.fused_sgd);
-    auto default_context = cuda_context_under("MPTRAIN_CUDA_TENSOR_CORE_SGD", "0");
-    const float cuda_cores = train_two_bf16_epochs(default_context, 29);
-    CHECK(cuda_backend_op_paths(default_context->backend()).fused_sgd_tensor_cores == 0);
-    CHECK(std::isfinite(tensor_cores));
-    CHECK(tensor_cores == doctest::Approx(cuda_cores).epsilon(5e-3));
-}
-
-// The tensor-core fused SGD takes batches of up to 256 rows without a weight gradient in memory, so
-// the executor plans no gradient scratch for them: the seed MLP's at batch 128 is the first layer's
-// fp32 dW and db, 36.9 MB, of which liveness lets only buffers dead by the update (the batch's 1.6 MB
-// of staging, the ReLU masks) share a part. Past 256 rows both plans keep it. (Before the scratch
-// rule knew the switch, the two plans at batch 128 were the same.)
-TEST_CASE("MPTRAIN_CUDA_TENSOR_CORE_SGD=1 plans no gradient scratch for the batches it fuses") {
-    SKIP_WITHOUT_GPU();
-    auto context = cuda_context_under("MPTRAIN_CUDA_TENSOR_CORE_SGD", "1");
-    if (!mpt::testing::turn_on_tensor_core_path(context->backend(), cuda_backend_set_tensor_core_sgd,
-                                                "tensor-core fused SGD"))
-        return;
-    auto default_context = cuda_context_under("MPTRAIN_CUDA_TENSOR_CORE_SGD", "0");
-    const SyntheticData data = synthetic_data(640, 3072, 41);
-    const auto planned_bytes_at = [&](const std::shared_ptr<Context>& on, int64_t batch) {
-        auto dataset = to_dataset(on, data);
-        TrainerConfig config;
-        config.precision = MPT_PRECISION_MIXED_BF16;
-        Trainer trainer(make_seed_mlp(on), config);
-        trainer.fit(*dataset, 1, batch, true);
-        return trainer.executor().planned_bytes();
-    };
-    const size_t first_layer_gradient_bytes = (size_t{3000} * 3072 + 3000) * sizeof(float);
-    const size_t tensor_cores_128 = planned_bytes_at(context, 128);
-    CHECK(cuda_backend_op_paths(context->backend()).fused_sgd_tensor_cores > 0);
-    const size_t default_128 = planned_bytes_at(default_context, 128);
-    INFO("planned at batch 128: " << tensor_cores_128 << " bytes on tensor cores, " << default_128 << " by default");
-    CHECK(default_128 >= tensor_cores_128 + first_layer_gradient_bytes / 2);
-    const size_t tensor_cores_320 = planned_bytes_at(context, 320);
-    CHECK(tensor_cores_320 == planned_bytes_at(default_context, 320));
 }
 
 // MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 and MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 (compute capability 8.0 and
@@ -589,9 +524,7 @@ TEST_CASE("MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 trains exactly as the default does, c
         if (!mpt::testing::turn_on_tensor_core_path(*backend, cuda_backend_set_small_batch_forward,
                                                     "small-batch forward kernel") ||
             !mpt::testing::turn_on_tensor_core_path(*backend, cuda_backend_set_small_batch_backward_data,
-                                                    "small-batch backward-data kernel") ||
-            !mpt::testing::turn_on_tensor_core_path(*backend, cuda_backend_set_tensor_core_sgd,
-                                                    "tensor-core fused SGD"))
+                                                    "small-batch backward-data kernel"))
             return;
     }
     REQUIRE(cuda_backend_set_dependent_launch(all->backend(), true));
@@ -604,10 +537,9 @@ TEST_CASE("MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 trains exactly as the default does, c
 
 // MPTRAIN_CUDA_GROUPED_SGD=1: a step's fused SGD updates are one launch, each layer's arithmetic as
 // in a launch of its own, and that launch's last block finishes the step, so the run trains to the
-// default's loss bit for bit: on CUDA cores, and on the tensor cores against the tensor cores alone.
-// A rate that changes every step (from the step count the finish advances) would show a block that
-// read the state after the finishing block wrote it.
-TEST_CASE("MPTRAIN_CUDA_GROUPED_SGD=1 trains exactly as the default does, on CUDA cores and on tensor cores") {
+// default's loss bit for bit. A rate that changes every step (from the step count the finish
+// advances) would show a block that read the state after the finishing block wrote it.
+TEST_CASE("MPTRAIN_CUDA_GROUPED_SGD=1 trains exactly as the default does") {
     SKIP_WITHOUT_GPU();
     const LrSchedule cosine = per_step_cosine();
     auto context = cuda_context_under("MPTRAIN_CUDA_GROUPED_SGD", "1");
@@ -621,16 +553,6 @@ TEST_CASE("MPTRAIN_CUDA_GROUPED_SGD=1 trains exactly as the default does, on CUD
     CHECK(cuda_backend_op_paths(default_context->backend()).fused_sgd_grouped == 0);
     CHECK(std::isfinite(grouped));
     CHECK(grouped == alone);
-
-    auto tensor_cores = cuda_context_under("MPTRAIN_CUDA_GROUPED_SGD", "1");
-    auto tensor_cores_alone = cuda_context_under("MPTRAIN_CUDA_GROUPED_SGD", "0");
-    for (Backend* backend : {&tensor_cores->backend(), &tensor_cores_alone->backend()})
-        if (!mpt::testing::turn_on_tensor_core_path(*backend, cuda_backend_set_tensor_core_sgd,
-                                                    "tensor-core fused SGD"))
-            return;
-    CHECK(train_two_bf16_epochs(tensor_cores, 49, cosine) == train_two_bf16_epochs(tensor_cores_alone, 49, cosine));
-    CHECK(cuda_backend_op_paths(tensor_cores->backend()).fused_sgd_grouped > 0);
-    CHECK(cuda_backend_op_paths(tensor_cores->backend()).fused_sgd_tensor_cores > 0);
 
     // Steps that overflow: the grouped launch's finish must skip, back the scale off and count as
     // finish_step does.

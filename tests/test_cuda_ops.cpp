@@ -178,7 +178,6 @@ std::vector<float> padded_weights(int64_t units, int64_t inputs, int64_t valid_u
 std::unique_ptr<Backend> make_cuda() {
     std::unique_ptr<Backend> backend = create_cuda_backend(0);
 #if defined(MPTRAIN_WITH_CUDA)
-    cuda_backend_set_tensor_core_sgd(*backend, false);
     cuda_backend_set_small_batch_forward(*backend, false);
     cuda_backend_set_small_batch_backward_data(*backend, false);
     cuda_backend_set_dependent_launch(*backend, false);
@@ -1676,34 +1675,6 @@ TEST_CASE("CUDA dense_update matches the CPU with the bias gradients from the ba
     CHECK(paths.weight_gradient_fused == 0);  // no BGRADB asked for
 }
 
-// The fused SGD kernel's fp16/bf16 tiles on the tensor cores (compute capability 8.0 and up): the
-// same cases, every plain-SGD batch of at most 256 rows through it (fp32 stays on CUDA cores, and
-// fused only up to 64 rows).
-TEST_CASE("CUDA dense_update matches the CPU with fused SGD on the tensor cores") {
-    SKIP_WITHOUT_GPU();
-    auto cpu = make_cpu();
-    auto cuda = make_cuda();
-    if (!mpt::testing::turn_on_tensor_core_path(*cuda, cuda_backend_set_tensor_core_sgd, "tensor-core fused SGD")) return;
-    compare_dense_update_cases(*cpu, *cuda);
-    // Up to 256 batch rows on the tensor cores, dZ staged in chunks of 64: the seed MLP's first
-    // layer at batch 256, and ragged sizes (rows past a chunk, columns one by one) with decay.
-    OptimizerConfig sgd, sgd_decay;
-    sgd_decay.weight_decay = 0.05f;
-    // Each case's two updates on the tensor cores (not GEMM then update, which would match the CPU too).
-    const auto compare_on_tensor_cores = [&](const UpdateCase& c) {
-        const uint64_t before = cuda_backend_op_paths(*cuda).fused_sgd_tensor_cores;
-        compare_dense_update(*cpu, *cuda, c);
-        CHECK(cuda_backend_op_paths(*cuda).fused_sgd_tensor_cores == before + 2);
-    };
-    compare_on_tensor_cores({256, 3072, 3000, DType::bf16, sgd, false});
-    compare_on_tensor_cores({200, 3001, 100, DType::fp16, sgd_decay, false});
-    compare_on_tensor_cores({129, 136, 72, DType::bf16, sgd, false});
-    compare_on_tensor_cores({255, 64, 33, DType::fp16, sgd, true});  // skipped: not a byte written
-    const CudaOpPaths paths = cuda_backend_op_paths(*cuda);
-    CHECK(paths.fused_sgd_tensor_cores > 0);
-    CHECK(paths.fused_sgd_tensor_cores < paths.fused_sgd);  // fp32's ran on CUDA cores
-}
-
 // The small-batch forward kernel (compute capability 8.0 and up) in cuBLASLt's place for batches of
 // at most 64 rows: the same cases and the seed MLP's layers at batch 32; the backward's DRELU
 // reading the mask it wrote; and that mask against cuBLASLt's, bit for bit.
@@ -2044,17 +2015,11 @@ TEST_CASE("CUDA fused SGD updates recorded for several layers run as one launch,
     const Shape shapes[kLayers] = {{1024, 1024}, {8, 2048}, {136, 10}, {101, 33}, {64, 16}, {512, 256}};
     struct Configuration {
         DType dtype;
-        bool tensor_cores;
         int64_t rows;
     };
-    const Configuration configurations[] = {{DType::bf16, false, 32},
-                                            {DType::fp16, false, 64},
-                                            {DType::fp32, false, 17},
-                                            {DType::bf16, true, 32},
-                                            {DType::fp16, true, 200}};
+    const Configuration configurations[] = {{DType::bf16, 32}, {DType::fp16, 64}, {DType::fp32, 17}};
     for (const Configuration& configuration : configurations) {
         CAPTURE(std::string(dtype_name(configuration.dtype)));
-        CAPTURE(configuration.tensor_cores);
         CAPTURE(configuration.rows);
         const int64_t rows = configuration.rows;
         OptimizerConfig sgd;
@@ -2080,10 +2045,6 @@ TEST_CASE("CUDA fused SGD updates recorded for several layers run as one launch,
                 random_values(static_cast<size_t>(shape.out_features), -0.1f, 0.1f)};
         }
         std::unique_ptr<Backend> backends[2] = {make_cuda(), make_cuda()};  // grouped, then each layer alone
-        if (configuration.tensor_cores &&
-            !turn_on_tensor_core_path(*backends[0], cuda_backend_set_tensor_core_sgd, "tensor-core fused SGD"))
-            return;
-        if (configuration.tensor_cores) REQUIRE(cuda_backend_set_tensor_core_sgd(*backends[1], true));
         cuda_backend_set_grouped_sgd(*backends[0], true);
         UpdateLayersOperands operands[2];
         for (int b = 0; b < 2; ++b) {

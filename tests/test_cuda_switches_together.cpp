@@ -54,7 +54,6 @@ struct Switch {
 const std::vector<Switch>& switches() {
     // clang-format off
     static const std::vector<Switch> all = {
-        {"MPTRAIN_CUDA_TENSOR_CORE_SGD", "1", "0", "tensor_core_sgd", true, {"ops.fused_sgd_tensor_cores"}},
         {"MPTRAIN_CUDA_SMALL_BATCH_FORWARD", "1", "0", "small_batch_forward", true, {"ops.forward_small_batch"}},
         {"MPTRAIN_CUDA_SMALL_BATCH_BACKWARD", "1", "0", "small_batch_backward", true,
             {"ops.backward_data_small_batch"}},
@@ -152,14 +151,13 @@ RunResult train_small_mlp_with(const std::shared_ptr<Context>& context, const Sy
 }
 
 // The paths each switch takes, in the step shapes where they act: the seed MLP at batch 32 (the
-// small-batch kernels, fused SGD on CUDA or tensor cores, grouped, L2 shares), at 128 under a
-// per-step rate (the tensor-core SGD past 64 rows) and at 512 (the weight-gradient GEMMs, with the
-// backend's bias gradients and the large outputs kept whole); the small MLP in mixed-fp16 from a
-// scale of 2^24, whose first steps overflow and are skipped (the folds of the scaler's work), one
-// hidden layer (another arena plan) and fp32; then the trainer's options that put other ops around
-// those paths (dropout, micro-batches, a frozen layer, clipping, weight averaging, standardized
-// inputs, momentum with weight decay, Adam), which every GPU test exercises once a switch is a
-// default, but only this case under a candidate's.
+// small-batch kernels, fused SGD, grouped, L2 shares), at 128 under a per-step rate and at 512 (the
+// weight-gradient GEMMs, with the backend's bias gradients and the large outputs kept whole); the
+// small MLP in mixed-fp16 from a scale of 2^24, whose first steps overflow and are skipped (the
+// folds of the scaler's work), one hidden layer (another arena plan) and fp32; then the trainer's
+// options that put other ops around those paths (dropout, micro-batches, a frozen layer, clipping,
+// weight averaging, standardized inputs, momentum with weight decay, Adam), which every GPU test
+// exercises once a switch is a default, but only this case under a candidate's.
 std::vector<Run> runs() {
     static const SyntheticData seed_rows = synthetic_data(640, 3072, 83);
     static const SyntheticData seed_rows_large = synthetic_data(2048, 3072, 89);

@@ -36,7 +36,6 @@ from summary import TARGETS_US, caveats, environment_setting, idle_switches, loa
 # (switch, the record's field, the field's value when switched on, words that name it in a GPU test
 # case's name, lowercase); its environment setting follows from the field (summary.environment_setting).
 SWITCHES = (
-    ("tensor_core_sgd", "tensor_core_sgd", True, ("tensor_core_sgd", "tensor cores")),
     ("small_batch_forward", "small_batch_forward", True,
      ("small_batch_forward", "small-batch kernel, whose relu mask")),
     ("small_batch_backward", "small_batch_backward", True, ("_backward=1", "small-batch kernel, through either")),

@@ -46,8 +46,8 @@ def device_of(r):
 
 # The CUDA backend's switches a record names (what the environment asked for), as its context's
 # description names them ("switches": what the backend had on).
-SWITCHES = ("tensor_core_sgd", "gemm_autotune", "small_batch_forward", "small_batch_backward", "dependent_launch",
-            "grouped_sgd", "own_bias_gradient", "split_k_small_outputs", "l2_resident_masters")
+SWITCHES = ("gemm_autotune", "small_batch_forward", "small_batch_backward", "dependent_launch", "grouped_sgd",
+            "own_bias_gradient", "split_k_small_outputs", "l2_resident_masters")
 
 
 def devices_of(records):
@@ -75,8 +75,8 @@ def target_device_note(records):
 
 def environment_setting(field, on=True):
     """The environment setting that asks for a record's switch field's value (mptrain-bench names each
-    field after its variable): ("tensor_core_sgd", True) is MPTRAIN_CUDA_TENSOR_CORE_SGD=1, ("split_k",
-    False) MPTRAIN_CUDA_SPLIT_K=0."""
+    field after its variable): ("grouped_sgd", True) is MPTRAIN_CUDA_GROUPED_SGD=1, ("split_k", False)
+    MPTRAIN_CUDA_SPLIT_K=0."""
     return f"MPTRAIN_CUDA_{field.upper()}={1 if on else 0}"
 
 
@@ -107,7 +107,6 @@ def caveats(record):
 # also the switch's name in best_switches.py. Split-K off has none (it acts on every GEMM the
 # heuristic would split).
 EVIDENCE = {
-    "tensor_core_sgd": (("ops", "fused_sgd_tensor_cores"),),
     "small_batch_forward": (("ops", "forward_small_batch"),),
     "small_batch_backward": (("ops", "backward_data_small_batch"),),
     "dependent_launch": (("ops", "dependent_launches"),),
@@ -181,17 +180,13 @@ def main():
     mine = [r for r in mine if r not in unsplit]
     # Runs under MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1, _BACKWARD=1, MPTRAIN_CUDA_DEPENDENT_LAUNCH=1,
     # MPTRAIN_CUDA_GROUPED_SGD=1, MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1, MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1
-    # or MPTRAIN_CUDA_L2_RESIDENT_MASTERS=1 (with or without the tensor-core SGD), or split-K off with
-    # any other switch, likewise.
+    # or MPTRAIN_CUDA_L2_RESIDENT_MASTERS=1, or split-K off with any other switch, likewise.
     small_batch = [r for r in mine if any(r.get(field) is True for field in
                                           ("small_batch_forward", "small_batch_backward", "dependent_launch",
                                            "grouped_sgd", "own_bias_gradient", "split_k_small_outputs",
                                            "l2_resident_masters"))
                    or (r.get("split_k") is False and any(r.get(field) is True for field in SWITCHES))]
     mine = [r for r in mine if r not in small_batch]
-    # Runs under MPTRAIN_CUDA_TENSOR_CORE_SGD=1, likewise.
-    tensor_core_sgd = [r for r in mine if r.get("tensor_core_sgd") is True]
-    mine = [r for r in mine if r not in tensor_core_sgd]
     # Runs under MPTRAIN_CUDA_GEMM_AUTOTUNE=1, likewise.
     autotuned = [r for r in mine if r.get("gemm_autotune") is True]
     mine = [r for r in mine if r not in autotuned]
@@ -346,14 +341,10 @@ def main():
     for r in unsplit:
         print(against(r, "K never split (MPTRAIN_CUDA_SPLIT_K=0)", ours.get((r["precision"], r["batch"])),
                       "split where cuBLASLt chose"))
-    for r in tensor_core_sgd:
-        print(against(r, "fused SGD on tensor cores (MPTRAIN_CUDA_TENSOR_CORE_SGD=1)",
-                      ours.get((r["precision"], r["batch"])), "the default step"))
     for r in small_batch:
         switches = [environment_setting(field) for field in
-                    ("small_batch_forward", "small_batch_backward", "tensor_core_sgd", "dependent_launch",
-                     "grouped_sgd", "own_bias_gradient", "gemm_autotune", "split_k_small_outputs",
-                     "l2_resident_masters")
+                    ("small_batch_forward", "small_batch_backward", "dependent_launch", "grouped_sgd",
+                     "own_bias_gradient", "gemm_autotune", "split_k_small_outputs", "l2_resident_masters")
                     if r.get(field)]
         switches += [environment_setting("split_k", False)] if r.get("split_k") is False else []
         print(against(r, "switched on (" + ", ".join(switches) + ")",

@@ -21,7 +21,6 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_convert.cuh"
 #include "backend/cuda/cuda_fused_sgd.cuh"
-#include "backend/cuda/cuda_fused_sgd_tensor_cores.cuh"
 #include "backend/cuda/cuda_gather.cuh"
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_max_abs.cuh"
@@ -55,7 +54,6 @@ bool turned_off_by_environment(const char* variable) {
     return value && std::strcmp(value, "0") == 0;
 }
 
-// MPTRAIN_CUDA_TENSOR_CORE_SGD=1 computes the fused SGD kernel's tiles on the tensor cores,
 // MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 and MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 run the forward layers and
 // the input gradients of at most 64 rows as one tensor-core kernel each, MPTRAIN_CUDA_GEMM_AUTOTUNE=1
 // times cuBLASLt's candidate algorithms for each GEMM when it is first planned, and
@@ -77,7 +75,6 @@ std::string CudaBackend::setup_warning() const {
     return unknown_environment_settings({{"MPTRAIN_CUDA_GRAPHS", {"0", "1"}},
                                          {"MPTRAIN_CUDA_FUSED_EPILOGUES", {"0", "1"}},
                                          {"MPTRAIN_CUDA_SPLIT_K", {"0", "1"}},
-                                         {"MPTRAIN_CUDA_TENSOR_CORE_SGD", {"0", "1"}},
                                          {"MPTRAIN_CUDA_GEMM_AUTOTUNE", {"0", "1"}},
                                          {"MPTRAIN_CUDA_SMALL_BATCH_FORWARD", {"0", "1"}},
                                          {"MPTRAIN_CUDA_SMALL_BATCH_BACKWARD", {"0", "1"}},
@@ -199,7 +196,6 @@ CudaBackend::CudaBackend(int device, MemoryTracker* memory) : device_(device), m
             std::to_string(properties.totalGlobalMem >> 20) + " MiB)";
     graphs_enabled_ = !turned_off_by_environment("MPTRAIN_CUDA_GRAPHS");
     fused_epilogues_ = !turned_off_by_environment("MPTRAIN_CUDA_FUSED_EPILOGUES");
-    set_tensor_core_sgd(turned_on_by_environment("MPTRAIN_CUDA_TENSOR_CORE_SGD"));
     set_small_batch_forward(turned_on_by_environment("MPTRAIN_CUDA_SMALL_BATCH_FORWARD"));
     set_small_batch_backward_data(turned_on_by_environment("MPTRAIN_CUDA_SMALL_BATCH_BACKWARD"));
     set_dependent_launch(turned_on_by_environment("MPTRAIN_CUDA_DEPENDENT_LAUNCH"));
@@ -281,7 +277,7 @@ bool CudaBackend::update_needs_gradient_scratch(const OptimizerConfig& optimizer
     whole.rows = rows;
     whole.compute_dtype = compute_dtype;
     whole.part = UpdatePart::whole;
-    return !(fused_epilogues_ && fused_sgd_applies(whole, optimizer, tensor_core_sgd_));
+    return !(fused_epilogues_ && fused_sgd_applies(whole, optimizer));
 }
 
 size_t CudaBackend::gemm_workspace_bytes() const {
@@ -585,12 +581,6 @@ void CudaBackend::swap_values(float* first, float* second, int64_t count) {
     scheduler_->order_other_lane_after(scheduler_->current_lane());
 }
 
-bool CudaBackend::set_tensor_core_sgd(bool enabled) {
-    activate();
-    tensor_core_sgd_ = enabled && fused_sgd_tensor_cores_available();
-    return tensor_core_sgd_;
-}
-
 bool CudaBackend::set_small_batch_forward(bool enabled) {
     activate();
     small_batch_forward_ = enabled && small_batch_forward_available();
@@ -639,16 +629,15 @@ void CudaBackend::plan(RecordedOp& op) {
             return;
         }
         case OpCode::dense_update: {
-            const size_t scratch_bytes = dense_update_scratch_bytes(op.update, op.optimizer, fused_epilogues_,
-                                                                    tensor_core_sgd_, !own_bias_gradient_);
+            const size_t scratch_bytes =
+                dense_update_scratch_bytes(op.update, op.optimizer, fused_epilogues_, !own_bias_gradient_);
             op.scratch = scratch_bytes ? scratch_for(scratch_bytes) : nullptr;
-            op.update_plan = plan_dense_update(*gemm_, op.update, op.optimizer, op.scratch, fused_epilogues_,
-                                               tensor_core_sgd_, !own_bias_gradient_);
+            op.update_plan =
+                plan_dense_update(*gemm_, op.update, op.optimizer, op.scratch, fused_epilogues_, !own_bias_gradient_);
             // (Fused SGD has no weight-gradient GEMM: counted as neither of its paths.)
             const WeightGradientPlan& gradient = op.update_plan.gradient;
             if (op.update_plan.fused_sgd) {
                 ++op_paths_.fused_sgd;
-                if (op.update_plan.fused_sgd_tensor_cores) ++op_paths_.fused_sgd_tensor_cores;
             } else if (op.update.part != UpdatePart::apply) {
                 ++(gradient.fused ? op_paths_.weight_gradient_fused : op_paths_.weight_gradient_unfused);
                 if (gradient.own_bias && !gradient.fused &&
@@ -780,7 +769,6 @@ CudaOpPaths cuda_backend_op_paths(const Backend& backend) { return as_cuda(backe
 void cuda_backend_set_graphs(Backend& backend, bool enabled) { as_cuda(backend).set_graphs(enabled); }
 void cuda_backend_break_captures(Backend& backend, bool broken) { as_cuda(backend).break_captures(broken); }
 void cuda_backend_set_fused_epilogues(Backend& backend, bool enabled) { as_cuda(backend).set_fused_epilogues(enabled); }
-bool cuda_backend_set_tensor_core_sgd(Backend& backend, bool enabled) { return as_cuda(backend).set_tensor_core_sgd(enabled); }
 bool cuda_backend_set_small_batch_forward(Backend& backend, bool enabled) {
     return as_cuda(backend).set_small_batch_forward(enabled);
 }

@@ -92,8 +92,6 @@ public:
     void set_graphs(bool enabled);
     void set_fused_epilogues(bool enabled) { fused_epilogues_ = enabled; }
     bool fused_epilogues() const { return fused_epilogues_; }
-    // On only where fused_sgd_tensor_cores_available() (mma.m16n8k16); returns whether it is on.
-    bool set_tensor_core_sgd(bool enabled);
     // On only where small_batch_forward_available() (mma.m16n8k16); returns whether it is on.
     bool set_small_batch_forward(bool enabled);
     // On only where small_batch_backward_data_available(); returns whether it is on.
@@ -241,7 +239,6 @@ private:
     std::unique_ptr<CudaBatchStager> stager_;  // streamed datasets only, created on first use
     std::unique_ptr<CudaScheduler> scheduler_;
     bool fused_epilogues_ = true;
-    bool tensor_core_sgd_ = false;
     bool small_batch_forward_ = false;
     bool small_batch_backward_data_ = false;
     bool dependent_launch_ = false;

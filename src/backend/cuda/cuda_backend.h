@@ -43,7 +43,6 @@ struct CudaOpPaths {
     uint64_t weight_gradient_fused = 0, weight_gradient_unfused = 0;
     uint64_t bias_gradient_own = 0;  // weight gradients planned with their bias on the backend's vector kernel
     uint64_t fused_sgd = 0;
-    uint64_t fused_sgd_tensor_cores = 0;  // of those, on the tensor cores
     uint64_t clip_factor = 0;  // clip_factor ops issued (clipped steps)
     uint64_t max_abs_deciding = 0;    // max_abs passes that took the decide_update after them in their launch
     uint64_t begin_steps_folded = 0;  // begin_steps whose found_inf reset a later loss head did (per run of
@@ -65,10 +64,6 @@ void cuda_backend_break_captures(Backend& backend, bool broken);
 // MPTRAIN_CUDA_FUSED_EPILOGUES=0 turns them off); off forces the unfused fallback paths.
 void cuda_backend_set_fused_epilogues(Backend& backend, bool enabled);
 bool cuda_backend_fused_epilogues(const Backend& backend);
-// The fused SGD kernel's fp16/bf16 tiles on the tensor cores (default off until a GPU has measured
-// it; MPTRAIN_CUDA_TENSOR_CORE_SGD=1 turns it on). Ignored below compute capability 8.0; returns
-// whether it is now on.
-bool cuda_backend_set_tensor_core_sgd(Backend& backend, bool enabled);
 // Forward layers of at most 64 rows as one tensor-core kernel each (cuda_small_batch_forward.cuh;
 // default off until a GPU has measured it; MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 turns it on). Ignored
 // below compute capability 8.0; returns whether it is now on.
@@ -81,11 +76,11 @@ bool cuda_backend_set_small_batch_backward_data(Backend& backend, bool enabled);
 // MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 turns it on). Ignored below compute capability 9.0 or where the
 // build has no code for 9.0; returns whether it is now on.
 bool cuda_backend_set_dependent_launch(Backend& backend, bool enabled);
-// A recorded task's consecutive fused SGD updates (the layers of a plain-SGD step of at most 64 rows,
-// 256 on the tensor cores) as one launch, the layers updated side by side instead of each waiting
-// for the one before it to drain (default off until a GPU has measured it;
-// MPTRAIN_CUDA_GROUPED_SGD=1 turns it on); the last of those launches also takes the finish_step
-// right after it (one graph node fewer). The same arithmetic, bit for bit.
+// A recorded task's consecutive fused SGD updates (the layers of a plain-SGD step of at most 64
+// rows) as one launch, the layers updated side by side instead of each waiting for the one before
+// it to drain (default off until a GPU has measured it; MPTRAIN_CUDA_GROUPED_SGD=1 turns it on);
+// the last of those launches also takes the finish_step right after it (one graph node fewer). The
+// same arithmetic, bit for bit.
 void cuda_backend_set_grouped_sgd(Backend& backend, bool enabled);
 // A recorded step's begin_step folded into its loss head and its update decision into its max pass
 // (default on; MPTRAIN_CUDA_STEP_FOLDS=0 turns both off): two graph nodes fewer, the same numbers.

@@ -20,7 +20,6 @@ void CudaBackend::describe(JsonWriter& out) const {
     out.key("split_k").boolean(gemm_->split_k());
     out.key("split_k_small_outputs").boolean(gemm_->split_k_small_outputs_only());
     out.key("gemm_autotune").boolean(gemm_->autotune());
-    out.key("tensor_core_sgd").boolean(tensor_core_sgd_);
     out.key("small_batch_forward").boolean(small_batch_forward_);
     out.key("small_batch_backward").boolean(small_batch_backward_data_);
     out.key("dependent_launch").boolean(dependent_launch_);
@@ -62,7 +61,6 @@ void CudaBackend::describe(JsonWriter& out) const {
     out.key("weight_gradient_unfused").unsigned_integer(ops.weight_gradient_unfused);
     out.key("bias_gradient_own").unsigned_integer(ops.bias_gradient_own);
     out.key("fused_sgd").unsigned_integer(ops.fused_sgd);
-    out.key("fused_sgd_tensor_cores").unsigned_integer(ops.fused_sgd_tensor_cores);
     out.key("clip_factor").unsigned_integer(ops.clip_factor);
     out.key("max_abs_deciding").unsigned_integer(ops.max_abs_deciding);
     out.key("begin_steps_folded").unsigned_integer(ops.begin_steps_folded);

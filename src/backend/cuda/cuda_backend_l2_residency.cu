@@ -57,8 +57,7 @@ void CudaBackend::keep_masters_in_l2() {
         const int64_t values = update.out_features * update.in_features + update.out_features;
         l2_residency::LayerBytes bytes;
         // A kernel without a kept variant streams its masters: they take no share, its copies do.
-        if (fused_sgd_keeps_masters_in_l2(update, op.update_plan.fused_sgd_tensor_cores))
-            bytes.masters = values * static_cast<int64_t>(sizeof(float));
+        if (fused_sgd_keeps_masters_in_l2(update)) bytes.masters = values * static_cast<int64_t>(sizeof(float));
         bytes.copies = update.low_weights ? values * static_cast<int64_t>(dtype_size(update.compute_dtype)) : 0;
         updates.push_back(index);
         layers.push_back(bytes);

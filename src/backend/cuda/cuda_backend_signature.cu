@@ -161,7 +161,6 @@ void CudaBackend::sign(const RecordedOp& op) {
             s.put(a.part);
             s.put(a.gradient_factor);
             s.put(op.update_plan.fused_sgd);
-            s.put(op.update_plan.fused_sgd_tensor_cores);
             s.put(op.update_plan.gradient.gemm);
             s.put(op.update_plan.gradient.fused);
             s.put(op.update_plan.gradient.own_bias);  // as planned: the switch may change before the task ends

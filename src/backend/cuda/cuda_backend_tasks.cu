@@ -60,11 +60,7 @@ size_t CudaBackend::fused_sgd_run(size_t index) const {
     size_t count = 0;
     while (index + count < recorded_.size() && count < static_cast<size_t>(kFusedSgdMaxLayers)) {
         const RecordedOp& op = recorded_[index + count];
-        // One kernel family a launch: the tensor cores' for all or none (fp32 layers are planned on
-        // CUDA cores whatever the switch says).
-        if (op.code != OpCode::dense_update || !op.update_plan.fused_sgd ||
-            op.update_plan.fused_sgd_tensor_cores != recorded_[index].update_plan.fused_sgd_tensor_cores)
-            break;
+        if (op.code != OpCode::dense_update || !op.update_plan.fused_sgd) break;
         bool independent = true;
         for (size_t k = index; k < index + count; ++k)
             independent = independent && fused_sgd_updates_independent(recorded_[k].update, op.update);
@@ -100,8 +96,7 @@ void CudaBackend::execute_fused_sgd_layers(size_t index, size_t count, const Rec
         l2_kept_fractions[k] = recorded_[index + k].update_plan.l2_kept_fraction;
     }
     op_paths_.fused_sgd_grouped += static_cast<uint64_t>(run_fused_sgd_layers(
-        layers, optimizers, l2_kept_fractions, static_cast<int>(count),
-        recorded_[index].update_plan.fused_sgd_tensor_cores, finish ? &finishing : nullptr, stream));
+        layers, optimizers, l2_kept_fractions, static_cast<int>(count), finish ? &finishing : nullptr, stream));
 }
 
 // ---- recording and graphs ----------------------------------------------------------------------

@@ -239,17 +239,17 @@ size_t scratch_bias_bytes(const DenseUpdateArgs& args) {
 }  // namespace
 
 size_t dense_update_scratch_bytes(const DenseUpdateArgs& args, const OptimizerConfig& optimizer, bool allow_fused,
-                                  bool tensor_core_sgd, bool bias_in_gemm) {
+                                  bool bias_in_gemm) {
     const size_t partial_bytes = bias_partial_bytes(args, bias_in_gemm);
     // The parts write and read the args' gradients.
     if (args.part != UpdatePart::whole) return partial_bytes;
-    if (allow_fused && fused_sgd_applies(args, optimizer, tensor_core_sgd)) return 0;
+    if (allow_fused && fused_sgd_applies(args, optimizer)) return 0;
     if (args.weight_grad && args.bias_grad) return partial_bytes;
     return scratch_weight_bytes(args) + scratch_bias_bytes(args) + partial_bytes;
 }
 
 DenseUpdatePlan plan_dense_update(CudaGemm& gemm, const DenseUpdateArgs& args, const OptimizerConfig& optimizer,
-                                  float* scratch, bool allow_fused, bool tensor_core_sgd, bool bias_in_gemm) {
+                                  float* scratch, bool allow_fused, bool bias_in_gemm) {
     require(args.state != nullptr, MPT_STATUS_INVALID_ARGUMENT, "cuda backend: dense_update needs the train state");
     require(args.weights && args.bias, MPT_STATUS_INVALID_ARGUMENT, "cuda backend: dense_update needs the masters");
     // (The apply part reads no batch.)
@@ -267,9 +267,8 @@ DenseUpdatePlan plan_dense_update(CudaGemm& gemm, const DenseUpdateArgs& args, c
             plan.gradient = plan_weight_gradient(gemm, gradient_args(args, plan), allow_fused, bias_in_gemm);
         return plan;
     }
-    if (allow_fused && fused_sgd_applies(args, optimizer, tensor_core_sgd)) {
+    if (allow_fused && fused_sgd_applies(args, optimizer)) {
         plan.fused_sgd = true;
-        plan.fused_sgd_tensor_cores = tensor_core_sgd && args.compute_dtype != DType::fp32;
         return plan;
     }
     char* bytes = reinterpret_cast<char*>(scratch);
@@ -292,7 +291,7 @@ DenseUpdatePlan plan_dense_update(CudaGemm& gemm, const DenseUpdateArgs& args, c
 void run_dense_update(CudaGemm& gemm, const DenseUpdatePlan& plan, const DenseUpdateArgs& args,
                       const OptimizerConfig& optimizer, int max_blocks, unsigned* bias_counters, cudaStream_t stream) {
     if (plan.fused_sgd) {
-        run_fused_sgd(args, optimizer, plan.fused_sgd_tensor_cores, plan.l2_kept_fraction, stream);
+        run_fused_sgd(args, optimizer, plan.l2_kept_fraction, stream);
         return;
     }
     if (args.part != UpdatePart::apply)

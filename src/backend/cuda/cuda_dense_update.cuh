@@ -18,7 +18,6 @@ namespace mpt {
 
 struct DenseUpdatePlan {
     bool fused_sgd = false;        // cuda_fused_sgd: no gradient GEMM, no scratch
-    bool fused_sgd_tensor_cores = false;  // its fp16/bf16 tiles on the tensor cores
     WeightGradientPlan gradient;   // unused by the apply part
     float* weight_grad = nullptr;  // the args' scratch, or the backend's when the args have none
     float* bias_grad = nullptr;
@@ -32,12 +31,10 @@ struct DenseUpdatePlan {
 // bias-gradient kernel's partial sums where its vector path may run (bias_in_gemm false); 0 for
 // fused SGD.
 size_t dense_update_scratch_bytes(const DenseUpdateArgs& args, const OptimizerConfig& optimizer, bool allow_fused,
-                                  bool tensor_core_sgd = false, bool bias_in_gemm = true);
-// tensor_core_sgd: fused SGD's fp16/bf16 tiles on the tensor cores (the caller has checked the device).
+                                  bool bias_in_gemm = true);
 // bias_in_gemm false: the bias gradient by the backend's column-sum kernel, not cuBLASLt's BGRADB.
 DenseUpdatePlan plan_dense_update(CudaGemm& gemm, const DenseUpdateArgs& args, const OptimizerConfig& optimizer,
-                                  float* scratch, bool allow_fused, bool tensor_core_sgd = false,
-                                  bool bias_in_gemm = true);
+                                  float* scratch, bool allow_fused, bool bias_in_gemm = true);
 // bias_counters: the bias-gradient kernel's ticket counters (bias_gradient_counter_bytes, the backend's).
 void run_dense_update(CudaGemm& gemm, const DenseUpdatePlan& plan, const DenseUpdateArgs& args,
                       const OptimizerConfig& optimizer, int max_blocks, unsigned* bias_counters, cudaStream_t stream);

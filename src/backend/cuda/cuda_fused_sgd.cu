@@ -23,7 +23,6 @@
 #include "backend/byte_range.h"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_fused_sgd_launch.cuh"
-#include "backend/cuda/cuda_fused_sgd_tensor_cores.cuh"
 #include "backend/cuda/cuda_launch.cuh"
 
 namespace mpt {
@@ -221,11 +220,7 @@ __global__ void __launch_bounds__(kThreads) fused_sgd_kernel(const FusedSgdGroup
 template <bool kVector, typename T>
 FusedSgdVariant cuda_core_kernels() {
     FusedSgdVariant variant{fused_sgd_kernel<kVector, T, 1, false>,
-                            fused_sgd_kernel<kVector, T, kFusedSgdMaxLayers, false>,
-                            nullptr,
-                            nullptr,
-                            0,
-                            "fused_sgd_kernel"};
+                            fused_sgd_kernel<kVector, T, kFusedSgdMaxLayers, false>, nullptr, nullptr};
     if constexpr (kVector) {
         variant.kept_single = fused_sgd_kernel<kVector, T, 1, true>;
         variant.kept_group = fused_sgd_kernel<kVector, T, kFusedSgdMaxLayers, true>;
@@ -263,16 +258,14 @@ void launch_fused_sgd(const FusedSgdVariant& variant, FusedSgdGroup& group, cuda
             "cuda backend: fused SGD asked to keep masters in L2 on a path without it");
     void (*const kernel)(FusedSgdGroup) = keep ? (group.count == 1 ? variant.kept_single : variant.kept_group)
                                                : (group.count == 1 ? variant.single : variant.group);
-    const unsigned blocks =
-        fused_sgd_grid(reinterpret_cast<const void*>(kernel), kThreads, variant.dynamic_shared, group);
-    launch_kernel(variant.name, kernel, dim3(blocks), kThreads, variant.dynamic_shared, stream, group);
+    const unsigned blocks = fused_sgd_grid(reinterpret_cast<const void*>(kernel), kThreads, group);
+    launch_kernel("fused_sgd_kernel", kernel, dim3(blocks), kThreads, 0, stream, group);
 }
 
 }  // namespace
 
 int run_fused_sgd_layers(const DenseUpdateArgs* const* layers, const OptimizerConfig* const* optimizers,
-                         const float* l2_kept_fractions, int count, bool tensor_cores, const FusedSgdFinish* finish,
-                         cudaStream_t stream) {
+                         const float* l2_kept_fractions, int count, const FusedSgdFinish* finish, cudaStream_t stream) {
     require(!finish || (finish->state && finish->counter), MPT_STATUS_INTERNAL,
             "cuda backend: fused SGD's finish_step needs the state and a counter");
     require(layers != nullptr && optimizers != nullptr && count >= 1 && count <= kFusedSgdMaxLayers,
@@ -288,12 +281,9 @@ int run_fused_sgd_layers(const DenseUpdateArgs* const* layers, const OptimizerCo
     for (int l = 0; l < count; ++l) {
         const DenseUpdateArgs& args = *layers[l];
         const OptimizerConfig& optimizer = *optimizers[l];
-        require(fused_sgd_applies(args, optimizer, tensor_cores), MPT_STATUS_INTERNAL,
+        require(fused_sgd_applies(args, optimizer), MPT_STATUS_INTERNAL,
                 "cuda backend: fused SGD called outside its case");
-        // fp32 layers always on CUDA cores; 16-bit ones on the tensor cores when asked.
-        const FusedSgdVariant layer_variant = tensor_cores && args.compute_dtype != DType::fp32
-                                                  ? fused_sgd_tensor_core_variant(args)
-                                                  : cuda_core_variant(args);
+        const FusedSgdVariant layer_variant = cuda_core_variant(args);
         if (group.count > 0 && !(layer_variant == variant)) launch();
         variant = layer_variant;
         group.layers[group.count++] =
@@ -321,10 +311,7 @@ void update_ranges(const DenseUpdateArgs& args, ByteRange (&written)[4], ByteRan
 
 }  // namespace
 
-bool fused_sgd_keeps_masters_in_l2(const DenseUpdateArgs& args, bool tensor_cores) {
-    return tensor_cores && args.compute_dtype != DType::fp32 ? fused_sgd_tensor_core_vector_path(args)
-                                                             : cuda_core_vector_path(args);
-}
+bool fused_sgd_keeps_masters_in_l2(const DenseUpdateArgs& args) { return cuda_core_vector_path(args); }
 
 bool fused_sgd_updates_independent(const DenseUpdateArgs& first, const DenseUpdateArgs& second) {
     ByteRange written[2][4], read[2][2];
@@ -340,11 +327,11 @@ bool fused_sgd_updates_independent(const DenseUpdateArgs& first, const DenseUpda
     return true;
 }
 
-void run_fused_sgd(const DenseUpdateArgs& args, const OptimizerConfig& optimizer, bool tensor_cores,
-                   float l2_kept_fraction, cudaStream_t stream) {
+void run_fused_sgd(const DenseUpdateArgs& args, const OptimizerConfig& optimizer, float l2_kept_fraction,
+                   cudaStream_t stream) {
     const DenseUpdateArgs* const layer = &args;
     const OptimizerConfig* const rule = &optimizer;
-    run_fused_sgd_layers(&layer, &rule, &l2_kept_fraction, 1, tensor_cores, nullptr, stream);
+    run_fused_sgd_layers(&layer, &rule, &l2_kept_fraction, 1, nullptr, stream);
 }
 
 }  // namespace mpt

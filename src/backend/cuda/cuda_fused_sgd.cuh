@@ -5,8 +5,7 @@
 // w -= lr · decay · w when set) to the fp32 masters, writing the low-precision
 // copy in the same pass (per weight: one read, two writes). Bias rows are updated by the first column
 // strip's blocks. It reads the step's TrainState from device memory and leaves every byte untouched when
-// found_inf is set, so the skip needs no host and no graph conditional. With fp16/bf16 operands the
-// tensor cores can compute the tiles instead (cuda_fused_sgd_tensor_cores.cuh), the same update.
+// found_inf is set, so the skip needs no host and no graph conditional.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -17,31 +16,23 @@
 namespace mpt {
 
 constexpr int64_t kFusedSgdMaxRows = 64;
-// On the tensor cores (fp16/bf16), batches up to 256 rows: their 2 · 256 FLOPs a weight are a few
-// microseconds there, against the weight gradient's 8 bytes written and read in memory.
-constexpr int64_t kTensorCoreSgdMaxRows = 256;
 
-// Plain SGD (no momentum) on a batch of at most kFusedSgdMaxRows rows (kTensorCoreSgdMaxRows with
-// tensor_cores and a 16-bit compute dtype), whole and unclipped (the kernels take no gradient
-// factor; this backend clips from the gradients, in parts).
-inline bool fused_sgd_applies(const DenseUpdateArgs& args, const OptimizerConfig& optimizer,
-                              bool tensor_cores = false) {
-    const int64_t max_rows =
-        tensor_cores && args.compute_dtype != DType::fp32 ? kTensorCoreSgdMaxRows : kFusedSgdMaxRows;
-    return is_plain_sgd(optimizer) && args.rows > 0 && args.rows <= max_rows && args.part == UpdatePart::whole &&
-           args.gradient_factor == nullptr;
+// Plain SGD (no momentum) on a batch of at most kFusedSgdMaxRows rows, whole and unclipped (the
+// kernel takes no gradient factor; this backend clips from the gradients, in parts).
+inline bool fused_sgd_applies(const DenseUpdateArgs& args, const OptimizerConfig& optimizer) {
+    return is_plain_sgd(optimizer) && args.rows > 0 && args.rows <= kFusedSgdMaxRows &&
+           args.part == UpdatePart::whole && args.gradient_factor == nullptr;
 }
 
-// tensor_cores: fp16/bf16 tiles on the tensor cores (compute capability 8.0 and up; the caller checks);
-// fp32 always runs on CUDA cores. l2_kept_fraction: the share of the masters' lines L2 is asked to
-// keep (multiples of 1/16, l2_resident_masters.h; 8.0 and up, the caller checks), 0 for none.
-void run_fused_sgd(const DenseUpdateArgs& args, const OptimizerConfig& optimizer, bool tensor_cores,
-                   float l2_kept_fraction, cudaStream_t stream);
+// l2_kept_fraction: the share of the masters' lines L2 is asked to keep (multiples of 1/16,
+// l2_resident_masters.h; 8.0 and up, the caller checks), 0 for none.
+void run_fused_sgd(const DenseUpdateArgs& args, const OptimizerConfig& optimizer, float l2_kept_fraction,
+                   cudaStream_t stream);
 
 // Whether the update's kernel has a variant that keeps a share of the masters in L2 (the vector
-// paths: a width divisible by 4 on CUDA cores, by 2 on tensor cores, the masters and copies aligned to
-// match); a fraction for an update without one is an internal error.
-bool fused_sgd_keeps_masters_in_l2(const DenseUpdateArgs& args, bool tensor_cores);
+// path: a width divisible by 4, the masters and copies aligned to match); a fraction for an update
+// without one is an internal error.
+bool fused_sgd_keeps_masters_in_l2(const DenseUpdateArgs& args);
 
 // The most layers one launch updates (the seed MLP has 3).
 constexpr int kFusedSgdMaxLayers = fused_sgd_tiles::kMaxLayers;
@@ -70,7 +61,6 @@ struct FusedSgdFinish {
 // finishes the step. l2_kept_fractions: each layer's, as run_fused_sgd's (null: 0 for all). Returns
 // how many layers shared a launch with others.
 int run_fused_sgd_layers(const DenseUpdateArgs* const* layers, const OptimizerConfig* const* optimizers,
-                         const float* l2_kept_fractions, int count, bool tensor_cores, const FusedSgdFinish* finish,
-                         cudaStream_t stream);
+                         const float* l2_kept_fractions, int count, const FusedSgdFinish* finish, cudaStream_t stream);
 
 }  // namespace mpt

@@ -1,7 +1,6 @@
-// What the two fused SGD kernels share (cuda_fused_sgd.cu on CUDA cores, cuda_fused_sgd_tensor_cores.cu
-// on tensor cores): the launch's arguments, the step's scalars read from the device's TrainState, the
-// element conversions, and the grid. Both give a block a strip of 128 input columns and a run of
-// consecutive 32-row tiles of output rows, as many blocks as are resident at once.
+// The fused SGD kernel's launch (cuda_fused_sgd.cu): its arguments, the step's scalars read from the
+// device's TrainState, the element conversions, and the grid. A block gets a strip of 128 input
+// columns and a run of consecutive 32-row tiles of output rows, as many blocks as are resident at once.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -151,7 +150,7 @@ __device__ __forceinline__ void update_this_blocks_layer(const FusedSgdGroup& gr
     }
 }
 
-// What a block of either kernel starts from: the consecutive row tiles of its run (none past the
+// What a block starts from: the consecutive row tiles of its run (none past the
 // last) and the step's scalars. active false: the block writes nothing, because it has no tile or
 // the step is skipped (found_inf); the same for every thread, so a kernel returns on it before any
 // barrier.
@@ -172,17 +171,15 @@ __device__ __forceinline__ FusedSgdBlockStart fused_sgd_block_start(const FusedS
     return start;
 }
 
-// The grid for `kernel` (blocks of `threads` with `dynamic_shared` bytes of dynamic shared memory):
-// as many blocks as are resident at once, shared among the group's layers in proportion to their
-// weights, each layer's its column strips times runs of row tiles (at least one run per strip);
-// sets each layer's tiles_per_block and the group's first_block. A group of one gets the grid a
-// launch of its layer alone had.
-inline unsigned fused_sgd_grid(const void* kernel, int threads, size_t dynamic_shared, FusedSgdGroup& group) {
+// The grid for `kernel` (blocks of `threads`): as many blocks as are resident at once, shared among
+// the group's layers in proportion to their weights, each layer's its column strips times runs of
+// row tiles (at least one run per strip); sets each layer's tiles_per_block and the group's
+// first_block. A group of one gets the grid a launch of its layer alone had.
+inline unsigned fused_sgd_grid(const void* kernel, int threads, FusedSgdGroup& group) {
     int device = 0, multiprocessors = 1, per_multiprocessor = 1;
     MPT_CUDA_CHECK(cudaGetDevice(&device));
     MPT_CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device));
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor, kernel, threads, dynamic_shared) !=
-            cudaSuccess ||
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor, kernel, threads, 0) != cudaSuccess ||
         per_multiprocessor < 1) {
         cudaGetLastError();  // (not sticky) a grid of one block per multiprocessor is still right, if slower
         per_multiprocessor = 1;
@@ -207,11 +204,7 @@ struct FusedSgdVariant {
     // vector paths, which every layer of a width divisible by 4, 16-byte aligned, takes).
     void (*kept_single)(FusedSgdGroup);
     void (*kept_group)(FusedSgdGroup);
-    size_t dynamic_shared;
-    const char* name;
-    bool operator==(const FusedSgdVariant& other) const {
-        return group == other.group && dynamic_shared == other.dynamic_shared;
-    }
+    bool operator==(const FusedSgdVariant& other) const { return group == other.group; }
 };
 
 inline bool fused_sgd_aligned(const void* pointer, size_t bytes) {

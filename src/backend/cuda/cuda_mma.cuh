@@ -1,8 +1,7 @@
 // The warp-level tensor-core instruction the hand-written tensor-core kernels use
-// (cuda_fused_sgd_tensor_cores.cu, cuda_small_batch_forward.cu, cuda_small_batch_backward_data.cu):
-// mma.m16n8k16 with fp16/bf16 operands and fp32 sums, compute capability 8.0 and up. Its fragment
-// layouts are the PTX ISA's, checked on the CPU by tests/test_fused_sgd_mma_layout.cpp and
-// tests/test_small_batch_mma_layout.cpp.
+// (cuda_small_batch_forward.cu, cuda_small_batch_backward_data.cu): mma.m16n8k16 with fp16/bf16
+// operands and fp32 sums, compute capability 8.0 and up. Its fragment layouts are the PTX ISA's,
+// checked on the CPU by tests/test_small_batch_mma_layout.cpp.
 #pragma once
 
 #include <cuda_bf16.h>
