@@ -328,20 +328,6 @@ if [ -x "$bench" ]; then
     # default kernels at batch 32 and 256.
     room_for_switch_stage dependent_launch &&
         MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 bench_run 60 dependent_launch --precision mixed-bf16 --batch 32,256
-    # Batch 32's combined set with the masters of the smaller layers kept in L2 as well: a stage of its
-    # own rather than a member of all_switches, so that should L2 not keep them (or the copies lose
-    # their place there), the combined set the choice weighs at batch 32 is not spoilt by it; after the
-    # stages alone of the switches the combined sets hold (the L2 switch is in no other stage: left
-    # out for time, it is simply not chosen).
-    room_for_switch_stage all_switches_l2 &&
-        MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 \
-            MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_L2_RESIDENT_MASTERS=1 \
-            bench_run 60 all_switches_l2 --precision mixed-bf16 --batch 32
-    # And alone, right after (batch 32, CUDA cores: the update's DRAM bytes from 10 a weight to what the
-    # first layer's masters and the copies take): should all_switches_l2 beat all_switches by noise
-    # alone, the switch's own stage is what can drop it (slower alone).
-    room_for_switch_stage l2_resident_masters &&
-        MPTRAIN_CUDA_L2_RESIDENT_MASTERS=1 bench_run 60 l2_resident_masters --precision mixed-bf16 --batch 32
     # The layers' fused SGD updates as one launch (batch 32, CUDA cores).
     room_for_switch_stage grouped_sgd && MPTRAIN_CUDA_GROUPED_SGD=1 bench_run 60 grouped_sgd --precision mixed-bf16 --batch 32
     # Batch 32's forward layers as one tensor-core kernel each instead of cuBLASLt's (split-K) GEMMs

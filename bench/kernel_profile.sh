@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # What one steady-state training step is made of, kernel by kernel, on a GPU: Nsight Compute's
 # counters over a few steps of mptrain-bench (mixed-bf16), replayed from their step graphs as the
-# bench runs them (ncu profiles a graph's kernel nodes one by one), so that the folds, the grouped
-# update and the L2 shares, which act in recorded steps only, are what it shows.
+# bench runs them (ncu profiles a graph's kernel nodes one by one), so that the folds and the grouped
+# update, which act in recorded steps only, are what it shows.
 # ncu runs with --clock-control none (the clocks are left as they are found) and --cache-control none
 # (no cache flush before each kernel, as in a real step). Kernel times under ncu exclude the gaps
 # between launches, which the bench's µs/step includes.
@@ -12,9 +12,8 @@
 # inner timeout runs its ncu in a process group of its own).
 # PROFILE_SETTINGS="VAR=value ..." profiles the batches' steps under those settings (the device check
 # passes the candidate defaults it chose: the step a session would commit); the tables' titles say so.
-# Last, the fused SGD kernel's warp states at batch 32 (stall reasons, issue rate, occupancy), the
-# small-batch kernels', and the fused SGD kernel's DRAM bytes with the masters kept in L2 (step graphs
-# on: the one section that profiles them, since that switch acts in recorded steps only).
+# Last, the fused SGD kernel's warp states at batch 32 (stall reasons, issue rate, occupancy), and
+# the small-batch kernels'.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=$1
@@ -96,20 +95,4 @@ MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 MPTRAIN_C
 forward_status=$?
 { echo; echo "small-batch kernels at batch 32 (ncu exit status $forward_status):"
   grep -vE '^(mptrain|device|backend|cpu|cuda) ' "$WORK/ncu_small_batch_forward.txt" | grep -E '^ |small_batch' | head -120; } >>"$OUT_FILE"
-# The fused SGD kernel, grouped, with the smaller layers' masters kept in L2
-# (MPTRAIN_CUDA_L2_RESIDENT_MASTERS=1) and without: the shares are chosen per recorded task, so both
-# run with the step graphs on (ncu profiles a graph's kernel nodes one by one), and with DRAM bytes and
-# time only (one pass: a replay's save and restore of memory between passes would disturb L2). One
-# launch a step updates the three layers: bench/NOTES.md predicts about 94 MB a launch kept, 122 not.
-for kept in 0 1; do
-    MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_L2_RESIDENT_MASTERS=$kept \
-        capped 40 "$ncu" --clock-control none --cache-control none \
-        --kernel-name regex:fused_sgd_kernel --launch-skip 20 --launch-count 2 \
-        --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
-        "$BUILD/bin/mptrain-bench" --backend cuda --precision mixed-bf16 --batch 32 --steps 12 --repeats 1 \
-        >"$WORK/ncu_fused_sgd_l2_$kept.txt" 2>&1
-    kept_status=$?
-    { echo; echo "fused SGD, grouped, graphs on, batch 32, MPTRAIN_CUDA_L2_RESIDENT_MASTERS=$kept (ncu exit status $kept_status):"
-      grep -vE '^(mptrain|device|backend|cpu|cuda) ' "$WORK/ncu_fused_sgd_l2_$kept.txt" | grep -E '^ |fused_sgd' | head -30; } >>"$OUT_FILE"
-done
 cat "$OUT_FILE"

@@ -82,7 +82,6 @@ struct Record {
     bool grouped_sgd;           // MPTRAIN_CUDA_GROUPED_SGD=1: the layers' fused SGD updates as one launch
     bool own_bias_gradient;     // MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1: bias gradients by the backend's kernel, not BGRADB
     bool split_k_small_outputs;  // MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1: K split only where outputs have few tiles
-    bool l2_resident_masters;    // MPTRAIN_CUDA_L2_RESIDENT_MASTERS=1: fused SGD keeps small layers' masters in L2
     // mpt_context_describe after the timed epochs: the switches the backend had on (the fields above
     // say what the environment asked for), its graph captures, replays and refusals, the ops' paths.
     std::string context;
@@ -458,7 +457,6 @@ Record run_one(const Options& options, const std::string& precision_text, int64_
     record.grouped_sgd = environment_is("MPTRAIN_CUDA_GROUPED_SGD", "1");
     record.own_bias_gradient = environment_is("MPTRAIN_CUDA_OWN_BIAS_GRADIENT", "1");
     record.split_k_small_outputs = environment_is("MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS", "1");
-    record.l2_resident_masters = environment_is("MPTRAIN_CUDA_L2_RESIDENT_MASTERS", "1");
     const mpt::DType compute = resolved == MPT_PRECISION_MIXED_BF16   ? mpt::DType::bf16
                                : resolved == MPT_PRECISION_MIXED_FP16 ? mpt::DType::fp16
                                                                       : mpt::DType::fp32;
@@ -556,7 +554,7 @@ void write_json(const std::string& path, const std::vector<Record>& records) {
                      "\"micro_batch\": %lld, \"frozen_layers\": %d, \"standardized\": %s, \"split_k\": %s, "
                      "\"gemm_autotune\": %s, \"small_batch_forward\": %s, \"small_batch_backward\": %s, "
                      "\"dependent_launch\": %s, \"grouped_sgd\": %s, \"own_bias_gradient\": %s, "
-                     "\"split_k_small_outputs\": %s, \"l2_resident_masters\": %s, ",
+                     "\"split_k_small_outputs\": %s, ",
                      hidden.c_str(), r.backend.c_str(), r.precision.c_str(), r.resolved.c_str(), static_cast<long long>(r.batch),
                      static_cast<long long>(r.steps), r.us_per_step, r.wall_us_per_step,
                      r.streamed ? "streamed" : "resident", r.cosine ? "cosine" : "constant", static_cast<double>(r.clipnorm),
@@ -567,8 +565,7 @@ void write_json(const std::string& path, const std::vector<Record>& records) {
                      r.gemm_autotune ? "true" : "false",
                      r.small_batch_forward ? "true" : "false", r.small_batch_backward ? "true" : "false",
                      r.dependent_launch ? "true" : "false", r.grouped_sgd ? "true" : "false",
-                     r.own_bias_gradient ? "true" : "false", r.split_k_small_outputs ? "true" : "false",
-                     r.l2_resident_masters ? "true" : "false");
+                     r.own_bias_gradient ? "true" : "false", r.split_k_small_outputs ? "true" : "false");
         if (r.gemm_floor_us >= 0) std::fprintf(file, "\"gemm_floor_us\": %.1f, \"floor_ratio\": %.3f, ", r.gemm_floor_us, r.us_per_step / r.gemm_floor_us);
         else std::fprintf(file, "\"gemm_floor_us\": null, \"floor_ratio\": null, ");
         std::fprintf(file, "\"allocations_per_step\": %.3f, \"peak_bytes\": %zu, \"device_bytes\": %lld, \"context\": %s}%s\n",

@@ -21,7 +21,7 @@ SWITCHES_TOGETHER_CASE = os.path.join(os.path.dirname(os.path.abspath(__file__))
 
 DEFAULT_FIELDS = {"split_k": True, "gemm_autotune": False, "small_batch_forward": False, "small_batch_backward": False,
                   "dependent_launch": False, "grouped_sgd": False, "own_bias_gradient": False,
-                  "split_k_small_outputs": False, "l2_resident_masters": False}
+                  "split_k_small_outputs": False}
 
 
 H200 = "cuda:0 (NVIDIA H200, compute capability 9.0, 143771 MiB)"
@@ -169,21 +169,21 @@ class BestSwitches(unittest.TestCase):
         self.assertIn("batch 4096: fastest own_bias_gradient", why)
 
     def test_a_switch_alone_whose_path_did_not_run_is_no_verdict_on_it(self):
-        # Alone at batch 4096 the L2 switch is idle (no fused SGD there): 1.05x there is the default
+        # Alone at batch 4096 grouped SGD is idle (no fused SGD there): 1.05x there is the default
         # step's noise, and does not drop it where it won.
         settings, why = self.choose(
             record(32, 129, ops={}), record(4096, 576, ops={}),
-            record(32, 110, l2_resident_masters=True, ops={"fused_sgd_masters_in_l2": 40}),
-            record(4096, 605, l2_resident_masters=True, ops={"fused_sgd_masters_in_l2": 0}))
-        self.assertEqual(settings, "MPTRAIN_CUDA_L2_RESIDENT_MASTERS=1")
+            record(32, 110, grouped_sgd=True, ops={"fused_sgd_grouped": 40}),
+            record(4096, 605, grouped_sgd=True, ops={"fused_sgd_grouped": 0}))
+        self.assertEqual(settings, "MPTRAIN_CUDA_GROUPED_SGD=1")
         self.assertNotIn("dropped", why)
         # Where it ran and was slower, it is dropped.
         settings, why = self.choose(
-            record(32, 129, ops={}), record(256, 177, ops={}),
-            record(32, 110, l2_resident_masters=True, ops={"fused_sgd_masters_in_l2": 40}),
-            record(256, 190, l2_resident_masters=True, ops={"fused_sgd_masters_in_l2": 12}))
+            record(32, 129, ops={}), record(64, 150, ops={}),
+            record(32, 110, grouped_sgd=True, ops={"fused_sgd_grouped": 40}),
+            record(64, 160, grouped_sgd=True, ops={"fused_sgd_grouped": 12}))
         self.assertEqual(settings, "")
-        self.assertIn("l2_resident_masters: dropped", why)
+        self.assertIn("grouped_sgd: dropped", why)
 
     def test_a_set_within_two_percent_of_the_default_is_not_chosen(self):
         settings, why = self.choose(record(32, 129), record(32, 127, dependent_launch=True))

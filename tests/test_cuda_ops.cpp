@@ -183,7 +183,6 @@ std::unique_ptr<Backend> make_cuda() {
     cuda_backend_set_dependent_launch(*backend, false);
     cuda_backend_set_grouped_sgd(*backend, false);
     cuda_backend_set_own_bias_gradient(*backend, false);
-    cuda_backend_set_l2_resident_masters(*backend, false);
 #endif
     return backend;
 }

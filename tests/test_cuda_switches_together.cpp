@@ -1,12 +1,12 @@
-// The CUDA backend's switched-off paths, on together. Each switch has its cases (test_cuda_fast_paths,
-// test_cuda_ops), most of them with that switch alone; a device check then chooses its candidate
-// defaults as the union of the switches that made the step faster (bench/peers/best_switches.py),
-// and a session may commit that union as the defaults. Paths that fold ops into one another (the
-// begin_step into the loss head, the decision into the max pass, finish_step into the grouped
-// update, with L2 shares, dependent launch and the small-batch kernels around them) meet only
-// there. So this case trains with a set of switches on at once against every one of them off by
-// name, and requires the same training within rounding, no refused graph, and each switch that the
-// device kept on to have run its path somewhere.
+// The CUDA backend's switched-off paths, on together. Each switch has its cases
+// (test_cuda_fast_paths, test_cuda_ops), most of them with that switch alone; a device check then
+// chooses its candidate defaults as the union of the switches that made the step faster
+// (bench/peers/best_switches.py), and a session may commit that union as the defaults. Paths that
+// fold ops into one another (the begin_step into the loss head, the decision into the max pass,
+// finish_step into the grouped update, with dependent launch and the small-batch kernels around
+// them) meet only there. So this case trains with a set of switches on at once against every one of
+// them off by name, and requires the same training within rounding, no refused graph, and each
+// switch that the device kept on to have run its path somewhere.
 //
 // The set: the switches the environment sets (the device check runs this case again under its
 // candidate's settings, bench/device_check.sh), or, where it sets none, every one of them (the GPU
@@ -65,7 +65,6 @@ const std::vector<Switch>& switches() {
         {"MPTRAIN_CUDA_SPLIT_K", "0", "1", "split_k", false, {}},
         {"MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS", "1", "0", "split_k_small_outputs", true,
             {"gemm.plans_kept_whole_by_size"}},
-        {"MPTRAIN_CUDA_L2_RESIDENT_MASTERS", "1", "0", "l2_resident_masters", true, {"ops.fused_sgd_masters_in_l2"}},
     };
     // clang-format on
     return all;
@@ -151,7 +150,7 @@ RunResult train_small_mlp_with(const std::shared_ptr<Context>& context, const Sy
 }
 
 // The paths each switch takes, in the step shapes where they act: the seed MLP at batch 32 (the
-// small-batch kernels, fused SGD, grouped, L2 shares), at 128 under a per-step rate and at 512 (the
+// small-batch kernels, fused SGD, grouped), at 128 under a per-step rate and at 512 (the
 // weight-gradient GEMMs, with the backend's bias gradients and the large outputs kept whole); the
 // small MLP in mixed-fp16 from a scale of 2^24, whose first steps overflow and are skipped (the
 // folds of the scaler's work), one hidden layer (another arena plan) and fp32; then the trainer's
@@ -270,8 +269,8 @@ TEST_CASE("the CUDA switches set on together train as with all of them off") {
         return from_environment ? make_context(MPT_BACKEND_CUDA) : context_with(every_switch());
     };
     // The switches on as the context is made: those asked for that the device kept on (below compute
-    // capability 8.0 the tensor-core paths stay off, dependent launch below 9.0, the L2 shares without
-    // a persisting set-aside), and any that are defaults by then.
+    // capability 8.0 the tensor-core paths stay off, dependent launch below 9.0), and any that are
+    // defaults by then.
     std::vector<const Switch*> on;
     {
         const nlohmann::json made = described(*make_together());
@@ -286,7 +285,7 @@ TEST_CASE("the CUDA switches set on together train as with all of them off") {
     }
     MESSAGE("switches on together (" << (from_environment ? "the environment's" : "every one")
                                      << "): " << (on.empty() ? std::string("none") : names_of(on)));
-    std::vector<bool> path_ran(on.size(), false), excused(on.size(), false);
+    std::vector<bool> path_ran(on.size(), false);
     for (const Run& run : runs()) {
         const std::string name = run.name;
         CAPTURE(name);
@@ -300,14 +299,6 @@ TEST_CASE("the CUDA switches set on together train as with all of them off") {
         for (size_t i = 0; i < on.size(); ++i) {
             const bool still_on =
                 description["switches"].value(on[i]->described, !on[i]->described_when_on) == on[i]->described_when_on;
-            // A device that reports a persisting L2 set-aside may still refuse to set one (under MPS,
-            // say): the backend then turns the L2 shares off, as designed, before any step keeps one.
-            if (!still_on && std::string(on[i]->described) == "l2_resident_masters" &&
-                counter(description, "l2.set_aside") == 0) {
-                if (!excused[i]) MESSAGE(on[i]->variable << "=" << on[i]->on << ": the device refused its set-aside");
-                excused[i] = true;
-                continue;
-            }
             // Still on after the run (a refused capture turns dependent launch off, and fails above).
             CHECK_MESSAGE(still_on, on[i]->variable << " was turned off during the run");
             for (const std::string& place : on[i]->evidence)
@@ -325,7 +316,7 @@ TEST_CASE("the CUDA switches set on together train as with all of them off") {
     bool split_k_off = false;
     for (const Switch* s : on) split_k_off = split_k_off || std::string(s->variable) == "MPTRAIN_CUDA_SPLIT_K";
     for (size_t i = 0; i < on.size(); ++i) {
-        if (on[i]->evidence.empty() || excused[i]) continue;  // (split K off: no counter)
+        if (on[i]->evidence.empty()) continue;  // (split K off: no counter)
         if (split_k_off && std::string(on[i]->described) == "split_k_small_outputs") continue;
         CHECK_MESSAGE(path_ran[i], on[i]->variable << "=" << on[i]->on << ": its path ran in none of the runs ("
                                                    << on[i]->evidence.front() << ")");

@@ -45,7 +45,6 @@ SWITCHES = (
     ("gemm_autotune", "gemm_autotune", True, ("gemm_autotune",)),
     ("split_k_off", "split_k", False, ("split_k=0",)),
     ("split_k_small_outputs", "split_k_small_outputs", True, ("split_k_small_outputs",)),
-    ("l2_resident_masters", "l2_resident_masters", True, ("l2_resident_masters",)),
 )
 # The case (or, should the program fail without naming a case, the test) of every switch on together.
 TOGETHER = ("the cuda switches set on together", "test cuda_switches_together")

@@ -47,7 +47,7 @@ def device_of(r):
 # The CUDA backend's switches a record names (what the environment asked for), as its context's
 # description names them ("switches": what the backend had on).
 SWITCHES = ("gemm_autotune", "small_batch_forward", "small_batch_backward", "dependent_launch", "grouped_sgd",
-            "own_bias_gradient", "split_k_small_outputs", "l2_resident_masters")
+            "own_bias_gradient", "split_k_small_outputs")
 
 
 def devices_of(records):
@@ -116,7 +116,6 @@ EVIDENCE = {
     # (Plans the rule kept whole, whether or not the heuristic would have split them: an overstatement
     # only toward a switch that then changes nothing.)
     "split_k_small_outputs": (("gemm", "plans_kept_whole_by_size"),),
-    "l2_resident_masters": (("ops", "fused_sgd_masters_in_l2"),),
 }
 
 
@@ -179,12 +178,11 @@ def main():
     unsplit = [r for r in mine if r.get("split_k") is False and not any(r.get(field) is True for field in SWITCHES)]
     mine = [r for r in mine if r not in unsplit]
     # Runs under MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1, _BACKWARD=1, MPTRAIN_CUDA_DEPENDENT_LAUNCH=1,
-    # MPTRAIN_CUDA_GROUPED_SGD=1, MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1, MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1
-    # or MPTRAIN_CUDA_L2_RESIDENT_MASTERS=1, or split-K off with any other switch, likewise.
+    # MPTRAIN_CUDA_GROUPED_SGD=1, MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1 or MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1,
+    # or split-K off with any other switch, likewise.
     small_batch = [r for r in mine if any(r.get(field) is True for field in
                                           ("small_batch_forward", "small_batch_backward", "dependent_launch",
-                                           "grouped_sgd", "own_bias_gradient", "split_k_small_outputs",
-                                           "l2_resident_masters"))
+                                           "grouped_sgd", "own_bias_gradient", "split_k_small_outputs"))
                    or (r.get("split_k") is False and any(r.get(field) is True for field in SWITCHES))]
     mine = [r for r in mine if r not in small_batch]
     # Runs under MPTRAIN_CUDA_GEMM_AUTOTUNE=1, likewise.
@@ -232,7 +230,7 @@ def main():
         ran_here = [r for r in records if r.get("backend") == backend]
         for device in devices_of(ran_here):
             print(f"device: {device}")
-        # L2 as the backend reads it (the L2-resident masters' budget is a share of it).
+        # The device's L2 as the backend reads it.
         l2 = next((r["context"]["l2"] for r in ran_here
                    if isinstance(r.get("context"), dict) and isinstance(r["context"].get("l2"), dict)), None)
         if l2 and l2.get("bytes"):
@@ -344,7 +342,7 @@ def main():
     for r in small_batch:
         switches = [environment_setting(field) for field in
                     ("small_batch_forward", "small_batch_backward", "dependent_launch", "grouped_sgd",
-                     "own_bias_gradient", "gemm_autotune", "split_k_small_outputs", "l2_resident_masters")
+                     "own_bias_gradient", "gemm_autotune", "split_k_small_outputs")
                     if r.get(field)]
         switches += [environment_setting("split_k", False)] if r.get("split_k") is False else []
         print(against(r, "switched on (" + ", ".join(switches) + ")",

@@ -60,10 +60,9 @@ bool turned_off_by_environment(const char* variable) {
 // MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 launches the backend's kernels with programmatic dependent launch
 // (cuda_launch.cuh), and MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1 sums the bias gradients of the
 // weight-gradient GEMMs in the backend's kernel instead of cuBLASLt's BGRADB epilogue
-// (cuda_bias_gradient.cuh), MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1 lets cuBLASLt split K only in the
-// GEMMs whose output has fewer tiles than the GPU has multiprocessors (gemm_split_k_rule.h), and
-// MPTRAIN_CUDA_L2_RESIDENT_MASTERS=1 keeps the smaller layers' fp32 masters in L2 through fused SGD
-// (l2_resident_masters.h): off by default until a GPU has measured them.
+// (cuda_bias_gradient.cuh), and MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1 lets cuBLASLt split K only in the
+// GEMMs whose output has fewer tiles than the GPU has multiprocessors (gemm_split_k_rule.h): off by
+// default until a GPU has measured them.
 bool turned_on_by_environment(const char* variable) {
     const char* value = std::getenv(variable);
     return value && std::strcmp(value, "1") == 0;
@@ -82,8 +81,7 @@ std::string CudaBackend::setup_warning() const {
                                          {"MPTRAIN_CUDA_GROUPED_SGD", {"0", "1"}},
                                          {"MPTRAIN_CUDA_STEP_FOLDS", {"0", "1"}},
                                          {"MPTRAIN_CUDA_OWN_BIAS_GRADIENT", {"0", "1"}},
-                                         {"MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS", {"0", "1"}},
-                                         {"MPTRAIN_CUDA_L2_RESIDENT_MASTERS", {"0", "1"}}});
+                                         {"MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS", {"0", "1"}}});
 }
 
 // ---- creation ----------------------------------------------------------------------------------
@@ -202,7 +200,6 @@ CudaBackend::CudaBackend(int device, MemoryTracker* memory) : device_(device), m
     grouped_sgd_ = turned_on_by_environment("MPTRAIN_CUDA_GROUPED_SGD");
     step_folds_ = !turned_off_by_environment("MPTRAIN_CUDA_STEP_FOLDS");
     own_bias_gradient_ = turned_on_by_environment("MPTRAIN_CUDA_OWN_BIAS_GRADIENT");
-    set_l2_resident_masters(turned_on_by_environment("MPTRAIN_CUDA_L2_RESIDENT_MASTERS"));
     try {
         scheduler_ = std::make_unique<CudaScheduler>(*static_cast<CudaTaskHooks*>(this));
         gemm_ = std::make_unique<CudaGemm>(!turned_off_by_environment("MPTRAIN_CUDA_SPLIT_K"),
@@ -252,7 +249,6 @@ CudaBackend::~CudaBackend() {
         }
     }
     graphs_.clear();
-    restore_l2_set_aside();
     stager_.reset();
     epoch_order_.reset();
     release_scratch(scratch_);
@@ -795,10 +791,6 @@ uint64_t cuda_backend_plans_kept_whole_by_size(const Backend& backend) {
 bool cuda_backend_fused_epilogues(const Backend& backend) { return as_cuda(backend).fused_epilogues(); }
 void cuda_backend_set_grouped_sgd(Backend& backend, bool enabled) { as_cuda(backend).set_grouped_sgd(enabled); }
 void cuda_backend_set_step_folds(Backend& backend, bool enabled) { as_cuda(backend).set_step_folds(enabled); }
-bool cuda_backend_set_l2_resident_masters(Backend& backend, bool enabled) {
-    return as_cuda(backend).set_l2_resident_masters(enabled);
-}
-size_t cuda_backend_l2_set_aside(const Backend& backend) { return as_cuda(backend).l2_set_aside(); }
 void cuda_backend_set_own_bias_gradient(Backend& backend, bool enabled) {
     as_cuda(backend).set_own_bias_gradient(enabled);
 }

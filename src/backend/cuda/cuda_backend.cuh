@@ -25,7 +25,6 @@
 #include "backend/cuda/cuda_max_abs.cuh"
 #include "backend/cuda/cuda_scheduler.cuh"
 #include "backend/cuda/cuda_step_graph.cuh"
-#include "backend/cuda/l2_resident_masters.h"
 #include "backend/cuda/replay_host_time.h"
 
 namespace mpt {
@@ -102,11 +101,6 @@ public:
     void set_grouped_sgd(bool enabled) { grouped_sgd_ = enabled; }
     void set_step_folds(bool enabled) { step_folds_ = enabled; }
     void set_own_bias_gradient(bool enabled) { own_bias_gradient_ = enabled; }
-    // On only where L2 has a persisting set-aside (compute capability 8.0 and up, not MIG); returns
-    // whether it is on.
-    bool set_l2_resident_masters(bool enabled);
-    bool l2_resident_masters() const { return l2_resident_masters_; }
-    size_t l2_set_aside() const { return l2_set_aside_; }
     void refuse_fused_runs(bool refuse) { gemm_->set_refuse_fused_runs(refuse); }
     void break_captures(bool broken) { break_captures_ = broken; }
     const CudaOpPaths& op_paths() const { return op_paths_; }
@@ -188,17 +182,6 @@ private:
     // exactly its results: then both are one launch (execute_max_abs_deciding).
     bool decision_follows(size_t index) const;
     void execute_max_abs_deciding(const RecordedOp& max_abs, const RecordedOp& decision, cudaStream_t stream);
-    // With L2-resident masters on, sets each recorded fused SGD update's share of masters kept in L2
-    // (l2_resident_masters.h) and L2's set-aside for them; before the task is signed, captured or run
-    // (cuda_backend_l2_residency.cu).
-    void keep_masters_in_l2();
-    // Raises the device's persisting set-aside to `bytes` where it is smaller (never lowers it while a
-    // backend that raised it lives); returns what it holds after (0, and the switch off, where the
-    // device refuses it).
-    int64_t reserve_l2_set_aside(int64_t bytes);
-    // The last backend that raised the set-aside puts it back as it was found (unless something else
-    // changed it since).
-    void restore_l2_set_aside() noexcept;
     // How many of the recorded ops from recorded_[index] on are fused SGD updates, independent of
     // each other (fused_sgd_updates_independent), that one launch can take (at most
     // kFusedSgdMaxLayers; 0 when recorded_[index] is none): with grouped SGD on, they are one
@@ -245,14 +228,8 @@ private:
     bool grouped_sgd_ = false;
     bool step_folds_ = true;  // begin_step into the loss head, the update decision into the max pass
     bool own_bias_gradient_ = false;              // weight-gradient GEMMs without BGRADB, the bias by our kernel
-    bool l2_resident_masters_ = false;            // fused SGD keeps a share of the masters in L2 (evict last)
-    int64_t l2_bytes_ = 0;                        // the device's L2
+    int64_t l2_bytes_ = 0;                        // the device's L2 (described)
     int64_t l2_set_aside_max_ = 0;                // the most of it a persisting set-aside may take (0: none)
-    size_t l2_set_aside_ = 0;                     // the set-aside as this backend last saw it (0: not asked)
-    bool raised_l2_set_aside_ = false;            // this backend raised it (and is among those to restore it)
-    std::vector<size_t> l2_updates_;              // keep_masters_in_l2's scratch, reused every step
-    std::vector<l2_residency::LayerBytes> l2_layers_;
-    l2_residency::KeptMasters l2_kept_;
     unsigned* bias_gradient_counters_ = nullptr;  // in reduction_scratch_, zeroed once
     CudaOpPaths op_paths_;
     std::exception_ptr deferred_error_;  // from release()'s flush, for the next issue or task end

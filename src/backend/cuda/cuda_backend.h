@@ -51,8 +51,6 @@ struct CudaOpPaths {
     uint64_t fused_sgd_grouped = 0;   // fused SGD updates run in a launch with other layers' (per run of a
                                       // recorded task, as begin_steps_folded)
     uint64_t steps_finished_by_update = 0;  // finish_steps taken by the last update launch (likewise)
-    uint64_t fused_sgd_masters_in_l2 = 0;  // fused SGD updates issued with a share of their masters kept in L2
-                                           // (per step, as fused_sgd)
 };
 CudaOpPaths cuda_backend_op_paths(const Backend& backend);
 // Graph capture of repeated compute tasks (default on; MPTRAIN_CUDA_GRAPHS=0 turns it off).
@@ -89,13 +87,6 @@ void cuda_backend_set_step_folds(Backend& backend, bool enabled);
 // backend's column-sum kernel (cuda_bias_gradient.cuh; default off until a GPU has measured it;
 // MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1 turns it on). Plans made after the call follow it.
 void cuda_backend_set_own_bias_gradient(Backend& backend, bool enabled);
-// A recorded step's fused SGD updates keep their smallest layers' fp32 masters in L2 (evict-last
-// loads and stores, and L2's persisting set-aside sized for them; l2_resident_masters.h): default off
-// until a GPU has measured it; MPTRAIN_CUDA_L2_RESIDENT_MASTERS=1 turns it on. On only where the
-// device has a set-aside (8.0 and up, not MIG); returns whether it is on.
-bool cuda_backend_set_l2_resident_masters(Backend& backend, bool enabled);
-// The persisting set-aside the backend asked for (0: none so far).
-size_t cuda_backend_l2_set_aside(const Backend& backend);
 // Whether it is on now: a refused graph capture or launch turns it off (it may be what broke it),
 // unless cuBLASLt's refusal of a fused plan is what refused the capture.
 bool cuda_backend_dependent_launch(const Backend& backend);

@@ -26,15 +26,13 @@ void CudaBackend::describe(JsonWriter& out) const {
     out.key("grouped_sgd").boolean(grouped_sgd_);
     out.key("step_folds").boolean(step_folds_);
     out.key("own_bias_gradient").boolean(own_bias_gradient_);
-    out.key("l2_resident_masters").boolean(l2_resident_masters_);
     out.end_object();
 
-    // L2 as the L2-resident masters see it: its size, the largest persisting set-aside the device
-    // allows, and the one the backend asked for (0: none so far).
+    // The device's L2: its size and the largest persisting set-aside the device allows (0: none, below
+    // compute capability 8.0 or under MIG).
     out.key("l2").begin_object();
     out.key("bytes").integer(l2_bytes_);
     out.key("set_aside_max").integer(l2_set_aside_max_);
-    out.key("set_aside").integer(static_cast<int64_t>(l2_set_aside_));
     out.end_object();
 
     out.key("graphs").begin_object();
@@ -67,7 +65,6 @@ void CudaBackend::describe(JsonWriter& out) const {
     out.key("dependent_launches").unsigned_integer(ops.dependent_launches);
     out.key("fused_sgd_grouped").unsigned_integer(ops.fused_sgd_grouped);
     out.key("steps_finished_by_update").unsigned_integer(ops.steps_finished_by_update);
-    out.key("fused_sgd_masters_in_l2").unsigned_integer(ops.fused_sgd_masters_in_l2);
     out.end_object();
 
     const CudaGemm& gemm = *gemm_;

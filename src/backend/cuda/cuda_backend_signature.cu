@@ -167,7 +167,6 @@ void CudaBackend::sign(const RecordedOp& op) {
             s.put(op.update_plan.weight_grad);
             s.put(op.update_plan.bias_grad);
             s.put(op.update_plan.bias_partials);  // the scratch buffer moves when it grows
-            s.put(op.update_plan.l2_kept_fraction);
             const OptimizerConfig& o = op.optimizer;
             s.put(o.kind);
             s.put(o.learning_rate);

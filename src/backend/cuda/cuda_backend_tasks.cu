@@ -89,14 +89,12 @@ void CudaBackend::execute_fused_sgd_layers(size_t index, size_t count, const Rec
     }
     const DenseUpdateArgs* layers[kFusedSgdMaxLayers];
     const OptimizerConfig* optimizers[kFusedSgdMaxLayers];
-    float l2_kept_fractions[kFusedSgdMaxLayers];
     for (size_t k = 0; k < count; ++k) {
         layers[k] = &recorded_[index + k].update;
         optimizers[k] = &recorded_[index + k].optimizer;
-        l2_kept_fractions[k] = recorded_[index + k].update_plan.l2_kept_fraction;
     }
-    op_paths_.fused_sgd_grouped += static_cast<uint64_t>(run_fused_sgd_layers(
-        layers, optimizers, l2_kept_fractions, static_cast<int>(count), finish ? &finishing : nullptr, stream));
+    op_paths_.fused_sgd_grouped += static_cast<uint64_t>(
+        run_fused_sgd_layers(layers, optimizers, static_cast<int>(count), finish ? &finishing : nullptr, stream));
 }
 
 // ---- recording and graphs ----------------------------------------------------------------------
@@ -162,7 +160,6 @@ void CudaBackend::flush_recording() {
     if (!recording_) return;
     recording_ = false;  // the rest of the task runs eagerly
     activate();
-    keep_masters_in_l2();
     execute_recorded(scheduler_->stream(Lane::compute), false);
     recorded_.clear();
 }
@@ -172,7 +169,6 @@ void CudaBackend::end_compute_task() {
     if (!recording_) return;  // graphs off, or flushed: everything is issued already
     recording_ = false;
     activate();
-    keep_masters_in_l2();  // (no set-aside call may run under capture)
     const cudaStream_t compute = scheduler_->stream(Lane::compute);
     if (recorded_.size() < kMinGraphOps) {
         execute_recorded(compute, false);

@@ -291,7 +291,7 @@ DenseUpdatePlan plan_dense_update(CudaGemm& gemm, const DenseUpdateArgs& args, c
 void run_dense_update(CudaGemm& gemm, const DenseUpdatePlan& plan, const DenseUpdateArgs& args,
                       const OptimizerConfig& optimizer, int max_blocks, unsigned* bias_counters, cudaStream_t stream) {
     if (plan.fused_sgd) {
-        run_fused_sgd(args, optimizer, plan.l2_kept_fraction, stream);
+        run_fused_sgd(args, optimizer, stream);
         return;
     }
     if (args.part != UpdatePart::apply)

@@ -22,9 +22,6 @@ struct DenseUpdatePlan {
     float* weight_grad = nullptr;  // the args' scratch, or the backend's when the args have none
     float* bias_grad = nullptr;
     float* bias_partials = nullptr;  // the bias-gradient kernel's scratch, when it needs some
-    // Fused SGD: the share of the masters' lines L2 is asked to keep (CudaBackend sets it per recorded
-    // task with L2-resident masters on, l2_resident_masters.h); 0: none.
-    float l2_kept_fraction = 0.0f;
 };
 
 // fp32 scratch dense_update needs from the backend: the gradients' when the args bring none, and the

@@ -55,37 +55,37 @@ __device__ __forceinline__ void store_4(__half* out, const float (&w)[4]) {
 
 // The thread's 4 masters of row o from column i: one float4 when kVector (in_features a multiple
 // of 4 and the masters 16-byte aligned), else one by one with the row's end checked.
-template <bool kVector, typename T, bool kKeep>
+template <bool kVector, typename T>
 __device__ __forceinline__ float4 load_masters(const FusedSgdLaunch& p, int64_t o, int64_t i) {
     if (o >= p.out_features || i >= p.in_features) return make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     const float* row = p.weights + o * p.in_features;
     if constexpr (kVector) {
-        return load_master<T, kKeep>(p, reinterpret_cast<const float4*>(row + i));
+        return load_master<T>(reinterpret_cast<const float4*>(row + i));
     } else {
         float4 m;
-        m.x = load_master<T, kKeep>(p, row + i);
-        m.y = i + 1 < p.in_features ? load_master<T, kKeep>(p, row + i + 1) : 0.0f;
-        m.z = i + 2 < p.in_features ? load_master<T, kKeep>(p, row + i + 2) : 0.0f;
-        m.w = i + 3 < p.in_features ? load_master<T, kKeep>(p, row + i + 3) : 0.0f;
+        m.x = load_master<T>(row + i);
+        m.y = i + 1 < p.in_features ? load_master<T>(row + i + 1) : 0.0f;
+        m.z = i + 2 < p.in_features ? load_master<T>(row + i + 2) : 0.0f;
+        m.w = i + 3 < p.in_features ? load_master<T>(row + i + 3) : 0.0f;
         return m;
     }
 }
 
 // Writes the 4 updated masters of row o from column i and their low-precision copies (4 values in
 // one store each when kVector).
-template <bool kVector, typename T, bool kKeep>
+template <bool kVector, typename T>
 __device__ __forceinline__ void store_masters(const FusedSgdLaunch& p, int64_t o, int64_t i, const float (&w)[4]) {
     if (o >= p.out_features || i >= p.in_features) return;
     const int64_t index = o * p.in_features + i;
     T* low = static_cast<T*>(p.low_weights);
     if constexpr (kVector) {
-        store_master<T, kKeep>(p, reinterpret_cast<float4*>(p.weights + index), make_float4(w[0], w[1], w[2], w[3]));
+        store_master<T>(reinterpret_cast<float4*>(p.weights + index), make_float4(w[0], w[1], w[2], w[3]));
         if (low) store_4(low + index, w);
     } else {
 #pragma unroll
         for (int v = 0; v < 4; ++v) {
             if (i + v >= p.in_features) return;
-            store_master<T, kKeep>(p, p.weights + index + v, w[v]);
+            store_master<T>(p.weights + index + v, w[v]);
             if (low) low[index + v] = from_float<T>(w[v]);
         }
     }
@@ -93,7 +93,7 @@ __device__ __forceinline__ void store_masters(const FusedSgdLaunch& p, int64_t o
 
 // One block's part of layer p's update: its column strip, its run of row tiles. T: the element type
 // of dZ, A and the low-precision copies (float, __half or __nv_bfloat16).
-template <bool kVector, typename T, bool kKeep>
+template <bool kVector, typename T>
 __device__ __forceinline__ void update_strip(const FusedSgdLaunch& p, int64_t strip, int64_t run) {
     __shared__ float4 input[kFusedSgdMaxRows][kStripColumns / 4];            // A[r][i0 + 4c ..]
     __shared__ float4 output_grad[2][kFusedSgdMaxRows][kTileRows / 4];       // dZ[r][o0 + 4w ..], 2 tiles
@@ -111,7 +111,7 @@ __device__ __forceinline__ void update_strip(const FusedSgdLaunch& p, int64_t st
     float4 master[kRowsPerThread];
 #pragma unroll
     for (int u = 0; u < kRowsPerThread; ++u)
-        master[u] = load_masters<kVector, T, kKeep>(p, first_tile * kTileRows + warp * kRowsPerThread + u, i);
+        master[u] = load_masters<kVector, T>(p, first_tile * kTileRows + warp * kRowsPerThread + u, i);
 
     // The strip of A, zero past the last column (as is dZ past the last row) so that the sums of
     // the edge tiles read defined values. Loaded in groups of 8 raw elements, then converted.
@@ -164,9 +164,9 @@ __device__ __forceinline__ void update_strip(const FusedSgdLaunch& p, int64_t st
         float4 next_master[kRowsPerThread];
 #pragma unroll
         for (int u = 0; u < kRowsPerThread; ++u)
-            next_master[u] =
-                has_next ? load_masters<kVector, T, kKeep>(p, (tile + 1) * kTileRows + warp * kRowsPerThread + u, i)
-                         : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            next_master[u] = has_next
+                                 ? load_masters<kVector, T>(p, (tile + 1) * kTileRows + warp * kRowsPerThread + u, i)
+                                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (has_next) load_output_grad(tile + 1, staged);
 
         float gradient[kRowsPerThread][4] = {};
@@ -186,7 +186,7 @@ __device__ __forceinline__ void update_strip(const FusedSgdLaunch& p, int64_t st
 #pragma unroll
             for (int v = 0; v < 4; ++v)
                 updated[v] = plain_sgd_update_element(p.optimizer, scalars, masters[v], gradient[u][v]);
-            store_masters<kVector, T, kKeep>(p, tile * kTileRows + warp * kRowsPerThread + u, i, updated);
+            store_masters<kVector, T>(p, tile * kTileRows + warp * kRowsPerThread + u, i, updated);
         }
         // The bias gradient is the column sum of dZ: the first strip's blocks own the bias.
         if (strip == 0 && threadIdx.x < kTileRows) {
@@ -208,24 +208,17 @@ __device__ __forceinline__ void update_strip(const FusedSgdLaunch& p, int64_t st
     }
 }
 
-template <bool kVector, typename T, int kLayers, bool kKeep>
+template <bool kVector, typename T, int kLayers>
 __global__ void __launch_bounds__(kThreads) fused_sgd_kernel(const FusedSgdGroup group) {
     start_after_preceding_kernel();
-    update_this_blocks_layer<kLayers>(group, [](const FusedSgdLaunch& p, int64_t strip, int64_t run) {
-        update_strip<kVector, T, kKeep>(p, strip, run);
-    });
+    update_this_blocks_layer<kLayers>(
+        group, [](const FusedSgdLaunch& p, int64_t strip, int64_t run) { update_strip<kVector, T>(p, strip, run); });
     if (group.finish.state) finish_step_in_last_block(group.finish);
 }
 
 template <bool kVector, typename T>
 FusedSgdVariant cuda_core_kernels() {
-    FusedSgdVariant variant{fused_sgd_kernel<kVector, T, 1, false>,
-                            fused_sgd_kernel<kVector, T, kFusedSgdMaxLayers, false>, nullptr, nullptr};
-    if constexpr (kVector) {
-        variant.kept_single = fused_sgd_kernel<kVector, T, 1, true>;
-        variant.kept_group = fused_sgd_kernel<kVector, T, kFusedSgdMaxLayers, true>;
-    }
-    return variant;
+    return FusedSgdVariant{fused_sgd_kernel<kVector, T, 1>, fused_sgd_kernel<kVector, T, kFusedSgdMaxLayers>};
 }
 
 // Whether the CUDA-core kernel takes whole float4s of masters, and of their copies (8 bytes of
@@ -252,20 +245,15 @@ FusedSgdVariant cuda_core_variant(const DenseUpdateArgs& args) {
 
 // Launches the group's layers as one kernel (the variant's single-layer code for a group of one).
 void launch_fused_sgd(const FusedSgdVariant& variant, FusedSgdGroup& group, cudaStream_t stream) {
-    bool keep = false;
-    for (int l = 0; l < group.count; ++l) keep = keep || group.layers[l].l2_kept_fraction > 0.0f;
-    require(!keep || variant.kept_group, MPT_STATUS_INTERNAL,
-            "cuda backend: fused SGD asked to keep masters in L2 on a path without it");
-    void (*const kernel)(FusedSgdGroup) = keep ? (group.count == 1 ? variant.kept_single : variant.kept_group)
-                                               : (group.count == 1 ? variant.single : variant.group);
+    void (*const kernel)(FusedSgdGroup) = group.count == 1 ? variant.single : variant.group;
     const unsigned blocks = fused_sgd_grid(reinterpret_cast<const void*>(kernel), kThreads, group);
     launch_kernel("fused_sgd_kernel", kernel, dim3(blocks), kThreads, 0, stream, group);
 }
 
 }  // namespace
 
-int run_fused_sgd_layers(const DenseUpdateArgs* const* layers, const OptimizerConfig* const* optimizers,
-                         const float* l2_kept_fractions, int count, const FusedSgdFinish* finish, cudaStream_t stream) {
+int run_fused_sgd_layers(const DenseUpdateArgs* const* layers, const OptimizerConfig* const* optimizers, int count,
+                         const FusedSgdFinish* finish, cudaStream_t stream) {
     require(!finish || (finish->state && finish->counter), MPT_STATUS_INTERNAL,
             "cuda backend: fused SGD's finish_step needs the state and a counter");
     require(layers != nullptr && optimizers != nullptr && count >= 1 && count <= kFusedSgdMaxLayers,
@@ -286,8 +274,7 @@ int run_fused_sgd_layers(const DenseUpdateArgs* const* layers, const OptimizerCo
         const FusedSgdVariant layer_variant = cuda_core_variant(args);
         if (group.count > 0 && !(layer_variant == variant)) launch();
         variant = layer_variant;
-        group.layers[group.count++] =
-            fused_sgd_launch(args, optimizer, l2_kept_fractions ? l2_kept_fractions[l] : 0.0f);
+        group.layers[group.count++] = fused_sgd_launch(args, optimizer);
     }
     if (finish) group.finish = *finish;  // the last launch: every update before it has run
     launch();
@@ -311,8 +298,6 @@ void update_ranges(const DenseUpdateArgs& args, ByteRange (&written)[4], ByteRan
 
 }  // namespace
 
-bool fused_sgd_keeps_masters_in_l2(const DenseUpdateArgs& args) { return cuda_core_vector_path(args); }
-
 bool fused_sgd_updates_independent(const DenseUpdateArgs& first, const DenseUpdateArgs& second) {
     ByteRange written[2][4], read[2][2];
     update_ranges(first, written[0], read[0]);
@@ -327,11 +312,10 @@ bool fused_sgd_updates_independent(const DenseUpdateArgs& first, const DenseUpda
     return true;
 }
 
-void run_fused_sgd(const DenseUpdateArgs& args, const OptimizerConfig& optimizer, float l2_kept_fraction,
-                   cudaStream_t stream) {
+void run_fused_sgd(const DenseUpdateArgs& args, const OptimizerConfig& optimizer, cudaStream_t stream) {
     const DenseUpdateArgs* const layer = &args;
     const OptimizerConfig* const rule = &optimizer;
-    run_fused_sgd_layers(&layer, &rule, &l2_kept_fraction, 1, nullptr, stream);
+    run_fused_sgd_layers(&layer, &rule, 1, nullptr, stream);
 }
 
 }  // namespace mpt

@@ -24,15 +24,7 @@ inline bool fused_sgd_applies(const DenseUpdateArgs& args, const OptimizerConfig
            args.part == UpdatePart::whole && args.gradient_factor == nullptr;
 }
 
-// l2_kept_fraction: the share of the masters' lines L2 is asked to keep (multiples of 1/16,
-// l2_resident_masters.h; 8.0 and up, the caller checks), 0 for none.
-void run_fused_sgd(const DenseUpdateArgs& args, const OptimizerConfig& optimizer, float l2_kept_fraction,
-                   cudaStream_t stream);
-
-// Whether the update's kernel has a variant that keeps a share of the masters in L2 (the vector
-// path: a width divisible by 4, the masters and copies aligned to match); a fraction for an update
-// without one is an internal error.
-bool fused_sgd_keeps_masters_in_l2(const DenseUpdateArgs& args);
+void run_fused_sgd(const DenseUpdateArgs& args, const OptimizerConfig& optimizer, cudaStream_t stream);
 
 // The most layers one launch updates (the seed MLP has 3).
 constexpr int kFusedSgdMaxLayers = fused_sgd_tiles::kMaxLayers;
@@ -53,14 +45,14 @@ struct FusedSgdFinish {
     unsigned* counter = nullptr;  // 0 between launches, in a 256-byte sector of its own
 };
 
-// `count` (1 to kFusedSgdMaxLayers) updates, layers[l] by optimizers[l], that each fused_sgd_applies,
-// of distinct layers (nothing one writes is read or written by another): one launch for each run of
-// consecutive layers that share a kernel (dtype, alignment, batch rows), in which they are updated
-// side by side; so the seed MLP's three layers in mixed precision are one launch instead of three.
-// Each layer is updated as run_fused_sgd updates it, bit for bit. With `finish`, the last launch also
-// finishes the step. l2_kept_fractions: each layer's, as run_fused_sgd's (null: 0 for all). Returns
-// how many layers shared a launch with others.
-int run_fused_sgd_layers(const DenseUpdateArgs* const* layers, const OptimizerConfig* const* optimizers,
-                         const float* l2_kept_fractions, int count, const FusedSgdFinish* finish, cudaStream_t stream);
+// `count` (1 to kFusedSgdMaxLayers) updates, layers[l] by optimizers[l], that each
+// fused_sgd_applies, of distinct layers (nothing one writes is read or written by another): one
+// launch for each run of consecutive layers that share a kernel (dtype, alignment, batch rows), in
+// which they are updated side by side; so the seed MLP's three layers in mixed precision are one
+// launch instead of three. Each layer is updated as run_fused_sgd updates it, bit for bit. With
+// `finish`, the last launch also finishes the step. Returns how many layers shared a launch with
+// others.
+int run_fused_sgd_layers(const DenseUpdateArgs* const* layers, const OptimizerConfig* const* optimizers, int count,
+                         const FusedSgdFinish* finish, cudaStream_t stream);
 
 }  // namespace mpt

@@ -12,7 +12,6 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_fused_sgd.cuh"
-#include "backend/cuda/cuda_l2_cache_hints.cuh"
 #include "backend/cuda/cuda_step_state.cuh"
 #include "backend/cuda/fused_sgd_grid_layout.h"
 
@@ -34,9 +33,6 @@ struct FusedSgdLaunch {
     int64_t tiles_per_block;  // consecutive 32-row tiles a block walks through
     OptimizerConfig optimizer;
     const TrainState* state;
-    // The share of the masters' lines loaded and stored with L2's evict-last priority (CudaBackend's
-    // L2-resident masters, l2_resident_masters.h); 0: none, the accesses below.
-    float l2_kept_fraction;
 };
 
 // The masters' loads and stores. In a mixed-precision step the masters are read and written once,
@@ -44,35 +40,25 @@ struct FusedSgdLaunch {
 // when it is on), while the low-precision copies written beside them are what the next step's
 // forward reads first: the masters go through L2 as streaming data (evict first), so that L2 keeps
 // the copies (24.5 MB for the seed MLP; an H200's L2 holds 50). In fp32 (T float: no copy) the
-// forward reads the masters themselves: plain accesses. The kernels compiled to keep masters in L2
-// (kKeep: launched for a group with a layer whose p.l2_kept_fraction is set) give that share of the
-// layer's lines L2's evict-last priority and the rest evict-first, through a cache policy; the others'
-// instructions are those of the default path. In fp32 the lines not kept keep normal priority, as the
-// default path's plain accesses have it (the next forward reads them).
-template <typename T, bool kKeep, typename V>
-__device__ __forceinline__ V load_master(const FusedSgdLaunch& p, const V* address) {
-    if constexpr (kKeep)
-        return load_kept(address, l2_policy(p.l2_kept_fraction, std::is_same_v<T, float>));
-    else if constexpr (std::is_same_v<T, float>)
+// forward reads the masters themselves: plain accesses.
+template <typename T, typename V>
+__device__ __forceinline__ V load_master(const V* address) {
+    if constexpr (std::is_same_v<T, float>)
         return *address;
     else
         return __ldcs(address);
 }
-template <typename T, bool kKeep, typename V>
-__device__ __forceinline__ void store_master(const FusedSgdLaunch& p, V* address, V value) {
-    if constexpr (kKeep)
-        store_kept(address, value, l2_policy(p.l2_kept_fraction, std::is_same_v<T, float>));
-    else if constexpr (std::is_same_v<T, float>)
+template <typename T, typename V>
+__device__ __forceinline__ void store_master(V* address, V value) {
+    if constexpr (std::is_same_v<T, float>)
         *address = value;
     else
         __stcs(address, value);
 }
 
 // The launch's arguments, tiles_per_block still unset (fused_sgd_grid sets it).
-inline FusedSgdLaunch fused_sgd_launch(const DenseUpdateArgs& args, const OptimizerConfig& optimizer,
-                                       float l2_kept_fraction) {
+inline FusedSgdLaunch fused_sgd_launch(const DenseUpdateArgs& args, const OptimizerConfig& optimizer) {
     FusedSgdLaunch launch{};
-    launch.l2_kept_fraction = l2_kept_fraction;
     launch.output_grad = args.output_grad;
     launch.input = args.input;
     launch.weights = args.weights;
@@ -150,10 +136,9 @@ __device__ __forceinline__ void update_this_blocks_layer(const FusedSgdGroup& gr
     }
 }
 
-// What a block starts from: the consecutive row tiles of its run (none past the
-// last) and the step's scalars. active false: the block writes nothing, because it has no tile or
-// the step is skipped (found_inf); the same for every thread, so a kernel returns on it before any
-// barrier.
+// What a block starts from: the consecutive row tiles of its run (none past the last) and the
+// step's scalars. active false: the block writes nothing, because it has no tile or the step is
+// skipped (found_inf); the same for every thread, so a kernel returns on it before any barrier.
 struct FusedSgdBlockStart {
     int64_t first_tile, end_tile;
     OptimizerStepScalars scalars;
@@ -200,10 +185,6 @@ inline unsigned fused_sgd_grid(const void* kernel, int threads, FusedSgdGroup& g
 struct FusedSgdVariant {
     void (*single)(FusedSgdGroup);
     void (*group)(FusedSgdGroup);
-    // The same, compiled to keep a share of the masters in L2 (null: the variant has none: only the
-    // vector paths, which every layer of a width divisible by 4, 16-byte aligned, takes).
-    void (*kept_single)(FusedSgdGroup);
-    void (*kept_group)(FusedSgdGroup);
     bool operator==(const FusedSgdVariant& other) const { return group == other.group; }
 };
 
