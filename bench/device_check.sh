@@ -306,10 +306,8 @@ room_for_switch_stage() {  # room_for_switch_stage <name>: a switch stage of abo
 }
 if [ -x "$bench" ]; then
     stage "switched-off paths (mptrain-bench --backend cuda under each switch)"
-    # Batch 32's step on the backend's kernels alone: both small-batch kernels, fused SGD grouped,
-    # dependent launch.
-    MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 \
-        MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 bench_run 60 all_switches --precision mixed-bf16 --batch 32
+    # Batch 32's combined set: fused SGD grouped, dependent launch.
+    MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 bench_run 60 all_switches --precision mixed-bf16 --batch 32
     # Past batch 32's kernels: every switch that acts at batch 256 or 4096 at once (not the GEMM
     # autotuning, timed last), so that the candidate choice has a combined set to weigh there too.
     # K kept whole by the small-outputs rule rather than everywhere: the large GEMMs the same, the
@@ -330,19 +328,11 @@ if [ -x "$bench" ]; then
         MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 bench_run 60 dependent_launch --precision mixed-bf16 --batch 32,256
     # The layers' fused SGD updates as one launch (batch 32, CUDA cores).
     room_for_switch_stage grouped_sgd && MPTRAIN_CUDA_GROUPED_SGD=1 bench_run 60 grouped_sgd --precision mixed-bf16 --batch 32
-    # Batch 32's forward layers as one tensor-core kernel each instead of cuBLASLt's (split-K) GEMMs
-    # (the input gradients' kernel has no stage alone: it runs beside the forward's, below).
-    room_for_switch_stage small_batch_forward &&
-        MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 bench_run 60 small_batch_forward --precision mixed-bf16 --batch 32
     # Only the GEMMs whose outputs have a tile per multiprocessor or more kept whole (batch 4096's
     # large ones; at batch 32 every GEMM may split as by default, so the stage leaves it out). Last
     # of the switches alone: all_switches_large has it, and the choice needs it alone only to drop it.
     room_for_switch_stage split_k_small_outputs && MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1 \
         bench_run 60 split_k_small_outputs --precision mixed-bf16 --batch 256,4096 --steps 50
-    # Then both small-batch kernels together.
-    room_for_switch_stage small_batch &&
-        MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 \
-            bench_run 60 small_batch --precision mixed-bf16 --batch 32
     # cuBLASLt's candidate algorithms timed when each GEMM is planned, against the heuristic's first.
     room_for_switch_stage autotuned &&
         MPTRAIN_CUDA_GEMM_AUTOTUNE=1 bench_run 90 autotuned --precision mixed-bf16 --batch 32,256,4096 --steps 50
@@ -512,11 +502,11 @@ run_memcheck() {
 }
 
 # Shared-memory races and barrier misuse in the kernels that stage tiles or partial sums in shared
-# memory (fused SGD, one layer and grouped; the small-batch kernels; the
-# bias-gradient, loss head and max kernels), which the op comparisons may pass by luck: the switched-
-# off ones are the candidate defaults. compute-sanitizer's racecheck and synccheck over their op
-# comparisons, after memcheck (whose probe said whether the sanitizer attaches here; a memcheck cut
-# at its 70 s, which the op cases added since the last GPU run may need, still says so), if time is left.
+# memory (fused SGD, one layer and grouped; the bias-gradient, loss head and max kernels), which the
+# op comparisons may pass by luck: the switched-off ones are the candidate defaults.
+# compute-sanitizer's racecheck and synccheck over their op comparisons, after memcheck (whose probe
+# said whether the sanitizer attaches here; a memcheck cut at its 70 s, which the op cases added
+# since the last GPU run may need, still says so), if time is left.
 run_shared_memory_checks() {
     local sanitizer tool check_status
     sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
@@ -535,7 +525,7 @@ run_shared_memory_checks() {
         # kernels used up the stage's 60 s before the op cases ended.
         limited 60 env MPTRAIN_REQUIRE_GPU=1 "$sanitizer" --tool "$tool" --error-exitcode 9 \
             --kernel-name-exclude 'regex=nvjet|cublas|globalKernel' "$BUILD/bin/test_cuda_ops" \
-            --test-case='*small-batch kernel*,*several layers*,*every optimizer*,*bias gradients from*,*loss head*,*max_abs*' \
+            --test-case='*several layers*,*every optimizer*,*bias gradients from*,*loss head*,*max_abs*' \
             >"$WORK/$tool.log" 2>&1
         check_status=$?
         tail -12 "$WORK/$tool.log"

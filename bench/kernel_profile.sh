@@ -12,8 +12,7 @@
 # inner timeout runs its ncu in a process group of its own).
 # PROFILE_SETTINGS="VAR=value ..." profiles the batches' steps under those settings (the device check
 # passes the candidate defaults it chose: the step a session would commit); the tables' titles say so.
-# Last, the fused SGD kernel's warp states at batch 32 (stall reasons, issue rate, occupancy), and
-# the small-batch kernels'.
+# Last, the fused SGD kernel's warp states at batch 32 (stall reasons, issue rate, occupancy).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=$1
@@ -83,16 +82,4 @@ MPTRAIN_CUDA_GRAPHS=0 capped 60 "$ncu" --clock-control none --cache-control none
 fused_status=$?
 { echo; echo "fused SGD at batch 32, warp states (ncu exit status $fused_status):"
   grep -vE '^(mptrain|device|backend|cpu|cuda) ' "$WORK/ncu_fused_sgd.txt" | grep -E '^ |fused_sgd' | head -150; } >>"$OUT_FILE"
-# The small-batch kernels (MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1, _BACKWARD=1) at batch 32, one step's
-# three forward and two backward-data launches: bench/NOTES.md predicts 10-13 us a step for the
-# forward against cuBLASLt's 30.
-MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 MPTRAIN_CUDA_GRAPHS=0 \
-    capped 60 "$ncu" --clock-control none --cache-control none \
-    --kernel-name regex:small_batch_ --launch-skip 50 --launch-count 5 \
-    --metrics "$metrics" --section WarpStateStats --section Occupancy \
-    "$BUILD/bin/mptrain-bench" --backend cuda --precision mixed-bf16 --batch 32 --steps 12 --repeats 1 \
-    >"$WORK/ncu_small_batch_forward.txt" 2>&1
-forward_status=$?
-{ echo; echo "small-batch kernels at batch 32 (ncu exit status $forward_status):"
-  grep -vE '^(mptrain|device|backend|cpu|cuda) ' "$WORK/ncu_small_batch_forward.txt" | grep -E '^ |small_batch' | head -120; } >>"$OUT_FILE"
 cat "$OUT_FILE"

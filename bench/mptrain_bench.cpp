@@ -76,8 +76,6 @@ struct Record {
     bool standardized;
     bool split_k;  // false under MPTRAIN_CUDA_SPLIT_K=0 (cuBLASLt never splits K)
     bool gemm_autotune;    // MPTRAIN_CUDA_GEMM_AUTOTUNE=1: cuBLASLt's algorithms chosen by timing
-    bool small_batch_forward;   // MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1: forward layers of <= 64 rows on one kernel each
-    bool small_batch_backward;  // MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1: their input gradients likewise
     bool dependent_launch;      // MPTRAIN_CUDA_DEPENDENT_LAUNCH=1: each kernel's launch overlapping the one before
     bool grouped_sgd;           // MPTRAIN_CUDA_GROUPED_SGD=1: the layers' fused SGD updates as one launch
     bool own_bias_gradient;     // MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1: bias gradients by the backend's kernel, not BGRADB
@@ -451,8 +449,6 @@ Record run_one(const Options& options, const std::string& precision_text, int64_
     record.standardized = options.standardized;
     record.split_k = !environment_is("MPTRAIN_CUDA_SPLIT_K", "0");
     record.gemm_autotune = environment_is("MPTRAIN_CUDA_GEMM_AUTOTUNE", "1");
-    record.small_batch_forward = environment_is("MPTRAIN_CUDA_SMALL_BATCH_FORWARD", "1");
-    record.small_batch_backward = environment_is("MPTRAIN_CUDA_SMALL_BATCH_BACKWARD", "1");
     record.dependent_launch = environment_is("MPTRAIN_CUDA_DEPENDENT_LAUNCH", "1");
     record.grouped_sgd = environment_is("MPTRAIN_CUDA_GROUPED_SGD", "1");
     record.own_bias_gradient = environment_is("MPTRAIN_CUDA_OWN_BIAS_GRADIENT", "1");
@@ -552,7 +548,7 @@ void write_json(const std::string& path, const std::vector<Record>& records) {
                      "\"lr_schedule\": \"%s\", \"global_clipnorm\": %g, \"ema_momentum\": %g, \"dropout\": %g, "
                      "\"weight_decay\": %g, \"optimizer\": \"%s\", \"momentum\": %g, \"centered\": %s, "
                      "\"micro_batch\": %lld, \"frozen_layers\": %d, \"standardized\": %s, \"split_k\": %s, "
-                     "\"gemm_autotune\": %s, \"small_batch_forward\": %s, \"small_batch_backward\": %s, "
+                     "\"gemm_autotune\": %s, "
                      "\"dependent_launch\": %s, \"grouped_sgd\": %s, \"own_bias_gradient\": %s, "
                      "\"split_k_small_outputs\": %s, ",
                      hidden.c_str(), r.backend.c_str(), r.precision.c_str(), r.resolved.c_str(), static_cast<long long>(r.batch),
@@ -563,7 +559,6 @@ void write_json(const std::string& path, const std::vector<Record>& records) {
                      r.centered ? "true" : "false", static_cast<long long>(r.micro_batch), r.frozen,
                      r.standardized ? "true" : "false", r.split_k ? "true" : "false",
                      r.gemm_autotune ? "true" : "false",
-                     r.small_batch_forward ? "true" : "false", r.small_batch_backward ? "true" : "false",
                      r.dependent_launch ? "true" : "false", r.grouped_sgd ? "true" : "false",
                      r.own_bias_gradient ? "true" : "false", r.split_k_small_outputs ? "true" : "false");
         if (r.gemm_floor_us >= 0) std::fprintf(file, "\"gemm_floor_us\": %.1f, \"floor_ratio\": %.3f, ", r.gemm_floor_us, r.us_per_step / r.gemm_floor_us);

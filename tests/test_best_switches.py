@@ -19,9 +19,8 @@ import summary  # noqa: E402
 
 SWITCHES_TOGETHER_CASE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "test_cuda_switches_together.cpp")
 
-DEFAULT_FIELDS = {"split_k": True, "gemm_autotune": False, "small_batch_forward": False, "small_batch_backward": False,
-                  "dependent_launch": False, "grouped_sgd": False, "own_bias_gradient": False,
-                  "split_k_small_outputs": False}
+DEFAULT_FIELDS = {"split_k": True, "gemm_autotune": False, "dependent_launch": False, "grouped_sgd": False,
+                  "own_bias_gradient": False, "split_k_small_outputs": False}
 
 
 H200 = "cuda:0 (NVIDIA H200, compute capability 9.0, 143771 MiB)"
@@ -88,14 +87,12 @@ class BestSwitches(unittest.TestCase):
         """The default step at three batches, and switch stages as the device check times them."""
         return [record(32, 129), record(256, 177), record(4096, 576),
                 record(32, 100, dependent_launch=True), record(256, 140, dependent_launch=True),
-                record(32, 95, dependent_launch=True, grouped_sgd=True, small_batch_forward=True,
-                       small_batch_backward=True),
+                record(32, 95, dependent_launch=True, grouped_sgd=True),
                 record(4096, 500, split_k=False), record(32, 131, split_k=False), record(256, 176, split_k=False)]
 
     def test_the_fastest_set_at_each_batch_and_their_union(self):
         settings, why = self.choose(*self.seed_stages())
-        self.assertEqual(settings, "MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 "
-                                   "MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_SPLIT_K=0")
+        self.assertEqual(settings, "MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_SPLIT_K=0")
         self.assertIn("batch 4096: fastest split_k_off", why)
 
     def unsplit_slower_at_batch_32(self):
@@ -105,8 +102,7 @@ class BestSwitches(unittest.TestCase):
 
     def test_split_k_off_slower_somewhere_gives_way_to_the_small_outputs_rule(self):
         settings, why = self.choose(*self.unsplit_slower_at_batch_32())
-        self.assertEqual(settings, "MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 "
-                                   "MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 "
+        self.assertEqual(settings, "MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 "
                                    "MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1")
         self.assertIn("split_k_off: dropped, alone it took 1.09x", why)
         self.assertIn("split_k_small_outputs: in split_k_off's place", why)
@@ -163,7 +159,7 @@ class BestSwitches(unittest.TestCase):
         # At batch 4096 a set of idle switches is fastest by noise; the fastest set that ran wins there.
         settings, why = self.choose(
             record(32, 129, ops={}), record(4096, 576, ops={}),
-            record(4096, 540, small_batch_forward=True, ops={"forward_small_batch": 0}),
+            record(4096, 540, grouped_sgd=True, ops={"fused_sgd_grouped": 0}),
             record(4096, 550, own_bias_gradient=True, ops={"bias_gradient_own": 6}))
         self.assertEqual(settings, "MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1")
         self.assertIn("batch 4096: fastest own_bias_gradient", why)
@@ -270,7 +266,7 @@ class BestSwitches(unittest.TestCase):
         self.assertEqual(self.choose(*self.seed_stages())[0], "")
 
     def test_records_with_a_refused_graph_or_of_other_steps_do_not_count(self):
-        refused = record(32, 60, refusals=1, small_batch_forward=True)
+        refused = record(32, 60, refusals=1, dependent_launch=True)
         adam = dict(record(32, 50, dependent_launch=True), optimizer="adam")
         narrow = dict(record(32, 40, grouped_sgd=True), hidden=[64, 64])
         fp16 = record(32, 45, precision="mixed-fp16", own_bias_gradient=True)

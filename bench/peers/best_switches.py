@@ -15,8 +15,8 @@ the same call: what committing those switches as the defaults would measure.
 The rule, from mptrain-bench's records of the plain step (seed MLP, SGD, constant rate, resident data,
 no caveat such as a refused graph or a switch the device turned off):
 - at each batch the fastest switch set timed there, if at least 2% faster than the default step,
-  less the switches whose paths did not run in its steps there (its context's op counters: fused
-  SGD's at batch 4096, the small-batch kernels past 64 rows), which take no credit for its time;
+  less the switches whose paths did not run in its steps there (its context's op counters: grouped
+  SGD's at batch 4096, where no fused SGD runs), which take no credit for its time;
 - the union of those sets, less any switch whose GPU test failed (a failing case that names none of
   the switches is a failure of the default path, and then nothing is chosen), less any switch that
   was timed alone and was more than 2% slower than the default at some batch;
@@ -36,9 +36,6 @@ from summary import TARGETS_US, caveats, environment_setting, idle_switches, loa
 # (switch, the record's field, the field's value when switched on, words that name it in a GPU test
 # case's name, lowercase); its environment setting follows from the field (summary.environment_setting).
 SWITCHES = (
-    ("small_batch_forward", "small_batch_forward", True,
-     ("small_batch_forward", "small-batch kernel, whose relu mask")),
-    ("small_batch_backward", "small_batch_backward", True, ("_backward=1", "small-batch kernel, through either")),
     ("dependent_launch", "dependent_launch", True, ("dependent_launch", "dependent launch")),
     ("grouped_sgd", "grouped_sgd", True, ("grouped_sgd", "several layers run as one launch")),
     ("own_bias_gradient", "own_bias_gradient", True, ("own_bias_gradient", "bias gradients from the backend's kernel")),

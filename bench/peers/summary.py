@@ -46,8 +46,7 @@ def device_of(r):
 
 # The CUDA backend's switches a record names (what the environment asked for), as its context's
 # description names them ("switches": what the backend had on).
-SWITCHES = ("gemm_autotune", "small_batch_forward", "small_batch_backward", "dependent_launch", "grouped_sgd",
-            "own_bias_gradient", "split_k_small_outputs")
+SWITCHES = ("gemm_autotune", "dependent_launch", "grouped_sgd", "own_bias_gradient", "split_k_small_outputs")
 
 
 def devices_of(records):
@@ -107,8 +106,6 @@ def caveats(record):
 # also the switch's name in best_switches.py. Split-K off has none (it acts on every GEMM the
 # heuristic would split).
 EVIDENCE = {
-    "small_batch_forward": (("ops", "forward_small_batch"),),
-    "small_batch_backward": (("ops", "backward_data_small_batch"),),
     "dependent_launch": (("ops", "dependent_launches"),),
     "grouped_sgd": (("ops", "fused_sgd_grouped"), ("ops", "steps_finished_by_update")),
     "own_bias_gradient": (("ops", "bias_gradient_own"),),
@@ -120,8 +117,8 @@ EVIDENCE = {
 
 
 def idle_switches(record):
-    """The switches the record had on whose paths did not run in its steps (fused SGD's at batch 4096,
-    the small-batch kernels past 64 rows): its time says nothing of them. None for a record whose
+    """The switches the record had on whose paths did not run in its steps (grouped SGD's at batch 4096,
+    where no fused SGD runs): its time says nothing of them. None for a record whose
     context has no counters (from before them, or the CPU's)."""
     context = record.get("context")
     if not isinstance(context, dict) or "ops" not in context:
@@ -177,14 +174,13 @@ def main():
     # rest (with other switches as well: among the switched-on lines below).
     unsplit = [r for r in mine if r.get("split_k") is False and not any(r.get(field) is True for field in SWITCHES)]
     mine = [r for r in mine if r not in unsplit]
-    # Runs under MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1, _BACKWARD=1, MPTRAIN_CUDA_DEPENDENT_LAUNCH=1,
-    # MPTRAIN_CUDA_GROUPED_SGD=1, MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1 or MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1,
-    # or split-K off with any other switch, likewise.
-    small_batch = [r for r in mine if any(r.get(field) is True for field in
-                                          ("small_batch_forward", "small_batch_backward", "dependent_launch",
-                                           "grouped_sgd", "own_bias_gradient", "split_k_small_outputs"))
+    # Runs under MPTRAIN_CUDA_DEPENDENT_LAUNCH=1, MPTRAIN_CUDA_GROUPED_SGD=1, MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1
+    # or MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1, or split-K off with any other switch, likewise.
+    switched = [r for r in mine if any(r.get(field) is True for field in
+                                          ("dependent_launch", "grouped_sgd", "own_bias_gradient",
+                                           "split_k_small_outputs"))
                    or (r.get("split_k") is False and any(r.get(field) is True for field in SWITCHES))]
-    mine = [r for r in mine if r not in small_batch]
+    mine = [r for r in mine if r not in switched]
     # Runs under MPTRAIN_CUDA_GEMM_AUTOTUNE=1, likewise.
     autotuned = [r for r in mine if r.get("gemm_autotune") is True]
     mine = [r for r in mine if r not in autotuned]
@@ -339,10 +335,10 @@ def main():
     for r in unsplit:
         print(against(r, "K never split (MPTRAIN_CUDA_SPLIT_K=0)", ours.get((r["precision"], r["batch"])),
                       "split where cuBLASLt chose"))
-    for r in small_batch:
+    for r in switched:
         switches = [environment_setting(field) for field in
-                    ("small_batch_forward", "small_batch_backward", "dependent_launch", "grouped_sgd",
-                     "own_bias_gradient", "gemm_autotune", "split_k_small_outputs")
+                    ("dependent_launch", "grouped_sgd", "own_bias_gradient", "gemm_autotune",
+                     "split_k_small_outputs")
                     if r.get(field)]
         switches += [environment_setting("split_k", False)] if r.get("split_k") is False else []
         print(against(r, "switched on (" + ", ".join(switches) + ")",

@@ -626,7 +626,7 @@ MPT_API mpt_status mpt_trainer_options_set_rmsprop_centered(mpt_trainer_options_
  *  gradient. A value set here, 0 included, is kept whether it is set before or after the optimizer;
  *  otherwise AdamW uses 0.004 and the others 0. In [0, 1). Plain SGD (no momentum) keeps its fast
  *  paths with decay: the step is keep * w - rate * g, keep = 1 - rate * weight_decay, which the CPU
- *  writes as one GEMM into the weights and the GPU's small-batch kernel as one pass over them. */
+ *  writes as one GEMM into the weights and the GPU's fused SGD kernel as one pass over them. */
 MPT_API mpt_status mpt_trainer_options_set_weight_decay(mpt_trainer_options_t* options, float weight_decay);
 /** Gradient clipping by global norm, as Keras's `global_clipnorm` and PyTorch's
  *  `clip_grad_norm_(max_norm)` (default 0: off). Every step, the gradients of all weights and

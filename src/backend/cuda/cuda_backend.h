@@ -37,9 +37,7 @@ void cuda_backend_refuse_fused_runs(Backend& backend, bool refuse);
 // the eager run after it).
 struct CudaOpPaths {
     uint64_t forward_fused = 0, forward_unfused = 0;
-    uint64_t forward_small_batch = 0;  // of the fused, on the small-batch kernel
     uint64_t backward_data_fused = 0, backward_data_unfused = 0;
-    uint64_t backward_data_small_batch = 0;  // of the fused, on the small-batch kernel
     uint64_t weight_gradient_fused = 0, weight_gradient_unfused = 0;
     uint64_t bias_gradient_own = 0;  // weight gradients planned with their bias on the backend's vector kernel
     uint64_t fused_sgd = 0;
@@ -62,13 +60,6 @@ void cuda_backend_break_captures(Backend& backend, bool broken);
 // MPTRAIN_CUDA_FUSED_EPILOGUES=0 turns them off); off forces the unfused fallback paths.
 void cuda_backend_set_fused_epilogues(Backend& backend, bool enabled);
 bool cuda_backend_fused_epilogues(const Backend& backend);
-// Forward layers of at most 64 rows as one tensor-core kernel each (cuda_small_batch_forward.cuh;
-// default off until a GPU has measured it; MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 turns it on). Ignored
-// below compute capability 8.0; returns whether it is now on.
-bool cuda_backend_set_small_batch_forward(Backend& backend, bool enabled);
-// The input gradients of at most 64 rows likewise (cuda_small_batch_backward_data.cuh;
-// MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1).
-bool cuda_backend_set_small_batch_backward_data(Backend& backend, bool enabled);
 // The backend's kernels launched with programmatic dependent launch, each one's launch overlapping
 // the kernel before it (cuda_launch.cuh; default off until a GPU has measured it;
 // MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 turns it on). Ignored below compute capability 9.0 or where the
