@@ -313,15 +313,11 @@ if [ -x "$bench" ]; then
     # K kept whole by the small-outputs rule rather than everywhere: the large GEMMs the same, the
     # small ones split as the default splits them, which is what a default could keep at batch 32.
     room_for_switch_stage all_switches_large &&
-        MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1 MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1 MPTRAIN_CUDA_GROUPED_SGD=1 \
+        MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1 MPTRAIN_CUDA_GROUPED_SGD=1 \
             MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 bench_run 60 all_switches_large --precision mixed-bf16 --batch 256,4096 --steps 50
     # cuBLASLt never splitting K: where it did, the bias/ReLU epilogue ran as a separate pass (two
     # of 40 us each at batch 4096 on an H200, 2026-12-04) and split-K's reduction as another.
     room_for_switch_stage unsplit && MPTRAIN_CUDA_SPLIT_K=0 bench_run 90 unsplit --precision mixed-bf16 --batch 32,256,4096 --steps 50
-    # The weight-gradient GEMMs without cuBLASLt's BGRADB (a kernel of its own at batch 4096, 24 us a
-    # step), the bias gradients summed by the backend's kernel instead (batches past fused SGD's).
-    room_for_switch_stage own_bias_gradient &&
-        MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1 bench_run 60 own_bias_gradient --precision mixed-bf16 --batch 256,4096 --steps 50
     # Programmatic dependent launch (each kernel's launch overlapping the kernel before it), on the
     # default kernels at batch 32 and 256.
     room_for_switch_stage dependent_launch &&

@@ -20,7 +20,7 @@ import summary  # noqa: E402
 SWITCHES_TOGETHER_CASE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "test_cuda_switches_together.cpp")
 
 DEFAULT_FIELDS = {"split_k": True, "gemm_autotune": False, "dependent_launch": False, "grouped_sgd": False,
-                  "own_bias_gradient": False, "split_k_small_outputs": False}
+                  "split_k_small_outputs": False}
 
 
 H200 = "cuda:0 (NVIDIA H200, compute capability 9.0, 143771 MiB)"
@@ -132,7 +132,7 @@ class BestSwitches(unittest.TestCase):
 
     def test_split_k_off_kept_leaves_the_rule_it_overrides_out(self):
         stages = self.seed_stages() + [
-            record(256, 120, split_k_small_outputs=True, dependent_launch=True, grouped_sgd=True, own_bias_gradient=True)]
+            record(256, 120, split_k_small_outputs=True, dependent_launch=True, grouped_sgd=True)]
         settings, why = self.choose(*stages)
         self.assertIn("MPTRAIN_CUDA_SPLIT_K=0", settings)
         self.assertNotIn("SMALL_OUTPUTS", settings)
@@ -141,28 +141,28 @@ class BestSwitches(unittest.TestCase):
     def test_a_switch_whose_path_did_not_run_takes_no_credit_for_its_sets_time(self):
         # At batch 4096 the combined large set wins, but grouped SGD's path never ran there (fused SGD
         # takes at most 64 rows); at batch 32, where it runs, it was no faster: it is not chosen.
-        ran = {"bias_gradient_own": 6, "fused_sgd_grouped": 0, "steps_finished_by_update": 0}
+        ran = {"dependent_launches": 6, "fused_sgd_grouped": 0, "steps_finished_by_update": 0}
         settings, why = self.choose(
             record(32, 129, ops={}), record(4096, 576, ops={}),
-            record(4096, 520, own_bias_gradient=True, grouped_sgd=True, ops=ran),
+            record(4096, 520, dependent_launch=True, grouped_sgd=True, ops=ran),
             record(32, 128.5, grouped_sgd=True, ops={"fused_sgd_grouped": 40, "steps_finished_by_update": 40}))
-        self.assertEqual(settings, "MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1")
+        self.assertEqual(settings, "MPTRAIN_CUDA_DEPENDENT_LAUNCH=1")
         self.assertIn("no credit to grouped_sgd, whose paths did not run there", why)
         # Counted where it ran, it is chosen with the set.
         settings, _ = self.choose(
             record(32, 129, ops={}), record(4096, 576, ops={}),
-            record(4096, 520, own_bias_gradient=True, grouped_sgd=True,
-                   ops={"bias_gradient_own": 6, "fused_sgd_grouped": 12}))
-        self.assertEqual(settings, "MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1")
+            record(4096, 520, dependent_launch=True, grouped_sgd=True,
+                   ops={"dependent_launches": 6, "fused_sgd_grouped": 12}))
+        self.assertEqual(settings, "MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1")
 
     def test_a_faster_set_whose_paths_did_not_run_hides_no_set_that_ran(self):
         # At batch 4096 a set of idle switches is fastest by noise; the fastest set that ran wins there.
         settings, why = self.choose(
             record(32, 129, ops={}), record(4096, 576, ops={}),
             record(4096, 540, grouped_sgd=True, ops={"fused_sgd_grouped": 0}),
-            record(4096, 550, own_bias_gradient=True, ops={"bias_gradient_own": 6}))
-        self.assertEqual(settings, "MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1")
-        self.assertIn("batch 4096: fastest own_bias_gradient", why)
+            record(4096, 550, dependent_launch=True, ops={"dependent_launches": 6}))
+        self.assertEqual(settings, "MPTRAIN_CUDA_DEPENDENT_LAUNCH=1")
+        self.assertIn("batch 4096: fastest dependent_launch", why)
 
     def test_a_switch_alone_whose_path_did_not_run_is_no_verdict_on_it(self):
         # Alone at batch 4096 grouped SGD is idle (no fused SGD there): 1.05x there is the default
@@ -269,7 +269,7 @@ class BestSwitches(unittest.TestCase):
         refused = record(32, 60, refusals=1, dependent_launch=True)
         adam = dict(record(32, 50, dependent_launch=True), optimizer="adam")
         narrow = dict(record(32, 40, grouped_sgd=True), hidden=[64, 64])
-        fp16 = record(32, 45, precision="mixed-fp16", own_bias_gradient=True)
+        fp16 = record(32, 45, precision="mixed-fp16", split_k_small_outputs=True)
         settings, _ = self.choose(record(32, 129), refused, adam, narrow, fp16)
         self.assertEqual(settings, "")
 

@@ -134,13 +134,6 @@ std::shared_ptr<Context> cuda_context_under(const char* variable, const char* va
     return make_context(MPT_BACKEND_CUDA);
 }
 
-// A CUDA context on cuBLASLt's GEMMs and epilogues for every shape the trainer plans, whatever the
-// defaults of the switches that hand some of them to the backend's own kernels (the backend's bias
-// gradients): what the cuBLASLt cases are about. The switch cases below likewise compare with
-// contexts that have their switch off by name, not with the defaults, so that a switch a device
-// check finds faster can become a default without these cases changing.
-std::shared_ptr<Context> cublaslt_context() { return cuda_context_under("MPTRAIN_CUDA_OWN_BIAS_GRADIENT", "0"); }
-
 }  // namespace
 
 TEST_CASE("cuBLASLt is opened at run time with every entry point, or the CUDA backend says why not") {
@@ -163,7 +156,7 @@ TEST_CASE("cuBLASLt accepts every fused epilogue of a mixed-precision step (no u
     SKIP_WITHOUT_GPU();
     for (mpt_precision precision : {MPT_PRECISION_MIXED_BF16, MPT_PRECISION_MIXED_FP16, MPT_PRECISION_FP32}) {
         CAPTURE(static_cast<int>(precision));
-        auto context = cublaslt_context();
+        auto context = make_context(MPT_BACKEND_CUDA);
         const SyntheticData small = synthetic_data(512, 100, 21);
         auto small_set = to_dataset(context, small);
         train_at_every_batch_kind(make_mlp(context, small.features), *small_set, precision);
@@ -262,10 +255,10 @@ TEST_CASE("a per-step learning-rate schedule costs no capture: its steps replay 
 // eagerly before its capture) and off (ops issued one by one).
 TEST_CASE("a fused GEMM refused only when it runs is planned again unfused, and training goes on") {
     SKIP_WITHOUT_GPU();
-    const float expected = train_two_bf16_epochs(cublaslt_context(), 25);
+    const float expected = train_two_bf16_epochs(make_context(MPT_BACKEND_CUDA), 25);
     for (bool graphs : {true, false}) {
         CAPTURE(graphs);
-        auto context = cublaslt_context();
+        auto context = make_context(MPT_BACKEND_CUDA);
         cuda_backend_set_graphs(context->backend(), graphs);
         cuda_backend_refuse_fused_runs(context->backend(), true);
         const float loss = train_two_bf16_epochs(context, 25);
@@ -375,27 +368,6 @@ TEST_CASE("MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1 keeps the large GEMMs whole and 
     CHECK(cuda_backend_plans_kept_whole_by_size(plain->backend()) == 0);
     CHECK(std::isfinite(ruled_loss));
     CHECK(ruled_loss == doctest::Approx(plain_loss).epsilon(5e-3));
-}
-
-// MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1: past fused SGD's batches (512 rows here) the weight-gradient
-// GEMMs run without BGRADB and the backend's kernel sums the bias gradients, in another order than
-// cuBLASLt's, so the run trains to the default's loss within rounding.
-TEST_CASE("MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1 trains as cuBLASLt's BGRADB epilogue does") {
-    SKIP_WITHOUT_GPU();
-    const auto train = [](const std::shared_ptr<Context>& context) {
-        return train_two_epochs(context, MPT_PRECISION_MIXED_BF16, 2048, 512, 31);
-    };
-    auto own = cuda_context_under("MPTRAIN_CUDA_OWN_BIAS_GRADIENT", "1");
-    const float own_loss = train(own);
-    INFO("last refusal: " << cuda_backend_last_graph_refusal(own->backend()));
-    CHECK(cuda_backend_graph_refusals(own->backend()) == 0);
-    CHECK(cuda_backend_op_paths(own->backend()).bias_gradient_own > 0);
-    CHECK(cuda_backend_op_paths(own->backend()).weight_gradient_fused == 0);
-    auto default_context = cuda_context_under("MPTRAIN_CUDA_OWN_BIAS_GRADIENT", "0");
-    const float bgradb = train(default_context);
-    CHECK(cuda_backend_op_paths(default_context->backend()).weight_gradient_fused > 0);
-    CHECK(std::isfinite(own_loss));
-    CHECK(own_loss == doctest::Approx(bgradb).epsilon(5e-3));
 }
 
 // MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 (compute capability 9.0, a build with code for it): the backend's

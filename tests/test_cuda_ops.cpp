@@ -180,7 +180,6 @@ std::unique_ptr<Backend> make_cuda() {
 #if defined(MPTRAIN_WITH_CUDA)
     cuda_backend_set_dependent_launch(*backend, false);
     cuda_backend_set_grouped_sgd(*backend, false);
-    cuda_backend_set_own_bias_gradient(*backend, false);
 #endif
     return backend;
 }
@@ -1632,35 +1631,6 @@ TEST_CASE("CUDA dense_update matches the CPU for every optimizer and skips a non
     set_fused(*cuda, false);
     compare_dense_update_cases(*cpu, *cuda);
 }
-
-#if defined(MPTRAIN_WITH_CUDA)
-// The bias gradients summed by the backend's column-sum kernel instead of cuBLASLt's BGRADB: the same
-// cases (its vector path, chunked or not, and its column-per-thread path; written and accumulated),
-// then shapes where its chunks meet in the last block of each tile: the seed MLP's first two
-// layers at batch 4096 and 300, fp32's 4-wide vectors, a layer wider than one tile in a chunk of
-// its own rows (3 rows), and odd widths. (A vector-path shape without the scratch it needs is an
-// error, not a quiet fall back to the column-per-thread kernel.)
-TEST_CASE("CUDA dense_update matches the CPU with the bias gradients from the backend's kernel") {
-    SKIP_WITHOUT_GPU();
-    auto cpu = make_cpu();
-    auto cuda = make_cuda();
-    cuda_backend_set_own_bias_gradient(*cuda, true);
-    compare_dense_update_cases(*cpu, *cuda);
-    OptimizerConfig sgd, momentum;
-    momentum.momentum = 0.9f;
-    compare_dense_update(*cpu, *cuda, {4096, 32, 3000, DType::bf16, sgd, false});
-    compare_dense_update(*cpu, *cuda, {300, 40, 1000, DType::fp16, momentum, false});
-    compare_dense_update(*cpu, *cuda, {500, 24, 16, DType::fp32, sgd, false});
-    compare_dense_update(*cpu, *cuda, {3, 16, 1040, DType::bf16, momentum, false});
-    compare_dense_update(*cpu, *cuda, {130, 24, 45, DType::bf16, momentum, false});
-    compare_dense_update(*cpu, *cuda, {257, 24, 1032, DType::bf16, sgd, false, 1.0f, 2});  // accumulated
-    const CudaOpPaths paths = cuda_backend_op_paths(*cuda);
-    CHECK(paths.bias_gradient_own > 0);
-    CHECK(paths.bias_gradient_own < paths.weight_gradient_unfused);  // widths 13 and 45: a column a thread
-    CHECK(paths.weight_gradient_fused == 0);  // no BGRADB asked for
-}
-
-#endif
 
 TEST_CASE("CUDA max_abs, decide_update, clip_factor, average_weights and finish_step match the CPU") {
     SKIP_WITHOUT_GPU();

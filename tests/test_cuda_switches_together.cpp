@@ -57,7 +57,6 @@ const std::vector<Switch>& switches() {
         {"MPTRAIN_CUDA_DEPENDENT_LAUNCH", "1", "0", "dependent_launch", true, {"ops.dependent_launches"}},
         {"MPTRAIN_CUDA_GROUPED_SGD", "1", "0", "grouped_sgd", true,
             {"ops.fused_sgd_grouped", "ops.steps_finished_by_update"}},
-        {"MPTRAIN_CUDA_OWN_BIAS_GRADIENT", "1", "0", "own_bias_gradient", true, {"ops.bias_gradient_own"}},
         {"MPTRAIN_CUDA_GEMM_AUTOTUNE", "1", "0", "gemm_autotune", true, {"gemm.autotuned_plans"}},
         {"MPTRAIN_CUDA_SPLIT_K", "0", "1", "split_k", false, {}},
         {"MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS", "1", "0", "split_k_small_outputs", true,
@@ -148,7 +147,7 @@ RunResult train_small_mlp_with(const std::shared_ptr<Context>& context, const Sy
 
 // The paths each switch takes, in the step shapes where they act: the seed MLP at batch 32 (fused
 // SGD, grouped), at 128 under a per-step rate and at 512 (the weight-gradient GEMMs, with the
-// backend's bias gradients and the large outputs kept whole); the small MLP in mixed-fp16 from a
+// large outputs kept whole); the small MLP in mixed-fp16 from a
 // scale of 2^24, whose first steps overflow and are skipped (the folds of the scaler's work), one
 // hidden layer (another arena plan) and fp32; then the trainer's options that put other ops around
 // those paths (dropout, micro-batches, a frozen layer, clipping, weight averaging, standardized

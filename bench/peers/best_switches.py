@@ -38,7 +38,6 @@ from summary import TARGETS_US, caveats, environment_setting, idle_switches, loa
 SWITCHES = (
     ("dependent_launch", "dependent_launch", True, ("dependent_launch", "dependent launch")),
     ("grouped_sgd", "grouped_sgd", True, ("grouped_sgd", "several layers run as one launch")),
-    ("own_bias_gradient", "own_bias_gradient", True, ("own_bias_gradient", "bias gradients from the backend's kernel")),
     ("gemm_autotune", "gemm_autotune", True, ("gemm_autotune",)),
     ("split_k_off", "split_k", False, ("split_k=0",)),
     ("split_k_small_outputs", "split_k_small_outputs", True, ("split_k_small_outputs",)),

@@ -46,7 +46,7 @@ def device_of(r):
 
 # The CUDA backend's switches a record names (what the environment asked for), as its context's
 # description names them ("switches": what the backend had on).
-SWITCHES = ("gemm_autotune", "dependent_launch", "grouped_sgd", "own_bias_gradient", "split_k_small_outputs")
+SWITCHES = ("gemm_autotune", "dependent_launch", "grouped_sgd", "split_k_small_outputs")
 
 
 def devices_of(records):
@@ -108,7 +108,6 @@ def caveats(record):
 EVIDENCE = {
     "dependent_launch": (("ops", "dependent_launches"),),
     "grouped_sgd": (("ops", "fused_sgd_grouped"), ("ops", "steps_finished_by_update")),
-    "own_bias_gradient": (("ops", "bias_gradient_own"),),
     "gemm_autotune": (("gemm", "retuned_plans"),),  # (plans timed whose heuristic's first choice lost)
     # (Plans the rule kept whole, whether or not the heuristic would have split them: an overstatement
     # only toward a switch that then changes nothing.)
@@ -174,11 +173,10 @@ def main():
     # rest (with other switches as well: among the switched-on lines below).
     unsplit = [r for r in mine if r.get("split_k") is False and not any(r.get(field) is True for field in SWITCHES)]
     mine = [r for r in mine if r not in unsplit]
-    # Runs under MPTRAIN_CUDA_DEPENDENT_LAUNCH=1, MPTRAIN_CUDA_GROUPED_SGD=1, MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1
-    # or MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1, or split-K off with any other switch, likewise.
+    # Runs under MPTRAIN_CUDA_DEPENDENT_LAUNCH=1, MPTRAIN_CUDA_GROUPED_SGD=1 or
+    # MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1, or split-K off with any other switch, likewise.
     switched = [r for r in mine if any(r.get(field) is True for field in
-                                          ("dependent_launch", "grouped_sgd", "own_bias_gradient",
-                                           "split_k_small_outputs"))
+                                          ("dependent_launch", "grouped_sgd", "split_k_small_outputs"))
                    or (r.get("split_k") is False and any(r.get(field) is True for field in SWITCHES))]
     mine = [r for r in mine if r not in switched]
     # Runs under MPTRAIN_CUDA_GEMM_AUTOTUNE=1, likewise.
@@ -337,8 +335,7 @@ def main():
                       "split where cuBLASLt chose"))
     for r in switched:
         switches = [environment_setting(field) for field in
-                    ("dependent_launch", "grouped_sgd", "own_bias_gradient", "gemm_autotune",
-                     "split_k_small_outputs")
+                    ("dependent_launch", "grouped_sgd", "gemm_autotune", "split_k_small_outputs")
                     if r.get(field)]
         switches += [environment_setting("split_k", False)] if r.get("split_k") is False else []
         print(against(r, "switched on (" + ", ".join(switches) + ")",

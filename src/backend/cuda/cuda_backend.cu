@@ -16,7 +16,6 @@
 #include <utility>
 
 #include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/cuda_bias_gradient.cuh"
 #include "backend/cuda/cuda_clip_factor.cuh"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_convert.cuh"
@@ -54,9 +53,7 @@ bool turned_off_by_environment(const char* variable) {
 
 // MPTRAIN_CUDA_GEMM_AUTOTUNE=1 times cuBLASLt's candidate algorithms for each GEMM when it is first
 // planned, MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 launches the backend's kernels with programmatic dependent
-// launch (cuda_launch.cuh), MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1 sums the bias gradients of the
-// weight-gradient GEMMs in the backend's kernel instead of cuBLASLt's BGRADB epilogue
-// (cuda_bias_gradient.cuh), and MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1 lets cuBLASLt split K only in the
+// launch (cuda_launch.cuh), and MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1 lets cuBLASLt split K only in the
 // GEMMs whose output has fewer tiles than the GPU has multiprocessors (gemm_split_k_rule.h): off by
 // default until a GPU has measured them.
 bool turned_on_by_environment(const char* variable) {
@@ -74,7 +71,6 @@ std::string CudaBackend::setup_warning() const {
                                          {"MPTRAIN_CUDA_DEPENDENT_LAUNCH", {"0", "1"}},
                                          {"MPTRAIN_CUDA_GROUPED_SGD", {"0", "1"}},
                                          {"MPTRAIN_CUDA_STEP_FOLDS", {"0", "1"}},
-                                         {"MPTRAIN_CUDA_OWN_BIAS_GRADIENT", {"0", "1"}},
                                          {"MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS", {"0", "1"}}});
 }
 
@@ -191,7 +187,6 @@ CudaBackend::CudaBackend(int device, MemoryTracker* memory) : device_(device), m
     set_dependent_launch(turned_on_by_environment("MPTRAIN_CUDA_DEPENDENT_LAUNCH"));
     grouped_sgd_ = turned_on_by_environment("MPTRAIN_CUDA_GROUPED_SGD");
     step_folds_ = !turned_off_by_environment("MPTRAIN_CUDA_STEP_FOLDS");
-    own_bias_gradient_ = turned_on_by_environment("MPTRAIN_CUDA_OWN_BIAS_GRADIENT");
     try {
         scheduler_ = std::make_unique<CudaScheduler>(*static_cast<CudaTaskHooks*>(this));
         gemm_ = std::make_unique<CudaGemm>(!turned_off_by_environment("MPTRAIN_CUDA_SPLIT_K"),
@@ -202,8 +197,7 @@ CudaBackend::CudaBackend(int device, MemoryTracker* memory) : device_(device), m
         const size_t clip_bytes = kClipFactorMaxBlocks * sizeof(double);
         const int max_abs_blocks = multiprocessors_ * 8;
         const size_t max_abs_bytes = round_up_256(max_abs_scratch_bytes(max_abs_blocks));
-        const size_t scratch_bytes =
-            3 * partial_bytes + 256 + round_up_256(clip_bytes) + 256 + max_abs_bytes + bias_gradient_counter_bytes();
+        const size_t scratch_bytes = 3 * partial_bytes + 256 + round_up_256(clip_bytes) + 256 + max_abs_bytes;
         reduction_scratch_ = allocate_scratch(scratch_bytes);
         char* base = static_cast<char*>(reduction_scratch_);
         head_scratch_.partial_loss = reinterpret_cast<double*>(base);
@@ -216,7 +210,6 @@ CudaBackend::CudaBackend(int device, MemoryTracker* memory) : device_(device), m
         max_abs_scratch_.counter = reinterpret_cast<unsigned*>(max_abs_base);
         max_abs_scratch_.partials = reinterpret_cast<unsigned*>(max_abs_base + 256);
         max_abs_scratch_.max_blocks = max_abs_blocks;
-        bias_gradient_counters_ = reinterpret_cast<unsigned*>(max_abs_base + max_abs_bytes);
         // On our own stream, not the legacy one: that would be unsafe while another library in the
         // process captures a graph, and a device-wide sync would stall other contexts.
         const cudaStream_t compute = scheduler_->stream(Lane::compute);
@@ -602,20 +595,15 @@ void CudaBackend::plan(RecordedOp& op) {
             return;
         }
         case OpCode::dense_update: {
-            const size_t scratch_bytes =
-                dense_update_scratch_bytes(op.update, op.optimizer, fused_epilogues_, !own_bias_gradient_);
+            const size_t scratch_bytes = dense_update_scratch_bytes(op.update, op.optimizer, fused_epilogues_);
             op.scratch = scratch_bytes ? scratch_for(scratch_bytes) : nullptr;
-            op.update_plan =
-                plan_dense_update(*gemm_, op.update, op.optimizer, op.scratch, fused_epilogues_, !own_bias_gradient_);
+            op.update_plan = plan_dense_update(*gemm_, op.update, op.optimizer, op.scratch, fused_epilogues_);
             // (Fused SGD has no weight-gradient GEMM: counted as neither of its paths.)
             const WeightGradientPlan& gradient = op.update_plan.gradient;
             if (op.update_plan.fused_sgd) {
                 ++op_paths_.fused_sgd;
             } else if (op.update.part != UpdatePart::apply) {
                 ++(gradient.fused ? op_paths_.weight_gradient_fused : op_paths_.weight_gradient_unfused);
-                if (gradient.own_bias && !gradient.fused &&
-                    bias_gradient_vector_shape(op.update.rows, op.update.out_features, op.update.compute_dtype))
-                    ++op_paths_.bias_gradient_own;
             }
             return;
         }
@@ -695,8 +683,7 @@ void CudaBackend::execute(const RecordedOp& op, cudaStream_t stream) {
                               stream);
             return;
         case OpCode::dense_update:
-            run_dense_update(*gemm_, op.update_plan, op.update, op.optimizer, max_blocks, bias_gradient_counters_,
-                             stream);
+            run_dense_update(*gemm_, op.update_plan, op.update, op.optimizer, max_blocks, stream);
             return;
         case OpCode::clip_factor:
             run_clip_factor(static_cast<const float*>(op.values), op.count, op.clipnorm, op.state, clip_partials_,
@@ -762,8 +749,5 @@ uint64_t cuda_backend_plans_kept_whole_by_size(const Backend& backend) {
 bool cuda_backend_fused_epilogues(const Backend& backend) { return as_cuda(backend).fused_epilogues(); }
 void cuda_backend_set_grouped_sgd(Backend& backend, bool enabled) { as_cuda(backend).set_grouped_sgd(enabled); }
 void cuda_backend_set_step_folds(Backend& backend, bool enabled) { as_cuda(backend).set_step_folds(enabled); }
-void cuda_backend_set_own_bias_gradient(Backend& backend, bool enabled) {
-    as_cuda(backend).set_own_bias_gradient(enabled);
-}
 
 }  // namespace mpt

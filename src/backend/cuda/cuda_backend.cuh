@@ -96,7 +96,6 @@ public:
     bool dependent_launch() const { return dependent_launch_; }
     void set_grouped_sgd(bool enabled) { grouped_sgd_ = enabled; }
     void set_step_folds(bool enabled) { step_folds_ = enabled; }
-    void set_own_bias_gradient(bool enabled) { own_bias_gradient_ = enabled; }
     void refuse_fused_runs(bool refuse) { gemm_->set_refuse_fused_runs(refuse); }
     void break_captures(bool broken) { break_captures_ = broken; }
     const CudaOpPaths& op_paths() const { return op_paths_; }
@@ -221,10 +220,8 @@ private:
     bool dependent_launch_ = false;
     bool grouped_sgd_ = false;
     bool step_folds_ = true;  // begin_step into the loss head, the update decision into the max pass
-    bool own_bias_gradient_ = false;              // weight-gradient GEMMs without BGRADB, the bias by our kernel
     int64_t l2_bytes_ = 0;                        // the device's L2 (described)
     int64_t l2_set_aside_max_ = 0;                // the most of it a persisting set-aside may take (0: none)
-    unsigned* bias_gradient_counters_ = nullptr;  // in reduction_scratch_, zeroed once
     CudaOpPaths op_paths_;
     std::exception_ptr deferred_error_;  // from release()'s flush, for the next issue or task end
 

@@ -39,7 +39,6 @@ struct CudaOpPaths {
     uint64_t forward_fused = 0, forward_unfused = 0;
     uint64_t backward_data_fused = 0, backward_data_unfused = 0;
     uint64_t weight_gradient_fused = 0, weight_gradient_unfused = 0;
-    uint64_t bias_gradient_own = 0;  // weight gradients planned with their bias on the backend's vector kernel
     uint64_t fused_sgd = 0;
     uint64_t clip_factor = 0;  // clip_factor ops issued (clipped steps)
     uint64_t max_abs_deciding = 0;    // max_abs passes that took the decide_update after them in their launch
@@ -74,10 +73,6 @@ void cuda_backend_set_grouped_sgd(Backend& backend, bool enabled);
 // A recorded step's begin_step folded into its loss head and its update decision into its max pass
 // (default on; MPTRAIN_CUDA_STEP_FOLDS=0 turns both off): two graph nodes fewer, the same numbers.
 void cuda_backend_set_step_folds(Backend& backend, bool enabled);
-// The weight-gradient GEMMs without cuBLASLt's BGRADB epilogue, the bias gradients summed by the
-// backend's column-sum kernel (cuda_bias_gradient.cuh; default off until a GPU has measured it;
-// MPTRAIN_CUDA_OWN_BIAS_GRADIENT=1 turns it on). Plans made after the call follow it.
-void cuda_backend_set_own_bias_gradient(Backend& backend, bool enabled);
 // Whether it is on now: a refused graph capture or launch turns it off (it may be what broke it),
 // unless cuBLASLt's refusal of a fused plan is what refused the capture.
 bool cuda_backend_dependent_launch(const Backend& backend);

@@ -23,7 +23,6 @@ void CudaBackend::describe(JsonWriter& out) const {
     out.key("dependent_launch").boolean(dependent_launch_);
     out.key("grouped_sgd").boolean(grouped_sgd_);
     out.key("step_folds").boolean(step_folds_);
-    out.key("own_bias_gradient").boolean(own_bias_gradient_);
     out.end_object();
 
     // The device's L2: its size and the largest persisting set-aside the device allows (0: none, below
@@ -53,7 +52,6 @@ void CudaBackend::describe(JsonWriter& out) const {
     out.key("backward_data_unfused").unsigned_integer(ops.backward_data_unfused);
     out.key("weight_gradient_fused").unsigned_integer(ops.weight_gradient_fused);
     out.key("weight_gradient_unfused").unsigned_integer(ops.weight_gradient_unfused);
-    out.key("bias_gradient_own").unsigned_integer(ops.bias_gradient_own);
     out.key("fused_sgd").unsigned_integer(ops.fused_sgd);
     out.key("clip_factor").unsigned_integer(ops.clip_factor);
     out.key("max_abs_deciding").unsigned_integer(ops.max_abs_deciding);

@@ -161,10 +161,8 @@ void CudaBackend::sign(const RecordedOp& op) {
             s.put(op.update_plan.fused_sgd);
             s.put(op.update_plan.gradient.gemm);
             s.put(op.update_plan.gradient.fused);
-            s.put(op.update_plan.gradient.own_bias);  // as planned: the switch may change before the task ends
             s.put(op.update_plan.weight_grad);
             s.put(op.update_plan.bias_grad);
-            s.put(op.update_plan.bias_partials);  // the scratch buffer moves when it grows
             const OptimizerConfig& o = op.optimizer;
             s.put(o.kind);
             s.put(o.learning_rate);

@@ -178,7 +178,6 @@ void CudaBackend::end_compute_task() {
     signature_.put(dependent_launch_);   // the graph's kernel edges differ with it
     signature_.put(grouped_sgd_);        // and its update kernels with this
     signature_.put(step_folds_);         // and its nodes with this
-    signature_.put(own_bias_gradient_);  // and its bias gradients with this
     for (const RecordedOp& op : recorded_) sign(op);
 
     cudaGraphExec_t exec = nullptr;

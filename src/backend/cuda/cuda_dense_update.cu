@@ -7,7 +7,6 @@
 // per element. Unmeasured: no GPU has run the specialised kernel yet.
 #include "backend/cuda/cuda_dense_update.cuh"
 
-#include "backend/cuda/cuda_bias_gradient.cuh"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_fused_sgd.cuh"
 #include "backend/cuda/cuda_launch.cuh"
@@ -203,15 +202,12 @@ DeviceGroup device_group(float* master, void* low_copy, DType low_dtype, float* 
     return group;
 }
 
-WeightGradientArgs gradient_args(const DenseUpdateArgs& args, const DenseUpdatePlan& plan,
-                                 unsigned* bias_counters = nullptr) {
+WeightGradientArgs gradient_args(const DenseUpdateArgs& args, const DenseUpdatePlan& plan) {
     WeightGradientArgs gradient{};
     gradient.output_grad = args.output_grad;
     gradient.input = args.input;
     gradient.weight_grad = plan.weight_grad;
     gradient.bias_grad = plan.bias_grad;
-    gradient.bias_partials = plan.bias_partials;
-    gradient.bias_counters = bias_counters;
     gradient.rows = args.rows;
     gradient.in_features = args.in_features;
     gradient.out_features = args.out_features;
@@ -221,14 +217,7 @@ WeightGradientArgs gradient_args(const DenseUpdateArgs& args, const DenseUpdateP
     return gradient;
 }
 
-// The bias-gradient kernel's partial sums, for any part that computes the gradient, when its vector
-// path may run (the weight-gradient GEMM not asked for BGRADB).
-size_t bias_partial_bytes(const DenseUpdateArgs& args, bool bias_in_gemm) {
-    if (bias_in_gemm || args.part == UpdatePart::apply) return 0;
-    return bias_gradient_partial_bytes(args.rows, args.out_features, args.compute_dtype);
-}
-
-// Where the gradients of the whole update go in the backend's scratch: dW, then db, then the partials.
+// Where the gradients of the whole update go in the backend's scratch: dW, then db.
 size_t scratch_weight_bytes(const DenseUpdateArgs& args) {
     return round_up_256(static_cast<size_t>(args.out_features * args.in_features) * sizeof(float));
 }
@@ -238,33 +227,29 @@ size_t scratch_bias_bytes(const DenseUpdateArgs& args) {
 
 }  // namespace
 
-size_t dense_update_scratch_bytes(const DenseUpdateArgs& args, const OptimizerConfig& optimizer, bool allow_fused,
-                                  bool bias_in_gemm) {
-    const size_t partial_bytes = bias_partial_bytes(args, bias_in_gemm);
+size_t dense_update_scratch_bytes(const DenseUpdateArgs& args, const OptimizerConfig& optimizer, bool allow_fused) {
     // The parts write and read the args' gradients.
-    if (args.part != UpdatePart::whole) return partial_bytes;
+    if (args.part != UpdatePart::whole) return 0;
     if (allow_fused && fused_sgd_applies(args, optimizer)) return 0;
-    if (args.weight_grad && args.bias_grad) return partial_bytes;
-    return scratch_weight_bytes(args) + scratch_bias_bytes(args) + partial_bytes;
+    if (args.weight_grad && args.bias_grad) return 0;
+    return scratch_weight_bytes(args) + scratch_bias_bytes(args);
 }
 
 DenseUpdatePlan plan_dense_update(CudaGemm& gemm, const DenseUpdateArgs& args, const OptimizerConfig& optimizer,
-                                  float* scratch, bool allow_fused, bool bias_in_gemm) {
+                                  float* scratch, bool allow_fused) {
     require(args.state != nullptr, MPT_STATUS_INVALID_ARGUMENT, "cuda backend: dense_update needs the train state");
     require(args.weights && args.bias, MPT_STATUS_INVALID_ARGUMENT, "cuda backend: dense_update needs the masters");
     // (The apply part reads no batch.)
     require((args.part == UpdatePart::apply || args.rows > 0) && args.in_features > 0 && args.out_features > 0,
             MPT_STATUS_INVALID_ARGUMENT, "cuda backend: dense_update needs a non-empty problem");
     DenseUpdatePlan plan;
-    const bool has_partials = bias_partial_bytes(args, bias_in_gemm) != 0;
     if (args.part != UpdatePart::whole) {
         require(args.weight_grad && args.bias_grad, MPT_STATUS_INVALID_ARGUMENT,
                 "cuda backend: a dense_update in parts needs weight_grad and bias_grad");
         plan.weight_grad = args.weight_grad;
         plan.bias_grad = args.bias_grad;
-        if (has_partials) plan.bias_partials = scratch;
         if (args.part != UpdatePart::apply)
-            plan.gradient = plan_weight_gradient(gemm, gradient_args(args, plan), allow_fused, bias_in_gemm);
+            plan.gradient = plan_weight_gradient(gemm, gradient_args(args, plan), allow_fused);
         return plan;
     }
     if (allow_fused && fused_sgd_applies(args, optimizer)) {
@@ -275,27 +260,22 @@ DenseUpdatePlan plan_dense_update(CudaGemm& gemm, const DenseUpdateArgs& args, c
     if (args.weight_grad && args.bias_grad) {
         plan.weight_grad = args.weight_grad;
         plan.bias_grad = args.bias_grad;
-        if (has_partials) plan.bias_partials = scratch;
     } else {
         require(scratch != nullptr, MPT_STATUS_INTERNAL, "cuda backend: dense_update has no gradient scratch");
         plan.weight_grad = scratch;
         plan.bias_grad = reinterpret_cast<float*>(bytes + scratch_weight_bytes(args));
-        if (has_partials)
-            plan.bias_partials =
-                reinterpret_cast<float*>(bytes + scratch_weight_bytes(args) + scratch_bias_bytes(args));
     }
-    plan.gradient = plan_weight_gradient(gemm, gradient_args(args, plan), allow_fused, bias_in_gemm);
+    plan.gradient = plan_weight_gradient(gemm, gradient_args(args, plan), allow_fused);
     return plan;
 }
 
 void run_dense_update(CudaGemm& gemm, const DenseUpdatePlan& plan, const DenseUpdateArgs& args,
-                      const OptimizerConfig& optimizer, int max_blocks, unsigned* bias_counters, cudaStream_t stream) {
+                      const OptimizerConfig& optimizer, int max_blocks, cudaStream_t stream) {
     if (plan.fused_sgd) {
         run_fused_sgd(args, optimizer, stream);
         return;
     }
-    if (args.part != UpdatePart::apply)
-        run_weight_gradient(gemm, plan.gradient, gradient_args(args, plan, bias_counters), stream);
+    if (args.part != UpdatePart::apply) run_weight_gradient(gemm, plan.gradient, gradient_args(args, plan), stream);
     if (args.part == UpdatePart::gradient || args.part == UpdatePart::accumulate) return;
     UpdateLaunch launch{};
     launch.optimizer = optimizer;

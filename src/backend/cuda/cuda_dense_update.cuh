@@ -21,19 +21,14 @@ struct DenseUpdatePlan {
     WeightGradientPlan gradient;   // unused by the apply part
     float* weight_grad = nullptr;  // the args' scratch, or the backend's when the args have none
     float* bias_grad = nullptr;
-    float* bias_partials = nullptr;  // the bias-gradient kernel's scratch, when it needs some
 };
 
-// fp32 scratch dense_update needs from the backend: the gradients' when the args bring none, and the
-// bias-gradient kernel's partial sums where its vector path may run (bias_in_gemm false); 0 for
+// fp32 scratch dense_update needs from the backend: the gradients' when the args bring none; 0 for
 // fused SGD.
-size_t dense_update_scratch_bytes(const DenseUpdateArgs& args, const OptimizerConfig& optimizer, bool allow_fused,
-                                  bool bias_in_gemm = true);
-// bias_in_gemm false: the bias gradient by the backend's column-sum kernel, not cuBLASLt's BGRADB.
+size_t dense_update_scratch_bytes(const DenseUpdateArgs& args, const OptimizerConfig& optimizer, bool allow_fused);
 DenseUpdatePlan plan_dense_update(CudaGemm& gemm, const DenseUpdateArgs& args, const OptimizerConfig& optimizer,
-                                  float* scratch, bool allow_fused, bool bias_in_gemm = true);
-// bias_counters: the bias-gradient kernel's ticket counters (bias_gradient_counter_bytes, the backend's).
+                                  float* scratch, bool allow_fused);
 void run_dense_update(CudaGemm& gemm, const DenseUpdatePlan& plan, const DenseUpdateArgs& args,
-                      const OptimizerConfig& optimizer, int max_blocks, unsigned* bias_counters, cudaStream_t stream);
+                      const OptimizerConfig& optimizer, int max_blocks, cudaStream_t stream);
 
 }  // namespace mpt

@@ -31,17 +31,15 @@ GemmKey backward_weights_key(const WeightGradientArgs& args, int32_t epilogue) {
 
 }  // namespace
 
-WeightGradientPlan plan_weight_gradient(CudaGemm& gemm, const WeightGradientArgs& args, bool allow_fused,
-                                        bool bias_in_gemm) {
+WeightGradientPlan plan_weight_gradient(CudaGemm& gemm, const WeightGradientArgs& args, bool allow_fused) {
     validate(args);
-    const bool fusable = allow_fused && bias_in_gemm && !args.accumulate;
+    const bool fusable = allow_fused && !args.accumulate;
     const GemmChoice choice =
         choose_gemm(gemm, fusable, backward_weights_key(args, CUBLASLT_EPILOGUE_BGRADB),
                     backward_weights_key(args, CUBLASLT_EPILOGUE_DEFAULT), "the weight gradient", args.compute_dtype);
     WeightGradientPlan plan;
     plan.gemm = choice.plan;
     plan.fused = choice.fused;
-    plan.own_bias = !bias_in_gemm;
     return plan;
 }
 
@@ -57,9 +55,6 @@ void run_weight_gradient(CudaGemm& gemm, const WeightGradientPlan& plan,
     bias.rows = args.rows;
     bias.columns = args.out_features;
     bias.accumulate = args.accumulate;
-    bias.partials = args.bias_partials;
-    bias.counters = args.bias_counters;
-    bias.vectorised = plan.own_bias;
     run_bias_gradient(bias, stream);
 }
 

@@ -1,7 +1,7 @@
 // The weight and bias gradients of a dense layer on CUDA, for the update: dW = dZ^T · A_prev in fp32
 // with the bias gradient (column sums of dZ) fused into the same cuBLASLt GEMM (BGRADB epilogue),
 // or a plain GEMM and the backend's column-sum kernel (cuda_bias_gradient.cuh) where cuBLASLt cannot
-// fuse it or is not asked to.
+// fuse it.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -24,20 +24,14 @@ struct WeightGradientArgs {
     // Adds dW and db to weight_grad and bias_grad instead of writing them (UpdatePart::accumulate):
     // the GEMM with beta 1, never fused (cuBLASLt's BGRADB writes the bias gradient).
     bool accumulate = false;
-    // The column-sum kernel's scratch (bias_gradient_partial_bytes) and ticket counters, for when it runs.
-    float* bias_partials = nullptr;
-    unsigned* bias_counters = nullptr;
 };
 
 struct WeightGradientPlan {
     const GemmPlan* gemm = nullptr;
     bool fused = false;
-    bool own_bias = false;  // BGRADB not asked for: the bias-gradient kernel's vector path
 };
 
-// `bias_in_gemm` false: the bias gradient by the column-sum kernel even where BGRADB would fuse.
-WeightGradientPlan plan_weight_gradient(CudaGemm& gemm, const WeightGradientArgs& args, bool allow_fused,
-                                        bool bias_in_gemm);
+WeightGradientPlan plan_weight_gradient(CudaGemm& gemm, const WeightGradientArgs& args, bool allow_fused);
 void run_weight_gradient(CudaGemm& gemm, const WeightGradientPlan& plan,
                                 const WeightGradientArgs& args, cudaStream_t stream);
 
