@@ -5,7 +5,7 @@
 // Why: at small batches a step is a chain of a dozen short kernels, and each one's launch (a graph
 // node's scheduling, its blocks' placement) otherwise begins only after the kernel before it has
 // drained. With programmatic dependent launch (compute capability 9.0; MPTRAIN_CUDA_DEPENDENT_LAUNCH=1,
-// off by default until a GPU has measured it) a kernel goes out with the launch attribute that lets
+// off by default: 0.98x on an H200 at batch 32) a kernel goes out with the launch attribute that lets
 // it start while the one before it in the stream still runs; its blocks wait in
 // start_after_preceding_kernel() (griddepcontrol.wait) until that kernel has finished and its writes
 // are visible, then let the next kernel launch in turn (griddepcontrol.launch_dependents). Nothing is
