@@ -318,6 +318,12 @@ if [ -x "$bench" ]; then
     # cuBLASLt never splitting K: where it did, the bias/ReLU epilogue ran as a separate pass (two
     # of 40 us each at batch 4096 on an H200, 2026-12-04) and split-K's reduction as another.
     room_for_switch_stage unsplit && MPTRAIN_CUDA_SPLIT_K=0 bench_run 90 unsplit --precision mixed-bf16 --batch 32,256,4096 --steps 50
+    # A control, not a switch: cuBLASLt's epilogues off (plain GEMMs, then the backend's own bias,
+    # ReLU, mask and bias-gradient kernels) past fused SGD's batches. At batch 4096 two of cuBLASLt's
+    # epilogue kernels of their own took 80 us a step on an H200 (2026-12-05): whether the backend's
+    # kernels do those passes faster says which way to take them next.
+    room_for_switch_stage unfused &&
+        MPTRAIN_CUDA_FUSED_EPILOGUES=0 bench_run 60 unfused --precision mixed-bf16 --batch 256,4096 --steps 50
     # Programmatic dependent launch (each kernel's launch overlapping the kernel before it), on the
     # default kernels at batch 32 and 256.
     room_for_switch_stage dependent_launch &&

@@ -75,6 +75,7 @@ struct Record {
     int frozen;
     bool standardized;
     bool split_k;  // false under MPTRAIN_CUDA_SPLIT_K=0 (cuBLASLt never splits K)
+    bool fused_epilogues;  // false under MPTRAIN_CUDA_FUSED_EPILOGUES=0 (the backend's own epilogue kernels)
     bool gemm_autotune;    // MPTRAIN_CUDA_GEMM_AUTOTUNE=1: cuBLASLt's algorithms chosen by timing
     bool dependent_launch;      // MPTRAIN_CUDA_DEPENDENT_LAUNCH=1: each kernel's launch overlapping the one before
     bool grouped_sgd;           // MPTRAIN_CUDA_GROUPED_SGD=1: the layers' fused SGD updates as one launch
@@ -447,6 +448,7 @@ Record run_one(const Options& options, const std::string& precision_text, int64_
     record.hidden = options.hidden;
     record.standardized = options.standardized;
     record.split_k = !environment_is("MPTRAIN_CUDA_SPLIT_K", "0");
+    record.fused_epilogues = !environment_is("MPTRAIN_CUDA_FUSED_EPILOGUES", "0");
     record.gemm_autotune = environment_is("MPTRAIN_CUDA_GEMM_AUTOTUNE", "1");
     record.dependent_launch = environment_is("MPTRAIN_CUDA_DEPENDENT_LAUNCH", "1");
     record.grouped_sgd = environment_is("MPTRAIN_CUDA_GROUPED_SGD", "1");
@@ -545,7 +547,7 @@ void write_json(const std::string& path, const std::vector<Record>& records) {
                      "\"steps\": %lld, \"us_per_step\": %.1f, \"wall_us_per_step\": %.1f, \"data\": \"%s\", "
                      "\"lr_schedule\": \"%s\", \"global_clipnorm\": %g, \"ema_momentum\": %g, \"dropout\": %g, "
                      "\"weight_decay\": %g, \"optimizer\": \"%s\", \"momentum\": %g, \"centered\": %s, "
-                     "\"micro_batch\": %lld, \"frozen_layers\": %d, \"standardized\": %s, \"split_k\": %s, "
+                     "\"micro_batch\": %lld, \"frozen_layers\": %d, \"standardized\": %s, \"split_k\": %s, \"fused_epilogues\": %s, "
                      "\"gemm_autotune\": %s, \"dependent_launch\": %s, \"grouped_sgd\": %s, \"split_k_small_outputs\": %s, ",
                      hidden.c_str(), r.backend.c_str(), r.precision.c_str(), r.resolved.c_str(), static_cast<long long>(r.batch),
                      static_cast<long long>(r.steps), r.us_per_step, r.wall_us_per_step,
@@ -553,7 +555,7 @@ void write_json(const std::string& path, const std::vector<Record>& records) {
                      static_cast<double>(r.ema), static_cast<double>(r.dropout),
                      static_cast<double>(r.weight_decay), r.optimizer.c_str(), static_cast<double>(r.momentum),
                      r.centered ? "true" : "false", static_cast<long long>(r.micro_batch), r.frozen,
-                     r.standardized ? "true" : "false", r.split_k ? "true" : "false",
+                     r.standardized ? "true" : "false", r.split_k ? "true" : "false", r.fused_epilogues ? "true" : "false",
                      r.gemm_autotune ? "true" : "false", r.dependent_launch ? "true" : "false",
                      r.grouped_sgd ? "true" : "false", r.split_k_small_outputs ? "true" : "false");
         if (r.gemm_floor_us >= 0) std::fprintf(file, "\"gemm_floor_us\": %.1f, \"floor_ratio\": %.3f, ", r.gemm_floor_us, r.us_per_step / r.gemm_floor_us);

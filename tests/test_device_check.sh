@@ -52,6 +52,8 @@ has "$summary" "L2: 50.0 MiB, persisting set-aside at most 37.5 MiB"
 [ "$(grep -c "targets: issue 3's are an H200's; these steps ran on cuda:0 (stand-in GPU" "$summary")" = 2 ] ||
     fail "summary.txt lacks the note that the targets are an H200's, in the table and the candidate's lines"
 has "$summary" "switch choice: batch 256: no set 2% faster than the default 177 us/step"
+# The control of cuBLASLt's epilogues off, shown against the default and kept out of the choice.
+has "$summary" "epilogues in the backend's kernels (MPTRAIN_CUDA_FUSED_EPILOGUES=0): mixed-bf16 batch 4096: 634 us/step, 1.10x cuBLASLt's fused epilogues"
 has "$summary" "switch choice: batch 4096: fastest dependent_launch, grouped_sgd, split_k_small_outputs: 518 us/step, 0.90x the default 576"
 has "$summary" "switch choice: dependent_launch: dropped, alone it took 1.05x"
 # (The stand-in's op counters: at batch 4096 no fused SGD ran.)

@@ -60,14 +60,16 @@ def acted(record):
 
 def plain_step(record):
     """A record of mptrain-bench's plain step: the seed MLP, plain SGD at a constant rate, resident
-    data, none of the options that add work (summary.py shows those against it)."""
+    data, none of the options that add work (summary.py shows those against it), cuBLASLt's fused
+    epilogues on."""
     return (record.get("bench") is None and "framework" not in record and record.get("backend") == "cuda"
             and "us_per_step" in record and record.get("hidden", [3000, 1000]) == [3000, 1000]
             and record.get("optimizer", "sgd") == "sgd" and not record.get("momentum")
             and not record.get("weight_decay") and record.get("lr_schedule", "constant") == "constant"
             and record.get("data", "resident") == "resident" and not record.get("global_clipnorm")
             and not record.get("ema_momentum") and not record.get("dropout") and not record.get("micro_batch")
-            and not record.get("frozen_layers") and not record.get("standardized"))
+            and not record.get("frozen_layers") and not record.get("standardized")
+            and record.get("fused_epilogues", True) is not False)  # (a control, not a default step)
 
 
 def excluded_by_tests(failing):

@@ -173,6 +173,10 @@ def main():
     # rest (with other switches as well: among the switched-on lines below).
     unsplit = [r for r in mine if r.get("split_k") is False and not any(r.get(field) is True for field in SWITCHES)]
     mine = [r for r in mine if r not in unsplit]
+    # Runs under MPTRAIN_CUDA_FUSED_EPILOGUES=0 (a control: the backend's own epilogue kernels after
+    # plain GEMMs, against cuBLASLt's fused epilogues), likewise.
+    unfused = [r for r in mine if r.get("fused_epilogues") is False]
+    mine = [r for r in mine if r not in unfused]
     # Runs under MPTRAIN_CUDA_DEPENDENT_LAUNCH=1, MPTRAIN_CUDA_GROUPED_SGD=1 or
     # MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1, or split-K off with any other switch, likewise.
     switched = [r for r in mine if any(r.get(field) is True for field in
@@ -333,6 +337,9 @@ def main():
     for r in unsplit:
         print(against(r, "K never split (MPTRAIN_CUDA_SPLIT_K=0)", ours.get((r["precision"], r["batch"])),
                       "split where cuBLASLt chose"))
+    for r in unfused:
+        print(against(r, "epilogues in the backend's kernels (MPTRAIN_CUDA_FUSED_EPILOGUES=0)",
+                      ours.get((r["precision"], r["batch"])), "cuBLASLt's fused epilogues"))
     for r in switched:
         switches = [environment_setting(field) for field in
                     ("dependent_launch", "grouped_sgd", "gemm_autotune", "split_k_small_outputs")
