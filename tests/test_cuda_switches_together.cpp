@@ -146,8 +146,9 @@ RunResult train_small_mlp_with(const std::shared_ptr<Context>& context, const Sy
 }
 
 // The paths each switch takes, in the step shapes where they act: the seed MLP at batch 32 (fused
-// SGD, grouped), at 128 under a per-step rate and at 512 (the weight-gradient GEMMs, with the
-// large outputs kept whole); the small MLP in mixed-fp16 from a
+// SGD, grouped), at 64 (fused SGD's largest batch) under a per-step rate that the grouped launch's
+// finishing block advances, and at 512 (the weight-gradient GEMMs, with the large outputs kept
+// whole); the small MLP in mixed-fp16 from a
 // scale of 2^24, whose first steps overflow and are skipped (the folds of the scaler's work), one
 // hidden layer (another arena plan) and fp32; then the trainer's options that put other ops around
 // those paths (dropout, micro-batches, a frozen layer, clipping, weight averaging, standardized
@@ -162,14 +163,14 @@ std::vector<Run> runs() {
          [](const std::shared_ptr<Context>& c) {
              return train(c, make_seed_mlp(c), seed_rows, config_for(MPT_PRECISION_MIXED_BF16), 32);
          }},
-        {"seed MLP, mixed-bf16, batch 128, a rate that changes every step", 5e-3,
+        {"seed MLP, mixed-bf16, batch 64, a rate that changes every step", 5e-3,
          [](const std::shared_ptr<Context>& c) {
              TrainerConfig config = config_for(MPT_PRECISION_MIXED_BF16);
              config.optimizer.schedule.kind = LrScheduleKind::cosine;
              config.optimizer.schedule.warmup_steps = 2;
              config.optimizer.schedule.decay_steps = 10;
              config.optimizer.schedule.decay_factor = 0.0f;
-             return train(c, make_seed_mlp(c), seed_rows, config, 128);
+             return train(c, make_seed_mlp(c), seed_rows, config, 64);
          }},
         {"seed MLP, mixed-bf16, batch 512", 5e-3,
          [](const std::shared_ptr<Context>& c) {

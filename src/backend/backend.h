@@ -258,13 +258,11 @@ public:
         fail(MPT_STATUS_INTERNAL, "this backend reads no weight words");
     }
     // Whether dense_update wants args.weight_grad/bias_grad for this optimizer on batches of up to
-    // `rows` of a layer computed in `compute_dtype` (true for more rows when true for fewer). Plain
-    // SGD on the CPU adds the gradient straight into the masters, and CUDA does so in one kernel up
-    // to 64 rows; above that CUDA writes it first, into the scratch the executor plans. (Given
-    // none, CUDA grows a private scratch, charged to the context's memory: for direct use of the
-    // backend, not for the executor.)
-    virtual bool update_needs_gradient_scratch(const OptimizerConfig& optimizer, int64_t rows,
-                                               DType compute_dtype) const = 0;
+    // `rows` (true for more rows when true for fewer). Plain SGD on the CPU adds the gradient
+    // straight into the masters, and CUDA does so in one kernel up to 64 rows; above that CUDA
+    // writes it first, into the scratch the executor plans. (Given none, CUDA grows a private
+    // scratch, charged to the context's memory: for direct use of the backend, not for the executor.)
+    virtual bool update_needs_gradient_scratch(const OptimizerConfig& optimizer, int64_t rows) const = 0;
 
     virtual void* allocate(size_t bytes) = 0;   // 256-byte aligned; throws Error on failure
     virtual void release(void* pointer) noexcept = 0;

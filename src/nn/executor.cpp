@@ -214,7 +214,7 @@ void Executor::reserve_rows(int64_t rows, bool whole_steps) {
         // Micro-batches only: their gradients go to the accumulated gradients.
     } else if (training && clips_gradients(optimizer_) && !backend_.clips_from_batch(rows)) {
         gradient_scratch_ = plan.add(static_cast<size_t>(gradient_elements_) * sizeof(float), update_phase, update_phase);
-    } else if (training && any_update_needs_gradient_scratch(rows)) {
+    } else if (training && backend_.update_needs_gradient_scratch(optimizer_, rows)) {
         int64_t largest_layer = 0;
         for (const DenseLayer& layer : layers)
             largest_layer = std::max(largest_layer, layer.bias_offset + layer.padded_units - layer.weight_offset);
@@ -480,12 +480,6 @@ void Executor::begin_step() {
 }
 
 bool Executor::all_layers_trainable() const { return trainable_layers_.size() == model_.layers().size(); }
-
-bool Executor::any_update_needs_gradient_scratch(int64_t rows) const {
-    // Every layer, trainable or not now: the plan outlives a change of the layers' flags.
-    return std::any_of(layer_dtypes_.begin(), layer_dtypes_.end(),
-                       [&](DType dtype) { return backend_.update_needs_gradient_scratch(optimizer_, rows, dtype); });
-}
 
 void Executor::reserve_update_scratch(int64_t rows, bool clipping) {
     if (rows == update_scratch_rows_ && clipping == update_scratch_clipping_) return;

@@ -204,9 +204,6 @@ private:
     // After every layer's update: the weights' moving average and the loss scaler's step.
     void finish_update();
     bool all_layers_trainable() const;  // in this step
-    // Whether the backend's whole update of any layer, in its compute dtype, wants its gradient in
-    // memory on batches of up to `rows` (Backend::update_needs_gradient_scratch).
-    bool any_update_needs_gradient_scratch(int64_t rows) const;
 
     void* step_buffer(int id) const { return id < 0 ? nullptr : step_arena_.at<char>(step_plan_.offset(id)); }
     // The input of layer `layer`: the batch, or the previous layer's output as a training step's

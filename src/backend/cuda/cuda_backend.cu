@@ -250,13 +250,11 @@ DType CudaBackend::preferred_compute_dtype() const {
 
 size_t CudaBackend::relu_mask_bytes(int64_t rows, int64_t features) const { return relu_mask_size(rows, features); }
 
-bool CudaBackend::update_needs_gradient_scratch(const OptimizerConfig& optimizer, int64_t rows,
-                                                DType compute_dtype) const {
-    // The fused SGD kernels keep the gradient in registers; every other update writes it first.
-    // With the fused paths off they do not run either (dense_update_scratch_bytes says the same).
+bool CudaBackend::update_needs_gradient_scratch(const OptimizerConfig& optimizer, int64_t rows) const {
+    // The fused SGD kernel keeps the gradient in registers; every other update writes it first.
+    // With the fused paths off it does not run either (dense_update_scratch_bytes says the same).
     DenseUpdateArgs whole{};
     whole.rows = rows;
-    whole.compute_dtype = compute_dtype;
     whole.part = UpdatePart::whole;
     return !(fused_epilogues_ && fused_sgd_applies(whole, optimizer));
 }

@@ -43,8 +43,7 @@ public:
     DType preferred_compute_dtype() const override;
     size_t relu_mask_bytes(int64_t rows, int64_t features) const override;
     size_t gemm_workspace_bytes() const override;
-    bool update_needs_gradient_scratch(const OptimizerConfig& optimizer, int64_t rows,
-                                       DType compute_dtype) const override;
+    bool update_needs_gradient_scratch(const OptimizerConfig& optimizer, int64_t rows) const override;
 
     void* allocate(size_t bytes) override;
     void release(void* pointer) noexcept override;

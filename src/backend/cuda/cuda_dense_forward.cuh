@@ -12,7 +12,7 @@
 namespace mpt {
 
 // Leading dimension, in bits, of the ReLU bit mask of a [rows, features] activation.
-__host__ __device__ inline int64_t relu_mask_ld_bits(int64_t features) { return (features + 127) / 128 * 128; }
+inline int64_t relu_mask_ld_bits(int64_t features) { return (features + 127) / 128 * 128; }
 inline size_t relu_mask_size(int64_t rows, int64_t features) {
     return static_cast<size_t>(relu_mask_ld_bits(features) / 8 * rows);
 }
