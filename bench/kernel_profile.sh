@@ -54,8 +54,8 @@ fi
 for batch in ${BATCHES//,/ }; do
     # The set-up and the first 260 launches of the warm-up epoch are skipped: its first steps run
     # eagerly and the next are captured (a capture launches nothing), and a replayed step is 13 to 16
-    # kernels at batch 32 (the default step's 16 on an H200, 2026-12-05; 13 with grouped SGD). 80 launches then
-    # hold at least 4 whole steps, all before the epoch's end (whose order kernels would join a step):
+    # kernels at batch 32 (the default step's 16 on an H200, 2026-12-05; 13 with grouped SGD). 80
+    # launches then hold at least 4 whole steps, all before the epoch's end (whose order kernels would join a step):
     # 80 steps an epoch at batches up to 256, 40 at larger ones, whose steps have 12 kernels or more
     # (cuBLASLt's GEMMs, no fused SGD: 40 steps hold the window) and whose data set would be large.
     steps=$((batch <= 256 ? 80 : 40))

@@ -1,6 +1,6 @@
-// The fused SGD kernels' grid (src/backend/cuda/fused_sgd_grid_layout.h), checked on the CPU, where
+// The fused SGD kernel's grid (src/backend/cuda/fused_sgd_grid_layout.h), checked on the CPU, where
 // every build runs it: each block of a launch mapped to its layer, column strip and run of row tiles
-// as the kernels map it, and every tile of every strip of every layer required to be updated by
+// as the kernel maps it, and every tile of every strip of every layer required to be updated by
 // exactly one block, with no block left without a tile, for one layer and for groups, at the
 // resident block counts of small and large GPUs. The kernels' updates themselves run only on a GPU
 // (test_cuda_ops compares them with the CPU backend there).

@@ -179,9 +179,8 @@ def main():
     mine = [r for r in mine if r not in unfused]
     # Runs under MPTRAIN_CUDA_DEPENDENT_LAUNCH=1, MPTRAIN_CUDA_GROUPED_SGD=1 or
     # MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1, or split-K off with any other switch, likewise.
-    switched = [r for r in mine if any(r.get(field) is True for field in
-                                          ("dependent_launch", "grouped_sgd", "split_k_small_outputs"))
-                   or (r.get("split_k") is False and any(r.get(field) is True for field in SWITCHES))]
+    switched = [r for r in mine if any(r.get(field) is True for field in SWITCHES if field != "gemm_autotune")
+                or (r.get("split_k") is False and any(r.get(field) is True for field in SWITCHES))]
     mine = [r for r in mine if r not in switched]
     # Runs under MPTRAIN_CUDA_GEMM_AUTOTUNE=1, likewise.
     autotuned = [r for r in mine if r.get("gemm_autotune") is True]

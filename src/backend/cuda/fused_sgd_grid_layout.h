@@ -1,5 +1,5 @@
-// How the fused SGD kernels' grid covers the layers of a launch (cuda_fused_sgd_launch.cuh), as
-// plain functions the launch and both kernels call and a CPU test (tests/test_fused_sgd_grid.cpp)
+// How the fused SGD kernel's grid covers the layers of a launch (cuda_fused_sgd_launch.cuh), as
+// plain functions the launch and the kernel call and a CPU test (tests/test_fused_sgd_grid.cpp)
 // checks: every 32-row tile of every 128-column strip of every layer updated by exactly one block,
 // no block without a tile.
 //
