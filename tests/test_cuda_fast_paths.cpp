@@ -188,6 +188,7 @@ TEST_CASE("cuBLASLt accepts every fused epilogue of a mixed-precision step (no u
             CHECK(paths.forward_fused > 0);
             CHECK(paths.backward_data_fused > 0);
             CHECK(paths.backward_data_unfused == 0);
+            CHECK(paths.backward_data_relu_from_output == 0);  // every mask valid: DRELU reads it
             CHECK(paths.weight_gradient_fused > 0);
             CHECK(paths.weight_gradient_unfused == 0);
             CHECK(paths.fused_sgd > 0);  // batch 32
@@ -250,7 +251,8 @@ TEST_CASE("a per-step learning-rate schedule costs no capture: its steps replay 
 
 // cuBLASLt may refuse a fused plan only when it runs, after its heuristic offered it. The op is then
 // planned again without it (and so are the ops after it in the task: a forward that wrote no mask
-// leaves its backward without DRELU) and training goes on, as if the epilogue had been refused at
+// leaves its backward without DRELU, to take ReLU's derivative from the forward's output after a
+// plain GEMM) and training goes on, as if the epilogue had been refused at
 // planning. Simulated by the test hook, with step graphs on (the refusal meets a recorded task run
 // eagerly before its capture) and off (ops issued one by one).
 TEST_CASE("a fused GEMM refused only when it runs is planned again unfused, and training goes on") {
@@ -266,7 +268,7 @@ TEST_CASE("a fused GEMM refused only when it runs is planned again unfused, and 
         INFO("last refused: " << cuda_backend_last_refused_epilogue(context->backend()));
         CHECK(cuda_backend_refused_epilogue_runs(context->backend()) > 0);
         CHECK(paths.forward_unfused > 0);
-        CHECK(paths.backward_data_unfused > 0);
+        CHECK(paths.backward_data_relu_from_output > 0);
         // Unfused epilogues compute the same values in another order: near the fused run's loss.
         CHECK(std::isfinite(loss));
         CHECK(loss == doctest::Approx(expected).epsilon(0.02));
@@ -368,6 +370,46 @@ TEST_CASE("MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1 keeps the large GEMMs whole and 
     CHECK(cuda_backend_plans_kept_whole_by_size(plain->backend()) == 0);
     CHECK(std::isfinite(ruled_loss));
     CHECK(ruled_loss == doctest::Approx(plain_loss).epsilon(5e-3));
+}
+
+// MPTRAIN_CUDA_RELU_FROM_OUTPUT=1: the hidden layers' forwards keep no ReLU mask (cuBLASLt's RELU_BIAS)
+// and their input gradients take ReLU's derivative from the stored outputs, in place after a plain
+// GEMM. The derivative is the same 0 or 1 (from the rounded output instead of the fp32 sum: they
+// differ below the dtype's least subnormal only) and the GEMMs may sum in another order, so the run
+// trains to the default's loss within rounding: the small MLP at batch 32 with its steps replayed,
+// the seed MLP at batch 2048 (where cuBLASLt's mask epilogue may run as a pass of its own), and an
+// fp16 run whose first steps overflow skips as many steps and ends at the same scale.
+TEST_CASE("MPTRAIN_CUDA_RELU_FROM_OUTPUT=1 takes ReLU's derivative from the outputs and trains as the default does") {
+    SKIP_WITHOUT_GPU();
+    auto from_output = cuda_context_under("MPTRAIN_CUDA_RELU_FROM_OUTPUT", "1");
+    auto with_masks = cuda_context_under("MPTRAIN_CUDA_RELU_FROM_OUTPUT", "0");
+    const float small_from_output = train_two_bf16_epochs_replayed(from_output, 59);
+    const float small_with_masks = train_two_bf16_epochs(with_masks, 59);
+    const SyntheticData data = synthetic_data(4096, 3072, 61);
+    const float seed_from_output = train_seed_mlp_two_bf16_epochs(from_output, data, 2048);
+    const float seed_with_masks = train_seed_mlp_two_bf16_epochs(with_masks, data, 2048);
+    const CudaOpPaths on = cuda_backend_op_paths(from_output->backend());
+    const CudaOpPaths off = cuda_backend_op_paths(with_masks->backend());
+    INFO("last refused: " << cuda_backend_last_refused_epilogue(from_output->backend()));
+    CHECK(cuda_backend_refused_epilogue_plans(from_output->backend()) == 0);
+    CHECK(on.backward_data_relu_from_output > 0);
+    CHECK(on.backward_data_unfused == 0);
+    CHECK(on.forward_unfused == 0);
+    CHECK(off.backward_data_relu_from_output == 0);
+    CHECK(std::isfinite(small_from_output));
+    CHECK(std::isfinite(seed_from_output));
+    CHECK(small_from_output == doctest::Approx(small_with_masks).epsilon(5e-3));
+    CHECK(seed_from_output == doctest::Approx(seed_with_masks).epsilon(5e-3));
+
+    const OverflowingRun overflow_from_output =
+        train_two_fp16_epochs_from_overflow(cuda_context_under("MPTRAIN_CUDA_RELU_FROM_OUTPUT", "1"), 63);
+    const OverflowingRun overflow_with_masks =
+        train_two_fp16_epochs_from_overflow(cuda_context_under("MPTRAIN_CUDA_RELU_FROM_OUTPUT", "0"), 63);
+    CHECK(overflow_from_output.state.skipped_steps > 0);
+    CHECK(overflow_from_output.state.skipped_steps == overflow_with_masks.state.skipped_steps);
+    CHECK(overflow_from_output.state.loss_scale == overflow_with_masks.state.loss_scale);
+    CHECK(std::isfinite(overflow_from_output.loss));
+    CHECK(overflow_from_output.loss == doctest::Approx(overflow_with_masks.loss).epsilon(5e-3));
 }
 
 // MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 (compute capability 9.0, a build with code for it): the backend's

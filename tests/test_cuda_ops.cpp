@@ -25,6 +25,7 @@
 #include "data/dataset.h"
 #include "nn/model.h"
 #include "nn/trainer.h"
+#include "support/environment_setting.h"
 #include "support/normalised_error.h"
 #include "support/skip_without_gpu.h"
 #include "support/training_fixture.h"
@@ -1601,6 +1602,33 @@ TEST_CASE("CUDA dense_backward_data matches the CPU (DRELU with the forward's ma
     compare_dense_backward_data_cases(*cpu, *cuda);
     set_fused(*cuda, false);
     compare_dense_backward_data_cases(*cpu, *cuda);
+}
+
+// A ReLU's input gradient without a valid mask (its forward wrote none, under
+// MPTRAIN_CUDA_RELU_FROM_OUTPUT=1, or never ran) is a plain GEMM into the gradient's dtype, then
+// ReLU's derivative from A_prev applied in place: the CPU's numbers. 37 x 130 elements leave 2 past
+// the last whole 16-byte vector (of 8 16-bit elements or 4 floats), which the kernel's tail takes,
+// where cuBLASLt has a GEMM for the odd leading dimension (else the fp32 fallback's numbers: the same).
+TEST_CASE("CUDA dense_backward_data without a valid mask takes ReLU's derivative from A_prev, in place") {
+    SKIP_WITHOUT_GPU();
+    auto cpu = make_cpu();
+    const EnvironmentSetting from_output("MPTRAIN_CUDA_RELU_FROM_OUTPUT", "1");
+    auto cuda = make_cuda();
+    for (DType dtype : kDTypes) {
+        CAPTURE(std::string(dtype_name(dtype)));
+        const uint64_t before = cuda_backend_op_paths(*cuda).backward_data_relu_from_output;
+        // The forward runs and, under the switch, writes no mask; then no forward at all.
+        compare_dense_backward_data(*cpu, *cuda, {37, 136, 64, Activation::relu, dtype, dtype, true});
+        compare_dense_backward_data(*cpu, *cuda, {32, 128, 16, Activation::relu, dtype, dtype, false});
+        CHECK(cuda_backend_op_paths(*cuda).backward_data_relu_from_output == before + 2);
+        compare_dense_backward_data(*cpu, *cuda, {37, 130, 16, Activation::relu, dtype, dtype, false});
+        MESSAGE(dtype_name(dtype) << ": the tail case took the in-place path: "
+                                  << (cuda_backend_op_paths(*cuda).backward_data_relu_from_output == before + 3));
+    }
+    // Another dtype for the gradient than A_prev's: the fp32 fallback, which converts as it goes.
+    const uint64_t before = cuda_backend_op_paths(*cuda).backward_data_relu_from_output;
+    compare_dense_backward_data(*cpu, *cuda, {24, 64, 32, Activation::relu, DType::bf16, DType::fp32, false});
+    CHECK(cuda_backend_op_paths(*cuda).backward_data_relu_from_output == before);
 }
 
 TEST_CASE("the CUDA loss head matches the CPU for every activation and loss") {

@@ -61,6 +61,8 @@ const std::vector<Switch>& switches() {
         {"MPTRAIN_CUDA_SPLIT_K", "0", "1", "split_k", false, {}},
         {"MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS", "1", "0", "split_k_small_outputs", true,
             {"gemm.plans_kept_whole_by_size"}},
+        {"MPTRAIN_CUDA_RELU_FROM_OUTPUT", "1", "0", "relu_from_output", true,
+            {"ops.backward_data_relu_from_output"}},
     };
     // clang-format on
     return all;

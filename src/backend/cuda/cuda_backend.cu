@@ -56,6 +56,10 @@ bool turned_off_by_environment(const char* variable) {
 // launch (cuda_launch.cuh), and MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1 lets cuBLASLt split K only in the
 // GEMMs whose output has fewer tiles than the GPU has multiprocessors (gemm_split_k_rule.h): off by
 // default, none 2% faster than the default step on an H200 (2026-12-05, bench/NOTES.md).
+// MPTRAIN_CUDA_RELU_FROM_OUTPUT=1 has the forward GEMMs write no ReLU mask (cuBLASLt's RELU_BIAS
+// instead of RELU_AUX_BIAS, whose mask may cost a pass of its own: two of 40 us at batch 4096 on an
+// H200 followed some GEMM of the step) and the backward ones take ReLU's derivative from the stored
+// outputs, in place after a plain GEMM (cuda_dense_backward_data.cu): off by default, unmeasured.
 bool turned_on_by_environment(const char* variable) {
     const char* value = std::getenv(variable);
     return value && std::strcmp(value, "1") == 0;
@@ -71,7 +75,8 @@ std::string CudaBackend::setup_warning() const {
                                          {"MPTRAIN_CUDA_DEPENDENT_LAUNCH", {"0", "1"}},
                                          {"MPTRAIN_CUDA_GROUPED_SGD", {"0", "1"}},
                                          {"MPTRAIN_CUDA_STEP_FOLDS", {"0", "1"}},
-                                         {"MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS", {"0", "1"}}});
+                                         {"MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS", {"0", "1"}},
+                                         {"MPTRAIN_CUDA_RELU_FROM_OUTPUT", {"0", "1"}}});
 }
 
 // ---- creation ----------------------------------------------------------------------------------
@@ -187,6 +192,7 @@ CudaBackend::CudaBackend(int device, MemoryTracker* memory) : device_(device), m
     set_dependent_launch(turned_on_by_environment("MPTRAIN_CUDA_DEPENDENT_LAUNCH"));
     grouped_sgd_ = turned_on_by_environment("MPTRAIN_CUDA_GROUPED_SGD");
     step_folds_ = !turned_off_by_environment("MPTRAIN_CUDA_STEP_FOLDS");
+    relu_from_output_ = turned_on_by_environment("MPTRAIN_CUDA_RELU_FROM_OUTPUT");
     try {
         scheduler_ = std::make_unique<CudaScheduler>(*static_cast<CudaTaskHooks*>(this));
         gemm_ = std::make_unique<CudaGemm>(!turned_off_by_environment("MPTRAIN_CUDA_SPLIT_K"),
@@ -570,7 +576,7 @@ void CudaBackend::plan(RecordedOp& op) {
     switch (op.code) {
         case OpCode::dense_forward: {
             const DenseForwardArgs& args = op.forward;
-            op.forward_plan = plan_dense_forward(*gemm_, args, fused_epilogues_);
+            op.forward_plan = plan_dense_forward(*gemm_, args, fused_epilogues_, !relu_from_output_);
             op.scratch = op.forward_plan.scratch_bytes ? scratch_for(op.forward_plan.scratch_bytes) : nullptr;
             if (args.relu_mask) {
                 if (op.forward_plan.writes_mask) masks_[args.relu_mask] = MaskShape{args.rows, args.out_features};
@@ -590,6 +596,7 @@ void CudaBackend::plan(RecordedOp& op) {
             op.data_plan = plan_dense_backward_data(*gemm_, args, mask_valid, fused_epilogues_);
             op.scratch = op.data_plan.scratch_bytes ? scratch_for(op.data_plan.scratch_bytes) : nullptr;
             ++(op.data_plan.fused ? op_paths_.backward_data_fused : op_paths_.backward_data_unfused);
+            if (op.data_plan.relu_from_output) ++op_paths_.backward_data_relu_from_output;
             return;
         }
         case OpCode::dense_update: {

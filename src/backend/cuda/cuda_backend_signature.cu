@@ -103,6 +103,7 @@ void CudaBackend::sign(const RecordedOp& op) {
             s.put(op.data_plan.gemm);
             s.put(op.data_plan.fused);
             s.put(op.data_plan.reads_mask);
+            s.put(op.data_plan.relu_from_output);
             s.put(op.scratch);
             return;
         }

@@ -23,6 +23,59 @@ __global__ void backward_data_epilogue_kernel(const float* __restrict__ accumula
     }
 }
 
+// ReLU's derivative from its output y applied to a gradient g already rounded to T: g where y > 0,
+// else 0. A product with 1 or a select of 0 is exact, so rounding first changes no bit of the live
+// units' gradients, and the dead units' are 0 as the DRELU epilogue leaves them (also where an fp16
+// gradient overflowed to Inf, which the CPU's product would turn into NaN and a skipped step).
+// y > 0 from its bits: sign clear, not zero, at most +Inf's bits (a NaN's lie above).
+template <typename T>
+constexpr uint32_t kInfinityBits = std::is_same_v<T, float>    ? 0x7f800000u
+                                   : std::is_same_v<T, __half> ? 0x7c00u
+                                                               : 0x7f80u;
+template <typename T>
+__device__ __forceinline__ bool above_zero(uint32_t bits) {
+    return bits != 0 && bits <= kInfinityBits<T>;
+}
+// A word of g and the same word of y: one float, or two 16-bit elements.
+template <typename T>
+__device__ __forceinline__ uint32_t relu_backward_word(uint32_t gradient, uint32_t output) {
+    if constexpr (sizeof(T) == 4) {
+        return above_zero<T>(output) ? gradient : 0u;
+    } else {
+        return (above_zero<T>(output & 0xffffu) ? gradient & 0xffffu : 0u) |
+               (above_zero<T>(output >> 16) ? gradient & 0xffff0000u : 0u);
+    }
+}
+template <typename T>
+__device__ __forceinline__ uint32_t bits_of(T value) {
+    if constexpr (sizeof(T) == 4) {
+        return __float_as_uint(value);
+    } else {
+        return *reinterpret_cast<const uint16_t*>(&value);
+    }
+}
+
+// `gradient` and `output` 16-byte aligned (validate): 16 bytes a thread at a time, then the last
+// count % (16 / sizeof(T)) elements one by one.
+template <typename T>
+__global__ void __launch_bounds__(256)
+    relu_backward_in_place_kernel(T* __restrict__ gradient, const T* __restrict__ output, int64_t count) {
+    start_after_preceding_kernel();
+    constexpr int64_t kPerVector = 16 / sizeof(T);
+    const int64_t vectors = count / kPerVector;
+    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+    const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    uint4* gradient_vectors = reinterpret_cast<uint4*>(gradient);
+    const uint4* output_vectors = reinterpret_cast<const uint4*>(output);
+    for (int64_t v = first; v < vectors; v += stride) {
+        const uint4 g = gradient_vectors[v], y = output_vectors[v];
+        gradient_vectors[v] = make_uint4(relu_backward_word<T>(g.x, y.x), relu_backward_word<T>(g.y, y.y),
+                                         relu_backward_word<T>(g.z, y.z), relu_backward_word<T>(g.w, y.w));
+    }
+    for (int64_t i = vectors * kPerVector + first; i < count; i += stride)
+        if (!above_zero<T>(bits_of(output[i]))) gradient[i] = from_float<T>(0.0f);
+}
+
 void validate(const DenseBackwardDataArgs& args) {
     require(args.rows > 0 && args.in_features > 0 && args.out_features > 0, MPT_STATUS_INVALID_ARGUMENT,
             "cuda backend: dense_backward_data needs a non-empty problem");
@@ -34,6 +87,26 @@ void validate(const DenseBackwardDataArgs& args) {
     require_workspace(args.workspace, "dense_backward_data");
     require(args.input_activation != Activation::softmax, MPT_STATUS_INVALID_ARGUMENT,
             "cuda backend: softmax is only allowed on the last layer");
+}
+
+void run_relu_backward_in_place(const DenseBackwardDataArgs& args, cudaStream_t stream) {
+    const int64_t count = args.rows * args.in_features;
+    const unsigned blocks = grid_for(count / 8 + 1, 256, 4096);
+    switch (args.compute_dtype) {
+        case DType::fp32:
+            launch_kernel("relu_backward_in_place_kernel", relu_backward_in_place_kernel<float>, blocks, 256, 0, stream,
+                          static_cast<float*>(args.input_grad), static_cast<const float*>(args.input), count);
+            return;
+        case DType::fp16:
+            launch_kernel("relu_backward_in_place_kernel", relu_backward_in_place_kernel<__half>, blocks, 256, 0,
+                          stream, static_cast<__half*>(args.input_grad), static_cast<const __half*>(args.input), count);
+            return;
+        case DType::bf16:
+            launch_kernel("relu_backward_in_place_kernel", relu_backward_in_place_kernel<__nv_bfloat16>, blocks, 256, 0,
+                          stream, static_cast<__nv_bfloat16*>(args.input_grad),
+                          static_cast<const __nv_bfloat16*>(args.input), count);
+            return;
+    }
 }
 
 GemmKey backward_data_key(const DenseBackwardDataArgs& args, int32_t epilogue, DType output_dtype, const void* output,
@@ -52,16 +125,20 @@ DenseBackwardDataPlan plan_dense_backward_data(CudaGemm& gemm, const DenseBackwa
     DenseBackwardDataPlan plan;
     const bool fusable_dtypes = args.input_grad_dtype == args.compute_dtype || args.input_grad_dtype == DType::fp32;
     const bool linear = args.input_activation == Activation::linear;
-    const bool masked_relu = args.input_activation == Activation::relu && args.relu_mask && mask_valid;
+    const bool relu = args.input_activation == Activation::relu;
+    const bool masked_relu = relu && args.relu_mask && mask_valid;
+    // Without the mask, the in-place kernel reads A_prev and writes dZ_prev as elements of one type.
+    const bool relu_from_output = relu && !masked_relu && args.input_grad_dtype == args.compute_dtype;
     const GemmChoice choice =
-        choose_gemm(gemm, allow_fused && fusable_dtypes && (linear || masked_relu),
-                    backward_data_key(args, linear ? CUBLASLT_EPILOGUE_DEFAULT : CUBLASLT_EPILOGUE_DRELU,
-                                      args.input_grad_dtype, args.input_grad, linear ? nullptr : args.relu_mask),
+        choose_gemm(gemm, allow_fused && fusable_dtypes && (linear || masked_relu || relu_from_output),
+                    backward_data_key(args, masked_relu ? CUBLASLT_EPILOGUE_DRELU : CUBLASLT_EPILOGUE_DEFAULT,
+                                      args.input_grad_dtype, args.input_grad, masked_relu ? args.relu_mask : nullptr),
                     backward_data_key(args, CUBLASLT_EPILOGUE_DEFAULT, DType::fp32, nullptr, nullptr),
                     "dense_backward_data", args.compute_dtype);
     plan.gemm = choice.plan;
     plan.fused = choice.fused;
-    plan.reads_mask = choice.fused && !linear;
+    plan.reads_mask = choice.fused && masked_relu;
+    plan.relu_from_output = choice.fused && relu_from_output;
     if (!choice.fused) plan.scratch_bytes = static_cast<size_t>(args.rows * args.in_features) * sizeof(float);
     return plan;
 }
@@ -71,6 +148,7 @@ void run_dense_backward_data(CudaGemm& gemm, const DenseBackwardDataPlan& plan, 
     if (plan.fused) {
         gemm.run(*plan.gemm, args.weights, args.output_grad, args.input_grad, nullptr,
                  plan.reads_mask ? args.relu_mask : nullptr, args.workspace, stream);
+        if (plan.relu_from_output) run_relu_backward_in_place(args, stream);
         return;
     }
     gemm.run(*plan.gemm, args.weights, args.output_grad, scratch, nullptr, nullptr, args.workspace, stream);

@@ -1,7 +1,9 @@
 // The input gradient of a dense layer on CUDA: dZ_prev = (dZ · W) ⊙ act'(A_prev) as one cuBLASLt
-// GEMM with the DRELU epilogue reading the previous layer's ReLU bit mask, or a GEMM into fp32
-// scratch and one kernel applying the derivative from A_prev (the CPU's formula) where cuBLASLt
-// cannot fuse it or no valid mask exists.
+// GEMM with the DRELU epilogue reading the previous layer's ReLU bit mask; for a ReLU without a valid
+// mask (a forward that wrote none: MPTRAIN_CUDA_RELU_FROM_OUTPUT=1, or one run unfused), a GEMM that
+// writes dZ_prev in its own dtype and a kernel that zeroes it in place where A_prev is not above 0;
+// otherwise (cuBLASLt cannot fuse it, or another activation) a GEMM into fp32 scratch and one kernel
+// applying the derivative from A_prev (the CPU's formula).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -15,6 +17,7 @@ struct DenseBackwardDataPlan {
     const GemmPlan* gemm = nullptr;
     bool fused = false;
     bool reads_mask = false;
+    bool relu_from_output = false;  // the GEMM writes input_grad, then ReLU's derivative from A_prev in place
     size_t scratch_bytes = 0;
 };
 

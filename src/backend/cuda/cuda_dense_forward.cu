@@ -51,13 +51,13 @@ GemmKey forward_key(const DenseForwardArgs& args, int32_t epilogue, DType output
 
 }  // namespace
 
-DenseForwardPlan plan_dense_forward(CudaGemm& gemm, const DenseForwardArgs& args, bool allow_fused) {
+DenseForwardPlan plan_dense_forward(CudaGemm& gemm, const DenseForwardArgs& args, bool allow_fused, bool mask_wanted) {
     validate(args);
     DenseForwardPlan plan;
     const bool fusable_dtypes = (args.output_dtype == args.compute_dtype || args.output_dtype == DType::fp32) &&
                                 args.bias_dtype == args.output_dtype;
     const bool fusable_activation = args.activation == Activation::linear || args.activation == Activation::relu;
-    const bool with_mask = args.activation == Activation::relu && args.relu_mask != nullptr;
+    const bool with_mask = args.activation == Activation::relu && args.relu_mask != nullptr && mask_wanted;
     const int32_t epilogue = args.activation == Activation::linear ? CUBLASLT_EPILOGUE_BIAS
                              : with_mask                           ? CUBLASLT_EPILOGUE_RELU_AUX_BIAS
                                                                    : CUBLASLT_EPILOGUE_RELU_BIAS;
