@@ -20,6 +20,7 @@
 #if defined(MPTRAIN_WITH_CUDA)
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_cublaslt_library.cuh"
+#include "backend/cuda/cuda_fused_sgd.cuh"
 #endif
 
 #if defined(MPTRAIN_WITH_CUDA)
@@ -410,6 +411,36 @@ TEST_CASE("MPTRAIN_CUDA_RELU_FROM_OUTPUT=1 takes ReLU's derivative from the outp
     CHECK(overflow_from_output.state.loss_scale == overflow_with_masks.state.loss_scale);
     CHECK(std::isfinite(overflow_from_output.loss));
     CHECK(overflow_from_output.loss == doctest::Approx(overflow_with_masks.loss).epsilon(5e-3));
+}
+
+// MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1: the fused SGD kernel compiled for 3 blocks an SM, the same
+// arithmetic in the same order for every weight (a thread sums its weights' gradients over the rows
+// whatever the grid), so the run trains to the default's loss bit for bit. Its occupancy: 3 blocks
+// where an SM has the shared memory for three (48 KiB of static shared memory each, and the driver's
+// 1 KiB a block), never fewer than the default's.
+TEST_CASE("MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1 trains exactly as the default does, 3 blocks an SM") {
+    SKIP_WITHOUT_GPU();
+    auto context = cuda_context_under("MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS", "1");
+    const float three_blocks = train_two_bf16_epochs_replayed(context, 67);
+    CHECK(cuda_backend_op_paths(context->backend()).fused_sgd_three_blocks > 0);
+    auto default_context = cuda_context_under("MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS", "0");
+    const float default_blocks = train_two_bf16_epochs(default_context, 67);
+    CHECK(cuda_backend_op_paths(default_context->backend()).fused_sgd_three_blocks == 0);
+    CHECK(std::isfinite(three_blocks));
+    CHECK(three_blocks == default_blocks);
+
+    int device = 0, shared_per_multiprocessor = 0;
+    REQUIRE(cudaGetDevice(&device) == cudaSuccess);
+    REQUIRE(cudaDeviceGetAttribute(&shared_per_multiprocessor, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) ==
+            cudaSuccess);
+    for (DType dtype : {DType::bf16, DType::fp16, DType::fp32}) {
+        CAPTURE(std::string(dtype_name(dtype)));
+        const int three = fused_sgd_blocks_per_multiprocessor(dtype, true);
+        const int two = fused_sgd_blocks_per_multiprocessor(dtype, false);
+        MESSAGE(dtype_name(dtype) << ": " << three << " blocks an SM compiled for 3, " << two << " by default");
+        CHECK(three >= two);
+        if (shared_per_multiprocessor >= 3 * (48 * 1024 + 1024)) CHECK(three >= 3);
+    }
 }
 
 // MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 (compute capability 9.0, a build with code for it): the backend's

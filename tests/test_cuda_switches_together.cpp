@@ -63,6 +63,8 @@ const std::vector<Switch>& switches() {
             {"gemm.plans_kept_whole_by_size"}},
         {"MPTRAIN_CUDA_RELU_FROM_OUTPUT", "1", "0", "relu_from_output", true,
             {"ops.backward_data_relu_from_output"}},
+        {"MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS", "1", "0", "fused_sgd_three_blocks", true,
+            {"ops.fused_sgd_three_blocks"}},
     };
     // clang-format on
     return all;

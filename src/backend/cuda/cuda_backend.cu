@@ -60,6 +60,8 @@ bool turned_off_by_environment(const char* variable) {
 // instead of RELU_AUX_BIAS, whose mask may cost a pass of its own: two of 40 us at batch 4096 on an
 // H200 followed some GEMM of the step) and the backward ones take ReLU's derivative from the stored
 // outputs, in place after a plain GEMM (cuda_dense_backward_data.cu): off by default, unmeasured.
+// MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1 runs the fused SGD kernel compiled for 3 blocks an SM instead
+// of ptxas's 2 (cuda_fused_sgd.cu; the same numbers): off by default, unmeasured.
 bool turned_on_by_environment(const char* variable) {
     const char* value = std::getenv(variable);
     return value && std::strcmp(value, "1") == 0;
@@ -76,7 +78,8 @@ std::string CudaBackend::setup_warning() const {
                                          {"MPTRAIN_CUDA_GROUPED_SGD", {"0", "1"}},
                                          {"MPTRAIN_CUDA_STEP_FOLDS", {"0", "1"}},
                                          {"MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS", {"0", "1"}},
-                                         {"MPTRAIN_CUDA_RELU_FROM_OUTPUT", {"0", "1"}}});
+                                         {"MPTRAIN_CUDA_RELU_FROM_OUTPUT", {"0", "1"}},
+                                         {"MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS", {"0", "1"}}});
 }
 
 // ---- creation ----------------------------------------------------------------------------------
@@ -193,6 +196,7 @@ CudaBackend::CudaBackend(int device, MemoryTracker* memory) : device_(device), m
     grouped_sgd_ = turned_on_by_environment("MPTRAIN_CUDA_GROUPED_SGD");
     step_folds_ = !turned_off_by_environment("MPTRAIN_CUDA_STEP_FOLDS");
     relu_from_output_ = turned_on_by_environment("MPTRAIN_CUDA_RELU_FROM_OUTPUT");
+    fused_sgd_three_blocks_ = turned_on_by_environment("MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS");
     try {
         scheduler_ = std::make_unique<CudaScheduler>(*static_cast<CudaTaskHooks*>(this));
         gemm_ = std::make_unique<CudaGemm>(!turned_off_by_environment("MPTRAIN_CUDA_SPLIT_K"),
@@ -603,10 +607,12 @@ void CudaBackend::plan(RecordedOp& op) {
             const size_t scratch_bytes = dense_update_scratch_bytes(op.update, op.optimizer, fused_epilogues_);
             op.scratch = scratch_bytes ? scratch_for(scratch_bytes) : nullptr;
             op.update_plan = plan_dense_update(*gemm_, op.update, op.optimizer, op.scratch, fused_epilogues_);
+            op.update_plan.fused_sgd_three_blocks = op.update_plan.fused_sgd && fused_sgd_three_blocks_;
             // (Fused SGD has no weight-gradient GEMM: counted as neither of its paths.)
             const WeightGradientPlan& gradient = op.update_plan.gradient;
             if (op.update_plan.fused_sgd) {
                 ++op_paths_.fused_sgd;
+                if (op.update_plan.fused_sgd_three_blocks) ++op_paths_.fused_sgd_three_blocks;
             } else if (op.update.part != UpdatePart::apply) {
                 ++(gradient.fused ? op_paths_.weight_gradient_fused : op_paths_.weight_gradient_unfused);
             }

@@ -24,6 +24,7 @@ void CudaBackend::describe(JsonWriter& out) const {
     out.key("grouped_sgd").boolean(grouped_sgd_);
     out.key("step_folds").boolean(step_folds_);
     out.key("relu_from_output").boolean(relu_from_output_);
+    out.key("fused_sgd_three_blocks").boolean(fused_sgd_three_blocks_);
     out.end_object();
 
     // The device's L2: its size and the largest persisting set-aside the device allows (0: none, below
@@ -60,6 +61,7 @@ void CudaBackend::describe(JsonWriter& out) const {
     out.key("dependent_launches").unsigned_integer(ops.dependent_launches);
     out.key("fused_sgd_grouped").unsigned_integer(ops.fused_sgd_grouped);
     out.key("backward_data_relu_from_output").unsigned_integer(ops.backward_data_relu_from_output);
+    out.key("fused_sgd_three_blocks").unsigned_integer(ops.fused_sgd_three_blocks);
     out.key("steps_finished_by_update").unsigned_integer(ops.steps_finished_by_update);
     out.end_object();
 

@@ -160,6 +160,7 @@ void CudaBackend::sign(const RecordedOp& op) {
             s.put(a.part);
             s.put(a.gradient_factor);
             s.put(op.update_plan.fused_sgd);
+            s.put(op.update_plan.fused_sgd_three_blocks);
             s.put(op.update_plan.gradient.gemm);
             s.put(op.update_plan.gradient.fused);
             s.put(op.update_plan.weight_grad);

@@ -94,7 +94,8 @@ void CudaBackend::execute_fused_sgd_layers(size_t index, size_t count, const Rec
         optimizers[k] = &recorded_[index + k].optimizer;
     }
     op_paths_.fused_sgd_grouped += static_cast<uint64_t>(
-        run_fused_sgd_layers(layers, optimizers, static_cast<int>(count), finish ? &finishing : nullptr, stream));
+        run_fused_sgd_layers(layers, optimizers, static_cast<int>(count), finish ? &finishing : nullptr,
+                             recorded_[index].update_plan.fused_sgd_three_blocks, stream));
 }
 
 // ---- recording and graphs ----------------------------------------------------------------------

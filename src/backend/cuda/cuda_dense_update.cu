@@ -272,7 +272,7 @@ DenseUpdatePlan plan_dense_update(CudaGemm& gemm, const DenseUpdateArgs& args, c
 void run_dense_update(CudaGemm& gemm, const DenseUpdatePlan& plan, const DenseUpdateArgs& args,
                       const OptimizerConfig& optimizer, int max_blocks, cudaStream_t stream) {
     if (plan.fused_sgd) {
-        run_fused_sgd(args, optimizer, stream);
+        run_fused_sgd(args, optimizer, plan.fused_sgd_three_blocks, stream);
         return;
     }
     if (args.part != UpdatePart::apply) run_weight_gradient(gemm, plan.gradient, gradient_args(args, plan), stream);

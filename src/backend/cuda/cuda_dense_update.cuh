@@ -18,6 +18,7 @@ namespace mpt {
 
 struct DenseUpdatePlan {
     bool fused_sgd = false;        // cuda_fused_sgd: no gradient GEMM, no scratch
+    bool fused_sgd_three_blocks = false;  // its kernel compiled for 3 blocks an SM (set by the backend)
     WeightGradientPlan gradient;   // unused by the apply part
     float* weight_grad = nullptr;  // the args' scratch, or the backend's when the args have none
     float* bias_grad = nullptr;

@@ -24,7 +24,13 @@ inline bool fused_sgd_applies(const DenseUpdateArgs& args, const OptimizerConfig
            args.part == UpdatePart::whole && args.gradient_factor == nullptr;
 }
 
-void run_fused_sgd(const DenseUpdateArgs& args, const OptimizerConfig& optimizer, cudaStream_t stream);
+// three_blocks: the kernel compiled for 3 blocks an SM (MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1), the
+// same numbers; else ptxas's own register count (2 blocks an SM on sm_90).
+void run_fused_sgd(const DenseUpdateArgs& args, const OptimizerConfig& optimizer, bool three_blocks,
+                   cudaStream_t stream);
+
+// Blocks of the vector kernel for one layer in `dtype` resident on an SM of the current device (tests).
+int fused_sgd_blocks_per_multiprocessor(DType dtype, bool three_blocks);
 
 // The most layers one launch updates (the seed MLP has 3).
 constexpr int kFusedSgdMaxLayers = fused_sgd_tiles::kMaxLayers;
@@ -53,6 +59,6 @@ struct FusedSgdFinish {
 // `finish`, the last launch also finishes the step. Returns how many layers shared a launch with
 // others.
 int run_fused_sgd_layers(const DenseUpdateArgs* const* layers, const OptimizerConfig* const* optimizers, int count,
-                         const FusedSgdFinish* finish, cudaStream_t stream);
+                         const FusedSgdFinish* finish, bool three_blocks, cudaStream_t stream);
 
 }  // namespace mpt
