@@ -313,8 +313,8 @@ if [ -x "$bench" ]; then
     # K kept whole by the small-outputs rule rather than everywhere: the large GEMMs the same, the
     # small ones split as the default splits them, which is what a default could keep at batch 32.
     room_for_switch_stage all_switches_large &&
-        MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1 MPTRAIN_CUDA_GROUPED_SGD=1 \
-            MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 bench_run 60 all_switches_large --precision mixed-bf16 --batch 256,4096 --steps 50
+        MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 \
+            MPTRAIN_CUDA_RELU_FROM_OUTPUT=1 bench_run 60 all_switches_large --precision mixed-bf16 --batch 256,4096 --steps 50
     # cuBLASLt never splitting K: where it did, the bias/ReLU epilogue ran as a separate pass (two
     # of 40 us each at batch 4096 on an H200, 2026-12-04) and split-K's reduction as another.
     room_for_switch_stage unsplit && MPTRAIN_CUDA_SPLIT_K=0 bench_run 90 unsplit --precision mixed-bf16 --batch 32,256,4096 --steps 50
@@ -324,6 +324,14 @@ if [ -x "$bench" ]; then
     # kernels do those passes faster says which way to take them next.
     room_for_switch_stage unfused &&
         MPTRAIN_CUDA_FUSED_EPILOGUES=0 bench_run 60 unfused --precision mixed-bf16 --batch 256,4096 --steps 50
+    # The hidden ReLU layers' forward GEMMs with cuBLASLt's RELU_BIAS epilogue but no ReLU bit-mask
+    # output, their backward-data GEMMs with no epilogue, then ReLU's derivative applied in place from
+    # the stored outputs by the backend's kernel: the mask output is the suspect behind the two
+    # separate epilogue::globalKernel passes of 40 us each at batch 4096 (H200, 2026-12-05). Read it
+    # against the unfused control above, which moves every epilogue (the mask's too) into the
+    # backend's kernels: this stage keeps cuBLASLt's forward epilogue and drops only the mask.
+    room_for_switch_stage relu_from_output && MPTRAIN_CUDA_RELU_FROM_OUTPUT=1 \
+        bench_run 90 relu_from_output --precision mixed-bf16 --batch 32,256,4096 --steps 50
     # Programmatic dependent launch (each kernel's launch overlapping the kernel before it), on the
     # default kernels at batch 32 and 256.
     room_for_switch_stage dependent_launch &&

@@ -20,7 +20,7 @@ import summary  # noqa: E402
 SWITCHES_TOGETHER_CASE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "test_cuda_switches_together.cpp")
 
 DEFAULT_FIELDS = {"split_k": True, "gemm_autotune": False, "dependent_launch": False, "grouped_sgd": False,
-                  "split_k_small_outputs": False}
+                  "split_k_small_outputs": False, "relu_from_output": False}
 
 
 H200 = "cuda:0 (NVIDIA H200, compute capability 9.0, 143771 MiB)"
@@ -180,6 +180,45 @@ class BestSwitches(unittest.TestCase):
             record(64, 160, grouped_sgd=True, ops={"fused_sgd_grouped": 12}))
         self.assertEqual(settings, "")
         self.assertIn("grouped_sgd: dropped", why)
+
+    def relu_from_output_stage(self, counted=10):
+        """The default step and MPTRAIN_CUDA_RELU_FROM_OUTPUT=1 alone at three batches, as the device check
+        times them: 0.93x at batch 4096, even elsewhere; `counted`: its backward-data ops on the path."""
+        ran = {"backward_data_relu_from_output": counted}
+        return [record(32, 129, ops={}), record(256, 177, ops={}), record(4096, 576, ops={}),
+                record(32, 129, relu_from_output=True, ops=ran), record(256, 176, relu_from_output=True, ops=ran),
+                record(4096, 536, relu_from_output=True, ops=ran)]
+
+    def test_relu_from_output_is_chosen_where_it_was_faster(self):
+        settings, why = self.choose(*self.relu_from_output_stage())
+        self.assertEqual(settings, "MPTRAIN_CUDA_RELU_FROM_OUTPUT=1")
+        self.assertIn("batch 4096: fastest relu_from_output: 536 us/step, 0.93x the default 576", why)
+        # Beside the other switches' stages it joins their union.
+        settings, _ = self.choose(*self.seed_stages(), record(4096, 536, relu_from_output=True))
+        self.assertEqual(settings, "MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_SPLIT_K=0")
+        settings, _ = self.choose(*self.seed_stages(), record(4096, 480, relu_from_output=True, split_k=False))
+        self.assertEqual(settings, "MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_SPLIT_K=0 "
+                                   "MPTRAIN_CUDA_RELU_FROM_OUTPUT=1")
+
+    def test_relu_from_output_is_left_out_when_its_gpu_test_failed(self):
+        self.write_log("MPTRAIN_CUDA_RELU_FROM_OUTPUT=1 takes ReLU's derivative from the stored output and trains "
+                       "as the default does")
+        settings, why = self.choose(*self.relu_from_output_stage())
+        self.assertEqual(settings, "")
+        self.assertIn("left out, their GPU tests failed: relu_from_output", why)
+        self.assertIn("relu_from_output: fastest somewhere, but its GPU tests failed", why)
+        self.assertNotIn("default paths failed", why)
+
+    def test_relu_from_output_takes_no_credit_where_its_path_did_not_run_and_is_dropped_where_slower(self):
+        # No backward-data op on the path (the ops' counter 0): its 0.93x is not its own.
+        settings, why = self.choose(*self.relu_from_output_stage(counted=0))
+        self.assertEqual(settings, "")
+        self.assertNotIn("fastest relu_from_output", why)
+        stages = [r for r in self.relu_from_output_stage() if not (r["batch"] == 256 and r["relu_from_output"])]
+        settings, why = self.choose(*stages, record(256, 185, relu_from_output=True,
+                                                    ops={"backward_data_relu_from_output": 10}))
+        self.assertEqual(settings, "")
+        self.assertIn("relu_from_output: dropped, alone it took 1.05x", why)
 
     def test_a_set_within_two_percent_of_the_default_is_not_chosen(self):
         settings, why = self.choose(record(32, 129), record(32, 127, dependent_launch=True))

@@ -46,7 +46,7 @@ def device_of(r):
 
 # The CUDA backend's switches a record names (what the environment asked for), as its context's
 # description names them ("switches": what the backend had on).
-SWITCHES = ("gemm_autotune", "dependent_launch", "grouped_sgd", "split_k_small_outputs")
+SWITCHES = ("gemm_autotune", "dependent_launch", "grouped_sgd", "split_k_small_outputs", "relu_from_output")
 
 
 def devices_of(records):
@@ -112,6 +112,9 @@ EVIDENCE = {
     # (Plans the rule kept whole, whether or not the heuristic would have split them: an overstatement
     # only toward a switch that then changes nothing.)
     "split_k_small_outputs": (("gemm", "plans_kept_whole_by_size"),),
+    # (Backward-data ops planned on the path: the input gradient written plain, then ReLU's derivative
+    # applied in place from the layer's stored output.)
+    "relu_from_output": (("ops", "backward_data_relu_from_output"),),
 }
 
 
@@ -177,8 +180,9 @@ def main():
     # plain GEMMs, against cuBLASLt's fused epilogues), likewise.
     unfused = [r for r in mine if r.get("fused_epilogues") is False]
     mine = [r for r in mine if r not in unfused]
-    # Runs under MPTRAIN_CUDA_DEPENDENT_LAUNCH=1, MPTRAIN_CUDA_GROUPED_SGD=1 or
-    # MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1, or split-K off with any other switch, likewise.
+    # Runs under MPTRAIN_CUDA_DEPENDENT_LAUNCH=1, MPTRAIN_CUDA_GROUPED_SGD=1,
+    # MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1 or MPTRAIN_CUDA_RELU_FROM_OUTPUT=1, or split-K off with any
+    # other switch, likewise.
     switched = [r for r in mine if any(r.get(field) is True for field in SWITCHES if field != "gemm_autotune")
                 or (r.get("split_k") is False and any(r.get(field) is True for field in SWITCHES))]
     mine = [r for r in mine if r not in switched]
@@ -341,7 +345,7 @@ def main():
                       ours.get((r["precision"], r["batch"])), "cuBLASLt's fused epilogues"))
     for r in switched:
         switches = [environment_setting(field) for field in
-                    ("dependent_launch", "grouped_sgd", "gemm_autotune", "split_k_small_outputs")
+                    ("dependent_launch", "grouped_sgd", "gemm_autotune", "split_k_small_outputs", "relu_from_output")
                     if r.get(field)]
         switches += [environment_setting("split_k", False)] if r.get("split_k") is False else []
         print(against(r, "switched on (" + ", ".join(switches) + ")",
