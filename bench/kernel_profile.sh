@@ -12,7 +12,8 @@
 # inner timeout runs its ncu in a process group of its own).
 # PROFILE_SETTINGS="VAR=value ..." profiles the batches' steps under those settings (the device check
 # passes the candidate defaults it chose: the step a session would commit); the tables' titles say so.
-# Last, the fused SGD kernel's warp states at batch 32 (stall reasons, issue rate, occupancy).
+# Last, the fused SGD kernel's warp states at batch 32 (issue rate, occupancy), then its stall
+# reasons and pipes, by default and compiled for 3 blocks an SM.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=$1
@@ -82,4 +83,26 @@ MPTRAIN_CUDA_GRAPHS=0 capped 60 "$ncu" --clock-control none --cache-control none
 fused_status=$?
 { echo; echo "fused SGD at batch 32, warp states (ncu exit status $fused_status):"
   grep -vE '^(mptrain|device|backend|cpu|cuda) ' "$WORK/ncu_fused_sgd.txt" | grep -E '^ |fused_sgd' | head -150; } >>"$OUT_FILE"
+# The sections above give the issue rate, not why the warps wait (ncu's stall breakdown is a chart);
+# here each stall reason's cycles per issued instruction (all reasons ncu knows, by a regex), and
+# what the kernel's pipes did: its FMA pipe's share of the cycles, its instructions, shared memory's
+# wavefronts and bank conflicts, and its DRAM bytes. The first layer's launch of the default kernel,
+# then of the one compiled for 3 blocks an SM (MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1).
+stall_metrics='regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio'
+stall_metrics+=,smsp__average_warps_active_per_issue_active.ratio,smsp__issue_active.avg.per_cycle_active
+stall_metrics+=,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum
+stall_metrics+=,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum
+stall_metrics+=,gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum
+for three_blocks in 0 1; do
+    MPTRAIN_CUDA_GRAPHS=0 MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=$three_blocks capped 45 "$ncu" --clock-control none \
+        --cache-control none --kernel-name regex:fused_sgd --launch-skip 39 --launch-count 1 \
+        --metrics "$stall_metrics" \
+        "$BUILD/bin/mptrain-bench" --backend cuda --precision mixed-bf16 --batch 32 --steps 12 --repeats 1 \
+        >"$WORK/ncu_stalls_$three_blocks.txt" 2>&1
+    stalls_status=$?
+    { echo; echo "fused SGD at batch 32, MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=$three_blocks, stall reasons" \
+          "(cycles a warp waits for each, per instruction issued; ncu exit status $stalls_status):"
+      grep -E 'fused_sgd|smsp__|sm__|l1tex__|gpu__|dram__|ERROR' "$WORK/ncu_stalls_$three_blocks.txt" |
+          sed -E 's/smsp__average_warps_issue_stalled_(.*)_per_issue_active\.ratio/stalled: \1/' | head -40; } >>"$OUT_FILE"
+done
 cat "$OUT_FILE"
