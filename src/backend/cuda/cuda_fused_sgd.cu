@@ -210,7 +210,6 @@ __device__ __forceinline__ void update_strip(const FusedSgdLaunch& p, int64_t st
 
 template <bool kVector, typename T, int kLayers>
 __device__ __forceinline__ void update_layers(const FusedSgdGroup& group) {
-    start_after_preceding_kernel();
     update_this_blocks_layer<kLayers>(
         group, [](const FusedSgdLaunch& p, int64_t strip, int64_t run) { update_strip<kVector, T>(p, strip, run); });
     if (group.finish.state) finish_step_in_last_block(group.finish);
@@ -221,6 +220,7 @@ __device__ __forceinline__ void update_layers(const FusedSgdGroup& group) {
 // ptxas then took 147.
 template <bool kVector, typename T, int kLayers>
 __global__ void __launch_bounds__(kThreads) fused_sgd_kernel(const FusedSgdGroup group) {
+    start_after_preceding_kernel();
     update_layers<kVector, T, kLayers>(group);
 }
 
@@ -231,6 +231,7 @@ __global__ void __launch_bounds__(kThreads) fused_sgd_kernel(const FusedSgdGroup
 constexpr int kThreeBlocks = 3;
 template <bool kVector, typename T, int kLayers>
 __global__ void __launch_bounds__(kThreads, kThreeBlocks) fused_sgd_three_blocks_kernel(const FusedSgdGroup group) {
+    start_after_preceding_kernel();
     update_layers<kVector, T, kLayers>(group);
 }
 
