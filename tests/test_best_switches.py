@@ -20,7 +20,7 @@ import summary  # noqa: E402
 SWITCHES_TOGETHER_CASE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "test_cuda_switches_together.cpp")
 
 DEFAULT_FIELDS = {"split_k": True, "gemm_autotune": False, "dependent_launch": False, "grouped_sgd": False,
-                  "split_k_small_outputs": False, "relu_from_output": False}
+                  "split_k_small_outputs": False, "relu_from_output": False, "fused_sgd_three_blocks": False}
 
 
 H200 = "cuda:0 (NVIDIA H200, compute capability 9.0, 143771 MiB)"
@@ -219,6 +219,58 @@ class BestSwitches(unittest.TestCase):
                                                     ops={"backward_data_relu_from_output": 10}))
         self.assertEqual(settings, "")
         self.assertIn("relu_from_output: dropped, alone it took 1.05x", why)
+
+    def fused_sgd_three_blocks_stage(self, counted=10):
+        """The default step at three batches and MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1 alone at batch 32, as
+        the device check times it (fused SGD runs at most 64 rows): 0.96x; `counted`: its fused SGD
+        updates planned with the 3-blocks kernel."""
+        return [record(32, 129, ops={}), record(256, 177, ops={}), record(4096, 576, ops={}),
+                record(32, 124, fused_sgd_three_blocks=True, ops={"fused_sgd_three_blocks": counted})]
+
+    def test_fused_sgd_three_blocks_is_chosen_where_it_was_faster(self):
+        settings, why = self.choose(*self.fused_sgd_three_blocks_stage())
+        self.assertEqual(settings, "MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1")
+        self.assertIn("batch 32: fastest fused_sgd_three_blocks: 124 us/step, 0.96x the default 129", why)
+        # Beside the other switches' stages it joins their union through batch 32's combined set.
+        settings, _ = self.choose(*self.seed_stages(), record(32, 124, fused_sgd_three_blocks=True))
+        self.assertEqual(settings, "MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_SPLIT_K=0")
+        settings, why = self.choose(*self.seed_stages(), record(32, 124, fused_sgd_three_blocks=True),
+                                    record(32, 91, dependent_launch=True, grouped_sgd=True, fused_sgd_three_blocks=True))
+        self.assertEqual(settings, "MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_SPLIT_K=0 "
+                                   "MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1")
+        self.assertIn("batch 32: fastest dependent_launch, fused_sgd_three_blocks, grouped_sgd: 91 us/step", why)
+
+    def test_fused_sgd_three_blocks_is_left_out_when_its_gpu_test_failed(self):
+        self.write_log("MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1 trains exactly as the default does, 3 blocks an SM")
+        settings, why = self.choose(*self.fused_sgd_three_blocks_stage())
+        self.assertEqual(settings, "")
+        self.assertIn("left out, their GPU tests failed: fused_sgd_three_blocks", why)
+        self.assertIn("fused_sgd_three_blocks: fastest somewhere, but its GPU tests failed", why)
+        self.assertNotIn("default paths failed", why)
+        # Grouped SGD's failing case (the same kernel's code, grouped) names only grouped SGD.
+        self.write_log("MPTRAIN_CUDA_GROUPED_SGD=1 trains exactly as the default does")
+        settings, why = self.choose(*self.fused_sgd_three_blocks_stage())
+        self.assertEqual(settings, "MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1")
+        self.assertIn("left out, their GPU tests failed: grouped_sgd", why)
+
+    def test_fused_sgd_three_blocks_takes_no_credit_where_its_path_did_not_run_and_is_dropped_where_slower(self):
+        # No fused SGD update planned with the 3-blocks kernel (its counter 0): its 0.96x is not its own.
+        settings, why = self.choose(*self.fused_sgd_three_blocks_stage(counted=0))
+        self.assertEqual(settings, "")
+        self.assertNotIn("fastest fused_sgd_three_blocks", why)
+        # Idle and slower past 64 rows (no fused SGD there): the default step's noise, no verdict on it.
+        settings, why = self.choose(*self.fused_sgd_three_blocks_stage(),
+                                    record(256, 186, fused_sgd_three_blocks=True, ops={"fused_sgd_three_blocks": 0}))
+        self.assertEqual(settings, "MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1")
+        self.assertNotIn("dropped", why)
+        # Where it ran and was slower, it is dropped.
+        stages = [r for r in self.fused_sgd_three_blocks_stage() if not r["fused_sgd_three_blocks"]]
+        settings, why = self.choose(*stages, record(32, 136, fused_sgd_three_blocks=True,
+                                                    ops={"fused_sgd_three_blocks": 10}),
+                                    record(32, 120, fused_sgd_three_blocks=True, grouped_sgd=True,
+                                           ops={"fused_sgd_three_blocks": 10, "fused_sgd_grouped": 10}))
+        self.assertEqual(settings, "MPTRAIN_CUDA_GROUPED_SGD=1")
+        self.assertIn("fused_sgd_three_blocks: dropped, alone it took 1.05x", why)
 
     def test_a_set_within_two_percent_of_the_default_is_not_chosen(self):
         settings, why = self.choose(record(32, 129), record(32, 127, dependent_launch=True))

@@ -59,9 +59,9 @@ has "$summary" "switch choice: dependent_launch: dropped, alone it took 1.05x"
 # (The stand-in's op counters: at batch 4096 no fused SGD ran.)
 has "$summary" "no credit to grouped_sgd, whose paths did not run there"
 has "$summary" "batch 4096: 477 us/step, 0.83x the default step  [idle here: grouped_sgd]"
-has "$summary" "candidate defaults (MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1 MPTRAIN_CUDA_RELU_FROM_OUTPUT=1):"
-has "$summary" "switch choice: batch 32: fastest dependent_launch, grouped_sgd: 122 us/step, 0.95x the default 129"
-has "$summary" "batch 32: fp32 172 (0.95x default), mixed-fp16 122 (0.95x default), mixed-bf16 122 (0.95x default) us/step; target 70 MISSED"
+has "$summary" "candidate defaults (MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1 MPTRAIN_CUDA_RELU_FROM_OUTPUT=1 MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1):"
+has "$summary" "switch choice: batch 32: fastest dependent_launch, fused_sgd_three_blocks, grouped_sgd: 118 us/step, 0.91x the default 129"
+has "$summary" "batch 32: fp32 165 (0.91x default), mixed-fp16 118 (0.91x default), mixed-bf16 118 (0.91x default) us/step; target 70 MISSED"
 has "$summary" "batch 4096: fp32 675 (0.84x default)"
 has "$summary" "CIFAR-10 seed run: test accuracy 0.5534 (>= 0.55 met), GPU training 10.200 s"
 has "$summary" "CIFAR-10 seed run, candidate defaults: test accuracy 0.5534 (>= 0.55 met), GPU training 8.000 s"
@@ -70,11 +70,11 @@ has "$summary" "racecheck: clean"
 has "$summary" "synccheck: clean"
 has "$summary" "kernel profile: ncu unusable on this machine"
 # The candidate's switches on together in one GPU case, under its settings.
-has "$summary" "candidate's switches together (test_cuda_switches_together): passed [switches on together (the environment's): MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_RELU_FROM_OUTPUT=1 MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1"
+has "$summary" "candidate's switches together (test_cuda_switches_together): passed [switches on together (the environment's): MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_RELU_FROM_OUTPUT=1 MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1"
 # The candidate's records reach the records the device tool brings back; the switch lines leave them out.
 has_record "$work/out_passing/records.json" \
     'r.get("precision") == "fp32" and r.get("batch") == 4096 and r.get("grouped_sgd") and r.get("split_k_small_outputs")
-        and r.get("relu_from_output")' \
+        and r.get("relu_from_output") and r.get("fused_sgd_three_blocks")' \
     || fail "records.json lacks the candidate's fp32 record at batch 4096"
 # (No switch stage times fp32: a switched-on line for fp32 would be a candidate record.)
 lacks "$summary" "MPTRAIN_CUDA_RELU_FROM_OUTPUT=1): fp32"
@@ -87,6 +87,18 @@ has_record "$work/out_passing/records.json" \
     'r.get("batch") == 4096 and r.get("relu_from_output") and not r.get("split_k_small_outputs")
         and r["context"]["ops"]["backward_data_relu_from_output"] > 0' \
     || fail "records.json lacks the relu_from_output stage's record at batch 4096 with its path counted"
+# The fused SGD kernel at 3 blocks an SM: its stage ran at batch 32 alone (where fused SGD runs), its
+# path counted there (no idle note), its own record in records.json; it is in batch 32's combined set
+# and not in the larger batches' (no fused SGD past 64 rows).
+has "$summary" "switched on (MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1): mixed-bf16 batch 32: 124 us/step, 0.96x the default step"
+lacks "$summary" "switched on (MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1): mixed-bf16 batch 32: 124 us/step, 0.96x the default step  [idle"
+lacks "$summary" "switched on (MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1): mixed-bf16 batch 256"
+has "$summary" "switched on (MPTRAIN_CUDA_DEPENDENT_LAUNCH=1, MPTRAIN_CUDA_GROUPED_SGD=1, MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1): mixed-bf16 batch 32: 118 us/step, 0.91x the default step"
+lacks "$summary" "MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1): mixed-bf16 batch 4096"
+has_record "$work/out_passing/records.json" \
+    'r.get("batch") == 32 and r.get("fused_sgd_three_blocks") and not r.get("grouped_sgd")
+        and r["context"]["ops"]["fused_sgd_three_blocks"] > 0' \
+    || fail "records.json lacks the fused_sgd_three_blocks stage's record at batch 32 with its path counted"
 
 status=$(run_check failing MPTRAIN_STANDIN_GPU_TESTS=fail)
 summary=$work/out_failing/summary.txt
@@ -120,7 +132,7 @@ has "$summary" "candidate defaults (MPTRAIN_CUDA_"
 has "$summary" "CIFAR-10 seed run, candidate defaults: test accuracy"
 has "$summary" "candidate's switches together (test_cuda_switches_together): passed"
 has_record "$work/out_short/records.json" 'r.get("batch") == 32 and r.get("dependent_launch") and
-    r.get("grouped_sgd")' \
+    r.get("grouped_sgd") and r.get("fused_sgd_three_blocks")' \
     || fail "short of time: no record of the combined stage at batch 32"
 # (The first of the switch stages that keep the candidate's time ran, the last did not.)
 has "$summary" "switched on (MPTRAIN_CUDA_DEPENDENT_LAUNCH=1, MPTRAIN_CUDA_GROUPED_SGD=1, MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1, MPTRAIN_CUDA_RELU_FROM_OUTPUT=1): mixed-bf16 batch 4096"
@@ -138,7 +150,7 @@ has "$summary" "candidate's switches together (test_cuda_switches_together): FAI
 has "$tests_log" "=== the candidate's switches together"
 # The case alone, required to find a GPU, under the candidate's settings.
 has "$tests_log" "stand-in arguments: --test-case=the CUDA switches set on together* (MPTRAIN_REQUIRE_GPU=1)"
-has "$tests_log" "switches on together (the environment's): MPTRAIN_CUDA_GROUPED_SGD=1"
+has "$tests_log" "switches on together (the environment's): MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1 MPTRAIN_CUDA_GROUPED_SGD=1"
 
 if [ "$failures" != 0 ]; then
     echo "$failures check(s) failed; the logs:"

@@ -46,7 +46,8 @@ def device_of(r):
 
 # The CUDA backend's switches a record names (what the environment asked for), as its context's
 # description names them ("switches": what the backend had on).
-SWITCHES = ("gemm_autotune", "dependent_launch", "grouped_sgd", "split_k_small_outputs", "relu_from_output")
+SWITCHES = ("gemm_autotune", "dependent_launch", "grouped_sgd", "split_k_small_outputs", "relu_from_output",
+            "fused_sgd_three_blocks")
 
 
 def devices_of(records):
@@ -115,6 +116,9 @@ EVIDENCE = {
     # (Backward-data ops planned on the path: the input gradient written plain, then ReLU's derivative
     # applied in place from the layer's stored output.)
     "relu_from_output": (("ops", "backward_data_relu_from_output"),),
+    # (Fused SGD updates planned with the kernel compiled for 3 blocks an SM: plain SGD at batches of
+    # at most 64 rows, none past them.)
+    "fused_sgd_three_blocks": (("ops", "fused_sgd_three_blocks"),),
 }
 
 
@@ -181,8 +185,8 @@ def main():
     unfused = [r for r in mine if r.get("fused_epilogues") is False]
     mine = [r for r in mine if r not in unfused]
     # Runs under MPTRAIN_CUDA_DEPENDENT_LAUNCH=1, MPTRAIN_CUDA_GROUPED_SGD=1,
-    # MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1 or MPTRAIN_CUDA_RELU_FROM_OUTPUT=1, or split-K off with any
-    # other switch, likewise.
+    # MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1, MPTRAIN_CUDA_RELU_FROM_OUTPUT=1 or
+    # MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1, or split-K off with any other switch, likewise.
     switched = [r for r in mine if any(r.get(field) is True for field in SWITCHES if field != "gemm_autotune")
                 or (r.get("split_k") is False and any(r.get(field) is True for field in SWITCHES))]
     mine = [r for r in mine if r not in switched]
@@ -345,7 +349,8 @@ def main():
                       ours.get((r["precision"], r["batch"])), "cuBLASLt's fused epilogues"))
     for r in switched:
         switches = [environment_setting(field) for field in
-                    ("dependent_launch", "grouped_sgd", "gemm_autotune", "split_k_small_outputs", "relu_from_output")
+                    ("dependent_launch", "grouped_sgd", "gemm_autotune", "split_k_small_outputs", "relu_from_output",
+                     "fused_sgd_three_blocks")
                     if r.get(field)]
         switches += [environment_setting("split_k", False)] if r.get("split_k") is False else []
         print(against(r, "switched on (" + ", ".join(switches) + ")",
