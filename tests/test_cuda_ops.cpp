@@ -1604,6 +1604,7 @@ TEST_CASE("CUDA dense_backward_data matches the CPU (DRELU with the forward's ma
     compare_dense_backward_data_cases(*cpu, *cuda);
 }
 
+#if defined(MPTRAIN_WITH_CUDA)
 // A ReLU's input gradient without a valid mask (its forward wrote none, under
 // MPTRAIN_CUDA_RELU_FROM_OUTPUT=1, or never ran) is a plain GEMM into the gradient's dtype, then
 // ReLU's derivative from A_prev applied in place: the CPU's numbers. 37 x 130 elements leave 2 past
@@ -1630,6 +1631,7 @@ TEST_CASE("CUDA dense_backward_data without a valid mask takes ReLU's derivative
     compare_dense_backward_data(*cpu, *cuda, {24, 64, 32, Activation::relu, DType::bf16, DType::fp32, false});
     CHECK(cuda_backend_op_paths(*cuda).backward_data_relu_from_output == before);
 }
+#endif
 
 TEST_CASE("the CUDA loss head matches the CPU for every activation and loss") {
     SKIP_WITHOUT_GPU();
