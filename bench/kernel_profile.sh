@@ -88,18 +88,26 @@ fused_status=$?
 # what the kernel's pipes did: its FMA pipe's share of the cycles, its instructions, shared memory's
 # wavefronts and bank conflicts, and its DRAM bytes. The first layer's launch of the default kernel,
 # then of the one compiled for 3 blocks an SM (MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1).
-stall_metrics='regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio'
-stall_metrics+=,smsp__average_warps_active_per_issue_active.ratio,smsp__issue_active.avg.per_cycle_active
-stall_metrics+=,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum
+# (ncu gives up a call on a metric name it does not know: a call that fails is made again with the
+# stall reasons alone, whose regex matches whatever names this ncu has.)
+stall_reasons='regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio'
+stall_metrics=$stall_reasons,smsp__issue_active.avg.per_cycle_active,smsp__inst_executed.sum
+stall_metrics+=,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active
 stall_metrics+=,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum
 stall_metrics+=,gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum
-for three_blocks in 0 1; do
-    MPTRAIN_CUDA_GRAPHS=0 MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=$three_blocks capped 45 "$ncu" --clock-control none \
-        --cache-control none --kernel-name regex:fused_sgd --launch-skip 39 --launch-count 1 \
-        --metrics "$stall_metrics" \
+profile_stalls() {  # profile_stalls <0|1: three blocks> <metrics>
+    MPTRAIN_CUDA_GRAPHS=0 MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=$1 capped 45 "$ncu" --clock-control none \
+        --cache-control none --kernel-name regex:fused_sgd --launch-skip 39 --launch-count 1 --metrics "$2" \
         "$BUILD/bin/mptrain-bench" --backend cuda --precision mixed-bf16 --batch 32 --steps 12 --repeats 1 \
-        >"$WORK/ncu_stalls_$three_blocks.txt" 2>&1
+        >"$WORK/ncu_stalls_$1.txt" 2>&1
+}
+for three_blocks in 0 1; do
+    profile_stalls "$three_blocks" "$stall_metrics"
     stalls_status=$?
+    if [ "$stalls_status" != 0 ] && [ "$stalls_status" != 124 ]; then
+        profile_stalls "$three_blocks" "$stall_reasons"
+        stalls_status="$? (the stall reasons alone, after exit status $stalls_status with the pipes' metrics)"
+    fi
     { echo; echo "fused SGD at batch 32, MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=$three_blocks, stall reasons" \
           "(cycles a warp waits for each, per instruction issued; ncu exit status $stalls_status):"
       grep -E 'fused_sgd|smsp__|sm__|l1tex__|gpu__|dram__|ERROR' "$WORK/ncu_stalls_$three_blocks.txt" |

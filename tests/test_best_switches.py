@@ -201,8 +201,8 @@ class BestSwitches(unittest.TestCase):
                                    "MPTRAIN_CUDA_RELU_FROM_OUTPUT=1")
 
     def test_relu_from_output_is_left_out_when_its_gpu_test_failed(self):
-        self.write_log("MPTRAIN_CUDA_RELU_FROM_OUTPUT=1 takes ReLU's derivative from the stored output and trains "
-                       "as the default does")
+        self.write_log("MPTRAIN_CUDA_RELU_FROM_OUTPUT=1 takes ReLU's derivative from the outputs and trains as the "
+                       "default does")
         settings, why = self.choose(*self.relu_from_output_stage())
         self.assertEqual(settings, "")
         self.assertIn("left out, their GPU tests failed: relu_from_output", why)

@@ -252,8 +252,8 @@ TEST_CASE("a per-step learning-rate schedule costs no capture: its steps replay 
 
 // cuBLASLt may refuse a fused plan only when it runs, after its heuristic offered it. The op is then
 // planned again without it (and so are the ops after it in the task: a forward that wrote no mask
-// leaves its backward without DRELU, to take ReLU's derivative from the forward's output after a
-// plain GEMM) and training goes on, as if the epilogue had been refused at
+// leaves its backward without DRELU, to take ReLU's derivative from the forward's output in place
+// after a plain GEMM, a plan no refusal meets) and training goes on, as if the epilogue had been refused at
 // planning. Simulated by the test hook, with step graphs on (the refusal meets a recorded task run
 // eagerly before its capture) and off (ops issued one by one).
 TEST_CASE("a fused GEMM refused only when it runs is planned again unfused, and training goes on") {
@@ -415,9 +415,11 @@ TEST_CASE("MPTRAIN_CUDA_RELU_FROM_OUTPUT=1 takes ReLU's derivative from the outp
 
 // MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1: the fused SGD kernel compiled for 3 blocks an SM, the same
 // arithmetic in the same order for every weight (a thread sums its weights' gradients over the rows
-// whatever the grid), so the run trains to the default's loss bit for bit. Its occupancy: 3 blocks
-// where an SM has the shared memory for three (48 KiB of static shared memory each, and the driver's
-// 1 KiB a block), never fewer than the default's.
+// whatever the grid), so the run trains to the default's loss bit for bit, a layer a launch and, with
+// MPTRAIN_CUDA_GROUPED_SGD=1, the layers in one launch (the grouped kernel, which spills more). Its
+// occupancy, with the carveout the backend asked for: 3 blocks where an SM has the shared memory
+// for three (48 KiB of static shared memory each, and the driver's 1 KiB a block), never fewer than
+// the default's.
 TEST_CASE("MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1 trains exactly as the default does, 3 blocks an SM") {
     SKIP_WITHOUT_GPU();
     auto context = cuda_context_under("MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS", "1");
@@ -428,6 +430,13 @@ TEST_CASE("MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1 trains exactly as the default d
     CHECK(cuda_backend_op_paths(default_context->backend()).fused_sgd_three_blocks == 0);
     CHECK(std::isfinite(three_blocks));
     CHECK(three_blocks == default_blocks);
+    {
+        const EnvironmentSetting grouped("MPTRAIN_CUDA_GROUPED_SGD", "1");
+        auto grouped_three = cuda_context_under("MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS", "1");
+        const float grouped_three_blocks = train_two_bf16_epochs_replayed(grouped_three, 67);
+        CHECK(cuda_backend_op_paths(grouped_three->backend()).fused_sgd_grouped > 0);
+        CHECK(grouped_three_blocks == default_blocks);
+    }
 
     int device = 0, shared_per_multiprocessor = 0;
     REQUIRE(cudaGetDevice(&device) == cudaSuccess);
@@ -435,11 +444,15 @@ TEST_CASE("MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1 trains exactly as the default d
             cudaSuccess);
     for (DType dtype : {DType::bf16, DType::fp16, DType::fp32}) {
         CAPTURE(std::string(dtype_name(dtype)));
-        const int three = fused_sgd_blocks_per_multiprocessor(dtype, true);
-        const int two = fused_sgd_blocks_per_multiprocessor(dtype, false);
-        MESSAGE(dtype_name(dtype) << ": " << three << " blocks an SM compiled for 3, " << two << " by default");
-        CHECK(three >= two);
-        if (shared_per_multiprocessor >= 3 * (48 * 1024 + 1024)) CHECK(three >= 3);
+        for (bool single : {true, false}) {
+            CAPTURE(single);
+            const int three = fused_sgd_blocks_per_multiprocessor(dtype, true, single);
+            const int two = fused_sgd_blocks_per_multiprocessor(dtype, false, single);
+            MESSAGE(dtype_name(dtype) << (single ? ", a layer" : ", a group") << ": " << three
+                                      << " blocks an SM compiled for 3, " << two << " by default");
+            CHECK(three >= two);
+            if (shared_per_multiprocessor >= 3 * (48 * 1024 + 1024)) CHECK(three >= 3);
+        }
     }
 }
 

@@ -31,6 +31,7 @@
 #include "support/training_fixture.h"
 #if defined(MPTRAIN_WITH_CUDA)
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_dense_backward_data.cuh"
 #endif
 
 namespace {
@@ -1630,6 +1631,64 @@ TEST_CASE("CUDA dense_backward_data without a valid mask takes ReLU's derivative
     const uint64_t before = cuda_backend_op_paths(*cuda).backward_data_relu_from_output;
     compare_dense_backward_data(*cpu, *cuda, {24, 64, 32, Activation::relu, DType::bf16, DType::fp32, false});
     CHECK(cuda_backend_op_paths(*cuda).backward_data_relu_from_output == before);
+}
+
+// That path's in-place kernel against `y > 0` on the host, for every fp16 and bf16 bit pattern of
+// y (zeros of both signs, subnormals, Infs, NaNs) and for fp32's edge cases among random patterns,
+// in arrays whose length leaves 3 elements past the last whole 16-byte vector: the gradient kept
+// bit for bit where y > 0, +0 elsewhere, and nothing written past the end.
+TEST_CASE("ReLU's derivative in place keeps the gradient exactly where y > 0, for every 16-bit y") {
+    SKIP_WITHOUT_GPU();
+    auto cuda = make_cuda();  // the device, current
+    std::mt19937 random(71);
+    for (DType dtype : kDTypes) {
+        CAPTURE(std::string(dtype_name(dtype)));
+        const bool wide = dtype == DType::fp32;
+        std::vector<uint32_t> y;
+        if (wide) {
+            y = {0u,          0x80000000u, 1u,          0x80000001u, 0x007fffffu, 0x00800000u, 0x3f800000u,
+                 0xbf800000u, 0x7f7fffffu, 0x7f800000u, 0xff800000u, 0x7f800001u, 0x7fc00000u, 0xffc00000u};
+            while (y.size() < 4099) y.push_back(static_cast<uint32_t>(random()));
+        } else {
+            for (uint32_t bits = 0; bits < 65536; ++bits) y.push_back(bits);
+            for (uint32_t bits : {0x8000u, 0x0001u, 0x3c00u}) y.push_back(bits);  // 65539: 3 past 8192 vectors
+        }
+        const size_t count = y.size(), element = wide ? 4 : 2, padding = 16;
+        std::vector<uint32_t> gradient(count);
+        for (uint32_t& g : gradient) g = (static_cast<uint32_t>(random()) | 1u) & (wide ? 0xffffffffu : 0xffffu);
+        std::vector<unsigned char> y_bytes(count * element), g_bytes(count * element + padding, 0xa5);
+        for (size_t i = 0; i < count; ++i) {
+            std::memcpy(&y_bytes[i * element], &y[i], element);  // little-endian: the low bytes
+            std::memcpy(&g_bytes[i * element], &gradient[i], element);
+        }
+        void* device_y = nullptr;
+        void* device_g = nullptr;
+        REQUIRE(cudaMalloc(&device_y, y_bytes.size()) == cudaSuccess);
+        REQUIRE(cudaMalloc(&device_g, g_bytes.size()) == cudaSuccess);
+        REQUIRE(cudaMemcpy(device_y, y_bytes.data(), y_bytes.size(), cudaMemcpyHostToDevice) == cudaSuccess);
+        REQUIRE(cudaMemcpy(device_g, g_bytes.data(), g_bytes.size(), cudaMemcpyHostToDevice) == cudaSuccess);
+        run_relu_backward_in_place(device_g, device_y, dtype, static_cast<int64_t>(count), cudaStream_t{});
+        std::vector<unsigned char> result(g_bytes.size());
+        REQUIRE(cudaMemcpy(result.data(), device_g, result.size(), cudaMemcpyDeviceToHost) == cudaSuccess);
+        cudaFree(device_y);
+        cudaFree(device_g);
+        size_t wrong = 0;
+        for (size_t i = 0; i < count; ++i) {
+            float value = 0.0f;
+            if (wide)
+                std::memcpy(&value, &y[i], 4);
+            else
+                value = dtype == DType::fp16 ? half_to_float(static_cast<uint16_t>(y[i]))
+                                             : bfloat16_to_float(static_cast<uint16_t>(y[i]));
+            const uint32_t expected = value > 0.0f ? gradient[i] : 0u;
+            uint32_t got = 0;
+            std::memcpy(&got, &result[i * element], element);
+            if (got != expected && wrong++ < 5)
+                MESSAGE("element " << i << ": y bits " << y[i] << ", got " << got << ", expected " << expected);
+        }
+        CHECK(wrong == 0);
+        CHECK(std::all_of(result.end() - padding, result.end(), [](unsigned char b) { return b == 0xa5; }));
+    }
 }
 #endif
 

@@ -197,6 +197,7 @@ CudaBackend::CudaBackend(int device, MemoryTracker* memory) : device_(device), m
     step_folds_ = !turned_off_by_environment("MPTRAIN_CUDA_STEP_FOLDS");
     relu_from_output_ = turned_on_by_environment("MPTRAIN_CUDA_RELU_FROM_OUTPUT");
     fused_sgd_three_blocks_ = turned_on_by_environment("MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS");
+    if (fused_sgd_three_blocks_) prepare_fused_sgd_three_blocks();
     try {
         scheduler_ = std::make_unique<CudaScheduler>(*static_cast<CudaTaskHooks*>(this));
         gemm_ = std::make_unique<CudaGemm>(!turned_off_by_environment("MPTRAIN_CUDA_SPLIT_K"),
@@ -258,7 +259,10 @@ DType CudaBackend::preferred_compute_dtype() const {
     return compute_capability_ >= 80 ? DType::bf16 : DType::fp16;
 }
 
-size_t CudaBackend::relu_mask_bytes(int64_t rows, int64_t features) const { return relu_mask_size(rows, features); }
+// None under MPTRAIN_CUDA_RELU_FROM_OUTPUT=1: no forward writes a mask, so a trainer plans none.
+size_t CudaBackend::relu_mask_bytes(int64_t rows, int64_t features) const {
+    return relu_from_output_ ? 0 : relu_mask_size(rows, features);
+}
 
 bool CudaBackend::update_needs_gradient_scratch(const OptimizerConfig& optimizer, int64_t rows) const {
     // The fused SGD kernel keeps the gradient in registers; every other update writes it first.

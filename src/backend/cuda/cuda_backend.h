@@ -37,6 +37,8 @@ void cuda_backend_refuse_fused_runs(Backend& backend, bool refuse);
 // the eager run after it).
 struct CudaOpPaths {
     uint64_t forward_fused = 0, forward_unfused = 0;
+    // fused: a GEMM writing dZ_prev itself (DRELU with the mask, none for a linear layer, or none then
+    // the ReLU derivative from A_prev in place); unfused: a GEMM into fp32 scratch, then a kernel.
     uint64_t backward_data_fused = 0, backward_data_unfused = 0;
     uint64_t weight_gradient_fused = 0, weight_gradient_unfused = 0;
     uint64_t fused_sgd = 0;

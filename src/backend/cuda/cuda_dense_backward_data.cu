@@ -24,9 +24,11 @@ __global__ void backward_data_epilogue_kernel(const float* __restrict__ accumula
 }
 
 // ReLU's derivative from its output y applied to a gradient g already rounded to T: g where y > 0,
-// else 0. A product with 1 or a select of 0 is exact, so rounding first changes no bit of the live
-// units' gradients, and the dead units' are 0 as the DRELU epilogue leaves them (also where an fp16
-// gradient overflowed to Inf, which the CPU's product would turn into NaN and a skipped step).
+// else +0. A product with 1 is exact, so rounding first changes no bit of the live units' gradients
+// (an fp16 one that overflows is Inf either way). The dead units' are +0 as the DRELU epilogue
+// leaves them, where the CPU's product of the fp32 sum with 0 gives -0 for a negative sum and NaN
+// for a non-finite one (non-finite dZ or W, which the step's finiteness check catches in dZ_prev's
+// other units or in dZ itself): the same values to every tolerance, and no test data is non-finite.
 // y > 0 from its bits: sign clear, not zero, at most +Inf's bits (a NaN's lie above).
 template <typename T>
 constexpr uint32_t kInfinityBits = std::is_same_v<T, float>    ? 0x7f800000u
@@ -89,26 +91,6 @@ void validate(const DenseBackwardDataArgs& args) {
             "cuda backend: softmax is only allowed on the last layer");
 }
 
-void run_relu_backward_in_place(const DenseBackwardDataArgs& args, cudaStream_t stream) {
-    const int64_t count = args.rows * args.in_features;
-    const unsigned blocks = grid_for(count / 8 + 1, 256, 4096);
-    switch (args.compute_dtype) {
-        case DType::fp32:
-            launch_kernel("relu_backward_in_place_kernel", relu_backward_in_place_kernel<float>, blocks, 256, 0, stream,
-                          static_cast<float*>(args.input_grad), static_cast<const float*>(args.input), count);
-            return;
-        case DType::fp16:
-            launch_kernel("relu_backward_in_place_kernel", relu_backward_in_place_kernel<__half>, blocks, 256, 0,
-                          stream, static_cast<__half*>(args.input_grad), static_cast<const __half*>(args.input), count);
-            return;
-        case DType::bf16:
-            launch_kernel("relu_backward_in_place_kernel", relu_backward_in_place_kernel<__nv_bfloat16>, blocks, 256, 0,
-                          stream, static_cast<__nv_bfloat16*>(args.input_grad),
-                          static_cast<const __nv_bfloat16*>(args.input), count);
-            return;
-    }
-}
-
 GemmKey backward_data_key(const DenseBackwardDataArgs& args, int32_t epilogue, DType output_dtype, const void* output,
                           const void* aux) {
     return make_gemm_key(epilogue, CUBLAS_OP_N, CUBLAS_OP_N, args.in_features, args.rows, args.out_features,
@@ -118,6 +100,28 @@ GemmKey backward_data_key(const DenseBackwardDataArgs& args, int32_t epilogue, D
 }
 
 }  // namespace
+
+void run_relu_backward_in_place(void* gradient, const void* output, DType dtype, int64_t count, cudaStream_t stream) {
+    require_aligned16(gradient, "relu_backward_in_place gradient");
+    require_aligned16(output, "relu_backward_in_place output");
+    if (count <= 0) return;
+    const unsigned blocks = grid_for(count / 8 + 1, 256, 4096);
+    switch (dtype) {
+        case DType::fp32:
+            launch_kernel("relu_backward_in_place_kernel", relu_backward_in_place_kernel<float>, blocks, 256, 0, stream,
+                          static_cast<float*>(gradient), static_cast<const float*>(output), count);
+            return;
+        case DType::fp16:
+            launch_kernel("relu_backward_in_place_kernel", relu_backward_in_place_kernel<__half>, blocks, 256, 0,
+                          stream, static_cast<__half*>(gradient), static_cast<const __half*>(output), count);
+            return;
+        case DType::bf16:
+            launch_kernel("relu_backward_in_place_kernel", relu_backward_in_place_kernel<__nv_bfloat16>, blocks, 256, 0,
+                          stream, static_cast<__nv_bfloat16*>(gradient), static_cast<const __nv_bfloat16*>(output),
+                          count);
+            return;
+    }
+}
 
 DenseBackwardDataPlan plan_dense_backward_data(CudaGemm& gemm, const DenseBackwardDataArgs& args, bool mask_valid,
                                                bool allow_fused) {
@@ -148,7 +152,9 @@ void run_dense_backward_data(CudaGemm& gemm, const DenseBackwardDataPlan& plan, 
     if (plan.fused) {
         gemm.run(*plan.gemm, args.weights, args.output_grad, args.input_grad, nullptr,
                  plan.reads_mask ? args.relu_mask : nullptr, args.workspace, stream);
-        if (plan.relu_from_output) run_relu_backward_in_place(args, stream);
+        if (plan.relu_from_output)
+            run_relu_backward_in_place(args.input_grad, args.input, args.compute_dtype, args.rows * args.in_features,
+                                       stream);
         return;
     }
     gemm.run(*plan.gemm, args.weights, args.output_grad, scratch, nullptr, nullptr, args.workspace, stream);

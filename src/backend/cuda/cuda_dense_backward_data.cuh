@@ -27,4 +27,9 @@ DenseBackwardDataPlan plan_dense_backward_data(CudaGemm& gemm, const DenseBackwa
 void run_dense_backward_data(CudaGemm& gemm, const DenseBackwardDataPlan& plan, const DenseBackwardDataArgs& args,
                              float* scratch, cudaStream_t stream);
 
+// The relu_from_output plan's second launch: gradient[i] stays where output[i] > 0 and is +0
+// elsewhere (a NaN output is not above 0), `count` elements of `dtype` in each array, both 16-byte
+// aligned (Error otherwise).
+void run_relu_backward_in_place(void* gradient, const void* output, DType dtype, int64_t count, cudaStream_t stream);
+
 }  // namespace mpt

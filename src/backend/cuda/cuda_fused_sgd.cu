@@ -20,6 +20,8 @@
 // bench/NOTES.md has the numbers.
 #include "backend/cuda/cuda_fused_sgd.cuh"
 
+#include <algorithm>
+
 #include "backend/byte_range.h"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_fused_sgd_launch.cuh"
@@ -225,9 +227,10 @@ __global__ void __launch_bounds__(kThreads) fused_sgd_kernel(const FusedSgdGroup
 }
 
 // MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1: the same code held to 3 blocks an SM (80 registers on
-// sm_90, 60 bytes of them spilled and reloaded once a tile), 24 warps instead of 16 to hide its
-// latencies (ncu at batch 32 on an H200: an instruction issued in 64% of cycles, 1.36 of 4 warps
-// eligible). The arithmetic is the default's, so are the numbers, bit for bit.
+// sm_90; a layer's kernel spills 60 bytes, reloaded from L1 once a tile outside the row loop, a
+// group's 240 to 256), 24 warps instead of 16 to hide its latencies (ncu at batch 32 on an H200: an
+// instruction issued in 64% of cycles, 1.36 of 4 warps eligible), with the shared-memory carveout
+// for three (prepare_fused_sgd_three_blocks). The arithmetic is the default's, the numbers bit for bit.
 constexpr int kThreeBlocks = 3;
 template <bool kVector, typename T, int kLayers>
 __global__ void __launch_bounds__(kThreads, kThreeBlocks) fused_sgd_three_blocks_kernel(const FusedSgdGroup group) {
@@ -272,19 +275,9 @@ FusedSgdVariant cuda_core_variant(const DenseUpdateArgs& args, bool three_blocks
     fail(MPT_STATUS_INTERNAL, "cuda backend: fused SGD for an unknown dtype");
 }
 
-// Three blocks of 48 KiB of static shared memory need more of an SM's unified L1 and shared memory
-// than the driver's choice for two (132 KiB on an H200): the largest carveout, asked before the
-// grid counts the resident blocks. The masters stream past L1 (__ldcs), so L1's share is little missed.
-void prefer_shared_memory(const void* kernel) {
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared) !=
-        cudaSuccess)
-        cudaGetLastError();  // (not sticky) a preference: without it the grid counts what fits
-}
-
 // Launches the group's layers as one kernel (the variant's single-layer code for a group of one).
 void launch_fused_sgd(const FusedSgdVariant& variant, FusedSgdGroup& group, cudaStream_t stream) {
     void (*const kernel)(FusedSgdGroup) = group.count == 1 ? variant.single : variant.group;
-    if (variant.three_blocks) prefer_shared_memory(reinterpret_cast<const void*>(kernel));
     const unsigned blocks = fused_sgd_grid(reinterpret_cast<const void*>(kernel), kThreads, group);
     launch_kernel("fused_sgd_kernel", kernel, dim3(blocks), kThreads, 0, stream, group);
 }
@@ -358,15 +351,51 @@ void run_fused_sgd(const DenseUpdateArgs& args, const OptimizerConfig& optimizer
     run_fused_sgd_layers(&layer, &rule, 1, nullptr, three_blocks, stream);
 }
 
-int fused_sgd_blocks_per_multiprocessor(DType dtype, bool three_blocks) {
+namespace {
+
+// The vector path's kernel for `dtype` (single: for one layer, else for a group).
+const void* vector_kernel(DType dtype, bool three_blocks, bool single) {
     DenseUpdateArgs vector_layer{};
     vector_layer.compute_dtype = dtype;
     vector_layer.in_features = 4;  // a null weights pointer is aligned: the vector kernel
     const FusedSgdVariant variant = cuda_core_variant(vector_layer, three_blocks);
-    const void* kernel = reinterpret_cast<const void*>(variant.single);
-    if (three_blocks) prefer_shared_memory(kernel);
+    return reinterpret_cast<const void*>(single ? variant.single : variant.group);
+}
+
+}  // namespace
+
+void prepare_fused_sgd_three_blocks() {
+    int device = 0, shared_per_multiprocessor = 0, reserved_per_block = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&shared_per_multiprocessor, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) !=
+            cudaSuccess ||
+        cudaDeviceGetAttribute(&reserved_per_block, cudaDevAttrReservedSharedMemoryPerBlock, device) != cudaSuccess ||
+        shared_per_multiprocessor <= 0) {
+        cudaGetLastError();  // (not sticky) without the preference the grid counts what fits
+        return;
+    }
+    for (DType dtype : {DType::fp32, DType::fp16, DType::bf16})
+        for (bool single : {true, false}) {
+            const void* kernel = vector_kernel(dtype, true, single);
+            cudaFuncAttributes attributes{};
+            if (cudaFuncGetAttributes(&attributes, kernel) != cudaSuccess) {
+                cudaGetLastError();
+                continue;
+            }
+            const int64_t needed =
+                int64_t{kThreeBlocks} * (static_cast<int64_t>(attributes.sharedSizeBytes) + reserved_per_block);
+            const int64_t percent =
+                std::min<int64_t>(100, (100 * needed + shared_per_multiprocessor - 1) / shared_per_multiprocessor);
+            if (cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                     static_cast<int>(percent)) != cudaSuccess)
+                cudaGetLastError();
+        }
+}
+
+int fused_sgd_blocks_per_multiprocessor(DType dtype, bool three_blocks, bool single) {
     int blocks = 0;
-    MPT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, 0));
+    MPT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, vector_kernel(dtype, three_blocks, single),
+                                                                 kThreads, 0));
     return blocks;
 }
 

@@ -29,8 +29,16 @@ inline bool fused_sgd_applies(const DenseUpdateArgs& args, const OptimizerConfig
 void run_fused_sgd(const DenseUpdateArgs& args, const OptimizerConfig& optimizer, bool three_blocks,
                    cudaStream_t stream);
 
-// Blocks of the vector kernel for one layer in `dtype` resident on an SM of the current device (tests).
-int fused_sgd_blocks_per_multiprocessor(DType dtype, bool three_blocks);
+// Three blocks of the kernel's 48 KiB of static shared memory need more of an SM's unified L1 and
+// shared memory than the driver picks for two (132 KiB on an H200): this asks each 3-blocks kernel
+// for the least carveout that holds three (164 KiB there), not the largest, since the rest is L1,
+// which holds the kernel's spills. Once per device, before the kernels run (CudaBackend's
+// constructor under MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1); errors leave the driver's choice.
+void prepare_fused_sgd_three_blocks();
+
+// Blocks of the vector kernel in `dtype` (single: for one layer, else for a group) resident on an
+// SM of the current device (tests).
+int fused_sgd_blocks_per_multiprocessor(DType dtype, bool three_blocks, bool single);
 
 // The most layers one launch updates (the seed MLP has 3).
 constexpr int kFusedSgdMaxLayers = fused_sgd_tiles::kMaxLayers;
