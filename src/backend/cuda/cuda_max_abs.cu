@@ -100,20 +100,38 @@ __global__ void __launch_bounds__(kThreads) max_abs_kernel(const MaxAbsLaunch la
     __syncthreads();
     if (!last_block) return;
 
-    // The last block: every other block's partial is written and fenced.
+    // The last block: every other block's partial is written and fenced. Every tensor's partials are
+    // loaded before any is reduced, so that their round trips to L2 overlap (a tensor at a time, a
+    // block reduction between, made a chain of one round trip and two barriers a tensor: 6 tensors
+    // in the seed MLP's step, in a kernel of 7.9 us at batch 32 on an H200 for 10 KB); then each
+    // warp takes its lanes' maxima with shuffles, and one thread a tensor those of the warps.
     __threadfence();
     const volatile unsigned* partials = launch.scratch.partials;
-    for (unsigned tensor = 0; tensor < gridDim.y; ++tensor) {
-        unsigned largest = 0;
-        for (unsigned b = threadIdx.x; b < gridDim.x; b += kThreads)
-            largest = max(largest, partials[tensor * gridDim.x + b]);
-        __syncthreads();  // temp is reused
-        const unsigned tensor_max = MaxReduce(temp).Reduce(largest, Larger{});
-        if (threadIdx.x == 0) {
-            maxima[tensor] = __uint_as_float(tensor_max);
-            out[tensor] = maxima[tensor];
-        }
+    const unsigned tensors = gridDim.y;
+    unsigned largest[kMaxAbsInputs];
+#pragma unroll
+    for (unsigned tensor = 0; tensor < kMaxAbsInputs; ++tensor) {
+        largest[tensor] = 0;
+        if (tensor < tensors)
+            for (unsigned b = threadIdx.x; b < gridDim.x; b += kThreads)
+                largest[tensor] = max(largest[tensor], partials[tensor * gridDim.x + b]);
     }
+    __shared__ unsigned warp_maxima[kThreads / 32][kMaxAbsInputs];
+    const unsigned lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+#pragma unroll
+    for (unsigned tensor = 0; tensor < kMaxAbsInputs; ++tensor) {
+        for (int offset = 16; offset > 0; offset >>= 1)
+            largest[tensor] = max(largest[tensor], __shfl_xor_sync(0xffffffffu, largest[tensor], offset));
+        if (lane == 0) warp_maxima[warp][tensor] = largest[tensor];
+    }
+    __syncthreads();
+    if (threadIdx.x < tensors) {
+        unsigned tensor_max = 0;
+        for (unsigned w = 0; w < kThreads / 32; ++w) tensor_max = max(tensor_max, warp_maxima[w][threadIdx.x]);
+        maxima[threadIdx.x] = __uint_as_float(tensor_max);
+        out[threadIdx.x] = maxima[threadIdx.x];
+    }
+    __syncthreads();  // the decision below reads every tensor's maximum
     if (threadIdx.x == 0) {
         const MaxAbsDecision& decision = launch.decision;
         if (decision.state && !gradient_bounds_finite(maxima, decision.layer_count, decision.rows))
