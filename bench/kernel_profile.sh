@@ -95,16 +95,17 @@ stall_metrics=$stall_reasons,smsp__issue_active.avg.per_cycle_active,smsp__inst_
 stall_metrics+=,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active
 stall_metrics+=,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum
 stall_metrics+=,gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum
-profile_stalls() {  # profile_stalls <0|1: three blocks> <metrics>
+profile_stalls() {  # profile_stalls <0|1: three blocks> <metrics>: ncu's output appended to ncu_stalls_<0|1>.txt
     MPTRAIN_CUDA_GRAPHS=0 MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=$1 capped 45 "$ncu" --clock-control none \
         --cache-control none --kernel-name regex:fused_sgd --launch-skip 39 --launch-count 1 --metrics "$2" \
         "$BUILD/bin/mptrain-bench" --backend cuda --precision mixed-bf16 --batch 32 --steps 12 --repeats 1 \
-        >"$WORK/ncu_stalls_$1.txt" 2>&1
+        >>"$WORK/ncu_stalls_$1.txt" 2>&1
 }
 for three_blocks in 0 1; do
     profile_stalls "$three_blocks" "$stall_metrics"
     stalls_status=$?
-    if [ "$stalls_status" != 0 ] && [ "$stalls_status" != 124 ]; then
+    # (124, or 137 after the kill: out of time, so no second call)
+    if [ "$stalls_status" != 0 ] && [ "$stalls_status" != 124 ] && [ "$stalls_status" != 137 ]; then
         profile_stalls "$three_blocks" "$stall_reasons"
         stalls_status="$? (the stall reasons alone, after exit status $stalls_status with the pipes' metrics)"
     fi

@@ -108,13 +108,19 @@ __global__ void __launch_bounds__(kThreads) max_abs_kernel(const MaxAbsLaunch la
     __threadfence();
     const volatile unsigned* partials = launch.scratch.partials;
     const unsigned tensors = gridDim.y;
+    // A thread's first partial of each tensor as straight-line loads (in a loop of unknown length
+    // each tensor's loads waited for the tensor before: sm_90's code showed one round trip a tensor),
+    // then the rest where the grid is wider than the block.
     unsigned largest[kMaxAbsInputs];
 #pragma unroll
-    for (unsigned tensor = 0; tensor < kMaxAbsInputs; ++tensor) {
-        largest[tensor] = 0;
-        if (tensor < tensors)
-            for (unsigned b = threadIdx.x; b < gridDim.x; b += kThreads)
-                largest[tensor] = max(largest[tensor], partials[tensor * gridDim.x + b]);
+    for (unsigned tensor = 0; tensor < kMaxAbsInputs; ++tensor)
+        largest[tensor] = tensor < tensors && threadIdx.x < gridDim.x ? partials[tensor * gridDim.x + threadIdx.x] : 0u;
+    if (gridDim.x > kThreads) {
+#pragma unroll
+        for (unsigned tensor = 0; tensor < kMaxAbsInputs; ++tensor)
+            if (tensor < tensors)
+                for (unsigned b = threadIdx.x + kThreads; b < gridDim.x; b += kThreads)
+                    largest[tensor] = max(largest[tensor], partials[tensor * gridDim.x + b]);
     }
     __shared__ unsigned warp_maxima[kThreads / 32][kMaxAbsInputs];
     const unsigned lane = threadIdx.x % 32, warp = threadIdx.x / 32;
