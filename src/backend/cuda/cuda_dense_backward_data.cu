@@ -101,25 +101,27 @@ GemmKey backward_data_key(const DenseBackwardDataArgs& args, int32_t epilogue, D
 
 }  // namespace
 
+namespace {
+
+template <typename T>
+void launch_relu_backward_in_place(void* gradient, const void* output, int64_t count, cudaStream_t stream) {
+    launch_kernel("relu_backward_in_place_kernel", relu_backward_in_place_kernel<T>, grid_for(count / 8 + 1, 256, 4096),
+                  256, 0, stream, static_cast<T*>(gradient), static_cast<const T*>(output), count);
+}
+
+}  // namespace
+
 void run_relu_backward_in_place(void* gradient, const void* output, DType dtype, int64_t count, cudaStream_t stream) {
     require_aligned16(gradient, "relu_backward_in_place gradient");
     require_aligned16(output, "relu_backward_in_place output");
     if (count <= 0) return;
-    const unsigned blocks = grid_for(count / 8 + 1, 256, 4096);
     switch (dtype) {
         case DType::fp32:
-            launch_kernel("relu_backward_in_place_kernel", relu_backward_in_place_kernel<float>, blocks, 256, 0, stream,
-                          static_cast<float*>(gradient), static_cast<const float*>(output), count);
-            return;
+            return launch_relu_backward_in_place<float>(gradient, output, count, stream);
         case DType::fp16:
-            launch_kernel("relu_backward_in_place_kernel", relu_backward_in_place_kernel<__half>, blocks, 256, 0,
-                          stream, static_cast<__half*>(gradient), static_cast<const __half*>(output), count);
-            return;
+            return launch_relu_backward_in_place<__half>(gradient, output, count, stream);
         case DType::bf16:
-            launch_kernel("relu_backward_in_place_kernel", relu_backward_in_place_kernel<__nv_bfloat16>, blocks, 256, 0,
-                          stream, static_cast<__nv_bfloat16*>(gradient), static_cast<const __nv_bfloat16*>(output),
-                          count);
-            return;
+            return launch_relu_backward_in_place<__nv_bfloat16>(gradient, output, count, stream);
     }
 }
 
