@@ -103,15 +103,16 @@ struct OverflowingRun {
     float loss;
     TrainState state;
 };
-OverflowingRun train_two_fp16_epochs_from_overflow(const std::shared_ptr<Context>& context, unsigned seed) {
-    const SyntheticData data = synthetic_data(640, 100, seed);
+OverflowingRun train_two_fp16_epochs_from_overflow(const std::shared_ptr<Context>& context, unsigned seed,
+                                                   int64_t batch = 32) {
+    const SyntheticData data = synthetic_data(20 * batch, 100, seed);
     auto dataset = to_dataset(context, data);
     TrainerConfig config;
     config.precision = MPT_PRECISION_MIXED_FP16;
     config.loss_scaling = MPT_LOSS_SCALING_DYNAMIC;
     config.scaler.initial_scale = 16777216.0f;
     Trainer trainer(make_mlp(context, data.features), config);
-    trainer.fit(*dataset, 2, 32, true);
+    trainer.fit(*dataset, 2, batch, true);
     return OverflowingRun{trainer.evaluate(*dataset, 64).loss, trainer.state()};
 }
 
@@ -411,6 +412,69 @@ TEST_CASE("MPTRAIN_CUDA_RELU_FROM_OUTPUT=1 takes ReLU's derivative from the outp
     CHECK(overflow_from_output.state.loss_scale == overflow_with_masks.state.loss_scale);
     CHECK(std::isfinite(overflow_from_output.loss));
     CHECK(overflow_from_output.loss == doctest::Approx(overflow_with_masks.loss).epsilon(5e-3));
+}
+
+// MPTRAIN_CUDA_GRADIENT_INTO_MASTERS=1: plain SGD's updates over 64 rows as one GEMM into the fp32
+// masters (alpha -rate / scale and beta 1 - rate * decay from device memory), with no weight gradient
+// in memory. The GEMM rounds once where the default rounds the gradient and then the update, so the
+// runs train to the default's loss within rounding: the small MLP at batch 128 under a per-step rate
+// with its steps replayed, with weight decay, in fp32, the seed MLP at batch 2048, and an fp16 run from
+// a scale of 2^24 at batch 128, whose overflowing steps (the GEMM then adds zeros) are skipped as the
+// default skips them, to the same scale.
+TEST_CASE(
+    "MPTRAIN_CUDA_GRADIENT_INTO_MASTERS=1 updates plain SGD's masters in the GEMM and trains as the default does") {
+    SKIP_WITHOUT_GPU();
+    auto into = cuda_context_under("MPTRAIN_CUDA_GRADIENT_INTO_MASTERS", "1");
+    auto through = cuda_context_under("MPTRAIN_CUDA_GRADIENT_INTO_MASTERS", "0");
+    const auto train = [](const std::shared_ptr<Context>& context, mpt_precision precision, float weight_decay,
+                          const LrSchedule& schedule) {
+        const SyntheticData data = synthetic_data(1280, 100, 71);
+        auto dataset = to_dataset(context, data);
+        TrainerConfig config;
+        config.precision = precision;
+        config.optimizer.weight_decay = weight_decay;
+        config.optimizer.schedule = schedule;
+        Trainer trainer(make_mlp(context, data.features), config);
+        trainer.fit(*dataset, 2, 128, true);
+        REQUIRE(trainer.epochs_completed() == 2);
+        return trainer.evaluate(*dataset, 64).loss;
+    };
+    const float scheduled_into = train(into, MPT_PRECISION_MIXED_BF16, 0.0f, per_step_cosine());
+    INFO("last refusal: " << cuda_backend_last_graph_refusal(into->backend()));
+    CHECK(cuda_backend_graph_refusals(into->backend()) == 0);
+    CHECK(cuda_backend_graph_replays(into->backend()) >= 15);
+    const float scheduled_through = train(through, MPT_PRECISION_MIXED_BF16, 0.0f, per_step_cosine());
+    const float decayed_into = train(into, MPT_PRECISION_MIXED_FP16, 0.05f, LrSchedule{});
+    const float decayed_through = train(through, MPT_PRECISION_MIXED_FP16, 0.05f, LrSchedule{});
+    const float fp32_into = train(into, MPT_PRECISION_FP32, 0.0f, LrSchedule{});
+    const float fp32_through = train(through, MPT_PRECISION_FP32, 0.0f, LrSchedule{});
+    const SyntheticData data = synthetic_data(4096, 3072, 73);
+    const float seed_into = train_seed_mlp_two_bf16_epochs(into, data, 2048);
+    const float seed_through = train_seed_mlp_two_bf16_epochs(through, data, 2048);
+    const CudaOpPaths on = cuda_backend_op_paths(into->backend());
+    const CudaOpPaths off = cuda_backend_op_paths(through->backend());
+    CHECK(on.gradient_into_masters > 0);
+    CHECK(on.weight_gradient_fused + on.weight_gradient_unfused == 0);
+    CHECK(off.gradient_into_masters == 0);
+    CHECK(off.weight_gradient_fused > 0);
+    MESSAGE("plain SGD into the masters in training: fused plans refused "
+            << cuda_backend_refused_epilogue_plans(into->backend()));
+    for (float loss : {scheduled_into, decayed_into, fp32_into, seed_into}) CHECK(std::isfinite(loss));
+    CHECK(scheduled_into == doctest::Approx(scheduled_through).epsilon(5e-3));
+    CHECK(decayed_into == doctest::Approx(decayed_through).epsilon(5e-3));
+    CHECK(fp32_into == doctest::Approx(fp32_through).epsilon(1e-4));
+    CHECK(seed_into == doctest::Approx(seed_through).epsilon(5e-3));
+
+    const OverflowingRun overflow_into =
+        train_two_fp16_epochs_from_overflow(cuda_context_under("MPTRAIN_CUDA_GRADIENT_INTO_MASTERS", "1"), 79, 128);
+    const OverflowingRun overflow_through =
+        train_two_fp16_epochs_from_overflow(cuda_context_under("MPTRAIN_CUDA_GRADIENT_INTO_MASTERS", "0"), 79, 128);
+    CHECK(overflow_into.state.skipped_steps > 0);
+    CHECK(overflow_into.state.skipped_steps == overflow_through.state.skipped_steps);
+    CHECK(overflow_into.state.applied_steps == overflow_through.state.applied_steps);
+    CHECK(overflow_into.state.loss_scale == overflow_through.state.loss_scale);
+    CHECK(std::isfinite(overflow_into.loss));
+    CHECK(overflow_into.loss == doctest::Approx(overflow_through.loss).epsilon(5e-3));
 }
 
 // MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1: the fused SGD kernel compiled for 3 blocks an SM, the same

@@ -744,6 +744,8 @@ struct UpdateCase {
     // In parts, as gradient accumulation runs them: this many UpdatePart::accumulate between the
     // gradient and the apply, each adding the gradient of another batch (the first's times 1 - k/4).
     int accumulations = 0;
+    // A skipped step's dZ and A_prev with inf and NaN in them, as an overflowing fp16 step leaves them.
+    bool non_finite_inputs = false;
 };
 
 // One layer's dense_update, twice in a row (so optimizer state carries over), from the same masters,
@@ -762,6 +764,7 @@ void compare_dense_update(Backend& reference, Backend& candidate, const UpdateCa
     CAPTURE(c.skipped);
     CAPTURE(c.gradient_factor);
     CAPTURE(c.accumulations);
+    CAPTURE(c.non_finite_inputs);
     const int64_t weight_count = c.out_features * c.in_features;
     const bool parts = c.gradient_factor != 0.0f;
     TrainState initial{};
@@ -771,7 +774,14 @@ void compare_dense_update(Backend& reference, Backend& candidate, const UpdateCa
     std::vector<float> output_grad = random_values(static_cast<size_t>(c.rows * c.out_features), -1, 1);
     for (float& g : output_grad) g *= initial.loss_scale / static_cast<float>(c.rows);  // scaled, as from the head
     output_grad = rounded(output_grad, c.dtype);
-    const std::vector<float> input = rounded(random_values(static_cast<size_t>(c.rows * c.in_features), 0, 1), c.dtype);
+    std::vector<float> input = rounded(random_values(static_cast<size_t>(c.rows * c.in_features), 0, 1), c.dtype);
+    if (c.non_finite_inputs) {
+        REQUIRE(c.skipped);
+        output_grad.front() = INFINITY;
+        output_grad[output_grad.size() / 2] = NAN;
+        input[1] = NAN;
+        input.back() = -INFINITY;
+    }
     const std::vector<float> weights = random_values(static_cast<size_t>(weight_count), -0.5f, 0.5f);
     const std::vector<float> bias = random_values(static_cast<size_t>(c.out_features), -0.1f, 0.1f);
     const int states = optimizer_state_count(c.optimizer);
@@ -1721,6 +1731,46 @@ TEST_CASE("CUDA dense_update matches the CPU for every optimizer and skips a non
     set_fused(*cuda, false);
     compare_dense_update_cases(*cpu, *cuda);
 }
+
+#if defined(MPTRAIN_WITH_CUDA)
+// MPTRAIN_CUDA_GRADIENT_INTO_MASTERS=1: plain SGD's whole updates that fused SGD does not take (over
+// 64 rows) as one GEMM into the masters, alpha and beta from the device. Against the CPU, whose plain
+// SGD is the same GEMM: with and without weight decay, the copies four at a time and one by one, the
+// seed MLP's first layer at batch 256, and skipped steps that must leave every master and copy as it
+// was, also with inf and NaN in dZ and A_prev (0 * inf would be NaN: the skip zeroes them first).
+TEST_CASE("CUDA plain SGD into the masters matches the CPU, and a skipped step leaves them, inf in dZ or not") {
+    SKIP_WITHOUT_GPU();
+    auto cpu = make_cpu();
+    std::unique_ptr<Backend> cuda;
+    {
+        const EnvironmentSetting into_masters("MPTRAIN_CUDA_GRADIENT_INTO_MASTERS", "1");
+        cuda = make_cuda();
+    }
+    OptimizerConfig sgd;
+    OptimizerConfig sgd_decay;
+    sgd_decay.weight_decay = 0.05f;
+    for (DType dtype : kDTypes) {
+        compare_dense_update(*cpu, *cuda, {96, 136, 64, dtype, sgd, false});
+        compare_dense_update(*cpu, *cuda, {96, 136, 64, dtype, sgd_decay, false});
+        compare_dense_update(*cpu, *cuda, {65, 101, 45, dtype, sgd, false});      // copies one by one: 4,545 weights
+        compare_dense_update(*cpu, *cuda, {96, 64, 16, dtype, sgd_decay, true});  // skipped: no decay either
+        compare_dense_update(*cpu, *cuda, {96, 64, 16, dtype, sgd, true, 0.0f, 0, true});
+        compare_dense_update(*cpu, *cuda, {37, 136, 64, dtype, sgd, false});  // fused SGD's still
+    }
+    compare_dense_update(*cpu, *cuda, {256, 3072, 3000, DType::bf16, sgd, false});
+    const CudaOpPaths paths = cuda_backend_op_paths(*cuda);
+    CHECK(paths.gradient_into_masters > 0);
+    CHECK(paths.fused_sgd > 0);
+    CHECK(paths.weight_gradient_fused + paths.weight_gradient_unfused == 0);
+    // The bias gradient in the GEMM (BGRADB with device scalars), or the column-sum kernel after it:
+    // the same numbers; the summary reads which.
+    MESSAGE("plain SGD into the masters: fused plans refused "
+            << cuda_backend_refused_epilogue_plans(*cuda)
+            << (cuda_backend_refused_epilogue_plans(*cuda)
+                    ? " (last: " + cuda_backend_last_refused_epilogue(*cuda) + ")"
+                    : std::string()));
+}
+#endif
 
 TEST_CASE("CUDA max_abs, decide_update, clip_factor, average_weights and finish_step match the CPU") {
     SKIP_WITHOUT_GPU();

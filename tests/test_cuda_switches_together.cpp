@@ -65,6 +65,8 @@ const std::vector<Switch>& switches() {
             {"ops.backward_data_relu_from_output"}},
         {"MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS", "1", "0", "fused_sgd_three_blocks", true,
             {"ops.fused_sgd_three_blocks"}},
+        {"MPTRAIN_CUDA_GRADIENT_INTO_MASTERS", "1", "0", "gradient_into_masters", true,
+            {"ops.gradient_into_masters"}},
     };
     // clang-format on
     return all;

@@ -62,6 +62,9 @@ bool turned_off_by_environment(const char* variable) {
 // outputs, in place after a plain GEMM (cuda_dense_backward_data.cu): off by default, unmeasured.
 // MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1 runs the fused SGD kernel compiled for 3 blocks an SM instead
 // of ptxas's 2 (cuda_fused_sgd.cu; the same numbers): off by default, unmeasured.
+// MPTRAIN_CUDA_GRADIENT_INTO_MASTERS=1 runs plain SGD's updates that the fused SGD kernel does not
+// take (batches over 64 rows) as one GEMM into the fp32 masters, with no weight gradient in memory
+// (cuda_gradient_into_masters.cuh): off by default, unmeasured.
 bool turned_on_by_environment(const char* variable) {
     const char* value = std::getenv(variable);
     return value && std::strcmp(value, "1") == 0;
@@ -79,7 +82,8 @@ std::string CudaBackend::setup_warning() const {
                                          {"MPTRAIN_CUDA_STEP_FOLDS", {"0", "1"}},
                                          {"MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS", {"0", "1"}},
                                          {"MPTRAIN_CUDA_RELU_FROM_OUTPUT", {"0", "1"}},
-                                         {"MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS", {"0", "1"}}});
+                                         {"MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS", {"0", "1"}},
+                                         {"MPTRAIN_CUDA_GRADIENT_INTO_MASTERS", {"0", "1"}}});
 }
 
 // ---- creation ----------------------------------------------------------------------------------
@@ -198,6 +202,7 @@ CudaBackend::CudaBackend(int device, MemoryTracker* memory) : device_(device), m
     relu_from_output_ = turned_on_by_environment("MPTRAIN_CUDA_RELU_FROM_OUTPUT");
     fused_sgd_three_blocks_ = turned_on_by_environment("MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS");
     if (fused_sgd_three_blocks_) prepare_fused_sgd_three_blocks();
+    gradient_into_masters_ = turned_on_by_environment("MPTRAIN_CUDA_GRADIENT_INTO_MASTERS");
     try {
         scheduler_ = std::make_unique<CudaScheduler>(*static_cast<CudaTaskHooks*>(this));
         gemm_ = std::make_unique<CudaGemm>(!turned_off_by_environment("MPTRAIN_CUDA_SPLIT_K"),
@@ -265,11 +270,13 @@ size_t CudaBackend::relu_mask_bytes(int64_t rows, int64_t features) const {
 }
 
 bool CudaBackend::update_needs_gradient_scratch(const OptimizerConfig& optimizer, int64_t rows) const {
-    // The fused SGD kernel keeps the gradient in registers; every other update writes it first.
-    // With the fused paths off it does not run either (dense_update_scratch_bytes says the same).
+    // The fused SGD kernel keeps the gradient in registers, and plain SGD into the masters never has
+    // one; every other update writes it first. With the fused paths off neither runs
+    // (dense_update_scratch_bytes says the same).
     DenseUpdateArgs whole{};
     whole.rows = rows;
     whole.part = UpdatePart::whole;
+    if (fused_epilogues_ && gradient_into_masters_ && is_plain_sgd(optimizer)) return false;
     return !(fused_epilogues_ && fused_sgd_applies(whole, optimizer));
 }
 
@@ -608,15 +615,19 @@ void CudaBackend::plan(RecordedOp& op) {
             return;
         }
         case OpCode::dense_update: {
-            const size_t scratch_bytes = dense_update_scratch_bytes(op.update, op.optimizer, fused_epilogues_);
+            const size_t scratch_bytes =
+                dense_update_scratch_bytes(op.update, op.optimizer, fused_epilogues_, gradient_into_masters_);
             op.scratch = scratch_bytes ? scratch_for(scratch_bytes) : nullptr;
-            op.update_plan = plan_dense_update(*gemm_, op.update, op.optimizer, op.scratch, fused_epilogues_);
+            op.update_plan = plan_dense_update(*gemm_, op.update, op.optimizer, op.scratch, fused_epilogues_,
+                                               gradient_into_masters_);
             op.update_plan.fused_sgd_three_blocks = op.update_plan.fused_sgd && fused_sgd_three_blocks_;
             // (Fused SGD has no weight-gradient GEMM: counted as neither of its paths.)
             const WeightGradientPlan& gradient = op.update_plan.gradient;
             if (op.update_plan.fused_sgd) {
                 ++op_paths_.fused_sgd;
                 if (op.update_plan.fused_sgd_three_blocks) ++op_paths_.fused_sgd_three_blocks;
+            } else if (op.update_plan.into_masters) {
+                ++op_paths_.gradient_into_masters;
             } else if (op.update.part != UpdatePart::apply) {
                 ++(gradient.fused ? op_paths_.weight_gradient_fused : op_paths_.weight_gradient_unfused);
             }

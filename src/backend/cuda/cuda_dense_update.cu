@@ -227,16 +227,19 @@ size_t scratch_bias_bytes(const DenseUpdateArgs& args) {
 
 }  // namespace
 
-size_t dense_update_scratch_bytes(const DenseUpdateArgs& args, const OptimizerConfig& optimizer, bool allow_fused) {
+size_t dense_update_scratch_bytes(const DenseUpdateArgs& args, const OptimizerConfig& optimizer, bool allow_fused,
+                                  bool into_masters) {
     // The parts write and read the args' gradients.
     if (args.part != UpdatePart::whole) return 0;
     if (allow_fused && fused_sgd_applies(args, optimizer)) return 0;
+    if (allow_fused && into_masters && gradient_into_masters_applies(args, optimizer))
+        return gradient_into_masters_scratch_bytes(args);
     if (args.weight_grad && args.bias_grad) return 0;
     return scratch_weight_bytes(args) + scratch_bias_bytes(args);
 }
 
 DenseUpdatePlan plan_dense_update(CudaGemm& gemm, const DenseUpdateArgs& args, const OptimizerConfig& optimizer,
-                                  float* scratch, bool allow_fused) {
+                                  float* scratch, bool allow_fused, bool into_masters) {
     require(args.state != nullptr, MPT_STATUS_INVALID_ARGUMENT, "cuda backend: dense_update needs the train state");
     require(args.weights && args.bias, MPT_STATUS_INVALID_ARGUMENT, "cuda backend: dense_update needs the masters");
     // (The apply part reads no batch.)
@@ -256,6 +259,11 @@ DenseUpdatePlan plan_dense_update(CudaGemm& gemm, const DenseUpdateArgs& args, c
         plan.fused_sgd = true;
         return plan;
     }
+    if (allow_fused && into_masters && gradient_into_masters_applies(args, optimizer)) {
+        plan.into_masters = true;
+        plan.into_masters_plan = plan_gradient_into_masters(gemm, args, scratch);
+        return plan;
+    }
     char* bytes = reinterpret_cast<char*>(scratch);
     if (args.weight_grad && args.bias_grad) {
         plan.weight_grad = args.weight_grad;
@@ -273,6 +281,10 @@ void run_dense_update(CudaGemm& gemm, const DenseUpdatePlan& plan, const DenseUp
                       const OptimizerConfig& optimizer, int max_blocks, cudaStream_t stream) {
     if (plan.fused_sgd) {
         run_fused_sgd(args, optimizer, plan.fused_sgd_three_blocks, stream);
+        return;
+    }
+    if (plan.into_masters) {
+        run_gradient_into_masters(gemm, plan.into_masters_plan, args, optimizer, max_blocks, stream);
         return;
     }
     if (args.part != UpdatePart::apply) run_weight_gradient(gemm, plan.gradient, gradient_args(args, plan), stream);

@@ -11,11 +11,11 @@
 namespace mpt {
 
 bool GemmKey::operator==(const GemmKey& other) const {
-    return m == other.m && n == other.n && k == other.k && lda == other.lda && ldb == other.ldb &&
-           ldd == other.ldd && aux_ld == other.aux_ld && epilogue == other.epilogue && transa == other.transa &&
-           transb == other.transb && type_ab == other.type_ab && type_d == other.type_d && align_a == other.align_a &&
-           align_b == other.align_b && align_d == other.align_d && align_bias == other.align_bias &&
-           align_aux == other.align_aux && workspace_limit == other.workspace_limit;
+    return m == other.m && n == other.n && k == other.k && lda == other.lda && ldb == other.ldb && ldd == other.ldd &&
+           aux_ld == other.aux_ld && epilogue == other.epilogue && transa == other.transa && transb == other.transb &&
+           type_ab == other.type_ab && type_d == other.type_d && align_a == other.align_a && align_b == other.align_b &&
+           align_d == other.align_d && align_bias == other.align_bias && align_aux == other.align_aux &&
+           workspace_limit == other.workspace_limit && device_scalars == other.device_scalars;
 }
 
 size_t GemmKeyHash::operator()(const GemmKey& key) const {
@@ -35,6 +35,7 @@ size_t GemmKeyHash::operator()(const GemmKey& key) const {
         (static_cast<uint64_t>(key.align_d) << 32) | (static_cast<uint64_t>(key.align_bias) << 48));
     mix(key.align_aux);
     mix(key.workspace_limit);
+    mix(key.device_scalars ? 1u : 0u);
     return static_cast<size_t>(hash);
 }
 
@@ -157,6 +158,11 @@ const GemmPlan& CudaGemm::plan(const GemmKey& key) {
     const uint32_t epilogue = static_cast<uint32_t>(key.epilogue);
     MPT_CUBLAS_CHECK(
         lt_.matmul_desc_set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
+    if (key.device_scalars) {
+        const int32_t mode = CUBLASLT_POINTER_MODE_DEVICE;
+        MPT_CUBLAS_CHECK(
+            lt_.matmul_desc_set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_POINTER_MODE, &mode, sizeof mode));
+    }
     if (epilogue_has_bias(key.epilogue)) {
         // The bias (or bias gradient) has D's dtype, cuBLASLt's default; set it explicitly anyway.
         const int32_t bias_type = key.type_d;
@@ -217,10 +223,13 @@ const GemmPlan& CudaGemm::plan(const GemmKey& key) {
         if (status == CUBLAS_STATUS_SUCCESS)
             status = lt_.preference_set_attribute(preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
                                                           &reduction_schemes, sizeof reduction_schemes);
+        // (Autotuning times its candidates with host scalars: a plan reading them from the device takes
+        // the heuristic's first.)
+        const bool tuned = autotune_ && !key.device_scalars;
         if (status == CUBLAS_STATUS_SUCCESS)
-            status = lt_.algo_get_heuristic(handle_, plan->desc, plan->layout_a, plan->layout_b,
-                                                    plan->layout_d, plan->layout_d, preference,
-                                                    autotune_ ? kGemmCandidates : 1, results, &found_count);
+            status =
+                lt_.algo_get_heuristic(handle_, plan->desc, plan->layout_a, plan->layout_b, plan->layout_d,
+                                       plan->layout_d, preference, tuned ? kGemmCandidates : 1, results, &found_count);
     }
     lt_.preference_destroy(preference);
     // "Not supported" (or, for an epilogue, an invalid combination) means: take the fallback path. A
@@ -233,7 +242,7 @@ const GemmPlan& CudaGemm::plan(const GemmKey& key) {
     if (status == CUBLAS_STATUS_SUCCESS && found_count > 0 && results[0].state == CUBLAS_STATUS_SUCCESS) {
         plan->supported = true;
         int chosen = 0;
-        if (autotune_) {
+        if (autotune_ && !key.device_scalars) {
             // Only the candidates the heuristic marked usable: they come first.
             int usable = 0;
             while (usable < found_count && results[usable].state == CUBLAS_STATUS_SUCCESS) ++usable;
@@ -263,6 +272,21 @@ const GemmPlan& CudaGemm::plan(const GemmKey& key) {
 
 void CudaGemm::run(const GemmPlan& plan, const void* a, const void* b, void* d, const void* bias, const void* aux,
                    const GemmWorkspace& workspace, cudaStream_t stream, float beta) {
+    if (plan.key.device_scalars)
+        fail(MPT_STATUS_INTERNAL, "cuda backend: a GEMM planned for device scalars was run with host ones");
+    const float alpha = 1.0f;
+    launch(plan, a, b, d, bias, aux, workspace, &alpha, &beta, stream);
+}
+
+void CudaGemm::run_device_scalars(const GemmPlan& plan, const void* a, const void* b, void* d, const void* bias,
+                                  const GemmWorkspace& workspace, const float* alpha_beta, cudaStream_t stream) {
+    if (!plan.key.device_scalars || alpha_beta == nullptr)
+        fail(MPT_STATUS_INTERNAL, "cuda backend: a GEMM planned for host scalars was run with device ones");
+    launch(plan, a, b, d, bias, nullptr, workspace, alpha_beta, alpha_beta + 1, stream);
+}
+
+void CudaGemm::launch(const GemmPlan& plan, const void* a, const void* b, void* d, const void* bias, const void* aux,
+                      const GemmWorkspace& workspace, const void* alpha, const void* beta, cudaStream_t stream) {
     if (!plan.supported) fail(MPT_STATUS_INTERNAL, "cuda backend: a GEMM without a cuBLASLt algorithm was run");
     // Refused before (an op recorded with it is run again after a capture gave up): not counted twice.
     if (plan.refused_when_run)
@@ -276,11 +300,10 @@ void CudaGemm::run(const GemmPlan& plan, const void* a, const void* b, void* d, 
         MPT_CUBLAS_CHECK(
             lt_.matmul_desc_set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
     const bool fused = plan.epilogue != CUBLASLT_EPILOGUE_DEFAULT;
-    const float alpha = 1.0f;
     const cublasStatus_t status =
         fused && refuse_fused_runs_
             ? CUBLAS_STATUS_NOT_SUPPORTED
-            : lt_.matmul(handle_, plan.desc, &alpha, a, plan.layout_a, b, plan.layout_b, &beta, d, plan.layout_d, d,
+            : lt_.matmul(handle_, plan.desc, alpha, a, plan.layout_a, b, plan.layout_b, beta, d, plan.layout_d, d,
                          plan.layout_d, &plan.algo, workspace.data, plan.workspace_bytes, stream);
     if (status == CUBLAS_STATUS_SUCCESS) return;
     // The heuristic accepted this plan. Should cuBLASLt refuse a fused one when it runs (it checks
@@ -307,7 +330,8 @@ void CudaGemm::run(const GemmPlan& plan, const void* a, const void* b, void* d, 
 std::string describe_gemm_key(const GemmKey& key) {
     return "epilogue " + std::to_string(key.epilogue) + ", m " + std::to_string(key.m) + " n " + std::to_string(key.n) +
            " k " + std::to_string(key.k) + ", types " + std::to_string(key.type_ab) + "->" +
-           std::to_string(key.type_d) + ", workspace " + std::to_string(key.workspace_limit);
+           std::to_string(key.type_d) + ", workspace " + std::to_string(key.workspace_limit) +
+           (key.device_scalars ? ", device scalars" : "");
 }
 
 }  // namespace mpt

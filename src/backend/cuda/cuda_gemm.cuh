@@ -33,6 +33,10 @@ struct GemmKey {
     int32_t type_d = CUDA_R_32F;
     uint16_t align_a = 256, align_b = 256, align_d = 256, align_bias = 256, align_aux = 256;
     uint64_t workspace_limit = 0;   // bytes of workspace the algorithm may use
+    // alpha and beta are read from device memory when the GEMM runs (CUBLASLT_POINTER_MODE_DEVICE;
+    // run_device_scalars): a step's scalars that a kernel computes on the device, as plain SGD's
+    // update into the masters does (cuda_gradient_into_masters.cuh).
+    bool device_scalars = false;
 
     bool operator==(const GemmKey& other) const;
 };
@@ -83,6 +87,11 @@ public:
     // micro-batch's gradient to its step's). `workspace` is at least the key's workspace_limit.
     void run(const GemmPlan& plan, const void* a, const void* b, void* d, const void* bias, const void* aux,
              const GemmWorkspace& workspace, cudaStream_t stream, float beta = 0.0f);
+    // D = alpha op(A) · op(B) + beta D (+ epilogue) for a plan of a key with device_scalars: alpha
+    // at alpha_beta[0] and beta at alpha_beta[1], device memory read when the GEMM runs (in a graph,
+    // every replay reads them anew).
+    void run_device_scalars(const GemmPlan& plan, const void* a, const void* b, void* d, const void* bias,
+                            const GemmWorkspace& workspace, const float* alpha_beta, cudaStream_t stream);
     size_t cached_plans() const { return plans_.size(); }
     // Plans with a fused epilogue that cuBLASLt refused, by its heuristic or when one ran (their
     // ops take the unfused fallback), and the last one's key and status: the op tests cannot see a
@@ -107,6 +116,10 @@ public:
     const std::string& last_untimed() const { return last_untimed_; }
 
 private:
+    // run's and run_device_scalars' call: alpha and beta host or device pointers, as the plan's key says.
+    void launch(const GemmPlan& plan, const void* a, const void* b, void* d, const void* bias, const void* aux,
+                const GemmWorkspace& workspace, const void* alpha, const void* beta, cudaStream_t stream);
+
     const CublasLt& lt_;
     bool split_k_;
     bool split_k_small_outputs_only_;
