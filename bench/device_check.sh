@@ -315,7 +315,8 @@ if [ -x "$bench" ]; then
     # small ones split as the default splits them, which is what a default could keep at batch 32.
     room_for_switch_stage all_switches_large &&
         MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 \
-            MPTRAIN_CUDA_RELU_FROM_OUTPUT=1 bench_run 60 all_switches_large --precision mixed-bf16 --batch 256,4096 --steps 50
+            MPTRAIN_CUDA_RELU_FROM_OUTPUT=1 MPTRAIN_CUDA_GRADIENT_INTO_MASTERS=1 \
+            bench_run 60 all_switches_large --precision mixed-bf16 --batch 256,4096 --steps 50
     # cuBLASLt never splitting K: where it did, the bias/ReLU epilogue ran as a separate pass (two
     # of 40 us each at batch 4096 on an H200, 2026-12-04) and split-K's reduction as another.
     room_for_switch_stage unsplit && MPTRAIN_CUDA_SPLIT_K=0 bench_run 90 unsplit --precision mixed-bf16 --batch 32,256,4096 --steps 50
@@ -333,6 +334,14 @@ if [ -x "$bench" ]; then
     # backend's kernels: this stage keeps cuBLASLt's forward epilogue and drops only the mask.
     room_for_switch_stage relu_from_output && MPTRAIN_CUDA_RELU_FROM_OUTPUT=1 \
         bench_run 90 relu_from_output --precision mixed-bf16 --batch 32,256,4096 --steps 50
+    # Plain SGD's weight updates past fused SGD's 64 rows as one cuBLASLt GEMM straight into the fp32
+    # masters (it runs only above 64 rows, so batch 256 and 4096). By default there the weight-gradient
+    # GEMM writes the fp32 gradient and update_kernel reads it back, 18 bytes a weight (update_kernel
+    # took 3 x 16.2 us at batch 4096 on an H200); the switch moves 14 (the GEMM reads and writes the
+    # masters, a finish kernel reads them to write the bf16 copies), plus one small start kernel a
+    # layer. Predicted, unmeasured: -10 to -25 us a step at batch 4096, -5 to -13 at 256.
+    room_for_switch_stage gradient_into_masters && MPTRAIN_CUDA_GRADIENT_INTO_MASTERS=1 \
+        bench_run 60 gradient_into_masters --precision mixed-bf16 --batch 256,4096 --steps 50
     # Programmatic dependent launch (each kernel's launch overlapping the kernel before it), on the
     # default kernels at batch 32 and 256.
     room_for_switch_stage dependent_launch &&

@@ -20,7 +20,8 @@ import summary  # noqa: E402
 SWITCHES_TOGETHER_CASE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "test_cuda_switches_together.cpp")
 
 DEFAULT_FIELDS = {"split_k": True, "gemm_autotune": False, "dependent_launch": False, "grouped_sgd": False,
-                  "split_k_small_outputs": False, "relu_from_output": False, "fused_sgd_three_blocks": False}
+                  "split_k_small_outputs": False, "relu_from_output": False, "fused_sgd_three_blocks": False,
+                  "gradient_into_masters": False}
 
 
 H200 = "cuda:0 (NVIDIA H200, compute capability 9.0, 143771 MiB)"
@@ -271,6 +272,66 @@ class BestSwitches(unittest.TestCase):
                                            ops={"fused_sgd_three_blocks": 10, "fused_sgd_grouped": 10}))
         self.assertEqual(settings, "MPTRAIN_CUDA_GROUPED_SGD=1")
         self.assertIn("fused_sgd_three_blocks: dropped, alone it took 1.05x", why)
+
+    def gradient_into_masters_stage(self, counted=10):
+        """The default step at three batches and MPTRAIN_CUDA_GRADIENT_INTO_MASTERS=1 alone at batch 256 and
+        4096, as the device check times it (it runs only past fused SGD's 64 rows): 0.95x; `counted`: its
+        updates planned as one GEMM into the masters."""
+        ran = {"gradient_into_masters": counted}
+        return [record(32, 129, ops={}), record(256, 177, ops={}), record(4096, 576, ops={}),
+                record(256, 168, gradient_into_masters=True, ops=ran),
+                record(4096, 547, gradient_into_masters=True, ops=ran)]
+
+    def test_gradient_into_masters_is_chosen_where_it_was_faster(self):
+        settings, why = self.choose(*self.gradient_into_masters_stage())
+        self.assertEqual(settings, "MPTRAIN_CUDA_GRADIENT_INTO_MASTERS=1")
+        self.assertIn("batch 256: fastest gradient_into_masters: 168 us/step, 0.95x the default 177", why)
+        self.assertIn("batch 4096: fastest gradient_into_masters: 547 us/step, 0.95x the default 576", why)
+        # Beside the other switches' stages it joins their union through the larger batches' combined set.
+        settings, _ = self.choose(*self.seed_stages(), record(4096, 547, gradient_into_masters=True))
+        self.assertEqual(settings, "MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_SPLIT_K=0")
+        settings, why = self.choose(*self.seed_stages(), record(4096, 547, gradient_into_masters=True),
+                                    record(4096, 475, split_k=False, gradient_into_masters=True))
+        self.assertEqual(settings, "MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_SPLIT_K=0 "
+                                   "MPTRAIN_CUDA_GRADIENT_INTO_MASTERS=1")
+        self.assertIn("batch 4096: fastest gradient_into_masters, split_k_off: 475 us/step, 0.82x the default 576", why)
+
+    def test_gradient_into_masters_is_left_out_when_its_gpu_test_failed(self):
+        self.write_log("MPTRAIN_CUDA_GRADIENT_INTO_MASTERS=1 updates plain SGD's masters in the GEMM and trains as the "
+                       "default does")
+        settings, why = self.choose(*self.gradient_into_masters_stage())
+        self.assertEqual(settings, "")
+        self.assertIn("left out, their GPU tests failed: gradient_into_masters", why)
+        self.assertIn("gradient_into_masters: fastest somewhere, but its GPU tests failed", why)
+        self.assertNotIn("default paths failed", why)
+        # Its op case against the CPU (test_cuda_ops) names the path, not the variable: a failure there
+        # leaves out this switch alone, not every switch as a failure of the default paths would.
+        self.write_log("CUDA plain SGD into the masters matches the CPU, and a skipped step leaves them, inf in dZ "
+                       "or not")
+        settings, why = self.choose(*self.gradient_into_masters_stage())
+        self.assertEqual(settings, "")
+        self.assertIn("left out, their GPU tests failed: gradient_into_masters", why)
+        self.assertNotIn("default paths failed", why)
+        settings, why = self.choose(*self.seed_stages())
+        self.assertEqual(settings, "MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_SPLIT_K=0")
+
+    def test_gradient_into_masters_takes_no_credit_where_its_path_did_not_run_and_is_dropped_where_slower(self):
+        # No update planned into the masters (its counter 0): its 0.95x is not its own.
+        settings, why = self.choose(*self.gradient_into_masters_stage(counted=0))
+        self.assertEqual(settings, "")
+        self.assertNotIn("fastest gradient_into_masters", why)
+        # Idle and slower at batch 32 (fused SGD takes those updates): the default step's noise, no verdict on it.
+        settings, why = self.choose(*self.gradient_into_masters_stage(),
+                                    record(32, 136, gradient_into_masters=True, ops={"gradient_into_masters": 0}))
+        self.assertEqual(settings, "MPTRAIN_CUDA_GRADIENT_INTO_MASTERS=1")
+        self.assertNotIn("dropped", why)
+        # Where it ran and was slower, it is dropped, though faster at the other batch.
+        stages = [r for r in self.gradient_into_masters_stage()
+                  if not (r["batch"] == 256 and r["gradient_into_masters"])]
+        settings, why = self.choose(*stages, record(256, 186, gradient_into_masters=True,
+                                                    ops={"gradient_into_masters": 10}))
+        self.assertEqual(settings, "")
+        self.assertIn("gradient_into_masters: dropped, alone it took 1.05x", why)
 
     def test_a_set_within_two_percent_of_the_default_is_not_chosen(self):
         settings, why = self.choose(record(32, 129), record(32, 127, dependent_launch=True))

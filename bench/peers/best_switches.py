@@ -43,7 +43,7 @@ SWITCHES = (
     ("split_k_small_outputs", "split_k_small_outputs", True, ("split_k_small_outputs",)),
     ("relu_from_output", "relu_from_output", True, ("relu_from_output",)),
     ("fused_sgd_three_blocks", "fused_sgd_three_blocks", True, ("fused_sgd_three_blocks",)),
-    ("gradient_into_masters", "gradient_into_masters", True, ("gradient_into_masters",)),
+    ("gradient_into_masters", "gradient_into_masters", True, ("gradient_into_masters", "sgd into the masters")),
 )
 # The case (or, should the program fail without naming a case, the test) of every switch on together.
 TOGETHER = ("the cuda switches set on together", "test cuda_switches_together")
