@@ -1738,6 +1738,8 @@ TEST_CASE("CUDA dense_update matches the CPU for every optimizer and skips a non
 // SGD is the same GEMM: with and without weight decay, the copies four at a time and one by one, the
 // seed MLP's first layer at batch 256, and skipped steps that must leave every master and copy as it
 // was, also with inf and NaN in dZ and A_prev (0 * inf would be NaN: the skip zeroes them first).
+// Then with every fused plan refused when it runs: each op planned again with the plain GEMM and the
+// column-sum kernel for the bias gradient, after its start kernel had run once already.
 TEST_CASE("CUDA plain SGD into the masters matches the CPU, and a skipped step leaves them, inf in dZ or not") {
     SKIP_WITHOUT_GPU();
     auto cpu = make_cpu();
@@ -1752,7 +1754,7 @@ TEST_CASE("CUDA plain SGD into the masters matches the CPU, and a skipped step l
     for (DType dtype : kDTypes) {
         compare_dense_update(*cpu, *cuda, {96, 136, 64, dtype, sgd, false});
         compare_dense_update(*cpu, *cuda, {96, 136, 64, dtype, sgd_decay, false});
-        compare_dense_update(*cpu, *cuda, {65, 101, 45, dtype, sgd, false});      // copies one by one: 4,545 weights
+        compare_dense_update(*cpu, *cuda, {65, 102, 45, dtype, sgd, false});      // copies one by one: 4,590 weights
         compare_dense_update(*cpu, *cuda, {96, 64, 16, dtype, sgd_decay, true});  // skipped: no decay either
         compare_dense_update(*cpu, *cuda, {96, 64, 16, dtype, sgd, true, 0.0f, 0, true});
         compare_dense_update(*cpu, *cuda, {37, 136, 64, dtype, sgd, false});  // fused SGD's still
@@ -1769,6 +1771,19 @@ TEST_CASE("CUDA plain SGD into the masters matches the CPU, and a skipped step l
             << (cuda_backend_refused_epilogue_plans(*cuda)
                     ? " (last: " + cuda_backend_last_refused_epilogue(*cuda) + ")"
                     : std::string()));
+
+    std::unique_ptr<Backend> refusing;
+    {
+        const EnvironmentSetting into_masters("MPTRAIN_CUDA_GRADIENT_INTO_MASTERS", "1");
+        refusing = make_cuda();
+    }
+    cuda_backend_refuse_fused_runs(*refusing, true);
+    for (DType dtype : kDTypes) {
+        compare_dense_update(*cpu, *refusing, {96, 136, 64, dtype, sgd_decay, false});
+        compare_dense_update(*cpu, *refusing, {96, 64, 16, dtype, sgd, true, 0.0f, 0, true});
+    }
+    CHECK(cuda_backend_refused_epilogue_plans(*refusing) > 0);  // when run, or by the heuristic already
+    CHECK(cuda_backend_op_paths(*refusing).gradient_into_masters > 0);
 }
 #endif
 

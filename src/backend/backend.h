@@ -136,7 +136,9 @@ MPT_HOST_DEVICE double head_batch_loss(const LossHeadArgs& args, double loss_sum
 // tensor: the CPU accumulates -lr/scale * dZ^T·A straight into the fp32 masters (GEMM beta = 1),
 // and CUDA does the same in one kernel for batches of at most 64 rows. Otherwise dW/db go to the
 // scratch gradients first (update_needs_gradient_scratch). Either way the low-precision copy is
-// written from the new masters. Skipped entirely when state->found_inf.
+// written from the new masters. When state->found_inf it changes none of them (masters, optimizer
+// state, copies), though a backend may then overwrite dZ and A_prev, whose values the dropped step
+// no longer needs (CUDA's plain SGD into the masters zeroes them, so that its GEMM adds zeros).
 //
 // Gradient clipping needs the norm of every layer's gradient before any layer's update. A backend
 // that takes it from the batch (clips_from_batch) runs whole updates times *gradient_factor. Else an

@@ -280,6 +280,18 @@ bool CudaBackend::update_needs_gradient_scratch(const OptimizerConfig& optimizer
     return !(fused_epilogues_ && fused_sgd_applies(whole, optimizer));
 }
 
+// Plain SGD into the masters takes its scalars and bias gradient from the backend's scratch, which
+// grows when an op first needs more: grown here, before the step's first update, so that running out
+// of memory fails the step before any layer is updated. (The other updates use the executor's
+// gradient scratch, or none.)
+void CudaBackend::reserve_update_scratch(const DenseUpdateShape* layers, int count, int64_t rows, bool clipping) {
+    if (!(gradient_into_masters_ && fused_epilogues_) || clipping || rows <= kFusedSgdMaxRows) return;
+    size_t bytes = 0;
+    for (int l = 0; l < count; ++l)
+        bytes = std::max(bytes, gradient_into_masters_scratch_bytes(layers[l].out_features));
+    if (bytes) scratch_for(bytes);
+}
+
 size_t CudaBackend::gemm_workspace_bytes() const {
     // cuBLAS's recommendation: 32 MiB on Hopper and later, 4 MiB before.
     return compute_capability_ >= 90 ? size_t{32} << 20 : size_t{4} << 20;
@@ -616,7 +628,7 @@ void CudaBackend::plan(RecordedOp& op) {
         }
         case OpCode::dense_update: {
             const size_t scratch_bytes =
-                dense_update_scratch_bytes(op.update, op.optimizer, fused_epilogues_, gradient_into_masters_);
+                dense_update_scratch_bytes(*gemm_, op.update, op.optimizer, fused_epilogues_, gradient_into_masters_);
             op.scratch = scratch_bytes ? scratch_for(scratch_bytes) : nullptr;
             op.update_plan = plan_dense_update(*gemm_, op.update, op.optimizer, op.scratch, fused_epilogues_,
                                                gradient_into_masters_);

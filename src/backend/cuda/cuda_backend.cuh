@@ -44,6 +44,7 @@ public:
     size_t relu_mask_bytes(int64_t rows, int64_t features) const override;
     size_t gemm_workspace_bytes() const override;
     bool update_needs_gradient_scratch(const OptimizerConfig& optimizer, int64_t rows) const override;
+    void reserve_update_scratch(const DenseUpdateShape* layers, int count, int64_t rows, bool clipping) override;
 
     void* allocate(size_t bytes) override;
     void release(void* pointer) noexcept override;

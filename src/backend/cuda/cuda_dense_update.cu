@@ -227,13 +227,13 @@ size_t scratch_bias_bytes(const DenseUpdateArgs& args) {
 
 }  // namespace
 
-size_t dense_update_scratch_bytes(const DenseUpdateArgs& args, const OptimizerConfig& optimizer, bool allow_fused,
-                                  bool into_masters) {
+size_t dense_update_scratch_bytes(CudaGemm& gemm, const DenseUpdateArgs& args, const OptimizerConfig& optimizer,
+                                  bool allow_fused, bool into_masters) {
     // The parts write and read the args' gradients.
     if (args.part != UpdatePart::whole) return 0;
     if (allow_fused && fused_sgd_applies(args, optimizer)) return 0;
-    if (allow_fused && into_masters && gradient_into_masters_applies(args, optimizer))
-        return gradient_into_masters_scratch_bytes(args);
+    if (allow_fused && into_masters && gradient_into_masters_applies(gemm, args, optimizer))
+        return gradient_into_masters_scratch_bytes(args.out_features);
     if (args.weight_grad && args.bias_grad) return 0;
     return scratch_weight_bytes(args) + scratch_bias_bytes(args);
 }
@@ -259,7 +259,7 @@ DenseUpdatePlan plan_dense_update(CudaGemm& gemm, const DenseUpdateArgs& args, c
         plan.fused_sgd = true;
         return plan;
     }
-    if (allow_fused && into_masters && gradient_into_masters_applies(args, optimizer)) {
+    if (allow_fused && into_masters && gradient_into_masters_applies(gemm, args, optimizer)) {
         plan.into_masters = true;
         plan.into_masters_plan = plan_gradient_into_masters(gemm, args, scratch);
         return plan;

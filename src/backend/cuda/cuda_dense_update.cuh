@@ -32,8 +32,8 @@ struct DenseUpdatePlan {
 // fp32 scratch dense_update needs from the backend: the gradients' when the args bring none; 0 for
 // fused SGD; the scalars and bias gradient of plain SGD into the masters. into_masters: plain SGD's
 // whole updates that fused SGD does not take go into the masters (with allow_fused).
-size_t dense_update_scratch_bytes(const DenseUpdateArgs& args, const OptimizerConfig& optimizer, bool allow_fused,
-                                  bool into_masters);
+size_t dense_update_scratch_bytes(CudaGemm& gemm, const DenseUpdateArgs& args, const OptimizerConfig& optimizer,
+                                  bool allow_fused, bool into_masters);
 DenseUpdatePlan plan_dense_update(CudaGemm& gemm, const DenseUpdateArgs& args, const OptimizerConfig& optimizer,
                                   float* scratch, bool allow_fused, bool into_masters);
 void run_dense_update(CudaGemm& gemm, const DenseUpdatePlan& plan, const DenseUpdateArgs& args,

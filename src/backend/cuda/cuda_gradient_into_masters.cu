@@ -149,13 +149,18 @@ bool aligned(const void* pointer, uintptr_t bytes) { return reinterpret_cast<uin
 
 }  // namespace
 
-bool gradient_into_masters_applies(const DenseUpdateArgs& args, const OptimizerConfig& optimizer) {
-    return is_plain_sgd(optimizer) && args.part == UpdatePart::whole && args.gradient_factor == nullptr &&
-           args.rows > 0 && args.weights != nullptr && aligned(args.weights, 16);
+bool gradient_into_masters_applies(CudaGemm& gemm, const DenseUpdateArgs& args, const OptimizerConfig& optimizer) {
+    if (!(is_plain_sgd(optimizer) && args.part == UpdatePart::whole && args.gradient_factor == nullptr &&
+          args.rows > 0 && args.in_features > 0 && args.out_features > 0 && args.weights != nullptr &&
+          aligned(args.weights, 16)))
+        return false;
+    // (The bias-gradient pointer's alignment is the scratch's, 256 bytes: the fused key's own check
+    // waits for planning, where a refusal falls back to the plain plan.)
+    return gemm.plan(into_masters_key(args, nullptr, CUBLASLT_EPILOGUE_DEFAULT)).supported;
 }
 
-size_t gradient_into_masters_scratch_bytes(const DenseUpdateArgs& args) {
-    return scalars_bytes() + round_up_256(static_cast<size_t>(args.out_features) * sizeof(float));
+size_t gradient_into_masters_scratch_bytes(int64_t out_features) {
+    return scalars_bytes() + round_up_256(static_cast<size_t>(out_features) * sizeof(float));
 }
 
 GradientIntoMastersPlan plan_gradient_into_masters(CudaGemm& gemm, const DenseUpdateArgs& args, float* scratch) {

@@ -21,7 +21,8 @@
 // A skipped step (found_inf) must leave the masters as they were, but a GEMM cannot skip itself on
 // a device flag, and alpha = 0 does not make it a no-op: 0 * inf is NaN. So on a skipped step the
 // start kernel writes alpha = -0 and beta = 1, sets dZ to zeros and A_prev's non-finite values to 0
-// (nothing reads them later in the step: the step is dropped), and the GEMM then adds -0 to each
+// (the backend interface lets a skipped update overwrite them: nothing reads them later in the step,
+// which is dropped, and a trainer's next step writes them anew), and the GEMM then adds -0 to each
 // master, which leaves every value as it was (a master of -0 could come out +0 if the tensor cores
 // summed the zero products to -0; the finish kernel writes nothing). Where found_inf is clear, the
 // start kernel writes its two scalars and every block returns.
@@ -35,12 +36,14 @@
 namespace mpt {
 
 // Whether the update runs so: plain SGD, a whole update without a clip factor (this backend clips
-// in parts), and masters aligned for cuBLASLt's widest accesses (a direct user of the backend may
-// hand it others; they take the default path).
-bool gradient_into_masters_applies(const DenseUpdateArgs& args, const OptimizerConfig& optimizer);
+// in parts), masters aligned for cuBLASLt's widest accesses (a direct user of the backend may hand
+// it others), and a cuBLASLt algorithm for the GEMM with device scalars (the plain plan, cached). The
+// others take the default path.
+bool gradient_into_masters_applies(CudaGemm& gemm, const DenseUpdateArgs& args, const OptimizerConfig& optimizer);
 
-// Backend scratch it needs: alpha and beta (256 bytes), then the fp32 bias gradient.
-size_t gradient_into_masters_scratch_bytes(const DenseUpdateArgs& args);
+// Backend scratch it needs for a layer of `out_features`: alpha and beta (256 bytes), then the fp32
+// bias gradient.
+size_t gradient_into_masters_scratch_bytes(int64_t out_features);
 
 struct GradientIntoMastersPlan {
     const GemmPlan* gemm = nullptr;
