@@ -512,12 +512,58 @@ TEST_CASE("MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1 trains exactly as the default d
         CAPTURE(std::string(dtype_name(dtype)));
         for (bool single : {true, false}) {
             CAPTURE(single);
-            const int three = fused_sgd_blocks_per_multiprocessor(dtype, true, single);
-            const int two = fused_sgd_blocks_per_multiprocessor(dtype, false, single);
+            const int three = fused_sgd_blocks_per_multiprocessor(dtype, FusedSgdKernelChoice{true, false}, single);
+            const int two = fused_sgd_blocks_per_multiprocessor(dtype, FusedSgdKernelChoice{}, single);
             MESSAGE(dtype_name(dtype) << (single ? ", a layer" : ", a group") << ": " << three
                                       << " blocks an SM compiled for 3, " << two << " by default");
             CHECK(three >= two);
             if (shared_per_multiprocessor >= 3 * (48 * 1024 + 1024)) CHECK(three >= 3);
+        }
+    }
+}
+
+// MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1: the fused SGD kernel compiled for batches of exactly 32 rows (the
+// row loops unrolled whole, shared memory for 32 rows, whole tiles without edge checks), the same sums
+// in the same order: every run trains to the default's loss bit for bit. The small MLP at batch 32 in
+// each precision, replayed; the seed MLP, whose layers have partial tiles and strips at every edge
+// (3000 outputs, 3000 inputs, 16 logits); with 3 blocks an SM and grouped; a batch of 48 rows takes
+// the kernel for any rows. Its occupancy is never below the default's.
+TEST_CASE("MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1 trains exactly as the default does") {
+    SKIP_WITHOUT_GPU();
+    auto exact = cuda_context_under("MPTRAIN_CUDA_FUSED_SGD_32_ROWS", "1");
+    auto generic = cuda_context_under("MPTRAIN_CUDA_FUSED_SGD_32_ROWS", "0");
+    const float exact_bf16 = train_two_bf16_epochs_replayed(exact, 83);
+    const float generic_bf16 = train_two_bf16_epochs(generic, 83);
+    CHECK(std::isfinite(exact_bf16));
+    CHECK(exact_bf16 == generic_bf16);
+    for (mpt_precision precision : {MPT_PRECISION_MIXED_FP16, MPT_PRECISION_FP32}) {
+        CAPTURE(static_cast<int>(precision));
+        CHECK(train_two_epochs(exact, precision, 640, 32, 89) == train_two_epochs(generic, precision, 640, 32, 89));
+    }
+    const SyntheticData data = synthetic_data(512, 3072, 97);
+    CHECK(train_seed_mlp_two_bf16_epochs(exact, data, 32) == train_seed_mlp_two_bf16_epochs(generic, data, 32));
+    const uint64_t planned = cuda_backend_op_paths(exact->backend()).fused_sgd_32_rows;
+    CHECK(planned > 0);
+    CHECK(cuda_backend_op_paths(generic->backend()).fused_sgd_32_rows == 0);
+    CHECK(train_two_epochs(exact, MPT_PRECISION_MIXED_BF16, 480, 48, 101) ==
+          train_two_epochs(generic, MPT_PRECISION_MIXED_BF16, 480, 48, 101));
+    CHECK(cuda_backend_op_paths(exact->backend()).fused_sgd_32_rows == planned);  // none at 48 rows
+    {
+        const EnvironmentSetting three("MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS", "1");
+        const EnvironmentSetting grouped("MPTRAIN_CUDA_GROUPED_SGD", "1");
+        auto exact_three = cuda_context_under("MPTRAIN_CUDA_FUSED_SGD_32_ROWS", "1");
+        CHECK(train_two_bf16_epochs_replayed(exact_three, 83) == generic_bf16);
+        CHECK(cuda_backend_op_paths(exact_three->backend()).fused_sgd_32_rows > 0);
+        CHECK(cuda_backend_op_paths(exact_three->backend()).fused_sgd_three_blocks > 0);
+    }
+    for (DType dtype : {DType::bf16, DType::fp16, DType::fp32}) {
+        CAPTURE(std::string(dtype_name(dtype)));
+        for (bool single : {true, false}) {
+            CAPTURE(single);
+            CHECK(fused_sgd_blocks_per_multiprocessor(dtype, FusedSgdKernelChoice{false, true}, single) >=
+                  fused_sgd_blocks_per_multiprocessor(dtype, FusedSgdKernelChoice{}, single));
+            CHECK(fused_sgd_blocks_per_multiprocessor(dtype, FusedSgdKernelChoice{true, true}, single) >=
+                  fused_sgd_blocks_per_multiprocessor(dtype, FusedSgdKernelChoice{true, false}, single));
         }
     }
 }

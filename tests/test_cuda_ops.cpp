@@ -1787,6 +1787,32 @@ TEST_CASE("CUDA plain SGD into the masters matches the CPU, and a skipped step l
 }
 #endif
 
+#if defined(MPTRAIN_WITH_CUDA)
+// The fused SGD kernel compiled for exactly 32 rows, against the CPU: whole tiles and the edges of
+// every kind (a partial last strip and tile, columns one by one where in_features is no multiple of
+// 4, which takes the kernel for any rows), with weight decay, skipped, and the seed MLP's first layer.
+TEST_CASE("MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1: CUDA fused SGD for 32 rows matches the CPU") {
+    SKIP_WITHOUT_GPU();
+    auto cpu = make_cpu();
+    std::unique_ptr<Backend> cuda;
+    {
+        const EnvironmentSetting exact_rows("MPTRAIN_CUDA_FUSED_SGD_32_ROWS", "1");
+        cuda = make_cuda();
+    }
+    OptimizerConfig sgd;
+    OptimizerConfig sgd_decay;
+    sgd_decay.weight_decay = 0.05f;
+    for (DType dtype : kDTypes) {
+        compare_dense_update(*cpu, *cuda, {32, 256, 64, dtype, sgd, false});        // whole tiles only
+        compare_dense_update(*cpu, *cuda, {32, 200, 72, dtype, sgd_decay, false});  // partial strip and tile
+        compare_dense_update(*cpu, *cuda, {32, 101, 45, dtype, sgd, false});        // any rows' kernel
+        compare_dense_update(*cpu, *cuda, {32, 64, 16, dtype, sgd, true});
+    }
+    compare_dense_update(*cpu, *cuda, {32, 3072, 3000, DType::bf16, sgd, false});
+    CHECK(cuda_backend_op_paths(*cuda).fused_sgd_32_rows > 0);
+}
+#endif
+
 TEST_CASE("CUDA max_abs, decide_update, clip_factor, average_weights and finish_step match the CPU") {
     SKIP_WITHOUT_GPU();
     auto cpu = make_cpu();

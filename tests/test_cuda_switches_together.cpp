@@ -67,6 +67,7 @@ const std::vector<Switch>& switches() {
             {"ops.fused_sgd_three_blocks"}},
         {"MPTRAIN_CUDA_GRADIENT_INTO_MASTERS", "1", "0", "gradient_into_masters", true,
             {"ops.gradient_into_masters"}},
+        {"MPTRAIN_CUDA_FUSED_SGD_32_ROWS", "1", "0", "fused_sgd_32_rows", true, {"ops.fused_sgd_32_rows"}},
     };
     // clang-format on
     return all;

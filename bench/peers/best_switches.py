@@ -44,6 +44,7 @@ SWITCHES = (
     ("relu_from_output", "relu_from_output", True, ("relu_from_output",)),
     ("fused_sgd_three_blocks", "fused_sgd_three_blocks", True, ("fused_sgd_three_blocks",)),
     ("gradient_into_masters", "gradient_into_masters", True, ("gradient_into_masters", "sgd into the masters")),
+    ("fused_sgd_32_rows", "fused_sgd_32_rows", True, ("fused_sgd_32_rows",)),
 )
 # The case (or, should the program fail without naming a case, the test) of every switch on together.
 TOGETHER = ("the cuda switches set on together", "test cuda_switches_together")

@@ -47,7 +47,7 @@ def device_of(r):
 # The CUDA backend's switches a record names (what the environment asked for), as its context's
 # description names them ("switches": what the backend had on).
 SWITCHES = ("gemm_autotune", "dependent_launch", "grouped_sgd", "split_k_small_outputs", "relu_from_output",
-            "fused_sgd_three_blocks", "gradient_into_masters")
+            "fused_sgd_three_blocks", "gradient_into_masters", "fused_sgd_32_rows")
 
 
 def devices_of(records):
@@ -121,6 +121,8 @@ EVIDENCE = {
     "fused_sgd_three_blocks": (("ops", "fused_sgd_three_blocks"),),
     # (Updates planned as one GEMM into the masters: plain SGD past fused SGD's 64 rows.)
     "gradient_into_masters": (("ops", "gradient_into_masters"),),
+    # (Fused SGD updates planned with the kernel compiled for 32 rows: batches of exactly 32 rows.)
+    "fused_sgd_32_rows": (("ops", "fused_sgd_32_rows"),),
 }
 
 

@@ -62,6 +62,8 @@ bool turned_off_by_environment(const char* variable) {
 // outputs, in place after a plain GEMM (cuda_dense_backward_data.cu): off by default, unmeasured.
 // MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1 runs the fused SGD kernel compiled for 3 blocks an SM instead
 // of ptxas's 2 (cuda_fused_sgd.cu; the same numbers): off by default, unmeasured.
+// MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1 runs the fused SGD kernel compiled for batches of exactly 32 rows
+// where a batch has them (cuda_fused_sgd.cuh; the same numbers): off by default, unmeasured.
 // MPTRAIN_CUDA_GRADIENT_INTO_MASTERS=1 runs plain SGD's updates that the fused SGD kernel does not
 // take (batches over 64 rows) as one GEMM into the fp32 masters, with no weight gradient in memory
 // (cuda_gradient_into_masters.cuh): off by default, unmeasured.
@@ -83,7 +85,8 @@ std::string CudaBackend::setup_warning() const {
                                          {"MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS", {"0", "1"}},
                                          {"MPTRAIN_CUDA_RELU_FROM_OUTPUT", {"0", "1"}},
                                          {"MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS", {"0", "1"}},
-                                         {"MPTRAIN_CUDA_GRADIENT_INTO_MASTERS", {"0", "1"}}});
+                                         {"MPTRAIN_CUDA_GRADIENT_INTO_MASTERS", {"0", "1"}},
+                                         {"MPTRAIN_CUDA_FUSED_SGD_32_ROWS", {"0", "1"}}});
 }
 
 // ---- creation ----------------------------------------------------------------------------------
@@ -202,6 +205,7 @@ CudaBackend::CudaBackend(int device, MemoryTracker* memory) : device_(device), m
     relu_from_output_ = turned_on_by_environment("MPTRAIN_CUDA_RELU_FROM_OUTPUT");
     fused_sgd_three_blocks_ = turned_on_by_environment("MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS");
     if (fused_sgd_three_blocks_) prepare_fused_sgd_three_blocks();
+    fused_sgd_exact_rows_ = turned_on_by_environment("MPTRAIN_CUDA_FUSED_SGD_32_ROWS");
     gradient_into_masters_ = turned_on_by_environment("MPTRAIN_CUDA_GRADIENT_INTO_MASTERS");
     try {
         scheduler_ = std::make_unique<CudaScheduler>(*static_cast<CudaTaskHooks*>(this));
@@ -633,11 +637,14 @@ void CudaBackend::plan(RecordedOp& op) {
             op.update_plan = plan_dense_update(*gemm_, op.update, op.optimizer, op.scratch, fused_epilogues_,
                                                gradient_into_masters_);
             op.update_plan.fused_sgd_three_blocks = op.update_plan.fused_sgd && fused_sgd_three_blocks_;
+            op.update_plan.fused_sgd_exact_rows =
+                op.update_plan.fused_sgd && fused_sgd_exact_rows_ && fused_sgd_exact_rows_applies(op.update);
             // (Fused SGD has no weight-gradient GEMM: counted as neither of its paths.)
             const WeightGradientPlan& gradient = op.update_plan.gradient;
             if (op.update_plan.fused_sgd) {
                 ++op_paths_.fused_sgd;
                 if (op.update_plan.fused_sgd_three_blocks) ++op_paths_.fused_sgd_three_blocks;
+                if (op.update_plan.fused_sgd_exact_rows) ++op_paths_.fused_sgd_32_rows;
             } else if (op.update_plan.into_masters) {
                 ++op_paths_.gradient_into_masters;
             } else if (op.update.part != UpdatePart::apply) {

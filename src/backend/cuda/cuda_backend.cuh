@@ -222,6 +222,7 @@ private:
     bool step_folds_ = true;  // begin_step into the loss head, the update decision into the max pass
     bool relu_from_output_ = false;  // forwards write no ReLU mask; backwards take ReLU's derivative from outputs
     bool fused_sgd_three_blocks_ = false;         // the fused SGD kernel compiled for 3 blocks an SM
+    bool fused_sgd_exact_rows_ = false;           // ... and for batches of exactly 32 rows
     bool gradient_into_masters_ = false;          // plain SGD's larger updates as one GEMM into the masters
     int64_t l2_bytes_ = 0;                        // the device's L2 (described)
     int64_t l2_set_aside_max_ = 0;                // the most of it a persisting set-aside may take (0: none)

@@ -53,6 +53,7 @@ struct CudaOpPaths {
     uint64_t backward_data_relu_from_output = 0;  // input gradients whose ReLU derivative came from the
                                                   // previous layer's output, not a mask (planned)
     uint64_t fused_sgd_three_blocks = 0;          // fused SGD updates planned with the 3-blocks-an-SM kernel
+    uint64_t fused_sgd_32_rows = 0;               // fused SGD updates planned with the kernel for 32 rows
     uint64_t gradient_into_masters = 0;           // updates planned as one GEMM into the masters (planned;
                                                   // counted as no weight-gradient path)
 };

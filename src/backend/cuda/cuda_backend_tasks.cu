@@ -95,7 +95,9 @@ void CudaBackend::execute_fused_sgd_layers(size_t index, size_t count, const Rec
     }
     op_paths_.fused_sgd_grouped += static_cast<uint64_t>(
         run_fused_sgd_layers(layers, optimizers, static_cast<int>(count), finish ? &finishing : nullptr,
-                             recorded_[index].update_plan.fused_sgd_three_blocks, stream));
+                             FusedSgdKernelChoice{recorded_[index].update_plan.fused_sgd_three_blocks,
+                                                  recorded_[index].update_plan.fused_sgd_exact_rows},
+                             stream));
 }
 
 // ---- recording and graphs ----------------------------------------------------------------------

@@ -280,7 +280,8 @@ DenseUpdatePlan plan_dense_update(CudaGemm& gemm, const DenseUpdateArgs& args, c
 void run_dense_update(CudaGemm& gemm, const DenseUpdatePlan& plan, const DenseUpdateArgs& args,
                       const OptimizerConfig& optimizer, int max_blocks, cudaStream_t stream) {
     if (plan.fused_sgd) {
-        run_fused_sgd(args, optimizer, plan.fused_sgd_three_blocks, stream);
+        run_fused_sgd(args, optimizer, FusedSgdKernelChoice{plan.fused_sgd_three_blocks, plan.fused_sgd_exact_rows},
+                      stream);
         return;
     }
     if (plan.into_masters) {

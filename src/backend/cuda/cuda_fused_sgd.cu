@@ -36,8 +36,6 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kStripColumns = kFusedSgdStripColumns;  // 32 lanes x 4 columns
 constexpr int kTileRows = kFusedSgdTileRows;          // 8 warps x 4 rows
 constexpr int kRowsPerThread = kTileRows / kWarps;
-// dZ elements of one tile a thread stages: kFusedSgdMaxRows x kTileRows over the block.
-constexpr int kStagedPerThread = kFusedSgdMaxRows * kTileRows / kThreads;
 static_assert(kRowsPerThread == 4, "a warp's rows are one float4 of dZ");
 
 // 4 values as 4 elements of T in one store (8 bytes for fp16/bf16, 16 for fp32).
@@ -56,10 +54,11 @@ __device__ __forceinline__ void store_4(__half* out, const float (&w)[4]) {
 }
 
 // The thread's 4 masters of row o from column i: one float4 when kVector (in_features a multiple
-// of 4 and the masters 16-byte aligned), else one by one with the row's end checked.
-template <bool kVector, typename T>
+// of 4 and the masters 16-byte aligned), else one by one with the row's end checked. kChecked false:
+// the caller knows row and columns inside the layer (a whole tile).
+template <bool kVector, typename T, bool kChecked = true>
 __device__ __forceinline__ float4 load_masters(const FusedSgdLaunch& p, int64_t o, int64_t i) {
-    if (o >= p.out_features || i >= p.in_features) return make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (kChecked && (o >= p.out_features || i >= p.in_features)) return make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     const float* row = p.weights + o * p.in_features;
     if constexpr (kVector) {
         return load_master<T>(reinterpret_cast<const float4*>(row + i));
@@ -75,9 +74,9 @@ __device__ __forceinline__ float4 load_masters(const FusedSgdLaunch& p, int64_t 
 
 // Writes the 4 updated masters of row o from column i and their low-precision copies (4 values in
 // one store each when kVector).
-template <bool kVector, typename T>
+template <bool kVector, typename T, bool kChecked = true>
 __device__ __forceinline__ void store_masters(const FusedSgdLaunch& p, int64_t o, int64_t i, const float (&w)[4]) {
-    if (o >= p.out_features || i >= p.in_features) return;
+    if (kChecked && (o >= p.out_features || i >= p.in_features)) return;
     const int64_t index = o * p.in_features + i;
     T* low = static_cast<T*>(p.low_weights);
     if constexpr (kVector) {
@@ -94,11 +93,20 @@ __device__ __forceinline__ void store_masters(const FusedSgdLaunch& p, int64_t o
 }
 
 // One block's part of layer p's update: its column strip, its run of row tiles. T: the element type
-// of dZ, A and the low-precision copies (float, __half or __nv_bfloat16).
-template <bool kVector, typename T>
+// of dZ, A and the low-precision copies (float, __half or __nv_bfloat16). kRows: 0 for any batch of
+// up to kFusedSgdMaxRows rows (p.rows), or the batch's rows when the kernel is compiled for exactly
+// that many (MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1: 32): then the row loops are unrolled whole, shared
+// memory and dZ's staging are sized for those rows only, and a whole tile (every row and column
+// inside the layer, the common case) loads and stores its masters without the edge checks. The same
+// sums in the same order either way.
+template <bool kVector, typename T, int kRows>
 __device__ __forceinline__ void update_strip(const FusedSgdLaunch& p, int64_t strip, int64_t run) {
-    __shared__ float4 input[kFusedSgdMaxRows][kStripColumns / 4];            // A[r][i0 + 4c ..]
-    __shared__ float4 output_grad[2][kFusedSgdMaxRows][kTileRows / 4];       // dZ[r][o0 + 4w ..], 2 tiles
+    static_assert(kRows >= 0 && kRows <= kFusedSgdMaxRows && kRows * kTileRows % kThreads == 0, "rows a tile");
+    constexpr int kMaxRows = kRows > 0 ? kRows : kFusedSgdMaxRows;
+    // dZ elements of one tile a thread stages: kMaxRows x kTileRows over the block.
+    constexpr int kStagedPerThread = kMaxRows * kTileRows / kThreads;
+    __shared__ float4 input[kMaxRows][kStripColumns / 4];       // A[r][i0 + 4c ..]
+    __shared__ float4 output_grad[2][kMaxRows][kTileRows / 4];  // dZ[r][o0 + 4w ..], 2 tiles
     const FusedSgdBlockStart start = fused_sgd_block_start(p, run);
     if (!start.active) return;  // no tile, or a skipped step: nothing is written
     const int64_t first_tile = start.first_tile, end_tile = start.end_tile;
@@ -107,7 +115,9 @@ __device__ __forceinline__ void update_strip(const FusedSgdLaunch& p, int64_t st
     const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
     const int64_t i0 = strip * kStripColumns;
     const int64_t i = i0 + 4 * lane;  // this thread's first column
-    const int rows = static_cast<int>(p.rows);
+    const int rows = kRows > 0 ? kRows : static_cast<int>(p.rows);
+    // Whether the block's strip lies inside the layer's columns (whole tiles are checked per tile).
+    const bool whole_strip = kRows > 0 && kVector && i0 + kStripColumns <= p.in_features;
 
     // This thread's masters of the first tile: in flight while the strip and dZ fill shared memory.
     float4 master[kRowsPerThread];
@@ -164,15 +174,22 @@ __device__ __forceinline__ void update_strip(const FusedSgdLaunch& p, int64_t st
         const bool has_next = tile + 1 < end_tile;
         // The next tile's masters and dZ: loads issued now, used after this tile's sums and stores.
         float4 next_master[kRowsPerThread];
+        if (whole_strip && (tile + 2) * kTileRows <= p.out_features) {  // the next tile is whole
 #pragma unroll
-        for (int u = 0; u < kRowsPerThread; ++u)
-            next_master[u] = has_next
-                                 ? load_masters<kVector, T>(p, (tile + 1) * kTileRows + warp * kRowsPerThread + u, i)
-                                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            for (int u = 0; u < kRowsPerThread; ++u)
+                next_master[u] =
+                    load_masters<kVector, T, false>(p, (tile + 1) * kTileRows + warp * kRowsPerThread + u, i);
+        } else {
+#pragma unroll
+            for (int u = 0; u < kRowsPerThread; ++u)
+                next_master[u] =
+                    has_next ? load_masters<kVector, T>(p, (tile + 1) * kTileRows + warp * kRowsPerThread + u, i)
+                             : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
         if (has_next) load_output_grad(tile + 1, staged);
 
         float gradient[kRowsPerThread][4] = {};
-        for (int r = 0; r < rows; ++r) {
+        const auto add_row = [&](int r) {
             const float4 dz = output_grad[buffer][r][warp];  // the same address across the warp: a broadcast
             const float4 a = input[r][lane];
             const float dzs[4] = {dz.x, dz.y, dz.z, dz.w}, as[4] = {a.x, a.y, a.z, a.w};
@@ -180,7 +197,14 @@ __device__ __forceinline__ void update_strip(const FusedSgdLaunch& p, int64_t st
             for (int u = 0; u < kRowsPerThread; ++u)
 #pragma unroll
                 for (int v = 0; v < 4; ++v) gradient[u][v] = fmaf(dzs[u], as[v], gradient[u][v]);
+        };
+        if constexpr (kRows > 0) {
+#pragma unroll
+            for (int r = 0; r < kRows; ++r) add_row(r);
+        } else {
+            for (int r = 0; r < rows; ++r) add_row(r);
         }
+        const bool whole_tile = whole_strip && (tile + 1) * kTileRows <= p.out_features;
 #pragma unroll
         for (int u = 0; u < kRowsPerThread; ++u) {
             const float masters[4] = {master[u].x, master[u].y, master[u].z, master[u].w};
@@ -188,7 +212,11 @@ __device__ __forceinline__ void update_strip(const FusedSgdLaunch& p, int64_t st
 #pragma unroll
             for (int v = 0; v < 4; ++v)
                 updated[v] = plain_sgd_update_element(p.optimizer, scalars, masters[v], gradient[u][v]);
-            store_masters<kVector, T>(p, tile * kTileRows + warp * kRowsPerThread + u, i, updated);
+            const int64_t o = tile * kTileRows + warp * kRowsPerThread + u;
+            if (whole_tile)
+                store_masters<kVector, T, false>(p, o, i, updated);
+            else
+                store_masters<kVector, T>(p, o, i, updated);
         }
         // The bias gradient is the column sum of dZ: the first strip's blocks own the bias.
         if (strip == 0 && threadIdx.x < kTileRows) {
@@ -210,20 +238,21 @@ __device__ __forceinline__ void update_strip(const FusedSgdLaunch& p, int64_t st
     }
 }
 
-template <bool kVector, typename T, int kLayers>
+template <bool kVector, typename T, int kLayers, int kRows>
 __device__ __forceinline__ void update_layers(const FusedSgdGroup& group) {
-    update_this_blocks_layer<kLayers>(
-        group, [](const FusedSgdLaunch& p, int64_t strip, int64_t run) { update_strip<kVector, T>(p, strip, run); });
+    update_this_blocks_layer<kLayers>(group, [](const FusedSgdLaunch& p, int64_t strip, int64_t run) {
+        update_strip<kVector, T, kRows>(p, strip, run);
+    });
     if (group.finish.state) finish_step_in_last_block(group.finish);
 }
 
 // The default: registers as ptxas chooses them (128 for the vector kernels on sm_90, with the
 // 48 KiB of static shared memory: 2 blocks an SM). A minimum of 1 block an SM is not the same:
 // ptxas then took 147.
-template <bool kVector, typename T, int kLayers>
+template <bool kVector, typename T, int kLayers, int kRows>
 __global__ void __launch_bounds__(kThreads) fused_sgd_kernel(const FusedSgdGroup group) {
     start_after_preceding_kernel();
-    update_layers<kVector, T, kLayers>(group);
+    update_layers<kVector, T, kLayers, kRows>(group);
 }
 
 // MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1: the same code held to 3 blocks an SM (80 registers on
@@ -232,22 +261,40 @@ __global__ void __launch_bounds__(kThreads) fused_sgd_kernel(const FusedSgdGroup
 // instruction issued in 64% of cycles, 1.36 of 4 warps eligible), with the shared-memory carveout
 // for three (prepare_fused_sgd_three_blocks). The arithmetic is the default's, the numbers bit for bit.
 constexpr int kThreeBlocks = 3;
-template <bool kVector, typename T, int kLayers>
+template <bool kVector, typename T, int kLayers, int kRows>
 __global__ void __launch_bounds__(kThreads, kThreeBlocks) fused_sgd_three_blocks_kernel(const FusedSgdGroup group) {
     start_after_preceding_kernel();
-    update_layers<kVector, T, kLayers>(group);
+    update_layers<kVector, T, kLayers, kRows>(group);
 }
 
-// Three blocks an SM only on the vector path (the scalar path's layers are not the ones whose
-// time counts; three_blocks is ignored there).
-template <bool kVector, typename T>
-FusedSgdVariant cuda_core_kernels(bool three_blocks) {
-    if constexpr (kVector) {
-        if (three_blocks)
-            return FusedSgdVariant{fused_sgd_three_blocks_kernel<kVector, T, 1>,
-                                   fused_sgd_three_blocks_kernel<kVector, T, kFusedSgdMaxLayers>, true};
+// A kernel's two compilations (one layer, a group).
+template <bool kVector, typename T, int kRows, bool kThreeBlocks>
+FusedSgdVariant kernels_for() {
+    FusedSgdVariant variant{};
+    if constexpr (kThreeBlocks) {
+        variant.single = fused_sgd_three_blocks_kernel<kVector, T, 1, kRows>;
+        variant.group = fused_sgd_three_blocks_kernel<kVector, T, kFusedSgdMaxLayers, kRows>;
+    } else {
+        variant.single = fused_sgd_kernel<kVector, T, 1, kRows>;
+        variant.group = fused_sgd_kernel<kVector, T, kFusedSgdMaxLayers, kRows>;
     }
-    return FusedSgdVariant{fused_sgd_kernel<kVector, T, 1>, fused_sgd_kernel<kVector, T, kFusedSgdMaxLayers>};
+    variant.three_blocks = kThreeBlocks;
+    variant.exact_rows = kRows > 0;
+    return variant;
+}
+
+// The compilations of `choice` on the vector path (the scalar path's layers are not the ones whose
+// time counts: its one compilation takes any choice). exact_rows: the caller has checked the rows.
+template <bool kVector, typename T>
+FusedSgdVariant cuda_core_kernels(FusedSgdKernelChoice choice) {
+    if constexpr (kVector) {
+        constexpr int kExact = static_cast<int>(kFusedSgdExactRows);
+        if (choice.exact_rows)
+            return choice.three_blocks ? kernels_for<kVector, T, kExact, true>()
+                                       : kernels_for<kVector, T, kExact, false>();
+        if (choice.three_blocks) return kernels_for<kVector, T, 0, true>();
+    }
+    return kernels_for<kVector, T, 0, false>();
 }
 
 // Whether the CUDA-core kernel takes whole float4s of masters, and of their copies (8 bytes of
@@ -258,19 +305,19 @@ bool cuda_core_vector_path(const DenseUpdateArgs& args) {
            (args.low_weights == nullptr || fused_sgd_aligned(args.low_weights, low_bytes));
 }
 
-// The CUDA-core kernel for one layer's update.
-FusedSgdVariant cuda_core_variant(const DenseUpdateArgs& args, bool three_blocks) {
+// The CUDA-core kernel for one layer's update: the compilation for exactly kFusedSgdExactRows rows
+// only where the batch has them.
+FusedSgdVariant cuda_core_variant(const DenseUpdateArgs& args, FusedSgdKernelChoice choice) {
     const bool vector = cuda_core_vector_path(args);
+    choice.exact_rows = choice.exact_rows && args.rows == kFusedSgdExactRows;
     switch (args.compute_dtype) {
         case DType::fp32:
-            return vector ? cuda_core_kernels<true, float>(three_blocks)
-                          : cuda_core_kernels<false, float>(three_blocks);
+            return vector ? cuda_core_kernels<true, float>(choice) : cuda_core_kernels<false, float>(choice);
         case DType::fp16:
-            return vector ? cuda_core_kernels<true, __half>(three_blocks)
-                          : cuda_core_kernels<false, __half>(three_blocks);
+            return vector ? cuda_core_kernels<true, __half>(choice) : cuda_core_kernels<false, __half>(choice);
         case DType::bf16:
-            return vector ? cuda_core_kernels<true, __nv_bfloat16>(three_blocks)
-                          : cuda_core_kernels<false, __nv_bfloat16>(three_blocks);
+            return vector ? cuda_core_kernels<true, __nv_bfloat16>(choice)
+                          : cuda_core_kernels<false, __nv_bfloat16>(choice);
     }
     fail(MPT_STATUS_INTERNAL, "cuda backend: fused SGD for an unknown dtype");
 }
@@ -285,7 +332,7 @@ void launch_fused_sgd(const FusedSgdVariant& variant, FusedSgdGroup& group, cuda
 }  // namespace
 
 int run_fused_sgd_layers(const DenseUpdateArgs* const* layers, const OptimizerConfig* const* optimizers, int count,
-                         const FusedSgdFinish* finish, bool three_blocks, cudaStream_t stream) {
+                         const FusedSgdFinish* finish, FusedSgdKernelChoice choice, cudaStream_t stream) {
     require(!finish || (finish->state && finish->counter), MPT_STATUS_INTERNAL,
             "cuda backend: fused SGD's finish_step needs the state and a counter");
     require(layers != nullptr && optimizers != nullptr && count >= 1 && count <= kFusedSgdMaxLayers,
@@ -303,7 +350,7 @@ int run_fused_sgd_layers(const DenseUpdateArgs* const* layers, const OptimizerCo
         const OptimizerConfig& optimizer = *optimizers[l];
         require(fused_sgd_applies(args, optimizer), MPT_STATUS_INTERNAL,
                 "cuda backend: fused SGD called outside its case");
-        const FusedSgdVariant layer_variant = cuda_core_variant(args, three_blocks);
+        const FusedSgdVariant layer_variant = cuda_core_variant(args, choice);
         if (group.count > 0 && !(layer_variant == variant)) launch();
         variant = layer_variant;
         group.layers[group.count++] = fused_sgd_launch(args, optimizer);
@@ -344,21 +391,26 @@ bool fused_sgd_updates_independent(const DenseUpdateArgs& first, const DenseUpda
     return true;
 }
 
-void run_fused_sgd(const DenseUpdateArgs& args, const OptimizerConfig& optimizer, bool three_blocks,
+void run_fused_sgd(const DenseUpdateArgs& args, const OptimizerConfig& optimizer, FusedSgdKernelChoice choice,
                    cudaStream_t stream) {
     const DenseUpdateArgs* const layer = &args;
     const OptimizerConfig* const rule = &optimizer;
-    run_fused_sgd_layers(&layer, &rule, 1, nullptr, three_blocks, stream);
+    run_fused_sgd_layers(&layer, &rule, 1, nullptr, choice, stream);
+}
+
+bool fused_sgd_exact_rows_applies(const DenseUpdateArgs& args) {
+    return args.rows == kFusedSgdExactRows && cuda_core_vector_path(args);
 }
 
 namespace {
 
 // The vector path's kernel for `dtype` (single: for one layer, else for a group).
-const void* vector_kernel(DType dtype, bool three_blocks, bool single) {
+const void* vector_kernel(DType dtype, FusedSgdKernelChoice choice, bool single) {
     DenseUpdateArgs vector_layer{};
     vector_layer.compute_dtype = dtype;
     vector_layer.in_features = 4;  // a null weights pointer is aligned: the vector kernel
-    const FusedSgdVariant variant = cuda_core_variant(vector_layer, three_blocks);
+    vector_layer.rows = kFusedSgdExactRows;
+    const FusedSgdVariant variant = cuda_core_variant(vector_layer, choice);
     return reinterpret_cast<const void*>(single ? variant.single : variant.group);
 }
 
@@ -375,27 +427,28 @@ void prepare_fused_sgd_three_blocks() {
         return;
     }
     for (DType dtype : {DType::fp32, DType::fp16, DType::bf16})
-        for (bool single : {true, false}) {
-            const void* kernel = vector_kernel(dtype, true, single);
-            cudaFuncAttributes attributes{};
-            if (cudaFuncGetAttributes(&attributes, kernel) != cudaSuccess) {
-                cudaGetLastError();
-                continue;
+        for (bool exact_rows : {false, true})
+            for (bool single : {true, false}) {
+                const void* kernel = vector_kernel(dtype, FusedSgdKernelChoice{true, exact_rows}, single);
+                cudaFuncAttributes attributes{};
+                if (cudaFuncGetAttributes(&attributes, kernel) != cudaSuccess) {
+                    cudaGetLastError();
+                    continue;
+                }
+                const int64_t needed =
+                    int64_t{kThreeBlocks} * (static_cast<int64_t>(attributes.sharedSizeBytes) + reserved_per_block);
+                const int64_t percent =
+                    std::min<int64_t>(100, (100 * needed + shared_per_multiprocessor - 1) / shared_per_multiprocessor);
+                if (cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                         static_cast<int>(percent)) != cudaSuccess)
+                    cudaGetLastError();
             }
-            const int64_t needed =
-                int64_t{kThreeBlocks} * (static_cast<int64_t>(attributes.sharedSizeBytes) + reserved_per_block);
-            const int64_t percent =
-                std::min<int64_t>(100, (100 * needed + shared_per_multiprocessor - 1) / shared_per_multiprocessor);
-            if (cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                     static_cast<int>(percent)) != cudaSuccess)
-                cudaGetLastError();
-        }
 }
 
-int fused_sgd_blocks_per_multiprocessor(DType dtype, bool three_blocks, bool single) {
+int fused_sgd_blocks_per_multiprocessor(DType dtype, FusedSgdKernelChoice choice, bool single) {
     int blocks = 0;
-    MPT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, vector_kernel(dtype, three_blocks, single),
-                                                                 kThreads, 0));
+    MPT_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, vector_kernel(dtype, choice, single), kThreads, 0));
     return blocks;
 }
 
