@@ -186,6 +186,14 @@ std::unique_ptr<Backend> make_cuda() {
     return backend;
 }
 
+#if defined(MPTRAIN_WITH_CUDA)
+// make_cuda() with `variable` set to `value` while the backend is made (it reads its switches then).
+std::unique_ptr<Backend> make_cuda_under(const char* variable, const char* value) {
+    const EnvironmentSetting setting(variable, value);
+    return make_cuda();
+}
+#endif
+
 // The GEMM workspace a dense op gets from the executor's arena: gemm_workspace_bytes() of backend
 // memory (nothing on the CPU, which needs none).
 struct WorkspaceBuffer {
@@ -1743,11 +1751,7 @@ TEST_CASE("CUDA dense_update matches the CPU for every optimizer and skips a non
 TEST_CASE("CUDA plain SGD into the masters matches the CPU, and a skipped step leaves them, inf in dZ or not") {
     SKIP_WITHOUT_GPU();
     auto cpu = make_cpu();
-    std::unique_ptr<Backend> cuda;
-    {
-        const EnvironmentSetting into_masters("MPTRAIN_CUDA_GRADIENT_INTO_MASTERS", "1");
-        cuda = make_cuda();
-    }
+    std::unique_ptr<Backend> cuda = make_cuda_under("MPTRAIN_CUDA_GRADIENT_INTO_MASTERS", "1");
     OptimizerConfig sgd;
     OptimizerConfig sgd_decay;
     sgd_decay.weight_decay = 0.05f;
@@ -1772,11 +1776,7 @@ TEST_CASE("CUDA plain SGD into the masters matches the CPU, and a skipped step l
                     ? " (last: " + cuda_backend_last_refused_epilogue(*cuda) + ")"
                     : std::string()));
 
-    std::unique_ptr<Backend> refusing;
-    {
-        const EnvironmentSetting into_masters("MPTRAIN_CUDA_GRADIENT_INTO_MASTERS", "1");
-        refusing = make_cuda();
-    }
+    std::unique_ptr<Backend> refusing = make_cuda_under("MPTRAIN_CUDA_GRADIENT_INTO_MASTERS", "1");
     cuda_backend_refuse_fused_runs(*refusing, true);
     for (DType dtype : kDTypes) {
         compare_dense_update(*cpu, *refusing, {96, 136, 64, dtype, sgd_decay, false});
@@ -1794,11 +1794,7 @@ TEST_CASE("CUDA plain SGD into the masters matches the CPU, and a skipped step l
 TEST_CASE("MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1: CUDA fused SGD for 32 rows matches the CPU") {
     SKIP_WITHOUT_GPU();
     auto cpu = make_cpu();
-    std::unique_ptr<Backend> cuda;
-    {
-        const EnvironmentSetting exact_rows("MPTRAIN_CUDA_FUSED_SGD_32_ROWS", "1");
-        cuda = make_cuda();
-    }
+    std::unique_ptr<Backend> cuda = make_cuda_under("MPTRAIN_CUDA_FUSED_SGD_32_ROWS", "1");
     OptimizerConfig sgd;
     OptimizerConfig sgd_decay;
     sgd_decay.weight_decay = 0.05f;
