@@ -13,7 +13,7 @@
 # PROFILE_SETTINGS="VAR=value ..." profiles the batches' steps under those settings (the device check
 # passes the candidate defaults it chose: the step a session would commit); the tables' titles say so.
 # Last, the fused SGD kernel's warp states at batch 32 (issue rate, occupancy), then its stall
-# reasons and pipes, by default and compiled for 3 blocks an SM.
+# reasons and pipes, by default, compiled for 3 blocks an SM, for exactly 32 rows, and both.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=$1
@@ -87,7 +87,9 @@ fused_status=$?
 # here each stall reason's cycles per issued instruction (all reasons ncu knows, by a regex), and
 # what the kernel's pipes did: its FMA pipe's share of the cycles, its instructions, shared memory's
 # wavefronts and bank conflicts, and its DRAM bytes. The first layer's launch of the default kernel,
-# then of the one compiled for 3 blocks an SM (MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1).
+# then of its other compilations: for 3 blocks an SM (MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1), for
+# exactly 32 rows (MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1), and both (each call capped, the last first to
+# go when time runs short).
 # (ncu gives up a call on a metric name it does not know: a call that fails is made again with the
 # stall reasons alone, whose regex matches whatever names this ncu has.)
 stall_reasons='regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio'
@@ -95,23 +97,27 @@ stall_metrics=$stall_reasons,smsp__issue_active.avg.per_cycle_active,smsp__inst_
 stall_metrics+=,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active
 stall_metrics+=,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum
 stall_metrics+=,gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum
-profile_stalls() {  # profile_stalls <0|1: three blocks> <metrics>: ncu's output appended to ncu_stalls_<0|1>.txt
-    MPTRAIN_CUDA_GRAPHS=0 MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=$1 capped 45 "$ncu" --clock-control none \
-        --cache-control none --kernel-name regex:fused_sgd --launch-skip 39 --launch-count 1 --metrics "$2" \
+# profile_stalls <three blocks 0|1> <32 rows 0|1> <metrics>: ncu's output appended to ncu_stalls_<3 blocks><32 rows>.txt
+profile_stalls() {
+    MPTRAIN_CUDA_GRAPHS=0 MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=$1 MPTRAIN_CUDA_FUSED_SGD_32_ROWS=$2 capped 45 "$ncu" \
+        --clock-control none --cache-control none --kernel-name regex:fused_sgd --launch-skip 39 --launch-count 1 \
+        --metrics "$3" \
         "$BUILD/bin/mptrain-bench" --backend cuda --precision mixed-bf16 --batch 32 --steps 12 --repeats 1 \
-        >>"$WORK/ncu_stalls_$1.txt" 2>&1
+        >>"$WORK/ncu_stalls_$1$2.txt" 2>&1
 }
-for three_blocks in 0 1; do
-    profile_stalls "$three_blocks" "$stall_metrics"
+for compilation in "0 0" "1 0" "0 1" "1 1"; do
+    read -r three_blocks exact_rows <<<"$compilation"
+    profile_stalls "$three_blocks" "$exact_rows" "$stall_metrics"
     stalls_status=$?
     # (124, or 137 after the kill: out of time, so no second call)
     if [ "$stalls_status" != 0 ] && [ "$stalls_status" != 124 ] && [ "$stalls_status" != 137 ]; then
-        profile_stalls "$three_blocks" "$stall_reasons"
+        profile_stalls "$three_blocks" "$exact_rows" "$stall_reasons"
         stalls_status="$? (the stall reasons alone, after exit status $stalls_status with the pipes' metrics)"
     fi
-    { echo; echo "fused SGD at batch 32, MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=$three_blocks, stall reasons" \
+    { echo; echo "fused SGD at batch 32, MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=$three_blocks" \
+          "MPTRAIN_CUDA_FUSED_SGD_32_ROWS=$exact_rows, stall reasons" \
           "(cycles a warp waits for each, per instruction issued; ncu exit status $stalls_status):"
-      grep -E 'fused_sgd|smsp__|sm__|l1tex__|gpu__|dram__|ERROR' "$WORK/ncu_stalls_$three_blocks.txt" |
+      grep -E 'fused_sgd|smsp__|sm__|l1tex__|gpu__|dram__|ERROR' "$WORK/ncu_stalls_$three_blocks$exact_rows.txt" |
           sed -E 's/smsp__average_warps_issue_stalled_(.*)_per_issue_active\.ratio/stalled: \1/' | head -40; } >>"$OUT_FILE"
 done
 cat "$OUT_FILE"
