@@ -306,9 +306,10 @@ room_for_switch_stage() {  # room_for_switch_stage <name>: a switch stage of abo
 }
 if [ -x "$bench" ]; then
     stage "switched-off paths (mptrain-bench --backend cuda under each switch)"
-    # Batch 32's combined set: fused SGD grouped and at 3 blocks an SM, dependent launch.
+    # Batch 32's combined set: fused SGD grouped, at 3 blocks an SM and compiled for 32 rows,
+    # dependent launch.
     MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1 \
-        bench_run 60 all_switches --precision mixed-bf16 --batch 32
+        MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1 bench_run 60 all_switches --precision mixed-bf16 --batch 32
     # Past batch 32's kernels: every switch that acts at batch 256 or 4096 at once (not the GEMM
     # autotuning, timed last), so that the candidate choice has a combined set to weigh there too.
     # K kept whole by the small-outputs rule rather than everywhere: the large GEMMs the same, the
@@ -354,6 +355,15 @@ if [ -x "$bench" ]; then
     # eligible, an instruction issued in 64% of cycles.
     room_for_switch_stage fused_sgd_three_blocks && MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1 \
         bench_run 60 fused_sgd_three_blocks --precision mixed-bf16 --batch 32
+    # The fused SGD kernel also compiled for batches of exactly 32 rows (the same numbers; it acts only
+    # at batch 32): the row loops unrolled whole, shared memory for 32 rows (24 KiB instead of 48),
+    # whole tiles without edge checks, about 30% fewer instructions a whole tile in the sm_90 code
+    # (about 870 against 1,260). The default kernel at batch 32 on an H200 took 3 x 20.5 us, issuing
+    # in 64% of cycles (above). Predicted, unmeasured: -5 to -12 us a step at batch 32. With the
+    # 3-blocks switch it needs no spills (80 registers; the kernel for any rows spills there), which
+    # batch 32's combined set above times.
+    room_for_switch_stage fused_sgd_32_rows && MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1 \
+        bench_run 60 fused_sgd_32_rows --precision mixed-bf16 --batch 32
     # Only the GEMMs whose outputs have a tile per multiprocessor or more kept whole (batch 4096's
     # large ones; at batch 32 every GEMM may split as by default, so the stage leaves it out). Last
     # of the switches alone: all_switches_large has it, and the choice needs it alone only to drop it.

@@ -21,7 +21,7 @@ SWITCHES_TOGETHER_CASE = os.path.join(os.path.dirname(os.path.abspath(__file__))
 
 DEFAULT_FIELDS = {"split_k": True, "gemm_autotune": False, "dependent_launch": False, "grouped_sgd": False,
                   "split_k_small_outputs": False, "relu_from_output": False, "fused_sgd_three_blocks": False,
-                  "gradient_into_masters": False}
+                  "gradient_into_masters": False, "fused_sgd_32_rows": False}
 
 
 H200 = "cuda:0 (NVIDIA H200, compute capability 9.0, 143771 MiB)"
@@ -332,6 +332,79 @@ class BestSwitches(unittest.TestCase):
                                                     ops={"gradient_into_masters": 10}))
         self.assertEqual(settings, "")
         self.assertIn("gradient_into_masters: dropped, alone it took 1.05x", why)
+
+    def fused_sgd_32_rows_stage(self, counted=10):
+        """The default step at three batches and MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1 alone at batch 32, as the
+        device check times it (it acts only at batches of exactly 32 rows): 0.94x; `counted`: its fused
+        SGD updates planned with the kernel compiled for 32 rows."""
+        return [record(32, 129, ops={}), record(256, 177, ops={}), record(4096, 576, ops={}),
+                record(32, 121, fused_sgd_32_rows=True, ops={"fused_sgd_32_rows": counted})]
+
+    def test_fused_sgd_32_rows_is_chosen_where_it_was_faster(self):
+        settings, why = self.choose(*self.fused_sgd_32_rows_stage())
+        self.assertEqual(settings, "MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1")
+        self.assertIn("batch 32: fastest fused_sgd_32_rows: 121 us/step, 0.94x the default 129", why)
+        # Beside the other switches' stages it joins their union through batch 32's combined set.
+        settings, _ = self.choose(*self.seed_stages(), record(32, 121, fused_sgd_32_rows=True))
+        self.assertEqual(settings, "MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_SPLIT_K=0")
+        settings, why = self.choose(*self.seed_stages(), record(32, 121, fused_sgd_32_rows=True),
+                                    record(32, 85, dependent_launch=True, grouped_sgd=True, fused_sgd_three_blocks=True,
+                                           fused_sgd_32_rows=True))
+        self.assertEqual(settings, "MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_SPLIT_K=0 "
+                                   "MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1 MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1")
+        self.assertIn("batch 32: fastest dependent_launch, fused_sgd_32_rows, fused_sgd_three_blocks, grouped_sgd: "
+                      "85 us/step", why)
+
+    # Its GPU cases: training as the default does (test_cuda_fast_paths, which also runs it with 3 blocks
+    # an SM and grouped) and its op case against the CPU (test_cuda_ops). Both name the variable.
+    FUSED_SGD_32_ROWS_CASES = ("MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1 trains exactly as the default does",
+                               "MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1: CUDA fused SGD for 32 rows matches the CPU")
+
+    def test_a_failing_case_of_fused_sgd_32_rows_names_that_switch_alone(self):
+        for case in self.FUSED_SGD_32_ROWS_CASES:
+            self.assertEqual(best_switches.excluded_by_tests({case}), ({"fused_sgd_32_rows"}, []), case)
+        # The 3-blocks kernel's and grouped SGD's cases do not name it.
+        for case in ("MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1 trains exactly as the default does, 3 blocks an SM",
+                     "MPTRAIN_CUDA_GROUPED_SGD=1 trains exactly as the default does",
+                     "CUDA fused SGD updates recorded for several layers run as one launch, each layer as in its own"):
+            self.assertNotIn("fused_sgd_32_rows", best_switches.excluded_by_tests({case})[0], case)
+
+    def test_fused_sgd_32_rows_is_left_out_when_its_gpu_test_failed(self):
+        for case in self.FUSED_SGD_32_ROWS_CASES:
+            self.write_log(case)
+            settings, why = self.choose(*self.fused_sgd_32_rows_stage())
+            self.assertEqual(settings, "", case)
+            self.assertIn("left out, their GPU tests failed: fused_sgd_32_rows\n", why)
+            self.assertIn("fused_sgd_32_rows: fastest somewhere, but its GPU tests failed", why)
+            self.assertNotIn("default paths failed", why)
+            # The other switches stay: the seed stages' choice, and the 3-blocks kernel where it won.
+            settings, why = self.choose(*self.seed_stages())
+            self.assertEqual(settings, "MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_SPLIT_K=0")
+            settings, _ = self.choose(*self.fused_sgd_three_blocks_stage())
+            self.assertEqual(settings, "MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1")
+        # The 3-blocks kernel's failing case names only that switch.
+        self.write_log("MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1 trains exactly as the default does, 3 blocks an SM")
+        settings, why = self.choose(*self.fused_sgd_32_rows_stage())
+        self.assertEqual(settings, "MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1")
+        self.assertIn("left out, their GPU tests failed: fused_sgd_three_blocks\n", why)
+
+    def test_fused_sgd_32_rows_takes_no_credit_where_its_path_did_not_run_and_is_dropped_where_slower(self):
+        # No fused SGD update planned with the 32-rows kernel (its counter 0): its 0.94x is not its own.
+        settings, why = self.choose(*self.fused_sgd_32_rows_stage(counted=0))
+        self.assertEqual(settings, "")
+        self.assertNotIn("fastest fused_sgd_32_rows", why)
+        # Idle and slower at another batch (the kernel for any rows there): no verdict on it.
+        settings, why = self.choose(*self.fused_sgd_32_rows_stage(),
+                                    record(256, 186, fused_sgd_32_rows=True, ops={"fused_sgd_32_rows": 0}))
+        self.assertEqual(settings, "MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1")
+        self.assertNotIn("dropped", why)
+        # Where it ran and was slower, it is dropped.
+        stages = [r for r in self.fused_sgd_32_rows_stage() if not r["fused_sgd_32_rows"]]
+        settings, why = self.choose(*stages, record(32, 136, fused_sgd_32_rows=True, ops={"fused_sgd_32_rows": 10}),
+                                    record(32, 120, fused_sgd_32_rows=True, grouped_sgd=True,
+                                           ops={"fused_sgd_32_rows": 10, "fused_sgd_grouped": 10}))
+        self.assertEqual(settings, "MPTRAIN_CUDA_GROUPED_SGD=1")
+        self.assertIn("fused_sgd_32_rows: dropped, alone it took 1.05x", why)
 
     def test_a_set_within_two_percent_of_the_default_is_not_chosen(self):
         settings, why = self.choose(record(32, 129), record(32, 127, dependent_launch=True))

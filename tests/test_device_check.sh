@@ -61,9 +61,9 @@ has "$summary" "switch choice: dependent_launch: dropped, alone it took 1.05x"
 # (The stand-in's op counters: at batch 4096 no fused SGD ran.)
 has "$summary" "no credit to grouped_sgd, whose paths did not run there"
 has "$summary" "batch 4096: 453 us/step, 0.79x the default step  [idle here: grouped_sgd]"
-has "$summary" "candidate defaults (MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1 MPTRAIN_CUDA_RELU_FROM_OUTPUT=1 MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1 MPTRAIN_CUDA_GRADIENT_INTO_MASTERS=1):"
-has "$summary" "switch choice: batch 32: fastest dependent_launch, fused_sgd_three_blocks, grouped_sgd: 118 us/step, 0.91x the default 129"
-has "$summary" "batch 32: fp32 165 (0.91x default), mixed-fp16 118 (0.91x default), mixed-bf16 118 (0.91x default) us/step; target 70 MISSED"
+has "$summary" "candidate defaults (MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1 MPTRAIN_CUDA_RELU_FROM_OUTPUT=1 MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1 MPTRAIN_CUDA_GRADIENT_INTO_MASTERS=1 MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1):"
+has "$summary" "switch choice: batch 32: fastest dependent_launch, fused_sgd_32_rows, fused_sgd_three_blocks, grouped_sgd: 111 us/step, 0.86x the default 129"
+has "$summary" "batch 32: fp32 155 (0.86x default), mixed-fp16 111 (0.86x default), mixed-bf16 111 (0.86x default) us/step; target 70 MISSED"
 has "$summary" "batch 256: fp32 235 (0.95x default), mixed-fp16 168 (0.95x default), mixed-bf16 168 (0.95x default) us/step"
 has "$summary" "batch 4096: fp32 641 (0.80x default)"
 has "$summary" "CIFAR-10 seed run: test accuracy 0.5534 (>= 0.55 met), GPU training 10.200 s"
@@ -73,14 +73,15 @@ has "$summary" "racecheck: clean"
 has "$summary" "synccheck: clean"
 has "$summary" "kernel profile: ncu unusable on this machine"
 # The candidate's switches on together in one GPU case, under its settings.
-has "$summary" "candidate's switches together (test_cuda_switches_together): passed [switches on together (the environment's): MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1 MPTRAIN_CUDA_GRADIENT_INTO_MASTERS=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_RELU_FROM_OUTPUT=1 MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1"
+has "$summary" "candidate's switches together (test_cuda_switches_together): passed [switches on together (the environment's): MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1 MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1 MPTRAIN_CUDA_GRADIENT_INTO_MASTERS=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_RELU_FROM_OUTPUT=1 MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1"
 # The candidate's records reach the records the device tool brings back; the switch lines leave them out.
 has_record "$work/out_passing/records.json" \
     'r.get("precision") == "fp32" and r.get("batch") == 4096 and r.get("grouped_sgd") and r.get("split_k_small_outputs")
-        and r.get("relu_from_output") and r.get("fused_sgd_three_blocks") and r.get("gradient_into_masters")' \
+        and r.get("relu_from_output") and r.get("fused_sgd_three_blocks") and r.get("gradient_into_masters")
+        and r.get("fused_sgd_32_rows")' \
     || fail "records.json lacks the candidate's fp32 record at batch 4096"
 # (No switch stage times fp32: a switched-on line for fp32 would be a candidate record.)
-lacks "$summary" "MPTRAIN_CUDA_GRADIENT_INTO_MASTERS=1): fp32"
+lacks "$summary" "MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1): fp32"
 # ReLU's derivative from the stored output: its stage ran at every batch, shown against the default
 # step, its path counted (no idle note), and its own records reached records.json.
 has "$summary" "switched on (MPTRAIN_CUDA_RELU_FROM_OUTPUT=1): mixed-bf16 batch 4096: 536 us/step, 0.93x the default step"
@@ -96,7 +97,7 @@ has_record "$work/out_passing/records.json" \
 has "$summary" "switched on (MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1): mixed-bf16 batch 32: 124 us/step, 0.96x the default step"
 lacks "$summary" "switched on (MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1): mixed-bf16 batch 32: 124 us/step, 0.96x the default step  [idle"
 lacks "$summary" "switched on (MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1): mixed-bf16 batch 256"
-has "$summary" "switched on (MPTRAIN_CUDA_DEPENDENT_LAUNCH=1, MPTRAIN_CUDA_GROUPED_SGD=1, MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1): mixed-bf16 batch 32: 118 us/step, 0.91x the default step"
+has "$summary" "switched on (MPTRAIN_CUDA_DEPENDENT_LAUNCH=1, MPTRAIN_CUDA_GROUPED_SGD=1, MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1, MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1): mixed-bf16 batch 32: 111 us/step, 0.86x the default step"
 lacks "$summary" "MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1): mixed-bf16 batch 4096"
 has_record "$work/out_passing/records.json" \
     'r.get("batch") == 32 and r.get("fused_sgd_three_blocks") and not r.get("grouped_sgd")
@@ -114,6 +115,17 @@ has_record "$work/out_passing/records.json" \
     'r.get("batch") == 4096 and r.get("gradient_into_masters") and not r.get("relu_from_output")
         and r["context"]["ops"]["gradient_into_masters"] > 0' \
     || fail "records.json lacks the gradient_into_masters stage's record at batch 4096 with its path counted"
+# The fused SGD kernel compiled for 32 rows: its stage ran at batch 32 alone (the one batch it acts
+# at), its path counted there (no idle note), its own record in records.json; it is in batch 32's
+# combined set (the line above, with the 3-blocks kernel) and not in the larger batches'.
+has "$summary" "switched on (MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1): mixed-bf16 batch 32: 121 us/step, 0.94x the default step"
+lacks "$summary" "switched on (MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1): mixed-bf16 batch 32: 121 us/step, 0.94x the default step  [idle"
+lacks "$summary" "switched on (MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1): mixed-bf16 batch 256"
+lacks "$summary" "MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1): mixed-bf16 batch 4096"
+has_record "$work/out_passing/records.json" \
+    'r.get("batch") == 32 and r.get("fused_sgd_32_rows") and not r.get("grouped_sgd")
+        and not r.get("fused_sgd_three_blocks") and r["context"]["ops"]["fused_sgd_32_rows"] > 0' \
+    || fail "records.json lacks the fused_sgd_32_rows stage's record at batch 32 with its path counted"
 
 status=$(run_check failing MPTRAIN_STANDIN_GPU_TESTS=fail)
 summary=$work/out_failing/summary.txt
@@ -147,7 +159,7 @@ has "$summary" "candidate defaults (MPTRAIN_CUDA_"
 has "$summary" "CIFAR-10 seed run, candidate defaults: test accuracy"
 has "$summary" "candidate's switches together (test_cuda_switches_together): passed"
 has_record "$work/out_short/records.json" 'r.get("batch") == 32 and r.get("dependent_launch") and
-    r.get("grouped_sgd") and r.get("fused_sgd_three_blocks")' \
+    r.get("grouped_sgd") and r.get("fused_sgd_three_blocks") and r.get("fused_sgd_32_rows")' \
     || fail "short of time: no record of the combined stage at batch 32"
 # (The first of the switch stages that keep the candidate's time ran, the last did not.)
 has "$summary" "switched on (MPTRAIN_CUDA_DEPENDENT_LAUNCH=1, MPTRAIN_CUDA_GROUPED_SGD=1, MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1, MPTRAIN_CUDA_RELU_FROM_OUTPUT=1, MPTRAIN_CUDA_GRADIENT_INTO_MASTERS=1): mixed-bf16 batch 4096"
@@ -165,7 +177,7 @@ has "$summary" "candidate's switches together (test_cuda_switches_together): FAI
 has "$tests_log" "=== the candidate's switches together"
 # The case alone, required to find a GPU, under the candidate's settings.
 has "$tests_log" "stand-in arguments: --test-case=the CUDA switches set on together* (MPTRAIN_REQUIRE_GPU=1)"
-has "$tests_log" "switches on together (the environment's): MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1 MPTRAIN_CUDA_GRADIENT_INTO_MASTERS=1 MPTRAIN_CUDA_GROUPED_SGD=1"
+has "$tests_log" "switches on together (the environment's): MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1 MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1 MPTRAIN_CUDA_GRADIENT_INTO_MASTERS=1 MPTRAIN_CUDA_GROUPED_SGD=1"
 
 if [ "$failures" != 0 ]; then
     echo "$failures check(s) failed; the logs:"

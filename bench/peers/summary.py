@@ -190,8 +190,8 @@ def main():
     mine = [r for r in mine if r not in unfused]
     # Runs under MPTRAIN_CUDA_DEPENDENT_LAUNCH=1, MPTRAIN_CUDA_GROUPED_SGD=1,
     # MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1, MPTRAIN_CUDA_RELU_FROM_OUTPUT=1,
-    # MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1 or MPTRAIN_CUDA_GRADIENT_INTO_MASTERS=1, or split-K off with
-    # any other switch, likewise.
+    # MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1, MPTRAIN_CUDA_GRADIENT_INTO_MASTERS=1 or
+    # MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1, or split-K off with any other switch, likewise.
     switched = [r for r in mine if any(r.get(field) is True for field in SWITCHES if field != "gemm_autotune")
                 or (r.get("split_k") is False and any(r.get(field) is True for field in SWITCHES))]
     mine = [r for r in mine if r not in switched]
@@ -355,7 +355,7 @@ def main():
     for r in switched:
         switches = [environment_setting(field) for field in
                     ("dependent_launch", "grouped_sgd", "gemm_autotune", "split_k_small_outputs", "relu_from_output",
-                     "fused_sgd_three_blocks", "gradient_into_masters")
+                     "fused_sgd_three_blocks", "gradient_into_masters", "fused_sgd_32_rows")
                     if r.get(field)]
         switches += [environment_setting("split_k", False)] if r.get("split_k") is False else []
         print(against(r, "switched on (" + ", ".join(switches) + ")",
