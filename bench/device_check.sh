@@ -360,7 +360,8 @@ if [ -x "$bench" ]; then
     # whole tiles without edge checks, about 30% fewer instructions a whole tile in the sm_90 code
     # (about 870 against 1,260). The default kernel at batch 32 on an H200 took 3 x 20.5 us, issuing
     # in 64% of cycles (above). Predicted, unmeasured: -5 to -12 us a step at batch 32. With the
-    # 3-blocks switch it needs no spills (80 registers; the kernel for any rows spills there), which
+    # 3-blocks switch it spills nothing for a layer, 16 bytes for a group (80 registers; the kernel
+    # for any rows spills 60 to 256 bytes there), which
     # batch 32's combined set above times.
     room_for_switch_stage fused_sgd_32_rows && MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1 \
         bench_run 60 fused_sgd_32_rows --precision mixed-bf16 --batch 32

@@ -174,7 +174,7 @@ __device__ __forceinline__ void update_strip(const FusedSgdLaunch& p, int64_t st
         const bool has_next = tile + 1 < end_tile;
         // The next tile's masters and dZ: loads issued now, used after this tile's sums and stores.
         float4 next_master[kRowsPerThread];
-        if (whole_strip && (tile + 2) * kTileRows <= p.out_features) {  // the next tile is whole
+        if (has_next && whole_strip && (tile + 2) * kTileRows <= p.out_features) {  // the next tile is whole
 #pragma unroll
             for (int u = 0; u < kRowsPerThread; ++u)
                 next_master[u] =
