@@ -553,6 +553,10 @@ TEST_CASE("MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1 trains exactly as the default does")
         const EnvironmentSetting grouped("MPTRAIN_CUDA_GROUPED_SGD", "1");
         auto exact_three = cuda_context_under("MPTRAIN_CUDA_FUSED_SGD_32_ROWS", "1");
         CHECK(train_two_bf16_epochs_replayed(exact_three, 83) == generic_bf16);
+        // (The seed MLP's 3000- and 3072-wide layers: whole strips and tiles, unchecked, in the grouped
+        // kernel that spills; the small MLP's layers are narrower than a strip.)
+        CHECK(train_seed_mlp_two_bf16_epochs(exact_three, data, 32) ==
+              train_seed_mlp_two_bf16_epochs(generic, data, 32));
         CHECK(cuda_backend_op_paths(exact_three->backend()).fused_sgd_32_rows > 0);
         CHECK(cuda_backend_op_paths(exact_three->backend()).fused_sgd_three_blocks > 0);
     }

@@ -1803,6 +1803,9 @@ TEST_CASE("MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1: CUDA fused SGD for 32 rows matches 
         compare_dense_update(*cpu, *cuda, {32, 200, 72, dtype, sgd_decay, false});  // partial strip and tile
         compare_dense_update(*cpu, *cuda, {32, 101, 45, dtype, sgd, false});        // any rows' kernel
         compare_dense_update(*cpu, *cuda, {32, 64, 16, dtype, sgd, true});
+        // Several tiles a block (64 row tiles of 8 strips on an H200's 264 blocks: 2 each), so that a
+        // whole next tile is prefetched unchecked.
+        compare_dense_update(*cpu, *cuda, {32, 1024, 2048, dtype, sgd_decay, false});
     }
     compare_dense_update(*cpu, *cuda, {32, 3072, 3000, DType::bf16, sgd, false});
     CHECK(cuda_backend_op_paths(*cuda).fused_sgd_32_rows > 0);

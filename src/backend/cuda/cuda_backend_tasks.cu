@@ -89,15 +89,17 @@ void CudaBackend::execute_fused_sgd_layers(size_t index, size_t count, const Rec
     }
     const DenseUpdateArgs* layers[kFusedSgdMaxLayers];
     const OptimizerConfig* optimizers[kFusedSgdMaxLayers];
+    // The compilations the layers' plans chose: the kernel for 32 rows wherever one was planned so, as
+    // the launch takes it only for the layers it applies to (which plan() chose it for alike).
+    FusedSgdKernelChoice choice;
     for (size_t k = 0; k < count; ++k) {
         layers[k] = &recorded_[index + k].update;
         optimizers[k] = &recorded_[index + k].optimizer;
+        choice.three_blocks = choice.three_blocks || recorded_[index + k].update_plan.fused_sgd_three_blocks;
+        choice.exact_rows = choice.exact_rows || recorded_[index + k].update_plan.fused_sgd_exact_rows;
     }
-    op_paths_.fused_sgd_grouped += static_cast<uint64_t>(
-        run_fused_sgd_layers(layers, optimizers, static_cast<int>(count), finish ? &finishing : nullptr,
-                             FusedSgdKernelChoice{recorded_[index].update_plan.fused_sgd_three_blocks,
-                                                  recorded_[index].update_plan.fused_sgd_exact_rows},
-                             stream));
+    op_paths_.fused_sgd_grouped += static_cast<uint64_t>(run_fused_sgd_layers(
+        layers, optimizers, static_cast<int>(count), finish ? &finishing : nullptr, choice, stream));
 }
 
 // ---- recording and graphs ----------------------------------------------------------------------

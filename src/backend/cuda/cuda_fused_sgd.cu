@@ -278,8 +278,6 @@ FusedSgdVariant kernels_for() {
         variant.single = fused_sgd_kernel<kVector, T, 1, kRows>;
         variant.group = fused_sgd_kernel<kVector, T, kFusedSgdMaxLayers, kRows>;
     }
-    variant.three_blocks = kThreeBlocks;
-    variant.exact_rows = kRows > 0;
     return variant;
 }
 

@@ -185,8 +185,6 @@ inline unsigned fused_sgd_grid(const void* kernel, int threads, FusedSgdGroup& g
 struct FusedSgdVariant {
     void (*single)(FusedSgdGroup);
     void (*group)(FusedSgdGroup);
-    bool three_blocks = false;  // compiled for 3 blocks an SM (MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1)
-    bool exact_rows = false;    // compiled for kFusedSgdExactRows rows (MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1)
     bool operator==(const FusedSgdVariant& other) const { return group == other.group; }
 };
 
