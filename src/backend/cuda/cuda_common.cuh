@@ -172,6 +172,20 @@ __device__ __forceinline__ T from_float(float value) {
     }
 }
 
+// Four values stored as four elements of T in one store, rounded to nearest even as from_float
+// rounds: 8 bytes of fp16/bf16 (`out` 8-byte aligned), 16 of fp32 (16-byte aligned).
+__device__ __forceinline__ void store_rounded4(float* out, const float4& w) { *reinterpret_cast<float4*>(out) = w; }
+__device__ __forceinline__ void store_rounded4(__nv_bfloat16* out, const float4& w) {
+    const __nv_bfloat162 lo = __floats2bfloat162_rn(w.x, w.y), hi = __floats2bfloat162_rn(w.z, w.w);
+    *reinterpret_cast<uint2*>(out) =
+        make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
+}
+__device__ __forceinline__ void store_rounded4(__half* out, const float4& w) {
+    const __half2 lo = __floats2half2_rn(w.x, w.y), hi = __floats2half2_rn(w.z, w.w);
+    *reinterpret_cast<uint2*>(out) =
+        make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
+}
+
 // The value `dtype` stores for `value` (round_to on the device).
 __device__ __forceinline__ float round_to_device(DType dtype, float value) {
     switch (dtype) {

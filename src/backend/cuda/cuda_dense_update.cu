@@ -60,19 +60,15 @@ __device__ __forceinline__ void update_one(const UpdateLaunch& launch, const Opt
     if (group.low_copy) store_element(group.low_copy, kLow, i, master);
 }
 
+// Elements i .. i + 3 of the low copy, in its dtype kLow.
 template <DType kLow>
 __device__ __forceinline__ void store_low4(void* low_copy, int64_t i, const float4& value) {
-    if constexpr (kLow == DType::bf16) {
-        __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(low_copy) + i);
-        out[0] = __floats2bfloat162_rn(value.x, value.y);
-        out[1] = __floats2bfloat162_rn(value.z, value.w);
-    } else if constexpr (kLow == DType::fp16) {
-        __half2* out = reinterpret_cast<__half2*>(static_cast<__half*>(low_copy) + i);
-        out[0] = __floats2half2_rn(value.x, value.y);
-        out[1] = __floats2half2_rn(value.z, value.w);
-    } else {
-        *reinterpret_cast<float4*>(static_cast<float*>(low_copy) + i) = value;
-    }
+    if constexpr (kLow == DType::bf16)
+        store_rounded4(static_cast<__nv_bfloat16*>(low_copy) + i, value);
+    else if constexpr (kLow == DType::fp16)
+        store_rounded4(static_cast<__half*>(low_copy) + i, value);
+    else
+        store_rounded4(static_cast<float*>(low_copy) + i, value);
 }
 
 // Four elements with state (the optimizers other than plain SGD).
@@ -194,7 +190,7 @@ DeviceGroup device_group(float* master, void* low_copy, DType low_dtype, float* 
     group.count = count;
     group.first_chunk = first_chunk;
     group.low_dtype = low_dtype;
-    // store_low4 writes four elements at once: a float4 (16 bytes) in fp32, two 4-byte pairs in 16-bit.
+    // store_low4 writes four elements at once: a float4 (16 bytes) in fp32, 8 bytes in 16-bit.
     const unsigned low_alignment = low_dtype == DType::fp32 ? 16 : 8;
     group.vectorised = aligned(master, 16) && aligned(gradient, 16) && (!states[0] || aligned(states[0], 16)) &&
                        (!states[1] || aligned(states[1], 16)) && (!states[2] || aligned(states[2], 16)) &&

@@ -38,21 +38,6 @@ constexpr int kTileRows = kFusedSgdTileRows;          // 8 warps x 4 rows
 constexpr int kRowsPerThread = kTileRows / kWarps;
 static_assert(kRowsPerThread == 4, "a warp's rows are one float4 of dZ");
 
-// 4 values as 4 elements of T in one store (8 bytes for fp16/bf16, 16 for fp32).
-__device__ __forceinline__ void store_4(float* out, const float (&w)[4]) {
-    *reinterpret_cast<float4*>(out) = make_float4(w[0], w[1], w[2], w[3]);
-}
-__device__ __forceinline__ void store_4(__nv_bfloat16* out, const float (&w)[4]) {
-    const __nv_bfloat162 lo = __floats2bfloat162_rn(w[0], w[1]), hi = __floats2bfloat162_rn(w[2], w[3]);
-    *reinterpret_cast<uint2*>(out) =
-        make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
-}
-__device__ __forceinline__ void store_4(__half* out, const float (&w)[4]) {
-    const __half2 lo = __floats2half2_rn(w[0], w[1]), hi = __floats2half2_rn(w[2], w[3]);
-    *reinterpret_cast<uint2*>(out) =
-        make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
-}
-
 // The thread's 4 masters of row o from column i: one float4 when kVector (in_features a multiple
 // of 4 and the masters 16-byte aligned), else one by one with the row's end checked. kChecked false:
 // the caller knows row and columns inside the layer (a whole tile).
@@ -81,7 +66,7 @@ __device__ __forceinline__ void store_masters(const FusedSgdLaunch& p, int64_t o
     T* low = static_cast<T*>(p.low_weights);
     if constexpr (kVector) {
         store_master<T>(reinterpret_cast<float4*>(p.weights + index), make_float4(w[0], w[1], w[2], w[3]));
-        if (low) store_4(low + index, w);
+        if (low) store_rounded4(low + index, make_float4(w[0], w[1], w[2], w[3]));
     } else {
 #pragma unroll
         for (int v = 0; v < 4; ++v) {

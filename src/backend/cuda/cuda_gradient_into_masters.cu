@@ -84,22 +84,6 @@ struct FinishLaunch {
     bool vector;  // weights whole float4s (16-byte aligned, a multiple of 4) and the copy 8-byte aligned
 };
 
-// Four masters as four T in one 8-byte store.
-template <typename T>
-__device__ __forceinline__ void store_copy4(T* out, const float4& w);
-template <>
-__device__ __forceinline__ void store_copy4(__nv_bfloat16* out, const float4& w) {
-    const __nv_bfloat162 lo = __floats2bfloat162_rn(w.x, w.y), hi = __floats2bfloat162_rn(w.z, w.w);
-    *reinterpret_cast<uint2*>(out) =
-        make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
-}
-template <>
-__device__ __forceinline__ void store_copy4(__half* out, const float4& w) {
-    const __half2 lo = __floats2half2_rn(w.x, w.y), hi = __floats2half2_rn(w.z, w.w);
-    *reinterpret_cast<uint2*>(out) =
-        make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
-}
-
 // T: the copies' element type (float where the layer has none: only the bias is updated).
 template <typename T>
 __global__ void __launch_bounds__(kThreads) gradient_into_masters_finish_kernel(const FinishLaunch p) {
@@ -123,10 +107,10 @@ __global__ void __launch_bounds__(kThreads) gradient_into_masters_finish_kernel(
             int64_t c = first;
             for (; c + stride < chunks; c += 2 * stride) {
                 const float4 a = masters[c], b = masters[c + stride];
-                store_copy4(low + 4 * c, a);
-                store_copy4(low + 4 * (c + stride), b);
+                store_rounded4(low + 4 * c, a);
+                store_rounded4(low + 4 * (c + stride), b);
             }
-            for (; c < chunks; c += stride) store_copy4(low + 4 * c, masters[c]);
+            for (; c < chunks; c += stride) store_rounded4(low + 4 * c, masters[c]);
             return;
         }
     }
