@@ -210,6 +210,28 @@ class BestSwitches(unittest.TestCase):
         self.assertIn("relu_from_output: fastest somewhere, but its GPU tests failed", why)
         self.assertNotIn("default paths failed", why)
 
+    def test_a_failed_switch_in_the_fastest_set_passes_the_batch_to_the_fastest_set_without_it(self):
+        self.write_log("MPTRAIN_CUDA_RELU_FROM_OUTPUT=1 takes ReLU's derivative from the outputs and trains as the "
+                       "default does")
+        stages = [record(32, 129), record(256, 177), record(4096, 576),
+                  record(4096, 500, relu_from_output=True, split_k_small_outputs=True),
+                  record(4096, 540, split_k_small_outputs=True), record(4096, 520, relu_from_output=True)]
+        settings, why = self.choose(*stages)
+        self.assertEqual(settings, "MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1")
+        self.assertIn("relu_from_output: fastest somewhere, but its GPU tests failed", why)
+        self.assertIn("batch 4096: the fastest set holds relu_from_output: the fastest without a failed switch instead",
+                      why)
+        self.assertIn("batch 4096: fastest split_k_small_outputs: 540 us/step, 0.94x the default 576", why)
+        # The set without it no faster than 2%: nothing at that batch.
+        settings, why = self.choose(*stages[:-2], record(4096, 570, split_k_small_outputs=True))
+        self.assertEqual(settings, "")
+        self.assertIn("batch 4096: no set 2% faster than the default 576 us/step (fastest split_k_small_outputs: 0.99x)",
+                      why)
+        # Only sets with the failed switch: none at that batch.
+        settings, why = self.choose(*stages[:4])
+        self.assertEqual(settings, "")
+        self.assertIn("batch 4096: every set timed there holds a switch whose GPU tests failed", why)
+
     def test_relu_from_output_takes_no_credit_where_its_path_did_not_run_and_is_dropped_where_slower(self):
         # No backward-data op on the path (the ops' counter 0): its 0.93x is not its own.
         settings, why = self.choose(*self.relu_from_output_stage(counted=0))

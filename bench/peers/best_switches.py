@@ -14,12 +14,14 @@ the same call: what committing those switches as the defaults would measure.
 
 The rule, from mptrain-bench's records of the plain step (seed MLP, SGD, constant rate, resident data,
 no caveat such as a refused graph or a switch the device turned off):
-- at each batch the fastest switch set timed there, if at least 2% faster than the default step,
-  less the switches whose paths did not run in its steps there (its context's op counters: grouped
-  SGD's at batch 4096, where no fused SGD runs), which take no credit for its time;
-- the union of those sets, less any switch whose GPU test failed (a failing case that names none of
-  the switches is a failure of the default path, and then nothing is chosen), less any switch that
-  was timed alone and was more than 2% slower than the default at some batch;
+- at each batch the fastest switch set timed there among those none of whose switches that ran there
+  failed its GPU test (a failed switch in the overall fastest set passes the batch to the fastest set
+  without one, not to none; a failing case that names none of the switches is a failure of the
+  default path, and then nothing is chosen at all), if at least 2% faster than the default step, less
+  the switches whose paths did not run in its steps there (its context's op counters: grouped SGD's
+  at batch 4096, where no fused SGD runs), which take no credit for its time;
+- the union of those sets, less any switch that was timed alone and was more than 2% slower than the
+  default at some batch;
 - split-K off dropped so, having lost only at smaller batches than those it won at (the GEMMs that
   need the split to fill the GPU, against the large outputs' gain), gives way to the rule that keeps
   only the large GEMMs whole, MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1, unless that rule's own tests
@@ -113,7 +115,7 @@ def choose(ctest_log, paths):
     if not defaults:
         print("no default mixed-bf16 step timed without a caveat: nothing chosen")
         return set()
-    chosen, alone, won_at, slower_at = set(), {}, {}, {}
+    chosen, alone, won_at, slower_at, failed_fastest = set(), {}, {}, {}, set()
     for batch in sorted(defaults):
         timed = [r for r in records if r["batch"] == batch and switch_set(r) and not caveats(r)]
         # The fastest set among those with a switch that ran there (a set idle at this batch is the
@@ -129,6 +131,19 @@ def choose(ctest_log, paths):
         if not active:
             continue
         best = min(active, key=lambda r: r["us_per_step"])
+        failed = acted(best) & excluded
+        if failed:
+            for name in sorted(failed - failed_fastest):
+                print(f"{name}: fastest somewhere, but its GPU tests failed")
+            failed_fastest |= failed
+            # (Its time is not the other switches' alone: the fastest set without a failed switch instead.)
+            eligible = [r for r in active if not (acted(r) & excluded)]
+            if not eligible:
+                print(f"batch {batch}: every set timed there holds a switch whose GPU tests failed")
+                continue
+            print(f"batch {batch}: the fastest set holds {', '.join(sorted(failed))}: the fastest without a "
+                  f"failed switch instead")
+            best = min(eligible, key=lambda r: r["us_per_step"])
         share = best["us_per_step"] / defaults[batch]
         names = ", ".join(sorted(switch_set(best)))
         if share <= FASTER:
@@ -142,9 +157,7 @@ def choose(ctest_log, paths):
         else:
             print(f"batch {batch}: no set 2% faster than the default {defaults[batch]:.0f} us/step "
                   f"(fastest {names}: {share:.2f}x)")
-    for name in sorted(chosen & excluded):
-        print(f"{name}: fastest somewhere, but its GPU tests failed")
-    chosen -= excluded
+    chosen -= excluded  # (none left: no set with a failed switch was taken)
     for name in sorted(chosen):
         if alone.get(name, 0.0) > SLOWER:
             print(f"{name}: dropped, alone it took {alone[name]:.2f}x the default step at some batch")
