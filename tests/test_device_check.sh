@@ -30,6 +30,20 @@ has_record() {
     python3 -c 'import json, sys; sys.exit(not any(eval("(" + sys.argv[2] + ")", {"r": r}) for r in json.load(open(sys.argv[1]))))' \
         "$1" "$2"
 }
+# stage_line <VAR> <batch> <"N us/step, R.RRx">: the summary's line for the stage of switch VAR alone at
+# that batch (mixed-bf16), against the default step and without an idle note (its path counted).
+stage_line() {
+    local line="switched on ($1=1): mixed-bf16 batch $2: $3 the default step"
+    has "$summary" "$line"
+    lacks "$summary" "$line  [idle"
+}
+# stage_record <field> <batch> <Python condition that sets the stage's record apart> <op counter>: the
+# stage's own record in the passing run's records.json, its path counted in its context.
+stage_record() {
+    has_record "$work/out_passing/records.json" \
+        "r.get(\"batch\") == $2 and r.get(\"$1\") and $3 and r[\"context\"][\"ops\"][\"$4\"] > 0" \
+        || fail "records.json lacks the $1 stage's record at batch $2 with its path counted"
+}
 
 # run_check <name> [VAR=value...]: the script over a fresh copy of the stand-in build folder (the
 # settings given override DEADLINE's 300 s).
@@ -84,48 +98,32 @@ has_record "$work/out_passing/records.json" \
 lacks "$summary" "MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1): fp32"
 # ReLU's derivative from the stored output: its stage ran at every batch, shown against the default
 # step, its path counted (no idle note), and its own records reached records.json.
-has "$summary" "switched on (MPTRAIN_CUDA_RELU_FROM_OUTPUT=1): mixed-bf16 batch 4096: 536 us/step, 0.93x the default step"
+stage_line MPTRAIN_CUDA_RELU_FROM_OUTPUT 4096 "536 us/step, 0.93x"
 has "$summary" "switched on (MPTRAIN_CUDA_RELU_FROM_OUTPUT=1): mixed-bf16 batch 32: 129 us/step, 1.00x the default step"
-lacks "$summary" "switched on (MPTRAIN_CUDA_RELU_FROM_OUTPUT=1): mixed-bf16 batch 4096: 536 us/step, 0.93x the default step  [idle"
-has_record "$work/out_passing/records.json" \
-    'r.get("batch") == 4096 and r.get("relu_from_output") and not r.get("split_k_small_outputs")
-        and r["context"]["ops"]["backward_data_relu_from_output"] > 0' \
-    || fail "records.json lacks the relu_from_output stage's record at batch 4096 with its path counted"
+stage_record relu_from_output 4096 'not r.get("split_k_small_outputs")' backward_data_relu_from_output
 # The fused SGD kernel at 3 blocks an SM: its stage ran at batch 32 alone (where fused SGD runs), its
 # path counted there (no idle note), its own record in records.json; it is in batch 32's combined set
 # and not in the larger batches' (no fused SGD past 64 rows).
-has "$summary" "switched on (MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1): mixed-bf16 batch 32: 124 us/step, 0.96x the default step"
-lacks "$summary" "switched on (MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1): mixed-bf16 batch 32: 124 us/step, 0.96x the default step  [idle"
+stage_line MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS 32 "124 us/step, 0.96x"
 lacks "$summary" "switched on (MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1): mixed-bf16 batch 256"
 has "$summary" "switched on (MPTRAIN_CUDA_DEPENDENT_LAUNCH=1, MPTRAIN_CUDA_GROUPED_SGD=1, MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1, MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1): mixed-bf16 batch 32: 111 us/step, 0.86x the default step"
 lacks "$summary" "MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1): mixed-bf16 batch 4096"
-has_record "$work/out_passing/records.json" \
-    'r.get("batch") == 32 and r.get("fused_sgd_three_blocks") and not r.get("grouped_sgd")
-        and r["context"]["ops"]["fused_sgd_three_blocks"] > 0' \
-    || fail "records.json lacks the fused_sgd_three_blocks stage's record at batch 32 with its path counted"
+stage_record fused_sgd_three_blocks 32 'not r.get("grouped_sgd")' fused_sgd_three_blocks
 # Plain SGD's updates into the masters: its stage ran at batch 256 and 4096 alone (it runs only past
 # fused SGD's 64 rows), its path counted there (no idle note), its own record in records.json; it is
 # in the larger batches' combined set and not in batch 32's.
-has "$summary" "switched on (MPTRAIN_CUDA_GRADIENT_INTO_MASTERS=1): mixed-bf16 batch 4096: 547 us/step, 0.95x the default step"
-lacks "$summary" "switched on (MPTRAIN_CUDA_GRADIENT_INTO_MASTERS=1): mixed-bf16 batch 4096: 547 us/step, 0.95x the default step  [idle"
+stage_line MPTRAIN_CUDA_GRADIENT_INTO_MASTERS 4096 "547 us/step, 0.95x"
 has "$summary" "switched on (MPTRAIN_CUDA_GRADIENT_INTO_MASTERS=1): mixed-bf16 batch 256: 168 us/step, 0.95x the default step"
 lacks "$summary" "MPTRAIN_CUDA_GRADIENT_INTO_MASTERS=1): mixed-bf16 batch 32"
 has "$summary" "switched on (MPTRAIN_CUDA_DEPENDENT_LAUNCH=1, MPTRAIN_CUDA_GROUPED_SGD=1, MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1, MPTRAIN_CUDA_RELU_FROM_OUTPUT=1, MPTRAIN_CUDA_GRADIENT_INTO_MASTERS=1): mixed-bf16 batch 4096: 453 us/step, 0.79x the default step"
-has_record "$work/out_passing/records.json" \
-    'r.get("batch") == 4096 and r.get("gradient_into_masters") and not r.get("relu_from_output")
-        and r["context"]["ops"]["gradient_into_masters"] > 0' \
-    || fail "records.json lacks the gradient_into_masters stage's record at batch 4096 with its path counted"
+stage_record gradient_into_masters 4096 'not r.get("relu_from_output")' gradient_into_masters
 # The fused SGD kernel compiled for 32 rows: its stage ran at batch 32 alone (the one batch it acts
 # at), its path counted there (no idle note), its own record in records.json; it is in batch 32's
 # combined set (the line above, with the 3-blocks kernel) and not in the larger batches'.
-has "$summary" "switched on (MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1): mixed-bf16 batch 32: 121 us/step, 0.94x the default step"
-lacks "$summary" "switched on (MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1): mixed-bf16 batch 32: 121 us/step, 0.94x the default step  [idle"
+stage_line MPTRAIN_CUDA_FUSED_SGD_32_ROWS 32 "121 us/step, 0.94x"
 lacks "$summary" "switched on (MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1): mixed-bf16 batch 256"
 lacks "$summary" "MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1): mixed-bf16 batch 4096"
-has_record "$work/out_passing/records.json" \
-    'r.get("batch") == 32 and r.get("fused_sgd_32_rows") and not r.get("grouped_sgd")
-        and not r.get("fused_sgd_three_blocks") and r["context"]["ops"]["fused_sgd_32_rows"] > 0' \
-    || fail "records.json lacks the fused_sgd_32_rows stage's record at batch 32 with its path counted"
+stage_record fused_sgd_32_rows 32 'not r.get("grouped_sgd") and not r.get("fused_sgd_three_blocks")' fused_sgd_32_rows
 
 status=$(run_check failing MPTRAIN_STANDIN_GPU_TESTS=fail)
 summary=$work/out_failing/summary.txt
