@@ -306,9 +306,10 @@ room_for_switch_stage() {  # room_for_switch_stage <name>: a switch stage of abo
 }
 if [ -x "$bench" ]; then
     stage "switched-off paths (mptrain-bench --backend cuda under each switch)"
-    # Batch 32's combined set: fused SGD grouped, at 3 blocks an SM and compiled for 32 rows,
-    # dependent launch.
-    MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1 \
+    # Batch 32's combined set: both small-batch kernels, fused SGD grouped, at 3 blocks an SM and
+    # compiled for 32 rows, dependent launch.
+    MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 \
+        MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1 \
         MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1 bench_run 60 all_switches --precision mixed-bf16 --batch 32
     # Past batch 32's kernels: every switch that acts at batch 256 or 4096 at once (not the GEMM
     # autotuning, timed last), so that the candidate choice has a combined set to weigh there too.
@@ -365,11 +366,22 @@ if [ -x "$bench" ]; then
     # batch 32's combined set above times.
     room_for_switch_stage fused_sgd_32_rows && MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1 \
         bench_run 60 fused_sgd_32_rows --precision mixed-bf16 --batch 32
+    # Batch 32's forward layers as one tensor-core kernel each instead of cuBLASLt's (split-K) GEMMs
+    # (the input gradients' kernel has no stage alone: it runs beside the forward's, below). Rebuilt
+    # (2026-12-06) with K split across the blocks of a thread-block cluster on compute capability 9.0:
+    # the first version, one block per 32 output features (94, 32 and 1 blocks for the seed MLP's
+    # layers on 132 SMs), took the step to 115 us against the default's 109 on an H200. Unmeasured.
+    room_for_switch_stage small_batch_forward &&
+        MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 bench_run 60 small_batch_forward --precision mixed-bf16 --batch 32
     # Only the GEMMs whose outputs have a tile per multiprocessor or more kept whole (batch 4096's
     # large ones; at batch 32 every GEMM may split as by default, so the stage leaves it out). Last
     # of the switches alone: all_switches_large has it, and the choice needs it alone only to drop it.
     room_for_switch_stage split_k_small_outputs && MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1 \
         bench_run 60 split_k_small_outputs --precision mixed-bf16 --batch 256,4096 --steps 50
+    # Then both small-batch kernels together.
+    room_for_switch_stage small_batch &&
+        MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 \
+            bench_run 60 small_batch --precision mixed-bf16 --batch 32
     # cuBLASLt's candidate algorithms timed when each GEMM is planned, against the heuristic's first.
     room_for_switch_stage autotuned &&
         MPTRAIN_CUDA_GEMM_AUTOTUNE=1 bench_run 90 autotuned --precision mixed-bf16 --batch 32,256,4096 --steps 50
@@ -539,11 +551,11 @@ run_memcheck() {
 }
 
 # Shared-memory races and barrier misuse in the kernels that stage tiles or partial sums in shared
-# memory (fused SGD, one layer and grouped; the bias-gradient, loss head and max kernels), which the
-# op comparisons may pass by luck: the switched-off ones are the candidate defaults.
-# compute-sanitizer's racecheck and synccheck over their op comparisons, after memcheck (whose probe
-# said whether the sanitizer attaches here; a memcheck cut at its 70 s, which the op cases added
-# since the last GPU run may need, still says so), if time is left.
+# memory (fused SGD, one layer and grouped; the small-batch kernels; the bias-gradient, loss head and
+# max kernels), which the op comparisons may pass by luck: the switched-off ones are the candidate
+# defaults. compute-sanitizer's racecheck and synccheck over their op comparisons, after memcheck
+# (whose probe said whether the sanitizer attaches here; a memcheck cut at its 70 s, which the op
+# cases added since the last GPU run may need, still says so), if time is left.
 run_shared_memory_checks() {
     local sanitizer tool check_status
     sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
@@ -562,7 +574,7 @@ run_shared_memory_checks() {
         # kernels used up the stage's 60 s before the op cases ended.
         limited 60 env MPTRAIN_REQUIRE_GPU=1 "$sanitizer" --tool "$tool" --error-exitcode 9 \
             --kernel-name-exclude 'regex=nvjet|cublas|globalKernel' "$BUILD/bin/test_cuda_ops" \
-            --test-case='*several layers*,*every optimizer*,*loss head*,*max_abs*' \
+            --test-case='*small-batch kernel*,*several layers*,*every optimizer*,*loss head*,*max_abs*' \
             >"$WORK/$tool.log" 2>&1
         check_status=$?
         tail -12 "$WORK/$tool.log"

@@ -77,6 +77,8 @@ struct Record {
     bool split_k;  // false under MPTRAIN_CUDA_SPLIT_K=0 (cuBLASLt never splits K)
     bool fused_epilogues;  // false under MPTRAIN_CUDA_FUSED_EPILOGUES=0 (the backend's own epilogue kernels)
     bool gemm_autotune;    // MPTRAIN_CUDA_GEMM_AUTOTUNE=1: cuBLASLt's algorithms chosen by timing
+    bool small_batch_forward;   // MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1: forward layers of <= 64 rows on one kernel each
+    bool small_batch_backward;  // MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1: their input gradients likewise
     bool dependent_launch;      // MPTRAIN_CUDA_DEPENDENT_LAUNCH=1: each kernel's launch overlapping the one before
     bool grouped_sgd;           // MPTRAIN_CUDA_GROUPED_SGD=1: the layers' fused SGD updates as one launch
     bool split_k_small_outputs;  // MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1: K split only where outputs have few tiles
@@ -454,6 +456,8 @@ Record run_one(const Options& options, const std::string& precision_text, int64_
     record.split_k = !environment_is("MPTRAIN_CUDA_SPLIT_K", "0");
     record.fused_epilogues = !environment_is("MPTRAIN_CUDA_FUSED_EPILOGUES", "0");
     record.gemm_autotune = environment_is("MPTRAIN_CUDA_GEMM_AUTOTUNE", "1");
+    record.small_batch_forward = environment_is("MPTRAIN_CUDA_SMALL_BATCH_FORWARD", "1");
+    record.small_batch_backward = environment_is("MPTRAIN_CUDA_SMALL_BATCH_BACKWARD", "1");
     record.dependent_launch = environment_is("MPTRAIN_CUDA_DEPENDENT_LAUNCH", "1");
     record.grouped_sgd = environment_is("MPTRAIN_CUDA_GROUPED_SGD", "1");
     record.split_k_small_outputs = environment_is("MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS", "1");
@@ -556,7 +560,8 @@ void write_json(const std::string& path, const std::vector<Record>& records) {
                      "\"lr_schedule\": \"%s\", \"global_clipnorm\": %g, \"ema_momentum\": %g, \"dropout\": %g, "
                      "\"weight_decay\": %g, \"optimizer\": \"%s\", \"momentum\": %g, \"centered\": %s, "
                      "\"micro_batch\": %lld, \"frozen_layers\": %d, \"standardized\": %s, \"split_k\": %s, \"fused_epilogues\": %s, "
-                     "\"gemm_autotune\": %s, \"dependent_launch\": %s, \"grouped_sgd\": %s, \"split_k_small_outputs\": %s, "
+                     "\"gemm_autotune\": %s, \"small_batch_forward\": %s, \"small_batch_backward\": %s, "
+                     "\"dependent_launch\": %s, \"grouped_sgd\": %s, \"split_k_small_outputs\": %s, "
                      "\"relu_from_output\": %s, \"fused_sgd_three_blocks\": %s, \"gradient_into_masters\": %s, "
                      "\"fused_sgd_32_rows\": %s, ",
                      hidden.c_str(), r.backend.c_str(), r.precision.c_str(), r.resolved.c_str(), static_cast<long long>(r.batch),
@@ -566,7 +571,9 @@ void write_json(const std::string& path, const std::vector<Record>& records) {
                      static_cast<double>(r.weight_decay), r.optimizer.c_str(), static_cast<double>(r.momentum),
                      r.centered ? "true" : "false", static_cast<long long>(r.micro_batch), r.frozen,
                      r.standardized ? "true" : "false", r.split_k ? "true" : "false", r.fused_epilogues ? "true" : "false",
-                     r.gemm_autotune ? "true" : "false", r.dependent_launch ? "true" : "false",
+                     r.gemm_autotune ? "true" : "false",
+                     r.small_batch_forward ? "true" : "false", r.small_batch_backward ? "true" : "false",
+                     r.dependent_launch ? "true" : "false",
                      r.grouped_sgd ? "true" : "false", r.split_k_small_outputs ? "true" : "false",
                      r.relu_from_output ? "true" : "false", r.fused_sgd_three_blocks ? "true" : "false",
                      r.gradient_into_masters ? "true" : "false", r.fused_sgd_32_rows ? "true" : "false");

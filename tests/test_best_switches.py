@@ -19,9 +19,10 @@ import summary  # noqa: E402
 
 SWITCHES_TOGETHER_CASE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "test_cuda_switches_together.cpp")
 
-DEFAULT_FIELDS = {"split_k": True, "gemm_autotune": False, "dependent_launch": False, "grouped_sgd": False,
-                  "split_k_small_outputs": False, "relu_from_output": False, "fused_sgd_three_blocks": False,
-                  "gradient_into_masters": False, "fused_sgd_32_rows": False}
+DEFAULT_FIELDS = {"split_k": True, "gemm_autotune": False, "small_batch_forward": False, "small_batch_backward": False,
+                  "dependent_launch": False, "grouped_sgd": False, "split_k_small_outputs": False,
+                  "relu_from_output": False, "fused_sgd_three_blocks": False, "gradient_into_masters": False,
+                  "fused_sgd_32_rows": False}
 
 
 H200 = "cuda:0 (NVIDIA H200, compute capability 9.0, 143771 MiB)"
@@ -88,12 +89,14 @@ class BestSwitches(unittest.TestCase):
         """The default step at three batches, and switch stages as the device check times them."""
         return [record(32, 129), record(256, 177), record(4096, 576),
                 record(32, 100, dependent_launch=True), record(256, 140, dependent_launch=True),
-                record(32, 95, dependent_launch=True, grouped_sgd=True),
+                record(32, 95, dependent_launch=True, grouped_sgd=True, small_batch_forward=True,
+                       small_batch_backward=True),
                 record(4096, 500, split_k=False), record(32, 131, split_k=False), record(256, 176, split_k=False)]
 
     def test_the_fastest_set_at_each_batch_and_their_union(self):
         settings, why = self.choose(*self.seed_stages())
-        self.assertEqual(settings, "MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_SPLIT_K=0")
+        self.assertEqual(settings, "MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 "
+                                   "MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_SPLIT_K=0")
         self.assertIn("batch 4096: fastest split_k_off", why)
 
     def unsplit_slower_at_batch_32(self):
@@ -103,7 +106,8 @@ class BestSwitches(unittest.TestCase):
 
     def test_split_k_off_slower_somewhere_gives_way_to_the_small_outputs_rule(self):
         settings, why = self.choose(*self.unsplit_slower_at_batch_32())
-        self.assertEqual(settings, "MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 "
+        self.assertEqual(settings, "MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 "
+                                   "MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 "
                                    "MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1")
         self.assertIn("split_k_off: dropped, alone it took 1.09x", why)
         self.assertIn("split_k_small_outputs: in split_k_off's place", why)
@@ -161,6 +165,7 @@ class BestSwitches(unittest.TestCase):
         settings, why = self.choose(
             record(32, 129, ops={}), record(4096, 576, ops={}),
             record(4096, 540, grouped_sgd=True, ops={"fused_sgd_grouped": 0}),
+            record(4096, 545, small_batch_forward=True, ops={"forward_small_batch": 0}),
             record(4096, 550, dependent_launch=True, ops={"dependent_launches": 6}))
         self.assertEqual(settings, "MPTRAIN_CUDA_DEPENDENT_LAUNCH=1")
         self.assertIn("batch 4096: fastest dependent_launch", why)
@@ -196,9 +201,11 @@ class BestSwitches(unittest.TestCase):
         self.assertIn("batch 4096: fastest relu_from_output: 536 us/step, 0.93x the default 576", why)
         # Beside the other switches' stages it joins their union.
         settings, _ = self.choose(*self.seed_stages(), record(4096, 536, relu_from_output=True))
-        self.assertEqual(settings, "MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_SPLIT_K=0")
+        self.assertEqual(settings, "MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 "
+                                   "MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_SPLIT_K=0")
         settings, _ = self.choose(*self.seed_stages(), record(4096, 480, relu_from_output=True, split_k=False))
-        self.assertEqual(settings, "MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_SPLIT_K=0 "
+        self.assertEqual(settings, "MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 "
+                                   "MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_SPLIT_K=0 "
                                    "MPTRAIN_CUDA_RELU_FROM_OUTPUT=1")
 
     def test_relu_from_output_is_left_out_when_its_gpu_test_failed(self):
@@ -256,7 +263,8 @@ class BestSwitches(unittest.TestCase):
         self.assertIn("batch 32: fastest fused_sgd_three_blocks: 124 us/step, 0.96x the default 129", why)
         # Beside the other switches' stages it joins their union through batch 32's combined set.
         settings, _ = self.choose(*self.seed_stages(), record(32, 124, fused_sgd_three_blocks=True))
-        self.assertEqual(settings, "MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_SPLIT_K=0")
+        self.assertEqual(settings, "MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 "
+                                   "MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_SPLIT_K=0")
         settings, why = self.choose(*self.seed_stages(), record(32, 124, fused_sgd_three_blocks=True),
                                     record(32, 91, dependent_launch=True, grouped_sgd=True, fused_sgd_three_blocks=True))
         self.assertEqual(settings, "MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_SPLIT_K=0 "
@@ -311,10 +319,12 @@ class BestSwitches(unittest.TestCase):
         self.assertIn("batch 4096: fastest gradient_into_masters: 547 us/step, 0.95x the default 576", why)
         # Beside the other switches' stages it joins their union through the larger batches' combined set.
         settings, _ = self.choose(*self.seed_stages(), record(4096, 547, gradient_into_masters=True))
-        self.assertEqual(settings, "MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_SPLIT_K=0")
+        self.assertEqual(settings, "MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 "
+                                   "MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_SPLIT_K=0")
         settings, why = self.choose(*self.seed_stages(), record(4096, 547, gradient_into_masters=True),
                                     record(4096, 475, split_k=False, gradient_into_masters=True))
-        self.assertEqual(settings, "MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_SPLIT_K=0 "
+        self.assertEqual(settings, "MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 "
+                                   "MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_SPLIT_K=0 "
                                    "MPTRAIN_CUDA_GRADIENT_INTO_MASTERS=1")
         self.assertIn("batch 4096: fastest gradient_into_masters, split_k_off: 475 us/step, 0.82x the default 576", why)
 
@@ -335,7 +345,8 @@ class BestSwitches(unittest.TestCase):
         self.assertIn("left out, their GPU tests failed: gradient_into_masters", why)
         self.assertNotIn("default paths failed", why)
         settings, why = self.choose(*self.seed_stages())
-        self.assertEqual(settings, "MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_SPLIT_K=0")
+        self.assertEqual(settings, "MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 "
+                                   "MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_SPLIT_K=0")
 
     def test_gradient_into_masters_takes_no_credit_where_its_path_did_not_run_and_is_dropped_where_slower(self):
         # No update planned into the masters (its counter 0): its 0.95x is not its own.
@@ -368,7 +379,8 @@ class BestSwitches(unittest.TestCase):
         self.assertIn("batch 32: fastest fused_sgd_32_rows: 121 us/step, 0.94x the default 129", why)
         # Beside the other switches' stages it joins their union through batch 32's combined set.
         settings, _ = self.choose(*self.seed_stages(), record(32, 121, fused_sgd_32_rows=True))
-        self.assertEqual(settings, "MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_SPLIT_K=0")
+        self.assertEqual(settings, "MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 "
+                                   "MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_SPLIT_K=0")
         settings, why = self.choose(*self.seed_stages(), record(32, 121, fused_sgd_32_rows=True),
                                     record(32, 85, dependent_launch=True, grouped_sgd=True, fused_sgd_three_blocks=True,
                                            fused_sgd_32_rows=True))
@@ -401,7 +413,8 @@ class BestSwitches(unittest.TestCase):
             self.assertNotIn("default paths failed", why)
             # The other switches stay: the seed stages' choice, and the 3-blocks kernel where it won.
             settings, why = self.choose(*self.seed_stages())
-            self.assertEqual(settings, "MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_SPLIT_K=0")
+            self.assertEqual(settings, "MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 "
+                                       "MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_SPLIT_K=0")
             settings, _ = self.choose(*self.fused_sgd_three_blocks_stage())
             self.assertEqual(settings, "MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1")
         # The 3-blocks kernel's failing case names only that switch.
@@ -427,6 +440,48 @@ class BestSwitches(unittest.TestCase):
                                            ops={"fused_sgd_32_rows": 10, "fused_sgd_grouped": 10}))
         self.assertEqual(settings, "MPTRAIN_CUDA_GROUPED_SGD=1")
         self.assertIn("fused_sgd_32_rows: dropped, alone it took 1.05x", why)
+
+    # The small-batch kernels' GPU cases: each op's against the CPU (test_cuda_ops), named by its kernel's
+    # words, and the training case of both (test_cuda_fast_paths), which names both variables.
+    SMALL_BATCH_FORWARD_CASE = ("CUDA dense_forward matches the CPU with the small-batch kernel, whose ReLU mask is "
+                                "cuBLASLt's")
+    SMALL_BATCH_BACKWARD_CASE = ("CUDA dense_backward_data matches the CPU with the small-batch kernel, through either "
+                                 "forward's mask")
+    SMALL_BATCH_CASE = "MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 and _BACKWARD=1 train as cuBLASLt's GEMMs do"
+
+    def test_a_failing_case_of_the_small_batch_kernels_names_their_switches(self):
+        self.assertEqual(best_switches.excluded_by_tests({self.SMALL_BATCH_FORWARD_CASE}),
+                         ({"small_batch_forward"}, []))
+        self.assertEqual(best_switches.excluded_by_tests({self.SMALL_BATCH_BACKWARD_CASE}),
+                         ({"small_batch_backward"}, []))
+        self.assertEqual(best_switches.excluded_by_tests({self.SMALL_BATCH_CASE}),
+                         ({"small_batch_forward", "small_batch_backward"}, []))
+        # The fused SGD kernel's case (once "the small-batch kernel" too) names neither: a default path's.
+        case = "plain SGD with weight decay keeps the fused small-batch SGD kernel"
+        self.assertEqual(best_switches.excluded_by_tests({case}), (set(), [case]))
+
+    def test_the_small_batch_kernels_are_left_out_when_their_gpu_test_failed(self):
+        self.write_log(self.SMALL_BATCH_CASE)
+        settings, why = self.choose(*self.seed_stages())
+        # Batch 32's fastest set held them: the batch passes to the fastest set without them.
+        self.assertEqual(settings, "MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_SPLIT_K=0")
+        self.assertIn("left out, their GPU tests failed: small_batch_backward, small_batch_forward", why)
+        self.assertNotIn("default paths failed", why)
+        # The forward's case alone leaves the input gradients' kernel in.
+        self.write_log(self.SMALL_BATCH_FORWARD_CASE)
+        settings, why = self.choose(*self.seed_stages(), record(32, 94, dependent_launch=True, grouped_sgd=True,
+                                                                small_batch_backward=True))
+        self.assertEqual(settings, "MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 "
+                                   "MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_SPLIT_K=0")
+
+    def test_the_small_batch_kernels_take_no_credit_past_64_rows(self):
+        # Idle at batch 4096 (they take at most 64 rows): the set's time there is not theirs.
+        idle = {"forward_small_batch": 0, "backward_data_small_batch": 0, "dependent_launches": 6}
+        settings, why = self.choose(
+            record(32, 129, ops={}), record(4096, 576, ops={}),
+            record(4096, 520, small_batch_forward=True, small_batch_backward=True, dependent_launch=True, ops=idle))
+        self.assertEqual(settings, "MPTRAIN_CUDA_DEPENDENT_LAUNCH=1")
+        self.assertIn("no credit to small_batch_backward, small_batch_forward, whose paths did not run there", why)
 
     def test_a_set_within_two_percent_of_the_default_is_not_chosen(self):
         settings, why = self.choose(record(32, 129), record(32, 127, dependent_launch=True))
@@ -513,7 +568,7 @@ class BestSwitches(unittest.TestCase):
         self.assertEqual(self.choose(*self.seed_stages())[0], "")
 
     def test_records_with_a_refused_graph_or_of_other_steps_do_not_count(self):
-        refused = record(32, 60, refusals=1, dependent_launch=True)
+        refused = record(32, 60, refusals=1, small_batch_forward=True)
         adam = dict(record(32, 50, dependent_launch=True), optimizer="adam")
         narrow = dict(record(32, 40, grouped_sgd=True), hidden=[64, 64])
         fp16 = record(32, 45, precision="mixed-fp16", split_k_small_outputs=True)

@@ -572,6 +572,41 @@ TEST_CASE("MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1 trains exactly as the default does")
     }
 }
 
+// MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 and MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 (compute capability 8.0 and
+// up): batch 32's forward layers (and the evaluation's at batch 64) and its input gradients run as
+// one tensor-core kernel each, the same sums in another order, the backward reading the ReLU masks
+// the forward wrote: the step trains to the default's loss.
+TEST_CASE("MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 and _BACKWARD=1 train as cuBLASLt's GEMMs do") {
+    SKIP_WITHOUT_GPU();
+    std::shared_ptr<Context> context;
+    {
+        const EnvironmentSetting backward("MPTRAIN_CUDA_SMALL_BATCH_BACKWARD", "1");
+        context = cuda_context_under("MPTRAIN_CUDA_SMALL_BATCH_FORWARD", "1");
+    }
+    // (Setting them on again changes nothing where the environment turned them on; it says whether they are.)
+    if (!mpt::testing::turn_on_tensor_core_path(context->backend(), cuda_backend_set_small_batch_forward,
+                                                "small-batch forward kernel") ||
+        !mpt::testing::turn_on_tensor_core_path(context->backend(), cuda_backend_set_small_batch_backward_data,
+                                                "small-batch backward-data kernel"))
+        return;
+    const float small_batch = train_two_bf16_epochs(context, 37);
+    const CudaOpPaths paths = cuda_backend_op_paths(context->backend());
+    CHECK(paths.forward_small_batch > 0);
+    CHECK(paths.backward_data_small_batch > 0);
+    CHECK(paths.backward_data_small_batch == paths.backward_data_fused);
+    CHECK(paths.backward_data_unfused == 0);
+    std::shared_ptr<Context> default_context;
+    {
+        const EnvironmentSetting backward("MPTRAIN_CUDA_SMALL_BATCH_BACKWARD", "0");
+        default_context = cuda_context_under("MPTRAIN_CUDA_SMALL_BATCH_FORWARD", "0");
+    }
+    const float cublaslt = train_two_bf16_epochs(default_context, 37);
+    CHECK(cuda_backend_op_paths(default_context->backend()).forward_small_batch == 0);
+    CHECK(cuda_backend_op_paths(default_context->backend()).backward_data_small_batch == 0);
+    CHECK(std::isfinite(small_batch));
+    CHECK(small_batch == doctest::Approx(cublaslt).epsilon(5e-3));
+}
+
 // MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 (compute capability 9.0, a build with code for it): the backend's
 // kernels launch while the kernel before them still runs, and wait for it before touching memory.
 // The same kernels in the same order compute the same numbers: the loss is the default's exactly, so
@@ -607,6 +642,23 @@ TEST_CASE("MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 trains exactly as the default does, c
         CHECK((cuda_backend_op_paths(eager->backend()).dependent_launches > 0) == dependent_launch);
     }
     CHECK(eager_losses[0] == eager_losses[1]);
+
+    // With every small-batch switch on as well: the step is then the backend's kernels alone.
+    auto all = make_context(MPT_BACKEND_CUDA);
+    auto all_stream_ordered = make_context(MPT_BACKEND_CUDA);
+    for (Backend* backend : {&all->backend(), &all_stream_ordered->backend()}) {
+        if (!mpt::testing::turn_on_tensor_core_path(*backend, cuda_backend_set_small_batch_forward,
+                                                    "small-batch forward kernel") ||
+            !mpt::testing::turn_on_tensor_core_path(*backend, cuda_backend_set_small_batch_backward_data,
+                                                    "small-batch backward-data kernel"))
+            return;
+    }
+    REQUIRE(cuda_backend_set_dependent_launch(all->backend(), true));
+    REQUIRE_FALSE(cuda_backend_set_dependent_launch(all_stream_ordered->backend(), false));
+    CHECK(train_two_bf16_epochs(all, 43) == train_two_bf16_epochs(all_stream_ordered, 43));
+    CHECK(cuda_backend_graph_refusals(all->backend()) == 0);
+    CHECK(cuda_backend_op_paths(all->backend()).forward_small_batch > 0);
+    CHECK(cuda_backend_op_paths(all->backend()).dependent_launches > 0);
 }
 
 // MPTRAIN_CUDA_GROUPED_SGD=1: a step's fused SGD updates are one launch, each layer's arithmetic as

@@ -32,6 +32,8 @@
 #if defined(MPTRAIN_WITH_CUDA)
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_dense_backward_data.cuh"
+#include "backend/cuda/cuda_small_batch_backward_data.cuh"
+#include "backend/cuda/cuda_small_batch_forward.cuh"
 #endif
 
 namespace {
@@ -180,6 +182,8 @@ std::vector<float> padded_weights(int64_t units, int64_t inputs, int64_t valid_u
 std::unique_ptr<Backend> make_cuda() {
     std::unique_ptr<Backend> backend = create_cuda_backend(0);
 #if defined(MPTRAIN_WITH_CUDA)
+    cuda_backend_set_small_batch_forward(*backend, false);
+    cuda_backend_set_small_batch_backward_data(*backend, false);
     cuda_backend_set_dependent_launch(*backend, false);
     cuda_backend_set_grouped_sgd(*backend, false);
 #endif
@@ -1455,6 +1459,18 @@ TrainingRun train(mpt_backend backend, mpt_precision precision, const SyntheticD
 }
 
 #if defined(MPTRAIN_WITH_CUDA)
+// A bf16 ReLU layer's forward on `backend`, returning its ReLU mask's bytes (on CUDA, cuBLASLt's format).
+std::vector<uint8_t> relu_forward_mask(Backend& backend, const std::vector<float>& input,
+                                       const std::vector<float>& weights, const std::vector<float>& bias, int64_t rows,
+                                       int64_t in_features, int64_t out_features) {
+    const ForwardCase c{rows,        in_features, out_features, out_features, Activation::relu,
+                        DType::bf16, DType::bf16, DType::bf16,  true};
+    const ForwardRun run(backend, c, input, weights, bias);
+    return download_raw<uint8_t>(backend, run.mask, run.mask_bytes);
+}
+#endif
+
+#if defined(MPTRAIN_WITH_CUDA)
 // The three ways the recorded-task cases issue their tasks: recorded (graphs), op by op, and recorded
 // with programmatic dependent launch (9.0 and up).
 struct IssueMode {
@@ -1810,6 +1826,140 @@ TEST_CASE("MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1: CUDA fused SGD for 32 rows matches 
     compare_dense_update(*cpu, *cuda, {32, 3072, 3000, DType::bf16, sgd, false});
     CHECK(cuda_backend_op_paths(*cuda).fused_sgd_32_rows > 0);
 }
+// The small-batch forward kernel (compute capability 8.0 and up) in cuBLASLt's place for batches of
+// at most 64 rows: the same cases and the seed MLP's layers at batch 32; the backward's DRELU
+// reading the mask it wrote; and that mask against cuBLASLt's, bit for bit.
+TEST_CASE("CUDA dense_forward matches the CPU with the small-batch kernel, whose ReLU mask is cuBLASLt's") {
+    SKIP_WITHOUT_GPU();
+    auto cpu = make_cpu();
+    auto cuda = make_cuda();
+    if (!mpt::testing::turn_on_tensor_core_path(*cuda, cuda_backend_set_small_batch_forward,
+                                                "small-batch forward kernel"))
+        return;
+    const auto forward_on_kernel = [&] { return cuda_backend_op_paths(*cuda).forward_small_batch; };
+    // On compute capability 9.0 the seed MLP's first layer splits K across a cluster's blocks (6 on
+    // 132 SMs), as every case below with enough K does; below it, one block a tile.
+    DenseForwardArgs seed_layer{};
+    seed_layer.rows = 32;
+    seed_layer.in_features = 3072;
+    seed_layer.out_features = seed_layer.valid_out = 3000;
+    seed_layer.compute_dtype = DType::bf16;
+    const int splits = small_batch_forward_splits(seed_layer);
+    MESSAGE("small-batch forward, the seed MLP's first layer at batch 32: K in " << splits << " blocks");
+    CHECK((splits > 1) == (compute_capability_major(*cuda) >= 9));
+    compare_dense_forward_cases(*cpu, *cuda);  // fp32's (cuBLASLt) among them
+    for (DType dtype : {DType::bf16, DType::fp16}) {
+        const ForwardCase cases[] = {
+            {32, 3072, 3000, 3000, Activation::relu, dtype, dtype, dtype, true},  // the seed MLP at batch 32
+            {32, 3000, 1000, 1000, Activation::relu, dtype, dtype, dtype, true},
+            {32, 1000, 16, 10, Activation::linear, dtype, DType::fp32, DType::fp32, false},
+            {1, 3072, 100, 100, Activation::relu, dtype, dtype, dtype, true},
+            {64, 520, 70, 70, Activation::relu, dtype, dtype, dtype, true},
+            {40, 1288, 72, 72, Activation::relu, dtype, dtype, dtype, true},  // 8 tiles: 3 groups of steps, a tail
+            {13, 2056, 48, 48, Activation::relu, dtype, dtype, dtype, true},  // 2 tiles: 3 groups, a tail
+            {9, 8, 33, 30, Activation::sigmoid, dtype, dtype, dtype, false},
+            {40, 128, 64, 64, Activation::relu, dtype, dtype, DType::fp32, true}};
+        for (const ForwardCase& c : cases) {
+            const uint64_t before = forward_on_kernel();
+            compare_dense_forward(*cpu, *cuda, c);
+            CHECK(forward_on_kernel() == before + 1);  // each case ran on the kernel, not on cuBLASLt
+        }
+    }
+    // The with-mask cases' forwards run on the kernel: a mask in another format than cuBLASLt's
+    // would send the DRELU gradients to the wrong places.
+    compare_dense_backward_data_cases(*cpu, *cuda);
+    const CudaOpPaths paths = cuda_backend_op_paths(*cuda);
+    CHECK(paths.forward_small_batch > 0);
+    CHECK(paths.backward_data_fused > 0);
+
+    // Bit for bit where the sum is clear of 0 (the two add in different orders), and the bit is
+    // whether the sum is positive. 200 features: a block of 32 past the end, a 256-bit row stride.
+    const int64_t rows = 29, in_features = 264, out_features = 200;
+    const std::vector<float> input =
+        rounded(random_values(static_cast<size_t>(rows * in_features), -1, 1), DType::bf16);
+    const std::vector<float> weights =
+        rounded(random_values(static_cast<size_t>(out_features * in_features), -0.1f, 0.1f), DType::bf16);
+    const std::vector<float> bias = rounded(random_values(static_cast<size_t>(out_features), -0.3f, 0.3f), DType::bf16);
+    std::vector<uint8_t> masks[2];
+    for (int small_batch = 0; small_batch < 2; ++small_batch) {
+        cuda_backend_set_small_batch_forward(*cuda, small_batch == 1);
+        const uint64_t before = forward_on_kernel();
+        masks[small_batch] = relu_forward_mask(*cuda, input, weights, bias, rows, in_features, out_features);
+        CHECK(forward_on_kernel() == before + static_cast<uint64_t>(small_batch));  // cuBLASLt's, then the kernel's
+    }
+    const int64_t ld_bits = static_cast<int64_t>(masks[0].size()) * 8 / rows;
+    CHECK(ld_bits == 256);
+    int checked = 0, positive = 0;
+    for (int64_t row = 0; row < rows; ++row)
+        for (int64_t f = 0; f < out_features; ++f) {
+            double z = bias[f];
+            for (int64_t k = 0; k < in_features; ++k)
+                z += static_cast<double>(input[row * in_features + k]) * weights[f * in_features + k];
+            if (std::fabs(z) < 1e-3) continue;
+            const int64_t bit = row * ld_bits + f;
+            CAPTURE(row);
+            CAPTURE(f);
+            CHECK(((masks[0][bit / 8] >> (bit % 8)) & 1) == (z > 0 ? 1 : 0));  // cuBLASLt's
+            CHECK(((masks[1][bit / 8] >> (bit % 8)) & 1) == (z > 0 ? 1 : 0));  // the kernel's
+            ++checked;
+            positive += z > 0;
+        }
+    CHECK(checked > rows * out_features * 9 / 10);
+    CHECK(positive > checked / 4);
+}
+
+// The small-batch backward-data kernel in cuBLASLt's place for batches of at most 64 rows, reading
+// the ReLU masks cuBLASLt's forward wrote and those the small-batch forward kernel wrote.
+TEST_CASE("CUDA dense_backward_data matches the CPU with the small-batch kernel, through either forward's mask") {
+    SKIP_WITHOUT_GPU();
+    auto cpu = make_cpu();
+    auto cuda = make_cuda();
+    if (!mpt::testing::turn_on_tensor_core_path(*cuda, cuda_backend_set_small_batch_backward_data,
+                                                "small-batch backward-data kernel"))
+        return;
+    const auto on_kernel = [&] { return cuda_backend_op_paths(*cuda).backward_data_small_batch; };
+    DenseBackwardDataArgs seed_layer{};  // the seed MLP's second layer's input gradient at batch 32
+    seed_layer.rows = 32;
+    seed_layer.in_features = 3000;
+    seed_layer.out_features = 1000;
+    seed_layer.compute_dtype = DType::bf16;
+    const int splits = small_batch_backward_data_splits(seed_layer);
+    MESSAGE("small-batch backward-data, the seed MLP's 32 x 1000 x 3000 product: output features in " << splits
+                                                                                                      << " blocks");
+    CHECK((splits > 1) == (compute_capability_major(*cuda) >= 9));
+    for (bool small_batch_forward : {false, true}) {
+        CAPTURE(small_batch_forward);
+        CHECK(cuda_backend_set_small_batch_forward(*cuda, small_batch_forward) == small_batch_forward);
+        const uint64_t forwards_on_kernel = cuda_backend_op_paths(*cuda).forward_small_batch;
+        compare_dense_backward_data_cases(*cpu, *cuda);  // fp32's (cuBLASLt) among them
+        for (DType dtype : {DType::bf16, DType::fp16}) {
+            const BackwardDataCase cases[] = {
+                {32, 3000, 1000, Activation::relu, dtype, dtype, true},  // the seed MLP at batch 32
+                {32, 1000, 16, Activation::relu, dtype, dtype, true},
+                {1, 200, 40, Activation::relu, dtype, dtype, true},
+                {13, 104, 48, Activation::relu, dtype, dtype, true},  // 2 batch tiles
+                {64, 136, 72, Activation::relu, dtype, dtype, true},
+                {40, 72, 1288, Activation::relu, dtype, dtype, true},  // 8 tiles: 3 groups of steps, a tail
+                {20, 40, 2056, Activation::relu, dtype, dtype, true},  // 4 tiles: 3 groups, a tail
+                {33, 72, 264, Activation::relu, dtype, dtype, false},  // ReLU's derivative from A_prev
+                {29, 64, 40, Activation::sigmoid, dtype, dtype, false},
+                {24, 64, 32, Activation::relu, dtype, DType::fp32, true}};
+            for (const BackwardDataCase& c : cases) {
+                const uint64_t before = on_kernel();
+                const uint64_t fused_forwards = cuda_backend_op_paths(*cuda).forward_fused;
+                // Where a 16-bit forward wrote the mask, the kernel must take ReLU's derivative from it.
+                const bool mask_only = c.with_mask && c.input_grad == dtype;
+                compare_dense_backward_data(*cpu, *cuda, c, mask_only);
+                CHECK(on_kernel() == before + 1);  // each case ran on the kernel, not on cuBLASLt
+                // (A failure here, not the kernel, explains a mask case's mismatch: no forward wrote its mask.)
+                if (mask_only) CHECK(cuda_backend_op_paths(*cuda).forward_fused == fused_forwards + 1);
+            }
+        }
+        // The masks came from the forward named: cuBLASLt's, then the small-batch kernel's.
+        CHECK((cuda_backend_op_paths(*cuda).forward_small_batch > forwards_on_kernel) == small_batch_forward);
+    }
+}
+
 #endif
 
 TEST_CASE("CUDA max_abs, decide_update, clip_factor, average_weights and finish_step match the CPU") {

@@ -3,10 +3,10 @@
 // chooses its candidate defaults as the union of the switches that made the step faster
 // (bench/peers/best_switches.py), and a session may commit that union as the defaults. Paths that
 // fold ops into one another (the begin_step into the loss head, the decision into the max pass,
-// finish_step into the grouped update, with dependent launch around them) meet only there. So this
-// case trains with a set of switches on at once against every one of them off by name, and requires
-// the same training within rounding, no refused graph, and each switch that the device kept on to
-// have run its path somewhere.
+// finish_step into the grouped update, with dependent launch and the small-batch kernels around
+// them) meet only there. So this case trains with a set of switches on at once against every one of
+// them off by name, and requires the same training within rounding, no refused graph, and each
+// switch that the device kept on to have run its path somewhere.
 //
 // The set: the switches the environment sets (the device check runs this case again under its
 // candidate's settings, bench/device_check.sh), or, where it sets none, every one of them (the GPU
@@ -54,6 +54,9 @@ struct Switch {
 const std::vector<Switch>& switches() {
     // clang-format off
     static const std::vector<Switch> all = {
+        {"MPTRAIN_CUDA_SMALL_BATCH_FORWARD", "1", "0", "small_batch_forward", true, {"ops.forward_small_batch"}},
+        {"MPTRAIN_CUDA_SMALL_BATCH_BACKWARD", "1", "0", "small_batch_backward", true,
+            {"ops.backward_data_small_batch"}},
         {"MPTRAIN_CUDA_DEPENDENT_LAUNCH", "1", "0", "dependent_launch", true, {"ops.dependent_launches"}},
         {"MPTRAIN_CUDA_GROUPED_SGD", "1", "0", "grouped_sgd", true,
             {"ops.fused_sgd_grouped", "ops.steps_finished_by_update"}},
@@ -152,15 +155,15 @@ RunResult train_small_mlp_with(const std::shared_ptr<Context>& context, const Sy
     return train(context, model, data, config, batch);
 }
 
-// The paths each switch takes, in the step shapes where they act: the seed MLP at batch 32 (fused
-// SGD, grouped), at 64 (fused SGD's largest batch) under a per-step rate that the grouped launch's
-// finishing block advances, and at 512 (the weight-gradient GEMMs, with the large outputs kept
-// whole); the small MLP in mixed-fp16 from a
-// scale of 2^24, whose first steps overflow and are skipped (the folds of the scaler's work), one
-// hidden layer (another arena plan) and fp32; then the trainer's options that put other ops around
-// those paths (dropout, micro-batches, a frozen layer, clipping, weight averaging, standardized
-// inputs, momentum with weight decay, Adam), which every GPU test exercises once a switch is a
-// default, but only this case under a candidate's.
+// The paths each switch takes, in the step shapes where they act: the seed MLP at batch 32 (the
+// small-batch kernels, fused SGD, grouped), at 64 (fused SGD's largest batch, the small-batch
+// kernels' too) under a per-step rate that the grouped launch's finishing block advances, and at
+// 512 (the weight-gradient GEMMs, with the large outputs kept whole); the small MLP in mixed-fp16
+// from a scale of 2^24, whose first steps overflow and are skipped (the folds of the scaler's work),
+// one hidden layer (another arena plan) and fp32; then the trainer's options that put other ops
+// around those paths (dropout, micro-batches, a frozen layer, clipping, weight averaging,
+// standardized inputs, momentum with weight decay, Adam), which every GPU test exercises once a
+// switch is a default, but only this case under a candidate's.
 std::vector<Run> runs() {
     static const SyntheticData seed_rows = synthetic_data(640, 3072, 83);
     static const SyntheticData seed_rows_large = synthetic_data(2048, 3072, 89);
@@ -272,8 +275,9 @@ TEST_CASE("the CUDA switches set on together train as with all of them off") {
     const auto make_together = [&] {
         return from_environment ? make_context(MPT_BACKEND_CUDA) : context_with(every_switch());
     };
-    // The switches on as the context is made: those asked for that the device kept on (dependent
-    // launch stays off below compute capability 9.0), and any that are defaults by then.
+    // The switches on as the context is made: those asked for that the device kept on (below compute
+    // capability 8.0 the tensor-core paths stay off, dependent launch below 9.0), and any that are
+    // defaults by then.
     std::vector<const Switch*> on;
     {
         const nlohmann::json made = described(*make_together());

@@ -75,8 +75,8 @@ has "$summary" "switch choice: dependent_launch: dropped, alone it took 1.05x"
 # (The stand-in's op counters: at batch 4096 no fused SGD ran.)
 has "$summary" "no credit to grouped_sgd, whose paths did not run there"
 has "$summary" "batch 4096: 453 us/step, 0.79x the default step  [idle here: grouped_sgd]"
-has "$summary" "candidate defaults (MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1 MPTRAIN_CUDA_RELU_FROM_OUTPUT=1 MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1 MPTRAIN_CUDA_GRADIENT_INTO_MASTERS=1 MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1):"
-has "$summary" "switch choice: batch 32: fastest dependent_launch, fused_sgd_32_rows, fused_sgd_three_blocks, grouped_sgd: 111 us/step, 0.86x the default 129"
+has "$summary" "candidate defaults (MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1 MPTRAIN_CUDA_RELU_FROM_OUTPUT=1 MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1 MPTRAIN_CUDA_GRADIENT_INTO_MASTERS=1 MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1):"
+has "$summary" "switch choice: batch 32: fastest dependent_launch, fused_sgd_32_rows, fused_sgd_three_blocks, grouped_sgd, small_batch_backward, small_batch_forward: 111 us/step, 0.86x the default 129"
 has "$summary" "batch 32: fp32 155 (0.86x default), mixed-fp16 111 (0.86x default), mixed-bf16 111 (0.86x default) us/step; target 70 MISSED"
 has "$summary" "batch 256: fp32 235 (0.95x default), mixed-fp16 168 (0.95x default), mixed-bf16 168 (0.95x default) us/step"
 has "$summary" "batch 4096: fp32 641 (0.80x default)"
@@ -87,12 +87,12 @@ has "$summary" "racecheck: clean"
 has "$summary" "synccheck: clean"
 has "$summary" "kernel profile: ncu unusable on this machine"
 # The candidate's switches on together in one GPU case, under its settings.
-has "$summary" "candidate's switches together (test_cuda_switches_together): passed [switches on together (the environment's): MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1 MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1 MPTRAIN_CUDA_GRADIENT_INTO_MASTERS=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_RELU_FROM_OUTPUT=1 MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1"
+has "$summary" "candidate's switches together (test_cuda_switches_together): passed [switches on together (the environment's): MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1 MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1 MPTRAIN_CUDA_GRADIENT_INTO_MASTERS=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_RELU_FROM_OUTPUT=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1"
 # The candidate's records reach the records the device tool brings back; the switch lines leave them out.
 has_record "$work/out_passing/records.json" \
     'r.get("precision") == "fp32" and r.get("batch") == 4096 and r.get("grouped_sgd") and r.get("split_k_small_outputs")
         and r.get("relu_from_output") and r.get("fused_sgd_three_blocks") and r.get("gradient_into_masters")
-        and r.get("fused_sgd_32_rows")' \
+        and r.get("fused_sgd_32_rows") and r.get("small_batch_forward") and r.get("small_batch_backward")' \
     || fail "records.json lacks the candidate's fp32 record at batch 4096"
 # (No switch stage times fp32: a switched-on line for fp32 would be a candidate record.)
 lacks "$summary" "MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1): fp32"
@@ -106,7 +106,7 @@ stage_record relu_from_output 4096 'not r.get("split_k_small_outputs")' backward
 # and not in the larger batches' (no fused SGD past 64 rows).
 stage_line MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS 32 "124 us/step, 0.96x"
 lacks "$summary" "switched on (MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1): mixed-bf16 batch 256"
-has "$summary" "switched on (MPTRAIN_CUDA_DEPENDENT_LAUNCH=1, MPTRAIN_CUDA_GROUPED_SGD=1, MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1, MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1): mixed-bf16 batch 32: 111 us/step, 0.86x the default step"
+has "$summary" "switched on (MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1, MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1, MPTRAIN_CUDA_DEPENDENT_LAUNCH=1, MPTRAIN_CUDA_GROUPED_SGD=1, MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1, MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1): mixed-bf16 batch 32: 111 us/step, 0.86x the default step"
 lacks "$summary" "MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1): mixed-bf16 batch 4096"
 stage_record fused_sgd_three_blocks 32 'not r.get("grouped_sgd")' fused_sgd_three_blocks
 # Plain SGD's updates into the masters: its stage ran at batch 256 and 4096 alone (it runs only past
@@ -124,6 +124,18 @@ stage_line MPTRAIN_CUDA_FUSED_SGD_32_ROWS 32 "121 us/step, 0.94x"
 lacks "$summary" "switched on (MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1): mixed-bf16 batch 256"
 lacks "$summary" "MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1): mixed-bf16 batch 4096"
 stage_record fused_sgd_32_rows 32 'not r.get("grouped_sgd") and not r.get("fused_sgd_three_blocks")' fused_sgd_32_rows
+# The small-batch kernels: the forward's stage alone and both together ran at batch 32 alone (they run
+# only up to 64 rows), their paths counted there (no idle note), their own records in records.json;
+# both are in batch 32's combined set (its line checked with the 3-blocks kernel's) and in no
+# switched-on line past batch 32.
+stage_line MPTRAIN_CUDA_SMALL_BATCH_FORWARD 32 "129 us/step, 1.00x"
+both_small_batch="switched on (MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1, MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1): mixed-bf16 batch 32: 129 us/step, 1.00x the default step"
+has "$summary" "$both_small_batch"
+lacks "$summary" "$both_small_batch  [idle"
+! grep -qE '^switched on \([^)]*SMALL_BATCH[^)]*\): mixed-bf16 batch (256|4096)' "$summary" ||
+    fail "summary.txt has a switched-on line past batch 32 with a small-batch kernel"
+stage_record small_batch_forward 32 'not r.get("small_batch_backward")' forward_small_batch
+stage_record small_batch_backward 32 'not r.get("grouped_sgd")' backward_data_small_batch
 
 status=$(run_check failing MPTRAIN_STANDIN_GPU_TESTS=fail)
 summary=$work/out_failing/summary.txt
@@ -156,8 +168,9 @@ has "$summary" "autotuned"
 has "$summary" "candidate defaults (MPTRAIN_CUDA_"
 has "$summary" "CIFAR-10 seed run, candidate defaults: test accuracy"
 has "$summary" "candidate's switches together (test_cuda_switches_together): passed"
-has_record "$work/out_short/records.json" 'r.get("batch") == 32 and r.get("dependent_launch") and
-    r.get("grouped_sgd") and r.get("fused_sgd_three_blocks") and r.get("fused_sgd_32_rows")' \
+has_record "$work/out_short/records.json" 'r.get("batch") == 32 and r.get("small_batch_forward") and
+    r.get("small_batch_backward") and r.get("dependent_launch") and r.get("grouped_sgd")
+    and r.get("fused_sgd_three_blocks") and r.get("fused_sgd_32_rows")' \
     || fail "short of time: no record of the combined stage at batch 32"
 # (The first of the switch stages that keep the candidate's time ran, the last did not.)
 has "$summary" "switched on (MPTRAIN_CUDA_DEPENDENT_LAUNCH=1, MPTRAIN_CUDA_GROUPED_SGD=1, MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1, MPTRAIN_CUDA_RELU_FROM_OUTPUT=1, MPTRAIN_CUDA_GRADIENT_INTO_MASTERS=1): mixed-bf16 batch 4096"

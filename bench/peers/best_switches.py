@@ -19,7 +19,8 @@ no caveat such as a refused graph or a switch the device turned off):
   without one, not to none; a failing case that names none of the switches is a failure of the
   default path, and then nothing is chosen at all), if at least 2% faster than the default step, less
   the switches whose paths did not run in its steps there (its context's op counters: grouped SGD's
-  at batch 4096, where no fused SGD runs), which take no credit for its time;
+  at batch 4096, where no fused SGD runs; the small-batch kernels past 64 rows), which take no credit
+  for its time;
 - the union of those sets, less any switch that was timed alone and was more than 2% slower than the
   default at some batch;
 - split-K off dropped so, having lost only at smaller batches than those it won at (the GEMMs that
@@ -38,6 +39,9 @@ from summary import TARGETS_US, caveats, environment_setting, idle_switches, loa
 # (switch, the record's field, the field's value when switched on, words that name it in a GPU test
 # case's name, lowercase); its environment setting follows from the field (summary.environment_setting).
 SWITCHES = (
+    ("small_batch_forward", "small_batch_forward", True,
+     ("small_batch_forward", "small-batch kernel, whose relu mask")),
+    ("small_batch_backward", "small_batch_backward", True, ("_backward=1", "small-batch kernel, through either")),
     ("dependent_launch", "dependent_launch", True, ("dependent_launch", "dependent launch")),
     ("grouped_sgd", "grouped_sgd", True, ("grouped_sgd", "several layers run as one launch")),
     ("gemm_autotune", "gemm_autotune", True, ("gemm_autotune",)),

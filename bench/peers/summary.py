@@ -46,8 +46,9 @@ def device_of(r):
 
 # The CUDA backend's switches a record names (what the environment asked for), as its context's
 # description names them ("switches": what the backend had on).
-SWITCHES = ("gemm_autotune", "dependent_launch", "grouped_sgd", "split_k_small_outputs", "relu_from_output",
-            "fused_sgd_three_blocks", "gradient_into_masters", "fused_sgd_32_rows")
+SWITCHES = ("gemm_autotune", "small_batch_forward", "small_batch_backward", "dependent_launch", "grouped_sgd",
+            "split_k_small_outputs", "relu_from_output", "fused_sgd_three_blocks", "gradient_into_masters",
+            "fused_sgd_32_rows")
 
 
 def devices_of(records):
@@ -107,6 +108,8 @@ def caveats(record):
 # also the switch's name in best_switches.py. Split-K off has none (it acts on every GEMM the
 # heuristic would split).
 EVIDENCE = {
+    "small_batch_forward": (("ops", "forward_small_batch"),),
+    "small_batch_backward": (("ops", "backward_data_small_batch"),),
     "dependent_launch": (("ops", "dependent_launches"),),
     "grouped_sgd": (("ops", "fused_sgd_grouped"), ("ops", "steps_finished_by_update")),
     "gemm_autotune": (("gemm", "retuned_plans"),),  # (plans timed whose heuristic's first choice lost)
@@ -128,8 +131,8 @@ EVIDENCE = {
 
 def idle_switches(record):
     """The switches the record had on whose paths did not run in its steps (grouped SGD's at batch 4096,
-    where no fused SGD runs): its time says nothing of them. None for a record whose
-    context has no counters (from before them, or the CPU's)."""
+    where no fused SGD runs; the small-batch kernels past 64 rows): its time says nothing of them.
+    None for a record whose context has no counters (from before them, or the CPU's)."""
     context = record.get("context")
     if not isinstance(context, dict) or "ops" not in context:
         return []
@@ -188,8 +191,8 @@ def main():
     # plain GEMMs, against cuBLASLt's fused epilogues), likewise.
     unfused = [r for r in mine if r.get("fused_epilogues") is False]
     mine = [r for r in mine if r not in unfused]
-    # Runs under MPTRAIN_CUDA_DEPENDENT_LAUNCH=1, MPTRAIN_CUDA_GROUPED_SGD=1,
-    # MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1, MPTRAIN_CUDA_RELU_FROM_OUTPUT=1,
+    # Runs under MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1, _BACKWARD=1, MPTRAIN_CUDA_DEPENDENT_LAUNCH=1,
+    # MPTRAIN_CUDA_GROUPED_SGD=1, MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1, MPTRAIN_CUDA_RELU_FROM_OUTPUT=1,
     # MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1, MPTRAIN_CUDA_GRADIENT_INTO_MASTERS=1 or
     # MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1, or split-K off with any other switch, likewise.
     switched = [r for r in mine if any(r.get(field) is True for field in SWITCHES if field != "gemm_autotune")
@@ -354,8 +357,9 @@ def main():
                       ours.get((r["precision"], r["batch"])), "cuBLASLt's fused epilogues"))
     for r in switched:
         switches = [environment_setting(field) for field in
-                    ("dependent_launch", "grouped_sgd", "gemm_autotune", "split_k_small_outputs", "relu_from_output",
-                     "fused_sgd_three_blocks", "gradient_into_masters", "fused_sgd_32_rows")
+                    ("small_batch_forward", "small_batch_backward", "dependent_launch", "grouped_sgd",
+                     "gemm_autotune", "split_k_small_outputs", "relu_from_output", "fused_sgd_three_blocks",
+                     "gradient_into_masters", "fused_sgd_32_rows")
                     if r.get(field)]
         switches += [environment_setting("split_k", False)] if r.get("split_k") is False else []
         print(against(r, "switched on (" + ", ".join(switches) + ")",

@@ -20,7 +20,7 @@ inline bool gpu_required() {
 }
 
 // The major compute capability in a CUDA backend's device name ("..., compute capability 9.0, ..."),
-// or -1: where it reaches a path's minimum, a path that says it cannot run is a failure, not a skip.
+// or -1: where it is 8 or more, a tensor-core path that says it cannot run is a failure, not a skip.
 inline int compute_capability_major(const Backend& backend) {
     const std::string name = backend.device_name();
     const std::string tag = "compute capability ";
@@ -38,6 +38,12 @@ bool turn_on_device_path(Backend& backend, Setter set, const char* what, int min
         REQUIRE_MESSAGE(on, what << " is off on a device of compute capability " << minimum_major << ".0 or later");
     if (!on) MESSAGE("compute capability below " << minimum_major << ".0: no " << what);
     return on;
+}
+
+// A hand-written tensor-core path (mma.m16n8k16): compute capability 8.0 and up.
+template <typename Setter>
+bool turn_on_tensor_core_path(Backend& backend, Setter set, const char* what) {
+    return turn_on_device_path(backend, set, what, 8);
 }
 
 }  // namespace mpt::testing

@@ -23,6 +23,8 @@
 #include "backend/cuda/cuda_gather.cuh"
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_max_abs.cuh"
+#include "backend/cuda/cuda_small_batch_backward_data.cuh"
+#include "backend/cuda/cuda_small_batch_forward.cuh"
 #include "backend/cuda/cuda_step_state.cuh"
 #include "backend/cuda/cuda_weight_average.cuh"
 #include "backend/device_scope.h"
@@ -51,9 +53,12 @@ bool turned_off_by_environment(const char* variable) {
     return value && std::strcmp(value, "0") == 0;
 }
 
-// MPTRAIN_CUDA_GEMM_AUTOTUNE=1 times cuBLASLt's candidate algorithms for each GEMM when it is first
-// planned, MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 launches the backend's kernels with programmatic dependent
-// launch (cuda_launch.cuh), and MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1 lets cuBLASLt split K only in the
+// MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 and MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 run the forward layers and
+// the input gradients of at most 64 rows as one tensor-core kernel each (K split across a thread-block
+// cluster on compute capability 9.0), MPTRAIN_CUDA_GEMM_AUTOTUNE=1 times cuBLASLt's candidate
+// algorithms for each GEMM when it is first planned, MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 launches the
+// backend's kernels with programmatic dependent launch (cuda_launch.cuh), and
+// MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1 lets cuBLASLt split K only in the
 // GEMMs whose output has fewer tiles than the GPU has multiprocessors (gemm_split_k_rule.h): off by
 // default, none 2% faster than the default step on an H200 (2026-12-05, bench/NOTES.md).
 // MPTRAIN_CUDA_RELU_FROM_OUTPUT=1 has the forward GEMMs write no ReLU mask (cuBLASLt's RELU_BIAS
@@ -79,6 +84,8 @@ std::string CudaBackend::setup_warning() const {
                                          {"MPTRAIN_CUDA_FUSED_EPILOGUES", {"0", "1"}},
                                          {"MPTRAIN_CUDA_SPLIT_K", {"0", "1"}},
                                          {"MPTRAIN_CUDA_GEMM_AUTOTUNE", {"0", "1"}},
+                                         {"MPTRAIN_CUDA_SMALL_BATCH_FORWARD", {"0", "1"}},
+                                         {"MPTRAIN_CUDA_SMALL_BATCH_BACKWARD", {"0", "1"}},
                                          {"MPTRAIN_CUDA_DEPENDENT_LAUNCH", {"0", "1"}},
                                          {"MPTRAIN_CUDA_GROUPED_SGD", {"0", "1"}},
                                          {"MPTRAIN_CUDA_STEP_FOLDS", {"0", "1"}},
@@ -199,6 +206,8 @@ CudaBackend::CudaBackend(int device, MemoryTracker* memory) : device_(device), m
             std::to_string(properties.totalGlobalMem >> 20) + " MiB)";
     graphs_enabled_ = !turned_off_by_environment("MPTRAIN_CUDA_GRAPHS");
     fused_epilogues_ = !turned_off_by_environment("MPTRAIN_CUDA_FUSED_EPILOGUES");
+    set_small_batch_forward(turned_on_by_environment("MPTRAIN_CUDA_SMALL_BATCH_FORWARD"));
+    set_small_batch_backward_data(turned_on_by_environment("MPTRAIN_CUDA_SMALL_BATCH_BACKWARD"));
     set_dependent_launch(turned_on_by_environment("MPTRAIN_CUDA_DEPENDENT_LAUNCH"));
     grouped_sgd_ = turned_on_by_environment("MPTRAIN_CUDA_GROUPED_SGD");
     step_folds_ = !turned_off_by_environment("MPTRAIN_CUDA_STEP_FOLDS");
@@ -597,6 +606,18 @@ void CudaBackend::swap_values(float* first, float* second, int64_t count) {
     scheduler_->order_other_lane_after(scheduler_->current_lane());
 }
 
+bool CudaBackend::set_small_batch_forward(bool enabled) {
+    activate();
+    small_batch_forward_ = enabled && small_batch_forward_available();
+    return small_batch_forward_;
+}
+
+bool CudaBackend::set_small_batch_backward_data(bool enabled) {
+    activate();
+    small_batch_backward_data_ = enabled && small_batch_backward_data_available();
+    return small_batch_backward_data_;
+}
+
 bool CudaBackend::set_dependent_launch(bool enabled) {
     activate();
     dependent_launch_ = enabled && dependent_launch_runs_on_current_device();
@@ -607,13 +628,15 @@ void CudaBackend::plan(RecordedOp& op) {
     switch (op.code) {
         case OpCode::dense_forward: {
             const DenseForwardArgs& args = op.forward;
-            op.forward_plan = plan_dense_forward(*gemm_, args, fused_epilogues_, !relu_from_output_);
+            op.forward_plan =
+                plan_dense_forward(*gemm_, args, fused_epilogues_, !relu_from_output_, small_batch_forward_);
             op.scratch = op.forward_plan.scratch_bytes ? scratch_for(op.forward_plan.scratch_bytes) : nullptr;
             if (args.relu_mask) {
                 if (op.forward_plan.writes_mask) masks_[args.relu_mask] = MaskShape{args.rows, args.out_features};
                 else masks_.erase(args.relu_mask);
             }
             ++(op.forward_plan.fused ? op_paths_.forward_fused : op_paths_.forward_unfused);
+            if (op.forward_plan.small_batch) ++op_paths_.forward_small_batch;
             return;
         }
         case OpCode::backward_data: {
@@ -624,10 +647,12 @@ void CudaBackend::plan(RecordedOp& op) {
                 mask_valid = found != masks_.end() && found->second.rows == args.rows &&
                              found->second.features == args.in_features;
             }
-            op.data_plan = plan_dense_backward_data(*gemm_, args, mask_valid, fused_epilogues_);
+            op.data_plan =
+                plan_dense_backward_data(*gemm_, args, mask_valid, fused_epilogues_, small_batch_backward_data_);
             op.scratch = op.data_plan.scratch_bytes ? scratch_for(op.data_plan.scratch_bytes) : nullptr;
             ++(op.data_plan.fused ? op_paths_.backward_data_fused : op_paths_.backward_data_unfused);
             if (op.data_plan.relu_from_output) ++op_paths_.backward_data_relu_from_output;
+            if (op.data_plan.small_batch) ++op_paths_.backward_data_small_batch;
             return;
         }
         case OpCode::dense_update: {
@@ -774,6 +799,12 @@ CudaOpPaths cuda_backend_op_paths(const Backend& backend) { return as_cuda(backe
 void cuda_backend_set_graphs(Backend& backend, bool enabled) { as_cuda(backend).set_graphs(enabled); }
 void cuda_backend_break_captures(Backend& backend, bool broken) { as_cuda(backend).break_captures(broken); }
 void cuda_backend_set_fused_epilogues(Backend& backend, bool enabled) { as_cuda(backend).set_fused_epilogues(enabled); }
+bool cuda_backend_set_small_batch_forward(Backend& backend, bool enabled) {
+    return as_cuda(backend).set_small_batch_forward(enabled);
+}
+bool cuda_backend_set_small_batch_backward_data(Backend& backend, bool enabled) {
+    return as_cuda(backend).set_small_batch_backward_data(enabled);
+}
 bool cuda_backend_set_dependent_launch(Backend& backend, bool enabled) {
     return as_cuda(backend).set_dependent_launch(enabled);
 }

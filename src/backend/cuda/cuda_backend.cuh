@@ -91,6 +91,10 @@ public:
     void set_graphs(bool enabled);
     void set_fused_epilogues(bool enabled) { fused_epilogues_ = enabled; }
     bool fused_epilogues() const { return fused_epilogues_; }
+    // On only where small_batch_forward_available() (mma.m16n8k16); returns whether it is on.
+    bool set_small_batch_forward(bool enabled);
+    // On only where small_batch_backward_data_available(); returns whether it is on.
+    bool set_small_batch_backward_data(bool enabled);
     // On only where dependent_launch_runs_on_current_device() (cuda_launch.cuh); returns whether it is on.
     bool set_dependent_launch(bool enabled);
     bool dependent_launch() const { return dependent_launch_; }
@@ -217,6 +221,8 @@ private:
     std::unique_ptr<CudaBatchStager> stager_;  // streamed datasets only, created on first use
     std::unique_ptr<CudaScheduler> scheduler_;
     bool fused_epilogues_ = true;
+    bool small_batch_forward_ = false;
+    bool small_batch_backward_data_ = false;
     bool dependent_launch_ = false;
     bool grouped_sgd_ = false;
     bool step_folds_ = true;  // begin_step into the loss head, the update decision into the max pass

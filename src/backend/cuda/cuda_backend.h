@@ -56,6 +56,8 @@ struct CudaOpPaths {
     uint64_t fused_sgd_32_rows = 0;               // fused SGD updates planned with the kernel for 32 rows
     uint64_t gradient_into_masters = 0;           // updates planned as one GEMM into the masters (planned;
                                                   // counted as no weight-gradient path)
+    uint64_t forward_small_batch = 0;             // forwards planned on the small-batch kernel (of the fused)
+    uint64_t backward_data_small_batch = 0;       // input gradients planned on the small-batch kernel (likewise)
 };
 CudaOpPaths cuda_backend_op_paths(const Backend& backend);
 // Graph capture of repeated compute tasks (default on; MPTRAIN_CUDA_GRAPHS=0 turns it off).
@@ -67,6 +69,13 @@ void cuda_backend_break_captures(Backend& backend, bool broken);
 // MPTRAIN_CUDA_FUSED_EPILOGUES=0 turns them off); off forces the unfused fallback paths.
 void cuda_backend_set_fused_epilogues(Backend& backend, bool enabled);
 bool cuda_backend_fused_epilogues(const Backend& backend);
+// Forward layers of at most 64 rows as one tensor-core kernel each (cuda_small_batch_forward.cuh;
+// default off until a GPU has measured it; MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 turns it on). Ignored
+// below compute capability 8.0; returns whether it is now on.
+bool cuda_backend_set_small_batch_forward(Backend& backend, bool enabled);
+// The input gradients of at most 64 rows likewise (cuda_small_batch_backward_data.cuh;
+// MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1).
+bool cuda_backend_set_small_batch_backward_data(Backend& backend, bool enabled);
 // The backend's kernels launched with programmatic dependent launch, each one's launch overlapping
 // the kernel before it (cuda_launch.cuh; default off: 0.98x on an H200 at batch 32, under the 2%
 // that would make it one; MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 turns it on). Ignored below compute

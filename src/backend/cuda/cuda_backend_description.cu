@@ -1,6 +1,6 @@
 // CudaBackend::describe: mpt_context_describe's CUDA members. The switches as they are now (a refused
-// graph capture turns dependent launch off, a device below 9.0 keeps it off whatever the environment
-// asked), the graphs' counts and the last refusal, and how many ops took
+// graph capture turns dependent launch off, a device below 9.0 keeps it off and one below 8.0 the
+// tensor-core paths, whatever the environment asked), the graphs' counts and the last refusal, and how many ops took
 // each path: what a benchmark record needs to say what it measured, and a user to see why a step
 // is not replayed from a graph.
 #include "backend/cuda/cuda_backend.cuh"
@@ -20,6 +20,8 @@ void CudaBackend::describe(JsonWriter& out) const {
     out.key("split_k").boolean(gemm_->split_k());
     out.key("split_k_small_outputs").boolean(gemm_->split_k_small_outputs_only());
     out.key("gemm_autotune").boolean(gemm_->autotune());
+    out.key("small_batch_forward").boolean(small_batch_forward_);
+    out.key("small_batch_backward").boolean(small_batch_backward_data_);
     out.key("dependent_launch").boolean(dependent_launch_);
     out.key("grouped_sgd").boolean(grouped_sgd_);
     out.key("step_folds").boolean(step_folds_);
@@ -52,8 +54,10 @@ void CudaBackend::describe(JsonWriter& out) const {
     out.key("ops").begin_object();
     out.key("forward_fused").unsigned_integer(ops.forward_fused);
     out.key("forward_unfused").unsigned_integer(ops.forward_unfused);
+    out.key("forward_small_batch").unsigned_integer(ops.forward_small_batch);
     out.key("backward_data_fused").unsigned_integer(ops.backward_data_fused);
     out.key("backward_data_unfused").unsigned_integer(ops.backward_data_unfused);
+    out.key("backward_data_small_batch").unsigned_integer(ops.backward_data_small_batch);
     out.key("weight_gradient_fused").unsigned_integer(ops.weight_gradient_fused);
     out.key("weight_gradient_unfused").unsigned_integer(ops.weight_gradient_unfused);
     out.key("fused_sgd").unsigned_integer(ops.fused_sgd);

@@ -60,6 +60,7 @@ void CudaBackend::sign(const RecordedOp& op) {
             s.put(op.forward_plan.gemm);
             s.put(op.forward_plan.fused);
             s.put(op.forward_plan.writes_mask);
+            s.put(op.forward_plan.small_batch);
             s.put(op.scratch);
             return;
         }
@@ -104,6 +105,7 @@ void CudaBackend::sign(const RecordedOp& op) {
             s.put(op.data_plan.fused);
             s.put(op.data_plan.reads_mask);
             s.put(op.data_plan.relu_from_output);
+            s.put(op.data_plan.small_batch);
             s.put(op.scratch);
             return;
         }

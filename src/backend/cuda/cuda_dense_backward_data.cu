@@ -7,6 +7,7 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_dense_forward.cuh"
 #include "backend/cuda/cuda_launch.cuh"
+#include "backend/cuda/cuda_small_batch_backward_data.cuh"
 
 namespace mpt {
 
@@ -126,13 +127,18 @@ void run_relu_backward_in_place(void* gradient, const void* output, DType dtype,
 }
 
 DenseBackwardDataPlan plan_dense_backward_data(CudaGemm& gemm, const DenseBackwardDataArgs& args, bool mask_valid,
-                                               bool allow_fused) {
+                                               bool allow_fused, bool small_batch) {
     validate(args);
     DenseBackwardDataPlan plan;
     const bool fusable_dtypes = args.input_grad_dtype == args.compute_dtype || args.input_grad_dtype == DType::fp32;
     const bool linear = args.input_activation == Activation::linear;
     const bool relu = args.input_activation == Activation::relu;
     const bool masked_relu = relu && args.relu_mask && mask_valid;
+    if (allow_fused && small_batch && small_batch_backward_data_applies(args)) {
+        plan.fused = plan.small_batch = true;
+        plan.reads_mask = masked_relu;  // otherwise ReLU's derivative from A_prev, as the fallback's
+        return plan;
+    }
     // Without the mask, the in-place kernel reads A_prev and writes dZ_prev as elements of one type.
     const bool relu_from_output = relu && !masked_relu && args.input_grad_dtype == args.compute_dtype;
     const GemmChoice choice =
@@ -151,6 +157,10 @@ DenseBackwardDataPlan plan_dense_backward_data(CudaGemm& gemm, const DenseBackwa
 
 void run_dense_backward_data(CudaGemm& gemm, const DenseBackwardDataPlan& plan, const DenseBackwardDataArgs& args,
                              float* scratch, cudaStream_t stream) {
+    if (plan.small_batch) {
+        run_small_batch_backward_data(args, plan.reads_mask, stream);
+        return;
+    }
     if (plan.fused) {
         gemm.run(*plan.gemm, args.weights, args.output_grad, args.input_grad, nullptr,
                  plan.reads_mask ? args.relu_mask : nullptr, args.workspace, stream);

@@ -3,7 +3,8 @@
 // mask (a forward that wrote none: MPTRAIN_CUDA_RELU_FROM_OUTPUT=1, or one run unfused), a GEMM that
 // writes dZ_prev in its own dtype and a kernel that zeroes it in place where A_prev is not above 0;
 // otherwise (cuBLASLt cannot fuse it, or another activation) a GEMM into fp32 scratch and one kernel
-// applying the derivative from A_prev (the CPU's formula).
+// applying the derivative from A_prev (the CPU's formula). Batches of at most 64 rows can run as one
+// tensor-core kernel instead (cuda_small_batch_backward_data.cuh), when the backend asks.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -14,16 +15,18 @@
 namespace mpt {
 
 struct DenseBackwardDataPlan {
-    const GemmPlan* gemm = nullptr;
-    bool fused = false;
+    const GemmPlan* gemm = nullptr;  // null on the small-batch kernel
+    bool fused = false;              // one kernel writes the input gradient (the GEMM or the small-batch kernel)
+    bool small_batch = false;        // the small-batch kernel, in cuBLASLt's place
     bool reads_mask = false;
     bool relu_from_output = false;  // the GEMM writes input_grad, then ReLU's derivative from A_prev in place
     size_t scratch_bytes = 0;
 };
 
 // `mask_valid`: args.relu_mask holds the bit mask a fused forward wrote for this [rows, in_features].
+// `small_batch`: the small-batch kernel where it applies (the caller has checked the device).
 DenseBackwardDataPlan plan_dense_backward_data(CudaGemm& gemm, const DenseBackwardDataArgs& args, bool mask_valid,
-                                               bool allow_fused);
+                                               bool allow_fused, bool small_batch = false);
 void run_dense_backward_data(CudaGemm& gemm, const DenseBackwardDataPlan& plan, const DenseBackwardDataArgs& args,
                              float* scratch, cudaStream_t stream);
 

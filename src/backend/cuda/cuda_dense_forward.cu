@@ -8,6 +8,7 @@
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_launch.cuh"
+#include "backend/cuda/cuda_small_batch_forward.cuh"
 
 namespace mpt {
 
@@ -51,9 +52,15 @@ GemmKey forward_key(const DenseForwardArgs& args, int32_t epilogue, DType output
 
 }  // namespace
 
-DenseForwardPlan plan_dense_forward(CudaGemm& gemm, const DenseForwardArgs& args, bool allow_fused, bool mask_wanted) {
+DenseForwardPlan plan_dense_forward(CudaGemm& gemm, const DenseForwardArgs& args, bool allow_fused, bool mask_wanted,
+                                    bool small_batch) {
     validate(args);
     DenseForwardPlan plan;
+    if (allow_fused && small_batch && small_batch_forward_applies(args)) {
+        plan.fused = plan.small_batch = true;
+        plan.writes_mask = args.activation == Activation::relu && args.relu_mask != nullptr && mask_wanted;
+        return plan;
+    }
     const bool fusable_dtypes = (args.output_dtype == args.compute_dtype || args.output_dtype == DType::fp32) &&
                                 args.bias_dtype == args.output_dtype;
     const bool fusable_activation = args.activation == Activation::linear || args.activation == Activation::relu;
@@ -76,6 +83,10 @@ DenseForwardPlan plan_dense_forward(CudaGemm& gemm, const DenseForwardArgs& args
 
 void run_dense_forward(CudaGemm& gemm, const DenseForwardPlan& plan, const DenseForwardArgs& args, float* scratch,
                        cudaStream_t stream) {
+    if (plan.small_batch) {
+        run_small_batch_forward(args, stream);
+        return;
+    }
     if (plan.fused) {
         gemm.run(*plan.gemm, args.weights, args.input, args.output, args.bias,
                  plan.writes_mask ? args.relu_mask : nullptr, args.workspace, stream);

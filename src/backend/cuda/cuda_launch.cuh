@@ -46,26 +46,54 @@ private:
 // kernels overlap). Clears any error it meets.
 bool dependent_launch_runs_on_current_device();
 
-// Launches `kernel` on `stream` (with the attribute inside a DependentLaunchScope with a counter); a
-// launch failure is an mpt::Error naming `name`.
+// launch_kernel with the grid's blocks in thread-block clusters of `cluster_blocks` along x (compute
+// capability 9.0; gridDim.x a multiple of it): 1 launches without clusters, as launch_kernel does.
+// The caller checks that the device and the kernel's code have clusters
+// (cluster_launch_runs_on_current_device).
 template <typename... Parameters, typename... Arguments>
-void launch_kernel(const char* name, void (*kernel)(Parameters...), dim3 grid, dim3 block, size_t shared_bytes,
-                   cudaStream_t stream, Arguments&&... arguments) {
-    cudaLaunchAttribute attribute{};
-    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attribute.val.programmaticStreamSerializationAllowed = 1;
+void launch_kernel_in_clusters(const char* name, unsigned cluster_blocks, void (*kernel)(Parameters...), dim3 grid,
+                               dim3 block, size_t shared_bytes, cudaStream_t stream, Arguments&&... arguments) {
+    cudaLaunchAttribute attributes[2]{};
+    unsigned count = 0;
+    uint64_t* const counter = dependent_launch_counter();
+    if (counter) {
+        attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attributes[count].val.programmaticStreamSerializationAllowed = 1;
+        ++count;
+    }
+    if (cluster_blocks > 1) {
+        attributes[count].id = cudaLaunchAttributeClusterDimension;
+        attributes[count].val.clusterDim.x = cluster_blocks;
+        attributes[count].val.clusterDim.y = 1;
+        attributes[count].val.clusterDim.z = 1;
+        ++count;
+    }
     cudaLaunchConfig_t config{};
     config.gridDim = grid;
     config.blockDim = block;
     config.dynamicSmemBytes = shared_bytes;
     config.stream = stream;
-    uint64_t* const counter = dependent_launch_counter();
-    config.attrs = counter ? &attribute : nullptr;  // null without attributes, as the runtime asks
-    config.numAttrs = counter ? 1 : 0;
+    config.attrs = count ? attributes : nullptr;  // null without attributes, as the runtime asks
+    config.numAttrs = count;
     check_cuda(cudaLaunchKernelEx(&config, kernel, std::forward<Arguments>(arguments)...), name, __FILE__, __LINE__);
     if (counter) ++*counter;
     // Asynchronous faults of earlier work surface here, as after a <<<>>> launch.
     check_cuda(cudaGetLastError(), name, __FILE__, __LINE__);
+}
+
+// Whether `kernel` can run in clusters here: compute capability 9.0 and up, and its code for the
+// device compiled for 9.0 or later (clusters exist only there). Clears any error it meets.
+inline bool cluster_launch_runs_on_current_device(const void* kernel) {
+    return kernel_code_runs_on_current_device(kernel, 9);
+}
+
+// Launches `kernel` on `stream` (with the attribute inside a DependentLaunchScope with a counter); a
+// launch failure is an mpt::Error naming `name`.
+template <typename... Parameters, typename... Arguments>
+void launch_kernel(const char* name, void (*kernel)(Parameters...), dim3 grid, dim3 block, size_t shared_bytes,
+                   cudaStream_t stream, Arguments&&... arguments) {
+    launch_kernel_in_clusters(name, 1, kernel, grid, block, shared_bytes, stream,
+                              std::forward<Arguments>(arguments)...);
 }
 
 #if defined(__CUDACC__)
