@@ -1826,6 +1826,18 @@ TEST_CASE("MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1: CUDA fused SGD for 32 rows matches 
     compare_dense_update(*cpu, *cuda, {32, 3072, 3000, DType::bf16, sgd, false});
     CHECK(cuda_backend_op_paths(*cuda).fused_sgd_32_rows > 0);
 }
+
+// A compute capability 9.0 device with a whole Hopper's SMs (not a MIG slice), where the small-batch
+// kernels split the seed MLP's large products across a cluster's blocks (this build has sm_90 code:
+// the device check's; below 9.0 they run one block a tile).
+bool small_batch_splits_expected(const Backend& backend) {
+    int device = 0, multiprocessors = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+        return false;
+    return compute_capability_major(backend) >= 9 && multiprocessors >= 100;
+}
+
 // The small-batch forward kernel (compute capability 8.0 and up) in cuBLASLt's place for batches of
 // at most 64 rows: the same cases and the seed MLP's layers at batch 32; the backward's DRELU
 // reading the mask it wrote; and that mask against cuBLASLt's, bit for bit.
@@ -1837,16 +1849,18 @@ TEST_CASE("CUDA dense_forward matches the CPU with the small-batch kernel, whose
                                                 "small-batch forward kernel"))
         return;
     const auto forward_on_kernel = [&] { return cuda_backend_op_paths(*cuda).forward_small_batch; };
-    // On compute capability 9.0 the seed MLP's first layer splits K across a cluster's blocks (6 on
-    // 132 SMs), as every case below with enough K does; below it, one block a tile.
+    // On a Hopper the seed MLP's first layer splits K across a cluster's blocks (2 on 132 SMs), as
+    // most cases below do (split_k); below 9.0, one block a tile.
     DenseForwardArgs seed_layer{};
     seed_layer.rows = 32;
     seed_layer.in_features = 3072;
     seed_layer.out_features = seed_layer.valid_out = 3000;
     seed_layer.compute_dtype = DType::bf16;
-    const int splits = small_batch_forward_splits(seed_layer);
-    MESSAGE("small-batch forward, the seed MLP's first layer at batch 32: K in " << splits << " blocks");
-    CHECK((splits > 1) == (compute_capability_major(*cuda) >= 9));
+    const small_batch_mma::SplitK split = small_batch_forward_split(seed_layer);
+    MESSAGE("small-batch forward, the seed MLP's first layer at batch 32: K in " << split.splits << " blocks of "
+                                                                                 << split.k_per_block);
+    const bool splits_expected = small_batch_splits_expected(*cuda);
+    if (splits_expected) CHECK(split.splits > 1);
     compare_dense_forward_cases(*cpu, *cuda);  // fp32's (cuBLASLt) among them
     for (DType dtype : {DType::bf16, DType::fp16}) {
         const ForwardCase cases[] = {
@@ -1871,6 +1885,7 @@ TEST_CASE("CUDA dense_forward matches the CPU with the small-batch kernel, whose
     const CudaOpPaths paths = cuda_backend_op_paths(*cuda);
     CHECK(paths.forward_small_batch > 0);
     CHECK(paths.backward_data_fused > 0);
+    CHECK((paths.small_batch_split > 0) == splits_expected);  // the cases planned split, and ran so
 
     // Bit for bit where the sum is clear of 0 (the two add in different orders), and the bit is
     // whether the sum is positive. 200 features: a block of 32 past the end, a 256-bit row stride.
@@ -1923,10 +1938,12 @@ TEST_CASE("CUDA dense_backward_data matches the CPU with the small-batch kernel,
     seed_layer.in_features = 3000;
     seed_layer.out_features = 1000;
     seed_layer.compute_dtype = DType::bf16;
-    const int splits = small_batch_backward_data_splits(seed_layer);
-    MESSAGE("small-batch backward-data, the seed MLP's 32 x 1000 x 3000 product: output features in " << splits
-                                                                                                      << " blocks");
-    CHECK((splits > 1) == (compute_capability_major(*cuda) >= 9));
+    const small_batch_mma::SplitK split = small_batch_backward_data_split(seed_layer);
+    MESSAGE("small-batch backward-data, the seed MLP's 32 x 1000 x 3000 product: output features in "
+            << split.splits << " blocks of " << split.k_per_block);
+    const bool splits_expected = small_batch_splits_expected(*cuda);
+    if (splits_expected) CHECK(split.splits > 1);
+    const uint64_t splits_before = cuda_backend_op_paths(*cuda).small_batch_split;
     for (bool small_batch_forward : {false, true}) {
         CAPTURE(small_batch_forward);
         CHECK(cuda_backend_set_small_batch_forward(*cuda, small_batch_forward) == small_batch_forward);
@@ -1958,6 +1975,7 @@ TEST_CASE("CUDA dense_backward_data matches the CPU with the small-batch kernel,
         // The masks came from the forward named: cuBLASLt's, then the small-batch kernel's.
         CHECK((cuda_backend_op_paths(*cuda).forward_small_batch > forwards_on_kernel) == small_batch_forward);
     }
+    CHECK((cuda_backend_op_paths(*cuda).small_batch_split > splits_before) == splits_expected);
 }
 
 #endif

@@ -121,7 +121,7 @@ BlockResult run_block(const Layer& layer, int block, const SplitK& split_of_k) {
     std::vector<std::vector<double>> split_partials;
     for (int split = 0; split < split_of_k.splits; ++split) {
         const int64_t k_begin = split_k_begin(split, split_of_k.k_per_block);
-        const int64_t k_end = std::min<int64_t>(layer.k, k_begin + split_of_k.k_per_block);
+        const int64_t k_end = split_k_end(split, split_of_k.k_per_block, layer.k);
         REQUIRE(k_begin < k_end);  // no block without a share
         // One lane's chunk: 8 elements of `row` from k, or zeros where the kernel loads none.
         auto chunk = [&](const std::vector<double>& matrix, int64_t row, bool present, int64_t k) {
@@ -130,7 +130,7 @@ BlockResult run_block(const Layer& layer, int block, const SplitK& split_of_k) {
                 for (int e = 0; e < kElementsPerLoad; ++e) elements[e] = matrix[row * layer.k + k + e];
             return elements;
         };
-        const int64_t steps = (k_end - k_begin + kBlockStepK - 1) / kBlockStepK;
+        const int64_t steps = split_steps(k_begin, k_end);
         WarpSums sums = zero_sums(tiles);
         for (int warp = 0; warp < kWarps; ++warp)
             for (int64_t step = 0; step < steps; ++step)
@@ -201,9 +201,9 @@ std::vector<double> run_backward_block(const std::vector<double>& dz, const std:
     std::vector<std::vector<double>> split_partials;
     for (int split = 0; split < split_of_o.splits; ++split) {
         const int64_t o_begin = split_k_begin(split, split_of_o.k_per_block);
-        const int64_t o_end = std::min<int64_t>(out, o_begin + split_of_o.k_per_block);
+        const int64_t o_end = split_k_end(split, split_of_o.k_per_block, out);
         REQUIRE(o_begin < o_end);  // no block without a share
-        const int64_t steps = (o_end - o_begin + kBlockStepK - 1) / kBlockStepK;
+        const int64_t steps = split_steps(o_begin, o_end);
         WarpSums sums = zero_sums(tiles);
         for (int warp = 0; warp < kWarps; ++warp)
             for (int64_t step = 0; step < steps; ++step) {
@@ -405,16 +405,16 @@ TEST_CASE("the small-batch backward-data layout computes dZ W, W paired row by r
     }
 }
 
-TEST_CASE("K is split across at most a cluster's blocks, none empty, so that a layer has a few blocks an SM") {
-    // The seed MLP at batch 32 on an H200 (132 SMs): the forwards' K (3072, 3000, 1000 over 94, 32
-    // and 1 tiles of 32 features) and the input gradients' (1000 and 16 over 94 and 32 tiles).
+TEST_CASE("K is split across at most a cluster's blocks, none empty, in the fewest rounds of loads") {
+    // The seed MLP at batch 32 on an H200 (132 SMs, 2 blocks each): the forwards' K (3072, 3000, 1000
+    // over 94, 32 and 1 tiles of 32 features) and the input gradients' (1000 and 16 over 94 and 32).
     struct Expected {
         int64_t k, tiles;
         int splits;
         int64_t k_per_block;
     };
     const Expected seed[] = {
-        {3072, 94, 6, 512}, {3000, 32, 8, 384}, {1000, 1, 8, 128}, {1000, 94, 6, 192}, {16, 32, 1, 32}};
+        {3072, 94, 2, 1536}, {3000, 32, 6, 512}, {1000, 1, 2, 512}, {1000, 94, 2, 512}, {16, 32, 1, 32}};
     for (const Expected& e : seed) {
         CAPTURE(e.k);
         CAPTURE(e.tiles);
@@ -423,26 +423,36 @@ TEST_CASE("K is split across at most a cluster's blocks, none empty, so that a l
         CHECK(split.k_per_block == e.k_per_block);
         CHECK(split_k(e.k, e.tiles, 132, false).splits == 1);  // no clusters: one block a tile
     }
-    // Every K a multiple of 8, every tile count and SM count: at most kMaxSplits blocks, shares that
-    // are whole warp steps and cover K once, the last one not empty.
+    // Every K a multiple of 8, every tile count, SM count and batch: at most kMaxSplits blocks, shares
+    // that are whole warp steps and cover K once, the last one not empty, and no more rounds than the
+    // other splits allowed (one block a tile among them).
     for (int64_t k = 8; k <= 4096; k += 8)
         for (int64_t tiles : {1, 2, 7, 32, 94, 1000})
-            for (int multiprocessors : {0, 1, 16, 132, 1 << 20}) {
-                const SplitK split = split_k(k, tiles, multiprocessors, true);
-                CAPTURE(k);
-                CAPTURE(tiles);
-                CAPTURE(multiprocessors);
-                REQUIRE(split.splits >= 1);
-                REQUIRE(split.splits <= kMaxSplits);
-                REQUIRE(split.k_per_block % kStepK == 0);
-                REQUIRE(split_k_begin(split.splits - 1, split.k_per_block) < k);
-                REQUIRE(split_k_begin(split.splits, split.k_per_block) >= k);
-                REQUIRE(split.splits <=
-                        std::max<int64_t>(1, (k + kMinSplitK - 1) / kMinSplitK));  // kMinSplitK on average
-                // More blocks than wanted only where the tiles alone are that many.
-                if (split.splits > 1)
-                    REQUIRE((split.splits - 1) * tiles < int64_t{kBlocksWantedPerMultiprocessor} * multiprocessors);
-            }
+            for (int multiprocessors : {0, 1, 16, 132, 1 << 20})
+                for (int batch_tile_count : {1, 8}) {
+                    const SplitK split = split_k(k, tiles, multiprocessors, true, batch_tile_count);
+                    CAPTURE(k);
+                    CAPTURE(tiles);
+                    CAPTURE(multiprocessors);
+                    REQUIRE(split.splits >= 1);
+                    REQUIRE(split.splits <= kMaxSplits);
+                    REQUIRE(split.k_per_block % kStepK == 0);
+                    REQUIRE(split_k_begin(split.splits - 1, split.k_per_block) < k);
+                    REQUIRE(split_k_end(split.splits - 1, split.k_per_block, k) == k);
+                    REQUIRE(split_k_begin(split.splits, split.k_per_block) >= k);
+                    const int64_t most =
+                        std::max<int64_t>(1, std::min<int64_t>(kMaxSplits, (k + kMinSplitK - 1) / kMinSplitK));
+                    REQUIRE(split.splits <= most);
+                    const int64_t capacity = int64_t{multiprocessors} * kBlocksPerMultiprocessor;
+                    if (capacity == 0) {
+                        REQUIRE(split.splits == 1);
+                        continue;
+                    }
+                    const int steps = steps_in_flight(batch_tile_count);
+                    const int64_t rounds = split_rounds(k, split.splits, tiles, capacity, steps);
+                    for (int64_t other = 1; other <= most; ++other)
+                        REQUIRE(rounds <= split_rounds(k, other, tiles, capacity, steps));
+                }
 }
 
 TEST_CASE("the backward's byte permutes pair two rows' elements of one feature") {

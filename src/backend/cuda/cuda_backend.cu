@@ -637,6 +637,8 @@ void CudaBackend::plan(RecordedOp& op) {
             }
             ++(op.forward_plan.fused ? op_paths_.forward_fused : op_paths_.forward_unfused);
             if (op.forward_plan.small_batch) ++op_paths_.forward_small_batch;
+            if (op.forward_plan.small_batch && op.forward_plan.small_batch_split.splits > 1)
+                ++op_paths_.small_batch_split;
             return;
         }
         case OpCode::backward_data: {
@@ -653,6 +655,7 @@ void CudaBackend::plan(RecordedOp& op) {
             ++(op.data_plan.fused ? op_paths_.backward_data_fused : op_paths_.backward_data_unfused);
             if (op.data_plan.relu_from_output) ++op_paths_.backward_data_relu_from_output;
             if (op.data_plan.small_batch) ++op_paths_.backward_data_small_batch;
+            if (op.data_plan.small_batch && op.data_plan.small_batch_split.splits > 1) ++op_paths_.small_batch_split;
             return;
         }
         case OpCode::dense_update: {

@@ -58,6 +58,7 @@ struct CudaOpPaths {
                                                   // counted as no weight-gradient path)
     uint64_t forward_small_batch = 0;             // forwards planned on the small-batch kernel (of the fused)
     uint64_t backward_data_small_batch = 0;       // input gradients planned on the small-batch kernel (likewise)
+    uint64_t small_batch_split = 0;               // of those two, planned with K split across a cluster
 };
 CudaOpPaths cuda_backend_op_paths(const Backend& backend);
 // Graph capture of repeated compute tasks (default on; MPTRAIN_CUDA_GRAPHS=0 turns it off).

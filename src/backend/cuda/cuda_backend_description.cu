@@ -58,6 +58,7 @@ void CudaBackend::describe(JsonWriter& out) const {
     out.key("backward_data_fused").unsigned_integer(ops.backward_data_fused);
     out.key("backward_data_unfused").unsigned_integer(ops.backward_data_unfused);
     out.key("backward_data_small_batch").unsigned_integer(ops.backward_data_small_batch);
+    out.key("small_batch_split").unsigned_integer(ops.small_batch_split);
     out.key("weight_gradient_fused").unsigned_integer(ops.weight_gradient_fused);
     out.key("weight_gradient_unfused").unsigned_integer(ops.weight_gradient_unfused);
     out.key("fused_sgd").unsigned_integer(ops.fused_sgd);

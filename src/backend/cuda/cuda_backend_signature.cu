@@ -61,6 +61,8 @@ void CudaBackend::sign(const RecordedOp& op) {
             s.put(op.forward_plan.fused);
             s.put(op.forward_plan.writes_mask);
             s.put(op.forward_plan.small_batch);
+            s.put(op.forward_plan.small_batch_split.splits);
+            s.put(op.forward_plan.small_batch_split.k_per_block);
             s.put(op.scratch);
             return;
         }
@@ -106,6 +108,8 @@ void CudaBackend::sign(const RecordedOp& op) {
             s.put(op.data_plan.reads_mask);
             s.put(op.data_plan.relu_from_output);
             s.put(op.data_plan.small_batch);
+            s.put(op.data_plan.small_batch_split.splits);
+            s.put(op.data_plan.small_batch_split.k_per_block);
             s.put(op.scratch);
             return;
         }

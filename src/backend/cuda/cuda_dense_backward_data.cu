@@ -137,6 +137,7 @@ DenseBackwardDataPlan plan_dense_backward_data(CudaGemm& gemm, const DenseBackwa
     if (allow_fused && small_batch && small_batch_backward_data_applies(args)) {
         plan.fused = plan.small_batch = true;
         plan.reads_mask = masked_relu;  // otherwise ReLU's derivative from A_prev, as the fallback's
+        plan.small_batch_split = small_batch_backward_data_split(args);
         return plan;
     }
     // Without the mask, the in-place kernel reads A_prev and writes dZ_prev as elements of one type.
@@ -158,7 +159,7 @@ DenseBackwardDataPlan plan_dense_backward_data(CudaGemm& gemm, const DenseBackwa
 void run_dense_backward_data(CudaGemm& gemm, const DenseBackwardDataPlan& plan, const DenseBackwardDataArgs& args,
                              float* scratch, cudaStream_t stream) {
     if (plan.small_batch) {
-        run_small_batch_backward_data(args, plan.reads_mask, stream);
+        run_small_batch_backward_data(args, plan.small_batch_split, plan.reads_mask, stream);
         return;
     }
     if (plan.fused) {

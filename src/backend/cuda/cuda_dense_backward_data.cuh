@@ -11,6 +11,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_gemm.cuh"
+#include "backend/cuda/small_batch_forward_layout.h"
 
 namespace mpt {
 
@@ -18,6 +19,7 @@ struct DenseBackwardDataPlan {
     const GemmPlan* gemm = nullptr;  // null on the small-batch kernel
     bool fused = false;              // one kernel writes the input gradient (the GEMM or the small-batch kernel)
     bool small_batch = false;        // the small-batch kernel, in cuBLASLt's place
+    small_batch_mma::SplitK small_batch_split;  // its blocks along the output features, chosen when planned
     bool reads_mask = false;
     bool relu_from_output = false;  // the GEMM writes input_grad, then ReLU's derivative from A_prev in place
     size_t scratch_bytes = 0;

@@ -59,6 +59,7 @@ DenseForwardPlan plan_dense_forward(CudaGemm& gemm, const DenseForwardArgs& args
     if (allow_fused && small_batch && small_batch_forward_applies(args)) {
         plan.fused = plan.small_batch = true;
         plan.writes_mask = args.activation == Activation::relu && args.relu_mask != nullptr && mask_wanted;
+        plan.small_batch_split = small_batch_forward_split(args);
         return plan;
     }
     const bool fusable_dtypes = (args.output_dtype == args.compute_dtype || args.output_dtype == DType::fp32) &&
@@ -84,7 +85,7 @@ DenseForwardPlan plan_dense_forward(CudaGemm& gemm, const DenseForwardArgs& args
 void run_dense_forward(CudaGemm& gemm, const DenseForwardPlan& plan, const DenseForwardArgs& args, float* scratch,
                        cudaStream_t stream) {
     if (plan.small_batch) {
-        run_small_batch_forward(args, stream);
+        run_small_batch_forward(args, plan.small_batch_split, plan.writes_mask, stream);
         return;
     }
     if (plan.fused) {

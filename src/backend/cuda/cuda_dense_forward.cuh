@@ -10,6 +10,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_gemm.cuh"
+#include "backend/cuda/small_batch_forward_layout.h"
 
 namespace mpt {
 
@@ -23,6 +24,7 @@ struct DenseForwardPlan {
     const GemmPlan* gemm = nullptr;  // null on the small-batch kernel
     bool fused = false;              // one kernel writes the output itself (the GEMM or the small-batch kernel)
     bool small_batch = false;        // the small-batch kernel (cuda_small_batch_forward.cuh), in cuBLASLt's place
+    small_batch_mma::SplitK small_batch_split;  // its blocks along K, chosen for the device when planned
     bool writes_mask = false;        // args.relu_mask is written, in cuBLASLt's bit-mask format
     size_t scratch_bytes = 0;  // fp32 scratch the fallback needs
 };

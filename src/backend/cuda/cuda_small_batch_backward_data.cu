@@ -38,7 +38,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
     const int64_t f0 = static_cast<int64_t>(blockIdx.y) * kFeatures;
     const int64_t O = p.out_features;
     const int64_t o_begin = split_k_begin(split, o_per_block);
-    const int64_t o_end = o_begin + o_per_block < O ? o_begin + o_per_block : O;
+    const int64_t o_end = split_k_end(split, o_per_block, O);
 
     // The lane's 4 features of every row of W: whole or past the layer (in_features is a multiple of 8).
     const int64_t w_column = f0 + w_feature0(lane);
@@ -47,7 +47,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
     const BatchOperand<kTiles> dz_rows(static_cast<const uint16_t*>(p.output_grad), p.rows, O, lane);
 
     float sums[kMmaRows][kTiles][4] = {};
-    const int64_t steps = (o_end - o_begin + kBlockStepK - 1) / kBlockStepK;
+    const int64_t steps = split_steps(o_begin, o_end);
     for (int64_t step0 = 0; step0 < steps; step0 += kSteps) {
         uint32_t w[kSteps][kRowsPerStep][2];  // the lane's 4 features of each of its 8 rows of W
         uint32_t dz[kSteps][kTiles][4];
@@ -109,11 +109,6 @@ struct BackwardDataInstances {
 
 int64_t feature_tiles(const DenseBackwardDataArgs& args) { return (args.in_features + kFeatures - 1) / kFeatures; }
 
-SplitK backward_data_split(const DenseBackwardDataArgs& args) {
-    const auto kernel = small_batch_instance<BackwardDataInstances>(args.compute_dtype, args.rows);
-    return small_batch_split(reinterpret_cast<const void*>(kernel), args.out_features, feature_tiles(args));
-}
-
 }  // namespace
 
 bool small_batch_backward_data_available() {
@@ -129,17 +124,22 @@ bool small_batch_backward_data_applies(const DenseBackwardDataArgs& args) {
            args.input_activation != Activation::softmax;
 }
 
-void run_small_batch_backward_data(const DenseBackwardDataArgs& args, bool read_mask, cudaStream_t stream) {
+small_batch_mma::SplitK small_batch_backward_data_split(const DenseBackwardDataArgs& args) {
+    return instance_split<BackwardDataInstances>(args.compute_dtype, args.rows, args.out_features, feature_tiles(args));
+}
+
+void run_small_batch_backward_data(const DenseBackwardDataArgs& args, const small_batch_mma::SplitK& split,
+                                   bool read_mask, cudaStream_t stream) {
     require(small_batch_backward_data_applies(args) &&
-                (!read_mask || (args.input_activation == Activation::relu && args.relu_mask != nullptr)),
+                (!read_mask || (args.input_activation == Activation::relu && args.relu_mask != nullptr)) &&
+                split.splits >= 1 && split.splits <= kMaxSplits &&
+                split_k_begin(split.splits - 1, split.k_per_block) < args.out_features &&
+                split_k_begin(split.splits, split.k_per_block) >= args.out_features,
             MPT_STATUS_INTERNAL, "cuda backend: the small-batch backward-data kernel called outside its case");
     DenseBackwardDataArgs launch = args;
     if (!read_mask) launch.relu_mask = nullptr;  // ReLU's derivative from A_prev
-    const auto kernel = small_batch_instance<BackwardDataInstances>(args.compute_dtype, args.rows);
-    launch_small_batch("small_batch_backward_data_kernel", kernel, backward_data_split(args), feature_tiles(args),
-                       stream, launch);
+    launch_small_batch<BackwardDataInstances>("small_batch_backward_data_kernel", args.compute_dtype, args.rows, split,
+                                              feature_tiles(args), stream, launch);
 }
-
-int small_batch_backward_data_splits(const DenseBackwardDataArgs& args) { return backward_data_split(args).splits; }
 
 }  // namespace mpt

@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 
 #include "backend/backend.h"
+#include "backend/cuda/small_batch_forward_layout.h"
 
 namespace mpt {
 
@@ -25,12 +26,13 @@ bool small_batch_backward_data_available();
 bool small_batch_backward_data_applies(const DenseBackwardDataArgs& args);
 
 // args as small_batch_backward_data_applies says, operands 16-byte aligned (dense_backward_data's
-// checks). `read_mask`: ReLU's derivative from args.relu_mask, which the forward wrote for exactly
-// these rows and features; otherwise from args.input.
-void run_small_batch_backward_data(const DenseBackwardDataArgs& args, bool read_mask, cudaStream_t stream);
+// checks), `split` as small_batch_backward_data_split gave it. `read_mask`: ReLU's derivative from args.relu_mask,
+// which the forward wrote for exactly these rows and features; otherwise from args.input.
+void run_small_batch_backward_data(const DenseBackwardDataArgs& args, const small_batch_mma::SplitK& split,
+                                   bool read_mask, cudaStream_t stream);
 
-// The blocks along the output features (one cluster) that run_small_batch_backward_data launches for
-// `args` on the current device, as small_batch_forward_splits.
-int small_batch_backward_data_splits(const DenseBackwardDataArgs& args);
+// The blocks along the output features (one cluster) for `args` on the current device, as
+// small_batch_forward_split: asked when the op is planned.
+small_batch_mma::SplitK small_batch_backward_data_split(const DenseBackwardDataArgs& args);
 
 }  // namespace mpt

@@ -40,7 +40,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
     const int64_t f0 = static_cast<int64_t>(blockIdx.y) * kFeatures;
     const int64_t K = p.in_features;
     const int64_t k_begin = split_k_begin(split, k_per_block);
-    const int64_t k_end = k_begin + k_per_block < K ? k_begin + k_per_block : K;
+    const int64_t k_end = split_k_end(split, k_per_block, K);
 
     const uint16_t* weights = static_cast<const uint16_t*>(p.weights);
     const uint16_t* w_row[kMmaRows][2];
@@ -56,7 +56,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
     const BatchOperand<kTiles> x(static_cast<const uint16_t*>(p.input), p.rows, K, lane);
 
     float sums[kMmaRows][kTiles][4] = {};
-    const int64_t steps = (k_end - k_begin + kBlockStepK - 1) / kBlockStepK;
+    const int64_t steps = split_steps(k_begin, k_end);
     for (int64_t step0 = 0; step0 < steps; step0 += kSteps) {
         uint32_t a[kSteps][kMmaRows][2][4];  // rows g and g + 8 of each mma tile of W
         uint32_t b[kSteps][kTiles][4];
@@ -120,11 +120,6 @@ struct ForwardInstances {
 
 int64_t feature_tiles(const DenseForwardArgs& args) { return (args.out_features + kFeatures - 1) / kFeatures; }
 
-SplitK forward_split(const DenseForwardArgs& args) {
-    const auto kernel = small_batch_instance<ForwardInstances>(args.compute_dtype, args.rows);
-    return small_batch_split(reinterpret_cast<const void*>(kernel), args.in_features, feature_tiles(args));
-}
-
 }  // namespace
 
 bool small_batch_forward_available() {
@@ -138,16 +133,22 @@ bool small_batch_forward_applies(const DenseForwardArgs& args) {
            args.activation != Activation::softmax;
 }
 
-void run_small_batch_forward(const DenseForwardArgs& args, cudaStream_t stream) {
-    require(small_batch_forward_applies(args), MPT_STATUS_INTERNAL,
-            "cuda backend: the small-batch forward kernel called outside its case");
-    DenseForwardArgs launch = args;
-    if (args.activation != Activation::relu) launch.relu_mask = nullptr;  // a mask only for ReLU
-    if (launch.valid_out > args.out_features) launch.valid_out = args.out_features;
-    const auto kernel = small_batch_instance<ForwardInstances>(args.compute_dtype, args.rows);
-    launch_small_batch("small_batch_forward_kernel", kernel, forward_split(args), feature_tiles(args), stream, launch);
+small_batch_mma::SplitK small_batch_forward_split(const DenseForwardArgs& args) {
+    return instance_split<ForwardInstances>(args.compute_dtype, args.rows, args.in_features, feature_tiles(args));
 }
 
-int small_batch_forward_splits(const DenseForwardArgs& args) { return forward_split(args).splits; }
+void run_small_batch_forward(const DenseForwardArgs& args, const small_batch_mma::SplitK& split, bool write_mask,
+                             cudaStream_t stream) {
+    require(small_batch_forward_applies(args) && split.splits >= 1 && split.splits <= kMaxSplits &&
+                split_k_begin(split.splits - 1, split.k_per_block) < args.in_features &&
+                split_k_begin(split.splits, split.k_per_block) >= args.in_features,
+            MPT_STATUS_INTERNAL, "cuda backend: the small-batch forward kernel called outside its case");
+    DenseForwardArgs launch = args;
+    // A mask only for ReLU, and only where the plan writes one.
+    if (args.activation != Activation::relu || !write_mask) launch.relu_mask = nullptr;
+    if (launch.valid_out > args.out_features) launch.valid_out = args.out_features;
+    launch_small_batch<ForwardInstances>("small_batch_forward_kernel", args.compute_dtype, args.rows, split,
+                                         feature_tiles(args), stream, launch);
+}
 
 }  // namespace mpt

@@ -15,6 +15,7 @@
 #include <cuda_runtime.h>
 
 #include "backend/backend.h"
+#include "backend/cuda/small_batch_forward_layout.h"
 
 namespace mpt {
 
@@ -26,12 +27,14 @@ bool small_batch_forward_available();
 // loads of every row). Output and bias in any dtype; every activation but softmax.
 bool small_batch_forward_applies(const DenseForwardArgs& args);
 
-// args as small_batch_forward_applies says, operands 16-byte aligned (dense_forward's checks);
-// writes args.relu_mask in cuBLASLt's bit-mask format when it is set and the activation is ReLU.
-void run_small_batch_forward(const DenseForwardArgs& args, cudaStream_t stream);
+// The blocks along K (one cluster) for `args` on the current device (split_k; one below compute
+// capability 9.0 or where the device cannot place the cluster): asked when the op is planned.
+small_batch_mma::SplitK small_batch_forward_split(const DenseForwardArgs& args);
 
-// The blocks along K (one cluster) that run_small_batch_forward launches for `args` on the current
-// device: 1 below compute capability 9.0 (for the GPU tests, which require the split on a Hopper).
-int small_batch_forward_splits(const DenseForwardArgs& args);
+// args as small_batch_forward_applies says, operands 16-byte aligned (dense_forward's checks),
+// `split` as small_batch_forward_split gave it; writes args.relu_mask in cuBLASLt's bit-mask format
+// when `write_mask`, it is set and the activation is ReLU.
+void run_small_batch_forward(const DenseForwardArgs& args, const small_batch_mma::SplitK& split, bool write_mask,
+                             cudaStream_t stream);
 
 }  // namespace mpt

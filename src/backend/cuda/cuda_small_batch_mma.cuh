@@ -19,14 +19,8 @@
 
 namespace mpt::small_batch_mma {
 
-// Steps whose loads a warp issues together before its mma instructions, and the blocks an SM holds.
-// With K split (split_k), a block's share is 128 to 512 k of the seed MLP's layers, a warp's at most
-// 2 steps: one round trip of loads at up to 4 batch tiles, under 128 registers so that 2 blocks
-// share an SM (8 KB of W and X a warp in flight, 128 KB an SM); at 8 tiles, whose accumulators alone
-// take 64 registers, a step at a time.
 template <int kTiles>
-constexpr int kStepsInFlight = kTiles <= 4 ? 2 : 1;
-constexpr int kBlocksPerMultiprocessor = 2;
+constexpr int kStepsInFlight = steps_in_flight(kTiles);
 
 // 8 elements (16 bytes) of `row` from k, or zeros where `present` is false (past K, a feature or the batch).
 __device__ __forceinline__ uint4 load_chunk(const uint16_t* row, int64_t k, bool present) {
@@ -128,9 +122,14 @@ __device__ __forceinline__ void fold_slots(float* partial) {
 __device__ __forceinline__ void sync_split_blocks() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     if (gridDim.x > 1) {
+        // The splits are the cluster's blocks (launch_small_batch): a launch without the cluster
+        // would read other clusters' ranks.
+        if (cooperative_groups::this_cluster().num_blocks() != gridDim.x) __trap();
         cooperative_groups::this_cluster().sync();
         return;
     }
+#else
+    if (gridDim.x > 1) __trap();  // no clusters below 9.0: split_k gives one split there
 #endif
     __syncthreads();
 }
@@ -154,27 +153,6 @@ __device__ __forceinline__ float split_sum(float* partial, int row, int feature)
     return sum;
 }
 
-// The launch of a small-batch kernel: grid (split.splits, feature tiles), clusters of split.splits.
-template <typename Kernel, typename Args>
-void launch_small_batch(const char* name, Kernel kernel, const SplitK& split, int64_t feature_tiles,
-                        cudaStream_t stream, const Args& args) {
-    launch_kernel_in_clusters(name, static_cast<unsigned>(split.splits), kernel,
-                              dim3(static_cast<unsigned>(split.splits), static_cast<unsigned>(feature_tiles)),
-                              dim3(kThreads), 0, stream, args, split.k_per_block);
-}
-
-// The split for a product of `k_total` over `feature_tiles` blocks, on the current device: clusters
-// where `kernel`'s code and the device have them.
-inline SplitK small_batch_split(const void* kernel, int64_t k_total, int64_t feature_tiles) {
-    int device = 0, multiprocessors = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-        cudaGetLastError();
-        multiprocessors = 0;  // one block a tile
-    }
-    return split_k(k_total, feature_tiles, multiprocessors, cluster_launch_runs_on_current_device(kernel));
-}
-
 // The instance of a small-batch kernel template for the compute dtype (fp16 or bf16) and `rows`:
 // Instances::get<T, kTiles>() names it (one kernel template per file).
 template <typename Instances>
@@ -190,6 +168,56 @@ auto small_batch_instance(DType compute, int64_t rows) {
         default:
             return bf16 ? Instances::template get<__nv_bfloat16, 8>() : Instances::template get<__half, 8>();
     }
+}
+
+// Whether the device can place a cluster of `splits` blocks of `kernel` (it may not under MPS, a
+// green context or a small MIG slice): cudaOccupancyMaxActiveClusters. Clears any error it meets.
+inline bool clusters_fit(const void* kernel, int splits, int64_t feature_tiles) {
+    cudaLaunchAttribute attribute{};
+    attribute.id = cudaLaunchAttributeClusterDimension;
+    attribute.val.clusterDim.x = static_cast<unsigned>(splits);
+    attribute.val.clusterDim.y = 1;
+    attribute.val.clusterDim.z = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(static_cast<unsigned>(splits), static_cast<unsigned>(feature_tiles));
+    config.blockDim = dim3(kThreads);
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    return clusters > 0;
+}
+
+// The split of K for `Instances`' kernel of `compute` and `rows` over `feature_tiles` blocks, on the
+// current device: split_k, with clusters where the kernel's code and the device have them and can
+// place them. Asked when an op is planned; launch_small_batch takes it.
+template <typename Instances>
+SplitK instance_split(DType compute, int64_t rows, int64_t k_total, int64_t feature_tiles) {
+    const void* kernel = reinterpret_cast<const void*>(small_batch_instance<Instances>(compute, rows));
+    int device = 0, multiprocessors = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+        cudaGetLastError();
+        multiprocessors = 0;  // one block a tile
+    }
+    const int tiles = batch_tiles(rows);
+    const SplitK split =
+        split_k(k_total, feature_tiles, multiprocessors, cluster_launch_runs_on_current_device(kernel), tiles);
+    if (split.splits == 1 || clusters_fit(kernel, split.splits, feature_tiles)) return split;
+    return split_k(k_total, feature_tiles, multiprocessors, false, tiles);
+}
+
+// Launches `Instances`' kernel for `compute` and `rows` as (args, k per block): grid (splits,
+// feature tiles), one cluster of the splits along x.
+template <typename Instances, typename Args>
+void launch_small_batch(const char* name, DType compute, int64_t rows, const SplitK& split, int64_t feature_tiles,
+                        cudaStream_t stream, const Args& args) {
+    launch_kernel_in_clusters(name, static_cast<unsigned>(split.splits), small_batch_instance<Instances>(compute, rows),
+                              dim3(static_cast<unsigned>(split.splits), static_cast<unsigned>(feature_tiles)),
+                              dim3(kThreads), 0, stream, args, split.k_per_block);
 }
 
 }  // namespace mpt::small_batch_mma

@@ -74,39 +74,73 @@ MPT_HOST_DEVICE int partial_index(int slot, int row, int feature, int padded_row
     return (slot * padded_rows + row) * kFeatures + feature;
 }
 
+// Steps (kBlockStepK each) whose loads a warp issues together before its mma instructions, for
+// `tiles` batch tiles: 2 up to 4 tiles, 1 at 8, whose accumulators alone take 64 registers; so that
+// the kernels stay under 128 registers and 2 blocks share an SM (kBlocksPerMultiprocessor).
+MPT_HOST_DEVICE constexpr int steps_in_flight(int tiles) { return tiles <= 4 ? 2 : 1; }
+constexpr int kBlocksPerMultiprocessor = 2;
+
 // K split across the blocks of a thread-block cluster (compute capability 9.0). Why: with one block
 // per 32 output features, the seed MLP's layers at batch 32 were 94, 32 and 1 blocks on an H200's
 // 132 SMs, each alone on its SM: 13.2, 11.7 and 6.1 us for 18 MB, 6 MB and 32 KB of weights (ncu,
-// 2026-12-05), about 15 GB/s a block. Split, a layer is several blocks an SM, each one round trip of
-// loads; the cluster's blocks add their sums through each other's shared memory, in split order.
+// 2026-12-05), about 15 GB/s a block, 3 rounds of loads in a row in each. Split, a block has fewer
+// rounds and a layer fills more of the SMs; the cluster's blocks add their sums through each
+// other's shared memory, in split order.
 constexpr int kMaxSplits = 8;           // the portable cluster size
 constexpr int kMinSplitK = 4 * kStepK;  // the least K of a split on average: half the block's warps a step
-constexpr int kBlocksWantedPerMultiprocessor = 4;
 
 struct SplitK {
-    int splits = 1;           // blocks along K, one cluster (gridDim.x)
-    int64_t k_per_block = 0;  // a multiple of kStepK; the last block's share may be shorter
+    int splits = 1;                // blocks along K, one cluster (gridDim.x)
+    int64_t k_per_block = kStepK;  // a multiple of kStepK; the last block's share may be shorter
 };
 
-// The split of `k_total` (the product's K) for `feature_tiles` blocks of kFeatures on
-// `multiprocessors` SMs; one block per tile where the device has no clusters.
-inline SplitK split_k(int64_t k_total, int64_t feature_tiles, int multiprocessors, bool clusters) {
-    const auto divide_up = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
-    int64_t splits = 1;
-    if (clusters && feature_tiles > 0 && multiprocessors > 0) {
-        const int64_t most = std::min<int64_t>(kMaxSplits, std::max<int64_t>(1, divide_up(k_total, kMinSplitK)));
-        splits = std::min(
-            most,
-            std::max<int64_t>(1, divide_up(int64_t{kBlocksWantedPerMultiprocessor} * multiprocessors, feature_tiles)));
-    }
-    SplitK split;
-    split.k_per_block = divide_up(divide_up(k_total, splits), kStepK) * kStepK;
-    split.splits = static_cast<int>(std::max<int64_t>(1, divide_up(k_total, split.k_per_block)));  // none empty
-    return split;
+// The first k of block `split`'s share, and the end of it (K a multiple of 8, so is the end).
+MPT_HOST_DEVICE int64_t split_k_begin(int split, int64_t k_per_block) { return split * k_per_block; }
+MPT_HOST_DEVICE int64_t split_k_end(int split, int64_t k_per_block, int64_t k_total) {
+    const int64_t end = split_k_begin(split, k_per_block) + k_per_block;
+    return end < k_total ? end : k_total;
+}
+// The block steps that cover a share from k_begin to k_end (every warp takes its 32 k of each).
+MPT_HOST_DEVICE int64_t split_steps(int64_t k_begin, int64_t k_end) {
+    return (k_end - k_begin + kBlockStepK - 1) / kBlockStepK;
 }
 
-// The first k of block `split`'s share.
-MPT_HOST_DEVICE int64_t split_k_begin(int split, int64_t k_per_block) { return split * k_per_block; }
+// What a split costs, in rounds of loads a block waits for one after another, times the waves of
+// blocks the launch takes: a block's share in groups of `steps_in_flight` steps, plus one round for
+// its fixed work (the launch, the barriers, the epilogue), for each wave of `capacity` blocks. A
+// model, not a measurement: at batch 32 the first kernel took about 4 us a round (13.2 us, 3
+// rounds); its ranking of the splits is what the profile checks.
+inline int64_t split_rounds(int64_t k_total, int64_t splits, int64_t feature_tiles, int64_t capacity,
+                            int steps_at_once) {
+    const auto divide_up = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
+    const int64_t share = divide_up(divide_up(k_total, splits), kStepK) * kStepK;
+    const int64_t waves = divide_up(splits * feature_tiles, capacity);
+    return waves * (divide_up(split_steps(0, share), steps_at_once) + 1);
+}
+
+// The split of `k_total` (the product's K, a multiple of 8) for `feature_tiles` blocks of kFeatures
+// on `multiprocessors` SMs of `blocks_per_multiprocessor` blocks, for a kernel of `batch_tile_count`
+// batch tiles: the fewest rounds (split_rounds), the fewer blocks where two tie; one block per tile
+// where the device has no clusters.
+inline SplitK split_k(int64_t k_total, int64_t feature_tiles, int multiprocessors, bool clusters,
+                      int batch_tile_count = 4, int blocks_per_multiprocessor = kBlocksPerMultiprocessor) {
+    const auto divide_up = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
+    SplitK split;
+    if (k_total <= 0) return split;
+    int64_t splits = 1;
+    const int64_t capacity = int64_t{multiprocessors} * blocks_per_multiprocessor;
+    if (clusters && feature_tiles > 0 && capacity > 0) {
+        const int64_t most = std::min<int64_t>(kMaxSplits, std::max<int64_t>(1, divide_up(k_total, kMinSplitK)));
+        const int steps_at_once = steps_in_flight(batch_tile_count);
+        for (int64_t candidate = 2; candidate <= most; ++candidate)
+            if (split_rounds(k_total, candidate, feature_tiles, capacity, steps_at_once) <
+                split_rounds(k_total, splits, feature_tiles, capacity, steps_at_once))
+                splits = candidate;
+    }
+    split.k_per_block = divide_up(divide_up(k_total, splits), kStepK) * kStepK;
+    split.splits = static_cast<int>(divide_up(k_total, split.k_per_block));  // none empty
+    return split;
+}
 
 // The batch rows whose outputs block `split` of `splits` writes, a warp per row: from
 // epilogue_first_row, every epilogue_row_stride (each row by one warp of one block of the cluster).
