@@ -84,7 +84,8 @@ def environment_setting(field, on=True):
 def caveats(record):
     """What makes a record time something else than it says: a switch asked for that the backend had
     off (a device below its compute capability, or dependent launch turned off by a refused graph
-    capture), and steps that ran eagerly because their graph was refused. Empty for records without
+    capture), the small-batch kernels run without their split of K, and steps that ran eagerly
+    because their graph was refused. Empty for records without
     a context description (before the field existed, or the CPU's)."""
     context = record.get("context")
     if not isinstance(context, dict) or context.get("backend") != "cuda":
@@ -94,6 +95,11 @@ def caveats(record):
     off = [name for name in SWITCHES if record.get(name) is True and switches.get(name) is False]
     if off:
         notes.append("asked for but off: " + ", ".join(off))
+    # The small-batch kernels ran, each one block a tile: K was not split across a cluster (a device
+    # below 9.0, a build without its code, or no cluster fit), which their time then says.
+    ops = context.get("ops", {})
+    if (ops.get("forward_small_batch") or ops.get("backward_data_small_batch")) and ops.get("small_batch_split") == 0:
+        notes.append("small-batch kernels not split across clusters")
     # Default paths off (MPTRAIN_CUDA_STEP_FOLDS=0, a user's setting): the record is not the default step.
     if switches.get("step_folds") is False:
         notes.append("step folds off")
