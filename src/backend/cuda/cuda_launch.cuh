@@ -1,6 +1,7 @@
-// How the backend launches its own kernels: every one through launch_kernel(), and every one starts
-// with start_after_preceding_kernel() before it touches memory (tests/test_kernel_launches.sh checks
-// both rules over src/backend/cuda).
+// How the backend launches its own kernels: every one through launch_kernel() (or
+// launch_kernel_in_clusters(), its form for thread-block clusters), and every one starts with
+// start_after_preceding_kernel() before it touches memory (tests/test_kernel_launches.sh checks both
+// rules over src/backend/cuda).
 //
 // Why: at small batches a step is a chain of a dozen short kernels, and each one's launch (a graph
 // node's scheduling, its blocks' placement) otherwise begins only after the kernel before it has
