@@ -12,9 +12,9 @@
 # inner timeout runs its ncu in a process group of its own).
 # PROFILE_SETTINGS="VAR=value ..." profiles the batches' steps under those settings (the device check
 # passes the candidate defaults it chose: the step a session would commit); the tables' titles say so.
-# Last, the fused SGD kernel's warp states at batch 32 (issue rate, occupancy), then its stall
-# reasons and pipes, by default, compiled for 3 blocks an SM, for exactly 32 rows, and both; and the
-# small-batch kernels' warp states.
+# Then the small-batch kernels' durations and warp states at batch 32; last, the fused SGD kernel's
+# warp states at batch 32 (issue rate, occupancy), then its stall reasons and pipes, by default,
+# compiled for 3 blocks an SM, for exactly 32 rows, and both.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=$1
@@ -74,6 +74,21 @@ for batch in ${BATCHES//,/ }; do
     python3 bench/kernel_table.py "$WORK/ncu_$batch.csv" "mixed-bf16, batch $batch${settings:+, $settings}" >>"$OUT_FILE" \
         || { echo "batch $batch: no table; ncu said:"; tail -15 "$WORK/ncu_$batch.log"; } >>"$OUT_FILE"
 done
+# The small-batch kernels (MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1, _BACKWARD=1) at batch 32, one step's
+# three forward and two backward-data launches. The first version (one block per 32 output features)
+# took 13.2 + 11.7 + 6.1 us for the forward on an H200 (2026-12-05), about cuBLASLt's 30; this one,
+# K split across the blocks of a thread-block cluster, is unmeasured: its per-launch times test the
+# predictions in bench/NOTES.md, so it comes before the fused SGD kernel's sections, which go first
+# when time runs short.
+MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 MPTRAIN_CUDA_GRAPHS=0 \
+    capped 60 "$ncu" --clock-control none --cache-control none \
+    --kernel-name regex:small_batch_ --launch-skip 50 --launch-count 5 \
+    --metrics "$metrics" --section WarpStateStats --section Occupancy \
+    "$BUILD/bin/mptrain-bench" --backend cuda --precision mixed-bf16 --batch 32 --steps 12 --repeats 1 \
+    >"$WORK/ncu_small_batch.txt" 2>&1
+small_batch_status=$?
+{ echo; echo "small-batch kernels at batch 32 (ncu exit status $small_batch_status):"
+  grep -vE '^(mptrain|device|backend|cpu|cuda) ' "$WORK/ncu_small_batch.txt" | grep -E '^ |small_batch' | head -120; } >>"$OUT_FILE"
 # Why the fused SGD kernel (batch 32) runs at a third of the copy bandwidth: its warps' stall
 # reasons, issue rate and occupancy for one step's three launches, as Nsight Compute prints them.
 MPTRAIN_CUDA_GRAPHS=0 capped 60 "$ncu" --clock-control none --cache-control none \
@@ -121,17 +136,4 @@ for compilation in "0 0" "1 0" "0 1" "1 1"; do
       grep -E 'fused_sgd|smsp__|sm__|l1tex__|gpu__|dram__|ERROR' "$WORK/ncu_stalls_$three_blocks$exact_rows.txt" |
           sed -E 's/smsp__average_warps_issue_stalled_(.*)_per_issue_active\.ratio/stalled: \1/' | head -40; } >>"$OUT_FILE"
 done
-# The small-batch kernels (MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1, _BACKWARD=1) at batch 32, one step's
-# three forward and two backward-data launches. The first version (one block per 32 output features)
-# took 13.2 + 11.7 + 6.1 us for the forward on an H200 (2026-12-05), about cuBLASLt's 30; this one,
-# K split across the blocks of a thread-block cluster, is unmeasured.
-MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 MPTRAIN_CUDA_GRAPHS=0 \
-    capped 60 "$ncu" --clock-control none --cache-control none \
-    --kernel-name regex:small_batch_ --launch-skip 50 --launch-count 5 \
-    --metrics "$metrics" --section WarpStateStats --section Occupancy \
-    "$BUILD/bin/mptrain-bench" --backend cuda --precision mixed-bf16 --batch 32 --steps 12 --repeats 1 \
-    >"$WORK/ncu_small_batch.txt" 2>&1
-small_batch_status=$?
-{ echo; echo "small-batch kernels at batch 32 (ncu exit status $small_batch_status):"
-  grep -vE '^(mptrain|device|backend|cpu|cuda) ' "$WORK/ncu_small_batch.txt" | grep -E '^ |small_batch' | head -120; } >>"$OUT_FILE"
 cat "$OUT_FILE"
