@@ -111,10 +111,7 @@ int64_t feature_tiles(const DenseBackwardDataArgs& args) { return (args.in_featu
 
 }  // namespace
 
-bool small_batch_backward_data_available() {
-    return mma_runs_on_current_device(
-        reinterpret_cast<const void*>(small_batch_backward_data_kernel<__nv_bfloat16, 4>));
-}
+bool small_batch_backward_data_available() { return instances_run_on_current_device<BackwardDataInstances>(); }
 
 bool small_batch_backward_data_applies(const DenseBackwardDataArgs& args) {
     return args.rows >= 1 && args.rows <= kMaxRows && args.in_features > 0 && args.out_features > 0 &&

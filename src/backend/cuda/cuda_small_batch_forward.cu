@@ -122,9 +122,7 @@ int64_t feature_tiles(const DenseForwardArgs& args) { return (args.out_features 
 
 }  // namespace
 
-bool small_batch_forward_available() {
-    return mma_runs_on_current_device(reinterpret_cast<const void*>(small_batch_forward_kernel<__nv_bfloat16, 4>));
-}
+bool small_batch_forward_available() { return instances_run_on_current_device<ForwardInstances>(); }
 
 bool small_batch_forward_applies(const DenseForwardArgs& args) {
     return args.rows >= 1 && args.rows <= kMaxRows && args.in_features > 0 && args.out_features > 0 &&

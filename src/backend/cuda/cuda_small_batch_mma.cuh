@@ -170,6 +170,13 @@ auto small_batch_instance(DType compute, int64_t rows) {
     }
 }
 
+// Whether `Instances`' kernels run here (mma.m16n8k16: compute capability 8.0 and up, and their code
+// for it), asked of one instance: every instance is compiled for the same architectures.
+template <typename Instances>
+bool instances_run_on_current_device() {
+    return mma_runs_on_current_device(reinterpret_cast<const void*>(Instances::template get<__nv_bfloat16, 4>()));
+}
+
 // Whether the device can place a cluster of `splits` blocks of `kernel` (it may not under MPS, a
 // green context or a small MIG slice): cudaOccupancyMaxActiveClusters. Clears any error it meets.
 inline bool clusters_fit(const void* kernel, int splits, int64_t feature_tiles) {

@@ -119,16 +119,16 @@ inline int64_t split_rounds(int64_t k_total, int64_t splits, int64_t feature_til
 }
 
 // The split of `k_total` (the product's K, a multiple of 8) for `feature_tiles` blocks of kFeatures
-// on `multiprocessors` SMs of `blocks_per_multiprocessor` blocks, for a kernel of `batch_tile_count`
+// on `multiprocessors` SMs of kBlocksPerMultiprocessor blocks, for a kernel of `batch_tile_count`
 // batch tiles: the fewest rounds (split_rounds), the fewer blocks where two tie; one block per tile
 // where the device has no clusters.
 inline SplitK split_k(int64_t k_total, int64_t feature_tiles, int multiprocessors, bool clusters,
-                      int batch_tile_count = 4, int blocks_per_multiprocessor = kBlocksPerMultiprocessor) {
+                      int batch_tile_count = 4) {
     const auto divide_up = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
     SplitK split;
     if (k_total <= 0) return split;
     int64_t splits = 1;
-    const int64_t capacity = int64_t{multiprocessors} * blocks_per_multiprocessor;
+    const int64_t capacity = int64_t{multiprocessors} * kBlocksPerMultiprocessor;
     if (clusters && feature_tiles > 0 && capacity > 0) {
         const int64_t most = std::min<int64_t>(kMaxSplits, std::max<int64_t>(1, divide_up(k_total, kMinSplitK)));
         const int steps_at_once = steps_in_flight(batch_tile_count);
