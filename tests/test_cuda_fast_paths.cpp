@@ -21,6 +21,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_cublaslt_library.cuh"
 #include "backend/cuda/cuda_fused_sgd.cuh"
+#include "backend/cuda/cuda_fused_sgd_bulk_copy.cuh"
 #endif
 
 #if defined(MPTRAIN_WITH_CUDA)
@@ -570,6 +571,62 @@ TEST_CASE("MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1 trains exactly as the default does")
                   fused_sgd_blocks_per_multiprocessor(dtype, FusedSgdKernelChoice{true, false}, single));
         }
     }
+}
+
+// MPTRAIN_CUDA_BULK_COPY_SGD=1: fused SGD's fp16 and bf16 updates on compute capability 9.0 with the
+// masters streamed into shared memory by bulk copies and the weight gradient on tensor cores, whose
+// sums come in another order than the CUDA-core kernel's: the runs train to the default's loss
+// within rounding. The small MLP at batch 32 replayed, in fp16 (loss scaling, the same skips) and
+// fp32 (the CUDA-core kernel: bit for bit), at batch 48 (the 64-row compilation), and the seed MLP,
+// alone and grouped with finish_step in the last block. Where it runs: 3 blocks an SM at 32 rows and
+// 2 at 64, as its launch bounds and 67 and 83 KiB of shared memory allow on an H100 or H200.
+TEST_CASE("MPTRAIN_CUDA_BULK_COPY_SGD=1 trains as the default does, within rounding") {
+    SKIP_WITHOUT_GPU();
+    auto bulk = cuda_context_under("MPTRAIN_CUDA_BULK_COPY_SGD", "1");
+    auto cuda_cores = cuda_context_under("MPTRAIN_CUDA_BULK_COPY_SGD", "0");
+    const float bulk_bf16 = train_two_bf16_epochs_replayed(bulk, 83);
+    const float cores_bf16 = train_two_bf16_epochs(cuda_cores, 83);
+    CHECK(std::isfinite(bulk_bf16));
+    CHECK(bulk_bf16 == doctest::Approx(cores_bf16).epsilon(5e-3));
+    const float bulk_fp16 = train_two_epochs(bulk, MPT_PRECISION_MIXED_FP16, 640, 32, 89);
+    CHECK(std::isfinite(bulk_fp16));
+    CHECK(bulk_fp16 ==
+          doctest::Approx(train_two_epochs(cuda_cores, MPT_PRECISION_MIXED_FP16, 640, 32, 89)).epsilon(5e-3));
+    CHECK(train_two_epochs(bulk, MPT_PRECISION_FP32, 640, 32, 89) ==
+          train_two_epochs(cuda_cores, MPT_PRECISION_FP32, 640, 32, 89));
+    CHECK(train_two_epochs(bulk, MPT_PRECISION_MIXED_BF16, 480, 48, 101) ==
+          doctest::Approx(train_two_epochs(cuda_cores, MPT_PRECISION_MIXED_BF16, 480, 48, 101)).epsilon(5e-3));
+    const SyntheticData data = synthetic_data(512, 3072, 97);
+    const float seed_cores = train_seed_mlp_two_bf16_epochs(cuda_cores, data, 32);
+    CHECK(train_seed_mlp_two_bf16_epochs(bulk, data, 32) == doctest::Approx(seed_cores).epsilon(5e-3));
+    {
+        const EnvironmentSetting grouped("MPTRAIN_CUDA_GROUPED_SGD", "1");
+        auto bulk_grouped = cuda_context_under("MPTRAIN_CUDA_BULK_COPY_SGD", "1");
+        CHECK(train_seed_mlp_two_bf16_epochs(bulk_grouped, data, 32) == doctest::Approx(seed_cores).epsilon(5e-3));
+        if (compute_capability_major(bulk_grouped->backend()) >= 9) {
+            CHECK(cuda_backend_op_paths(bulk_grouped->backend()).fused_sgd_bulk_copy > 0);
+            CHECK(cuda_backend_op_paths(bulk_grouped->backend()).fused_sgd_grouped > 0);
+        }
+    }
+    CHECK(cuda_backend_op_paths(cuda_cores->backend()).fused_sgd_bulk_copy == 0);
+    if (compute_capability_major(bulk->backend()) < 9) {
+        CHECK(cuda_backend_op_paths(bulk->backend()).fused_sgd_bulk_copy == 0);
+        return;
+    }
+    CHECK(cuda_backend_op_paths(bulk->backend()).fused_sgd_bulk_copy > 0);
+    int device = 0, shared_per_multiprocessor = 0;
+    REQUIRE(cudaGetDevice(&device) == cudaSuccess);
+    REQUIRE(cudaDeviceGetAttribute(&shared_per_multiprocessor, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) ==
+            cudaSuccess);
+    for (DType dtype : {DType::bf16, DType::fp16})
+        for (bool single : {true, false}) {
+            CAPTURE(std::string(dtype_name(dtype)));
+            CAPTURE(single);
+            if (shared_per_multiprocessor >= 228 * 1024) {
+                CHECK(fused_sgd_bulk_copy_blocks_per_multiprocessor(dtype, 32, single) == 3);
+                CHECK(fused_sgd_bulk_copy_blocks_per_multiprocessor(dtype, 64, single) == 2);
+            }
+        }
 }
 
 // MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 and MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 (compute capability 8.0 and

@@ -1827,6 +1827,45 @@ TEST_CASE("MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1: CUDA fused SGD for 32 rows matches 
     CHECK(cuda_backend_op_paths(*cuda).fused_sgd_32_rows > 0);
 }
 
+// The bulk-copy fused SGD kernel (MPTRAIN_CUDA_BULK_COPY_SGD=1: compute capability 9.0, fp16 and
+// bf16) against the CPU: both of its compilations (batches up to 32 rows, and 33 to 64, K padded with
+// zeros), whole tiles, a partial last strip and tile, weight decay, runs of several tiles a block
+// (every stage of the ring refilled: the seed MLP's layers and 2048 x 4096), skipped steps (not a
+// byte written, inf and NaN in the inputs or not), and shapes whose rows the bulk copies cannot take
+// (the CUDA-core kernel then: in_features no multiple of 4, out_features none of 8); fp32 keeps
+// the CUDA-core kernel. On 9.0 the bf16 and fp16 updates must have been planned with it.
+TEST_CASE("MPTRAIN_CUDA_BULK_COPY_SGD=1: CUDA fused SGD by bulk copies matches the CPU") {
+    SKIP_WITHOUT_GPU();
+    auto cpu = make_cpu();
+    std::unique_ptr<Backend> cuda = make_cuda_under("MPTRAIN_CUDA_BULK_COPY_SGD", "1");
+    OptimizerConfig sgd;
+    OptimizerConfig sgd_decay;
+    sgd_decay.weight_decay = 0.05f;
+    for (DType dtype : kDTypes) {
+        compare_dense_update(*cpu, *cuda, {32, 256, 64, dtype, sgd, false});        // whole tiles only
+        compare_dense_update(*cpu, *cuda, {32, 200, 72, dtype, sgd_decay, false});  // partial strip and tile
+        compare_dense_update(*cpu, *cuda, {7, 136, 40, dtype, sgd, false});         // K mostly padding
+        compare_dense_update(*cpu, *cuda, {33, 136, 40, dtype, sgd, false});        // the 64-row compilation
+        compare_dense_update(*cpu, *cuda, {64, 200, 72, dtype, sgd_decay, false});
+        compare_dense_update(*cpu, *cuda, {32, 101, 45, dtype, sgd, false});  // neither fits: CUDA cores
+        compare_dense_update(*cpu, *cuda, {32, 100, 44, dtype, sgd, false});  // out_features: CUDA cores
+        compare_dense_update(*cpu, *cuda, {32, 64, 16, dtype, sgd, true});
+        compare_dense_update(*cpu, *cuda, {32, 64, 16, dtype, sgd_decay, true, 0.0f, 0, true});
+    }
+    for (DType dtype : {DType::fp16, DType::bf16}) {
+        compare_dense_update(*cpu, *cuda, {32, 3072, 3000, dtype, sgd, false});
+        compare_dense_update(*cpu, *cuda, {64, 2048, 4096, dtype, sgd_decay, false});
+    }
+    compare_dense_update(*cpu, *cuda, {32, 3000, 1000, DType::bf16, sgd, false});
+    compare_dense_update(*cpu, *cuda, {32, 1000, 16, DType::bf16, sgd, false});
+    const uint64_t planned = cuda_backend_op_paths(*cuda).fused_sgd_bulk_copy;
+    MESSAGE("bulk-copy fused SGD: " << planned << " updates planned with it");
+    if (compute_capability_major(*cuda) >= 9)
+        CHECK(planned > 0);
+    else
+        CHECK(planned == 0);
+}
+
 // A compute capability 9.0 device with a whole Hopper's SMs (not a MIG slice), where the small-batch
 // kernels split the seed MLP's large products across a cluster's blocks (this build has sm_90 code:
 // the device check's; below 9.0 they run one block a tile).

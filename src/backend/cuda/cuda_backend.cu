@@ -20,6 +20,7 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_convert.cuh"
 #include "backend/cuda/cuda_fused_sgd.cuh"
+#include "backend/cuda/cuda_fused_sgd_bulk_copy.cuh"
 #include "backend/cuda/cuda_gather.cuh"
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_max_abs.cuh"
@@ -72,6 +73,9 @@ bool turned_off_by_environment(const char* variable) {
 // MPTRAIN_CUDA_GRADIENT_INTO_MASTERS=1 runs plain SGD's updates that the fused SGD kernel does not
 // take (batches over 64 rows) as one GEMM into the fp32 masters, with no weight gradient in memory
 // (cuda_gradient_into_masters.cuh): off by default, unmeasured.
+// MPTRAIN_CUDA_BULK_COPY_SGD=1 runs fused SGD's bf16 and fp16 updates on compute capability 9.0 with
+// the masters brought into shared memory by bulk copies, three tiles ahead, and the weight gradient
+// on tensor cores (cuda_fused_sgd_bulk_copy.cuh; other sums' order): off by default, unmeasured.
 bool turned_on_by_environment(const char* variable) {
     const char* value = std::getenv(variable);
     return value && std::strcmp(value, "1") == 0;
@@ -93,7 +97,8 @@ std::string CudaBackend::setup_warning() const {
                                          {"MPTRAIN_CUDA_RELU_FROM_OUTPUT", {"0", "1"}},
                                          {"MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS", {"0", "1"}},
                                          {"MPTRAIN_CUDA_GRADIENT_INTO_MASTERS", {"0", "1"}},
-                                         {"MPTRAIN_CUDA_FUSED_SGD_32_ROWS", {"0", "1"}}});
+                                         {"MPTRAIN_CUDA_FUSED_SGD_32_ROWS", {"0", "1"}},
+                                         {"MPTRAIN_CUDA_BULK_COPY_SGD", {"0", "1"}}});
 }
 
 // ---- creation ----------------------------------------------------------------------------------
@@ -215,6 +220,8 @@ CudaBackend::CudaBackend(int device, MemoryTracker* memory) : device_(device), m
     fused_sgd_three_blocks_ = turned_on_by_environment("MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS");
     if (fused_sgd_three_blocks_) prepare_fused_sgd_three_blocks();
     fused_sgd_exact_rows_ = turned_on_by_environment("MPTRAIN_CUDA_FUSED_SGD_32_ROWS");
+    bulk_copy_sgd_ = turned_on_by_environment("MPTRAIN_CUDA_BULK_COPY_SGD");
+    if (bulk_copy_sgd_) prepare_fused_sgd_bulk_copy();
     gradient_into_masters_ = turned_on_by_environment("MPTRAIN_CUDA_GRADIENT_INTO_MASTERS");
     try {
         scheduler_ = std::make_unique<CudaScheduler>(*static_cast<CudaTaskHooks*>(this));
@@ -667,12 +674,15 @@ void CudaBackend::plan(RecordedOp& op) {
             op.update_plan.fused_sgd_three_blocks = op.update_plan.fused_sgd && fused_sgd_three_blocks_;
             op.update_plan.fused_sgd_exact_rows =
                 op.update_plan.fused_sgd && fused_sgd_exact_rows_ && fused_sgd_exact_rows_applies(op.update);
+            op.update_plan.fused_sgd_bulk_copy =
+                op.update_plan.fused_sgd && bulk_copy_sgd_ && fused_sgd_bulk_copy_applies(op.update);
             // (Fused SGD has no weight-gradient GEMM: counted as neither of its paths.)
             const WeightGradientPlan& gradient = op.update_plan.gradient;
             if (op.update_plan.fused_sgd) {
                 ++op_paths_.fused_sgd;
                 if (op.update_plan.fused_sgd_three_blocks) ++op_paths_.fused_sgd_three_blocks;
                 if (op.update_plan.fused_sgd_exact_rows) ++op_paths_.fused_sgd_32_rows;
+                if (op.update_plan.fused_sgd_bulk_copy) ++op_paths_.fused_sgd_bulk_copy;
             } else if (op.update_plan.into_masters) {
                 ++op_paths_.gradient_into_masters;
             } else if (op.update.part != UpdatePart::apply) {

@@ -229,6 +229,7 @@ private:
     bool relu_from_output_ = false;  // forwards write no ReLU mask; backwards take ReLU's derivative from outputs
     bool fused_sgd_three_blocks_ = false;         // the fused SGD kernel compiled for 3 blocks an SM
     bool fused_sgd_exact_rows_ = false;           // ... and for batches of exactly 32 rows
+    bool bulk_copy_sgd_ = false;  // fused SGD's masters by bulk copies, its gradient on tensor cores (9.0+)
     bool gradient_into_masters_ = false;          // plain SGD's larger updates as one GEMM into the masters
     int64_t l2_bytes_ = 0;                        // the device's L2 (described)
     int64_t l2_set_aside_max_ = 0;                // the most of it a persisting set-aside may take (0: none)

@@ -54,6 +54,7 @@ struct CudaOpPaths {
                                                   // previous layer's output, not a mask (planned)
     uint64_t fused_sgd_three_blocks = 0;          // fused SGD updates planned with the 3-blocks-an-SM kernel
     uint64_t fused_sgd_32_rows = 0;               // fused SGD updates planned with the kernel for 32 rows
+    uint64_t fused_sgd_bulk_copy = 0;             // fused SGD updates planned with the bulk-copy kernel
     uint64_t gradient_into_masters = 0;           // updates planned as one GEMM into the masters (planned;
                                                   // counted as no weight-gradient path)
     uint64_t forward_small_batch = 0;             // forwards planned on the small-batch kernel (of the fused)

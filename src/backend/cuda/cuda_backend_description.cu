@@ -28,6 +28,7 @@ void CudaBackend::describe(JsonWriter& out) const {
     out.key("relu_from_output").boolean(relu_from_output_);
     out.key("fused_sgd_three_blocks").boolean(fused_sgd_three_blocks_);
     out.key("fused_sgd_32_rows").boolean(fused_sgd_exact_rows_);
+    out.key("bulk_copy_sgd").boolean(bulk_copy_sgd_);
     out.key("gradient_into_masters").boolean(gradient_into_masters_);
     out.end_object();
 
@@ -70,6 +71,7 @@ void CudaBackend::describe(JsonWriter& out) const {
     out.key("backward_data_relu_from_output").unsigned_integer(ops.backward_data_relu_from_output);
     out.key("fused_sgd_three_blocks").unsigned_integer(ops.fused_sgd_three_blocks);
     out.key("fused_sgd_32_rows").unsigned_integer(ops.fused_sgd_32_rows);
+    out.key("fused_sgd_bulk_copy").unsigned_integer(ops.fused_sgd_bulk_copy);
     out.key("gradient_into_masters").unsigned_integer(ops.gradient_into_masters);
     out.key("steps_finished_by_update").unsigned_integer(ops.steps_finished_by_update);
     out.end_object();

@@ -168,6 +168,7 @@ void CudaBackend::sign(const RecordedOp& op) {
             s.put(op.update_plan.fused_sgd);
             s.put(op.update_plan.fused_sgd_three_blocks);
             s.put(op.update_plan.fused_sgd_exact_rows);
+            s.put(op.update_plan.fused_sgd_bulk_copy);
             s.put(op.update_plan.into_masters);
             s.put(op.update_plan.into_masters_plan.gemm);
             s.put(op.update_plan.into_masters_plan.bias_fused);

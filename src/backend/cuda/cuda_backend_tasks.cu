@@ -97,6 +97,7 @@ void CudaBackend::execute_fused_sgd_layers(size_t index, size_t count, const Rec
         optimizers[k] = &recorded_[index + k].optimizer;
         choice.three_blocks = choice.three_blocks || recorded_[index + k].update_plan.fused_sgd_three_blocks;
         choice.exact_rows = choice.exact_rows || recorded_[index + k].update_plan.fused_sgd_exact_rows;
+        choice.bulk_copy = choice.bulk_copy || recorded_[index + k].update_plan.fused_sgd_bulk_copy;
     }
     op_paths_.fused_sgd_grouped += static_cast<uint64_t>(run_fused_sgd_layers(
         layers, optimizers, static_cast<int>(count), finish ? &finishing : nullptr, choice, stream));

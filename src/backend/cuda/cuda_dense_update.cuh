@@ -23,6 +23,7 @@ struct DenseUpdatePlan {
     bool fused_sgd = false;        // cuda_fused_sgd: no gradient GEMM, no scratch
     bool fused_sgd_three_blocks = false;  // its kernel compiled for 3 blocks an SM (set by the backend)
     bool fused_sgd_exact_rows = false;    // its kernel compiled for the batch's 32 rows (likewise)
+    bool fused_sgd_bulk_copy = false;     // its masters by bulk copies, its gradient on tensor cores (likewise)
     bool into_masters = false;            // cuda_gradient_into_masters: one GEMM into the masters, no gradient
     GradientIntoMastersPlan into_masters_plan;
     WeightGradientPlan gradient;   // unused by the apply part

@@ -24,6 +24,7 @@
 
 #include "backend/byte_range.h"
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_fused_sgd_bulk_copy.cuh"
 #include "backend/cuda/cuda_fused_sgd_launch.cuh"
 #include "backend/cuda/cuda_launch.cuh"
 
@@ -308,8 +309,10 @@ FusedSgdVariant cuda_core_variant(const DenseUpdateArgs& args, FusedSgdKernelCho
 // Launches the group's layers as one kernel (the variant's single-layer code for a group of one).
 void launch_fused_sgd(const FusedSgdVariant& variant, FusedSgdGroup& group, cudaStream_t stream) {
     void (*const kernel)(FusedSgdGroup) = group.count == 1 ? variant.single : variant.group;
-    const unsigned blocks = fused_sgd_grid(reinterpret_cast<const void*>(kernel), kThreads, group);
-    launch_kernel("fused_sgd_kernel", kernel, dim3(blocks), kThreads, 0, stream, group);
+    const unsigned blocks =
+        fused_sgd_grid(reinterpret_cast<const void*>(kernel), kThreads, group, variant.dynamic_shared);
+    launch_kernel(variant.dynamic_shared ? "fused_sgd_bulk_copy_kernel" : "fused_sgd_kernel", kernel, dim3(blocks),
+                  kThreads, static_cast<size_t>(variant.dynamic_shared), stream, group);
 }
 
 }  // namespace
@@ -333,7 +336,9 @@ int run_fused_sgd_layers(const DenseUpdateArgs* const* layers, const OptimizerCo
         const OptimizerConfig& optimizer = *optimizers[l];
         require(fused_sgd_applies(args, optimizer), MPT_STATUS_INTERNAL,
                 "cuda backend: fused SGD called outside its case");
-        const FusedSgdVariant layer_variant = cuda_core_variant(args, choice);
+        const FusedSgdVariant layer_variant = choice.bulk_copy && fused_sgd_bulk_copy_shapes_fit(args)
+                                                  ? fused_sgd_bulk_copy_variant(args)
+                                                  : cuda_core_variant(args, choice);
         if (group.count > 0 && !(layer_variant == variant)) launch();
         variant = layer_variant;
         group.layers[group.count++] = fused_sgd_launch(args, optimizer);

@@ -156,15 +156,17 @@ __device__ __forceinline__ FusedSgdBlockStart fused_sgd_block_start(const FusedS
     return start;
 }
 
-// The grid for `kernel` (blocks of `threads`): as many blocks as are resident at once, shared among
+// The grid for `kernel` (blocks of `threads`, each with `dynamic_shared` bytes of dynamic shared
+// memory): as many blocks as are resident at once, shared among
 // the group's layers in proportion to their weights, each layer's its column strips times runs of
 // row tiles (at least one run per strip); sets each layer's tiles_per_block and the group's
 // first_block. A group of one gets the grid a launch of its layer alone had.
-inline unsigned fused_sgd_grid(const void* kernel, int threads, FusedSgdGroup& group) {
+inline unsigned fused_sgd_grid(const void* kernel, int threads, FusedSgdGroup& group, int dynamic_shared = 0) {
     int device = 0, multiprocessors = 1, per_multiprocessor = 1;
     MPT_CUDA_CHECK(cudaGetDevice(&device));
     MPT_CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device));
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor, kernel, threads, 0) != cudaSuccess ||
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor, kernel, threads,
+                                                      static_cast<size_t>(dynamic_shared)) != cudaSuccess ||
         per_multiprocessor < 1) {
         cudaGetLastError();  // (not sticky) a grid of one block per multiprocessor is still right, if slower
         per_multiprocessor = 1;
@@ -181,10 +183,12 @@ inline unsigned fused_sgd_grid(const void* kernel, int threads, FusedSgdGroup& g
 
 // One of the kernels, as the layers it can update in one launch: those of equal variants share one.
 // Each variant is compiled twice: for one layer (single) and for a group of up to
-// kFusedSgdMaxLayers (group), whose four cases are 3.8 times the code.
+// kFusedSgdMaxLayers (group), whose four cases are 3.8 times the code. dynamic_shared: the bytes of
+// dynamic shared memory a block takes (the bulk-copy kernel's; 0 for the CUDA-core kernel's).
 struct FusedSgdVariant {
     void (*single)(FusedSgdGroup);
     void (*group)(FusedSgdGroup);
+    int dynamic_shared;
     bool operator==(const FusedSgdVariant& other) const { return group == other.group; }
 };
 

@@ -1,0 +1,48 @@
+// Fused SGD with its masters streamed into shared memory by bulk copies and its weight gradient on
+// tensor cores (MPTRAIN_CUDA_BULK_COPY_SGD=1, off by default; compute capability 9.0, fp16 and bf16).
+// The same update as cuda_fused_sgd.cuh's CUDA-core kernel, for the batches of at most 64 rows it
+// takes, with the arithmetic and the memory traffic in other hands:
+//   - the CUDA-core kernel spends 32 FMAs a weight at batch 32 (512 a thread a tile, about 1,260
+//     instructions with its shared-memory reads), and ncu found it issuing an instruction in 64% of
+//     cycles while moving 1 TB/s, a third of an H200's copy bandwidth: bound by its instructions.
+//     Here a warp's 32 x 16 part of a tile is 8 mma.m16n8k16 at batch 32, about 100 instructions a
+//     thread a tile in all;
+//   - its masters were prefetched one tile ahead in registers, 64 bytes a thread (32 KiB an SM in
+//     flight at 2 blocks). Here the tile's masters and dZ rows arrive by cp.async.bulk into a ring
+//     of 3 stages, 2 tiles ahead of the one summed, completing on an mbarrier each: about 40 KiB a
+//     block in flight, 120 KiB an SM at 3 blocks (batch 32: 67 KiB of shared memory a block).
+// The skip on found_inf, the grid (fused_sgd_grid_layout.h), the bias and the element rule are the
+// CUDA-core kernel's; the weight gradient's sums are the tensor cores' (fp32, in another order), so
+// the masters agree with the CUDA-core kernel's within rounding, not bit for bit. Layout:
+// fused_sgd_bulk_copy_layout.h.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "backend/backend.h"
+
+namespace mpt {
+
+struct FusedSgdVariant;  // cuda_fused_sgd_launch.cuh (device code: this header is also for host-only tests)
+
+// Whether an update's shapes and pointers suit the bulk copies: fp16 or bf16, in_features a multiple
+// of 4 and out_features of 8 (every copied row a multiple of 16 bytes), the masters and dZ 16-byte
+// aligned, the copies 4-byte aligned. No CUDA call (run time).
+bool fused_sgd_bulk_copy_shapes_fit(const DenseUpdateArgs& args);
+
+// The above, and the kernel runs on the current device (compute capability 9.0 with sm_90 code, its
+// shared memory granted by prepare_fused_sgd_bulk_copy): when an update is planned.
+bool fused_sgd_bulk_copy_applies(const DenseUpdateArgs& args);
+
+// The kernel's compilations for the update's dtype and batch rows (shapes_fit: the caller checked).
+FusedSgdVariant fused_sgd_bulk_copy_variant(const DenseUpdateArgs& args);
+
+// Lets each compilation have the dynamic shared memory it takes (over the default 48 KiB): once per
+// device, before the kernels run (CudaBackend's constructor under MPTRAIN_CUDA_BULK_COPY_SGD=1);
+// where it fails, fused_sgd_bulk_copy_applies says no.
+void prepare_fused_sgd_bulk_copy();
+
+// Blocks of the compilation for `dtype` and `rows` resident on an SM of the current device (tests).
+int fused_sgd_bulk_copy_blocks_per_multiprocessor(DType dtype, int64_t rows, bool single);
+
+}  // namespace mpt
