@@ -71,6 +71,7 @@ const std::vector<Switch>& switches() {
         {"MPTRAIN_CUDA_GRADIENT_INTO_MASTERS", "1", "0", "gradient_into_masters", true,
             {"ops.gradient_into_masters"}},
         {"MPTRAIN_CUDA_FUSED_SGD_32_ROWS", "1", "0", "fused_sgd_32_rows", true, {"ops.fused_sgd_32_rows"}},
+        {"MPTRAIN_CUDA_BULK_COPY_SGD", "1", "0", "bulk_copy_sgd", true, {"ops.fused_sgd_bulk_copy"}},
     };
     // clang-format on
     return all;

@@ -220,8 +220,9 @@ CudaBackend::CudaBackend(int device, MemoryTracker* memory) : device_(device), m
     fused_sgd_three_blocks_ = turned_on_by_environment("MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS");
     if (fused_sgd_three_blocks_) prepare_fused_sgd_three_blocks();
     fused_sgd_exact_rows_ = turned_on_by_environment("MPTRAIN_CUDA_FUSED_SGD_32_ROWS");
-    bulk_copy_sgd_ = turned_on_by_environment("MPTRAIN_CUDA_BULK_COPY_SGD");
-    if (bulk_copy_sgd_) prepare_fused_sgd_bulk_copy();
+    // (Described as off where the kernel cannot run: the device check's summary flags such a run.)
+    bulk_copy_sgd_ = turned_on_by_environment("MPTRAIN_CUDA_BULK_COPY_SGD") && compute_capability_ >= 90;
+    if (bulk_copy_sgd_) bulk_copy_device_ = prepare_fused_sgd_bulk_copy();
     gradient_into_masters_ = turned_on_by_environment("MPTRAIN_CUDA_GRADIENT_INTO_MASTERS");
     try {
         scheduler_ = std::make_unique<CudaScheduler>(*static_cast<CudaTaskHooks*>(this));
@@ -671,11 +672,14 @@ void CudaBackend::plan(RecordedOp& op) {
             op.scratch = scratch_bytes ? scratch_for(scratch_bytes) : nullptr;
             op.update_plan = plan_dense_update(*gemm_, op.update, op.optimizer, op.scratch, fused_epilogues_,
                                                gradient_into_masters_);
-            op.update_plan.fused_sgd_three_blocks = op.update_plan.fused_sgd && fused_sgd_three_blocks_;
-            op.update_plan.fused_sgd_exact_rows =
-                op.update_plan.fused_sgd && fused_sgd_exact_rows_ && fused_sgd_exact_rows_applies(op.update);
+            // The bulk-copy kernel, where it applies, instead of either compilation of the CUDA-core one
+            // (so that their counters say where those ran).
             op.update_plan.fused_sgd_bulk_copy =
-                op.update_plan.fused_sgd && bulk_copy_sgd_ && fused_sgd_bulk_copy_applies(op.update);
+                op.update_plan.fused_sgd && bulk_copy_sgd_ && fused_sgd_bulk_copy_applies(op.update, bulk_copy_device_);
+            const bool cuda_cores = op.update_plan.fused_sgd && !op.update_plan.fused_sgd_bulk_copy;
+            op.update_plan.fused_sgd_three_blocks = cuda_cores && fused_sgd_three_blocks_;
+            op.update_plan.fused_sgd_exact_rows =
+                cuda_cores && fused_sgd_exact_rows_ && fused_sgd_exact_rows_applies(op.update);
             // (Fused SGD has no weight-gradient GEMM: counted as neither of its paths.)
             const WeightGradientPlan& gradient = op.update_plan.gradient;
             if (op.update_plan.fused_sgd) {

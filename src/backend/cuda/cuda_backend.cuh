@@ -20,6 +20,7 @@
 #include "backend/cuda/cuda_dense_update.cuh"
 #include "backend/cuda/cuda_dropout.cuh"
 #include "backend/cuda/cuda_epoch_order.cuh"
+#include "backend/cuda/cuda_fused_sgd_bulk_copy.cuh"
 #include "backend/cuda/cuda_gemm.cuh"
 #include "backend/cuda/cuda_loss_head.cuh"
 #include "backend/cuda/cuda_max_abs.cuh"
@@ -230,6 +231,7 @@ private:
     bool fused_sgd_three_blocks_ = false;         // the fused SGD kernel compiled for 3 blocks an SM
     bool fused_sgd_exact_rows_ = false;           // ... and for batches of exactly 32 rows
     bool bulk_copy_sgd_ = false;  // fused SGD's masters by bulk copies, its gradient on tensor cores (9.0+)
+    FusedSgdBulkCopyDevice bulk_copy_device_;     // its compilations that run here (prepared under the switch)
     bool gradient_into_masters_ = false;          // plain SGD's larger updates as one GEMM into the masters
     int64_t l2_bytes_ = 0;                        // the device's L2 (described)
     int64_t l2_set_aside_max_ = 0;                // the most of it a persisting set-aside may take (0: none)

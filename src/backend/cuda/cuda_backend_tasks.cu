@@ -90,14 +90,15 @@ void CudaBackend::execute_fused_sgd_layers(size_t index, size_t count, const Rec
     const DenseUpdateArgs* layers[kFusedSgdMaxLayers];
     const OptimizerConfig* optimizers[kFusedSgdMaxLayers];
     // The compilations the layers' plans chose: the kernel for 32 rows wherever one was planned so, as
-    // the launch takes it only for the layers it applies to (which plan() chose it for alike).
+    // the launch takes it only for the layers it applies to (which plan() chose it for alike); the
+    // bulk-copy kernel layer by layer, as planned.
     FusedSgdKernelChoice choice;
     for (size_t k = 0; k < count; ++k) {
         layers[k] = &recorded_[index + k].update;
         optimizers[k] = &recorded_[index + k].optimizer;
         choice.three_blocks = choice.three_blocks || recorded_[index + k].update_plan.fused_sgd_three_blocks;
         choice.exact_rows = choice.exact_rows || recorded_[index + k].update_plan.fused_sgd_exact_rows;
-        choice.bulk_copy = choice.bulk_copy || recorded_[index + k].update_plan.fused_sgd_bulk_copy;
+        if (recorded_[index + k].update_plan.fused_sgd_bulk_copy) choice.bulk_copy_layers |= 1u << k;
     }
     op_paths_.fused_sgd_grouped += static_cast<uint64_t>(run_fused_sgd_layers(
         layers, optimizers, static_cast<int>(count), finish ? &finishing : nullptr, choice, stream));

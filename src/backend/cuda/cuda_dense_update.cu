@@ -276,10 +276,10 @@ DenseUpdatePlan plan_dense_update(CudaGemm& gemm, const DenseUpdateArgs& args, c
 void run_dense_update(CudaGemm& gemm, const DenseUpdatePlan& plan, const DenseUpdateArgs& args,
                       const OptimizerConfig& optimizer, int max_blocks, cudaStream_t stream) {
     if (plan.fused_sgd) {
-        run_fused_sgd(
-            args, optimizer,
-            FusedSgdKernelChoice{plan.fused_sgd_three_blocks, plan.fused_sgd_exact_rows, plan.fused_sgd_bulk_copy},
-            stream);
+        run_fused_sgd(args, optimizer,
+                      FusedSgdKernelChoice{plan.fused_sgd_three_blocks, plan.fused_sgd_exact_rows,
+                                           plan.fused_sgd_bulk_copy ? 1u : 0u},
+                      stream);
         return;
     }
     if (plan.into_masters) {

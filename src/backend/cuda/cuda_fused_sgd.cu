@@ -336,9 +336,8 @@ int run_fused_sgd_layers(const DenseUpdateArgs* const* layers, const OptimizerCo
         const OptimizerConfig& optimizer = *optimizers[l];
         require(fused_sgd_applies(args, optimizer), MPT_STATUS_INTERNAL,
                 "cuda backend: fused SGD called outside its case");
-        const FusedSgdVariant layer_variant = choice.bulk_copy && fused_sgd_bulk_copy_shapes_fit(args)
-                                                  ? fused_sgd_bulk_copy_variant(args)
-                                                  : cuda_core_variant(args, choice);
+        const FusedSgdVariant layer_variant =
+            (choice.bulk_copy_layers >> l & 1u) ? fused_sgd_bulk_copy_variant(args) : cuda_core_variant(args, choice);
         if (group.count > 0 && !(layer_variant == variant)) launch();
         variant = layer_variant;
         group.layers[group.count++] = fused_sgd_launch(args, optimizer);

@@ -31,13 +31,13 @@ inline bool fused_sgd_applies(const DenseUpdateArgs& args, const OptimizerConfig
 // unrolled whole, shared memory and dZ's staging for those rows alone (24 KiB instead of 48), and
 // whole tiles' masters loaded and stored without edge checks: about 30% fewer instructions a
 // tile in the sm_90 code, where ncu found the kernel issuing in 64% of cycles at batch 32.
-// bulk_copy: fp16 and bf16 updates whose shapes fit take the bulk-copy kernel instead
-// (MPTRAIN_CUDA_BULK_COPY_SGD=1, cuda_fused_sgd_bulk_copy.cuh; the weight gradient summed in another
-// order), the others the CUDA-core kernel as the other two choose.
+// bulk_copy_layers: bit l set, layer l of the call takes the bulk-copy kernel instead (its plan chose
+// it: MPTRAIN_CUDA_BULK_COPY_SGD=1, cuda_fused_sgd_bulk_copy.cuh; the weight gradient summed in another
+// order); the others take the CUDA-core kernel as the other two choose.
 struct FusedSgdKernelChoice {
     bool three_blocks = false;
     bool exact_rows = false;
-    bool bulk_copy = false;
+    unsigned bulk_copy_layers = 0;
 };
 constexpr int64_t kFusedSgdExactRows = 32;
 

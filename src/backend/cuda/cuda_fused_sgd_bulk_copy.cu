@@ -69,13 +69,18 @@ __device__ __forceinline__ void bulk_copy(uint32_t destination, const void* sour
         : "memory");
 }
 
-// The same for data read once and not again before the next step's update (the masters), marked in
-// L2 to be evicted first, as the CUDA-core kernel's __ldcs marks them: L2 keeps the low-precision
+// The L2 policy for data read once and not again before the next step's update (the masters):
+// evicted first, as the CUDA-core kernel's __ldcs marks them, so that L2 keeps the low-precision
 // copies written beside them, which the next step's forward reads (cuda_fused_sgd_launch.cuh).
-__device__ __forceinline__ void bulk_copy_streaming(uint32_t destination, const void* source, uint32_t bytes,
-                                                    uint32_t barrier) {
+__device__ __forceinline__ uint64_t evict_first_policy() {
     uint64_t policy;
     asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+    return policy;
+}
+
+// bulk_copy under an L2 cache policy.
+__device__ __forceinline__ void bulk_copy_with_policy(uint32_t destination, const void* source, uint32_t bytes,
+                                                      uint32_t barrier, uint64_t policy) {
     asm volatile(
         "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], "
         "%4;\n" ::"r"(destination),
@@ -155,8 +160,9 @@ __device__ __forceinline__ void update_strip_by_bulk_copies(const FusedSgdLaunch
     };
     const uint16_t* output_grad = static_cast<const uint16_t*>(p.output_grad);
 
-    // Warp 0: the copies of `tile` into `stage`, one row a copy; lane 0 arrives on the stage's
-    // barrier with their bytes (a copy completing first only takes the count below zero until then).
+    // Warp 0: the copies of `tile` into `stage`, one row a copy (a lane's master row and dZ rows); lane
+    // 0 first arrives on the stage's barrier with their bytes, the phase's one arrival.
+    const uint64_t streaming = evict_first_policy();
     const auto issue = [&](int64_t tile, int stage) {
         const int64_t o0 = tile * kTileRows;
         const int tile_rows = static_cast<int>(out - o0 < kTileRows ? out - o0 : kTileRows);
@@ -167,8 +173,8 @@ __device__ __forceinline__ void update_strip_by_bulk_copies(const FusedSgdLaunch
         if (lane == 0) barrier_expect_bytes(barrier, tile_rows * master_row_bytes + rows * grad_row_bytes);
         __syncwarp();
         if (lane < tile_rows)
-            bulk_copy_streaming(shared_address(stage_masters(stage) + lane * kMasterStride),
-                                p.weights + (o0 + lane) * in + i0, master_row_bytes, barrier);
+            bulk_copy_with_policy(shared_address(stage_masters(stage) + lane * kMasterStride),
+                                  p.weights + (o0 + lane) * in + i0, master_row_bytes, barrier, streaming);
         for (int r = lane; r < rows; r += 32)
             bulk_copy(shared_address(stage_output_grad(stage) + r * kOutputGradStride), output_grad + r * out + o0,
                       grad_row_bytes, barrier);
@@ -265,11 +271,13 @@ __device__ __forceinline__ void update_strip_by_bulk_copies(const FusedSgdLaunch
                 }
             }
         // The bias gradient is the column sum of dZ, in batch-row order as the CUDA-core kernel sums
-        // it: the first strip's blocks own the bias.
-        if (strip == 0 && thread < kTileRows && o0 + thread < out) {
+        // it: the first strip's blocks own the bias, warp 1 (warp 0 issues the next copies after the
+        // barrier below, and should reach it first).
+        const int column = thread - 32;
+        if (strip == 0 && warp == 1 && o0 + column < out) {
             float sum = 0.0f;
-            for (int r = 0; r < rows; ++r) sum += bits_to_float<T>(grads[r * kOutputGradStride + thread]);
-            const int64_t o = o0 + thread;
+            for (int r = 0; r < rows; ++r) sum += bits_to_float<T>(grads[r * kOutputGradStride + column]);
+            const int64_t o = o0 + column;
             const float bias = plain_sgd_update_element(p.optimizer, scalars, p.bias[o], sum);
             p.bias[o] = bias;
             if (p.low_bias) static_cast<T*>(p.low_bias)[o] = from_float<T>(bias);
@@ -326,40 +334,42 @@ bool fused_sgd_bulk_copy_shapes_fit(const DenseUpdateArgs& args) {
            (args.low_weights == nullptr || aligned(args.low_weights, 4));
 }
 
-bool fused_sgd_bulk_copy_applies(const DenseUpdateArgs& args) {
-    if (!fused_sgd_bulk_copy_shapes_fit(args)) return false;
-    const FusedSgdVariant variant = variant_of(args.compute_dtype, args.rows);
-    for (const auto kernel : {variant.single, variant.group}) {
-        if (!kernel_code_runs_on_current_device(reinterpret_cast<const void*>(kernel), 9)) return false;
-        int blocks = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads,
-                                                          static_cast<size_t>(variant.dynamic_shared)) != cudaSuccess ||
-            blocks < 1) {
-            cudaGetLastError();  // (not sticky) the shared memory was not granted: the CUDA-core kernel
-            return false;
-        }
-    }
-    return true;
+bool fused_sgd_bulk_copy_applies(const DenseUpdateArgs& args, const FusedSgdBulkCopyDevice& device) {
+    return fused_sgd_bulk_copy_shapes_fit(args) &&
+           device.runs[args.compute_dtype == DType::bf16 ? 0 : 1][padded_rows(static_cast<int>(args.rows)) == 64];
 }
 
 FusedSgdVariant fused_sgd_bulk_copy_variant(const DenseUpdateArgs& args) {
+    require(fused_sgd_bulk_copy_shapes_fit(args), MPT_STATUS_INTERNAL,
+            "cuda backend: the bulk-copy fused SGD kernel for an update it does not take");
     return variant_of(args.compute_dtype, args.rows);
 }
 
-void prepare_fused_sgd_bulk_copy() {
-    for (DType dtype : {DType::fp16, DType::bf16})
+FusedSgdBulkCopyDevice prepare_fused_sgd_bulk_copy() {
+    FusedSgdBulkCopyDevice device;
+    for (DType dtype : {DType::bf16, DType::fp16})
         for (int64_t rows : {int64_t{32}, int64_t{64}}) {
             const FusedSgdVariant variant = variant_of(dtype, rows);
+            bool runs = true;
             for (const auto kernel : {variant.single, variant.group}) {
                 // All of an SM's unified memory as shared memory: the copies bypass L1, and 3 blocks
                 // take 206 KiB at batch 32.
-                if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, variant.dynamic_shared) !=
+                int blocks = 0;
+                if (!kernel_code_runs_on_current_device(reinterpret_cast<const void*>(kernel), 9) ||
+                    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, variant.dynamic_shared) !=
                         cudaSuccess ||
                     cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                         cudaSharedmemCarveoutMaxShared) != cudaSuccess)
-                    cudaGetLastError();  // (not sticky) fused_sgd_bulk_copy_applies then says no
+                                         cudaSharedmemCarveoutMaxShared) != cudaSuccess ||
+                    cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                        &blocks, kernel, kThreads, static_cast<size_t>(variant.dynamic_shared)) != cudaSuccess ||
+                    blocks < 1) {
+                    cudaGetLastError();  // (not sticky) this compilation is left out: the CUDA-core kernel
+                    runs = false;
+                }
             }
+            device.runs[dtype == DType::bf16 ? 0 : 1][rows == 64] = runs;
         }
+    return device;
 }
 
 int fused_sgd_bulk_copy_blocks_per_multiprocessor(DType dtype, int64_t rows, bool single) {

@@ -5,8 +5,8 @@
 //   - the CUDA-core kernel spends 32 FMAs a weight at batch 32 (512 a thread a tile, about 1,260
 //     instructions with its shared-memory reads), and ncu found it issuing an instruction in 64% of
 //     cycles while moving 1 TB/s, a third of an H200's copy bandwidth: bound by its instructions.
-//     Here a warp's 32 x 16 part of a tile is 8 mma.m16n8k16 at batch 32, about 100 instructions a
-//     thread a tile in all;
+//     Here a warp's 32 x 16 part of a tile is 8 mma.m16n8k16 at batch 32: the sm_90 code's tile loop
+//     is about 260 instructions a thread, most of them the 16 masters' reads, updates and stores;
 //   - its masters were prefetched one tile ahead in registers, 64 bytes a thread (32 KiB an SM in
 //     flight at 2 blocks). Here the tile's masters and dZ rows arrive by cp.async.bulk into a ring
 //     of 3 stages, 2 tiles ahead of the one summed, completing on an mbarrier each: about 40 KiB a
@@ -30,17 +30,24 @@ struct FusedSgdVariant;  // cuda_fused_sgd_launch.cuh (device code: this header 
 // aligned, the copies 4-byte aligned. No CUDA call (run time).
 bool fused_sgd_bulk_copy_shapes_fit(const DenseUpdateArgs& args);
 
-// The above, and the kernel runs on the current device (compute capability 9.0 with sm_90 code, its
-// shared memory granted by prepare_fused_sgd_bulk_copy): when an update is planned.
-bool fused_sgd_bulk_copy_applies(const DenseUpdateArgs& args);
+// Which of the kernel's compilations run on a device: compute capability 9.0 with sm_90 code, and a
+// block's dynamic shared memory granted. Found once by prepare_fused_sgd_bulk_copy, since finding it
+// takes CUDA calls and an update is planned in every step.
+struct FusedSgdBulkCopyDevice {
+    bool runs[2][2] = {};  // [bf16, fp16][batches up to 32 rows, 33 to 64]
+};
 
-// The kernel's compilations for the update's dtype and batch rows (shapes_fit: the caller checked).
+// Lets each compilation have the dynamic shared memory it takes (over the default 48 KiB) and says
+// which then run: once per device, before the kernels run (CudaBackend's constructor under
+// MPTRAIN_CUDA_BULK_COPY_SGD=1). Errors leave a compilation out.
+FusedSgdBulkCopyDevice prepare_fused_sgd_bulk_copy();
+
+// The shapes fit, and the compilation for the update's dtype and rows runs on `device`: when an
+// update is planned.
+bool fused_sgd_bulk_copy_applies(const DenseUpdateArgs& args, const FusedSgdBulkCopyDevice& device);
+
+// The kernel's compilations for the update's dtype and batch rows (planned with applies).
 FusedSgdVariant fused_sgd_bulk_copy_variant(const DenseUpdateArgs& args);
-
-// Lets each compilation have the dynamic shared memory it takes (over the default 48 KiB): once per
-// device, before the kernels run (CudaBackend's constructor under MPTRAIN_CUDA_BULK_COPY_SGD=1);
-// where it fails, fused_sgd_bulk_copy_applies says no.
-void prepare_fused_sgd_bulk_copy();
 
 // Blocks of the compilation for `dtype` and `rows` resident on an SM of the current device (tests).
 int fused_sgd_bulk_copy_blocks_per_multiprocessor(DType dtype, int64_t rows, bool single);

@@ -189,7 +189,9 @@ struct FusedSgdVariant {
     void (*single)(FusedSgdGroup);
     void (*group)(FusedSgdGroup);
     int dynamic_shared;
-    bool operator==(const FusedSgdVariant& other) const { return group == other.group; }
+    bool operator==(const FusedSgdVariant& other) const {
+        return group == other.group && dynamic_shared == other.dynamic_shared;
+    }
 };
 
 inline bool fused_sgd_aligned(const void* pointer, size_t bytes) {
