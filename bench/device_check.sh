@@ -306,11 +306,15 @@ room_for_switch_stage() {  # room_for_switch_stage <name>: a switch stage of abo
 }
 if [ -x "$bench" ]; then
     stage "switched-off paths (mptrain-bench --backend cuda under each switch)"
-    # Batch 32's combined set: both small-batch kernels, fused SGD grouped, at 3 blocks an SM and
-    # compiled for 32 rows, dependent launch.
+    # Batch 32's combined set: both small-batch kernels, fused SGD grouped, at 3 blocks an SM,
+    # compiled for 32 rows and by bulk copies, dependent launch. (With the bulk copies on, the two
+    # compilations of the CUDA-core kernel act only on the layers the bulk-copy kernel does not take:
+    # none of the seed MLP's, whose 10 logits run as 16. Their counters then stay 0, so this set's
+    # time is credited to the bulk copies, not to them.)
     MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 \
         MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1 \
-        MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1 bench_run 60 all_switches --precision mixed-bf16 --batch 32
+        MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1 MPTRAIN_CUDA_BULK_COPY_SGD=1 \
+        bench_run 60 all_switches --precision mixed-bf16 --batch 32
     # Past batch 32's kernels: every switch that acts at batch 256 or 4096 at once (not the GEMM
     # autotuning, timed last), so that the candidate choice has a combined set to weigh there too.
     # K kept whole by the small-outputs rule rather than everywhere: the large GEMMs the same, the
@@ -366,6 +370,15 @@ if [ -x "$bench" ]; then
     # batch 32's combined set above times.
     room_for_switch_stage fused_sgd_32_rows && MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1 \
         bench_run 60 fused_sgd_32_rows --precision mixed-bf16 --batch 32
+    # Fused SGD by bulk copies (compute capability 9.0, bf16 and fp16; it runs only at batches of at
+    # most 64 rows, so batch 32 alone): each block's masters streamed into shared memory by
+    # cp.async.bulk three tiles ahead, the weight gradient on tensor cores, in place of the CUDA-core
+    # kernel for the layers whose shapes it takes (the same update within rounding: the gradient's
+    # sums in another order). The default kernel at batch 32 on an H200 took 3 x 20.5 us at 1.0 TB/s
+    # (above), a third of the copy bandwidth. Unmeasured. While it is on, the 3-blocks and 32-rows
+    # compilations reach only the layers it does not take.
+    room_for_switch_stage bulk_copy_sgd && MPTRAIN_CUDA_BULK_COPY_SGD=1 \
+        bench_run 60 bulk_copy_sgd --precision mixed-bf16 --batch 32
     # Batch 32's forward layers as one tensor-core kernel each instead of cuBLASLt's (split-K) GEMMs
     # (the input gradients' kernel has no stage alone: it runs beside the forward's, below). Rebuilt
     # (2026-12-06) with K split across the blocks of a thread-block cluster on compute capability 9.0:

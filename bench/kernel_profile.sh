@@ -13,8 +13,10 @@
 # PROFILE_SETTINGS="VAR=value ..." profiles the batches' steps under those settings (the device check
 # passes the candidate defaults it chose: the step a session would commit); the tables' titles say so.
 # Then the small-batch kernels' durations and warp states at batch 32; last, the fused SGD kernel's
-# warp states at batch 32 (issue rate, occupancy), then its stall reasons and pipes, by default,
-# compiled for 3 blocks an SM, for exactly 32 rows, and both.
+# warp states at batch 32 (issue rate, occupancy), the bulk-copy fused SGD kernel's
+# (MPTRAIN_CUDA_BULK_COPY_SGD=1) durations, DRAM throughput, warp states and stall reasons, then the
+# CUDA-core kernel's stall reasons and pipes, by default, compiled for 3 blocks an SM, for exactly 32
+# rows, and both.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=$1
@@ -114,13 +116,49 @@ stall_metrics+=,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active
 stall_metrics+=,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum
 stall_metrics+=,gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum
 # profile_stalls <three blocks 0|1> <32 rows 0|1> <metrics>: ncu's output appended to ncu_stalls_<3 blocks><32 rows>.txt
+# (The bulk copies off: on, they would take the layers these compilations are profiled on.)
 profile_stalls() {
-    MPTRAIN_CUDA_GRAPHS=0 MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=$1 MPTRAIN_CUDA_FUSED_SGD_32_ROWS=$2 capped 45 "$ncu" \
+    MPTRAIN_CUDA_GRAPHS=0 MPTRAIN_CUDA_BULK_COPY_SGD=0 MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=$1 \
+        MPTRAIN_CUDA_FUSED_SGD_32_ROWS=$2 capped 45 "$ncu" \
         --clock-control none --cache-control none --kernel-name regex:fused_sgd --launch-skip 39 --launch-count 1 \
         --metrics "$3" \
         "$BUILD/bin/mptrain-bench" --backend cuda --precision mixed-bf16 --batch 32 --steps 12 --repeats 1 \
         >>"$WORK/ncu_stalls_$1$2.txt" 2>&1
 }
+# Fused SGD by bulk copies (MPTRAIN_CUDA_BULK_COPY_SGD=1), unmeasured: each block's masters streamed
+# into shared memory by cp.async.bulk three tiles ahead, the weight gradient on tensor cores. One
+# step's three launches at batch 32 (the seed MLP's three layers: its 10 logits run as 16, a multiple
+# of 8, so the bulk copies take the last layer too; 39 skipped reach the 14th step, as below),
+# their durations and DRAM throughput against the default kernel's 3 x 20.5 us at 1.0 TB/s on an H200,
+# warp states and occupancy; then the first layer's stall reasons and pipes (its tensor pipe too), as
+# for the CUDA-core kernel's compilations below, which go first when time runs short.
+MPTRAIN_CUDA_BULK_COPY_SGD=1 MPTRAIN_CUDA_GRAPHS=0 capped 60 "$ncu" --clock-control none --cache-control none \
+    --kernel-name regex:fused_sgd_bulk_copy --launch-skip 39 --launch-count 3 \
+    --metrics "$metrics" --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats \
+    "$BUILD/bin/mptrain-bench" --backend cuda --precision mixed-bf16 --batch 32 --steps 12 --repeats 1 \
+    >"$WORK/ncu_bulk_copy.txt" 2>&1
+bulk_copy_status=$?
+{ echo; echo "fused SGD by bulk copies at batch 32, MPTRAIN_CUDA_BULK_COPY_SGD=1, durations and warp states" \
+      "(ncu exit status $bulk_copy_status):"
+  grep -vE '^(mptrain|device|backend|cpu|cuda) ' "$WORK/ncu_bulk_copy.txt" | grep -E '^ |fused_sgd' | head -150; } >>"$OUT_FILE"
+# profile_bulk_copy_stalls <metrics>: ncu's output appended to ncu_stalls_bulk_copy.txt
+profile_bulk_copy_stalls() {
+    MPTRAIN_CUDA_GRAPHS=0 MPTRAIN_CUDA_BULK_COPY_SGD=1 capped 45 "$ncu" \
+        --clock-control none --cache-control none --kernel-name regex:fused_sgd_bulk_copy --launch-skip 39 \
+        --launch-count 1 --metrics "$1" \
+        "$BUILD/bin/mptrain-bench" --backend cuda --precision mixed-bf16 --batch 32 --steps 12 --repeats 1 \
+        >>"$WORK/ncu_stalls_bulk_copy.txt" 2>&1
+}
+profile_bulk_copy_stalls "$stall_metrics,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"
+stalls_status=$?
+if [ "$stalls_status" != 0 ] && [ "$stalls_status" != 124 ] && [ "$stalls_status" != 137 ]; then
+    profile_bulk_copy_stalls "$stall_reasons"
+    stalls_status="$? (the stall reasons alone, after exit status $stalls_status with the pipes' metrics)"
+fi
+{ echo; echo "fused SGD by bulk copies at batch 32, MPTRAIN_CUDA_BULK_COPY_SGD=1, stall reasons" \
+      "(cycles a warp waits for each, per instruction issued; ncu exit status $stalls_status):"
+  grep -E 'fused_sgd|smsp__|sm__|l1tex__|gpu__|dram__|ERROR' "$WORK/ncu_stalls_bulk_copy.txt" |
+      sed -E 's/smsp__average_warps_issue_stalled_(.*)_per_issue_active\.ratio/stalled: \1/' | head -40; } >>"$OUT_FILE"
 for compilation in "0 0" "1 0" "0 1" "1 1"; do
     read -r three_blocks exact_rows <<<"$compilation"
     profile_stalls "$three_blocks" "$exact_rows" "$stall_metrics"

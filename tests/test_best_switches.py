@@ -22,7 +22,7 @@ SWITCHES_TOGETHER_CASE = os.path.join(os.path.dirname(os.path.abspath(__file__))
 DEFAULT_FIELDS = {"split_k": True, "gemm_autotune": False, "small_batch_forward": False, "small_batch_backward": False,
                   "dependent_launch": False, "grouped_sgd": False, "split_k_small_outputs": False,
                   "relu_from_output": False, "fused_sgd_three_blocks": False, "gradient_into_masters": False,
-                  "fused_sgd_32_rows": False}
+                  "fused_sgd_32_rows": False, "bulk_copy_sgd": False}
 
 
 H200 = "cuda:0 (NVIDIA H200, compute capability 9.0, 143771 MiB)"
@@ -440,6 +440,97 @@ class BestSwitches(unittest.TestCase):
                                            ops={"fused_sgd_32_rows": 10, "fused_sgd_grouped": 10}))
         self.assertEqual(settings, "MPTRAIN_CUDA_GROUPED_SGD=1")
         self.assertIn("fused_sgd_32_rows: dropped, alone it took 1.05x", why)
+
+    def bulk_copy_sgd_stage(self, counted=10):
+        """The default step at three batches and MPTRAIN_CUDA_BULK_COPY_SGD=1 alone at batch 32, as the
+        device check times it (fused SGD runs at most 64 rows): 0.92x; `counted`: its fused SGD updates
+        planned with the bulk-copy kernel."""
+        return [record(32, 129, ops={}), record(256, 177, ops={}), record(4096, 576, ops={}),
+                record(32, 119, bulk_copy_sgd=True, ops={"fused_sgd_bulk_copy": counted})]
+
+    def test_bulk_copy_sgd_is_chosen_where_it_was_faster(self):
+        settings, why = self.choose(*self.bulk_copy_sgd_stage())
+        self.assertEqual(settings, "MPTRAIN_CUDA_BULK_COPY_SGD=1")
+        self.assertIn("batch 32: fastest bulk_copy_sgd: 119 us/step, 0.92x the default 129", why)
+        # Beside the other switches' stages it joins their union through batch 32's combined set.
+        settings, _ = self.choose(*self.seed_stages(), record(32, 119, bulk_copy_sgd=True))
+        self.assertEqual(settings, "MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 "
+                                   "MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_SPLIT_K=0")
+        settings, why = self.choose(*self.seed_stages(), record(32, 119, bulk_copy_sgd=True),
+                                    record(32, 80, dependent_launch=True, grouped_sgd=True, fused_sgd_three_blocks=True,
+                                           fused_sgd_32_rows=True, bulk_copy_sgd=True))
+        self.assertEqual(settings, "MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_SPLIT_K=0 "
+                                   "MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1 MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1 "
+                                   "MPTRAIN_CUDA_BULK_COPY_SGD=1")
+        self.assertIn("batch 32: fastest bulk_copy_sgd, dependent_launch, fused_sgd_32_rows, fused_sgd_three_blocks, "
+                      "grouped_sgd: 80 us/step", why)
+
+    # Its GPU cases: its op case against the CPU (test_cuda_ops, named by the variable and by "bulk
+    # copies") and training as the default does within rounding (test_cuda_fast_paths; the kernel sums
+    # the weight gradient in another order than the CUDA-core kernel, so not bit for bit).
+    BULK_COPY_SGD_CASES = ("MPTRAIN_CUDA_BULK_COPY_SGD=1: CUDA fused SGD by bulk copies matches the CPU",
+                           "MPTRAIN_CUDA_BULK_COPY_SGD=1 trains as the default does, within rounding")
+
+    def test_a_failing_case_of_bulk_copy_sgd_names_that_switch_alone(self):
+        for case in self.BULK_COPY_SGD_CASES:
+            self.assertEqual(best_switches.excluded_by_tests({case}), ({"bulk_copy_sgd"}, []), case)
+        # A case named by its words alone, without the variable, names it too.
+        self.assertEqual(best_switches.excluded_by_tests({"CUDA fused SGD by bulk copies, grouped, matches the CPU"}),
+                         ({"bulk_copy_sgd"}, []))
+        # The other fused SGD compilations' and grouped SGD's cases do not name it.
+        for case in self.FUSED_SGD_32_ROWS_CASES + (
+                "MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1 trains exactly as the default does, 3 blocks an SM",
+                "MPTRAIN_CUDA_GROUPED_SGD=1 trains exactly as the default does",
+                "CUDA fused SGD updates recorded for several layers run as one launch, each layer as in its own",
+                "plain SGD with weight decay keeps the fused small-batch SGD kernel"):
+            self.assertNotIn("bulk_copy_sgd", best_switches.excluded_by_tests({case})[0], case)
+
+    def test_bulk_copy_sgd_is_left_out_when_its_gpu_test_failed(self):
+        for case in self.BULK_COPY_SGD_CASES:
+            self.write_log(case)
+            settings, why = self.choose(*self.bulk_copy_sgd_stage())
+            self.assertEqual(settings, "", case)
+            self.assertIn("left out, their GPU tests failed: bulk_copy_sgd\n", why)
+            self.assertIn("bulk_copy_sgd: fastest somewhere, but its GPU tests failed", why)
+            self.assertNotIn("default paths failed", why)
+            # The other fused SGD switches stay, alone and where batch 32's combined set held the failed
+            # switch (the fastest set without it takes the batch).
+            settings, _ = self.choose(*self.fused_sgd_32_rows_stage())
+            self.assertEqual(settings, "MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1")
+            settings, _ = self.choose(*self.fused_sgd_three_blocks_stage())
+            self.assertEqual(settings, "MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1")
+            settings, why = self.choose(*self.bulk_copy_sgd_stage(),
+                                        record(32, 121, fused_sgd_32_rows=True, ops={"fused_sgd_32_rows": 10}),
+                                        record(32, 110, fused_sgd_32_rows=True, bulk_copy_sgd=True,
+                                               ops={"fused_sgd_32_rows": 10, "fused_sgd_bulk_copy": 10}))
+            self.assertEqual(settings, "MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1")
+            self.assertIn("batch 32: the fastest set holds bulk_copy_sgd: the fastest without a failed switch instead",
+                          why)
+            self.assertIn("batch 32: fastest fused_sgd_32_rows: 121 us/step, 0.94x the default 129", why)
+        # The 32-rows kernel's failing case names only that switch.
+        self.write_log(self.FUSED_SGD_32_ROWS_CASES[0])
+        settings, why = self.choose(*self.bulk_copy_sgd_stage())
+        self.assertEqual(settings, "MPTRAIN_CUDA_BULK_COPY_SGD=1")
+        self.assertIn("left out, their GPU tests failed: fused_sgd_32_rows\n", why)
+
+    def test_bulk_copy_sgd_takes_no_credit_where_its_path_did_not_run_and_is_dropped_where_slower(self):
+        # No fused SGD update planned with the bulk-copy kernel (its counter 0: below compute capability
+        # 9.0, or no layer whose shapes it takes): its 0.92x is not its own.
+        settings, why = self.choose(*self.bulk_copy_sgd_stage(counted=0))
+        self.assertEqual(settings, "")
+        self.assertNotIn("fastest bulk_copy_sgd", why)
+        # Idle and slower past 64 rows (no fused SGD there): no verdict on it.
+        settings, why = self.choose(*self.bulk_copy_sgd_stage(),
+                                    record(256, 186, bulk_copy_sgd=True, ops={"fused_sgd_bulk_copy": 0}))
+        self.assertEqual(settings, "MPTRAIN_CUDA_BULK_COPY_SGD=1")
+        self.assertNotIn("dropped", why)
+        # Where it ran and was slower, it is dropped.
+        stages = [r for r in self.bulk_copy_sgd_stage() if not r["bulk_copy_sgd"]]
+        settings, why = self.choose(*stages, record(32, 136, bulk_copy_sgd=True, ops={"fused_sgd_bulk_copy": 10}),
+                                    record(32, 120, bulk_copy_sgd=True, grouped_sgd=True,
+                                           ops={"fused_sgd_bulk_copy": 10, "fused_sgd_grouped": 10}))
+        self.assertEqual(settings, "MPTRAIN_CUDA_GROUPED_SGD=1")
+        self.assertIn("bulk_copy_sgd: dropped, alone it took 1.05x", why)
 
     # The small-batch kernels' GPU cases: each op's against the CPU (test_cuda_ops), named by its kernel's
     # words, and the training case of both (test_cuda_fast_paths), which names both variables.

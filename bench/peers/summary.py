@@ -48,7 +48,7 @@ def device_of(r):
 # description names them ("switches": what the backend had on).
 SWITCHES = ("gemm_autotune", "small_batch_forward", "small_batch_backward", "dependent_launch", "grouped_sgd",
             "split_k_small_outputs", "relu_from_output", "fused_sgd_three_blocks", "gradient_into_masters",
-            "fused_sgd_32_rows")
+            "fused_sgd_32_rows", "bulk_copy_sgd")
 
 
 def devices_of(records):
@@ -132,6 +132,9 @@ EVIDENCE = {
     "gradient_into_masters": (("ops", "gradient_into_masters"),),
     # (Fused SGD updates planned with the kernel compiled for 32 rows: batches of exactly 32 rows.)
     "fused_sgd_32_rows": (("ops", "fused_sgd_32_rows"),),
+    # (Fused SGD updates planned with the bulk-copy kernel: bf16 and fp16 at batches of at most 64
+    # rows, on compute capability 9.0, whose shapes it takes; none in fp32.)
+    "bulk_copy_sgd": (("ops", "fused_sgd_bulk_copy"),),
 }
 
 
@@ -199,8 +202,9 @@ def main():
     mine = [r for r in mine if r not in unfused]
     # Runs under MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1, _BACKWARD=1, MPTRAIN_CUDA_DEPENDENT_LAUNCH=1,
     # MPTRAIN_CUDA_GROUPED_SGD=1, MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1, MPTRAIN_CUDA_RELU_FROM_OUTPUT=1,
-    # MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1, MPTRAIN_CUDA_GRADIENT_INTO_MASTERS=1 or
-    # MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1, or split-K off with any other switch, likewise.
+    # MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1, MPTRAIN_CUDA_GRADIENT_INTO_MASTERS=1,
+    # MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1 or MPTRAIN_CUDA_BULK_COPY_SGD=1, or split-K off with any other
+    # switch, likewise.
     switched = [r for r in mine if any(r.get(field) is True for field in SWITCHES if field != "gemm_autotune")
                 or (r.get("split_k") is False and any(r.get(field) is True for field in SWITCHES))]
     mine = [r for r in mine if r not in switched]
@@ -365,7 +369,7 @@ def main():
         switches = [environment_setting(field) for field in
                     ("small_batch_forward", "small_batch_backward", "dependent_launch", "grouped_sgd",
                      "gemm_autotune", "split_k_small_outputs", "relu_from_output", "fused_sgd_three_blocks",
-                     "gradient_into_masters", "fused_sgd_32_rows")
+                     "gradient_into_masters", "fused_sgd_32_rows", "bulk_copy_sgd")
                     if r.get(field)]
         switches += [environment_setting("split_k", False)] if r.get("split_k") is False else []
         print(against(r, "switched on (" + ", ".join(switches) + ")",
