@@ -370,15 +370,16 @@ if [ -x "$bench" ]; then
     # batch 32's combined set above times.
     room_for_switch_stage fused_sgd_32_rows && MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1 \
         bench_run 60 fused_sgd_32_rows --precision mixed-bf16 --batch 32
-    # Fused SGD by bulk copies (compute capability 9.0, bf16 and fp16; it runs only at batches of at
-    # most 64 rows, so batch 32 alone): each block's masters streamed into shared memory by
-    # cp.async.bulk three tiles ahead, the weight gradient on tensor cores, in place of the CUDA-core
-    # kernel for the layers whose shapes it takes (the same update within rounding: the gradient's
-    # sums in another order). The default kernel at batch 32 on an H200 took 3 x 20.5 us at 1.0 TB/s
-    # (above), a third of the copy bandwidth. Unmeasured. While it is on, the 3-blocks and 32-rows
-    # compilations reach only the layers it does not take.
+    # Fused SGD by bulk copies (compute capability 9.0, bf16 and fp16; batches of at most 256 rows, so
+    # batch 32 and 256): each block's masters streamed into shared memory by cp.async.bulk three tiles
+    # ahead, the weight gradient on tensor cores, in place of the CUDA-core kernel up to 64 rows and of
+    # the weight-gradient GEMM and the update kernel (or the GEMM into the masters) from 65 to 256, for
+    # the layers whose shapes it takes (the same update within rounding: the gradient's sums in
+    # another order). The default kernel at batch 32 on an H200 took 3 x 20.5 us at 1.0 TB/s (above),
+    # a third of the copy bandwidth. Unmeasured. While it is on, the 3-blocks and 32-rows compilations
+    # reach only the layers it does not take.
     room_for_switch_stage bulk_copy_sgd && MPTRAIN_CUDA_BULK_COPY_SGD=1 \
-        bench_run 60 bulk_copy_sgd --precision mixed-bf16 --batch 32
+        bench_run 60 bulk_copy_sgd --precision mixed-bf16 --batch 32,256
     # Batch 32's forward layers as one tensor-core kernel each instead of cuBLASLt's (split-K) GEMMs
     # (the input gradients' kernel has no stage alone: it runs beside the forward's, below). Rebuilt
     # (2026-12-06) with K split across the blocks of a thread-block cluster on compute capability 9.0:

@@ -577,9 +577,11 @@ TEST_CASE("MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1 trains exactly as the default does")
 // masters streamed into shared memory by bulk copies and the weight gradient on tensor cores, whose
 // sums come in another order than the CUDA-core kernel's: the runs train to the default's loss
 // within rounding. The small MLP at batch 32 replayed, in fp16 (loss scaling, the same skips) and
-// fp32 (the CUDA-core kernel: bit for bit), at batch 48 (the 64-row compilation), and the seed MLP,
-// alone and grouped with finish_step in the last block. Where it runs: 3 blocks an SM at 32 rows and
-// 2 at 64, as its launch bounds and 67 and 83 KiB of shared memory allow on an H100 or H200.
+// fp32 (the CUDA-core kernel: bit for bit), at batch 48 (the 64-row compilation) and 256 (the 256-row
+// one, in place of the weight-gradient GEMM and the update kernel), and the seed MLP at 32 and 256,
+// alone and grouped with finish_step in the last block. Where it runs: 3 blocks an SM at 32 rows, 2
+// at 64 and 1 at 256, as its launch bounds and 67, 83 and 179 KiB of shared memory allow on an H100
+// or H200.
 TEST_CASE("MPTRAIN_CUDA_BULK_COPY_SGD=1 trains as the default does, within rounding") {
     SKIP_WITHOUT_GPU();
     auto bulk = cuda_context_under("MPTRAIN_CUDA_BULK_COPY_SGD", "1");
@@ -596,9 +598,19 @@ TEST_CASE("MPTRAIN_CUDA_BULK_COPY_SGD=1 trains as the default does, within round
           train_two_epochs(cuda_cores, MPT_PRECISION_FP32, 640, 32, 89));
     CHECK(train_two_epochs(bulk, MPT_PRECISION_MIXED_BF16, 480, 48, 101) ==
           doctest::Approx(train_two_epochs(cuda_cores, MPT_PRECISION_MIXED_BF16, 480, 48, 101)).epsilon(5e-3));
+    const uint64_t weight_gradients = cuda_backend_op_paths(bulk->backend()).weight_gradient_fused +
+                                      cuda_backend_op_paths(bulk->backend()).weight_gradient_unfused;
+    CHECK(train_two_epochs(bulk, MPT_PRECISION_MIXED_BF16, 1280, 256, 103) ==
+          doctest::Approx(train_two_epochs(cuda_cores, MPT_PRECISION_MIXED_BF16, 1280, 256, 103)).epsilon(5e-3));
+    if (compute_capability_major(bulk->backend()) >= 9)  // no weight-gradient GEMM at batch 256 either
+        CHECK(cuda_backend_op_paths(bulk->backend()).weight_gradient_fused +
+                  cuda_backend_op_paths(bulk->backend()).weight_gradient_unfused ==
+              weight_gradients);
     const SyntheticData data = synthetic_data(512, 3072, 97);
     const float seed_cores = train_seed_mlp_two_bf16_epochs(cuda_cores, data, 32);
     CHECK(train_seed_mlp_two_bf16_epochs(bulk, data, 32) == doctest::Approx(seed_cores).epsilon(5e-3));
+    CHECK(train_seed_mlp_two_bf16_epochs(bulk, data, 256) ==
+          doctest::Approx(train_seed_mlp_two_bf16_epochs(cuda_cores, data, 256)).epsilon(5e-3));
     {
         const EnvironmentSetting grouped("MPTRAIN_CUDA_GROUPED_SGD", "1");
         auto bulk_grouped = cuda_context_under("MPTRAIN_CUDA_BULK_COPY_SGD", "1");
@@ -625,6 +637,7 @@ TEST_CASE("MPTRAIN_CUDA_BULK_COPY_SGD=1 trains as the default does, within round
             if (shared_per_multiprocessor >= 228 * 1024) {
                 CHECK(fused_sgd_bulk_copy_blocks_per_multiprocessor(dtype, 32, single) == 3);
                 CHECK(fused_sgd_bulk_copy_blocks_per_multiprocessor(dtype, 64, single) == 2);
+                CHECK(fused_sgd_bulk_copy_blocks_per_multiprocessor(dtype, 256, single) == 1);
             }
         }
 }

@@ -1828,11 +1828,11 @@ TEST_CASE("MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1: CUDA fused SGD for 32 rows matches 
 }
 
 // The bulk-copy fused SGD kernel (MPTRAIN_CUDA_BULK_COPY_SGD=1: compute capability 9.0, fp16 and
-// bf16) against the CPU: both of its compilations (batches up to 32 rows, and 33 to 64, K padded with
-// zeros), whole tiles, a partial last strip and tile, weight decay, runs of several tiles a block
-// (every stage of the ring refilled: the seed MLP's layers and 2048 x 4096), skipped steps (not a
-// byte written, inf and NaN in the inputs or not), and shapes whose rows the bulk copies cannot take
-// (the CUDA-core kernel then: in_features no multiple of 4, out_features none of 8); fp32 keeps
+// bf16) against the CPU: its three compilations (batches up to 32 rows, 33 to 64, 65 to 256, K padded
+// with zeros; past 64 rows in place of the weight-gradient GEMM and the update kernel), whole tiles, a partial last
+// strip and tile, weight decay, runs of several tiles a block (every stage of the ring refilled: the seed MLP's layers
+// and 2048 x 4096), skipped steps (not a byte written, inf and NaN in the inputs or not), and shapes whose rows the
+// bulk copies cannot take (the CUDA-core kernel then: in_features no multiple of 4, out_features none of 8); fp32 keeps
 // the CUDA-core kernel. On 9.0 the bf16 and fp16 updates must have been planned with it.
 TEST_CASE("MPTRAIN_CUDA_BULK_COPY_SGD=1: CUDA fused SGD by bulk copies matches the CPU") {
     SKIP_WITHOUT_GPU();
@@ -1847,6 +1847,9 @@ TEST_CASE("MPTRAIN_CUDA_BULK_COPY_SGD=1: CUDA fused SGD by bulk copies matches t
         compare_dense_update(*cpu, *cuda, {7, 136, 40, dtype, sgd, false});         // K mostly padding
         compare_dense_update(*cpu, *cuda, {33, 136, 40, dtype, sgd, false});        // the 64-row compilation
         compare_dense_update(*cpu, *cuda, {64, 200, 72, dtype, sgd_decay, false});
+        compare_dense_update(*cpu, *cuda, {65, 136, 40, dtype, sgd, false});  // the 256-row compilation
+        compare_dense_update(*cpu, *cuda, {256, 200, 72, dtype, sgd_decay, false});
+        compare_dense_update(*cpu, *cuda, {256, 64, 16, dtype, sgd, true});
         compare_dense_update(*cpu, *cuda, {32, 101, 45, dtype, sgd, false});  // neither fits: CUDA cores
         compare_dense_update(*cpu, *cuda, {32, 100, 44, dtype, sgd, false});  // out_features: CUDA cores
         compare_dense_update(*cpu, *cuda, {32, 64, 16, dtype, sgd, true});
@@ -1858,6 +1861,8 @@ TEST_CASE("MPTRAIN_CUDA_BULK_COPY_SGD=1: CUDA fused SGD by bulk copies matches t
     }
     compare_dense_update(*cpu, *cuda, {32, 3000, 1000, DType::bf16, sgd, false});
     compare_dense_update(*cpu, *cuda, {32, 1000, 16, DType::bf16, sgd, false});
+    compare_dense_update(*cpu, *cuda, {256, 3072, 3000, DType::bf16, sgd, false});
+    compare_dense_update(*cpu, *cuda, {200, 1024, 2048, DType::fp16, sgd_decay, false});
     const uint64_t planned = cuda_backend_op_paths(*cuda).fused_sgd_bulk_copy;
     MESSAGE("bulk-copy fused SGD: " << planned << " updates planned with it");
     if (compute_capability_major(*cuda) >= 9)

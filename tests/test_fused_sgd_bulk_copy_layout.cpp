@@ -133,7 +133,7 @@ void require_conflict_free_rows(const std::vector<int>& row_bytes) {
 }  // namespace
 
 TEST_CASE("the bulk-copy fused SGD's fragments compute dZ^T A over every batch size it takes") {
-    for (int rows : {1, 2, 7, 15, 16, 17, 31, 32, 33, 47, 48, 63, 64}) {
+    for (int rows : {1, 2, 7, 15, 16, 17, 31, 32, 33, 47, 48, 63, 64, 65, 100, 128, 200, 255, 256}) {
         CAPTURE(rows);
         const Tile tile = random_tile(rows, 1000u + static_cast<unsigned>(rows));
         const std::vector<double> gradient = kernel_gradient(tile);
@@ -165,7 +165,7 @@ TEST_CASE("a mutated fragment map fails the bulk-copy layout's check") {
 }
 
 TEST_CASE("the bulk-copy kernel's shared-memory reads are free of bank conflicts") {
-    for (int padded : {32, 64}) {
+    for (int padded : {32, 64, 256}) {
         CAPTURE(padded);
         for (int ks = 0; ks < k_steps(padded); ++ks) {
             for (int m = 0; m < kMmaRowTiles; ++m) {
@@ -202,7 +202,7 @@ TEST_CASE("the bulk-copy kernel's shared-memory reads are free of bank conflicts
 }
 
 TEST_CASE("the bulk copies' destinations are 16-byte aligned and the blocks an SM fit") {
-    for (int padded : {32, 64}) {
+    for (int padded : {32, 64, 256}) {
         CAPTURE(padded);
         CHECK(input_offset() % 128 == 0);
         for (int stage = 0; stage <= kStages; ++stage) CHECK(stage_offset(padded, stage) % 128 == 0);
@@ -215,12 +215,33 @@ TEST_CASE("the bulk copies' destinations are 16-byte aligned and the blocks an S
     }
     // H100 and H200: 228 KiB of shared memory an SM, 227 KiB a block at most, 1 KiB reserved a block.
     constexpr int64_t kPerMultiprocessor = 228 * 1024, kPerBlock = 227 * 1024, kReserved = 1024;
-    CHECK(shared_bytes(32) <= kPerBlock);
-    CHECK(shared_bytes(64) <= kPerBlock);
-    CHECK(3 * (shared_bytes(32) + kReserved) <= kPerMultiprocessor);  // __launch_bounds__(256, 3)
-    CHECK(2 * (shared_bytes(64) + kReserved) <= kPerMultiprocessor);  // __launch_bounds__(256, 2)
+    for (int padded : {32, 64, 256}) {
+        CAPTURE(padded);
+        CHECK(shared_bytes(padded) <= kPerBlock);
+        // As many blocks an SM as the compilation's __launch_bounds__ promise: 3, 2 and 1.
+        CHECK(blocks_per_multiprocessor(padded) * (shared_bytes(padded) + kReserved) <= kPerMultiprocessor);
+    }
+    CHECK(blocks_per_multiprocessor(32) == 3);
     CHECK(padded_rows(1) == 32);
     CHECK(padded_rows(32) == 32);
     CHECK(padded_rows(33) == 64);
-    CHECK(padded_rows(kMaxRows) == 64);
+    CHECK(padded_rows(64) == 64);
+    CHECK(padded_rows(65) == 256);
+    CHECK(padded_rows(kMaxRows) == 256);
+    for (int rows = 1; rows <= kMaxRows; ++rows) {
+        CAPTURE(rows);
+        CHECK(compilation_index(rows) == (padded_rows(rows) == 32 ? 0 : padded_rows(rows) == 64 ? 1 : 2));
+    }
+}
+
+TEST_CASE("each batch row of dZ is copied by one lane, at most one a lane") {
+    std::vector<int> copies(kMaxRows, 0);
+    for (int warp = 0; warp < kWarps; ++warp)
+        for (int lane = 0; lane < 32; ++lane) {
+            const int row = output_grad_copy_row(lane, warp);
+            REQUIRE(row >= 0);
+            REQUIRE(row < kMaxRows);
+            ++copies[row];
+        }
+    for (int count : copies) CHECK(count == 1);
 }

@@ -672,10 +672,16 @@ void CudaBackend::plan(RecordedOp& op) {
             op.scratch = scratch_bytes ? scratch_for(scratch_bytes) : nullptr;
             op.update_plan = plan_dense_update(*gemm_, op.update, op.optimizer, op.scratch, fused_epilogues_,
                                                gradient_into_masters_);
-            // The bulk-copy kernel, where it applies, instead of either compilation of the CUDA-core one
-            // (so that their counters say where those ran).
-            op.update_plan.fused_sgd_bulk_copy =
-                op.update_plan.fused_sgd && bulk_copy_sgd_ && fused_sgd_bulk_copy_applies(op.update, bulk_copy_device_);
+            // The bulk-copy kernel, where it applies: in place of either compilation of the CUDA-core one
+            // up to 64 rows (so that their counters say where those ran), and of the weight-gradient GEMM
+            // and the update kernel (or the GEMM into the masters) from 65 to 256.
+            op.update_plan.fused_sgd_bulk_copy = bulk_copy_sgd_ && fused_epilogues_ &&
+                                                 fused_sgd_rule_applies(op.update, op.optimizer) &&
+                                                 fused_sgd_bulk_copy_applies(op.update, bulk_copy_device_);
+            if (op.update_plan.fused_sgd_bulk_copy) {
+                op.update_plan.fused_sgd = true;
+                op.update_plan.into_masters = false;
+            }
             const bool cuda_cores = op.update_plan.fused_sgd && !op.update_plan.fused_sgd_bulk_copy;
             op.update_plan.fused_sgd_three_blocks = cuda_cores && fused_sgd_three_blocks_;
             op.update_plan.fused_sgd_exact_rows =

@@ -334,10 +334,11 @@ int run_fused_sgd_layers(const DenseUpdateArgs* const* layers, const OptimizerCo
     for (int l = 0; l < count; ++l) {
         const DenseUpdateArgs& args = *layers[l];
         const OptimizerConfig& optimizer = *optimizers[l];
-        require(fused_sgd_applies(args, optimizer), MPT_STATUS_INTERNAL,
-                "cuda backend: fused SGD called outside its case");
+        const bool bulk_copy = (choice.bulk_copy_layers >> l & 1u) != 0;
+        require(bulk_copy ? fused_sgd_rule_applies(args, optimizer) : fused_sgd_applies(args, optimizer),
+                MPT_STATUS_INTERNAL, "cuda backend: fused SGD called outside its case");
         const FusedSgdVariant layer_variant =
-            (choice.bulk_copy_layers >> l & 1u) ? fused_sgd_bulk_copy_variant(args) : cuda_core_variant(args, choice);
+            bulk_copy ? fused_sgd_bulk_copy_variant(args) : cuda_core_variant(args, choice);
         if (group.count > 0 && !(layer_variant == variant)) launch();
         variant = layer_variant;
         group.layers[group.count++] = fused_sgd_launch(args, optimizer);

@@ -17,11 +17,17 @@ namespace mpt {
 
 constexpr int64_t kFusedSgdMaxRows = 64;
 
-// Plain SGD (no momentum) on a batch of at most kFusedSgdMaxRows rows, whole and unclipped (the
-// kernel takes no gradient factor; this backend clips from the gradients, in parts).
+// Plain SGD (no momentum) on a whole, unclipped batch: the update the fused kernels compute (they take
+// no gradient factor; this backend clips from the gradients, in parts).
+inline bool fused_sgd_rule_applies(const DenseUpdateArgs& args, const OptimizerConfig& optimizer) {
+    return is_plain_sgd(optimizer) && args.rows > 0 && args.part == UpdatePart::whole &&
+           args.gradient_factor == nullptr;
+}
+
+// ... on a batch of at most kFusedSgdMaxRows rows: the CUDA-core kernel's (the bulk-copy kernel,
+// cuda_fused_sgd_bulk_copy.cuh, takes up to 256 where it applies).
 inline bool fused_sgd_applies(const DenseUpdateArgs& args, const OptimizerConfig& optimizer) {
-    return is_plain_sgd(optimizer) && args.rows > 0 && args.rows <= kFusedSgdMaxRows &&
-           args.part == UpdatePart::whole && args.gradient_factor == nullptr;
+    return fused_sgd_rule_applies(args, optimizer) && args.rows <= kFusedSgdMaxRows;
 }
 
 // Which compilation of the kernel runs; each computes the same numbers. three_blocks: held to 3

@@ -34,7 +34,7 @@ namespace {
 using namespace fused_sgd_bulk;
 
 static_assert(kTileRows == kFusedSgdTileRows && kStripColumns == kFusedSgdStripColumns, "the grid's tiles");
-static_assert(kMaxRows == kFusedSgdMaxRows, "the batches fused SGD takes");
+static_assert(kMaxRows >= kFusedSgdMaxRows, "every batch the CUDA-core kernel takes");
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 
@@ -135,7 +135,7 @@ __device__ __forceinline__ float bits_to_float(uint16_t bits) {
 }
 
 // One block's part of layer p's update: its column strip, its run of row tiles. T: __half or
-// __nv_bfloat16. kPadded: the batch rows as the mma's K (32 or 64).
+// __nv_bfloat16. kPadded: the batch rows as the mma's K (32, 64 or 256).
 template <typename T, int kPadded>
 __device__ __forceinline__ void update_strip_by_bulk_copies(const FusedSgdLaunch& p, int64_t strip, int64_t run) {
     constexpr int kSteps = kPadded / 16;
@@ -160,8 +160,10 @@ __device__ __forceinline__ void update_strip_by_bulk_copies(const FusedSgdLaunch
     };
     const uint16_t* output_grad = static_cast<const uint16_t*>(p.output_grad);
 
-    // Warp 0: the copies of `tile` into `stage`, one row a copy (a lane's master row and dZ rows); lane
-    // 0 first arrives on the stage's barrier with their bytes, the phase's one arrival.
+    // Every thread: its copies of `tile` into `stage`, one row a copy (warp 0's lanes a master row each,
+    // every lane at most one dZ row: a warp issues its copies one lane at a time); thread 0 arrives on
+    // the stage's barrier with all their bytes, the phase's one arrival (a copy that completes before
+    // it only takes the barrier's count of bytes below zero: the phase cannot end before the arrival).
     const uint64_t streaming = evict_first_policy();
     const auto issue = [&](int64_t tile, int stage) {
         const int64_t o0 = tile * kTileRows;
@@ -169,13 +171,14 @@ __device__ __forceinline__ void update_strip_by_bulk_copies(const FusedSgdLaunch
         const uint32_t master_row_bytes = static_cast<uint32_t>(strip_columns) * 4;
         const uint32_t grad_row_bytes = static_cast<uint32_t>(tile_rows) * 2;
         const uint32_t barrier = shared_address(&barriers[stage]);
+        const int r = output_grad_copy_row(lane, warp);
+        if (warp != 0 && r >= rows) return;  // (the same for the whole warp, as rows are dealt by warp)
         async_proxy_fence();
-        if (lane == 0) barrier_expect_bytes(barrier, tile_rows * master_row_bytes + rows * grad_row_bytes);
-        __syncwarp();
-        if (lane < tile_rows)
+        if (thread == 0) barrier_expect_bytes(barrier, tile_rows * master_row_bytes + rows * grad_row_bytes);
+        if (warp == 0 && lane < tile_rows)
             bulk_copy_with_policy(shared_address(stage_masters(stage) + lane * kMasterStride),
                                   p.weights + (o0 + lane) * in + i0, master_row_bytes, barrier, streaming);
-        for (int r = lane; r < rows; r += 32)
+        if (r < rows)
             bulk_copy(shared_address(stage_output_grad(stage) + r * kOutputGradStride), output_grad + r * out + o0,
                       grad_row_bytes, barrier);
     };
@@ -185,8 +188,7 @@ __device__ __forceinline__ void update_strip_by_bulk_copies(const FusedSgdLaunch
         barrier_init_fence();
     }
     __syncthreads();
-    if (warp == 0)
-        for (int stage = 0; stage < kStages && first_tile + stage < end_tile; ++stage) issue(first_tile + stage, stage);
+    for (int stage = 0; stage < kStages && first_tile + stage < end_tile; ++stage) issue(first_tile + stage, stage);
 
     // While the first tiles arrive: dZ's rows past the batch, zero in every stage (no copy writes
     // them), and the strip of A, zero past the batch and past the layer's last column.
@@ -194,18 +196,26 @@ __device__ __forceinline__ void update_strip_by_bulk_copies(const FusedSgdLaunch
         const int stage = k / ((kPadded - rows) * kTileRows), rest = k % ((kPadded - rows) * kTileRows);
         stage_output_grad(stage)[(rows + rest / kTileRows) * kOutputGradStride + rest % kTileRows] = 0;
     }
+    // A in groups of 4 elements, one 8-byte load each (in_features a multiple of 4, A 8-byte aligned:
+    // a group lies inside the layer's columns or past them whole), 8 loads a thread in flight at once.
     const uint16_t* input_rows = static_cast<const uint16_t*>(p.input);
-    constexpr int kInputPerThread = kPadded * kStripColumns / kThreads;
-    uint16_t staged[kInputPerThread];
+    constexpr int kGroupsPerRow = kStripColumns / 4;
+    constexpr int kGroupsPerThread = kPadded * kGroupsPerRow / kThreads;
+    constexpr int kInFlight = kGroupsPerThread < 8 ? kGroupsPerThread : 8;
+    static_assert(kGroupsPerThread % kInFlight == 0, "whole rounds of loads");
+    for (int round = 0; round < kGroupsPerThread; round += kInFlight) {
+        uint2 staged[kInFlight];
 #pragma unroll
-    for (int s = 0; s < kInputPerThread; ++s) {
-        const int k = thread + s * kThreads, r = k / kStripColumns, c = k % kStripColumns;
-        staged[s] = r < rows && c < strip_columns ? input_rows[r * in + i0 + c] : uint16_t{0};
-    }
+        for (int s = 0; s < kInFlight; ++s) {
+            const int k = thread + (round + s) * kThreads, r = k / kGroupsPerRow, c = 4 * (k % kGroupsPerRow);
+            staged[s] = r < rows && c < strip_columns ? *reinterpret_cast<const uint2*>(input_rows + r * in + i0 + c)
+                                                      : make_uint2(0u, 0u);
+        }
 #pragma unroll
-    for (int s = 0; s < kInputPerThread; ++s) {
-        const int k = thread + s * kThreads;
-        input[(k / kStripColumns) * kInputStride + k % kStripColumns] = staged[s];
+        for (int s = 0; s < kInFlight; ++s) {
+            const int k = thread + (round + s) * kThreads;
+            *reinterpret_cast<uint2*>(input + (k / kGroupsPerRow) * kInputStride + 4 * (k % kGroupsPerRow)) = staged[s];
+        }
     }
     __syncthreads();
 
@@ -270,13 +280,25 @@ __device__ __forceinline__ void update_strip_by_bulk_copies(const FusedSgdLaunch
                     if (low_weights) *reinterpret_cast<uint32_t*>(low_weights + index) = pack_pair<T>(first, second);
                 }
             }
-        // The bias gradient is the column sum of dZ, in batch-row order as the CUDA-core kernel sums
-        // it: the first strip's blocks own the bias, warp 1 (warp 0 issues the next copies after the
-        // barrier below, and should reach it first).
-        const int column = thread - 32;
-        if (strip == 0 && warp == 1 && o0 + column < out) {
+        // The bias gradient is the column sum of dZ: the first strip's blocks own the bias, their last
+        // warp (the one with the fewest copies to issue after the barrier below). Up to 64 rows in
+        // batch-row order, as the CUDA-core kernel sums it (the same bits); past them in 8 interleaved
+        // partial sums, added pairwise, so that the chain of additions is not 256 long (the default
+        // path there, cuBLASLt's bias-gradient epilogue, has its own order too).
+        const int column = thread - (kWarps - 1) * 32;
+        if (strip == 0 && warp == kWarps - 1 && o0 + column < out) {
             float sum = 0.0f;
-            for (int r = 0; r < rows; ++r) sum += bits_to_float<T>(grads[r * kOutputGradStride + column]);
+            if constexpr (kPadded <= kFusedSgdMaxRows) {
+                for (int r = 0; r < rows; ++r) sum += bits_to_float<T>(grads[r * kOutputGradStride + column]);
+            } else {
+                float partial[8] = {};
+                for (int r = 0; r < rows; r += 8)
+#pragma unroll
+                    for (int j = 0; j < 8; ++j)  // (rows past the batch are zero)
+                        partial[j] += bits_to_float<T>(grads[(r + j) * kOutputGradStride + column]);
+                sum = ((partial[0] + partial[1]) + (partial[2] + partial[3])) +
+                      ((partial[4] + partial[5]) + (partial[6] + partial[7]));
+            }
             const int64_t o = o0 + column;
             const float bias = plain_sgd_update_element(p.optimizer, scalars, p.bias[o], sum);
             p.bias[o] = bias;
@@ -284,15 +306,15 @@ __device__ __forceinline__ void update_strip_by_bulk_copies(const FusedSgdLaunch
         }
         // Every warp is done with the stage before its refill is issued.
         __syncthreads();
-        if (warp == 0 && tile + kStages < end_tile) issue(tile + kStages, stage);
+        if (tile + kStages < end_tile) issue(tile + kStages, stage);
     }
 }
 
 #endif  // __CUDA_ARCH__ >= 900
 
-// 3 blocks an SM at batch 32 (67 KiB of shared memory each), 2 at 64 (83 KiB).
+// 3 blocks an SM at batch 32 (67 KiB of shared memory each), 2 at 64 (83 KiB), 1 at 256 (179 KiB).
 template <int kPadded>
-constexpr int kBlocksPerMultiprocessor = kPadded == 32 ? 3 : 2;
+constexpr int kBlocksPerMultiprocessor = blocks_per_multiprocessor(kPadded);
 
 template <typename T, int kPadded, int kLayers>
 __global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor<kPadded>)
@@ -317,10 +339,20 @@ FusedSgdVariant variant_for() {
     return variant;
 }
 
+template <typename T>
+FusedSgdVariant variant_for(int64_t rows) {
+    switch (padded_rows(static_cast<int>(rows))) {
+        case 32:
+            return variant_for<T, 32>();
+        case 64:
+            return variant_for<T, 64>();
+        default:
+            return variant_for<T, 256>();
+    }
+}
+
 FusedSgdVariant variant_of(DType dtype, int64_t rows) {
-    const bool wide = padded_rows(static_cast<int>(rows)) == 64;
-    if (dtype == DType::bf16) return wide ? variant_for<__nv_bfloat16, 64>() : variant_for<__nv_bfloat16, 32>();
-    return wide ? variant_for<__half, 64>() : variant_for<__half, 32>();
+    return dtype == DType::bf16 ? variant_for<__nv_bfloat16>(rows) : variant_for<__half>(rows);
 }
 
 bool aligned(const void* pointer, size_t bytes) { return reinterpret_cast<uintptr_t>(pointer) % bytes == 0; }
@@ -330,13 +362,13 @@ bool aligned(const void* pointer, size_t bytes) { return reinterpret_cast<uintpt
 bool fused_sgd_bulk_copy_shapes_fit(const DenseUpdateArgs& args) {
     return (args.compute_dtype == DType::bf16 || args.compute_dtype == DType::fp16) && args.rows > 0 &&
            args.rows <= kMaxRows && args.in_features % 4 == 0 && args.out_features % 8 == 0 &&
-           aligned(args.weights, 16) && aligned(args.output_grad, 16) && aligned(args.input, 2) &&
+           aligned(args.weights, 16) && aligned(args.output_grad, 16) && aligned(args.input, 8) &&
            (args.low_weights == nullptr || aligned(args.low_weights, 4));
 }
 
 bool fused_sgd_bulk_copy_applies(const DenseUpdateArgs& args, const FusedSgdBulkCopyDevice& device) {
     return fused_sgd_bulk_copy_shapes_fit(args) &&
-           device.runs[args.compute_dtype == DType::bf16 ? 0 : 1][padded_rows(static_cast<int>(args.rows)) == 64];
+           device.runs[args.compute_dtype == DType::bf16 ? 0 : 1][compilation_index(static_cast<int>(args.rows))];
 }
 
 FusedSgdVariant fused_sgd_bulk_copy_variant(const DenseUpdateArgs& args) {
@@ -348,12 +380,12 @@ FusedSgdVariant fused_sgd_bulk_copy_variant(const DenseUpdateArgs& args) {
 FusedSgdBulkCopyDevice prepare_fused_sgd_bulk_copy() {
     FusedSgdBulkCopyDevice device;
     for (DType dtype : {DType::bf16, DType::fp16})
-        for (int64_t rows : {int64_t{32}, int64_t{64}}) {
+        for (int64_t rows : {int64_t{32}, int64_t{64}, int64_t{256}}) {
             const FusedSgdVariant variant = variant_of(dtype, rows);
             bool runs = true;
             for (const auto kernel : {variant.single, variant.group}) {
                 // All of an SM's unified memory as shared memory: the copies bypass L1, and 3 blocks
-                // take 206 KiB at batch 32.
+                // take 206 KiB at batch 32, 1 block 179 KiB at 256.
                 int blocks = 0;
                 if (!kernel_code_runs_on_current_device(reinterpret_cast<const void*>(kernel), 9) ||
                     cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, variant.dynamic_shared) !=
@@ -367,7 +399,7 @@ FusedSgdBulkCopyDevice prepare_fused_sgd_bulk_copy() {
                     runs = false;
                 }
             }
-            device.runs[dtype == DType::bf16 ? 0 : 1][rows == 64] = runs;
+            device.runs[dtype == DType::bf16 ? 0 : 1][compilation_index(static_cast<int>(rows))] = runs;
         }
     return device;
 }

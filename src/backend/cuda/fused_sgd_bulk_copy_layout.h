@@ -42,11 +42,22 @@ constexpr int kOutputGradStride = kTileRows + 8;  // 16-bit elements a staged ro
 constexpr int kWarpColumns = 16;                  // a warp's columns of the strip: two 8-column mma tiles
 constexpr int kMmaRowTiles = kTileRows / 16;      // 16-row mma tiles a warp covers: all the tile's outputs
 constexpr int kMmaColumnTiles = kWarpColumns / 8;
-constexpr int kMaxRows = 64;  // the batch rows the kernel takes (kFusedSgdMaxRows)
+constexpr int kMaxRows = 256;  // the batch rows the kernel takes (past kFusedSgdMaxRows, the CUDA-core kernel's)
 static_assert(kWarps * kWarpColumns == kStripColumns, "the warps cover the strip");
 
-// The batch rows as the mma's K: the kernel is compiled for 32 (batches up to 32 rows) and 64.
-MPT_BULK_LAYOUT_FN int padded_rows(int rows) { return rows <= 32 ? 32 : 64; }
+// The batch rows as the mma's K: the kernel is compiled for 32 (batches up to 32 rows), 64 and 256.
+MPT_BULK_LAYOUT_FN int padded_rows(int rows) { return rows <= 32 ? 32 : rows <= 64 ? 64 : 256; }
+// A compilation's index (FusedSgdBulkCopyDevice::runs): 0, 1, 2 for 32, 64, 256 rows.
+MPT_BULK_LAYOUT_FN int compilation_index(int rows) { return rows <= 32 ? 0 : rows <= 64 ? 1 : 2; }
+// Blocks an SM each compilation is compiled for (its launch bounds), as its shared memory allows on an
+// H100 or H200 (shared_bytes: 67, 83 and 179 KiB).
+MPT_BULK_LAYOUT_FN constexpr int blocks_per_multiprocessor(int padded) {
+    return padded == 32 ? 3 : padded == 64 ? 2 : 1;
+}
+
+// The copies of a tile: lane l of warp w copies batch row 32 w + l of dZ, and warp 0's lanes the
+// tile's master rows too, so that each warp's copies (issued one lane at a time) are at most 2 a lane.
+MPT_BULK_LAYOUT_FN int output_grad_copy_row(int lane, int warp) { return warp * 32 + lane; }
 // k-steps of 16 batch rows.
 MPT_BULK_LAYOUT_FN int k_steps(int padded) { return padded / 16; }
 
