@@ -1829,11 +1829,12 @@ TEST_CASE("MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1: CUDA fused SGD for 32 rows matches 
 
 // The bulk-copy fused SGD kernel (MPTRAIN_CUDA_BULK_COPY_SGD=1: compute capability 9.0, fp16 and
 // bf16) against the CPU: its three compilations (batches up to 32 rows, 33 to 64, 65 to 256, K padded
-// with zeros; past 64 rows in place of the weight-gradient GEMM and the update kernel), whole tiles, a partial last
-// strip and tile, weight decay, runs of several tiles a block (every stage of the ring refilled: the seed MLP's layers
-// and 2048 x 4096), skipped steps (not a byte written, inf and NaN in the inputs or not), and shapes whose rows the
-// bulk copies cannot take (the CUDA-core kernel then: in_features no multiple of 4, out_features none of 8); fp32 keeps
-// the CUDA-core kernel. On 9.0 the bf16 and fp16 updates must have been planned with it.
+// with zeros; past 64 rows in place of the weight-gradient GEMM and the update kernel), whole tiles,
+// a partial last strip and tile, weight decay, runs of several tiles a block (every stage of the ring
+// refilled: the seed MLP's layers and 2048 x 4096), skipped steps (not a byte written, inf and NaN in
+// the inputs or not), and shapes whose rows the bulk copies cannot take (the CUDA-core kernel then:
+// in_features no multiple of 4, out_features none of 8); fp32 keeps the CUDA-core kernel. On 9.0 the
+// bf16 and fp16 updates must have been planned with it.
 TEST_CASE("MPTRAIN_CUDA_BULK_COPY_SGD=1: CUDA fused SGD by bulk copies matches the CPU") {
     SKIP_WITHOUT_GPU();
     auto cpu = make_cpu();

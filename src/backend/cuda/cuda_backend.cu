@@ -293,7 +293,9 @@ size_t CudaBackend::relu_mask_bytes(int64_t rows, int64_t features) const {
 bool CudaBackend::update_needs_gradient_scratch(const OptimizerConfig& optimizer, int64_t rows) const {
     // The fused SGD kernel keeps the gradient in registers, and plain SGD into the masters never has
     // one; every other update writes it first. With the fused paths off neither runs
-    // (dense_update_scratch_bytes says the same).
+    // (dense_update_scratch_bytes says the same). (Under MPTRAIN_CUDA_BULK_COPY_SGD=1 the bulk-copy
+    // kernel takes plain SGD's fp16 and bf16 updates of 65 to 256 rows too, without the scratch: this
+    // rule does not know the layer's dtype, so the executor still plans it there.)
     DenseUpdateArgs whole{};
     whole.rows = rows;
     whole.part = UpdatePart::whole;
@@ -667,21 +669,16 @@ void CudaBackend::plan(RecordedOp& op) {
             return;
         }
         case OpCode::dense_update: {
-            const size_t scratch_bytes =
-                dense_update_scratch_bytes(*gemm_, op.update, op.optimizer, fused_epilogues_, gradient_into_masters_);
+            // The bulk-copy kernel, where it applies (MPTRAIN_CUDA_BULK_COPY_SGD=1): in place of either
+            // compilation of the CUDA-core one up to 64 rows (so that their counters say where those ran),
+            // and of the weight-gradient GEMM and the update kernel (or the GEMM into the masters) from 65
+            // to 256.
+            const FusedSgdBulkCopyDevice* bulk_copy = bulk_copy_sgd_ ? &bulk_copy_device_ : nullptr;
+            const size_t scratch_bytes = dense_update_scratch_bytes(*gemm_, op.update, op.optimizer, fused_epilogues_,
+                                                                    gradient_into_masters_, bulk_copy);
             op.scratch = scratch_bytes ? scratch_for(scratch_bytes) : nullptr;
             op.update_plan = plan_dense_update(*gemm_, op.update, op.optimizer, op.scratch, fused_epilogues_,
-                                               gradient_into_masters_);
-            // The bulk-copy kernel, where it applies: in place of either compilation of the CUDA-core one
-            // up to 64 rows (so that their counters say where those ran), and of the weight-gradient GEMM
-            // and the update kernel (or the GEMM into the masters) from 65 to 256.
-            op.update_plan.fused_sgd_bulk_copy = bulk_copy_sgd_ && fused_epilogues_ &&
-                                                 fused_sgd_rule_applies(op.update, op.optimizer) &&
-                                                 fused_sgd_bulk_copy_applies(op.update, bulk_copy_device_);
-            if (op.update_plan.fused_sgd_bulk_copy) {
-                op.update_plan.fused_sgd = true;
-                op.update_plan.into_masters = false;
-            }
+                                               gradient_into_masters_, bulk_copy);
             const bool cuda_cores = op.update_plan.fused_sgd && !op.update_plan.fused_sgd_bulk_copy;
             op.update_plan.fused_sgd_three_blocks = cuda_cores && fused_sgd_three_blocks_;
             op.update_plan.fused_sgd_exact_rows =

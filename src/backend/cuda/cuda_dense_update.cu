@@ -223,10 +223,22 @@ size_t scratch_bias_bytes(const DenseUpdateArgs& args) {
 
 }  // namespace
 
+namespace {
+
+// Whether the bulk-copy fused SGD kernel takes the update (cuda_fused_sgd_bulk_copy.cuh).
+bool bulk_copy_takes(const DenseUpdateArgs& args, const OptimizerConfig& optimizer, bool allow_fused,
+                     const FusedSgdBulkCopyDevice* bulk_copy) {
+    return allow_fused && bulk_copy && fused_sgd_rule_applies(args, optimizer) &&
+           fused_sgd_bulk_copy_applies(args, *bulk_copy);
+}
+
+}  // namespace
+
 size_t dense_update_scratch_bytes(CudaGemm& gemm, const DenseUpdateArgs& args, const OptimizerConfig& optimizer,
-                                  bool allow_fused, bool into_masters) {
+                                  bool allow_fused, bool into_masters, const FusedSgdBulkCopyDevice* bulk_copy) {
     // The parts write and read the args' gradients.
     if (args.part != UpdatePart::whole) return 0;
+    if (bulk_copy_takes(args, optimizer, allow_fused, bulk_copy)) return 0;
     if (allow_fused && fused_sgd_applies(args, optimizer)) return 0;
     if (allow_fused && into_masters && gradient_into_masters_applies(gemm, args, optimizer))
         return gradient_into_masters_scratch_bytes(args.out_features);
@@ -235,7 +247,8 @@ size_t dense_update_scratch_bytes(CudaGemm& gemm, const DenseUpdateArgs& args, c
 }
 
 DenseUpdatePlan plan_dense_update(CudaGemm& gemm, const DenseUpdateArgs& args, const OptimizerConfig& optimizer,
-                                  float* scratch, bool allow_fused, bool into_masters) {
+                                  float* scratch, bool allow_fused, bool into_masters,
+                                  const FusedSgdBulkCopyDevice* bulk_copy) {
     require(args.state != nullptr, MPT_STATUS_INVALID_ARGUMENT, "cuda backend: dense_update needs the train state");
     require(args.weights && args.bias, MPT_STATUS_INVALID_ARGUMENT, "cuda backend: dense_update needs the masters");
     // (The apply part reads no batch.)
@@ -249,6 +262,13 @@ DenseUpdatePlan plan_dense_update(CudaGemm& gemm, const DenseUpdateArgs& args, c
         plan.bias_grad = args.bias_grad;
         if (args.part != UpdatePart::apply)
             plan.gradient = plan_weight_gradient(gemm, gradient_args(args, plan), allow_fused);
+        return plan;
+    }
+    // The bulk-copy kernel first where it applies: in place of the CUDA-core fused SGD kernel up to 64
+    // rows, and of the GEMM paths below from 65 to 256 (no gradient GEMM planned, no scratch).
+    if (bulk_copy_takes(args, optimizer, allow_fused, bulk_copy)) {
+        plan.fused_sgd = true;
+        plan.fused_sgd_bulk_copy = true;
         return plan;
     }
     if (allow_fused && fused_sgd_applies(args, optimizer)) {

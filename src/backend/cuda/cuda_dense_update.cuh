@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 
 #include "backend/backend.h"
+#include "backend/cuda/cuda_fused_sgd_bulk_copy.cuh"
 #include "backend/cuda/cuda_gemm.cuh"
 #include "backend/cuda/cuda_gradient_into_masters.cuh"
 #include "backend/cuda/cuda_weight_gradient.cuh"
@@ -33,11 +34,14 @@ struct DenseUpdatePlan {
 
 // fp32 scratch dense_update needs from the backend: the gradients' when the args bring none; 0 for
 // fused SGD; the scalars and bias gradient of plain SGD into the masters. into_masters: plain SGD's
-// whole updates that fused SGD does not take go into the masters (with allow_fused).
+// whole updates that fused SGD does not take go into the masters (with allow_fused). bulk_copy (null:
+// MPTRAIN_CUDA_BULK_COPY_SGD off): the bulk-copy kernel's compilations that run on the device, which
+// take plain SGD's whole updates they fit first, up to 256 rows (with allow_fused).
 size_t dense_update_scratch_bytes(CudaGemm& gemm, const DenseUpdateArgs& args, const OptimizerConfig& optimizer,
-                                  bool allow_fused, bool into_masters);
+                                  bool allow_fused, bool into_masters, const FusedSgdBulkCopyDevice* bulk_copy);
 DenseUpdatePlan plan_dense_update(CudaGemm& gemm, const DenseUpdateArgs& args, const OptimizerConfig& optimizer,
-                                  float* scratch, bool allow_fused, bool into_masters);
+                                  float* scratch, bool allow_fused, bool into_masters,
+                                  const FusedSgdBulkCopyDevice* bulk_copy);
 void run_dense_update(CudaGemm& gemm, const DenseUpdatePlan& plan, const DenseUpdateArgs& args,
                       const OptimizerConfig& optimizer, int max_blocks, cudaStream_t stream);
 

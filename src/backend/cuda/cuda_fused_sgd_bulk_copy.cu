@@ -172,7 +172,7 @@ __device__ __forceinline__ void update_strip_by_bulk_copies(const FusedSgdLaunch
         const uint32_t grad_row_bytes = static_cast<uint32_t>(tile_rows) * 2;
         const uint32_t barrier = shared_address(&barriers[stage]);
         const int r = output_grad_copy_row(lane, warp);
-        if (warp != 0 && r >= rows) return;  // (the same for the whole warp, as rows are dealt by warp)
+        if (warp != 0 && 32 * warp >= rows) return;  // (a warp without a dZ row; uniform across it)
         async_proxy_fence();
         if (thread == 0) barrier_expect_bytes(barrier, tile_rows * master_row_bytes + rows * grad_row_bytes);
         if (warp == 0 && lane < tile_rows)
