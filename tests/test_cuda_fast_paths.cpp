@@ -646,6 +646,36 @@ TEST_CASE("MPTRAIN_CUDA_BULK_COPY_SGD=1 trains as the default does, within round
         }
 }
 
+// Past 64 rows the bulk-copy kernel takes plain SGD's updates whole, so the executor plans no fp32
+// gradient scratch for them: the seed MLP's at batch 256 is the first layer's dW and db, 36.9 MB, of
+// which liveness lets only buffers dead by the update (the batch's staging, the ReLU masks) share a
+// part. Past 256 rows both plans keep it.
+TEST_CASE("MPTRAIN_CUDA_BULK_COPY_SGD=1 plans no gradient scratch for the batches it takes") {
+    SKIP_WITHOUT_GPU();
+    auto bulk = cuda_context_under("MPTRAIN_CUDA_BULK_COPY_SGD", "1");
+    if (compute_capability_major(bulk->backend()) < 9) {
+        MESSAGE("the bulk-copy kernel needs compute capability 9.0: not checked here");
+        return;
+    }
+    auto cuda_cores = cuda_context_under("MPTRAIN_CUDA_BULK_COPY_SGD", "0");
+    const SyntheticData data = synthetic_data(640, 3072, 41);
+    const auto planned_bytes_at = [&](const std::shared_ptr<Context>& on, int64_t batch) {
+        auto dataset = to_dataset(on, data);
+        TrainerConfig config;
+        config.precision = MPT_PRECISION_MIXED_BF16;
+        Trainer trainer(make_seed_mlp(on), config);
+        trainer.fit(*dataset, 1, batch, true);
+        return trainer.executor().planned_bytes();
+    };
+    const size_t first_layer_gradient_bytes = (size_t{3000} * 3072 + 3000) * sizeof(float);
+    const size_t bulk_256 = planned_bytes_at(bulk, 256);
+    CHECK(cuda_backend_op_paths(bulk->backend()).fused_sgd_bulk_copy > 0);
+    const size_t default_256 = planned_bytes_at(cuda_cores, 256);
+    INFO("planned at batch 256: " << bulk_256 << " bytes with the bulk copies, " << default_256 << " without");
+    CHECK(default_256 >= bulk_256 + first_layer_gradient_bytes / 2);
+    CHECK(planned_bytes_at(bulk, 320) == planned_bytes_at(cuda_cores, 320));
+}
+
 // MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 and MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 (compute capability 8.0 and
 // up): batch 32's forward layers (and the evaluation's at batch 64) and its input gradients run as
 // one tensor-core kernel each, the same sums in another order, the backward reading the ReLU masks

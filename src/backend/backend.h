@@ -260,12 +260,14 @@ public:
         fail(MPT_STATUS_INTERNAL, "this backend reads no weight words");
     }
     // Whether dense_update wants args.weight_grad/bias_grad for this optimizer on batches of up to
-    // `rows` (true for more rows when true for fewer). Plain SGD on the CPU adds the gradient
-    // straight into the masters, and CUDA does so in one kernel up to 64 rows; above that CUDA
-    // writes it first, into the scratch the executor plans (but where a switched-on kernel takes the
-    // update whole: then the scratch goes unused). (Given none, CUDA grows a private scratch, charged
-    // to the context's memory: for direct use of the backend, not for the executor.)
-    virtual bool update_needs_gradient_scratch(const OptimizerConfig& optimizer, int64_t rows) const = 0;
+    // `rows` (true for more rows when true for fewer), for the `count` layers `layers` (every layer a
+    // step updates). Plain SGD on the CPU adds the gradient straight into the masters, and CUDA does
+    // so in one kernel up to 64 rows (up to 256 under MPTRAIN_CUDA_BULK_COPY_SGD=1, for the layers
+    // whose dtype and shapes that kernel takes); above that CUDA writes it first, into the scratch
+    // the executor plans. (Given none, CUDA grows a private scratch, charged to the context's
+    // memory: for direct use of the backend, not for the executor.)
+    virtual bool update_needs_gradient_scratch(const OptimizerConfig& optimizer, int64_t rows,
+                                               const DenseUpdateShape* layers, int count) const = 0;
 
     virtual void* allocate(size_t bytes) = 0;   // 256-byte aligned; throws Error on failure
     virtual void release(void* pointer) noexcept = 0;

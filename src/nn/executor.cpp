@@ -214,7 +214,8 @@ void Executor::reserve_rows(int64_t rows, bool whole_steps) {
         // Micro-batches only: their gradients go to the accumulated gradients.
     } else if (training && clips_gradients(optimizer_) && !backend_.clips_from_batch(rows)) {
         gradient_scratch_ = plan.add(static_cast<size_t>(gradient_elements_) * sizeof(float), update_phase, update_phase);
-    } else if (training && backend_.update_needs_gradient_scratch(optimizer_, rows)) {
+    } else if (training && backend_.update_needs_gradient_scratch(optimizer_, rows, update_shapes_.data(),
+                                                                  static_cast<int>(update_shapes_.size()))) {
         int64_t largest_layer = 0;
         for (const DenseLayer& layer : layers)
             largest_layer = std::max(largest_layer, layer.bias_offset + layer.padded_units - layer.weight_offset);

@@ -43,7 +43,8 @@ public:
     int64_t weight_words_max_rows(DType compute_dtype) const override;
     void write_weight_words(const float* masters, uint16_t* words, DType dtype, int64_t count) override;
     void reserve_update_scratch(const DenseUpdateShape* layers, int count, int64_t rows, bool clipping) override;
-    bool update_needs_gradient_scratch(const OptimizerConfig& optimizer, int64_t) const override {
+    bool update_needs_gradient_scratch(const OptimizerConfig& optimizer, int64_t, const DenseUpdateShape*,
+                                       int) const override {
         return !is_plain_sgd(optimizer);
     }
 

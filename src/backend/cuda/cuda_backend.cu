@@ -290,17 +290,28 @@ size_t CudaBackend::relu_mask_bytes(int64_t rows, int64_t features) const {
     return relu_from_output_ ? 0 : relu_mask_size(rows, features);
 }
 
-bool CudaBackend::update_needs_gradient_scratch(const OptimizerConfig& optimizer, int64_t rows) const {
-    // The fused SGD kernel keeps the gradient in registers, and plain SGD into the masters never has
-    // one; every other update writes it first. With the fused paths off neither runs
-    // (dense_update_scratch_bytes says the same). (Under MPTRAIN_CUDA_BULK_COPY_SGD=1 the bulk-copy
-    // kernel takes plain SGD's fp16 and bf16 updates of 65 to 256 rows too, without the scratch: this
-    // rule does not know the layer's dtype, so the executor still plans it there.)
+bool CudaBackend::update_needs_gradient_scratch(const OptimizerConfig& optimizer, int64_t rows,
+                                                const DenseUpdateShape* layers, int count) const {
+    // The fused SGD kernels keep the gradient in registers, and plain SGD into the masters never has
+    // one; every other update writes it first. With the fused paths off none runs
+    // (dense_update_scratch_bytes says the same).
     DenseUpdateArgs whole{};
     whole.rows = rows;
     whole.part = UpdatePart::whole;
-    if (fused_epilogues_ && gradient_into_masters_ && is_plain_sgd(optimizer)) return false;
-    return !(fused_epilogues_ && fused_sgd_applies(whole, optimizer));
+    if (!fused_epilogues_) return true;
+    if (gradient_into_masters_ && is_plain_sgd(optimizer)) return false;
+    if (fused_sgd_applies(whole, optimizer)) return false;
+    // Under MPTRAIN_CUDA_BULK_COPY_SGD=1, none where the bulk-copy kernel takes every layer's update
+    // (planned on their shapes and dtypes; the executor's buffers have the alignment it needs, and
+    // should an update still take a GEMM path, it grows the backend's private scratch).
+    if (!(bulk_copy_sgd_ && fused_sgd_rule_applies(whole, optimizer))) return true;
+    for (int l = 0; l < count; ++l) {
+        whole.in_features = layers[l].in_features;
+        whole.out_features = layers[l].out_features;
+        whole.compute_dtype = layers[l].compute_dtype;
+        if (!fused_sgd_bulk_copy_applies(whole, bulk_copy_device_)) return true;
+    }
+    return false;
 }
 
 // Plain SGD into the masters takes its scalars and bias gradient from the backend's scratch, which

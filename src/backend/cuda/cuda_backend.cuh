@@ -44,7 +44,8 @@ public:
     DType preferred_compute_dtype() const override;
     size_t relu_mask_bytes(int64_t rows, int64_t features) const override;
     size_t gemm_workspace_bytes() const override;
-    bool update_needs_gradient_scratch(const OptimizerConfig& optimizer, int64_t rows) const override;
+    bool update_needs_gradient_scratch(const OptimizerConfig& optimizer, int64_t rows, const DenseUpdateShape* layers,
+                                       int count) const override;
     void reserve_update_scratch(const DenseUpdateShape* layers, int count, int64_t rows, bool clipping) override;
 
     void* allocate(size_t bytes) override;
