@@ -1872,6 +1872,23 @@ TEST_CASE("MPTRAIN_CUDA_BULK_COPY_SGD=1: CUDA fused SGD by bulk copies matches t
         CHECK(planned == 0);
 }
 
+// The same kernel on layers small enough for compute-sanitizer's racecheck and synccheck, which the
+// device check runs over this case (the one above takes minutes under them): each compilation, a
+// partial strip and tile, several tiles a block for a ring that turns over (640 outputs: 20 tiles
+// for at most a few hundred blocks), and a skipped step.
+TEST_CASE("MPTRAIN_CUDA_BULK_COPY_SGD=1: fused SGD by bulk copies on small layers matches the CPU") {
+    SKIP_WITHOUT_GPU();
+    auto cpu = make_cpu();
+    std::unique_ptr<Backend> cuda = make_cuda_under("MPTRAIN_CUDA_BULK_COPY_SGD", "1");
+    OptimizerConfig sgd;
+    compare_dense_update(*cpu, *cuda, {32, 200, 72, DType::bf16, sgd, false});
+    compare_dense_update(*cpu, *cuda, {48, 136, 40, DType::fp16, sgd, false});
+    compare_dense_update(*cpu, *cuda, {100, 136, 40, DType::bf16, sgd, false});
+    compare_dense_update(*cpu, *cuda, {32, 128, 640, DType::bf16, sgd, false});
+    compare_dense_update(*cpu, *cuda, {32, 64, 16, DType::bf16, sgd, true});
+    if (compute_capability_major(*cuda) >= 9) CHECK(cuda_backend_op_paths(*cuda).fused_sgd_bulk_copy > 0);
+}
+
 // A compute capability 9.0 device with a whole Hopper's SMs (not a MIG slice), where the small-batch
 // kernels split the seed MLP's large products across a cluster's blocks (this build has sm_90 code:
 // the device check's; below 9.0 they run one block a tile).
