@@ -14,9 +14,9 @@
 # passes the candidate defaults it chose: the step a session would commit); the tables' titles say so.
 # Then the small-batch kernels' durations and warp states at batch 32; last, the fused SGD kernel's
 # warp states at batch 32 (issue rate, occupancy), the bulk-copy fused SGD kernel's
-# (MPTRAIN_CUDA_BULK_COPY_SGD=1) durations, DRAM throughput, warp states and stall reasons, then the
-# CUDA-core kernel's stall reasons and pipes, by default, compiled for 3 blocks an SM, for exactly 32
-# rows, and both.
+# (MPTRAIN_CUDA_BULK_COPY_SGD=1) durations, DRAM throughput and warp states (and at batch 256 its
+# durations and DRAM bytes) and stall reasons, then the CUDA-core kernel's stall reasons and pipes, by
+# default, compiled for 3 blocks an SM, for exactly 32 rows, and both.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=$1
@@ -141,6 +141,17 @@ bulk_copy_status=$?
 { echo; echo "fused SGD by bulk copies at batch 32, MPTRAIN_CUDA_BULK_COPY_SGD=1, durations and warp states" \
       "(ncu exit status $bulk_copy_status):"
   grep -vE '^(mptrain|device|backend|cpu|cuda) ' "$WORK/ncu_bulk_copy.txt" | grep -E '^ |fused_sgd' | head -150; } >>"$OUT_FILE"
+# The same kernel at batch 256 (its 256-row compilation, one block an SM), where it takes the place of
+# the weight-gradient GEMMs and the update kernel (about 70 us a step by default): one step's three
+# launches, durations and DRAM bytes only.
+MPTRAIN_CUDA_BULK_COPY_SGD=1 MPTRAIN_CUDA_GRAPHS=0 capped 45 "$ncu" --clock-control none --cache-control none \
+    --kernel-name regex:fused_sgd_bulk_copy --launch-skip 39 --launch-count 3 --metrics "$metrics" \
+    "$BUILD/bin/mptrain-bench" --backend cuda --precision mixed-bf16 --batch 256 --steps 12 --repeats 1 \
+    >"$WORK/ncu_bulk_copy_256.txt" 2>&1
+bulk_copy_status=$?
+{ echo; echo "fused SGD by bulk copies at batch 256, MPTRAIN_CUDA_BULK_COPY_SGD=1, durations and DRAM bytes" \
+      "(ncu exit status $bulk_copy_status):"
+  grep -vE '^(mptrain|device|backend|cpu|cuda) ' "$WORK/ncu_bulk_copy_256.txt" | grep -E '^ |fused_sgd' | head -40; } >>"$OUT_FILE"
 # profile_bulk_copy_stalls <metrics>: ncu's output appended to ncu_stalls_bulk_copy.txt
 profile_bulk_copy_stalls() {
     MPTRAIN_CUDA_GRAPHS=0 MPTRAIN_CUDA_BULK_COPY_SGD=1 capped 45 "$ncu" \
