@@ -132,26 +132,27 @@ profile_stalls() {
 # their durations and DRAM throughput against the default kernel's 3 x 20.5 us at 1.0 TB/s on an H200,
 # warp states and occupancy; then the first layer's stall reasons and pipes (its tensor pipe too), as
 # for the CUDA-core kernel's compilations below, which go first when time runs short.
-MPTRAIN_CUDA_BULK_COPY_SGD=1 MPTRAIN_CUDA_GRAPHS=0 capped 60 "$ncu" --clock-control none --cache-control none \
-    --kernel-name regex:fused_sgd_bulk_copy --launch-skip 39 --launch-count 3 \
-    --metrics "$metrics" --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats \
-    "$BUILD/bin/mptrain-bench" --backend cuda --precision mixed-bf16 --batch 32 --steps 12 --repeats 1 \
-    >"$WORK/ncu_bulk_copy.txt" 2>&1
-bulk_copy_status=$?
-{ echo; echo "fused SGD by bulk copies at batch 32, MPTRAIN_CUDA_BULK_COPY_SGD=1, durations and warp states" \
-      "(ncu exit status $bulk_copy_status):"
-  grep -vE '^(mptrain|device|backend|cpu|cuda) ' "$WORK/ncu_bulk_copy.txt" | grep -E '^ |fused_sgd' | head -150; } >>"$OUT_FILE"
+# profile_bulk_copy_step <seconds> <batch> <title> <lines> <ncu options...>: one step's three launches
+# of the bulk-copy kernel at that batch, under a cap of that many seconds; the first lines of ncu's
+# report appended to the profile under the title.
+profile_bulk_copy_step() {
+    local cap=$1 batch=$2 title=$3 lines=$4 status
+    shift 4
+    MPTRAIN_CUDA_BULK_COPY_SGD=1 MPTRAIN_CUDA_GRAPHS=0 capped "$cap" "$ncu" --clock-control none \
+        --cache-control none --kernel-name regex:fused_sgd_bulk_copy --launch-skip 39 --launch-count 3 "$@" \
+        "$BUILD/bin/mptrain-bench" --backend cuda --precision mixed-bf16 --batch "$batch" --steps 12 --repeats 1 \
+        >"$WORK/ncu_bulk_copy_$batch.txt" 2>&1
+    status=$?
+    { echo; echo "fused SGD by bulk copies at batch $batch, MPTRAIN_CUDA_BULK_COPY_SGD=1, $title (ncu exit status $status):"
+      grep -vE '^(mptrain|device|backend|cpu|cuda) ' "$WORK/ncu_bulk_copy_$batch.txt" | grep -E '^ |fused_sgd' |
+          head -"$lines"; } >>"$OUT_FILE"
+}
+profile_bulk_copy_step 60 32 "durations and warp states" 150 --metrics "$metrics" --section WarpStateStats \
+    --section SchedulerStats --section Occupancy --section LaunchStats
 # The same kernel at batch 256 (its 256-row compilation, one block an SM), where it takes the place of
-# the weight-gradient GEMMs and the update kernel (about 70 us a step by default): one step's three
-# launches, durations and DRAM bytes only.
-MPTRAIN_CUDA_BULK_COPY_SGD=1 MPTRAIN_CUDA_GRAPHS=0 capped 45 "$ncu" --clock-control none --cache-control none \
-    --kernel-name regex:fused_sgd_bulk_copy --launch-skip 39 --launch-count 3 --metrics "$metrics" \
-    "$BUILD/bin/mptrain-bench" --backend cuda --precision mixed-bf16 --batch 256 --steps 12 --repeats 1 \
-    >"$WORK/ncu_bulk_copy_256.txt" 2>&1
-bulk_copy_status=$?
-{ echo; echo "fused SGD by bulk copies at batch 256, MPTRAIN_CUDA_BULK_COPY_SGD=1, durations and DRAM bytes" \
-      "(ncu exit status $bulk_copy_status):"
-  grep -vE '^(mptrain|device|backend|cpu|cuda) ' "$WORK/ncu_bulk_copy_256.txt" | grep -E '^ |fused_sgd' | head -40; } >>"$OUT_FILE"
+# the weight-gradient GEMMs and the update kernel (about 70 us a step by default): durations and DRAM
+# bytes only.
+profile_bulk_copy_step 45 256 "durations and DRAM bytes" 40 --metrics "$metrics"
 # profile_bulk_copy_stalls <metrics>: ncu's output appended to ncu_stalls_bulk_copy.txt
 profile_bulk_copy_stalls() {
     MPTRAIN_CUDA_GRAPHS=0 MPTRAIN_CUDA_BULK_COPY_SGD=1 capped 45 "$ncu" \
