@@ -73,9 +73,10 @@ bool turned_off_by_environment(const char* variable) {
 // MPTRAIN_CUDA_GRADIENT_INTO_MASTERS=1 runs plain SGD's updates that the fused SGD kernel does not
 // take (batches over 64 rows) as one GEMM into the fp32 masters, with no weight gradient in memory
 // (cuda_gradient_into_masters.cuh): off by default, unmeasured.
-// MPTRAIN_CUDA_BULK_COPY_SGD=1 runs fused SGD's bf16 and fp16 updates on compute capability 9.0 with
-// the masters brought into shared memory by bulk copies, three tiles ahead, and the weight gradient
-// on tensor cores (cuda_fused_sgd_bulk_copy.cuh; other sums' order): off by default, unmeasured.
+// MPTRAIN_CUDA_BULK_COPY_SGD=1 runs plain SGD's bf16 and fp16 updates of up to 256 rows on compute
+// capability 9.0 in one kernel, the masters brought into shared memory by bulk copies, three tiles
+// ahead, and the weight gradient on tensor cores (cuda_fused_sgd_bulk_copy.cuh; other sums' order):
+// off by default, unmeasured.
 bool turned_on_by_environment(const char* variable) {
     const char* value = std::getenv(variable);
     return value && std::strcmp(value, "1") == 0;
