@@ -1,15 +1,15 @@
 // See cuda_fused_sgd_bulk_copy.cuh; where each operand sits in shared memory and which element each
 // lane's fragments stand for is fused_sgd_bulk_copy_layout.h. A block's life:
-//   1. thread 0 sets up the 3 stages' mbarriers; warp 0 issues the bulk copies of the run's first 3
-//      tiles (each tile's 32 master rows of the strip and its dZ rows, one copy a row, lanes sharing
-//      them), the stage's barrier expecting their bytes;
+//   1. thread 0 sets up the 3 stages' mbarriers; the block issues the bulk copies of the run's first
+//      3 tiles, one copy a row (warp 0's lanes the tile's 32 master rows of the strip, every warp's
+//      lanes a dZ row each), thread 0 arriving on the stage's barrier with their bytes;
 //   2. meanwhile the block stages its strip of A (the batch rows past the batch zero, and the dZ rows
 //      past it in every stage, so that the mma's K padding adds 0 x 0), and each warp takes its B
 //      fragments of the strip into registers with ldmatrix.trans, for the whole run;
 //   3. per tile: wait for its stage's barrier, take dZ's A fragments (ldmatrix.trans), 2 x 2 mma
 //      tiles a k-step, then each thread updates the masters its accumulators stand for (read from
 //      the stage, written to global memory with their low-precision copies) and the first strip's
-//      blocks the bias; a barrier; warp 0 refills the stage with the tile 3 ahead.
+//      blocks the bias (their last warp); a barrier; the block refills the stage with the tile 3 ahead.
 // Every tile issued is waited for, so no copy is in flight when the block ends. Code for compute
 // capability 9.0 only (bulk copies and mbarrier transaction counts); elsewhere the kernels trap and
 // fused_sgd_bulk_copy_applies keeps them from being launched.
@@ -355,15 +355,13 @@ FusedSgdVariant variant_of(DType dtype, int64_t rows) {
     return dtype == DType::bf16 ? variant_for<__nv_bfloat16>(rows) : variant_for<__half>(rows);
 }
 
-bool aligned(const void* pointer, size_t bytes) { return reinterpret_cast<uintptr_t>(pointer) % bytes == 0; }
-
 }  // namespace
 
 bool fused_sgd_bulk_copy_shapes_fit(const DenseUpdateArgs& args) {
     return (args.compute_dtype == DType::bf16 || args.compute_dtype == DType::fp16) && args.rows > 0 &&
            args.rows <= kMaxRows && args.in_features % 4 == 0 && args.out_features % 8 == 0 &&
-           aligned(args.weights, 16) && aligned(args.output_grad, 16) && aligned(args.input, 8) &&
-           (args.low_weights == nullptr || aligned(args.low_weights, 4));
+           fused_sgd_aligned(args.weights, 16) && fused_sgd_aligned(args.output_grad, 16) &&
+           fused_sgd_aligned(args.input, 8) && (args.low_weights == nullptr || fused_sgd_aligned(args.low_weights, 4));
 }
 
 bool fused_sgd_bulk_copy_applies(const DenseUpdateArgs& args, const FusedSgdBulkCopyDevice& device) {
