@@ -2055,9 +2055,9 @@ TEST_CASE("CUDA max_abs, decide_update, clip_factor, average_weights and finish_
 
 // Recorded (a compute task: its first sighting, its capture and its replays), a max_abs pass and the
 // decide_update right after it that reads exactly its results are one launch, whose last block
-// takes the maxima of every block's partials and then the decision. The same tensors' maxima and
-// decisions as issued op by op (graphs off), round after round, on tensors of many blocks with the
-// largest value moving, and the decision flipping between rounds as the values change in place.
+// reads every tensor's maximum (raised by the blocks' atomics) and then takes the decision. The same tensors' maxima
+// and decisions as issued op by op (graphs off), round after round, on tensors of many blocks with the largest value
+// moving, and the decision flipping between rounds as the values change in place.
 TEST_CASE("a recorded max_abs pass decides the update in its own launch, as decide_update does") {
     SKIP_WITHOUT_GPU();
 #if defined(MPTRAIN_WITH_CUDA)

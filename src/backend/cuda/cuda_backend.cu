@@ -234,7 +234,7 @@ CudaBackend::CudaBackend(int device, MemoryTracker* memory) : device_(device), m
         const size_t partial_bytes = kLossHeadMaxBlocks * sizeof(double);
         const size_t clip_bytes = kClipFactorMaxBlocks * sizeof(double);
         const int max_abs_blocks = multiprocessors_ * 8;
-        const size_t max_abs_bytes = round_up_256(max_abs_scratch_bytes(max_abs_blocks));
+        const size_t max_abs_bytes = round_up_256(max_abs_scratch_bytes());
         const size_t scratch_bytes = 3 * partial_bytes + 256 + round_up_256(clip_bytes) + 256 + max_abs_bytes;
         reduction_scratch_ = allocate_scratch(scratch_bytes);
         char* base = static_cast<char*>(reduction_scratch_);
@@ -246,7 +246,7 @@ CudaBackend::CudaBackend(int device, MemoryTracker* memory) : device_(device), m
         finish_counter_ = reinterpret_cast<unsigned*>(base + 3 * partial_bytes + 256 + round_up_256(clip_bytes));
         char* max_abs_base = base + 3 * partial_bytes + 256 + round_up_256(clip_bytes) + 256;
         max_abs_scratch_.counter = reinterpret_cast<unsigned*>(max_abs_base);
-        max_abs_scratch_.partials = reinterpret_cast<unsigned*>(max_abs_base + 256);
+        max_abs_scratch_.maxima = reinterpret_cast<unsigned*>(max_abs_base + 256);
         max_abs_scratch_.max_blocks = max_abs_blocks;
         // On our own stream, not the legacy one: that would be unsafe while another library in the
         // process captures a graph, and a device-wide sync would stall other contexts.

@@ -1,22 +1,21 @@
-// See cuda_max_abs.cuh. Each block takes the max of its share of one tensor (cub::BlockReduce) as
-// bits: for non-negative floats (and +Inf) the unsigned order of the bits is the order of the
-// values, so every maximum is exact and independent of the order of blocks. Each block leaves its
-// max in the scratch; the last block to finish (a ticket counter that wraps to 0) takes each
-// tensor's max of those, writes the results and, with a decision attached, the update decision: the
-// results need no zeroing first, and the decision no launch of its own.
+// See cuda_max_abs.cuh. A pass's tensors are one range of chunks dealt to the blocks
+// (max_abs_chunk_layout.h). Each block takes the max of its chunks as bits: for non-negative floats
+// (and +Inf) the unsigned order of the bits is the order of the values, so every maximum is exact
+// and independent of the order of blocks, and each block adds its maximum to its tensor's in the
+// scratch with atomicMax. The last block to finish (a ticket counter that wraps to 0) reads the
+// tensors' maxima, sets them back to 0, writes the results and, with a decision attached, the update
+// decision: the results need no zeroing first, and the decision no launch of its own.
 #include "backend/cuda/cuda_max_abs.cuh"
-
-#include <cub/block/block_reduce.cuh>
 
 #include "amp/loss_scaler.h"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_launch.cuh"
+#include "backend/cuda/max_abs_chunk_layout.h"
 
 namespace mpt {
 
 namespace {
 
-constexpr int kThreads = 256;
 constexpr unsigned kInfinityBits = 0x7f800000u;
 
 // |x| as bits, NaN and Inf as +Inf.
@@ -49,92 +48,91 @@ struct MaxAbsLaunch {
     int64_t count[kMaxAbsInputs];
     DType dtype[kMaxAbsInputs];
     bool vectorised[kMaxAbsInputs];
+    int64_t first_chunk[kMaxAbsInputs + 1];  // [tensors]: the pass's chunks (max_abs_chunk_layout.h)
+    int tensors;
     MaxAbsScratch scratch;
     MaxAbsDecision decision;  // the last block's, when decision.state is set
 };
 
-using MaxReduce = cub::BlockReduce<unsigned, kThreads>;
-
-struct Larger {
-    __device__ __forceinline__ unsigned operator()(unsigned a, unsigned b) const { return a > b ? a : b; }
-};
-
-// The max of one block's share of tensor blockIdx.y, as bits (in thread 0; cub's block reduction).
-__device__ unsigned block_share_max(const MaxAbsLaunch& launch, typename MaxReduce::TempStorage& temp) {
-    const void* __restrict__ values = launch.values[blockIdx.y];
-    const int64_t count = launch.count[blockIdx.y];
-    const DType dtype = launch.dtype[blockIdx.y];
-    const bool vectorised = launch.vectorised[blockIdx.y];
+// The max, as bits, of this thread's elements in chunk `local` of tensor `tensor`: its 4 units'
+// loads issued together, then the tail's element where this chunk is the tensor's last.
+__device__ __forceinline__ unsigned chunk_max(const MaxAbsLaunch& launch, int tensor, int64_t local) {
+    const void* __restrict__ values = launch.values[tensor];
+    const int64_t count = launch.count[tensor];
+    const DType dtype = launch.dtype[tensor];
+    const int element_bytes = dtype == DType::fp32 ? 4 : 2;
+    const int unit_elements = max_abs_chunks::per_unit(launch.vectorised[tensor], element_bytes);
+    const int64_t units = max_abs_chunks::units(count, unit_elements);
+    const int64_t first = local * max_abs_chunks::kChunkUnits + threadIdx.x;
     unsigned largest = 0;
-    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-    const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-    int64_t scalar_begin = 0;
-    if (vectorised) {
-        const int per_vector = dtype == DType::fp32 ? 4 : 8;
-        const int64_t vectors = count / per_vector;
+    if (unit_elements > 1) {
         const uint4* data = static_cast<const uint4*>(values);
-        for (int64_t i = first; i < vectors; i += stride) {
-            const uint4 raw = data[i];
-            largest = max(largest, per_vector == 4 ? vector_max<4>(raw, dtype) : vector_max<8>(raw, dtype));
+        uint4 raw[max_abs_chunks::kUnitsPerThread];
+#pragma unroll
+        for (int j = 0; j < max_abs_chunks::kUnitsPerThread; ++j) {
+            const int64_t unit = first + j * max_abs_chunks::kThreads;
+            raw[j] = unit < units ? data[unit] : make_uint4(0u, 0u, 0u, 0u);  // +0s: no maximum
         }
-        scalar_begin = vectors * per_vector;
+#pragma unroll
+        for (int j = 0; j < max_abs_chunks::kUnitsPerThread; ++j)
+            largest = max(largest, unit_elements == 4 ? vector_max<4>(raw[j], dtype) : vector_max<8>(raw[j], dtype));
+    } else {
+        float element[max_abs_chunks::kUnitsPerThread];
+#pragma unroll
+        for (int j = 0; j < max_abs_chunks::kUnitsPerThread; ++j) {
+            const int64_t unit = first + j * max_abs_chunks::kThreads;
+            element[j] = unit < units ? load_element(values, dtype, unit) : 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < max_abs_chunks::kUnitsPerThread; ++j) largest = max(largest, magnitude_bits(element[j]));
     }
-    for (int64_t i = scalar_begin + first; i < count; i += stride)
-        largest = max(largest, magnitude_bits(load_element(values, dtype, i)));
-    return MaxReduce(temp).Reduce(largest, Larger{});
+    const int64_t tail = max_abs_chunks::tail_first(count, unit_elements) + threadIdx.x;
+    if (tail < count && local + 1 == max_abs_chunks::chunks(count, unit_elements))
+        largest = max(largest, magnitude_bits(load_element(values, dtype, tail)));
+    return largest;
 }
 
-__global__ void __launch_bounds__(kThreads) max_abs_kernel(const MaxAbsLaunch launch, float* out) {
+// Adds the block's running maximum of `tensor` to the tensor's in the scratch: a warp's by
+// shuffles, then one atomicMax a warp (exact and order-free on the bits), none for a 0 (the
+// scratch's value between passes). Every thread of the block calls it at the same point.
+__device__ __forceinline__ void add_to_tensor_max(const MaxAbsScratch& scratch, int tensor, unsigned largest) {
+    for (int offset = 16; offset > 0; offset >>= 1)
+        largest = max(largest, __shfl_xor_sync(0xffffffffu, largest, offset));
+    if (threadIdx.x % 32 == 0 && largest != 0) atomicMax(scratch.maxima + tensor, largest);
+}
+
+__global__ void __launch_bounds__(max_abs_chunks::kThreads) max_abs_kernel(const MaxAbsLaunch launch, float* out) {
     start_after_preceding_kernel();
-    __shared__ typename MaxReduce::TempStorage temp;
     __shared__ bool last_block;
     __shared__ float maxima[kMaxAbsInputs];
-    const unsigned block_max = block_share_max(launch, temp);
-    const unsigned blocks = gridDim.x * gridDim.y;
-    if (threadIdx.x == 0) {
-        launch.scratch.partials[blockIdx.y * gridDim.x + blockIdx.x] = block_max;
-        __threadfence();
-        // Wraps to 0 on the last ticket: the counter is ready for the next launch whatever happens after.
-        last_block = atomicInc(launch.scratch.counter, blocks - 1) == blocks - 1;
+    const int64_t chunks = launch.first_chunk[launch.tensors];
+    int tensor = 0;
+    unsigned largest = 0;
+    for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
+        const int next = max_abs_chunks::tensor_of_chunk(launch.first_chunk, launch.tensors, chunk, tensor);
+        if (next != tensor) {  // the same for the whole block: its chunk sequence is the block's
+            add_to_tensor_max(launch.scratch, tensor, largest);
+            largest = 0;
+            tensor = next;
+        }
+        largest = max(largest, chunk_max(launch, tensor, chunk - launch.first_chunk[tensor]));
     }
+    add_to_tensor_max(launch.scratch, tensor, largest);
+    // Each warp's atomics reach L2 before the block's ticket (the fence by the lanes that made them,
+    // the barrier before thread 0 takes it), so the last block reads every block's.
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0)
+        // Wraps to 0 on the last ticket: the counter is ready for the next launch whatever happens after.
+        last_block = atomicInc(launch.scratch.counter, gridDim.x - 1) == gridDim.x - 1;
     __syncthreads();
     if (!last_block) return;
 
-    // The last block: every other block's partial is written and fenced. Every tensor's partials are
-    // loaded before any is reduced, so that their round trips to L2 overlap (a tensor at a time, a
-    // block reduction between, made a chain of one round trip and two barriers a tensor: 6 tensors
-    // in the seed MLP's step, in a kernel of 7.9 us at batch 32 on an H200 for 10 KB); then each
-    // warp takes its lanes' maxima with shuffles, and one thread a tensor those of the warps.
+    // The last block: each tensor's maximum, read from L2 and set back to 0 for the next pass in
+    // the same atomic, then the decision.
     __threadfence();
-    const volatile unsigned* partials = launch.scratch.partials;
-    const unsigned tensors = gridDim.y;
-    // A thread's first partial of each tensor as straight-line loads (in a loop of unknown length
-    // each tensor's loads waited for the tensor before: sm_90's code showed one round trip a tensor),
-    // then the rest where the grid is wider than the block.
-    unsigned largest[kMaxAbsInputs];
-#pragma unroll
-    for (unsigned tensor = 0; tensor < kMaxAbsInputs; ++tensor)
-        largest[tensor] = tensor < tensors && threadIdx.x < gridDim.x ? partials[tensor * gridDim.x + threadIdx.x] : 0u;
-    if (gridDim.x > kThreads) {
-#pragma unroll
-        for (unsigned tensor = 0; tensor < kMaxAbsInputs; ++tensor)
-            if (tensor < tensors)
-                for (unsigned b = threadIdx.x + kThreads; b < gridDim.x; b += kThreads)
-                    largest[tensor] = max(largest[tensor], partials[tensor * gridDim.x + b]);
-    }
-    __shared__ unsigned warp_maxima[kThreads / 32][kMaxAbsInputs];
-    const unsigned lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-#pragma unroll
-    for (unsigned tensor = 0; tensor < kMaxAbsInputs; ++tensor) {
-        for (int offset = 16; offset > 0; offset >>= 1)
-            largest[tensor] = max(largest[tensor], __shfl_xor_sync(0xffffffffu, largest[tensor], offset));
-        if (lane == 0) warp_maxima[warp][tensor] = largest[tensor];
-    }
-    __syncthreads();
-    if (threadIdx.x < tensors) {
-        unsigned tensor_max = 0;
-        for (unsigned w = 0; w < kThreads / 32; ++w) tensor_max = max(tensor_max, warp_maxima[w][threadIdx.x]);
-        maxima[threadIdx.x] = __uint_as_float(tensor_max);
+    if (threadIdx.x < static_cast<unsigned>(launch.tensors)) {
+        maxima[threadIdx.x] = __uint_as_float(atomicExch(launch.scratch.maxima + threadIdx.x, 0u));
         out[threadIdx.x] = maxima[threadIdx.x];
     }
     __syncthreads();  // the decision below reads every tensor's maximum
@@ -161,23 +159,22 @@ void run_max_abs(const MaxAbsInput* inputs, int count, float* out, const MaxAbsS
     require(!decision.state || (decision.layer_count >= 0 && 2 * decision.layer_count <= count), MPT_STATUS_INTERNAL,
             "cuda backend: max_abs's decision reads pairs it does not compute");
     MaxAbsLaunch launch{};
-    int64_t most_work = 0;
+    launch.tensors = count;
     for (int k = 0; k < count; ++k) {
         const MaxAbsInput& input = inputs[k];
         launch.values[k] = input.values;
         launch.count[k] = input.count > 0 ? input.count : 0;
         launch.dtype[k] = input.dtype;
         launch.vectorised[k] = (reinterpret_cast<uintptr_t>(input.values) & 15u) == 0;
-        const int64_t work = launch.vectorised[k] ? launch.count[k] / (input.dtype == DType::fp32 ? 4 : 8) + 1 : launch.count[k];
-        most_work = work > most_work ? work : most_work;
+        const int unit_elements = max_abs_chunks::per_unit(launch.vectorised[k], input.dtype == DType::fp32 ? 4 : 2);
+        launch.first_chunk[k + 1] = launch.first_chunk[k] + max_abs_chunks::chunks(launch.count[k], unit_elements);
     }
     launch.scratch = scratch;
     launch.decision = decision;
-    // Blocks past a smaller tensor's end find nothing to do and leave 0 (an empty tensor's maximum).
-    // At least one block per tensor, so that each result is written.
-    const dim3 grid(grid_for(most_work, kThreads, static_cast<unsigned>(scratch.max_blocks)),
-                    static_cast<unsigned>(count));
-    launch_kernel("max_abs_kernel", max_abs_kernel, grid, kThreads, 0, stream, launch, out);
+    // A block a chunk up to the scratch's cap; one at least, so that the last block writes the
+    // results (0 for passes of empty tensors).
+    const unsigned blocks = grid_for(launch.first_chunk[count], 1, static_cast<unsigned>(scratch.max_blocks));
+    launch_kernel("max_abs_kernel", max_abs_kernel, blocks, max_abs_chunks::kThreads, 0, stream, launch, out);
 }
 
 }  // namespace mpt

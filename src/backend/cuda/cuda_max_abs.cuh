@@ -1,5 +1,5 @@
 // max |x| over a step's tensors on CUDA, for its finiteness proof (decide_update), in one kernel
-// (blockIdx.y picks the tensor): NaN and Inf count as +Inf. The results are written to device
+// over all of them: NaN and Inf count as +Inf. The results are written to device
 // memory, so no value ever travels to the host; the same launch can take the update decision on
 // them (CudaBackend fuses a decide_update that reads exactly the maxima just computed).
 #pragma once
@@ -10,17 +10,17 @@
 
 namespace mpt {
 
-// The kernel's own device memory: one partial maximum per block and tensor, and the ticket counter
-// that finds the last block (zero between launches: the last ticket wraps it). One backend's passes
-// share it, so they run one after another: on the compute lane, as the executor issues them.
+// The kernel's own device memory: each tensor's maximum as bits, which the blocks raise with
+// atomicMax, and the ticket counter that finds the last block. Both are zero between launches (the
+// last block sets the maxima back, the last ticket wraps the counter); zeroed once when allocated.
+// One backend's passes share it, so they run one after another: on the compute lane, as the
+// executor issues them.
 struct MaxAbsScratch {
-    unsigned* counter;   // in a 256-byte sector of its own, as the loss head's
-    unsigned* partials;  // [kMaxAbsInputs * max_blocks]
-    int max_blocks;      // blocks per tensor at most
+    unsigned* counter;  // in a 256-byte sector of its own, as the loss head's
+    unsigned* maxima;   // [kMaxAbsInputs]
+    int max_blocks;     // the grid's blocks at most
 };
-constexpr size_t max_abs_scratch_bytes(int max_blocks) {
-    return 256 + static_cast<size_t>(kMaxAbsInputs) * static_cast<size_t>(max_blocks) * sizeof(unsigned);
-}
+constexpr size_t max_abs_scratch_bytes() { return 256 + static_cast<size_t>(kMaxAbsInputs) * sizeof(unsigned); }
 
 // decide_update taken by the same launch, once the maxima are known: its pairs are the first
 // 2 * layer_count results. Nothing when state is null.
