@@ -7,11 +7,13 @@
 // matrix q, whose row j lane 8q + j addresses), the mma by the ISA's fragment layout
 // (mma_m16n8k16_reference.h), and each accumulator is placed where the layout says, against the
 // sums computed directly. Also: every output of the tile written once, the shared-memory reads free
-// of bank conflicts, every address the copies and ldmatrix take 16-byte aligned, and the blocks an
-// SM the kernel's launch bounds promise fitting an H100's or H200's shared memory. The kernel itself
-// runs only on a GPU (test_cuda_ops compares it with the CPU backend there).
+// of bank conflicts, every address the copies and ldmatrix take 16-byte aligned, the blocks an SM
+// the kernel's launch bounds promise fitting an H100's or H200's shared memory, and each row a tile
+// copies copied once, by warps that share the copies evenly. The kernel itself runs only on a GPU
+// (test_cuda_ops compares it with the CPU backend there).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <set>
@@ -234,14 +236,43 @@ TEST_CASE("the bulk copies' destinations are 16-byte aligned and the blocks an S
     }
 }
 
-TEST_CASE("each batch row of dZ is copied by one lane, at most one a lane") {
-    std::vector<int> copies(kMaxRows, 0);
-    for (int warp = 0; warp < kWarps; ++warp)
-        for (int lane = 0; lane < 32; ++lane) {
-            const int row = output_grad_copy_row(lane, warp);
-            REQUIRE(row >= 0);
-            REQUIRE(row < kMaxRows);
-            ++copies[row];
+TEST_CASE("each master row and batch row of dZ of a tile is copied once, the copies dealt evenly round the warps") {
+    CHECK(kMaxCopiesPerLane * kThreads >= kTileRows + kMaxRows);
+    // A tile's rows: out_features is a multiple of 8 (fused_sgd_bulk_copy_shapes_fit), so a layer's
+    // last tile has 8, 16, 24 or 32.
+    for (int tile_rows = 8; tile_rows <= kTileRows; tile_rows += 8)
+        for (int rows = 1; rows <= kMaxRows; ++rows) {
+            CAPTURE(tile_rows);
+            CAPTURE(rows);
+            // As the kernel's issue(): a lane's copies k = 0 .. kMaxCopiesPerLane - 1, master rows
+            // first, then dZ rows, none past the tile's copies.
+            const int total = tile_rows + rows;
+            std::vector<int> masters(static_cast<size_t>(tile_rows), 0), grads(static_cast<size_t>(rows), 0);
+            int busiest_warp = 0, outside = 0;
+            for (int warp = 0; warp < kWarps; ++warp) {
+                int warp_copies = 0;
+                for (int lane = 0; lane < 32; ++lane)
+                    for (int k = 0; k < kMaxCopiesPerLane; ++k) {
+                        const int copy = tile_copy(lane, warp, k);
+                        if (copy < 0) ++outside;
+                        if (copy < 0 || copy >= total) continue;
+                        ++warp_copies;
+                        if (copy < tile_rows)
+                            ++masters[static_cast<size_t>(copy)];
+                        else
+                            ++grads[static_cast<size_t>(copy - tile_rows)];
+                    }
+                busiest_warp = std::max(busiest_warp, warp_copies);
+            }
+            CHECK(outside == 0);
+            for (int count : masters) CHECK(count == 1);
+            for (int count : grads) CHECK(count == 1);
+            CHECK(busiest_warp == (total + kWarps - 1) / kWarps);  // as even as 8 warps can be
+            // The kernel's early return: a thread whose first copy is past the tile's has no other.
+            for (int warp = 0; warp < kWarps; ++warp)
+                for (int lane = 0; lane < 32; ++lane)
+                    if (tile_copy(lane, warp, 0) >= total)
+                        for (int k = 1; k < kMaxCopiesPerLane; ++k) CHECK(tile_copy(lane, warp, k) >= total);
         }
-    for (int count : copies) CHECK(count == 1);
+    CHECK((kTileRows + 32 + kWarps - 1) / kWarps == 8);  // batch 32: 8 copies a warp, where warp 0 had 64
 }

@@ -1,8 +1,8 @@
 // See cuda_fused_sgd_bulk_copy.cuh; where each operand sits in shared memory and which element each
 // lane's fragments stand for is fused_sgd_bulk_copy_layout.h. A block's life:
 //   1. thread 0 sets up the 3 stages' mbarriers; the block issues the bulk copies of the run's first
-//      3 tiles, one copy a row (warp 0's lanes the tile's 32 master rows of the strip, every warp's
-//      lanes a dZ row each), thread 0 arriving on the stage's barrier with their bytes;
+//      3 tiles, one copy a row (the tile's 32 master rows of the strip and dZ's batch rows, dealt
+//      round the warps), thread 0 arriving on the stage's barrier with their bytes;
 //   2. meanwhile the block stages its strip of A (the batch rows past the batch zero, and the dZ rows
 //      past it in every stage, so that the mma's K padding adds 0 x 0), and each warp takes its B
 //      fragments of the strip into registers with ldmatrix.trans, for the whole run;
@@ -160,27 +160,33 @@ __device__ __forceinline__ void update_strip_by_bulk_copies(const FusedSgdLaunch
     };
     const uint16_t* output_grad = static_cast<const uint16_t*>(p.output_grad);
 
-    // Every thread: its copies of `tile` into `stage`, one row a copy (warp 0's lanes a master row each,
-    // every lane at most one dZ row: a warp issues its copies one lane at a time); thread 0 arrives on
-    // the stage's barrier with all their bytes, the phase's one arrival (a copy that completes before
-    // it only takes the barrier's count of bytes below zero: the phase cannot end before the arrival).
+    // Every thread: its copies of `tile` into `stage`, one row a copy, dealt round the warps
+    // (tile_copy: the tile's master rows, then dZ's batch rows); thread 0 arrives on the stage's barrier
+    // with all their bytes, the phase's one arrival (a copy that completes before it only takes the
+    // barrier's count of bytes below zero: the phase cannot end before the arrival).
     const uint64_t streaming = evict_first_policy();
     const auto issue = [&](int64_t tile, int stage) {
         const int64_t o0 = tile * kTileRows;
         const int tile_rows = static_cast<int>(out - o0 < kTileRows ? out - o0 : kTileRows);
+        const int copies = tile_rows + rows;
         const uint32_t master_row_bytes = static_cast<uint32_t>(strip_columns) * 4;
         const uint32_t grad_row_bytes = static_cast<uint32_t>(tile_rows) * 2;
         const uint32_t barrier = shared_address(&barriers[stage]);
-        const int r = output_grad_copy_row(lane, warp);
-        if (warp != 0 && 32 * warp >= rows) return;  // (a warp without a dZ row; uniform across it)
+        if (thread != 0 && tile_copy(lane, warp, 0) >= copies) return;  // no copy of this tile here
         async_proxy_fence();
         if (thread == 0) barrier_expect_bytes(barrier, tile_rows * master_row_bytes + rows * grad_row_bytes);
-        if (warp == 0 && lane < tile_rows)
-            bulk_copy_with_policy(shared_address(stage_masters(stage) + lane * kMasterStride),
-                                  p.weights + (o0 + lane) * in + i0, master_row_bytes, barrier, streaming);
-        if (r < rows)
-            bulk_copy(shared_address(stage_output_grad(stage) + r * kOutputGradStride), output_grad + r * out + o0,
-                      grad_row_bytes, barrier);
+#pragma unroll
+        for (int k = 0; k < kMaxCopiesPerLane; ++k) {
+            const int copy = tile_copy(lane, warp, k);
+            if (copy < tile_rows) {
+                bulk_copy_with_policy(shared_address(stage_masters(stage) + copy * kMasterStride),
+                                      p.weights + (o0 + copy) * in + i0, master_row_bytes, barrier, streaming);
+            } else if (copy < copies) {
+                const int r = copy - tile_rows;
+                bulk_copy(shared_address(stage_output_grad(stage) + r * kOutputGradStride), output_grad + r * out + o0,
+                          grad_row_bytes, barrier);
+            }
+        }
     };
 
     if (thread == 0) {
@@ -281,7 +287,7 @@ __device__ __forceinline__ void update_strip_by_bulk_copies(const FusedSgdLaunch
                 }
             }
         // The bias gradient is the column sum of dZ: the first strip's blocks own the bias, their last
-        // warp (the one with the fewest copies to issue after the barrier below). Up to 64 rows in
+        // warp (any warp would do: the copies after the barrier below are dealt evenly). Up to 64 rows in
         // batch-row order, as the CUDA-core kernel sums it (the same bits); past them in 8 interleaved
         // partial sums, added pairwise, so that the chain of additions is not 256 long (the default
         // path there, cuBLASLt's bias-gradient epilogue, has its own order too).

@@ -55,9 +55,13 @@ MPT_BULK_LAYOUT_FN constexpr int blocks_per_multiprocessor(int padded) {
     return padded == 32 ? 3 : padded == 64 ? 2 : 1;
 }
 
-// The copies of a tile: lane l of warp w copies batch row 32 w + l of dZ, and warp 0's lanes the
-// tile's master rows too, so that each warp's copies (issued one lane at a time) are at most 2 a lane.
-MPT_BULK_LAYOUT_FN int output_grad_copy_row(int lane, int warp) { return warp * 32 + lane; }
+// The copies of a tile, one a row: its tile_rows master rows, then the batch's dZ rows, numbered
+// 0 .. tile_rows + rows - 1 and dealt round the warps (copy c is warp c % kWarps's, lane
+// (c / kWarps) % 32's, that lane's (c / (32 kWarps))-th). A warp issues its copies one lane at a
+// time, so what bounds a tile's issue is the busiest warp's count: 8 at batch 32 (warp 0 alone
+// issued all 64 until 2026-12-07, while the others waited at the tile's barrier), 36 at 256.
+constexpr int kMaxCopiesPerLane = (kTileRows + kMaxRows + kThreads - 1) / kThreads;  // 2
+MPT_BULK_LAYOUT_FN int tile_copy(int lane, int warp, int k) { return (k * 32 + lane) * kWarps + warp; }
 // k-steps of 16 batch rows.
 MPT_BULK_LAYOUT_FN int k_steps(int padded) { return padded / 16; }
 
