@@ -396,9 +396,13 @@ TEST_CASE("MPTRAIN_CUDA_RELU_FROM_OUTPUT=1 takes ReLU's derivative from the outp
     INFO("last refused: " << cuda_backend_last_refused_epilogue(from_output->backend()));
     CHECK(cuda_backend_refused_epilogue_plans(from_output->backend()) == 0);
     CHECK(on.backward_data_relu_from_output > 0);
+    // Each of those took the maxima of dZ_prev and A_prev for the finiteness proof (no dropout here),
+    // which the overflowing runs below depend on: the same steps skipped as with the max_abs pass's.
+    CHECK(on.backward_data_max_abs == on.backward_data_relu_from_output);
     CHECK(on.backward_data_unfused == 0);
     CHECK(on.forward_unfused == 0);
     CHECK(off.backward_data_relu_from_output == 0);
+    CHECK(off.backward_data_max_abs == 0);
     CHECK(std::isfinite(small_from_output));
     CHECK(std::isfinite(seed_from_output));
     CHECK(small_from_output == doctest::Approx(small_with_masks).epsilon(5e-3));

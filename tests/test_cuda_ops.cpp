@@ -196,7 +196,57 @@ std::unique_ptr<Backend> make_cuda_under(const char* variable, const char* value
     const EnvironmentSetting setting(variable, value);
     return make_cuda();
 }
+
+// A max_abs scratch of its own (cells and ticket zero, as the backend keeps its own) and two device
+// floats for the maxima a kernel writes (poisoned: NaN), for the kernels the tests launch directly.
+class DeviceMaxAbsScratch {
+public:
+    DeviceMaxAbsScratch() {
+        REQUIRE(cudaMalloc(&memory_, kBytes) == cudaSuccess);
+        REQUIRE(cudaMemset(memory_, 0, kOutOffset) == cudaSuccess);
+        REQUIRE(cudaMemset(out(), 0xFF, 2 * sizeof(float)) == cudaSuccess);
+    }
+    ~DeviceMaxAbsScratch() { cudaFree(memory_); }
+    DeviceMaxAbsScratch(const DeviceMaxAbsScratch&) = delete;
+    DeviceMaxAbsScratch& operator=(const DeviceMaxAbsScratch&) = delete;
+    MaxAbsScratch scratch() const {
+        return MaxAbsScratch{static_cast<unsigned*>(memory_),
+                             reinterpret_cast<unsigned*>(static_cast<char*>(memory_) + 256), 1024};
+    }
+    float* out() const { return reinterpret_cast<float*>(static_cast<char*>(memory_) + kOutOffset); }
+    std::vector<float> results() const {  // (cudaMemcpy waits for the legacy stream's kernels)
+        std::vector<float> values(2);
+        REQUIRE(cudaMemcpy(values.data(), out(), sizeof(float) * 2, cudaMemcpyDeviceToHost) == cudaSuccess);
+        return values;
+    }
+    // The ticket and every cell zero again, as each kernel must leave them for the next.
+    bool left_zero() const {
+        std::vector<unsigned char> bytes(kOutOffset);
+        REQUIRE(cudaMemcpy(bytes.data(), memory_, bytes.size(), cudaMemcpyDeviceToHost) == cudaSuccess);
+        return std::all_of(bytes.begin(), bytes.end(), [](unsigned char b) { return b == 0; });
+    }
+
+private:
+    static constexpr size_t kOutOffset = max_abs_scratch_bytes(), kBytes = kOutOffset + 256;
+    void* memory_ = nullptr;
+};
+
+// An element of `dtype` given as its bits (the low 16 for fp16 and bf16), as a float.
+float element_value(DType dtype, uint32_t bits) {
+    if (dtype == DType::fp32) {
+        float value = 0.0f;
+        std::memcpy(&value, &bits, 4);
+        return value;
+    }
+    return dtype == DType::fp16 ? half_to_float(static_cast<uint16_t>(bits))
+                                : bfloat16_to_float(static_cast<uint16_t>(bits));
+}
 #endif
+
+// The maximum of |x| so far raised by `value`, as max_abs takes it: NaN and Inf as +Inf.
+float max_abs_with(float largest, float value) {
+    return std::isfinite(value) ? std::max(largest, std::fabs(value)) : std::numeric_limits<float>::infinity();
+}
 
 // The GEMM workspace a dense op gets from the executor's arena: gemm_workspace_bytes() of backend
 // memory (nothing on the CPU, which needs none).
@@ -400,10 +450,73 @@ void compare_dense_backward_data(Backend& reference, Backend& candidate, const B
         args.compute_dtype = c.compute;
         args.input_grad_dtype = c.input_grad;
         args.workspace = workspace.workspace();
-        backend.dense_backward_data(args);
+        // The maxima for the finiteness proof, where this backend's path takes them: max_abs's over
+        // the gradient as written and over A_prev as the backward read it; left alone where not.
+        Buffer maxima = poisoned(backend, DType::fp32, 2);
+        args.input_grad_max_abs = maxima.as<float>();
+        args.input_max_abs = maxima.as<float>() + 1;
+        const bool taken = backend.dense_backward_data(args);
         results[b] = download(backend, input_grad, c.input_grad, static_cast<size_t>(c.rows * c.in_features));
+        const std::vector<float> written = download(backend, maxima, DType::fp32, 2);
+        CAPTURE(b);
+        CAPTURE(taken);
+        if (taken) {
+            float gradient_max = 0.0f, input_max = 0.0f;
+            for (const float value : results[b]) gradient_max = max_abs_with(gradient_max, value);
+            for (const float value :
+                 download(backend, activation, c.compute, static_cast<size_t>(c.rows * c.in_features)))
+                input_max = max_abs_with(input_max, value);
+            CHECK(written == std::vector<float>{gradient_max, input_max});
+        } else {
+            CHECK(std::isnan(written[0]));
+            CHECK(std::isnan(written[1]));
+        }
+        if (backend.kind() == BackendKind::cpu) CHECK(taken);  // its loop takes them in every case
     }
     CHECK(normalised_error(results[1], results[0]) <= error_bound(c.input_grad));
+}
+
+// The maxima dense_backward_data takes where it says it does, on values planted where a wrong loop
+// bound or a missed tail would lose them: W the identity, so that dZ_prev is dZ where A_prev > 0 and
+// +0 elsewhere; the largest kept |dZ| and the largest |A_prev| at the first, a middle and the last
+// element, a larger |dZ| where A_prev is 0 (killed: not counted). `expect_taken`: whether this
+// backend's path must take them.
+void check_backward_data_maxima(Backend& backend, DType dtype, bool expect_taken) {
+    CAPTURE(std::string(dtype_name(dtype)));
+    const int64_t rows = 37, features = 136, count = rows * features;
+    std::vector<float> weights(static_cast<size_t>(features * features), 0.0f);
+    for (int64_t i = 0; i < features; ++i) weights[static_cast<size_t>(i * features + i)] = 1.0f;
+    for (const int64_t at : {int64_t{0}, count / 2 + 3, count - 1}) {
+        CAPTURE(at);
+        std::vector<float> output_grad = rounded(random_values(static_cast<size_t>(count), -1, 1), dtype);
+        std::vector<float> input = rounded(random_values(static_cast<size_t>(count), 0.25f, 1), dtype);
+        const size_t planted = static_cast<size_t>(at), killed = static_cast<size_t>((at + 7) % count);
+        output_grad[planted] = -3.5f;
+        input[planted] = 2.75f;
+        output_grad[killed] = 6.0f;
+        input[killed] = 0.0f;
+        Buffer output_grad_buffer = upload(backend, dtype, output_grad),
+               weight_buffer = upload(backend, dtype, weights), input_buffer = upload(backend, dtype, input),
+               input_grad = poisoned(backend, dtype, static_cast<size_t>(count)),
+               maxima = poisoned(backend, DType::fp32, 2);
+        const WorkspaceBuffer workspace(backend);
+        DenseBackwardDataArgs args{};
+        args.output_grad = output_grad_buffer.data();
+        args.weights = weight_buffer.data();
+        args.input = input_buffer.data();
+        args.input_grad = input_grad.data();
+        args.rows = rows;
+        args.in_features = features;
+        args.out_features = features;
+        args.input_activation = Activation::relu;
+        args.compute_dtype = dtype;
+        args.input_grad_dtype = dtype;
+        args.workspace = workspace.workspace();
+        args.input_grad_max_abs = maxima.as<float>();
+        args.input_max_abs = maxima.as<float>() + 1;
+        CHECK(backend.dense_backward_data(args) == expect_taken);
+        if (expect_taken) CHECK(download(backend, maxima, DType::fp32, 2) == std::vector<float>{3.5f, 2.75f});
+    }
 }
 
 void compare_dense_backward_data_cases(Backend& reference, Backend& candidate) {
@@ -1568,6 +1681,11 @@ TEST_CASE("cuda_device_count never throws, and a CUDA context without a device i
     CHECK(context->backend().kind() == BackendKind::cpu);
 }
 
+TEST_CASE("the CPU's dense_backward_data takes the maxima of dZ_prev and A_prev that max_abs would give") {
+    auto cpu = make_cpu();
+    for (DType dtype : kDTypes) check_backward_data_maxima(*cpu, dtype, true);
+}
+
 TEST_CASE("the op comparison harness agrees CPU against CPU") {
     auto reference = make_cpu();
     auto candidate = make_cpu();
@@ -1655,13 +1773,16 @@ TEST_CASE("CUDA dense_backward_data without a valid mask takes ReLU's derivative
         CAPTURE(std::string(dtype_name(dtype)));
         const uint64_t before = cuda_backend_op_paths(*cuda).backward_data_relu_from_output;
         // The forward runs and, under the switch, writes no mask; then no forward at all.
+        const uint64_t maxima_before = cuda_backend_op_paths(*cuda).backward_data_max_abs;
         compare_dense_backward_data(*cpu, *cuda, {37, 136, 64, Activation::relu, dtype, dtype, true});
         compare_dense_backward_data(*cpu, *cuda, {32, 128, 16, Activation::relu, dtype, dtype, false});
         CHECK(cuda_backend_op_paths(*cuda).backward_data_relu_from_output == before + 2);
+        CHECK(cuda_backend_op_paths(*cuda).backward_data_max_abs == maxima_before + 2);  // the maxima asked for
         compare_dense_backward_data(*cpu, *cuda, {37, 130, 16, Activation::relu, dtype, dtype, false});
         MESSAGE(dtype_name(dtype) << ": the tail case took the in-place path: "
                                   << (cuda_backend_op_paths(*cuda).backward_data_relu_from_output == before + 3));
     }
+    for (DType dtype : kDTypes) check_backward_data_maxima(*cuda, dtype, true);
     // Another dtype for the gradient than A_prev's: the fp32 fallback, which converts as it goes.
     const uint64_t before = cuda_backend_op_paths(*cuda).backward_data_relu_from_output;
     compare_dense_backward_data(*cpu, *cuda, {24, 64, 32, Activation::relu, DType::bf16, DType::fp32, false});
@@ -1702,27 +1823,84 @@ TEST_CASE("ReLU's derivative in place keeps the gradient exactly where y > 0, fo
         REQUIRE(cudaMalloc(&device_g, g_bytes.size()) == cudaSuccess);
         REQUIRE(cudaMemcpy(device_y, y_bytes.data(), y_bytes.size(), cudaMemcpyHostToDevice) == cudaSuccess);
         REQUIRE(cudaMemcpy(device_g, g_bytes.data(), g_bytes.size(), cudaMemcpyHostToDevice) == cudaSuccess);
-        run_relu_backward_in_place(device_g, device_y, dtype, static_cast<int64_t>(count), cudaStream_t{});
-        std::vector<unsigned char> result(g_bytes.size());
-        REQUIRE(cudaMemcpy(result.data(), device_g, result.size(), cudaMemcpyDeviceToHost) == cudaSuccess);
+        // Without the maxima, then with them (the executor's kernel where it asks): the same gradient.
+        for (const bool maxima : {false, true}) {
+            CAPTURE(maxima);
+            REQUIRE(cudaMemcpy(device_g, g_bytes.data(), g_bytes.size(), cudaMemcpyHostToDevice) == cudaSuccess);
+            DeviceMaxAbsScratch scratch;
+            if (maxima)
+                run_relu_backward_in_place(device_g, device_y, dtype, static_cast<int64_t>(count), scratch.out(),
+                                           scratch.out() + 1, scratch.scratch(), cudaStream_t{});
+            else
+                run_relu_backward_in_place(device_g, device_y, dtype, static_cast<int64_t>(count), cudaStream_t{});
+            std::vector<unsigned char> result(g_bytes.size());
+            REQUIRE(cudaMemcpy(result.data(), device_g, result.size(), cudaMemcpyDeviceToHost) == cudaSuccess);
+            size_t wrong = 0;
+            float gradient_max = 0.0f, y_max = 0.0f;  // as max_abs takes them: NaN as +Inf
+            for (size_t i = 0; i < count; ++i) {
+                const float value = element_value(dtype, y[i]);
+                const uint32_t expected = value > 0.0f ? gradient[i] : 0u;
+                uint32_t got = 0;
+                std::memcpy(&got, &result[i * element], element);
+                if (got != expected && wrong++ < 5)
+                    MESSAGE("element " << i << ": y bits " << y[i] << ", got " << got << ", expected " << expected);
+                gradient_max = max_abs_with(gradient_max, element_value(dtype, expected));
+                y_max = max_abs_with(y_max, value);
+            }
+            CHECK(wrong == 0);
+            CHECK(std::all_of(result.end() - padding, result.end(), [](unsigned char b) { return b == 0xa5; }));
+            if (maxima) {
+                CHECK(scratch.results() == std::vector<float>{gradient_max, y_max});
+                CHECK(scratch.left_zero());
+            }
+        }
         cudaFree(device_y);
         cudaFree(device_g);
-        size_t wrong = 0;
-        for (size_t i = 0; i < count; ++i) {
-            float value = 0.0f;
-            if (wide)
-                std::memcpy(&value, &y[i], 4);
-            else
-                value = dtype == DType::fp16 ? half_to_float(static_cast<uint16_t>(y[i]))
-                                             : bfloat16_to_float(static_cast<uint16_t>(y[i]));
-            const uint32_t expected = value > 0.0f ? gradient[i] : 0u;
-            uint32_t got = 0;
-            std::memcpy(&got, &result[i * element], element);
-            if (got != expected && wrong++ < 5)
-                MESSAGE("element " << i << ": y bits " << y[i] << ", got " << got << ", expected " << expected);
+    }
+}
+
+// The maxima the in-place kernel takes for the finiteness proof, on finite values where they are
+// not +Inf: the largest kept gradient (a larger one where y <= 0 is zeroed, not counted) and the
+// largest |y|, in the tail past the last whole vector too, over many blocks, twice over the same
+// scratch (the second time smaller: the cells were left 0), then asked for one at a time.
+TEST_CASE("ReLU's derivative in place takes max|gradient| and max|y| as max_abs would") {
+    SKIP_WITHOUT_GPU();
+    auto cuda = make_cuda();  // the device, current
+    std::mt19937 random(72);
+    for (DType dtype : kDTypes) {
+        CAPTURE(std::string(dtype_name(dtype)));
+        const int64_t count = 100003;  // 49 blocks; 3 elements past the last whole 16-byte vector of 16-bit ones
+        DeviceMaxAbsScratch scratch;
+        for (int round = 0; round < 3; ++round) {
+            CAPTURE(round);
+            std::vector<float> y = rounded(random_values(static_cast<size_t>(count), -1, 1), dtype);
+            std::vector<float> gradient = rounded(random_values(static_cast<size_t>(count), -1, 1), dtype);
+            const float largest_gradient = round == 1 ? 1.5f : -3.25f, largest_y = round == 1 ? -1.25f : 2.5f;
+            const size_t killed = static_cast<size_t>(random() % count), kept = static_cast<size_t>(random() % count);
+            y[killed] = -0.5f;
+            gradient[killed] = 7.5f;  // zeroed: y is not above 0
+            if (kept != killed) {
+                y[kept] = 0.75f;
+                gradient[kept] = largest_gradient;
+            }
+            y[static_cast<size_t>(count) - 1] = largest_y;  // in the tail
+            Buffer y_buffer = upload(*cuda, dtype, y), g_buffer = upload(*cuda, dtype, gradient);
+            float* const gradient_out = round == 2 ? nullptr : scratch.out();
+            float* const y_out = scratch.out() + 1;
+            run_relu_backward_in_place(g_buffer.data(), y_buffer.data(), dtype, count, gradient_out, y_out,
+                                       scratch.scratch(), cudaStream_t{});
+            const std::vector<float> result = download(*cuda, g_buffer, dtype, static_cast<size_t>(count));
+            float gradient_max = 0.0f;
+            for (size_t i = 0; i < result.size(); ++i) {
+                CHECK(result[i] == (y[i] > 0.0f ? gradient[i] : 0.0f));
+                gradient_max = max_abs_with(gradient_max, result[i]);
+            }
+            const std::vector<float> maxima = scratch.results();
+            if (kept != killed && round != 2) CHECK(maxima[0] == std::fabs(largest_gradient));
+            if (round != 2) CHECK(maxima[0] == gradient_max);
+            CHECK(maxima[1] == std::fabs(largest_y));
+            CHECK(scratch.left_zero());
         }
-        CHECK(wrong == 0);
-        CHECK(std::all_of(result.end() - padding, result.end(), [](unsigned char b) { return b == 0xa5; }));
     }
 }
 #endif

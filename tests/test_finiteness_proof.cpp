@@ -4,7 +4,8 @@
 // nothing: at batch 4096 on a GPU that pass was CIFAR-10's 25 MB of bf16 inputs. Training must come
 // out bit for bit as with the pass (the same batches given as float samples, which are measured),
 // skipped steps and the loss scale included; the CPU backend's description counts the elements the
-// passes read ("max_abs_elements"), which shows which inputs were measured.
+// passes read ("max_abs_elements"), which shows which inputs were measured (and which tensors the
+// backward took the maxima of instead: Backend::dense_backward_data).
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -130,6 +131,9 @@ TEST_CASE("a batch of bytes normalised into [0, 1] trains as its floats do, with
         if (precision == MPT_PRECISION_MIXED_FP16) CHECK(measured.skipped > 0);  // the proof had steps to skip
         // Every step's pass over the inputs, and nothing else, left out.
         CHECK(measured.max_abs_elements - unmeasured.max_abs_elements == uint64_t{kSteps * kBatch * kFeatures});
+        // What is left is the logits' gradient (kClasses padded to 8 columns): the hidden layer's
+        // gradient and outputs have their maxima taken by the backward that writes the gradient.
+        CHECK(unmeasured.max_abs_elements == uint64_t{kSteps * kBatch * 8});
     }
 }
 
@@ -171,7 +175,11 @@ TEST_CASE("only batches whose every value decides as no max leave their pass out
         Setup frozen_bytes = frozen;
         frozen_bytes.given = Given::bytes;
         const uint64_t floats_frozen = train(frozen).max_abs_elements;
-        CHECK(floats_frozen < unmeasured);  // the first layer's dZ and inputs: neither read
+        // The first layer's dZ and inputs: neither read. The hidden layer's outputs (the last
+        // layer's input) are read by the pass now: no backward through the last layer writes dZ
+        // below it, which would take their maximum (the unmeasured run's pass reads only the logits'
+        // gradient).
+        CHECK(floats_frozen == unmeasured + uint64_t{kSteps * kBatch * kHidden});
         CHECK(train(frozen_bytes).max_abs_elements == floats_frozen);
     }
     SUBCASE("a model that standardizes its inputs, or drops some: measured") {

@@ -70,6 +70,11 @@ struct DenseBackwardDataArgs {
     DType compute_dtype;
     DType input_grad_dtype;
     GemmWorkspace workspace;
+    // Optional single floats of backend memory: max |x| over input_grad as written and over input
+    // (as max_abs computes them), for a backend that can take them as it writes input_grad instead of
+    // a max_abs pass reading both arrays again (dense_backward_data says whether it did).
+    float* input_grad_max_abs = nullptr;
+    float* input_max_abs = nullptr;
 };
 
 // Dropout of a training step (nn/dropout.h): output[i] = kept(i) ? input[i] * scale : 0, rounded to
@@ -209,12 +214,15 @@ struct GatherArgs {
     float* batch_row_weights;
 };
 
-// One tensor of a batched max_abs.
+// One tensor of a batched max_abs. count kMaxAbsTaken (values null): its maximum is already in
+// out[k], written by the dense_backward_data that wrote the tensor; the pass leaves it there and a
+// decision it takes reads it.
 struct MaxAbsInput {
     const void* values;
     DType dtype;
     int64_t count;
 };
+constexpr int64_t kMaxAbsTaken = -1;
 constexpr int kMaxAbsInputs = 16;  // per max_abs call; even, so a layer's pair never straddles two calls
 static_assert(kMaxAbsInputs % 2 == 0, "max_abs inputs come in (dZ, A_prev) pairs");
 
@@ -294,12 +302,15 @@ public:
     virtual void gather_batch(const GatherArgs& args) = 0;
     virtual void dense_forward(const DenseForwardArgs& args) = 0;
     virtual void loss_head(const LossHeadArgs& args) = 0;
-    virtual void dense_backward_data(const DenseBackwardDataArgs& args) = 0;
+    // Also writes the maxima args asks for (input_grad_max_abs, input_max_abs) where this backend's
+    // path for args takes them, and then returns true: every one asked for is written. False: none.
+    virtual bool dense_backward_data(const DenseBackwardDataArgs& args) = 0;
     virtual void dropout(const DropoutArgs& args) = 0;
     // Clears state->found_inf at the start of a step.
     virtual void begin_step(TrainState* state) = 0;
     // out[k] = max |x| over inputs[k] (NaN counts as +Inf) for k < count <= kMaxAbsInputs: a step's
-    // tensors in one pass (one kernel on a GPU). `inputs` is host memory, read during the call.
+    // tensors in one pass (one kernel on a GPU). `inputs` is host memory, read during the call. An
+    // input of count kMaxAbsTaken leaves out[k] as it is.
     virtual void max_abs(const MaxAbsInput* inputs, int count, float* out) = 0;
     // Sets state->found_inf when some layer's max|dZ| * max|A_prev| * rows is not finite in fp32.
     // Otherwise every weight gradient is provably finite, so nothing wider ever has to be scanned.

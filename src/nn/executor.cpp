@@ -47,6 +47,8 @@ Executor::Executor(Model& model, const PrecisionPolicy& policy, ExecutionMode mo
         update_shapes_.push_back({layer.padded_inputs, layer.padded_units, layer_dtypes_[i]});
     }
     trainable_layers_.reserve(model_.layers().size());
+    trainable_index_.assign(model_.layers().size(), -1);
+    bounds_taken_.assign(2 * model_.layers().size(), 0);
     trained_last_step_.assign(model_.layers().size(), 1);
     plan_persistent();
 }
@@ -434,6 +436,7 @@ void Executor::loss_head(int slot, int64_t rows, HeadMode mode, bool row_weighte
 
 void Executor::backward(int slot, int64_t rows, const BatchPart& part) {
     const auto& layers = model_.layers();
+    std::fill(bounds_taken_.begin(), bounds_taken_.end(), 0);
     // dZ_{i-1} from layer i, for every layer from the lowest trainable one up.
     const size_t lowest_trainable = trainable_layers_.front();
     for (size_t i = layers.size() - 1; i > lowest_trainable; --i) {
@@ -451,7 +454,17 @@ void Executor::backward(int slot, int64_t rows, const BatchPart& part) {
         data.compute_dtype = layer_dtypes_[i];
         data.input_grad_dtype = layer_dtypes_[i - 1];
         data.workspace = gemm_workspace_;
-        backend_.dense_backward_data(data);
+        // max|dZ_{i-1}| (layer i-1's pair) and max|A_{i-1}| (layer i's), where the backend can take
+        // them as it writes dZ_{i-1}: trainable layers' pairs only, and neither when dropout follows
+        // (it changes dZ_{i-1} after this, and layer i's update reads A_{i-1} after its dropout).
+        const int below = trainable_index_[i - 1], above = trainable_index_[i];
+        const bool undropped = layer_slots_[i - 1].dropped < 0;
+        data.input_grad_max_abs = undropped && below >= 0 ? gradient_bounds_ + 2 * below : nullptr;
+        data.input_max_abs = undropped && above >= 0 ? gradient_bounds_ + 2 * above + 1 : nullptr;
+        if (backend_.dense_backward_data(data)) {
+            if (data.input_grad_max_abs) bounds_taken_[static_cast<size_t>(2 * below)] = 1;
+            if (data.input_max_abs) bounds_taken_[static_cast<size_t>(2 * above + 1)] = 1;
+        }
         if (layer_slots_[i - 1].dropped >= 0)
             drop(static_cast<int64_t>(i - 1), layers[i - 1].dropout, data.input_grad, data.input_grad,
                  data.input_grad_dtype, rows, layer.padded_inputs, part.first_row);
@@ -465,6 +478,7 @@ void Executor::begin_step() {
     trainable_gradient_elements_ = 0;
     const auto& layers = model_.layers();
     for (size_t i = 0; i < layers.size(); ++i) {
+        trainable_index_[i] = layers[i].trainable ? static_cast<int>(trainable_layers_.size()) : -1;
         if (!layers[i].trainable) continue;
         trainable_layers_.push_back(i);
         gradient_offsets_[i] = trainable_gradient_elements_;
@@ -501,13 +515,20 @@ void Executor::decide_from_bounds(int slot, int64_t rows, int64_t bound_rows) {
     for (size_t k = 0; k < count; ++k) {
         const size_t i = trainable_layers_[k];
         const DenseLayer& layer = layers[i];
-        inputs[pending++] = MaxAbsInput{step_buffer(layer_slots_[i].output_grad), layer_dtypes_[i], rows * layer.padded_units};
+        // Maxima the backward took as it wrote their tensors (bounds_taken_) stay as they are.
+        const MaxAbsInput taken{nullptr, layer_dtypes_[i], kMaxAbsTaken};
+        inputs[pending++] = bounds_taken_[2 * k] ? taken
+                                                 : MaxAbsInput{step_buffer(layer_slots_[i].output_grad),
+                                                               layer_dtypes_[i], rows * layer.padded_units};
         // The gathered batch, undropped, whose values decide as no max: an empty input (max 0), not a
         // pass over it (at batch 4096 on a GPU, CIFAR-10's 25 MB of bf16 inputs).
         const bool measured = !(i == 0 && dropped_inputs_ < 0 && batch_slots_[slot].inputs_decide_as_none);
-        inputs[pending++] = measured
-                                ? MaxAbsInput{layer_input(i, slot, true), layer_dtypes_[i], rows * layer.padded_inputs}
-                                : MaxAbsInput{nullptr, layer_dtypes_[i], 0};
+        if (bounds_taken_[2 * k + 1])
+            inputs[pending++] = taken;
+        else if (measured)
+            inputs[pending++] = MaxAbsInput{layer_input(i, slot, true), layer_dtypes_[i], rows * layer.padded_inputs};
+        else
+            inputs[pending++] = MaxAbsInput{nullptr, layer_dtypes_[i], 0};
         if (pending == kMaxAbsInputs || k + 1 == count) {
             backend_.max_abs(inputs, pending, gradient_bounds_ + 2 * first_pair);
             pending = 0;

@@ -82,6 +82,15 @@ float max_abs_range(const float* data, int64_t first, int64_t last) {
     return largest >= kInfinityBits ? INFINITY : bits_float(static_cast<uint32_t>(largest));
 }
 
+// Raises `largest`, the bits of a maximum so far (a non-negative float or +Inf, whose bits order as
+// their values), to `candidate`'s.
+void raise_to(std::atomic<uint32_t>& largest, float candidate) {
+    const uint32_t bits = float_bits(candidate);
+    uint32_t seen = largest.load(std::memory_order_relaxed);
+    while (bits > seen && !largest.compare_exchange_weak(seen, bits, std::memory_order_relaxed)) {
+    }
+}
+
 }  // namespace
 
 std::unique_ptr<Backend> create_cpu_backend(int threads, MemoryTracker* memory) {
@@ -328,12 +337,15 @@ void CpuBackend::loss_head(const LossHeadArgs& args) {
     cpu_loss_head(args);
 }
 
-void CpuBackend::dense_backward_data(const DenseBackwardDataArgs& args) {
+bool CpuBackend::dense_backward_data(const DenseBackwardDataArgs& args) {
     float* input_grad = static_cast<float*>(args.input_grad);
     gemm(args.compute_dtype, false, false, args.rows, args.in_features, args.out_features, 1.0f, args.output_grad,
          args.out_features, args.weights, args.in_features, 0.0f, input_grad, args.in_features);
     const float* input = static_cast<const float*>(args.input);
     const int64_t total = args.rows * args.in_features;
+    // The maxima asked for, of each task's range while it is in cache: max_abs's values (over the
+    // rounded gradient), without its second pass over both arrays.
+    std::atomic<uint32_t> input_grad_largest{0}, input_largest{0};
     pool_.parallel_for(total, kElementGrain, [&](int64_t begin, int64_t end) {
         if (args.input_activation == Activation::relu) {
             multiply_by_relu_derivative(input_grad + begin, input + begin, end - begin);
@@ -342,7 +354,12 @@ void CpuBackend::dense_backward_data(const DenseBackwardDataArgs& args) {
                 input_grad[i] *= activation_derivative_from_output(args.input_activation, input[i]);
         }
         round_array(args.input_grad_dtype, input_grad + begin, static_cast<size_t>(end - begin));
+        if (args.input_grad_max_abs) raise_to(input_grad_largest, max_abs_range(input_grad, begin, end));
+        if (args.input_max_abs) raise_to(input_largest, max_abs_range(input, begin, end));
     });
+    if (args.input_grad_max_abs) *args.input_grad_max_abs = bits_float(input_grad_largest.load());
+    if (args.input_max_abs) *args.input_max_abs = bits_float(input_largest.load());
+    return true;
 }
 
 void CpuBackend::dropout(const DropoutArgs& args) {
@@ -363,6 +380,7 @@ void CpuBackend::begin_step(TrainState* state) { state->found_inf = 0; }
 void CpuBackend::max_abs(const MaxAbsInput* inputs, int count, float* out) {
     require(count >= 0 && count <= kMaxAbsInputs, MPT_STATUS_INVALID_ARGUMENT, "max_abs takes at most 16 inputs");
     for (int k = 0; k < count; ++k) {
+        if (inputs[k].count == kMaxAbsTaken) continue;  // out[k] written by its dense_backward_data
         out[k] = max_abs_one(static_cast<const float*>(inputs[k].values), inputs[k].count);
         if (inputs[k].count > 0)
             max_abs_elements_.fetch_add(static_cast<uint64_t>(inputs[k].count), std::memory_order_relaxed);

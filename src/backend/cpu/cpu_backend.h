@@ -65,7 +65,7 @@ public:
     void gather_batch(const GatherArgs& args) override;
     void dense_forward(const DenseForwardArgs& args) override;
     void loss_head(const LossHeadArgs& args) override;
-    void dense_backward_data(const DenseBackwardDataArgs& args) override;
+    bool dense_backward_data(const DenseBackwardDataArgs& args) override;
     void dropout(const DropoutArgs& args) override;
     void begin_step(TrainState* state) override;
     void max_abs(const MaxAbsInput* inputs, int count, float* out) override;

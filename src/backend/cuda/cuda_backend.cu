@@ -535,12 +535,13 @@ void CudaBackend::loss_head(const LossHeadArgs& args) {
     issue(op);
 }
 
-void CudaBackend::dense_backward_data(const DenseBackwardDataArgs& args) {
+bool CudaBackend::dense_backward_data(const DenseBackwardDataArgs& args) {
     RecordedOp op{};
     op.code = OpCode::backward_data;
     op.data = args;
     plan(op);
     issue(op);
+    return op.data_plan.writes_max_abs;
 }
 
 void CudaBackend::dropout(const DropoutArgs& args) {
@@ -676,6 +677,7 @@ void CudaBackend::plan(RecordedOp& op) {
             op.scratch = op.data_plan.scratch_bytes ? scratch_for(op.data_plan.scratch_bytes) : nullptr;
             ++(op.data_plan.fused ? op_paths_.backward_data_fused : op_paths_.backward_data_unfused);
             if (op.data_plan.relu_from_output) ++op_paths_.backward_data_relu_from_output;
+            if (op.data_plan.writes_max_abs) ++op_paths_.backward_data_max_abs;
             if (op.data_plan.small_batch) ++op_paths_.backward_data_small_batch;
             if (op.data_plan.small_batch && op.data_plan.small_batch_split.splits > 1) ++op_paths_.small_batch_split;
             return;
@@ -771,7 +773,9 @@ void CudaBackend::execute(const RecordedOp& op, cudaStream_t stream) {
         case OpCode::loss_head:
             run_loss_head(op.head, head_scratch_, stream, op.starts_step);
             return;
-        case OpCode::backward_data: run_dense_backward_data(*gemm_, op.data_plan, op.data, op.scratch, stream); return;
+        case OpCode::backward_data:
+            run_dense_backward_data(*gemm_, op.data_plan, op.data, op.scratch, max_abs_scratch_, stream);
+            return;
         case OpCode::dropout: run_dropout(op.dropout, stream); return;
         case OpCode::begin_step:
             if (op.folded_into_head) return;

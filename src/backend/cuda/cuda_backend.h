@@ -52,6 +52,8 @@ struct CudaOpPaths {
     uint64_t steps_finished_by_update = 0;  // finish_steps taken by the last update launch (likewise)
     uint64_t backward_data_relu_from_output = 0;  // input gradients whose ReLU derivative came from the
                                                   // previous layer's output, not a mask (planned)
+    uint64_t backward_data_max_abs = 0;           // of those, the ones that also wrote the step's maxima of
+                                                  // dZ_prev and A_prev for its finiteness proof (planned)
     uint64_t fused_sgd_three_blocks = 0;          // fused SGD updates planned with the 3-blocks-an-SM kernel
     uint64_t fused_sgd_32_rows = 0;               // fused SGD updates planned with the kernel for 32 rows
     uint64_t fused_sgd_bulk_copy = 0;             // fused SGD updates planned with the bulk-copy kernel

@@ -69,6 +69,7 @@ void CudaBackend::describe(JsonWriter& out) const {
     out.key("dependent_launches").unsigned_integer(ops.dependent_launches);
     out.key("fused_sgd_grouped").unsigned_integer(ops.fused_sgd_grouped);
     out.key("backward_data_relu_from_output").unsigned_integer(ops.backward_data_relu_from_output);
+    out.key("backward_data_max_abs").unsigned_integer(ops.backward_data_max_abs);
     out.key("fused_sgd_three_blocks").unsigned_integer(ops.fused_sgd_three_blocks);
     out.key("fused_sgd_32_rows").unsigned_integer(ops.fused_sgd_32_rows);
     out.key("fused_sgd_bulk_copy").unsigned_integer(ops.fused_sgd_bulk_copy);

@@ -103,10 +103,13 @@ void CudaBackend::sign(const RecordedOp& op) {
             s.put(a.compute_dtype);
             s.put(a.input_grad_dtype);
             put_workspace(s, a.workspace);
+            s.put(a.input_grad_max_abs);
+            s.put(a.input_max_abs);
             s.put(op.data_plan.gemm);
             s.put(op.data_plan.fused);
             s.put(op.data_plan.reads_mask);
             s.put(op.data_plan.relu_from_output);
+            s.put(op.data_plan.writes_max_abs);
             s.put(op.data_plan.small_batch);
             s.put(op.data_plan.small_batch_split.splits);
             s.put(op.data_plan.small_batch_split.k_per_block);

@@ -161,6 +161,16 @@ __device__ __forceinline__ float to_float(T value) {
     }
 }
 
+// A 16-bit element of T (__half or __nv_bfloat16) given as its bits, as a float.
+template <typename T>
+__device__ __forceinline__ float bits_to_float(uint16_t bits) {
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+        return __uint_as_float(static_cast<uint32_t>(bits) << 16);
+    } else {
+        return __half2float(__ushort_as_half(bits));
+    }
+}
+
 template <typename T>
 __device__ __forceinline__ T from_float(float value) {
     if constexpr (std::is_same_v<T, __nv_bfloat16>) {

@@ -7,6 +7,7 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_dense_forward.cuh"
 #include "backend/cuda/cuda_launch.cuh"
+#include "backend/cuda/cuda_max_abs_cells.cuh"
 #include "backend/cuda/cuda_small_batch_backward_data.cuh"
 
 namespace mpt {
@@ -58,11 +59,32 @@ __device__ __forceinline__ uint32_t bits_of(T value) {
     }
 }
 
-// `gradient` and `output` 16-byte aligned (validate): 16 bytes a thread at a time, then the last
-// count % (16 / sizeof(T)) elements one by one.
+// Where the relu_from_output kernel also takes max |x| of the gradient it leaves and of the output
+// (as max_abs would: DenseBackwardDataArgs' input_grad_max_abs and input_max_abs), each may be null.
+struct ReluMaxAbs {
+    float* gradient = nullptr;
+    float* output = nullptr;
+    MaxAbsScratch scratch{};  // cells 0 and 1 and the ticket (cuda_max_abs_cells.cuh)
+};
+
+// The largest magnitude's bits among the elements of a word of T (one float, or two 16-bit ones).
 template <typename T>
+__device__ __forceinline__ unsigned word_max(uint32_t word) {
+    if constexpr (sizeof(T) == 4) {
+        return magnitude_bits(__uint_as_float(word));
+    } else {
+        return max(magnitude_bits(bits_to_float<T>(static_cast<uint16_t>(word & 0xffffu))),
+                   magnitude_bits(bits_to_float<T>(static_cast<uint16_t>(word >> 16))));
+    }
+}
+
+// `gradient` and `output` 16-byte aligned (validate): 16 bytes a thread at a time, then the last
+// count % (16 / sizeof(T)) elements one by one. kMaxima: also the maxima `maxima` asks for, each
+// block's raised into scratch cells 0 (gradient) and 1 (output), written by the last block.
+template <typename T, bool kMaxima>
 __global__ void __launch_bounds__(256)
-    relu_backward_in_place_kernel(T* __restrict__ gradient, const T* __restrict__ output, int64_t count) {
+    relu_backward_in_place_kernel(T* __restrict__ gradient, const T* __restrict__ output, int64_t count,
+                                  const ReluMaxAbs maxima) {
     start_after_preceding_kernel();
     constexpr int64_t kPerVector = 16 / sizeof(T);
     const int64_t vectors = count / kPerVector;
@@ -70,13 +92,39 @@ __global__ void __launch_bounds__(256)
     const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     uint4* gradient_vectors = reinterpret_cast<uint4*>(gradient);
     const uint4* output_vectors = reinterpret_cast<const uint4*>(output);
+    unsigned gradient_largest = 0, output_largest = 0;
     for (int64_t v = first; v < vectors; v += stride) {
         const uint4 g = gradient_vectors[v], y = output_vectors[v];
-        gradient_vectors[v] = make_uint4(relu_backward_word<T>(g.x, y.x), relu_backward_word<T>(g.y, y.y),
-                                         relu_backward_word<T>(g.z, y.z), relu_backward_word<T>(g.w, y.w));
+        const uint4 kept = make_uint4(relu_backward_word<T>(g.x, y.x), relu_backward_word<T>(g.y, y.y),
+                                      relu_backward_word<T>(g.z, y.z), relu_backward_word<T>(g.w, y.w));
+        gradient_vectors[v] = kept;
+        if constexpr (kMaxima) {
+            gradient_largest = max(gradient_largest, max(max(word_max<T>(kept.x), word_max<T>(kept.y)),
+                                                         max(word_max<T>(kept.z), word_max<T>(kept.w))));
+            output_largest = max(output_largest,
+                                 max(max(word_max<T>(y.x), word_max<T>(y.y)), max(word_max<T>(y.z), word_max<T>(y.w))));
+        }
     }
-    for (int64_t i = vectors * kPerVector + first; i < count; i += stride)
-        if (!above_zero<T>(bits_of(output[i]))) gradient[i] = from_float<T>(0.0f);
+    for (int64_t i = vectors * kPerVector + first; i < count; i += stride) {
+        const bool kept = above_zero<T>(bits_of(output[i]));
+        if (!kept) gradient[i] = from_float<T>(0.0f);
+        if constexpr (kMaxima) {
+            gradient_largest = max(gradient_largest, kept ? magnitude_bits(to_float(gradient[i])) : 0u);
+            output_largest = max(output_largest, magnitude_bits(to_float(output[i])));
+        }
+    }
+    if constexpr (kMaxima) {
+        raise_max_cell(maxima.scratch.maxima, gradient_largest);
+        raise_max_cell(maxima.scratch.maxima + 1, output_largest);
+        if (!last_block_of_grid(maxima.scratch.counter)) return;
+        if (threadIdx.x == 0) {
+            // Both cells set back to 0 whether asked for or not (a block may have raised either).
+            const float gradient_max = take_max_cell(maxima.scratch.maxima);
+            const float output_max = take_max_cell(maxima.scratch.maxima + 1);
+            if (maxima.gradient) *maxima.gradient = gradient_max;
+            if (maxima.output) *maxima.output = output_max;
+        }
+    }
 }
 
 void validate(const DenseBackwardDataArgs& args) {
@@ -105,25 +153,48 @@ GemmKey backward_data_key(const DenseBackwardDataArgs& args, int32_t epilogue, D
 namespace {
 
 template <typename T>
-void launch_relu_backward_in_place(void* gradient, const void* output, int64_t count, cudaStream_t stream) {
-    launch_kernel("relu_backward_in_place_kernel", relu_backward_in_place_kernel<T>, grid_for(count / 8 + 1, 256, 4096),
-                  256, 0, stream, static_cast<T*>(gradient), static_cast<const T*>(output), count);
+void launch_relu_backward_in_place(void* gradient, const void* output, int64_t count, const ReluMaxAbs& maxima,
+                                   cudaStream_t stream) {
+    const unsigned blocks = grid_for(count / 8 + 1, 256, 4096);
+    if (maxima.gradient || maxima.output) {
+        launch_kernel("relu_backward_in_place_kernel", relu_backward_in_place_kernel<T, true>, blocks, 256, 0, stream,
+                      static_cast<T*>(gradient), static_cast<const T*>(output), count, maxima);
+    } else {
+        launch_kernel("relu_backward_in_place_kernel", relu_backward_in_place_kernel<T, false>, blocks, 256, 0, stream,
+                      static_cast<T*>(gradient), static_cast<const T*>(output), count, maxima);
+    }
+}
+
+void run_relu_backward_in_place(void* gradient, const void* output, DType dtype, int64_t count,
+                                const ReluMaxAbs& maxima, cudaStream_t stream) {
+    require_aligned16(gradient, "relu_backward_in_place gradient");
+    require_aligned16(output, "relu_backward_in_place output");
+    if (count <= 0) {
+        // Nothing to read: the maxima of empty arrays, as max_abs gives them.
+        require(!maxima.gradient && !maxima.output, MPT_STATUS_INTERNAL,
+                "cuda backend: the maxima of an empty ReLU backward");
+        return;
+    }
+    switch (dtype) {
+        case DType::fp32:
+            return launch_relu_backward_in_place<float>(gradient, output, count, maxima, stream);
+        case DType::fp16:
+            return launch_relu_backward_in_place<__half>(gradient, output, count, maxima, stream);
+        case DType::bf16:
+            return launch_relu_backward_in_place<__nv_bfloat16>(gradient, output, count, maxima, stream);
+    }
 }
 
 }  // namespace
 
 void run_relu_backward_in_place(void* gradient, const void* output, DType dtype, int64_t count, cudaStream_t stream) {
-    require_aligned16(gradient, "relu_backward_in_place gradient");
-    require_aligned16(output, "relu_backward_in_place output");
-    if (count <= 0) return;
-    switch (dtype) {
-        case DType::fp32:
-            return launch_relu_backward_in_place<float>(gradient, output, count, stream);
-        case DType::fp16:
-            return launch_relu_backward_in_place<__half>(gradient, output, count, stream);
-        case DType::bf16:
-            return launch_relu_backward_in_place<__nv_bfloat16>(gradient, output, count, stream);
-    }
+    run_relu_backward_in_place(gradient, output, dtype, count, ReluMaxAbs{}, stream);
+}
+
+void run_relu_backward_in_place(void* gradient, const void* output, DType dtype, int64_t count, float* gradient_max_abs,
+                                float* output_max_abs, const MaxAbsScratch& scratch, cudaStream_t stream) {
+    run_relu_backward_in_place(gradient, output, dtype, count, ReluMaxAbs{gradient_max_abs, output_max_abs, scratch},
+                               stream);
 }
 
 DenseBackwardDataPlan plan_dense_backward_data(CudaGemm& gemm, const DenseBackwardDataArgs& args, bool mask_valid,
@@ -152,12 +223,13 @@ DenseBackwardDataPlan plan_dense_backward_data(CudaGemm& gemm, const DenseBackwa
     plan.fused = choice.fused;
     plan.reads_mask = choice.fused && masked_relu;
     plan.relu_from_output = choice.fused && relu_from_output;
+    plan.writes_max_abs = plan.relu_from_output && (args.input_grad_max_abs || args.input_max_abs);
     if (!choice.fused) plan.scratch_bytes = static_cast<size_t>(args.rows * args.in_features) * sizeof(float);
     return plan;
 }
 
 void run_dense_backward_data(CudaGemm& gemm, const DenseBackwardDataPlan& plan, const DenseBackwardDataArgs& args,
-                             float* scratch, cudaStream_t stream) {
+                             float* scratch, const MaxAbsScratch& max_abs_scratch, cudaStream_t stream) {
     if (plan.small_batch) {
         run_small_batch_backward_data(args, plan.small_batch_split, plan.reads_mask, stream);
         return;
@@ -167,7 +239,8 @@ void run_dense_backward_data(CudaGemm& gemm, const DenseBackwardDataPlan& plan, 
                  plan.reads_mask ? args.relu_mask : nullptr, args.workspace, stream);
         if (plan.relu_from_output)
             run_relu_backward_in_place(args.input_grad, args.input, args.compute_dtype, args.rows * args.in_features,
-                                       stream);
+                                       plan.writes_max_abs ? args.input_grad_max_abs : nullptr,
+                                       plan.writes_max_abs ? args.input_max_abs : nullptr, max_abs_scratch, stream);
         return;
     }
     gemm.run(*plan.gemm, args.weights, args.output_grad, scratch, nullptr, nullptr, args.workspace, stream);

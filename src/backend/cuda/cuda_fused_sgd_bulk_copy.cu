@@ -125,15 +125,6 @@ __device__ __forceinline__ uint32_t pack_pair(float first, float second) {
     }
 }
 
-template <typename T>
-__device__ __forceinline__ float bits_to_float(uint16_t bits) {
-    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-        return __uint_as_float(static_cast<uint32_t>(bits) << 16);
-    } else {
-        return __half2float(__ushort_as_half(bits));
-    }
-}
-
 // One block's part of layer p's update: its column strip, its run of row tiles. T: __half or
 // __nv_bfloat16. kPadded: the batch rows as the mma's K (32, 64 or 256).
 template <typename T, int kPadded>

@@ -1,53 +1,27 @@
 // See cuda_max_abs.cuh. A pass's tensors are one range of chunks dealt to the blocks
-// (max_abs_chunk_layout.h). Each block takes the max of its chunks as bits: for non-negative floats
-// (and +Inf) the unsigned order of the bits is the order of the values, so every maximum is exact
-// and independent of the order of blocks, and each block adds its maximum to its tensor's in the
-// scratch with atomicMax. The last block to finish (a ticket counter that wraps to 0) reads the
-// tensors' maxima, sets them back to 0, writes the results and, with a decision attached, the update
-// decision: the results need no zeroing first, and the decision no launch of its own.
+// (max_abs_chunk_layout.h). Each block takes the max of its chunks as bits and raises its tensor's
+// cell in the scratch to it (cuda_max_abs_cells.cuh: exact, independent of the blocks' order). The
+// last block to finish reads the tensors' maxima, sets the cells back to 0, writes the results and,
+// with a decision attached, the update decision: the results need no zeroing first, and the
+// decision no launch of its own.
 #include "backend/cuda/cuda_max_abs.cuh"
 
 #include "amp/loss_scaler.h"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_launch.cuh"
+#include "backend/cuda/cuda_max_abs_cells.cuh"
 #include "backend/cuda/max_abs_chunk_layout.h"
 
 namespace mpt {
 
 namespace {
 
-constexpr unsigned kInfinityBits = 0x7f800000u;
-
-// |x| as bits, NaN and Inf as +Inf.
-__device__ __forceinline__ unsigned magnitude_bits(float value) {
-    const unsigned bits = __float_as_uint(value) & 0x7fffffffu;
-    return bits >= kInfinityBits ? kInfinityBits : bits;
-}
-
-template <int kPerVector>
-__device__ __forceinline__ unsigned vector_max(const uint4& raw, DType dtype) {
-    unsigned largest = 0;
-    if (kPerVector == 4) {
-        const float* v = reinterpret_cast<const float*>(&raw);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) largest = max(largest, magnitude_bits(v[i]));
-    } else if (dtype == DType::bf16) {
-        const __nv_bfloat16* v = reinterpret_cast<const __nv_bfloat16*>(&raw);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) largest = max(largest, magnitude_bits(__bfloat162float(v[i])));
-    } else {
-        const __half* v = reinterpret_cast<const __half*>(&raw);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) largest = max(largest, magnitude_bits(__half2float(v[i])));
-    }
-    return largest;
-}
-
 struct MaxAbsLaunch {
     const void* values[kMaxAbsInputs];
     int64_t count[kMaxAbsInputs];
     DType dtype[kMaxAbsInputs];
     bool vectorised[kMaxAbsInputs];
+    bool taken[kMaxAbsInputs];               // count kMaxAbsTaken: no chunk, its maximum already in out
     int64_t first_chunk[kMaxAbsInputs + 1];  // [tensors]: the pass's chunks (max_abs_chunk_layout.h)
     int tensors;
     MaxAbsScratch scratch;
@@ -92,18 +66,8 @@ __device__ __forceinline__ unsigned chunk_max(const MaxAbsLaunch& launch, int te
     return largest;
 }
 
-// Adds the block's running maximum of `tensor` to the tensor's in the scratch: a warp's by
-// shuffles, then one atomicMax a warp (exact and order-free on the bits), none for a 0 (the
-// scratch's value between passes). Every thread of the block calls it at the same point.
-__device__ __forceinline__ void add_to_tensor_max(const MaxAbsScratch& scratch, int tensor, unsigned largest) {
-    for (int offset = 16; offset > 0; offset >>= 1)
-        largest = max(largest, __shfl_xor_sync(0xffffffffu, largest, offset));
-    if (threadIdx.x % 32 == 0 && largest != 0) atomicMax(scratch.maxima + tensor, largest);
-}
-
 __global__ void __launch_bounds__(max_abs_chunks::kThreads) max_abs_kernel(const MaxAbsLaunch launch, float* out) {
     start_after_preceding_kernel();
-    __shared__ bool last_block;
     __shared__ float maxima[kMaxAbsInputs];
     const int64_t chunks = launch.first_chunk[launch.tensors];
     int tensor = 0;
@@ -111,29 +75,24 @@ __global__ void __launch_bounds__(max_abs_chunks::kThreads) max_abs_kernel(const
     for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
         const int next = max_abs_chunks::tensor_of_chunk(launch.first_chunk, launch.tensors, chunk, tensor);
         if (next != tensor) {  // the same for the whole block: its chunk sequence is the block's
-            add_to_tensor_max(launch.scratch, tensor, largest);
+            raise_max_cell(launch.scratch.maxima + tensor, largest);
             largest = 0;
             tensor = next;
         }
         largest = max(largest, chunk_max(launch, tensor, chunk - launch.first_chunk[tensor]));
     }
-    add_to_tensor_max(launch.scratch, tensor, largest);
-    // Each warp's atomics reach L2 before the block's ticket (the fence by the lanes that made them,
-    // the barrier before thread 0 takes it), so the last block reads every block's.
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0)
-        // Wraps to 0 on the last ticket: the counter is ready for the next launch whatever happens after.
-        last_block = atomicInc(launch.scratch.counter, gridDim.x - 1) == gridDim.x - 1;
-    __syncthreads();
-    if (!last_block) return;
+    raise_max_cell(launch.scratch.maxima + tensor, largest);
+    if (!last_block_of_grid(launch.scratch.counter)) return;
 
-    // The last block: each tensor's maximum, read from L2 and set back to 0 for the next pass in
-    // the same atomic, then the decision.
-    __threadfence();
+    // The last block: each tensor's maximum (set back to 0 for the next kernel as it is read), or
+    // the one its dense_backward_data wrote already, then the decision.
     if (threadIdx.x < static_cast<unsigned>(launch.tensors)) {
-        maxima[threadIdx.x] = __uint_as_float(atomicExch(launch.scratch.maxima + threadIdx.x, 0u));
-        out[threadIdx.x] = maxima[threadIdx.x];
+        if (launch.taken[threadIdx.x]) {
+            maxima[threadIdx.x] = out[threadIdx.x];
+        } else {
+            maxima[threadIdx.x] = take_max_cell(launch.scratch.maxima + threadIdx.x);
+            out[threadIdx.x] = maxima[threadIdx.x];
+        }
     }
     __syncthreads();  // the decision below reads every tensor's maximum
     if (threadIdx.x == 0) {
@@ -166,6 +125,7 @@ void run_max_abs(const MaxAbsInput* inputs, int count, float* out, const MaxAbsS
         launch.count[k] = input.count > 0 ? input.count : 0;
         launch.dtype[k] = input.dtype;
         launch.vectorised[k] = (reinterpret_cast<uintptr_t>(input.values) & 15u) == 0;
+        launch.taken[k] = input.count == kMaxAbsTaken;
         const int unit_elements = max_abs_chunks::per_unit(launch.vectorised[k], input.dtype == DType::fp32 ? 4 : 2);
         launch.first_chunk[k + 1] = launch.first_chunk[k] + max_abs_chunks::chunks(launch.count[k], unit_elements);
     }

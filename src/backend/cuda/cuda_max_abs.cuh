@@ -11,10 +11,11 @@
 namespace mpt {
 
 // The kernel's own device memory: each tensor's maximum as bits, which the blocks raise with
-// atomicMax, and the ticket counter that finds the last block. Both are zero between launches (the
-// last block sets the maxima back, the last ticket wraps the counter); zeroed once when allocated.
-// One backend's passes share it, so they run one after another: on the compute lane, as the
-// executor issues them.
+// atomicMax, and the ticket counter that finds the last block (cuda_max_abs_cells.cuh). Both are zero
+// between launches (the last block sets the maxima back, the last ticket wraps the counter); zeroed
+// once when allocated. One backend's passes share it, and so do the ReLU backward's in-place kernels
+// that take maxima (cuda_dense_backward_data.cuh), so they run one after another: on the compute
+// lane, as the executor issues them.
 struct MaxAbsScratch {
     unsigned* counter;  // in a 256-byte sector of its own, as the loss head's
     unsigned* maxima;   // [kMaxAbsInputs]

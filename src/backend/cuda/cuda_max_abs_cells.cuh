@@ -1,0 +1,75 @@
+// Device code shared by the kernels that take max |x| of the tensors they read (the max_abs pass,
+// cuda_max_abs.cu; the ReLU backward in place, cuda_dense_backward_data.cu): magnitudes as bits,
+// each block's maximum raised into a cell of the MaxAbsScratch with atomicMax, and the last block
+// found by the scratch's ticket counter.
+//
+// For non-negative floats and +Inf the unsigned order of the bits is the order of the values, so a
+// maximum taken on bits is exact and independent of the order of the blocks and of their atomics.
+// The cells and the counter are zero between kernels: the last block reads each cell it used and
+// sets it back to 0 in one atomicExch, and the last ticket wraps the counter. Kernels that share
+// the scratch run one after another on the compute lane.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "backend/cuda/cuda_common.cuh"
+
+namespace mpt {
+
+constexpr unsigned kFloatInfinityBits = 0x7f800000u;
+
+// |x| as bits, NaN and Inf as +Inf.
+__device__ __forceinline__ unsigned magnitude_bits(float value) {
+    const unsigned bits = __float_as_uint(value) & 0x7fffffffu;
+    return bits >= kFloatInfinityBits ? kFloatInfinityBits : bits;
+}
+
+// The largest magnitude's bits among a 16-byte vector's 4 fp32 or 8 fp16/bf16 elements.
+template <int kPerVector>
+__device__ __forceinline__ unsigned vector_max(const uint4& raw, DType dtype) {
+    unsigned largest = 0;
+    if (kPerVector == 4) {
+        const float* v = reinterpret_cast<const float*>(&raw);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) largest = max(largest, magnitude_bits(v[i]));
+    } else if (dtype == DType::bf16) {
+        const __nv_bfloat16* v = reinterpret_cast<const __nv_bfloat16*>(&raw);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) largest = max(largest, magnitude_bits(__bfloat162float(v[i])));
+    } else {
+        const __half* v = reinterpret_cast<const __half*>(&raw);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) largest = max(largest, magnitude_bits(__half2float(v[i])));
+    }
+    return largest;
+}
+
+// Raises `cell` to the block's maximum of `largest`: a warp's by shuffles, then one atomicMax a
+// warp, none for a 0 (the cell's value between kernels). Every thread of the block calls it at the
+// same point.
+__device__ __forceinline__ void raise_max_cell(unsigned* cell, unsigned largest) {
+    for (int offset = 16; offset > 0; offset >>= 1)
+        largest = max(largest, __shfl_xor_sync(0xffffffffu, largest, offset));
+    if (threadIdx.x % 32 == 0 && largest != 0) atomicMax(cell, largest);
+}
+
+// After every raise_max_cell of the block, called by all its threads: whether it is the grid's last
+// block to get here (the same answer in every thread). Each warp's atomics reach L2 before the
+// block's ticket (the fence by the lanes that made them, the barrier before thread 0 takes it), and
+// the last block's reads come after every ticket (its fence), so it reads every block's maximum.
+__device__ __forceinline__ bool last_block_of_grid(unsigned* counter) {
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    // Wraps to 0 on the last ticket: the counter is ready for the next kernel whatever happens after.
+    if (threadIdx.x == 0) last = atomicInc(counter, gridDim.x - 1) == gridDim.x - 1;
+    __syncthreads();
+    if (last) __threadfence();
+    return last;
+}
+
+// The last block's read of a cell, which it leaves 0 for the next kernel: the maximum as a float.
+__device__ __forceinline__ float take_max_cell(unsigned* cell) { return __uint_as_float(atomicExch(cell, 0u)); }
+
+}  // namespace mpt
