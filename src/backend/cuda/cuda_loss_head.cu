@@ -109,12 +109,13 @@ __device__ __forceinline__ float target_of(const LossHeadArgs& args, const Row& 
     return smoothed_target(given_target(args, row, c), args.label_smoothing, row.smoothing_share);
 }
 
-__device__ __forceinline__ Terms class_terms(const LossHeadArgs& args, const Row& row, HeadCase kind, int64_t c) {
+template <HeadCase kind>
+__device__ __forceinline__ Terms class_terms(const LossHeadArgs& args, const Row& row, int64_t c) {
     Terms terms;
     const float zc = row.z[c];
     const float tc = target_of(args, row, c);
     terms.y = row.softmax ? expf(zc - row.max_z) / row.sum_exp : activation_forward(args.activation, zc);
-    switch (kind) {
+    switch (kind) {  // (a constant: each kernel compiles its own case only)
         case HeadCase::logits_categorical:
             // Rounded per operation as on the CPU (no FMA): with smoothing the sum is not exactly 1.
             terms.gradient = __fsub_rn(__fmul_rn(terms.y, row.target_sum), tc);
@@ -153,8 +154,9 @@ __device__ __forceinline__ Terms class_terms(const LossHeadArgs& args, const Row
 }
 
 // dL/dz of one class from its terms and the row's reduced dot product (Jacobian of the activation).
-__device__ __forceinline__ float final_gradient(const LossHeadArgs& args, const Row& row, HeadCase kind,
-                                                const Terms& terms, float dot) {
+template <HeadCase kind>
+__device__ __forceinline__ float final_gradient(const LossHeadArgs& args, const Row& row, const Terms& terms,
+                                                float dot) {
     switch (kind) {
         case HeadCase::logits_categorical:
         case HeadCase::sigmoid_binary: return terms.gradient;
@@ -174,8 +176,8 @@ struct RowResult {
     long long counted;
 };
 
-__device__ RowResult head_row(const LossHeadArgs& args, HeadCase kind, int64_t row_index, int lane,
-                              float gradient_factor) {
+template <HeadCase kind>
+__device__ RowResult head_row(const LossHeadArgs& args, int64_t row_index, int lane, float gradient_factor) {
     const int64_t classes = args.classes;
     Row row;
     row.z = args.logits + row_index * args.width;
@@ -219,14 +221,14 @@ __device__ RowResult head_row(const LossHeadArgs& args, HeadCase kind, int64_t r
     }
 
     // Loss, the correction's dot product and the metric.
-    const bool binary = args.loss == LossKind::binary_crossentropy ||
-                        (is_regression(args.loss) && classes == 1);
+    const bool binary = kind != HeadCase::logits_categorical && kind != HeadCase::probability_categorical &&
+                        (args.loss == LossKind::binary_crossentropy || (is_regression(args.loss) && classes == 1));
     double loss = 0.0;
     float dot = 0.0f;
     long long correct = 0;
     ArgMax predicted{0.0f, -1}, expected{0.0f, -1};
     for (int64_t c = lane; c < classes; c += kWarpSize) {
-        const Terms terms = class_terms(args, row, kind, c);
+        const Terms terms = class_terms<kind>(args, row, c);
         loss += terms.loss;
         dot += terms.chain;
         if (binary) {
@@ -263,10 +265,10 @@ __device__ RowResult head_row(const LossHeadArgs& args, HeadCase kind, int64_t r
         for (int64_t c = lane; c < args.width; c += kWarpSize) {
             float y = 0.0f, gradient = 0.0f;
             if (c < classes) {
-                const Terms terms = class_terms(args, row, kind, c);
+                const Terms terms = class_terms<kind>(args, row, c);
                 y = terms.y;
                 // Weighted, then scaled: the CPU's order (a weight of 1 changes no bit).
-                gradient = __fmul_rn(final_gradient(args, row, kind, terms, dot), row_weight) * gradient_factor;
+                gradient = __fmul_rn(final_gradient<kind>(args, row, terms, dot), row_weight) * gradient_factor;
             }
             const int64_t index = row_index * args.width + c;
             if (args.logits_grad) store_element(args.logits_grad, args.logits_grad_dtype, index, gradient);
@@ -302,9 +304,9 @@ __device__ void finish_head(const LossHeadArgs& args, bool starts_step, double l
 // larger grid leaves per-block partials in `scratch` for the last block to finish, which costs a
 // fence, an atomic and a second round of reads through L2 (at batch 32 on an H200 the kernel took
 // 8.4 us for 32 x 10 logits over 4 blocks).
-template <int kWarps>
-__global__ void __launch_bounds__(kWarps * kWarpSize)
-    loss_head_kernel(const LossHeadArgs args, HeadCase kind, bool starts_step, const LossHeadScratch scratch) {
+template <int kWarps, HeadCase kind>
+__global__ void __launch_bounds__(kWarps* kWarpSize)
+    loss_head_kernel(const LossHeadArgs args, bool starts_step, const LossHeadScratch scratch) {
     start_after_preceding_kernel();
     __shared__ double warp_loss[kWarps];
     __shared__ long long warp_correct[kWarps], warp_counted[kWarps];
@@ -319,7 +321,7 @@ __global__ void __launch_bounds__(kWarps * kWarpSize)
     long long correct = 0, counted = 0;
     const int64_t warps = static_cast<int64_t>(gridDim.x) * block_warps;
     for (int64_t row = static_cast<int64_t>(blockIdx.x) * block_warps + warp; row < args.rows; row += warps) {
-        const RowResult result = head_row(args, kind, row, lane, gradient_factor);
+        const RowResult result = head_row<kind>(args, row, lane, gradient_factor);
         loss += result.loss;
         correct += result.correct;
         counted += result.counted;
@@ -417,19 +419,41 @@ void validate_loss_head(const LossHeadArgs& args) {
             "cuda backend: loss_head takes class weights for the categorical losses only");
 }
 
-void run_loss_head(const LossHeadArgs& args, const LossHeadScratch& scratch, cudaStream_t stream, bool starts_step) {
-    require(!starts_step || args.state, MPT_STATUS_INTERNAL,
-            "cuda backend: a loss head that starts a step needs its state");
+namespace {
+
+template <HeadCase kind>
+void launch_loss_head(const LossHeadArgs& args, const LossHeadScratch& scratch, cudaStream_t stream, bool starts_step) {
     if (args.rows <= kSingleBlockRows) {
         // One block, a warp per row.
-        launch_kernel("loss_head_kernel", loss_head_kernel<kSingleBlockRows>, 1,
-                      static_cast<unsigned>(args.rows) * kWarpSize, 0, stream, args, head_case(args), starts_step,
-                      scratch);
+        launch_kernel("loss_head_kernel", loss_head_kernel<kSingleBlockRows, kind>, 1,
+                      static_cast<unsigned>(args.rows) * kWarpSize, 0, stream, args, starts_step, scratch);
         return;
     }
     const unsigned blocks = grid_for(args.rows, kWarpsPerBlock, kLossHeadMaxBlocks);
-    launch_kernel("loss_head_kernel", loss_head_kernel<kWarpsPerBlock>, blocks, kBlockThreads, 0, stream, args,
-                  head_case(args), starts_step, scratch);
+    launch_kernel("loss_head_kernel", loss_head_kernel<kWarpsPerBlock, kind>, blocks, kBlockThreads, 0, stream, args,
+                  starts_step, scratch);
+}
+
+}  // namespace
+
+void run_loss_head(const LossHeadArgs& args, const LossHeadScratch& scratch, cudaStream_t stream, bool starts_step) {
+    require(!starts_step || args.state, MPT_STATUS_INTERNAL,
+            "cuda backend: a loss head that starts a step needs its state");
+    // A kernel for each case, compiled for it alone: the one for every case was 70 KB of code a
+    // warp count (sm_90), most of it branches a given head never takes, which a block on a cold SM
+    // fetches from L2 as it goes (the seed MLP's head took 9.0 us at batch 32 for 32 x 10 logits).
+    switch (head_case(args)) {
+        case HeadCase::logits_categorical:
+            return launch_loss_head<HeadCase::logits_categorical>(args, scratch, stream, starts_step);
+        case HeadCase::probability_categorical:
+            return launch_loss_head<HeadCase::probability_categorical>(args, scratch, stream, starts_step);
+        case HeadCase::sigmoid_binary:
+            return launch_loss_head<HeadCase::sigmoid_binary>(args, scratch, stream, starts_step);
+        case HeadCase::probability_binary:
+            return launch_loss_head<HeadCase::probability_binary>(args, scratch, stream, starts_step);
+        case HeadCase::regression:
+            return launch_loss_head<HeadCase::regression>(args, scratch, stream, starts_step);
+    }
 }
 
 }  // namespace mpt
