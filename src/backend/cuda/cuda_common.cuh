@@ -78,6 +78,11 @@ inline unsigned pointer_alignment(const void* pointer) {
     return alignment;
 }
 
+// Whether `pointer` is a multiple of `bytes` (a power of two): the kernels' vector paths' test.
+inline bool is_aligned(const void* pointer, size_t bytes) {
+    return (reinterpret_cast<uintptr_t>(pointer) & (bytes - 1)) == 0;
+}
+
 inline void require_aligned16(const void* pointer, const char* what) {
     if (pointer && (reinterpret_cast<uintptr_t>(pointer) & 15u) != 0)
         fail(MPT_STATUS_INVALID_ARGUMENT,

@@ -174,10 +174,6 @@ __global__ void __launch_bounds__(kUpdateThreads) update_kernel(const UpdateLaun
         update_chunk<kLow, kPlainSgd>(launch, scalars, place_chunk(launch.groups, chunk));
 }
 
-bool aligned(const void* pointer, unsigned bytes) {
-    return (reinterpret_cast<uintptr_t>(pointer) & (bytes - 1)) == 0;
-}
-
 DeviceGroup device_group(float* master, void* low_copy, DType low_dtype, float* gradient, float* const* states,
                          int64_t count, int64_t first_chunk) {
     DeviceGroup group{};
@@ -192,9 +188,9 @@ DeviceGroup device_group(float* master, void* low_copy, DType low_dtype, float* 
     group.low_dtype = low_dtype;
     // store_low4 writes four elements at once: a float4 (16 bytes) in fp32, 8 bytes in 16-bit.
     const unsigned low_alignment = low_dtype == DType::fp32 ? 16 : 8;
-    group.vectorised = aligned(master, 16) && aligned(gradient, 16) && (!states[0] || aligned(states[0], 16)) &&
-                       (!states[1] || aligned(states[1], 16)) && (!states[2] || aligned(states[2], 16)) &&
-                       (!low_copy || aligned(low_copy, low_alignment));
+    group.vectorised = is_aligned(master, 16) && is_aligned(gradient, 16) &&
+                       (!states[0] || is_aligned(states[0], 16)) && (!states[1] || is_aligned(states[1], 16)) &&
+                       (!states[2] || is_aligned(states[2], 16)) && (!low_copy || is_aligned(low_copy, low_alignment));
     return group;
 }
 

@@ -285,8 +285,8 @@ FusedSgdVariant cuda_core_kernels(FusedSgdKernelChoice choice) {
 // fp16/bf16, 16 of fp32).
 bool cuda_core_vector_path(const DenseUpdateArgs& args) {
     const size_t low_bytes = args.compute_dtype == DType::fp32 ? 16 : 8;
-    return args.in_features % 4 == 0 && fused_sgd_aligned(args.weights, 16) &&
-           (args.low_weights == nullptr || fused_sgd_aligned(args.low_weights, low_bytes));
+    return args.in_features % 4 == 0 && is_aligned(args.weights, 16) &&
+           (args.low_weights == nullptr || is_aligned(args.low_weights, low_bytes));
 }
 
 // The CUDA-core kernel for one layer's update: the compilation for exactly kFusedSgdExactRows rows

@@ -357,8 +357,8 @@ FusedSgdVariant variant_of(DType dtype, int64_t rows) {
 bool fused_sgd_bulk_copy_shapes_fit(const DenseUpdateArgs& args) {
     return (args.compute_dtype == DType::bf16 || args.compute_dtype == DType::fp16) && args.rows > 0 &&
            args.rows <= kMaxRows && args.in_features % 4 == 0 && args.out_features % 8 == 0 &&
-           fused_sgd_aligned(args.weights, 16) && fused_sgd_aligned(args.output_grad, 16) &&
-           fused_sgd_aligned(args.input, 8) && (args.low_weights == nullptr || fused_sgd_aligned(args.low_weights, 4));
+           is_aligned(args.weights, 16) && is_aligned(args.output_grad, 16) && is_aligned(args.input, 8) &&
+           (args.low_weights == nullptr || is_aligned(args.low_weights, 4));
 }
 
 bool fused_sgd_bulk_copy_applies(const DenseUpdateArgs& args, const FusedSgdBulkCopyDevice& device) {

@@ -194,8 +194,4 @@ struct FusedSgdVariant {
     }
 };
 
-inline bool fused_sgd_aligned(const void* pointer, size_t bytes) {
-    return reinterpret_cast<uintptr_t>(pointer) % bytes == 0;
-}
-
 }  // namespace mpt

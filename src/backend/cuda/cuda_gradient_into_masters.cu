@@ -129,14 +129,12 @@ GemmKey into_masters_key(const DenseUpdateArgs& args, float* bias_grad, int32_t 
 
 size_t scalars_bytes() { return 256; }
 
-bool aligned(const void* pointer, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(pointer) % bytes == 0; }
-
 }  // namespace
 
 bool gradient_into_masters_applies(CudaGemm& gemm, const DenseUpdateArgs& args, const OptimizerConfig& optimizer) {
     if (!(is_plain_sgd(optimizer) && args.part == UpdatePart::whole && args.gradient_factor == nullptr &&
           args.rows > 0 && args.in_features > 0 && args.out_features > 0 && args.weights != nullptr &&
-          aligned(args.weights, 16)))
+          is_aligned(args.weights, 16)))
         return false;
     // (The bias-gradient pointer's alignment is the scratch's, 256 bytes: the fused key's own check
     // waits for planning, where a refusal falls back to the plain plan.)
@@ -207,8 +205,8 @@ void run_gradient_into_masters(CudaGemm& gemm, const GradientIntoMastersPlan& pl
     finish.low_bias = args.low_bias;
     finish.weight_count = args.out_features * args.in_features;
     finish.out_features = args.out_features;
-    finish.vector = finish.weight_count % 4 == 0 && aligned(args.weights, 16) &&
-                    (args.low_weights == nullptr || aligned(args.low_weights, 8));
+    finish.vector = finish.weight_count % 4 == 0 && is_aligned(args.weights, 16) &&
+                    (args.low_weights == nullptr || is_aligned(args.low_weights, 8));
     const int64_t work =
         args.low_weights ? (finish.vector ? finish.weight_count / 8 : finish.weight_count) : args.out_features;
     const unsigned blocks =
