@@ -1863,7 +1863,7 @@ TEST_CASE("ReLU's derivative in place keeps the gradient exactly where y > 0, fo
 // not +Inf: the largest kept gradient (a larger one where y <= 0 is zeroed, not counted) and the
 // largest |y|, in the tail past the last whole vector too, over many blocks, twice over the same
 // scratch (the second time smaller: the cells were left 0), then asked for one at a time.
-TEST_CASE("ReLU's derivative in place takes max|gradient| and max|y| as max_abs would") {
+TEST_CASE("CUDA ReLU's derivative in place takes max|gradient| and max|y| as max_abs would") {
     SKIP_WITHOUT_GPU();
     auto cuda = make_cuda();  // the device, current
     std::mt19937 random(72);
