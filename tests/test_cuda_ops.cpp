@@ -1417,16 +1417,19 @@ void compare_max_abs(Backend& reference, Backend& candidate) {
             Backend& backend = *backends[b];
             std::vector<Buffer> buffers;
             buffers.reserve(kTrials);
-            MaxAbsInput inputs[kTrials];
+            MaxAbsInput inputs[kTrials + 1];
             for (int trial = 0; trial < kTrials; ++trial) {
                 buffers.push_back(upload(backend, dtype, values[trial]));
                 const char* first = static_cast<const char*>(buffers.back().data()) +
                                     offsets[trial] * static_cast<int64_t>(backend.storage_size(dtype));
                 inputs[trial] = MaxAbsInput{first, dtype, counts[trial]};
             }
-            Buffer out = poisoned(backend, DType::fp32, kTrials);
-            backend.max_abs(inputs, kTrials, out.as<float>());
-            results[b] = download(backend, out, DType::fp32, kTrials);
+            // Last, a maximum taken by its tensor's writer: its result left as it was (poison here).
+            inputs[kTrials] = MaxAbsInput{nullptr, dtype, kMaxAbsTaken};
+            Buffer out = poisoned(backend, DType::fp32, kTrials + 1);
+            backend.max_abs(inputs, kTrials + 1, out.as<float>());
+            results[b] = download(backend, out, DType::fp32, kTrials + 1);
+            CHECK(std::isnan(results[b][kTrials]));
         }
         for (int trial = 0; trial < kTrials; ++trial) {
             CAPTURE(trial);
@@ -1876,7 +1879,9 @@ TEST_CASE("CUDA ReLU's derivative in place takes max|gradient| and max|y| as max
             std::vector<float> y = rounded(random_values(static_cast<size_t>(count), -1, 1), dtype);
             std::vector<float> gradient = rounded(random_values(static_cast<size_t>(count), -1, 1), dtype);
             const float largest_gradient = round == 1 ? 1.5f : -3.25f, largest_y = round == 1 ? -1.25f : 2.5f;
-            const size_t killed = static_cast<size_t>(random() % count), kept = static_cast<size_t>(random() % count);
+            // Both before the last element, whose y is the largest |y| (negative in round 1: not kept).
+            const size_t killed = static_cast<size_t>(random() % (count - 1)),
+                         kept = static_cast<size_t>(random() % (count - 1));
             y[killed] = -0.5f;
             gradient[killed] = 7.5f;  // zeroed: y is not above 0
             if (kept != killed) {
@@ -2235,7 +2240,10 @@ TEST_CASE("CUDA max_abs, decide_update, clip_factor, average_weights and finish_
 // decide_update right after it that reads exactly its results are one launch, whose last block
 // reads every tensor's maximum (raised by the blocks' atomics) and then takes the decision. The same tensors' maxima
 // and decisions as issued op by op (graphs off), round after round, on tensors of many blocks with the largest value
-// moving, and the decision flipping between rounds as the values change in place.
+// moving, and the decision flipping between rounds as the values change in place. Also with maxima
+// taken (kMaxAbsTaken: written before the pass, as a backward that wrote its tensors does, and
+// their tensors filled with larger values the pass must not read): the pass leaves them and the
+// decision reads them; a second pass of taken inputs only launches nothing.
 TEST_CASE("a recorded max_abs pass decides the update in its own launch, as decide_update does") {
     SKIP_WITHOUT_GPU();
 #if defined(MPTRAIN_WITH_CUDA)
@@ -2252,65 +2260,75 @@ TEST_CASE("a recorded max_abs pass decides the update in its own launch, as deci
     const int64_t sizes[6] = {300001, 7, 120000, 64, 4096, 1};  // many blocks, one, a ragged tail
     // Recorded, issued op by op, and recorded with programmatic dependent launch (9.0 and up); the
     // maxima in one pass, and in two (the decision a kernel of its own then).
-    for (const bool two_passes : {false, true})
-        for (const IssueMode& mode : kIssueModes) {
-            const bool graphs = mode.graphs, dependent_launch = mode.dependent_launch;
-            CAPTURE(graphs);
-            CAPTURE(dependent_launch);
-            CAPTURE(two_passes);
-            auto backend = cuda_backend_issuing(mode);
-            if (!backend) continue;
-            std::vector<Buffer> tensors;
-            DecisionTask task{};
-            task.backend = backend.get();
-            task.two_passes = two_passes;
-            for (int t = 0; t < 6; ++t) {
-                tensors.emplace_back(*backend, static_cast<size_t>(sizes[t]) * sizeof(float));
-                task.inputs[t] = MaxAbsInput{tensors.back().data(), DType::fp32, sizes[t]};
-            }
-            Buffer maxima = poisoned(*backend, DType::fp32, 6);
-            TrainState initial{};
-            initial.loss_scale = 1.0f;
-            Buffer state = upload_raw(*backend, std::vector<TrainState>{initial});
-            task.maxima = maxima.as<float>();
-            task.state = state.as<TrainState>();
-            task.rows = rows;
-            std::mt19937 generator(11);
-            for (int round = 0; round < 12; ++round) {
-                const std::vector<float>& pairs = cases[static_cast<size_t>(round) % cases.size()];
-                CAPTURE(round);
+    const auto is_taken = [](bool taken, int t) { return taken && (t == 2 || t == 4 || t == 5); };
+    for (const bool taken : {false, true})
+        for (const bool two_passes : {false, true})
+            for (const IssueMode& mode : kIssueModes) {
+                const bool graphs = mode.graphs, dependent_launch = mode.dependent_launch;
+                CAPTURE(taken);
+                CAPTURE(graphs);
+                CAPTURE(dependent_launch);
+                CAPTURE(two_passes);
+                auto backend = cuda_backend_issuing(mode);
+                if (!backend) continue;
+                std::vector<Buffer> tensors;
+                DecisionTask task{};
+                task.backend = backend.get();
+                task.two_passes = two_passes;
                 for (int t = 0; t < 6; ++t) {
-                    // Values below the maximum, of both signs, and the maximum (negated half the time) somewhere.
-                    std::uniform_real_distribution<float> below(-pairs[t] * 0.5f, pairs[t] * 0.5f);
-                    std::vector<float> values(static_cast<size_t>(sizes[t]));
-                    for (float& value : values) value = std::isfinite(pairs[t]) ? below(generator) : 1.0f;
-                    const size_t at = generator() % values.size();
-                    values[at] = (generator() % 2 ? -1.0f : 1.0f) * pairs[t];
-                    backend->copy_to_device(tensors[static_cast<size_t>(t)].data(), values.data(),
-                                            values.size() * sizeof(float));
+                    tensors.emplace_back(*backend, static_cast<size_t>(sizes[t]) * sizeof(float));
+                    task.inputs[t] = is_taken(taken, t) ? MaxAbsInput{nullptr, DType::fp32, kMaxAbsTaken}
+                                                        : MaxAbsInput{tensors.back().data(), DType::fp32, sizes[t]};
                 }
-                backend->scheduler().submit(Lane::compute, &run_decision_task, &task);
-                backend->scheduler().synchronize();
-                CHECK(download(*backend, maxima, DType::fp32, 6) == pairs);
-                const TrainState after = download_raw<TrainState>(*backend, state, 1)[0];
-                const bool finite = gradient_bounds_finite(pairs.data(), 3, rows);
-                CHECK(finite == (pairs[2] != 1e30f && std::isfinite(pairs[4]) && pairs[0] != 1e37f));
-                CHECK(after.found_inf == (finite ? 0 : 1));
-                CHECK(after.steps == round + 1);
+                Buffer maxima = poisoned(*backend, DType::fp32, 6);
+                TrainState initial{};
+                initial.loss_scale = 1.0f;
+                Buffer state = upload_raw(*backend, std::vector<TrainState>{initial});
+                task.maxima = maxima.as<float>();
+                task.state = state.as<TrainState>();
+                task.rows = rows;
+                std::mt19937 generator(11);
+                for (int round = 0; round < 12; ++round) {
+                    const std::vector<float>& pairs = cases[static_cast<size_t>(round) % cases.size()];
+                    CAPTURE(round);
+                    for (int t = 0; t < 6; ++t) {
+                        // Values below the maximum, of both signs, and the maximum (negated half the time) somewhere.
+                        std::uniform_real_distribution<float> below(-pairs[t] * 0.5f, pairs[t] * 0.5f);
+                        std::vector<float> values(static_cast<size_t>(sizes[t]));
+                        for (float& value : values) value = std::isfinite(pairs[t]) ? below(generator) : 1.0f;
+                        const size_t at = generator() % values.size();
+                        values[at] = (generator() % 2 ? -1.0f : 1.0f) * pairs[t];
+                        if (is_taken(taken, t)) {
+                            // Written before the pass, as by the backward; its tensor holds more, unread.
+                            backend->copy_to_device(maxima.as<float>() + t, &pairs[static_cast<size_t>(t)],
+                                                    sizeof(float));
+                            values[at] = 3e38f;
+                        }
+                        backend->copy_to_device(tensors[static_cast<size_t>(t)].data(), values.data(),
+                                                values.size() * sizeof(float));
+                    }
+                    backend->scheduler().submit(Lane::compute, &run_decision_task, &task);
+                    backend->scheduler().synchronize();
+                    CHECK(download(*backend, maxima, DType::fp32, 6) == pairs);
+                    const TrainState after = download_raw<TrainState>(*backend, state, 1)[0];
+                    const bool finite = gradient_bounds_finite(pairs.data(), 3, rows);
+                    CHECK(finite == (pairs[2] != 1e30f && std::isfinite(pairs[4]) && pairs[0] != 1e37f));
+                    CHECK(after.found_inf == (finite ? 0 : 1));
+                    CHECK(after.steps == round + 1);
+                }
+                // Recorded: the first sighting runs eagerly and the second is captured, each through one
+                // fused launch; the ten replays launch the graph. Op by op: never fused.
+                const CudaOpPaths paths = cuda_backend_op_paths(*backend);
+                CHECK(paths.max_abs_deciding == (graphs && !two_passes ? 2u : 0u));
+                CHECK((paths.dependent_launches > 0) == dependent_launch);
+                if (graphs) {
+                    INFO("last refusal: " << cuda_backend_last_graph_refusal(*backend));
+                    CHECK(cuda_backend_graph_refusals(*backend) == 0);
+                    CHECK(cuda_backend_graph_replays(*backend) == 10);
+                } else {
+                    CHECK(cuda_backend_graph_replays(*backend) == 0);
+                }
             }
-            // Recorded: the first sighting runs eagerly and the second is captured, each through one
-            // fused launch; the ten replays launch the graph. Op by op: never fused.
-            const CudaOpPaths paths = cuda_backend_op_paths(*backend);
-            CHECK(paths.max_abs_deciding == (graphs && !two_passes ? 2u : 0u));
-            CHECK((paths.dependent_launches > 0) == dependent_launch);
-            if (graphs) {
-                INFO("last refusal: " << cuda_backend_last_graph_refusal(*backend));
-                CHECK(cuda_backend_graph_refusals(*backend) == 0);
-                CHECK(cuda_backend_graph_replays(*backend) == 10);
-            } else {
-                CHECK(cuda_backend_graph_replays(*backend) == 0);
-            }
-        }
 #endif
 }
 

@@ -540,8 +540,18 @@ bool CudaBackend::dense_backward_data(const DenseBackwardDataArgs& args) {
     op.code = OpCode::backward_data;
     op.data = args;
     plan(op);
+    op.max_abs_promised = op.data_plan.writes_max_abs;
     issue(op);
-    return op.data_plan.writes_max_abs;
+    return op.max_abs_promised;
+}
+
+void CudaBackend::take_promised_maxima(const RecordedOp& op, cudaStream_t stream) {
+    const DenseBackwardDataArgs& args = op.data;
+    const int64_t count = args.rows * args.in_features;
+    const MaxAbsInput gradient{args.input_grad, args.input_grad_dtype, count},
+        input{args.input, args.compute_dtype, count};
+    if (args.input_grad_max_abs) run_max_abs(&gradient, 1, args.input_grad_max_abs, max_abs_scratch_, {}, stream);
+    if (args.input_max_abs) run_max_abs(&input, 1, args.input_max_abs, max_abs_scratch_, {}, stream);
 }
 
 void CudaBackend::dropout(const DropoutArgs& args) {
@@ -775,6 +785,7 @@ void CudaBackend::execute(const RecordedOp& op, cudaStream_t stream) {
             return;
         case OpCode::backward_data:
             run_dense_backward_data(*gemm_, op.data_plan, op.data, op.scratch, max_abs_scratch_, stream);
+            if (op.max_abs_promised && !op.data_plan.writes_max_abs) take_promised_maxima(op, stream);
             return;
         case OpCode::dropout: run_dropout(op.dropout, stream); return;
         case OpCode::begin_step:

@@ -130,6 +130,9 @@ private:
         LossHeadArgs head;
         DenseBackwardDataArgs data;
         DenseBackwardDataPlan data_plan;
+        // The maxima the executor was told this backward writes (its plan when issued): kept whatever
+        // plan it runs on after a refusal (CudaBackend::take_promised_maxima).
+        bool max_abs_promised;
         DropoutArgs dropout;
         DenseUpdateArgs update;
         DenseUpdatePlan update_plan;
@@ -150,6 +153,10 @@ private:
         bool folded_into_head;  // begin_step: a later loss head clears found_inf instead of a memset
         bool starts_step;       // loss_head: clears found_inf before its own check
     };
+
+    // A backward whose plan no longer writes the maxima it promised when issued (planned again after
+    // a refusal): a max_abs pass over its two arrays writes them instead.
+    void take_promised_maxima(const RecordedOp& op, cudaStream_t stream);
 
     // CudaTaskHooks
     void begin_compute_task() override;

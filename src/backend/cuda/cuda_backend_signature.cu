@@ -110,6 +110,7 @@ void CudaBackend::sign(const RecordedOp& op) {
             s.put(op.data_plan.reads_mask);
             s.put(op.data_plan.relu_from_output);
             s.put(op.data_plan.writes_max_abs);
+            s.put(op.max_abs_promised);
             s.put(op.data_plan.small_batch);
             s.put(op.data_plan.small_batch_split.splits);
             s.put(op.data_plan.small_batch_split.k_per_block);

@@ -155,13 +155,16 @@ namespace {
 template <typename T>
 void launch_relu_backward_in_place(void* gradient, const void* output, int64_t count, const ReluMaxAbs& maxima,
                                    cudaStream_t stream) {
-    const unsigned blocks = grid_for(count / 8 + 1, 256, 4096);
     if (maxima.gradient || maxima.output) {
-        launch_kernel("relu_backward_in_place_kernel", relu_backward_in_place_kernel<T, true>, blocks, 256, 0, stream,
-                      static_cast<T*>(gradient), static_cast<const T*>(output), count, maxima);
+        // At most the max pass's blocks (8 an SM), each one atomic a cell.
+        const unsigned cap = static_cast<unsigned>(maxima.scratch.max_blocks < 4096 ? maxima.scratch.max_blocks : 4096);
+        launch_kernel("relu_backward_in_place_kernel", relu_backward_in_place_kernel<T, true>,
+                      grid_for(count / 8 + 1, 256, cap), 256, 0, stream, static_cast<T*>(gradient),
+                      static_cast<const T*>(output), count, maxima);
     } else {
-        launch_kernel("relu_backward_in_place_kernel", relu_backward_in_place_kernel<T, false>, blocks, 256, 0, stream,
-                      static_cast<T*>(gradient), static_cast<const T*>(output), count, maxima);
+        launch_kernel("relu_backward_in_place_kernel", relu_backward_in_place_kernel<T, false>,
+                      grid_for(count / 8 + 1, 256, 4096), 256, 0, stream, static_cast<T*>(gradient),
+                      static_cast<const T*>(output), count, maxima);
     }
 }
 

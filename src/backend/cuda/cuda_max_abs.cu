@@ -117,6 +117,9 @@ void run_max_abs(const MaxAbsInput* inputs, int count, float* out, const MaxAbsS
     if (count == 0) return;
     require(!decision.state || (decision.layer_count >= 0 && 2 * decision.layer_count <= count), MPT_STATUS_INTERNAL,
             "cuda backend: max_abs's decision reads pairs it does not compute");
+    bool reads = decision.state != nullptr;  // a decision, or an input that is not taken, needs the kernel
+    for (int k = 0; k < count; ++k) reads = reads || inputs[k].count != kMaxAbsTaken;
+    if (!reads) return;
     MaxAbsLaunch launch{};
     launch.tensors = count;
     for (int k = 0; k < count; ++k) {
