@@ -16,7 +16,8 @@
 # warp states at batch 32 (issue rate, occupancy), the bulk-copy fused SGD kernel's
 # (MPTRAIN_CUDA_BULK_COPY_SGD=1) durations, DRAM throughput and warp states (and at batch 256 its
 # durations and DRAM bytes) and stall reasons, then the CUDA-core kernel's stall reasons and pipes, by
-# default, compiled for 3 blocks an SM, for exactly 32 rows, and both.
+# default, compiled for 3 blocks an SM, for exactly 32 rows, and both; last, the loss head's and the
+# max pass's stall reasons at batch 32.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=$1
@@ -186,4 +187,17 @@ for compilation in "0 0" "1 0" "0 1" "1 1"; do
       grep -E 'fused_sgd|smsp__|sm__|l1tex__|gpu__|dram__|ERROR' "$WORK/ncu_stalls_$three_blocks$exact_rows.txt" |
           sed -E 's/smsp__average_warps_issue_stalled_(.*)_per_issue_active\.ratio/stalled: \1/' | head -40; } >>"$OUT_FILE"
 done
+# The loss head and the max pass at batch 32: a few KB each and 9.0 and 7.9 us on an H200
+# (2026-12-05), one dependent chain in a block or two. Their stall reasons say what the chain waits
+# for: no_instruction (cold instruction fetch: the head held every case's code until 2026-12-06),
+# long_scoreboard (L2 round trips), membar and barrier (the last block's fences and tickets).
+MPTRAIN_CUDA_GRAPHS=0 capped 40 "$ncu" --clock-control none --cache-control none \
+    --kernel-name 'regex:loss_head|max_abs' --launch-skip 20 --launch-count 2 --metrics "$stall_metrics" \
+    "$BUILD/bin/mptrain-bench" --backend cuda --precision mixed-bf16 --batch 32 --steps 12 --repeats 1 \
+    >"$WORK/ncu_stalls_head.txt" 2>&1
+head_status=$?
+{ echo; echo "loss head and max pass at batch 32, stall reasons" \
+      "(cycles a warp waits for each, per instruction issued; ncu exit status $head_status):"
+  grep -E 'loss_head|max_abs|smsp__|sm__|gpu__|dram__|ERROR' "$WORK/ncu_stalls_head.txt" |
+      sed -E 's/smsp__average_warps_issue_stalled_(.*)_per_issue_active\.ratio/stalled: \1/' | head -60; } >>"$OUT_FILE"
 cat "$OUT_FILE"
