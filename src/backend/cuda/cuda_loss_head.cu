@@ -176,7 +176,18 @@ struct RowResult {
     long long counted;
 };
 
-template <HeadCase kind>
+// Calls f(c) for each class c of this lane: c = lane, lane + 32, ... below `classes`; kNarrow (the
+// caller knows classes <= 32): at most the one, as a branch instead of a loop.
+template <bool kNarrow, typename F>
+__device__ __forceinline__ void for_lane_classes(int64_t classes, int lane, F&& f) {
+    if constexpr (kNarrow) {
+        if (lane < classes) f(static_cast<int64_t>(lane));
+    } else {
+        for (int64_t c = lane; c < classes; c += kWarpSize) f(c);
+    }
+}
+
+template <HeadCase kind, bool kNarrow>
 __device__ RowResult head_row(const LossHeadArgs& args, int64_t row_index, int lane, float gradient_factor) {
     const int64_t classes = args.classes;
     Row row;
@@ -196,14 +207,14 @@ __device__ RowResult head_row(const LossHeadArgs& args, int64_t row_index, int l
         // fmaxf may drop a NaN logit that the CPU's max keeps (its z[0]); the NaN still reaches
         // exp(z - max_z), so the sums, the loss and found_inf come out NaN on both backends.
         float max_z = -INFINITY;
-        for (int64_t c = lane; c < classes; c += kWarpSize) max_z = fmaxf(max_z, row.z[c]);
+        for_lane_classes<kNarrow>(classes, lane, [&](int64_t c) { max_z = fmaxf(max_z, row.z[c]); });
         row.max_z = warp_max(max_z);
         float sum = 0.0f;
         double sum_double = 0.0;
-        for (int64_t c = lane; c < classes; c += kWarpSize) {
+        for_lane_classes<kNarrow>(classes, lane, [&](int64_t c) {
             sum += expf(row.z[c] - row.max_z);
             if (kind == HeadCase::logits_categorical) sum_double += exp(static_cast<double>(row.z[c] - row.max_z));
-        }
+        });
         row.sum_exp = warp_sum(sum);
         if (kind == HeadCase::logits_categorical) row.lse = row.max_z + log(warp_sum(sum_double));
     }
@@ -211,12 +222,13 @@ __device__ RowResult head_row(const LossHeadArgs& args, int64_t row_index, int l
         // The smoothed targets' sum from the given ones' ((1 - s) sum + s), as the CPU forms it:
         // exactly 1 for labels and one-hot rows whatever order the warp sums in.
         float given_sum = 0.0f;
-        for (int64_t c = lane; c < classes; c += kWarpSize) given_sum += given_target(args, row, c);
+        for_lane_classes<kNarrow>(classes, lane, [&](int64_t c) { given_sum += given_target(args, row, c); });
         row.target_sum = smoothed_target(warp_sum(given_sum), args.label_smoothing, args.label_smoothing);
     }
     if (kind == HeadCase::probability_categorical) {
         float sum = 0.0f;
-        for (int64_t c = lane; c < classes; c += kWarpSize) sum += activation_forward(args.activation, row.z[c]);
+        for_lane_classes<kNarrow>(classes, lane,
+                                  [&](int64_t c) { sum += activation_forward(args.activation, row.z[c]); });
         row.safe_sum = std_max(warp_sum(sum), 1e-30f);
     }
 
@@ -227,7 +239,7 @@ __device__ RowResult head_row(const LossHeadArgs& args, int64_t row_index, int l
     float dot = 0.0f;
     long long correct = 0;
     ArgMax predicted{0.0f, -1}, expected{0.0f, -1};
-    for (int64_t c = lane; c < classes; c += kWarpSize) {
+    for_lane_classes<kNarrow>(classes, lane, [&](int64_t c) {
         const Terms terms = class_terms<kind>(args, row, c);
         loss += terms.loss;
         dot += terms.chain;
@@ -237,7 +249,7 @@ __device__ RowResult head_row(const LossHeadArgs& args, int64_t row_index, int l
             argmax_offer(predicted, terms.y, c);
             if (!args.labels) argmax_offer(expected, row.t[c], c);
         }
-    }
+    });
     RowResult result;
     result.loss = warp_sum(loss);
     dot = warp_sum(dot);
@@ -262,7 +274,7 @@ __device__ RowResult head_row(const LossHeadArgs& args, int64_t row_index, int l
 
     // Outputs: the scaled logits gradient and the activation, zero in the padded columns.
     if (args.logits_grad || args.probabilities) {
-        for (int64_t c = lane; c < args.width; c += kWarpSize) {
+        for_lane_classes<kNarrow>(args.width, lane, [&](int64_t c) {
             float y = 0.0f, gradient = 0.0f;
             if (c < classes) {
                 const Terms terms = class_terms<kind>(args, row, c);
@@ -273,7 +285,7 @@ __device__ RowResult head_row(const LossHeadArgs& args, int64_t row_index, int l
             const int64_t index = row_index * args.width + c;
             if (args.logits_grad) store_element(args.logits_grad, args.logits_grad_dtype, index, gradient);
             if (args.probabilities) args.probabilities[index] = y;
-        }
+        });
     }
     return result;
 }
@@ -304,7 +316,7 @@ __device__ void finish_head(const LossHeadArgs& args, bool starts_step, double l
 // larger grid leaves per-block partials in `scratch` for the last block to finish, which costs a
 // fence, an atomic and a second round of reads through L2 (at batch 32 on an H200 the kernel took
 // 8.4 us for 32 x 10 logits over 4 blocks).
-template <int kWarps, HeadCase kind>
+template <int kWarps, HeadCase kind, bool kNarrow>
 __global__ void __launch_bounds__(kWarps* kWarpSize)
     loss_head_kernel(const LossHeadArgs args, bool starts_step, const LossHeadScratch scratch) {
     start_after_preceding_kernel();
@@ -321,7 +333,7 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
     long long correct = 0, counted = 0;
     const int64_t warps = static_cast<int64_t>(gridDim.x) * block_warps;
     for (int64_t row = static_cast<int64_t>(blockIdx.x) * block_warps + warp; row < args.rows; row += warps) {
-        const RowResult result = head_row<kind>(args, row, lane, gradient_factor);
+        const RowResult result = head_row<kind, kNarrow>(args, row, lane, gradient_factor);
         loss += result.loss;
         correct += result.correct;
         counted += result.counted;
@@ -421,17 +433,27 @@ void validate_loss_head(const LossHeadArgs& args) {
 
 namespace {
 
-template <HeadCase kind>
+template <HeadCase kind, bool kNarrow>
 void launch_loss_head(const LossHeadArgs& args, const LossHeadScratch& scratch, cudaStream_t stream, bool starts_step) {
     if (args.rows <= kSingleBlockRows) {
         // One block, a warp per row.
-        launch_kernel("loss_head_kernel", loss_head_kernel<kSingleBlockRows, kind>, 1,
+        launch_kernel("loss_head_kernel", loss_head_kernel<kSingleBlockRows, kind, kNarrow>, 1,
                       static_cast<unsigned>(args.rows) * kWarpSize, 0, stream, args, starts_step, scratch);
         return;
     }
     const unsigned blocks = grid_for(args.rows, kWarpsPerBlock, kLossHeadMaxBlocks);
-    launch_kernel("loss_head_kernel", loss_head_kernel<kWarpsPerBlock, kind>, blocks, kBlockThreads, 0, stream, args,
-                  starts_step, scratch);
+    launch_kernel("loss_head_kernel", loss_head_kernel<kWarpsPerBlock, kind, kNarrow>, blocks, kBlockThreads, 0, stream,
+                  args, starts_step, scratch);
+}
+
+// Rows of at most 32 columns (the padded classes: a lane each) take the narrow kernel, whose lanes
+// hold one class each instead of a loop over them (the same sums in the same order).
+template <HeadCase kind>
+void launch_loss_head(const LossHeadArgs& args, const LossHeadScratch& scratch, cudaStream_t stream, bool starts_step) {
+    if (args.width <= kWarpSize)
+        launch_loss_head<kind, true>(args, scratch, stream, starts_step);
+    else
+        launch_loss_head<kind, false>(args, scratch, stream, starts_step);
 }
 
 }  // namespace
