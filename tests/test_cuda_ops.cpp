@@ -708,6 +708,21 @@ void compare_loss_head_cases(Backend& reference, Backend& candidate) {
         compare_loss_head(reference, candidate,
                           {Activation::softsign, LossKind::binary_crossentropy, 20, 8, 4, dtype, false, false});
     }
+    // Rows wider than a warp (more than 32 columns), where a lane loops over its classes: every
+    // head case, in one block (32 rows at most) and in several.
+    compare_loss_head(
+        reference, candidate,
+        {Activation::softmax, LossKind::sparse_categorical_crossentropy, 29, 48, 40, DType::bf16, true, true});
+    compare_loss_head(reference, candidate,
+                      {Activation::sigmoid, LossKind::categorical_crossentropy, 45, 40, 33, DType::fp16, true, true});
+    compare_loss_head(reference, candidate,
+                      {Activation::sigmoid, LossKind::binary_crossentropy, 20, 40, 36, DType::fp32, true, false});
+    compare_loss_head(reference, candidate,
+                      {Activation::tanh, LossKind::binary_crossentropy, 40, 64, 50, DType::bf16, false, true});
+    compare_loss_head(reference, candidate,
+                      {Activation::linear, LossKind::mean_squared_error, 31, 72, 65, DType::fp32, true, true});
+    compare_loss_head(reference, candidate,
+                      {Activation::softmax, LossKind::huber, 37, 40, 40, DType::fp16, true, true});
     // Label smoothing in every cross-entropy form (logits, renormalised, softplus, clipped).
     for (const HeadCase& smoothed :
          {HeadCase{Activation::softmax, LossKind::sparse_categorical_crossentropy, 67, 16, 10, DType::bf16, true, true, 0.1f},
