@@ -324,19 +324,33 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
     __shared__ long long warp_correct[kWarps], warp_counted[kWarps];
     __shared__ bool last_block;
 
-    const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+    const int lane = threadIdx.x % kWarpSize;
+    // The warp's index as lane 0 holds it: the same in every lane as far as the compiler can tell, so
+    // that a loop over the warp's rows leaves its lanes together for the shuffles inside.
+    const int warp = __shfl_sync(kFullMask, static_cast<int>(threadIdx.x / kWarpSize), 0);
     const int block_warps = static_cast<int>(blockDim.x) / kWarpSize;
     const float loss_scale = args.state ? args.state->loss_scale : 1.0f;
     const float gradient_factor = loss_scale / static_cast<float>(loss_mean_rows(args));
 
     double loss = 0.0;
     long long correct = 0, counted = 0;
-    const int64_t warps = static_cast<int64_t>(gridDim.x) * block_warps;
-    for (int64_t row = static_cast<int64_t>(blockIdx.x) * block_warps + warp; row < args.rows; row += warps) {
-        const RowResult result = head_row<kind, kNarrow>(args, row, lane, gradient_factor);
-        loss += result.loss;
-        correct += result.correct;
-        counted += result.counted;
+    if constexpr (kWarps == kSingleBlockRows) {
+        // One block of a warp per row (run_loss_head): each warp's row, with no loop around it, so
+        // that the compiler sees every lane of the warp reach the row's shuffles together (in a loop
+        // of a count it cannot prove the same across a warp, each shuffle came with code for lanes
+        // that diverged: half the kernel's instructions, sm_90).
+        const RowResult result = head_row<kind, kNarrow>(args, warp, lane, gradient_factor);
+        loss = result.loss;
+        correct = result.correct;
+        counted = result.counted;
+    } else {
+        const int64_t warps = static_cast<int64_t>(gridDim.x) * block_warps;
+        for (int64_t row = static_cast<int64_t>(blockIdx.x) * block_warps + warp; row < args.rows; row += warps) {
+            const RowResult result = head_row<kind, kNarrow>(args, row, lane, gradient_factor);
+            loss += result.loss;
+            correct += result.correct;
+            counted += result.counted;
+        }
     }
     if (lane == 0) {
         warp_loss[warp] = loss;
