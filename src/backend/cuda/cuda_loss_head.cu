@@ -241,8 +241,11 @@ __device__ RowResult head_row(const LossHeadArgs& args, int64_t row_index, int l
     ArgMax predicted{0.0f, -1}, expected{0.0f, -1};
     for_lane_classes<kNarrow>(classes, lane, [&](int64_t c) {
         const Terms terms = class_terms<kind>(args, row, c);
-        loss += terms.loss;
-        dot += terms.chain;
+        // Rounded as added (no FMA): with the case known when compiled, the product that makes a
+        // term would otherwise fuse with its addition, other bits than the CPU's order of rounding
+        // (and this kernel's before 2026-12-06) wherever a lane sums two classes or more.
+        loss = __dadd_rn(loss, terms.loss);
+        dot = __fadd_rn(dot, terms.chain);
         if (binary) {
             correct += (terms.y > 0.5f) == (row.t[c] > 0.5f);
         } else {
@@ -339,10 +342,12 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
         // that the compiler sees every lane of the warp reach the row's shuffles together (in a loop
         // of a count it cannot prove the same across a warp, each shuffle came with code for lanes
         // that diverged: half the kernel's instructions, sm_90).
-        const RowResult result = head_row<kind, kNarrow>(args, warp, lane, gradient_factor);
-        loss = result.loss;
-        correct = result.correct;
-        counted = result.counted;
+        if (warp < args.rows) {  // always (run_loss_head launches rows warps); the same in every lane
+            const RowResult result = head_row<kind, kNarrow>(args, warp, lane, gradient_factor);
+            loss = result.loss;
+            correct = result.correct;
+            counted = result.counted;
+        }
     } else {
         const int64_t warps = static_cast<int64_t>(gridDim.x) * block_warps;
         for (int64_t row = static_cast<int64_t>(blockIdx.x) * block_warps + warp; row < args.rows; row += warps) {
@@ -460,14 +465,15 @@ void launch_loss_head(const LossHeadArgs& args, const LossHeadScratch& scratch, 
                   args, starts_step, scratch);
 }
 
-// Rows of at most 32 columns (the padded classes: a lane each) take the narrow kernel, whose lanes
-// hold one class each instead of a loop over them (the same sums in the same order).
+// A softmax or linear cross-entropy head of at most 32 columns (the padded classes: a lane each), the
+// common one, takes the narrow kernel, whose lanes hold one class each instead of a loop over them
+// (the same sums in the same order); the other cases loop (fewer kernels in the library).
 template <HeadCase kind>
 void launch_loss_head(const LossHeadArgs& args, const LossHeadScratch& scratch, cudaStream_t stream, bool starts_step) {
-    if (args.width <= kWarpSize)
-        launch_loss_head<kind, true>(args, scratch, stream, starts_step);
-    else
-        launch_loss_head<kind, false>(args, scratch, stream, starts_step);
+    if constexpr (kind == HeadCase::logits_categorical) {
+        if (args.width <= kWarpSize) return launch_loss_head<kind, true>(args, scratch, stream, starts_step);
+    }
+    launch_loss_head<kind, false>(args, scratch, stream, starts_step);
 }
 
 }  // namespace
