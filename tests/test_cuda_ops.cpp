@@ -117,17 +117,25 @@ std::vector<uint8_t> encode(const Backend& backend, DType dtype, const std::vect
     return bytes;
 }
 
+// An element given as its bits, as a float: a float's 32 (`wide`), else the low 16 of an fp16 or
+// bf16 element of `dtype`.
+float element_value(bool wide, DType dtype, uint32_t bits) {
+    if (wide) {
+        float value = 0.0f;
+        std::memcpy(&value, &bits, 4);
+        return value;
+    }
+    return dtype == DType::fp16 ? half_to_float(static_cast<uint16_t>(bits))
+                                : bfloat16_to_float(static_cast<uint16_t>(bits));
+}
+
 std::vector<float> decode(const Backend& backend, DType dtype, const std::vector<uint8_t>& bytes) {
-    const size_t element = backend.storage_size(dtype);
+    const size_t element = backend.storage_size(dtype);  // 4 for every dtype on the CPU
     std::vector<float> values(bytes.size() / element);
     for (size_t i = 0; i < values.size(); ++i) {
-        if (element == 4) {
-            std::memcpy(&values[i], bytes.data() + i * 4, 4);
-        } else {
-            uint16_t bits;
-            std::memcpy(&bits, bytes.data() + i * 2, 2);
-            values[i] = dtype == DType::fp16 ? half_to_float(bits) : bfloat16_to_float(bits);
-        }
+        uint32_t bits = 0;
+        std::memcpy(&bits, bytes.data() + i * element, element);  // little-endian: the low bytes
+        values[i] = element_value(element == 4, dtype, bits);
     }
     return values;
 }
@@ -230,17 +238,6 @@ private:
     static constexpr size_t kOutOffset = max_abs_scratch_bytes(), kBytes = kOutOffset + 256;
     void* memory_ = nullptr;
 };
-
-// An element of `dtype` given as its bits (the low 16 for fp16 and bf16), as a float.
-float element_value(DType dtype, uint32_t bits) {
-    if (dtype == DType::fp32) {
-        float value = 0.0f;
-        std::memcpy(&value, &bits, 4);
-        return value;
-    }
-    return dtype == DType::fp16 ? half_to_float(static_cast<uint16_t>(bits))
-                                : bfloat16_to_float(static_cast<uint16_t>(bits));
-}
 #endif
 
 // The maximum of |x| so far raised by `value`, as max_abs takes it: NaN and Inf as +Inf.
@@ -888,6 +885,13 @@ struct UpdateCase {
     bool non_finite_inputs = false;
 };
 
+// Plain SGD with the weight decay the update cases use: a rate times 0.05 off every weight a step.
+OptimizerConfig decayed_sgd() {
+    OptimizerConfig optimizer;
+    optimizer.weight_decay = 0.05f;
+    return optimizer;
+}
+
 // One layer's dense_update, twice in a row (so optimizer state carries over), from the same masters,
 // gradients and state on both backends: the change of the masters, the optimizer state, the
 // low-precision copies compared; a skipped update must leave every byte as it was.
@@ -1065,8 +1069,7 @@ void compare_dense_update_cases(Backend& reference, Backend& candidate) {
     rmsprop_momentum.rho = 0.8f;
     // Keras's weight decay under the other rules: plain SGD keeps its fused kernel with it (and the
     // CPU reference its one GEMM, beta the factor decay leaves), past 64 rows GEMM then update.
-    OptimizerConfig sgd_decay;
-    sgd_decay.weight_decay = 0.05f;
+    OptimizerConfig sgd_decay = decayed_sgd();
     // Centered: the gradients' average is the second state array, or the third after momentum's.
     OptimizerConfig rmsprop_centered = rmsprop;
     rmsprop_centered.centered = true;
@@ -1856,13 +1859,13 @@ TEST_CASE("ReLU's derivative in place keeps the gradient exactly where y > 0, fo
             size_t wrong = 0;
             float gradient_max = 0.0f, y_max = 0.0f;  // as max_abs takes them: NaN as +Inf
             for (size_t i = 0; i < count; ++i) {
-                const float value = element_value(dtype, y[i]);
+                const float value = element_value(wide, dtype, y[i]);
                 const uint32_t expected = value > 0.0f ? gradient[i] : 0u;
                 uint32_t got = 0;
                 std::memcpy(&got, &result[i * element], element);
                 if (got != expected && wrong++ < 5)
                     MESSAGE("element " << i << ": y bits " << y[i] << ", got " << got << ", expected " << expected);
-                gradient_max = max_abs_with(gradient_max, element_value(dtype, expected));
+                gradient_max = max_abs_with(gradient_max, element_value(wide, dtype, expected));
                 y_max = max_abs_with(y_max, value);
             }
             CHECK(wrong == 0);
@@ -1967,8 +1970,7 @@ TEST_CASE("CUDA plain SGD into the masters matches the CPU, and a skipped step l
     auto cpu = make_cpu();
     std::unique_ptr<Backend> cuda = make_cuda_under("MPTRAIN_CUDA_GRADIENT_INTO_MASTERS", "1");
     OptimizerConfig sgd;
-    OptimizerConfig sgd_decay;
-    sgd_decay.weight_decay = 0.05f;
+    OptimizerConfig sgd_decay = decayed_sgd();
     for (DType dtype : kDTypes) {
         compare_dense_update(*cpu, *cuda, {96, 136, 64, dtype, sgd, false});
         compare_dense_update(*cpu, *cuda, {96, 136, 64, dtype, sgd_decay, false});
@@ -2010,8 +2012,7 @@ TEST_CASE("MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1: CUDA fused SGD for 32 rows matches 
     auto cpu = make_cpu();
     std::unique_ptr<Backend> cuda = make_cuda_under("MPTRAIN_CUDA_FUSED_SGD_32_ROWS", "1");
     OptimizerConfig sgd;
-    OptimizerConfig sgd_decay;
-    sgd_decay.weight_decay = 0.05f;
+    OptimizerConfig sgd_decay = decayed_sgd();
     for (DType dtype : kDTypes) {
         compare_dense_update(*cpu, *cuda, {32, 256, 64, dtype, sgd, false});        // whole tiles only
         compare_dense_update(*cpu, *cuda, {32, 200, 72, dtype, sgd_decay, false});  // partial strip and tile
@@ -2038,8 +2039,7 @@ TEST_CASE("MPTRAIN_CUDA_BULK_COPY_SGD=1: CUDA fused SGD by bulk copies matches t
     auto cpu = make_cpu();
     std::unique_ptr<Backend> cuda = make_cuda_under("MPTRAIN_CUDA_BULK_COPY_SGD", "1");
     OptimizerConfig sgd;
-    OptimizerConfig sgd_decay;
-    sgd_decay.weight_decay = 0.05f;
+    OptimizerConfig sgd_decay = decayed_sgd();
     for (DType dtype : kDTypes) {
         compare_dense_update(*cpu, *cuda, {32, 256, 64, dtype, sgd, false});        // whole tiles only
         compare_dense_update(*cpu, *cuda, {32, 200, 72, dtype, sgd_decay, false});  // partial strip and tile
