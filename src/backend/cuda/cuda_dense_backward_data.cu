@@ -67,16 +67,11 @@ struct ReluMaxAbs {
     MaxAbsScratch scratch{};  // cells 0 and 1 and the ticket (cuda_max_abs_cells.cuh)
 };
 
-// The largest magnitude's bits among the elements of a word of T (one float, or two 16-bit ones).
+// T's dtype, for vector_max (cuda_max_abs_cells.cuh).
 template <typename T>
-__device__ __forceinline__ unsigned word_max(uint32_t word) {
-    if constexpr (sizeof(T) == 4) {
-        return magnitude_bits(__uint_as_float(word));
-    } else {
-        return max(magnitude_bits(bits_to_float<T>(static_cast<uint16_t>(word & 0xffffu))),
-                   magnitude_bits(bits_to_float<T>(static_cast<uint16_t>(word >> 16))));
-    }
-}
+constexpr DType kDTypeOf = std::is_same_v<T, float>    ? DType::fp32
+                           : std::is_same_v<T, __half> ? DType::fp16
+                                                       : DType::bf16;
 
 // `gradient` and `output` 16-byte aligned (validate): 16 bytes a thread at a time, then the last
 // count % (16 / sizeof(T)) elements one by one. kMaxima: also the maxima `maxima` asks for, each
@@ -99,10 +94,8 @@ __global__ void __launch_bounds__(256)
                                       relu_backward_word<T>(g.z, y.z), relu_backward_word<T>(g.w, y.w));
         gradient_vectors[v] = kept;
         if constexpr (kMaxima) {
-            gradient_largest = max(gradient_largest, max(max(word_max<T>(kept.x), word_max<T>(kept.y)),
-                                                         max(word_max<T>(kept.z), word_max<T>(kept.w))));
-            output_largest = max(output_largest,
-                                 max(max(word_max<T>(y.x), word_max<T>(y.y)), max(word_max<T>(y.z), word_max<T>(y.w))));
+            gradient_largest = max(gradient_largest, vector_max<kPerVector>(kept, kDTypeOf<T>));
+            output_largest = max(output_largest, vector_max<kPerVector>(y, kDTypeOf<T>));
         }
     }
     for (int64_t i = vectors * kPerVector + first; i < count; i += stride) {
@@ -155,17 +148,12 @@ namespace {
 template <typename T>
 void launch_relu_backward_in_place(void* gradient, const void* output, int64_t count, const ReluMaxAbs& maxima,
                                    cudaStream_t stream) {
-    if (maxima.gradient || maxima.output) {
-        // At most the max pass's blocks (8 an SM), each one atomic a cell.
-        const unsigned cap = static_cast<unsigned>(maxima.scratch.max_blocks < 4096 ? maxima.scratch.max_blocks : 4096);
-        launch_kernel("relu_backward_in_place_kernel", relu_backward_in_place_kernel<T, true>,
-                      grid_for(count / 8 + 1, 256, cap), 256, 0, stream, static_cast<T*>(gradient),
-                      static_cast<const T*>(output), count, maxima);
-    } else {
-        launch_kernel("relu_backward_in_place_kernel", relu_backward_in_place_kernel<T, false>,
-                      grid_for(count / 8 + 1, 256, 4096), 256, 0, stream, static_cast<T*>(gradient),
-                      static_cast<const T*>(output), count, maxima);
-    }
+    // Taking maxima: at most the max pass's blocks (8 an SM), each one atomic a cell.
+    const bool takes_maxima = maxima.gradient || maxima.output;
+    const auto kernel = takes_maxima ? relu_backward_in_place_kernel<T, true> : relu_backward_in_place_kernel<T, false>;
+    const unsigned cap = takes_maxima && maxima.scratch.max_blocks < 4096 ? maxima.scratch.max_blocks : 4096;
+    launch_kernel("relu_backward_in_place_kernel", kernel, grid_for(count / 8 + 1, 256, cap), 256, 0, stream,
+                  static_cast<T*>(gradient), static_cast<const T*>(output), count, maxima);
 }
 
 void run_relu_backward_in_place(void* gradient, const void* output, DType dtype, int64_t count,
