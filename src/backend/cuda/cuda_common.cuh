@@ -133,7 +133,7 @@ inline unsigned grid_for(int64_t work, unsigned block, unsigned max_blocks) {
     return static_cast<unsigned>(blocks < max_blocks ? blocks : max_blocks);
 }
 
-#if defined(__CUDACC__)
+#if defined(__CUDACC__) || defined(MPT_CUDA_EMULATION)  // (emulation: tests/cuda_emulation)
 // Device-side element access in storage dtypes. Conversions round to nearest even, as round_to.
 __device__ __forceinline__ float load_element(const void* base, DType dtype, int64_t index) {
     switch (dtype) {

@@ -97,7 +97,7 @@ void launch_kernel(const char* name, void (*kernel)(Parameters...), dim3 grid, d
                               std::forward<Arguments>(arguments)...);
 }
 
-#if defined(__CUDACC__)
+#if defined(__CUDACC__) || defined(MPT_CUDA_EMULATION)  // (emulation: tests/cuda_emulation)
 // The first statement of every backend kernel: waits for the kernel before it in the stream (when
 // launched with the attribute), then lets the next one launch.
 __device__ __forceinline__ void start_after_preceding_kernel() {

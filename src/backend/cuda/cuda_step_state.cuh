@@ -15,7 +15,7 @@ void run_decide_update(const float* max_abs_pairs, int layer_count, int64_t rows
 void run_finish_step(TrainState* state, const LossScalerConfig& scaler, const double* metrics,
                      double* committed_metrics, cudaStream_t stream);
 
-#if defined(__CUDACC__)
+#if defined(__CUDACC__) || defined(MPT_CUDA_EMULATION)  // (emulation: tests/cuda_emulation)
 // finish_step's work, by one thread: for its kernel, and for the last block of a step's last update
 // launch that takes it (cuda_fused_sgd_launch.cuh).
 __device__ __forceinline__ void finish_step_on_device(TrainState* state, const LossScalerConfig& scaler,

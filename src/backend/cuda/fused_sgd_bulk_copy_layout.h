@@ -22,7 +22,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
+#if defined(__CUDACC__) || defined(MPT_CUDA_EMULATION)  // (emulation: tests/cuda_emulation)
 #define MPT_BULK_LAYOUT_FN __host__ __device__ __forceinline__
 #else
 #define MPT_BULK_LAYOUT_FN inline

@@ -1,0 +1,283 @@
+// What a kernel's source needs from CUDA's device side, for the host compiler: included before a
+// backend .cu file (tests/cuda_emulation/emulated_*.cpp), it lets that file compile as C++ and its
+// launches run on emulated threads (emulated_threads.h). The CUDA headers are the toolkit's own,
+// seen as a host compiler sees them; this adds the rest:
+// - the execution-space keywords (the built-in variables are emulated_threads.h's); __shared__ as a static that each OS
+//   thread has its own of, i.e. each emulated block (its threads are fibers on one OS thread);
+// - barriers, warp collectives and atomics over the fibers (one runs at a time: plain arithmetic
+//   is atomic);
+// - the intrinsics with explicit rounding as the IEEE operations they name (the host code is built
+//   with -ffp-contract=off: no fused multiply-add where the source did not write one);
+// - cudaLaunchKernelEx as the emulated launch (the backend launches every kernel through it,
+//   cuda_launch.cuh), and MPT_CUDA_EMULATION, under which the backend's headers declare their device
+//   functions as they do for nvcc.
+// __CUDA_ARCH__ stays undefined: code for a given architecture (inline PTX) is left out as for the
+// host pass of nvcc, so a kernel whose work lives only there cannot be emulated.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#include "cuda_emulation/emulated_threads.h"
+
+#define MPT_CUDA_EMULATION 1
+
+#undef __global__
+#undef __device__
+#undef __host__
+#undef __shared__
+#undef __constant__
+#undef __launch_bounds__
+#undef __forceinline__
+#undef __noinline__
+#define __global__
+#define __device__
+#define __host__
+#define __constant__
+#define __shared__ static thread_local
+#define __launch_bounds__(...)
+#define __forceinline__ inline
+#define __noinline__
+
+#define warpSize 32
+
+// ---- barriers and warp collectives ----------------------------------------------------------------
+inline void __syncthreads() { ::mpt_emulation::sync_block(); }
+inline int __syncthreads_count(int predicate) { return ::mpt_emulation::sync_block(predicate); }
+inline int __syncthreads_or(int predicate) { return ::mpt_emulation::sync_block(predicate) != 0; }
+inline int __syncthreads_and(int predicate) {
+    return ::mpt_emulation::sync_block(predicate) ==
+           static_cast<int>(blockDim.x * blockDim.y * blockDim.z);  // (exited threads would count as false)
+}
+inline void __syncwarp(unsigned mask = 0xffffffffu) { ::mpt_emulation::sync_lanes(mask); }
+inline unsigned __activemask() { return 0xffffffffu; }  // every lane converges in the emulation
+inline unsigned __ballot_sync(unsigned mask, int predicate) { return ::mpt_emulation::ballot(mask, predicate != 0); }
+inline int __any_sync(unsigned mask, int predicate) { return ::mpt_emulation::ballot(mask, predicate != 0) != 0; }
+inline int __all_sync(unsigned mask, int predicate) {
+    return ::mpt_emulation::ballot(mask, predicate == 0) == 0;  // no lane of the mask voted false
+}
+
+namespace mpt_emulation {
+template <typename T>
+T shuffle(unsigned mask, T value, int source) {
+    static_assert(sizeof(T) <= 8 && std::is_trivially_copyable_v<T>, "shuffles move up to 8 bytes");
+    uint64_t offer = 0;
+    std::memcpy(&offer, &value, sizeof(T));
+    const uint64_t received = exchange(mask, offer, source);
+    T result;
+    std::memcpy(&result, &received, sizeof(T));
+    return result;
+}
+}  // namespace mpt_emulation
+
+// The source lanes as the PTX shfl modes define them within segments of `width` lanes; a source
+// outside the caller's segment gives the caller its own value.
+template <typename T>
+T __shfl_sync(unsigned mask, T value, int source_lane, int width = 32) {
+    const int lane = static_cast<int>(::mpt_emulation::lane_index());
+    return ::mpt_emulation::shuffle(mask, value, lane / width * width + (source_lane % width));
+}
+template <typename T>
+T __shfl_xor_sync(unsigned mask, T value, int lane_mask, int width = 32) {
+    const int lane = static_cast<int>(::mpt_emulation::lane_index());
+    const int source = lane ^ lane_mask;
+    return ::mpt_emulation::shuffle(mask, value, source / width == lane / width ? source : -1);
+}
+template <typename T>
+T __shfl_down_sync(unsigned mask, T value, unsigned delta, int width = 32) {
+    const int lane = static_cast<int>(::mpt_emulation::lane_index());
+    const int source = lane + static_cast<int>(delta);
+    return ::mpt_emulation::shuffle(mask, value, lane % width + static_cast<int>(delta) < width ? source : -1);
+}
+template <typename T>
+T __shfl_up_sync(unsigned mask, T value, unsigned delta, int width = 32) {
+    const int lane = static_cast<int>(::mpt_emulation::lane_index());
+    return ::mpt_emulation::shuffle(mask, value,
+                                    lane % width >= static_cast<int>(delta) ? lane - static_cast<int>(delta) : -1);
+}
+
+// ---- memory ordering and atomics (one fiber runs at a time) ---------------------------------------
+inline void __threadfence() {}
+inline void __threadfence_block() {}
+inline void __threadfence_system() {}
+
+template <typename T>
+T atomicAdd(T* address, T value) {
+    const T old = *address;
+    *address = old + value;
+    return old;
+}
+template <typename T>
+T atomicMax(T* address, T value) {
+    const T old = *address;
+    *address = old < value ? value : old;
+    return old;
+}
+template <typename T>
+T atomicMin(T* address, T value) {
+    const T old = *address;
+    *address = value < old ? value : old;
+    return old;
+}
+template <typename T>
+T atomicExch(T* address, T value) {
+    const T old = *address;
+    *address = value;
+    return old;
+}
+template <typename T>
+T atomicCAS(T* address, T compare, T value) {
+    const T old = *address;
+    if (old == compare) *address = value;
+    return old;
+}
+template <typename T>
+T atomicOr(T* address, T value) {
+    const T old = *address;
+    *address = old | value;
+    return old;
+}
+template <typename T>
+T atomicAnd(T* address, T value) {
+    const T old = *address;
+    *address = old & value;
+    return old;
+}
+inline unsigned atomicInc(unsigned* address, unsigned limit) {
+    const unsigned old = *address;
+    *address = old >= limit ? 0u : old + 1u;
+    return old;
+}
+
+// Cache-hinted loads and stores: plain ones.
+template <typename T>
+T __ldg(const T* address) {
+    return *address;
+}
+template <typename T>
+T __ldcs(const T* address) {
+    return *address;
+}
+template <typename T>
+T __ldcg(const T* address) {
+    return *address;
+}
+template <typename T>
+T __ldca(const T* address) {
+    return *address;
+}
+template <typename T>
+T __ldlu(const T* address) {
+    return *address;
+}
+template <typename T>
+void __stcs(T* address, T value) {
+    *address = value;
+}
+template <typename T>
+void __stcg(T* address, T value) {
+    *address = value;
+}
+template <typename T>
+void __stwt(T* address, T value) {
+    *address = value;
+}
+template <typename T>
+void __stwb(T* address, T value) {
+    *address = value;
+}
+
+// A trap fails the emulated launch (a GPU would end the context).
+inline void __trap() { throw ::mpt_emulation::EmulationError("the kernel trapped"); }
+
+// ---- arithmetic ---------------------------------------------------------------------------------
+inline unsigned __float_as_uint(float x) {
+    unsigned bits;
+    std::memcpy(&bits, &x, 4);
+    return bits;
+}
+inline float __uint_as_float(unsigned bits) {
+    float x;
+    std::memcpy(&x, &bits, 4);
+    return x;
+}
+inline int __float_as_int(float x) { return static_cast<int>(__float_as_uint(x)); }
+inline float __int_as_float(int bits) { return __uint_as_float(static_cast<unsigned>(bits)); }
+inline long long __double_as_longlong(double x) {
+    long long bits;
+    std::memcpy(&bits, &x, 8);
+    return bits;
+}
+inline double __longlong_as_double(long long bits) {
+    double x;
+    std::memcpy(&x, &bits, 8);
+    return x;
+}
+
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
+inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
+inline float __frcp_rn(float a) { return 1.0f / a; }
+inline float __fsqrt_rn(float a) { return std::sqrt(a); }
+inline double __dadd_rn(double a, double b) { return a + b; }
+inline double __dsub_rn(double a, double b) { return a - b; }
+inline double __dmul_rn(double a, double b) { return a * b; }
+inline double __fma_rn(double a, double b, double c) { return std::fma(a, b, c); }
+inline float __expf(float x) { return std::exp(x); }
+inline float __logf(float x) { return std::log(x); }
+inline float __fdividef(float a, float b) { return a / b; }
+inline float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x); }
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
+inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz(static_cast<unsigned>(x)); }
+inline int __ffs(int x) { return __builtin_ffs(x); }
+
+// CUDA's overloads of min and max for the integer types (the device's headers give them to device
+// code in the global namespace), and for float and double.
+#define MPT_EMULATED_MIN_MAX(T)                      \
+    inline T max(T a, T b) { return a < b ? b : a; } \
+    inline T min(T a, T b) { return b < a ? b : a; }
+MPT_EMULATED_MIN_MAX(int)
+MPT_EMULATED_MIN_MAX(unsigned)
+MPT_EMULATED_MIN_MAX(long)
+MPT_EMULATED_MIN_MAX(unsigned long)
+MPT_EMULATED_MIN_MAX(long long)
+MPT_EMULATED_MIN_MAX(unsigned long long)
+#undef MPT_EMULATED_MIN_MAX
+inline float max(float a, float b) { return std::fmax(a, b); }
+inline float min(float a, float b) { return std::fmin(a, b); }
+inline double max(double a, double b) { return std::fmax(a, b); }
+inline double min(double a, double b) { return std::fmin(a, b); }
+
+// ---- the launch ---------------------------------------------------------------------------------
+namespace mpt_emulation {
+// cudaLaunchKernelEx's emulation: the arguments converted to the kernel's parameter types once, as
+// the runtime copies them, and every thread calls the kernel with its own copy of them.
+template <typename... Parameters, typename... Arguments>
+cudaError_t launch_kernel_ex(const cudaLaunchConfig_t* config, void (*kernel)(Parameters...),
+                             Arguments&&... arguments) {
+    for (unsigned a = 0; a < config->numAttrs; ++a) {
+        const cudaLaunchAttribute& attribute = config->attrs[a];
+        if (attribute.id == cudaLaunchAttributeClusterDimension &&
+            attribute.val.clusterDim.x * attribute.val.clusterDim.y * attribute.val.clusterDim.z > 1)
+            throw EmulationError("launches in thread-block clusters are not emulated");
+    }
+    std::tuple<std::decay_t<Parameters>...> parameters(std::forward<Arguments>(arguments)...);
+    run_grid(config->gridDim, config->blockDim, config->dynamicSmemBytes, [&parameters, kernel] {
+        std::tuple<std::decay_t<Parameters>...> own = parameters;
+        std::apply(kernel, own);
+    });
+    return cudaSuccess;
+}
+}  // namespace mpt_emulation
+#define cudaLaunchKernelEx ::mpt_emulation::launch_kernel_ex

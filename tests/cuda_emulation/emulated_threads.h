@@ -1,0 +1,93 @@
+// The threads of an emulated CUDA launch, on the CPU: every thread of a block is a fiber on one OS
+// thread, switched only where CUDA threads wait for each other (a block's barrier, a warp's
+// collective), so a kernel's code runs as written, compiled for the host (emulated_device.h).
+//
+// Why: most sessions have no GPU, and a kernel no GPU has run can still be checked for what does not
+// depend on the hardware's timing: its indexing, its reductions, the last block's work, its warp
+// collectives' masks. The emulation is strict where CUDA leaves things undefined and a GPU would
+// often get away with it: a collective whose mask leaves out the calling lane or a lane it reads, or
+// a barrier that some threads never reach, fails the launch with a message (a deadlock on a GPU).
+//
+// What it cannot check: races and memory ordering (one fiber runs at a time, so every access is
+// sequentially consistent), timing, and anything compiled for a specific architecture (inline PTX,
+// clusters, tensor cores, asynchronous copies: those paths are excluded by __CUDA_ARCH__, which the
+// host compiler leaves undefined, and launches in clusters are refused). Blocks run one at a time,
+// in an order shuffled by a seed: a result that depends on the blocks' order shows up as a
+// difference between seeds.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <stdexcept>
+#include <string>
+
+namespace mpt_emulation {
+
+// A launch the emulation could not run to its end: a deadlock, a collective misused, a cluster.
+struct EmulationError : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+// Runs `thread_body` as every thread of a grid: blocks one at a time in the order `block_order_seed`
+// shuffles them into (0: in index order), each block's threads as fibers. Throws EmulationError.
+void run_grid(dim3 grid, dim3 block, size_t dynamic_shared_bytes, const std::function<void()>& thread_body);
+
+// The seed of the next launches' block order (0 keeps index order); returns the previous one.
+uint64_t set_block_order_seed(uint64_t seed);
+// Launches run so far by run_grid (tests count them).
+uint64_t launches();
+
+// The calling fiber's lane in its warp.
+unsigned lane_index();
+
+// __syncthreads: every live thread of the block arrives (exited threads count as arrived). Returns
+// how many of them passed `predicate` true (__syncthreads_count).
+int sync_block(int predicate = 0);
+// __syncwarp and the collectives under it: every lane of `mask` arrives, the caller among them;
+// lanes past the block's last thread are left out of the mask.
+void sync_lanes(unsigned mask);
+// A collective exchange: the caller offers `value`, every lane of `mask` does, and each receives the
+// offer of lane `source` (its own where source is -1). Offers are up to 8 bytes.
+uint64_t exchange(unsigned mask, uint64_t value, int source);
+// The lanes of `mask` whose predicate is true (__ballot_sync).
+unsigned ballot(unsigned mask, bool predicate);
+
+// Memory for the emulated device: `bytes` placed so that the first byte is aligned to `alignment`
+// plus `offset`, the end as near a page the process may not touch as that allows (an access past it
+// faults), the bytes between filled with 0xff (NaN in every float format: a read of them shows up).
+class DeviceBuffer {
+public:
+    DeviceBuffer() = default;
+    explicit DeviceBuffer(size_t bytes, size_t alignment = 256, size_t offset = 0);
+    ~DeviceBuffer();
+    DeviceBuffer(DeviceBuffer&& other) noexcept;
+    DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+    DeviceBuffer(const DeviceBuffer&) = delete;
+    DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+    void* data() const { return data_; }
+    template <typename T>
+    T* as() const {
+        return static_cast<T*>(data_);
+    }
+    size_t size() const { return bytes_; }
+
+private:
+    void* mapping_ = nullptr;
+    size_t mapped_bytes_ = 0;
+    void* data_ = nullptr;
+    size_t bytes_ = 0;
+};
+
+}  // namespace mpt_emulation
+
+// CUDA's built-in variables, as the running fiber sees them: the scheduler sets them before it
+// resumes a fiber (one runs at a time), so kernels read them as they would on a GPU. Names in the
+// global namespace as CUDA's are, and no macros (a member may have the same name).
+extern thread_local uint3 threadIdx;
+extern thread_local uint3 blockIdx;
+extern thread_local dim3 blockDim;
+extern thread_local dim3 gridDim;

@@ -1,0 +1,97 @@
+// Small kernels that check the emulation itself (test_cuda_emulated_kernels.cpp): the warp
+// collectives' lanes and segments as CUDA defines them, barriers and their counts, and the misuses
+// that must fail a launch instead of passing unnoticed.
+#include "cuda_emulation/emulated_device.h"
+// (after it)
+#include "cuda_emulation/emulation_check_kernels.h"
+
+namespace {
+
+cudaLaunchConfig_t config_for(unsigned blocks, unsigned threads) {
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(blocks);
+    config.blockDim = dim3(threads);
+    return config;
+}
+
+// Each thread writes what its warp's collectives gave it: [0] xor 1 within the warp, [1] down 3
+// within segments of 8, [2] up 2 within segments of 16, [3] lane 5 of its segment of 8, [4] the
+// ballot of odd lanes, [5] the warp's sum by xor butterfly, [6] the block barrier's count of threads
+// below 40, [7] the block's sum through shared memory.
+__global__ void collectives_kernel(int* out) {
+    const int t = static_cast<int>(threadIdx.x);
+    int* mine = out + 8 * (blockIdx.x * blockDim.x + threadIdx.x);
+    mine[0] = __shfl_xor_sync(0xffffffffu, t, 1);
+    mine[1] = __shfl_down_sync(0xffffffffu, t, 3, 8);
+    mine[2] = __shfl_up_sync(0xffffffffu, t, 2, 16);
+    mine[3] = __shfl_sync(0xffffffffu, t, 5, 8);
+    mine[4] = static_cast<int>(__ballot_sync(0xffffffffu, t % 2 == 1));
+    int sum = t;
+    for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    mine[5] = sum;
+    mine[6] = __syncthreads_count(t < 40);
+    __shared__ int values[64];
+    values[t] = t;
+    __syncthreads();
+    int block_sum = 0;
+    for (int i = 0; i < 64; ++i) block_sum += values[i];
+    mine[7] = block_sum;
+}
+
+__global__ void mask_leaves_out_caller_kernel(int* out) {
+    out[threadIdx.x] = __shfl_xor_sync(0x0000ffffu, static_cast<int>(threadIdx.x), 1);  // lanes 16-31 not in it
+}
+
+__global__ void reads_outside_mask_kernel(int* out) {
+    if (threadIdx.x < 16) out[threadIdx.x] = __shfl_sync(0x0000ffffu, static_cast<int>(threadIdx.x), 20);
+}
+
+// Lane 0 waits in a warp collective for lane 1, which waits at the block barrier for lane 0.
+__global__ void deadlock_kernel(int* out) {
+    if (threadIdx.x == 0)
+        out[0] = __shfl_sync(0x3u, 1, 1);
+    else
+        __syncthreads();
+}
+
+__global__ void exited_lane_kernel(int* out) {
+    if (threadIdx.x == 1) return;
+    out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, static_cast<int>(threadIdx.x), 2);
+}
+
+__global__ void trap_kernel(int* out) {
+    if (blockIdx.x == 1 && threadIdx.x == 3) __trap();
+    out[threadIdx.x] = 1;
+}
+
+__global__ void cluster_kernel(int* out) { out[0] = 1; }
+
+template <typename... Parameters, typename... Arguments>
+void launch(unsigned blocks, unsigned threads, void (*kernel)(Parameters...), Arguments... arguments) {
+    const cudaLaunchConfig_t config = config_for(blocks, threads);
+    cudaLaunchKernelEx(&config, kernel, arguments...);
+}
+
+}  // namespace
+
+namespace mpt_emulation_check {
+
+void run_collectives(int* out, unsigned blocks) { launch(blocks, 64, collectives_kernel, out); }
+void run_mask_leaves_out_caller(int* out) { launch(1, 32, mask_leaves_out_caller_kernel, out); }
+void run_reads_outside_mask(int* out) { launch(1, 32, reads_outside_mask_kernel, out); }
+void run_deadlock(int* out) { launch(1, 2, deadlock_kernel, out); }
+void run_exited_lane(int* out) { launch(1, 32, exited_lane_kernel, out); }
+void run_trap(int* out) { launch(2, 32, trap_kernel, out); }
+void run_in_clusters(int* out) {
+    cudaLaunchConfig_t config = config_for(2, 32);
+    cudaLaunchAttribute attribute{};
+    attribute.id = cudaLaunchAttributeClusterDimension;
+    attribute.val.clusterDim.x = 2;
+    attribute.val.clusterDim.y = 1;
+    attribute.val.clusterDim.z = 1;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    cudaLaunchKernelEx(&config, cluster_kernel, out);
+}
+
+}  // namespace mpt_emulation_check

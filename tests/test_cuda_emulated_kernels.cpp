@@ -1,0 +1,611 @@
+// The CUDA backend's kernels run on emulated threads on the CPU (tests/cuda_emulation/): each kernel's
+// own source, compiled for the host, launched through its backend entry point on buffers that fault
+// past their ends, and compared with the CPU reference. Every build with the CUDA toolkit runs it, GPU
+// or not: what it checks (indexing, reductions, the last block's work, warp collectives' masks, the
+// results' bits where the arithmetic is the same) does not depend on a GPU's timing. Races, memory
+// ordering and the speed are for the GPU tests (test_cuda_ops) and the device check.
+#include <doctest/doctest.h>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "amp/loss_scaler.h"
+#include "backend/backend.h"
+#include "backend/cpu/cpu_loss_head.h"
+#include "backend/cuda/cuda_dense_backward_data.cuh"
+#include "backend/cuda/cuda_loss_head.cuh"
+#include "backend/cuda/cuda_max_abs.cuh"
+#include "cuda_emulation/emulated_threads.h"
+#include "cuda_emulation/emulation_check_kernels.h"
+
+using mpt::Activation;
+using mpt::DType;
+using mpt::LossKind;
+using mpt_emulation::DeviceBuffer;
+
+namespace {
+
+float float_of_bits(uint32_t bits) {
+    float value;
+    std::memcpy(&value, &bits, 4);
+    return value;
+}
+uint32_t bits_of_float(float value) {
+    uint32_t bits;
+    std::memcpy(&bits, &value, 4);
+    return bits;
+}
+
+// A tensor in the emulated device's memory, its elements kept as floats too (the values its dtype
+// stores) for the reference.
+struct DeviceTensor {
+    DType dtype = DType::fp32;
+    int64_t count = 0;
+    DeviceBuffer buffer;
+    std::vector<float> values;
+
+    DeviceTensor(DType type, int64_t elements, size_t misalignment = 0)
+        : dtype(type),
+          count(elements),
+          buffer(static_cast<size_t>(elements) * (type == DType::fp32 ? 4 : 2), 256, misalignment),
+          values(static_cast<size_t>(elements)) {}
+
+    // Stores `value` as the dtype does (round to nearest even) and keeps what was stored.
+    void set(int64_t index, float value) {
+        const size_t i = static_cast<size_t>(index);
+        switch (dtype) {
+            case DType::fp32:
+                buffer.as<float>()[i] = value;
+                values[i] = value;
+                return;
+            case DType::bf16: {
+                const __nv_bfloat16 stored = __float2bfloat16_rn(value);
+                buffer.as<__nv_bfloat16>()[i] = stored;
+                values[i] = __bfloat162float(stored);
+                return;
+            }
+            case DType::fp16: {
+                const __half stored = __float2half_rn(value);
+                buffer.as<__half>()[i] = stored;
+                values[i] = __half2float(stored);
+                return;
+            }
+        }
+    }
+};
+
+// max |x| as the kernels define it: NaN and Inf as +Inf.
+float reference_max_abs(const std::vector<float>& values) {
+    uint32_t largest = 0;
+    for (const float value : values) {
+        uint32_t bits = bits_of_float(value) & 0x7fffffffu;
+        if (bits > 0x7f800000u) bits = 0x7f800000u;
+        if (bits > largest) largest = bits;
+    }
+    return float_of_bits(largest);
+}
+
+// The max pass's own device memory, zeroed as the backend zeroes it when it allocates it.
+struct MaxAbsScratchBuffer {
+    DeviceBuffer memory{mpt::max_abs_scratch_bytes()};
+    explicit MaxAbsScratchBuffer(int max_blocks) : max_blocks_(max_blocks) {
+        std::memset(memory.data(), 0, memory.size());
+    }
+    mpt::MaxAbsScratch scratch() const {
+        unsigned* base = memory.as<unsigned>();
+        return mpt::MaxAbsScratch{base, base + 256 / sizeof(unsigned), max_blocks_};
+    }
+    bool zero() const {
+        const unsigned char* bytes = memory.as<unsigned char>();
+        for (size_t i = 0; i < memory.size(); ++i)
+            if (bytes[i] != 0) return false;
+        return true;
+    }
+    int max_blocks_;
+};
+
+void fill_random(DeviceTensor& tensor, std::mt19937& random, float scale) {
+    std::uniform_real_distribution<float> uniform(-scale, scale);
+    for (int64_t i = 0; i < tensor.count; ++i) tensor.set(i, uniform(random));
+}
+
+}  // namespace
+
+TEST_CASE("the emulation's warp collectives and barriers are CUDA's") {
+    const unsigned blocks = 3;
+    DeviceBuffer out(sizeof(int) * blocks * 64 * 8);
+    mpt_emulation_check::run_collectives(out.as<int>(), blocks);
+    for (int t = 0; t < static_cast<int>(blocks) * 64; ++t) {
+        CAPTURE(t);
+        const int* got = out.as<int>() + 8 * t;
+        const int thread = t % 64, lane = thread % 32, warp_first = thread - lane;
+        CHECK(got[0] == (thread ^ 1));
+        CHECK(got[1] == (lane % 8 + 3 < 8 ? thread + 3 : thread));  // past the segment: its own value
+        CHECK(got[2] == (lane % 16 >= 2 ? thread - 2 : thread));
+        CHECK(got[3] == warp_first + lane / 8 * 8 + 5);
+        CHECK(static_cast<unsigned>(got[4]) == 0xaaaaaaaau);
+        CHECK(got[5] == 32 * warp_first + 31 * 32 / 2);
+        CHECK(got[6] == 40);
+        CHECK(got[7] == 63 * 64 / 2);
+    }
+}
+
+TEST_CASE("the emulation fails a launch that misuses a collective, deadlocks, traps or needs clusters") {
+    DeviceBuffer out(sizeof(int) * 32);
+    CHECK_THROWS_WITH_AS(mpt_emulation_check::run_mask_leaves_out_caller(out.as<int>()),
+                         doctest::Contains("mask leaves it out"), mpt_emulation::EmulationError);
+    CHECK_THROWS_WITH_AS(mpt_emulation_check::run_reads_outside_mask(out.as<int>()),
+                         doctest::Contains("outside its collective's mask"), mpt_emulation::EmulationError);
+    CHECK_THROWS_WITH_AS(mpt_emulation_check::run_deadlock(out.as<int>()), doctest::Contains("deadlock"),
+                         mpt_emulation::EmulationError);
+    CHECK_THROWS_WITH_AS(mpt_emulation_check::run_exited_lane(out.as<int>()),
+                         doctest::Contains("lanes that have exited"), mpt_emulation::EmulationError);
+    CHECK_THROWS_WITH_AS(mpt_emulation_check::run_trap(out.as<int>()), doctest::Contains("trapped"),
+                         mpt_emulation::EmulationError);
+    CHECK_THROWS_WITH_AS(mpt_emulation_check::run_in_clusters(out.as<int>()), doctest::Contains("clusters"),
+                         mpt_emulation::EmulationError);
+    // And the next launch runs as usual.
+    DeviceBuffer collectives(sizeof(int) * 64 * 8);
+    mpt_emulation_check::run_collectives(collectives.as<int>(), 1);
+    CHECK(collectives.as<int>()[7] == 63 * 64 / 2);
+}
+
+TEST_CASE("the max pass's kernel finds every tensor's max |x| whatever the grid and the blocks' order") {
+    std::mt19937 random(20261206);
+    std::vector<DeviceTensor> tensors;
+    // Vectorised and element-wise (misaligned) tensors of each dtype, with tails, one chunk and many
+    // (a chunk is 1,024 16-byte units), an empty one and one of a single element.
+    tensors.emplace_back(DType::fp32, 4 * 1024 * 3 + 7);
+    tensors.emplace_back(DType::bf16, 8 * 1024 * 2 + 5);
+    tensors.emplace_back(DType::fp16, 1000, 2);
+    tensors.emplace_back(DType::fp32, 0);
+    tensors.emplace_back(DType::fp32, 5000, 4);
+    tensors.emplace_back(DType::bf16, 1);
+    tensors.emplace_back(DType::fp16, 8 * 1024 + 8);
+    tensors.emplace_back(DType::bf16, 333, 6);
+    for (size_t k = 0; k < tensors.size(); ++k) fill_random(tensors[k], random, 1.0f + static_cast<float>(k));
+    // Planted maxima: at a tensor's first element, its last (the tail), the middle of a vector.
+    tensors[0].set(0, -1000.0f);
+    tensors[1].set(tensors[1].count - 1, 77.0f);
+    tensors[2].set(501, -8.5f);
+    tensors[4].set(4999, 123.0f);
+    tensors[6].set(8 * 1024 + 3, -65504.0f);  // fp16's largest finite
+    SUBCASE("finite values") {}
+    SUBCASE("NaN and -Inf count as +Inf") {
+        tensors[0].set(4 * 1024 + 9, NAN);
+        tensors[7].set(300, -INFINITY);
+    }
+
+    std::vector<mpt::MaxAbsInput> inputs;
+    for (const DeviceTensor& t : tensors) inputs.push_back(mpt::MaxAbsInput{t.buffer.data(), t.dtype, t.count});
+    for (const int max_blocks : {1, 3, 8, 1000}) {
+        for (const uint64_t seed : {0ull, 1ull, 2ull}) {
+            CAPTURE(max_blocks);
+            CAPTURE(seed);
+            MaxAbsScratchBuffer scratch(max_blocks);
+            DeviceBuffer out(sizeof(float) * inputs.size());
+            mpt_emulation::set_block_order_seed(seed);
+            mpt::run_max_abs(inputs.data(), static_cast<int>(inputs.size()), out.as<float>(), scratch.scratch(),
+                             mpt::MaxAbsDecision{}, nullptr);
+            mpt_emulation::set_block_order_seed(0);
+            for (size_t k = 0; k < tensors.size(); ++k) {
+                CAPTURE(k);
+                CHECK(bits_of_float(out.as<float>()[k]) == bits_of_float(reference_max_abs(tensors[k].values)));
+            }
+            CHECK(scratch.zero());  // the cells and the ticket are ready for the next pass
+        }
+    }
+}
+
+TEST_CASE("the max pass's decision reads the maxima it computed and those already taken") {
+    // Two layers' (dZ, A_prev) pairs; the second pair's maxima were taken by the backward that wrote
+    // them (kMaxAbsTaken: the pass leaves out[2] and out[3] and reads them).
+    std::mt19937 random(7);
+    DeviceTensor gradient(DType::fp32, 640), input(DType::bf16, 3000);
+    fill_random(gradient, random, 1.0f);
+    fill_random(input, random, 4.0f);
+    const float taken_gradient_max = 2.0f;
+    for (const float taken_input_max : {3.0f, 1e38f, INFINITY}) {
+        CAPTURE(taken_input_max);
+        const mpt::MaxAbsInput inputs[4] = {{gradient.buffer.data(), DType::fp32, gradient.count},
+                                            {input.buffer.data(), DType::bf16, input.count},
+                                            {nullptr, DType::bf16, mpt::kMaxAbsTaken},
+                                            {nullptr, DType::bf16, mpt::kMaxAbsTaken}};
+        DeviceBuffer out(4 * sizeof(float));
+        out.as<float>()[2] = taken_gradient_max;
+        out.as<float>()[3] = taken_input_max;
+        DeviceBuffer state_memory(sizeof(mpt::TrainState));
+        mpt::TrainState& state = *state_memory.as<mpt::TrainState>();
+        state = mpt::TrainState{};
+        MaxAbsScratchBuffer scratch(8);
+        mpt::run_max_abs(inputs, 4, out.as<float>(), scratch.scratch(), mpt::MaxAbsDecision{&state, 2, 32}, nullptr);
+        CHECK(out.as<float>()[0] == reference_max_abs(gradient.values));
+        CHECK(out.as<float>()[1] == reference_max_abs(input.values));
+        CHECK(out.as<float>()[2] == taken_gradient_max);
+        CHECK(out.as<float>()[3] == taken_input_max);
+        const float pairs[4] = {out.as<float>()[0], out.as<float>()[1], taken_gradient_max, taken_input_max};
+        CHECK(state.found_inf == (mpt::gradient_bounds_finite(pairs, 2, 32) ? 0 : 1));
+        CHECK(state.found_inf == (taken_input_max == 3.0f ? 0 : 1));
+        CHECK(scratch.zero());
+    }
+}
+
+TEST_CASE("a max pass of taken maxima alone launches nothing, unless it decides") {
+    const mpt::MaxAbsInput inputs[2] = {{nullptr, DType::fp32, mpt::kMaxAbsTaken},
+                                        {nullptr, DType::bf16, mpt::kMaxAbsTaken}};
+    DeviceBuffer out(2 * sizeof(float));
+    out.as<float>()[0] = 1e30f;
+    out.as<float>()[1] = 1e30f;
+    MaxAbsScratchBuffer scratch(8);
+    const uint64_t before = mpt_emulation::launches();
+    mpt::run_max_abs(inputs, 2, out.as<float>(), scratch.scratch(), mpt::MaxAbsDecision{}, nullptr);
+    CHECK(mpt_emulation::launches() == before);
+
+    DeviceBuffer state_memory(sizeof(mpt::TrainState));
+    mpt::TrainState& state = *state_memory.as<mpt::TrainState>();
+    state = mpt::TrainState{};
+    mpt::run_max_abs(inputs, 2, out.as<float>(), scratch.scratch(), mpt::MaxAbsDecision{&state, 1, 64}, nullptr);
+    CHECK(mpt_emulation::launches() == before + 1);
+    CHECK(state.found_inf == 1);  // 64 * 1e30 * 1e30 overflows
+    CHECK(out.as<float>()[0] == 1e30f);
+    CHECK(scratch.zero());
+}
+
+namespace {
+
+// One head, as test_cuda_ops's cases describe them: the emulated kernel against cpu_loss_head on the
+// same inputs.
+struct HeadCase {
+    Activation activation;
+    LossKind loss;
+    int64_t rows, width, classes;
+    DType gradient_dtype;
+    bool with_state = true, with_probabilities = true;
+    float label_smoothing = 0.0f;
+    bool with_class_weights = false, with_row_weights = false;
+    int64_t mean_rows = 0;
+    bool continues_batch = false;
+    int64_t nan_logit = -1;  // an element of the logits set to NaN, or none
+    bool starts_step = false;
+};
+
+// The inputs of a head, in emulated device memory, and what a run of it wrote.
+struct HeadRun {
+    DeviceBuffer logits, labels, targets, probabilities, gradient, state, metrics, class_weights, row_weights;
+    mpt::LossHeadArgs args{};
+
+    HeadRun(const HeadCase& c, const std::vector<float>& logit_values, const std::vector<int32_t>& label_values,
+            const std::vector<float>& target_values, const std::vector<float>& class_weight_values,
+            const std::vector<float>& row_weight_values)
+        : logits(logit_values.size() * 4),
+          labels(label_values.size() * 4),
+          targets(target_values.size() * 4),
+          probabilities(logit_values.size() * 4),
+          gradient(logit_values.size() * 4),
+          state(sizeof(mpt::TrainState)),
+          metrics(sizeof(double) * mpt::kMetricsCount),
+          class_weights(class_weight_values.size() * 4),
+          row_weights(row_weight_values.size() * 4) {
+        std::memcpy(logits.data(), logit_values.data(), logits.size());
+        std::memcpy(labels.data(), label_values.data(), labels.size());
+        std::memcpy(targets.data(), target_values.data(), targets.size());
+        std::memcpy(class_weights.data(), class_weight_values.data(), class_weights.size());
+        std::memcpy(row_weights.data(), row_weight_values.data(), row_weights.size());
+        mpt::TrainState initial{};
+        initial.loss_scale = 1024.0f;
+        initial.found_inf = c.starts_step ? 1 : 0;  // a head that starts the step clears it
+        std::memcpy(state.data(), &initial, sizeof(initial));
+        const double initial_metrics[mpt::kMetricsCount] = {3.5, 7.0, 11.0, 99.0};
+        std::memcpy(metrics.data(), initial_metrics, sizeof(initial_metrics));
+        const bool sparse = mpt::loss_uses_labels(c.loss);
+        args.logits = logits.as<float>();
+        args.labels = sparse ? labels.as<int32_t>() : nullptr;
+        args.targets = sparse ? nullptr : targets.as<float>();
+        args.probabilities = c.with_probabilities ? probabilities.as<float>() : nullptr;
+        args.logits_grad = gradient.data();
+        args.state = c.with_state ? state.as<mpt::TrainState>() : nullptr;
+        args.metrics = metrics.as<double>();
+        args.rows = c.rows;
+        args.width = c.width;
+        args.classes = c.classes;
+        args.activation = c.activation;
+        args.loss = c.loss;
+        args.label_smoothing = c.label_smoothing;
+        args.huber_delta = 0.5f;  // logits in [-4, 4] and targets in [0, 1]: both of Huber's branches
+        args.class_weights = c.with_class_weights ? class_weights.as<float>() : nullptr;
+        args.row_weights = c.with_row_weights ? row_weights.as<float>() : nullptr;
+        args.logits_grad_dtype = c.gradient_dtype;
+        args.mean_rows = c.mean_rows;
+        args.continues_batch = c.continues_batch;
+    }
+
+    // The gradient as the dtype stores it on a GPU (`device`), or as the CPU backend stores every
+    // dtype: the values it rounds to, as fp32.
+    std::vector<float> gradient_values(bool device) const {
+        std::vector<float> values(static_cast<size_t>(args.rows * args.width));
+        for (size_t i = 0; i < values.size(); ++i) {
+            switch (device ? args.logits_grad_dtype : DType::fp32) {
+                case DType::fp32:
+                    values[i] = gradient.as<float>()[i];
+                    break;
+                case DType::bf16:
+                    values[i] = __bfloat162float(gradient.as<__nv_bfloat16>()[i]);
+                    break;
+                case DType::fp16:
+                    values[i] = __half2float(gradient.as<__half>()[i]);
+                    break;
+            }
+        }
+        return values;
+    }
+};
+
+// max |a - b| over max |b|, NaN where one is NaN and the other not (both NaN: equal).
+double normalised_difference(const std::vector<float>& a, const std::vector<float>& b) {
+    double largest = 0.0, difference = 0.0;
+    for (size_t i = 0; i < a.size(); ++i) {
+        if (std::isnan(a[i]) || std::isnan(b[i])) {
+            if (std::isnan(a[i]) != std::isnan(b[i])) return NAN;
+            continue;
+        }
+        largest = std::max(largest, std::fabs(static_cast<double>(b[i])));
+        difference = std::max(difference, std::fabs(static_cast<double>(a[i]) - b[i]));
+    }
+    return largest > 0.0 ? difference / largest : difference;
+}
+
+// The rounding of a gradient element in its dtype, and a few ulps of fp32 for the rest.
+double difference_bound(DType dtype) {
+    switch (dtype) {
+        case DType::fp32:
+            return 1e-5;
+        case DType::bf16:
+            return 1.6e-2;
+        case DType::fp16:
+            return 2e-3;
+    }
+    return 0.0;
+}
+
+void compare_head(const HeadCase& c, uint64_t block_order_seed) {
+    CAPTURE(static_cast<int>(c.activation));
+    CAPTURE(static_cast<int>(c.loss));
+    CAPTURE(c.rows);
+    CAPTURE(c.width);
+    CAPTURE(c.classes);
+    CAPTURE(static_cast<int>(c.gradient_dtype));
+    CAPTURE(c.label_smoothing);
+    CAPTURE(c.with_class_weights);
+    CAPTURE(c.with_row_weights);
+    CAPTURE(c.mean_rows);
+    CAPTURE(c.nan_logit);
+    CAPTURE(c.starts_step);
+    CAPTURE(block_order_seed);
+    std::mt19937 random(static_cast<uint32_t>(c.rows * 131 + c.width * 7 + c.classes));
+    std::uniform_real_distribution<float> logit(-4.0f, 4.0f), unit(0.0f, 1.0f);
+    std::vector<float> logits(static_cast<size_t>(c.rows * c.width));
+    for (float& value : logits) value = logit(random);
+    if (c.nan_logit >= 0) logits[static_cast<size_t>(c.nan_logit)] = NAN;
+    std::vector<int32_t> labels(static_cast<size_t>(c.rows));
+    for (int32_t& label : labels) label = static_cast<int32_t>(random() % static_cast<uint32_t>(c.classes));
+    std::vector<float> targets(static_cast<size_t>(c.rows * c.classes));
+    for (float& value : targets) value = unit(random);
+    if (c.loss == LossKind::categorical_crossentropy)  // soft targets summing to 1
+        for (int64_t r = 0; r < c.rows; ++r) {
+            float sum = 0.0f;
+            for (int64_t k = 0; k < c.classes; ++k) sum += targets[static_cast<size_t>(r * c.classes + k)];
+            for (int64_t k = 0; k < c.classes; ++k) targets[static_cast<size_t>(r * c.classes + k)] /= sum;
+        }
+    std::vector<float> class_weights(static_cast<size_t>(c.classes)), row_weights(static_cast<size_t>(c.rows));
+    for (float& w : class_weights) w = 3.0f * unit(random);
+    for (float& w : row_weights) w = 2.0f * unit(random);
+
+    HeadRun reference(c, logits, labels, targets, class_weights, row_weights);
+    HeadRun emulated(c, logits, labels, targets, class_weights, row_weights);
+    mpt::cpu_loss_head(reference.args);
+    if (c.starts_step && c.with_state && reference.args.state->found_inf == 1) {
+        // cpu_loss_head leaves a set found_inf set; begin_step on the CPU would have cleared it first.
+        const double batch_loss = reference.args.metrics[mpt::kMetricBatchLoss];
+        if (std::fabs(batch_loss) <= 3.4028234663852886e38) reference.args.state->found_inf = 0;
+    }
+    DeviceBuffer head_scratch_memory(mpt::kLossHeadMaxBlocks * (sizeof(double) + 2 * sizeof(long long)) + 256);
+    std::memset(head_scratch_memory.data(), 0, head_scratch_memory.size());
+    char* base = head_scratch_memory.as<char>();
+    const mpt::LossHeadScratch scratch{reinterpret_cast<double*>(base),
+                                       reinterpret_cast<long long*>(base + mpt::kLossHeadMaxBlocks * 8),
+                                       reinterpret_cast<long long*>(base + mpt::kLossHeadMaxBlocks * 16),
+                                       reinterpret_cast<unsigned*>(base + mpt::kLossHeadMaxBlocks * 24)};
+    mpt_emulation::set_block_order_seed(block_order_seed);
+    mpt::run_loss_head(emulated.args, scratch, nullptr, c.starts_step);
+    mpt_emulation::set_block_order_seed(0);
+
+    const std::vector<float> gradient = emulated.gradient_values(true),
+                             expected_gradient = reference.gradient_values(false);
+    CHECK(normalised_difference(gradient, expected_gradient) <= difference_bound(c.gradient_dtype));
+    // Padded columns are 0 in the gradient (the model's padded outputs must not learn).
+    for (int64_t r = 0; r < c.rows; ++r)
+        for (int64_t k = c.classes; k < c.width; ++k) CHECK(gradient[static_cast<size_t>(r * c.width + k)] == 0.0f);
+    if (c.with_probabilities) {
+        const size_t n = static_cast<size_t>(c.rows * c.width);
+        const std::vector<float> p(emulated.probabilities.as<float>(), emulated.probabilities.as<float>() + n);
+        const std::vector<float> q(reference.probabilities.as<float>(), reference.probabilities.as<float>() + n);
+        CHECK(normalised_difference(p, q) <= 1e-5);
+    }
+    const double* metrics = emulated.args.metrics;
+    const double* expected = reference.args.metrics;
+    if (c.nan_logit >= 0) {
+        CHECK(std::isnan(metrics[mpt::kMetricLossSum]));
+        CHECK(std::isnan(metrics[mpt::kMetricBatchLoss]));
+    } else {
+        CHECK(metrics[mpt::kMetricLossSum] == doctest::Approx(expected[mpt::kMetricLossSum]).epsilon(1e-5));
+        CHECK(metrics[mpt::kMetricBatchLoss] == doctest::Approx(expected[mpt::kMetricBatchLoss]).epsilon(1e-5));
+    }
+    CHECK(metrics[mpt::kMetricCorrect] == expected[mpt::kMetricCorrect]);
+    CHECK(metrics[mpt::kMetricCounted] == expected[mpt::kMetricCounted]);
+    if (c.with_state) CHECK(emulated.args.state->found_inf == reference.args.state->found_inf);
+    CHECK(*scratch.counter == 0u);  // ready for the next head
+}
+
+}  // namespace
+
+TEST_CASE("the loss head's kernels match the CPU's head in every case, in one block and in several") {
+    struct Shape {
+        int64_t rows, width, classes;
+    };
+    // One block (at most 32 rows, a warp each) and several (8 rows a block, the last partial); rows
+    // of at most 32 columns (the narrow kernel for the logits' cases) and wider ones.
+    const Shape shapes[] = {{1, 16, 10}, {7, 8, 5}, {32, 16, 10}, {33, 16, 10}, {67, 8, 3}, {29, 48, 40}, {45, 40, 33}};
+    struct Head {
+        Activation activation;
+        LossKind loss;
+    };
+    const Head heads[] = {{Activation::softmax, LossKind::sparse_categorical_crossentropy},
+                          {Activation::linear, LossKind::sparse_categorical_crossentropy},
+                          {Activation::softmax, LossKind::categorical_crossentropy},
+                          {Activation::sigmoid, LossKind::categorical_crossentropy},
+                          {Activation::sigmoid, LossKind::binary_crossentropy},
+                          {Activation::tanh, LossKind::binary_crossentropy},
+                          {Activation::linear, LossKind::mean_squared_error},
+                          {Activation::softmax, LossKind::huber},
+                          {Activation::elu, LossKind::mean_absolute_error}};
+    const DType dtypes[] = {DType::fp32, DType::bf16, DType::fp16};
+    int variant = 0;
+    for (const Head& head : heads) {
+        for (const Shape& shape : shapes) {
+            HeadCase c{head.activation, head.loss, shape.rows, shape.width, shape.classes, dtypes[variant % 3]};
+            // Options in rotation, so that each head meets each of them in some shape.
+            c.with_probabilities = variant % 2 == 0;
+            c.with_class_weights = variant % 3 == 1 && mpt::loss_takes_class_weights(c.loss);
+            c.with_row_weights = variant % 4 == 2;
+            c.label_smoothing = variant % 5 == 3 && mpt::valid_label_smoothing(c.loss, 0.1f) ? 0.1f : 0.0f;
+            c.starts_step = variant % 3 == 2;
+            if (variant % 7 == 4) {
+                c.mean_rows = 3 * c.rows;
+                c.continues_batch = true;
+            }
+            ++variant;
+            compare_head(c, 0);
+            compare_head(c, 5);  // the blocks in another order: the last block combines in a fixed one
+            HeadCase nan_case = c;
+            nan_case.nan_logit = shape.classes > 1 ? 1 : 0;  // row 0: found_inf, NaN loss
+            compare_head(nan_case, 0);
+        }
+    }
+}
+
+namespace {
+
+// An element's bits in a 16-bit or 32-bit array.
+uint32_t element_bits(const DeviceBuffer& buffer, DType dtype, size_t i) {
+    return dtype == DType::fp32 ? buffer.as<uint32_t>()[i] : buffer.as<uint16_t>()[i];
+}
+void set_element_bits(DeviceBuffer& buffer, DType dtype, size_t i, uint32_t bits) {
+    if (dtype == DType::fp32)
+        buffer.as<uint32_t>()[i] = bits;
+    else
+        buffer.as<uint16_t>()[i] = static_cast<uint16_t>(bits);
+}
+float element_float(DType dtype, uint32_t bits) {
+    switch (dtype) {
+        case DType::fp32:
+            return float_of_bits(bits);
+        case DType::bf16:
+            return float_of_bits(bits << 16);
+        case DType::fp16: {
+            __half_raw raw;
+            raw.x = static_cast<unsigned short>(bits);
+            return __half2float(__half(raw));
+        }
+    }
+    return 0.0f;
+}
+// The bits of an output element of each kind ReLU's backward must tell apart.
+uint32_t output_bits(DType dtype, int kind, std::mt19937& random) {
+    const bool wide = dtype == DType::fp32;
+    const uint32_t sign = wide ? 0x80000000u : 0x8000u;
+    const uint32_t infinity = wide ? 0x7f800000u : (dtype == DType::bf16 ? 0x7f80u : 0x7c00u);
+    const uint32_t finite = 1 + random() % (infinity - 1);  // positive: subnormal to the largest
+    switch (kind) {
+        case 0:
+            return 0;  // +0: not above 0
+        case 1:
+            return sign;  // -0
+        case 2:
+            return sign | finite;  // negative
+        case 3:
+            return infinity + 1;  // NaN: not above 0
+        case 4:
+            return infinity;  // +Inf: above 0
+        case 5:
+            return sign | infinity;  // -Inf
+        default:
+            return finite;  // above 0 (the most common)
+    }
+}
+
+}  // namespace
+
+TEST_CASE("the ReLU backward in place zeroes the gradient where the output is not above 0 and takes both maxima") {
+    for (const DType dtype : {DType::fp32, DType::bf16, DType::fp16}) {
+        // A tail alone, vectors and a tail, one block's worth, several blocks' (256 threads of 16 bytes).
+        for (const int64_t count : {int64_t{5}, int64_t{8 * 37 + 3}, int64_t{2048}, int64_t{4 * 256 * 9 + 1}}) {
+            for (const int asked : {0, 1, 2, 3}) {  // bit 0: the gradient's maximum, bit 1: the output's
+                CAPTURE(static_cast<int>(dtype));
+                CAPTURE(count);
+                CAPTURE(asked);
+                std::mt19937 random(static_cast<uint32_t>(count * 3 + asked));
+                const size_t n = static_cast<size_t>(count), bytes = n * (dtype == DType::fp32 ? 4 : 2);
+                DeviceBuffer gradient(bytes, 16), output(bytes, 16);
+                std::vector<uint32_t> gradient_before(n);
+                std::uniform_real_distribution<float> uniform(-2.0f, 2.0f);
+                for (size_t i = 0; i < n; ++i) {
+                    const float g = uniform(random);
+                    gradient_before[i] = dtype == DType::fp32   ? bits_of_float(g)
+                                         : dtype == DType::bf16 ? bits_of_float(g) >> 16
+                                                                : __half_raw(__float2half_rn(g)).x;
+                    set_element_bits(gradient, dtype, i, gradient_before[i]);
+                    set_element_bits(output, dtype, i, output_bits(dtype, static_cast<int>(random() % 10), random));
+                }
+                // The largest gradient where the output is 0 (it must not count) and where it is kept.
+                set_element_bits(output, dtype, 0, 0);
+                set_element_bits(gradient, dtype, 0, dtype == DType::fp32 ? bits_of_float(1000.0f) : 0x4000u | 0x3000u);
+                gradient_before[0] = element_bits(gradient, dtype, 0);
+                MaxAbsScratchBuffer scratch(3);  // a cap of 3 blocks: several blocks raise the cells
+                DeviceBuffer maxima(2 * sizeof(float));
+                maxima.as<float>()[0] = maxima.as<float>()[1] = -1.0f;
+                float* gradient_max = (asked & 1) ? maxima.as<float>() : nullptr;
+                float* output_max = (asked & 2) ? maxima.as<float>() + 1 : nullptr;
+                mpt_emulation::set_block_order_seed(static_cast<uint64_t>(asked) + 1);
+                if (asked == 0)
+                    mpt::run_relu_backward_in_place(gradient.data(), output.data(), dtype, count, nullptr);
+                else
+                    mpt::run_relu_backward_in_place(gradient.data(), output.data(), dtype, count, gradient_max,
+                                                    output_max, scratch.scratch(), nullptr);
+                mpt_emulation::set_block_order_seed(0);
+
+                std::vector<float> kept_values, output_values;
+                int64_t wrong = 0;
+                for (size_t i = 0; i < n; ++i) {
+                    const uint32_t y = element_bits(output, dtype, i);
+                    const float y_value = element_float(dtype, y);
+                    const bool kept = y_value > 0.0f;  // NaN is not
+                    const uint32_t expected = kept ? gradient_before[i] : 0u;
+                    if (element_bits(gradient, dtype, i) != expected) ++wrong;
+                    kept_values.push_back(kept ? element_float(dtype, gradient_before[i]) : 0.0f);
+                    output_values.push_back(y_value);
+                }
+                CHECK(wrong == 0);
+                CHECK(maxima.as<float>()[0] == ((asked & 1) ? reference_max_abs(kept_values) : -1.0f));
+                CHECK(maxima.as<float>()[1] == ((asked & 2) ? reference_max_abs(output_values) : -1.0f));
+                CHECK(scratch.zero());
+            }
+        }
+    }
+}
