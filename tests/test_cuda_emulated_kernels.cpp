@@ -20,6 +20,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_loss_head.h"
 #include "backend/cuda/cuda_dense_backward_data.cuh"
+#include "backend/cuda/cuda_fused_sgd.cuh"
 #include "backend/cuda/cuda_loss_head.cuh"
 #include "backend/cuda/cuda_max_abs.cuh"
 #include "cuda_emulation/emulated_threads.h"
@@ -606,6 +607,232 @@ TEST_CASE("the ReLU backward in place zeroes the gradient where the output is no
                 CHECK(maxima.as<float>()[1] == ((asked & 2) ? reference_max_abs(output_values) : -1.0f));
                 CHECK(scratch.zero());
             }
+        }
+    }
+}
+
+namespace {
+
+// A 16-bit or fp32 array of `dtype` in emulated device memory from floats, and the floats it holds.
+DeviceTensor upload_rounded(DType dtype, const std::vector<float>& values, size_t misalignment = 0) {
+    DeviceTensor tensor(dtype, static_cast<int64_t>(values.size()), misalignment);
+    for (size_t i = 0; i < values.size(); ++i) tensor.set(static_cast<int64_t>(i), values[i]);
+    return tensor;
+}
+
+std::vector<float> random_vector(size_t n, float low, float high, std::mt19937& random) {
+    std::uniform_real_distribution<float> uniform(low, high);
+    std::vector<float> values(n);
+    for (float& v : values) v = uniform(random);
+    return values;
+}
+
+// One layer's plain SGD update on the emulated device, and what it must leave: the weight gradient
+// summed as the kernel states it sums (fmaf over the batch rows in order from 0), the bias gradient
+// as a float sum in the same order, the element rule and the step's scalars the shared inline
+// functions'. Masters, bias and copies start from values the update cannot leave (copies 0xff).
+struct SgdLayer {
+    int64_t rows, in_features, out_features;
+    DType dtype;
+    DeviceTensor output_grad, input;
+    DeviceBuffer weights, bias, low_weights, low_bias;
+    std::vector<float> weights_before, bias_before;
+
+    SgdLayer(int64_t r, int64_t in, int64_t out, DType type, bool aligned, std::mt19937& random)
+        : rows(r),
+          in_features(in),
+          out_features(out),
+          dtype(type),
+          output_grad(upload_rounded(type, random_vector(static_cast<size_t>(r * out), -64.0f, 64.0f, random))),
+          input(upload_rounded(type, random_vector(static_cast<size_t>(r * in), 0.0f, 2.0f, random))),
+          weights(static_cast<size_t>(in * out) * 4, 256, aligned ? 0 : 4),
+          bias(static_cast<size_t>(out) * 4),
+          low_weights(static_cast<size_t>(in * out) * (type == DType::fp32 ? 4 : 2)),
+          low_bias(static_cast<size_t>(out) * (type == DType::fp32 ? 4 : 2)) {
+        weights_before = random_vector(static_cast<size_t>(in * out), -0.5f, 0.5f, random);
+        bias_before = random_vector(static_cast<size_t>(out), -0.5f, 0.5f, random);
+        std::memcpy(weights.data(), weights_before.data(), weights.size());
+        std::memcpy(bias.data(), bias_before.data(), bias.size());
+    }
+
+    mpt::DenseUpdateArgs args(const mpt::TrainState* state) const {
+        mpt::DenseUpdateArgs a{};
+        a.output_grad = output_grad.buffer.data();
+        a.input = input.buffer.data();
+        a.weights = weights.as<float>();
+        a.bias = bias.as<float>();
+        a.low_weights = dtype == DType::fp32 ? nullptr : low_weights.data();
+        a.low_bias = dtype == DType::fp32 ? nullptr : low_bias.data();
+        a.rows = rows;
+        a.in_features = in_features;
+        a.out_features = out_features;
+        a.compute_dtype = dtype;
+        a.state = state;
+        return a;
+    }
+
+    // Mismatches against the update from `state` (skipped: nothing written).
+    int64_t mismatches(const mpt::OptimizerConfig& optimizer, const mpt::TrainState& state) const {
+        int64_t wrong = 0;
+        const bool copies = dtype != DType::fp32;
+        const auto check_copy = [&](const DeviceBuffer& low, size_t index, float master, bool written) {
+            if (!copies) return;
+            const uint32_t bits = low.as<uint16_t>()[index];
+            if (!written) {
+                if (bits != 0xffffu) ++wrong;
+                return;
+            }
+            const uint32_t expected = dtype == DType::bf16 ? __nv_bfloat16_raw(__float2bfloat16_rn(master)).x
+                                                           : __half_raw(__float2half_rn(master)).x;
+            if (bits != expected) ++wrong;
+        };
+        const bool applied = state.found_inf == 0;
+        const mpt::OptimizerStepScalars scalars = mpt::plain_step_scalars(optimizer, state.loss_scale, state.steps);
+        for (int64_t o = 0; o < out_features; ++o) {
+            for (int64_t i = 0; i < in_features; ++i) {
+                float gradient = 0.0f;
+                for (int64_t r = 0; r < rows; ++r)
+                    gradient = std::fma(output_grad.values[static_cast<size_t>(r * out_features + o)],
+                                        input.values[static_cast<size_t>(r * in_features + i)], gradient);
+                const size_t index = static_cast<size_t>(o * in_features + i);
+                const float expected =
+                    applied ? mpt::plain_sgd_update_element(optimizer, scalars, weights_before[index], gradient)
+                            : weights_before[index];
+                if (bits_of_float(weights.as<float>()[index]) != bits_of_float(expected)) ++wrong;
+                check_copy(low_weights, index, expected, applied);
+            }
+            float sum = 0.0f;
+            for (int64_t r = 0; r < rows; ++r) sum += output_grad.values[static_cast<size_t>(r * out_features + o)];
+            const size_t index = static_cast<size_t>(o);
+            const float expected = applied ? mpt::plain_sgd_update_element(optimizer, scalars, bias_before[index], sum)
+                                           : bias_before[index];
+            if (bits_of_float(bias.as<float>()[index]) != bits_of_float(expected)) ++wrong;
+            check_copy(low_bias, index, expected, applied);
+        }
+        return wrong;
+    }
+};
+
+mpt::OptimizerConfig plain_sgd(float weight_decay) {
+    mpt::OptimizerConfig optimizer{};
+    optimizer.learning_rate = 0.05f;
+    optimizer.weight_decay = weight_decay;
+    return optimizer;
+}
+
+DeviceBuffer train_state(float loss_scale, int32_t found_inf) {
+    DeviceBuffer memory(sizeof(mpt::TrainState));
+    mpt::TrainState state{};
+    state.loss_scale = loss_scale;
+    state.found_inf = found_inf;
+    state.steps = 7;
+    state.applied_steps = 6;
+    std::memcpy(memory.data(), &state, sizeof(state));
+    return memory;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "fused SGD's CUDA-core kernel updates the masters, bias and copies as its sums and rule say, in every "
+    "compilation") {
+    struct Shape {
+        int64_t rows, in_features, out_features;
+        bool aligned;
+    };
+    // Batches of 1 row to the kernel's 64, exactly 32 (its own compilation), a layer's last strip
+    // and last tile partial or whole, the scalar path (columns not a multiple of 4, or masters not
+    // 16-byte aligned).
+    const Shape shapes[] = {{32, 256, 64, true}, {32, 300, 45, true}, {1, 128, 32, true},   {17, 260, 70, true},
+                            {64, 136, 33, true}, {32, 130, 40, true}, {32, 128, 32, false}, {5, 7, 3, true}};
+    for (const DType dtype : {DType::fp32, DType::bf16, DType::fp16}) {
+        for (const Shape& shape : shapes) {
+            for (const float decay : {0.0f, 0.01f}) {
+                for (const int choice_bits : {0, 1, 2, 3}) {  // bit 0: exact rows, bit 1: three blocks
+                    CAPTURE(static_cast<int>(dtype));
+                    CAPTURE(shape.rows);
+                    CAPTURE(shape.in_features);
+                    CAPTURE(shape.out_features);
+                    CAPTURE(shape.aligned);
+                    CAPTURE(decay);
+                    CAPTURE(choice_bits);
+                    std::mt19937 random(static_cast<uint32_t>(shape.rows * 1000 + shape.in_features + choice_bits));
+                    SgdLayer layer(shape.rows, shape.in_features, shape.out_features, dtype, shape.aligned, random);
+                    DeviceBuffer state = train_state(1024.0f, 0);
+                    const mpt::OptimizerConfig optimizer = plain_sgd(decay);
+                    mpt::FusedSgdKernelChoice choice{};
+                    choice.exact_rows = (choice_bits & 1) != 0;
+                    choice.three_blocks = (choice_bits & 2) != 0;
+                    mpt_emulation::set_block_order_seed(static_cast<uint64_t>(choice_bits));
+                    mpt::run_fused_sgd(layer.args(state.as<mpt::TrainState>()), optimizer, choice, nullptr);
+                    mpt_emulation::set_block_order_seed(0);
+                    CHECK(layer.mismatches(optimizer, *state.as<mpt::TrainState>()) == 0);
+                }
+            }
+        }
+    }
+}
+
+TEST_CASE("fused SGD writes nothing in a skipped step") {
+    std::mt19937 random(3);
+    for (const DType dtype : {DType::fp32, DType::bf16}) {
+        SgdLayer layer(32, 256, 64, dtype, true, random);
+        DeviceBuffer state = train_state(1024.0f, 1);
+        const mpt::OptimizerConfig optimizer = plain_sgd(0.01f);
+        mpt::run_fused_sgd(layer.args(state.as<mpt::TrainState>()), optimizer, mpt::FusedSgdKernelChoice{true, true},
+                           nullptr);
+        CHECK(layer.mismatches(optimizer, *state.as<mpt::TrainState>()) == 0);
+    }
+}
+
+TEST_CASE("fused SGD's group launch updates each layer as alone and finishes the step in its last block") {
+    std::mt19937 random(11);
+    for (const DType dtype : {DType::bf16, DType::fp16}) {
+        for (const int choice_bits : {0, 1, 3}) {
+            CAPTURE(static_cast<int>(dtype));
+            CAPTURE(choice_bits);
+            // The seed MLP's shape, narrowed: three layers of one variant in one launch.
+            SgdLayer first(32, 384, 96, dtype, true, random), second(32, 96, 64, dtype, true, random),
+                last(32, 64, 16, dtype, true, random);
+            DeviceBuffer state = train_state(256.0f, 0);
+            mpt::TrainState* device_state = state.as<mpt::TrainState>();
+            const mpt::TrainState before = *device_state;
+            const mpt::OptimizerConfig optimizer = plain_sgd(0.0f);
+            const mpt::DenseUpdateArgs args[3] = {first.args(device_state), second.args(device_state),
+                                                  last.args(device_state)};
+            const mpt::DenseUpdateArgs* layers[3] = {&args[0], &args[1], &args[2]};
+            const mpt::OptimizerConfig* optimizers[3] = {&optimizer, &optimizer, &optimizer};
+            DeviceBuffer metrics(sizeof(double) * mpt::kMetricsCount), committed(sizeof(double) * mpt::kMetricsCount),
+                counter(256);
+            for (int m = 0; m < mpt::kMetricsCount; ++m) {
+                metrics.as<double>()[m] = 1.5 * (m + 1);
+                committed.as<double>()[m] = -1.0;
+            }
+            std::memset(counter.data(), 0, counter.size());
+            mpt::FusedSgdFinish finish{};
+            finish.state = device_state;
+            finish.scaler.mode = mpt::LossScaling::dynamic;
+            finish.scaler.growth_interval = 2;
+            finish.metrics = metrics.as<double>();
+            finish.committed_metrics = committed.as<double>();
+            finish.counter = counter.as<unsigned>();
+            mpt::FusedSgdKernelChoice choice{};
+            choice.exact_rows = (choice_bits & 1) != 0;
+            choice.three_blocks = (choice_bits & 2) != 0;
+            mpt_emulation::set_block_order_seed(9);
+            const uint64_t launches = mpt_emulation::launches();
+            CHECK(mpt::run_fused_sgd_layers(layers, optimizers, 3, &finish, choice, nullptr) == 3);
+            mpt_emulation::set_block_order_seed(0);
+            CHECK(mpt_emulation::launches() == launches + 1);
+            // The updates read the state before the last block advanced it.
+            CHECK(first.mismatches(optimizer, before) == 0);
+            CHECK(second.mismatches(optimizer, before) == 0);
+            CHECK(last.mismatches(optimizer, before) == 0);
+            mpt::TrainState expected = before;
+            mpt::advance_loss_scaler(expected, finish.scaler);
+            CHECK(std::memcmp(device_state, &expected, sizeof(expected)) == 0);
+            for (int m = 0; m < mpt::kMetricsCount; ++m) CHECK(committed.as<double>()[m] == metrics.as<double>()[m]);
+            CHECK(*counter.as<unsigned>() == 0u);
         }
     }
 }

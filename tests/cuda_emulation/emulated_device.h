@@ -259,6 +259,12 @@ inline float min(float a, float b) { return std::fmin(a, b); }
 inline double max(double a, double b) { return std::fmax(a, b); }
 inline double min(double a, double b) { return std::fmin(a, b); }
 
+// ---- the runtime's C++ forms that nvcc's headers give and a host compiler's do not ------------------
+template <typename... Parameters>
+cudaError_t cudaFuncSetAttribute(void (*kernel)(Parameters...), cudaFuncAttribute attribute, int value) {
+    return cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), attribute, value);
+}
+
 // ---- the launch ---------------------------------------------------------------------------------
 namespace mpt_emulation {
 // cudaLaunchKernelEx's emulation: the arguments converted to the kernel's parameter types once, as
