@@ -20,11 +20,15 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_loss_head.h"
 #include "backend/cuda/cuda_dense_backward_data.cuh"
+#include "backend/cuda/cuda_dense_forward.cuh"
 #include "backend/cuda/cuda_fused_sgd.cuh"
 #include "backend/cuda/cuda_loss_head.cuh"
 #include "backend/cuda/cuda_max_abs.cuh"
+#include "backend/cuda/cuda_small_batch_backward_data.cuh"
+#include "backend/cuda/cuda_small_batch_forward.cuh"
 #include "cuda_emulation/emulated_threads.h"
 #include "cuda_emulation/emulation_check_kernels.h"
+#include "nn/activation.h"
 
 using mpt::Activation;
 using mpt::DType;
@@ -833,6 +837,219 @@ TEST_CASE("fused SGD's group launch updates each layer as alone and finishes the
             CHECK(std::memcmp(device_state, &expected, sizeof(expected)) == 0);
             for (int m = 0; m < mpt::kMetricsCount; ++m) CHECK(committed.as<double>()[m] == metrics.as<double>()[m]);
             CHECK(*counter.as<unsigned>() == 0u);
+        }
+    }
+}
+
+namespace {
+
+// The emulated device's compute capability for a scope (9.0: the small-batch kernels split K across
+// a cluster's blocks).
+struct ComputeCapability {
+    explicit ComputeCapability(int capability) : saved(mpt_emulation::set_compute_capability(capability)) {}
+    ~ComputeCapability() { mpt_emulation::set_compute_capability(saved); }
+    int saved;
+};
+
+// An array of `dtype` as floats (fp32 as is).
+std::vector<float> download_values(const DeviceBuffer& buffer, DType dtype, size_t n) {
+    std::vector<float> values(n);
+    for (size_t i = 0; i < n; ++i)
+        values[i] = dtype == DType::fp32 ? buffer.as<float>()[i] : element_float(dtype, buffer.as<uint16_t>()[i]);
+    return values;
+}
+
+// max |a - b| over the largest |b| and a floor, the bound for sums of K products in fp32 rounded to
+// the output's dtype once.
+double output_bound(DType dtype) { return dtype == DType::fp32 ? 2e-5 : (dtype == DType::bf16 ? 8e-3 : 1e-3); }
+
+struct ForwardCase {
+    int64_t rows, in_features, out_features, valid_out;
+    DType compute, output;
+    Activation activation;
+};
+
+// Runs the small-batch forward on `c` (split as planned on the emulated device) and checks it against
+// a double-precision reference; returns the outputs and the mask for a backward case, and the split.
+struct ForwardResult {
+    std::vector<float> output;
+    DeviceBuffer output_buffer, mask;
+    int splits = 0;
+};
+ForwardResult check_small_batch_forward(const ForwardCase& c, uint32_t data_seed, uint64_t order_seed) {
+    CAPTURE(c.rows);
+    CAPTURE(c.in_features);
+    CAPTURE(c.out_features);
+    CAPTURE(c.valid_out);
+    CAPTURE(static_cast<int>(c.compute));
+    CAPTURE(static_cast<int>(c.output));
+    CAPTURE(static_cast<int>(c.activation));
+    CAPTURE(order_seed);
+    std::mt19937 random(data_seed);
+    const DeviceTensor input =
+        upload_rounded(c.compute, random_vector(static_cast<size_t>(c.rows * c.in_features), -1.0f, 1.0f, random));
+    const DeviceTensor weights = upload_rounded(
+        c.compute, random_vector(static_cast<size_t>(c.out_features * c.in_features), -0.1f, 0.1f, random));
+    const DeviceTensor bias =
+        upload_rounded(c.compute, random_vector(static_cast<size_t>(c.out_features), -0.5f, 0.5f, random));
+    ForwardResult result;
+    const size_t outputs = static_cast<size_t>(c.rows * c.out_features);
+    result.output_buffer = DeviceBuffer(outputs * (c.output == DType::fp32 ? 4 : 2));
+    result.mask = DeviceBuffer(mpt::relu_mask_size(c.rows, c.out_features));
+    mpt::DenseForwardArgs args{};
+    args.input = input.buffer.data();
+    args.weights = weights.buffer.data();
+    args.bias = bias.buffer.data();
+    args.output = result.output_buffer.data();
+    args.relu_mask = result.mask.data();
+    args.rows = c.rows;
+    args.in_features = c.in_features;
+    args.out_features = c.out_features;
+    args.valid_out = c.valid_out;
+    args.activation = c.activation;
+    args.compute_dtype = c.compute;
+    args.bias_dtype = c.compute;
+    args.output_dtype = c.output;
+    REQUIRE(mpt::small_batch_forward_applies(args));
+    const mpt::small_batch_mma::SplitK split = mpt::small_batch_forward_split(args);
+    result.splits = split.splits;
+    mpt_emulation::set_block_order_seed(order_seed);
+    mpt::run_small_batch_forward(args, split, true, nullptr);
+    mpt_emulation::set_block_order_seed(0);
+
+    result.output = download_values(result.output_buffer, c.output, outputs);
+    std::vector<float> expected(outputs);
+    int64_t mask_wrong = 0;
+    const int64_t ld_bits = mpt::relu_mask_ld_bits(c.out_features);
+    for (int64_t r = 0; r < c.rows; ++r)
+        for (int64_t f = 0; f < c.out_features; ++f) {
+            double z = 0.0;
+            for (int64_t k = 0; k < c.in_features; ++k)
+                z += static_cast<double>(input.values[static_cast<size_t>(r * c.in_features + k)]) *
+                     weights.values[static_cast<size_t>(f * c.in_features + k)];
+            const bool valid = f < c.valid_out;
+            z += bias.values[static_cast<size_t>(f)];
+            expected[static_cast<size_t>(r * c.out_features + f)] =
+                valid ? mpt::activation_forward(c.activation, static_cast<float>(z)) : 0.0f;
+            if (c.activation == Activation::relu && std::fabs(z) > 1e-3) {  // (the sums' order decides near 0)
+                const int64_t bit = mpt::small_batch_mma::mask_bit(f, r, ld_bits);
+                const bool set = (result.mask.as<uint32_t>()[bit / 32] >> (bit % 32)) & 1u;
+                if (set != (valid && z > 0.0)) ++mask_wrong;
+            }
+        }
+    CHECK(normalised_difference(result.output, expected) <= output_bound(c.output));
+    CHECK(mask_wrong == 0);
+    // Padded features are written as 0.
+    for (int64_t r = 0; r < c.rows; ++r)
+        for (int64_t f = c.valid_out; f < c.out_features; ++f)
+            CHECK(result.output[static_cast<size_t>(r * c.out_features + f)] == 0.0f);
+    return result;
+}
+
+}  // namespace
+
+TEST_CASE("the small-batch forward kernel, K split across a cluster, matches the reference and is deterministic") {
+    const ComputeCapability hopper(90);
+    const ForwardCase cases[] = {
+        // K long enough for the split model to split it across a cluster, a feature tile or several.
+        {32, 3072, 64, 64, DType::bf16, DType::bf16, Activation::relu},
+        {32, 4096, 32, 32, DType::fp16, DType::fp16, Activation::relu},
+        // Rows of each mma-tile count, padded outputs, the last layer's fp32 logits.
+        {1, 2048, 40, 40, DType::bf16, DType::bf16, Activation::relu},
+        {17, 1024, 96, 90, DType::bf16, DType::fp32, Activation::linear},
+        {64, 1024, 32, 30, DType::fp16, DType::fp32, Activation::tanh},
+        {8, 64, 16, 10, DType::bf16, DType::fp32, Activation::linear},  // short K: one block a tile
+    };
+    for (const ForwardCase& c : cases) {
+        const ForwardResult first = check_small_batch_forward(c, 1, 0);
+        MESSAGE("rows " << c.rows << ", K " << c.in_features << ", features " << c.out_features << ": " << first.splits
+                        << " blocks a cluster");
+        // The clusters in another order: the same bits (each sum's order is fixed).
+        const ForwardResult again = check_small_batch_forward(c, 1, 7);
+        int64_t differ = 0;
+        for (size_t i = 0; i < first.output.size(); ++i)
+            differ += bits_of_float(first.output[i]) != bits_of_float(again.output[i]);
+        CHECK(differ == 0);
+    }
+    // The seed MLP's first layer at batch 32 splits K (the prediction's 2 blocks a cluster on 132 SMs).
+    mpt::DenseForwardArgs seed_layer{};
+    seed_layer.rows = 32;
+    seed_layer.in_features = 3072;
+    seed_layer.out_features = 3000;
+    seed_layer.valid_out = 3000;
+    seed_layer.activation = Activation::relu;
+    seed_layer.compute_dtype = seed_layer.bias_dtype = seed_layer.output_dtype = DType::bf16;
+    CHECK(mpt::small_batch_forward_split(seed_layer).splits == 2);
+}
+
+TEST_CASE("the small-batch input-gradient kernel, the output features split across a cluster, matches the reference") {
+    const ComputeCapability hopper(90);
+    struct BackwardCase {
+        int64_t rows, in_features, out_features;
+        DType compute, gradient;
+        Activation previous;  // A_prev's activation (ReLU: from the forward's mask, or from A_prev)
+    };
+    const BackwardCase cases[] = {
+        {32, 96, 2048, DType::bf16, DType::bf16, Activation::relu},  // the seed MLP's layer 2, narrowed
+        {32, 64, 16, DType::bf16, DType::bf16, Activation::relu},    // its layer 3: K of 16
+        {5, 40, 1024, DType::fp16, DType::fp32, Activation::relu},
+        {64, 32, 512, DType::fp16, DType::fp16, Activation::tanh},
+        {17, 48, 256, DType::bf16, DType::fp32, Activation::linear},
+    };
+    for (const BackwardCase& c : cases) {
+        for (const bool from_mask : {true, false}) {
+            if (from_mask && c.previous != Activation::relu) continue;
+            CAPTURE(c.rows);
+            CAPTURE(c.in_features);
+            CAPTURE(c.out_features);
+            CAPTURE(static_cast<int>(c.previous));
+            CAPTURE(from_mask);
+            // A_prev and its mask from the forward kernel of the layer below (64 inputs of its own).
+            const ForwardCase below{c.rows, 64, c.in_features, c.in_features, c.compute, c.compute, c.previous};
+            const ForwardResult previous = check_small_batch_forward(below, 5, 0);
+            std::mt19937 random(9);
+            const DeviceTensor output_grad = upload_rounded(
+                c.compute, random_vector(static_cast<size_t>(c.rows * c.out_features), -8.0f, 8.0f, random));
+            const DeviceTensor weights = upload_rounded(
+                c.compute, random_vector(static_cast<size_t>(c.out_features * c.in_features), -0.1f, 0.1f, random));
+            const size_t n = static_cast<size_t>(c.rows * c.in_features);
+            DeviceBuffer input_grad(n * (c.gradient == DType::fp32 ? 4 : 2));
+            mpt::DenseBackwardDataArgs args{};
+            args.output_grad = output_grad.buffer.data();
+            args.weights = weights.buffer.data();
+            args.input = previous.output_buffer.data();
+            args.relu_mask = previous.mask.data();
+            args.input_grad = input_grad.data();
+            args.rows = c.rows;
+            args.in_features = c.in_features;
+            args.out_features = c.out_features;
+            args.input_activation = c.previous;
+            args.compute_dtype = c.compute;
+            args.input_grad_dtype = c.gradient;
+            REQUIRE(mpt::small_batch_backward_data_applies(args));
+            const mpt::small_batch_mma::SplitK split = mpt::small_batch_backward_data_split(args);
+            CAPTURE(split.splits);
+            for (const uint64_t order : {0ull, 3ull}) {
+                mpt_emulation::set_block_order_seed(order);
+                mpt::run_small_batch_backward_data(args, split, from_mask, nullptr);
+                mpt_emulation::set_block_order_seed(0);
+                const std::vector<float> got = download_values(input_grad, c.gradient, n);
+                std::vector<float> expected(n);
+                for (int64_t r = 0; r < c.rows; ++r)
+                    for (int64_t i = 0; i < c.in_features; ++i) {
+                        double sum = 0.0;
+                        for (int64_t o = 0; o < c.out_features; ++o)
+                            sum +=
+                                static_cast<double>(output_grad.values[static_cast<size_t>(r * c.out_features + o)]) *
+                                weights.values[static_cast<size_t>(o * c.in_features + i)];
+                        const float y = previous.output[static_cast<size_t>(r * c.in_features + i)];
+                        expected[static_cast<size_t>(r * c.in_features + i)] =
+                            static_cast<float>(sum) * mpt::activation_derivative_from_output(c.previous, y);
+                    }
+                CHECK(normalised_difference(got, expected) <= output_bound(c.gradient));
+            }
+            MESSAGE("rows " << c.rows << ", features " << c.in_features << ", K " << c.out_features << ": "
+                            << split.splits << " blocks a cluster");
         }
     }
 }

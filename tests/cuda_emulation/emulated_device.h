@@ -27,6 +27,7 @@
 #include <utility>
 
 #include "cuda_emulation/emulated_threads.h"
+#include "mma_m16n8k16_reference.h"
 
 #define MPT_CUDA_EMULATION 1
 
@@ -104,57 +105,62 @@ T __shfl_up_sync(unsigned mask, T value, unsigned delta, int width = 32) {
                                     lane % width >= static_cast<int>(delta) ? lane - static_cast<int>(delta) : -1);
 }
 
-// ---- memory ordering and atomics (one fiber runs at a time) ---------------------------------------
-inline void __threadfence() {}
-inline void __threadfence_block() {}
-inline void __threadfence_system() {}
+// ---- memory ordering and atomics ----------------------------------------------------------------
+// Real atomics: a cluster's blocks run on OS threads side by side (emulated_threads.h).
+inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+inline void __threadfence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+
+namespace mpt_emulation {
+// *address = update(old) atomically; returns old.
+template <typename T, typename Update>
+T atomic_update(T* address, const Update& update) {
+    T old;
+    __atomic_load(address, &old, __ATOMIC_SEQ_CST);
+    for (;;) {
+        T desired = update(old);
+        if (__atomic_compare_exchange(address, &old, &desired, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) return old;
+    }
+}
+}  // namespace mpt_emulation
 
 template <typename T>
 T atomicAdd(T* address, T value) {
-    const T old = *address;
-    *address = old + value;
-    return old;
+    if constexpr (std::is_integral_v<T>) {
+        return __atomic_fetch_add(address, value, __ATOMIC_SEQ_CST);
+    } else {
+        return ::mpt_emulation::atomic_update(address, [value](T old) { return old + value; });
+    }
 }
 template <typename T>
 T atomicMax(T* address, T value) {
-    const T old = *address;
-    *address = old < value ? value : old;
-    return old;
+    return ::mpt_emulation::atomic_update(address, [value](T old) { return old < value ? value : old; });
 }
 template <typename T>
 T atomicMin(T* address, T value) {
-    const T old = *address;
-    *address = value < old ? value : old;
-    return old;
+    return ::mpt_emulation::atomic_update(address, [value](T old) { return value < old ? value : old; });
 }
 template <typename T>
 T atomicExch(T* address, T value) {
-    const T old = *address;
-    *address = value;
+    T old;
+    __atomic_exchange(address, &value, &old, __ATOMIC_SEQ_CST);
     return old;
 }
 template <typename T>
 T atomicCAS(T* address, T compare, T value) {
-    const T old = *address;
-    if (old == compare) *address = value;
-    return old;
+    __atomic_compare_exchange(address, &compare, &value, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    return compare;  // the old value either way
 }
 template <typename T>
 T atomicOr(T* address, T value) {
-    const T old = *address;
-    *address = old | value;
-    return old;
+    return __atomic_fetch_or(address, value, __ATOMIC_SEQ_CST);
 }
 template <typename T>
 T atomicAnd(T* address, T value) {
-    const T old = *address;
-    *address = old & value;
-    return old;
+    return __atomic_fetch_and(address, value, __ATOMIC_SEQ_CST);
 }
 inline unsigned atomicInc(unsigned* address, unsigned limit) {
-    const unsigned old = *address;
-    *address = old >= limit ? 0u : old + 1u;
-    return old;
+    return ::mpt_emulation::atomic_update(address, [limit](unsigned old) { return old >= limit ? 0u : old + 1u; });
 }
 
 // Cache-hinted loads and stores: plain ones.
@@ -265,6 +271,54 @@ cudaError_t cudaFuncSetAttribute(void (*kernel)(Parameters...), cudaFuncAttribut
     return cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), attribute, value);
 }
 
+// ---- tensor cores: mma.m16n8k16 (row.col, fp16/bf16 operands, fp32 sums) ---------------------------
+namespace mpt_emulation {
+// One warp's mma: every lane's fragments gathered, placed by the PTX ISA's layout
+// (tests/mma_m16n8k16_reference.h), and each lane's 4 sums of 16 products added to its accumulators
+// (in double, then rounded once: the hardware's order and intermediate rounding are its own).
+template <bool kBf16>
+void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+    struct Fragments {
+        uint32_t a[4];
+        uint32_t b[2];
+    };
+    const Fragments mine{{a[0], a[1], a[2], a[3]}, {b[0], b[1]}};
+    Fragments all[32];
+    gather_lanes(0xffffffffu, &mine, sizeof(mine), all);
+    const auto element = [](uint32_t word, int half) {
+        const uint16_t bits = static_cast<uint16_t>(half ? word >> 16 : word & 0xffffu);  // element 2j low, 2j+1 high
+        if constexpr (kBf16) {
+            const uint32_t wide = static_cast<uint32_t>(bits) << 16;
+            float value;
+            std::memcpy(&value, &wide, 4);
+            return static_cast<double>(value);
+        } else {
+            __half_raw raw;
+            raw.x = bits;
+            return static_cast<double>(__half2float(__half(raw)));
+        }
+    };
+    double am[16][16] = {}, bm[16][8] = {};
+    for (int lane = 0; lane < 32; ++lane) {
+        for (int i = 0; i < 8; ++i) {
+            const mma_reference::Place p = mma_reference::ptx_a(lane, i);
+            am[p.row][p.col] = element(all[lane].a[i / 2], i & 1);
+        }
+        for (int i = 0; i < 4; ++i) {
+            const mma_reference::Place p = mma_reference::ptx_b(lane, i);
+            bm[p.row][p.col] = element(all[lane].b[i / 2], i & 1);
+        }
+    }
+    const int lane = static_cast<int>(lane_index());
+    for (int i = 0; i < 4; ++i) {
+        const mma_reference::Place p = mma_reference::ptx_c(lane, i);
+        double sum = d[i];
+        for (int k = 0; k < 16; ++k) sum += am[p.row][k] * bm[k][p.col];
+        d[i] = static_cast<float>(sum);
+    }
+}
+}  // namespace mpt_emulation
+
 // ---- the launch ---------------------------------------------------------------------------------
 namespace mpt_emulation {
 // cudaLaunchKernelEx's emulation: the arguments converted to the kernel's parameter types once, as
@@ -272,14 +326,16 @@ namespace mpt_emulation {
 template <typename... Parameters, typename... Arguments>
 cudaError_t launch_kernel_ex(const cudaLaunchConfig_t* config, void (*kernel)(Parameters...),
                              Arguments&&... arguments) {
+    unsigned cluster_blocks = 1;
     for (unsigned a = 0; a < config->numAttrs; ++a) {
         const cudaLaunchAttribute& attribute = config->attrs[a];
-        if (attribute.id == cudaLaunchAttributeClusterDimension &&
-            attribute.val.clusterDim.x * attribute.val.clusterDim.y * attribute.val.clusterDim.z > 1)
-            throw EmulationError("launches in thread-block clusters are not emulated");
+        if (attribute.id != cudaLaunchAttributeClusterDimension) continue;
+        if (attribute.val.clusterDim.y > 1 || attribute.val.clusterDim.z > 1)
+            throw EmulationError("clusters are emulated along x only");
+        cluster_blocks = attribute.val.clusterDim.x;
     }
     std::tuple<std::decay_t<Parameters>...> parameters(std::forward<Arguments>(arguments)...);
-    run_grid(config->gridDim, config->blockDim, config->dynamicSmemBytes, [&parameters, kernel] {
+    run_grid(config->gridDim, config->blockDim, config->dynamicSmemBytes, cluster_blocks, [&parameters, kernel] {
         std::tuple<std::decay_t<Parameters>...> own = parameters;
         std::apply(kernel, own);
     });

@@ -1,10 +1,13 @@
 // The CUDA runtime's host functions that the emulated kernels' entry points call (the real runtime
 // is not linked: without a GPU it would only report that there is none). The device they describe is
-// an H200's shape (132 multiprocessors, 228 KiB of shared memory each) running code compiled for
-// compute capability 8.0, so that no entry point picks a path for 9.0 (clusters, bulk copies,
-// dependent launch), whose code the emulation leaves out. Memory is the host's: a stream runs its
-// work at once, in order.
+// an H200's shape (132 multiprocessors, 228 KiB of shared memory each), its code compiled for the
+// compute capability the tests set (mpt_emulation::set_compute_capability; 8.0 unless set, so that
+// no entry point picks a path whose code only 9.0 has and the emulation leaves out: bulk copies,
+// dependent launch; the clusters of the small-batch kernels are emulated, under 9.0). Memory is the
+// host's: a stream runs its work at once, in order.
 #include <cuda_runtime_api.h>
+
+#include "cuda_emulation/emulated_threads.h"
 
 #include <cstring>
 
@@ -47,10 +50,10 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int dev
             *value = 132;
             return cudaSuccess;
         case cudaDevAttrComputeCapabilityMajor:
-            *value = 8;
+            *value = mpt_emulation::compute_capability() / 10;
             return cudaSuccess;
         case cudaDevAttrComputeCapabilityMinor:
-            *value = 0;
+            *value = mpt_emulation::compute_capability() % 10;
             return cudaSuccess;
         case cudaDevAttrMaxSharedMemoryPerMultiprocessor:
             *value = 228 * 1024;
@@ -80,8 +83,8 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int dev
 
 cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attributes, const void* /*function*/) {
     std::memset(attributes, 0, sizeof(*attributes));
-    attributes->binaryVersion = 80;
-    attributes->ptxVersion = 80;
+    attributes->binaryVersion = mpt_emulation::compute_capability();
+    attributes->ptxVersion = mpt_emulation::compute_capability();
     attributes->maxThreadsPerBlock = 1024;
     attributes->numRegs = 64;
     return cudaSuccess;
@@ -104,6 +107,17 @@ cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* blocks, 
 cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, const void* function, int block_size,
                                                           size_t shared) {
     return cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(blocks, function, block_size, shared, 0);
+}
+
+// Two clusters of up to 8 blocks fit a pair of multiprocessors: 66 at once on 132 (9.0 only).
+cudaError_t cudaOccupancyMaxActiveClusters(int* clusters, const void* /*function*/, const cudaLaunchConfig_t* config) {
+    *clusters = 0;
+    if (mpt_emulation::compute_capability() < 90) return record(cudaErrorNotSupported);
+    for (unsigned a = 0; a < config->numAttrs; ++a)
+        if (config->attrs[a].id == cudaLaunchAttributeClusterDimension && config->attrs[a].val.clusterDim.x > 8)
+            return cudaSuccess;
+    *clusters = 66;
+    return cudaSuccess;
 }
 
 cudaError_t cudaMemsetAsync(void* pointer, int value, size_t bytes, cudaStream_t /*stream*/) {

@@ -3,14 +3,24 @@
 // warp collective whose other threads have not arrived), so everything between two waits runs as
 // one piece, as a warp's instructions between two synchronisations may. A full round of the fibers
 // in which none arrived anywhere, released anything or ended is a deadlock.
+// A cluster's blocks run side by side on OS threads of their own, each its own scheduler, so that
+// each has its own copy of the shared variables (thread-local statics, emulated_device.h); they meet
+// at the cluster's barrier, under a mutex, and a block whose fibers all wait there sleeps until
+// another block moves the cluster on (a deadlock when none does for seconds).
 #include "cuda_emulation/emulated_threads.h"
 
 #include <sys/mman.h>
 #include <ucontext.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <exception>
 #include <memory>
+#include <mutex>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -54,8 +64,11 @@ struct LaneGroup {
     uint64_t generation = 0;
 };
 
+constexpr size_t kMaxGatherBytes = 64;
+
 struct Warp {
     uint64_t offers[kWarpSize] = {};
+    unsigned char gathered[kWarpSize][kMaxGatherBytes] = {};
     unsigned existing = 0;  // lanes the block has (its last warp may be partial)
     unsigned exited = 0;
     std::vector<LaneGroup> groups;  // a few at most: one per mask in use at once
@@ -64,6 +77,36 @@ struct Warp {
             if (g.mask == mask) return g;
         groups.push_back(LaneGroup{mask, 0, 0});
         return groups.back();
+    }
+};
+
+constexpr const char* kAtClusterBarrier = "the cluster barrier";
+
+// What a cluster's blocks share: its barrier, and where each block's shared variables live.
+struct ClusterRun {
+    explicit ClusterRun(unsigned blocks, unsigned threads_per_block)
+        : size(blocks), live(blocks * threads_per_block), tls_bases(blocks, nullptr) {}
+    const unsigned size;
+    std::mutex mutex;
+    std::condition_variable moved;
+    unsigned live;  // threads of the cluster not yet ended (under mutex)
+    unsigned arrived = 0;
+    std::atomic<uint64_t> generation{0};
+    std::atomic<uint64_t> epoch{0};  // any arrival, release or end: the cluster moved
+    std::atomic<bool> failed{false};
+    std::vector<char*> tls_bases;  // each block's OS thread's tls_marker
+    std::unique_ptr<std::atomic<bool>[]> ended { new std::atomic<bool>[ size ]() };  // each block's threads all ended
+    unsigned registered = 0;
+
+    void release_if_all_arrived() {  // under mutex
+        if (arrived > 0 && arrived == live) {
+            arrived = 0;
+            generation.fetch_add(1);
+        }
+    }
+    void moved_on() {  // under mutex
+        epoch.fetch_add(1);
+        moved.notify_all();
     }
 };
 
@@ -82,9 +125,16 @@ struct BlockRun {
     Fiber* current = nullptr;
     const std::function<void()>* body = nullptr;
     std::string failure;
+    ClusterRun* cluster = nullptr;  // null outside a cluster launch
+    unsigned cluster_rank = 0;
 };
 
 thread_local BlockRun* current_run = nullptr;
+// A thread-local variable whose address locates this OS thread's copy of every other one: static
+// thread-local storage has the same layout in every thread, so the same shared variable of another
+// block (OS thread) is at the same distance from that thread's marker.
+thread_local char tls_marker;
+int emulated_capability = 80;
 thread_local std::vector<std::unique_ptr<Stack>> stacks;
 uint64_t block_order_seed = 0;
 uint64_t launch_count = 0;
@@ -136,8 +186,14 @@ void fiber_entry() {
     --r.live;
     r.warps[self.linear / kWarpSize].exited |= 1u << (self.linear % kWarpSize);
     ++r.progress;
-    // Threads that exited count as arrived at the block barrier.
+    // Threads that exited count as arrived at the block barrier, and at the cluster's.
     if (r.arrived > 0 && r.arrived == r.live) release_block_barrier(r);
+    if (r.cluster) {
+        std::lock_guard<std::mutex> lock(r.cluster->mutex);
+        --r.cluster->live;
+        r.cluster->release_if_all_arrived();
+        r.cluster->moved_on();
+    }
     swapcontext(&self.context, &r.scheduler);  // never resumed
 }
 
@@ -160,6 +216,8 @@ void run_block(BlockRun& r) {
     r.live = threads;
     while (r.live > 0) {
         const uint64_t before = r.progress;
+        const uint64_t cluster_before = r.cluster ? r.cluster->epoch.load() : 0;
+        bool at_cluster_barrier = false;
         for (Fiber& f : r.fibers) {
             if (f.finished) continue;
             r.current = &f;
@@ -167,6 +225,16 @@ void run_block(BlockRun& r) {
             swapcontext(&r.scheduler, &f.context);
             r.current = nullptr;
             if (!r.failure.empty()) throw EmulationError(r.failure);
+            at_cluster_barrier = at_cluster_barrier || f.waiting_at == kAtClusterBarrier;
+        }
+        if (r.live > 0 && r.progress == before && at_cluster_barrier) {
+            // Only the other blocks can move this one on: sleep until the cluster moves.
+            ClusterRun& c = *r.cluster;
+            std::unique_lock<std::mutex> lock(c.mutex);
+            const bool moved = c.moved.wait_for(lock, std::chrono::seconds(20),
+                                                [&] { return c.epoch.load() != cluster_before || c.failed.load(); });
+            if (c.failed.load()) throw EmulationError("another block of the cluster failed");
+            if (moved) continue;
         }
         if (r.live > 0 && r.progress == before) {
             std::string message = "deadlock: no thread can go on;";
@@ -193,19 +261,90 @@ uint64_t splitmix(uint64_t& state) {
 
 }  // namespace
 
-void run_grid(dim3 grid, dim3 block, size_t /*dynamic_shared_bytes*/, const std::function<void()>& thread_body) {
+namespace {
+
+// Block b of the grid's blocks in index order (x fastest).
+uint3 block_at(const dim3& grid, uint64_t b) {
+    return make_uint3(static_cast<unsigned>(b % grid.x), static_cast<unsigned>((b / grid.x) % grid.y),
+                      static_cast<unsigned>(b / (static_cast<uint64_t>(grid.x) * grid.y)));
+}
+
+// One block of a cluster, on the calling OS thread; every failure is the cluster's.
+void run_cluster_block(ClusterRun& cluster, unsigned rank, dim3 grid, dim3 block, uint3 index,
+                       const std::function<void()>& thread_body, std::exception_ptr& error) {
+    try {
+        gridDim = grid;
+        blockDim = block;
+        blockIdx = index;
+        BlockRun r;
+        r.grid = grid;
+        r.block = block;
+        r.body = &thread_body;
+        r.block_index = index;
+        r.cluster = &cluster;
+        r.cluster_rank = rank;
+        {
+            // Every block's shared memory located before any thread of the cluster runs.
+            std::unique_lock<std::mutex> lock(cluster.mutex);
+            cluster.tls_bases[rank] = &tls_marker;
+            ++cluster.registered;
+            cluster.moved.notify_all();
+            cluster.moved.wait(lock, [&] { return cluster.registered == cluster.size; });
+        }
+        current_run = &r;
+        run_block(r);
+        current_run = nullptr;
+        cluster.ended[rank] = true;
+    } catch (...) {
+        current_run = nullptr;
+        error = std::current_exception();
+        std::lock_guard<std::mutex> lock(cluster.mutex);
+        cluster.failed = true;
+        cluster.moved_on();
+    }
+    // Stay until the whole cluster has ended: another block may still read this one's shared memory.
+    std::unique_lock<std::mutex> lock(cluster.mutex);
+    cluster.moved.wait(lock, [&] { return cluster.live == 0 || cluster.failed.load(); });
+}
+
+}  // namespace
+
+void run_grid(dim3 grid, dim3 block, size_t /*dynamic_shared_bytes*/, unsigned cluster_blocks,
+              const std::function<void()>& thread_body) {
     if (current_run) throw EmulationError("a kernel launched another (dynamic parallelism is not emulated)");
     const uint64_t blocks = static_cast<uint64_t>(grid.x) * grid.y * grid.z;
     const unsigned threads = block.x * block.y * block.z;
     if (blocks == 0 || threads == 0 || threads > 1024)
         throw EmulationError("invalid launch: " + std::to_string(blocks) + " blocks of " + std::to_string(threads) +
                              " threads");
+    if (cluster_blocks == 0 || grid.x % cluster_blocks != 0)
+        throw EmulationError("invalid launch: clusters of " + std::to_string(cluster_blocks) +
+                             " blocks along a grid of " + std::to_string(grid.x));
+    if (cluster_blocks > 1 && emulated_capability < 90)
+        throw EmulationError("a launch in clusters on an emulated device below compute capability 9.0");
     ++launch_count;
-    std::vector<uint64_t> order(blocks);
-    for (uint64_t b = 0; b < blocks; ++b) order[b] = b;
+    // Clusters (blocks, where there are none) in a shuffled order.
+    const uint64_t groups = blocks / cluster_blocks;
+    std::vector<uint64_t> order(groups);
+    for (uint64_t g = 0; g < groups; ++g) order[g] = g;
     if (block_order_seed != 0) {
         uint64_t state = block_order_seed;
-        for (uint64_t b = blocks; b > 1; --b) std::swap(order[b - 1], order[splitmix(state) % b]);
+        for (uint64_t g = groups; g > 1; --g) std::swap(order[g - 1], order[splitmix(state) % g]);
+    }
+    if (cluster_blocks > 1) {
+        for (const uint64_t g : order) {
+            ClusterRun cluster(cluster_blocks, threads);
+            std::vector<std::exception_ptr> errors(cluster_blocks);
+            std::vector<std::thread> workers;
+            for (unsigned rank = 0; rank < cluster_blocks; ++rank)
+                workers.emplace_back(run_cluster_block, std::ref(cluster), rank, grid, block,
+                                     block_at(grid, g * cluster_blocks + rank), std::cref(thread_body),
+                                     std::ref(errors[rank]));
+            for (std::thread& worker : workers) worker.join();
+            for (const std::exception_ptr& error : errors)
+                if (error) std::rethrow_exception(error);
+        }
+        return;
     }
     BlockRun r;
     r.grid = grid;
@@ -216,8 +355,7 @@ void run_grid(dim3 grid, dim3 block, size_t /*dynamic_shared_bytes*/, const std:
     current_run = &r;
     try {
         for (const uint64_t b : order) {
-            r.block_index = make_uint3(static_cast<unsigned>(b % grid.x), static_cast<unsigned>((b / grid.x) % grid.y),
-                                       static_cast<unsigned>(b / (static_cast<uint64_t>(grid.x) * grid.y)));
+            r.block_index = block_at(grid, b);
             blockIdx = r.block_index;
             r.arrived = 0;
             r.passed = 0;
@@ -230,6 +368,9 @@ void run_grid(dim3 grid, dim3 block, size_t /*dynamic_shared_bytes*/, const std:
     }
     current_run = nullptr;
 }
+
+int set_compute_capability(int capability) { return std::exchange(emulated_capability, capability); }
+int compute_capability() { return emulated_capability; }
 
 uint64_t set_block_order_seed(uint64_t seed) { return std::exchange(block_order_seed, seed); }
 uint64_t launches() { return launch_count; }
@@ -301,6 +442,71 @@ unsigned ballot(unsigned mask, bool predicate) {
         if (((lanes >> l) & 1u) && warp.offers[l]) votes |= 1u << l;
     sync_lanes(mask);
     return votes;
+}
+
+void gather_lanes(unsigned mask, const void* mine, size_t bytes, void* all) {
+    BlockRun& r = run();
+    if (bytes > kMaxGatherBytes) fail_in_fiber("a warp gather of more than 64 bytes a lane");
+    const unsigned linear = r.current->linear;
+    Warp& warp = r.warps[linear / kWarpSize];
+    std::memcpy(warp.gathered[linear % kWarpSize], mine, bytes);
+    sync_lanes(mask);
+    const unsigned lanes = mask & warp.existing;
+    for (unsigned l = 0; l < kWarpSize; ++l)
+        if ((lanes >> l) & 1u) std::memcpy(static_cast<unsigned char*>(all) + l * bytes, warp.gathered[l], bytes);
+    sync_lanes(mask);
+}
+
+unsigned cluster_block_rank() {
+    BlockRun& r = run();
+    return r.cluster ? r.cluster_rank : 0;
+}
+
+unsigned cluster_blocks() {
+    BlockRun& r = run();
+    return r.cluster ? r.cluster->size : 1;
+}
+
+void sync_cluster() {
+    BlockRun& r = run();
+    if (!r.cluster) {  // a cluster of one block
+        sync_block();
+        return;
+    }
+    ClusterRun& c = *r.cluster;
+    uint64_t generation;
+    {
+        std::lock_guard<std::mutex> lock(c.mutex);
+        generation = c.generation.load();
+        ++c.arrived;
+        c.release_if_all_arrived();
+        c.moved_on();
+    }
+    ++r.progress;
+    while (c.generation.load() == generation) {
+        if (c.failed.load()) fail_in_fiber("another block of the cluster failed");
+        yield(kAtClusterBarrier);
+    }
+}
+
+void* map_shared_rank(void* address, unsigned rank) {
+    BlockRun& r = run();
+    if (!r.cluster) {
+        if (rank != 0)
+            fail_in_fiber(describe_thread(r, *r.current) + " maps rank " + std::to_string(rank) + " outside a cluster");
+        return address;
+    }
+    if (rank >= r.cluster->size)
+        fail_in_fiber(describe_thread(r, *r.current) + " maps rank " + std::to_string(rank) + " of a cluster of " +
+                      std::to_string(r.cluster->size));
+    // A block's shared memory is gone once its threads have ended (on a GPU; here it stays until the
+    // cluster ends): a kernel must hold its blocks at a cluster barrier until the others have read
+    // theirs. Seen only where the timing of the OS threads shows it, never where the kernel waits.
+    if (r.cluster->ended[rank].load())
+        fail_in_fiber(describe_thread(r, *r.current) + " maps the shared memory of block " + std::to_string(rank) +
+                      " of its cluster, whose threads have all ended");
+    const std::ptrdiff_t offset = static_cast<char*>(address) - &tls_marker;
+    return r.cluster->tls_bases[rank] + offset;
 }
 
 DeviceBuffer::DeviceBuffer(size_t bytes, size_t alignment, size_t offset) : bytes_(bytes) {

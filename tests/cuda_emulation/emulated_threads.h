@@ -32,8 +32,17 @@ struct EmulationError : std::runtime_error {
 };
 
 // Runs `thread_body` as every thread of a grid: blocks one at a time in the order `block_order_seed`
-// shuffles them into (0: in index order), each block's threads as fibers. Throws EmulationError.
-void run_grid(dim3 grid, dim3 block, size_t dynamic_shared_bytes, const std::function<void()>& thread_body);
+// shuffles them into (0: in index order), each block's threads as fibers. With clusters of
+// `cluster_blocks` > 1 blocks along x (gridDim.x a multiple of it), a cluster at a time instead, its
+// blocks side by side, each on an OS thread of its own (each has its own shared memory, and sees
+// the others' through map_shared_rank). Throws EmulationError.
+void run_grid(dim3 grid, dim3 block, size_t dynamic_shared_bytes, unsigned cluster_blocks,
+              const std::function<void()>& thread_body);
+
+// The compute capability the emulated device reports (emulated_runtime.cpp), as major * 10 + minor:
+// 80 unless a test sets another (90 for the paths that take clusters); returns the previous one.
+int set_compute_capability(int capability);
+int compute_capability();
 
 // The seed of the next launches' block order (0 keeps index order); returns the previous one.
 uint64_t set_block_order_seed(uint64_t seed);
@@ -54,6 +63,17 @@ void sync_lanes(unsigned mask);
 uint64_t exchange(unsigned mask, uint64_t value, int source);
 // The lanes of `mask` whose predicate is true (__ballot_sync).
 unsigned ballot(unsigned mask, bool predicate);
+// A collective that shows every lane of `mask` each other's `bytes` (at most 64): `all` receives
+// lane l's at all + l * bytes (lanes outside the mask: untouched).
+void gather_lanes(unsigned mask, const void* mine, size_t bytes, void* all);
+
+// Inside a cluster launch: this block's rank in its cluster, the cluster's barrier (every thread of
+// every block of the cluster arrives; exited threads count as arrived), and a pointer to the same
+// shared variable of the cluster's block `rank` (distributed shared memory).
+unsigned cluster_block_rank();
+unsigned cluster_blocks();  // 1 outside a cluster launch
+void sync_cluster();
+void* map_shared_rank(void* address, unsigned rank);
 
 // Memory for the emulated device: `bytes` placed so that the first byte is aligned to `alignment`
 // plus `offset`, the end as near a page the process may not touch as that allows (an access past it

@@ -30,6 +30,8 @@ __device__ __forceinline__ void mma_16x8x16(float (&d)[4], const uint32_t (&a)[4
             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
     }
+#elif defined(MPT_CUDA_EMULATION)  // the host compiler's, for tests/cuda_emulation: the ISA's layout
+    ::mpt_emulation::mma_m16n8k16<std::is_same_v<T, __nv_bfloat16> >(d, a, b);
 #else
     __trap();  // never launched below compute capability 8.0: mma_runs_on_current_device() says no there
 #endif

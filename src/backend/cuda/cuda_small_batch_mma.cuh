@@ -128,6 +128,12 @@ __device__ __forceinline__ void sync_split_blocks() {
         cooperative_groups::this_cluster().sync();
         return;
     }
+#elif defined(MPT_CUDA_EMULATION)  // the host compiler's, for tests/cuda_emulation
+    if (gridDim.x > 1) {
+        if (::mpt_emulation::cluster_blocks() != gridDim.x) __trap();
+        ::mpt_emulation::sync_cluster();
+        return;
+    }
 #else
     if (gridDim.x > 1) __trap();  // no clusters below 9.0: split_k gives one split there
 #endif
@@ -139,6 +145,9 @@ __device__ __forceinline__ void sync_split_blocks() {
 __device__ __forceinline__ const float* split_partials(float* partial, int split) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     if (gridDim.x > 1) return cooperative_groups::this_cluster().map_shared_rank(partial, static_cast<unsigned>(split));
+#elif defined(MPT_CUDA_EMULATION)
+    if (gridDim.x > 1)
+        return static_cast<const float*>(::mpt_emulation::map_shared_rank(partial, static_cast<unsigned>(split)));
 #endif
     return partial;
 }
