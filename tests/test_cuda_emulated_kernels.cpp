@@ -22,6 +22,7 @@
 #include "backend/cuda/cuda_dense_backward_data.cuh"
 #include "backend/cuda/cuda_dense_forward.cuh"
 #include "backend/cuda/cuda_fused_sgd.cuh"
+#include "backend/cuda/cuda_fused_sgd_bulk_copy.cuh"
 #include "backend/cuda/cuda_loss_head.cuh"
 #include "backend/cuda/cuda_max_abs.cuh"
 #include "backend/cuda/cuda_small_batch_backward_data.cuh"
@@ -84,6 +85,23 @@ struct DeviceTensor {
             }
         }
     }
+};
+
+// The emulated device's compute capability for a scope (9.0: the small-batch kernels split K across
+// a cluster's blocks).
+struct ComputeCapability {
+    explicit ComputeCapability(int capability) : saved(mpt_emulation::set_compute_capability(capability)) {}
+    ~ComputeCapability() { mpt_emulation::set_compute_capability(saved); }
+    int saved;
+};
+
+// The emulated device's multiprocessors for a scope: fused SGD's grid is what fits at once, so a
+// device of one gives each block a run of several tiles (the CUDA-core kernel's prefetch of the
+// next tile, the bulk-copy kernel's ring of stages turning over).
+struct Multiprocessors {
+    explicit Multiprocessors(int count) : saved(mpt_emulation::set_multiprocessors(count)) {}
+    ~Multiprocessors() { mpt_emulation::set_multiprocessors(saved); }
+    int saved;
 };
 
 // max |x| as the kernels define it: NaN and Inf as +Inf.
@@ -717,6 +735,49 @@ struct SgdLayer {
     }
 };
 
+// The updates of a kernel that sums the weight gradient in another order (the tensor cores'): each
+// master within the rounding of its gradient's sum (2^-20 of the sum of its terms' magnitudes) and
+// 2 ulps of the result; its copy the rounding of the master it wrote, bit for bit; the bias as
+// mismatches() requires it where `exact_bias`.
+int64_t tolerant_mismatches(const SgdLayer& layer, const mpt::OptimizerConfig& optimizer, const mpt::TrainState& state,
+                            bool exact_bias) {
+    int64_t wrong = 0;
+    const mpt::OptimizerStepScalars scalars = mpt::plain_step_scalars(optimizer, state.loss_scale, state.steps);
+    const int64_t rows = layer.rows, in = layer.in_features, out = layer.out_features;
+    for (int64_t o = 0; o < out; ++o) {
+        for (int64_t i = 0; i < in; ++i) {
+            double gradient = 0.0, magnitude = 0.0;
+            for (int64_t r = 0; r < rows; ++r) {
+                const double term = static_cast<double>(layer.output_grad.values[static_cast<size_t>(r * out + o)]) *
+                                    layer.input.values[static_cast<size_t>(r * in + i)];
+                gradient += term;
+                magnitude += std::fabs(term);
+            }
+            const size_t index = static_cast<size_t>(o * in + i);
+            const float before = layer.weights_before[index];
+            const float expected =
+                mpt::plain_sgd_update_element(optimizer, scalars, before, static_cast<float>(gradient));
+            const float got = layer.weights.as<float>()[index];
+            const double ulp = std::fabs(std::nextafter(expected, INFINITY) - expected);
+            const double bound = 2.0 * ulp + scalars.learning_rate * scalars.inverse_scale * magnitude * 0x1p-20;
+            if (!(std::fabs(static_cast<double>(got) - expected) <= bound)) ++wrong;
+            const uint32_t copy = layer.low_weights.as<uint16_t>()[index];
+            const uint32_t rounded = layer.dtype == DType::bf16 ? __nv_bfloat16_raw(__float2bfloat16_rn(got)).x
+                                                                : __half_raw(__float2half_rn(got)).x;
+            if (copy != rounded) ++wrong;
+        }
+        float sum = 0.0f;
+        for (int64_t r = 0; r < rows; ++r) sum += layer.output_grad.values[static_cast<size_t>(r * out + o)];
+        const float expected =
+            mpt::plain_sgd_update_element(optimizer, scalars, layer.bias_before[static_cast<size_t>(o)], sum);
+        const float got = layer.bias.as<float>()[static_cast<size_t>(o)];
+        if (exact_bias ? bits_of_float(got) != bits_of_float(expected)
+                       : !(std::fabs(got - expected) <= 1e-5f * std::fabs(expected) + 1e-6f))
+            ++wrong;
+    }
+    return wrong;
+}
+
 mpt::OptimizerConfig plain_sgd(float weight_decay) {
     mpt::OptimizerConfig optimizer{};
     optimizer.learning_rate = 0.05f;
@@ -747,12 +808,15 @@ TEST_CASE(
     // Batches of 1 row to the kernel's 64, exactly 32 (its own compilation), a layer's last strip
     // and last tile partial or whole, the scalar path (columns not a multiple of 4, or masters not
     // 16-byte aligned).
-    const Shape shapes[] = {{32, 256, 64, true}, {32, 300, 45, true}, {1, 128, 32, true},   {17, 260, 70, true},
-                            {64, 136, 33, true}, {32, 130, 40, true}, {32, 128, 32, false}, {5, 7, 3, true}};
+    const Shape shapes[] = {{32, 256, 64, true},  {32, 300, 45, true}, {1, 128, 32, true},   {17, 260, 70, true},
+                            {64, 136, 33, true},  {32, 130, 40, true}, {32, 128, 32, false}, {5, 7, 3, true},
+                            {32, 256, 600, true}, {32, 130, 330, true}};
     for (const DType dtype : {DType::fp32, DType::bf16, DType::fp16}) {
         for (const Shape& shape : shapes) {
             for (const float decay : {0.0f, 0.01f}) {
                 for (const int choice_bits : {0, 1, 2, 3}) {  // bit 0: exact rows, bit 1: three blocks
+                    // A block a tile (132 multiprocessors), or runs of several (one).
+                    const Multiprocessors multiprocessors(choice_bits % 2 == 0 ? 132 : 1);
                     CAPTURE(static_cast<int>(dtype));
                     CAPTURE(shape.rows);
                     CAPTURE(shape.in_features);
@@ -842,14 +906,6 @@ TEST_CASE("fused SGD's group launch updates each layer as alone and finishes the
 }
 
 namespace {
-
-// The emulated device's compute capability for a scope (9.0: the small-batch kernels split K across
-// a cluster's blocks).
-struct ComputeCapability {
-    explicit ComputeCapability(int capability) : saved(mpt_emulation::set_compute_capability(capability)) {}
-    ~ComputeCapability() { mpt_emulation::set_compute_capability(saved); }
-    int saved;
-};
 
 // An array of `dtype` as floats (fp32 as is).
 std::vector<float> download_values(const DeviceBuffer& buffer, DType dtype, size_t n) {
@@ -1050,6 +1106,40 @@ TEST_CASE("the small-batch input-gradient kernel, the output features split acro
             }
             MESSAGE("rows " << c.rows << ", features " << c.in_features << ", K " << c.out_features << ": "
                             << split.splits << " blocks a cluster");
+        }
+    }
+}
+
+TEST_CASE("fused SGD by bulk copies and tensor cores updates as the CUDA-core kernel does, within the sums' rounding") {
+    const ComputeCapability hopper(90);
+    const mpt::FusedSgdBulkCopyDevice device = mpt::prepare_fused_sgd_bulk_copy();
+    struct Shape {
+        int64_t rows, in_features, out_features;
+    };
+    // Each compilation (32, 64 and 256 rows, the batch padded up to them), runs of several tiles a
+    // block (the ring of 3 stages turning over), a layer's last strip and tile partial.
+    const Shape shapes[] = {{32, 256, 64},  {32, 300, 200}, {7, 128, 32},   {64, 132, 40},  {33, 256, 96},
+                            {256, 128, 48}, {100, 260, 24}, {32, 256, 640}, {64, 132, 328}, {256, 128, 200}};
+    for (const DType dtype : {DType::bf16, DType::fp16}) {
+        for (const Shape& shape : shapes) {
+            CAPTURE(static_cast<int>(dtype));
+            CAPTURE(shape.rows);
+            CAPTURE(shape.in_features);
+            CAPTURE(shape.out_features);
+            // One multiprocessor: blocks take runs of several tiles, and the ring of stages turns over.
+            const Multiprocessors one(1);
+            std::mt19937 random(static_cast<uint32_t>(shape.rows * 7 + shape.out_features));
+            SgdLayer layer(shape.rows, shape.in_features, shape.out_features, dtype, true, random);
+            DeviceBuffer state = train_state(1024.0f, 0);
+            const mpt::OptimizerConfig optimizer = plain_sgd(0.01f);
+            const mpt::DenseUpdateArgs args = layer.args(state.as<mpt::TrainState>());
+            REQUIRE(mpt::fused_sgd_bulk_copy_applies(args, device));
+            mpt::FusedSgdKernelChoice choice{};
+            choice.bulk_copy_layers = 1;
+            mpt_emulation::set_block_order_seed(4);
+            mpt::run_fused_sgd(args, optimizer, choice, nullptr);
+            mpt_emulation::set_block_order_seed(0);
+            CHECK(tolerant_mismatches(layer, optimizer, *state.as<mpt::TrainState>(), shape.rows <= 64) == 0);
         }
     }
 }

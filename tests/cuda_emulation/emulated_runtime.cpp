@@ -1,10 +1,9 @@
 // The CUDA runtime's host functions that the emulated kernels' entry points call (the real runtime
 // is not linked: without a GPU it would only report that there is none). The device they describe is
-// an H200's shape (132 multiprocessors, 228 KiB of shared memory each), its code compiled for the
-// compute capability the tests set (mpt_emulation::set_compute_capability; 8.0 unless set, so that
-// no entry point picks a path whose code only 9.0 has and the emulation leaves out: bulk copies,
-// dependent launch; the clusters of the small-batch kernels are emulated, under 9.0). Memory is the
-// host's: a stream runs its work at once, in order.
+// an H200's shape (132 multiprocessors unless a test sets fewer, 228 KiB of shared memory each), its code compiled for
+// the compute capability the tests set (mpt_emulation::set_compute_capability; 8.0 unless set, so that no entry point
+// picks a path whose code only 9.0 has and the emulation leaves out: bulk copies, dependent launch; the clusters of the
+// small-batch kernels are emulated, under 9.0). Memory is the host's: a stream runs its work at once, in order.
 #include <cuda_runtime_api.h>
 
 #include "cuda_emulation/emulated_threads.h"
@@ -47,7 +46,7 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int dev
     if (device != 0) return record(cudaErrorInvalidDevice);
     switch (attribute) {
         case cudaDevAttrMultiProcessorCount:
-            *value = 132;
+            *value = mpt_emulation::multiprocessors();
             return cudaSuccess;
         case cudaDevAttrComputeCapabilityMajor:
             *value = mpt_emulation::compute_capability() / 10;

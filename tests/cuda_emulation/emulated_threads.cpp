@@ -110,6 +110,19 @@ struct ClusterRun {
     }
 };
 
+struct PendingCopy {
+    uint32_t destination;
+    const void* source;
+    uint32_t bytes;
+};
+
+struct MBarrier {
+    unsigned expected = 0, pending = 0;  // arrivals a phase, and those still missing
+    int64_t transactions = 0;            // bytes expected and not yet landed (below 0 before the expectation)
+    uint64_t phase = 0;                  // phases completed
+    std::vector<PendingCopy> copies;     // issued, not landed
+};
+
 struct BlockRun {
     dim3 grid, block;
     uint3 block_index{};
@@ -127,6 +140,10 @@ struct BlockRun {
     std::string failure;
     ClusterRun* cluster = nullptr;  // null outside a cluster launch
     unsigned cluster_rank = 0;
+    size_t dynamic_bytes = 0;
+    std::vector<unsigned char> dynamic_storage;  // dynamic_bytes + 128: aligned within
+    unsigned char* dynamic_shared = nullptr;
+    std::vector<std::pair<uint32_t, MBarrier>> barriers;
 };
 
 thread_local BlockRun* current_run = nullptr;
@@ -135,6 +152,7 @@ thread_local BlockRun* current_run = nullptr;
 // block (OS thread) is at the same distance from that thread's marker.
 thread_local char tls_marker;
 int emulated_capability = 80;
+int emulated_multiprocessors = 132;
 thread_local std::vector<std::unique_ptr<Stack>> stacks;
 uint64_t block_order_seed = 0;
 uint64_t launch_count = 0;
@@ -199,6 +217,10 @@ void fiber_entry() {
 
 void run_block(BlockRun& r) {
     const unsigned threads = r.block.x * r.block.y * r.block.z;
+    r.dynamic_storage.assign(r.dynamic_bytes + 128, 0xff);
+    const uintptr_t base = reinterpret_cast<uintptr_t>(r.dynamic_storage.data());
+    r.dynamic_shared = r.dynamic_storage.data() + ((128 - base % 128) % 128);
+    r.barriers.clear();
     while (stacks.size() < threads) stacks.push_back(std::make_unique<Stack>());
     r.fibers.assign(threads, Fiber{});
     r.warps.assign((threads + kWarpSize - 1) / kWarpSize, Warp{});
@@ -270,7 +292,7 @@ uint3 block_at(const dim3& grid, uint64_t b) {
 }
 
 // One block of a cluster, on the calling OS thread; every failure is the cluster's.
-void run_cluster_block(ClusterRun& cluster, unsigned rank, dim3 grid, dim3 block, uint3 index,
+void run_cluster_block(ClusterRun& cluster, unsigned rank, dim3 grid, dim3 block, size_t dynamic_bytes, uint3 index,
                        const std::function<void()>& thread_body, std::exception_ptr& error) {
     try {
         gridDim = grid;
@@ -279,6 +301,7 @@ void run_cluster_block(ClusterRun& cluster, unsigned rank, dim3 grid, dim3 block
         BlockRun r;
         r.grid = grid;
         r.block = block;
+        r.dynamic_bytes = dynamic_bytes;
         r.body = &thread_body;
         r.block_index = index;
         r.cluster = &cluster;
@@ -309,7 +332,7 @@ void run_cluster_block(ClusterRun& cluster, unsigned rank, dim3 grid, dim3 block
 
 }  // namespace
 
-void run_grid(dim3 grid, dim3 block, size_t /*dynamic_shared_bytes*/, unsigned cluster_blocks,
+void run_grid(dim3 grid, dim3 block, size_t dynamic_shared_bytes, unsigned cluster_blocks,
               const std::function<void()>& thread_body) {
     if (current_run) throw EmulationError("a kernel launched another (dynamic parallelism is not emulated)");
     const uint64_t blocks = static_cast<uint64_t>(grid.x) * grid.y * grid.z;
@@ -337,7 +360,7 @@ void run_grid(dim3 grid, dim3 block, size_t /*dynamic_shared_bytes*/, unsigned c
             std::vector<std::exception_ptr> errors(cluster_blocks);
             std::vector<std::thread> workers;
             for (unsigned rank = 0; rank < cluster_blocks; ++rank)
-                workers.emplace_back(run_cluster_block, std::ref(cluster), rank, grid, block,
+                workers.emplace_back(run_cluster_block, std::ref(cluster), rank, grid, block, dynamic_shared_bytes,
                                      block_at(grid, g * cluster_blocks + rank), std::cref(thread_body),
                                      std::ref(errors[rank]));
             for (std::thread& worker : workers) worker.join();
@@ -349,6 +372,7 @@ void run_grid(dim3 grid, dim3 block, size_t /*dynamic_shared_bytes*/, unsigned c
     BlockRun r;
     r.grid = grid;
     r.block = block;
+    r.dynamic_bytes = dynamic_shared_bytes;
     gridDim = grid;
     blockDim = block;
     r.body = &thread_body;
@@ -371,6 +395,8 @@ void run_grid(dim3 grid, dim3 block, size_t /*dynamic_shared_bytes*/, unsigned c
 
 int set_compute_capability(int capability) { return std::exchange(emulated_capability, capability); }
 int compute_capability() { return emulated_capability; }
+int set_multiprocessors(int count) { return std::exchange(emulated_multiprocessors, count); }
+int multiprocessors() { return emulated_multiprocessors; }
 
 uint64_t set_block_order_seed(uint64_t seed) { return std::exchange(block_order_seed, seed); }
 uint64_t launches() { return launch_count; }
@@ -507,6 +533,116 @@ void* map_shared_rank(void* address, unsigned rank) {
                       " of its cluster, whose threads have all ended");
     const std::ptrdiff_t offset = static_cast<char*>(address) - &tls_marker;
     return r.cluster->tls_bases[rank] + offset;
+}
+
+unsigned char* dynamic_shared_memory() { return run().dynamic_shared; }
+
+uint32_t shared_offset(const void* pointer) {
+    BlockRun& r = run();
+    const unsigned char* address = static_cast<const unsigned char*>(pointer);
+    if (address < r.dynamic_shared || address > r.dynamic_shared + r.dynamic_bytes)
+        fail_in_fiber(describe_thread(r, *r.current) +
+                      " takes a shared address outside the block's dynamic shared memory");
+    return static_cast<uint32_t>(address - r.dynamic_shared);
+}
+
+namespace {
+
+// The bytes [offset, offset + bytes) of the block's dynamic shared memory, `alignment`-aligned.
+unsigned char* shared_range(BlockRun& r, uint32_t offset, size_t bytes, size_t alignment, const char* what) {
+    if (offset % alignment != 0 || offset + bytes > r.dynamic_bytes)
+        fail_in_fiber(describe_thread(r, *r.current) + " " + what + " at shared address " + std::to_string(offset) +
+                      " (" + std::to_string(bytes) + " bytes): outside the block's " + std::to_string(r.dynamic_bytes) +
+                      " bytes or not " + std::to_string(alignment) + "-byte aligned");
+    return r.dynamic_shared + offset;
+}
+
+MBarrier& barrier_at(BlockRun& r, uint32_t address) {
+    for (auto& entry : r.barriers)
+        if (entry.first == address) return entry.second;
+    fail_in_fiber(describe_thread(r, *r.current) + " uses an mbarrier at shared address " + std::to_string(address) +
+                  " that was never initialised");
+}
+
+void complete_phase_if_done(MBarrier& b) {
+    if (b.pending == 0 && b.transactions == 0) {
+        ++b.phase;
+        b.pending = b.expected;
+    }
+}
+
+}  // namespace
+
+void mbarrier_init(uint32_t address, unsigned arrivals) {
+    BlockRun& r = run();
+    unsigned char* object = shared_range(r, address, 8, 8, "initialises an mbarrier");
+    std::memset(object, 0xa5, 8);  // the object's bytes are not data
+    for (auto& entry : r.barriers)
+        if (entry.first == address) {
+            entry.second = MBarrier{};
+            entry.second.expected = entry.second.pending = arrivals;
+            return;
+        }
+    MBarrier b;
+    b.expected = b.pending = arrivals;
+    r.barriers.emplace_back(address, b);
+    ++r.progress;
+}
+
+void mbarrier_arrive_expect_tx(uint32_t address, uint32_t bytes) {
+    BlockRun& r = run();
+    MBarrier& b = barrier_at(r, address);
+    if (b.pending == 0)
+        fail_in_fiber(describe_thread(r, *r.current) + " arrives on an mbarrier past its phase's arrivals");
+    b.transactions += bytes;
+    --b.pending;
+    complete_phase_if_done(b);
+    ++r.progress;
+}
+
+void bulk_copy(uint32_t destination, const void* source, uint32_t bytes, uint32_t barrier) {
+    BlockRun& r = run();
+    if (bytes % 16 != 0 || reinterpret_cast<uintptr_t>(source) % 16 != 0)
+        fail_in_fiber(describe_thread(r, *r.current) + " issues a bulk copy of " + std::to_string(bytes) +
+                      " bytes from a source that is not 16-byte aligned, or not a multiple of 16 bytes");
+    std::memset(shared_range(r, destination, bytes, 16, "bulk-copies into shared memory"), 0xff, bytes);
+    barrier_at(r, barrier).copies.push_back(PendingCopy{destination, source, bytes});
+    ++r.progress;
+}
+
+void mbarrier_wait_parity(uint32_t address, uint32_t parity) {
+    BlockRun& r = run();
+    for (;;) {
+        MBarrier& b = barrier_at(r, address);
+        if (!b.copies.empty()) {  // the copies issued so far land now
+            for (const PendingCopy& copy : b.copies) {
+                std::memcpy(r.dynamic_shared + copy.destination, copy.source, copy.bytes);
+                b.transactions -= copy.bytes;
+            }
+            b.copies.clear();
+            complete_phase_if_done(b);
+            ++r.progress;
+        }
+        // The phase of parity `parity` has completed when the current phase's parity differs.
+        if ((b.phase & 1u) != (parity & 1u)) return;
+        yield("an mbarrier's phase");
+    }
+}
+
+void ldmatrix_x4_trans(uint32_t (&registers)[4], uint32_t address) {
+    BlockRun& r = run();
+    uint32_t addresses[kWarpSize];
+    gather_lanes(0xffffffffu, &address, sizeof(address), addresses);
+    const unsigned lane = r.current->linear % kWarpSize;
+    for (unsigned q = 0; q < 4; ++q) {
+        uint16_t halves[2];
+        for (unsigned h = 0; h < 2; ++h) {
+            const unsigned row = 2 * (lane % 4) + h, column = lane / 4;
+            const unsigned char* row_bytes = shared_range(r, addresses[8 * q + row], 16, 16, "loads a matrix row");
+            std::memcpy(&halves[h], row_bytes + 2 * column, 2);
+        }
+        registers[q] = static_cast<uint32_t>(halves[0]) | static_cast<uint32_t>(halves[1]) << 16;
+    }
 }
 
 DeviceBuffer::DeviceBuffer(size_t bytes, size_t alignment, size_t offset) : bytes_(bytes) {

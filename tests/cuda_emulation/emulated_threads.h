@@ -43,6 +43,10 @@ void run_grid(dim3 grid, dim3 block, size_t dynamic_shared_bytes, unsigned clust
 // 80 unless a test sets another (90 for the paths that take clusters); returns the previous one.
 int set_compute_capability(int capability);
 int compute_capability();
+// The multiprocessors it reports: 132 (an H200's) unless a test sets fewer, so that kernels whose
+// grid is what fits at once give each block a run of several tiles; returns the previous count.
+int set_multiprocessors(int count);
+int multiprocessors();
 
 // The seed of the next launches' block order (0 keeps index order); returns the previous one.
 uint64_t set_block_order_seed(uint64_t seed);
@@ -66,6 +70,26 @@ unsigned ballot(unsigned mask, bool predicate);
 // A collective that shows every lane of `mask` each other's `bytes` (at most 64): `all` receives
 // lane l's at all + l * bytes (lanes outside the mask: untouched).
 void gather_lanes(unsigned mask, const void* mine, size_t bytes, void* all);
+
+// The block's dynamic shared memory (the launch's bytes, 128-byte aligned, 0xff at the block's
+// start as uninitialised memory may be), and 32-bit shared-memory addresses into it, as PTX's
+// instructions take them (__cvta_generic_to_shared): an address outside it fails the launch.
+unsigned char* dynamic_shared_memory();
+uint32_t shared_offset(const void* pointer);
+
+// mbarrier objects in the block's dynamic shared memory, with transaction counts, and bulk copies
+// from global memory that complete on them. A copy's destination reads 0xff from its issue until
+// it lands, and it lands only when a thread waits on its barrier: a read of a stage before the
+// wait, or a refill issued while threads still read the stage, shows up in the results.
+void mbarrier_init(uint32_t barrier, unsigned arrivals);
+void mbarrier_arrive_expect_tx(uint32_t barrier, uint32_t bytes);
+void bulk_copy(uint32_t destination, const void* source, uint32_t bytes, uint32_t barrier);
+// Waits (yielding) until the phase of parity `parity` has completed.
+void mbarrier_wait_parity(uint32_t barrier, uint32_t parity);
+// ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16: a warp collective; lane 8q + j gives the address
+// of row j of matrix q, and register q of lane l receives that matrix's elements (row 2 (l % 4),
+// column l / 4) and (row 2 (l % 4) + 1, column l / 4), low half first.
+void ldmatrix_x4_trans(uint32_t (&registers)[4], uint32_t address);
 
 // Inside a cluster launch: this block's rank in its cluster, the cluster's barrier (every thread of
 // every block of the cluster arrives; exited threads count as arrived), and a pointer to the same

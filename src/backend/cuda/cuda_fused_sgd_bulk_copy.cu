@@ -12,7 +12,8 @@
 //      blocks the bias (their last warp); a barrier; the block refills the stage with the tile 3 ahead.
 // Every tile issued is waited for, so no copy is in flight when the block ends. Code for compute
 // capability 9.0 only (bulk copies and mbarrier transaction counts); elsewhere the kernels trap and
-// fused_sgd_bulk_copy_applies keeps them from being launched.
+// fused_sgd_bulk_copy_applies keeps them from being launched. Under MPT_CUDA_EMULATION (the host
+// compiler, tests/cuda_emulation) each instruction below is the emulation's instead.
 #include "backend/cuda/cuda_fused_sgd_bulk_copy.cuh"
 
 #include <cuda_bf16.h>
@@ -36,59 +37,91 @@ using namespace fused_sgd_bulk;
 static_assert(kTileRows == kFusedSgdTileRows && kStripColumns == kFusedSgdStripColumns, "the grid's tiles");
 static_assert(kMaxRows >= kFusedSgdMaxRows, "every batch the CUDA-core kernel takes");
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900) || defined(MPT_CUDA_EMULATION)
 
 __device__ __forceinline__ uint32_t shared_address(const void* pointer) {
+#if defined(MPT_CUDA_EMULATION)
+    return ::mpt_emulation::shared_offset(pointer);
+#else
     return static_cast<uint32_t>(__cvta_generic_to_shared(pointer));
+#endif
 }
 
 __device__ __forceinline__ void barrier_init(uint32_t barrier) {
+#if defined(MPT_CUDA_EMULATION)
+    ::mpt_emulation::mbarrier_init(barrier, 1);
+#else
     asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(barrier) : "memory");
+#endif
 }
 
 // The barrier's initialisation made visible to the bulk-copy engine (the async proxy).
 __device__ __forceinline__ void barrier_init_fence() {
+#if !defined(MPT_CUDA_EMULATION)
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
 }
 
 // Shared memory this thread read or wrote as ordinary accesses, ordered before the bulk copies it
 // issues next (which write that memory through the async proxy).
-__device__ __forceinline__ void async_proxy_fence() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void async_proxy_fence() {
+#if !defined(MPT_CUDA_EMULATION)
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
 
 // The barrier's one arrival of a phase, with the bytes its copies will bring.
 __device__ __forceinline__ void barrier_expect_bytes(uint32_t barrier, uint32_t bytes) {
+#if defined(MPT_CUDA_EMULATION)
+    ::mpt_emulation::mbarrier_arrive_expect_tx(barrier, bytes);
+#else
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(barrier), "r"(bytes) : "memory");
+#endif
 }
 
 // `bytes` (a multiple of 16, both addresses 16-byte aligned) from global to shared memory,
 // completing on `barrier`.
 __device__ __forceinline__ void bulk_copy(uint32_t destination, const void* source, uint32_t bytes, uint32_t barrier) {
+#if defined(MPT_CUDA_EMULATION)
+    ::mpt_emulation::bulk_copy(destination, source, bytes, barrier);
+#else
     asm volatile(
         "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(destination),
         "l"(source), "r"(bytes), "r"(barrier)
         : "memory");
+#endif
 }
 
 // The L2 policy for data read once and not again before the next step's update (the masters):
 // evicted first, as the CUDA-core kernel's __ldcs marks them, so that L2 keeps the low-precision
 // copies written beside them, which the next step's forward reads (cuda_fused_sgd_launch.cuh).
 __device__ __forceinline__ uint64_t evict_first_policy() {
-    uint64_t policy;
+    uint64_t policy = 0;
+#if !defined(MPT_CUDA_EMULATION)
     asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+#endif
     return policy;
 }
 
 // bulk_copy under an L2 cache policy.
 __device__ __forceinline__ void bulk_copy_with_policy(uint32_t destination, const void* source, uint32_t bytes,
                                                       uint32_t barrier, uint64_t policy) {
+#if defined(MPT_CUDA_EMULATION)
+    static_cast<void>(policy);
+    ::mpt_emulation::bulk_copy(destination, source, bytes, barrier);
+#else
     asm volatile(
         "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], "
         "%4;\n" ::"r"(destination),
         "l"(source), "r"(bytes), "r"(barrier), "l"(policy)
         : "memory");
+#endif
 }
 
 __device__ __forceinline__ void barrier_wait(uint32_t barrier, uint32_t parity) {
+#if defined(MPT_CUDA_EMULATION)
+    ::mpt_emulation::mbarrier_wait_parity(barrier, parity);
+#else
     uint32_t done = 0;
     do {
         asm volatile(
@@ -101,15 +134,20 @@ __device__ __forceinline__ void barrier_wait(uint32_t barrier, uint32_t parity) 
             : "r"(barrier), "r"(parity)
             : "memory");
     } while (!done);
+#endif
 }
 
 // Four 8 x 8 matrices of 16-bit elements, transposed: lane 8q + j hands the address of row j of
 // matrix q, and register q of lane l gets that matrix's elements (2 (l % 4), l / 4) and
 // (2 (l % 4) + 1, l / 4) in its low and high halves.
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&registers)[4], uint32_t address) {
+#if defined(MPT_CUDA_EMULATION)
+    ::mpt_emulation::ldmatrix_x4_trans(registers, address);
+#else
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(registers[0]), "=r"(registers[1]), "=r"(registers[2]), "=r"(registers[3])
                  : "r"(address));
+#endif
 }
 
 // Two floats as two elements of T in 32 bits, the first in the low half, rounded to nearest even
@@ -130,7 +168,11 @@ __device__ __forceinline__ uint32_t pack_pair(float first, float second) {
 template <typename T, int kPadded>
 __device__ __forceinline__ void update_strip_by_bulk_copies(const FusedSgdLaunch& p, int64_t strip, int64_t run) {
     constexpr int kSteps = kPadded / 16;
+#if defined(MPT_CUDA_EMULATION)
+    unsigned char* const shared = ::mpt_emulation::dynamic_shared_memory();
+#else
     extern __shared__ __align__(128) unsigned char shared[];
+#endif
     const FusedSgdBlockStart start = fused_sgd_block_start(p, run);
     if (!start.active) return;  // no tile, or a skipped step: nothing is written
     const int64_t first_tile = start.first_tile, end_tile = start.end_tile;
@@ -317,7 +359,7 @@ template <typename T, int kPadded, int kLayers>
 __global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor<kPadded>)
     fused_sgd_bulk_copy_kernel(const FusedSgdGroup group) {
     start_after_preceding_kernel();
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900) || defined(MPT_CUDA_EMULATION)
     update_this_blocks_layer<kLayers>(group, [](const FusedSgdLaunch& p, int64_t strip, int64_t run) {
         update_strip_by_bulk_copies<T, kPadded>(p, strip, run);
     });
