@@ -1,4 +1,4 @@
-// See emulated_threads.h. A block's threads are ucontext fibers on the calling OS thread, resumed in
+// See emulated_threads.h. A block's threads are fibers (fiber_context.h) on the calling OS thread, resumed in
 // turn by the block's scheduler loop; a fiber gives the CPU back only inside a wait (a barrier or a
 // warp collective whose other threads have not arrived), so everything between two waits runs as
 // one piece, as a warp's instructions between two synchronisations may. A full round of the fibers
@@ -9,8 +9,9 @@
 // another block moves the cluster on (a deadlock when none does for seconds).
 #include "cuda_emulation/emulated_threads.h"
 
+#include "cuda_emulation/fiber_context.h"
+
 #include <sys/mman.h>
-#include <ucontext.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -50,7 +51,7 @@ struct Stack {
 };
 
 struct Fiber {
-    ucontext_t context{};
+    FiberContext context;
     uint3 index{};
     unsigned linear = 0;
     bool finished = false;
@@ -134,7 +135,7 @@ struct BlockRun {
     int released_count = 0;
     uint64_t generation = 0;
     uint64_t progress = 0;
-    ucontext_t scheduler{};
+    FiberContext scheduler;
     Fiber* current = nullptr;
     const std::function<void()>* body = nullptr;
     std::string failure;
@@ -167,7 +168,7 @@ void yield(const char* waiting_at) {
     BlockRun& r = run();
     Fiber* self = r.current;
     self->waiting_at = waiting_at;
-    swapcontext(&self->context, &r.scheduler);
+    switch_context(self->context, r.scheduler);
     self->waiting_at = "";
 }
 
@@ -176,7 +177,7 @@ void yield(const char* waiting_at) {
 [[noreturn]] void fail_in_fiber(const std::string& message) {
     BlockRun& r = run();
     if (r.failure.empty()) r.failure = message;
-    for (;;) swapcontext(&r.current->context, &r.scheduler);
+    for (;;) switch_context(r.current->context, r.scheduler);
 }
 
 std::string describe_thread(const BlockRun& r, const Fiber& f) {
@@ -199,6 +200,8 @@ void fiber_entry() {
         (*r.body)();
     } catch (const std::exception& error) {
         fail_in_fiber(describe_thread(r, self) + " threw: " + error.what());
+    } catch (...) {  // (nothing may unwind past a fiber's entry)
+        fail_in_fiber(describe_thread(r, self) + " threw");
     }
     self.finished = true;
     --r.live;
@@ -212,7 +215,7 @@ void fiber_entry() {
         r.cluster->release_if_all_arrived();
         r.cluster->moved_on();
     }
-    swapcontext(&self.context, &r.scheduler);  // never resumed
+    switch_context(self.context, r.scheduler);  // never resumed
 }
 
 void run_block(BlockRun& r) {
@@ -229,11 +232,7 @@ void run_block(BlockRun& r) {
         Fiber& f = r.fibers[t];
         f.linear = t;
         f.index = make_uint3(t % r.block.x, (t / r.block.x) % r.block.y, t / (r.block.x * r.block.y));
-        getcontext(&f.context);
-        f.context.uc_stack.ss_sp = stacks[t]->base;
-        f.context.uc_stack.ss_size = kStackBytes;
-        f.context.uc_link = nullptr;
-        makecontext(&f.context, fiber_entry, 0);
+        prepare_context(f.context, stacks[t]->base, kStackBytes, fiber_entry);
     }
     r.live = threads;
     while (r.live > 0) {
@@ -244,7 +243,7 @@ void run_block(BlockRun& r) {
             if (f.finished) continue;
             r.current = &f;
             threadIdx = f.index;
-            swapcontext(&r.scheduler, &f.context);
+            switch_context(r.scheduler, f.context);
             r.current = nullptr;
             if (!r.failure.empty()) throw EmulationError(r.failure);
             at_cluster_barrier = at_cluster_barrier || f.waiting_at == kAtClusterBarrier;
