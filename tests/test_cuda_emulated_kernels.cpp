@@ -1027,7 +1027,8 @@ TEST_CASE("the small-batch forward kernel, K split across a cluster, matches the
             differ += bits_of_float(first.output[i]) != bits_of_float(again.output[i]);
         CHECK(differ == 0);
     }
-    // The seed MLP's first layer at batch 32 splits K (the prediction's 2 blocks a cluster on 132 SMs).
+    // The seed MLP's first layer at batch 32 splits K in 2 (the prediction's 2 blocks a cluster on 132
+    // SMs; the last test case runs it).
     mpt::DenseForwardArgs seed_layer{};
     seed_layer.rows = 32;
     seed_layer.in_features = 3072;
@@ -1038,16 +1039,76 @@ TEST_CASE("the small-batch forward kernel, K split across a cluster, matches the
     CHECK(mpt::small_batch_forward_split(seed_layer).splits == 2);
 }
 
+namespace {
+
+struct BackwardCase {
+    int64_t rows, in_features, out_features;
+    DType compute, gradient;
+    Activation previous;  // A_prev's activation (ReLU: from the forward's mask, or from A_prev)
+};
+
+// The small-batch input gradient of `c` (split as planned on the emulated device) against a double
+// reference, ReLU's derivative from the forward's mask or from A_prev, in each block order of `orders`;
+// returns the split.
+int check_small_batch_backward_data(const BackwardCase& c, bool from_mask, std::initializer_list<uint64_t> orders) {
+    CAPTURE(c.rows);
+    CAPTURE(c.in_features);
+    CAPTURE(c.out_features);
+    CAPTURE(static_cast<int>(c.previous));
+    CAPTURE(from_mask);
+    // A_prev and its mask from the forward kernel of the layer below (64 inputs of its own).
+    const ForwardCase below{c.rows, 64, c.in_features, c.in_features, c.compute, c.compute, c.previous};
+    const ForwardResult previous = check_small_batch_forward(below, 5, 0);
+    std::mt19937 random(9);
+    const DeviceTensor output_grad =
+        upload_rounded(c.compute, random_vector(static_cast<size_t>(c.rows * c.out_features), -8.0f, 8.0f, random));
+    const DeviceTensor weights = upload_rounded(
+        c.compute, random_vector(static_cast<size_t>(c.out_features * c.in_features), -0.1f, 0.1f, random));
+    const size_t n = static_cast<size_t>(c.rows * c.in_features);
+    DeviceBuffer input_grad(n * (c.gradient == DType::fp32 ? 4 : 2));
+    mpt::DenseBackwardDataArgs args{};
+    args.output_grad = output_grad.buffer.data();
+    args.weights = weights.buffer.data();
+    args.input = previous.output_buffer.data();
+    args.relu_mask = previous.mask.data();
+    args.input_grad = input_grad.data();
+    args.rows = c.rows;
+    args.in_features = c.in_features;
+    args.out_features = c.out_features;
+    args.input_activation = c.previous;
+    args.compute_dtype = c.compute;
+    args.input_grad_dtype = c.gradient;
+    REQUIRE(mpt::small_batch_backward_data_applies(args));
+    const mpt::small_batch_mma::SplitK split = mpt::small_batch_backward_data_split(args);
+    CAPTURE(split.splits);
+    std::vector<float> expected(n);
+    for (int64_t r = 0; r < c.rows; ++r)
+        for (int64_t i = 0; i < c.in_features; ++i) {
+            double sum = 0.0;
+            for (int64_t o = 0; o < c.out_features; ++o)
+                sum += static_cast<double>(output_grad.values[static_cast<size_t>(r * c.out_features + o)]) *
+                       weights.values[static_cast<size_t>(o * c.in_features + i)];
+            const float y = previous.output[static_cast<size_t>(r * c.in_features + i)];
+            expected[static_cast<size_t>(r * c.in_features + i)] =
+                static_cast<float>(sum) * mpt::activation_derivative_from_output(c.previous, y);
+        }
+    for (const uint64_t order : orders) {
+        CAPTURE(order);
+        mpt_emulation::set_block_order_seed(order);
+        mpt::run_small_batch_backward_data(args, split, from_mask, nullptr);
+        mpt_emulation::set_block_order_seed(0);
+        CHECK(normalised_difference(download_values(input_grad, c.gradient, n), expected) <= output_bound(c.gradient));
+    }
+    return split.splits;
+}
+
+}  // namespace
+
 TEST_CASE("the small-batch input-gradient kernel, the output features split across a cluster, matches the reference") {
     const ComputeCapability hopper(90);
-    struct BackwardCase {
-        int64_t rows, in_features, out_features;
-        DType compute, gradient;
-        Activation previous;  // A_prev's activation (ReLU: from the forward's mask, or from A_prev)
-    };
     const BackwardCase cases[] = {
-        {32, 96, 2048, DType::bf16, DType::bf16, Activation::relu},  // the seed MLP's layer 2, narrowed
-        {32, 64, 16, DType::bf16, DType::bf16, Activation::relu},    // its layer 3: K of 16
+        {32, 96, 2048, DType::bf16, DType::bf16, Activation::relu},
+        {32, 64, 16, DType::bf16, DType::bf16, Activation::relu},  // K of 16, as the seed MLP's layer 3
         {5, 40, 1024, DType::fp16, DType::fp32, Activation::relu},
         {64, 32, 512, DType::fp16, DType::fp16, Activation::tanh},
         {17, 48, 256, DType::bf16, DType::fp32, Activation::linear},
@@ -1055,57 +1116,9 @@ TEST_CASE("the small-batch input-gradient kernel, the output features split acro
     for (const BackwardCase& c : cases) {
         for (const bool from_mask : {true, false}) {
             if (from_mask && c.previous != Activation::relu) continue;
-            CAPTURE(c.rows);
-            CAPTURE(c.in_features);
-            CAPTURE(c.out_features);
-            CAPTURE(static_cast<int>(c.previous));
-            CAPTURE(from_mask);
-            // A_prev and its mask from the forward kernel of the layer below (64 inputs of its own).
-            const ForwardCase below{c.rows, 64, c.in_features, c.in_features, c.compute, c.compute, c.previous};
-            const ForwardResult previous = check_small_batch_forward(below, 5, 0);
-            std::mt19937 random(9);
-            const DeviceTensor output_grad = upload_rounded(
-                c.compute, random_vector(static_cast<size_t>(c.rows * c.out_features), -8.0f, 8.0f, random));
-            const DeviceTensor weights = upload_rounded(
-                c.compute, random_vector(static_cast<size_t>(c.out_features * c.in_features), -0.1f, 0.1f, random));
-            const size_t n = static_cast<size_t>(c.rows * c.in_features);
-            DeviceBuffer input_grad(n * (c.gradient == DType::fp32 ? 4 : 2));
-            mpt::DenseBackwardDataArgs args{};
-            args.output_grad = output_grad.buffer.data();
-            args.weights = weights.buffer.data();
-            args.input = previous.output_buffer.data();
-            args.relu_mask = previous.mask.data();
-            args.input_grad = input_grad.data();
-            args.rows = c.rows;
-            args.in_features = c.in_features;
-            args.out_features = c.out_features;
-            args.input_activation = c.previous;
-            args.compute_dtype = c.compute;
-            args.input_grad_dtype = c.gradient;
-            REQUIRE(mpt::small_batch_backward_data_applies(args));
-            const mpt::small_batch_mma::SplitK split = mpt::small_batch_backward_data_split(args);
-            CAPTURE(split.splits);
-            for (const uint64_t order : {0ull, 3ull}) {
-                mpt_emulation::set_block_order_seed(order);
-                mpt::run_small_batch_backward_data(args, split, from_mask, nullptr);
-                mpt_emulation::set_block_order_seed(0);
-                const std::vector<float> got = download_values(input_grad, c.gradient, n);
-                std::vector<float> expected(n);
-                for (int64_t r = 0; r < c.rows; ++r)
-                    for (int64_t i = 0; i < c.in_features; ++i) {
-                        double sum = 0.0;
-                        for (int64_t o = 0; o < c.out_features; ++o)
-                            sum +=
-                                static_cast<double>(output_grad.values[static_cast<size_t>(r * c.out_features + o)]) *
-                                weights.values[static_cast<size_t>(o * c.in_features + i)];
-                        const float y = previous.output[static_cast<size_t>(r * c.in_features + i)];
-                        expected[static_cast<size_t>(r * c.in_features + i)] =
-                            static_cast<float>(sum) * mpt::activation_derivative_from_output(c.previous, y);
-                    }
-                CHECK(normalised_difference(got, expected) <= output_bound(c.gradient));
-            }
-            MESSAGE("rows " << c.rows << ", features " << c.in_features << ", K " << c.out_features << ": "
-                            << split.splits << " blocks a cluster");
+            const int splits = check_small_batch_backward_data(c, from_mask, {0, 3});
+            MESSAGE("rows " << c.rows << ", features " << c.in_features << ", K " << c.out_features << ": " << splits
+                            << " blocks a cluster");
         }
     }
 }
@@ -1141,5 +1154,40 @@ TEST_CASE("fused SGD by bulk copies and tensor cores updates as the CUDA-core ke
             mpt_emulation::set_block_order_seed(0);
             CHECK(tolerant_mismatches(layer, optimizer, *state.as<mpt::TrainState>(), shape.rows <= 64) == 0);
         }
+    }
+}
+
+TEST_CASE("the seed MLP's layers at batch 32 on the emulated H200, as the candidate switches run them") {
+    // Each kernel once on the real shapes: 94 feature tiles with the last partial, splits as planned,
+    // 24 column strips of masters with the last partial, a block a tile.
+    const ComputeCapability hopper(90);
+    // Layer 1's forward (MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1): K split in 2.
+    CHECK(check_small_batch_forward({32, 3072, 3000, 3000, DType::bf16, DType::bf16, Activation::relu}, 3, 0).splits ==
+          2);
+    // Layer 2's input gradient (MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1), ReLU's derivative from layer 1's mask.
+    MESSAGE("layer 2's input gradient: " << check_small_batch_backward_data(
+                                                {32, 3000, 1000, DType::bf16, DType::bf16, Activation::relu}, true, {0})
+                                         << " blocks a cluster");
+    // Layer 1's update: fused SGD for exactly 32 rows, 3 blocks an SM (MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1,
+    // MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1), the sums bit for bit; by bulk copies
+    // (MPTRAIN_CUDA_BULK_COPY_SGD=1), within their rounding.
+    std::mt19937 random(32);
+    const mpt::OptimizerConfig optimizer = plain_sgd(0.0f);
+    {
+        SgdLayer layer(32, 3072, 3000, DType::bf16, true, random);
+        DeviceBuffer state = train_state(32768.0f, 0);
+        mpt::run_fused_sgd(layer.args(state.as<mpt::TrainState>()), optimizer, mpt::FusedSgdKernelChoice{true, true},
+                           nullptr);
+        CHECK(layer.mismatches(optimizer, *state.as<mpt::TrainState>()) == 0);
+    }
+    {
+        SgdLayer layer(32, 3072, 3000, DType::bf16, true, random);
+        DeviceBuffer state = train_state(32768.0f, 0);
+        const mpt::DenseUpdateArgs args = layer.args(state.as<mpt::TrainState>());
+        REQUIRE(mpt::fused_sgd_bulk_copy_applies(args, mpt::prepare_fused_sgd_bulk_copy()));
+        mpt::FusedSgdKernelChoice choice{};
+        choice.bulk_copy_layers = 1;
+        mpt::run_fused_sgd(args, optimizer, choice, nullptr);
+        CHECK(tolerant_mismatches(layer, optimizer, *state.as<mpt::TrainState>(), true) == 0);
     }
 }

@@ -298,15 +298,27 @@ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2])
             return static_cast<double>(__half2float(__half(raw)));
         }
     };
-    double am[16][16] = {}, bm[16][8] = {};
-    for (int lane = 0; lane < 32; ++lane) {
-        for (int i = 0; i < 8; ++i) {
-            const mma_reference::Place p = mma_reference::ptx_a(lane, i);
-            am[p.row][p.col] = element(all[lane].a[i / 2], i & 1);
-        }
-        for (int i = 0; i < 4; ++i) {
-            const mma_reference::Place p = mma_reference::ptx_b(lane, i);
-            bm[p.row][p.col] = element(all[lane].b[i / 2], i & 1);
+    // The operands as matrices, placed once a warp's mma by its first lane to get here (the lanes of
+    // one OS thread's blocks run one at a time).
+    thread_local struct {
+        const void* warp = nullptr;
+        uint64_t collective = 0;
+        double am[16][16], bm[16][8];
+    } placed;
+    double(&am)[16][16] = placed.am;
+    double(&bm)[16][8] = placed.bm;
+    if (placed.warp != warp_identity() || placed.collective != warp_collectives_completed()) {
+        placed.warp = warp_identity();
+        placed.collective = warp_collectives_completed();
+        for (int lane = 0; lane < 32; ++lane) {
+            for (int i = 0; i < 8; ++i) {
+                const mma_reference::Place p = mma_reference::ptx_a(lane, i);
+                am[p.row][p.col] = element(all[lane].a[i / 2], i & 1);
+            }
+            for (int i = 0; i < 4; ++i) {
+                const mma_reference::Place p = mma_reference::ptx_b(lane, i);
+                bm[p.row][p.col] = element(all[lane].b[i / 2], i & 1);
+            }
         }
     }
     const int lane = static_cast<int>(lane_index());

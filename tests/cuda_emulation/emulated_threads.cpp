@@ -73,6 +73,7 @@ struct Warp {
     unsigned existing = 0;  // lanes the block has (its last warp may be partial)
     unsigned exited = 0;
     std::vector<LaneGroup> groups;  // a few at most: one per mask in use at once
+    uint64_t completed = 0;         // collectives released, any mask
     LaneGroup& group(unsigned mask) {
         for (LaneGroup& g : groups)
             if (g.mask == mask) return g;
@@ -433,6 +434,7 @@ void sync_lanes(unsigned mask) {
     if (group.arrived == mask) {
         group.arrived = 0;
         ++group.generation;
+        ++warp.completed;
     } else {
         while (warp.group(mask).generation == generation) yield("a warp collective");
     }
@@ -480,6 +482,16 @@ void gather_lanes(unsigned mask, const void* mine, size_t bytes, void* all) {
     for (unsigned l = 0; l < kWarpSize; ++l)
         if ((lanes >> l) & 1u) std::memcpy(static_cast<unsigned char*>(all) + l * bytes, warp.gathered[l], bytes);
     sync_lanes(mask);
+}
+
+const void* warp_identity() {
+    BlockRun& r = run();
+    return &r.warps[r.current->linear / kWarpSize];
+}
+
+uint64_t warp_collectives_completed() {
+    BlockRun& r = run();
+    return r.warps[r.current->linear / kWarpSize].completed;
 }
 
 unsigned cluster_block_rank() {

@@ -70,6 +70,10 @@ unsigned ballot(unsigned mask, bool predicate);
 // A collective that shows every lane of `mask` each other's `bytes` (at most 64): `all` receives
 // lane l's at all + l * bytes (lanes outside the mask: untouched).
 void gather_lanes(unsigned mask, const void* mine, size_t bytes, void* all);
+// The calling lane's warp, and how many of its collectives have completed: the same for every lane
+// between two collectives of the warp (a result the lanes share can be computed once, by the first).
+const void* warp_identity();
+uint64_t warp_collectives_completed();
 
 // The block's dynamic shared memory (the launch's bytes, 128-byte aligned, 0xff at the block's
 // start as uninitialised memory may be), and 32-bit shared-memory addresses into it, as PTX's
