@@ -2,17 +2,22 @@
 // backend .cu file (tests/cuda_emulation/emulated_*.cpp), it lets that file compile as C++ and its
 // launches run on emulated threads (emulated_threads.h). The CUDA headers are the toolkit's own,
 // seen as a host compiler sees them; this adds the rest:
-// - the execution-space keywords (the built-in variables are emulated_threads.h's); __shared__ as a static that each OS
-//   thread has its own of, i.e. each emulated block (its threads are fibers on one OS thread);
-// - barriers, warp collectives and atomics over the fibers (one runs at a time: plain arithmetic
-//   is atomic);
+// - the execution-space keywords (the built-in variables are emulated_threads.h's); __shared__ as a
+//   static that each OS thread has its own of, i.e. each emulated block (its threads are fibers on
+//   one OS thread). Unlike a GPU's, such a variable starts at 0 and keeps its value from one block to
+//   the next on the same OS thread: a read before any write is not caught (dynamic shared memory
+//   starts as 0xff);
+// - barriers and warp collectives over the fibers, shuffles by PTX's definition of their lanes, and
+//   atomics as real atomics (a cluster's blocks run on OS threads side by side);
 // - the intrinsics with explicit rounding as the IEEE operations they name (the host code is built
 //   with -ffp-contract=off: no fused multiply-add where the source did not write one);
+// - mma.m16n8k16 by the PTX ISA's fragment layout;
 // - cudaLaunchKernelEx as the emulated launch (the backend launches every kernel through it,
 //   cuda_launch.cuh), and MPT_CUDA_EMULATION, under which the backend's headers declare their device
-//   functions as they do for nvcc.
-// __CUDA_ARCH__ stays undefined: code for a given architecture (inline PTX) is left out as for the
-// host pass of nvcc, so a kernel whose work lives only there cannot be emulated.
+//   functions as they do for nvcc, and the few instructions without a C++ form (the mma, the cluster
+//   barrier and map, the bulk-copy kernel's PTX) call the emulation.
+// __CUDA_ARCH__ stays undefined: other code for a given architecture is left out as for the host pass
+// of nvcc, so a kernel whose work lives only there cannot be emulated.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -79,30 +84,63 @@ T shuffle(unsigned mask, T value, int source) {
 }
 }  // namespace mpt_emulation
 
-// The source lanes as the PTX shfl modes define them within segments of `width` lanes; a source
-// outside the caller's segment gives the caller its own value.
+// The source lane as PTX's shfl.sync defines it (its pseudo-code in the ISA), with the clamp and
+// segment mask that CUDA's intrinsics pass for `width` (a power of two up to 32): b's low 5 bits; up
+// reads within the caller's segment from its start, down and bfly up to the segment's end (bfly may
+// read an earlier segment, as the CUDA guide says), idx the lane of the caller's segment; an invalid
+// source gives the caller its own value (-1).
+namespace mpt_emulation {
+enum class ShuffleMode { up, down, bfly, idx };
+inline int shuffle_source(ShuffleMode mode, int b, int width) {
+    const int lane = static_cast<int>(lane_index());
+    const int segment_mask = (32 - width) & 31;
+    const int clamp = mode == ShuffleMode::up ? 0 : 31;
+    const int max_lane = (lane & segment_mask) | (clamp & ~segment_mask);
+    const int min_lane = lane & segment_mask;
+    const int bval = b & 31;
+    int j = lane;
+    bool valid = false;
+    switch (mode) {
+        case ShuffleMode::up:
+            j = lane - bval;
+            valid = j >= max_lane;
+            break;
+        case ShuffleMode::down:
+            j = lane + bval;
+            valid = j <= max_lane;
+            break;
+        case ShuffleMode::bfly:
+            j = lane ^ bval;
+            valid = j <= max_lane;
+            break;
+        case ShuffleMode::idx:
+            j = min_lane | (bval & ~segment_mask);
+            valid = j <= max_lane;
+            break;
+    }
+    return valid ? j : -1;
+}
+}  // namespace mpt_emulation
+
 template <typename T>
 T __shfl_sync(unsigned mask, T value, int source_lane, int width = 32) {
-    const int lane = static_cast<int>(::mpt_emulation::lane_index());
-    return ::mpt_emulation::shuffle(mask, value, lane / width * width + (source_lane % width));
+    using namespace ::mpt_emulation;
+    return shuffle(mask, value, shuffle_source(ShuffleMode::idx, source_lane, width));
 }
 template <typename T>
 T __shfl_xor_sync(unsigned mask, T value, int lane_mask, int width = 32) {
-    const int lane = static_cast<int>(::mpt_emulation::lane_index());
-    const int source = lane ^ lane_mask;
-    return ::mpt_emulation::shuffle(mask, value, source / width == lane / width ? source : -1);
+    using namespace ::mpt_emulation;
+    return shuffle(mask, value, shuffle_source(ShuffleMode::bfly, lane_mask, width));
 }
 template <typename T>
 T __shfl_down_sync(unsigned mask, T value, unsigned delta, int width = 32) {
-    const int lane = static_cast<int>(::mpt_emulation::lane_index());
-    const int source = lane + static_cast<int>(delta);
-    return ::mpt_emulation::shuffle(mask, value, lane % width + static_cast<int>(delta) < width ? source : -1);
+    using namespace ::mpt_emulation;
+    return shuffle(mask, value, shuffle_source(ShuffleMode::down, static_cast<int>(delta), width));
 }
 template <typename T>
 T __shfl_up_sync(unsigned mask, T value, unsigned delta, int width = 32) {
-    const int lane = static_cast<int>(::mpt_emulation::lane_index());
-    return ::mpt_emulation::shuffle(mask, value,
-                                    lane % width >= static_cast<int>(delta) ? lane - static_cast<int>(delta) : -1);
+    using namespace ::mpt_emulation;
+    return shuffle(mask, value, shuffle_source(ShuffleMode::up, static_cast<int>(delta), width));
 }
 
 // ---- memory ordering and atomics ----------------------------------------------------------------
@@ -346,6 +384,9 @@ cudaError_t launch_kernel_ex(const cudaLaunchConfig_t* config, void (*kernel)(Pa
             throw EmulationError("clusters are emulated along x only");
         cluster_blocks = attribute.val.clusterDim.x;
     }
+    if (config->dynamicSmemBytes > dynamic_shared_limit(reinterpret_cast<const void*>(kernel)))
+        throw EmulationError("a launch with " + std::to_string(config->dynamicSmemBytes) +
+                             " bytes of dynamic shared memory, more than the kernel's limit (48 KiB unless raised)");
     std::tuple<std::decay_t<Parameters>...> parameters(std::forward<Arguments>(arguments)...);
     run_grid(config->gridDim, config->blockDim, config->dynamicSmemBytes, cluster_blocks, [&parameters, kernel] {
         std::tuple<std::decay_t<Parameters>...> own = parameters;

@@ -89,17 +89,28 @@ cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attributes, const void* /*
     return cudaSuccess;
 }
 
-cudaError_t cudaFuncSetAttribute(const void* /*function*/, cudaFuncAttribute /*attribute*/, int /*value*/) {
+// The dynamic shared memory opt-in is kept (launches check it); the other attributes are hints.
+cudaError_t cudaFuncSetAttribute(const void* function, cudaFuncAttribute attribute, int value) {
+    if (attribute == cudaFuncAttributeMaxDynamicSharedMemorySize) {
+        if (value < 0 || value > 227 * 1024) return record(cudaErrorInvalidValue);
+        mpt_emulation::set_dynamic_shared_limit(function, static_cast<size_t>(value));
+    }
     return cudaSuccess;
 }
 
-// Two blocks of up to 1,024 threads fill a multiprocessor's 2,048; the kernels' register and shared
-// memory limits are a GPU's concern.
+// Blocks an SM holds by threads (2,048), by the launch's dynamic shared memory (228 KiB, 1 KiB
+// reserved a block) and at most 8; the kernels' registers and static shared memory are a GPU's concern.
 cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* blocks, const void* /*function*/,
-                                                                   int block_size, size_t /*shared*/,
+                                                                   int block_size, size_t shared,
                                                                    unsigned int /*flags*/) {
-    *blocks = block_size > 0 ? (block_size <= 1024 ? 2048 / block_size : 0) : 0;
-    if (*blocks > 8) *blocks = 8;
+    if (block_size <= 0 || block_size > 1024) {
+        *blocks = 0;
+        return cudaSuccess;
+    }
+    int fit = 2048 / block_size;
+    const int by_shared = static_cast<int>(228 * 1024 / (shared + 1024));
+    if (by_shared < fit) fit = by_shared;
+    *blocks = fit < 8 ? fit : 8;
     return cudaSuccess;
 }
 

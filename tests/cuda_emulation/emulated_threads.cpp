@@ -17,6 +17,8 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -73,7 +75,7 @@ struct Warp {
     unsigned existing = 0;  // lanes the block has (its last warp may be partial)
     unsigned exited = 0;
     std::vector<LaneGroup> groups;  // a few at most: one per mask in use at once
-    uint64_t completed = 0;         // collectives released, any mask
+    uint64_t completed = 0;         // the collective_serial of its last collective released, any mask
     LaneGroup& group(unsigned mask) {
         for (LaneGroup& g : groups)
             if (g.mask == mask) return g;
@@ -119,6 +121,8 @@ struct PendingCopy {
 };
 
 struct MBarrier {
+    unsigned initialised_by = 0;         // the thread that initialised it
+    uint64_t initialised_at = 0;         // the block barrier's generation then
     unsigned expected = 0, pending = 0;  // arrivals a phase, and those still missing
     int64_t transactions = 0;            // bytes expected and not yet landed (below 0 before the expectation)
     uint64_t phase = 0;                  // phases completed
@@ -156,6 +160,9 @@ thread_local char tls_marker;
 int emulated_capability = 80;
 int emulated_multiprocessors = 132;
 thread_local std::vector<std::unique_ptr<Stack>> stacks;
+// Numbers the warp collectives released on this OS thread, across blocks and launches: a warp's last
+// one (Warp::completed) then says which collective its lanes are between, whatever the block.
+thread_local uint64_t collective_serial = 0;
 uint64_t block_order_seed = 0;
 uint64_t launch_count = 0;
 
@@ -219,6 +226,13 @@ void fiber_entry() {
     switch_context(self.context, r.scheduler);  // never resumed
 }
 
+uint64_t splitmix(uint64_t& state) {
+    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
 void run_block(BlockRun& r) {
     const unsigned threads = r.block.x * r.block.y * r.block.z;
     r.dynamic_storage.assign(r.dynamic_bytes + 128, 0xff);
@@ -235,12 +249,21 @@ void run_block(BlockRun& r) {
         f.index = make_uint3(t % r.block.x, (t / r.block.x) % r.block.y, t / (r.block.x * r.block.y));
         prepare_context(f.context, stacks[t]->base, kStackBytes, fiber_entry);
     }
+    // The fibers' turns in a shuffled order when blocks are (a thread that initialises what others
+    // use must not be the one that happens to run first).
+    std::vector<unsigned> turns(threads);
+    for (unsigned t = 0; t < threads; ++t) turns[t] = t;
+    if (block_order_seed != 0) {
+        uint64_t state = block_order_seed ^ (static_cast<uint64_t>(r.block_index.x) << 20) ^ r.block_index.y;
+        for (unsigned t = threads; t > 1; --t) std::swap(turns[t - 1], turns[splitmix(state) % t]);
+    }
     r.live = threads;
     while (r.live > 0) {
         const uint64_t before = r.progress;
         const uint64_t cluster_before = r.cluster ? r.cluster->epoch.load() : 0;
         bool at_cluster_barrier = false;
-        for (Fiber& f : r.fibers) {
+        for (const unsigned turn : turns) {
+            Fiber& f = r.fibers[turn];
             if (f.finished) continue;
             r.current = &f;
             threadIdx = f.index;
@@ -272,13 +295,13 @@ void run_block(BlockRun& r) {
             throw EmulationError(message);
         }
     }
-}
-
-uint64_t splitmix(uint64_t& state) {
-    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    // No copy may still be on its way into the block's shared memory, which is gone once it ends.
+    for (const auto& entry : r.barriers) {
+        const MBarrier& b = entry.second;
+        if (!b.copies.empty() || b.transactions != 0 || b.pending != b.expected)
+            throw EmulationError("block (" + std::to_string(r.block_index.x) + "," + std::to_string(r.block_index.y) +
+                                 ") ended with an mbarrier's phase unfinished (bulk copies not waited for)");
+    }
 }
 
 }  // namespace
@@ -434,7 +457,7 @@ void sync_lanes(unsigned mask) {
     if (group.arrived == mask) {
         group.arrived = 0;
         ++group.generation;
-        ++warp.completed;
+        warp.completed = ++collective_serial;
     } else {
         while (warp.group(mask).generation == generation) yield("a warp collective");
     }
@@ -570,34 +593,74 @@ unsigned char* shared_range(BlockRun& r, uint32_t offset, size_t bytes, size_t a
 
 MBarrier& barrier_at(BlockRun& r, uint32_t address) {
     for (auto& entry : r.barriers)
-        if (entry.first == address) return entry.second;
+        if (entry.first == address) {
+            // Its initialisation reaches the other threads (and the copy engine) through a block
+            // barrier, as mbarrier.init's must.
+            if (entry.second.initialised_by != r.current->linear && entry.second.initialised_at == r.generation)
+                fail_in_fiber(describe_thread(r, *r.current) + " uses an mbarrier that thread " +
+                              std::to_string(entry.second.initialised_by) +
+                              " initialised, before a block barrier since");
+            return entry.second;
+        }
     fail_in_fiber(describe_thread(r, *r.current) + " uses an mbarrier at shared address " + std::to_string(address) +
                   " that was never initialised");
 }
+
+uint64_t most_mbarrier_phases = 0;
 
 void complete_phase_if_done(MBarrier& b) {
     if (b.pending == 0 && b.transactions == 0) {
         ++b.phase;
         b.pending = b.expected;
+        if (b.phase > most_mbarrier_phases) most_mbarrier_phases = b.phase;
     }
 }
 
 }  // namespace
 
+uint64_t take_most_mbarrier_phases() { return std::exchange(most_mbarrier_phases, 0); }
+
+namespace {
+std::mutex dynamic_shared_limits_mutex;
+std::vector<std::pair<const void*, size_t>> dynamic_shared_limits;
+}  // namespace
+
+void set_dynamic_shared_limit(const void* kernel, size_t bytes) {
+    std::lock_guard<std::mutex> lock(dynamic_shared_limits_mutex);
+    for (auto& entry : dynamic_shared_limits)
+        if (entry.first == kernel) {
+            entry.second = bytes;
+            return;
+        }
+    dynamic_shared_limits.emplace_back(kernel, bytes);
+}
+
+size_t dynamic_shared_limit(const void* kernel) {
+    std::lock_guard<std::mutex> lock(dynamic_shared_limits_mutex);
+    for (const auto& entry : dynamic_shared_limits)
+        if (entry.first == kernel) return entry.second;
+    return 48 * 1024;
+}
+
 void mbarrier_init(uint32_t address, unsigned arrivals) {
     BlockRun& r = run();
     unsigned char* object = shared_range(r, address, 8, 8, "initialises an mbarrier");
     std::memset(object, 0xa5, 8);  // the object's bytes are not data
-    for (auto& entry : r.barriers)
-        if (entry.first == address) {
-            entry.second = MBarrier{};
-            entry.second.expected = entry.second.pending = arrivals;
-            return;
-        }
     MBarrier b;
     b.expected = b.pending = arrivals;
-    r.barriers.emplace_back(address, b);
+    b.initialised_by = r.current->linear;
+    b.initialised_at = r.generation;
     ++r.progress;
+    for (auto& entry : r.barriers)
+        if (entry.first == address) {
+            if (!entry.second.copies.empty() || entry.second.pending != entry.second.expected ||
+                entry.second.transactions != 0)
+                fail_in_fiber(describe_thread(r, *r.current) +
+                              " initialises an mbarrier again in the middle of a phase");
+            entry.second = b;
+            return;
+        }
+    r.barriers.emplace_back(address, b);
 }
 
 void mbarrier_arrive_expect_tx(uint32_t address, uint32_t bytes) {
@@ -674,7 +737,18 @@ DeviceBuffer::DeviceBuffer(size_t bytes, size_t alignment, size_t offset) : byte
 }
 
 DeviceBuffer::~DeviceBuffer() {
-    if (mapping_) munmap(mapping_, mapped_bytes_);
+    if (!mapping_) return;
+    const unsigned char* start = static_cast<const unsigned char*>(mapping_);
+    const unsigned char* end = start + mapped_bytes_ - page_bytes();
+    const unsigned char* first = static_cast<const unsigned char*>(data_);
+    for (const unsigned char* byte = start; byte < end; ++byte)
+        if ((byte < first || byte >= first + bytes_) && *byte != 0xff) {
+            std::fprintf(stderr, "emulated device memory: a write %s a buffer of %zu bytes, %td bytes %s it\n",
+                         byte < first ? "before" : "past", bytes_,
+                         byte < first ? first - byte : byte - (first + bytes_), byte < first ? "before" : "past");
+            std::abort();
+        }
+    munmap(mapping_, mapped_bytes_);
 }
 
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept

@@ -70,6 +70,15 @@ unsigned ballot(unsigned mask, bool predicate);
 // A collective that shows every lane of `mask` each other's `bytes` (at most 64): `all` receives
 // lane l's at all + l * bytes (lanes outside the mask: untouched).
 void gather_lanes(unsigned mask, const void* mine, size_t bytes, void* all);
+// The most phases any mbarrier completed in the launches since the last call (a test's check that
+// a ring of stages turned over); resets it.
+uint64_t take_most_mbarrier_phases();
+
+// The dynamic shared memory a kernel may launch with: 48 KiB unless raised by
+// cudaFuncSetAttribute(cudaFuncAttributeMaxDynamicSharedMemorySize), as on a GPU.
+void set_dynamic_shared_limit(const void* kernel, size_t bytes);
+size_t dynamic_shared_limit(const void* kernel);
+
 // The calling lane's warp, and how many of its collectives have completed: the same for every lane
 // between two collectives of the warp (a result the lanes share can be computed once, by the first).
 const void* warp_identity();
@@ -105,7 +114,9 @@ void* map_shared_rank(void* address, unsigned rank);
 
 // Memory for the emulated device: `bytes` placed so that the first byte is aligned to `alignment`
 // plus `offset`, the end as near a page the process may not touch as that allows (an access past it
-// faults), the bytes between filled with 0xff (NaN in every float format: a read of them shows up).
+// faults), the bytes around it filled with 0xff (NaN in every float format: a read of them shows up)
+// and checked when it is freed: a write outside the buffer that did not fault ends the process with
+// a message.
 class DeviceBuffer {
 public:
     DeviceBuffer() = default;

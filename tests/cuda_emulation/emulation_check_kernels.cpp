@@ -17,10 +17,12 @@ cudaLaunchConfig_t config_for(unsigned blocks, unsigned threads) {
 // Each thread writes what its warp's collectives gave it: [0] xor 1 within the warp, [1] down 3
 // within segments of 8, [2] up 2 within segments of 16, [3] lane 5 of its segment of 8, [4] the
 // ballot of odd lanes, [5] the warp's sum by xor butterfly, [6] the block barrier's count of threads
-// below 40, [7] the block's sum through shared memory.
+// below 40, [7] the block's sum through shared memory; then the edges of PTX's definition: [8] xor 16
+// within segments of 16 (an earlier segment may be read, a later one not), [9] lane -1 of its segment
+// of 16 (the low bits: its last lane), [10] xor 33 (the low 5 bits: xor 1).
 __global__ void collectives_kernel(int* out) {
     const int t = static_cast<int>(threadIdx.x);
-    int* mine = out + 8 * (blockIdx.x * blockDim.x + threadIdx.x);
+    int* mine = out + 11 * (blockIdx.x * blockDim.x + threadIdx.x);
     mine[0] = __shfl_xor_sync(0xffffffffu, t, 1);
     mine[1] = __shfl_down_sync(0xffffffffu, t, 3, 8);
     mine[2] = __shfl_up_sync(0xffffffffu, t, 2, 16);
@@ -36,6 +38,9 @@ __global__ void collectives_kernel(int* out) {
     int block_sum = 0;
     for (int i = 0; i < 64; ++i) block_sum += values[i];
     mine[7] = block_sum;
+    mine[8] = __shfl_xor_sync(0xffffffffu, t, 16, 16);
+    mine[9] = __shfl_sync(0xffffffffu, t, -1, 16);
+    mine[10] = __shfl_xor_sync(0xffffffffu, t, 33);
 }
 
 __global__ void mask_leaves_out_caller_kernel(int* out) {

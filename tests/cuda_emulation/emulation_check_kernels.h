@@ -4,7 +4,7 @@
 
 namespace mpt_emulation_check {
 
-void run_collectives(int* out, unsigned blocks);  // out: [blocks * 64 threads * 8]
+void run_collectives(int* out, unsigned blocks);  // out: [blocks * 64 threads * 11]
 void run_mask_leaves_out_caller(int* out);        // out: [32]
 void run_reads_outside_mask(int* out);            // out: [32]
 void run_deadlock(int* out);                      // out: [2]

@@ -1,7 +1,8 @@
 // A stand-in for CUB's block reduction in the emulated kernels (tests/cuda_emulation/): the same
-// contract (every thread of the block calls Sum with its value; thread 0 gets the block's sum, the
-// others an undefined value; the caller synchronises before it reuses the storage), summed in thread
-// order. CUB's own header does not compile for the host, and CUB is not what these tests check.
+// contract (a block of the size it was declared for; every thread calls Sum with its value; thread 0
+// gets the block's sum, the others an undefined value; the caller synchronises before it reuses the
+// storage), summed in thread order. CUB's own header does not compile for the host, and CUB is not what these tests
+// check.
 #pragma once
 
 namespace cub {
@@ -15,6 +16,8 @@ public:
     explicit BlockReduce(TempStorage& storage) : storage_(storage) {}
 
     T Sum(T value) {
+        // CUB's reduction is sized for its block: another block size gives wrong sums there.
+        if (blockDim.x * blockDim.y * blockDim.z != static_cast<unsigned>(kBlockThreads * kBlockY * kBlockZ)) __trap();
         const unsigned thread = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
         storage_.values[thread] = value;
         __syncthreads();
