@@ -35,6 +35,7 @@
 #include "cuda_emulation/emulation_check_kernels.h"
 #include "nn/activation.h"
 #include "nn/dropout.h"
+#include "support/loss_head_case.h"
 
 using mpt::Activation;
 using mpt::DType;
@@ -293,16 +294,10 @@ namespace {
 
 // One head, as test_cuda_ops's cases describe them: the emulated kernel against cpu_loss_head on the
 // same inputs.
+// One head, as test_cuda_ops's cases describe them (tests/support/loss_head_case.h), and what the
+// emulated kernel adds: a NaN logit, and the head that starts the step (begin_step folded into it).
 struct HeadCase {
-    Activation activation;
-    LossKind loss;
-    int64_t rows, width, classes;
-    DType gradient_dtype;
-    bool with_state = true, with_probabilities = true;
-    float label_smoothing = 0.0f;
-    bool with_class_weights = false, with_row_weights = false;
-    int64_t mean_rows = 0;
-    bool continues_batch = false;
+    mpt_test::LossHeadCase head;
     int64_t nan_logit = -1;  // an element of the logits set to NaN, or none
     bool starts_step = false;
 };
@@ -312,49 +307,30 @@ struct HeadRun {
     DeviceBuffer logits, labels, targets, probabilities, gradient, state, metrics, class_weights, row_weights;
     mpt::LossHeadArgs args{};
 
-    HeadRun(const HeadCase& c, const std::vector<float>& logit_values, const std::vector<int32_t>& label_values,
-            const std::vector<float>& target_values, const std::vector<float>& class_weight_values,
-            const std::vector<float>& row_weight_values)
-        : logits(logit_values.size() * 4),
-          labels(label_values.size() * 4),
-          targets(target_values.size() * 4),
-          probabilities(logit_values.size() * 4),
-          gradient(logit_values.size() * 4),
+    HeadRun(const HeadCase& c, const mpt_test::LossHeadInputs& in)
+        : logits(in.logits.size() * 4),
+          labels(in.labels.size() * 4),
+          targets(in.targets.size() * 4),
+          probabilities(in.logits.size() * 4),
+          gradient(in.logits.size() * 4),
           state(sizeof(mpt::TrainState)),
           metrics(sizeof(double) * mpt::kMetricsCount),
-          class_weights(class_weight_values.size() * 4),
-          row_weights(row_weight_values.size() * 4) {
-        std::memcpy(logits.data(), logit_values.data(), logits.size());
-        std::memcpy(labels.data(), label_values.data(), labels.size());
-        std::memcpy(targets.data(), target_values.data(), targets.size());
-        std::memcpy(class_weights.data(), class_weight_values.data(), class_weights.size());
-        std::memcpy(row_weights.data(), row_weight_values.data(), row_weights.size());
+          class_weights(in.class_weights.size() * 4),
+          row_weights(in.row_weights.size() * 4) {
+        std::memcpy(logits.data(), in.logits.data(), logits.size());
+        std::memcpy(labels.data(), in.labels.data(), labels.size());
+        std::memcpy(targets.data(), in.targets.data(), targets.size());
+        std::memcpy(class_weights.data(), in.class_weights.data(), class_weights.size());
+        std::memcpy(row_weights.data(), in.row_weights.data(), row_weights.size());
         mpt::TrainState initial{};
-        initial.loss_scale = 1024.0f;
+        initial.loss_scale = mpt_test::kLossHeadScale;
         initial.found_inf = c.starts_step ? 1 : 0;  // a head that starts the step clears it
         std::memcpy(state.data(), &initial, sizeof(initial));
-        const double initial_metrics[mpt::kMetricsCount] = {3.5, 7.0, 11.0, 99.0};
-        std::memcpy(metrics.data(), initial_metrics, sizeof(initial_metrics));
-        const bool sparse = mpt::loss_uses_labels(c.loss);
-        args.logits = logits.as<float>();
-        args.labels = sparse ? labels.as<int32_t>() : nullptr;
-        args.targets = sparse ? nullptr : targets.as<float>();
-        args.probabilities = c.with_probabilities ? probabilities.as<float>() : nullptr;
-        args.logits_grad = gradient.data();
-        args.state = c.with_state ? state.as<mpt::TrainState>() : nullptr;
-        args.metrics = metrics.as<double>();
-        args.rows = c.rows;
-        args.width = c.width;
-        args.classes = c.classes;
-        args.activation = c.activation;
-        args.loss = c.loss;
-        args.label_smoothing = c.label_smoothing;
-        args.huber_delta = 0.5f;  // logits in [-4, 4] and targets in [0, 1]: both of Huber's branches
-        args.class_weights = c.with_class_weights ? class_weights.as<float>() : nullptr;
-        args.row_weights = c.with_row_weights ? row_weights.as<float>() : nullptr;
-        args.logits_grad_dtype = c.gradient_dtype;
-        args.mean_rows = c.mean_rows;
-        args.continues_batch = c.continues_batch;
+        std::memcpy(metrics.data(), mpt_test::kLossHeadInitialMetrics, sizeof(mpt_test::kLossHeadInitialMetrics));
+        args = mpt_test::loss_head_args(
+            c.head,
+            {logits.as<float>(), labels.as<int32_t>(), targets.as<float>(), probabilities.as<float>(), gradient.data(),
+             state.as<mpt::TrainState>(), metrics.as<double>(), class_weights.as<float>(), row_weights.as<float>()});
     }
 
     // The gradient as the dtype stores it on a GPU (`device`), or as the CPU backend stores every
@@ -405,7 +381,8 @@ double difference_bound(DType dtype) {
     return 0.0;
 }
 
-void compare_head(const HeadCase& c, uint64_t block_order_seed) {
+void compare_head(const HeadCase& test, uint64_t block_order_seed) {
+    const mpt_test::LossHeadCase& c = test.head;
     CAPTURE(static_cast<int>(c.activation));
     CAPTURE(static_cast<int>(c.loss));
     CAPTURE(c.rows);
@@ -416,32 +393,15 @@ void compare_head(const HeadCase& c, uint64_t block_order_seed) {
     CAPTURE(c.with_class_weights);
     CAPTURE(c.with_row_weights);
     CAPTURE(c.mean_rows);
-    CAPTURE(c.nan_logit);
-    CAPTURE(c.starts_step);
+    CAPTURE(test.nan_logit);
+    CAPTURE(test.starts_step);
     CAPTURE(block_order_seed);
     std::mt19937 random(static_cast<uint32_t>(c.rows * 131 + c.width * 7 + c.classes));
-    std::uniform_real_distribution<float> logit(-4.0f, 4.0f), unit(0.0f, 1.0f);
-    std::vector<float> logits(static_cast<size_t>(c.rows * c.width));
-    for (float& value : logits) value = logit(random);
-    if (c.nan_logit >= 0) logits[static_cast<size_t>(c.nan_logit)] = NAN;
-    std::vector<int32_t> labels(static_cast<size_t>(c.rows));
-    for (int32_t& label : labels) label = static_cast<int32_t>(random() % static_cast<uint32_t>(c.classes));
-    std::vector<float> targets(static_cast<size_t>(c.rows * c.classes));
-    for (float& value : targets) value = unit(random);
-    if (c.loss == LossKind::categorical_crossentropy)  // soft targets summing to 1
-        for (int64_t r = 0; r < c.rows; ++r) {
-            float sum = 0.0f;
-            for (int64_t k = 0; k < c.classes; ++k) sum += targets[static_cast<size_t>(r * c.classes + k)];
-            for (int64_t k = 0; k < c.classes; ++k) targets[static_cast<size_t>(r * c.classes + k)] /= sum;
-        }
-    std::vector<float> class_weights(static_cast<size_t>(c.classes)), row_weights(static_cast<size_t>(c.rows));
-    for (float& w : class_weights) w = 3.0f * unit(random);
-    for (float& w : row_weights) w = 2.0f * unit(random);
-
-    HeadRun reference(c, logits, labels, targets, class_weights, row_weights);
-    HeadRun emulated(c, logits, labels, targets, class_weights, row_weights);
+    const mpt_test::LossHeadInputs in = mpt_test::random_loss_head_inputs(c, random, test.nan_logit);
+    HeadRun reference(test, in);
+    HeadRun emulated(test, in);
     mpt::cpu_loss_head(reference.args);
-    if (c.starts_step && c.with_state && reference.args.state->found_inf == 1) {
+    if (test.starts_step && c.with_state && reference.args.state->found_inf == 1) {
         // cpu_loss_head leaves a set found_inf set; begin_step on the CPU would have cleared it first.
         const double batch_loss = reference.args.metrics[mpt::kMetricBatchLoss];
         if (std::fabs(batch_loss) <= 3.4028234663852886e38) reference.args.state->found_inf = 0;
@@ -454,7 +414,7 @@ void compare_head(const HeadCase& c, uint64_t block_order_seed) {
                                        reinterpret_cast<long long*>(base + mpt::kLossHeadMaxBlocks * 16),
                                        reinterpret_cast<unsigned*>(base + mpt::kLossHeadMaxBlocks * 24)};
     mpt_emulation::set_block_order_seed(block_order_seed);
-    mpt::run_loss_head(emulated.args, scratch, nullptr, c.starts_step);
+    mpt::run_loss_head(emulated.args, scratch, nullptr, test.starts_step);
     mpt_emulation::set_block_order_seed(0);
 
     const std::vector<float> gradient = emulated.gradient_values(true),
@@ -471,7 +431,7 @@ void compare_head(const HeadCase& c, uint64_t block_order_seed) {
     }
     const double* metrics = emulated.args.metrics;
     const double* expected = reference.args.metrics;
-    if (c.nan_logit >= 0) {
+    if (test.nan_logit >= 0) {
         CHECK(std::isnan(metrics[mpt::kMetricLossSum]));
         CHECK(std::isnan(metrics[mpt::kMetricBatchLoss]));
     } else {
@@ -510,21 +470,22 @@ TEST_CASE("the loss head's kernels match the CPU's head in every case, in one bl
     int variant = 0;
     for (const Head& head : heads) {
         for (const Shape& shape : shapes) {
-            HeadCase c{head.activation, head.loss, shape.rows, shape.width, shape.classes, dtypes[variant % 3]};
+            HeadCase test{{head.activation, head.loss, shape.rows, shape.width, shape.classes, dtypes[variant % 3],
+                           true, variant % 2 == 0}};
             // Options in rotation, so that each head meets each of them in some shape.
-            c.with_probabilities = variant % 2 == 0;
+            mpt_test::LossHeadCase& c = test.head;
             c.with_class_weights = variant % 3 == 1 && mpt::loss_takes_class_weights(c.loss);
             c.with_row_weights = variant % 4 == 2;
             c.label_smoothing = variant % 5 == 3 && mpt::valid_label_smoothing(c.loss, 0.1f) ? 0.1f : 0.0f;
-            c.starts_step = variant % 3 == 2;
+            test.starts_step = variant % 3 == 2;
             if (variant % 7 == 4) {
                 c.mean_rows = 3 * c.rows;
                 c.continues_batch = true;
             }
             ++variant;
-            compare_head(c, 0);
-            compare_head(c, 5);  // the blocks in another order: the last block combines in a fixed one
-            HeadCase nan_case = c;
+            compare_head(test, 0);
+            compare_head(test, 5);  // the blocks in another order: the last block combines in a fixed one
+            HeadCase nan_case = test;
             nan_case.nan_logit = shape.classes > 1 ? 1 : 0;  // row 0: found_inf, NaN loss
             compare_head(nan_case, 0);
         }

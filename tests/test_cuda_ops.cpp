@@ -26,6 +26,7 @@
 #include "nn/model.h"
 #include "nn/trainer.h"
 #include "support/environment_setting.h"
+#include "support/loss_head_case.h"
 #include "support/normalised_error.h"
 #include "support/skip_without_gpu.h"
 #include "support/training_fixture.h"
@@ -528,20 +529,7 @@ void compare_dense_backward_data_cases(Backend& reference, Backend& candidate) {
     compare_dense_backward_data(reference, candidate, {24, 64, 32, Activation::relu, DType::bf16, DType::fp32, true});
 }
 
-struct HeadCase {
-    Activation activation;
-    LossKind loss;
-    int64_t rows, width, classes;
-    DType gradient_dtype;
-    bool with_state, with_probabilities;
-    float label_smoothing = 0.0f;
-    bool with_class_weights = false;  // categorical losses: random weights in [0, 3]
-    bool with_row_weights = false;    // every loss: random weights in [0, 2] per row
-    // A micro-batch's head: the mean over this many rows (0: rows), its batch loss added to the
-    // metrics' when `continues_batch`.
-    int64_t mean_rows = 0;
-    bool continues_batch = false;
-};
+using HeadCase = mpt_test::LossHeadCase;
 
 // NaN in the same places of the first `count` elements of both, and those places zeroed there so that
 // normalised_error can compare the rest.
@@ -570,24 +558,11 @@ void compare_loss_head_logits(Backend& reference, Backend& candidate, const Head
     CAPTURE(c.with_row_weights);
     CAPTURE(c.mean_rows);
     CAPTURE(c.continues_batch);
-    const std::vector<float> class_weights = random_values(static_cast<size_t>(c.classes), 0, 3);
-    const std::vector<float> row_weights = random_values(static_cast<size_t>(c.rows), 0, 2);
-    std::vector<float> logits = random_values(static_cast<size_t>(c.rows * c.width), -4, 4);
-    if (nan_logit) logits[static_cast<size_t>(nan_column)] = std::numeric_limits<float>::quiet_NaN();
-    std::uniform_int_distribution<int32_t> label_distribution(0, static_cast<int32_t>(c.classes - 1));
-    std::vector<int32_t> labels(static_cast<size_t>(c.rows));
-    for (int32_t& label : labels) label = label_distribution(random_engine());
-    std::vector<float> targets = random_values(static_cast<size_t>(c.rows * c.classes), 0, 1);
-    if (c.loss == LossKind::categorical_crossentropy)  // soft targets summing to 1
-        for (int64_t r = 0; r < c.rows; ++r) {
-            float sum = 0.0f;
-            for (int64_t k = 0; k < c.classes; ++k) sum += targets[static_cast<size_t>(r * c.classes + k)];
-            for (int64_t k = 0; k < c.classes; ++k) targets[static_cast<size_t>(r * c.classes + k)] /= sum;
-        }
-    const bool sparse = loss_uses_labels(c.loss);
+    const mpt_test::LossHeadInputs in = mpt_test::random_loss_head_inputs(c, random_engine(), nan_column);
     TrainState initial{};
-    initial.loss_scale = 1024.0f;
-    const std::vector<double> initial_metrics = {3.5, 7.0, 11.0, 99.0};
+    initial.loss_scale = mpt_test::kLossHeadScale;
+    const std::vector<double> initial_metrics(std::begin(mpt_test::kLossHeadInitialMetrics),
+                                              std::end(mpt_test::kLossHeadInitialMetrics));
 
     std::vector<float> gradients[2], probabilities[2];
     std::vector<double> metrics[2];
@@ -595,35 +570,19 @@ void compare_loss_head_logits(Backend& reference, Backend& candidate, const Head
     Backend* backends[2] = {&reference, &candidate};
     for (int b = 0; b < 2; ++b) {
         Backend& backend = *backends[b];
-        Buffer logits_buffer = upload(backend, DType::fp32, logits);
-        Buffer labels_buffer = upload_raw(backend, labels);
-        Buffer targets_buffer = upload(backend, DType::fp32, targets);
+        Buffer logits_buffer = upload(backend, DType::fp32, in.logits);
+        Buffer labels_buffer = upload_raw(backend, in.labels);
+        Buffer targets_buffer = upload(backend, DType::fp32, in.targets);
         Buffer gradient = poisoned(backend, c.gradient_dtype, static_cast<size_t>(c.rows * c.width));
         Buffer probability = poisoned(backend, DType::fp32, static_cast<size_t>(c.rows * c.width));
         Buffer state = upload_raw(backend, std::vector<TrainState>{initial});
         Buffer metric = upload_raw(backend, initial_metrics);
-        Buffer weights = upload(backend, DType::fp32, class_weights);
-        Buffer row_weight_buffer = upload(backend, DType::fp32, row_weights);
-        LossHeadArgs args{};
-        args.logits = logits_buffer.as<float>();
-        args.labels = sparse ? labels_buffer.as<int32_t>() : nullptr;
-        args.targets = sparse ? nullptr : targets_buffer.as<float>();
-        args.probabilities = c.with_probabilities ? probability.as<float>() : nullptr;
-        args.logits_grad = gradient.data();
-        args.state = c.with_state ? state.as<TrainState>() : nullptr;
-        args.metrics = metric.as<double>();
-        args.rows = c.rows;
-        args.width = c.width;
-        args.classes = c.classes;
-        args.activation = c.activation;
-        args.loss = c.loss;
-        args.label_smoothing = c.label_smoothing;
-        args.huber_delta = 0.5f;  // logits in [-4, 4] and targets in [0, 1]: both of Huber's branches
-        args.class_weights = c.with_class_weights ? weights.as<float>() : nullptr;
-        args.row_weights = c.with_row_weights ? row_weight_buffer.as<float>() : nullptr;
-        args.logits_grad_dtype = c.gradient_dtype;
-        args.mean_rows = c.mean_rows;
-        args.continues_batch = c.continues_batch;
+        Buffer weights = upload(backend, DType::fp32, in.class_weights);
+        Buffer row_weight_buffer = upload(backend, DType::fp32, in.row_weights);
+        const LossHeadArgs args = mpt_test::loss_head_args(
+            c, {logits_buffer.as<float>(), labels_buffer.as<int32_t>(), targets_buffer.as<float>(),
+                probability.as<float>(), gradient.data(), state.as<TrainState>(), metric.as<double>(),
+                weights.as<float>(), row_weight_buffer.as<float>()});
         backend.loss_head(args);
         gradients[b] = download(backend, gradient, c.gradient_dtype, static_cast<size_t>(c.rows * c.width));
         if (c.with_probabilities)
