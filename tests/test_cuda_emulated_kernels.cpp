@@ -26,6 +26,8 @@
 #include "backend/cuda/cuda_fused_sgd.cuh"
 #include "backend/cuda/cuda_fused_sgd_bulk_copy.cuh"
 #include "backend/cuda/cuda_gather.cuh"
+#include "backend/cuda/cuda_gemm.cuh"
+#include "backend/cuda/cuda_gradient_into_masters.cuh"
 #include "backend/cuda/cuda_loss_head.cuh"
 #include "backend/cuda/cuda_max_abs.cuh"
 #include "backend/cuda/cuda_small_batch_backward_data.cuh"
@@ -1425,6 +1427,118 @@ TEST_CASE("the dropout kernel keeps and scales what the shared draw says, in pla
             CHECK(wrong == 0);
             CHECK(dropped > count / 5);  // a quarter of them, about
             CHECK(dropped < count / 3);
+        }
+    }
+}
+
+TEST_CASE(
+    "plain SGD as one GEMM into the masters (over the emulated cuBLASLt) updates as the fused kernels do, and skips") {
+    mpt::CudaGemm gemm;
+    std::mt19937 random(41);
+    for (const DType dtype : {DType::bf16, DType::fp16}) {
+        for (const float decay : {0.0f, 0.004f}) {
+            for (const int32_t found_inf : {0, 1}) {
+                CAPTURE(static_cast<int>(dtype));
+                CAPTURE(decay);
+                CAPTURE(found_inf);
+                // A batch past fused SGD's 64 rows, where this path applies.
+                SgdLayer layer(100, 96, 40, dtype, true, random);
+                if (found_inf) {  // a skipped step's non-finite inputs must not reach the masters
+                    layer.input.set(5, NAN);
+                    layer.input.set(700, INFINITY);
+                    layer.output_grad.set(3, -INFINITY);
+                }
+                DeviceBuffer state = train_state(512.0f, found_inf);
+                const mpt::OptimizerConfig optimizer = plain_sgd(decay);
+                const mpt::DenseUpdateArgs args = layer.args(state.as<mpt::TrainState>());
+                REQUIRE(mpt::gradient_into_masters_applies(gemm, args, optimizer));
+                DeviceBuffer scratch(mpt::gradient_into_masters_scratch_bytes(args.out_features));
+                const mpt::GradientIntoMastersPlan plan =
+                    mpt::plan_gradient_into_masters(gemm, args, scratch.as<float>());
+                CHECK(plan.bias_fused);  // the emulated cuBLASLt offers BGRADB
+                mpt::run_gradient_into_masters(gemm, plan, args, optimizer, 64, nullptr);
+                const mpt::TrainState& after = *state.as<mpt::TrainState>();
+                if (found_inf)
+                    CHECK(layer.mismatches(optimizer, after) == 0);  // every master, bias and copy as it was
+                else
+                    CHECK(tolerant_mismatches(layer, optimizer, after, false) == 0);
+            }
+        }
+    }
+}
+
+TEST_CASE("ReLU's input gradient from the outputs (a plain GEMM, then the kernel in place) matches the mask's DRELU") {
+    mpt::CudaGemm gemm;
+    std::mt19937 random(43);
+    for (const DType dtype : {DType::bf16, DType::fp16}) {
+        for (const bool maxima : {false, true}) {
+            CAPTURE(static_cast<int>(dtype));
+            CAPTURE(maxima);
+            const int64_t rows = 96, in = 64, out = 40;  // past the small-batch kernels' 64 rows
+            const DeviceTensor output_grad =
+                upload_rounded(dtype, random_vector(static_cast<size_t>(rows * out), -8.0f, 8.0f, random));
+            const DeviceTensor weights =
+                upload_rounded(dtype, random_vector(static_cast<size_t>(out * in), -0.2f, 0.2f, random));
+            std::vector<float> outputs = random_vector(static_cast<size_t>(rows * in), -1.0f, 1.0f, random);
+            for (float& y : outputs) y = y > 0.0f ? y : 0.0f;  // a ReLU layer's outputs
+            const DeviceTensor input = upload_rounded(dtype, outputs);
+            // The mask the forward's RELU_AUX_BIAS would have written, for the DRELU plan.
+            DeviceBuffer mask(mpt::relu_mask_size(rows, in));
+            std::memset(mask.data(), 0, mask.size());
+            const int64_t ld_bits = mpt::relu_mask_ld_bits(in);
+            for (int64_t r = 0; r < rows; ++r)
+                for (int64_t i = 0; i < in; ++i)
+                    if (input.values[static_cast<size_t>(r * in + i)] > 0.0f) {
+                        const int64_t bit = r * ld_bits + i;
+                        mask.as<uint8_t>()[bit / 8] =
+                            static_cast<uint8_t>(mask.as<uint8_t>()[bit / 8] | (1u << (bit % 8)));
+                    }
+            std::vector<float> results[2];
+            float taken[2] = {-1.0f, -1.0f};
+            for (const bool mask_valid : {true, false}) {  // DRELU from the mask; relu_from_output
+                DeviceBuffer input_grad(static_cast<size_t>(rows * in) * 2), workspace(1 << 20),
+                    bounds(2 * sizeof(float));
+                bounds.as<float>()[0] = bounds.as<float>()[1] = -1.0f;
+                mpt::DenseBackwardDataArgs args{};
+                args.output_grad = output_grad.buffer.data();
+                args.weights = weights.buffer.data();
+                args.input = input.buffer.data();
+                args.relu_mask = mask.data();
+                args.input_grad = input_grad.data();
+                args.rows = rows;
+                args.in_features = in;
+                args.out_features = out;
+                args.input_activation = Activation::relu;
+                args.compute_dtype = dtype;
+                args.input_grad_dtype = dtype;
+                args.workspace = {workspace.data(), workspace.size()};
+                if (maxima && !mask_valid) {
+                    args.input_grad_max_abs = bounds.as<float>();
+                    args.input_max_abs = bounds.as<float>() + 1;
+                }
+                const mpt::DenseBackwardDataPlan plan = mpt::plan_dense_backward_data(gemm, args, mask_valid, true);
+                CHECK(plan.relu_from_output == !mask_valid);
+                DeviceBuffer scratch(plan.scratch_bytes > 0 ? plan.scratch_bytes : 16);
+                MaxAbsScratchBuffer max_abs_scratch(8);
+                mpt::run_dense_backward_data(gemm, plan, args, scratch.as<float>(), max_abs_scratch.scratch(), nullptr);
+                CHECK(max_abs_scratch.zero());
+                results[mask_valid ? 0 : 1] = download_values(input_grad, dtype, static_cast<size_t>(rows * in));
+                if (!mask_valid) {
+                    taken[0] = bounds.as<float>()[0];
+                    taken[1] = bounds.as<float>()[1];
+                }
+            }
+            // The same 0 or 1 from the mask and from the outputs, so the same bits.
+            int64_t differ = 0;
+            for (size_t i = 0; i < results[0].size(); ++i)
+                differ += bits_of_float(results[0][i]) != bits_of_float(results[1][i]);
+            CHECK(differ == 0);
+            if (maxima) {
+                CHECK(taken[0] == reference_max_abs(results[1]));
+                CHECK(taken[1] == reference_max_abs(input.values));
+            } else {
+                CHECK(taken[0] == -1.0f);
+            }
         }
     }
 }

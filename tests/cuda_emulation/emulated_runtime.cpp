@@ -8,6 +8,7 @@
 
 #include "cuda_emulation/emulated_threads.h"
 
+#include <cstdlib>
 #include <cstring>
 
 namespace {
@@ -138,6 +139,44 @@ cudaError_t cudaMemsetAsync(void* pointer, int value, size_t bytes, cudaStream_t
 cudaError_t cudaMemcpyAsync(void* destination, const void* source, size_t bytes, cudaMemcpyKind /*kind*/,
                             cudaStream_t /*stream*/) {
     std::memmove(destination, source, bytes);
+    return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : record(cudaErrorInvalidDevice); }
+
+// Memory: the host's, 256-byte aligned as cudaMalloc's.
+cudaError_t cudaMalloc(void** pointer, size_t bytes) {
+    *pointer = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
+    return *pointer || bytes == 0 ? cudaSuccess : record(cudaErrorMemoryAllocation);
+}
+cudaError_t cudaFree(void* pointer) {
+    std::free(pointer);
+    return cudaSuccess;
+}
+
+// Streams and events: work runs when it is issued, so there is nothing to wait for and no time.
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int /*flags*/) {
+    static char streams;
+    *stream = reinterpret_cast<cudaStream_t>(&streams);
+    return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamIsCapturing(cudaStream_t, cudaStreamCaptureStatus* status) {
+    *status = cudaStreamCaptureStatusNone;
+    return cudaSuccess;
+}
+cudaError_t cudaEventCreate(cudaEvent_t* event) {
+    static char events;
+    *event = reinterpret_cast<cudaEvent_t>(&events);
+    return cudaSuccess;
+}
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int /*flags*/) { return cudaEventCreate(event); }
+cudaError_t cudaEventDestroy(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventElapsedTime(float* milliseconds, cudaEvent_t, cudaEvent_t) {
+    *milliseconds = 0.0f;
     return cudaSuccess;
 }
 
