@@ -173,32 +173,16 @@ cublasStatus_t heuristic(cublasLtHandle_t, cublasLtMatmulDesc_t, cublasLtMatrixL
     return CUBLAS_STATUS_SUCCESS;
 }
 
-cublasStatus_t matmul(cublasLtHandle_t, cublasLtMatmulDesc_t handle, const void* alpha_pointer, const void* a,
-                      cublasLtMatrixLayout_t a_layout, const void* b, cublasLtMatrixLayout_t b_layout,
-                      const void* beta_pointer, const void* c, cublasLtMatrixLayout_t c_layout, void* d,
-                      cublasLtMatrixLayout_t d_layout, const cublasLtMatmulAlgo_t*, void*, size_t, cudaStream_t) {
-    const Desc& desc = *reinterpret_cast<const Desc*>(handle);
-    const Layout& la = *reinterpret_cast<const Layout*>(a_layout);
-    const Layout& lb = *reinterpret_cast<const Layout*>(b_layout);
-    const Layout& lc = *reinterpret_cast<const Layout*>(c_layout);
-    const Layout& ld = *reinterpret_cast<const Layout*>(d_layout);
+// The product itself, on the descriptors as they were when it was issued.
+void multiply(const Desc& desc, const Layout& la, const Layout& lb, const Layout& lc, const Layout& ld, double alpha,
+              double beta, const void* a, const void* b, const void* c, void* d) {
     const bool ta = desc.transa != CUBLAS_OP_N, tb = desc.transb != CUBLAS_OP_N;
     const int64_t m = static_cast<int64_t>(ld.rows), n = static_cast<int64_t>(ld.cols);
     const int64_t k = static_cast<int64_t>(ta ? la.rows : la.cols);
-    if (static_cast<int64_t>(ta ? la.cols : la.rows) != m || static_cast<int64_t>(tb ? lb.rows : lb.cols) != n ||
-        static_cast<int64_t>(tb ? lb.cols : lb.rows) != k || lc.rows != ld.rows || lc.cols != ld.cols)
-        return CUBLAS_STATUS_INVALID_VALUE;
-    const double alpha = *static_cast<const float*>(alpha_pointer), beta = *static_cast<const float*>(beta_pointer);
     const auto op_a = [&](int64_t i, int64_t p) { return load(la.type, a, ta ? p + i * la.ld : i + p * la.ld); };
     const auto op_b = [&](int64_t p, int64_t j) { return load(lb.type, b, tb ? j + p * lb.ld : p + j * lb.ld); };
     const int32_t epilogue = desc.epilogue;
     const cudaDataType bias_type = desc.bias_type >= 0 ? static_cast<cudaDataType>(desc.bias_type) : ld.type;
-    if ((has_bias(epilogue) || epilogue == CUBLASLT_EPILOGUE_DRELU_BGRAD || epilogue == CUBLASLT_EPILOGUE_BGRADA ||
-         epilogue == CUBLASLT_EPILOGUE_BGRADB) &&
-        desc.bias == nullptr)
-        return CUBLAS_STATUS_INVALID_VALUE;
-    if ((writes_aux(epilogue) || reads_aux(epilogue)) && (desc.aux == nullptr || desc.aux_ld < m))
-        return CUBLAS_STATUS_INVALID_VALUE;
     unsigned char* aux = static_cast<unsigned char*>(desc.aux);
     std::vector<double> row_sums(static_cast<size_t>(m), 0.0);
     for (int64_t j = 0; j < n; ++j) {
@@ -239,11 +223,67 @@ cublasStatus_t matmul(cublasLtHandle_t, cublasLtMatmulDesc_t handle, const void*
             for (int64_t p = 0; p < k; ++p) sum += op_b(p, j);
             store(bias_type, bias_gradient, j, sum);
         }
+}
+
+// Checks what cuBLASLt checks when called, then issues the product on the stream as its kernels
+// would be (recorded while the stream captures a graph): alpha and beta read now from host memory,
+// when the kernel runs from device memory (CUBLASLT_POINTER_MODE_DEVICE).
+cublasStatus_t matmul(cublasLtHandle_t, cublasLtMatmulDesc_t handle, const void* alpha_pointer, const void* a,
+                      cublasLtMatrixLayout_t a_layout, const void* b, cublasLtMatrixLayout_t b_layout,
+                      const void* beta_pointer, const void* c, cublasLtMatrixLayout_t c_layout, void* d,
+                      cublasLtMatrixLayout_t d_layout, const cublasLtMatmulAlgo_t*, void*, size_t,
+                      cudaStream_t stream) {
+    const Desc desc = *reinterpret_cast<const Desc*>(handle);
+    const Layout la = *reinterpret_cast<const Layout*>(a_layout);
+    const Layout lb = *reinterpret_cast<const Layout*>(b_layout);
+    const Layout lc = *reinterpret_cast<const Layout*>(c_layout);
+    const Layout ld = *reinterpret_cast<const Layout*>(d_layout);
+    const bool ta = desc.transa != CUBLAS_OP_N, tb = desc.transb != CUBLAS_OP_N;
+    const int64_t m = static_cast<int64_t>(ld.rows), n = static_cast<int64_t>(ld.cols);
+    const int64_t k = static_cast<int64_t>(ta ? la.rows : la.cols);
+    if (static_cast<int64_t>(ta ? la.cols : la.rows) != m || static_cast<int64_t>(tb ? lb.rows : lb.cols) != n ||
+        static_cast<int64_t>(tb ? lb.cols : lb.rows) != k || lc.rows != ld.rows || lc.cols != ld.cols)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    const int32_t epilogue = desc.epilogue;
+    if ((has_bias(epilogue) || epilogue == CUBLASLT_EPILOGUE_DRELU_BGRAD || epilogue == CUBLASLT_EPILOGUE_BGRADA ||
+         epilogue == CUBLASLT_EPILOGUE_BGRADB) &&
+        desc.bias == nullptr)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    if ((writes_aux(epilogue) || reads_aux(epilogue)) && (desc.aux == nullptr || desc.aux_ld < m))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    const bool device_scalars = desc.pointer_mode == CUBLASLT_POINTER_MODE_DEVICE;
+    const float alpha = device_scalars ? 0.0f : *static_cast<const float*>(alpha_pointer);
+    const float beta = device_scalars ? 0.0f : *static_cast<const float*>(beta_pointer);
+    const float* alpha_at = static_cast<const float*>(alpha_pointer);
+    const float* beta_at = static_cast<const float*>(beta_pointer);
+    mpt_emulation::issue(stream, [=] {
+        multiply(desc, la, lb, lc, ld, device_scalars ? *alpha_at : alpha, device_scalars ? *beta_at : beta, a, b, c,
+                 d);
+    });
     return CUBLAS_STATUS_SUCCESS;
 }
 
 const char* status_name(cublasStatus_t status) {
-    return status == CUBLAS_STATUS_SUCCESS ? "CUBLAS_STATUS_SUCCESS" : "CUBLAS_STATUS_(emulated failure)";
+    switch (status) {
+        case CUBLAS_STATUS_SUCCESS:
+            return "CUBLAS_STATUS_SUCCESS";
+        case CUBLAS_STATUS_NOT_INITIALIZED:
+            return "CUBLAS_STATUS_NOT_INITIALIZED";
+        case CUBLAS_STATUS_ALLOC_FAILED:
+            return "CUBLAS_STATUS_ALLOC_FAILED";
+        case CUBLAS_STATUS_INVALID_VALUE:
+            return "CUBLAS_STATUS_INVALID_VALUE";
+        case CUBLAS_STATUS_ARCH_MISMATCH:
+            return "CUBLAS_STATUS_ARCH_MISMATCH";
+        case CUBLAS_STATUS_EXECUTION_FAILED:
+            return "CUBLAS_STATUS_EXECUTION_FAILED";
+        case CUBLAS_STATUS_INTERNAL_ERROR:
+            return "CUBLAS_STATUS_INTERNAL_ERROR";
+        case CUBLAS_STATUS_NOT_SUPPORTED:
+            return "CUBLAS_STATUS_NOT_SUPPORTED";
+        default:
+            return "CUBLAS_STATUS_UNKNOWN";
+    }
 }
 const char* status_string(cublasStatus_t status) { return status_name(status); }
 

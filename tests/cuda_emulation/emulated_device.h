@@ -387,10 +387,15 @@ cudaError_t launch_kernel_ex(const cudaLaunchConfig_t* config, void (*kernel)(Pa
     if (config->dynamicSmemBytes > dynamic_shared_limit(reinterpret_cast<const void*>(kernel)))
         throw EmulationError("a launch with " + std::to_string(config->dynamicSmemBytes) +
                              " bytes of dynamic shared memory, more than the kernel's limit (48 KiB unless raised)");
-    std::tuple<std::decay_t<Parameters>...> parameters(std::forward<Arguments>(arguments)...);
-    run_grid(config->gridDim, config->blockDim, config->dynamicSmemBytes, cluster_blocks, [&parameters, kernel] {
-        std::tuple<std::decay_t<Parameters>...> own = parameters;
-        std::apply(kernel, own);
+    // The arguments copied as the launch takes them: a graph that records it replays these.
+    const std::tuple<std::decay_t<Parameters>...> parameters(std::forward<Arguments>(arguments)...);
+    const dim3 grid = config->gridDim, block = config->blockDim;
+    const size_t shared = config->dynamicSmemBytes;
+    issue(config->stream, [parameters, kernel, grid, block, shared, cluster_blocks] {
+        run_grid(grid, block, shared, cluster_blocks, [&parameters, kernel] {
+            std::tuple<std::decay_t<Parameters>...> own = parameters;
+            std::apply(kernel, own);
+        });
     });
     return cudaSuccess;
 }

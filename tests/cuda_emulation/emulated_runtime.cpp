@@ -4,7 +4,12 @@
 // the compute capability the tests set (mpt_emulation::set_compute_capability; 8.0 unless set, so that no entry point
 // picks a path whose code only 9.0 has and the emulation leaves out: bulk copies, dependent launch; the clusters of the
 // small-batch kernels are emulated, under 9.0). Memory is the host's: a stream runs its work at once, in order.
+#include <cuda.h>
 #include <cuda_runtime_api.h>
+
+#include <functional>
+#include <mutex>
+#include <vector>
 
 #include "cuda_emulation/emulated_threads.h"
 
@@ -14,6 +19,18 @@
 namespace {
 
 thread_local cudaError_t last_error = cudaSuccess;
+
+// A stream: its work runs when issued, unless it is capturing, when the work goes into its graph.
+struct Graph {
+    std::vector<std::function<void()>> work;
+};
+struct Stream {
+    Graph* capture = nullptr;
+};
+Stream default_stream;
+std::mutex streams_mutex;
+
+Stream& stream_of(cudaStream_t stream) { return stream ? *reinterpret_cast<Stream*>(stream) : default_stream; }
 
 cudaError_t record(cudaError_t status) {
     if (status != cudaSuccess) last_error = status;
@@ -131,14 +148,14 @@ cudaError_t cudaOccupancyMaxActiveClusters(int* clusters, const void* /*function
     return cudaSuccess;
 }
 
-cudaError_t cudaMemsetAsync(void* pointer, int value, size_t bytes, cudaStream_t /*stream*/) {
-    std::memset(pointer, value, bytes);
+cudaError_t cudaMemsetAsync(void* pointer, int value, size_t bytes, cudaStream_t stream) {
+    mpt_emulation::issue(stream, [=] { std::memset(pointer, value, bytes); });
     return cudaSuccess;
 }
 
 cudaError_t cudaMemcpyAsync(void* destination, const void* source, size_t bytes, cudaMemcpyKind /*kind*/,
-                            cudaStream_t /*stream*/) {
-    std::memmove(destination, source, bytes);
+                            cudaStream_t stream) {
+    mpt_emulation::issue(stream, [=] { std::memmove(destination, source, bytes); });
     return cudaSuccess;
 }
 
@@ -156,14 +173,89 @@ cudaError_t cudaFree(void* pointer) {
 
 // Streams and events: work runs when it is issued, so there is nothing to wait for and no time.
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int /*flags*/) {
-    static char streams;
-    *stream = reinterpret_cast<cudaStream_t>(&streams);
+    *stream = reinterpret_cast<cudaStream_t>(new Stream);
     return cudaSuccess;
 }
-cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+    if (stream) delete reinterpret_cast<Stream*>(stream);
+    return cudaSuccess;
+}
 cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaStreamIsCapturing(cudaStream_t, cudaStreamCaptureStatus* status) {
-    *status = cudaStreamCaptureStatusNone;
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned int) { return cudaSuccess; }
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status) {
+    std::lock_guard<std::mutex> lock(streams_mutex);
+    *status = stream_of(stream).capture ? cudaStreamCaptureStatusActive : cudaStreamCaptureStatusNone;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode) {
+    std::lock_guard<std::mutex> lock(streams_mutex);
+    Stream& s = stream_of(stream);
+    if (s.capture) return record(cudaErrorIllegalState);
+    s.capture = new Graph;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
+    std::lock_guard<std::mutex> lock(streams_mutex);
+    Stream& s = stream_of(stream);
+    if (!s.capture) return record(cudaErrorIllegalState);
+    *graph = reinterpret_cast<cudaGraph_t>(s.capture);
+    s.capture = nullptr;
+    return cudaSuccess;
+}
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long /*flags*/) {
+    *exec = reinterpret_cast<cudaGraphExec_t>(new Graph(*reinterpret_cast<Graph*>(graph)));
+    return cudaSuccess;
+}
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
+    const Graph* graph = reinterpret_cast<const Graph*>(exec);
+    mpt_emulation::issue(stream, [graph] {
+        for (const std::function<void()>& work : graph->work) work();
+    });
+    return cudaSuccess;
+}
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+    delete reinterpret_cast<Graph*>(graph);
+    return cudaSuccess;
+}
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+    delete reinterpret_cast<Graph*>(exec);
+    return cudaSuccess;
+}
+cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaMemcpy(void* destination, const void* source, size_t bytes, cudaMemcpyKind) {
+    std::memmove(destination, source, bytes);
+    return cudaSuccess;
+}
+cudaError_t cudaMemset(void* pointer, int value, size_t bytes) {
+    std::memset(pointer, value, bytes);
+    return cudaSuccess;
+}
+cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+
+// Pinned host memory: the host's.
+cudaError_t cudaHostAlloc(void** pointer, size_t bytes, unsigned int /*flags*/) { return cudaMalloc(pointer, bytes); }
+cudaError_t cudaFreeHost(void* pointer) { return cudaFree(pointer); }
+
+cudaError_t cudaGetDeviceCount(int* count) {
+    *count = 1;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* properties, int device) {
+    if (device != 0) return record(cudaErrorInvalidDevice);
+    *properties = cudaDeviceProp{};
+    std::strcpy(properties->name, "emulated (tests/cuda_emulation)");
+    properties->major = mpt_emulation::compute_capability() / 10;
+    properties->minor = mpt_emulation::compute_capability() % 10;
+    properties->multiProcessorCount = mpt_emulation::multiprocessors();
+    properties->totalGlobalMem = size_t{16} << 30;
+    properties->l2CacheSize = 50 * 1024 * 1024;
+    properties->persistingL2CacheMaxSize = 0;
+    properties->sharedMemPerBlockOptin = 227 * 1024;
+    properties->sharedMemPerMultiprocessor = 228 * 1024;
+    properties->warpSize = 32;
+    properties->maxThreadsPerBlock = 1024;
+    properties->maxThreadsPerMultiProcessor = 2048;
     return cudaSuccess;
 }
 cudaError_t cudaEventCreate(cudaEvent_t* event) {
@@ -180,4 +272,35 @@ cudaError_t cudaEventElapsedTime(float* milliseconds, cudaEvent_t, cudaEvent_t) 
     return cudaSuccess;
 }
 
+namespace {
+CUresult emulated_context_get(CUcontext* context) {
+    static int current;
+    *context = reinterpret_cast<CUcontext>(&current);
+    return CUDA_SUCCESS;
+}
+CUresult emulated_context_set(CUcontext) { return CUDA_SUCCESS; }
+}  // namespace
+
+// The driver's current-context calls the backend saves and restores around its work.
+cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** function, unsigned int /*version*/,
+                                             unsigned long long /*flags*/, cudaDriverEntryPointQueryResult* status) {
+    *function = nullptr;
+    if (std::strcmp(symbol, "cuCtxGetCurrent") == 0) *function = reinterpret_cast<void*>(&emulated_context_get);
+    if (std::strcmp(symbol, "cuCtxSetCurrent") == 0) *function = reinterpret_cast<void*>(&emulated_context_set);
+    if (status) *status = *function ? cudaDriverEntryPointSuccess : cudaDriverEntryPointSymbolNotFound;
+    return cudaSuccess;
+}
+
 }  // extern "C"
+
+void mpt_emulation::issue(cudaStream_t stream, std::function<void()> work) {
+    {
+        std::lock_guard<std::mutex> lock(streams_mutex);
+        Stream& s = stream_of(stream);
+        if (s.capture) {
+            s.capture->work.push_back(std::move(work));
+            return;
+        }
+    }
+    work();
+}

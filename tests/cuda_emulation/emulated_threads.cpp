@@ -157,7 +157,14 @@ thread_local BlockRun* current_run = nullptr;
 // thread-local storage has the same layout in every thread, so the same shared variable of another
 // block (OS thread) is at the same distance from that thread's marker.
 thread_local char tls_marker;
-int emulated_capability = 80;
+// MPTRAIN_EMULATED_COMPUTE_CAPABILITY=90 in the environment: the GPU test programs on the emulated
+// device (tests/CMakeLists.txt) take the paths of compute capability 9.0 (clusters, bulk copies).
+int capability_from_environment() {
+    const char* value = std::getenv("MPTRAIN_EMULATED_COMPUTE_CAPABILITY");
+    const int capability = value ? std::atoi(value) : 0;
+    return capability >= 70 && capability <= 120 ? capability : 80;
+}
+int emulated_capability = capability_from_environment();
 int emulated_multiprocessors = 132;
 thread_local std::vector<std::unique_ptr<Stack>> stacks;
 // Numbers the warp collectives released on this OS thread, across blocks and launches: a warp's last

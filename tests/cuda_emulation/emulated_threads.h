@@ -39,6 +39,11 @@ struct EmulationError : std::runtime_error {
 void run_grid(dim3 grid, dim3 block, size_t dynamic_shared_bytes, unsigned cluster_blocks,
               const std::function<void()>& thread_body);
 
+// Work issued on a stream (a kernel launch, a copy, a memset): run at once, in issue order (every
+// stream is one queue here), or recorded while the stream captures a graph (emulated_runtime.cpp)
+// and run each time the graph is launched.
+void issue(cudaStream_t stream, std::function<void()> work);
+
 // The compute capability the emulated device reports (emulated_runtime.cpp), as major * 10 + minor:
 // 80 unless a test sets another (90 for the paths that take clusters); returns the previous one.
 int set_compute_capability(int capability);
