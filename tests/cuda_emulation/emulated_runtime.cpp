@@ -7,6 +7,7 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include <chrono>
 #include <functional>
 #include <mutex>
 #include <vector>
@@ -258,17 +259,28 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* properties, int device) {
     properties->maxThreadsPerMultiProcessor = 2048;
     return cudaSuccess;
 }
+// An event: the host's clock when the stream reached it (the work before it has run by then).
+struct Event {
+    std::chrono::steady_clock::time_point reached;
+};
 cudaError_t cudaEventCreate(cudaEvent_t* event) {
-    static char events;
-    *event = reinterpret_cast<cudaEvent_t>(&events);
+    *event = reinterpret_cast<cudaEvent_t>(new Event{std::chrono::steady_clock::now()});
     return cudaSuccess;
 }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int /*flags*/) { return cudaEventCreate(event); }
-cudaError_t cudaEventDestroy(cudaEvent_t) { return cudaSuccess; }
-cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+    delete reinterpret_cast<Event*>(event);
+    return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+    Event* reached = reinterpret_cast<Event*>(event);
+    mpt_emulation::issue(stream, [reached] { reached->reached = std::chrono::steady_clock::now(); });
+    return cudaSuccess;
+}
 cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
-cudaError_t cudaEventElapsedTime(float* milliseconds, cudaEvent_t, cudaEvent_t) {
-    *milliseconds = 0.0f;
+cudaError_t cudaEventElapsedTime(float* milliseconds, cudaEvent_t start, cudaEvent_t end) {
+    const auto span = reinterpret_cast<Event*>(end)->reached - reinterpret_cast<Event*>(start)->reached;
+    *milliseconds = std::chrono::duration<float, std::milli>(span).count();
     return cudaSuccess;
 }
 
