@@ -202,42 +202,27 @@ inline unsigned atomicInc(unsigned* address, unsigned limit) {
 }
 
 // Cache-hinted loads and stores: plain ones.
-template <typename T>
-T __ldg(const T* address) {
-    return *address;
-}
-template <typename T>
-T __ldcs(const T* address) {
-    return *address;
-}
-template <typename T>
-T __ldcg(const T* address) {
-    return *address;
-}
-template <typename T>
-T __ldca(const T* address) {
-    return *address;
-}
-template <typename T>
-T __ldlu(const T* address) {
-    return *address;
-}
-template <typename T>
-void __stcs(T* address, T value) {
-    *address = value;
-}
-template <typename T>
-void __stcg(T* address, T value) {
-    *address = value;
-}
-template <typename T>
-void __stwt(T* address, T value) {
-    *address = value;
-}
-template <typename T>
-void __stwb(T* address, T value) {
-    *address = value;
-}
+#define MPT_EMULATED_LOAD(name) \
+    template <typename T>       \
+    T name(const T* address) {  \
+        return *address;        \
+    }
+#define MPT_EMULATED_STORE(name)     \
+    template <typename T>            \
+    void name(T* address, T value) { \
+        *address = value;            \
+    }
+MPT_EMULATED_LOAD(__ldg)
+MPT_EMULATED_LOAD(__ldcs)
+MPT_EMULATED_LOAD(__ldcg)
+MPT_EMULATED_LOAD(__ldca)
+MPT_EMULATED_LOAD(__ldlu)
+MPT_EMULATED_STORE(__stcs)
+MPT_EMULATED_STORE(__stcg)
+MPT_EMULATED_STORE(__stwt)
+MPT_EMULATED_STORE(__stwb)
+#undef MPT_EMULATED_LOAD
+#undef MPT_EMULATED_STORE
 
 // A trap fails the emulated launch (a GPU would end the context).
 inline void __trap() { throw ::mpt_emulation::EmulationError("the kernel trapped"); }

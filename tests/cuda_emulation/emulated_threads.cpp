@@ -145,7 +145,6 @@ struct BlockRun {
     const std::function<void()>* body = nullptr;
     std::string failure;
     ClusterRun* cluster = nullptr;  // null outside a cluster launch
-    unsigned cluster_rank = 0;
     size_t dynamic_bytes = 0;
     std::vector<unsigned char> dynamic_storage;  // dynamic_bytes + 128: aligned within
     unsigned char* dynamic_shared = nullptr;
@@ -335,7 +334,6 @@ void run_cluster_block(ClusterRun& cluster, unsigned rank, dim3 grid, dim3 block
         r.body = &thread_body;
         r.block_index = index;
         r.cluster = &cluster;
-        r.cluster_rank = rank;
         {
             // Every block's shared memory located before any thread of the cluster runs.
             std::unique_lock<std::mutex> lock(cluster.mutex);
@@ -522,11 +520,6 @@ const void* warp_identity() {
 uint64_t warp_collectives_completed() {
     BlockRun& r = run();
     return r.warps[r.current->linear / kWarpSize].completed;
-}
-
-unsigned cluster_block_rank() {
-    BlockRun& r = run();
-    return r.cluster ? r.cluster_rank : 0;
 }
 
 unsigned cluster_blocks() {

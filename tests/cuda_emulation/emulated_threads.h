@@ -109,10 +109,9 @@ void mbarrier_wait_parity(uint32_t barrier, uint32_t parity);
 // column l / 4) and (row 2 (l % 4) + 1, column l / 4), low half first.
 void ldmatrix_x4_trans(uint32_t (&registers)[4], uint32_t address);
 
-// Inside a cluster launch: this block's rank in its cluster, the cluster's barrier (every thread of
-// every block of the cluster arrives; exited threads count as arrived), and a pointer to the same
-// shared variable of the cluster's block `rank` (distributed shared memory).
-unsigned cluster_block_rank();
+// Inside a cluster launch: the cluster's blocks, its barrier (every thread of every block of the
+// cluster arrives; exited threads count as arrived), and a pointer to the same shared variable of the
+// cluster's block `rank` (distributed shared memory).
 unsigned cluster_blocks();  // 1 outside a cluster launch
 void sync_cluster();
 void* map_shared_rank(void* address, unsigned rank);
