@@ -14,6 +14,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "amp/loss_scaler.h"
@@ -189,6 +190,86 @@ TEST_CASE("the emulation fails a launch that misuses a collective, deadlocks, tr
     DeviceBuffer collectives(sizeof(int) * 64 * 11);
     mpt_emulation_check::run_collectives(collectives.as<int>(), 1);
     CHECK(collectives.as<int>()[7] == 63 * 64 / 2);
+}
+
+// The backend's captures run in the thread-local mode; the emulation keeps the runtime's rules for
+// them, so that a step whose capture a GPU would refuse (a cudaMalloc while recording, say) is refused
+// here too, and the GPU test programs' zero-refusal checks mean on the emulated backend what they do
+// on a GPU.
+TEST_CASE("the emulated runtime refuses what stream capture does not permit, and invalidates the capture") {
+    cudaStream_t stream = nullptr;
+    REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
+    const auto ended = [&](cudaError_t expected) {
+        cudaGraph_t graph = nullptr;
+        CHECK(cudaStreamEndCapture(stream, &graph) == expected);
+        CHECK((graph != nullptr) == (expected == cudaSuccess));
+        if (graph) CHECK(cudaGraphDestroy(graph) == cudaSuccess);
+        cudaGetLastError();
+    };
+    void* memory = nullptr;
+    SUBCASE("a cudaMalloc on the capturing thread") {
+        REQUIRE(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+        CHECK(cudaMalloc(&memory, 64) == cudaErrorStreamCaptureUnsupported);
+        cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+        CHECK(cudaStreamIsCapturing(stream, &status) == cudaSuccess);
+        CHECK(status == cudaStreamCaptureStatusInvalidated);
+        ended(cudaErrorStreamCaptureInvalidated);
+    }
+    SUBCASE("a synchronisation of the capturing stream, then of the device") {
+        REQUIRE(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+        CHECK(cudaStreamSynchronize(stream) == cudaErrorStreamCaptureUnsupported);
+        ended(cudaErrorStreamCaptureInvalidated);
+        REQUIRE(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+        CHECK(cudaDeviceSynchronize() == cudaErrorStreamCaptureUnsupported);
+        ended(cudaErrorStreamCaptureInvalidated);
+    }
+    SUBCASE("an event recorded in the capture, asked after") {
+        cudaEvent_t event = nullptr;
+        REQUIRE(cudaEventCreate(&event) == cudaSuccess);
+        REQUIRE(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+        REQUIRE(cudaEventRecord(event, stream) == cudaSuccess);
+        CHECK(cudaEventQuery(event) == cudaErrorCapturedEvent);
+        CHECK(cudaEventSynchronize(event) == cudaErrorCapturedEvent);
+        ended(cudaSuccess);
+        REQUIRE(cudaEventRecord(event, stream) == cudaSuccess);  // outside a capture: usable again
+        CHECK(cudaEventSynchronize(event) == cudaSuccess);
+        CHECK(cudaEventDestroy(event) == cudaSuccess);
+    }
+    SUBCASE("another thread's cudaMalloc: permitted beside a thread-local capture, not beside a global one") {
+        for (cudaStreamCaptureMode mode : {cudaStreamCaptureModeThreadLocal, cudaStreamCaptureModeGlobal}) {
+            REQUIRE(cudaStreamBeginCapture(stream, mode) == cudaSuccess);
+            cudaError_t elsewhere = cudaErrorUnknown;
+            std::thread([&] {
+                elsewhere = cudaMalloc(&memory, 64);
+                if (elsewhere == cudaSuccess) CHECK(cudaFree(memory) == cudaSuccess);
+            }).join();
+            const bool global = mode == cudaStreamCaptureModeGlobal;
+            CHECK(elsewhere == (global ? cudaErrorStreamCaptureUnsupported : cudaSuccess));
+            ended(global ? cudaErrorStreamCaptureInvalidated : cudaSuccess);
+        }
+    }
+    SUBCASE("the work issued into a capture runs when its graph is launched, not before") {
+        int* value = nullptr;
+        REQUIRE(cudaMalloc(reinterpret_cast<void**>(&value), sizeof(int)) == cudaSuccess);
+        *value = 0;
+        REQUIRE(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+        REQUIRE(cudaMemsetAsync(value, 1, sizeof(int), stream) == cudaSuccess);
+        CHECK(*value == 0);
+        cudaGraph_t graph = nullptr;
+        REQUIRE(cudaStreamEndCapture(stream, &graph) == cudaSuccess);
+        cudaGraphExec_t exec = nullptr;
+        REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+        REQUIRE(cudaGraphLaunch(exec, stream) == cudaSuccess);
+        CHECK(*value == 0x01010101);
+        CHECK(cudaGraphExecDestroy(exec) == cudaSuccess);
+        CHECK(cudaGraphDestroy(graph) == cudaSuccess);
+        CHECK(cudaFree(value) == cudaSuccess);
+    }
+    // Nothing left capturing: the calls are permitted again.
+    REQUIRE(cudaMalloc(&memory, 64) == cudaSuccess);
+    CHECK(cudaFree(memory) == cudaSuccess);
+    CHECK(cudaStreamSynchronize(stream) == cudaSuccess);
+    CHECK(cudaStreamDestroy(stream) == cudaSuccess);
 }
 
 TEST_CASE("the max pass's kernel finds every tensor's max |x| whatever the grid and the blocks' order") {

@@ -291,7 +291,7 @@ TEST_CASE("the CUDA switches set on together train as with all of them off") {
             if (was_asked && !is_on) MESSAGE(s.variable << "=" << s.on << ": off on this device");
         }
     }
-    MESSAGE("switches on together (" << (from_environment ? "the environment's" : "every one")
+    MESSAGE("switches on together (" << std::string(from_environment ? "the environment's" : "every one")
                                      << "): " << (on.empty() ? std::string("none") : names_of(on)));
     std::vector<bool> path_ran(on.size(), false);
     for (const Run& run : runs()) {

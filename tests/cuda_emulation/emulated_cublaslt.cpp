@@ -2,24 +2,29 @@
 // (cuda_cublaslt_library.cuh), as host functions over host memory, so that the backend's own GEMM
 // code (cuda_gemm.cu: keys, descriptors, plans) and the ops built on it run unchanged. The matmul
 // follows cuBLASLt's documented semantics for what the backend asks of it: column-major operands,
-// D = alpha op(A) op(B) + beta C (C not read when beta is 0) summed in double and rounded once to
-// D's type; the epilogues BIAS (a bias per row of D), RELU (with or without BIAS and AUX, the aux a
-// bit a D element, bit j * aux_ld + i, set where the value is above 0), DRELU (D zeroed where the aux
-// bit is clear), DRELU_BGRAD (and the bias gradient: each row of D summed), BGRADA and BGRADB (the
-// bias gradient as op(A)'s rows or op(B)'s columns summed over K, not scaled by alpha), alpha and
-// beta from host or device pointers (both host memory here). Its heuristic offers one algorithm
-// without workspace for everything. What cuBLASLt does beyond the documentation (its sums' order,
-// its choice of kernels and their refusals) is not emulated: the GPU tests check the backend against
-// the real library.
+// D = alpha op(A) op(B) + beta C (C not read when beta is 0), op(A) op(B) summed in fp32; the
+// epilogues BIAS (a bias per row of D), RELU (with or without BIAS and AUX, the aux a bit a D
+// element, bit j * aux_ld + i, set where the value is above 0), DRELU (D zeroed where the aux bit
+// is clear), DRELU_BGRAD (and the bias gradient: each row of D summed), BGRADA and BGRADB (the bias
+// gradient as op(A)'s rows or op(B)'s columns summed over K, not scaled by alpha), alpha and beta
+// from host or device pointers (both host memory here). Its heuristic offers up to 3 algorithms
+// without workspace for everything, all the same product. What cuBLASLt does beyond the
+// documentation (its sums' order, its choice of kernels and their refusals) is not emulated: the
+// GPU tests check the backend against the real library.
 #include <cublasLt.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "backend/cpu/cpu_gemm.h"
 #include "backend/cuda/cuda_cublaslt_library.cuh"
+#include "core/thread_pool.h"
 #include "cuda_emulation/emulated_threads.h"
 
 namespace {
@@ -166,30 +171,54 @@ cublasStatus_t heuristic(cublasLtHandle_t, cublasLtMatmulDesc_t, cublasLtMatrixL
                          cublasLtMatmulHeuristicResult_t results[], int* returned) {
     *returned = 0;
     if (requested < 1) return CUBLAS_STATUS_INVALID_VALUE;
-    results[0] = cublasLtMatmulHeuristicResult_t{};
-    results[0].state = CUBLAS_STATUS_SUCCESS;
-    results[0].wavesCount = 1.0f;
-    *returned = 1;
+    // Up to 3 candidates, told apart by their first word, so that autotuning has some to time; each
+    // computes the same product.
+    const int offered = std::min(requested, 3);
+    for (int i = 0; i < offered; ++i) {
+        results[i] = cublasLtMatmulHeuristicResult_t{};
+        results[i].algo.data[0] = static_cast<uint64_t>(i);
+        results[i].state = CUBLAS_STATUS_SUCCESS;
+        results[i].wavesCount = 1.0f;
+    }
+    *returned = offered;
     return CUBLAS_STATUS_SUCCESS;
 }
 
-// The product itself, on the descriptors as they were when it was issued.
+// op(X) as a dense row-major rows x cols float matrix (every fp16 and bf16 value is a float).
+std::vector<float> dense_operand(const Layout& layout, const void* base, bool transposed, int64_t rows, int64_t cols) {
+    std::vector<float> dense(static_cast<size_t>(rows * cols));
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c)
+            dense[static_cast<size_t>(r * cols + c)] =
+                static_cast<float>(load(layout.type, base, transposed ? c + r * layout.ld : r + c * layout.ld));
+    return dense;
+}
+
+// The product itself, on the descriptors as they were when it was issued: op(A) op(B) summed in fp32,
+// as CUBLAS_COMPUTE_32F does, by the CPU backend's GEMM (OpenBLAS where it loads), so that the GPU
+// test programs train the seed MLP's shapes in minutes; then alpha, beta, the bias and the ReLU element by
+// element, rounded to float after each step.
 void multiply(const Desc& desc, const Layout& la, const Layout& lb, const Layout& lc, const Layout& ld, double alpha,
               double beta, const void* a, const void* b, const void* c, void* d) {
     const bool ta = desc.transa != CUBLAS_OP_N, tb = desc.transb != CUBLAS_OP_N;
     const int64_t m = static_cast<int64_t>(ld.rows), n = static_cast<int64_t>(ld.cols);
     const int64_t k = static_cast<int64_t>(ta ? la.rows : la.cols);
-    const auto op_a = [&](int64_t i, int64_t p) { return load(la.type, a, ta ? p + i * la.ld : i + p * la.ld); };
-    const auto op_b = [&](int64_t p, int64_t j) { return load(lb.type, b, tb ? j + p * lb.ld : p + j * lb.ld); };
+    const std::vector<float> op_a = dense_operand(la, a, ta, m, k);   // m x k
+    const std::vector<float> op_b = dense_operand(lb, b, !tb, n, k);  // n x k: op(B) transposed
+    std::vector<float> product(static_cast<size_t>(m * n), 0.0f);     // m x n
+    if (k > 0) {
+        static mpt::ThreadPool pool(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+        static std::mutex pool_lock;  // streams issue on threads of their own
+        const std::lock_guard<std::mutex> hold(pool_lock);
+        mpt::cpu_sgemm(false, true, m, n, k, 1.0f, op_a.data(), k, op_b.data(), k, 0.0f, product.data(), n, pool);
+    }
     const int32_t epilogue = desc.epilogue;
     const cudaDataType bias_type = desc.bias_type >= 0 ? static_cast<cudaDataType>(desc.bias_type) : ld.type;
     unsigned char* aux = static_cast<unsigned char*>(desc.aux);
     std::vector<double> row_sums(static_cast<size_t>(m), 0.0);
     for (int64_t j = 0; j < n; ++j) {
         for (int64_t i = 0; i < m; ++i) {
-            double sum = 0.0;
-            for (int64_t p = 0; p < k; ++p) sum += op_a(i, p) * op_b(p, j);
-            double value = static_cast<float>(alpha * sum);
+            double value = static_cast<float>(alpha * product[static_cast<size_t>(i * n + j)]);
             if (beta != 0.0) value = static_cast<float>(value + beta * load(lc.type, c, i + j * lc.ld));
             if (has_bias(epilogue)) value = static_cast<float>(value + load(bias_type, desc.bias, i));
             const int64_t bit = j * desc.aux_ld + i;
@@ -214,13 +243,13 @@ void multiply(const Desc& desc, const Layout& la, const Layout& lb, const Layout
     if (epilogue == CUBLASLT_EPILOGUE_BGRADA)
         for (int64_t i = 0; i < m; ++i) {
             double sum = 0.0;
-            for (int64_t p = 0; p < k; ++p) sum += op_a(i, p);
+            for (int64_t p = 0; p < k; ++p) sum += op_a[static_cast<size_t>(i * k + p)];
             store(bias_type, bias_gradient, i, sum);
         }
     if (epilogue == CUBLASLT_EPILOGUE_BGRADB)
         for (int64_t j = 0; j < n; ++j) {
             double sum = 0.0;
-            for (int64_t p = 0; p < k; ++p) sum += op_b(p, j);
+            for (int64_t p = 0; p < k; ++p) sum += op_b[static_cast<size_t>(j * k + p)];
             store(bias_type, bias_gradient, j, sum);
         }
 }

@@ -7,13 +7,16 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "cuda_emulation/emulated_threads.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -22,14 +25,47 @@ namespace {
 thread_local cudaError_t last_error = cudaSuccess;
 
 // A stream: its work runs when issued, unless it is capturing, when the work goes into its graph.
+// Capture keeps the runtime's rules (cudaStreamBeginCapture, cudaThreadExchangeStreamCaptureMode): a
+// thread with a capture under way in the global or thread-local mode, or any thread while one in the
+// global mode is under way, may not make the potentially unsafe calls (cudaMalloc and cudaFree, the
+// synchronous copies and sets, a device synchronisation); nor may anyone synchronise a capturing
+// stream or wait on an event recorded in one. Such a call fails and invalidates the capture: the work
+// issued after it is dropped, and ending the capture fails, as on a GPU.
 struct Graph {
     std::vector<std::function<void()>> work;
+    bool invalidated = false;
 };
 struct Stream {
     Graph* capture = nullptr;
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
+    std::thread::id capturing_thread;
 };
 Stream default_stream;
 std::mutex streams_mutex;
+std::vector<Stream*> capturing;  // under streams_mutex
+
+// An event: the host's clock when the stream reached it (the work before it has run by then); and
+// whether it was last recorded in a capture, when waiting on it or asking after it is not permitted.
+struct Event {
+    std::chrono::steady_clock::time_point reached;
+    bool recorded_in_capture = false;
+};
+bool event_recorded_in_capture(cudaEvent_t event) { return reinterpret_cast<const Event*>(event)->recorded_in_capture; }
+
+// A potentially unsafe call on this thread: fails, invalidating the captures that forbid it, if any do.
+cudaError_t unsafe_during_capture() {
+    std::lock_guard<std::mutex> lock(streams_mutex);
+    bool forbidden = false;
+    for (Stream* s : capturing) {
+        const bool forbids =
+            s->mode == cudaStreamCaptureModeGlobal ||
+            (s->mode == cudaStreamCaptureModeThreadLocal && s->capturing_thread == std::this_thread::get_id());
+        if (!forbids) continue;
+        s->capture->invalidated = true;
+        forbidden = true;
+    }
+    return forbidden ? cudaErrorStreamCaptureUnsupported : cudaSuccess;
+}
 
 Stream& stream_of(cudaStream_t stream) { return stream ? *reinterpret_cast<Stream*>(stream) : default_stream; }
 
@@ -50,7 +86,32 @@ cudaError_t cudaGetLastError() {
 
 cudaError_t cudaPeekAtLastError() { return last_error; }
 
-const char* cudaGetErrorName(cudaError_t status) { return status == cudaSuccess ? "cudaSuccess" : "cudaError"; }
+const char* cudaGetErrorName(cudaError_t status) {
+    switch (status) {
+        case cudaSuccess:
+            return "cudaSuccess";
+        case cudaErrorStreamCaptureUnsupported:
+            return "cudaErrorStreamCaptureUnsupported";
+        case cudaErrorStreamCaptureInvalidated:
+            return "cudaErrorStreamCaptureInvalidated";
+        case cudaErrorStreamCaptureWrongThread:
+            return "cudaErrorStreamCaptureWrongThread";
+        case cudaErrorCapturedEvent:
+            return "cudaErrorCapturedEvent";
+        case cudaErrorIllegalState:
+            return "cudaErrorIllegalState";
+        case cudaErrorInvalidValue:
+            return "cudaErrorInvalidValue";
+        case cudaErrorInvalidDevice:
+            return "cudaErrorInvalidDevice";
+        case cudaErrorMemoryAllocation:
+            return "cudaErrorMemoryAllocation";
+        case cudaErrorNotSupported:
+            return "cudaErrorNotSupported";
+        default:
+            return "cudaError";
+    }
+}
 
 const char* cudaGetErrorString(cudaError_t status) {
     return status == cudaSuccess ? "no error" : "an emulated CUDA runtime call failed";
@@ -164,10 +225,12 @@ cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : recor
 
 // Memory: the host's, 256-byte aligned as cudaMalloc's.
 cudaError_t cudaMalloc(void** pointer, size_t bytes) {
+    if (const cudaError_t refused = unsafe_during_capture()) return record(refused);
     *pointer = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
     return *pointer || bytes == 0 ? cudaSuccess : record(cudaErrorMemoryAllocation);
 }
 cudaError_t cudaFree(void* pointer) {
+    if (const cudaError_t refused = unsafe_during_capture()) return record(refused);
     std::free(pointer);
     return cudaSuccess;
 }
@@ -178,29 +241,66 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int /*flags
     return cudaSuccess;
 }
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
-    if (stream) delete reinterpret_cast<Stream*>(stream);
+    if (!stream) return cudaSuccess;
+    {
+        std::lock_guard<std::mutex> lock(streams_mutex);
+        capturing.erase(std::remove(capturing.begin(), capturing.end(), reinterpret_cast<Stream*>(stream)),
+                        capturing.end());
+    }
+    delete reinterpret_cast<Stream*>(stream);
     return cudaSuccess;
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned int) { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+    std::lock_guard<std::mutex> lock(streams_mutex);
+    Stream& s = stream_of(stream);
+    if (!s.capture) return cudaSuccess;
+    s.capture->invalidated = true;
+    return record(cudaErrorStreamCaptureUnsupported);
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int) {
+    std::lock_guard<std::mutex> lock(streams_mutex);
+    // A wait on an event recorded in a capture joins the stream to it (a fork), which the emulation
+    // does not model: it says so instead of recording work out of order.
+    if (event_recorded_in_capture(event) && !stream_of(stream).capture) {
+        std::fprintf(stderr, "emulated CUDA: a stream waits on an event recorded in a capture (a fork)\n");
+        return record(cudaErrorNotSupported);
+    }
+    return cudaSuccess;
+}
 cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status) {
     std::lock_guard<std::mutex> lock(streams_mutex);
-    *status = stream_of(stream).capture ? cudaStreamCaptureStatusActive : cudaStreamCaptureStatusNone;
+    const Graph* capture = stream_of(stream).capture;
+    *status = !capture               ? cudaStreamCaptureStatusNone
+              : capture->invalidated ? cudaStreamCaptureStatusInvalidated
+                                     : cudaStreamCaptureStatusActive;
     return cudaSuccess;
 }
-cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode) {
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode) {
     std::lock_guard<std::mutex> lock(streams_mutex);
     Stream& s = stream_of(stream);
     if (s.capture) return record(cudaErrorIllegalState);
+    if (&s == &default_stream) return record(cudaErrorStreamCaptureUnsupported);  // the legacy stream
     s.capture = new Graph;
+    s.mode = mode;
+    s.capturing_thread = std::this_thread::get_id();
+    capturing.push_back(&s);
     return cudaSuccess;
 }
 cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
     std::lock_guard<std::mutex> lock(streams_mutex);
     Stream& s = stream_of(stream);
     if (!s.capture) return record(cudaErrorIllegalState);
-    *graph = reinterpret_cast<cudaGraph_t>(s.capture);
+    if (s.mode != cudaStreamCaptureModeRelaxed && s.capturing_thread != std::this_thread::get_id())
+        return record(cudaErrorStreamCaptureWrongThread);
+    Graph* captured = s.capture;
     s.capture = nullptr;
+    capturing.erase(std::find(capturing.begin(), capturing.end(), &s));
+    if (captured->invalidated) {
+        delete captured;
+        *graph = nullptr;
+        return record(cudaErrorStreamCaptureInvalidated);
+    }
+    *graph = reinterpret_cast<cudaGraph_t>(captured);
     return cudaSuccess;
 }
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long /*flags*/) {
@@ -222,16 +322,17 @@ cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
     delete reinterpret_cast<Graph*>(exec);
     return cudaSuccess;
 }
-cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
 cudaError_t cudaMemcpy(void* destination, const void* source, size_t bytes, cudaMemcpyKind) {
+    if (const cudaError_t refused = unsafe_during_capture()) return record(refused);
     std::memmove(destination, source, bytes);
     return cudaSuccess;
 }
 cudaError_t cudaMemset(void* pointer, int value, size_t bytes) {
+    if (const cudaError_t refused = unsafe_during_capture()) return record(refused);
     std::memset(pointer, value, bytes);
     return cudaSuccess;
 }
-cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize() { return record(unsafe_during_capture()); }
 
 // Pinned host memory: the host's.
 cudaError_t cudaHostAlloc(void** pointer, size_t bytes, unsigned int /*flags*/) { return cudaMalloc(pointer, bytes); }
@@ -259,10 +360,6 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* properties, int device) {
     properties->maxThreadsPerMultiProcessor = 2048;
     return cudaSuccess;
 }
-// An event: the host's clock when the stream reached it (the work before it has run by then).
-struct Event {
-    std::chrono::steady_clock::time_point reached;
-};
 cudaError_t cudaEventCreate(cudaEvent_t* event) {
     *event = reinterpret_cast<cudaEvent_t>(new Event{std::chrono::steady_clock::now()});
     return cudaSuccess;
@@ -274,10 +371,21 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
 }
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
     Event* reached = reinterpret_cast<Event*>(event);
+    {
+        std::lock_guard<std::mutex> lock(streams_mutex);
+        reached->recorded_in_capture = stream_of(stream).capture != nullptr;
+    }
     mpt_emulation::issue(stream, [reached] { reached->reached = std::chrono::steady_clock::now(); });
     return cudaSuccess;
 }
-cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+    std::lock_guard<std::mutex> lock(streams_mutex);
+    return event_recorded_in_capture(event) ? record(cudaErrorCapturedEvent) : cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+    std::lock_guard<std::mutex> lock(streams_mutex);
+    return event_recorded_in_capture(event) ? record(cudaErrorCapturedEvent) : cudaSuccess;
+}
 cudaError_t cudaEventElapsedTime(float* milliseconds, cudaEvent_t start, cudaEvent_t end) {
     const auto span = reinterpret_cast<Event*>(end)->reached - reinterpret_cast<Event*>(start)->reached;
     *milliseconds = std::chrono::duration<float, std::milli>(span).count();
@@ -310,7 +418,10 @@ void mpt_emulation::issue(cudaStream_t stream, std::function<void()> work) {
         std::lock_guard<std::mutex> lock(streams_mutex);
         Stream& s = stream_of(stream);
         if (s.capture) {
-            s.capture->work.push_back(std::move(work));
+            if (s.capture->invalidated)
+                record(cudaErrorStreamCaptureInvalidated);
+            else
+                s.capture->work.push_back(std::move(work));
             return;
         }
     }
