@@ -310,13 +310,14 @@ room_for_switch_stage() {  # room_for_switch_stage <name>: a switch stage of abo
 if [ -x "$bench" ]; then
     stage "switched-off paths (mptrain-bench --backend cuda under each switch)"
     # Batch 32's combined set: both small-batch kernels, fused SGD grouped, at 3 blocks an SM,
-    # compiled for 32 rows and by bulk copies, dependent launch. (With the bulk copies on, the two
+    # compiled for 32 rows and by bulk copies, dependent launch, the last layer in its head's launch
+    # (the small-batch kernels then run the hidden layers alone). (With the bulk copies on, the two
     # compilations of the CUDA-core kernel act only on the layers the bulk-copy kernel does not take:
     # none of the seed MLP's, whose 10 logits run as 16. Their counters then stay 0, so this set's
     # time is credited to the bulk copies, not to them.)
     MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 \
         MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 MPTRAIN_CUDA_GROUPED_SGD=1 MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1 \
-        MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1 MPTRAIN_CUDA_BULK_COPY_SGD=1 \
+        MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1 MPTRAIN_CUDA_BULK_COPY_SGD=1 MPTRAIN_CUDA_HEAD_LAYER_CLUSTER=1 \
         bench_run 60 all_switches --precision mixed-bf16 --batch 32
     # Past batch 32's kernels: every switch that acts at batch 256 or 4096 at once (not the GEMM
     # autotuning, timed last), so that the candidate choice has a combined set to weigh there too.
@@ -383,6 +384,13 @@ if [ -x "$bench" ]; then
     # reach only the layers it does not take.
     room_for_switch_stage bulk_copy_sgd && MPTRAIN_CUDA_BULK_COPY_SGD=1 \
         bench_run 60 bulk_copy_sgd --precision mixed-bf16 --batch 32,256
+    # The last layer's forward, loss head and input gradient as one launch at batch 32, K split across
+    # a cluster of 8 blocks (1000 inputs, 128 a block), in place of cuBLASLt's split-K forward with its
+    # reduction and bias kernels, the head's one block (9.0 us on an H200, 2026-12-05) and the DRELU
+    # GEMM. A fusion of the three into one block of warps took the step to 161 us against 109 (one SM
+    # for 1 M products); this one spreads them over 8. Predicted, unmeasured: -8 to -15 us a step.
+    room_for_switch_stage head_layer_cluster && MPTRAIN_CUDA_HEAD_LAYER_CLUSTER=1 \
+        bench_run 60 head_layer_cluster --precision mixed-bf16 --batch 32
     # Batch 32's forward layers as one tensor-core kernel each instead of cuBLASLt's (split-K) GEMMs
     # (the input gradients' kernel has no stage alone: it runs beside the forward's, below). Rebuilt
     # (2026-12-06) with K split across the blocks of a thread-block cluster on compute capability 9.0:

@@ -92,6 +92,21 @@ MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1 MPTRAIN_C
 small_batch_status=$?
 { echo; echo "small-batch kernels at batch 32 (ncu exit status $small_batch_status):"
   grep -vE '^(mptrain|device|backend|cpu|cuda) ' "$WORK/ncu_small_batch.txt" | grep -E '^ |small_batch' | head -120; } >>"$OUT_FILE"
+# The last layer around its loss head in one launch (MPTRAIN_CUDA_HEAD_LAYER_CLUSTER=1) at batch 32,
+# a cluster of 8 blocks: unmeasured. Its duration against the three launches it replaces (cuBLASLt's
+# forward kernels for 1000 -> 16, the head's 9.0 us, the DRELU GEMM: the default tables above), and
+# what its warps wait for: the head's chain (long_scoreboard, math), the cluster's barriers
+# (barrier, membar), or cold code (no_instruction).
+MPTRAIN_CUDA_HEAD_LAYER_CLUSTER=1 MPTRAIN_CUDA_GRAPHS=0 capped 40 "$ncu" --clock-control none --cache-control none \
+    --kernel-name regex:head_layer_kernel --launch-skip 10 --launch-count 2 \
+    --metrics "$metrics,regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
+    --section WarpStateStats --section LaunchStats \
+    "$BUILD/bin/mptrain-bench" --backend cuda --precision mixed-bf16 --batch 32 --steps 12 --repeats 1 \
+    >"$WORK/ncu_head_layer.txt" 2>&1
+head_layer_status=$?
+{ echo; echo "head layer in a cluster at batch 32, MPTRAIN_CUDA_HEAD_LAYER_CLUSTER=1 (ncu exit status $head_layer_status):"
+  grep -vE '^(mptrain|device|backend|cpu|cuda) ' "$WORK/ncu_head_layer.txt" | grep -E '^ |head_layer|ERROR' |
+      sed -E 's/smsp__average_warps_issue_stalled_(.*)_per_issue_active\.ratio/stalled: \1/' | head -90; } >>"$OUT_FILE"
 # Why the fused SGD kernel (batch 32) runs at a third of the copy bandwidth: its warps' stall
 # reasons, issue rate and occupancy for one step's three launches, as Nsight Compute prints them.
 MPTRAIN_CUDA_GRAPHS=0 capped 60 "$ncu" --clock-control none --cache-control none \

@@ -87,6 +87,7 @@ struct Record {
     bool gradient_into_masters;   // MPTRAIN_CUDA_GRADIENT_INTO_MASTERS=1: SGD past 64 rows as a GEMM into the masters
     bool fused_sgd_32_rows;       // MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1: the fused SGD kernel compiled for 32 rows
     bool bulk_copy_sgd;           // MPTRAIN_CUDA_BULK_COPY_SGD=1: fused SGD by bulk copies and tensor cores
+    bool head_layer_cluster;      // MPTRAIN_CUDA_HEAD_LAYER_CLUSTER=1: the last layer in its head's launch, K in a cluster
     // mpt_context_describe after the timed epochs: the switches the backend had on (the fields above
     // say what the environment asked for), its graph captures, replays and refusals, the ops' paths.
     std::string context;
@@ -467,6 +468,7 @@ Record run_one(const Options& options, const std::string& precision_text, int64_
     record.gradient_into_masters = environment_is("MPTRAIN_CUDA_GRADIENT_INTO_MASTERS", "1");
     record.fused_sgd_32_rows = environment_is("MPTRAIN_CUDA_FUSED_SGD_32_ROWS", "1");
     record.bulk_copy_sgd = environment_is("MPTRAIN_CUDA_BULK_COPY_SGD", "1");
+    record.head_layer_cluster = environment_is("MPTRAIN_CUDA_HEAD_LAYER_CLUSTER", "1");
     const mpt::DType compute = resolved == MPT_PRECISION_MIXED_BF16   ? mpt::DType::bf16
                                : resolved == MPT_PRECISION_MIXED_FP16 ? mpt::DType::fp16
                                                                       : mpt::DType::fp32;
@@ -565,7 +567,7 @@ void write_json(const std::string& path, const std::vector<Record>& records) {
                      "\"gemm_autotune\": %s, \"small_batch_forward\": %s, \"small_batch_backward\": %s, "
                      "\"dependent_launch\": %s, \"grouped_sgd\": %s, \"split_k_small_outputs\": %s, "
                      "\"relu_from_output\": %s, \"fused_sgd_three_blocks\": %s, \"gradient_into_masters\": %s, "
-                     "\"fused_sgd_32_rows\": %s, \"bulk_copy_sgd\": %s, ",
+                     "\"fused_sgd_32_rows\": %s, \"bulk_copy_sgd\": %s, \"head_layer_cluster\": %s, ",
                      hidden.c_str(), r.backend.c_str(), r.precision.c_str(), r.resolved.c_str(), static_cast<long long>(r.batch),
                      static_cast<long long>(r.steps), r.us_per_step, r.wall_us_per_step,
                      r.streamed ? "streamed" : "resident", r.cosine ? "cosine" : "constant", static_cast<double>(r.clipnorm),
@@ -579,7 +581,7 @@ void write_json(const std::string& path, const std::vector<Record>& records) {
                      r.grouped_sgd ? "true" : "false", r.split_k_small_outputs ? "true" : "false",
                      r.relu_from_output ? "true" : "false", r.fused_sgd_three_blocks ? "true" : "false",
                      r.gradient_into_masters ? "true" : "false", r.fused_sgd_32_rows ? "true" : "false",
-                     r.bulk_copy_sgd ? "true" : "false");
+                     r.bulk_copy_sgd ? "true" : "false", r.head_layer_cluster ? "true" : "false");
         if (r.gemm_floor_us >= 0) std::fprintf(file, "\"gemm_floor_us\": %.1f, \"floor_ratio\": %.3f, ", r.gemm_floor_us, r.us_per_step / r.gemm_floor_us);
         else std::fprintf(file, "\"gemm_floor_us\": null, \"floor_ratio\": null, ");
         std::fprintf(file, "\"allocations_per_step\": %.3f, \"peak_bytes\": %zu, \"device_bytes\": %lld, \"context\": %s}%s\n",

@@ -22,7 +22,7 @@ SWITCHES_TOGETHER_CASE = os.path.join(os.path.dirname(os.path.abspath(__file__))
 DEFAULT_FIELDS = {"split_k": True, "gemm_autotune": False, "small_batch_forward": False, "small_batch_backward": False,
                   "dependent_launch": False, "grouped_sgd": False, "split_k_small_outputs": False,
                   "relu_from_output": False, "fused_sgd_three_blocks": False, "gradient_into_masters": False,
-                  "fused_sgd_32_rows": False, "bulk_copy_sgd": False}
+                  "fused_sgd_32_rows": False, "bulk_copy_sgd": False, "head_layer_cluster": False}
 
 
 H200 = "cuda:0 (NVIDIA H200, compute capability 9.0, 143771 MiB)"
@@ -484,6 +484,21 @@ class BestSwitches(unittest.TestCase):
                 "CUDA fused SGD updates recorded for several layers run as one launch, each layer as in its own",
                 "plain SGD with weight decay keeps the fused small-batch SGD kernel"):
             self.assertNotIn("bulk_copy_sgd", best_switches.excluded_by_tests({case})[0], case)
+
+    # MPTRAIN_CUDA_HEAD_LAYER_CLUSTER=1's GPU cases: its op case (test_cuda_ops), training as the
+    # separate launches do (test_cuda_fast_paths, the small MLP and the seed MLP's own case).
+    HEAD_LAYER_CLUSTER_CASES = (
+        "CUDA head layer in a cluster matches the CPU, and leaves the shapes it does not take to the separate launches",
+        "MPTRAIN_CUDA_HEAD_LAYER_CLUSTER=1 trains as the separate launches do",
+        "the seed MLP's last layer in a cluster of 8 blocks trains as the separate launches do")
+
+    def test_a_failing_case_of_head_layer_cluster_names_that_switch_alone(self):
+        for case in self.HEAD_LAYER_CLUSTER_CASES:
+            self.assertEqual(best_switches.excluded_by_tests({case}), ({"head_layer_cluster"}, []), case)
+        # The loss head's own case and the begin_step fold's do not name it.
+        for case in ("the CUDA loss head matches the CPU for every activation and loss",
+                     "a recorded begin_step is folded into its loss head, which leaves found_inf as the memset would"):
+            self.assertEqual(best_switches.excluded_by_tests({case}), (set(), [case]), case)
 
     def test_bulk_copy_sgd_is_left_out_when_its_gpu_test_failed(self):
         for case in self.BULK_COPY_SGD_CASES:

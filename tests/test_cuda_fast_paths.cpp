@@ -22,6 +22,7 @@
 #include "backend/cuda/cuda_cublaslt_library.cuh"
 #include "backend/cuda/cuda_fused_sgd.cuh"
 #include "backend/cuda/cuda_fused_sgd_bulk_copy.cuh"
+#include "backend/cuda/head_layer_case.h"
 #endif
 
 #if defined(MPTRAIN_WITH_CUDA)
@@ -417,6 +418,104 @@ TEST_CASE("MPTRAIN_CUDA_RELU_FROM_OUTPUT=1 takes ReLU's derivative from the outp
     CHECK(overflow_from_output.state.loss_scale == overflow_with_masks.state.loss_scale);
     CHECK(std::isfinite(overflow_from_output.loss));
     CHECK(overflow_from_output.loss == doctest::Approx(overflow_with_masks.loss).epsilon(5e-3));
+}
+
+// MPTRAIN_CUDA_HEAD_LAYER_CLUSTER=1: at batches of at most 64 rows the last layer's forward and input
+// gradient run in the loss head's launch (K split across a cluster's blocks where it has more than 128
+// inputs), their dot products summed in another order than cuBLASLt's, so each run trains to the
+// separate launches' loss within rounding: the small MLP (40 inputs to 16 outputs: one block) in
+// mixed-bf16 replayed from graphs, the layer below's ReLU mask read as the DRELU plan reads it; with
+// ReLU's derivative from the outputs, where the launch also takes the step's maxima of dZ and A below
+// it; at batch 64; fp32 (which it leaves to the separate launches); one hidden layer (another arena
+// plan); and mixed-fp16 through overflowing steps (the same steps skipped, the same scale left).
+TEST_CASE("MPTRAIN_CUDA_HEAD_LAYER_CLUSTER=1 trains as the separate launches do") {
+    SKIP_WITHOUT_GPU();
+    auto fused = cuda_context_under("MPTRAIN_CUDA_HEAD_LAYER_CLUSTER", "1");
+    auto separate = cuda_context_under("MPTRAIN_CUDA_HEAD_LAYER_CLUSTER", "0");
+    const float fused_bf16 = train_two_bf16_epochs_replayed(fused, 61);
+    const float separate_bf16 = train_two_bf16_epochs(separate, 61);
+    const CudaOpPaths paths = cuda_backend_op_paths(fused->backend());
+    CHECK(paths.head_layers_in_cluster > 0);
+    CHECK(paths.backward_data_relu_from_output == 0);  // the masks' plan
+    CHECK(cuda_backend_op_paths(separate->backend()).head_layers_in_cluster == 0);
+    CHECK(std::isfinite(fused_bf16));
+    CHECK(fused_bf16 == doctest::Approx(separate_bf16).epsilon(5e-3));
+
+    std::shared_ptr<Context> from_output;
+    {
+        const EnvironmentSetting relu("MPTRAIN_CUDA_RELU_FROM_OUTPUT", "1");
+        from_output = cuda_context_under("MPTRAIN_CUDA_HEAD_LAYER_CLUSTER", "1");
+    }
+    const float from_output_bf16 = train_two_bf16_epochs(from_output, 61);
+    const CudaOpPaths from_output_paths = cuda_backend_op_paths(from_output->backend());
+    CHECK(from_output_paths.head_layers_in_cluster > 0);
+    CHECK(std::isfinite(from_output_bf16));
+    CHECK(from_output_bf16 == doctest::Approx(separate_bf16).epsilon(5e-3));
+
+    auto fused_64 = cuda_context_under("MPTRAIN_CUDA_HEAD_LAYER_CLUSTER", "1");
+    const float fused_64_loss = train_two_bf16_epochs(fused_64, 65, LrSchedule{}, 64);
+    CHECK(cuda_backend_op_paths(fused_64->backend()).head_layers_in_cluster > 0);
+    CHECK(fused_64_loss ==
+          doctest::Approx(
+              train_two_bf16_epochs(cuda_context_under("MPTRAIN_CUDA_HEAD_LAYER_CLUSTER", "0"), 65, LrSchedule{}, 64))
+              .epsilon(5e-3));
+
+    // One hidden layer (100 -> 128 -> 10): without the logits kept live until the input gradient below
+    // them is written, the executor's arena would put the two on the same bytes (head_layer_case.h).
+    const auto train_one_hidden_layer = [](const std::shared_ptr<Context>& context) {
+        const SyntheticData data = synthetic_data(640, 100, 69);
+        auto dataset = to_dataset(context, data);
+        TrainerConfig config;
+        config.precision = MPT_PRECISION_MIXED_BF16;
+        Trainer trainer(make_one_hidden_layer_mlp(context, data.features, 128), config);
+        trainer.fit(*dataset, 2, 32, true);
+        return trainer.evaluate(*dataset, 64).loss;
+    };
+    auto fused_one_hidden = cuda_context_under("MPTRAIN_CUDA_HEAD_LAYER_CLUSTER", "1");
+    const float fused_one_hidden_loss = train_one_hidden_layer(fused_one_hidden);
+    CHECK(cuda_backend_op_paths(fused_one_hidden->backend()).head_layers_in_cluster > 0);
+    CHECK(std::isfinite(fused_one_hidden_loss));
+    CHECK(fused_one_hidden_loss ==
+          doctest::Approx(train_one_hidden_layer(cuda_context_under("MPTRAIN_CUDA_HEAD_LAYER_CLUSTER", "0")))
+              .epsilon(5e-3));
+
+    auto fused_fp32 = cuda_context_under("MPTRAIN_CUDA_HEAD_LAYER_CLUSTER", "1");
+    const float fused_fp32_loss = train_two_epochs(fused_fp32, MPT_PRECISION_FP32, 640, 32, 67);
+    CHECK(cuda_backend_op_paths(fused_fp32->backend()).head_layers_in_cluster == 0);  // 16-bit layers only
+    CHECK(fused_fp32_loss == train_two_epochs(cuda_context_under("MPTRAIN_CUDA_HEAD_LAYER_CLUSTER", "0"),
+                                              MPT_PRECISION_FP32, 640, 32, 67));
+
+    auto overflowing = cuda_context_under("MPTRAIN_CUDA_HEAD_LAYER_CLUSTER", "1");
+    const OverflowingRun fused_overflow = train_two_fp16_epochs_from_overflow(overflowing, 63);
+    const OverflowingRun separate_overflow =
+        train_two_fp16_epochs_from_overflow(cuda_context_under("MPTRAIN_CUDA_HEAD_LAYER_CLUSTER", "0"), 63);
+    CHECK(cuda_backend_op_paths(overflowing->backend()).head_layers_in_cluster > 0);
+    CHECK(fused_overflow.state.skipped_steps > 0);
+    CHECK(fused_overflow.state.skipped_steps == separate_overflow.state.skipped_steps);
+    CHECK(fused_overflow.state.loss_scale == separate_overflow.state.loss_scale);
+    CHECK(std::isfinite(fused_overflow.loss));
+    CHECK(fused_overflow.loss == doctest::Approx(separate_overflow.loss).epsilon(5e-3));
+}
+
+// The seed MLP at batch 32 under MPTRAIN_CUDA_HEAD_LAYER_CLUSTER=1: its last layer (1000 inputs) in a
+// cluster of 8 blocks where the device has clusters (compute capability 9.0), replayed from graphs,
+// trains to the separate launches' loss within rounding.
+TEST_CASE("the seed MLP's last layer in a cluster of 8 blocks trains as the separate launches do") {
+    SKIP_WITHOUT_GPU();
+    auto fused = cuda_context_under("MPTRAIN_CUDA_HEAD_LAYER_CLUSTER", "1");
+    if (cuda_backend_head_layer_max_blocks(fused->backend()) < kHeadLayerMaxBlocks) {
+        MESSAGE("skipped: no clusters of 8 blocks here (compute capability 9.0 and a build with its code)");
+        return;
+    }
+    const SyntheticData data = synthetic_data(320, 3072, 71);
+    const float fused_loss = train_seed_mlp_two_bf16_epochs(fused, data, 32);
+    const float separate_loss =
+        train_seed_mlp_two_bf16_epochs(cuda_context_under("MPTRAIN_CUDA_HEAD_LAYER_CLUSTER", "0"), data, 32);
+    CHECK(cuda_backend_op_paths(fused->backend()).head_layers_in_cluster > 0);
+    INFO("last refusal: " << cuda_backend_last_graph_refusal(fused->backend()));
+    CHECK(cuda_backend_graph_refusals(fused->backend()) == 0);
+    CHECK(std::isfinite(fused_loss));
+    CHECK(fused_loss == doctest::Approx(separate_loss).epsilon(5e-3));
 }
 
 // MPTRAIN_CUDA_GRADIENT_INTO_MASTERS=1: plain SGD's updates over 64 rows as one GEMM into the fp32

@@ -72,6 +72,7 @@ const std::vector<Switch>& switches() {
             {"ops.gradient_into_masters"}},
         {"MPTRAIN_CUDA_FUSED_SGD_32_ROWS", "1", "0", "fused_sgd_32_rows", true, {"ops.fused_sgd_32_rows"}},
         {"MPTRAIN_CUDA_BULK_COPY_SGD", "1", "0", "bulk_copy_sgd", true, {"ops.fused_sgd_bulk_copy"}},
+        {"MPTRAIN_CUDA_HEAD_LAYER_CLUSTER", "1", "0", "head_layer_cluster", true, {"ops.head_layers_in_cluster"}},
     };
     // clang-format on
     return all;

@@ -52,6 +52,8 @@ SWITCHES = (
     ("gradient_into_masters", "gradient_into_masters", True, ("gradient_into_masters", "sgd into the masters")),
     ("fused_sgd_32_rows", "fused_sgd_32_rows", True, ("fused_sgd_32_rows",)),
     ("bulk_copy_sgd", "bulk_copy_sgd", True, ("bulk_copy_sgd", "bulk copies")),
+    ("head_layer_cluster", "head_layer_cluster", True,
+     ("head_layer_cluster", "head layer in a cluster", "last layer in a cluster")),
 )
 # The case (or, should the program fail without naming a case, the test) of every switch on together.
 TOGETHER = ("the cuda switches set on together", "test cuda_switches_together")

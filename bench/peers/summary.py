@@ -48,7 +48,7 @@ def device_of(r):
 # description names them ("switches": what the backend had on).
 SWITCHES = ("gemm_autotune", "small_batch_forward", "small_batch_backward", "dependent_launch", "grouped_sgd",
             "split_k_small_outputs", "relu_from_output", "fused_sgd_three_blocks", "gradient_into_masters",
-            "fused_sgd_32_rows", "bulk_copy_sgd")
+            "fused_sgd_32_rows", "bulk_copy_sgd", "head_layer_cluster")
 
 
 def devices_of(records):
@@ -135,6 +135,7 @@ EVIDENCE = {
     # (Fused SGD updates planned with the bulk-copy kernel: bf16 and fp16 at batches of at most 64
     # rows, on compute capability 9.0, whose shapes it takes; none in fp32.)
     "bulk_copy_sgd": (("ops", "fused_sgd_bulk_copy"),),
+    "head_layer_cluster": (("ops", "head_layers_in_cluster"),),
 }
 
 
@@ -203,8 +204,8 @@ def main():
     # Runs under MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1, _BACKWARD=1, MPTRAIN_CUDA_DEPENDENT_LAUNCH=1,
     # MPTRAIN_CUDA_GROUPED_SGD=1, MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1, MPTRAIN_CUDA_RELU_FROM_OUTPUT=1,
     # MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1, MPTRAIN_CUDA_GRADIENT_INTO_MASTERS=1,
-    # MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1 or MPTRAIN_CUDA_BULK_COPY_SGD=1, or split-K off with any other
-    # switch, likewise.
+    # MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1, MPTRAIN_CUDA_BULK_COPY_SGD=1 or MPTRAIN_CUDA_HEAD_LAYER_CLUSTER=1,
+    # or split-K off with any other switch, likewise.
     switched = [r for r in mine if any(r.get(field) is True for field in SWITCHES if field != "gemm_autotune")
                 or (r.get("split_k") is False and any(r.get(field) is True for field in SWITCHES))]
     mine = [r for r in mine if r not in switched]
@@ -369,7 +370,7 @@ def main():
         switches = [environment_setting(field) for field in
                     ("small_batch_forward", "small_batch_backward", "dependent_launch", "grouped_sgd",
                      "gemm_autotune", "split_k_small_outputs", "relu_from_output", "fused_sgd_three_blocks",
-                     "gradient_into_masters", "fused_sgd_32_rows", "bulk_copy_sgd")
+                     "gradient_into_masters", "fused_sgd_32_rows", "bulk_copy_sgd", "head_layer_cluster")
                     if r.get(field)]
         switches += [environment_setting("split_k", False)] if r.get("split_k") is False else []
         print(against(r, "switched on (" + ", ".join(switches) + ")",

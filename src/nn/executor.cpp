@@ -183,7 +183,10 @@ void Executor::reserve_rows(int64_t rows, bool whole_steps) {
         const DenseLayer& layer = layers[static_cast<size_t>(i)];
         const int produced = i + 1;
         int last_read;
-        if (i == last) last_read = layer_count + 1;  // read by the loss head
+        // Read by the loss head; in training kept until the input gradient below is written (2L - i
+        // for i = L - 2), which the CUDA backend's head layer in a cluster writes in the launch that
+        // also writes the logits (head_layer_case.h): sharing bytes, it would be declined.
+        if (i == last) last_read = training ? layer_count + 2 : layer_count + 1;
         // Read by the update of layer i + 1; with dropout that reads the dropped copy, and the outputs
         // themselves are last read by backward (2L - i), kept as long here only for simplicity.
         else if (training) last_read = 2 * layer_count + 1;
@@ -232,6 +235,13 @@ void Executor::reserve_rows(int64_t rows, bool whole_steps) {
     logits_grad_ = training ? layer_slots_.back().output_grad : -1;
     planned_rows_ = rows;
     planned_whole_steps_ = whole_steps;
+}
+
+std::pair<size_t, size_t> Executor::planned_layer_bytes(size_t layer, bool gradient) const {
+    if (planned_rows_ == 0 || layer >= layer_slots_.size()) return {0, 0};
+    const int id = gradient ? layer_slots_[layer].output_grad : layer_slots_[layer].activation;
+    if (id < 0) return {0, 0};
+    return {step_plan_.offset(id), step_plan_.offset(id) + step_plan_.bytes(id)};
 }
 
 size_t Executor::planned_bytes() const {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "amp/loss_scaler.h"
@@ -54,6 +55,10 @@ public:
     int64_t planned_rows() const { return planned_rows_; }
     size_t planned_bytes() const;     // both arenas as planned
     size_t allocated_bytes() const;   // both arenas as allocated
+    // Where the step plan keeps layer `layer`'s activation (or, `gradient`, its output gradient dZ):
+    // [begin, end) bytes from the step arena's start; {0, 0} where it keeps none. For the tests of
+    // which buffers may share bytes (reserve_rows).
+    std::pair<size_t, size_t> planned_layer_bytes(size_t layer, bool gradient) const;
 
     // Refreshes the low-precision weight copies if the model's masters changed since last time.
     void sync_weights();

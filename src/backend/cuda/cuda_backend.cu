@@ -22,6 +22,7 @@
 #include "backend/cuda/cuda_fused_sgd.cuh"
 #include "backend/cuda/cuda_fused_sgd_bulk_copy.cuh"
 #include "backend/cuda/cuda_gather.cuh"
+#include "backend/cuda/cuda_head_layer.cuh"
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_max_abs.cuh"
 #include "backend/cuda/cuda_small_batch_backward_data.cuh"
@@ -77,6 +78,9 @@ bool turned_off_by_environment(const char* variable) {
 // capability 9.0 in one kernel, the masters brought into shared memory by bulk copies, three tiles
 // ahead, and the weight gradient on tensor cores (cuda_fused_sgd_bulk_copy.cuh; other sums' order):
 // off by default, unmeasured.
+// MPTRAIN_CUDA_HEAD_LAYER_CLUSTER=1 runs a recorded step's last layer at batches of at most 64 rows
+// (its forward, loss head and input gradient) as one launch, K split across a thread-block cluster
+// (cuda_head_layer.cuh; other sums' order): off by default, unmeasured.
 bool turned_on_by_environment(const char* variable) {
     const char* value = std::getenv(variable);
     return value && std::strcmp(value, "1") == 0;
@@ -99,7 +103,8 @@ std::string CudaBackend::setup_warning() const {
                                          {"MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS", {"0", "1"}},
                                          {"MPTRAIN_CUDA_GRADIENT_INTO_MASTERS", {"0", "1"}},
                                          {"MPTRAIN_CUDA_FUSED_SGD_32_ROWS", {"0", "1"}},
-                                         {"MPTRAIN_CUDA_BULK_COPY_SGD", {"0", "1"}}});
+                                         {"MPTRAIN_CUDA_BULK_COPY_SGD", {"0", "1"}},
+                                         {"MPTRAIN_CUDA_HEAD_LAYER_CLUSTER", {"0", "1"}}});
 }
 
 // ---- creation ----------------------------------------------------------------------------------
@@ -225,6 +230,8 @@ CudaBackend::CudaBackend(int device, MemoryTracker* memory) : device_(device), m
     bulk_copy_sgd_ = turned_on_by_environment("MPTRAIN_CUDA_BULK_COPY_SGD") && compute_capability_ >= 90;
     if (bulk_copy_sgd_) bulk_copy_device_ = prepare_fused_sgd_bulk_copy();
     gradient_into_masters_ = turned_on_by_environment("MPTRAIN_CUDA_GRADIENT_INTO_MASTERS");
+    head_layer_max_blocks_ = head_layer_cluster_capacity();
+    head_layer_cluster_ = turned_on_by_environment("MPTRAIN_CUDA_HEAD_LAYER_CLUSTER");
     try {
         scheduler_ = std::make_unique<CudaScheduler>(*static_cast<CudaTaskHooks*>(this));
         gemm_ = std::make_unique<CudaGemm>(!turned_off_by_environment("MPTRAIN_CUDA_SPLIT_K"),
@@ -540,7 +547,10 @@ bool CudaBackend::dense_backward_data(const DenseBackwardDataArgs& args) {
     op.code = OpCode::backward_data;
     op.data = args;
     plan(op);
-    op.max_abs_promised = op.data_plan.writes_max_abs;
+    // The maxima the head layer's launch takes, where it will likely take this backward (a refused
+    // plan before it, and it does not: execute then takes them from a max_abs pass).
+    op.max_abs_promised =
+        op.data_plan.writes_max_abs || ((args.input_grad_max_abs || args.input_max_abs) && head_layer_takes(op));
     issue(op);
     return op.max_abs_promised;
 }
@@ -872,5 +882,9 @@ uint64_t cuda_backend_plans_kept_whole_by_size(const Backend& backend) {
 bool cuda_backend_fused_epilogues(const Backend& backend) { return as_cuda(backend).fused_epilogues(); }
 void cuda_backend_set_grouped_sgd(Backend& backend, bool enabled) { as_cuda(backend).set_grouped_sgd(enabled); }
 void cuda_backend_set_step_folds(Backend& backend, bool enabled) { as_cuda(backend).set_step_folds(enabled); }
+void cuda_backend_set_head_layer_cluster(Backend& backend, bool enabled) {
+    as_cuda(backend).set_head_layer_cluster(enabled);
+}
+int cuda_backend_head_layer_max_blocks(const Backend& backend) { return as_cuda(backend).head_layer_max_blocks(); }
 
 }  // namespace mpt

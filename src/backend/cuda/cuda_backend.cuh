@@ -102,6 +102,8 @@ public:
     bool dependent_launch() const { return dependent_launch_; }
     void set_grouped_sgd(bool enabled) { grouped_sgd_ = enabled; }
     void set_step_folds(bool enabled) { step_folds_ = enabled; }
+    void set_head_layer_cluster(bool enabled) { head_layer_cluster_ = enabled; }
+    int head_layer_max_blocks() const { return head_layer_max_blocks_; }
     void refuse_fused_runs(bool refuse) { gemm_->set_refuse_fused_runs(refuse); }
     void break_captures(bool broken) { break_captures_ = broken; }
     const CudaOpPaths& op_paths() const { return op_paths_; }
@@ -190,6 +192,13 @@ private:
     // exactly its results: then both are one launch (execute_max_abs_deciding).
     bool decision_follows(size_t index) const;
     void execute_max_abs_deciding(const RecordedOp& max_abs, const RecordedOp& decision, cudaStream_t stream);
+    // Whether the recorded ops [index - 2, index] are the last layer's forward, its loss head and the
+    // layer's input gradient as head_layer_fusable takes them: with the head layer in a cluster on,
+    // the three are one launch (execute_head_layer).
+    bool head_layer_follows(size_t index) const;
+    // Whether `data` (a backward_data op about to be recorded) completes such three.
+    bool head_layer_takes(const RecordedOp& data) const;
+    void execute_head_layer(size_t index, cudaStream_t stream);
     // How many of the recorded ops from recorded_[index] on are fused SGD updates, independent of
     // each other (fused_sgd_updates_independent), that one launch can take (at most
     // kFusedSgdMaxLayers; 0 when recorded_[index] is none): with grouped SGD on, they are one
@@ -241,6 +250,8 @@ private:
     bool bulk_copy_sgd_ = false;  // fused SGD's masters by bulk copies, its gradient on tensor cores (9.0+)
     FusedSgdBulkCopyDevice bulk_copy_device_;     // its compilations that run here (prepared under the switch)
     bool gradient_into_masters_ = false;          // plain SGD's larger updates as one GEMM into the masters
+    bool head_layer_cluster_ = false;             // the last layer's forward and input gradient in its head's launch
+    int head_layer_max_blocks_ = 1;               // the head layer's cluster size here (head_layer_cluster_capacity)
     int64_t l2_bytes_ = 0;                        // the device's L2 (described)
     int64_t l2_set_aside_max_ = 0;                // the most of it a persisting set-aside may take (0: none)
     CudaOpPaths op_paths_;

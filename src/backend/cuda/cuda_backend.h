@@ -62,6 +62,10 @@ struct CudaOpPaths {
     uint64_t forward_small_batch = 0;             // forwards planned on the small-batch kernel (of the fused)
     uint64_t backward_data_small_batch = 0;       // input gradients planned on the small-batch kernel (likewise)
     uint64_t small_batch_split = 0;               // of those two, planned with K split across a cluster
+    // Last layers' forward and input gradient run with their loss head in one cluster launch (per run
+    // of a recorded task, as begin_steps_folded). The forward and the backward stay counted on the
+    // paths they were planned on when issued.
+    uint64_t head_layers_in_cluster = 0;
 };
 CudaOpPaths cuda_backend_op_paths(const Backend& backend);
 // Graph capture of repeated compute tasks (default on; MPTRAIN_CUDA_GRAPHS=0 turns it off).
@@ -77,6 +81,15 @@ bool cuda_backend_fused_epilogues(const Backend& backend);
 // default off until a GPU has measured it; MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 turns it on). Ignored
 // below compute capability 8.0; returns whether it is now on.
 bool cuda_backend_set_small_batch_forward(Backend& backend, bool enabled);
+// A recorded step's last layer (linear, fp32 logits, at most 32 padded outputs, 16-bit, its inputs a
+// multiple of 8 and, without clusters, at most 128) at batches of at most 64 rows runs its forward, its
+// loss head and its input gradient as one launch, K split across a thread-block cluster
+// (cuda_head_layer.cuh), where none of the buffers one of them writes shares bytes with another's;
+// default off until a GPU has measured it (MPTRAIN_CUDA_HEAD_LAYER_CLUSTER=1 turns it on).
+void cuda_backend_set_head_layer_cluster(Backend& backend, bool enabled);
+// The most blocks the head layer's cluster may have on this device (head_layer_cluster_capacity: 8 with
+// clusters, else 1).
+int cuda_backend_head_layer_max_blocks(const Backend& backend);
 // The input gradients of at most 64 rows likewise (cuda_small_batch_backward_data.cuh;
 // MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1).
 bool cuda_backend_set_small_batch_backward_data(Backend& backend, bool enabled);

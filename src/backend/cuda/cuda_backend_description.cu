@@ -30,6 +30,7 @@ void CudaBackend::describe(JsonWriter& out) const {
     out.key("fused_sgd_32_rows").boolean(fused_sgd_exact_rows_);
     out.key("bulk_copy_sgd").boolean(bulk_copy_sgd_);
     out.key("gradient_into_masters").boolean(gradient_into_masters_);
+    out.key("head_layer_cluster").boolean(head_layer_cluster_);
     out.end_object();
 
     // The device's L2: its size and the largest persisting set-aside the device allows (0: none, below
@@ -60,6 +61,7 @@ void CudaBackend::describe(JsonWriter& out) const {
     out.key("backward_data_unfused").unsigned_integer(ops.backward_data_unfused);
     out.key("backward_data_small_batch").unsigned_integer(ops.backward_data_small_batch);
     out.key("small_batch_split").unsigned_integer(ops.small_batch_split);
+    out.key("head_layers_in_cluster").unsigned_integer(ops.head_layers_in_cluster);
     out.key("weight_gradient_fused").unsigned_integer(ops.weight_gradient_fused);
     out.key("weight_gradient_unfused").unsigned_integer(ops.weight_gradient_unfused);
     out.key("fused_sgd").unsigned_integer(ops.fused_sgd);

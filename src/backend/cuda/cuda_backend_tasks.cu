@@ -9,6 +9,7 @@
 #include "backend/cuda/cuda_backend.cuh"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_fused_sgd.cuh"
+#include "backend/cuda/cuda_head_layer.cuh"
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_max_abs.cuh"
 
@@ -54,6 +55,33 @@ void CudaBackend::execute_max_abs_deciding(const RecordedOp& max_abs, const Reco
     decide.rows = decision.rows;
     run_max_abs(max_abs.max_inputs, static_cast<int>(max_abs.count), max_abs.out, max_abs_scratch_, decide, stream);
     ++op_paths_.max_abs_deciding;
+}
+
+bool CudaBackend::head_layer_follows(size_t index) const {
+    if (index < 2 || index >= recorded_.size()) return false;
+    const RecordedOp& forward = recorded_[index - 2];
+    const RecordedOp& head = recorded_[index - 1];
+    const RecordedOp& data = recorded_[index];
+    return head_layer_cluster_ && forward.code == OpCode::dense_forward && head.code == OpCode::loss_head &&
+           data.code == OpCode::backward_data &&
+           head_layer_fusable(forward.forward, head.head, data.data, head_layer_max_blocks_);
+}
+
+bool CudaBackend::head_layer_takes(const RecordedOp& data) const {
+    if (!recording_ || !head_layer_cluster_ || recorded_.size() < 2) return false;
+    const RecordedOp& forward = recorded_[recorded_.size() - 2];
+    const RecordedOp& head = recorded_.back();
+    return forward.code == OpCode::dense_forward && head.code == OpCode::loss_head &&
+           head_layer_fusable(forward.forward, head.head, data.data, head_layer_max_blocks_);
+}
+
+void CudaBackend::execute_head_layer(size_t index, cudaStream_t stream) {
+    const DependentLaunchScope launches(dependent_launch_ ? &op_paths_.dependent_launches : nullptr);
+    const RecordedOp& head = recorded_[index + 1];
+    const RecordedOp& data = recorded_[index + 2];
+    run_head_layer(recorded_[index].forward, head.head, data.data, data.data_plan.reads_mask, data.max_abs_promised,
+                   head.starts_step, stream);
+    ++op_paths_.head_layers_in_cluster;
 }
 
 size_t CudaBackend::fused_sgd_run(size_t index) const {
@@ -138,6 +166,13 @@ void CudaBackend::execute_recorded(cudaStream_t stream, bool capturing) {
             ++index;
             continue;
         }
+        // (Not after a refusal: the ops from there on are planned again one by one, and a forward
+        // planned again may no longer write the mask its backward's plan reads.)
+        if (!planning_again && head_layer_follows(index + 2)) {  // no cuBLASLt plan to refuse
+            execute_head_layer(index, stream);
+            index += 2;
+            continue;
+        }
         if (grouped_sgd_ && !planning_again) {
             const size_t layers = fused_sgd_run(index);
             const bool finishes = layers > 0 && finish_follows_updates(index + layers);
@@ -185,6 +220,7 @@ void CudaBackend::end_compute_task() {
     signature_.put(dependent_launch_);   // the graph's kernel edges differ with it
     signature_.put(grouped_sgd_);        // and its update kernels with this
     signature_.put(step_folds_);         // and its nodes with this
+    signature_.put(head_layer_cluster_);  // and its last layer's launches with this
     for (const RecordedOp& op : recorded_) sign(op);
 
     cudaGraphExec_t exec = nullptr;

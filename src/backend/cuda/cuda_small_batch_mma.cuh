@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "backend/cuda/cuda_cluster.cuh"
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_mma.cuh"
 #include "backend/cuda/small_batch_forward_layout.h"
@@ -117,39 +118,14 @@ __device__ __forceinline__ void fold_slots(float* partial) {
 }
 
 // A barrier over the blocks that split K (gridDim.x of them, one cluster; one block: __syncthreads),
-// whose shared-memory writes before it the others' reads after it see. Every thread of every block
-// must reach it: no thread returns early.
-__device__ __forceinline__ void sync_split_blocks() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (gridDim.x > 1) {
-        // The splits are the cluster's blocks (launch_small_batch): a launch without the cluster
-        // would read other clusters' ranks.
-        if (cooperative_groups::this_cluster().num_blocks() != gridDim.x) __trap();
-        cooperative_groups::this_cluster().sync();
-        return;
-    }
-#elif defined(MPT_CUDA_EMULATION)  // the host compiler's, for tests/cuda_emulation
-    if (gridDim.x > 1) {
-        if (::mpt_emulation::cluster_blocks() != gridDim.x) __trap();
-        ::mpt_emulation::sync_cluster();
-        return;
-    }
-#else
-    if (gridDim.x > 1) __trap();  // no clusters below 9.0: split_k gives one split there
-#endif
-    __syncthreads();
-}
+// whose shared-memory writes before it the others' reads after it see (sync_cluster_blocks). Every
+// thread of every block must reach it: no thread returns early.
+__device__ __forceinline__ void sync_split_blocks() { sync_cluster_blocks(); }
 
 // Block `split`'s folded sums (its `partial`, through distributed shared memory; this block's own
 // where K is not split). Below compute capability 9.0 split_k gives one split.
 __device__ __forceinline__ const float* split_partials(float* partial, int split) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (gridDim.x > 1) return cooperative_groups::this_cluster().map_shared_rank(partial, static_cast<unsigned>(split));
-#elif defined(MPT_CUDA_EMULATION)
-    if (gridDim.x > 1)
-        return static_cast<const float*>(::mpt_emulation::map_shared_rank(partial, static_cast<unsigned>(split)));
-#endif
-    return partial;
+    return cluster_block_shared(partial, split);
 }
 
 // The cluster's sum for (row, feature) after fold_slots and sync_split_blocks: split 0's, then
@@ -186,27 +162,6 @@ bool instances_run_on_current_device() {
     return mma_runs_on_current_device(reinterpret_cast<const void*>(Instances::template get<__nv_bfloat16, 4>()));
 }
 
-// Whether the device can place a cluster of `splits` blocks of `kernel` (it may not under MPS, a
-// green context or a small MIG slice): cudaOccupancyMaxActiveClusters. Clears any error it meets.
-inline bool clusters_fit(const void* kernel, int splits, int64_t feature_tiles) {
-    cudaLaunchAttribute attribute{};
-    attribute.id = cudaLaunchAttributeClusterDimension;
-    attribute.val.clusterDim.x = static_cast<unsigned>(splits);
-    attribute.val.clusterDim.y = 1;
-    attribute.val.clusterDim.z = 1;
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(static_cast<unsigned>(splits), static_cast<unsigned>(feature_tiles));
-    config.blockDim = dim3(kThreads);
-    config.attrs = &attribute;
-    config.numAttrs = 1;
-    int clusters = 0;
-    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
-        cudaGetLastError();
-        return false;
-    }
-    return clusters > 0;
-}
-
 // The split of K for `Instances`' kernel of `compute` and `rows` over `feature_tiles` blocks, on the
 // current device: split_k, with clusters where the kernel's code and the device have them and can
 // place them. Asked when an op is planned; launch_small_batch takes it.
@@ -222,7 +177,7 @@ SplitK instance_split(DType compute, int64_t rows, int64_t k_total, int64_t feat
     const int tiles = batch_tiles(rows);
     const SplitK split =
         split_k(k_total, feature_tiles, multiprocessors, cluster_launch_runs_on_current_device(kernel), tiles);
-    if (split.splits == 1 || clusters_fit(kernel, split.splits, feature_tiles)) return split;
+    if (split.splits == 1 || clusters_fit(kernel, split.splits, feature_tiles, kThreads)) return split;
     return split_k(k_total, feature_tiles, multiprocessors, false, tiles);
 }
 
