@@ -5,6 +5,7 @@
 // when no CUDA device is present.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -425,8 +426,9 @@ TEST_CASE("MPTRAIN_CUDA_RELU_FROM_OUTPUT=1 takes ReLU's derivative from the outp
 // separate launches' loss within rounding: the small MLP (40 inputs to 16 outputs: one block) in
 // mixed-bf16 replayed from graphs, the layer below's ReLU mask read as the DRELU plan reads it; with
 // ReLU's derivative from the outputs, where the launch also takes the step's maxima of dZ and A below
-// it; at batch 64; fp32 (which it leaves to the separate launches); one hidden layer (another arena
-// plan); and mixed-fp16 through overflowing steps (the same steps skipped, the same scale left).
+// it; with every fused GEMM refused when it runs; at batch 64; fp32 (which it leaves to the separate
+// launches); one hidden layer (another arena plan); and mixed-fp16 through overflowing steps (the same
+// steps skipped, the same scale left).
 TEST_CASE("MPTRAIN_CUDA_HEAD_LAYER_CLUSTER=1 trains as the separate launches do") {
     SKIP_WITHOUT_GPU();
     auto fused = cuda_context_under("MPTRAIN_CUDA_HEAD_LAYER_CLUSTER", "1");
@@ -450,6 +452,46 @@ TEST_CASE("MPTRAIN_CUDA_HEAD_LAYER_CLUSTER=1 trains as the separate launches do"
     CHECK(from_output_paths.head_layers_in_cluster > 0);
     CHECK(std::isfinite(from_output_bf16));
     CHECK(from_output_bf16 == doctest::Approx(separate_bf16).epsilon(5e-3));
+
+    // Every fused GEMM refused when it runs: the ops from the refused one on are planned again one by
+    // one, and the fold is not taken on the plans they had (the layer below's forward then writes no
+    // mask, which the backward's first plan read). The first step, where the refusals meet the
+    // recorded plans, updates the weights as the separate launches' step does (within rounding), and
+    // training goes on near the unrefused run.
+    const auto first_step_update = [](const std::shared_ptr<Context>& context) {
+        cuda_backend_refuse_fused_runs(context->backend(), true);
+        const SyntheticData data = synthetic_data(64, 100, 73);
+        auto dataset = to_dataset(context, data);
+        TrainerConfig config;
+        config.precision = MPT_PRECISION_MIXED_BF16;
+        config.optimizer.learning_rate = 0.1f;
+        auto model = make_mlp(context, data.features);
+        Trainer trainer(model, config);
+        const std::vector<float> before = master_block(*model);
+        trainer.step(*dataset, 0, 32);
+        std::vector<float> update = master_block(*model);
+        for (size_t i = 0; i < update.size(); ++i) update[i] -= before[i];
+        return update;
+    };
+    {
+        const std::vector<float> fused_update =
+            first_step_update(cuda_context_under("MPTRAIN_CUDA_HEAD_LAYER_CLUSTER", "1"));
+        const std::vector<float> separate_update =
+            first_step_update(cuda_context_under("MPTRAIN_CUDA_HEAD_LAYER_CLUSTER", "0"));
+        double difference = 0.0, size = 0.0;
+        for (size_t i = 0; i < fused_update.size(); ++i) {
+            difference = std::max(difference, std::fabs(static_cast<double>(fused_update[i]) - separate_update[i]));
+            size = std::max(size, std::fabs(static_cast<double>(separate_update[i])));
+        }
+        REQUIRE(size > 0.0);
+        CHECK(difference <= 0.02 * size);
+    }
+    auto refused = cuda_context_under("MPTRAIN_CUDA_HEAD_LAYER_CLUSTER", "1");
+    cuda_backend_refuse_fused_runs(refused->backend(), true);
+    const float refused_bf16 = train_two_bf16_epochs(refused, 61);
+    CHECK(cuda_backend_refused_epilogue_runs(refused->backend()) > 0);
+    CHECK(std::isfinite(refused_bf16));
+    CHECK(refused_bf16 == doctest::Approx(separate_bf16).epsilon(0.02));
 
     auto fused_64 = cuda_context_under("MPTRAIN_CUDA_HEAD_LAYER_CLUSTER", "1");
     const float fused_64_loss = train_two_bf16_epochs(fused_64, 65, LrSchedule{}, 64);

@@ -1854,6 +1854,26 @@ void compare_head_layer(Backend& reference, Backend& candidate, const HeadLayerC
         CHECK(cuda_backend_op_paths(candidate).head_layers_in_cluster == fused_before + (fused ? 1u : 0u));
         // The launch takes the maxima wherever asked (the DRELU plan alone takes none).
         if (fused && c.maxima) CHECK(taken[1]);
+        // Its input gradient exactly as its order of sums gives it from the logits gradient it wrote (in
+        // the compute dtype; every block's the same): a thread's fused multiply-adds over the outputs in
+        // order, ReLU's derivative selecting, rounded once. (Below ReLU or a linear layer: another
+        // activation's derivative may round otherwise on the device, whose compiler contracts it.)
+        if (fused && (c.previous == Activation::relu || c.previous == Activation::linear)) {
+            std::vector<float> expected(input_grads[1].size());
+            for (int64_t r = 0; r < c.rows; ++r)
+                for (int64_t k = 0; k < c.in_features; ++k) {
+                    float sum = 0.0f;
+                    for (int64_t o = 0; o < c.width; ++o)
+                        sum = std::fma(logits_grads[1][static_cast<size_t>(r * c.width + o)],
+                                       weights[static_cast<size_t>(o * c.in_features + k)], sum);
+                    const float output = inputs[1][static_cast<size_t>(r * c.in_features + k)];
+                    const float value = c.previous == Activation::linear || output > 0.0f ? sum : 0.0f;
+                    expected[static_cast<size_t>(r * c.in_features + k)] = rounded({value}, input_grad_dtype)[0];
+                }
+            size_t differing = 0;
+            for (size_t i = 0; i < expected.size(); ++i) differing += expected[i] == input_grads[1][i] ? 0 : 1;
+            CHECK(differing == 0);
+        }
     }
 #else
     (void)fused;
@@ -1924,6 +1944,9 @@ void compare_head_layer_cases(Backend& reference, Backend& candidate, int max_bl
         masked.rows = 20;
         compare(masked);
     }
+    // 5 blocks, the last share 8 inputs.
+    compare({softmax, sparse, relu, 24, 520, 16, 10, DType::bf16});
+    compare({Activation::sigmoid, LossKind::binary_crossentropy, Activation::tanh, 7, 520, 4, 4, DType::fp16});
     compare({softmax, sparse, relu, 65, 1000, 16, 10, DType::bf16});
     compare({softmax, sparse, relu, 32, 64, 40, 10, DType::bf16});
     compare({softmax, sparse, relu, 32, 1036, 16, 10, DType::bf16});

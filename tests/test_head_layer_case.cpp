@@ -106,6 +106,9 @@ TEST_CASE(
         ops = HeadLayerOps();  // a head that also writes its probabilities (predict): no gradient to pass on
         ops.head.probabilities = reinterpret_cast<float*>(ops.at(851968));
         CHECK_FALSE(ops.fusable());
+        ops = HeadLayerOps();  // a layer without its bias
+        ops.forward.bias = nullptr;
+        CHECK_FALSE(ops.fusable());
         ops = HeadLayerOps();  // 16-byte loads of every row
         ops.forward.in_features = ops.data.in_features = 1004;
         CHECK_FALSE(ops.fusable());

@@ -230,8 +230,7 @@ CudaBackend::CudaBackend(int device, MemoryTracker* memory) : device_(device), m
     bulk_copy_sgd_ = turned_on_by_environment("MPTRAIN_CUDA_BULK_COPY_SGD") && compute_capability_ >= 90;
     if (bulk_copy_sgd_) bulk_copy_device_ = prepare_fused_sgd_bulk_copy();
     gradient_into_masters_ = turned_on_by_environment("MPTRAIN_CUDA_GRADIENT_INTO_MASTERS");
-    head_layer_max_blocks_ = head_layer_cluster_capacity();
-    head_layer_cluster_ = turned_on_by_environment("MPTRAIN_CUDA_HEAD_LAYER_CLUSTER");
+    set_head_layer_cluster(turned_on_by_environment("MPTRAIN_CUDA_HEAD_LAYER_CLUSTER"));
     try {
         scheduler_ = std::make_unique<CudaScheduler>(*static_cast<CudaTaskHooks*>(this));
         gemm_ = std::make_unique<CudaGemm>(!turned_off_by_environment("MPTRAIN_CUDA_SPLIT_K"),
@@ -659,6 +658,16 @@ bool CudaBackend::set_small_batch_backward_data(bool enabled) {
     activate();
     small_batch_backward_data_ = enabled && small_batch_backward_data_available();
     return small_batch_backward_data_;
+}
+
+void CudaBackend::set_head_layer_cluster(bool enabled) {
+    // The device's capacity for the launch's clusters, asked once, when first turned on (it asks for
+    // every instance's code).
+    if (enabled && head_layer_max_blocks_ == 0) {
+        activate();
+        head_layer_max_blocks_ = head_layer_cluster_capacity();
+    }
+    head_layer_cluster_ = enabled;
 }
 
 bool CudaBackend::set_dependent_launch(bool enabled) {

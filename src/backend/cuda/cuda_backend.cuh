@@ -102,7 +102,8 @@ public:
     bool dependent_launch() const { return dependent_launch_; }
     void set_grouped_sgd(bool enabled) { grouped_sgd_ = enabled; }
     void set_step_folds(bool enabled) { step_folds_ = enabled; }
-    void set_head_layer_cluster(bool enabled) { head_layer_cluster_ = enabled; }
+    void set_head_layer_cluster(bool enabled);
+    // 0 until the switch is first on.
     int head_layer_max_blocks() const { return head_layer_max_blocks_; }
     void refuse_fused_runs(bool refuse) { gemm_->set_refuse_fused_runs(refuse); }
     void break_captures(bool broken) { break_captures_ = broken; }
@@ -251,7 +252,7 @@ private:
     FusedSgdBulkCopyDevice bulk_copy_device_;     // its compilations that run here (prepared under the switch)
     bool gradient_into_masters_ = false;          // plain SGD's larger updates as one GEMM into the masters
     bool head_layer_cluster_ = false;             // the last layer's forward and input gradient in its head's launch
-    int head_layer_max_blocks_ = 1;               // the head layer's cluster size here (head_layer_cluster_capacity)
+    int head_layer_max_blocks_ = 0;  // the head layer's cluster size here (head_layer_cluster_capacity; 0: not asked)
     int64_t l2_bytes_ = 0;                        // the device's L2 (described)
     int64_t l2_set_aside_max_ = 0;                // the most of it a persisting set-aside may take (0: none)
     CudaOpPaths op_paths_;

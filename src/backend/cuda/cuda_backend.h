@@ -88,7 +88,7 @@ bool cuda_backend_set_small_batch_forward(Backend& backend, bool enabled);
 // default off until a GPU has measured it (MPTRAIN_CUDA_HEAD_LAYER_CLUSTER=1 turns it on).
 void cuda_backend_set_head_layer_cluster(Backend& backend, bool enabled);
 // The most blocks the head layer's cluster may have on this device (head_layer_cluster_capacity: 8 with
-// clusters, else 1).
+// clusters, else 1), asked when the switch is first turned on (0 before).
 int cuda_backend_head_layer_max_blocks(const Backend& backend);
 // The input gradients of at most 64 rows likewise (cuda_small_batch_backward_data.cuh;
 // MPTRAIN_CUDA_SMALL_BATCH_BACKWARD=1).

@@ -151,14 +151,18 @@ __device__ void input_gradient_share(const HeadLayerLaunch& p, int64_t k_begin, 
                 const int64_t index = r * K + k + j;
                 const bool input_read = !p.read_mask || (p.write_maxima && d.input_max_abs);
                 const float output = input_read ? load_element(d.input, d.compute_dtype, index) : 0.0f;
-                float derivative;
+                // ReLU's derivative selects (+0 where a unit is off, as DRELU and the in-place kernel
+                // leave it, whatever the sum: -0 or an overflowed fp16 gradient's NaN included); the
+                // other activations' multiplies.
+                float value;
                 if (p.read_mask) {
                     const uint32_t word = static_cast<const uint32_t*>(d.relu_mask)[(r * mask_ld + k + j) / 32];
-                    derivative = (word >> ((k + j) % 32)) & 1u ? 1.0f : 0.0f;
+                    value = (word >> ((k + j) % 32)) & 1u ? sums[i][j] : 0.0f;
+                } else if (d.input_activation == Activation::relu) {
+                    value = output > 0.0f ? sums[i][j] : 0.0f;
                 } else {
-                    derivative = activation_derivative_from_output(d.input_activation, output);
+                    value = __fmul_rn(sums[i][j], activation_derivative_from_output(d.input_activation, output));
                 }
-                const float value = __fmul_rn(sums[i][j], derivative);
                 store_element(d.input_grad, d.input_grad_dtype, index, value);
                 if (p.write_maxima) {
                     gradient_largest =
@@ -234,7 +238,8 @@ __global__ void __launch_bounds__(kHeadLayerThreads, 1) head_layer_kernel(const 
     }
     __syncthreads();
     if (block == 0 && thread == 0) {
-        // Row by row, as the separate head's one block adds its warps' (a warp a row).
+        // Row by row, as the separate head's one block adds its warps' (a warp a row) up to 32 rows
+        // (past them its blocks' partials are added in another order: the last bits may differ).
         double loss_sum = 0.0;
         long long correct_sum = 0, counted_sum = 0;
         for (int row = 0; row < rows; ++row) {

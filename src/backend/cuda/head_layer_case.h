@@ -100,7 +100,7 @@ inline bool head_layer_shapes_fit(const DenseForwardArgs& forward, const LossHea
     return head.rows > 0 && head.rows <= kHeadLayerMaxRows && forward.rows == head.rows && data.rows == head.rows &&
            sixteen_bit && forward.in_features > 0 && forward.in_features % kHeadLayerElementsPerLoad == 0 &&
            head_layer_blocks(forward.in_features) <= std::min(max_blocks, kHeadLayerMaxBlocks) &&
-           forward.activation == Activation::linear && forward.output == head.logits &&
+           forward.activation == Activation::linear && forward.bias != nullptr && forward.output == head.logits &&
            forward.output_dtype == DType::fp32 && forward.out_features == head.width &&
            forward.out_features <= kHeadLayerMaxWidth && forward.valid_out <= forward.out_features &&
            head.probabilities == nullptr && head.logits_grad != nullptr && data.output_grad == head.logits_grad &&
