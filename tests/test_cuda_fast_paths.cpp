@@ -650,7 +650,7 @@ TEST_CASE("MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1 trains exactly as the default d
             CAPTURE(single);
             const int three = fused_sgd_blocks_per_multiprocessor(dtype, FusedSgdKernelChoice{true, false}, single);
             const int two = fused_sgd_blocks_per_multiprocessor(dtype, FusedSgdKernelChoice{}, single);
-            MESSAGE(dtype_name(dtype) << std::string(single ? ", a layer" : ", a group") << ": " << three
+            MESSAGE(std::string(dtype_name(dtype)) << std::string(single ? ", a layer" : ", a group") << ": " << three
                                       << " blocks an SM compiled for 3, " << two << " by default");
             CHECK(three >= two);
             if (shared_per_multiprocessor >= 3 * (48 * 1024 + 1024)) CHECK(three >= 3);

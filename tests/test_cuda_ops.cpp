@@ -2071,7 +2071,7 @@ TEST_CASE("CUDA dense_backward_data without a valid mask takes ReLU's derivative
         CHECK(cuda_backend_op_paths(*cuda).backward_data_relu_from_output == before + 2);
         CHECK(cuda_backend_op_paths(*cuda).backward_data_max_abs == maxima_before + 2);  // the maxima asked for
         compare_dense_backward_data(*cpu, *cuda, {37, 130, 16, Activation::relu, dtype, dtype, false});
-        MESSAGE(dtype_name(dtype) << ": the tail case took the in-place path: "
+        MESSAGE(std::string(dtype_name(dtype)) << ": the tail case took the in-place path: "
                                   << (cuda_backend_op_paths(*cuda).backward_data_relu_from_output == before + 3));
     }
     for (DType dtype : kDTypes) check_backward_data_maxima(*cuda, dtype, true);
