@@ -193,9 +193,10 @@ private:
     // exactly its results: then both are one launch (execute_max_abs_deciding).
     bool decision_follows(size_t index) const;
     void execute_max_abs_deciding(const RecordedOp& max_abs, const RecordedOp& decision, cudaStream_t stream);
-    // Whether the recorded ops [index - 2, index] are the last layer's forward, its loss head and the
-    // layer's input gradient as head_layer_fusable takes them: with the head layer in a cluster on,
-    // the three are one launch (execute_head_layer).
+    // Whether the three ops are the last layer's forward, its loss head and the layer's input gradient
+    // as head_layer_fusable takes them, with the head layer in a cluster on: then they are one launch.
+    bool head_layer_fits(const RecordedOp& forward, const RecordedOp& head, const RecordedOp& data) const;
+    // Whether the recorded ops [index, index + 2] are such three (execute_head_layer runs them).
     bool head_layer_follows(size_t index) const;
     // Whether `data` (a backward_data op about to be recorded) completes such three.
     bool head_layer_takes(const RecordedOp& data) const;

@@ -57,22 +57,20 @@ void CudaBackend::execute_max_abs_deciding(const RecordedOp& max_abs, const Reco
     ++op_paths_.max_abs_deciding;
 }
 
-bool CudaBackend::head_layer_follows(size_t index) const {
-    if (index < 2 || index >= recorded_.size()) return false;
-    const RecordedOp& forward = recorded_[index - 2];
-    const RecordedOp& head = recorded_[index - 1];
-    const RecordedOp& data = recorded_[index];
+bool CudaBackend::head_layer_fits(const RecordedOp& forward, const RecordedOp& head, const RecordedOp& data) const {
     return head_layer_cluster_ && forward.code == OpCode::dense_forward && head.code == OpCode::loss_head &&
            data.code == OpCode::backward_data &&
            head_layer_fusable(forward.forward, head.head, data.data, head_layer_max_blocks_);
 }
 
+bool CudaBackend::head_layer_follows(size_t index) const {
+    return index + 2 < recorded_.size() &&
+           head_layer_fits(recorded_[index], recorded_[index + 1], recorded_[index + 2]);
+}
+
 bool CudaBackend::head_layer_takes(const RecordedOp& data) const {
-    if (!recording_ || !head_layer_cluster_ || recorded_.size() < 2) return false;
-    const RecordedOp& forward = recorded_[recorded_.size() - 2];
-    const RecordedOp& head = recorded_.back();
-    return forward.code == OpCode::dense_forward && head.code == OpCode::loss_head &&
-           head_layer_fusable(forward.forward, head.head, data.data, head_layer_max_blocks_);
+    return recording_ && recorded_.size() >= 2 &&
+           head_layer_fits(recorded_[recorded_.size() - 2], recorded_.back(), data);
 }
 
 void CudaBackend::execute_head_layer(size_t index, cudaStream_t stream) {
@@ -168,7 +166,7 @@ void CudaBackend::execute_recorded(cudaStream_t stream, bool capturing) {
         }
         // (Not after a refusal: the ops from there on are planned again one by one, and a forward
         // planned again may no longer write the mask its backward's plan reads.)
-        if (!planning_again && head_layer_follows(index + 2)) {  // no cuBLASLt plan to refuse
+        if (!planning_again && head_layer_follows(index)) {  // no cuBLASLt plan to refuse
             execute_head_layer(index, stream);
             index += 2;
             continue;

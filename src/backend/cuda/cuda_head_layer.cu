@@ -125,6 +125,7 @@ __device__ void input_gradient_share(const HeadLayerLaunch& p, int64_t k_begin, 
     const int64_t items = head_layer_backward_items(rows, share);
     const uint16_t* weights = static_cast<const uint16_t*>(d.weights);
     const int64_t mask_ld = relu_mask_ld_bits(K);
+    const bool input_read = !p.read_mask || (p.write_maxima && d.input_max_abs);  // the outputs, where needed
     for (int64_t item = threadIdx.x; item < items; item += kHeadLayerThreads) {
         const int r0 = static_cast<int>(item / quads) * kHeadLayerItemRows;
         const int64_t k = k_begin + item % quads * kHeadLayerItemColumns;  // K and the share: multiples of 8
@@ -149,7 +150,6 @@ __device__ void input_gradient_share(const HeadLayerLaunch& p, int64_t k_begin, 
 #pragma unroll
             for (int j = 0; j < kHeadLayerItemColumns; ++j) {
                 const int64_t index = r * K + k + j;
-                const bool input_read = !p.read_mask || (p.write_maxima && d.input_max_abs);
                 const float output = input_read ? load_element(d.input, d.compute_dtype, index) : 0.0f;
                 // ReLU's derivative selects (+0 where a unit is off, as DRELU and the in-place kernel
                 // leave it, whatever the sum: -0 or an overflowed fp16 gradient's NaN included); the
