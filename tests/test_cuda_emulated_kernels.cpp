@@ -483,7 +483,10 @@ void compare_head(const HeadCase& test, uint64_t block_order_seed) {
     const mpt_test::LossHeadInputs in = mpt_test::random_loss_head_inputs(c, random, test.nan_logit);
     HeadRun reference(test, in);
     HeadRun emulated(test, in);
+    float reference_gradient_max = NAN;
+    reference.args.logits_grad_max_abs = &reference_gradient_max;
     mpt::cpu_loss_head(reference.args);
+    CHECK(bits_of_float(reference_gradient_max) == bits_of_float(reference_max_abs(reference.gradient_values(false))));
     if (test.starts_step && c.with_state && reference.args.state->found_inf == 1) {
         // cpu_loss_head leaves a set found_inf set; begin_step on the CPU would have cleared it first.
         const double batch_loss = reference.args.metrics[mpt::kMetricBatchLoss];
@@ -495,10 +498,18 @@ void compare_head(const HeadCase& test, uint64_t block_order_seed) {
     const mpt::LossHeadScratch scratch{reinterpret_cast<double*>(base),
                                        reinterpret_cast<long long*>(base + mpt::kLossHeadMaxBlocks * 8),
                                        reinterpret_cast<long long*>(base + mpt::kLossHeadMaxBlocks * 16),
-                                       reinterpret_cast<unsigned*>(base + mpt::kLossHeadMaxBlocks * 24)};
+                                       reinterpret_cast<unsigned*>(base + mpt::kLossHeadMaxBlocks * 24),
+                                       reinterpret_cast<unsigned*>(base + mpt::kLossHeadMaxBlocks * 24 + 128)};
+    // The gradient's max |x| as the head writes it, poisoned before (NaN in every float format).
+    DeviceBuffer gradient_max(sizeof(float));
+    std::memset(gradient_max.data(), 0xff, sizeof(float));
+    emulated.args.logits_grad_max_abs = gradient_max.as<float>();
     mpt_emulation::set_block_order_seed(block_order_seed);
     mpt::run_loss_head(emulated.args, scratch, nullptr, test.starts_step);
     mpt_emulation::set_block_order_seed(0);
+    // Exactly max_abs's value over the gradient as stored (NaN and Inf as +Inf); the cell left 0.
+    CHECK(bits_of_float(*gradient_max.as<float>()) == bits_of_float(reference_max_abs(emulated.gradient_values(true))));
+    CHECK(*scratch.gradient_largest == 0u);
 
     const std::vector<float> gradient = emulated.gradient_values(true),
                              expected_gradient = reference.gradient_values(false);
@@ -1156,12 +1167,30 @@ int check_small_batch_backward_data(const BackwardCase& c, bool from_mask, std::
             expected[static_cast<size_t>(r * c.in_features + i)] =
                 static_cast<float>(sum) * mpt::activation_derivative_from_output(c.previous, y);
         }
+    // The step's maxima of dZ_prev and A_prev where the launch takes them (every order but the first),
+    // poisoned before: exactly max_abs's over the arrays as stored, the scratch's cells left zero.
+    const MaxAbsScratchBuffer scratch(1);
+    DeviceBuffer maxima(2 * sizeof(float));
+    args.input_grad_max_abs = maxima.as<float>();
+    args.input_max_abs = maxima.as<float>() + 1;
+    const std::vector<float> input_values = download_values(previous.output_buffer, c.compute, n);
     for (const uint64_t order : orders) {
         CAPTURE(order);
+        const bool take_maxima = order != *orders.begin();
+        CAPTURE(take_maxima);
+        std::memset(maxima.data(), 0xff, maxima.size());
         mpt_emulation::set_block_order_seed(order);
-        mpt::run_small_batch_backward_data(args, split, from_mask, nullptr);
+        mpt::run_small_batch_backward_data(args, split, from_mask, take_maxima, scratch.scratch(), nullptr);
         mpt_emulation::set_block_order_seed(0);
-        CHECK(outside_rounding(download_values(input_grad, c.gradient, n), expected, c.gradient) == 0);
+        const std::vector<float> gradient = download_values(input_grad, c.gradient, n);
+        CHECK(outside_rounding(gradient, expected, c.gradient) == 0);
+        if (take_maxima) {
+            CHECK(bits_of_float(maxima.as<float>()[0]) == bits_of_float(reference_max_abs(gradient)));
+            CHECK(bits_of_float(maxima.as<float>()[1]) == bits_of_float(reference_max_abs(input_values)));
+        } else {
+            CHECK(std::isnan(maxima.as<float>()[0]));  // not written
+        }
+        CHECK(scratch.zero());
     }
     return split.splits;
 }

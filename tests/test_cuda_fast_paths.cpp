@@ -404,6 +404,10 @@ TEST_CASE("MPTRAIN_CUDA_RELU_FROM_OUTPUT=1 takes ReLU's derivative from the outp
     // Each of those took the maxima of dZ_prev and A_prev for the finiteness proof (no dropout here),
     // which the overflowing runs below depend on: the same steps skipped as with the max_abs pass's.
     CHECK(on.backward_data_max_abs == on.backward_data_relu_from_output);
+    // With the head's maximum of the logits gradient, the small MLP's step has nothing left for a max
+    // pass to read: its first fused SGD update takes the decision (batch 32; not the seed MLP's 2048).
+    CHECK(on.updates_deciding > 0);
+    CHECK(off.updates_deciding == 0);
     CHECK(on.backward_data_unfused == 0);
     CHECK(on.forward_unfused == 0);
     CHECK(off.backward_data_relu_from_output == 0);
@@ -834,6 +838,10 @@ TEST_CASE("MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 and _BACKWARD=1 train as cuBLASLt'
     CHECK(paths.backward_data_small_batch > 0);
     CHECK(paths.backward_data_small_batch == paths.backward_data_fused);
     CHECK(paths.backward_data_unfused == 0);
+    // Each took the step's maxima of dZ_prev and A_prev as it wrote dZ_prev (no dropout here), and
+    // with the head's of the logits gradient the max pass had nothing to read: the first update decided.
+    CHECK(paths.backward_data_max_abs == paths.backward_data_small_batch);
+    CHECK(paths.updates_deciding > 0);
     std::shared_ptr<Context> default_context;
     {
         const EnvironmentSetting backward("MPTRAIN_CUDA_SMALL_BATCH_BACKWARD", "0");
@@ -844,6 +852,18 @@ TEST_CASE("MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 and _BACKWARD=1 train as cuBLASLt'
     CHECK(cuda_backend_op_paths(default_context->backend()).backward_data_small_batch == 0);
     CHECK(std::isfinite(small_batch));
     CHECK(small_batch == doctest::Approx(cublaslt).epsilon(5e-3));
+
+    // Through overflowing steps the kernel's maxima, and the decision the update takes from them, skip
+    // exactly the steps a max pass over the same tensors and its decision kernel skip (the folds off).
+    const auto small_batch_context = [](const char* folds) {
+        const EnvironmentSetting forward("MPTRAIN_CUDA_SMALL_BATCH_FORWARD", "1");
+        const EnvironmentSetting backward("MPTRAIN_CUDA_SMALL_BATCH_BACKWARD", "1");
+        return cuda_context_under("MPTRAIN_CUDA_STEP_FOLDS", folds);
+    };
+    auto deciding = small_batch_context("1");
+    const OverflowingRun deciding_overflow = train_two_fp16_epochs_from_overflow(deciding, 39);
+    CHECK(cuda_backend_op_paths(deciding->backend()).updates_deciding > 0);
+    check_same_overflow_run(deciding_overflow, train_two_fp16_epochs_from_overflow(small_batch_context("0"), 39));
 }
 
 // MPTRAIN_CUDA_DEPENDENT_LAUNCH=1 (compute capability 9.0, a build with code for it): the backend's
@@ -929,9 +949,9 @@ TEST_CASE("MPTRAIN_CUDA_GROUPED_SGD=1 trains exactly as the default does") {
 }
 
 // MPTRAIN_CUDA_STEP_FOLDS=0: the begin_step's memset and the update decision's kernel run as launches
-// of their own, as eager steps have them. The folds move no arithmetic, so the run trains to the
-// default's loss bit for bit; a fold that read or wrote the step state at the wrong point would
-// differ (the per-step rate reads the step count, which the finish advances).
+// of their own, as eager steps have them (and the decision is never taken by an update launch). The folds move no
+// arithmetic, so the run trains to the default's loss bit for bit; a fold that read or wrote the step state at the
+// wrong point would differ (the per-step rate reads the step count, which the finish advances).
 TEST_CASE("MPTRAIN_CUDA_STEP_FOLDS=0 trains exactly as the default does, the step's small ops unfolded") {
     SKIP_WITHOUT_GPU();
     const LrSchedule cosine = per_step_cosine();
@@ -952,6 +972,17 @@ TEST_CASE("MPTRAIN_CUDA_STEP_FOLDS=0 trains exactly as the default does, the ste
         train_two_fp16_epochs_from_overflow(cuda_context_under("MPTRAIN_CUDA_STEP_FOLDS", "0"), 55);
     check_same_overflow_run(train_two_fp16_epochs_from_overflow(cuda_context_under("MPTRAIN_CUDA_STEP_FOLDS", "1"), 55),
                             unfolded_overflow);
+
+    // With ReLU's derivative from the outputs every maximum is taken where it is written, and the
+    // decision rides in the first fused SGD update: its blocks must skip exactly the steps the
+    // unfolded pass and decision kernel skip, and set found_inf for the scaler as they do.
+    const EnvironmentSetting relu("MPTRAIN_CUDA_RELU_FROM_OUTPUT", "1");
+    auto deciding = cuda_context_under("MPTRAIN_CUDA_STEP_FOLDS", "1");
+    const OverflowingRun deciding_overflow = train_two_fp16_epochs_from_overflow(deciding, 55);
+    CHECK(cuda_backend_op_paths(deciding->backend()).updates_deciding > 0);
+    CHECK(cuda_backend_op_paths(deciding->backend()).max_abs_deciding == 0);
+    check_same_overflow_run(
+        deciding_overflow, train_two_fp16_epochs_from_overflow(cuda_context_under("MPTRAIN_CUDA_STEP_FOLDS", "0"), 55));
 }
 
 // Some devices refuse the dependent-launch attribute under capture; the graphs are worth more, so a

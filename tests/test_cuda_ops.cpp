@@ -2731,10 +2731,19 @@ struct UpdateLayersTask {
     LossScalerConfig scaler;
     const double* metrics;
     double* committed_metrics;
+    // Optional, before the updates: a max_abs pass over `decision_inputs` into `maxima` and the
+    // decide_update that reads its 2 * decision_layers results.
+    std::vector<MaxAbsInput> decision_inputs;
+    float* maxima = nullptr;
+    int decision_layers = 0;
 };
 
 void run_update_layers_task(void* argument) {
     const UpdateLayersTask& task = *static_cast<const UpdateLayersTask*>(argument);
+    if (task.maxima) {
+        task.backend->max_abs(task.decision_inputs.data(), static_cast<int>(task.decision_inputs.size()), task.maxima);
+        task.backend->decide_update(task.maxima, task.decision_layers, task.layers.front().rows, task.state);
+    }
     for (const DenseUpdateArgs& args : task.layers) task.backend->dense_update(args, task.optimizer);
     if (task.finish) task.backend->finish_step(task.state, task.scaler, task.metrics, task.committed_metrics);
 }
@@ -2745,6 +2754,84 @@ struct UpdateLayersOperands {
     std::unique_ptr<Buffer> state, metrics, committed_metrics;
     UpdateLayersTask task{};
 };
+
+struct UpdateShape {
+    int64_t in_features, out_features;
+};
+
+// Random operands of plain SGD updates of `shapes` at `rows` rows: per layer dZ (scaled as a loss
+// scale of `initial` makes it), A, masters and bias, the same for every backend given them.
+std::vector<std::vector<std::vector<float>>> update_layer_values(const std::vector<UpdateShape>& shapes, int64_t rows,
+                                                                 DType dtype, const TrainState& initial) {
+    std::vector<std::vector<std::vector<float>>> values;
+    for (const UpdateShape& shape : shapes) {
+        std::vector<float> output_grad = random_values(static_cast<size_t>(rows * shape.out_features), -1, 1);
+        for (float& g : output_grad) g *= initial.loss_scale / static_cast<float>(rows);
+        values.push_back({rounded(output_grad, dtype),
+                          rounded(random_values(static_cast<size_t>(rows * shape.in_features), 0, 1), dtype),
+                          random_values(static_cast<size_t>(shape.in_features * shape.out_features), -0.5f, 0.5f),
+                          random_values(static_cast<size_t>(shape.out_features), -0.1f, 0.1f)});
+    }
+    return values;
+}
+
+// `backend`'s copy of those operands (poisoned low-precision copies), its state and metrics, and the
+// task that updates every layer with `sgd` and finishes the step.
+void upload_update_layers(Backend& backend, UpdateLayersOperands& own, const std::vector<UpdateShape>& shapes,
+                          const std::vector<std::vector<std::vector<float>>>& values, int64_t rows, DType dtype,
+                          const OptimizerConfig& sgd, const TrainState& initial, const LossScalerConfig& scaler) {
+    own.state = std::make_unique<Buffer>(upload_raw(backend, std::vector<TrainState>{initial}));
+    own.metrics = std::make_unique<Buffer>(upload_raw(backend, std::vector<double>{1.5, 20.0, 32.0, 0.25}));
+    own.committed_metrics = std::make_unique<Buffer>(poisoned(backend, DType::fp32, 2 * kMetricsCount));
+    own.task.backend = &backend;
+    own.task.optimizer = sgd;
+    own.task.finish = true;
+    own.task.state = own.state->as<TrainState>();
+    own.task.scaler = scaler;
+    own.task.metrics = own.metrics->as<double>();
+    own.task.committed_metrics = own.committed_metrics->as<double>();
+    own.buffers.reserve(6 * shapes.size());  // the args below point into them
+    for (size_t l = 0; l < shapes.size(); ++l) {
+        const UpdateShape& shape = shapes[l];
+        own.buffers.push_back(upload(backend, dtype, values[l][0]));
+        own.buffers.push_back(upload(backend, dtype, values[l][1]));
+        own.buffers.push_back(upload(backend, DType::fp32, values[l][2]));
+        own.buffers.push_back(upload(backend, DType::fp32, values[l][3]));
+        const bool low = dtype != DType::fp32;
+        own.buffers.push_back(poisoned(backend, dtype, static_cast<size_t>(shape.in_features * shape.out_features)));
+        own.buffers.push_back(poisoned(backend, dtype, static_cast<size_t>(shape.out_features)));
+        const Buffer* layer = &own.buffers[own.buffers.size() - 6];
+        DenseUpdateArgs args{};
+        args.output_grad = layer[0].data();
+        args.input = layer[1].data();
+        args.weights = layer[2].as<float>();
+        args.bias = layer[3].as<float>();
+        args.low_weights = low ? layer[4].data() : nullptr;
+        args.low_bias = low ? layer[5].data() : nullptr;
+        args.rows = rows;
+        args.in_features = shape.in_features;
+        args.out_features = shape.out_features;
+        args.compute_dtype = dtype;
+        args.state = own.state->as<TrainState>();
+        own.task.layers.push_back(args);
+    }
+}
+
+// Every layer's masters, bias and their low-precision copies, as floats, in layer order.
+std::vector<float> download_update_layers(Backend& backend, const UpdateLayersOperands& own,
+                                          const std::vector<UpdateShape>& shapes, DType dtype) {
+    std::vector<float> results;
+    for (size_t l = 0; l < shapes.size(); ++l) {
+        const Buffer* layer = &own.buffers[6 * l];
+        const size_t weights = static_cast<size_t>(shapes[l].in_features * shapes[l].out_features);
+        const size_t bias = static_cast<size_t>(shapes[l].out_features);
+        for (const std::vector<float>& part :
+             {download(backend, layer[2], DType::fp32, weights), download(backend, layer[3], DType::fp32, bias),
+              download(backend, layer[4], dtype, weights), download(backend, layer[5], dtype, bias)})
+            results.insert(results.end(), part.begin(), part.end());
+    }
+    return results;
+}
 #endif
 
 // With grouped SGD, a recorded task's consecutive fused SGD updates are one launch (up to 4 layers,
@@ -2761,11 +2848,7 @@ struct UpdateLayersOperands {
 TEST_CASE("CUDA fused SGD updates recorded for several layers run as one launch, each layer as in its own") {
     SKIP_WITHOUT_GPU();
 #if defined(MPTRAIN_WITH_CUDA)
-    struct Shape {
-        int64_t in_features, out_features;
-    };
-    constexpr int kLayers = 6;
-    const Shape shapes[kLayers] = {{1024, 1024}, {8, 2048}, {136, 10}, {101, 33}, {64, 16}, {512, 256}};
+    const std::vector<UpdateShape> shapes = {{1024, 1024}, {8, 2048}, {136, 10}, {101, 33}, {64, 16}, {512, 256}};
     struct Configuration {
         DType dtype;
         int64_t rows;
@@ -2786,59 +2869,13 @@ TEST_CASE("CUDA fused SGD updates recorded for several layers run as one launch,
         scaler.growth_interval = 1;
         static_assert(kMetricsCount == 4, "the metrics uploaded below");
         // The same values for both backends.
-        std::vector<std::vector<float>> values[kLayers];
-        for (int l = 0; l < kLayers; ++l) {
-            const Shape& shape = shapes[l];
-            std::vector<float> output_grad = random_values(static_cast<size_t>(rows * shape.out_features), -1, 1);
-            for (float& g : output_grad) g *= initial.loss_scale / static_cast<float>(rows);
-            values[l] = {
-                rounded(output_grad, configuration.dtype),
-                rounded(random_values(static_cast<size_t>(rows * shape.in_features), 0, 1), configuration.dtype),
-                random_values(static_cast<size_t>(shape.in_features * shape.out_features), -0.5f, 0.5f),
-                random_values(static_cast<size_t>(shape.out_features), -0.1f, 0.1f)};
-        }
+        const auto values = update_layer_values(shapes, rows, configuration.dtype, initial);
         std::unique_ptr<Backend> backends[2] = {make_cuda(), make_cuda()};  // grouped, then each layer alone
         cuda_backend_set_grouped_sgd(*backends[0], true);
         UpdateLayersOperands operands[2];
-        for (int b = 0; b < 2; ++b) {
-            Backend& backend = *backends[b];
-            UpdateLayersOperands& own = operands[b];
-            own.state = std::make_unique<Buffer>(upload_raw(backend, std::vector<TrainState>{initial}));
-            own.metrics = std::make_unique<Buffer>(upload_raw(backend, std::vector<double>{1.5, 20.0, 32.0, 0.25}));
-            own.committed_metrics = std::make_unique<Buffer>(poisoned(backend, DType::fp32, 2 * kMetricsCount));
-            own.task.backend = &backend;
-            own.task.optimizer = sgd;
-            own.task.finish = true;
-            own.task.state = own.state->as<TrainState>();
-            own.task.scaler = scaler;
-            own.task.metrics = own.metrics->as<double>();
-            own.task.committed_metrics = own.committed_metrics->as<double>();
-            for (int l = 0; l < kLayers; ++l) {
-                const Shape& shape = shapes[l];
-                own.buffers.push_back(upload(backend, configuration.dtype, values[l][0]));
-                own.buffers.push_back(upload(backend, configuration.dtype, values[l][1]));
-                own.buffers.push_back(upload(backend, DType::fp32, values[l][2]));
-                own.buffers.push_back(upload(backend, DType::fp32, values[l][3]));
-                const bool low = configuration.dtype != DType::fp32;
-                own.buffers.push_back(poisoned(backend, configuration.dtype,
-                                               static_cast<size_t>(shape.in_features * shape.out_features)));
-                own.buffers.push_back(poisoned(backend, configuration.dtype, static_cast<size_t>(shape.out_features)));
-                const Buffer* layer = &own.buffers[own.buffers.size() - 6];
-                DenseUpdateArgs args{};
-                args.output_grad = layer[0].data();
-                args.input = layer[1].data();
-                args.weights = layer[2].as<float>();
-                args.bias = layer[3].as<float>();
-                args.low_weights = low ? layer[4].data() : nullptr;
-                args.low_bias = low ? layer[5].data() : nullptr;
-                args.rows = rows;
-                args.in_features = shape.in_features;
-                args.out_features = shape.out_features;
-                args.compute_dtype = configuration.dtype;
-                args.state = own.state->as<TrainState>();
-                own.task.layers.push_back(args);
-            }
-        }
+        for (int b = 0; b < 2; ++b)
+            upload_update_layers(*backends[b], operands[b], shapes, values, rows, configuration.dtype, sgd, initial,
+                                 scaler);
         // Rounds 0 to 2: the first sighting, the capture, a replay; round 3 replays a skipped step.
         std::vector<float> before_skipped;
         for (int round = 0; round < 4; ++round) {
@@ -2856,17 +2893,7 @@ TEST_CASE("CUDA fused SGD updates recorded for several layers run as one launch,
                 backend.scheduler().synchronize();
                 states[b] = download_raw<TrainState>(backend, *operands[b].state, 1)[0];
                 committed[b] = download_raw<double>(backend, *operands[b].committed_metrics, kMetricsCount);
-                for (int l = 0; l < kLayers; ++l) {
-                    const Shape& shape = shapes[l];
-                    const Buffer* layer = &operands[b].buffers[static_cast<size_t>(6 * l)];
-                    const size_t weights = static_cast<size_t>(shape.in_features * shape.out_features);
-                    const size_t bias = static_cast<size_t>(shape.out_features);
-                    for (const std::vector<float>& part : {download(backend, layer[2], DType::fp32, weights),
-                                                           download(backend, layer[3], DType::fp32, bias),
-                                                           download(backend, layer[4], configuration.dtype, weights),
-                                                           download(backend, layer[5], configuration.dtype, bias)})
-                        results[b].insert(results[b].end(), part.begin(), part.end());
-                }
+                results[b] = download_update_layers(backend, operands[b], shapes, configuration.dtype);
             }
             REQUIRE(results[0].size() == results[1].size());
             CHECK(std::memcmp(results[0].data(), results[1].data(), results[0].size() * sizeof(float)) == 0);
@@ -2914,6 +2941,108 @@ TEST_CASE("CUDA fused SGD updates recorded for several layers run as one launch,
         CHECK(std::memcmp(twice[0].data(), twice[1].data(), twice[0].size() * sizeof(float)) == 0);
         CHECK(cuda_backend_op_paths(*backends[0]).fused_sgd_grouped == 10 + 2);
     }
+#endif
+}
+
+// Where every maximum of a step's finiteness proof was taken as its tensor was written (the loss
+// head's, the backward's) and the network's input decides as none, the recorded max_abs pass has
+// nothing to read, and its decide_update rides in the first fused SGD update's launch instead of a
+// launch of its own: each block decides before it writes, and block 0 leaves found_inf for the
+// rest. Against a backend with the folds off (the pass, then decide_update): the same masters,
+// copies and state bit for bit, round after round through the first sighting, the capture and the
+// replays, for finite bounds, bounds whose product overflows and a non-finite maximum; the empty
+// input's entry holds a stale maximum the fold must not read (the pass writes 0 there). One layer a
+// launch and grouped; a batch past fused SGD's rows decides in the pass as before.
+TEST_CASE("a recorded max_abs pass with nothing to read gives its decision to the first fused SGD update") {
+    SKIP_WITHOUT_GPU();
+#if defined(MPTRAIN_WITH_CUDA)
+    const float inf = std::numeric_limits<float>::infinity();
+    const std::vector<UpdateShape> shapes = {{96, 64}, {64, 48}, {48, 16}};
+    // Entries 0, 2, 3, 4, 5 as the head and the backward leave them; entry 1 (the input's) is stale.
+    const std::vector<std::vector<float>> cases = {
+        {1.0f, 0.0f, 2.0f, 0.5f, 3.0f, 1e10f},   // finite
+        {1.0f, 0.0f, 1e30f, 1e10f, 3.0f, 2.0f},  // a product overflows
+        {1.0f, 0.0f, 2.0f, 3.0f, inf, 1.0f},     // a non-finite dZ
+        {1e37f, 0.0f, 1.0f, 1.0f, 1.0f, 1.0f},   // the bias gradient's bound overflows
+    };
+    const float stale_input_maximum = 1e38f;  // with the first case's dZ, a bound past fp32 if it were read
+    struct Configuration {
+        DType dtype;
+        int64_t rows;
+        bool fused;  // fused SGD takes the updates
+    };
+    const Configuration configurations[] = {{DType::bf16, 32, true}, {DType::fp16, 64, true}, {DType::bf16, 80, false}};
+    for (const Configuration& configuration : configurations)
+        for (const bool grouped : {false, true})
+            for (const IssueMode& mode : kIssueModes) {
+                CAPTURE(std::string(dtype_name(configuration.dtype)));
+                CAPTURE(configuration.rows);
+                CAPTURE(grouped);
+                CAPTURE(mode.graphs);
+                CAPTURE(mode.dependent_launch);
+                const int64_t rows = configuration.rows;
+                OptimizerConfig sgd;
+                sgd.learning_rate = 0.05f;
+                TrainState initial{};
+                initial.loss_scale = 1.0f;
+                LossScalerConfig scaler;
+                const auto values = update_layer_values(shapes, rows, configuration.dtype, initial);
+                std::unique_ptr<Backend> backends[2] = {cuda_backend_issuing(mode), cuda_backend_issuing(mode)};
+                if (!backends[0]) continue;
+                cuda_backend_set_step_folds(*backends[1], false);  // the pass, then decide_update
+                UpdateLayersOperands operands[2];
+                std::unique_ptr<Buffer> maxima[2];
+                for (int b = 0; b < 2; ++b) {
+                    cuda_backend_set_grouped_sgd(*backends[b], grouped);
+                    upload_update_layers(*backends[b], operands[b], shapes, values, rows, configuration.dtype, sgd,
+                                         initial, scaler);
+                    maxima[b] = std::make_unique<Buffer>(poisoned(*backends[b], DType::fp32, 6));
+                    UpdateLayersTask& task = operands[b].task;
+                    task.maxima = maxima[b]->as<float>();
+                    task.decision_layers = 3;
+                    task.decision_inputs.assign(6, MaxAbsInput{nullptr, configuration.dtype, kMaxAbsTaken});
+                    task.decision_inputs[1] = MaxAbsInput{nullptr, configuration.dtype, 0};  // decides as none
+                }
+                for (int round = 0; round < 8; ++round) {
+                    CAPTURE(round);
+                    std::vector<float> pairs = cases[static_cast<size_t>(round) % cases.size()];
+                    std::vector<float> results[2];
+                    TrainState states[2];
+                    for (int b = 0; b < 2; ++b) {
+                        Backend& backend = *backends[b];
+                        TrainState state = download_raw<TrainState>(backend, *operands[b].state, 1)[0];
+                        state.found_inf = 0;  // as the step's begin_step and finite loss leave it
+                        backend.copy_to_device(operands[b].state->data(), &state, sizeof state);
+                        // As the head and the backward write them; the input's left from another step.
+                        std::vector<float> written = pairs;
+                        written[1] = stale_input_maximum;
+                        backend.copy_to_device(maxima[b]->data(), written.data(), written.size() * sizeof(float));
+                        backend.scheduler().submit(Lane::compute, &run_update_layers_task, &operands[b].task);
+                        backend.scheduler().synchronize();
+                        states[b] = download_raw<TrainState>(backend, *operands[b].state, 1)[0];
+                        results[b] = download_update_layers(backend, operands[b], shapes, configuration.dtype);
+                    }
+                    const bool finite = gradient_bounds_finite(pairs.data(), 3, rows);
+                    CHECK(finite == (round % 4 == 0));
+                    CHECK(states[0].found_inf == (finite ? 0 : 1));
+                    CHECK(std::memcmp(&states[0], &states[1], sizeof(TrainState)) == 0);
+                    REQUIRE(results[0].size() == results[1].size());
+                    CHECK(std::memcmp(results[0].data(), results[1].data(), results[0].size() * sizeof(float)) == 0);
+                }
+                // Recorded: the first sighting and the capture each fold (replays count no ops); op by
+                // op, or past fused SGD's rows, the pass decides (there the first step grows the weight
+                // gradient's scratch, and the second runs eagerly too).
+                const bool folds = mode.graphs && configuration.fused;
+                CHECK(cuda_backend_op_paths(*backends[0]).updates_deciding == (folds ? 2u : 0u));
+                CHECK((cuda_backend_op_paths(*backends[0]).max_abs_deciding > 0) ==
+                      (mode.graphs && !configuration.fused));
+                CHECK(cuda_backend_op_paths(*backends[1]).updates_deciding == 0);
+                for (const auto& backend : backends) {
+                    INFO("last refusal: " << cuda_backend_last_graph_refusal(*backend));
+                    CHECK(cuda_backend_graph_refusals(*backend) == 0);
+                    if (configuration.fused) CHECK(cuda_backend_graph_replays(*backend) == (mode.graphs ? 6 : 0));
+                }
+            }
 #endif
 }
 

@@ -57,12 +57,13 @@ inline TrainState initial_train_state(const LossScalerConfig& config) {
 // bound (with max|A| taken as at least 1, for the bias gradient) is finite in fp32 for every layer,
 // so is every gradient. An infinite maximum makes it false (max_abs reports NaN as +Inf; a NaN
 // max|A_prev| itself would count as 1, as std::max(1.0, NaN) did before).
+MPT_HOST_DEVICE bool gradient_bound_finite(float max_output_grad, float max_input, int64_t rows) {
+    const double bound = static_cast<double>(rows) * max_output_grad * fmax(1.0, static_cast<double>(max_input));
+    return bound < 3.0e38;
+}
 MPT_HOST_DEVICE bool gradient_bounds_finite(const float* max_abs_pairs, int layer_count, int64_t rows) {
-    for (int layer = 0; layer < layer_count; ++layer) {
-        const double bound = static_cast<double>(rows) * max_abs_pairs[2 * layer] *
-                             fmax(1.0, static_cast<double>(max_abs_pairs[2 * layer + 1]));
-        if (!(bound < 3.0e38)) return false;
-    }
+    for (int layer = 0; layer < layer_count; ++layer)
+        if (!gradient_bound_finite(max_abs_pairs[2 * layer], max_abs_pairs[2 * layer + 1], rows)) return false;
     return true;
 }
 

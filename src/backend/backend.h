@@ -124,6 +124,10 @@ struct LossHeadArgs {
     // first) instead of set. 0: the loss is the mean over `rows`.
     int64_t mean_rows = 0;
     bool continues_batch = false;
+    // Optional single float of backend memory: max |x| over logits_grad as written (as max_abs
+    // computes it), which every backend writes as it writes the gradient, so that the step's
+    // finiteness check does not read the gradient again in a max_abs pass. Needs logits_grad.
+    float* logits_grad_max_abs = nullptr;
 };
 // The rows a head's loss is a mean over.
 MPT_HOST_DEVICE int64_t loss_mean_rows(const LossHeadArgs& args) { return args.mean_rows > 0 ? args.mean_rows : args.rows; }

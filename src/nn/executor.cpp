@@ -440,13 +440,21 @@ void Executor::loss_head(int slot, int64_t rows, HeadMode mode, bool row_weighte
     if (with_gradient) {
         args.mean_rows = part.batch_rows;
         args.continues_batch = part.first_row > 0;
+        // A training pass's maxima for the update's finiteness check, taken where their tensors are
+        // written: the last layer's max|dZ| here (every backend's head takes it), the others' by the
+        // backward where its path can.
+        std::fill(bounds_taken_.begin(), bounds_taken_.end(), 0);
+        const int last = trainable_index_[model_.layers().size() - 1];
+        if (last >= 0) {
+            args.logits_grad_max_abs = gradient_bounds_ + 2 * last;
+            bounds_taken_[static_cast<size_t>(2 * last)] = 1;
+        }
     }
     backend_.loss_head(args);
 }
 
 void Executor::backward(int slot, int64_t rows, const BatchPart& part) {
     const auto& layers = model_.layers();
-    std::fill(bounds_taken_.begin(), bounds_taken_.end(), 0);
     // dZ_{i-1} from layer i, for every layer from the lowest trainable one up.
     const size_t lowest_trainable = trainable_layers_.front();
     for (size_t i = layers.size() - 1; i > lowest_trainable; --i) {

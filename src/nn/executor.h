@@ -273,8 +273,9 @@ private:
     int64_t trainable_gradient_elements_ = 0;  // the trainable layers', this step
     std::vector<size_t> trainable_layers_;     // this step's, in order (capacity for all: no allocation)
     std::vector<int> trainable_index_;         // per layer: its place in trainable_layers_, -1 if frozen
-    // Per entry of gradient_bounds_: written by this pass's dense_backward_data (backward), so that
-    // decide_from_bounds's max_abs leaves it as it is instead of reading its tensor again.
+    // Per entry of gradient_bounds_: written by this pass's loss head (the last layer's max|dZ|) or
+    // dense_backward_data (backward), so that decide_from_bounds's max_abs leaves it as it is
+    // instead of reading its tensor again.
     std::vector<char> bounds_taken_;
     std::vector<char> trained_last_step_;      // per layer: trainable in the last step begun (initially all)
     std::vector<DenseUpdateShape> update_shapes_;  // every layer's, for reserve_update_scratch

@@ -8,6 +8,8 @@
 #include <cmath>
 #include <vector>
 
+#include "backend/cpu/cpu_max_abs.h"
+
 namespace mpt {
 
 namespace {
@@ -167,6 +169,7 @@ void cpu_loss_head(const LossHeadArgs& args) {
 
     double loss_sum = 0.0;
     int64_t correct = 0, counted = 0;
+    float gradient_largest = 0.0f;  // of the rows' rounded gradients, as max_abs takes it
     for (int64_t row = 0; row < args.rows; ++row) {
         const RowResult result = head_row(args, row, y, grad);
         loss_sum += result.loss;
@@ -181,8 +184,11 @@ void cpu_loss_head(const LossHeadArgs& args) {
             float* out = static_cast<float*>(args.logits_grad) + row * args.width;
             for (int64_t c = 0; c < args.classes; ++c) out[c] = round_to(args.logits_grad_dtype, grad[c] * gradient_factor);
             std::fill(out + args.classes, out + args.width, 0.0f);
+            if (args.logits_grad_max_abs)
+                gradient_largest = std::max(gradient_largest, max_abs_range(out, 0, args.classes));
         }
     }
+    if (args.logits_grad && args.logits_grad_max_abs) *args.logits_grad_max_abs = gradient_largest;
     const double batch_loss = head_batch_loss(args, loss_sum);
     // Non-finite as the float it is reported as: a weighted loss can pass FLT_MAX in double.
     if (args.state && !(std::fabs(batch_loss) <= kLargestFloat)) args.state->found_inf = 1;

@@ -248,6 +248,7 @@ CudaBackend::CudaBackend(int device, MemoryTracker* memory) : device_(device), m
         head_scratch_.partial_correct = reinterpret_cast<long long*>(base + partial_bytes);
         head_scratch_.partial_counted = reinterpret_cast<long long*>(base + 2 * partial_bytes);
         head_scratch_.counter = reinterpret_cast<unsigned*>(base + 3 * partial_bytes);
+        head_scratch_.gradient_largest = reinterpret_cast<unsigned*>(base + 3 * partial_bytes + 128);
         clip_partials_ = reinterpret_cast<double*>(base + 3 * partial_bytes + 256);
         finish_counter_ = reinterpret_cast<unsigned*>(base + 3 * partial_bytes + 256 + round_up_256(clip_bytes));
         char* max_abs_base = base + 3 * partial_bytes + 256 + round_up_256(clip_bytes) + 256;

@@ -20,6 +20,7 @@
 #include "backend/cuda/cuda_dense_update.cuh"
 #include "backend/cuda/cuda_dropout.cuh"
 #include "backend/cuda/cuda_epoch_order.cuh"
+#include "backend/cuda/cuda_fused_sgd.cuh"
 #include "backend/cuda/cuda_fused_sgd_bulk_copy.cuh"
 #include "backend/cuda/cuda_gemm.cuh"
 #include "backend/cuda/cuda_loss_head.cuh"
@@ -209,8 +210,16 @@ private:
     // Whether recorded_[index] is a finish_step of the state the updates before it read: with grouped
     // SGD on, the last update launch takes it (no launch of its own).
     bool finish_follows_updates(size_t index) const;
-    // The `count` updates from recorded_[index] on, and the finish_step after them when `finish`.
-    void execute_fused_sgd_layers(size_t index, size_t count, const RecordedOp* finish, cudaStream_t stream);
+    // Whether recorded_[index] is a max_abs pass with nothing to read (every input taken, or empty)
+    // whose decide_update follows it (decision_follows), followed in turn by a fused SGD update of
+    // the state it decides for: then the update's launch takes the decision and no pass runs.
+    bool update_decides(size_t index) const;
+    // The decision of such a pass (recorded_[index]) and its decide_update, for the update's launch.
+    FusedSgdDecision update_decision(size_t index) const;
+    // The `count` updates from recorded_[index] on, and the finish_step after them when `finish`;
+    // taking the step's decision when `decision`.
+    void execute_fused_sgd_layers(size_t index, size_t count, const RecordedOp* finish, cudaStream_t stream,
+                                  const FusedSgdDecision* decision = nullptr);
     // execute, or false when cuBLASLt refused the op's fused plan at run time (to plan it again).
     bool execute_unless_refused(const RecordedOp& op, cudaStream_t stream);
     // Runs the recorded task; an op refused as in issue() is planned again with all that follow

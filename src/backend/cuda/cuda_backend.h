@@ -52,8 +52,9 @@ struct CudaOpPaths {
     uint64_t steps_finished_by_update = 0;  // finish_steps taken by the last update launch (likewise)
     uint64_t backward_data_relu_from_output = 0;  // input gradients whose ReLU derivative came from the
                                                   // previous layer's output, not a mask (planned)
-    uint64_t backward_data_max_abs = 0;           // of those, the ones that also wrote the step's maxima of
-                                                  // dZ_prev and A_prev for its finiteness proof (planned)
+    uint64_t backward_data_max_abs = 0;           // input gradients that also wrote the step's maxima of
+                                                  // dZ_prev and A_prev for its finiteness proof: from the
+                                                  // outputs, or on the small-batch kernel (planned)
     uint64_t fused_sgd_three_blocks = 0;          // fused SGD updates planned with the 3-blocks-an-SM kernel
     uint64_t fused_sgd_32_rows = 0;               // fused SGD updates planned with the kernel for 32 rows
     uint64_t fused_sgd_bulk_copy = 0;             // fused SGD updates planned with the bulk-copy kernel
@@ -66,6 +67,9 @@ struct CudaOpPaths {
     // of a recorded task, as begin_steps_folded). The forward and the backward stay counted on the
     // paths they were planned on when issued.
     uint64_t head_layers_in_cluster = 0;
+    // Decisions taken by a step's first update launch (fused SGD), its max_abs pass left out because
+    // every maximum was taken as its tensor was written (per run of a recorded task, likewise).
+    uint64_t updates_deciding = 0;
 };
 CudaOpPaths cuda_backend_op_paths(const Backend& backend);
 // Graph capture of repeated compute tasks (default on; MPTRAIN_CUDA_GRAPHS=0 turns it off).

@@ -67,6 +67,7 @@ void CudaBackend::describe(JsonWriter& out) const {
     out.key("fused_sgd").unsigned_integer(ops.fused_sgd);
     out.key("clip_factor").unsigned_integer(ops.clip_factor);
     out.key("max_abs_deciding").unsigned_integer(ops.max_abs_deciding);
+    out.key("updates_deciding").unsigned_integer(ops.updates_deciding);
     out.key("begin_steps_folded").unsigned_integer(ops.begin_steps_folded);
     out.key("dependent_launches").unsigned_integer(ops.dependent_launches);
     out.key("fused_sgd_grouped").unsigned_integer(ops.fused_sgd_grouped);

@@ -87,6 +87,7 @@ void CudaBackend::sign(const RecordedOp& op) {
             s.put(a.logits_grad_dtype);
             s.put(a.mean_rows);
             s.put(a.continues_batch);
+            s.put(a.logits_grad_max_abs);
             return;
         }
         case OpCode::backward_data: {

@@ -1,7 +1,8 @@
 // CudaBackend's compute tasks (cuda_backend.cuh): the ops a task records, folded where a small op
 // can ride in its neighbour's launch (begin_step in the loss head, the update decision in the max
-// pass, a step's fused SGD updates in one launch), then captured as a CUDA graph and replayed for
-// every later task of the same signature, or run eagerly where a graph is refused or not worth it.
+// pass, or in the first update where the pass has nothing to read, a step's fused SGD updates in one
+// launch), then captured as a CUDA graph and replayed for every later task of the same signature, or
+// run eagerly where a graph is refused or not worth it.
 #include <chrono>
 #include <exception>
 #include <string>
@@ -102,7 +103,32 @@ bool CudaBackend::finish_follows_updates(size_t index) const {
            recorded_[index].state == recorded_[index - 1].update.state;
 }
 
-void CudaBackend::execute_fused_sgd_layers(size_t index, size_t count, const RecordedOp* finish, cudaStream_t stream) {
+bool CudaBackend::update_decides(size_t index) const {
+    if (!decision_follows(index) || index + 2 >= recorded_.size()) return false;
+    const RecordedOp& max_abs = recorded_[index];
+    const RecordedOp& decision = recorded_[index + 1];
+    const RecordedOp& update = recorded_[index + 2];
+    for (int64_t k = 0; k < max_abs.count; ++k)
+        if (max_abs.max_inputs[k].count > 0) return false;  // a tensor to read: the pass decides
+    return decision.count <= kFusedSgdDecisionLayers && update.code == OpCode::dense_update &&
+           update.update_plan.fused_sgd && update.update.state == decision.state;
+}
+
+FusedSgdDecision CudaBackend::update_decision(size_t index) const {
+    const RecordedOp& max_abs = recorded_[index];
+    const RecordedOp& decision = recorded_[index + 1];
+    FusedSgdDecision decide;
+    decide.max_abs_pairs = static_cast<const float*>(decision.values);
+    decide.layer_count = static_cast<int>(decision.count);
+    decide.rows = decision.rows;
+    decide.state = decision.state;
+    for (int64_t k = 0; k < 2 * decision.count; ++k)
+        if (max_abs.max_inputs[k].count != kMaxAbsTaken) decide.empty_entries |= 1u << k;
+    return decide;
+}
+
+void CudaBackend::execute_fused_sgd_layers(size_t index, size_t count, const RecordedOp* finish, cudaStream_t stream,
+                                           const FusedSgdDecision* decision) {
     const DependentLaunchScope launches(dependent_launch_ ? &op_paths_.dependent_launches : nullptr);
     FusedSgdFinish finishing;
     if (finish) {
@@ -127,7 +153,8 @@ void CudaBackend::execute_fused_sgd_layers(size_t index, size_t count, const Rec
         if (recorded_[index + k].update_plan.fused_sgd_bulk_copy) choice.bulk_copy_layers |= 1u << k;
     }
     op_paths_.fused_sgd_grouped += static_cast<uint64_t>(run_fused_sgd_layers(
-        layers, optimizers, static_cast<int>(count), finish ? &finishing : nullptr, choice, stream));
+        layers, optimizers, static_cast<int>(count), finish ? &finishing : nullptr, choice, stream, decision));
+    if (decision) ++op_paths_.updates_deciding;
 }
 
 // ---- recording and graphs ----------------------------------------------------------------------
@@ -159,6 +186,16 @@ void CudaBackend::execute_recorded(cudaStream_t stream, bool capturing) {
     if (step_folds_) fold_begin_step();
     bool planning_again = false;
     for (size_t index = 0; index < recorded_.size(); ++index) {
+        // (Not after a refusal, as below: the update is planned again before it runs.)
+        if (step_folds_ && !planning_again && update_decides(index)) {  // fused SGD: no cuBLASLt plan
+            const FusedSgdDecision decision = update_decision(index);
+            const size_t first = index + 2;
+            const size_t layers = grouped_sgd_ ? fused_sgd_run(first) : 1;
+            const bool finishes = grouped_sgd_ && finish_follows_updates(first + layers);
+            execute_fused_sgd_layers(first, layers, finishes ? &recorded_[first + layers] : nullptr, stream, &decision);
+            index = first + layers - 1 + (finishes ? 1 : 0);
+            continue;
+        }
         if (step_folds_ && decision_follows(index)) {  // neither op is planned, nor refused
             execute_max_abs_deciding(recorded_[index], recorded_[index + 1], stream);
             ++index;

@@ -200,6 +200,7 @@ DenseBackwardDataPlan plan_dense_backward_data(CudaGemm& gemm, const DenseBackwa
         plan.fused = plan.small_batch = true;
         plan.reads_mask = masked_relu;  // otherwise ReLU's derivative from A_prev, as the fallback's
         plan.small_batch_split = small_batch_backward_data_split(args);
+        plan.writes_max_abs = args.input_grad_max_abs || args.input_max_abs;
         return plan;
     }
     // Without the mask, the in-place kernel reads A_prev and writes dZ_prev as elements of one type.
@@ -222,7 +223,8 @@ DenseBackwardDataPlan plan_dense_backward_data(CudaGemm& gemm, const DenseBackwa
 void run_dense_backward_data(CudaGemm& gemm, const DenseBackwardDataPlan& plan, const DenseBackwardDataArgs& args,
                              float* scratch, const MaxAbsScratch& max_abs_scratch, cudaStream_t stream) {
     if (plan.small_batch) {
-        run_small_batch_backward_data(args, plan.small_batch_split, plan.reads_mask, stream);
+        run_small_batch_backward_data(args, plan.small_batch_split, plan.reads_mask, plan.writes_max_abs,
+                                      max_abs_scratch, stream);
         return;
     }
     if (plan.fused) {

@@ -23,7 +23,8 @@ struct DenseBackwardDataPlan {
     small_batch_mma::SplitK small_batch_split;  // its blocks along the output features, chosen when planned
     bool reads_mask = false;
     bool relu_from_output = false;  // the GEMM writes input_grad, then ReLU's derivative from A_prev in place
-    // The in-place kernel also writes the maxima args asks for (input_grad_max_abs, input_max_abs).
+    // The in-place kernel, or the small-batch kernel, also writes the maxima args asks for
+    // (input_grad_max_abs, input_max_abs).
     bool writes_max_abs = false;
     size_t scratch_bytes = 0;
 };

@@ -318,9 +318,13 @@ void launch_fused_sgd(const FusedSgdVariant& variant, FusedSgdGroup& group, cuda
 }  // namespace
 
 int run_fused_sgd_layers(const DenseUpdateArgs* const* layers, const OptimizerConfig* const* optimizers, int count,
-                         const FusedSgdFinish* finish, FusedSgdKernelChoice choice, cudaStream_t stream) {
+                         const FusedSgdFinish* finish, FusedSgdKernelChoice choice, cudaStream_t stream,
+                         const FusedSgdDecision* decision) {
     require(!finish || (finish->state && finish->counter), MPT_STATUS_INTERNAL,
             "cuda backend: fused SGD's finish_step needs the state and a counter");
+    require(!decision || (decision->max_abs_pairs && decision->state && decision->layer_count > 0 &&
+                          decision->layer_count <= kFusedSgdDecisionLayers),
+            MPT_STATUS_INTERNAL, "cuda backend: fused SGD's decision needs the pairs and the state");
     require(layers != nullptr && optimizers != nullptr && count >= 1 && count <= kFusedSgdMaxLayers,
             MPT_STATUS_INTERNAL, "cuda backend: fused SGD takes 1 to 4 layers a launch");
     FusedSgdGroup group{};
@@ -341,7 +345,11 @@ int run_fused_sgd_layers(const DenseUpdateArgs* const* layers, const OptimizerCo
             bulk_copy ? fused_sgd_bulk_copy_variant(args) : cuda_core_variant(args, choice);
         if (group.count > 0 && !(layer_variant == variant)) launch();
         variant = layer_variant;
-        group.layers[group.count++] = fused_sgd_launch(args, optimizer);
+        require(!decision || decision->state == args.state, MPT_STATUS_INTERNAL,
+                "cuda backend: fused SGD decides for the state its updates read");
+        group.layers[group.count] = fused_sgd_launch(args, optimizer);
+        if (decision) group.layers[group.count].decision = *decision;
+        ++group.count;
     }
     if (finish) group.finish = *finish;  // the last launch: every update before it has run
     launch();
@@ -380,10 +388,10 @@ bool fused_sgd_updates_independent(const DenseUpdateArgs& first, const DenseUpda
 }
 
 void run_fused_sgd(const DenseUpdateArgs& args, const OptimizerConfig& optimizer, FusedSgdKernelChoice choice,
-                   cudaStream_t stream) {
+                   cudaStream_t stream, const FusedSgdDecision* decision) {
     const DenseUpdateArgs* const layer = &args;
     const OptimizerConfig* const rule = &optimizer;
-    run_fused_sgd_layers(&layer, &rule, 1, nullptr, choice, stream);
+    run_fused_sgd_layers(&layer, &rule, 1, nullptr, choice, stream, decision);
 }
 
 bool fused_sgd_exact_rows_applies(const DenseUpdateArgs& args) {

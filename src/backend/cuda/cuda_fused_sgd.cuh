@@ -45,6 +45,23 @@ struct FusedSgdKernelChoice {
     bool exact_rows = false;
     unsigned bulk_copy_layers = 0;
 };
+// A step's decide_update taken by its first update launch (CudaBackend's fold, where the step's
+// max_abs pass has nothing to read: every maximum was taken as its tensor was written, so the pass
+// would be a launch for one thread's arithmetic). Every block of the launch reads the pairs and
+// decides for itself before it writes anything, the same way as decide_update and the others;
+// block 0 also sets found_inf for what runs after the launch (later updates, finish_step, or a
+// grouped launch's last block, whose ticket comes after block 0's). max_abs_pairs null: none.
+struct FusedSgdDecision {
+    const float* max_abs_pairs = nullptr;  // decide_update's (max|dZ_i|, max|A_prev_i|) per layer
+    int layer_count = 0;                   // at most kFusedSgdDecisionLayers
+    int64_t rows = 0;
+    TrainState* state = nullptr;  // the state the updates read
+    // Bit k: entry k of the pairs counts as 0, the max_abs pass's result for an empty input (a batch
+    // whose values decide as none), which nothing writes once the pass is left out.
+    unsigned empty_entries = 0;
+};
+constexpr int kFusedSgdDecisionLayers = 16;  // pairs whose entries empty_entries can name
+
 constexpr int64_t kFusedSgdExactRows = 32;
 
 // Whether an update takes the exact-rows compilation under exact_rows: kFusedSgdExactRows rows and
@@ -52,7 +69,7 @@ constexpr int64_t kFusedSgdExactRows = 32;
 bool fused_sgd_exact_rows_applies(const DenseUpdateArgs& args);
 
 void run_fused_sgd(const DenseUpdateArgs& args, const OptimizerConfig& optimizer, FusedSgdKernelChoice choice,
-                   cudaStream_t stream);
+                   cudaStream_t stream, const FusedSgdDecision* decision = nullptr);
 
 // Three blocks of the kernel's 48 KiB of static shared memory need more of an SM's unified L1 and
 // shared memory than the driver picks for two (132 KiB on an H200): this asks each 3-blocks kernel
@@ -89,9 +106,11 @@ struct FusedSgdFinish {
 // launch for each run of consecutive layers that share a kernel (dtype, alignment, batch rows), in
 // which they are updated side by side; so the seed MLP's three layers in mixed precision are one
 // launch instead of three. Each layer is updated as run_fused_sgd updates it, bit for bit. With
-// `finish`, the last launch also finishes the step. Returns how many layers shared a launch with
-// others.
+// `finish`, the last launch also finishes the step; with `decision`, each launch also takes the step's
+// decision (the first decides; the others then find found_inf as it left it). Returns how many layers
+// shared a launch with others.
 int run_fused_sgd_layers(const DenseUpdateArgs* const* layers, const OptimizerConfig* const* optimizers, int count,
-                         const FusedSgdFinish* finish, FusedSgdKernelChoice choice, cudaStream_t stream);
+                         const FusedSgdFinish* finish, FusedSgdKernelChoice choice, cudaStream_t stream,
+                         const FusedSgdDecision* decision = nullptr);
 
 }  // namespace mpt

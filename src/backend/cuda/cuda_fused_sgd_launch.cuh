@@ -33,6 +33,7 @@ struct FusedSgdLaunch {
     int64_t tiles_per_block;  // consecutive 32-row tiles a block walks through
     OptimizerConfig optimizer;
     const TrainState* state;
+    FusedSgdDecision decision;  // the step's decision, where this launch takes it (max_abs_pairs null: not)
 };
 
 // The masters' loads and stores. In a mixed-precision step the masters are read and written once,
@@ -136,6 +137,19 @@ __device__ __forceinline__ void update_this_blocks_layer(const FusedSgdGroup& gr
     }
 }
 
+// Whether the step's decision taken in this launch skips the update: decide_update's proof over the
+// pairs, an empty input's entry as 0 (FusedSgdDecision). False where the launch takes none.
+__device__ __forceinline__ bool fused_sgd_decision_skips(const FusedSgdDecision& decision) {
+    if (!decision.max_abs_pairs) return false;
+    for (int layer = 0; layer < decision.layer_count; ++layer) {
+        const int entry = 2 * layer;
+        const float output_grad = (decision.empty_entries >> entry & 1u) ? 0.0f : decision.max_abs_pairs[entry];
+        const float input = (decision.empty_entries >> (entry + 1) & 1u) ? 0.0f : decision.max_abs_pairs[entry + 1];
+        if (!gradient_bound_finite(output_grad, input, decision.rows)) return true;
+    }
+    return false;
+}
+
 // What a block starts from: the consecutive row tiles of its run (none past the last) and the
 // step's scalars. active false: the block writes nothing, because it has no tile or the step is
 // skipped (found_inf); the same for every thread, so a kernel returns on it before any barrier.
@@ -146,11 +160,16 @@ struct FusedSgdBlockStart {
 };
 __device__ __forceinline__ FusedSgdBlockStart fused_sgd_block_start(const FusedSgdLaunch& p, int64_t run) {
     FusedSgdBlockStart start{};
+    // The step's decision where this launch takes it: every block finds the same, and block 0 (before
+    // it returns, tile or not) also leaves it in found_inf for what runs after the launch. Another
+    // block reading found_inf meanwhile finds 0 or 1, and the same answer either way.
+    const bool decided_skip = fused_sgd_decision_skips(p.decision);
+    if (decided_skip && blockIdx.x == 0 && threadIdx.x == 0) p.decision.state->found_inf = 1;
     start.first_tile = fused_sgd_tiles::run_first_tile(run, p.tiles_per_block);
     start.end_tile = fused_sgd_tiles::run_end_tile(run, p.tiles_per_block, p.out_features);
     if (start.first_tile >= start.end_tile) return start;
     const TrainState state = *p.state;
-    if (state.found_inf) return start;
+    if (state.found_inf || decided_skip) return start;
     start.scalars = plain_step_scalars(p.optimizer, state.loss_scale, state.steps);
     start.active = true;
     return start;

@@ -174,19 +174,6 @@ __device__ void input_gradient_share(const HeadLayerLaunch& p, int64_t k_begin, 
     }
 }
 
-// The block's largest of `value` in thread 0 (every thread calls it).
-__device__ __forceinline__ unsigned block_largest(unsigned value, unsigned* warp_values) {
-    for (int offset = kWarpSize / 2; offset > 0; offset >>= 1)
-        value = max(value, __shfl_xor_sync(kFullMask, value, offset));
-    if (threadIdx.x % kWarpSize == 0) warp_values[threadIdx.x / kWarpSize] = value;
-    __syncthreads();
-    unsigned largest = 0;
-    if (threadIdx.x == 0)
-        for (int w = 0; w < kWarps; ++w) largest = max(largest, warp_values[w]);
-    __syncthreads();  // warp_values free again
-    return largest;
-}
-
 template <typename T, HeadCase kind>
 __global__ void __launch_bounds__(kHeadLayerThreads, 1) head_layer_kernel(const HeadLayerLaunch p) {
     start_after_preceding_kernel();
@@ -196,7 +183,6 @@ __global__ void __launch_bounds__(kHeadLayerThreads, 1) head_layer_kernel(const 
     __shared__ __align__(16) unsigned char gradient_bytes[kMaxLogits * sizeof(float)];  // the head's, in its dtype
     __shared__ double row_loss[kHeadLayerMaxRows];
     __shared__ long long row_correct[kHeadLayerMaxRows], row_counted[kHeadLayerMaxRows];
-    __shared__ unsigned warp_values[kWarps];
     __shared__ unsigned block_maxima[kHeadLayerMaxBlocks][2];  // block 0's: each block's, written by it
 
     const int block = static_cast<int>(blockIdx.x), blocks = static_cast<int>(gridDim.x);
@@ -224,6 +210,7 @@ __global__ void __launch_bounds__(kHeadLayerThreads, 1) head_layer_kernel(const 
     LossHeadArgs head = p.head;
     head.logits = logits;
     head.logits_grad = gradient_bytes;
+    head.logits_grad_max_abs = nullptr;  // taken below from the gradient block 0 writes
     const int lane = thread % kWarpSize;
     const int warp = __shfl_sync(kFullMask, thread / kWarpSize, 0);
     const float loss_scale = head.state ? head.state->loss_scale : 1.0f;
@@ -250,10 +237,18 @@ __global__ void __launch_bounds__(kHeadLayerThreads, 1) head_layer_kernel(const 
         finish_head(p.head, p.starts_step, loss_sum, correct_sum, counted_sum);
     }
     const DType gradient_dtype = p.head.logits_grad_dtype;
+    unsigned logits_gradient_largest = 0;  // block 0's, where the head's args ask for it
     for (int place = thread; place < rows * width; place += kHeadLayerThreads) {
         const float value = load_element(gradient_bytes, gradient_dtype, place);
         logits[place] = value;
-        if (block == 0) store_element(p.head.logits_grad, gradient_dtype, place, value);
+        if (block == 0) {
+            store_element(p.head.logits_grad, gradient_dtype, place, value);
+            logits_gradient_largest = max(logits_gradient_largest, magnitude_bits(value));
+        }
+    }
+    if (block == 0 && p.head.logits_grad_max_abs) {  // the same in every thread of the block
+        const unsigned largest = block_largest_bits(logits_gradient_largest);
+        if (thread == 0) *p.head.logits_grad_max_abs = __uint_as_float(largest);
     }
     __syncthreads();
 
@@ -263,8 +258,8 @@ __global__ void __launch_bounds__(kHeadLayerThreads, 1) head_layer_kernel(const 
 
     // 5. The maxima: each block's into block 0's shared memory, then block 0 writes them.
     if (p.write_maxima) {
-        const unsigned gradient_block = block_largest(gradient_largest, warp_values);
-        const unsigned input_block = block_largest(input_largest, warp_values);
+        const unsigned gradient_block = block_largest_bits(gradient_largest);
+        const unsigned input_block = block_largest_bits(input_largest);
         if (thread == 0) {
             unsigned* cell = cluster_block_shared(&block_maxima[block][0], 0);
             cell[0] = gradient_block;

@@ -7,6 +7,7 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_loss_head_rows.cuh"
+#include "backend/cuda/cuda_max_abs_cells.cuh"
 
 namespace mpt {
 
@@ -41,6 +42,7 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
 
     double loss = 0.0;
     long long correct = 0, counted = 0;
+    unsigned gradient_largest = 0;  // this lane's, where args.logits_grad_max_abs asks
     if constexpr (kWarps == kSingleBlockRows) {
         // One block of a warp per row (run_loss_head): each warp's row, with no loop around it, so
         // that the compiler sees every lane of the warp reach the row's shuffles together (in a loop
@@ -51,6 +53,7 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
             loss = result.loss;
             correct = result.correct;
             counted = result.counted;
+            gradient_largest = result.gradient_largest;
         }
     } else {
         const int64_t warps = static_cast<int64_t>(gridDim.x) * block_warps;
@@ -59,8 +62,13 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
             loss += result.loss;
             correct += result.correct;
             counted += result.counted;
+            gradient_largest = max(gradient_largest, result.gradient_largest);
         }
     }
+    // The block's largest gradient, in thread 0: the result of a grid of one, else raised into the
+    // scratch's cell before the block's ticket (thread 0's fence below orders it).
+    unsigned block_gradient_largest = 0;
+    if (args.logits_grad_max_abs) block_gradient_largest = block_largest_bits(gradient_largest);  // (uniform)
     if (lane == 0) {
         warp_loss[warp] = loss;
         warp_correct[warp] = correct;
@@ -77,7 +85,9 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
         }
         if (gridDim.x == 1) {
             finish_head(args, starts_step, block_loss, block_correct, block_counted);
+            if (args.logits_grad_max_abs) *args.logits_grad_max_abs = __uint_as_float(block_gradient_largest);
         } else {
+            if (block_gradient_largest != 0) atomicMax(scratch.gradient_largest, block_gradient_largest);
             scratch.partial_loss[blockIdx.x] = block_loss;
             scratch.partial_correct[blockIdx.x] = block_correct;
             scratch.partial_counted[blockIdx.x] = block_counted;
@@ -117,6 +127,8 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
         const long long counted_sum = CountReduce(temp.count).Sum(thread_counted);
         if (threadIdx.x == 0) {
             finish_head(args, starts_step, loss_sum, correct_sum, counted_sum);
+            // Read and set back to 0 in one (a launch that takes no maximum leaves it 0).
+            if (args.logits_grad_max_abs) *args.logits_grad_max_abs = take_max_cell(scratch.gradient_largest);
             *scratch.counter = 0u;
         }
     }

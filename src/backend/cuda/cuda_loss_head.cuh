@@ -1,7 +1,8 @@
 // The fused loss head on CUDA: activation, loss, scaled logits gradient and metrics in one kernel
 // with the CPU reference's semantics (cpu_loss_head.cpp), one warp per row. Per-block partial sums
 // are combined by the last block to finish, in a fixed order, so results are deterministic and the
-// metrics and found_inf are updated on the device without a host round trip.
+// metrics and found_inf are updated on the device without a host round trip. The gradient's max |x|
+// (LossHeadArgs::logits_grad_max_abs) is taken as it is written, the blocks' by atomicMax on bits.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -18,6 +19,7 @@ struct LossHeadScratch {
     long long* partial_correct;
     long long* partial_counted;
     unsigned* counter;          // zero between launches (the last block resets it)
+    unsigned* gradient_largest;  // the blocks' max |logits gradient| as bits; zero between launches, as counter
 };
 constexpr int kLossHeadMaxBlocks = 256;
 

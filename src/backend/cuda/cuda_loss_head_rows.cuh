@@ -11,6 +11,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_max_abs_cells.cuh"
 #include "nn/activation.h"
 #include "nn/loss.h"
 
@@ -178,6 +179,7 @@ struct RowResult {
     double loss;
     long long correct;
     long long counted;
+    unsigned gradient_largest;  // this lane's largest |logits gradient| as stored, in bits (where asked)
 };
 
 // Calls f(c) for each class c of this lane: c = lane, lane + 32, ... below `classes`; kNarrow (the
@@ -258,6 +260,7 @@ __device__ RowResult head_row(const LossHeadArgs& args, int64_t row_index, int l
         }
     });
     RowResult result;
+    result.gradient_largest = 0;
     result.loss = warp_sum(loss);
     dot = warp_sum(dot);
     float row_weight = 1.0f;  // the row's class weight (categorical losses only), times its own
@@ -290,7 +293,12 @@ __device__ RowResult head_row(const LossHeadArgs& args, int64_t row_index, int l
                 gradient = __fmul_rn(final_gradient<kind>(args, row, terms, dot), row_weight) * gradient_factor;
             }
             const int64_t index = row_index * args.width + c;
-            if (args.logits_grad) store_element(args.logits_grad, args.logits_grad_dtype, index, gradient);
+            if (args.logits_grad) {
+                store_element(args.logits_grad, args.logits_grad_dtype, index, gradient);
+                if (args.logits_grad_max_abs)
+                    result.gradient_largest =
+                        max(result.gradient_largest, magnitude_bits(round_to_device(args.logits_grad_dtype, gradient)));
+            }
             if (args.probabilities) args.probabilities[index] = y;
         });
     }

@@ -45,34 +45,41 @@ __device__ __forceinline__ unsigned vector_max(const uint4& raw, DType dtype) {
     return largest;
 }
 
-// Raises `cell` to the block's maximum of `largest`: a warp's by shuffles, the block's by thread 0
-// from the warps' in shared memory, then one atomicMax a block (none for a 0, the cell's value
-// between kernels): atomics on one address queue in one L2 slice, so one a warp would cost up to 8
-// times as many. Every thread of the block calls it at the same point.
-__device__ __forceinline__ void raise_max_cell(unsigned* cell, unsigned largest) {
+// The block's largest of `largest` (bits), in thread 0 (0 in the others): a warp's by shuffles, the
+// block's by thread 0 from the warps' in shared memory. Every thread of the block calls it at the
+// same point (blocks of whole warps).
+__device__ __forceinline__ unsigned block_largest_bits(unsigned largest) {
     __shared__ unsigned warp_largest[32];
     for (int offset = 16; offset > 0; offset >>= 1)
         largest = max(largest, __shfl_xor_sync(0xffffffffu, largest, offset));
     if (threadIdx.x % 32 == 0) warp_largest[threadIdx.x / 32] = largest;
     __syncthreads();
-    if (threadIdx.x == 0) {
-        unsigned block_largest = 0;
+    unsigned block_largest = 0;
+    if (threadIdx.x == 0)
         for (unsigned w = 0; w < blockDim.x / 32; ++w) block_largest = max(block_largest, warp_largest[w]);
-        if (block_largest != 0) atomicMax(cell, block_largest);
-    }
     __syncthreads();  // warp_largest is free for the block's next call
+    return block_largest;
+}
+
+// Raises `cell` to the block's maximum of `largest`, one atomicMax a block (none for a 0, the cell's
+// value between kernels): atomics on one address queue in one L2 slice, so one a warp would cost up
+// to 8 times as many. Every thread of the block calls it at the same point.
+__device__ __forceinline__ void raise_max_cell(unsigned* cell, unsigned largest) {
+    const unsigned block_largest = block_largest_bits(largest);
+    if (threadIdx.x == 0 && block_largest != 0) atomicMax(cell, block_largest);
 }
 
 // After every raise_max_cell of the block, called by all its threads: whether it is the grid's last
-// block to get here (the same answer in every thread). Thread 0's atomics reach L2 before its
-// ticket (its fence), and the last block's reads come after every ticket (its fence), so it reads
-// every block's maximum.
+// block to get here (the same answer in every thread; a grid of any shape). Thread 0's atomics reach
+// L2 before its ticket (its fence), and the last block's reads come after every ticket (its fence),
+// so it reads every block's maximum.
 __device__ __forceinline__ bool last_block_of_grid(unsigned* counter) {
     __shared__ bool last;
     __threadfence();
     __syncthreads();
     // Wraps to 0 on the last ticket: the counter is ready for the next kernel whatever happens after.
-    if (threadIdx.x == 0) last = atomicInc(counter, gridDim.x - 1) == gridDim.x - 1;
+    const unsigned blocks = gridDim.x * gridDim.y * gridDim.z;
+    if (threadIdx.x == 0) last = atomicInc(counter, blocks - 1) == blocks - 1;
     __syncthreads();
     if (last) __threadfence();
     return last;

@@ -11,6 +11,7 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_dense_forward.cuh"
 #include "backend/cuda/cuda_launch.cuh"
+#include "backend/cuda/cuda_max_abs_cells.cuh"
 #include "backend/cuda/cuda_mma.cuh"
 #include "backend/cuda/cuda_small_batch_mma.cuh"
 #include "backend/cuda/small_batch_backward_data_layout.h"
@@ -28,8 +29,9 @@ constexpr int kRowsPerStep = kElementsPerLoad;
 // T: the 16-bit compute type. kTiles: 8-row mma tiles of the batch (1, 2, 4 or 8).
 template <typename T, int kTiles>
 __global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
-    small_batch_backward_data_kernel(const DenseBackwardDataArgs p, const int64_t o_per_block) {
+    small_batch_backward_data_kernel(const SmallBatchBackwardDataLaunch launch, const int64_t o_per_block) {
     start_after_preceding_kernel();
+    const DenseBackwardDataArgs& p = launch.data;
     constexpr int kSteps = kStepsInFlight<kTiles>;
     __shared__ float partial[kSlots * 8 * kTiles * kFeatures];
 
@@ -82,22 +84,42 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
 
     const int64_t f = f0 + lane;
     const bool present = f < p.in_features;  // no ballot below: lanes past the layer idle
+    // The step's maxima of dZ_prev as written and of A_prev, where the launch takes them (the same
+    // for the whole grid): every element of both is one lane's of one block here.
+    const bool maxima = p.input_grad_max_abs || p.input_max_abs;
+    unsigned gradient_largest = 0, input_largest = 0;
     for (int64_t row = epilogue_first_row(split, splits, warp); present && row < p.rows;
          row += epilogue_row_stride(splits)) {
         const float sum = split_sum<kTiles>(partial, static_cast<int>(row), lane);
         const int64_t index = row * p.in_features + f;
+        const float input = p.relu_mask && !maxima ? 0.0f : load_element(p.input, p.compute_dtype, index);
         float derivative;
         if (p.relu_mask) {
             const uint32_t word =
                 static_cast<const uint32_t*>(p.relu_mask)[mask_bit(f0, row, relu_mask_ld_bits(p.in_features)) / 32];
             derivative = (word >> lane) & 1u ? 1.0f : 0.0f;
         } else {
-            derivative =
-                activation_derivative_from_output(p.input_activation, load_element(p.input, p.compute_dtype, index));
+            derivative = activation_derivative_from_output(p.input_activation, input);
         }
-        store_element(p.input_grad, p.input_grad_dtype, index, __fmul_rn(sum, derivative));
+        const float gradient = __fmul_rn(sum, derivative);
+        store_element(p.input_grad, p.input_grad_dtype, index, gradient);
+        if (maxima) {
+            gradient_largest = max(gradient_largest, magnitude_bits(round_to_device(p.input_grad_dtype, gradient)));
+            input_largest = max(input_largest, magnitude_bits(input));
+        }
     }
     if (splits > 1) sync_split_blocks();  // the cluster's other blocks have read this one's sums
+    if (!maxima) return;
+    raise_max_cell(launch.scratch.maxima, gradient_largest);
+    raise_max_cell(launch.scratch.maxima + 1, input_largest);
+    if (!last_block_of_grid(launch.scratch.counter)) return;
+    if (threadIdx.x == 0) {
+        // Both cells set back to 0 whether asked for or not (a block may have raised either).
+        const float gradient_max = take_max_cell(launch.scratch.maxima);
+        const float input_max = take_max_cell(launch.scratch.maxima + 1);
+        if (p.input_grad_max_abs) *p.input_grad_max_abs = gradient_max;
+        if (p.input_max_abs) *p.input_max_abs = input_max;
+    }
 }
 
 struct BackwardDataInstances {
@@ -126,15 +148,17 @@ small_batch_mma::SplitK small_batch_backward_data_split(const DenseBackwardDataA
 }
 
 void run_small_batch_backward_data(const DenseBackwardDataArgs& args, const small_batch_mma::SplitK& split,
-                                   bool read_mask, cudaStream_t stream) {
+                                   bool read_mask, bool take_maxima, const MaxAbsScratch& max_abs_scratch,
+                                   cudaStream_t stream) {
     require(small_batch_backward_data_applies(args) &&
                 (!read_mask || (args.input_activation == Activation::relu && args.relu_mask != nullptr)) &&
                 split.splits >= 1 && split.splits <= kMaxSplits &&
                 split_k_begin(split.splits - 1, split.k_per_block) < args.out_features &&
                 split_k_begin(split.splits, split.k_per_block) >= args.out_features,
             MPT_STATUS_INTERNAL, "cuda backend: the small-batch backward-data kernel called outside its case");
-    DenseBackwardDataArgs launch = args;
-    if (!read_mask) launch.relu_mask = nullptr;  // ReLU's derivative from A_prev
+    SmallBatchBackwardDataLaunch launch{args, max_abs_scratch};
+    if (!read_mask) launch.data.relu_mask = nullptr;  // ReLU's derivative from A_prev
+    if (!take_maxima) launch.data.input_grad_max_abs = launch.data.input_max_abs = nullptr;
     launch_small_batch<BackwardDataInstances>("small_batch_backward_data_kernel", args.compute_dtype, args.rows, split,
                                               feature_tiles(args), stream, launch);
 }

@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 
 #include "backend/backend.h"
+#include "backend/cuda/cuda_max_abs.cuh"
 #include "backend/cuda/small_batch_forward_layout.h"
 
 namespace mpt {
@@ -25,11 +26,20 @@ bool small_batch_backward_data_available();
 // activation of A_prev but softmax.
 bool small_batch_backward_data_applies(const DenseBackwardDataArgs& args);
 
+// The kernel's arguments: the op's, and the max_abs pass's cells and ticket for the maxima it takes
+// (args' input_grad_max_abs and input_max_abs; both null: none), which it leaves zero as the pass does.
+struct SmallBatchBackwardDataLaunch {
+    DenseBackwardDataArgs data;
+    MaxAbsScratch scratch;
+};
+
 // args as small_batch_backward_data_applies says, operands 16-byte aligned (dense_backward_data's
 // checks), `split` as small_batch_backward_data_split gave it. `read_mask`: ReLU's derivative from args.relu_mask,
-// which the forward wrote for exactly these rows and features; otherwise from args.input.
+// which the forward wrote for exactly these rows and features; otherwise from args.input. `take_maxima`:
+// also writes the maxima args asks for (as max_abs would), through `max_abs_scratch`.
 void run_small_batch_backward_data(const DenseBackwardDataArgs& args, const small_batch_mma::SplitK& split,
-                                   bool read_mask, cudaStream_t stream);
+                                   bool read_mask, bool take_maxima, const MaxAbsScratch& max_abs_scratch,
+                                   cudaStream_t stream);
 
 // The blocks along the output features (one cluster) for `args` on the current device, as
 // small_batch_forward_split: asked when the op is planned.

@@ -124,6 +124,7 @@ inline bool head_layer_buffers_apart(const DenseForwardArgs& forward, const Loss
         bytes_of(head.state, 1, sizeof(TrainState)),
         bytes_of(data.input_grad_max_abs, 1, sizeof(float)),
         bytes_of(data.input_max_abs, 1, sizeof(float)),
+        bytes_of(head.logits_grad_max_abs, 1, sizeof(float)),
     };
     const ByteRange read[] = {
         bytes_of(forward.input, rows * inputs, compute),
