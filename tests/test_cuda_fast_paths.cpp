@@ -853,8 +853,9 @@ TEST_CASE("MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1 and _BACKWARD=1 train as cuBLASLt'
     CHECK(std::isfinite(small_batch));
     CHECK(small_batch == doctest::Approx(cublaslt).epsilon(5e-3));
 
-    // Through overflowing steps the kernel's maxima, and the decision the update takes from them, skip
-    // exactly the steps a max pass over the same tensors and its decision kernel skip (the folds off).
+    // Through overflowing steps the update's decision from the kernel's maxima skips exactly the steps
+    // the decision kernel skips from the same maxima (the folds off; the emulated kernel test holds
+    // the maxima to max_abs's own).
     const auto small_batch_context = [](const char* folds) {
         const EnvironmentSetting forward("MPTRAIN_CUDA_SMALL_BATCH_FORWARD", "1");
         const EnvironmentSetting backward("MPTRAIN_CUDA_SMALL_BATCH_BACKWARD", "1");

@@ -1771,7 +1771,7 @@ void compare_head_layer(Backend& reference, Backend& candidate, const HeadLayerC
         Buffer row_weight_buffer = upload(backend, DType::fp32, row_weights);
         Buffer logits_grad = poisoned(backend, c.compute, static_cast<size_t>(c.rows * c.width));
         Buffer input_grad = poisoned(backend, input_grad_dtype, static_cast<size_t>(c.rows * c.in_features));
-        Buffer maxima_buffer = poisoned(backend, DType::fp32, 2);
+        Buffer maxima_buffer = poisoned(backend, DType::fp32, 3);
         Buffer state = upload_raw(backend, std::vector<TrainState>{initial});
         Buffer metric = upload_raw(backend, std::vector<double>{1.5, 2.0, 3.0, 4.0});
         HeadLayerTask task{};
@@ -1837,13 +1837,14 @@ void compare_head_layer(Backend& reference, Backend& candidate, const HeadLayerC
         if (c.maxima) {
             data.input_grad_max_abs = maxima_buffer.as<float>();
             data.input_max_abs = maxima_buffer.as<float>() + 1;
+            head.logits_grad_max_abs = maxima_buffer.as<float>() + 2;  // every head takes it
         }
         backend.scheduler().submit(Lane::compute, &run_head_layer_task, &task);
         backend.scheduler().synchronize();
         logits[b] = download(backend, logits_buffer, DType::fp32, static_cast<size_t>(c.rows * c.width));
         logits_grads[b] = download(backend, logits_grad, c.compute, static_cast<size_t>(c.rows * c.width));
         input_grads[b] = download(backend, input_grad, input_grad_dtype, static_cast<size_t>(c.rows * c.in_features));
-        maxima[b] = download(backend, maxima_buffer, DType::fp32, 2);
+        maxima[b] = download(backend, maxima_buffer, DType::fp32, 3);
         metrics[b] = download_raw<double>(backend, metric, kMetricsCount);
         states[b] = download_raw<TrainState>(backend, state, 1)[0];
         taken[b] = task.maxima_taken;
@@ -1889,10 +1890,15 @@ void compare_head_layer(Backend& reference, Backend& candidate, const HeadLayerC
     CHECK(std::abs(metrics[1][kMetricCorrect] - metrics[0][kMetricCorrect]) <= 1.0);  // a near tie may go either way
     CHECK(states[0].found_inf == 0);  // finite logits, and the step's head cleared it
     CHECK(states[1].found_inf == states[0].found_inf);
-    // Each side's maxima are its own arrays' largest magnitudes, exactly (as max_abs would give them).
+    // Each side's maxima are its own arrays' largest magnitudes, exactly (as max_abs would give them):
+    // the logits gradient's always (the head's, in the cluster's launch or its own), the others where
+    // the backward took them.
     for (int b = 0; b < 2 && c.maxima; ++b) {
-        if (!taken[b]) continue;
         CAPTURE(b);
+        float logits_grad_largest = 0.0f;
+        for (float value : logits_grads[b]) logits_grad_largest = std::max(logits_grad_largest, std::fabs(value));
+        CHECK(maxima[b][2] == logits_grad_largest);
+        if (!taken[b]) continue;
         float gradient_largest = 0.0f, input_largest = 0.0f;
         for (float value : input_grads[b]) gradient_largest = std::max(gradient_largest, std::fabs(value));
         for (float value : inputs[b]) input_largest = std::max(input_largest, std::fabs(value));
@@ -3021,6 +3027,8 @@ TEST_CASE("a recorded max_abs pass with nothing to read gives its decision to th
                         backend.scheduler().synchronize();
                         states[b] = download_raw<TrainState>(backend, *operands[b].state, 1)[0];
                         results[b] = download_update_layers(backend, operands[b], shapes, configuration.dtype);
+                        // The pass's results, its 0 for the empty input included, whichever launch wrote it.
+                        CHECK(download(backend, *maxima[b], DType::fp32, 6) == pairs);
                     }
                     const bool finite = gradient_bounds_finite(pairs.data(), 3, rows);
                     CHECK(finite == (round % 4 == 0));

@@ -533,7 +533,8 @@ void Executor::decide_from_bounds(int slot, int64_t rows, int64_t bound_rows) {
     for (size_t k = 0; k < count; ++k) {
         const size_t i = trainable_layers_[k];
         const DenseLayer& layer = layers[i];
-        // Maxima the backward took as it wrote their tensors (bounds_taken_) stay as they are.
+        // Maxima the loss head or the backward took as they wrote their tensors (bounds_taken_) stay
+        // as they are.
         const MaxAbsInput taken{nullptr, layer_dtypes_[i], kMaxAbsTaken};
         inputs[pending++] = bounds_taken_[2 * k] ? taken
                                                  : MaxAbsInput{step_buffer(layer_slots_[i].output_grad),

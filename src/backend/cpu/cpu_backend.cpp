@@ -321,6 +321,8 @@ void CpuBackend::loss_head(const LossHeadArgs& args) {
             "cpu backend: loss_head needs a finite Huber delta above 0");
     require(args.class_weights == nullptr || loss_takes_class_weights(args.loss), MPT_STATUS_INVALID_ARGUMENT,
             "cpu backend: loss_head takes class weights for the categorical losses only");
+    require(!args.logits_grad_max_abs || args.logits_grad, MPT_STATUS_INVALID_ARGUMENT,
+            "cpu backend: loss_head takes the logits gradient's maximum only where it writes the gradient");
     cpu_loss_head(args);
 }
 

@@ -211,8 +211,9 @@ private:
     // SGD on, the last update launch takes it (no launch of its own).
     bool finish_follows_updates(size_t index) const;
     // Whether recorded_[index] is a max_abs pass with nothing to read (every input taken, or empty)
-    // whose decide_update follows it (decision_follows), followed in turn by a fused SGD update of
-    // the state it decides for: then the update's launch takes the decision and no pass runs.
+    // whose decide_update over at least one layer follows it (decision_follows), followed in turn by
+    // a fused SGD update of the state it decides for: then the update's launch takes the decision
+    // (and writes the empty inputs' 0s) and no pass runs.
     bool update_decides(size_t index) const;
     // The decision of such a pass (recorded_[index]) and its decide_update, for the update's launch.
     FusedSgdDecision update_decision(size_t index) const;

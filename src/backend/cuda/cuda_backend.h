@@ -68,7 +68,8 @@ struct CudaOpPaths {
     // paths they were planned on when issued.
     uint64_t head_layers_in_cluster = 0;
     // Decisions taken by a step's first update launch (fused SGD), its max_abs pass left out because
-    // every maximum was taken as its tensor was written (per run of a recorded task, likewise).
+    // every maximum was taken as its tensor was written or its tensor is empty (per run of a recorded
+    // task, likewise).
     uint64_t updates_deciding = 0;
 };
 CudaOpPaths cuda_backend_op_paths(const Backend& backend);

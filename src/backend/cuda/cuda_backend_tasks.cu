@@ -110,19 +110,19 @@ bool CudaBackend::update_decides(size_t index) const {
     const RecordedOp& update = recorded_[index + 2];
     for (int64_t k = 0; k < max_abs.count; ++k)
         if (max_abs.max_inputs[k].count > 0) return false;  // a tensor to read: the pass decides
-    return decision.count <= kFusedSgdDecisionLayers && update.code == OpCode::dense_update &&
-           update.update_plan.fused_sgd && update.update.state == decision.state;
+    return decision.count > 0 && update.code == OpCode::dense_update && update.update_plan.fused_sgd &&
+           update.update.state == decision.state;
 }
 
 FusedSgdDecision CudaBackend::update_decision(size_t index) const {
     const RecordedOp& max_abs = recorded_[index];
     const RecordedOp& decision = recorded_[index + 1];
     FusedSgdDecision decide;
-    decide.max_abs_pairs = static_cast<const float*>(decision.values);
+    decide.max_abs_pairs = max_abs.out;  // decision.values (decision_follows)
     decide.layer_count = static_cast<int>(decision.count);
     decide.rows = decision.rows;
     decide.state = decision.state;
-    for (int64_t k = 0; k < 2 * decision.count; ++k)
+    for (int64_t k = 0; k < max_abs.count; ++k)
         if (max_abs.max_inputs[k].count != kMaxAbsTaken) decide.empty_entries |= 1u << k;
     return decide;
 }
@@ -190,7 +190,10 @@ void CudaBackend::execute_recorded(cudaStream_t stream, bool capturing) {
         if (step_folds_ && !planning_again && update_decides(index)) {  // fused SGD: no cuBLASLt plan
             const FusedSgdDecision decision = update_decision(index);
             const size_t first = index + 2;
-            const size_t layers = grouped_sgd_ ? fused_sgd_run(first) : 1;
+            size_t layers = grouped_sgd_ ? fused_sgd_run(first) : 1;
+            // (The updates of another state, which a direct user of the backend may group, not with it.)
+            for (size_t k = 1; k < layers; ++k)
+                if (recorded_[first + k].update.state != decision.state) layers = k;
             const bool finishes = grouped_sgd_ && finish_follows_updates(first + layers);
             execute_fused_sgd_layers(first, layers, finishes ? &recorded_[first + layers] : nullptr, stream, &decision);
             index = first + layers - 1 + (finishes ? 1 : 0);

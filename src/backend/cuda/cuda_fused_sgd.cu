@@ -323,8 +323,8 @@ int run_fused_sgd_layers(const DenseUpdateArgs* const* layers, const OptimizerCo
     require(!finish || (finish->state && finish->counter), MPT_STATUS_INTERNAL,
             "cuda backend: fused SGD's finish_step needs the state and a counter");
     require(!decision || (decision->max_abs_pairs && decision->state && decision->layer_count > 0 &&
-                          decision->layer_count <= kFusedSgdDecisionLayers),
-            MPT_STATUS_INTERNAL, "cuda backend: fused SGD's decision needs the pairs and the state");
+                          2 * decision->layer_count <= kMaxAbsInputs && decision->empty_entries >> kMaxAbsInputs == 0),
+            MPT_STATUS_INTERNAL, "cuda backend: fused SGD's decision needs the pass's pairs and the state");
     require(layers != nullptr && optimizers != nullptr && count >= 1 && count <= kFusedSgdMaxLayers,
             MPT_STATUS_INTERNAL, "cuda backend: fused SGD takes 1 to 4 layers a launch");
     FusedSgdGroup group{};

@@ -52,15 +52,14 @@ struct FusedSgdKernelChoice {
 // block 0 also sets found_inf for what runs after the launch (later updates, finish_step, or a
 // grouped launch's last block, whose ticket comes after block 0's). max_abs_pairs null: none.
 struct FusedSgdDecision {
-    const float* max_abs_pairs = nullptr;  // decide_update's (max|dZ_i|, max|A_prev_i|) per layer
-    int layer_count = 0;                   // at most kFusedSgdDecisionLayers
+    float* max_abs_pairs = nullptr;  // decide_update's (max|dZ_i|, max|A_prev_i|) per layer: the pass's results
+    int layer_count = 0;             // 1 to kMaxAbsInputs / 2
     int64_t rows = 0;
     TrainState* state = nullptr;  // the state the updates read
-    // Bit k: entry k of the pairs counts as 0, the max_abs pass's result for an empty input (a batch
-    // whose values decide as none), which nothing writes once the pass is left out.
+    // Bit k: the pass's input k was empty (a batch whose values decide as none): entry k counts as 0,
+    // the pass's result there, and block 0 writes that 0 as the pass would have (no block reads it).
     unsigned empty_entries = 0;
 };
-constexpr int kFusedSgdDecisionLayers = 16;  // pairs whose entries empty_entries can name
 
 constexpr int64_t kFusedSgdExactRows = 32;
 

@@ -140,6 +140,8 @@ void validate_loss_head(const LossHeadArgs& args) {
     require(args.rows > 0 && args.classes > 0 && args.width >= args.classes, MPT_STATUS_INVALID_ARGUMENT,
             "cuda backend: loss_head needs rows > 0 and 0 < classes <= width");
     require(args.logits != nullptr, MPT_STATUS_INVALID_ARGUMENT, "cuda backend: loss_head needs logits");
+    require(!args.logits_grad_max_abs || args.logits_grad, MPT_STATUS_INVALID_ARGUMENT,
+            "cuda backend: loss_head takes the logits gradient's maximum only where it writes the gradient");
     require(loss_uses_labels(args.loss) ? args.labels != nullptr : args.targets != nullptr, MPT_STATUS_INVALID_ARGUMENT,
             "cuda backend: loss_head needs labels (sparse categorical) or targets (other losses)");
     require(valid_label_smoothing(args.loss, args.label_smoothing), MPT_STATUS_INVALID_ARGUMENT,

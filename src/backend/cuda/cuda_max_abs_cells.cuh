@@ -1,7 +1,8 @@
-// Device code shared by the kernels that take max |x| of the tensors they read (the max_abs pass,
-// cuda_max_abs.cu; the ReLU backward in place, cuda_dense_backward_data.cu): magnitudes as bits,
-// each block's maximum raised into a cell of the MaxAbsScratch with atomicMax, and the last block
-// found by the scratch's ticket counter.
+// Device code shared by the kernels that take max |x| of the tensors they read or write (the max_abs
+// pass, cuda_max_abs.cu; the ReLU backward in place, cuda_dense_backward_data.cu; the small-batch
+// input gradient; the loss heads and the head layer, which reduce their blocks' maxima themselves):
+// magnitudes as bits, each block's maximum raised into a cell of the MaxAbsScratch with atomicMax,
+// and the last block found by the scratch's ticket counter.
 //
 // For non-negative floats and +Inf the unsigned order of the bits is the order of the values, so a
 // maximum taken on bits is exact and independent of the order of the blocks and of their atomics.

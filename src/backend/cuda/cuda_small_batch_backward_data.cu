@@ -92,7 +92,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
          row += epilogue_row_stride(splits)) {
         const float sum = split_sum<kTiles>(partial, static_cast<int>(row), lane);
         const int64_t index = row * p.in_features + f;
-        const float input = p.relu_mask && !maxima ? 0.0f : load_element(p.input, p.compute_dtype, index);
+        // A_prev where the derivative or its maximum needs it.
+        const float input = p.relu_mask && !p.input_max_abs ? 0.0f : load_element(p.input, p.compute_dtype, index);
         float derivative;
         if (p.relu_mask) {
             const uint32_t word =
@@ -105,7 +106,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
         store_element(p.input_grad, p.input_grad_dtype, index, gradient);
         if (maxima) {
             gradient_largest = max(gradient_largest, magnitude_bits(round_to_device(p.input_grad_dtype, gradient)));
-            input_largest = max(input_largest, magnitude_bits(input));
+            input_largest = max(input_largest, magnitude_bits(input));  // (0 where not asked for)
         }
     }
     if (splits > 1) sync_split_blocks();  // the cluster's other blocks have read this one's sums
