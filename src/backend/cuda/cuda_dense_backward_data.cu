@@ -106,18 +106,9 @@ __global__ void __launch_bounds__(256)
             output_largest = max(output_largest, magnitude_bits(to_float(output[i])));
         }
     }
-    if constexpr (kMaxima) {
-        raise_max_cell(maxima.scratch.maxima, gradient_largest);
-        raise_max_cell(maxima.scratch.maxima + 1, output_largest);
-        if (!last_block_of_grid(maxima.scratch.counter)) return;
-        if (threadIdx.x == 0) {
-            // Both cells set back to 0 whether asked for or not (a block may have raised either).
-            const float gradient_max = take_max_cell(maxima.scratch.maxima);
-            const float output_max = take_max_cell(maxima.scratch.maxima + 1);
-            if (maxima.gradient) *maxima.gradient = gradient_max;
-            if (maxima.output) *maxima.output = output_max;
-        }
-    }
+    if constexpr (kMaxima)
+        write_gradient_and_input_maxima(maxima.scratch, gradient_largest, output_largest, maxima.gradient,
+                                        maxima.output);
 }
 
 void validate(const DenseBackwardDataArgs& args) {

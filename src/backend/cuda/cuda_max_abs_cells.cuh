@@ -15,6 +15,7 @@
 #include <cuda_fp16.h>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_max_abs.cuh"
 
 namespace mpt {
 
@@ -88,5 +89,22 @@ __device__ __forceinline__ bool last_block_of_grid(unsigned* counter) {
 
 // The last block's read of a cell, which it leaves 0 for the next kernel: the maximum as a float.
 __device__ __forceinline__ float take_max_cell(unsigned* cell) { return __uint_as_float(atomicExch(cell, 0u)); }
+
+// The end of a kernel that takes an input gradient's maximum and its input's as it writes the one
+// (ReLU's backward in place, the small-batch input gradient): each block's raised into cells 0 and 1
+// of `scratch`, and the grid's last block writes both where asked (null: not) and sets both cells
+// back to 0 whether asked for or not (a block may have raised either). Every thread of every block
+// calls it, with its own largest magnitudes' bits.
+__device__ __forceinline__ void write_gradient_and_input_maxima(const MaxAbsScratch& scratch, unsigned gradient_largest,
+                                                                unsigned input_largest, float* gradient_max,
+                                                                float* input_max) {
+    raise_max_cell(scratch.maxima, gradient_largest);
+    raise_max_cell(scratch.maxima + 1, input_largest);
+    if (!last_block_of_grid(scratch.counter) || threadIdx.x != 0) return;
+    const float gradient = take_max_cell(scratch.maxima);
+    const float input = take_max_cell(scratch.maxima + 1);
+    if (gradient_max) *gradient_max = gradient;
+    if (input_max) *input_max = input;
+}
 
 }  // namespace mpt

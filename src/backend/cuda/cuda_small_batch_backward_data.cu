@@ -110,17 +110,9 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
         }
     }
     if (splits > 1) sync_split_blocks();  // the cluster's other blocks have read this one's sums
-    if (!maxima) return;
-    raise_max_cell(launch.scratch.maxima, gradient_largest);
-    raise_max_cell(launch.scratch.maxima + 1, input_largest);
-    if (!last_block_of_grid(launch.scratch.counter)) return;
-    if (threadIdx.x == 0) {
-        // Both cells set back to 0 whether asked for or not (a block may have raised either).
-        const float gradient_max = take_max_cell(launch.scratch.maxima);
-        const float input_max = take_max_cell(launch.scratch.maxima + 1);
-        if (p.input_grad_max_abs) *p.input_grad_max_abs = gradient_max;
-        if (p.input_max_abs) *p.input_max_abs = input_max;
-    }
+    if (maxima)
+        write_gradient_and_input_maxima(launch.scratch, gradient_largest, input_largest, p.input_grad_max_abs,
+                                        p.input_max_abs);
 }
 
 struct BackwardDataInstances {
