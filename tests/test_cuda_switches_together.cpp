@@ -295,6 +295,7 @@ TEST_CASE("the CUDA switches set on together train as with all of them off") {
     MESSAGE("switches on together (" << std::string(from_environment ? "the environment's" : "every one")
                                      << "): " << (on.empty() ? std::string("none") : names_of(on)));
     std::vector<bool> path_ran(on.size(), false);
+    uint64_t updates_deciding = 0;  // steps whose max pass the switches left nothing to read (a fold, not a switch)
     for (const Run& run : runs()) {
         const std::string name = run.name;
         CAPTURE(name);
@@ -313,6 +314,7 @@ TEST_CASE("the CUDA switches set on together train as with all of them off") {
             for (const std::string& place : on[i]->evidence)
                 if (counter(description, place) > 0) path_ran[i] = true;
         }
+        updates_deciding += counter(description, "ops.updates_deciding");
         CHECK(std::isfinite(result.loss));
         CHECK(result.loss == doctest::Approx(reference.loss).epsilon(run.loss_epsilon));
         // The same steps applied and skipped, and the scale left where the reference's is.
@@ -330,4 +332,9 @@ TEST_CASE("the CUDA switches set on together train as with all of them off") {
         CHECK_MESSAGE(path_ran[i], on[i]->variable << "=" << on[i]->on << ": its path ran in none of the runs ("
                                                    << on[i]->evidence.front() << ")");
     }
+    // With every switch on, ReLU's derivative from the outputs (any device) takes the maxima below the
+    // loss head, which takes the logits gradient's: at fused SGD's batches the max pass has nothing
+    // to read, and the first update's launch decides.
+    MESSAGE("decisions taken by an update's launch: " << updates_deciding);
+    if (!from_environment) CHECK(updates_deciding > 0);
 }
