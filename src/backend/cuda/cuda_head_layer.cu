@@ -227,14 +227,8 @@ __global__ void __launch_bounds__(kHeadLayerThreads, 1) head_layer_kernel(const 
     if (block == 0 && thread == 0) {
         // Row by row, as the separate head's one block adds its warps' (a warp a row) up to 32 rows
         // (past them its blocks' partials are added in another order: the last bits may differ).
-        double loss_sum = 0.0;
-        long long correct_sum = 0, counted_sum = 0;
-        for (int row = 0; row < rows; ++row) {
-            loss_sum += row_loss[row];
-            correct_sum += row_correct[row];
-            counted_sum += row_counted[row];
-        }
-        finish_head(p.head, p.starts_step, loss_sum, correct_sum, counted_sum);
+        const HeadSums sums = add_head_partials(row_loss, row_correct, row_counted, rows);
+        finish_head(p.head, p.starts_step, sums.loss, sums.correct, sums.counted);
     }
     const DType gradient_dtype = p.head.logits_grad_dtype;
     unsigned logits_gradient_largest = 0;  // block 0's, where the head's args ask for it

@@ -76,21 +76,15 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
     }
     __syncthreads();
     if (threadIdx.x == 0) {
-        double block_loss = 0.0;
-        long long block_correct = 0, block_counted = 0;
-        for (int w = 0; w < block_warps; ++w) {
-            block_loss += warp_loss[w];
-            block_correct += warp_correct[w];
-            block_counted += warp_counted[w];
-        }
+        const HeadSums block = add_head_partials(warp_loss, warp_correct, warp_counted, block_warps);
         if (gridDim.x == 1) {
-            finish_head(args, starts_step, block_loss, block_correct, block_counted);
+            finish_head(args, starts_step, block.loss, block.correct, block.counted);
             if (args.logits_grad_max_abs) *args.logits_grad_max_abs = __uint_as_float(block_gradient_largest);
         } else {
             if (block_gradient_largest != 0) atomicMax(scratch.gradient_largest, block_gradient_largest);
-            scratch.partial_loss[blockIdx.x] = block_loss;
-            scratch.partial_correct[blockIdx.x] = block_correct;
-            scratch.partial_counted[blockIdx.x] = block_counted;
+            scratch.partial_loss[blockIdx.x] = block.loss;
+            scratch.partial_correct[blockIdx.x] = block.correct;
+            scratch.partial_counted[blockIdx.x] = block.counted;
             __threadfence();
             last_block = atomicAdd(scratch.counter, 1u) == gridDim.x - 1;
         }

@@ -305,6 +305,22 @@ __device__ RowResult head_row(const LossHeadArgs& args, int64_t row_index, int l
     return result;
 }
 
+// The sums of `count` warps' or rows' partial results (loss, correct, counted), added in index order.
+struct HeadSums {
+    double loss = 0.0;
+    long long correct = 0, counted = 0;
+};
+__device__ inline HeadSums add_head_partials(const double* loss, const long long* correct, const long long* counted,
+                                             int count) {
+    HeadSums sums;
+    for (int i = 0; i < count; ++i) {
+        sums.loss += loss[i];
+        sums.correct += correct[i];
+        sums.counted += counted[i];
+    }
+    return sums;
+}
+
 // The batch's sums, reduced in a fixed order, into the train state and the metrics (thread 0).
 // `starts_step`: this head also clears found_inf first (the step's begin_step, folded into it by
 // CudaBackend::execute_recorded), so it writes found_inf whether the loss is finite or not.
