@@ -17,6 +17,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "mptrain/mptrain.h"
 #include "support/normalised_error.h"
 #include "support/capi_fixture.h"
@@ -133,7 +135,7 @@ mpt_trainer_t* new_trainer(mpt_model_t* model, mpt_precision precision, mpt_opti
     mpt_trainer_options_destroy(options);
     mpt_precision actual = MPT_PRECISION_AUTO;
     REQUIRE_OK(mpt_trainer_get_precision(trainer, &actual));
-    REQUIRE(actual == precision);
+    REQUIRE((actual == precision || precision == MPT_PRECISION_AUTO));  // AUTO: the caller's to check
     return trainer;
 }
 
@@ -1696,4 +1698,68 @@ TEST_CASE("evaluate and trainer predict agree with model predict on the same row
         }
         mpt_dataset_destroy(dataset);
     }
+}
+
+// ---- (6) what auto chooses on the device ------------------------------------------------------
+
+// The compute capability a context's description reports ("7.5"), as major * 10 + minor.
+int described_compute_capability(const mpt_context_t* context) {
+    size_t length = 0;
+    REQUIRE_OK(mpt_context_describe(context, nullptr, 0, &length));
+    std::vector<char> text(length + 1);
+    REQUIRE_OK(mpt_context_describe(context, text.data(), text.size(), &length));
+    const std::string capability =
+        nlohmann::json::parse(std::string(text.data(), length)).at("compute_capability").get<std::string>();
+    const size_t dot = capability.find('.');
+    REQUIRE(dot != std::string::npos);
+    return 10 * std::stoi(capability.substr(0, dot)) + std::stoi(capability.substr(dot + 1));
+}
+
+// The issue's rule for `auto` on a GPU: bf16 where its tensor cores have it (8.0 and up), else fp16,
+// which needs dynamic loss scaling for its range. Run on each emulated capability as well as on the
+// device check's GPU, so that the seed's RTX 2060 (7.5) path trains somewhere.
+TEST_CASE(
+    "auto on a GPU is mixed-bf16 from compute capability 8.0, below it mixed-fp16 with dynamic loss scaling, and "
+    "trains") {
+    BACKEND_OR_SKIP(backend);
+    if (backend != MPT_BACKEND_CUDA) {
+        MESSAGE("the CPU's auto is test_autocast's and test_training's");
+        return;
+    }
+    mpt_context_t* context = new_context(backend);
+    const int capability = described_compute_capability(context);
+    const mpt_precision expected = capability >= 80 ? MPT_PRECISION_MIXED_BF16 : MPT_PRECISION_MIXED_FP16;
+    mpt_precision resolved = MPT_PRECISION_AUTO;
+    REQUIRE_OK(mpt_context_resolve_precision(context, MPT_PRECISION_AUTO, &resolved));
+    CHECK(resolved == expected);
+
+    const Blobs blobs = make_blobs(192, 31);
+    mpt_model_t* model = new_model(context, kFeatures, kSmallModel);
+    mpt_dataset_t* dataset = new_dataset(context, blobs);
+    mpt_trainer_t* trainer = new_trainer(model, MPT_PRECISION_AUTO, MPT_OPTIMIZER_SGD, 0.1f);
+    mpt_precision actual = MPT_PRECISION_AUTO;
+    REQUIRE_OK(mpt_trainer_get_precision(trainer, &actual));
+    CHECK(actual == expected);
+    float scale = 0.0f;
+    REQUIRE_OK(mpt_trainer_get_loss_scale(trainer, &scale, nullptr, nullptr));
+    // Dynamic scaling starts at 2^15; without scaling the scale is 1.
+    CHECK(scale == (expected == MPT_PRECISION_MIXED_FP16 ? 32768.0f : 1.0f));
+
+    REQUIRE_OK(mpt_trainer_fit(trainer, dataset, 6, 16, 1));  // 12 steps an epoch
+    float loss = -1.0f, accuracy = -1.0f;
+    REQUIRE_OK(mpt_trainer_evaluate(trainer, dataset, 0, &loss, &accuracy));
+    int64_t skipped = -1;
+    REQUIRE_OK(mpt_trainer_get_loss_scale(trainer, &scale, nullptr, &skipped));
+    const std::string chosen = actual == MPT_PRECISION_MIXED_BF16   ? "mixed-bf16"
+                               : actual == MPT_PRECISION_MIXED_FP16 ? "mixed-fp16"
+                                                                    : "neither mixed precision";
+    MESSAGE("compute capability " << capability << ": auto is " << chosen << "; after 6 epochs loss " << loss
+                                  << ", accuracy " << accuracy << ", loss scale " << scale << ", skipped steps "
+                                  << skipped);
+    CHECK(skipped == 0);
+    CHECK(accuracy >= 0.9f);  // well-separated blobs: fp32 on the CPU reaches 1
+    mpt_trainer_destroy(trainer);
+    mpt_dataset_destroy(dataset);
+    mpt_model_destroy(model);
+    mpt_context_destroy(context);
 }

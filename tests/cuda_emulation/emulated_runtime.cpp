@@ -1,9 +1,11 @@
 // The CUDA runtime's host functions that the emulated kernels' entry points call (the real runtime
-// is not linked: without a GPU it would only report that there is none). The device they describe is
-// an H200's shape (132 multiprocessors unless a test sets fewer, 228 KiB of shared memory each), its code compiled for
-// the compute capability the tests set (mpt_emulation::set_compute_capability; 8.0 unless set, so that no entry point
-// picks a path whose code only 9.0 has and the emulation leaves out: bulk copies, dependent launch; the clusters of the
-// small-batch kernels are emulated, under 9.0). Memory is the host's: a stream runs its work at once, in order.
+// is not linked: without a GPU it would only report that there is none). The device they describe has
+// the limits of a GPU of the compute capability the tests set (emulated_device_profile.h: an A100's at
+// 8.0, an H200's at 9.0; multiprocessors as many unless a test sets fewer), its code compiled for that
+// capability (mpt_emulation::set_compute_capability; 8.0 unless set, so that no entry point picks a
+// path whose code only 9.0 has and the emulation leaves out: bulk copies, dependent launch; the
+// clusters of the small-batch kernels are emulated, under 9.0). Memory is the host's: a stream runs
+// its work at once, in order.
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
@@ -14,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "cuda_emulation/emulated_device_profile.h"
 #include "cuda_emulation/emulated_threads.h"
 
 #include <cstdio>
@@ -124,6 +127,7 @@ cudaError_t cudaGetDevice(int* device) {
 
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int device) {
     if (device != 0) return record(cudaErrorInvalidDevice);
+    const mpt_emulation::DeviceProfile& profile = mpt_emulation::current_device_profile();
     switch (attribute) {
         case cudaDevAttrMultiProcessorCount:
             *value = mpt_emulation::multiprocessors();
@@ -135,16 +139,19 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int dev
             *value = mpt_emulation::compute_capability() % 10;
             return cudaSuccess;
         case cudaDevAttrMaxSharedMemoryPerMultiprocessor:
-            *value = 228 * 1024;
+            *value = profile.shared_per_multiprocessor;
             return cudaSuccess;
         case cudaDevAttrMaxSharedMemoryPerBlockOptin:
-            *value = 227 * 1024;
+            *value = profile.shared_per_block_optin;
             return cudaSuccess;
         case cudaDevAttrReservedSharedMemoryPerBlock:
-            *value = 1024;
+            *value = profile.reserved_shared_per_block;
             return cudaSuccess;
         case cudaDevAttrMaxThreadsPerMultiProcessor:
-            *value = 2048;
+            *value = profile.threads_per_multiprocessor;
+            return cudaSuccess;
+        case cudaDevAttrMaxBlocksPerMultiprocessor:
+            *value = profile.blocks_per_multiprocessor;
             return cudaSuccess;
         case cudaDevAttrMaxThreadsPerBlock:
             *value = 1024;
@@ -153,7 +160,7 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int dev
             *value = 32;
             return cudaSuccess;
         case cudaDevAttrL2CacheSize:
-            *value = 50 * 1024 * 1024;
+            *value = profile.l2_bytes;
             return cudaSuccess;
         default:
             return record(cudaErrorNotSupported);
@@ -169,28 +176,33 @@ cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attributes, const void* /*
     return cudaSuccess;
 }
 
-// The dynamic shared memory opt-in is kept (launches check it); the other attributes are hints.
+// The dynamic shared memory opt-in is kept (launches check it), up to the device's; the other
+// attributes are hints.
 cudaError_t cudaFuncSetAttribute(const void* function, cudaFuncAttribute attribute, int value) {
     if (attribute == cudaFuncAttributeMaxDynamicSharedMemorySize) {
-        if (value < 0 || value > 227 * 1024) return record(cudaErrorInvalidValue);
+        if (value < 0 || value > mpt_emulation::current_device_profile().shared_per_block_optin)
+            return record(cudaErrorInvalidValue);
         mpt_emulation::set_dynamic_shared_limit(function, static_cast<size_t>(value));
     }
     return cudaSuccess;
 }
 
-// Blocks an SM holds by threads (2,048), by the launch's dynamic shared memory (228 KiB, 1 KiB
-// reserved a block) and at most 8; the kernels' registers and static shared memory are a GPU's concern.
+// Blocks an SM holds by its threads, by the launch's dynamic shared memory (with the system's share
+// a block) and by its blocks, and at most 8: the kernels' registers and static shared memory, which
+// the emulation does not know, are a GPU's concern.
 cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* blocks, const void* /*function*/,
                                                                    int block_size, size_t shared,
                                                                    unsigned int /*flags*/) {
-    if (block_size <= 0 || block_size > 1024) {
+    const mpt_emulation::DeviceProfile& profile = mpt_emulation::current_device_profile();
+    if (block_size <= 0 || block_size > 1024 || shared > static_cast<size_t>(profile.shared_per_block_optin)) {
         *blocks = 0;
         return cudaSuccess;
     }
-    int fit = 2048 / block_size;
-    const int by_shared = static_cast<int>(228 * 1024 / (shared + 1024));
-    if (by_shared < fit) fit = by_shared;
-    *blocks = fit < 8 ? fit : 8;
+    const size_t block_share = shared + static_cast<size_t>(profile.reserved_shared_per_block);
+    const int by_shared = block_share == 0 ? profile.blocks_per_multiprocessor
+                                           : static_cast<int>(profile.shared_per_multiprocessor / block_share);
+    *blocks =
+        std::min({profile.threads_per_multiprocessor / block_size, by_shared, profile.blocks_per_multiprocessor, 8});
     return cudaSuccess;
 }
 
@@ -345,19 +357,22 @@ cudaError_t cudaGetDeviceCount(int* count) {
 
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* properties, int device) {
     if (device != 0) return record(cudaErrorInvalidDevice);
+    const mpt_emulation::DeviceProfile& profile = mpt_emulation::current_device_profile();
     *properties = cudaDeviceProp{};
-    std::strcpy(properties->name, "emulated (tests/cuda_emulation)");
+    std::snprintf(properties->name, sizeof properties->name, "emulated %s (tests/cuda_emulation)", profile.model);
     properties->major = mpt_emulation::compute_capability() / 10;
     properties->minor = mpt_emulation::compute_capability() % 10;
     properties->multiProcessorCount = mpt_emulation::multiprocessors();
-    properties->totalGlobalMem = size_t{16} << 30;
-    properties->l2CacheSize = 50 * 1024 * 1024;
+    properties->totalGlobalMem = profile.global_memory;
+    properties->l2CacheSize = profile.l2_bytes;
     properties->persistingL2CacheMaxSize = 0;
-    properties->sharedMemPerBlockOptin = 227 * 1024;
-    properties->sharedMemPerMultiprocessor = 228 * 1024;
+    properties->sharedMemPerBlockOptin = static_cast<size_t>(profile.shared_per_block_optin);
+    properties->sharedMemPerMultiprocessor = static_cast<size_t>(profile.shared_per_multiprocessor);
+    properties->reservedSharedMemPerBlock = static_cast<size_t>(profile.reserved_shared_per_block);
     properties->warpSize = 32;
     properties->maxThreadsPerBlock = 1024;
-    properties->maxThreadsPerMultiProcessor = 2048;
+    properties->maxThreadsPerMultiProcessor = profile.threads_per_multiprocessor;
+    properties->maxBlocksPerMultiProcessor = profile.blocks_per_multiprocessor;
     return cudaSuccess;
 }
 cudaError_t cudaEventCreate(cudaEvent_t* event) {

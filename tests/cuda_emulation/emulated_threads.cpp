@@ -9,6 +9,8 @@
 // another block moves the cluster on (a deadlock when none does for seconds).
 #include "cuda_emulation/emulated_threads.h"
 
+#include "cuda_emulation/emulated_device_profile.h"
+
 #include "cuda_emulation/fiber_context.h"
 
 #include <sys/mman.h>
@@ -164,7 +166,7 @@ int capability_from_environment() {
     return capability >= 70 && capability <= 120 ? capability : 80;
 }
 int emulated_capability = capability_from_environment();
-int emulated_multiprocessors = 132;
+int emulated_multiprocessors = 0;  // 0: the profile's (emulated_device_profile.h)
 thread_local std::vector<std::unique_ptr<Stack>> stacks;
 // Numbers the warp collectives released on this OS thread, across blocks and launches: a warp's last
 // one (Warp::completed) then says which collective its lanes are between, whatever the block.
@@ -424,7 +426,9 @@ void run_grid(dim3 grid, dim3 block, size_t dynamic_shared_bytes, unsigned clust
 int set_compute_capability(int capability) { return std::exchange(emulated_capability, capability); }
 int compute_capability() { return emulated_capability; }
 int set_multiprocessors(int count) { return std::exchange(emulated_multiprocessors, count); }
-int multiprocessors() { return emulated_multiprocessors; }
+int multiprocessors() {
+    return emulated_multiprocessors > 0 ? emulated_multiprocessors : current_device_profile().multiprocessors;
+}
 
 uint64_t set_block_order_seed(uint64_t seed) { return std::exchange(block_order_seed, seed); }
 uint64_t launches() { return launch_count; }

@@ -45,11 +45,13 @@ void run_grid(dim3 grid, dim3 block, size_t dynamic_shared_bytes, unsigned clust
 void issue(cudaStream_t stream, std::function<void()> work);
 
 // The compute capability the emulated device reports (emulated_runtime.cpp), as major * 10 + minor:
-// 80 unless a test sets another (90 for the paths that take clusters); returns the previous one.
+// MPTRAIN_EMULATED_COMPUTE_CAPABILITY's, else 80, unless a test sets another (90 for the paths that
+// take clusters); returns the previous one. The device's limits follow it (emulated_device_profile.h).
 int set_compute_capability(int capability);
 int compute_capability();
-// The multiprocessors it reports: 132 (an H200's) unless a test sets fewer, so that kernels whose
-// grid is what fits at once give each block a run of several tiles; returns the previous count.
+// The multiprocessors it reports: its profile's (108 at 8.0, 132 at 9.0) unless a test sets fewer, so
+// that kernels whose grid is what fits at once give each block a run of several tiles; returns the
+// previous setting (0: the profile's).
 int set_multiprocessors(int count);
 int multiprocessors();
 
