@@ -3,7 +3,10 @@
 // options and read them back from a trainer, fit, step, evaluate, predict rows and datasets, get/set
 // weights and labels, save and load files) with fuzzed arguments, NULLs and out-of-range values.
 // Every call must return a status and leave every handle usable; sanitizers catch anything else.
-// Sizes are bounded to keep it fast.
+// Sizes are bounded to keep it fast. The input is read in one order whatever the compiler: a call's
+// arguments are read into locals first (C++ leaves their order unspecified; GCC, which builds the
+// replays, and clang, which builds the fuzzer, take opposite ones), so a kept input replays the
+// program it was found as.
 // fuzz-options: -max_len=512
 #include <mptrain/mptrain.h>
 #include <unistd.h>
@@ -111,18 +114,32 @@ std::vector<unsigned char> option_bytes(const mpt_trainer_options_t* options, in
     return bytes;
 }
 
+// MPTRAIN_FUZZ_CAPI_BACKEND=cuda: the calls on the CUDA backend (a GPU's, or the emulated one's that
+// fuzz_replay_capi_emulated links), else the CPU's.
+mpt_backend backend_under_fuzz() {
+    static const mpt_backend backend = [] {
+        const char* value = std::getenv("MPTRAIN_FUZZ_CAPI_BACKEND");
+        return value && std::strcmp(value, "cuda") == 0 ? MPT_BACKEND_CUDA : MPT_BACKEND_CPU;
+    }();
+    return backend;
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Input in(data, size);
     mpt_context_options_t* options = nullptr;
     mpt_context_options_create(&options);
-    mpt_context_options_set_backend(options, MPT_BACKEND_CPU);
+    mpt_context_options_set_backend(options, backend_under_fuzz());
     mpt_context_options_set_threads(options, 1);
     mpt_context_options_set_memory_budget(options, in.byte() % 2 ? 0 : static_cast<size_t>(in.byte()) * 4096);
     mpt_context_t* context = nullptr;
-    if (mpt_context_create(options, &context) != MPT_STATUS_OK) std::abort();
+    const mpt_status created = mpt_context_create(options, &context);
     mpt_context_options_destroy(options);
+    // A CUDA context keeps its step state on the device from the start (9 KiB): a budget below that
+    // is refused as out of memory, and nothing is made. The CPU's takes any budget.
+    if (created == MPT_STATUS_OUT_OF_MEMORY && backend_under_fuzz() == MPT_BACKEND_CUDA && context == nullptr) return 0;
+    if (created != MPT_STATUS_OK) std::abort();
 
     const int64_t features = 1 + in.small(12);
     mpt_model_t* model = nullptr;
@@ -137,16 +154,27 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (int operation = 0; operation < 24 && !in.empty(); ++operation) {
         mpt_model_t* maybe_model = in.byte() % 16 ? model : nullptr;
         switch (in.byte() % 16) {
-            case 0: mpt_model_add_dense(maybe_model, in.count(), static_cast<mpt_activation>(in.small(12) - 1)); break;
+            case 0: {
+                const int64_t units = in.count();
+                const int64_t activation = in.small(12) - 1;
+                mpt_model_add_dense(maybe_model, units, static_cast<mpt_activation>(activation));
+                break;
+            }
             case 1:  // a layer's dtype, dropout, initializer or trainable flag (hostile layers, values; a last
                      // layer's dropout refused at build; every layer frozen refused at fit and step), or the
                      // model's input standardization
                 if (in.byte() % 5 == 0) {
                     int trainable = 1;
-                    mpt_model_set_layer_trainable(maybe_model, in.small(4) - 1, in.byte() % 3 - 1);
-                    mpt_model_get_layer_trainable(maybe_model, in.small(4) - 1, in.byte() % 8 ? &trainable : nullptr);
+                    const int64_t set_layer = in.small(4) - 1;
+                    const int flag = in.byte() % 3 - 1;
+                    mpt_model_set_layer_trainable(maybe_model, set_layer, flag);
+                    const int64_t get_layer = in.small(4) - 1;
+                    int* out = in.byte() % 8 ? &trainable : nullptr;
+                    mpt_model_get_layer_trainable(maybe_model, get_layer, out);
                 } else if (in.byte() % 3 == 0) {
-                    mpt_model_set_layer_dtype(maybe_model, in.small(4) - 1, static_cast<mpt_dtype>(in.small(6) - 1));
+                    const int64_t layer = in.small(4) - 1;
+                    const int64_t dtype = in.small(6) - 1;
+                    mpt_model_set_layer_dtype(maybe_model, layer, static_cast<mpt_dtype>(dtype));
                 } else if (in.byte() % 4 == 0) {
                     // Removed (both NULL, count 0) or set (mostly the model's count of finite
                     // statistics, so that it takes them; else a hostile count, a hostile value, NULL
@@ -161,8 +189,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                             buffer[static_cast<size_t>(3700 + i)] = static_cast<float>(in.byte()) / 16.0f - 8.0f;
                             buffer[static_cast<size_t>(3800 + i)] = static_cast<float>(in.byte()) / 64.0f;
                         }
-                        if (count > 0 && in.byte() % 4 == 0)
-                            buffer[static_cast<size_t>((in.byte() % 2 ? 3700 : 3800) + in.small(count))] = in.real();
+                        if (count > 0 && in.byte() % 4 == 0) {
+                            const int64_t array = in.byte() % 2 ? 3700 : 3800;
+                            const int64_t at = in.small(count);
+                            buffer[static_cast<size_t>(array + at)] = in.real();
+                        }
                         const float* mean = in.byte() % 8 ? buffer.data() + 3700 : nullptr;
                         const float* stddev = in.byte() % 8 ? buffer.data() + 3800 : nullptr;
                         mpt_model_set_input_standardization(maybe_model, mean, stddev, count);
@@ -175,15 +206,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                                                         in.byte() % 8 ? &standardizes : nullptr);
                 } else if (in.byte() % 2) {
                     mpt_initializer initializer = MPT_INITIALIZER_GLOROT_UNIFORM;
-                    mpt_model_set_layer_initializer(maybe_model, in.small(4) - 1,
-                                                    static_cast<mpt_initializer>(in.small(8) - 1));
-                    mpt_model_get_layer_initializer(maybe_model, in.small(4) - 1, in.byte() % 8 ? &initializer : nullptr);
+                    const int64_t set_layer = in.small(4) - 1;
+                    const int64_t kind = in.small(8) - 1;
+                    mpt_model_set_layer_initializer(maybe_model, set_layer, static_cast<mpt_initializer>(kind));
+                    const int64_t get_layer = in.small(4) - 1;
+                    mpt_initializer* out = in.byte() % 8 ? &initializer : nullptr;
+                    mpt_model_get_layer_initializer(maybe_model, get_layer, out);
                 } else {
                     float rate = 0.0f;
-                    mpt_model_set_layer_dropout(maybe_model, in.small(4) - 1, in.real() / 4.0f);
+                    const int64_t set_layer = in.small(4) - 1;
+                    const float set_rate = in.real() / 4.0f;
+                    mpt_model_set_layer_dropout(maybe_model, set_layer, set_rate);
                     if (in.byte() % 4 == 0) mpt_model_set_input_dropout(maybe_model, in.real() / 4.0f);
                     mpt_model_get_input_dropout(maybe_model, in.byte() % 8 ? &rate : nullptr);
-                    mpt_model_get_layer_dropout(maybe_model, in.small(4) - 1, in.byte() % 8 ? &rate : nullptr);
+                    const int64_t get_layer = in.small(4) - 1;
+                    float* out = in.byte() % 8 ? &rate : nullptr;
+                    mpt_model_get_layer_dropout(maybe_model, get_layer, out);
                 }
                 break;
             case 2: {
@@ -209,14 +247,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                         int64_t dataset_features = 0;
                         mpt_dataset_get_features(dataset, &dataset_features);
                         const int64_t count = std::min<int64_t>(in.byte() % 4 ? dataset_features : in.count(), 64);
-                        mpt_dataset_get_feature_statistics(dataset, in.byte() % 8 ? buffer.data() + 3500 : nullptr,
-                                                           in.byte() % 8 ? buffer.data() + 3600 : nullptr, count);
+                        float* means = in.byte() % 8 ? buffer.data() + 3500 : nullptr;
+                        float* deviations = in.byte() % 8 ? buffer.data() + 3600 : nullptr;
+                        mpt_dataset_get_feature_statistics(dataset, means, deviations, count);
                         for (int64_t i = 0; i < count; ++i) {
                             buffer[static_cast<size_t>(3300 + i)] = static_cast<float>(in.byte()) / 16.0f - 8.0f;
                             buffer[static_cast<size_t>(3400 + i)] = static_cast<float>(in.byte()) / 64.0f;
                         }
-                        if (count > 0 && in.byte() % 4 == 0)
-                            buffer[static_cast<size_t>((in.byte() % 2 ? 3300 : 3400) + in.small(count))] = in.real();
+                        if (count > 0 && in.byte() % 4 == 0) {
+                            const int64_t array = in.byte() % 2 ? 3300 : 3400;
+                            const int64_t at = in.small(count);
+                            buffer[static_cast<size_t>(array + at)] = in.real();
+                        }
                         status = mpt_dataset_create_standardized(dataset, in.byte() % 8 ? buffer.data() + 3300 : nullptr,
                                                                  buffer.data() + 3400, count, &derived);
                     } else {
@@ -237,8 +279,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                 for (int64_t i = 0; i < rows * features; ++i) buffer[static_cast<size_t>(i)] = in.real();
                 mpt_dataset_destroy(dataset);
                 dataset = nullptr;
-                mpt_dataset_create_f32(context, buffer.data(), rows, in.byte() % 8 ? features : in.count(), labels.data(),
-                                       static_cast<int32_t>(in.small(6)), in.byte() % 2, &dataset);
+                const int64_t dataset_features = in.byte() % 8 ? features : in.count();
+                const int32_t classes = static_cast<int32_t>(in.small(6));
+                const int check_finite = in.byte() % 2;
+                mpt_dataset_create_f32(context, buffer.data(), rows, dataset_features, labels.data(), classes,
+                                       check_finite, &dataset);
                 break;
             }
             case 3: mpt_trainer_options_set_precision(trainer_options, static_cast<mpt_precision>(in.small(6) - 1)); break;
@@ -294,8 +339,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                 break;
             case 7:  // loss scaling, or a micro-batch size (-1 to 5 rows: against the fuzz batches' sizes)
                 if (in.byte() % 4) {
-                    mpt_trainer_options_set_loss_scaling(trainer_options, static_cast<mpt_loss_scaling>(in.small(6) - 1),
-                                                         in.real() * 65536.0f);
+                    const int64_t mode = in.small(6) - 1;
+                    const float initial_scale = in.real() * 65536.0f;
+                    mpt_trainer_options_set_loss_scaling(trainer_options, static_cast<mpt_loss_scaling>(mode),
+                                                         initial_scale);
                 } else {
                     mpt_trainer_options_set_micro_batch_size(trainer_options, in.small(7) - 1);
                 }
@@ -317,8 +364,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                 trainer_options = copy;
                 break;
             }
-            case 9: mpt_trainer_fit(trainer, in.byte() % 8 ? dataset : nullptr, in.small(3), in.count(), in.byte() % 2); break;
-            case 10: mpt_trainer_step(trainer, dataset, in.count() - 1, in.count(), nullptr); break;
+            case 9: {
+                const mpt_dataset_t* data = in.byte() % 8 ? dataset : nullptr;
+                const int64_t epochs = in.small(3);
+                const int64_t batch = in.count();
+                const int verbose = in.byte() % 2;
+                mpt_trainer_fit(trainer, data, epochs, batch, verbose);
+                break;
+            }
+            case 10: {
+                const int64_t first = in.count() - 1;
+                const int64_t batch = in.count();
+                mpt_trainer_step(trainer, dataset, first, batch, nullptr);
+                break;
+            }
             case 11: {
                 if (in.byte() % 2) {
                     float loss, accuracy;
@@ -338,8 +397,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             }
             case 13: {
                 const int64_t layer = in.small(4) - 1;
-                if (in.byte() % 2) mpt_model_get_weights(maybe_model, layer, buffer.data(), in.count(), buffer.data() + 2048, in.count());
-                else mpt_model_set_weights(maybe_model, layer, buffer.data(), in.count(), buffer.data() + 2048, in.count());
+                const bool get = in.byte() % 2;
+                const int64_t weight_count = in.count();
+                const int64_t bias_count = in.count();
+                if (get)
+                    mpt_model_get_weights(maybe_model, layer, buffer.data(), weight_count, buffer.data() + 2048,
+                                          bias_count);
+                else
+                    mpt_model_set_weights(maybe_model, layer, buffer.data(), weight_count, buffer.data() + 2048,
+                                          bias_count);
                 break;
             }
             case 14:  // checkpoints, their options (replacing the ones set), and the averaged weights' exchange
