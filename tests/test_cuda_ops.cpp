@@ -398,6 +398,7 @@ void compare_dense_backward_data(Backend& reference, Backend& candidate, const B
         rounded(random_values(static_cast<size_t>(c.out_features * c.in_features), -0.2f, 0.2f), c.compute);
 
     std::vector<float> results[2];
+    std::vector<float> forward_outputs[2];  // each backend's A_prev as its own forward wrote it
     Backend* backends[2] = {&reference, &candidate};
     for (int b = 0; b < 2; ++b) {
         Backend& backend = *backends[b];
@@ -431,6 +432,7 @@ void compare_dense_backward_data(Backend& reference, Backend& candidate, const B
             forward.output_dtype = c.compute;
             forward.workspace = workspace.workspace();
             backend.dense_forward(forward);
+            forward_outputs[b] = download(backend, activation, c.compute, static_cast<size_t>(c.rows * c.in_features));
             if (mask_only && b == 1)
                 backend.fill_zero(activation.data(), static_cast<size_t>(c.rows * c.in_features) *
                                                          backend.storage_size(c.compute));
@@ -473,6 +475,26 @@ void compare_dense_backward_data(Backend& reference, Backend& candidate, const B
             CHECK(std::isnan(written[1]));
         }
         if (backend.kind() == BackendKind::cpu) CHECK(taken);  // its loop takes them in every case
+    }
+    if (c.with_mask) {
+        // Each backend's forward sums its products in its own order, so a pre-activation within a few
+        // fp32 roundings of 0 may be positive on one and not on the other: ReLU then passes that
+        // element's gradient on one backend only, each correctly (fresh random inputs hit this in
+        // about one run in tens). Such elements are left out of the comparison; they must be rare
+        // and their activations must be that close to 0 on both.
+        int64_t disagreements = 0;
+        float largest = 0.0f;
+        for (size_t i = 0; i < results[0].size(); ++i) {
+            if ((forward_outputs[0][i] > 0.0f) == (forward_outputs[1][i] > 0.0f)) continue;
+            ++disagreements;
+            largest = std::max({largest, std::fabs(forward_outputs[0][i]), std::fabs(forward_outputs[1][i])});
+            results[0][i] = results[1][i] = 0.0f;
+        }
+        if (disagreements > 0)
+            MESSAGE("ReLU's sign differs between the two forwards at " << disagreements
+                                                                       << " element(s), |A_prev| <= " << largest);
+        CHECK(disagreements <= std::max<int64_t>(2, c.rows * c.in_features / 2000));
+        CHECK(largest <= 1e-3f);
     }
     CHECK(normalised_error(results[1], results[0]) <= error_bound(c.input_grad));
 }
