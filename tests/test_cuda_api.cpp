@@ -13,15 +13,18 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include <unistd.h>  // environ
 #include <nlohmann/json.hpp>
 
 #include "mptrain/mptrain.h"
-#include "support/normalised_error.h"
 #include "support/capi_fixture.h"
+#include "support/environment_setting.h"
+#include "support/normalised_error.h"
 #include "support/temp_dir.h"
 
 namespace fs = std::filesystem;
@@ -1702,18 +1705,23 @@ TEST_CASE("evaluate and trainer predict agree with model predict on the same row
 
 // ---- (6) what auto chooses on the device ------------------------------------------------------
 
-// The compute capability a context's description reports ("7.5"), as major * 10 + minor.
-int described_compute_capability(const mpt_context_t* context) {
+nlohmann::json described(const mpt_context_t* context) {
     size_t length = 0;
     REQUIRE_OK(mpt_context_describe(context, nullptr, 0, &length));
     std::vector<char> text(length + 1);
     REQUIRE_OK(mpt_context_describe(context, text.data(), text.size(), &length));
-    const std::string capability =
-        nlohmann::json::parse(std::string(text.data(), length)).at("compute_capability").get<std::string>();
+    return nlohmann::json::parse(std::string(text.data(), length));
+}
+
+// The compute capability a context's description reports ("7.5"), as major * 10 + minor.
+int compute_capability_of(const nlohmann::json& description) {
+    const std::string capability = description.at("compute_capability").get<std::string>();
     const size_t dot = capability.find('.');
     REQUIRE(dot != std::string::npos);
     return 10 * std::stoi(capability.substr(0, dot)) + std::stoi(capability.substr(dot + 1));
 }
+
+int described_compute_capability(const mpt_context_t* context) { return compute_capability_of(described(context)); }
 
 // The issue's rule for `auto` on a GPU: bf16 where its tensor cores have it (8.0 and up), else fp16,
 // which needs dynamic loss scaling for its range. Run on each emulated capability as well as on the
@@ -1762,4 +1770,49 @@ TEST_CASE(
     mpt_dataset_destroy(dataset);
     mpt_model_destroy(model);
     mpt_context_destroy(context);
+}
+
+// ---- (7) every switch on ---------------------------------------------------------------------------
+
+// ctest runs this program once more with every switch that is off by default turned on through the
+// environment (cuda_api_emulated_every_switch, which sets MPTRAIN_TEST_EVERY_SWITCH): this case makes
+// sure that entry's list names them all, so that a switch added later is trained there too. A default
+// context is made with every MPTRAIN_CUDA_* variable unset, and each switch its description has off
+// must be on in a context made under the entry's environment.
+TEST_CASE("under the every-switch run, each switch a default context has off is on") {
+    BACKEND_OR_SKIP(backend);
+    if (backend != MPT_BACKEND_CUDA || std::getenv("MPTRAIN_TEST_EVERY_SWITCH") == nullptr) {
+        MESSAGE("only in the every-switch run (MPTRAIN_TEST_EVERY_SWITCH) on the CUDA backend");
+        return;
+    }
+    mpt_context_t* context = new_context(backend);
+    const nlohmann::json asked = described(context);
+    mpt_context_destroy(context);
+    if (compute_capability_of(asked) < 90) {
+        MESSAGE("below compute capability 9.0 some switches stay off whatever is asked");
+        return;
+    }
+    std::vector<std::string> variables;
+    for (char** entry = environ; *entry != nullptr; ++entry) {
+        const std::string name(*entry, std::strcspn(*entry, "="));
+        if (name.rfind("MPTRAIN_CUDA_", 0) == 0) variables.push_back(name);
+    }
+    nlohmann::json defaults;
+    {
+        std::vector<std::unique_ptr<mpt::testing::EnvironmentSetting>> unset;
+        for (const std::string& variable : variables)
+            unset.push_back(std::make_unique<mpt::testing::EnvironmentSetting>(variable.c_str(), nullptr));
+        mpt_context_t* plain = new_context(backend);
+        defaults = described(plain);
+        mpt_context_destroy(plain);
+    }
+    int off_by_default = 0;
+    for (const auto& [name, on] : defaults.at("switches").items()) {
+        if (on.get<bool>()) continue;
+        ++off_by_default;
+        CAPTURE(name);
+        CHECK(asked.at("switches").at(name).get<bool>());
+    }
+    MESSAGE(off_by_default << " switches are off by default; the every-switch run has them on");
+    CHECK(off_by_default > 0);
 }

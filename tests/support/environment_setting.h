@@ -8,14 +8,18 @@
 
 namespace mpt::testing {
 
-// Sets an environment variable for its lifetime, then puts back what was there (or nothing).
+// Sets an environment variable (`value` nullptr: unsets it) for its lifetime, then puts back what was
+// there (or nothing). `variable` must outlive it.
 class EnvironmentSetting {
 public:
     EnvironmentSetting(const char* variable, const char* value) : variable_(variable) {
         const char* before = std::getenv(variable);
         had_value_ = before != nullptr;
         if (had_value_) before_ = before;
-        setenv(variable, value, 1);
+        if (value)
+            setenv(variable, value, 1);
+        else
+            unsetenv(variable);
     }
     ~EnvironmentSetting() {
         if (had_value_)
