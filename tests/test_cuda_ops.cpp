@@ -36,6 +36,7 @@
 #if defined(MPTRAIN_WITH_CUDA)
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_dense_backward_data.cuh"
+#include "backend/cuda/cuda_dense_forward.cuh"
 #include "backend/cuda/cuda_small_batch_backward_data.cuh"
 #include "backend/cuda/cuda_small_batch_forward.cuh"
 #endif
@@ -1779,6 +1780,7 @@ void compare_head_layer(Backend& reference, Backend& candidate, const HeadLayerC
     std::vector<double> metrics[2];
     TrainState states[2];
     bool taken[2] = {false, false};
+    std::vector<uint8_t> below_mask;  // the candidate's forward below wrote it, where it wrote one
     Backend* backends[2] = {&reference, &candidate};
 #if defined(MPTRAIN_WITH_CUDA)
     const bool counted = candidate.kind() == BackendKind::cuda;
@@ -1889,6 +1891,7 @@ void compare_head_layer(Backend& reference, Backend& candidate, const HeadLayerC
         states[b] = download_raw<TrainState>(backend, state, 1)[0];
         taken[b] = task.maxima_taken;
         if (c.forward_below) inputs[b] = download(backend, input_buffer, c.compute, input.size());
+        if (c.forward_below && mask_bytes) below_mask = download_raw<uint8_t>(backend, mask_buffer, mask_bytes);
     }
 #if defined(MPTRAIN_WITH_CUDA)
     if (counted) {
@@ -1897,9 +1900,12 @@ void compare_head_layer(Backend& reference, Backend& candidate, const HeadLayerC
         if (fused && c.maxima) CHECK(taken[1]);
         // Its input gradient exactly as its order of sums gives it from the logits gradient it wrote (in
         // the compute dtype; every block's the same): a thread's fused multiply-adds over the outputs in
-        // order, ReLU's derivative selecting, rounded once. (Below ReLU or a linear layer: another
+        // order, ReLU's derivative selecting, rounded once. ReLU's derivative is the forward's mask bit
+        // where it wrote a mask (a pre-activation within 2^-25 above 0 is stored as an output of 0 but
+        // keeps its bit), else whether the output is positive. (Below ReLU or a linear layer: another
         // activation's derivative may round otherwise on the device, whose compiler contracts it.)
         if (fused && (c.previous == Activation::relu || c.previous == Activation::linear)) {
+            const int64_t mask_ld_bits = relu_mask_ld_bits(c.in_features);
             std::vector<float> expected(input_grads[1].size());
             for (int64_t r = 0; r < c.rows; ++r)
                 for (int64_t k = 0; k < c.in_features; ++k) {
@@ -1908,7 +1914,11 @@ void compare_head_layer(Backend& reference, Backend& candidate, const HeadLayerC
                         sum = std::fma(logits_grads[1][static_cast<size_t>(r * c.width + o)],
                                        weights[static_cast<size_t>(o * c.in_features + k)], sum);
                     const float output = inputs[1][static_cast<size_t>(r * c.in_features + k)];
-                    const float value = c.previous == Activation::linear || output > 0.0f ? sum : 0.0f;
+                    const int64_t bit = r * mask_ld_bits + k;
+                    const bool positive = below_mask.empty()
+                                              ? output > 0.0f
+                                              : ((below_mask[static_cast<size_t>(bit / 8)] >> (bit % 8)) & 1) != 0;
+                    const float value = c.previous == Activation::linear || positive ? sum : 0.0f;
                     expected[static_cast<size_t>(r * c.in_features + k)] = rounded({value}, input_grad_dtype)[0];
                 }
             size_t differing = 0;
