@@ -490,8 +490,9 @@ void compare_dense_backward_data(Backend& reference, Backend& candidate, const B
         // fp32 roundings of 0 may be positive on one and not on the other, and a tiny positive z stored
         // in 16 bits reads 0 as A_prev while its mask bit says 1: ReLU then passes that element's
         // gradient on one backend only, each correctly. Such elements (|z| exact, from the rounded
-        // operands, within 2^-18 of the sum of its terms' magnitudes: far more than 48 fp32 roundings)
-        // are left out; elsewhere both forwards must have kept exactly the elements with z > 0.
+        // operands, within 2^-16 of the sum of its terms' magnitudes: several times what 48 fp32
+        // roundings, even truncating ones as tensor cores may do, can move it) are left out; elsewhere
+        // both forwards must have kept exactly the elements with z > 0.
         int64_t at_kink = 0, wrong_sign = 0;
         for (int64_t row = 0; row < c.rows; ++row)
             for (int64_t f = 0; f < c.in_features; ++f) {
@@ -504,7 +505,7 @@ void compare_dense_backward_data(Backend& reference, Backend& candidate, const B
                     z += term;
                     magnitude += std::fabs(term);
                 }
-                if (std::fabs(z) <= std::ldexp(magnitude, -18)) {
+                if (std::fabs(z) <= std::ldexp(magnitude, -16)) {
                     ++at_kink;
                     results[0][i] = results[1][i] = 0.0f;
                     continue;
@@ -512,7 +513,7 @@ void compare_dense_backward_data(Backend& reference, Backend& candidate, const B
                 for (int b = 0; b < 2; ++b) wrong_sign += (forward_outputs[b][i] > 0.0f) != (z > 0.0);
             }
         if (at_kink > 0) MESSAGE(at_kink << " element(s) at ReLU's kink left out");
-        CHECK(at_kink <= std::max<int64_t>(4, c.rows * c.in_features / 1000));  // about 1 in 60,000 expected
+        CHECK(at_kink <= std::max<int64_t>(8, c.rows * c.in_features / 1000));  // about 1 in 15,000 expected
         CHECK(wrong_sign == 0);
     }
     CHECK(normalised_error(results[1], results[0]) <= error_bound(c.input_grad));
