@@ -1915,7 +1915,7 @@ void compare_head_layer(Backend& reference, Backend& candidate, const HeadLayerC
                         sum = std::fma(logits_grads[1][static_cast<size_t>(r * c.width + o)],
                                        weights[static_cast<size_t>(o * c.in_features + k)], sum);
                     const float output = inputs[1][static_cast<size_t>(r * c.in_features + k)];
-                    const int64_t bit = r * mask_ld_bits + k;
+                    const int64_t bit = small_batch_mma::mask_bit(k, r, mask_ld_bits);  // cuBLASLt's format
                     const bool positive = below_mask.empty()
                                               ? output > 0.0f
                                               : ((below_mask[static_cast<size_t>(bit / 8)] >> (bit % 8)) & 1) != 0;
