@@ -79,6 +79,25 @@ std::vector<float> random_values(size_t count, float low, float high) {
     return values;
 }
 
+// A dense layer's pre-activation z = bias[f] + sum_k input[row, k] W[f, k], exactly (in double, from
+// the values as given: already rounded to their dtype), and the sum of its terms' magnitudes, which
+// bounds how far a float sum of them can stray from it.
+struct ExactPreActivation {
+    double z = 0.0;
+    double magnitude = 0.0;
+};
+ExactPreActivation exact_pre_activation(const std::vector<float>& input, const std::vector<float>& weights,
+                                        const std::vector<float>& bias, int64_t inputs, int64_t row, int64_t f) {
+    ExactPreActivation out{bias[static_cast<size_t>(f)], std::fabs(bias[static_cast<size_t>(f)])};
+    for (int64_t k = 0; k < inputs; ++k) {
+        const double term = static_cast<double>(input[static_cast<size_t>(row * inputs + k)]) *
+                            weights[static_cast<size_t>(f * inputs + k)];
+        out.z += term;
+        out.magnitude += std::fabs(term);
+    }
+    return out;
+}
+
 std::vector<float> rounded(std::vector<float> values, DType dtype) {
     for (float& value : values) value = round_to(dtype, value);
     return values;
@@ -497,14 +516,8 @@ void compare_dense_backward_data(Backend& reference, Backend& candidate, const B
         for (int64_t row = 0; row < c.rows; ++row)
             for (int64_t f = 0; f < c.in_features; ++f) {
                 const size_t i = static_cast<size_t>(row * c.in_features + f);
-                double z = previous_bias[static_cast<size_t>(f)], magnitude = std::fabs(z);
-                for (int64_t k = 0; k < previous_inputs; ++k) {
-                    const double term =
-                        static_cast<double>(previous_input[static_cast<size_t>(row * previous_inputs + k)]) *
-                        previous_weights[static_cast<size_t>(f * previous_inputs + k)];
-                    z += term;
-                    magnitude += std::fabs(term);
-                }
+                const auto [z, magnitude] =
+                    exact_pre_activation(previous_input, previous_weights, previous_bias, previous_inputs, row, f);
                 if (std::fabs(z) <= std::ldexp(magnitude, -16)) {
                     ++at_kink;
                     results[0][i] = results[1][i] = 0.0f;
@@ -2514,9 +2527,7 @@ TEST_CASE("CUDA dense_forward matches the CPU with the small-batch kernel, whose
     int checked = 0, positive = 0;
     for (int64_t row = 0; row < rows; ++row)
         for (int64_t f = 0; f < out_features; ++f) {
-            double z = bias[f];
-            for (int64_t k = 0; k < in_features; ++k)
-                z += static_cast<double>(input[row * in_features + k]) * weights[f * in_features + k];
+            const double z = exact_pre_activation(input, weights, bias, in_features, row, f).z;
             if (std::fabs(z) < 1e-3) continue;
             const int64_t bit = row * ld_bits + f;
             CAPTURE(row);
