@@ -192,6 +192,39 @@ TEST_CASE("the emulation fails a launch that misuses a collective, deadlocks, tr
     CHECK(collectives.as<int>()[7] == 63 * 64 / 2);
 }
 
+// What the race check (cuda_emulation/race_check.h) is checked by: kernels whose threads share values
+// through shared memory give them with their synchronisation, and the race-check build reports
+// nothing; without it they give the same values here (a fiber runs whole between two waits), so only
+// the race check can see it, and ctest's cuda_emulated_race_found_* entries require its report of each
+// case below (skipped otherwise: --no-skip runs them).
+TEST_CASE("threads that share values through shared memory after their barrier see each other's") {
+    DeviceBuffer out(sizeof(int) * 64);
+    mpt_emulation_check::run_block_neighbours(out.as<int>(), true);
+    for (int t = 0; t < 64; ++t) CHECK(out.as<int>()[t] == (t + 1) % 64);
+    mpt_emulation_check::run_warp_halves(out.as<int>(), true);
+    for (int lane = 0; lane < 32; ++lane) CHECK(out.as<int>()[lane] == (lane ^ 16));
+    const ComputeCapability hopper(90);
+    mpt_emulation_check::run_cluster_neighbours(out.as<int>(), true);
+    CHECK(out.as<int>()[0] == 2);
+    CHECK(out.as<int>()[1] == 1);
+}
+
+TEST_CASE("race in a block: a neighbour's shared value read with no barrier after its write" * doctest::skip()) {
+    DeviceBuffer out(sizeof(int) * 64);
+    mpt_emulation_check::run_block_neighbours(out.as<int>(), false);
+}
+
+TEST_CASE("race in a warp: the other half's shared value read after a __syncwarp of one half" * doctest::skip()) {
+    DeviceBuffer out(sizeof(int) * 32);
+    mpt_emulation_check::run_warp_halves(out.as<int>(), false);
+}
+
+TEST_CASE("race in a cluster: the other block's shared value read with no cluster barrier" * doctest::skip()) {
+    DeviceBuffer out(sizeof(int) * 2);
+    const ComputeCapability hopper(90);
+    mpt_emulation_check::run_cluster_neighbours(out.as<int>(), false);
+}
+
 // The backend's captures run in the thread-local mode; the emulation keeps the runtime's rules for
 // them, so that a step whose capture a GPU would refuse (a cudaMalloc while recording, say) is refused
 // here too, and the GPU test programs' zero-refusal checks mean on the emulated backend what they do

@@ -32,6 +32,7 @@
 #include <utility>
 
 #include "cuda_emulation/emulated_threads.h"
+#include "cuda_emulation/race_check.h"
 #include "mma_m16n8k16_reference.h"
 
 #define MPT_CUDA_EMULATION 1
@@ -145,9 +146,17 @@ T __shfl_up_sync(unsigned mask, T value, unsigned delta, int width = 32) {
 
 // ---- memory ordering and atomics ----------------------------------------------------------------
 // Real atomics: a cluster's blocks run on OS threads side by side (emulated_threads.h).
+// Under ThreadSanitizer (race_check.h), which does not model a fence on its own, none: every atomic
+// here is sequentially consistent, which orders what a fence before or after it would.
+#if defined(__SANITIZE_THREAD__)
+inline void __threadfence() {}
+inline void __threadfence_block() {}
+inline void __threadfence_system() {}
+#else
 inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 inline void __threadfence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+#endif
 
 namespace mpt_emulation {
 // *address = update(old) atomically; returns old.
@@ -308,6 +317,7 @@ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2])
     const Fragments mine{{a[0], a[1], a[2], a[3]}, {b[0], b[1]}};
     Fragments all[32];
     gather_lanes(0xffffffffu, &mine, sizeof(mine), all);
+    const race_check::OwnMemory own;  // (the operands' cache below is the emulation's)
     const auto element = [](uint32_t word, int half) {
         const uint16_t bits = static_cast<uint16_t>(half ? word >> 16 : word & 0xffffu);  // element 2j low, 2j+1 high
         if constexpr (kBf16) {

@@ -12,6 +12,7 @@
 #include "cuda_emulation/emulated_device_profile.h"
 
 #include "cuda_emulation/fiber_context.h"
+#include "cuda_emulation/race_check.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -22,6 +23,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -38,10 +40,47 @@ constexpr size_t kStackBytes = 256 * 1024;  // the kernels' locals are registers
 
 size_t page_bytes() { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
 
-// A fiber's stack, with a page below it that faults on an overflow.
+// ThreadSanitizer's threads for the fibers (race_check.h), shared by every OS thread: a cluster's
+// blocks run on new OS threads each launch, and every thread of ThreadSanitizer's that ever existed
+// makes each release and acquire slower, so an identity goes back here when its stack goes.
+class RaceIdentities {
+public:
+    void* take() {
+        if (!race_check::kEnabled) return nullptr;
+        const race_check::OwnSynchronisation own;
+        const race_check::OwnMemory own_memory;
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (free_.empty()) return race_check::new_identity();
+        void* identity = free_.back();
+        free_.pop_back();
+        return identity;
+    }
+    void give_back(void* identity) {
+        if (!identity) return;
+        const race_check::OwnSynchronisation own;
+        const race_check::OwnMemory own_memory;
+        std::lock_guard<std::mutex> lock(mutex_);
+        free_.push_back(identity);
+    }
+
+private:
+    std::mutex mutex_;
+    std::vector<void*> free_;
+};
+// (Never destroyed: the OS threads' stacks give theirs back as the threads end, the main thread's
+// after static objects may be gone.)
+RaceIdentities& race_identities() {
+    static RaceIdentities* identities = new RaceIdentities;
+    return *identities;
+}
+
+// A fiber's stack, with a page below it that faults on an overflow, and under ThreadSanitizer the
+// thread it is (race_check.h): the fibers that use a stack one block after another are ordered
+// through the scheduler anyway, so one identity serves them all.
 struct Stack {
     void* mapping = nullptr;
     char* base = nullptr;
+    void* race_identity = race_identities().take();
     Stack() {
         const size_t page = page_bytes();
         mapping = mmap(nullptr, kStackBytes + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -49,13 +88,24 @@ struct Stack {
         mprotect(mapping, page, PROT_NONE);
         base = static_cast<char*>(mapping) + page;
     }
-    ~Stack() { munmap(mapping, kStackBytes + page_bytes()); }
+    ~Stack() {
+        munmap(mapping, kStackBytes + page_bytes());
+        race_identities().give_back(race_identity);
+    }
+    // After a launch that failed inside a fiber, which may have left its identity inside a scope in
+    // which ThreadSanitizer ignores its accesses (race_check::OwnMemory): a fresh one.
+    void renew_race_identity() {
+        if (!race_identity) return;
+        race_check::destroy_identity(race_identity);
+        race_identity = race_check::new_identity();
+    }
     Stack(const Stack&) = delete;
     Stack& operator=(const Stack&) = delete;
 };
 
 struct Fiber {
     FiberContext context;
+    void* race_identity = nullptr;  // its thread to ThreadSanitizer (race_check.h), or null
     uint3 index{};
     unsigned linear = 0;
     bool finished = false;
@@ -67,6 +117,7 @@ struct LaneGroup {
     unsigned mask = 0;
     unsigned arrived = 0;
     uint64_t generation = 0;
+    char sync[2] = {};  // what its lanes release and acquire, by the generation's parity (race_check.h)
 };
 
 constexpr size_t kMaxGatherBytes = 64;
@@ -76,12 +127,13 @@ struct Warp {
     unsigned char gathered[kWarpSize][kMaxGatherBytes] = {};
     unsigned existing = 0;  // lanes the block has (its last warp may be partial)
     unsigned exited = 0;
-    std::vector<LaneGroup> groups;  // a few at most: one per mask in use at once
+    std::deque<LaneGroup> groups;   // a few at most: one per mask in use at once (each stays where it is)
     uint64_t completed = 0;         // the collective_serial of its last collective released, any mask
     LaneGroup& group(unsigned mask) {
         for (LaneGroup& g : groups)
             if (g.mask == mask) return g;
-        groups.push_back(LaneGroup{mask, 0, 0});
+        const race_check::OwnMemory own;  // (a list that lanes grow in turn: the emulation's)
+        groups.push_back(LaneGroup{mask, 0, 0, {}});
         return groups.back();
     }
 };
@@ -103,6 +155,7 @@ struct ClusterRun {
     std::vector<char*> tls_bases;  // each block's OS thread's tls_marker
     std::unique_ptr<std::atomic<bool>[]> ended { new std::atomic<bool>[ size ]() };  // each block's threads all ended
     unsigned registered = 0;
+    char barrier_sync[2] = {};  // what its barrier's arrivals release, by the generation's parity
 
     void release_if_all_arrived() {  // under mutex
         if (arrived > 0 && arrived == live) {
@@ -151,6 +204,10 @@ struct BlockRun {
     std::vector<unsigned char> dynamic_storage;  // dynamic_bytes + 128: aligned within
     unsigned char* dynamic_shared = nullptr;
     std::vector<std::pair<uint32_t, MBarrier>> barriers;
+    // What race_check.h's edges go through: the scheduler's setup to the block's threads, their
+    // work back to it, and the block barrier's arrivals (by its generation's parity).
+    char start_sync = 0, end_sync = 0, barrier_sync[2] = {};
+    void* scheduler_identity = nullptr;
 };
 
 thread_local BlockRun* current_run = nullptr;
@@ -179,12 +236,20 @@ BlockRun& run() {
     return *current_run;
 }
 
+// Hands the CPU to the scheduler: what the fiber did so far reaches the scheduler once the block has
+// ended (race_check.h), and nothing orders it with the fiber the scheduler resumes next.
+void switch_to_scheduler(BlockRun& r, Fiber& self) {
+    race_check::release(&r.end_sync);
+    race_check::switching_to(r.scheduler_identity);
+    switch_context(self.context, r.scheduler);
+}
+
 // Back to the scheduler, until it resumes this fiber.
 void yield(const char* waiting_at) {
     BlockRun& r = run();
     Fiber* self = r.current;
     self->waiting_at = waiting_at;
-    switch_context(self->context, r.scheduler);
+    switch_to_scheduler(r, *self);
     self->waiting_at = "";
 }
 
@@ -193,7 +258,7 @@ void yield(const char* waiting_at) {
 [[noreturn]] void fail_in_fiber(const std::string& message) {
     BlockRun& r = run();
     if (r.failure.empty()) r.failure = message;
-    for (;;) switch_context(r.current->context, r.scheduler);
+    for (;;) switch_to_scheduler(r, *r.current);
 }
 
 std::string describe_thread(const BlockRun& r, const Fiber& f) {
@@ -212,6 +277,7 @@ void release_block_barrier(BlockRun& r) {
 void fiber_entry() {
     BlockRun& r = run();
     Fiber& self = *r.current;
+    race_check::acquire(&r.start_sync);  // the scheduler's setup of the block, and all before it
     try {
         (*r.body)();
     } catch (const std::exception& error) {
@@ -226,12 +292,13 @@ void fiber_entry() {
     // Threads that exited count as arrived at the block barrier, and at the cluster's.
     if (r.arrived > 0 && r.arrived == r.live) release_block_barrier(r);
     if (r.cluster) {
+        race_check::OwnSynchronisation own;
         std::lock_guard<std::mutex> lock(r.cluster->mutex);
         --r.cluster->live;
         r.cluster->release_if_all_arrived();
         r.cluster->moved_on();
     }
-    switch_context(self.context, r.scheduler);  // never resumed
+    switch_to_scheduler(r, self);  // never resumed
 }
 
 uint64_t splitmix(uint64_t& state) {
@@ -256,6 +323,7 @@ void run_block(BlockRun& r) {
         f.linear = t;
         f.index = make_uint3(t % r.block.x, (t / r.block.x) % r.block.y, t / (r.block.x * r.block.y));
         prepare_context(f.context, stacks[t]->base, kStackBytes, fiber_entry);
+        f.race_identity = stacks[t]->race_identity;
     }
     // The fibers' turns in a shuffled order when blocks are (a thread that initialises what others
     // use must not be the one that happens to run first).
@@ -266,6 +334,19 @@ void run_block(BlockRun& r) {
         for (unsigned t = threads; t > 1; --t) std::swap(turns[t - 1], turns[splitmix(state) % t]);
     }
     r.live = threads;
+    r.scheduler_identity = race_check::current_identity();
+    race_check::release(&r.start_sync);
+    // However the block ends, what its threads did reaches the scheduler (and the host) after it.
+    struct AtBlockEnd {
+        const char* end_sync;
+        unsigned threads;
+        bool completed = false;
+        ~AtBlockEnd() {
+            race_check::acquire(end_sync);
+            if (!completed)
+                for (unsigned t = 0; t < threads; ++t) stacks[t]->renew_race_identity();
+        }
+    } at_block_end{&r.end_sync, threads};
     while (r.live > 0) {
         const uint64_t before = r.progress;
         const uint64_t cluster_before = r.cluster ? r.cluster->epoch.load() : 0;
@@ -275,14 +356,19 @@ void run_block(BlockRun& r) {
             if (f.finished) continue;
             r.current = &f;
             threadIdx = f.index;
+            race_check::switching_to(f.race_identity);
             switch_context(r.scheduler, f.context);
             r.current = nullptr;
-            if (!r.failure.empty()) throw EmulationError(r.failure);
+            if (!r.failure.empty()) {
+                race_check::acquire(&r.end_sync);  // the message, which the fiber wrote
+                throw EmulationError(r.failure);
+            }
             at_cluster_barrier = at_cluster_barrier || f.waiting_at == kAtClusterBarrier;
         }
         if (r.live > 0 && r.progress == before && at_cluster_barrier) {
             // Only the other blocks can move this one on: sleep until the cluster moves.
             ClusterRun& c = *r.cluster;
+            race_check::OwnSynchronisation own;
             std::unique_lock<std::mutex> lock(c.mutex);
             const bool moved = c.moved.wait_for(lock, std::chrono::seconds(20),
                                                 [&] { return c.epoch.load() != cluster_before || c.failed.load(); });
@@ -303,6 +389,7 @@ void run_block(BlockRun& r) {
             throw EmulationError(message);
         }
     }
+    at_block_end.completed = true;
     // No copy may still be on its way into the block's shared memory, which is gone once it ends.
     for (const auto& entry : r.barriers) {
         const MBarrier& b = entry.second;
@@ -338,6 +425,7 @@ void run_cluster_block(ClusterRun& cluster, unsigned rank, dim3 grid, dim3 block
         r.cluster = &cluster;
         {
             // Every block's shared memory located before any thread of the cluster runs.
+            race_check::OwnSynchronisation own;
             std::unique_lock<std::mutex> lock(cluster.mutex);
             cluster.tls_bases[rank] = &tls_marker;
             ++cluster.registered;
@@ -351,11 +439,13 @@ void run_cluster_block(ClusterRun& cluster, unsigned rank, dim3 grid, dim3 block
     } catch (...) {
         current_run = nullptr;
         error = std::current_exception();
+        race_check::OwnSynchronisation own;
         std::lock_guard<std::mutex> lock(cluster.mutex);
         cluster.failed = true;
         cluster.moved_on();
     }
     // Stay until the whole cluster has ended: another block may still read this one's shared memory.
+    race_check::OwnSynchronisation own;
     std::unique_lock<std::mutex> lock(cluster.mutex);
     cluster.moved.wait(lock, [&] { return cluster.live == 0 || cluster.failed.load(); });
 }
@@ -441,15 +531,22 @@ int sync_block(int predicate) {
     ++r.arrived;
     ++r.progress;
     const uint64_t generation = r.generation;
+    race_check::release(&r.barrier_sync[generation & 1]);
     if (r.arrived == r.live) {
         release_block_barrier(r);
     } else {
         while (r.generation == generation) yield("__syncthreads");
     }
+    race_check::acquire(&r.barrier_sync[generation & 1]);
     return r.released_count;
 }
 
-void sync_lanes(unsigned mask) {
+namespace {
+
+// Every lane of `mask` arrives, the caller among them. Only a __syncwarp orders the lanes' memory
+// accesses (race_check.h); a shuffle, a vote or an mma, which meet the same way, order none.
+enum class Ordering { none, memory };
+void meet_lanes(unsigned mask, Ordering ordering) {
     BlockRun& r = run();
     const unsigned linear = r.current->linear;
     const unsigned lane = linear % kWarpSize;
@@ -463,21 +560,27 @@ void sync_lanes(unsigned mask) {
     const uint64_t generation = group.generation;
     group.arrived |= 1u << lane;
     ++r.progress;
+    if (ordering == Ordering::memory) race_check::release(&group.sync[generation & 1]);
     if (group.arrived == mask) {
         group.arrived = 0;
         ++group.generation;
         warp.completed = ++collective_serial;
     } else {
-        while (warp.group(mask).generation == generation) yield("a warp collective");
+        while (group.generation == generation) yield("a warp collective");
     }
+    if (ordering == Ordering::memory) race_check::acquire(&group.sync[generation & 1]);
 }
+
+}  // namespace
+
+void sync_lanes(unsigned mask) { meet_lanes(mask, Ordering::memory); }
 
 uint64_t exchange(unsigned mask, uint64_t value, int source) {
     BlockRun& r = run();
     const unsigned linear = r.current->linear;
     Warp& warp = r.warps[linear / kWarpSize];
     warp.offers[linear % kWarpSize] = value;
-    sync_lanes(mask);
+    meet_lanes(mask, Ordering::none);
     uint64_t received = value;
     if (source >= 0) {
         if (!(((mask & warp.existing) >> source) & 1u))
@@ -485,7 +588,7 @@ uint64_t exchange(unsigned mask, uint64_t value, int source) {
                           " outside its collective's mask");
         received = warp.offers[source];
     }
-    sync_lanes(mask);  // every lane has read before any offers again
+    meet_lanes(mask, Ordering::none);  // every lane has read before any offers again
     return received;
 }
 
@@ -494,12 +597,12 @@ unsigned ballot(unsigned mask, bool predicate) {
     const unsigned linear = r.current->linear;
     Warp& warp = r.warps[linear / kWarpSize];
     warp.offers[linear % kWarpSize] = predicate ? 1u : 0u;
-    sync_lanes(mask);
+    meet_lanes(mask, Ordering::none);
     unsigned votes = 0;
     const unsigned lanes = mask & warp.existing;
     for (unsigned l = 0; l < kWarpSize; ++l)
         if (((lanes >> l) & 1u) && warp.offers[l]) votes |= 1u << l;
-    sync_lanes(mask);
+    meet_lanes(mask, Ordering::none);
     return votes;
 }
 
@@ -508,12 +611,13 @@ void gather_lanes(unsigned mask, const void* mine, size_t bytes, void* all) {
     if (bytes > kMaxGatherBytes) fail_in_fiber("a warp gather of more than 64 bytes a lane");
     const unsigned linear = r.current->linear;
     Warp& warp = r.warps[linear / kWarpSize];
+    const race_check::OwnMemory own;  // (lanes' values, as registers are: no memory of the kernel's)
     std::memcpy(warp.gathered[linear % kWarpSize], mine, bytes);
-    sync_lanes(mask);
+    meet_lanes(mask, Ordering::none);
     const unsigned lanes = mask & warp.existing;
     for (unsigned l = 0; l < kWarpSize; ++l)
         if ((lanes >> l) & 1u) std::memcpy(static_cast<unsigned char*>(all) + l * bytes, warp.gathered[l], bytes);
-    sync_lanes(mask);
+    meet_lanes(mask, Ordering::none);
 }
 
 const void* warp_identity() {
@@ -538,10 +642,12 @@ void sync_cluster() {
         return;
     }
     ClusterRun& c = *r.cluster;
-    uint64_t generation;
+    // (Read before the mutex: the barrier cannot move on before this thread arrives.)
+    const uint64_t generation = c.generation.load();
+    race_check::release(&c.barrier_sync[generation & 1]);
     {
+        race_check::OwnSynchronisation own;  // (under which no release or acquire counts)
         std::lock_guard<std::mutex> lock(c.mutex);
-        generation = c.generation.load();
         ++c.arrived;
         c.release_if_all_arrived();
         c.moved_on();
@@ -551,6 +657,7 @@ void sync_cluster() {
         if (c.failed.load()) fail_in_fiber("another block of the cluster failed");
         yield(kAtClusterBarrier);
     }
+    race_check::acquire(&c.barrier_sync[generation & 1]);
 }
 
 void* map_shared_rank(void* address, unsigned rank) {
@@ -664,6 +771,7 @@ void mbarrier_init(uint32_t address, unsigned arrivals) {
             entry.second = b;
             return;
         }
+    const race_check::OwnMemory own;  // (a list that threads grow in turn: the emulation's)
     r.barriers.emplace_back(address, b);
 }
 
@@ -672,6 +780,7 @@ void mbarrier_arrive_expect_tx(uint32_t address, uint32_t bytes) {
     MBarrier& b = barrier_at(r, address);
     if (b.pending == 0)
         fail_in_fiber(describe_thread(r, *r.current) + " arrives on an mbarrier past its phase's arrivals");
+    race_check::release(r.dynamic_shared + address);
     b.transactions += bytes;
     --b.pending;
     complete_phase_if_done(b);
@@ -684,7 +793,12 @@ void bulk_copy(uint32_t destination, const void* source, uint32_t bytes, uint32_
         fail_in_fiber(describe_thread(r, *r.current) + " issues a bulk copy of " + std::to_string(bytes) +
                       " bytes from a source that is not 16-byte aligned, or not a multiple of 16 bytes");
     std::memset(shared_range(r, destination, bytes, 16, "bulk-copies into shared memory"), 0xff, bytes);
-    barrier_at(r, barrier).copies.push_back(PendingCopy{destination, source, bytes});
+    MBarrier& b = barrier_at(r, barrier);
+    {
+        const race_check::OwnMemory own;  // (a list that threads grow in turn: the emulation's)
+        b.copies.push_back(PendingCopy{destination, source, bytes});
+    }
+    race_check::release(r.dynamic_shared + barrier);  // the poisoned bytes, before the copy lands
     ++r.progress;
 }
 
@@ -692,17 +806,22 @@ void mbarrier_wait_parity(uint32_t address, uint32_t parity) {
     BlockRun& r = run();
     for (;;) {
         MBarrier& b = barrier_at(r, address);
-        if (!b.copies.empty()) {  // the copies issued so far land now
+        if (!b.copies.empty()) {  // the copies issued so far land now (as this thread's writes)
+            race_check::acquire(r.dynamic_shared + address);
             for (const PendingCopy& copy : b.copies) {
                 std::memcpy(r.dynamic_shared + copy.destination, copy.source, copy.bytes);
                 b.transactions -= copy.bytes;
             }
             b.copies.clear();
+            race_check::release(r.dynamic_shared + address);
             complete_phase_if_done(b);
             ++r.progress;
         }
         // The phase of parity `parity` has completed when the current phase's parity differs.
-        if ((b.phase & 1u) != (parity & 1u)) return;
+        if ((b.phase & 1u) != (parity & 1u)) {
+            race_check::acquire(r.dynamic_shared + address);
+            return;
+        }
         yield("an mbarrier's phase");
     }
 }
@@ -717,6 +836,7 @@ void ldmatrix_x4_trans(uint32_t (&registers)[4], uint32_t address) {
         for (unsigned h = 0; h < 2; ++h) {
             const unsigned row = 2 * (lane % 4) + h, column = lane / 4;
             const unsigned char* row_bytes = shared_range(r, addresses[8 * q + row], 16, 16, "loads a matrix row");
+            race_check::read_2_bytes(row_bytes + 2 * column);
             std::memcpy(&halves[h], row_bytes + 2 * column, 2);
         }
         registers[q] = static_cast<uint32_t>(halves[0]) | static_cast<uint32_t>(halves[1]) << 16;

@@ -71,6 +71,39 @@ __global__ void trap_kernel(int* out) {
 
 __global__ void cluster_kernel(int* out) { out[0] = 1; }
 
+// Kernels whose threads share values through shared memory, each with its synchronisation or
+// without: unsynchronised they still give the values in the plain emulation (a fiber runs whole
+// between two waits), and only the race check (race_check.h) sees the race. Each thread writes its
+// slot of the block's 64 and reads its neighbour's, after a block barrier or none.
+__global__ void block_neighbours_kernel(int* out, bool synchronised) {
+    __shared__ int values[64];
+    const unsigned t = threadIdx.x;
+    values[t] = static_cast<int>(t);
+    if (synchronised) __syncthreads();
+    out[t] = values[(t + 1) % 64];
+}
+
+// Each lane of one warp writes its slot and reads the lane 16 away, after a __syncwarp of the whole
+// warp, or of its own half only (whose barrier orders nothing of the other half's writes).
+__global__ void warp_halves_kernel(int* out, bool synchronised) {
+    __shared__ int values[32];
+    const unsigned lane = threadIdx.x;
+    values[lane] = static_cast<int>(lane);
+    __syncwarp(synchronised ? 0xffffffffu : (lane < 16 ? 0x0000ffffu : 0xffff0000u));
+    out[lane] = values[lane ^ 16];
+}
+
+// Each block of a cluster of 2 writes a value into its shared memory and reads the other block's,
+// after a cluster barrier or none (the barrier at the end keeps both blocks' memory alive while read).
+__global__ void cluster_neighbours_kernel(int* out, bool synchronised) {
+    __shared__ int value;
+    if (threadIdx.x == 0) value = static_cast<int>(blockIdx.x) + 1;
+    if (synchronised) ::mpt_emulation::sync_cluster();
+    if (threadIdx.x == 0)
+        out[blockIdx.x] = *static_cast<int*>(::mpt_emulation::map_shared_rank(&value, (blockIdx.x % 2) ^ 1u));
+    ::mpt_emulation::sync_cluster();
+}
+
 template <typename... Parameters, typename... Arguments>
 void launch(unsigned blocks, unsigned threads, void (*kernel)(Parameters...), Arguments... arguments) {
     const cudaLaunchConfig_t config = config_for(blocks, threads);
@@ -87,16 +120,34 @@ void run_reads_outside_mask(int* out) { launch(1, 32, reads_outside_mask_kernel,
 void run_deadlock(int* out) { launch(1, 2, deadlock_kernel, out); }
 void run_exited_lane(int* out) { launch(1, 32, exited_lane_kernel, out); }
 void run_trap(int* out) { launch(2, 32, trap_kernel, out); }
-void run_in_clusters(int* out) {
-    cudaLaunchConfig_t config = config_for(2, 32);
+void run_block_neighbours(int* out, bool synchronised) { launch(1, 64, block_neighbours_kernel, out, synchronised); }
+void run_warp_halves(int* out, bool synchronised) { launch(1, 32, warp_halves_kernel, out, synchronised); }
+
+namespace {
+cudaLaunchAttribute clusters_of_2() {
     cudaLaunchAttribute attribute{};
     attribute.id = cudaLaunchAttributeClusterDimension;
     attribute.val.clusterDim.x = 2;
     attribute.val.clusterDim.y = 1;
     attribute.val.clusterDim.z = 1;
+    return attribute;
+}
+}  // namespace
+
+void run_in_clusters(int* out) {
+    cudaLaunchConfig_t config = config_for(2, 32);
+    cudaLaunchAttribute attribute = clusters_of_2();
     config.attrs = &attribute;
     config.numAttrs = 1;
     cudaLaunchKernelEx(&config, cluster_kernel, out);
+}
+
+void run_cluster_neighbours(int* out, bool synchronised) {
+    cudaLaunchConfig_t config = config_for(2, 32);
+    cudaLaunchAttribute attribute = clusters_of_2();
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    cudaLaunchKernelEx(&config, cluster_neighbours_kernel, out, synchronised);
 }
 
 }  // namespace mpt_emulation_check

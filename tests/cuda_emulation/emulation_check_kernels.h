@@ -11,5 +11,10 @@ void run_deadlock(int* out);                      // out: [2]
 void run_exited_lane(int* out);                   // out: [32]
 void run_trap(int* out);                          // out: [32]
 void run_in_clusters(int* out);                   // out: [1]
+// Threads that share values through shared memory, after the synchronisation they need or without it
+// (a race that only the race check sees: race_check.h). The cluster's needs compute capability 9.0.
+void run_block_neighbours(int* out, bool synchronised);    // out: [64], thread t's neighbour's t + 1
+void run_warp_halves(int* out, bool synchronised);         // out: [32], lane l's l ^ 16
+void run_cluster_neighbours(int* out, bool synchronised);  // out: [2], block b's 2 - b
 
 }  // namespace mpt_emulation_check

@@ -1,0 +1,100 @@
+// The emulated threads as ThreadSanitizer's threads, so that it checks a kernel for data races the
+// way compute-sanitizer's racecheck would on a GPU: two threads that touch the same shared or global
+// byte, one of them writing, with no synchronisation of CUDA's between them.
+//
+// Why: the emulation runs one fiber at a time and switches only where CUDA threads wait for each
+// other, so a missing __syncthreads or cluster barrier usually goes unseen there (the reader simply
+// runs after the writer), and most sessions have no GPU to run racecheck on. Under ThreadSanitizer
+// every fiber is a thread of its own (__tsan_create_fiber), every switch carries no ordering
+// (__tsan_switch_to_fiber_no_sync), and the only happens-before edges are those CUDA gives, made
+// here by release and acquire on an address of each synchronisation object:
+// - a block's barrier, a warp collective's lanes, a cluster's barrier: each arrival releases, each
+//   thread acquires once the barrier lets it go;
+// - an mbarrier: arrivals and bulk copies release, a completed wait acquires;
+// - atomics: the kernels' own (real atomics, emulated_device.h), which ThreadSanitizer sees itself;
+// - a block's start and end: the scheduler's setup reaches its threads, and their work reaches the
+//   scheduler, and from it the next block on the same OS thread and the host.
+// So what it checks is the races inside a block (shared memory, and global memory between its threads)
+// and between a cluster's blocks, which run side by side; blocks of a grid without clusters run one
+// after another through the scheduler and are ordered, so races between them are not seen. Fences
+// are taken as the atomics' sequential consistency gives them: a missing __threadfence is not seen.
+//
+// emulated_threads.cpp, the emulation's own bookkeeping, is compiled without instrumentation (what
+// the scheduler and the fibers share is ordered by the switches, which ThreadSanitizer is told
+// nothing of), and its own mutexes are kept out of the happens-before order; the bookkeeping in the
+// instrumented headers (the mma's operands, placed once a warp) is left out by OwnMemory. The
+// kernels' files and the tests are instrumented (tests/CMakeLists.txt:
+// test_cuda_emulated_kernels_race_check). Without MPT_EMULATION_RACE_CHECK (the bookkeeping's file)
+// or ThreadSanitizer's instrumentation (the others), everything here is a no-op.
+#pragma once
+
+#include <cstddef>
+
+#if defined(MPT_EMULATION_RACE_CHECK) || defined(__SANITIZE_THREAD__)
+#define MPT_EMULATION_RACE_CHECKED 1
+#include <sanitizer/tsan_interface.h>
+extern "C" {
+// ThreadSanitizer's dynamic annotations (its runtime defines them; no header declares them) and its
+// instrumentation's read of 2 bytes, for a read the emulation makes on a kernel's behalf.
+void AnnotateIgnoreSyncBegin(const char* file, int line);
+void AnnotateIgnoreSyncEnd(const char* file, int line);
+void AnnotateIgnoreReadsBegin(const char* file, int line);
+void AnnotateIgnoreReadsEnd(const char* file, int line);
+void AnnotateIgnoreWritesBegin(const char* file, int line);
+void AnnotateIgnoreWritesEnd(const char* file, int line);
+void __tsan_read2(void* address);
+}
+#endif
+
+namespace mpt_emulation::race_check {
+
+#if defined(MPT_EMULATION_RACE_CHECKED)
+constexpr bool kEnabled = true;
+// The calling OS thread's own identity (its scheduler's), a new one for a fiber, and its end.
+inline void* current_identity() { return __tsan_get_current_fiber(); }
+inline void* new_identity() { return __tsan_create_fiber(0); }
+inline void destroy_identity(void* identity) { __tsan_destroy_fiber(identity); }
+// Immediately before a switch of stacks to the fiber (or scheduler) of `identity`: no ordering.
+inline void switching_to(void* identity) { __tsan_switch_to_fiber(identity, __tsan_switch_to_fiber_no_sync); }
+inline void release(const void* object) { __tsan_release(const_cast<void*>(object)); }
+inline void acquire(const void* object) { __tsan_acquire(const_cast<void*>(object)); }
+// A read of 2 bytes the emulation makes for the calling thread (ldmatrix's rows).
+inline void read_2_bytes(const void* address) { __tsan_read2(const_cast<void*>(address)); }
+// For a scope: the emulation's own mutexes and condition variables order nothing of the kernel's.
+struct OwnSynchronisation {
+    OwnSynchronisation() { AnnotateIgnoreSyncBegin(__FILE__, __LINE__); }
+    ~OwnSynchronisation() { AnnotateIgnoreSyncEnd(__FILE__, __LINE__); }
+    OwnSynchronisation(const OwnSynchronisation&) = delete;
+    OwnSynchronisation& operator=(const OwnSynchronisation&) = delete;
+};
+// For a scope of instrumented code: what it reads and writes is the emulation's, not the kernel's.
+struct OwnMemory {
+    OwnMemory() {
+        AnnotateIgnoreReadsBegin(__FILE__, __LINE__);
+        AnnotateIgnoreWritesBegin(__FILE__, __LINE__);
+    }
+    ~OwnMemory() {
+        AnnotateIgnoreWritesEnd(__FILE__, __LINE__);
+        AnnotateIgnoreReadsEnd(__FILE__, __LINE__);
+    }
+    OwnMemory(const OwnMemory&) = delete;
+    OwnMemory& operator=(const OwnMemory&) = delete;
+};
+#else
+constexpr bool kEnabled = false;
+inline void* current_identity() { return nullptr; }
+inline void* new_identity() { return nullptr; }
+inline void destroy_identity(void*) {}
+inline void switching_to(void*) {}
+inline void release(const void*) {}
+inline void acquire(const void*) {}
+inline void read_2_bytes(const void*) {}
+struct OwnSynchronisation {
+    OwnSynchronisation() {}  // (user-provided: a guard no compiler calls unused)
+};
+struct OwnMemory {
+    OwnMemory() {}
+};
+#endif
+
+}  // namespace mpt_emulation::race_check
