@@ -134,6 +134,20 @@ inline unsigned grid_for(int64_t work, unsigned block, unsigned max_blocks) {
 }
 
 #if defined(__CUDACC__) || defined(MPT_CUDA_EMULATION)  // (emulation: tests/cuda_emulation)
+// A relaxed atomic load at device scope: a read of a flag that another thread may write meanwhile
+// (with an atomic) is then no data race, and costs what a plain load does.
+__device__ __forceinline__ int32_t load_relaxed(const int32_t* address) {
+#if defined(__CUDA_ARCH__)
+    int32_t value;
+    asm volatile("ld.relaxed.gpu.b32 %0, [%1];\n" : "=r"(value) : "l"(address) : "memory");
+    return value;
+#elif defined(MPT_CUDA_EMULATION)
+    return __atomic_load_n(address, __ATOMIC_RELAXED);
+#else
+    return *address;  // (nvcc's host pass: never called)
+#endif
+}
+
 // Device-side element access in storage dtypes. Conversions round to nearest even, as round_to.
 __device__ __forceinline__ float load_element(const void* base, DType dtype, int64_t index) {
     switch (dtype) {

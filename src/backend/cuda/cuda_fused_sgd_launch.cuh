@@ -162,20 +162,20 @@ __device__ __forceinline__ FusedSgdBlockStart fused_sgd_block_start(const FusedS
     FusedSgdBlockStart start{};
     // The step's decision where this launch takes it: every block finds the same, and block 0 (before
     // it returns, tile or not) also leaves it in found_inf for what runs after the launch, and the
-    // pass's 0s where its inputs were empty. Another block reading found_inf meanwhile finds 0 or 1,
-    // and the same answer either way.
+    // pass's 0s where its inputs were empty. Another thread reading found_inf meanwhile finds 0 or 1,
+    // and the same answer either way; the write and the reads are atomics, so that they are no data
+    // race (the race check, tests/cuda_emulation/race_check.h, found the plain ones).
     const bool decided_skip = fused_sgd_decision_skips(p.decision);
     if (p.decision.max_abs_pairs && blockIdx.x == 0 && threadIdx.x == 0) {
-        if (decided_skip) p.decision.state->found_inf = 1;
+        if (decided_skip) atomicExch(&p.decision.state->found_inf, 1);
         for (int entry = 0; entry < kMaxAbsInputs; ++entry)
             if (p.decision.empty_entries >> entry & 1u) p.decision.max_abs_pairs[entry] = 0.0f;
     }
     start.first_tile = fused_sgd_tiles::run_first_tile(run, p.tiles_per_block);
     start.end_tile = fused_sgd_tiles::run_end_tile(run, p.tiles_per_block, p.out_features);
     if (start.first_tile >= start.end_tile) return start;
-    const TrainState state = *p.state;
-    if (state.found_inf || decided_skip) return start;
-    start.scalars = plain_step_scalars(p.optimizer, state.loss_scale, state.steps);
+    if (load_relaxed(&p.state->found_inf) || decided_skip) return start;
+    start.scalars = plain_step_scalars(p.optimizer, p.state->loss_scale, p.state->steps);
     start.active = true;
     return start;
 }
