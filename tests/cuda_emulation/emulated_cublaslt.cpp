@@ -26,6 +26,7 @@
 #include "backend/cuda/cuda_cublaslt_library.cuh"
 #include "core/thread_pool.h"
 #include "cuda_emulation/emulated_threads.h"
+#include "cuda_emulation/race_check.h"
 
 namespace {
 
@@ -207,7 +208,11 @@ void multiply(const Desc& desc, const Layout& la, const Layout& lb, const Layout
     const std::vector<float> op_b = dense_operand(lb, b, !tb, n, k);  // n x k: op(B) transposed
     std::vector<float> product(static_cast<size_t>(m * n), 0.0f);     // m x n
     if (k > 0) {
-        static mpt::ThreadPool pool(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+        // (One thread under the race check: the pool is not instrumented, and ThreadSanitizer would
+        // not see its threads hand their work over; race_check.h.)
+        static mpt::ThreadPool pool(mpt_emulation::race_check::kEnabled
+                                        ? 1
+                                        : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
         static std::mutex pool_lock;  // streams issue on threads of their own
         const std::lock_guard<std::mutex> hold(pool_lock);
         mpt::cpu_sgemm(false, true, m, n, k, 1.0f, op_a.data(), k, op_b.data(), k, 0.0f, product.data(), n, pool);

@@ -7,6 +7,8 @@
 // each has its own copy of the shared variables (thread-local statics, emulated_device.h); they meet
 // at the cluster's barrier, under a mutex, and a block whose fibers all wait there sleeps until
 // another block moves the cluster on (a deadlock when none does for seconds).
+// Under ThreadSanitizer (race_check.h) the fibers are its threads, and the waits below tell it what
+// CUDA's synchronisation orders; this file itself is not instrumented.
 #include "cuda_emulation/emulated_threads.h"
 
 #include "cuda_emulation/emulated_device_profile.h"
@@ -236,10 +238,9 @@ BlockRun& run() {
     return *current_run;
 }
 
-// Hands the CPU to the scheduler: what the fiber did so far reaches the scheduler once the block has
-// ended (race_check.h), and nothing orders it with the fiber the scheduler resumes next.
+// Hands the CPU to the scheduler, with nothing that orders the fiber's work before the fiber the
+// scheduler resumes next (race_check.h).
 void switch_to_scheduler(BlockRun& r, Fiber& self) {
-    race_check::release(&r.end_sync);
     race_check::switching_to(r.scheduler_identity);
     switch_context(self.context, r.scheduler);
 }
@@ -258,6 +259,7 @@ void yield(const char* waiting_at) {
 [[noreturn]] void fail_in_fiber(const std::string& message) {
     BlockRun& r = run();
     if (r.failure.empty()) r.failure = message;
+    race_check::release(&r.end_sync);  // the message, which the scheduler reads
     for (;;) switch_to_scheduler(r, *r.current);
 }
 
@@ -285,6 +287,7 @@ void fiber_entry() {
     } catch (...) {  // (nothing may unwind past a fiber's entry)
         fail_in_fiber(describe_thread(r, self) + " threw");
     }
+    race_check::release(&r.end_sync);  // its work, which the scheduler acquires as the block ends
     self.finished = true;
     --r.live;
     r.warps[self.linear / kWarpSize].exited |= 1u << (self.linear % kWarpSize);

@@ -8,12 +8,13 @@
 // often get away with it: a collective whose mask leaves out the calling lane or a lane it reads, or
 // a barrier that some threads never reach, fails the launch with a message (a deadlock on a GPU).
 //
-// What it cannot check: races and memory ordering (one fiber runs at a time, so every access is
-// sequentially consistent), timing, and anything compiled for a specific architecture (inline PTX,
-// clusters, tensor cores, asynchronous copies: those paths are excluded by __CUDA_ARCH__, which the
-// host compiler leaves undefined, and launches in clusters are refused). Blocks run one at a time,
-// in an order shuffled by a seed: a result that depends on the blocks' order shows up as a
-// difference between seeds.
+// What it cannot check: races, unless built under ThreadSanitizer (race_check.h: then each fiber is
+// one of its threads, ordered only by CUDA's synchronisation); memory ordering (one fiber runs at a
+// time, so every access is sequentially consistent); timing; and code for a specific architecture
+// only (under __CUDA_ARCH__, which the host compiler leaves undefined: the instructions without a
+// C++ form, the mma, the cluster barrier and map and bulk copies, have emulated forms below). Blocks
+// run one at a time, a cluster's side by side, in an order shuffled by a seed: a result that depends
+// on the blocks' order shows up as a difference between seeds.
 #pragma once
 
 #include <cuda_runtime.h>
