@@ -238,9 +238,11 @@ BlockRun& run() {
     return *current_run;
 }
 
-// Hands the CPU to the scheduler, with nothing that orders the fiber's work before the fiber the
-// scheduler resumes next (race_check.h).
+// Hands the CPU to the scheduler: what the fiber did so far reaches the scheduler once the block has
+// ended (race_check.h; also a block that fails with fibers waiting, which end nowhere), and nothing
+// orders it with the fiber the scheduler resumes next.
 void switch_to_scheduler(BlockRun& r, Fiber& self) {
+    race_check::release(&r.end_sync);
     race_check::switching_to(r.scheduler_identity);
     switch_context(self.context, r.scheduler);
 }
@@ -259,7 +261,6 @@ void yield(const char* waiting_at) {
 [[noreturn]] void fail_in_fiber(const std::string& message) {
     BlockRun& r = run();
     if (r.failure.empty()) r.failure = message;
-    race_check::release(&r.end_sync);  // the message, which the scheduler reads
     for (;;) switch_to_scheduler(r, *r.current);
 }
 
@@ -287,7 +288,6 @@ void fiber_entry() {
     } catch (...) {  // (nothing may unwind past a fiber's entry)
         fail_in_fiber(describe_thread(r, self) + " threw");
     }
-    race_check::release(&r.end_sync);  // its work, which the scheduler acquires as the block ends
     self.finished = true;
     --r.live;
     r.warps[self.linear / kWarpSize].exited |= 1u << (self.linear % kWarpSize);
