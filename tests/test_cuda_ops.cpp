@@ -288,10 +288,11 @@ struct WorkspaceBuffer {
 // (One thread under ThreadSanitizer, the emulated kernels' race check: the CPU reference is not
 // instrumented there, and its threads hand work over in ways ThreadSanitizer would not see.)
 #if defined(__SANITIZE_THREAD__)
-std::unique_ptr<Backend> make_cpu() { return create_cpu_backend(1); }
+constexpr int kCpuReferenceThreads = 1;
 #else
-std::unique_ptr<Backend> make_cpu() { return create_cpu_backend(2); }
+constexpr int kCpuReferenceThreads = 2;
 #endif
+std::unique_ptr<Backend> make_cpu() { return create_cpu_backend(kCpuReferenceThreads); }
 
 void set_fused(Backend& backend, bool fused) {
 #if defined(MPTRAIN_WITH_CUDA)

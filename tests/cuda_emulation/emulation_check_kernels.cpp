@@ -110,6 +110,20 @@ void launch(unsigned blocks, unsigned threads, void (*kernel)(Parameters...), Ar
     cudaLaunchKernelEx(&config, kernel, arguments...);
 }
 
+// The same, the blocks in clusters of 2 along x.
+template <typename... Parameters, typename... Arguments>
+void launch_in_clusters_of_2(unsigned blocks, unsigned threads, void (*kernel)(Parameters...), Arguments... arguments) {
+    cudaLaunchConfig_t config = config_for(blocks, threads);
+    cudaLaunchAttribute attribute{};
+    attribute.id = cudaLaunchAttributeClusterDimension;
+    attribute.val.clusterDim.x = 2;
+    attribute.val.clusterDim.y = 1;
+    attribute.val.clusterDim.z = 1;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    cudaLaunchKernelEx(&config, kernel, arguments...);
+}
+
 }  // namespace
 
 namespace mpt_emulation_check {
@@ -123,31 +137,9 @@ void run_trap(int* out) { launch(2, 32, trap_kernel, out); }
 void run_block_neighbours(int* out, bool synchronised) { launch(1, 64, block_neighbours_kernel, out, synchronised); }
 void run_warp_halves(int* out, bool synchronised) { launch(1, 32, warp_halves_kernel, out, synchronised); }
 
-namespace {
-cudaLaunchAttribute clusters_of_2() {
-    cudaLaunchAttribute attribute{};
-    attribute.id = cudaLaunchAttributeClusterDimension;
-    attribute.val.clusterDim.x = 2;
-    attribute.val.clusterDim.y = 1;
-    attribute.val.clusterDim.z = 1;
-    return attribute;
-}
-}  // namespace
-
-void run_in_clusters(int* out) {
-    cudaLaunchConfig_t config = config_for(2, 32);
-    cudaLaunchAttribute attribute = clusters_of_2();
-    config.attrs = &attribute;
-    config.numAttrs = 1;
-    cudaLaunchKernelEx(&config, cluster_kernel, out);
-}
-
+void run_in_clusters(int* out) { launch_in_clusters_of_2(2, 32, cluster_kernel, out); }
 void run_cluster_neighbours(int* out, bool synchronised) {
-    cudaLaunchConfig_t config = config_for(2, 32);
-    cudaLaunchAttribute attribute = clusters_of_2();
-    config.attrs = &attribute;
-    config.numAttrs = 1;
-    cudaLaunchKernelEx(&config, cluster_neighbours_kernel, out, synchronised);
+    launch_in_clusters_of_2(2, 32, cluster_neighbours_kernel, out, synchronised);
 }
 
 }  // namespace mpt_emulation_check
