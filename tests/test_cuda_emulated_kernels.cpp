@@ -173,7 +173,7 @@ TEST_CASE("the emulation's warp collectives and barriers are CUDA's") {
 }
 
 TEST_CASE("the emulation fails a launch that misuses a collective, deadlocks, traps or needs clusters") {
-    DeviceBuffer out(sizeof(int) * 32);
+    DeviceBuffer out(sizeof(int) * 64);
     CHECK_THROWS_WITH_AS(mpt_emulation_check::run_mask_leaves_out_caller(out.as<int>()),
                          doctest::Contains("mask leaves it out"), mpt_emulation::EmulationError);
     CHECK_THROWS_WITH_AS(mpt_emulation_check::run_reads_outside_mask(out.as<int>()),
@@ -209,6 +209,18 @@ TEST_CASE("threads that share values through shared memory after their barrier s
     CHECK(out.as<int>()[1] == 1);
 }
 
+TEST_CASE("blocks that hand their values to the grid's last block by tickets give it every value") {
+    for (const unsigned blocks : {2u, 5u, 16u}) {
+        CAPTURE(blocks);
+        DeviceBuffer slots(sizeof(int) * blocks), tickets(sizeof(unsigned)), sum(sizeof(int));
+        tickets.as<unsigned>()[0] = 0;
+        sum.as<int>()[0] = -1;
+        mpt_emulation_check::run_last_block(slots.as<int>(), tickets.as<unsigned>(), sum.as<int>(), blocks, true);
+        CHECK(sum.as<int>()[0] == static_cast<int>(blocks * (blocks + 1) / 2));
+        CHECK(tickets.as<unsigned>()[0] == blocks);
+    }
+}
+
 TEST_CASE("race in a block: a neighbour's shared value read with no barrier after its write" * doctest::skip()) {
     DeviceBuffer out(sizeof(int) * 64);
     mpt_emulation_check::run_block_neighbours(out.as<int>(), false);
@@ -223,6 +235,12 @@ TEST_CASE("race in a cluster: the other block's shared value read with no cluste
     DeviceBuffer out(sizeof(int) * 2);
     const ComputeCapability hopper(90);
     mpt_emulation_check::run_cluster_neighbours(out.as<int>(), false);
+}
+
+TEST_CASE("race in a grid: the last block reads the other blocks' values with no tickets" * doctest::skip()) {
+    DeviceBuffer slots(sizeof(int) * 4), tickets(sizeof(unsigned)), sum(sizeof(int));
+    tickets.as<unsigned>()[0] = 0;
+    mpt_emulation_check::run_last_block(slots.as<int>(), tickets.as<unsigned>(), sum.as<int>(), 4, false);
 }
 
 // The backend's captures run in the thread-local mode; the emulation keeps the runtime's rules for

@@ -8,7 +8,8 @@
 // at the cluster's barrier, under a mutex, and a block whose fibers all wait there sleeps until
 // another block moves the cluster on (a deadlock when none does for seconds).
 // Under ThreadSanitizer (race_check.h) the fibers are its threads, and the waits below tell it what
-// CUDA's synchronisation orders; this file itself is not instrumented.
+// CUDA's synchronisation orders; a grid's blocks then run in two lanes, OS threads that nothing
+// orders with each other (Lane, below); this file itself is not instrumented.
 #include "cuda_emulation/emulated_threads.h"
 
 #include "cuda_emulation/emulated_device_profile.h"
@@ -469,30 +470,10 @@ void run_cluster_block(ClusterRun& cluster, unsigned rank, dim3 grid, dim3 block
     cluster.moved.wait(lock, [&] { return cluster.live == 0 || cluster.failed.load(); });
 }
 
-}  // namespace
-
-void run_grid(dim3 grid, dim3 block, size_t dynamic_shared_bytes, unsigned cluster_blocks,
-              const std::function<void()>& thread_body) {
-    if (current_run) throw EmulationError("a kernel launched another (dynamic parallelism is not emulated)");
-    const uint64_t blocks = static_cast<uint64_t>(grid.x) * grid.y * grid.z;
+// The clusters (blocks, where there are none) of `order` one after another on the calling OS thread.
+void run_groups(const std::vector<uint64_t>& order, dim3 grid, dim3 block, size_t dynamic_shared_bytes,
+                unsigned cluster_blocks, const std::function<void()>& thread_body) {
     const unsigned threads = block.x * block.y * block.z;
-    if (blocks == 0 || threads == 0 || threads > 1024)
-        throw EmulationError("invalid launch: " + std::to_string(blocks) + " blocks of " + std::to_string(threads) +
-                             " threads");
-    if (cluster_blocks == 0 || grid.x % cluster_blocks != 0)
-        throw EmulationError("invalid launch: clusters of " + std::to_string(cluster_blocks) +
-                             " blocks along a grid of " + std::to_string(grid.x));
-    if (cluster_blocks > 1 && emulated_capability < 90)
-        throw EmulationError("a launch in clusters on an emulated device below compute capability 9.0");
-    ++launch_count;
-    // Clusters (blocks, where there are none) in a shuffled order.
-    const uint64_t groups = blocks / cluster_blocks;
-    std::vector<uint64_t> order(groups);
-    for (uint64_t g = 0; g < groups; ++g) order[g] = g;
-    if (block_order_seed != 0) {
-        uint64_t state = block_order_seed;
-        for (uint64_t g = groups; g > 1; --g) std::swap(order[g - 1], order[splitmix(state) % g]);
-    }
     if (cluster_blocks > 1) {
         for (const uint64_t g : order) {
             ClusterRun cluster(cluster_blocks, threads);
@@ -530,6 +511,136 @@ void run_grid(dim3 grid, dim3 block, size_t dynamic_shared_bytes, unsigned clust
         throw;
     }
     current_run = nullptr;
+}
+
+// Under the race check, a grid's blocks (its clusters, where it has them) are dealt in their shuffled
+// order to two lanes in turn, each lane an OS thread of its own that runs its share one after another
+// as the host does without the check. Within a lane, a block's end orders it before the lane's next
+// block (through the lane's scheduler, as on the host); between the lanes nothing does but the kernel's
+// own synchronisation (its atomics), as between the blocks of a grid on a GPU. So a race between two
+// blocks is seen where they fall into different lanes, as any two blocks next to each other in the
+// order do (blocks 0 and 1 in index order). Each lane has its own shared variables (thread-local
+// statics), fiber stacks and ThreadSanitizer threads: nothing a GPU gives each block alone is shared
+// between lanes. The host hands a lane its work and takes back what it did by release and acquire;
+// the hand-over's own mutex orders nothing (race_check::OwnSynchronisation).
+class Lane {
+public:
+    Lane() {
+        std::thread([this] { serve(); }).detach();
+    }  // (never ends: the lanes live as long as the process)
+    void start(std::function<void()> work) {
+        race_check::release(&handed_);
+        const race_check::OwnSynchronisation own;
+        std::lock_guard<std::mutex> lock(mutex_);
+        work_ = std::move(work);
+        error_ = nullptr;
+        done_ = false;
+        changed_.notify_all();
+    }
+    // Waits for the work started last; rethrows what it threw.
+    void finish() {
+        {
+            const race_check::OwnSynchronisation own;
+            std::unique_lock<std::mutex> lock(mutex_);
+            changed_.wait(lock, [&] { return done_; });
+        }
+        race_check::acquire(&returned_);
+        if (error_) std::rethrow_exception(error_);
+    }
+
+private:
+    void serve() {
+        for (;;) {
+            std::function<void()> work;
+            {
+                const race_check::OwnSynchronisation own;
+                std::unique_lock<std::mutex> lock(mutex_);
+                changed_.wait(lock, [&] { return static_cast<bool>(work_); });
+                work = std::move(work_);
+                work_ = nullptr;
+            }
+            race_check::acquire(&handed_);
+            std::exception_ptr error;
+            try {
+                work();
+            } catch (...) {
+                error = std::current_exception();
+            }
+            race_check::release(&returned_);
+            const race_check::OwnSynchronisation own;
+            std::lock_guard<std::mutex> lock(mutex_);
+            error_ = error;
+            done_ = true;
+            changed_.notify_all();
+        }
+    }
+
+    std::mutex mutex_;
+    std::condition_variable changed_;
+    std::function<void()> work_;
+    std::exception_ptr error_;
+    bool done_ = true;
+    char handed_ = 0, returned_ = 0;  // what the host's hand-over and the lane's return go through
+};
+
+void run_in_lanes(const std::vector<uint64_t>& order, const std::function<void(const std::vector<uint64_t>&)>& run) {
+    static Lane* lanes = new Lane[2];  // (never destroyed: their threads never end)
+    static std::mutex lanes_in_use;    // (host threads that launch at once take turns)
+    std::vector<uint64_t> shares[2];
+    for (size_t i = 0; i < order.size(); ++i) shares[i % 2].push_back(order[i]);
+    struct Turn {
+        Turn() {
+            const race_check::OwnSynchronisation own;
+            lanes_in_use.lock();
+        }
+        ~Turn() {
+            const race_check::OwnSynchronisation own;
+            lanes_in_use.unlock();
+        }
+    } turn;
+    for (int l = 0; l < 2; ++l) lanes[l].start([&run, &shares, l] { run(shares[l]); });
+    std::exception_ptr first;
+    for (int l = 0; l < 2; ++l) {
+        try {
+            lanes[l].finish();
+        } catch (...) {
+            if (!first) first = std::current_exception();
+        }
+    }
+    if (first) std::rethrow_exception(first);
+}
+
+}  // namespace
+
+void run_grid(dim3 grid, dim3 block, size_t dynamic_shared_bytes, unsigned cluster_blocks,
+              const std::function<void()>& thread_body) {
+    if (current_run) throw EmulationError("a kernel launched another (dynamic parallelism is not emulated)");
+    const uint64_t blocks = static_cast<uint64_t>(grid.x) * grid.y * grid.z;
+    const unsigned threads = block.x * block.y * block.z;
+    if (blocks == 0 || threads == 0 || threads > 1024)
+        throw EmulationError("invalid launch: " + std::to_string(blocks) + " blocks of " + std::to_string(threads) +
+                             " threads");
+    if (cluster_blocks == 0 || grid.x % cluster_blocks != 0)
+        throw EmulationError("invalid launch: clusters of " + std::to_string(cluster_blocks) +
+                             " blocks along a grid of " + std::to_string(grid.x));
+    if (cluster_blocks > 1 && emulated_capability < 90)
+        throw EmulationError("a launch in clusters on an emulated device below compute capability 9.0");
+    ++launch_count;
+    // Clusters (blocks, where there are none) in a shuffled order.
+    const uint64_t groups = blocks / cluster_blocks;
+    std::vector<uint64_t> order(groups);
+    for (uint64_t g = 0; g < groups; ++g) order[g] = g;
+    if (block_order_seed != 0) {
+        uint64_t state = block_order_seed;
+        for (uint64_t g = groups; g > 1; --g) std::swap(order[g - 1], order[splitmix(state) % g]);
+    }
+    if (race_check::kEnabled && groups > 1) {
+        run_in_lanes(order, [&](const std::vector<uint64_t>& lane_order) {
+            run_groups(lane_order, grid, block, dynamic_shared_bytes, cluster_blocks, thread_body);
+        });
+        return;
+    }
+    run_groups(order, grid, block, dynamic_shared_bytes, cluster_blocks, thread_body);
 }
 
 int set_compute_capability(int capability) { return std::exchange(emulated_capability, capability); }

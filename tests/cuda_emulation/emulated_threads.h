@@ -14,7 +14,8 @@
 // only (under __CUDA_ARCH__, which the host compiler leaves undefined: the instructions without a
 // C++ form, the mma, the cluster barrier and map and bulk copies, have emulated forms below). Blocks
 // run one at a time, a cluster's side by side, in an order shuffled by a seed: a result that depends
-// on the blocks' order shows up as a difference between seeds.
+// on the blocks' order shows up as a difference between seeds. (Under the race check, two at a time:
+// race_check.h.)
 #pragma once
 
 #include <cuda_runtime.h>
@@ -33,7 +34,8 @@ struct EmulationError : std::runtime_error {
 };
 
 // Runs `thread_body` as every thread of a grid: blocks one at a time in the order `block_order_seed`
-// shuffles them into (0: in index order), each block's threads as fibers. With clusters of
+// shuffles them into (0: in index order), each block's threads as fibers (under the race check, that
+// order dealt to two lanes that run side by side: race_check.h). With clusters of
 // `cluster_blocks` > 1 blocks along x (gridDim.x a multiple of it), a cluster at a time instead, its
 // blocks side by side, each on an OS thread of its own (each has its own shared memory, and sees
 // the others' through map_shared_rank). Throws EmulationError.

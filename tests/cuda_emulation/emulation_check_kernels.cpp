@@ -64,12 +64,13 @@ __global__ void exited_lane_kernel(int* out) {
     out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, static_cast<int>(threadIdx.x), 2);
 }
 
+// (Each thread writes its own element: under the race check the blocks of a grid are unordered.)
 __global__ void trap_kernel(int* out) {
     if (blockIdx.x == 1 && threadIdx.x == 3) __trap();
-    out[threadIdx.x] = 1;
+    out[blockIdx.x * blockDim.x + threadIdx.x] = 1;
 }
 
-__global__ void cluster_kernel(int* out) { out[0] = 1; }
+__global__ void cluster_kernel(int* out) { out[blockIdx.x * blockDim.x + threadIdx.x] = 1; }
 
 // Kernels whose threads share values through shared memory, each with its synchronisation or
 // without: unsynchronised they still give the values in the plain emulation (a fiber runs whole
@@ -104,6 +105,29 @@ __global__ void cluster_neighbours_kernel(int* out, bool synchronised) {
     ::mpt_emulation::sync_cluster();
 }
 
+// The blocks of a grid hand their values to its last block (the "last block" of a reduction): each
+// block's thread 0 writes its slot, and the block that takes the last ticket (an atomic each, after
+// a fence) sums the slots; or, unsynchronised, block gridDim.x - 1 sums them with no ticket, which the
+// plain emulation runs last (blocks in index order) and a GPU may run first.
+__global__ void last_block_kernel(int* slots, unsigned* tickets, int* sum, bool synchronised) {
+    __shared__ bool last;
+    if (threadIdx.x == 0) {
+        slots[blockIdx.x] = static_cast<int>(blockIdx.x) + 1;
+        if (synchronised) {
+            __threadfence();
+            last = atomicAdd(tickets, 1u) == gridDim.x - 1;
+        } else {
+            last = blockIdx.x == gridDim.x - 1;
+        }
+    }
+    __syncthreads();
+    if (last && threadIdx.x == 0) {
+        int total = 0;
+        for (unsigned b = 0; b < gridDim.x; ++b) total += slots[b];
+        *sum = total;
+    }
+}
+
 template <typename... Parameters, typename... Arguments>
 void launch(unsigned blocks, unsigned threads, void (*kernel)(Parameters...), Arguments... arguments) {
     const cudaLaunchConfig_t config = config_for(blocks, threads);
@@ -136,6 +160,10 @@ void run_exited_lane(int* out) { launch(1, 32, exited_lane_kernel, out); }
 void run_trap(int* out) { launch(2, 32, trap_kernel, out); }
 void run_block_neighbours(int* out, bool synchronised) { launch(1, 64, block_neighbours_kernel, out, synchronised); }
 void run_warp_halves(int* out, bool synchronised) { launch(1, 32, warp_halves_kernel, out, synchronised); }
+
+void run_last_block(int* slots, unsigned* tickets, int* sum, unsigned blocks, bool synchronised) {
+    launch(blocks, 32, last_block_kernel, slots, tickets, sum, synchronised);
+}
 
 void run_in_clusters(int* out) { launch_in_clusters_of_2(2, 32, cluster_kernel, out); }
 void run_cluster_neighbours(int* out, bool synchronised) {

@@ -9,12 +9,15 @@ void run_mask_leaves_out_caller(int* out);        // out: [32]
 void run_reads_outside_mask(int* out);            // out: [32]
 void run_deadlock(int* out);                      // out: [2]
 void run_exited_lane(int* out);                   // out: [32]
-void run_trap(int* out);                          // out: [32]
-void run_in_clusters(int* out);                   // out: [1]
+void run_trap(int* out);                          // out: [2 blocks * 32 threads]
+void run_in_clusters(int* out);                   // out: [2 blocks * 32 threads]
 // Threads that share values through shared memory, after the synchronisation they need or without it
 // (a race that only the race check sees: race_check.h). The cluster's needs compute capability 9.0.
 void run_block_neighbours(int* out, bool synchronised);    // out: [64], thread t's neighbour's t + 1
 void run_warp_halves(int* out, bool synchronised);         // out: [32], lane l's l ^ 16
 void run_cluster_neighbours(int* out, bool synchronised);  // out: [2], block b's 2 - b
+// The grid's last block sums every block's b + 1 into *sum, after the blocks' tickets (*tickets 0
+// before) or without them (a race between blocks: the race check runs a grid's blocks unordered).
+void run_last_block(int* slots, unsigned* tickets, int* sum, unsigned blocks, bool synchronised);  // slots: [blocks]
 
 }  // namespace mpt_emulation_check
