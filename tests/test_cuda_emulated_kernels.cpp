@@ -215,7 +215,8 @@ TEST_CASE("blocks that hand their values to the grid's last block by tickets giv
         DeviceBuffer slots(sizeof(int) * blocks), tickets(sizeof(unsigned)), sum(sizeof(int));
         tickets.as<unsigned>()[0] = 0;
         sum.as<int>()[0] = -1;
-        mpt_emulation_check::run_last_block(slots.as<int>(), tickets.as<unsigned>(), sum.as<int>(), blocks, true);
+        mpt_emulation_check::run_last_block(slots.as<int>(), tickets.as<unsigned>(), sum.as<int>(), blocks,
+                                            mpt_emulation_check::Handoff::fenced_ticket);
         CHECK(sum.as<int>()[0] == static_cast<int>(blocks * (blocks + 1) / 2));
         CHECK(tickets.as<unsigned>()[0] == blocks);
     }
@@ -240,7 +241,15 @@ TEST_CASE("race in a cluster: the other block's shared value read with no cluste
 TEST_CASE("race in a grid: the last block reads the other blocks' values with no tickets" * doctest::skip()) {
     DeviceBuffer slots(sizeof(int) * 4), tickets(sizeof(unsigned)), sum(sizeof(int));
     tickets.as<unsigned>()[0] = 0;
-    mpt_emulation_check::run_last_block(slots.as<int>(), tickets.as<unsigned>(), sum.as<int>(), 4, false);
+    mpt_emulation_check::run_last_block(slots.as<int>(), tickets.as<unsigned>(), sum.as<int>(), 4,
+                                        mpt_emulation_check::Handoff::none);
+}
+
+TEST_CASE("race in a fence: the blocks take their tickets with no fence after their values" * doctest::skip()) {
+    DeviceBuffer slots(sizeof(int) * 4), tickets(sizeof(unsigned)), sum(sizeof(int));
+    tickets.as<unsigned>()[0] = 0;
+    mpt_emulation_check::run_last_block(slots.as<int>(), tickets.as<unsigned>(), sum.as<int>(), 4,
+                                        mpt_emulation_check::Handoff::ticket_without_fence);
 }
 
 // The backend's captures run in the thread-local mode; the emulation keeps the runtime's rules for

@@ -145,28 +145,48 @@ T __shfl_up_sync(unsigned mask, T value, unsigned delta, int width = 32) {
 }
 
 // ---- memory ordering and atomics ----------------------------------------------------------------
-// Real atomics: a cluster's blocks run on OS threads side by side (emulated_threads.h).
-// Under ThreadSanitizer (race_check.h), which does not model a fence on its own, none: every atomic
-// here is sequentially consistent, which orders what a fence before or after it would.
+// Real atomics: a cluster's blocks run on OS threads side by side (emulated_threads.h), and under the
+// race check a grid's blocks run in two lanes.
+// Under ThreadSanitizer (race_check.h), which does not model a fence on its own, CUDA's rule is made
+// by hand: an atomic (relaxed in PTX) releases nothing by itself; a thread's writes before its
+// __threadfence are released by its atomic writes after it (release_fenced_writes), and every atomic
+// acquires (the reading side is taken as the usual fence after the ticket gives it). So a block that
+// hands its writes to another through an atomic without a fence before it is reported. The fences'
+// scopes are not told apart.
 #if defined(__SANITIZE_THREAD__)
-inline void __threadfence() {}
-inline void __threadfence_block() {}
-inline void __threadfence_system() {}
+inline void __threadfence() { ::mpt_emulation::fence_for_race_check(); }
+inline void __threadfence_block() { ::mpt_emulation::fence_for_race_check(); }
+inline void __threadfence_system() { ::mpt_emulation::fence_for_race_check(); }
+#define MPT_EMULATED_ATOMIC_ORDER __ATOMIC_ACQUIRE
 #else
 inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 inline void __threadfence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+#define MPT_EMULATED_ATOMIC_ORDER __ATOMIC_SEQ_CST
 #endif
 
 namespace mpt_emulation {
+// Before an atomic write at `address`: under the race check, what the calling thread wrote before
+// its last fence is released there (above); otherwise nothing.
+inline void atomic_write_ordering(const void* address) {
+#if defined(__SANITIZE_THREAD__)
+    release_fenced_writes(address);
+#else
+    (void)address;
+#endif
+}
+
 // *address = update(old) atomically; returns old.
 template <typename T, typename Update>
 T atomic_update(T* address, const Update& update) {
+    atomic_write_ordering(address);
     T old;
-    __atomic_load(address, &old, __ATOMIC_SEQ_CST);
+    __atomic_load(address, &old, MPT_EMULATED_ATOMIC_ORDER);
     for (;;) {
         T desired = update(old);
-        if (__atomic_compare_exchange(address, &old, &desired, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) return old;
+        if (__atomic_compare_exchange(address, &old, &desired, false, MPT_EMULATED_ATOMIC_ORDER,
+                                      MPT_EMULATED_ATOMIC_ORDER))
+            return old;
     }
 }
 }  // namespace mpt_emulation
@@ -174,7 +194,8 @@ T atomic_update(T* address, const Update& update) {
 template <typename T>
 T atomicAdd(T* address, T value) {
     if constexpr (std::is_integral_v<T>) {
-        return __atomic_fetch_add(address, value, __ATOMIC_SEQ_CST);
+        ::mpt_emulation::atomic_write_ordering(address);
+        return __atomic_fetch_add(address, value, MPT_EMULATED_ATOMIC_ORDER);
     } else {
         return ::mpt_emulation::atomic_update(address, [value](T old) { return old + value; });
     }
@@ -189,22 +210,26 @@ T atomicMin(T* address, T value) {
 }
 template <typename T>
 T atomicExch(T* address, T value) {
+    ::mpt_emulation::atomic_write_ordering(address);
     T old;
-    __atomic_exchange(address, &value, &old, __ATOMIC_SEQ_CST);
+    __atomic_exchange(address, &value, &old, MPT_EMULATED_ATOMIC_ORDER);
     return old;
 }
 template <typename T>
 T atomicCAS(T* address, T compare, T value) {
-    __atomic_compare_exchange(address, &compare, &value, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    ::mpt_emulation::atomic_write_ordering(address);
+    __atomic_compare_exchange(address, &compare, &value, false, MPT_EMULATED_ATOMIC_ORDER, MPT_EMULATED_ATOMIC_ORDER);
     return compare;  // the old value either way
 }
 template <typename T>
 T atomicOr(T* address, T value) {
-    return __atomic_fetch_or(address, value, __ATOMIC_SEQ_CST);
+    ::mpt_emulation::atomic_write_ordering(address);
+    return __atomic_fetch_or(address, value, MPT_EMULATED_ATOMIC_ORDER);
 }
 template <typename T>
 T atomicAnd(T* address, T value) {
-    return __atomic_fetch_and(address, value, __ATOMIC_SEQ_CST);
+    ::mpt_emulation::atomic_write_ordering(address);
+    return __atomic_fetch_and(address, value, MPT_EMULATED_ATOMIC_ORDER);
 }
 inline unsigned atomicInc(unsigned* address, unsigned limit) {
     return ::mpt_emulation::atomic_update(address, [limit](unsigned old) { return old >= limit ? 0u : old + 1u; });

@@ -43,32 +43,41 @@ constexpr size_t kStackBytes = 256 * 1024;  // the kernels' locals are registers
 
 size_t page_bytes() { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
 
-// ThreadSanitizer's threads for the fibers (race_check.h), shared by every OS thread: a cluster's
-// blocks run on new OS threads each launch, and every thread of ThreadSanitizer's that ever existed
-// makes each release and acquire slower, so an identity goes back here when its stack goes.
+// The pool of ThreadSanitizer threads the calling OS thread takes from (RaceIdentities): 0 on the
+// host's threads, 1 + l on lane l's (Lane) and on the OS threads of the clusters it runs.
+thread_local unsigned identity_pool = 0;
+constexpr unsigned kIdentityPools = 3;
+
+// ThreadSanitizer's threads for the fibers (race_check.h), shared by OS threads: a cluster's blocks
+// run on new OS threads each launch, and every thread of ThreadSanitizer's that ever existed makes
+// each release and acquire slower, so an identity goes back here when its stack goes. A thread keeps
+// what it came to know, so one that served a lane's blocks serves that lane again (or the host,
+// which knows everything a launch did once it has ended), never the other lane, whose blocks would
+// then be ordered after this lane's.
 class RaceIdentities {
 public:
-    void* take() {
+    void* take(unsigned pool) {
         if (!race_check::kEnabled) return nullptr;
         const race_check::OwnSynchronisation own;
         const race_check::OwnMemory own_memory;
         std::lock_guard<std::mutex> lock(mutex_);
-        if (free_.empty()) return race_check::new_identity();
-        void* identity = free_.back();
-        free_.pop_back();
+        std::vector<void*>& free = free_[pool];
+        if (free.empty()) return race_check::new_identity();
+        void* identity = free.back();
+        free.pop_back();
         return identity;
     }
-    void give_back(void* identity) {
+    void give_back(unsigned pool, void* identity) {
         if (!identity) return;
         const race_check::OwnSynchronisation own;
         const race_check::OwnMemory own_memory;
         std::lock_guard<std::mutex> lock(mutex_);
-        free_.push_back(identity);
+        free_[pool].push_back(identity);
     }
 
 private:
     std::mutex mutex_;
-    std::vector<void*> free_;
+    std::vector<void*> free_[kIdentityPools];
 };
 // (Never destroyed: the OS threads' stacks give theirs back as the threads end, the main thread's
 // after static objects may be gone.)
@@ -83,7 +92,8 @@ RaceIdentities& race_identities() {
 struct Stack {
     void* mapping = nullptr;
     char* base = nullptr;
-    void* race_identity = race_identities().take();
+    const unsigned pool = identity_pool;
+    void* race_identity = race_identities().take(pool);
     Stack() {
         const size_t page = page_bytes();
         mapping = mmap(nullptr, kStackBytes + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -93,7 +103,7 @@ struct Stack {
     }
     ~Stack() {
         munmap(mapping, kStackBytes + page_bytes());
-        race_identities().give_back(race_identity);
+        race_identities().give_back(pool, race_identity);
     }
     // After a launch that failed inside a fiber, which may have left its identity inside a scope in
     // which ThreadSanitizer ignores its accesses (race_check::OwnMemory): a fresh one.
@@ -113,6 +123,10 @@ struct Fiber {
     unsigned linear = 0;
     bool finished = false;
     const char* waiting_at = "";  // what it waits in, for a deadlock's message
+    // The race check's fences (release_fenced_writes): whether it has fenced in this block, and what
+    // its fences release, its writes before each.
+    bool fenced = false;
+    char fence_sync = 0;
 };
 
 // The lanes of one mask that are inside a collective, and how many times it has released them.
@@ -431,7 +445,8 @@ uint3 block_at(const dim3& grid, uint64_t b) {
 
 // One block of a cluster, on the calling OS thread; every failure is the cluster's.
 void run_cluster_block(ClusterRun& cluster, unsigned rank, dim3 grid, dim3 block, size_t dynamic_bytes, uint3 index,
-                       const std::function<void()>& thread_body, std::exception_ptr& error) {
+                       const std::function<void()>& thread_body, unsigned pool, std::exception_ptr& error) {
+    identity_pool = pool;
     try {
         gridDim = grid;
         blockDim = block;
@@ -481,7 +496,7 @@ void run_groups(const std::vector<uint64_t>& order, dim3 grid, dim3 block, size_
             std::vector<std::thread> workers;
             for (unsigned rank = 0; rank < cluster_blocks; ++rank)
                 workers.emplace_back(run_cluster_block, std::ref(cluster), rank, grid, block, dynamic_shared_bytes,
-                                     block_at(grid, g * cluster_blocks + rank), std::cref(thread_body),
+                                     block_at(grid, g * cluster_blocks + rank), std::cref(thread_body), identity_pool,
                                      std::ref(errors[rank]));
             for (std::thread& worker : workers) worker.join();
             for (const std::exception_ptr& error : errors)
@@ -525,9 +540,12 @@ void run_groups(const std::vector<uint64_t>& order, dim3 grid, dim3 block, size_
 // the hand-over's own mutex orders nothing (race_check::OwnSynchronisation).
 class Lane {
 public:
-    Lane() {
-        std::thread([this] { serve(); }).detach();
-    }  // (never ends: the lanes live as long as the process)
+    explicit Lane(unsigned number) {
+        std::thread([this, number] {
+            identity_pool = 1 + number;
+            serve();
+        }).detach();  // (never ends: the lanes live as long as the process)
+    }
     void start(std::function<void()> work) {
         race_check::release(&handed_);
         const race_check::OwnSynchronisation own;
@@ -584,7 +602,7 @@ private:
 };
 
 void run_in_lanes(const std::vector<uint64_t>& order, const std::function<void(const std::vector<uint64_t>&)>& run) {
-    static Lane* lanes = new Lane[2];  // (never destroyed: their threads never end)
+    static Lane* lanes[2] = {new Lane(0), new Lane(1)};  // (never destroyed: their threads never end)
     static std::mutex lanes_in_use;    // (host threads that launch at once take turns)
     std::vector<uint64_t> shares[2];
     for (size_t i = 0; i < order.size(); ++i) shares[i % 2].push_back(order[i]);
@@ -598,11 +616,11 @@ void run_in_lanes(const std::vector<uint64_t>& order, const std::function<void(c
             lanes_in_use.unlock();
         }
     } turn;
-    for (int l = 0; l < 2; ++l) lanes[l].start([&run, &shares, l] { run(shares[l]); });
+    for (int l = 0; l < 2; ++l) lanes[l]->start([&run, &shares, l] { run(shares[l]); });
     std::exception_ptr first;
     for (int l = 0; l < 2; ++l) {
         try {
-            lanes[l].finish();
+            lanes[l]->finish();
         } catch (...) {
             if (!first) first = std::current_exception();
         }
@@ -654,6 +672,37 @@ uint64_t set_block_order_seed(uint64_t seed) { return std::exchange(block_order_
 uint64_t launches() { return launch_count; }
 
 unsigned lane_index() { return run().current->linear % kWarpSize; }
+
+void fence_for_race_check() {
+    if (!race_check::kEnabled) return;
+    Fiber& self = *run().current;
+    race_check::release(&self.fence_sync);
+    self.fenced = true;
+}
+
+// A fence orders the thread's writes before it ahead of its atomic writes after it, but not the
+// writes between the two: so what an atomic write releases is what the thread had written at its
+// last fence, not at the atomic. ThreadSanitizer cannot release a past moment of a thread's, so a
+// thread of its own on each OS thread, which runs no code, takes the fence's release and releases it
+// at the atomic's address. (That thread's knowledge only grows: an atomic also releases the fenced
+// writes of the OS thread's earlier fibers that fenced, which are ordered before the atomic's in the
+// same block or lane anyway, but for another thread of its block that fenced and whose fenced writes
+// no barrier has yet ordered: rare, and a race missed, never one made up.)
+void release_fenced_writes(const void* address) {
+    if (!race_check::kEnabled) return;
+    Fiber& self = *run().current;
+    if (!self.fenced) return;
+    struct FenceCarrier {
+        const unsigned pool = identity_pool;
+        void* identity = race_identities().take(pool);
+        ~FenceCarrier() { race_identities().give_back(pool, identity); }
+    };
+    thread_local FenceCarrier carrier;
+    race_check::switching_to(carrier.identity);
+    race_check::acquire(&self.fence_sync);
+    race_check::release(address);
+    race_check::switching_to(self.race_identity);
+}
 
 int sync_block(int predicate) {
     BlockRun& r = run();

@@ -106,21 +106,24 @@ __global__ void cluster_neighbours_kernel(int* out, bool synchronised) {
 }
 
 // The blocks of a grid hand their values to its last block (the "last block" of a reduction): each
-// block's thread 0 writes its slot, and the block that takes the last ticket (an atomic each, after
-// a fence) sums the slots; or, unsynchronised, block gridDim.x - 1 sums them with no ticket, which the
+// block's thread 0 writes its slot, and the block that takes the last ticket (an atomic each, after a
+// fence) sums the slots, after a fence of its own. Without the fence before the ticket, a GPU may make
+// the ticket visible before the slot; with no ticket at all, block gridDim.x - 1 sums them, which the
 // plain emulation runs last (blocks in index order) and a GPU may run first.
-__global__ void last_block_kernel(int* slots, unsigned* tickets, int* sum, bool synchronised) {
+__global__ void last_block_kernel(int* slots, unsigned* tickets, int* sum, mpt_emulation_check::Handoff handoff) {
+    using mpt_emulation_check::Handoff;
     __shared__ bool last;
     if (threadIdx.x == 0) {
         slots[blockIdx.x] = static_cast<int>(blockIdx.x) + 1;
-        if (synchronised) {
-            __threadfence();
-            last = atomicAdd(tickets, 1u) == gridDim.x - 1;
-        } else {
+        if (handoff == Handoff::none) {
             last = blockIdx.x == gridDim.x - 1;
+        } else {
+            if (handoff == Handoff::fenced_ticket) __threadfence();
+            last = atomicAdd(tickets, 1u) == gridDim.x - 1;
         }
     }
     __syncthreads();
+    if (last) __threadfence();
     if (last && threadIdx.x == 0) {
         int total = 0;
         for (unsigned b = 0; b < gridDim.x; ++b) total += slots[b];
@@ -161,8 +164,8 @@ void run_trap(int* out) { launch(2, 32, trap_kernel, out); }
 void run_block_neighbours(int* out, bool synchronised) { launch(1, 64, block_neighbours_kernel, out, synchronised); }
 void run_warp_halves(int* out, bool synchronised) { launch(1, 32, warp_halves_kernel, out, synchronised); }
 
-void run_last_block(int* slots, unsigned* tickets, int* sum, unsigned blocks, bool synchronised) {
-    launch(blocks, 32, last_block_kernel, slots, tickets, sum, synchronised);
+void run_last_block(int* slots, unsigned* tickets, int* sum, unsigned blocks, Handoff handoff) {
+    launch(blocks, 32, last_block_kernel, slots, tickets, sum, handoff);
 }
 
 void run_in_clusters(int* out) { launch_in_clusters_of_2(2, 32, cluster_kernel, out); }

@@ -11,16 +11,18 @@
 // - a block's barrier, a warp collective's lanes, a cluster's barrier: each arrival releases, each
 //   thread acquires once the barrier lets it go;
 // - an mbarrier: arrivals and bulk copies release, a completed wait acquires;
-// - atomics: the kernels' own (real atomics, emulated_device.h), which ThreadSanitizer sees itself;
+// - fences and atomics, as PTX orders them (relaxed atomics; emulated_device.h): a thread's writes
+//   before its __threadfence are released by its atomic writes after it, and every atomic acquires;
 // - a block's start and end: the scheduler's setup reaches its threads, and their work reaches the
 //   scheduler, and from it the next block of the same lane (below) and the host.
 // A grid's blocks (its clusters, where it has them) are dealt to two lanes in turn, each an OS thread
 // that runs its share one after another (emulated_threads.cpp, Lane), and nothing but the kernel's
-// atomics orders one lane's blocks with the other's. So what it checks is the races inside a block
-// (shared memory, and global memory between its threads), between a cluster's blocks, which run side
-// by side, and between two blocks of a grid that fall into different lanes, as any two next to each
-// other in the blocks' order do (not blocks 0 and 2, say). Fences are taken as the atomics'
-// sequential consistency gives them: a missing __threadfence is not seen.
+// atomics and fences orders one lane's blocks with the other's. So what it checks is the races inside
+// a block (shared memory, and global memory between its threads), between a cluster's blocks, which
+// run side by side, and between two blocks of a grid that fall into different lanes, as any two next
+// to each other in the blocks' order do (not blocks 0 and 2, say). A missing __threadfence before an
+// atomic that hands writes over is seen; one after it, on the reading side, is not (the atomic
+// acquires), nor a fence of too narrow a scope.
 //
 // emulated_threads.cpp, the emulation's own bookkeeping, is compiled without instrumentation (what
 // the scheduler and the fibers share is ordered by the switches, which ThreadSanitizer is told

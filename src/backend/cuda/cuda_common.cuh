@@ -148,6 +148,20 @@ __device__ __forceinline__ int32_t load_relaxed(const int32_t* address) {
 #endif
 }
 
+// A relaxed atomic store at device scope: a word that other blocks update with atomics (a ticket
+// counter the last block sets back to 0) written with no data race under the PTX memory model, for
+// what a plain store costs. (A plain store there races with the other blocks' atomics: their
+// tickets reach the last block's fence, the atomics after their own fences do not.)
+__device__ __forceinline__ void store_relaxed(uint32_t* address, uint32_t value) {
+#if defined(__CUDA_ARCH__)
+    asm volatile("st.relaxed.gpu.b32 [%0], %1;\n" : : "l"(address), "r"(value) : "memory");
+#elif defined(MPT_CUDA_EMULATION)
+    __atomic_store_n(address, value, __ATOMIC_RELAXED);
+#else
+    *address = value;  // (nvcc's host pass: never called)
+#endif
+}
+
 // Device-side element access in storage dtypes. Conversions round to nearest even, as round_to.
 __device__ __forceinline__ float load_element(const void* base, DType dtype, int64_t index) {
     switch (dtype) {

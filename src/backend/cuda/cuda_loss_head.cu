@@ -123,7 +123,7 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
             finish_head(args, starts_step, loss_sum, correct_sum, counted_sum);
             // Read and set back to 0 in one (a launch that takes no maximum leaves it 0).
             if (args.logits_grad_max_abs) *args.logits_grad_max_abs = take_max_cell(scratch.gradient_largest);
-            *scratch.counter = 0u;
+            store_relaxed(scratch.counter, 0u);
         }
     }
 }
