@@ -532,7 +532,7 @@ void run_groups(const std::vector<uint64_t>& order, dim3 grid, dim3 block, size_
 // order to two lanes in turn, each lane an OS thread of its own that runs its share one after another
 // as the host does without the check. Within a lane, a block's end orders it before the lane's next
 // block (through the lane's scheduler, as on the host); between the lanes nothing does but the kernel's
-// own synchronisation (its atomics), as between the blocks of a grid on a GPU. So a race between two
+// own synchronisation (its atomics and fences), as between the blocks of a grid on a GPU. So a race between two
 // blocks is seen where they fall into different lanes, as any two blocks next to each other in the
 // order do (blocks 0 and 1 in index order). Each lane has its own shared variables (thread-local
 // statics), fiber stacks and ThreadSanitizer threads: nothing a GPU gives each block alone is shared
@@ -684,10 +684,10 @@ void fence_for_race_check() {
 // writes between the two: so what an atomic write releases is what the thread had written at its
 // last fence, not at the atomic. ThreadSanitizer cannot release a past moment of a thread's, so a
 // thread of its own on each OS thread, which runs no code, takes the fence's release and releases it
-// at the atomic's address. (That thread's knowledge only grows: an atomic also releases the fenced
-// writes of the OS thread's earlier fibers that fenced, which are ordered before the atomic's in the
-// same block or lane anyway, but for another thread of its block that fenced and whose fenced writes
-// no barrier has yet ordered: rare, and a race missed, never one made up.)
+// at the atomic's address. (That thread's knowledge only grows, so an atomic also releases what the OS
+// thread's earlier fibers wrote before their fences: ordered before the atomic anyway where they ran
+// in an earlier block of the lane or met the atomic's thread at a barrier since; where not, a race is
+// missed, never one made up.)
 void release_fenced_writes(const void* address) {
     if (!race_check::kEnabled) return;
     Fiber& self = *run().current;
