@@ -6,7 +6,6 @@ import contextlib
 import io
 import json
 import os
-import re
 import sys
 import tempfile
 import unittest
@@ -16,8 +15,6 @@ sys.dont_write_bytecode = True
 import best_switches  # noqa: E402
 import gpu_test_log  # noqa: E402
 import summary  # noqa: E402
-
-SWITCHES_TOGETHER_CASE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "test_cuda_switches_together.cpp")
 
 DEFAULT_FIELDS = {"split_k": True, "gemm_autotune": False, "small_batch_forward": False, "small_batch_backward": False,
                   "dependent_launch": False, "grouped_sgd": False, "split_k_small_outputs": False,
@@ -728,30 +725,24 @@ class BestSwitches(unittest.TestCase):
             self.assertIn("batch 32: mixed-bf16 90 (0.70x default)", output.getvalue())
 
 
-class SwitchesTogetherCase(unittest.TestCase):
-    """tests/test_cuda_switches_together.cpp keeps its own table of the switches (a C++ test cannot read
-    these scripts): the choice's switches, their settings and the counters that show their paths ran
-    must be the same there, or a candidate would be tested without one of its switches."""
+class SwitchTableCase(unittest.TestCase):
+    """bench/switches.json, the one list of the switches, which best_switches.py and summary.py read here
+    and tests/test_cuda_switches_together.cpp and tests/CMakeLists.txt (the every-switch ctest entry)
+    read too: each switch's variable and settings must be those that mptrain-bench names its record
+    field after, or a candidate would be tested, or its records read, without one of its switches."""
 
-    def test_its_table_holds_every_switch_the_choice_can_make_with_its_evidence(self):
-        with open(SWITCHES_TOGETHER_CASE) as f:
-            source = f.read()
-        rows = re.findall(r'\{\s*"(MPTRAIN_CUDA_[A-Z0-9_]+)",\s*"([01])",\s*"([01])",\s*"([a-z0-9_]+)",\s*'
-                          r'(true|false),\s*\{([^}]*)\}\s*\}', source)
-        table = {f"{variable}={on}": (described, when_on == "true", re.findall(r'"([a-z0-9_]+\.[a-z0-9_]+)"', evidence))
-                 for variable, on, off, described, when_on, evidence in rows}
-        self.assertTrue(rows, "no switch table found in " + SWITCHES_TOGETHER_CASE)
-        choosable = {summary.environment_setting(field, on): (name, field, on)
-                     for name, field, on, _ in best_switches.SWITCHES}
-        self.assertEqual(set(table), set(choosable))
-        for setting, (name, field, on) in choosable.items():
-            described, when_on, evidence = table[setting]
-            self.assertEqual((described, when_on), (field, on), setting)
-            # (The GEMM autotuning counts the plans it timed there: a plan whose first choice won is tuned too.)
-            expected = [f"{section}.{key}" for section, key in summary.EVIDENCE.get(name, ())]
-            if name == "gemm_autotune":
-                expected = ["gemm.autotuned_plans"]
-            self.assertEqual(evidence, expected, setting)
+    def test_each_switch_is_set_as_its_record_field_names_it(self):
+        entries = summary.SWITCH_ENTRIES
+        self.assertTrue(entries)
+        for s in entries:
+            self.assertEqual(f"{s['variable']}={s['on']}", summary.environment_setting(s["field"], s["on_value"]))
+            self.assertEqual(f"{s['variable']}={s['off']}", summary.environment_setting(s["field"], not s["on_value"]))
+            for place in s["evidence"] + s.get("test_evidence", []):
+                self.assertRegex(place, r"^(ops|gemm)\.[a-z0-9_]+$", s["name"])
+            self.assertTrue(s["test_words"], s["name"])
+        self.assertEqual(len({s["name"] for s in entries}), len(entries))
+        # These tests' records default every switch's field to off.
+        self.assertEqual(DEFAULT_FIELDS, {s["field"]: not s["on_value"] for s in entries})
 
 
 if __name__ == "__main__":

@@ -16,10 +16,12 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -39,42 +41,27 @@ using namespace mpt::testing;
 // member in mpt_context_describe's "switches" and that member's value when on, and the counters
 // ("section.key" of the description) of which one above 0 shows that its path ran.
 struct Switch {
-    const char* variable;
-    const char* on;
-    const char* off;
-    const char* described;
+    std::string variable, on, off, described;
     bool described_when_on;
     std::vector<std::string> evidence;
 };
 
-// bench/peers/best_switches.py's SWITCHES with summary.py's EVIDENCE, which tests/test_best_switches.py
-// requires alike (but the GEMM autotuning, shown here by the plans it timed: a plan whose heuristic's
-// first choice won is tuned too). Split K off has no counter; every set on together takes the
-// small-outputs rule in its place (a choice holds one or the other).
+// bench/switches.json, the one list of the switches, which best_switches.py and summary.py read too
+// (MPTRAIN_SWITCH_TABLE: its path, from tests/CMakeLists.txt). The counters are its "evidence", or
+// its "test_evidence" where it has one (the GEMM autotuning, shown here by the plans it timed: a plan
+// whose heuristic's first choice won is tuned too). Split K off has no counter; every set on together
+// takes the small-outputs rule in its place (a choice holds one or the other).
 const std::vector<Switch>& switches() {
-    // clang-format off
-    static const std::vector<Switch> all = {
-        {"MPTRAIN_CUDA_SMALL_BATCH_FORWARD", "1", "0", "small_batch_forward", true, {"ops.forward_small_batch"}},
-        {"MPTRAIN_CUDA_SMALL_BATCH_BACKWARD", "1", "0", "small_batch_backward", true,
-            {"ops.backward_data_small_batch"}},
-        {"MPTRAIN_CUDA_DEPENDENT_LAUNCH", "1", "0", "dependent_launch", true, {"ops.dependent_launches"}},
-        {"MPTRAIN_CUDA_GROUPED_SGD", "1", "0", "grouped_sgd", true,
-            {"ops.fused_sgd_grouped", "ops.steps_finished_by_update"}},
-        {"MPTRAIN_CUDA_GEMM_AUTOTUNE", "1", "0", "gemm_autotune", true, {"gemm.autotuned_plans"}},
-        {"MPTRAIN_CUDA_SPLIT_K", "0", "1", "split_k", false, {}},
-        {"MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS", "1", "0", "split_k_small_outputs", true,
-            {"gemm.plans_kept_whole_by_size"}},
-        {"MPTRAIN_CUDA_RELU_FROM_OUTPUT", "1", "0", "relu_from_output", true,
-            {"ops.backward_data_relu_from_output"}},
-        {"MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS", "1", "0", "fused_sgd_three_blocks", true,
-            {"ops.fused_sgd_three_blocks"}},
-        {"MPTRAIN_CUDA_GRADIENT_INTO_MASTERS", "1", "0", "gradient_into_masters", true,
-            {"ops.gradient_into_masters"}},
-        {"MPTRAIN_CUDA_FUSED_SGD_32_ROWS", "1", "0", "fused_sgd_32_rows", true, {"ops.fused_sgd_32_rows"}},
-        {"MPTRAIN_CUDA_BULK_COPY_SGD", "1", "0", "bulk_copy_sgd", true, {"ops.fused_sgd_bulk_copy"}},
-        {"MPTRAIN_CUDA_HEAD_LAYER_CLUSTER", "1", "0", "head_layer_cluster", true, {"ops.head_layers_in_cluster"}},
-    };
-    // clang-format on
+    static const std::vector<Switch> all = [] {
+        std::ifstream file(MPTRAIN_SWITCH_TABLE);
+        const nlohmann::json table = nlohmann::json::parse(file, nullptr, false);
+        if (table.is_discarded()) throw std::runtime_error("cannot read the switches from " MPTRAIN_SWITCH_TABLE);
+        std::vector<Switch> list;
+        for (const nlohmann::json& s : table.at("switches"))
+            list.push_back({s.at("variable"), s.at("on"), s.at("off"), s.at("field"), s.at("on_value"),
+                            s.value("test_evidence", s.at("evidence")).get<std::vector<std::string>>()});
+        return list;
+    }();
     return all;
 }
 
@@ -83,14 +70,14 @@ const std::vector<Switch>& switches() {
 // switch on but split K off (a choice holds the small-outputs rule or split K off, not both).
 bool environment_sets_switches() {
     for (const Switch& s : switches())
-        if (std::getenv(s.variable) != nullptr) return true;
+        if (std::getenv(s.variable.c_str()) != nullptr) return true;
     return false;
 }
 
 std::vector<const Switch*> every_switch() {
     std::vector<const Switch*> all;
     for (const Switch& s : switches())
-        if (std::string(s.variable) != "MPTRAIN_CUDA_SPLIT_K") all.push_back(&s);
+        if (s.variable != "MPTRAIN_CUDA_SPLIT_K") all.push_back(&s);
     return all;
 }
 
@@ -100,7 +87,8 @@ std::shared_ptr<Context> context_with(const std::vector<const Switch*>& on) {
     for (const Switch& s : switches()) {
         bool wanted = false;
         for (const Switch* w : on) wanted = wanted || w == &s;
-        settings.push_back(std::make_unique<EnvironmentSetting>(s.variable, wanted ? s.on : s.off));
+        settings.push_back(
+            std::make_unique<EnvironmentSetting>(s.variable.c_str(), wanted ? s.on.c_str() : s.off.c_str()));
     }
     return make_context(MPT_BACKEND_CUDA);
 }
@@ -286,9 +274,9 @@ TEST_CASE("the CUDA switches set on together train as with all of them off") {
         for (const Switch& s : switches()) {
             const bool is_on = made["switches"].value(s.described, !s.described_when_on) == s.described_when_on;
             if (is_on) on.push_back(&s);
-            const char* asked = std::getenv(s.variable);
+            const char* asked = std::getenv(s.variable.c_str());
             const bool was_asked = from_environment ? asked != nullptr && std::string(asked) == s.on
-                                                    : std::string(s.variable) != "MPTRAIN_CUDA_SPLIT_K";
+                                                    : s.variable != "MPTRAIN_CUDA_SPLIT_K";
             if (was_asked && !is_on) MESSAGE(s.variable << "=" << s.on << ": off on this device");
         }
     }
@@ -325,10 +313,10 @@ TEST_CASE("the CUDA switches set on together train as with all of them off") {
     }
     // (Split K off keeps every GEMM whole: the small-outputs rule then has none left to keep.)
     bool split_k_off = false;
-    for (const Switch* s : on) split_k_off = split_k_off || std::string(s->variable) == "MPTRAIN_CUDA_SPLIT_K";
+    for (const Switch* s : on) split_k_off = split_k_off || s->variable == "MPTRAIN_CUDA_SPLIT_K";
     for (size_t i = 0; i < on.size(); ++i) {
         if (on[i]->evidence.empty()) continue;  // (split K off: no counter)
-        if (split_k_off && std::string(on[i]->described) == "split_k_small_outputs") continue;
+        if (split_k_off && on[i]->described == "split_k_small_outputs") continue;
         CHECK_MESSAGE(path_ran[i], on[i]->variable << "=" << on[i]->on << ": its path ran in none of the runs ("
                                                    << on[i]->evidence.front() << ")");
     }

@@ -34,27 +34,12 @@ import os
 import sys
 
 from gpu_test_log import failing_cases
-from summary import TARGETS_US, caveats, environment_setting, idle_switches, load, target_device_note
+from summary import SWITCH_ENTRIES, TARGETS_US, caveats, environment_setting, idle_switches, load, target_device_note
 
 # (switch, the record's field, the field's value when switched on, words that name it in a GPU test
-# case's name, lowercase); its environment setting follows from the field (summary.environment_setting).
-SWITCHES = (
-    ("small_batch_forward", "small_batch_forward", True,
-     ("small_batch_forward", "small-batch kernel, whose relu mask")),
-    ("small_batch_backward", "small_batch_backward", True, ("_backward=1", "small-batch kernel, through either")),
-    ("dependent_launch", "dependent_launch", True, ("dependent_launch", "dependent launch")),
-    ("grouped_sgd", "grouped_sgd", True, ("grouped_sgd", "several layers run as one launch")),
-    ("gemm_autotune", "gemm_autotune", True, ("gemm_autotune",)),
-    ("split_k_off", "split_k", False, ("split_k=0",)),
-    ("split_k_small_outputs", "split_k_small_outputs", True, ("split_k_small_outputs",)),
-    ("relu_from_output", "relu_from_output", True, ("relu_from_output",)),
-    ("fused_sgd_three_blocks", "fused_sgd_three_blocks", True, ("fused_sgd_three_blocks",)),
-    ("gradient_into_masters", "gradient_into_masters", True, ("gradient_into_masters", "sgd into the masters")),
-    ("fused_sgd_32_rows", "fused_sgd_32_rows", True, ("fused_sgd_32_rows",)),
-    ("bulk_copy_sgd", "bulk_copy_sgd", True, ("bulk_copy_sgd", "bulk copies")),
-    ("head_layer_cluster", "head_layer_cluster", True,
-     ("head_layer_cluster", "head layer in a cluster", "last layer in a cluster")),
-)
+# case's name, lowercase), from bench/switches.json; its environment setting follows from the field
+# (summary.environment_setting).
+SWITCHES = tuple((s["name"], s["field"], s["on_value"], tuple(s["test_words"])) for s in SWITCH_ENTRIES)
 # The case (or, should the program fail without naming a case, the test) of every switch on together.
 TOGETHER = ("the cuda switches set on together", "test cuda_switches_together")
 FASTER = 0.98  # a set is chosen at a batch when its step takes at most this share of the default's

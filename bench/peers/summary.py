@@ -5,6 +5,7 @@ records that ran on another device than the backend summarised are left out (wit
 time whose steps did not train is marked "!" and left out of the best peer.
 Usage: summary.py [--backend cuda|cpu] RECORDS.json...  (cuda: the device check; cpu: cpu_compare.sh)"""
 import json
+import os
 import re
 import sys
 
@@ -44,11 +45,14 @@ def device_of(r):
     return "cuda" if device == "gpu" else device
 
 
-# The CUDA backend's switches a record names (what the environment asked for), as its context's
-# description names them ("switches": what the backend had on).
-SWITCHES = ("gemm_autotune", "small_batch_forward", "small_batch_backward", "dependent_launch", "grouped_sgd",
-            "split_k_small_outputs", "relu_from_output", "fused_sgd_three_blocks", "gradient_into_masters",
-            "fused_sgd_32_rows", "bulk_copy_sgd", "head_layer_cluster")
+# The CUDA backend's switched-off paths, the one list of them (bench/switches.json).
+SWITCH_TABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "switches.json")
+with open(SWITCH_TABLE) as _table:
+    SWITCH_ENTRIES = tuple(json.load(_table)["switches"])
+
+# The switches a record names (what the environment asked for), as its context's description names
+# them ("switches": what the backend had on), those that a value of true turns on (not split-K off).
+SWITCHES = tuple(s["field"] for s in SWITCH_ENTRIES if s["on_value"] is True)
 
 
 def devices_of(records):
@@ -110,33 +114,10 @@ def caveats(record):
 
 
 # What shows that a switch's path ran in a record's steps: counters of its context's description
-# (mpt_context_describe, per bench run), any of them above 0; keyed by the record's field, which is
-# also the switch's name in best_switches.py. Split-K off has none (it acts on every GEMM the
-# heuristic would split).
-EVIDENCE = {
-    "small_batch_forward": (("ops", "forward_small_batch"),),
-    "small_batch_backward": (("ops", "backward_data_small_batch"),),
-    "dependent_launch": (("ops", "dependent_launches"),),
-    "grouped_sgd": (("ops", "fused_sgd_grouped"), ("ops", "steps_finished_by_update")),
-    "gemm_autotune": (("gemm", "retuned_plans"),),  # (plans timed whose heuristic's first choice lost)
-    # (Plans the rule kept whole, whether or not the heuristic would have split them: an overstatement
-    # only toward a switch that then changes nothing.)
-    "split_k_small_outputs": (("gemm", "plans_kept_whole_by_size"),),
-    # (Backward-data ops planned on the path: the input gradient written plain, then ReLU's derivative
-    # applied in place from the layer's stored output.)
-    "relu_from_output": (("ops", "backward_data_relu_from_output"),),
-    # (Fused SGD updates planned with the kernel compiled for 3 blocks an SM: plain SGD at batches of
-    # at most 64 rows, none past them.)
-    "fused_sgd_three_blocks": (("ops", "fused_sgd_three_blocks"),),
-    # (Updates planned as one GEMM into the masters: plain SGD past fused SGD's 64 rows.)
-    "gradient_into_masters": (("ops", "gradient_into_masters"),),
-    # (Fused SGD updates planned with the kernel compiled for 32 rows: batches of exactly 32 rows.)
-    "fused_sgd_32_rows": (("ops", "fused_sgd_32_rows"),),
-    # (Fused SGD updates planned with the bulk-copy kernel: bf16 and fp16 at batches of at most 64
-    # rows, on compute capability 9.0, whose shapes it takes; none in fp32.)
-    "bulk_copy_sgd": (("ops", "fused_sgd_bulk_copy"),),
-    "head_layer_cluster": (("ops", "head_layers_in_cluster"),),
-}
+# (mpt_context_describe, per bench run), any of them above 0, as (section, key); keyed by the record's
+# field (switches.json's "evidence", and why each). Split-K off has none.
+EVIDENCE = {s["field"]: tuple(tuple(place.split(".", 1)) for place in s["evidence"])
+            for s in SWITCH_ENTRIES if s["evidence"]}
 
 
 def idle_switches(record):
@@ -201,11 +182,8 @@ def main():
     # plain GEMMs, against cuBLASLt's fused epilogues), likewise.
     unfused = [r for r in mine if r.get("fused_epilogues") is False]
     mine = [r for r in mine if r not in unfused]
-    # Runs under MPTRAIN_CUDA_SMALL_BATCH_FORWARD=1, _BACKWARD=1, MPTRAIN_CUDA_DEPENDENT_LAUNCH=1,
-    # MPTRAIN_CUDA_GROUPED_SGD=1, MPTRAIN_CUDA_SPLIT_K_SMALL_OUTPUTS=1, MPTRAIN_CUDA_RELU_FROM_OUTPUT=1,
-    # MPTRAIN_CUDA_FUSED_SGD_THREE_BLOCKS=1, MPTRAIN_CUDA_GRADIENT_INTO_MASTERS=1,
-    # MPTRAIN_CUDA_FUSED_SGD_32_ROWS=1, MPTRAIN_CUDA_BULK_COPY_SGD=1 or MPTRAIN_CUDA_HEAD_LAYER_CLUSTER=1,
-    # or split-K off with any other switch, likewise.
+    # Runs with any switch on but the GEMM autotuning (switches.json), or split-K off with any other
+    # switch, likewise.
     switched = [r for r in mine if any(r.get(field) is True for field in SWITCHES if field != "gemm_autotune")
                 or (r.get("split_k") is False and any(r.get(field) is True for field in SWITCHES))]
     mine = [r for r in mine if r not in switched]
@@ -367,11 +345,7 @@ def main():
         print(against(r, "epilogues in the backend's kernels (MPTRAIN_CUDA_FUSED_EPILOGUES=0)",
                       ours.get((r["precision"], r["batch"])), "cuBLASLt's fused epilogues"))
     for r in switched:
-        switches = [environment_setting(field) for field in
-                    ("small_batch_forward", "small_batch_backward", "dependent_launch", "grouped_sgd",
-                     "gemm_autotune", "split_k_small_outputs", "relu_from_output", "fused_sgd_three_blocks",
-                     "gradient_into_masters", "fused_sgd_32_rows", "bulk_copy_sgd", "head_layer_cluster")
-                    if r.get(field)]
+        switches = [environment_setting(field) for field in SWITCHES if r.get(field)]
         switches += [environment_setting("split_k", False)] if r.get("split_k") is False else []
         print(against(r, "switched on (" + ", ".join(switches) + ")",
                       ours.get((r["precision"], r["batch"])), "the default step"))
