@@ -150,8 +150,8 @@ __device__ __forceinline__ int32_t load_relaxed(const int32_t* address) {
 
 // A relaxed atomic store at device scope: a word that other blocks update with atomics (a ticket
 // counter the last block sets back to 0) written with no data race under the PTX memory model, for
-// what a plain store costs. (A plain store there races with the other blocks' atomics: their
-// tickets reach the last block's fence, the atomics after their own fences do not.)
+// what a plain store costs. (A plain store there races with the other blocks' atomics: their fences
+// order what they wrote before their tickets, not the tickets themselves.)
 __device__ __forceinline__ void store_relaxed(uint32_t* address, uint32_t value) {
 #if defined(__CUDA_ARCH__)
     asm volatile("st.relaxed.gpu.b32 [%0], %1;\n" : : "l"(address), "r"(value) : "memory");
