@@ -238,18 +238,21 @@ TEST_CASE("race in a cluster: the other block's shared value read with no cluste
     mpt_emulation_check::run_cluster_neighbours(out.as<int>(), false);
 }
 
-TEST_CASE("race in a grid: the last block reads the other blocks' values with no tickets" * doctest::skip()) {
+namespace {
+// Four blocks hand their values to the last one as `handoff` says.
+void run_last_block_of_four(mpt_emulation_check::Handoff handoff) {
     DeviceBuffer slots(sizeof(int) * 4), tickets(sizeof(unsigned)), sum(sizeof(int));
     tickets.as<unsigned>()[0] = 0;
-    mpt_emulation_check::run_last_block(slots.as<int>(), tickets.as<unsigned>(), sum.as<int>(), 4,
-                                        mpt_emulation_check::Handoff::none);
+    mpt_emulation_check::run_last_block(slots.as<int>(), tickets.as<unsigned>(), sum.as<int>(), 4, handoff);
+}
+}  // namespace
+
+TEST_CASE("race in a grid: the last block reads the other blocks' values with no tickets" * doctest::skip()) {
+    run_last_block_of_four(mpt_emulation_check::Handoff::none);
 }
 
 TEST_CASE("race in a fence: the blocks take their tickets with no fence after their values" * doctest::skip()) {
-    DeviceBuffer slots(sizeof(int) * 4), tickets(sizeof(unsigned)), sum(sizeof(int));
-    tickets.as<unsigned>()[0] = 0;
-    mpt_emulation_check::run_last_block(slots.as<int>(), tickets.as<unsigned>(), sum.as<int>(), 4,
-                                        mpt_emulation_check::Handoff::ticket_without_fence);
+    run_last_block_of_four(mpt_emulation_check::Handoff::ticket_without_fence);
 }
 
 // The backend's captures run in the thread-local mode; the emulation keeps the runtime's rules for
