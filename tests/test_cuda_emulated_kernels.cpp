@@ -255,6 +255,10 @@ TEST_CASE("race in a fence: the blocks take their tickets with no fence after th
     run_last_block_of_four(mpt_emulation_check::Handoff::ticket_without_fence);
 }
 
+TEST_CASE("race in a ticket: the last block reads the values with no fence after its ticket" * doctest::skip()) {
+    run_last_block_of_four(mpt_emulation_check::Handoff::ticket_without_reading_fence);
+}
+
 // The backend's captures run in the thread-local mode; the emulation keeps the runtime's rules for
 // them, so that a step whose capture a GPU would refuse (a cudaMalloc while recording, say) is refused
 // here too, and the GPU test programs' zero-refusal checks mean on the emulated backend what they do

@@ -148,16 +148,19 @@ T __shfl_up_sync(unsigned mask, T value, unsigned delta, int width = 32) {
 // Real atomics: a cluster's blocks run on OS threads side by side (emulated_threads.h), and under the
 // race check a grid's blocks run in two lanes.
 // Under ThreadSanitizer (race_check.h), which does not model a fence on its own, CUDA's rule is made
-// by hand: an atomic (relaxed in PTX) releases nothing by itself; a thread's writes before its
-// __threadfence are released by its atomic writes after it (release_fenced_writes), and every atomic
-// acquires (the reading side is taken as the usual fence after the ticket gives it). So a block that
-// hands its writes to another through an atomic without a fence before it is reported. The fences'
-// scopes are not told apart.
+// by hand: an atomic (relaxed in PTX) orders nothing by itself. A thread's writes before its
+// __threadfence are released by its atomic writes after it (release_fenced_writes), and a fence
+// acquires what was released at the addresses of the thread's atomics before it, and of the atomics
+// its block's threads made before a __syncthreads it has passed since (note_atomic_for_race_check: the
+// last block's thread 0 takes the ticket, the barrier tells the others, and each fences). So a block
+// that hands its writes to another through an atomic without a fence before it is reported, and a
+// block that reads what it was handed with no fence after the atomic. The fences' scopes are not told
+// apart.
 #if defined(__SANITIZE_THREAD__)
 inline void __threadfence() { ::mpt_emulation::fence_for_race_check(); }
 inline void __threadfence_block() { ::mpt_emulation::fence_for_race_check(); }
 inline void __threadfence_system() { ::mpt_emulation::fence_for_race_check(); }
-#define MPT_EMULATED_ATOMIC_ORDER __ATOMIC_ACQUIRE
+#define MPT_EMULATED_ATOMIC_ORDER __ATOMIC_RELAXED
 #else
 inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
@@ -166,20 +169,29 @@ inline void __threadfence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 #endif
 
 namespace mpt_emulation {
-// Before an atomic write at `address`: under the race check, what the calling thread wrote before
-// its last fence is released there (above); otherwise nothing.
-inline void atomic_write_ordering(const void* address) {
+// Around an atomic at `address`, under the race check: before it, what the calling thread wrote
+// before its last fence is released there; after it, the address is noted for the thread's next
+// fence to acquire (above). Otherwise nothing.
+struct AtomicOrdering {
+    const void* address;
+    explicit AtomicOrdering(const void* address_) : address(address_) {
 #if defined(__SANITIZE_THREAD__)
-    release_fenced_writes(address);
-#else
-    (void)address;
+        release_fenced_writes(address);
 #endif
-}
+    }
+    ~AtomicOrdering() {
+#if defined(__SANITIZE_THREAD__)
+        note_atomic_for_race_check(address);
+#endif
+    }
+    AtomicOrdering(const AtomicOrdering&) = delete;
+    AtomicOrdering& operator=(const AtomicOrdering&) = delete;
+};
 
 // *address = update(old) atomically; returns old.
 template <typename T, typename Update>
 T atomic_update(T* address, const Update& update) {
-    atomic_write_ordering(address);
+    const AtomicOrdering ordering(address);
     T old;
     __atomic_load(address, &old, MPT_EMULATED_ATOMIC_ORDER);
     for (;;) {
@@ -194,7 +206,7 @@ T atomic_update(T* address, const Update& update) {
 template <typename T>
 T atomicAdd(T* address, T value) {
     if constexpr (std::is_integral_v<T>) {
-        ::mpt_emulation::atomic_write_ordering(address);
+        const ::mpt_emulation::AtomicOrdering ordering(address);
         return __atomic_fetch_add(address, value, MPT_EMULATED_ATOMIC_ORDER);
     } else {
         return ::mpt_emulation::atomic_update(address, [value](T old) { return old + value; });
@@ -210,25 +222,25 @@ T atomicMin(T* address, T value) {
 }
 template <typename T>
 T atomicExch(T* address, T value) {
-    ::mpt_emulation::atomic_write_ordering(address);
+    const ::mpt_emulation::AtomicOrdering ordering(address);
     T old;
     __atomic_exchange(address, &value, &old, MPT_EMULATED_ATOMIC_ORDER);
     return old;
 }
 template <typename T>
 T atomicCAS(T* address, T compare, T value) {
-    ::mpt_emulation::atomic_write_ordering(address);
+    const ::mpt_emulation::AtomicOrdering ordering(address);
     __atomic_compare_exchange(address, &compare, &value, false, MPT_EMULATED_ATOMIC_ORDER, MPT_EMULATED_ATOMIC_ORDER);
     return compare;  // the old value either way
 }
 template <typename T>
 T atomicOr(T* address, T value) {
-    ::mpt_emulation::atomic_write_ordering(address);
+    const ::mpt_emulation::AtomicOrdering ordering(address);
     return __atomic_fetch_or(address, value, MPT_EMULATED_ATOMIC_ORDER);
 }
 template <typename T>
 T atomicAnd(T* address, T value) {
-    ::mpt_emulation::atomic_write_ordering(address);
+    const ::mpt_emulation::AtomicOrdering ordering(address);
     return __atomic_fetch_and(address, value, MPT_EMULATED_ATOMIC_ORDER);
 }
 inline unsigned atomicInc(unsigned* address, unsigned limit) {

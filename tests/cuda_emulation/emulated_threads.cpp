@@ -116,6 +116,24 @@ struct Stack {
     Stack& operator=(const Stack&) = delete;
 };
 
+// Addresses of atomics that a fence is yet to acquire (the race check's: fence_for_race_check). A few
+// at most (a ticket, a cell or two), held without allocating: the emulation's own memory must not be
+// seen by ThreadSanitizer's interceptors as the kernel's.
+struct AtomicAddresses {
+    static constexpr unsigned kCapacity = 8;
+    const void* at[kCapacity] = {};
+    unsigned count = 0;
+    // False when full (then the caller acquires `address` at once: ordered early, a race may be
+    // missed, never one made up).
+    bool add(const void* address) {
+        for (unsigned i = 0; i < count; ++i)
+            if (at[i] == address) return true;
+        if (count == kCapacity) return false;
+        at[count++] = address;
+        return true;
+    }
+};
+
 struct Fiber {
     FiberContext context;
     void* race_identity = nullptr;  // its thread to ThreadSanitizer (race_check.h), or null
@@ -127,6 +145,9 @@ struct Fiber {
     // its fences release, its writes before each.
     bool fenced = false;
     char fence_sync = 0;
+    // And what its next fence acquires (note_atomic_for_race_check): the addresses of the atomics it
+    // has made since its last fence, or that threads of its block made before a barrier it has passed.
+    AtomicAddresses atomics_before_fence;
 };
 
 // The lanes of one mask that are inside a collective, and how many times it has released them.
@@ -224,6 +245,9 @@ struct BlockRun {
     // What race_check.h's edges go through: the scheduler's setup to the block's threads, their
     // work back to it, and the block barrier's arrivals (by its generation's parity).
     char start_sync = 0, end_sync = 0, barrier_sync[2] = {};
+    // The arrivals' atomics not yet followed by a fence, which the barrier hands to every thread it
+    // lets go (Fiber::atomics_before_fence), by its generation's parity.
+    AtomicAddresses barrier_atomics[2];
     void* scheduler_identity = nullptr;
 };
 
@@ -673,11 +697,28 @@ uint64_t launches() { return launch_count; }
 
 unsigned lane_index() { return run().current->linear % kWarpSize; }
 
+// Adds `address` to `addresses`, or where they are full, acquires what was released there now.
+void add_address(AtomicAddresses& addresses, const void* address) {
+    if (!addresses.add(address)) race_check::acquire(address);
+}
+void add_addresses(AtomicAddresses& into, const AtomicAddresses& from) {
+    for (unsigned i = 0; i < from.count; ++i) add_address(into, from.at[i]);
+}
+
 void fence_for_race_check() {
     if (!race_check::kEnabled) return;
     Fiber& self = *run().current;
+    // The reading side: what other threads released at the addresses of the atomics before the fence
+    // (at their own atomics, after their fences) is ordered before what follows it.
+    for (unsigned i = 0; i < self.atomics_before_fence.count; ++i) race_check::acquire(self.atomics_before_fence.at[i]);
+    self.atomics_before_fence.count = 0;
     race_check::release(&self.fence_sync);
     self.fenced = true;
+}
+
+void note_atomic_for_race_check(const void* address) {
+    if (!race_check::kEnabled) return;
+    add_address(run().current->atomics_before_fence, address);
 }
 
 // A fence orders the thread's writes before it ahead of its atomic writes after it, but not the
@@ -710,6 +751,14 @@ int sync_block(int predicate) {
     ++r.arrived;
     ++r.progress;
     const uint64_t generation = r.generation;
+    if (race_check::kEnabled) {
+        // This parity's list was last read by the threads let go two generations ago, which have all
+        // arrived at the generation between since. (An address it has no room for is acquired here,
+        // before the release below hands this thread's knowledge on.)
+        AtomicAddresses& atomics = r.barrier_atomics[generation & 1];
+        if (r.arrived == 1) atomics.count = 0;
+        add_addresses(atomics, r.current->atomics_before_fence);
+    }
     race_check::release(&r.barrier_sync[generation & 1]);
     if (r.arrived == r.live) {
         release_block_barrier(r);
@@ -717,6 +766,7 @@ int sync_block(int predicate) {
         while (r.generation == generation) yield("__syncthreads");
     }
     race_check::acquire(&r.barrier_sync[generation & 1]);
+    if (race_check::kEnabled) add_addresses(r.current->atomics_before_fence, r.barrier_atomics[generation & 1]);
     return r.released_count;
 }
 

@@ -63,11 +63,13 @@ uint64_t set_block_order_seed(uint64_t seed);
 // Launches run so far by run_grid (tests count them).
 uint64_t launches();
 
-// The race check's fences (race_check.h, emulated_device.h): __threadfence by the calling thread, and
+// The race check's fences (race_check.h, emulated_device.h): __threadfence by the calling thread;
 // before its atomic write at `address`, the release there of what it wrote before its last fence
-// (nothing if it has not fenced in this block). No-ops without the race check.
+// (nothing if it has not fenced in this block); after its atomic at `address`, the note that its next
+// fence acquires what was released there. No-ops without the race check.
 void fence_for_race_check();
 void release_fenced_writes(const void* address);
+void note_atomic_for_race_check(const void* address);
 
 // The calling fiber's lane in its warp.
 unsigned lane_index();

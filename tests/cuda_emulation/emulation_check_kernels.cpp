@@ -108,8 +108,9 @@ __global__ void cluster_neighbours_kernel(int* out, bool synchronised) {
 // The blocks of a grid hand their values to its last block (the "last block" of a reduction): each
 // block's thread 0 writes its slot, and the block that takes the last ticket (an atomic each, after a
 // fence) sums the slots, after a fence of its own. Without the fence before the ticket, a GPU may make
-// the ticket visible before the slot; with no ticket at all, block gridDim.x - 1 sums them, which the
-// plain emulation runs last (blocks in index order) and a GPU may run first.
+// the ticket visible before the slot; without the one after it, the last block may read a slot from
+// before its write (a relaxed atomic orders nothing); with no ticket at all, block gridDim.x - 1 sums
+// them, which the plain emulation runs last (blocks in index order) and a GPU may run first.
 __global__ void last_block_kernel(int* slots, unsigned* tickets, int* sum, mpt_emulation_check::Handoff handoff) {
     using mpt_emulation_check::Handoff;
     __shared__ bool last;
@@ -118,12 +119,12 @@ __global__ void last_block_kernel(int* slots, unsigned* tickets, int* sum, mpt_e
         if (handoff == Handoff::none) {
             last = blockIdx.x == gridDim.x - 1;
         } else {
-            if (handoff == Handoff::fenced_ticket) __threadfence();
+            if (handoff != Handoff::ticket_without_fence) __threadfence();
             last = atomicAdd(tickets, 1u) == gridDim.x - 1;
         }
     }
     __syncthreads();
-    if (last) __threadfence();
+    if (last && handoff != Handoff::ticket_without_reading_fence) __threadfence();
     if (last && threadIdx.x == 0) {
         int total = 0;
         for (unsigned b = 0; b < gridDim.x; ++b) total += slots[b];

@@ -17,9 +17,10 @@ void run_block_neighbours(int* out, bool synchronised);    // out: [64], thread 
 void run_warp_halves(int* out, bool synchronised);         // out: [32], lane l's l ^ 16
 void run_cluster_neighbours(int* out, bool synchronised);  // out: [2], block b's 2 - b
 // The grid's last block sums every block's b + 1 into *sum, after the blocks' tickets (*tickets 0
-// before), each after a fence as it must be, or without the fence, or with no tickets at all (the
-// last two races between blocks, which the race check sees: race_check.h).
-enum class Handoff { fenced_ticket, ticket_without_fence, none };
+// before), each after a fence and read after one as it must be, or without the fence before the
+// ticket, or without the last block's fence after it, or with no tickets at all (the last three races
+// between blocks, which the race check sees: race_check.h).
+enum class Handoff { fenced_ticket, ticket_without_fence, ticket_without_reading_fence, none };
 void run_last_block(int* slots, unsigned* tickets, int* sum, unsigned blocks, Handoff handoff);  // slots: [blocks]
 
 }  // namespace mpt_emulation_check

@@ -12,7 +12,8 @@
 //   thread acquires once the barrier lets it go;
 // - an mbarrier: arrivals and bulk copies release, a completed wait acquires;
 // - fences and atomics, as PTX orders them (relaxed atomics; emulated_device.h): a thread's writes
-//   before its __threadfence are released by its atomic writes after it, and every atomic acquires;
+//   before its __threadfence are released by its atomic writes after it, and a fence acquires what
+//   was released at the atomics before it (its thread's, and its block's before a barrier it passed);
 // - a block's start and end: the scheduler's setup reaches its threads, and their work reaches the
 //   scheduler, and from it the next block of the same lane (below) and the host.
 // A grid's blocks (its clusters, where it has them) are dealt to two lanes in turn, each an OS thread
@@ -21,8 +22,8 @@
 // a block (shared memory, and global memory between its threads), between a cluster's blocks, which
 // run side by side, and between two blocks of a grid that fall into different lanes, as any two next
 // to each other in the blocks' order do (not blocks 0 and 2, say). A missing __threadfence before an
-// atomic that hands writes over is seen; one after it, on the reading side, is not (the atomic
-// acquires), nor a fence of too narrow a scope.
+// atomic that hands writes over is seen, and one after it on the reading side; a fence of too narrow
+// a scope is not.
 //
 // emulated_threads.cpp, the emulation's own bookkeeping, is compiled without instrumentation (what
 // the scheduler and the fibers share is ordered by the switches, which ThreadSanitizer is told
