@@ -15,6 +15,7 @@ sys.dont_write_bytecode = True
 import best_switches  # noqa: E402
 import gpu_test_log  # noqa: E402
 import summary  # noqa: E402
+import switch_table  # noqa: E402
 
 DEFAULT_FIELDS = {"split_k": True, "gemm_autotune": False, "small_batch_forward": False, "small_batch_backward": False,
                   "dependent_launch": False, "grouped_sgd": False, "split_k_small_outputs": False,
@@ -726,17 +727,17 @@ class BestSwitches(unittest.TestCase):
 
 
 class SwitchTableCase(unittest.TestCase):
-    """bench/switches.json, the one list of the switches, which best_switches.py and summary.py read here
-    and tests/test_cuda_switches_together.cpp and tests/CMakeLists.txt (the every-switch ctest entry)
-    read too: each switch's variable and settings must be those that mptrain-bench names its record
+    """bench/switches.json, the one list of the switches, which best_switches.py and summary.py read
+    through switch_table.py (as here), and tests/test_cuda_switches_together.cpp and tests/CMakeLists.txt
+    (the every-switch ctest entry) read too: each switch's variable and settings must be those that mptrain-bench names its record
     field after, or a candidate would be tested, or its records read, without one of its switches."""
 
     def test_each_switch_is_set_as_its_record_field_names_it(self):
-        entries = summary.SWITCH_ENTRIES
+        entries = switch_table.SWITCH_ENTRIES
         self.assertTrue(entries)
         for s in entries:
-            self.assertEqual(f"{s['variable']}={s['on']}", summary.environment_setting(s["field"], s["on_value"]))
-            self.assertEqual(f"{s['variable']}={s['off']}", summary.environment_setting(s["field"], not s["on_value"]))
+            self.assertEqual(f"{s['variable']}={s['on']}", switch_table.environment_setting(s["field"], s["on_value"]))
+            self.assertEqual(f"{s['variable']}={s['off']}", switch_table.environment_setting(s["field"], not s["on_value"]))
             for place in s["evidence"] + s.get("test_evidence", []):
                 self.assertRegex(place, r"^(ops|gemm)\.[a-z0-9_]+$", s["name"])
             self.assertTrue(s["test_words"], s["name"])

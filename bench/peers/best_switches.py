@@ -34,11 +34,12 @@ import os
 import sys
 
 from gpu_test_log import failing_cases
-from summary import SWITCH_ENTRIES, TARGETS_US, caveats, environment_setting, idle_switches, load, target_device_note
+from summary import TARGETS_US, caveats, idle_switches, load, target_device_note
+from switch_table import SWITCH_ENTRIES, environment_setting
 
 # (switch, the record's field, the field's value when switched on, words that name it in a GPU test
 # case's name, lowercase), from bench/switches.json; its environment setting follows from the field
-# (summary.environment_setting).
+# (switch_table.environment_setting).
 SWITCHES = tuple((s["name"], s["field"], s["on_value"], tuple(s["test_words"])) for s in SWITCH_ENTRIES)
 # The case (or, should the program fail without naming a case, the test) of every switch on together.
 TOGETHER = ("the cuda switches set on together", "test cuda_switches_together")
@@ -52,7 +53,7 @@ def switch_set(record):
 
 def acted(record):
     """The switches of the record's set whose paths ran in its steps, by its context's counters
-    (summary.EVIDENCE, keyed by the switches' names here); a record without counters is taken at its word."""
+    (switch_table.EVIDENCE, keyed by the switches' names here); a record without counters is taken at its word."""
     return switch_set(record) - frozenset(idle_switches(record))
 
 

@@ -5,9 +5,10 @@ records that ran on another device than the backend summarised are left out (wit
 time whose steps did not train is marked "!" and left out of the best peer.
 Usage: summary.py [--backend cuda|cpu] RECORDS.json...  (cuda: the device check; cpu: cpu_compare.sh)"""
 import json
-import os
 import re
 import sys
+
+from switch_table import EVIDENCE, SWITCHES, environment_setting
 
 TARGETS_US = {32: 70, 256: 110, 4096: 480}  # mixed-bf16 on the H200 (issue 3)
 # The peers' variants per backend, with their column titles.
@@ -45,16 +46,6 @@ def device_of(r):
     return "cuda" if device == "gpu" else device
 
 
-# The CUDA backend's switched-off paths, the one list of them (bench/switches.json).
-SWITCH_TABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "switches.json")
-with open(SWITCH_TABLE) as _table:
-    SWITCH_ENTRIES = tuple(json.load(_table)["switches"])
-
-# The switches a record names (what the environment asked for), as its context's description names
-# them ("switches": what the backend had on), those that a value of true turns on (not split-K off).
-SWITCHES = tuple(s["field"] for s in SWITCH_ENTRIES if s["on_value"] is True)
-
-
 def devices_of(records):
     """The devices the records' contexts name (mpt_context_describe's "device", e.g. "cuda:0 (NVIDIA
     H200, compute capability 9.0, 143771 MiB)"), in the order first seen; none for records without one."""
@@ -76,13 +67,6 @@ def target_device_note(records):
         return None
     return (f"targets: issue 3's are an H200's; these steps ran on {', '.join(others)}: the met/MISS verdicts "
             "below compare with them all the same, and do not settle the issue")
-
-
-def environment_setting(field, on=True):
-    """The environment setting that asks for a record's switch field's value (mptrain-bench names each
-    field after its variable): ("grouped_sgd", True) is MPTRAIN_CUDA_GROUPED_SGD=1, ("split_k", False)
-    MPTRAIN_CUDA_SPLIT_K=0."""
-    return f"MPTRAIN_CUDA_{field.upper()}={1 if on else 0}"
 
 
 def caveats(record):
@@ -111,13 +95,6 @@ def caveats(record):
     if graphs.get("refusals"):
         notes.append(f"{graphs['refusals']} step graph(s) refused, last: {graphs.get('last_refusal', '?')}")
     return f"  [{'; '.join(notes)}]" if notes else ""
-
-
-# What shows that a switch's path ran in a record's steps: counters of its context's description
-# (mpt_context_describe, per bench run), any of them above 0, as (section, key); keyed by the record's
-# field (switches.json's "evidence", and why each). Split-K off has none.
-EVIDENCE = {s["field"]: tuple(tuple(place.split(".", 1)) for place in s["evidence"])
-            for s in SWITCH_ENTRIES if s["evidence"]}
 
 
 def idle_switches(record):
