@@ -259,6 +259,30 @@ TEST_CASE("race in a ticket: the last block reads the values with no fence after
     run_last_block_of_four(mpt_emulation_check::Handoff::ticket_without_reading_fence);
 }
 
+TEST_CASE("a kernel on one stream reads what another stream's copy wrote after an event, and the host after a sync") {
+    constexpr unsigned kCount = 40;
+    DeviceBuffer source(sizeof(int) * kCount), staged(sizeof(int) * kCount), out(sizeof(int) * kCount);
+    for (unsigned i = 0; i < kCount; ++i) source.as<int>()[i] = static_cast<int>(i) * 3 + 1;
+    mpt_emulation_check::run_stream_handoff(source.as<int>(), staged.as<int>(), out.as<int>(), kCount, true);
+    for (unsigned i = 0; i < kCount; ++i) CHECK(out.as<int>()[i] == static_cast<int>(i) * 3 + 1);
+    DeviceBuffer value(sizeof(int));
+    value.as<int>()[0] = 0;
+    CHECK(mpt_emulation_check::host_reads_stream_result(value.as<int>(), true) == 0x01010101);
+}
+
+TEST_CASE("race in a stream: a kernel reads what another stream's copy writes, with no event between" *
+          doctest::skip()) {
+    DeviceBuffer source(sizeof(int) * 8), staged(sizeof(int) * 8), out(sizeof(int) * 8);
+    for (int i = 0; i < 8; ++i) source.as<int>()[i] = i;
+    mpt_emulation_check::run_stream_handoff(source.as<int>(), staged.as<int>(), out.as<int>(), 8, false);
+}
+
+TEST_CASE("race in a host: it reads what a stream set, with no synchronisation" * doctest::skip()) {
+    DeviceBuffer value(sizeof(int));
+    value.as<int>()[0] = 0;
+    mpt_emulation_check::host_reads_stream_result(value.as<int>(), false);
+}
+
 // The backend's captures run in the thread-local mode; the emulation keeps the runtime's rules for
 // them, so that a step whose capture a GPU would refuse (a cudaMalloc while recording, say) is refused
 // here too, and the GPU test programs' zero-refusal checks mean on the emulated backend what they do
@@ -327,6 +351,7 @@ TEST_CASE("the emulated runtime refuses what stream capture does not permit, and
         cudaGraphExec_t exec = nullptr;
         REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
         REQUIRE(cudaGraphLaunch(exec, stream) == cudaSuccess);
+        REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
         CHECK(*value == 0x01010101);
         CHECK(cudaGraphExecDestroy(exec) == cudaSuccess);
         CHECK(cudaGraphDestroy(graph) == cudaSuccess);

@@ -6,18 +6,31 @@
 // path whose code only 9.0 has and the emulation leaves out: bulk copies, dependent launch; the
 // clusters of the small-batch kernels are emulated, under 9.0). Memory is the host's: a stream runs
 // its work at once, in order.
+//
+// Under the race check (race_check.h), the streams' order is checked too, as a GPU would keep it: a
+// stream's work runs on an OS thread of the stream's own (emulated_threads.h: a ThreadSanitizer thread
+// with its own stack) while the host waits, and that thread knows what the host did before issuing
+// the work and what the events it waits on were recorded after; the host knows what a stream did
+// once it has synchronised with it (the stream, an event recorded on it, or the device). So a
+// kernel on one stream that reads what another stream's copy writes with no event between them is
+// reported, and so is a host that writes a pinned buffer that a copy still reads, or reads results a
+// stream has not been waited for. The legacy default stream runs as the host itself (its implicit
+// synchronisation with the other streams is not modelled: nothing the backend issues goes there).
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <iterator>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 #include "cuda_emulation/emulated_device_profile.h"
 #include "cuda_emulation/emulated_threads.h"
+#include "cuda_emulation/race_check.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -42,8 +55,16 @@ struct Stream {
     Graph* capture = nullptr;
     cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
     std::thread::id capturing_thread;
+    // The race check's: the thread its work runs on (taken at its first work), the lanes its kernels
+    // run in, and what its work releases as it is done.
+    mpt_emulation::StreamThread* race_thread = nullptr;
+    unsigned lane_set = 0;
+    char done = 0;
 };
 Stream default_stream;
+unsigned streams_created = 0;  // under streams_mutex
+// Every stream's work releases here too: what a device-wide synchronisation acquires.
+char device_done = 0;
 std::mutex streams_mutex;
 std::vector<Stream*> capturing;  // under streams_mutex
 
@@ -52,6 +73,7 @@ std::vector<Stream*> capturing;  // under streams_mutex
 struct Event {
     std::chrono::steady_clock::time_point reached;
     bool recorded_in_capture = false;
+    char sync = 0;  // the race check's: the recording stream's work before it, for its waiters
 };
 bool event_recorded_in_capture(cudaEvent_t event) { return reinterpret_cast<const Event*>(event)->recorded_in_capture; }
 
@@ -71,6 +93,75 @@ cudaError_t unsafe_during_capture() {
 }
 
 Stream& stream_of(cudaStream_t stream) { return stream ? *reinterpret_cast<Stream*>(stream) : default_stream; }
+
+// Runs a stream's work now (above: on the stream's thread, under the race check).
+void run_in_stream_order(Stream& s, const std::function<void()>& work) {
+    if (!mpt_emulation::race_check::kEnabled || &s == &default_stream) {
+        work();
+        return;
+    }
+    if (!s.race_thread) s.race_thread = mpt_emulation::take_stream_thread();
+    mpt_emulation::run_on_stream_thread(*s.race_thread, s.lane_set, work, {&s.done, &device_done});
+}
+
+// Allocations by the runtime (cudaMalloc, cudaHostAlloc), to tell a copy's pageable host memory,
+// which cudaMemcpyAsync reads or writes as if at once, from memory a stream's copy touches in its
+// turn. The emulation's bookkeeping: neither its lock nor its accesses order or concern the kernels.
+class Allocations {
+public:
+    void add(void* pointer, size_t bytes, bool pinned) {
+        if (!mpt_emulation::race_check::kEnabled || !pointer) return;
+        const Own own;
+        std::lock_guard<std::mutex> lock(mutex_);
+        ranges_[reinterpret_cast<uintptr_t>(pointer)] = Range{bytes, pinned};
+    }
+    void remove(void* pointer) {
+        if (!mpt_emulation::race_check::kEnabled || !pointer) return;
+        const Own own;
+        std::lock_guard<std::mutex> lock(mutex_);
+        ranges_.erase(reinterpret_cast<uintptr_t>(pointer));
+    }
+    // Whether a copy of `kind` reads or writes `pointer` as pageable host memory: host memory as the
+    // kind says (cudaMemcpyDefault: any the runtime did not allocate), not pinned.
+    bool pageable(const void* pointer, cudaMemcpyKind kind, bool source) {
+        const Own own;
+        std::lock_guard<std::mutex> lock(mutex_);
+        const uintptr_t address = reinterpret_cast<uintptr_t>(pointer);
+        const Range* range = nullptr;
+        auto next = ranges_.upper_bound(address);
+        if (next != ranges_.begin() && address < std::prev(next)->first + std::prev(next)->second.bytes)
+            range = &std::prev(next)->second;
+        if (range && range->pinned) return false;
+        switch (kind) {
+            case cudaMemcpyHostToHost:
+                return true;
+            case cudaMemcpyHostToDevice:
+                return source;
+            case cudaMemcpyDeviceToHost:
+                return !source;
+            case cudaMemcpyDefault:
+                return range == nullptr;
+            default:
+                return false;
+        }
+    }
+
+private:
+    struct Range {
+        size_t bytes;
+        bool pinned;
+    };
+    struct Own {
+        const mpt_emulation::race_check::OwnSynchronisation synchronisation;
+        const mpt_emulation::race_check::OwnMemory memory;
+    };
+    std::mutex mutex_;
+    std::map<uintptr_t, Range> ranges_;
+};
+Allocations& allocations() {
+    static Allocations* all = new Allocations;  // (never destroyed: frees may come after static objects go)
+    return *all;
+}
 
 cudaError_t record(cudaError_t status) {
     if (status != cudaSuccess) last_error = status;
@@ -227,9 +318,26 @@ cudaError_t cudaMemsetAsync(void* pointer, int value, size_t bytes, cudaStream_t
     return cudaSuccess;
 }
 
-cudaError_t cudaMemcpyAsync(void* destination, const void* source, size_t bytes, cudaMemcpyKind /*kind*/,
+// From pageable host memory the runtime stages the bytes before it returns, and into it it returns once
+// the copy (and so the stream's work before it) is done: under the race check the host reads the
+// source now, and knows the stream's work after a copy into pageable memory.
+cudaError_t cudaMemcpyAsync(void* destination, const void* source, size_t bytes, cudaMemcpyKind kind,
                             cudaStream_t stream) {
-    mpt_emulation::issue(stream, [=] { std::memmove(destination, source, bytes); });
+    if (!mpt_emulation::race_check::kEnabled) {
+        mpt_emulation::issue(stream, [=] { std::memmove(destination, source, bytes); });
+        return cudaSuccess;
+    }
+    if (allocations().pageable(source, kind, true)) {
+        std::vector<unsigned char> staged(static_cast<const unsigned char*>(source),
+                                          static_cast<const unsigned char*>(source) + bytes);
+        mpt_emulation::issue(stream, [=] { std::memmove(destination, staged.data(), bytes); });
+    } else {
+        mpt_emulation::issue(stream, [=] { std::memmove(destination, source, bytes); });
+    }
+    if (allocations().pageable(destination, kind, false)) {
+        std::lock_guard<std::mutex> lock(streams_mutex);
+        if (!stream_of(stream).capture) mpt_emulation::race_check::acquire(&stream_of(stream).done);
+    }
     return cudaSuccess;
 }
 
@@ -239,17 +347,28 @@ cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : recor
 cudaError_t cudaMalloc(void** pointer, size_t bytes) {
     if (const cudaError_t refused = unsafe_during_capture()) return record(refused);
     *pointer = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
+    allocations().add(*pointer, bytes, false);
     return *pointer || bytes == 0 ? cudaSuccess : record(cudaErrorMemoryAllocation);
 }
+// It waits for the device first, as cudaFree does.
 cudaError_t cudaFree(void* pointer) {
     if (const cudaError_t refused = unsafe_during_capture()) return record(refused);
+    mpt_emulation::race_check::acquire(&device_done);
+    allocations().remove(pointer);
     std::free(pointer);
     return cudaSuccess;
 }
 
 // Streams and events: work runs when it is issued, so there is nothing to wait for and no time.
+// The streams made one after another take the race check's lane sets 1 and 2 in turn (a backend's
+// compute and copy streams: one each).
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int /*flags*/) {
-    *stream = reinterpret_cast<cudaStream_t>(new Stream);
+    Stream* made = new Stream;
+    {
+        std::lock_guard<std::mutex> lock(streams_mutex);
+        made->lane_set = 1 + streams_created++ % (mpt_emulation::kRaceLaneSets - 1);
+    }
+    *stream = reinterpret_cast<cudaStream_t>(made);
     return cudaSuccess;
 }
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
@@ -259,24 +378,34 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
         capturing.erase(std::remove(capturing.begin(), capturing.end(), reinterpret_cast<Stream*>(stream)),
                         capturing.end());
     }
-    delete reinterpret_cast<Stream*>(stream);
+    Stream* destroyed = reinterpret_cast<Stream*>(stream);
+    mpt_emulation::give_back_stream_thread(destroyed->race_thread);
+    delete destroyed;
     return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
     std::lock_guard<std::mutex> lock(streams_mutex);
     Stream& s = stream_of(stream);
-    if (!s.capture) return cudaSuccess;
+    if (!s.capture) {
+        mpt_emulation::race_check::acquire(&s.done);
+        return cudaSuccess;
+    }
     s.capture->invalidated = true;
     return record(cudaErrorStreamCaptureUnsupported);
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int) {
-    std::lock_guard<std::mutex> lock(streams_mutex);
-    // A wait on an event recorded in a capture joins the stream to it (a fork), which the emulation
-    // does not model: it says so instead of recording work out of order.
-    if (event_recorded_in_capture(event) && !stream_of(stream).capture) {
-        std::fprintf(stderr, "emulated CUDA: a stream waits on an event recorded in a capture (a fork)\n");
-        return record(cudaErrorNotSupported);
+    {
+        std::lock_guard<std::mutex> lock(streams_mutex);
+        // A wait on an event recorded in a capture joins the stream to it (a fork), which the
+        // emulation does not model: it says so instead of recording work out of order.
+        if (event_recorded_in_capture(event) && !stream_of(stream).capture) {
+            std::fprintf(stderr, "emulated CUDA: a stream waits on an event recorded in a capture (a fork)\n");
+            return record(cudaErrorNotSupported);
+        }
+        if (stream_of(stream).capture) return cudaSuccess;  // (ordered in the graph's one queue anyway)
     }
+    const char* sync = &reinterpret_cast<const Event*>(event)->sync;
+    mpt_emulation::issue(stream, [sync] { mpt_emulation::race_check::acquire(sync); });
     return cudaSuccess;
 }
 cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status) {
@@ -326,11 +455,14 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
     });
     return cudaSuccess;
 }
+// (A graph's work is the emulation's, which a stream read as it ran: not the kernels' memory.)
 cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+    const mpt_emulation::race_check::OwnMemory own;
     delete reinterpret_cast<Graph*>(graph);
     return cudaSuccess;
 }
 cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+    const mpt_emulation::race_check::OwnMemory own;
     delete reinterpret_cast<Graph*>(exec);
     return cudaSuccess;
 }
@@ -344,10 +476,18 @@ cudaError_t cudaMemset(void* pointer, int value, size_t bytes) {
     std::memset(pointer, value, bytes);
     return cudaSuccess;
 }
-cudaError_t cudaDeviceSynchronize() { return record(unsafe_during_capture()); }
+cudaError_t cudaDeviceSynchronize() {
+    if (const cudaError_t refused = unsafe_during_capture()) return record(refused);
+    mpt_emulation::race_check::acquire(&device_done);
+    return cudaSuccess;
+}
 
 // Pinned host memory: the host's.
-cudaError_t cudaHostAlloc(void** pointer, size_t bytes, unsigned int /*flags*/) { return cudaMalloc(pointer, bytes); }
+cudaError_t cudaHostAlloc(void** pointer, size_t bytes, unsigned int /*flags*/) {
+    const cudaError_t status = cudaMalloc(pointer, bytes);
+    if (status == cudaSuccess) allocations().add(*pointer, bytes, true);
+    return status;
+}
 cudaError_t cudaFreeHost(void* pointer) { return cudaFree(pointer); }
 
 cudaError_t cudaGetDeviceCount(int* count) {
@@ -390,18 +530,26 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
         std::lock_guard<std::mutex> lock(streams_mutex);
         reached->recorded_in_capture = stream_of(stream).capture != nullptr;
     }
-    mpt_emulation::issue(stream, [reached] { reached->reached = std::chrono::steady_clock::now(); });
+    mpt_emulation::issue(stream, [reached] {
+        {
+            const mpt_emulation::race_check::OwnMemory own;  // (the event's clock: not the kernels' memory)
+            reached->reached = std::chrono::steady_clock::now();
+        }
+        mpt_emulation::race_check::release(&reached->sync);
+    });
     return cudaSuccess;
 }
+// The event has been reached (the emulation's streams run their work at once): the host knows the
+// recording stream's work before it.
 cudaError_t cudaEventQuery(cudaEvent_t event) {
     std::lock_guard<std::mutex> lock(streams_mutex);
-    return event_recorded_in_capture(event) ? record(cudaErrorCapturedEvent) : cudaSuccess;
+    if (event_recorded_in_capture(event)) return record(cudaErrorCapturedEvent);
+    mpt_emulation::race_check::acquire(&reinterpret_cast<const Event*>(event)->sync);
+    return cudaSuccess;
 }
-cudaError_t cudaEventSynchronize(cudaEvent_t event) {
-    std::lock_guard<std::mutex> lock(streams_mutex);
-    return event_recorded_in_capture(event) ? record(cudaErrorCapturedEvent) : cudaSuccess;
-}
+cudaError_t cudaEventSynchronize(cudaEvent_t event) { return cudaEventQuery(event); }
 cudaError_t cudaEventElapsedTime(float* milliseconds, cudaEvent_t start, cudaEvent_t end) {
+    const mpt_emulation::race_check::OwnMemory own;
     const auto span = reinterpret_cast<Event*>(end)->reached - reinterpret_cast<Event*>(start)->reached;
     *milliseconds = std::chrono::duration<float, std::milli>(span).count();
     return cudaSuccess;
@@ -429,16 +577,26 @@ cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** function
 }  // extern "C"
 
 void mpt_emulation::issue(cudaStream_t stream, std::function<void()> work) {
+    Stream* s = nullptr;
     {
         std::lock_guard<std::mutex> lock(streams_mutex);
-        Stream& s = stream_of(stream);
-        if (s.capture) {
-            if (s.capture->invalidated)
+        s = &stream_of(stream);
+        if (s->capture) {
+            if (s->capture->invalidated)
                 record(cudaErrorStreamCaptureInvalidated);
             else
-                s.capture->work.push_back(std::move(work));
+                s->capture->work.push_back(std::move(work));
             return;
         }
     }
-    work();
+    if (!race_check::kEnabled) {
+        run_in_stream_order(*s, work);
+        return;
+    }
+    // The work and its captures are the emulation's, which the stream reads as it runs: on the heap,
+    // let go unchecked after, so that the host's next use of the place races with nothing.
+    std::function<void()>* held = new std::function<void()>(std::move(work));
+    run_in_stream_order(*s, *held);
+    const race_check::OwnMemory own;
+    delete held;
 }

@@ -44,9 +44,12 @@ constexpr size_t kStackBytes = 256 * 1024;  // the kernels' locals are registers
 size_t page_bytes() { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
 
 // The pool of ThreadSanitizer threads the calling OS thread takes from (RaceIdentities): 0 on the
-// host's threads, 1 + l on lane l's (Lane) and on the OS threads of the clusters it runs.
+// host's threads, 1 + l on lane l's (Lane: 2 a set, kRaceLaneSets sets) and on the OS threads of the
+// clusters it runs.
 thread_local unsigned identity_pool = 0;
-constexpr unsigned kIdentityPools = 3;
+constexpr unsigned kIdentityPools = 1 + 2 * kRaceLaneSets;
+// The lanes the calling host thread's launches run in (set_race_lane_set).
+thread_local unsigned race_lane_set = 0;
 
 // ThreadSanitizer's threads for the fibers (race_check.h), shared by OS threads: a cluster's blocks
 // run on new OS threads each launch, and every thread of ThreadSanitizer's that ever existed makes
@@ -552,82 +555,115 @@ void run_groups(const std::vector<uint64_t>& order, dim3 grid, dim3 block, size_
     current_run = nullptr;
 }
 
-// Under the race check, a grid's blocks (its clusters, where it has them) are dealt in their shuffled
-// order to two lanes in turn, each lane an OS thread of its own that runs its share one after another
-// as the host does without the check. Within a lane, a block's end orders it before the lane's next
-// block (through the lane's scheduler, as on the host); between the lanes nothing does but the kernel's
-// own synchronisation (its atomics and fences), as between the blocks of a grid on a GPU. So a race between two
-// blocks is seen where they fall into different lanes, as any two blocks next to each other in the
-// order do (blocks 0 and 1 in index order). Each lane has its own shared variables (thread-local
-// statics), fiber stacks and ThreadSanitizer threads: nothing a GPU gives each block alone is shared
-// between lanes. The host hands a lane its work and takes back what it did by release and acquire;
-// the hand-over's own mutex orders nothing (race_check::OwnSynchronisation).
-class Lane {
+// An OS thread that runs the work handed to it, one piece at a time, while the thread that hands it
+// waits. Nothing orders the two but release and acquire: the hand-over releases what the handing
+// thread did before it, which the worker acquires, and the worker releases its work as it returns it,
+// which the handing thread acquires if it asks to; the hand-over's own mutex orders nothing
+// (race_check::OwnSynchronisation). Its thread ends once the Worker is gone and it is idle.
+class Worker {
 public:
-    explicit Lane(unsigned number) {
-        std::thread([this, number] {
-            identity_pool = 1 + number;
-            serve();
-        }).detach();  // (never ends: the lanes live as long as the process)
+    explicit Worker(std::function<void()> setup) : state_(std::make_shared<State>()) {
+        std::thread([state = state_, setup = std::move(setup)] {
+            setup();
+            state->serve();
+        }).detach();
     }
-    void start(std::function<void()> work) {
-        race_check::release(&handed_);
+    ~Worker() {
         const race_check::OwnSynchronisation own;
-        std::lock_guard<std::mutex> lock(mutex_);
-        work_ = std::move(work);
-        error_ = nullptr;
-        done_ = false;
-        changed_.notify_all();
+        std::lock_guard<std::mutex> lock(state_->mutex);
+        state_->ending = true;
+        state_->changed.notify_all();
     }
-    // Waits for the work started last; rethrows what it threw.
-    void finish() {
+    Worker(const Worker&) = delete;
+    Worker& operator=(const Worker&) = delete;
+
+    void start(std::function<void()> work) {
+        race_check::release(&state_->handed);
+        const race_check::OwnSynchronisation own;
+        std::lock_guard<std::mutex> lock(state_->mutex);
+        state_->work = std::move(work);
+        state_->error = nullptr;
+        state_->done = false;
+        state_->changed.notify_all();
+    }
+    // Waits for the work started last, takes back what it did where asked; rethrows what it threw.
+    void finish(bool take_back) {
         {
             const race_check::OwnSynchronisation own;
-            std::unique_lock<std::mutex> lock(mutex_);
-            changed_.wait(lock, [&] { return done_; });
+            std::unique_lock<std::mutex> lock(state_->mutex);
+            state_->changed.wait(lock, [&] { return state_->done; });
         }
-        race_check::acquire(&returned_);
-        if (error_) std::rethrow_exception(error_);
+        if (take_back) race_check::acquire(&state_->returned);
+        if (state_->error) std::rethrow_exception(state_->error);
     }
 
 private:
-    void serve() {
-        for (;;) {
-            std::function<void()> work;
-            {
-                const race_check::OwnSynchronisation own;
-                std::unique_lock<std::mutex> lock(mutex_);
-                changed_.wait(lock, [&] { return static_cast<bool>(work_); });
-                work = std::move(work_);
-                work_ = nullptr;
-            }
-            race_check::acquire(&handed_);
-            std::exception_ptr error;
-            try {
-                work();
-            } catch (...) {
-                error = std::current_exception();
-            }
-            race_check::release(&returned_);
-            const race_check::OwnSynchronisation own;
-            std::lock_guard<std::mutex> lock(mutex_);
-            error_ = error;
-            done_ = true;
-            changed_.notify_all();
-        }
-    }
+    struct State {
+        std::mutex mutex;
+        std::condition_variable changed;
+        std::function<void()> work;
+        std::exception_ptr error;
+        bool done = true, ending = false;
+        char handed = 0, returned = 0;  // what the hand-over and the return go through
 
-    std::mutex mutex_;
-    std::condition_variable changed_;
-    std::function<void()> work_;
-    std::exception_ptr error_;
-    bool done_ = true;
-    char handed_ = 0, returned_ = 0;  // what the host's hand-over and the lane's return go through
+        void serve() {
+            for (;;) {
+                std::function<void()> next;
+                {
+                    const race_check::OwnSynchronisation own;
+                    std::unique_lock<std::mutex> lock(mutex);
+                    changed.wait(lock, [&] { return static_cast<bool>(work) || ending; });
+                    if (!work) return;
+                    next = std::move(work);
+                    work = nullptr;
+                }
+                race_check::acquire(&handed);
+                std::exception_ptr thrown;
+                try {
+                    next();
+                } catch (...) {
+                    thrown = std::current_exception();
+                }
+                race_check::release(&returned);
+                const race_check::OwnSynchronisation own;
+                std::lock_guard<std::mutex> lock(mutex);
+                error = thrown;
+                done = true;
+                changed.notify_all();
+            }
+        }
+    };
+    std::shared_ptr<State> state_;
+};
+
+// Under the race check, a grid's blocks (its clusters, where it has them) are dealt in their shuffled
+// order to two lanes in turn, each lane a Worker that runs its share one after another as the host
+// does without the check, and whose work the host takes back. Within a lane, a block's end orders it
+// before the lane's next block (through the lane's scheduler, as on the host); between the lanes
+// nothing does but the kernel's own synchronisation (its atomics and fences), as between the blocks
+// of a grid on a GPU. So a race between two blocks is seen where they fall into different lanes, as
+// any two blocks next to each other in the order do (blocks 0 and 1 in index order). Each lane has its
+// own shared variables (thread-local statics), fiber stacks and ThreadSanitizer threads: nothing a GPU
+// gives each block alone is shared between lanes. A lane's threads come to know what every launch
+// handed them, so each stream's kernels run in a pair of lanes of their own (set_race_lane_set): one
+// stream's blocks are then never ordered after another's by their lanes.
+class Lane {
+public:
+    explicit Lane(unsigned number) : worker_([number] { identity_pool = 1 + number; }) {}
+    void start(std::function<void()> work) { worker_.start(std::move(work)); }
+    void finish() { worker_.finish(true); }
+
+private:
+    Worker worker_;
 };
 
 void run_in_lanes(const std::vector<uint64_t>& order, const std::function<void(const std::vector<uint64_t>&)>& run) {
-    static Lane* lanes[2] = {new Lane(0), new Lane(1)};  // (never destroyed: their threads never end)
-    static std::mutex lanes_in_use;    // (host threads that launch at once take turns)
+    // (Never destroyed: their threads never end.)
+    static Lane* const all_lanes[kRaceLaneSets][2] = {
+        {new Lane(0), new Lane(1)}, {new Lane(2), new Lane(3)}, {new Lane(4), new Lane(5)}};
+    static_assert(kRaceLaneSets == 3, "one pair of lanes a set above");
+    static std::mutex lanes_in_use;  // (host threads that launch at once take turns)
+    Lane* const* lanes = all_lanes[race_lane_set];
     std::vector<uint64_t> shares[2];
     for (size_t i = 0; i < order.size(); ++i) shares[i % 2].push_back(order[i]);
     struct Turn {
@@ -696,6 +732,52 @@ uint64_t set_block_order_seed(uint64_t seed) { return std::exchange(block_order_
 uint64_t launches() { return launch_count; }
 
 unsigned lane_index() { return run().current->linear % kWarpSize; }
+
+// A stream's thread under the race check: a Worker whose work the host never takes back (the stream's
+// synchronisations do: emulated_runtime.cpp). Idle ones wait in a pool for the next stream: a thread
+// that ran a destroyed stream's work knows it, which orders nothing that still runs.
+struct StreamThread {
+    Worker worker{[] {}};
+};
+
+namespace {
+std::mutex stream_threads_mutex;
+std::vector<StreamThread*>& idle_stream_threads() {
+    static std::vector<StreamThread*>* idle = new std::vector<StreamThread*>;  // (never destroyed)
+    return *idle;
+}
+}  // namespace
+
+StreamThread* take_stream_thread() {
+    {
+        const race_check::OwnSynchronisation own;
+        std::lock_guard<std::mutex> lock(stream_threads_mutex);
+        std::vector<StreamThread*>& idle = idle_stream_threads();
+        if (!idle.empty()) {
+            StreamThread* thread = idle.back();
+            idle.pop_back();
+            return thread;
+        }
+    }
+    return new StreamThread;
+}
+
+void give_back_stream_thread(StreamThread* thread) {
+    if (!thread) return;
+    const race_check::OwnSynchronisation own;
+    std::lock_guard<std::mutex> lock(stream_threads_mutex);
+    idle_stream_threads().push_back(thread);
+}
+
+void run_on_stream_thread(StreamThread& thread, unsigned lane_set, const std::function<void()>& work,
+                          std::initializer_list<const void*> released_after) {
+    thread.worker.start([&work, lane_set, released_after] {
+        race_lane_set = lane_set % kRaceLaneSets;
+        work();
+        for (const void* object : released_after) race_check::release(object);
+    });
+    thread.worker.finish(false);
+}
 
 // Adds `address` to `addresses`, or where they are full, acquires what was released there now.
 void add_address(AtomicAddresses& addresses, const void* address) {

@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 
@@ -43,9 +44,22 @@ void run_grid(dim3 grid, dim3 block, size_t dynamic_shared_bytes, unsigned clust
               const std::function<void()>& thread_body);
 
 // Work issued on a stream (a kernel launch, a copy, a memset): run at once, in issue order (every
-// stream is one queue here), or recorded while the stream captures a graph (emulated_runtime.cpp)
-// and run each time the graph is launched.
+// stream is one queue here; under the race check on the stream's own thread, below), or recorded
+// while the stream captures a graph (emulated_runtime.cpp) and run each time the graph is launched.
 void issue(cudaStream_t stream, std::function<void()> work);
+
+// Under the race check (emulated_runtime.cpp), a stream's work runs on an OS thread of the stream's
+// own, which is a ThreadSanitizer thread with its own stack, while the host waits: take one for a
+// stream, give it back when the stream goes. run_on_stream_thread runs `work` there, then releases
+// each of `released_after`; the blocks of the kernels it launches run in the lanes of `lane_set`
+// (set 0 is the host's own launches'; the others, 1 to kRaceLaneSets - 1, the streams'), so that the
+// lanes' ThreadSanitizer threads carry no stream's order into another's. What work threw is rethrown.
+struct StreamThread;
+constexpr unsigned kRaceLaneSets = 3;
+StreamThread* take_stream_thread();
+void give_back_stream_thread(StreamThread* thread);
+void run_on_stream_thread(StreamThread& thread, unsigned lane_set, const std::function<void()>& work,
+                          std::initializer_list<const void*> released_after);
 
 // The compute capability the emulated device reports (emulated_runtime.cpp), as major * 10 + minor:
 // MPTRAIN_EMULATED_COMPUTE_CAPABILITY's, else 80, unless a test sets another (90 for the paths that

@@ -132,6 +132,12 @@ __global__ void last_block_kernel(int* slots, unsigned* tickets, int* sum, mpt_e
     }
 }
 
+// Copies `count` values, one a thread.
+__global__ void stream_reader_kernel(const int* in, int* out, unsigned count) {
+    const unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < count) out[i] = in[i];
+}
+
 template <typename... Parameters, typename... Arguments>
 void launch(unsigned blocks, unsigned threads, void (*kernel)(Parameters...), Arguments... arguments) {
     const cudaLaunchConfig_t config = config_for(blocks, threads);
@@ -167,6 +173,38 @@ void run_warp_halves(int* out, bool synchronised) { launch(1, 32, warp_halves_ke
 
 void run_last_block(int* slots, unsigned* tickets, int* sum, unsigned blocks, Handoff handoff) {
     launch(blocks, 32, last_block_kernel, slots, tickets, sum, handoff);
+}
+
+void run_stream_handoff(const int* source, int* staged, int* out, unsigned count, bool with_event) {
+    cudaStream_t copy = nullptr, compute = nullptr;
+    cudaEvent_t copied = nullptr;
+    cudaStreamCreateWithFlags(&copy, cudaStreamNonBlocking);
+    cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking);
+    cudaEventCreateWithFlags(&copied, cudaEventDisableTiming);
+    cudaMemcpyAsync(staged, source, count * sizeof(int), cudaMemcpyDeviceToDevice, copy);
+    if (with_event) {
+        cudaEventRecord(copied, copy);
+        cudaStreamWaitEvent(compute, copied, 0);
+    }
+    cudaLaunchConfig_t config = config_for((count + 31) / 32, 32);
+    config.stream = compute;
+    cudaLaunchKernelEx(&config, stream_reader_kernel, static_cast<const int*>(staged), out, count);
+    cudaStreamSynchronize(compute);
+    cudaStreamSynchronize(copy);
+    cudaEventDestroy(copied);
+    cudaStreamDestroy(compute);
+    cudaStreamDestroy(copy);
+}
+
+__attribute__((noinline)) int host_reads_stream_result(int* value, bool synchronised) {
+    cudaStream_t stream = nullptr;
+    cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    cudaMemsetAsync(value, 1, sizeof(int), stream);
+    if (synchronised) cudaStreamSynchronize(stream);
+    const int read = *value;
+    cudaStreamSynchronize(stream);
+    cudaStreamDestroy(stream);
+    return read;
 }
 
 void run_in_clusters(int* out) { launch_in_clusters_of_2(2, 32, cluster_kernel, out); }

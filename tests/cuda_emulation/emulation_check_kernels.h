@@ -22,5 +22,12 @@ void run_cluster_neighbours(int* out, bool synchronised);  // out: [2], block b'
 // between blocks, which the race check sees: race_check.h).
 enum class Handoff { fenced_ticket, ticket_without_fence, ticket_without_reading_fence, none };
 void run_last_block(int* slots, unsigned* tickets, int* sum, unsigned blocks, Handoff handoff);  // slots: [blocks]
+// A copy on one stream stages `count` values from device memory, which a kernel on another stream
+// copies to `out`, after an event recorded on the first that the second waits on, as it must, or
+// with no event (a race between streams). And the host's read of a value a stream sets (to bytes of
+// 1), after the stream's synchronisation or without it (a race between the host and a stream). The
+// race check sees both races (emulated_runtime.cpp).
+void run_stream_handoff(const int* source, int* staged, int* out, unsigned count, bool with_event);
+int host_reads_stream_result(int* value, bool synchronised);
 
 }  // namespace mpt_emulation_check

@@ -15,7 +15,11 @@
 //   before its __threadfence are released by its atomic writes after it, and a fence acquires what
 //   was released at the atomics before it (its thread's, and its block's before a barrier it passed);
 // - a block's start and end: the scheduler's setup reaches its threads, and their work reaches the
-//   scheduler, and from it the next block of the same lane (below) and the host.
+//   scheduler, and from it the next block of the same lane (below) and the stream that launched it;
+// - streams and events (emulated_runtime.cpp): a stream's work runs on a thread of the stream's own,
+//   which knows what the host did before issuing it and what was recorded before the events it waits
+//   on; the host knows a stream's work once it has synchronised with the stream, an event recorded
+//   on it, or the device (the legacy default stream runs as the host itself).
 // A grid's blocks (its clusters, where it has them) are dealt to two lanes in turn, each an OS thread
 // that runs its share one after another (emulated_threads.cpp, Lane), and nothing but the kernel's
 // atomics and fences orders one lane's blocks with the other's. So what it checks is the races inside
@@ -23,7 +27,8 @@
 // run side by side, and between two blocks of a grid that fall into different lanes, as any two next
 // to each other in the blocks' order do (not blocks 0 and 2, say). A missing __threadfence before an
 // atomic that hands writes over is seen, and one after it on the reading side; a fence of too narrow
-// a scope is not.
+// a scope is not. Between streams, and between a stream and the host, a missing event, wait or
+// synchronisation is seen.
 //
 // emulated_threads.cpp, the emulation's own bookkeeping, is compiled without instrumentation (what
 // the scheduler and the fibers share is ordered by the switches, which ThreadSanitizer is told
