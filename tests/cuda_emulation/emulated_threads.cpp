@@ -48,7 +48,7 @@ size_t page_bytes() { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
 // clusters it runs.
 thread_local unsigned identity_pool = 0;
 constexpr unsigned kIdentityPools = 1 + 2 * kRaceLaneSets;
-// The lanes the calling host thread's launches run in (set_race_lane_set).
+// The lanes the calling thread's launches run in (0: the host's; a stream thread's, its stream's set).
 thread_local unsigned race_lane_set = 0;
 
 // ThreadSanitizer's threads for the fibers (race_check.h), shared by OS threads: a cluster's blocks
@@ -645,8 +645,9 @@ private:
 // any two blocks next to each other in the order do (blocks 0 and 1 in index order). Each lane has its
 // own shared variables (thread-local statics), fiber stacks and ThreadSanitizer threads: nothing a GPU
 // gives each block alone is shared between lanes. A lane's threads come to know what every launch
-// handed them, so each stream's kernels run in a pair of lanes of their own (set_race_lane_set): one
-// stream's blocks are then never ordered after another's by their lanes.
+// handed them, so the host's own launches and each set of streams have a pair of lanes of their own
+// (run_on_stream_thread's lane set): one stream's blocks are then never ordered after another's by
+// their lanes.
 class Lane {
 public:
     explicit Lane(unsigned number) : worker_([number] { identity_pool = 1 + number; }) {}
