@@ -360,13 +360,13 @@ cudaError_t cudaFree(void* pointer) {
 }
 
 // Streams and events: work runs when it is issued, so there is nothing to wait for and no time.
-// The streams made one after another take the race check's lane sets 1 and 2 in turn (a backend's
-// compute and copy streams: one each).
+// The streams made one after another take the race check's lane sets in turn (a backend's compute
+// and copy streams: one each).
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int /*flags*/) {
     Stream* made = new Stream;
     {
         std::lock_guard<std::mutex> lock(streams_mutex);
-        made->lane_set = 1 + streams_created++ % (mpt_emulation::kRaceLaneSets - 1);
+        made->lane_set = streams_created++ % mpt_emulation::kRaceLaneSets;
     }
     *stream = reinterpret_cast<cudaStream_t>(made);
     return cudaSuccess;

@@ -48,7 +48,7 @@ size_t page_bytes() { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
 // clusters it runs.
 thread_local unsigned identity_pool = 0;
 constexpr unsigned kIdentityPools = 1 + 2 * kRaceLaneSets;
-// The lanes the calling thread's launches run in (0: the host's; a stream thread's, its stream's set).
+// The lanes the calling thread's launches run in (the host's: 0; a stream thread's: its stream's set).
 thread_local unsigned race_lane_set = 0;
 
 // ThreadSanitizer's threads for the fibers (race_check.h), shared by OS threads: a cluster's blocks
@@ -645,9 +645,9 @@ private:
 // any two blocks next to each other in the order do (blocks 0 and 1 in index order). Each lane has its
 // own shared variables (thread-local statics), fiber stacks and ThreadSanitizer threads: nothing a GPU
 // gives each block alone is shared between lanes. A lane's threads come to know what every launch
-// handed them, so the host's own launches and each set of streams have a pair of lanes of their own
-// (run_on_stream_thread's lane set): one stream's blocks are then never ordered after another's by
-// their lanes.
+// handed them, so each of two sets of streams has a pair of lanes of its own (run_on_stream_thread's
+// lane set): one stream's blocks are then never ordered after those of a stream of the other set by
+// their lanes (a backend's compute and copy streams fall into different sets).
 class Lane {
 public:
     explicit Lane(unsigned number) : worker_([number] { identity_pool = 1 + number; }) {}
@@ -660,9 +660,8 @@ private:
 
 void run_in_lanes(const std::vector<uint64_t>& order, const std::function<void(const std::vector<uint64_t>&)>& run) {
     // (Never destroyed: their threads never end.)
-    static Lane* const all_lanes[kRaceLaneSets][2] = {
-        {new Lane(0), new Lane(1)}, {new Lane(2), new Lane(3)}, {new Lane(4), new Lane(5)}};
-    static_assert(kRaceLaneSets == 3, "one pair of lanes a set above");
+    static Lane* const all_lanes[kRaceLaneSets][2] = {{new Lane(0), new Lane(1)}, {new Lane(2), new Lane(3)}};
+    static_assert(kRaceLaneSets == 2, "one pair of lanes a set above");
     static std::mutex lanes_in_use;  // (host threads that launch at once take turns)
     Lane* const* lanes = all_lanes[race_lane_set];
     std::vector<uint64_t> shares[2];

@@ -52,10 +52,13 @@ void issue(cudaStream_t stream, std::function<void()> work);
 // own, which is a ThreadSanitizer thread with its own stack, while the host waits: take one for a
 // stream, give it back when the stream goes. run_on_stream_thread runs `work` there, then releases
 // each of `released_after`; the blocks of the kernels it launches run in the lanes of `lane_set`
-// (set 0 is the host's own launches'; the others, 1 to kRaceLaneSets - 1, the streams'), so that the
-// lanes' ThreadSanitizer threads carry no stream's order into another's. What work threw is rethrown.
+// (0 or 1; the host's own launches run in set 0), so that the lanes' ThreadSanitizer threads carry no
+// stream's order into a stream of the other set. (The host's launches carry nothing into set 0's
+// streams that the streams' issues do not: what the host did before it issues their work.) Two sets,
+// not one a stream: every lane's ThreadSanitizer threads, as many as a block's threads, count against
+// its limit of 8128 and cost memory. What work threw is rethrown.
 struct StreamThread;
-constexpr unsigned kRaceLaneSets = 3;
+constexpr unsigned kRaceLaneSets = 2;
 StreamThread* take_stream_thread();
 void give_back_stream_thread(StreamThread* thread);
 void run_on_stream_thread(StreamThread& thread, unsigned lane_set, const std::function<void()>& work,
