@@ -270,11 +270,28 @@ TEST_CASE("a kernel on one stream reads what another stream's copy wrote after a
     CHECK(mpt_emulation_check::host_reads_stream_result(value.as<int>(), true) == 0x01010101);
 }
 
+TEST_CASE("grids of one block on more live streams than ThreadSanitizer has threads for run, each on its stream") {
+    constexpr unsigned kStreams = 10;
+    constexpr unsigned kThreads = mpt_emulation_check::kLiveStreamThreads;
+    DeviceBuffer out(sizeof(int) * kStreams * kThreads);
+    for (unsigned i = 0; i < kStreams * kThreads; ++i) out.as<int>()[i] = -1;
+    mpt_emulation_check::run_on_live_streams(out.as<int>(), kStreams);
+    unsigned wrong = 0;
+    for (unsigned i = 0; i < kStreams * kThreads; ++i) wrong += out.as<int>()[i] != static_cast<int>(i % kThreads);
+    CHECK(wrong == 0);
+}
+
 TEST_CASE("race in a stream: a kernel reads what another stream's copy writes, with no event between" *
           doctest::skip()) {
     DeviceBuffer source(sizeof(int) * 8), staged(sizeof(int) * 8), out(sizeof(int) * 8);
     for (int i = 0; i < 8; ++i) source.as<int>()[i] = i;
     mpt_emulation_check::run_stream_handoff(source.as<int>(), staged.as<int>(), out.as<int>(), 8, false);
+}
+
+TEST_CASE("race in a stream pair: one block reads what another stream's one block writes, in the same lanes" *
+          doctest::skip()) {
+    DeviceBuffer staged(sizeof(int) * 32), out(sizeof(int) * 32);
+    mpt_emulation_check::run_stream_pair(staged.as<int>(), out.as<int>(), 32);
 }
 
 TEST_CASE("race in a host: it reads what a stream set, with no synchronisation" * doctest::skip()) {

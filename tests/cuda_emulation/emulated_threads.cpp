@@ -20,6 +20,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -44,59 +45,64 @@ constexpr size_t kStackBytes = 256 * 1024;  // the kernels' locals are registers
 size_t page_bytes() { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
 
 // The pool of ThreadSanitizer threads the calling OS thread takes from (RaceIdentities): 0 on the
-// host's threads, 1 + l on lane l's (Lane: 2 a set, kRaceLaneSets sets) and on the OS threads of the
-// clusters it runs.
+// host's and the streams' threads (which, under the race check, run no block: run_grid), 1 + l on
+// lane l's (Lane: 2 a set, kRaceLaneSets sets) and on the OS threads of the clusters it runs.
 thread_local unsigned identity_pool = 0;
 constexpr unsigned kIdentityPools = 1 + 2 * kRaceLaneSets;
 // The lanes the calling thread's launches run in (the host's: 0; a stream thread's: its stream's set).
 thread_local unsigned race_lane_set = 0;
 
-// ThreadSanitizer's threads for the fibers (race_check.h), shared by OS threads: a cluster's blocks
-// run on new OS threads each launch, and every thread of ThreadSanitizer's that ever existed makes
-// each release and acquire slower, so an identity goes back here when its stack goes. A thread keeps
-// what it came to know, so one that served a lane's blocks serves that lane again (or the host,
-// which knows everything a launch did once it has ended), never the other lane, whose blocks would
-// then be ordered after this lane's.
+// ThreadSanitizer's threads for the fibers (race_check.h), shared by OS threads: a block's fibers take
+// theirs as it starts and give them back as it ends, so that a lane and the OS threads that run its
+// clusters' other blocks side by side share one pool, as large as the most threads it ever ran at
+// once. ThreadSanitizer dies at 8128 threads, makes each release and acquire slower for every thread
+// it has, and takes most of a millisecond to make one, so identities are kept, not made anew. A
+// thread keeps what it came to know, so one that served a lane's blocks serves that lane again,
+// never another lane, whose blocks would then be ordered after this lane's.
 class RaceIdentities {
 public:
-    void* take(unsigned pool) {
-        if (!race_check::kEnabled) return nullptr;
+    // `count` identities into `into`, under one lock (a block's worth at its start).
+    void take(unsigned pool, size_t count, void** into) {
+        if (!race_check::kEnabled) {
+            std::fill(into, into + count, nullptr);
+            return;
+        }
         const race_check::OwnSynchronisation own;
         const race_check::OwnMemory own_memory;
         std::lock_guard<std::mutex> lock(mutex_);
         std::vector<void*>& free = free_[pool];
-        if (free.empty()) return race_check::new_identity();
-        void* identity = free.back();
-        free.pop_back();
-        return identity;
+        for (size_t i = 0; i < count; ++i) {
+            if (free.empty()) {
+                into[i] = race_check::new_identity();
+            } else {
+                into[i] = free.back();
+                free.pop_back();
+            }
+        }
     }
-    void give_back(unsigned pool, void* identity) {
-        if (!identity) return;
+    void give_back(unsigned pool, size_t count, void* const* from) {
+        if (!race_check::kEnabled) return;
         const race_check::OwnSynchronisation own;
         const race_check::OwnMemory own_memory;
         std::lock_guard<std::mutex> lock(mutex_);
-        free_[pool].push_back(identity);
+        free_[pool].insert(free_[pool].end(), from, from + count);
     }
 
 private:
     std::mutex mutex_;
     std::vector<void*> free_[kIdentityPools];
 };
-// (Never destroyed: the OS threads' stacks give theirs back as the threads end, the main thread's
-// after static objects may be gone.)
+// (Never destroyed: the OS threads' fence carriers give theirs back as the threads end, the main
+// thread's after static objects may be gone.)
 RaceIdentities& race_identities() {
     static RaceIdentities* identities = new RaceIdentities;
     return *identities;
 }
 
-// A fiber's stack, with a page below it that faults on an overflow, and under ThreadSanitizer the
-// thread it is (race_check.h): the fibers that use a stack one block after another are ordered
-// through the scheduler anyway, so one identity serves them all.
+// A fiber's stack, with a page below it that faults on an overflow.
 struct Stack {
     void* mapping = nullptr;
     char* base = nullptr;
-    const unsigned pool = identity_pool;
-    void* race_identity = race_identities().take(pool);
     Stack() {
         const size_t page = page_bytes();
         mapping = mmap(nullptr, kStackBytes + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -104,17 +110,7 @@ struct Stack {
         mprotect(mapping, page, PROT_NONE);
         base = static_cast<char*>(mapping) + page;
     }
-    ~Stack() {
-        munmap(mapping, kStackBytes + page_bytes());
-        race_identities().give_back(pool, race_identity);
-    }
-    // After a launch that failed inside a fiber, which may have left its identity inside a scope in
-    // which ThreadSanitizer ignores its accesses (race_check::OwnMemory): a fresh one.
-    void renew_race_identity() {
-        if (!race_identity) return;
-        race_check::destroy_identity(race_identity);
-        race_identity = race_check::new_identity();
-    }
+    ~Stack() { munmap(mapping, kStackBytes + page_bytes()); }
     Stack(const Stack&) = delete;
     Stack& operator=(const Stack&) = delete;
 };
@@ -252,6 +248,7 @@ struct BlockRun {
     // lets go (Fiber::atomics_before_fence), by its generation's parity.
     AtomicAddresses barrier_atomics[2];
     void* scheduler_identity = nullptr;
+    std::vector<void*> fiber_identities;  // each fiber's ThreadSanitizer thread, while the block runs
 };
 
 thread_local BlockRun* current_run = nullptr;
@@ -383,7 +380,6 @@ void run_block(BlockRun& r) {
         f.linear = t;
         f.index = make_uint3(t % r.block.x, (t / r.block.x) % r.block.y, t / (r.block.x * r.block.y));
         prepare_context(f.context, stacks[t]->base, kStackBytes, fiber_entry);
-        f.race_identity = stacks[t]->race_identity;
     }
     // The fibers' turns in a shuffled order when blocks are (a thread that initialises what others
     // use must not be the one that happens to run first).
@@ -394,20 +390,28 @@ void run_block(BlockRun& r) {
         for (unsigned t = threads; t > 1; --t) std::swap(turns[t - 1], turns[splitmix(state) % t]);
     }
     r.live = threads;
+    r.fiber_identities.resize(threads);
+    race_identities().take(identity_pool, threads, r.fiber_identities.data());
+    for (unsigned t = 0; t < threads; ++t) r.fibers[t].race_identity = r.fiber_identities[t];
     r.scheduler_identity = race_check::current_identity();
     race_check::release(&r.start_sync);
     // However the block ends, what its threads did reaches the scheduler (and the host) after it.
     struct AtBlockEnd {
         BlockRun& r;
-        unsigned threads;
         bool completed = false;
         ~AtBlockEnd() {
             if (!completed) release_unfinished_fibers(r);
             race_check::acquire(&r.end_sync);
-            if (!completed)
-                for (unsigned t = 0; t < threads; ++t) stacks[t]->renew_race_identity();
+            if (completed) {
+                race_identities().give_back(identity_pool, r.fiber_identities.size(), r.fiber_identities.data());
+            } else {
+                // A fiber of a failed block may have left its identity inside a scope in which
+                // ThreadSanitizer ignores its accesses (race_check::OwnMemory): none is used again.
+                for (void* identity : r.fiber_identities) race_check::destroy_identity(identity);
+            }
+            r.fiber_identities.clear();
         }
-    } at_block_end{r, threads};
+    } at_block_end{r};
     while (r.live > 0) {
         const uint64_t before = r.progress;
         const uint64_t cluster_before = r.cluster ? r.cluster->epoch.load() : 0;
@@ -520,11 +524,15 @@ void run_groups(const std::vector<uint64_t>& order, dim3 grid, dim3 block, size_
         for (const uint64_t g : order) {
             ClusterRun cluster(cluster_blocks, threads);
             std::vector<std::exception_ptr> errors(cluster_blocks);
+            // The calling thread runs the first block itself (one OS thread fewer a cluster); each
+            // other block, a new OS thread.
             std::vector<std::thread> workers;
-            for (unsigned rank = 0; rank < cluster_blocks; ++rank)
+            for (unsigned rank = 1; rank < cluster_blocks; ++rank)
                 workers.emplace_back(run_cluster_block, std::ref(cluster), rank, grid, block, dynamic_shared_bytes,
                                      block_at(grid, g * cluster_blocks + rank), std::cref(thread_body), identity_pool,
                                      std::ref(errors[rank]));
+            run_cluster_block(cluster, 0, grid, block, dynamic_shared_bytes, block_at(grid, g * cluster_blocks),
+                              thread_body, identity_pool, errors[0]);
             for (std::thread& worker : workers) worker.join();
             for (const std::exception_ptr& error : errors)
                 if (error) std::rethrow_exception(error);
@@ -570,6 +578,7 @@ public:
     }
     ~Worker() {
         const race_check::OwnSynchronisation own;
+        const race_check::OwnMemory own_memory;
         std::lock_guard<std::mutex> lock(state_->mutex);
         state_->ending = true;
         state_->changed.notify_all();
@@ -580,6 +589,7 @@ public:
     void start(std::function<void()> work) {
         race_check::release(&state_->handed);
         const race_check::OwnSynchronisation own;
+        const race_check::OwnMemory own_memory;
         std::lock_guard<std::mutex> lock(state_->mutex);
         state_->work = std::move(work);
         state_->error = nullptr;
@@ -590,11 +600,18 @@ public:
     void finish(bool take_back) {
         {
             const race_check::OwnSynchronisation own;
+            const race_check::OwnMemory own_memory;
             std::unique_lock<std::mutex> lock(state_->mutex);
             state_->changed.wait(lock, [&] { return state_->done; });
         }
-        if (take_back) race_check::acquire(&state_->returned);
-        if (state_->error) std::rethrow_exception(state_->error);
+        std::exception_ptr error;
+        {
+            const race_check::OwnMemory own_memory;
+            error = state_->error;
+        }
+        // (An error's message, which the worker wrote, is read here: taken back with it.)
+        if (take_back || error) race_check::acquire(&state_->returned);
+        if (error) std::rethrow_exception(error);
     }
 
 private:
@@ -611,6 +628,7 @@ private:
                 std::function<void()> next;
                 {
                     const race_check::OwnSynchronisation own;
+                    const race_check::OwnMemory own_memory;
                     std::unique_lock<std::mutex> lock(mutex);
                     changed.wait(lock, [&] { return static_cast<bool>(work) || ending; });
                     if (!work) return;
@@ -626,8 +644,11 @@ private:
                 }
                 race_check::release(&returned);
                 const race_check::OwnSynchronisation own;
+                const race_check::OwnMemory own_memory;
                 std::lock_guard<std::mutex> lock(mutex);
-                error = thrown;
+                // (Moved, not copied: had this thread kept a reference to drop after the release, the
+                // exception could be deleted here while the waiting thread read its message, unordered.)
+                error = std::move(thrown);
                 done = true;
                 changed.notify_all();
             }
@@ -647,7 +668,9 @@ private:
 // gives each block alone is shared between lanes. A lane's threads come to know what every launch
 // handed them, so each of two sets of streams has a pair of lanes of its own (run_on_stream_thread's
 // lane set): one stream's blocks are then never ordered after those of a stream of the other set by
-// their lanes (a backend's compute and copy streams fall into different sets).
+// their lanes (a backend's compute and copy streams fall into different sets). Within a set, the
+// lane a grid's first block goes to takes turns, so that consecutive grids of one block each, from
+// two streams of the set, run unordered too.
 class Lane {
 public:
     explicit Lane(unsigned number) : worker_([number] { identity_pool = 1 + number; }) {}
@@ -663,9 +686,11 @@ void run_in_lanes(const std::vector<uint64_t>& order, const std::function<void(c
     static Lane* const all_lanes[kRaceLaneSets][2] = {{new Lane(0), new Lane(1)}, {new Lane(2), new Lane(3)}};
     static_assert(kRaceLaneSets == 2, "one pair of lanes a set above");
     static std::mutex lanes_in_use;  // (host threads that launch at once take turns)
-    Lane* const* lanes = all_lanes[race_lane_set];
+    // Which lane a grid's first group goes to, by turns in each set (above).
+    static unsigned first_lane[kRaceLaneSets] = {};
+    const unsigned set = race_lane_set;
+    Lane* const* lanes = all_lanes[set];
     std::vector<uint64_t> shares[2];
-    for (size_t i = 0; i < order.size(); ++i) shares[i % 2].push_back(order[i]);
     struct Turn {
         Turn() {
             const race_check::OwnSynchronisation own;
@@ -676,9 +701,13 @@ void run_in_lanes(const std::vector<uint64_t>& order, const std::function<void(c
             lanes_in_use.unlock();
         }
     } turn;
-    for (int l = 0; l < 2; ++l) lanes[l]->start([&run, &shares, l] { run(shares[l]); });
+    const unsigned first_share_lane = first_lane[set]++ % 2;
+    for (size_t i = 0; i < order.size(); ++i) shares[(i + first_share_lane) % 2].push_back(order[i]);
+    for (int l = 0; l < 2; ++l)
+        if (!shares[l].empty()) lanes[l]->start([&run, &shares, l] { run(shares[l]); });
     std::exception_ptr first;
     for (int l = 0; l < 2; ++l) {
+        if (shares[l].empty()) continue;
         try {
             lanes[l]->finish();
         } catch (...) {
@@ -712,7 +741,11 @@ void run_grid(dim3 grid, dim3 block, size_t dynamic_shared_bytes, unsigned clust
         uint64_t state = block_order_seed;
         for (uint64_t g = groups; g > 1; --g) std::swap(order[g - 1], order[splitmix(state) % g]);
     }
-    if (race_check::kEnabled && groups > 1) {
+    // Under the race check every grid runs in the lanes, one of a single block too: a block's fibers
+    // keep a ThreadSanitizer thread each on the OS thread that runs them, and the lanes are a fixed
+    // few, while the streams' threads are as many as streams live at once (ThreadSanitizer dies at
+    // 8128 threads).
+    if (race_check::kEnabled) {
         run_in_lanes(order, [&](const std::vector<uint64_t>& lane_order) {
             run_groups(lane_order, grid, block, dynamic_shared_bytes, cluster_blocks, thread_body);
         });
@@ -817,8 +850,9 @@ void release_fenced_writes(const void* address) {
     if (!self.fenced) return;
     struct FenceCarrier {
         const unsigned pool = identity_pool;
-        void* identity = race_identities().take(pool);
-        ~FenceCarrier() { race_identities().give_back(pool, identity); }
+        void* identity = nullptr;
+        FenceCarrier() { race_identities().take(pool, 1, &identity); }
+        ~FenceCarrier() { race_identities().give_back(pool, 1, &identity); }
     };
     thread_local FenceCarrier carrier;
     race_check::switching_to(carrier.identity);

@@ -5,6 +5,8 @@
 // (after it)
 #include "cuda_emulation/emulation_check_kernels.h"
 
+#include <vector>
+
 namespace {
 
 cudaLaunchConfig_t config_for(unsigned blocks, unsigned threads) {
@@ -138,6 +140,13 @@ __global__ void stream_reader_kernel(const int* in, int* out, unsigned count) {
     if (i < count) out[i] = in[i];
 }
 
+__global__ void write_index_kernel(int* out) {
+    const unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    out[i] = static_cast<int>(i);
+}
+
+__global__ void pair_reader_kernel(const int* in, int* out) { out[threadIdx.x] = in[threadIdx.x] + 1; }
+
 template <typename... Parameters, typename... Arguments>
 void launch(unsigned blocks, unsigned threads, void (*kernel)(Parameters...), Arguments... arguments) {
     const cudaLaunchConfig_t config = config_for(blocks, threads);
@@ -205,6 +214,36 @@ __attribute__((noinline)) int host_reads_stream_result(int* value, bool synchron
     cudaStreamSynchronize(stream);
     cudaStreamDestroy(stream);
     return read;
+}
+
+void run_on_live_streams(int* out, unsigned streams) {
+    std::vector<cudaStream_t> live(streams);
+    for (cudaStream_t& stream : live) cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    for (unsigned s = 0; s < streams; ++s) {
+        cudaLaunchConfig_t config = config_for(1, kLiveStreamThreads);
+        config.stream = live[s];
+        cudaLaunchKernelEx(&config, write_index_kernel, out + s * kLiveStreamThreads);
+    }
+    for (cudaStream_t stream : live) {
+        cudaStreamSynchronize(stream);
+        cudaStreamDestroy(stream);
+    }
+}
+
+void run_stream_pair(int* staged, int* out, unsigned count) {
+    cudaStream_t writer = nullptr, other_set = nullptr, reader = nullptr;
+    cudaStreamCreateWithFlags(&writer, cudaStreamNonBlocking);
+    cudaStreamCreateWithFlags(&other_set, cudaStreamNonBlocking);
+    cudaStreamCreateWithFlags(&reader, cudaStreamNonBlocking);
+    cudaLaunchConfig_t config = config_for(1, count);
+    config.stream = writer;
+    cudaLaunchKernelEx(&config, write_index_kernel, staged);
+    config.stream = reader;
+    cudaLaunchKernelEx(&config, pair_reader_kernel, static_cast<const int*>(staged), out);
+    for (cudaStream_t stream : {writer, other_set, reader}) {
+        cudaStreamSynchronize(stream);
+        cudaStreamDestroy(stream);
+    }
 }
 
 void run_in_clusters(int* out) { launch_in_clusters_of_2(2, 32, cluster_kernel, out); }

@@ -29,5 +29,16 @@ void run_last_block(int* slots, unsigned* tickets, int* sum, unsigned blocks, Ha
 // race check sees both races (emulated_runtime.cpp).
 void run_stream_handoff(const int* source, int* staged, int* out, unsigned count, bool with_event);
 int host_reads_stream_result(int* value, bool synchronised);
+// `streams` streams live at once, each running a grid of one block of kLiveStreamThreads threads
+// that writes each thread's index into its stream's part of `out` (kLiveStreamThreads values a stream,
+// each its own offset within the part). Under the race check, more such streams than ThreadSanitizer
+// has threads for a block each (8128 / 1024) must not end the process.
+constexpr unsigned kLiveStreamThreads = 1024;
+void run_on_live_streams(int* out, unsigned streams);
+// A grid of one block of `count` threads on one stream writes each thread's index into `staged`, and
+// one on another stream, with no event between, reads it (+1) into `out`: a race between streams
+// that the race check sees where the two streams share a set of lanes too (the first and the third a
+// process makes: emulated_threads.cpp, Lane).
+void run_stream_pair(int* staged, int* out, unsigned count);
 
 }  // namespace mpt_emulation_check

@@ -20,15 +20,15 @@
 //   which knows what the host did before issuing it and what was recorded before the events it waits
 //   on; the host knows a stream's work once it has synchronised with the stream, an event recorded
 //   on it, or the device (the legacy default stream runs as the host itself).
-// A grid's blocks (its clusters, where it has them) are dealt to two lanes in turn, each an OS thread
-// that runs its share one after another (emulated_threads.cpp, Lane), and nothing but the kernel's
-// atomics and fences orders one lane's blocks with the other's. So what it checks is the races inside
-// a block (shared memory, and global memory between its threads), between a cluster's blocks, which
-// run side by side, and between two blocks of a grid that fall into different lanes, as any two next
-// to each other in the blocks' order do (not blocks 0 and 2, say). A missing __threadfence before an
-// atomic that hands writes over is seen, and one after it on the reading side; a fence of too narrow
-// a scope is not. Between streams, and between a stream and the host, a missing event, wait or
-// synchronisation is seen.
+// A grid's blocks (its clusters, where it has them) are dealt to two lanes in turn (a grid's first
+// block to each lane by turns), each an OS thread that runs its share one after another
+// (emulated_threads.cpp, Lane), and nothing but the kernel's atomics and fences orders one lane's
+// blocks with the other's. So what it checks is the races inside a block (shared memory, and global
+// memory between its threads), between a cluster's blocks, which run side by side, and between two
+// blocks of a grid that fall into different lanes, as any two next to each other in the blocks'
+// order do (not blocks 0 and 2, say). A missing __threadfence before an atomic that hands writes over
+// is seen, and one after it on the reading side; a fence of too narrow a scope is not. Between
+// streams, and between a stream and the host, a missing event, wait or synchronisation is seen.
 //
 // emulated_threads.cpp, the emulation's own bookkeeping, is compiled without instrumentation (what
 // the scheduler and the fibers share is ordered by the switches, which ThreadSanitizer is told
