@@ -67,8 +67,7 @@ public:
             std::fill(into, into + count, nullptr);
             return;
         }
-        const race_check::OwnSynchronisation own;
-        const race_check::OwnMemory own_memory;
+        const race_check::OwnBookkeeping own;
         std::lock_guard<std::mutex> lock(mutex_);
         std::vector<void*>& free = free_[pool];
         for (size_t i = 0; i < count; ++i) {
@@ -82,8 +81,7 @@ public:
     }
     void give_back(unsigned pool, size_t count, void* const* from) {
         if (!race_check::kEnabled) return;
-        const race_check::OwnSynchronisation own;
-        const race_check::OwnMemory own_memory;
+        const race_check::OwnBookkeeping own;
         std::lock_guard<std::mutex> lock(mutex_);
         free_[pool].insert(free_[pool].end(), from, from + count);
     }
@@ -577,8 +575,7 @@ public:
         }).detach();
     }
     ~Worker() {
-        const race_check::OwnSynchronisation own;
-        const race_check::OwnMemory own_memory;
+        const race_check::OwnBookkeeping own;
         std::lock_guard<std::mutex> lock(state_->mutex);
         state_->ending = true;
         state_->changed.notify_all();
@@ -588,8 +585,7 @@ public:
 
     void start(std::function<void()> work) {
         race_check::release(&state_->handed);
-        const race_check::OwnSynchronisation own;
-        const race_check::OwnMemory own_memory;
+        const race_check::OwnBookkeeping own;
         std::lock_guard<std::mutex> lock(state_->mutex);
         state_->work = std::move(work);
         state_->error = nullptr;
@@ -598,15 +594,11 @@ public:
     }
     // Waits for the work started last, takes back what it did where asked; rethrows what it threw.
     void finish(bool take_back) {
-        {
-            const race_check::OwnSynchronisation own;
-            const race_check::OwnMemory own_memory;
-            std::unique_lock<std::mutex> lock(state_->mutex);
-            state_->changed.wait(lock, [&] { return state_->done; });
-        }
         std::exception_ptr error;
         {
-            const race_check::OwnMemory own_memory;
+            const race_check::OwnBookkeeping own;
+            std::unique_lock<std::mutex> lock(state_->mutex);
+            state_->changed.wait(lock, [&] { return state_->done; });
             error = state_->error;
         }
         // (An error's message, which the worker wrote, is read here: taken back with it.)
@@ -627,8 +619,7 @@ private:
             for (;;) {
                 std::function<void()> next;
                 {
-                    const race_check::OwnSynchronisation own;
-                    const race_check::OwnMemory own_memory;
+                    const race_check::OwnBookkeeping own;
                     std::unique_lock<std::mutex> lock(mutex);
                     changed.wait(lock, [&] { return static_cast<bool>(work) || ending; });
                     if (!work) return;
@@ -643,8 +634,7 @@ private:
                     thrown = std::current_exception();
                 }
                 race_check::release(&returned);
-                const race_check::OwnSynchronisation own;
-                const race_check::OwnMemory own_memory;
+                const race_check::OwnBookkeeping own;
                 std::lock_guard<std::mutex> lock(mutex);
                 // (Moved, not copied: had this thread kept a reference to drop after the release, the
                 // exception could be deleted here while the waiting thread read its message, unordered.)

@@ -108,4 +108,11 @@ struct OwnMemory {
 };
 #endif
 
+// For a scope of the emulation's bookkeeping under its own mutex (a hand-over's fields, the pools):
+// neither that mutex's order nor what the scope reads and writes is the kernel's.
+struct OwnBookkeeping {
+    OwnSynchronisation synchronisation;
+    OwnMemory memory;
+};
+
 }  // namespace mpt_emulation::race_check
