@@ -7,7 +7,7 @@
 #      fails the test (the bindings' interpreters and the malloc-counting test are left out there).
 # Usage: scripts/test.sh [--no-sanitizers]
 #        scripts/test.sh --thread-sanitizer   only the C++ suites under ThreadSanitizer (build-tsan;
-#                                             about 4 minutes on 2 cores, not part of CI's run)
+#                                             about 5 minutes on 2 cores, not part of CI's run)
 #        scripts/test.sh --cpu-variants       build-test's suites once more as each other CPU this one
 #                                             can play (below; about 4 minutes each, not in CI)
 set -euo pipefail
