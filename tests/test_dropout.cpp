@@ -2,7 +2,7 @@
 // refuses, that it trains in every precision, that evaluation and prediction use every output, that
 // one seed drops the same values in every run and every resume, and model files. The masks and the
 // steps through them against a double-precision reference are in test_dropout_masks.cpp, the CUDA
-// kernel in test_cuda_ops.cpp.
+// kernel in test_cuda_ops (cuda_ops/step_cases.cpp).
 #include <doctest/doctest.h>
 
 #include <cmath>

@@ -2,7 +2,7 @@
 // MPT_LOSS_HUBER with mpt_trainer_options_set_huber_delta): what they refuse, that the robust ones
 // fit a line through outliers that pull the squared error away, that evaluate reports Keras's loss
 // and the one-output accuracy, and that Huber's delta is an option checkpoints record. Their
-// gradients against finite differences are in test_gradients.cpp, the CUDA head in test_cuda_ops.cpp.
+// gradients against finite differences are in test_gradients.cpp, the CUDA head in cuda_ops/loss_head_cases.cpp.
 #include <doctest/doctest.h>
 
 #include <cmath>

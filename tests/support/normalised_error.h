@@ -2,7 +2,7 @@
 // double, infinite when `actual` holds a NaN or Inf where `expected` is finite (a poisoned element
 // nobody wrote, or a non-finite result). An infinity both hold (a 16-bit gradient both backends
 // overflowed) is no difference and takes no part in the norm; NaN is never equal (compare NaN
-// places first, as zero_shared_nans in test_cuda_ops does).
+// places first, as zero_shared_nans in tests/cuda_ops/loss_head_cases.cpp does).
 #pragma once
 
 #include <doctest/doctest.h>
