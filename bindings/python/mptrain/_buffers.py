@@ -125,7 +125,25 @@ def _check_shape(buffer, shape, what):
         raise Error(Status.SHAPE_MISMATCH, "%s has shape %s, not %s" % (what, tuple(buffer.shape), shape))
 
 
+def _row_width(buffer):
+    """The values in a row of a shaped array of two or more dimensions (the product of all but the first:
+    a [rows, 3072] array's, or [rows, 32, 32, 3] images'), else None (a flat sequence, cut into rows)."""
+    if buffer.shape is None or len(buffer.shape) < 2:
+        return None
+    width = 1
+    for extent in buffer.shape[1:]:
+        width *= extent
+    return width
+
+
 def _rows_of(buffer, width, what):
+    """The rows of `width` values in `buffer`. The library sees only the count, so a shaped array whose
+    rows hold another number of values (a transposed [width, rows] array, rows of 5 values for a model
+    of 4 inputs) is refused here though its count is whole rows of `width`."""
+    shaped_width = _row_width(buffer)
+    if shaped_width is not None and shaped_width != width:
+        raise Error(Status.SHAPE_MISMATCH, "%s has shape %s: rows of %d values, not of %d" % (
+            what, tuple(buffer.shape), shaped_width, width))
     if buffer.count == 0 or width <= 0 or buffer.count % width:
         raise Error(Status.SHAPE_MISMATCH, "%s holds %d values, not whole rows of %d" % (what, buffer.count, width))
     return buffer.count // width

@@ -6,7 +6,7 @@ import operator
 
 from . import _buffers, _native
 from ._arguments import _integer, _path, _require
-from ._buffers import _bytes, _floats, _int32s, _int64s, _output
+from ._buffers import _bytes, _floats, _int32s, _int64s, _output, _row_width
 from ._context import Context
 from ._enums import Status
 from ._errors import Error
@@ -24,14 +24,21 @@ class Dataset(_Handle):
 
     @staticmethod
     def _shape(buffer, rows, features, what):
+        # A shaped array's rows are its first dimension ([rows, features], or [rows, 32, 32, 3] images):
+        # one whose count is rows * features by another split (a transposed array, images of another
+        # size) is refused, not cut into rows it does not hold.
+        shaped_width = _row_width(buffer)
         if features is None:
-            if buffer.shape is not None and len(buffer.shape) == 2:
-                features = buffer.shape[1]
+            if shaped_width is not None:
+                features = shaped_width
             elif rows:
                 features = buffer.count // rows
             else:
                 features = 0
         features = _integer(features, "features", ctypes.c_int64)
+        if shaped_width is not None and (shaped_width != features or buffer.shape[0] != rows):
+            raise Error(Status.SHAPE_MISMATCH, "%s has shape %s, not rows of %d values for %d rows" % (
+                what, tuple(buffer.shape), features, rows))
         if rows == 0 or features <= 0 or buffer.count != rows * features:
             raise Error(Status.SHAPE_MISMATCH, "%s holds %d values; %d rows of %d features need %d" % (
                 what, buffer.count, rows, features, rows * features))
@@ -70,12 +77,13 @@ class Dataset(_Handle):
         """float32 samples with float32 targets ([rows, target_width]) for one-hot, binary or MSE losses."""
         sample_data = _floats(samples, "samples")
         target_data = _floats(targets, "targets")
+        shaped_width = _row_width(target_data)
         if target_width is None:
-            if target_data.shape is not None and len(target_data.shape) == 2:
-                target_width = target_data.shape[1]
-            else:
-                target_width = 1
+            target_width = shaped_width if shaped_width is not None else 1
         target_width = _integer(target_width, "target_width", ctypes.c_int64)
+        if shaped_width is not None and shaped_width != target_width:
+            raise Error(Status.SHAPE_MISMATCH, "targets have shape %s: rows of %d values, not of %d" % (
+                tuple(target_data.shape), shaped_width, target_width))
         if target_width <= 0 or target_data.count % target_width:
             raise Error(Status.SHAPE_MISMATCH, "targets hold %d values, not whole rows of %d" % (
                 target_data.count, target_width))

@@ -224,7 +224,8 @@ class Model(_Handle):
                                                 b.pointer if b else None, b.count if b else 0))
 
     def predict(self, inputs):
-        """fp32 forward pass: outputs [rows, output_features] for inputs of whole rows."""
+        """fp32 forward pass: outputs [rows, output_features] for inputs of whole rows (flat, or shaped
+        with rows of input_features values: SHAPE_MISMATCH otherwise)."""
         data = _floats(inputs, "inputs")
         rows = _rows_of(data, self.input_features, "inputs")
         width = self.output_features

@@ -318,7 +318,8 @@ class Trainer(_Handle):
 
     def predict(self, inputs):
         """Outputs [rows, output_features] of the last layer, in the trainer's precision, for float rows
-        (predictions over a Dataset: predict_dataset)."""
+        (predictions over a Dataset: predict_dataset): flat, or shaped with rows of input_features
+        values (SHAPE_MISMATCH otherwise)."""
         self._refuse_reentry()
         if isinstance(inputs, Dataset):
             raise TypeError("inputs must be float rows, not a mptrain.Dataset: predictions over a dataset are "

@@ -6,7 +6,7 @@ import pytest
 
 import mptrain
 from mptrain import _buffers
-from conftest import CLASSES, FEATURES, make_blobs
+from conftest import CLASSES, FEATURES, make_blobs, raises, values
 
 try:
     import numpy as np
@@ -92,6 +92,45 @@ def test_set_weights_refuses_arrays_of_another_shape(ctx, model):
         with pytest.raises(mptrain.Error, match="not \\(16, %d\\)" % FEATURES):
             model.set_weights(0, np.asarray(weights, dtype=np.float32).reshape(16, FEATURES).T)
         model.set_weights(0, np.asarray(weights).reshape(16, FEATURES), np.asarray(bias))
+
+
+def test_shaped_rows_must_hold_the_models_width(ctx, model):
+    """The library sees only a count: 24 values are 6 rows of 4 inputs whatever shape they came in. A
+    shaped array's rows are its first dimension, so one whose rows hold another number of values (a
+    transposed [4, 6] batch, nested lists of 6) is refused, in predict and in a data set, where it would
+    have been cut into rows it does not hold. Flat sequences and images as [rows, height, width]
+    (a row: every dimension but the first) are taken."""
+    assert FEATURES == 4
+    flat = [float(i % 7) / 7.0 for i in range(6 * FEATURES)]
+    transposed = [flat[i * 6:(i + 1) * 6] for i in range(FEATURES)]  # 4 rows of 6
+    labels = [i % CLASSES for i in range(6)]
+    trainer = mptrain.Trainer(model)
+    for predictor in (model, trainer):
+        with raises(mptrain.Status.SHAPE_MISMATCH) as caught:
+            predictor.predict(shaped(flat, (FEATURES, 6)))
+        assert "(4, 6): rows of 6 values, not of 4" in caught.value.message
+        with raises(mptrain.Status.SHAPE_MISMATCH):
+            predictor.predict(transposed)
+        expected = values(predictor.predict(array.array("f", flat)))
+        assert len(expected) == 6 * CLASSES
+        assert values(predictor.predict(shaped(flat, (6, 2, 2)))) == expected
+        assert values(predictor.predict(shaped(flat, (6, FEATURES)))) == expected
+    with raises(mptrain.Status.SHAPE_MISMATCH) as caught:
+        mptrain.Dataset.from_f32(ctx, shaped(flat, (FEATURES, 6)), labels, CLASSES)
+    assert "(4, 6)" in caught.value.message
+    with raises(mptrain.Status.SHAPE_MISMATCH):
+        mptrain.Dataset.from_f32(ctx, shaped(flat, (FEATURES, 6)), labels, CLASSES, features=FEATURES)
+    with raises(mptrain.Status.SHAPE_MISMATCH):
+        mptrain.Dataset.from_u8(ctx, memoryview(bytes(6 * FEATURES)).cast("B", (FEATURES, 6)), labels, CLASSES)
+    assert mptrain.Dataset.from_f32(ctx, shaped(flat, (6, 2, 2)), labels, CLASSES).features == FEATURES
+    assert mptrain.Dataset.from_f32(ctx, array.array("f", flat), labels, CLASSES).features == FEATURES
+    one_hot_targets = [1.0 if c == label else 0.0 for label in labels for c in range(CLASSES)]
+    with raises(mptrain.Status.SHAPE_MISMATCH) as caught:
+        mptrain.Dataset.from_targets(ctx, shaped(flat, (6, FEATURES)), shaped(one_hot_targets, (CLASSES, 6)),
+                                     target_width=CLASSES)
+    assert "(3, 6): rows of 6 values, not of 3" in caught.value.message
+    data = mptrain.Dataset.from_targets(ctx, shaped(flat, (6, FEATURES)), shaped(one_hot_targets, (6, CLASSES)))
+    assert (data.rows, data.features) == (6, FEATURES)
 
 
 def test_outputs_too_large_to_allocate_are_errors_not_memory_errors(ctx):
