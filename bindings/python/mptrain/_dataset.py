@@ -44,6 +44,19 @@ class Dataset(_Handle):
                 what, buffer.count, rows, features, rows * features))
         return features
 
+    @staticmethod
+    def _labels(labels):
+        """Class indices, one a row: a [rows] or [rows, 1] array, or a sequence. One-hot rows (Keras's
+        to_categorical) are refused here with what to use instead; counted as labels they would have
+        made as many times the rows as there are classes."""
+        label_data = _int32s(labels, "labels")
+        if label_data.shape is not None and len(label_data.shape) > 1 and (
+                len(label_data.shape) > 2 or label_data.shape[1] != 1):
+            raise Error(Status.SHAPE_MISMATCH, "labels have shape %s: one class index a row is a [rows] or "
+                        "[rows, 1] array (one-hot or soft targets: Dataset.from_targets)"
+                        % (tuple(label_data.shape),))
+        return label_data
+
     @classmethod
     def _create(cls, context, function, *args):
         _require(context, Context, "context")
@@ -55,7 +68,7 @@ class Dataset(_Handle):
     @classmethod
     def from_f32(cls, context, samples, labels, num_classes, features=None, check_finite=True):
         """float32 samples ([rows, features]) with int labels in [0, num_classes)."""
-        label_data = _int32s(labels, "labels")
+        label_data = cls._labels(labels)
         sample_data = _floats(samples, "samples")
         features = cls._shape(sample_data, label_data.count, features, "samples")
         num_classes = _integer(num_classes, "num_classes", ctypes.c_int32)
@@ -65,7 +78,7 @@ class Dataset(_Handle):
     @classmethod
     def from_u8(cls, context, samples, labels, num_classes, features=None, scale=1.0 / 255.0, offset=0.0):
         """uint8 samples, normalised as x * scale + offset when batched (CIFAR: 1/255, 0)."""
-        label_data = _int32s(labels, "labels")
+        label_data = cls._labels(labels)
         sample_data = _bytes(samples, "samples")
         features = cls._shape(sample_data, label_data.count, features, "samples")
         num_classes = _integer(num_classes, "num_classes", ctypes.c_int32)

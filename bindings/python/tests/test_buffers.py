@@ -133,6 +133,30 @@ def test_shaped_rows_must_hold_the_models_width(ctx, model):
     assert (data.rows, data.features) == (6, FEATURES)
 
 
+def test_labels_are_one_class_index_a_row(ctx):
+    """Labels as [rows] or [rows, 1] (Keras's y either way) are taken; one-hot rows are refused, naming
+    from_targets, where they would have been counted as CLASSES times the rows."""
+    samples, labels = make_blobs(rows=6)
+    flat = [v for row in samples for v in row]
+    column = [[label] for label in labels]
+    one_hot = [[1 if c == label else 0 for c in range(CLASSES)] for label in labels]
+    assert values(mptrain.Dataset.from_f32(ctx, flat, column, CLASSES).labels) == labels
+    assert mptrain.Dataset.from_u8(ctx, bytes(6 * FEATURES), column, CLASSES).rows == 6
+    for make in (lambda y: mptrain.Dataset.from_f32(ctx, flat, y, CLASSES),
+                 lambda y: mptrain.Dataset.from_u8(ctx, bytes(6 * FEATURES), y, CLASSES)):
+        with raises(mptrain.Status.SHAPE_MISMATCH) as caught:
+            make(one_hot)
+        assert "(6, 3)" in caught.value.message and "from_targets" in caught.value.message
+    # Two classes one-hot: 12 labels and 24 values had made 12 rows of 2 features, with no error.
+    with raises(mptrain.Status.SHAPE_MISMATCH):
+        mptrain.Dataset.from_f32(ctx, flat, [[label % 2, 1 - label % 2] for label in labels], 2)
+    if np is not None:
+        with raises(mptrain.Status.SHAPE_MISMATCH):
+            mptrain.Dataset.from_f32(ctx, np.asarray(samples), np.asarray(column).reshape(6, 1, 1), CLASSES)
+        y = np.asarray(labels, dtype=np.int64).reshape(6, 1)
+        assert mptrain.Dataset.from_f32(ctx, np.asarray(samples), y, CLASSES).rows == 6
+
+
 def test_outputs_too_large_to_allocate_are_errors_not_memory_errors(ctx):
     """An output past the library's MAX_HOST_ELEMENTS is refused before allocating; one the host cannot
     allocate is OUT_OF_MEMORY, like the library's own failures (not Python's MemoryError)."""
