@@ -1,5 +1,5 @@
 """Python arguments as the C API takes them: enum members from names, paths as bytes, integers checked
-against their C type, and objects checked to be the mptrain class a parameter wants."""
+against their C type, numbers as floats, and objects checked to be the mptrain class a parameter wants."""
 import ctypes
 import os
 
@@ -68,6 +68,15 @@ def _integer(value, what, ctype):
         raise _OutOfRange("%s is %d, outside the range of its C type %s [%d, %d]" % (
             what, value, name, lowest, highest))
     return value
+
+
+def _real(value, what):
+    """A number (an int, a float, a numpy scalar, a Fraction or a Decimal) as the C float parameter takes
+    it. A str is refused as the integer parameters refuse it (float() would have parsed "1e-3"), and
+    so is a bool (True would have been a rate of 1), each naming the parameter."""
+    if isinstance(value, bool) or not hasattr(value, "__float__"):
+        raise TypeError("%s must be a number, not %s" % (what, type(value).__name__))
+    return float(value)
 
 
 def _require(value, kind, what):

@@ -5,7 +5,7 @@ import ctypes
 import operator
 
 from . import _buffers, _native
-from ._arguments import _integer, _path, _require
+from ._arguments import _integer, _path, _real, _require
 from ._buffers import _bytes, _floats, _int32s, _int64s, _output, _row_width
 from ._context import Context
 from ._enums import Status
@@ -83,7 +83,7 @@ class Dataset(_Handle):
         features = cls._shape(sample_data, label_data.count, features, "samples")
         num_classes = _integer(num_classes, "num_classes", ctypes.c_int32)
         return cls._create(context, "mpt_dataset_create_u8", sample_data.pointer, label_data.count, features,
-                           label_data.pointer, num_classes, float(scale), float(offset))
+                           label_data.pointer, num_classes, _real(scale, "scale"), _real(offset, "offset"))
 
     @classmethod
     def from_targets(cls, context, samples, targets, features=None, target_width=None, check_finite=True):

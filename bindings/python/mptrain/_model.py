@@ -3,7 +3,7 @@ save and load."""
 import ctypes
 
 from . import _native
-from ._arguments import _enum, _integer, _path, _require
+from ._arguments import _enum, _integer, _path, _real, _require
 from ._buffers import _check_shape, _floats, _output, _rows_of
 from ._context import Context
 from ._enums import Activation, DType, Initializer, Status
@@ -51,7 +51,7 @@ class Model(_Handle):
         (INVALID_STATE). Saved with the model. Returns self, so calls chain."""
         with self._family:
             _check(_lib().mpt_model_set_layer_dropout(self._get(), _integer(layer, "layer", ctypes.c_int64),
-                                                      float(rate)))
+                                                      _real(rate, "rate")))
         return self
 
     def set_input_dropout(self, rate):
@@ -60,7 +60,7 @@ class Model(_Handle):
         scaled by 1 / (1 - rate); evaluate and predict use every input. Before the model is built;
         saved with the model. Returns self, so calls chain."""
         with self._family:
-            _check(_lib().mpt_model_set_input_dropout(self._get(), float(rate)))
+            _check(_lib().mpt_model_set_input_dropout(self._get(), _real(rate, "rate")))
         return self
 
     def get_input_dropout(self):

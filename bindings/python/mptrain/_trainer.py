@@ -6,7 +6,7 @@ import ctypes
 import threading
 
 from . import _interrupt, _native
-from ._arguments import _enum, _integer, _path, _require
+from ._arguments import _enum, _integer, _path, _real, _require
 from ._buffers import _floats, _output, _rows_of
 from ._callbacks import _CallbackState, _nothing_at_epoch_end
 from ._dataset import Dataset
@@ -130,8 +130,8 @@ class Trainer(_Handle):
             if loss is not None:
                 _check(lib.mpt_trainer_options_set_loss(options, _enum(Loss, loss, "loss")))
             if huber_delta is not None:
-                _check(lib.mpt_trainer_options_set_huber_delta(options, float(huber_delta)))
-            _check(lib.mpt_trainer_options_set_label_smoothing(options, float(label_smoothing)))
+                _check(lib.mpt_trainer_options_set_huber_delta(options, _real(huber_delta, "huber_delta")))
+            _check(lib.mpt_trainer_options_set_label_smoothing(options, _real(label_smoothing, "label_smoothing")))
             if isinstance(class_weights, collections.abc.Mapping):
                 class_weights = _class_weights_by_index(class_weights, model.output_features)
             if class_weights is not None:
@@ -143,21 +143,21 @@ class Trainer(_Handle):
             if optimizer is not None:
                 _check(lib.mpt_trainer_options_set_optimizer(options, _enum(Optimizer, optimizer, "optimizer")))
             if learning_rate is not None:
-                _check(lib.mpt_trainer_options_set_learning_rate(options, float(learning_rate)))
+                _check(lib.mpt_trainer_options_set_learning_rate(options, _real(learning_rate, "learning_rate")))
             if momentum is not None:
-                _check(lib.mpt_trainer_options_set_momentum(options, float(momentum), 1 if nesterov else 0))
+                _check(lib.mpt_trainer_options_set_momentum(options, _real(momentum, "momentum"), 1 if nesterov else 0))
             if adam is not None:
                 beta1, beta2, epsilon = adam
-                adam = float(beta1), float(beta2), float(epsilon)
+                adam = _real(beta1, "beta1"), _real(beta2, "beta2"), _real(epsilon, "epsilon")
                 _check(lib.mpt_trainer_options_set_adam(options, *adam))
             if rmsprop is not None:
                 rho, epsilon = rmsprop
-                rmsprop = float(rho), float(epsilon)
+                rmsprop = _real(rho, "rho"), _real(epsilon, "epsilon")
                 _check(lib.mpt_trainer_options_set_rmsprop(options, *rmsprop))
             _check(lib.mpt_trainer_options_set_rmsprop_centered(options, 1 if rmsprop_centered else 0))
             if lion is not None:
                 beta1, beta2 = lion
-                lion = float(beta1), float(beta2)
+                lion = _real(beta1, "beta1"), _real(beta2, "beta2")
                 _check(lib.mpt_trainer_options_set_lion(options, *lion))
             # After the setters, which refuse values out of range (NaN among them) with their own message.
             if adam is not None and lion is not None:
@@ -166,9 +166,9 @@ class Trainer(_Handle):
             if adam is not None and rmsprop is not None:
                 _one_value("adam's epsilon", adam[2], "rmsprop's epsilon", rmsprop[1])
             if weight_decay is not None:
-                _check(lib.mpt_trainer_options_set_weight_decay(options, float(weight_decay)))
-            _check(lib.mpt_trainer_options_set_global_clipnorm(options, float(global_clipnorm)))
-            _check(lib.mpt_trainer_options_set_ema(options, float(ema_momentum)))
+                _check(lib.mpt_trainer_options_set_weight_decay(options, _real(weight_decay, "weight_decay")))
+            _check(lib.mpt_trainer_options_set_global_clipnorm(options, _real(global_clipnorm, "global_clipnorm")))
+            _check(lib.mpt_trainer_options_set_ema(options, _real(ema_momentum, "ema_momentum")))
             _check(lib.mpt_trainer_options_set_micro_batch_size(
                 options, _integer(micro_batch_size, "micro_batch_size", ctypes.c_int64)))
             # Checked before the comparison with 0, so that warmup_steps=0.0 is refused as 1.0 is.
@@ -180,15 +180,17 @@ class Trainer(_Handle):
                 if decay_factor is None:
                     decay_factor = _DEFAULT_DECAY_FACTORS.get(schedule, 1.0)  # an unknown value: C refuses it
                 _check(lib.mpt_trainer_options_set_lr_schedule(
-                    options, schedule, warmup_steps, decay_steps, float(decay_factor)))
+                    options, schedule, warmup_steps, decay_steps, _real(decay_factor, "decay_factor")))
             if loss_scaling is not None:
                 _check(lib.mpt_trainer_options_set_loss_scaling(
-                    options, _enum(LossScaling, loss_scaling, "loss_scaling"), float(initial_scale)))
+                    options, _enum(LossScaling, loss_scaling, "loss_scaling"),
+                    _real(initial_scale, "initial_scale")))
             if loss_scaler_dynamics is not None:
                 growth, backoff, interval, low, high = loss_scaler_dynamics
                 _check(lib.mpt_trainer_options_set_loss_scaler_dynamics(
-                    options, float(growth), float(backoff), _integer(interval, "growth_interval", ctypes.c_int64),
-                    float(low), float(high)))
+                    options, _real(growth, "growth_factor"), _real(backoff, "backoff_factor"),
+                    _integer(interval, "growth_interval", ctypes.c_int64), _real(low, "min_scale"),
+                    _real(high, "max_scale")))
             pointer = _native.TrainerP()
             with model._family:
                 _check(lib.mpt_trainer_create(model._get(), options, ctypes.byref(pointer)))
@@ -381,7 +383,7 @@ class Trainer(_Handle):
     @learning_rate.setter
     def learning_rate(self, value):
         with self._family:
-            _check(_lib().mpt_trainer_set_learning_rate(self._get(), float(value)))
+            _check(_lib().mpt_trainer_set_learning_rate(self._get(), _real(value, "learning_rate")))
 
     @property
     def options(self):

@@ -4,6 +4,7 @@ import ctypes
 import operator
 
 from . import _native
+from ._arguments import _real
 from ._enums import Loss, LossScaling, LrSchedule, Optimizer, Precision, Status
 from ._errors import Error
 from ._library import _check, _lib
@@ -23,7 +24,7 @@ def _class_weights_by_index(weights, classes):
         if not 0 <= index < classes:
             raise Error(Status.SHAPE_MISMATCH, "class_weights has a weight for class %d, but the model's outputs "
                         "are classes 0 to %d" % (index, classes - 1))
-        by_index[index] = float(weight)
+        by_index[index] = _real(weight, "class_weights[%d]" % index)
     return by_index
 
 

@@ -1,5 +1,7 @@
 """Bad input through the bindings becomes mptrain.Error (library semantics) or TypeError (wrong Python
 types): never a crash."""
+import re
+
 import pytest
 
 import mptrain
@@ -93,6 +95,38 @@ def test_none_and_wrong_types_are_type_errors(ctx, model):
         mptrain.Model(ctx, 3).add_dense(2, 1.5)
     with pytest.raises(TypeError):
         mptrain.Trainer(model).set_callbacks(progress=42)
+
+
+def test_float_parameters_take_numbers_only(ctx, model):
+    """A float parameter refuses a str and a bool as the integer ones do (float() would have read "1e-3"
+    as a rate, and True as a rate of 1), naming the parameter; ints, numpy scalars, Fractions and
+    Decimals are numbers."""
+    import decimal
+    import fractions
+    for keywords, name in (({"learning_rate": "1e-3"}, "learning_rate"), ({"learning_rate": True}, "learning_rate"),
+                           ({"optimizer": "sgd", "momentum": "0.9"}, "momentum"),
+                           ({"optimizer": "adam", "adam": (0.9, "0.999", 1e-7)}, "beta2"),
+                           ({"label_smoothing": None}, "label_smoothing"),
+                           ({"class_weights": {0: "2"}}, "class_weights[0]"),
+                           ({"loss_scaling": "dynamic", "initial_scale": "1024"}, "initial_scale"),
+                           ({"loss_scaler_dynamics": (2.0, 0.5, 100, 1.0, [65536.0])}, "max_scale")):
+        with pytest.raises(TypeError, match=r"^%s must be a number, not " % re.escape(name)):
+            mptrain.Trainer(model, **keywords)
+    trainer = mptrain.Trainer(model, learning_rate=1, momentum=fractions.Fraction(1, 2), optimizer="sgd")
+    assert trainer.learning_rate == 1.0
+    with pytest.raises(TypeError, match="^learning_rate must be a number, not str"):
+        trainer.learning_rate = "0.5"
+    trainer.learning_rate = decimal.Decimal("0.25")
+    assert trainer.learning_rate == 0.25
+    with pytest.raises(TypeError, match="^rate must be a number, not str"):
+        mptrain.Model(ctx, 3).set_input_dropout("0.5")
+    with pytest.raises(TypeError, match="^scale must be a number, not bool"):
+        mptrain.Dataset.from_u8(ctx, bytes(6), [0, 1], 2, scale=True)
+    try:
+        import numpy as np
+    except ImportError:
+        return
+    assert mptrain.Trainer(model, learning_rate=np.float32(0.5)).learning_rate == 0.5
 
 
 def test_enum_names_are_the_members_or_keras_strings_and_class_names(ctx):
