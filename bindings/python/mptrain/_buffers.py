@@ -41,6 +41,8 @@ def _buffer(data, ctype, typecode, np_dtype, what, integer=False):
     if _np is not None and isinstance(data, _np.ndarray):
         if integer and data.size and not _np.issubdtype(data.dtype, _np.integer):
             raise TypeError("%s must hold integers, not %s" % (what, data.dtype))
+        if data.size and _np.issubdtype(data.dtype, _np.complexfloating):  # (numpy would drop the imaginary part)
+            raise TypeError("%s must hold real numbers, not %s" % (what, data.dtype))
         if integer and data.size:
             info = _np.iinfo(np_dtype)
             if data.min() < info.min or data.max() > info.max:

@@ -38,6 +38,10 @@ def test_numpy_arrays_in_and_out(ctx, model):
         mptrain.Dataset.from_f32(ctx, x, y.astype(np.float32), CLASSES)
     with pytest.raises(TypeError):
         mptrain.Dataset.from_u8(ctx, x, y, CLASSES)
+    with pytest.raises(TypeError, match="samples must hold real numbers, not complex64"):
+        mptrain.Dataset.from_f32(ctx, x.astype(np.complex64), y, CLASSES)  # numpy would drop the imaginary part
+    with pytest.raises(TypeError, match="inputs must hold real numbers"):
+        trainer.predict(x[:2] + 1j)
 
 
 @needs_numpy
