@@ -10,15 +10,10 @@
 // everywhere and those of the backend as a whole (its description, misuse, the GEMM workspace).
 #include <doctest/doctest.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
-#include <memory>
-#include <random>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "backend/cuda/head_layer_case.h"

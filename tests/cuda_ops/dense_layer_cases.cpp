@@ -7,11 +7,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <limits>
-#include <memory>
 #include <random>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "cuda_ops/comparisons.h"

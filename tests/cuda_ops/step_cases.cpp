@@ -9,10 +9,8 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
-#include <memory>
 #include <random>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "cuda_ops/comparisons.h"

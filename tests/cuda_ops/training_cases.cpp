@@ -3,14 +3,8 @@
 // host synchronisation in steady-state steps, and a progress callback that never waits.
 #include <doctest/doctest.h>
 
-#include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <limits>
-#include <memory>
-#include <random>
-#include <string>
 #include <utility>
 #include <vector>
 
