@@ -146,6 +146,9 @@ def _rows_of(buffer, width, what):
     if shaped_width is not None and shaped_width != width:
         raise Error(Status.SHAPE_MISMATCH, "%s has shape %s: rows of %d values, not of %d" % (
             what, tuple(buffer.shape), shaped_width, width))
+    if buffer.count == 0 and width > 0:
+        # (The library refuses zero rows too; said here in the caller's terms, not as a count.)
+        raise Error(Status.SHAPE_MISMATCH, "%s has no rows: a prediction needs at least one" % what)
     if buffer.count == 0 or width <= 0 or buffer.count % width:
         raise Error(Status.SHAPE_MISMATCH, "%s holds %d values, not whole rows of %d" % (what, buffer.count, width))
     return buffer.count // width

@@ -39,8 +39,9 @@ def test_wrong_lengths(ctx, model):
         mptrain.Dataset.from_f32(ctx, [], [], num_classes=3)
     with raises(Status.SHAPE_MISMATCH):
         model.predict([0.0] * (FEATURES + 1))
-    with raises(Status.SHAPE_MISMATCH):
+    with raises(Status.SHAPE_MISMATCH) as caught:
         model.predict([])
+    assert caught.value.message == "inputs has no rows: a prediction needs at least one"
     with raises(Status.SHAPE_MISMATCH):
         model.set_weights(0, [0.0] * 3)
     with raises(Status.INVALID_ARGUMENT):
