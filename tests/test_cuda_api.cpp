@@ -42,7 +42,7 @@ namespace {
 // outputs for the small logits of these models. 1e-4 leaves a margin of 100; a wrong weight, layout,
 // activation or row gives errors of order 1.
 constexpr double kFp32Bound = 1e-4;
-// bf16 keeps 8 significant bits: unit roundoff 2^-8. test_training.cpp bounds mixed-bf16
+// bf16 keeps 8 significant bits: unit roundoff 2^-8. training/prediction_cases.cpp bounds mixed-bf16
 // probabilities within 8u of fp32 ones for models of this size.
 constexpr double kBf16Roundoff = 1.0 / 256.0;
 // A resumed run repeats the uninterrupted one's kernels on the same rows in the same order: on the
@@ -1695,7 +1695,7 @@ TEST_CASE("evaluate and trainer predict agree with model predict on the same row
             // fp32 rounding of well-classified rows (p near 1, -log p near 1 - p).
             CHECK(loss == doctest::Approx(exact_loss).epsilon(1e-3).scale(1e-4));
         } else {
-            // Probabilities from logits with a relative error of a few bf16 roundoffs (test_training.cpp).
+            // Probabilities from logits with a relative error of a few bf16 roundoffs (training/prediction_cases.cpp).
             CHECK(largest_difference(low, exact) <= 8 * kBf16Roundoff);
             CHECK(loss == doctest::Approx(exact_loss).epsilon(8 * kBf16Roundoff).scale(0.1));
         }

@@ -1,7 +1,7 @@
 // Lion through the C API (MPT_OPTIMIZER_LION, mpt_trainer_options_set_lion): what it refuses, its
 // betas' defaults and the order of the setters, that it trains, and checkpoints (its one state
 // array resumed bit for bit, the betas options a checkpoint must match). Its update rule against
-// Keras's is in test_training.cpp, its CUDA kernel against the CPU's in cuda_ops/update_cases.cpp.
+// Keras's is in training/loss_and_optimizer_cases.cpp, its CUDA kernel against the CPU's in cuda_ops/update_cases.cpp.
 #include <doctest/doctest.h>
 
 #include <limits>

@@ -1,7 +1,7 @@
 // RMSprop through the C API (MPT_OPTIMIZER_RMSPROP, mpt_trainer_options_set_rmsprop, centered
 // through mpt_trainer_options_set_rmsprop_centered): what it refuses, that it trains, and
 // checkpoints (its state arrays resumed bit for bit, rho and centered options a checkpoint must
-// match; a forged record of it is refused in test_checkpoint_arrays.cpp). Its update rule against Keras's is in test_training.cpp, its CUDA kernel
+// match; a forged record of it is refused in test_checkpoint_arrays.cpp). Its update rule against Keras's is in training/loss_and_optimizer_cases.cpp, its CUDA kernel
 // against the CPU's in cuda_ops/update_cases.cpp.
 #include <doctest/doctest.h>
 

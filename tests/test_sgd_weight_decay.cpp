@@ -5,7 +5,7 @@
 // shift by rate * decay * w (the step's scheduled rate), at batch sizes on either side of the CPU's
 // clipping threshold and in every precision; ctest runs it once more with the small-batch GEMM
 // off (the blob model's GEMMs are small-GEMM problems on AVX2), for OpenBLAS's and the portable
-// GEMM's beta. The optimizer's formula itself is checked in test_training.cpp.
+// GEMM's beta. The optimizer's formula itself is checked in training/loss_and_optimizer_cases.cpp.
 #include <doctest/doctest.h>
 
 #include <algorithm>
