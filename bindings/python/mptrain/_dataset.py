@@ -23,11 +23,15 @@ class Dataset(_Handle):
     _destroy_name = "mpt_dataset_destroy"
 
     @staticmethod
-    def _shape(buffer, rows, features, what):
+    def _shape(buffer, rows, features, what, rows_from):
         # A shaped array's rows are its first dimension ([rows, features], or [rows, 32, 32, 3] images):
         # one whose count is rows * features by another split (a transposed array, images of another
-        # size) is refused, not cut into rows it does not hold.
+        # size) is refused, not cut into rows it does not hold. `rows_from` says where `rows` came from
+        # ("there are %d labels"), for the message when the two disagree.
         shaped_width = _row_width(buffer)
+        if shaped_width is not None and buffer.shape[0] != rows:
+            raise Error(Status.SHAPE_MISMATCH, "%s has %d rows (shape %s), but %s" % (
+                what, buffer.shape[0], tuple(buffer.shape), rows_from % rows))
         if features is None:
             if shaped_width is not None:
                 features = shaped_width
@@ -36,7 +40,7 @@ class Dataset(_Handle):
             else:
                 features = 0
         features = _integer(features, "features", ctypes.c_int64)
-        if shaped_width is not None and (shaped_width != features or buffer.shape[0] != rows):
+        if shaped_width is not None and shaped_width != features:
             raise Error(Status.SHAPE_MISMATCH, "%s has shape %s, not rows of %d values for %d rows" % (
                 what, tuple(buffer.shape), features, rows))
         if rows == 0 or features <= 0 or buffer.count != rows * features:
@@ -70,7 +74,7 @@ class Dataset(_Handle):
         """float32 samples ([rows, features]) with int labels in [0, num_classes)."""
         label_data = cls._labels(labels)
         sample_data = _floats(samples, "samples")
-        features = cls._shape(sample_data, label_data.count, features, "samples")
+        features = cls._shape(sample_data, label_data.count, features, "samples", "there are %d labels")
         num_classes = _integer(num_classes, "num_classes", ctypes.c_int32)
         return cls._create(context, "mpt_dataset_create_f32", sample_data.pointer, label_data.count, features,
                            label_data.pointer, num_classes, 1 if check_finite else 0)
@@ -80,7 +84,7 @@ class Dataset(_Handle):
         """uint8 samples, normalised as x * scale + offset when batched (CIFAR: 1/255, 0)."""
         label_data = cls._labels(labels)
         sample_data = _bytes(samples, "samples")
-        features = cls._shape(sample_data, label_data.count, features, "samples")
+        features = cls._shape(sample_data, label_data.count, features, "samples", "there are %d labels")
         num_classes = _integer(num_classes, "num_classes", ctypes.c_int32)
         return cls._create(context, "mpt_dataset_create_u8", sample_data.pointer, label_data.count, features,
                            label_data.pointer, num_classes, _real(scale, "scale"), _real(offset, "offset"))
@@ -101,7 +105,7 @@ class Dataset(_Handle):
             raise Error(Status.SHAPE_MISMATCH, "targets hold %d values, not whole rows of %d" % (
                 target_data.count, target_width))
         rows = target_data.count // target_width
-        features = cls._shape(sample_data, rows, features, "samples")
+        features = cls._shape(sample_data, rows, features, "samples", "the targets hold %d rows")
         return cls._create(context, "mpt_dataset_create_f32_targets", sample_data.pointer, rows, features,
                            target_data.pointer, target_width, 1 if check_finite else 0)
 

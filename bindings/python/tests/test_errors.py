@@ -37,6 +37,13 @@ def test_wrong_lengths(ctx, model):
         mptrain.Dataset.from_f32(ctx, [[0.0] * 4, [0.0] * 3], [0, 1], num_classes=3)
     with raises(Status.SHAPE_MISMATCH):
         mptrain.Dataset.from_f32(ctx, [], [], num_classes=3)
+    # Shaped samples whose rows are not one a label (or a target row): both counts are named.
+    with raises(Status.SHAPE_MISMATCH) as caught:
+        mptrain.Dataset.from_f32(ctx, [[0.0] * 4] * 3, [0, 1], num_classes=3)
+    assert caught.value.message == "samples has 3 rows (shape (3, 4)), but there are 2 labels"
+    with raises(Status.SHAPE_MISMATCH) as caught:
+        mptrain.Dataset.from_targets(ctx, [[0.0] * 4] * 3, [[0.0, 1.0]] * 2)
+    assert caught.value.message == "samples has 3 rows (shape (3, 4)), but the targets hold 2 rows"
     with raises(Status.SHAPE_MISMATCH):
         model.predict([0.0] * (FEATURES + 1))
     with raises(Status.SHAPE_MISMATCH) as caught:
