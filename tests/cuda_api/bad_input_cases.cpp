@@ -133,7 +133,7 @@ TEST_CASE("bad input fails with the CPU's status and the same context, model and
     SUBCASE("a dataset from another context (on the CPU)") {
         mpt_context_t* cpu = new_context(MPT_BACKEND_CPU);
         mpt_dataset_t* foreign = new_dataset(cpu, blobs);
-        // test_capi_errors.cpp asks only for a failure with a message.
+        // capi_errors/dataset_cases.cpp asks only for a failure with a message.
         const mpt_status status = mpt_trainer_fit(session.trainer, foreign, 1, 16, 0);
         CHECK(status != MPT_STATUS_OK);
         CHECK(std::string(mpt_last_error()) != "");
