@@ -8,6 +8,9 @@ namespace Mptrain
     {
         internal static long Of(long values, long width, string what)
         {
+            // (The library refuses zero rows too; said here in the caller's terms, not as a count.)
+            if (values == 0 && width > 0)
+                throw new MptException(Status.ShapeMismatch, what + " has no rows: at least one is needed");
             if (width <= 0 || values == 0 || values % width != 0)
                 throw new MptException(Status.ShapeMismatch, what + " holds " + values + " values, not whole rows of " + width);
             return values / width;

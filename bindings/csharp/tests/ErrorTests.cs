@@ -29,7 +29,8 @@ namespace Mptrain.Tests
                 Assert.Fails(Status.ShapeMismatch, () => Dataset.FromF32(ctx, new float[0], 4, new int[0], 3));
                 Assert.Fails(Status.ShapeMismatch, () => Dataset.FromTargets(ctx, new float[8], 4, new float[5], 2));
                 Assert.Fails(Status.ShapeMismatch, () => model.Predict(new float[5]));
-                Assert.Fails(Status.ShapeMismatch, () => model.Predict(new float[0]));
+                MptException empty = Assert.Fails(Status.ShapeMismatch, () => model.Predict(new float[0]));
+                Assert.Equal("inputs has no rows: at least one is needed", empty.NativeMessage);
                 Assert.Fails(Status.ShapeMismatch, () => model.SetWeights(0, new float[3], new float[3]));
                 float[] w, b;
                 Assert.Fails(Status.InvalidArgument, () => model.GetWeights(3, out w, out b));

@@ -10,6 +10,13 @@ pub(crate) fn count(len: usize) -> i64 {
 }
 
 pub(crate) fn rows_of(values: usize, width: i64, what: &str) -> Result<i64> {
+    if values == 0 && width > 0 {
+        // (The library refuses zero rows too; said here in the caller's terms, not as a count.)
+        return Err(Error::new(
+            Status::ShapeMismatch,
+            format!("{what} has no rows: at least one is needed"),
+        ));
+    }
     if width <= 0 || values == 0 || values as i64 % width != 0 {
         return Err(Error::new(
             Status::ShapeMismatch,

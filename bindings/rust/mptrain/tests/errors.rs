@@ -53,7 +53,8 @@ fn wrong_lengths_are_shape_mismatches() {
     let mut model = Model::new(&ctx, FEATURES).unwrap();
     model.add_dense(3, Activation::Softmax).unwrap();
     expect(model.predict(&[0.0; 5]), Status::ShapeMismatch);
-    expect(model.predict(&[]), Status::ShapeMismatch);
+    let empty = expect(model.predict(&[]), Status::ShapeMismatch);
+    assert_eq!(empty.message, "inputs has no rows: at least one is needed");
     let mut out = [0.0f32; 2];
     expect(
         model.predict_into(&[0.0; 4], &mut out),
