@@ -148,7 +148,7 @@ def _rows_of(buffer, width, what):
             what, tuple(buffer.shape), shaped_width, width))
     if buffer.count == 0 and width > 0:
         # (The library refuses zero rows too; said here in the caller's terms, not as a count.)
-        raise Error(Status.SHAPE_MISMATCH, "%s has no rows: a prediction needs at least one" % what)
+        raise Error(Status.SHAPE_MISMATCH, "%s has no rows: at least one is needed" % what)
     if buffer.count == 0 or width <= 0 or buffer.count % width:
         raise Error(Status.SHAPE_MISMATCH, "%s holds %d values, not whole rows of %d" % (what, buffer.count, width))
     return buffer.count // width

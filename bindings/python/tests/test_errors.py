@@ -48,7 +48,7 @@ def test_wrong_lengths(ctx, model):
         model.predict([0.0] * (FEATURES + 1))
     with raises(Status.SHAPE_MISMATCH) as caught:
         model.predict([])
-    assert caught.value.message == "inputs has no rows: a prediction needs at least one"
+    assert caught.value.message == "inputs has no rows: at least one is needed"
     with raises(Status.SHAPE_MISMATCH):
         model.set_weights(0, [0.0] * 3)
     with raises(Status.INVALID_ARGUMENT):
