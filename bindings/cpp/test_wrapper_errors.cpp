@@ -57,3 +57,19 @@ TEST_CASE("buffers beyond the library's limit or any memory throw mptrain::Error
     CHECK(status_of([&] { mptrain::Dataset::from_f32_targets(context, std::vector<float>(4), 1, std::vector<float>(4), features); }) ==
           MPT_STATUS_SHAPE_MISMATCH);
 }
+
+TEST_CASE("a prediction on no rows says so, in the bindings' words") {
+    auto context = cpu_context();
+    auto model = mlp(context);
+    mptrain::Trainer trainer(model);
+    for (const auto& predict : {std::function<void()>([&] { model.predict({}); }),
+                                std::function<void()>([&] { trainer.predict({}); })}) {
+        try {
+            predict();
+            FAIL("predict accepted no rows");
+        } catch (const mptrain::Error& error) {
+            CHECK(error.status() == MPT_STATUS_SHAPE_MISMATCH);
+            CHECK(error.message() == "inputs has no rows: at least one is needed");
+        }
+    }
+}

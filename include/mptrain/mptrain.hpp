@@ -386,7 +386,10 @@ public:
     mpt_model_t* get() const noexcept { return handle_.get(); }
     const std::shared_ptr<detail::LogState>& log_state() const noexcept { return log_; }
 
-    static int64_t rows_of(size_t values, int64_t width) {
+    static int64_t rows_of(size_t values, int64_t width, const char* what = "inputs") {
+        // (The library refuses zero rows too; said here in the caller's terms, as the bindings say it.)
+        if (values == 0 && width > 0)
+            throw Error(MPT_STATUS_SHAPE_MISMATCH, std::string(what) + " has no rows: at least one is needed");
         if (width <= 0 || values == 0 || values % static_cast<size_t>(width) != 0)
             throw Error(MPT_STATUS_SHAPE_MISMATCH, std::to_string(values) + " values are not whole rows of " +
                                                        std::to_string(width));
@@ -428,7 +431,7 @@ public:
     /** float32 samples with float32 targets ([rows, target_width]). */
     static Dataset from_f32_targets(const Context& context, const std::vector<float>& samples, int64_t features,
                                     const std::vector<float>& targets, int64_t target_width, bool check_finite = true) {
-        const int64_t rows = Model::rows_of(samples.size(), features);
+        const int64_t rows = Model::rows_of(samples.size(), features, "samples");
         if (target_width <= 0 || targets.size() % static_cast<uint64_t>(target_width) != 0 ||
             targets.size() / static_cast<uint64_t>(target_width) != static_cast<uint64_t>(rows))
             throw Error(MPT_STATUS_SHAPE_MISMATCH, "targets must hold rows * target_width values");
