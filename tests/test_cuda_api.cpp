@@ -76,7 +76,8 @@ TEST_CASE("a model trained and saved on the backend loads into CPU and same-back
                                       << std::string(same_bits(from_same, trained) ? "bit-identically" : "not bit-identically")
                                       << " (" << normalised_error(from_same, trained) << "); against double precision "
                                       << normalised_error(trained, reference));
-        if (backend == MPT_BACKEND_CPU) {  // one backend, the same kernels: bit-identical (test_checkpoint.cpp)
+        // One backend, the same kernels: bit-identical (checkpoint/model_file_cases.cpp).
+        if (backend == MPT_BACKEND_CPU) {
             CHECK(same_bits(from_cpu, trained));
             CHECK(same_bits(from_same, trained));
         }

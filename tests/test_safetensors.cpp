@@ -423,7 +423,7 @@ TEST_CASE("a flipped bit anywhere in a file of ours is rejected, unless it renam
     // User metadata and the tensor table are covered by the header checksum, the data by the
     // tensors'. A flip in the header checksum's key leaves a file like another writer's, without one
     // (or with an orphaned tensor checksum): the reader says so, and mptrain's loaders refuse it
-    // unless it holds only what mptrain wrote before headers had checksums (test_checkpoint.cpp).
+    // unless it holds only what mptrain wrote before headers had checksums (checkpoint/refusal_cases.cpp).
     const Bytes file = small_file();
     uint64_t header_length = 0;
     for (int i = 0; i < 8; ++i) header_length |= uint64_t(file[i]) << (8 * i);
