@@ -23,23 +23,14 @@
 #include "core/error.h"
 #include "io/crc32c.h"
 #include "io/safetensors.h"
+#include "support/bitwise_crc32c.h"
 
 namespace mpt_test::safetensors {
 
 using mpt::SafetensorsReader;
 using mpt::SafetensorsWriter;
 using Bytes = std::vector<uint8_t>;
-
-// The textbook one-bit-at-a-time CRC32C, sharing nothing with the table-driven one.
-inline uint32_t bitwise_crc32c(const void* data, size_t size) {
-    const auto* bytes = static_cast<const uint8_t*>(data);
-    uint32_t crc = 0xFFFFFFFFu;
-    for (size_t i = 0; i < size; ++i) {
-        crc ^= bytes[i];
-        for (int bit = 0; bit < 8; ++bit) crc = (crc & 1u) ? (crc >> 1) ^ 0x82F63B78u : crc >> 1;
-    }
-    return ~crc;
-}
+using mpt_test::bitwise_crc32c;  // (support/bitwise_crc32c.h: the cases name it unqualified)
 
 inline std::string hex8(uint32_t value) {
     char text[9];

@@ -13,19 +13,10 @@
 #include <fstream>
 #include <string>
 
+#include "support/bitwise_crc32c.h"
 #include "support/file_contents.h"
 
 namespace mpt_test {
-
-// The textbook bitwise CRC32C, independent of the library's.
-inline uint32_t bitwise_crc32c(const std::string& bytes) {
-    uint32_t crc = 0xFFFFFFFFu;
-    for (unsigned char byte : bytes) {
-        crc ^= byte;
-        for (int bit = 0; bit < 8; ++bit) crc = (crc & 1u) ? (crc >> 1) ^ 0x82F63B78u : crc >> 1;
-    }
-    return ~crc;
-}
 
 inline const std::string kHeaderChecksum = "\"mptrain.crc32c.__metadata__\":\"";
 
