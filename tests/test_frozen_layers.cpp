@@ -41,11 +41,7 @@ std::string describe(const Recipe& recipe) {
 
 // A context, a model of Dense layers of `units` (relu, the last softmax) on `features` inputs, its
 // trainer under `recipe` and a data set, destroyed together.
-struct Stack {
-    mpt_context_t* context = nullptr;
-    mpt_model_t* model = nullptr;
-    mpt_trainer_t* trainer = nullptr;
-    mpt_dataset_t* dataset = nullptr;
+struct Stack : mpt_test::Handles {
     int64_t features;
     std::vector<int64_t> units;
 
@@ -71,14 +67,6 @@ struct Stack {
         REQUIRE_OK(mpt_dataset_create_f32(context, x.data(), static_cast<int64_t>(y.size()), features, y.data(), kClasses, 1,
                                           &dataset));
     }
-    ~Stack() {
-        mpt_dataset_destroy(dataset);
-        mpt_trainer_destroy(trainer);
-        mpt_model_destroy(model);
-        mpt_context_destroy(context);
-    }
-    Stack(const Stack&) = delete;
-    Stack& operator=(const Stack&) = delete;
 
     int64_t inputs_of(int64_t layer) const { return layer == 0 ? features : units[static_cast<size_t>(layer - 1)]; }
     // Layer `layer`'s weights then bias.

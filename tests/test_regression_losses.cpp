@@ -36,12 +36,7 @@ Line line_with_outliers() {
 }
 
 // A context, a 1 -> 1 linear model and an Adam trainer of `loss` (Huber's `delta`), destroyed together.
-struct Regression {
-    mpt_context_t* context = nullptr;
-    mpt_model_t* model = nullptr;
-    mpt_trainer_t* trainer = nullptr;
-    mpt_dataset_t* dataset = nullptr;
-
+struct Regression : mpt_test::Handles {
     Regression(mpt_loss loss, float delta, const Line& line) {
         context = mpt_test::create_context(MPT_BACKEND_CPU, 3);
         REQUIRE_OK(mpt_model_create(context, 1, &model));
@@ -57,14 +52,6 @@ struct Regression {
         mpt_trainer_options_destroy(options);
         REQUIRE_OK(mpt_dataset_create_f32_targets(context, line.x.data(), kRows, 1, line.t.data(), 1, 1, &dataset));
     }
-    ~Regression() {
-        mpt_dataset_destroy(dataset);
-        mpt_trainer_destroy(trainer);
-        mpt_model_destroy(model);
-        mpt_context_destroy(context);
-    }
-    Regression(const Regression&) = delete;
-    Regression& operator=(const Regression&) = delete;
 
     // (slope, intercept)
     std::pair<float, float> line() const {

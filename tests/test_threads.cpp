@@ -18,6 +18,8 @@
 #include <thread>
 #include <vector>
 
+#include "support/capi_fixture.h"
+
 namespace {
 
 constexpr int64_t kRows = 256, kFeatures = 16, kClasses = 3;
@@ -35,12 +37,7 @@ struct Data {
     }
 };
 
-struct Session {
-    mpt_context_t* context = nullptr;
-    mpt_model_t* model = nullptr;
-    mpt_dataset_t* dataset = nullptr;
-    mpt_trainer_t* trainer = nullptr;
-
+struct Session : mpt_test::Handles {
     explicit Session(const Data& data, int threads = 1) {
         mpt_context_options_t* options = nullptr;
         REQUIRE(mpt_context_options_create(&options) == MPT_STATUS_OK);
@@ -54,12 +51,6 @@ struct Session {
         REQUIRE(mpt_dataset_create_f32(context, data.samples.data(), kRows, kFeatures, data.labels.data(), kClasses, 1,
                                        &dataset) == MPT_STATUS_OK);
         REQUIRE(mpt_trainer_create(model, nullptr, &trainer) == MPT_STATUS_OK);
-    }
-    ~Session() {
-        mpt_trainer_destroy(trainer);
-        mpt_dataset_destroy(dataset);
-        mpt_model_destroy(model);
-        mpt_context_destroy(context);
     }
     std::vector<float> weights() const {
         std::vector<float> w(32 * kFeatures);

@@ -85,11 +85,7 @@ inline const std::vector<std::pair<int64_t, int64_t>> kSmallShapes = {{8, kFeatu
 using mpt_test::same_bits;
 
 // A context, a 4-8-3 model, a blob dataset and an fp32 SGD trainer; destroyed in reverse.
-struct Session {
-    mpt_context_t* context = nullptr;
-    mpt_model_t* model = nullptr;
-    mpt_dataset_t* dataset = nullptr;
-    mpt_trainer_t* trainer = nullptr;
+struct Session : mpt_test::Handles {
     Blobs blobs;
 
     explicit Session(uint64_t seed = 7) : blobs(make_blobs(96, 1234)) {
@@ -98,14 +94,6 @@ struct Session {
         dataset = new_dataset(context, blobs);
         trainer = new_trainer(model);
     }
-    ~Session() {
-        mpt_trainer_destroy(trainer);
-        mpt_dataset_destroy(dataset);
-        mpt_model_destroy(model);
-        mpt_context_destroy(context);
-    }
-    Session(const Session&) = delete;
-    Session& operator=(const Session&) = delete;
 };
 
 // Proves the session still works: a step, a short fit, evaluate and both predicts succeed with

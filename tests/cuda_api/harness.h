@@ -258,11 +258,7 @@ struct TempDir : mpt_test::TempDir {
 };
 
 // A context on `backend`, the 4-8-3 model, a blob dataset and a trainer; destroyed in reverse.
-struct Session {
-    mpt_context_t* context = nullptr;
-    mpt_model_t* model = nullptr;
-    mpt_dataset_t* dataset = nullptr;
-    mpt_trainer_t* trainer = nullptr;
+struct Session : mpt_test::Handles {
     Blobs blobs;
 
     Session(mpt_backend backend, int64_t rows, mpt_precision precision = MPT_PRECISION_FP32,
@@ -273,14 +269,6 @@ struct Session {
         dataset = new_dataset(context, blobs);
         trainer = new_trainer(model, precision, optimizer, learning_rate);
     }
-    ~Session() {
-        mpt_trainer_destroy(trainer);
-        mpt_dataset_destroy(dataset);
-        mpt_model_destroy(model);
-        mpt_context_destroy(context);
-    }
-    Session(const Session&) = delete;
-    Session& operator=(const Session&) = delete;
 
     std::vector<float> weights() const { return weights_of(model, kFeatures, kSmallModel); }
 };

@@ -33,12 +33,7 @@ struct Schedule {
 };
 
 // Mixed-fp16 Adam with a dynamic loss scaler that starts at 2^24 and grows every 4 finite steps.
-struct ResumeRun {
-    mpt_context_t* context = nullptr;
-    mpt_model_t* model = nullptr;
-    mpt_dataset_t* dataset = nullptr;
-    mpt_trainer_t* trainer = nullptr;
-
+struct ResumeRun : mpt_test::Handles {
     explicit ResumeRun(mpt_backend backend, const Schedule& schedule = Schedule{}) {
         TestRng rng(8);
         std::vector<float> samples(kResumeRows * kResumeFeatures);
@@ -65,14 +60,6 @@ struct ResumeRun {
         REQUIRE_OK(mpt_trainer_create(model, options, &trainer));
         mpt_trainer_options_destroy(options);
     }
-    ~ResumeRun() {
-        mpt_trainer_destroy(trainer);
-        mpt_dataset_destroy(dataset);
-        mpt_model_destroy(model);
-        mpt_context_destroy(context);
-    }
-    ResumeRun(const ResumeRun&) = delete;
-    ResumeRun& operator=(const ResumeRun&) = delete;
 
     std::vector<float> weights() const { return weights_of(model, kResumeFeatures, kResumeModel); }
     ScalerState state() const {

@@ -127,6 +127,27 @@ inline mpt_context_t* create_context(mpt_backend backend, uint64_t seed, size_t 
     return context;
 }
 
+// A context, a model, a data set and a trainer made through the C API, destroyed together (each
+// handle keeps what it needs alive, so the order is free; one left null is skipped, as the destroy
+// functions skip NULL). A case's fixtures derive from it and fill what they use in their constructor:
+// when one of its checks fails there, what it had made is destroyed all the same.
+struct Handles {
+    mpt_context_t* context = nullptr;
+    mpt_model_t* model = nullptr;
+    mpt_dataset_t* dataset = nullptr;
+    mpt_trainer_t* trainer = nullptr;
+
+    Handles() = default;
+    ~Handles() {
+        mpt_trainer_destroy(trainer);
+        mpt_dataset_destroy(dataset);
+        mpt_model_destroy(model);
+        mpt_context_destroy(context);
+    }
+    Handles(const Handles&) = delete;
+    Handles& operator=(const Handles&) = delete;
+};
+
 // What a BlobTrainer trains: the blobs' features -> `hidden` (default kBlobHidden) relu -> `outputs` `head`.
 constexpr int64_t kBlobHidden = 16;
 struct BlobTrainerSetup {
@@ -181,10 +202,7 @@ inline std::vector<float> blob_model_weights(mpt_model_t* model, int64_t hidden,
 }
 
 // A context (2 threads), the blob model and a trainer for it, destroyed together.
-struct BlobTrainer {
-    mpt_context_t* context = nullptr;
-    mpt_model_t* model = nullptr;
-    mpt_trainer_t* trainer = nullptr;
+struct BlobTrainer : Handles {
     int64_t outputs = 0;
     int64_t hidden = 0;
 
@@ -220,13 +238,6 @@ struct BlobTrainer {
         REQUIRE_OK(mpt_trainer_create(model, options, &trainer));
         mpt_trainer_options_destroy(options);
     }
-    ~BlobTrainer() {
-        mpt_trainer_destroy(trainer);
-        mpt_model_destroy(model);
-        mpt_context_destroy(context);
-    }
-    BlobTrainer(const BlobTrainer&) = delete;
-    BlobTrainer& operator=(const BlobTrainer&) = delete;
 
     // Both layers' fp32 weights and biases, in order.
     std::vector<float> weights() const { return blob_model_weights(model, hidden, outputs); }
