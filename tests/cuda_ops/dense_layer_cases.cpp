@@ -374,20 +374,12 @@ void compare_dense_backward_data_cases(Backend& reference, Backend& candidate) {
 
 TEST_CASE("CUDA dense_forward matches the CPU (fused epilogues and fallbacks)") {
     SKIP_WITHOUT_GPU();
-    auto cpu = make_cpu();
-    auto cuda = make_cuda();
-    compare_dense_forward_cases(*cpu, *cuda);
-    set_fused(*cuda, false);
-    compare_dense_forward_cases(*cpu, *cuda);
+    compare_fused_and_unfused(compare_dense_forward_cases);
 }
 
 TEST_CASE("CUDA dense_backward_data matches the CPU (DRELU with the forward's mask and fallbacks)") {
     SKIP_WITHOUT_GPU();
-    auto cpu = make_cpu();
-    auto cuda = make_cuda();
-    compare_dense_backward_data_cases(*cpu, *cuda);
-    set_fused(*cuda, false);
-    compare_dense_backward_data_cases(*cpu, *cuda);
+    compare_fused_and_unfused(compare_dense_backward_data_cases);
 }
 
 #if defined(MPTRAIN_WITH_CUDA)

@@ -247,6 +247,16 @@ inline void set_fused(Backend& backend, bool fused) {
 #endif
 }
 
+// `compare(cpu, cuda)` on CUDA with its fused paths (cuBLASLt's epilogues), then again without them.
+template <typename Compare>
+void compare_fused_and_unfused(Compare compare) {
+    auto cpu = make_cpu();
+    auto cuda = make_cuda();
+    compare(*cpu, *cuda);
+    set_fused(*cuda, false);
+    compare(*cpu, *cuda);
+}
+
 inline std::vector<float> difference(const std::vector<float>& a, const std::vector<float>& b) {
     std::vector<float> result(a.size());
     for (size_t i = 0; i < a.size(); ++i) result[i] = a[i] - b[i];

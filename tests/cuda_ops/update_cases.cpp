@@ -630,11 +630,7 @@ void compare_clip_paths(Backend& backend) {
 
 TEST_CASE("CUDA dense_update matches the CPU for every optimizer and skips a non-finite step") {
     SKIP_WITHOUT_GPU();
-    auto cpu = make_cpu();
-    auto cuda = make_cuda();
-    compare_dense_update_cases(*cpu, *cuda);
-    set_fused(*cuda, false);
-    compare_dense_update_cases(*cpu, *cuda);
+    compare_fused_and_unfused(compare_dense_update_cases);
 }
 
 #if defined(MPTRAIN_WITH_CUDA)
