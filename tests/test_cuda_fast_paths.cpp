@@ -12,18 +12,10 @@
 #include <cstdint>
 #include <string>
 
-#include "nn/model.h"
-#include "nn/trainer.h"
-#include "support/environment_setting.h"
 #include "support/skip_without_gpu.h"
-#include "support/training_fixture.h"
 #if defined(MPTRAIN_WITH_CUDA)
-#include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_cublaslt_library.cuh"
 #include "fast_paths/harness.h"
-#endif
-
-#if defined(MPTRAIN_WITH_CUDA)
 
 using namespace mpt;
 using namespace mpt::testing;

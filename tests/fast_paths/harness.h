@@ -1,18 +1,21 @@
 // What tests/test_cuda_fast_paths.cpp and its cases in tests/fast_paths/ share: the small and the
 // seed MLP trained for two epochs (bf16, replayed, from an overflowing fp16 scale) and compared, a
-// per-step schedule, and a CUDA context made under one switch's setting.
+// per-step schedule, and a CUDA context made under one switch's setting; with the fixtures and the
+// CUDA backend's header every case there uses. Included in a build with the CUDA backend only.
 #pragma once
 
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <cstdint>
+#include <memory>
 
+#include "backend/cuda/cuda_backend.h"
 #include "nn/model.h"
 #include "nn/trainer.h"
 #include "support/environment_setting.h"
+#include "support/skip_without_gpu.h"
 #include "support/training_fixture.h"
-#include "backend/cuda/cuda_backend.h"
 
 namespace mpt::testing::fast_paths {
 

@@ -7,18 +7,9 @@
 #include <cstdint>
 #include <string>
 
+#if defined(MPTRAIN_WITH_CUDA)
 #include "backend/backend.h"
-#include "nn/model.h"
-#include "nn/trainer.h"
-#include "support/environment_setting.h"
-#include "support/skip_without_gpu.h"
-#include "support/training_fixture.h"
-#if defined(MPTRAIN_WITH_CUDA)
-#include "backend/cuda/cuda_backend.h"
 #include "fast_paths/harness.h"
-#endif
-
-#if defined(MPTRAIN_WITH_CUDA)
 
 using namespace mpt;
 using namespace mpt::testing;
