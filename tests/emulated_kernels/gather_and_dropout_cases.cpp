@@ -149,7 +149,7 @@ TEST_CASE("the dropout kernel keeps and scales what the shared draw says, in pla
                 const bool kept = mpt::dropout_keeps(key, args.draw.threshold, args.first_index + i);
                 DeviceTensor expected(dtype, 1);
                 expected.set(0, kept ? input.values[static_cast<size_t>(i)] * args.draw.scale : 0.0f);
-                wrong += bits_of_float(got[static_cast<size_t>(i)]) != bits_of_float(expected.values[0]);
+                wrong += float_bits(got[static_cast<size_t>(i)]) != float_bits(expected.values[0]);
                 dropped += !kept;
             }
             CHECK(wrong == 0);

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_max_abs.cuh"
+#include "core/float_bits.h"
 #include "cuda_emulation/emulated_threads.h"
 #include "nn/activation.h"
 
@@ -28,16 +29,8 @@ using mpt::DType;
 using mpt::LossKind;
 using mpt_emulation::DeviceBuffer;
 
-inline float float_of_bits(uint32_t bits) {
-    float value;
-    std::memcpy(&value, &bits, 4);
-    return value;
-}
-inline uint32_t bits_of_float(float value) {
-    uint32_t bits;
-    std::memcpy(&bits, &value, 4);
-    return bits;
-}
+using mpt::bits_float;  // core/float_bits.h
+using mpt::float_bits;
 
 // A tensor in the emulated device's memory, its elements kept as floats too (the values its dtype
 // stores) for the reference.
@@ -98,11 +91,11 @@ struct Multiprocessors {
 inline float reference_max_abs(const std::vector<float>& values) {
     uint32_t largest = 0;
     for (const float value : values) {
-        uint32_t bits = bits_of_float(value) & 0x7fffffffu;
+        uint32_t bits = float_bits(value) & 0x7fffffffu;
         if (bits > 0x7f800000u) bits = 0x7f800000u;
         if (bits > largest) largest = bits;
     }
-    return float_of_bits(largest);
+    return bits_float(largest);
 }
 
 // The max pass's own device memory, zeroed as the backend zeroes it when it allocates it.
@@ -142,9 +135,9 @@ inline void set_element_bits(DeviceBuffer& buffer, DType dtype, size_t i, uint32
 inline float element_float(DType dtype, uint32_t bits) {
     switch (dtype) {
         case DType::fp32:
-            return float_of_bits(bits);
+            return bits_float(bits);
         case DType::bf16:
-            return float_of_bits(bits << 16);
+            return bits_float(bits << 16);
         case DType::fp16: {
             __half_raw raw;
             raw.x = static_cast<unsigned short>(bits);

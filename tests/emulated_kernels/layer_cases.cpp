@@ -39,15 +39,15 @@ TEST_CASE("the ReLU backward in place zeroes the gradient where the output is no
                 std::uniform_real_distribution<float> uniform(-2.0f, 2.0f);
                 for (size_t i = 0; i < n; ++i) {
                     const float g = uniform(random);
-                    gradient_before[i] = dtype == DType::fp32   ? bits_of_float(g)
-                                         : dtype == DType::bf16 ? bits_of_float(g) >> 16
+                    gradient_before[i] = dtype == DType::fp32   ? float_bits(g)
+                                         : dtype == DType::bf16 ? float_bits(g) >> 16
                                                                 : __half_raw(__float2half_rn(g)).x;
                     set_element_bits(gradient, dtype, i, gradient_before[i]);
                     set_element_bits(output, dtype, i, output_bits(dtype, static_cast<int>(random() % 10), random));
                 }
                 // The largest gradient where the output is 0 (it must not count) and where it is kept.
                 set_element_bits(output, dtype, 0, 0);
-                set_element_bits(gradient, dtype, 0, dtype == DType::fp32 ? bits_of_float(1000.0f) : 0x4000u | 0x3000u);
+                set_element_bits(gradient, dtype, 0, dtype == DType::fp32 ? float_bits(1000.0f) : 0x4000u | 0x3000u);
                 gradient_before[0] = element_bits(gradient, dtype, 0);
                 MaxAbsScratchBuffer scratch(3);  // a cap of 3 blocks: several blocks raise the cells
                 DeviceBuffer maxima(2 * sizeof(float));
@@ -103,7 +103,7 @@ TEST_CASE("the small-batch forward kernel, K split across a cluster, matches the
         const ForwardResult again = check_small_batch_forward(c, 1, 7);
         int64_t differ = 0;
         for (size_t i = 0; i < first.output.size(); ++i)
-            differ += bits_of_float(first.output[i]) != bits_of_float(again.output[i]);
+            differ += float_bits(first.output[i]) != float_bits(again.output[i]);
         CHECK(differ == 0);
     }
     // The seed MLP's first layer at batch 32 splits K in 2 (the prediction's 2 blocks a cluster on 132
@@ -165,7 +165,7 @@ TEST_CASE("the bias-gradient kernel sums dZ's columns in its stated order") {
                             total += sum;
                         }
                         const float expected = accumulate ? 0.5f * static_cast<float>(k) + total : total;
-                        wrong += bits_of_float(sums.as<float>()[k]) != bits_of_float(expected);
+                        wrong += float_bits(sums.as<float>()[k]) != float_bits(expected);
                     }
                     CHECK(wrong == 0);
                 }
@@ -238,7 +238,7 @@ TEST_CASE("ReLU's input gradient from the outputs (a plain GEMM, then the kernel
             // The same 0 or 1 from the mask and from the outputs, so the same bits.
             int64_t differ = 0;
             for (size_t i = 0; i < results[0].size(); ++i)
-                differ += bits_of_float(results[0][i]) != bits_of_float(results[1][i]);
+                differ += float_bits(results[0][i]) != float_bits(results[1][i]);
             CHECK(differ == 0);
             if (maxima) {
                 CHECK(taken[0] == reference_max_abs(results[1]));

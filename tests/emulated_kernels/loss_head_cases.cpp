@@ -137,7 +137,7 @@ void compare_head(const HeadCase& test, uint64_t block_order_seed) {
     float reference_gradient_max = NAN;
     reference.args.logits_grad_max_abs = &reference_gradient_max;
     mpt::cpu_loss_head(reference.args);
-    CHECK(bits_of_float(reference_gradient_max) == bits_of_float(reference_max_abs(reference.gradient_values(false))));
+    CHECK(float_bits(reference_gradient_max) == float_bits(reference_max_abs(reference.gradient_values(false))));
     if (test.starts_step && c.with_state && reference.args.state->found_inf == 1) {
         // cpu_loss_head leaves a set found_inf set; begin_step on the CPU would have cleared it first.
         const double batch_loss = reference.args.metrics[mpt::kMetricBatchLoss];
@@ -159,7 +159,7 @@ void compare_head(const HeadCase& test, uint64_t block_order_seed) {
     mpt::run_loss_head(emulated.args, scratch, nullptr, test.starts_step);
     mpt_emulation::set_block_order_seed(0);
     // Exactly max_abs's value over the gradient as stored (NaN and Inf as +Inf); the cell left 0.
-    CHECK(bits_of_float(*gradient_max.as<float>()) == bits_of_float(reference_max_abs(emulated.gradient_values(true))));
+    CHECK(float_bits(*gradient_max.as<float>()) == float_bits(reference_max_abs(emulated.gradient_values(true))));
     CHECK(*scratch.gradient_largest == 0u);
 
     const std::vector<float> gradient = emulated.gradient_values(true),

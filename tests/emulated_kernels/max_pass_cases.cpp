@@ -55,7 +55,7 @@ TEST_CASE("the max pass's kernel finds every tensor's max |x| whatever the grid 
             mpt_emulation::set_block_order_seed(0);
             for (size_t k = 0; k < tensors.size(); ++k) {
                 CAPTURE(k);
-                CHECK(bits_of_float(out.as<float>()[k]) == bits_of_float(reference_max_abs(tensors[k].values)));
+                CHECK(float_bits(out.as<float>()[k]) == float_bits(reference_max_abs(tensors[k].values)));
             }
             CHECK(scratch.zero());  // the cells and the ticket are ready for the next pass
         }

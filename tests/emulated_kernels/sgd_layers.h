@@ -89,7 +89,7 @@ struct SgdLayer {
                 const float expected =
                     applied ? mpt::plain_sgd_update_element(optimizer, scalars, weights_before[index], gradient)
                             : weights_before[index];
-                if (bits_of_float(weights.as<float>()[index]) != bits_of_float(expected)) ++wrong;
+                if (float_bits(weights.as<float>()[index]) != float_bits(expected)) ++wrong;
                 check_copy(low_weights, index, expected, applied);
             }
             float sum = 0.0f;
@@ -97,7 +97,7 @@ struct SgdLayer {
             const size_t index = static_cast<size_t>(o);
             const float expected = applied ? mpt::plain_sgd_update_element(optimizer, scalars, bias_before[index], sum)
                                            : bias_before[index];
-            if (bits_of_float(bias.as<float>()[index]) != bits_of_float(expected)) ++wrong;
+            if (float_bits(bias.as<float>()[index]) != float_bits(expected)) ++wrong;
             check_copy(low_bias, index, expected, applied);
         }
         return wrong;
@@ -140,7 +140,7 @@ inline int64_t tolerant_mismatches(const SgdLayer& layer, const mpt::OptimizerCo
         const float expected =
             mpt::plain_sgd_update_element(optimizer, scalars, layer.bias_before[static_cast<size_t>(o)], sum);
         const float got = layer.bias.as<float>()[static_cast<size_t>(o)];
-        if (exact_bias ? bits_of_float(got) != bits_of_float(expected)
+        if (exact_bias ? float_bits(got) != float_bits(expected)
                        : !(std::fabs(got - expected) <= 1e-5f * std::fabs(expected) + 1e-6f))
             ++wrong;
     }

@@ -179,12 +179,12 @@ inline int check_small_batch_backward_data(const BackwardCase& c, bool from_mask
             const std::vector<float> gradient = download_values(input_grad, c.gradient, n);
             CHECK(outside_rounding(gradient, expected, c.gradient) == 0);
             if (asked > 0) {
-                CHECK(bits_of_float(maxima.as<float>()[0]) == bits_of_float(reference_max_abs(gradient)));
+                CHECK(float_bits(maxima.as<float>()[0]) == float_bits(reference_max_abs(gradient)));
             } else {
                 CHECK(std::isnan(maxima.as<float>()[0]));  // not written
             }
             if (asked == 2) {
-                CHECK(bits_of_float(maxima.as<float>()[1]) == bits_of_float(reference_max_abs(input_values)));
+                CHECK(float_bits(maxima.as<float>()[1]) == float_bits(reference_max_abs(input_values)));
             } else {
                 CHECK(std::isnan(maxima.as<float>()[1]));
             }
