@@ -24,6 +24,7 @@ using mpt_test::Blobs;
 using mpt_test::BlobTrainer;
 using mpt_test::BlobTrainerSetup;
 using mpt_test::float_bits_text;
+using mpt_test::same_bits;
 
 constexpr int64_t kBatch = 15;
 
@@ -105,11 +106,6 @@ std::vector<Recipe> recipes() {
         all.push_back({"Huber loss", setup, true});
     }
     return all;
-}
-
-// The same bits (NaN included), element for element.
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-    return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 // What a created-from-checkpoint options handle must hold: `trainer`'s options, but for the

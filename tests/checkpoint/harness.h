@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "support/capi_fixture.h"
 #include "support/edited_header.h"
 #include "support/temp_dir.h"
 
@@ -27,6 +28,7 @@ namespace fs = std::filesystem;
 using mpt_test::FileParts;
 using mpt_test::float_bits_text;
 using mpt_test::kHeaderChecksum;
+using mpt_test::same_bits;  // support/capi_fixture.h
 using mpt_test::split_file;
 using mpt_test::with_metadata_field;
 using mpt_test::write_parts;
@@ -36,10 +38,6 @@ inline constexpr int64_t kRows = 160, kFeatures = 12, kClasses = 4, kBatch = 16;
 struct TempDir : mpt_test::TempDir {
     TempDir() : mpt_test::TempDir("mptrain-checkpoint") {}
 };
-
-inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 
 struct Options {
     mpt_precision precision = MPT_PRECISION_MIXED_FP16;
