@@ -1,8 +1,9 @@
-// See emulated_threads.h. A block's threads are fibers (fiber_context.h) on the calling OS thread, resumed in
-// turn by the block's scheduler loop; a fiber gives the CPU back only inside a wait (a barrier or a
-// warp collective whose other threads have not arrived), so everything between two waits runs as
-// one piece, as a warp's instructions between two synchronisations may. A full round of the fibers
-// in which none arrived anywhere, released anything or ended is a deadlock.
+// See emulated_threads.h. A block's threads are fibers (fiber_context.h) on the calling OS thread, run
+// in rounds by the block's scheduler loop, each fiber handing on to the next; a fiber gives the CPU up
+// only inside a wait (a barrier or a warp collective whose other threads have not arrived), so
+// everything between two waits runs as one piece, as a warp's instructions between two
+// synchronisations may. A full round of the fibers in which none arrived anywhere, released anything
+// or ended is a deadlock.
 // A cluster's blocks run side by side on OS threads of their own, each its own scheduler, so that
 // each has its own copy of the shared variables (thread-local statics, emulated_device.h); they meet
 // at the cluster's barrier, under a mutex, and a block whose fibers all wait there sleeps until
@@ -147,19 +148,25 @@ struct Fiber {
     AtomicAddresses atomics_before_fence;
 };
 
+constexpr size_t kMaxGatherBytes = 64;
+
 // The lanes of one mask that are inside a collective, and how many times it has released them.
+// What the lanes offer one another (exchange, ballot, gather_lanes) is kept by the parity of the
+// generation they meet in: a lane writes generation g's offer only after generation g - 1 released
+// it, for which every lane had arrived there, so had read generation g - 2's offers, the ones g's
+// overwrites. So one meeting a collective suffices, not one to offer and one to have read, which
+// halved the fibers' switches in kernels that shuffle. (Kept by mask: a lane may go on from a
+// collective of one mask to one of another while its lanes still read what it offered in the first.)
 struct LaneGroup {
     unsigned mask = 0;
     unsigned arrived = 0;
     uint64_t generation = 0;
     char sync[2] = {};  // what its lanes release and acquire, by the generation's parity (race_check.h)
+    uint64_t offers[2][kWarpSize] = {};
+    unsigned char gathered[2][kWarpSize][kMaxGatherBytes] = {};
 };
 
-constexpr size_t kMaxGatherBytes = 64;
-
 struct Warp {
-    uint64_t offers[kWarpSize] = {};
-    unsigned char gathered[kWarpSize][kMaxGatherBytes] = {};
     unsigned existing = 0;  // lanes the block has (its last warp may be partial)
     unsigned exited = 0;
     std::deque<LaneGroup> groups;   // a few at most: one per mask in use at once (each stays where it is)
@@ -168,7 +175,8 @@ struct Warp {
         for (LaneGroup& g : groups)
             if (g.mask == mask) return g;
         const race_check::OwnMemory own;  // (a list that lanes grow in turn: the emulation's)
-        groups.push_back(LaneGroup{mask, 0, 0, {}});
+        groups.emplace_back();
+        groups.back().mask = mask;
         return groups.back();
     }
 };
@@ -232,6 +240,8 @@ struct BlockRun {
     uint64_t progress = 0;
     FiberContext scheduler;
     Fiber* current = nullptr;
+    std::vector<unsigned> turns;  // the fibers' order in a round of the scheduler (run_block)
+    size_t turn = 0;              // the current fiber's place in it
     const std::function<void()>* body = nullptr;
     std::string failure;
     ClusterRun* cluster = nullptr;  // null outside a cluster launch
@@ -285,12 +295,29 @@ void switch_to_scheduler(BlockRun& r, Fiber& self) {
     switch_context(self.context, r.scheduler);
 }
 
-// Back to the scheduler, until it resumes this fiber.
+// On to the next fiber of the round that has not ended, or to the scheduler at the round's end: a
+// switch to the scheduler and one on from it at every wait were twice the switches, which were most
+// of the emulation's time. (Nothing orders the fibers' work here either.)
+void hand_on(BlockRun& r, Fiber& self) {
+    for (size_t turn = r.turn + 1; turn < r.turns.size(); ++turn) {
+        Fiber& next = r.fibers[r.turns[turn]];
+        if (next.finished) continue;
+        r.turn = turn;
+        r.current = &next;
+        threadIdx = next.index;
+        race_check::switching_to(next.race_identity);
+        switch_context(self.context, next.context);
+        return;
+    }
+    switch_to_scheduler(r, self);
+}
+
+// To the other fibers, until this one's turn comes again.
 void yield(const char* waiting_at) {
     BlockRun& r = run();
     Fiber* self = r.current;
     self->waiting_at = waiting_at;
-    switch_to_scheduler(r, *self);
+    hand_on(r, *self);
     self->waiting_at = "";
 }
 
@@ -341,7 +368,7 @@ void fiber_entry() {
         r.cluster->moved_on();
     }
     race_check::release(&r.end_sync);  // its work, which the scheduler acquires as the block ends
-    switch_to_scheduler(r, self);  // never resumed
+    hand_on(r, self);  // never resumed
 }
 
 uint64_t splitmix(uint64_t& state) {
@@ -381,7 +408,8 @@ void run_block(BlockRun& r) {
     }
     // The fibers' turns in a shuffled order when blocks are (a thread that initialises what others
     // use must not be the one that happens to run first).
-    std::vector<unsigned> turns(threads);
+    std::vector<unsigned>& turns = r.turns;
+    turns.resize(threads);
     for (unsigned t = 0; t < threads; ++t) turns[t] = t;
     if (block_order_seed != 0) {
         uint64_t state = block_order_seed ^ (static_cast<uint64_t>(r.block_index.x) << 20) ^ r.block_index.y;
@@ -413,21 +441,23 @@ void run_block(BlockRun& r) {
     while (r.live > 0) {
         const uint64_t before = r.progress;
         const uint64_t cluster_before = r.cluster ? r.cluster->epoch.load() : 0;
-        bool at_cluster_barrier = false;
-        for (const unsigned turn : turns) {
-            Fiber& f = r.fibers[turn];
-            if (f.finished) continue;
-            r.current = &f;
-            threadIdx = f.index;
-            race_check::switching_to(f.race_identity);
-            switch_context(r.scheduler, f.context);
-            r.current = nullptr;
-            if (!r.failure.empty()) {
-                race_check::acquire(&r.end_sync);  // the message, which the fiber wrote
-                throw EmulationError(r.failure);
-            }
-            at_cluster_barrier = at_cluster_barrier || f.waiting_at == kAtClusterBarrier;
+        // A round: every fiber not ended resumed once, in turn, each handing on to the next (hand_on)
+        // and the last back here; one that fails comes back at once.
+        r.turn = 0;
+        while (r.fibers[turns[r.turn]].finished) ++r.turn;
+        Fiber& first = r.fibers[turns[r.turn]];
+        r.current = &first;
+        threadIdx = first.index;
+        race_check::switching_to(first.race_identity);
+        switch_context(r.scheduler, first.context);
+        r.current = nullptr;
+        if (!r.failure.empty()) {
+            race_check::acquire(&r.end_sync);  // the message, which the fiber wrote
+            throw EmulationError(r.failure);
         }
+        const bool at_cluster_barrier = std::any_of(r.fibers.begin(), r.fibers.end(), [](const Fiber& f) {
+            return !f.finished && f.waiting_at == kAtClusterBarrier;
+        });
         if (r.live > 0 && r.progress == before && at_cluster_barrier) {
             // Only the other blocks can move this one on: sleep until the cluster moves.
             ClusterRun& c = *r.cluster;
@@ -881,7 +911,32 @@ namespace {
 // Every lane of `mask` arrives, the caller among them. Only a __syncwarp orders the lanes' memory
 // accesses (race_check.h); a shuffle, a vote or an mma, which meet the same way, order none.
 enum class Ordering { none, memory };
-void meet_lanes(unsigned mask, Ordering ordering) {
+void meet_lanes(BlockRun& r, Warp& warp, LaneGroup& group, Ordering ordering) {
+    const unsigned lane = r.current->linear % kWarpSize;
+    const uint64_t generation = group.generation;
+    group.arrived |= 1u << lane;
+    ++r.progress;
+    if (ordering == Ordering::memory) race_check::release(&group.sync[generation & 1]);
+    if (group.arrived == group.mask) {
+        group.arrived = 0;
+        ++group.generation;
+        warp.completed = ++collective_serial;
+    } else {
+        while (group.generation == generation) yield("a warp collective");
+    }
+    if (ordering == Ordering::memory) race_check::acquire(&group.sync[generation & 1]);
+}
+
+// The caller's warp, and the group of the lanes of `mask` it has, which must include the caller and no
+// lane that has exited.
+struct Collective {
+    BlockRun& r;
+    Warp& warp;
+    LaneGroup& group;
+    const unsigned lane;
+    const unsigned parity;  // of the generation the lanes meet in: where they offer (LaneGroup)
+};
+Collective enter_collective(unsigned mask) {
     BlockRun& r = run();
     const unsigned linear = r.current->linear;
     const unsigned lane = linear % kWarpSize;
@@ -892,67 +947,46 @@ void meet_lanes(unsigned mask, Ordering ordering) {
     if (mask & warp.exited)
         fail_in_fiber(describe_thread(r, *r.current) + " calls a warp collective with lanes that have exited");
     LaneGroup& group = warp.group(mask);
-    const uint64_t generation = group.generation;
-    group.arrived |= 1u << lane;
-    ++r.progress;
-    if (ordering == Ordering::memory) race_check::release(&group.sync[generation & 1]);
-    if (group.arrived == mask) {
-        group.arrived = 0;
-        ++group.generation;
-        warp.completed = ++collective_serial;
-    } else {
-        while (group.generation == generation) yield("a warp collective");
-    }
-    if (ordering == Ordering::memory) race_check::acquire(&group.sync[generation & 1]);
+    return Collective{r, warp, group, lane, static_cast<unsigned>(group.generation & 1)};
 }
 
 }  // namespace
 
-void sync_lanes(unsigned mask) { meet_lanes(mask, Ordering::memory); }
+void sync_lanes(unsigned mask) {
+    const Collective c = enter_collective(mask);
+    meet_lanes(c.r, c.warp, c.group, Ordering::memory);
+}
 
 uint64_t exchange(unsigned mask, uint64_t value, int source) {
-    BlockRun& r = run();
-    const unsigned linear = r.current->linear;
-    Warp& warp = r.warps[linear / kWarpSize];
-    warp.offers[linear % kWarpSize] = value;
-    meet_lanes(mask, Ordering::none);
-    uint64_t received = value;
-    if (source >= 0) {
-        if (!(((mask & warp.existing) >> source) & 1u))
-            fail_in_fiber(describe_thread(r, *r.current) + " reads lane " + std::to_string(source) +
-                          " outside its collective's mask");
-        received = warp.offers[source];
-    }
-    meet_lanes(mask, Ordering::none);  // every lane has read before any offers again
-    return received;
+    const Collective c = enter_collective(mask);
+    c.group.offers[c.parity][c.lane] = value;
+    meet_lanes(c.r, c.warp, c.group, Ordering::none);
+    if (source < 0) return value;
+    if (!((c.group.mask >> source) & 1u))
+        fail_in_fiber(describe_thread(c.r, *c.r.current) + " reads lane " + std::to_string(source) +
+                      " outside its collective's mask");
+    return c.group.offers[c.parity][source];
 }
 
 unsigned ballot(unsigned mask, bool predicate) {
-    BlockRun& r = run();
-    const unsigned linear = r.current->linear;
-    Warp& warp = r.warps[linear / kWarpSize];
-    warp.offers[linear % kWarpSize] = predicate ? 1u : 0u;
-    meet_lanes(mask, Ordering::none);
+    const Collective c = enter_collective(mask);
+    c.group.offers[c.parity][c.lane] = predicate ? 1u : 0u;
+    meet_lanes(c.r, c.warp, c.group, Ordering::none);
     unsigned votes = 0;
-    const unsigned lanes = mask & warp.existing;
     for (unsigned l = 0; l < kWarpSize; ++l)
-        if (((lanes >> l) & 1u) && warp.offers[l]) votes |= 1u << l;
-    meet_lanes(mask, Ordering::none);
+        if (((c.group.mask >> l) & 1u) && c.group.offers[c.parity][l]) votes |= 1u << l;
     return votes;
 }
 
 void gather_lanes(unsigned mask, const void* mine, size_t bytes, void* all) {
-    BlockRun& r = run();
     if (bytes > kMaxGatherBytes) fail_in_fiber("a warp gather of more than 64 bytes a lane");
-    const unsigned linear = r.current->linear;
-    Warp& warp = r.warps[linear / kWarpSize];
+    const Collective c = enter_collective(mask);
     const race_check::OwnMemory own;  // (lanes' values, as registers are: no memory of the kernel's)
-    std::memcpy(warp.gathered[linear % kWarpSize], mine, bytes);
-    meet_lanes(mask, Ordering::none);
-    const unsigned lanes = mask & warp.existing;
+    std::memcpy(c.group.gathered[c.parity][c.lane], mine, bytes);
+    meet_lanes(c.r, c.warp, c.group, Ordering::none);
     for (unsigned l = 0; l < kWarpSize; ++l)
-        if ((lanes >> l) & 1u) std::memcpy(static_cast<unsigned char*>(all) + l * bytes, warp.gathered[l], bytes);
-    meet_lanes(mask, Ordering::none);
+        if ((c.group.mask >> l) & 1u)
+            std::memcpy(static_cast<unsigned char*>(all) + l * bytes, c.group.gathered[c.parity][l], bytes);
 }
 
 const void* warp_identity() {
