@@ -32,8 +32,8 @@
 #include <utility>
 
 #include "cuda_emulation/emulated_threads.h"
+#include "cuda_emulation/mma_m16n8k16.h"
 #include "cuda_emulation/race_check.h"
-#include "mma_m16n8k16_reference.h"
 
 #define MPT_CUDA_EMULATION 1
 
@@ -342,62 +342,9 @@ cudaError_t cudaFuncSetAttribute(void (*kernel)(Parameters...), cudaFuncAttribut
 
 // ---- tensor cores: mma.m16n8k16 (row.col, fp16/bf16 operands, fp32 sums) ---------------------------
 namespace mpt_emulation {
-// One warp's mma: every lane's fragments gathered, placed by the PTX ISA's layout
-// (tests/mma_m16n8k16_reference.h), and each lane's 4 sums of 16 products added to its accumulators
-// (in double, then rounded once: the hardware's order and intermediate rounding are its own).
 template <bool kBf16>
 void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-    struct Fragments {
-        uint32_t a[4];
-        uint32_t b[2];
-    };
-    const Fragments mine{{a[0], a[1], a[2], a[3]}, {b[0], b[1]}};
-    Fragments all[32];
-    gather_lanes(0xffffffffu, &mine, sizeof(mine), all);
-    const race_check::OwnMemory own;  // (the operands' cache below is the emulation's)
-    const auto element = [](uint32_t word, int half) {
-        const uint16_t bits = static_cast<uint16_t>(half ? word >> 16 : word & 0xffffu);  // element 2j low, 2j+1 high
-        if constexpr (kBf16) {
-            const uint32_t wide = static_cast<uint32_t>(bits) << 16;
-            float value;
-            std::memcpy(&value, &wide, 4);
-            return static_cast<double>(value);
-        } else {
-            __half_raw raw;
-            raw.x = bits;
-            return static_cast<double>(__half2float(__half(raw)));
-        }
-    };
-    // The operands as matrices, placed once a warp's mma by its first lane to get here (the lanes of
-    // one OS thread's blocks run one at a time).
-    thread_local struct {
-        const void* warp = nullptr;
-        uint64_t collective = 0;
-        double am[16][16], bm[16][8];
-    } placed;
-    double(&am)[16][16] = placed.am;
-    double(&bm)[16][8] = placed.bm;
-    if (placed.warp != warp_identity() || placed.collective != warp_collectives_completed()) {
-        placed.warp = warp_identity();
-        placed.collective = warp_collectives_completed();
-        for (int lane = 0; lane < 32; ++lane) {
-            for (int i = 0; i < 8; ++i) {
-                const mma_reference::Place p = mma_reference::ptx_a(lane, i);
-                am[p.row][p.col] = element(all[lane].a[i / 2], i & 1);
-            }
-            for (int i = 0; i < 4; ++i) {
-                const mma_reference::Place p = mma_reference::ptx_b(lane, i);
-                bm[p.row][p.col] = element(all[lane].b[i / 2], i & 1);
-            }
-        }
-    }
-    const int lane = static_cast<int>(lane_index());
-    for (int i = 0; i < 4; ++i) {
-        const mma_reference::Place p = mma_reference::ptx_c(lane, i);
-        double sum = d[i];
-        for (int k = 0; k < 16; ++k) sum += am[p.row][k] * bm[k][p.col];
-        d[i] = static_cast<float>(sum);
-    }
+    warp_mma_m16n8k16(kBf16, d, a, b);  // (mma_m16n8k16.h)
 }
 }  // namespace mpt_emulation
 

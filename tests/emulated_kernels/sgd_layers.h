@@ -19,6 +19,7 @@
 #include "backend/backend.h"
 #include "cuda_emulation/emulated_threads.h"
 #include "emulated_kernels/harness.h"
+#include "emulated_kernels/reference_sums.h"
 
 namespace mpt_test::emulated_kernels {
 
@@ -79,12 +80,12 @@ struct SgdLayer {
         };
         const bool applied = state.found_inf == 0;
         const mpt::OptimizerStepScalars scalars = mpt::plain_step_scalars(optimizer, state.loss_scale, state.steps);
+        std::vector<float> gradients(static_cast<size_t>(in_features));
         for (int64_t o = 0; o < out_features; ++o) {
+            fma_gradient_row(output_grad.values.data(), input.values.data(), rows, out_features, in_features, o,
+                             gradients.data());
             for (int64_t i = 0; i < in_features; ++i) {
-                float gradient = 0.0f;
-                for (int64_t r = 0; r < rows; ++r)
-                    gradient = std::fma(output_grad.values[static_cast<size_t>(r * out_features + o)],
-                                        input.values[static_cast<size_t>(r * in_features + i)], gradient);
+                const float gradient = gradients[static_cast<size_t>(i)];
                 const size_t index = static_cast<size_t>(o * in_features + i);
                 const float expected =
                     applied ? mpt::plain_sgd_update_element(optimizer, scalars, weights_before[index], gradient)
@@ -113,15 +114,12 @@ inline int64_t tolerant_mismatches(const SgdLayer& layer, const mpt::OptimizerCo
     int64_t wrong = 0;
     const mpt::OptimizerStepScalars scalars = mpt::plain_step_scalars(optimizer, state.loss_scale, state.steps);
     const int64_t rows = layer.rows, in = layer.in_features, out = layer.out_features;
+    std::vector<double> gradients(static_cast<size_t>(in)), magnitudes(static_cast<size_t>(in));
     for (int64_t o = 0; o < out; ++o) {
+        double_gradient_row(layer.output_grad.values.data(), layer.input.values.data(), rows, out, in, o,
+                            gradients.data(), magnitudes.data());
         for (int64_t i = 0; i < in; ++i) {
-            double gradient = 0.0, magnitude = 0.0;
-            for (int64_t r = 0; r < rows; ++r) {
-                const double term = static_cast<double>(layer.output_grad.values[static_cast<size_t>(r * out + o)]) *
-                                    layer.input.values[static_cast<size_t>(r * in + i)];
-                gradient += term;
-                magnitude += std::fabs(term);
-            }
+            const double gradient = gradients[static_cast<size_t>(i)], magnitude = magnitudes[static_cast<size_t>(i)];
             const size_t index = static_cast<size_t>(o * in + i);
             const float before = layer.weights_before[index];
             const float expected =

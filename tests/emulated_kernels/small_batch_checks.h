@@ -19,6 +19,7 @@
 #include "backend/cuda/cuda_small_batch_forward.cuh"
 #include "cuda_emulation/emulated_threads.h"
 #include "emulated_kernels/harness.h"
+#include "emulated_kernels/reference_sums.h"
 #include "nn/activation.h"
 
 namespace mpt_test::emulated_kernels {
@@ -81,12 +82,12 @@ inline ForwardResult check_small_batch_forward(const ForwardCase& c, uint32_t da
     std::vector<float> expected(outputs);
     int64_t mask_wrong = 0;
     const int64_t ld_bits = mpt::relu_mask_ld_bits(c.out_features);
-    for (int64_t r = 0; r < c.rows; ++r)
+    std::vector<double> sums(static_cast<size_t>(c.out_features));
+    for (int64_t r = 0; r < c.rows; ++r) {
+        product_row_with_transposed(input.values.data(), weights.values.data(), c.in_features, c.out_features, r,
+                                    sums.data());
         for (int64_t f = 0; f < c.out_features; ++f) {
-            double z = 0.0;
-            for (int64_t k = 0; k < c.in_features; ++k)
-                z += static_cast<double>(input.values[static_cast<size_t>(r * c.in_features + k)]) *
-                     weights.values[static_cast<size_t>(f * c.in_features + k)];
+            double z = sums[static_cast<size_t>(f)];
             const bool valid = f < c.valid_out;
             z += bias.values[static_cast<size_t>(f)];
             expected[static_cast<size_t>(r * c.out_features + f)] =
@@ -97,6 +98,7 @@ inline ForwardResult check_small_batch_forward(const ForwardCase& c, uint32_t da
                 if (set != (valid && z > 0.0)) ++mask_wrong;
             }
         }
+    }
     CHECK(outside_rounding(result.output, expected, c.output) == 0);
     CHECK(mask_wrong == 0);
     // Padded features are written as 0.
@@ -148,16 +150,16 @@ inline int check_small_batch_backward_data(const BackwardCase& c, bool from_mask
     const mpt::small_batch_mma::SplitK split = mpt::small_batch_backward_data_split(args);
     CAPTURE(split.splits);
     std::vector<float> expected(n);
-    for (int64_t r = 0; r < c.rows; ++r)
+    std::vector<double> sums(static_cast<size_t>(c.in_features));
+    for (int64_t r = 0; r < c.rows; ++r) {
+        product_row(output_grad.values.data(), weights.values.data(), c.out_features, c.in_features, r, sums.data());
         for (int64_t i = 0; i < c.in_features; ++i) {
-            double sum = 0.0;
-            for (int64_t o = 0; o < c.out_features; ++o)
-                sum += static_cast<double>(output_grad.values[static_cast<size_t>(r * c.out_features + o)]) *
-                       weights.values[static_cast<size_t>(o * c.in_features + i)];
+            const double sum = sums[static_cast<size_t>(i)];
             const float y = previous.output[static_cast<size_t>(r * c.in_features + i)];
             expected[static_cast<size_t>(r * c.in_features + i)] =
                 static_cast<float>(sum) * mpt::activation_derivative_from_output(c.previous, y);
         }
+    }
     // The step's maxima of dZ_prev and A_prev where the launch takes them (every order but the first),
     // poisoned before: exactly max_abs's over the arrays as stored, the scratch's cells left zero.
     const MaxAbsScratchBuffer scratch(1);
