@@ -41,16 +41,16 @@ TEST_CASE("an atomic write creates, then replaces, a file and leaves no temporar
     expected.insert(expected.end(), second.begin(), second.end());
     CHECK(slurp(target) == expected);
     CHECK(mpt::read_file(target, 1000) == expected);
-    CHECK(directory_entries(dir.path()) == std::vector<std::string>{"data.bin"});
+    CHECK(directory_entries(dir.path.string()) == std::vector<std::string>{"data.bin"});
 
     // A path without a directory part goes to the working directory (checked in a child).
     const int code = run_in_child([&] {
-        if (::chdir(dir.path().c_str()) != 0) return 2;
+        if (::chdir(dir.path.string().c_str()) != 0) return 2;
         mpt::write_file_atomic("relative.bin", head, 3);
         return mpt::read_file("relative.bin", 3) == Bytes{1, 2, 3} ? 0 : 1;
     });
     CHECK(code == 0);
-    CHECK(directory_entries(dir.path()) == std::vector<std::string>{"data.bin", "relative.bin"});
+    CHECK(directory_entries(dir.path.string()) == std::vector<std::string>{"data.bin", "relative.bin"});
 }
 
 mpt::AtomicWriteStep fault_step;
@@ -97,7 +97,7 @@ TEST_CASE("a failure at any step of an atomic write keeps the old file and remov
         CHECK(outcome.status == MPT_STATUS_IO_ERROR);
         CHECK(outcome.message.find(std::strerror(fault.error)) != std::string::npos);
         CHECK(slurp(target) == old_file);
-        CHECK(directory_entries(dir.path()) == std::vector<std::string>{"ckpt.safetensors"});
+        CHECK(directory_entries(dir.path.string()) == std::vector<std::string>{"ckpt.safetensors"});
     }
 
     // After the rename the new file is in place; a failing directory sync is still reported.
@@ -110,7 +110,7 @@ TEST_CASE("a failure at any step of an atomic write keeps the old file and remov
     mpt::set_atomic_write_fault_hook(nullptr);
     CHECK(late.status == MPT_STATUS_IO_ERROR);
     CHECK(slurp(target) == writer.serialize());
-    CHECK(directory_entries(dir.path()) == std::vector<std::string>{"ckpt.safetensors"});
+    CHECK(directory_entries(dir.path.string()) == std::vector<std::string>{"ckpt.safetensors"});
 }
 
 TEST_CASE("a write that hits the file size limit midway fails with IO_ERROR and keeps the old file") {
@@ -133,7 +133,7 @@ TEST_CASE("a write that hits the file size limit midway fails with IO_ERROR and 
     });
     CHECK(code == 0);
     CHECK(slurp(target) == old_file);
-    CHECK(directory_entries(dir.path()) == std::vector<std::string>{"ckpt.safetensors"});
+    CHECK(directory_entries(dir.path.string()) == std::vector<std::string>{"ckpt.safetensors"});
 }
 
 TEST_CASE("writing into a read-only directory fails with IO_ERROR and keeps the old file") {
@@ -144,7 +144,7 @@ TEST_CASE("writing into a read-only directory fails with IO_ERROR and keeps the 
     const Bytes old_file = {'o', 'l', 'd'};
     put_file(target, old_file);
     REQUIRE(::chmod(locked.c_str(), 0555) == 0);
-    REQUIRE(::chmod(dir.path().c_str(), 0755) == 0);
+    REQUIRE(::chmod(dir.path.string().c_str(), 0755) == 0);
     // Root ignores directory permissions, so the write runs in a child that drops to "nobody".
     const int code = run_in_child([&] {
         if (::geteuid() == 0 && (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0))
@@ -165,11 +165,11 @@ TEST_CASE("writing into a missing directory or over a directory fails with IO_ER
     const Outcome missing = outcome_of([&] { mpt::write_file_atomic(dir.file("no/such/dir/f"), &byte, 1); });
     CHECK(missing.status == MPT_STATUS_IO_ERROR);
     CHECK(missing.message.find(std::strerror(ENOENT)) != std::string::npos);
-    CHECK(outcome_of([&] { mpt::write_file_atomic(dir.path() + "/", &byte, 1); }).status == MPT_STATUS_IO_ERROR);
+    CHECK(outcome_of([&] { mpt::write_file_atomic(dir.path.string() + "/", &byte, 1); }).status == MPT_STATUS_IO_ERROR);
     CHECK(outcome_of([&] { mpt::write_file_atomic("", &byte, 1); }).status == MPT_STATUS_IO_ERROR);
     REQUIRE(::mkdir(dir.file("sub").c_str(), 0755) == 0);
     CHECK(outcome_of([&] { mpt::write_file_atomic(dir.file("sub"), &byte, 1); }).status == MPT_STATUS_IO_ERROR);
-    CHECK(directory_entries(dir.path()) == std::vector<std::string>{"sub"});
+    CHECK(directory_entries(dir.path.string()) == std::vector<std::string>{"sub"});
 }
 
 TEST_CASE("stale temporaries of one target are removed, and nothing else") {
@@ -179,7 +179,8 @@ TEST_CASE("stale temporaries of one target are removed, and nothing else") {
         put_file(dir.file(name), {1});
     }
     CHECK(mpt::remove_stale_temp_files(dir.file("ckpt.st")) == 2);
-    CHECK(directory_entries(dir.path()) == std::vector<std::string>{".other.tmp-1-2-3", "ckpt.st", "ckpt.st.tmp-x"});
+    CHECK(directory_entries(dir.path.string()) ==
+          std::vector<std::string>{".other.tmp-1-2-3", "ckpt.st", "ckpt.st.tmp-x"});
 }
 
 namespace {
@@ -311,7 +312,7 @@ TEST_CASE("a process killed at random points while checkpointing leaves the old 
         CHECK(stale <= 1);
         torn_temporaries += static_cast<int>(stale);
     }
-    CHECK(directory_entries(dir.path()) == std::vector<std::string>{"ckpt.safetensors"});
+    CHECK(directory_entries(dir.path.string()) == std::vector<std::string>{"ckpt.safetensors"});
     // Evidence that kills landed both between writes and in the middle of them.
     CHECK(advanced > 0);
     CHECK(torn_temporaries > 0);

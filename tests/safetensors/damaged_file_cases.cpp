@@ -303,7 +303,7 @@ TEST_CASE("opening a missing, unreadable or oversized file fails with the right 
     const Outcome missing = outcome_of([&] { (void)SafetensorsReader::open(dir.file("none")); });
     CHECK(missing.status == MPT_STATUS_IO_ERROR);
     CHECK(missing.message.find(dir.file("none")) != std::string::npos);
-    CHECK(outcome_of([&] { (void)SafetensorsReader::open(dir.path()); }).status == MPT_STATUS_IO_ERROR);
+    CHECK(outcome_of([&] { (void)SafetensorsReader::open(dir.path.string()); }).status == MPT_STATUS_IO_ERROR);
     put_file(dir.file("f"), small_file());
     CHECK(outcome_of([&] { (void)SafetensorsReader::open(dir.file("f"), true, 10); }).status == MPT_STATUS_CORRUPT_DATA);
     CHECK(outcome_of([&] { (void)SafetensorsReader::open(dir.file("f"), true); }).status == MPT_STATUS_OK);

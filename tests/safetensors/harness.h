@@ -1,6 +1,6 @@
 // What tests/test_safetensors.cpp and its cases in tests/safetensors/ share: a bitwise CRC32C, files
-// as bytes (written raw, read back, parsed to an outcome), a temporary directory, and a child
-// process to run a write in.
+// as bytes (written raw, read back, parsed to an outcome), a directory's entries, and a child process
+// to run a write in (a temporary directory is support/temp_dir.h's).
 #pragma once
 
 #include <doctest/doctest.h>
@@ -24,6 +24,7 @@
 #include "io/crc32c.h"
 #include "io/safetensors.h"
 #include "support/bitwise_crc32c.h"
+#include "support/temp_dir.h"
 
 namespace mpt_test::safetensors {
 
@@ -31,6 +32,7 @@ using mpt::SafetensorsReader;
 using mpt::SafetensorsWriter;
 using Bytes = std::vector<uint8_t>;
 using mpt_test::bitwise_crc32c;  // (support/bitwise_crc32c.h: the cases name it unqualified)
+using mpt_test::TempDir;         // (support/temp_dir.h: likewise)
 
 inline std::string hex8(uint32_t value) {
     char text[9];
@@ -73,32 +75,6 @@ inline Bytes bytes_of(const void* data, size_t size) {
     const auto* begin = static_cast<const uint8_t*>(data);
     return Bytes(begin, begin + size);
 }
-
-class TempDir {
-public:
-    TempDir() {
-        const char* base = std::getenv("TMPDIR");
-        std::string pattern = std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/mptrain_io_XXXXXX";
-        REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-        path_ = pattern;
-    }
-    ~TempDir() {
-        std::error_code ignored;
-        std::filesystem::permissions(path_, std::filesystem::perms::owner_all, ignored);
-        for (const auto& entry : std::filesystem::recursive_directory_iterator(path_, ignored)) {
-            if (entry.is_directory(ignored))
-                std::filesystem::permissions(entry.path(), std::filesystem::perms::owner_all, ignored);
-        }
-        std::filesystem::remove_all(path_, ignored);
-    }
-    TempDir(const TempDir&) = delete;
-    TempDir& operator=(const TempDir&) = delete;
-    const std::string& path() const { return path_; }
-    std::string file(const std::string& name) const { return path_ + "/" + name; }
-
-private:
-    std::string path_;
-};
 
 inline std::vector<std::string> directory_entries(const std::string& directory) {
     std::vector<std::string> names;
