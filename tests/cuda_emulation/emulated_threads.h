@@ -177,8 +177,9 @@ private:
 
 }  // namespace mpt_emulation
 
-// CUDA's built-in variables, as the running fiber sees them: the scheduler sets them before it
-// resumes a fiber (one runs at a time), so kernels read them as they would on a GPU. Names in the
+// CUDA's built-in variables, as the running fiber sees them: whoever resumes a fiber (the scheduler, or
+// the fiber before it in the round) sets them first (one runs at a time), so kernels read them as they
+// would on a GPU. Names in the
 // global namespace as CUDA's are, and no macros (a member may have the same name).
 extern thread_local uint3 threadIdx;
 extern thread_local uint3 blockIdx;

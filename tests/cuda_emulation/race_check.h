@@ -32,10 +32,11 @@
 //
 // emulated_threads.cpp, the emulation's own bookkeeping, is compiled without instrumentation (what
 // the scheduler and the fibers share is ordered by the switches, which ThreadSanitizer is told
-// nothing of), and its own mutexes are kept out of the happens-before order; the bookkeeping in the
-// instrumented headers (the mma's operands, placed once a warp) is left out by OwnMemory. The
-// kernels' files and the tests are instrumented (tests/CMakeLists.txt:
-// test_cuda_emulated_kernels_race_check). Without MPT_EMULATION_RACE_CHECK (the bookkeeping's file)
+// nothing of), and its own mutexes are kept out of the happens-before order; so is mma_m16n8k16.cpp,
+// a warp's mma over its lanes' registers, whose cache of the operands is left out by OwnMemory too.
+// The kernels' files and the tests are instrumented (tests/CMakeLists.txt:
+// test_cuda_emulated_kernels_race_check), less the sums the kernel cases expect over host arrays
+// (emulated_kernels/reference_sums.cpp). Without MPT_EMULATION_RACE_CHECK (the bookkeeping's file)
 // or ThreadSanitizer's instrumentation (the others), everything here is a no-op.
 #pragma once
 
