@@ -908,27 +908,8 @@ int sync_block(int predicate) {
 
 namespace {
 
-// Every lane of `mask` arrives, the caller among them. Only a __syncwarp orders the lanes' memory
-// accesses (race_check.h); a shuffle, a vote or an mma, which meet the same way, order none.
-enum class Ordering { none, memory };
-void meet_lanes(BlockRun& r, Warp& warp, LaneGroup& group, Ordering ordering) {
-    const unsigned lane = r.current->linear % kWarpSize;
-    const uint64_t generation = group.generation;
-    group.arrived |= 1u << lane;
-    ++r.progress;
-    if (ordering == Ordering::memory) race_check::release(&group.sync[generation & 1]);
-    if (group.arrived == group.mask) {
-        group.arrived = 0;
-        ++group.generation;
-        warp.completed = ++collective_serial;
-    } else {
-        while (group.generation == generation) yield("a warp collective");
-    }
-    if (ordering == Ordering::memory) race_check::acquire(&group.sync[generation & 1]);
-}
-
-// The caller's warp, and the group of the lanes of `mask` it has, which must include the caller and no
-// lane that has exited.
+// The caller's warp, and the group of the lanes of a collective's mask it has, which must include the
+// caller and no lane that has exited.
 struct Collective {
     BlockRun& r;
     Warp& warp;
@@ -950,17 +931,37 @@ Collective enter_collective(unsigned mask) {
     return Collective{r, warp, group, lane, static_cast<unsigned>(group.generation & 1)};
 }
 
+// Every lane of the collective's group arrives, the caller among them. Only a __syncwarp orders the
+// lanes' memory accesses (race_check.h); a shuffle, a vote or an mma, which meet the same way, order
+// none.
+enum class Ordering { none, memory };
+void meet_lanes(const Collective& c, Ordering ordering) {
+    LaneGroup& group = c.group;
+    const uint64_t generation = group.generation;
+    group.arrived |= 1u << c.lane;
+    ++c.r.progress;
+    if (ordering == Ordering::memory) race_check::release(&group.sync[generation & 1]);
+    if (group.arrived == group.mask) {
+        group.arrived = 0;
+        ++group.generation;
+        c.warp.completed = ++collective_serial;
+    } else {
+        while (group.generation == generation) yield("a warp collective");
+    }
+    if (ordering == Ordering::memory) race_check::acquire(&group.sync[generation & 1]);
+}
+
 }  // namespace
 
 void sync_lanes(unsigned mask) {
     const Collective c = enter_collective(mask);
-    meet_lanes(c.r, c.warp, c.group, Ordering::memory);
+    meet_lanes(c, Ordering::memory);
 }
 
 uint64_t exchange(unsigned mask, uint64_t value, int source) {
     const Collective c = enter_collective(mask);
     c.group.offers[c.parity][c.lane] = value;
-    meet_lanes(c.r, c.warp, c.group, Ordering::none);
+    meet_lanes(c, Ordering::none);
     if (source < 0) return value;
     if (!((c.group.mask >> source) & 1u))
         fail_in_fiber(describe_thread(c.r, *c.r.current) + " reads lane " + std::to_string(source) +
@@ -971,7 +972,7 @@ uint64_t exchange(unsigned mask, uint64_t value, int source) {
 unsigned ballot(unsigned mask, bool predicate) {
     const Collective c = enter_collective(mask);
     c.group.offers[c.parity][c.lane] = predicate ? 1u : 0u;
-    meet_lanes(c.r, c.warp, c.group, Ordering::none);
+    meet_lanes(c, Ordering::none);
     unsigned votes = 0;
     for (unsigned l = 0; l < kWarpSize; ++l)
         if (((c.group.mask >> l) & 1u) && c.group.offers[c.parity][l]) votes |= 1u << l;
@@ -983,7 +984,7 @@ void gather_lanes(unsigned mask, const void* mine, size_t bytes, void* all) {
     const Collective c = enter_collective(mask);
     const race_check::OwnMemory own;  // (lanes' values, as registers are: no memory of the kernel's)
     std::memcpy(c.group.gathered[c.parity][c.lane], mine, bytes);
-    meet_lanes(c.r, c.warp, c.group, Ordering::none);
+    meet_lanes(c, Ordering::none);
     for (unsigned l = 0; l < kWarpSize; ++l)
         if ((c.group.mask >> l) & 1u)
             std::memcpy(static_cast<unsigned char*>(all) + l * bytes, c.group.gathered[c.parity][l], bytes);
