@@ -3,8 +3,7 @@
 
 #include <cuda_fp16.h>
 
-#include <cstring>
-
+#include "core/float_bits.h"
 #include "cuda_emulation/emulated_threads.h"
 #include "cuda_emulation/race_check.h"
 #include "mma_m16n8k16_reference.h"
@@ -16,12 +15,7 @@ namespace {
 // Element 2j of a fragment's word is its low half, 2j + 1 its high one.
 double element(bool bf16, uint32_t word, int half) {
     const uint16_t bits = static_cast<uint16_t>(half ? word >> 16 : word & 0xffffu);
-    if (bf16) {
-        const uint32_t wide = static_cast<uint32_t>(bits) << 16;
-        float value;
-        std::memcpy(&value, &wide, 4);
-        return static_cast<double>(value);
-    }
+    if (bf16) return static_cast<double>(mpt::bits_float(static_cast<uint32_t>(bits) << 16));
     __half_raw raw;
     raw.x = bits;
     return static_cast<double>(__half2float(__half(raw)));
@@ -50,24 +44,12 @@ void warp_mma_m16n8k16(bool bf16, float (&d)[4], const uint32_t (&a)[4], const u
     if (placed.warp != warp_identity() || placed.collective != warp_collectives_completed()) {
         placed.warp = warp_identity();
         placed.collective = warp_collectives_completed();
-        for (int lane = 0; lane < 32; ++lane) {
-            for (int i = 0; i < 8; ++i) {
-                const mma_reference::Place p = mma_reference::ptx_a(lane, i);
-                am[p.row][p.col] = element(bf16, all[lane].a[i / 2], i & 1);
-            }
-            for (int i = 0; i < 4; ++i) {
-                const mma_reference::Place p = mma_reference::ptx_b(lane, i);
-                bm[p.row][p.col] = element(bf16, all[lane].b[i / 2], i & 1);
-            }
-        }
+        mma_reference::place_operands([&](int lane, int i) { return element(bf16, all[lane].a[i / 2], i & 1); },
+                                      [&](int lane, int i) { return element(bf16, all[lane].b[i / 2], i & 1); }, am,
+                                      bm);
     }
     const int lane = static_cast<int>(lane_index());
-    for (int i = 0; i < 4; ++i) {
-        const mma_reference::Place p = mma_reference::ptx_c(lane, i);
-        double sum = d[i];
-        for (int k = 0; k < 16; ++k) sum += am[p.row][k] * bm[k][p.col];
-        d[i] = static_cast<float>(sum);
-    }
+    for (int i = 0; i < 4; ++i) d[i] = static_cast<float>(mma_reference::mma_element(lane, i, d[i], am, bm));
 }
 
 }  // namespace mpt_emulation
