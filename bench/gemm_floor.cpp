@@ -83,7 +83,7 @@ double measure_gemm_floor_us(const std::vector<int64_t>& widths, int64_t batch, 
     const size_t frozen = static_cast<size_t>(std::max(0, frozen_layers));
     if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     mpt::ThreadPool pool(threads);
-    if (compute != mpt::DType::fp32 && mpt::amx_gemm_available())
+    if (mpt::native_gemm_available(compute))
         return fastest_step_us(widths, batch, repeats, frozen,
                                [&](bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                                    int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {

@@ -15,19 +15,21 @@ cd "$(dirname "$0")/.."
 
 jobs=$(nproc 2>/dev/null || echo 2)
 if [[ "${1:-}" == "--cpu-variants" ]]; then
-  # Bits and allocations depend on the kernels a CPU takes: AMX tiles, the small-batch kernels
-  # (AVX-512, AVX512F, AVX2 or none) and OpenBLAS's own per-CPU kernels. Suites that passed on one
-  # machine have failed on another for it (a batch size assumed not to change a sum, AUTO assumed to
-  # be fp32 on the CPU, an allocation only CPUs without AVX2 made), so this runs them as the CPUs
-  # this one can imitate: without AMX; as a Haswell or Zen (OpenBLAS's Haswell kernels, AVX2 small
-  # GEMMs); as a CPU without AVX2 or not x86-64 (OpenBLAS and the portable GEMM only). Forcing
-  # pre-AVX2 OpenBLAS kernels is left out: mptrain warns about them, as a test checks.
+  # Bits and allocations depend on the kernels a CPU takes: AMX tiles, AVX512-BF16's dot products,
+  # the small-batch kernels (AVX-512, AVX512F, AVX2 or none) and OpenBLAS's own per-CPU kernels. Suites
+  # that passed on one machine have failed on another for it (a batch size assumed not to change a sum,
+  # AUTO assumed to be fp32 on the CPU, an allocation only CPUs without AVX2 made), so this runs them
+  # as the CPUs this one can imitate: without AMX (a Zen 4 or Cooper Lake: bf16 on dot products); as
+  # an Ice Lake or Skylake-SP (AVX512F, no bf16 instructions); as a Haswell or Zen 3 (OpenBLAS's
+  # Haswell kernels, AVX2 small GEMMs); as a CPU without AVX2 or not x86-64 (OpenBLAS and the portable
+  # GEMM only). Forcing pre-AVX2 OpenBLAS kernels is left out: mptrain warns about them, as a test checks.
   flags=$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || true)
-  variants=("MPTRAIN_CPU_AMX=0" "MPTRAIN_CPU_AMX=0 MPTRAIN_CPU_SMALL_GEMM=0")
-  if [[ $flags == *" avx512f"* ]]; then variants+=("MPTRAIN_CPU_AMX=0 MPTRAIN_CPU_SMALL_GEMM=avx512f"); fi
+  emulated="MPTRAIN_CPU_AMX=0 MPTRAIN_CPU_BF16_DOT=0"
+  variants=("MPTRAIN_CPU_AMX=0" "$emulated MPTRAIN_CPU_SMALL_GEMM=0")
+  if [[ $flags == *" avx512f"* ]]; then variants+=("$emulated MPTRAIN_CPU_SMALL_GEMM=avx512f"); fi
   if [[ $flags == *" avx2"* && $flags == *" fma"* ]]; then
-    variants+=("OPENBLAS_CORETYPE=Haswell MPTRAIN_CPU_AMX=0 MPTRAIN_CPU_SMALL_GEMM=avx2"
-               "OPENBLAS_CORETYPE=Haswell MPTRAIN_CPU_AMX=0 MPTRAIN_CPU_SMALL_GEMM=0")
+    variants+=("OPENBLAS_CORETYPE=Haswell $emulated MPTRAIN_CPU_SMALL_GEMM=avx2"
+               "OPENBLAS_CORETYPE=Haswell $emulated MPTRAIN_CPU_SMALL_GEMM=0")
   fi
   cmake -S . -B build-test -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMPTRAIN_CUDA_ARCHITECTURES=90
   cmake --build build-test -j "$jobs"

@@ -31,9 +31,23 @@ using namespace mpt;
 
 namespace {
 
-bool amx_or_skip() {
-    if (amx_gemm_available()) return true;
-    MESSAGE("AMX GEMM not tested: " << amx_gemm_unavailable_reason());
+// The operand dtypes amx_gemm multiplies here: both on AMX tiles, bf16 alone on AVX512-BF16 dot
+// products (ctest runs this file once more with MPTRAIN_CPU_AMX=0, so that an AMX CPU tests those
+// too), none where neither runs (each case then says so).
+std::vector<DType> native_operand_types() {
+    std::vector<DType> native;
+    for (DType operands : {DType::bf16, DType::fp16}) {
+        if (native_gemm_available(operands))
+            native.push_back(operands);
+        else
+            MESSAGE(dtype_name(operands) << " GEMM not tested: " << native_gemm_unavailable_reason(operands));
+    }
+    return native;
+}
+
+bool native_or_skip(DType operands) {
+    if (native_gemm_available(operands)) return true;
+    MESSAGE(dtype_name(operands) << " GEMM not tested: " << native_gemm_unavailable_reason(operands));
     return false;
 }
 
@@ -44,8 +58,6 @@ std::vector<float> random_values(size_t count, std::mt19937& generator, DType dt
     for (float& v : values) v = round_to(dtype, uniform(generator));
     return values;
 }
-
-constexpr DType kOperandTypes[] = {DType::bf16, DType::fp16};
 
 // `exact_inputs`: A and B hold values of `operands` already (the CPU backend's case); otherwise the
 // reference rounds them first, as the GEMM must. `every`: C's rows and columns checked (a large C is
@@ -100,8 +112,7 @@ void check_against_reference(DType operands, int threads, int64_t m, int64_t n, 
 }  // namespace
 
 TEST_CASE("the AMX GEMM matches a double reference over bf16 and over fp16 inputs") {
-    if (!amx_or_skip()) return;
-    for (DType operands : kOperandTypes)
+    for (DType operands : native_operand_types())
         for (int threads : {1, 2, 3}) {
             check_against_reference(operands, threads, 67, 131, 257, true);  // the left side packed whole, partial tiles and step
             check_against_reference(operands, threads, 131, 67, 257, true);  // the right side packed whole
@@ -117,8 +128,7 @@ TEST_CASE("the AMX GEMM matches a double reference over bf16 and over fp16 input
 // A shallow product whose packed side is over 256 KiB walks it in panels, every streamed block of a
 // task against one panel at a time; here three panels (the last partial) and a partial last block.
 TEST_CASE("the AMX GEMM over a packed side taken in panels") {
-    if (!amx_or_skip()) return;
-    for (DType operands : kOperandTypes)
+    for (DType operands : native_operand_types())
         for (int threads : {1, 2}) check_against_reference(operands, threads, 100, 1100, 300, true, 3);
 }
 
@@ -126,29 +136,31 @@ TEST_CASE("the AMX GEMM over a packed side taken in panels") {
 // sums held in fp32 between passes; here the packed side is wide enough that one task's blocks
 // take several groups, the last one partial (C sampled: it has 4.6 million elements).
 TEST_CASE("the AMX GEMM over a depth taken in several passes, for several groups of blocks") {
-    if (!amx_or_skip()) return;
-    for (DType operands : kOperandTypes) check_against_reference(operands, 1, 2150, 2100, 1100, true, 29);
+    for (DType operands : native_operand_types()) check_against_reference(operands, 1, 2150, 2100, 1100, true, 29);
 }
 
 TEST_CASE("the AMX GEMM rounds inputs to the operand dtype, to the nearest, ties to even") {
-    if (!amx_or_skip()) return;
-    for (DType operands : kOperandTypes) check_against_reference(operands, 2, 45, 70, 100, false);
+    for (DType operands : native_operand_types()) check_against_reference(operands, 2, 45, 70, 100, false);
     ThreadPool pool(1);
-    const DType operands = DType::bf16;
-    // bf16: 1 + 2^-8 is a tie between 1 and 1 + 2^-7: even is 1. 1 + 3 * 2^-8 rounds up to 1 + 2^-6.
-    std::vector<float> a = {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f}, b = {1.0f, 1.0f}, c = {0.0f};
-    amx_gemm(operands, false, false, 1, 1, 2, 1.0f, a.data(), 2, b.data(), 1, 0.0f, c.data(), 1, pool);
-    CHECK(c[0] == 2.0f + 0x1p-6f);
-    // fp16: 1 + 2^-11 is a tie between 1 and 1 + 2^-10: even is 1; 1 + 3 * 2^-11 rounds up to 1 + 2^-9.
-    std::vector<float> h = {1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f};
-    amx_gemm(DType::fp16, false, false, 1, 1, 2, 1.0f, h.data(), 2, b.data(), 1, 0.0f, c.data(), 1, pool);
-    CHECK(c[0] == 2.0f + 0x1p-9f);
+    std::vector<float> b = {1.0f, 1.0f}, c = {0.0f};
+    if (native_or_skip(DType::bf16)) {
+        // bf16: 1 + 2^-8 is a tie between 1 and 1 + 2^-7: even is 1. 1 + 3 * 2^-8 rounds up to 1 + 2^-6.
+        std::vector<float> a = {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f};
+        amx_gemm(DType::bf16, false, false, 1, 1, 2, 1.0f, a.data(), 2, b.data(), 1, 0.0f, c.data(), 1, pool);
+        CHECK(c[0] == 2.0f + 0x1p-6f);
+    }
+    if (native_or_skip(DType::fp16)) {
+        // fp16: 1 + 2^-11 is a tie between 1 and 1 + 2^-10: even is 1; 1 + 3 * 2^-11 rounds up to 1 + 2^-9.
+        std::vector<float> h = {1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f};
+        amx_gemm(DType::fp16, false, false, 1, 1, 2, 1.0f, h.data(), 2, b.data(), 1, 0.0f, c.data(), 1, pool);
+        CHECK(c[0] == 2.0f + 0x1p-9f);
+    }
 }
 
 // The two bf16 planes: an fp16 value has 11 significant bits, bf16 8, so a product taken from the
 // leading parts alone would be off; the four partial products make it exact.
 TEST_CASE("fp16 operands multiply exactly: 11-bit significands, subnormals, overflow to Inf") {
-    if (!amx_or_skip()) return;
+    if (!native_or_skip(DType::fp16)) return;
     ThreadPool pool(1);
     std::vector<float> one = {1.0f}, c = {0.0f};
     const float x = 1.0f + 0x1p-10f, y = 1.0f + 0x1p-9f + 0x1p-10f;  // exact in fp16, not in bf16
@@ -169,13 +181,12 @@ TEST_CASE("fp16 operands multiply exactly: 11-bit significands, subnormals, over
 // What lets a low-precision layer on this GEMM keep no copy of its weights (rounds_parameters_on_read):
 // fp32 masters in, the same bits out as from their rounded copy, on either side of the product.
 TEST_CASE("the AMX GEMM gives the same bits from fp32 values as from their roundings") {
-    if (!amx_or_skip()) return;
     const int64_t m = 40, n = 70, k = 100;
     std::mt19937 generator(9);
     const std::vector<float> a = random_values(static_cast<size_t>(m * k), generator, DType::fp32);
     const std::vector<float> b = random_values(static_cast<size_t>(k * n), generator, DType::fp32);
     ThreadPool pool(2);
-    for (DType operands : kOperandTypes) {
+    for (DType operands : native_operand_types()) {
         std::vector<float> a_rounded(a.size()), b_rounded(b.size());
         round_copy(operands, a.data(), a_rounded.data(), a.size());
         round_copy(operands, b.data(), b_rounded.data(), b.size());
@@ -194,13 +205,12 @@ TEST_CASE("the AMX GEMM gives the same bits from fp32 values as from their round
 }
 
 TEST_CASE("the AMX GEMM gives the same bits on any thread count") {
-    if (!amx_or_skip()) return;
     const int64_t m = 150, n = 290, k = 300;
     std::mt19937 generator(5);
     const std::vector<float> a = random_values(static_cast<size_t>(m * k), generator, DType::fp16);
     const std::vector<float> b = random_values(static_cast<size_t>(k * n), generator, DType::fp16);
     const std::vector<float> c0 = random_values(static_cast<size_t>(m * n), generator, DType::fp32);
-    for (DType operands : kOperandTypes)
+    for (DType operands : native_operand_types())
         for (bool transpose_b : {false, true}) {
             std::vector<float> first;
             for (int threads : {1, 2, 3, 5}) {
@@ -218,7 +228,7 @@ TEST_CASE("the AMX GEMM gives the same bits on any thread count") {
 }
 
 TEST_CASE("the AMX GEMM's packing buffers are charged to the pool's tracker; past its budget, an error and C untouched") {
-    if (!amx_or_skip()) return;
+    if (!native_or_skip(DType::bf16)) return;
     const int64_t m = 200, n = 300, k = 500;
     std::mt19937 generator(8);
     const std::vector<float> a = random_values(static_cast<size_t>(m * k), generator, DType::bf16);
@@ -262,9 +272,8 @@ TEST_CASE("the AMX GEMM's packing buffers are charged to the pool's tracker; pas
 }
 
 TEST_CASE("the AMX GEMM: beta 0 overwrites C, NaN included; no products leave beta * C; NaN and Inf propagate") {
-    if (!amx_or_skip()) return;
     ThreadPool pool(1);
-    for (DType operands : kOperandTypes) {
+    for (DType operands : native_operand_types()) {
         CAPTURE(dtype_name(operands));
         std::vector<float> a = {1.0f, 2.0f}, b = {3.0f, 4.0f}, c = {NAN};
         amx_gemm(operands, false, false, 1, 1, 2, 1.0f, a.data(), 2, b.data(), 1, 0.0f, c.data(), 1, pool);
@@ -324,4 +333,24 @@ TEST_CASE("MPTRAIN_CPU_AMX=0 turns the AMX GEMM off, with the reason") {
     CHECK_FALSE(amx_gemm_refused());  // turned off, not refused
     auto backend = create_cpu_backend(1);
     CHECK(backend->device_name().find("amx") == std::string::npos);
+    // bf16 on AVX512-BF16 dot products where the CPU has them, fp16 emulated (AMX alone multiplies it).
+    CHECK(native_gemm_available(DType::bf16) == amx_gemm_dot_products_supported());
+    CHECK_FALSE(native_gemm_available(DType::fp16));
+}
+
+// ctest runs this file a third time with both off (MPTRAIN_EXPECT_AMX=emulated): every low-precision
+// GEMM is emulated, and auto is fp32.
+TEST_CASE("MPTRAIN_CPU_AMX=0 and MPTRAIN_CPU_BF16_DOT=0 leave the low-precision GEMMs emulated") {
+    const char* expect = std::getenv("MPTRAIN_EXPECT_AMX");
+    if (!expect || std::strcmp(expect, "emulated") != 0) return;
+    CHECK_FALSE(amx_gemm_dot_products_supported());
+    for (DType operands : {DType::bf16, DType::fp16}) {
+        CAPTURE(dtype_name(operands));
+        CHECK_FALSE(native_gemm_available(operands));
+        CHECK(native_gemm_unavailable_reason(operands).find("MPTRAIN_CPU_AMX=0") != std::string::npos);
+    }
+    CHECK(native_gemm_unavailable_reason(DType::bf16).find("MPTRAIN_CPU_BF16_DOT=0") != std::string::npos);
+    auto backend = create_cpu_backend(1);
+    CHECK(backend->preferred_compute_dtype() == DType::fp32);
+    CHECK(backend->emulation_warning(DType::bf16).find("bf16 GEMMs are emulated in fp32") != std::string::npos);
 }

@@ -35,17 +35,21 @@ std::shared_ptr<Context> cpu_context() {
 
 }  // namespace
 
-// ctest runs this file once more with MPTRAIN_CPU_AMX=0, where auto must be fp32 on any CPU.
-TEST_CASE("auto resolves to bf16 on a CPU with AMX-BF16, else fp32; explicit policies map to their dtypes") {
+// ctest runs this file once more with MPTRAIN_CPU_AMX=0 and MPTRAIN_CPU_BF16_DOT=0, where auto must
+// be fp32 on any CPU.
+TEST_CASE(
+    "auto resolves to bf16 on a CPU that multiplies it natively (AMX, AVX512-BF16), else fp32; explicit "
+    "policies map to their dtypes") {
     auto context = cpu_context();
-    const bool native_bf16 = amx_gemm_available();
-    INFO("AMX bf16 GEMM: " << (native_bf16 ? "available" : amx_gemm_unavailable_reason()));
+    const bool native_bf16 = native_gemm_available(DType::bf16);
+    INFO("native bf16 GEMM: " << (native_bf16 ? "available" : native_gemm_unavailable_reason(DType::bf16)));
     CHECK(resolve_precision(MPT_PRECISION_AUTO, context->backend()).compute_dtype ==
           (native_bf16 ? DType::bf16 : DType::fp32));
     CHECK(resolve_precision(MPT_PRECISION_AUTO, context->backend()).precision ==
           (native_bf16 ? MPT_PRECISION_MIXED_BF16 : MPT_PRECISION_FP32));
-    if (const char* setting = std::getenv("MPTRAIN_CPU_AMX"); setting && std::string(setting) == "0")
-        CHECK_FALSE(native_bf16);
+    const char* amx = std::getenv("MPTRAIN_CPU_AMX");
+    const char* dot_products = std::getenv("MPTRAIN_CPU_BF16_DOT");
+    if (amx && std::string(amx) == "0" && dot_products && std::string(dot_products) == "0") CHECK_FALSE(native_bf16);
     CHECK(resolve_precision(MPT_PRECISION_MIXED_FP16, context->backend()).compute_dtype == DType::fp16);
     CHECK(resolve_precision(MPT_PRECISION_MIXED_BF16, context->backend()).compute_dtype == DType::bf16);
 }

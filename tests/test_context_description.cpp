@@ -105,6 +105,11 @@ TEST_CASE("a CPU context's description names its version, backend, device, threa
     CHECK_FALSE(before.at("gemm_library").get<std::string>().empty());
     const std::string amx = before.at("amx").get<std::string>();
     CHECK((amx == "supported" || amx == "refused by Linux" || amx == "absent"));
+    const std::string bf16_gemm = before.at("bf16_gemm").get<std::string>();
+    CHECK((bf16_gemm == "amx tiles" || bf16_gemm == "avx512-bf16 dot products" || bf16_gemm == "emulated in fp32"));
+    const std::string fp16_gemm = before.at("fp16_gemm").get<std::string>();
+    CHECK((fp16_gemm == "amx tiles" || fp16_gemm == "emulated in fp32"));  // dot products take bf16 only
+    CHECK((fp16_gemm == "amx tiles") == (bf16_gemm == "amx tiles"));
     const std::string small_gemm = before.at("small_gemm").get<std::string>();
     CHECK((small_gemm == "avx512" || small_gemm == "avx512f" || small_gemm == "avx2" || small_gemm == "none"));
 

@@ -262,6 +262,8 @@ MPT_API mpt_status mpt_context_get_memory(const mpt_context_t* context, size_t* 
  *  although a GPU is present; "" otherwise), "memory_used_bytes", "memory_peak_bytes" (as
  *  mpt_context_get_memory) and "memory_budget_bytes" (0: none). Then the backend's:
  *  - cpu: "threads", "gemm_library", "amx" ("supported", "refused by Linux" or "absent"),
+ *    "bf16_gemm" and "fp16_gemm" (how layers in that dtype multiply: "amx tiles", "avx512-bf16 dot
+ *    products" (bf16 only) or "emulated in fp32"),
  *    "small_gemm" (the few-row GEMM kernels: "avx512", "avx512f", "avx2" or "none"),
  *    "max_abs_elements" (the values the updates' finiteness proofs have read so far).
  *  - cuda: "device_index", "compute_capability" ("9.0"), "multiprocessors"; "switches", the

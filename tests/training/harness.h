@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -200,14 +201,30 @@ inline size_t context_used(mpt_context_t* context) {
     return bytes;
 }
 
-// Whether `auto` resolves to mixed-bf16 on the CPU: there the CPU has AMX, and predictions on a
-// few rows make weight words.
-inline bool amx_resolves_auto() {
+// Whether `auto` resolves to mixed-bf16 on the CPU: there the CPU multiplies bf16 natively (AMX
+// tiles or AVX512-BF16 dot products), and predictions on a few rows make weight words.
+inline bool auto_is_native_bf16() {
     mpt_context_t* probe = new_context();
     mpt_precision automatic = MPT_PRECISION_AUTO;
     REQUIRE_OK(mpt_context_resolve_precision(probe, MPT_PRECISION_AUTO, &automatic));
     mpt_context_destroy(probe);
     return automatic == MPT_PRECISION_MIXED_BF16;
+}
+
+// Whether the CPU backend multiplies `precision`'s low dtype natively, as a context's description
+// says ("bf16_gemm", "fp16_gemm"): AMX tiles multiply both, AVX512-BF16's dot products bf16 alone.
+inline bool cpu_multiplies_natively(mpt_precision precision) {
+    mpt_context_t* probe = new_context();
+    size_t length = 0;
+    REQUIRE_OK(mpt_context_describe(probe, nullptr, 0, &length));
+    std::string text(length + 1, '\0');
+    REQUIRE_OK(mpt_context_describe(probe, &text[0], text.size(), &length));
+    mpt_context_destroy(probe);
+    const std::string key = precision == MPT_PRECISION_MIXED_FP16 ? "\"fp16_gemm\":\"" : "\"bf16_gemm\":\"";
+    const size_t at = text.find(key);
+    INFO(text);
+    REQUIRE(at != std::string::npos);
+    return text.compare(at + key.size(), 16, "emulated in fp32") != 0;
 }
 
 using mpt_test::same_bits;

@@ -13,8 +13,9 @@
 
 using namespace mpt_test::training;
 
-// On a CPU with AMX (where `auto` resolves to mixed-bf16), predictions on up to 4 rows in bf16 (8 in
-// fp16) read the weights as 16-bit words once two predictions have met the same weights.
+// Where the CPU multiplies a low dtype natively (AMX tiles: bf16 and fp16; AVX512-BF16: bf16),
+// predictions on a few rows in it read the weights as 16-bit words once two predictions have met the
+// same weights.
 TEST_CASE("predictions on a few rows give the same bits from weight words, which a step or new weights make stale") {
     const Task data = make_blobs(64, 40, 10, 1.0, 0.8, 61);
     const std::vector<LayerSpec> specs = {
@@ -27,9 +28,7 @@ TEST_CASE("predictions on a few rows give the same bits from weight words, which
         for (bool tight : {false, true}) {
             CAPTURE(tight);
             mpt_context_t* context = mpt_test::create_context(MPT_BACKEND_CPU, 7, tight ? used_after_first + 4096 : 0);
-            mpt_precision automatic = MPT_PRECISION_AUTO;
-            REQUIRE_OK(mpt_context_resolve_precision(context, MPT_PRECISION_AUTO, &automatic));
-            const bool words_expected = automatic == MPT_PRECISION_MIXED_BF16 && !tight;
+            const bool words_expected = cpu_multiplies_natively(precision) && !tight;
             mpt_model_t* model = new_model(context, 40, specs);
             randomise_weights(model, 40, specs, 62, 0.3, 0.1);
             int64_t parameters = 0;
@@ -110,8 +109,8 @@ TEST_CASE("predictions on a few rows give the same bits from weight words, which
 // The words hold 2 bytes per parameter of the budget; fit, step and evaluate give them back before
 // they allocate, so that predictions never make training fail a budget it fits without them.
 TEST_CASE("weight words give their budget back to fit, step and evaluate") {
-    if (!amx_resolves_auto()) {
-        MESSAGE("weight words not tested: no AMX here");
+    if (!auto_is_native_bf16()) {
+        MESSAGE("weight words not tested: no native bf16 GEMM here");
         return;
     }
     // 2048 rows: each operation's first call allocates more than 4 KiB (a row order of 8 KiB).
@@ -188,8 +187,8 @@ struct WordsModel {
 // trainer's plan, a data set placed for it) takes their memory, and predictions go on reading the
 // masters, with the same bits.
 TEST_CASE("weight words give their budget back to other work in the context that needs it") {
-    if (!amx_resolves_auto()) {
-        MESSAGE("weight words not tested: no AMX here");
+    if (!auto_is_native_bf16()) {
+        MESSAGE("weight words not tested: no native bf16 GEMM here");
         return;
     }
     const WordsModel words_model;
@@ -275,8 +274,8 @@ TEST_CASE("weight words give their budget back to other work in the context that
 // another's room, every one-row prediction would rewrite 2 bytes per parameter. One trainer keeps
 // its words, the other reads the masters.
 TEST_CASE("two trainers predicting in turn do not take each other's weight words") {
-    if (!amx_resolves_auto()) {
-        MESSAGE("weight words not tested: no AMX here");
+    if (!auto_is_native_bf16()) {
+        MESSAGE("weight words not tested: no native bf16 GEMM here");
         return;
     }
     const WordsModel words_model;

@@ -41,6 +41,8 @@ def test_context_describes_its_cpu_backend_as_json(blobs):
     assert description["threads"] == 1
     assert description["gemm_library"]
     assert description["amx"] in ("supported", "refused by Linux", "absent")
+    assert description["bf16_gemm"] in ("amx tiles", "avx512-bf16 dot products", "emulated in fp32")
+    assert description["fp16_gemm"] in ("amx tiles", "emulated in fp32")
     assert description["small_gemm"] in ("avx512", "avx512f", "avx2", "none")
     assert "device_index" not in description  # a CUDA member
     assert ctx.describe() == description  # nothing changes while the context is unused

@@ -125,6 +125,49 @@ bool amx_gemm_supported() { return cpu_support().available; }
 bool amx_gemm_available() { return amx_support().available; }
 const std::string& amx_gemm_unavailable_reason() { return amx_support().reason; }
 
+namespace {
+
+// Why the dot-product kernel cannot run here; empty when it can. Read once.
+const std::string& dot_products_unavailable_reason() {
+    static const std::string reason = [] {
+        if (const char* setting = std::getenv("MPTRAIN_CPU_BF16_DOT"); setting && std::strcmp(setting, "0") == 0)
+            return std::string("MPTRAIN_CPU_BF16_DOT=0");
+#if defined(MPTRAIN_AMX_BUILD)
+        if (!cpu_has_avx512_bf16()) return std::string("no AVX512-BF16");
+        return std::string();
+#else
+        return std::string("no AVX512-BF16 build");
+#endif
+    }();
+    return reason;
+}
+
+}  // namespace
+
+bool amx_gemm_dot_products_supported() { return dot_products_unavailable_reason().empty(); }
+
+bool native_gemm_available(DType operands) {
+    if (operands != DType::bf16 && operands != DType::fp16) return false;
+    if (amx_gemm_available()) return true;
+    return operands == DType::bf16 && amx_gemm_dot_products_supported();
+}
+
+const char* native_gemm_kind(DType operands) {
+    if (operands != DType::bf16 && operands != DType::fp16) return "not a low-precision dtype";
+    if (!amx_gemm_refused() && amx_gemm_supported()) return "amx tiles";
+    if (operands == DType::bf16 && amx_gemm_dot_products_supported()) return "avx512-bf16 dot products";
+    return "emulated in fp32";
+}
+
+std::string native_gemm_unavailable_reason(DType operands) {
+    if (native_gemm_available(operands)) return {};
+    if (operands == DType::bf16) return amx_gemm_unavailable_reason() + "; " + dot_products_unavailable_reason();
+    if (amx_gemm_dot_products_supported())
+        return amx_gemm_unavailable_reason() + "; AVX512-BF16 multiplies bf16 only, and fp16 as four bf16 products " +
+               "would be slower than fp32";
+    return amx_gemm_unavailable_reason();
+}
+
 #if defined(MPTRAIN_AMX_BUILD)
 
 namespace {
@@ -328,6 +371,77 @@ MPTRAIN_AMX_BF16 void multiply_block(PackedBlock left, PackedBlock right, int64_
     _tile_stored(3, out + kTileRows * out_stride + kTileRows, stride);
 }
 
+// multiply_block's product on a CPU with AVX512-BF16 but no AMX tiles, from the same packed blocks
+// (bf16 only: one plane): VDPBF16PS adds two exact bf16 products to each of 16 fp32 sums, the two
+// values of a right-tile word times a left word broadcast, which is the packing's pair layout
+// as it lies. C's 32 x 32 block in four groups of 8 rows, 16 sums (two vectors a row) in registers
+// through the whole depth; every right word is loaded once a group, every left word once.
+MPTRAIN_AVX512_BF16 void multiply_block_by_dot_products(PackedBlock left, PackedBlock right, int64_t steps,
+                                                        bool continue_sums, float* out, int64_t out_stride) {
+    constexpr int kGroupRows = 8;
+    const int64_t left_tile_words = left.packed_steps * kTileValues / 2;
+    const int64_t right_tile_words = right.packed_steps * kTileValues / 2;
+    const uint32_t* right0 = reinterpret_cast<const uint32_t*>(right.first_step);
+    const uint32_t* right1 = right0 + right_tile_words;
+    for (int64_t group = 0; group < kBlock / kGroupRows; ++group) {
+        const int64_t tile = group * kGroupRows / kTileRows, row0 = group * kGroupRows % kTileRows;
+        const uint32_t* left_rows =
+            reinterpret_cast<const uint32_t*>(left.first_step) + tile * left_tile_words + row0 * kTileRows;
+        float* out_rows = out + group * kGroupRows * out_stride;
+        // (Every loop over the rows unrolled, so that the sums stay in registers at -O2 too.)
+        __m512 sums[kGroupRows][2];
+#pragma GCC unroll 8
+        for (int r = 0; r < kGroupRows; ++r) {
+            sums[r][0] = continue_sums ? _mm512_loadu_ps(out_rows + r * out_stride) : _mm512_setzero_ps();
+            sums[r][1] = continue_sums ? _mm512_loadu_ps(out_rows + r * out_stride + kTileRows) : _mm512_setzero_ps();
+        }
+        for (int64_t step = 0; step < steps; ++step) {
+            const int64_t offset = step * kTileValues / 2;
+            const uint32_t* lefts = left_rows + offset;
+            for (int64_t p = 0; p < kTileRows; ++p) {
+                const __m512bh b0 = (__m512bh)_mm512_loadu_si512(right0 + offset + p * kTileRows);
+                const __m512bh b1 = (__m512bh)_mm512_loadu_si512(right1 + offset + p * kTileRows);
+#pragma GCC unroll 8
+                for (int r = 0; r < kGroupRows; ++r) {
+                    const __m512bh a = (__m512bh)_mm512_set1_epi32(static_cast<int>(lefts[r * kTileRows + p]));
+                    sums[r][0] = _mm512_dpbf16_ps(sums[r][0], a, b0);
+                    sums[r][1] = _mm512_dpbf16_ps(sums[r][1], a, b1);
+                }
+            }
+        }
+#pragma GCC unroll 8
+        for (int r = 0; r < kGroupRows; ++r) {
+            _mm512_storeu_ps(out_rows + r * out_stride, sums[r][0]);
+            _mm512_storeu_ps(out_rows + r * out_stride + kTileRows, sums[r][1]);
+        }
+    }
+}
+
+// multiply_block on the tiles where this process has them, else by dot products (bf16 only: what
+// check_runs_here lets through).
+class BlockMultiplier {
+public:
+    BlockMultiplier() : tiles_(amx_gemm_available()) {
+        if (tiles_) load_tile_config();
+    }
+    ~BlockMultiplier() {
+        if (tiles_) release_tiles();
+    }
+    BlockMultiplier(const BlockMultiplier&) = delete;
+    BlockMultiplier& operator=(const BlockMultiplier&) = delete;
+
+    void operator()(PackedBlock left, PackedBlock right, int64_t steps, int64_t planes, bool continue_sums, float* out,
+                    int64_t out_stride) const {
+        if (tiles_)
+            multiply_block(left, right, steps, planes, continue_sums, out, out_stride);
+        else
+            multiply_block_by_dot_products(left, right, steps, continue_sums, out, out_stride);
+    }
+
+private:
+    bool tiles_;
+};
+
 // A strip of C, `lefts` x `rights` from (left0, right0), = alpha * sums + beta * C (beta 0 ignores
 // C, NaN included), sums[left][right] with rows `stride` floats apart. C is
 // written one row at a time, each row's part of the strip in one contiguous pass.
@@ -343,11 +457,17 @@ MPTRAIN_AVX512_BF16 void store_strip(const Problem& g, const float* sums, int64_
     for (int64_t r = 0; r < c_rows; ++r) {
         float* c_row = g.c + offset + r * c_row_stride;
         const float* sum_row = sums + r * row_step;
-        if (column_step == 1) {  // the common case, spelled out so that it vectorises
-            if (beta == 0.0f) {
-                for (int64_t t = 0; t < c_columns; ++t) c_row[t] = alpha * sum_row[t];
-            } else {
-                for (int64_t t = 0; t < c_columns; ++t) c_row[t] = alpha * sum_row[t] + beta * c_row[t];
+        if (column_step == 1) {  // the common case, in vectors (-O2 does not vectorise the loops below)
+            const __m512 alphas = _mm512_set1_ps(alpha), betas = _mm512_set1_ps(beta);
+            for (int64_t t = 0; t < c_columns; t += 16) {
+                const __mmask16 mask = c_columns - t >= 16 ? static_cast<__mmask16>(0xFFFF)
+                                                           : static_cast<__mmask16>((1u << (c_columns - t)) - 1);
+                const __m512 scaled = _mm512_mul_ps(alphas, _mm512_maskz_loadu_ps(mask, sum_row + t));
+                // (As the scalar alpha * sum + beta * c: two roundings, no fused multiply-add.)
+                const __m512 value =
+                    beta == 0.0f ? scaled
+                                 : _mm512_add_ps(scaled, _mm512_mul_ps(betas, _mm512_maskz_loadu_ps(mask, c_row + t)));
+                _mm512_mask_storeu_ps(c_row + t, mask, value);
             }
         } else if (beta == 0.0f) {
             for (int64_t t = 0; t < c_columns; ++t) c_row[t] = alpha * sum_row[t * column_step];
@@ -452,7 +572,7 @@ void multiply_in_panels(const Problem& g, bool stream_right, const uint16_t* pac
     float* strip = buffers.sums;
     // The strip is [left][right]: 32 x the panel when the left side streams, the panel x 32 otherwise.
     const int64_t stride = stream_right ? kBlock : panel_blocks * kBlock;
-    load_tile_config();
+    const BlockMultiplier multiply;
     for (int64_t panel = 0; panel < packed_blocks; panel += panel_blocks) {
         const int64_t panel_end = std::min(packed_blocks, panel + panel_blocks);
         const int64_t panel_first = panel * kBlock, panel_count = std::min(whole.count, panel_end * kBlock) - panel_first;
@@ -461,18 +581,17 @@ void multiply_in_panels(const Problem& g, bool stream_right, const uint16_t* pac
             for (int64_t other = panel; other < panel_end; ++other) {
                 const PackedBlock other_block{packed + other * values, g.steps};
                 if (stream_right)
-                    multiply_block(other_block, own_block, g.steps, g.planes, false,
-                                   strip + (other - panel) * kBlock * stride, stride);
+                    multiply(other_block, own_block, g.steps, g.planes, false,
+                             strip + (other - panel) * kBlock * stride, stride);
                 else
-                    multiply_block(own_block, other_block, g.steps, g.planes, false, strip + (other - panel) * kBlock,
-                                   stride);
+                    multiply(own_block, other_block, g.steps, g.planes, false, strip + (other - panel) * kBlock,
+                             stride);
             }
             const int64_t first = block * kBlock, count = std::min(kBlock, streamed.count - first);
             if (stream_right) store_strip(g, strip, stride, panel_first, panel_count, first, count);
             else store_strip(g, strip, stride, first, count, panel_first, panel_count);
         }
     }
-    release_tiles();
 }
 
 // The blocks [begin, end) of the streamed side, each multiplied by every block of the packed side
@@ -505,7 +624,7 @@ void multiply_streamed(const Problem& g, bool stream_right, const uint16_t* pack
     float* sums = buffers.sums;
     // A strip is [left][right]: 32 x all when the left side streams, all x 32 otherwise.
     const int64_t stride = stream_right ? kBlock : packed_blocks * kBlock;
-    load_tile_config();
+    const BlockMultiplier multiply;
     for (int64_t group_begin = begin; group_begin < end; group_begin += group) {
         const int64_t group_end = std::min(end, group_begin + group);
         for (int64_t step0 = 0; step0 < g.steps; step0 += chunk_steps) {
@@ -517,11 +636,10 @@ void multiply_streamed(const Problem& g, bool stream_right, const uint16_t* pack
                 for (int64_t other = 0; other < packed_blocks; ++other) {
                     const PackedBlock other_block{packed + other * block_values(g) + step0 * kTileValues, g.steps};
                     if (stream_right)
-                        multiply_block(other_block, own_block, steps, g.planes, step0 > 0,
-                                       strip + other * kBlock * stride, stride);
+                        multiply(other_block, own_block, steps, g.planes, step0 > 0, strip + other * kBlock * stride,
+                                 stride);
                     else
-                        multiply_block(own_block, other_block, steps, g.planes, step0 > 0, strip + other * kBlock,
-                                       stride);
+                        multiply(own_block, other_block, steps, g.planes, step0 > 0, strip + other * kBlock, stride);
                 }
                 if (step0 + steps < g.steps) continue;
                 const int64_t first = block * kBlock, count = std::min(kBlock, streamed.count - first);
@@ -530,7 +648,6 @@ void multiply_streamed(const Problem& g, bool stream_right, const uint16_t* pack
             }
         }
     }
-    release_tiles();
 }
 
 // C = alpha * op(A) . op(B) + beta * C as the kernels see it (m, n, k > 0).
@@ -578,11 +695,12 @@ uint16_t* reserve_buffers(const Problem& g, bool stream_right, ThreadPool& pool)
 }
 
 void check_runs_here(DType operands) {
-    // The check also asks Linux for the tile state on first use: without it a tile instruction faults.
-    if (!amx_gemm_available())
-        fail(MPT_STATUS_INTERNAL, "amx_gemm called where it cannot run: " + amx_gemm_unavailable_reason());
     if (operands != DType::bf16 && operands != DType::fp16)
         fail(MPT_STATUS_INTERNAL, std::string("amx_gemm multiplies bf16 or fp16, not ") + dtype_name(operands));
+    // The check also asks Linux for the tile state on first use: without it a tile instruction faults.
+    if (!native_gemm_available(operands))
+        fail(MPT_STATUS_INTERNAL, std::string("amx_gemm called where it cannot multiply ") + dtype_name(operands) +
+                                      ": " + native_gemm_unavailable_reason(operands));
 }
 
 }  // namespace

@@ -31,6 +31,22 @@ const std::string& amx_gemm_unavailable_reason();
 // nothing of the kernel (for descriptions, which must not change the process).
 bool amx_gemm_refused();
 
+// Whether AVX512-BF16 dot products can take amx_gemm's bf16 products where AMX tiles cannot (no AMX,
+// MPTRAIN_CPU_AMX=0, or Linux refused the tile state): the CPU has AVX512-BF16 and AVX512-BW and
+// MPTRAIN_CPU_BF16_DOT is not "0". Asks nothing of the kernel.
+bool amx_gemm_dot_products_supported();
+// Whether amx_gemm multiplies `operands` here: bf16 or fp16 on AMX tiles (amx_gemm_available), or
+// bf16 alone as dot products (an AVX512-BF16 instruction, VDPBF16PS, sums two exact bf16 products
+// into each of 16 fp32 sums: twice fp32 FMA's products a cycle on the CPUs that have it, where fp16's
+// four bf16 products would make it slower than fp32). Asks for the tile state as amx_gemm_available.
+bool native_gemm_available(DType operands);
+// Why not, in words; empty when it does.
+std::string native_gemm_unavailable_reason(DType operands);
+// How the CPU backend multiplies `operands` (bf16 or fp16): "amx tiles", "avx512-bf16 dot products" or
+// "emulated in fp32". Asks nothing of the kernel (for descriptions, which must not change the process):
+// where Linux has not been asked for the tile state yet, AMX tiles are what it would ask for.
+const char* native_gemm_kind(DType operands);
+
 // Row-major C = alpha * op(A) * op(B) + beta * C, like cblas_sgemm (beta == 0 ignores C's old
 // contents, NaN included), with A and B read as `operands` (bf16 or fp16): values that are not of
 // that dtype already are rounded to it, to the nearest, ties to even. bf16: exact products summed in
@@ -39,8 +55,9 @@ bool amx_gemm_refused();
 // products are summed in fp32 (fp16's subnormals kept), each rounded into the sum on its own: up to
 // 4k roundings in a sum of k products where an fp16 tensor core has k. A product with an Inf
 // operand may come out NaN where IEEE gives Inf (Inf times a zero part: non-finite either way).
-// Every element of C is summed in one fixed order whatever the thread count. Only when
-// amx_gemm_available().
+// Every element of C is summed in one fixed order whatever the thread count (on AMX tiles and on dot
+// products each its own: a dot product adds its pair's two products in its own order). Only when
+// native_gemm_available(operands).
 void amx_gemm(DType operands, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
               const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
               ThreadPool& pool);

@@ -93,18 +93,21 @@ CpuBackend::CpuBackend(int threads, MemoryTracker* memory) : pool_(resolve_threa
 
 std::string CpuBackend::setup_warning() const {
     std::string warnings = cpu_gemm_kernel_warning();
-    const std::string unknown = unknown_environment_settings(
-        {{"MPTRAIN_CPU_AMX", {"0", "1"}},
-         {"MPTRAIN_CPU_SMALL_GEMM", {"0", "avx2", "avx512f"}},
-         {"MPTRAIN_CPU_CLIP_FROM_BATCH", {"0", "1"}}});
+    const std::string unknown = unknown_environment_settings({{"MPTRAIN_CPU_AMX", {"0", "1"}},
+                                                              {"MPTRAIN_CPU_BF16_DOT", {"0", "1"}},
+                                                              {"MPTRAIN_CPU_SMALL_GEMM", {"0", "avx2", "avx512f"}},
+                                                              {"MPTRAIN_CPU_CLIP_FROM_BATCH", {"0", "1"}}});
     if (!unknown.empty()) warnings += (warnings.empty() ? "" : "; ") + unknown;
     return warnings;
 }
 
 std::string CpuBackend::device_name() const {
     return std::string("cpu (") + std::to_string(pool_.threads()) + " threads, " + cpu_gemm_library() +
-           (amx_gemm_refused() ? ", amx refused by Linux" : amx_gemm_supported() ? ", amx" : "") + ", small GEMMs " +
-           small_gemm_kernels_name(small_gemm_kernels()) + ")";
+           (amx_gemm_refused()     ? ", amx refused by Linux"
+            : amx_gemm_supported() ? ", amx"
+                                   : "") +
+           (std::string(native_gemm_kind(DType::bf16)) == "avx512-bf16 dot products" ? ", avx512-bf16 GEMMs" : "") +
+           ", small GEMMs " + small_gemm_kernels_name(small_gemm_kernels()) + ")";
 }
 
 void CpuBackend::describe(JsonWriter& out) const {
@@ -112,15 +115,17 @@ void CpuBackend::describe(JsonWriter& out) const {
     out.key("gemm_library").string(cpu_gemm_library());
     // As device_name: nothing here asks Linux for the tile state (a description changes nothing).
     out.key("amx").string(amx_gemm_refused() ? "refused by Linux" : amx_gemm_supported() ? "supported" : "absent");
+    out.key("bf16_gemm").string(native_gemm_kind(DType::bf16));
+    out.key("fp16_gemm").string(native_gemm_kind(DType::fp16));
     out.key("small_gemm").string(small_gemm_kernels_name(small_gemm_kernels()));
     out.key("max_abs_elements").unsigned_integer(max_abs_elements_.load(std::memory_order_relaxed));
 }
 
 std::string CpuBackend::emulation_warning(DType compute_dtype) const {
-    if (compute_dtype == DType::fp32 || amx_gemm_available()) return {};
+    if (compute_dtype == DType::fp32 || native_gemm_available(compute_dtype)) return {};
     return std::string("cpu backend: ") + dtype_name(compute_dtype) + " GEMMs are emulated in fp32 on this CPU (" +
-           amx_gemm_unavailable_reason() + "), which makes mixed precision slower than fp32 here; " +
-           "MPT_PRECISION_AUTO picks fp32 on it";
+           native_gemm_unavailable_reason(compute_dtype) + "), which makes mixed precision slower than fp32 here; " +
+           "MPT_PRECISION_AUTO picks " + dtype_name(preferred_compute_dtype()) + " on it";
 }
 
 template <typename Work>
@@ -147,7 +152,7 @@ int64_t CpuBackend::small_gemm_rows(DType dtype, bool dot_products) {
 
 CpuBackend::GemmKernel CpuBackend::gemm_kernel(DType dtype, bool transpose_a, bool transpose_b, int64_t m, int64_t n,
                                                int64_t k) const {
-    if (dtype == DType::fp32 || !amx_gemm_available()) return GemmKernel::sgemm;
+    if (dtype == DType::fp32 || !native_gemm_available(dtype)) return GemmKernel::sgemm;
     // A few rows or columns of C in bf16 or fp16 (same rounding as AMX's packing): small_gemm. It
     // streams dot products when the side it streams is contiguous over the depth: op(B) for a few
     // rows of C, op(A) for a few columns.

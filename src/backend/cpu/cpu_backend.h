@@ -32,14 +32,15 @@ public:
     std::string setup_warning() const override;
     std::string emulation_warning(DType compute_dtype) const override;
     size_t storage_size(DType) const override { return sizeof(float); }
-    // bf16 where AMX multiplies it natively (faster than fp32 SGEMM, and than fp16's four products);
-    // else fp32, since emulating a low dtype in fp32 GEMMs costs time and gains nothing.
-    DType preferred_compute_dtype() const override { return amx_gemm_available() ? DType::bf16 : DType::fp32; }
+    // bf16 where AMX tiles or AVX512-BF16 dot products multiply it natively (faster than fp32 SGEMM,
+    // and than fp16's four products); else fp32, since emulating a low dtype in fp32 GEMMs costs time
+    // and gains nothing.
+    DType preferred_compute_dtype() const override {
+        return native_gemm_available(DType::bf16) ? DType::bf16 : DType::fp32;
+    }
     size_t relu_mask_bytes(int64_t, int64_t) const override { return 0; }
     size_t gemm_workspace_bytes() const override { return 0; }
-    bool rounds_parameters_on_read(DType compute_dtype) const override {
-        return compute_dtype != DType::fp32 && amx_gemm_available();
-    }
+    bool rounds_parameters_on_read(DType compute_dtype) const override { return native_gemm_available(compute_dtype); }
     int64_t weight_words_max_rows(DType compute_dtype) const override;
     void write_weight_words(const float* masters, uint16_t* words, DType dtype, int64_t count) override;
     void reserve_update_scratch(const DenseUpdateShape* layers, int count, int64_t rows, bool clipping) override;
