@@ -375,9 +375,12 @@ MPTRAIN_AMX_BF16 void multiply_block(PackedBlock left, PackedBlock right, int64_
 // (bf16 only: one plane): VDPBF16PS adds two exact bf16 products to each of 16 fp32 sums, the two
 // values of a right-tile word times a left word broadcast, which is the packing's pair layout
 // as it lies. C's 32 x 32 block in four groups of 8 rows, 16 sums (two vectors a row) in registers
-// through the whole depth; every right word is loaded once a group, every left word once.
+// through the whole depth; every right word is loaded once a group, every left word once. The last
+// step multiplies only its `last_pairs` pairs that hold depths (the packing's zeros past them add
+// nothing): a weight gradient at batch 4 would otherwise take 8 times its products.
 MPTRAIN_AVX512_BF16 void multiply_block_by_dot_products(PackedBlock left, PackedBlock right, int64_t steps,
-                                                        bool continue_sums, float* out, int64_t out_stride) {
+                                                        int64_t last_pairs, bool continue_sums, float* out,
+                                                        int64_t out_stride) {
     constexpr int kGroupRows = 8;
     const int64_t left_tile_words = left.packed_steps * kTileValues / 2;
     const int64_t right_tile_words = right.packed_steps * kTileValues / 2;
@@ -398,7 +401,8 @@ MPTRAIN_AVX512_BF16 void multiply_block_by_dot_products(PackedBlock left, Packed
         for (int64_t step = 0; step < steps; ++step) {
             const int64_t offset = step * kTileValues / 2;
             const uint32_t* lefts = left_rows + offset;
-            for (int64_t p = 0; p < kTileRows; ++p) {
+            const int64_t pairs = step + 1 == steps ? last_pairs : kTileRows;
+            for (int64_t p = 0; p < pairs; ++p) {
                 const __m512bh b0 = (__m512bh)_mm512_loadu_si512(right0 + offset + p * kTileRows);
                 const __m512bh b1 = (__m512bh)_mm512_loadu_si512(right1 + offset + p * kTileRows);
 #pragma GCC unroll 8
@@ -430,12 +434,13 @@ public:
     BlockMultiplier(const BlockMultiplier&) = delete;
     BlockMultiplier& operator=(const BlockMultiplier&) = delete;
 
-    void operator()(PackedBlock left, PackedBlock right, int64_t steps, int64_t planes, bool continue_sums, float* out,
-                    int64_t out_stride) const {
+    // `last_pairs`: the pairs of depths the last of the steps holds (16 but at the depth's end).
+    void operator()(PackedBlock left, PackedBlock right, int64_t steps, int64_t last_pairs, int64_t planes,
+                    bool continue_sums, float* out, int64_t out_stride) const {
         if (tiles_)
             multiply_block(left, right, steps, planes, continue_sums, out, out_stride);
         else
-            multiply_block_by_dot_products(left, right, steps, continue_sums, out, out_stride);
+            multiply_block_by_dot_products(left, right, steps, last_pairs, continue_sums, out, out_stride);
     }
 
 private:
@@ -478,6 +483,12 @@ MPTRAIN_AVX512_BF16 void store_strip(const Problem& g, const float* sums, int64_
 }
 
 int64_t blocks_of(int64_t count) { return (count + kBlock - 1) / kBlock; }
+
+// The pairs of depths in the last of the depth steps [step0, step1): all 16 but at the depth's end.
+int64_t last_pairs_of(const Problem& g, int64_t step1) {
+    if (step1 < g.steps) return kTileRows;
+    return (g.depth - (g.steps - 1) * kDepthStep + 1) / 2;
+}
 
 // bf16 values a packed block of 32 rows (or columns) takes: 2 tiles of `planes` planes.
 int64_t block_values(const Problem& g) { return 2 * g.planes * g.steps * kTileValues; }
@@ -573,6 +584,7 @@ void multiply_in_panels(const Problem& g, bool stream_right, const uint16_t* pac
     // The strip is [left][right]: 32 x the panel when the left side streams, the panel x 32 otherwise.
     const int64_t stride = stream_right ? kBlock : panel_blocks * kBlock;
     const BlockMultiplier multiply;
+    const int64_t last_pairs = last_pairs_of(g, g.steps);
     for (int64_t panel = 0; panel < packed_blocks; panel += panel_blocks) {
         const int64_t panel_end = std::min(packed_blocks, panel + panel_blocks);
         const int64_t panel_first = panel * kBlock, panel_count = std::min(whole.count, panel_end * kBlock) - panel_first;
@@ -581,11 +593,11 @@ void multiply_in_panels(const Problem& g, bool stream_right, const uint16_t* pac
             for (int64_t other = panel; other < panel_end; ++other) {
                 const PackedBlock other_block{packed + other * values, g.steps};
                 if (stream_right)
-                    multiply(other_block, own_block, g.steps, g.planes, false,
+                    multiply(other_block, own_block, g.steps, last_pairs, g.planes, false,
                              strip + (other - panel) * kBlock * stride, stride);
                 else
-                    multiply(own_block, other_block, g.steps, g.planes, false, strip + (other - panel) * kBlock,
-                             stride);
+                    multiply(own_block, other_block, g.steps, last_pairs, g.planes, false,
+                             strip + (other - panel) * kBlock, stride);
             }
             const int64_t first = block * kBlock, count = std::min(kBlock, streamed.count - first);
             if (stream_right) store_strip(g, strip, stride, panel_first, panel_count, first, count);
@@ -629,6 +641,7 @@ void multiply_streamed(const Problem& g, bool stream_right, const uint16_t* pack
         const int64_t group_end = std::min(end, group_begin + group);
         for (int64_t step0 = 0; step0 < g.steps; step0 += chunk_steps) {
             const int64_t steps = std::min(chunk_steps, g.steps - step0);
+            const int64_t last_pairs = last_pairs_of(g, step0 + steps);
             for (int64_t block = group_begin; block < group_end; ++block) {
                 pack_side(g, streamed, block * kBlock, 2, stream_right, step0, step0 + steps, own);
                 float* strip = sums + (block - group_begin) * strip_floats;
@@ -636,10 +649,11 @@ void multiply_streamed(const Problem& g, bool stream_right, const uint16_t* pack
                 for (int64_t other = 0; other < packed_blocks; ++other) {
                     const PackedBlock other_block{packed + other * block_values(g) + step0 * kTileValues, g.steps};
                     if (stream_right)
-                        multiply(other_block, own_block, steps, g.planes, step0 > 0, strip + other * kBlock * stride,
-                                 stride);
+                        multiply(other_block, own_block, steps, last_pairs, g.planes, step0 > 0,
+                                 strip + other * kBlock * stride, stride);
                     else
-                        multiply(own_block, other_block, steps, g.planes, step0 > 0, strip + other * kBlock, stride);
+                        multiply(own_block, other_block, steps, last_pairs, g.planes, step0 > 0, strip + other * kBlock,
+                                 stride);
                 }
                 if (step0 + steps < g.steps) continue;
                 const int64_t first = block * kBlock, count = std::min(kBlock, streamed.count - first);

@@ -145,8 +145,10 @@ int64_t CpuBackend::small_gemm_rows(DType dtype, bool dot_products) {
     // bf16 on AMX tiles against small_gemm, the seed MLP's GEMMs on 2 threads (bench/NOTES.md): as
     // dot products (the forward) small_gemm is 1.12-1.29x faster up to 6 rows, level at 7; summed
     // over the depth (the input gradient) tiles win from 5 rows (1.15-1.35x). fp16 takes four tile
-    // products per product, so small_gemm wins through its 8 rows.
-    if (dtype != DType::bf16) return kSmallGemmMaxRows;
+    // products per product, so small_gemm wins through its 8 rows; so does bf16 where the packed
+    // GEMM runs on AVX512-BF16's dot products rather than tiles (a prediction on 7 or 8 rows of the
+    // seed MLP took 2.87 and 2.86 ms there, against 2.31 and 2.56 ms in small_gemm; bench/NOTES.md).
+    if (dtype != DType::bf16 || !amx_gemm_available()) return kSmallGemmMaxRows;
     return dot_products ? 6 : 4;
 }
 
