@@ -2,7 +2,8 @@
 // tile into a 16 x 16 fp32 tile. The left tile holds 16 rows of 32 products' worth of values;
 // the right one holds its 32 x 16 values as 16 rows of 16 pairs, the two values a sum takes from
 // consecutive depths side by side. C is computed 32 x 32 at a time: four C tiles, two left tiles,
-// two right ones, all eight tile registers.
+// two right ones, all eight tile registers. Where the tiles cannot run, bf16 (not fp16) runs on
+// AVX512-BF16's dot products over the same packing instead (multiply_block_by_dot_products).
 //
 // Which operand goes on the left: a value pair of the right tile comes from two consecutive depths,
 // so an operand stored depth-contiguous (a transposed B, as every forward GEMM has: X . W^T) would

@@ -1,10 +1,12 @@
 // The CPU's native low-precision GEMM: Intel AMX tiles (TDPBF16PS: bf16 products summed in fp32), on
 // CPUs that have AMX-TILE and AMX-BF16 (Xeon since Sapphire Rapids) and a Linux that grants this
-// process the tile state. It takes its operands in the CPU backend's emulated storage, low-precision
-// values held in fp32 (cpu_backend.h), so it is a drop-in for cpu_sgemm on a layer that computes in
-// bf16 or fp16: bf16 products are exact in both and only the order of the fp32 sums differs; fp16
-// products are summed as four exact parts (see amx_gemm). Mixed precision runs on it where it
-// exists, instead of paying for emulation in fp32 GEMMs.
+// process the tile state; else, for bf16 alone, AVX512-BF16's dot products (VDPBF16PS) over the same
+// packed operands, on CPUs that have it without usable tiles (AMD Zen 4 and later, Intel Cooper
+// Lake). It takes its operands in the CPU backend's emulated storage, low-precision values held in
+// fp32 (cpu_backend.h), so it is a drop-in for cpu_sgemm on a layer that computes in bf16 or fp16:
+// bf16 products are exact in both and only the order of the fp32 sums differs; fp16 products are
+// summed as four exact parts (see amx_gemm). Mixed precision runs on it where it exists, instead of
+// paying for emulation in fp32 GEMMs.
 #pragma once
 
 #include <cstdint>
