@@ -31,24 +31,21 @@ using namespace mpt;
 
 namespace {
 
+// Whether amx_gemm multiplies `operands` here; where not, the case says why.
+bool native_or_skip(DType operands) {
+    if (native_gemm_available(operands)) return true;
+    MESSAGE(dtype_name(operands) << " GEMM not tested: " << native_gemm_unavailable_reason(operands));
+    return false;
+}
+
 // The operand dtypes amx_gemm multiplies here: both on AMX tiles, bf16 alone on AVX512-BF16 dot
 // products (ctest runs this file once more with MPTRAIN_CPU_AMX=0, so that an AMX CPU tests those
 // too), none where neither runs (each case then says so).
 std::vector<DType> native_operand_types() {
     std::vector<DType> native;
-    for (DType operands : {DType::bf16, DType::fp16}) {
-        if (native_gemm_available(operands))
-            native.push_back(operands);
-        else
-            MESSAGE(dtype_name(operands) << " GEMM not tested: " << native_gemm_unavailable_reason(operands));
-    }
+    for (DType operands : {DType::bf16, DType::fp16})
+        if (native_or_skip(operands)) native.push_back(operands);
     return native;
-}
-
-bool native_or_skip(DType operands) {
-    if (native_gemm_available(operands)) return true;
-    MESSAGE(dtype_name(operands) << " GEMM not tested: " << native_gemm_unavailable_reason(operands));
-    return false;
 }
 
 // Uniform in [-1, 1], rounded to `dtype` (fp32: not rounded).

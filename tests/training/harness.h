@@ -224,7 +224,8 @@ inline bool cpu_multiplies_natively(mpt_precision precision) {
     const size_t at = text.find(key);
     INFO(text);
     REQUIRE(at != std::string::npos);
-    return text.compare(at + key.size(), 16, "emulated in fp32") != 0;
+    const std::string emulated = "emulated in fp32";
+    return text.compare(at + key.size(), emulated.size(), emulated) != 0;
 }
 
 using mpt_test::same_bits;

@@ -153,10 +153,22 @@ bool native_gemm_available(DType operands) {
     return operands == DType::bf16 && amx_gemm_dot_products_supported();
 }
 
-const char* native_gemm_kind(DType operands) {
-    if (operands != DType::bf16 && operands != DType::fp16) return "not a low-precision dtype";
-    if (!amx_gemm_refused() && amx_gemm_supported()) return "amx tiles";
-    if (operands == DType::bf16 && amx_gemm_dot_products_supported()) return "avx512-bf16 dot products";
+NativeGemm native_gemm_kind(DType operands) {
+    if (operands != DType::bf16 && operands != DType::fp16) return NativeGemm::emulated;
+    if (!amx_gemm_refused() && amx_gemm_supported()) return NativeGemm::amx_tiles;
+    if (operands == DType::bf16 && amx_gemm_dot_products_supported()) return NativeGemm::dot_products;
+    return NativeGemm::emulated;
+}
+
+const char* native_gemm_name(NativeGemm kind) {
+    switch (kind) {
+        case NativeGemm::amx_tiles:
+            return "amx tiles";
+        case NativeGemm::dot_products:
+            return "avx512-bf16 dot products";
+        case NativeGemm::emulated:
+            break;
+    }
     return "emulated in fp32";
 }
 

@@ -44,10 +44,13 @@ bool amx_gemm_dot_products_supported();
 bool native_gemm_available(DType operands);
 // Why not, in words; empty when it does.
 std::string native_gemm_unavailable_reason(DType operands);
-// How the CPU backend multiplies `operands` (bf16 or fp16): "amx tiles", "avx512-bf16 dot products" or
-// "emulated in fp32". Asks nothing of the kernel (for descriptions, which must not change the process):
-// where Linux has not been asked for the tile state yet, AMX tiles are what it would ask for.
-const char* native_gemm_kind(DType operands);
+// How the CPU backend multiplies `operands` (bf16 or fp16). Asks nothing of the kernel (for
+// descriptions, which must not change the process): where Linux has not been asked for the tile state
+// yet, AMX tiles are what it would ask for.
+enum class NativeGemm { amx_tiles, dot_products, emulated };
+NativeGemm native_gemm_kind(DType operands);
+// "amx tiles", "avx512-bf16 dot products" or "emulated in fp32" (the descriptions' words).
+const char* native_gemm_name(NativeGemm kind);
 
 // Row-major C = alpha * op(A) * op(B) + beta * C, like cblas_sgemm (beta == 0 ignores C's old
 // contents, NaN included), with A and B read as `operands` (bf16 or fp16): values that are not of

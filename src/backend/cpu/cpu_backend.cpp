@@ -106,8 +106,8 @@ std::string CpuBackend::device_name() const {
            (amx_gemm_refused()     ? ", amx refused by Linux"
             : amx_gemm_supported() ? ", amx"
                                    : "") +
-           (std::string(native_gemm_kind(DType::bf16)) == "avx512-bf16 dot products" ? ", avx512-bf16 GEMMs" : "") +
-           ", small GEMMs " + small_gemm_kernels_name(small_gemm_kernels()) + ")";
+           (native_gemm_kind(DType::bf16) == NativeGemm::dot_products ? ", avx512-bf16 GEMMs" : "") + ", small GEMMs " +
+           small_gemm_kernels_name(small_gemm_kernels()) + ")";
 }
 
 void CpuBackend::describe(JsonWriter& out) const {
@@ -115,8 +115,8 @@ void CpuBackend::describe(JsonWriter& out) const {
     out.key("gemm_library").string(cpu_gemm_library());
     // As device_name: nothing here asks Linux for the tile state (a description changes nothing).
     out.key("amx").string(amx_gemm_refused() ? "refused by Linux" : amx_gemm_supported() ? "supported" : "absent");
-    out.key("bf16_gemm").string(native_gemm_kind(DType::bf16));
-    out.key("fp16_gemm").string(native_gemm_kind(DType::fp16));
+    out.key("bf16_gemm").string(native_gemm_name(native_gemm_kind(DType::bf16)));
+    out.key("fp16_gemm").string(native_gemm_name(native_gemm_kind(DType::fp16)));
     out.key("small_gemm").string(small_gemm_kernels_name(small_gemm_kernels()));
     out.key("max_abs_elements").unsigned_integer(max_abs_elements_.load(std::memory_order_relaxed));
 }
