@@ -16,6 +16,7 @@
 #include "backend/cpu/cpu_loss_head.h"
 #include "backend/cpu/cpu_max_abs.h"
 #include "backend/cpu/cpu_update_elements.h"
+#include "backend/cpu/rounded_copy.h"
 #include "backend/cpu/small_gemm.h"
 #include "backend/cpu/weight_words.h"
 #include "core/environment_settings.h"
@@ -423,8 +424,9 @@ void CpuBackend::column_sums(const float* output_grad, int64_t rows, int64_t col
 void CpuBackend::write_low_copy(const float* master, void* low, DType dtype, int64_t count) {
     if (!low) return;
     float* out = static_cast<float*>(low);
+    const bool streamed = static_cast<size_t>(count) * sizeof(float) >= kStreamedCopyBytes;
     pool_.parallel_for(count, kElementGrain, [&](int64_t begin, int64_t end) {
-        round_copy(dtype, master + begin, out + begin, static_cast<size_t>(end - begin));
+        write_rounded_copy(dtype, master + begin, out + begin, static_cast<size_t>(end - begin), streamed);
     });
 }
 
