@@ -63,6 +63,32 @@ struct Vec : Lanes512 {
         }
     }
 
+    // bf16 dot products as AVX512-BF16's pairs (small_gemm_tiles.inc's dot_pairs_columns): 32 bf16
+    // words a register, in depth order.
+    static constexpr bool kBf16Pairs = true;
+    using Pairs = __m512i;
+    // The first `valid` of 32 floats (the others read as zero, never fault), rounded to bf16 words as
+    // bf16_words rounds them.
+    MPTRAIN_SMALL_GEMM_TARGET static Pairs load_pairs(const float* p, int64_t valid) {
+        const __m512 low = _mm512_maskz_loadu_ps(mask(valid), p);
+        const __m512 high = _mm512_maskz_loadu_ps(mask(valid - kLanes), p + kLanes);
+        return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(high, low));
+    }
+    // The first `valid` of 32 bf16 words (the others read as zero, never fault).
+    MPTRAIN_SMALL_GEMM_TARGET static Pairs load_pairs(const uint16_t* p, int64_t valid) {
+        const __mmask32 words = valid >= 32 ? ~__mmask32{0} : (__mmask32{1} << valid) - 1;
+        return _mm512_maskz_loadu_epi16(words, p);
+    }
+    MPTRAIN_SMALL_GEMM_TARGET static Pairs load_packed_pairs(const uint16_t* p) { return _mm512_loadu_si512(p); }
+    MPTRAIN_SMALL_GEMM_TARGET static void store_packed_pairs(uint16_t* p, Pairs words) {
+        _mm512_storeu_si512(p, words);
+    }
+    // sums + each lane's two products (exact), two roundings, results below fp32's normal range
+    // flushed to zero (VDPBF16PS).
+    MPTRAIN_SMALL_GEMM_TARGET static Reg dot_pairs(Reg sums, Pairs a, Pairs b) {
+        return _mm512_dpbf16_ps(sums, reinterpret_cast<__m512bh>(a), reinterpret_cast<__m512bh>(b));
+    }
+
     // Up to 16 bf16 or fp16 words (the masked-off ones read as zero, never fault), exactly as floats.
     template <SmallGemmRounding rounding>
     MPTRAIN_SMALL_GEMM_TARGET static Reg widened(const uint16_t* p, Mask m) {
